@@ -1,0 +1,294 @@
+//! Alerts and pages: every alert is a log line; with a webhook configured it is also posted as a
+//! Slack-compatible JSON body (`text` for humans, `vigil` for machines), with retry and timeout.
+//!
+//! De-duplication is *not* done here: the pipeline decides, with shared keys, whether an alert is
+//! the first for its incident. A sink only delivers.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+/// What an alert is about. The names are stable: they appear in metrics and in the webhook body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlertKind {
+    /// A confirmed hang; the persistence timer started.
+    Hung,
+    /// Errored for `error_for`.
+    Errored,
+    /// The restart is about to run (logs attached).
+    Restarting,
+    /// Observe mode: the restart would run now (logs attached).
+    WouldRestart,
+    /// Page: the restart command failed.
+    RestartFailed,
+    /// Page: still broken `escalate_after` after our restart.
+    Escalation,
+    /// The per-node breaker is open: automation stopped for today, alert only.
+    BreakerOpen,
+    /// The fleet-wide budget is exhausted: no restart anywhere until the window ends.
+    BudgetExhausted,
+    /// Status record missing: alert only.
+    Unreachable,
+    /// Heartbeat fresh, progress frozen: alert only.
+    Stalled,
+    /// Hung or errored on a failed GPU: a person must look.
+    GpuFailed,
+    /// Logs could not be collected; the restart was not attempted this cycle.
+    LogsFailed,
+    /// Two containers claim the same worker id: nothing is restarted.
+    Ambiguous,
+    /// The coordinator (Redis) is unreachable: restarts are paused.
+    CoordinatorDown,
+    /// The container runtime is unreachable.
+    RuntimeDown,
+}
+
+impl AlertKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::Hung => "hung",
+            AlertKind::Errored => "errored",
+            AlertKind::Restarting => "restarting",
+            AlertKind::WouldRestart => "would-restart",
+            AlertKind::RestartFailed => "restart-failed",
+            AlertKind::Escalation => "escalation",
+            AlertKind::BreakerOpen => "breaker-open",
+            AlertKind::BudgetExhausted => "budget-exhausted",
+            AlertKind::Unreachable => "unreachable",
+            AlertKind::Stalled => "stalled",
+            AlertKind::GpuFailed => "gpu-failed",
+            AlertKind::LogsFailed => "logs-failed",
+            AlertKind::Ambiguous => "ambiguous",
+            AlertKind::CoordinatorDown => "coordinator-down",
+            AlertKind::RuntimeDown => "runtime-down",
+        }
+    }
+
+    /// Pages carry the configured mention: a person is needed now.
+    pub fn is_page(self) -> bool {
+        matches!(self, AlertKind::RestartFailed | AlertKind::Escalation)
+    }
+}
+
+/// One alert, with everything a person needs to act without opening another tool.
+#[derive(Debug, Clone, Serialize)]
+pub struct Alert {
+    pub kind: AlertKind,
+    pub node: String,
+    pub worker: Option<String>,
+    pub verdict: Option<&'static str>,
+    pub job: Option<String>,
+    /// How long the condition has lasted, human-readable.
+    #[serde(rename = "for")]
+    pub duration: Option<String>,
+    pub incident: Option<String>,
+    pub detail: String,
+    pub logs: Option<String>,
+    pub page: bool,
+    pub dry_run: bool,
+}
+
+impl Alert {
+    pub fn new(kind: AlertKind, node: &str, detail: impl Into<String>) -> Alert {
+        Alert {
+            kind,
+            node: node.to_string(),
+            worker: None,
+            verdict: None,
+            job: None,
+            duration: None,
+            incident: None,
+            detail: detail.into(),
+            logs: None,
+            page: kind.is_page(),
+            dry_run: false,
+        }
+    }
+
+    /// The one-line human summary (also the log line).
+    pub fn summary(&self) -> String {
+        let mut s = format!("[vigil] {} on node {}", self.kind.as_str(), self.node);
+        if let Some(w) = &self.worker {
+            s.push_str(&format!(", worker {w}"));
+        }
+        if let Some(v) = self.verdict {
+            s.push_str(&format!(" ({v}"));
+            if let Some(d) = &self.duration {
+                s.push_str(&format!(" for {d}"));
+            }
+            s.push(')');
+        }
+        if let Some(j) = &self.job {
+            s.push_str(&format!(", job {j}"));
+        }
+        s.push_str(": ");
+        s.push_str(&self.detail);
+        if self.dry_run {
+            s.push_str(" [dry run]");
+        }
+        s
+    }
+
+    /// The Slack-compatible body.
+    pub fn webhook_body(&self, mention: &str) -> serde_json::Value {
+        let mut text = String::new();
+        if self.page && !mention.is_empty() {
+            text.push_str(mention);
+            text.push(' ');
+        }
+        text.push_str(&self.summary());
+        if let Some(logs) = self.logs.as_ref().filter(|l| !l.trim().is_empty()) {
+            text.push_str("\n```\n");
+            text.push_str(tail_chars(logs, 3000));
+            text.push_str("\n```");
+        }
+        serde_json::json!({ "text": text, "vigil": self })
+    }
+}
+
+/// The end of `s`, at most `max` bytes, cut on a character boundary.
+fn tail_chars(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("webhook {url} failed after {attempts} attempt(s): {last}")]
+pub struct AlertError {
+    pub url: String,
+    pub attempts: u32,
+    pub last: String,
+}
+
+/// Somewhere alerts are delivered.
+#[async_trait]
+pub trait AlertSink: Send + Sync {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError>;
+}
+
+/// A Slack-compatible incoming webhook.
+pub struct WebhookSink {
+    url: String,
+    mention: String,
+    attempts: u32,
+    http: reqwest::Client,
+}
+
+impl WebhookSink {
+    pub fn new(url: &str, mention: &str, timeout: Duration, attempts: u32) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        WebhookSink {
+            url: url.to_string(),
+            mention: mention.to_string(),
+            attempts,
+            http,
+        }
+    }
+}
+
+#[async_trait]
+impl AlertSink for WebhookSink {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
+        let body = alert.webhook_body(&self.mention);
+        let mut last = String::new();
+        for attempt in 0..self.attempts {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(250 << attempt.min(5))).await;
+            }
+            match self.http.post(&self.url).json(&body).send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                // A 4xx other than 429 will not get better by retrying.
+                Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
+                    return Err(AlertError {
+                        url: self.url.clone(),
+                        attempts: attempt + 1,
+                        last: format!("HTTP {}", r.status()),
+                    })
+                }
+                Ok(r) => last = format!("HTTP {}", r.status()),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(AlertError {
+            url: self.url.clone(),
+            attempts: self.attempts,
+            last,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_carry_the_mention_and_logs_are_fenced() {
+        let mut a = Alert::new(AlertKind::Escalation, "gpu-7", "restart did not help");
+        a.worker = Some("trainer-0".into());
+        a.verdict = Some("hung");
+        a.duration = Some("12m".into());
+        a.logs = Some("line1\nline2".into());
+        let body = a.webhook_body("<!here>");
+        let text = body["text"].as_str().unwrap();
+        assert!(text.starts_with("<!here> [vigil] escalation on node gpu-7, worker trainer-0 (hung for 12m)"), "{text}");
+        assert!(text.contains("```\nline1\nline2\n```"));
+        assert_eq!(body["vigil"]["kind"], "escalation");
+        assert_eq!(body["vigil"]["for"], "12m");
+        let plain = Alert::new(AlertKind::Hung, "n", "x").webhook_body("<!here>");
+        assert!(!plain["text"].as_str().unwrap().contains("<!here>"));
+    }
+
+    #[test]
+    fn long_logs_keep_their_end() {
+        let s = "é".repeat(4000);
+        let t = tail_chars(&s, 3001);
+        assert!(t.len() <= 3001 && t.chars().all(|c| c == 'é'));
+    }
+}
+
+/// Delivers an alert everywhere it should go: always the log, the webhook when configured, and a
+/// metric per outcome. A failed delivery is logged and counted, never fatal.
+pub struct Notifier {
+    sink: Option<std::sync::Arc<dyn AlertSink>>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl Notifier {
+    pub fn new(
+        sink: Option<std::sync::Arc<dyn AlertSink>>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        Notifier { sink, metrics }
+    }
+
+    pub async fn send(&self, alert: &Alert) {
+        let kind = alert.kind.as_str();
+        if alert.page {
+            tracing::error!(alert = kind, node = %alert.node, worker = alert.worker.as_deref(), incident = alert.incident.as_deref(), "{}", alert.summary());
+        } else {
+            tracing::warn!(alert = kind, node = %alert.node, worker = alert.worker.as_deref(), incident = alert.incident.as_deref(), "{}", alert.summary());
+        }
+        let Some(sink) = &self.sink else {
+            self.metrics.alert(kind, "logged");
+            return;
+        };
+        match sink.send(alert).await {
+            Ok(()) => self.metrics.alert(kind, "sent"),
+            Err(e) => {
+                tracing::error!(alert = kind, error = %e, "alert delivery failed; it is in this log only");
+                self.metrics.alert(kind, "failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! The agent loop: every `poll_interval`, read the coordinator's clock, list the opted-in workers,
+//! evaluate each (see `crate::pipeline`), and keep going whatever fails.
+//!
+//! Fail closed: without the coordinator there is no lock and no breaker, so there is no restart —
+//! the cycle stops at the first coordinator error, says so once, counts it, and retries with
+//! backoff. State lives in the coordinator, so nothing is lost when it returns.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::actions::alert::{Alert, AlertKind, Notifier};
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::coord::{CoordError, Coordinator, Keys};
+use crate::metrics::Metrics;
+use crate::policy::{NodeContext, Verdict};
+use crate::runtime::{Container, ContainerRuntime};
+use crate::trail::{code, Decision};
+
+/// Liveness of the loop, read by `/healthz`.
+#[derive(Default)]
+pub struct Health {
+    last_cycle: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Health {
+    pub async fn beat(&self) {
+        *self.last_cycle.lock().await = Some(tokio::time::Instant::now());
+    }
+    /// True when a cycle finished within `max_age` (a wedged loop fails this).
+    pub async fn alive(&self, max_age: Duration) -> bool {
+        matches!(*self.last_cycle.lock().await, Some(t) if t.elapsed() <= max_age)
+    }
+}
+
+pub struct Agent {
+    pub cfg: Config,
+    pub keys: Keys,
+    pub coord: Arc<dyn Coordinator>,
+    pub runtime: Arc<dyn ContainerRuntime>,
+    pub notifier: Notifier,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    /// Identifies this process in the trail (two agents on one node are told apart).
+    pub instance: String,
+    /// Maintenance / GPU state of the node (fed by the metadata and NVML sources).
+    pub node: NodeContext,
+    /// Trail entries already written for an incident, to keep repeated skips out of the trail.
+    noted: HashSet<String>,
+    coord_down: bool,
+    runtime_down: bool,
+    ambiguous: HashSet<String>,
+    backoff: Duration,
+}
+
+/// The result of one cycle, for tests and the loop's pacing.
+#[derive(Debug, Default, PartialEq)]
+pub struct CycleReport {
+    pub verdicts: Vec<(String, Verdict)>,
+    pub coordinator_error: Option<String>,
+    pub runtime_error: Option<String>,
+}
+
+impl Agent {
+    pub fn new(
+        cfg: Config,
+        coord: Arc<dyn Coordinator>,
+        runtime: Arc<dyn ContainerRuntime>,
+        notifier: Notifier,
+        metrics: Arc<Metrics>,
+    ) -> Agent {
+        let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+        metrics.dry_run.set(i64::from(cfg.dry_run));
+        Agent {
+            keys,
+            coord,
+            runtime,
+            notifier,
+            metrics,
+            health: Arc::new(Health::default()),
+            instance: format!(
+                "{}-{:04x}",
+                std::process::id(),
+                rand::random::<u16>()
+            ),
+            node: NodeContext::default(),
+            noted: HashSet::new(),
+            coord_down: false,
+            runtime_down: false,
+            ambiguous: HashSet::new(),
+            backoff: Duration::ZERO,
+            cfg,
+        }
+    }
+
+    /// Append a decision to the trail, log it and count it. With `once`, the same decision for
+    /// the same incident is written only the first time (skips repeat every cycle otherwise).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn note(
+        &mut self,
+        at: Millis,
+        worker: &str,
+        verdict: Verdict,
+        decision: &'static str,
+        detail: String,
+        incident: Option<&str>,
+        once: bool,
+    ) -> Result<(), CoordError> {
+        if once {
+            let key = format!("{worker}|{decision}|{}", incident.unwrap_or("-"));
+            if self.noted.len() > 10_000 {
+                self.noted.clear();
+            }
+            if !self.noted.insert(key) {
+                return Ok(());
+            }
+        }
+        tracing::info!(
+            node = %self.keys.node(),
+            worker,
+            verdict = verdict.as_str(),
+            decision,
+            incident,
+            dry_run = self.cfg.dry_run,
+            "{detail}"
+        );
+        self.metrics.decision(decision);
+        let d = Decision {
+            at,
+            worker,
+            verdict: verdict.as_str(),
+            decision,
+            detail,
+            incident,
+            agent: &self.instance,
+            dry_run: self.cfg.dry_run,
+        };
+        self.coord
+            .append(&self.keys.trail(), &d.fields(), self.cfg.redis.trail_max_len)
+            .await
+    }
+
+    /// One evaluation cycle over every opted-in worker of this node.
+    pub async fn cycle(&mut self) -> CycleReport {
+        let started = tokio::time::Instant::now();
+        let mut report = CycleReport::default();
+        let now = match self.coord.time().await {
+            Ok(t) => t,
+            Err(e) => {
+                self.coordinator_failed(&e).await;
+                report.coordinator_error = Some(e.to_string());
+                return report;
+            }
+        };
+        self.coordinator_ok();
+        let containers = match self.runtime.list_workers().await {
+            Ok(c) => {
+                if self.runtime_down {
+                    tracing::info!(runtime = %self.runtime.describe(), "container runtime reachable again");
+                }
+                self.runtime_down = false;
+                self.metrics.runtime_up.set(1);
+                c
+            }
+            Err(e) => {
+                self.metrics.runtime_errors.inc();
+                self.metrics.runtime_up.set(0);
+                if !self.runtime_down {
+                    self.runtime_down = true;
+                    let a = Alert::new(
+                        AlertKind::RuntimeDown,
+                        self.keys.node(),
+                        format!("{e}; workers cannot be listed or restarted until it returns"),
+                    );
+                    self.notifier.send(&a).await;
+                }
+                report.runtime_error = Some(e.to_string());
+                return report;
+            }
+        };
+        self.metrics.workers.set(containers.len() as i64);
+
+        let mut by_worker: HashMap<String, Vec<Container>> = HashMap::new();
+        for c in containers {
+            by_worker.entry(c.worker.clone()).or_default().push(c);
+        }
+        let mut workers: Vec<_> = by_worker.into_iter().collect();
+        workers.sort_by(|a, b| a.0.cmp(&b.0));
+        for (worker, list) in workers {
+            if list.len() > 1 {
+                // NB: never guess which container a record belongs to.
+                if self.ambiguous.insert(worker.clone()) {
+                    let names: Vec<_> = list.iter().map(|c| c.name.as_str()).collect();
+                    let mut a = Alert::new(
+                        AlertKind::Ambiguous,
+                        self.keys.node(),
+                        format!(
+                            "{} containers claim worker id `{worker}` ({}); none will be restarted until one label is fixed",
+                            list.len(),
+                            names.join(", ")
+                        ),
+                    );
+                    a.worker = Some(worker.clone());
+                    self.notifier.send(&a).await;
+                    if let Err(e) = self
+                        .note(now, &worker, Verdict::Healthy, code::SKIP_AMBIGUOUS, "several containers share this worker id".into(), None, true)
+                        .await
+                    {
+                        self.coordinator_failed(&e).await;
+                        report.coordinator_error = Some(e.to_string());
+                        return report;
+                    }
+                }
+                continue;
+            }
+            self.ambiguous.remove(&worker);
+            match self.evaluate(&list[0], now).await {
+                Ok(v) => report.verdicts.push((worker, v)),
+                Err(e) => {
+                    self.coordinator_failed(&e).await;
+                    report.coordinator_error = Some(e.to_string());
+                    return report;
+                }
+            }
+        }
+        self.metrics
+            .cycle_seconds
+            .observe(started.elapsed().as_secs_f64());
+        report
+    }
+
+    fn coordinator_ok(&mut self) {
+        if self.coord_down {
+            tracing::info!(coordinator = %self.coord.describe(), "coordinator reachable again; restarts resume with the timers it kept");
+        }
+        self.coord_down = false;
+        self.backoff = Duration::ZERO;
+        self.metrics.coordinator_up.set(1);
+    }
+
+    async fn coordinator_failed(&mut self, e: &CoordError) {
+        self.metrics.coordinator_errors.inc();
+        self.metrics.coordinator_up.set(0);
+        self.backoff = (self.backoff * 2)
+            .max(Duration::from_millis(250))
+            .min(self.cfg.poll_interval);
+        if !self.coord_down {
+            self.coord_down = true;
+            tracing::error!(error = %e, "coordinator unavailable: failing closed, no restart until it returns");
+            // The de-duplication key lives in the coordinator that is down: alert from memory,
+            // once per outage.
+            let a = Alert::new(AlertKind::CoordinatorDown, self.keys.node(), e.to_string());
+            self.notifier.send(&a).await;
+        }
+    }
+
+    /// Run until `shutdown` fires. Each cycle is paced by `poll_interval`; after a coordinator
+    /// error the next try comes sooner, with exponential backoff capped at the interval.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        if self.coord.single_node() {
+            tracing::warn!("no REDIS_URL: using the embedded coordinator; safe for ONE agent on ONE node only (no fleet budget across nodes, no HA pair)");
+        }
+        tracing::info!(
+            node = %self.keys.node(),
+            coordinator = %self.coord.describe(),
+            runtime = %self.runtime.describe(),
+            dry_run = self.cfg.dry_run,
+            instance = %self.instance,
+            "vigil agent started"
+        );
+        if let Ok(now) = self.coord.time().await {
+            let detail = format!(
+                "agent {} started (dry_run={})",
+                env!("CARGO_PKG_VERSION"),
+                self.cfg.dry_run
+            );
+            let _ = self
+                .note(now, "-", Verdict::Healthy, code::AGENT_STARTED, detail, None, false)
+                .await;
+        }
+        loop {
+            let report = self.cycle().await;
+            self.health.beat().await;
+            let wait = if report.coordinator_error.is_some() {
+                self.backoff
+            } else {
+                self.cfg.poll_interval
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        tracing::info!("vigil agent stopped");
+    }
+}

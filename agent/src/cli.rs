@@ -1,0 +1,348 @@
+//! The `vigil` command line: the agent (`run`) and the commands an operator or a worker runs by
+//! hand. Config errors exit 2 with one line naming the key; other failures exit 1.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::actions::alert::{AlertSink, Notifier, WebhookSink};
+use crate::agent::Agent;
+use crate::clock::SystemClock;
+use crate::config::{Config, ConfigError, ProcessEnv};
+use crate::coord::memory::MemoryCoordinator;
+use crate::coord::redis::RedisCoordinator;
+use crate::coord::{write_status, Coordinator, Keys};
+use crate::metrics::Metrics;
+use crate::runtime::docker::DockerRuntime;
+use crate::server::{self, ServerState};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vigil",
+    version,
+    about = "Node-local agent that restarts hung accelerator workers — safely",
+    long_about = "Vigil watches the opted-in worker containers of one node, decides from their shared \
+status records whether one is hung, and restarts it behind a persistence timer, a per-node lock, \
+last-moment revalidation, a daily circuit breaker, a fleet budget and a cooldown marker.\n\n\
+Environment: NODE_NAME, REDIS_URL and DOCKER_HOST override the config file; RUST_LOG overrides log.level."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ConfigArg {
+    /// Config file (TOML, or YAML when it ends in .yaml/.yml). Without it, the documented
+    /// defaults plus the environment.
+    #[arg(long, short = 'c', value_name = "FILE", env = "VIGIL_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent (the DaemonSet's command).
+    Run {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Observe mode: decide, alert and record everything, but never run a restart.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Publish a worker's status record (for shell workers); the heartbeat is stamped with the
+    /// coordinator's clock.
+    Beat {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Worker id (the value of the container's opt-in label).
+        #[arg(long)]
+        worker: String,
+        /// idle | processing | error | any other word (never hung).
+        #[arg(long)]
+        state: String,
+        /// What the worker is working on.
+        #[arg(long)]
+        job: Option<String>,
+        /// A progress marker that changes as work advances (step, batch, offset).
+        #[arg(long)]
+        progress: Option<String>,
+        /// Without Redis: the local agent's status API to send the beat to.
+        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
+        agent: String,
+    },
+    /// Print the verdict → action table, generated from the policy code and the configured
+    /// thresholds.
+    Policy {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Show the decision trail of a node: what Vigil decided, and why, oldest first.
+    Explain {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Node name (defaults to this node).
+        node: Option<String>,
+        /// Number of most recent decisions to show.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Validate a config file, or print the defaults.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the config (file + environment) and print it resolved.
+    Check {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Print every key with its default value, as TOML.
+    Defaults,
+}
+
+/// A failure of a command, with the exit code it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Config(_) => 2,
+            CliError::Failed(_) => 1,
+        }
+    }
+}
+
+fn load(arg: &ConfigArg) -> Result<Config, CliError> {
+    Ok(Config::load(arg.config.as_deref(), &ProcessEnv)?)
+}
+
+pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Run { config, dry_run } => {
+            let mut cfg = load(&config)?;
+            cfg.dry_run |= dry_run;
+            run(cfg, shutdown_on_signals()?).await
+        }
+        Command::Beat {
+            config,
+            worker,
+            state,
+            job,
+            progress,
+            agent,
+        } => {
+            let cfg = load(&config)?;
+            beat(&cfg, &worker, &state, job, progress, &agent).await
+        }
+        Command::Policy { config } => {
+            let cfg = load(&config)?;
+            print!("{}", render_policy(&cfg));
+            Ok(())
+        }
+        Command::Explain {
+            config,
+            node,
+            limit,
+        } => {
+            let cfg = load(&config)?;
+            if cfg.embedded() {
+                return Err(CliError::Failed(
+                    "explain reads the trail from Redis: set REDIS_URL (with the embedded coordinator the trail lives in the agent's memory and its log)".into(),
+                ));
+            }
+            let node = node.unwrap_or_else(|| cfg.node_name.clone());
+            let coord = RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            let keys = Keys::new(&cfg.redis.key_prefix, &node);
+            let entries = coord
+                .read_recent(&keys.trail(), limit)
+                .await
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            print!("{}", crate::trail::render(&node, &entries));
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Check { config }) => {
+            let cfg = load(&config)?;
+            println!("config ok");
+            print!("{}", toml::to_string_pretty(&cfg).unwrap_or_default());
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Defaults) => {
+            print!("{}", Config::defaults_toml());
+            Ok(())
+        }
+    }
+}
+
+/// The verdict → action table as printed by `vigil policy`.
+pub fn render_policy(cfg: &Config) -> String {
+    let rows = crate::policy::table(&cfg.policy);
+    let w0 = rows.iter().map(|r| r.verdict.len()).max().unwrap_or(7).max(7);
+    let w1 = rows.iter().map(|r| r.predicate.len()).max().unwrap_or(9);
+    let mut out = format!("{:<w0$}  {:<w1$}  action\n", "verdict", "predicate");
+    out.push_str(&format!("{}  {}  {}\n", "-".repeat(w0), "-".repeat(w1), "-".repeat(6)));
+    for r in rows {
+        out.push_str(&format!("{:<w0$}  {:<w1$}  {}\n", r.verdict, r.predicate, r.action));
+    }
+    out.push_str(&format!(
+        "\nrestart pipeline: hang persists {} → node lock → logs → alert → revalidate → lock TTL check → \
+         compare container → breaker ({}/day{}) + fleet budget ({} per {}) → cooldown {} → restart; \
+         escalation page after {}{}\n",
+        humantime::format_duration(cfg.policy.restart_delay),
+        cfg.safety.breaker_per_day,
+        if cfg.safety.breaker_disabled { ", DISABLED" } else { "" },
+        cfg.safety.fleet_budget,
+        humantime::format_duration(cfg.safety.fleet_window),
+        humantime::format_duration(cfg.policy.cooldown),
+        humantime::format_duration(cfg.policy.escalate_after),
+        if cfg.dry_run { "\nobserve mode (dry_run): restarts are never run" } else { "" },
+    ));
+    out
+}
+
+async fn beat(
+    cfg: &Config,
+    worker: &str,
+    state: &str,
+    job: Option<String>,
+    progress: Option<String>,
+    agent: &str,
+) -> Result<(), CliError> {
+    if cfg.embedded() {
+        let mut body = serde_json::json!({ "state": state });
+        if let Some(j) = job {
+            body["job"] = j.into();
+        }
+        if let Some(p) = progress {
+            body["progress"] = p.into();
+        }
+        let url = format!("{}/v1/workers/{worker}/status", agent.trim_end_matches('/'));
+        let resp = reqwest::Client::new()
+            .put(&url)
+            .timeout(Duration::from_secs(10))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| CliError::Failed(format!("no REDIS_URL, and the local agent at {url} did not answer: {e}")))?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let text = resp.text().await.unwrap_or_default();
+            return Err(CliError::Failed(format!("agent at {url} refused the beat: {status} {}", text.trim())));
+        }
+        println!("beat sent to {url}");
+        return Ok(());
+    }
+    let coord = RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+    let mut fields = vec![("state".to_string(), state.to_string())];
+    if let Some(j) = job {
+        fields.push(("job".into(), j));
+    }
+    if let Some(p) = progress {
+        fields.push(("progress".into(), p));
+    }
+    let now = write_status(&coord, &keys, worker, &fields)
+        .await
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    println!("{} heartbeat={}", keys.status(worker), crate::coord::heartbeat_value(now));
+    Ok(())
+}
+
+fn init_logging(cfg: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&cfg.log.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if cfg.log.format == "json" {
+        builder.json().flatten_event(true).try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// SIGTERM and SIGINT cancel the returned token.
+fn shutdown_on_signals() -> Result<CancellationToken, CliError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let token = CancellationToken::new();
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| CliError::Failed(format!("cannot install the SIGTERM handler: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| CliError::Failed(format!("cannot install the SIGINT handler: {e}")))?;
+    let t = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        t.cancel();
+    });
+    Ok(token)
+}
+
+/// Wire the production adapters and run until `shutdown`.
+pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), CliError> {
+    init_logging(&cfg);
+    let coord: Arc<dyn Coordinator> = if cfg.embedded() {
+        Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
+    } else {
+        Arc::new(
+            RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
+                .map_err(|e| CliError::Failed(e.to_string()))?,
+        )
+    };
+    let runtime = Arc::new(DockerRuntime::new(
+        &cfg.docker.host,
+        &cfg.docker.worker_label,
+        cfg.docker.restart_timeout + Duration::from_secs(5),
+    ));
+    let metrics = Arc::new(Metrics::new());
+    let sink: Option<Arc<dyn AlertSink>> = (!cfg.alerts.webhook_url.is_empty()).then(|| {
+        Arc::new(WebhookSink::new(
+            &cfg.alerts.webhook_url,
+            &cfg.alerts.page_mention,
+            cfg.alerts.timeout,
+            cfg.alerts.attempts,
+        )) as Arc<dyn AlertSink>
+    });
+    let notifier = Notifier::new(sink, metrics.clone());
+    let agent = Agent::new(cfg.clone(), coord.clone(), runtime.clone(), notifier, metrics.clone());
+
+    let mut server_task = None;
+    if !cfg.server.listen.is_empty() {
+        let listener = tokio::net::TcpListener::bind(&cfg.server.listen)
+            .await
+            .map_err(|e| CliError::Failed(format!("server.listen {}: cannot bind: {e}", cfg.server.listen)))?;
+        let state = ServerState {
+            metrics,
+            health: agent.health.clone(),
+            coord,
+            runtime,
+            keys: agent.keys.clone(),
+            max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
+        };
+        tracing::info!(addr = %cfg.server.listen, "serving /metrics /healthz /readyz and the status API");
+        let token = shutdown.clone();
+        server_task = Some(tokio::spawn(server::serve(listener, state, token)));
+    }
+    agent.run(shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(t) = server_task {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,600 @@
+//! Configuration: one file (TOML or YAML), every key with a documented default, a few environment
+//! overrides, and validation that names the offending key.
+//!
+//! The environment is read through the [`Env`] trait so that every parse and validation error is a
+//! unit test with a `HashMap`, never a `set_var`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A configuration problem, always naming the key so the operator can find the line to fix.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("config file {path}: {problem}")]
+    File { path: PathBuf, problem: String },
+    #[error("config key `{key}`: {problem}")]
+    Invalid { key: &'static str, problem: String },
+}
+
+/// Where environment overrides come from: the process environment in production, a map in tests.
+pub trait Env {
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+/// The real process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        HashMap::get(self, name).cloned()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Name of the node this agent watches; env `NODE_NAME`, else the host name.
+    pub node_name: String,
+    /// Observe mode: decide everything, run no restart.
+    pub dry_run: bool,
+    /// How often the worker records are evaluated.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    pub redis: RedisConfig,
+    pub docker: DockerConfig,
+    pub policy: PolicyConfig,
+    pub safety: SafetyConfig,
+    pub alerts: AlertsConfig,
+    pub server: ServerConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[:password@]host:port[/db]`; env `REDIS_URL`. Empty: embedded single-node coordinator.
+    pub url: String,
+    /// First component of every key Vigil writes.
+    pub key_prefix: String,
+    /// Per-command timeout; a slower Redis counts as unreachable (and restarts pause).
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Entries kept in each node's decision trail stream.
+    pub trail_max_len: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerConfig {
+    /// `unix:///var/run/docker.sock` or `tcp://host:port`; env `DOCKER_HOST`.
+    pub host: String,
+    /// Container label that opts a container in; its value is the worker id.
+    pub worker_label: String,
+    /// Log lines collected before a restart and attached to the alert.
+    pub log_lines: usize,
+    /// Time allowed for log collection.
+    #[serde(with = "humantime_serde")]
+    pub log_timeout: Duration,
+    /// Seconds Docker waits after SIGTERM before SIGKILL during a restart.
+    #[serde(with = "humantime_serde")]
+    pub stop_grace: Duration,
+    /// Time allowed for the whole restart call (must exceed `stop_grace`).
+    #[serde(with = "humantime_serde")]
+    pub restart_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// A processing worker whose heartbeat is older than this is stale.
+    #[serde(with = "humantime_serde")]
+    pub stale_after: Duration,
+    /// Minimum gap between the two observations that confirm a hang.
+    #[serde(with = "humantime_serde")]
+    pub confirm_after: Duration,
+    /// A confirmed hang must persist this long before a restart.
+    #[serde(with = "humantime_serde")]
+    pub restart_delay: Duration,
+    /// A worker in state `error` this long is restarted.
+    #[serde(with = "humantime_serde")]
+    pub error_for: Duration,
+    /// Fresh heartbeat with an unchanged progress marker this long: alert (no restart).
+    #[serde(with = "humantime_serde")]
+    pub stalled_after: Duration,
+    /// After a restart, the worker is "booting" for this long: no new incident.
+    #[serde(with = "humantime_serde")]
+    pub cooldown: Duration,
+    /// Still hung this long after a restart: page a person, once.
+    #[serde(with = "humantime_serde")]
+    pub escalate_after: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SafetyConfig {
+    /// TTL of the per-node execution lock.
+    #[serde(with = "humantime_serde")]
+    pub lock_ttl: Duration,
+    /// Restarts allowed per node per UTC day (the circuit breaker).
+    pub breaker_per_day: u32,
+    /// Remove the per-node cap entirely (not recommended; must be said explicitly).
+    pub breaker_disabled: bool,
+    /// Restarts allowed across the whole fleet per `fleet_window`; 0 disables the fleet cap.
+    pub fleet_budget: u32,
+    #[serde(with = "humantime_serde")]
+    pub fleet_window: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Slack-compatible incoming webhook; empty: alerts go to the log only.
+    pub webhook_url: String,
+    /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
+    pub page_mention: String,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Attempts per alert, with exponential backoff between them.
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address of `/metrics`, `/healthz`, `/readyz` and the local status API; empty disables it.
+    pub listen: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: String,
+    /// A `tracing` filter such as `info` or `vigil=debug`; env `RUST_LOG` wins.
+    pub level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_name: String::new(),
+            dry_run: false,
+            poll_interval: Duration::from_secs(15),
+            redis: RedisConfig::default(),
+            docker: DockerConfig::default(),
+            policy: PolicyConfig::default(),
+            safety: SafetyConfig::default(),
+            alerts: AlertsConfig::default(),
+            server: ServerConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: String::new(),
+            key_prefix: "vigil".into(),
+            timeout: Duration::from_secs(2),
+            trail_max_len: 1000,
+        }
+    }
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            host: "unix:///var/run/docker.sock".into(),
+            worker_label: "vigil.worker".into(),
+            log_lines: 100,
+            log_timeout: Duration::from_secs(20),
+            stop_grace: Duration::from_secs(30),
+            restart_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            stale_after: Duration::from_secs(120),
+            confirm_after: Duration::from_secs(10),
+            restart_delay: Duration::from_secs(180),
+            error_for: Duration::from_secs(30 * 60),
+            stalled_after: Duration::from_secs(30 * 60),
+            cooldown: Duration::from_secs(10 * 60),
+            escalate_after: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
+impl Default for SafetyConfig {
+    fn default() -> Self {
+        SafetyConfig {
+            lock_ttl: Duration::from_secs(180),
+            breaker_per_day: 3,
+            breaker_disabled: false,
+            fleet_budget: 10,
+            fleet_window: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        AlertsConfig {
+            webhook_url: String::new(),
+            page_mention: "<!here>".into(),
+            timeout: Duration::from_secs(10),
+            attempts: 3,
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "0.0.0.0:9464".into(),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: "text".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+/// Room the lock must still have when the restart command starts, beyond the restart timeout.
+pub const LOCK_MARGIN: Duration = Duration::from_secs(5);
+
+impl Config {
+    /// Parse a file's text; the format follows the extension (`.yaml`/`.yml`, else TOML).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let yaml = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml") | Some("yml")
+        );
+        let parsed = if yaml {
+            serde_yaml::from_str::<Config>(text).map_err(|e| e.to_string())
+        } else {
+            toml::from_str::<Config>(text).map_err(|e| e.message().to_string())
+        };
+        parsed.map_err(|problem| ConfigError::File {
+            path: path.to_path_buf(),
+            problem: problem.replace('\n', " "),
+        })
+    }
+
+    /// Load from an optional file, apply environment overrides, validate.
+    pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+        let mut cfg = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File {
+                    path: p.to_path_buf(),
+                    problem: e.to_string(),
+                })?;
+                Config::parse(&text, p)?
+            }
+            None => Config::default(),
+        };
+        cfg.apply_env(env);
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
+    pub fn apply_env(&mut self, env: &dyn Env) {
+        if let Some(v) = env.get("NODE_NAME") {
+            self.node_name = v;
+        }
+        if let Some(v) = env.get("REDIS_URL") {
+            self.redis.url = v;
+        }
+        if let Some(v) = env.get("DOCKER_HOST") {
+            self.docker.host = v;
+        }
+        if self.node_name.is_empty() {
+            if let Some(h) = env.get("HOSTNAME") {
+                self.node_name = h;
+            } else if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
+                self.node_name = h.trim().to_string();
+            }
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn bad(key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError> {
+            Err(ConfigError::Invalid {
+                key,
+                problem: problem.into(),
+            })
+        }
+        let nonzero: [(&'static str, Duration); 11] = [
+            ("poll_interval", self.poll_interval),
+            ("redis.timeout", self.redis.timeout),
+            ("docker.log_timeout", self.docker.log_timeout),
+            ("docker.restart_timeout", self.docker.restart_timeout),
+            ("policy.stale_after", self.policy.stale_after),
+            ("policy.error_for", self.policy.error_for),
+            ("policy.stalled_after", self.policy.stalled_after),
+            ("policy.cooldown", self.policy.cooldown),
+            ("policy.escalate_after", self.policy.escalate_after),
+            ("safety.lock_ttl", self.safety.lock_ttl),
+            ("alerts.timeout", self.alerts.timeout),
+        ];
+        for (key, d) in nonzero {
+            if d.is_zero() {
+                return bad(key, "must be greater than zero");
+            }
+        }
+        if self.node_name.trim().is_empty() {
+            return bad(
+                "node_name",
+                "is empty and no NODE_NAME or host name was found",
+            );
+        }
+        if self.node_name.contains(['{', '}', ' ']) {
+            return bad("node_name", "must not contain braces or spaces");
+        }
+        if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(['{', '}', ':']) {
+            return bad(
+                "redis.key_prefix",
+                "must be non-empty without braces or colons",
+            );
+        }
+        if !self.redis.url.is_empty()
+            && !(self.redis.url.starts_with("redis://")
+                || self.redis.url.starts_with("rediss://")
+                || self.redis.url.starts_with("unix://"))
+        {
+            return bad(
+                "redis.url",
+                format!(
+                    "`{}` is not a redis://, rediss:// or unix:// URL",
+                    self.redis.url
+                ),
+            );
+        }
+        if self.redis.trail_max_len == 0 {
+            return bad("redis.trail_max_len", "must be at least 1");
+        }
+        if !(self.docker.host.starts_with("unix://")
+            || self.docker.host.starts_with("tcp://")
+            || self.docker.host.starts_with("http://"))
+        {
+            return bad(
+                "docker.host",
+                format!(
+                    "`{}` is not a unix://, tcp:// or http:// address",
+                    self.docker.host
+                ),
+            );
+        }
+        if self.docker.worker_label.is_empty() {
+            return bad("docker.worker_label", "must not be empty");
+        }
+        if self.docker.stop_grace >= self.docker.restart_timeout {
+            return bad(
+                "docker.restart_timeout",
+                "must be longer than docker.stop_grace, or Docker's SIGKILL comes after we gave up",
+            );
+        }
+        if self.policy.confirm_after >= self.policy.stale_after {
+            return bad(
+                "policy.confirm_after",
+                "must be shorter than policy.stale_after",
+            );
+        }
+        let needed = self.docker.log_timeout + self.docker.restart_timeout + LOCK_MARGIN;
+        if self.safety.lock_ttl < needed {
+            return bad(
+                "safety.lock_ttl",
+                format!(
+                    "{} is shorter than docker.log_timeout + docker.restart_timeout + {}s margin = {}; \
+                     the lock could expire mid-restart",
+                    humantime::format_duration(self.safety.lock_ttl),
+                    LOCK_MARGIN.as_secs(),
+                    humantime::format_duration(needed)
+                ),
+            );
+        }
+        if self.safety.breaker_per_day == 0 && !self.safety.breaker_disabled {
+            return bad(
+                "safety.breaker_per_day",
+                "0 is ambiguous: use dry_run = true to never restart, or safety.breaker_disabled = true to remove the cap",
+            );
+        }
+        if self.safety.fleet_budget > 0 && self.safety.fleet_window < Duration::from_secs(1) {
+            return bad("safety.fleet_window", "must be at least 1s");
+        }
+        if self.alerts.attempts == 0 {
+            return bad("alerts.attempts", "must be at least 1");
+        }
+        if !self.alerts.webhook_url.is_empty()
+            && !(self.alerts.webhook_url.starts_with("http://")
+                || self.alerts.webhook_url.starts_with("https://"))
+        {
+            return bad("alerts.webhook_url", "must be an http:// or https:// URL");
+        }
+        if !self.server.listen.is_empty()
+            && self.server.listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return bad(
+                "server.listen",
+                format!("`{}` is not host:port", self.server.listen),
+            );
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return bad("log.format", "must be `text` or `json`");
+        }
+        Ok(())
+    }
+
+    /// The defaults, as a commented TOML file (`vigil config defaults`).
+    pub fn defaults_toml() -> String {
+        let mut cfg = Config::default();
+        cfg.node_name = "my-node".into();
+        toml::to_string_pretty(&cfg).unwrap_or_default()
+    }
+
+    pub fn embedded(&self) -> bool {
+        self.redis.url.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let mut c = Config::parse(text, Path::new("vigil.toml"))?;
+        c.apply_env(&env(&[("NODE_NAME", "n1")]));
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn key_of(r: Result<Config, ConfigError>) -> &'static str {
+        match r {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("expected an invalid key, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_match_the_brief() {
+        let c = parse("").unwrap();
+        assert_eq!(c.policy.stale_after, Duration::from_secs(120));
+        assert_eq!(c.policy.restart_delay, Duration::from_secs(180));
+        assert_eq!(c.policy.error_for, Duration::from_secs(1800));
+        assert_eq!(c.policy.cooldown, Duration::from_secs(600));
+        assert_eq!(c.policy.escalate_after, Duration::from_secs(600));
+        assert_eq!(c.safety.breaker_per_day, 3);
+        assert!(c.embedded());
+    }
+
+    #[test]
+    fn durations_accept_human_units() {
+        let c = parse("[policy]\nstale_after = \"2m\"\nrestart_delay = \"90s\"\n").unwrap();
+        assert_eq!(c.policy.stale_after, Duration::from_secs(120));
+        assert_eq!(c.policy.restart_delay, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn yaml_is_accepted() {
+        let mut c = Config::parse(
+            "policy:\n  stale_after: 3m\nsafety:\n  breaker_per_day: 5\n",
+            Path::new("v.yaml"),
+        )
+        .unwrap();
+        c.apply_env(&env(&[("NODE_NAME", "n1")]));
+        c.validate().unwrap();
+        assert_eq!(c.policy.stale_after, Duration::from_secs(180));
+        assert_eq!(c.safety.breaker_per_day, 5);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = parse("[policy]\nstale_afterr = \"2m\"\n").unwrap_err();
+        assert!(err.to_string().contains("stale_afterr"), "{err}");
+    }
+
+    #[test]
+    fn bad_duration_is_named() {
+        let err = parse("[policy]\nstale_after = \"two minutes\"\n").unwrap_err();
+        assert!(err.to_string().contains("stale_after") || err.to_string().contains("time unit"));
+    }
+
+    #[test]
+    fn zero_stale_threshold_is_rejected() {
+        assert_eq!(
+            key_of(parse("[policy]\nstale_after = \"0s\"\n")),
+            "policy.stale_after"
+        );
+    }
+
+    #[test]
+    fn short_lock_ttl_is_rejected() {
+        let r = parse("[safety]\nlock_ttl = \"30s\"\n");
+        assert_eq!(key_of(r), "safety.lock_ttl");
+    }
+
+    #[test]
+    fn breaker_zero_needs_explicit_disable() {
+        assert_eq!(
+            key_of(parse("[safety]\nbreaker_per_day = 0\n")),
+            "safety.breaker_per_day"
+        );
+        assert!(parse("[safety]\nbreaker_per_day = 0\nbreaker_disabled = true\n").is_ok());
+    }
+
+    #[test]
+    fn env_overrides_file() {
+        let mut c = Config::parse(
+            "node_name = \"file\"\n[redis]\nurl = \"redis://file:1\"\n",
+            Path::new("v.toml"),
+        )
+        .unwrap();
+        c.apply_env(&env(&[
+            ("NODE_NAME", "env-node"),
+            ("REDIS_URL", "redis://env:2"),
+            ("DOCKER_HOST", "tcp://127.0.0.1:2375"),
+        ]));
+        assert_eq!(c.node_name, "env-node");
+        assert_eq!(c.redis.url, "redis://env:2");
+        assert_eq!(c.docker.host, "tcp://127.0.0.1:2375");
+    }
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        let cases: &[(&str, &str)] = &[
+            ("poll_interval = \"0s\"", "poll_interval"),
+            ("[redis]\nurl = \"http://x\"", "redis.url"),
+            ("[redis]\nkey_prefix = \"a:b\"", "redis.key_prefix"),
+            ("[redis]\ntrail_max_len = 0", "redis.trail_max_len"),
+            ("[docker]\nhost = \"/var/run/docker.sock\"", "docker.host"),
+            ("[docker]\nworker_label = \"\"", "docker.worker_label"),
+            (
+                "[docker]\nstop_grace = \"90s\"\nrestart_timeout = \"60s\"",
+                "docker.restart_timeout",
+            ),
+            ("[policy]\nconfirm_after = \"5m\"", "policy.confirm_after"),
+            ("[policy]\ncooldown = \"0s\"", "policy.cooldown"),
+            ("[alerts]\nattempts = 0", "alerts.attempts"),
+            ("[alerts]\nwebhook_url = \"slack\"", "alerts.webhook_url"),
+            ("[server]\nlisten = \"nope\"", "server.listen"),
+            ("[log]\nformat = \"xml\"", "log.format"),
+        ];
+        for (text, key) in cases {
+            assert_eq!(key_of(parse(text)), *key, "for {text:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let text = Config::defaults_toml();
+        let c = Config::parse(&text, Path::new("d.toml")).unwrap();
+        assert_eq!(c.policy, PolicyConfig::default());
+        assert_eq!(c.safety, SafetyConfig::default());
+    }
+}

@@ -1,0 +1,108 @@
+//! Every Redis key Vigil reads or writes, in one place (the README's key table mirrors this file).
+//!
+//! Node-scoped keys carry the node name as a hash tag (`{node}`), so in Redis Cluster all of a
+//! node's keys live in one slot and its Lua scripts stay single-slot. Fleet keys are separate and
+//! are only ever touched one at a time.
+
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+    node: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str, node: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_string(),
+            node: node.to_string(),
+        }
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    fn n(&self, rest: &str) -> String {
+        format!("{}:{{{}}}:{}", self.prefix, self.node, rest)
+    }
+
+    /// Worker status record (hash written by the worker). No TTL: the worker owns it.
+    pub fn status(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}"))
+    }
+    /// First stale sighting `"<heartbeat_ms>:<seen_ms>"`.
+    pub fn suspect(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:suspect"))
+    }
+    /// Incident timer `"<start_ms>:<incident_id>"`, SET NX.
+    pub fn incident(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:incident"))
+    }
+    /// Start of the current error state (ms).
+    pub fn error_since(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:error-since"))
+    }
+    /// Last progress marker and when it changed: `"<since_ms>:<progress>"`.
+    pub fn progress(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:progress"))
+    }
+    /// Cooldown marker after our restart: `"<restart_ms>:<incident_id>"`.
+    pub fn cooldown(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:cooldown"))
+    }
+    /// Time of our last restart (ms), for escalation.
+    pub fn restarted(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:restarted"))
+    }
+    /// The escalation page for the last restart was sent.
+    pub fn escalated(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:escalated"))
+    }
+    /// An alert-only episode (unreachable, stalled, gpu-failed) is open and was alerted.
+    pub fn episode(&self, worker: &str, episode: &str) -> String {
+        self.n(&format!("worker:{worker}:episode:{episode}"))
+    }
+    /// Alert de-duplication per incident and alert kind.
+    pub fn alert_dedup(&self, incident: &str, kind: &str) -> String {
+        self.n(&format!("alert:{incident}:{kind}"))
+    }
+    /// Per-node execution lock (random token).
+    pub fn lock(&self) -> String {
+        self.n("lock")
+    }
+    /// Per-node circuit breaker for one UTC day.
+    pub fn breaker(&self, day: &str) -> String {
+        self.n(&format!("breaker:{day}"))
+    }
+    /// Breaker-open alert de-duplication for one UTC day.
+    pub fn breaker_alert(&self, day: &str) -> String {
+        self.n(&format!("breaker:{day}:alerted"))
+    }
+    /// The decision trail stream.
+    pub fn trail(&self) -> String {
+        self.n("trail")
+    }
+    /// Fleet-wide restart budget for one window.
+    pub fn fleet_budget(&self, window: i64) -> String {
+        format!("{}:fleet:budget:{window}", self.prefix)
+    }
+    /// Fleet budget-exhausted alert de-duplication for one window.
+    pub fn fleet_budget_alert(&self, window: i64) -> String {
+        format!("{}:fleet:budget:{window}:alerted", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Keys;
+
+    #[test]
+    fn node_keys_share_one_hash_tag() {
+        let k = Keys::new("vigil", "gpu-7");
+        for key in [k.status("w"), k.incident("w"), k.lock(), k.breaker("2026-11-30"), k.trail()] {
+            assert!(key.starts_with("vigil:{gpu-7}:"), "{key}");
+        }
+        assert_eq!(k.status("trainer-0"), "vigil:{gpu-7}:worker:trainer-0");
+        assert_eq!(k.fleet_budget(42), "vigil:fleet:budget:42");
+    }
+}

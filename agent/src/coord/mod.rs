@@ -1,0 +1,113 @@
+//! Coordination: the shared clock, timers, the per-node lock, the breaker, the fleet budget, alert
+//! de-duplication and the decision trail.
+//!
+//! Two backends implement the same small primitive set: Redis (a fleet) and an in-process store
+//! (one machine, no Redis). Every safeguard is built from these primitives in `crate::pipeline`,
+//! so the same behaviour — and the same test suite — covers both.
+
+pub mod keys;
+pub mod memory;
+pub mod redis;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::clock::Millis;
+
+pub use keys::Keys;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoordError {
+    #[error("redis at {addr} is unreachable ({source}); restarts are paused until it returns")]
+    Unreachable {
+        addr: String,
+        #[source]
+        source: ::redis::RedisError,
+    },
+    #[error("redis at {addr} did not answer within {timeout:?}; restarts are paused until it does")]
+    Timeout { addr: String, timeout: Duration },
+    #[error("redis at {addr} answered a command with an error: {detail}")]
+    Command { addr: String, detail: String },
+}
+
+/// One trail entry as stored: its stream id and its fields.
+pub type TrailEntry = (String, HashMap<String, String>);
+
+/// The primitives the pipeline needs from shared storage. Every time is the store's own clock.
+#[async_trait]
+pub trait Coordinator: Send + Sync {
+    /// Where this coordinator lives, for logs and `vigil doctor`.
+    fn describe(&self) -> String;
+    /// True for the in-process store, which is safe for one agent on one node only.
+    fn single_node(&self) -> bool;
+    /// The store's clock (Redis `TIME`), so node clock skew never changes a verdict.
+    async fn time(&self) -> Result<Millis, CoordError>;
+    /// Values of several string keys at once (missing or expired keys are `None`).
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError>;
+    /// Set only if absent (first writer wins); true when this call set it.
+    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError>;
+    /// Set unconditionally with a TTL.
+    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError>;
+    async fn del(&self, keys: &[String]) -> Result<(), CoordError>;
+    /// Remaining TTL in ms when `key` still holds `token`; `None` when it is gone or someone else's.
+    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError>;
+    /// Compare-and-delete: remove `key` only if it still holds `token`.
+    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError>;
+    /// Atomically increment a counter unless it already reached `cap`; the TTL is set when the
+    /// counter is created. Returns the new value, or `None` when the cap was reached.
+    async fn incr_capped(
+        &self,
+        key: &str,
+        cap: u64,
+        ttl: Duration,
+    ) -> Result<Option<u64>, CoordError>;
+    /// Read a counter (0 when absent).
+    async fn counter(&self, key: &str) -> Result<u64, CoordError>;
+    /// Give back one unit of a counter (never below zero).
+    async fn decr(&self, key: &str) -> Result<(), CoordError>;
+    async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError>;
+    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError>;
+    /// Append to a bounded stream (oldest entries trimmed past `max_len`).
+    async fn append(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        max_len: usize,
+    ) -> Result<(), CoordError>;
+    /// The newest `count` entries, newest first.
+    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError>;
+    /// Cheap liveness check for `/readyz`.
+    async fn ping(&self) -> Result<(), CoordError> {
+        self.time().await.map(|_| ())
+    }
+}
+
+/// Heartbeat value for a status record: seconds since the epoch with millisecond decimals.
+pub fn heartbeat_value(now: Millis) -> String {
+    format!("{}.{:03}", now.div_euclid(1000), now.rem_euclid(1000))
+}
+
+/// Write (part of) a worker's status record, stamping `heartbeat` with the store's clock.
+/// Used by `vigil beat` and by the local status API.
+pub async fn write_status(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    worker: &str,
+    fields: &[(String, String)],
+) -> Result<Millis, CoordError> {
+    let now = coord.time().await?;
+    let mut all: Vec<(String, String)> = fields.to_vec();
+    all.push(("heartbeat".into(), heartbeat_value(now)));
+    coord.hset(&keys.status(worker), &all).await?;
+    Ok(now)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn heartbeat_value_has_millisecond_decimals() {
+        assert_eq!(super::heartbeat_value(1_800_000_000_025), "1800000000.025");
+    }
+}

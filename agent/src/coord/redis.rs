@@ -1,0 +1,298 @@
+//! The Redis coordinator. Atomic compare-and-act steps are Lua scripts on one key each, so they
+//! are single-slot in Redis Cluster. Every command has a timeout: a Redis that does not answer is
+//! treated exactly like one that is down (restarts pause; the agent fails closed).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, FromRedisValue, Script};
+use tokio::sync::Mutex;
+
+use super::{CoordError, Coordinator, TrailEntry};
+use crate::clock::{ms, Millis};
+
+const OWNER_TTL: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PTTL', KEYS[1]) end
+return -3";
+
+const DEL_IF_OWNER: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0";
+
+// NB: check and increment in one script, so two agents can never both take the last unit.
+const INCR_CAPPED: &str = r"
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+if v >= tonumber(ARGV[1]) then return -1 end
+v = redis.call('INCR', KEYS[1])
+if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return v";
+
+const DECR_FLOOR: &str = r"
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+if v > 0 then return redis.call('DECR', KEYS[1]) end
+return 0";
+
+pub struct RedisCoordinator {
+    client: redis::Client,
+    addr: String,
+    timeout: Duration,
+    conn: Mutex<Option<ConnectionManager>>,
+}
+
+impl RedisCoordinator {
+    /// Parse the URL; no connection is made until the first command (so a Redis that is down at
+    /// start-up does not stop the agent: it fails closed and retries).
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
+        let addr = redact(url);
+        let client = redis::Client::open(url).map_err(|source| CoordError::Unreachable {
+            addr: addr.clone(),
+            source,
+        })?;
+        Ok(RedisCoordinator {
+            client,
+            addr,
+            timeout,
+            conn: Mutex::new(None),
+        })
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, CoordError> {
+        let mut guard = self.conn.lock().await;
+        if let Some(c) = guard.as_ref() {
+            return Ok(c.clone());
+        }
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(self.timeout)
+            .set_response_timeout(self.timeout)
+            .set_number_of_retries(1)
+            .set_max_delay(1000);
+        let fut = ConnectionManager::new_with_config(self.client.clone(), cfg);
+        let c = match tokio::time::timeout(self.timeout * 2, fut).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(source)) => {
+                return Err(CoordError::Unreachable {
+                    addr: self.addr.clone(),
+                    source,
+                })
+            }
+            Err(_) => return Err(self.timed_out()),
+        };
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+
+    fn timed_out(&self) -> CoordError {
+        CoordError::Timeout {
+            addr: self.addr.clone(),
+            timeout: self.timeout,
+        }
+    }
+
+    fn map_err(&self, source: redis::RedisError) -> CoordError {
+        if source.is_io_error()
+            || source.is_connection_dropped()
+            || source.is_connection_refusal()
+            || source.is_timeout()
+        {
+            CoordError::Unreachable {
+                addr: self.addr.clone(),
+                source,
+            }
+        } else {
+            CoordError::Command {
+                addr: self.addr.clone(),
+                detail: source.to_string(),
+            }
+        }
+    }
+
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, CoordError> {
+        let mut c = self.conn().await?;
+        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut c)).await {
+            Ok(r) => r.map_err(|e| self.map_err(e)),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    async fn script<T: FromRedisValue>(
+        &self,
+        src: &str,
+        key: &str,
+        args: &[String],
+    ) -> Result<T, CoordError> {
+        let mut c = self.conn().await?;
+        let script = Script::new(src);
+        let mut inv = script.key(key);
+        for a in args {
+            inv.arg(a);
+        }
+        match tokio::time::timeout(self.timeout, inv.invoke_async::<T>(&mut c)).await {
+            Ok(r) => r.map_err(|e| self.map_err(e)),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+}
+
+/// The URL without its password, for logs and errors.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+fn px(ttl: Duration) -> i64 {
+    ms(ttl).max(1)
+}
+
+#[async_trait]
+impl Coordinator for RedisCoordinator {
+    fn describe(&self) -> String {
+        format!("redis at {}", self.addr)
+    }
+
+    fn single_node(&self) -> bool {
+        false
+    }
+
+    async fn time(&self) -> Result<Millis, CoordError> {
+        let (secs, micros): (i64, i64) = self.query(&redis::cmd("TIME")).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        // NB: MGET of one node's keys is single-slot thanks to the hash tag.
+        self.query(redis::cmd("MGET").arg(keys)).await
+    }
+
+    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
+        let r: Option<String> = self
+            .query(
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(px(ttl)),
+            )
+            .await?;
+        Ok(r.is_some())
+    }
+
+    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
+        self.query::<()>(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(px(ttl)))
+            .await
+    }
+
+    async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.query::<()>(redis::cmd("DEL").arg(keys)).await
+    }
+
+    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
+        let r: i64 = self.script(OWNER_TTL, key, &[token.to_string()]).await?;
+        Ok(match r {
+            -3 | -2 => None,
+            -1 => Some(Millis::MAX),
+            t => Some(t),
+        })
+    }
+
+    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
+        let r: i64 = self.script(DEL_IF_OWNER, key, &[token.to_string()]).await?;
+        Ok(r == 1)
+    }
+
+    async fn incr_capped(
+        &self,
+        key: &str,
+        cap: u64,
+        ttl: Duration,
+    ) -> Result<Option<u64>, CoordError> {
+        let r: i64 = self
+            .script(INCR_CAPPED, key, &[cap.to_string(), px(ttl).to_string()])
+            .await?;
+        Ok((r >= 0).then_some(r as u64))
+    }
+
+    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
+        let v: Option<u64> = self.query(redis::cmd("GET").arg(key)).await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    async fn decr(&self, key: &str) -> Result<(), CoordError> {
+        self.script::<i64>(DECR_FLOOR, key, &[]).await.map(|_| ())
+    }
+
+    async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
+        self.query(redis::cmd("HGETALL").arg(key)).await
+    }
+
+    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(key);
+        for (k, v) in fields {
+            cmd.arg(k).arg(v);
+        }
+        self.query::<()>(&cmd).await
+    }
+
+    async fn append(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        max_len: usize,
+    ) -> Result<(), CoordError> {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(key).arg("MAXLEN").arg("~").arg(max_len).arg("*");
+        for (k, v) in fields {
+            cmd.arg(k).arg(v);
+        }
+        self.query::<()>(&cmd).await
+    }
+
+    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
+        let raw: Vec<(String, Vec<String>)> = self
+            .query(
+                redis::cmd("XREVRANGE")
+                    .arg(key)
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(count),
+            )
+            .await?;
+        Ok(raw
+            .into_iter()
+            .map(|(id, flat)| {
+                let map = flat
+                    .chunks(2)
+                    .filter_map(|c| match c {
+                        [k, v] => Some((k.clone(), v.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                (id, map)
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_never_reach_logs() {
+        assert_eq!(
+            super::redact("redis://:s3cret@redis.vigil:6379/0"),
+            "redis://***@redis.vigil:6379/0"
+        );
+        assert_eq!(super::redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

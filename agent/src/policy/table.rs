@@ -1,0 +1,102 @@
+//! The verdict → action table. `vigil policy` prints it from here, and the planner branches on
+//! [`Verdict::action`], so the printed table cannot disagree with what the agent does.
+
+use super::Verdict;
+use crate::config::PolicyConfig;
+
+/// Who acts on a verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing to do.
+    None,
+    /// Record the sighting and wait for confirmation.
+    Observe,
+    /// The restart pipeline, behind every safeguard.
+    RestartPipeline,
+    /// Alert once; never restart.
+    AlertOnly,
+    /// Alert once; never restart; the hardware needs a person (optional taint).
+    AlertNoRestart,
+    /// Suppress: clear any persistence timer, act on nothing.
+    SuppressAndClear,
+    /// Checkpoint path (maintenance issue); restarts suppressed, timers cleared.
+    Checkpoint,
+}
+
+impl Action {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Action::None => "nothing",
+            Action::Observe => "record the sighting; wait for the confirming observation",
+            Action::RestartPipeline => "restart pipeline (timer, lock, revalidate, breaker, budget, cooldown)",
+            Action::AlertOnly => "alert once per episode; never restart",
+            Action::AlertNoRestart => "alert once; never restart (a restart cannot fix hardware)",
+            Action::SuppressAndClear => "nobody: clear the persistence timer (this is us)",
+            Action::Checkpoint => "checkpoint path; no restart; timers cleared",
+        }
+    }
+}
+
+impl Verdict {
+    pub fn action(self) -> Action {
+        match self {
+            Verdict::Healthy | Verdict::ErrorPending => Action::None,
+            Verdict::Suspect => Action::Observe,
+            Verdict::Hung | Verdict::Errored => Action::RestartPipeline,
+            Verdict::Unreachable | Verdict::Stalled => Action::AlertOnly,
+            Verdict::GpuFailed => Action::AlertNoRestart,
+            Verdict::Booting => Action::SuppressAndClear,
+            Verdict::InMaintenance => Action::Checkpoint,
+        }
+    }
+
+    /// The predicate, in words, with the configured thresholds.
+    pub fn predicate(self, cfg: &PolicyConfig) -> String {
+        let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
+        match self {
+            Verdict::Healthy => "heartbeat fresh, or state not processing/error".into(),
+            Verdict::Suspect => format!(
+                "state = processing and heartbeat older than {} (first observation)",
+                d(cfg.stale_after)
+            ),
+            Verdict::Hung => format!(
+                "state = processing and heartbeat older than {}, seen again >= {} later",
+                d(cfg.stale_after),
+                d(cfg.confirm_after)
+            ),
+            Verdict::ErrorPending => format!("state = error for less than {}", d(cfg.error_for)),
+            Verdict::Errored => format!("state = error for at least {}", d(cfg.error_for)),
+            Verdict::Unreachable => "status record missing, or no readable heartbeat".into(),
+            Verdict::Stalled => format!(
+                "heartbeat fresh but progress unchanged for {}",
+                d(cfg.stalled_after)
+            ),
+            Verdict::Booting => format!(
+                "cooldown marker present (we restarted it less than {} ago)",
+                d(cfg.cooldown)
+            ),
+            Verdict::InMaintenance => "node has a maintenance or preemption notice".into(),
+            Verdict::GpuFailed => "hung or errored on a GPU that NVML reports failed".into(),
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableRow {
+    pub verdict: &'static str,
+    pub predicate: String,
+    pub action: &'static str,
+}
+
+/// The whole table, in the brief's order.
+pub fn table(cfg: &PolicyConfig) -> Vec<TableRow> {
+    Verdict::ALL
+        .iter()
+        .map(|v| TableRow {
+            verdict: v.as_str(),
+            predicate: v.predicate(cfg),
+            action: v.action().describe(),
+        })
+        .collect()
+}

@@ -1,0 +1,328 @@
+//! Table-driven tests of the verdicts and the plan, with a fixed `now`.
+
+use super::*;
+use std::time::Duration;
+
+const NOW: Millis = 1_800_000_000_000;
+const S: Millis = 1000;
+
+fn cfg() -> PolicyConfig {
+    PolicyConfig::default()
+}
+
+fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
+    WorkerStatus {
+        state: WorkerState::parse(state),
+        heartbeat: Some(NOW - hb_age),
+        job: Some("job-7".into()),
+        progress: Some("step-10".into()),
+    }
+}
+
+fn v(status: Option<&WorkerStatus>, marks: &Marks) -> Verdict {
+    verdict(status, marks, NodeContext::default(), NOW, &cfg())
+}
+
+#[test]
+fn heartbeat_exactly_stale_after_is_fresh() {
+    let r = rec("processing", 120 * S);
+    assert_eq!(v(Some(&r), &Marks::default()), Verdict::Healthy);
+    let r = rec("processing", 120 * S + 1);
+    assert_eq!(v(Some(&r), &Marks::default()), Verdict::Suspect);
+}
+
+#[test]
+fn hang_needs_a_second_observation_of_the_same_heartbeat() {
+    let r = rec("processing", 200 * S);
+    let hb = r.heartbeat.unwrap();
+    let cases: &[(Option<(Millis, Millis)>, Verdict)] = &[
+        (None, Verdict::Suspect),
+        // The second observation, exactly confirm_after later: confirmed.
+        (Some((hb, NOW - 10 * S)), Verdict::Hung),
+        // Too soon after the first: still one observation.
+        (Some((hb, NOW - 10 * S + 1)), Verdict::Suspect),
+        // A different (older) heartbeat was seen stale: the worker beat in between.
+        (Some((hb - 5 * S, NOW - 60 * S)), Verdict::Suspect),
+    ];
+    for (suspect, want) in cases {
+        let m = Marks {
+            suspect: *suspect,
+            ..Marks::default()
+        };
+        assert_eq!(v(Some(&r), &m), *want, "suspect={suspect:?}");
+    }
+}
+
+#[test]
+fn error_state_becomes_errored_at_exactly_error_for() {
+    let r = rec("error", 1);
+    let at = |since| Marks {
+        error_since: Some(since),
+        ..Marks::default()
+    };
+    assert_eq!(v(Some(&r), &Marks::default()), Verdict::ErrorPending);
+    assert_eq!(v(Some(&r), &at(NOW - 1800 * S + 1)), Verdict::ErrorPending);
+    assert_eq!(v(Some(&r), &at(NOW - 1800 * S)), Verdict::Errored);
+}
+
+#[test]
+fn missing_or_unreadable_record_is_unreachable() {
+    assert_eq!(v(None, &Marks::default()), Verdict::Unreachable);
+    let mut r = rec("processing", 0);
+    r.heartbeat = None;
+    assert_eq!(v(Some(&r), &Marks::default()), Verdict::Unreachable);
+}
+
+#[test]
+fn frozen_progress_with_fresh_heartbeat_is_stalled_not_hung() {
+    let r = rec("processing", 5 * S);
+    let m = |since| Marks {
+        progress: Some(("step-10".into(), since)),
+        ..Marks::default()
+    };
+    assert_eq!(v(Some(&r), &m(NOW - 1800 * S)), Verdict::Stalled);
+    assert_eq!(v(Some(&r), &m(NOW - 1800 * S + 1)), Verdict::Healthy);
+    let moved = Marks {
+        progress: Some(("step-9".into(), NOW - 3600 * S)),
+        ..Marks::default()
+    };
+    assert_eq!(v(Some(&r), &moved), Verdict::Healthy);
+}
+
+#[test]
+fn cooldown_wins_over_everything() {
+    let m = Marks {
+        cooldown: true,
+        ..Marks::default()
+    };
+    for r in [
+        None,
+        Some(rec("processing", 900 * S)),
+        Some(rec("error", 0)),
+    ] {
+        assert_eq!(v(r.as_ref(), &m), Verdict::Booting);
+    }
+}
+
+#[test]
+fn maintenance_and_gpu_failure_suppress_restarts() {
+    let r = rec("processing", 900 * S);
+    let hb = r.heartbeat.unwrap();
+    let m = Marks {
+        suspect: Some((hb, NOW - 60 * S)),
+        ..Marks::default()
+    };
+    let maint = NodeContext {
+        in_maintenance: true,
+        gpu_failed: false,
+    };
+    let gpu = NodeContext {
+        in_maintenance: false,
+        gpu_failed: true,
+    };
+    assert_eq!(
+        verdict(Some(&r), &m, maint, NOW, &cfg()),
+        Verdict::InMaintenance
+    );
+    assert_eq!(
+        verdict(Some(&r), &m, gpu, NOW, &cfg()),
+        Verdict::GpuFailed
+    );
+    assert_ne!(Verdict::GpuFailed.action(), Action::RestartPipeline);
+    assert_ne!(Verdict::InMaintenance.action(), Action::RestartPipeline);
+}
+
+#[test]
+fn idle_and_other_states_are_never_hung() {
+    for state in ["idle", "loading", ""] {
+        let r = rec(state, 99_999 * S);
+        assert_eq!(v(Some(&r), &Marks::default()), Verdict::Healthy, "{state}");
+    }
+}
+
+#[test]
+fn only_hung_and_errored_reach_the_restart_pipeline() {
+    for verdict in Verdict::ALL {
+        let restarts = verdict.action() == Action::RestartPipeline;
+        assert_eq!(
+            restarts,
+            matches!(verdict, Verdict::Hung | Verdict::Errored),
+            "{verdict:?}"
+        );
+    }
+}
+
+#[test]
+fn restart_is_due_exactly_at_the_end_of_the_delay() {
+    let c = cfg();
+    assert!(!restart_due(Verdict::Hung, NOW - 180 * S + 1, NOW, &c));
+    assert!(restart_due(Verdict::Hung, NOW - 180 * S, NOW, &c));
+    assert!(restart_due(Verdict::Errored, NOW, NOW, &c));
+    for v in [Verdict::Suspect, Verdict::Booting, Verdict::Unreachable, Verdict::Stalled] {
+        assert!(!restart_due(v, 0, NOW, &c), "{v:?}");
+    }
+}
+
+#[test]
+fn plan_for_first_stale_sighting_records_it() {
+    let r = rec("processing", 200 * S);
+    let m = Marks::default();
+    let p = plan(Verdict::Suspect, Some(&r), &m, NOW, &cfg());
+    assert_eq!(p.record_suspect, r.heartbeat);
+    assert!(!p.open_incident && !p.restart_candidate);
+}
+
+#[test]
+fn plan_for_confirmed_hang_opens_the_timer_once() {
+    let r = rec("processing", 200 * S);
+    let hb = r.heartbeat.unwrap();
+    let mut m = Marks {
+        suspect: Some((hb, NOW - 30 * S)),
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Hung, Some(&r), &m, NOW, &cfg());
+    assert!(p.open_incident && p.incident_alert && p.restart_candidate);
+    assert_eq!(p.record_suspect, None);
+    m.incident = Some(Incident {
+        started: NOW - 10 * S,
+        id: "i1".into(),
+    });
+    let p = plan(Verdict::Hung, Some(&r), &m, NOW, &cfg());
+    assert!(!p.open_incident, "an existing timer is never reset");
+}
+
+#[test]
+fn unconfirmed_instance_never_clears_anothers_timer() {
+    // Instance B sees the stale heartbeat for the first time (Suspect) while instance A has
+    // already confirmed and opened the timer: B must leave it alone.
+    let r = rec("processing", 200 * S);
+    let m = Marks {
+        incident: Some(Incident {
+            started: NOW - 60 * S,
+            id: "i1".into(),
+        }),
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Suspect, Some(&r), &m, NOW, &cfg());
+    assert!(!p.clear_incident);
+}
+
+#[test]
+fn fresh_heartbeat_clears_the_timer() {
+    let r = rec("processing", 1 * S);
+    let m = Marks {
+        incident: Some(Incident {
+            started: NOW - 60 * S,
+            id: "i1".into(),
+        }),
+        suspect: Some((NOW - 300 * S, NOW - 100 * S)),
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Healthy, Some(&r), &m, NOW, &cfg());
+    assert!(p.clear_incident && p.clear_suspect);
+}
+
+#[test]
+fn cooldown_clears_the_persistence_timer_and_records_no_sighting() {
+    let r = rec("processing", 900 * S);
+    let m = Marks {
+        cooldown: true,
+        incident: Some(Incident {
+            started: NOW - 600 * S,
+            id: "i1".into(),
+        }),
+        suspect: Some((NOW - 900 * S, NOW - 700 * S)),
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Booting, Some(&r), &m, NOW, &cfg());
+    assert!(p.clear_incident && p.clear_suspect);
+    assert_eq!(p.record_suspect, None);
+    assert!(!p.restart_candidate && !p.incident_alert);
+}
+
+#[test]
+fn escalation_exactly_once_after_escalate_after() {
+    let r = rec("processing", 900 * S);
+    let restarted = |at, escalated| Marks {
+        restarted_at: Some(at),
+        escalated,
+        cooldown: true,
+        ..Marks::default()
+    };
+    let c = cfg();
+    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 600 * S + 1, false), NOW, &c);
+    assert!(!p.escalate);
+    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 600 * S, false), NOW, &c);
+    assert!(p.escalate);
+    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 900 * S, true), NOW, &c);
+    assert!(!p.escalate, "already paged");
+    let fresh = rec("processing", 1 * S);
+    let m = Marks {
+        restarted_at: Some(NOW - 900 * S),
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Healthy, Some(&fresh), &m, NOW, &c);
+    assert!(!p.escalate && p.clear_restarted, "recovered after the restart");
+}
+
+#[test]
+fn episodes_open_once_and_close_when_the_condition_ends() {
+    let p = plan(Verdict::Unreachable, None, &Marks::default(), NOW, &cfg());
+    assert_eq!(p.open_episodes, vec![Episode::Unreachable]);
+    let open = Marks {
+        episodes: vec![Episode::Unreachable],
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Unreachable, None, &open, NOW, &cfg());
+    assert!(p.open_episodes.is_empty(), "alert once, not once per cycle");
+    let r = rec("processing", 1 * S);
+    let p = plan(Verdict::Healthy, Some(&r), &open, NOW, &cfg());
+    assert_eq!(p.close_episodes, vec![Episode::Unreachable]);
+}
+
+#[test]
+fn error_and_progress_marks_follow_the_record() {
+    let r = rec("error", 1);
+    let p = plan(Verdict::ErrorPending, Some(&r), &Marks::default(), NOW, &cfg());
+    assert!(p.mark_error_since);
+    let ok = rec("processing", 1 * S);
+    let m = Marks {
+        error_since: Some(NOW - S),
+        progress: Some(("step-9".into(), NOW - 60 * S)),
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Healthy, Some(&ok), &m, NOW, &cfg());
+    assert!(p.clear_error_since);
+    assert_eq!(p.record_progress.as_deref(), Some("step-10"));
+}
+
+#[test]
+fn status_fields_parse_seconds_with_decimals() {
+    let f: HashMap<String, String> = [
+        ("state", "processing"),
+        ("heartbeat", "1800000000.25"),
+        ("job", "j"),
+        ("progress", ""),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let s = WorkerStatus::from_fields(&f).unwrap();
+    assert_eq!(s.heartbeat, Some(1_800_000_000_250));
+    assert_eq!(s.progress, None);
+    assert_eq!(WorkerStatus::from_fields(&HashMap::new()), None);
+    let mut bad = f.clone();
+    bad.insert("heartbeat".into(), "yesterday".into());
+    assert_eq!(WorkerStatus::from_fields(&bad).unwrap().heartbeat, None);
+}
+
+#[test]
+fn table_covers_every_verdict_with_configured_thresholds() {
+    let mut c = cfg();
+    c.stale_after = Duration::from_secs(90);
+    let t = table(&c);
+    assert_eq!(t.len(), Verdict::ALL.len());
+    let hung = t.iter().find(|r| r.verdict == "hung").unwrap();
+    assert!(hung.predicate.contains("1m 30s"), "{}", hung.predicate);
+    assert!(hung.action.starts_with("restart pipeline"));
+}

@@ -1,0 +1,162 @@
+//! The admin and status HTTP server: `/metrics`, `/healthz`, `/readyz`, and the local status API
+//! (`PUT /v1/workers/{id}/status`) through which workers without a Redis client — or any worker
+//! when the agent runs with the embedded coordinator — publish their status record.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::Router;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Health;
+use crate::coord::{write_status, Coordinator, Keys};
+use crate::metrics::Metrics;
+use crate::runtime::ContainerRuntime;
+
+#[derive(Clone)]
+pub struct ServerState {
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub coord: Arc<dyn Coordinator>,
+    pub runtime: Arc<dyn ContainerRuntime>,
+    pub keys: Keys,
+    /// A loop that has not finished a cycle for this long is wedged.
+    pub max_cycle_age: Duration,
+}
+
+/// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusBody {
+    pub state: String,
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub progress: Option<String>,
+}
+
+pub fn router(state: ServerState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/workers/{id}/status", put(put_status).post(put_status))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<ServerState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn healthz(State(s): State<ServerState>) -> Response {
+    if s.health.alive(s.max_cycle_age).await {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the evaluation loop has not completed a cycle recently\n",
+        )
+            .into_response()
+    }
+}
+
+async fn readyz(State(s): State<ServerState>) -> Response {
+    let mut problems = Vec::new();
+    if let Err(e) = s.coord.ping().await {
+        problems.push(format!("coordinator: {e}"));
+    }
+    if let Err(e) = s.runtime.ping().await {
+        problems.push(format!("runtime: {e}"));
+    }
+    if problems.is_empty() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", problems.join("\n")),
+        )
+            .into_response()
+    }
+}
+
+fn valid_worker_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+async fn put_status(
+    State(s): State<ServerState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    if !valid_worker_id(&id) {
+        return (
+            StatusCode::BAD_REQUEST,
+            "worker id must be 1-128 characters of [A-Za-z0-9._-]\n",
+        )
+            .into_response();
+    }
+    let parsed: StatusBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..}}: {e}\n"),
+            )
+                .into_response()
+        }
+    };
+    let mut fields = vec![("state".to_string(), parsed.state)];
+    if let Some(j) = parsed.job {
+        fields.push(("job".into(), j));
+    }
+    if let Some(p) = parsed.progress {
+        fields.push(("progress".into(), p));
+    }
+    match write_status(s.coord.as_ref(), &s.keys, &id, &fields).await {
+        Ok(now) => (
+            StatusCode::OK,
+            format!("{{\"heartbeat_ms\":{now}}}\n"),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+    }
+}
+
+/// Serve until `shutdown` fires.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: ServerState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn worker_ids_are_restricted() {
+        assert!(super::valid_worker_id("trainer-0.a_b"));
+        assert!(!super::valid_worker_id("a:b"));
+        assert!(!super::valid_worker_id(""));
+        assert!(!super::valid_worker_id("a{b}"));
+    }
+}
