@@ -268,10 +268,24 @@ impl Config {
             path.extension().and_then(|e| e.to_str()),
             Some("yaml") | Some("yml")
         );
+        // serde_path_to_error keeps the dotted key path, so the error can name the key.
+        fn located(path: String, msg: String) -> String {
+            if path.is_empty() || path == "." {
+                msg
+            } else {
+                format!("key `{path}`: {msg}")
+            }
+        }
         let parsed = if yaml {
-            serde_yaml::from_str::<Config>(text).map_err(|e| e.to_string())
+            let de = serde_yaml::Deserializer::from_str(text);
+            serde_path_to_error::deserialize::<_, Config>(de)
+                .map_err(|e| located(e.path().to_string(), e.inner().to_string()))
         } else {
-            toml::from_str::<Config>(text).map_err(|e| e.message().to_string())
+            match toml::Deserializer::parse(text) {
+                Ok(de) => serde_path_to_error::deserialize::<_, Config>(de)
+                    .map_err(|e| located(e.path().to_string(), e.inner().message().to_string())),
+                Err(e) => Err(e.to_string()),
+            }
         };
         parsed.map_err(|problem| ConfigError::File {
             path: path.to_path_buf(),
@@ -522,7 +536,10 @@ mod tests {
     #[test]
     fn bad_duration_is_named() {
         let err = parse("[policy]\nstale_after = \"two minutes\"\n").unwrap_err();
-        assert!(err.to_string().contains("stale_after") || err.to_string().contains("time unit"));
+        assert!(
+            err.to_string().contains("key `policy.stale_after`"),
+            "{err}"
+        );
     }
 
     #[test]

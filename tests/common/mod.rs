@@ -1,0 +1,7 @@
+//! Shared test support: fakes for the deterministic scenarios, and helpers that start or find the
+//! real services (Redis, Docker) for the integration and end-to-end suites.
+
+#![allow(dead_code)]
+
+pub mod fakes;
+pub mod real;

@@ -1,0 +1,312 @@
+//! Helpers for the real services: a Redis server the test starts on a free port (or the one the
+//! test script started, via `VIGIL_TEST_REDIS_URL`), the real Docker daemon with a tiny busybox
+//! image built by `docker import`, a local webhook receiver, and the `vigil` binary itself.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const TEST_IMAGE: &str = "vigil-test-busybox:latest";
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free local port")
+}
+
+/// A unique key prefix, so tests sharing one Redis never see each other's keys.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}{:08x}", rand::random::<u32>())
+}
+
+/// A redis-server process owned by the test, with its data directory (RDB persistence on
+/// `SHUTDOWN SAVE`, so a stop/start keeps the data like a real restart of a persistent Redis).
+pub struct RedisServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut s = RedisServer {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", self.dir.path().to_str().unwrap()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server); scripts/test.sh does it");
+        self.child = Some(child);
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server did not listen on port {}", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stop the server, saving its data to disk first.
+    pub fn stop(&mut self) {
+        let _ = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "shutdown", "save"])
+            .output();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+
+    /// Start it again on the same port, from the saved data.
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The shared Redis for this test binary: the script's, or one started here for the process.
+pub fn shared_redis_url() -> String {
+    static SERVER: Mutex<Option<(String, Option<RedisServer>)>> = Mutex::new(None);
+    let mut guard = SERVER.lock().unwrap();
+    if guard.is_none() {
+        *guard = Some(match std::env::var("VIGIL_TEST_REDIS_URL") {
+            Ok(url) if !url.is_empty() => (url, None),
+            _ => {
+                let s = RedisServer::start();
+                (s.url(), Some(s))
+            }
+        });
+    }
+    guard.as_ref().unwrap().0.clone()
+}
+
+pub fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("the docker CLI must be installed");
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Build the tiny test image once: a rootfs holding only a static busybox, `docker import`ed
+/// (no registry is reachable, so nothing is pulled).
+pub fn ensure_image() {
+    static BUILT: Mutex<bool> = Mutex::new(false);
+    let mut built = BUILT.lock().unwrap();
+    if *built {
+        return;
+    }
+    let exists = Command::new("docker")
+        .args(["image", "inspect", TEST_IMAGE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !exists {
+        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("a static busybox is needed (apt-get install busybox-static)");
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(busybox, bin.join("busybox")).unwrap();
+        for applet in ["sh", "sleep", "echo", "cat", "kill", "date", "true"] {
+            std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+        }
+        let tar = root.path().join("rootfs.tar");
+        let status = Command::new("tar")
+            .args(["-C", root.path().to_str().unwrap(), "-cf", tar.to_str().unwrap(), "bin"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        docker(&["import", tar.to_str().unwrap(), TEST_IMAGE]);
+    }
+    *built = true;
+}
+
+/// A running worker container, removed when dropped.
+pub struct WorkerContainer {
+    pub id: String,
+}
+
+impl WorkerContainer {
+    /// Start a container opted in with `label=worker`. It logs a line a second and exits
+    /// promptly on SIGTERM, like a well-behaved worker.
+    pub fn start(label: &str, worker: &str) -> WorkerContainer {
+        ensure_image();
+        let name = unique("vigil-test-");
+        let id = docker(&[
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--label",
+            &format!("{label}={worker}"),
+            TEST_IMAGE,
+            "/bin/sh",
+            "-c",
+            "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done",
+        ]);
+        WorkerContainer { id }
+    }
+
+    pub fn started_at(&self) -> String {
+        docker(&["inspect", "-f", "{{.State.StartedAt}}", &self.id])
+    }
+
+    pub fn restart_count_by_start_times(&self, seen: &mut Vec<String>) {
+        let s = self.started_at();
+        if seen.last() != Some(&s) {
+            seen.push(s);
+        }
+    }
+}
+
+impl Drop for WorkerContainer {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &self.id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A local HTTP receiver standing in for the Slack webhook: it keeps every JSON body.
+pub struct Receiver {
+    pub url: String,
+    pub bodies: Arc<Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Receiver {
+    pub async fn start() -> Receiver {
+        use axum::routing::post;
+        let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let b = bodies.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            post(move |body: axum::body::Bytes| {
+                let b = b.clone();
+                async move {
+                    if let Ok(v) = serde_json::from_slice(&body) {
+                        b.lock().unwrap().push(v);
+                    }
+                    "ok"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Receiver {
+            url: format!("http://{addr}/hook"),
+            bodies,
+        }
+    }
+
+    pub fn kinds(&self) -> Vec<String> {
+        self.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| b["vigil"]["kind"].as_str().unwrap_or("?").to_string())
+            .collect()
+    }
+
+    pub fn count(&self, kind: &str) -> usize {
+        self.kinds().iter().filter(|k| *k == kind).count()
+    }
+}
+
+/// A `vigil` process, killed when dropped. Its stderr goes to a file for post-mortems.
+pub struct VigilProcess {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl VigilProcess {
+    pub fn spawn(args: &[&str], config: &Path, envs: &[(&str, &str)]) -> VigilProcess {
+        let log = config.with_extension(format!("{}.log", rand::random::<u16>()));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
+        cmd.args(args)
+            .arg("--config")
+            .arg(config)
+            .env_remove("REDIS_URL")
+            .env_remove("NODE_NAME")
+            .env_remove("DOCKER_HOST")
+            .stdout(Stdio::null())
+            .stderr(file);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        VigilProcess {
+            child: cmd.spawn().expect("spawn vigil"),
+            log,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for VigilProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run `vigil` to completion and return (exit code, stdout, stderr).
+pub fn vigil(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    cmd.args(args)
+        .env_remove("REDIS_URL")
+        .env_remove("NODE_NAME")
+        .env_remove("VIGIL_CONFIG");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run vigil");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}

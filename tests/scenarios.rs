@@ -1,0 +1,522 @@
+//! The seed's scenarios (a)–(l), each a named test, driven through the real agent and pipeline
+//! with the in-process coordinator, a fake clock and a fake runtime: the brief's default
+//! durations (120 s stale, 3 min delay, 10 min cooldown...) run in microseconds, with no sleeps.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fakes::{FakeRuntime, RecordingSink, Switchable};
+use vigil::actions::alert::{AlertKind, Notifier};
+use vigil::agent::{Agent, CycleReport};
+use vigil::clock::{utc_day, FakeClock, Millis};
+use vigil::config::Config;
+use vigil::coord::memory::MemoryCoordinator;
+use vigil::coord::{heartbeat_value, Coordinator, Keys};
+use vigil::metrics::Metrics;
+use vigil::policy::Verdict;
+
+/// 2026-11-30T00:00:00Z: scenarios start at the beginning of a UTC day.
+const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;
+const POLL: Duration = Duration::from_secs(15);
+
+struct World {
+    clock: FakeClock,
+    store: Arc<MemoryCoordinator>,
+    runtime: FakeRuntime,
+    sink: RecordingSink,
+    agents: Vec<Agent>,
+    keys: Keys,
+    down: Arc<AtomicBool>,
+}
+
+fn config(node: &str, tweak: impl Fn(&mut Config)) -> Config {
+    let mut cfg = Config {
+        node_name: node.into(),
+        ..Config::default()
+    };
+    tweak(&mut cfg);
+    cfg.validate().expect("scenario config is valid");
+    cfg
+}
+
+impl World {
+    fn new(tweak: impl Fn(&mut Config)) -> World {
+        Self::with_agents(1, tweak)
+    }
+
+    /// `n` agents watching the same node through the same coordinator and runtime.
+    fn with_agents(n: usize, tweak: impl Fn(&mut Config)) -> World {
+        let clock = FakeClock::at(DAY_START);
+        let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+        let runtime = FakeRuntime::default();
+        let sink = RecordingSink::default();
+        let down = Arc::new(AtomicBool::new(false));
+        let cfg = config("gpu-1", &tweak);
+        let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+        let mut w = World {
+            clock,
+            store,
+            runtime,
+            sink,
+            agents: Vec::new(),
+            keys,
+            down,
+        };
+        for _ in 0..n {
+            w.add_agent(cfg.clone());
+        }
+        w.runtime.add("c1", "trainer-0");
+        w
+    }
+
+    fn add_agent(&mut self, cfg: Config) {
+        let metrics = Arc::new(Metrics::new());
+        let coord: Arc<dyn Coordinator> = Arc::new(Switchable {
+            inner: self.store.clone(),
+            down: self.down.clone(),
+        });
+        let notifier = Notifier::new(Some(Arc::new(self.sink.clone())), metrics.clone());
+        let runtime = Arc::new(self.runtime.clone());
+        self.agents
+            .push(Agent::new(cfg, coord, runtime, notifier, metrics));
+    }
+
+    fn now(&self) -> Millis {
+        self.clock_now()
+    }
+
+    fn clock_now(&self) -> Millis {
+        use vigil::clock::Clock;
+        self.clock.now()
+    }
+
+    /// The worker writes its record, heartbeat stamped with the shared clock.
+    async fn beat(&self, worker: &str, state: &str, progress: &str) {
+        let fields = vec![
+            ("state".to_string(), state.to_string()),
+            ("heartbeat".to_string(), heartbeat_value(self.now())),
+            ("job".to_string(), "job-7".to_string()),
+            ("progress".to_string(), progress.to_string()),
+        ];
+        self.store
+            .hset(&self.keys.status(worker), &fields)
+            .await
+            .unwrap();
+    }
+
+    /// Advance the clock by one poll interval and run one cycle of every agent.
+    async fn tick(&mut self) -> Vec<CycleReport> {
+        self.clock.advance(POLL);
+        let mut out = Vec::new();
+        for a in self.agents.iter_mut() {
+            out.push(a.cycle().await);
+        }
+        out
+    }
+
+    /// Tick until `until` (absolute, from DAY_START) has passed.
+    async fn run_until(&mut self, until: Duration) {
+        while self.now() < DAY_START + until.as_millis() as Millis {
+            self.tick().await;
+        }
+    }
+
+    async fn run_for(&mut self, d: Duration) {
+        let end = self.now() + d.as_millis() as Millis;
+        while self.now() < end {
+            self.tick().await;
+        }
+    }
+
+    async fn get(&self, key: &str) -> Option<String> {
+        self.store.get_many(&[key.to_string()]).await.unwrap().pop().flatten()
+    }
+
+    async fn decisions(&self) -> Vec<String> {
+        let entries = self.store.read_recent(&self.keys.trail(), 10_000).await.unwrap();
+        entries
+            .iter()
+            .rev()
+            .map(|(_, f)| f["decision"].clone())
+            .collect()
+    }
+
+    async fn breaker(&self) -> u64 {
+        self.store
+            .counter(&self.keys.breaker(&utc_day(self.now())))
+            .await
+            .unwrap()
+    }
+}
+
+fn mins(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+/// A worker that beat once at t=0 and then hung, run until just past its restart:
+/// stale after 120 s (t=135 first sighting, t=150 confirmed), restart due at 150 + 180 = 330 s.
+async fn hung_and_restarted(w: &mut World) {
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330)).await;
+    assert_eq!(w.runtime.restarts("c1"), 1, "one restart at the end of the delay");
+}
+
+#[tokio::test]
+async fn hang_is_restarted_exactly_once_after_the_delay_with_alert_and_trail() {
+    let mut w = World::new(|_| {});
+    let before = w.runtime.started_at("c1");
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(315)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0, "not before restart_delay");
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_some());
+    w.tick().await; // t = 330
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    assert_ne!(w.runtime.started_at("c1"), before);
+    assert_eq!(w.sink.count(AlertKind::Hung), 1);
+    let restarting = w.sink.of(AlertKind::Restarting);
+    assert_eq!(restarting.len(), 1);
+    assert!(restarting[0].logs.as_deref().unwrap().contains("step 42"));
+    assert_eq!(restarting[0].job.as_deref(), Some("job-7"));
+    let d = w.decisions().await;
+    for want in ["suspect", "timer-started", "alerted", "restarted"] {
+        assert!(d.iter().any(|x| x == want), "{want} missing from {d:?}");
+    }
+    assert_eq!(w.breaker().await, 1);
+    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_some());
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none());
+}
+
+#[tokio::test]
+async fn scenario_a_booting_container_is_not_restarted_during_cooldown() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await;
+    // The old record still says processing with a stale heartbeat for the whole cooldown.
+    w.run_for(mins(10) - POLL).await;
+    assert_eq!(w.runtime.restarts("c1"), 1, "no second restart while booting");
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none(), "no timer while booting");
+    assert!(w.get(&w.keys.suspect("trainer-0")).await.is_none());
+    let verdicts = w.tick().await;
+    assert_ne!(verdicts[0].verdicts[0].1, Verdict::Booting, "cooldown ends after 10 min");
+}
+
+#[tokio::test]
+async fn scenario_b_two_agents_on_one_node_restart_once() {
+    let mut w = World::with_agents(2, |_| {});
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330) + mins(5)).await;
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    assert_eq!(w.sink.count(AlertKind::Hung), 1, "one alert per incident, not per agent");
+    assert_eq!(w.sink.count(AlertKind::Restarting), 1);
+    assert_eq!(w.breaker().await, 1);
+}
+
+#[tokio::test]
+async fn scenario_c_fresh_heartbeat_before_the_command_cancels_and_cleans_up() {
+    let mut w = World::new(|_| {});
+    // While logs are collected, the worker comes back.
+    let store = w.store.clone();
+    let key = w.keys.status("trainer-0");
+    let clock = w.clock.clone();
+    w.runtime.on_logs(move || {
+        use vigil::clock::Clock;
+        let store = store.clone();
+        let key = key.clone();
+        let hb = heartbeat_value(clock.now());
+        // The hook runs inside the agent's task; the in-memory store's hset completes at once.
+        futures_block(async move {
+            store
+                .hset(&key, &[("heartbeat".to_string(), hb)])
+                .await
+                .unwrap()
+        });
+    });
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none(), "timer cleaned");
+    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_none());
+    assert_eq!(w.breaker().await, 0, "nothing ran, nothing consumed");
+    assert!(w.decisions().await.contains(&"cancelled-recovered".to_string()));
+}
+
+/// Drive a future that never waits (the in-memory store) to completion from sync code.
+fn futures_block<F: std::future::Future>(f: F) -> F::Output {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+#[tokio::test]
+async fn scenario_d_fourth_hang_in_a_day_is_not_restarted_and_the_alert_says_why() {
+    let mut w = World::new(|_| {});
+    w.beat("trainer-0", "processing", "step-1").await;
+    // Never recovers: restart, 10 min cooldown, hang again, restart... for four hours.
+    w.run_for(Duration::from_secs(4 * 3600)).await;
+    assert_eq!(w.runtime.restarts("c1"), 3, "the breaker caps a day at 3");
+    assert_eq!(w.breaker().await, 3);
+    let open = w.sink.of(AlertKind::BreakerOpen);
+    assert_eq!(open.len(), 1, "one breaker alert, not one per cycle");
+    assert!(open[0].detail.contains("circuit breaker open"), "{}", open[0].detail);
+    assert!(w.decisions().await.contains(&"skipped-breaker-open".to_string()));
+}
+
+#[tokio::test]
+async fn breaker_resets_at_midnight_utc() {
+    let mut w = World::new(|_| {});
+    // Start 40 minutes before midnight: the hang restarts at 23:25 + 5.5 min...
+    w.clock.set(DAY_START + 86_400_000 - 40 * 60_000);
+    let day = utc_day(w.now());
+    w.store
+        .set(&w.keys.breaker(&day), "3", Duration::from_secs(3600 * 48))
+        .await
+        .unwrap();
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_for(mins(35)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0, "yesterday's breaker is full");
+    w.run_for(mins(10)).await;
+    assert_eq!(w.runtime.restarts("c1"), 1, "a new UTC day has a new breaker");
+    assert_ne!(utc_day(w.now()), day);
+}
+
+#[tokio::test]
+async fn scenario_e_failed_log_collection_does_not_consume_the_breaker() {
+    let mut w = World::new(|_| {});
+    w.runtime.fail_logs(true);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(400)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    assert_eq!(w.breaker().await, 0, "breaker untouched");
+    assert_eq!(w.sink.count(AlertKind::LogsFailed), 1);
+    assert!(w.get(&w.keys.lock()).await.is_none(), "lock released");
+    w.runtime.fail_logs(false);
+    w.tick().await;
+    assert_eq!(w.runtime.restarts("c1"), 1, "retried on the next cycle");
+    assert_eq!(w.breaker().await, 1);
+}
+
+#[tokio::test]
+async fn scenario_f_still_hung_after_escalate_after_pages_exactly_once() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await;
+    // Cooldown (10 min) = escalate_after (10 min); the second restart would come ~3.5 min later.
+    w.run_for(mins(13)).await;
+    let pages = w.sink.of(AlertKind::Escalation);
+    assert_eq!(pages.len(), 1, "{:?}", w.sink.kinds());
+    assert!(pages[0].page, "escalations are pages");
+    assert!(w.decisions().await.contains(&"escalated".to_string()));
+}
+
+#[tokio::test]
+async fn recovery_after_restart_never_escalates() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await;
+    w.run_for(mins(2)).await;
+    w.beat("trainer-0", "processing", "step-2").await;
+    for _ in 0..80 {
+        w.beat("trainer-0", "processing", "step-2").await;
+        w.tick().await;
+    }
+    assert_eq!(w.sink.count(AlertKind::Escalation), 0);
+    assert!(w.get(&w.keys.restarted("trainer-0")).await.is_none());
+}
+
+#[tokio::test]
+async fn scenario_g_failed_restart_pages_at_once_and_retries_next_cycle() {
+    let mut w = World::new(|_| {});
+    w.runtime.fail_next_restarts(1);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    let failed = w.sink.of(AlertKind::RestartFailed);
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].page);
+    assert!(failed[0].detail.contains("device or resource busy"));
+    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_none(), "no cooldown for a restart that did not happen");
+    w.tick().await;
+    assert_eq!(w.runtime.restarts("c1"), 1, "retried the next cycle");
+    assert_eq!(w.sink.count(AlertKind::Restarting), 2, "the released dedup key lets the retry alert");
+}
+
+#[tokio::test]
+async fn scenario_h_missing_record_alerts_once_and_never_restarts() {
+    let mut w = World::new(|_| {});
+    w.run_for(mins(60)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    assert_eq!(w.sink.count(AlertKind::Unreachable), 1);
+    // It comes back: the episode closes, and a new disappearance alerts again.
+    w.beat("trainer-0", "idle", "").await;
+    w.tick().await;
+    w.store.del(&[w.keys.status("trainer-0")]).await.unwrap();
+    w.tick().await;
+    assert_eq!(w.sink.count(AlertKind::Unreachable), 2);
+}
+
+#[tokio::test]
+async fn scenario_i_frozen_progress_with_fresh_heartbeat_alerts_only() {
+    let mut w = World::new(|_| {});
+    for _ in 0..(60 * 4) {
+        w.beat("trainer-0", "processing", "step-100").await;
+        w.tick().await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    assert_eq!(w.sink.count(AlertKind::Stalled), 1);
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none());
+}
+
+#[tokio::test]
+async fn scenario_j_errored_for_error_for_restarts_through_the_same_breaker() {
+    let mut w = World::new(|_| {});
+    for _ in 0..(29 * 4) {
+        w.beat("trainer-0", "error", "step-1").await;
+        w.tick().await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 0, "not before error_for");
+    for _ in 0..8 {
+        w.beat("trainer-0", "error", "step-1").await;
+        w.tick().await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    assert_eq!(w.breaker().await, 1, "the same per-node breaker");
+    assert_eq!(w.sink.count(AlertKind::Errored), 1);
+}
+
+#[tokio::test]
+async fn errored_worker_is_blocked_by_a_breaker_that_hangs_filled() {
+    let mut w = World::new(|_| {});
+    let day = utc_day(w.now());
+    w.store
+        .set(&w.keys.breaker(&day), "3", Duration::from_secs(3600))
+        .await
+        .unwrap();
+    for _ in 0..(40 * 4) {
+        w.beat("trainer-0", "error", "step-1").await;
+        w.tick().await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    assert_eq!(w.sink.count(AlertKind::BreakerOpen), 1);
+}
+
+#[tokio::test]
+async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_alert() {
+    let mut w = World::new(|c| c.safety.fleet_budget = 1);
+    // A second node with its own agent and hung worker, same fleet.
+    let cfg2 = config("gpu-2", |c| c.safety.fleet_budget = 1);
+    w.add_agent(cfg2.clone());
+    let keys2 = Keys::new("vigil", "gpu-2");
+    // Both agents share the fake runtime; give node 2 its own container.
+    w.runtime.add("c2", "trainer-9");
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.store
+        .hset(
+            &keys2.status("trainer-9"),
+            &[
+                ("state".into(), "processing".into()),
+                ("heartbeat".into(), heartbeat_value(w.now())),
+            ],
+        )
+        .await
+        .unwrap();
+    w.run_for(mins(20)).await;
+    let total = w.runtime.restarts("c1") + w.runtime.restarts("c2");
+    assert_eq!(total, 1, "one restart in the whole fleet this window");
+    assert_eq!(w.sink.count(AlertKind::BudgetExhausted), 1, "one alert, fleet-wide");
+    // The node that was refused did not keep a breaker unit it never used.
+    let day = utc_day(w.now());
+    let b1 = w.store.counter(&w.keys.breaker(&day)).await.unwrap();
+    let b2 = w.store.counter(&keys2.breaker(&day)).await.unwrap();
+    assert_eq!(b1 + b2, 1);
+}
+
+#[tokio::test]
+async fn scenario_l_coordinator_down_mid_incident_fails_closed_and_resumes_the_same_timer() {
+    let mut w = World::new(|_| {});
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(200)).await;
+    let timer = w.get(&w.keys.incident("trainer-0")).await.expect("timer started");
+    w.down.store(true, Ordering::SeqCst);
+    w.run_until(Duration::from_secs(600)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0, "no lock, no breaker, no restart");
+    assert_eq!(w.sink.count(AlertKind::CoordinatorDown), 1, "said once per outage");
+    w.down.store(false, Ordering::SeqCst);
+    assert_eq!(w.get(&w.keys.incident("trainer-0")).await, Some(timer.clone()));
+    w.tick().await;
+    assert_eq!(w.runtime.restarts("c1"), 1, "the incident resumes with its original start time");
+    let restarted = w
+        .store
+        .read_recent(&w.keys.trail(), 1)
+        .await
+        .unwrap();
+    let incident_id = timer.split_once(':').unwrap().1;
+    assert_eq!(restarted[0].1["incident"], incident_id);
+}
+
+#[tokio::test]
+async fn dry_run_decides_everything_but_never_restarts() {
+    let mut w = World::new(|c| c.dry_run = true);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(345)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    let would = w.sink.of(AlertKind::WouldRestart);
+    assert_eq!(would.len(), 1);
+    assert!(would[0].summary().contains("would restart"), "{}", would[0].summary());
+    assert!(w.decisions().await.contains(&"would-restart".to_string()));
+    assert_eq!(w.breaker().await, 0, "observe mode consumes no budget");
+    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_some());
+}
+
+#[tokio::test]
+async fn another_holder_of_the_lock_means_skip() {
+    let mut w = World::new(|_| {});
+    w.store
+        .set(&w.keys.lock(), "someone-else", Duration::from_secs(3600))
+        .await
+        .unwrap();
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(600)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    let d = w.decisions().await;
+    assert_eq!(d.iter().filter(|x| *x == "skipped-lock-held").count(), 1, "{d:?}");
+    assert_eq!(w.get(&w.keys.lock()).await.as_deref(), Some("someone-else"), "never released by a non-owner");
+}
+
+#[tokio::test]
+async fn a_new_incarnation_is_never_hit_by_a_stale_decision() {
+    let mut w = World::new(|_| {});
+    // The container is replaced (same id, new start) while logs are collected.
+    let rt = w.runtime.clone();
+    w.runtime.on_logs(move || rt.add("c1", "trainer-0"));
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    assert!(w.decisions().await.contains(&"skipped-container-changed".to_string()));
+    assert_eq!(w.breaker().await, 0);
+}
+
+#[tokio::test]
+async fn two_containers_with_one_worker_id_are_never_restarted() {
+    let mut w = World::new(|_| {});
+    w.runtime.add("c9", "trainer-0");
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_for(mins(30)).await;
+    assert_eq!(w.runtime.restarts("c1") + w.runtime.restarts("c9"), 0);
+    assert_eq!(w.sink.count(AlertKind::Ambiguous), 1);
+}
+
+#[tokio::test]
+async fn runtime_down_is_an_alert_not_a_crash() {
+    let mut w = World::new(|_| {});
+    w.runtime.set_down(true);
+    w.run_for(mins(5)).await;
+    assert_eq!(w.sink.count(AlertKind::RuntimeDown), 1);
+    w.runtime.set_down(false);
+    let r = w.tick().await;
+    assert!(r[0].runtime_error.is_none());
+}
