@@ -1,0 +1,334 @@
+//! End-to-end: the `vigil` binary as an operator runs it, against the real Redis server and the
+//! real Docker daemon, with time compressed by config. Results are read the way an operator
+//! reads them: the container's start time, the webhook, `vigil explain`, `/metrics`, Redis keys.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::real::{
+    free_port, shared_redis_url, unique, vigil, Receiver, RedisServer, VigilProcess,
+    WorkerContainer,
+};
+
+struct Setup {
+    dir: tempfile::TempDir,
+    node: String,
+    prefix: String,
+    label: String,
+    worker: String,
+    listen: String,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        Setup {
+            dir: tempfile::tempdir().unwrap(),
+            node: unique("node-"),
+            prefix: unique("e2e"),
+            label: unique("vigil.test."),
+            worker: unique("trainer-"),
+            listen: format!("127.0.0.1:{}", free_port()),
+        }
+    }
+
+    /// A config with every duration compressed; `extra` is appended verbatim.
+    fn config(&self, webhook: &str, extra: &str) -> std::path::PathBuf {
+        let text = format!(
+            r#"node_name = "{node}"
+poll_interval = "300ms"
+{extra}
+[redis]
+key_prefix = "{prefix}"
+[docker]
+worker_label = "{label}"
+log_lines = 20
+log_timeout = "5s"
+stop_grace = "1s"
+restart_timeout = "15s"
+[policy]
+stale_after = "2s"
+confirm_after = "500ms"
+restart_delay = "2s"
+cooldown = "30s"
+escalate_after = "60s"
+[safety]
+lock_ttl = "30s"
+[alerts]
+webhook_url = "{webhook}"
+attempts = 2
+timeout = "2s"
+[server]
+listen = "{listen}"
+"#,
+            node = self.node,
+            prefix = self.prefix,
+            label = self.label,
+            listen = self.listen,
+        );
+        let path = self.dir.path().join("vigil.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn beat(&self, config: &Path, redis: &str, state: &str) {
+        let (code, out, err) = vigil(
+            &[
+                "beat",
+                "--config",
+                config.to_str().unwrap(),
+                "--worker",
+                &self.worker,
+                "--state",
+                state,
+                "--job",
+                "job-42",
+                "--progress",
+                "step-1",
+            ],
+            &[("REDIS_URL", redis)],
+        );
+        assert_eq!(code, 0, "vigil beat failed: {out} {err}");
+    }
+
+    fn explain(&self, config: &Path, redis: &str) -> String {
+        let (code, out, err) = vigil(
+            &["explain", "--config", config.to_str().unwrap(), &self.node],
+            &[("REDIS_URL", redis)],
+        );
+        assert_eq!(code, 0, "vigil explain failed: {err}");
+        out
+    }
+}
+
+/// How many trail lines carry this decision (the fourth column of `vigil explain`).
+fn decisions(trail: &str, decision: &str) -> usize {
+    trail
+        .lines()
+        .filter(|l| l.split_whitespace().nth(3) == Some(decision))
+        .count()
+}
+
+/// Wait until `cond` holds, polling; false on timeout.
+async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cond()
+}
+
+async fn redis_get(url: &str, key: &str) -> Option<String> {
+    let client = redis::Client::open(url).ok()?;
+    let mut c = client.get_multiplexed_async_connection().await.ok()?;
+    redis::cmd("GET").arg(key).query_async(&mut c).await.ok()?
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new();
+    let cfg = s.config(&hook.url, "");
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    s.beat(&cfg, &redis, "processing");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+
+    let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
+    assert!(restarted, "no restart; agent log:\n{}", agent.log_text());
+    let after = container.started_at();
+
+    // Scenario (a): the booting container with its stale record is left alone in cooldown.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(container.started_at(), after, "restarted twice:\n{}", agent.log_text());
+
+    assert_eq!(hook.count("hung"), 1, "{:?}", hook.kinds());
+    assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
+    let bodies = hook.bodies.lock().unwrap().clone();
+    let restarting = bodies.iter().find(|b| b["vigil"]["kind"] == "restarting").unwrap();
+    assert!(restarting["text"].as_str().unwrap().contains("step "), "logs attached: {restarting}");
+    assert_eq!(restarting["vigil"]["job"], "job-42");
+
+    let trail = s.explain(&cfg, &redis);
+    assert_eq!(decisions(&trail, "restarted"), 1, "{trail}");
+    assert!(trail.contains("timer-started"), "{trail}");
+
+    let metrics = reqwest::get(format!("http://{}/metrics", s.listen))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("vigil_restarts_total{reason=\"hung\",outcome=\"restarted\"} 1"),
+        "{metrics}"
+    );
+    let cooldown = format!("{}:{{{}}}:worker:{}:cooldown", s.prefix, s.node, s.worker);
+    assert!(redis_get(&redis, &cooldown).await.is_some(), "cooldown marker set");
+    let health = reqwest::get(format!("http://{}/healthz", s.listen)).await.unwrap();
+    assert!(health.status().is_success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scenario_b_two_agent_processes_on_one_node_restart_once() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new();
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    let cfg_a = s.config(&hook.url, "");
+    let a = VigilProcess::spawn(&["run"], &cfg_a, &[("REDIS_URL", &redis)]);
+    // The second process needs its own metrics port.
+    let s2 = Setup {
+        listen: format!("127.0.0.1:{}", free_port()),
+        dir: tempfile::tempdir().unwrap(),
+        node: s.node.clone(),
+        prefix: s.prefix.clone(),
+        label: s.label.clone(),
+        worker: s.worker.clone(),
+    };
+    let cfg_b = s2.config(&hook.url, "");
+    let b = VigilProcess::spawn(&["run"], &cfg_b, &[("REDIS_URL", &redis)]);
+    s.beat(&cfg_a, &redis, "processing");
+
+    let mut starts = vec![before.clone()];
+    let restarted = eventually(Duration::from_secs(30), || {
+        container.restart_count_by_start_times(&mut starts);
+        starts.len() > 1
+    })
+    .await;
+    assert!(restarted, "no restart:\n{}\n{}", a.log_text(), b.log_text());
+    for _ in 0..25 {
+        container.restart_count_by_start_times(&mut starts);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(starts.len(), 2, "exactly one restart: {starts:?}");
+    let trail = s.explain(&cfg_a, &redis);
+    assert_eq!(decisions(&trail, "restarted"), 1, "{trail}");
+    assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_timer() {
+    let mut server = RedisServer::start();
+    let redis = server.url();
+    let hook = Receiver::start().await;
+    let s = Setup::new();
+    let cfg = s.config(&hook.url, "");
+    // A longer delay, so the outage falls inside it.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("restart_delay = \"2s\"", "restart_delay = \"6s\"");
+    std::fs::write(&cfg, text).unwrap();
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    s.beat(&cfg, &redis, "processing");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+
+    let key = format!("{}:{{{}}}:worker:{}:incident", s.prefix, s.node, s.worker);
+    let mut timer = None;
+    for _ in 0..100 {
+        timer = redis_get(&redis, &key).await;
+        if timer.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let timer = timer.unwrap_or_else(|| panic!("no incident timer:\n{}", agent.log_text()));
+
+    server.stop();
+    tokio::time::sleep(Duration::from_secs(8)).await; // past restart_delay
+    assert_eq!(container.started_at(), before, "restarted without Redis:\n{}", agent.log_text());
+    assert_eq!(hook.count("coordinator-down"), 1, "{:?}", hook.kinds());
+
+    server.restart();
+    assert_eq!(redis_get(&redis, &key).await.as_deref(), Some(timer.as_str()), "timer kept its start");
+    let restarted = eventually(Duration::from_secs(20), || container.started_at() != before).await;
+    assert!(restarted, "did not resume:\n{}", agent.log_text());
+    let trail = s.explain(&cfg, &redis);
+    let id = timer.split_once(':').unwrap().1;
+    let line = trail
+        .lines()
+        .find(|l| l.split_whitespace().nth(3) == Some("restarted"))
+        .unwrap_or_default();
+    assert!(line.contains(&format!("incident={id}")), "{trail}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_mode_works_without_redis_through_the_local_status_api() {
+    let hook = Receiver::start().await;
+    let s = Setup::new();
+    let cfg = s.config(&hook.url, "");
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[]);
+    let url = format!("http://{}", s.listen);
+    let up = eventually(Duration::from_secs(10), || std::net::TcpStream::connect(&s.listen).is_ok()).await;
+    assert!(up, "{}", agent.log_text());
+    let (code, out, err) = vigil(
+        &["beat", "--config", cfg.to_str().unwrap(), "--worker", &s.worker, "--state", "processing", "--agent", &url],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
+    assert!(restarted, "{}", agent.log_text());
+    assert!(agent.log_text().contains("embedded coordinator"), "said once at start-up");
+    // A malformed beat is refused with a reason.
+    let r = reqwest::Client::new()
+        .put(format!("{url}/v1/workers/{}/status", s.worker))
+        .body("{\"stat\":1}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+}
+
+#[test]
+fn bad_config_exits_2_with_one_line_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[policy]\nstale_after = \"0s\"\n", "policy.stale_after"),
+        ("[safety]\nlock_ttl = \"10s\"\n", "safety.lock_ttl"),
+        ("[safety]\nbreaker_per_day = 0\n", "safety.breaker_per_day"),
+        ("[policy]\nstale_aftr = \"1m\"\n", "stale_aftr"),
+        ("poll_interval = \"soon\"\n", "poll_interval"),
+        ("this is not toml", "vigil.toml"),
+    ];
+    for (text, key) in cases {
+        let path = dir.path().join("vigil.toml");
+        std::fs::write(&path, text).unwrap();
+        let (code, _, err) = vigil(
+            &["run", "--config", path.to_str().unwrap()],
+            &[("NODE_NAME", "n1")],
+        );
+        assert_eq!(code, 2, "{text:?}: {err}");
+        assert!(err.contains(key), "{text:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (code, _, err) = vigil(&["run", "--config", "/nonexistent/vigil.toml"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/nonexistent/vigil.toml"), "{err}");
+}
+
+#[test]
+fn help_is_complete_for_every_command() {
+    let (code, out, _) = vigil(&["--help"], &[]);
+    assert_eq!(code, 0);
+    for cmd in ["run", "beat", "policy", "explain", "config"] {
+        assert!(out.contains(cmd), "{cmd} missing from --help:\n{out}");
+        let (code, sub, err) = vigil(&[cmd, "--help"], &[]);
+        assert_eq!(code, 0, "{cmd} --help: {err}");
+        assert!(sub.contains("Usage: vigil"), "{sub}");
+    }
+    let (_, run, _) = vigil(&["run", "--help"], &[]);
+    assert!(run.contains("--dry-run") && run.contains("--config"), "{run}");
+    let (code, policy, _) = vigil(&["policy"], &[("NODE_NAME", "n1")]);
+    assert_eq!(code, 0);
+    assert!(policy.contains("hung") && policy.contains("restart pipeline"), "{policy}");
+}

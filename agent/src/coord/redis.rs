@@ -251,7 +251,7 @@ impl Coordinator for RedisCoordinator {
         max_len: usize,
     ) -> Result<(), CoordError> {
         let mut cmd = redis::cmd("XADD");
-        cmd.arg(key).arg("MAXLEN").arg("~").arg(max_len).arg("*");
+        cmd.arg(key).arg("MAXLEN").arg(max_len).arg("*");
         for (k, v) in fields {
             cmd.arg(k).arg(v);
         }
