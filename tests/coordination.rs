@@ -35,26 +35,45 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert!(t > 1_700_000_000_000, "time is epoch ms: {t}");
 
     // SET NX: first writer wins, the value is never replaced.
-    assert!(c.set_nx(&k("timer"), "100:a", Duration::from_secs(60)).await.unwrap());
-    assert!(!c.set_nx(&k("timer"), "200:b", Duration::from_secs(60)).await.unwrap());
+    assert!(c
+        .set_nx(&k("timer"), "100:a", Duration::from_secs(60))
+        .await
+        .unwrap());
+    assert!(!c
+        .set_nx(&k("timer"), "200:b", Duration::from_secs(60))
+        .await
+        .unwrap());
     assert_eq!(
         c.get_many(&[k("timer"), k("absent")]).await.unwrap(),
         vec![Some("100:a".to_string()), None]
     );
 
     // TTLs expire.
-    c.set(&k("short"), "x", Duration::from_millis(100)).await.unwrap();
+    c.set(&k("short"), "x", Duration::from_millis(100))
+        .await
+        .unwrap();
     assert!(c.get_many(&[k("short")]).await.unwrap()[0].is_some());
     time.pass(Duration::from_millis(250)).await;
     assert!(c.get_many(&[k("short")]).await.unwrap()[0].is_none());
-    assert!(c.set_nx(&k("short"), "y", Duration::from_secs(5)).await.unwrap(), "free again after expiry");
+    assert!(
+        c.set_nx(&k("short"), "y", Duration::from_secs(5))
+            .await
+            .unwrap(),
+        "free again after expiry"
+    );
 
     // The lock: owner TTL, compare-and-delete.
-    assert!(c.set_nx(&k("lock"), "tok-1", Duration::from_secs(30)).await.unwrap());
+    assert!(c
+        .set_nx(&k("lock"), "tok-1", Duration::from_secs(30))
+        .await
+        .unwrap());
     let ttl = c.owner_ttl(&k("lock"), "tok-1").await.unwrap().unwrap();
     assert!(ttl > 25_000 && ttl <= 30_000, "{ttl}");
     assert_eq!(c.owner_ttl(&k("lock"), "tok-2").await.unwrap(), None);
-    assert!(!c.del_if_owner(&k("lock"), "tok-2").await.unwrap(), "never release another's lock");
+    assert!(
+        !c.del_if_owner(&k("lock"), "tok-2").await.unwrap(),
+        "never release another's lock"
+    );
     assert!(c.owner_ttl(&k("lock"), "tok-1").await.unwrap().is_some());
     assert!(c.del_if_owner(&k("lock"), "tok-1").await.unwrap());
     assert_eq!(c.owner_ttl(&k("lock"), "tok-1").await.unwrap(), None);
@@ -68,17 +87,34 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     .into_iter()
     .map(|r| r.unwrap())
     .collect();
-    assert_eq!(results.iter().filter(|r| r.is_some()).count(), 3, "{results:?}");
+    assert_eq!(
+        results.iter().filter(|r| r.is_some()).count(),
+        3,
+        "{results:?}"
+    );
     assert_eq!(c.counter(&k("breaker")).await.unwrap(), 3);
     c.decr(&k("breaker")).await.unwrap();
     assert_eq!(c.counter(&k("breaker")).await.unwrap(), 2);
-    assert_eq!(c.incr_capped(&k("breaker"), 3, Duration::from_secs(60)).await.unwrap(), Some(3));
+    assert_eq!(
+        c.incr_capped(&k("breaker"), 3, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Some(3)
+    );
     c.decr(&k("never")).await.unwrap();
     assert_eq!(c.counter(&k("never")).await.unwrap(), 0, "never below zero");
     // The counter's TTL is set at creation and not extended by later increments.
-    assert!(c.incr_capped(&k("win"), 10, Duration::from_millis(200)).await.unwrap().is_some());
+    assert!(c
+        .incr_capped(&k("win"), 10, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_some());
     time.pass(Duration::from_millis(120)).await;
-    assert!(c.incr_capped(&k("win"), 10, Duration::from_millis(200)).await.unwrap().is_some());
+    assert!(c
+        .incr_capped(&k("win"), 10, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_some());
     time.pass(Duration::from_millis(150)).await;
     assert_eq!(c.counter(&k("win")).await.unwrap(), 0, "the window ended");
 
@@ -91,14 +127,25 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     let rec = c.hgetall(&keys.status("w1")).await.unwrap();
     assert_eq!(rec["state"], "processing");
     let hb: f64 = rec["heartbeat"].parse().unwrap();
-    assert!((hb * 1000.0) as i64 >= before - 1, "heartbeat on the store clock");
-    c.hset(&keys.status("w1"), &[("job".into(), "j".into())]).await.unwrap();
-    assert_eq!(c.hgetall(&keys.status("w1")).await.unwrap().len(), 3, "fields merge");
+    assert!(
+        (hb * 1000.0) as i64 >= before - 1,
+        "heartbeat on the store clock"
+    );
+    c.hset(&keys.status("w1"), &[("job".into(), "j".into())])
+        .await
+        .unwrap();
+    assert_eq!(
+        c.hgetall(&keys.status("w1")).await.unwrap().len(),
+        3,
+        "fields merge"
+    );
     assert!(c.hgetall(&k("nohash")).await.unwrap().is_empty());
 
     // The trail: bounded, newest first.
     for i in 0..30 {
-        c.append(&k("trail"), &[("n".into(), i.to_string())], 10).await.unwrap();
+        c.append(&k("trail"), &[("n".into(), i.to_string())], 10)
+            .await
+            .unwrap();
     }
     let recent = c.read_recent(&k("trail"), 5).await.unwrap();
     assert_eq!(recent.len(), 5);
@@ -108,7 +155,10 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(all.len(), 10, "bounded at max_len");
 
     c.del(&[k("timer"), k("short")]).await.unwrap();
-    assert_eq!(c.get_many(&[k("timer"), k("short")]).await.unwrap(), vec![None, None]);
+    assert_eq!(
+        c.get_many(&[k("timer"), k("short")]).await.unwrap(),
+        vec![None, None]
+    );
 }
 
 #[tokio::test]
@@ -127,7 +177,11 @@ async fn primitives_on_real_redis() {
 #[tokio::test]
 async fn unreachable_redis_is_a_clear_error_not_a_hang() {
     let port = common::real::free_port();
-    let c = RedisCoordinator::new(&format!("redis://127.0.0.1:{port}"), Duration::from_millis(500)).unwrap();
+    let c = RedisCoordinator::new(
+        &format!("redis://127.0.0.1:{port}"),
+        Duration::from_millis(500),
+    )
+    .unwrap();
     let err = c.time().await.unwrap_err().to_string();
     assert!(err.contains("restarts are paused"), "{err}");
     assert!(err.contains(&port.to_string()), "{err}");
@@ -144,7 +198,13 @@ async fn keys_of_one_node_hash_to_one_cluster_slot() {
         .await
         .unwrap();
     let mut slots = std::collections::HashSet::new();
-    for key in [keys.lock(), keys.incident("w"), keys.breaker("2026-11-30"), keys.trail(), keys.status("w")] {
+    for key in [
+        keys.lock(),
+        keys.incident("w"),
+        keys.breaker("2026-11-30"),
+        keys.trail(),
+        keys.status("w"),
+    ] {
         let slot: i64 = redis::cmd("CLUSTER")
             .arg("KEYSLOT")
             .arg(&key)
@@ -169,7 +229,11 @@ fn crc16_slot(key: &str) -> i64 {
     for b in tagged {
         crc ^= (*b as u16) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
     i64::from(crc % 16384)

@@ -145,13 +145,24 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
 
     // Scenario (a): the booting container with its stale record is left alone in cooldown.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(container.started_at(), after, "restarted twice:\n{}", agent.log_text());
+    assert_eq!(
+        container.started_at(),
+        after,
+        "restarted twice:\n{}",
+        agent.log_text()
+    );
 
     assert_eq!(hook.count("hung"), 1, "{:?}", hook.kinds());
     assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
     let bodies = hook.bodies.lock().unwrap().clone();
-    let restarting = bodies.iter().find(|b| b["vigil"]["kind"] == "restarting").unwrap();
-    assert!(restarting["text"].as_str().unwrap().contains("step "), "logs attached: {restarting}");
+    let restarting = bodies
+        .iter()
+        .find(|b| b["vigil"]["kind"] == "restarting")
+        .unwrap();
+    assert!(
+        restarting["text"].as_str().unwrap().contains("step "),
+        "logs attached: {restarting}"
+    );
     assert_eq!(restarting["vigil"]["job"], "job-42");
 
     let trail = s.explain(&cfg, &redis);
@@ -169,8 +180,13 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
         "{metrics}"
     );
     let cooldown = format!("{}:{{{}}}:worker:{}:cooldown", s.prefix, s.node, s.worker);
-    assert!(redis_get(&redis, &cooldown).await.is_some(), "cooldown marker set");
-    let health = reqwest::get(format!("http://{}/healthz", s.listen)).await.unwrap();
+    assert!(
+        redis_get(&redis, &cooldown).await.is_some(),
+        "cooldown marker set"
+    );
+    let health = reqwest::get(format!("http://{}/healthz", s.listen))
+        .await
+        .unwrap();
     assert!(health.status().is_success());
 }
 
@@ -243,11 +259,20 @@ async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_
 
     server.stop();
     tokio::time::sleep(Duration::from_secs(8)).await; // past restart_delay
-    assert_eq!(container.started_at(), before, "restarted without Redis:\n{}", agent.log_text());
+    assert_eq!(
+        container.started_at(),
+        before,
+        "restarted without Redis:\n{}",
+        agent.log_text()
+    );
     assert_eq!(hook.count("coordinator-down"), 1, "{:?}", hook.kinds());
 
     server.restart();
-    assert_eq!(redis_get(&redis, &key).await.as_deref(), Some(timer.as_str()), "timer kept its start");
+    assert_eq!(
+        redis_get(&redis, &key).await.as_deref(),
+        Some(timer.as_str()),
+        "timer kept its start"
+    );
     let restarted = eventually(Duration::from_secs(20), || container.started_at() != before).await;
     assert!(restarted, "did not resume:\n{}", agent.log_text());
     let trail = s.explain(&cfg, &redis);
@@ -268,16 +293,32 @@ async fn embedded_mode_works_without_redis_through_the_local_status_api() {
     let before = container.started_at();
     let agent = VigilProcess::spawn(&["run"], &cfg, &[]);
     let url = format!("http://{}", s.listen);
-    let up = eventually(Duration::from_secs(10), || std::net::TcpStream::connect(&s.listen).is_ok()).await;
+    let up = eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(&s.listen).is_ok()
+    })
+    .await;
     assert!(up, "{}", agent.log_text());
     let (code, out, err) = vigil(
-        &["beat", "--config", cfg.to_str().unwrap(), "--worker", &s.worker, "--state", "processing", "--agent", &url],
+        &[
+            "beat",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--worker",
+            &s.worker,
+            "--state",
+            "processing",
+            "--agent",
+            &url,
+        ],
         &[],
     );
     assert_eq!(code, 0, "{out}{err}");
     let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
     assert!(restarted, "{}", agent.log_text());
-    assert!(agent.log_text().contains("embedded coordinator"), "said once at start-up");
+    assert!(
+        agent.log_text().contains("embedded coordinator"),
+        "said once at start-up"
+    );
     // A malformed beat is refused with a reason.
     let r = reqwest::Client::new()
         .put(format!("{url}/v1/workers/{}/status", s.worker))
@@ -327,8 +368,14 @@ fn help_is_complete_for_every_command() {
         assert!(sub.contains("Usage: vigil"), "{sub}");
     }
     let (_, run, _) = vigil(&["run", "--help"], &[]);
-    assert!(run.contains("--dry-run") && run.contains("--config"), "{run}");
+    assert!(
+        run.contains("--dry-run") && run.contains("--config"),
+        "{run}"
+    );
     let (code, policy, _) = vigil(&["policy"], &[("NODE_NAME", "n1")]);
     assert_eq!(code, 0);
-    assert!(policy.contains("hung") && policy.contains("restart pipeline"), "{policy}");
+    assert!(
+        policy.contains("hung") && policy.contains("restart pipeline"),
+        "{policy}"
+    );
 }

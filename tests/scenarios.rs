@@ -132,11 +132,20 @@ impl World {
     }
 
     async fn get(&self, key: &str) -> Option<String> {
-        self.store.get_many(&[key.to_string()]).await.unwrap().pop().flatten()
+        self.store
+            .get_many(&[key.to_string()])
+            .await
+            .unwrap()
+            .pop()
+            .flatten()
     }
 
     async fn decisions(&self) -> Vec<String> {
-        let entries = self.store.read_recent(&self.keys.trail(), 10_000).await.unwrap();
+        let entries = self
+            .store
+            .read_recent(&self.keys.trail(), 10_000)
+            .await
+            .unwrap();
         entries
             .iter()
             .rev()
@@ -161,7 +170,11 @@ fn mins(m: u64) -> Duration {
 async fn hung_and_restarted(w: &mut World) {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
-    assert_eq!(w.runtime.restarts("c1"), 1, "one restart at the end of the delay");
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "one restart at the end of the delay"
+    );
 }
 
 #[tokio::test]
@@ -195,11 +208,22 @@ async fn scenario_a_booting_container_is_not_restarted_during_cooldown() {
     hung_and_restarted(&mut w).await;
     // The old record still says processing with a stale heartbeat for the whole cooldown.
     w.run_for(mins(10) - POLL).await;
-    assert_eq!(w.runtime.restarts("c1"), 1, "no second restart while booting");
-    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none(), "no timer while booting");
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "no second restart while booting"
+    );
+    assert!(
+        w.get(&w.keys.incident("trainer-0")).await.is_none(),
+        "no timer while booting"
+    );
     assert!(w.get(&w.keys.suspect("trainer-0")).await.is_none());
     let verdicts = w.tick().await;
-    assert_ne!(verdicts[0].verdicts[0].1, Verdict::Booting, "cooldown ends after 10 min");
+    assert_ne!(
+        verdicts[0].verdicts[0].1,
+        Verdict::Booting,
+        "cooldown ends after 10 min"
+    );
 }
 
 #[tokio::test]
@@ -208,7 +232,11 @@ async fn scenario_b_two_agents_on_one_node_restart_once() {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330) + mins(5)).await;
     assert_eq!(w.runtime.restarts("c1"), 1);
-    assert_eq!(w.sink.count(AlertKind::Hung), 1, "one alert per incident, not per agent");
+    assert_eq!(
+        w.sink.count(AlertKind::Hung),
+        1,
+        "one alert per incident, not per agent"
+    );
     assert_eq!(w.sink.count(AlertKind::Restarting), 1);
     assert_eq!(w.breaker().await, 1);
 }
@@ -236,10 +264,16 @@ async fn scenario_c_fresh_heartbeat_before_the_command_cancels_and_cleans_up() {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
     assert_eq!(w.runtime.restarts("c1"), 0);
-    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none(), "timer cleaned");
+    assert!(
+        w.get(&w.keys.incident("trainer-0")).await.is_none(),
+        "timer cleaned"
+    );
     assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_none());
     assert_eq!(w.breaker().await, 0, "nothing ran, nothing consumed");
-    assert!(w.decisions().await.contains(&"cancelled-recovered".to_string()));
+    assert!(w
+        .decisions()
+        .await
+        .contains(&"cancelled-recovered".to_string()));
 }
 
 /// Drive a future that never waits (the in-memory store) to completion from sync code.
@@ -264,8 +298,15 @@ async fn scenario_d_fourth_hang_in_a_day_is_not_restarted_and_the_alert_says_why
     assert_eq!(w.breaker().await, 3);
     let open = w.sink.of(AlertKind::BreakerOpen);
     assert_eq!(open.len(), 1, "one breaker alert, not one per cycle");
-    assert!(open[0].detail.contains("circuit breaker open"), "{}", open[0].detail);
-    assert!(w.decisions().await.contains(&"skipped-breaker-open".to_string()));
+    assert!(
+        open[0].detail.contains("circuit breaker open"),
+        "{}",
+        open[0].detail
+    );
+    assert!(w
+        .decisions()
+        .await
+        .contains(&"skipped-breaker-open".to_string()));
 }
 
 #[tokio::test]
@@ -282,7 +323,11 @@ async fn breaker_resets_at_midnight_utc() {
     w.run_for(mins(35)).await;
     assert_eq!(w.runtime.restarts("c1"), 0, "yesterday's breaker is full");
     w.run_for(mins(10)).await;
-    assert_eq!(w.runtime.restarts("c1"), 1, "a new UTC day has a new breaker");
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "a new UTC day has a new breaker"
+    );
     assert_ne!(utc_day(w.now()), day);
 }
 
@@ -339,10 +384,17 @@ async fn scenario_g_failed_restart_pages_at_once_and_retries_next_cycle() {
     assert_eq!(failed.len(), 1);
     assert!(failed[0].page);
     assert!(failed[0].detail.contains("device or resource busy"));
-    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_none(), "no cooldown for a restart that did not happen");
+    assert!(
+        w.get(&w.keys.cooldown("trainer-0")).await.is_none(),
+        "no cooldown for a restart that did not happen"
+    );
     w.tick().await;
     assert_eq!(w.runtime.restarts("c1"), 1, "retried the next cycle");
-    assert_eq!(w.sink.count(AlertKind::Restarting), 2, "the released dedup key lets the retry alert");
+    assert_eq!(
+        w.sink.count(AlertKind::Restarting),
+        2,
+        "the released dedup key lets the retry alert"
+    );
 }
 
 #[tokio::test]
@@ -427,7 +479,11 @@ async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_al
     w.run_for(mins(20)).await;
     let total = w.runtime.restarts("c1") + w.runtime.restarts("c2");
     assert_eq!(total, 1, "one restart in the whole fleet this window");
-    assert_eq!(w.sink.count(AlertKind::BudgetExhausted), 1, "one alert, fleet-wide");
+    assert_eq!(
+        w.sink.count(AlertKind::BudgetExhausted),
+        1,
+        "one alert, fleet-wide"
+    );
     // The node that was refused did not keep a breaker unit it never used.
     let day = utc_day(w.now());
     let b1 = w.store.counter(&w.keys.breaker(&day)).await.unwrap();
@@ -440,20 +496,34 @@ async fn scenario_l_coordinator_down_mid_incident_fails_closed_and_resumes_the_s
     let mut w = World::new(|_| {});
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(200)).await;
-    let timer = w.get(&w.keys.incident("trainer-0")).await.expect("timer started");
+    let timer = w
+        .get(&w.keys.incident("trainer-0"))
+        .await
+        .expect("timer started");
     w.down.store(true, Ordering::SeqCst);
     w.run_until(Duration::from_secs(600)).await;
-    assert_eq!(w.runtime.restarts("c1"), 0, "no lock, no breaker, no restart");
-    assert_eq!(w.sink.count(AlertKind::CoordinatorDown), 1, "said once per outage");
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        0,
+        "no lock, no breaker, no restart"
+    );
+    assert_eq!(
+        w.sink.count(AlertKind::CoordinatorDown),
+        1,
+        "said once per outage"
+    );
     w.down.store(false, Ordering::SeqCst);
-    assert_eq!(w.get(&w.keys.incident("trainer-0")).await, Some(timer.clone()));
+    assert_eq!(
+        w.get(&w.keys.incident("trainer-0")).await,
+        Some(timer.clone())
+    );
     w.tick().await;
-    assert_eq!(w.runtime.restarts("c1"), 1, "the incident resumes with its original start time");
-    let restarted = w
-        .store
-        .read_recent(&w.keys.trail(), 1)
-        .await
-        .unwrap();
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "the incident resumes with its original start time"
+    );
+    let restarted = w.store.read_recent(&w.keys.trail(), 1).await.unwrap();
     let incident_id = timer.split_once(':').unwrap().1;
     assert_eq!(restarted[0].1["incident"], incident_id);
 }
@@ -466,7 +536,11 @@ async fn dry_run_decides_everything_but_never_restarts() {
     assert_eq!(w.runtime.restarts("c1"), 0);
     let would = w.sink.of(AlertKind::WouldRestart);
     assert_eq!(would.len(), 1);
-    assert!(would[0].summary().contains("would restart"), "{}", would[0].summary());
+    assert!(
+        would[0].summary().contains("would restart"),
+        "{}",
+        would[0].summary()
+    );
     assert!(w.decisions().await.contains(&"would-restart".to_string()));
     assert_eq!(w.breaker().await, 0, "observe mode consumes no budget");
     assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_some());
@@ -483,8 +557,16 @@ async fn another_holder_of_the_lock_means_skip() {
     w.run_until(Duration::from_secs(600)).await;
     assert_eq!(w.runtime.restarts("c1"), 0);
     let d = w.decisions().await;
-    assert_eq!(d.iter().filter(|x| *x == "skipped-lock-held").count(), 1, "{d:?}");
-    assert_eq!(w.get(&w.keys.lock()).await.as_deref(), Some("someone-else"), "never released by a non-owner");
+    assert_eq!(
+        d.iter().filter(|x| *x == "skipped-lock-held").count(),
+        1,
+        "{d:?}"
+    );
+    assert_eq!(
+        w.get(&w.keys.lock()).await.as_deref(),
+        Some("someone-else"),
+        "never released by a non-owner"
+    );
 }
 
 #[tokio::test]
@@ -496,7 +578,10 @@ async fn a_new_incarnation_is_never_hit_by_a_stale_decision() {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
     assert_eq!(w.runtime.restarts("c1"), 0);
-    assert!(w.decisions().await.contains(&"skipped-container-changed".to_string()));
+    assert!(w
+        .decisions()
+        .await
+        .contains(&"skipped-container-changed".to_string()));
     assert_eq!(w.breaker().await, 0);
 }
 

@@ -82,11 +82,7 @@ impl Agent {
             notifier,
             metrics,
             health: Arc::new(Health::default()),
-            instance: format!(
-                "{}-{:04x}",
-                std::process::id(),
-                rand::random::<u16>()
-            ),
+            instance: format!("{}-{:04x}", std::process::id(), rand::random::<u16>()),
             node: NodeContext::default(),
             noted: HashSet::new(),
             coord_down: false,
@@ -140,7 +136,11 @@ impl Agent {
             dry_run: self.cfg.dry_run,
         };
         self.coord
-            .append(&self.keys.trail(), &d.fields(), self.cfg.redis.trail_max_len)
+            .append(
+                &self.keys.trail(),
+                &d.fields(),
+                self.cfg.redis.trail_max_len,
+            )
             .await
     }
 
@@ -207,7 +207,15 @@ impl Agent {
                     a.worker = Some(worker.clone());
                     self.notifier.send(&a).await;
                     if let Err(e) = self
-                        .note(now, &worker, Verdict::Healthy, code::SKIP_AMBIGUOUS, "several containers share this worker id".into(), None, true)
+                        .note(
+                            now,
+                            &worker,
+                            Verdict::Healthy,
+                            code::SKIP_AMBIGUOUS,
+                            "several containers share this worker id".into(),
+                            None,
+                            true,
+                        )
                         .await
                     {
                         self.coordinator_failed(&e).await;
@@ -279,7 +287,15 @@ impl Agent {
                 self.cfg.dry_run
             );
             let _ = self
-                .note(now, "-", Verdict::Healthy, code::AGENT_STARTED, detail, None, false)
+                .note(
+                    now,
+                    "-",
+                    Verdict::Healthy,
+                    code::AGENT_STARTED,
+                    detail,
+                    None,
+                    false,
+                )
                 .await;
         }
         loop {

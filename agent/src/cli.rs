@@ -188,12 +188,25 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
 /// The verdict → action table as printed by `vigil policy`.
 pub fn render_policy(cfg: &Config) -> String {
     let rows = crate::policy::table(&cfg.policy);
-    let w0 = rows.iter().map(|r| r.verdict.len()).max().unwrap_or(7).max(7);
+    let w0 = rows
+        .iter()
+        .map(|r| r.verdict.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
     let w1 = rows.iter().map(|r| r.predicate.len()).max().unwrap_or(9);
     let mut out = format!("{:<w0$}  {:<w1$}  action\n", "verdict", "predicate");
-    out.push_str(&format!("{}  {}  {}\n", "-".repeat(w0), "-".repeat(w1), "-".repeat(6)));
+    out.push_str(&format!(
+        "{}  {}  {}\n",
+        "-".repeat(w0),
+        "-".repeat(w1),
+        "-".repeat(6)
+    ));
     for r in rows {
-        out.push_str(&format!("{:<w0$}  {:<w1$}  {}\n", r.verdict, r.predicate, r.action));
+        out.push_str(&format!(
+            "{:<w0$}  {:<w1$}  {}\n",
+            r.verdict, r.predicate, r.action
+        ));
     }
     out.push_str(&format!(
         "\nrestart pipeline: hang persists {} → node lock → logs → alert → revalidate → lock TTL check → \
@@ -234,11 +247,18 @@ async fn beat(
             .json(&body)
             .send()
             .await
-            .map_err(|e| CliError::Failed(format!("no REDIS_URL, and the local agent at {url} did not answer: {e}")))?;
+            .map_err(|e| {
+                CliError::Failed(format!(
+                    "no REDIS_URL, and the local agent at {url} did not answer: {e}"
+                ))
+            })?;
         if !resp.status().is_success() {
             let status = resp.status();
             let text = resp.text().await.unwrap_or_default();
-            return Err(CliError::Failed(format!("agent at {url} refused the beat: {status} {}", text.trim())));
+            return Err(CliError::Failed(format!(
+                "agent at {url} refused the beat: {status} {}",
+                text.trim()
+            )));
         }
         println!("beat sent to {url}");
         return Ok(());
@@ -256,7 +276,11 @@ async fn beat(
     let now = write_status(&coord, &keys, worker, &fields)
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
-    println!("{} heartbeat={}", keys.status(worker), crate::coord::heartbeat_value(now));
+    println!(
+        "{} heartbeat={}",
+        keys.status(worker),
+        crate::coord::heartbeat_value(now)
+    );
     Ok(())
 }
 
@@ -320,13 +344,24 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), CliErro
         )) as Arc<dyn AlertSink>
     });
     let notifier = Notifier::new(sink, metrics.clone());
-    let agent = Agent::new(cfg.clone(), coord.clone(), runtime.clone(), notifier, metrics.clone());
+    let agent = Agent::new(
+        cfg.clone(),
+        coord.clone(),
+        runtime.clone(),
+        notifier,
+        metrics.clone(),
+    );
 
     let mut server_task = None;
     if !cfg.server.listen.is_empty() {
         let listener = tokio::net::TcpListener::bind(&cfg.server.listen)
             .await
-            .map_err(|e| CliError::Failed(format!("server.listen {}: cannot bind: {e}", cfg.server.listen)))?;
+            .map_err(|e| {
+                CliError::Failed(format!(
+                    "server.listen {}: cannot bind: {e}",
+                    cfg.server.listen
+                ))
+            })?;
         let state = ServerState {
             metrics,
             health: agent.health.clone(),

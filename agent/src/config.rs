@@ -370,10 +370,9 @@ impl Config {
                 "must be non-empty without braces or colons",
             );
         }
+        let has_scheme = |s: &str, schemes: &[&str]| schemes.iter().any(|p| s.starts_with(p));
         if !self.redis.url.is_empty()
-            && !(self.redis.url.starts_with("redis://")
-                || self.redis.url.starts_with("rediss://")
-                || self.redis.url.starts_with("unix://"))
+            && !has_scheme(&self.redis.url, &["redis://", "rediss://", "unix://"])
         {
             return bad(
                 "redis.url",
@@ -439,8 +438,7 @@ impl Config {
             return bad("alerts.attempts", "must be at least 1");
         }
         if !self.alerts.webhook_url.is_empty()
-            && !(self.alerts.webhook_url.starts_with("http://")
-                || self.alerts.webhook_url.starts_with("https://"))
+            && !has_scheme(&self.alerts.webhook_url, &["http://", "https://"])
         {
             return bad("alerts.webhook_url", "must be an http:// or https:// URL");
         }
@@ -460,8 +458,10 @@ impl Config {
 
     /// The defaults, as a commented TOML file (`vigil config defaults`).
     pub fn defaults_toml() -> String {
-        let mut cfg = Config::default();
-        cfg.node_name = "my-node".into();
+        let cfg = Config {
+            node_name: "my-node".into(),
+            ..Config::default()
+        };
         toml::to_string_pretty(&cfg).unwrap_or_default()
     }
 

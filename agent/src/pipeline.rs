@@ -99,6 +99,7 @@ impl Agent {
         Ok(WorkerStatus::from_fields(&fields))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn alert_for(
         &self,
         kind: AlertKind,
@@ -134,8 +135,19 @@ impl Agent {
             self.coord
                 .set(&k.suspect(w), &format!("{hb}:{now}"), MARK_TTL)
                 .await?;
-            self.note(now, w, v, code::SUSPECT, format!("heartbeat {} old; waiting for a second observation", human(now - hb)), None, true)
-                .await?;
+            self.note(
+                now,
+                w,
+                v,
+                code::SUSPECT,
+                format!(
+                    "heartbeat {} old; waiting for a second observation",
+                    human(now - hb)
+                ),
+                None,
+                true,
+            )
+            .await?;
         }
         if p.clear_suspect {
             self.coord.del(&[k.suspect(w)]).await?;
@@ -159,24 +171,42 @@ impl Agent {
         if p.clear_incident {
             self.coord.del(&[k.incident(w)]).await?;
             let (decision, why) = match v {
-                Verdict::Booting => (code::TIMER_CLEARED, "cooldown marker present: this is our own restart booting"),
+                Verdict::Booting => (
+                    code::TIMER_CLEARED,
+                    "cooldown marker present: this is our own restart booting",
+                ),
                 Verdict::InMaintenance => (code::TIMER_CLEARED, "node in maintenance: no restarts"),
                 _ => (code::RECOVERED, "heartbeat fresh again; incident closed"),
             };
             let id = marks.incident.as_ref().map(|i| i.id.as_str());
-            self.note(now, w, v, decision, why.to_string(), id, false).await?;
+            self.note(now, w, v, decision, why.to_string(), id, false)
+                .await?;
         }
         if p.clear_restarted {
-            self.coord
-                .del(&[k.restarted(w), k.escalated(w)])
-                .await?;
-            self.note(now, w, v, code::RECOVERED, "worker healthy after our restart".into(), None, false)
-                .await?;
+            self.coord.del(&[k.restarted(w), k.escalated(w)]).await?;
+            self.note(
+                now,
+                w,
+                v,
+                code::RECOVERED,
+                "worker healthy after our restart".into(),
+                None,
+                false,
+            )
+            .await?;
         }
         for e in &p.close_episodes {
             self.coord.del(&[k.episode(w, e.as_str())]).await?;
-            self.note(now, w, v, code::EPISODE_CLOSED, format!("{} condition ended", e.as_str()), None, false)
-                .await?;
+            self.note(
+                now,
+                w,
+                v,
+                code::EPISODE_CLOSED,
+                format!("{} condition ended", e.as_str()),
+                None,
+                false,
+            )
+            .await?;
         }
         for e in &p.open_episodes {
             // The SET NX is the de-duplication: only the first observer alerts.
@@ -190,11 +220,23 @@ impl Agent {
                     Episode::Stalled => (AlertKind::Stalled, "heartbeat fresh but progress unchanged; alert only (long jobs legitimately look like this)"),
                     Episode::GpuFailed => (AlertKind::GpuFailed, "the GPU under this worker has failed; a restart cannot fix hardware"),
                 };
-                let since = marks.progress.as_ref().map(|(_, t)| *t).filter(|_| *e == Episode::Stalled);
+                let since = marks
+                    .progress
+                    .as_ref()
+                    .map(|(_, t)| *t)
+                    .filter(|_| *e == Episode::Stalled);
                 let alert = self.alert_for(kind, c, v, status.as_ref(), since, now, detail);
                 self.notifier.send(&alert).await;
-                self.note(now, w, v, code::ALERTED, format!("{} alert sent", kind.as_str()), None, false)
-                    .await?;
+                self.note(
+                    now,
+                    w,
+                    v,
+                    code::ALERTED,
+                    format!("{} alert sent", kind.as_str()),
+                    None,
+                    false,
+                )
+                .await?;
             }
         }
 
@@ -216,8 +258,20 @@ impl Agent {
                 .map(|(started, id)| Incident { started, id });
             if won {
                 let id = incident.as_ref().map(|i| i.id.as_str());
-                self.note(now, w, v, code::TIMER_STARTED, format!("{} confirmed; restart due in {}", v.as_str(), human(ms(self.restart_wait(v)))), id, false)
-                    .await?;
+                self.note(
+                    now,
+                    w,
+                    v,
+                    code::TIMER_STARTED,
+                    format!(
+                        "{} confirmed; restart due in {}",
+                        v.as_str(),
+                        human(ms(self.restart_wait(v)))
+                    ),
+                    id,
+                    false,
+                )
+                .await?;
             }
         }
 
@@ -241,8 +295,16 @@ impl Agent {
                 ),
             );
             self.notifier.send(&alert).await;
-            self.note(now, w, v, code::ESCALATED, "paged: restart did not recover the worker".into(), None, false)
-                .await?;
+            self.note(
+                now,
+                w,
+                v,
+                code::ESCALATED,
+                "paged: restart did not recover the worker".into(),
+                None,
+                false,
+            )
+            .await?;
         }
 
         let Some(inc) = incident else {
@@ -251,20 +313,48 @@ impl Agent {
         if p.incident_alert
             && self
                 .coord
-                .set_nx(&k.alert_dedup(&inc.id, v.as_str()), &now.to_string(), MARK_TTL)
+                .set_nx(
+                    &k.alert_dedup(&inc.id, v.as_str()),
+                    &now.to_string(),
+                    MARK_TTL,
+                )
                 .await?
         {
-            let kind = if v == Verdict::Errored { AlertKind::Errored } else { AlertKind::Hung };
-            let alert = self.alert_for(kind, c, v, status.as_ref(), Some(self.condition_since(v, &inc, &marks, status.as_ref())), now, format!("restart due in {}", human((inc.started + ms(self.restart_wait(v)) - now).max(0))));
+            let kind = if v == Verdict::Errored {
+                AlertKind::Errored
+            } else {
+                AlertKind::Hung
+            };
+            let alert = self.alert_for(
+                kind,
+                c,
+                v,
+                status.as_ref(),
+                Some(self.condition_since(v, &inc, &marks, status.as_ref())),
+                now,
+                format!(
+                    "restart due in {}",
+                    human((inc.started + ms(self.restart_wait(v)) - now).max(0))
+                ),
+            );
             let mut alert = alert;
             alert.incident = Some(inc.id.clone());
             self.notifier.send(&alert).await;
-            self.note(now, w, v, code::ALERTED, format!("{} alert sent", kind.as_str()), Some(&inc.id), false)
-                .await?;
+            self.note(
+                now,
+                w,
+                v,
+                code::ALERTED,
+                format!("{} alert sent", kind.as_str()),
+                Some(&inc.id),
+                false,
+            )
+            .await?;
         }
         if p.restart_candidate && restart_due(v, inc.started, now, &cfg) {
             let since = self.condition_since(v, &inc, &marks, status.as_ref());
-            self.restart_path(c, v, status.as_ref(), &inc, since, now).await?;
+            self.restart_path(c, v, status.as_ref(), &inc, since, now)
+                .await?;
         }
         Ok(v)
     }
@@ -278,7 +368,13 @@ impl Agent {
     }
 
     /// When the broken condition began, for "how long" in alerts.
-    fn condition_since(&self, v: Verdict, inc: &Incident, marks: &Marks, status: Option<&WorkerStatus>) -> Millis {
+    fn condition_since(
+        &self,
+        v: Verdict,
+        inc: &Incident,
+        marks: &Marks,
+        status: Option<&WorkerStatus>,
+    ) -> Millis {
         match v {
             Verdict::Errored => marks.error_since.unwrap_or(inc.started),
             _ => status.and_then(|s| s.heartbeat).unwrap_or(inc.started),
@@ -301,17 +397,34 @@ impl Agent {
 
         // Cheap early checks, so an open breaker does not collect logs and post a restart alert.
         // The authoritative check is the atomic increment right before the command.
-        if let Some(outcome) = self.blocked_by_caps(c, v, status, inc, now, &day, true).await? {
+        if let Some(outcome) = self
+            .blocked_by_caps(c, v, status, inc, now, &day, true)
+            .await?
+        {
             return Ok(outcome);
         }
 
         let token = random_token();
-        if !self.coord.set_nx(&k.lock(), &token, self.cfg.safety.lock_ttl).await? {
-            self.note(now, w, v, code::SKIP_LOCK_HELD, "another instance holds this node's lock; it acts, we skip".into(), Some(&inc.id), true)
-                .await?;
+        if !self
+            .coord
+            .set_nx(&k.lock(), &token, self.cfg.safety.lock_ttl)
+            .await?
+        {
+            self.note(
+                now,
+                w,
+                v,
+                code::SKIP_LOCK_HELD,
+                "another instance holds this node's lock; it acts, we skip".into(),
+                Some(&inc.id),
+                true,
+            )
+            .await?;
             return Ok(Outcome::Skipped(code::SKIP_LOCK_HELD));
         }
-        let result = self.locked_restart(c, v, status, inc, since, now, &day, &token).await;
+        let result = self
+            .locked_restart(c, v, status, inc, since, now, &day, &token)
+            .await;
         // Release only our own lock (compare-and-delete), whatever happened above.
         if let Err(e) = self.coord.del_if_owner(&k.lock(), &token).await {
             tracing::warn!(error = %e, "could not release the node lock; it expires by its TTL");
@@ -345,15 +458,30 @@ impl Agent {
                 .is_none()
         };
         if breaker_open {
-            if self.coord.set_nx(&k.breaker_alert(day), &now.to_string(), BREAKER_TTL).await? {
+            if self
+                .coord
+                .set_nx(&k.breaker_alert(day), &now.to_string(), BREAKER_TTL)
+                .await?
+            {
                 let alert = self.alert_for(AlertKind::BreakerOpen, c, v, status, None, now, format!(
                     "circuit breaker open: {} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow",
                     s.breaker_per_day
                 ));
                 self.notifier.send(&alert).await;
             }
-            self.note(now, w, v, code::SKIP_BREAKER_OPEN, format!("breaker open: {} restarts used today ({day})", s.breaker_per_day), Some(&inc.id), true)
-                .await?;
+            self.note(
+                now,
+                w,
+                v,
+                code::SKIP_BREAKER_OPEN,
+                format!(
+                    "breaker open: {} restarts used today ({day})",
+                    s.breaker_per_day
+                ),
+                Some(&inc.id),
+                true,
+            )
+            .await?;
             return Ok(Some(Outcome::Skipped(code::SKIP_BREAKER_OPEN)));
         }
         if s.fleet_budget == 0 {
@@ -376,15 +504,35 @@ impl Agent {
             // The breaker unit was taken just above for a restart that will not run: give it back.
             self.coord.decr(&k.breaker(day)).await?;
         }
-        if self.coord.set_nx(&k.fleet_budget_alert(window), &now.to_string(), s.fleet_window * 2).await? {
+        if self
+            .coord
+            .set_nx(
+                &k.fleet_budget_alert(window),
+                &now.to_string(),
+                s.fleet_window * 2,
+            )
+            .await?
+        {
             let alert = self.alert_for(AlertKind::BudgetExhausted, c, v, status, None, now, format!(
                 "fleet restart budget exhausted: {} restart(s) across the fleet in this {} window; no restart anywhere until it ends (a systemic cause is likely)",
                 s.fleet_budget, humantime::format_duration(s.fleet_window)
             ));
             self.notifier.send(&alert).await;
         }
-        self.note(now, w, v, code::SKIP_BUDGET_EXHAUSTED, format!("fleet budget of {} per {} exhausted", s.fleet_budget, humantime::format_duration(s.fleet_window)), Some(&inc.id), true)
-            .await?;
+        self.note(
+            now,
+            w,
+            v,
+            code::SKIP_BUDGET_EXHAUSTED,
+            format!(
+                "fleet budget of {} per {} exhausted",
+                s.fleet_budget,
+                humantime::format_duration(s.fleet_window)
+            ),
+            Some(&inc.id),
+            true,
+        )
+        .await?;
         Ok(Some(Outcome::Skipped(code::SKIP_BUDGET_EXHAUSTED)))
     }
 
@@ -406,28 +554,76 @@ impl Agent {
         let dcfg = self.cfg.docker.clone();
 
         // Logs first: a run that fails here must not consume the breaker.
-        let logs = match tokio::time::timeout(dcfg.log_timeout, self.runtime.logs(&c.id, dcfg.log_lines)).await {
+        let logs = match tokio::time::timeout(
+            dcfg.log_timeout,
+            self.runtime.logs(&c.id, dcfg.log_lines),
+        )
+        .await
+        {
             Ok(Ok(l)) => l,
             failed => {
                 let why = match failed {
                     Ok(Err(e)) => e.to_string(),
-                    _ => format!("no answer within {}", humantime::format_duration(dcfg.log_timeout)),
+                    _ => format!(
+                        "no answer within {}",
+                        humantime::format_duration(dcfg.log_timeout)
+                    ),
                 };
                 self.metrics.runtime_errors.inc();
-                if self.coord.set_nx(&k.alert_dedup(&inc.id, "logs-failed"), &now.to_string(), MARK_TTL).await? {
+                if self
+                    .coord
+                    .set_nx(
+                        &k.alert_dedup(&inc.id, "logs-failed"),
+                        &now.to_string(),
+                        MARK_TTL,
+                    )
+                    .await?
+                {
                     let alert = self.alert_for(AlertKind::LogsFailed, c, v, status, Some(since), now, format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed"));
                     self.notifier.send(&alert).await;
                 }
-                self.note(now, w, v, code::ABORTED_LOGS_FAILED, format!("log collection failed: {why}"), Some(&inc.id), false)
-                    .await?;
+                self.note(
+                    now,
+                    w,
+                    v,
+                    code::ABORTED_LOGS_FAILED,
+                    format!("log collection failed: {why}"),
+                    Some(&inc.id),
+                    false,
+                )
+                .await?;
                 return Ok(Outcome::Skipped(code::ABORTED_LOGS_FAILED));
             }
         };
 
-        let kind = if self.cfg.dry_run { AlertKind::WouldRestart } else { AlertKind::Restarting };
-        if self.coord.set_nx(&k.alert_dedup(&inc.id, "restart"), &now.to_string(), MARK_TTL).await? {
-            let verb = if self.cfg.dry_run { "would restart" } else { "restarting" };
-            let mut alert = self.alert_for(kind, c, v, status, Some(since), now, format!("{verb} container {} ({})", c.name, short(&c.id)));
+        let kind = if self.cfg.dry_run {
+            AlertKind::WouldRestart
+        } else {
+            AlertKind::Restarting
+        };
+        if self
+            .coord
+            .set_nx(
+                &k.alert_dedup(&inc.id, "restart"),
+                &now.to_string(),
+                MARK_TTL,
+            )
+            .await?
+        {
+            let verb = if self.cfg.dry_run {
+                "would restart"
+            } else {
+                "restarting"
+            };
+            let mut alert = self.alert_for(
+                kind,
+                c,
+                v,
+                status,
+                Some(since),
+                now,
+                format!("{verb} container {} ({})", c.name, short(&c.id)),
+            );
             alert.logs = Some(logs);
             alert.incident = Some(inc.id.clone());
             self.notifier.send(&alert).await;
@@ -438,8 +634,12 @@ impl Agent {
         let fresh_status = self.read_status(w).await?;
         let fresh_marks = self.read_marks(w).await?;
         let still_broken = match v {
-            Verdict::Errored => fresh_status.as_ref().is_some_and(|s| s.state == WorkerState::Error),
-            _ => fresh_status.as_ref().is_some_and(|s| is_stale(s, now2, &self.cfg.policy)),
+            Verdict::Errored => fresh_status
+                .as_ref()
+                .is_some_and(|s| s.state == WorkerState::Error),
+            _ => fresh_status
+                .as_ref()
+                .is_some_and(|s| is_stale(s, now2, &self.cfg.policy)),
         };
         if !still_broken || fresh_marks.cooldown {
             self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
@@ -448,7 +648,16 @@ impl Agent {
             } else {
                 "heartbeat fresh again between decision and command; incident closed"
             };
-            self.note(now2, w, v, code::CANCELLED_RECOVERED, why.into(), Some(&inc.id), false).await?;
+            self.note(
+                now2,
+                w,
+                v,
+                code::CANCELLED_RECOVERED,
+                why.into(),
+                Some(&inc.id),
+                false,
+            )
+            .await?;
             return Ok(Outcome::Skipped(code::CANCELLED_RECOVERED));
         }
 
@@ -461,7 +670,16 @@ impl Agent {
                     Some(t) => format!("lock has {} left, {} needed", human(t), human(needed)),
                     None => "lock lost (expired or taken over)".into(),
                 };
-                self.note(now2, w, v, code::SKIP_LOCK_EXPIRING, detail, Some(&inc.id), false).await?;
+                self.note(
+                    now2,
+                    w,
+                    v,
+                    code::SKIP_LOCK_EXPIRING,
+                    detail,
+                    Some(&inc.id),
+                    false,
+                )
+                .await?;
                 return Ok(Outcome::Skipped(code::SKIP_LOCK_EXPIRING));
             }
         }
@@ -476,14 +694,28 @@ impl Agent {
             }
         };
         if current.as_ref().map(|x| (&x.id, &x.started_at)) != Some((&c.id, &c.started_at)) {
-            self.note(now2, w, v, code::SKIP_CONTAINER_CHANGED, format!("container {} is not the incarnation observed at decision time", short(&c.id)), Some(&inc.id), false)
-                .await?;
+            self.note(
+                now2,
+                w,
+                v,
+                code::SKIP_CONTAINER_CHANGED,
+                format!(
+                    "container {} is not the incarnation observed at decision time",
+                    short(&c.id)
+                ),
+                Some(&inc.id),
+                false,
+            )
+            .await?;
             return Ok(Outcome::Skipped(code::SKIP_CONTAINER_CHANGED));
         }
 
         // NB: the breaker (and fleet budget) are incremented here, immediately before the
         // command, never at pipeline start: a run that failed earlier must not consume budget.
-        if let Some(outcome) = self.blocked_by_caps(c, v, status, inc, now2, day, false).await? {
+        if let Some(outcome) = self
+            .blocked_by_caps(c, v, status, inc, now2, day, false)
+            .await?
+        {
             return Ok(outcome);
         }
 
@@ -492,15 +724,31 @@ impl Agent {
             // one a real restart would produce.
             self.write_restart_markers(w, inc, now2).await?;
             self.metrics.restart(reason, "would-restart");
-            self.note(now2, w, v, code::WOULD_RESTART, format!("would restart container {} ({}) now; observe mode", c.name, short(&c.id)), Some(&inc.id), false)
-                .await?;
+            self.note(
+                now2,
+                w,
+                v,
+                code::WOULD_RESTART,
+                format!(
+                    "would restart container {} ({}) now; observe mode",
+                    c.name,
+                    short(&c.id)
+                ),
+                Some(&inc.id),
+                false,
+            )
+            .await?;
             return Ok(Outcome::WouldRestart);
         }
 
         // NB: the cooldown marker goes in *before* the command: the booting container will look
         // hung for a minute or more, and the detector must know that this is us.
         self.write_restart_markers(w, inc, now2).await?;
-        let result = tokio::time::timeout(dcfg.restart_timeout, self.runtime.restart(&c.id, dcfg.stop_grace)).await;
+        let result = tokio::time::timeout(
+            dcfg.restart_timeout,
+            self.runtime.restart(&c.id, dcfg.stop_grace),
+        )
+        .await;
         let verified = match result {
             Ok(Ok(())) => match self.runtime.inspect(&c.id).await {
                 Ok(Some(after)) if after.started_at != c.started_at && after.running => Ok(()),
@@ -509,15 +757,32 @@ impl Agent {
                 Err(e) => Err(format!("could not verify: {e}")),
             },
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {}", humantime::format_duration(dcfg.restart_timeout))),
+            Err(_) => Err(format!(
+                "no answer within {}",
+                humantime::format_duration(dcfg.restart_timeout)
+            )),
         };
         let done = self.coord.time().await.unwrap_or(now2);
         match verified {
             Ok(()) => {
                 self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
                 self.metrics.restart(reason, "restarted");
-                self.note(done, w, v, code::RESTARTED, format!("restarted container {} ({}) after {}; cooldown {}", c.name, short(&c.id), human(now2 - since), humantime::format_duration(self.cfg.policy.cooldown)), Some(&inc.id), false)
-                    .await?;
+                self.note(
+                    done,
+                    w,
+                    v,
+                    code::RESTARTED,
+                    format!(
+                        "restarted container {} ({}) after {}; cooldown {}",
+                        c.name,
+                        short(&c.id),
+                        human(now2 - since),
+                        humantime::format_duration(self.cfg.policy.cooldown)
+                    ),
+                    Some(&inc.id),
+                    false,
+                )
+                .await?;
                 Ok(Outcome::Restarted)
             }
             Err(why) => {
@@ -525,23 +790,50 @@ impl Agent {
                 self.metrics.restart(reason, "failed");
                 // Release the dedup key and the markers so the next cycle retries at once.
                 self.coord
-                    .del(&[k.alert_dedup(&inc.id, "restart"), k.cooldown(w), k.restarted(w)])
+                    .del(&[
+                        k.alert_dedup(&inc.id, "restart"),
+                        k.cooldown(w),
+                        k.restarted(w),
+                    ])
                     .await?;
-                let mut alert = self.alert_for(AlertKind::RestartFailed, c, v, status, Some(since), done, format!("restart of container {} failed: {why}; will retry next cycle", c.name));
+                let mut alert = self.alert_for(
+                    AlertKind::RestartFailed,
+                    c,
+                    v,
+                    status,
+                    Some(since),
+                    done,
+                    format!(
+                        "restart of container {} failed: {why}; will retry next cycle",
+                        c.name
+                    ),
+                );
                 alert.incident = Some(inc.id.clone());
                 self.notifier.send(&alert).await;
-                self.note(done, w, v, code::RESTART_FAILED, why, Some(&inc.id), false).await?;
+                self.note(done, w, v, code::RESTART_FAILED, why, Some(&inc.id), false)
+                    .await?;
                 Ok(Outcome::Failed)
             }
         }
     }
 
-    async fn write_restart_markers(&self, w: &str, inc: &Incident, now: Millis) -> Result<(), CoordError> {
+    async fn write_restart_markers(
+        &self,
+        w: &str,
+        inc: &Incident,
+        now: Millis,
+    ) -> Result<(), CoordError> {
         let k = &self.keys;
         self.coord
-            .set(&k.cooldown(w), &format!("{now}:{}", inc.id), self.cfg.policy.cooldown)
+            .set(
+                &k.cooldown(w),
+                &format!("{now}:{}", inc.id),
+                self.cfg.policy.cooldown,
+            )
             .await?;
-        self.coord.set(&k.restarted(w), &now.to_string(), MARK_TTL).await?;
+        self.coord
+            .set(&k.restarted(w), &now.to_string(), MARK_TTL)
+            .await?;
         self.coord.del(&[k.escalated(w)]).await
     }
 }

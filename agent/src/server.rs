@@ -100,11 +100,7 @@ fn valid_worker_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-async fn put_status(
-    State(s): State<ServerState>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
+async fn put_status(State(s): State<ServerState>, Path(id): Path<String>, body: Bytes) -> Response {
     if !valid_worker_id(&id) {
         return (
             StatusCode::BAD_REQUEST,
@@ -130,11 +126,7 @@ async fn put_status(
         fields.push(("progress".into(), p));
     }
     match write_status(s.coord.as_ref(), &s.keys, &id, &fields).await {
-        Ok(now) => (
-            StatusCode::OK,
-            format!("{{\"heartbeat_ms\":{now}}}\n"),
-        )
-            .into_response(),
+        Ok(now) => (StatusCode::OK, format!("{{\"heartbeat_ms\":{now}}}\n")).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
 }

@@ -97,7 +97,11 @@ pub fn render(node: &str, entries: &[TrailEntry]) -> String {
             .parse::<Millis>()
             .map(rfc3339)
             .unwrap_or_else(|_| "?".into());
-        let dry = if e.get("dry_run").is_some() { " [dry run]" } else { "" };
+        let dry = if e.get("dry_run").is_some() {
+            " [dry run]"
+        } else {
+            ""
+        };
         let incident = e
             .get("incident")
             .map(|i| format!(" incident={i}"))
@@ -132,7 +136,10 @@ mod tests {
                 dry_run: dry,
             }
             .fields();
-            (at.to_string(), fields.into_iter().collect::<HashMap<_, _>>())
+            (
+                at.to_string(),
+                fields.into_iter().collect::<HashMap<_, _>>(),
+            )
         };
         let entries = vec![
             d(1_800_000_060_000, code::WOULD_RESTART, true),

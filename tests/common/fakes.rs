@@ -145,7 +145,12 @@ pub struct RecordingSink(pub Arc<Mutex<Vec<Alert>>>);
 
 impl RecordingSink {
     pub fn count(&self, kind: AlertKind) -> usize {
-        self.0.lock().unwrap().iter().filter(|a| a.kind == kind).count()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.kind == kind)
+            .count()
     }
     pub fn of(&self, kind: AlertKind) -> Vec<Alert> {
         self.0
@@ -157,7 +162,12 @@ impl RecordingSink {
             .collect()
     }
     pub fn kinds(&self) -> Vec<&'static str> {
-        self.0.lock().unwrap().iter().map(|a| a.kind.as_str()).collect()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|a| a.kind.as_str())
+            .collect()
     }
 }
 
@@ -205,25 +215,47 @@ impl vigil::coord::Coordinator for Switchable {
     async fn time(&self) -> Result<i64, vigil::coord::CoordError> {
         delegate!(self, self.inner.time())
     }
-    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, vigil::coord::CoordError> {
+    async fn get_many(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Option<String>>, vigil::coord::CoordError> {
         delegate!(self, self.inner.get_many(keys))
     }
-    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, vigil::coord::CoordError> {
+    async fn set_nx(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<bool, vigil::coord::CoordError> {
         delegate!(self, self.inner.set_nx(key, value, ttl))
     }
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), vigil::coord::CoordError> {
+    async fn set(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.set(key, value, ttl))
     }
     async fn del(&self, keys: &[String]) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.del(keys))
     }
-    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<i64>, vigil::coord::CoordError> {
+    async fn owner_ttl(
+        &self,
+        key: &str,
+        token: &str,
+    ) -> Result<Option<i64>, vigil::coord::CoordError> {
         delegate!(self, self.inner.owner_ttl(key, token))
     }
     async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, vigil::coord::CoordError> {
         delegate!(self, self.inner.del_if_owner(key, token))
     }
-    async fn incr_capped(&self, key: &str, cap: u64, ttl: Duration) -> Result<Option<u64>, vigil::coord::CoordError> {
+    async fn incr_capped(
+        &self,
+        key: &str,
+        cap: u64,
+        ttl: Duration,
+    ) -> Result<Option<u64>, vigil::coord::CoordError> {
         delegate!(self, self.inner.incr_capped(key, cap, ttl))
     }
     async fn counter(&self, key: &str) -> Result<u64, vigil::coord::CoordError> {
@@ -232,16 +264,32 @@ impl vigil::coord::Coordinator for Switchable {
     async fn decr(&self, key: &str) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.decr(key))
     }
-    async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, vigil::coord::CoordError> {
+    async fn hgetall(
+        &self,
+        key: &str,
+    ) -> Result<HashMap<String, String>, vigil::coord::CoordError> {
         delegate!(self, self.inner.hgetall(key))
     }
-    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), vigil::coord::CoordError> {
+    async fn hset(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+    ) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.hset(key, fields))
     }
-    async fn append(&self, key: &str, fields: &[(String, String)], max_len: usize) -> Result<(), vigil::coord::CoordError> {
+    async fn append(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        max_len: usize,
+    ) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.append(key, fields, max_len))
     }
-    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<vigil::coord::TrailEntry>, vigil::coord::CoordError> {
+    async fn read_recent(
+        &self,
+        key: &str,
+        count: usize,
+    ) -> Result<Vec<vigil::coord::TrailEntry>, vigil::coord::CoordError> {
         delegate!(self, self.inner.read_recent(key, count))
     }
 }

@@ -148,7 +148,13 @@ pub fn ensure_image() {
         }
         let tar = root.path().join("rootfs.tar");
         let status = Command::new("tar")
-            .args(["-C", root.path().to_str().unwrap(), "-cf", tar.to_str().unwrap(), "bin"])
+            .args([
+                "-C",
+                root.path().to_str().unwrap(),
+                "-cf",
+                tar.to_str().unwrap(),
+                "bin",
+            ])
             .status()
             .unwrap();
         assert!(status.success());

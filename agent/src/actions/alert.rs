@@ -228,35 +228,6 @@ impl AlertSink for WebhookSink {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pages_carry_the_mention_and_logs_are_fenced() {
-        let mut a = Alert::new(AlertKind::Escalation, "gpu-7", "restart did not help");
-        a.worker = Some("trainer-0".into());
-        a.verdict = Some("hung");
-        a.duration = Some("12m".into());
-        a.logs = Some("line1\nline2".into());
-        let body = a.webhook_body("<!here>");
-        let text = body["text"].as_str().unwrap();
-        assert!(text.starts_with("<!here> [vigil] escalation on node gpu-7, worker trainer-0 (hung for 12m)"), "{text}");
-        assert!(text.contains("```\nline1\nline2\n```"));
-        assert_eq!(body["vigil"]["kind"], "escalation");
-        assert_eq!(body["vigil"]["for"], "12m");
-        let plain = Alert::new(AlertKind::Hung, "n", "x").webhook_body("<!here>");
-        assert!(!plain["text"].as_str().unwrap().contains("<!here>"));
-    }
-
-    #[test]
-    fn long_logs_keep_their_end() {
-        let s = "é".repeat(4000);
-        let t = tail_chars(&s, 3001);
-        assert!(t.len() <= 3001 && t.chars().all(|c| c == 'é'));
-    }
-}
-
 /// Delivers an alert everywhere it should go: always the log, the webhook when configured, and a
 /// metric per outcome. A failed delivery is logged and counted, never fatal.
 pub struct Notifier {
@@ -290,5 +261,39 @@ impl Notifier {
                 self.metrics.alert(kind, "failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_carry_the_mention_and_logs_are_fenced() {
+        let mut a = Alert::new(AlertKind::Escalation, "gpu-7", "restart did not help");
+        a.worker = Some("trainer-0".into());
+        a.verdict = Some("hung");
+        a.duration = Some("12m".into());
+        a.logs = Some("line1\nline2".into());
+        let body = a.webhook_body("<!here>");
+        let text = body["text"].as_str().unwrap();
+        assert!(
+            text.starts_with(
+                "<!here> [vigil] escalation on node gpu-7, worker trainer-0 (hung for 12m)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("```\nline1\nline2\n```"));
+        assert_eq!(body["vigil"]["kind"], "escalation");
+        assert_eq!(body["vigil"]["for"], "12m");
+        let plain = Alert::new(AlertKind::Hung, "n", "x").webhook_body("<!here>");
+        assert!(!plain["text"].as_str().unwrap().contains("<!here>"));
+    }
+
+    #[test]
+    fn long_logs_keep_their_end() {
+        let s = "é".repeat(4000);
+        let t = tail_chars(&s, 3001);
+        assert!(t.len() <= 3001 && t.chars().all(|c| c == 'é'));
     }
 }

@@ -99,7 +99,13 @@ mod tests {
     #[test]
     fn node_keys_share_one_hash_tag() {
         let k = Keys::new("vigil", "gpu-7");
-        for key in [k.status("w"), k.incident("w"), k.lock(), k.breaker("2026-11-30"), k.trail()] {
+        for key in [
+            k.status("w"),
+            k.incident("w"),
+            k.lock(),
+            k.breaker("2026-11-30"),
+            k.trail(),
+        ] {
             assert!(key.starts_with("vigil:{gpu-7}:"), "{key}");
         }
         assert_eq!(k.status("trainer-0"), "vigil:{gpu-7}:worker:trainer-0");

@@ -26,7 +26,9 @@ pub enum CoordError {
         #[source]
         source: ::redis::RedisError,
     },
-    #[error("redis at {addr} did not answer within {timeout:?}; restarts are paused until it does")]
+    #[error(
+        "redis at {addr} did not answer within {timeout:?}; restarts are paused until it does"
+    )]
     Timeout { addr: String, timeout: Duration },
     #[error("redis at {addr} answered a command with an error: {detail}")]
     Command { addr: String, detail: String },

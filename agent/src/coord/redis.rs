@@ -293,6 +293,9 @@ mod tests {
             super::redact("redis://:s3cret@redis.vigil:6379/0"),
             "redis://***@redis.vigil:6379/0"
         );
-        assert_eq!(super::redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            super::redact("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
     }
 }

@@ -309,12 +309,14 @@ pub fn plan(
         _ => {}
     }
     match status {
-        Some(s) if s.state == WorkerState::Processing && !stale => match (&s.progress, &marks.progress) {
-            (Some(cur), Some((seen, _))) if cur == seen => {}
-            (Some(cur), _) => p.record_progress = Some(cur.clone()),
-            (None, Some(_)) => p.clear_progress = true,
-            (None, None) => {}
-        },
+        Some(s) if s.state == WorkerState::Processing && !stale => {
+            match (&s.progress, &marks.progress) {
+                (Some(cur), Some((seen, _))) if cur == seen => {}
+                (Some(cur), _) => p.record_progress = Some(cur.clone()),
+                (None, Some(_)) => p.clear_progress = true,
+                (None, None) => {}
+            }
+        }
         _ if marks.progress.is_some() => p.clear_progress = true,
         _ => {}
     }

@@ -28,7 +28,9 @@ impl Action {
         match self {
             Action::None => "nothing",
             Action::Observe => "record the sighting; wait for the confirming observation",
-            Action::RestartPipeline => "restart pipeline (timer, lock, revalidate, breaker, budget, cooldown)",
+            Action::RestartPipeline => {
+                "restart pipeline (timer, lock, revalidate, breaker, budget, cooldown)"
+            }
             Action::AlertOnly => "alert once per episode; never restart",
             Action::AlertNoRestart => "alert once; never restart (a restart cannot fix hardware)",
             Action::SuppressAndClear => "nobody: clear the persistence timer (this is us)",

@@ -124,10 +124,7 @@ fn maintenance_and_gpu_failure_suppress_restarts() {
         verdict(Some(&r), &m, maint, NOW, &cfg()),
         Verdict::InMaintenance
     );
-    assert_eq!(
-        verdict(Some(&r), &m, gpu, NOW, &cfg()),
-        Verdict::GpuFailed
-    );
+    assert_eq!(verdict(Some(&r), &m, gpu, NOW, &cfg()), Verdict::GpuFailed);
     assert_ne!(Verdict::GpuFailed.action(), Action::RestartPipeline);
     assert_ne!(Verdict::InMaintenance.action(), Action::RestartPipeline);
 }
@@ -158,7 +155,12 @@ fn restart_is_due_exactly_at_the_end_of_the_delay() {
     assert!(!restart_due(Verdict::Hung, NOW - 180 * S + 1, NOW, &c));
     assert!(restart_due(Verdict::Hung, NOW - 180 * S, NOW, &c));
     assert!(restart_due(Verdict::Errored, NOW, NOW, &c));
-    for v in [Verdict::Suspect, Verdict::Booting, Verdict::Unreachable, Verdict::Stalled] {
+    for v in [
+        Verdict::Suspect,
+        Verdict::Booting,
+        Verdict::Unreachable,
+        Verdict::Stalled,
+    ] {
         assert!(!restart_due(v, 0, NOW, &c), "{v:?}");
     }
 }
@@ -209,7 +211,7 @@ fn unconfirmed_instance_never_clears_anothers_timer() {
 
 #[test]
 fn fresh_heartbeat_clears_the_timer() {
-    let r = rec("processing", 1 * S);
+    let r = rec("processing", S);
     let m = Marks {
         incident: Some(Incident {
             started: NOW - 60 * S,
@@ -250,19 +252,40 @@ fn escalation_exactly_once_after_escalate_after() {
         ..Marks::default()
     };
     let c = cfg();
-    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 600 * S + 1, false), NOW, &c);
+    let p = plan(
+        Verdict::Booting,
+        Some(&r),
+        &restarted(NOW - 600 * S + 1, false),
+        NOW,
+        &c,
+    );
     assert!(!p.escalate);
-    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 600 * S, false), NOW, &c);
+    let p = plan(
+        Verdict::Booting,
+        Some(&r),
+        &restarted(NOW - 600 * S, false),
+        NOW,
+        &c,
+    );
     assert!(p.escalate);
-    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 900 * S, true), NOW, &c);
+    let p = plan(
+        Verdict::Booting,
+        Some(&r),
+        &restarted(NOW - 900 * S, true),
+        NOW,
+        &c,
+    );
     assert!(!p.escalate, "already paged");
-    let fresh = rec("processing", 1 * S);
+    let fresh = rec("processing", S);
     let m = Marks {
         restarted_at: Some(NOW - 900 * S),
         ..Marks::default()
     };
     let p = plan(Verdict::Healthy, Some(&fresh), &m, NOW, &c);
-    assert!(!p.escalate && p.clear_restarted, "recovered after the restart");
+    assert!(
+        !p.escalate && p.clear_restarted,
+        "recovered after the restart"
+    );
 }
 
 #[test]
@@ -275,7 +298,7 @@ fn episodes_open_once_and_close_when_the_condition_ends() {
     };
     let p = plan(Verdict::Unreachable, None, &open, NOW, &cfg());
     assert!(p.open_episodes.is_empty(), "alert once, not once per cycle");
-    let r = rec("processing", 1 * S);
+    let r = rec("processing", S);
     let p = plan(Verdict::Healthy, Some(&r), &open, NOW, &cfg());
     assert_eq!(p.close_episodes, vec![Episode::Unreachable]);
 }
@@ -283,9 +306,15 @@ fn episodes_open_once_and_close_when_the_condition_ends() {
 #[test]
 fn error_and_progress_marks_follow_the_record() {
     let r = rec("error", 1);
-    let p = plan(Verdict::ErrorPending, Some(&r), &Marks::default(), NOW, &cfg());
+    let p = plan(
+        Verdict::ErrorPending,
+        Some(&r),
+        &Marks::default(),
+        NOW,
+        &cfg(),
+    );
     assert!(p.mark_error_since);
-    let ok = rec("processing", 1 * S);
+    let ok = rec("processing", S);
     let m = Marks {
         error_since: Some(NOW - S),
         progress: Some(("step-9".into(), NOW - 60 * S)),

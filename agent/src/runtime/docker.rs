@@ -40,7 +40,10 @@ impl DockerRuntime {
         let c = Docker::connect_with_host(&self.host)
             .map_err(|e| self.unreachable(e))?
             .with_timeout(self.timeout);
-        let c = c.negotiate_version().await.map_err(|e| self.unreachable(e))?;
+        let c = c
+            .negotiate_version()
+            .await
+            .map_err(|e| self.unreachable(e))?;
         *guard = Some(c.clone());
         Ok(c)
     }
@@ -54,7 +57,12 @@ impl DockerRuntime {
 
     /// Map a bollard error: transport problems mean the daemon is unreachable (and the cached
     /// client is dropped so the next call reconnects); API answers are refusals.
-    async fn classify(&self, op: &'static str, id: &str, e: bollard::errors::Error) -> RuntimeError {
+    async fn classify(
+        &self,
+        op: &'static str,
+        id: &str,
+        e: bollard::errors::Error,
+    ) -> RuntimeError {
         use bollard::errors::Error as E;
         match e {
             E::DockerResponseServerError { message, .. } => RuntimeError::Refused {

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace: unit, scenario, coordination (real Redis) and end-to-end
+# (the vigil binary against real Redis and the real Docker daemon).
+#
+# Needs: cargo, redis-server, the docker CLI + daemon, a static busybox (the e2e tests build
+# their tiny image from it with `docker import`). `.ci/run` installs the Debian packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+for tool in redis-server redis-cli docker; do
+  command -v "$tool" >/dev/null || {
+    echo "scripts/test.sh: $tool is missing (apt-get install -y redis-server busybox-static docker.io)" >&2
+    exit 1
+  }
+done
+
+# Redis on a free port, private to this run.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+dir=$(mktemp -d)
+redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
+  --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
+cleanup() {
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+for _ in $(seq 1 50); do
+  redis-cli -p "$port" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+export VIGIL_TEST_REDIS_URL="redis://127.0.0.1:$port"
+echo "scripts/test.sh: redis on $VIGIL_TEST_REDIS_URL"
+
+cargo test --workspace "$@"
