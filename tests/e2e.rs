@@ -379,3 +379,64 @@ fn help_is_complete_for_every_command() {
         "{policy}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_docker_is_an_alert_and_not_ready_not_a_crash() {
+    let hook = Receiver::start().await;
+    let s = Setup::new();
+    let cfg = s.config(&hook.url, "");
+    let sock = s.dir.path().join("no-docker.sock");
+    let host = format!("unix://{}", sock.display());
+    let mut agent = VigilProcess::spawn(&["run"], &cfg, &[("DOCKER_HOST", &host)]);
+    let alerted = eventually(Duration::from_secs(15), || hook.count("runtime-down") == 1).await;
+    assert!(alerted, "{:?}\n{}", hook.kinds(), agent.log_text());
+    let ready = reqwest::get(format!("http://{}/readyz", s.listen))
+        .await
+        .unwrap();
+    assert_eq!(ready.status().as_u16(), 503);
+    assert!(ready.text().await.unwrap().contains("runtime: docker at"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(agent.child.try_wait().unwrap().is_none(), "still running");
+    assert_eq!(hook.count("runtime-down"), 1, "once per outage");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_is_retried_until_it_accepts() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use vigil::actions::alert::{Alert, AlertKind, AlertSink, WebhookSink};
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let c = c.clone();
+            async move {
+                if c.fetch_add(1, Ordering::SeqCst) < 2 {
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    axum::http::StatusCode::OK
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("http://{addr}/hook");
+    let alert = Alert::new(AlertKind::Hung, "n1", "test");
+    let sink = WebhookSink::new(&url, "<!here>", Duration::from_secs(2), 3);
+    sink.send(&alert)
+        .await
+        .expect("delivered on the third attempt");
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let short = WebhookSink::new(
+        &url.replace("/hook", "/nope"),
+        "",
+        Duration::from_secs(2),
+        3,
+    );
+    let err = short.send(&alert).await.unwrap_err();
+    assert_eq!(err.attempts, 1, "a 404 is final: {err}");
+}

@@ -258,6 +258,15 @@ impl Default for LogConfig {
     }
 }
 
+/// Pause before alert delivery attempt `attempt` (0 = first, no pause).
+pub fn alert_backoff(attempt: u32) -> Duration {
+    if attempt == 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(250 << attempt.min(5))
+    }
+}
+
 /// Room the lock must still have when the restart command starts, beyond the restart timeout.
 pub const LOCK_MARGIN: Duration = Duration::from_secs(5);
 
@@ -412,13 +421,13 @@ impl Config {
                 "must be shorter than policy.stale_after",
             );
         }
-        let needed = self.docker.log_timeout + self.docker.restart_timeout + LOCK_MARGIN;
+        let needed = self.lock_needed();
         if self.safety.lock_ttl < needed {
             return bad(
                 "safety.lock_ttl",
                 format!(
-                    "{} is shorter than docker.log_timeout + docker.restart_timeout + {}s margin = {}; \
-                     the lock could expire mid-restart",
+                    "{} is shorter than docker.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \
+                     + docker.restart_timeout + {}s margin = {}; the lock could expire mid-restart",
                     humantime::format_duration(self.safety.lock_ttl),
                     LOCK_MARGIN.as_secs(),
                     humantime::format_duration(needed)
@@ -463,6 +472,15 @@ impl Config {
             ..Config::default()
         };
         toml::to_string_pretty(&cfg).unwrap_or_default()
+    }
+
+    /// The longest the lock must be held in one pass: logs, the restart alert (every attempt and
+    /// its backoff), the restart itself, and a margin.
+    pub fn lock_needed(&self) -> Duration {
+        let alert: Duration = (0..self.alerts.attempts)
+            .map(|a| self.alerts.timeout + alert_backoff(a))
+            .sum();
+        self.docker.log_timeout + alert + self.docker.restart_timeout + LOCK_MARGIN
     }
 
     pub fn embedded(&self) -> bool {

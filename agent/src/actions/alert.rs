@@ -203,9 +203,7 @@ impl AlertSink for WebhookSink {
         let body = alert.webhook_body(&self.mention);
         let mut last = String::new();
         for attempt in 0..self.attempts {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(250 << attempt.min(5))).await;
-            }
+            tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
             match self.http.post(&self.url).json(&body).send().await {
                 Ok(r) if r.status().is_success() => return Ok(()),
                 // A 4xx other than 429 will not get better by retrying.
