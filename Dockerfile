@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Multi-stage build: compile in the Rust image, ship the binary alone on a slim Debian.
-FROM rust:1.85-slim-bookworm AS build
+FROM rust:1.89-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY agent ./agent

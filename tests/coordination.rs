@@ -154,6 +154,27 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     let all = c.read_recent(&k("trail"), 1000).await.unwrap();
     assert_eq!(all.len(), 10, "bounded at max_len");
 
+    // Records with a TTL, and the index that lists them without SCAN.
+    c.hset_ttl(&k("rec"), &[("a".into(), "1".into())], Duration::from_millis(150))
+        .await
+        .unwrap();
+    assert_eq!(c.hgetall(&k("rec")).await.unwrap()["a"], "1");
+    time.pass(Duration::from_millis(300)).await;
+    assert!(c.hgetall(&k("rec")).await.unwrap().is_empty(), "the record expired");
+    c.index_touch(&k("idx"), "n1", 100, 0).await.unwrap();
+    c.index_touch(&k("idx"), "n2", 200, 0).await.unwrap();
+    c.index_touch(&k("idx"), "n1", 300, 0).await.unwrap();
+    assert_eq!(
+        c.index_members(&k("idx")).await.unwrap(),
+        vec![("n2".to_string(), 200), ("n1".to_string(), 300)]
+    );
+    c.index_touch(&k("idx"), "n3", 400, 250).await.unwrap();
+    assert_eq!(
+        c.index_members(&k("idx")).await.unwrap(),
+        vec![("n1".to_string(), 300), ("n3".to_string(), 400)],
+        "members older than prune_before are dropped"
+    );
+
     c.del(&[k("timer"), k("short")]).await.unwrap();
     assert_eq!(
         c.get_many(&[k("timer"), k("short")]).await.unwrap(),

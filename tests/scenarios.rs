@@ -605,3 +605,60 @@ async fn runtime_down_is_an_alert_not_a_crash() {
     let r = w.tick().await;
     assert!(r[0].runtime_error.is_none());
 }
+
+#[tokio::test]
+async fn a_restart_outside_vigil_counts_as_booting() {
+    let mut w = World::new(|_| {});
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(200)).await;
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_some());
+    // An operator runs `docker restart` in the middle of the delay.
+    w.runtime.add("c1", "trainer-0");
+    w.run_until(Duration::from_secs(200) + mins(9)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0, "the booting container is left alone");
+    assert!(w.decisions().await.contains(&"external-restart".to_string()));
+}
+
+#[tokio::test]
+async fn a_restart_whose_reply_was_lost_is_still_a_restart() {
+    let mut w = World::new(|_| {});
+    w.runtime.lose_next_restart_replies(1);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330)).await;
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_some(), "cooldown kept");
+    w.run_for(mins(5)).await;
+    assert_eq!(w.runtime.restarts("c1"), 1, "the booting container is not restarted again");
+    assert_eq!(w.sink.count(AlertKind::RestartFailed), 0);
+}
+
+#[tokio::test]
+async fn the_error_clock_restarts_after_our_restart() {
+    let mut w = World::new(|_| {});
+    for _ in 0..(31 * 4) {
+        w.beat("trainer-0", "error", "step-1").await;
+        w.tick().await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    // Still `error` after the cooldown: a new error_for must pass, not an instant restart.
+    for _ in 0..(25 * 4) {
+        w.beat("trainer-0", "error", "step-1").await;
+        w.tick().await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 1, "{:?}", w.decisions().await);
+    for _ in 0..(20 * 4) {
+        w.beat("trainer-0", "error", "step-1").await;
+        w.tick().await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 2);
+}
+
+#[tokio::test]
+async fn observe_mode_never_pages_an_escalation() {
+    let mut w = World::new(|c| c.dry_run = true);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_for(mins(60)).await;
+    assert_eq!(w.sink.count(AlertKind::Escalation), 0);
+    assert!(w.sink.count(AlertKind::WouldRestart) >= 1);
+    assert_eq!(w.runtime.restarts("c1"), 0);
+}

@@ -111,10 +111,28 @@ impl Agent {
             if self.noted.len() > 10_000 {
                 self.noted.clear();
             }
-            if !self.noted.insert(key) {
+            if self.noted.contains(&key) {
                 return Ok(());
             }
+            self.store_note(at, worker, verdict, decision, detail, incident)
+                .await?;
+            // Remembered only once stored: an entry lost to an outage is written again.
+            self.noted.insert(key);
+            return Ok(());
         }
+        self.store_note(at, worker, verdict, decision, detail, incident)
+            .await
+    }
+
+    async fn store_note(
+        &self,
+        at: Millis,
+        worker: &str,
+        verdict: Verdict,
+        decision: &'static str,
+        detail: String,
+        incident: Option<&str>,
+    ) -> Result<(), CoordError> {
         tracing::info!(
             node = %self.keys.node(),
             worker,
@@ -226,6 +244,16 @@ impl Agent {
                 continue;
             }
             self.ambiguous.remove(&worker);
+            // NB: a fresh clock per worker: a restart of the previous worker can take minutes,
+            // and a stale `now` would stamp timers in the past.
+            let now = match self.coord.time().await {
+                Ok(t) => t,
+                Err(e) => {
+                    self.coordinator_failed(&e).await;
+                    report.coordinator_error = Some(e.to_string());
+                    return report;
+                }
+            };
             match self.evaluate(&list[0], now).await {
                 Ok(v) => report.verdicts.push((worker, v)),
                 Err(e) => {

@@ -332,6 +332,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), CliErro
     let runtime = Arc::new(DockerRuntime::new(
         &cfg.docker.host,
         &cfg.docker.worker_label,
+        &cfg.checkpoint.label,
         cfg.docker.restart_timeout + Duration::from_secs(5),
     ));
     let metrics = Arc::new(Metrics::new());

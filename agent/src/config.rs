@@ -56,6 +56,75 @@ pub struct Config {
     pub alerts: AlertsConfig,
     pub server: ServerConfig,
     pub log: LogConfig,
+    pub fleet: FleetConfig,
+    pub metadata: MetadataConfig,
+    pub kubernetes: KubernetesConfig,
+    pub checkpoint: CheckpointConfig,
+    /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
+    #[serde(skip)]
+    pub kubernetes_in_cluster: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    /// Node pool this node belongs to; env `VIGIL_POOL`.
+    pub pool: String,
+    /// Slice (a group of nodes that train together, e.g. a TPU slice); env `VIGIL_SLICE`.
+    pub slice: String,
+    /// The agent's heartbeat record expires after this; a node silent longer is "down".
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_ttl: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// `auto` (watch; off with one log line when not on GCE), `on`, or `off`.
+    pub enabled: String,
+    /// Metadata server host[:port]; env `GCE_METADATA_HOST`; empty = `metadata.google.internal`.
+    pub host: String,
+    /// Long-poll `timeout_sec` for each watch request.
+    pub timeout_sec: u32,
+    /// After a maintenance event ends, restarts stay suppressed this long.
+    #[serde(with = "humantime_serde")]
+    pub settle: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// `auto` (on when running in a cluster), `on`, or `off`.
+    pub enabled: String,
+    /// API server URL; empty = in-cluster config or kubeconfig.
+    pub api_url: String,
+    /// Prefix of the labels, annotations and taint Vigil writes on its Node.
+    pub label_prefix: String,
+    /// Put a `NoSchedule` taint on the Node while termination is imminent.
+    pub taint_on_termination: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Default request method: `redis`, `signal` or `http`; a container label overrides it.
+    pub method: String,
+    /// Container label naming a worker's method: `redis`, `signal:SIGUSR1`, `http://host:port/path`.
+    pub label: String,
+    /// Signal sent by the `signal` method without an explicit one.
+    pub signal: String,
+    /// Budget on the agent's own SIGTERM/SIGINT (must end before the pod's grace period).
+    #[serde(with = "humantime_serde")]
+    pub sigterm_budget: Duration,
+    /// Budget on a Spot/preemptible preemption notice (GCE gives 30 s in total).
+    #[serde(with = "humantime_serde")]
+    pub preemption_budget: Duration,
+    /// Budget on a host-maintenance notice (GCE warns 60 s ahead).
+    #[serde(with = "humantime_serde")]
+    pub maintenance_budget: Duration,
+    /// The pod's termination grace period; the agent exits before it ends.
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -176,6 +245,57 @@ impl Default for Config {
             alerts: AlertsConfig::default(),
             server: ServerConfig::default(),
             log: LogConfig::default(),
+            fleet: FleetConfig::default(),
+            metadata: MetadataConfig::default(),
+            kubernetes: KubernetesConfig::default(),
+            checkpoint: CheckpointConfig::default(),
+            kubernetes_in_cluster: false,
+        }
+    }
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            pool: String::new(),
+            slice: String::new(),
+            heartbeat_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for MetadataConfig {
+    fn default() -> Self {
+        MetadataConfig {
+            enabled: "auto".into(),
+            host: String::new(),
+            timeout_sec: 60,
+            settle: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            enabled: "auto".into(),
+            api_url: String::new(),
+            label_prefix: "vigil.dev/".into(),
+            taint_on_termination: true,
+        }
+    }
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            method: "redis".into(),
+            label: "vigil.checkpoint".into(),
+            signal: "SIGUSR1".into(),
+            sigterm_budget: Duration::from_secs(25),
+            preemption_budget: Duration::from_secs(25),
+            maintenance_budget: Duration::from_secs(50),
+            grace: Duration::from_secs(30),
         }
     }
 }
@@ -258,6 +378,24 @@ impl Default for LogConfig {
     }
 }
 
+/// `example.com/` — a DNS subdomain and a slash, as Kubernetes label prefixes are.
+fn valid_prefix(p: &str) -> bool {
+    let Some(domain) = p.strip_suffix('/') else {
+        return false;
+    };
+    !domain.is_empty()
+        && domain.len() <= 253
+        && domain.split('.').all(|part| {
+            !part.is_empty()
+                && part.len() <= 63
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
 /// Pause before alert delivery attempt `attempt` (0 = first, no pause).
 pub fn alert_backoff(attempt: u32) -> Duration {
     if attempt == 0 {
@@ -329,6 +467,18 @@ impl Config {
         }
         if let Some(v) = env.get("DOCKER_HOST") {
             self.docker.host = v;
+        }
+        if let Some(v) = env.get("GCE_METADATA_HOST") {
+            self.metadata.host = v;
+        }
+        if let Some(v) = env.get("VIGIL_POOL") {
+            self.fleet.pool = v;
+        }
+        if let Some(v) = env.get("VIGIL_SLICE") {
+            self.fleet.slice = v;
+        }
+        if self.kubernetes.enabled == "auto" {
+            self.kubernetes_in_cluster = env.get("KUBERNETES_SERVICE_HOST").is_some();
         }
         if self.node_name.is_empty() {
             if let Some(h) = env.get("HOSTNAME") {
@@ -459,6 +609,68 @@ impl Config {
                 format!("`{}` is not host:port", self.server.listen),
             );
         }
+        for (key, v) in [
+            ("metadata.enabled", &self.metadata.enabled),
+            ("kubernetes.enabled", &self.kubernetes.enabled),
+        ] {
+            if !matches!(v.as_str(), "auto" | "on" | "off") {
+                return bad(key, "must be `auto`, `on` or `off`");
+            }
+        }
+        if self.metadata.timeout_sec == 0 || self.metadata.timeout_sec > 3600 {
+            return bad("metadata.timeout_sec", "must be between 1 and 3600");
+        }
+        if self.fleet.heartbeat_ttl < self.poll_interval * 2 {
+            return bad(
+                "fleet.heartbeat_ttl",
+                "must be at least twice poll_interval, or healthy nodes flap to down",
+            );
+        }
+        if !self.kubernetes.api_url.is_empty()
+            && !has_scheme(&self.kubernetes.api_url, &["http://", "https://"])
+        {
+            return bad("kubernetes.api_url", "must be an http:// or https:// URL");
+        }
+        if !valid_prefix(&self.kubernetes.label_prefix) {
+            return bad(
+                "kubernetes.label_prefix",
+                "must be a DNS subdomain followed by `/`, e.g. `vigil.dev/`",
+            );
+        }
+        if crate::actions::checkpoint::Method::parse(&self.checkpoint.method, &self.checkpoint.signal)
+            .is_none()
+        {
+            return bad(
+                "checkpoint.method",
+                "must be `redis`, `signal`, `signal:NAME` or an http(s):// URL",
+            );
+        }
+        if crate::actions::checkpoint::signal_number(&self.checkpoint.signal).is_none() {
+            return bad(
+                "checkpoint.signal",
+                format!("`{}` is not a signal name like SIGUSR1", self.checkpoint.signal),
+            );
+        }
+        if self.checkpoint.label.is_empty() {
+            return bad("checkpoint.label", "must not be empty");
+        }
+        for (key, budget) in [
+            ("checkpoint.sigterm_budget", self.checkpoint.sigterm_budget),
+            ("checkpoint.preemption_budget", self.checkpoint.preemption_budget),
+        ] {
+            if budget.is_zero() || budget >= self.checkpoint.grace {
+                return bad(
+                    key,
+                    format!(
+                        "must be above 0 and below checkpoint.grace ({}), so the agent exits before it is killed",
+                        humantime::format_duration(self.checkpoint.grace)
+                    ),
+                );
+            }
+        }
+        if self.checkpoint.maintenance_budget.is_zero() {
+            return bad("checkpoint.maintenance_budget", "must be greater than zero");
+        }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return bad("log.format", "must be `text` or `json`");
         }
@@ -481,6 +693,15 @@ impl Config {
             .map(|a| self.alerts.timeout + alert_backoff(a))
             .sum();
         self.docker.log_timeout + alert + self.docker.restart_timeout + LOCK_MARGIN
+    }
+
+    /// Whether the Node object is published (explicit `on`, or `auto` inside a cluster).
+    pub fn kubernetes_on(&self) -> bool {
+        match self.kubernetes.enabled.as_str() {
+            "on" => true,
+            "auto" => self.kubernetes_in_cluster || !self.kubernetes.api_url.is_empty(),
+            _ => false,
+        }
     }
 
     pub fn embedded(&self) -> bool {

@@ -16,4 +16,5 @@ pub mod pipeline;
 pub mod policy;
 pub mod runtime;
 pub mod server;
+pub mod sources;
 pub mod trail;

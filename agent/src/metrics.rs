@@ -24,6 +24,12 @@ pub struct Metrics {
     pub workers: Gauge,
     pub dry_run: Gauge,
     pub cycle_seconds: Histogram,
+    pub metadata_errors: Family<Labels, Counter>,
+    pub interruptions: Family<Labels, Counter>,
+    pub maintenance: Family<Labels, Gauge>,
+    pub checkpoints: Family<Labels, Counter>,
+    pub checkpoint_seconds: Histogram,
+    pub kube_errors: Family<Labels, Counter>,
 }
 
 impl Metrics {
@@ -41,6 +47,12 @@ impl Metrics {
             workers: Gauge::default(),
             dry_run: Gauge::default(),
             cycle_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            metadata_errors: Family::default(),
+            interruptions: Family::default(),
+            maintenance: Family::default(),
+            checkpoints: Family::default(),
+            checkpoint_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
+            kube_errors: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -100,6 +112,37 @@ impl Metrics {
             m.cycle_seconds.clone(),
         );
         registry.register(
+            "metadata_errors",
+            "GCE metadata server errors by key and kind (unavailable, rate-limited, not-found, timeout, malformed, transport)",
+            m.metadata_errors.clone(),
+        );
+        registry.register(
+            "interruptions",
+            "Interruptions seen, by type (preemption, host-maintenance) and reason, as GKE's interruption_count",
+            m.interruptions.clone(),
+        );
+        registry.register(
+            "maintenance_phase",
+            "1 for the node's current maintenance phase (none, pending, ongoing, terminating)",
+            m.maintenance.clone(),
+        );
+        registry.register(
+            "checkpoints",
+            "Checkpoint requests by method (signal, http, redis) and outcome (acked, timed-out, failed)",
+            m.checkpoints.clone(),
+        );
+        registry.register_with_unit(
+            "checkpoint_duration",
+            "Time from checkpoint request to acknowledgement (or give-up)",
+            prometheus_client::registry::Unit::Seconds,
+            m.checkpoint_seconds.clone(),
+        );
+        registry.register(
+            "kube_errors",
+            "Kubernetes API errors by operation (get, patch, event)",
+            m.kube_errors.clone(),
+        );
+        registry.register(
             "build",
             "Build information",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
@@ -122,6 +165,15 @@ impl Metrics {
         self.alerts
             .get_or_create(&vec![("kind", kind), ("outcome", outcome)])
             .inc();
+    }
+
+    pub fn metadata_error(&self, key: &'static str, kind: &'static str) {
+        self.metadata_errors
+            .get_or_create(&vec![("key", key), ("kind", kind)])
+            .inc();
+    }
+    pub fn kube_error(&self, op: &'static str) {
+        self.kube_errors.get_or_create(&vec![("op", op)]).inc();
     }
 
     /// OpenMetrics text.

@@ -123,6 +123,7 @@ impl Agent {
     /// (fail closed): nothing after a failed read or write is done on stale knowledge.
     pub async fn evaluate(&mut self, c: &Container, now: Millis) -> Result<Verdict, CoordError> {
         let cfg = self.cfg.policy.clone();
+        self.track_incarnation(c, now).await?;
         let status = self.read_status(&c.worker).await?;
         let marks = self.read_marks(&c.worker).await?;
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, &cfg);
@@ -145,7 +146,7 @@ impl Agent {
                     human(now - hb)
                 ),
                 None,
-                true,
+                false,
             )
             .await?;
         }
@@ -359,6 +360,57 @@ impl Agent {
         Ok(v)
     }
 
+    /// A new incarnation of the container that we did not start (an operator's `docker
+    /// restart`, Docker's restart policy) boots just like ours and looks just as hung: it gets
+    /// the same cooldown marker, and any timer of the previous incarnation is dropped.
+    async fn track_incarnation(&mut self, c: &Container, now: Millis) -> Result<(), CoordError> {
+        let k = self.keys.clone();
+        let w = c.worker.as_str();
+        let seen = format!("{}:{}", c.id, c.started_at);
+        let prev = self
+            .coord
+            .get_many(&[k.incarnation(w)])
+            .await?
+            .pop()
+            .flatten();
+        if prev.as_deref() == Some(seen.as_str()) {
+            return Ok(());
+        }
+        self.coord.set(&k.incarnation(w), &seen, MARK_TTL).await?;
+        if prev.is_none() {
+            return Ok(());
+        }
+        // Our own restart already left its marker; SET NX keeps it.
+        if self
+            .coord
+            .set_nx(
+                &k.cooldown(w),
+                &format!("{now}:external"),
+                self.cfg.policy.cooldown,
+            )
+            .await?
+        {
+            self.coord
+                .del(&[k.incident(w), k.suspect(w), k.error_since(w)])
+                .await?;
+            self.note(
+                now,
+                w,
+                Verdict::Booting,
+                code::EXTERNAL_RESTART,
+                format!(
+                    "container {} restarted outside Vigil; treated as booting for {}",
+                    short(&c.id),
+                    humantime::format_duration(self.cfg.policy.cooldown)
+                ),
+                None,
+                false,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     fn restart_wait(&self, v: Verdict) -> Duration {
         if v == Verdict::Hung {
             self.cfg.policy.restart_delay
@@ -405,11 +457,19 @@ impl Agent {
         }
 
         let token = random_token();
-        if !self
+        let took = match self
             .coord
             .set_nx(&k.lock(), &token, self.cfg.safety.lock_ttl)
-            .await?
+            .await
         {
+            Ok(took) => took,
+            Err(e) => {
+                // NB: the SET may have been applied with its reply lost: release by token.
+                let _ = self.coord.del_if_owner(&k.lock(), &token).await;
+                return Err(e);
+            }
+        };
+        if !took {
             self.note(
                 now,
                 w,
@@ -423,7 +483,7 @@ impl Agent {
             return Ok(Outcome::Skipped(code::SKIP_LOCK_HELD));
         }
         let result = self
-            .locked_restart(c, v, status, inc, since, now, &day, &token)
+            .locked_restart(c, v, status, inc, since, &token)
             .await;
         // Release only our own lock (compare-and-delete), whatever happened above.
         if let Err(e) = self.coord.del_if_owner(&k.lock(), &token).await {
@@ -536,7 +596,15 @@ impl Agent {
         Ok(Some(Outcome::Skipped(code::SKIP_BUDGET_EXHAUSTED)))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Release the restart alert's dedup key after a skip, so the restart that eventually runs
+    /// for this incident alerts (with its logs) again.
+    async fn release_restart_alert(&self, inc: &Incident) {
+        let _ = self
+            .coord
+            .del(&[self.keys.alert_dedup(&inc.id, "restart")])
+            .await;
+    }
+
     async fn locked_restart(
         &mut self,
         c: &Container,
@@ -544,14 +612,13 @@ impl Agent {
         status: Option<&WorkerStatus>,
         inc: &Incident,
         since: Millis,
-        now: Millis,
-        day: &str,
         token: &str,
     ) -> Result<Outcome, CoordError> {
         let k = self.keys.clone();
         let w = c.worker.as_str();
         let reason = v.as_str();
         let dcfg = self.cfg.docker.clone();
+        let now = self.coord.time().await?;
 
         // Logs first: a run that fails here must not consume the breaker.
         let logs = match tokio::time::timeout(
@@ -603,11 +670,7 @@ impl Agent {
         };
         if self
             .coord
-            .set_nx(
-                &k.alert_dedup(&inc.id, "restart"),
-                &now.to_string(),
-                MARK_TTL,
-            )
+            .set_nx(&k.alert_dedup(&inc.id, "restart"), &now.to_string(), MARK_TTL)
             .await?
         {
             let verb = if self.cfg.dry_run {
@@ -661,29 +724,6 @@ impl Agent {
             return Ok(Outcome::Skipped(code::CANCELLED_RECOVERED));
         }
 
-        // The lock must still be ours, with room for the whole restart.
-        let needed = ms(dcfg.restart_timeout + LOCK_MARGIN);
-        match self.coord.owner_ttl(&k.lock(), token).await? {
-            Some(ttl) if ttl >= needed => {}
-            left => {
-                let detail = match left {
-                    Some(t) => format!("lock has {} left, {} needed", human(t), human(needed)),
-                    None => "lock lost (expired or taken over)".into(),
-                };
-                self.note(
-                    now2,
-                    w,
-                    v,
-                    code::SKIP_LOCK_EXPIRING,
-                    detail,
-                    Some(&inc.id),
-                    false,
-                )
-                .await?;
-                return Ok(Outcome::Skipped(code::SKIP_LOCK_EXPIRING));
-            }
-        }
-
         // Compare-and-restart: only the incarnation we observed.
         let current = match self.runtime.inspect(&c.id).await {
             Ok(cur) => cur,
@@ -694,6 +734,7 @@ impl Agent {
             }
         };
         if current.as_ref().map(|x| (&x.id, &x.started_at)) != Some((&c.id, &c.started_at)) {
+            self.release_restart_alert(inc).await;
             self.note(
                 now2,
                 w,
@@ -710,19 +751,24 @@ impl Agent {
             return Ok(Outcome::Skipped(code::SKIP_CONTAINER_CHANGED));
         }
 
-        // NB: the breaker (and fleet budget) are incremented here, immediately before the
-        // command, never at pipeline start: a run that failed earlier must not consume budget.
-        if let Some(outcome) = self
-            .blocked_by_caps(c, v, status, inc, now2, day, false)
-            .await?
-        {
-            return Ok(outcome);
-        }
-
         if self.cfg.dry_run {
-            // Observe mode leaves the same "this is me" marker, so the timeline it shows is the
-            // one a real restart would produce.
-            self.write_restart_markers(w, inc, now2).await?;
+            if let Some(outcome) = self
+                .blocked_by_caps(c, v, status, inc, now2, &utc_day(now2), true)
+                .await?
+            {
+                return Ok(outcome);
+            }
+            // Observe mode leaves the same "this is me" cooldown, so its timeline is the one a
+            // real restart would produce; but no restart record, so it never pages an escalation
+            // for a restart that did not happen.
+            self.coord
+                .set(
+                    &k.cooldown(w),
+                    &format!("{now2}:{}", inc.id),
+                    self.cfg.policy.cooldown,
+                )
+                .await?;
+            self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
             self.metrics.restart(reason, "would-restart");
             self.note(
                 now2,
@@ -741,79 +787,141 @@ impl Agent {
             return Ok(Outcome::WouldRestart);
         }
 
+        // NB: the breaker (and fleet budget) are incremented here, immediately before the
+        // command, never at pipeline start: a run that failed earlier must not consume budget.
+        let now3 = self.coord.time().await?;
+        let day = utc_day(now3);
+        if let Some(outcome) = self
+            .blocked_by_caps(c, v, status, inc, now3, &day, false)
+            .await?
+        {
+            self.release_restart_alert(inc).await;
+            return Ok(outcome);
+        }
+
+        // The lock must still be ours, with room for the whole restart; checked after every
+        // slow step so the margin covers only the writes below.
+        let needed = ms(dcfg.restart_timeout + LOCK_MARGIN);
+        let lock_left = self.coord.owner_ttl(&k.lock(), token).await;
+        let lock_ok = matches!(lock_left, Ok(Some(ttl)) if ttl >= needed);
         // NB: the cooldown marker goes in *before* the command: the booting container will look
         // hung for a minute or more, and the detector must know that this is us.
-        self.write_restart_markers(w, inc, now2).await?;
+        let markers = if lock_ok {
+            self.write_restart_markers(w, inc, now3).await
+        } else {
+            Ok(())
+        };
+        if !lock_ok || markers.is_err() {
+            // Nothing will run: give back the units taken just above (best-effort).
+            self.refund_caps(&day, now3).await;
+            self.release_restart_alert(inc).await;
+            markers?;
+            let detail = match lock_left? {
+                Some(t) => format!("lock has {} left, {} needed", human(t), human(needed)),
+                None => "lock lost (expired or taken over)".into(),
+            };
+            self.note(
+                now3,
+                w,
+                v,
+                code::SKIP_LOCK_EXPIRING,
+                detail,
+                Some(&inc.id),
+                false,
+            )
+            .await?;
+            return Ok(Outcome::Skipped(code::SKIP_LOCK_EXPIRING));
+        }
+
         let result = tokio::time::timeout(
             dcfg.restart_timeout,
             self.runtime.restart(&c.id, dcfg.stop_grace),
         )
         .await;
-        let verified = match result {
-            Ok(Ok(())) => match self.runtime.inspect(&c.id).await {
-                Ok(Some(after)) if after.started_at != c.started_at && after.running => Ok(()),
-                Ok(Some(_)) => Err("the container's start time did not change".to_string()),
-                Ok(None) => Err("the container disappeared".to_string()),
-                Err(e) => Err(format!("could not verify: {e}")),
-            },
+        let call = match result {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!(
                 "no answer within {}",
                 humantime::format_duration(dcfg.restart_timeout)
             )),
         };
-        let done = self.coord.time().await.unwrap_or(now2);
-        match verified {
-            Ok(()) => {
-                self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-                self.metrics.restart(reason, "restarted");
-                self.note(
-                    done,
-                    w,
-                    v,
-                    code::RESTARTED,
-                    format!(
-                        "restarted container {} ({}) after {}; cooldown {}",
-                        c.name,
-                        short(&c.id),
-                        human(now2 - since),
-                        humantime::format_duration(self.cfg.policy.cooldown)
-                    ),
-                    Some(&inc.id),
-                    false,
-                )
+        // NB: verify by the container's start time even when the call failed: a restart whose
+        // reply was lost did happen, and treating it as failed would drop the cooldown and let
+        // the next cycle restart the booting container again.
+        let after = self.runtime.inspect(&c.id).await;
+        let restarted = matches!(&after, Ok(Some(a)) if a.started_at != c.started_at && a.running);
+        let done = self.coord.time().await.unwrap_or(now3);
+        if restarted {
+            self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+            self.metrics.restart(reason, "restarted");
+            let mut detail = format!(
+                "restarted container {} ({}) after {}; cooldown {}",
+                c.name,
+                short(&c.id),
+                human(now3 - since),
+                humantime::format_duration(self.cfg.policy.cooldown)
+            );
+            if let Err(e) = &call {
+                detail.push_str(&format!(" (the restart call reported: {e})"));
+            }
+            self.note(done, w, v, code::RESTARTED, detail, Some(&inc.id), false)
                 .await?;
-                Ok(Outcome::Restarted)
-            }
-            Err(why) => {
-                self.metrics.runtime_errors.inc();
-                self.metrics.restart(reason, "failed");
-                // Release the dedup key and the markers so the next cycle retries at once.
-                self.coord
-                    .del(&[
-                        k.alert_dedup(&inc.id, "restart"),
-                        k.cooldown(w),
-                        k.restarted(w),
-                    ])
-                    .await?;
-                let mut alert = self.alert_for(
-                    AlertKind::RestartFailed,
-                    c,
-                    v,
-                    status,
-                    Some(since),
-                    done,
-                    format!(
-                        "restart of container {} failed: {why}; will retry next cycle",
-                        c.name
-                    ),
-                );
-                alert.incident = Some(inc.id.clone());
-                self.notifier.send(&alert).await;
-                self.note(done, w, v, code::RESTART_FAILED, why, Some(&inc.id), false)
-                    .await?;
-                Ok(Outcome::Failed)
-            }
+            return Ok(Outcome::Restarted);
+        }
+        let why = match (call, after) {
+            (Err(e), _) => e,
+            (Ok(()), Ok(Some(_))) => "the container's start time did not change".to_string(),
+            (Ok(()), Ok(None)) => "the container disappeared".to_string(),
+            (Ok(()), Err(e)) => format!("could not verify: {e}"),
+        };
+        self.metrics.runtime_errors.inc();
+        self.metrics.restart(reason, "failed");
+        // Page first: the deletes below need the coordinator, the page must not.
+        let mut alert = self.alert_for(
+            AlertKind::RestartFailed,
+            c,
+            v,
+            status,
+            Some(since),
+            done,
+            format!(
+                "restart of container {} failed: {why}; will retry next cycle",
+                c.name
+            ),
+        );
+        alert.incident = Some(inc.id.clone());
+        self.notifier.send(&alert).await;
+        // Release the dedup key and the markers so the next cycle retries at once.
+        self.coord
+            .del(&[
+                k.alert_dedup(&inc.id, "restart"),
+                k.cooldown(w),
+                k.restarted(w),
+            ])
+            .await?;
+        self.note(
+            done,
+            w,
+            v,
+            code::RESTART_FAILED,
+            why,
+            Some(&inc.id),
+            false,
+        )
+        .await?;
+        Ok(Outcome::Failed)
+    }
+
+    /// Give back one breaker and one fleet unit taken for a restart that will not run.
+    async fn refund_caps(&self, day: &str, now: Millis) {
+        let s = &self.cfg.safety;
+        if !s.breaker_disabled {
+            let _ = self.coord.decr(&self.keys.breaker(day)).await;
+        }
+        if s.fleet_budget > 0 {
+            let window = now.div_euclid(ms(s.fleet_window).max(1));
+            let _ = self.coord.decr(&self.keys.fleet_budget(window)).await;
         }
     }
 
@@ -834,7 +942,11 @@ impl Agent {
         self.coord
             .set(&k.restarted(w), &now.to_string(), MARK_TTL)
             .await?;
-        self.coord.del(&[k.escalated(w)]).await
+        // The error timer must not survive our restart, or a record still saying `error` after
+        // the cooldown would count as errored at once instead of after `error_for`.
+        self.coord
+            .del(&[k.escalated(w), k.error_since(w)])
+            .await
     }
 }
 

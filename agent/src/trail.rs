@@ -27,6 +27,7 @@ pub mod code {
     pub const CANCELLED_RECOVERED: &str = "cancelled-recovered";
     pub const ABORTED_LOGS_FAILED: &str = "aborted-logs-failed";
     pub const AGENT_STARTED: &str = "agent-started";
+    pub const EXTERNAL_RESTART: &str = "external-restart";
 
     /// Every code, for the README drift check.
     pub const ALL: &[&str] = &[
@@ -49,6 +50,7 @@ pub mod code {
         CANCELLED_RECOVERED,
         ABORTED_LOGS_FAILED,
         AGENT_STARTED,
+        EXTERNAL_RESTART,
     ];
 }
 

@@ -22,6 +22,8 @@ struct State {
     fail_logs: bool,
     fail_restarts: usize,
     down: bool,
+    signals: Vec<(String, String)>,
+    lose_restart_replies: usize,
 }
 
 /// A container runtime in memory. A restart changes the container's start time, as Docker does.
@@ -29,6 +31,7 @@ struct State {
 pub struct FakeRuntime {
     state: Arc<Mutex<State>>,
     on_logs: Arc<Mutex<Option<Hook>>>,
+    on_signal: Arc<Mutex<Option<Box<dyn Fn(&str) + Send + Sync>>>>,
 }
 
 impl FakeRuntime {
@@ -44,6 +47,7 @@ impl FakeRuntime {
                 worker: worker.to_string(),
                 started_at,
                 running: true,
+                checkpoint: None,
             },
         );
     }
@@ -59,12 +63,30 @@ impl FakeRuntime {
     pub fn fail_next_restarts(&self, n: usize) {
         self.state.lock().unwrap().fail_restarts = n;
     }
+    /// The next `n` restarts happen, but the call reports an error (a lost reply).
+    pub fn lose_next_restart_replies(&self, n: usize) {
+        self.state.lock().unwrap().lose_restart_replies = n;
+    }
     pub fn set_down(&self, down: bool) {
         self.state.lock().unwrap().down = down;
     }
     /// Run `hook` while logs are being collected (between decision and command).
     pub fn on_logs(&self, hook: impl Fn() + Send + Sync + 'static) {
         *self.on_logs.lock().unwrap() = Some(Box::new(hook));
+    }
+    /// Signals delivered so far: (container id, signal).
+    pub fn signals(&self) -> Vec<(String, String)> {
+        self.state.lock().unwrap().signals.clone()
+    }
+    /// Run `hook(container_id)` when a signal is delivered (a worker that acknowledges).
+    pub fn on_signal(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        *self.on_signal.lock().unwrap() = Some(Box::new(hook));
+    }
+    /// Set a container's checkpoint-method label.
+    pub fn set_checkpoint_label(&self, id: &str, value: &str) {
+        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
+            c.checkpoint = Some(value.to_string());
+        }
     }
     fn check_up(&self) -> Result<(), RuntimeError> {
         if self.state.lock().unwrap().down {
@@ -132,6 +154,26 @@ impl ContainerRuntime for FakeRuntime {
             c.started_at = format!("gen-{generation}");
         }
         *s.restarts.entry(id.to_string()).or_default() += 1;
+        if s.lose_restart_replies > 0 {
+            s.lose_restart_replies -= 1;
+            return Err(RuntimeError::Timeout {
+                op: "restart",
+                container: id.into(),
+                timeout: Duration::from_secs(90),
+            });
+        }
+        Ok(())
+    }
+    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        self.check_up()?;
+        self.state
+            .lock()
+            .unwrap()
+            .signals
+            .push((id.to_string(), signal.to_string()));
+        if let Some(h) = self.on_signal.lock().unwrap().as_ref() {
+            h(id);
+        }
         Ok(())
     }
     async fn ping(&self) -> Result<(), RuntimeError> {
@@ -284,6 +326,29 @@ impl vigil::coord::Coordinator for Switchable {
         max_len: usize,
     ) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.append(key, fields, max_len))
+    }
+    async fn hset_ttl(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        ttl: Duration,
+    ) -> Result<(), vigil::coord::CoordError> {
+        delegate!(self, self.inner.hset_ttl(key, fields, ttl))
+    }
+    async fn index_touch(
+        &self,
+        key: &str,
+        member: &str,
+        score: i64,
+        prune_before: i64,
+    ) -> Result<(), vigil::coord::CoordError> {
+        delegate!(self, self.inner.index_touch(key, member, score, prune_before))
+    }
+    async fn index_members(
+        &self,
+        key: &str,
+    ) -> Result<Vec<(String, i64)>, vigil::coord::CoordError> {
+        delegate!(self, self.inner.index_members(key))
     }
     async fn read_recent(
         &self,

@@ -1,3 +1,5 @@
-//! Write adapters: alerts and pages. (Restarts go through `crate::runtime`.)
+//! Write adapters: alerts and pages, the Kubernetes Node. (Restarts go through `crate::runtime`.)
 
 pub mod alert;
+pub mod checkpoint;
+pub mod node;

@@ -50,6 +50,10 @@ impl Keys {
     pub fn cooldown(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:cooldown"))
     }
+    /// The container incarnation last seen for the worker: `"<container id>:<started_at>"`.
+    pub fn incarnation(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:incarnation"))
+    }
     /// Time of our last restart (ms), for escalation.
     pub fn restarted(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:restarted"))

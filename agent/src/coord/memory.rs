@@ -15,6 +15,7 @@ use crate::clock::{ms, Clock, Millis};
 
 enum Value {
     Str(String),
+    Index(HashMap<String, Millis>),
     Hash(HashMap<String, String>),
     Stream(VecDeque<TrailEntry>, u64),
 }
@@ -230,6 +231,52 @@ impl Coordinator for MemoryCoordinator {
             }
         }
         Ok(())
+    }
+
+    async fn hset_ttl(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        ttl: Duration,
+    ) -> Result<(), CoordError> {
+        self.hset(key, fields).await?;
+        let (mut data, now) = self.live();
+        if let Some(e) = data.get_mut(key) {
+            e.expires = Some(now + ms(ttl));
+        }
+        Ok(())
+    }
+
+    async fn index_touch(
+        &self,
+        key: &str,
+        member: &str,
+        score: Millis,
+        prune_before: Millis,
+    ) -> Result<(), CoordError> {
+        let (mut data, _) = self.live();
+        let entry = data.entry(key.into()).or_insert_with(|| Entry {
+            value: Value::Index(HashMap::new()),
+            expires: None,
+        });
+        if !matches!(entry.value, Value::Index(_)) {
+            entry.value = Value::Index(HashMap::new());
+        }
+        if let Value::Index(m) = &mut entry.value {
+            m.insert(member.to_string(), score);
+            m.retain(|_, s| *s >= prune_before);
+        }
+        Ok(())
+    }
+
+    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
+        let (data, _) = self.live();
+        let mut v: Vec<(String, Millis)> = match data.get(key).map(|e| &e.value) {
+            Some(Value::Index(m)) => m.iter().map(|(k, s)| (k.clone(), *s)).collect(),
+            _ => Vec::new(),
+        };
+        v.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+        Ok(v)
     }
 
     async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {

@@ -80,6 +80,24 @@ pub trait Coordinator: Send + Sync {
     ) -> Result<(), CoordError>;
     /// The newest `count` entries, newest first.
     async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError>;
+    /// Write a hash's fields and (re)set its TTL: records that vanish when their writer stops.
+    async fn hset_ttl(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        ttl: Duration,
+    ) -> Result<(), CoordError>;
+    /// Add or refresh `member` in a sorted-set index with `score` (ms), and drop members whose
+    /// score is below `prune_before`, so the index never needs `KEYS`/`SCAN`.
+    async fn index_touch(
+        &self,
+        key: &str,
+        member: &str,
+        score: Millis,
+        prune_before: Millis,
+    ) -> Result<(), CoordError>;
+    /// Members of an index with their scores, oldest first.
+    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError>;
     /// Cheap liveness check for `/readyz`.
     async fn ping(&self) -> Result<(), CoordError> {
         self.time().await.map(|_| ())

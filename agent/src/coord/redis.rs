@@ -258,6 +258,65 @@ impl Coordinator for RedisCoordinator {
         self.query::<()>(&cmd).await
     }
 
+    async fn hset_ttl(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        ttl: Duration,
+    ) -> Result<(), CoordError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let hset = pipe.cmd("HSET").arg(key);
+        for (k, v) in fields {
+            hset.arg(k).arg(v);
+        }
+        pipe.ignore().cmd("PEXPIRE").arg(key).arg(px(ttl)).ignore();
+        let mut c = self.conn().await?;
+        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut c)).await {
+            Ok(r) => r.map_err(|e| self.map_err(e)),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    async fn index_touch(
+        &self,
+        key: &str,
+        member: &str,
+        score: Millis,
+        prune_before: Millis,
+    ) -> Result<(), CoordError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("ZADD")
+            .arg(key)
+            .arg(score)
+            .arg(member)
+            .ignore()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(key)
+            .arg("-inf")
+            .arg(format!("({prune_before}"))
+            .ignore();
+        let mut c = self.conn().await?;
+        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut c)).await {
+            Ok(r) => r.map_err(|e| self.map_err(e)),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
+        let flat: Vec<(String, f64)> = self
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES"),
+            )
+            .await?;
+        Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
+    }
+
     async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
         let raw: Vec<(String, Vec<String>)> = self
             .query(

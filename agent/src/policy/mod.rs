@@ -304,7 +304,8 @@ pub fn plan(
         _ => {}
     }
     match (in_error, marks.error_since) {
-        (true, None) => p.mark_error_since = true,
+        // Not while booting: our restart cleared it, and the new incarnation gets its own clock.
+        (true, None) if v != Verdict::Booting => p.mark_error_since = true,
         (false, Some(_)) => p.clear_error_since = true,
         _ => {}
     }
@@ -364,7 +365,10 @@ pub fn plan(
         Action::Observe | Action::AlertOnly | Action::AlertNoRestart | Action::None => {
             // Timers are cleared only when the *data* says the worker is fine, never because this
             // instance has not confirmed yet: another instance may be one observation ahead.
-            if marks.incident.is_some() && !stale && !in_error && status.is_some() {
+            let readable = status.is_some_and(|s| {
+                s.state != WorkerState::Processing || s.heartbeat.is_some()
+            });
+            if marks.incident.is_some() && !stale && !in_error && readable {
                 p.clear_incident = true;
             }
         }

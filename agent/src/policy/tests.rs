@@ -355,3 +355,29 @@ fn table_covers_every_verdict_with_configured_thresholds() {
     assert!(hung.predicate.contains("1m 30s"), "{}", hung.predicate);
     assert!(hung.action.starts_with("restart pipeline"));
 }
+
+#[test]
+fn an_unreadable_heartbeat_never_clears_the_timer() {
+    let mut r = rec("processing", 0);
+    r.heartbeat = None;
+    let m = Marks {
+        incident: Some(Incident {
+            started: NOW - 60 * S,
+            id: "i1".into(),
+        }),
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Unreachable, Some(&r), &m, NOW, &cfg());
+    assert!(!p.clear_incident);
+}
+
+#[test]
+fn no_error_clock_starts_while_booting() {
+    let r = rec("error", 1);
+    let m = Marks {
+        cooldown: true,
+        ..Marks::default()
+    };
+    let p = plan(Verdict::Booting, Some(&r), &m, NOW, &cfg());
+    assert!(!p.mark_error_since);
+}

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::query_parameters::{
-    InspectContainerOptions, ListContainersOptions, LogsOptions, RestartContainerOptions,
+    InspectContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
+    RestartContainerOptions,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -17,16 +18,18 @@ use super::{Container, ContainerRuntime, RuntimeError};
 pub struct DockerRuntime {
     host: String,
     label: String,
+    checkpoint_label: String,
     timeout: Duration,
     client: Mutex<Option<Docker>>,
 }
 
 impl DockerRuntime {
     /// No connection is made here: a daemon that is down at start-up is reported per cycle.
-    pub fn new(host: &str, label: &str, timeout: Duration) -> Self {
+    pub fn new(host: &str, label: &str, checkpoint_label: &str, timeout: Duration) -> Self {
         DockerRuntime {
             host: host.to_string(),
             label: label.to_string(),
+            checkpoint_label: checkpoint_label.to_string(),
             timeout,
             client: Mutex::new(None),
         }
@@ -147,6 +150,7 @@ impl ContainerRuntime for DockerRuntime {
             worker: worker.clone(),
             started_at: state.and_then(|s| s.started_at.clone()).unwrap_or_default(),
             running: state.and_then(|s| s.running).unwrap_or(false),
+            checkpoint: labels.get(&self.checkpoint_label).cloned(),
         }))
     }
 
@@ -178,6 +182,17 @@ impl ContainerRuntime for DockerRuntime {
         match c.restart_container(id, Some(opts)).await {
             Ok(()) => Ok(()),
             Err(e) => Err(self.classify("restart", id, e).await),
+        }
+    }
+
+    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        let c = self.client().await?;
+        let opts = KillContainerOptions {
+            signal: signal.to_string(),
+        };
+        match c.kill_container(id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.classify("kill", id, e).await),
         }
     }
 

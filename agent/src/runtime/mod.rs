@@ -19,6 +19,8 @@ pub struct Container {
     /// When the current incarnation started; a restart changes it (compare-and-restart key).
     pub started_at: String,
     pub running: bool,
+    /// The value of the checkpoint-method label, when the container has one.
+    pub checkpoint: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +54,8 @@ pub trait ContainerRuntime: Send + Sync {
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError>;
     /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start.
     async fn restart(&self, id: &str, stop_grace: Duration) -> Result<(), RuntimeError>;
+    /// Send a signal (e.g. `SIGUSR1`) to the container's main process: a checkpoint request.
+    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError>;
     /// Cheap liveness check for `/readyz`.
     async fn ping(&self) -> Result<(), RuntimeError>;
 }

@@ -1,0 +1,279 @@
+//! Checkpoint requests: ask every opted-in worker to save its state before the node goes away
+//! (termination notice, preemption, the agent's own SIGTERM), and wait for its acknowledgement.
+//!
+//! The protocol, for every method: the agent writes `checkpoint_request=<id>`,
+//! `checkpoint_reason` and `checkpoint_requested_at` into the worker's status record and clears
+//! `checkpoint_ack`; then it delivers the request by the worker's method (a signal through Docker,
+//! an HTTP POST, or nothing more for `redis`, where the worker watches its own record). The worker
+//! saves its state and sets `checkpoint_ack` (ideally to the request id) in its status record.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Millis;
+use crate::coord::{Coordinator, Keys};
+use crate::runtime::{Container, ContainerRuntime};
+
+/// How a worker is asked to checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Method {
+    /// The request in the status record is all: the worker polls its own record.
+    Redis,
+    /// A signal to the container's main process, e.g. `SIGUSR1`.
+    Signal(String),
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`.
+    Http(String),
+}
+
+impl Method {
+    /// `redis`, `signal`, `signal:SIGUSR2`, or an `http(s)://` URL.
+    pub fn parse(s: &str, default_signal: &str) -> Option<Method> {
+        let s = s.trim();
+        match s {
+            "redis" => Some(Method::Redis),
+            "signal" => signal_number(default_signal).map(|n| Method::Signal(n.to_string())),
+            _ if s.starts_with("signal:") => {
+                signal_number(&s["signal:".len()..]).map(|n| Method::Signal(n.to_string()))
+            }
+            _ if s.starts_with("http://") || s.starts_with("https://") => {
+                Some(Method::Http(s.to_string()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Method::Redis => "redis",
+            Method::Signal(_) => "signal",
+            Method::Http(_) => "http",
+        }
+    }
+}
+
+/// The canonical name of a signal a worker may be asked with, or `None` if it is not one.
+/// SIGKILL and SIGSTOP are refused: they cannot be handled, so they can never checkpoint.
+pub fn signal_number(name: &str) -> Option<&'static str> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    const KNOWN: &[&str] = &[
+        "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGWINCH", "SIGPWR",
+    ];
+    KNOWN.iter().copied().find(|k| &k[3..] == bare)
+}
+
+/// How one worker's checkpoint ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Acked,
+    TimedOut,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acked => "acked",
+            Outcome::TimedOut => "timed-out",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// One worker's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerResult {
+    pub worker: String,
+    pub method: &'static str,
+    pub outcome: Outcome,
+    pub waited: Duration,
+    pub detail: String,
+}
+
+/// A one-line summary for the Node annotation and the trail: `acked=2 timed-out=1 failed=0`.
+pub fn summary(results: &[WorkerResult]) -> String {
+    let count = |o| results.iter().filter(|r| r.outcome == o).count();
+    format!(
+        "acked={} timed-out={} failed={}",
+        count(Outcome::Acked),
+        count(Outcome::TimedOut),
+        count(Outcome::Failed)
+    )
+}
+
+/// What a checkpoint round needs.
+pub struct Checkpointer {
+    pub coord: Arc<dyn Coordinator>,
+    pub runtime: Arc<dyn ContainerRuntime>,
+    pub keys: Keys,
+    pub default_method: Method,
+    pub default_signal: String,
+    /// How often the status records are re-read while waiting.
+    pub poll: Duration,
+    pub http: reqwest::Client,
+}
+
+impl Checkpointer {
+    /// Ask every worker at once and wait for all of them, never longer than `budget`.
+    pub async fn run(
+        &self,
+        workers: &[Container],
+        reason: &str,
+        budget: Duration,
+    ) -> Vec<WorkerResult> {
+        let deadline = tokio::time::Instant::now() + budget;
+        let futures = workers
+            .iter()
+            .map(|c| self.one(c, reason, budget, deadline));
+        futures_util::future::join_all(futures).await
+    }
+
+    fn method_for(&self, c: &Container) -> Result<Method, String> {
+        match &c.checkpoint {
+            None => Ok(self.default_method.clone()),
+            Some(label) => Method::parse(label, &self.default_signal).ok_or_else(|| {
+                format!("checkpoint label `{label}` is not redis, signal[:NAME] or an http(s) URL")
+            }),
+        }
+    }
+
+    async fn one(
+        &self,
+        c: &Container,
+        reason: &str,
+        budget: Duration,
+        deadline: tokio::time::Instant,
+    ) -> WorkerResult {
+        let started = tokio::time::Instant::now();
+        let result = |method: &'static str, outcome, detail: String| WorkerResult {
+            worker: c.worker.clone(),
+            method,
+            outcome,
+            waited: started.elapsed(),
+            detail,
+        };
+        let method = match self.method_for(c) {
+            Ok(m) => m,
+            Err(e) => return result("invalid", Outcome::Failed, e),
+        };
+        let label = method.label();
+        let id = format!("{:012x}", rand::random::<u64>() >> 16);
+        let now: Millis = match self.coord.time().await {
+            Ok(t) => t,
+            Err(e) => return result(label, Outcome::Failed, e.to_string()),
+        };
+        let key = self.keys.status(&c.worker);
+        let fields = [
+            ("checkpoint_request".to_string(), id.clone()),
+            ("checkpoint_reason".to_string(), reason.to_string()),
+            ("checkpoint_requested_at".to_string(), now.to_string()),
+            ("checkpoint_ack".to_string(), String::new()),
+        ];
+        if let Err(e) = self.coord.hset(&key, &fields).await {
+            // Without the record there is nothing to acknowledge into, but a signal or a POST
+            // may still let the worker save: deliver anyway, then report the failure.
+            let _ = self.deliver(&method, c, &id, reason, budget).await;
+            return result(label, Outcome::Failed, format!("cannot write the request: {e}"));
+        }
+        if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
+            return result(label, Outcome::Failed, e);
+        }
+        loop {
+            match self.coord.hgetall(&key).await {
+                Ok(rec) => {
+                    if rec.get("checkpoint_ack").is_some_and(|a| !a.is_empty()) {
+                        return result(label, Outcome::Acked, format!("request {id} acknowledged"));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, worker = %c.worker, "cannot read the acknowledgement yet"),
+            }
+            if tokio::time::Instant::now() + self.poll > deadline {
+                return result(
+                    label,
+                    Outcome::TimedOut,
+                    format!("no acknowledgement within {}", humantime::format_duration(budget)),
+                );
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    async fn deliver(
+        &self,
+        method: &Method,
+        c: &Container,
+        id: &str,
+        reason: &str,
+        budget: Duration,
+    ) -> Result<(), String> {
+        match method {
+            Method::Redis => Ok(()),
+            Method::Signal(sig) => self
+                .runtime
+                .kill(&c.id, sig)
+                .await
+                .map_err(|e| format!("signal {sig}: {e}")),
+            Method::Http(url) => {
+                let body = serde_json::json!({
+                    "request": id,
+                    "reason": reason,
+                    "worker": c.worker,
+                    "deadline_ms": budget.as_millis() as u64,
+                });
+                let r = self
+                    .http
+                    .post(url)
+                    .timeout(budget.min(Duration::from_secs(5)))
+                    .json(&body)
+                    .send()
+                    .await
+                    .map_err(|e| format!("POST {url}: {e}"))?;
+                if r.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("POST {url}: HTTP {}", r.status()))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_parse_with_defaults_and_overrides() {
+        assert_eq!(Method::parse("redis", "SIGUSR1"), Some(Method::Redis));
+        assert_eq!(
+            Method::parse("signal", "usr1"),
+            Some(Method::Signal("SIGUSR1".into()))
+        );
+        assert_eq!(
+            Method::parse("signal:SIGUSR2", "SIGUSR1"),
+            Some(Method::Signal("SIGUSR2".into()))
+        );
+        assert_eq!(
+            Method::parse("http://127.0.0.1:8080/ckpt", "SIGUSR1"),
+            Some(Method::Http("http://127.0.0.1:8080/ckpt".into()))
+        );
+        assert_eq!(Method::parse("signal:SIGKILL", "SIGUSR1"), None);
+        assert_eq!(Method::parse("carrier-pigeon", "SIGUSR1"), None);
+    }
+
+    #[test]
+    fn summary_counts_outcomes() {
+        let r = |o| WorkerResult {
+            worker: "w".into(),
+            method: "redis",
+            outcome: o,
+            waited: Duration::ZERO,
+            detail: String::new(),
+        };
+        assert_eq!(
+            summary(&[r(Outcome::Acked), r(Outcome::Acked), r(Outcome::TimedOut)]),
+            "acked=2 timed-out=1 failed=0"
+        );
+    }
+}

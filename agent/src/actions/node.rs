@@ -1,0 +1,930 @@
+//! The Kubernetes Node: Vigil's labels, annotations and taints, and Events.
+//!
+//! Map:
+//! - [`NodeDesired`] says which Vigil-owned keys should hold which values; nothing else on the
+//!   Node is Vigil's to touch (other controllers, cloud agents and people write there too).
+//! - [`merge_patch`] is the pure core: (Node as JSON, desired) → the smallest JSON merge patch
+//!   (RFC 7386) that gets there, or `None` when the Node already matches, so a steady state costs
+//!   one GET per cycle and no write.
+//! - [`NodeApi`] is the side-effecting seam the agent calls; [`KubeNodeApi`] implements it with
+//!   `kube`, and tests plug in either a fake API server (`tests/common/fake_kube.rs`) or their own
+//!   implementation.
+//!
+//! RBAC the agent needs (least privilege): `get` and `patch` on `nodes`, `create` on `events`
+//! (core API group `""`). A 403 names the missing rule (see [`NodeError::Forbidden`]).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use rand::Rng;
+use serde_json::{Map, Value};
+
+/// The field manager and event source Vigil writes as, so `kubectl get node -o yaml
+/// --show-managed-fields` and `kubectl get events` say who did it.
+const COMPONENT: &str = "vigil";
+
+/// Events about a Node (cluster-scoped) may only live in `default` or `kube-system` (the API
+/// server's event validation); `default` is where `kubectl describe node` looks for them.
+const EVENT_NAMESPACE: &str = "default";
+
+/// Attempts for one reconcile when writes keep conflicting with other writers.
+const DEFAULT_ATTEMPTS: u32 = 5;
+/// Base of the exponential backoff between conflicting attempts.
+const DEFAULT_BACKOFF_BASE: Duration = Duration::from_millis(100);
+
+/// A taint Vigil owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+impl Taint {
+    /// The taint as the API writes it: `value` is omitted when empty (Go's `omitempty`), so a
+    /// taint we add compares equal to the same taint read back.
+    fn to_json(&self) -> Value {
+        let mut t = Map::new();
+        t.insert("key".into(), Value::String(self.key.clone()));
+        if !self.value.is_empty() {
+            t.insert("value".into(), Value::String(self.value.clone()));
+        }
+        t.insert("effect".into(), Value::String(self.effect.clone()));
+        Value::Object(t)
+    }
+}
+
+/// The state of Vigil-owned fields Vigil wants on the Node. Everything else on the Node
+/// (labels, annotations, taints owned by others) must be left exactly as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeDesired {
+    /// `Some(v)` sets, `None` removes. Only keys listed here are touched.
+    pub labels: BTreeMap<String, Option<String>>,
+    pub annotations: BTreeMap<String, Option<String>>,
+    /// Taints to ensure present (matched by key + effect).
+    pub add_taints: Vec<Taint>,
+    /// Taint keys to ensure absent (any effect).
+    ///
+    /// A taint that `add_taints` asks for (same key and effect) is kept even when its key is
+    /// listed here, so switching Vigil's taint from one effect to another is one change.
+    pub remove_taints: Vec<String>,
+}
+
+/// `Normal` or `Warning`, as Kubernetes Events have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    /// The Event's `type` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// Why a Node call failed, worded for the operator who has to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The Node does not exist: `NODE_NAME` is wrong, or the Node was deleted.
+    #[error(
+        "node {node:?} was not found by the Kubernetes API ({op}); check that NODE_NAME is this \
+         machine's Node name (set it from spec.nodeName with the downward API)"
+    )]
+    NotFound {
+        node: String,
+        /// `get` or `patch`: which call found it missing.
+        op: &'static str,
+    },
+    /// RBAC refused the call: the agent's ClusterRole lacks a rule.
+    #[error(
+        "the Kubernetes API refused to {verb} {resource} (403 Forbidden): the agent's \
+         ClusterRole needs the rule {{apiGroups: [\"\"], resources: [\"{resource}\"], verbs: \
+         [\"{verb}\"]}} (Vigil needs get and patch on nodes, create on events); the server said: \
+         {message}"
+    )]
+    Forbidden {
+        /// The Kubernetes verb refused: `get`, `patch` or `create`.
+        verb: &'static str,
+        /// The resource: `nodes` or `events`.
+        resource: &'static str,
+        message: String,
+    },
+    /// Every attempt lost the race with another writer of the Node.
+    #[error(
+        "could not patch node {node:?}: {attempts} attempts in a row conflicted with other \
+         writers (409 Conflict); the next cycle tries again"
+    )]
+    Conflict { node: String, attempts: u32 },
+    /// The Node the API returned has taints to replace but no `metadata.resourceVersion`, so the
+    /// replacement could not be made conditional and might clobber another writer's taints.
+    #[error(
+        "node {node:?} as returned by the API has no metadata.resourceVersion, so its taints \
+         cannot be replaced safely; nothing was written"
+    )]
+    NoResourceVersion { node: String },
+    /// Any other answer from the API server, or the server could not be reached.
+    #[error("Kubernetes API call `{verb} {resource}` for node {node:?} failed: {source}")]
+    Api {
+        verb: &'static str,
+        resource: &'static str,
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The Node came back in a shape that could not be read as JSON.
+    #[error("node {node:?} as returned by the API could not be read: {source}")]
+    Decode {
+        node: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// No Kubernetes client could be built (no kubeconfig, not in a cluster, bad URL).
+    #[error(
+        "cannot build a Kubernetes client ({context}): {source}; in a cluster, check the \
+         ServiceAccount token mount; outside, check KUBECONFIG"
+    )]
+    Client {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl NodeError {
+    /// The call that failed, as a fixed metric label: `get`, `patch` or `event`.
+    ///
+    /// Client construction counts as `get`: it is what the first GET would have needed.
+    pub fn op(&self) -> &'static str {
+        match self {
+            NodeError::NotFound { op, .. } => op,
+            NodeError::Forbidden { verb, .. } | NodeError::Api { verb, .. } => match *verb {
+                "patch" => "patch",
+                "create" => "event",
+                _ => "get",
+            },
+            NodeError::Conflict { .. } | NodeError::NoResourceVersion { .. } => "patch",
+            NodeError::Decode { .. } | NodeError::Client { .. } => "get",
+        }
+    }
+}
+
+/// Writes to this machine's Kubernetes Node.
+#[async_trait]
+pub trait NodeApi: Send + Sync {
+    /// Makes the Vigil-owned labels, annotations and taints of `node` match `desired`, leaving
+    /// everything else exactly as it is, including what other writers add meanwhile.
+    ///
+    /// Idempotent: when the Node already matches, nothing is written. Conflicts with other
+    /// writers are retried (re-read, recompute) with backoff; giving up is
+    /// [`NodeError::Conflict`], and the next call starts afresh.
+    async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<(), NodeError>;
+
+    /// Records a core/v1 Event about `node` (visible in `kubectl describe node`), with `reason`
+    /// a short CamelCase word (e.g. `MaintenancePending`) and `message` for humans.
+    async fn event(
+        &self,
+        node: &str,
+        reason: &str,
+        message: &str,
+        kind: EventType,
+    ) -> Result<(), NodeError>;
+}
+
+/// The smallest JSON merge patch (RFC 7386) that makes `node` (a Node as JSON) match `desired`,
+/// or `None` when it already does.
+///
+/// Labels and annotations are maps, so a merge patch touches only the keys it names (`null`
+/// removes) and other writers' keys survive. `spec.taints` is a list, and a list in a merge patch
+/// replaces the whole list (Node taints have no strategic-merge key either), so when taints
+/// change the patch carries the full new list — the existing taints minus `remove_taints`, plus
+/// the missing `add_taints` — together with `metadata.resourceVersion` of the Node it was
+/// computed from: the API server then refuses it (409) if anyone wrote in between, instead of
+/// silently dropping their taint.
+pub fn merge_patch(node: &Value, desired: &NodeDesired) -> Option<Value> {
+    let mut metadata = Map::new();
+    if let Some(labels) = map_patch(node.pointer("/metadata/labels"), &desired.labels) {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if let Some(annotations) =
+        map_patch(node.pointer("/metadata/annotations"), &desired.annotations)
+    {
+        metadata.insert("annotations".into(), Value::Object(annotations));
+    }
+
+    let mut patch = Map::new();
+    if let Some(taints) = taints_patch(node.pointer("/spec/taints"), desired) {
+        // NB: the precondition. Without it a taint added by someone else between our GET and
+        // our PATCH would be erased by our whole-list replacement.
+        if let Some(rv) = node.pointer("/metadata/resourceVersion") {
+            metadata.insert("resourceVersion".into(), rv.clone());
+        }
+        let mut spec = Map::new();
+        spec.insert("taints".into(), Value::Array(taints));
+        patch.insert("spec".into(), Value::Object(spec));
+    }
+    if !metadata.is_empty() {
+        patch.insert("metadata".into(), Value::Object(metadata));
+    }
+    (!patch.is_empty()).then_some(Value::Object(patch))
+}
+
+/// The entries of a label or annotation map that must change: `Some` sets, `None` removes
+/// (`null` in a merge patch). Keys not in `wanted` are never mentioned.
+fn map_patch(
+    current: Option<&Value>,
+    wanted: &BTreeMap<String, Option<String>>,
+) -> Option<Map<String, Value>> {
+    let mut out = Map::new();
+    for (key, want) in wanted {
+        let have = current
+            .and_then(|m| m.get(key))
+            .filter(|v| !v.is_null());
+        match want {
+            Some(v) if have.and_then(Value::as_str) != Some(v.as_str()) => {
+                out.insert(key.clone(), Value::String(v.clone()));
+            }
+            None if have.is_some() => {
+                out.insert(key.clone(), Value::Null);
+            }
+            _ => {}
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The whole new taint list, or `None` when it equals the current one. Taints that are not
+/// Vigil's are copied through untouched (every field, in order).
+fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Value>> {
+    fn field<'a>(t: &'a Value, name: &str) -> Option<&'a str> {
+        t.get(name).and_then(Value::as_str)
+    }
+    let matches = |t: &Value, want: &Taint| {
+        field(t, "key") == Some(want.key.as_str()) && field(t, "effect") == Some(want.effect.as_str())
+    };
+
+    let existing: Vec<Value> = current
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut out: Vec<Value> = existing
+        .iter()
+        .filter(|t| match field(t, "key") {
+            Some(key) if desired.remove_taints.iter().any(|r| r == key) => {
+                desired.add_taints.iter().any(|want| matches(t, want))
+            }
+            _ => true,
+        })
+        .cloned()
+        .collect();
+    for want in &desired.add_taints {
+        match out.iter_mut().find(|t| matches(t, want)) {
+            // Kubernetes allows one taint per key and effect: a different value is updated in
+            // place rather than added next to it (which the API server would reject).
+            Some(t) if field(t, "value").unwrap_or("") != want.value => {
+                if let Some(obj) = t.as_object_mut() {
+                    if want.value.is_empty() {
+                        obj.remove("value");
+                    } else {
+                        obj.insert("value".into(), Value::String(want.value.clone()));
+                    }
+                }
+            }
+            Some(_) => {}
+            None => out.push(want.to_json()),
+        }
+    }
+    (out != existing).then_some(out)
+}
+
+/// The delay before retry number `attempt` (1-based): `base * 2^(attempt-1)`, with "equal
+/// jitter" (`jitter` in `[0, 1)` picks a point in the upper half), so agents that conflicted
+/// with each other do not retry in lockstep.
+fn backoff(base: Duration, attempt: u32, jitter: f64) -> Duration {
+    let full = base.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)));
+    let half = full / 2;
+    half + half.mul_f64(jitter.clamp(0.0, 1.0))
+}
+
+/// The API calls Vigil makes, for error messages and metric labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    GetNode,
+    PatchNode,
+    CreateEvent,
+}
+
+impl Call {
+    fn verb(self) -> &'static str {
+        match self {
+            Call::GetNode => "get",
+            Call::PatchNode => "patch",
+            Call::CreateEvent => "create",
+        }
+    }
+
+    fn resource(self) -> &'static str {
+        match self {
+            Call::GetNode | Call::PatchNode => "nodes",
+            Call::CreateEvent => "events",
+        }
+    }
+
+    /// Turns a `kube` error into one the operator can act on.
+    fn error(self, node: &str, err: kube::Error) -> NodeError {
+        if let kube::Error::Api(status) = &err {
+            // The code is the HTTP status kube parsed the Status body from; the reason is the
+            // fallback for a body without a code.
+            let code = status.code;
+            if code == 404 || status.reason == "NotFound" {
+                if self != Call::CreateEvent {
+                    return NodeError::NotFound {
+                        node: node.to_string(),
+                        op: self.verb(),
+                    };
+                }
+            } else if code == 403 || status.reason == "Forbidden" {
+                return NodeError::Forbidden {
+                    verb: self.verb(),
+                    resource: self.resource(),
+                    message: status.message.clone(),
+                };
+            }
+        }
+        NodeError::Api {
+            verb: self.verb(),
+            resource: self.resource(),
+            node: node.to_string(),
+            source: err,
+        }
+    }
+}
+
+/// Whether the API server refused a write because the object changed since it was read.
+fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409 || status.reason == "Conflict")
+}
+
+/// [`NodeApi`] over the Kubernetes API with `kube`.
+pub struct KubeNodeApi {
+    /// Nodes as untyped objects, on purpose: taints are written back as a whole list, and a
+    /// round trip through typed structs would drop any taint field this k8s-openapi does not know.
+    nodes: Api<DynamicObject>,
+    events: Api<Event>,
+    attempts: u32,
+    backoff_base: Duration,
+    /// Node name → uid, learnt from the last GET, so Events point at this incarnation of the
+    /// Node without an extra request.
+    uids: Mutex<BTreeMap<String, String>>,
+}
+
+impl KubeNodeApi {
+    /// From the environment: the in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`,
+    /// `~/.kube/config`) when run by hand.
+    pub async fn infer() -> Result<Self, NodeError> {
+        let config = kube::Config::infer().await.map_err(|e| NodeError::Client {
+            context: "no in-cluster ServiceAccount and no usable kubeconfig".into(),
+            source: Box::new(e),
+        })?;
+        Self::from_config(config, "inferred config")
+    }
+
+    /// Against an API server at `url` with no credentials, e.g. `http://127.0.0.1:8001` from
+    /// `kubectl proxy`, or a fake in tests.
+    ///
+    /// Must be called inside a Tokio runtime (the client spawns its connection task there);
+    /// outside one it returns an error rather than panicking.
+    pub fn from_url(url: &str) -> Result<Self, NodeError> {
+        let parsed = url.parse().map_err(|e| NodeError::Client {
+            context: format!("API server URL {url:?}"),
+            source: Box::new(e),
+        })?;
+        Self::from_config(kube::Config::new(parsed), url)
+    }
+
+    /// Retry policy for conflicting writes: `attempts` in all (at least 1), backoff from `base`.
+    pub fn with_retry(mut self, attempts: u32, base: Duration) -> Self {
+        self.attempts = attempts.max(1);
+        self.backoff_base = base;
+        self
+    }
+
+    fn from_config(config: kube::Config, context: &str) -> Result<Self, NodeError> {
+        // NB: `Client::try_from` spawns onto the current Tokio runtime and panics without one.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(NodeError::Client {
+                context: context.to_string(),
+                source: "not called from within a Tokio runtime".into(),
+            });
+        }
+        let client = kube::Client::try_from(config).map_err(|e| NodeError::Client {
+            context: context.to_string(),
+            source: Box::new(e),
+        })?;
+        Ok(Self {
+            nodes: Api::all_with(client.clone(), &ApiResource::erase::<Node>(&())),
+            events: Api::namespaced(client, EVENT_NAMESPACE),
+            attempts: DEFAULT_ATTEMPTS,
+            backoff_base: DEFAULT_BACKOFF_BASE,
+            uids: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn remember_uid(&self, node: &str, uid: Option<&str>) {
+        if let Some(uid) = uid {
+            // A poisoned lock only means another thread panicked mid-insert; the map is still
+            // a valid cache.
+            let mut uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
+            uids.insert(node.to_string(), uid.to_string());
+        }
+    }
+
+    fn uid_of(&self, node: &str) -> Option<String> {
+        let uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
+        uids.get(node).cloned()
+    }
+}
+
+#[async_trait]
+impl NodeApi for KubeNodeApi {
+    async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<(), NodeError> {
+        let params = PatchParams {
+            field_manager: Some(COMPONENT.into()),
+            ..PatchParams::default()
+        };
+        let mut attempt = 1;
+        loop {
+            let current = self
+                .nodes
+                .get(node)
+                .await
+                .map_err(|e| Call::GetNode.error(node, e))?;
+            self.remember_uid(node, current.metadata.uid.as_deref());
+            let current = serde_json::to_value(&current).map_err(|source| NodeError::Decode {
+                node: node.to_string(),
+                source,
+            })?;
+            let Some(patch) = merge_patch(&current, desired) else {
+                tracing::trace!(node, "node already as desired; nothing to write");
+                return Ok(());
+            };
+            if patch.pointer("/spec/taints").is_some()
+                && patch.pointer("/metadata/resourceVersion").is_none()
+            {
+                return Err(NodeError::NoResourceVersion {
+                    node: node.to_string(),
+                });
+            }
+            match self.nodes.patch(node, &params, &Patch::Merge(&patch)).await {
+                Ok(_) => {
+                    tracing::info!(node, %patch, "patched node");
+                    return Ok(());
+                }
+                Err(e) if is_conflict(&e) && attempt < self.attempts => {
+                    let delay = backoff(self.backoff_base, attempt, rand::rng().random::<f64>());
+                    tracing::debug!(
+                        node,
+                        attempt,
+                        ?delay,
+                        "node changed since it was read (409); re-reading"
+                    );
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) if is_conflict(&e) => {
+                    return Err(NodeError::Conflict {
+                        node: node.to_string(),
+                        attempts: attempt,
+                    })
+                }
+                Err(e) => return Err(Call::PatchNode.error(node, e)),
+            }
+        }
+    }
+
+    async fn event(
+        &self,
+        node: &str,
+        reason: &str,
+        message: &str,
+        kind: EventType,
+    ) -> Result<(), NodeError> {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(event_name(node, rand::rng().random::<u64>())),
+                namespace: Some(EVENT_NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.into()),
+                uid: self.uid_of(node),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some(kind.as_str().into()),
+            source: Some(EventSource {
+                component: Some(COMPONENT.into()),
+                host: Some(node.into()),
+            }),
+            reporting_component: Some(COMPONENT.into()),
+            reporting_instance: Some(node.into()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            count: Some(1),
+            ..Event::default()
+        };
+        let params = PostParams {
+            field_manager: Some(COMPONENT.into()),
+            ..PostParams::default()
+        };
+        self.events
+            .create(&params, &event)
+            .await
+            .map_err(|e| Call::CreateEvent.error(node, e))?;
+        Ok(())
+    }
+}
+
+/// `<node>.vigil.<16 hex digits>`, the same shape client-go's recorder uses, cut to the 253
+/// characters an object name may have.
+fn event_name(node: &str, random: u64) -> String {
+    let suffix = format!(".{COMPONENT}.{random:016x}");
+    let room = 253 - suffix.len();
+    // Node names are DNS subdomains (ASCII), but cut on a char boundary regardless.
+    let mut end = node.len().min(room);
+    while !node.is_char_boundary(end) {
+        end -= 1;
+    }
+    let prefix = node[..end].trim_end_matches(['.', '-']);
+    format!("{prefix}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node() -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "n1",
+                "uid": "u-1",
+                "resourceVersion": "7",
+                "labels": {"kubernetes.io/hostname": "n1", "vigil.dev/maintenance": "pending"},
+                "annotations": {"other/note": "x", "vigil.dev/window-start": "t0"}
+            },
+            "spec": {
+                "taints": [
+                    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+                ]
+            }
+        })
+    }
+
+    fn labels(pairs: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+            .collect()
+    }
+
+    fn taint(key: &str, value: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.into(),
+            effect: effect.into(),
+        }
+    }
+
+    const GPU: &str = r#"{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}"#;
+
+    #[test]
+    fn merge_patch_table() {
+        let gpu: Value = serde_json::from_str(GPU).unwrap();
+        let cases: Vec<(&str, Value, NodeDesired, Option<Value>)> = vec![
+            ("nothing desired", node(), NodeDesired::default(), None),
+            (
+                "sets a new label, leaves foreign ones alone",
+                node(),
+                NodeDesired {
+                    labels: labels(&[("vigil.dev/gpu", Some("ok"))]),
+                    ..NodeDesired::default()
+                },
+                Some(json!({"metadata": {"labels": {"vigil.dev/gpu": "ok"}}})),
+            ),
+            (
+                "changes a label value",
+                node(),
+                NodeDesired {
+                    labels: labels(&[("vigil.dev/maintenance", Some("ongoing"))]),
+                    ..NodeDesired::default()
+                },
+                Some(json!({"metadata": {"labels": {"vigil.dev/maintenance": "ongoing"}}})),
+            ),
+            (
+                "label already right: no patch",
+                node(),
+                NodeDesired {
+                    labels: labels(&[("vigil.dev/maintenance", Some("pending"))]),
+                    ..NodeDesired::default()
+                },
+                None,
+            ),
+            (
+                "removes a label with null",
+                node(),
+                NodeDesired {
+                    labels: labels(&[("vigil.dev/maintenance", None)]),
+                    ..NodeDesired::default()
+                },
+                Some(json!({"metadata": {"labels": {"vigil.dev/maintenance": null}}})),
+            ),
+            (
+                "removing an absent label: no patch",
+                node(),
+                NodeDesired {
+                    labels: labels(&[("vigil.dev/absent", None)]),
+                    annotations: labels(&[("vigil.dev/absent", None)]),
+                    ..NodeDesired::default()
+                },
+                None,
+            ),
+            (
+                "sets and removes annotations",
+                node(),
+                NodeDesired {
+                    annotations: labels(&[
+                        ("vigil.dev/window-start", None),
+                        ("vigil.dev/window-end", Some("t1")),
+                    ]),
+                    ..NodeDesired::default()
+                },
+                Some(json!({"metadata": {"annotations": {
+                    "vigil.dev/window-start": null,
+                    "vigil.dev/window-end": "t1"
+                }}})),
+            ),
+            (
+                "node without labels or annotations",
+                json!({"metadata": {"name": "n1", "resourceVersion": "1"}}),
+                NodeDesired {
+                    labels: labels(&[("vigil.dev/a", Some("1")), ("vigil.dev/b", None)]),
+                    annotations: labels(&[("vigil.dev/c", Some("2"))]),
+                    ..NodeDesired::default()
+                },
+                Some(json!({"metadata": {
+                    "labels": {"vigil.dev/a": "1"},
+                    "annotations": {"vigil.dev/c": "2"}
+                }})),
+            ),
+            (
+                "adds a taint after the foreign one, with resourceVersion",
+                node(),
+                NodeDesired {
+                    add_taints: vec![taint("vigil.dev/maintenance", "true", "NoSchedule")],
+                    ..NodeDesired::default()
+                },
+                Some(json!({
+                    "metadata": {"resourceVersion": "7"},
+                    "spec": {"taints": [
+                        gpu.clone(),
+                        {"key": "vigil.dev/maintenance", "value": "true", "effect": "NoSchedule"}
+                    ]}
+                })),
+            ),
+            (
+                "identical taint already there: not duplicated, no patch",
+                node(),
+                NodeDesired {
+                    add_taints: vec![taint("nvidia.com/gpu", "present", "NoSchedule")],
+                    ..NodeDesired::default()
+                },
+                None,
+            ),
+            (
+                "same key and effect, other value: updated in place",
+                node(),
+                NodeDesired {
+                    add_taints: vec![taint("nvidia.com/gpu", "absent", "NoSchedule")],
+                    ..NodeDesired::default()
+                },
+                Some(json!({
+                    "metadata": {"resourceVersion": "7"},
+                    "spec": {"taints": [
+                        {"key": "nvidia.com/gpu", "value": "absent", "effect": "NoSchedule"}
+                    ]}
+                })),
+            ),
+            (
+                "removes only Vigil's taint key, keeps the others",
+                json!({
+                    "metadata": {"name": "n1", "resourceVersion": "9"},
+                    "spec": {"taints": [
+                        {"key": "vigil.dev/maintenance", "value": "true", "effect": "NoSchedule"},
+                        gpu.clone(),
+                        {"key": "vigil.dev/maintenance", "effect": "NoExecute",
+                         "timeAdded": "2025-01-01T00:00:00Z"}
+                    ]}
+                }),
+                NodeDesired {
+                    remove_taints: vec!["vigil.dev/maintenance".into()],
+                    ..NodeDesired::default()
+                },
+                Some(json!({
+                    "metadata": {"resourceVersion": "9"},
+                    "spec": {"taints": [gpu.clone()]}
+                })),
+            ),
+            (
+                "removing an absent taint: no patch",
+                node(),
+                NodeDesired {
+                    remove_taints: vec!["vigil.dev/maintenance".into()],
+                    ..NodeDesired::default()
+                },
+                None,
+            ),
+            (
+                "removing the last taint sends an empty list",
+                json!({
+                    "metadata": {"name": "n1", "resourceVersion": "3"},
+                    "spec": {"taints": [{"key": "vigil.dev/m", "effect": "NoSchedule"}]}
+                }),
+                NodeDesired {
+                    remove_taints: vec!["vigil.dev/m".into()],
+                    ..NodeDesired::default()
+                },
+                Some(json!({"metadata": {"resourceVersion": "3"}, "spec": {"taints": []}})),
+            ),
+            (
+                "switching effect: remove key + add keeps the wanted effect only",
+                json!({
+                    "metadata": {"name": "n1", "resourceVersion": "4"},
+                    "spec": {"taints": [{"key": "vigil.dev/m", "effect": "NoSchedule"}]}
+                }),
+                NodeDesired {
+                    add_taints: vec![taint("vigil.dev/m", "", "NoExecute")],
+                    remove_taints: vec!["vigil.dev/m".into()],
+                    ..NodeDesired::default()
+                },
+                Some(json!({
+                    "metadata": {"resourceVersion": "4"},
+                    "spec": {"taints": [{"key": "vigil.dev/m", "effect": "NoExecute"}]}
+                })),
+            ),
+            (
+                "remove + add of the same present taint: no patch",
+                json!({
+                    "metadata": {"name": "n1", "resourceVersion": "4"},
+                    "spec": {"taints": [{"key": "vigil.dev/m", "effect": "NoSchedule"}]}
+                }),
+                NodeDesired {
+                    add_taints: vec![taint("vigil.dev/m", "", "NoSchedule")],
+                    remove_taints: vec!["vigil.dev/m".into()],
+                    ..NodeDesired::default()
+                },
+                None,
+            ),
+            (
+                "no spec at all, labels and a taint together",
+                json!({"metadata": {"name": "n1", "resourceVersion": "2"}}),
+                NodeDesired {
+                    labels: labels(&[("vigil.dev/maintenance", Some("terminating"))]),
+                    add_taints: vec![taint("vigil.dev/maintenance", "", "NoSchedule")],
+                    ..NodeDesired::default()
+                },
+                Some(json!({
+                    "metadata": {
+                        "resourceVersion": "2",
+                        "labels": {"vigil.dev/maintenance": "terminating"}
+                    },
+                    "spec": {"taints": [{"key": "vigil.dev/maintenance", "effect": "NoSchedule"}]}
+                })),
+            ),
+            (
+                "odd API data (non-object taint, non-string label) is kept, not a panic",
+                json!({
+                    "metadata": {"name": "n1", "resourceVersion": "5", "labels": {"vigil.dev/x": 1}},
+                    "spec": {"taints": ["weird", null]}
+                }),
+                NodeDesired {
+                    labels: labels(&[("vigil.dev/x", Some("1"))]),
+                    add_taints: vec![taint("vigil.dev/m", "", "NoSchedule")],
+                    ..NodeDesired::default()
+                },
+                Some(json!({
+                    "metadata": {"resourceVersion": "5", "labels": {"vigil.dev/x": "1"}},
+                    "spec": {"taints": ["weird", null, {"key": "vigil.dev/m", "effect": "NoSchedule"}]}
+                })),
+            ),
+        ];
+        for (name, node, desired, want) in cases {
+            assert_eq!(merge_patch(&node, &desired), want, "case: {name}");
+        }
+    }
+
+    /// Applying the patch (RFC 7386) then computing again yields nothing: one write converges.
+    #[test]
+    fn merge_patch_converges_in_one_write() {
+        fn apply(target: &mut Value, patch: &Value) {
+            match (target.as_object_mut(), patch.as_object()) {
+                (Some(t), Some(p)) => {
+                    for (k, v) in p {
+                        if v.is_null() {
+                            t.remove(k);
+                        } else {
+                            apply(t.entry(k.clone()).or_insert(Value::Null), v);
+                        }
+                    }
+                }
+                _ => *target = patch.clone(),
+            }
+        }
+        let desired = NodeDesired {
+            labels: labels(&[("vigil.dev/maintenance", None), ("vigil.dev/gpu", Some("ok"))]),
+            annotations: labels(&[("vigil.dev/window-end", Some("t1"))]),
+            add_taints: vec![taint("vigil.dev/maintenance", "true", "NoSchedule")],
+            remove_taints: vec!["vigil.dev/old".into()],
+        };
+        let mut n = node();
+        let patch = merge_patch(&n, &desired).expect("a first patch");
+        apply(&mut n, &patch);
+        assert_eq!(merge_patch(&n, &desired), None);
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_in_upper_half() {
+        let base = Duration::from_millis(100);
+        assert_eq!(backoff(base, 1, 0.0), Duration::from_millis(50));
+        assert_eq!(backoff(base, 1, 1.0), Duration::from_millis(100));
+        assert_eq!(backoff(base, 2, 0.0), Duration::from_millis(100));
+        assert_eq!(backoff(base, 4, 0.5), Duration::from_millis(600));
+        // Absurd attempt numbers saturate instead of overflowing.
+        assert!(backoff(base, 200, 0.5) > Duration::from_secs(1));
+    }
+
+    #[test]
+    fn event_names_are_valid_and_bounded() {
+        assert_eq!(event_name("n1", 0xab), "n1.vigil.00000000000000ab");
+        let long = "a".repeat(300);
+        let name = event_name(&long, u64::MAX);
+        assert_eq!(name.len(), 253);
+        assert!(name.ends_with(".vigil.ffffffffffffffff"));
+        let dotted = format!("{}.b", "a".repeat(229));
+        let name = event_name(&dotted, 1);
+        assert!(!name.contains(".."), "{name}");
+    }
+
+    #[test]
+    fn error_ops_are_fixed_labels() {
+        let forbidden = |call: Call| NodeError::Forbidden {
+            verb: call.verb(),
+            resource: call.resource(),
+            message: String::new(),
+        };
+        assert_eq!(forbidden(Call::GetNode).op(), "get");
+        assert_eq!(forbidden(Call::PatchNode).op(), "patch");
+        assert_eq!(forbidden(Call::CreateEvent).op(), "event");
+        let nf = NodeError::NotFound {
+            node: "n1".into(),
+            op: "get",
+        };
+        assert_eq!(nf.op(), "get");
+        assert!(nf.to_string().contains("NODE_NAME"), "{nf}");
+        let msg = forbidden(Call::PatchNode).to_string();
+        assert!(msg.contains("resources: [\"nodes\"], verbs: [\"patch\"]"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn bad_url_is_an_error_not_a_panic() {
+        assert!(matches!(
+            KubeNodeApi::from_url("not a url"),
+            Err(NodeError::Client { .. })
+        ));
+    }
+
+    #[test]
+    fn outside_a_runtime_is_an_error_not_a_panic() {
+        assert!(matches!(
+            KubeNodeApi::from_url("http://127.0.0.1:1"),
+            Err(NodeError::Client { .. })
+        ));
+    }
+}

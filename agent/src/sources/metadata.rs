@@ -1,0 +1,1220 @@
+//! GCE metadata server watcher: host maintenance and preemption notices.
+//!
+//! Map: [`MetadataClient`] speaks HTTP to the metadata server (one GET, long-poll optional);
+//! `parse_*` turn the three watched keys into typed values; [`watch`] runs one long-poll loop per
+//! key and publishes [`RawMetadata`] on a `tokio::sync::watch` channel; [`derive`] is the pure
+//! function the rest of the agent uses to turn those raw values into a [`MaintenanceState`].
+//!
+//! Facts about the server this module relies on (checked against public sources):
+//! - `instance/maintenance-event` is `NONE`, `MIGRATE_ON_HOST_MAINTENANCE` or
+//!   `TERMINATE_ON_HOST_MAINTENANCE`; its value changes 60 s before an event, and that warning is
+//!   only given if the key was read since the last event, hence the plain read at start-up
+//!   (<https://cloud.google.com/compute/docs/metadata/getting-live-migration-notice>).
+//! - `instance/upcoming-maintenance` is snake_case JSON: `type`, `maintenance_status`
+//!   (`PENDING`/`ONGOING`), `can_reschedule` as the *string* `"true"`, `window_start_time`,
+//!   `window_end_time`, `latest_window_start_time`, `maintenance_reasons`; `{ }` when nothing is
+//!   scheduled (<https://docs.cloud.google.com/ai-hypercomputer/docs/manage/host-events>; enum
+//!   values from <https://cloud.google.com/compute/docs/reference/rest/v1/UpcomingMaintenance>).
+//!   When no notice was ever received the server answers 503 with the body
+//!   `{ "error": "no notifications have been received yet, try again later" }`, which Google's
+//!   own SAP agent treats as "nothing scheduled" (GoogleCloudPlatform/sapagent,
+//!   `shared/gce/metadataserver/metadataserver.go`).
+//! - Requests need `Metadata-Flavor: Google`; 403, 429 and 503 are documented answers
+//!   (<https://cloud.google.com/compute/docs/troubleshooting/troubleshoot-metadata-server>).
+//! - `?wait_for_change=true&last_etag=E&timeout_sec=N` holds the request until the value's ETag
+//!   differs from `E`; a stale `E` returns at once, and `timeout_sec` expiry returns the current value.
+
+use std::error::Error as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use reqwest::header::{HeaderValue, ETAG};
+use reqwest::{StatusCode, Url};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// `instance/maintenance-event` value: no event.
+pub const NONE: &str = "NONE";
+/// `instance/maintenance-event` value: a live migration starts within 60 s.
+pub const MIGRATE_ON_HOST_MAINTENANCE: &str = "MIGRATE_ON_HOST_MAINTENANCE";
+/// `instance/maintenance-event` value: the VM is stopped for maintenance within 60 s.
+pub const TERMINATE_ON_HOST_MAINTENANCE: &str = "TERMINATE_ON_HOST_MAINTENANCE";
+/// `maintenance_status` of a scheduled event that has not started.
+pub const PENDING: &str = "PENDING";
+/// `maintenance_status` of an event whose window is open.
+pub const ONGOING: &str = "ONGOING";
+
+/// Path of the maintenance-event key, relative to `computeMetadata/v1/`.
+pub const MAINTENANCE_EVENT_PATH: &str = "instance/maintenance-event";
+/// Path of the upcoming-maintenance key, relative to `computeMetadata/v1/`.
+pub const UPCOMING_MAINTENANCE_PATH: &str = "instance/upcoming-maintenance";
+/// Path of the preempted key, relative to `computeMetadata/v1/`.
+pub const PREEMPTED_PATH: &str = "instance/preempted";
+
+/// Host used when `GCE_METADATA_HOST` is unset: the name Google's client libraries use.
+pub const DEFAULT_HOST: &str = "metadata.google.internal";
+/// The environment variable Google's client libraries honour to redirect the metadata server.
+pub const HOST_ENV: &str = "GCE_METADATA_HOST";
+
+/// Body marker of the 503 that means "no upcoming-maintenance notice was ever received".
+const NO_NOTIFICATIONS: &str = "no notifications have been received yet";
+
+/// Raw values of the watched keys, as last read successfully. `None` = not read yet / absent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawMetadata {
+    /// `instance/maintenance-event`: `NONE`, `MIGRATE_ON_HOST_MAINTENANCE`, `TERMINATE_ON_HOST_MAINTENANCE`.
+    pub maintenance_event: Option<String>,
+    /// `instance/upcoming-maintenance`, parsed; `None` when nothing is scheduled.
+    pub upcoming: Option<UpcomingMaintenance>,
+    /// `instance/preempted`: `TRUE` / `FALSE`.
+    pub preempted: Option<bool>,
+}
+
+/// A scheduled maintenance event, from `instance/upcoming-maintenance`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpcomingMaintenance {
+    /// e.g. `SCHEDULED`, `UNSCHEDULED`.
+    pub maintenance_type: Option<String>,
+    /// `PENDING` or `ONGOING`.
+    pub status: Option<String>,
+    /// Whether the event can be started early by the customer (opportunistic maintenance).
+    pub can_reschedule: bool,
+    /// RFC 3339 window start/end as the server sent them.
+    pub window_start: Option<String>,
+    pub window_end: Option<String>,
+    /// Latest time the window may be moved to (`latest_window_start_time`), when given.
+    pub latest_window_start: Option<String>,
+    /// `maintenance_reasons`, e.g. `PLANNED_UPDATE`, `FAILURE_GPU`; empty when not given.
+    pub reasons: Vec<String>,
+}
+
+/// The node's maintenance phase, derived purely from [`RawMetadata`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Nothing scheduled, nothing happening.
+    #[default]
+    None,
+    /// An event is scheduled (`upcoming-maintenance` PENDING); there is time to plan.
+    Pending,
+    /// The maintenance window is open or a live migration is imminent; workers may stall.
+    Ongoing,
+    /// The VM is about to stop (termination notice or preemption): checkpoint now.
+    Terminating,
+}
+
+impl Phase {
+    /// Stable lowercase name for labels and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::None => "none",
+            Phase::Pending => "pending",
+            Phase::Ongoing => "ongoing",
+            Phase::Terminating => "terminating",
+        }
+    }
+}
+
+/// What the agent acts on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MaintenanceState {
+    pub phase: Phase,
+    pub window_start: Option<String>,
+    pub window_end: Option<String>,
+    pub can_reschedule: bool,
+    /// Machine-readable reasons, e.g. `preempted`, `terminate-on-host-maintenance`,
+    /// `migrate-on-host-maintenance`, `upcoming-pending`, `upcoming-ongoing`.
+    pub reasons: Vec<&'static str>,
+    /// Interruption type for counters: `preemption`, `host-maintenance`, or none.
+    pub interruption: Option<&'static str>,
+}
+
+/// Derive the maintenance state from the latest raw values of all three keys.
+///
+/// NB: the phase is a pure function of the *latest* value of every key, never of the order they
+/// changed in, so `preempted=FALSE` cannot clear a termination announced by `maintenance-event`
+/// (a public handler that reacted to each key as an event had exactly that bug).
+pub fn derive(raw: &RawMetadata) -> MaintenanceState {
+    let event = raw.maintenance_event.as_deref();
+    let status = raw.upcoming.as_ref().and_then(|u| u.status.as_deref());
+    let preempted = raw.preempted == Some(true);
+    let terminate = event == Some(TERMINATE_ON_HOST_MAINTENANCE);
+    let migrate = event == Some(MIGRATE_ON_HOST_MAINTENANCE);
+    let ongoing = status == Some(ONGOING);
+    let pending = status == Some(PENDING);
+
+    let mut reasons = Vec::new();
+    if preempted {
+        reasons.push("preempted");
+    }
+    if terminate {
+        reasons.push("terminate-on-host-maintenance");
+    }
+    if migrate {
+        reasons.push("migrate-on-host-maintenance");
+    }
+    if pending {
+        reasons.push("upcoming-pending");
+    }
+    if ongoing {
+        reasons.push("upcoming-ongoing");
+    }
+
+    let (phase, interruption) = if preempted {
+        (Phase::Terminating, Some("preemption"))
+    } else if terminate {
+        (Phase::Terminating, Some("host-maintenance"))
+    } else if migrate || ongoing {
+        (Phase::Ongoing, Some("host-maintenance"))
+    } else if pending {
+        (Phase::Pending, None)
+    } else {
+        (Phase::None, None)
+    };
+
+    let upcoming = raw.upcoming.as_ref();
+    MaintenanceState {
+        phase,
+        window_start: upcoming.and_then(|u| u.window_start.clone()),
+        window_end: upcoming.and_then(|u| u.window_end.clone()),
+        can_reschedule: upcoming.is_some_and(|u| u.can_reschedule),
+        reasons,
+        interruption,
+    }
+}
+
+/// Parse `instance/maintenance-event`. Only the documented values are accepted: an unknown one
+/// must not be mistaken for `NONE` (a false "all clear") nor for an event.
+pub fn parse_maintenance_event(body: &str) -> Result<String, MetadataError> {
+    let v = body.trim();
+    match v {
+        NONE | MIGRATE_ON_HOST_MAINTENANCE | TERMINATE_ON_HOST_MAINTENANCE => Ok(v.to_string()),
+        _ => Err(MetadataError::malformed(
+            MAINTENANCE_EVENT_PATH,
+            format!(
+                "expected NONE, MIGRATE_ON_HOST_MAINTENANCE or TERMINATE_ON_HOST_MAINTENANCE, got {:?}",
+                snippet(v)
+            ),
+        )),
+    }
+}
+
+/// Parse `instance/preempted` (`TRUE`/`FALSE`; case is ignored).
+pub fn parse_preempted(body: &str) -> Result<bool, MetadataError> {
+    let v = body.trim();
+    if v.eq_ignore_ascii_case("TRUE") {
+        Ok(true)
+    } else if v.eq_ignore_ascii_case("FALSE") {
+        Ok(false)
+    } else {
+        Err(MetadataError::malformed(
+            PREEMPTED_PATH,
+            format!("expected TRUE or FALSE, got {:?}", snippet(v)),
+        ))
+    }
+}
+
+/// Parse `instance/upcoming-maintenance`. `Ok(None)` means nothing is scheduled: an empty body,
+/// `{ }`, the literal `NONE`, or the "no notifications have been received yet" error object.
+///
+/// Field names follow the metadata server (snake_case); the REST API's camelCase spellings are
+/// accepted too, since some tools relay that form. `can_reschedule` arrives as the string
+/// `"true"`/`"false"`; a JSON bool is accepted. A status other than PENDING/ONGOING is rejected
+/// (malformed) rather than guessed at, so the previous value is kept.
+pub fn parse_upcoming(body: &str) -> Result<Option<UpcomingMaintenance>, MetadataError> {
+    let text = body.trim();
+    if text.is_empty() || text == NONE {
+        return Ok(None);
+    }
+    let bad = |detail: String| MetadataError::malformed(UPCOMING_MAINTENANCE_PATH, detail);
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| bad(format!("not JSON ({e}): {:?}", snippet(text))))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| bad(format!("expected a JSON object, got {:?}", snippet(text))))?;
+    if obj.is_empty() {
+        return Ok(None);
+    }
+    if let Some(err) = obj.get("error").and_then(|e| e.as_str()) {
+        if err.contains(NO_NOTIFICATIONS) {
+            return Ok(None);
+        }
+        return Err(bad(format!("server reported an error: {:?}", snippet(err))));
+    }
+
+    let field = |names: &[&str]| -> Result<Option<String>, MetadataError> {
+        for name in names {
+            match obj.get(*name) {
+                None | Some(serde_json::Value::Null) => continue,
+                Some(serde_json::Value::String(s)) => return Ok(Some(s.clone())),
+                Some(other) => {
+                    return Err(bad(format!("field {name} should be a string, got {other}")))
+                }
+            }
+        }
+        Ok(None)
+    };
+
+    let status = field(&["maintenance_status", "maintenanceStatus"])?
+        .ok_or_else(|| bad(format!("no maintenance_status in {:?}", snippet(text))))?;
+    if status != PENDING && status != ONGOING {
+        return Err(bad(format!(
+            "maintenance_status should be PENDING or ONGOING, got {status:?}"
+        )));
+    }
+    let can_reschedule = match obj
+        .get("can_reschedule")
+        .or_else(|| obj.get("canReschedule"))
+    {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(serde_json::Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
+        Some(serde_json::Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
+        Some(other) => {
+            return Err(bad(format!(
+                "can_reschedule should be \"true\" or \"false\", got {other}"
+            )))
+        }
+    };
+    let reasons = match obj
+        .get("maintenance_reasons")
+        .or_else(|| obj.get("maintenanceReasons"))
+    {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| bad(format!("maintenance_reasons item {i} is not a string")))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(bad(format!(
+                "maintenance_reasons should be a list, got {other}"
+            )))
+        }
+    };
+
+    Ok(Some(UpcomingMaintenance {
+        maintenance_type: field(&["type", "maintenance_type", "maintenanceType"])?,
+        status: Some(status),
+        can_reschedule,
+        window_start: field(&["window_start_time", "windowStartTime"])?,
+        window_end: field(&["window_end_time", "windowEndTime"])?,
+        latest_window_start: field(&["latest_window_start_time", "latestWindowStartTime"])?,
+        reasons,
+    }))
+}
+
+/// Why a metadata request failed. Each message says what an operator should do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    /// Connect or DNS failure: not on GCE, or the server is blocked.
+    #[error(
+        "GCE metadata server at {host} is unreachable: not on GCE, or blocked by a firewall, \
+         proxy or custom route; maintenance and preemption notices are not watched until it answers"
+    )]
+    Unreachable {
+        host: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// 503: normal for under a second during host maintenance.
+    #[error(
+        "GCE metadata server answered 503 for {key} (normal for under a second during host \
+         maintenance; retrying quickly); if it persists, check the VM in the Cloud console"
+    )]
+    Unavailable {
+        key: String,
+        /// The start of the response body, kept to recognise the "no notifications" answer.
+        body: String,
+    },
+    /// 429: some endpoints rate-limit.
+    #[error(
+        "GCE metadata server rate-limited requests for {key} (429); backing off. Check that \
+         nothing else on this node polls the metadata server in a tight loop"
+    )]
+    RateLimited { key: String },
+    /// 404: the key does not exist on this VM.
+    #[error(
+        "GCE metadata server has no {key} (404): this machine type or image may not offer it, \
+         or GCE_METADATA_HOST points at something else; notices from this key are not seen"
+    )]
+    NotFound { key: String },
+    /// 403: endpoint disabled, or a header (X-Forwarded-For) made the server refuse.
+    #[error(
+        "GCE metadata server refused {key} (403): the endpoint may be disabled in the project or \
+         instance settings, or a proxy in the path adds X-Forwarded-For; check the network setup"
+    )]
+    Forbidden { key: String },
+    /// No answer within the request deadline.
+    #[error(
+        "GCE metadata server did not answer {key} within {after:?}; retrying with backoff. If it \
+         persists, check the node's network and DNS for metadata.google.internal"
+    )]
+    Timeout { key: String, after: Duration },
+    /// The answer could not be understood; the previous value is kept.
+    #[error(
+        "GCE metadata server sent an unusable answer for {key}: {detail}; keeping the previous \
+         value. Report it if it persists: the server's format may have changed"
+    )]
+    Malformed { key: String, detail: String },
+    /// Any other HTTP status.
+    #[error("GCE metadata server answered HTTP {status} for {key}; retrying with backoff")]
+    Http { key: String, status: u16 },
+    /// The connection broke after it was made (reset, truncated body).
+    #[error("request for {key} to the GCE metadata server broke off; retrying with backoff")]
+    Transport {
+        key: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The configured host cannot form a URL.
+    #[error(
+        "GCE_METADATA_HOST={host:?} is not a valid host[:port] ({detail}); fix it, or unset it to \
+         use metadata.google.internal"
+    )]
+    BadHost { host: String, detail: String },
+}
+
+impl MetadataError {
+    fn malformed(key: &str, detail: String) -> Self {
+        MetadataError::Malformed {
+            key: key.to_string(),
+            detail,
+        }
+    }
+
+    /// Fixed metric label for this error: one of `unavailable`, `rate-limited`, `not-found`,
+    /// `forbidden`, `timeout`, `malformed`, `transport`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MetadataError::Unavailable { .. } => "unavailable",
+            MetadataError::RateLimited { .. } => "rate-limited",
+            MetadataError::NotFound { .. } => "not-found",
+            MetadataError::Forbidden { .. } => "forbidden",
+            MetadataError::Timeout { .. } => "timeout",
+            MetadataError::Malformed { .. } => "malformed",
+            MetadataError::Unreachable { .. }
+            | MetadataError::Http { .. }
+            | MetadataError::Transport { .. }
+            | MetadataError::BadHost { .. } => "transport",
+        }
+    }
+
+    /// True for the 503 that `upcoming-maintenance` gives when no notice was ever received:
+    /// "nothing scheduled", not a failure.
+    pub fn is_no_notifications_yet(&self) -> bool {
+        matches!(self, MetadataError::Unavailable { body, .. } if body.contains(NO_NOTIFICATIONS))
+    }
+}
+
+/// One successful read: the value and the ETag to long-poll from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    pub value: String,
+    pub etag: Option<String>,
+}
+
+/// HTTP client for the metadata server. Sends `Metadata-Flavor: Google`, never goes through a
+/// proxy (a proxy would add `X-Forwarded-For`, which the server refuses, and the metadata server
+/// is link-local anyway), and insists the answer carries `Metadata-Flavor: Google` too.
+#[derive(Debug, Clone)]
+pub struct MetadataClient {
+    host: String,
+    base: Url,
+    http: reqwest::Client,
+    request_timeout_extra: Duration,
+}
+
+impl MetadataClient {
+    /// Client for `http://{host}/computeMetadata/v1/`. `host` is `name[:port]`, as in
+    /// `GCE_METADATA_HOST` (a leading `http://` is tolerated). `request_timeout_extra` is the
+    /// deadline of a plain read and the margin added to `timeout_sec` for a long-poll.
+    pub fn new(host: &str, request_timeout_extra: Duration) -> Result<Self, MetadataError> {
+        let bad = |detail: String| MetadataError::BadHost {
+            host: host.to_string(),
+            detail,
+        };
+        let h = host.trim();
+        let h = h.strip_prefix("http://").unwrap_or(h).trim_end_matches('/');
+        if h.is_empty() || h.contains(['/', '?', '#', '@', ' ']) {
+            return Err(bad("expected host or host:port".into()));
+        }
+        let base = Url::parse(&format!("http://{h}/computeMetadata/v1/"))
+            .map_err(|e| bad(e.to_string()))?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(request_timeout_extra)
+            // NB: the server never redirects the keys we read; following one could leave the
+            // link-local server for somewhere that does not deserve the header.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| bad(format!("cannot build the HTTP client: {e}")))?;
+        Ok(MetadataClient {
+            host: h.to_string(),
+            base,
+            http,
+            request_timeout_extra,
+        })
+    }
+
+    /// Client from `GCE_METADATA_HOST` (default `metadata.google.internal`), 5 s of slack.
+    pub fn from_env() -> Result<Self, MetadataError> {
+        Self::from_env_value(std::env::var(HOST_ENV).ok().as_deref())
+    }
+
+    fn from_env_value(value: Option<&str>) -> Result<Self, MetadataError> {
+        let host = value
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .unwrap_or(DEFAULT_HOST);
+        Self::new(host, Duration::from_secs(5))
+    }
+
+    /// The base URL requests go to, e.g. `http://metadata.google.internal/computeMetadata/v1/`.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// URL for `key` (relative to the base), with the long-poll parameters when `wait` is given.
+    /// An empty `last_etag` is left out: the server then waits for the next change from now.
+    fn url(&self, key: &str, wait: Option<(&str, u32)>) -> Result<Url, MetadataError> {
+        let mut url = self.base.join(key).map_err(|e| {
+            MetadataError::malformed(key, format!("cannot form a URL for the key: {e}"))
+        })?;
+        if let Some((last_etag, timeout_sec)) = wait {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("wait_for_change", "true");
+            if !last_etag.is_empty() {
+                q.append_pair("last_etag", last_etag);
+            }
+            q.append_pair("timeout_sec", &timeout_sec.to_string());
+        }
+        Ok(url)
+    }
+
+    /// GET one key, e.g. `instance/maintenance-event`. With `wait = Some((last_etag,
+    /// timeout_sec))` this is a long-poll; the HTTP deadline is then `timeout_sec` plus the
+    /// client's slack, so the server's own timeout always answers first.
+    pub async fn get(
+        &self,
+        key: &str,
+        wait: Option<(&str, u32)>,
+    ) -> Result<Fetched, MetadataError> {
+        let url = self.url(key, wait)?;
+        let deadline =
+            self.request_timeout_extra + Duration::from_secs(u64::from(wait.map_or(0, |(_, t)| t)));
+        let resp = self
+            .http
+            .get(url)
+            .header("Metadata-Flavor", "Google")
+            .timeout(deadline)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(key, deadline, e))?;
+
+        let status = resp.status();
+        let key_s = || key.to_string();
+        match status {
+            StatusCode::OK => {}
+            StatusCode::SERVICE_UNAVAILABLE => {
+                // The body distinguishes "no notifications yet" from a maintenance blip.
+                let body = resp.text().await.unwrap_or_default();
+                return Err(MetadataError::Unavailable {
+                    key: key_s(),
+                    body: snippet(&body),
+                });
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                return Err(MetadataError::RateLimited { key: key_s() })
+            }
+            StatusCode::NOT_FOUND => return Err(MetadataError::NotFound { key: key_s() }),
+            StatusCode::FORBIDDEN => return Err(MetadataError::Forbidden { key: key_s() }),
+            other => {
+                return Err(MetadataError::Http {
+                    key: key_s(),
+                    status: other.as_u16(),
+                })
+            }
+        }
+        if resp.headers().get("Metadata-Flavor") != Some(&HeaderValue::from_static("Google")) {
+            return Err(MetadataError::malformed(
+                key,
+                "the answer lacks `Metadata-Flavor: Google`, so it did not come from the \
+                 metadata server (a proxy or captive portal in the path?)"
+                    .into(),
+            ));
+        }
+        let etag = resp
+            .headers()
+            .get(ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        let value = resp
+            .text()
+            .await
+            .map_err(|e| self.transport_error(key, deadline, e))?;
+        Ok(Fetched { value, etag })
+    }
+
+    fn transport_error(&self, key: &str, after: Duration, e: reqwest::Error) -> MetadataError {
+        // NB: connect first: a connect timeout is "unreachable" (not on GCE), not a slow answer.
+        if e.is_connect() || e.is_dns() {
+            MetadataError::Unreachable {
+                host: self.host.clone(),
+                source: e,
+            }
+        } else if e.is_timeout() {
+            MetadataError::Timeout {
+                key: key.to_string(),
+                after,
+            }
+        } else {
+            MetadataError::Transport {
+                key: key.to_string(),
+                source: e,
+            }
+        }
+    }
+}
+
+/// Tuning of [`watch_with`]. The defaults suit production; tests shorten them.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// `timeout_sec` of each long-poll: how long the server may hold a request.
+    pub timeout_sec: u32,
+    /// Bounds of the random pause after a 503 (the server gives sub-second 503s in maintenance).
+    pub unavailable_retry: (Duration, Duration),
+    /// First pause after 429, timeouts and transport errors; doubles (with jitter) per failure.
+    pub backoff_initial: Duration,
+    /// Cap of that backoff.
+    pub backoff_max: Duration,
+    /// NB: if a long-poll comes back faster than this with an unchanged value (the server does
+    /// not hold this key, or answers "no notifications" at once), wait out the rest before the
+    /// next request, so a server that ignores `wait_for_change` is polled, not hammered.
+    pub min_interval: Duration,
+    /// Start-up reads of maintenance-event that may fail to connect before the watcher decides
+    /// it is not on GCE (a node's network can come up a moment after the agent).
+    pub startup_attempts: u32,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            timeout_sec: 60,
+            unavailable_retry: (Duration::from_millis(200), Duration::from_millis(500)),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            min_interval: Duration::from_secs(5),
+            startup_attempts: 3,
+        }
+    }
+}
+
+/// Watch the three keys with [`WatchConfig::default`]; see [`watch_with`].
+pub async fn watch(
+    client: MetadataClient,
+    tx: watch::Sender<RawMetadata>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    watch_with(client, tx, metrics, shutdown, WatchConfig::default()).await
+}
+
+/// Watch `maintenance-event`, `upcoming-maintenance` and `preempted` until `shutdown` fires,
+/// publishing each change on `tx` (only when a parsed value actually changes).
+///
+/// Reads maintenance-event once at start-up, so GCE keeps giving its 60-second warning. If that
+/// read cannot connect at all (not on GCE), logs once and returns: the watcher is off. Errors
+/// never change a published value; each is counted in `vigil_metadata_errors_total`.
+pub async fn watch_with(
+    client: MetadataClient,
+    tx: watch::Sender<RawMetadata>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    cfg: WatchConfig,
+) {
+    let key = Key::MaintenanceEvent;
+    let attempts = cfg.startup_attempts.max(1);
+    let mut first = None;
+    for attempt in 1..=attempts {
+        let res = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = client.get(key.path(), None) => r,
+        };
+        match res {
+            Err(e @ MetadataError::Unreachable { .. }) => {
+                metrics.metadata_error(key.label(), e.kind());
+                if attempt == attempts {
+                    tracing::info!("not on GCE ({}): metadata watcher off", chain(&e));
+                    return;
+                }
+                if !pause(&shutdown, cfg.unavailable_retry.0).await {
+                    return;
+                }
+            }
+            other => {
+                first = Some(other);
+                break;
+            }
+        }
+    }
+
+    let ctx = Ctx {
+        client: &client,
+        tx: &tx,
+        metrics: &metrics,
+        shutdown: &shutdown,
+        cfg: &cfg,
+    };
+    tokio::join!(
+        key_loop(ctx, Key::MaintenanceEvent, first),
+        key_loop(ctx, Key::UpcomingMaintenance, None),
+        key_loop(ctx, Key::Preempted, None),
+    );
+    tracing::debug!("metadata watcher stopped");
+}
+
+/// The watched keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    MaintenanceEvent,
+    UpcomingMaintenance,
+    Preempted,
+}
+
+impl Key {
+    fn path(self) -> &'static str {
+        match self {
+            Key::MaintenanceEvent => MAINTENANCE_EVENT_PATH,
+            Key::UpcomingMaintenance => UPCOMING_MAINTENANCE_PATH,
+            Key::Preempted => PREEMPTED_PATH,
+        }
+    }
+
+    /// Metric label.
+    fn label(self) -> &'static str {
+        match self {
+            Key::MaintenanceEvent => "maintenance-event",
+            Key::UpcomingMaintenance => "upcoming-maintenance",
+            Key::Preempted => "preempted",
+        }
+    }
+
+    /// Parse a body read from this key.
+    fn parse(self, body: &str) -> Result<Parsed, MetadataError> {
+        Ok(match self {
+            Key::MaintenanceEvent => Parsed::Event(parse_maintenance_event(body)?),
+            Key::UpcomingMaintenance => Parsed::Upcoming(parse_upcoming(body)?),
+            Key::Preempted => Parsed::Preempted(parse_preempted(body)?),
+        })
+    }
+}
+
+enum Parsed {
+    Event(String),
+    Upcoming(Option<UpcomingMaintenance>),
+    Preempted(bool),
+}
+
+impl Parsed {
+    /// Store into `raw`; true when the value changed.
+    fn apply(self, raw: &mut RawMetadata) -> bool {
+        fn set<T: PartialEq>(slot: &mut T, v: T) -> bool {
+            if *slot == v {
+                false
+            } else {
+                *slot = v;
+                true
+            }
+        }
+        match self {
+            Parsed::Event(v) => set(&mut raw.maintenance_event, Some(v)),
+            Parsed::Upcoming(v) => set(&mut raw.upcoming, v),
+            Parsed::Preempted(v) => set(&mut raw.preempted, Some(v)),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    client: &'a MetadataClient,
+    tx: &'a watch::Sender<RawMetadata>,
+    metrics: &'a Metrics,
+    shutdown: &'a CancellationToken,
+    cfg: &'a WatchConfig,
+}
+
+/// One key: a plain read until one succeeds, then long-polls from the last ETag.
+async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, MetadataError>>) {
+    let mut read_once = false;
+    let mut etag: Option<String> = None;
+    let mut backoff = Backoff::new(ctx.cfg.backoff_initial, ctx.cfg.backoff_max);
+    loop {
+        let started = Instant::now();
+        let waited = read_once;
+        let res = match pending.take() {
+            Some(r) => r,
+            None => {
+                let wait = read_once.then(|| (etag.as_deref().unwrap_or(""), ctx.cfg.timeout_sec));
+                tokio::select! {
+                    _ = ctx.shutdown.cancelled() => return,
+                    r = ctx.client.get(key.path(), wait) => r,
+                }
+            }
+        };
+        // `upcoming-maintenance` says "nothing scheduled" with a 404 or a 503 "no notifications".
+        let res = match res {
+            Err(e)
+                if key == Key::UpcomingMaintenance
+                    && (e.is_no_notifications_yet()
+                        || matches!(e, MetadataError::NotFound { .. })) =>
+            {
+                Ok(Fetched {
+                    value: String::new(),
+                    etag: None,
+                })
+            }
+            other => other,
+        };
+
+        let delay = match res {
+            Ok(fetched) => match key.parse(&fetched.value) {
+                Ok(parsed) => {
+                    backoff.reset();
+                    read_once = true;
+                    etag = fetched.etag;
+                    let changed = ctx.tx.send_if_modified(|raw| parsed.apply(raw));
+                    if changed {
+                        let phase = derive(&ctx.tx.borrow()).phase;
+                        tracing::info!(
+                            key = key.label(),
+                            value = %snippet(fetched.value.trim()),
+                            phase = phase.as_str(),
+                            "metadata changed"
+                        );
+                        Duration::ZERO
+                    } else if waited {
+                        ctx.cfg.min_interval.saturating_sub(started.elapsed())
+                    } else {
+                        Duration::ZERO
+                    }
+                }
+                Err(e) => {
+                    ctx.metrics.metadata_error(key.label(), e.kind());
+                    tracing::warn!(key = key.label(), "{e}");
+                    // NB: adopt the new ETag, or the next long-poll would return the same bad
+                    // value at once, forever. The previous good value stays published.
+                    if fetched.etag.is_some() {
+                        etag = fetched.etag;
+                    }
+                    backoff.next_delay()
+                }
+            },
+            Err(e) => {
+                ctx.metrics.metadata_error(key.label(), e.kind());
+                match &e {
+                    MetadataError::Unavailable { .. } => {
+                        tracing::debug!(key = key.label(), "{e}");
+                        jitter(ctx.cfg.unavailable_retry.0, ctx.cfg.unavailable_retry.1)
+                    }
+                    _ => {
+                        tracing::warn!(key = key.label(), "{}", chain(&e));
+                        backoff.next_delay()
+                    }
+                }
+            }
+        };
+        if !delay.is_zero() && !pause(ctx.shutdown, delay).await {
+            return;
+        }
+    }
+}
+
+/// Sleep unless shutdown fires first; false when it did.
+async fn pause(shutdown: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+/// Exponential backoff with jitter: each delay is drawn from [half, full] of the current step,
+/// so agents restarted together do not retry in lockstep.
+#[derive(Debug)]
+struct Backoff {
+    step: Duration,
+    initial: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            step: initial,
+            initial,
+            max,
+        }
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let step = self.step.min(self.max);
+        self.step = step.saturating_mul(2).min(self.max);
+        jitter(step / 2, step)
+    }
+
+    fn reset(&mut self) {
+        self.step = self.initial;
+    }
+}
+
+/// A random duration in `[lo, hi]`.
+fn jitter(lo: Duration, hi: Duration) -> Duration {
+    let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
+    if hi <= lo {
+        return Duration::from_millis(lo);
+    }
+    Duration::from_millis(rand::rng().random_range(lo..=hi))
+}
+
+/// The first 200 characters of a server-supplied text, for messages and logs.
+fn snippet(s: &str) -> String {
+    s.chars().take(200).collect()
+}
+
+/// An error and its causes, `a: b: c`, for one log line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(event: Option<&str>, status: Option<&str>, preempted: Option<bool>) -> RawMetadata {
+        RawMetadata {
+            maintenance_event: event.map(str::to_string),
+            upcoming: status.map(|s| UpcomingMaintenance {
+                status: Some(s.to_string()),
+                can_reschedule: true,
+                window_start: Some("2024-12-01T19:00:01Z".into()),
+                window_end: Some("2024-12-01T21:00:01Z".into()),
+                ..Default::default()
+            }),
+            preempted,
+        }
+    }
+
+    const T: &str = TERMINATE_ON_HOST_MAINTENANCE;
+    const M: &str = MIGRATE_ON_HOST_MAINTENANCE;
+
+    #[test]
+    fn derive_table() {
+        use Phase::*;
+        #[rustfmt::skip]
+        let table: &[(Option<&str>, Option<&str>, Option<bool>, Phase, Option<&str>, &[&str])] = &[
+            // event,      upcoming,      preempted,   phase,       interruption,             reasons
+            (None,         None,          None,        None,        Option::None,             &[]),
+            (Some(NONE),   None,          Some(false), None,        Option::None,             &[]),
+            (Some(NONE),   Some(PENDING), Some(false), Pending,     Option::None,             &["upcoming-pending"]),
+            (Some(NONE),   Some(ONGOING), Some(false), Ongoing,     Some("host-maintenance"), &["upcoming-ongoing"]),
+            (Some(M),      None,          Some(false), Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance"]),
+            (Some(M),      Some(PENDING), None,        Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance", "upcoming-pending"]),
+            (Some(T),      None,          Some(false), Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance"]),
+            (Some(T),      Some(ONGOING), None,        Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-ongoing"]),
+            (Some(NONE),   None,          Some(true),  Terminating, Some("preemption"),       &["preempted"]),
+            (Some(T),      None,          Some(true),  Terminating, Some("preemption"),       &["preempted", "terminate-on-host-maintenance"]),
+            (None,         Some(PENDING), Some(true),  Terminating, Some("preemption"),       &["preempted", "upcoming-pending"]),
+            (Some(M),      Some(ONGOING), Some(true),  Terminating, Some("preemption"),       &["preempted", "migrate-on-host-maintenance", "upcoming-ongoing"]),
+            // Unknown strings are never published by the watcher, but derive must not trip on them.
+            (Some("X"),    Some("X"),     None,        None,        Option::None,             &[]),
+        ];
+        for (i, (event, status, preempted, phase, interruption, reasons)) in
+            table.iter().enumerate()
+        {
+            let s = derive(&raw(*event, *status, *preempted));
+            assert_eq!(s.phase, *phase, "row {i}");
+            assert_eq!(s.interruption, *interruption, "row {i}");
+            assert_eq!(s.reasons, reasons.to_vec(), "row {i}");
+        }
+    }
+
+    #[test]
+    fn derive_copies_the_window() {
+        let s = derive(&raw(Some(NONE), Some(PENDING), Some(false)));
+        assert_eq!(s.window_start.as_deref(), Some("2024-12-01T19:00:01Z"));
+        assert_eq!(s.window_end.as_deref(), Some("2024-12-01T21:00:01Z"));
+        assert!(s.can_reschedule);
+        let s = derive(&raw(Some(NONE), None, Some(false)));
+        assert_eq!(
+            (s.window_start, s.window_end, s.can_reschedule),
+            (None, None, false)
+        );
+    }
+
+    #[test]
+    fn preempted_false_never_clears_a_pending_termination() {
+        // The order a handler sees the keys in must not matter: TERMINATE then preempted=FALSE.
+        let mut r = raw(Some(T), None, None);
+        assert_eq!(derive(&r).phase, Phase::Terminating);
+        r.preempted = Some(false);
+        assert_eq!(derive(&r).phase, Phase::Terminating);
+        r.preempted = Some(true);
+        r.preempted = Some(false);
+        let s = derive(&r);
+        assert_eq!(s.phase, Phase::Terminating);
+        assert_eq!(s.interruption, Some("host-maintenance"));
+        // Only the event itself going back to NONE ends it.
+        r.maintenance_event = Some(NONE.into());
+        assert_eq!(derive(&r).phase, Phase::None);
+    }
+
+    #[test]
+    fn maintenance_event_values() {
+        for ok in [NONE, M, T, "  NONE\n"] {
+            assert_eq!(
+                parse_maintenance_event(ok).ok(),
+                Some(ok.trim().to_string())
+            );
+        }
+        for bad in ["BANANA", "", "none", "TERMINATE"] {
+            let e = parse_maintenance_event(bad).unwrap_err();
+            assert_eq!(e.kind(), "malformed", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn preempted_values() {
+        assert_eq!(parse_preempted("TRUE").ok(), Some(true));
+        assert_eq!(parse_preempted("FALSE\n").ok(), Some(false));
+        assert_eq!(parse_preempted("true").ok(), Some(true));
+        for bad in ["MAYBE", "", "1", "yes"] {
+            assert_eq!(
+                parse_preempted(bad).unwrap_err().kind(),
+                "malformed",
+                "{bad:?}"
+            );
+        }
+    }
+
+    /// The example answer in Google's host-events guide.
+    const GCE_EXAMPLE: &str = r#"{
+        "can_reschedule": "true",
+        "latest_window_start_time": "2024-12-01T19:00:01Z",
+        "maintenance_reasons": ["PLANNED_UPDATE", "PLANNED_NETWORK_UPDATE"],
+        "maintenance_status": "PENDING",
+        "type": "SCHEDULED",
+        "window_end_time": "2024-12-01T21:00:01Z",
+        "window_start_time": "2024-12-01T19:00:01Z"
+    }"#;
+
+    #[test]
+    fn upcoming_gce_example() {
+        let u = parse_upcoming(GCE_EXAMPLE).unwrap().unwrap();
+        assert_eq!(
+            u,
+            UpcomingMaintenance {
+                maintenance_type: Some("SCHEDULED".into()),
+                status: Some(PENDING.into()),
+                can_reschedule: true,
+                window_start: Some("2024-12-01T19:00:01Z".into()),
+                window_end: Some("2024-12-01T21:00:01Z".into()),
+                latest_window_start: Some("2024-12-01T19:00:01Z".into()),
+                reasons: vec!["PLANNED_UPDATE".into(), "PLANNED_NETWORK_UPDATE".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn upcoming_table() {
+        // (body, Ok(Some((status, can_reschedule))) | Ok(None) | Err)
+        #[allow(clippy::type_complexity)]
+        let table: &[(&str, Result<Option<(&str, bool)>, ()>)] = &[
+            ("", Ok(None)),
+            ("  \n", Ok(None)),
+            ("{ }", Ok(None)),
+            ("{}", Ok(None)),
+            ("NONE", Ok(None)),
+            (
+                r#"{ "error": "no notifications have been received yet, try again later" }"#,
+                Ok(None),
+            ),
+            (
+                r#"{"maintenance_status":"ONGOING","can_reschedule":"false"}"#,
+                Ok(Some((ONGOING, false))),
+            ),
+            (
+                r#"{"maintenance_status":"PENDING","can_reschedule":true}"#,
+                Ok(Some((PENDING, true))),
+            ),
+            (
+                r#"{"maintenance_status":"PENDING","can_reschedule":"TRUE"}"#,
+                Ok(Some((PENDING, true))),
+            ),
+            (
+                r#"{"maintenance_status":"PENDING"}"#,
+                Ok(Some((PENDING, false))),
+            ),
+            (
+                r#"{"maintenanceStatus":"ONGOING","canReschedule":true}"#,
+                Ok(Some((ONGOING, true))),
+            ),
+            ("{not json", Err(())),
+            ("BANANA", Err(())),
+            ("[]", Err(())),
+            ("\"PENDING\"", Err(())),
+            (r#"{"foo": 1}"#, Err(())),
+            (r#"{"maintenance_status":"BANANA"}"#, Err(())),
+            (r#"{"maintenance_status":7}"#, Err(())),
+            (
+                r#"{"maintenance_status":"PENDING","can_reschedule":"maybe"}"#,
+                Err(()),
+            ),
+            (
+                r#"{"maintenance_status":"PENDING","maintenance_reasons":"x"}"#,
+                Err(()),
+            ),
+            (r#"{"error": "internal"}"#, Err(())),
+        ];
+        for (body, want) in table {
+            let got = parse_upcoming(body);
+            match (want, got) {
+                (Ok(None), Ok(None)) => {}
+                (Ok(Some((status, resched))), Ok(Some(u))) => {
+                    assert_eq!(u.status.as_deref(), Some(*status), "{body}");
+                    assert_eq!(u.can_reschedule, *resched, "{body}");
+                }
+                (Err(()), Err(e)) => assert_eq!(e.kind(), "malformed", "{body}"),
+                (want, got) => panic!("{body}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn client_urls() {
+        let c = MetadataClient::new("metadata.google.internal", Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            c.base_url().as_str(),
+            "http://metadata.google.internal/computeMetadata/v1/"
+        );
+        let c = MetadataClient::new("127.0.0.1:8080", Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            c.url(MAINTENANCE_EVENT_PATH, None).unwrap().as_str(),
+            "http://127.0.0.1:8080/computeMetadata/v1/instance/maintenance-event"
+        );
+        assert_eq!(
+            c.url(PREEMPTED_PATH, Some(("a b&c", 30))).unwrap().as_str(),
+            "http://127.0.0.1:8080/computeMetadata/v1/instance/preempted\
+             ?wait_for_change=true&last_etag=a+b%26c&timeout_sec=30"
+        );
+        assert_eq!(
+            c.url(PREEMPTED_PATH, Some(("", 5))).unwrap().query(),
+            Some("wait_for_change=true&timeout_sec=5")
+        );
+        let c = MetadataClient::new("http://10.0.0.1:80/", Duration::from_secs(1)).unwrap();
+        assert_eq!(c.base_url().as_str(), "http://10.0.0.1/computeMetadata/v1/");
+    }
+
+    #[test]
+    fn bad_hosts_name_the_variable() {
+        for bad in ["", "a b", "host/path", "user@host", "host:notaport"] {
+            let e = MetadataClient::new(bad, Duration::from_secs(1)).unwrap_err();
+            assert!(e.to_string().contains("GCE_METADATA_HOST"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn env_value_defaults_to_metadata_google_internal() {
+        for v in [None, Some(""), Some("  ")] {
+            let c = MetadataClient::from_env_value(v).unwrap();
+            assert_eq!(c.base_url().host_str(), Some(DEFAULT_HOST));
+        }
+        let c = MetadataClient::from_env_value(Some("127.0.0.1:9")).unwrap();
+        assert_eq!(c.base_url().port(), Some(9));
+    }
+
+    #[test]
+    fn error_kinds_are_fixed_labels() {
+        let k = || "instance/preempted".to_string();
+        let cases = [
+            (
+                MetadataError::Unavailable {
+                    key: k(),
+                    body: String::new(),
+                },
+                "unavailable",
+            ),
+            (MetadataError::RateLimited { key: k() }, "rate-limited"),
+            (MetadataError::NotFound { key: k() }, "not-found"),
+            (MetadataError::Forbidden { key: k() }, "forbidden"),
+            (
+                MetadataError::Timeout {
+                    key: k(),
+                    after: Duration::from_secs(1),
+                },
+                "timeout",
+            ),
+            (MetadataError::malformed("k", "d".into()), "malformed"),
+            (
+                MetadataError::Http {
+                    key: k(),
+                    status: 500,
+                },
+                "transport",
+            ),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind, "{e}");
+        }
+        let none = MetadataError::Unavailable {
+            key: k(),
+            body: r#"{ "error": "no notifications have been received yet, try again later" }"#
+                .into(),
+        };
+        assert!(none.is_no_notifications_yet());
+        assert!(!MetadataError::Unavailable {
+            key: k(),
+            body: "busy".into()
+        }
+        .is_no_notifications_yet());
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_caps() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
+        let steps = [100u64, 200, 400, 800, 800, 800];
+        for step in steps {
+            let d = b.next_delay().as_millis() as u64;
+            assert!(
+                (step / 2..=step).contains(&d),
+                "{d} not in [{}, {step}]",
+                step / 2
+            );
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+        assert_eq!(
+            jitter(Duration::from_millis(5), Duration::from_millis(5)),
+            Duration::from_millis(5)
+        );
+    }
+
+    #[test]
+    fn snippets_are_bounded_on_char_boundaries() {
+        let long = "é".repeat(500);
+        assert_eq!(snippet(&long).chars().count(), 200);
+    }
+}

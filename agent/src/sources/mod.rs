@@ -1,0 +1,3 @@
+//! Read-only adapters: what the node and the platform say.
+
+pub mod metadata;
