@@ -155,12 +155,19 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(all.len(), 10, "bounded at max_len");
 
     // Records with a TTL, and the index that lists them without SCAN.
-    c.hset_ttl(&k("rec"), &[("a".into(), "1".into())], Duration::from_millis(150))
-        .await
-        .unwrap();
+    c.hset_ttl(
+        &k("rec"),
+        &[("a".into(), "1".into())],
+        Duration::from_millis(150),
+    )
+    .await
+    .unwrap();
     assert_eq!(c.hgetall(&k("rec")).await.unwrap()["a"], "1");
     time.pass(Duration::from_millis(300)).await;
-    assert!(c.hgetall(&k("rec")).await.unwrap().is_empty(), "the record expired");
+    assert!(
+        c.hgetall(&k("rec")).await.unwrap().is_empty(),
+        "the record expired"
+    );
     c.index_touch(&k("idx"), "n1", 100, 0).await.unwrap();
     c.index_touch(&k("idx"), "n2", 200, 0).await.unwrap();
     c.index_touch(&k("idx"), "n1", 300, 0).await.unwrap();

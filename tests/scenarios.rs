@@ -615,8 +615,15 @@ async fn a_restart_outside_vigil_counts_as_booting() {
     // An operator runs `docker restart` in the middle of the delay.
     w.runtime.add("c1", "trainer-0");
     w.run_until(Duration::from_secs(200) + mins(9)).await;
-    assert_eq!(w.runtime.restarts("c1"), 0, "the booting container is left alone");
-    assert!(w.decisions().await.contains(&"external-restart".to_string()));
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        0,
+        "the booting container is left alone"
+    );
+    assert!(w
+        .decisions()
+        .await
+        .contains(&"external-restart".to_string()));
 }
 
 #[tokio::test]
@@ -626,9 +633,16 @@ async fn a_restart_whose_reply_was_lost_is_still_a_restart() {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
     assert_eq!(w.runtime.restarts("c1"), 1);
-    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_some(), "cooldown kept");
+    assert!(
+        w.get(&w.keys.cooldown("trainer-0")).await.is_some(),
+        "cooldown kept"
+    );
     w.run_for(mins(5)).await;
-    assert_eq!(w.runtime.restarts("c1"), 1, "the booting container is not restarted again");
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "the booting container is not restarted again"
+    );
     assert_eq!(w.sink.count(AlertKind::RestartFailed), 0);
 }
 

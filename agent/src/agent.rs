@@ -5,21 +5,23 @@
 //! the cycle stops at the first coordinator error, says so once, counts it, and retries with
 //! backoff. State lives in the coordinator, so nothing is lost when it returns.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
+use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::alert::{Alert, AlertKind, Notifier};
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::coord::{CoordError, Coordinator, Keys};
+use crate::fleet::{self, NodeRecord};
+use crate::maintenance::SharedFacts;
 use crate::metrics::Metrics;
 use crate::policy::{NodeContext, Verdict};
 use crate::runtime::{Container, ContainerRuntime};
-use crate::trail::{code, Decision};
+use crate::trail::{code, Trail};
 
 /// Liveness of the loop, read by `/healthz`.
 #[derive(Default)]
@@ -47,6 +49,7 @@ pub struct Agent {
     pub health: Arc<Health>,
     /// Identifies this process in the trail (two agents on one node are told apart).
     pub instance: String,
+    pub trail: Trail,
     /// Maintenance / GPU state of the node (fed by the metadata and NVML sources).
     pub node: NodeContext,
     /// Trail entries already written for an incident, to keep repeated skips out of the trail.
@@ -55,6 +58,12 @@ pub struct Agent {
     runtime_down: bool,
     ambiguous: HashSet<String>,
     backoff: Duration,
+    /// Maintenance state from the controller (restarts stand down while it says so).
+    facts: SharedFacts,
+    /// New configurations from SIGHUP.
+    reload: Option<watch::Receiver<Config>>,
+    /// Verdicts of the last cycle, for the heartbeat record.
+    last_verdicts: BTreeMap<String, String>,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -75,7 +84,17 @@ impl Agent {
     ) -> Agent {
         let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
         metrics.dry_run.set(i64::from(cfg.dry_run));
+        let instance = format!("{}-{:04x}", std::process::id(), rand::random::<u16>());
+        let trail = Trail {
+            coord: coord.clone(),
+            keys: keys.clone(),
+            instance: instance.clone(),
+            max_len: cfg.redis.trail_max_len,
+            metrics: metrics.clone(),
+            dry_run: cfg.dry_run,
+        };
         Agent {
+            trail,
             keys,
             coord,
             runtime,
@@ -89,8 +108,58 @@ impl Agent {
             runtime_down: false,
             ambiguous: HashSet::new(),
             backoff: Duration::ZERO,
+            facts: SharedFacts::default(),
+            reload: None,
+            last_verdicts: BTreeMap::new(),
             cfg,
         }
+    }
+
+    /// Share the maintenance controller's view of the node.
+    pub fn with_facts(mut self, facts: SharedFacts) -> Self {
+        self.facts = facts;
+        self
+    }
+
+    /// Receive new configurations (SIGHUP reloads).
+    pub fn with_reload(mut self, rx: watch::Receiver<Config>) -> Self {
+        self.reload = Some(rx);
+        self
+    }
+
+    /// Apply a reloaded configuration. Keys that need new connections or a new listener keep
+    /// their running values, and the log says which.
+    pub fn apply_reload(&mut self, new: Config) {
+        let mut merged = new;
+        let old = &self.cfg;
+        let mut kept = Vec::new();
+        macro_rules! keep {
+            ($($field:ident).+, $name:literal) => {
+                if merged.$($field).+ != old.$($field).+ {
+                    merged.$($field).+ = old.$($field).+.clone();
+                    kept.push($name);
+                }
+            };
+        }
+        keep!(node_name, "node_name");
+        keep!(redis, "redis.*");
+        keep!(docker.host, "docker.host");
+        keep!(docker.worker_label, "docker.worker_label");
+        keep!(server, "server.*");
+        keep!(alerts, "alerts.*");
+        keep!(log, "log.*");
+        keep!(metadata, "metadata.*");
+        keep!(kubernetes, "kubernetes.*");
+        keep!(fleet, "fleet.*");
+        keep!(checkpoint, "checkpoint.*");
+        keep!(opportunistic, "opportunistic.*");
+        if !kept.is_empty() {
+            tracing::warn!(keys = %kept.join(", "), "config reloaded, but these keys need a restart of the agent to change; their running values are kept");
+        }
+        self.metrics.dry_run.set(i64::from(merged.dry_run));
+        self.trail.dry_run = merged.dry_run;
+        tracing::info!(dry_run = merged.dry_run, "config reloaded");
+        self.cfg = merged;
     }
 
     /// Append a decision to the trail, log it and count it. With `once`, the same decision for
@@ -133,32 +202,8 @@ impl Agent {
         detail: String,
         incident: Option<&str>,
     ) -> Result<(), CoordError> {
-        tracing::info!(
-            node = %self.keys.node(),
-            worker,
-            verdict = verdict.as_str(),
-            decision,
-            incident,
-            dry_run = self.cfg.dry_run,
-            "{detail}"
-        );
-        self.metrics.decision(decision);
-        let d = Decision {
-            at,
-            worker,
-            verdict: verdict.as_str(),
-            decision,
-            detail,
-            incident,
-            agent: &self.instance,
-            dry_run: self.cfg.dry_run,
-        };
-        self.coord
-            .append(
-                &self.keys.trail(),
-                &d.fields(),
-                self.cfg.redis.trail_max_len,
-            )
+        self.trail
+            .record(at, worker, verdict.as_str(), decision, detail, incident)
             .await
     }
 
@@ -166,6 +211,19 @@ impl Agent {
     pub async fn cycle(&mut self) -> CycleReport {
         let started = tokio::time::Instant::now();
         let mut report = CycleReport::default();
+        let reloaded = self.reload.as_mut().and_then(|rx| {
+            rx.has_changed()
+                .unwrap_or(false)
+                .then(|| rx.borrow_and_update().clone())
+        });
+        if let Some(new) = reloaded {
+            self.apply_reload(new);
+        }
+        let maintenance = {
+            let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
+            (f.in_maintenance(started), f.maintenance.phase)
+        };
+        self.node.in_maintenance = maintenance.0;
         let now = match self.coord.time().await {
             Ok(t) => t,
             Err(e) => {
@@ -266,7 +324,42 @@ impl Agent {
         self.metrics
             .cycle_seconds
             .observe(started.elapsed().as_secs_f64());
+        self.last_verdicts = report
+            .verdicts
+            .iter()
+            .map(|(w, v)| (w.clone(), v.as_str().to_string()))
+            .collect();
+        self.heartbeat(maintenance.1.as_str()).await;
         report
+    }
+
+    /// Publish this node's record for the fleet view (best-effort: a failure is only logged,
+    /// the next cycle writes it again).
+    async fn heartbeat(&mut self, maintenance: &str) {
+        let Ok(now) = self.coord.time().await else {
+            return;
+        };
+        let rec = NodeRecord {
+            node: self.cfg.node_name.clone(),
+            pool: self.cfg.fleet.pool.clone(),
+            slice: self.cfg.fleet.slice.clone(),
+            maintenance: maintenance.to_string(),
+            gpu: "unknown".into(),
+            workers: self.last_verdicts.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            dry_run: self.cfg.dry_run,
+            updated_at: now,
+        };
+        if let Err(e) = fleet::publish(
+            self.coord.as_ref(),
+            &self.keys,
+            &rec,
+            self.cfg.fleet.heartbeat_ttl,
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "heartbeat not published");
+        }
     }
 
     fn coordinator_ok(&mut self) {

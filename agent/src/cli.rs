@@ -9,15 +9,18 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::alert::{AlertSink, Notifier, WebhookSink};
+use crate::actions::node::{KubeNodeApi, NodeApi};
 use crate::agent::Agent;
 use crate::clock::SystemClock;
 use crate::config::{Config, ConfigError, ProcessEnv};
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::{write_status, Coordinator, Keys};
+use crate::maintenance::{Controller, SharedFacts};
 use crate::metrics::Metrics;
 use crate::runtime::docker::DockerRuntime;
 use crate::server::{self, ServerState};
+use crate::sources::metadata::{watch_with, MetadataClient, RawMetadata, WatchConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -61,14 +64,17 @@ pub enum Command {
         #[arg(long)]
         worker: String,
         /// idle | processing | error | any other word (never hung).
-        #[arg(long)]
-        state: String,
+        #[arg(long, required_unless_present = "checkpoint_ack")]
+        state: Option<String>,
         /// What the worker is working on.
         #[arg(long)]
         job: Option<String>,
         /// A progress marker that changes as work advances (step, batch, offset).
         #[arg(long)]
         progress: Option<String>,
+        /// Acknowledge a checkpoint request (give the request id from `checkpoint_request`).
+        #[arg(long, value_name = "ID")]
+        checkpoint_ack: Option<String>,
         /// Without Redis: the local agent's status API to send the beat to.
         #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
         agent: String,
@@ -88,6 +94,15 @@ pub enum Command {
         /// Number of most recent decisions to show.
         #[arg(long, default_value_t = 50)]
         limit: usize,
+    },
+    /// The fleet: every agent's node record and a per-slice summary (a slice is available only
+    /// when all its nodes are healthy and none is in maintenance).
+    Status {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Machine-readable output, for a training controller to poll.
+        #[arg(long)]
+        json: bool,
     },
     /// Validate a config file, or print the defaults.
     #[command(subcommand)]
@@ -132,7 +147,8 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run { config, dry_run } => {
             let mut cfg = load(&config)?;
             cfg.dry_run |= dry_run;
-            run(cfg, shutdown_on_signals()?).await
+            let signals = install_signals(config.config.clone(), &cfg)?;
+            run(cfg, signals).await
         }
         Command::Beat {
             config,
@@ -140,10 +156,20 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             state,
             job,
             progress,
+            checkpoint_ack,
             agent,
         } => {
             let cfg = load(&config)?;
-            beat(&cfg, &worker, &state, job, progress, &agent).await
+            let fields: Vec<(String, String)> = [
+                ("state", state),
+                ("job", job),
+                ("progress", progress),
+                ("checkpoint_ack", checkpoint_ack),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+            .collect();
+            beat(&cfg, &worker, fields, &agent).await
         }
         Command::Policy { config } => {
             let cfg = load(&config)?;
@@ -170,6 +196,32 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 .await
                 .map_err(|e| CliError::Failed(e.to_string()))?;
             print!("{}", crate::trail::render(&node, &entries));
+            Ok(())
+        }
+        Command::Status { config, json } => {
+            let cfg = load(&config)?;
+            if cfg.embedded() {
+                return Err(CliError::Failed(
+                    "status reads the fleet from Redis: set REDIS_URL".into(),
+                ));
+            }
+            let coord = RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            let fail = |e: crate::coord::CoordError| CliError::Failed(e.to_string());
+            let now = coord.time().await.map_err(fail)?;
+            let (views, last_slice) = crate::fleet::read(&coord, &cfg.redis.key_prefix)
+                .await
+                .map_err(fail)?;
+            let slices = crate::fleet::slices(&views, &last_slice);
+            if json {
+                let body = serde_json::json!({ "at": now, "nodes": views, "slices": slices });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&body).unwrap_or_default()
+                );
+            } else {
+                print!("{}", crate::fleet::render(&views, &slices, now));
+            }
             Ok(())
         }
         Command::Config(ConfigCommand::Check { config }) => {
@@ -227,19 +279,14 @@ pub fn render_policy(cfg: &Config) -> String {
 async fn beat(
     cfg: &Config,
     worker: &str,
-    state: &str,
-    job: Option<String>,
-    progress: Option<String>,
+    fields: Vec<(String, String)>,
     agent: &str,
 ) -> Result<(), CliError> {
     if cfg.embedded() {
-        let mut body = serde_json::json!({ "state": state });
-        if let Some(j) = job {
-            body["job"] = j.into();
-        }
-        if let Some(p) = progress {
-            body["progress"] = p.into();
-        }
+        let body: serde_json::Map<String, serde_json::Value> = fields
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::Value::String(v)))
+            .collect();
         let url = format!("{}/v1/workers/{worker}/status", agent.trim_end_matches('/'));
         let resp = reqwest::Client::new()
             .put(&url)
@@ -266,13 +313,6 @@ async fn beat(
     let coord = RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
         .map_err(|e| CliError::Failed(e.to_string()))?;
     let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-    let mut fields = vec![("state".to_string(), state.to_string())];
-    if let Some(j) = job {
-        fields.push(("job".into(), j));
-    }
-    if let Some(p) = progress {
-        fields.push(("progress".into(), p));
-    }
     let now = write_status(&coord, &keys, worker, &fields)
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
@@ -299,27 +339,58 @@ fn init_logging(cfg: &Config) {
     };
 }
 
-/// SIGTERM and SIGINT cancel the returned token.
-fn shutdown_on_signals() -> Result<CancellationToken, CliError> {
+/// The process signals the agent reacts to.
+pub struct Signals {
+    /// SIGTERM / SIGINT: checkpoint the workers, then exit.
+    pub term: CancellationToken,
+    /// SIGHUP: new configurations (already validated).
+    pub reload: Option<tokio::sync::watch::Receiver<Config>>,
+}
+
+/// Install the handlers. SIGHUP re-reads `path` (and the environment); an invalid new config
+/// keeps the running one and says why.
+fn install_signals(path: Option<PathBuf>, first: &Config) -> Result<Signals, CliError> {
     use tokio::signal::unix::{signal, SignalKind};
-    let token = CancellationToken::new();
-    let mut term = signal(SignalKind::terminate())
-        .map_err(|e| CliError::Failed(format!("cannot install the SIGTERM handler: {e}")))?;
-    let mut int = signal(SignalKind::interrupt())
-        .map_err(|e| CliError::Failed(format!("cannot install the SIGINT handler: {e}")))?;
-    let t = token.clone();
+    let fail = |what: &str, e: std::io::Error| {
+        CliError::Failed(format!("cannot install the {what} handler: {e}"))
+    };
+    let term = CancellationToken::new();
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| fail("SIGTERM", e))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| fail("SIGINT", e))?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| fail("SIGHUP", e))?;
+    let t = term.clone();
     tokio::spawn(async move {
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = sigterm.recv() => tracing::info!("SIGTERM: checkpointing workers, then exiting"),
+            _ = sigint.recv() => tracing::info!("SIGINT: checkpointing workers, then exiting"),
         }
         t.cancel();
     });
-    Ok(token)
+    let (tx, rx) = tokio::sync::watch::channel(first.clone());
+    let dry_run_flag = first.dry_run;
+    tokio::spawn(async move {
+        while sighup.recv().await.is_some() {
+            match Config::load(path.as_deref(), &ProcessEnv) {
+                Ok(mut cfg) => {
+                    // `--dry-run` on the command line stays in force across reloads.
+                    cfg.dry_run |= dry_run_flag;
+                    tracing::info!("SIGHUP: configuration re-read");
+                    let _ = tx.send(cfg);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: the new configuration is invalid; keeping the running one")
+                }
+            }
+        }
+    });
+    Ok(Signals {
+        term,
+        reload: Some(rx),
+    })
 }
 
-/// Wire the production adapters and run until `shutdown`.
-pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), CliError> {
+/// Wire the production adapters and run until SIGTERM/SIGINT (or `signals.term`).
+pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
     init_logging(&cfg);
     let coord: Arc<dyn Coordinator> = if cfg.embedded() {
         Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
@@ -329,7 +400,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), CliErro
                 .map_err(|e| CliError::Failed(e.to_string()))?,
         )
     };
-    let runtime = Arc::new(DockerRuntime::new(
+    let runtime: Arc<dyn crate::runtime::ContainerRuntime> = Arc::new(DockerRuntime::new(
         &cfg.docker.host,
         &cfg.docker.worker_label,
         &cfg.checkpoint.label,
@@ -345,13 +416,80 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), CliErro
         )) as Arc<dyn AlertSink>
     });
     let notifier = Notifier::new(sink, metrics.clone());
-    let agent = Agent::new(
+    let facts = SharedFacts::default();
+    let mut agent = Agent::new(
         cfg.clone(),
         coord.clone(),
         runtime.clone(),
         notifier,
         metrics.clone(),
+    )
+    .with_facts(facts.clone());
+    if let Some(rx) = signals.reload {
+        agent = agent.with_reload(rx);
+    }
+    let stop = CancellationToken::new();
+
+    let node_api: Option<Arc<dyn NodeApi>> = if cfg.kubernetes_on() {
+        let api = if cfg.kubernetes.api_url.is_empty() {
+            KubeNodeApi::infer().await
+        } else {
+            KubeNodeApi::from_url(&cfg.kubernetes.api_url)
+        };
+        match api {
+            Ok(a) => Some(Arc::new(a)),
+            Err(e) => {
+                tracing::error!(error = %e, "Kubernetes API unavailable: the Node will not show maintenance state");
+                None
+            }
+        }
+    } else {
+        tracing::info!(
+            "not in a Kubernetes cluster (kubernetes.enabled = {}): Node labels and Events off",
+            cfg.kubernetes.enabled
+        );
+        None
+    };
+
+    let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
+    let mut tasks = Vec::new();
+    if cfg.metadata.enabled != "off" {
+        let host = if cfg.metadata.host.is_empty() {
+            "metadata.google.internal".to_string()
+        } else {
+            cfg.metadata.host.clone()
+        };
+        match MetadataClient::new(&host, Duration::from_secs(5)) {
+            Ok(client) => {
+                let watch_cfg = WatchConfig {
+                    timeout_sec: cfg.metadata.timeout_sec,
+                    ..WatchConfig::default()
+                };
+                let m = metrics.clone();
+                let s = stop.clone();
+                tasks.push(tokio::spawn(async move {
+                    watch_with(client, meta_tx, m, s, watch_cfg).await
+                }));
+            }
+            Err(e) => tracing::error!(error = %e, "metadata watcher off"),
+        }
+    } else {
+        drop(meta_tx);
+    }
+    let controller = Controller::new(
+        cfg.clone(),
+        coord.clone(),
+        runtime.clone(),
+        node_api,
+        metrics.clone(),
+        agent.trail.clone(),
+        facts,
     );
+    let controller_task = {
+        let term = signals.term.clone();
+        let s = stop.clone();
+        tokio::spawn(async move { controller.run(meta_rx, term, s).await })
+    };
 
     let mut server_task = None;
     if !cfg.server.listen.is_empty() {
@@ -372,13 +510,24 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), CliErro
             max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
         };
         tracing::info!(addr = %cfg.server.listen, "serving /metrics /healthz /readyz and the status API");
-        let token = shutdown.clone();
-        server_task = Some(tokio::spawn(server::serve(listener, state, token)));
+        server_task = Some(tokio::spawn(server::serve(listener, state, stop.clone())));
     }
-    agent.run(shutdown.clone()).await;
-    shutdown.cancel();
+
+    // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
+    agent.run(signals.term.clone()).await;
+    // NB: everything after SIGTERM must end before the pod's grace period, or the kubelet
+    // kills us mid-checkpoint: the drain is bounded by it, with a second of margin.
+    let drain = cfg.checkpoint.grace.saturating_sub(Duration::from_secs(1));
+    if tokio::time::timeout(drain, controller_task).await.is_err() {
+        tracing::error!("checkpoint drain exceeded the grace period; exiting anyway");
+    }
+    stop.cancel();
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+    }
     if let Some(t) = server_task {
-        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
     }
+    tracing::info!("vigil exited cleanly");
     Ok(())
 }

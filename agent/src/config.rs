@@ -60,6 +60,7 @@ pub struct Config {
     pub metadata: MetadataConfig,
     pub kubernetes: KubernetesConfig,
     pub checkpoint: CheckpointConfig,
+    pub opportunistic: OpportunisticConfig,
     /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
     #[serde(skip)]
     pub kubernetes_in_cluster: bool,
@@ -106,6 +107,32 @@ pub struct KubernetesConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+pub struct OpportunisticConfig {
+    /// Opt-in: label the node `cloud.google.com/perform-maintenance=true` when it is idle.
+    pub enabled: bool,
+    /// Every worker idle at least this long.
+    #[serde(with = "humantime_serde")]
+    pub idle_for: Duration,
+    /// Other healthy nodes of the pool that must remain.
+    pub min_nodes: u32,
+    /// The pool claim's TTL (one node of a pool at a time).
+    #[serde(with = "humantime_serde")]
+    pub claim_ttl: Duration,
+}
+
+impl Default for OpportunisticConfig {
+    fn default() -> Self {
+        OpportunisticConfig {
+            enabled: false,
+            idle_for: Duration::from_secs(30 * 60),
+            min_nodes: 1,
+            claim_ttl: Duration::from_secs(2 * 3600),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct CheckpointConfig {
     /// Default request method: `redis`, `signal` or `http`; a container label overrides it.
     pub method: String,
@@ -125,6 +152,8 @@ pub struct CheckpointConfig {
     /// The pod's termination grace period; the agent exits before it ends.
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
+    /// Ask the workers to checkpoint on the agent's own SIGTERM/SIGINT.
+    pub on_sigterm: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,6 +278,7 @@ impl Default for Config {
             metadata: MetadataConfig::default(),
             kubernetes: KubernetesConfig::default(),
             checkpoint: CheckpointConfig::default(),
+            opportunistic: OpportunisticConfig::default(),
             kubernetes_in_cluster: false,
         }
     }
@@ -296,6 +326,7 @@ impl Default for CheckpointConfig {
             preemption_budget: Duration::from_secs(25),
             maintenance_budget: Duration::from_secs(50),
             grace: Duration::from_secs(30),
+            on_sigterm: true,
         }
     }
 }
@@ -637,8 +668,11 @@ impl Config {
                 "must be a DNS subdomain followed by `/`, e.g. `vigil.dev/`",
             );
         }
-        if crate::actions::checkpoint::Method::parse(&self.checkpoint.method, &self.checkpoint.signal)
-            .is_none()
+        if crate::actions::checkpoint::Method::parse(
+            &self.checkpoint.method,
+            &self.checkpoint.signal,
+        )
+        .is_none()
         {
             return bad(
                 "checkpoint.method",
@@ -648,7 +682,10 @@ impl Config {
         if crate::actions::checkpoint::signal_number(&self.checkpoint.signal).is_none() {
             return bad(
                 "checkpoint.signal",
-                format!("`{}` is not a signal name like SIGUSR1", self.checkpoint.signal),
+                format!(
+                    "`{}` is not a signal name like SIGUSR1",
+                    self.checkpoint.signal
+                ),
             );
         }
         if self.checkpoint.label.is_empty() {
@@ -656,7 +693,10 @@ impl Config {
         }
         for (key, budget) in [
             ("checkpoint.sigterm_budget", self.checkpoint.sigterm_budget),
-            ("checkpoint.preemption_budget", self.checkpoint.preemption_budget),
+            (
+                "checkpoint.preemption_budget",
+                self.checkpoint.preemption_budget,
+            ),
         ] {
             if budget.is_zero() || budget >= self.checkpoint.grace {
                 return bad(
@@ -667,6 +707,18 @@ impl Config {
                     ),
                 );
             }
+        }
+        if self.opportunistic.enabled && self.fleet.pool.is_empty() {
+            return bad(
+                "opportunistic.enabled",
+                "needs fleet.pool (or VIGIL_POOL): the min_nodes rule counts the node's pool",
+            );
+        }
+        if self.opportunistic.enabled && self.embedded() {
+            return bad(
+                "opportunistic.enabled",
+                "needs Redis (REDIS_URL): the pool claim must be shared by every node",
+            );
         }
         if self.checkpoint.maintenance_budget.is_zero() {
             return bad("checkpoint.maintenance_budget", "must be greater than zero");

@@ -11,6 +11,8 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod coord;
+pub mod fleet;
+pub mod maintenance;
 pub mod metrics;
 pub mod pipeline;
 pub mod policy;

@@ -482,9 +482,7 @@ impl Agent {
             .await?;
             return Ok(Outcome::Skipped(code::SKIP_LOCK_HELD));
         }
-        let result = self
-            .locked_restart(c, v, status, inc, since, &token)
-            .await;
+        let result = self.locked_restart(c, v, status, inc, since, &token).await;
         // Release only our own lock (compare-and-delete), whatever happened above.
         if let Err(e) = self.coord.del_if_owner(&k.lock(), &token).await {
             tracing::warn!(error = %e, "could not release the node lock; it expires by its TTL");
@@ -670,7 +668,11 @@ impl Agent {
         };
         if self
             .coord
-            .set_nx(&k.alert_dedup(&inc.id, "restart"), &now.to_string(), MARK_TTL)
+            .set_nx(
+                &k.alert_dedup(&inc.id, "restart"),
+                &now.to_string(),
+                MARK_TTL,
+            )
             .await?
         {
             let verb = if self.cfg.dry_run {
@@ -900,16 +902,8 @@ impl Agent {
                 k.restarted(w),
             ])
             .await?;
-        self.note(
-            done,
-            w,
-            v,
-            code::RESTART_FAILED,
-            why,
-            Some(&inc.id),
-            false,
-        )
-        .await?;
+        self.note(done, w, v, code::RESTART_FAILED, why, Some(&inc.id), false)
+            .await?;
         Ok(Outcome::Failed)
     }
 
@@ -944,9 +938,7 @@ impl Agent {
             .await?;
         // The error timer must not survive our restart, or a record still saying `error` after
         // the cooldown would count as errored at once instead of after `error_for`.
-        self.coord
-            .del(&[k.escalated(w), k.error_since(w)])
-            .await
+        self.coord.del(&[k.escalated(w), k.error_since(w)]).await
     }
 }
 

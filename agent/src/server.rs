@@ -30,15 +30,27 @@ pub struct ServerState {
     pub max_cycle_age: Duration,
 }
 
-/// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent.
+/// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
+/// optional, but at least one must be given.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatusBody {
-    pub state: String,
+    #[serde(default)]
+    pub state: Option<String>,
     #[serde(default)]
     pub job: Option<String>,
     #[serde(default)]
     pub progress: Option<String>,
+    /// Acknowledges a checkpoint request (ideally with its id).
+    #[serde(default)]
+    pub checkpoint_ack: Option<String>,
+}
+
+impl StatusBody {
+    const EMPTY_ERROR: (StatusCode, &'static str) = (
+        StatusCode::BAD_REQUEST,
+        "give at least one of state, job, progress, checkpoint_ack\n",
+    );
 }
 
 pub fn router(state: ServerState) -> Router {
@@ -113,17 +125,22 @@ async fn put_status(State(s): State<ServerState>, Path(id): Path<String>, body: 
         Err(e) => {
             return (
                 StatusCode::BAD_REQUEST,
-                format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..}}: {e}\n"),
+                format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..}}: {e}\n"),
             )
                 .into_response()
         }
     };
-    let mut fields = vec![("state".to_string(), parsed.state)];
-    if let Some(j) = parsed.job {
-        fields.push(("job".into(), j));
-    }
-    if let Some(p) = parsed.progress {
-        fields.push(("progress".into(), p));
+    let fields: Vec<(String, String)> = [
+        ("state", parsed.state),
+        ("job", parsed.job),
+        ("progress", parsed.progress),
+        ("checkpoint_ack", parsed.checkpoint_ack),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+    .collect();
+    if fields.is_empty() {
+        return (StatusBody::EMPTY_ERROR.0, StatusBody::EMPTY_ERROR.1).into_response();
     }
     match write_status(s.coord.as_ref(), &s.keys, &id, &fields).await {
         Ok(now) => (StatusCode::OK, format!("{{\"heartbeat_ms\":{now}}}\n")).into_response(),

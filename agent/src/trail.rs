@@ -2,9 +2,11 @@
 //! per-node stream, so an operator can ask "why did / didn't it restart node X?" (`vigil explain`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::clock::{rfc3339, Millis};
-use crate::coord::TrailEntry;
+use crate::coord::{CoordError, Coordinator, Keys, TrailEntry};
+use crate::metrics::Metrics;
 
 /// Decision codes written to the trail (and the `decision` label of `vigil_decisions_total`).
 pub mod code {
@@ -28,6 +30,12 @@ pub mod code {
     pub const ABORTED_LOGS_FAILED: &str = "aborted-logs-failed";
     pub const AGENT_STARTED: &str = "agent-started";
     pub const EXTERNAL_RESTART: &str = "external-restart";
+    pub const MAINTENANCE: &str = "maintenance";
+    pub const CHECKPOINT_ACKED: &str = "checkpoint-acked";
+    pub const CHECKPOINT_TIMED_OUT: &str = "checkpoint-timed-out";
+    pub const CHECKPOINT_FAILED: &str = "checkpoint-failed";
+    pub const PERFORM_MAINTENANCE: &str = "perform-maintenance";
+    pub const CONFIG_RELOADED: &str = "config-reloaded";
 
     /// Every code, for the README drift check.
     pub const ALL: &[&str] = &[
@@ -51,6 +59,12 @@ pub mod code {
         ABORTED_LOGS_FAILED,
         AGENT_STARTED,
         EXTERNAL_RESTART,
+        MAINTENANCE,
+        CHECKPOINT_ACKED,
+        CHECKPOINT_TIMED_OUT,
+        CHECKPOINT_FAILED,
+        PERFORM_MAINTENANCE,
+        CONFIG_RELOADED,
     ];
 }
 
@@ -84,6 +98,54 @@ impl Decision<'_> {
             f.push(("dry_run".into(), "true".into()));
         }
         f
+    }
+}
+
+/// Writes decisions: the stream, the log line and the metric, for every part of the agent.
+#[derive(Clone)]
+pub struct Trail {
+    pub coord: Arc<dyn Coordinator>,
+    pub keys: Keys,
+    /// Identifies this process in the trail (two agents on one node are told apart).
+    pub instance: String,
+    pub max_len: usize,
+    pub metrics: Arc<Metrics>,
+    pub dry_run: bool,
+}
+
+impl Trail {
+    pub async fn record(
+        &self,
+        at: Millis,
+        worker: &str,
+        verdict: &str,
+        decision: &'static str,
+        detail: String,
+        incident: Option<&str>,
+    ) -> Result<(), CoordError> {
+        tracing::info!(
+            node = %self.keys.node(),
+            worker,
+            verdict,
+            decision,
+            incident,
+            dry_run = self.dry_run,
+            "{detail}"
+        );
+        self.metrics.decision(decision);
+        let d = Decision {
+            at,
+            worker,
+            verdict,
+            decision,
+            detail,
+            incident,
+            agent: &self.instance,
+            dry_run: self.dry_run,
+        };
+        self.coord
+            .append(&self.keys.trail(), &d.fields(), self.max_len)
+            .await
     }
 }
 

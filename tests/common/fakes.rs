@@ -13,6 +13,7 @@ use vigil::actions::alert::{Alert, AlertError, AlertKind, AlertSink};
 use vigil::runtime::{Container, ContainerRuntime, RuntimeError};
 
 type Hook = Box<dyn Fn() + Send + Sync>;
+type SignalHook = Box<dyn Fn(&str) + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -31,7 +32,7 @@ struct State {
 pub struct FakeRuntime {
     state: Arc<Mutex<State>>,
     on_logs: Arc<Mutex<Option<Hook>>>,
-    on_signal: Arc<Mutex<Option<Box<dyn Fn(&str) + Send + Sync>>>>,
+    on_signal: Arc<Mutex<Option<SignalHook>>>,
 }
 
 impl FakeRuntime {
@@ -342,7 +343,10 @@ impl vigil::coord::Coordinator for Switchable {
         score: i64,
         prune_before: i64,
     ) -> Result<(), vigil::coord::CoordError> {
-        delegate!(self, self.inner.index_touch(key, member, score, prune_before))
+        delegate!(
+            self,
+            self.inner.index_touch(key, member, score, prune_before)
+        )
     }
     async fn index_members(
         &self,
@@ -356,5 +360,57 @@ impl vigil::coord::Coordinator for Switchable {
         count: usize,
     ) -> Result<Vec<vigil::coord::TrailEntry>, vigil::coord::CoordError> {
         delegate!(self, self.inner.read_recent(key, count))
+    }
+}
+
+/// A NodeApi that records what it was asked to do (the HTTP-level behaviour is tested against
+/// the fake API server in tests/kube.rs).
+#[derive(Default, Clone)]
+pub struct RecordingNodeApi {
+    pub desired: Arc<Mutex<Vec<vigil::actions::node::NodeDesired>>>,
+    pub events: Arc<Mutex<Vec<(String, String, vigil::actions::node::EventType)>>>,
+}
+
+impl RecordingNodeApi {
+    pub fn last(&self) -> vigil::actions::node::NodeDesired {
+        self.desired
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default()
+    }
+    pub fn reasons(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.0.clone())
+            .collect()
+    }
+}
+
+#[async_trait]
+impl vigil::actions::node::NodeApi for RecordingNodeApi {
+    async fn reconcile(
+        &self,
+        _node: &str,
+        desired: &vigil::actions::node::NodeDesired,
+    ) -> Result<(), vigil::actions::node::NodeError> {
+        self.desired.lock().unwrap().push(desired.clone());
+        Ok(())
+    }
+    async fn event(
+        &self,
+        _node: &str,
+        reason: &str,
+        message: &str,
+        kind: vigil::actions::node::EventType,
+    ) -> Result<(), vigil::actions::node::NodeError> {
+        self.events
+            .lock()
+            .unwrap()
+            .push((reason.to_string(), message.to_string(), kind));
+        Ok(())
     }
 }

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub const TEST_IMAGE: &str = "vigil-test-busybox:latest";
+pub const TEST_IMAGE: &str = "vigil-test-busybox:2";
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -143,7 +143,7 @@ pub fn ensure_image() {
         let bin = root.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::copy(busybox, bin.join("busybox")).unwrap();
-        for applet in ["sh", "sleep", "echo", "cat", "kill", "date", "true"] {
+        for applet in ["sh", "sleep", "echo", "cat", "kill", "date", "true", "wget"] {
             std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
         }
         let tar = root.path().join("rootfs.tar");
@@ -172,21 +172,36 @@ impl WorkerContainer {
     /// Start a container opted in with `label=worker`. It logs a line a second and exits
     /// promptly on SIGTERM, like a well-behaved worker.
     pub fn start(label: &str, worker: &str) -> WorkerContainer {
+        Self::start_with(
+            &["--label", &format!("{label}={worker}")],
+            "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done",
+        )
+    }
+
+    /// Start a container with extra `docker run` arguments and a shell script as its process.
+    pub fn start_with(args: &[&str], script: &str) -> WorkerContainer {
         ensure_image();
         let name = unique("vigil-test-");
-        let id = docker(&[
-            "run",
-            "-d",
-            "--name",
-            &name,
-            "--label",
-            &format!("{label}={worker}"),
-            TEST_IMAGE,
-            "/bin/sh",
-            "-c",
-            "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done",
-        ]);
+        let mut all = vec!["run", "-d", "--name", &name];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[TEST_IMAGE, "/bin/sh", "-c", script]);
+        let id = docker(&all);
         WorkerContainer { id }
+    }
+
+    pub fn logs(&self) -> String {
+        let out = Command::new("docker")
+            .args(["logs", &self.id])
+            .output()
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .unwrap_or_default();
+        out
     }
 
     pub fn started_at(&self) -> String {

@@ -174,7 +174,11 @@ impl Checkpointer {
             // Without the record there is nothing to acknowledge into, but a signal or a POST
             // may still let the worker save: deliver anyway, then report the failure.
             let _ = self.deliver(&method, c, &id, reason, budget).await;
-            return result(label, Outcome::Failed, format!("cannot write the request: {e}"));
+            return result(
+                label,
+                Outcome::Failed,
+                format!("cannot write the request: {e}"),
+            );
         }
         if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
             return result(label, Outcome::Failed, e);
@@ -186,16 +190,23 @@ impl Checkpointer {
                         return result(label, Outcome::Acked, format!("request {id} acknowledged"));
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, worker = %c.worker, "cannot read the acknowledgement yet"),
+                Err(e) => {
+                    tracing::warn!(error = %e, worker = %c.worker, "cannot read the acknowledgement yet")
+                }
             }
-            if tokio::time::Instant::now() + self.poll > deadline {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
                 return result(
                     label,
                     Outcome::TimedOut,
-                    format!("no acknowledgement within {}", humantime::format_duration(budget)),
+                    format!(
+                        "no acknowledgement within {}",
+                        humantime::format_duration(budget)
+                    ),
                 );
             }
-            tokio::time::sleep(self.poll).await;
+            // The last wait is shortened to the deadline, so the budget is used in full.
+            tokio::time::sleep(self.poll.min(deadline - now)).await;
         }
     }
 

@@ -247,9 +247,7 @@ fn map_patch(
 ) -> Option<Map<String, Value>> {
     let mut out = Map::new();
     for (key, want) in wanted {
-        let have = current
-            .and_then(|m| m.get(key))
-            .filter(|v| !v.is_null());
+        let have = current.and_then(|m| m.get(key)).filter(|v| !v.is_null());
         match want {
             Some(v) if have.and_then(Value::as_str) != Some(v.as_str()) => {
                 out.insert(key.clone(), Value::String(v.clone()));
@@ -270,7 +268,8 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
         t.get(name).and_then(Value::as_str)
     }
     let matches = |t: &Value, want: &Taint| {
-        field(t, "key") == Some(want.key.as_str()) && field(t, "effect") == Some(want.effect.as_str())
+        field(t, "key") == Some(want.key.as_str())
+            && field(t, "effect") == Some(want.effect.as_str())
     };
 
     let existing: Vec<Value> = current
@@ -858,7 +857,10 @@ mod tests {
             }
         }
         let desired = NodeDesired {
-            labels: labels(&[("vigil.dev/maintenance", None), ("vigil.dev/gpu", Some("ok"))]),
+            labels: labels(&[
+                ("vigil.dev/maintenance", None),
+                ("vigil.dev/gpu", Some("ok")),
+            ]),
             annotations: labels(&[("vigil.dev/window-end", Some("t1"))]),
             add_taints: vec![taint("vigil.dev/maintenance", "true", "NoSchedule")],
             remove_taints: vec!["vigil.dev/old".into()],
@@ -909,7 +911,10 @@ mod tests {
         assert_eq!(nf.op(), "get");
         assert!(nf.to_string().contains("NODE_NAME"), "{nf}");
         let msg = forbidden(Call::PatchNode).to_string();
-        assert!(msg.contains("resources: [\"nodes\"], verbs: [\"patch\"]"), "{msg}");
+        assert!(
+            msg.contains("resources: [\"nodes\"], verbs: [\"patch\"]"),
+            "{msg}"
+        );
     }
 
     #[tokio::test]

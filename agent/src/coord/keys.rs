@@ -70,6 +70,10 @@ impl Keys {
     pub fn alert_dedup(&self, incident: &str, kind: &str) -> String {
         self.n(&format!("alert:{incident}:{kind}"))
     }
+    /// Since when every worker of the node has been idle (opportunistic maintenance).
+    pub fn idle_since(&self) -> String {
+        self.n("idle-since")
+    }
     /// Per-node execution lock (random token).
     pub fn lock(&self) -> String {
         self.n("lock")
@@ -85,6 +89,22 @@ impl Keys {
     /// The decision trail stream.
     pub fn trail(&self) -> String {
         self.n("trail")
+    }
+    /// The agent heartbeat record of this node (hash, TTL `fleet.heartbeat_ttl`).
+    pub fn agent(&self) -> String {
+        self.n("agent")
+    }
+    /// Index of every node's last heartbeat (sorted set, score = ms).
+    pub fn fleet_nodes(&self) -> String {
+        format!("{}:fleet:nodes", self.prefix)
+    }
+    /// Each node's last known slice (hash node → slice), kept when the record expires.
+    pub fn fleet_slices(&self) -> String {
+        format!("{}:fleet:slices", self.prefix)
+    }
+    /// Opportunistic-maintenance claim of a pool (SET NX).
+    pub fn maintenance_claim(&self, pool: &str) -> String {
+        format!("{}:pool:{pool}:maintenance-claim", self.prefix)
     }
     /// Fleet-wide restart budget for one window.
     pub fn fleet_budget(&self, window: i64) -> String {

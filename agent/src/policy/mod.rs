@@ -365,9 +365,8 @@ pub fn plan(
         Action::Observe | Action::AlertOnly | Action::AlertNoRestart | Action::None => {
             // Timers are cleared only when the *data* says the worker is fine, never because this
             // instance has not confirmed yet: another instance may be one observation ahead.
-            let readable = status.is_some_and(|s| {
-                s.state != WorkerState::Processing || s.heartbeat.is_some()
-            });
+            let readable =
+                status.is_some_and(|s| s.state != WorkerState::Processing || s.heartbeat.is_some());
             if marks.incident.is_some() && !stale && !in_error && readable {
                 p.clear_incident = true;
             }

@@ -24,7 +24,6 @@
 //! - `?wait_for_change=true&last_etag=E&timeout_sec=N` holds the request until the value's ETag
 //!   differs from `E`; a stale `E` returns at once, and `timeout_sec` expiry returns the current value.
 
-use std::error::Error as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -121,9 +120,12 @@ impl Phase {
 /// What the agent acts on.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MaintenanceState {
+    /// The phase the agent acts on (labels, taint, checkpoints, restart pause).
     pub phase: Phase,
+    /// Window of the scheduled event, RFC 3339 as the server sent it; `None` when none.
     pub window_start: Option<String>,
     pub window_end: Option<String>,
+    /// The scheduled event may be started early (opportunistic maintenance).
     pub can_reschedule: bool,
     /// Machine-readable reasons, e.g. `preempted`, `terminate-on-host-maintenance`,
     /// `migrate-on-host-maintenance`, `upcoming-pending`, `upcoming-ongoing`.
@@ -390,7 +392,8 @@ impl MetadataError {
     }
 
     /// Fixed metric label for this error: one of `unavailable`, `rate-limited`, `not-found`,
-    /// `forbidden`, `timeout`, `malformed`, `transport`.
+    /// `forbidden`, `timeout`, `malformed`, `transport` (connect/DNS failures, broken
+    /// connections, other HTTP statuses, and a bad `GCE_METADATA_HOST`).
     pub fn kind(&self) -> &'static str {
         match self {
             MetadataError::Unavailable { .. } => "unavailable",
@@ -416,7 +419,9 @@ impl MetadataError {
 /// One successful read: the value and the ETag to long-poll from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched {
+    /// The body, as sent.
     pub value: String,
+    /// The `ETag` header, when the server sent one: the `last_etag` of the next long-poll.
     pub etag: Option<String>,
 }
 
@@ -756,6 +761,7 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
     let mut read_once = false;
     let mut etag: Option<String> = None;
     let mut backoff = Backoff::new(ctx.cfg.backoff_initial, ctx.cfg.backoff_max);
+    let mut unavailable_streak = 0u32;
     loop {
         let started = Instant::now();
         let waited = read_once;
@@ -788,6 +794,7 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
             Ok(fetched) => match key.parse(&fetched.value) {
                 Ok(parsed) => {
                     backoff.reset();
+                    unavailable_streak = 0;
                     read_once = true;
                     etag = fetched.etag;
                     let changed = ctx.tx.send_if_modified(|raw| parsed.apply(raw));
@@ -820,7 +827,10 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
             Err(e) => {
                 ctx.metrics.metadata_error(key.label(), e.kind());
                 match &e {
-                    MetadataError::Unavailable { .. } => {
+                    // NB: maintenance gives sub-second 503s, so retry fast at first; a 503 that
+                    // lasts is something else, and gets the backoff and a warning.
+                    MetadataError::Unavailable { .. } if unavailable_streak < UNAVAILABLE_FAST => {
+                        unavailable_streak += 1;
                         tracing::debug!(key = key.label(), "{e}");
                         jitter(ctx.cfg.unavailable_retry.0, ctx.cfg.unavailable_retry.1)
                     }
@@ -836,6 +846,10 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
         }
     }
 }
+
+/// Consecutive 503s retried after [`WatchConfig::unavailable_retry`] before the backoff applies
+/// (about 2-5 s of them with the defaults: well past a maintenance blip).
+const UNAVAILABLE_FAST: u32 = 10;
 
 /// Sleep unless shutdown fires first; false when it did.
 async fn pause(shutdown: &CancellationToken, d: Duration) -> bool {
@@ -923,24 +937,35 @@ mod tests {
 
     #[test]
     fn derive_table() {
-        use Phase::*;
+        use Phase as P;
+        /// event, upcoming status, preempted → phase, interruption, reasons.
+        type Row<'a> = (
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<bool>,
+            Phase,
+            Option<&'a str>,
+            &'a [&'a str],
+        );
         #[rustfmt::skip]
-        let table: &[(Option<&str>, Option<&str>, Option<bool>, Phase, Option<&str>, &[&str])] = &[
-            // event,      upcoming,      preempted,   phase,       interruption,             reasons
-            (None,         None,          None,        None,        Option::None,             &[]),
-            (Some(NONE),   None,          Some(false), None,        Option::None,             &[]),
-            (Some(NONE),   Some(PENDING), Some(false), Pending,     Option::None,             &["upcoming-pending"]),
-            (Some(NONE),   Some(ONGOING), Some(false), Ongoing,     Some("host-maintenance"), &["upcoming-ongoing"]),
-            (Some(M),      None,          Some(false), Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance"]),
-            (Some(M),      Some(PENDING), None,        Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance", "upcoming-pending"]),
-            (Some(T),      None,          Some(false), Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance"]),
-            (Some(T),      Some(ONGOING), None,        Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-ongoing"]),
-            (Some(NONE),   None,          Some(true),  Terminating, Some("preemption"),       &["preempted"]),
-            (Some(T),      None,          Some(true),  Terminating, Some("preemption"),       &["preempted", "terminate-on-host-maintenance"]),
-            (None,         Some(PENDING), Some(true),  Terminating, Some("preemption"),       &["preempted", "upcoming-pending"]),
-            (Some(M),      Some(ONGOING), Some(true),  Terminating, Some("preemption"),       &["preempted", "migrate-on-host-maintenance", "upcoming-ongoing"]),
+        let table: &[Row] = &[
+            // event       upcoming       preempted    phase           interruption              reasons
+            (None,       None,          None,        P::None,        None,                     &[]),
+            (Some(NONE), None,          Some(false), P::None,        None,                     &[]),
+            (Some(NONE), Some(PENDING), Some(false), P::Pending,     None,                     &["upcoming-pending"]),
+            (Some(NONE), Some(ONGOING), Some(false), P::Ongoing,     Some("host-maintenance"), &["upcoming-ongoing"]),
+            (Some(M),    None,          Some(false), P::Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance"]),
+            (Some(M),    Some(PENDING), None,        P::Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance", "upcoming-pending"]),
+            (Some(T),    None,          Some(false), P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance"]),
+            (Some(T),    Some(ONGOING), None,        P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-ongoing"]),
+            (Some(NONE), None,          Some(true),  P::Terminating, Some("preemption"),       &["preempted"]),
+            (Some(T),    None,          Some(true),  P::Terminating, Some("preemption"),       &["preempted", "terminate-on-host-maintenance"]),
+            (None,       Some(PENDING), Some(true),  P::Terminating, Some("preemption"),       &["preempted", "upcoming-pending"]),
+            (Some(M),    Some(ONGOING), Some(true),  P::Terminating, Some("preemption"),       &["preempted", "migrate-on-host-maintenance", "upcoming-ongoing"]),
+            // preempted=FALSE next to a termination notice: still terminating.
+            (Some(T),    Some(PENDING), Some(false), P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-pending"]),
             // Unknown strings are never published by the watcher, but derive must not trip on them.
-            (Some("X"),    Some("X"),     None,        None,        Option::None,             &[]),
+            (Some("X"),  Some("X"),     None,        P::None,        None,                     &[]),
         ];
         for (i, (event, status, preempted, phase, interruption, reasons)) in
             table.iter().enumerate()
@@ -1041,8 +1066,8 @@ mod tests {
     #[test]
     fn upcoming_table() {
         // (body, Ok(Some((status, can_reschedule))) | Ok(None) | Err)
-        #[allow(clippy::type_complexity)]
-        let table: &[(&str, Result<Option<(&str, bool)>, ()>)] = &[
+        type Want<'a> = Result<Option<(&'a str, bool)>, ()>;
+        let table: &[(&str, Want)] = &[
             ("", Ok(None)),
             ("  \n", Ok(None)),
             ("{ }", Ok(None)),

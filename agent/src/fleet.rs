@@ -1,0 +1,348 @@
+//! The agent heartbeat and the fleet view: each agent writes its node record (with a TTL) and
+//! touches a sorted-set index, so listing the fleet never needs `KEYS` or a full `SCAN`.
+//! `vigil status` (and a training controller polling `--json`) reads them back, and a slice is
+//! available only when every node of it is healthy and none is in maintenance (seed 003).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::clock::{human, ms, Millis};
+use crate::coord::{CoordError, Coordinator, Keys};
+
+/// Index entries older than this are pruned (a node gone for a day is forgotten).
+pub const INDEX_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// What one agent publishes about its node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeRecord {
+    pub node: String,
+    pub pool: String,
+    pub slice: String,
+    /// Maintenance phase: none, pending, ongoing, terminating.
+    pub maintenance: String,
+    /// GPU health: healthy, degraded, failed, or unknown (no NVML).
+    pub gpu: String,
+    /// Worker id → verdict.
+    pub workers: BTreeMap<String, String>,
+    pub version: String,
+    pub dry_run: bool,
+    /// Coordinator clock, ms.
+    pub updated_at: Millis,
+}
+
+impl NodeRecord {
+    pub fn fields(&self) -> Vec<(String, String)> {
+        vec![
+            ("node".into(), self.node.clone()),
+            ("pool".into(), self.pool.clone()),
+            ("slice".into(), self.slice.clone()),
+            ("maintenance".into(), self.maintenance.clone()),
+            ("gpu".into(), self.gpu.clone()),
+            (
+                "workers".into(),
+                serde_json::to_string(&self.workers).unwrap_or_else(|_| "{}".into()),
+            ),
+            ("version".into(), self.version.clone()),
+            ("dry_run".into(), self.dry_run.to_string()),
+            ("updated_at".into(), self.updated_at.to_string()),
+        ]
+    }
+
+    pub fn from_fields(f: &std::collections::HashMap<String, String>) -> Option<NodeRecord> {
+        let get = |k: &str| f.get(k).cloned().unwrap_or_default();
+        Some(NodeRecord {
+            node: f.get("node")?.clone(),
+            pool: get("pool"),
+            slice: get("slice"),
+            maintenance: f
+                .get("maintenance")
+                .cloned()
+                .unwrap_or_else(|| "none".into()),
+            gpu: f.get("gpu").cloned().unwrap_or_else(|| "unknown".into()),
+            workers: serde_json::from_str(&get("workers")).unwrap_or_default(),
+            version: get("version"),
+            dry_run: get("dry_run") == "true",
+            updated_at: get("updated_at").parse().unwrap_or(0),
+        })
+    }
+}
+
+/// Write this node's record and refresh its index entry.
+pub async fn publish(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    rec: &NodeRecord,
+    ttl: Duration,
+) -> Result<(), CoordError> {
+    coord.hset_ttl(&keys.agent(), &rec.fields(), ttl).await?;
+    // The slice outlives the record, so a node that went silent still counts against it.
+    coord
+        .hset(
+            &keys.fleet_slices(),
+            &[(rec.node.clone(), rec.slice.clone())],
+        )
+        .await?;
+    coord
+        .index_touch(
+            &keys.fleet_nodes(),
+            &rec.node,
+            rec.updated_at,
+            rec.updated_at - ms(INDEX_RETENTION),
+        )
+        .await
+}
+
+/// A node as the fleet view shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeView {
+    pub node: String,
+    /// healthy, unhealthy, maintenance, or down (no live heartbeat record).
+    pub health: &'static str,
+    pub last_seen: Millis,
+    pub record: Option<NodeRecord>,
+}
+
+/// Verdicts that make a node unhealthy for the slice view.
+const BAD_VERDICTS: &[&str] = &["hung", "errored", "gpu-failed", "unreachable"];
+
+pub fn health(rec: Option<&NodeRecord>) -> &'static str {
+    match rec {
+        None => "down",
+        Some(r) if r.maintenance != "none" => "maintenance",
+        Some(r) if r.gpu == "failed" => "unhealthy",
+        Some(r)
+            if r.workers
+                .values()
+                .any(|v| BAD_VERDICTS.contains(&v.as_str())) =>
+        {
+            "unhealthy"
+        }
+        Some(_) => "healthy",
+    }
+}
+
+/// Read every indexed node (prefix-wide), and each node's last known slice.
+pub async fn read(
+    coord: &dyn Coordinator,
+    prefix: &str,
+) -> Result<(Vec<NodeView>, BTreeMap<String, String>), CoordError> {
+    let fleet = Keys::new(prefix, "-");
+    let index = fleet.fleet_nodes();
+    let last_slice: BTreeMap<String, String> = coord
+        .hgetall(&fleet.fleet_slices())
+        .await?
+        .into_iter()
+        .collect();
+    let mut out = Vec::new();
+    for (node, last_seen) in coord.index_members(&index).await? {
+        let keys = Keys::new(prefix, &node);
+        let rec = NodeRecord::from_fields(&coord.hgetall(&keys.agent()).await?);
+        out.push(NodeView {
+            health: health(rec.as_ref()),
+            node,
+            last_seen,
+            record: rec,
+        });
+    }
+    out.sort_by(|a, b| a.node.cmp(&b.node));
+    Ok((out, last_slice))
+}
+
+/// One slice's availability.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SliceView {
+    pub slice: String,
+    pub pool: String,
+    pub nodes: usize,
+    pub healthy: usize,
+    pub unhealthy: usize,
+    pub maintenance: usize,
+    pub down: usize,
+    /// Every node healthy and none in maintenance.
+    pub available: bool,
+}
+
+/// Group nodes by slice. A down node keeps its last known slice from the index-only view: it
+/// is counted under the slice its last record named, or `-` when that is gone too.
+pub fn slices(views: &[NodeView], last_slice: &BTreeMap<String, String>) -> Vec<SliceView> {
+    let mut by: BTreeMap<(String, String), SliceView> = BTreeMap::new();
+    for v in views {
+        let (slice, pool) = match &v.record {
+            Some(r) => (r.slice.clone(), r.pool.clone()),
+            None => (
+                last_slice
+                    .get(&v.node)
+                    .cloned()
+                    .unwrap_or_else(|| "-".into()),
+                String::new(),
+            ),
+        };
+        if slice.is_empty() {
+            continue;
+        }
+        let e = by
+            .entry((slice.clone(), pool.clone()))
+            .or_insert_with(|| SliceView {
+                slice,
+                pool,
+                nodes: 0,
+                healthy: 0,
+                unhealthy: 0,
+                maintenance: 0,
+                down: 0,
+                available: false,
+            });
+        e.nodes += 1;
+        match v.health {
+            "healthy" => e.healthy += 1,
+            "maintenance" => e.maintenance += 1,
+            "down" => e.down += 1,
+            _ => e.unhealthy += 1,
+        }
+    }
+    by.into_values()
+        .map(|mut s| {
+            s.available = s.healthy == s.nodes;
+            s
+        })
+        .collect()
+}
+
+/// The human table printed by `vigil status`.
+pub fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> String {
+    if views.is_empty() {
+        return "no agents have reported (is REDIS_URL the fleet's Redis, and the prefix right?)\n"
+            .into();
+    }
+    let mut out = format!(
+        "{:<24} {:<12} {:<12} {:<12} {:<12} {:<9} {:<10} workers\n",
+        "NODE", "POOL", "SLICE", "HEALTH", "MAINTENANCE", "GPU", "SEEN"
+    );
+    for v in views {
+        let (pool, slice, maint, gpu, workers) = match &v.record {
+            Some(r) => (
+                r.pool.as_str(),
+                r.slice.as_str(),
+                r.maintenance.as_str(),
+                r.gpu.as_str(),
+                r.workers
+                    .iter()
+                    .map(|(w, v)| format!("{w}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            None => ("?", "?", "?", "?", String::new()),
+        };
+        out.push_str(&format!(
+            "{:<24} {:<12} {:<12} {:<12} {:<12} {:<9} {:<10} {}\n",
+            v.node,
+            or_dash(pool),
+            or_dash(slice),
+            v.health,
+            maint,
+            gpu,
+            format!("{} ago", human(now - v.last_seen)),
+            workers
+        ));
+    }
+    if !slices.is_empty() {
+        out.push_str(&format!(
+            "\n{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4}  available\n",
+            "SLICE", "POOL", "NODES", "HEALTHY", "UNHEALTHY", "MAINTENANCE", "DOWN"
+        ));
+        for s in slices {
+            out.push_str(&format!(
+                "{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4}  {}\n",
+                s.slice,
+                or_dash(&s.pool),
+                s.nodes,
+                s.healthy,
+                s.unhealthy,
+                s.maintenance,
+                s.down,
+                if s.available { "yes" } else { "NO" }
+            ));
+        }
+    }
+    out
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "-"
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(node: &str, slice: &str, maint: &str, gpu: &str, verdict: &str) -> NodeRecord {
+        NodeRecord {
+            node: node.into(),
+            pool: "p".into(),
+            slice: slice.into(),
+            maintenance: maint.into(),
+            gpu: gpu.into(),
+            workers: [("w".to_string(), verdict.to_string())].into(),
+            version: "0.1.0".into(),
+            dry_run: false,
+            updated_at: 1000,
+        }
+    }
+
+    fn view(r: NodeRecord) -> NodeView {
+        NodeView {
+            node: r.node.clone(),
+            health: health(Some(&r)),
+            last_seen: r.updated_at,
+            record: Some(r),
+        }
+    }
+
+    #[test]
+    fn record_round_trips_through_fields() {
+        let r = rec("n1", "s1", "none", "healthy", "healthy");
+        let map = r.fields().into_iter().collect();
+        assert_eq!(NodeRecord::from_fields(&map), Some(r));
+    }
+
+    #[test]
+    fn a_slice_is_available_only_when_every_node_is_healthy() {
+        let views = vec![
+            view(rec("a1", "A", "none", "healthy", "healthy")),
+            view(rec("a2", "A", "none", "unknown", "booting")),
+            view(rec("b1", "B", "none", "healthy", "healthy")),
+            view(rec("b2", "B", "pending", "healthy", "healthy")),
+            view(rec("c1", "C", "none", "failed", "healthy")),
+            view(rec("d1", "D", "none", "healthy", "hung")),
+        ];
+        let s = slices(&views, &BTreeMap::new());
+        let avail: Vec<_> = s.iter().map(|s| (s.slice.as_str(), s.available)).collect();
+        assert_eq!(
+            avail,
+            vec![("A", true), ("B", false), ("C", false), ("D", false)]
+        );
+        assert_eq!(s[1].maintenance, 1);
+    }
+
+    #[test]
+    fn a_down_node_makes_its_slice_unavailable() {
+        let mut views = vec![view(rec("a1", "A", "none", "healthy", "healthy"))];
+        views.push(NodeView {
+            node: "a2".into(),
+            health: health(None),
+            last_seen: 10,
+            record: None,
+        });
+        let last = [("a2".to_string(), "A".to_string())].into();
+        let s = slices(&views, &last);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].down, s[0].available), (1, false));
+        assert!(render(&views, &s, 5000).contains("down"));
+    }
+}

@@ -1,0 +1,584 @@
+//! The maintenance controller: turns what the metadata server says into what the cluster sees
+//! (Node labels, annotations, taint, Events), asks the workers to checkpoint when the node is
+//! about to go, and tells the restart pipeline to stand down (maintenance makes healthy workers
+//! look hung).
+//!
+//! It also owns the agent's own SIGTERM checkpoint, and the opt-in opportunistic maintenance.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::actions::checkpoint::{self, Checkpointer, Outcome, WorkerResult};
+use crate::actions::node::{EventType, NodeApi, NodeDesired, Taint};
+use crate::clock::{ms, rfc3339, Clock, Millis, SystemClock};
+use crate::config::{Config, KubernetesConfig};
+use crate::coord::{Coordinator, Keys};
+use crate::fleet;
+use crate::metrics::Metrics;
+use crate::policy::WorkerState;
+use crate::runtime::ContainerRuntime;
+use crate::sources::metadata::{derive, MaintenanceState, Phase, RawMetadata};
+use crate::trail::{code, Trail};
+
+/// The label GKE reads to start a rescheduleable maintenance now.
+pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenance";
+
+/// What the rest of the agent needs to know about the node.
+#[derive(Debug, Clone, Default)]
+pub struct NodeFacts {
+    pub maintenance: MaintenanceState,
+    /// Restarts stay suppressed until then after a maintenance event ends.
+    pub settle_until: Option<tokio::time::Instant>,
+}
+
+impl NodeFacts {
+    pub fn in_maintenance(&self, now: tokio::time::Instant) -> bool {
+        self.maintenance.phase != Phase::None || self.settle_until.is_some_and(|t| now < t)
+    }
+}
+
+pub type SharedFacts = Arc<RwLock<NodeFacts>>;
+
+/// The Vigil-owned Node fields for a maintenance state (pure).
+pub fn node_desired(
+    k: &KubernetesConfig,
+    st: &MaintenanceState,
+    last_checkpoint: Option<&str>,
+    perform_maintenance: Option<bool>,
+) -> NodeDesired {
+    let p = &k.label_prefix;
+    let mut labels = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
+    labels.insert(
+        format!("{p}maintenance"),
+        Some(st.phase.as_str().to_string()),
+    );
+    let scheduled = st.window_start.is_some() || st.window_end.is_some() || st.phase != Phase::None;
+    labels.insert(
+        format!("{p}can-reschedule"),
+        scheduled.then(|| st.can_reschedule.to_string()),
+    );
+    annotations.insert(
+        format!("{p}maintenance-window-start"),
+        st.window_start.clone(),
+    );
+    annotations.insert(format!("{p}maintenance-window-end"), st.window_end.clone());
+    annotations.insert(
+        format!("{p}maintenance-reasons"),
+        (!st.reasons.is_empty()).then(|| st.reasons.join(",")),
+    );
+    if let Some(c) = last_checkpoint {
+        annotations.insert(format!("{p}last-checkpoint"), Some(c.to_string()));
+    }
+    if let Some(on) = perform_maintenance {
+        labels.insert(
+            PERFORM_MAINTENANCE_LABEL.to_string(),
+            on.then(|| "true".to_string()),
+        );
+    }
+    let taint_key = format!("{p}termination-imminent");
+    let (add_taints, remove_taints) = if k.taint_on_termination && st.phase == Phase::Terminating {
+        (
+            vec![Taint {
+                key: taint_key,
+                value: "true".into(),
+                effect: "NoSchedule".into(),
+            }],
+            vec![],
+        )
+    } else {
+        (vec![], vec![taint_key])
+    };
+    NodeDesired {
+        labels,
+        annotations,
+        add_taints,
+        remove_taints,
+    }
+}
+
+/// The Event reason and type for entering a phase.
+pub fn event_for(phase: Phase) -> (&'static str, EventType) {
+    match phase {
+        Phase::None => ("VigilMaintenanceCleared", EventType::Normal),
+        Phase::Pending => ("VigilMaintenancePending", EventType::Normal),
+        Phase::Ongoing => ("VigilMaintenanceOngoing", EventType::Warning),
+        Phase::Terminating => ("VigilTerminationImminent", EventType::Warning),
+    }
+}
+
+/// Whether this transition starts an interruption (counted once, as GKE's interruption_count).
+fn interruption_starts(prev: Phase, next: Phase) -> bool {
+    matches!(prev, Phase::None | Phase::Pending)
+        && matches!(next, Phase::Ongoing | Phase::Terminating)
+}
+
+pub struct Controller {
+    pub cfg: Config,
+    pub keys: Keys,
+    pub coord: Arc<dyn Coordinator>,
+    pub runtime: Arc<dyn ContainerRuntime>,
+    pub node_api: Option<Arc<dyn NodeApi>>,
+    pub metrics: Arc<Metrics>,
+    pub trail: Trail,
+    pub facts: SharedFacts,
+    pub checkpointer: Checkpointer,
+    state: MaintenanceState,
+    checkpointed_episode: bool,
+    last_checkpoint: Option<String>,
+    /// Whether this node currently holds the pool's opportunistic-maintenance claim.
+    claimed: Option<String>,
+}
+
+impl Controller {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: Config,
+        coord: Arc<dyn Coordinator>,
+        runtime: Arc<dyn ContainerRuntime>,
+        node_api: Option<Arc<dyn NodeApi>>,
+        metrics: Arc<Metrics>,
+        trail: Trail,
+        facts: SharedFacts,
+    ) -> Controller {
+        let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+        let checkpointer = Checkpointer {
+            coord: coord.clone(),
+            runtime: runtime.clone(),
+            keys: keys.clone(),
+            default_method: checkpoint::Method::parse(
+                &cfg.checkpoint.method,
+                &cfg.checkpoint.signal,
+            )
+            .unwrap_or(checkpoint::Method::Redis),
+            default_signal: cfg.checkpoint.signal.clone(),
+            poll: Duration::from_millis(200),
+            http: reqwest::Client::new(),
+        };
+        Controller {
+            cfg,
+            keys,
+            coord,
+            runtime,
+            node_api,
+            metrics,
+            trail,
+            facts,
+            checkpointer,
+            state: MaintenanceState::default(),
+            checkpointed_episode: false,
+            last_checkpoint: None,
+            claimed: None,
+        }
+    }
+
+    async fn now(&self) -> Millis {
+        // The trail prefers the coordinator's clock; the node's is the fallback when it is down.
+        match self.coord.time().await {
+            Ok(t) => t,
+            Err(_) => SystemClock.now(),
+        }
+    }
+
+    async fn note(&self, worker: &str, decision: &'static str, detail: String) {
+        let at = self.now().await;
+        let phase = self.state.phase.as_str();
+        if let Err(e) = self
+            .trail
+            .record(at, worker, phase, decision, detail, None)
+            .await
+        {
+            tracing::warn!(error = %e, decision, "decision not stored in the trail");
+        }
+    }
+
+    /// Make the Node show the current state (no write when it already does).
+    pub async fn publish(&self) {
+        let Some(api) = &self.node_api else { return };
+        let desired = node_desired(
+            &self.cfg.kubernetes,
+            &self.state,
+            self.last_checkpoint.as_deref(),
+            self.cfg
+                .opportunistic
+                .enabled
+                .then_some(self.claimed.is_some()),
+        );
+        if let Err(e) = api.reconcile(&self.cfg.node_name, &desired).await {
+            self.metrics.kube_error(e.op());
+            tracing::error!(error = %e, "could not update the Node; its labels may be stale");
+        }
+    }
+
+    async fn event(&self, reason: &str, message: &str, kind: EventType) {
+        let Some(api) = &self.node_api else { return };
+        if let Err(e) = api.event(&self.cfg.node_name, reason, message, kind).await {
+            self.metrics.kube_error(e.op());
+            tracing::warn!(error = %e, reason, "could not record the Event");
+        }
+    }
+
+    fn set_phase_metric(&self, phase: Phase) {
+        for p in [
+            Phase::None,
+            Phase::Pending,
+            Phase::Ongoing,
+            Phase::Terminating,
+        ] {
+            self.metrics
+                .maintenance
+                .get_or_create(&vec![("phase", p.as_str())])
+                .set(i64::from(p == phase));
+        }
+    }
+
+    /// Act on a new maintenance state.
+    pub async fn apply(&mut self, next: MaintenanceState) {
+        if next == self.state {
+            return;
+        }
+        let prev = std::mem::replace(&mut self.state, next.clone());
+        {
+            let mut f = self.facts.write().unwrap_or_else(|p| p.into_inner());
+            f.maintenance = next.clone();
+            if next.phase == Phase::None && prev.phase != Phase::None {
+                f.settle_until = Some(tokio::time::Instant::now() + self.cfg.metadata.settle);
+            }
+        }
+        self.set_phase_metric(next.phase);
+        if interruption_starts(prev.phase, next.phase) {
+            let kind = next.interruption.unwrap_or("host-maintenance");
+            for reason in &next.reasons {
+                self.metrics
+                    .interruptions
+                    .get_or_create(&vec![("type", kind), ("reason", reason)])
+                    .inc();
+            }
+        }
+        if matches!(next.phase, Phase::None | Phase::Pending) {
+            self.checkpointed_episode = false;
+        }
+        let detail = format!(
+            "{} → {} (reasons: {}; window {} – {}; can_reschedule={})",
+            prev.phase.as_str(),
+            next.phase.as_str(),
+            if next.reasons.is_empty() {
+                "none".to_string()
+            } else {
+                next.reasons.join(",")
+            },
+            next.window_start.as_deref().unwrap_or("-"),
+            next.window_end.as_deref().unwrap_or("-"),
+            next.can_reschedule
+        );
+        self.note("-", code::MAINTENANCE, detail.clone()).await;
+        if prev.phase == Phase::Ongoing && next.phase != Phase::Ongoing && self.claimed.is_some() {
+            self.release_claim().await;
+        }
+        self.publish().await;
+        if prev.phase != next.phase {
+            let (reason, kind) = event_for(next.phase);
+            self.event(reason, &format!("vigil: maintenance {detail}"), kind)
+                .await;
+        }
+        if matches!(next.phase, Phase::Ongoing | Phase::Terminating) && !self.checkpointed_episode {
+            self.checkpointed_episode = true;
+            let (reason, budget) = if next.reasons.contains(&"preempted") {
+                ("preemption", self.cfg.checkpoint.preemption_budget)
+            } else {
+                ("host-maintenance", self.cfg.checkpoint.maintenance_budget)
+            };
+            self.checkpoint(reason, budget).await;
+        }
+    }
+
+    /// Ask every worker to checkpoint, wait, and record the outcome everywhere.
+    pub async fn checkpoint(&mut self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
+        let workers = match self.runtime.list_workers().await {
+            Ok(w) => w,
+            Err(e) => {
+                self.metrics.runtime_errors.inc();
+                tracing::error!(error = %e, "cannot list workers to checkpoint");
+                Vec::new()
+            }
+        };
+        let results = self.checkpointer.run(&workers, reason, budget).await;
+        for r in &results {
+            self.metrics
+                .checkpoints
+                .get_or_create(&vec![("method", r.method), ("outcome", r.outcome.as_str())])
+                .inc();
+            self.metrics
+                .checkpoint_seconds
+                .observe(r.waited.as_secs_f64());
+            let decision = match r.outcome {
+                Outcome::Acked => code::CHECKPOINT_ACKED,
+                Outcome::TimedOut => code::CHECKPOINT_TIMED_OUT,
+                Outcome::Failed => code::CHECKPOINT_FAILED,
+            };
+            let detail = format!(
+                "{reason}: {} via {} after {:.1}s",
+                r.detail,
+                r.method,
+                r.waited.as_secs_f64()
+            );
+            self.note(&r.worker, decision, detail).await;
+        }
+        let now = self.now().await;
+        let summary = format!(
+            "{} {reason}: {}",
+            rfc3339(now),
+            checkpoint::summary(&results)
+        );
+        self.last_checkpoint = Some(summary.clone());
+        self.publish().await;
+        let all_acked = results.iter().all(|r| r.outcome == Outcome::Acked);
+        self.event(
+            "VigilCheckpoint",
+            &format!("vigil: checkpoint requested ({summary})"),
+            if all_acked {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+        )
+        .await;
+        results
+    }
+
+    async fn release_claim(&mut self) {
+        if let Some(token) = self.claimed.take() {
+            let key = self.keys.maintenance_claim(&self.cfg.fleet.pool);
+            let _ = self.coord.del_if_owner(&key, &token).await;
+            self.note(
+                "-",
+                code::PERFORM_MAINTENANCE,
+                "maintenance done; pool claim released".into(),
+            )
+            .await;
+        }
+    }
+
+    /// Opportunistic maintenance: label the node for GKE to start a rescheduleable maintenance
+    /// now, when it is idle, the pool can spare it, and it wins the pool's claim.
+    async fn opportunistic(&mut self) {
+        let o = self.cfg.opportunistic.clone();
+        if !o.enabled || self.claimed.is_some() {
+            return;
+        }
+        let st = &self.state;
+        if st.phase != Phase::Pending || !st.can_reschedule {
+            return;
+        }
+        let Ok(now) = self.coord.time().await else {
+            return;
+        };
+        let idle = match self.all_idle().await {
+            Some(i) => i,
+            None => return,
+        };
+        let idle_key = self.keys.idle_since();
+        if !idle {
+            let _ = self.coord.del(&[idle_key]).await;
+            return;
+        }
+        let _ = self
+            .coord
+            .set_nx(&idle_key, &now.to_string(), Duration::from_secs(24 * 3600))
+            .await;
+        let since: Millis = match self.coord.get_many(&[idle_key]).await {
+            Ok(v) => v
+                .into_iter()
+                .flatten()
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(now),
+            Err(_) => return,
+        };
+        if now - since < ms(o.idle_for) {
+            return;
+        }
+        let pool = &self.cfg.fleet.pool;
+        let others_healthy =
+            match fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix).await {
+                Ok((views, _)) => views
+                    .iter()
+                    .filter(|v| v.node != self.cfg.node_name)
+                    .filter(|v| v.record.as_ref().is_some_and(|r| &r.pool == pool))
+                    .filter(|v| v.health == "healthy")
+                    .count(),
+                Err(_) => return,
+            };
+        if others_healthy < o.min_nodes as usize {
+            return;
+        }
+        // NB: the claim is atomic (SET NX): two idle nodes of a pool never go together.
+        let token = format!("{}:{:08x}", self.cfg.node_name, rand::random::<u32>());
+        let key = self.keys.maintenance_claim(pool);
+        if let Ok(true) = self.coord.set_nx(&key, &token, o.claim_ttl).await {
+            {
+                self.claimed = Some(token);
+                self.note(
+                    "-",
+                    code::PERFORM_MAINTENANCE,
+                    format!(
+                        "idle {} with {others_healthy} other healthy node(s) in pool {pool}: asking GKE to perform the maintenance now",
+                        crate::clock::human(now - since)
+                    ),
+                )
+                .await;
+                self.publish().await;
+                self.event(
+                    "VigilPerformMaintenance",
+                    "vigil: node idle; perform-maintenance requested",
+                    EventType::Normal,
+                )
+                .await;
+            }
+        }
+    }
+
+    /// True when every worker's record says idle; `None` when that cannot be read.
+    async fn all_idle(&self) -> Option<bool> {
+        let workers = self.runtime.list_workers().await.ok()?;
+        for c in &workers {
+            let fields = self
+                .coord
+                .hgetall(&self.keys.status(&c.worker))
+                .await
+                .ok()?;
+            let state = fields.get("state").map(|s| WorkerState::parse(s));
+            if state != Some(WorkerState::Idle) {
+                return Some(false);
+            }
+        }
+        Some(true)
+    }
+
+    /// Follow the metadata watcher until `term` (SIGTERM: checkpoint, then return) or `stop`.
+    pub async fn run(
+        mut self,
+        mut rx: watch::Receiver<RawMetadata>,
+        term: CancellationToken,
+        stop: CancellationToken,
+    ) {
+        self.set_phase_metric(Phase::None);
+        // Bring the Node in line at start-up (clears what a previous run may have left).
+        let first = derive(&rx.borrow_and_update());
+        if first == self.state {
+            self.publish().await;
+        } else {
+            self.apply(first).await;
+        }
+        let mut tick = tokio::time::interval(self.cfg.poll_interval);
+        let mut metadata_open = true;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = term.cancelled() => {
+                    if self.cfg.checkpoint.on_sigterm {
+                        let budget = self.cfg.checkpoint.sigterm_budget;
+                        self.checkpoint("agent-sigterm", budget).await;
+                    }
+                    break;
+                }
+                changed = rx.changed(), if metadata_open => {
+                    if changed.is_err() {
+                        // The watcher is off (not on GCE): keep serving SIGTERM checkpoints.
+                        metadata_open = false;
+                        continue;
+                    }
+                    let next = derive(&rx.borrow_and_update());
+                    self.apply(next).await;
+                }
+                _ = tick.tick() => self.opportunistic().await,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(phase: Phase, reasons: Vec<&'static str>) -> MaintenanceState {
+        MaintenanceState {
+            phase,
+            reasons,
+            window_start: Some("2026-11-30T10:00:00Z".into()),
+            window_end: Some("2026-11-30T12:00:00Z".into()),
+            can_reschedule: true,
+            ..MaintenanceState::default()
+        }
+    }
+
+    #[test]
+    fn terminating_sets_the_taint_and_everything_else_removes_it() {
+        let k = KubernetesConfig::default();
+        let d = node_desired(&k, &st(Phase::Terminating, vec!["preempted"]), None, None);
+        assert_eq!(d.add_taints.len(), 1);
+        assert_eq!(d.add_taints[0].key, "vigil.dev/termination-imminent");
+        assert_eq!(d.add_taints[0].effect, "NoSchedule");
+        assert_eq!(
+            d.labels["vigil.dev/maintenance"].as_deref(),
+            Some("terminating")
+        );
+        assert_eq!(
+            d.annotations["vigil.dev/maintenance-reasons"].as_deref(),
+            Some("preempted")
+        );
+        for phase in [Phase::None, Phase::Pending, Phase::Ongoing] {
+            let d = node_desired(&k, &st(phase, vec![]), None, None);
+            assert!(d.add_taints.is_empty());
+            assert_eq!(d.remove_taints, vec!["vigil.dev/termination-imminent"]);
+        }
+        let off = KubernetesConfig {
+            taint_on_termination: false,
+            ..KubernetesConfig::default()
+        };
+        assert!(
+            node_desired(&off, &st(Phase::Terminating, vec![]), None, None)
+                .add_taints
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn clearing_removes_window_and_reasons() {
+        let k = KubernetesConfig::default();
+        let d = node_desired(&k, &MaintenanceState::default(), Some("x"), Some(false));
+        assert_eq!(d.labels["vigil.dev/maintenance"].as_deref(), Some("none"));
+        assert_eq!(d.labels["vigil.dev/can-reschedule"], None);
+        assert_eq!(d.annotations["vigil.dev/maintenance-window-start"], None);
+        assert_eq!(d.annotations["vigil.dev/maintenance-reasons"], None);
+        assert_eq!(
+            d.annotations["vigil.dev/last-checkpoint"].as_deref(),
+            Some("x")
+        );
+        assert_eq!(d.labels[PERFORM_MAINTENANCE_LABEL], None);
+    }
+
+    #[test]
+    fn interruptions_count_once_per_episode() {
+        assert!(interruption_starts(Phase::None, Phase::Terminating));
+        assert!(interruption_starts(Phase::Pending, Phase::Ongoing));
+        assert!(!interruption_starts(Phase::Ongoing, Phase::Terminating));
+        assert!(!interruption_starts(Phase::None, Phase::Pending));
+    }
+
+    #[test]
+    fn settle_keeps_restarts_suppressed_after_maintenance() {
+        let now = tokio::time::Instant::now();
+        let f = NodeFacts {
+            maintenance: MaintenanceState::default(),
+            settle_until: Some(now + Duration::from_secs(60)),
+        };
+        assert!(f.in_maintenance(now));
+        assert!(!f.in_maintenance(now + Duration::from_secs(61)));
+        assert!(!NodeFacts::default().in_maintenance(now));
+    }
+}

@@ -1,0 +1,512 @@
+//! `KubeNodeApi` against a faithful fake Kubernetes API server over real HTTP: Vigil's labels,
+//! annotations and taints are written without clobbering anyone else's, conflicts are retried,
+//! a steady state costs no write, errors say what to fix, and the requests on the wire are exactly
+//! the ones the code claims (GET, then PATCH as `application/merge-patch+json`).
+
+#[path = "common/fake_kube.rs"]
+mod fake_kube;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fake_kube::FakeKube;
+use serde_json::{json, Value};
+use vigil::actions::node::{EventType, KubeNodeApi, NodeApi, NodeDesired, NodeError, Taint};
+
+const NODE: &str = "gpu-node-1";
+const MERGE: &str = "application/merge-patch+json";
+const NODE_PATH: &str = "/api/v1/nodes/gpu-node-1";
+
+async fn setup() -> (FakeKube, KubeNodeApi) {
+    let fake = FakeKube::start(NODE).await;
+    let api = KubeNodeApi::from_url(&fake.url)
+        .expect("client for the fake")
+        // Fast retries: the backoff itself is unit-tested in node.rs.
+        .with_retry(5, Duration::from_millis(2));
+    (fake, api)
+}
+
+fn keys(pairs: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+        .collect()
+}
+
+fn maintenance_taint() -> Taint {
+    Taint {
+        key: "vigil.dev/maintenance".into(),
+        value: "terminating".into(),
+        effect: "NoSchedule".into(),
+    }
+}
+
+fn seen(method: &str, path: &str, content_type: &str) -> (String, String, String) {
+    (method.into(), path.into(), content_type.into())
+}
+
+fn label(node: &Value, key: &str) -> Option<String> {
+    node["metadata"]["labels"][key].as_str().map(str::to_string)
+}
+
+fn annotation(node: &Value, key: &str) -> Option<String> {
+    node["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+fn taints(node: &Value) -> Vec<Value> {
+    node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn labels_and_annotations_set_then_removed_while_foreign_keys_survive() {
+    let (fake, api) = setup().await;
+    fake.foreign_write(json!({"metadata": {
+        "labels": {"team": "ml"},
+        "annotations": {"owner": "infra"}
+    }}));
+
+    let set = NodeDesired {
+        labels: keys(&[("vigil.dev/maintenance", Some("pending"))]),
+        annotations: keys(&[("vigil.dev/window-start", Some("2025-06-01T10:00:00Z"))]),
+        ..NodeDesired::default()
+    };
+    api.reconcile(NODE, &set).await.expect("set");
+    let node = fake.node();
+    assert_eq!(
+        label(&node, "vigil.dev/maintenance").as_deref(),
+        Some("pending")
+    );
+    assert_eq!(
+        annotation(&node, "vigil.dev/window-start").as_deref(),
+        Some("2025-06-01T10:00:00Z")
+    );
+
+    let remove = NodeDesired {
+        labels: keys(&[("vigil.dev/maintenance", None)]),
+        annotations: keys(&[("vigil.dev/window-start", None)]),
+        ..NodeDesired::default()
+    };
+    api.reconcile(NODE, &remove).await.expect("remove");
+    let node = fake.node();
+    assert_eq!(label(&node, "vigil.dev/maintenance"), None);
+    assert_eq!(annotation(&node, "vigil.dev/window-start"), None);
+    // Everyone else's keys, including the server-set ones, are exactly as they were.
+    assert_eq!(label(&node, "team").as_deref(), Some("ml"));
+    assert_eq!(
+        label(&node, "kubernetes.io/hostname").as_deref(),
+        Some(NODE)
+    );
+    assert_eq!(annotation(&node, "owner").as_deref(), Some("infra"));
+    assert_eq!(
+        annotation(&node, "node.alpha.kubernetes.io/ttl").as_deref(),
+        Some("0")
+    );
+    assert_eq!(node["spec"]["podCIDR"], "10.0.0.0/24");
+}
+
+#[tokio::test]
+async fn maintenance_taint_added_next_to_foreign_taint_then_removed() {
+    let (fake, api) = setup().await;
+    let foreign = json!({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"});
+    fake.foreign_write(json!({"spec": {"taints": [foreign.clone()]}}));
+
+    let add = NodeDesired {
+        add_taints: vec![maintenance_taint()],
+        ..NodeDesired::default()
+    };
+    api.reconcile(NODE, &add).await.expect("add taint");
+    assert_eq!(
+        taints(&fake.node()),
+        vec![
+            foreign.clone(),
+            json!({"key": "vigil.dev/maintenance", "value": "terminating", "effect": "NoSchedule"})
+        ]
+    );
+
+    let remove = NodeDesired {
+        remove_taints: vec!["vigil.dev/maintenance".into()],
+        ..NodeDesired::default()
+    };
+    api.reconcile(NODE, &remove).await.expect("remove taint");
+    assert_eq!(taints(&fake.node()), vec![foreign]);
+}
+
+#[tokio::test]
+async fn taint_patches_carry_the_resource_version_they_were_computed_from() {
+    let (fake, api) = setup().await;
+    // A foreign writer adds a taint right after our GET: our whole-list replacement would erase
+    // it, unless the precondition makes the server refuse our stale write.
+    fake.race_next_get(json!({"spec": {"taints": [
+        {"key": "example.com/drain", "effect": "NoExecute"}
+    ]}}));
+    let add = NodeDesired {
+        add_taints: vec![maintenance_taint()],
+        ..NodeDesired::default()
+    };
+    api.reconcile(NODE, &add)
+        .await
+        .expect("add taint despite the race");
+
+    let keys: Vec<Value> = taints(&fake.node())
+        .iter()
+        .map(|t| t["key"].clone())
+        .collect();
+    assert_eq!(
+        keys,
+        vec![json!("example.com/drain"), json!("vigil.dev/maintenance")]
+    );
+    // GET, PATCH (409: stale), GET, PATCH (ok).
+    assert_eq!(
+        fake.requests(),
+        vec![
+            seen("GET", NODE_PATH, ""),
+            seen("PATCH", NODE_PATH, MERGE),
+            seen("GET", NODE_PATH, ""),
+            seen("PATCH", NODE_PATH, MERGE),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn conflict_with_a_concurrent_label_writer_is_retried_and_both_labels_survive() {
+    let (fake, api) = setup().await;
+    // Someone labels the node, and our next write loses the race with them.
+    fake.foreign_write(json!({"metadata": {"labels": {"cloud.google.com/gke-spot": "true"}}}));
+    fake.conflict_next(1);
+
+    let desired = NodeDesired {
+        labels: keys(&[("vigil.dev/maintenance", Some("ongoing"))]),
+        ..NodeDesired::default()
+    };
+    api.reconcile(NODE, &desired).await.expect("retried");
+    let node = fake.node();
+    assert_eq!(
+        label(&node, "cloud.google.com/gke-spot").as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        label(&node, "vigil.dev/maintenance").as_deref(),
+        Some("ongoing")
+    );
+    let patches = fake
+        .requests()
+        .into_iter()
+        .filter(|(m, _, _)| m == "PATCH")
+        .count();
+    assert_eq!(patches, 2, "one refused, one accepted");
+}
+
+#[tokio::test]
+async fn endless_conflicts_give_up_after_the_configured_attempts() {
+    let (fake, api) = setup().await;
+    let api = api.with_retry(3, Duration::from_millis(1));
+    fake.conflict_next(100);
+    let desired = NodeDesired {
+        labels: keys(&[("vigil.dev/maintenance", Some("ongoing"))]),
+        ..NodeDesired::default()
+    };
+    let err = api.reconcile(NODE, &desired).await.expect_err("gives up");
+    assert!(
+        matches!(err, NodeError::Conflict { attempts: 3, .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.op(), "patch");
+    let patches = fake
+        .requests()
+        .into_iter()
+        .filter(|(m, _, _)| m == "PATCH")
+        .count();
+    assert_eq!(patches, 3);
+}
+
+#[tokio::test]
+async fn reconciling_the_same_desired_state_twice_writes_once() {
+    let (fake, api) = setup().await;
+    let desired = NodeDesired {
+        labels: keys(&[
+            ("vigil.dev/maintenance", Some("pending")),
+            ("vigil.dev/gone", None),
+        ]),
+        annotations: keys(&[("vigil.dev/can-reschedule", Some("true"))]),
+        add_taints: vec![maintenance_taint()],
+        remove_taints: vec!["vigil.dev/old".into()],
+    };
+    api.reconcile(NODE, &desired).await.expect("first");
+    let version = fake.node()["metadata"]["resourceVersion"].clone();
+    api.reconcile(NODE, &desired).await.expect("second");
+
+    assert_eq!(
+        fake.requests(),
+        vec![
+            seen("GET", NODE_PATH, ""),
+            seen("PATCH", NODE_PATH, MERGE),
+            seen("GET", NODE_PATH, ""),
+        ],
+        "the second reconcile only reads"
+    );
+    assert_eq!(fake.node()["metadata"]["resourceVersion"], version);
+}
+
+#[tokio::test]
+async fn a_missing_node_is_not_found_and_points_at_node_name() {
+    let (fake, api) = setup().await;
+    let desired = NodeDesired {
+        labels: keys(&[("vigil.dev/maintenance", Some("pending"))]),
+        ..NodeDesired::default()
+    };
+    let err = api
+        .reconcile("no-such-node", &desired)
+        .await
+        .expect_err("404");
+    assert!(matches!(err, NodeError::NotFound { .. }), "{err:?}");
+    assert_eq!(err.op(), "get");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("no-such-node") && msg.contains("NODE_NAME"),
+        "{msg}"
+    );
+    assert_eq!(
+        fake.requests(),
+        vec![seen("GET", "/api/v1/nodes/no-such-node", "")]
+    );
+}
+
+#[tokio::test]
+async fn forbidden_calls_name_the_missing_rbac_rule() {
+    let (fake, api) = setup().await;
+    let desired = NodeDesired {
+        labels: keys(&[("vigil.dev/maintenance", Some("pending"))]),
+        ..NodeDesired::default()
+    };
+    let cases = [
+        ("get", "get", "nodes"),
+        ("patch", "patch", "nodes"),
+        ("create", "event", "events"),
+    ];
+    for (verb, op, resource) in cases {
+        fake.forbid(verb);
+        let err = if verb == "create" {
+            api.event(NODE, "MaintenancePending", "m", EventType::Normal)
+                .await
+                .expect_err("forbidden event")
+        } else {
+            api.reconcile(NODE, &desired).await.expect_err("forbidden")
+        };
+        fake.allow(verb);
+        assert!(
+            matches!(err, NodeError::Forbidden { verb: v, resource: r, .. } if v == verb && r == resource),
+            "{verb}: {err:?}"
+        );
+        assert_eq!(err.op(), op);
+        let msg = err.to_string();
+        let rule = format!("resources: [\"{resource}\"], verbs: [\"{verb}\"]");
+        assert!(msg.contains(&rule), "{msg}");
+        assert!(msg.contains("403"), "{msg}");
+    }
+    assert!(fake.events().is_empty());
+    assert_eq!(label(&fake.node(), "vigil.dev/maintenance"), None);
+}
+
+#[tokio::test]
+async fn events_point_at_the_node_with_reason_type_and_source() {
+    let (fake, api) = setup().await;
+    // A reconcile first, so the agent knows the Node's uid.
+    api.reconcile(NODE, &NodeDesired::default())
+        .await
+        .expect("read");
+    api.event(
+        NODE,
+        "MaintenanceTerminating",
+        "host maintenance will terminate this VM; checkpointing workers",
+        EventType::Warning,
+    )
+    .await
+    .expect("event");
+    api.event(NODE, "MaintenanceDone", "back to normal", EventType::Normal)
+        .await
+        .expect("second event");
+
+    let events = fake.events();
+    assert_eq!(events.len(), 2);
+    let e = &events[0];
+    assert_eq!(e["metadata"]["namespace"], "default");
+    let name = e["metadata"]["name"].as_str().expect("name");
+    assert!(name.starts_with("gpu-node-1.vigil."), "{name}");
+    assert_ne!(events[1]["metadata"]["name"], e["metadata"]["name"]);
+    assert_eq!(e["involvedObject"]["kind"], "Node");
+    assert_eq!(e["involvedObject"]["name"], NODE);
+    assert_eq!(e["involvedObject"]["uid"], fake.node()["metadata"]["uid"]);
+    assert_eq!(e["reason"], "MaintenanceTerminating");
+    assert_eq!(
+        e["message"],
+        "host maintenance will terminate this VM; checkpointing workers"
+    );
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["source"]["component"], "vigil");
+    assert_eq!(e["reportingComponent"], "vigil");
+    assert_eq!(e["count"], 1);
+    for field in ["firstTimestamp", "lastTimestamp", "eventTime"] {
+        assert!(e[field].is_string(), "{field} missing: {e}");
+    }
+    assert_eq!(events[1]["type"], "Normal");
+
+    let posts: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|(m, _, _)| m == "POST")
+        .collect();
+    assert_eq!(
+        posts,
+        vec![
+            seen(
+                "POST",
+                "/api/v1/namespaces/default/events",
+                "application/json"
+            ),
+            seen(
+                "POST",
+                "/api/v1/namespaces/default/events",
+                "application/json"
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_wire_requests_are_a_get_then_a_merge_patch_of_that_node() {
+    let (fake, api) = setup().await;
+    let desired = NodeDesired {
+        labels: keys(&[("vigil.dev/maintenance", Some("pending"))]),
+        ..NodeDesired::default()
+    };
+    api.reconcile(NODE, &desired).await.expect("reconcile");
+    assert_eq!(
+        fake.requests(),
+        vec![seen("GET", NODE_PATH, ""), seen("PATCH", NODE_PATH, MERGE)]
+    );
+    // A label-only patch carries no resourceVersion, so it never conflicts needlessly: the
+    // fake bumped the version on its own write only.
+    assert_eq!(fake.node()["metadata"]["resourceVersion"], "2");
+}
+
+/// The same hooks over HTTP, for tests that drive the `vigil` binary from another process; and
+/// the fake's own faithfulness on the points the client relies on.
+#[tokio::test]
+async fn fake_hooks_over_http_and_faithful_refusals() {
+    let fake = FakeKube::start(NODE).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}{p}", fake.url);
+
+    let r = http
+        .post(url("/fake/foreign_write"))
+        .body(json!({"metadata": {"labels": {"team": "ml"}}}).to_string())
+        .send()
+        .await
+        .expect("foreign_write");
+    assert_eq!(r.status(), 200);
+    let node: Value = http
+        .get(url("/fake/node"))
+        .send()
+        .await
+        .expect("node")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(node["metadata"]["labels"]["team"], "ml");
+    assert_eq!(node["metadata"]["resourceVersion"], "2");
+
+    // A stale resourceVersion precondition is refused like the real server does.
+    let r = http
+        .patch(url(NODE_PATH))
+        .header("content-type", MERGE)
+        .body(json!({"metadata": {"resourceVersion": "1", "labels": {"a": "b"}}}).to_string())
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 409);
+    let body: Value = r.json().await.expect("status");
+    assert_eq!(body["kind"], "Status");
+    assert_eq!(body["reason"], "Conflict");
+    assert_eq!(body["code"], 409);
+
+    // Patch types the fake does not implement are refused, not misapplied.
+    let r = http
+        .patch(url(NODE_PATH))
+        .header("content-type", "application/strategic-merge-patch+json")
+        .body("{}")
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 415);
+
+    // Duplicate taints (same key and effect) are invalid, as on a real server.
+    let r = http
+        .patch(url(NODE_PATH))
+        .header("content-type", MERGE)
+        .body(
+            json!({"spec": {"taints": [
+                {"key": "k", "effect": "NoSchedule"},
+                {"key": "k", "value": "v", "effect": "NoSchedule"}
+            ]}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 422);
+
+    for hook in ["/fake/conflict_next/1", "/fake/forbid/get"] {
+        let r = http.post(url(hook)).send().await.expect("hook");
+        assert!(r.status().is_success(), "{hook}: {}", r.status());
+    }
+    let r = http.get(url(NODE_PATH)).send().await.expect("get");
+    assert_eq!(r.status(), 403);
+    let r = http
+        .post(url("/fake/allow/get"))
+        .send()
+        .await
+        .expect("allow");
+    assert!(r.status().is_success());
+    let r = http
+        .patch(url(NODE_PATH))
+        .header("content-type", MERGE)
+        .body("{}")
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 409, "conflict_next over HTTP");
+
+    let requests: Value = http
+        .get(url("/fake/requests"))
+        .send()
+        .await
+        .expect("requests")
+        .json()
+        .await
+        .expect("json");
+    // The hooks themselves are not API requests and are not recorded.
+    assert_eq!(
+        requests,
+        json!([
+            ["PATCH", NODE_PATH, MERGE],
+            ["PATCH", NODE_PATH, "application/strategic-merge-patch+json"],
+            ["PATCH", NODE_PATH, MERGE],
+            ["GET", NODE_PATH, ""],
+            ["PATCH", NODE_PATH, MERGE],
+        ])
+    );
+    let events: Value = http
+        .get(url("/fake/events"))
+        .send()
+        .await
+        .expect("events")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(events, json!([]));
+}

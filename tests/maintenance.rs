@@ -1,0 +1,358 @@
+//! The maintenance controller through its real code path, with the in-process coordinator, a
+//! fake runtime and a recording Node API: maintenance states in, Node fields, Events,
+//! checkpoint requests and outcomes out. (The metadata watcher and the Node adapter are tested
+//! over HTTP against their fakes in tests/metadata.rs and tests/kube.rs, and everything
+//! together through the binary in tests/e2e.rs.)
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
+use vigil::actions::alert::Notifier;
+use vigil::actions::checkpoint::Outcome;
+use vigil::agent::Agent;
+use vigil::clock::SystemClock;
+use vigil::config::Config;
+use vigil::coord::memory::MemoryCoordinator;
+use vigil::coord::{heartbeat_value, Coordinator, Keys};
+use vigil::maintenance::{Controller, SharedFacts};
+use vigil::metrics::Metrics;
+use vigil::policy::Verdict;
+use vigil::sources::metadata::{MaintenanceState, Phase};
+
+struct Rig {
+    coord: Arc<MemoryCoordinator>,
+    runtime: FakeRuntime,
+    node: RecordingNodeApi,
+    metrics: Arc<Metrics>,
+    facts: SharedFacts,
+    controller: Controller,
+    keys: Keys,
+    cfg: Config,
+}
+
+fn rig(tweak: impl Fn(&mut Config)) -> Rig {
+    let mut cfg = Config {
+        node_name: "gpu-1".into(),
+        ..Config::default()
+    };
+    tweak(&mut cfg);
+    cfg.validate().unwrap();
+    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let runtime = FakeRuntime::default();
+    runtime.add("c1", "trainer-0");
+    let node = RecordingNodeApi::default();
+    let metrics = Arc::new(Metrics::new());
+    let facts = SharedFacts::default();
+    let agent = Agent::new(
+        cfg.clone(),
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        Notifier::new(None, metrics.clone()),
+        metrics.clone(),
+    );
+    let controller = Controller::new(
+        cfg.clone(),
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        Some(Arc::new(node.clone())),
+        metrics.clone(),
+        agent.trail.clone(),
+        facts.clone(),
+    );
+    Rig {
+        keys: Keys::new("vigil", "gpu-1"),
+        coord,
+        runtime,
+        node,
+        metrics,
+        facts,
+        controller,
+        cfg,
+    }
+}
+
+fn state(
+    phase: Phase,
+    reasons: Vec<&'static str>,
+    interruption: Option<&'static str>,
+) -> MaintenanceState {
+    MaintenanceState {
+        phase,
+        reasons,
+        interruption,
+        ..MaintenanceState::default()
+    }
+}
+
+/// A worker that acknowledges every checkpoint request it sees in its record, as the README's
+/// Python example does.
+fn acking_worker(coord: Arc<MemoryCoordinator>, key: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for _ in 0..200 {
+            let rec = coord.hgetall(&key).await.unwrap();
+            if let Some(id) = rec.get("checkpoint_request") {
+                if rec.get("checkpoint_ack").is_none_or(|a| a.is_empty()) {
+                    coord
+                        .hset(&key, &[("checkpoint_ack".into(), id.clone())])
+                        .await
+                        .unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+#[tokio::test]
+async fn termination_notice_taints_the_node_and_checkpoints_acking_workers() {
+    let mut r = rig(|_| {});
+    let worker = acking_worker(r.coord.clone(), r.keys.status("trainer-0"));
+    r.controller
+        .apply(state(
+            Phase::Terminating,
+            vec!["terminate-on-host-maintenance"],
+            Some("host-maintenance"),
+        ))
+        .await;
+    worker.abort();
+    let d = r.node.last();
+    assert_eq!(d.add_taints.len(), 1, "{d:?}");
+    assert_eq!(
+        d.labels["vigil.dev/maintenance"].as_deref(),
+        Some("terminating")
+    );
+    let last = d.annotations["vigil.dev/last-checkpoint"].clone().unwrap();
+    assert!(last.contains("acked=1 timed-out=0 failed=0"), "{last}");
+    assert!(r
+        .node
+        .reasons()
+        .contains(&"VigilTerminationImminent".to_string()));
+    assert!(r.node.reasons().contains(&"VigilCheckpoint".to_string()));
+    let text = r.metrics.encode();
+    assert!(
+        text.contains("vigil_checkpoints_total{method=\"redis\",outcome=\"acked\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("vigil_interruptions_total{type=\"host-maintenance\",reason=\"terminate-on-host-maintenance\"} 1"), "{text}");
+    assert!(text.contains("vigil_maintenance_phase{phase=\"terminating\"} 1"));
+    let trail = r.coord.read_recent(&r.keys.trail(), 50).await.unwrap();
+    assert!(trail
+        .iter()
+        .any(|(_, f)| f["decision"] == "checkpoint-acked"));
+}
+
+#[tokio::test]
+async fn preemption_with_a_silent_worker_times_out_within_the_budget() {
+    let mut r = rig(|c| c.checkpoint.preemption_budget = Duration::from_secs(1));
+    r.runtime.set_checkpoint_label("c1", "signal:SIGUSR1");
+    let started = tokio::time::Instant::now();
+    r.controller
+        .apply(state(
+            Phase::Terminating,
+            vec!["preempted"],
+            Some("preemption"),
+        ))
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "bounded by the budget"
+    );
+    assert_eq!(
+        r.runtime.signals(),
+        vec![("c1".to_string(), "SIGUSR1".to_string())]
+    );
+    let last = r.node.last().annotations["vigil.dev/last-checkpoint"]
+        .clone()
+        .unwrap();
+    assert!(last.contains("preemption: acked=0 timed-out=1"), "{last}");
+    let rec = r.coord.hgetall(&r.keys.status("trainer-0")).await.unwrap();
+    assert_eq!(rec["checkpoint_reason"], "preemption");
+}
+
+#[tokio::test]
+async fn a_signal_the_worker_acknowledges_is_acked() {
+    let mut r = rig(|_| {});
+    r.runtime.set_checkpoint_label("c1", "signal:SIGUSR2");
+    let coord = r.coord.clone();
+    let key = r.keys.status("trainer-0");
+    r.runtime.on_signal(move |_| {
+        let coord = coord.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            coord
+                .hset(&key, &[("checkpoint_ack".into(), "ok".into())])
+                .await
+                .unwrap();
+        });
+    });
+    let results = r
+        .controller
+        .checkpoint("agent-sigterm", Duration::from_secs(2))
+        .await;
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].outcome, Outcome::Acked);
+    assert_eq!(results[0].method, "signal");
+}
+
+#[tokio::test]
+async fn a_bad_checkpoint_label_fails_that_worker_only() {
+    let mut r = rig(|_| {});
+    r.runtime.add("c2", "trainer-1");
+    r.runtime.set_checkpoint_label("c2", "carrier-pigeon");
+    let worker = acking_worker(r.coord.clone(), r.keys.status("trainer-0"));
+    let results = r
+        .controller
+        .checkpoint("test", Duration::from_secs(2))
+        .await;
+    worker.abort();
+    let by: std::collections::HashMap<_, _> = results
+        .iter()
+        .map(|w| (w.worker.as_str(), w.outcome))
+        .collect();
+    assert_eq!(by["trainer-0"], Outcome::Acked);
+    assert_eq!(by["trainer-1"], Outcome::Failed);
+}
+
+#[tokio::test]
+async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
+    let mut r = rig(|c| c.checkpoint.maintenance_budget = Duration::from_millis(300));
+    r.controller
+        .apply(MaintenanceState {
+            phase: Phase::Pending,
+            reasons: vec!["upcoming-pending"],
+            window_start: Some("2026-11-30T10:00:00Z".into()),
+            window_end: Some("2026-11-30T11:00:00Z".into()),
+            can_reschedule: true,
+            interruption: None,
+        })
+        .await;
+    let d = r.node.last();
+    assert_eq!(
+        d.labels["vigil.dev/maintenance"].as_deref(),
+        Some("pending")
+    );
+    assert_eq!(
+        d.labels["vigil.dev/can-reschedule"].as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        d.annotations["vigil.dev/maintenance-window-start"].as_deref(),
+        Some("2026-11-30T10:00:00Z")
+    );
+    assert!(r
+        .node
+        .reasons()
+        .ends_with(&["VigilMaintenancePending".to_string()]));
+    r.controller
+        .apply(state(
+            Phase::Ongoing,
+            vec!["upcoming-ongoing"],
+            Some("host-maintenance"),
+        ))
+        .await;
+    r.controller
+        .apply(state(
+            Phase::Terminating,
+            vec!["terminate-on-host-maintenance"],
+            Some("host-maintenance"),
+        ))
+        .await;
+    let checkpoints = r
+        .node
+        .reasons()
+        .iter()
+        .filter(|x| *x == "VigilCheckpoint")
+        .count();
+    assert_eq!(
+        checkpoints,
+        1,
+        "one checkpoint per interruption: {:?}",
+        r.node.reasons()
+    );
+    assert!(r
+        .facts
+        .read()
+        .unwrap()
+        .in_maintenance(tokio::time::Instant::now()));
+    r.controller.apply(MaintenanceState::default()).await;
+    let d = r.node.last();
+    assert_eq!(d.labels["vigil.dev/maintenance"].as_deref(), Some("none"));
+    assert!(d.add_taints.is_empty());
+    assert_eq!(d.remove_taints, vec!["vigil.dev/termination-imminent"]);
+    assert_eq!(d.annotations["vigil.dev/maintenance-window-start"], None);
+    assert!(r
+        .node
+        .reasons()
+        .ends_with(&["VigilMaintenanceCleared".to_string()]));
+    // The settle period keeps restarts away a while longer.
+    assert!(r
+        .facts
+        .read()
+        .unwrap()
+        .in_maintenance(tokio::time::Instant::now()));
+    let text = r.metrics.encode();
+    assert!(
+        text.contains(
+            "vigil_interruptions_total{type=\"host-maintenance\",reason=\"upcoming-ongoing\"} 1"
+        ),
+        "{text}"
+    );
+    let _ = r.cfg;
+}
+
+#[tokio::test]
+async fn a_stale_worker_during_maintenance_is_not_restarted() {
+    let r = rig(|c| c.poll_interval = Duration::from_millis(10));
+    let metrics = Arc::new(Metrics::new());
+    let mut cfg = r.cfg.clone();
+    cfg.policy.stale_after = Duration::from_millis(200);
+    cfg.policy.confirm_after = Duration::from_millis(20);
+    cfg.policy.restart_delay = Duration::from_millis(50);
+    let mut agent = Agent::new(
+        cfg,
+        r.coord.clone(),
+        Arc::new(r.runtime.clone()),
+        Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone()),
+        metrics,
+    )
+    .with_facts(r.facts.clone());
+    r.facts.write().unwrap().maintenance = state(Phase::Ongoing, vec!["upcoming-ongoing"], None);
+    r.coord
+        .hset(
+            &r.keys.status("trainer-0"),
+            &[
+                ("state".into(), "processing".into()),
+                (
+                    "heartbeat".into(),
+                    heartbeat_value(r.coord.time().await.unwrap() - 10_000),
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        let report = agent.cycle().await;
+        assert_eq!(report.verdicts[0].1, Verdict::InMaintenance);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(r.runtime.restarts("c1"), 0);
+    // Maintenance over (and no settle): the same stale worker is now a hang.
+    {
+        let mut f = r.facts.write().unwrap();
+        f.maintenance = MaintenanceState::default();
+        f.settle_until = None;
+    }
+    let mut restarted = false;
+    for _ in 0..50 {
+        agent.cycle().await;
+        if r.runtime.restarts("c1") == 1 {
+            restarted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(restarted);
+}

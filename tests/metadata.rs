@@ -1,0 +1,451 @@
+//! The metadata watcher against the fake GCE metadata server, over real HTTP: the start-up read,
+//! a scripted maintenance sequence seen in order through long-polls, faults that must never
+//! crash the watcher or flip the phase, `preempted=FALSE` after a termination notice, the
+//! watcher turning itself off when there is no server, and the fake's own fidelity (403s, ETags).
+
+#[path = "common/fake_metadata.rs"]
+mod fake_metadata;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fake_metadata::{upcoming_json, FakeMetadata, UnsetMode};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use vigil::metrics::Metrics;
+use vigil::sources::metadata::{
+    derive, watch_with, MetadataClient, MetadataError, Phase, RawMetadata, WatchConfig,
+    MAINTENANCE_EVENT_PATH, UPCOMING_MAINTENANCE_PATH,
+};
+
+/// Short everything, so each test takes a few seconds at most.
+fn cfg() -> WatchConfig {
+    WatchConfig {
+        timeout_sec: 1,
+        unavailable_retry: (Duration::from_millis(20), Duration::from_millis(50)),
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
+        min_interval: Duration::from_millis(100),
+        startup_attempts: 2,
+    }
+}
+
+const WITHIN: Duration = Duration::from_secs(5);
+
+struct Running {
+    rx: watch::Receiver<RawMetadata>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+    /// Every distinct phase published, in order.
+    phases: Arc<Mutex<Vec<Phase>>>,
+}
+
+fn client(host: &str) -> MetadataClient {
+    MetadataClient::new(host, Duration::from_secs(2)).expect("client")
+}
+
+fn spawn_watch(host: &str) -> Running {
+    let (tx, rx) = watch::channel(RawMetadata::default());
+    let metrics = Arc::new(Metrics::new());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(watch_with(
+        client(host),
+        tx,
+        metrics.clone(),
+        shutdown.clone(),
+        cfg(),
+    ));
+    let phases = Arc::new(Mutex::new(vec![Phase::None]));
+    let (mut rec_rx, rec) = (rx.clone(), phases.clone());
+    tokio::spawn(async move {
+        while rec_rx.changed().await.is_ok() {
+            let phase = derive(&rec_rx.borrow_and_update()).phase;
+            let mut v = rec.lock().unwrap();
+            if v.last() != Some(&phase) {
+                v.push(phase);
+            }
+        }
+    });
+    Running {
+        rx,
+        metrics,
+        shutdown,
+        task,
+        phases,
+    }
+}
+
+impl Running {
+    async fn until(&mut self, what: &str, f: impl FnMut(&RawMetadata) -> bool) {
+        let seen = tokio::time::timeout(WITHIN, self.rx.wait_for(f))
+            .await
+            .map(|r| r.map(|_| ()));
+        match seen {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => panic!("watch channel closed while waiting for {what}"),
+            Err(_) => panic!("timed out waiting for {what}; now {:?}", *self.rx.borrow()),
+        }
+    }
+
+    async fn until_phase(&mut self, phase: Phase) {
+        self.until(phase.as_str(), |r| derive(r).phase == phase)
+            .await;
+    }
+
+    fn phase(&self) -> Phase {
+        derive(&self.rx.borrow()).phase
+    }
+
+    fn phases(&self) -> Vec<Phase> {
+        self.phases.lock().unwrap().clone()
+    }
+
+    fn errors(&self, key: &str, kind: &str) -> u64 {
+        let text = self.metrics.encode();
+        let needle = format!("{{key=\"{key}\",kind=\"{kind}\"}} ");
+        text.lines()
+            .find(|l| l.starts_with("vigil_metadata_errors_total") && l.contains(&needle))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(2), self.task)
+            .await
+            .expect("watcher stops promptly on shutdown")
+            .expect("watcher task did not panic");
+    }
+}
+
+#[tokio::test]
+async fn startup_read_publishes_initial_values() {
+    let fake = FakeMetadata::start().await;
+    let mut w = spawn_watch(&fake.host);
+    w.until("initial values", |r| {
+        r.maintenance_event.as_deref() == Some("NONE") && r.preempted == Some(false)
+    })
+    .await;
+    assert!(fake.requests("maintenance-event").await >= 1);
+    assert!(fake.requests("upcoming-maintenance").await >= 1);
+    assert_eq!(
+        w.rx.borrow().upcoming,
+        None,
+        "503 'no notifications' is nothing scheduled"
+    );
+    assert_eq!(w.phase(), Phase::None);
+    assert_eq!(
+        fake.refused().await,
+        0,
+        "the watcher always sends the header"
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn scripted_sequence_is_seen_in_order_through_long_polls() {
+    let fake = FakeMetadata::start().await;
+    let mut w = spawn_watch(&fake.host);
+    w.until("start-up read", |r| r.maintenance_event.is_some())
+        .await;
+
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", true))
+        .await;
+    w.until_phase(Phase::Pending).await;
+    {
+        let s = derive(&w.rx.borrow());
+        assert!(
+            s.can_reschedule,
+            "can_reschedule arrives as the string \"true\""
+        );
+        assert_eq!(s.window_start.as_deref(), Some("2030-01-01T19:00:00Z"));
+        assert_eq!(s.window_end.as_deref(), Some("2030-01-01T21:00:00Z"));
+    }
+    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false))
+        .await;
+    w.until_phase(Phase::Ongoing).await;
+    fake.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+        .await;
+    w.until_phase(Phase::Terminating).await;
+    assert_eq!(
+        derive(&w.rx.borrow()).interruption,
+        Some("host-maintenance")
+    );
+    fake.set("upcoming-maintenance", "").await;
+    w.until("upcoming cleared", |r| r.upcoming.is_none()).await;
+    assert_eq!(w.phase(), Phase::Terminating, "the event still stands");
+    fake.set("maintenance-event", "NONE").await;
+    w.until_phase(Phase::None).await;
+
+    assert_eq!(
+        w.phases(),
+        vec![
+            Phase::None,
+            Phase::Pending,
+            Phase::Ongoing,
+            Phase::Terminating,
+            Phase::None
+        ]
+    );
+
+    // Idle: long-polls with timeout_sec=1 are about one request per key per second, not a spin.
+    let before = fake.total_requests().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = fake.total_requests().await - before;
+    assert!(
+        idle < 20,
+        "{idle} requests in 3 s of idle: polling, not long-polling"
+    );
+    assert!(
+        idle >= 3,
+        "{idle} requests in 3 s: the loops stopped polling"
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn faults_never_crash_the_watcher_nor_flip_the_phase() {
+    let fake = FakeMetadata::start().await;
+    let mut w = spawn_watch(&fake.host);
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
+        .await;
+    w.until_phase(Phase::Pending).await;
+
+    for key in ["maintenance-event", "upcoming-maintenance", "preempted"] {
+        fake.fault(key, "503", 5).await;
+        fake.fault(key, "429", 2).await;
+        fake.fault(key, "garbage", 3).await;
+    }
+    fake.fault("maintenance-event", "404", 1).await;
+    fake.fault("preempted", "403", 1).await;
+
+    // Every fault is consumed, then the watcher is still answering.
+    tokio::time::timeout(WITHIN, async {
+        while w.errors("upcoming-maintenance", "malformed") < 3
+            || w.errors("maintenance-event", "not-found") < 1
+            || w.errors("preempted", "forbidden") < 1
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("all faults seen");
+    assert_eq!(w.phase(), Phase::Pending);
+    {
+        let raw = w.rx.borrow();
+        assert_eq!(
+            raw.maintenance_event.as_deref(),
+            Some("NONE"),
+            "BANANA never published"
+        );
+        assert_eq!(raw.preempted, Some(false), "MAYBE never published");
+    }
+    for key in ["maintenance-event", "upcoming-maintenance", "preempted"] {
+        assert!(w.errors(key, "unavailable") >= 5, "{key} 503s counted");
+        assert!(w.errors(key, "rate-limited") >= 2, "{key} 429s counted");
+        assert!(w.errors(key, "malformed") >= 3, "{key} garbage counted");
+    }
+    assert_eq!(
+        w.phases(),
+        vec![Phase::None, Phase::Pending],
+        "no false transition"
+    );
+
+    // Still alive and listening.
+    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false))
+        .await;
+    w.until_phase(Phase::Ongoing).await;
+    assert!(!w.task.is_finished());
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn preempted_false_after_terminate_keeps_terminating() {
+    let fake = FakeMetadata::start().await;
+    let mut w = spawn_watch(&fake.host);
+    fake.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
+        .await;
+    w.until_phase(Phase::Terminating).await;
+
+    fake.set("preempted", "TRUE").await;
+    w.until("preempted TRUE", |r| r.preempted == Some(true))
+        .await;
+    assert_eq!(derive(&w.rx.borrow()).interruption, Some("preemption"));
+
+    fake.set("preempted", "FALSE").await;
+    w.until("preempted FALSE", |r| r.preempted == Some(false))
+        .await;
+    let s = derive(&w.rx.borrow());
+    assert_eq!(
+        s.phase,
+        Phase::Terminating,
+        "FALSE must not clear the termination"
+    );
+    assert_eq!(s.interruption, Some("host-maintenance"));
+    assert_eq!(w.phases(), vec![Phase::None, Phase::Terminating]);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn upcoming_unset_in_either_form_and_404_mean_nothing_scheduled() {
+    let fake = FakeMetadata::start().await;
+    let mut w = spawn_watch(&fake.host);
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
+        .await;
+    w.until_phase(Phase::Pending).await;
+
+    fake.set_upcoming_unset_mode(UnsetMode::EmptyObject).await;
+    fake.set("upcoming-maintenance", "").await;
+    w.until_phase(Phase::None).await;
+
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
+        .await;
+    w.until_phase(Phase::Pending).await;
+    fake.fault("upcoming-maintenance", "404", 1).await;
+    w.until_phase(Phase::None).await;
+    assert_eq!(
+        w.errors("upcoming-maintenance", "not-found"),
+        0,
+        "404 is not an error here"
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn no_server_turns_the_watcher_off() {
+    // A port that was just free: connection refused, as on a machine that is not on GCE.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let w = spawn_watch(&format!("127.0.0.1:{port}"));
+    tokio::time::timeout(WITHIN, w.task)
+        .await
+        .expect("watch returns by itself when not on GCE")
+        .expect("no panic");
+    assert_eq!(*w.rx.borrow(), RawMetadata::default());
+    let transport = {
+        let text = w.metrics.encode();
+        text.contains(r#"key="maintenance-event",kind="transport""#)
+    };
+    assert!(transport, "the failed start-up read is counted");
+}
+
+#[tokio::test]
+async fn shutdown_interrupts_a_held_long_poll() {
+    let fake = FakeMetadata::start().await;
+    let (tx, mut rx) = watch::channel(RawMetadata::default());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(watch_with(
+        client(&fake.host),
+        tx,
+        Arc::new(Metrics::new()),
+        shutdown.clone(),
+        WatchConfig {
+            timeout_sec: 30,
+            ..cfg()
+        },
+    ));
+    rx.wait_for(|r| r.preempted.is_some()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .expect("stops without waiting out timeout_sec")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn fake_refuses_requests_without_the_header_or_with_forwarded_for() {
+    let fake = FakeMetadata::start().await;
+    let url = format!(
+        "{}/computeMetadata/v1/{MAINTENANCE_EVENT_PATH}",
+        fake.base_url()
+    );
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 403, "no Metadata-Flavor");
+    let r = http
+        .get(&url)
+        .header("Metadata-Flavor", "Google")
+        .header("X-Forwarded-For", "10.0.0.1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "X-Forwarded-For");
+    assert_eq!(fake.refused().await, 2);
+    assert_eq!(fake.requests("maintenance-event").await, 0);
+
+    let r = http
+        .get(&url)
+        .header("Metadata-Flavor", "Google")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["Metadata-Flavor"], "Google");
+    assert!(r.headers().contains_key("ETag"));
+    assert_eq!(r.text().await.unwrap(), "NONE");
+}
+
+#[tokio::test]
+async fn client_long_poll_follows_etags() {
+    let fake = FakeMetadata::start().await;
+    let c = client(&fake.host);
+
+    let first = c.get(MAINTENANCE_EVENT_PATH, None).await.unwrap();
+    assert_eq!(first.value, "NONE");
+    let etag = first.etag.clone().expect("ETag header");
+
+    // A stale ETag returns at once with the current value.
+    let t = tokio::time::Instant::now();
+    let r = c
+        .get(MAINTENANCE_EVENT_PATH, Some(("stale", 5)))
+        .await
+        .unwrap();
+    assert_eq!(r, first);
+    assert!(t.elapsed() < Duration::from_secs(3));
+
+    // The current ETag is held until timeout_sec, then the current value comes back.
+    let t = tokio::time::Instant::now();
+    let r = c
+        .get(MAINTENANCE_EVENT_PATH, Some((&etag, 1)))
+        .await
+        .unwrap();
+    assert_eq!(r, first);
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "held for timeout_sec"
+    );
+
+    // A change wakes the held request.
+    let held = tokio::spawn({
+        let c = c.clone();
+        let etag = etag.clone();
+        async move { c.get(MAINTENANCE_EVENT_PATH, Some((&etag, 10))).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    fake.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+        .await;
+    let r = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .expect("woken by the change")
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.value, "MIGRATE_ON_HOST_MAINTENANCE");
+    assert_ne!(r.etag.as_deref(), Some(etag.as_str()));
+
+    // Errors map to their kinds; unset upcoming is the recognisable 503.
+    let e = c.get(UPCOMING_MAINTENANCE_PATH, None).await.unwrap_err();
+    assert!(e.is_no_notifications_yet(), "{e}");
+    fake.fault("preempted", "429", 1).await;
+    let e = c.get("instance/preempted", None).await.unwrap_err();
+    assert!(matches!(e, MetadataError::RateLimited { .. }), "{e}");
+    assert_eq!(e.kind(), "rate-limited");
+    let e = c.get("instance/no-such-key", None).await.unwrap_err();
+    assert_eq!(e.kind(), "not-found");
+}
