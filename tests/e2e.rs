@@ -440,3 +440,137 @@ async fn webhook_is_retried_until_it_accepts() {
     let err = short.send(&alert).await.unwrap_err();
     assert_eq!(err.attempts, 1, "a 404 is final: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_lists_the_fleet_and_which_slices_are_available() {
+    use vigil::coord::redis::RedisCoordinator;
+    use vigil::coord::{Coordinator, Keys};
+    use vigil::fleet::{publish, NodeRecord};
+    let redis = shared_redis_url();
+    let prefix = unique("st");
+    let coord = RedisCoordinator::new(&redis, Duration::from_secs(2)).unwrap();
+    let now = coord.time().await.unwrap();
+    let rec = |node: &str, slice: &str, maintenance: &str, verdict: &str| NodeRecord {
+        node: node.into(),
+        pool: "tpu-pool".into(),
+        slice: slice.into(),
+        maintenance: maintenance.into(),
+        gpu: "unknown".into(),
+        workers: [("w".to_string(), verdict.to_string())].into(),
+        version: "0.1.0".into(),
+        dry_run: false,
+        updated_at: now,
+    };
+    let nodes = [
+        rec("a-1", "slice-a", "none", "healthy"),
+        rec("a-2", "slice-a", "none", "healthy"),
+        rec("b-1", "slice-b", "none", "healthy"),
+        rec("b-2", "slice-b", "pending", "healthy"),
+        rec("c-1", "slice-c", "none", "healthy"),
+        rec("c-2", "slice-c", "none", "healthy"),
+    ];
+    for r in &nodes {
+        let ttl = if r.node == "c-2" {
+            Duration::from_millis(300)
+        } else {
+            Duration::from_secs(60)
+        };
+        publish(&coord, &Keys::new(&prefix, &r.node), r, ttl)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // c-2's heartbeat expires: down
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("v.toml");
+    std::fs::write(
+        &cfg,
+        format!("node_name = \"x\"\n[redis]\nkey_prefix = \"{prefix}\"\n"),
+    )
+    .unwrap();
+    let (code, out, err) = vigil(
+        &["status", "--json", "--config", cfg.to_str().unwrap()],
+        &[("REDIS_URL", &redis)],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 6);
+    let avail: std::collections::BTreeMap<String, bool> = v["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["slice"].as_str().unwrap().to_string(),
+                s["available"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert!(avail["slice-a"]);
+    assert!(!avail["slice-b"], "a node in maintenance");
+    assert!(!avail["slice-c"], "a node is down");
+    let (code, table, _) = vigil(
+        &["status", "--config", cfg.to_str().unwrap()],
+        &[("REDIS_URL", &redis)],
+    );
+    assert_eq!(code, 0);
+    assert!(table.contains("c-2") && table.contains("down"), "{table}");
+    assert!(
+        table.contains("slice-a") && table.contains("yes"),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid() {
+    let s = Setup::new();
+    let cfg = s.config("", "dry_run = true");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[]);
+    let metrics = format!("http://{}/metrics", s.listen);
+    let scrape = || async { reqwest::get(&metrics).await.ok()?.text().await.ok() };
+    let mut up = false;
+    for _ in 0..50 {
+        if scrape()
+            .await
+            .is_some_and(|m| m.contains("vigil_dry_run 1"))
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(up, "{}", agent.log_text());
+    let hup = || {
+        std::process::Command::new("kill")
+            .args(["-HUP", &agent.child.id().to_string()])
+            .status()
+            .unwrap()
+    };
+    // An invalid file: the running config stays, and the log says why.
+    let good = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        good.replace("stale_after = \"2s\"", "stale_after = \"0s\""),
+    )
+    .unwrap();
+    hup();
+    let said = eventually(Duration::from_secs(5), || {
+        agent.log_text().contains("keeping the running one")
+    })
+    .await;
+    assert!(said, "{}", agent.log_text());
+    // A valid change is applied.
+    std::fs::write(&cfg, good.replace("dry_run = true", "dry_run = false")).unwrap();
+    hup();
+    let mut applied = false;
+    for _ in 0..50 {
+        if scrape()
+            .await
+            .is_some_and(|m| m.contains("vigil_dry_run 0"))
+        {
+            applied = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(applied, "{}", agent.log_text());
+}

@@ -356,3 +356,137 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
     }
     assert!(restarted);
 }
+
+#[tokio::test]
+async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
+    use vigil::fleet::{publish, NodeRecord};
+    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let runtime = FakeRuntime::default();
+    runtime.add("c1", "trainer-0");
+    let mut controllers = Vec::new();
+    let mut apis = Vec::new();
+    let now = coord.time().await.unwrap();
+    for node in ["n1", "n2", "n3"] {
+        let mut cfg = Config {
+            node_name: node.into(),
+            ..Config::default()
+        };
+        cfg.fleet.pool = "pool-a".into();
+        cfg.opportunistic.enabled = true;
+        cfg.opportunistic.idle_for = Duration::from_millis(50);
+        cfg.opportunistic.min_nodes = 1;
+        let keys = Keys::new("vigil", node);
+        // Every node reports healthy, and its only worker is idle.
+        let rec = NodeRecord {
+            node: node.into(),
+            pool: "pool-a".into(),
+            slice: String::new(),
+            maintenance: "pending".into(),
+            gpu: "unknown".into(),
+            workers: Default::default(),
+            version: "t".into(),
+            dry_run: false,
+            updated_at: now,
+        };
+        publish(coord.as_ref(), &keys, &rec, Duration::from_secs(60))
+            .await
+            .unwrap();
+        coord
+            .hset(
+                &keys.status("trainer-0"),
+                &[("state".into(), "idle".into())],
+            )
+            .await
+            .unwrap();
+        let api = RecordingNodeApi::default();
+        let metrics = Arc::new(Metrics::new());
+        let agent = Agent::new(
+            cfg.clone(),
+            coord.clone(),
+            Arc::new(runtime.clone()),
+            Notifier::new(None, metrics.clone()),
+            metrics.clone(),
+        );
+        let mut c = Controller::new(
+            cfg,
+            coord.clone(),
+            Arc::new(runtime.clone()),
+            Some(Arc::new(api.clone())),
+            metrics,
+            agent.trail.clone(),
+            SharedFacts::default(),
+        );
+        c.apply(MaintenanceState {
+            phase: Phase::Pending,
+            can_reschedule: true,
+            reasons: vec!["upcoming-pending"],
+            ..MaintenanceState::default()
+        })
+        .await;
+        controllers.push(c);
+        apis.push(api);
+    }
+    // NB: "healthy" in the fleet view excludes nodes with a maintenance notice, so mark the
+    // other nodes' records as none to leave room in the pool.
+    for node in ["n1", "n2", "n3"] {
+        let keys = Keys::new("vigil", node);
+        coord
+            .hset(&keys.agent(), &[("maintenance".into(), "none".into())])
+            .await
+            .unwrap();
+    }
+    for _ in 0..5 {
+        for c in controllers.iter_mut() {
+            c.opportunistic().await;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let labelled: Vec<_> = apis
+        .iter()
+        .filter(|a| {
+            a.last()
+                .labels
+                .get(vigil::maintenance::PERFORM_MAINTENANCE_LABEL)
+                == Some(&Some("true".to_string()))
+        })
+        .collect();
+    assert_eq!(labelled.len(), 1, "exactly one node of the pool claims");
+}
+
+#[tokio::test]
+async fn a_busy_node_never_asks_for_maintenance() {
+    let mut r = rig(|c| {
+        c.fleet.pool = "p".into();
+        c.opportunistic.enabled = true;
+        c.opportunistic.idle_for = Duration::from_millis(10);
+        c.opportunistic.min_nodes = 0;
+        // Validation wants the shared Redis for the claim; the rig uses the in-process store.
+        c.redis.url = "redis://127.0.0.1:1".into();
+    });
+    r.coord
+        .hset(
+            &r.keys.status("trainer-0"),
+            &[("state".into(), "processing".into())],
+        )
+        .await
+        .unwrap();
+    r.controller
+        .apply(MaintenanceState {
+            phase: Phase::Pending,
+            can_reschedule: true,
+            ..MaintenanceState::default()
+        })
+        .await;
+    for _ in 0..3 {
+        r.controller.opportunistic().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        r.node
+            .last()
+            .labels
+            .get(vigil::maintenance::PERFORM_MAINTENANCE_LABEL),
+        Some(&None),
+        "the label is kept off"
+    );
+}

@@ -147,7 +147,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run { config, dry_run } => {
             let mut cfg = load(&config)?;
             cfg.dry_run |= dry_run;
-            let signals = install_signals(config.config.clone(), &cfg)?;
+            let signals = install_signals(config.config.clone(), &cfg, dry_run)?;
             run(cfg, signals).await
         }
         Command::Beat {
@@ -349,7 +349,11 @@ pub struct Signals {
 
 /// Install the handlers. SIGHUP re-reads `path` (and the environment); an invalid new config
 /// keeps the running one and says why.
-fn install_signals(path: Option<PathBuf>, first: &Config) -> Result<Signals, CliError> {
+fn install_signals(
+    path: Option<PathBuf>,
+    first: &Config,
+    dry_run_flag: bool,
+) -> Result<Signals, CliError> {
     use tokio::signal::unix::{signal, SignalKind};
     let fail = |what: &str, e: std::io::Error| {
         CliError::Failed(format!("cannot install the {what} handler: {e}"))
@@ -367,7 +371,6 @@ fn install_signals(path: Option<PathBuf>, first: &Config) -> Result<Signals, Cli
         t.cancel();
     });
     let (tx, rx) = tokio::sync::watch::channel(first.clone());
-    let dry_run_flag = first.dry_run;
     tokio::spawn(async move {
         while sighup.recv().await.is_some() {
             match Config::load(path.as_deref(), &ProcessEnv) {

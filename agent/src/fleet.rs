@@ -167,7 +167,8 @@ pub struct SliceView {
 /// Group nodes by slice. A down node keeps its last known slice from the index-only view: it
 /// is counted under the slice its last record named, or `-` when that is gone too.
 pub fn slices(views: &[NodeView], last_slice: &BTreeMap<String, String>) -> Vec<SliceView> {
-    let mut by: BTreeMap<(String, String), SliceView> = BTreeMap::new();
+    // NB: grouped by slice name alone: a down node's pool is not known any more.
+    let mut by: BTreeMap<String, SliceView> = BTreeMap::new();
     for v in views {
         let (slice, pool) = match &v.record {
             Some(r) => (r.slice.clone(), r.pool.clone()),
@@ -182,18 +183,19 @@ pub fn slices(views: &[NodeView], last_slice: &BTreeMap<String, String>) -> Vec<
         if slice.is_empty() {
             continue;
         }
-        let e = by
-            .entry((slice.clone(), pool.clone()))
-            .or_insert_with(|| SliceView {
-                slice,
-                pool,
-                nodes: 0,
-                healthy: 0,
-                unhealthy: 0,
-                maintenance: 0,
-                down: 0,
-                available: false,
-            });
+        let e = by.entry(slice.clone()).or_insert_with(|| SliceView {
+            slice,
+            pool: String::new(),
+            nodes: 0,
+            healthy: 0,
+            unhealthy: 0,
+            maintenance: 0,
+            down: 0,
+            available: false,
+        });
+        if e.pool.is_empty() {
+            e.pool = pool;
+        }
         e.nodes += 1;
         match v.health {
             "healthy" => e.healthy += 1,

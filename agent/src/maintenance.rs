@@ -365,7 +365,7 @@ impl Controller {
 
     /// Opportunistic maintenance: label the node for GKE to start a rescheduleable maintenance
     /// now, when it is idle, the pool can spare it, and it wins the pool's claim.
-    async fn opportunistic(&mut self) {
+    pub async fn opportunistic(&mut self) {
         let o = self.cfg.opportunistic.clone();
         if !o.enabled || self.claimed.is_some() {
             return;
