@@ -490,3 +490,61 @@ async fn a_busy_node_never_asks_for_maintenance() {
         "the label is kept off"
     );
 }
+
+#[tokio::test]
+async fn an_http_worker_gets_a_post_and_acknowledges_in_its_record() {
+    let mut r = rig(|_| {});
+    let coord = r.coord.clone();
+    let key = r.keys.status("trainer-0");
+    let bodies: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let seen = bodies.clone();
+    let app = axum::Router::new().route(
+        "/checkpoint",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let coord = coord.clone();
+            let key = key.clone();
+            let seen = seen.clone();
+            async move {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let id = v["request"].as_str().unwrap().to_string();
+                seen.lock().unwrap().push(v);
+                coord
+                    .hset(&key, &[("checkpoint_ack".into(), id)])
+                    .await
+                    .unwrap();
+                "saving"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    r.runtime
+        .set_checkpoint_label("c1", &format!("http://{addr}/checkpoint"));
+    let results = r
+        .controller
+        .checkpoint("host-maintenance", Duration::from_secs(3))
+        .await;
+    assert_eq!(results[0].outcome, Outcome::Acked, "{results:?}");
+    assert_eq!(results[0].method, "http");
+    let b = bodies.lock().unwrap()[0].clone();
+    assert_eq!(b["reason"], "host-maintenance");
+    assert_eq!(b["worker"], "trainer-0");
+    assert_eq!(b["deadline_ms"], 3000);
+    let rec = r.coord.hgetall(&r.keys.status("trainer-0")).await.unwrap();
+    assert_eq!(rec["checkpoint_ack"], rec["checkpoint_request"]);
+}
+
+#[tokio::test]
+async fn an_http_worker_that_refuses_is_failed() {
+    let mut r = rig(|_| {});
+    let port = common::real::free_port();
+    r.runtime
+        .set_checkpoint_label("c1", &format!("http://127.0.0.1:{port}/checkpoint"));
+    let results = r
+        .controller
+        .checkpoint("test", Duration::from_secs(2))
+        .await;
+    assert_eq!(results[0].outcome, Outcome::Failed);
+    assert!(results[0].detail.contains("POST"), "{}", results[0].detail);
+}

@@ -1,0 +1,151 @@
+//! Benchmark (a figure, not a test): latency from a metadata change to (a) the Node patch and
+//! (b) the checkpoint request reaching the worker's status record, through the real watcher
+//! (long-poll over HTTP against the fake metadata server), the real controller and the real
+//! Kubernetes adapter (HTTP against the fake API server).
+//!
+//! Run: `bash scripts/bench-maintenance.sh [ITERATIONS]`.
+
+#[path = "../common/fake_kube.rs"]
+mod fake_kube;
+#[path = "../common/fake_metadata.rs"]
+mod fake_metadata;
+#[path = "../common/fakes.rs"]
+mod fakes;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use vigil::actions::alert::Notifier;
+use vigil::actions::node::KubeNodeApi;
+use vigil::agent::Agent;
+use vigil::clock::SystemClock;
+use vigil::config::Config;
+use vigil::coord::memory::MemoryCoordinator;
+use vigil::coord::{Coordinator, Keys};
+use vigil::maintenance::{Controller, SharedFacts};
+use vigil::metrics::Metrics;
+use vigil::sources::metadata::{watch_with, MetadataClient, RawMetadata, WatchConfig};
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn report(name: &str, mut v: Vec<Duration>) {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{name:<34} n={:<3} min={:>7.2}ms  p50={:>7.2}ms  p95={:>7.2}ms  max={:>7.2}ms",
+        v.len(),
+        ms(v[0]),
+        ms(percentile(&v, 0.5)),
+        ms(percentile(&v, 0.95)),
+        ms(v[v.len() - 1])
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20);
+    let node = "bench-node";
+    let meta = fake_metadata::FakeMetadata::start().await;
+    let kube = fake_kube::FakeKube::start(node).await;
+    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let runtime = fakes::FakeRuntime::default();
+    runtime.add("c1", "trainer-0");
+    let mut cfg = Config {
+        node_name: node.into(),
+        ..Config::default()
+    };
+    cfg.checkpoint.preemption_budget = Duration::from_secs(2);
+    let metrics = Arc::new(Metrics::new());
+    let agent = Agent::new(
+        cfg.clone(),
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        Notifier::new(None, metrics.clone()),
+        metrics.clone(),
+    );
+    let api = KubeNodeApi::from_url(&kube.url).expect("kube client");
+    let controller = Controller::new(
+        cfg.clone(),
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        Some(Arc::new(api)),
+        metrics.clone(),
+        agent.trail.clone(),
+        SharedFacts::default(),
+    );
+    let stop = CancellationToken::new();
+    let (tx, rx) = tokio::sync::watch::channel(RawMetadata::default());
+    let client = MetadataClient::new(&meta.host, Duration::from_secs(5)).expect("client");
+    let wcfg = WatchConfig {
+        timeout_sec: 30,
+        ..WatchConfig::default()
+    };
+    tokio::spawn(watch_with(client, tx, metrics.clone(), stop.clone(), wcfg));
+    tokio::spawn(controller.run(rx, CancellationToken::new(), stop.clone()));
+
+    let keys = Keys::new("vigil", node);
+    let status = keys.status("trainer-0");
+    let label = |kube: &fake_kube::FakeKube| {
+        kube.node()["metadata"]["labels"]["vigil.dev/maintenance"]
+            .as_str()
+            .map(str::to_string)
+    };
+    // Wait for the start-up publication.
+    while label(&kube).is_none() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut to_patch = Vec::new();
+    let mut to_request = Vec::new();
+    for _ in 0..n {
+        let before = coord
+            .hgetall(&status)
+            .await
+            .unwrap()
+            .get("checkpoint_request")
+            .cloned();
+        let t0 = Instant::now();
+        meta.set("preempted", "TRUE").await;
+        let (mut patched, mut requested) = (None, None);
+        while patched.is_none() || requested.is_none() {
+            if patched.is_none() && label(&kube).as_deref() == Some("terminating") {
+                patched = Some(t0.elapsed());
+            }
+            if requested.is_none() {
+                let rec = coord.hgetall(&status).await.unwrap();
+                if let Some(id) = rec.get("checkpoint_request") {
+                    if Some(id) != before.as_ref() {
+                        requested = Some(t0.elapsed());
+                        // Acknowledge at once, as a quick worker would.
+                        coord
+                            .hset(&status, &[("checkpoint_ack".into(), id.clone())])
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                panic!("no reaction within 10 s");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        to_patch.push(patched.unwrap());
+        to_request.push(requested.unwrap());
+        meta.set("preempted", "FALSE").await;
+        while label(&kube).as_deref() != Some("none") {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // Let the checkpoint round finish before the next notice.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    println!("metadata change → reaction, {n} preemption notices (poll resolution 1 ms)");
+    report("metadata change → Node patched", to_patch);
+    report("metadata change → checkpoint request", to_request);
+    stop.cancel();
+}
