@@ -104,6 +104,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check the local node as deployed: config, Redis, Docker, NVML, metadata server,
+    /// Kubernetes permissions; one line each with ok / warn / FAIL and what to do. Exits 1 when
+    /// a check fails.
+    Doctor {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Replay the seed's night in seconds: a worker hangs, the alert posts, the timer persists,
+    /// the restart runs, the cooldown keeps the booting worker safe, it recovers; then a
+    /// maintenance notice arrives and the worker checkpoints. Needs nothing installed.
+    Demo {
+        /// Real time per simulated 15-second cycle.
+        #[arg(long, default_value = "60ms", value_parser = humantime::parse_duration)]
+        pace: Duration,
+    },
     /// Validate a config file, or print the defaults.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -223,6 +238,22 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 print!("{}", crate::fleet::render(&views, &slices, now));
             }
             Ok(())
+        }
+        Command::Doctor { config } => {
+            let cfg = load(&config)?;
+            let checks = crate::doctor::run(&cfg).await;
+            print!("{}", crate::doctor::render(&checks));
+            if checks.iter().any(|c| c.level == crate::doctor::Level::Fail) {
+                return Err(CliError::Failed("doctor found failures (see above)".into()));
+            }
+            Ok(())
+        }
+        Command::Demo { pace } => {
+            let mut stdout = std::io::stdout();
+            crate::demo::run(&mut stdout, pace)
+                .await
+                .map(|_| ())
+                .map_err(|e| CliError::Failed(format!("demo: {e}")))
         }
         Command::Config(ConfigCommand::Check { config }) => {
             let cfg = load(&config)?;

@@ -61,6 +61,7 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     pub checkpoint: CheckpointConfig,
     pub opportunistic: OpportunisticConfig,
+    pub gpu: GpuConfig,
     /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
     #[serde(skip)]
     pub kubernetes_in_cluster: bool,
@@ -103,6 +104,44 @@ pub struct KubernetesConfig {
     pub label_prefix: String,
     /// Put a `NoSchedule` taint on the Node while termination is imminent.
     pub taint_on_termination: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GpuConfig {
+    /// `auto` (load NVML; off, said once, when there is no driver), `on`, or `off`.
+    pub enabled: String,
+    /// Path of `libnvidia-ml.so`; empty = the loader's search path.
+    pub library_path: String,
+    /// How often every GPU is read (XID events are waited for continuously).
+    #[serde(with = "humantime_serde")]
+    pub sample_interval: Duration,
+    /// XIDs that mean the hardware is broken: the GPU is `failed`.
+    pub hardware_xids: Vec<u64>,
+    /// XIDs caused by the application: recorded, never a hardware verdict.
+    pub application_xids: Vec<u64>,
+    /// XIDs attached to a hang alert of a worker on that GPU, as evidence.
+    pub evidence_xids: Vec<u64>,
+    /// How far back an evidence XID is attached to a hang alert.
+    #[serde(with = "humantime_serde")]
+    pub evidence_window: Duration,
+    /// Put a `NoSchedule` taint on the Node while a GPU has failed.
+    pub taint_on_failure: bool,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            enabled: "auto".into(),
+            library_path: String::new(),
+            sample_interval: Duration::from_secs(15),
+            hardware_xids: vec![48, 63, 64, 74, 79, 92, 94, 95],
+            application_xids: vec![13, 31, 43, 45, 68, 109],
+            evidence_xids: vec![43, 109],
+            evidence_window: Duration::from_secs(30 * 60),
+            taint_on_failure: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -279,6 +318,7 @@ impl Default for Config {
             kubernetes: KubernetesConfig::default(),
             checkpoint: CheckpointConfig::default(),
             opportunistic: OpportunisticConfig::default(),
+            gpu: GpuConfig::default(),
             kubernetes_in_cluster: false,
         }
     }
@@ -643,10 +683,25 @@ impl Config {
         for (key, v) in [
             ("metadata.enabled", &self.metadata.enabled),
             ("kubernetes.enabled", &self.kubernetes.enabled),
+            ("gpu.enabled", &self.gpu.enabled),
         ] {
             if !matches!(v.as_str(), "auto" | "on" | "off") {
                 return bad(key, "must be `auto`, `on` or `off`");
             }
+        }
+        if self.gpu.sample_interval < Duration::from_secs(1) {
+            return bad("gpu.sample_interval", "must be at least 1s");
+        }
+        if let Some(x) = self
+            .gpu
+            .hardware_xids
+            .iter()
+            .find(|x| self.gpu.application_xids.contains(x))
+        {
+            return bad(
+                "gpu.hardware_xids",
+                format!("XID {x} is also in gpu.application_xids; it must be one or the other"),
+            );
         }
         if self.metadata.timeout_sec == 0 || self.metadata.timeout_sec > 3600 {
             return bad("metadata.timeout_sec", "must be between 1 and 3600");

@@ -10,6 +10,10 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(&'static str, &'static str)>;
+/// Per-GPU labels: the index and UUID of a GPU (bounded by the GPUs in one node), plus fixed
+/// names.
+pub type GpuLabels = Vec<(&'static str, String)>;
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 pub struct Metrics {
     registry: Registry,
@@ -30,6 +34,21 @@ pub struct Metrics {
     pub checkpoints: Family<Labels, Counter>,
     pub checkpoint_seconds: Histogram,
     pub kube_errors: Family<Labels, Counter>,
+    pub gpu_monitoring: Gauge,
+    pub gpu_health: Family<GpuLabels, Gauge>,
+    pub gpu_temperature: Family<GpuLabels, Gauge>,
+    pub gpu_power: Family<GpuLabels, F64Gauge>,
+    pub gpu_utilization: Family<GpuLabels, F64Gauge>,
+    pub gpu_memory_used: Family<GpuLabels, Gauge>,
+    pub gpu_memory_total: Family<GpuLabels, Gauge>,
+    pub gpu_ecc_errors: Family<GpuLabels, Gauge>,
+    pub gpu_retired_pages: Family<GpuLabels, Gauge>,
+    pub gpu_retired_pages_pending: Family<GpuLabels, Gauge>,
+    pub gpu_remapped_rows: Family<GpuLabels, Gauge>,
+    pub gpu_remap_pending: Family<GpuLabels, Gauge>,
+    pub gpu_remap_failure: Family<GpuLabels, Gauge>,
+    pub gpu_throttle: Family<GpuLabels, Gauge>,
+    pub gpu_xid_events: Family<GpuLabels, Counter>,
 }
 
 impl Metrics {
@@ -53,6 +72,21 @@ impl Metrics {
             checkpoints: Family::default(),
             checkpoint_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
             kube_errors: Family::default(),
+            gpu_monitoring: Gauge::default(),
+            gpu_health: Family::default(),
+            gpu_temperature: Family::default(),
+            gpu_power: Family::default(),
+            gpu_utilization: Family::default(),
+            gpu_memory_used: Family::default(),
+            gpu_memory_total: Family::default(),
+            gpu_ecc_errors: Family::default(),
+            gpu_retired_pages: Family::default(),
+            gpu_retired_pages_pending: Family::default(),
+            gpu_remapped_rows: Family::default(),
+            gpu_remap_pending: Family::default(),
+            gpu_remap_failure: Family::default(),
+            gpu_throttle: Family::default(),
+            gpu_xid_events: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -141,6 +175,86 @@ impl Metrics {
             "kube_errors",
             "Kubernetes API errors by operation (get, patch, event)",
             m.kube_errors.clone(),
+        );
+        registry.register(
+            "gpu_monitoring",
+            "1 when NVML is loaded and GPUs are watched",
+            m.gpu_monitoring.clone(),
+        );
+        registry.register(
+            "gpu_health",
+            "1 for each GPU's current health (healthy, degraded, failed)",
+            m.gpu_health.clone(),
+        );
+        registry.register_with_unit(
+            "gpu_temperature",
+            "GPU core temperature",
+            prometheus_client::registry::Unit::Celsius,
+            m.gpu_temperature.clone(),
+        );
+        registry.register_with_unit(
+            "gpu_power",
+            "GPU power draw",
+            prometheus_client::registry::Unit::Other("watts".into()),
+            m.gpu_power.clone(),
+        );
+        registry.register_with_unit(
+            "gpu_utilization",
+            "GPU utilisation, 0 to 1",
+            prometheus_client::registry::Unit::Ratios,
+            m.gpu_utilization.clone(),
+        );
+        registry.register_with_unit(
+            "gpu_memory_used",
+            "GPU memory in use",
+            prometheus_client::registry::Unit::Bytes,
+            m.gpu_memory_used.clone(),
+        );
+        registry.register_with_unit(
+            "gpu_memory_total",
+            "GPU memory in total",
+            prometheus_client::registry::Unit::Bytes,
+            m.gpu_memory_total.clone(),
+        );
+        registry.register(
+            "gpu_ecc_errors",
+            "ECC error counts as NVML reports them, by counter (volatile since boot, aggregate lifetime) and severity",
+            m.gpu_ecc_errors.clone(),
+        );
+        registry.register(
+            "gpu_retired_pages",
+            "Retired memory pages (single- and double-bit causes)",
+            m.gpu_retired_pages.clone(),
+        );
+        registry.register(
+            "gpu_retired_pages_pending",
+            "1 when a page retirement waits for the next GPU reset",
+            m.gpu_retired_pages_pending.clone(),
+        );
+        registry.register(
+            "gpu_remapped_rows",
+            "Remapped memory rows by kind (correctable, uncorrectable)",
+            m.gpu_remapped_rows.clone(),
+        );
+        registry.register(
+            "gpu_remap_pending",
+            "1 when a row remap waits for the next GPU reset",
+            m.gpu_remap_pending.clone(),
+        );
+        registry.register(
+            "gpu_remap_failure",
+            "1 when a row remap failed (the GPU should be replaced)",
+            m.gpu_remap_failure.clone(),
+        );
+        registry.register(
+            "gpu_throttle",
+            "1 for each active clock-throttle reason",
+            m.gpu_throttle.clone(),
+        );
+        registry.register(
+            "gpu_xid_events",
+            "Critical XID events by GPU and XID (every occurrence counts)",
+            m.gpu_xid_events.clone(),
         );
         registry.register(
             "build",

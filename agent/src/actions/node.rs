@@ -385,6 +385,7 @@ pub struct KubeNodeApi {
     /// Node name → uid, learnt from the last GET, so Events point at this incarnation of the
     /// Node without an extra request.
     uids: Mutex<BTreeMap<String, String>>,
+    client: kube::Client,
 }
 
 impl KubeNodeApi {
@@ -432,11 +433,55 @@ impl KubeNodeApi {
         })?;
         Ok(Self {
             nodes: Api::all_with(client.clone(), &ApiResource::erase::<Node>(&())),
-            events: Api::namespaced(client, EVENT_NAMESPACE),
+            events: Api::namespaced(client.clone(), EVENT_NAMESPACE),
+            client,
             attempts: DEFAULT_ATTEMPTS,
             backoff_base: DEFAULT_BACKOFF_BASE,
             uids: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Whether this agent's identity may `verb` the core `resource` (a SelfSubjectAccessReview,
+    /// which every authenticated identity may create): `vigil doctor` checks the RBAC with it.
+    pub async fn can_i(
+        &self,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> Result<bool, NodeError> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.to_string()),
+                    resource: Some(resource.to_string()),
+                    namespace: namespace.map(str::to_string),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        let answer = api
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| NodeError::Client {
+                context: format!("access review of {verb} {resource}"),
+                source: Box::new(e),
+            })?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+
+    /// Read the Node (for `vigil doctor`): its name and labels count, or the error.
+    pub async fn get_node(&self, node: &str) -> Result<(), NodeError> {
+        self.nodes
+            .get(node)
+            .await
+            .map(|_| ())
+            .map_err(|e| Call::GetNode.error(node, e))
     }
 
     fn remember_uid(&self, node: &str, uid: Option<&str>) {

@@ -8,6 +8,7 @@
 //! NB: detection and remediation are bound to the *same* predicate. The verdict that raises the
 //! "hung" alert is the verdict that makes the restart due; there is no second definition of a hang.
 
+pub mod gpu;
 mod table;
 
 pub use table::{table, Action, TableRow};

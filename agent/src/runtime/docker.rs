@@ -151,6 +151,23 @@ impl ContainerRuntime for DockerRuntime {
             started_at: state.and_then(|s| s.started_at.clone()).unwrap_or_default(),
             running: state.and_then(|s| s.running).unwrap_or(false),
             checkpoint: labels.get(&self.checkpoint_label).cloned(),
+            gpus: {
+                let ids: Option<Vec<String>> = info
+                    .host_config
+                    .as_ref()
+                    .and_then(|h| h.device_requests.as_ref())
+                    .map(|reqs| {
+                        reqs.iter()
+                            .flat_map(|r| r.device_ids.clone().unwrap_or_default())
+                            .collect()
+                    });
+                let env = info
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.env.clone())
+                    .unwrap_or_default();
+                super::visible_gpus(ids.as_deref(), &env)
+            },
         }))
     }
 

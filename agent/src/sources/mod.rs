@@ -1,3 +1,4 @@
 //! Read-only adapters: what the node and the platform say.
 
+pub mod gpu;
 pub mod metadata;

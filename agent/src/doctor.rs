@@ -1,0 +1,306 @@
+//! `vigil doctor`: check the local node as deployed — config, Redis, Docker, NVML, the metadata
+//! server, Kubernetes permissions — one line each, `ok` / `warn` / `fail` and what to do.
+
+use std::time::Duration;
+
+use crate::actions::node::KubeNodeApi;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::coord::redis::RedisCoordinator;
+use crate::coord::Coordinator;
+use crate::runtime::docker::DockerRuntime;
+use crate::runtime::ContainerRuntime;
+use crate::sources::metadata::MetadataClient;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        }
+    }
+}
+
+/// One check's result.
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub name: &'static str,
+    pub level: Level,
+    pub detail: String,
+}
+
+fn check(name: &'static str, level: Level, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        level,
+        detail: detail.into(),
+    }
+}
+
+/// Node clock skew against Redis above this is worth a warning (verdicts use Redis time, but
+/// log timestamps and Docker start times are the node's).
+const SKEW_WARN: i64 = 2_000;
+
+/// Run every check (each bounded by a short timeout) and return them in order.
+pub async fn run(cfg: &Config) -> Vec<Check> {
+    let mut out = vec![check(
+        "config",
+        Level::Ok,
+        format!(
+            "valid; node {}, {}",
+            cfg.node_name,
+            if cfg.dry_run {
+                "observe mode (dry_run): restarts never run"
+            } else {
+                "restarts enabled"
+            }
+        ),
+    )];
+    out.push(redis(cfg).await);
+    out.extend(docker(cfg).await);
+    out.push(nvml(cfg));
+    out.push(metadata(cfg).await);
+    out.extend(kubernetes(cfg).await);
+    out
+}
+
+async fn redis(cfg: &Config) -> Check {
+    if cfg.embedded() {
+        return check(
+            "redis",
+            Level::Warn,
+            "no REDIS_URL: embedded coordinator, safe for one agent on one node; set REDIS_URL for a fleet",
+        );
+    }
+    let coord = match RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout) {
+        Ok(c) => c,
+        Err(e) => {
+            return check(
+                "redis",
+                Level::Fail,
+                format!("{e}; fix redis.url / REDIS_URL"),
+            )
+        }
+    };
+    match coord.time().await {
+        Ok(t) => {
+            let skew = SystemClock.now() - t;
+            if skew.abs() > SKEW_WARN {
+                check(
+                    "redis",
+                    Level::Warn,
+                    format!(
+                        "{} reachable, but this node's clock is {skew} ms off Redis's: verdicts use Redis time; check NTP",
+                        coord.describe()
+                    ),
+                )
+            } else {
+                check("redis", Level::Ok, format!("{} reachable; clock skew {skew} ms", coord.describe()))
+            }
+        }
+        Err(e) => check(
+            "redis",
+            Level::Fail,
+            format!("{e}; restarts stay paused until it answers (check the address, AUTH, TLS, network policy)"),
+        ),
+    }
+}
+
+async fn docker(cfg: &Config) -> Vec<Check> {
+    let rt = DockerRuntime::new(
+        &cfg.docker.host,
+        &cfg.docker.worker_label,
+        &cfg.checkpoint.label,
+        Duration::from_secs(5),
+    );
+    if let Err(e) = rt.ping().await {
+        return vec![check(
+            "docker",
+            Level::Fail,
+            format!("{e}; mount the socket (hostPath /var/run/docker.sock) and run in its group"),
+        )];
+    }
+    match rt.list_workers().await {
+        Ok(w) if w.is_empty() => vec![check(
+            "docker",
+            Level::Warn,
+            format!(
+                "{} reachable, but no running container carries the label `{}`: nothing will be watched",
+                rt.describe(),
+                cfg.docker.worker_label
+            ),
+        )],
+        Ok(w) => {
+            let names: Vec<_> = w.iter().map(|c| format!("{}={}", c.name, c.worker)).collect();
+            vec![check(
+                "docker",
+                Level::Ok,
+                format!("{} reachable; {} worker(s): {}", rt.describe(), w.len(), names.join(", ")),
+            )]
+        }
+        Err(e) => vec![check("docker", Level::Fail, e.to_string())],
+    }
+}
+
+fn nvml(cfg: &Config) -> Check {
+    if cfg.gpu.enabled == "off" {
+        return check(
+            "nvml",
+            Level::Ok,
+            "GPU monitoring disabled (gpu.enabled = off)",
+        );
+    }
+    let path = (!cfg.gpu.library_path.is_empty()).then_some(cfg.gpu.library_path.as_str());
+    match crate::sources::gpu::NvmlProbe::new(path) {
+        Ok(mut p) => {
+            use crate::sources::gpu::GpuProbe;
+            match p.sample() {
+                Ok(gpus) => check(
+                    "nvml",
+                    Level::Ok,
+                    format!("NVML loaded; {} GPU(s)", gpus.len()),
+                ),
+                Err(e) => check(
+                    "nvml",
+                    Level::Warn,
+                    format!("NVML loaded, but reading failed: {e}"),
+                ),
+            }
+        }
+        Err(e) => check(
+            "nvml",
+            if cfg.gpu.enabled == "on" {
+                Level::Fail
+            } else {
+                Level::Warn
+            },
+            e.to_string(),
+        ),
+    }
+}
+
+async fn metadata(cfg: &Config) -> Check {
+    if cfg.metadata.enabled == "off" {
+        return check(
+            "metadata",
+            Level::Ok,
+            "GCE metadata watcher disabled (metadata.enabled = off)",
+        );
+    }
+    let host = if cfg.metadata.host.is_empty() {
+        "metadata.google.internal"
+    } else {
+        cfg.metadata.host.as_str()
+    };
+    let client = match MetadataClient::new(host, Duration::from_secs(3)) {
+        Ok(c) => c,
+        Err(e) => return check("metadata", Level::Fail, e.to_string()),
+    };
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get("instance/maintenance-event", None),
+    )
+    .await;
+    match read {
+        Ok(Ok(v)) => check(
+            "metadata",
+            Level::Ok,
+            format!(
+                "GCE metadata server answers; maintenance-event = {}",
+                v.value.trim()
+            ),
+        ),
+        Ok(Err(e)) => check(
+            "metadata",
+            if cfg.metadata.enabled == "on" {
+                Level::Fail
+            } else {
+                Level::Warn
+            },
+            format!("{e}; off GCE this is expected (set metadata.enabled = off to silence)"),
+        ),
+        Err(_) => check(
+            "metadata",
+            Level::Warn,
+            format!("no answer from {host} within 5s"),
+        ),
+    }
+}
+
+async fn kubernetes(cfg: &Config) -> Vec<Check> {
+    if !cfg.kubernetes_on() {
+        return vec![check(
+            "kubernetes",
+            Level::Ok,
+            "not in a cluster (kubernetes.enabled = auto/off): Node labels and Events off",
+        )];
+    }
+    let api = if cfg.kubernetes.api_url.is_empty() {
+        KubeNodeApi::infer().await
+    } else {
+        KubeNodeApi::from_url(&cfg.kubernetes.api_url)
+    };
+    let api = match api {
+        Ok(a) => a,
+        Err(e) => return vec![check("kubernetes", Level::Fail, e.to_string())],
+    };
+    let mut out = Vec::new();
+    match api.get_node(&cfg.node_name).await {
+        Ok(()) => out.push(check(
+            "kubernetes",
+            Level::Ok,
+            format!("node {} readable", cfg.node_name),
+        )),
+        Err(e) => out.push(check("kubernetes", Level::Fail, e.to_string())),
+    }
+    for (verb, resource, ns) in [
+        ("patch", "nodes", None),
+        ("create", "events", Some("default")),
+    ] {
+        let name: &'static str = if resource == "nodes" {
+            "rbac:nodes"
+        } else {
+            "rbac:events"
+        };
+        match api.can_i(verb, resource, ns).await {
+            Ok(true) => out.push(check(name, Level::Ok, format!("may {verb} {resource}"))),
+            Ok(false) => out.push(check(
+                name,
+                Level::Fail,
+                format!(
+                    "may NOT {verb} {resource}: apply deploy/base/rbac.yaml (ClusterRole vigil)"
+                ),
+            )),
+            Err(e) => out.push(check(name, Level::Warn, format!("could not ask: {e}"))),
+        }
+    }
+    out
+}
+
+/// The report, one line per check.
+pub fn render(checks: &[Check]) -> String {
+    let mut s = String::new();
+    for c in checks {
+        s.push_str(&format!(
+            "{:<5} {:<12} {}\n",
+            c.level.as_str(),
+            c.name,
+            c.detail
+        ));
+    }
+    let worst = checks.iter().map(|c| c.level).max().unwrap_or(Level::Ok);
+    s.push_str(match worst {
+        Level::Ok => "\nall checks passed\n",
+        Level::Warn => "\nno failures; read the warnings\n",
+        Level::Fail => "\nsome checks FAILED: the agent cannot do its job until they are fixed\n",
+    });
+    s
+}

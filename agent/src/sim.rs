@@ -1,0 +1,282 @@
+//! Simulation adapters: an in-memory container runtime with scriptable failures, an alert sink
+//! and a Node API that record what they were given. `vigil demo` replays the seed's night with
+//! them, and the scenario tests drive the real pipeline through them. They implement the same
+//! traits as the production adapters, so everything above them is the real code.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::actions::alert::{Alert, AlertError, AlertKind, AlertSink};
+use crate::runtime::{Container, ContainerRuntime, RuntimeError};
+
+type Hook = Box<dyn Fn() + Send + Sync>;
+type SignalHook = Box<dyn Fn(&str) + Send + Sync>;
+
+#[derive(Default)]
+struct State {
+    containers: HashMap<String, Container>,
+    restarts: HashMap<String, usize>,
+    generation: u64,
+    fail_logs: bool,
+    fail_restarts: usize,
+    down: bool,
+    signals: Vec<(String, String)>,
+    lose_restart_replies: usize,
+}
+
+/// A container runtime in memory. A restart changes the container's start time, as Docker does.
+#[derive(Default, Clone)]
+pub struct FakeRuntime {
+    state: Arc<Mutex<State>>,
+    on_logs: Arc<Mutex<Option<Hook>>>,
+    on_signal: Arc<Mutex<Option<SignalHook>>>,
+}
+
+impl FakeRuntime {
+    pub fn add(&self, id: &str, worker: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.generation += 1;
+        let started_at = format!("gen-{}", s.generation);
+        s.containers.insert(
+            id.to_string(),
+            Container {
+                id: id.to_string(),
+                name: format!("name-{id}"),
+                worker: worker.to_string(),
+                started_at,
+                running: true,
+                checkpoint: None,
+                gpus: None,
+            },
+        );
+    }
+    pub fn restarts(&self, id: &str) -> usize {
+        *self.state.lock().unwrap().restarts.get(id).unwrap_or(&0)
+    }
+    pub fn started_at(&self, id: &str) -> String {
+        self.state.lock().unwrap().containers[id].started_at.clone()
+    }
+    pub fn fail_logs(&self, fail: bool) {
+        self.state.lock().unwrap().fail_logs = fail;
+    }
+    pub fn fail_next_restarts(&self, n: usize) {
+        self.state.lock().unwrap().fail_restarts = n;
+    }
+    /// The next `n` restarts happen, but the call reports an error (a lost reply).
+    pub fn lose_next_restart_replies(&self, n: usize) {
+        self.state.lock().unwrap().lose_restart_replies = n;
+    }
+    pub fn set_down(&self, down: bool) {
+        self.state.lock().unwrap().down = down;
+    }
+    /// Run `hook` while logs are being collected (between decision and command).
+    pub fn on_logs(&self, hook: impl Fn() + Send + Sync + 'static) {
+        *self.on_logs.lock().unwrap() = Some(Box::new(hook));
+    }
+    /// Signals delivered so far: (container id, signal).
+    pub fn signals(&self) -> Vec<(String, String)> {
+        self.state.lock().unwrap().signals.clone()
+    }
+    /// Run `hook(container_id)` when a signal is delivered (a worker that acknowledges).
+    pub fn on_signal(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        *self.on_signal.lock().unwrap() = Some(Box::new(hook));
+    }
+    /// Set the GPUs a container sees.
+    pub fn set_gpus(&self, id: &str, gpus: &[&str]) {
+        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
+            c.gpus = Some(gpus.iter().map(|g| g.to_string()).collect());
+        }
+    }
+    /// Set a container's checkpoint-method label.
+    pub fn set_checkpoint_label(&self, id: &str, value: &str) {
+        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
+            c.checkpoint = Some(value.to_string());
+        }
+    }
+    fn check_up(&self) -> Result<(), RuntimeError> {
+        if self.state.lock().unwrap().down {
+            return Err(RuntimeError::Unreachable {
+                addr: "fake".into(),
+                detail: "connection refused".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ContainerRuntime for FakeRuntime {
+    fn describe(&self) -> String {
+        "fake runtime".into()
+    }
+    async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
+        self.check_up()?;
+        let mut v: Vec<_> = self
+            .state
+            .lock()
+            .unwrap()
+            .containers
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(v)
+    }
+    async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
+        self.check_up()?;
+        Ok(self.state.lock().unwrap().containers.get(id).cloned())
+    }
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        self.check_up()?;
+        if let Some(h) = self.on_logs.lock().unwrap().as_ref() {
+            h();
+        }
+        if self.state.lock().unwrap().fail_logs {
+            return Err(RuntimeError::Refused {
+                addr: "fake".into(),
+                op: "logs",
+                container: id.into(),
+                detail: "log driver none".into(),
+            });
+        }
+        Ok(format!("last {lines} lines of {id}\nstep 41\nstep 42"))
+    }
+    async fn restart(&self, id: &str, _grace: Duration) -> Result<(), RuntimeError> {
+        self.check_up()?;
+        let mut s = self.state.lock().unwrap();
+        if s.fail_restarts > 0 {
+            s.fail_restarts -= 1;
+            return Err(RuntimeError::Refused {
+                addr: "fake".into(),
+                op: "restart",
+                container: id.into(),
+                detail: "cannot kill container: device or resource busy".into(),
+            });
+        }
+        s.generation += 1;
+        let generation = s.generation;
+        if let Some(c) = s.containers.get_mut(id) {
+            c.started_at = format!("gen-{generation}");
+        }
+        *s.restarts.entry(id.to_string()).or_default() += 1;
+        if s.lose_restart_replies > 0 {
+            s.lose_restart_replies -= 1;
+            return Err(RuntimeError::Timeout {
+                op: "restart",
+                container: id.into(),
+                timeout: Duration::from_secs(90),
+            });
+        }
+        Ok(())
+    }
+    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        self.check_up()?;
+        self.state
+            .lock()
+            .unwrap()
+            .signals
+            .push((id.to_string(), signal.to_string()));
+        if let Some(h) = self.on_signal.lock().unwrap().as_ref() {
+            h(id);
+        }
+        Ok(())
+    }
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.check_up()
+    }
+}
+
+/// An alert sink that keeps every alert.
+#[derive(Default, Clone)]
+pub struct RecordingSink(pub Arc<Mutex<Vec<Alert>>>);
+
+impl RecordingSink {
+    pub fn count(&self, kind: AlertKind) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.kind == kind)
+            .count()
+    }
+    pub fn of(&self, kind: AlertKind) -> Vec<Alert> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.kind == kind)
+            .cloned()
+            .collect()
+    }
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|a| a.kind.as_str())
+            .collect()
+    }
+}
+
+#[async_trait]
+impl AlertSink for RecordingSink {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
+        self.0.lock().unwrap().push(alert.clone());
+        Ok(())
+    }
+}
+
+/// A NodeApi that records what it was asked to do (the HTTP-level behaviour is tested against
+/// the fake API server in tests/kube.rs).
+#[derive(Default, Clone)]
+pub struct RecordingNodeApi {
+    pub desired: Arc<Mutex<Vec<crate::actions::node::NodeDesired>>>,
+    pub events: Arc<Mutex<Vec<(String, String, crate::actions::node::EventType)>>>,
+}
+
+impl RecordingNodeApi {
+    pub fn last(&self) -> crate::actions::node::NodeDesired {
+        self.desired
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default()
+    }
+    pub fn reasons(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.0.clone())
+            .collect()
+    }
+}
+
+#[async_trait]
+impl crate::actions::node::NodeApi for RecordingNodeApi {
+    async fn reconcile(
+        &self,
+        _node: &str,
+        desired: &crate::actions::node::NodeDesired,
+    ) -> Result<(), crate::actions::node::NodeError> {
+        self.desired.lock().unwrap().push(desired.clone());
+        Ok(())
+    }
+    async fn event(
+        &self,
+        _node: &str,
+        reason: &str,
+        message: &str,
+        kind: crate::actions::node::EventType,
+    ) -> Result<(), crate::actions::node::NodeError> {
+        self.events
+            .lock()
+            .unwrap()
+            .push((reason.to_string(), message.to_string(), kind));
+        Ok(())
+    }
+}

@@ -1,0 +1,647 @@
+//! GPU health through NVML.
+//!
+//! Map: [`GpuProbe`] is the one blocking adapter (read every GPU; wait for critical XID events);
+//! [`NvmlProbe`] implements it with `nvml-wrapper`, loading `libnvidia-ml.so.1` at run time, and
+//! tests plug in a fake. [`spawn_monitor`] runs a probe on a dedicated thread and publishes
+//! [`GpuReport`]s (from the pure [`crate::policy::gpu::update`]) on a `tokio::sync::watch` channel;
+//! [`start`] is the production wiring, which says once, and does not crash, when there is no driver.
+//!
+//! Facts about NVML this module relies on (nvml-wrapper 0.13 / nvml-wrapper-sys 0.10 sources):
+//! - `Nvml::init` loads the library with `libloading`: a missing library is
+//!   `NvmlError::LibloadingError`; a library without a running driver is `DriverNotLoaded`.
+//! - `EventSet::wait` returns `Timeout` when nothing arrived (or an interrupt came); for
+//!   `CRITICAL_XID_ERROR` events `event_data` carries the last XID seen on that device.
+//! - `Device::register_events` frees the set when registration fails, so the set is rebuilt.
+//! - `nvmlDeviceGetRemappedRows` is not wrapped by nvml-wrapper 0.13; see [`RemapReader`].
+
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{
+    EccCounter, MemoryError, RetirementCause, TemperatureSensor,
+};
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::{Device, EventSet, Nvml};
+use nvml_wrapper_sys::bindings::NvmlLib;
+use tokio::sync::watch;
+
+use crate::config::GpuConfig;
+use crate::policy::gpu::{update, GpuReport};
+
+/// One reading of one GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuSample {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub temperature_c: Option<u32>,
+    pub power_w: Option<f64>,
+    /// 0.0–1.0
+    pub utilization: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub ecc_volatile_corrected: Option<u64>,
+    pub ecc_volatile_uncorrected: Option<u64>,
+    pub ecc_aggregate_corrected: Option<u64>,
+    pub ecc_aggregate_uncorrected: Option<u64>,
+    /// Retired pages (single-bit + double-bit causes).
+    pub retired_pages: Option<u64>,
+    pub retired_pages_pending: Option<bool>,
+    /// Row remapping (Ampere and newer): `None` where the driver has no such counters.
+    pub remapped_rows: Option<RemappedRows>,
+    /// Active clock-throttle reasons, stable names (e.g. `hw-slowdown`, `sw-thermal`).
+    pub throttle_reasons: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+/// A critical XID event from the NVML event set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidEvent {
+    pub index: u32,
+    pub uuid: String,
+    pub xid: u64,
+}
+
+/// Why GPU monitoring is off (said once at start-up).
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// The library (or the driver behind it) is not there.
+    #[error("NVML could not be loaded ({0}): no NVIDIA driver on this node, or the library is not mounted into the container; GPU monitoring is off")]
+    NoLibrary(String),
+    /// The library is there; the devices are not ours to read.
+    #[error("NVML refused access ({0}): the agent lacks permission to the NVIDIA devices; GPU monitoring is off")]
+    NoPermission(String),
+    /// Any other NVML failure.
+    #[error("NVML call failed: {0}")]
+    Call(String),
+}
+
+/// A source of GPU readings. Blocking: called from a dedicated thread, never the executor.
+pub trait GpuProbe: Send {
+    /// Read every GPU now. A GPU that cannot be read at all is left out (its absence is a fact).
+    fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError>;
+    /// Wait up to `timeout` for critical XID events; an empty vector on timeout.
+    fn wait_xids(&mut self, timeout: Duration) -> Result<Vec<XidEvent>, GpuError>;
+}
+
+/// The monitor's clock: monotonic milliseconds since the first call in this process. The `now_ms`
+/// of every [`GpuReport`] the monitor computes; pass it to [`crate::policy::gpu::evidence`].
+pub fn clock_ms() -> i64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    epoch.elapsed().as_millis().min(i64::MAX as u128) as i64
+}
+
+/// The library `Nvml::init` opens when no path is configured (nvml-wrapper's private `LIB_PATH`).
+const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
+
+/// Initialised NVML handles, one per library path (in practice one per process).
+///
+/// NB: leaked on purpose. An `EventSet<'nvml>` borrows the `Nvml` it came from, and the probe must
+/// own both (it moves to the monitor thread). Leaking the `Nvml` into a `&'static Nvml` solves the
+/// self-reference without `unsafe`; it is created once per process and lives as long as the
+/// process anyway (dropping it would only call `nvmlShutdown` at exit). Kept here so a second
+/// probe (a config reload, a test) reuses it instead of leaking another.
+static NVML: Mutex<Vec<(Option<String>, &'static Nvml)>> = Mutex::new(Vec::new());
+
+fn nvml_for(library_path: Option<&str>) -> Result<&'static Nvml, NvmlError> {
+    let mut loaded = NVML.lock().unwrap_or_else(|p| p.into_inner());
+    let key = library_path.map(str::to_owned);
+    if let Some((_, nvml)) = loaded.iter().find(|(k, _)| *k == key) {
+        return Ok(nvml);
+    }
+    let nvml = match library_path {
+        Some(p) => Nvml::builder().lib_path(OsStr::new(p)).init()?,
+        None => Nvml::init()?,
+    };
+    let nvml: &'static Nvml = Box::leak(Box::new(nvml));
+    loaded.push((key, nvml));
+    Ok(nvml)
+}
+
+fn init_error(e: NvmlError) -> GpuError {
+    match e {
+        NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound | NvmlError::DriverNotLoaded => {
+            GpuError::NoLibrary(e.to_string())
+        }
+        NvmlError::NoPermission => GpuError::NoPermission(e.to_string()),
+        e => GpuError::Call(e.to_string()),
+    }
+}
+
+/// Reads `nvmlDeviceGetRemappedRows`.
+///
+/// NB: nvml-wrapper 0.13 does not wrap this function, so the symbol is loaded through
+/// nvml-wrapper-sys from the same library file. `dlopen` of an already loaded library returns the
+/// same handle, so this shares the state `nvmlInit` set up for [`Nvml`]. The only `unsafe` in this
+/// module is here: loading the library, taking the device handle, and the FFI call itself.
+struct RemapReader {
+    lib: NvmlLib,
+}
+
+impl RemapReader {
+    fn open(path: &str) -> Option<RemapReader> {
+        // SAFETY: the library is already loaded and initialised by `Nvml` (its initialisers have
+        // run); loading it again only takes another reference and resolves symbols.
+        let lib = unsafe { NvmlLib::new(path) }.ok()?;
+        lib.nvmlDeviceGetRemappedRows
+            .is_ok()
+            .then_some(RemapReader { lib })
+    }
+
+    /// `Ok(None)` where the GPU has no row remapper (pre-Ampere).
+    fn read(&self, device: &Device<'_>) -> Result<Option<RemappedRows>, NvmlError> {
+        let Ok(sym) = self.lib.nvmlDeviceGetRemappedRows.as_ref() else {
+            return Ok(None);
+        };
+        let (mut corr, mut unc, mut pending, mut failure) = (0, 0, 0, 0);
+        // SAFETY: `device` is a live handle of the same (leaked, never shut down) NVML instance;
+        // the four out-pointers are valid, distinct `c_uint`s on this stack frame.
+        let ret = unsafe {
+            sym(
+                device.handle(),
+                &mut corr,
+                &mut unc,
+                &mut pending,
+                &mut failure,
+            )
+        };
+        match nvml_try(ret) {
+            Ok(()) => Ok(Some(RemappedRows {
+                correctable: corr,
+                uncorrectable: unc,
+                pending: pending != 0,
+                failure: failure != 0,
+            })),
+            Err(NvmlError::NotSupported) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Stable names of the active clock-throttle reasons (metric label values).
+pub fn throttle_names(r: ThrottleReasons) -> Vec<&'static str> {
+    const NAMES: [(ThrottleReasons, &str); 9] = [
+        (ThrottleReasons::GPU_IDLE, "gpu-idle"),
+        (
+            ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
+            "applications-clocks-setting",
+        ),
+        (ThrottleReasons::SW_POWER_CAP, "sw-power-cap"),
+        (ThrottleReasons::HW_SLOWDOWN, "hw-slowdown"),
+        (ThrottleReasons::SYNC_BOOST, "sync-boost"),
+        (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw-thermal"),
+        (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw-thermal"),
+        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw-power-brake"),
+        (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display-clocks"),
+    ];
+    NAMES
+        .iter()
+        .filter(|(flag, _)| r.contains(*flag))
+        .map(|&(_, name)| name)
+        .collect()
+}
+
+/// A field that cannot be read is `None`, never a failed sample (ECC off, no sensor, old GPU).
+fn field<T>(index: u32, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
+    r.map_err(|e| tracing::debug!(gpu = index, field = what, error = %e, "GPU field not read"))
+        .ok()
+}
+
+/// [`GpuProbe`] over the real NVML.
+pub struct NvmlProbe {
+    nvml: &'static Nvml,
+    /// `None` when no GPU accepts critical XID events.
+    events: Option<EventSet<'static>>,
+    xid_gpus: Vec<u32>,
+    remap: Option<RemapReader>,
+}
+
+impl std::fmt::Debug for NvmlProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlProbe")
+            .field("xid_gpus", &self.xid_gpus)
+            .field("remapped_rows", &self.remap.is_some())
+            .finish()
+    }
+}
+
+impl NvmlProbe {
+    /// Load NVML (from `library_path`, or the loader's search path) and register for critical
+    /// XID events on every GPU that supports them. Never panics.
+    pub fn new(library_path: Option<&str>) -> Result<NvmlProbe, GpuError> {
+        let library_path = library_path.filter(|p| !p.is_empty());
+        let nvml = nvml_for(library_path).map_err(init_error)?;
+        let count = nvml.device_count().map_err(init_error)?;
+        let candidates: Vec<u32> = (0..count)
+            .filter(|&i| {
+                let supported = nvml
+                    .device_by_index(i)
+                    .and_then(|d| d.supported_event_types());
+                match supported {
+                    Ok(t) => t.contains(EventTypes::CRITICAL_XID_ERROR),
+                    Err(e) => {
+                        tracing::debug!(gpu = i, error = %e, "no XID events from this GPU");
+                        false
+                    }
+                }
+            })
+            .collect();
+        let (events, xid_gpus) = event_set(nvml, candidates);
+        if xid_gpus.len() < count as usize {
+            tracing::warn!(
+                gpus = count,
+                with_xid_events = xid_gpus.len(),
+                "some GPUs do not deliver XID events; their hardware errors show only through samples"
+            );
+        }
+        Ok(NvmlProbe {
+            nvml,
+            events,
+            xid_gpus,
+            remap: RemapReader::open(library_path.unwrap_or(DEFAULT_LIB)),
+        })
+    }
+
+    /// How many GPUs NVML lists now.
+    pub fn gpu_count(&self) -> Result<u32, GpuError> {
+        self.nvml
+            .device_count()
+            .map_err(|e| GpuError::Call(e.to_string()))
+    }
+
+    /// The GPUs whose critical XID events are watched.
+    pub fn xid_gpus(&self) -> &[u32] {
+        &self.xid_gpus
+    }
+
+    fn read(&self, index: u32, d: &Device<'static>) -> Option<GpuSample> {
+        // Without a UUID the GPU has no identity to judge; it is left out like a lost one.
+        let uuid = d
+            .uuid()
+            .map_err(|e| tracing::debug!(gpu = index, error = %e, "GPU not readable"))
+            .ok()?;
+        let memory = field(index, "memory", d.memory_info());
+        let retired = |cause| d.retired_pages(cause).map(|p| p.len() as u64);
+        Some(GpuSample {
+            index,
+            uuid,
+            name: field(index, "name", d.name()).unwrap_or_default(),
+            temperature_c: field(index, "temperature", d.temperature(TemperatureSensor::Gpu)),
+            power_w: field(index, "power", d.power_usage()).map(|mw| f64::from(mw) / 1000.0),
+            utilization: field(index, "utilization", d.utilization_rates())
+                .map(|u| f64::from(u.gpu.min(100)) / 100.0),
+            memory_used_bytes: memory.as_ref().map(|m| m.used),
+            memory_total_bytes: memory.as_ref().map(|m| m.total),
+            ecc_volatile_corrected: ecc(index, d, MemoryError::Corrected, EccCounter::Volatile),
+            ecc_volatile_uncorrected: ecc(index, d, MemoryError::Uncorrected, EccCounter::Volatile),
+            ecc_aggregate_corrected: ecc(index, d, MemoryError::Corrected, EccCounter::Aggregate),
+            ecc_aggregate_uncorrected: ecc(
+                index,
+                d,
+                MemoryError::Uncorrected,
+                EccCounter::Aggregate,
+            ),
+            retired_pages: field(
+                index,
+                "retired_pages",
+                retired(RetirementCause::MultipleSingleBitEccErrors)
+                    .and_then(|a| retired(RetirementCause::DoubleBitEccError).map(|b| a + b)),
+            ),
+            retired_pages_pending: field(
+                index,
+                "retired_pages_pending",
+                d.are_pages_pending_retired(),
+            ),
+            remapped_rows: self
+                .remap
+                .as_ref()
+                .and_then(|r| field(index, "remapped_rows", r.read(d)).flatten()),
+            throttle_reasons: field(index, "throttle_reasons", d.current_throttle_reasons())
+                .map(throttle_names)
+                .unwrap_or_default(),
+        })
+    }
+}
+
+fn ecc(index: u32, d: &Device<'_>, kind: MemoryError, counter: EccCounter) -> Option<u64> {
+    field(index, "ecc", d.total_ecc_errors(kind, counter))
+}
+
+/// An event set with critical XIDs registered on `gpus`, and the GPUs actually registered.
+///
+/// NB: a failed registration frees the set (nvml-wrapper 0.13 does not hand it back), so the set
+/// is rebuilt without the GPU that refused.
+fn event_set(nvml: &'static Nvml, mut gpus: Vec<u32>) -> (Option<EventSet<'static>>, Vec<u32>) {
+    'rebuild: while !gpus.is_empty() {
+        let mut set = match nvml.create_event_set() {
+            Ok(set) => set,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot create an NVML event set; XID events are not watched");
+                return (None, Vec::new());
+            }
+        };
+        for pos in 0..gpus.len() {
+            let i = gpus[pos];
+            let registered = nvml
+                .device_by_index(i)
+                .map_err(Into::into)
+                .and_then(|d| d.register_events(EventTypes::CRITICAL_XID_ERROR, set));
+            match registered {
+                Ok(s) => set = s,
+                Err(e) => {
+                    tracing::warn!(gpu = i, error = %e, "cannot watch XID events on this GPU");
+                    gpus.remove(pos);
+                    continue 'rebuild;
+                }
+            }
+        }
+        return (Some(set), gpus);
+    }
+    (None, Vec::new())
+}
+
+impl GpuProbe for NvmlProbe {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(|e| GpuError::Call(format!("listing GPUs: {e}")))?;
+        let mut samples = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            match self.nvml.device_by_index(index) {
+                Ok(d) => samples.extend(self.read(index, &d)),
+                Err(e) => tracing::debug!(gpu = index, error = %e, "GPU not readable"),
+            }
+        }
+        Ok(samples)
+    }
+
+    fn wait_xids(&mut self, timeout: Duration) -> Result<Vec<XidEvent>, GpuError> {
+        let Some(set) = &self.events else {
+            std::thread::sleep(timeout);
+            return Ok(Vec::new());
+        };
+        let deadline = Instant::now() + timeout;
+        let mut xids = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(xids);
+            }
+            let wait_ms = left.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
+            match set.wait(wait_ms) {
+                Ok(ev) => {
+                    if !ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+                        continue;
+                    }
+                    let xid = match ev.event_data {
+                        Some(XidError::Value(x)) => x,
+                        Some(XidError::Unknown) | None => {
+                            tracing::debug!("critical XID event without an XID value");
+                            continue;
+                        }
+                    };
+                    let index = ev.device.index().unwrap_or(u32::MAX);
+                    let uuid = ev.device.uuid().unwrap_or_default();
+                    xids.push(XidEvent { index, uuid, xid });
+                }
+                Err(NvmlError::Timeout) => return Ok(xids),
+                Err(e) if xids.is_empty() => {
+                    return Err(GpuError::Call(format!("waiting for XID events: {e}")))
+                }
+                // Do not lose what arrived before the error; the next wait reports it again.
+                Err(_) => return Ok(xids),
+            }
+        }
+    }
+}
+
+/// Longest single wait for XID events: also how quickly the monitor notices `stop`.
+const XID_WAIT: Duration = Duration::from_secs(1);
+
+/// Logs a recurring failure at most once a minute, with how many were left out.
+struct Throttled {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Throttled {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    fn new() -> Throttled {
+        Throttled {
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    fn warn(&mut self, what: &'static str, e: &GpuError) {
+        if self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            self.suppressed += 1;
+            return;
+        }
+        tracing::warn!(error = %e, suppressed = self.suppressed, "{what}");
+        self.last = Some(Instant::now());
+        self.suppressed = 0;
+    }
+
+    fn ok(&mut self, what: &'static str) {
+        if self.last.take().is_some() {
+            tracing::info!("{what}");
+            self.suppressed = 0;
+        }
+    }
+}
+
+/// Run `probe` on a dedicated thread until `stop` is set, publishing on `tx`.
+///
+/// The thread alternates between waiting for XID events (at most [`XID_WAIT`] at a time, so
+/// `stop` is seen within about a second) and reading every GPU each `cfg.sample_interval`
+/// (the first read at once).
+///
+/// NB: publication. Every successful sample is published (`send_replace`, which marks the value
+/// changed even when the verdict is the same): the samples feed the temperature / power / ECC
+/// metrics, and a reader waiting on `changed()` refreshes them. XID events are folded in and
+/// published the moment they arrive, between samples, so a hardware failure does not wait for the
+/// next sample. A failed read publishes nothing and is not read as "every GPU is gone": the last
+/// verdict stands, and the error is logged at most once a minute.
+pub fn spawn_monitor(
+    mut probe: Box<dyn GpuProbe>,
+    cfg: GpuConfig,
+    tx: watch::Sender<GpuReport>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    let run = move || {
+        let mut report = GpuReport {
+            monitoring: true,
+            ..GpuReport::default()
+        };
+        let mut samples: Vec<GpuSample> = Vec::new();
+        let mut sample_errors = Throttled::new();
+        let mut xid_errors = Throttled::new();
+        let mut next_sample = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            if Instant::now() >= next_sample {
+                match probe.sample() {
+                    Ok(s) => {
+                        sample_errors.ok("GPUs readable again");
+                        samples = s;
+                        report = update(&report, &samples, &[], clock_ms(), &cfg);
+                        tx.send_replace(report.clone());
+                    }
+                    Err(e) => {
+                        sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
+                    }
+                }
+                next_sample = Instant::now() + cfg.sample_interval;
+            }
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let wait = next_sample
+                .saturating_duration_since(Instant::now())
+                .min(XID_WAIT);
+            let started = Instant::now();
+            match probe.wait_xids(wait) {
+                Ok(xids) if xids.is_empty() => {}
+                Ok(xids) => {
+                    xid_errors.ok("XID events readable again");
+                    for x in &xids {
+                        tracing::warn!(gpu = x.index, uuid = %x.uuid, xid = x.xid, "GPU XID event");
+                    }
+                    let next = update(&report, &samples, &xids, clock_ms(), &cfg);
+                    report = next.clone();
+                    tx.send_if_modified(|cur| {
+                        let changed = *cur != next;
+                        *cur = next;
+                        changed
+                    });
+                }
+                Err(e) => {
+                    xid_errors.warn("cannot wait for GPU XID events", &e);
+                    // A probe that fails at once must not turn this loop into a busy loop.
+                    std::thread::sleep(wait.saturating_sub(started.elapsed()));
+                }
+            }
+        }
+        tracing::debug!("GPU monitor stopped");
+    };
+    std::thread::Builder::new()
+        .name("vigil-gpu".into())
+        .spawn(run)
+        .expect("the OS refused a thread for the GPU monitor")
+}
+
+/// Production wiring: `gpu.enabled = off` → `None`, quietly; `auto`/`on` → load NVML and spawn the
+/// monitor. When NVML cannot be loaded, one line says why (info for `auto`, error for `on`), a
+/// report with `monitoring: false` is published, and `None` is returned: no GPU verdict, no crash.
+pub fn start(
+    cfg: &GpuConfig,
+    tx: watch::Sender<GpuReport>,
+    stop: Arc<AtomicBool>,
+) -> Option<JoinHandle<()>> {
+    let off = GpuReport::default();
+    debug_assert!(!off.monitoring);
+    if cfg.enabled.trim().eq_ignore_ascii_case("off") {
+        tx.send_replace(off);
+        return None;
+    }
+    let path = Some(cfg.library_path.as_str()).filter(|p| !p.is_empty());
+    match NvmlProbe::new(path) {
+        Ok(probe) => {
+            tracing::info!(
+                gpus = probe.gpu_count().unwrap_or(0),
+                xid_events_on = probe.xid_gpus().len(),
+                "GPU monitoring on"
+            );
+            Some(spawn_monitor(Box::new(probe), cfg.clone(), tx, stop))
+        }
+        Err(e) => {
+            if cfg.enabled.trim().eq_ignore_ascii_case("on") {
+                tracing::error!("GPU monitoring off: {e}");
+            } else {
+                tracing::info!("GPU monitoring off: {e}");
+            }
+            tx.send_replace(off);
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_reason_names_are_stable() {
+        assert!(throttle_names(ThrottleReasons::empty()).is_empty());
+        assert!(throttle_names(ThrottleReasons::NONE).is_empty());
+        assert_eq!(
+            throttle_names(ThrottleReasons::all()),
+            vec![
+                "gpu-idle",
+                "applications-clocks-setting",
+                "sw-power-cap",
+                "hw-slowdown",
+                "sync-boost",
+                "sw-thermal",
+                "hw-thermal",
+                "hw-power-brake",
+                "display-clocks",
+            ]
+        );
+        assert_eq!(
+            throttle_names(ThrottleReasons::HW_SLOWDOWN | ThrottleReasons::SW_THERMAL_SLOWDOWN),
+            vec!["hw-slowdown", "sw-thermal"]
+        );
+    }
+
+    #[test]
+    fn init_errors_map_to_what_an_operator_can_do() {
+        assert!(matches!(
+            init_error(NvmlError::DriverNotLoaded),
+            GpuError::NoLibrary(_)
+        ));
+        assert!(matches!(
+            init_error(NvmlError::LibraryNotFound),
+            GpuError::NoLibrary(_)
+        ));
+        assert!(matches!(
+            init_error(NvmlError::NoPermission),
+            GpuError::NoPermission(_)
+        ));
+        assert!(matches!(init_error(NvmlError::Unknown), GpuError::Call(_)));
+        assert!(matches!(
+            init_error(NvmlError::FailedToLoadSymbol("nvmlInit_v2".into())),
+            GpuError::Call(_)
+        ));
+    }
+
+    #[test]
+    fn missing_library_is_no_library() {
+        let err = NvmlProbe::new(Some("/nonexistent/vigil-test/libnvidia-ml.so.1")).unwrap_err();
+        assert!(matches!(err, GpuError::NoLibrary(_)), "{err:?}");
+        assert!(err.to_string().contains("GPU monitoring is off"));
+    }
+
+    #[test]
+    fn clock_is_monotonic() {
+        let a = clock_ms();
+        let b = clock_ms();
+        assert!(b >= a && a >= 0);
+    }
+}

@@ -1,0 +1,154 @@
+#![allow(dead_code)]
+//! A faithful fake of NVML behind `GpuProbe`: the test scripts GPUs and events while the real
+//! monitor thread (`vigil::sources::gpu::spawn_monitor`) and the pure policy run against it.
+//!
+//! Behaves like `NvmlProbe`: `sample` lists every present GPU (a removed one is simply absent, as a
+//! GPU that fell off the bus is); `wait_xids` blocks until an event is injected or the timeout ends,
+//! and returns an empty vector on timeout.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use vigil::sources::gpu::{GpuError, GpuProbe, GpuSample, RemappedRows, XidEvent};
+
+#[derive(Default)]
+struct State {
+    gpus: BTreeMap<u32, GpuSample>,
+    xids: VecDeque<XidEvent>,
+    samples_taken: u64,
+    /// Make the next reads fail, as NVML does when the driver is wedged.
+    fail_samples: bool,
+}
+
+/// Scriptable fake GPUs; clones share the same state.
+#[derive(Clone, Default)]
+pub struct FakeGpu {
+    shared: Arc<(Mutex<State>, Condvar)>,
+}
+
+impl FakeGpu {
+    pub fn new() -> FakeGpu {
+        FakeGpu::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.shared.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn edit(&self, index: u32, f: impl FnOnce(&mut GpuSample)) {
+        let mut st = self.state();
+        let gpu = st
+            .gpus
+            .get_mut(&index)
+            .unwrap_or_else(|| panic!("fake GPU {index} was never added"));
+        f(gpu);
+    }
+
+    /// A healthy GPU, as an H100 with ECC on reads.
+    pub fn add_gpu(&self, index: u32, uuid: &str) {
+        self.state().gpus.insert(
+            index,
+            GpuSample {
+                index,
+                uuid: uuid.to_string(),
+                name: "NVIDIA H100 80GB HBM3 (fake)".into(),
+                temperature_c: Some(40),
+                power_w: Some(120.5),
+                utilization: Some(0.25),
+                memory_used_bytes: Some(1 << 30),
+                memory_total_bytes: Some(80 << 30),
+                ecc_volatile_corrected: Some(0),
+                ecc_volatile_uncorrected: Some(0),
+                ecc_aggregate_corrected: Some(0),
+                ecc_aggregate_uncorrected: Some(0),
+                retired_pages: Some(0),
+                retired_pages_pending: Some(false),
+                remapped_rows: Some(RemappedRows::default()),
+                throttle_reasons: vec![],
+            },
+        );
+    }
+
+    /// A critical XID event on this GPU (delivered to the waiting monitor at once).
+    pub fn inject_xid(&self, index: u32, xid: u64) {
+        let mut st = self.state();
+        let uuid = st
+            .gpus
+            .get(&index)
+            .map(|g| g.uuid.clone())
+            .unwrap_or_default();
+        st.xids.push_back(XidEvent { index, uuid, xid });
+        drop(st);
+        self.shared.1.notify_all();
+    }
+
+    /// Volatile (and aggregate) uncorrectable ECC errors.
+    pub fn set_ecc_uncorrected(&self, index: u32, n: u64) {
+        self.edit(index, |g| {
+            g.ecc_volatile_uncorrected = Some(n);
+            g.ecc_aggregate_uncorrected = Some(n);
+        });
+    }
+
+    pub fn set_pending_retirement(&self, index: u32, pending: bool) {
+        self.edit(index, |g| g.retired_pages_pending = Some(pending));
+    }
+
+    pub fn set_remap(&self, index: u32, rows: RemappedRows) {
+        self.edit(index, |g| g.remapped_rows = Some(rows));
+    }
+
+    pub fn set_temperature(&self, index: u32, c: u32) {
+        self.edit(index, |g| g.temperature_c = Some(c));
+    }
+
+    /// The GPU disappears from NVML (fell off the bus).
+    pub fn remove_gpu(&self, index: u32) {
+        self.state().gpus.remove(&index);
+    }
+
+    /// Make reads fail (`true`) or succeed again.
+    pub fn fail_samples(&self, fail: bool) {
+        self.state().fail_samples = fail;
+    }
+
+    /// Successful and failed reads so far.
+    pub fn samples_taken(&self) -> u64 {
+        self.state().samples_taken
+    }
+
+    /// Block until at least `n` more reads happened (the monitor thread is running), or panic
+    /// after `limit` (a guard against a hung test, not a speed assertion).
+    pub fn wait_samples(&self, n: u64, limit: Duration) {
+        let target = self.samples_taken() + n;
+        let deadline = Instant::now() + limit;
+        while self.samples_taken() < target {
+            assert!(
+                Instant::now() < deadline,
+                "the monitor did not read the fake GPUs"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl GpuProbe for FakeGpu {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
+        let mut st = self.state();
+        st.samples_taken += 1;
+        if st.fail_samples {
+            return Err(GpuError::Call("fake: NVML_ERROR_UNKNOWN".into()));
+        }
+        Ok(st.gpus.values().cloned().collect())
+    }
+
+    fn wait_xids(&mut self, timeout: Duration) -> Result<Vec<XidEvent>, GpuError> {
+        let (lock, cv) = &*self.shared;
+        let st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut st, _) = cv
+            .wait_timeout_while(st, timeout, |st| st.xids.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(st.xids.drain(..).collect())
+    }
+}

@@ -1,0 +1,393 @@
+//! GPU health end to end below the agent: the real monitor thread (`spawn_monitor`) and the pure
+//! policy, driven through `GpuProbe` by a scriptable fake NVML; and the real `NvmlProbe` / `start`
+//! on a machine without a driver (the "no NVIDIA driver" path must say so and not crash).
+
+#[path = "common/fake_gpu.rs"]
+mod fake_gpu;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use fake_gpu::FakeGpu;
+use tokio::sync::watch;
+use vigil::config::GpuConfig;
+use vigil::policy::gpu::{evidence, worker_on_failed_gpu, GpuHealth, GpuReport};
+use vigil::sources::gpu::{clock_ms, spawn_monitor, start, GpuError, NvmlProbe, RemappedRows};
+
+/// A guard against a hung test, not a speed assertion: conditions are normally met in
+/// milliseconds.
+const LIMIT: Duration = Duration::from_secs(10);
+const UUID0: &str = "GPU-00000000-1111-2222-3333-444444444444";
+const UUID1: &str = "GPU-11111111-1111-2222-3333-444444444444";
+
+fn cfg() -> GpuConfig {
+    GpuConfig {
+        enabled: "on".into(),
+        sample_interval: Duration::from_millis(20),
+        ..GpuConfig::default()
+    }
+}
+
+/// The monitor thread over a fake with two healthy GPUs; stopped and joined on drop.
+struct Monitor {
+    fake: FakeGpu,
+    rx: watch::Receiver<GpuReport>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start() -> Monitor {
+        let fake = FakeGpu::new();
+        fake.add_gpu(0, UUID0);
+        fake.add_gpu(1, UUID1);
+        let (tx, rx) = watch::channel(GpuReport::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = spawn_monitor(Box::new(fake.clone()), cfg(), tx, stop.clone());
+        let m = Monitor {
+            fake,
+            rx,
+            stop,
+            thread: Some(thread),
+        };
+        m.wait_for("both GPUs healthy", |r| {
+            r.monitoring && r.gpus.len() == 2 && r.node == GpuHealth::Healthy
+        });
+        m
+    }
+
+    /// The first published report that satisfies `pred`.
+    fn wait_for(&self, what: &str, pred: impl Fn(&GpuReport) -> bool) -> GpuReport {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let r = self.rx.borrow().clone();
+            if pred(&r) {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never saw: {what}; last report: {r:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn now(&self) -> GpuReport {
+        self.rx.borrow().clone()
+    }
+
+    fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("the monitor thread panicked");
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn health(r: &GpuReport, id: &str) -> Option<GpuHealth> {
+    r.gpu(id).map(|g| g.health)
+}
+
+#[test]
+fn hardware_xid_fails_the_gpu_and_the_node_for_good() {
+    let m = Monitor::start();
+    m.fake.inject_xid(0, 79);
+    let r = m.wait_for("GPU 0 failed", |r| {
+        health(r, "0") == Some(GpuHealth::Failed)
+    });
+    assert_eq!(r.node, GpuHealth::Failed);
+    assert_eq!(health(&r, "1"), Some(GpuHealth::Healthy));
+    assert_eq!(r.gpu("0").unwrap().xid_counts.get(&79), Some(&1));
+    assert!(
+        r.node_reasons
+            .iter()
+            .any(|s| s.contains("hardware XID 79") && s.contains(UUID0)),
+        "{:?}",
+        r.node_reasons
+    );
+    assert!(worker_on_failed_gpu(&r, Some(&["0".to_string()])));
+    assert!(worker_on_failed_gpu(&r, None));
+    assert!(!worker_on_failed_gpu(&r, Some(&[UUID1.to_string()])));
+
+    // The next samples look perfectly normal; the verdict stays.
+    m.fake.wait_samples(3, LIMIT);
+    let r = m.now();
+    assert_eq!(health(&r, "0"), Some(GpuHealth::Failed));
+    assert_eq!(r.node, GpuHealth::Failed);
+    m.stop();
+}
+
+#[test]
+fn application_xid_is_recorded_and_the_gpu_stays_healthy() {
+    let m = Monitor::start();
+    m.fake.inject_xid(1, 13);
+    let r = m.wait_for("XID 13 counted", |r| {
+        r.gpu("1")
+            .is_some_and(|g| g.xid_counts.get(&13) == Some(&1))
+    });
+    assert_eq!(health(&r, "1"), Some(GpuHealth::Healthy));
+    assert_eq!(r.node, GpuHealth::Healthy);
+    assert!(r.node_reasons.is_empty(), "{:?}", r.node_reasons);
+    assert_eq!(r.gpu("1").unwrap().recent_xids.len(), 1);
+    // XID 13 is not evidence by default (only 43 and 109 are).
+    assert!(evidence(&r, None, clock_ms(), &cfg()).is_empty());
+    m.fake.wait_samples(2, LIMIT);
+    assert_eq!(m.now().node, GpuHealth::Healthy);
+    m.stop();
+}
+
+#[test]
+fn evidence_xid_is_recorded_and_attached_to_hang_alerts() {
+    let m = Monitor::start();
+    m.fake.inject_xid(0, 43);
+    let r = m.wait_for("XID 43 counted", |r| {
+        r.gpu("0")
+            .is_some_and(|g| g.xid_counts.get(&43) == Some(&1))
+    });
+    assert_eq!(r.node, GpuHealth::Healthy, "43 is an application XID");
+    let cfg = cfg();
+    let lines = evidence(&r, Some(&["0".to_string()]), clock_ms(), &cfg);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with(&format!("XID 43 on GPU 0 ({UUID0}) ")),
+        "{lines:?}"
+    );
+    assert!(lines[0].ends_with(" ago"), "{lines:?}");
+    assert_eq!(
+        evidence(&r, Some(&[UUID0.to_string()]), clock_ms(), &cfg),
+        lines
+    );
+    assert_eq!(evidence(&r, None, clock_ms(), &cfg), lines);
+    assert!(evidence(&r, Some(&["1".to_string()]), clock_ms(), &cfg).is_empty());
+    assert!(!worker_on_failed_gpu(&r, None));
+    m.stop();
+}
+
+#[test]
+fn uncorrectable_ecc_degrades_the_gpu() {
+    let m = Monitor::start();
+    m.fake.set_ecc_uncorrected(1, 2);
+    let r = m.wait_for("GPU 1 degraded", |r| {
+        health(r, "1") == Some(GpuHealth::Degraded)
+    });
+    assert_eq!(r.node, GpuHealth::Degraded);
+    assert!(
+        r.node_reasons
+            .iter()
+            .any(|s| s.contains("2 uncorrectable ECC")),
+        "{:?}",
+        r.node_reasons
+    );
+    assert!(!worker_on_failed_gpu(&r, None), "degraded is not failed");
+    m.fake.set_ecc_uncorrected(1, 0);
+    m.wait_for("healthy again after the counters reset", |r| {
+        r.node == GpuHealth::Healthy
+    });
+    m.stop();
+}
+
+#[test]
+fn pending_retirement_and_row_remap_problems_degrade_the_gpu() {
+    let m = Monitor::start();
+    m.fake.set_pending_retirement(0, true);
+    let r = m.wait_for("GPU 0 degraded", |r| {
+        health(r, "0") == Some(GpuHealth::Degraded)
+    });
+    assert!(
+        r.node_reasons
+            .iter()
+            .any(|s| s.contains("pending retirement")),
+        "{:?}",
+        r.node_reasons
+    );
+    m.fake.set_pending_retirement(0, false);
+    m.wait_for("healthy again", |r| r.node == GpuHealth::Healthy);
+
+    m.fake.set_remap(
+        1,
+        RemappedRows {
+            correctable: 1,
+            uncorrectable: 3,
+            pending: false,
+            failure: true,
+        },
+    );
+    let r = m.wait_for("GPU 1 degraded", |r| {
+        health(r, "1") == Some(GpuHealth::Degraded)
+    });
+    assert!(
+        r.node_reasons
+            .iter()
+            .any(|s| s.contains("row remapping failed")),
+        "{:?}",
+        r.node_reasons
+    );
+    assert_eq!(
+        r.gpu("1")
+            .unwrap()
+            .sample
+            .remapped_rows
+            .map(|x| x.uncorrectable),
+        Some(3)
+    );
+    m.fake.set_remap(
+        1,
+        RemappedRows {
+            pending: true,
+            ..RemappedRows::default()
+        },
+    );
+    let r = m.wait_for("remap pending", |r| {
+        r.node_reasons
+            .iter()
+            .any(|s| s.contains("row remap is pending"))
+    });
+    assert_eq!(r.node, GpuHealth::Degraded);
+    m.stop();
+}
+
+#[test]
+fn removed_gpu_is_failed_and_missing() {
+    let m = Monitor::start();
+    m.fake.remove_gpu(1);
+    let r = m.wait_for("GPU 1 missing", |r| r.gpu("1").is_some_and(|g| g.missing));
+    let g = r.gpu("1").unwrap();
+    assert_eq!(g.health, GpuHealth::Failed);
+    assert_eq!(g.uuid, UUID1);
+    assert_eq!(
+        g.reasons,
+        vec![format!(
+            "GPU 1 ({UUID1}) no longer visible to NVML (fell off the bus?)"
+        )]
+    );
+    assert_eq!(r.node, GpuHealth::Failed);
+    assert_eq!(health(&r, "0"), Some(GpuHealth::Healthy));
+    assert!(worker_on_failed_gpu(&r, Some(&["1".to_string()])));
+    m.stop();
+}
+
+#[test]
+fn every_sample_reaches_the_report() {
+    let m = Monitor::start();
+    m.fake.set_temperature(0, 87);
+    let r = m.wait_for("new temperature", |r| {
+        r.gpu("0").and_then(|g| g.sample.temperature_c) == Some(87)
+    });
+    let s = &r.gpu("0").unwrap().sample;
+    assert_eq!(s.uuid, UUID0);
+    assert_eq!(s.memory_total_bytes, Some(80 << 30));
+    assert_eq!(r.node, GpuHealth::Healthy, "heat alone is not a verdict");
+    m.stop();
+}
+
+#[test]
+fn failed_reads_keep_the_last_verdict_and_xids_still_arrive() {
+    let m = Monitor::start();
+    m.fake.fail_samples(true);
+    m.fake.wait_samples(2, LIMIT);
+    let r = m.now();
+    assert_eq!(r.gpus.len(), 2);
+    assert!(
+        r.gpus.iter().all(|g| !g.missing),
+        "a failed read is not 'every GPU is gone'"
+    );
+    assert_eq!(r.node, GpuHealth::Healthy);
+    m.fake.inject_xid(1, 94);
+    let r = m.wait_for("XID folded in while reads fail", |r| {
+        health(r, "1") == Some(GpuHealth::Failed)
+    });
+    assert!(r.gpus.iter().all(|g| !g.missing));
+    m.fake.fail_samples(false);
+    m.fake.wait_samples(1, LIMIT);
+    assert_eq!(
+        m.wait_for("reads again", |r| r.node == GpuHealth::Failed)
+            .gpus
+            .len(),
+        2
+    );
+    m.stop();
+}
+
+#[test]
+fn stop_ends_the_monitor_thread() {
+    let m = Monitor::start();
+    m.stop(); // joins; a monitor that ignored `stop` would hang here
+}
+
+#[test]
+fn nvml_probe_without_a_library_is_no_library() {
+    let err = NvmlProbe::new(Some("/nonexistent/vigil/libnvidia-ml.so.1")).unwrap_err();
+    assert!(matches!(err, GpuError::NoLibrary(_)), "{err:?}");
+    assert!(err.to_string().contains("no NVIDIA driver"), "{err}");
+}
+
+#[test]
+fn nvml_probe_on_this_machine() {
+    match NvmlProbe::new(None) {
+        Err(GpuError::NoLibrary(_)) => {}
+        // A machine with a driver: the real probe must read every GPU it lists.
+        Ok(mut probe) => {
+            use vigil::sources::gpu::GpuProbe;
+            let n = probe.gpu_count().expect("device count");
+            let samples = probe.sample().expect("sample");
+            assert_eq!(samples.len() as u32, n, "{samples:#?}");
+            assert!(
+                samples.iter().all(|s| s.uuid.starts_with("GPU-")),
+                "{samples:#?}"
+            );
+            let xids = probe
+                .wait_xids(Duration::from_millis(50))
+                .expect("wait for XIDs");
+            assert!(xids.is_empty(), "unexpected XIDs on this machine: {xids:?}");
+        }
+        Err(e) => {
+            assert!(
+                std::path::Path::new("/dev/nvidiactl").exists(),
+                "no NVIDIA device here, so NVML must be NoLibrary, not {e:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn start_without_nvml_publishes_monitoring_off() {
+    for enabled in ["auto", "on"] {
+        let cfg = GpuConfig {
+            enabled: enabled.into(),
+            library_path: "/nonexistent/vigil/libnvidia-ml.so.1".into(),
+            ..cfg()
+        };
+        let (tx, rx) = watch::channel(GpuReport {
+            monitoring: true,
+            ..GpuReport::default()
+        });
+        let handle = start(&cfg, tx, Arc::new(AtomicBool::new(false)));
+        assert!(handle.is_none(), "{enabled}");
+        let r = rx.borrow().clone();
+        assert!(!r.monitoring, "{enabled}");
+        assert!(r.gpus.is_empty());
+        assert!(!worker_on_failed_gpu(&r, None));
+    }
+}
+
+#[test]
+fn start_off_does_nothing() {
+    let cfg = GpuConfig {
+        enabled: "off".into(),
+        ..cfg()
+    };
+    let (tx, rx) = watch::channel(GpuReport::default());
+    assert!(start(&cfg, tx, Arc::new(AtomicBool::new(false))).is_none());
+    assert!(!rx.borrow().monitoring);
+}
