@@ -319,6 +319,13 @@ async fn embedded_mode_works_without_redis_through_the_local_status_api() {
         agent.log_text().contains("embedded coordinator"),
         "said once at start-up"
     );
+    // No NVIDIA driver on this machine: the agent runs with GPU monitoring off and says so once.
+    assert_eq!(
+        agent.log_text().matches("GPU monitoring off").count(),
+        1,
+        "{}",
+        agent.log_text()
+    );
     // A malformed beat is refused with a reason.
     let r = reqwest::Client::new()
         .put(format!("{url}/v1/workers/{}/status", s.worker))

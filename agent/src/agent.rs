@@ -19,6 +19,7 @@ use crate::coord::{CoordError, Coordinator, Keys};
 use crate::fleet::{self, NodeRecord};
 use crate::maintenance::SharedFacts;
 use crate::metrics::Metrics;
+use crate::policy::gpu::{self as gpu_policy, GpuReport};
 use crate::policy::{NodeContext, Verdict};
 use crate::runtime::{Container, ContainerRuntime};
 use crate::trail::{code, Trail};
@@ -64,6 +65,11 @@ pub struct Agent {
     reload: Option<watch::Receiver<Config>>,
     /// Verdicts of the last cycle, for the heartbeat record.
     last_verdicts: BTreeMap<String, String>,
+    /// GPU reports from the NVML monitor.
+    gpu_rx: Option<watch::Receiver<GpuReport>>,
+    gpu: GpuReport,
+    /// Evidence lines (e.g. recent XID 43 on the worker's GPU) for the worker being evaluated.
+    pub(crate) gpu_evidence: Vec<String>,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -111,6 +117,9 @@ impl Agent {
             facts: SharedFacts::default(),
             reload: None,
             last_verdicts: BTreeMap::new(),
+            gpu_rx: None,
+            gpu: GpuReport::default(),
+            gpu_evidence: Vec::new(),
             cfg,
         }
     }
@@ -118,6 +127,12 @@ impl Agent {
     /// Share the maintenance controller's view of the node.
     pub fn with_facts(mut self, facts: SharedFacts) -> Self {
         self.facts = facts;
+        self
+    }
+
+    /// Follow the GPU monitor: a worker on a failed GPU is never restarted.
+    pub fn with_gpu(mut self, rx: watch::Receiver<GpuReport>) -> Self {
+        self.gpu_rx = Some(rx);
         self
     }
 
@@ -224,6 +239,9 @@ impl Agent {
             (f.in_maintenance(started), f.maintenance.phase)
         };
         self.node.in_maintenance = maintenance.0;
+        if let Some(rx) = &self.gpu_rx {
+            self.gpu = rx.borrow().clone();
+        }
         let now = match self.coord.time().await {
             Ok(t) => t,
             Err(e) => {
@@ -312,6 +330,15 @@ impl Agent {
                     return report;
                 }
             };
+            let gpus = list[0].gpus.as_deref();
+            self.node.gpu_failed =
+                self.gpu.monitoring && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus);
+            self.gpu_evidence = gpu_policy::evidence(
+                &self.gpu,
+                gpus,
+                crate::sources::gpu::clock_ms(),
+                &self.cfg.gpu,
+            );
             match self.evaluate(&list[0], now).await {
                 Ok(v) => report.verdicts.push((worker, v)),
                 Err(e) => {
@@ -344,7 +371,11 @@ impl Agent {
             pool: self.cfg.fleet.pool.clone(),
             slice: self.cfg.fleet.slice.clone(),
             maintenance: maintenance.to_string(),
-            gpu: "unknown".into(),
+            gpu: if self.gpu.monitoring {
+                self.gpu.node.as_str().into()
+            } else {
+                "unknown".into()
+            },
             workers: self.last_verdicts.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             dry_run: self.cfg.dry_run,

@@ -18,6 +18,7 @@ use crate::coord::redis::RedisCoordinator;
 use crate::coord::{write_status, Coordinator, Keys};
 use crate::maintenance::{Controller, SharedFacts};
 use crate::metrics::Metrics;
+use crate::policy::gpu::GpuReport;
 use crate::runtime::docker::DockerRuntime;
 use crate::server::{self, ServerState};
 use crate::sources::metadata::{watch_with, MetadataClient, RawMetadata, WatchConfig};
@@ -449,7 +450,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
             cfg.alerts.attempts,
         )) as Arc<dyn AlertSink>
     });
-    let notifier = Notifier::new(sink, metrics.clone());
+    let notifier = Notifier::new(sink.clone(), metrics.clone());
     let facts = SharedFacts::default();
     let mut agent = Agent::new(
         cfg.clone(),
@@ -510,6 +511,11 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
     } else {
         drop(meta_tx);
     }
+    // NVML calls block: the monitor runs on its own thread and publishes reports.
+    let (gpu_tx, gpu_rx) = tokio::sync::watch::channel(GpuReport::default());
+    let gpu_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gpu_thread = crate::sources::gpu::start(&cfg.gpu, gpu_tx, gpu_stop.clone());
+    agent = agent.with_gpu(gpu_rx.clone());
     let controller = Controller::new(
         cfg.clone(),
         coord.clone(),
@@ -518,11 +524,12 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
         metrics.clone(),
         agent.trail.clone(),
         facts,
-    );
+    )
+    .with_notifier(Notifier::new(sink, metrics.clone()));
     let controller_task = {
         let term = signals.term.clone();
         let s = stop.clone();
-        tokio::spawn(async move { controller.run(meta_rx, term, s).await })
+        tokio::spawn(async move { controller.run(meta_rx, gpu_rx, term, s).await })
     };
 
     let mut server_task = None;
@@ -556,6 +563,11 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
         tracing::error!("checkpoint drain exceeded the grace period; exiting anyway");
     }
     stop.cancel();
+    gpu_stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(t) = gpu_thread {
+        // The monitor sees the flag within about a second; never block the exit on it.
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
     }

@@ -12,13 +12,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::actions::alert::{Alert, AlertKind, Notifier};
 use crate::actions::checkpoint::{self, Checkpointer, Outcome, WorkerResult};
 use crate::actions::node::{EventType, NodeApi, NodeDesired, Taint};
 use crate::clock::{ms, rfc3339, Clock, Millis, SystemClock};
 use crate::config::{Config, KubernetesConfig};
 use crate::coord::{Coordinator, Keys};
 use crate::fleet;
-use crate::metrics::Metrics;
+use crate::metrics::{GpuMetricsState, Metrics};
+use crate::policy::gpu::{GpuHealth, GpuReport};
 use crate::policy::WorkerState;
 use crate::runtime::ContainerRuntime;
 use crate::sources::metadata::{derive, MaintenanceState, Phase, RawMetadata};
@@ -101,6 +103,38 @@ pub fn node_desired(
     }
 }
 
+/// Add the GPU fields to the Node's desired state (pure): the node's GPU health label, the
+/// reasons, and the optional `NoSchedule` taint while a GPU has failed.
+pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mut NodeDesired) {
+    let p = &k.label_prefix;
+    d.labels.insert(
+        format!("{p}gpu-health"),
+        report.monitoring.then(|| report.node.as_str().to_string()),
+    );
+    let mut reasons = report.node_reasons.join("; ");
+    if reasons.len() > 1000 {
+        let mut cut = 1000;
+        while !reasons.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reasons.truncate(cut);
+    }
+    d.annotations.insert(
+        format!("{p}gpu-health-reasons"),
+        (!reasons.is_empty()).then_some(reasons),
+    );
+    let key = format!("{p}gpu-failed");
+    if taint && report.monitoring && report.node == GpuHealth::Failed {
+        d.add_taints.push(Taint {
+            key,
+            value: "true".into(),
+            effect: "NoSchedule".into(),
+        });
+    } else {
+        d.remove_taints.push(key);
+    }
+}
+
 /// The Event reason and type for entering a phase.
 pub fn event_for(phase: Phase) -> (&'static str, EventType) {
     match phase {
@@ -132,6 +166,10 @@ pub struct Controller {
     last_checkpoint: Option<String>,
     /// Whether this node currently holds the pool's opportunistic-maintenance claim.
     claimed: Option<String>,
+    /// The latest GPU report (monitoring off until the GPU monitor says otherwise).
+    gpu: GpuReport,
+    gpu_seen: GpuMetricsState,
+    notifier: Option<Notifier>,
 }
 
 impl Controller {
@@ -173,6 +211,62 @@ impl Controller {
             checkpointed_episode: false,
             last_checkpoint: None,
             claimed: None,
+            gpu: GpuReport::default(),
+            gpu_seen: GpuMetricsState::default(),
+            notifier: None,
+        }
+    }
+
+    /// Alerts for node-level GPU failures go here.
+    pub fn with_notifier(mut self, notifier: Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
+    }
+
+    /// A new GPU report: metrics always; the Node, an Event, the trail and an alert when the
+    /// node's GPU health or its reasons change.
+    pub async fn apply_gpu(&mut self, report: GpuReport) {
+        self.metrics.record_gpu(&report, &mut self.gpu_seen);
+        let changed = report.monitoring != self.gpu.monitoring
+            || report.node != self.gpu.node
+            || report.node_reasons != self.gpu.node_reasons;
+        let prev = std::mem::replace(&mut self.gpu, report);
+        if !changed {
+            return;
+        }
+        let r = &self.gpu;
+        let detail = format!(
+            "GPU health {} → {}{}",
+            prev.node.as_str(),
+            r.node.as_str(),
+            if r.node_reasons.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", r.node_reasons.join("; "))
+            }
+        );
+        let (monitoring, node) = (r.monitoring, r.node);
+        if monitoring {
+            self.note("-", code::GPU_HEALTH, detail.clone()).await;
+        }
+        self.publish().await;
+        if prev.node != node && monitoring {
+            let (reason, kind) = match node {
+                GpuHealth::Failed => ("VigilGpuFailed", EventType::Warning),
+                GpuHealth::Degraded => ("VigilGpuDegraded", EventType::Warning),
+                GpuHealth::Healthy => ("VigilGpuHealthy", EventType::Normal),
+            };
+            self.event(reason, &format!("vigil: {detail}"), kind).await;
+            if node == GpuHealth::Failed {
+                if let Some(n) = &self.notifier {
+                    let a = Alert::new(
+                        AlertKind::GpuFailed,
+                        &self.cfg.node_name,
+                        format!("{detail}; a restart cannot fix hardware: drain the node and have the GPU checked"),
+                    );
+                    n.send(&a).await;
+                }
+            }
         }
     }
 
@@ -199,7 +293,7 @@ impl Controller {
     /// Make the Node show the current state (no write when it already does).
     pub async fn publish(&self) {
         let Some(api) = &self.node_api else { return };
-        let desired = node_desired(
+        let mut desired = node_desired(
             &self.cfg.kubernetes,
             &self.state,
             self.last_checkpoint.as_deref(),
@@ -207,6 +301,12 @@ impl Controller {
                 .opportunistic
                 .enabled
                 .then_some(self.claimed.is_some()),
+        );
+        gpu_desired(
+            &self.cfg.kubernetes,
+            &self.gpu,
+            self.cfg.gpu.taint_on_failure,
+            &mut desired,
         );
         if let Err(e) = api.reconcile(&self.cfg.node_name, &desired).await {
             self.metrics.kube_error(e.op());
@@ -463,9 +563,12 @@ impl Controller {
     pub async fn run(
         mut self,
         mut rx: watch::Receiver<RawMetadata>,
+        mut gpu_rx: watch::Receiver<GpuReport>,
         term: CancellationToken,
         stop: CancellationToken,
     ) {
+        self.gpu = gpu_rx.borrow_and_update().clone();
+        self.metrics.record_gpu(&self.gpu, &mut self.gpu_seen);
         self.set_phase_metric(Phase::None);
         // Bring the Node in line at start-up (clears what a previous run may have left).
         let first = derive(&rx.borrow_and_update());
@@ -476,6 +579,7 @@ impl Controller {
         }
         let mut tick = tokio::time::interval(self.cfg.poll_interval);
         let mut metadata_open = true;
+        let mut gpu_open = true;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -494,6 +598,14 @@ impl Controller {
                     }
                     let next = derive(&rx.borrow_and_update());
                     self.apply(next).await;
+                }
+                changed = gpu_rx.changed(), if gpu_open => {
+                    if changed.is_err() {
+                        gpu_open = false;
+                        continue;
+                    }
+                    let report = gpu_rx.borrow_and_update().clone();
+                    self.apply_gpu(report).await;
                 }
                 _ = tick.tick() => self.opportunistic().await,
             }

@@ -290,6 +290,112 @@ impl Metrics {
         self.kube_errors.get_or_create(&vec![("op", op)]).inc();
     }
 
+    /// Export one GPU report: gauges set from the latest samples, the XID counter advanced by the
+    /// occurrences since the last report (`seen` remembers what was already counted).
+    pub fn record_gpu(&self, report: &crate::policy::gpu::GpuReport, seen: &mut GpuMetricsState) {
+        self.gpu_monitoring.set(i64::from(report.monitoring));
+        for g in &report.gpus {
+            let id = |extra: Vec<(&'static str, String)>| {
+                let mut l: GpuLabels = vec![("gpu", g.index.to_string()), ("uuid", g.uuid.clone())];
+                l.extend(extra);
+                l
+            };
+            for h in ["healthy", "degraded", "failed"] {
+                self.gpu_health
+                    .get_or_create(&id(vec![("state", h.to_string())]))
+                    .set(i64::from(g.health.as_str() == h));
+            }
+            let s = &g.sample;
+            if let Some(t) = s.temperature_c {
+                self.gpu_temperature
+                    .get_or_create(&id(vec![]))
+                    .set(i64::from(t));
+            }
+            if let Some(p) = s.power_w {
+                self.gpu_power.get_or_create(&id(vec![])).set(p);
+            }
+            if let Some(u) = s.utilization {
+                self.gpu_utilization.get_or_create(&id(vec![])).set(u);
+            }
+            if let Some(m) = s.memory_used_bytes {
+                self.gpu_memory_used
+                    .get_or_create(&id(vec![]))
+                    .set(m.min(i64::MAX as u64) as i64);
+            }
+            if let Some(m) = s.memory_total_bytes {
+                self.gpu_memory_total
+                    .get_or_create(&id(vec![]))
+                    .set(m.min(i64::MAX as u64) as i64);
+            }
+            for (counter, severity, v) in [
+                ("volatile", "corrected", s.ecc_volatile_corrected),
+                ("volatile", "uncorrected", s.ecc_volatile_uncorrected),
+                ("aggregate", "corrected", s.ecc_aggregate_corrected),
+                ("aggregate", "uncorrected", s.ecc_aggregate_uncorrected),
+            ] {
+                if let Some(v) = v {
+                    self.gpu_ecc_errors
+                        .get_or_create(&id(vec![
+                            ("counter", counter.to_string()),
+                            ("severity", severity.to_string()),
+                        ]))
+                        .set(v.min(i64::MAX as u64) as i64);
+                }
+            }
+            if let Some(r) = s.retired_pages {
+                self.gpu_retired_pages
+                    .get_or_create(&id(vec![]))
+                    .set(r.min(i64::MAX as u64) as i64);
+            }
+            if let Some(p) = s.retired_pages_pending {
+                self.gpu_retired_pages_pending
+                    .get_or_create(&id(vec![]))
+                    .set(i64::from(p));
+            }
+            if let Some(r) = s.remapped_rows {
+                for (kind, v) in [
+                    ("correctable", r.correctable),
+                    ("uncorrectable", r.uncorrectable),
+                ] {
+                    self.gpu_remapped_rows
+                        .get_or_create(&id(vec![("kind", kind.to_string())]))
+                        .set(i64::from(v));
+                }
+                self.gpu_remap_pending
+                    .get_or_create(&id(vec![]))
+                    .set(i64::from(r.pending));
+                self.gpu_remap_failure
+                    .get_or_create(&id(vec![]))
+                    .set(i64::from(r.failure));
+            }
+            // Throttle reasons: 1 while active, back to 0 once they clear.
+            for reason in &s.throttle_reasons {
+                seen.throttled.insert((g.uuid.clone(), reason));
+            }
+            for (uuid, reason) in seen.throttled.iter().filter(|(u, _)| *u == g.uuid) {
+                let active = s.throttle_reasons.contains(reason);
+                self.gpu_throttle
+                    .get_or_create(&vec![
+                        ("gpu", g.index.to_string()),
+                        ("uuid", uuid.clone()),
+                        ("reason", reason.to_string()),
+                    ])
+                    .set(i64::from(active));
+            }
+            for (xid, count) in &g.xid_counts {
+                let before = seen
+                    .xids
+                    .insert((g.uuid.clone(), *xid), *count)
+                    .unwrap_or(0);
+                if *count > before {
+                    self.gpu_xid_events
+                        .get_or_create(&id(vec![("xid", xid.to_string())]))
+                        .inc_by(count - before);
+                }
+            }
+        }
+    }
+
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -297,6 +403,13 @@ impl Metrics {
         let _ = encode(&mut out, &self.registry);
         out
     }
+}
+
+/// What [`Metrics::record_gpu`] already exported.
+#[derive(Debug, Default)]
+pub struct GpuMetricsState {
+    xids: std::collections::BTreeMap<(String, u64), u64>,
+    throttled: std::collections::BTreeSet<(String, &'static str)>,
 }
 
 impl Default for Metrics {

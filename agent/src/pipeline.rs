@@ -340,6 +340,13 @@ impl Agent {
             );
             let mut alert = alert;
             alert.incident = Some(inc.id.clone());
+            if !self.gpu_evidence.is_empty() {
+                // Application XIDs on the worker's GPU do not make the hardware unhealthy, but
+                // they are the first thing a person wants to see next to a hang.
+                alert
+                    .detail
+                    .push_str(&format!("; GPU evidence: {}", self.gpu_evidence.join("; ")));
+            }
             self.notifier.send(&alert).await;
             self.note(
                 now,

@@ -36,6 +36,7 @@ pub mod code {
     pub const CHECKPOINT_FAILED: &str = "checkpoint-failed";
     pub const PERFORM_MAINTENANCE: &str = "perform-maintenance";
     pub const CONFIG_RELOADED: &str = "config-reloaded";
+    pub const GPU_HEALTH: &str = "gpu-health";
 
     /// Every code, for the README drift check.
     pub const ALL: &[&str] = &[
@@ -65,6 +66,7 @@ pub mod code {
         CHECKPOINT_FAILED,
         PERFORM_MAINTENANCE,
         CONFIG_RELOADED,
+        GPU_HEALTH,
     ];
 }
 

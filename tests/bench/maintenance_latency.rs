@@ -88,7 +88,8 @@ async fn main() {
         ..WatchConfig::default()
     };
     tokio::spawn(watch_with(client, tx, metrics.clone(), stop.clone(), wcfg));
-    tokio::spawn(controller.run(rx, CancellationToken::new(), stop.clone()));
+    let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
+    tokio::spawn(controller.run(rx, gpu_rx, CancellationToken::new(), stop.clone()));
 
     let keys = Keys::new("vigil", node);
     let status = keys.status("trainer-0");

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod fake_gpu;
 pub mod fake_kube;
 pub mod fake_metadata;
 pub mod fakes;

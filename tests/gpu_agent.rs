@@ -1,0 +1,283 @@
+//! GPU health through the running agent: the fake NVML probe drives the real monitor thread,
+//! whose reports reach the real restart pipeline and maintenance controller (Node fields,
+//! Events, alerts, metrics). The no-driver path of the real binary is in tests/e2e.rs.
+
+mod common;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fake_gpu::FakeGpu;
+use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
+use tokio_util::sync::CancellationToken;
+use vigil::actions::alert::{AlertKind, Notifier};
+use vigil::agent::Agent;
+use vigil::clock::SystemClock;
+use vigil::config::Config;
+use vigil::coord::memory::MemoryCoordinator;
+use vigil::coord::{heartbeat_value, Coordinator, Keys};
+use vigil::maintenance::{Controller, SharedFacts};
+use vigil::metrics::Metrics;
+use vigil::policy::gpu::GpuReport;
+use vigil::policy::Verdict;
+use vigil::sources::gpu::spawn_monitor;
+
+struct Rig {
+    gpu: FakeGpu,
+    coord: Arc<MemoryCoordinator>,
+    runtime: FakeRuntime,
+    node: RecordingNodeApi,
+    sink: RecordingSink,
+    metrics: Arc<Metrics>,
+    agent: Agent,
+    keys: Keys,
+    stop: Arc<AtomicBool>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cancel.cancel();
+    }
+}
+
+async fn rig() -> Rig {
+    let mut cfg = Config {
+        node_name: "gpu-1".into(),
+        ..Config::default()
+    };
+    cfg.gpu.sample_interval = Duration::from_millis(50);
+    cfg.gpu.taint_on_failure = true;
+    cfg.policy.stale_after = Duration::from_millis(300);
+    cfg.policy.confirm_after = Duration::from_millis(20);
+    cfg.policy.restart_delay = Duration::from_millis(50);
+    let gpu = FakeGpu::new();
+    gpu.add_gpu(0, "GPU-aaaa");
+    gpu.add_gpu(1, "GPU-bbbb");
+    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let runtime = FakeRuntime::default();
+    runtime.add("c0", "trainer-0");
+    runtime.set_gpus("c0", &["0"]);
+    runtime.add("c1", "trainer-1");
+    runtime.set_gpus("c1", &["GPU-bbbb"]);
+    let node = RecordingNodeApi::default();
+    let sink = RecordingSink::default();
+    let metrics = Arc::new(Metrics::new());
+    let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    spawn_monitor(Box::new(gpu.clone()), cfg.gpu.clone(), tx, stop.clone());
+    let facts = SharedFacts::default();
+    let agent = Agent::new(
+        cfg.clone(),
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()),
+        metrics.clone(),
+    )
+    .with_facts(facts.clone())
+    .with_gpu(rx.clone());
+    let controller = Controller::new(
+        cfg,
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        Some(Arc::new(node.clone())),
+        metrics.clone(),
+        agent.trail.clone(),
+        facts,
+    )
+    .with_notifier(Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()));
+    let cancel = CancellationToken::new();
+    let (_meta_tx, meta_rx) = tokio::sync::watch::channel(Default::default());
+    std::mem::forget(_meta_tx);
+    tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
+    Rig {
+        keys: Keys::new("vigil", "gpu-1"),
+        gpu,
+        coord,
+        runtime,
+        node,
+        sink,
+        metrics,
+        agent,
+        stop,
+        cancel,
+    }
+}
+
+async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}
+
+impl Rig {
+    fn gpu_label(&self) -> Option<String> {
+        self.node
+            .last()
+            .labels
+            .get("vigil.dev/gpu-health")
+            .cloned()
+            .flatten()
+    }
+
+    async fn stale(&self, worker: &str) {
+        let now = self.coord.time().await.unwrap();
+        self.coord
+            .hset(
+                &self.keys.status(worker),
+                &[
+                    ("state".into(), "processing".into()),
+                    ("heartbeat".into(), heartbeat_value(now - 10_000)),
+                    ("job".into(), "j".into()),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn fresh(&self, worker: &str) {
+        let now = self.coord.time().await.unwrap();
+        self.coord
+            .hset(
+                &self.keys.status(worker),
+                &[
+                    ("state".into(), "processing".into()),
+                    ("heartbeat".into(), heartbeat_value(now)),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Run agent cycles for a while (a restart, if any, happens within them).
+    async fn cycles(&mut self, n: usize) -> Vec<(String, Verdict)> {
+        let mut last = Vec::new();
+        for _ in 0..n {
+            last = self.agent.cycle().await.verdicts;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        last
+    }
+}
+
+#[tokio::test]
+async fn xid_79_fails_the_gpu_taints_the_node_alerts_and_protects_its_worker() {
+    let mut r = rig().await;
+    assert!(
+        eventually(|| r.gpu_label().as_deref() == Some("healthy")).await,
+        "{:?}",
+        r.node.last()
+    );
+    r.gpu.inject_xid(0, 79);
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("failed")).await);
+    let d = r.node.last();
+    assert!(d
+        .add_taints
+        .iter()
+        .any(|t| t.key == "vigil.dev/gpu-failed" && t.effect == "NoSchedule"));
+    let reasons = d.annotations["vigil.dev/gpu-health-reasons"]
+        .clone()
+        .unwrap();
+    assert!(reasons.contains("79"), "{reasons}");
+    assert!(r.node.reasons().contains(&"VigilGpuFailed".to_string()));
+    assert!(eventually(|| r.sink.count(AlertKind::GpuFailed) >= 1).await);
+
+    // Both workers hang: the one on the failed GPU is never restarted, the other one is.
+    r.stale("trainer-0").await;
+    r.stale("trainer-1").await;
+    let verdicts = r.cycles(25).await;
+    assert_eq!(r.runtime.restarts("c0"), 0, "a restart cannot fix hardware");
+    assert_eq!(
+        r.runtime.restarts("c1"),
+        1,
+        "the healthy GPU's worker is still looked after"
+    );
+    assert!(
+        verdicts.contains(&("trainer-0".to_string(), Verdict::GpuFailed)),
+        "{verdicts:?}"
+    );
+    let text = r.metrics.encode();
+    assert!(
+        text.contains("vigil_gpu_xid_events_total{gpu=\"0\",uuid=\"GPU-aaaa\",xid=\"79\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("vigil_gpu_health{gpu=\"0\",uuid=\"GPU-aaaa\",state=\"failed\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("vigil_gpu_monitoring 1"));
+}
+
+#[tokio::test]
+async fn application_xid_13_keeps_the_gpu_healthy_but_is_counted() {
+    let r = rig().await;
+    r.gpu.inject_xid(0, 13);
+    r.gpu.inject_xid(0, 13);
+    assert!(
+        eventually(|| r
+            .metrics
+            .encode()
+            .contains("vigil_gpu_xid_events_total{gpu=\"0\",uuid=\"GPU-aaaa\",xid=\"13\"} 2"))
+        .await,
+        "{}",
+        r.metrics.encode()
+    );
+    assert_eq!(r.gpu_label().as_deref(), Some("healthy"));
+    assert!(!r.node.reasons().contains(&"VigilGpuFailed".to_string()));
+}
+
+#[tokio::test]
+async fn ecc_errors_and_pending_retirement_degrade() {
+    let r = rig().await;
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
+    r.gpu.set_pending_retirement(1, true);
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("degraded")).await);
+    r.gpu.set_pending_retirement(1, false);
+    r.gpu.set_ecc_uncorrected(0, 2);
+    assert!(
+        eventually(|| r
+            .node
+            .last()
+            .annotations
+            .get("vigil.dev/gpu-health-reasons")
+            .cloned()
+            .flatten()
+            .is_some_and(|a| a.to_lowercase().contains("ecc")))
+        .await,
+        "{:?}",
+        r.node.last()
+    );
+    assert_eq!(r.gpu_label().as_deref(), Some("degraded"));
+    assert!(
+        r.node.last().add_taints.is_empty(),
+        "degraded is not tainted"
+    );
+}
+
+#[tokio::test]
+async fn an_application_xid_is_evidence_on_the_hang_alert() {
+    let mut r = rig().await;
+    r.gpu.inject_xid(0, 43);
+    assert!(eventually(|| r.metrics.encode().contains("xid=\"43\"")).await);
+    r.fresh("trainer-1").await;
+    r.stale("trainer-0").await;
+    r.cycles(10).await;
+    let hung = r.sink.of(AlertKind::Hung);
+    assert_eq!(hung.len(), 1, "{:?}", r.sink.kinds());
+    assert!(
+        hung[0].detail.contains("XID 43 on GPU 0"),
+        "{}",
+        hung[0].detail
+    );
+    assert_eq!(
+        r.runtime.restarts("c0"),
+        1,
+        "an application XID does not block the restart"
+    );
+}
