@@ -17,6 +17,10 @@ COPY --from=build /src/target/release/vigil /usr/local/bin/vigil
 # NB: the agent talks to the Docker socket, which is root-equivalent on the node. Run as a user
 # in the socket's group (often 999 or 998, see `stat -c %g /var/run/docker.sock`), set with
 # the DaemonSet's securityContext.runAsGroup / supplementalGroups.
+# The NVIDIA container toolkit mounts libnvidia-ml.so into containers that ask for it; the agent
+# needs only the management library (NVML), no CUDA, and no GPU of its own.
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=utility
 USER 65532:65532
 EXPOSE 9464
 ENTRYPOINT ["/usr/local/bin/vigil"]

@@ -2,14 +2,19 @@
 # Runs every test of the workspace: unit, scenario, coordination (real Redis) and end-to-end
 # (the vigil binary against real Redis and the real Docker daemon).
 #
+# Then it lints a live /metrics scrape with promtool and validates the rendered deploy/
+# manifests (scripts/check-metrics.sh, scripts/check-deploy.sh).
+#
 # Needs: cargo, redis-server, the docker CLI + daemon, a static busybox (the e2e tests build
-# their tiny image from it with `docker import`). `.ci/run` installs the Debian packages.
+# their tiny image from it with `docker import`), promtool, kubectl and kubernetes-validate.
+# `.ci/run` installs them: apt-get install redis-server busybox-static prometheus;
+# pip install kubernetes-validate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-for tool in redis-server redis-cli docker; do
+for tool in redis-server redis-cli docker promtool kubectl kubernetes-validate; do
   command -v "$tool" >/dev/null || {
-    echo "scripts/test.sh: $tool is missing (apt-get install -y redis-server busybox-static docker.io)" >&2
+    echo "scripts/test.sh: $tool is missing (apt-get install -y redis-server busybox-static prometheus; pip install kubernetes-validate; kubectl ships with this machine image)" >&2
     exit 1
   }
 done
@@ -32,3 +37,5 @@ export VIGIL_TEST_REDIS_URL="redis://127.0.0.1:$port"
 echo "scripts/test.sh: redis on $VIGIL_TEST_REDIS_URL"
 
 cargo test --workspace "$@"
+bash scripts/check-metrics.sh
+bash scripts/check-deploy.sh

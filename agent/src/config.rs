@@ -539,6 +539,9 @@ impl Config {
         if let Some(v) = env.get("DOCKER_HOST") {
             self.docker.host = v;
         }
+        if let Some(v) = env.get("VIGIL_WEBHOOK_URL") {
+            self.alerts.webhook_url = v;
+        }
         if let Some(v) = env.get("GCE_METADATA_HOST") {
             self.metadata.host = v;
         }

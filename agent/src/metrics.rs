@@ -6,7 +6,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(&'static str, &'static str)>;
@@ -201,7 +200,7 @@ impl Metrics {
         registry.register_with_unit(
             "gpu_utilization",
             "GPU utilisation, 0 to 1",
-            prometheus_client::registry::Unit::Ratios,
+            prometheus_client::registry::Unit::Other("ratio".into()),
             m.gpu_utilization.clone(),
         );
         registry.register_with_unit(
@@ -256,11 +255,13 @@ impl Metrics {
             "Critical XID events by GPU and XID (every occurrence counts)",
             m.gpu_xid_events.clone(),
         );
-        registry.register(
-            "build",
-            "Build information",
-            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
-        );
+        // NB: a gauge fixed at 1 rather than an OpenMetrics `info`, so that parsers of the
+        // classic text format (promtool, older scrapers) read it too.
+        let build: Family<Labels, Gauge> = Family::default();
+        build
+            .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))])
+            .set(1);
+        registry.register("build_info", "Build information (always 1)", build);
         Metrics { registry, ..m }
     }
 
@@ -396,6 +397,56 @@ impl Metrics {
         }
     }
 
+    /// Create one series in every family, so an encoding lists them all (the README drift
+    /// check and `promtool` see every name, not only those that happened to be touched).
+    pub fn touch_all(&self) {
+        self.verdict("healthy");
+        self.decision("agent-started");
+        self.restart("hung", "restarted");
+        self.alert("hung", "logged");
+        self.metadata_error("preempted", "timeout");
+        self.kube_error("get");
+        self.interruptions
+            .get_or_create(&vec![("type", "preemption"), ("reason", "preempted")])
+            .inc();
+        self.maintenance
+            .get_or_create(&vec![("phase", "none")])
+            .set(1);
+        self.checkpoints
+            .get_or_create(&vec![("method", "redis"), ("outcome", "acked")])
+            .inc();
+        let sample = crate::sources::gpu::GpuSample {
+            index: 0,
+            uuid: "GPU-0".into(),
+            temperature_c: Some(40),
+            power_w: Some(70.0),
+            utilization: Some(0.5),
+            memory_used_bytes: Some(1),
+            memory_total_bytes: Some(2),
+            ecc_volatile_corrected: Some(0),
+            ecc_volatile_uncorrected: Some(0),
+            ecc_aggregate_corrected: Some(0),
+            ecc_aggregate_uncorrected: Some(0),
+            retired_pages: Some(0),
+            retired_pages_pending: Some(false),
+            remapped_rows: Some(Default::default()),
+            throttle_reasons: vec!["gpu-idle"],
+            ..Default::default()
+        };
+        let report = crate::policy::gpu::GpuReport {
+            monitoring: true,
+            gpus: vec![crate::policy::gpu::GpuStatus {
+                index: 0,
+                uuid: "GPU-0".into(),
+                sample,
+                xid_counts: [(13, 1)].into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        self.record_gpu(&report, &mut GpuMetricsState::default());
+    }
+
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -403,6 +454,36 @@ impl Metrics {
         let _ = encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The classic Prometheus text format (0.0.4) from OpenMetrics text, for scrapers and tools
+/// that do not speak OpenMetrics (`promtool check metrics`, `curl`): counter families are named
+/// with their `_total` suffix, and the OpenMetrics-only `# UNIT` and `# EOF` lines are dropped.
+pub fn to_classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(l) => out.push_str(&l),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// What [`Metrics::record_gpu`] already exported.
@@ -421,6 +502,18 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn classic_text_names_counters_with_their_suffix() {
+        let m = Metrics::new();
+        m.decision("restarted");
+        let classic = to_classic_text(&m.encode());
+        assert!(classic.contains("# TYPE vigil_decisions_total counter"));
+        assert!(classic.contains("# HELP vigil_decisions_total "));
+        assert!(classic.contains("vigil_decisions_total{decision=\"restarted\"} 1"));
+        assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"));
+        assert!(classic.contains("# TYPE vigil_cycle_duration_seconds histogram"));
+    }
 
     #[test]
     fn names_and_suffixes_do_not_drift() {

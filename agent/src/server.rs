@@ -62,15 +62,33 @@ pub fn router(state: ServerState) -> Router {
         .with_state(state)
 }
 
-async fn metrics(State(s): State<ServerState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
-    )
-        .into_response()
+/// OpenMetrics for scrapers that ask for it (Prometheus does), the classic text format for the
+/// rest (`curl`, `promtool check metrics`).
+async fn metrics(State(s): State<ServerState>, headers: axum::http::HeaderMap) -> Response {
+    let wants_openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    let text = s.metrics.encode();
+    if wants_openmetrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            crate::metrics::to_classic_text(&text),
+        )
+            .into_response()
+    }
 }
 
 async fn healthz(State(s): State<ServerState>) -> Response {

@@ -46,6 +46,25 @@ pub enum AlertKind {
 }
 
 impl AlertKind {
+    /// Every kind, for the README drift check.
+    pub const ALL: [AlertKind; 15] = [
+        AlertKind::Hung,
+        AlertKind::Errored,
+        AlertKind::Restarting,
+        AlertKind::WouldRestart,
+        AlertKind::RestartFailed,
+        AlertKind::Escalation,
+        AlertKind::BreakerOpen,
+        AlertKind::BudgetExhausted,
+        AlertKind::Unreachable,
+        AlertKind::Stalled,
+        AlertKind::GpuFailed,
+        AlertKind::LogsFailed,
+        AlertKind::Ambiguous,
+        AlertKind::CoordinatorDown,
+        AlertKind::RuntimeDown,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             AlertKind::Hung => "hung",
