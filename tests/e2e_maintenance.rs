@@ -472,3 +472,61 @@ async fn a_worker_that_goes_stale_during_maintenance_is_not_restarted() {
     assert!(!trail.contains("timer-started"), "{trail}");
     let _: Value = r.kube.node();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_checks_every_dependency_and_names_what_to_fix() {
+    let r = Rig::new().await;
+    let cfg = r.config("");
+    let worker = WorkerContainer::start(&r.label, &r.worker);
+    let run = |envs: &[(&str, &str)]| {
+        let mut all = vec![("REDIS_URL", r.redis.as_str())];
+        all.extend_from_slice(envs);
+        vigil(&["doctor", "--config", cfg.to_str().unwrap()], &all)
+    };
+    let (code, out, err) = run(&[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} line in\n{out}"))
+            .to_string()
+    };
+    assert!(line("redis").starts_with("ok"), "{out}");
+    assert!(
+        line("docker").starts_with("ok") && line("docker").contains(&r.worker),
+        "{out}"
+    );
+    assert!(line("nvml").starts_with("warn"), "no driver here: {out}");
+    assert!(
+        line("metadata").starts_with("ok") && line("metadata").contains("NONE"),
+        "{out}"
+    );
+    assert!(line("kubernetes").starts_with("ok"), "{out}");
+    assert!(
+        line("rbac:nodes").starts_with("ok") && line("rbac:events").starts_with("ok"),
+        "{out}"
+    );
+
+    // Missing RBAC is a failure that names the fix, and the exit code says so.
+    r.kube.forbid("patch");
+    let (code, out, _) = run(&[]);
+    assert_eq!(code, 1, "{out}");
+    let rbac = out.lines().find(|l| l.contains("rbac:nodes")).unwrap();
+    assert!(
+        rbac.starts_with("FAIL") && rbac.contains("deploy/base/rbac.yaml"),
+        "{out}"
+    );
+
+    // An unreachable Redis fails with what to check.
+    let (code, out, _) = vigil(
+        &["doctor", "--config", cfg.to_str().unwrap()],
+        &[("REDIS_URL", &format!("redis://127.0.0.1:{}", free_port()))],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("redis")),
+        "{out}"
+    );
+    drop(worker);
+}

@@ -391,6 +391,20 @@ impl Agent {
         {
             tracing::warn!(error = %e, "heartbeat not published");
         }
+        // The breaker and budget state, for dashboards (two reads per cycle).
+        let s = &self.cfg.safety;
+        let day = crate::clock::utc_day(now);
+        if let Ok(used) = self.coord.counter(&self.keys.breaker(&day)).await {
+            self.metrics.breaker_used.set(used as i64);
+            let open = !s.breaker_disabled && used >= u64::from(s.breaker_per_day);
+            self.metrics.breaker_open.set(i64::from(open));
+        }
+        if s.fleet_budget > 0 {
+            let window = now.div_euclid(crate::clock::ms(s.fleet_window).max(1));
+            if let Ok(used) = self.coord.counter(&self.keys.fleet_budget(window)).await {
+                self.metrics.fleet_budget_used.set(used as i64);
+            }
+        }
     }
 
     fn coordinator_ok(&mut self) {

@@ -33,6 +33,9 @@ pub struct Metrics {
     pub checkpoints: Family<Labels, Counter>,
     pub checkpoint_seconds: Histogram,
     pub kube_errors: Family<Labels, Counter>,
+    pub breaker_used: Gauge,
+    pub breaker_open: Gauge,
+    pub fleet_budget_used: Gauge,
     pub gpu_monitoring: Gauge,
     pub gpu_health: Family<GpuLabels, Gauge>,
     pub gpu_temperature: Family<GpuLabels, Gauge>,
@@ -71,6 +74,9 @@ impl Metrics {
             checkpoints: Family::default(),
             checkpoint_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
             kube_errors: Family::default(),
+            breaker_used: Gauge::default(),
+            breaker_open: Gauge::default(),
+            fleet_budget_used: Gauge::default(),
             gpu_monitoring: Gauge::default(),
             gpu_health: Family::default(),
             gpu_temperature: Family::default(),
@@ -174,6 +180,21 @@ impl Metrics {
             "kube_errors",
             "Kubernetes API errors by operation (get, patch, event)",
             m.kube_errors.clone(),
+        );
+        registry.register(
+            "breaker_used",
+            "Restarts used on this node in the current UTC day (the circuit breaker's count)",
+            m.breaker_used.clone(),
+        );
+        registry.register(
+            "breaker_open",
+            "1 when this node's breaker is open: no more restarts today, alerts only",
+            m.breaker_open.clone(),
+        );
+        registry.register(
+            "fleet_budget_used",
+            "Restarts used across the fleet in the current budget window",
+            m.fleet_budget_used.clone(),
         );
         registry.register(
             "gpu_monitoring",

@@ -106,6 +106,10 @@ impl FakeKube {
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
             .route("/api/v1/namespaces/{ns}/events", post(create_event))
+            .route(
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                post(access_review),
+            )
             .route("/fake/node", get(hook_node))
             .route("/fake/events", get(hook_events))
             .route("/fake/requests", get(hook_requests))
@@ -637,6 +641,39 @@ async fn patch_node(
         Ok(node) => respond((StatusCode::OK, node)),
         Err(answer) => respond(answer),
     }
+}
+
+/// SelfSubjectAccessReview, as the real server answers it: the review echoed back with a
+/// `status.allowed` that follows the RBAC this fake enforces (see [`FakeKube::forbid`]).
+async fn access_review(
+    State(shared): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    let Ok(mut review) = serde_json::from_slice::<Value>(&body) else {
+        return respond(status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the body is not a SelfSubjectAccessReview".into(),
+            None,
+        ));
+    };
+    let verb = review["spec"]["resourceAttributes"]["verb"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let allowed = !world.forbidden.contains(&verb);
+    review["status"] = serde_json::json!({ "allowed": allowed });
+    (
+        StatusCode::CREATED,
+        [(header::CONTENT_TYPE, "application/json")],
+        review.to_string(),
+    )
+        .into_response()
 }
 
 async fn create_event(
