@@ -315,8 +315,8 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     }
     assert_eq!(
         reasons.iter().filter(|r| *r == "VigilCheckpoint").count(),
-        1,
-        "one checkpoint per interruption: {reasons:?}"
+        2,
+        "the ongoing event, then the termination, each checkpoint once: {reasons:?}"
     );
     let trail = r.trail(&cfg);
     assert!(trail.contains("checkpoint-acked"), "{trail}");
@@ -327,7 +327,7 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("vigil_checkpoints_total{method=\"signal\",outcome=\"acked\"} 1"),
+        metrics.contains("vigil_checkpoints_total{method=\"signal\",outcome=\"acked\"} 2"),
         "{metrics}"
     );
     assert!(

@@ -70,6 +70,10 @@ pub struct Agent {
     gpu: GpuReport,
     /// Evidence lines (e.g. recent XID 43 on the worker's GPU) for the worker being evaluated.
     pub(crate) gpu_evidence: Vec<String>,
+    /// Fired at SIGTERM: a restart that has not started by then does not start.
+    term: CancellationToken,
+    /// The last node record, re-published by the heartbeat task between cycles.
+    record: crate::fleet::SharedRecord,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -107,7 +111,7 @@ impl Agent {
             notifier,
             metrics,
             health: Arc::new(Health::default()),
-            instance: format!("{}-{:04x}", std::process::id(), rand::random::<u16>()),
+            instance,
             node: NodeContext::default(),
             noted: HashSet::new(),
             coord_down: false,
@@ -120,8 +124,38 @@ impl Agent {
             gpu_rx: None,
             gpu: GpuReport::default(),
             gpu_evidence: Vec::new(),
+            term: CancellationToken::new(),
+            record: Default::default(),
             cfg,
         }
+    }
+
+    /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent
+    /// is shutting down, a maintenance notice arrived, or the worker's GPU failed. Read right
+    /// before the command, because the pipeline can take a minute (logs, alert retries).
+    pub(crate) fn stand_down(&self, c: &Container) -> Option<&'static str> {
+        if self.term.is_cancelled() {
+            return Some("the agent is shutting down");
+        }
+        let in_maintenance = {
+            let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
+            f.in_maintenance(tokio::time::Instant::now())
+        };
+        if in_maintenance {
+            return Some("a maintenance notice arrived");
+        }
+        if let Some(rx) = &self.gpu_rx {
+            let gpu = rx.borrow();
+            if gpu.monitoring && gpu_policy::worker_on_failed_gpu(&gpu, c.gpus.as_deref()) {
+                return Some("the worker's GPU failed");
+            }
+        }
+        None
+    }
+
+    /// The record the heartbeat task re-publishes.
+    pub fn heartbeat_record(&self) -> crate::fleet::SharedRecord {
+        self.record.clone()
     }
 
     /// Share the maintenance controller's view of the node.
@@ -168,6 +202,15 @@ impl Agent {
         keep!(fleet, "fleet.*");
         keep!(checkpoint, "checkpoint.*");
         keep!(opportunistic, "opportunistic.*");
+        keep!(gpu, "gpu.*");
+        // The health check's age limit and the controller's tick were sized from it.
+        keep!(poll_interval, "poll_interval");
+        // The Docker client's own timeout was sized from it at start-up.
+        keep!(docker.restart_timeout, "docker.restart_timeout");
+        if let Err(e) = merged.validate() {
+            tracing::error!(error = %e, "config reload refused: the running values of the keys above make the new file invalid; keeping the running config");
+            return;
+        }
         if !kept.is_empty() {
             tracing::warn!(keys = %kept.join(", "), "config reloaded, but these keys need a restart of the agent to change; their running values are kept");
         }
@@ -226,6 +269,7 @@ impl Agent {
     pub async fn cycle(&mut self) -> CycleReport {
         let started = tokio::time::Instant::now();
         let mut report = CycleReport::default();
+        self.health.beat().await;
         let reloaded = self.reload.as_mut().and_then(|rx| {
             rx.has_changed()
                 .unwrap_or(false)
@@ -330,6 +374,8 @@ impl Agent {
                     return report;
                 }
             };
+            // Each worker may run the restart pipeline (minutes at worst): the loop is alive.
+            self.health.beat().await;
             let gpus = list[0].gpus.as_deref();
             self.node.gpu_failed =
                 self.gpu.monitoring && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus);
@@ -381,6 +427,9 @@ impl Agent {
             dry_run: self.cfg.dry_run,
             updated_at: now,
         };
+        if let Ok(mut shared) = self.record.lock() {
+            *shared = Some(rec.clone());
+        }
         if let Err(e) = fleet::publish(
             self.coord.as_ref(),
             &self.keys,
@@ -435,6 +484,7 @@ impl Agent {
     /// Run until `shutdown` fires. Each cycle is paced by `poll_interval`; after a coordinator
     /// error the next try comes sooner, with exponential backoff capped at the interval.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        self.term = shutdown.clone();
         if self.coord.single_node() {
             tracing::warn!("no REDIS_URL: using the embedded coordinator; safe for ONE agent on ONE node only (no fleet budget across nodes, no HA pair)");
         }

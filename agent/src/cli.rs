@@ -498,6 +498,13 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
             Ok(client) => {
                 let watch_cfg = WatchConfig {
                     timeout_sec: cfg.metadata.timeout_sec,
+                    // `on` means the operator knows this is GCE: keep trying at start-up (the
+                    // network may come up late) rather than switch the watcher off.
+                    startup_attempts: if cfg.metadata.enabled == "on" {
+                        u32::MAX
+                    } else {
+                        WatchConfig::default().startup_attempts
+                    },
                     ..WatchConfig::default()
                 };
                 let m = metrics.clone();
@@ -514,7 +521,14 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
     // NVML calls block: the monitor runs on its own thread and publishes reports.
     let (gpu_tx, gpu_rx) = tokio::sync::watch::channel(GpuReport::default());
     let gpu_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let gpu_thread = crate::sources::gpu::start(&cfg.gpu, gpu_tx, gpu_stop.clone());
+    // NB: loading NVML can block on a wedged driver: never on the executor.
+    let gpu_thread = {
+        let (gcfg, stop) = (cfg.gpu.clone(), gpu_stop.clone());
+        tokio::task::spawn_blocking(move || crate::sources::gpu::start(&gcfg, gpu_tx, stop))
+            .await
+            .ok()
+            .flatten()
+    };
     agent = agent.with_gpu(gpu_rx.clone());
     let controller = Controller::new(
         cfg.clone(),
@@ -554,19 +568,43 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
         server_task = Some(tokio::spawn(server::serve(listener, state, stop.clone())));
     }
 
+    // NB: everything after SIGTERM must end before the pod's grace period, or the kubelet
+    // kills us mid-checkpoint. The deadline starts at the signal (not when the restart loop
+    // finishes its cycle), and a guard exits the process when it passes, whatever is running.
+    let drain = cfg.checkpoint.grace.saturating_sub(Duration::from_secs(1));
+    {
+        let term = signals.term.clone();
+        tokio::spawn(async move {
+            term.cancelled().await;
+            tokio::time::sleep(drain).await;
+            tracing::error!("the grace period is about to end: exiting now");
+            std::process::exit(0);
+        });
+    }
+    // A separate heartbeat, so a long cycle (a restart can take minutes) never lets the node
+    // record expire and the fleet view call a working node down.
+    {
+        let (coord, keys, record, every, ttl, stop) = (
+            agent.coord.clone(),
+            agent.keys.clone(),
+            agent.heartbeat_record(),
+            cfg.poll_interval,
+            cfg.fleet.heartbeat_ttl,
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            crate::fleet::heartbeat_loop(coord, keys, record, every, ttl, stop).await
+        }));
+    }
     // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
     agent.run(signals.term.clone()).await;
-    // NB: everything after SIGTERM must end before the pod's grace period, or the kubelet
-    // kills us mid-checkpoint: the drain is bounded by it, with a second of margin.
-    let drain = cfg.checkpoint.grace.saturating_sub(Duration::from_secs(1));
-    if tokio::time::timeout(drain, controller_task).await.is_err() {
-        tracing::error!("checkpoint drain exceeded the grace period; exiting anyway");
-    }
+    let _ = controller_task.await;
     stop.cancel();
     gpu_stop.store(true, std::sync::atomic::Ordering::SeqCst);
     if let Some(t) = gpu_thread {
         // The monitor sees the flag within about a second; never block the exit on it.
-        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        let join = tokio::task::spawn_blocking(move || t.join());
+        let _ = tokio::time::timeout(Duration::from_secs(3), join).await;
     }
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(2), t).await;

@@ -88,6 +88,10 @@ pub struct MetadataConfig {
     pub host: String,
     /// Long-poll `timeout_sec` for each watch request.
     pub timeout_sec: u32,
+    /// A PENDING notice stands restarts down only once its window starts within this long
+    /// (GCE posts them days ahead).
+    #[serde(with = "humantime_serde")]
+    pub pending_horizon: Duration,
     /// After a maintenance event ends, restarts stay suppressed this long.
     #[serde(with = "humantime_serde")]
     pub settle: Duration,
@@ -340,6 +344,7 @@ impl Default for MetadataConfig {
             enabled: "auto".into(),
             host: String::new(),
             timeout_sec: 60,
+            pending_horizon: Duration::from_secs(3600),
             settle: Duration::from_secs(300),
         }
     }

@@ -78,11 +78,9 @@ pub async fn publish(
 ) -> Result<(), CoordError> {
     coord.hset_ttl(&keys.agent(), &rec.fields(), ttl).await?;
     // The slice outlives the record, so a node that went silent still counts against it.
+    let place = serde_json::json!([rec.pool, rec.slice]).to_string();
     coord
-        .hset(
-            &keys.fleet_slices(),
-            &[(rec.node.clone(), rec.slice.clone())],
-        )
+        .hset(&keys.fleet_slices(), &[(rec.node.clone(), place)])
         .await?;
     coord
         .index_touch(
@@ -123,17 +121,24 @@ pub fn health(rec: Option<&NodeRecord>) -> &'static str {
     }
 }
 
-/// Read every indexed node (prefix-wide), and each node's last known slice.
+/// A node's last known (pool, slice).
+pub type Places = BTreeMap<String, (String, String)>;
+
+/// Read every indexed node (prefix-wide), and each node's last known pool and slice.
 pub async fn read(
     coord: &dyn Coordinator,
     prefix: &str,
-) -> Result<(Vec<NodeView>, BTreeMap<String, String>), CoordError> {
+) -> Result<(Vec<NodeView>, Places), CoordError> {
     let fleet = Keys::new(prefix, "-");
     let index = fleet.fleet_nodes();
-    let last_slice: BTreeMap<String, String> = coord
+    let last_slice: Places = coord
         .hgetall(&fleet.fleet_slices())
         .await?
         .into_iter()
+        .filter_map(|(node, v)| {
+            let (pool, slice): (String, String) = serde_json::from_str(&v).ok()?;
+            Some((node, (pool, slice)))
+        })
         .collect();
     let mut out = Vec::new();
     for (node, last_seen) in coord.index_members(&index).await? {
@@ -166,36 +171,33 @@ pub struct SliceView {
 
 /// Group nodes by slice. A down node keeps its last known slice from the index-only view: it
 /// is counted under the slice its last record named, or `-` when that is gone too.
-pub fn slices(views: &[NodeView], last_slice: &BTreeMap<String, String>) -> Vec<SliceView> {
-    // NB: grouped by slice name alone: a down node's pool is not known any more.
-    let mut by: BTreeMap<String, SliceView> = BTreeMap::new();
+pub fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
+    // NB: keyed by (pool, slice): the same slice name in two pools is two slices. A down node
+    // is placed by the pool and slice its last record named.
+    let mut by: BTreeMap<(String, String), SliceView> = BTreeMap::new();
     for v in views {
-        let (slice, pool) = match &v.record {
-            Some(r) => (r.slice.clone(), r.pool.clone()),
-            None => (
-                last_slice
-                    .get(&v.node)
-                    .cloned()
-                    .unwrap_or_else(|| "-".into()),
-                String::new(),
-            ),
+        let (pool, slice) = match &v.record {
+            Some(r) => (r.pool.clone(), r.slice.clone()),
+            None => places
+                .get(&v.node)
+                .cloned()
+                .unwrap_or_else(|| (String::new(), "-".into())),
         };
         if slice.is_empty() {
             continue;
         }
-        let e = by.entry(slice.clone()).or_insert_with(|| SliceView {
-            slice,
-            pool: String::new(),
-            nodes: 0,
-            healthy: 0,
-            unhealthy: 0,
-            maintenance: 0,
-            down: 0,
-            available: false,
-        });
-        if e.pool.is_empty() {
-            e.pool = pool;
-        }
+        let e = by
+            .entry((pool.clone(), slice.clone()))
+            .or_insert_with(|| SliceView {
+                slice,
+                pool,
+                nodes: 0,
+                healthy: 0,
+                unhealthy: 0,
+                maintenance: 0,
+                down: 0,
+                available: false,
+            });
         e.nodes += 1;
         match v.health {
             "healthy" => e.healthy += 1,
@@ -210,6 +212,37 @@ pub fn slices(views: &[NodeView], last_slice: &BTreeMap<String, String>) -> Vec<
             s
         })
         .collect()
+}
+
+/// The record the agent last computed, shared with [`heartbeat_loop`].
+pub type SharedRecord = std::sync::Arc<std::sync::Mutex<Option<NodeRecord>>>;
+
+/// Re-publish the last record every `every`, stamped with the coordinator's clock, until
+/// `stop`: the agent loop may be busy with a restart for minutes, the node is not down.
+pub async fn heartbeat_loop(
+    coord: std::sync::Arc<dyn Coordinator>,
+    keys: Keys,
+    record: SharedRecord,
+    every: Duration,
+    ttl: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let rec = record.lock().map(|r| r.clone()).unwrap_or(None);
+        let Some(mut rec) = rec else { continue };
+        let Ok(now) = coord.time().await else {
+            continue;
+        };
+        rec.updated_at = now;
+        if let Err(e) = publish(coord.as_ref(), &keys, &rec, ttl).await {
+            tracing::debug!(error = %e, "heartbeat not published");
+        }
+    }
 }
 
 /// The human table printed by `vigil status`.
@@ -323,7 +356,7 @@ mod tests {
             view(rec("c1", "C", "none", "failed", "healthy")),
             view(rec("d1", "D", "none", "healthy", "hung")),
         ];
-        let s = slices(&views, &BTreeMap::new());
+        let s = slices(&views, &Places::new());
         let avail: Vec<_> = s.iter().map(|s| (s.slice.as_str(), s.available)).collect();
         assert_eq!(
             avail,
@@ -341,7 +374,7 @@ mod tests {
             last_seen: 10,
             record: None,
         });
-        let last = [("a2".to_string(), "A".to_string())].into();
+        let last = [("a2".to_string(), ("p".to_string(), "A".to_string()))].into();
         let s = slices(&views, &last);
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].down, s[0].available), (1, false));

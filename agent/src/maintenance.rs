@@ -26,6 +26,9 @@ use crate::runtime::ContainerRuntime;
 use crate::sources::metadata::{derive, MaintenanceState, Phase, RawMetadata};
 use crate::trail::{code, Trail};
 
+/// Longest wait on one Kubernetes call: the Node is informative, checkpoints are what matter.
+const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The label GKE reads to start a rescheduleable maintenance now.
 pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenance";
 
@@ -33,13 +36,39 @@ pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenanc
 #[derive(Debug, Clone, Default)]
 pub struct NodeFacts {
     pub maintenance: MaintenanceState,
+    /// A pending notice whose window is near enough to stand restarts down.
+    pub pending_near: bool,
     /// Restarts stay suppressed until then after a maintenance event ends.
     pub settle_until: Option<tokio::time::Instant>,
 }
 
 impl NodeFacts {
+    /// Whether restarts stand down. Ongoing and terminating always; a pending notice only once
+    /// its window is near (`pending_near`, set by the controller from
+    /// `metadata.pending_horizon`): GCE posts PENDING notices days ahead, and a hung worker must
+    /// not wait days. Plus the settle period after a notice ends.
     pub fn in_maintenance(&self, now: tokio::time::Instant) -> bool {
-        self.maintenance.phase != Phase::None || self.settle_until.is_some_and(|t| now < t)
+        match self.maintenance.phase {
+            Phase::Ongoing | Phase::Terminating => true,
+            Phase::Pending if self.pending_near => true,
+            _ => self.settle_until.is_some_and(|t| now < t),
+        }
+    }
+}
+
+/// Whether a pending window starts within `horizon` of `now` (ms). An unknown or unparseable
+/// start counts as near: without a date, caution wins.
+pub fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bool {
+    if st.phase != Phase::Pending {
+        return false;
+    }
+    match st
+        .window_start
+        .as_deref()
+        .and_then(|w| chrono::DateTime::parse_from_rfc3339(w).ok())
+    {
+        Some(start) => start.timestamp_millis() - now <= ms(horizon),
+        None => true,
     }
 }
 
@@ -163,6 +192,12 @@ pub struct Controller {
     pub checkpointer: Checkpointer,
     state: MaintenanceState,
     checkpointed_episode: bool,
+    /// When the last checkpoint round ended (a SIGTERM right after one does not repeat it).
+    last_checkpoint_at: Option<tokio::time::Instant>,
+    /// The perform-maintenance label must be removed once after the claim is released.
+    release_label_pending: std::sync::atomic::AtomicBool,
+    /// When the GPU reasons were last published (reason-only changes are rate-limited).
+    gpu_published_at: Option<tokio::time::Instant>,
     last_checkpoint: Option<String>,
     /// Whether this node currently holds the pool's opportunistic-maintenance claim.
     claimed: Option<String>,
@@ -209,6 +244,9 @@ impl Controller {
             checkpointer,
             state: MaintenanceState::default(),
             checkpointed_episode: false,
+            last_checkpoint_at: None,
+            release_label_pending: std::sync::atomic::AtomicBool::new(false),
+            gpu_published_at: None,
             last_checkpoint: None,
             claimed: None,
             gpu: GpuReport::default(),
@@ -227,13 +265,26 @@ impl Controller {
     /// node's GPU health or its reasons change.
     pub async fn apply_gpu(&mut self, report: GpuReport) {
         self.metrics.record_gpu(&report, &mut self.gpu_seen);
-        let changed = report.monitoring != self.gpu.monitoring
-            || report.node != self.gpu.node
-            || report.node_reasons != self.gpu.node_reasons;
-        let prev = std::mem::replace(&mut self.gpu, report);
+        let health_changed =
+            report.monitoring != self.gpu.monitoring || report.node != self.gpu.node;
+        // Reasons carry counts (an XID seen n times, n ECC errors): publishing every change would
+        // patch the Node on every XID. Reason-only changes go out at most once a minute.
+        let reasons_due = report.node_reasons != self.gpu.node_reasons
+            && self
+                .gpu_published_at
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+        let changed = health_changed || reasons_due;
         if !changed {
+            // Keep the previous report: its reasons are what the Node shows.
+            let reasons = std::mem::take(&mut self.gpu.node_reasons);
+            self.gpu = GpuReport {
+                node_reasons: reasons,
+                ..report
+            };
             return;
         }
+        self.gpu_published_at = Some(tokio::time::Instant::now());
+        let prev = std::mem::replace(&mut self.gpu, report);
         let r = &self.gpu;
         let detail = format!(
             "GPU health {} → {}{}",
@@ -297,10 +348,17 @@ impl Controller {
             &self.cfg.kubernetes,
             &self.state,
             self.last_checkpoint.as_deref(),
-            self.cfg
-                .opportunistic
-                .enabled
-                .then_some(self.claimed.is_some()),
+            // NB: only a label this node set is ever removed: an operator's own is left alone.
+            if self.claimed.is_some() {
+                Some(true)
+            } else if self
+                .release_label_pending
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                Some(false)
+            } else {
+                None
+            },
         );
         gpu_desired(
             &self.cfg.kubernetes,
@@ -308,7 +366,20 @@ impl Controller {
             self.cfg.gpu.taint_on_failure,
             &mut desired,
         );
-        if let Err(e) = api.reconcile(&self.cfg.node_name, &desired).await {
+        let call = tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&self.cfg.node_name, &desired));
+        let result = match call.await {
+            Ok(r) => r,
+            Err(_) => {
+                self.metrics.kube_error("patch");
+                tracing::error!("the Kubernetes API did not answer within {KUBE_TIMEOUT:?}; the Node may be stale");
+                return;
+            }
+        };
+        if result.is_ok() {
+            self.release_label_pending
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+        if let Err(e) = result {
             self.metrics.kube_error(e.op());
             tracing::error!(error = %e, "could not update the Node; its labels may be stale");
         }
@@ -316,7 +387,19 @@ impl Controller {
 
     async fn event(&self, reason: &str, message: &str, kind: EventType) {
         let Some(api) = &self.node_api else { return };
-        if let Err(e) = api.event(&self.cfg.node_name, reason, message, kind).await {
+        let call = tokio::time::timeout(
+            KUBE_TIMEOUT,
+            api.event(&self.cfg.node_name, reason, message, kind),
+        );
+        let Ok(result) = call.await else {
+            self.metrics.kube_error("event");
+            tracing::warn!(
+                reason,
+                "the Kubernetes API did not answer; Event not recorded"
+            );
+            return;
+        };
+        if let Err(e) = result {
             self.metrics.kube_error(e.op());
             tracing::warn!(error = %e, reason, "could not record the Event");
         }
@@ -342,10 +425,13 @@ impl Controller {
             return;
         }
         let prev = std::mem::replace(&mut self.state, next.clone());
+        let now = self.now().await;
         {
             let mut f = self.facts.write().unwrap_or_else(|p| p.into_inner());
             f.maintenance = next.clone();
-            if next.phase == Phase::None && prev.phase != Phase::None {
+            f.pending_near = pending_near(&next, now, self.cfg.metadata.pending_horizon);
+            let suppressing = |p: Phase| matches!(p, Phase::Ongoing | Phase::Terminating);
+            if !suppressing(next.phase) && suppressing(prev.phase) {
                 f.settle_until = Some(tokio::time::Instant::now() + self.cfg.metadata.settle);
             }
         }
@@ -375,39 +461,85 @@ impl Controller {
             next.window_end.as_deref().unwrap_or("-"),
             next.can_reschedule
         );
-        self.note("-", code::MAINTENANCE, detail.clone()).await;
-        if prev.phase == Phase::Ongoing && next.phase != Phase::Ongoing && self.claimed.is_some() {
+        // The pool claim ends with the episode it was taken for.
+        if next.phase == Phase::None && self.claimed.is_some() {
             self.release_claim().await;
         }
-        self.publish().await;
-        if prev.phase != next.phase {
-            let (reason, kind) = event_for(next.phase);
-            self.event(reason, &format!("vigil: maintenance {detail}"), kind)
-                .await;
-        }
-        if matches!(next.phase, Phase::Ongoing | Phase::Terminating) && !self.checkpointed_episode {
-            self.checkpointed_episode = true;
-            let (reason, budget) = if next.reasons.contains(&"preempted") {
-                ("preemption", self.cfg.checkpoint.preemption_budget)
+        // NB: a termination is always checkpointed, even after an ongoing migration already
+        // was; an ongoing one once per episode.
+        let checkpoint = match next.phase {
+            Phase::Terminating => prev.phase != Phase::Terminating,
+            Phase::Ongoing => !self.checkpointed_episode,
+            _ => false,
+        };
+        let (reason, budget) = if next.reasons.contains(&"preempted") {
+            ("preemption", self.cfg.checkpoint.preemption_budget)
+        } else {
+            ("host-maintenance", self.cfg.checkpoint.maintenance_budget)
+        };
+        // NB: the checkpoint requests go out first and run alongside the Node update: on Spot
+        // the whole budget is 30 s, and a slow API server must not eat into it.
+        let requests = async {
+            if checkpoint {
+                Some(self.request_checkpoints(reason, budget).await)
             } else {
-                ("host-maintenance", self.cfg.checkpoint.maintenance_budget)
-            };
-            self.checkpoint(reason, budget).await;
+                None
+            }
+        };
+        let node = async {
+            self.note("-", code::MAINTENANCE, detail.clone()).await;
+            self.publish().await;
+            if prev.phase != next.phase {
+                let (reason, kind) = event_for(next.phase);
+                self.event(reason, &format!("vigil: maintenance {detail}"), kind)
+                    .await;
+            }
+        };
+        let (results, ()) = tokio::join!(requests, node);
+        if let Some(results) = results {
+            self.checkpointed_episode = true;
+            self.record_checkpoint(reason, &results).await;
         }
     }
 
     /// Ask every worker to checkpoint, wait, and record the outcome everywhere.
     pub async fn checkpoint(&mut self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
-        let workers = match self.runtime.list_workers().await {
-            Ok(w) => w,
-            Err(e) => {
+        let results = self.request_checkpoints(reason, budget).await;
+        self.record_checkpoint(reason, &results).await;
+        self.last_checkpoint_at = Some(tokio::time::Instant::now());
+        results
+    }
+
+    /// Deliver the requests and wait for the acknowledgements, all within `budget` (listing the
+    /// workers included). A listing that fails is one `failed` result, not "nothing to do".
+    async fn request_checkpoints(&self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
+        let started = tokio::time::Instant::now();
+        let listed = tokio::time::timeout(budget, self.runtime.list_workers()).await;
+        let workers = match listed {
+            Ok(Ok(w)) => w,
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "no answer".to_string(),
+                };
                 self.metrics.runtime_errors.inc();
-                tracing::error!(error = %e, "cannot list workers to checkpoint");
-                Vec::new()
+                tracing::error!(error = %why, "cannot list workers to checkpoint");
+                return vec![WorkerResult {
+                    worker: "*".into(),
+                    method: "invalid",
+                    outcome: Outcome::Failed,
+                    waited: started.elapsed(),
+                    detail: format!("cannot list the workers: {why}"),
+                }];
             }
         };
-        let results = self.checkpointer.run(&workers, reason, budget).await;
-        for r in &results {
+        self.checkpointer
+            .run(&workers, reason, budget.saturating_sub(started.elapsed()))
+            .await
+    }
+
+    async fn record_checkpoint(&mut self, reason: &str, results: &[WorkerResult]) {
+        for r in results {
             self.metrics
                 .checkpoints
                 .get_or_create(&vec![("method", r.method), ("outcome", r.outcome.as_str())])
@@ -432,7 +564,7 @@ impl Controller {
         let summary = format!(
             "{} {reason}: {}",
             rfc3339(now),
-            checkpoint::summary(&results)
+            checkpoint::summary(results)
         );
         self.last_checkpoint = Some(summary.clone());
         self.publish().await;
@@ -447,11 +579,12 @@ impl Controller {
             },
         )
         .await;
-        results
     }
 
     async fn release_claim(&mut self) {
         if let Some(token) = self.claimed.take() {
+            self.release_label_pending
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             let key = self.keys.maintenance_claim(&self.cfg.fleet.pool);
             let _ = self.coord.del_if_owner(&key, &token).await;
             self.note(
@@ -467,11 +600,23 @@ impl Controller {
     /// now, when it is idle, the pool can spare it, and it wins the pool's claim.
     pub async fn opportunistic(&mut self) {
         let o = self.cfg.opportunistic.clone();
-        if !o.enabled || self.claimed.is_some() {
+        if !o.enabled {
+            return;
+        }
+        if let Some(token) = self.claimed.clone() {
+            // The claim is a Redis key with a TTL: if it expired (or was taken), this node no
+            // longer speaks for the pool, and its label must go.
+            let key = self.keys.maintenance_claim(&self.cfg.fleet.pool);
+            if let Ok(None) = self.coord.owner_ttl(&key, &token).await {
+                self.release_claim().await;
+                self.publish().await;
+            }
             return;
         }
         let st = &self.state;
         if st.phase != Phase::Pending || !st.can_reschedule {
+            // A stale idle-since from an earlier episode must not skip `idle_for` next time.
+            let _ = self.coord.del(&[self.keys.idle_since()]).await;
             return;
         }
         let Ok(now) = self.coord.time().await else {
@@ -584,7 +729,10 @@ impl Controller {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = term.cancelled() => {
-                    if self.cfg.checkpoint.on_sigterm {
+                    // A preemption's own SIGTERM follows its checkpoint within seconds: asking the
+                    // workers twice would only cost them the time to save again.
+                    let recent = self.last_checkpoint_at.is_some_and(|t| t.elapsed() < Duration::from_secs(60));
+                    if self.cfg.checkpoint.on_sigterm && !recent {
                         let budget = self.cfg.checkpoint.sigterm_budget;
                         self.checkpoint("agent-sigterm", budget).await;
                     }
@@ -675,6 +823,43 @@ mod tests {
     }
 
     #[test]
+    fn a_pending_notice_stands_restarts_down_only_near_its_window() {
+        // 2026-11-30T10:00:00Z
+        let start = 1_796_032_800_000;
+        let hour = Duration::from_secs(3600);
+        let pending = MaintenanceState {
+            phase: Phase::Pending,
+            window_start: Some("2026-11-30T10:00:00Z".into()),
+            ..MaintenanceState::default()
+        };
+        assert!(
+            !pending_near(&pending, start - 3_600_001, hour),
+            "days ahead: restarts go on"
+        );
+        assert!(
+            pending_near(&pending, start - 3_600_000, hour),
+            "within the horizon"
+        );
+        let unknown = MaintenanceState {
+            window_start: None,
+            ..pending.clone()
+        };
+        assert!(pending_near(&unknown, 0, hour), "no date: caution wins");
+        let now = tokio::time::Instant::now();
+        let far = NodeFacts {
+            maintenance: pending.clone(),
+            pending_near: false,
+            settle_until: None,
+        };
+        assert!(!far.in_maintenance(now));
+        let near = NodeFacts {
+            pending_near: true,
+            ..far.clone()
+        };
+        assert!(near.in_maintenance(now));
+    }
+
+    #[test]
     fn interruptions_count_once_per_episode() {
         assert!(interruption_starts(Phase::None, Phase::Terminating));
         assert!(interruption_starts(Phase::Pending, Phase::Ongoing));
@@ -686,6 +871,7 @@ mod tests {
     fn settle_keeps_restarts_suppressed_after_maintenance() {
         let now = tokio::time::Instant::now();
         let f = NodeFacts {
+            pending_near: false,
             maintenance: MaintenanceState::default(),
             settle_until: Some(now + Duration::from_secs(60)),
         };

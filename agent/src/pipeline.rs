@@ -733,6 +733,21 @@ impl Agent {
             return Ok(Outcome::Skipped(code::CANCELLED_RECOVERED));
         }
 
+        if let Some(why) = self.stand_down(c) {
+            self.release_restart_alert(inc).await;
+            self.note(
+                now2,
+                w,
+                v,
+                code::CANCELLED_NODE_STATE,
+                format!("{why} between decision and command; not restarting"),
+                Some(&inc.id),
+                false,
+            )
+            .await?;
+            return Ok(Outcome::Skipped(code::CANCELLED_NODE_STATE));
+        }
+
         // Compare-and-restart: only the incarnation we observed.
         let current = match self.runtime.inspect(&c.id).await {
             Ok(cur) => cur,

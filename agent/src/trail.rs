@@ -27,6 +27,7 @@ pub mod code {
     pub const SKIP_CONTAINER_CHANGED: &str = "skipped-container-changed";
     pub const SKIP_AMBIGUOUS: &str = "skipped-ambiguous";
     pub const CANCELLED_RECOVERED: &str = "cancelled-recovered";
+    pub const CANCELLED_NODE_STATE: &str = "cancelled-node-state";
     pub const ABORTED_LOGS_FAILED: &str = "aborted-logs-failed";
     pub const AGENT_STARTED: &str = "agent-started";
     pub const EXTERNAL_RESTART: &str = "external-restart";
@@ -57,6 +58,7 @@ pub mod code {
         SKIP_CONTAINER_CHANGED,
         SKIP_AMBIGUOUS,
         CANCELLED_RECOVERED,
+        CANCELLED_NODE_STATE,
         ABORTED_LOGS_FAILED,
         AGENT_STARTED,
         EXTERNAL_RESTART,

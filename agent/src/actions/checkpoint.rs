@@ -123,9 +123,24 @@ impl Checkpointer {
         budget: Duration,
     ) -> Vec<WorkerResult> {
         let deadline = tokio::time::Instant::now() + budget;
-        let futures = workers
-            .iter()
-            .map(|c| self.one(c, reason, budget, deadline));
+        // NB: every step of a worker's round (Redis, Docker, HTTP) is bounded by the deadline,
+        // not only the wait for the acknowledgement.
+        let futures = workers.iter().map(|c| async move {
+            let started = tokio::time::Instant::now();
+            match tokio::time::timeout_at(deadline, self.one(c, reason, budget, deadline)).await {
+                Ok(r) => r,
+                Err(_) => WorkerResult {
+                    worker: c.worker.clone(),
+                    method: self.method_for(c).map(|m| m.label()).unwrap_or("invalid"),
+                    outcome: Outcome::TimedOut,
+                    waited: started.elapsed(),
+                    detail: format!(
+                        "no acknowledgement within {}",
+                        humantime::format_duration(budget)
+                    ),
+                },
+            }
+        });
         futures_util::future::join_all(futures).await
     }
 

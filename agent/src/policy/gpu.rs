@@ -61,9 +61,16 @@ pub struct GpuStatus {
     pub xid_counts: BTreeMap<u64, u64>,
     /// XIDs within `gpu.evidence_window`: (XID, when, on the monitor's monotonic ms clock).
     pub recent_xids: Vec<(u64, i64)>,
-    /// Seen before, absent from the latest sample.
+    /// Seen before, absent from the last [`MISSING_ROUNDS`] samples.
     pub missing: bool,
+    /// Consecutive samples this GPU was absent from.
+    pub missing_rounds: u32,
 }
+
+/// A GPU must be absent from this many samples in a row to count as gone: one read that fails
+/// (a transient NVML error) must not fail the GPU, block its worker's restarts and taint the
+/// node.
+pub const MISSING_ROUNDS: u32 = 3;
 
 /// The GPU verdict of this node.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -140,12 +147,14 @@ pub fn update(
         g.uuid = s.uuid.clone();
         g.sample = s.clone();
         g.missing = false;
+        g.missing_rounds = 0;
         gpus.push(g);
     }
     for p in &prev.gpus {
         if !samples.iter().any(|s| same(p, s.index, &s.uuid)) {
             let mut g = p.clone();
-            g.missing = true;
+            g.missing_rounds = g.missing_rounds.saturating_add(1);
+            g.missing = g.missing_rounds >= MISSING_ROUNDS;
             gpus.push(g);
         }
     }
@@ -609,6 +618,13 @@ mod tests {
             T0,
             &cfg,
         );
+        // One or two failed reads are not a lost GPU.
+        let r = update(&r, &[sample(0)], &[], T0 + 1, &cfg);
+        assert!(r
+            .gpu("GPU-1")
+            .is_some_and(|g| !g.missing && g.health == GpuHealth::Healthy));
+        let r = update(&r, &[sample(0)], &[], T0 + 1, &cfg);
+        assert!(r.gpu("GPU-1").is_some_and(|g| !g.missing));
         let r = update(&r, &[sample(0)], &[], T0 + 1, &cfg);
         assert_eq!(r.gpus.len(), 2);
         let g = r.gpu("GPU-1").expect("still listed");

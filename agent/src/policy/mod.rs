@@ -60,7 +60,9 @@ impl WorkerStatus {
     /// Read the record's fields. `heartbeat` is seconds since the epoch (decimals allowed) on the
     /// coordinator's clock; an unreadable heartbeat is kept as `None` so the verdict can say so.
     pub fn from_fields(fields: &HashMap<String, String>) -> Option<WorkerStatus> {
-        if fields.is_empty() {
+        // NB: a record holding only the agent's checkpoint fields (a worker that never
+        // published) is still "no record": the worker has said nothing about itself.
+        if !fields.contains_key("state") && !fields.contains_key("heartbeat") {
             return None;
         }
         let state = WorkerState::parse(fields.get("state").map(String::as_str).unwrap_or(""));

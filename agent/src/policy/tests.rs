@@ -340,6 +340,9 @@ fn status_fields_parse_seconds_with_decimals() {
     assert_eq!(s.heartbeat, Some(1_800_000_000_250));
     assert_eq!(s.progress, None);
     assert_eq!(WorkerStatus::from_fields(&HashMap::new()), None);
+    let only_checkpoint: HashMap<String, String> =
+        [("checkpoint_request".to_string(), "abc".to_string())].into();
+    assert_eq!(WorkerStatus::from_fields(&only_checkpoint), None);
     let mut bad = f.clone();
     bad.insert("heartbeat".into(), "yesterday".into());
     assert_eq!(WorkerStatus::from_fields(&bad).unwrap().heartbeat, None);

@@ -36,7 +36,9 @@ pub fn visible_gpus(device_ids: Option<&[String]>, env: &[String]) -> Option<Vec
         .iter()
         .find_map(|e| e.strip_prefix("NVIDIA_VISIBLE_DEVICES="))?;
     match value.trim() {
-        "" | "all" | "void" | "none" => None,
+        "all" => None,
+        // The NVIDIA runtime's "no GPU" values: a CPU-only worker is on no GPU at all.
+        "" | "void" | "none" => Some(Vec::new()),
         v => Some(split_ids(v)),
     }
 }
@@ -66,6 +68,8 @@ mod tests {
             None
         );
         assert_eq!(visible_gpus(None, &[]), None);
+        let none = ["NVIDIA_VISIBLE_DEVICES=none".to_string()];
+        assert_eq!(visible_gpus(None, &none), Some(vec![]));
     }
 }
 
