@@ -488,8 +488,8 @@ async fn a_busy_node_never_asks_for_maintenance() {
             .last()
             .labels
             .get(vigil::maintenance::PERFORM_MAINTENANCE_LABEL),
-        Some(&None),
-        "the label is kept off"
+        None,
+        "a label this node never set is not touched"
     );
 }
 
@@ -532,7 +532,9 @@ async fn an_http_worker_gets_a_post_and_acknowledges_in_its_record() {
     let b = bodies.lock().unwrap()[0].clone();
     assert_eq!(b["reason"], "host-maintenance");
     assert_eq!(b["worker"], "trainer-0");
-    assert_eq!(b["deadline_ms"], 3000);
+    // The budget left once the workers were listed.
+    let deadline = b["deadline_ms"].as_u64().unwrap();
+    assert!(deadline <= 3000 && deadline > 2500, "{deadline}");
     let rec = r.coord.hgetall(&r.keys.status("trainer-0")).await.unwrap();
     assert_eq!(rec["checkpoint_ack"], rec["checkpoint_request"]);
 }
