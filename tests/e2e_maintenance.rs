@@ -300,6 +300,15 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     assert_eq!(r.annotation("owner").as_deref(), Some("someone-else"));
     assert!(r.taints().contains(&"nvidia.com/gpu".to_string()));
 
+    // The Event follows the Node patch: wait for it rather than race it.
+    assert!(
+        eventually(Duration::from_secs(5), || r
+            .event_reasons()
+            .contains(&"VigilMaintenanceCleared".to_string()))
+        .await,
+        "{:?}",
+        r.event_reasons()
+    );
     let reasons = r.event_reasons();
     for want in [
         "VigilMaintenancePending",
@@ -382,29 +391,81 @@ async fn preemption_with_a_silent_worker_times_out_and_sigterm_exits_within_the_
         Some("terminating")
     );
 
-    // SIGTERM: checkpoint again (sigterm budget 2 s), then exit 0 well within the 8 s grace.
+    // The preemption's own SIGTERM follows: the workers were just asked, so the agent exits
+    // at once instead of asking them again.
+    let started = std::time::Instant::now();
+    let status = sigterm_and_wait(&mut agent, Duration::from_secs(8)).await;
+    assert!(status.success(), "{status:?}\n{}", agent.log_text());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{}",
+        agent.log_text()
+    );
+    assert!(
+        !r.trail(&cfg).contains("agent-sigterm"),
+        "{}",
+        r.trail(&cfg)
+    );
+}
+
+async fn sigterm_and_wait(agent: &mut VigilProcess, limit: Duration) -> std::process::ExitStatus {
     let started = std::time::Instant::now();
     Command::new("kill")
         .args(["-TERM", &agent.child.id().to_string()])
         .status()
         .unwrap();
-    let status = loop {
+    loop {
         if let Some(s) = agent.child.try_wait().unwrap() {
-            break s;
+            return s;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(8),
-            "still running after the grace period"
+            started.elapsed() < limit,
+            "still running after the grace period:\n{}",
+            agent.log_text()
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
+    let r = Rig::new().await;
+    let cfg = r.config("sigterm_budget = \"2s\"");
+    let _worker = WorkerContainer::start_with(
+        &[
+            "--label",
+            &format!("{}={}", r.label, r.worker),
+            "--label",
+            &format!("{}.checkpoint=signal:SIGUSR1", r.label),
+        ],
+        "trap '' USR1; trap 'exit 0' TERM; while true; do sleep 1; done",
+    );
+    let mut agent = r.agent(&cfg);
+    assert!(
+        eventually(Duration::from_secs(15), || r
+            .label("vigil.dev/maintenance")
+            .is_some())
+        .await
+    );
+    let started = std::time::Instant::now();
+    let status = sigterm_and_wait(&mut agent, Duration::from_secs(8)).await;
     assert!(status.success(), "{status:?}\n{}", agent.log_text());
     assert!(
         started.elapsed() >= Duration::from_secs(2),
         "it waited for the acknowledgement:\n{}",
         agent.log_text()
     );
-    assert!(r.trail(&cfg).contains("agent-sigterm"), "{}", r.trail(&cfg));
+    let trail = r.trail(&cfg);
+    assert!(
+        trail.contains("checkpoint-timed-out") && trail.contains("agent-sigterm"),
+        "{trail}"
+    );
+    assert!(
+        r.annotation("vigil.dev/last-checkpoint")
+            .is_some_and(|a| a.contains("agent-sigterm: acked=0 timed-out=1")),
+        "{:?}",
+        r.annotation("vigil.dev/last-checkpoint")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

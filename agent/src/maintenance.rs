@@ -506,7 +506,6 @@ impl Controller {
     pub async fn checkpoint(&mut self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
         let results = self.request_checkpoints(reason, budget).await;
         self.record_checkpoint(reason, &results).await;
-        self.last_checkpoint_at = Some(tokio::time::Instant::now());
         results
     }
 
@@ -539,6 +538,7 @@ impl Controller {
     }
 
     async fn record_checkpoint(&mut self, reason: &str, results: &[WorkerResult]) {
+        self.last_checkpoint_at = Some(tokio::time::Instant::now());
         for r in results {
             self.metrics
                 .checkpoints
