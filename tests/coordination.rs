@@ -266,3 +266,118 @@ fn crc16_slot(key: &str) -> i64 {
     }
     i64::from(crc % 16384)
 }
+
+/// A CA and a server certificate for 127.0.0.1, made with the openssl CLI.
+fn make_certs(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("the openssl CLI");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=vigil-test-ca",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+}
+
+#[tokio::test]
+async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let port = common::real::free_port();
+    let p = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+    let mut server = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            &p("server.pem"),
+            "--tls-key-file",
+            &p("server.key"),
+        ])
+        .args([
+            "--tls-ca-cert-file",
+            &p("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+        ])
+        .args(["--save", "", "--appendonly", "no", "--dir", &p("")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!("rediss://127.0.0.1:{port}");
+    let ca = p("ca.pem");
+    let trusted = RedisCoordinator::with_ca(&url, Some(&ca), Duration::from_secs(3)).unwrap();
+    let t = trusted.time().await;
+    let untrusted = RedisCoordinator::new(&url, Duration::from_secs(3)).unwrap();
+    let refused = untrusted.time().await;
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(t.is_ok(), "TLS with the CA: {t:?}");
+    let err = refused.unwrap_err().to_string();
+    assert!(
+        err.contains("restarts are paused"),
+        "an untrusted server is refused: {err}"
+    );
+}

@@ -204,7 +204,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 ));
             }
             let node = node.unwrap_or_else(|| cfg.node_name.clone());
-            let coord = RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
+            let coord = RedisCoordinator::from_config(&cfg.redis)
                 .map_err(|e| CliError::Failed(e.to_string()))?;
             let keys = Keys::new(&cfg.redis.key_prefix, &node);
             let entries = coord
@@ -221,7 +221,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
                     "status reads the fleet from Redis: set REDIS_URL".into(),
                 ));
             }
-            let coord = RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
+            let coord = RedisCoordinator::from_config(&cfg.redis)
                 .map_err(|e| CliError::Failed(e.to_string()))?;
             let fail = |e: crate::coord::CoordError| CliError::Failed(e.to_string());
             let now = coord.time().await.map_err(fail)?;
@@ -342,8 +342,8 @@ async fn beat(
         println!("beat sent to {url}");
         return Ok(());
     }
-    let coord = RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let coord =
+        RedisCoordinator::from_config(&cfg.redis).map_err(|e| CliError::Failed(e.to_string()))?;
     let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
     let now = write_status(&coord, &keys, worker, &fields)
         .await
@@ -431,7 +431,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
         Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
     } else {
         Arc::new(
-            RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout)
+            RedisCoordinator::from_config(&cfg.redis)
                 .map_err(|e| CliError::Failed(e.to_string()))?,
         )
     };

@@ -211,6 +211,9 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// Entries kept in each node's decision trail stream.
     pub trail_max_len: usize,
+    /// For `rediss://`: a PEM file of the CA that signed the server's certificate (e.g. a
+    /// managed Redis's server CA); empty = the system's trusted roots.
+    pub ca_file: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -383,6 +386,7 @@ impl Default for RedisConfig {
             key_prefix: "vigil".into(),
             timeout: Duration::from_secs(2),
             trail_max_len: 1000,
+            ca_file: String::new(),
         }
     }
 }
@@ -619,6 +623,20 @@ impl Config {
                     self.redis.url
                 ),
             );
+        }
+        if !self.redis.ca_file.is_empty() {
+            if !self.redis.url.starts_with("rediss://") {
+                return bad(
+                    "redis.ca_file",
+                    "is only used with a rediss:// (TLS) redis.url",
+                );
+            }
+            if let Err(e) = std::fs::metadata(&self.redis.ca_file) {
+                return bad(
+                    "redis.ca_file",
+                    format!("cannot read {}: {e}", self.redis.ca_file),
+                );
+            }
         }
         if self.redis.trail_max_len == 0 {
             return bad("redis.trail_max_len", "must be at least 1");

@@ -80,7 +80,7 @@ async fn redis(cfg: &Config) -> Check {
             "no REDIS_URL: embedded coordinator, safe for one agent on one node; set REDIS_URL for a fleet",
         );
     }
-    let coord = match RedisCoordinator::new(&cfg.redis.url, cfg.redis.timeout) {
+    let coord = match RedisCoordinator::from_config(&cfg.redis) {
         Ok(c) => c,
         Err(e) => {
             return check(

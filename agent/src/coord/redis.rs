@@ -45,11 +45,40 @@ impl RedisCoordinator {
     /// Parse the URL; no connection is made until the first command (so a Redis that is down at
     /// start-up does not stop the agent: it fails closed and retries).
     pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
+        Self::with_ca(url, None, timeout)
+    }
+
+    /// From the `[redis]` config section (URL, timeout, CA file).
+    pub fn from_config(r: &crate::config::RedisConfig) -> Result<Self, CoordError> {
+        Self::with_ca(&r.url, Some(&r.ca_file), r.timeout)
+    }
+
+    /// Like [`RedisCoordinator::new`], trusting the CA in the PEM file `ca_file` for a
+    /// `rediss://` server (instead of the system's roots).
+    pub fn with_ca(
+        url: &str,
+        ca_file: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Self, CoordError> {
         let addr = redact(url);
-        let client = redis::Client::open(url).map_err(|source| CoordError::Unreachable {
+        let unreachable = |source| CoordError::Unreachable {
             addr: addr.clone(),
             source,
-        })?;
+        };
+        let client = match ca_file.filter(|f| !f.is_empty()) {
+            None => redis::Client::open(url).map_err(unreachable)?,
+            Some(path) => {
+                let root = std::fs::read(path).map_err(|e| CoordError::Command {
+                    addr: addr.clone(),
+                    detail: format!("cannot read redis.ca_file {path}: {e}"),
+                })?;
+                let certs = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root),
+                };
+                redis::Client::build_with_tls(url, certs).map_err(unreachable)?
+            }
+        };
         Ok(RedisCoordinator {
             client,
             addr,
