@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::real::{
-    free_port, shared_redis_url, unique, vigil, Receiver, RedisServer, VigilProcess,
+    eventually, free_port, shared_redis_url, unique, vigil, Receiver, RedisServer, VigilProcess,
     WorkerContainer,
 };
 
@@ -108,18 +108,6 @@ fn decisions(trail: &str, decision: &str) -> usize {
         .lines()
         .filter(|l| l.split_whitespace().nth(3) == Some(decision))
         .count()
-}
-
-/// Wait until `cond` holds, polling; false on timeout.
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    cond()
 }
 
 async fn redis_get(url: &str, key: &str) -> Option<String> {

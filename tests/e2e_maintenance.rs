@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use common::fake_kube::FakeKube;
 use common::fake_metadata::{upcoming_json, FakeMetadata};
-use common::real::{free_port, shared_redis_url, unique, vigil, VigilProcess, WorkerContainer};
+use common::real::{
+    eventually, free_port, shared_redis_url, unique, vigil, VigilProcess, WorkerContainer,
+};
 use serde_json::{json, Value};
 
 struct Rig {
@@ -166,17 +168,6 @@ grace = "8s"
         );
         out
     }
-}
-
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    cond()
 }
 
 #[tokio::test(flavor = "multi_thread")]

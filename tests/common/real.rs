@@ -331,3 +331,16 @@ pub fn vigil(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).to_string(),
     )
 }
+
+/// Wait until `cond` holds, polling every 100 ms; false on timeout (then the caller's assertion
+/// prints what it saw).
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cond()
+}
