@@ -326,7 +326,7 @@ impl Agent {
             } else {
                 AlertKind::Hung
             };
-            let alert = self.alert_for(
+            let mut alert = self.alert_for(
                 kind,
                 c,
                 v,
@@ -338,7 +338,6 @@ impl Agent {
                     human((inc.started + ms(self.restart_wait(v)) - now).max(0))
                 ),
             );
-            let mut alert = alert;
             alert.incident = Some(inc.id.clone());
             if !self.gpu_evidence.is_empty() {
                 // Application XIDs on the worker's GPU do not make the hardware unhealthy, but

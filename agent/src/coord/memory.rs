@@ -52,18 +52,6 @@ impl MemoryCoordinator {
             _ => None,
         }
     }
-
-    /// All live string keys starting with `prefix` (for tests and `vigil explain` parity checks).
-    pub fn keys_with_prefix(&self, prefix: &str) -> Vec<String> {
-        let (data, _) = self.live();
-        let mut v: Vec<String> = data
-            .keys()
-            .filter(|k| k.starts_with(prefix))
-            .cloned()
-            .collect();
-        v.sort();
-        v
-    }
 }
 
 #[async_trait]

@@ -281,13 +281,6 @@ pub struct Plan {
     pub clear_restarted: bool,
 }
 
-impl Plan {
-    /// Whether this plan changes anything that an operator would want in the trail.
-    pub fn clears_incident_state(&self) -> bool {
-        self.clear_incident || self.clear_restarted
-    }
-}
-
 pub fn plan(
     v: Verdict,
     status: Option<&WorkerStatus>,
