@@ -103,13 +103,9 @@ grace = "8s"
         VigilProcess::spawn(&["run"], cfg, &[("REDIS_URL", &self.redis)])
     }
 
-    /// A worker container that acknowledges a SIGUSR1 checkpoint through the agent's status API.
-    fn acking_worker(&self) -> WorkerContainer {
-        let url = format!("http://{}/v1/workers/{}/status", self.listen, self.worker);
-        let script = format!(
-            "trap 'echo checkpoint; wget -q -O- --header \"Content-Type: application/json\" --post-data \"{{\\\"checkpoint_ack\\\":\\\"ok\\\"}}\" {url}' USR1; \
-             trap 'exit 0' TERM; while true; do sleep 1; done"
-        );
+    /// A worker container opted in with the SIGUSR1 checkpoint method, running `script` on the
+    /// host network (so it can reach the agent's status API).
+    fn signal_worker(&self, script: &str) -> WorkerContainer {
         WorkerContainer::start_with(
             &[
                 "--network",
@@ -119,8 +115,36 @@ grace = "8s"
                 "--label",
                 &format!("{}.checkpoint=signal:SIGUSR1", self.label),
             ],
-            &script,
+            script,
         )
+    }
+
+    /// A worker container that acknowledges a SIGUSR1 checkpoint through the agent's status API.
+    fn acking_worker(&self) -> WorkerContainer {
+        let url = format!("http://{}/v1/workers/{}/status", self.listen, self.worker);
+        self.signal_worker(&format!(
+            "trap 'echo checkpoint; wget -q -O- --header \"Content-Type: application/json\" --post-data \"{{\\\"checkpoint_ack\\\":\\\"ok\\\"}}\" {url}' USR1; \
+             trap 'exit 0' TERM; while true; do sleep 1; done"
+        ))
+    }
+
+    /// A worker container that ignores SIGUSR1 entirely: it never acknowledges.
+    fn silent_worker(&self) -> WorkerContainer {
+        self.signal_worker("trap '' USR1; trap 'exit 0' TERM; while true; do sleep 1; done")
+    }
+
+    /// The agent, once it has published its start-up state on the Node.
+    async fn started_agent(&self, cfg: &Path) -> VigilProcess {
+        let agent = self.agent(cfg);
+        assert!(
+            eventually(Duration::from_secs(15), || self
+                .label("vigil.dev/maintenance")
+                .is_some())
+            .await,
+            "start-up state not published:\n{}",
+            agent.log_text()
+        );
+        agent
     }
 
     fn label(&self, name: &str) -> Option<String> {
@@ -340,23 +364,8 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
 async fn preemption_with_a_silent_worker_times_out_and_sigterm_exits_within_the_grace() {
     let r = Rig::new().await;
     let cfg = r.config("preemption_budget = \"2s\"\nsigterm_budget = \"2s\"");
-    // A worker that ignores SIGUSR1 entirely.
-    let _worker = WorkerContainer::start_with(
-        &[
-            "--label",
-            &format!("{}={}", r.label, r.worker),
-            "--label",
-            &format!("{}.checkpoint=signal:SIGUSR1", r.label),
-        ],
-        "trap '' USR1; trap 'exit 0' TERM; while true; do sleep 1; done",
-    );
-    let mut agent = r.agent(&cfg);
-    assert!(
-        eventually(Duration::from_secs(15), || r
-            .label("vigil.dev/maintenance")
-            .is_some())
-        .await
-    );
+    let _worker = r.silent_worker();
+    let mut agent = r.started_agent(&cfg).await;
     r.meta.set("preempted", "TRUE").await;
     assert!(
         eventually(Duration::from_secs(10), || r
@@ -422,22 +431,8 @@ async fn sigterm_and_wait(agent: &mut VigilProcess, limit: Duration) -> std::pro
 async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
     let r = Rig::new().await;
     let cfg = r.config("sigterm_budget = \"2s\"");
-    let _worker = WorkerContainer::start_with(
-        &[
-            "--label",
-            &format!("{}={}", r.label, r.worker),
-            "--label",
-            &format!("{}.checkpoint=signal:SIGUSR1", r.label),
-        ],
-        "trap '' USR1; trap 'exit 0' TERM; while true; do sleep 1; done",
-    );
-    let mut agent = r.agent(&cfg);
-    assert!(
-        eventually(Duration::from_secs(15), || r
-            .label("vigil.dev/maintenance")
-            .is_some())
-        .await
-    );
+    let _worker = r.silent_worker();
+    let mut agent = r.started_agent(&cfg).await;
     let started = std::time::Instant::now();
     let status = sigterm_and_wait(&mut agent, Duration::from_secs(8)).await;
     assert!(status.success(), "{status:?}\n{}", agent.log_text());
@@ -463,13 +458,7 @@ async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
 async fn sigterm_while_idle_exits_promptly() {
     let r = Rig::new().await;
     let cfg = r.config("");
-    let mut agent = r.agent(&cfg);
-    assert!(
-        eventually(Duration::from_secs(15), || r
-            .label("vigil.dev/maintenance")
-            .is_some())
-        .await
-    );
+    let mut agent = r.started_agent(&cfg).await;
     let started = std::time::Instant::now();
     Command::new("kill")
         .args(["-TERM", &agent.child.id().to_string()])
