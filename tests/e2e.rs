@@ -440,7 +440,7 @@ async fn webhook_is_retried_until_it_accepts() {
 async fn status_lists_the_fleet_and_which_slices_are_available() {
     use vigil::coord::redis::RedisCoordinator;
     use vigil::coord::{Coordinator, Keys};
-    use vigil::fleet::{publish, NodeRecord};
+    use vigil::observe::fleet::{publish, NodeRecord};
     let redis = shared_redis_url();
     let prefix = unique("st");
     let coord = RedisCoordinator::new(&redis, Duration::from_secs(2)).unwrap();

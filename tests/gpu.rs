@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 use fake_gpu::FakeGpu;
 use tokio::sync::watch;
 use vigil::config::GpuConfig;
-use vigil::policy::gpu::{evidence, worker_on_failed_gpu, GpuHealth, GpuReport};
-use vigil::sources::gpu::{clock_ms, spawn_monitor, start, GpuError, NvmlProbe, RemappedRows};
+use vigil::engine::gpu::{clock_ms, spawn_monitor, start};
+use vigil::model::gpu::RemappedRows;
+use vigil::model::gpu::{GpuHealth, GpuReport};
+use vigil::policy::gpu::{evidence, worker_on_failed_gpu};
+use vigil::sources::gpu::{GpuError, NvmlProbe};
 
 /// A guard against a hung test, not a speed assertion: conditions are normally met in
 /// milliseconds.

@@ -12,16 +12,16 @@ use common::fake_gpu::FakeGpu;
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
 use tokio_util::sync::CancellationToken;
 use vigil::actions::alert::{AlertKind, Notifier};
-use vigil::agent::Agent;
 use vigil::clock::SystemClock;
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
-use vigil::maintenance::{Controller, SharedFacts};
-use vigil::metrics::Metrics;
-use vigil::policy::gpu::GpuReport;
-use vigil::policy::Verdict;
-use vigil::sources::gpu::spawn_monitor;
+use vigil::engine::agent::Agent;
+use vigil::engine::gpu::spawn_monitor;
+use vigil::engine::node::{Controller, SharedFacts};
+use vigil::model::gpu::GpuReport;
+use vigil::observe::metrics::Metrics;
+use vigil::policy::restart::Verdict;
 
 struct Rig {
     gpu: FakeGpu,

@@ -12,15 +12,15 @@ use std::time::Duration;
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
 use vigil::actions::alert::Notifier;
 use vigil::actions::checkpoint::Outcome;
-use vigil::agent::Agent;
 use vigil::clock::SystemClock;
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
-use vigil::maintenance::{Controller, SharedFacts};
-use vigil::metrics::Metrics;
-use vigil::policy::Verdict;
-use vigil::sources::metadata::{MaintenanceState, Phase};
+use vigil::engine::agent::Agent;
+use vigil::engine::node::{Controller, SharedFacts};
+use vigil::model::maintenance::{MaintenanceState, Phase};
+use vigil::observe::metrics::Metrics;
+use vigil::policy::restart::Verdict;
 
 struct Rig {
     coord: Arc<MemoryCoordinator>,
@@ -361,7 +361,7 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
 
 #[tokio::test]
 async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
-    use vigil::fleet::{publish, NodeRecord};
+    use vigil::observe::fleet::{publish, NodeRecord};
     let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
     let runtime = FakeRuntime::default();
     runtime.add("c1", "trainer-0");
@@ -448,7 +448,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
         .filter(|a| {
             a.last()
                 .labels
-                .get(vigil::maintenance::PERFORM_MAINTENANCE_LABEL)
+                .get(vigil::policy::maintenance::PERFORM_MAINTENANCE_LABEL)
                 == Some(&Some("true".to_string()))
         })
         .collect();
@@ -487,7 +487,7 @@ async fn a_busy_node_never_asks_for_maintenance() {
         r.node
             .last()
             .labels
-            .get(vigil::maintenance::PERFORM_MAINTENANCE_LABEL),
+            .get(vigil::policy::maintenance::PERFORM_MAINTENANCE_LABEL),
         None,
         "a label this node never set is not touched"
     );

@@ -13,10 +13,12 @@ use fake_metadata::{upcoming_json, FakeMetadata, UnsetMode};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use vigil::metrics::Metrics;
+use vigil::model::maintenance::{Phase, RawMetadata};
+use vigil::observe::metrics::Metrics;
+use vigil::policy::maintenance::derive;
 use vigil::sources::metadata::{
-    derive, watch_with, MetadataClient, MetadataError, Phase, RawMetadata, WatchConfig,
-    MAINTENANCE_EVENT_PATH, UPCOMING_MAINTENANCE_PATH,
+    watch_with, MetadataClient, MetadataError, WatchConfig, MAINTENANCE_EVENT_PATH,
+    UPCOMING_MAINTENANCE_PATH,
 };
 
 /// Short everything, so each test takes a few seconds at most.

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingSink, Switchable};
 use vigil::actions::alert::{AlertKind, Notifier};
-use vigil::agent::{Agent, CycleReport};
 use vigil::clock::{utc_day, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
-use vigil::metrics::Metrics;
-use vigil::policy::Verdict;
+use vigil::engine::agent::{Agent, CycleReport};
+use vigil::observe::metrics::Metrics;
+use vigil::policy::restart::Verdict;
 
 /// 2026-11-30T00:00:00Z: scenarios start at the beginning of a UTC day.
 const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;

@@ -1,25 +1,22 @@
 //! Vigil: a node-local agent that restarts hung accelerator workers without ever becoming a
 //! restart storm.
 //!
-//! Map: `config` → `policy` (pure verdicts and plans) → `pipeline` (safeguards, carried out
-//! against `coord`, `runtime`, `actions`) → `agent` (the loop) → `server` (metrics, health,
-//! local status API). `cli` wires it together for the `vigil` binary.
+//! Map — the data flows one way:
+//! `model` (data only) → `policy` (pure decisions, `now` handed in) → `engine` (the loops that run
+//! the policy) → adapters: `sources` (metadata server, NVML), `coord` (Redis and in-process
+//! coordination), `runtime` (Docker, simulated), `actions` (alerts, checkpoint requests, the
+//! Kubernetes Node) → `observe` (metrics, server, trail, fleet view). `cli` holds one file per
+//! command; `app` wires `vigil run`. Adapters never import engines.
 
 pub mod actions;
-pub mod agent;
+pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod coord;
-pub mod demo;
-pub mod doctor;
-pub mod fleet;
-pub mod maintenance;
-pub mod metrics;
-pub mod pipeline;
+pub mod engine;
+pub mod model;
+pub mod observe;
 pub mod policy;
 pub mod runtime;
-pub mod server;
-pub mod sim;
 pub mod sources;
-pub mod trail;

@@ -18,14 +18,15 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use vigil::actions::alert::Notifier;
 use vigil::actions::node::KubeNodeApi;
-use vigil::agent::Agent;
 use vigil::clock::SystemClock;
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::maintenance::{Controller, SharedFacts};
-use vigil::metrics::Metrics;
-use vigil::sources::metadata::{watch_with, MetadataClient, RawMetadata, WatchConfig};
+use vigil::engine::agent::Agent;
+use vigil::engine::node::{Controller, SharedFacts};
+use vigil::model::maintenance::RawMetadata;
+use vigil::observe::metrics::Metrics;
+use vigil::sources::metadata::{watch_with, MetadataClient, WatchConfig};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;

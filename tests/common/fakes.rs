@@ -1,5 +1,5 @@
 //! In-process fakes for the deterministic scenario tests. The runtime, alert sink and Node API
-//! fakes live in the library (`vigil::sim`, shared with `vigil demo`); the switchable
+//! fakes live in the library (`vigil::runtime::sim`, `vigil::actions::recording`, shared with `vigil demo`); the switchable
 //! coordinator (Redis "stopping" mid-incident) is test-only.
 
 #![allow(dead_code)]
@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 #[allow(unused_imports)]
-pub use vigil::sim::{FakeRuntime, RecordingNodeApi, RecordingSink};
+pub use vigil::actions::recording::{RecordingNodeApi, RecordingSink};
+#[allow(unused_imports)]
+pub use vigil::runtime::sim::FakeRuntime;
 
 /// A coordinator that can be switched off, as if Redis had stopped, and on again with its data.
 pub struct Switchable {

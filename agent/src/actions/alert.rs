@@ -249,13 +249,13 @@ impl AlertSink for WebhookSink {
 /// metric per outcome. A failed delivery is logged and counted, never fatal.
 pub struct Notifier {
     sink: Option<std::sync::Arc<dyn AlertSink>>,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    metrics: std::sync::Arc<crate::observe::metrics::Metrics>,
 }
 
 impl Notifier {
     pub fn new(
         sink: Option<std::sync::Arc<dyn AlertSink>>,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        metrics: std::sync::Arc<crate::observe::metrics::Metrics>,
     ) -> Self {
         Notifier { sink, metrics }
     }

@@ -24,6 +24,8 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use rand::Rng;
 use serde_json::{Map, Value};
 
+pub use crate::model::node::{EventType, NodeDesired, Taint};
+
 /// The field manager and event source Vigil writes as, so `kubectl get node -o yaml
 /// --show-managed-fields` and `kubectl get events` say who did it.
 const COMPONENT: &str = "vigil";
@@ -37,60 +39,16 @@ const DEFAULT_ATTEMPTS: u32 = 5;
 /// Base of the exponential backoff between conflicting attempts.
 const DEFAULT_BACKOFF_BASE: Duration = Duration::from_millis(100);
 
-/// A taint Vigil owns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint {
-    pub key: String,
-    pub value: String,
-    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
-}
-
-impl Taint {
-    /// The taint as the API writes it: `value` is omitted when empty (Go's `omitempty`), so a
-    /// taint we add compares equal to the same taint read back.
-    fn to_json(&self) -> Value {
-        let mut t = Map::new();
-        t.insert("key".into(), Value::String(self.key.clone()));
-        if !self.value.is_empty() {
-            t.insert("value".into(), Value::String(self.value.clone()));
-        }
-        t.insert("effect".into(), Value::String(self.effect.clone()));
-        Value::Object(t)
+/// The taint as the API writes it: `value` is omitted when empty (Go's `omitempty`), so a taint
+/// we add compares equal to the same taint read back.
+fn taint_json(t: &Taint) -> Value {
+    let mut m = Map::new();
+    m.insert("key".into(), Value::String(t.key.clone()));
+    if !t.value.is_empty() {
+        m.insert("value".into(), Value::String(t.value.clone()));
     }
-}
-
-/// The state of Vigil-owned fields Vigil wants on the Node. Everything else on the Node
-/// (labels, annotations, taints owned by others) must be left exactly as it is.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NodeDesired {
-    /// `Some(v)` sets, `None` removes. Only keys listed here are touched.
-    pub labels: BTreeMap<String, Option<String>>,
-    pub annotations: BTreeMap<String, Option<String>>,
-    /// Taints to ensure present (matched by key + effect).
-    pub add_taints: Vec<Taint>,
-    /// Taint keys to ensure absent (any effect).
-    ///
-    /// A taint that `add_taints` asks for (same key and effect) is kept even when its key is
-    /// listed here, so switching Vigil's taint from one effect to another is one change.
-    pub remove_taints: Vec<String>,
-}
-
-/// `Normal` or `Warning`, as Kubernetes Events have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-impl EventType {
-    /// The Event's `type` field.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
+    m.insert("effect".into(), Value::String(t.effect.clone()));
+    Value::Object(m)
 }
 
 /// Why a Node call failed, worded for the operator who has to fix it.
@@ -300,7 +258,7 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
                 }
             }
             Some(_) => {}
-            None => out.push(want.to_json()),
+            None => out.push(taint_json(want)),
         }
     }
     (out != existing).then_some(out)

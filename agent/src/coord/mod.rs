@@ -2,7 +2,7 @@
 //! de-duplication and the decision trail.
 //!
 //! Two backends implement the same small primitive set: Redis (a fleet) and an in-process store
-//! (one machine, no Redis). Every safeguard is built from these primitives in `crate::pipeline`,
+//! (one machine, no Redis). Every safeguard is built from these primitives in `crate::engine::restart`,
 //! so the same behaviour — and the same test suite — covers both.
 
 pub mod keys;

@@ -20,85 +20,9 @@ use std::collections::BTreeMap;
 
 use crate::clock::{human, ms, Millis};
 use crate::config::GpuConfig;
-use crate::sources::gpu::{GpuSample, XidEvent};
-
-/// Health of one GPU or of the node.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum GpuHealth {
-    #[default]
-    Healthy,
-    Degraded,
-    Failed,
-}
-
-impl GpuHealth {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GpuHealth::Healthy => "healthy",
-            GpuHealth::Degraded => "degraded",
-            GpuHealth::Failed => "failed",
-        }
-    }
-}
-
-/// At most this many recent XIDs are kept per GPU, so an XID storm cannot grow the report without
-/// bound (the counts in `xid_counts` stay exact).
-pub const MAX_RECENT_XIDS: usize = 256;
-
-/// What Vigil knows about one GPU.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuStatus {
-    /// NVML index (the order `nvidia-smi` shows).
-    pub index: u32,
-    /// NVML UUID (`GPU-…`): the identity a GPU keeps across samples.
-    pub uuid: String,
-    pub health: GpuHealth,
-    /// Why the GPU is not healthy, one line per cause, for operators.
-    pub reasons: Vec<String>,
-    /// The last sample read (kept as it was when the GPU went missing).
-    pub sample: GpuSample,
-    /// Every XID seen on this GPU in this process: XID → count.
-    pub xid_counts: BTreeMap<u64, u64>,
-    /// XIDs within `gpu.evidence_window`: (XID, when, on the monitor's monotonic ms clock).
-    pub recent_xids: Vec<(u64, i64)>,
-    /// Seen before, absent from the last [`MISSING_ROUNDS`] samples.
-    pub missing: bool,
-    /// Consecutive samples this GPU was absent from.
-    pub missing_rounds: u32,
-}
-
-/// A GPU must be absent from this many samples in a row to count as gone: one read that fails
-/// (a transient NVML error) must not fail the GPU, block its worker's restarts and taint the
-/// node.
-pub const MISSING_ROUNDS: u32 = 3;
-
-/// The GPU verdict of this node.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuReport {
-    /// NVML is loaded and the monitor runs. `false`: no verdict at all (never read as healthy
-    /// hardware, only as "unknown").
-    pub monitoring: bool,
-    /// Ordered by NVML index.
-    pub gpus: Vec<GpuStatus>,
-    /// The worst GPU's health.
-    pub node: GpuHealth,
-    /// Every GPU's reasons, in GPU order.
-    pub node_reasons: Vec<String>,
-}
-
-impl GpuReport {
-    /// The GPU with this index or UUID (`GPU-…`, case-insensitive).
-    pub fn gpu(&self, id: &str) -> Option<&GpuStatus> {
-        self.gpus.iter().find(|g| selects(g, id))
-    }
-}
-
-/// `id` is the GPU's index (`"0"`) or its UUID.
-fn selects(g: &GpuStatus, id: &str) -> bool {
-    let id = id.trim();
-    id.parse::<u32>().is_ok_and(|i| i == g.index)
-        || (!g.uuid.is_empty() && g.uuid.eq_ignore_ascii_case(id))
-}
+use crate::model::gpu::{
+    selects, GpuHealth, GpuReport, GpuSample, GpuStatus, XidEvent, MAX_RECENT_XIDS, MISSING_ROUNDS,
+};
 
 /// `None`, or a list containing `all`, means every GPU of the node.
 fn all_gpus(gpus: Option<&[String]>) -> bool {
@@ -333,7 +257,7 @@ pub fn worker_on_failed_gpu(report: &GpuReport, gpus: Option<&[String]>) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::gpu::RemappedRows;
+    use crate::model::gpu::RemappedRows;
     use std::time::Duration;
 
     const T0: i64 = 1_000_000;

@@ -1,8 +1,8 @@
 //! The verdict → action table. `vigil policy` prints it from here, and the planner branches on
 //! [`Verdict::action`], so the printed table cannot disagree with what the agent does.
 
-use super::Verdict;
 use crate::config::PolicyConfig;
+use crate::policy::restart::Verdict;
 
 /// Who acts on a verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

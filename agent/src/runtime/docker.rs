@@ -166,7 +166,7 @@ impl ContainerRuntime for DockerRuntime {
                     .as_ref()
                     .and_then(|c| c.env.clone())
                     .unwrap_or_default();
-                super::visible_gpus(ids.as_deref(), &env)
+                crate::model::container::visible_gpus(ids.as_deref(), &env)
             },
         }))
     }

@@ -1,77 +1,16 @@
 //! The container runtime: list opted-in workers, read their logs, restart one.
 //!
-//! Docker (and Podman, which serves the same API) through bollard today; a Kubernetes
-//! implementation (delete the pod) fits behind the same trait without touching the policy.
+//! Docker (and Podman, which serves the same API) through bollard; the simulated runtime of the
+//! demo and the scenario tests (`sim`) implements the same trait.
 
 pub mod docker;
+pub mod sim;
+
+pub use crate::model::container::Container;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-
-/// One opted-in worker container as the runtime sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Container {
-    pub id: String,
-    pub name: String,
-    /// The worker id: the value of the opt-in label.
-    pub worker: String,
-    /// When the current incarnation started; a restart changes it (compare-and-restart key).
-    pub started_at: String,
-    pub running: bool,
-    /// The value of the checkpoint-method label, when the container has one.
-    pub checkpoint: Option<String>,
-    /// The GPUs it was given (indexes or UUIDs), from `--gpus device=...` or
-    /// `NVIDIA_VISIBLE_DEVICES`; `None` when it has all of them or it is not known.
-    pub gpus: Option<Vec<String>>,
-}
-
-/// The GPUs a container sees, from its Docker device requests (`--gpus`) or, failing that, its
-/// `NVIDIA_VISIBLE_DEVICES` environment variable. `None` = all GPUs, or unknown.
-pub fn visible_gpus(device_ids: Option<&[String]>, env: &[String]) -> Option<Vec<String>> {
-    if let Some(ids) = device_ids.filter(|ids| !ids.is_empty()) {
-        return Some(ids.iter().flat_map(|i| split_ids(i)).collect());
-    }
-    let value = env
-        .iter()
-        .find_map(|e| e.strip_prefix("NVIDIA_VISIBLE_DEVICES="))?;
-    match value.trim() {
-        "all" => None,
-        // The NVIDIA runtime's "no GPU" values: a CPU-only worker is on no GPU at all.
-        "" | "void" | "none" => Some(Vec::new()),
-        v => Some(split_ids(v)),
-    }
-}
-
-fn split_ids(v: &str) -> Vec<String> {
-    v.split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::visible_gpus;
-
-    #[test]
-    fn gpus_come_from_device_requests_then_the_environment() {
-        let env = vec![
-            "PATH=/bin".to_string(),
-            "NVIDIA_VISIBLE_DEVICES=2,3".to_string(),
-        ];
-        assert_eq!(visible_gpus(None, &env), Some(vec!["2".into(), "3".into()]));
-        let ids = vec!["GPU-aaa".to_string()];
-        assert_eq!(visible_gpus(Some(&ids), &env), Some(vec!["GPU-aaa".into()]));
-        assert_eq!(
-            visible_gpus(None, &["NVIDIA_VISIBLE_DEVICES=all".into()]),
-            None
-        );
-        assert_eq!(visible_gpus(None, &[]), None);
-        let none = ["NVIDIA_VISIBLE_DEVICES=none".to_string()];
-        assert_eq!(visible_gpus(None, &none), Some(vec![]));
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {

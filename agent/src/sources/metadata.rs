@@ -2,8 +2,8 @@
 //!
 //! Map: [`MetadataClient`] speaks HTTP to the metadata server (one GET, long-poll optional);
 //! `parse_*` turn the three watched keys into typed values; [`watch`] runs one long-poll loop per
-//! key and publishes [`RawMetadata`] on a `tokio::sync::watch` channel; [`derive`] is the pure
-//! function the rest of the agent uses to turn those raw values into a [`MaintenanceState`].
+//! key and publishes [`RawMetadata`] on a `tokio::sync::watch` channel; the pure
+//! `crate::policy::maintenance::derive` turns those raw values into a maintenance state.
 //!
 //! Facts about the server this module relies on (checked against public sources):
 //! - `instance/maintenance-event` is `NONE`, `MIGRATE_ON_HOST_MAINTENANCE` or
@@ -34,7 +34,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::model::maintenance::{RawMetadata, UpcomingMaintenance};
+use crate::observe::metrics::Metrics;
 
 /// `instance/maintenance-event` value: no event.
 pub const NONE: &str = "NONE";
@@ -61,132 +62,6 @@ pub const HOST_ENV: &str = "GCE_METADATA_HOST";
 
 /// Body marker of the 503 that means "no upcoming-maintenance notice was ever received".
 const NO_NOTIFICATIONS: &str = "no notifications have been received yet";
-
-/// Raw values of the watched keys, as last read successfully. `None` = not read yet / absent.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RawMetadata {
-    /// `instance/maintenance-event`: `NONE`, `MIGRATE_ON_HOST_MAINTENANCE`, `TERMINATE_ON_HOST_MAINTENANCE`.
-    pub maintenance_event: Option<String>,
-    /// `instance/upcoming-maintenance`, parsed; `None` when nothing is scheduled.
-    pub upcoming: Option<UpcomingMaintenance>,
-    /// `instance/preempted`: `TRUE` / `FALSE`.
-    pub preempted: Option<bool>,
-}
-
-/// A scheduled maintenance event, from `instance/upcoming-maintenance`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct UpcomingMaintenance {
-    /// e.g. `SCHEDULED`, `UNSCHEDULED`.
-    pub maintenance_type: Option<String>,
-    /// `PENDING` or `ONGOING`.
-    pub status: Option<String>,
-    /// Whether the event can be started early by the customer (opportunistic maintenance).
-    pub can_reschedule: bool,
-    /// RFC 3339 window start/end as the server sent them.
-    pub window_start: Option<String>,
-    pub window_end: Option<String>,
-    /// Latest time the window may be moved to (`latest_window_start_time`), when given.
-    pub latest_window_start: Option<String>,
-    /// `maintenance_reasons`, e.g. `PLANNED_UPDATE`, `FAILURE_GPU`; empty when not given.
-    pub reasons: Vec<String>,
-}
-
-/// The node's maintenance phase, derived purely from [`RawMetadata`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Nothing scheduled, nothing happening.
-    #[default]
-    None,
-    /// An event is scheduled (`upcoming-maintenance` PENDING); there is time to plan.
-    Pending,
-    /// The maintenance window is open or a live migration is imminent; workers may stall.
-    Ongoing,
-    /// The VM is about to stop (termination notice or preemption): checkpoint now.
-    Terminating,
-}
-
-impl Phase {
-    /// Stable lowercase name for labels and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::None => "none",
-            Phase::Pending => "pending",
-            Phase::Ongoing => "ongoing",
-            Phase::Terminating => "terminating",
-        }
-    }
-}
-
-/// What the agent acts on.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MaintenanceState {
-    /// The phase the agent acts on (labels, taint, checkpoints, restart pause).
-    pub phase: Phase,
-    /// Window of the scheduled event, RFC 3339 as the server sent it; `None` when none.
-    pub window_start: Option<String>,
-    pub window_end: Option<String>,
-    /// The scheduled event may be started early (opportunistic maintenance).
-    pub can_reschedule: bool,
-    /// Machine-readable reasons, e.g. `preempted`, `terminate-on-host-maintenance`,
-    /// `migrate-on-host-maintenance`, `upcoming-pending`, `upcoming-ongoing`.
-    pub reasons: Vec<&'static str>,
-    /// Interruption type for counters: `preemption`, `host-maintenance`, or none.
-    pub interruption: Option<&'static str>,
-}
-
-/// Derive the maintenance state from the latest raw values of all three keys.
-///
-/// NB: the phase is a pure function of the *latest* value of every key, never of the order they
-/// changed in, so `preempted=FALSE` cannot clear a termination announced by `maintenance-event`
-/// (a public handler that reacted to each key as an event had exactly that bug).
-pub fn derive(raw: &RawMetadata) -> MaintenanceState {
-    let event = raw.maintenance_event.as_deref();
-    let status = raw.upcoming.as_ref().and_then(|u| u.status.as_deref());
-    let preempted = raw.preempted == Some(true);
-    let terminate = event == Some(TERMINATE_ON_HOST_MAINTENANCE);
-    let migrate = event == Some(MIGRATE_ON_HOST_MAINTENANCE);
-    let ongoing = status == Some(ONGOING);
-    let pending = status == Some(PENDING);
-
-    let mut reasons = Vec::new();
-    if preempted {
-        reasons.push("preempted");
-    }
-    if terminate {
-        reasons.push("terminate-on-host-maintenance");
-    }
-    if migrate {
-        reasons.push("migrate-on-host-maintenance");
-    }
-    if pending {
-        reasons.push("upcoming-pending");
-    }
-    if ongoing {
-        reasons.push("upcoming-ongoing");
-    }
-
-    let (phase, interruption) = if preempted {
-        (Phase::Terminating, Some("preemption"))
-    } else if terminate {
-        (Phase::Terminating, Some("host-maintenance"))
-    } else if migrate || ongoing {
-        (Phase::Ongoing, Some("host-maintenance"))
-    } else if pending {
-        (Phase::Pending, None)
-    } else {
-        (Phase::None, None)
-    };
-
-    let upcoming = raw.upcoming.as_ref();
-    MaintenanceState {
-        phase,
-        window_start: upcoming.and_then(|u| u.window_start.clone()),
-        window_end: upcoming.and_then(|u| u.window_end.clone()),
-        can_reschedule: upcoming.is_some_and(|u| u.can_reschedule),
-        reasons,
-        interruption,
-    }
-}
 
 /// Parse `instance/maintenance-event`. Only the documented values are accepted: an unknown one
 /// must not be mistaken for `NONE` (a false "all clear") nor for an event.
@@ -799,11 +674,10 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
                     etag = fetched.etag;
                     let changed = ctx.tx.send_if_modified(|raw| parsed.apply(raw));
                     if changed {
-                        let phase = derive(&ctx.tx.borrow()).phase;
+                        // The node controller logs the phase this makes.
                         tracing::info!(
                             key = key.label(),
                             value = %snippet(fetched.value.trim()),
-                            phase = phase.as_str(),
                             "metadata changed"
                         );
                         Duration::ZERO
@@ -918,94 +792,8 @@ fn chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
-    fn raw(event: Option<&str>, status: Option<&str>, preempted: Option<bool>) -> RawMetadata {
-        RawMetadata {
-            maintenance_event: event.map(str::to_string),
-            upcoming: status.map(|s| UpcomingMaintenance {
-                status: Some(s.to_string()),
-                can_reschedule: true,
-                window_start: Some("2024-12-01T19:00:01Z".into()),
-                window_end: Some("2024-12-01T21:00:01Z".into()),
-                ..Default::default()
-            }),
-            preempted,
-        }
-    }
-
     const T: &str = TERMINATE_ON_HOST_MAINTENANCE;
     const M: &str = MIGRATE_ON_HOST_MAINTENANCE;
-
-    #[test]
-    fn derive_table() {
-        use Phase as P;
-        /// event, upcoming status, preempted → phase, interruption, reasons.
-        type Row<'a> = (
-            Option<&'a str>,
-            Option<&'a str>,
-            Option<bool>,
-            Phase,
-            Option<&'a str>,
-            &'a [&'a str],
-        );
-        #[rustfmt::skip]
-        let table: &[Row] = &[
-            // event       upcoming       preempted    phase           interruption              reasons
-            (None,       None,          None,        P::None,        None,                     &[]),
-            (Some(NONE), None,          Some(false), P::None,        None,                     &[]),
-            (Some(NONE), Some(PENDING), Some(false), P::Pending,     None,                     &["upcoming-pending"]),
-            (Some(NONE), Some(ONGOING), Some(false), P::Ongoing,     Some("host-maintenance"), &["upcoming-ongoing"]),
-            (Some(M),    None,          Some(false), P::Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance"]),
-            (Some(M),    Some(PENDING), None,        P::Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance", "upcoming-pending"]),
-            (Some(T),    None,          Some(false), P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance"]),
-            (Some(T),    Some(ONGOING), None,        P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-ongoing"]),
-            (Some(NONE), None,          Some(true),  P::Terminating, Some("preemption"),       &["preempted"]),
-            (Some(T),    None,          Some(true),  P::Terminating, Some("preemption"),       &["preempted", "terminate-on-host-maintenance"]),
-            (None,       Some(PENDING), Some(true),  P::Terminating, Some("preemption"),       &["preempted", "upcoming-pending"]),
-            (Some(M),    Some(ONGOING), Some(true),  P::Terminating, Some("preemption"),       &["preempted", "migrate-on-host-maintenance", "upcoming-ongoing"]),
-            // preempted=FALSE next to a termination notice: still terminating.
-            (Some(T),    Some(PENDING), Some(false), P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-pending"]),
-            // Unknown strings are never published by the watcher, but derive must not trip on them.
-            (Some("X"),  Some("X"),     None,        P::None,        None,                     &[]),
-        ];
-        for (i, (event, status, preempted, phase, interruption, reasons)) in
-            table.iter().enumerate()
-        {
-            let s = derive(&raw(*event, *status, *preempted));
-            assert_eq!(s.phase, *phase, "row {i}");
-            assert_eq!(s.interruption, *interruption, "row {i}");
-            assert_eq!(s.reasons, reasons.to_vec(), "row {i}");
-        }
-    }
-
-    #[test]
-    fn derive_copies_the_window() {
-        let s = derive(&raw(Some(NONE), Some(PENDING), Some(false)));
-        assert_eq!(s.window_start.as_deref(), Some("2024-12-01T19:00:01Z"));
-        assert_eq!(s.window_end.as_deref(), Some("2024-12-01T21:00:01Z"));
-        assert!(s.can_reschedule);
-        let s = derive(&raw(Some(NONE), None, Some(false)));
-        assert_eq!(
-            (s.window_start, s.window_end, s.can_reschedule),
-            (None, None, false)
-        );
-    }
-
-    #[test]
-    fn preempted_false_never_clears_a_pending_termination() {
-        // The order a handler sees the keys in must not matter: TERMINATE then preempted=FALSE.
-        let mut r = raw(Some(T), None, None);
-        assert_eq!(derive(&r).phase, Phase::Terminating);
-        r.preempted = Some(false);
-        assert_eq!(derive(&r).phase, Phase::Terminating);
-        r.preempted = Some(true);
-        r.preempted = Some(false);
-        let s = derive(&r);
-        assert_eq!(s.phase, Phase::Terminating);
-        assert_eq!(s.interruption, Some("host-maintenance"));
-        // Only the event itself going back to NONE ends it.
-        r.maintenance_event = Some(NONE.into());
-        assert_eq!(derive(&r).phase, Phase::None);
-    }
 
     #[test]
     fn maintenance_event_values() {

@@ -314,7 +314,7 @@ impl Metrics {
 
     /// Export one GPU report: gauges set from the latest samples, the XID counter advanced by the
     /// occurrences since the last report (`seen` remembers what was already counted).
-    pub fn record_gpu(&self, report: &crate::policy::gpu::GpuReport, seen: &mut GpuMetricsState) {
+    pub fn record_gpu(&self, report: &crate::model::gpu::GpuReport, seen: &mut GpuMetricsState) {
         self.gpu_monitoring.set(i64::from(report.monitoring));
         for g in &report.gpus {
             let id = |extra: Vec<(&'static str, String)>| {
@@ -436,7 +436,7 @@ impl Metrics {
         self.checkpoints
             .get_or_create(&vec![("method", "redis"), ("outcome", "acked")])
             .inc();
-        let sample = crate::sources::gpu::GpuSample {
+        let sample = crate::model::gpu::GpuSample {
             index: 0,
             uuid: "GPU-0".into(),
             temperature_c: Some(40),
@@ -454,9 +454,9 @@ impl Metrics {
             throttle_reasons: vec!["gpu-idle"],
             ..Default::default()
         };
-        let report = crate::policy::gpu::GpuReport {
+        let report = crate::model::gpu::GpuReport {
             monitoring: true,
-            gpus: vec![crate::policy::gpu::GpuStatus {
+            gpus: vec![crate::model::gpu::GpuStatus {
                 index: 0,
                 uuid: "GPU-0".into(),
                 sample,

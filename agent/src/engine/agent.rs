@@ -1,5 +1,5 @@
 //! The agent loop: every `poll_interval`, read the coordinator's clock, list the opted-in workers,
-//! evaluate each (see `crate::pipeline`), and keep going whatever fails.
+//! evaluate each (see `crate::engine::restart`), and keep going whatever fails.
 //!
 //! Fail closed: without the coordinator there is no lock and no breaker, so there is no restart —
 //! the cycle stops at the first coordinator error, says so once, counts it, and retries with
@@ -9,34 +9,50 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Mutex};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::alert::{Alert, AlertKind, Notifier};
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::coord::{CoordError, Coordinator, Keys};
-use crate::fleet::{self, NodeRecord};
-use crate::maintenance::SharedFacts;
-use crate::metrics::Metrics;
-use crate::policy::gpu::{self as gpu_policy, GpuReport};
-use crate::policy::{NodeContext, Verdict};
+use crate::engine::node::SharedFacts;
+use crate::model::gpu::GpuReport;
+use crate::observe::fleet::{self, NodeRecord};
+use crate::observe::health::Health;
+use crate::observe::metrics::Metrics;
+use crate::observe::trail::{Code, Trail};
+use crate::policy::gpu as gpu_policy;
+use crate::policy::restart::{NodeContext, Verdict};
 use crate::runtime::{Container, ContainerRuntime};
-use crate::trail::{code, Trail};
 
-/// Liveness of the loop, read by `/healthz`.
-#[derive(Default)]
-pub struct Health {
-    last_cycle: Mutex<Option<tokio::time::Instant>>,
+/// Who a trail entry is about: the worker, its verdict, the incident, and whether the entry is
+/// written once per incident.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct About<'a> {
+    pub worker: &'a str,
+    pub verdict: Verdict,
+    pub incident: Option<&'a str>,
+    pub once: bool,
 }
 
-impl Health {
-    pub async fn beat(&self) {
-        *self.last_cycle.lock().await = Some(tokio::time::Instant::now());
+impl<'a> About<'a> {
+    pub fn worker(worker: &'a str, verdict: Verdict) -> Self {
+        About {
+            worker,
+            verdict,
+            incident: None,
+            once: false,
+        }
     }
-    /// True when a cycle finished within `max_age` (a wedged loop fails this).
-    pub async fn alive(&self, max_age: Duration) -> bool {
-        matches!(*self.last_cycle.lock().await, Some(t) if t.elapsed() <= max_age)
+    pub fn incident(self, id: &'a str) -> Self {
+        About {
+            incident: Some(id),
+            ..self
+        }
+    }
+    pub fn once(self) -> Self {
+        About { once: true, ..self }
     }
 }
 
@@ -73,7 +89,7 @@ pub struct Agent {
     /// Fired at SIGTERM: a restart that has not started by then does not start.
     term: CancellationToken,
     /// The last node record, re-published by the heartbeat task between cycles.
-    record: crate::fleet::SharedRecord,
+    record: crate::engine::heartbeat::SharedRecord,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -154,7 +170,7 @@ impl Agent {
     }
 
     /// The record the heartbeat task re-publishes.
-    pub fn heartbeat_record(&self) -> crate::fleet::SharedRecord {
+    pub fn heartbeat_record(&self) -> crate::engine::heartbeat::SharedRecord {
         self.record.clone()
     }
 
@@ -220,49 +236,42 @@ impl Agent {
         self.cfg = merged;
     }
 
-    /// Append a decision to the trail, log it and count it. With `once`, the same decision for
-    /// the same incident is written only the first time (skips repeat every cycle otherwise).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn note(
+    /// Append a decision to the trail, log it and count it. With `about.once`, the same decision
+    /// for the same incident is written only the first time (skips repeat every cycle otherwise).
+    pub(crate) async fn note(
         &mut self,
         at: Millis,
-        worker: &str,
-        verdict: Verdict,
-        decision: &'static str,
+        about: About<'_>,
+        code: Code,
         detail: String,
-        incident: Option<&str>,
-        once: bool,
     ) -> Result<(), CoordError> {
-        if once {
-            let key = format!("{worker}|{decision}|{}", incident.unwrap_or("-"));
+        let key = format!(
+            "{}|{}|{}",
+            about.worker,
+            code.as_str(),
+            about.incident.unwrap_or("-")
+        );
+        if about.once && self.noted.contains(&key) {
+            return Ok(());
+        }
+        self.trail
+            .record(
+                at,
+                about.worker,
+                about.verdict.as_str(),
+                code,
+                detail,
+                about.incident,
+            )
+            .await?;
+        if about.once {
+            // Remembered only once stored: an entry lost to an outage is written again.
             if self.noted.len() > 10_000 {
                 self.noted.clear();
             }
-            if self.noted.contains(&key) {
-                return Ok(());
-            }
-            self.store_note(at, worker, verdict, decision, detail, incident)
-                .await?;
-            // Remembered only once stored: an entry lost to an outage is written again.
             self.noted.insert(key);
-            return Ok(());
         }
-        self.store_note(at, worker, verdict, decision, detail, incident)
-            .await
-    }
-
-    async fn store_note(
-        &self,
-        at: Millis,
-        worker: &str,
-        verdict: Verdict,
-        decision: &'static str,
-        detail: String,
-        incident: Option<&str>,
-    ) -> Result<(), CoordError> {
-        self.trail
-            .record(at, worker, verdict.as_str(), decision, detail, incident)
-            .await
+        Ok(())
     }
 
     /// One evaluation cycle over every opted-in worker of this node.
@@ -347,12 +356,9 @@ impl Agent {
                     if let Err(e) = self
                         .note(
                             now,
-                            &worker,
-                            Verdict::Healthy,
-                            code::SKIP_AMBIGUOUS,
+                            About::worker(&worker, Verdict::Healthy).once(),
+                            Code::SkipAmbiguous,
                             "several containers share this worker id".into(),
-                            None,
-                            true,
                         )
                         .await
                     {
@@ -382,7 +388,7 @@ impl Agent {
             self.gpu_evidence = gpu_policy::evidence(
                 &self.gpu,
                 gpus,
-                crate::sources::gpu::clock_ms(),
+                crate::engine::gpu::clock_ms(),
                 &self.cfg.gpu,
             );
             match self.evaluate(&list[0], now).await {
@@ -505,12 +511,9 @@ impl Agent {
             let _ = self
                 .note(
                     now,
-                    "-",
-                    Verdict::Healthy,
-                    code::AGENT_STARTED,
+                    About::worker("-", Verdict::Healthy),
+                    Code::AgentStarted,
                     detail,
-                    None,
-                    false,
                 )
                 .await;
         }

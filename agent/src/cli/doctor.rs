@@ -304,3 +304,15 @@ pub fn render(checks: &[Check]) -> String {
     });
     s
 }
+
+/// `vigil doctor`: print the checks; a failed one fails the command.
+pub(super) async fn command(cfg: &Config) -> Result<(), super::CliError> {
+    let checks = run(cfg).await;
+    print!("{}", render(&checks));
+    if checks.iter().any(|c| c.level == Level::Fail) {
+        return Err(super::CliError::Failed(
+            "doctor found failures (see above)".into(),
+        ));
+    }
+    Ok(())
+}

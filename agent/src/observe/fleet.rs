@@ -214,37 +214,6 @@ pub fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
         .collect()
 }
 
-/// The record the agent last computed, shared with [`heartbeat_loop`].
-pub type SharedRecord = std::sync::Arc<std::sync::Mutex<Option<NodeRecord>>>;
-
-/// Re-publish the last record every `every`, stamped with the coordinator's clock, until
-/// `stop`: the agent loop may be busy with a restart for minutes, the node is not down.
-pub async fn heartbeat_loop(
-    coord: std::sync::Arc<dyn Coordinator>,
-    keys: Keys,
-    record: SharedRecord,
-    every: Duration,
-    ttl: Duration,
-    stop: tokio_util::sync::CancellationToken,
-) {
-    let mut tick = tokio::time::interval(every);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let rec = record.lock().map(|r| r.clone()).unwrap_or(None);
-        let Some(mut rec) = rec else { continue };
-        let Ok(now) = coord.time().await else {
-            continue;
-        };
-        rec.updated_at = now;
-        if let Err(e) = publish(coord.as_ref(), &keys, &rec, ttl).await {
-            tracing::debug!(error = %e, "heartbeat not published");
-        }
-    }
-}
-
 /// The human table printed by `vigil status`.
 pub fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> String {
     if views.is_empty() {

@@ -1,7 +1,7 @@
-//! Simulation adapters: an in-memory container runtime with scriptable failures, an alert sink
-//! and a Node API that record what they were given. `vigil demo` replays the seed's night with
-//! them, and the scenario tests drive the real pipeline through them. They implement the same
-//! traits as the production adapters, so everything above them is the real code.
+//! The simulated container runtime: containers in memory, with scriptable failures. `vigil demo`
+//! replays the seed's night with it (and the recording sinks of `crate::actions::recording`), and
+//! the scenario tests drive the real pipeline through it. It implements the same trait as the
+//! Docker adapter, so everything above it is the real code.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::actions::alert::{Alert, AlertError, AlertKind, AlertSink};
 use crate::runtime::{Container, ContainerRuntime, RuntimeError};
 
 type Hook = Box<dyn Fn() + Send + Sync>;
@@ -186,97 +185,5 @@ impl ContainerRuntime for FakeRuntime {
     }
     async fn ping(&self) -> Result<(), RuntimeError> {
         self.check_up()
-    }
-}
-
-/// An alert sink that keeps every alert.
-#[derive(Default, Clone)]
-pub struct RecordingSink(pub Arc<Mutex<Vec<Alert>>>);
-
-impl RecordingSink {
-    pub fn count(&self, kind: AlertKind) -> usize {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.kind == kind)
-            .count()
-    }
-    pub fn of(&self, kind: AlertKind) -> Vec<Alert> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.kind == kind)
-            .cloned()
-            .collect()
-    }
-    pub fn kinds(&self) -> Vec<&'static str> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|a| a.kind.as_str())
-            .collect()
-    }
-}
-
-#[async_trait]
-impl AlertSink for RecordingSink {
-    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
-        self.0.lock().unwrap().push(alert.clone());
-        Ok(())
-    }
-}
-
-/// A NodeApi that records what it was asked to do (the HTTP-level behaviour is tested against
-/// the fake API server in tests/kube.rs).
-#[derive(Default, Clone)]
-pub struct RecordingNodeApi {
-    pub desired: Arc<Mutex<Vec<crate::actions::node::NodeDesired>>>,
-    pub events: Arc<Mutex<Vec<(String, String, crate::actions::node::EventType)>>>,
-}
-
-impl RecordingNodeApi {
-    pub fn last(&self) -> crate::actions::node::NodeDesired {
-        self.desired
-            .lock()
-            .unwrap()
-            .last()
-            .cloned()
-            .unwrap_or_default()
-    }
-    pub fn reasons(&self) -> Vec<String> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|e| e.0.clone())
-            .collect()
-    }
-}
-
-#[async_trait]
-impl crate::actions::node::NodeApi for RecordingNodeApi {
-    async fn reconcile(
-        &self,
-        _node: &str,
-        desired: &crate::actions::node::NodeDesired,
-    ) -> Result<(), crate::actions::node::NodeError> {
-        self.desired.lock().unwrap().push(desired.clone());
-        Ok(())
-    }
-    async fn event(
-        &self,
-        _node: &str,
-        reason: &str,
-        message: &str,
-        kind: crate::actions::node::EventType,
-    ) -> Result<(), crate::actions::node::NodeError> {
-        self.events
-            .lock()
-            .unwrap()
-            .push((reason.to_string(), message.to_string(), kind));
-        Ok(())
     }
 }

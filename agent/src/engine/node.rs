@@ -5,7 +5,6 @@
 //!
 //! It also owns the agent's own SIGTERM checkpoint, and the opt-in opportunistic maintenance.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -14,23 +13,23 @@ use tokio_util::sync::CancellationToken;
 
 use crate::actions::alert::{Alert, AlertKind, Notifier};
 use crate::actions::checkpoint::{self, Checkpointer, Outcome, WorkerResult};
-use crate::actions::node::{EventType, NodeApi, NodeDesired, Taint};
+use crate::actions::node::{EventType, NodeApi};
 use crate::clock::{ms, rfc3339, Clock, Millis, SystemClock};
-use crate::config::{Config, KubernetesConfig};
+use crate::config::Config;
 use crate::coord::{Coordinator, Keys};
-use crate::fleet;
-use crate::metrics::{GpuMetricsState, Metrics};
-use crate::policy::gpu::{GpuHealth, GpuReport};
-use crate::policy::WorkerState;
+use crate::model::gpu::{GpuHealth, GpuReport};
+use crate::model::maintenance::{MaintenanceState, Phase, RawMetadata};
+use crate::model::worker::WorkerState;
+use crate::observe::fleet;
+use crate::observe::metrics::{GpuMetricsState, Metrics};
+use crate::observe::trail::{Code, Trail};
+use crate::policy::maintenance::{
+    derive, event_for, gpu_desired, interruption_starts, node_desired, pending_near,
+};
 use crate::runtime::ContainerRuntime;
-use crate::sources::metadata::{derive, MaintenanceState, Phase, RawMetadata};
-use crate::trail::{code, Trail};
 
 /// Longest wait on one Kubernetes call: the Node is informative, checkpoints are what matter.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The label GKE reads to start a rescheduleable maintenance now.
-pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenance";
 
 /// What the rest of the agent needs to know about the node.
 #[derive(Debug, Clone, Default)]
@@ -56,129 +55,7 @@ impl NodeFacts {
     }
 }
 
-/// Whether a pending window starts within `horizon` of `now` (ms). An unknown or unparseable
-/// start counts as near: without a date, caution wins.
-pub fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bool {
-    if st.phase != Phase::Pending {
-        return false;
-    }
-    match st
-        .window_start
-        .as_deref()
-        .and_then(|w| chrono::DateTime::parse_from_rfc3339(w).ok())
-    {
-        Some(start) => start.timestamp_millis() - now <= ms(horizon),
-        None => true,
-    }
-}
-
 pub type SharedFacts = Arc<RwLock<NodeFacts>>;
-
-/// The Vigil-owned Node fields for a maintenance state (pure).
-pub fn node_desired(
-    k: &KubernetesConfig,
-    st: &MaintenanceState,
-    last_checkpoint: Option<&str>,
-    perform_maintenance: Option<bool>,
-) -> NodeDesired {
-    let p = &k.label_prefix;
-    let mut labels = BTreeMap::new();
-    let mut annotations = BTreeMap::new();
-    labels.insert(
-        format!("{p}maintenance"),
-        Some(st.phase.as_str().to_string()),
-    );
-    let scheduled = st.window_start.is_some() || st.window_end.is_some() || st.phase != Phase::None;
-    labels.insert(
-        format!("{p}can-reschedule"),
-        scheduled.then(|| st.can_reschedule.to_string()),
-    );
-    annotations.insert(
-        format!("{p}maintenance-window-start"),
-        st.window_start.clone(),
-    );
-    annotations.insert(format!("{p}maintenance-window-end"), st.window_end.clone());
-    annotations.insert(
-        format!("{p}maintenance-reasons"),
-        (!st.reasons.is_empty()).then(|| st.reasons.join(",")),
-    );
-    if let Some(c) = last_checkpoint {
-        annotations.insert(format!("{p}last-checkpoint"), Some(c.to_string()));
-    }
-    if let Some(on) = perform_maintenance {
-        labels.insert(
-            PERFORM_MAINTENANCE_LABEL.to_string(),
-            on.then(|| "true".to_string()),
-        );
-    }
-    let taint_key = format!("{p}termination-imminent");
-    let (add_taints, remove_taints) = if k.taint_on_termination && st.phase == Phase::Terminating {
-        (
-            vec![Taint {
-                key: taint_key,
-                value: "true".into(),
-                effect: "NoSchedule".into(),
-            }],
-            vec![],
-        )
-    } else {
-        (vec![], vec![taint_key])
-    };
-    NodeDesired {
-        labels,
-        annotations,
-        add_taints,
-        remove_taints,
-    }
-}
-
-/// Add the GPU fields to the Node's desired state (pure): the node's GPU health label, the
-/// reasons, and the optional `NoSchedule` taint while a GPU has failed.
-pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mut NodeDesired) {
-    let p = &k.label_prefix;
-    d.labels.insert(
-        format!("{p}gpu-health"),
-        report.monitoring.then(|| report.node.as_str().to_string()),
-    );
-    let mut reasons = report.node_reasons.join("; ");
-    if reasons.len() > 1000 {
-        let mut cut = 1000;
-        while !reasons.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        reasons.truncate(cut);
-    }
-    d.annotations.insert(
-        format!("{p}gpu-health-reasons"),
-        (!reasons.is_empty()).then_some(reasons),
-    );
-    let key = format!("{p}gpu-failed");
-    if taint && report.monitoring && report.node == GpuHealth::Failed {
-        d.add_taints.push(Taint {
-            key,
-            value: "true".into(),
-            effect: "NoSchedule".into(),
-        });
-    } else {
-        d.remove_taints.push(key);
-    }
-}
-
-/// The Event reason and type for entering a phase.
-pub fn event_for(phase: Phase) -> (&'static str, EventType) {
-    match phase {
-        Phase::None => ("VigilMaintenanceCleared", EventType::Normal),
-        Phase::Pending => ("VigilMaintenancePending", EventType::Normal),
-        Phase::Ongoing => ("VigilMaintenanceOngoing", EventType::Warning),
-        Phase::Terminating => ("VigilTerminationImminent", EventType::Warning),
-    }
-}
-
-/// Whether this transition starts an interruption (counted once, as GKE's interruption_count).
-fn interruption_starts(prev: Phase, next: Phase) -> bool {
-    matches!(prev, Phase::None | Phase::Pending)
-        && matches!(next, Phase::Ongoing | Phase::Terminating)
-}
 
 pub struct Controller {
     pub cfg: Config,
@@ -298,7 +175,7 @@ impl Controller {
         );
         let (monitoring, node) = (r.monitoring, r.node);
         if monitoring {
-            self.note("-", code::GPU_HEALTH, detail.clone()).await;
+            self.note("-", Code::GpuHealth, detail.clone()).await;
         }
         self.publish().await;
         if prev.node != node && monitoring {
@@ -329,7 +206,7 @@ impl Controller {
         }
     }
 
-    async fn note(&self, worker: &str, decision: &'static str, detail: String) {
+    async fn note(&self, worker: &str, decision: Code, detail: String) {
         let at = self.now().await;
         let phase = self.state.phase.as_str();
         if let Err(e) = self
@@ -337,7 +214,7 @@ impl Controller {
             .record(at, worker, phase, decision, detail, None)
             .await
         {
-            tracing::warn!(error = %e, decision, "decision not stored in the trail");
+            tracing::warn!(error = %e, decision = decision.as_str(), "decision not stored in the trail");
         }
     }
 
@@ -487,7 +364,7 @@ impl Controller {
             }
         };
         let node = async {
-            self.note("-", code::MAINTENANCE, detail.clone()).await;
+            self.note("-", Code::Maintenance, detail.clone()).await;
             self.publish().await;
             if prev.phase != next.phase {
                 let (reason, kind) = event_for(next.phase);
@@ -548,9 +425,9 @@ impl Controller {
                 .checkpoint_seconds
                 .observe(r.waited.as_secs_f64());
             let decision = match r.outcome {
-                Outcome::Acked => code::CHECKPOINT_ACKED,
-                Outcome::TimedOut => code::CHECKPOINT_TIMED_OUT,
-                Outcome::Failed => code::CHECKPOINT_FAILED,
+                Outcome::Acked => Code::CheckpointAcked,
+                Outcome::TimedOut => Code::CheckpointTimedOut,
+                Outcome::Failed => Code::CheckpointFailed,
             };
             let detail = format!(
                 "{reason}: {} via {} after {:.1}s",
@@ -589,7 +466,7 @@ impl Controller {
             let _ = self.coord.del_if_owner(&key, &token).await;
             self.note(
                 "-",
-                code::PERFORM_MAINTENANCE,
+                Code::PerformMaintenance,
                 "maintenance done; pool claim released".into(),
             )
             .await;
@@ -669,7 +546,7 @@ impl Controller {
                 self.claimed = Some(token);
                 self.note(
                     "-",
-                    code::PERFORM_MAINTENANCE,
+                    Code::PerformMaintenance,
                     format!(
                         "idle {} with {others_healthy} other healthy node(s) in pool {pool}: asking GKE to perform the maintenance now",
                         crate::clock::human(now - since)
@@ -764,6 +641,8 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::KubernetesConfig;
+    use crate::policy::maintenance::PERFORM_MAINTENANCE_LABEL;
 
     fn st(phase: Phase, reasons: Vec<&'static str>) -> MaintenanceState {
         MaintenanceState {

@@ -14,9 +14,9 @@ use axum::Router;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Health;
 use crate::coord::{write_status, Coordinator, Keys};
-use crate::metrics::Metrics;
+use crate::observe::health::Health;
+use crate::observe::metrics::Metrics;
 use crate::runtime::ContainerRuntime;
 
 #[derive(Clone)]
@@ -85,7 +85,7 @@ async fn metrics(State(s): State<ServerState>, headers: axum::http::HeaderMap) -
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            crate::metrics::to_classic_text(&text),
+            crate::observe::metrics::to_classic_text(&text),
         )
             .into_response()
     }

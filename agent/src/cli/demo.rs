@@ -1,6 +1,6 @@
 //! `vigil demo`: the seed's night, replayed in seconds on any machine (no GPU, cloud, cluster or
 //! Redis). The real policy, pipeline, coordinator semantics and maintenance controller run
-//! against the simulation adapters (`crate::sim`) and a fake clock that jumps 15 s per cycle, so
+//! against the simulation adapters (`crate::runtime::sim`) and a fake clock that jumps 15 s per cycle, so
 //! the brief's real thresholds (120 s stale, 3 min delay, 10 min cooldown) apply unchanged.
 
 use std::collections::BTreeMap;
@@ -9,15 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::actions::alert::{AlertKind, Notifier};
-use crate::agent::Agent;
+use crate::actions::recording::{RecordingNodeApi, RecordingSink};
 use crate::clock::{Clock, FakeClock, Millis};
 use crate::config::Config;
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::{heartbeat_value, Coordinator, Keys};
-use crate::maintenance::{Controller, SharedFacts};
-use crate::metrics::Metrics;
-use crate::sim::{FakeRuntime, RecordingNodeApi, RecordingSink};
-use crate::sources::metadata::{MaintenanceState, Phase};
+use crate::engine::agent::Agent;
+use crate::engine::node::{Controller, SharedFacts};
+use crate::model::maintenance::{MaintenanceState, Phase};
+use crate::observe::metrics::Metrics;
+use crate::runtime::sim::FakeRuntime;
 
 /// 2026-11-30T02:00:00Z, the start of the night.
 const NIGHT: Millis = 1_796_004_000_000;

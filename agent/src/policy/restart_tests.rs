@@ -1,10 +1,17 @@
 //! Table-driven tests of the verdicts and the plan, with a fixed `now`.
 
 use super::*;
+use crate::model::worker::Incident;
+use crate::policy::table;
+use std::collections::HashMap;
 use std::time::Duration;
 
 const NOW: Millis = 1_800_000_000_000;
 const S: Millis = 1000;
+
+fn clears_timer(p: &[Effect]) -> bool {
+    p.iter().any(|e| matches!(e, Effect::ClearIncident(_)))
+}
 
 fn cfg() -> PolicyConfig {
     PolicyConfig::default()
@@ -170,8 +177,12 @@ fn plan_for_first_stale_sighting_records_it() {
     let r = rec("processing", 200 * S);
     let m = Marks::default();
     let p = plan(Verdict::Suspect, Some(&r), &m, NOW, &cfg());
-    assert_eq!(p.record_suspect, r.heartbeat);
-    assert!(!p.open_incident && !p.restart_candidate);
+    assert_eq!(
+        p,
+        vec![Effect::RecordSuspect {
+            heartbeat: r.heartbeat.unwrap()
+        }]
+    );
 }
 
 #[test]
@@ -183,14 +194,23 @@ fn plan_for_confirmed_hang_opens_the_timer_once() {
         ..Marks::default()
     };
     let p = plan(Verdict::Hung, Some(&r), &m, NOW, &cfg());
-    assert!(p.open_incident && p.incident_alert && p.restart_candidate);
-    assert_eq!(p.record_suspect, None);
+    assert_eq!(
+        p,
+        vec![
+            Effect::OpenIncident,
+            Effect::AlertIncident,
+            Effect::ConsiderRestart
+        ]
+    );
     m.incident = Some(Incident {
         started: NOW - 10 * S,
         id: "i1".into(),
     });
     let p = plan(Verdict::Hung, Some(&r), &m, NOW, &cfg());
-    assert!(!p.open_incident, "an existing timer is never reset");
+    assert!(
+        !p.contains(&Effect::OpenIncident),
+        "an existing timer is never reset"
+    );
 }
 
 #[test]
@@ -206,7 +226,7 @@ fn unconfirmed_instance_never_clears_anothers_timer() {
         ..Marks::default()
     };
     let p = plan(Verdict::Suspect, Some(&r), &m, NOW, &cfg());
-    assert!(!p.clear_incident);
+    assert!(!clears_timer(&p));
 }
 
 #[test]
@@ -221,7 +241,8 @@ fn fresh_heartbeat_clears_the_timer() {
         ..Marks::default()
     };
     let p = plan(Verdict::Healthy, Some(&r), &m, NOW, &cfg());
-    assert!(p.clear_incident && p.clear_suspect);
+    assert!(p.contains(&Effect::ClearSuspect));
+    assert!(p.contains(&Effect::ClearIncident(TimerEnd::Recovered)));
 }
 
 #[test]
@@ -237,9 +258,13 @@ fn cooldown_clears_the_persistence_timer_and_records_no_sighting() {
         ..Marks::default()
     };
     let p = plan(Verdict::Booting, Some(&r), &m, NOW, &cfg());
-    assert!(p.clear_incident && p.clear_suspect);
-    assert_eq!(p.record_suspect, None);
-    assert!(!p.restart_candidate && !p.incident_alert);
+    assert_eq!(
+        p,
+        vec![
+            Effect::ClearSuspect,
+            Effect::ClearIncident(TimerEnd::Booting)
+        ]
+    );
 }
 
 #[test]
@@ -259,7 +284,7 @@ fn escalation_exactly_once_after_escalate_after() {
         NOW,
         &c,
     );
-    assert!(!p.escalate);
+    assert!(!p.contains(&Effect::Escalate));
     let p = plan(
         Verdict::Booting,
         Some(&r),
@@ -267,7 +292,7 @@ fn escalation_exactly_once_after_escalate_after() {
         NOW,
         &c,
     );
-    assert!(p.escalate);
+    assert!(p.contains(&Effect::Escalate));
     let p = plan(
         Verdict::Booting,
         Some(&r),
@@ -275,7 +300,7 @@ fn escalation_exactly_once_after_escalate_after() {
         NOW,
         &c,
     );
-    assert!(!p.escalate, "already paged");
+    assert!(!p.contains(&Effect::Escalate), "already paged");
     let fresh = rec("processing", S);
     let m = Marks {
         restarted_at: Some(NOW - 900 * S),
@@ -283,7 +308,7 @@ fn escalation_exactly_once_after_escalate_after() {
     };
     let p = plan(Verdict::Healthy, Some(&fresh), &m, NOW, &c);
     assert!(
-        !p.escalate && p.clear_restarted,
+        p.contains(&Effect::ForgetRestart) && !p.contains(&Effect::Escalate),
         "recovered after the restart"
     );
 }
@@ -291,16 +316,16 @@ fn escalation_exactly_once_after_escalate_after() {
 #[test]
 fn episodes_open_once_and_close_when_the_condition_ends() {
     let p = plan(Verdict::Unreachable, None, &Marks::default(), NOW, &cfg());
-    assert_eq!(p.open_episodes, vec![Episode::Unreachable]);
+    assert_eq!(p, vec![Effect::OpenEpisode(Episode::Unreachable)]);
     let open = Marks {
         episodes: vec![Episode::Unreachable],
         ..Marks::default()
     };
     let p = plan(Verdict::Unreachable, None, &open, NOW, &cfg());
-    assert!(p.open_episodes.is_empty(), "alert once, not once per cycle");
+    assert!(p.is_empty(), "alert once, not once per cycle");
     let r = rec("processing", S);
     let p = plan(Verdict::Healthy, Some(&r), &open, NOW, &cfg());
-    assert_eq!(p.close_episodes, vec![Episode::Unreachable]);
+    assert!(p.contains(&Effect::CloseEpisode(Episode::Unreachable)));
 }
 
 #[test]
@@ -313,7 +338,7 @@ fn error_and_progress_marks_follow_the_record() {
         NOW,
         &cfg(),
     );
-    assert!(p.mark_error_since);
+    assert_eq!(p, vec![Effect::MarkErrorSince]);
     let ok = rec("processing", S);
     let m = Marks {
         error_since: Some(NOW - S),
@@ -321,8 +346,13 @@ fn error_and_progress_marks_follow_the_record() {
         ..Marks::default()
     };
     let p = plan(Verdict::Healthy, Some(&ok), &m, NOW, &cfg());
-    assert!(p.clear_error_since);
-    assert_eq!(p.record_progress.as_deref(), Some("step-10"));
+    assert_eq!(
+        p,
+        vec![
+            Effect::ClearErrorSince,
+            Effect::RecordProgress("step-10".into())
+        ]
+    );
 }
 
 #[test]
@@ -371,7 +401,7 @@ fn an_unreadable_heartbeat_never_clears_the_timer() {
         ..Marks::default()
     };
     let p = plan(Verdict::Unreachable, Some(&r), &m, NOW, &cfg());
-    assert!(!p.clear_incident);
+    assert!(!clears_timer(&p));
 }
 
 #[test]
@@ -382,5 +412,5 @@ fn no_error_clock_starts_while_booting() {
         ..Marks::default()
     };
     let p = plan(Verdict::Booting, Some(&r), &m, NOW, &cfg());
-    assert!(!p.mark_error_since);
+    assert!(!p.contains(&Effect::MarkErrorSince));
 }

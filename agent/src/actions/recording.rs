@@ -1,0 +1,98 @@
+//! Recording adapters: an alert sink and a Node API that keep what they were given, for
+//! `vigil demo` and the scenario tests (the HTTP-level behaviour is tested against the real
+//! webhook receiver and the fake API server).
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use crate::actions::alert::{Alert, AlertError, AlertKind, AlertSink};
+use crate::actions::node::{EventType, NodeApi, NodeDesired, NodeError};
+
+/// An alert sink that keeps every alert.
+#[derive(Default, Clone)]
+pub struct RecordingSink(pub Arc<Mutex<Vec<Alert>>>);
+
+impl RecordingSink {
+    pub fn count(&self, kind: AlertKind) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.kind == kind)
+            .count()
+    }
+    pub fn of(&self, kind: AlertKind) -> Vec<Alert> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.kind == kind)
+            .cloned()
+            .collect()
+    }
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|a| a.kind.as_str())
+            .collect()
+    }
+}
+
+#[async_trait]
+impl AlertSink for RecordingSink {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
+        self.0.lock().unwrap().push(alert.clone());
+        Ok(())
+    }
+}
+
+/// A NodeApi that records what it was asked to do (the HTTP-level behaviour is tested against
+/// the fake API server in tests/kube.rs).
+#[derive(Default, Clone)]
+pub struct RecordingNodeApi {
+    pub desired: Arc<Mutex<Vec<NodeDesired>>>,
+    pub events: Arc<Mutex<Vec<(String, String, EventType)>>>,
+}
+
+impl RecordingNodeApi {
+    pub fn last(&self) -> NodeDesired {
+        self.desired
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default()
+    }
+    pub fn reasons(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.0.clone())
+            .collect()
+    }
+}
+
+#[async_trait]
+impl NodeApi for RecordingNodeApi {
+    async fn reconcile(&self, _node: &str, desired: &NodeDesired) -> Result<(), NodeError> {
+        self.desired.lock().unwrap().push(desired.clone());
+        Ok(())
+    }
+    async fn event(
+        &self,
+        _node: &str,
+        reason: &str,
+        message: &str,
+        kind: EventType,
+    ) -> Result<(), NodeError> {
+        self.events
+            .lock()
+            .unwrap()
+            .push((reason.to_string(), message.to_string(), kind));
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! The `vigil` command line: the agent (`run`, wired in `crate::app`) and the commands an
+//! operator or a worker runs by hand, one file each. Config errors exit 2 with one line naming
+//! the key; other failures exit 1.
+
+mod beat;
+mod config;
+pub mod demo;
+pub mod doctor;
+mod explain;
+pub mod policy;
+mod status;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, ConfigError, ProcessEnv};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vigil",
+    version,
+    about = "Node-local agent that restarts hung accelerator workers — safely",
+    long_about = "Vigil watches the opted-in worker containers of one node, decides from their shared \
+status records whether one is hung, and restarts it behind a persistence timer, a per-node lock, \
+last-moment revalidation, a daily circuit breaker, a fleet budget and a cooldown marker.\n\n\
+Environment: NODE_NAME, REDIS_URL and DOCKER_HOST override the config file; RUST_LOG overrides log.level."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ConfigArg {
+    /// Config file (TOML, or YAML when it ends in .yaml/.yml). Without it, the documented
+    /// defaults plus the environment.
+    #[arg(long, short = 'c', value_name = "FILE", env = "VIGIL_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent (the DaemonSet's command).
+    Run {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Observe mode: decide, alert and record everything, but never run a restart.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Publish a worker's status record (for shell workers); the heartbeat is stamped with the
+    /// coordinator's clock.
+    Beat {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Worker id (the value of the container's opt-in label).
+        #[arg(long)]
+        worker: String,
+        /// idle | processing | error | any other word (never hung).
+        #[arg(long, required_unless_present = "checkpoint_ack")]
+        state: Option<String>,
+        /// What the worker is working on.
+        #[arg(long)]
+        job: Option<String>,
+        /// A progress marker that changes as work advances (step, batch, offset).
+        #[arg(long)]
+        progress: Option<String>,
+        /// Acknowledge a checkpoint request (give the request id from `checkpoint_request`).
+        #[arg(long, value_name = "ID")]
+        checkpoint_ack: Option<String>,
+        /// Without Redis: the local agent's status API to send the beat to.
+        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
+        agent: String,
+    },
+    /// Print the verdict → action table, generated from the policy code and the configured
+    /// thresholds.
+    Policy {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Show the decision trail of a node: what Vigil decided, and why, oldest first.
+    Explain {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Node name (defaults to this node).
+        node: Option<String>,
+        /// Number of most recent decisions to show.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// The fleet: every agent's node record and a per-slice summary (a slice is available only
+    /// when all its nodes are healthy and none is in maintenance).
+    Status {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Machine-readable output, for a training controller to poll.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the local node as deployed: config, Redis, Docker, NVML, metadata server,
+    /// Kubernetes permissions; one line each with ok / warn / FAIL and what to do. Exits 1 when
+    /// a check fails.
+    Doctor {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Replay the seed's night in seconds: a worker hangs, the alert posts, the timer persists,
+    /// the restart runs, the cooldown keeps the booting worker safe, it recovers; then a
+    /// maintenance notice arrives and the worker checkpoints. Needs nothing installed.
+    Demo {
+        /// Real time per simulated 15-second cycle.
+        #[arg(long, default_value = "60ms", value_parser = humantime::parse_duration)]
+        pace: Duration,
+    },
+    /// Validate a config file, or print the defaults.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the config (file + environment) and print it resolved.
+    Check {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Print every key with its default value, as TOML.
+    Defaults,
+}
+
+/// A failure of a command, with the exit code it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Config(_) => 2,
+            CliError::Failed(_) => 1,
+        }
+    }
+}
+
+fn load(arg: &ConfigArg) -> Result<Config, CliError> {
+    Ok(Config::load(arg.config.as_deref(), &ProcessEnv)?)
+}
+
+/// A coordinator failure, as a command failure.
+fn failed(e: impl std::fmt::Display) -> CliError {
+    CliError::Failed(e.to_string())
+}
+
+pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Run { config, dry_run } => {
+            let mut cfg = load(&config)?;
+            cfg.dry_run |= dry_run;
+            let signals = crate::app::install_signals(config.config.clone(), &cfg, dry_run)?;
+            crate::app::run(cfg, signals).await
+        }
+        Command::Beat {
+            config,
+            worker,
+            state,
+            job,
+            progress,
+            checkpoint_ack,
+            agent,
+        } => {
+            let cfg = load(&config)?;
+            let fields: Vec<(String, String)> = [
+                ("state", state),
+                ("job", job),
+                ("progress", progress),
+                ("checkpoint_ack", checkpoint_ack),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+            .collect();
+            beat::run(&cfg, &worker, fields, &agent).await
+        }
+        Command::Policy { config } => {
+            print!("{}", policy::render(&load(&config)?));
+            Ok(())
+        }
+        Command::Explain {
+            config,
+            node,
+            limit,
+        } => explain::run(&load(&config)?, node, limit).await,
+        Command::Status { config, json } => status::run(&load(&config)?, json).await,
+        Command::Doctor { config } => doctor::command(&load(&config)?).await,
+        Command::Demo { pace } => {
+            let mut stdout = std::io::stdout();
+            demo::run(&mut stdout, pace)
+                .await
+                .map(|_| ())
+                .map_err(|e| CliError::Failed(format!("demo: {e}")))
+        }
+        Command::Config(ConfigCommand::Check { config }) => config::check(&load(&config)?),
+        Command::Config(ConfigCommand::Defaults) => {
+            config::defaults();
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Maintenance data: the raw values of the GCE metadata keys Vigil watches, and the node's
+//! maintenance state derived from them (`crate::policy::maintenance::derive`).
+
+/// Raw values of the watched keys, as last read successfully. `None` = not read yet / absent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawMetadata {
+    /// `instance/maintenance-event`: `NONE`, `MIGRATE_ON_HOST_MAINTENANCE`, `TERMINATE_ON_HOST_MAINTENANCE`.
+    pub maintenance_event: Option<String>,
+    /// `instance/upcoming-maintenance`, parsed; `None` when nothing is scheduled.
+    pub upcoming: Option<UpcomingMaintenance>,
+    /// `instance/preempted`: `TRUE` / `FALSE`.
+    pub preempted: Option<bool>,
+}
+
+/// A scheduled maintenance event, from `instance/upcoming-maintenance`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpcomingMaintenance {
+    /// e.g. `SCHEDULED`, `UNSCHEDULED`.
+    pub maintenance_type: Option<String>,
+    /// `PENDING` or `ONGOING`.
+    pub status: Option<String>,
+    /// Whether the event can be started early by the customer (opportunistic maintenance).
+    pub can_reschedule: bool,
+    /// RFC 3339 window start/end as the server sent them.
+    pub window_start: Option<String>,
+    pub window_end: Option<String>,
+    /// Latest time the window may be moved to (`latest_window_start_time`), when given.
+    pub latest_window_start: Option<String>,
+    /// `maintenance_reasons`, e.g. `PLANNED_UPDATE`, `FAILURE_GPU`; empty when not given.
+    pub reasons: Vec<String>,
+}
+
+/// The node's maintenance phase, derived purely from [`RawMetadata`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Nothing scheduled, nothing happening.
+    #[default]
+    None,
+    /// An event is scheduled (`upcoming-maintenance` PENDING); there is time to plan.
+    Pending,
+    /// The maintenance window is open or a live migration is imminent; workers may stall.
+    Ongoing,
+    /// The VM is about to stop (termination notice or preemption): checkpoint now.
+    Terminating,
+}
+
+impl Phase {
+    /// Stable lowercase name for labels and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::None => "none",
+            Phase::Pending => "pending",
+            Phase::Ongoing => "ongoing",
+            Phase::Terminating => "terminating",
+        }
+    }
+}
+
+/// What the agent acts on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MaintenanceState {
+    /// The phase the agent acts on (labels, taint, checkpoints, restart pause).
+    pub phase: Phase,
+    /// Window of the scheduled event, RFC 3339 as the server sent it; `None` when none.
+    pub window_start: Option<String>,
+    pub window_end: Option<String>,
+    /// The scheduled event may be started early (opportunistic maintenance).
+    pub can_reschedule: bool,
+    /// Machine-readable reasons, e.g. `preempted`, `terminate-on-host-maintenance`,
+    /// `migrate-on-host-maintenance`, `upcoming-pending`, `upcoming-ongoing`.
+    pub reasons: Vec<&'static str>,
+    /// Interruption type for counters: `preemption`, `host-maintenance`, or none.
+    pub interruption: Option<&'static str>,
+}

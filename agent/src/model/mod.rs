@@ -1,0 +1,7 @@
+//! Data only: what the sources observe and what the policy decides about. No I/O, no decisions.
+
+pub mod container;
+pub mod gpu;
+pub mod maintenance;
+pub mod node;
+pub mod worker;

@@ -1,0 +1,47 @@
+//! The Vigil-owned state of the Kubernetes Node: labels, annotations and taints Vigil wants, and
+//! the type of the Events it records. The policy computes it (`crate::policy::maintenance`); the
+//! Node adapter (`crate::actions::node`) makes the API server show it.
+
+use std::collections::BTreeMap;
+
+/// A taint Vigil owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// The state of Vigil-owned fields Vigil wants on the Node. Everything else on the Node
+/// (labels, annotations, taints owned by others) must be left exactly as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeDesired {
+    /// `Some(v)` sets, `None` removes. Only keys listed here are touched.
+    pub labels: BTreeMap<String, Option<String>>,
+    pub annotations: BTreeMap<String, Option<String>>,
+    /// Taints to ensure present (matched by key + effect).
+    pub add_taints: Vec<Taint>,
+    /// Taint keys to ensure absent (any effect).
+    ///
+    /// A taint that `add_taints` asks for (same key and effect) is kept even when its key is
+    /// listed here, so switching Vigil's taint from one effect to another is one change.
+    pub remove_taints: Vec<String>,
+}
+
+/// `Normal` or `Warning`, as Kubernetes Events have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    /// The Event's `type` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}

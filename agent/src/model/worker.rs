@@ -1,0 +1,116 @@
+//! What a worker says about itself and what Vigil remembers about it, in the coordinator:
+//! the status record a worker publishes, and the shared marks (timers, cooldown, episodes).
+//! Data only: the decisions on it are in `crate::policy::restart`.
+
+use std::collections::HashMap;
+
+use crate::clock::Millis;
+
+/// What a worker says about itself: its status record (Redis hash or local status API).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerStatus {
+    pub state: WorkerState,
+    /// Last beat, on the coordinator's clock. `None` when the field is missing or unreadable.
+    pub heartbeat: Option<Millis>,
+    pub job: Option<String>,
+    pub progress: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerState {
+    Idle,
+    Processing,
+    Error,
+    /// Any other state a worker reports (e.g. `loading`): never hung, never errored.
+    Other(String),
+}
+
+impl WorkerState {
+    pub fn parse(s: &str) -> WorkerState {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "idle" => WorkerState::Idle,
+            "processing" => WorkerState::Processing,
+            "error" => WorkerState::Error,
+            other => WorkerState::Other(other.to_string()),
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        match self {
+            WorkerState::Idle => "idle",
+            WorkerState::Processing => "processing",
+            WorkerState::Error => "error",
+            WorkerState::Other(s) => s,
+        }
+    }
+}
+
+impl WorkerStatus {
+    /// Read the record's fields. `heartbeat` is seconds since the epoch (decimals allowed) on the
+    /// coordinator's clock; an unreadable heartbeat is kept as `None` so the verdict can say so.
+    pub fn from_fields(fields: &HashMap<String, String>) -> Option<WorkerStatus> {
+        // NB: a record holding only the agent's checkpoint fields (a worker that never
+        // published) is still "no record": the worker has said nothing about itself.
+        if !fields.contains_key("state") && !fields.contains_key("heartbeat") {
+            return None;
+        }
+        let state = WorkerState::parse(fields.get("state").map(String::as_str).unwrap_or(""));
+        let heartbeat = fields
+            .get("heartbeat")
+            .and_then(|h| h.trim().parse::<f64>().ok())
+            .filter(|h| h.is_finite() && *h > 0.0)
+            .map(|h| (h * 1000.0).round() as Millis);
+        let nonempty = |k: &str| fields.get(k).filter(|v| !v.is_empty()).cloned();
+        Some(WorkerStatus {
+            state,
+            heartbeat,
+            job: nonempty("job"),
+            progress: nonempty("progress"),
+        })
+    }
+}
+
+/// The shared marks Vigil keeps per worker in the coordinator (never in process memory).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Marks {
+    /// First observation of a stale heartbeat: (the heartbeat seen, when it was seen).
+    pub suspect: Option<(Millis, Millis)>,
+    /// The incident timer: start time and id, set once with SET NX (first observer wins).
+    pub incident: Option<Incident>,
+    /// When the record was first seen in state `error`.
+    pub error_since: Option<Millis>,
+    /// Last progress marker seen and when it last changed.
+    pub progress: Option<(String, Millis)>,
+    /// A cooldown marker exists: we restarted this worker recently.
+    pub cooldown: bool,
+    /// When we last restarted it (kept past the cooldown, for escalation).
+    pub restarted_at: Option<Millis>,
+    /// The "restart did not help" page has been sent for the last restart.
+    pub escalated: bool,
+    /// Alert-only episodes currently open (their alert has been sent).
+    pub episodes: Vec<Episode>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incident {
+    pub started: Millis,
+    pub id: String,
+}
+
+/// Alert-only conditions: each alerts once when it begins and closes when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Episode {
+    Unreachable,
+    Stalled,
+    GpuFailed,
+}
+
+impl Episode {
+    pub const ALL: [Episode; 3] = [Episode::Unreachable, Episode::Stalled, Episode::GpuFailed];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Episode::Unreachable => "unreachable",
+            Episode::Stalled => "stalled",
+            Episode::GpuFailed => "gpu-failed",
+        }
+    }
+}

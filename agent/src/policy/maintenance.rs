@@ -1,0 +1,289 @@
+//! Maintenance decisions (pure): the phase from the metadata values, whether restarts stand
+//! down, and the Vigil-owned fields of the Node for a maintenance state and a GPU report.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::clock::{ms, Millis};
+use crate::config::KubernetesConfig;
+use crate::model::gpu::{GpuHealth, GpuReport};
+use crate::model::maintenance::{MaintenanceState, Phase, RawMetadata};
+use crate::model::node::{EventType, NodeDesired, Taint};
+use crate::sources::metadata::{
+    MIGRATE_ON_HOST_MAINTENANCE, ONGOING, PENDING, TERMINATE_ON_HOST_MAINTENANCE,
+};
+
+/// The label GKE reads to start a rescheduleable maintenance now.
+pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenance";
+
+/// Derive the maintenance state from the latest raw values of all three keys.
+///
+/// NB: the phase is a pure function of the *latest* value of every key, never of the order they
+/// changed in, so `preempted=FALSE` cannot clear a termination announced by `maintenance-event`
+/// (a public handler that reacted to each key as an event had exactly that bug).
+pub fn derive(raw: &RawMetadata) -> MaintenanceState {
+    let event = raw.maintenance_event.as_deref();
+    let status = raw.upcoming.as_ref().and_then(|u| u.status.as_deref());
+    let preempted = raw.preempted == Some(true);
+    let terminate = event == Some(TERMINATE_ON_HOST_MAINTENANCE);
+    let migrate = event == Some(MIGRATE_ON_HOST_MAINTENANCE);
+    let ongoing = status == Some(ONGOING);
+    let pending = status == Some(PENDING);
+
+    let mut reasons = Vec::new();
+    if preempted {
+        reasons.push("preempted");
+    }
+    if terminate {
+        reasons.push("terminate-on-host-maintenance");
+    }
+    if migrate {
+        reasons.push("migrate-on-host-maintenance");
+    }
+    if pending {
+        reasons.push("upcoming-pending");
+    }
+    if ongoing {
+        reasons.push("upcoming-ongoing");
+    }
+
+    let (phase, interruption) = if preempted {
+        (Phase::Terminating, Some("preemption"))
+    } else if terminate {
+        (Phase::Terminating, Some("host-maintenance"))
+    } else if migrate || ongoing {
+        (Phase::Ongoing, Some("host-maintenance"))
+    } else if pending {
+        (Phase::Pending, None)
+    } else {
+        (Phase::None, None)
+    };
+
+    let upcoming = raw.upcoming.as_ref();
+    MaintenanceState {
+        phase,
+        window_start: upcoming.and_then(|u| u.window_start.clone()),
+        window_end: upcoming.and_then(|u| u.window_end.clone()),
+        can_reschedule: upcoming.is_some_and(|u| u.can_reschedule),
+        reasons,
+        interruption,
+    }
+}
+
+/// Whether a pending window starts within `horizon` of `now` (ms). An unknown or unparseable
+/// start counts as near: without a date, caution wins.
+pub fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bool {
+    if st.phase != Phase::Pending {
+        return false;
+    }
+    match st
+        .window_start
+        .as_deref()
+        .and_then(|w| chrono::DateTime::parse_from_rfc3339(w).ok())
+    {
+        Some(start) => start.timestamp_millis() - now <= ms(horizon),
+        None => true,
+    }
+}
+
+/// The Vigil-owned Node fields for a maintenance state (pure).
+pub fn node_desired(
+    k: &KubernetesConfig,
+    st: &MaintenanceState,
+    last_checkpoint: Option<&str>,
+    perform_maintenance: Option<bool>,
+) -> NodeDesired {
+    let p = &k.label_prefix;
+    let mut labels = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
+    labels.insert(
+        format!("{p}maintenance"),
+        Some(st.phase.as_str().to_string()),
+    );
+    let scheduled = st.window_start.is_some() || st.window_end.is_some() || st.phase != Phase::None;
+    labels.insert(
+        format!("{p}can-reschedule"),
+        scheduled.then(|| st.can_reschedule.to_string()),
+    );
+    annotations.insert(
+        format!("{p}maintenance-window-start"),
+        st.window_start.clone(),
+    );
+    annotations.insert(format!("{p}maintenance-window-end"), st.window_end.clone());
+    annotations.insert(
+        format!("{p}maintenance-reasons"),
+        (!st.reasons.is_empty()).then(|| st.reasons.join(",")),
+    );
+    if let Some(c) = last_checkpoint {
+        annotations.insert(format!("{p}last-checkpoint"), Some(c.to_string()));
+    }
+    if let Some(on) = perform_maintenance {
+        labels.insert(
+            PERFORM_MAINTENANCE_LABEL.to_string(),
+            on.then(|| "true".to_string()),
+        );
+    }
+    let taint_key = format!("{p}termination-imminent");
+    let (add_taints, remove_taints) = if k.taint_on_termination && st.phase == Phase::Terminating {
+        (
+            vec![Taint {
+                key: taint_key,
+                value: "true".into(),
+                effect: "NoSchedule".into(),
+            }],
+            vec![],
+        )
+    } else {
+        (vec![], vec![taint_key])
+    };
+    NodeDesired {
+        labels,
+        annotations,
+        add_taints,
+        remove_taints,
+    }
+}
+
+/// Add the GPU fields to the Node's desired state (pure): the node's GPU health label, the
+/// reasons, and the optional `NoSchedule` taint while a GPU has failed.
+pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mut NodeDesired) {
+    let p = &k.label_prefix;
+    d.labels.insert(
+        format!("{p}gpu-health"),
+        report.monitoring.then(|| report.node.as_str().to_string()),
+    );
+    let mut reasons = report.node_reasons.join("; ");
+    if reasons.len() > 1000 {
+        let mut cut = 1000;
+        while !reasons.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reasons.truncate(cut);
+    }
+    d.annotations.insert(
+        format!("{p}gpu-health-reasons"),
+        (!reasons.is_empty()).then_some(reasons),
+    );
+    let key = format!("{p}gpu-failed");
+    if taint && report.monitoring && report.node == GpuHealth::Failed {
+        d.add_taints.push(Taint {
+            key,
+            value: "true".into(),
+            effect: "NoSchedule".into(),
+        });
+    } else {
+        d.remove_taints.push(key);
+    }
+}
+
+/// The Event reason and type for entering a phase.
+pub fn event_for(phase: Phase) -> (&'static str, EventType) {
+    match phase {
+        Phase::None => ("VigilMaintenanceCleared", EventType::Normal),
+        Phase::Pending => ("VigilMaintenancePending", EventType::Normal),
+        Phase::Ongoing => ("VigilMaintenanceOngoing", EventType::Warning),
+        Phase::Terminating => ("VigilTerminationImminent", EventType::Warning),
+    }
+}
+
+/// Whether this transition starts an interruption (counted once, as GKE's interruption_count).
+pub(crate) fn interruption_starts(prev: Phase, next: Phase) -> bool {
+    matches!(prev, Phase::None | Phase::Pending)
+        && matches!(next, Phase::Ongoing | Phase::Terminating)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::maintenance::UpcomingMaintenance;
+    use crate::sources::metadata::NONE;
+
+    fn raw(event: Option<&str>, status: Option<&str>, preempted: Option<bool>) -> RawMetadata {
+        RawMetadata {
+            maintenance_event: event.map(str::to_string),
+            upcoming: status.map(|s| UpcomingMaintenance {
+                status: Some(s.to_string()),
+                can_reschedule: true,
+                window_start: Some("2024-12-01T19:00:01Z".into()),
+                window_end: Some("2024-12-01T21:00:01Z".into()),
+                ..Default::default()
+            }),
+            preempted,
+        }
+    }
+
+    const T: &str = TERMINATE_ON_HOST_MAINTENANCE;
+    const M: &str = MIGRATE_ON_HOST_MAINTENANCE;
+
+    #[test]
+    fn derive_table() {
+        use Phase as P;
+        /// event, upcoming status, preempted → phase, interruption, reasons.
+        type Row<'a> = (
+            Option<&'a str>,
+            Option<&'a str>,
+            Option<bool>,
+            Phase,
+            Option<&'a str>,
+            &'a [&'a str],
+        );
+        #[rustfmt::skip]
+        let table: &[Row] = &[
+            // event       upcoming       preempted    phase           interruption              reasons
+            (None,       None,          None,        P::None,        None,                     &[]),
+            (Some(NONE), None,          Some(false), P::None,        None,                     &[]),
+            (Some(NONE), Some(PENDING), Some(false), P::Pending,     None,                     &["upcoming-pending"]),
+            (Some(NONE), Some(ONGOING), Some(false), P::Ongoing,     Some("host-maintenance"), &["upcoming-ongoing"]),
+            (Some(M),    None,          Some(false), P::Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance"]),
+            (Some(M),    Some(PENDING), None,        P::Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance", "upcoming-pending"]),
+            (Some(T),    None,          Some(false), P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance"]),
+            (Some(T),    Some(ONGOING), None,        P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-ongoing"]),
+            (Some(NONE), None,          Some(true),  P::Terminating, Some("preemption"),       &["preempted"]),
+            (Some(T),    None,          Some(true),  P::Terminating, Some("preemption"),       &["preempted", "terminate-on-host-maintenance"]),
+            (None,       Some(PENDING), Some(true),  P::Terminating, Some("preemption"),       &["preempted", "upcoming-pending"]),
+            (Some(M),    Some(ONGOING), Some(true),  P::Terminating, Some("preemption"),       &["preempted", "migrate-on-host-maintenance", "upcoming-ongoing"]),
+            // preempted=FALSE next to a termination notice: still terminating.
+            (Some(T),    Some(PENDING), Some(false), P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-pending"]),
+            // Unknown strings are never published by the watcher, but derive must not trip on them.
+            (Some("X"),  Some("X"),     None,        P::None,        None,                     &[]),
+        ];
+        for (i, (event, status, preempted, phase, interruption, reasons)) in
+            table.iter().enumerate()
+        {
+            let s = derive(&raw(*event, *status, *preempted));
+            assert_eq!(s.phase, *phase, "row {i}");
+            assert_eq!(s.interruption, *interruption, "row {i}");
+            assert_eq!(s.reasons, reasons.to_vec(), "row {i}");
+        }
+    }
+
+    #[test]
+    fn derive_copies_the_window() {
+        let s = derive(&raw(Some(NONE), Some(PENDING), Some(false)));
+        assert_eq!(s.window_start.as_deref(), Some("2024-12-01T19:00:01Z"));
+        assert_eq!(s.window_end.as_deref(), Some("2024-12-01T21:00:01Z"));
+        assert!(s.can_reschedule);
+        let s = derive(&raw(Some(NONE), None, Some(false)));
+        assert_eq!(
+            (s.window_start, s.window_end, s.can_reschedule),
+            (None, None, false)
+        );
+    }
+
+    #[test]
+    fn preempted_false_never_clears_a_pending_termination() {
+        // The order a handler sees the keys in must not matter: TERMINATE then preempted=FALSE.
+        let mut r = raw(Some(T), None, None);
+        assert_eq!(derive(&r).phase, Phase::Terminating);
+        r.preempted = Some(false);
+        assert_eq!(derive(&r).phase, Phase::Terminating);
+        r.preempted = Some(true);
+        r.preempted = Some(false);
+        let s = derive(&r);
+        assert_eq!(s.phase, Phase::Terminating);
+        assert_eq!(s.interruption, Some("host-maintenance"));
+        // Only the event itself going back to NONE ends it.
+        r.maintenance_event = Some(NONE.into());
+        assert_eq!(derive(&r).phase, Phase::None);
+    }
+}

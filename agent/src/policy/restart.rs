@@ -1,0 +1,387 @@
+//! The restart decision: `(worker record, shared marks, node context, now) -> verdict -> plan`.
+//!
+//! No I/O and no clock reads: `now` is the coordinator's clock (Redis `TIME`), handed in. Every rule
+//! of the restart pipeline that can be decided from data lives here, so it is a table-driven test.
+//! The engine (`crate::engine::restart`) carries the plan out against the coordinator, the container
+//! runtime and the alert sinks.
+//!
+//! NB: detection and remediation are bound to the *same* predicate. The verdict that raises the
+//! "hung" alert is the verdict that makes the restart due; there is no second definition of a hang.
+
+use crate::clock::{ms, Millis};
+use crate::config::PolicyConfig;
+use crate::model::worker::{Episode, Marks, WorkerState, WorkerStatus};
+use crate::policy::table::Action;
+
+/// What the node itself says, from other sources (metadata server, NVML).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NodeContext {
+    pub in_maintenance: bool,
+    pub gpu_failed: bool,
+}
+
+/// The verdict on one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Fresh heartbeat, or not processing: nothing to do.
+    Healthy,
+    /// Stale heartbeat seen once: wait for the confirming observation.
+    Suspect,
+    /// Stale heartbeat while processing, confirmed by a second observation.
+    Hung,
+    /// In state `error`, not yet for `error_for`.
+    ErrorPending,
+    /// In state `error` for at least `error_for`.
+    Errored,
+    /// No usable status record: alert only (the machine may be rebooting or off on purpose).
+    Unreachable,
+    /// Fresh heartbeat but the progress marker has not moved for `stalled_after`: alert only.
+    Stalled,
+    /// A cooldown marker exists: this is our own restart booting, not a new incident.
+    Booting,
+    /// The node has a maintenance or preemption notice: checkpoint path, never a restart.
+    InMaintenance,
+    /// Would be hung or errored, but the GPU under it has failed: a restart cannot fix hardware.
+    GpuFailed,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 10] = [
+        Verdict::Healthy,
+        Verdict::Suspect,
+        Verdict::Hung,
+        Verdict::ErrorPending,
+        Verdict::Errored,
+        Verdict::Unreachable,
+        Verdict::Stalled,
+        Verdict::Booting,
+        Verdict::InMaintenance,
+        Verdict::GpuFailed,
+    ];
+
+    /// Stable name for logs, the trail and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Healthy => "healthy",
+            Verdict::Suspect => "suspect",
+            Verdict::Hung => "hung",
+            Verdict::ErrorPending => "error-pending",
+            Verdict::Errored => "errored",
+            Verdict::Unreachable => "unreachable",
+            Verdict::Stalled => "stalled",
+            Verdict::Booting => "booting",
+            Verdict::InMaintenance => "in-maintenance",
+            Verdict::GpuFailed => "gpu-failed",
+        }
+    }
+}
+
+/// True when the record shows a processing worker whose heartbeat is older than `stale_after`.
+/// NB: "older than" is strict — a heartbeat exactly `stale_after` old is still fresh.
+pub fn is_stale(status: &WorkerStatus, now: Millis, cfg: &PolicyConfig) -> bool {
+    status.state == WorkerState::Processing
+        && matches!(status.heartbeat, Some(hb) if now - hb > ms(cfg.stale_after))
+}
+
+/// The verdict, from the shared record and shared marks only.
+pub fn verdict(
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+    node: NodeContext,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Verdict {
+    if marks.cooldown {
+        return Verdict::Booting;
+    }
+    if node.in_maintenance {
+        return Verdict::InMaintenance;
+    }
+    let Some(status) = status else {
+        return Verdict::Unreachable;
+    };
+    match status.state {
+        WorkerState::Processing => {
+            let Some(hb) = status.heartbeat else {
+                return Verdict::Unreachable;
+            };
+            if is_stale(status, now, cfg) {
+                if node.gpu_failed {
+                    return Verdict::GpuFailed;
+                }
+                // Confirmed only by a second observation of the *same* stale heartbeat, made at
+                // least `confirm_after` after the first (by this or any other instance).
+                let confirmed = matches!(marks.suspect,
+                    Some((seen_hb, seen_at)) if seen_hb == hb && now - seen_at >= ms(cfg.confirm_after));
+                return if confirmed {
+                    Verdict::Hung
+                } else {
+                    Verdict::Suspect
+                };
+            }
+            let frozen = matches!((&status.progress, &marks.progress),
+                (Some(p), Some((seen, since))) if p == seen && now - since >= ms(cfg.stalled_after));
+            if frozen {
+                Verdict::Stalled
+            } else {
+                Verdict::Healthy
+            }
+        }
+        WorkerState::Error => {
+            let errored = matches!(marks.error_since, Some(t) if now - t >= ms(cfg.error_for));
+            match (errored, node.gpu_failed) {
+                (true, true) => Verdict::GpuFailed,
+                (true, false) => Verdict::Errored,
+                (false, _) => Verdict::ErrorPending,
+            }
+        }
+        WorkerState::Idle | WorkerState::Other(_) => Verdict::Healthy,
+    }
+}
+
+/// Why an incident timer is closed (the trail says which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerEnd {
+    /// Our own restart is booting: the cooldown marker stands.
+    Booting,
+    /// The node is in maintenance: no restarts, and no timer may survive it.
+    Maintenance,
+    /// The data says the worker is fine again.
+    Recovered,
+}
+
+/// One step of a cycle's bookkeeping or action. [`plan`] returns them in the order the engine
+/// carries them out; each is one small function there (`crate::engine::restart`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Record this stale heartbeat as the first sighting (SET, with when it was seen).
+    RecordSuspect {
+        heartbeat: Millis,
+    },
+    ClearSuspect,
+    /// Record the start of an error state (SET NX: the first observer's time stands).
+    MarkErrorSince,
+    ClearErrorSince,
+    /// Record a new progress marker value (it changed or was never seen).
+    RecordProgress(String),
+    ClearProgress,
+    /// Close the incident timer.
+    ClearIncident(TimerEnd),
+    /// The worker recovered after our restart: forget the restart (and its escalation).
+    ForgetRestart,
+    /// An alert-only condition ended.
+    CloseEpisode(Episode),
+    /// An alert-only condition began: alert once (SET NX de-duplicates across instances).
+    OpenEpisode(Episode),
+    /// Start the incident timer (SET NX: an existing timer is never reset).
+    OpenIncident,
+    /// Page once: the last restart did not fix it.
+    Escalate,
+    /// The incident alert (once per incident, de-duplicated in the coordinator).
+    AlertIncident,
+    /// Run the restart pipeline if the incident is old enough (see [`restart_due`]).
+    ConsiderRestart,
+}
+
+/// The cycle's effects for one worker, in execution order.
+pub fn plan(
+    v: Verdict,
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Vec<Effect> {
+    let stale = status.is_some_and(|s| is_stale(s, now, cfg));
+    let in_error = status.is_some_and(|s| s.state == WorkerState::Error);
+    let action = v.action();
+    // Our own restart or maintenance make healthy workers look hung: the persistence timer
+    // must not survive them, or the first cycle after would restart at once.
+    let suppress = matches!(action, Action::SuppressAndClear | Action::Checkpoint);
+
+    let mut fx = Vec::new();
+    fx.extend(suspect_effects(stale, status, marks, suppress));
+    match (in_error, marks.error_since) {
+        // Not while booting: our restart cleared it, and the new incarnation gets its own clock.
+        (true, None) if v != Verdict::Booting => fx.push(Effect::MarkErrorSince),
+        (false, Some(_)) => fx.push(Effect::ClearErrorSince),
+        _ => {}
+    }
+    fx.extend(progress_effect(stale, status, marks));
+    if let Some(end) = timer_end(v, action, stale, in_error, status, marks) {
+        fx.push(Effect::ClearIncident(end));
+    }
+    // Escalation looks at the data, not at the verdict: a worker still broken after our restart
+    // is a page even while its cooldown marker stands.
+    let still_broken = stale || in_error;
+    let escalate = marks.restarted_at.is_some_and(|restarted| {
+        still_broken && !marks.escalated && now - restarted >= ms(cfg.escalate_after)
+    });
+    if marks.restarted_at.is_some() && !still_broken && v == Verdict::Healthy {
+        fx.push(Effect::ForgetRestart);
+    }
+    fx.extend(episode_effects(v, marks));
+    if action == Action::RestartPipeline && marks.incident.is_none() {
+        fx.push(Effect::OpenIncident);
+    }
+    if escalate {
+        fx.push(Effect::Escalate);
+    }
+    if action == Action::RestartPipeline {
+        fx.push(Effect::AlertIncident);
+        fx.push(Effect::ConsiderRestart);
+    }
+    fx
+}
+
+/// Suspect sighting: recorded on every stale observation of a new heartbeat value; cleared when
+/// the heartbeat is fresh or when our restart / maintenance suppress the timer.
+fn suspect_effects(
+    stale: bool,
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+    suppress: bool,
+) -> Option<Effect> {
+    if suppress {
+        return marks.suspect.is_some().then_some(Effect::ClearSuspect);
+    }
+    match (stale, status.and_then(|s| s.heartbeat), marks.suspect) {
+        (true, Some(hb), Some((seen, _))) if seen == hb => None,
+        (true, Some(hb), _) => Some(Effect::RecordSuspect { heartbeat: hb }),
+        (false, _, Some(_)) => Some(Effect::ClearSuspect),
+        _ => None,
+    }
+}
+
+/// The progress marker follows a fresh, processing record; anything else forgets it.
+fn progress_effect(stale: bool, status: Option<&WorkerStatus>, marks: &Marks) -> Option<Effect> {
+    match status {
+        Some(s) if s.state == WorkerState::Processing && !stale => {
+            match (&s.progress, &marks.progress) {
+                (Some(cur), Some((seen, _))) if cur == seen => None,
+                (Some(cur), _) => Some(Effect::RecordProgress(cur.clone())),
+                (None, Some(_)) => Some(Effect::ClearProgress),
+                (None, None) => None,
+            }
+        }
+        _ if marks.progress.is_some() => Some(Effect::ClearProgress),
+        _ => None,
+    }
+}
+
+/// Whether (and why) an open incident timer closes this cycle.
+fn timer_end(
+    v: Verdict,
+    action: Action,
+    stale: bool,
+    in_error: bool,
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+) -> Option<TimerEnd> {
+    marks.incident.as_ref()?;
+    match action {
+        Action::RestartPipeline => None,
+        Action::SuppressAndClear | Action::Checkpoint => Some(if v == Verdict::Booting {
+            TimerEnd::Booting
+        } else {
+            TimerEnd::Maintenance
+        }),
+        Action::Observe | Action::AlertOnly | Action::AlertNoRestart | Action::None => {
+            // Timers are cleared only when the *data* says the worker is fine, never because this
+            // instance has not confirmed yet: another instance may be one observation ahead.
+            let readable =
+                status.is_some_and(|s| s.state != WorkerState::Processing || s.heartbeat.is_some());
+            (!stale && !in_error && readable).then_some(TimerEnd::Recovered)
+        }
+    }
+}
+
+/// Episodes to close (the condition ended) and to open (it began), closes first.
+fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
+    let wanted = match v {
+        Verdict::Unreachable => Some(Episode::Unreachable),
+        Verdict::Stalled => Some(Episode::Stalled),
+        Verdict::GpuFailed => Some(Episode::GpuFailed),
+        _ => None,
+    };
+    let open = |e: &Episode| marks.episodes.contains(e);
+    let closes = Episode::ALL
+        .into_iter()
+        .filter(|e| open(e) && Some(*e) != wanted)
+        .map(Effect::CloseEpisode);
+    let opens = wanted
+        .filter(|e| !open(e))
+        .map(Effect::OpenEpisode)
+        .into_iter();
+    closes.chain(opens).collect()
+}
+
+/// Why a restart decided a moment ago is called off at the last moment (safeguard 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    /// The fresh record no longer shows the condition the restart was decided on.
+    Recovered,
+    /// A cooldown marker appeared: another instance already restarted it.
+    CooldownAppeared,
+}
+
+/// Revalidate right before the command, from a fresh record, fresh marks and a fresh clock:
+/// the *same* predicate as the verdict (stale while processing, or in state `error`).
+pub fn revalidate(
+    v: Verdict,
+    fresh: Option<&WorkerStatus>,
+    marks: &Marks,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Result<(), Cancel> {
+    if marks.cooldown {
+        return Err(Cancel::CooldownAppeared);
+    }
+    let still_broken = match v {
+        Verdict::Errored => fresh.is_some_and(|s| s.state == WorkerState::Error),
+        _ => fresh.is_some_and(|s| is_stale(s, now, cfg)),
+    };
+    if still_broken {
+        Ok(())
+    } else {
+        Err(Cancel::Recovered)
+    }
+}
+
+/// How long a confirmed incident waits before the restart: hangs wait `restart_delay`
+/// (persistence before action); an errored worker has already persisted for `error_for`.
+pub fn restart_wait(v: Verdict, cfg: &PolicyConfig) -> std::time::Duration {
+    if v == Verdict::Hung {
+        cfg.restart_delay
+    } else {
+        std::time::Duration::ZERO
+    }
+}
+
+/// When the broken condition began, for "how long" in alerts: the error clock for an errored
+/// worker, the last heartbeat for a hung one, else the incident's start.
+pub fn condition_since(
+    v: Verdict,
+    incident_started: Millis,
+    marks: &Marks,
+    status: Option<&WorkerStatus>,
+) -> Millis {
+    match v {
+        Verdict::Errored => marks.error_since.unwrap_or(incident_started),
+        _ => status.and_then(|s| s.heartbeat).unwrap_or(incident_started),
+    }
+}
+
+/// Whether the restart pipeline should run now for an incident that started at `started`.
+/// Hangs wait `restart_delay` (persistence before action); an errored worker has already
+/// persisted for `error_for`.
+pub fn restart_due(v: Verdict, started: Millis, now: Millis, cfg: &PolicyConfig) -> bool {
+    match v {
+        Verdict::Hung => now - started >= ms(cfg.restart_delay),
+        Verdict::Errored => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+#[path = "restart_tests.rs"]
+mod tests;
