@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::real::{shared_redis_url, unique};
+use common::real::{free_port, run_cli, shared_redis_url, unique, wait_listening};
 use vigil::clock::{Clock, FakeClock, SystemClock};
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::redis::RedisCoordinator;
@@ -104,19 +104,13 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     c.decr(&k("never")).await.unwrap();
     assert_eq!(c.counter(&k("never")).await.unwrap(), 0, "never below zero");
     // The counter's TTL is set at creation and not extended by later increments.
-    assert!(c
-        .incr_capped(&k("win"), 10, Duration::from_millis(200))
-        .await
-        .unwrap()
-        .is_some());
+    let win = k("win");
+    let incr_window = || c.incr_capped(&win, 10, Duration::from_millis(200));
+    assert!(incr_window().await.unwrap().is_some());
     time.pass(Duration::from_millis(120)).await;
-    assert!(c
-        .incr_capped(&k("win"), 10, Duration::from_millis(200))
-        .await
-        .unwrap()
-        .is_some());
+    assert!(incr_window().await.unwrap().is_some());
     time.pass(Duration::from_millis(150)).await;
-    assert_eq!(c.counter(&k("win")).await.unwrap(), 0, "the window ended");
+    assert_eq!(c.counter(&win).await.unwrap(), 0, "the window ended");
 
     // Hashes (status records) and the status writer's server-clock heartbeat.
     let keys = Keys::new(p, "n");
@@ -204,7 +198,7 @@ async fn primitives_on_real_redis() {
 
 #[tokio::test]
 async fn unreachable_redis_is_a_clear_error_not_a_hang() {
-    let port = common::real::free_port();
+    let port = free_port();
     let c = RedisCoordinator::new(
         &format!("redis://127.0.0.1:{port}"),
         Duration::from_millis(500),
@@ -270,16 +264,7 @@ fn crc16_slot(key: &str) -> i64 {
 /// A CA and a server certificate for 127.0.0.1, made with the openssl CLI.
 fn make_certs(dir: &std::path::Path) {
     let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("the openssl CLI");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_cli("openssl", args, Some(dir));
     };
     run(&[
         "req",
@@ -332,7 +317,7 @@ fn make_certs(dir: &std::path::Path) {
 async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
-    let port = common::real::free_port();
+    let port = free_port();
     let p = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
     let mut server = std::process::Command::new("redis-server")
         .args([
@@ -360,12 +345,7 @@ async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("redis-server");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(port);
     let url = format!("rediss://127.0.0.1:{port}");
     let ca = p("ca.pem");
     let trusted = RedisCoordinator::with_ca(&url, Some(&ca), Duration::from_secs(3)).unwrap();

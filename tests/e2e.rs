@@ -7,98 +7,55 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::e2e::{ConfigParts, Setup};
 use common::real::{
-    eventually, free_port, shared_redis_url, unique, vigil, Receiver, RedisServer, VigilProcess,
-    WorkerContainer,
+    beat, eventually, explain, poll, redis_get, serve, shared_redis_url, unique, vigil, Receiver,
+    RedisServer, VigilProcess, WorkerContainer,
 };
 
-struct Setup {
-    dir: tempfile::TempDir,
-    node: String,
-    prefix: String,
-    label: String,
-    worker: String,
-    listen: String,
-}
-
+/// This suite's agent: every duration compressed.
 impl Setup {
-    fn new() -> Setup {
-        Setup {
-            dir: tempfile::tempdir().unwrap(),
-            node: unique("node-"),
-            prefix: unique("e2e"),
-            label: unique("vigil.test."),
-            worker: unique("trainer-"),
-            listen: format!("127.0.0.1:{}", free_port()),
-        }
-    }
-
-    /// A config with every duration compressed; `extra` is appended verbatim.
+    /// A config with every duration compressed; `extra` is added verbatim at the top level.
     fn config(&self, webhook: &str, extra: &str) -> std::path::PathBuf {
-        let text = format!(
-            r#"node_name = "{node}"
-poll_interval = "300ms"
-{extra}
-[redis]
-key_prefix = "{prefix}"
-[docker]
-worker_label = "{label}"
-log_lines = 20
-log_timeout = "5s"
-stop_grace = "1s"
-restart_timeout = "15s"
-[policy]
-stale_after = "2s"
-confirm_after = "500ms"
-restart_delay = "2s"
-cooldown = "30s"
-escalate_after = "60s"
-[safety]
+        self.write_config(ConfigParts {
+            top: extra,
+            docker: "log_lines = 20",
+            policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
+            tables: &format!(
+                r#"[safety]
 lock_ttl = "30s"
 [alerts]
 webhook_url = "{webhook}"
 attempts = 2
 timeout = "2s"
-[server]
-listen = "{listen}"
-"#,
-            node = self.node,
-            prefix = self.prefix,
-            label = self.label,
-            listen = self.listen,
-        );
-        let path = self.dir.path().join("vigil.toml");
-        std::fs::write(&path, text).unwrap();
-        path
+"#
+            ),
+        })
     }
 
     fn beat(&self, config: &Path, redis: &str, state: &str) {
-        let (code, out, err) = vigil(
-            &[
-                "beat",
-                "--config",
-                config.to_str().unwrap(),
-                "--worker",
-                &self.worker,
-                "--state",
-                state,
-                "--job",
-                "job-42",
-                "--progress",
-                "step-1",
-            ],
+        let (code, out, err) = beat(
+            config,
+            &self.worker,
+            state,
+            &["--job", "job-42", "--progress", "step-1"],
             &[("REDIS_URL", redis)],
         );
         assert_eq!(code, 0, "vigil beat failed: {out} {err}");
     }
 
     fn explain(&self, config: &Path, redis: &str) -> String {
-        let (code, out, err) = vigil(
-            &["explain", "--config", config.to_str().unwrap(), &self.node],
-            &[("REDIS_URL", redis)],
-        );
+        let (code, out, err) = explain(config, &self.node, &[], &[("REDIS_URL", redis)]);
         assert_eq!(code, 0, "vigil explain failed: {err}");
         out
+    }
+
+    /// The Redis key of one of the worker's markers, spelt out as an operator reads it.
+    fn worker_key(&self, marker: &str) -> String {
+        format!(
+            "{}:{{{}}}:worker:{}:{marker}",
+            self.prefix, self.node, self.worker
+        )
     }
 }
 
@@ -110,17 +67,11 @@ fn decisions(trail: &str, decision: &str) -> usize {
         .count()
 }
 
-async fn redis_get(url: &str, key: &str) -> Option<String> {
-    let client = redis::Client::open(url).ok()?;
-    let mut c = client.get_multiplexed_async_connection().await.ok()?;
-    redis::cmd("GET").arg(key).query_async(&mut c).await.ok()?
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
     let redis = shared_redis_url();
     let hook = Receiver::start().await;
-    let s = Setup::new();
+    let s = Setup::new("e2e");
     let cfg = s.config(&hook.url, "");
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
@@ -157,24 +108,17 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
     assert_eq!(decisions(&trail, "restarted"), 1, "{trail}");
     assert!(trail.contains("timer-started"), "{trail}");
 
-    let metrics = reqwest::get(format!("http://{}/metrics", s.listen))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.metrics().await;
     assert!(
         metrics.contains("vigil_restarts_total{reason=\"hung\",outcome=\"restarted\"} 1"),
         "{metrics}"
     );
-    let cooldown = format!("{}:{{{}}}:worker:{}:cooldown", s.prefix, s.node, s.worker);
+    let cooldown = s.worker_key("cooldown");
     assert!(
         redis_get(&redis, &cooldown).await.is_some(),
         "cooldown marker set"
     );
-    let health = reqwest::get(format!("http://{}/healthz", s.listen))
-        .await
-        .unwrap();
+    let health = s.get("/healthz").await;
     assert!(health.status().is_success());
 }
 
@@ -182,20 +126,13 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
 async fn scenario_b_two_agent_processes_on_one_node_restart_once() {
     let redis = shared_redis_url();
     let hook = Receiver::start().await;
-    let s = Setup::new();
+    let s = Setup::new("e2e");
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
     let cfg_a = s.config(&hook.url, "");
     let a = VigilProcess::spawn(&["run"], &cfg_a, &[("REDIS_URL", &redis)]);
     // The second process needs its own metrics port.
-    let s2 = Setup {
-        listen: format!("127.0.0.1:{}", free_port()),
-        dir: tempfile::tempdir().unwrap(),
-        node: s.node.clone(),
-        prefix: s.prefix.clone(),
-        label: s.label.clone(),
-        worker: s.worker.clone(),
-    };
+    let s2 = s.second_process();
     let cfg_b = s2.config(&hook.url, "");
     let b = VigilProcess::spawn(&["run"], &cfg_b, &[("REDIS_URL", &redis)]);
     s.beat(&cfg_a, &redis, "processing");
@@ -222,7 +159,7 @@ async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_
     let mut server = RedisServer::start();
     let redis = server.url();
     let hook = Receiver::start().await;
-    let s = Setup::new();
+    let s = Setup::new("e2e");
     let cfg = s.config(&hook.url, "");
     // A longer delay, so the outage falls inside it.
     let text = std::fs::read_to_string(&cfg)
@@ -234,15 +171,8 @@ async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_
     s.beat(&cfg, &redis, "processing");
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
 
-    let key = format!("{}:{{{}}}:worker:{}:incident", s.prefix, s.node, s.worker);
-    let mut timer = None;
-    for _ in 0..100 {
-        timer = redis_get(&redis, &key).await;
-        if timer.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let key = s.worker_key("incident");
+    let timer = poll(Duration::from_secs(10), || redis_get(&redis, &key)).await;
     let timer = timer.unwrap_or_else(|| panic!("no incident timer:\n{}", agent.log_text()));
 
     server.stop();
@@ -275,31 +205,18 @@ async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_
 #[tokio::test(flavor = "multi_thread")]
 async fn embedded_mode_works_without_redis_through_the_local_status_api() {
     let hook = Receiver::start().await;
-    let s = Setup::new();
+    let s = Setup::new("e2e");
     let cfg = s.config(&hook.url, "");
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
     let agent = VigilProcess::spawn(&["run"], &cfg, &[]);
-    let url = format!("http://{}", s.listen);
+    let url = s.url("");
     let up = eventually(Duration::from_secs(10), || {
         std::net::TcpStream::connect(&s.listen).is_ok()
     })
     .await;
     assert!(up, "{}", agent.log_text());
-    let (code, out, err) = vigil(
-        &[
-            "beat",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--worker",
-            &s.worker,
-            "--state",
-            "processing",
-            "--agent",
-            &url,
-        ],
-        &[],
-    );
+    let (code, out, err) = beat(&cfg, &s.worker, "processing", &["--agent", &url], &[]);
     assert_eq!(code, 0, "{out}{err}");
     let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
     assert!(restarted, "{}", agent.log_text());
@@ -378,16 +295,14 @@ fn help_is_complete_for_every_command() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_docker_is_an_alert_and_not_ready_not_a_crash() {
     let hook = Receiver::start().await;
-    let s = Setup::new();
+    let s = Setup::new("e2e");
     let cfg = s.config(&hook.url, "");
     let sock = s.dir.path().join("no-docker.sock");
     let host = format!("unix://{}", sock.display());
     let mut agent = VigilProcess::spawn(&["run"], &cfg, &[("DOCKER_HOST", &host)]);
     let alerted = eventually(Duration::from_secs(15), || hook.count("runtime-down") == 1).await;
     assert!(alerted, "{:?}\n{}", hook.kinds(), agent.log_text());
-    let ready = reqwest::get(format!("http://{}/readyz", s.listen))
-        .await
-        .unwrap();
+    let ready = s.get("/readyz").await;
     assert_eq!(ready.status().as_u16(), 503);
     assert!(ready.text().await.unwrap().contains("runtime: docker at"));
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -416,9 +331,7 @@ async fn webhook_is_retried_until_it_accepts() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await;
     let url = format!("http://{addr}/hook");
     let alert = Alert::new(AlertKind::Hung, "n1", "test");
     let sink = WebhookSink::new(&url, "<!here>", Duration::from_secs(2), 3);
@@ -517,29 +430,18 @@ async fn status_lists_the_fleet_and_which_slices_are_available() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid() {
-    let s = Setup::new();
+    let s = Setup::new("e2e");
     let cfg = s.config("", "dry_run = true");
     let agent = VigilProcess::spawn(&["run"], &cfg, &[]);
-    let metrics = format!("http://{}/metrics", s.listen);
+    let metrics = s.url("/metrics");
     let scrape = || async { reqwest::get(&metrics).await.ok()?.text().await.ok() };
-    let mut up = false;
-    for _ in 0..50 {
-        if scrape()
-            .await
-            .is_some_and(|m| m.contains("vigil_dry_run 1"))
-        {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let up = poll(Duration::from_secs(5), || async {
+        scrape().await.filter(|m| m.contains("vigil_dry_run 1"))
+    })
+    .await
+    .is_some();
     assert!(up, "{}", agent.log_text());
-    let hup = || {
-        std::process::Command::new("kill")
-            .args(["-HUP", &agent.child.id().to_string()])
-            .status()
-            .unwrap()
-    };
+    let hup = || agent.signal("-HUP");
     // An invalid file: the running config stays, and the log says why.
     let good = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(
@@ -556,16 +458,10 @@ async fn sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid() {
     // A valid change is applied.
     std::fs::write(&cfg, good.replace("dry_run = true", "dry_run = false")).unwrap();
     hup();
-    let mut applied = false;
-    for _ in 0..50 {
-        if scrape()
-            .await
-            .is_some_and(|m| m.contains("vigil_dry_run 0"))
-        {
-            applied = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let applied = poll(Duration::from_secs(5), || async {
+        scrape().await.filter(|m| m.contains("vigil_dry_run 0"))
+    })
+    .await
+    .is_some();
     assert!(applied, "{}", agent.log_text());
 }

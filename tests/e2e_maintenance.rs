@@ -6,23 +6,20 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use common::fake_kube::FakeKube;
+use common::e2e::{ConfigParts, Setup};
+use common::fake_kube::{self, FakeKube};
 use common::fake_metadata::{upcoming_json, FakeMetadata};
 use common::real::{
-    eventually, free_port, shared_redis_url, unique, vigil, VigilProcess, WorkerContainer,
+    beat, eventually, explain, free_port, shared_redis_url, vigil, VigilProcess, WorkerContainer,
 };
 use serde_json::{json, Value};
 
+const TERMINATION_TAINT: &str = "vigil.dev/termination-imminent";
+
 struct Rig {
-    dir: tempfile::TempDir,
-    node: String,
-    prefix: String,
-    label: String,
-    worker: String,
-    listen: String,
+    s: Setup,
     meta: FakeMetadata,
     kube: FakeKube,
     redis: String,
@@ -30,17 +27,12 @@ struct Rig {
 
 impl Rig {
     async fn new() -> Rig {
-        let node = unique("node-");
+        let s = Setup::new("mt");
         Rig {
-            dir: tempfile::tempdir().unwrap(),
-            prefix: unique("mt"),
-            label: unique("vigil.test."),
-            worker: unique("trainer-"),
-            listen: format!("127.0.0.1:{}", free_port()),
             meta: FakeMetadata::start().await,
-            kube: FakeKube::start(&node).await,
+            kube: FakeKube::start(&s.node).await,
             redis: shared_redis_url(),
-            node,
+            s,
         }
     }
 
@@ -56,24 +48,10 @@ impl Rig {
             }
         }
         let extra_checkpoint = extra;
-        let text = format!(
-            r#"node_name = "{node}"
-poll_interval = "300ms"
-[redis]
-key_prefix = "{prefix}"
-[docker]
-worker_label = "{label}"
-log_timeout = "5s"
-stop_grace = "1s"
-restart_timeout = "15s"
-[policy]
-stale_after = "2s"
-confirm_after = "500ms"
-restart_delay = "2s"
-[safety]
+        self.s.write_config(ConfigParts {
+            tables: &format!(
+                r#"[safety]
 lock_ttl = "60s"
-[server]
-listen = "{listen}"
 [metadata]
 enabled = "on"
 host = "{meta}"
@@ -87,16 +65,12 @@ label = "{label}.checkpoint"
 grace = "8s"
 {extra_checkpoint}
 "#,
-            node = self.node,
-            prefix = self.prefix,
-            label = self.label,
-            listen = self.listen,
-            meta = self.meta.host,
-            kube = self.kube.url,
-        );
-        let path = self.dir.path().join("vigil.toml");
-        std::fs::write(&path, text).unwrap();
-        path
+                label = self.s.label,
+                meta = self.meta.host,
+                kube = self.kube.url,
+            ),
+            ..ConfigParts::default()
+        })
     }
 
     fn agent(&self, cfg: &Path) -> VigilProcess {
@@ -111,9 +85,9 @@ grace = "8s"
                 "--network",
                 "host",
                 "--label",
-                &format!("{}={}", self.label, self.worker),
+                &format!("{}={}", self.s.label, self.s.worker),
                 "--label",
-                &format!("{}.checkpoint=signal:SIGUSR1", self.label),
+                &format!("{}.checkpoint=signal:SIGUSR1", self.s.label),
             ],
             script,
         )
@@ -121,7 +95,7 @@ grace = "8s"
 
     /// A worker container that acknowledges a SIGUSR1 checkpoint through the agent's status API.
     fn acking_worker(&self) -> WorkerContainer {
-        let url = format!("http://{}/v1/workers/{}/status", self.listen, self.worker);
+        let url = self.s.url(&format!("/v1/workers/{}/status", self.s.worker));
         self.signal_worker(&format!(
             "trap 'echo checkpoint; wget -q -O- --header \"Content-Type: application/json\" --post-data \"{{\\\"checkpoint_ack\\\":\\\"ok\\\"}}\" {url}' USR1; \
              trap 'exit 0' TERM; while true; do sleep 1; done"
@@ -131,6 +105,11 @@ grace = "8s"
     /// A worker container that ignores SIGUSR1 entirely: it never acknowledges.
     fn silent_worker(&self) -> WorkerContainer {
         self.signal_worker("trap '' USR1; trap 'exit 0' TERM; while true; do sleep 1; done")
+    }
+
+    /// A plain worker container opted in with this rig's label.
+    fn worker(&self) -> WorkerContainer {
+        WorkerContainer::start(&self.s.label, &self.s.worker)
     }
 
     /// The agent, once it has published its start-up state on the Node.
@@ -147,27 +126,51 @@ grace = "8s"
         agent
     }
 
+    /// Whether the Node's maintenance label reads `value` within `limit`.
+    async fn phase_label_becomes(&self, limit: Duration, value: &str) -> bool {
+        eventually(limit, || {
+            self.label("vigil.dev/maintenance").as_deref() == Some(value)
+        })
+        .await
+    }
+
+    /// Wait (up to 10 s) for the Node's maintenance label to read `value`; panics with the
+    /// agent's log if it does not.
+    async fn expect_phase(&self, agent: &VigilProcess, value: &str) {
+        assert!(
+            self.phase_label_becomes(Duration::from_secs(10), value)
+                .await,
+            "{}",
+            agent.log_text()
+        );
+    }
+
     fn label(&self, name: &str) -> Option<String> {
-        self.kube.node()["metadata"]["labels"][name]
-            .as_str()
-            .map(str::to_string)
+        fake_kube::label(&self.kube.node(), name)
     }
 
     fn annotation(&self, name: &str) -> Option<String> {
-        self.kube.node()["metadata"]["annotations"][name]
-            .as_str()
-            .map(str::to_string)
+        fake_kube::annotation(&self.kube.node(), name)
+    }
+
+    fn last_checkpoint(&self) -> Option<String> {
+        self.annotation("vigil.dev/last-checkpoint")
+    }
+
+    /// Whether the Node's last-checkpoint annotation mentions `needle` within `limit`.
+    async fn checkpoint_reads(&self, limit: Duration, needle: &str) -> bool {
+        eventually(limit, || {
+            self.last_checkpoint().is_some_and(|a| a.contains(needle))
+        })
+        .await
     }
 
     fn taints(&self) -> Vec<String> {
-        self.kube.node()["spec"]["taints"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|t| t["key"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
+        fake_kube::taint_keys(&self.kube.node())
+    }
+
+    fn termination_tainted(&self) -> bool {
+        self.taints().iter().any(|t| t == TERMINATION_TAINT)
     }
 
     fn event_reasons(&self) -> Vec<String> {
@@ -179,15 +182,10 @@ grace = "8s"
     }
 
     fn trail(&self, cfg: &Path) -> String {
-        let (_, out, _) = vigil(
-            &[
-                "explain",
-                "--config",
-                cfg.to_str().unwrap(),
-                &self.node,
-                "--limit",
-                "200",
-            ],
+        let (_, out, _) = explain(
+            cfg,
+            &self.s.node,
+            &["--limit", "200"],
             &[("REDIS_URL", &self.redis)],
         );
         out
@@ -207,11 +205,7 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     let agent = r.agent(&cfg);
     let log = || agent.log_text();
     assert!(
-        eventually(Duration::from_secs(15), || r
-            .label("vigil.dev/maintenance")
-            .as_deref()
-            == Some("none"))
-        .await,
+        r.phase_label_becomes(Duration::from_secs(15), "none").await,
         "start-up state not published:\n{}",
         log()
     );
@@ -219,25 +213,14 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     r.meta
         .set("upcoming-maintenance", &upcoming_json("PENDING", true))
         .await;
-    assert!(
-        eventually(Duration::from_secs(10), || r
-            .label("vigil.dev/maintenance")
-            .as_deref()
-            == Some("pending"))
-        .await,
-        "{}",
-        log()
-    );
+    r.expect_phase(&agent, "pending").await;
     assert_eq!(r.label("vigil.dev/can-reschedule").as_deref(), Some("true"));
     assert_eq!(
         r.annotation("vigil.dev/maintenance-window-start")
             .as_deref(),
         Some("2030-01-01T19:00:00Z")
     );
-    assert!(r
-        .taints()
-        .iter()
-        .all(|t| t != "vigil.dev/termination-imminent"));
+    assert!(!r.termination_tainted());
 
     // Faults in between never produce a false transition.
     r.meta.fault("upcoming-maintenance", "503", 5).await;
@@ -249,23 +232,12 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     r.meta
         .set("upcoming-maintenance", &upcoming_json("ONGOING", false))
         .await;
-    assert!(
-        eventually(Duration::from_secs(10), || r
-            .label("vigil.dev/maintenance")
-            .as_deref()
-            == Some("ongoing"))
-        .await,
-        "{}",
-        log()
-    );
+    r.expect_phase(&agent, "ongoing").await;
     // The checkpoint request reaches the container, and its acknowledgement is recorded.
     assert!(
-        eventually(Duration::from_secs(15), || r
-            .annotation("vigil.dev/last-checkpoint")
-            .is_some_and(|a| a.contains("acked=1")))
-        .await,
+        r.checkpoint_reads(Duration::from_secs(15), "acked=1").await,
         "annotation: {:?}\ncontainer: {}\nagent: {}",
-        r.annotation("vigil.dev/last-checkpoint"),
+        r.last_checkpoint(),
         worker.logs(),
         log()
     );
@@ -274,39 +246,13 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     r.meta
         .set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
         .await;
-    assert!(
-        eventually(Duration::from_secs(10), || r
-            .label("vigil.dev/maintenance")
-            .as_deref()
-            == Some("terminating"))
-        .await,
-        "{}",
-        log()
-    );
-    assert!(
-        eventually(Duration::from_secs(5), || r
-            .taints()
-            .contains(&"vigil.dev/termination-imminent".to_string()))
-        .await
-    );
+    r.expect_phase(&agent, "terminating").await;
+    assert!(eventually(Duration::from_secs(5), || r.termination_tainted()).await);
 
     r.meta.set("maintenance-event", "NONE").await;
     r.meta.set("upcoming-maintenance", "").await;
-    assert!(
-        eventually(Duration::from_secs(10), || r
-            .label("vigil.dev/maintenance")
-            .as_deref()
-            == Some("none"))
-        .await,
-        "{}",
-        log()
-    );
-    assert!(
-        eventually(Duration::from_secs(5), || !r
-            .taints()
-            .contains(&"vigil.dev/termination-imminent".to_string()))
-        .await
-    );
+    r.expect_phase(&agent, "none").await;
+    assert!(eventually(Duration::from_secs(5), || !r.termination_tainted()).await);
     assert_eq!(r.annotation("vigil.dev/maintenance-window-start"), None);
     assert_eq!(r.label("vigil.dev/can-reschedule"), None);
 
@@ -344,12 +290,7 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     );
     let trail = r.trail(&cfg);
     assert!(trail.contains("checkpoint-acked"), "{trail}");
-    let metrics = reqwest::get(format!("http://{}/metrics", r.listen))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = r.s.metrics().await;
     assert!(
         metrics.contains("vigil_checkpoints_total{method=\"signal\",outcome=\"acked\"} 2"),
         "{metrics}"
@@ -368,17 +309,13 @@ async fn preemption_with_a_silent_worker_times_out_and_sigterm_exits_within_the_
     let mut agent = r.started_agent(&cfg).await;
     r.meta.set("preempted", "TRUE").await;
     assert!(
-        eventually(Duration::from_secs(10), || r
-            .annotation("vigil.dev/last-checkpoint")
-            .is_some_and(|a| a.contains("preemption: acked=0 timed-out=1")))
-        .await,
+        r.checkpoint_reads(Duration::from_secs(10), "preemption: acked=0 timed-out=1")
+            .await,
         "{:?}\n{}",
-        r.annotation("vigil.dev/last-checkpoint"),
+        r.last_checkpoint(),
         agent.log_text()
     );
-    assert!(r
-        .taints()
-        .contains(&"vigil.dev/termination-imminent".to_string()));
+    assert!(r.termination_tainted());
     // preempted=FALSE does not clear the termination... because it is the same key here; a
     // pending TERMINATE_ON_HOST_MAINTENANCE must survive preempted=FALSE:
     r.meta
@@ -394,7 +331,7 @@ async fn preemption_with_a_silent_worker_times_out_and_sigterm_exits_within_the_
     // The preemption's own SIGTERM follows: the workers were just asked, so the agent exits
     // at once instead of asking them again.
     let started = std::time::Instant::now();
-    let status = sigterm_and_wait(&mut agent, Duration::from_secs(8)).await;
+    let status = agent.sigterm_and_wait(Duration::from_secs(8)).await;
     assert!(status.success(), "{status:?}\n{}", agent.log_text());
     assert!(
         started.elapsed() < Duration::from_secs(2),
@@ -408,25 +345,6 @@ async fn preemption_with_a_silent_worker_times_out_and_sigterm_exits_within_the_
     );
 }
 
-async fn sigterm_and_wait(agent: &mut VigilProcess, limit: Duration) -> std::process::ExitStatus {
-    let started = std::time::Instant::now();
-    Command::new("kill")
-        .args(["-TERM", &agent.child.id().to_string()])
-        .status()
-        .unwrap();
-    loop {
-        if let Some(s) = agent.child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "still running after the grace period:\n{}",
-            agent.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
     let r = Rig::new().await;
@@ -434,7 +352,7 @@ async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
     let _worker = r.silent_worker();
     let mut agent = r.started_agent(&cfg).await;
     let started = std::time::Instant::now();
-    let status = sigterm_and_wait(&mut agent, Duration::from_secs(8)).await;
+    let status = agent.sigterm_and_wait(Duration::from_secs(8)).await;
     assert!(status.success(), "{status:?}\n{}", agent.log_text());
     assert!(
         started.elapsed() >= Duration::from_secs(2),
@@ -447,10 +365,10 @@ async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
         "{trail}"
     );
     assert!(
-        r.annotation("vigil.dev/last-checkpoint")
+        r.last_checkpoint()
             .is_some_and(|a| a.contains("agent-sigterm: acked=0 timed-out=1")),
         "{:?}",
-        r.annotation("vigil.dev/last-checkpoint")
+        r.last_checkpoint()
     );
 }
 
@@ -460,21 +378,10 @@ async fn sigterm_while_idle_exits_promptly() {
     let cfg = r.config("");
     let mut agent = r.started_agent(&cfg).await;
     let started = std::time::Instant::now();
-    Command::new("kill")
-        .args(["-TERM", &agent.child.id().to_string()])
-        .status()
-        .unwrap();
-    let status = loop {
-        if let Some(s) = agent.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "slow exit:\n{}",
-            agent.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    agent.signal("-TERM");
+    let status = agent
+        .wait_exit(started, Duration::from_secs(5), "slow exit")
+        .await;
     assert!(status.success());
 }
 
@@ -482,22 +389,17 @@ async fn sigterm_while_idle_exits_promptly() {
 async fn a_worker_that_goes_stale_during_maintenance_is_not_restarted() {
     let r = Rig::new().await;
     let cfg = r.config("maintenance_budget = \"1s\"");
-    let worker = WorkerContainer::start(&r.label, &r.worker);
+    let worker = r.worker();
     let before = worker.started_at();
     r.meta
         .set("upcoming-maintenance", &upcoming_json("ONGOING", false))
         .await;
     let agent = r.agent(&cfg);
-    let (code, _, err) = vigil(
-        &[
-            "beat",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--worker",
-            &r.worker,
-            "--state",
-            "processing",
-        ],
+    let (code, _, err) = beat(
+        &cfg,
+        &r.s.worker,
+        "processing",
+        &[],
         &[("REDIS_URL", &r.redis)],
     );
     assert_eq!(code, 0, "{err}");
@@ -518,7 +420,7 @@ async fn a_worker_that_goes_stale_during_maintenance_is_not_restarted() {
 async fn doctor_checks_every_dependency_and_names_what_to_fix() {
     let r = Rig::new().await;
     let cfg = r.config("");
-    let worker = WorkerContainer::start(&r.label, &r.worker);
+    let worker = r.worker();
     let run = |envs: &[(&str, &str)]| {
         let mut all = vec![("REDIS_URL", r.redis.as_str())];
         all.extend_from_slice(envs);
@@ -534,7 +436,7 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
     };
     assert!(line("redis").starts_with("ok"), "{out}");
     assert!(
-        line("docker").starts_with("ok") && line("docker").contains(&r.worker),
+        line("docker").starts_with("ok") && line("docker").contains(&r.s.worker),
         "{out}"
     );
     assert!(line("nvml").starts_with("warn"), "no driver here: {out}");

@@ -5,14 +5,13 @@
 #[path = "common/fake_gpu.rs"]
 mod fake_gpu;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fake_gpu::FakeGpu;
 use tokio::sync::watch;
-use vigil::config::GpuConfig;
+use tokio_util::sync::CancellationToken;
+use vigil::config::{GpuConfig, Switch};
 use vigil::engine::gpu::{clock_ms, spawn_monitor, start};
 use vigil::model::gpu::RemappedRows;
 use vigil::model::gpu::{GpuHealth, GpuReport};
@@ -27,7 +26,7 @@ const UUID1: &str = "GPU-11111111-1111-2222-3333-444444444444";
 
 fn cfg() -> GpuConfig {
     GpuConfig {
-        enabled: "on".into(),
+        enabled: Switch::On,
         sample_interval: Duration::from_millis(20),
         ..GpuConfig::default()
     }
@@ -37,7 +36,7 @@ fn cfg() -> GpuConfig {
 struct Monitor {
     fake: FakeGpu,
     rx: watch::Receiver<GpuReport>,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -47,7 +46,7 @@ impl Monitor {
         fake.add_gpu(0, UUID0);
         fake.add_gpu(1, UUID1);
         let (tx, rx) = watch::channel(GpuReport::default());
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = CancellationToken::new();
         let thread = spawn_monitor(Box::new(fake.clone()), cfg(), tx, stop.clone());
         let m = Monitor {
             fake,
@@ -81,20 +80,37 @@ impl Monitor {
         self.rx.borrow().clone()
     }
 
+    /// Inject one XID on GPU `index`; the first report that counts it.
+    fn inject_xid_and_wait(&self, index: u32, xid: u64) -> GpuReport {
+        self.fake.inject_xid(index, xid);
+        let id = index.to_string();
+        self.wait_for(&format!("XID {xid} counted"), |r| {
+            r.gpu(&id)
+                .is_some_and(|g| g.xid_counts.get(&xid) == Some(&1))
+        })
+    }
+
+    /// The first published report in which GPU `id` is `h`.
+    fn wait_health(&self, what: &str, id: &str, h: GpuHealth) -> GpuReport {
+        self.wait_for(what, |r| health(r, id) == Some(h))
+    }
+
     fn stop(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.join().expect("the monitor thread panicked");
+        if let Some(joined) = self.halt() {
+            joined.expect("the monitor thread panicked");
         }
+    }
+
+    /// Tell the thread to stop and join it (once).
+    fn halt(&mut self) -> Option<std::thread::Result<()>> {
+        self.stop.cancel();
+        self.thread.take().map(JoinHandle::join)
     }
 }
 
 impl Drop for Monitor {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = self.halt();
     }
 }
 
@@ -102,13 +118,16 @@ fn health(r: &GpuReport, id: &str) -> Option<GpuHealth> {
     r.gpu(id).map(|g| g.health)
 }
 
+/// Whether one of the node's reasons mentions `needle`.
+fn has_reason(r: &GpuReport, needle: &str) -> bool {
+    r.node_reasons.iter().any(|s| s.contains(needle))
+}
+
 #[test]
 fn hardware_xid_fails_the_gpu_and_the_node_for_good() {
     let m = Monitor::start();
     m.fake.inject_xid(0, 79);
-    let r = m.wait_for("GPU 0 failed", |r| {
-        health(r, "0") == Some(GpuHealth::Failed)
-    });
+    let r = m.wait_health("GPU 0 failed", "0", GpuHealth::Failed);
     assert_eq!(r.node, GpuHealth::Failed);
     assert_eq!(health(&r, "1"), Some(GpuHealth::Healthy));
     assert_eq!(r.gpu("0").unwrap().xid_counts.get(&79), Some(&1));
@@ -134,11 +153,7 @@ fn hardware_xid_fails_the_gpu_and_the_node_for_good() {
 #[test]
 fn application_xid_is_recorded_and_the_gpu_stays_healthy() {
     let m = Monitor::start();
-    m.fake.inject_xid(1, 13);
-    let r = m.wait_for("XID 13 counted", |r| {
-        r.gpu("1")
-            .is_some_and(|g| g.xid_counts.get(&13) == Some(&1))
-    });
+    let r = m.inject_xid_and_wait(1, 13);
     assert_eq!(health(&r, "1"), Some(GpuHealth::Healthy));
     assert_eq!(r.node, GpuHealth::Healthy);
     assert!(r.node_reasons.is_empty(), "{:?}", r.node_reasons);
@@ -153,11 +168,7 @@ fn application_xid_is_recorded_and_the_gpu_stays_healthy() {
 #[test]
 fn evidence_xid_is_recorded_and_attached_to_hang_alerts() {
     let m = Monitor::start();
-    m.fake.inject_xid(0, 43);
-    let r = m.wait_for("XID 43 counted", |r| {
-        r.gpu("0")
-            .is_some_and(|g| g.xid_counts.get(&43) == Some(&1))
-    });
+    let r = m.inject_xid_and_wait(0, 43);
     assert_eq!(r.node, GpuHealth::Healthy, "43 is an application XID");
     let cfg = cfg();
     let lines = evidence(&r, Some(&["0".to_string()]), clock_ms(), &cfg);
@@ -181,14 +192,10 @@ fn evidence_xid_is_recorded_and_attached_to_hang_alerts() {
 fn uncorrectable_ecc_degrades_the_gpu() {
     let m = Monitor::start();
     m.fake.set_ecc_uncorrected(1, 2);
-    let r = m.wait_for("GPU 1 degraded", |r| {
-        health(r, "1") == Some(GpuHealth::Degraded)
-    });
+    let r = m.wait_health("GPU 1 degraded", "1", GpuHealth::Degraded);
     assert_eq!(r.node, GpuHealth::Degraded);
     assert!(
-        r.node_reasons
-            .iter()
-            .any(|s| s.contains("2 uncorrectable ECC")),
+        has_reason(&r, "2 uncorrectable ECC"),
         "{:?}",
         r.node_reasons
     );
@@ -204,16 +211,8 @@ fn uncorrectable_ecc_degrades_the_gpu() {
 fn pending_retirement_and_row_remap_problems_degrade_the_gpu() {
     let m = Monitor::start();
     m.fake.set_pending_retirement(0, true);
-    let r = m.wait_for("GPU 0 degraded", |r| {
-        health(r, "0") == Some(GpuHealth::Degraded)
-    });
-    assert!(
-        r.node_reasons
-            .iter()
-            .any(|s| s.contains("pending retirement")),
-        "{:?}",
-        r.node_reasons
-    );
+    let r = m.wait_health("GPU 0 degraded", "0", GpuHealth::Degraded);
+    assert!(has_reason(&r, "pending retirement"), "{:?}", r.node_reasons);
     m.fake.set_pending_retirement(0, false);
     m.wait_for("healthy again", |r| r.node == GpuHealth::Healthy);
 
@@ -226,13 +225,9 @@ fn pending_retirement_and_row_remap_problems_degrade_the_gpu() {
             failure: true,
         },
     );
-    let r = m.wait_for("GPU 1 degraded", |r| {
-        health(r, "1") == Some(GpuHealth::Degraded)
-    });
+    let r = m.wait_health("GPU 1 degraded", "1", GpuHealth::Degraded);
     assert!(
-        r.node_reasons
-            .iter()
-            .any(|s| s.contains("row remapping failed")),
+        has_reason(&r, "row remapping failed"),
         "{:?}",
         r.node_reasons
     );
@@ -251,11 +246,7 @@ fn pending_retirement_and_row_remap_problems_degrade_the_gpu() {
             ..RemappedRows::default()
         },
     );
-    let r = m.wait_for("remap pending", |r| {
-        r.node_reasons
-            .iter()
-            .any(|s| s.contains("row remap is pending"))
-    });
+    let r = m.wait_for("remap pending", |r| has_reason(r, "row remap is pending"));
     assert_eq!(r.node, GpuHealth::Degraded);
     m.stop();
 }
@@ -307,9 +298,7 @@ fn failed_reads_keep_the_last_verdict_and_xids_still_arrive() {
     );
     assert_eq!(r.node, GpuHealth::Healthy);
     m.fake.inject_xid(1, 94);
-    let r = m.wait_for("XID folded in while reads fail", |r| {
-        health(r, "1") == Some(GpuHealth::Failed)
-    });
+    let r = m.wait_health("XID folded in while reads fail", "1", GpuHealth::Failed);
     assert!(r.gpus.iter().all(|g| !g.missing));
     m.fake.fail_samples(false);
     m.fake.wait_samples(1, LIMIT);
@@ -365,9 +354,9 @@ fn nvml_probe_on_this_machine() {
 
 #[test]
 fn start_without_nvml_publishes_monitoring_off() {
-    for enabled in ["auto", "on"] {
+    for enabled in [Switch::Auto, Switch::On] {
         let cfg = GpuConfig {
-            enabled: enabled.into(),
+            enabled,
             library_path: "/nonexistent/vigil/libnvidia-ml.so.1".into(),
             ..cfg()
         };
@@ -375,8 +364,10 @@ fn start_without_nvml_publishes_monitoring_off() {
             monitoring: true,
             ..GpuReport::default()
         });
-        let handle = start(&cfg, tx, Arc::new(AtomicBool::new(false)));
-        assert!(handle.is_none(), "{enabled}");
+        // NVML loads on the monitor's own thread: the call returns at once, and the thread
+        // ends after publishing "monitoring off".
+        let handle = start(&cfg, tx, CancellationToken::new()).expect("a loader thread");
+        handle.join().unwrap();
         let r = rx.borrow().clone();
         assert!(!r.monitoring, "{enabled}");
         assert!(r.gpus.is_empty());
@@ -387,10 +378,10 @@ fn start_without_nvml_publishes_monitoring_off() {
 #[test]
 fn start_off_does_nothing() {
     let cfg = GpuConfig {
-        enabled: "off".into(),
+        enabled: Switch::Off,
         ..cfg()
     };
     let (tx, rx) = watch::channel(GpuReport::default());
-    assert!(start(&cfg, tx, Arc::new(AtomicBool::new(false))).is_none());
+    assert!(start(&cfg, tx, CancellationToken::new()).is_none());
     assert!(!rx.borrow().monitoring);
 }

@@ -4,21 +4,20 @@
 
 mod common;
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::fake_gpu::FakeGpu;
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
+use common::real::eventually_every;
+use common::wiring::{agent_and_controller, memory_coordinator, node_config, write_record};
 use tokio_util::sync::CancellationToken;
 use vigil::actions::alert::{AlertKind, Notifier};
-use vigil::clock::SystemClock;
-use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
-use vigil::coord::{heartbeat_value, Coordinator, Keys};
+use vigil::coord::{Coordinator, Keys};
 use vigil::engine::agent::Agent;
 use vigil::engine::gpu::spawn_monitor;
-use vigil::engine::node::{Controller, SharedFacts};
+use vigil::engine::node::SharedFacts;
 use vigil::model::gpu::GpuReport;
 use vigil::observe::metrics::Metrics;
 use vigil::policy::restart::Verdict;
@@ -32,22 +31,19 @@ struct Rig {
     metrics: Arc<Metrics>,
     agent: Agent,
     keys: Keys,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     cancel: CancellationToken,
 }
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop.cancel();
         self.cancel.cancel();
     }
 }
 
 async fn rig() -> Rig {
-    let mut cfg = Config {
-        node_name: "gpu-1".into(),
-        ..Config::default()
-    };
+    let mut cfg = node_config("gpu-1");
     cfg.gpu.sample_interval = Duration::from_millis(50);
     cfg.gpu.taint_on_failure = true;
     cfg.policy.stale_after = Duration::from_millis(300);
@@ -56,7 +52,7 @@ async fn rig() -> Rig {
     let gpu = FakeGpu::new();
     gpu.add_gpu(0, "GPU-aaaa");
     gpu.add_gpu(1, "GPU-bbbb");
-    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let coord = memory_coordinator();
     let runtime = FakeRuntime::default();
     runtime.add("c0", "trainer-0");
     runtime.set_gpus("c0", &["0"]);
@@ -66,28 +62,21 @@ async fn rig() -> Rig {
     let sink = RecordingSink::default();
     let metrics = Arc::new(Metrics::new());
     let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = CancellationToken::new();
     spawn_monitor(Box::new(gpu.clone()), cfg.gpu.clone(), tx, stop.clone());
     let facts = SharedFacts::default();
-    let agent = Agent::new(
-        cfg.clone(),
-        coord.clone(),
-        Arc::new(runtime.clone()),
+    let (agent, controller) = agent_and_controller(
+        &cfg,
+        &coord,
+        &runtime,
+        Arc::new(node.clone()),
         Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()),
-        metrics.clone(),
-    )
-    .with_facts(facts.clone())
-    .with_gpu(rx.clone());
-    let controller = Controller::new(
-        cfg,
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        Some(Arc::new(node.clone())),
-        metrics.clone(),
-        agent.trail.clone(),
-        facts,
-    )
-    .with_notifier(Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()));
+        &metrics,
+        facts.clone(),
+    );
+    let agent = agent.with_facts(facts).with_gpu(rx.clone());
+    let controller =
+        controller.with_notifier(Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()));
     let cancel = CancellationToken::new();
     let (_meta_tx, meta_rx) = tokio::sync::watch::channel(Default::default());
     std::mem::forget(_meta_tx);
@@ -106,14 +95,9 @@ async fn rig() -> Rig {
     }
 }
 
-async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..200 {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
+/// Wait (up to 4 s, every 20 ms) until `cond` holds.
+async fn eventually(cond: impl FnMut() -> bool) -> bool {
+    eventually_every(Duration::from_secs(4), Duration::from_millis(20), cond).await
 }
 
 impl Rig {
@@ -128,31 +112,21 @@ impl Rig {
 
     async fn stale(&self, worker: &str) {
         let now = self.coord.time().await.unwrap();
-        self.coord
-            .hset(
-                &self.keys.status(worker),
-                &[
-                    ("state".into(), "processing".into()),
-                    ("heartbeat".into(), heartbeat_value(now - 10_000)),
-                    ("job".into(), "j".into()),
-                ],
-            )
-            .await
-            .unwrap();
+        let key = self.keys.status(worker);
+        write_record(
+            self.coord.as_ref(),
+            &key,
+            "processing",
+            now - 10_000,
+            &[("job", "j")],
+        )
+        .await;
     }
 
     async fn fresh(&self, worker: &str) {
         let now = self.coord.time().await.unwrap();
-        self.coord
-            .hset(
-                &self.keys.status(worker),
-                &[
-                    ("state".into(), "processing".into()),
-                    ("heartbeat".into(), heartbeat_value(now)),
-                ],
-            )
-            .await
-            .unwrap();
+        let key = self.keys.status(worker);
+        write_record(self.coord.as_ref(), &key, "processing", now, &[]).await;
     }
 
     /// Run agent cycles for a while (a restart, if any, happens within them).

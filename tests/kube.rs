@@ -9,7 +9,7 @@ mod fake_kube;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fake_kube::FakeKube;
+use fake_kube::{annotation, label, taints, FakeKube};
 use serde_json::{json, Value};
 use vigil::actions::node::{EventType, KubeNodeApi, NodeApi, NodeDesired, NodeError, Taint};
 
@@ -45,21 +45,20 @@ fn seen(method: &str, path: &str, content_type: &str) -> (String, String, String
     (method.into(), path.into(), content_type.into())
 }
 
-fn label(node: &Value, key: &str) -> Option<String> {
-    node["metadata"]["labels"][key].as_str().map(str::to_string)
+/// Only Vigil's maintenance label, set to `value`.
+fn maintenance_label(value: &str) -> NodeDesired {
+    NodeDesired {
+        labels: keys(&[("vigil.dev/maintenance", Some(value))]),
+        ..NodeDesired::default()
+    }
 }
 
-fn annotation(node: &Value, key: &str) -> Option<String> {
-    node["metadata"]["annotations"][key]
-        .as_str()
-        .map(str::to_string)
-}
-
-fn taints(node: &Value) -> Vec<Value> {
-    node["spec"]["taints"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+/// How many PATCHes the server has seen.
+fn patches(fake: &FakeKube) -> usize {
+    fake.requests()
+        .into_iter()
+        .filter(|(m, _, _)| m == "PATCH")
+        .count()
 }
 
 #[tokio::test]
@@ -179,10 +178,7 @@ async fn conflict_with_a_concurrent_label_writer_is_retried_and_both_labels_surv
     fake.foreign_write(json!({"metadata": {"labels": {"cloud.google.com/gke-spot": "true"}}}));
     fake.conflict_next(1);
 
-    let desired = NodeDesired {
-        labels: keys(&[("vigil.dev/maintenance", Some("ongoing"))]),
-        ..NodeDesired::default()
-    };
+    let desired = maintenance_label("ongoing");
     api.reconcile(NODE, &desired).await.expect("retried");
     let node = fake.node();
     assert_eq!(
@@ -193,12 +189,7 @@ async fn conflict_with_a_concurrent_label_writer_is_retried_and_both_labels_surv
         label(&node, "vigil.dev/maintenance").as_deref(),
         Some("ongoing")
     );
-    let patches = fake
-        .requests()
-        .into_iter()
-        .filter(|(m, _, _)| m == "PATCH")
-        .count();
-    assert_eq!(patches, 2, "one refused, one accepted");
+    assert_eq!(patches(&fake), 2, "one refused, one accepted");
 }
 
 #[tokio::test]
@@ -206,22 +197,14 @@ async fn endless_conflicts_give_up_after_the_configured_attempts() {
     let (fake, api) = setup().await;
     let api = api.with_retry(3, Duration::from_millis(1));
     fake.conflict_next(100);
-    let desired = NodeDesired {
-        labels: keys(&[("vigil.dev/maintenance", Some("ongoing"))]),
-        ..NodeDesired::default()
-    };
+    let desired = maintenance_label("ongoing");
     let err = api.reconcile(NODE, &desired).await.expect_err("gives up");
     assert!(
         matches!(err, NodeError::Conflict { attempts: 3, .. }),
         "{err:?}"
     );
     assert_eq!(err.op(), "patch");
-    let patches = fake
-        .requests()
-        .into_iter()
-        .filter(|(m, _, _)| m == "PATCH")
-        .count();
-    assert_eq!(patches, 3);
+    assert_eq!(patches(&fake), 3);
 }
 
 #[tokio::test]
@@ -255,10 +238,7 @@ async fn reconciling_the_same_desired_state_twice_writes_once() {
 #[tokio::test]
 async fn a_missing_node_is_not_found_and_points_at_node_name() {
     let (fake, api) = setup().await;
-    let desired = NodeDesired {
-        labels: keys(&[("vigil.dev/maintenance", Some("pending"))]),
-        ..NodeDesired::default()
-    };
+    let desired = maintenance_label("pending");
     let err = api
         .reconcile("no-such-node", &desired)
         .await
@@ -279,10 +259,7 @@ async fn a_missing_node_is_not_found_and_points_at_node_name() {
 #[tokio::test]
 async fn forbidden_calls_name_the_missing_rbac_rule() {
     let (fake, api) = setup().await;
-    let desired = NodeDesired {
-        labels: keys(&[("vigil.dev/maintenance", Some("pending"))]),
-        ..NodeDesired::default()
-    };
+    let desired = maintenance_label("pending");
     let cases = [
         ("get", "get", "nodes"),
         ("patch", "patch", "nodes"),
@@ -380,10 +357,7 @@ async fn events_point_at_the_node_with_reason_type_and_source() {
 #[tokio::test]
 async fn the_wire_requests_are_a_get_then_a_merge_patch_of_that_node() {
     let (fake, api) = setup().await;
-    let desired = NodeDesired {
-        labels: keys(&[("vigil.dev/maintenance", Some("pending"))]),
-        ..NodeDesired::default()
-    };
+    let desired = maintenance_label("pending");
     api.reconcile(NODE, &desired).await.expect("reconcile");
     assert_eq!(
         fake.requests(),

@@ -10,15 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
+use common::real::{free_port, serve};
+use common::wiring::{agent_and_controller, memory_coordinator, node_config, write_record};
 use vigil::actions::alert::Notifier;
 use vigil::actions::checkpoint::Outcome;
-use vigil::clock::SystemClock;
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
-use vigil::coord::{heartbeat_value, Coordinator, Keys};
+use vigil::coord::{Coordinator, Keys};
 use vigil::engine::agent::Agent;
 use vigil::engine::node::{Controller, SharedFacts};
-use vigil::model::maintenance::{MaintenanceState, Phase};
+use vigil::model::maintenance::{Interruption, MaintenanceState, Phase};
 use vigil::observe::metrics::Metrics;
 use vigil::policy::restart::Verdict;
 
@@ -34,32 +35,22 @@ struct Rig {
 }
 
 fn rig(tweak: impl Fn(&mut Config)) -> Rig {
-    let mut cfg = Config {
-        node_name: "gpu-1".into(),
-        ..Config::default()
-    };
+    let mut cfg = node_config("gpu-1");
     tweak(&mut cfg);
     cfg.validate().unwrap();
-    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let coord = memory_coordinator();
     let runtime = FakeRuntime::default();
     runtime.add("c1", "trainer-0");
     let node = RecordingNodeApi::default();
     let metrics = Arc::new(Metrics::new());
     let facts = SharedFacts::default();
-    let agent = Agent::new(
-        cfg.clone(),
-        coord.clone(),
-        Arc::new(runtime.clone()),
+    let (_agent, controller) = agent_and_controller(
+        &cfg,
+        &coord,
+        &runtime,
+        Arc::new(node.clone()),
         Notifier::new(None, metrics.clone()),
-        metrics.clone(),
-    );
-    let controller = Controller::new(
-        cfg.clone(),
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        Some(Arc::new(node.clone())),
-        metrics.clone(),
-        agent.trail.clone(),
+        &metrics,
         facts.clone(),
     );
     Rig {
@@ -77,7 +68,7 @@ fn rig(tweak: impl Fn(&mut Config)) -> Rig {
 fn state(
     phase: Phase,
     reasons: Vec<&'static str>,
-    interruption: Option<&'static str>,
+    interruption: Option<Interruption>,
 ) -> MaintenanceState {
     MaintenanceState {
         phase,
@@ -85,6 +76,15 @@ fn state(
         interruption,
         ..MaintenanceState::default()
     }
+}
+
+/// The termination notice of a host maintenance event.
+fn host_termination() -> MaintenanceState {
+    state(
+        Phase::Terminating,
+        vec!["terminate-on-host-maintenance"],
+        Some(Interruption::HostMaintenance),
+    )
 }
 
 /// A worker that acknowledges every checkpoint request it sees in its record, as the README's
@@ -110,13 +110,7 @@ fn acking_worker(coord: Arc<MemoryCoordinator>, key: String) -> tokio::task::Joi
 async fn termination_notice_taints_the_node_and_checkpoints_acking_workers() {
     let mut r = rig(|_| {});
     let worker = acking_worker(r.coord.clone(), r.keys.status("trainer-0"));
-    r.controller
-        .apply(state(
-            Phase::Terminating,
-            vec!["terminate-on-host-maintenance"],
-            Some("host-maintenance"),
-        ))
-        .await;
+    r.controller.apply(host_termination()).await;
     worker.abort();
     let d = r.node.last();
     assert_eq!(d.add_taints.len(), 1, "{d:?}");
@@ -153,7 +147,7 @@ async fn preemption_with_a_silent_worker_times_out_within_the_budget() {
         .apply(state(
             Phase::Terminating,
             vec!["preempted"],
-            Some("preemption"),
+            Some(Interruption::Preemption),
         ))
         .await;
     assert!(
@@ -250,16 +244,10 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
         .apply(state(
             Phase::Ongoing,
             vec!["upcoming-ongoing"],
-            Some("host-maintenance"),
+            Some(Interruption::HostMaintenance),
         ))
         .await;
-    r.controller
-        .apply(state(
-            Phase::Terminating,
-            vec!["terminate-on-host-maintenance"],
-            Some("host-maintenance"),
-        ))
-        .await;
+    r.controller.apply(host_termination()).await;
     let checkpoints = r
         .node
         .reasons()
@@ -322,19 +310,14 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
     )
     .with_facts(r.facts.clone());
     r.facts.write().unwrap().maintenance = state(Phase::Ongoing, vec!["upcoming-ongoing"], None);
-    r.coord
-        .hset(
-            &r.keys.status("trainer-0"),
-            &[
-                ("state".into(), "processing".into()),
-                (
-                    "heartbeat".into(),
-                    heartbeat_value(r.coord.time().await.unwrap() - 10_000),
-                ),
-            ],
-        )
-        .await
-        .unwrap();
+    write_record(
+        r.coord.as_ref(),
+        &r.keys.status("trainer-0"),
+        "processing",
+        r.coord.time().await.unwrap() - 10_000,
+        &[],
+    )
+    .await;
     for _ in 0..20 {
         let report = agent.cycle().await;
         assert_eq!(report.verdicts[0].1, Verdict::InMaintenance);
@@ -362,17 +345,14 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
 #[tokio::test]
 async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
     use vigil::observe::fleet::{publish, NodeRecord};
-    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let coord = memory_coordinator();
     let runtime = FakeRuntime::default();
     runtime.add("c1", "trainer-0");
     let mut controllers = Vec::new();
     let mut apis = Vec::new();
     let now = coord.time().await.unwrap();
     for node in ["n1", "n2", "n3"] {
-        let mut cfg = Config {
-            node_name: node.into(),
-            ..Config::default()
-        };
+        let mut cfg = node_config(node);
         cfg.fleet.pool = "pool-a".into();
         cfg.opportunistic.enabled = true;
         cfg.opportunistic.idle_for = Duration::from_millis(50);
@@ -402,20 +382,13 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
             .unwrap();
         let api = RecordingNodeApi::default();
         let metrics = Arc::new(Metrics::new());
-        let agent = Agent::new(
-            cfg.clone(),
-            coord.clone(),
-            Arc::new(runtime.clone()),
+        let (_agent, mut c) = agent_and_controller(
+            &cfg,
+            &coord,
+            &runtime,
+            Arc::new(api.clone()),
             Notifier::new(None, metrics.clone()),
-            metrics.clone(),
-        );
-        let mut c = Controller::new(
-            cfg,
-            coord.clone(),
-            Arc::new(runtime.clone()),
-            Some(Arc::new(api.clone())),
-            metrics,
-            agent.trail.clone(),
+            &metrics,
             SharedFacts::default(),
         );
         c.apply(MaintenanceState {
@@ -518,9 +491,7 @@ async fn an_http_worker_gets_a_post_and_acknowledges_in_its_record() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await;
     r.runtime
         .set_checkpoint_label("c1", &format!("http://{addr}/checkpoint"));
     let results = r
@@ -542,7 +513,7 @@ async fn an_http_worker_gets_a_post_and_acknowledges_in_its_record() {
 #[tokio::test]
 async fn an_http_worker_that_refuses_is_failed() {
     let mut r = rig(|_| {});
-    let port = common::real::free_port();
+    let port = free_port();
     r.runtime
         .set_checkpoint_label("c1", &format!("http://127.0.0.1:{port}/checkpoint"));
     let results = r

@@ -3,13 +3,13 @@
 //! crash the watcher or flip the phase, `preempted=FALSE` after a termination notice, the
 //! watcher turning itself off when there is no server, and the fake's own fidelity (403s, ETags).
 
-#[path = "common/fake_metadata.rs"]
-mod fake_metadata;
+mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fake_metadata::{upcoming_json, FakeMetadata, UnsetMode};
+use common::fake_metadata::{upcoming_json, FakeMetadata, UnsetMode};
+use common::real::free_port;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -79,6 +79,22 @@ fn spawn_watch(host: &str) -> Running {
     }
 }
 
+/// The fake server, and the watcher following it.
+async fn started() -> (FakeMetadata, Running) {
+    let fake = FakeMetadata::start().await;
+    let w = spawn_watch(&fake.host);
+    (fake, w)
+}
+
+/// [`started`], once the watcher has seen a pending maintenance.
+async fn started_pending() -> (FakeMetadata, Running) {
+    let (fake, mut w) = started().await;
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
+        .await;
+    w.until_phase(Phase::Pending).await;
+    (fake, w)
+}
+
 impl Running {
     async fn until(&mut self, what: &str, f: impl FnMut(&RawMetadata) -> bool) {
         let seen = tokio::time::timeout(WITHIN, self.rx.wait_for(f))
@@ -125,10 +141,9 @@ impl Running {
 
 #[tokio::test]
 async fn startup_read_publishes_initial_values() {
-    let fake = FakeMetadata::start().await;
-    let mut w = spawn_watch(&fake.host);
+    let (fake, mut w) = started().await;
     w.until("initial values", |r| {
-        r.maintenance_event.as_deref() == Some("NONE") && r.preempted == Some(false)
+        r.maintenance_event.map(|e| e.as_str()) == Some("NONE") && r.preempted == Some(false)
     })
     .await;
     assert!(fake.requests("maintenance-event").await >= 1);
@@ -149,8 +164,7 @@ async fn startup_read_publishes_initial_values() {
 
 #[tokio::test]
 async fn scripted_sequence_is_seen_in_order_through_long_polls() {
-    let fake = FakeMetadata::start().await;
-    let mut w = spawn_watch(&fake.host);
+    let (fake, mut w) = started().await;
     w.until("start-up read", |r| r.maintenance_event.is_some())
         .await;
 
@@ -173,7 +187,7 @@ async fn scripted_sequence_is_seen_in_order_through_long_polls() {
         .await;
     w.until_phase(Phase::Terminating).await;
     assert_eq!(
-        derive(&w.rx.borrow()).interruption,
+        derive(&w.rx.borrow()).interruption.map(|i| i.as_str()),
         Some("host-maintenance")
     );
     fake.set("upcoming-maintenance", "").await;
@@ -210,11 +224,7 @@ async fn scripted_sequence_is_seen_in_order_through_long_polls() {
 
 #[tokio::test]
 async fn faults_never_crash_the_watcher_nor_flip_the_phase() {
-    let fake = FakeMetadata::start().await;
-    let mut w = spawn_watch(&fake.host);
-    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
-        .await;
-    w.until_phase(Phase::Pending).await;
+    let (fake, mut w) = started_pending().await;
 
     for key in ["maintenance-event", "upcoming-maintenance", "preempted"] {
         fake.fault(key, "503", 5).await;
@@ -239,7 +249,7 @@ async fn faults_never_crash_the_watcher_nor_flip_the_phase() {
     {
         let raw = w.rx.borrow();
         assert_eq!(
-            raw.maintenance_event.as_deref(),
+            raw.maintenance_event.map(|e| e.as_str()),
             Some("NONE"),
             "BANANA never published"
         );
@@ -266,8 +276,7 @@ async fn faults_never_crash_the_watcher_nor_flip_the_phase() {
 
 #[tokio::test]
 async fn preempted_false_after_terminate_keeps_terminating() {
-    let fake = FakeMetadata::start().await;
-    let mut w = spawn_watch(&fake.host);
+    let (fake, mut w) = started().await;
     fake.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
         .await;
     w.until_phase(Phase::Terminating).await;
@@ -275,7 +284,10 @@ async fn preempted_false_after_terminate_keeps_terminating() {
     fake.set("preempted", "TRUE").await;
     w.until("preempted TRUE", |r| r.preempted == Some(true))
         .await;
-    assert_eq!(derive(&w.rx.borrow()).interruption, Some("preemption"));
+    assert_eq!(
+        derive(&w.rx.borrow()).interruption.map(|i| i.as_str()),
+        Some("preemption")
+    );
 
     fake.set("preempted", "FALSE").await;
     w.until("preempted FALSE", |r| r.preempted == Some(false))
@@ -286,18 +298,14 @@ async fn preempted_false_after_terminate_keeps_terminating() {
         Phase::Terminating,
         "FALSE must not clear the termination"
     );
-    assert_eq!(s.interruption, Some("host-maintenance"));
+    assert_eq!(s.interruption.map(|i| i.as_str()), Some("host-maintenance"));
     assert_eq!(w.phases(), vec![Phase::None, Phase::Terminating]);
     w.stop().await;
 }
 
 #[tokio::test]
 async fn upcoming_unset_in_either_form_and_404_mean_nothing_scheduled() {
-    let fake = FakeMetadata::start().await;
-    let mut w = spawn_watch(&fake.host);
-    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
-        .await;
-    w.until_phase(Phase::Pending).await;
+    let (fake, mut w) = started_pending().await;
 
     fake.set_upcoming_unset_mode(UnsetMode::EmptyObject).await;
     fake.set("upcoming-maintenance", "").await;
@@ -319,10 +327,7 @@ async fn upcoming_unset_in_either_form_and_404_mean_nothing_scheduled() {
 #[tokio::test]
 async fn no_server_turns_the_watcher_off() {
     // A port that was just free: connection refused, as on a machine that is not on GCE.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let w = spawn_watch(&format!("127.0.0.1:{port}"));
     tokio::time::timeout(WITHIN, w.task)
         .await

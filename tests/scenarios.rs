@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingSink, Switchable};
+use common::wiring::{node_config, write_record};
 use vigil::actions::alert::{AlertKind, Notifier};
 use vigil::clock::{utc_day, FakeClock, Millis};
 use vigil::config::Config;
@@ -33,10 +34,7 @@ struct World {
 }
 
 fn config(node: &str, tweak: impl Fn(&mut Config)) -> Config {
-    let mut cfg = Config {
-        node_name: node.into(),
-        ..Config::default()
-    };
+    let mut cfg = node_config(node);
     tweak(&mut cfg);
     cfg.validate().expect("scenario config is valid");
     cfg
@@ -95,16 +93,22 @@ impl World {
 
     /// The worker writes its record, heartbeat stamped with the shared clock.
     async fn beat(&self, worker: &str, state: &str, progress: &str) {
-        let fields = vec![
-            ("state".to_string(), state.to_string()),
-            ("heartbeat".to_string(), heartbeat_value(self.now())),
-            ("job".to_string(), "job-7".to_string()),
-            ("progress".to_string(), progress.to_string()),
-        ];
-        self.store
-            .hset(&self.keys.status(worker), &fields)
-            .await
-            .unwrap();
+        write_record(
+            self.store.as_ref(),
+            &self.keys.status(worker),
+            state,
+            self.now(),
+            &[("job", "job-7"), ("progress", progress)],
+        )
+        .await;
+    }
+
+    /// `n` times: `trainer-0` beats (alive, in `state`, at `progress`), then one tick.
+    async fn beat_and_tick(&mut self, n: usize, state: &str, progress: &str) {
+        for _ in 0..n {
+            self.beat("trainer-0", state, progress).await;
+            self.tick().await;
+        }
     }
 
     /// Advance the clock by one poll interval and run one cycle of every agent.
@@ -368,10 +372,7 @@ async fn recovery_after_restart_never_escalates() {
     hung_and_restarted(&mut w).await;
     w.run_for(mins(2)).await;
     w.beat("trainer-0", "processing", "step-2").await;
-    for _ in 0..80 {
-        w.beat("trainer-0", "processing", "step-2").await;
-        w.tick().await;
-    }
+    w.beat_and_tick(80, "processing", "step-2").await;
     assert_eq!(w.sink.count(AlertKind::Escalation), 0);
     assert!(w.get(&w.keys.restarted("trainer-0")).await.is_none());
 }
@@ -417,10 +418,7 @@ async fn scenario_h_missing_record_alerts_once_and_never_restarts() {
 #[tokio::test]
 async fn scenario_i_frozen_progress_with_fresh_heartbeat_alerts_only() {
     let mut w = World::new(|_| {});
-    for _ in 0..(60 * 4) {
-        w.beat("trainer-0", "processing", "step-100").await;
-        w.tick().await;
-    }
+    w.beat_and_tick(60 * 4, "processing", "step-100").await;
     assert_eq!(w.runtime.restarts("c1"), 0);
     assert_eq!(w.sink.count(AlertKind::Stalled), 1);
     assert!(w.get(&w.keys.incident("trainer-0")).await.is_none());
@@ -429,15 +427,9 @@ async fn scenario_i_frozen_progress_with_fresh_heartbeat_alerts_only() {
 #[tokio::test]
 async fn scenario_j_errored_for_error_for_restarts_through_the_same_breaker() {
     let mut w = World::new(|_| {});
-    for _ in 0..(29 * 4) {
-        w.beat("trainer-0", "error", "step-1").await;
-        w.tick().await;
-    }
+    w.beat_and_tick(29 * 4, "error", "step-1").await;
     assert_eq!(w.runtime.restarts("c1"), 0, "not before error_for");
-    for _ in 0..8 {
-        w.beat("trainer-0", "error", "step-1").await;
-        w.tick().await;
-    }
+    w.beat_and_tick(8, "error", "step-1").await;
     assert_eq!(w.runtime.restarts("c1"), 1);
     assert_eq!(w.breaker().await, 1, "the same per-node breaker");
     assert_eq!(w.sink.count(AlertKind::Errored), 1);
@@ -451,10 +443,7 @@ async fn errored_worker_is_blocked_by_a_breaker_that_hangs_filled() {
         .set(&w.keys.breaker(&day), "3", Duration::from_secs(3600))
         .await
         .unwrap();
-    for _ in 0..(40 * 4) {
-        w.beat("trainer-0", "error", "step-1").await;
-        w.tick().await;
-    }
+    w.beat_and_tick(40 * 4, "error", "step-1").await;
     assert_eq!(w.runtime.restarts("c1"), 0);
     assert_eq!(w.sink.count(AlertKind::BreakerOpen), 1);
 }
@@ -469,16 +458,14 @@ async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_al
     // Both agents share the fake runtime; give node 2 its own container.
     w.runtime.add("c2", "trainer-9");
     w.beat("trainer-0", "processing", "step-1").await;
-    w.store
-        .hset(
-            &keys2.status("trainer-9"),
-            &[
-                ("state".into(), "processing".into()),
-                ("heartbeat".into(), heartbeat_value(w.now())),
-            ],
-        )
-        .await
-        .unwrap();
+    write_record(
+        w.store.as_ref(),
+        &keys2.status("trainer-9"),
+        "processing",
+        w.now(),
+        &[],
+    )
+    .await;
     w.run_for(mins(20)).await;
     let total = w.runtime.restarts("c1") + w.runtime.restarts("c2");
     assert_eq!(total, 1, "one restart in the whole fleet this window");
@@ -652,21 +639,12 @@ async fn a_restart_whose_reply_was_lost_is_still_a_restart() {
 #[tokio::test]
 async fn the_error_clock_restarts_after_our_restart() {
     let mut w = World::new(|_| {});
-    for _ in 0..(31 * 4) {
-        w.beat("trainer-0", "error", "step-1").await;
-        w.tick().await;
-    }
+    w.beat_and_tick(31 * 4, "error", "step-1").await;
     assert_eq!(w.runtime.restarts("c1"), 1);
     // Still `error` after the cooldown: a new error_for must pass, not an instant restart.
-    for _ in 0..(25 * 4) {
-        w.beat("trainer-0", "error", "step-1").await;
-        w.tick().await;
-    }
+    w.beat_and_tick(25 * 4, "error", "step-1").await;
     assert_eq!(w.runtime.restarts("c1"), 1, "{:?}", w.decisions().await);
-    for _ in 0..(20 * 4) {
-        w.beat("trainer-0", "error", "step-1").await;
-        w.tick().await;
-    }
+    w.beat_and_tick(20 * 4, "error", "step-1").await;
     assert_eq!(w.runtime.restarts("c1"), 2);
 }
 

@@ -39,6 +39,189 @@ impl Env for HashMap<String, String> {
     }
 }
 
+/// `auto`, `on` or `off`, for the optional integrations (metadata server, Kubernetes, NVML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    /// On where the platform is detected; off, said once, elsewhere.
+    Auto,
+    /// Always on: a missing platform is an error, retried.
+    On,
+    Off,
+}
+
+impl Switch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Switch::Auto => "auto",
+            Switch::On => "on",
+            Switch::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for Switch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A signal a worker may be asked to checkpoint with. SIGKILL and SIGSTOP are not among them:
+/// they cannot be handled, so they can never checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Signal {
+    Usr1,
+    Usr2,
+    Term,
+    Int,
+    Hup,
+    Quit,
+    Winch,
+    Pwr,
+}
+
+impl Signal {
+    const ALL: [Signal; 8] = [
+        Signal::Usr1,
+        Signal::Usr2,
+        Signal::Term,
+        Signal::Int,
+        Signal::Hup,
+        Signal::Quit,
+        Signal::Winch,
+        Signal::Pwr,
+    ];
+
+    /// The canonical name, e.g. `SIGUSR1` (what Docker's kill endpoint takes).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Usr1 => "SIGUSR1",
+            Signal::Usr2 => "SIGUSR2",
+            Signal::Term => "SIGTERM",
+            Signal::Int => "SIGINT",
+            Signal::Hup => "SIGHUP",
+            Signal::Quit => "SIGQUIT",
+            Signal::Winch => "SIGWINCH",
+            Signal::Pwr => "SIGPWR",
+        }
+    }
+}
+
+impl std::str::FromStr for Signal {
+    type Err = String;
+    /// `SIGUSR1`, `sigusr1` or `USR1`.
+    fn from_str(name: &str) -> Result<Signal, String> {
+        let upper = name.trim().to_ascii_uppercase();
+        let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+        Signal::ALL
+            .into_iter()
+            .find(|s| &s.as_str()[3..] == bare)
+            .ok_or_else(|| {
+                format!("`{name}` is not a signal a worker can handle (SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGPWR)")
+            })
+    }
+}
+
+impl TryFrom<String> for Signal {
+    type Error = String;
+    fn try_from(s: String) -> Result<Signal, String> {
+        s.parse()
+    }
+}
+
+impl From<Signal> for String {
+    fn from(s: Signal) -> String {
+        s.as_str().to_string()
+    }
+}
+
+/// How a worker is asked to checkpoint: `redis`, `signal` (the configured signal),
+/// `signal:NAME`, or an `http(s)://` URL. The same syntax serves the config key and the
+/// container label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum CheckpointMethod {
+    /// The request in the status record is all: the worker polls its own record.
+    Redis,
+    /// A signal to the container's main process; `None` = `checkpoint.signal`.
+    Signal(Option<Signal>),
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`.
+    Http(String),
+}
+
+impl std::str::FromStr for CheckpointMethod {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CheckpointMethod, String> {
+        let s = s.trim();
+        match s {
+            "redis" => Ok(CheckpointMethod::Redis),
+            "signal" => Ok(CheckpointMethod::Signal(None)),
+            _ if s.starts_with("signal:") => Ok(CheckpointMethod::Signal(Some(
+                s["signal:".len()..].parse()?,
+            ))),
+            _ if s.starts_with("http://") || s.starts_with("https://") => {
+                Ok(CheckpointMethod::Http(s.to_string()))
+            }
+            _ => Err(format!(
+                "`{s}` is not `redis`, `signal`, `signal:NAME` or an http(s):// URL"
+            )),
+        }
+    }
+}
+
+impl TryFrom<String> for CheckpointMethod {
+    type Error = String;
+    fn try_from(s: String) -> Result<CheckpointMethod, String> {
+        s.parse()
+    }
+}
+
+impl From<CheckpointMethod> for String {
+    fn from(m: CheckpointMethod) -> String {
+        match m {
+            CheckpointMethod::Redis => "redis".into(),
+            CheckpointMethod::Signal(None) => "signal".into(),
+            CheckpointMethod::Signal(Some(s)) => format!("signal:{}", s.as_str()),
+            CheckpointMethod::Http(url) => url,
+        }
+    }
+}
+
+/// `server.listen`: a socket address, or the empty string for "no server".
+mod listen {
+    use std::net::SocketAddr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(a) => s.collect_str(a),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        text.trim().parse().map(Some).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "`{text}` is not host:port (e.g. 0.0.0.0:9464), or \"\" to disable the server"
+            ))
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -83,7 +266,7 @@ pub struct FleetConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
     /// `auto` (watch; off with one log line when not on GCE), `on`, or `off`.
-    pub enabled: String,
+    pub enabled: Switch,
     /// Metadata server host[:port]; env `GCE_METADATA_HOST`; empty = `metadata.google.internal`.
     pub host: String,
     /// Long-poll `timeout_sec` for each watch request.
@@ -101,7 +284,7 @@ pub struct MetadataConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct KubernetesConfig {
     /// `auto` (on when running in a cluster), `on`, or `off`.
-    pub enabled: String,
+    pub enabled: Switch,
     /// API server URL; empty = in-cluster config or kubeconfig.
     pub api_url: String,
     /// Prefix of the labels, annotations and taint Vigil writes on its Node.
@@ -114,7 +297,7 @@ pub struct KubernetesConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct GpuConfig {
     /// `auto` (load NVML; off, said once, when there is no driver), `on`, or `off`.
-    pub enabled: String,
+    pub enabled: Switch,
     /// Path of `libnvidia-ml.so`; empty = the loader's search path.
     pub library_path: String,
     /// How often every GPU is read (XID events are waited for continuously).
@@ -136,7 +319,7 @@ pub struct GpuConfig {
 impl Default for GpuConfig {
     fn default() -> Self {
         GpuConfig {
-            enabled: "auto".into(),
+            enabled: Switch::Auto,
             library_path: String::new(),
             sample_interval: Duration::from_secs(15),
             hardware_xids: vec![48, 63, 64, 74, 79, 92, 94, 95],
@@ -177,12 +360,13 @@ impl Default for OpportunisticConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckpointConfig {
-    /// Default request method: `redis`, `signal` or `http`; a container label overrides it.
-    pub method: String,
+    /// Default request method: `redis`, `signal`, `signal:NAME` or an `http(s)://` URL; a
+    /// container label overrides it.
+    pub method: CheckpointMethod,
     /// Container label naming a worker's method: `redis`, `signal:SIGUSR1`, `http://host:port/path`.
     pub label: String,
     /// Signal sent by the `signal` method without an explicit one.
-    pub signal: String,
+    pub signal: Signal,
     /// Budget on the agent's own SIGTERM/SIGINT (must end before the pod's grace period).
     #[serde(with = "humantime_serde")]
     pub sigterm_budget: Duration,
@@ -295,14 +479,15 @@ pub struct AlertsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Address of `/metrics`, `/healthz`, `/readyz` and the local status API; empty disables it.
-    pub listen: String,
+    #[serde(with = "listen")]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
-    pub format: String,
+    pub format: LogFormat,
     /// A `tracing` filter such as `info` or `vigil=debug`; env `RUST_LOG` wins.
     pub level: String,
 }
@@ -344,7 +529,7 @@ impl Default for FleetConfig {
 impl Default for MetadataConfig {
     fn default() -> Self {
         MetadataConfig {
-            enabled: "auto".into(),
+            enabled: Switch::Auto,
             host: String::new(),
             timeout_sec: 60,
             pending_horizon: Duration::from_secs(3600),
@@ -356,7 +541,7 @@ impl Default for MetadataConfig {
 impl Default for KubernetesConfig {
     fn default() -> Self {
         KubernetesConfig {
-            enabled: "auto".into(),
+            enabled: Switch::Auto,
             api_url: String::new(),
             label_prefix: "vigil.dev/".into(),
             taint_on_termination: true,
@@ -367,9 +552,9 @@ impl Default for KubernetesConfig {
 impl Default for CheckpointConfig {
     fn default() -> Self {
         CheckpointConfig {
-            method: "redis".into(),
+            method: CheckpointMethod::Redis,
             label: "vigil.checkpoint".into(),
-            signal: "SIGUSR1".into(),
+            signal: Signal::Usr1,
             sigterm_budget: Duration::from_secs(25),
             preemption_budget: Duration::from_secs(25),
             maintenance_budget: Duration::from_secs(50),
@@ -444,7 +629,7 @@ impl Default for AlertsConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            listen: "0.0.0.0:9464".into(),
+            listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9464))),
         }
     }
 }
@@ -452,7 +637,7 @@ impl Default for ServerConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            format: "text".into(),
+            format: LogFormat::Text,
             level: "info".into(),
         }
     }
@@ -534,7 +719,22 @@ impl Config {
         };
         cfg.apply_env(env);
         cfg.validate()?;
+        cfg.check_files()?;
         Ok(cfg)
+    }
+
+    /// The files the config names exist and can be read. Kept out of [`Config::validate`], which
+    /// does no I/O (a reload validates the merged config in the agent's loop).
+    pub fn check_files(&self) -> Result<(), ConfigError> {
+        if !self.redis.ca_file.is_empty() {
+            if let Err(e) = std::fs::metadata(&self.redis.ca_file) {
+                return Err(ConfigError::Invalid {
+                    key: "redis.ca_file",
+                    problem: format!("cannot read {}: {e}", self.redis.ca_file),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
@@ -560,7 +760,7 @@ impl Config {
         if let Some(v) = env.get("VIGIL_SLICE") {
             self.fleet.slice = v;
         }
-        if self.kubernetes.enabled == "auto" {
+        if self.kubernetes.enabled == Switch::Auto {
             self.kubernetes_in_cluster = env.get("KUBERNETES_SERVICE_HOST").is_some();
         }
         if self.node_name.is_empty() {
@@ -624,19 +824,11 @@ impl Config {
                 ),
             );
         }
-        if !self.redis.ca_file.is_empty() {
-            if !self.redis.url.starts_with("rediss://") {
-                return bad(
-                    "redis.ca_file",
-                    "is only used with a rediss:// (TLS) redis.url",
-                );
-            }
-            if let Err(e) = std::fs::metadata(&self.redis.ca_file) {
-                return bad(
-                    "redis.ca_file",
-                    format!("cannot read {}: {e}", self.redis.ca_file),
-                );
-            }
+        if !self.redis.ca_file.is_empty() && !self.redis.url.starts_with("rediss://") {
+            return bad(
+                "redis.ca_file",
+                "is only used with a rediss:// (TLS) redis.url",
+            );
         }
         if self.redis.trail_max_len == 0 {
             return bad("redis.trail_max_len", "must be at least 1");
@@ -698,23 +890,6 @@ impl Config {
         {
             return bad("alerts.webhook_url", "must be an http:// or https:// URL");
         }
-        if !self.server.listen.is_empty()
-            && self.server.listen.parse::<std::net::SocketAddr>().is_err()
-        {
-            return bad(
-                "server.listen",
-                format!("`{}` is not host:port", self.server.listen),
-            );
-        }
-        for (key, v) in [
-            ("metadata.enabled", &self.metadata.enabled),
-            ("kubernetes.enabled", &self.kubernetes.enabled),
-            ("gpu.enabled", &self.gpu.enabled),
-        ] {
-            if !matches!(v.as_str(), "auto" | "on" | "off") {
-                return bad(key, "must be `auto`, `on` or `off`");
-            }
-        }
         if self.gpu.sample_interval < Duration::from_secs(1) {
             return bad("gpu.sample_interval", "must be at least 1s");
         }
@@ -747,26 +922,6 @@ impl Config {
             return bad(
                 "kubernetes.label_prefix",
                 "must be a DNS subdomain followed by `/`, e.g. `vigil.dev/`",
-            );
-        }
-        if crate::actions::checkpoint::Method::parse(
-            &self.checkpoint.method,
-            &self.checkpoint.signal,
-        )
-        .is_none()
-        {
-            return bad(
-                "checkpoint.method",
-                "must be `redis`, `signal`, `signal:NAME` or an http(s):// URL",
-            );
-        }
-        if crate::actions::checkpoint::signal_number(&self.checkpoint.signal).is_none() {
-            return bad(
-                "checkpoint.signal",
-                format!(
-                    "`{}` is not a signal name like SIGUSR1",
-                    self.checkpoint.signal
-                ),
             );
         }
         if self.checkpoint.label.is_empty() {
@@ -804,9 +959,6 @@ impl Config {
         if self.checkpoint.maintenance_budget.is_zero() {
             return bad("checkpoint.maintenance_budget", "must be greater than zero");
         }
-        if !matches!(self.log.format.as_str(), "text" | "json") {
-            return bad("log.format", "must be `text` or `json`");
-        }
         Ok(())
     }
 
@@ -830,10 +982,10 @@ impl Config {
 
     /// Whether the Node object is published (explicit `on`, or `auto` inside a cluster).
     pub fn kubernetes_on(&self) -> bool {
-        match self.kubernetes.enabled.as_str() {
-            "on" => true,
-            "auto" => self.kubernetes_in_cluster || !self.kubernetes.api_url.is_empty(),
-            _ => false,
+        match self.kubernetes.enabled {
+            Switch::On => true,
+            Switch::Auto => self.kubernetes_in_cluster || !self.kubernetes.api_url.is_empty(),
+            Switch::Off => false,
         }
     }
 
@@ -860,9 +1012,16 @@ mod tests {
         Ok(c)
     }
 
-    fn key_of(r: Result<Config, ConfigError>) -> &'static str {
+    /// The key an error names: a validation error's key, or the dotted path of a value that
+    /// did not parse into its type.
+    fn key_of(r: Result<Config, ConfigError>) -> String {
         match r {
-            Err(ConfigError::Invalid { key, .. }) => key,
+            Err(ConfigError::Invalid { key, .. }) => key.to_string(),
+            Err(ConfigError::File { problem, .. }) => problem
+                .strip_prefix("key `")
+                .and_then(|p| p.split_once('`'))
+                .map(|(k, _)| k.to_string())
+                .unwrap_or(problem),
             other => panic!("expected an invalid key, got {other:?}"),
         }
     }
@@ -973,10 +1132,64 @@ mod tests {
             ("[alerts]\nwebhook_url = \"slack\"", "alerts.webhook_url"),
             ("[server]\nlisten = \"nope\"", "server.listen"),
             ("[log]\nformat = \"xml\"", "log.format"),
+            ("[metadata]\nenabled = \"yes\"", "metadata.enabled"),
+            ("[gpu]\nenabled = \"maybe\"", "gpu.enabled"),
+            (
+                "[checkpoint]\nmethod = \"carrier-pigeon\"",
+                "checkpoint.method",
+            ),
+            (
+                "[checkpoint]\nmethod = \"signal:SIGKILL\"",
+                "checkpoint.method",
+            ),
+            ("[checkpoint]\nsignal = \"SIGSTOP\"", "checkpoint.signal"),
         ];
         for (text, key) in cases {
             assert_eq!(key_of(parse(text)), *key, "for {text:?}");
         }
+    }
+
+    #[test]
+    fn typed_values_parse_at_the_boundary() {
+        let c = parse(
+            "[server]\nlisten = \"\"\n[log]\nformat = \"json\"\n[checkpoint]\nmethod = \"signal:usr2\"\nsignal = \"SIGHUP\"\n[gpu]\nenabled = \"off\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.listen, None, "empty disables the server");
+        assert_eq!(c.log.format, LogFormat::Json);
+        assert_eq!(
+            c.checkpoint.method,
+            CheckpointMethod::Signal(Some(Signal::Usr2))
+        );
+        assert_eq!(c.checkpoint.signal, Signal::Hup);
+        assert_eq!(c.gpu.enabled, Switch::Off);
+        let c = parse("[checkpoint]\nmethod = \"https://w:8080/ckpt\"\n").unwrap();
+        assert_eq!(
+            c.checkpoint.method,
+            CheckpointMethod::Http("https://w:8080/ckpt".into())
+        );
+    }
+
+    #[test]
+    fn validation_does_no_io_and_load_checks_files() {
+        let mut c = Config {
+            node_name: "n1".into(),
+            ..Config::default()
+        };
+        c.redis.url = "rediss://r:6380".into();
+        c.redis.ca_file = "/nonexistent/vigil-ca.pem".into();
+        assert!(c.validate().is_ok(), "validate reads no file");
+        let err = c.check_files().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    key: "redis.ca_file",
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -985,5 +1198,8 @@ mod tests {
         let c = Config::parse(&text, Path::new("d.toml")).unwrap();
         assert_eq!(c.policy, PolicyConfig::default());
         assert_eq!(c.safety, SafetyConfig::default());
+        assert_eq!(c.server, ServerConfig::default());
+        assert_eq!(c.checkpoint, CheckpointConfig::default());
+        assert_eq!(c.log, LogConfig::default());
     }
 }

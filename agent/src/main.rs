@@ -1,13 +1,37 @@
 //! `vigil`: parse the command line, run the command, map failures to exit codes
-//! (2 = bad configuration, 1 = anything else).
+//! (2 = bad configuration, 1 = anything else, including a drain that ran out of time).
+
+use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() {
+fn main() -> ExitCode {
     let cli = vigil::cli::Cli::parse();
-    if let Err(e) = vigil::cli::dispatch(cli).await {
-        eprintln!("vigil: {e}");
-        std::process::exit(e.exit_code());
+    // NB: a fixed, small runtime whatever the node's CPU count: the agent is I/O-bound, and one
+    // thread per CPU on a 208-vCPU GPU node only costs memory and wake-ups.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(8)
+        .thread_name("vigil")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("vigil: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(vigil::cli::dispatch(cli));
+    // Tasks still running (a call stuck on a dead dependency) are dropped, not waited for: the
+    // drain already had its deadline.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vigil: {e}");
+            ExitCode::from(e.exit_code())
+        }
     }
 }

@@ -11,6 +11,8 @@ mod fake_kube;
 mod fake_metadata;
 #[path = "../common/fakes.rs"]
 mod fakes;
+#[path = "../common/wiring.rs"]
+mod wiring;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,15 +20,12 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use vigil::actions::alert::Notifier;
 use vigil::actions::node::KubeNodeApi;
-use vigil::clock::SystemClock;
-use vigil::config::Config;
-use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::engine::agent::Agent;
-use vigil::engine::node::{Controller, SharedFacts};
+use vigil::engine::node::SharedFacts;
 use vigil::model::maintenance::RawMetadata;
 use vigil::observe::metrics::Metrics;
 use vigil::sources::metadata::{watch_with, MetadataClient, WatchConfig};
+use wiring::{agent_and_controller, memory_coordinator, node_config};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -55,30 +54,20 @@ async fn main() {
     let node = "bench-node";
     let meta = fake_metadata::FakeMetadata::start().await;
     let kube = fake_kube::FakeKube::start(node).await;
-    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let coord = memory_coordinator();
     let runtime = fakes::FakeRuntime::default();
     runtime.add("c1", "trainer-0");
-    let mut cfg = Config {
-        node_name: node.into(),
-        ..Config::default()
-    };
+    let mut cfg = node_config(node);
     cfg.checkpoint.preemption_budget = Duration::from_secs(2);
     let metrics = Arc::new(Metrics::new());
-    let agent = Agent::new(
-        cfg.clone(),
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        Notifier::new(None, metrics.clone()),
-        metrics.clone(),
-    );
     let api = KubeNodeApi::from_url(&kube.url).expect("kube client");
-    let controller = Controller::new(
-        cfg.clone(),
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        Some(Arc::new(api)),
-        metrics.clone(),
-        agent.trail.clone(),
+    let (_agent, controller) = agent_and_controller(
+        &cfg,
+        &coord,
+        &runtime,
+        Arc::new(api),
+        Notifier::new(None, metrics.clone()),
+        &metrics,
         SharedFacts::default(),
     );
     let stop = CancellationToken::new();
@@ -94,11 +83,8 @@ async fn main() {
 
     let keys = Keys::new("vigil", node);
     let status = keys.status("trainer-0");
-    let label = |kube: &fake_kube::FakeKube| {
-        kube.node()["metadata"]["labels"]["vigil.dev/maintenance"]
-            .as_str()
-            .map(str::to_string)
-    };
+    let label =
+        |kube: &fake_kube::FakeKube| fake_kube::label(&kube.node(), "vigil.dev/maintenance");
     // Wait for the start-up publication.
     while label(&kube).is_none() {
         tokio::time::sleep(Duration::from_millis(5)).await;

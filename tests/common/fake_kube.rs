@@ -182,6 +182,34 @@ impl FakeKube {
     }
 }
 
+/// A label of a Node (as [`FakeKube::node`] returns it).
+pub fn label(node: &Value, key: &str) -> Option<String> {
+    node["metadata"]["labels"][key].as_str().map(str::to_string)
+}
+
+/// An annotation of a Node.
+pub fn annotation(node: &Value, key: &str) -> Option<String> {
+    node["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// A Node's taints, as stored.
+pub fn taints(node: &Value) -> Vec<Value> {
+    node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The keys of a Node's taints.
+pub fn taint_keys(node: &Value) -> Vec<String> {
+    taints(node)
+        .iter()
+        .filter_map(|t| t["key"].as_str().map(str::to_string))
+        .collect()
+}
+
 impl Drop for FakeKube {
     fn drop(&mut self) {
         self.task.abort();
@@ -221,11 +249,8 @@ impl World {
     fn write(&mut self, patch: &Value) -> Result<Value, Answer> {
         let name = self.node_name.clone();
         if !patch.is_object() {
-            return Err(status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
+            return Err(bad_request(
                 "json: cannot unmarshal a non-object patch into a Node".into(),
-                None,
             ));
         }
         let stored_rv = self.node.pointer("/metadata/resourceVersion").cloned();
@@ -237,15 +262,10 @@ impl World {
         let mut next = self.node.clone();
         merge(&mut next, patch);
         if next.pointer("/metadata/name") != Some(&Value::String(name.clone())) {
-            return Err(status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!(
-                    "the name of the object ({}) does not match the name on the URL ({name})",
-                    next.pointer("/metadata/name").unwrap_or(&Value::Null)
-                ),
-                None,
-            ));
+            return Err(bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                next.pointer("/metadata/name").unwrap_or(&Value::Null)
+            )));
         }
         // Fields the server owns: a patch cannot change them.
         for field in ["uid", "creationTimestamp"] {
@@ -267,20 +287,11 @@ impl World {
     }
 
     fn create_event(&mut self, ns: &str, body: &[u8]) -> Result<Value, Answer> {
-        let mut event: Value = serde_json::from_slice(body).map_err(|e| {
-            status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!("the object provided is unrecognized: {e}"),
-                None,
-            )
-        })?;
+        let mut event: Value = serde_json::from_slice(body)
+            .map_err(|e| bad_request(format!("the object provided is unrecognized: {e}")))?;
         if !event.is_object() {
-            return Err(status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
+            return Err(bad_request(
                 "the object provided is unrecognized: not a JSON object".into(),
-                None,
             ));
         }
         if event
@@ -288,11 +299,8 @@ impl World {
             .and_then(Value::as_str)
             .is_some_and(|k| k != "Event")
         {
-            return Err(status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
+            return Err(bad_request(
                 "the API version in the data (v1) does not match the expected kind Event".into(),
-                None,
             ));
         }
         if !event.get("metadata").is_some_and(Value::is_object) {
@@ -300,13 +308,10 @@ impl World {
         }
         match event.pointer("/metadata/namespace").and_then(Value::as_str) {
             Some(given) if !given.is_empty() && given != ns => {
-                return Err(status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
+                return Err(bad_request(
                     "the namespace of the provided object does not match the namespace sent on \
                      the request"
                         .into(),
-                    None,
                 ))
             }
             _ => event["metadata"]["namespace"] = json!(ns),
@@ -405,12 +410,7 @@ fn validate(name: &str, node: &Value) -> Result<(), Answer> {
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) if m.values().all(Value::is_string) => {}
             Some(other) => {
-                return Err(status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    format!("json: cannot unmarshal {other} into Go struct field ObjectMeta.metadata.{map} of type string"),
-                    None,
-                ))
+                return Err(bad_request(format!("json: cannot unmarshal {other} into Go struct field ObjectMeta.metadata.{map} of type string")))
             }
         }
     }
@@ -418,12 +418,7 @@ fn validate(name: &str, node: &Value) -> Result<(), Answer> {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::Array(t)) => t,
         Some(other) => {
-            return Err(status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!("json: cannot unmarshal {other} into Go struct field NodeSpec.spec.taints of type []v1.Taint"),
-                None,
-            ))
+            return Err(bad_request(format!("json: cannot unmarshal {other} into Go struct field NodeSpec.spec.taints of type []v1.Taint")))
         }
     };
     let mut seen = BTreeSet::new();
@@ -498,6 +493,30 @@ fn status(code: StatusCode, reason: &str, message: String, details: Option<Value
     (code, body)
 }
 
+fn bad_request(message: String) -> Answer {
+    status(StatusCode::BAD_REQUEST, "BadRequest", message, None)
+}
+
+/// A request body that is not JSON, as the server refuses it.
+fn decode_patch(body: &[u8]) -> Result<Value, Answer> {
+    serde_json::from_slice(body).map_err(|e| bad_request(format!("error decoding patch: {e}")))
+}
+
+/// A body in a media type the endpoint does not take; `accepted` lists what it does, `note`
+/// (empty, or ending in "; ") says more.
+fn unsupported_media_type(accepted: &str, note: &str, headers: &HeaderMap) -> Answer {
+    status(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UnsupportedMediaType",
+        format!(
+            "the body of the request was in an unknown format - accepted media types \
+             include: {accepted} ({note}got {:?})",
+            media_type(headers)
+        ),
+        None,
+    )
+}
+
 fn not_found(name: &str) -> Answer {
     status(
         StatusCode::NOT_FOUND,
@@ -558,6 +577,11 @@ fn respond((code, body): Answer) -> Response {
         .into_response()
 }
 
+/// `code` with the object, or the refusal.
+fn respond_with(code: StatusCode, result: Result<Value, Answer>) -> Response {
+    respond(result.map_or_else(|refused| refused, |object| (code, object)))
+}
+
 fn media_type(headers: &HeaderMap) -> String {
     headers
         .get(header::CONTENT_TYPE)
@@ -606,41 +630,25 @@ async fn patch_node(
         return respond(forbidden("patch", "nodes", Some(&name), None));
     }
     if media_type(&headers) != "application/merge-patch+json" {
-        return respond(status(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types \
-                 include: application/merge-patch+json (this fake implements only merge patch; \
-                 got {:?})",
-                media_type(&headers)
-            ),
-            None,
+        return respond(unsupported_media_type(
+            "application/merge-patch+json",
+            "this fake implements only merge patch; ",
+            &headers,
         ));
     }
     if name != world.node_name {
         return respond(not_found(&name));
     }
-    let patch: Value = match serde_json::from_slice(&body) {
+    let patch = match decode_patch(&body) {
         Ok(p) => p,
-        Err(e) => {
-            return respond(status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!("error decoding patch: {e}"),
-                None,
-            ))
-        }
+        Err(answer) => return respond(answer),
     };
     if world.conflicts > 0 {
         world.conflicts -= 1;
         world.bump();
         return respond(conflict(&name));
     }
-    match world.write(&patch) {
-        Ok(node) => respond((StatusCode::OK, node)),
-        Err(answer) => respond(answer),
-    }
+    respond_with(StatusCode::OK, world.write(&patch))
 }
 
 /// SelfSubjectAccessReview, as the real server answers it: the review echoed back with a
@@ -655,11 +663,8 @@ async fn access_review(
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
     let Ok(mut review) = serde_json::from_slice::<Value>(&body) else {
-        return respond(status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
+        return respond(bad_request(
             "the body is not a SelfSubjectAccessReview".into(),
-            None,
         ));
     };
     let verb = review["spec"]["resourceAttributes"]["verb"]
@@ -668,12 +673,7 @@ async fn access_review(
         .to_string();
     let allowed = !world.forbidden.contains(&verb);
     review["status"] = serde_json::json!({ "allowed": allowed });
-    (
-        StatusCode::CREATED,
-        [(header::CONTENT_TYPE, "application/json")],
-        review.to_string(),
-    )
-        .into_response()
+    respond((StatusCode::CREATED, review))
 }
 
 async fn create_event(
@@ -690,21 +690,9 @@ async fn create_event(
         return respond(forbidden("create", "events", None, Some(&ns)));
     }
     if media_type(&headers) != "application/json" {
-        return respond(status(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types \
-                 include: application/json (got {:?})",
-                media_type(&headers)
-            ),
-            None,
-        ));
+        return respond(unsupported_media_type("application/json", "", &headers));
     }
-    match world.create_event(&ns, &body) {
-        Ok(event) => respond((StatusCode::CREATED, event)),
-        Err(answer) => respond(answer),
-    }
+    respond_with(StatusCode::CREATED, world.create_event(&ns, &body))
 }
 
 async fn unknown(
@@ -741,35 +729,20 @@ async fn hook_requests(State(shared): State<Shared>) -> Response {
 }
 
 async fn hook_foreign_write(State(shared): State<Shared>, body: Bytes) -> Response {
-    let patch: Value = match serde_json::from_slice(&body) {
+    let patch = match decode_patch(&body) {
         Ok(p) => p,
-        Err(e) => {
-            return respond(status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!("error decoding patch: {e}"),
-                None,
-            ))
-        }
+        Err(answer) => return respond(answer),
     };
-    match lock(&shared).write(&patch) {
-        Ok(node) => respond((StatusCode::OK, node)),
-        Err(answer) => respond(answer),
-    }
+    respond_with(StatusCode::OK, lock(&shared).write(&patch))
 }
 
 async fn hook_race_next_get(State(shared): State<Shared>, body: Bytes) -> Response {
-    match serde_json::from_slice::<Value>(&body) {
+    match decode_patch(&body) {
         Ok(patch) => {
             lock(&shared).race_after_get = Some(patch);
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(e) => respond(status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            format!("error decoding patch: {e}"),
-            None,
-        )),
+        Err(answer) => respond(answer),
     }
 }
 

@@ -368,6 +368,11 @@ fn answer(status: StatusCode, content_type: &str, etag: Option<&str>, body: Stri
     resp
 }
 
+/// A plain-text answer with no ETag (refusals, faults, unknown keys).
+fn plain(status: StatusCode, body: &str) -> Response {
+    answer(status, "text/plain", None, body.into())
+}
+
 async fn metadata(
     State(shared): State<Arc<Shared>>,
     Path(path): Path<String>,
@@ -384,15 +389,10 @@ async fn metadata(
         } else {
             "Missing Metadata-Flavor:Google header.\n"
         };
-        return answer(StatusCode::FORBIDDEN, "text/plain", None, why.into());
+        return plain(StatusCode::FORBIDDEN, why);
     }
     let Some(key) = key_name(&path) else {
-        return answer(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            None,
-            "Not Found\n".into(),
-        );
+        return plain(StatusCode::NOT_FOUND, "Not Found\n");
     };
 
     let q = query(&uri);
@@ -400,12 +400,7 @@ async fn metadata(
     let arrival_etag = {
         let mut inner = shared.lock();
         let Some(k) = inner.key(key) else {
-            return answer(
-                StatusCode::NOT_FOUND,
-                "text/plain",
-                None,
-                "Not Found\n".into(),
-            );
+            return plain(StatusCode::NOT_FOUND, "Not Found\n");
         };
         k.requests += 1;
         k.etag.clone()
@@ -441,12 +436,7 @@ async fn metadata(
     let mut inner = shared.lock();
     let unset_mode = inner.unset_mode;
     let Some(k) = inner.key(key) else {
-        return answer(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            None,
-            "Not Found\n".into(),
-        );
+        return plain(StatusCode::NOT_FOUND, "Not Found\n");
     };
     let content_type = if key == "upcoming-maintenance" {
         "application/json"
@@ -455,30 +445,10 @@ async fn metadata(
     };
     if let Some(fault) = k.faults.pop_front() {
         return match fault {
-            Fault::Unavailable => answer(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                None,
-                "Service Unavailable\n".into(),
-            ),
-            Fault::RateLimited => answer(
-                StatusCode::TOO_MANY_REQUESTS,
-                "text/plain",
-                None,
-                "Too Many Requests\n".into(),
-            ),
-            Fault::NotFound => answer(
-                StatusCode::NOT_FOUND,
-                "text/plain",
-                None,
-                "Not Found\n".into(),
-            ),
-            Fault::Forbidden => answer(
-                StatusCode::FORBIDDEN,
-                "text/plain",
-                None,
-                "Forbidden\n".into(),
-            ),
+            Fault::Unavailable => plain(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable\n"),
+            Fault::RateLimited => plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n"),
+            Fault::NotFound => plain(StatusCode::NOT_FOUND, "Not Found\n"),
+            Fault::Forbidden => plain(StatusCode::FORBIDDEN, "Forbidden\n"),
             Fault::Garbage => {
                 k.garbage_sent += 1;
                 let body = match key {

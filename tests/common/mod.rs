@@ -1,10 +1,13 @@
-//! Shared test support: fakes for the deterministic scenarios, and helpers that start or find the
-//! real services (Redis, Docker) for the integration and end-to-end suites.
+//! Shared test support: fakes for the deterministic scenarios, the in-process wiring of the agent
+//! and the maintenance controller, helpers that start or find the real services (Redis, Docker)
+//! for the integration and end-to-end suites, and the end-to-end rig for the `vigil` binary.
 
 #![allow(dead_code)]
 
+pub mod e2e;
 pub mod fake_gpu;
 pub mod fake_kube;
 pub mod fake_metadata;
 pub mod fakes;
 pub mod real;
+pub mod wiring;

@@ -2,11 +2,12 @@
 //! test script started, via `VIGIL_TEST_REDIS_URL`), the real Docker daemon with a tiny busybox
 //! image built by `docker import`, a local webhook receiver, and the `vigil` binary itself.
 
-use std::net::TcpListener;
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const TEST_IMAGE: &str = "vigil-test-busybox:2";
 
@@ -15,6 +16,17 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free local port")
+}
+
+/// Wait (up to 5 s) until something listens on the local `port`; false if nothing does.
+pub fn wait_listening(port: u16) -> bool {
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
 }
 
 /// A unique key prefix, so tests sharing one Redis never see each other's keys.
@@ -52,13 +64,9 @@ impl RedisServer {
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server); scripts/test.sh does it");
         self.child = Some(child);
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if !wait_listening(self.port) {
+            panic!("redis-server did not listen on port {}", self.port);
         }
-        panic!("redis-server did not listen on port {}", self.port);
     }
 
     pub fn url(&self) -> String {
@@ -106,17 +114,34 @@ pub fn shared_redis_url() -> String {
     guard.as_ref().unwrap().0.clone()
 }
 
-pub fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
+/// `GET key` on the Redis at `url`; None when it is unset or Redis cannot be reached.
+pub async fn redis_get(url: &str, key: &str) -> Option<String> {
+    let client = redis::Client::open(url).ok()?;
+    let mut c = client.get_multiplexed_async_connection().await.ok()?;
+    redis::cmd("GET").arg(key).query_async(&mut c).await.ok()?
+}
+
+/// Run a CLI (in `dir`, if given) that must succeed; its stdout, trimmed. A failure panics with
+/// the command and its stderr.
+pub fn run_cli(program: &str, args: &[&str], dir: Option<&Path>) -> String {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
+    let out = cmd
         .output()
-        .expect("the docker CLI must be installed");
+        .unwrap_or_else(|e| panic!("the {program} CLI must be installed: {e}"));
     assert!(
         out.status.success(),
-        "docker {args:?} failed: {}",
+        "{program} {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+pub fn docker(args: &[&str]) -> String {
+    run_cli("docker", args, None)
 }
 
 /// Build the tiny test image once: a rootfs holding only a static busybox, `docker import`ed
@@ -226,6 +251,16 @@ impl Drop for WorkerContainer {
     }
 }
 
+/// Serve `app` on a free local port for the rest of the test; its address.
+pub async fn serve(app: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
 /// A local HTTP receiver standing in for the Slack webhook: it keeps every JSON body.
 pub struct Receiver {
     pub url: String,
@@ -249,11 +284,7 @@ impl Receiver {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let addr = serve(app).await;
         Receiver {
             url: format!("http://{addr}/hook"),
             bodies,
@@ -305,6 +336,34 @@ impl VigilProcess {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Send a signal (`-TERM`, `-HUP`) with `kill`, as an operator or the kubelet would.
+    pub fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    /// Its exit status, once it exits; panics with `what` and the log if it is still running
+    /// `limit` after `started`.
+    pub async fn wait_exit(&mut self, started: Instant, limit: Duration, what: &str) -> ExitStatus {
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(started.elapsed() < limit, "{what}:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then its exit status; panics if it is still running after `limit`.
+    pub async fn sigterm_and_wait(&mut self, limit: Duration) -> ExitStatus {
+        let started = Instant::now();
+        self.signal("-TERM");
+        self.wait_exit(started, limit, "still running after the grace period")
+            .await
+    }
 }
 
 impl Drop for VigilProcess {
@@ -332,15 +391,80 @@ pub fn vigil(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
     )
 }
 
+/// `vigil beat --config CONFIG --worker WORKER --state STATE EXTRA...`.
+pub fn beat(
+    config: &Path,
+    worker: &str,
+    state: &str,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> (i32, String, String) {
+    let mut args = vec![
+        "beat",
+        "--config",
+        config.to_str().unwrap(),
+        "--worker",
+        worker,
+        "--state",
+        state,
+    ];
+    args.extend_from_slice(extra);
+    vigil(&args, envs)
+}
+
+/// `vigil explain --config CONFIG NODE EXTRA...`.
+pub fn explain(
+    config: &Path,
+    node: &str,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> (i32, String, String) {
+    let mut args = vec!["explain", "--config", config.to_str().unwrap(), node];
+    args.extend_from_slice(extra);
+    vigil(&args, envs)
+}
+
+/// Run `probe` every `every` until it yields a value, for at most `limit` (then once more);
+/// None on timeout.
+pub async fn poll_every<T, F: Future<Output = Option<T>>>(
+    limit: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> F,
+) -> Option<T> {
+    let end = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = probe().await {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// [`poll_every`] 100 ms.
+pub async fn poll<T, F: Future<Output = Option<T>>>(
+    limit: Duration,
+    probe: impl FnMut() -> F,
+) -> Option<T> {
+    poll_every(limit, Duration::from_millis(100), probe).await
+}
+
+/// Wait until `cond` holds, checking every `every`; false on timeout (then the caller's
+/// assertion prints what it saw).
+pub async fn eventually_every(
+    limit: Duration,
+    every: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> bool {
+    poll_every(limit, every, || std::future::ready(cond().then_some(())))
+        .await
+        .is_some()
+}
+
 /// Wait until `cond` holds, polling every 100 ms; false on timeout (then the caller's assertion
 /// prints what it saw).
-pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    cond()
+pub async fn eventually(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    eventually_every(limit, Duration::from_millis(100), cond).await
 }

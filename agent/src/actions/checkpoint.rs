@@ -11,35 +11,34 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Millis;
+use crate::config::{CheckpointMethod, Signal};
 use crate::coord::{Coordinator, Keys};
 use crate::runtime::{Container, ContainerRuntime};
 
-/// How a worker is asked to checkpoint.
+/// How a worker is asked to checkpoint, with the default signal resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Method {
     /// The request in the status record is all: the worker polls its own record.
     Redis,
     /// A signal to the container's main process, e.g. `SIGUSR1`.
-    Signal(String),
+    Signal(Signal),
     /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`.
     Http(String),
 }
 
 impl Method {
-    /// `redis`, `signal`, `signal:SIGUSR2`, or an `http(s)://` URL.
-    pub fn parse(s: &str, default_signal: &str) -> Option<Method> {
-        let s = s.trim();
-        match s {
-            "redis" => Some(Method::Redis),
-            "signal" => signal_number(default_signal).map(|n| Method::Signal(n.to_string())),
-            _ if s.starts_with("signal:") => {
-                signal_number(&s["signal:".len()..]).map(|n| Method::Signal(n.to_string()))
-            }
-            _ if s.starts_with("http://") || s.starts_with("https://") => {
-                Some(Method::Http(s.to_string()))
-            }
-            _ => None,
+    /// The configured (or labelled) method; a bare `signal` takes `default_signal`.
+    pub fn resolve(m: &CheckpointMethod, default_signal: Signal) -> Method {
+        match m {
+            CheckpointMethod::Redis => Method::Redis,
+            CheckpointMethod::Signal(s) => Method::Signal(s.unwrap_or(default_signal)),
+            CheckpointMethod::Http(url) => Method::Http(url.clone()),
         }
+    }
+
+    /// A container's checkpoint label: the same syntax as `checkpoint.method`.
+    pub fn parse(label: &str, default_signal: Signal) -> Result<Method, String> {
+        Ok(Method::resolve(&label.parse()?, default_signal))
     }
 
     /// Metric label.
@@ -50,17 +49,6 @@ impl Method {
             Method::Http(_) => "http",
         }
     }
-}
-
-/// The canonical name of a signal a worker may be asked with, or `None` if it is not one.
-/// SIGKILL and SIGSTOP are refused: they cannot be handled, so they can never checkpoint.
-pub fn signal_number(name: &str) -> Option<&'static str> {
-    let upper = name.trim().to_ascii_uppercase();
-    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
-    const KNOWN: &[&str] = &[
-        "SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGWINCH", "SIGPWR",
-    ];
-    KNOWN.iter().copied().find(|k| &k[3..] == bare)
 }
 
 /// How one worker's checkpoint ended.
@@ -108,7 +96,7 @@ pub struct Checkpointer {
     pub runtime: Arc<dyn ContainerRuntime>,
     pub keys: Keys,
     pub default_method: Method,
-    pub default_signal: String,
+    pub default_signal: Signal,
     /// How often the status records are re-read while waiting.
     pub poll: Duration,
     pub http: reqwest::Client,
@@ -147,9 +135,8 @@ impl Checkpointer {
     fn method_for(&self, c: &Container) -> Result<Method, String> {
         match &c.checkpoint {
             None => Ok(self.default_method.clone()),
-            Some(label) => Method::parse(label, &self.default_signal).ok_or_else(|| {
-                format!("checkpoint label `{label}` is not redis, signal[:NAME] or an http(s) URL")
-            }),
+            Some(label) => Method::parse(label, self.default_signal)
+                .map_err(|e| format!("checkpoint label: {e}")),
         }
     }
 
@@ -237,9 +224,9 @@ impl Checkpointer {
             Method::Redis => Ok(()),
             Method::Signal(sig) => self
                 .runtime
-                .kill(&c.id, sig)
+                .kill(&c.id, sig.as_str())
                 .await
-                .map_err(|e| format!("signal {sig}: {e}")),
+                .map_err(|e| format!("signal {}: {e}", sig.as_str())),
             Method::Http(url) => {
                 let body = serde_json::json!({
                     "request": id,
@@ -271,21 +258,19 @@ mod tests {
 
     #[test]
     fn methods_parse_with_defaults_and_overrides() {
-        assert_eq!(Method::parse("redis", "SIGUSR1"), Some(Method::Redis));
+        let usr1 = Signal::Usr1;
+        assert_eq!(Method::parse("redis", usr1), Ok(Method::Redis));
+        assert_eq!(Method::parse("signal", usr1), Ok(Method::Signal(usr1)));
         assert_eq!(
-            Method::parse("signal", "usr1"),
-            Some(Method::Signal("SIGUSR1".into()))
+            Method::parse("signal:SIGUSR2", usr1),
+            Ok(Method::Signal(Signal::Usr2))
         );
         assert_eq!(
-            Method::parse("signal:SIGUSR2", "SIGUSR1"),
-            Some(Method::Signal("SIGUSR2".into()))
+            Method::parse("http://127.0.0.1:8080/ckpt", usr1),
+            Ok(Method::Http("http://127.0.0.1:8080/ckpt".into()))
         );
-        assert_eq!(
-            Method::parse("http://127.0.0.1:8080/ckpt", "SIGUSR1"),
-            Some(Method::Http("http://127.0.0.1:8080/ckpt".into()))
-        );
-        assert_eq!(Method::parse("signal:SIGKILL", "SIGUSR1"), None);
-        assert_eq!(Method::parse("carrier-pigeon", "SIGUSR1"), None);
+        assert!(Method::parse("signal:SIGKILL", usr1).is_err());
+        assert!(Method::parse("carrier-pigeon", usr1).is_err());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::coord::memory::MemoryCoordinator;
 use crate::coord::{heartbeat_value, Coordinator, Keys};
 use crate::engine::agent::Agent;
 use crate::engine::node::{Controller, SharedFacts};
-use crate::model::maintenance::{MaintenanceState, Phase};
+use crate::model::maintenance::{Interruption, MaintenanceState, Phase};
 use crate::observe::metrics::Metrics;
 use crate::runtime::sim::FakeRuntime;
 
@@ -187,7 +187,7 @@ pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary
                 .apply(MaintenanceState {
                     phase: Phase::Terminating,
                     reasons: vec!["terminate-on-host-maintenance"],
-                    interruption: Some("host-maintenance"),
+                    interruption: Some(Interruption::HostMaintenance),
                     ..MaintenanceState::default()
                 })
                 .await;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::actions::node::KubeNodeApi;
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::{Config, Switch};
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
 use crate::runtime::docker::DockerRuntime;
@@ -151,7 +151,7 @@ async fn docker(cfg: &Config) -> Vec<Check> {
 }
 
 fn nvml(cfg: &Config) -> Check {
-    if cfg.gpu.enabled == "off" {
+    if cfg.gpu.enabled == Switch::Off {
         return check(
             "nvml",
             Level::Ok,
@@ -177,7 +177,7 @@ fn nvml(cfg: &Config) -> Check {
         }
         Err(e) => check(
             "nvml",
-            if cfg.gpu.enabled == "on" {
+            if cfg.gpu.enabled == Switch::On {
                 Level::Fail
             } else {
                 Level::Warn
@@ -188,7 +188,7 @@ fn nvml(cfg: &Config) -> Check {
 }
 
 async fn metadata(cfg: &Config) -> Check {
-    if cfg.metadata.enabled == "off" {
+    if cfg.metadata.enabled == Switch::Off {
         return check(
             "metadata",
             Level::Ok,
@@ -220,7 +220,7 @@ async fn metadata(cfg: &Config) -> Check {
         ),
         Ok(Err(e)) => check(
             "metadata",
-            if cfg.metadata.enabled == "on" {
+            if cfg.metadata.enabled == Switch::On {
                 Level::Fail
             } else {
                 Level::Warn

@@ -140,7 +140,7 @@ pub enum CliError {
 }
 
 impl CliError {
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Config(_) => 2,
             CliError::Failed(_) => 1,

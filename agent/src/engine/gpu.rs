@@ -3,14 +3,14 @@
 //! [`start`] is the production wiring, which says once, and does not crash, when there is no
 //! driver.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use crate::config::GpuConfig;
+use crate::config::{GpuConfig, Switch};
 use crate::model::gpu::{GpuReport, GpuSample};
 use crate::policy::gpu::update;
 use crate::sources::gpu::{GpuError, GpuProbe, NvmlProbe};
@@ -60,11 +60,28 @@ impl Throttled {
     }
 }
 
-/// Run `probe` on a dedicated thread until `stop` is set, publishing on `tx`.
+/// Run `probe` on a dedicated thread until `stop` is cancelled, publishing on `tx`.
 ///
 /// The thread alternates between waiting for XID events (at most [`XID_WAIT`] at a time, so
 /// `stop` is seen within about a second) and reading every GPU each `cfg.sample_interval`
 /// (the first read at once).
+pub fn spawn_monitor(
+    probe: Box<dyn GpuProbe>,
+    cfg: GpuConfig,
+    tx: watch::Sender<GpuReport>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    spawn_thread(move || monitor(probe, &cfg, &tx, &stop))
+}
+
+fn spawn_thread(run: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("vigil-gpu".into())
+        .spawn(run)
+        .expect("the OS refused a thread for the GPU monitor")
+}
+
+/// The monitor loop (blocking).
 ///
 /// NB: publication. Every successful sample is published (`send_replace`, which marks the value
 /// changed even when the verdict is the same): the samples feed the temperature / power / ECC
@@ -72,107 +89,107 @@ impl Throttled {
 /// published the moment they arrive, between samples, so a hardware failure does not wait for the
 /// next sample. A failed read publishes nothing and is not read as "every GPU is gone": the last
 /// verdict stands, and the error is logged at most once a minute.
-pub fn spawn_monitor(
+fn monitor(
     mut probe: Box<dyn GpuProbe>,
-    cfg: GpuConfig,
-    tx: watch::Sender<GpuReport>,
-    stop: Arc<AtomicBool>,
-) -> JoinHandle<()> {
-    let run = move || {
-        let mut report = GpuReport {
-            monitoring: true,
-            ..GpuReport::default()
-        };
-        let mut samples: Vec<GpuSample> = Vec::new();
-        let mut sample_errors = Throttled::new();
-        let mut xid_errors = Throttled::new();
-        let mut next_sample = Instant::now();
-        while !stop.load(Ordering::Relaxed) {
-            if Instant::now() >= next_sample {
-                match probe.sample() {
-                    Ok(s) => {
-                        sample_errors.ok("GPUs readable again");
-                        samples = s;
-                        report = update(&report, &samples, &[], clock_ms(), &cfg);
-                        tx.send_replace(report.clone());
-                    }
-                    Err(e) => {
-                        sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
-                    }
-                }
-                next_sample = Instant::now() + cfg.sample_interval;
-            }
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let wait = next_sample
-                .saturating_duration_since(Instant::now())
-                .min(XID_WAIT);
-            let started = Instant::now();
-            match probe.wait_xids(wait) {
-                Ok(xids) if xids.is_empty() => {}
-                Ok(xids) => {
-                    xid_errors.ok("XID events readable again");
-                    for x in &xids {
-                        tracing::warn!(gpu = x.index, uuid = %x.uuid, xid = x.xid, "GPU XID event");
-                    }
-                    let next = update(&report, &samples, &xids, clock_ms(), &cfg);
-                    report = next.clone();
-                    tx.send_if_modified(|cur| {
-                        let changed = *cur != next;
-                        *cur = next;
-                        changed
-                    });
+    cfg: &GpuConfig,
+    tx: &watch::Sender<GpuReport>,
+    stop: &CancellationToken,
+) {
+    let mut report = GpuReport {
+        monitoring: true,
+        ..GpuReport::default()
+    };
+    let mut samples: Vec<GpuSample> = Vec::new();
+    let mut sample_errors = Throttled::new();
+    let mut xid_errors = Throttled::new();
+    let mut next_sample = Instant::now();
+    while !stop.is_cancelled() {
+        if Instant::now() >= next_sample {
+            match probe.sample() {
+                Ok(s) => {
+                    sample_errors.ok("GPUs readable again");
+                    samples = s;
+                    report = update(&report, &samples, &[], clock_ms(), cfg);
+                    tx.send_replace(report.clone());
                 }
                 Err(e) => {
-                    xid_errors.warn("cannot wait for GPU XID events", &e);
-                    // A probe that fails at once must not turn this loop into a busy loop.
-                    std::thread::sleep(wait.saturating_sub(started.elapsed()));
+                    sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
                 }
             }
+            next_sample = Instant::now() + cfg.sample_interval;
         }
-        tracing::debug!("GPU monitor stopped");
-    };
-    std::thread::Builder::new()
-        .name("vigil-gpu".into())
-        .spawn(run)
-        .expect("the OS refused a thread for the GPU monitor")
+        if stop.is_cancelled() {
+            break;
+        }
+        let wait = next_sample
+            .saturating_duration_since(Instant::now())
+            .min(XID_WAIT);
+        let started = Instant::now();
+        match probe.wait_xids(wait) {
+            Ok(xids) if xids.is_empty() => {}
+            Ok(xids) => {
+                xid_errors.ok("XID events readable again");
+                for x in &xids {
+                    tracing::warn!(gpu = x.index, uuid = %x.uuid, xid = x.xid, "GPU XID event");
+                }
+                let next = update(&report, &samples, &xids, clock_ms(), cfg);
+                report = next.clone();
+                tx.send_if_modified(|cur| {
+                    let changed = *cur != next;
+                    *cur = next;
+                    changed
+                });
+            }
+            Err(e) => {
+                xid_errors.warn("cannot wait for GPU XID events", &e);
+                // A probe that fails at once must not turn this loop into a busy loop.
+                std::thread::sleep(wait.saturating_sub(started.elapsed()));
+            }
+        }
+    }
+    tracing::debug!("GPU monitor stopped");
 }
 
-/// Production wiring: `gpu.enabled = off` → `None`, quietly; `auto`/`on` → load NVML and spawn the
-/// monitor. When NVML cannot be loaded, one line says why (info for `auto`, error for `on`), a
-/// report with `monitoring: false` is published, and `None` is returned: no GPU verdict, no crash.
+/// Production wiring: `gpu.enabled = off` → `None`, quietly, with `monitoring: false` published.
+/// `auto`/`on` → a thread that loads NVML and then runs the monitor; the call returns at once.
+///
+/// NB: loading NVML can block on a wedged driver. It happens on the monitor's own thread, never
+/// on the executor and never awaited: start-up goes on with "monitoring off" until the first
+/// report, and shutdown never waits for it. When NVML cannot be loaded, one line says why (info
+/// for `auto`, error for `on`) and `monitoring: false` stays published: no GPU verdict, no crash.
 pub fn start(
     cfg: &GpuConfig,
     tx: watch::Sender<GpuReport>,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
 ) -> Option<JoinHandle<()>> {
     let off = GpuReport::default();
     debug_assert!(!off.monitoring);
-    if cfg.enabled.trim().eq_ignore_ascii_case("off") {
+    if cfg.enabled == Switch::Off {
         tx.send_replace(off);
         return None;
     }
-    let path = Some(cfg.library_path.as_str()).filter(|p| !p.is_empty());
-    match NvmlProbe::new(path) {
-        Ok(probe) => {
-            tracing::info!(
-                gpus = probe.gpu_count().unwrap_or(0),
-                xid_events_on = probe.xid_gpus().len(),
-                "GPU monitoring on"
-            );
-            Some(spawn_monitor(Box::new(probe), cfg.clone(), tx, stop))
-        }
-        Err(e) => {
-            if cfg.enabled.trim().eq_ignore_ascii_case("on") {
-                tracing::error!("GPU monitoring off: {e}");
-            } else {
-                tracing::info!("GPU monitoring off: {e}");
+    let cfg = cfg.clone();
+    Some(spawn_thread(move || {
+        let path = Some(cfg.library_path.as_str()).filter(|p| !p.is_empty());
+        match NvmlProbe::new(path) {
+            Ok(probe) => {
+                tracing::info!(
+                    gpus = probe.gpu_count().unwrap_or(0),
+                    xid_events_on = probe.xid_gpus().len(),
+                    "GPU monitoring on"
+                );
+                monitor(Box::new(probe), &cfg, &tx, &stop);
             }
-            tx.send_replace(off);
-            None
+            Err(e) => {
+                if cfg.enabled == Switch::On {
+                    tracing::error!("GPU monitoring off: {e}");
+                } else {
+                    tracing::info!("GPU monitoring off: {e}");
+                }
+                tx.send_replace(off);
+            }
         }
-    }
+    }))
 }
 
 #[cfg(test)]

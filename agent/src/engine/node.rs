@@ -18,7 +18,7 @@ use crate::clock::{ms, rfc3339, Clock, Millis, SystemClock};
 use crate::config::Config;
 use crate::coord::{Coordinator, Keys};
 use crate::model::gpu::{GpuHealth, GpuReport};
-use crate::model::maintenance::{MaintenanceState, Phase, RawMetadata};
+use crate::model::maintenance::{Interruption, MaintenanceState, Phase, RawMetadata};
 use crate::model::worker::WorkerState;
 use crate::observe::fleet;
 use crate::observe::metrics::{GpuMetricsState, Metrics};
@@ -100,12 +100,11 @@ impl Controller {
             coord: coord.clone(),
             runtime: runtime.clone(),
             keys: keys.clone(),
-            default_method: checkpoint::Method::parse(
+            default_method: checkpoint::Method::resolve(
                 &cfg.checkpoint.method,
-                &cfg.checkpoint.signal,
-            )
-            .unwrap_or(checkpoint::Method::Redis),
-            default_signal: cfg.checkpoint.signal.clone(),
+                cfg.checkpoint.signal,
+            ),
+            default_signal: cfg.checkpoint.signal,
             poll: Duration::from_millis(200),
             http: reqwest::Client::new(),
         };
@@ -314,7 +313,10 @@ impl Controller {
         }
         self.set_phase_metric(next.phase);
         if interruption_starts(prev.phase, next.phase) {
-            let kind = next.interruption.unwrap_or("host-maintenance");
+            let kind = next
+                .interruption
+                .unwrap_or(Interruption::HostMaintenance)
+                .as_str();
             for reason in &next.reasons {
                 self.metrics
                     .interruptions
@@ -349,7 +351,7 @@ impl Controller {
             Phase::Ongoing => !self.checkpointed_episode,
             _ => false,
         };
-        let (reason, budget) = if next.reasons.contains(&"preempted") {
+        let (reason, budget) = if next.interruption == Some(Interruption::Preemption) {
             ("preemption", self.cfg.checkpoint.preemption_budget)
         } else {
             ("host-maintenance", self.cfg.checkpoint.maintenance_budget)

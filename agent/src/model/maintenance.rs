@@ -1,11 +1,76 @@
 //! Maintenance data: the raw values of the GCE metadata keys Vigil watches, and the node's
 //! maintenance state derived from them (`crate::policy::maintenance::derive`).
 
+use serde::Deserialize;
+
+/// The value of `instance/maintenance-event`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum MaintenanceEvent {
+    /// No event.
+    None,
+    /// A live migration starts within 60 s.
+    MigrateOnHostMaintenance,
+    /// The VM is stopped for maintenance within 60 s.
+    TerminateOnHostMaintenance,
+}
+
+impl MaintenanceEvent {
+    /// The value as the metadata server writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MaintenanceEvent::None => "NONE",
+            MaintenanceEvent::MigrateOnHostMaintenance => "MIGRATE_ON_HOST_MAINTENANCE",
+            MaintenanceEvent::TerminateOnHostMaintenance => "TERMINATE_ON_HOST_MAINTENANCE",
+        }
+    }
+
+    /// The documented values only: an unknown one must not be mistaken for `NONE` (a false
+    /// "all clear") nor for an event.
+    pub fn parse(value: &str) -> Option<MaintenanceEvent> {
+        [
+            MaintenanceEvent::None,
+            MaintenanceEvent::MigrateOnHostMaintenance,
+            MaintenanceEvent::TerminateOnHostMaintenance,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == value.trim())
+    }
+}
+
+/// `maintenance_status` of a scheduled event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum UpcomingStatus {
+    /// Scheduled, not started.
+    #[default]
+    Pending,
+    /// The window is open.
+    Ongoing,
+}
+
+/// The kind of interruption, as GKE's `interruption_count` counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Interruption {
+    Preemption,
+    HostMaintenance,
+}
+
+impl Interruption {
+    /// Stable metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Interruption::Preemption => "preemption",
+            Interruption::HostMaintenance => "host-maintenance",
+        }
+    }
+}
+
 /// Raw values of the watched keys, as last read successfully. `None` = not read yet / absent.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RawMetadata {
-    /// `instance/maintenance-event`: `NONE`, `MIGRATE_ON_HOST_MAINTENANCE`, `TERMINATE_ON_HOST_MAINTENANCE`.
-    pub maintenance_event: Option<String>,
+    /// `instance/maintenance-event`.
+    pub maintenance_event: Option<MaintenanceEvent>,
     /// `instance/upcoming-maintenance`, parsed; `None` when nothing is scheduled.
     pub upcoming: Option<UpcomingMaintenance>,
     /// `instance/preempted`: `TRUE` / `FALSE`.
@@ -18,7 +83,7 @@ pub struct UpcomingMaintenance {
     /// e.g. `SCHEDULED`, `UNSCHEDULED`.
     pub maintenance_type: Option<String>,
     /// `PENDING` or `ONGOING`.
-    pub status: Option<String>,
+    pub status: UpcomingStatus,
     /// Whether the event can be started early by the customer (opportunistic maintenance).
     pub can_reschedule: bool,
     /// RFC 3339 window start/end as the server sent them.
@@ -69,6 +134,6 @@ pub struct MaintenanceState {
     /// Machine-readable reasons, e.g. `preempted`, `terminate-on-host-maintenance`,
     /// `migrate-on-host-maintenance`, `upcoming-pending`, `upcoming-ongoing`.
     pub reasons: Vec<&'static str>,
-    /// Interruption type for counters: `preemption`, `host-maintenance`, or none.
-    pub interruption: Option<&'static str>,
+    /// Interruption type for counters, when the phase interrupts the workers.
+    pub interruption: Option<Interruption>,
 }

@@ -7,11 +7,10 @@ use std::time::Duration;
 use crate::clock::{ms, Millis};
 use crate::config::KubernetesConfig;
 use crate::model::gpu::{GpuHealth, GpuReport};
-use crate::model::maintenance::{MaintenanceState, Phase, RawMetadata};
-use crate::model::node::{EventType, NodeDesired, Taint};
-use crate::sources::metadata::{
-    MIGRATE_ON_HOST_MAINTENANCE, ONGOING, PENDING, TERMINATE_ON_HOST_MAINTENANCE,
+use crate::model::maintenance::{
+    Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, UpcomingStatus,
 };
+use crate::model::node::{EventType, NodeDesired, Taint};
 
 /// The label GKE reads to start a rescheduleable maintenance now.
 pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenance";
@@ -22,13 +21,13 @@ pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenanc
 /// changed in, so `preempted=FALSE` cannot clear a termination announced by `maintenance-event`
 /// (a public handler that reacted to each key as an event had exactly that bug).
 pub fn derive(raw: &RawMetadata) -> MaintenanceState {
-    let event = raw.maintenance_event.as_deref();
-    let status = raw.upcoming.as_ref().and_then(|u| u.status.as_deref());
+    let event = raw.maintenance_event;
+    let status = raw.upcoming.as_ref().map(|u| u.status);
     let preempted = raw.preempted == Some(true);
-    let terminate = event == Some(TERMINATE_ON_HOST_MAINTENANCE);
-    let migrate = event == Some(MIGRATE_ON_HOST_MAINTENANCE);
-    let ongoing = status == Some(ONGOING);
-    let pending = status == Some(PENDING);
+    let terminate = event == Some(MaintenanceEvent::TerminateOnHostMaintenance);
+    let migrate = event == Some(MaintenanceEvent::MigrateOnHostMaintenance);
+    let ongoing = status == Some(UpcomingStatus::Ongoing);
+    let pending = status == Some(UpcomingStatus::Pending);
 
     let mut reasons = Vec::new();
     if preempted {
@@ -48,11 +47,11 @@ pub fn derive(raw: &RawMetadata) -> MaintenanceState {
     }
 
     let (phase, interruption) = if preempted {
-        (Phase::Terminating, Some("preemption"))
+        (Phase::Terminating, Some(Interruption::Preemption))
     } else if terminate {
-        (Phase::Terminating, Some("host-maintenance"))
+        (Phase::Terminating, Some(Interruption::HostMaintenance))
     } else if migrate || ongoing {
-        (Phase::Ongoing, Some("host-maintenance"))
+        (Phase::Ongoing, Some(Interruption::HostMaintenance))
     } else if pending {
         (Phase::Pending, None)
     } else {
@@ -196,13 +195,21 @@ pub(crate) fn interruption_starts(prev: Phase, next: Phase) -> bool {
 mod tests {
     use super::*;
     use crate::model::maintenance::UpcomingMaintenance;
-    use crate::sources::metadata::NONE;
+    use Interruption::{HostMaintenance as HM, Preemption as PR};
+    use MaintenanceEvent::{
+        MigrateOnHostMaintenance as M, None as NONE, TerminateOnHostMaintenance as T,
+    };
+    use UpcomingStatus::{Ongoing as ONGOING, Pending as PENDING};
 
-    fn raw(event: Option<&str>, status: Option<&str>, preempted: Option<bool>) -> RawMetadata {
+    fn raw(
+        event: Option<MaintenanceEvent>,
+        status: Option<UpcomingStatus>,
+        preempted: Option<bool>,
+    ) -> RawMetadata {
         RawMetadata {
-            maintenance_event: event.map(str::to_string),
-            upcoming: status.map(|s| UpcomingMaintenance {
-                status: Some(s.to_string()),
+            maintenance_event: event,
+            upcoming: status.map(|status| UpcomingMaintenance {
+                status,
                 can_reschedule: true,
                 window_start: Some("2024-12-01T19:00:01Z".into()),
                 window_end: Some("2024-12-01T21:00:01Z".into()),
@@ -212,40 +219,35 @@ mod tests {
         }
     }
 
-    const T: &str = TERMINATE_ON_HOST_MAINTENANCE;
-    const M: &str = MIGRATE_ON_HOST_MAINTENANCE;
-
     #[test]
     fn derive_table() {
         use Phase as P;
         /// event, upcoming status, preempted → phase, interruption, reasons.
         type Row<'a> = (
-            Option<&'a str>,
-            Option<&'a str>,
+            Option<MaintenanceEvent>,
+            Option<UpcomingStatus>,
             Option<bool>,
             Phase,
-            Option<&'a str>,
+            Option<Interruption>,
             &'a [&'a str],
         );
         #[rustfmt::skip]
         let table: &[Row] = &[
-            // event       upcoming       preempted    phase           interruption              reasons
-            (None,       None,          None,        P::None,        None,                     &[]),
-            (Some(NONE), None,          Some(false), P::None,        None,                     &[]),
-            (Some(NONE), Some(PENDING), Some(false), P::Pending,     None,                     &["upcoming-pending"]),
-            (Some(NONE), Some(ONGOING), Some(false), P::Ongoing,     Some("host-maintenance"), &["upcoming-ongoing"]),
-            (Some(M),    None,          Some(false), P::Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance"]),
-            (Some(M),    Some(PENDING), None,        P::Ongoing,     Some("host-maintenance"), &["migrate-on-host-maintenance", "upcoming-pending"]),
-            (Some(T),    None,          Some(false), P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance"]),
-            (Some(T),    Some(ONGOING), None,        P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-ongoing"]),
-            (Some(NONE), None,          Some(true),  P::Terminating, Some("preemption"),       &["preempted"]),
-            (Some(T),    None,          Some(true),  P::Terminating, Some("preemption"),       &["preempted", "terminate-on-host-maintenance"]),
-            (None,       Some(PENDING), Some(true),  P::Terminating, Some("preemption"),       &["preempted", "upcoming-pending"]),
-            (Some(M),    Some(ONGOING), Some(true),  P::Terminating, Some("preemption"),       &["preempted", "migrate-on-host-maintenance", "upcoming-ongoing"]),
+            // event       upcoming       preempted    phase           interruption reasons
+            (None,       None,          None,        P::None,        None,        &[]),
+            (Some(NONE), None,          Some(false), P::None,        None,        &[]),
+            (Some(NONE), Some(PENDING), Some(false), P::Pending,     None,        &["upcoming-pending"]),
+            (Some(NONE), Some(ONGOING), Some(false), P::Ongoing,     Some(HM),    &["upcoming-ongoing"]),
+            (Some(M),    None,          Some(false), P::Ongoing,     Some(HM),    &["migrate-on-host-maintenance"]),
+            (Some(M),    Some(PENDING), None,        P::Ongoing,     Some(HM),    &["migrate-on-host-maintenance", "upcoming-pending"]),
+            (Some(T),    None,          Some(false), P::Terminating, Some(HM),    &["terminate-on-host-maintenance"]),
+            (Some(T),    Some(ONGOING), None,        P::Terminating, Some(HM),    &["terminate-on-host-maintenance", "upcoming-ongoing"]),
+            (Some(NONE), None,          Some(true),  P::Terminating, Some(PR),    &["preempted"]),
+            (Some(T),    None,          Some(true),  P::Terminating, Some(PR),    &["preempted", "terminate-on-host-maintenance"]),
+            (None,       Some(PENDING), Some(true),  P::Terminating, Some(PR),    &["preempted", "upcoming-pending"]),
+            (Some(M),    Some(ONGOING), Some(true),  P::Terminating, Some(PR),    &["preempted", "migrate-on-host-maintenance", "upcoming-ongoing"]),
             // preempted=FALSE next to a termination notice: still terminating.
-            (Some(T),    Some(PENDING), Some(false), P::Terminating, Some("host-maintenance"), &["terminate-on-host-maintenance", "upcoming-pending"]),
-            // Unknown strings are never published by the watcher, but derive must not trip on them.
-            (Some("X"),  Some("X"),     None,        P::None,        None,                     &[]),
+            (Some(T),    Some(PENDING), Some(false), P::Terminating, Some(HM),    &["terminate-on-host-maintenance", "upcoming-pending"]),
         ];
         for (i, (event, status, preempted, phase, interruption, reasons)) in
             table.iter().enumerate()
@@ -281,9 +283,9 @@ mod tests {
         r.preempted = Some(false);
         let s = derive(&r);
         assert_eq!(s.phase, Phase::Terminating);
-        assert_eq!(s.interruption, Some("host-maintenance"));
+        assert_eq!(s.interruption, Some(HM));
         // Only the event itself going back to NONE ends it.
-        r.maintenance_event = Some(NONE.into());
+        r.maintenance_event = Some(NONE);
         assert_eq!(derive(&r).phase, Phase::None);
     }
 }

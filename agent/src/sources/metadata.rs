@@ -34,19 +34,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::maintenance::{RawMetadata, UpcomingMaintenance};
-use crate::observe::metrics::Metrics;
+use serde::Deserialize;
 
-/// `instance/maintenance-event` value: no event.
-pub const NONE: &str = "NONE";
-/// `instance/maintenance-event` value: a live migration starts within 60 s.
-pub const MIGRATE_ON_HOST_MAINTENANCE: &str = "MIGRATE_ON_HOST_MAINTENANCE";
-/// `instance/maintenance-event` value: the VM is stopped for maintenance within 60 s.
-pub const TERMINATE_ON_HOST_MAINTENANCE: &str = "TERMINATE_ON_HOST_MAINTENANCE";
-/// `maintenance_status` of a scheduled event that has not started.
-pub const PENDING: &str = "PENDING";
-/// `maintenance_status` of an event whose window is open.
-pub const ONGOING: &str = "ONGOING";
+use crate::model::maintenance::{
+    MaintenanceEvent, RawMetadata, UpcomingMaintenance, UpcomingStatus,
+};
+use crate::observe::metrics::Metrics;
 
 /// Path of the maintenance-event key, relative to `computeMetadata/v1/`.
 pub const MAINTENANCE_EVENT_PATH: &str = "instance/maintenance-event";
@@ -65,18 +58,16 @@ const NO_NOTIFICATIONS: &str = "no notifications have been received yet";
 
 /// Parse `instance/maintenance-event`. Only the documented values are accepted: an unknown one
 /// must not be mistaken for `NONE` (a false "all clear") nor for an event.
-pub fn parse_maintenance_event(body: &str) -> Result<String, MetadataError> {
-    let v = body.trim();
-    match v {
-        NONE | MIGRATE_ON_HOST_MAINTENANCE | TERMINATE_ON_HOST_MAINTENANCE => Ok(v.to_string()),
-        _ => Err(MetadataError::malformed(
+pub fn parse_maintenance_event(body: &str) -> Result<MaintenanceEvent, MetadataError> {
+    MaintenanceEvent::parse(body).ok_or_else(|| {
+        MetadataError::malformed(
             MAINTENANCE_EVENT_PATH,
             format!(
                 "expected NONE, MIGRATE_ON_HOST_MAINTENANCE or TERMINATE_ON_HOST_MAINTENANCE, got {:?}",
-                snippet(v)
+                snippet(body.trim())
             ),
-        )),
-    }
+        )
+    })
 }
 
 /// Parse `instance/preempted` (`TRUE`/`FALSE`; case is ignored).
@@ -94,96 +85,87 @@ pub fn parse_preempted(body: &str) -> Result<bool, MetadataError> {
     }
 }
 
+/// `instance/upcoming-maintenance` as the server writes it (snake_case), with the REST API's
+/// camelCase spellings accepted too, since some tools relay that form.
+#[derive(Debug, Deserialize)]
+struct UpcomingWire {
+    /// The "no notifications have been received yet" answer is an error object.
+    error: Option<String>,
+    #[serde(alias = "maintenanceStatus")]
+    maintenance_status: Option<UpcomingStatus>,
+    #[serde(default, alias = "canReschedule", deserialize_with = "string_bool")]
+    can_reschedule: bool,
+    #[serde(rename = "type", alias = "maintenance_type", alias = "maintenanceType")]
+    maintenance_type: Option<String>,
+    #[serde(alias = "windowStartTime")]
+    window_start_time: Option<String>,
+    #[serde(alias = "windowEndTime")]
+    window_end_time: Option<String>,
+    #[serde(alias = "latestWindowStartTime")]
+    latest_window_start_time: Option<String>,
+    #[serde(alias = "maintenanceReasons")]
+    maintenance_reasons: Option<Vec<String>>,
+    /// Fields this version does not know: tolerated, but an object of nothing else is no notice.
+    #[serde(flatten)]
+    other: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+/// `can_reschedule` arrives as the *string* `"true"`/`"false"` (any case); a JSON bool or null is
+/// accepted too.
+fn string_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum BoolOrString {
+        Bool(bool),
+        String(String),
+    }
+    match Option::<BoolOrString>::deserialize(d)? {
+        None => Ok(false),
+        Some(BoolOrString::Bool(b)) => Ok(b),
+        Some(BoolOrString::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
+        Some(BoolOrString::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
+        Some(BoolOrString::String(s)) => Err(serde::de::Error::custom(format!(
+            "can_reschedule should be \"true\" or \"false\", got {s:?}"
+        ))),
+    }
+}
+
 /// Parse `instance/upcoming-maintenance`. `Ok(None)` means nothing is scheduled: an empty body,
 /// `{ }`, the literal `NONE`, or the "no notifications have been received yet" error object.
-///
-/// Field names follow the metadata server (snake_case); the REST API's camelCase spellings are
-/// accepted too, since some tools relay that form. `can_reschedule` arrives as the string
-/// `"true"`/`"false"`; a JSON bool is accepted. A status other than PENDING/ONGOING is rejected
-/// (malformed) rather than guessed at, so the previous value is kept.
+/// A status other than PENDING/ONGOING is rejected (malformed) rather than guessed at, so the
+/// previous value is kept.
 pub fn parse_upcoming(body: &str) -> Result<Option<UpcomingMaintenance>, MetadataError> {
     let text = body.trim();
-    if text.is_empty() || text == NONE {
+    if text.is_empty() || text == "NONE" {
         return Ok(None);
     }
     let bad = |detail: String| MetadataError::malformed(UPCOMING_MAINTENANCE_PATH, detail);
-    let value: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| bad(format!("not JSON ({e}): {:?}", snippet(text))))?;
-    let obj = value
-        .as_object()
-        .ok_or_else(|| bad(format!("expected a JSON object, got {:?}", snippet(text))))?;
-    if obj.is_empty() {
-        return Ok(None);
-    }
-    if let Some(err) = obj.get("error").and_then(|e| e.as_str()) {
+    let wire: UpcomingWire =
+        serde_json::from_str(text).map_err(|e| bad(format!("{e}: {:?}", snippet(text))))?;
+    if let Some(err) = &wire.error {
         if err.contains(NO_NOTIFICATIONS) {
             return Ok(None);
         }
         return Err(bad(format!("server reported an error: {:?}", snippet(err))));
     }
-
-    let field = |names: &[&str]| -> Result<Option<String>, MetadataError> {
-        for name in names {
-            match obj.get(*name) {
-                None | Some(serde_json::Value::Null) => continue,
-                Some(serde_json::Value::String(s)) => return Ok(Some(s.clone())),
-                Some(other) => {
-                    return Err(bad(format!("field {name} should be a string, got {other}")))
-                }
-            }
+    let Some(status) = wire.maintenance_status else {
+        let nothing = wire.other.is_empty()
+            && wire.maintenance_type.is_none()
+            && wire.window_start_time.is_none()
+            && wire.window_end_time.is_none();
+        if nothing {
+            return Ok(None);
         }
-        Ok(None)
+        return Err(bad(format!("no maintenance_status in {:?}", snippet(text))));
     };
-
-    let status = field(&["maintenance_status", "maintenanceStatus"])?
-        .ok_or_else(|| bad(format!("no maintenance_status in {:?}", snippet(text))))?;
-    if status != PENDING && status != ONGOING {
-        return Err(bad(format!(
-            "maintenance_status should be PENDING or ONGOING, got {status:?}"
-        )));
-    }
-    let can_reschedule = match obj
-        .get("can_reschedule")
-        .or_else(|| obj.get("canReschedule"))
-    {
-        None | Some(serde_json::Value::Null) => false,
-        Some(serde_json::Value::Bool(b)) => *b,
-        Some(serde_json::Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
-        Some(serde_json::Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
-        Some(other) => {
-            return Err(bad(format!(
-                "can_reschedule should be \"true\" or \"false\", got {other}"
-            )))
-        }
-    };
-    let reasons = match obj
-        .get("maintenance_reasons")
-        .or_else(|| obj.get("maintenanceReasons"))
-    {
-        None | Some(serde_json::Value::Null) => Vec::new(),
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .map(|i| {
-                i.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| bad(format!("maintenance_reasons item {i} is not a string")))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => {
-            return Err(bad(format!(
-                "maintenance_reasons should be a list, got {other}"
-            )))
-        }
-    };
-
     Ok(Some(UpcomingMaintenance {
-        maintenance_type: field(&["type", "maintenance_type", "maintenanceType"])?,
-        status: Some(status),
-        can_reschedule,
-        window_start: field(&["window_start_time", "windowStartTime"])?,
-        window_end: field(&["window_end_time", "windowEndTime"])?,
-        latest_window_start: field(&["latest_window_start_time", "latestWindowStartTime"])?,
-        reasons,
+        maintenance_type: wire.maintenance_type,
+        status,
+        can_reschedule: wire.can_reschedule,
+        window_start: wire.window_start_time,
+        window_end: wire.window_end_time,
+        latest_window_start: wire.latest_window_start_time,
+        reasons: wire.maintenance_reasons.unwrap_or_default(),
     }))
 }
 
@@ -598,7 +580,7 @@ impl Key {
 }
 
 enum Parsed {
-    Event(String),
+    Event(MaintenanceEvent),
     Upcoming(Option<UpcomingMaintenance>),
     Preempted(bool),
 }
@@ -791,17 +773,21 @@ fn chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const T: &str = TERMINATE_ON_HOST_MAINTENANCE;
-    const M: &str = MIGRATE_ON_HOST_MAINTENANCE;
+    use UpcomingStatus::{Ongoing as ONGOING, Pending as PENDING};
 
     #[test]
     fn maintenance_event_values() {
-        for ok in [NONE, M, T, "  NONE\n"] {
-            assert_eq!(
-                parse_maintenance_event(ok).ok(),
-                Some(ok.trim().to_string())
-            );
+        use MaintenanceEvent as E;
+        for (body, want) in [
+            ("NONE", E::None),
+            ("MIGRATE_ON_HOST_MAINTENANCE", E::MigrateOnHostMaintenance),
+            (
+                "TERMINATE_ON_HOST_MAINTENANCE",
+                E::TerminateOnHostMaintenance,
+            ),
+            ("  NONE\n", E::None),
+        ] {
+            assert_eq!(parse_maintenance_event(body).ok(), Some(want));
         }
         for bad in ["BANANA", "", "none", "TERMINATE"] {
             let e = parse_maintenance_event(bad).unwrap_err();
@@ -841,7 +827,7 @@ mod tests {
             u,
             UpcomingMaintenance {
                 maintenance_type: Some("SCHEDULED".into()),
-                status: Some(PENDING.into()),
+                status: PENDING,
                 can_reschedule: true,
                 window_start: Some("2024-12-01T19:00:01Z".into()),
                 window_end: Some("2024-12-01T21:00:01Z".into()),
@@ -854,7 +840,7 @@ mod tests {
     #[test]
     fn upcoming_table() {
         // (body, Ok(Some((status, can_reschedule))) | Ok(None) | Err)
-        type Want<'a> = Result<Option<(&'a str, bool)>, ()>;
+        type Want = Result<Option<(UpcomingStatus, bool)>, ()>;
         let table: &[(&str, Want)] = &[
             ("", Ok(None)),
             ("  \n", Ok(None)),
@@ -907,7 +893,7 @@ mod tests {
             match (want, got) {
                 (Ok(None), Ok(None)) => {}
                 (Ok(Some((status, resched))), Ok(Some(u))) => {
-                    assert_eq!(u.status.as_deref(), Some(*status), "{body}");
+                    assert_eq!(u.status, *status, "{body}");
                     assert_eq!(u.can_reschedule, *resched, "{body}");
                 }
                 (Err(()), Err(e)) => assert_eq!(e.kind(), "malformed", "{body}"),

@@ -1,0 +1,109 @@
+//! The end-to-end rig shared by tests/e2e.rs and tests/e2e_maintenance.rs: the names one `vigil`
+//! process under test runs with (its node, Redis key prefix, worker label and worker id, the
+//! address of its status API), a directory for its config file, and the part of that config
+//! both suites share: the restart pipeline compressed from minutes to seconds.
+
+use std::path::PathBuf;
+
+use super::real::{free_port, unique};
+
+/// A suite's own config keys, added to [`Setup::write_config`]'s.
+#[derive(Default)]
+pub struct ConfigParts<'a> {
+    /// Top-level keys.
+    pub top: &'a str,
+    /// More `[docker]` keys.
+    pub docker: &'a str,
+    /// More `[policy]` keys.
+    pub policy: &'a str,
+    /// Further tables, whole.
+    pub tables: &'a str,
+}
+
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub node: String,
+    pub prefix: String,
+    pub label: String,
+    pub worker: String,
+    pub listen: String,
+}
+
+impl Setup {
+    /// Fresh names, with Redis keys under a unique prefix starting with `prefix`.
+    pub fn new(prefix: &str) -> Setup {
+        Setup {
+            dir: tempfile::tempdir().unwrap(),
+            node: unique("node-"),
+            prefix: unique(prefix),
+            label: unique("vigil.test."),
+            worker: unique("trainer-"),
+            listen: format!("127.0.0.1:{}", free_port()),
+        }
+    }
+
+    /// A second agent process on the same node, watching the same worker: its own config
+    /// directory and its own status-API port.
+    pub fn second_process(&self) -> Setup {
+        Setup {
+            listen: format!("127.0.0.1:{}", free_port()),
+            dir: tempfile::tempdir().unwrap(),
+            node: self.node.clone(),
+            prefix: self.prefix.clone(),
+            label: self.label.clone(),
+            worker: self.worker.clone(),
+        }
+    }
+
+    /// Write the agent's `vigil.toml`: these names, the restart pipeline compressed to seconds,
+    /// and the suite's own keys; its path.
+    pub fn write_config(&self, own: ConfigParts) -> PathBuf {
+        let text = format!(
+            r#"node_name = "{node}"
+poll_interval = "300ms"
+{top}
+[redis]
+key_prefix = "{prefix}"
+[server]
+listen = "{listen}"
+[docker]
+worker_label = "{label}"
+{docker}
+log_timeout = "5s"
+stop_grace = "1s"
+restart_timeout = "15s"
+[policy]
+stale_after = "2s"
+confirm_after = "500ms"
+restart_delay = "2s"
+{policy}
+{tables}"#,
+            node = self.node,
+            prefix = self.prefix,
+            listen = self.listen,
+            label = self.label,
+            top = own.top,
+            docker = own.docker,
+            policy = own.policy,
+            tables = own.tables,
+        );
+        let path = self.dir.path().join("vigil.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// `http://LISTEN{path}`, the agent's status API.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listen)
+    }
+
+    /// GET `path` from the agent's status API.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        reqwest::get(self.url(path)).await.unwrap()
+    }
+
+    /// The agent's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").await.text().await.unwrap()
+    }
+}

@@ -1,0 +1,80 @@
+//! In-process wiring shared by tests/maintenance.rs, tests/gpu_agent.rs, tests/scenarios.rs and
+//! the maintenance latency benchmark: the agent and the maintenance controller put together as
+//! `vigil run` puts them together, over the in-process coordinator and the fake runtime, and the
+//! status record a worker writes. Self-contained (the benchmark includes it by `#[path]`, without
+//! the rest of `common`).
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use vigil::actions::alert::Notifier;
+use vigil::actions::node::NodeApi;
+use vigil::clock::{Millis, SystemClock};
+use vigil::config::Config;
+use vigil::coord::memory::MemoryCoordinator;
+use vigil::coord::{heartbeat_value, Coordinator};
+use vigil::engine::agent::Agent;
+use vigil::engine::node::{Controller, SharedFacts};
+use vigil::observe::metrics::Metrics;
+use vigil::runtime::sim::FakeRuntime;
+
+/// The defaults, on node `node`.
+pub fn node_config(node: &str) -> Config {
+    Config {
+        node_name: node.into(),
+        ..Config::default()
+    }
+}
+
+/// The in-process coordinator on the system clock.
+pub fn memory_coordinator() -> Arc<MemoryCoordinator> {
+    Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
+}
+
+/// The agent (alerting through `notifier`) and the maintenance controller (writing the Node
+/// through `node_api`), sharing the coordinator, the runtime, the metrics and the agent's trail.
+pub fn agent_and_controller(
+    cfg: &Config,
+    coord: &Arc<MemoryCoordinator>,
+    runtime: &FakeRuntime,
+    node_api: Arc<dyn NodeApi>,
+    notifier: Notifier,
+    metrics: &Arc<Metrics>,
+    facts: SharedFacts,
+) -> (Agent, Controller) {
+    let agent = Agent::new(
+        cfg.clone(),
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        notifier,
+        metrics.clone(),
+    );
+    let controller = Controller::new(
+        cfg.clone(),
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        Some(node_api),
+        metrics.clone(),
+        agent.trail.clone(),
+        facts,
+    );
+    (agent, controller)
+}
+
+/// A worker's status record at `key`: its `state`, a heartbeat stamped `at` (store time, ms) and
+/// any `extra` fields.
+pub async fn write_record(
+    coord: &dyn Coordinator,
+    key: &str,
+    state: &str,
+    at: Millis,
+    extra: &[(&str, &str)],
+) {
+    let mut fields = vec![
+        ("state".to_string(), state.to_string()),
+        ("heartbeat".to_string(), heartbeat_value(at)),
+    ];
+    fields.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    coord.hset(key, &fields).await.unwrap();
+}
