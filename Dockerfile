@@ -1,19 +1,32 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build: compile in the Rust image, ship the binary alone on a slim Debian.
+# Multi-stage build: compile in the Rust image, ship the binary alone on a distroless base.
+# Needs BuildKit (the default builder since Docker 23) for the cache mounts.
 FROM rust:1.89-slim-bookworm AS build
 WORKDIR /src
+# Only what the build reads; .dockerignore keeps the rest (target/, .git, tests/, docs/...) out
+# of the context. NB: agent/Cargo.toml declares [[test]] and [[example]] targets with paths in
+# ../tests/, which is not copied: cargo does not check that an explicitly given target path
+# exists when it loads the manifest, only when it compiles that target, and
+# `--bin vigil` compiles the library and this binary alone.
 COPY Cargo.toml Cargo.lock ./
 COPY agent ./agent
-COPY tests ./tests
-RUN cargo build --release --locked -p vigil && strip target/release/vigil
+# The registry, git checkouts and target/ are cache mounts, so a source change rebuilds only
+# the crate. A cache mount is not part of the image, so the binary is copied out of it. The
+# workspace's [profile.release] strips it (strip = true): no strip step here.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p vigil --bin vigil \
+    && cp target/release/vigil /usr/local/bin/vigil
 
-FROM debian:bookworm-slim
+# Distroless "cc": glibc, libgcc and CA certificates, no shell and no package manager (so no
+# RUN line can follow). glibc because NVML is loaded with dlopen at run time, which a static
+# musl binary cannot do. The :nonroot tag's user is 65532, set again below to be explicit.
+FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="vigil" \
       org.opencontainers.image.description="Node-local agent that restarts hung accelerator workers safely" \
       org.opencontainers.image.licenses="Apache-2.0"
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
-    && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/target/release/vigil /usr/local/bin/vigil
+COPY --from=build /usr/local/bin/vigil /usr/local/bin/vigil
 # NB: the agent talks to the Docker socket, which is root-equivalent on the node. Run as a user
 # in the socket's group (often 999 or 998, see `stat -c %g /var/run/docker.sock`), set with
 # the DaemonSet's securityContext.runAsGroup / supplementalGroups.

@@ -2,7 +2,7 @@
 # Render every kustomization in deploy/ with `kubectl kustomize`, validate each object against the
 # Kubernetes schemas in strict mode (unknown fields rejected), and check the vigil.toml each
 # ConfigMap carries with `vigil config check`. Needs kubectl, kubernetes-validate (PyPI, pinned
-# in .ci/run) and a built `vigil` (target/debug/vigil, or $VIGIL).
+# in scripts/test.sh, which installs it) and a built `vigil` (target/debug/vigil, or $VIGIL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 vigil=${VIGIL:-target/debug/vigil}

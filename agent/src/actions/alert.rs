@@ -46,7 +46,7 @@ pub enum AlertKind {
 }
 
 impl AlertKind {
-    /// Every kind, for the README drift check.
+    /// Every kind, for the docs drift check (docs/alerts.md).
     pub const ALL: [AlertKind; 15] = [
         AlertKind::Hung,
         AlertKind::Errored,

@@ -1,4 +1,4 @@
-//! Every Redis key Vigil reads or writes, in one place (the README's key table mirrors this file).
+//! Every Redis key Vigil reads or writes, in one place (docs/redis-keys.md mirrors this file; tests/docs.rs checks it).
 //!
 //! Node-scoped keys carry the node name as a hash tag (`{node}`), so in Redis Cluster all of a
 //! node's keys live in one slot and its Lua scripts stay single-slot. Fleet keys are separate and

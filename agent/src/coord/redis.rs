@@ -3,6 +3,7 @@
 //! treated exactly like one that is down (restarts pause; the agent fails closed).
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,26 +14,42 @@ use tokio::sync::Mutex;
 use super::{CoordError, Coordinator, TrailEntry};
 use crate::clock::{ms, Millis};
 
-const OWNER_TTL: &str = r"
+static OWNER_TTL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PTTL', KEYS[1]) end
-return -3";
+return -3",
+    )
+});
 
-const DEL_IF_OWNER: &str = r"
+static DEL_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0";
+return 0",
+    )
+});
 
 // NB: check and increment in one script, so two agents can never both take the last unit.
-const INCR_CAPPED: &str = r"
+static INCR_CAPPED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
 if v >= tonumber(ARGV[1]) then return -1 end
 v = redis.call('INCR', KEYS[1])
 if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return v";
+return v",
+    )
+});
 
-const DECR_FLOOR: &str = r"
+static DECR_FLOOR: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
 if v > 0 then return redis.call('DECR', KEYS[1]) end
-return 0";
+return 0",
+    )
+});
 
 pub struct RedisCoordinator {
     client: redis::Client,
@@ -145,14 +162,15 @@ impl RedisCoordinator {
         }
     }
 
+    /// Run one of the scripts above (built once: `Script::new` hashes the source, and EVALSHA
+    /// falls back to EVAL only when the server has not seen it).
     async fn script<T: FromRedisValue>(
         &self,
-        src: &str,
+        script: &Script,
         key: &str,
         args: &[String],
     ) -> Result<T, CoordError> {
         let mut c = self.conn().await?;
-        let script = Script::new(src);
         let mut inv = script.key(key);
         for a in args {
             inv.arg(a);
@@ -226,7 +244,7 @@ impl Coordinator for RedisCoordinator {
     }
 
     async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
-        let r: i64 = self.script(OWNER_TTL, key, &[token.to_string()]).await?;
+        let r: i64 = self.script(&OWNER_TTL, key, &[token.to_string()]).await?;
         Ok(match r {
             -3 | -2 => None,
             -1 => Some(Millis::MAX),
@@ -235,7 +253,9 @@ impl Coordinator for RedisCoordinator {
     }
 
     async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
-        let r: i64 = self.script(DEL_IF_OWNER, key, &[token.to_string()]).await?;
+        let r: i64 = self
+            .script(&DEL_IF_OWNER, key, &[token.to_string()])
+            .await?;
         Ok(r == 1)
     }
 
@@ -246,7 +266,7 @@ impl Coordinator for RedisCoordinator {
         ttl: Duration,
     ) -> Result<Option<u64>, CoordError> {
         let r: i64 = self
-            .script(INCR_CAPPED, key, &[cap.to_string(), px(ttl).to_string()])
+            .script(&INCR_CAPPED, key, &[cap.to_string(), px(ttl).to_string()])
             .await?;
         Ok((r >= 0).then_some(r as u64))
     }
@@ -257,7 +277,7 @@ impl Coordinator for RedisCoordinator {
     }
 
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
-        self.script::<i64>(DECR_FLOOR, key, &[]).await.map(|_| ())
+        self.script::<i64>(&DECR_FLOOR, key, &[]).await.map(|_| ())
     }
 
     async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {

@@ -418,7 +418,7 @@ impl Metrics {
         }
     }
 
-    /// Create one series in every family, so an encoding lists them all (the README drift
+    /// Create one series in every family, so an encoding lists them all (the docs drift
     /// check and `promtool` see every name, not only those that happened to be touched).
     pub fn touch_all(&self) {
         self.verdict("healthy");

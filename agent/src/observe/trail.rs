@@ -70,7 +70,7 @@ pub enum Code {
 }
 
 impl Code {
-    /// Every code, for the README drift check.
+    /// Every code, for the docs drift check (docs/trail.md).
     pub const ALL: [Code; 28] = [
         Code::Suspect,
         Code::TimerStarted,
