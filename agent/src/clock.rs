@@ -14,15 +14,34 @@ pub fn ms(d: Duration) -> Millis {
 
 /// UTC calendar day of a timestamp, `YYYY-MM-DD`: the breaker's unit.
 pub fn utc_day(now: Millis) -> String {
-    chrono::DateTime::from_timestamp_millis(now)
-        .map(|t| t.format("%Y-%m-%d").to_string())
+    timestamp(now)
+        .map(|t| t.strftime("%Y-%m-%d").to_string())
         .unwrap_or_else(|| "invalid-day".into())
+}
+
+fn timestamp(now: Millis) -> Option<jiff::Timestamp> {
+    jiff::Timestamp::from_millisecond(now).ok()
+}
+
+/// `HH:MM:SS` (UTC) of a timestamp, for compact timelines.
+pub fn hhmmss(now: Millis) -> String {
+    timestamp(now)
+        .map(|t| t.strftime("%H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+/// Milliseconds of an RFC 3339 timestamp (any offset), or `None` when it is not one.
+pub fn parse_rfc3339(text: &str) -> Option<Millis> {
+    text.trim()
+        .parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
 }
 
 /// RFC 3339 rendering for alerts and the trail.
 pub fn rfc3339(now: Millis) -> String {
-    chrono::DateTime::from_timestamp_millis(now)
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+    timestamp(now)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
         .unwrap_or_else(|| now.to_string())
 }
 
@@ -41,7 +60,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Millis {
-        chrono::Utc::now().timestamp_millis()
+        jiff::Timestamp::now().as_millisecond()
     }
 }
 
@@ -70,6 +89,17 @@ impl Clock for FakeClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_both_ways() {
+        let t = 1_796_032_800_000; // 2026-11-30T10:00:00Z
+        assert_eq!(rfc3339(t), "2026-11-30T10:00:00.000Z");
+        assert_eq!(parse_rfc3339("2026-11-30T10:00:00Z"), Some(t));
+        assert_eq!(parse_rfc3339("2026-11-30T11:00:00+01:00"), Some(t));
+        assert_eq!(parse_rfc3339(" 2026-11-30T10:00:00.000Z\n"), Some(t));
+        assert_eq!(parse_rfc3339("tomorrow"), None);
+        assert_eq!(hhmmss(t + 61_000), "10:01:01");
+    }
 
     #[test]
     fn utc_day_changes_exactly_at_midnight() {

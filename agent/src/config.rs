@@ -663,11 +663,8 @@ fn valid_prefix(p: &str) -> bool {
 
 /// Pause before alert delivery attempt `attempt` (0 = first, no pause).
 pub fn alert_backoff(attempt: u32) -> Duration {
-    if attempt == 0 {
-        Duration::ZERO
-    } else {
-        Duration::from_millis(250 << attempt.min(5))
-    }
+    // No jitter: `lock_needed` adds these up in advance.
+    crate::backoff::nth_delay(Duration::from_millis(500), Duration::from_secs(8), attempt)
 }
 
 /// Room the lock must still have when the restart command starts, beyond the restart timeout.
@@ -689,7 +686,7 @@ impl Config {
             }
         }
         let parsed = if yaml {
-            let de = serde_yaml::Deserializer::from_str(text);
+            let de = serde_yaml_ng::Deserializer::from_str(text);
             serde_path_to_error::deserialize::<_, Config>(de)
                 .map_err(|e| located(e.path().to_string(), e.inner().to_string()))
         } else {

@@ -10,6 +10,7 @@
 
 pub mod actions;
 pub mod app;
+pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;

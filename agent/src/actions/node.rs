@@ -24,6 +24,8 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use rand::Rng;
 use serde_json::{Map, Value};
 
+use crate::backoff::Backoff;
+
 pub use crate::model::node::{EventType, NodeDesired, Taint};
 
 /// The field manager and event source Vigil writes as, so `kubectl get node -o yaml
@@ -264,15 +266,6 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
     (out != existing).then_some(out)
 }
 
-/// The delay before retry number `attempt` (1-based): `base * 2^(attempt-1)`, with "equal
-/// jitter" (`jitter` in `[0, 1)` picks a point in the upper half), so agents that conflicted
-/// with each other do not retry in lockstep.
-fn backoff(base: Duration, attempt: u32, jitter: f64) -> Duration {
-    let full = base.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)));
-    let half = full / 2;
-    half + half.mul_f64(jitter.clamp(0.0, 1.0))
-}
-
 /// The API calls Vigil makes, for error messages and metric labels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Call {
@@ -465,6 +458,8 @@ impl NodeApi for KubeNodeApi {
             ..PatchParams::default()
         };
         let mut attempt = 1;
+        // Agents that conflicted with each other must not retry in lockstep: jittered.
+        let mut backoff = Backoff::jittered(self.backoff_base, self.backoff_base * 64);
         loop {
             let current = self
                 .nodes
@@ -493,7 +488,7 @@ impl NodeApi for KubeNodeApi {
                     return Ok(());
                 }
                 Err(e) if is_conflict(&e) && attempt < self.attempts => {
-                    let delay = backoff(self.backoff_base, attempt, rand::rng().random::<f64>());
+                    let delay = backoff.next_delay();
                     tracing::debug!(
                         node,
                         attempt,
@@ -872,17 +867,6 @@ mod tests {
         let patch = merge_patch(&n, &desired).expect("a first patch");
         apply(&mut n, &patch);
         assert_eq!(merge_patch(&n, &desired), None);
-    }
-
-    #[test]
-    fn backoff_doubles_with_jitter_in_upper_half() {
-        let base = Duration::from_millis(100);
-        assert_eq!(backoff(base, 1, 0.0), Duration::from_millis(50));
-        assert_eq!(backoff(base, 1, 1.0), Duration::from_millis(100));
-        assert_eq!(backoff(base, 2, 0.0), Duration::from_millis(100));
-        assert_eq!(backoff(base, 4, 0.5), Duration::from_millis(600));
-        // Absurd attempt numbers saturate instead of overflowing.
-        assert!(backoff(base, 200, 0.5) > Duration::from_secs(1));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::actions::alert::{AlertKind, Notifier};
 use crate::actions::recording::{RecordingNodeApi, RecordingSink};
-use crate::clock::{Clock, FakeClock, Millis};
+use crate::clock::{hhmmss, Clock, FakeClock, Millis};
 use crate::config::Config;
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::{heartbeat_value, Coordinator, Keys};
@@ -25,12 +25,6 @@ const NIGHT: Millis = 1_796_004_000_000;
 const TICK: Duration = Duration::from_secs(15);
 const NODE: &str = "gpu-node-7";
 const WORKER: &str = "trainer-0";
-
-fn hhmmss(t: Millis) -> String {
-    chrono::DateTime::from_timestamp_millis(t)
-        .map(|d| d.format("%H:%M:%S").to_string())
-        .unwrap_or_default()
-}
 
 fn at(min: i64, sec: i64) -> Millis {
     NIGHT + (min * 60 + sec) * 1000

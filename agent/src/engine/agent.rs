@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::alert::{Alert, AlertKind, Notifier};
+use crate::backoff::Backoff;
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::coord::{CoordError, Coordinator, Keys};
@@ -74,7 +75,8 @@ pub struct Agent {
     coord_down: bool,
     runtime_down: bool,
     ambiguous: HashSet<String>,
-    backoff: Duration,
+    /// Pause before the next cycle after a coordinator error.
+    backoff: Backoff,
     /// Maintenance state from the controller (restarts stand down while it says so).
     facts: SharedFacts,
     /// New configurations from SIGHUP.
@@ -133,7 +135,7 @@ impl Agent {
             coord_down: false,
             runtime_down: false,
             ambiguous: HashSet::new(),
-            backoff: Duration::ZERO,
+            backoff: Backoff::new(Duration::from_millis(250), cfg.poll_interval),
             facts: SharedFacts::default(),
             reload: None,
             last_verdicts: BTreeMap::new(),
@@ -467,16 +469,13 @@ impl Agent {
             tracing::info!(coordinator = %self.coord.describe(), "coordinator reachable again; restarts resume with the timers it kept");
         }
         self.coord_down = false;
-        self.backoff = Duration::ZERO;
+        self.backoff.reset();
         self.metrics.coordinator_up.set(1);
     }
 
     async fn coordinator_failed(&mut self, e: &CoordError) {
         self.metrics.coordinator_errors.inc();
         self.metrics.coordinator_up.set(0);
-        self.backoff = (self.backoff * 2)
-            .max(Duration::from_millis(250))
-            .min(self.cfg.poll_interval);
         if !self.coord_down {
             self.coord_down = true;
             tracing::error!(error = %e, "coordinator unavailable: failing closed, no restart until it returns");
@@ -521,7 +520,7 @@ impl Agent {
             let report = self.cycle().await;
             self.health.beat().await;
             let wait = if report.coordinator_error.is_some() {
-                self.backoff
+                self.backoff.next_delay()
             } else {
                 self.cfg.poll_interval
             };

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::clock::{ms, Millis};
+use crate::clock::{ms, parse_rfc3339, Millis};
 use crate::config::KubernetesConfig;
 use crate::model::gpu::{GpuHealth, GpuReport};
 use crate::model::maintenance::{
@@ -75,12 +75,8 @@ pub fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bo
     if st.phase != Phase::Pending {
         return false;
     }
-    match st
-        .window_start
-        .as_deref()
-        .and_then(|w| chrono::DateTime::parse_from_rfc3339(w).ok())
-    {
-        Some(start) => start.timestamp_millis() - now <= ms(horizon),
+    match st.window_start.as_deref().and_then(parse_rfc3339) {
+        Some(start) => start - now <= ms(horizon),
         None => true,
     }
 }

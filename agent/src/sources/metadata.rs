@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use serde::Deserialize;
 
+use crate::backoff::Backoff;
 use crate::model::maintenance::{
     MaintenanceEvent, RawMetadata, UpcomingMaintenance, UpcomingStatus,
 };
@@ -617,7 +618,7 @@ struct Ctx<'a> {
 async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, MetadataError>>) {
     let mut read_once = false;
     let mut etag: Option<String> = None;
-    let mut backoff = Backoff::new(ctx.cfg.backoff_initial, ctx.cfg.backoff_max);
+    let mut backoff = Backoff::jittered(ctx.cfg.backoff_initial, ctx.cfg.backoff_max);
     let mut unavailable_streak = 0u32;
     loop {
         let started = Instant::now();
@@ -715,36 +716,7 @@ async fn pause(shutdown: &CancellationToken, d: Duration) -> bool {
     }
 }
 
-/// Exponential backoff with jitter: each delay is drawn from [half, full] of the current step,
-/// so agents restarted together do not retry in lockstep.
-#[derive(Debug)]
-struct Backoff {
-    step: Duration,
-    initial: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    fn new(initial: Duration, max: Duration) -> Self {
-        Backoff {
-            step: initial,
-            initial,
-            max,
-        }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let step = self.step.min(self.max);
-        self.step = step.saturating_mul(2).min(self.max);
-        jitter(step / 2, step)
-    }
-
-    fn reset(&mut self) {
-        self.step = self.initial;
-    }
-}
-
-/// A random duration in `[lo, hi]`.
+/// A random duration in `[lo, hi]` (the quick retries of a maintenance-time 503).
 fn jitter(lo: Duration, hi: Duration) -> Duration {
     let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
     if hi <= lo {
@@ -989,26 +961,6 @@ mod tests {
             body: "busy".into()
         }
         .is_no_notifications_yet());
-    }
-
-    #[test]
-    fn backoff_grows_with_jitter_and_caps() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
-        let steps = [100u64, 200, 400, 800, 800, 800];
-        for step in steps {
-            let d = b.next_delay().as_millis() as u64;
-            assert!(
-                (step / 2..=step).contains(&d),
-                "{d} not in [{}, {step}]",
-                step / 2
-            );
-        }
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(100));
-        assert_eq!(
-            jitter(Duration::from_millis(5), Duration::from_millis(5)),
-            Duration::from_millis(5)
-        );
     }
 
     #[test]
