@@ -65,6 +65,20 @@ fn rig(tweak: impl Fn(&mut Config)) -> Rig {
     }
 }
 
+impl Rig {
+    /// Apply a maintenance state (see [`state`]) to the controller.
+    async fn apply(
+        &mut self,
+        phase: Phase,
+        reasons: Vec<&'static str>,
+        interruption: Option<Interruption>,
+    ) {
+        self.controller
+            .apply(state(phase, reasons, interruption))
+            .await;
+    }
+}
+
 fn state(
     phase: Phase,
     reasons: Vec<&'static str>,
@@ -143,13 +157,12 @@ async fn preemption_with_a_silent_worker_times_out_within_the_budget() {
     let mut r = rig(|c| c.checkpoint.preemption_budget = Duration::from_secs(1));
     r.runtime.set_checkpoint_label("c1", "signal:SIGUSR1");
     let started = tokio::time::Instant::now();
-    r.controller
-        .apply(state(
-            Phase::Terminating,
-            vec!["preempted"],
-            Some(Interruption::Preemption),
-        ))
-        .await;
+    r.apply(
+        Phase::Terminating,
+        vec!["preempted"],
+        Some(Interruption::Preemption),
+    )
+    .await;
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "bounded by the budget"
@@ -240,13 +253,12 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
         .node
         .reasons()
         .ends_with(&["VigilMaintenancePending".to_string()]));
-    r.controller
-        .apply(state(
-            Phase::Ongoing,
-            vec!["upcoming-ongoing"],
-            Some(Interruption::HostMaintenance),
-        ))
-        .await;
+    r.apply(
+        Phase::Ongoing,
+        vec!["upcoming-ongoing"],
+        Some(Interruption::HostMaintenance),
+    )
+    .await;
     r.controller.apply(host_termination()).await;
     let checkpoints = r
         .node
@@ -260,11 +272,8 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
         "the migration, then the termination, each checkpoint: {:?}",
         r.node.reasons()
     );
-    assert!(r
-        .facts
-        .read()
-        .unwrap()
-        .in_maintenance(tokio::time::Instant::now()));
+    let now = r.coord.time().await.unwrap();
+    assert!(r.facts.read().unwrap().stands_down(now, &r.cfg.metadata));
     r.controller.apply(MaintenanceState::default()).await;
     let d = r.node.last();
     assert_eq!(d.labels["vigil.dev/maintenance"].as_deref(), Some("none"));
@@ -278,11 +287,8 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
         .reasons()
         .ends_with(&["VigilMaintenanceCleared".to_string()]));
     // The settle period keeps restarts away a while longer.
-    assert!(r
-        .facts
-        .read()
-        .unwrap()
-        .in_maintenance(tokio::time::Instant::now()));
+    let now = r.coord.time().await.unwrap();
+    assert!(r.facts.read().unwrap().stands_down(now, &r.cfg.metadata));
     let text = r.metrics.encode();
     assert!(
         text.contains(
@@ -328,7 +334,7 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
     {
         let mut f = r.facts.write().unwrap();
         f.maintenance = MaintenanceState::default();
-        f.settle_until = None;
+        f.interruption_ended = None;
     }
     let mut restarted = false;
     for _ in 0..50 {

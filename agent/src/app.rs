@@ -256,16 +256,18 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
     let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
     let gpu_thread = crate::engine::gpu::start(&cfg.gpu, gpu_tx, stop.child_token());
     agent = agent.with_gpu(gpu_rx.clone());
-    let controller = Controller::new(
+    let mut controller = Controller::new(
         cfg.clone(),
         a.coord.clone(),
         a.runtime.clone(),
-        node_api(&cfg).await,
         a.metrics.clone(),
         agent.trail.clone(),
-        facts,
     )
+    .with_facts(facts)
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
+    if let Some(api) = node_api(&cfg).await {
+        controller = controller.with_node_api(api);
+    }
     let controller_done =
         tracker.spawn(controller.run(meta_rx, gpu_rx, term.clone(), stop.clone()));
     if let Some(addr) = cfg.server.listen {

@@ -54,11 +54,11 @@ pub fn agent_and_controller(
         cfg.clone(),
         coord.clone(),
         Arc::new(runtime.clone()),
-        Some(node_api),
         metrics.clone(),
         agent.trail.clone(),
-        facts,
-    );
+    )
+    .with_node_api(node_api)
+    .with_facts(facts);
     (agent, controller)
 }
 

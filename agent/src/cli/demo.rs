@@ -68,11 +68,11 @@ pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary
         cfg.clone(),
         coord.clone(),
         Arc::new(runtime.clone()),
-        Some(Arc::new(node_api.clone())),
         metrics.clone(),
         agent.trail.clone(),
-        facts,
-    );
+    )
+    .with_node_api(Arc::new(node_api.clone()))
+    .with_facts(facts);
 
     writeln!(
         out,

@@ -5,7 +5,7 @@
 //! the cycle stops at the first coordinator error, says so once, counts it, and retries with
 //! backoff. State lives in the coordinator, so nothing is lost when it returns.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,15 +151,11 @@ impl Agent {
     /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent
     /// is shutting down, a maintenance notice arrived, or the worker's GPU failed. Read right
     /// before the command, because the pipeline can take a minute (logs, alert retries).
-    pub(crate) fn stand_down(&self, c: &Container) -> Option<&'static str> {
+    pub(crate) fn stand_down(&self, c: &Container, now: Millis) -> Option<&'static str> {
         if self.term.is_cancelled() {
             return Some("the agent is shutting down");
         }
-        let in_maintenance = {
-            let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
-            f.in_maintenance(tokio::time::Instant::now())
-        };
-        if in_maintenance {
+        if self.stands_down_at(now) {
             return Some("a maintenance notice arrived");
         }
         if let Some(rx) = &self.gpu_rx {
@@ -281,6 +277,33 @@ impl Agent {
         let started = tokio::time::Instant::now();
         let mut report = CycleReport::default();
         self.health.beat().await;
+        self.take_reload();
+        if let Some(rx) = &self.gpu_rx {
+            self.gpu = rx.borrow().clone();
+        }
+        match self.evaluate_all(&mut report).await {
+            Ok(true) => {}
+            Ok(false) => return report,
+            Err(e) => {
+                self.coordinator_failed(&e).await;
+                report.coordinator_error = Some(e.to_string());
+                return report;
+            }
+        }
+        self.metrics
+            .cycle_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.last_verdicts = report
+            .verdicts
+            .iter()
+            .map(|(w, v)| (w.clone(), v.as_str().to_string()))
+            .collect();
+        self.heartbeat().await;
+        report
+    }
+
+    /// A configuration from SIGHUP, if one arrived.
+    fn take_reload(&mut self) {
         let reloaded = self.reload.as_mut().and_then(|rx| {
             rx.has_changed()
                 .unwrap_or(false)
@@ -289,31 +312,42 @@ impl Agent {
         if let Some(new) = reloaded {
             self.apply_reload(new);
         }
-        let maintenance = {
-            let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
-            (f.in_maintenance(started), f.maintenance.phase)
-        };
-        self.node.in_maintenance = maintenance.0;
-        if let Some(rx) = &self.gpu_rx {
-            self.gpu = rx.borrow().clone();
-        }
-        let now = match self.coord.time().await {
-            Ok(t) => t,
-            Err(e) => {
-                self.coordinator_failed(&e).await;
-                report.coordinator_error = Some(e.to_string());
-                return report;
-            }
-        };
+    }
+
+    /// Evaluate every worker; `Ok(false)` when the runtime could not list them.
+    async fn evaluate_all(&mut self, report: &mut CycleReport) -> Result<bool, CoordError> {
+        let now = self.coord.time().await?;
         self.coordinator_ok();
-        let containers = match self.runtime.list_workers().await {
+        let Some(containers) = self.list_workers(report).await else {
+            return Ok(false);
+        };
+        self.metrics.workers.set(containers.len() as i64);
+        let mut by_worker: BTreeMap<String, Vec<Container>> = BTreeMap::new();
+        for c in containers {
+            by_worker.entry(c.worker.clone()).or_default().push(c);
+        }
+        for (worker, list) in by_worker {
+            if list.len() > 1 {
+                self.ambiguous_worker(&worker, &list, now).await?;
+                continue;
+            }
+            self.ambiguous.remove(&worker);
+            let v = self.evaluate_one(&list[0]).await?;
+            report.verdicts.push((worker, v));
+        }
+        Ok(true)
+    }
+
+    /// The opted-in containers; `None` (alerted once per outage) when the runtime is down.
+    async fn list_workers(&mut self, report: &mut CycleReport) -> Option<Vec<Container>> {
+        match self.runtime.list_workers().await {
             Ok(c) => {
                 if self.runtime_down {
                     tracing::info!(runtime = %self.runtime.describe(), "container runtime reachable again");
                 }
                 self.runtime_down = false;
                 self.metrics.runtime_up.set(1);
-                c
+                Some(c)
             }
             Err(e) => {
                 self.metrics.runtime_errors.inc();
@@ -328,97 +362,75 @@ impl Agent {
                     self.notifier.send(&a).await;
                 }
                 report.runtime_error = Some(e.to_string());
-                return report;
+                None
             }
-        };
-        self.metrics.workers.set(containers.len() as i64);
+        }
+    }
 
-        let mut by_worker: HashMap<String, Vec<Container>> = HashMap::new();
-        for c in containers {
-            by_worker.entry(c.worker.clone()).or_default().push(c);
+    /// Several containers claim one worker id: alert once, never guess which one the record
+    /// belongs to.
+    async fn ambiguous_worker(
+        &mut self,
+        worker: &str,
+        list: &[Container],
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        if !self.ambiguous.insert(worker.to_string()) {
+            return Ok(());
         }
-        let mut workers: Vec<_> = by_worker.into_iter().collect();
-        workers.sort_by(|a, b| a.0.cmp(&b.0));
-        for (worker, list) in workers {
-            if list.len() > 1 {
-                // NB: never guess which container a record belongs to.
-                if self.ambiguous.insert(worker.clone()) {
-                    let names: Vec<_> = list.iter().map(|c| c.name.as_str()).collect();
-                    let mut a = Alert::new(
-                        AlertKind::Ambiguous,
-                        self.keys.node(),
-                        format!(
-                            "{} containers claim worker id `{worker}` ({}); none will be restarted until one label is fixed",
-                            list.len(),
-                            names.join(", ")
-                        ),
-                    );
-                    a.worker = Some(worker.clone());
-                    self.notifier.send(&a).await;
-                    if let Err(e) = self
-                        .note(
-                            now,
-                            About::worker(&worker, Verdict::Healthy).once(),
-                            Code::SkipAmbiguous,
-                            "several containers share this worker id".into(),
-                        )
-                        .await
-                    {
-                        self.coordinator_failed(&e).await;
-                        report.coordinator_error = Some(e.to_string());
-                        return report;
-                    }
-                }
-                continue;
-            }
-            self.ambiguous.remove(&worker);
-            // NB: a fresh clock per worker: a restart of the previous worker can take minutes,
-            // and a stale `now` would stamp timers in the past.
-            let now = match self.coord.time().await {
-                Ok(t) => t,
-                Err(e) => {
-                    self.coordinator_failed(&e).await;
-                    report.coordinator_error = Some(e.to_string());
-                    return report;
-                }
-            };
-            // Each worker may run the restart pipeline (minutes at worst): the loop is alive.
-            self.health.beat().await;
-            let gpus = list[0].gpus.as_deref();
-            self.node.gpu_failed =
-                self.gpu.monitoring && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus);
-            self.gpu_evidence = gpu_policy::evidence(
-                &self.gpu,
-                gpus,
-                crate::engine::gpu::clock_ms(),
-                &self.cfg.gpu,
-            );
-            match self.evaluate(&list[0], now).await {
-                Ok(v) => report.verdicts.push((worker, v)),
-                Err(e) => {
-                    self.coordinator_failed(&e).await;
-                    report.coordinator_error = Some(e.to_string());
-                    return report;
-                }
-            }
-        }
-        self.metrics
-            .cycle_seconds
-            .observe(started.elapsed().as_secs_f64());
-        self.last_verdicts = report
-            .verdicts
-            .iter()
-            .map(|(w, v)| (w.clone(), v.as_str().to_string()))
-            .collect();
-        self.heartbeat(maintenance.1.as_str()).await;
-        report
+        let names: Vec<_> = list.iter().map(|c| c.name.as_str()).collect();
+        let mut a = Alert::new(
+            AlertKind::Ambiguous,
+            self.keys.node(),
+            format!(
+                "{} containers claim worker id `{worker}` ({}); none will be restarted until one label is fixed",
+                list.len(),
+                names.join(", ")
+            ),
+        );
+        a.worker = Some(worker.to_string());
+        self.notifier.send(&a).await;
+        let about = About::worker(worker, Verdict::Healthy).once();
+        let detail = "several containers share this worker id".to_string();
+        self.note(now, about, Code::SkipAmbiguous, detail).await
+    }
+
+    /// One worker, with its own fresh clock and the node's state for it.
+    async fn evaluate_one(&mut self, c: &Container) -> Result<Verdict, CoordError> {
+        // NB: a fresh clock per worker: a restart of the previous worker can take minutes,
+        // and a stale `now` would stamp timers in the past.
+        let now = self.coord.time().await?;
+        // Each worker may run the restart pipeline (minutes at worst): the loop is alive.
+        self.health.beat().await;
+        let gpus = c.gpus.as_deref();
+        self.node = NodeContext {
+            in_maintenance: self.stands_down_at(now),
+            gpu_failed: self.gpu.monitoring && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
+        };
+        self.gpu_evidence = gpu_policy::evidence(
+            &self.gpu,
+            gpus,
+            crate::engine::gpu::clock_ms(),
+            &self.cfg.gpu,
+        );
+        self.evaluate(c, now).await
+    }
+
+    /// Whether maintenance stands restarts down at `now` (coordinator clock).
+    fn stands_down_at(&self, now: Millis) -> bool {
+        let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
+        f.stands_down(now, &self.cfg.metadata)
     }
 
     /// Publish this node's record for the fleet view (best-effort: a failure is only logged,
     /// the next cycle writes it again).
-    async fn heartbeat(&mut self, maintenance: &str) {
+    async fn heartbeat(&mut self) {
         let Ok(now) = self.coord.time().await else {
             return;
+        };
+        let maintenance = {
+            let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
+            f.maintenance.phase.as_str()
         };
         let rec = NodeRecord {
             node: self.cfg.node_name.clone(),

@@ -3,7 +3,10 @@
 //! monitor and the heartbeat.
 
 pub mod agent;
+pub mod checkpoint;
 pub mod gpu;
 pub mod heartbeat;
 pub mod node;
+pub mod opportunistic;
+pub mod publisher;
 pub mod restart;

@@ -761,7 +761,7 @@ impl Agent {
             self.skip(now, act, skip, why.into(), false).await?;
             return Ok(Some(skip));
         }
-        if let Some(why) = self.stand_down(act.case.c) {
+        if let Some(why) = self.stand_down(act.case.c, now) {
             self.release_restart_alert(act.inc).await;
             let detail = format!("{why} between decision and command; not restarting");
             self.skip(now, act, Skip::NodeState, detail, false).await?;

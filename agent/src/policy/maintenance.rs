@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::clock::{ms, parse_rfc3339, Millis};
-use crate::config::KubernetesConfig;
+use crate::config::{CheckpointConfig, KubernetesConfig, MetadataConfig, OpportunisticConfig};
 use crate::model::gpu::{GpuHealth, GpuReport};
 use crate::model::maintenance::{
     Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, UpcomingStatus,
@@ -79,6 +79,48 @@ pub fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bo
         Some(start) => start - now <= ms(horizon),
         None => true,
     }
+}
+
+/// Whether this phase interrupts the workers (they may stall, the node may go).
+pub fn interrupting(phase: Phase) -> bool {
+    matches!(phase, Phase::Ongoing | Phase::Terminating)
+}
+
+/// Whether restarts stand down at `now`, a pure function of the maintenance state and the clock,
+/// evaluated by the restart path at every cycle and again right before the command.
+///
+/// Ongoing and terminating always; a pending notice only once its window starts within
+/// `metadata.pending_horizon` (GCE posts PENDING notices days ahead, and a hung worker must not
+/// wait days; as the window approaches, the same notice starts standing restarts down); and for
+/// `metadata.settle` after an interrupting phase ended at `interruption_ended`. Every time is on
+/// the coordinator's clock.
+pub fn stands_down(
+    st: &MaintenanceState,
+    interruption_ended: Option<Millis>,
+    now: Millis,
+    m: &MetadataConfig,
+) -> bool {
+    if interrupting(st.phase) || pending_near(st, now, m.pending_horizon) {
+        return true;
+    }
+    interruption_ended.is_some_and(|ended| now - ended < ms(m.settle))
+}
+
+/// Whether opportunistic maintenance may act on this state: a pending event that can be
+/// started early.
+pub fn reschedulable(st: &MaintenanceState) -> bool {
+    st.phase == Phase::Pending && st.can_reschedule
+}
+
+/// Whether an idle node may take the pool's claim: idle since `idle_since` for `idle_for`, with
+/// at least `min_nodes` other healthy nodes left in the pool.
+pub fn opportunistic_due(
+    o: &OpportunisticConfig,
+    now: Millis,
+    idle_since: Millis,
+    others_healthy: usize,
+) -> bool {
+    now - idle_since >= ms(o.idle_for) && others_healthy >= o.min_nodes as usize
 }
 
 /// The Vigil-owned Node fields for a maintenance state (pure).
@@ -181,10 +223,43 @@ pub fn event_for(phase: Phase) -> (&'static str, EventType) {
     }
 }
 
+/// The Event reason and type for the node's GPU health changing to `health`.
+pub fn gpu_event_for(health: GpuHealth) -> (&'static str, EventType) {
+    match health {
+        GpuHealth::Failed => ("VigilGpuFailed", EventType::Warning),
+        GpuHealth::Degraded => ("VigilGpuDegraded", EventType::Warning),
+        GpuHealth::Healthy => ("VigilGpuHealthy", EventType::Normal),
+    }
+}
+
+/// Whether a phase change asks the workers to checkpoint, and why, with which budget.
+///
+/// NB: a termination is always checkpointed, even after an ongoing migration already was; an
+/// ongoing one once per episode (`checkpointed_episode`).
+pub fn checkpoint_for(
+    prev: Phase,
+    next: &MaintenanceState,
+    checkpointed_episode: bool,
+    c: &CheckpointConfig,
+) -> Option<(&'static str, Duration)> {
+    let due = match next.phase {
+        Phase::Terminating => prev != Phase::Terminating,
+        Phase::Ongoing => !checkpointed_episode,
+        Phase::None | Phase::Pending => false,
+    };
+    if !due {
+        return None;
+    }
+    Some(if next.interruption == Some(Interruption::Preemption) {
+        ("preemption", c.preemption_budget)
+    } else {
+        ("host-maintenance", c.maintenance_budget)
+    })
+}
+
 /// Whether this transition starts an interruption (counted once, as GKE's interruption_count).
 pub(crate) fn interruption_starts(prev: Phase, next: Phase) -> bool {
-    matches!(prev, Phase::None | Phase::Pending)
-        && matches!(next, Phase::Ongoing | Phase::Terminating)
+    !interrupting(prev) && interrupting(next)
 }
 
 #[cfg(test)]
@@ -283,5 +358,190 @@ mod tests {
         // Only the event itself going back to NONE ends it.
         r.maintenance_event = Some(NONE);
         assert_eq!(derive(&r).phase, Phase::None);
+    }
+}
+
+#[cfg(test)]
+mod node_tests {
+    use super::*;
+
+    fn st(phase: Phase, reasons: Vec<&'static str>) -> MaintenanceState {
+        MaintenanceState {
+            phase,
+            reasons,
+            window_start: Some("2026-11-30T10:00:00Z".into()),
+            window_end: Some("2026-11-30T12:00:00Z".into()),
+            can_reschedule: true,
+            ..MaintenanceState::default()
+        }
+    }
+
+    #[test]
+    fn terminating_sets_the_taint_and_everything_else_removes_it() {
+        let k = KubernetesConfig::default();
+        let d = node_desired(&k, &st(Phase::Terminating, vec!["preempted"]), None, None);
+        assert_eq!(d.add_taints.len(), 1);
+        assert_eq!(d.add_taints[0].key, "vigil.dev/termination-imminent");
+        assert_eq!(d.add_taints[0].effect, "NoSchedule");
+        assert_eq!(
+            d.labels["vigil.dev/maintenance"].as_deref(),
+            Some("terminating")
+        );
+        assert_eq!(
+            d.annotations["vigil.dev/maintenance-reasons"].as_deref(),
+            Some("preempted")
+        );
+        for phase in [Phase::None, Phase::Pending, Phase::Ongoing] {
+            let d = node_desired(&k, &st(phase, vec![]), None, None);
+            assert!(d.add_taints.is_empty());
+            assert_eq!(d.remove_taints, vec!["vigil.dev/termination-imminent"]);
+        }
+        let off = KubernetesConfig {
+            taint_on_termination: false,
+            ..KubernetesConfig::default()
+        };
+        assert!(
+            node_desired(&off, &st(Phase::Terminating, vec![]), None, None)
+                .add_taints
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn clearing_removes_window_and_reasons() {
+        let k = KubernetesConfig::default();
+        let d = node_desired(&k, &MaintenanceState::default(), Some("x"), Some(false));
+        assert_eq!(d.labels["vigil.dev/maintenance"].as_deref(), Some("none"));
+        assert_eq!(d.labels["vigil.dev/can-reschedule"], None);
+        assert_eq!(d.annotations["vigil.dev/maintenance-window-start"], None);
+        assert_eq!(d.annotations["vigil.dev/maintenance-reasons"], None);
+        assert_eq!(
+            d.annotations["vigil.dev/last-checkpoint"].as_deref(),
+            Some("x")
+        );
+        assert_eq!(d.labels[PERFORM_MAINTENANCE_LABEL], None);
+    }
+
+    #[test]
+    fn a_pending_notice_stands_restarts_down_only_near_its_window() {
+        // 2026-11-30T10:00:00Z
+        let start = 1_796_032_800_000;
+        let hour = Duration::from_secs(3600);
+        let pending = MaintenanceState {
+            phase: Phase::Pending,
+            window_start: Some("2026-11-30T10:00:00Z".into()),
+            ..MaintenanceState::default()
+        };
+        assert!(
+            !pending_near(&pending, start - 3_600_001, hour),
+            "days ahead: restarts go on"
+        );
+        assert!(
+            pending_near(&pending, start - 3_600_000, hour),
+            "within the horizon"
+        );
+        let unknown = MaintenanceState {
+            window_start: None,
+            ..pending.clone()
+        };
+        assert!(pending_near(&unknown, 0, hour), "no date: caution wins");
+    }
+
+    /// The notice is posted days ahead and never changes: the clock alone moves it inside the
+    /// horizon. The stand-down is a function of (state, now), so it follows.
+    #[test]
+    fn the_same_pending_notice_stands_down_as_its_window_approaches() {
+        let start = 1_796_032_800_000; // 2026-11-30T10:00:00Z
+        let day = 24 * 3_600_000;
+        let m = MetadataConfig::default(); // pending_horizon 1h
+        let pending = MaintenanceState {
+            phase: Phase::Pending,
+            window_start: Some("2026-11-30T10:00:00Z".into()),
+            ..MaintenanceState::default()
+        };
+        let mut now = start - 3 * day;
+        let mut first = None;
+        while now < start {
+            if stands_down(&pending, None, now, &m) {
+                first.get_or_insert(now);
+            } else {
+                assert!(first.is_none(), "once near, it stays near");
+            }
+            now += 60_000;
+        }
+        assert_eq!(
+            first,
+            Some(start - 3_600_000),
+            "exactly one horizon before the window"
+        );
+    }
+
+    #[test]
+    fn settle_keeps_restarts_suppressed_after_maintenance() {
+        let m = MetadataConfig::default(); // settle 5m
+        let ended = 1_000_000;
+        let none = MaintenanceState::default();
+        assert!(stands_down(&none, Some(ended), ended + 299_999, &m));
+        assert!(!stands_down(&none, Some(ended), ended + 300_000, &m));
+        assert!(!stands_down(&none, None, ended, &m));
+        for phase in [Phase::Ongoing, Phase::Terminating] {
+            let st = MaintenanceState {
+                phase,
+                ..MaintenanceState::default()
+            };
+            assert!(stands_down(&st, None, 0, &m), "{phase:?}");
+        }
+    }
+
+    #[test]
+    fn checkpoints_once_per_ongoing_episode_and_on_every_termination() {
+        let c = CheckpointConfig::default();
+        let ongoing = st(Phase::Ongoing, vec!["upcoming-ongoing"]);
+        assert_eq!(
+            checkpoint_for(Phase::None, &ongoing, false, &c),
+            Some(("host-maintenance", c.maintenance_budget))
+        );
+        assert_eq!(checkpoint_for(Phase::Pending, &ongoing, true, &c), None);
+        let preempted = MaintenanceState {
+            interruption: Some(Interruption::Preemption),
+            ..st(Phase::Terminating, vec!["preempted"])
+        };
+        assert_eq!(
+            checkpoint_for(Phase::Ongoing, &preempted, true, &c),
+            Some(("preemption", c.preemption_budget))
+        );
+        assert_eq!(
+            checkpoint_for(Phase::Terminating, &preempted, true, &c),
+            None
+        );
+        let none = MaintenanceState::default();
+        assert_eq!(checkpoint_for(Phase::Terminating, &none, true, &c), None);
+    }
+
+    #[test]
+    fn opportunistic_needs_idle_time_and_spare_nodes() {
+        let o = OpportunisticConfig::default(); // idle 30m, min 1
+        let idle = 30 * 60_000;
+        assert!(opportunistic_due(&o, idle, 0, 1));
+        assert!(!opportunistic_due(&o, idle - 1, 0, 1));
+        assert!(!opportunistic_due(&o, idle, 0, 0));
+        let pending = MaintenanceState {
+            phase: Phase::Pending,
+            can_reschedule: true,
+            ..MaintenanceState::default()
+        };
+        assert!(reschedulable(&pending));
+        assert!(!reschedulable(&MaintenanceState {
+            can_reschedule: false,
+            ..pending
+        }));
+    }
+
+    #[test]
+    fn interruptions_count_once_per_episode() {
+        assert!(interruption_starts(Phase::None, Phase::Terminating));
+        assert!(interruption_starts(Phase::Pending, Phase::Ongoing));
+        assert!(!interruption_starts(Phase::Ongoing, Phase::Terminating));
+        assert!(!interruption_starts(Phase::None, Phase::Pending));
     }
 }

@@ -1,0 +1,120 @@
+//! Checkpoint rounds: list the workers, ask each to checkpoint by its method, wait for the
+//! acknowledgements within the budget, and turn the results into metrics, trail lines and the
+//! summary the Node shows. The node controller (`crate::engine::node`) decides when a round runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::actions::checkpoint::{self, Checkpointer, Outcome, WorkerResult};
+use crate::clock::{rfc3339, Millis};
+use crate::config::Config;
+use crate::coord::{Coordinator, Keys};
+use crate::observe::metrics::Metrics;
+use crate::observe::trail::Code;
+use crate::runtime::ContainerRuntime;
+
+/// What a finished round leaves for the trail and the Node.
+pub(crate) struct RoundRecord {
+    /// One trail line per worker: (worker, code, detail).
+    pub lines: Vec<(String, Code, String)>,
+    /// `<time> <reason>: acked=… timed-out=… failed=…`, for the Node's annotation and Event.
+    pub summary: String,
+    pub all_acked: bool,
+}
+
+pub(crate) struct CheckpointRounds {
+    checkpointer: Checkpointer,
+    runtime: Arc<dyn ContainerRuntime>,
+    metrics: Arc<Metrics>,
+    /// When the last round ended (a SIGTERM right after one does not repeat it).
+    last_ended: Option<tokio::time::Instant>,
+}
+
+impl CheckpointRounds {
+    pub fn new(
+        cfg: &Config,
+        coord: Arc<dyn Coordinator>,
+        runtime: Arc<dyn ContainerRuntime>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let c = &cfg.checkpoint;
+        let checkpointer = Checkpointer {
+            coord,
+            runtime: runtime.clone(),
+            keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
+            default_method: checkpoint::Method::resolve(&c.method, c.signal),
+            default_signal: c.signal,
+            poll: Duration::from_millis(200),
+            http: reqwest::Client::new(),
+        };
+        CheckpointRounds {
+            checkpointer,
+            runtime,
+            metrics,
+            last_ended: None,
+        }
+    }
+
+    /// Whether a round ended less than `within` ago.
+    pub fn recent(&self, within: Duration) -> bool {
+        self.last_ended.is_some_and(|t| t.elapsed() < within)
+    }
+
+    /// Deliver the requests and wait for the acknowledgements, all within `budget` (listing the
+    /// workers included). A listing that fails is one `failed` result, not "nothing to do".
+    pub async fn request(&self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
+        let started = tokio::time::Instant::now();
+        let listed = tokio::time::timeout(budget, self.runtime.list_workers()).await;
+        let why = match listed {
+            Ok(Ok(workers)) => {
+                let left = budget.saturating_sub(started.elapsed());
+                return self.checkpointer.run(&workers, reason, left).await;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer".to_string(),
+        };
+        self.metrics.runtime_errors.inc();
+        tracing::error!(error = %why, "cannot list workers to checkpoint");
+        vec![WorkerResult {
+            worker: "*".into(),
+            method: "invalid",
+            outcome: Outcome::Failed,
+            waited: started.elapsed(),
+            detail: format!("cannot list the workers: {why}"),
+        }]
+    }
+
+    /// Count the round's results and say what to record, stamped `now`.
+    pub fn finish(&mut self, reason: &str, results: &[WorkerResult], now: Millis) -> RoundRecord {
+        self.last_ended = Some(tokio::time::Instant::now());
+        let mut lines = Vec::with_capacity(results.len());
+        for r in results {
+            let labels = vec![("method", r.method), ("outcome", r.outcome.as_str())];
+            self.metrics.checkpoints.get_or_create(&labels).inc();
+            self.metrics
+                .checkpoint_seconds
+                .observe(r.waited.as_secs_f64());
+            let code = match r.outcome {
+                Outcome::Acked => Code::CheckpointAcked,
+                Outcome::TimedOut => Code::CheckpointTimedOut,
+                Outcome::Failed => Code::CheckpointFailed,
+            };
+            let detail = format!(
+                "{reason}: {} via {} after {:.1}s",
+                r.detail,
+                r.method,
+                r.waited.as_secs_f64()
+            );
+            lines.push((r.worker.clone(), code, detail));
+        }
+        RoundRecord {
+            lines,
+            summary: format!(
+                "{} {reason}: {}",
+                rfc3339(now),
+                checkpoint::summary(results)
+            ),
+            all_acked: results.iter().all(|r| r.outcome == Outcome::Acked),
+        }
+    }
+}

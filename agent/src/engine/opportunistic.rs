@@ -1,0 +1,160 @@
+//! Opportunistic maintenance (opt-in): when a rescheduleable maintenance is pending, the node has
+//! been idle long enough and the pool keeps `min_nodes` other healthy nodes, take the pool's
+//! claim (atomically: two idle nodes of a pool never go together) and ask GKE to perform the
+//! maintenance now. The node controller publishes the label this asks for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{human, Millis};
+use crate::config::Config;
+use crate::coord::{Coordinator, Keys};
+use crate::model::maintenance::MaintenanceState;
+use crate::model::worker::WorkerState;
+use crate::observe::fleet;
+use crate::policy::maintenance::{opportunistic_due, reschedulable};
+use crate::runtime::ContainerRuntime;
+
+/// What a tick changed about the claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClaimStep {
+    Unchanged,
+    /// This node took the pool's claim: the label goes on.
+    Claimed(String),
+    /// This node no longer holds it (expired, taken over, or the episode ended): the label
+    /// this node set goes.
+    Released(String),
+}
+
+pub(crate) struct Opportunistic {
+    cfg: Config,
+    keys: Keys,
+    coord: Arc<dyn Coordinator>,
+    runtime: Arc<dyn ContainerRuntime>,
+    /// The claim's token while this node holds it.
+    claimed: Option<String>,
+}
+
+impl Opportunistic {
+    pub fn new(
+        cfg: &Config,
+        coord: Arc<dyn Coordinator>,
+        runtime: Arc<dyn ContainerRuntime>,
+    ) -> Self {
+        Opportunistic {
+            keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
+            cfg: cfg.clone(),
+            coord,
+            runtime,
+            claimed: None,
+        }
+    }
+
+    fn claim_key(&self) -> String {
+        self.keys.maintenance_claim(&self.cfg.fleet.pool)
+    }
+
+    /// Give the claim back (the episode it was taken for is over).
+    pub async fn release(&mut self, why: &str) -> ClaimStep {
+        let Some(token) = self.claimed.take() else {
+            return ClaimStep::Unchanged;
+        };
+        let _ = self.coord.del_if_owner(&self.claim_key(), &token).await;
+        ClaimStep::Released(why.to_string())
+    }
+
+    /// One tick of the opportunistic rule for the current maintenance state.
+    pub async fn tick(&mut self, st: &MaintenanceState) -> ClaimStep {
+        if !self.cfg.opportunistic.enabled {
+            return ClaimStep::Unchanged;
+        }
+        if let Some(token) = self.claimed.clone() {
+            // The claim is a Redis key with a TTL: if it expired (or was taken), this node no
+            // longer speaks for the pool, and its label must go.
+            if let Ok(None) = self.coord.owner_ttl(&self.claim_key(), &token).await {
+                return self.release("the pool claim expired or was taken").await;
+            }
+            return ClaimStep::Unchanged;
+        }
+        if !reschedulable(st) {
+            // A stale idle-since from an earlier episode must not skip `idle_for` next time.
+            let _ = self.coord.del(&[self.keys.idle_since()]).await;
+            return ClaimStep::Unchanged;
+        }
+        let Some((now, since)) = self.idle_since().await else {
+            return ClaimStep::Unchanged;
+        };
+        let Some(others) = self.others_healthy().await else {
+            return ClaimStep::Unchanged;
+        };
+        if !opportunistic_due(&self.cfg.opportunistic, now, since, others) {
+            return ClaimStep::Unchanged;
+        }
+        self.claim(now - since, others).await
+    }
+
+    /// Since when every worker has been idle, on the coordinator's clock (the first observer's
+    /// time stands); `None` when not idle or unreadable.
+    async fn idle_since(&self) -> Option<(Millis, Millis)> {
+        let now = self.coord.time().await.ok()?;
+        let idle_key = self.keys.idle_since();
+        if !self.all_idle().await? {
+            let _ = self.coord.del(&[idle_key]).await;
+            return None;
+        }
+        let day = Duration::from_secs(24 * 3600);
+        let _ = self.coord.set_nx(&idle_key, &now.to_string(), day).await;
+        let stored = self.coord.get_many(&[idle_key]).await.ok()?;
+        let since = stored
+            .into_iter()
+            .flatten()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(now);
+        Some((now, since))
+    }
+
+    /// True when every worker's record says idle; `None` when that cannot be read.
+    async fn all_idle(&self) -> Option<bool> {
+        let workers = self.runtime.list_workers().await.ok()?;
+        for c in &workers {
+            let key = self.keys.status(&c.worker);
+            let fields = self.coord.hgetall(&key).await.ok()?;
+            let state = fields.get("state").map(|s| WorkerState::parse(s));
+            if state != Some(WorkerState::Idle) {
+                return Some(false);
+            }
+        }
+        Some(true)
+    }
+
+    /// Healthy nodes of this node's pool, this one left out.
+    async fn others_healthy(&self) -> Option<usize> {
+        let pool = &self.cfg.fleet.pool;
+        let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix)
+            .await
+            .ok()?;
+        let healthy = views
+            .iter()
+            .filter(|v| v.node != self.cfg.node_name)
+            .filter(|v| v.record.as_ref().is_some_and(|r| &r.pool == pool))
+            .filter(|v| v.health == "healthy")
+            .count();
+        Some(healthy)
+    }
+
+    async fn claim(&mut self, idle: Millis, others: usize) -> ClaimStep {
+        // NB: the claim is atomic (SET NX): two idle nodes of a pool never go together.
+        let token = format!("{}:{:08x}", self.cfg.node_name, rand::random::<u32>());
+        let ttl = self.cfg.opportunistic.claim_ttl;
+        if let Ok(true) = self.coord.set_nx(&self.claim_key(), &token, ttl).await {
+            self.claimed = Some(token);
+            return ClaimStep::Claimed(format!(
+                "idle {} with {others} other healthy node(s) in pool {}: asking GKE to perform the maintenance now",
+                human(idle),
+                self.cfg.fleet.pool
+            ));
+        }
+        ClaimStep::Unchanged
+    }
+}

@@ -1,0 +1,100 @@
+//! The Node as Vigil shows it: one desired state — maintenance, GPU health, the last checkpoint
+//! and the perform-maintenance label — reconciled onto the Node, plus the Events. Every call is
+//! bounded: the Node is informative, checkpoints are what matter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::actions::node::{EventType, NodeApi};
+use crate::config::Config;
+use crate::model::gpu::GpuReport;
+use crate::model::maintenance::MaintenanceState;
+use crate::observe::metrics::Metrics;
+use crate::policy::maintenance::{gpu_desired, node_desired};
+
+/// Longest wait on one Kubernetes call.
+const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the Node should show.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeView {
+    pub maintenance: MaintenanceState,
+    pub gpu: GpuReport,
+    /// `<time> <reason>: acked=… timed-out=… failed=…` of the last checkpoint round.
+    pub last_checkpoint: Option<String>,
+    /// The perform-maintenance label: `Some(true)` while this node holds the pool's claim,
+    /// `Some(false)` to remove the label it set, `None` to leave the label alone.
+    ///
+    /// NB: only a label this node set is ever removed: an operator's own is left alone.
+    pub perform_maintenance: Option<bool>,
+}
+
+pub(crate) struct NodePublisher {
+    api: Option<Arc<dyn NodeApi>>,
+    cfg: Config,
+    metrics: Arc<Metrics>,
+    pub view: NodeView,
+}
+
+impl NodePublisher {
+    pub fn new(cfg: &Config, api: Option<Arc<dyn NodeApi>>, metrics: Arc<Metrics>) -> Self {
+        NodePublisher {
+            api,
+            cfg: cfg.clone(),
+            metrics,
+            view: NodeView::default(),
+        }
+    }
+
+    /// Make the Node show the view (no write when it already does).
+    pub async fn publish(&mut self) {
+        let Some(api) = &self.api else { return };
+        let v = &self.view;
+        let k = &self.cfg.kubernetes;
+        let mut desired = node_desired(
+            k,
+            &v.maintenance,
+            v.last_checkpoint.as_deref(),
+            v.perform_maintenance,
+        );
+        gpu_desired(k, &v.gpu, self.cfg.gpu.taint_on_failure, &mut desired);
+        let node = &self.cfg.node_name;
+        match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(node, &desired)).await {
+            Ok(Ok(())) => {
+                // The label this node set is gone now: from here on it is not ours to touch.
+                if self.view.perform_maintenance == Some(false) {
+                    self.view.perform_maintenance = None;
+                }
+            }
+            Ok(Err(e)) => {
+                self.metrics.kube_error(e.op());
+                tracing::error!(error = %e, "could not update the Node; its labels may be stale");
+            }
+            Err(_) => {
+                self.metrics.kube_error("patch");
+                tracing::error!("the Kubernetes API did not answer within {KUBE_TIMEOUT:?}; the Node may be stale");
+            }
+        }
+    }
+
+    /// Record a Kubernetes Event about the Node (best-effort).
+    pub async fn event(&self, reason: &str, message: &str, kind: EventType) {
+        let Some(api) = &self.api else { return };
+        let node = &self.cfg.node_name;
+        let call = tokio::time::timeout(KUBE_TIMEOUT, api.event(node, reason, message, kind));
+        match call.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.metrics.kube_error(e.op());
+                tracing::warn!(error = %e, reason, "could not record the Event");
+            }
+            Err(_) => {
+                self.metrics.kube_error("event");
+                tracing::warn!(
+                    reason,
+                    "the Kubernetes API did not answer; Event not recorded"
+                );
+            }
+        }
+    }
+}
