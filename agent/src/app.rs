@@ -45,7 +45,7 @@ fn init_logging(cfg: &Config) {
 /// The process's stop signals, as one token tree: `term` (SIGTERM/SIGINT) is a child of
 /// `stop`, so stopping everything also stops the restart loop, while a SIGTERM first stops only
 /// the restart loop and starts the checkpoint round.
-pub struct Signals {
+pub(crate) struct Signals {
     /// Everything stops: watchers, server, heartbeat, GPU monitor.
     pub stop: CancellationToken,
     /// SIGTERM / SIGINT: no new restart; checkpoint the workers, then drain.
@@ -194,12 +194,7 @@ fn metadata_watcher(
     if cfg.metadata.enabled == Switch::Off {
         return rx;
     }
-    let host = if cfg.metadata.host.is_empty() {
-        crate::sources::metadata::DEFAULT_HOST.to_string()
-    } else {
-        cfg.metadata.host.clone()
-    };
-    let client = match MetadataClient::new(&host, Duration::from_secs(5)) {
+    let client = match MetadataClient::for_host(&cfg.metadata.host, Duration::from_secs(5)) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "metadata watcher off");

@@ -12,7 +12,7 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 /// A stateful backoff: each [`Backoff::next_delay`] is the next step; [`Backoff::reset`] after a
 /// success starts over.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     builder: ExponentialBuilder,
     steps: ExponentialBackoff,
     max: Duration,
@@ -26,7 +26,7 @@ impl Backoff {
 
     /// As [`Backoff::new`], each step plus a random part of itself (`[step, 2·step)`), so agents
     /// started together (a DaemonSet rollout) do not retry in lockstep.
-    pub fn jittered(min: Duration, max: Duration) -> Backoff {
+    pub(crate) fn jittered(min: Duration, max: Duration) -> Backoff {
         Backoff::with(builder(min, max).with_jitter(), max.saturating_mul(2))
     }
 
@@ -38,7 +38,7 @@ impl Backoff {
         }
     }
 
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         whole_ms(self.steps.next().unwrap_or(self.max))
     }
 
@@ -57,7 +57,7 @@ fn builder(min: Duration, max: Duration) -> ExponentialBuilder {
 
 /// The pause before retry `n` (1-based) of a backoff without jitter: deterministic, so a budget
 /// can add the pauses up in advance.
-pub fn nth_delay(min: Duration, max: Duration, n: u32) -> Duration {
+pub(crate) fn nth_delay(min: Duration, max: Duration, n: u32) -> Duration {
     if n == 0 {
         return Duration::ZERO;
     }

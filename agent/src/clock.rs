@@ -24,14 +24,14 @@ fn timestamp(now: Millis) -> Option<jiff::Timestamp> {
 }
 
 /// `HH:MM:SS` (UTC) of a timestamp, for compact timelines.
-pub fn hhmmss(now: Millis) -> String {
+pub(crate) fn hhmmss(now: Millis) -> String {
     timestamp(now)
         .map(|t| t.strftime("%H:%M:%S").to_string())
         .unwrap_or_default()
 }
 
 /// Milliseconds of an RFC 3339 timestamp (any offset), or `None` when it is not one.
-pub fn parse_rfc3339(text: &str) -> Option<Millis> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<Millis> {
     text.trim()
         .parse::<jiff::Timestamp>()
         .ok()
@@ -39,14 +39,14 @@ pub fn parse_rfc3339(text: &str) -> Option<Millis> {
 }
 
 /// RFC 3339 rendering for alerts and the trail.
-pub fn rfc3339(now: Millis) -> String {
+pub(crate) fn rfc3339(now: Millis) -> String {
     timestamp(now)
         .map(|t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
         .unwrap_or_else(|| now.to_string())
 }
 
 /// Human duration (`3m 12s`) from milliseconds, rounded to seconds.
-pub fn human(d: Millis) -> String {
+pub(crate) fn human(d: Millis) -> String {
     let secs = (d.max(0) as u64 + 500) / 1000;
     humantime::format_duration(Duration::from_secs(secs)).to_string()
 }

@@ -25,7 +25,7 @@ pub trait Env {
 }
 
 /// The real process environment.
-pub struct ProcessEnv;
+pub(crate) struct ProcessEnv;
 
 impl Env for ProcessEnv {
     fn get(&self, name: &str) -> Option<String> {
@@ -202,14 +202,19 @@ mod listen {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        v: &Option<SocketAddr>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match v {
             Some(a) => s.collect_str(a),
             None => s.serialize_str(""),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<SocketAddr>, D::Error> {
         let text = String::deserialize(d)?;
         if text.trim().is_empty() {
             return Ok(None);
@@ -662,13 +667,13 @@ fn valid_prefix(p: &str) -> bool {
 }
 
 /// Pause before alert delivery attempt `attempt` (0 = first, no pause).
-pub fn alert_backoff(attempt: u32) -> Duration {
+pub(crate) fn alert_backoff(attempt: u32) -> Duration {
     // No jitter: `lock_needed` adds these up in advance.
     crate::backoff::nth_delay(Duration::from_millis(500), Duration::from_secs(8), attempt)
 }
 
 /// Room the lock must still have when the restart command starts, beyond the restart timeout.
-pub const LOCK_MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const LOCK_MARGIN: Duration = Duration::from_secs(5);
 
 impl Config {
     /// Parse a file's text; the format follows the extension (`.yaml`/`.yml`, else TOML).
@@ -722,7 +727,7 @@ impl Config {
 
     /// The files the config names exist and can be read. Kept out of [`Config::validate`], which
     /// does no I/O (a reload validates the merged config in the agent's loop).
-    pub fn check_files(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check_files(&self) -> Result<(), ConfigError> {
         if !self.redis.ca_file.is_empty() {
             if let Err(e) = std::fs::metadata(&self.redis.ca_file) {
                 return Err(ConfigError::Invalid {
@@ -735,7 +740,7 @@ impl Config {
     }
 
     /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
-    pub fn apply_env(&mut self, env: &dyn Env) {
+    pub(crate) fn apply_env(&mut self, env: &dyn Env) {
         if let Some(v) = env.get("NODE_NAME") {
             self.node_name = v;
         }
@@ -970,7 +975,7 @@ impl Config {
 
     /// The longest the lock must be held in one pass: logs, the restart alert (every attempt and
     /// its backoff), the restart itself, and a margin.
-    pub fn lock_needed(&self) -> Duration {
+    pub(crate) fn lock_needed(&self) -> Duration {
         let alert: Duration = (0..self.alerts.attempts)
             .map(|a| self.alerts.timeout + alert_backoff(a))
             .sum();
@@ -978,7 +983,7 @@ impl Config {
     }
 
     /// Whether the Node object is published (explicit `on`, or `auto` inside a cluster).
-    pub fn kubernetes_on(&self) -> bool {
+    pub(crate) fn kubernetes_on(&self) -> bool {
         match self.kubernetes.enabled {
             Switch::On => true,
             Switch::Auto => self.kubernetes_in_cluster || !self.kubernetes.api_url.is_empty(),

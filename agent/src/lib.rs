@@ -9,8 +9,8 @@
 //! command; `app` wires `vigil run`. Adapters never import engines.
 
 pub mod actions;
-pub mod app;
-pub mod backoff;
+pub(crate) mod app;
+pub(crate) mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;

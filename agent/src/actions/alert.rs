@@ -86,7 +86,7 @@ impl AlertKind {
     }
 
     /// Pages carry the configured mention: a person is needed now.
-    pub fn is_page(self) -> bool {
+    pub(crate) fn is_page(self) -> bool {
         matches!(self, AlertKind::RestartFailed | AlertKind::Escalation)
     }
 }
@@ -151,7 +151,7 @@ impl Alert {
     }
 
     /// The Slack-compatible body.
-    pub fn webhook_body(&self, mention: &str) -> serde_json::Value {
+    pub(crate) fn webhook_body(&self, mention: &str) -> serde_json::Value {
         let mut text = String::new();
         if self.page && !mention.is_empty() {
             text.push_str(mention);

@@ -28,7 +28,7 @@ pub enum Method {
 
 impl Method {
     /// The configured (or labelled) method; a bare `signal` takes `default_signal`.
-    pub fn resolve(m: &CheckpointMethod, default_signal: Signal) -> Method {
+    pub(crate) fn resolve(m: &CheckpointMethod, default_signal: Signal) -> Method {
         match m {
             CheckpointMethod::Redis => Method::Redis,
             CheckpointMethod::Signal(s) => Method::Signal(s.unwrap_or(default_signal)),
@@ -91,7 +91,7 @@ pub fn summary(results: &[WorkerResult]) -> String {
 }
 
 /// What a checkpoint round needs.
-pub struct Checkpointer {
+pub(crate) struct Checkpointer {
     pub coord: Arc<dyn Coordinator>,
     pub runtime: Arc<dyn ContainerRuntime>,
     pub keys: Keys,

@@ -171,7 +171,7 @@ pub trait NodeApi: Send + Sync {
 /// the missing `add_taints` — together with `metadata.resourceVersion` of the Node it was
 /// computed from: the API server then refuses it (409) if anyone wrote in between, instead of
 /// silently dropping their taint.
-pub fn merge_patch(node: &Value, desired: &NodeDesired) -> Option<Value> {
+pub(crate) fn merge_patch(node: &Value, desired: &NodeDesired) -> Option<Value> {
     let mut metadata = Map::new();
     if let Some(labels) = map_patch(node.pointer("/metadata/labels"), &desired.labels) {
         metadata.insert("labels".into(), Value::Object(labels));
@@ -342,7 +342,7 @@ pub struct KubeNodeApi {
 impl KubeNodeApi {
     /// From the environment: the in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`,
     /// `~/.kube/config`) when run by hand.
-    pub async fn infer() -> Result<Self, NodeError> {
+    pub(crate) async fn infer() -> Result<Self, NodeError> {
         let config = kube::Config::infer().await.map_err(|e| NodeError::Client {
             context: "no in-cluster ServiceAccount and no usable kubeconfig".into(),
             source: Box::new(e),
@@ -394,7 +394,7 @@ impl KubeNodeApi {
 
     /// Whether this agent's identity may `verb` the core `resource` (a SelfSubjectAccessReview,
     /// which every authenticated identity may create): `vigil doctor` checks the RBAC with it.
-    pub async fn can_i(
+    pub(crate) async fn can_i(
         &self,
         verb: &str,
         resource: &str,

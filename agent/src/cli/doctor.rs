@@ -195,12 +195,7 @@ async fn metadata(cfg: &Config) -> Check {
             "GCE metadata watcher disabled (metadata.enabled = off)",
         );
     }
-    let host = if cfg.metadata.host.is_empty() {
-        "metadata.google.internal"
-    } else {
-        cfg.metadata.host.as_str()
-    };
-    let client = match MetadataClient::new(host, Duration::from_secs(3)) {
+    let client = match MetadataClient::for_host(&cfg.metadata.host, Duration::from_secs(3)) {
         Ok(c) => c,
         Err(e) => return check("metadata", Level::Fail, e.to_string()),
     };
@@ -230,7 +225,7 @@ async fn metadata(cfg: &Config) -> Check {
         Err(_) => check(
             "metadata",
             Level::Warn,
-            format!("no answer from {host} within 5s"),
+            format!("no answer from {} within 5s", client.base_url()),
         ),
     }
 }
@@ -286,7 +281,7 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
 }
 
 /// The report, one line per check.
-pub fn render(checks: &[Check]) -> String {
+pub(crate) fn render(checks: &[Check]) -> String {
     let mut s = String::new();
     for c in checks {
         s.push_str(&format!(

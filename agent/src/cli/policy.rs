@@ -4,7 +4,7 @@
 use crate::config::Config;
 
 /// The verdict → action table as printed by `vigil policy`.
-pub fn render(cfg: &Config) -> String {
+pub(crate) fn render(cfg: &Config) -> String {
     let rows = crate::policy::table(&cfg.policy);
     let w0 = rows
         .iter()

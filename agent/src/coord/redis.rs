@@ -66,7 +66,7 @@ impl RedisCoordinator {
     }
 
     /// From the `[redis]` config section (URL, timeout, CA file).
-    pub fn from_config(r: &crate::config::RedisConfig) -> Result<Self, CoordError> {
+    pub(crate) fn from_config(r: &crate::config::RedisConfig) -> Result<Self, CoordError> {
         Self::with_ca(&r.url, Some(&r.ca_file), r.timeout)
     }
 

@@ -168,7 +168,7 @@ impl Agent {
     }
 
     /// The record the heartbeat task re-publishes.
-    pub fn heartbeat_record(&self) -> crate::engine::heartbeat::SharedRecord {
+    pub(crate) fn heartbeat_record(&self) -> crate::engine::heartbeat::SharedRecord {
         self.record.clone()
     }
 
@@ -185,14 +185,14 @@ impl Agent {
     }
 
     /// Receive new configurations (SIGHUP reloads).
-    pub fn with_reload(mut self, rx: watch::Receiver<Config>) -> Self {
+    pub(crate) fn with_reload(mut self, rx: watch::Receiver<Config>) -> Self {
         self.reload = Some(rx);
         self
     }
 
     /// Apply a reloaded configuration. Keys that need new connections or a new listener keep
     /// their running values, and the log says which.
-    pub fn apply_reload(&mut self, new: Config) {
+    pub(crate) fn apply_reload(&mut self, new: Config) {
         let mut merged = new;
         let old = &self.cfg;
         let mut kept = Vec::new();

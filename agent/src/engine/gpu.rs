@@ -225,7 +225,7 @@ impl GpuHealthTracker {
     }
 
     /// Fold in a new report (metrics always); `Some` when the Node should show it.
-    pub fn fold(&mut self, report: GpuReport, metrics: &Metrics) -> Option<GpuChange> {
+    pub(crate) fn fold(&mut self, report: GpuReport, metrics: &Metrics) -> Option<GpuChange> {
         metrics.record_gpu(&report, &mut self.seen);
         let health_changed =
             report.monitoring != self.report.monitoring || report.node != self.report.node;

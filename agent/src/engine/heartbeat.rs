@@ -10,11 +10,11 @@ use crate::coord::{Coordinator, Keys};
 use crate::observe::fleet::{publish, NodeRecord};
 
 /// The record the agent last computed, shared with [`heartbeat_loop`].
-pub type SharedRecord = Arc<Mutex<Option<NodeRecord>>>;
+pub(crate) type SharedRecord = Arc<Mutex<Option<NodeRecord>>>;
 
 /// Re-publish the last record every `every`, stamped with the coordinator's clock, until
 /// `stop`: the agent loop may be busy with a restart for minutes, the node is not down.
-pub async fn heartbeat_loop(
+pub(crate) async fn heartbeat_loop(
     coord: Arc<dyn Coordinator>,
     keys: Keys,
     record: SharedRecord,

@@ -8,5 +8,5 @@ pub mod gpu;
 pub mod heartbeat;
 pub mod node;
 pub mod opportunistic;
-pub mod publisher;
+pub(crate) mod publisher;
 pub mod restart;

@@ -151,7 +151,7 @@ impl Controller {
 
     /// A new GPU report: metrics always; the Node, an Event, the trail and an alert when the
     /// node's GPU health or its reasons change.
-    pub async fn apply_gpu(&mut self, report: GpuReport) {
+    pub(crate) async fn apply_gpu(&mut self, report: GpuReport) {
         let Some(change) = self.gpu.fold(report, &self.metrics) else {
             return;
         };

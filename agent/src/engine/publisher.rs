@@ -17,7 +17,7 @@ const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the Node should show.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct NodeView {
+pub struct NodeView {
     pub maintenance: MaintenanceState,
     pub gpu: GpuReport,
     /// `<time> <reason>: acked=… timed-out=… failed=…` of the last checkpoint round.

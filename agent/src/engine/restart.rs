@@ -28,7 +28,7 @@ use crate::policy::caps;
 use crate::policy::restart::{self as policy, restart_due, Cancel, Effect, TimerEnd, Verdict};
 
 /// Marks are garbage-collected after a day even if nobody clears them.
-pub const MARK_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MARK_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The breaker key outlives its UTC day so the count is readable the morning after.
 const BREAKER_TTL: Duration = Duration::from_secs(48 * 3600);
 

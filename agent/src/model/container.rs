@@ -19,7 +19,7 @@ pub struct Container {
 
 /// The GPUs a container sees, from its Docker device requests (`--gpus`) or, failing that, its
 /// `NVIDIA_VISIBLE_DEVICES` environment variable. `None` = all GPUs, or unknown.
-pub fn visible_gpus(device_ids: Option<&[String]>, env: &[String]) -> Option<Vec<String>> {
+pub(crate) fn visible_gpus(device_ids: Option<&[String]>, env: &[String]) -> Option<Vec<String>> {
     if let Some(ids) = device_ids.filter(|ids| !ids.is_empty()) {
         return Some(ids.iter().flat_map(|i| split_ids(i)).collect());
     }

@@ -65,7 +65,7 @@ impl GpuHealth {
 
 /// At most this many recent XIDs are kept per GPU, so an XID storm cannot grow the report without
 /// bound (the counts in `xid_counts` stay exact).
-pub const MAX_RECENT_XIDS: usize = 256;
+pub(crate) const MAX_RECENT_XIDS: usize = 256;
 
 /// What Vigil knows about one GPU.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -92,7 +92,7 @@ pub struct GpuStatus {
 /// A GPU must be absent from this many samples in a row to count as gone: one read that fails
 /// (a transient NVML error) must not fail the GPU, block its worker's restarts and taint the
 /// node.
-pub const MISSING_ROUNDS: u32 = 3;
+pub(crate) const MISSING_ROUNDS: u32 = 3;
 
 /// The GPU verdict of this node.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -47,7 +47,7 @@ impl WorkerState {
 impl WorkerStatus {
     /// Read the record's fields. `heartbeat` is seconds since the epoch (decimals allowed) on the
     /// coordinator's clock; an unreadable heartbeat is kept as `None` so the verdict can say so.
-    pub fn from_fields(fields: &HashMap<String, String>) -> Option<WorkerStatus> {
+    pub(crate) fn from_fields(fields: &HashMap<String, String>) -> Option<WorkerStatus> {
         // NB: a record holding only the agent's checkpoint fields (a worker that never
         // published) is still "no record": the worker has said nothing about itself.
         if !fields.contains_key("state") && !fields.contains_key("heartbeat") {

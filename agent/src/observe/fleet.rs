@@ -12,7 +12,7 @@ use crate::clock::{human, ms, Millis};
 use crate::coord::{CoordError, Coordinator, Keys};
 
 /// Index entries older than this are pruned (a node gone for a day is forgotten).
-pub const INDEX_RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const INDEX_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// What one agent publishes about its node.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,7 +50,7 @@ impl NodeRecord {
         ]
     }
 
-    pub fn from_fields(f: &std::collections::HashMap<String, String>) -> Option<NodeRecord> {
+    pub(crate) fn from_fields(f: &std::collections::HashMap<String, String>) -> Option<NodeRecord> {
         let get = |k: &str| f.get(k).cloned().unwrap_or_default();
         Some(NodeRecord {
             node: f.get("node")?.clone(),
@@ -122,7 +122,7 @@ pub fn health(rec: Option<&NodeRecord>) -> &'static str {
 }
 
 /// A node's last known (pool, slice).
-pub type Places = BTreeMap<String, (String, String)>;
+pub(crate) type Places = BTreeMap<String, (String, String)>;
 
 /// Read every indexed node (prefix-wide), and each node's last known pool and slice.
 pub async fn read(
@@ -215,7 +215,7 @@ pub fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
 }
 
 /// The human table printed by `vigil status`.
-pub fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> String {
+pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> String {
     if views.is_empty() {
         return "no agents have reported (is REDIS_URL the fleet's Redis, and the prefix right?)\n"
             .into();

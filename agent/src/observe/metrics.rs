@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 type Labels = Vec<(&'static str, &'static str)>;
 /// Per-GPU labels: the index and UUID of a GPU (bounded by the GPUs in one node), plus fixed
 /// names.
-pub type GpuLabels = Vec<(&'static str, String)>;
+pub(crate) type GpuLabels = Vec<(&'static str, String)>;
 type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 pub struct Metrics {
@@ -303,18 +303,22 @@ impl Metrics {
             .inc();
     }
 
-    pub fn metadata_error(&self, key: &'static str, kind: &'static str) {
+    pub(crate) fn metadata_error(&self, key: &'static str, kind: &'static str) {
         self.metadata_errors
             .get_or_create(&vec![("key", key), ("kind", kind)])
             .inc();
     }
-    pub fn kube_error(&self, op: &'static str) {
+    pub(crate) fn kube_error(&self, op: &'static str) {
         self.kube_errors.get_or_create(&vec![("op", op)]).inc();
     }
 
     /// Export one GPU report: gauges set from the latest samples, the XID counter advanced by the
     /// occurrences since the last report (`seen` remembers what was already counted).
-    pub fn record_gpu(&self, report: &crate::model::gpu::GpuReport, seen: &mut GpuMetricsState) {
+    pub(crate) fn record_gpu(
+        &self,
+        report: &crate::model::gpu::GpuReport,
+        seen: &mut GpuMetricsState,
+    ) {
         self.gpu_monitoring.set(i64::from(report.monitoring));
         for g in &report.gpus {
             let id = |extra: Vec<(&'static str, String)>| {
@@ -509,7 +513,7 @@ pub fn to_classic_text(openmetrics: &str) -> String {
 
 /// What [`Metrics::record_gpu`] already exported.
 #[derive(Debug, Default)]
-pub struct GpuMetricsState {
+pub(crate) struct GpuMetricsState {
     xids: std::collections::BTreeMap<(String, u64), u64>,
     throttled: std::collections::BTreeSet<(String, &'static str)>,
 }

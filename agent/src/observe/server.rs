@@ -34,7 +34,7 @@ pub struct ServerState {
 /// optional, but at least one must be given.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StatusBody {
+pub(crate) struct StatusBody {
     #[serde(default)]
     pub state: Option<String>,
     #[serde(default)]
@@ -53,7 +53,7 @@ impl StatusBody {
     );
 }
 
-pub fn router(state: ServerState) -> Router {
+pub(crate) fn router(state: ServerState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))

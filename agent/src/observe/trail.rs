@@ -220,7 +220,7 @@ impl Trail {
 }
 
 /// Render stored entries (newest first, as read) as an oldest-first timeline.
-pub fn render(node: &str, entries: &[TrailEntry]) -> String {
+pub(crate) fn render(node: &str, entries: &[TrailEntry]) -> String {
     if entries.is_empty() {
         return format!("no decisions recorded for node {node}\n");
     }

@@ -10,27 +10,27 @@ use crate::clock::{ms, utc_day, Millis};
 use crate::config::SafetyConfig;
 
 /// The breaker's day: one counter per node per UTC day.
-pub fn breaker_day(now: Millis) -> String {
+pub(crate) fn breaker_day(now: Millis) -> String {
     utc_day(now)
 }
 
 /// The fleet budget's window number: windows of `window` length since the epoch.
-pub fn fleet_window(now: Millis, window: Duration) -> i64 {
+pub(crate) fn fleet_window(now: Millis, window: Duration) -> i64 {
     now.div_euclid(ms(window).max(1))
 }
 
 /// Whether `used` restarts today open the breaker.
-pub fn breaker_open(used: u64, s: &SafetyConfig) -> bool {
+pub(crate) fn breaker_open(used: u64, s: &SafetyConfig) -> bool {
     !s.breaker_disabled && used >= u64::from(s.breaker_per_day)
 }
 
 /// Whether the fleet budget of this window is used up (a budget of 0 means no fleet cap).
-pub fn budget_exhausted(used: u64, s: &SafetyConfig) -> bool {
+pub(crate) fn budget_exhausted(used: u64, s: &SafetyConfig) -> bool {
     s.fleet_budget > 0 && used >= u64::from(s.fleet_budget)
 }
 
 /// Whether a lock with `left` of its TTL still covers a restart that may take `needed`.
-pub fn lock_covers(left: Option<Millis>, needed: Duration) -> bool {
+pub(crate) fn lock_covers(left: Option<Millis>, needed: Duration) -> bool {
     matches!(left, Some(ttl) if ttl >= ms(needed))
 }
 

@@ -42,23 +42,53 @@ fn label(index: u32, uuid: &str) -> String {
 /// `samples` is the latest complete reading of every GPU NVML can see (callers must not pass an
 /// empty list for a failed read: that would mark every GPU missing). `xids` are the events that
 /// arrived since the last call; they are stamped `now_ms`.
-pub fn update(
+pub(crate) fn update(
     prev: &GpuReport,
     samples: &[GpuSample],
     xids: &[XidEvent],
     now_ms: i64,
     cfg: &GpuConfig,
 ) -> GpuReport {
-    // Identity is the UUID (indices may be renumbered by a driver reload); a GPU without one is
-    // known by its index.
-    let same = |s: &GpuStatus, index: u32, uuid: &str| {
-        if uuid.is_empty() || s.uuid.is_empty() {
-            s.index == index
-        } else {
-            s.uuid == uuid
+    let mut gpus = merge_samples(prev, samples);
+    fold_xids(&mut gpus, xids, now_ms);
+    let window = ms(cfg.evidence_window);
+    for g in &mut gpus {
+        g.recent_xids.retain(|&(_, at)| now_ms - at <= window);
+        if g.recent_xids.len() > MAX_RECENT_XIDS {
+            let extra = g.recent_xids.len() - MAX_RECENT_XIDS;
+            g.recent_xids.drain(..extra);
         }
-    };
+        let (health, reasons) = judge(g, cfg);
+        g.health = health;
+        g.reasons = reasons;
+    }
+    gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
+    let node = gpus.iter().map(|g| g.health).max().unwrap_or_default();
+    let node_reasons = gpus
+        .iter()
+        .flat_map(|g| g.reasons.iter().cloned())
+        .collect();
+    GpuReport {
+        monitoring: true,
+        gpus,
+        node,
+        node_reasons,
+    }
+}
 
+/// Identity is the UUID (indices may be renumbered by a driver reload); a GPU without one is
+/// known by its index.
+fn same(s: &GpuStatus, index: u32, uuid: &str) -> bool {
+    if uuid.is_empty() || s.uuid.is_empty() {
+        s.index == index
+    } else {
+        s.uuid == uuid
+    }
+}
+
+/// Every sampled GPU with its history, then the GPUs the sample no longer shows (missing only
+/// after `MISSING_ROUNDS` samples in a row).
+fn merge_samples(prev: &GpuReport, samples: &[GpuSample]) -> Vec<GpuStatus> {
     let mut gpus: Vec<GpuStatus> = Vec::with_capacity(samples.len().max(prev.gpus.len()));
     for s in samples {
         let mut g = prev
@@ -82,7 +112,11 @@ pub fn update(
             gpus.push(g);
         }
     }
+    gpus
+}
 
+/// Count each XID on its GPU, stamped `now_ms`.
+fn fold_xids(gpus: &mut Vec<GpuStatus>, xids: &[XidEvent], now_ms: i64) {
     for x in xids {
         let pos = match gpus.iter().position(|g| same(g, x.index, &x.uuid)) {
             Some(pos) => pos,
@@ -106,31 +140,6 @@ pub fn update(
         let g = &mut gpus[pos];
         *g.xid_counts.entry(x.xid).or_insert(0) += 1;
         g.recent_xids.push((x.xid, now_ms));
-    }
-
-    let window = ms(cfg.evidence_window);
-    for g in &mut gpus {
-        g.recent_xids.retain(|&(_, at)| now_ms - at <= window);
-        if g.recent_xids.len() > MAX_RECENT_XIDS {
-            let extra = g.recent_xids.len() - MAX_RECENT_XIDS;
-            g.recent_xids.drain(..extra);
-        }
-        let (health, reasons) = judge(g, cfg);
-        g.health = health;
-        g.reasons = reasons;
-    }
-    gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
-
-    let node = gpus.iter().map(|g| g.health).max().unwrap_or_default();
-    let node_reasons = gpus
-        .iter()
-        .flat_map(|g| g.reasons.iter().cloned())
-        .collect();
-    GpuReport {
-        monitoring: true,
-        gpus,
-        node,
-        node_reasons,
     }
 }
 

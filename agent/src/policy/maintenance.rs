@@ -71,7 +71,7 @@ pub fn derive(raw: &RawMetadata) -> MaintenanceState {
 
 /// Whether a pending window starts within `horizon` of `now` (ms). An unknown or unparseable
 /// start counts as near: without a date, caution wins.
-pub fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bool {
+pub(crate) fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bool {
     if st.phase != Phase::Pending {
         return false;
     }
@@ -82,7 +82,7 @@ pub fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration) -> bo
 }
 
 /// Whether this phase interrupts the workers (they may stall, the node may go).
-pub fn interrupting(phase: Phase) -> bool {
+pub(crate) fn interrupting(phase: Phase) -> bool {
     matches!(phase, Phase::Ongoing | Phase::Terminating)
 }
 
@@ -108,13 +108,13 @@ pub fn stands_down(
 
 /// Whether opportunistic maintenance may act on this state: a pending event that can be
 /// started early.
-pub fn reschedulable(st: &MaintenanceState) -> bool {
+pub(crate) fn reschedulable(st: &MaintenanceState) -> bool {
     st.phase == Phase::Pending && st.can_reschedule
 }
 
 /// Whether an idle node may take the pool's claim: idle since `idle_since` for `idle_for`, with
 /// at least `min_nodes` other healthy nodes left in the pool.
-pub fn opportunistic_due(
+pub(crate) fn opportunistic_due(
     o: &OpportunisticConfig,
     now: Millis,
     idle_since: Millis,
@@ -224,7 +224,7 @@ pub fn event_for(phase: Phase) -> (&'static str, EventType) {
 }
 
 /// The Event reason and type for the node's GPU health changing to `health`.
-pub fn gpu_event_for(health: GpuHealth) -> (&'static str, EventType) {
+pub(crate) fn gpu_event_for(health: GpuHealth) -> (&'static str, EventType) {
     match health {
         GpuHealth::Failed => ("VigilGpuFailed", EventType::Warning),
         GpuHealth::Degraded => ("VigilGpuDegraded", EventType::Warning),
@@ -236,7 +236,7 @@ pub fn gpu_event_for(health: GpuHealth) -> (&'static str, EventType) {
 ///
 /// NB: a termination is always checkpointed, even after an ongoing migration already was; an
 /// ongoing one once per episode (`checkpointed_episode`).
-pub fn checkpoint_for(
+pub(crate) fn checkpoint_for(
     prev: Phase,
     next: &MaintenanceState,
     checkpointed_episode: bool,

@@ -78,7 +78,7 @@ impl Verdict {
 
 /// True when the record shows a processing worker whose heartbeat is older than `stale_after`.
 /// NB: "older than" is strict — a heartbeat exactly `stale_after` old is still fresh.
-pub fn is_stale(status: &WorkerStatus, now: Millis, cfg: &PolicyConfig) -> bool {
+pub(crate) fn is_stale(status: &WorkerStatus, now: Millis, cfg: &PolicyConfig) -> bool {
     status.state == WorkerState::Processing
         && matches!(status.heartbeat, Some(hb) if now - hb > ms(cfg.stale_after))
 }
@@ -184,7 +184,7 @@ pub enum Effect {
 }
 
 /// The cycle's effects for one worker, in execution order.
-pub fn plan(
+pub(crate) fn plan(
     v: Verdict,
     status: Option<&WorkerStatus>,
     marks: &Marks,
@@ -317,7 +317,7 @@ fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
 
 /// Why a restart decided a moment ago is called off at the last moment (safeguard 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cancel {
+pub(crate) enum Cancel {
     /// The fresh record no longer shows the condition the restart was decided on.
     Recovered,
     /// A cooldown marker appeared: another instance already restarted it.
@@ -326,7 +326,7 @@ pub enum Cancel {
 
 /// Revalidate right before the command, from a fresh record, fresh marks and a fresh clock:
 /// the *same* predicate as the verdict (stale while processing, or in state `error`).
-pub fn revalidate(
+pub(crate) fn revalidate(
     v: Verdict,
     fresh: Option<&WorkerStatus>,
     marks: &Marks,
@@ -349,7 +349,7 @@ pub fn revalidate(
 
 /// How long a confirmed incident waits before the restart: hangs wait `restart_delay`
 /// (persistence before action); an errored worker has already persisted for `error_for`.
-pub fn restart_wait(v: Verdict, cfg: &PolicyConfig) -> std::time::Duration {
+pub(crate) fn restart_wait(v: Verdict, cfg: &PolicyConfig) -> std::time::Duration {
     if v == Verdict::Hung {
         cfg.restart_delay
     } else {
@@ -359,7 +359,7 @@ pub fn restart_wait(v: Verdict, cfg: &PolicyConfig) -> std::time::Duration {
 
 /// When the broken condition began, for "how long" in alerts: the error clock for an errored
 /// worker, the last heartbeat for a hung one, else the incident's start.
-pub fn condition_since(
+pub(crate) fn condition_since(
     v: Verdict,
     incident_started: Millis,
     marks: &Marks,
@@ -374,7 +374,7 @@ pub fn condition_since(
 /// Whether the restart pipeline should run now for an incident that started at `started`.
 /// Hangs wait `restart_delay` (persistence before action); an errored worker has already
 /// persisted for `error_for`.
-pub fn restart_due(v: Verdict, started: Millis, now: Millis, cfg: &PolicyConfig) -> bool {
+pub(crate) fn restart_due(v: Verdict, started: Millis, now: Millis, cfg: &PolicyConfig) -> bool {
     match v {
         Verdict::Hung => now - started >= ms(cfg.restart_delay),
         Verdict::Errored => true,

@@ -53,7 +53,7 @@ impl Verdict {
     }
 
     /// The predicate, in words, with the configured thresholds.
-    pub fn predicate(self, cfg: &PolicyConfig) -> String {
+    pub(crate) fn predicate(self, cfg: &PolicyConfig) -> String {
         let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
         match self {
             Verdict::Healthy => "heartbeat fresh, or state not processing/error".into(),

@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 
 use super::{Container, ContainerRuntime, RuntimeError};
 
-pub struct DockerRuntime {
+pub(crate) struct DockerRuntime {
     host: String,
     label: String,
     checkpoint_label: String,

@@ -138,7 +138,7 @@ impl RemapReader {
 }
 
 /// Stable names of the active clock-throttle reasons (metric label values).
-pub fn throttle_names(r: ThrottleReasons) -> Vec<&'static str> {
+pub(crate) fn throttle_names(r: ThrottleReasons) -> Vec<&'static str> {
     const NAMES: [(ThrottleReasons, &str); 9] = [
         (ThrottleReasons::GPU_IDLE, "gpu-idle"),
         (
@@ -229,7 +229,7 @@ impl NvmlProbe {
     }
 
     /// The GPUs whose critical XID events are watched.
-    pub fn xid_gpus(&self) -> &[u32] {
+    pub(crate) fn xid_gpus(&self) -> &[u32] {
         &self.xid_gpus
     }
 

@@ -47,19 +47,17 @@ pub const MAINTENANCE_EVENT_PATH: &str = "instance/maintenance-event";
 /// Path of the upcoming-maintenance key, relative to `computeMetadata/v1/`.
 pub const UPCOMING_MAINTENANCE_PATH: &str = "instance/upcoming-maintenance";
 /// Path of the preempted key, relative to `computeMetadata/v1/`.
-pub const PREEMPTED_PATH: &str = "instance/preempted";
+pub(crate) const PREEMPTED_PATH: &str = "instance/preempted";
 
 /// Host used when `GCE_METADATA_HOST` is unset: the name Google's client libraries use.
-pub const DEFAULT_HOST: &str = "metadata.google.internal";
-/// The environment variable Google's client libraries honour to redirect the metadata server.
-pub const HOST_ENV: &str = "GCE_METADATA_HOST";
+pub(crate) const DEFAULT_HOST: &str = "metadata.google.internal";
 
 /// Body marker of the 503 that means "no upcoming-maintenance notice was ever received".
 const NO_NOTIFICATIONS: &str = "no notifications have been received yet";
 
 /// Parse `instance/maintenance-event`. Only the documented values are accepted: an unknown one
 /// must not be mistaken for `NONE` (a false "all clear") nor for an event.
-pub fn parse_maintenance_event(body: &str) -> Result<MaintenanceEvent, MetadataError> {
+pub(crate) fn parse_maintenance_event(body: &str) -> Result<MaintenanceEvent, MetadataError> {
     MaintenanceEvent::parse(body).ok_or_else(|| {
         MetadataError::malformed(
             MAINTENANCE_EVENT_PATH,
@@ -72,7 +70,7 @@ pub fn parse_maintenance_event(body: &str) -> Result<MaintenanceEvent, MetadataE
 }
 
 /// Parse `instance/preempted` (`TRUE`/`FALSE`; case is ignored).
-pub fn parse_preempted(body: &str) -> Result<bool, MetadataError> {
+pub(crate) fn parse_preempted(body: &str) -> Result<bool, MetadataError> {
     let v = body.trim();
     if v.eq_ignore_ascii_case("TRUE") {
         Ok(true)
@@ -135,7 +133,7 @@ fn string_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error>
 /// `{ }`, the literal `NONE`, or the "no notifications have been received yet" error object.
 /// A status other than PENDING/ONGOING is rejected (malformed) rather than guessed at, so the
 /// previous value is kept.
-pub fn parse_upcoming(body: &str) -> Result<Option<UpcomingMaintenance>, MetadataError> {
+pub(crate) fn parse_upcoming(body: &str) -> Result<Option<UpcomingMaintenance>, MetadataError> {
     let text = body.trim();
     if text.is_empty() || text == "NONE" {
         return Ok(None);
@@ -326,17 +324,15 @@ impl MetadataClient {
         })
     }
 
-    /// Client from `GCE_METADATA_HOST` (default `metadata.google.internal`), 5 s of slack.
-    pub fn from_env() -> Result<Self, MetadataError> {
-        Self::from_env_value(std::env::var(HOST_ENV).ok().as_deref())
-    }
-
-    fn from_env_value(value: Option<&str>) -> Result<Self, MetadataError> {
-        let host = value
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
+    /// Client for `metadata.host` (`GCE_METADATA_HOST`); empty = `metadata.google.internal`.
+    pub(crate) fn for_host(
+        host: &str,
+        request_timeout_extra: Duration,
+    ) -> Result<Self, MetadataError> {
+        let host = Some(host.trim())
+            .filter(|h| !h.is_empty())
             .unwrap_or(DEFAULT_HOST);
-        Self::new(host, Duration::from_secs(5))
+        Self::new(host, request_timeout_extra)
     }
 
     /// The base URL requests go to, e.g. `http://metadata.google.internal/computeMetadata/v1/`.
@@ -909,11 +905,12 @@ mod tests {
 
     #[test]
     fn env_value_defaults_to_metadata_google_internal() {
-        for v in [None, Some(""), Some("  ")] {
-            let c = MetadataClient::from_env_value(v).unwrap();
+        let slack = Duration::from_secs(5);
+        for v in ["", "  "] {
+            let c = MetadataClient::for_host(v, slack).unwrap();
             assert_eq!(c.base_url().host_str(), Some(DEFAULT_HOST));
         }
-        let c = MetadataClient::from_env_value(Some("127.0.0.1:9")).unwrap();
+        let c = MetadataClient::for_host("127.0.0.1:9", slack).unwrap();
         assert_eq!(c.base_url().port(), Some(9));
     }
 
