@@ -2,6 +2,9 @@
 # Multi-stage build: compile in the Rust image, ship the binary alone on a distroless base.
 # Needs BuildKit (the default builder since Docker 23) for the cache mounts.
 FROM rust:1.89-slim-bookworm AS build
+# protoc compiles the Kubernetes CRI protos (crate k8s-cri) at build time.
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends protobuf-compiler \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what the build reads; .dockerignore keeps the rest (target/, .git, tests/, docs/...) out
 # of the context. NB: agent/Cargo.toml declares [[test]] and [[example]] targets with paths in

@@ -19,7 +19,7 @@ impl Setup {
     fn config(&self, webhook: &str, extra: &str) -> std::path::PathBuf {
         self.write_config(ConfigParts {
             top: extra,
-            docker: "log_lines = 20",
+            runtime: "log_lines = 20",
             policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
             tables: &format!(
                 r#"[safety]

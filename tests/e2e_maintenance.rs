@@ -286,7 +286,36 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     assert_eq!(
         reasons.iter().filter(|r| *r == "VigilCheckpoint").count(),
         2,
-        "the ongoing event, then the termination, each checkpoint once: {reasons:?}"
+        "the ongoing event, then the termination, each checkpoint once (two rounds, two notes: \
+         two Events, not one counted twice): {reasons:?}"
+    );
+    // events.k8s.io Events through kube's Recorder, about this Node, in `default`.
+    for e in r.kube.events() {
+        assert_eq!(e["apiVersion"], "events.k8s.io/v1", "{e}");
+        assert_eq!(e["metadata"]["namespace"], "default", "{e}");
+        assert_eq!(e["regarding"]["kind"], "Node", "{e}");
+        assert_eq!(e["regarding"]["name"], r.s.node.as_str(), "{e}");
+        assert_eq!(e["reportingController"], "vigil", "{e}");
+        assert_eq!(e["reportingInstance"], r.s.node.as_str(), "{e}");
+        assert!(
+            e["note"].as_str().is_some_and(|n| n.starts_with("vigil: ")),
+            "{e}"
+        );
+        assert!(
+            e.get("message").is_none() && e.get("involvedObject").is_none(),
+            "{e}"
+        );
+    }
+    assert!(
+        r.kube
+            .requests()
+            .iter()
+            .filter(|(_, path, _)| path.contains("/events"))
+            .all(
+                |(_, path, _)| path.starts_with("/apis/events.k8s.io/v1/namespaces/default/events")
+            ),
+        "{:?}",
+        r.kube.requests()
     );
     let trail = r.trail(&cfg);
     assert!(trail.contains("checkpoint-acked"), "{trail}");
@@ -416,6 +445,14 @@ async fn a_worker_that_goes_stale_during_maintenance_is_not_restarted() {
     let _: Value = r.kube.node();
 }
 
+/// The `vigil doctor` line of check `name` in `out`.
+fn line_of(out: &str, name: &str) -> String {
+    out.lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(name))
+        .unwrap_or_else(|| panic!("no {name} line in\n{out}"))
+        .to_string()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn doctor_checks_every_dependency_and_names_what_to_fix() {
     let r = Rig::new().await;
@@ -436,7 +473,7 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
     };
     assert!(line("redis").starts_with("ok"), "{out}");
     assert!(
-        line("docker").starts_with("ok") && line("docker").contains(&r.s.worker),
+        line("runtime").starts_with("ok") && out.contains(&r.s.worker),
         "{out}"
     );
     assert!(line("nvml").starts_with("warn"), "no driver here: {out}");
@@ -446,7 +483,9 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
     );
     assert!(line("kubernetes").starts_with("ok"), "{out}");
     assert!(
-        line("rbac:nodes").starts_with("ok") && line("rbac:events").starts_with("ok"),
+        line("rbac:nodes").starts_with("ok")
+            && line("rbac:events").starts_with("ok")
+            && line("rbac:events").contains("create and patch events.events.k8s.io"),
         "{out}"
     );
 
@@ -457,6 +496,22 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
     let rbac = out.lines().find(|l| l.contains("rbac:nodes")).unwrap();
     assert!(
         rbac.starts_with("FAIL") && rbac.contains("deploy/base/rbac.yaml"),
+        "{out}"
+    );
+    // The Recorder needs `patch` on events.k8s.io events to count a repeat.
+    assert!(
+        line_of(&out, "rbac:events").starts_with("FAIL")
+            && line_of(&out, "rbac:events").contains("may NOT patch events.events.k8s.io"),
+        "{out}"
+    );
+    r.kube.allow("patch");
+    r.kube.forbid("create events");
+    let (code, out, _) = run(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(line_of(&out, "rbac:nodes").starts_with("ok"), "{out}");
+    assert!(
+        line_of(&out, "rbac:events").starts_with("FAIL")
+            && line_of(&out, "rbac:events").contains("may NOT create events.events.k8s.io"),
         "{out}"
     );
 

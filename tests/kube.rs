@@ -1,7 +1,9 @@
 //! `KubeNodeApi` against a faithful fake Kubernetes API server over real HTTP: Vigil's labels,
 //! annotations and taints are written without clobbering anyone else's, conflicts are retried,
 //! a steady state costs no write, errors say what to fix, and the requests on the wire are exactly
-//! the ones the code claims (GET, then PATCH as `application/merge-patch+json`).
+//! the ones the code claims (GET, then PATCH as `application/merge-patch+json`). Events go through
+//! kube's events.k8s.io `Recorder`: a POST, then a repeat is counted on it by a merge PATCH of its
+//! `series`.
 
 #[path = "common/fake_kube.rs"]
 mod fake_kube;
@@ -16,6 +18,7 @@ use vigil::actions::node::{EventType, KubeNodeApi, NodeApi, NodeDesired, NodeErr
 const NODE: &str = "gpu-node-1";
 const MERGE: &str = "application/merge-patch+json";
 const NODE_PATH: &str = "/api/v1/nodes/gpu-node-1";
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 
 async fn setup() -> (FakeKube, KubeNodeApi) {
     let fake = FakeKube::start(NODE).await;
@@ -260,37 +263,64 @@ async fn a_missing_node_is_not_found_and_points_at_node_name() {
 async fn forbidden_calls_name_the_missing_rbac_rule() {
     let (fake, api) = setup().await;
     let desired = maintenance_label("pending");
+    // (what the fake refuses, verb, op label, resource, API group)
     let cases = [
-        ("get", "get", "nodes"),
-        ("patch", "patch", "nodes"),
-        ("create", "event", "events"),
+        ("get", "get", "get", "nodes", ""),
+        ("patch nodes", "patch", "patch", "nodes", ""),
+        ("create", "create", "event", "events", "events.k8s.io"),
+        ("patch events", "patch", "event", "events", "events.k8s.io"),
     ];
-    for (verb, op, resource) in cases {
-        fake.forbid(verb);
-        let err = if verb == "create" {
-            api.event(NODE, "MaintenancePending", "m", EventType::Normal)
-                .await
-                .expect_err("forbidden event")
-        } else {
-            api.reconcile(NODE, &desired).await.expect_err("forbidden")
+    for (rule, verb, op, resource, group) in cases {
+        fake.forbid(rule);
+        let err = match resource {
+            "events" => {
+                // A repeat is what the Recorder PATCHes: the first one went through.
+                let kind = if verb == "patch" {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                api.event(NODE, "MaintenancePending", "m", kind)
+                    .await
+                    .expect_err("forbidden event")
+            }
+            _ => api.reconcile(NODE, &desired).await.expect_err("forbidden"),
         };
-        fake.allow(verb);
+        fake.allow(rule);
         assert!(
-            matches!(err, NodeError::Forbidden { verb: v, resource: r, .. } if v == verb && r == resource),
-            "{verb}: {err:?}"
+            matches!(err, NodeError::Forbidden { verb: v, resource: r, group: g, .. }
+                if v == verb && r == resource && g == group),
+            "{rule}: {err:?}"
         );
         assert_eq!(err.op(), op);
         let msg = err.to_string();
-        let rule = format!("resources: [\"{resource}\"], verbs: [\"{verb}\"]");
-        assert!(msg.contains(&rule), "{msg}");
+        let want = format!(
+            "{{apiGroups: [\"{group}\"], resources: [\"{resource}\"], verbs: [\"{verb}\"]}}"
+        );
+        assert!(msg.contains(&want), "{msg}");
         assert!(msg.contains("403"), "{msg}");
+        if !group.is_empty() {
+            assert!(msg.contains(&format!("in API group \"{group}\"")), "{msg}");
+        }
+        if rule == "create" {
+            // Nothing was stored; record the Warning Event whose repeat the next case PATCHes.
+            assert!(fake.events().is_empty());
+            api.event(NODE, "MaintenancePending", "m", EventType::Warning)
+                .await
+                .expect("allowed again");
+        }
     }
-    assert!(fake.events().is_empty());
+    let events = fake.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].get("series").is_none(),
+        "the refused count left no trace"
+    );
     assert_eq!(label(&fake.node(), "vigil.dev/maintenance"), None);
 }
 
 #[tokio::test]
-async fn events_point_at_the_node_with_reason_type_and_source() {
+async fn events_are_events_k8s_io_events_about_the_node() {
     let (fake, api) = setup().await;
     // A reconcile first, so the agent knows the Node's uid.
     api.reconcile(NODE, &NodeDesired::default())
@@ -311,47 +341,140 @@ async fn events_point_at_the_node_with_reason_type_and_source() {
     let events = fake.events();
     assert_eq!(events.len(), 2);
     let e = &events[0];
+    assert_eq!(e["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(e["kind"], "Event");
     assert_eq!(e["metadata"]["namespace"], "default");
+    // The Recorder's name: the regarding object's name, a dot, the time in hex nanoseconds.
     let name = e["metadata"]["name"].as_str().expect("name");
-    assert!(name.starts_with("gpu-node-1.vigil."), "{name}");
+    let suffix = name.strip_prefix("gpu-node-1.").expect(name);
+    assert!(
+        !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{name}"
+    );
     assert_ne!(events[1]["metadata"]["name"], e["metadata"]["name"]);
-    assert_eq!(e["involvedObject"]["kind"], "Node");
-    assert_eq!(e["involvedObject"]["name"], NODE);
-    assert_eq!(e["involvedObject"]["uid"], fake.node()["metadata"]["uid"]);
+    assert_eq!(e["regarding"]["apiVersion"], "v1");
+    assert_eq!(e["regarding"]["kind"], "Node");
+    assert_eq!(e["regarding"]["name"], NODE);
+    assert_eq!(e["regarding"]["uid"], fake.node()["metadata"]["uid"]);
+    assert!(
+        e["regarding"].get("namespace").is_none(),
+        "a Node is cluster-scoped"
+    );
     assert_eq!(e["reason"], "MaintenanceTerminating");
     assert_eq!(
-        e["message"],
+        e["note"],
         "host maintenance will terminate this VM; checkpointing workers"
     );
     assert_eq!(e["type"], "Warning");
-    assert_eq!(e["source"]["component"], "vigil");
-    assert_eq!(e["reportingComponent"], "vigil");
-    assert_eq!(e["count"], 1);
-    for field in ["firstTimestamp", "lastTimestamp", "eventTime"] {
-        assert!(e[field].is_string(), "{field} missing: {e}");
+    assert_eq!(e["action"], "UpdateNode");
+    assert_eq!(e["reportingController"], "vigil");
+    assert_eq!(e["reportingInstance"], NODE);
+    assert!(e["eventTime"].is_string(), "eventTime missing: {e}");
+    for legacy in [
+        "message",
+        "involvedObject",
+        "source",
+        "count",
+        "series",
+        "deprecatedCount",
+        "deprecatedSource",
+        "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp",
+    ] {
+        assert!(e.get(legacy).is_none(), "{legacy} set: {e}");
     }
     assert_eq!(events[1]["type"], "Normal");
+    assert_eq!(events[1]["note"], "back to normal");
 
-    let posts: Vec<_> = fake
+    let writes: Vec<_> = fake
         .requests()
         .into_iter()
-        .filter(|(m, _, _)| m == "POST")
+        .filter(|(m, _, _)| m != "GET")
         .collect();
     assert_eq!(
-        posts,
+        writes,
         vec![
-            seen(
-                "POST",
-                "/api/v1/namespaces/default/events",
-                "application/json"
-            ),
-            seen(
-                "POST",
-                "/api/v1/namespaces/default/events",
-                "application/json"
-            ),
+            seen("POST", EVENTS_PATH, "application/json"),
+            seen("POST", EVENTS_PATH, "application/json"),
         ]
     );
+}
+
+/// The point of the Recorder: a repeated Event is counted on the first (`series`), one merge
+/// PATCH each, not stored again; an Event with another note is its own object.
+#[tokio::test]
+async fn a_repeated_event_is_counted_on_the_first_not_stored_again() {
+    let (fake, api) = setup().await;
+    for _ in 0..3 {
+        api.event(NODE, "VigilGpuDegraded", "GPU 0: ECC", EventType::Warning)
+            .await
+            .expect("event");
+    }
+    let events = fake.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    let name = e["metadata"]["name"].as_str().expect("name").to_string();
+    assert_eq!(e["series"]["count"], 3, "{e}");
+    assert!(e["series"]["lastObservedTime"].is_string(), "{e}");
+    assert_eq!(e["note"], "GPU 0: ECC");
+    let patch_path = format!("{EVENTS_PATH}/{name}");
+    assert_eq!(
+        fake.requests(),
+        vec![
+            seen("POST", EVENTS_PATH, "application/json"),
+            seen("PATCH", &patch_path, MERGE),
+            seen("PATCH", &patch_path, MERGE),
+        ]
+    );
+
+    // Another note, another type, another reason: each a new object, never a changed note.
+    api.event(NODE, "VigilGpuDegraded", "GPU 1: ECC", EventType::Warning)
+        .await
+        .expect("other note");
+    api.event(NODE, "VigilGpuDegraded", "GPU 0: ECC", EventType::Normal)
+        .await
+        .expect("other type");
+    api.event(NODE, "VigilGpuFailed", "GPU 0: ECC", EventType::Warning)
+        .await
+        .expect("other reason");
+    let events = fake.events();
+    assert_eq!(events.len(), 4, "{events:?}");
+    assert_eq!(events[0]["series"]["count"], 3);
+    assert_eq!(events[0]["note"], "GPU 0: ECC");
+    assert_eq!(events[1]["note"], "GPU 1: ECC");
+    assert!(events[1..].iter().all(|e| e.get("series").is_none()));
+
+    // The counted Event is gone (the API server's --event-ttl): the next repeat starts afresh.
+    fake.expire_events();
+    api.event(NODE, "VigilGpuDegraded", "GPU 0: ECC", EventType::Warning)
+        .await
+        .expect("after expiry");
+    let events = fake.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].get("series").is_none(), "{}", events[0]);
+    assert_ne!(events[0]["metadata"]["name"], json!(name));
+    let tail: Vec<_> = fake.requests().into_iter().rev().take(2).collect();
+    assert_eq!(
+        tail,
+        vec![
+            seen("POST", EVENTS_PATH, "application/json"),
+            seen("PATCH", &patch_path, MERGE),
+        ],
+        "a 404 on the count, then a new Event"
+    );
+}
+
+#[tokio::test]
+async fn a_long_note_is_cut_to_what_the_api_server_accepts() {
+    let (fake, api) = setup().await;
+    let long = "x".repeat(5000);
+    api.event(NODE, "VigilCheckpoint", &long, EventType::Normal)
+        .await
+        .expect("a long note is not refused");
+    let events = fake.events();
+    let note = events[0]["note"].as_str().expect("note");
+    assert!(note.len() <= 1024 && note.ends_with('…'), "{}", note.len());
+    assert_eq!(events[0]["action"], "Checkpoint");
 }
 
 #[tokio::test]
@@ -483,4 +606,165 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
         .await
         .expect("json");
     assert_eq!(events, json!([]));
+}
+
+/// The Events endpoints refuse what the real events.k8s.io/v1 API refuses.
+#[tokio::test]
+async fn fake_events_api_is_faithful() {
+    let fake = FakeKube::start(NODE).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}{p}", fake.url);
+    let event = json!({
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "gpu-node-1.abc"},
+        "eventTime": "2025-01-01T00:00:00.000001Z",
+        "regarding": {"apiVersion": "v1", "kind": "Node", "name": NODE},
+        "reportingController": "vigil",
+        "reportingInstance": NODE,
+        "action": "UpdateNode",
+        "reason": "VigilMaintenancePending",
+        "note": "n",
+        "type": "Normal"
+    });
+    let post = |ns: &str, body: &Value| {
+        http.post(url(&format!(
+            "/apis/events.k8s.io/v1/namespaces/{ns}/events"
+        )))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+    };
+    let r = post("default", &event).await.expect("post");
+    assert_eq!(r.status(), 201);
+    let stored: Value = r.json().await.expect("json");
+    assert_eq!(stored["metadata"]["namespace"], "default");
+    assert_eq!(stored["metadata"]["resourceVersion"], "2");
+
+    let r = post("default", &event).await.expect("duplicate");
+    assert_eq!(r.status(), 409);
+    let body: Value = r.json().await.expect("status");
+    assert_eq!(body["reason"], "AlreadyExists");
+
+    // A Node's Events live in default (or kube-system) only.
+    let mut elsewhere = event.clone();
+    elsewhere["metadata"]["name"] = json!("other");
+    let r = post("vigil", &elsewhere).await.expect("post");
+    assert_eq!(r.status(), 422);
+
+    // What events.k8s.io/v1 requires, and the core/v1 fields it refuses.
+    let mut bare = event.clone();
+    bare["metadata"]["name"] = json!("bare");
+    for field in [
+        "action",
+        "reportingController",
+        "reportingInstance",
+        "eventTime",
+    ] {
+        bare.as_object_mut().unwrap().remove(field);
+    }
+    bare["deprecatedCount"] = json!(1);
+    let r = post("default", &bare).await.expect("post");
+    assert_eq!(r.status(), 422);
+    let msg = r.json::<Value>().await.expect("status")["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    for want in [
+        "action: Required value",
+        "reportingController: Required value",
+        "reportingInstance: Required value",
+        "eventTime: Required value",
+        "count: Invalid value",
+    ] {
+        assert!(msg.contains(want), "{want}: {msg}");
+    }
+
+    let patch = |name: &str, body: Value| {
+        http.patch(url(&format!(
+            "/apis/events.k8s.io/v1/namespaces/default/events/{name}"
+        )))
+        .header("content-type", MERGE)
+        .body(body.to_string())
+        .send()
+    };
+    // A series may be added (a real merge: the rest stays) ...
+    let r = patch(
+        "gpu-node-1.abc",
+        json!({"series": {"count": 2, "lastObservedTime": "2025-01-01T00:01:00.000000Z"}}),
+    )
+    .await
+    .expect("patch");
+    assert_eq!(r.status(), 200);
+    let counted: Value = r.json().await.expect("json");
+    assert_eq!(counted["series"]["count"], 2);
+    assert_eq!(counted["note"], "n");
+    assert_eq!(fake.events()[0]["series"]["count"], 2);
+    // ... but not a count below 2, and never a new note, reason or regarding.
+    for bad in [
+        json!({"series": {"count": 1, "lastObservedTime": "2025-01-01T00:02:00Z"}}),
+        json!({"note": "changed"}),
+        json!({"reason": "Other"}),
+        json!({"regarding": {"name": "other-node"}}),
+        json!({"eventTime": "2025-01-01T00:00:01Z"}),
+    ] {
+        let r = patch("gpu-node-1.abc", bad.clone()).await.expect("patch");
+        assert_eq!(r.status(), 422, "{bad}");
+    }
+    let r = patch("missing", json!({})).await.expect("patch");
+    assert_eq!(r.status(), 404);
+    let r = http
+        .patch(url(
+            "/apis/events.k8s.io/v1/namespaces/default/events/gpu-node-1.abc",
+        ))
+        .header("content-type", "application/strategic-merge-patch+json")
+        .body("{}")
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 415);
+
+    // RBAC by group: the core/v1 Events endpoint is not Vigil's and is not served.
+    let r = http
+        .post(url("/api/v1/namespaces/default/events"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 404);
+    let r = http
+        .post(url("/fake/forbid/patch%20events"))
+        .send()
+        .await
+        .expect("forbid");
+    assert!(r.status().is_success());
+    let r = patch("gpu-node-1.abc", json!({})).await.expect("patch");
+    assert_eq!(r.status(), 403);
+    let msg = r.json::<Value>().await.expect("status")["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        msg.starts_with("events.events.k8s.io \"gpu-node-1.abc\" is forbidden")
+            && msg.contains("in API group \"events.k8s.io\" in the namespace \"default\""),
+        "{msg}"
+    );
+    // Only events are refused: the Node may still be patched.
+    let r = http
+        .patch(url(NODE_PATH))
+        .header("content-type", MERGE)
+        .body("{}")
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 200);
+
+    let r = http
+        .post(url("/fake/expire_events"))
+        .send()
+        .await
+        .expect("expire");
+    assert!(r.status().is_success());
+    assert!(fake.events().is_empty());
 }

@@ -23,9 +23,9 @@ use crate::model::gpu::GpuReport;
 use crate::model::maintenance::RawMetadata;
 use crate::observe::metrics::Metrics;
 use crate::observe::server::{self, ServerState};
-use crate::runtime::docker::DockerRuntime;
 use crate::runtime::ContainerRuntime;
 use crate::sources::metadata::{watch_with, MetadataClient, WatchConfig};
+use crate::sources::pods::{KubePods, PodApi};
 
 fn init_logging(cfg: &Config) {
     use tracing_subscriber::EnvFilter;
@@ -129,7 +129,21 @@ struct Adapters {
     sink: Option<Arc<dyn AlertSink>>,
 }
 
-fn adapters(cfg: &Config) -> Result<Adapters, CliError> {
+/// The Kubernetes API for pods, when it is on (a CRI restart reads the pod's restartPolicy).
+async fn pod_api(cfg: &Config) -> Option<Arc<dyn PodApi>> {
+    if !cfg.kubernetes_on() {
+        return None;
+    }
+    match KubePods::connect(&cfg.kubernetes.api_url).await {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            tracing::error!(error = %e, "Kubernetes API unavailable: pods' restartPolicy cannot be read");
+            None
+        }
+    }
+}
+
+fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, CliError> {
     let coord: Arc<dyn Coordinator> = if cfg.embedded() {
         Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
     } else {
@@ -138,12 +152,8 @@ fn adapters(cfg: &Config) -> Result<Adapters, CliError> {
                 .map_err(|e| CliError::Failed(e.to_string()))?,
         )
     };
-    let runtime: Arc<dyn ContainerRuntime> = Arc::new(DockerRuntime::new(
-        &cfg.docker.host,
-        &cfg.docker.worker_label,
-        &cfg.checkpoint.label,
-        cfg.docker.restart_timeout + Duration::from_secs(5),
-    ));
+    let (runtime, why) = crate::runtime::connect(cfg, pods).map_err(CliError::Failed)?;
+    tracing::info!(runtime = %runtime.describe(), "{why}");
     let sink: Option<Arc<dyn AlertSink>> = (!cfg.alerts.webhook_url.is_empty()).then(|| {
         Arc::new(WebhookSink::new(
             &cfg.alerts.webhook_url,
@@ -232,7 +242,10 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
     // Whatever way this function returns, every task it started stops.
     let _stop_all = stop.clone().drop_guard();
     let tracker = TaskTracker::new();
-    let a = adapters(&cfg)?;
+    for line in &cfg.deprecated {
+        tracing::warn!("config: {line}");
+    }
+    let a = adapters(&cfg, pod_api(&cfg).await)?;
     let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());
     let facts = SharedFacts::default();
     let mut agent = Agent::new(

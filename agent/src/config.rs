@@ -238,6 +238,7 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
     pub redis: RedisConfig,
+    pub runtime: RuntimeConfig,
     pub docker: DockerConfig,
     pub policy: PolicyConfig,
     pub safety: SafetyConfig,
@@ -253,6 +254,9 @@ pub struct Config {
     /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
     #[serde(skip)]
     pub kubernetes_in_cluster: bool,
+    /// Deprecated keys the file used, with their replacement, said once at start-up.
+    #[serde(skip)]
+    pub deprecated: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -405,24 +409,77 @@ pub struct RedisConfig {
     pub ca_file: String,
 }
 
+/// Which container runtime the agent speaks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// The socket that exists: Docker's (`docker.host`), then containerd's, then CRI-O's.
+    Auto,
+    /// The Docker Engine API (and Podman's).
+    Docker,
+    /// The Kubernetes CRI (containerd, CRI-O).
+    Cri,
+}
+
+/// The runtime-neutral settings of the container runtime.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct DockerConfig {
-    /// `unix:///var/run/docker.sock` or `tcp://host:port`; env `DOCKER_HOST`.
-    pub host: String,
-    /// Container label that opts a container in; its value is the worker id.
+pub struct RuntimeConfig {
+    /// `auto`, `docker` or `cri`.
+    pub kind: RuntimeKind,
+    /// The CRI socket; empty = the first that exists of `/run/containerd/containerd.sock` and
+    /// `/var/run/crio/crio.sock`.
+    pub cri_socket: String,
+    /// Opt-in label (a container label on Docker, a pod label on CRI); its value is the worker id.
     pub worker_label: String,
     /// Log lines collected before a restart and attached to the alert.
     pub log_lines: usize,
     /// Time allowed for log collection.
     #[serde(with = "humantime_serde")]
     pub log_timeout: Duration,
-    /// Seconds Docker waits after SIGTERM before SIGKILL during a restart.
+    /// Grace between SIGTERM and SIGKILL when a worker is restarted.
     #[serde(with = "humantime_serde")]
     pub stop_grace: Duration,
-    /// Time allowed for the whole restart call (must exceed `stop_grace`).
+    /// Time allowed for the whole restart (on CRI: until kubelet's next attempt runs); must
+    /// exceed `stop_grace`.
     #[serde(with = "humantime_serde")]
     pub restart_timeout: Duration,
+    /// CRI: also restart pods whose restartPolicy is Never (which ends the pod), or whose policy
+    /// cannot be read (no Kubernetes API).
+    pub allow_pod_replacement: bool,
+}
+
+/// The Docker Engine API. The keys that are not Docker-specific moved to `[runtime]`; the old
+/// spellings still work, with a deprecation line at start-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerConfig {
+    /// `unix:///var/run/docker.sock` or `tcp://host:port`; env `DOCKER_HOST`.
+    pub host: String,
+    /// Deprecated: `runtime.worker_label`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_label: Option<String>,
+    /// Deprecated: `runtime.log_lines`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_lines: Option<usize>,
+    /// Deprecated: `runtime.log_timeout`.
+    #[serde(
+        with = "humantime_serde::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub log_timeout: Option<Duration>,
+    /// Deprecated: `runtime.stop_grace`.
+    #[serde(
+        with = "humantime_serde::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub stop_grace: Option<Duration>,
+    /// Deprecated: `runtime.restart_timeout`.
+    #[serde(
+        with = "humantime_serde::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub restart_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -504,6 +561,7 @@ impl Default for Config {
             dry_run: false,
             poll_interval: Duration::from_secs(15),
             redis: RedisConfig::default(),
+            runtime: RuntimeConfig::default(),
             docker: DockerConfig::default(),
             policy: PolicyConfig::default(),
             safety: SafetyConfig::default(),
@@ -517,6 +575,7 @@ impl Default for Config {
             opportunistic: OpportunisticConfig::default(),
             gpu: GpuConfig::default(),
             kubernetes_in_cluster: false,
+            deprecated: Vec::new(),
         }
     }
 }
@@ -581,15 +640,30 @@ impl Default for RedisConfig {
     }
 }
 
-impl Default for DockerConfig {
+impl Default for RuntimeConfig {
     fn default() -> Self {
-        DockerConfig {
-            host: "unix:///var/run/docker.sock".into(),
+        RuntimeConfig {
+            kind: RuntimeKind::Auto,
+            cri_socket: String::new(),
             worker_label: "vigil.worker".into(),
             log_lines: 100,
             log_timeout: Duration::from_secs(20),
             stop_grace: Duration::from_secs(30),
             restart_timeout: Duration::from_secs(90),
+            allow_pod_replacement: false,
+        }
+    }
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            host: "unix:///var/run/docker.sock".into(),
+            worker_label: None,
+            log_lines: None,
+            log_timeout: None,
+            stop_grace: None,
+            restart_timeout: None,
         }
     }
 }
@@ -701,10 +775,45 @@ impl Config {
                 Err(e) => Err(e.to_string()),
             }
         };
-        parsed.map_err(|problem| ConfigError::File {
+        let mut cfg = parsed.map_err(|problem| ConfigError::File {
             path: path.to_path_buf(),
             problem: problem.replace('\n', " "),
-        })
+        })?;
+        cfg.migrate();
+        Ok(cfg)
+    }
+
+    /// Move the deprecated `docker.*` keys to `[runtime]`, remembering each for a warning.
+    /// NB: the old key wins when both are set: it is the one the operator wrote last time.
+    fn migrate(&mut self) {
+        let d = &mut self.docker;
+        let r = &mut self.runtime;
+        let mut moved = Vec::new();
+        if let Some(v) = d.worker_label.take() {
+            r.worker_label = v;
+            moved.push("worker_label");
+        }
+        if let Some(v) = d.log_lines.take() {
+            r.log_lines = v;
+            moved.push("log_lines");
+        }
+        if let Some(v) = d.log_timeout.take() {
+            r.log_timeout = v;
+            moved.push("log_timeout");
+        }
+        if let Some(v) = d.stop_grace.take() {
+            r.stop_grace = v;
+            moved.push("stop_grace");
+        }
+        if let Some(v) = d.restart_timeout.take() {
+            r.restart_timeout = v;
+            moved.push("restart_timeout");
+        }
+        self.deprecated.extend(
+            moved
+                .into_iter()
+                .map(|k| format!("docker.{k} is deprecated: use runtime.{k}")),
+        );
     }
 
     /// Load from an optional file, apply environment overrides, validate.
@@ -784,8 +893,8 @@ impl Config {
         let nonzero: [(&'static str, Duration); 11] = [
             ("poll_interval", self.poll_interval),
             ("redis.timeout", self.redis.timeout),
-            ("docker.log_timeout", self.docker.log_timeout),
-            ("docker.restart_timeout", self.docker.restart_timeout),
+            ("runtime.log_timeout", self.runtime.log_timeout),
+            ("runtime.restart_timeout", self.runtime.restart_timeout),
             ("policy.stale_after", self.policy.stale_after),
             ("policy.error_for", self.policy.error_for),
             ("policy.stalled_after", self.policy.stalled_after),
@@ -847,13 +956,22 @@ impl Config {
                 ),
             );
         }
-        if self.docker.worker_label.is_empty() {
-            return bad("docker.worker_label", "must not be empty");
+        if self.runtime.worker_label.is_empty() {
+            return bad("runtime.worker_label", "must not be empty");
         }
-        if self.docker.stop_grace >= self.docker.restart_timeout {
+        if self.runtime.stop_grace >= self.runtime.restart_timeout {
             return bad(
-                "docker.restart_timeout",
-                "must be longer than docker.stop_grace, or Docker's SIGKILL comes after we gave up",
+                "runtime.restart_timeout",
+                "must be longer than runtime.stop_grace, or the runtime's SIGKILL comes after we gave up",
+            );
+        }
+        if !self.runtime.cri_socket.is_empty() && !self.runtime.cri_socket.starts_with('/') {
+            return bad(
+                "runtime.cri_socket",
+                format!(
+                    "`{}` is not an absolute path to a unix socket",
+                    self.runtime.cri_socket
+                ),
             );
         }
         if self.policy.confirm_after >= self.policy.stale_after {
@@ -867,8 +985,8 @@ impl Config {
             return bad(
                 "safety.lock_ttl",
                 format!(
-                    "{} is shorter than docker.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \
-                     + docker.restart_timeout + {}s margin = {}; the lock could expire mid-restart",
+                    "{} is shorter than runtime.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \
+                     + runtime.restart_timeout + {}s margin = {}; the lock could expire mid-restart",
                     humantime::format_duration(self.safety.lock_ttl),
                     LOCK_MARGIN.as_secs(),
                     humantime::format_duration(needed)
@@ -979,7 +1097,7 @@ impl Config {
         let alert: Duration = (0..self.alerts.attempts)
             .map(|a| self.alerts.timeout + alert_backoff(a))
             .sum();
-        self.docker.log_timeout + alert + self.docker.restart_timeout + LOCK_MARGIN
+        self.runtime.log_timeout + alert + self.runtime.restart_timeout + LOCK_MARGIN
     }
 
     /// Whether the Node object is published (explicit `on`, or `auto` inside a cluster).
@@ -1123,10 +1241,15 @@ mod tests {
             ("[redis]\nkey_prefix = \"a:b\"", "redis.key_prefix"),
             ("[redis]\ntrail_max_len = 0", "redis.trail_max_len"),
             ("[docker]\nhost = \"/var/run/docker.sock\"", "docker.host"),
-            ("[docker]\nworker_label = \"\"", "docker.worker_label"),
+            ("[runtime]\nworker_label = \"\"", "runtime.worker_label"),
             (
-                "[docker]\nstop_grace = \"90s\"\nrestart_timeout = \"60s\"",
-                "docker.restart_timeout",
+                "[runtime]\nstop_grace = \"90s\"\nrestart_timeout = \"60s\"",
+                "runtime.restart_timeout",
+            ),
+            ("[runtime]\nkind = \"podman\"", "runtime.kind"),
+            (
+                "[runtime]\ncri_socket = \"containerd.sock\"",
+                "runtime.cri_socket",
             ),
             ("[policy]\nconfirm_after = \"5m\"", "policy.confirm_after"),
             ("[policy]\ncooldown = \"0s\"", "policy.cooldown"),
@@ -1192,6 +1315,25 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn old_docker_keys_still_work_and_say_so() {
+        let c =
+            parse("[docker]\nworker_label = \"team.worker\"\nrestart_timeout = \"2m\"\n").unwrap();
+        assert_eq!(c.runtime.worker_label, "team.worker");
+        assert_eq!(c.runtime.restart_timeout, Duration::from_secs(120));
+        assert_eq!(c.docker.worker_label, None, "moved, not kept twice");
+        assert_eq!(
+            c.deprecated,
+            vec![
+                "docker.worker_label is deprecated: use runtime.worker_label",
+                "docker.restart_timeout is deprecated: use runtime.restart_timeout",
+            ]
+        );
+        let c = parse("[runtime]\nkind = \"cri\"\n").unwrap();
+        assert_eq!(c.runtime.kind, RuntimeKind::Cri);
+        assert!(c.deprecated.is_empty());
     }
 
     #[test]

@@ -12,8 +12,8 @@ use super::real::{free_port, unique};
 pub struct ConfigParts<'a> {
     /// Top-level keys.
     pub top: &'a str,
-    /// More `[docker]` keys.
-    pub docker: &'a str,
+    /// More `[runtime]` keys.
+    pub runtime: &'a str,
     /// More `[policy]` keys.
     pub policy: &'a str,
     /// Further tables, whole.
@@ -66,9 +66,9 @@ poll_interval = "300ms"
 key_prefix = "{prefix}"
 [server]
 listen = "{listen}"
-[docker]
+[runtime]
 worker_label = "{label}"
-{docker}
+{runtime}
 log_timeout = "5s"
 stop_grace = "1s"
 restart_timeout = "15s"
@@ -83,7 +83,7 @@ restart_delay = "2s"
             listen = self.listen,
             label = self.label,
             top = own.top,
-            docker = own.docker,
+            runtime = own.runtime,
             policy = own.policy,
             tables = own.tables,
         );

@@ -1,6 +1,8 @@
 #![allow(dead_code)]
 //! A faithful fake of the slice of the Kubernetes API server Vigil uses: one Node (GET, PATCH with
-//! JSON merge patch) and Events (POST), served over real HTTP on `127.0.0.1:0`.
+//! JSON merge patch), events.k8s.io/v1 Events (POST, and PATCH with JSON merge patch, as kube's
+//! event `Recorder` counts a repeat) and SelfSubjectAccessReviews, served over real HTTP on
+//! `127.0.0.1:0`.
 //!
 //! Faithful where it matters to the code under test:
 //! - error answers are `Status` objects with the real server's reasons, codes and wording
@@ -11,11 +13,20 @@
 //! - what the server stores is normalised as Go's `omitempty` would (an empty taint list or label
 //!   map disappears), and taints are validated (known effect, no duplicate key + effect: 422);
 //! - only `application/merge-patch+json` is implemented; other patch types answer 415 rather than
-//!   being silently treated as merge, so a change of patch type in the client fails loudly.
+//!   being silently treated as merge, so a change of patch type in the client fails loudly;
+//! - Events are validated as the events.k8s.io/v1 API validates them (required `eventTime`,
+//!   `reportingController`, `reportingInstance`, `action`, `reason`; the length limits; the
+//!   deprecated core/v1 fields unset; an Event about a cluster-scoped object lives in `default` or
+//!   `kube-system`), a duplicate name is 409 AlreadyExists, and a PATCH may only move `series`
+//!   and metadata: `regarding`, `note`, `reason`, `action`, `type`, `eventTime` and the reporter
+//!   are immutable (422), as on a real server;
+//! - RBAC is the ClusterRole of `deploy/base/rbac.yaml` ([`ROLE`]) less what a test forbids: a
+//!   403 names the verb, resource and API group as the real authorizer does, and access reviews
+//!   answer from the same rules. The core/v1 Events endpoint is not served: nothing uses it.
 //!
 //! Test hooks (Rust methods, and the same over HTTP under `/fake/...` for another process):
 //! `node`, `events`, `requests`, `foreign_write`, `conflict_next`, `race_next_get`, `forbid`,
-//! `allow`.
+//! `allow`, `expire_events`.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,12 +35,24 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use axum::Router;
 use serde_json::{json, Map, Value};
 
 /// The identity the fake pretends the agent's ServiceAccount has, for 403 messages.
 const USER: &str = "system:serviceaccount:vigil:vigil";
+
+/// The agent's ClusterRole as `deploy/base/rbac.yaml` grants it: (API group, resource, verb).
+pub const ROLE: &[(&str, &str, &str)] = &[
+    ("", "nodes", "get"),
+    ("", "nodes", "patch"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+];
+
+/// The events.k8s.io group and version Events are served under.
+const EVENTS_GROUP: &str = "events.k8s.io";
+const EVENTS_API_VERSION: &str = "events.k8s.io/v1";
 
 /// One request as the server saw it: (method, path, content type or "").
 pub type Seen = (String, String, String);
@@ -55,7 +78,8 @@ struct World {
     /// A foreign merge patch to apply right after the next GET of the node is answered, so the
     /// reader's copy is stale by the time it writes.
     race_after_get: Option<Value>,
-    /// Kubernetes verbs (`get`, `patch`, `create`) that RBAC refuses.
+    /// What RBAC refuses on top of [`ROLE`]: a verb (`get`, `patch`, `create`) on every resource,
+    /// or `"<verb> <resource>"` (e.g. `"patch events"`) on one.
     forbidden: BTreeSet<String>,
     requests: Vec<Seen>,
     uids: u64,
@@ -105,7 +129,14 @@ impl FakeKube {
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
-            .route("/api/v1/namespaces/{ns}/events", post(create_event))
+            .route(
+                "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+                post(create_event),
+            )
+            .route(
+                "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}",
+                patch(patch_event),
+            )
             .route(
                 "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
                 post(access_review),
@@ -118,6 +149,7 @@ impl FakeKube {
             .route("/fake/conflict_next/{n}", post(hook_conflict_next))
             .route("/fake/forbid/{verb}", post(hook_forbid))
             .route("/fake/allow/{verb}", post(hook_allow))
+            .route("/fake/expire_events", post(hook_expire_events))
             .fallback(unknown)
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -139,9 +171,15 @@ impl FakeKube {
         lock(&self.shared).node.clone()
     }
 
-    /// Every Event created so far, as stored.
+    /// Every Event stored (created, then perhaps counted by PATCHes of its `series`), as a GET
+    /// would return it, in creation order.
     pub fn events(&self) -> Vec<Value> {
         lock(&self.shared).events.clone()
+    }
+
+    /// Deletes every Event, as the API server's `--event-ttl` (1 h by default) does.
+    pub fn expire_events(&self) {
+        lock(&self.shared).events.clear();
     }
 
     /// Every API request so far (not the `/fake` hooks), in order.
@@ -171,14 +209,15 @@ impl FakeKube {
         lock(&self.shared).race_after_get = Some(patch);
     }
 
-    /// Makes RBAC refuse `verb` (`get`, `patch`, `create`) with 403 until [`FakeKube::allow`].
-    pub fn forbid(&self, verb: &str) {
-        lock(&self.shared).forbidden.insert(verb.to_string());
+    /// Makes RBAC refuse with 403 until [`FakeKube::allow`]: `rule` is a verb (`get`, `patch`,
+    /// `create`) on every resource, or `"<verb> <resource>"` (`"patch events"`) on one.
+    pub fn forbid(&self, rule: &str) {
+        lock(&self.shared).forbidden.insert(rule.to_string());
     }
 
-    /// Lifts [`FakeKube::forbid`].
-    pub fn allow(&self, verb: &str) {
-        lock(&self.shared).forbidden.remove(verb);
+    /// Lifts [`FakeKube::forbid`] of the same `rule`.
+    pub fn allow(&self, rule: &str) {
+        lock(&self.shared).forbidden.remove(rule);
     }
 }
 
@@ -221,6 +260,13 @@ fn lock(shared: &Shared) -> MutexGuard<'_, World> {
 }
 
 impl World {
+    /// Whether RBAC lets the agent `verb` the `resource` of API `group`.
+    fn allows(&self, group: &str, resource: &str, verb: &str) -> bool {
+        ROLE.contains(&(group, resource, verb))
+            && !self.forbidden.contains(verb)
+            && !self.forbidden.contains(&format!("{verb} {resource}"))
+    }
+
     fn record(&mut self, method: &Method, uri: &Uri, headers: &HeaderMap) {
         let content_type = headers
             .get(header::CONTENT_TYPE)
@@ -286,6 +332,14 @@ impl World {
         Ok(next)
     }
 
+    fn find_event(&self, ns: &str, name: &str) -> Option<usize> {
+        self.events.iter().position(|e| {
+            e.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
+                && e.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+        })
+    }
+
+    /// POST of an events.k8s.io/v1 Event, validated as the real server does on create.
     fn create_event(&mut self, ns: &str, body: &[u8]) -> Result<Value, Answer> {
         let mut event: Value = serde_json::from_slice(body)
             .map_err(|e| bad_request(format!("the object provided is unrecognized: {e}")))?;
@@ -294,15 +348,7 @@ impl World {
                 "the object provided is unrecognized: not a JSON object".into(),
             ));
         }
-        if event
-            .get("kind")
-            .and_then(Value::as_str)
-            .is_some_and(|k| k != "Event")
-        {
-            return Err(bad_request(
-                "the API version in the data (v1) does not match the expected kind Event".into(),
-            ));
-        }
+        check_type_meta(&event)?;
         if !event.get("metadata").is_some_and(Value::is_object) {
             event["metadata"] = json!({});
         }
@@ -325,46 +371,40 @@ impl World {
             (Some(n), _) if !n.is_empty() => n.to_string(),
             (_, Some(g)) if !g.is_empty() => format!("{g}{:05x}", self.uids & 0xfffff),
             _ => {
-                return Err(invalid(
-                    "Event",
+                return Err(invalid_event(
                     "",
-                    "metadata.name: Required value: name or generateName is required",
+                    vec!["metadata.name: Required value: name or generateName is required".into()],
                 ))
             }
         };
-        // Legacy (core/v1) event validation: an event about a cluster-scoped object such as a
-        // Node must live in "default" (or have no namespace).
-        let involved_ns = event
-            .pointer("/involvedObject/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if involved_ns.is_empty() && ns != "default" {
-            return Err(invalid(
-                "Event",
-                &name,
-                "involvedObject.namespace: Invalid value: \"\": does not match event.namespace",
-            ));
+        let mut causes = Vec::new();
+        if let Some(why) = dns_subdomain_error(&name) {
+            causes.push(format!("metadata.name: Invalid value: \"{name}\": {why}"));
         }
-        if !involved_ns.is_empty() && involved_ns != ns {
-            return Err(invalid(
-                "Event",
-                &name,
-                &format!(
-                    "involvedObject.namespace: Invalid value: \"{involved_ns}\": does not match \
-                     event.namespace"
-                ),
-            ));
+        causes.extend(validate_event(ns, &event));
+        causes.extend(validate_series(&event));
+        if event_time(&event)?.is_none() {
+            causes.push("eventTime: Required value".into());
         }
-        let exists = self.events.iter().any(|e| {
-            e.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
-                && e.pointer("/metadata/name").and_then(Value::as_str) == Some(name.as_str())
-        });
-        if exists {
+        for (field, path) in [
+            ("deprecatedFirstTimestamp", "firstTimestamp"),
+            ("deprecatedLastTimestamp", "lastTimestamp"),
+            ("deprecatedCount", "count"),
+            ("deprecatedSource", "source"),
+        ] {
+            if event.get(field).is_some_and(is_set) {
+                causes.push(format!("{path}: Invalid value: \"\": needs to be unset"));
+            }
+        }
+        if !causes.is_empty() {
+            return Err(invalid_event(&name, causes));
+        }
+        if self.find_event(ns, &name).is_some() {
             return Err(status(
                 StatusCode::CONFLICT,
                 "AlreadyExists",
-                format!("events \"{name}\" already exists"),
-                Some(json!({"name": name, "kind": "events"})),
+                format!("events.{EVENTS_GROUP} \"{name}\" already exists"),
+                Some(json!({"name": name, "group": EVENTS_GROUP, "kind": "events"})),
             ));
         }
         self.uids += 1;
@@ -376,10 +416,273 @@ impl World {
         meta["resourceVersion"] = json!(rv);
         meta["creationTimestamp"] = json!("2025-01-01T00:00:01Z");
         event["kind"] = json!("Event");
-        event["apiVersion"] = json!("v1");
+        event["apiVersion"] = json!(EVENTS_API_VERSION);
         self.events.push(event.clone());
         Ok(event)
     }
+
+    /// JSON merge PATCH of a stored Event, validated as the real server validates an update
+    /// through events.k8s.io/v1: only `series` and metadata may move.
+    fn patch_event(&mut self, ns: &str, name: &str, patch: &Value) -> Result<Value, Answer> {
+        let Some(at) = self.find_event(ns, name) else {
+            return Err(status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("events.{EVENTS_GROUP} \"{name}\" not found"),
+                Some(json!({"name": name, "group": EVENTS_GROUP, "kind": "events"})),
+            ));
+        };
+        if !patch.is_object() {
+            return Err(bad_request(
+                "json: cannot unmarshal a non-object patch into an Event".into(),
+            ));
+        }
+        let old = self.events[at].clone();
+        if let Some(rv) = patch.pointer("/metadata/resourceVersion") {
+            if !rv.is_null() && Some(rv) != old.pointer("/metadata/resourceVersion") {
+                return Err(status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    format!(
+                        "Operation cannot be fulfilled on events.{EVENTS_GROUP} \"{name}\": the \
+                         object has been modified; please apply your changes to the latest \
+                         version and try again"
+                    ),
+                    Some(json!({"name": name, "group": EVENTS_GROUP, "kind": "events"})),
+                ));
+            }
+        }
+        let mut next = old.clone();
+        merge(&mut next, patch);
+        check_type_meta(&next)?;
+        if next.pointer("/metadata/name") != Some(&json!(name)) {
+            return Err(bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                next.pointer("/metadata/name").unwrap_or(&Value::Null)
+            )));
+        }
+        if next.pointer("/metadata/namespace") != Some(&json!(ns)) {
+            return Err(bad_request(
+                "the namespace of the provided object does not match the namespace sent on the \
+                 request"
+                    .into(),
+            ));
+        }
+        // Fields the server owns: a patch cannot change them.
+        for field in ["uid", "creationTimestamp"] {
+            next["metadata"][field] = old["metadata"][field].clone();
+        }
+        next["kind"] = json!("Event");
+        next["apiVersion"] = json!(EVENTS_API_VERSION);
+        let mut causes = validate_event(ns, &next);
+        if next.get("series") != old.get("series") {
+            causes.extend(validate_series(&next));
+        }
+        // The Go validation names the internal (core) fields.
+        for (field, path) in [
+            ("regarding", "involvedObject"),
+            ("reason", "reason"),
+            ("note", "message"),
+            ("deprecatedSource", "source"),
+            ("deprecatedFirstTimestamp", "firstTimestamp"),
+            ("deprecatedLastTimestamp", "lastTimestamp"),
+            ("deprecatedCount", "count"),
+            ("type", "type"),
+            ("action", "action"),
+            ("related", "related"),
+            ("reportingController", "reportingController"),
+            ("reportingInstance", "reportingInstance"),
+        ] {
+            if next.get(field) != old.get(field) {
+                causes.push(immutable(path, next.get(field)));
+            }
+        }
+        // eventTime may only change below a microsecond.
+        let micros = |t: Option<jiff::Timestamp>| t.map(|t| t.as_microsecond());
+        if micros(event_time(&next)?) != micros(event_time(&old)?) {
+            causes.push(immutable("eventTime", next.get("eventTime")));
+        }
+        if !causes.is_empty() {
+            return Err(invalid_event(name, causes));
+        }
+        let rv = self.next_revision();
+        next["metadata"]["resourceVersion"] = json!(rv);
+        self.events[at] = next.clone();
+        Ok(next)
+    }
+}
+
+/// What the API server's decoding refuses in an Event body's `kind` and `apiVersion`.
+fn check_type_meta(event: &Value) -> Result<(), Answer> {
+    if let Some(kind) = event.get("kind").and_then(Value::as_str) {
+        if kind != "Event" {
+            return Err(bad_request(format!(
+                "the kind in the data ({kind}) does not match the expected kind Event"
+            )));
+        }
+    }
+    if let Some(version) = event.get("apiVersion").and_then(Value::as_str) {
+        if version != EVENTS_API_VERSION {
+            return Err(bad_request(format!(
+                "the API version in the data ({version}) does not match the expected API \
+                 version ({EVENTS_API_VERSION})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A JSON value Go would not see as its zero value.
+fn is_set(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::Object(m) => m.values().any(is_set),
+        Value::Array(a) => !a.is_empty(),
+        Value::Bool(b) => *b,
+    }
+}
+
+/// The Event's `eventTime`, `None` when unset; a malformed one is refused as Go's decoder does.
+fn event_time(event: &Value) -> Result<Option<jiff::Timestamp>, Answer> {
+    match event.get("eventTime") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => s.parse().map(Some).map_err(|e| {
+            bad_request(format!(
+                "parsing time {s:?} as \"2006-01-02T15:04:05.000000Z07:00\": {e}"
+            ))
+        }),
+        Some(other) => Err(bad_request(format!(
+            "json: cannot unmarshal {other} into Go struct field Event.eventTime of type string"
+        ))),
+    }
+}
+
+/// The field checks every Event must pass, created or updated (the Go `legacyValidateEvent`
+/// for an Event with an `eventTime`), worded and named as the real server words them.
+fn validate_event(ns: &str, event: &Value) -> Vec<String> {
+    let text = |field: &str| event.get(field).and_then(Value::as_str).unwrap_or("");
+    let mut causes = Vec::new();
+    let regarding_ns = event
+        .pointer("/regarding/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if regarding_ns.is_empty() && ns != "default" && ns != "kube-system" {
+        causes.push(
+            "involvedObject.namespace: Invalid value: \"\": does not match event.namespace".into(),
+        );
+    }
+    let controller = text("reportingController");
+    if controller.is_empty() {
+        causes.push("reportingController: Required value".into());
+    } else if let Some(why) = qualified_name_error(controller) {
+        causes.push(format!(
+            "reportingController: Invalid value: \"{controller}\": {why}"
+        ));
+    }
+    for (field, limit) in [("reportingInstance", 128), ("action", 128), ("reason", 128)] {
+        let value = text(field);
+        if value.is_empty() {
+            causes.push(format!("{field}: Required value"));
+        } else if value.len() > limit {
+            causes.push(format!(
+                "{field}: Invalid value: \"\": can have at most {limit} characters"
+            ));
+        }
+    }
+    if text("note").len() > 1024 {
+        causes.push("message: Invalid value: \"\": can have at most 1024 characters".into());
+    }
+    match text("type") {
+        "Normal" | "Warning" => {}
+        other => causes.push(format!(
+            "type: Invalid value: \"\": has invalid value: {other}"
+        )),
+    }
+    causes
+}
+
+/// A `series`, when there is one, counts at least two and says when it was last seen.
+fn validate_series(event: &Value) -> Vec<String> {
+    let Some(series) = event.get("series").filter(|s| !s.is_null()) else {
+        return Vec::new();
+    };
+    let mut causes = Vec::new();
+    if series.get("count").and_then(Value::as_i64).unwrap_or(0) < 2 {
+        causes.push("series.count: Invalid value: \"\": should be at least 2".into());
+    }
+    if !series.get("lastObservedTime").is_some_and(is_set) {
+        causes.push("series.lastObservedTime: Required value".into());
+    }
+    causes
+}
+
+/// Why `name` is not a DNS-1123 subdomain (an object name), or `None`.
+fn dns_subdomain_error(name: &str) -> Option<String> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let labels_ok = name
+        .split('.')
+        .all(|l| alnum(l.bytes().next()) && alnum(l.bytes().last()));
+    if name.len() > 253 {
+        Some("must be no more than 253 characters".into())
+    } else if !(ok_chars && labels_ok) {
+        Some(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \
+             '-' or '.', and must start and end with an alphanumeric character"
+                .into(),
+        )
+    } else {
+        None
+    }
+}
+
+/// Why `value` is not a qualified name (`[prefix/]name`, as label keys are), or `None`.
+fn qualified_name_error(value: &str) -> Option<String> {
+    let (prefix, name) = match value.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, value),
+    };
+    if let Some(why) = prefix.and_then(dns_subdomain_error) {
+        return Some(format!("prefix part {why}"));
+    }
+    let edge = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && edge(name.bytes().next())
+        && edge(name.bytes().last())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    (!ok).then(|| {
+        "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and \
+         end with an alphanumeric character (at most 63 characters)"
+            .into()
+    })
+}
+
+fn immutable(path: &str, value: Option<&Value>) -> String {
+    format!(
+        "{path}: Invalid value: {}: field is immutable",
+        value.unwrap_or(&Value::Null)
+    )
+}
+
+/// 422 for an Event, one cause or several as the real server lists them.
+fn invalid_event(name: &str, causes: Vec<String>) -> Answer {
+    let listed = match causes.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        format!("Event.{EVENTS_GROUP} \"{name}\" is invalid: {listed}"),
+        Some(json!({"name": name, "group": EVENTS_GROUP, "kind": "Event"})),
+    )
 }
 
 /// RFC 7386: objects merge key by key, `null` deletes, anything else (lists included) replaces.
@@ -547,11 +850,22 @@ fn invalid(kind: &str, name: &str, cause: &str) -> Answer {
     )
 }
 
-/// RBAC's refusal, worded as the real authorizer words it.
-fn forbidden(verb: &str, resource: &str, name: Option<&str>, ns: Option<&str>) -> Answer {
+/// RBAC's refusal, worded as the real authorizer words it (`group` is `""` for core).
+fn forbidden(
+    verb: &str,
+    resource: &str,
+    group: &str,
+    name: Option<&str>,
+    ns: Option<&str>,
+) -> Answer {
+    let qualified = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
     let subject = match name {
-        Some(n) => format!("{resource} \"{n}\""),
-        None => resource.to_string(),
+        Some(n) => format!("{qualified} \"{n}\""),
+        None => qualified,
     };
     let scope = match ns {
         Some(ns) => format!("in the namespace \"{ns}\""),
@@ -562,9 +876,9 @@ fn forbidden(verb: &str, resource: &str, name: Option<&str>, ns: Option<&str>) -
         "Forbidden",
         format!(
             "{subject} is forbidden: User \"{USER}\" cannot {verb} resource \"{resource}\" in API \
-             group \"\" {scope}"
+             group \"{group}\" {scope}"
         ),
-        Some(json!({"name": name.unwrap_or(""), "kind": resource})),
+        Some(json!({"name": name.unwrap_or(""), "group": group, "kind": resource})),
     )
 }
 
@@ -601,8 +915,8 @@ async fn get_node(
 ) -> Response {
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
-    if world.forbidden.contains("get") {
-        return respond(forbidden("get", "nodes", Some(&name), None));
+    if !world.allows("", "nodes", "get") {
+        return respond(forbidden("get", "nodes", "", Some(&name), None));
     }
     if name != world.node_name {
         return respond(not_found(&name));
@@ -626,8 +940,8 @@ async fn patch_node(
 ) -> Response {
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
-    if world.forbidden.contains("patch") {
-        return respond(forbidden("patch", "nodes", Some(&name), None));
+    if !world.allows("", "nodes", "patch") {
+        return respond(forbidden("patch", "nodes", "", Some(&name), None));
     }
     if media_type(&headers) != "application/merge-patch+json" {
         return respond(unsupported_media_type(
@@ -652,7 +966,8 @@ async fn patch_node(
 }
 
 /// SelfSubjectAccessReview, as the real server answers it: the review echoed back with a
-/// `status.allowed` that follows the RBAC this fake enforces (see [`FakeKube::forbid`]).
+/// `status.allowed` that follows the RBAC this fake enforces ([`ROLE`] less
+/// [`FakeKube::forbid`]), by API group, resource and verb.
 async fn access_review(
     State(shared): State<Shared>,
     method: Method,
@@ -667,11 +982,17 @@ async fn access_review(
             "the body is not a SelfSubjectAccessReview".into(),
         ));
     };
-    let verb = review["spec"]["resourceAttributes"]["verb"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    let allowed = !world.forbidden.contains(&verb);
+    let attribute = |name: &str| {
+        review["spec"]["resourceAttributes"][name]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let allowed = world.allows(
+        &attribute("group"),
+        &attribute("resource"),
+        &attribute("verb"),
+    );
     review["status"] = serde_json::json!({ "allowed": allowed });
     respond((StatusCode::CREATED, review))
 }
@@ -686,13 +1007,46 @@ async fn create_event(
 ) -> Response {
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
-    if world.forbidden.contains("create") {
-        return respond(forbidden("create", "events", None, Some(&ns)));
+    if !world.allows(EVENTS_GROUP, "events", "create") {
+        return respond(forbidden("create", "events", EVENTS_GROUP, None, Some(&ns)));
     }
     if media_type(&headers) != "application/json" {
         return respond(unsupported_media_type("application/json", "", &headers));
     }
     respond_with(StatusCode::CREATED, world.create_event(&ns, &body))
+}
+
+async fn patch_event(
+    State(shared): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if !world.allows(EVENTS_GROUP, "events", "patch") {
+        return respond(forbidden(
+            "patch",
+            "events",
+            EVENTS_GROUP,
+            Some(&name),
+            Some(&ns),
+        ));
+    }
+    if media_type(&headers) != "application/merge-patch+json" {
+        return respond(unsupported_media_type(
+            "application/merge-patch+json",
+            "this fake implements only merge patch; ",
+            &headers,
+        ));
+    }
+    let patch = match decode_patch(&body) {
+        Ok(p) => p,
+        Err(answer) => return respond(answer),
+    };
+    respond_with(StatusCode::OK, world.patch_event(&ns, &name, &patch))
 }
 
 async fn unknown(
@@ -758,5 +1112,10 @@ async fn hook_forbid(State(shared): State<Shared>, Path(verb): Path<String>) -> 
 
 async fn hook_allow(State(shared): State<Shared>, Path(verb): Path<String>) -> StatusCode {
     lock(&shared).forbidden.remove(&verb);
+    StatusCode::NO_CONTENT
+}
+
+async fn hook_expire_events(State(shared): State<Shared>) -> StatusCode {
+    lock(&shared).events.clear();
     StatusCode::NO_CONTENT
 }

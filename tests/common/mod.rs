@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod containerd;
 pub mod e2e;
 pub mod fake_gpu;
 pub mod fake_kube;

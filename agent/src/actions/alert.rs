@@ -43,11 +43,14 @@ pub enum AlertKind {
     CoordinatorDown,
     /// The container runtime is unreachable.
     RuntimeDown,
+    /// Page: the worker is hung but Vigil must not restart it (e.g. a CRI pod whose
+    /// restartPolicy is Never): a person decides.
+    NotRestartable,
 }
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 15] = [
+    pub const ALL: [AlertKind; 16] = [
         AlertKind::Hung,
         AlertKind::Errored,
         AlertKind::Restarting,
@@ -63,6 +66,7 @@ impl AlertKind {
         AlertKind::Ambiguous,
         AlertKind::CoordinatorDown,
         AlertKind::RuntimeDown,
+        AlertKind::NotRestartable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -82,12 +86,16 @@ impl AlertKind {
             AlertKind::Ambiguous => "ambiguous",
             AlertKind::CoordinatorDown => "coordinator-down",
             AlertKind::RuntimeDown => "runtime-down",
+            AlertKind::NotRestartable => "not-restartable",
         }
     }
 
     /// Pages carry the configured mention: a person is needed now.
     pub(crate) fn is_page(self) -> bool {
-        matches!(self, AlertKind::RestartFailed | AlertKind::Escalation)
+        matches!(
+            self,
+            AlertKind::RestartFailed | AlertKind::Escalation | AlertKind::NotRestartable
+        )
     }
 }
 
@@ -97,6 +105,9 @@ pub struct Alert {
     pub kind: AlertKind,
     pub node: String,
     pub worker: Option<String>,
+    /// Where the worker runs: `namespace/pod/container` on Kubernetes nodes, the container name
+    /// on Docker.
+    pub container: Option<String>,
     pub verdict: Option<&'static str>,
     pub job: Option<String>,
     /// How long the condition has lasted, human-readable.
@@ -115,6 +126,7 @@ impl Alert {
             kind,
             node: node.to_string(),
             worker: None,
+            container: None,
             verdict: None,
             job: None,
             duration: None,
@@ -131,6 +143,9 @@ impl Alert {
         let mut s = format!("[vigil] {} on node {}", self.kind.as_str(), self.node);
         if let Some(w) = &self.worker {
             s.push_str(&format!(", worker {w}"));
+        }
+        if let Some(c) = &self.container {
+            s.push_str(&format!(" in {c}"));
         }
         if let Some(v) = self.verdict {
             s.push_str(&format!(" ({v}"));

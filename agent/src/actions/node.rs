@@ -10,31 +10,40 @@
 //!   `kube`, and tests plug in either a fake API server (`tests/common/fake_kube.rs`) or their own
 //!   implementation.
 //!
-//! RBAC the agent needs (least privilege): `get` and `patch` on `nodes`, `create` on `events`
-//! (core API group `""`). A 403 names the missing rule (see [`NodeError::Forbidden`]).
+//! - Events go through `kube`'s events.k8s.io [`Recorder`], which counts a repeat of an Event on
+//!   the first one (`series.count`, one PATCH) instead of creating another object; see
+//!   [`KubeNodeApi`]'s `event` for how Vigil keys its recorders.
+//!
+//! RBAC the agent needs (least privilege): `get` and `patch` on `nodes` (core API group `""`),
+//! `create` and `patch` on `events` in `events.k8s.io`. A 403 names the missing rule (see
+//! [`NodeError::Forbidden`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use rand::Rng;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::events as kev;
 use serde_json::{Map, Value};
 
 use crate::backoff::Backoff;
 
 pub use crate::model::node::{EventType, NodeDesired, Taint};
 
-/// The field manager and event source Vigil writes as, so `kubectl get node -o yaml
-/// --show-managed-fields` and `kubectl get events` say who did it.
+/// The field manager and the Events' `reportingController` Vigil writes as, so `kubectl get node
+/// -o yaml --show-managed-fields` and `kubectl get events` say who did it.
 const COMPONENT: &str = "vigil";
 
-/// Events about a Node (cluster-scoped) may only live in `default` or `kube-system` (the API
-/// server's event validation); `default` is where `kubectl describe node` looks for them.
-const EVENT_NAMESPACE: &str = "default";
+/// How long `kube`'s [`kev::Recorder`] keeps an Event to count repeats on (its private
+/// `CACHE_TTL`, six minutes in kube-runtime 5): a recorder idle longer holds nothing, so it is
+/// dropped. Events about a Node (cluster-scoped) go to namespace `default`, the Recorder's choice
+/// for a reference without a namespace and where `kubectl describe node` looks for them.
+const RECORDER_TTL: Duration = Duration::from_secs(6 * 60);
+
+/// The most an Event's `note` may hold (bytes), as the API server validates it.
+const NOTE_LIMIT: usize = 1024;
 
 /// Attempts for one reconcile when writes keep conflicting with other writers.
 const DEFAULT_ATTEMPTS: u32 = 5;
@@ -69,15 +78,17 @@ pub enum NodeError {
     /// RBAC refused the call: the agent's ClusterRole lacks a rule.
     #[error(
         "the Kubernetes API refused to {verb} {resource} (403 Forbidden): the agent's \
-         ClusterRole needs the rule {{apiGroups: [\"\"], resources: [\"{resource}\"], verbs: \
-         [\"{verb}\"]}} (Vigil needs get and patch on nodes, create on events); the server said: \
-         {message}"
+         ClusterRole needs the rule {{apiGroups: [\"{group}\"], resources: [\"{resource}\"], \
+         verbs: [\"{verb}\"]}} (Vigil needs get and patch on nodes, and create and patch on \
+         events in events.k8s.io); the server said: {message}"
     )]
     Forbidden {
         /// The Kubernetes verb refused: `get`, `patch` or `create`.
         verb: &'static str,
         /// The resource: `nodes` or `events`.
         resource: &'static str,
+        /// The API group: `""` (core) for nodes, `events.k8s.io` for events.
+        group: &'static str,
         message: String,
     },
     /// Every attempt lost the race with another writer of the Node.
@@ -122,15 +133,20 @@ pub enum NodeError {
 }
 
 impl NodeError {
-    /// The call that failed, as a fixed metric label: `get`, `patch` or `event`.
+    /// The call that failed, as a fixed metric label: `get`, `patch` (of the Node) or `event`
+    /// (creating or counting an Event).
     ///
     /// Client construction counts as `get`: it is what the first GET would have needed.
     pub fn op(&self) -> &'static str {
         match self {
             NodeError::NotFound { op, .. } => op,
+            NodeError::Forbidden { resource, .. } | NodeError::Api { resource, .. }
+                if *resource == "events" =>
+            {
+                "event"
+            }
             NodeError::Forbidden { verb, .. } | NodeError::Api { verb, .. } => match *verb {
                 "patch" => "patch",
-                "create" => "event",
                 _ => "get",
             },
             NodeError::Conflict { .. } | NodeError::NoResourceVersion { .. } => "patch",
@@ -150,8 +166,9 @@ pub trait NodeApi: Send + Sync {
     /// [`NodeError::Conflict`], and the next call starts afresh.
     async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<(), NodeError>;
 
-    /// Records a core/v1 Event about `node` (visible in `kubectl describe node`), with `reason`
-    /// a short CamelCase word (e.g. `MaintenancePending`) and `message` for humans.
+    /// Records an Event about `node` (visible in `kubectl describe node`), with `reason` a short
+    /// CamelCase word (e.g. `MaintenancePending`) and `message` for humans. A repeat of the same
+    /// Event may be counted on the earlier one rather than recorded anew.
     async fn event(
         &self,
         node: &str,
@@ -271,14 +288,17 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
 enum Call {
     GetNode,
     PatchNode,
+    /// The Recorder's POST of a new Event.
     CreateEvent,
+    /// The Recorder's PATCH of an Event's `series`, counting a repeat.
+    PatchEvent,
 }
 
 impl Call {
     fn verb(self) -> &'static str {
         match self {
             Call::GetNode => "get",
-            Call::PatchNode => "patch",
+            Call::PatchNode | Call::PatchEvent => "patch",
             Call::CreateEvent => "create",
         }
     }
@@ -286,8 +306,19 @@ impl Call {
     fn resource(self) -> &'static str {
         match self {
             Call::GetNode | Call::PatchNode => "nodes",
-            Call::CreateEvent => "events",
+            Call::CreateEvent | Call::PatchEvent => "events",
         }
+    }
+
+    fn group(self) -> &'static str {
+        match self {
+            Call::GetNode | Call::PatchNode => "",
+            Call::CreateEvent | Call::PatchEvent => "events.k8s.io",
+        }
+    }
+
+    fn is_event(self) -> bool {
+        matches!(self, Call::CreateEvent | Call::PatchEvent)
     }
 
     /// Turns a `kube` error into one the operator can act on.
@@ -297,7 +328,7 @@ impl Call {
             // fallback for a body without a code.
             let code = status.code;
             if code == 404 || status.reason == "NotFound" {
-                if self != Call::CreateEvent {
+                if !self.is_event() {
                     return NodeError::NotFound {
                         node: node.to_string(),
                         op: self.verb(),
@@ -307,6 +338,7 @@ impl Call {
                 return NodeError::Forbidden {
                     verb: self.verb(),
                     resource: self.resource(),
+                    group: self.group(),
                     message: status.message.clone(),
                 };
             }
@@ -325,12 +357,37 @@ fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 409 || status.reason == "Conflict")
 }
 
+/// Whether the API server answered 404.
+fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 404 || status.reason == "NotFound")
+}
+
+/// What makes two Events the same Event to Vigil: node, type (`Normal`/`Warning`), reason and
+/// note.
+type EventKey = (String, &'static str, String, String);
+
+/// The [`kev::Recorder`] for one [`EventKey`].
+struct RecorderSlot {
+    recorder: kev::Recorder,
+    /// When its last successful publish started: within [`RECORDER_TTL`] of it, the Recorder
+    /// still holds that Event and a repeat is a PATCH of its `series`, not a POST.
+    last_ok: Option<Instant>,
+}
+
+impl RecorderSlot {
+    fn holds_event(&self, now: Instant) -> bool {
+        self.last_ok
+            .is_some_and(|t| now.saturating_duration_since(t) < RECORDER_TTL)
+    }
+}
+
 /// [`NodeApi`] over the Kubernetes API with `kube`.
 pub struct KubeNodeApi {
     /// Nodes as untyped objects, on purpose: taints are written back as a whole list, and a
     /// round trip through typed structs would drop any taint field this k8s-openapi does not know.
     nodes: Api<DynamicObject>,
-    events: Api<Event>,
+    /// One Recorder per distinct Event (see the `event` method), dropped when idle.
+    recorders: Mutex<HashMap<EventKey, RecorderSlot>>,
     attempts: u32,
     backoff_base: Duration,
     /// Node name → uid, learnt from the last GET, so Events point at this incarnation of the
@@ -384,7 +441,7 @@ impl KubeNodeApi {
         })?;
         Ok(Self {
             nodes: Api::all_with(client.clone(), &ApiResource::erase::<Node>(&())),
-            events: Api::namespaced(client.clone(), EVENT_NAMESPACE),
+            recorders: Mutex::new(HashMap::new()),
             client,
             attempts: DEFAULT_ATTEMPTS,
             backoff_base: DEFAULT_BACKOFF_BASE,
@@ -392,10 +449,12 @@ impl KubeNodeApi {
         })
     }
 
-    /// Whether this agent's identity may `verb` the core `resource` (a SelfSubjectAccessReview,
-    /// which every authenticated identity may create): `vigil doctor` checks the RBAC with it.
+    /// Whether this agent's identity may `verb` the `resource` of API `group` (`""` for core; a
+    /// SelfSubjectAccessReview, which every authenticated identity may create): `vigil doctor`
+    /// checks the RBAC with it.
     pub(crate) async fn can_i(
         &self,
+        group: &str,
         verb: &str,
         resource: &str,
         namespace: Option<&str>,
@@ -406,6 +465,7 @@ impl KubeNodeApi {
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.to_string()),
                     verb: Some(verb.to_string()),
                     resource: Some(resource.to_string()),
                     namespace: namespace.map(str::to_string),
@@ -420,7 +480,7 @@ impl KubeNodeApi {
             .create(&kube::api::PostParams::default(), &review)
             .await
             .map_err(|e| NodeError::Client {
-                context: format!("access review of {verb} {resource}"),
+                context: format!("access review of {verb} {resource} ({group:?})"),
                 source: Box::new(e),
             })?;
         Ok(answer.status.is_some_and(|s| s.allowed))
@@ -448,6 +508,79 @@ impl KubeNodeApi {
         let uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
         uids.get(node).cloned()
     }
+
+    /// The Recorder for `key` (a new one with `fresh`, or when there is none), and whether it
+    /// still holds the Event, so that publishing is a PATCH; idle recorders are dropped.
+    fn recorder(&self, key: &EventKey, fresh: bool) -> (kev::Recorder, bool) {
+        let now = Instant::now();
+        let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
+        recorders.retain(|_, slot| slot.holds_event(now));
+        if fresh {
+            recorders.remove(key);
+        }
+        let slot = recorders
+            .entry(key.clone())
+            .or_insert_with(|| RecorderSlot {
+                recorder: kev::Recorder::new(
+                    self.client.clone(),
+                    kev::Reporter {
+                        controller: COMPONENT.into(),
+                        instance: Some(key.0.clone()),
+                    },
+                ),
+                last_ok: None,
+            });
+        (slot.recorder.clone(), slot.holds_event(now))
+    }
+
+    fn published(&self, key: &EventKey, started: Instant) {
+        let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = recorders.get_mut(key) {
+            slot.last_ok = Some(started);
+        }
+    }
+
+    /// One publish through the Recorder for `key`; `Err` carries whether it was a PATCH.
+    async fn publish(
+        &self,
+        key: &EventKey,
+        fresh: bool,
+        event: &kev::Event,
+        regarding: &ObjectReference,
+    ) -> Result<(), (Call, kube::Error)> {
+        let (recorder, repeat) = self.recorder(key, fresh);
+        let started = Instant::now();
+        match recorder.publish(event, regarding).await {
+            Ok(()) => {
+                self.published(key, started);
+                Ok(())
+            }
+            Err(e) if repeat => Err((Call::PatchEvent, e)),
+            Err(e) => Err((Call::CreateEvent, e)),
+        }
+    }
+}
+
+/// The Event's `action` (what Vigil did to the Node), from its reason.
+fn action_for(reason: &str) -> &'static str {
+    match reason {
+        "VigilCheckpoint" => "Checkpoint",
+        "VigilPerformMaintenance" => "RequestMaintenance",
+        _ => "UpdateNode",
+    }
+}
+
+/// `message` cut to the [`NOTE_LIMIT`] the API server allows, on a char boundary, marked `…`.
+fn note(message: &str) -> String {
+    if message.len() <= NOTE_LIMIT {
+        return message.to_string();
+    }
+    const MARK: &str = "…";
+    let mut end = NOTE_LIMIT - MARK.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &message[..end])
 }
 
 #[async_trait]
@@ -509,6 +642,19 @@ impl NodeApi for KubeNodeApi {
         }
     }
 
+    /// Through `kube`'s events.k8s.io [`kev::Recorder`]: the first Event is a POST to
+    /// `/apis/events.k8s.io/v1/namespaces/default/events` (named `<node>.<hex nanoseconds>`,
+    /// `regarding` the Node, `reportingController` `vigil`, `reportingInstance` the node name,
+    /// `action`, `reason`, `note`, `type`, `eventTime`), and a repeat within six minutes is a
+    /// merge-patch PATCH of that Event's `series` (`count`, `lastObservedTime`) instead of a new
+    /// object.
+    ///
+    /// NB: the Recorder takes two Events for the same one when type, action, reason and reporter
+    /// agree, whatever their notes — and a repeat keeps the first note, which the API server
+    /// forbids changing. Vigil's notes carry facts (a checkpoint round's counts, a maintenance
+    /// window), so one Recorder is kept per (node, type, reason, note): an Event with a new
+    /// note is a new object, an identical one is counted. If the counted Event is gone (deleted,
+    /// or expired by the API server's `--event-ttl`), the PATCH's 404 starts afresh with a POST.
     async fn event(
         &self,
         node: &str,
@@ -516,59 +662,43 @@ impl NodeApi for KubeNodeApi {
         message: &str,
         kind: EventType,
     ) -> Result<(), NodeError> {
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(event_name(node, rand::rng().random::<u64>())),
-                namespace: Some(EVENT_NAMESPACE.into()),
-                ..ObjectMeta::default()
+        let note = note(message);
+        let key: EventKey = (
+            node.to_string(),
+            kind.as_str(),
+            reason.to_string(),
+            note.clone(),
+        );
+        let event = kev::Event {
+            type_: match kind {
+                EventType::Normal => kev::EventType::Normal,
+                EventType::Warning => kev::EventType::Warning,
             },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node.into()),
-                uid: self.uid_of(node),
-                ..ObjectReference::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            type_: Some(kind.as_str().into()),
-            source: Some(EventSource {
-                component: Some(COMPONENT.into()),
-                host: Some(node.into()),
-            }),
-            reporting_component: Some(COMPONENT.into()),
-            reporting_instance: Some(node.into()),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            event_time: Some(MicroTime(now)),
-            count: Some(1),
-            ..Event::default()
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action_for(reason).to_string(),
+            secondary: None,
         };
-        let params = PostParams {
-            field_manager: Some(COMPONENT.into()),
-            ..PostParams::default()
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            uid: self.uid_of(node),
+            ..ObjectReference::default()
         };
-        self.events
-            .create(&params, &event)
-            .await
-            .map_err(|e| Call::CreateEvent.error(node, e))?;
-        Ok(())
+        let result = match self.publish(&key, false, &event, &regarding).await {
+            Err((Call::PatchEvent, e)) if is_not_found(&e) => {
+                tracing::debug!(
+                    node,
+                    reason,
+                    "the Event to count on is gone; recording anew"
+                );
+                self.publish(&key, true, &event, &regarding).await
+            }
+            other => other,
+        };
+        result.map_err(|(call, e)| call.error(node, e))
     }
-}
-
-/// `<node>.vigil.<16 hex digits>`, the same shape client-go's recorder uses, cut to the 253
-/// characters an object name may have.
-fn event_name(node: &str, random: u64) -> String {
-    let suffix = format!(".{COMPONENT}.{random:016x}");
-    let room = 253 - suffix.len();
-    // Node names are DNS subdomains (ASCII), but cut on a char boundary regardless.
-    let mut end = node.len().min(room);
-    while !node.is_char_boundary(end) {
-        end -= 1;
-    }
-    let prefix = node[..end].trim_end_matches(['.', '-']);
-    format!("{prefix}{suffix}")
 }
 
 #[cfg(test)]
@@ -870,15 +1000,31 @@ mod tests {
     }
 
     #[test]
-    fn event_names_are_valid_and_bounded() {
-        assert_eq!(event_name("n1", 0xab), "n1.vigil.00000000000000ab");
-        let long = "a".repeat(300);
-        let name = event_name(&long, u64::MAX);
-        assert_eq!(name.len(), 253);
-        assert!(name.ends_with(".vigil.ffffffffffffffff"));
-        let dotted = format!("{}.b", "a".repeat(229));
-        let name = event_name(&dotted, 1);
-        assert!(!name.contains(".."), "{name}");
+    fn notes_fit_the_api_limit_on_a_char_boundary() {
+        assert_eq!(note("short"), "short");
+        let exact = "a".repeat(NOTE_LIMIT);
+        assert_eq!(note(&exact), exact);
+        let long = "é".repeat(NOTE_LIMIT);
+        let cut = note(&long);
+        assert!(cut.len() <= NOTE_LIMIT, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        assert!(cut.trim_end_matches('…').chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn actions_are_short_and_never_empty() {
+        for reason in [
+            "VigilCheckpoint",
+            "VigilPerformMaintenance",
+            "VigilGpuFailed",
+            "",
+        ] {
+            let action = action_for(reason);
+            assert!(
+                !action.is_empty() && action.len() <= 128,
+                "{reason}: {action}"
+            );
+        }
     }
 
     #[test]
@@ -886,11 +1032,20 @@ mod tests {
         let forbidden = |call: Call| NodeError::Forbidden {
             verb: call.verb(),
             resource: call.resource(),
+            group: call.group(),
             message: String::new(),
         };
         assert_eq!(forbidden(Call::GetNode).op(), "get");
         assert_eq!(forbidden(Call::PatchNode).op(), "patch");
         assert_eq!(forbidden(Call::CreateEvent).op(), "event");
+        assert_eq!(forbidden(Call::PatchEvent).op(), "event");
+        let msg = forbidden(Call::PatchEvent).to_string();
+        assert!(
+            msg.contains(
+                "{apiGroups: [\"events.k8s.io\"], resources: [\"events\"], verbs: [\"patch\"]}"
+            ),
+            "{msg}"
+        );
         let nf = NodeError::NotFound {
             node: "n1".into(),
             op: "get",

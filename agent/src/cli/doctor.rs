@@ -8,8 +8,6 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, Switch};
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
-use crate::runtime::docker::DockerRuntime;
-use crate::runtime::ContainerRuntime;
 use crate::sources::metadata::MetadataClient;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -65,7 +63,7 @@ pub async fn run(cfg: &Config) -> Vec<Check> {
         ),
     )];
     out.push(redis(cfg).await);
-    out.extend(docker(cfg).await);
+    out.extend(runtime(cfg).await);
     out.push(nvml(cfg));
     out.push(metadata(cfg).await);
     out.extend(kubernetes(cfg).await);
@@ -114,40 +112,42 @@ async fn redis(cfg: &Config) -> Check {
     }
 }
 
-async fn docker(cfg: &Config) -> Vec<Check> {
-    let rt = DockerRuntime::new(
-        &cfg.docker.host,
-        &cfg.docker.worker_label,
-        &cfg.checkpoint.label,
-        Duration::from_secs(5),
-    );
+/// The container runtime `vigil run` would use (`runtime.kind`, or the socket `auto` finds).
+async fn runtime(cfg: &Config) -> Vec<Check> {
+    let (rt, why) = match crate::runtime::connect(cfg, None) {
+        Ok(r) => r,
+        Err(e) => return vec![check("runtime", Level::Fail, e)],
+    };
+    let found = check("runtime", Level::Ok, format!("{why}: {}", rt.describe()));
     if let Err(e) = rt.ping().await {
-        return vec![check(
-            "docker",
-            Level::Fail,
-            format!("{e}; mount the socket (hostPath /var/run/docker.sock) and run in its group"),
-        )];
+        let fix = if rt.describe().starts_with("docker") {
+            "mount the socket (hostPath /var/run/docker.sock) and run in its group"
+        } else {
+            "mount the runtime's socket (hostPath /run/containerd/containerd.sock)"
+        };
+        return vec![found, check("runtime", Level::Fail, format!("{e}; {fix}"))];
     }
-    match rt.list_workers().await {
-        Ok(w) if w.is_empty() => vec![check(
-            "docker",
+    let listed = match rt.list_workers().await {
+        Ok(w) if w.is_empty() => check(
+            "runtime",
             Level::Warn,
             format!(
-                "{} reachable, but no running container carries the label `{}`: nothing will be watched",
+                "{} reachable, but no running container (or pod) carries the label `{}`: nothing will be watched",
                 rt.describe(),
-                cfg.docker.worker_label
+                cfg.runtime.worker_label
             ),
-        )],
+        ),
         Ok(w) => {
-            let names: Vec<_> = w.iter().map(|c| format!("{}={}", c.name, c.worker)).collect();
-            vec![check(
-                "docker",
+            let names: Vec<_> = w.iter().map(|c| format!("{}={}", c.display(), c.worker)).collect();
+            check(
+                "runtime",
                 Level::Ok,
                 format!("{} reachable; {} worker(s): {}", rt.describe(), w.len(), names.join(", ")),
-            )]
+            )
         }
-        Err(e) => vec![check("docker", Level::Fail, e.to_string())],
-    }
+        Err(e) => check("runtime", Level::Fail, e.to_string()),
+    };
+    vec![found, listed]
 }
 
 fn nvml(cfg: &Config) -> Check {
@@ -256,25 +256,49 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
         )),
         Err(e) => out.push(check("kubernetes", Level::Fail, e.to_string())),
     }
-    for (verb, resource, ns) in [
-        ("patch", "nodes", None),
-        ("create", "events", Some("default")),
-    ] {
-        let name: &'static str = if resource == "nodes" {
-            "rbac:nodes"
+    // (check, API group, resource, namespace, verbs): the writes the agent makes; `get` on the
+    // Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
+    // for a new one, `patch` to count a repeat.
+    type Rule<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, &'a [&'a str]);
+    let rules: [Rule; 2] = [
+        ("rbac:nodes", "", "nodes", None, &["patch"]),
+        (
+            "rbac:events",
+            "events.k8s.io",
+            "events",
+            Some("default"),
+            &["create", "patch"],
+        ),
+    ];
+    for (name, group, resource, ns, verbs) in rules {
+        let what = if group.is_empty() {
+            resource.to_string()
         } else {
-            "rbac:events"
+            format!("{resource}.{group}")
         };
-        match api.can_i(verb, resource, ns).await {
-            Ok(true) => out.push(check(name, Level::Ok, format!("may {verb} {resource}"))),
-            Ok(false) => out.push(check(
+        let mut denied = Vec::new();
+        let mut unknown = None;
+        for verb in verbs {
+            match api.can_i(group, verb, resource, ns).await {
+                Ok(true) => {}
+                Ok(false) => denied.push(*verb),
+                Err(e) => unknown = Some(e),
+            }
+        }
+        let all = verbs.join(" and ");
+        if !denied.is_empty() {
+            out.push(check(
                 name,
                 Level::Fail,
                 format!(
-                    "may NOT {verb} {resource}: apply deploy/base/rbac.yaml (ClusterRole vigil)"
+                    "may NOT {} {what}: apply deploy/base/rbac.yaml (ClusterRole vigil)",
+                    denied.join(" and ")
                 ),
-            )),
-            Err(e) => out.push(check(name, Level::Warn, format!("could not ask: {e}"))),
+            ));
+        } else if let Some(e) = unknown {
+            out.push(check(name, Level::Warn, format!("could not ask: {e}")));
+        } else {
+            out.push(check(name, Level::Ok, format!("may {all} {what}")));
         }
     }
     out

@@ -207,7 +207,13 @@ impl Agent {
         keep!(node_name, "node_name");
         keep!(redis, "redis.*");
         keep!(docker.host, "docker.host");
-        keep!(docker.worker_label, "docker.worker_label");
+        keep!(runtime.kind, "runtime.kind");
+        keep!(runtime.cri_socket, "runtime.cri_socket");
+        keep!(runtime.worker_label, "runtime.worker_label");
+        keep!(
+            runtime.allow_pod_replacement,
+            "runtime.allow_pod_replacement"
+        );
         keep!(server, "server.*");
         keep!(alerts, "alerts.*");
         keep!(log, "log.*");
@@ -219,8 +225,8 @@ impl Agent {
         keep!(gpu, "gpu.*");
         // The health check's age limit and the controller's tick were sized from it.
         keep!(poll_interval, "poll_interval");
-        // The Docker client's own timeout was sized from it at start-up.
-        keep!(docker.restart_timeout, "docker.restart_timeout");
+        // The runtime client's own timeout was sized from it at start-up.
+        keep!(runtime.restart_timeout, "runtime.restart_timeout");
         if let Err(e) = merged.validate() {
             tracing::error!(error = %e, "config reload refused: the running values of the keys above make the new file invalid; keeping the running config");
             return;

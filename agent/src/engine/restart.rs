@@ -49,9 +49,13 @@ pub(crate) enum Skip {
     BudgetExhausted,
     LockExpiring,
     ContainerChanged,
+    /// The container decided on is not running any more (stopped by a person, crashed, or on
+    /// CRI replaced by kubelet's next attempt): a restart would start what someone stopped.
+    NotRunning,
     Cancelled(Cancel),
     NodeState,
     LogsFailed,
+    NotRestartable,
 }
 
 impl Skip {
@@ -63,9 +67,11 @@ impl Skip {
             Skip::BudgetExhausted => Code::SkipBudgetExhausted,
             Skip::LockExpiring => Code::SkipLockExpiring,
             Skip::ContainerChanged => Code::SkipContainerChanged,
+            Skip::NotRunning => Code::SkipNotRunning,
             Skip::Cancelled(_) => Code::CancelledRecovered,
             Skip::NodeState => Code::CancelledNodeState,
             Skip::LogsFailed => Code::AbortedLogsFailed,
+            Skip::NotRestartable => Code::SkipNotRestartable,
         }
     }
 }
@@ -178,6 +184,7 @@ impl Agent {
     ) -> Alert {
         let mut a = Alert::new(kind, self.keys.node(), detail);
         a.worker = Some(case.c.worker.clone());
+        a.container = Some(case.c.display());
         a.verdict = Some(case.v.as_str());
         a.job = case.status.and_then(|s| s.job.clone());
         a.duration = since.map(|t| human(now - t));
@@ -480,6 +487,10 @@ impl Agent {
 
     /// Steps 2–8 of the pipeline. Always releases the lock it took.
     async fn restart_path(&mut self, act: &Act<'_>, now: Millis) -> Result<Outcome, CoordError> {
+        if let Err(why) = self.runtime.restartable(act.case.c).await {
+            self.not_restartable(act, now, why).await?;
+            return Ok(Outcome::Skipped(Skip::NotRestartable));
+        }
         // Cheap early checks, so an open breaker does not collect logs and post a restart alert.
         // The authoritative check is the atomic increment right before the command.
         if let Some(skip) = self.blocked_by_caps(act, now, true).await? {
@@ -510,6 +521,29 @@ impl Agent {
             tracing::warn!(error = %e, "could not release the node lock; it expires by its TTL");
         }
         result
+    }
+
+    /// The runtime refuses this worker: page once per incident, say so in the trail once.
+    async fn not_restartable(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+        why: String,
+    ) -> Result<(), CoordError> {
+        let key = self.keys.alert_dedup(&act.inc.id, "not-restartable");
+        if self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+            let detail = format!("{why}; not restarting, a person must decide");
+            let mut alert = self.alert_for(
+                AlertKind::NotRestartable,
+                act.case,
+                Some(act.since),
+                now,
+                detail,
+            );
+            alert.incident = Some(act.inc.id.clone());
+            self.notifier.send(&alert).await;
+        }
+        self.skip(now, act, Skip::NotRestartable, why, true).await
     }
 
     /// Write a skip to the trail (with `once`, the first time per incident only).
@@ -683,7 +717,7 @@ impl Agent {
         act: &Act<'_>,
         now: Millis,
     ) -> Result<Result<String, Skip>, CoordError> {
-        let d = &self.cfg.docker;
+        let d = &self.cfg.runtime;
         let call = tokio::time::timeout(
             d.log_timeout,
             self.runtime.logs(&act.case.c.id, d.log_lines),
@@ -767,28 +801,38 @@ impl Agent {
             self.skip(now, act, Skip::NodeState, detail, false).await?;
             return Ok(Some(Skip::NodeState));
         }
-        if !self.same_incarnation(act.case.c).await {
+        if let Some(skip) = self.compare(act.case.c).await {
             self.release_restart_alert(act.inc).await;
-            let detail = format!(
-                "container {} is not the incarnation observed at decision time",
-                short(&act.case.c.id)
-            );
-            self.skip(now, act, Skip::ContainerChanged, detail, false)
-                .await?;
-            return Ok(Some(Skip::ContainerChanged));
+            let c = act.case.c;
+            let detail = match skip {
+                Skip::NotRunning => format!(
+                    "container {} ({}) is not running any more; not starting what someone stopped",
+                    c.display(),
+                    short(&c.id)
+                ),
+                _ => format!(
+                    "container {} is not the incarnation observed at decision time",
+                    short(&c.id)
+                ),
+            };
+            self.skip(now, act, skip, detail, false).await?;
+            return Ok(Some(skip));
         }
         Ok(None)
     }
 
-    /// Compare-and-restart: the container is still the incarnation we decided on.
-    async fn same_incarnation(&self, c: &Container) -> bool {
+    /// Compare-and-restart: the container is still the incarnation we decided on, and it is
+    /// running (a stopped or paused one is someone's decision). `Some(skip)` when it is not.
+    async fn compare(&self, c: &Container) -> Option<Skip> {
         match self.runtime.inspect(&c.id).await {
-            Ok(Some(cur)) => cur.id == c.id && cur.started_at == c.started_at,
-            Ok(None) => false,
+            Ok(Some(cur)) if cur.id == c.id && cur.started_at == c.started_at => {
+                (!cur.running).then_some(Skip::NotRunning)
+            }
+            Ok(_) => Some(Skip::ContainerChanged),
             Err(e) => {
                 self.metrics.runtime_errors.inc();
                 tracing::warn!(error = %e, worker = %c.worker, "inspect before restart failed; not restarting");
-                false
+                Some(Skip::ContainerChanged)
             }
         }
     }
@@ -831,7 +875,7 @@ impl Agent {
         token: &str,
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
-        let needed = self.cfg.docker.restart_timeout + LOCK_MARGIN;
+        let needed = self.cfg.runtime.restart_timeout + LOCK_MARGIN;
         let left = self.coord.owner_ttl(&self.keys.lock(), token).await;
         let lock_ok = matches!(left, Ok(l) if caps::lock_covers(l, needed));
         let markers = if lock_ok {
@@ -857,11 +901,10 @@ impl Agent {
 
     /// The command, then its verification by the container's start time.
     async fn run_restart(&mut self, act: &Act<'_>, now: Millis) -> Result<Outcome, CoordError> {
-        let d = &self.cfg.docker;
+        let d = &self.cfg.runtime;
         let c = act.case.c;
         let result =
-            tokio::time::timeout(d.restart_timeout, self.runtime.restart(&c.id, d.stop_grace))
-                .await;
+            tokio::time::timeout(d.restart_timeout, self.runtime.restart(c, d.stop_grace)).await;
         let call = match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
@@ -873,8 +916,9 @@ impl Agent {
         // NB: verify by the container's start time even when the call failed: a restart whose
         // reply was lost did happen, and treating it as failed would drop the cooldown and let
         // the next cycle restart the booting container again.
-        let after = self.runtime.inspect(&c.id).await;
-        let restarted = matches!(&after, Ok(Some(a)) if a.started_at != c.started_at && a.running);
+        let after = self.runtime.successor(c).await;
+        let restarted = matches!(&after, Ok(Some(a))
+            if (a.id != c.id || a.started_at != c.started_at) && a.running);
         let done = self.coord.time().await.unwrap_or(now);
         if restarted {
             return self.restarted(act, call.err(), now, done).await;

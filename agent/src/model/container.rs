@@ -15,6 +15,35 @@ pub struct Container {
     /// The GPUs it was given (indexes or UUIDs), from `--gpus device=...` or
     /// `NVIDIA_VISIBLE_DEVICES`; `None` when it has all of them or it is not known.
     pub gpus: Option<Vec<String>>,
+    /// On a CRI runtime (Kubernetes nodes): the pod and container it belongs to. `None` on Docker.
+    pub pod: Option<PodRef>,
+}
+
+/// Where a CRI container sits: its pod, its name in the pod, and which attempt it is (kubelet
+/// restarts a container by creating the next attempt, a new container id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    /// The pod sandbox's id in the runtime.
+    pub sandbox: String,
+    /// The container's name in the pod spec.
+    pub container: String,
+    pub attempt: u32,
+    /// The container's log file (CRI format), from its status.
+    pub log_path: Option<String>,
+}
+
+impl Container {
+    /// How alerts, the trail and `vigil status` name it: `namespace/pod/container` on Kubernetes
+    /// nodes, the container name on Docker.
+    pub fn display(&self) -> String {
+        match &self.pod {
+            Some(p) => format!("{}/{}/{}", p.namespace, p.pod, p.container),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// The GPUs a container sees, from its Docker device requests (`--gpus`) or, failing that, its

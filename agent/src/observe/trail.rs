@@ -41,8 +41,12 @@ pub enum Code {
     SkipLockExpiring,
     /// The container is not the incarnation observed at decision time.
     SkipContainerChanged,
+    /// The container decided on is no longer running (stopped, exited, replaced).
+    SkipNotRunning,
     /// Several containers claim the worker id.
     SkipAmbiguous,
+    /// The runtime says this worker must not be restarted (e.g. a pod with restartPolicy Never).
+    SkipNotRestartable,
     /// Revalidation found the worker fresh (or a cooldown) right before the command.
     CancelledRecovered,
     /// Shutdown, maintenance or a GPU failure arrived before the command.
@@ -71,7 +75,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 28] = [
+    pub const ALL: [Code; 30] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -87,7 +91,9 @@ impl Code {
         Code::SkipBudgetExhausted,
         Code::SkipLockExpiring,
         Code::SkipContainerChanged,
+        Code::SkipNotRunning,
         Code::SkipAmbiguous,
+        Code::SkipNotRestartable,
         Code::CancelledRecovered,
         Code::CancelledNodeState,
         Code::AbortedLogsFailed,
@@ -120,7 +126,9 @@ impl Code {
             Code::SkipBudgetExhausted => "skipped-budget-exhausted",
             Code::SkipLockExpiring => "skipped-lock-expiring",
             Code::SkipContainerChanged => "skipped-container-changed",
+            Code::SkipNotRunning => "skipped-not-running",
             Code::SkipAmbiguous => "skipped-ambiguous",
+            Code::SkipNotRestartable => "skipped-not-restartable",
             Code::CancelledRecovered => "cancelled-recovered",
             Code::CancelledNodeState => "cancelled-node-state",
             Code::AbortedLogsFailed => "aborted-logs-failed",

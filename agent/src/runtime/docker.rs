@@ -53,7 +53,7 @@ impl DockerRuntime {
 
     fn unreachable(&self, e: impl std::fmt::Display) -> RuntimeError {
         RuntimeError::Unreachable {
-            addr: self.host.clone(),
+            runtime: self.describe(),
             detail: e.to_string(),
         }
     }
@@ -69,7 +69,7 @@ impl DockerRuntime {
         use bollard::errors::Error as E;
         match e {
             E::DockerResponseServerError { message, .. } => RuntimeError::Refused {
-                addr: self.host.clone(),
+                runtime: self.describe(),
                 op,
                 container: id.to_string(),
                 detail: message,
@@ -168,6 +168,7 @@ impl ContainerRuntime for DockerRuntime {
                     .unwrap_or_default();
                 crate::model::container::visible_gpus(ids.as_deref(), &env)
             },
+            pod: None,
         }))
     }
 
@@ -190,7 +191,8 @@ impl ContainerRuntime for DockerRuntime {
         Ok(out)
     }
 
-    async fn restart(&self, id: &str, stop_grace: Duration) -> Result<(), RuntimeError> {
+    async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
+        let id = target.id.as_str();
         let c = self.client().await?;
         let opts = RestartContainerOptions {
             t: Some(stop_grace.as_secs().min(i32::MAX as u64) as i32),

@@ -3,6 +3,8 @@
 //! Docker (and Podman, which serves the same API) through bollard; the simulated runtime of the
 //! demo and the scenario tests (`sim`) implements the same trait.
 
+pub mod cri;
+mod cri_log;
 pub mod docker;
 pub mod sim;
 
@@ -12,13 +14,182 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use std::sync::Arc;
+
+use crate::config::{Config, RuntimeKind};
+use crate::sources::pods::PodApi;
+use cri::{CriRuntime, CriSettings};
+use docker::DockerRuntime;
+
+/// Where containerd and CRI-O listen on a Kubernetes node, in the order `auto` tries them.
+pub const CRI_SOCKETS: [&str; 2] = ["/run/containerd/containerd.sock", "/var/run/crio/crio.sock"];
+
+/// The runtime chosen at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    Docker { host: String },
+    Cri { socket: String },
+}
+
+/// Pick the runtime: `runtime.kind`, or for `auto` the socket that exists — Docker's
+/// (`docker.host`), then `runtime.cri_socket`, then containerd's, then CRI-O's. Returns the
+/// choice and the line that says why (logged at start-up, shown by `vigil doctor`).
+///
+/// NB: never "no runtime": when the socket is not there (yet), the agent still starts, fails
+/// closed and reports `runtime-down` every cycle until it appears, rather than crash-looping.
+pub fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
+    let docker = Choice::Docker {
+        host: cfg.docker.host.clone(),
+    };
+    let docker_socket = cfg.docker.host.strip_prefix("unix://");
+    let cri_candidates: Vec<&str> = if cfg.runtime.cri_socket.is_empty() {
+        CRI_SOCKETS.to_vec()
+    } else {
+        vec![cfg.runtime.cri_socket.as_str()]
+    };
+    let found_cri = cri_candidates.iter().find(|p| exists(p));
+    let cri = |socket: &str| Choice::Cri {
+        socket: socket.to_string(),
+    };
+    match cfg.runtime.kind {
+        RuntimeKind::Docker => (docker, "runtime.kind = docker".into()),
+        RuntimeKind::Cri => match found_cri {
+            Some(p) => (cri(p), "runtime.kind = cri".into()),
+            None => (
+                cri(cri_candidates[0]),
+                format!(
+                    "runtime.kind = cri, but no CRI socket at {} (yet): mount the runtime's socket, or set runtime.cri_socket",
+                    cri_candidates.join(" or ")
+                ),
+            ),
+        },
+        RuntimeKind::Auto => {
+            if docker_socket.is_none_or(&exists) {
+                return (docker, format!("runtime.kind = auto: {} found", cfg.docker.host));
+            }
+            if let Some(p) = found_cri {
+                let why = format!("runtime.kind = auto: no Docker socket, CRI socket {p} found");
+                return (cri(p), why);
+            }
+            (
+                docker,
+                format!(
+                    "runtime.kind = auto, but none of the runtime sockets exists ({}, {}): using Docker, reported down until it answers; mount the node's runtime socket (docs/running.md)",
+                    cfg.docker.host,
+                    cri_candidates.join(", ")
+                ),
+            )
+        }
+    }
+}
+
+/// The runtime [`choose`] picks, connected lazily (a runtime that is down is reported per
+/// cycle), and the line that says why.
+pub(crate) fn connect(
+    cfg: &Config,
+    pods: Option<Arc<dyn PodApi>>,
+) -> Result<(Arc<dyn ContainerRuntime>, String), String> {
+    let exists = |p: &str| std::path::Path::new(p).exists();
+    let (choice, why) = choose(cfg, exists);
+    let r = &cfg.runtime;
+    let rt: Arc<dyn ContainerRuntime> = match choice {
+        Choice::Docker { host } => Arc::new(DockerRuntime::new(
+            &host,
+            &r.worker_label,
+            &cfg.checkpoint.label,
+            r.restart_timeout + Duration::from_secs(5),
+        )),
+        Choice::Cri { socket } => {
+            if pods.is_none() && !r.allow_pod_replacement {
+                tracing::warn!("CRI runtime without the Kubernetes API: pods' restartPolicy cannot be read, so no pod is restarted (enable kubernetes.enabled, or set runtime.allow_pod_replacement = true)");
+            }
+            let s = CriSettings {
+                socket,
+                worker_label: r.worker_label.clone(),
+                checkpoint_annotation: cfg.checkpoint.label.clone(),
+                call_timeout: Duration::from_secs(10),
+                allow_pod_replacement: r.allow_pod_replacement,
+                poll: Duration::from_millis(500),
+            };
+            Arc::new(CriRuntime::new(s, pods).map_err(|e| e.to_string())?)
+        }
+    };
+    Ok((rt, why))
+}
+
+#[cfg(test)]
+mod choose_tests {
+    use super::*;
+
+    fn only(present: &'static [&'static str]) -> impl Fn(&str) -> bool {
+        move |p: &str| present.contains(&p)
+    }
+
+    #[test]
+    fn auto_prefers_docker_then_containerd_then_crio() {
+        let cfg = Config::default();
+        let (c, _) = choose(&cfg, only(&["/var/run/docker.sock", CRI_SOCKETS[0]]));
+        assert!(matches!(c, Choice::Docker { .. }));
+        let (c, why) = choose(&cfg, only(&[CRI_SOCKETS[0], CRI_SOCKETS[1]]));
+        assert_eq!(
+            c,
+            Choice::Cri {
+                socket: CRI_SOCKETS[0].into()
+            }
+        );
+        assert!(why.contains("no Docker socket"), "{why}");
+        let (c, _) = choose(&cfg, only(&[CRI_SOCKETS[1]]));
+        assert_eq!(
+            c,
+            Choice::Cri {
+                socket: CRI_SOCKETS[1].into()
+            }
+        );
+        let (c, why) = choose(&cfg, only(&[]));
+        assert!(matches!(c, Choice::Docker { .. }), "started, reported down");
+        assert!(why.contains("none of the runtime sockets"), "{why}");
+    }
+
+    #[test]
+    fn an_explicit_kind_is_kept_and_a_missing_cri_socket_is_named() {
+        let mut cfg = Config::default();
+        cfg.runtime.kind = RuntimeKind::Docker;
+        let (c, _) = choose(&cfg, |_| false);
+        assert!(
+            matches!(c, Choice::Docker { .. }),
+            "reported per cycle when down"
+        );
+        cfg.runtime.kind = RuntimeKind::Cri;
+        cfg.runtime.cri_socket = "/tmp/x/containerd.sock".into();
+        let (c, why) = choose(&cfg, |_| false);
+        assert_eq!(
+            c,
+            Choice::Cri {
+                socket: "/tmp/x/containerd.sock".into()
+            }
+        );
+        assert!(
+            why.contains("no CRI socket at /tmp/x/containerd.sock"),
+            "{why}"
+        );
+        let (c, why) = choose(&cfg, |p| p == "/tmp/x/containerd.sock");
+        assert_eq!(
+            c,
+            Choice::Cri {
+                socket: "/tmp/x/containerd.sock".into()
+            }
+        );
+        assert_eq!(why, "runtime.kind = cri");
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("docker at {addr} is unreachable: {detail}")]
-    Unreachable { addr: String, detail: String },
-    #[error("docker at {addr} refused `{op}` on container {container}: {detail}")]
+    #[error("{runtime} is unreachable: {detail}")]
+    Unreachable { runtime: String, detail: String },
+    #[error("{runtime} refused `{op}` on container {container}: {detail}")]
     Refused {
-        addr: String,
+        runtime: String,
         op: &'static str,
         container: String,
         detail: String,
@@ -41,8 +212,20 @@ pub trait ContainerRuntime: Send + Sync {
     async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError>;
     /// The last `lines` lines of its output (stdout and stderr interleaved).
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError>;
-    /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start.
-    async fn restart(&self, id: &str, stop_grace: Duration) -> Result<(), RuntimeError>;
+    /// Why this container must not be restarted by Vigil at all (e.g. a pod that a restart
+    /// would end rather than restart); `Ok` when it may be.
+    async fn restartable(&self, _c: &Container) -> Result<(), String> {
+        Ok(())
+    }
+    /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start (Docker); stop it and wait for
+    /// kubelet's next attempt (CRI).
+    async fn restart(&self, c: &Container, stop_grace: Duration) -> Result<(), RuntimeError>;
+    /// The incarnation that runs in `c`'s place now: the same container (Docker restarts in
+    /// place, with a new start time) or the next attempt in its pod (CRI). The restart is
+    /// verified by it.
+    async fn successor(&self, c: &Container) -> Result<Option<Container>, RuntimeError> {
+        self.inspect(&c.id).await
+    }
     /// Send a signal (e.g. `SIGUSR1`) to the container's main process: a checkpoint request.
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError>;
     /// Cheap liveness check for `/readyz`.

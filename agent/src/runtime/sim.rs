@@ -49,6 +49,7 @@ impl FakeRuntime {
                 running: true,
                 checkpoint: None,
                 gpus: None,
+                pod: None,
             },
         );
     }
@@ -98,7 +99,7 @@ impl FakeRuntime {
     fn check_up(&self) -> Result<(), RuntimeError> {
         if self.state.lock().unwrap().down {
             return Err(RuntimeError::Unreachable {
-                addr: "fake".into(),
+                runtime: "fake runtime".into(),
                 detail: "connection refused".into(),
             });
         }
@@ -135,7 +136,7 @@ impl ContainerRuntime for FakeRuntime {
         }
         if self.state.lock().unwrap().fail_logs {
             return Err(RuntimeError::Refused {
-                addr: "fake".into(),
+                runtime: "fake runtime".into(),
                 op: "logs",
                 container: id.into(),
                 detail: "log driver none".into(),
@@ -143,13 +144,14 @@ impl ContainerRuntime for FakeRuntime {
         }
         Ok(format!("last {lines} lines of {id}\nstep 41\nstep 42"))
     }
-    async fn restart(&self, id: &str, _grace: Duration) -> Result<(), RuntimeError> {
+    async fn restart(&self, target: &Container, _grace: Duration) -> Result<(), RuntimeError> {
+        let id = target.id.as_str();
         self.check_up()?;
         let mut s = self.state.lock().unwrap();
         if s.fail_restarts > 0 {
             s.fail_restarts -= 1;
             return Err(RuntimeError::Refused {
-                addr: "fake".into(),
+                runtime: "fake runtime".into(),
                 op: "restart",
                 container: id.into(),
                 detail: "cannot kill container: device or resource busy".into(),

@@ -2,3 +2,4 @@
 
 pub mod gpu;
 pub mod metadata;
+pub mod pods;

@@ -1,0 +1,502 @@
+//! The Kubernetes Container Runtime Interface (CRI v1, gRPC on a unix socket): containerd and
+//! CRI-O, the runtimes of GKE, EKS and most on-prem clusters, where there is no Docker socket.
+//!
+//! Facts this adapter relies on (kubelet and the CRI API):
+//! - kubelet copies a pod's labels and annotations onto its *sandbox*; a pod opts in with the
+//!   label `vigil.worker=<id>` there. Containers carry `io.kubernetes.container.name` and the pod
+//!   keys, and `metadata.attempt`;
+//! - kubelet restarts a container by creating the next attempt (a new container id) in the same
+//!   pod. So Vigil's restart is `StopContainer` with the stop grace, and it is done when the next
+//!   attempt runs (restartPolicy Always/OnFailure). With restartPolicy Never the pod would end
+//!   instead: such pods are refused unless `runtime.allow_pod_replacement`;
+//! - container logs are files (`log_path` in the container status) in the CRI log format;
+//! - CRI has no "send a signal": the checkpoint signal goes to the container's host PID, read from
+//!   the verbose status (`info.pid`), which needs the agent in the host PID namespace (`hostPID`).
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::{
+    ContainerFilter, ContainerState, ContainerStateValue, ContainerStatusRequest,
+    ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter, PodSandboxState,
+    PodSandboxStateValue, PodSandboxStatusRequest, StopContainerRequest, VersionRequest,
+};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::{Container, ContainerRuntime, RuntimeError};
+use crate::model::container::PodRef;
+use crate::sources::pods::{PodApi, RestartPolicy};
+
+/// The pod annotation that names the worker's container in a pod with several.
+pub const WORKER_CONTAINER_ANNOTATION: &str = "vigil.dev/worker-container";
+
+/// Largest tail of a log file read for an alert: the last `log_lines` are in it.
+const LOG_TAIL_BYTES: u64 = 1 << 20;
+
+/// Settings of the CRI adapter.
+#[derive(Clone)]
+pub struct CriSettings {
+    /// The runtime's unix socket, e.g. `/run/containerd/containerd.sock`.
+    pub socket: String,
+    /// The opt-in label on the pod (its value is the worker id).
+    pub worker_label: String,
+    /// The pod annotation with the checkpoint method (labels cannot hold `signal:…` or URLs).
+    pub checkpoint_annotation: String,
+    /// Deadline of every call but the restart's wait.
+    pub call_timeout: Duration,
+    /// Restart pods whose restartPolicy is Never (ending them), or whose policy is unknown.
+    pub allow_pod_replacement: bool,
+    /// How often the restart looks for kubelet's next attempt.
+    pub poll: Duration,
+}
+
+pub struct CriRuntime {
+    s: CriSettings,
+    client: RuntimeServiceClient<Channel>,
+    /// The Kubernetes API, for the pods' restartPolicy; `None` when it is off.
+    pods: Option<Arc<dyn PodApi>>,
+}
+
+impl CriRuntime {
+    /// No connection is made here: a runtime that is down at start-up is reported per cycle.
+    pub fn new(s: CriSettings, pods: Option<Arc<dyn PodApi>>) -> Result<Self, RuntimeError> {
+        let path = s.socket.clone();
+        // The URI is required by tonic but unused: every connection goes to the socket.
+        let endpoint = Endpoint::try_from("http://[::1]:50051")
+            .map_err(|e| RuntimeError::Unreachable {
+                runtime: format!("cri at {path}"),
+                detail: e.to_string(),
+            })?
+            .connect_timeout(s.call_timeout)
+            .timeout(s.call_timeout);
+        let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }));
+        Ok(CriRuntime {
+            client: RuntimeServiceClient::new(channel),
+            s,
+            pods,
+        })
+    }
+
+    fn client(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone()
+    }
+
+    /// A gRPC failure: transport problems and `Unavailable` mean the runtime is unreachable;
+    /// other statuses are refusals.
+    fn classify(&self, op: &'static str, id: &str, st: tonic::Status) -> RuntimeError {
+        use tonic::Code;
+        match st.code() {
+            Code::Unavailable => self.unreachable(st),
+            Code::Unknown if st.message().contains("transport") => self.unreachable(st),
+            Code::DeadlineExceeded | Code::Cancelled => RuntimeError::Timeout {
+                op,
+                container: id.to_string(),
+                timeout: self.s.call_timeout,
+            },
+            _ => RuntimeError::Refused {
+                runtime: self.describe(),
+                op,
+                container: id.to_string(),
+                detail: format!("{:?}: {}", st.code(), st.message()),
+            },
+        }
+    }
+
+    fn unreachable(&self, e: impl std::fmt::Display) -> RuntimeError {
+        RuntimeError::Unreachable {
+            runtime: self.describe(),
+            detail: e.to_string(),
+        }
+    }
+
+    /// Ready sandboxes that opted in, by sandbox id.
+    async fn opted_in_sandboxes(&self) -> Result<HashMap<String, Sandbox>, RuntimeError> {
+        let req = ListPodSandboxRequest {
+            filter: Some(PodSandboxFilter {
+                state: Some(PodSandboxStateValue {
+                    state: PodSandboxState::SandboxReady as i32,
+                }),
+                ..Default::default()
+            }),
+        };
+        let items = self
+            .client()
+            .list_pod_sandbox(req)
+            .await
+            .map_err(|e| self.classify("list", "*", e))?
+            .into_inner()
+            .items;
+        Ok(items
+            .into_iter()
+            .filter_map(|p| {
+                let sandbox = Sandbox::from_labels(&self.s, p.labels, p.annotations, p.metadata)?;
+                Some((p.id, sandbox))
+            })
+            .collect())
+    }
+
+    async fn sandbox(&self, id: &str) -> Result<Option<Sandbox>, RuntimeError> {
+        let req = PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: false,
+        };
+        match self.client().pod_sandbox_status(req).await {
+            Ok(r) => Ok(r.into_inner().status.and_then(|st| {
+                Sandbox::from_labels(&self.s, st.labels, st.annotations, st.metadata)
+            })),
+            Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
+            Err(st) => Err(self.classify("inspect", id, st)),
+        }
+    }
+
+    async fn containers(
+        &self,
+        filter: ContainerFilter,
+    ) -> Result<Vec<k8s_cri::v1::Container>, RuntimeError> {
+        let id = filter.id.clone();
+        let req = ListContainersRequest {
+            filter: Some(filter),
+        };
+        Ok(self
+            .client()
+            .list_containers(req)
+            .await
+            .map_err(|e| self.classify("list", &id, e))?
+            .into_inner()
+            .containers)
+    }
+
+    /// The container's status (log path, host PID with `verbose`); `None` when it is gone.
+    async fn status(
+        &self,
+        id: &str,
+        verbose: bool,
+    ) -> Result<Option<k8s_cri::v1::ContainerStatusResponse>, RuntimeError> {
+        let req = ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose,
+        };
+        match self.client().container_status(req).await {
+            Ok(r) => Ok(Some(r.into_inner())),
+            Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
+            Err(st) => Err(self.classify("inspect", id, st)),
+        }
+    }
+}
+
+/// What Vigil reads from an opted-in pod sandbox.
+#[derive(Debug, Clone)]
+struct Sandbox {
+    worker: String,
+    /// The container named by `vigil.dev/worker-container`, when the pod says.
+    container: Option<String>,
+    checkpoint: Option<String>,
+    namespace: String,
+    pod: String,
+    uid: String,
+}
+
+impl Sandbox {
+    fn from_labels(
+        s: &CriSettings,
+        labels: HashMap<String, String>,
+        annotations: HashMap<String, String>,
+        meta: Option<k8s_cri::v1::PodSandboxMetadata>,
+    ) -> Option<Sandbox> {
+        // NB: a pod without the opt-in label is never a worker, whatever else it says.
+        let worker = labels.get(&s.worker_label).filter(|w| !w.is_empty())?;
+        let meta = meta.unwrap_or_default();
+        Some(Sandbox {
+            worker: worker.clone(),
+            container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
+            checkpoint: annotations.get(&s.checkpoint_annotation).cloned(),
+            namespace: meta.namespace,
+            pod: meta.name,
+            uid: meta.uid,
+        })
+    }
+
+    /// Whether `name` is this pod's worker container: the annotated one, or, without the
+    /// annotation, every container (several make the worker ambiguous, and it is never
+    /// restarted).
+    fn selects(&self, name: &str) -> bool {
+        self.container.as_deref().is_none_or(|c| c == name)
+    }
+
+    fn container(&self, c: &k8s_cri::v1::Container, sandbox_id: &str) -> Container {
+        let meta = c.metadata.clone().unwrap_or_default();
+        Container {
+            id: c.id.clone(),
+            name: format!("{}/{}/{}", self.namespace, self.pod, meta.name),
+            worker: self.worker.clone(),
+            // NB: every attempt is a new container, so the incarnation is the id; the creation
+            // time keeps the key the same shape as Docker's.
+            started_at: format!("attempt-{}@{}", meta.attempt, c.created_at),
+            running: c.state == ContainerState::ContainerRunning as i32,
+            checkpoint: self.checkpoint.clone(),
+            gpus: None,
+            pod: Some(PodRef {
+                namespace: self.namespace.clone(),
+                pod: self.pod.clone(),
+                uid: self.uid.clone(),
+                sandbox: sandbox_id.to_string(),
+                container: meta.name,
+                attempt: meta.attempt,
+                log_path: None,
+            }),
+        }
+    }
+}
+
+fn running() -> Option<ContainerStateValue> {
+    Some(ContainerStateValue {
+        state: ContainerState::ContainerRunning as i32,
+    })
+}
+
+/// The last `LOG_TAIL_BYTES` of a file (from a line start), lossily decoded.
+fn read_tail(path: &str) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(LOG_TAIL_BYTES);
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    f.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    Ok(match (start > 0, text.find('\n')) {
+        // The first line was cut by the seek: drop it.
+        (true, Some(nl)) => text[nl + 1..].to_string(),
+        _ => text.into_owned(),
+    })
+}
+
+/// The host PID of a container, from the verbose status's `info` (containerd and CRI-O both
+/// put a JSON object with `pid` there).
+fn host_pid(info: &HashMap<String, String>) -> Option<i32> {
+    let text = info.get("info")?;
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get("pid")?.as_i64().and_then(|p| i32::try_from(p).ok())
+}
+
+#[async_trait]
+impl ContainerRuntime for CriRuntime {
+    fn describe(&self) -> String {
+        format!("cri at {}", self.s.socket)
+    }
+
+    async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
+        let sandboxes = self.opted_in_sandboxes().await?;
+        if sandboxes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let filter = ContainerFilter {
+            state: running(),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        for c in self.containers(filter).await? {
+            let Some(sb) = sandboxes.get(&c.pod_sandbox_id) else {
+                continue;
+            };
+            let name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("");
+            if sb.selects(name) {
+                out.push(sb.container(&c, &c.pod_sandbox_id));
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
+        let filter = ContainerFilter {
+            id: id.to_string(),
+            ..Default::default()
+        };
+        let Some(c) = self.containers(filter).await?.into_iter().next() else {
+            return Ok(None);
+        };
+        let Some(sb) = self.sandbox(&c.pod_sandbox_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(sb.container(&c, &c.pod_sandbox_id)))
+    }
+
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        let Some(st) = self.status(id, false).await?.and_then(|r| r.status) else {
+            return Err(self.refused("logs", id, "the container is gone"));
+        };
+        if st.log_path.is_empty() {
+            return Err(self.refused("logs", id, "the runtime reports no log path"));
+        }
+        let path = st.log_path.clone();
+        let text = tokio::task::spawn_blocking(move || read_tail(&path))
+            .await
+            .map_err(|e| self.refused("logs", id, &e.to_string()))?
+            .map_err(|e| {
+                let why = format!(
+                    "cannot read {}: {e} (the DaemonSet mounts /var/log/pods read-only)",
+                    st.log_path
+                );
+                self.refused("logs", id, &why)
+            })?;
+        Ok(super::cri_log::tail(&text, lines))
+    }
+
+    async fn restartable(&self, c: &Container) -> Result<(), String> {
+        if self.s.allow_pod_replacement {
+            return Ok(());
+        }
+        let Some(p) = &c.pod else { return Ok(()) };
+        let Some(api) = &self.pods else {
+            return Err(format!(
+                "the restartPolicy of pod {}/{} is unknown (the Kubernetes API is off): a stop could end the pod instead of restarting it; enable kubernetes.enabled, or set runtime.allow_pod_replacement = true",
+                p.namespace, p.pod
+            ));
+        };
+        match api.restart_policy(&p.namespace, &p.pod).await {
+            Ok(Some(RestartPolicy::Always | RestartPolicy::OnFailure)) => Ok(()),
+            Ok(Some(RestartPolicy::Never)) => Err(format!(
+                "pod {}/{} has restartPolicy Never: stopping its container would end the pod, not restart it; its controller decides (set runtime.allow_pod_replacement = true to allow it)",
+                p.namespace, p.pod
+            )),
+            Ok(None) => Err(format!("pod {}/{} is gone from the API", p.namespace, p.pod)),
+            Err(e) => Err(format!(
+                "cannot read the restartPolicy of pod {}/{}: {e}",
+                p.namespace, p.pod
+            )),
+        }
+    }
+
+    /// `StopContainer` with the stop grace, then wait for kubelet's next attempt (the caller
+    /// bounds the whole call by `restart_timeout`).
+    async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
+        let req = StopContainerRequest {
+            container_id: target.id.clone(),
+            timeout: stop_grace.as_secs().min(i64::MAX as u64) as i64,
+        };
+        // The stop itself takes up to the grace: give it that beyond the call deadline.
+        let mut req = tonic::Request::new(req);
+        req.set_timeout(stop_grace + self.s.call_timeout);
+        self.client()
+            .stop_container(req)
+            .await
+            .map_err(|e| self.classify("restart", &target.id, e))?;
+        loop {
+            match self.successor(target).await? {
+                Some(next) if next.id != target.id && next.running => return Ok(()),
+                _ => tokio::time::sleep(self.s.poll).await,
+            }
+        }
+    }
+
+    /// The running attempt of the same pod and container name, if a newer one than `c` runs.
+    async fn successor(&self, c: &Container) -> Result<Option<Container>, RuntimeError> {
+        let Some(p) = &c.pod else {
+            return self.inspect(&c.id).await;
+        };
+        let filter = ContainerFilter {
+            pod_sandbox_id: p.sandbox.clone(),
+            state: running(),
+            ..Default::default()
+        };
+        let newest = self
+            .containers(filter)
+            .await?
+            .into_iter()
+            .filter(|x| {
+                x.metadata
+                    .as_ref()
+                    .is_some_and(|m| m.name == p.container && m.attempt >= p.attempt)
+            })
+            .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt));
+        let Some(x) = newest else { return Ok(None) };
+        let Some(sb) = self.sandbox(&p.sandbox).await? else {
+            return Ok(None);
+        };
+        Ok(Some(sb.container(&x, &p.sandbox)))
+    }
+
+    /// The checkpoint signal, to the container's host PID (CRI has no kill).
+    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        let Some(resp) = self.status(id, true).await? else {
+            return Err(self.refused("kill", id, "the container is gone"));
+        };
+        let pid = host_pid(&resp.info).ok_or_else(|| {
+            self.refused("kill", id, "the runtime's verbose status has no host PID")
+        })?;
+        let sig: nix::sys::signal::Signal = signal
+            .parse()
+            .map_err(|_| self.refused("kill", id, &format!("unknown signal {signal}")))?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).map_err(|e| {
+            let why = format!(
+                "{signal} to host PID {pid}: {e} (signalling a CRI container needs the agent in the host PID namespace: hostPID: true)"
+            );
+            self.refused("kill", id, &why)
+        })
+    }
+
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        let req = VersionRequest {
+            version: "v1".into(),
+        };
+        self.client()
+            .version(req)
+            .await
+            .map(drop)
+            .map_err(|e| self.classify("ping", "-", e))
+    }
+}
+
+impl CriRuntime {
+    fn refused(&self, op: &'static str, id: &str, detail: &str) -> RuntimeError {
+        RuntimeError::Refused {
+            runtime: self.describe(),
+            op,
+            container: id.to_string(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_pid_comes_from_the_verbose_info() {
+        let mut info = HashMap::new();
+        assert_eq!(host_pid(&info), None);
+        info.insert(
+            "info".to_string(),
+            r#"{"pid": 4242, "sandboxID": "x"}"#.to_string(),
+        );
+        assert_eq!(host_pid(&info), Some(4242));
+        info.insert("info".to_string(), "not json".to_string());
+        assert_eq!(host_pid(&info), None);
+    }
+
+    #[test]
+    fn the_log_tail_starts_at_a_line() {
+        let dir = std::env::temp_dir().join(format!("vigil-cri-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("0.log");
+        let line = "2026-11-30T02:14:00Z stdout F ".to_string() + &"x".repeat(100) + "\n";
+        let big = line.repeat((LOG_TAIL_BYTES as usize / line.len()) + 10);
+        std::fs::write(&path, &big).unwrap();
+        let tail = read_tail(path.to_str().unwrap()).unwrap();
+        assert!(tail.len() as u64 <= LOG_TAIL_BYTES);
+        assert!(tail.starts_with("2026-11-30T02:14:00Z"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,479 @@
+//! A private containerd with its CRI plugin, owned by the test: its own root, state directory and
+//! socket in a temp dir, a tiny busybox image imported as both the sandbox ("pause") image and the
+//! workers' image, host-network sandboxes so no CNI is needed. And [`Kubelet`], which plays
+//! kubelet's part over the real CRI API: sandboxes and containers with the labels kubelet sets,
+//! and the next attempt of a container that stopped (restartPolicy Always).
+//!
+//! Everything on Vigil's side of the socket is the production adapter.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::{
+    ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, CreateContainerRequest,
+    ImageSpec, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListContainersRequest,
+    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RunPodSandboxRequest,
+    StartContainerRequest, StopContainerRequest,
+};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::real::run_cli;
+
+/// The image every sandbox and container runs (`docker.io/` is how containerd names it).
+pub const CRI_IMAGE: &str = "docker.io/vigil-test/busybox:1";
+
+/// A containerd process private to the test.
+pub struct Containerd {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Containerd {
+    /// Start it and import the test image. Panics with what to install when a binary is missing.
+    pub fn start() -> Containerd {
+        for bin in ["containerd", "runc", "ctr"] {
+            assert!(
+                Command::new("sh")
+                    .args(["-c", &format!("command -v {bin}")])
+                    .stdout(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success()),
+                "{bin} is needed for the CRI tests (apt-get install containerd runc)"
+            );
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        for sub in ["cni-bin", "cni-conf", "pods"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        let config = format!(
+            r#"version = 2
+root = "{root}/root"
+state = "{root}/state"
+[grpc]
+  address = "{root}/containerd.sock"
+[ttrpc]
+  address = "{root}/containerd.sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{CRI_IMAGE}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_apparmor = true
+  # Sandboxes ask for oom_score_adj -998; a test machine (or CI container) may not allow
+  # lowering it: keep the process's own.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{root}/cni-bin"
+    conf_dir = "{root}/cni-conf"
+"#,
+            root = d.display()
+        );
+        std::fs::write(d.join("config.toml"), config).unwrap();
+        let mut c = Containerd { dir, child: None };
+        c.spawn();
+        c.import_image();
+        c
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("containerd.sock")
+    }
+
+    /// Where pod log directories go (`/var/log/pods` on a node).
+    pub fn pods_dir(&self) -> PathBuf {
+        self.dir.path().join("pods")
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("containerd.log")).unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("containerd starts");
+        self.child = Some(child);
+        for _ in 0..100 {
+            if self.socket().exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("containerd did not create its socket; see {:?}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// Kill it (as a crashed runtime); its containers' shims keep running, as on a node.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(self.socket());
+    }
+
+    /// Start it again on the same root and state.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    fn import_image(&self) {
+        let tar = image_tarball();
+        run_cli(
+            "ctr",
+            &[
+                "-a",
+                self.socket().to_str().unwrap(),
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                tar.to_str().unwrap(),
+            ],
+            None,
+        );
+    }
+
+    /// Remove every sandbox and container, then stop.
+    fn cleanup(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        let sock = self.socket();
+        let a = sock.to_str().unwrap();
+        // Stop the tasks so no shim outlives the test; errors mean "already gone".
+        let _ = Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "for t in $(ctr -a {a} -n k8s.io tasks ls -q); do ctr -a {a} -n k8s.io tasks kill -s KILL $t; done; sleep 0.3; for t in $(ctr -a {a} -n k8s.io tasks ls -q); do ctr -a {a} -n k8s.io tasks delete -f $t; done"
+                ),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        self.stop();
+        // The containers' overlay and shm mounts live under the temp dir: unmount before it goes.
+        let root = self.dir.path();
+        let _ = Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "grep -o ' {}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l",
+                    root.display()
+                ),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<_> = log.lines().rev().take(30).collect();
+            eprintln!(
+                "containerd log (last lines, newest first):\n{}",
+                tail.join("\n")
+            );
+        }
+        self.cleanup();
+    }
+}
+
+/// The busybox image as a `docker save` tarball, built once per test process with
+/// `docker import` (no registry is reachable); the sandbox runs its default command, a sleep.
+fn image_tarball() -> PathBuf {
+    static TAR: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut guard = TAR.lock().unwrap();
+    if let Some(p) = guard.as_ref() {
+        return p.clone();
+    }
+    let dir = std::env::temp_dir().join(format!("vigil-cri-image-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rootfs/bin")).unwrap();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("a static busybox is needed (apt-get install busybox-static)");
+    let bin = dir.join("rootfs/bin");
+    std::fs::copy(busybox, bin.join("busybox")).unwrap();
+    for applet in ["sh", "sleep", "echo", "cat", "kill", "date", "true", "trap"] {
+        let _ = std::os::unix::fs::symlink("busybox", bin.join(applet));
+    }
+    let rootfs = dir.join("rootfs.tar");
+    run_cli(
+        "tar",
+        &[
+            "-C",
+            dir.join("rootfs").to_str().unwrap(),
+            "-cf",
+            rootfs.to_str().unwrap(),
+            ".",
+        ],
+        None,
+    );
+    let tag = CRI_IMAGE.trim_start_matches("docker.io/");
+    run_cli(
+        "docker",
+        &[
+            "import",
+            "-c",
+            r#"CMD ["/bin/sleep","2147483647"]"#,
+            rootfs.to_str().unwrap(),
+            tag,
+        ],
+        None,
+    );
+    let tar = dir.join("image.tar");
+    run_cli("docker", &["save", tag, "-o", tar.to_str().unwrap()], None);
+    *guard = Some(tar.clone());
+    tar
+}
+
+/// A pod as kubelet created it.
+#[derive(Clone)]
+pub struct Pod {
+    pub sandbox: String,
+    pub config: PodSandboxConfig,
+    /// The command of each container, by name (for the next attempts).
+    pub commands: HashMap<String, Vec<String>>,
+}
+
+/// Kubelet's part, over the real CRI API.
+#[derive(Clone)]
+pub struct Kubelet {
+    client: RuntimeServiceClient<Channel>,
+    pods_dir: PathBuf,
+    pods: Arc<Mutex<Vec<Pod>>>,
+}
+
+impl Kubelet {
+    pub fn new(containerd: &Containerd) -> Kubelet {
+        let path = containerd.socket();
+        let channel = Endpoint::try_from("http://[::1]:50051")
+            .unwrap()
+            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    let s = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(s))
+                }
+            }));
+        Kubelet {
+            client: RuntimeServiceClient::new(channel),
+            pods_dir: containerd.pods_dir(),
+            pods: Arc::default(),
+        }
+    }
+
+    /// A host-network pod with kubelet's labels plus `labels` and `annotations`, and its
+    /// containers (name, shell script), each started as attempt 0.
+    pub async fn run_pod(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+        containers: &[(&str, &str)],
+    ) -> Pod {
+        let uid = format!("uid-{name}-{:06x}", rand::random::<u32>() >> 8);
+        let ns = "default";
+        let mut all_labels: HashMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        all_labels.insert("io.kubernetes.pod.name".into(), name.into());
+        all_labels.insert("io.kubernetes.pod.namespace".into(), ns.into());
+        all_labels.insert("io.kubernetes.pod.uid".into(), uid.clone());
+        let log_dir = self.pods_dir.join(format!("{ns}_{name}_{uid}"));
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let config = PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: name.into(),
+                uid: uid.clone(),
+                namespace: ns.into(),
+                attempt: 0,
+            }),
+            // Host-network pods share the node's UTS namespace: kubelet sends no hostname.
+            hostname: String::new(),
+            log_directory: log_dir.to_str().unwrap().into(),
+            labels: all_labels,
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            linux: Some(LinuxPodSandboxConfig {
+                security_context: Some(LinuxSandboxSecurityContext {
+                    // NB: host network: the sandbox needs no CNI plugin.
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Node as i32,
+                        pid: NamespaceMode::Container as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let sandbox = self
+            .client
+            .clone()
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect("RunPodSandbox")
+            .into_inner()
+            .pod_sandbox_id;
+        let mut pod = Pod {
+            sandbox,
+            config,
+            commands: HashMap::new(),
+        };
+        for (cname, script) in containers {
+            let cmd = vec!["/bin/sh".to_string(), "-c".to_string(), script.to_string()];
+            pod.commands.insert(cname.to_string(), cmd);
+            self.start_attempt(&pod, cname, 0).await;
+        }
+        self.pods.lock().unwrap().push(pod.clone());
+        pod
+    }
+
+    /// Create and start `attempt` of container `name` of `pod`, as kubelet does.
+    pub async fn start_attempt(&self, pod: &Pod, name: &str, attempt: u32) -> String {
+        let meta = pod.config.metadata.clone().unwrap();
+        let labels = HashMap::from([
+            ("io.kubernetes.container.name".to_string(), name.to_string()),
+            ("io.kubernetes.pod.name".to_string(), meta.name.clone()),
+            (
+                "io.kubernetes.pod.namespace".to_string(),
+                meta.namespace.clone(),
+            ),
+            ("io.kubernetes.pod.uid".to_string(), meta.uid.clone()),
+        ]);
+        std::fs::create_dir_all(Path::new(&pod.config.log_directory).join(name)).unwrap();
+        let config = ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: name.into(),
+                attempt,
+            }),
+            image: Some(ImageSpec {
+                image: CRI_IMAGE.into(),
+                ..Default::default()
+            }),
+            command: pod.commands[name].clone(),
+            labels,
+            log_path: format!("{name}/{attempt}.log"),
+            ..Default::default()
+        };
+        let mut c = self.client.clone();
+        let id = c
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.sandbox.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.config.clone()),
+            })
+            .await
+            .expect("CreateContainer")
+            .into_inner()
+            .container_id;
+        c.start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("StartContainer");
+        id
+    }
+
+    /// The containers of `pod`: (id, name, attempt, running).
+    pub async fn containers(&self, pod: &Pod) -> Vec<(String, String, u32, bool)> {
+        let list = self
+            .client
+            .clone()
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    pod_sandbox_id: pod.sandbox.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("ListContainers")
+            .into_inner()
+            .containers;
+        let mut out: Vec<_> = list
+            .into_iter()
+            .map(|c| {
+                let m = c.metadata.unwrap_or_default();
+                let running = c.state == ContainerState::ContainerRunning as i32;
+                (c.id, m.name, m.attempt, running)
+            })
+            .collect();
+        out.sort_by(|a, b| (a.1.as_str(), a.2).cmp(&(b.1.as_str(), b.2)));
+        out
+    }
+
+    /// The running container `name` of `pod`: (id, attempt).
+    pub async fn running(&self, pod: &Pod, name: &str) -> Option<(String, u32)> {
+        self.containers(pod)
+            .await
+            .into_iter()
+            .find(|c| c.1 == name && c.3)
+            .map(|c| (c.0, c.2))
+    }
+
+    /// Stop a container as something outside Vigil would (a crash, an operator).
+    pub async fn stop(&self, id: &str) {
+        self.client
+            .clone()
+            .stop_container(StopContainerRequest {
+                container_id: id.into(),
+                timeout: 0,
+            })
+            .await
+            .expect("StopContainer");
+    }
+
+    /// Kubelet's restart loop (restartPolicy Always): every 100 ms, a container of a known pod
+    /// that has no running attempt gets the next one. Runs until `stop`.
+    pub fn restart_loop(&self, stop: CancellationToken) {
+        let k = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                let pods = k.pods.lock().unwrap().clone();
+                for pod in pods {
+                    for name in pod.commands.keys() {
+                        let all = k.containers(&pod).await;
+                        let mine: Vec<_> = all.iter().filter(|c| &c.1 == name).collect();
+                        let last = mine.iter().map(|c| c.2).max();
+                        if let Some(last) = last {
+                            if !mine.iter().any(|c| c.3) {
+                                k.start_attempt(&pod, name, last + 1).await;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,535 @@
+//! The restart half of Vigil on a Kubernetes node: the CRI adapter against a real containerd (a
+//! private instance, see `common::containerd`), with the test playing kubelet. The agent is the
+//! library's, on the in-process coordinator and a fake clock (so a three-minute persistence
+//! timer takes no time); the runtime side is real.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::containerd::{Containerd, Kubelet, Pod};
+use common::fakes::RecordingSink;
+use common::wiring::{node_config, write_record};
+use tokio_util::sync::CancellationToken;
+use vigil::actions::alert::{AlertKind, Notifier};
+use vigil::clock::{Clock, FakeClock, Millis};
+use vigil::config::Config;
+use vigil::coord::memory::MemoryCoordinator;
+use vigil::coord::{Coordinator, Keys};
+use vigil::engine::agent::Agent;
+use vigil::model::container::Container;
+use vigil::observe::metrics::Metrics;
+use vigil::runtime::cri::{CriRuntime, CriSettings, WORKER_CONTAINER_ANNOTATION};
+use vigil::runtime::{ContainerRuntime, RuntimeError};
+use vigil::sources::pods::{PodApi, RestartPolicy};
+
+const START: Millis = 1_796_083_200_000;
+const POLL: Duration = Duration::from_secs(15);
+const WORKER: &str = "trainer-0";
+/// A worker that writes a line a second (its heartbeat goes to the coordinator, written by the
+/// test, so it can "hang" while the process runs on).
+const LOOP: &str = "i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done";
+
+/// The pods' restart policies, as the Kubernetes API would answer.
+struct Policies(RestartPolicy);
+
+#[async_trait]
+impl PodApi for Policies {
+    async fn restart_policy(&self, _: &str, _: &str) -> Result<Option<RestartPolicy>, String> {
+        Ok(Some(self.0))
+    }
+}
+
+fn settings(ctd: &Containerd) -> CriSettings {
+    CriSettings {
+        socket: ctd.socket().to_str().unwrap().to_string(),
+        worker_label: "vigil.worker".into(),
+        checkpoint_annotation: "vigil.checkpoint".into(),
+        call_timeout: Duration::from_secs(5),
+        allow_pod_replacement: false,
+        poll: Duration::from_millis(100),
+    }
+}
+
+struct Rig {
+    clock: FakeClock,
+    store: Arc<MemoryCoordinator>,
+    sink: RecordingSink,
+    metrics: Arc<Metrics>,
+    agent: Agent,
+    keys: Keys,
+}
+
+impl Rig {
+    fn new(runtime: Arc<dyn ContainerRuntime>) -> Rig {
+        let clock = FakeClock::at(START);
+        let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+        let sink = RecordingSink::default();
+        let metrics = Arc::new(Metrics::new());
+        let mut cfg: Config = node_config("gke-node-1");
+        cfg.runtime.restart_timeout = Duration::from_secs(60);
+        cfg.runtime.stop_grace = Duration::from_secs(2);
+        let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+        let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
+        let agent = Agent::new(cfg, store.clone(), runtime, notifier, metrics.clone());
+        Rig {
+            clock,
+            store,
+            sink,
+            metrics,
+            agent,
+            keys,
+        }
+    }
+
+    fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    /// The worker's record: processing, last beat at `at`.
+    async fn beat_at(&self, at: Millis) {
+        let key = self.keys.status(WORKER);
+        write_record(self.store.as_ref(), &key, "processing", at, &[]).await;
+    }
+
+    async fn tick(&mut self) {
+        self.clock.advance(POLL);
+        self.agent.cycle().await;
+    }
+
+    /// A hang from now: ticks until the restart is due and done (stale 120 s, confirmed, 180 s).
+    async fn hang_until_restart_window(&mut self) {
+        self.beat_at(self.now()).await;
+        for _ in 0..24 {
+            self.tick().await;
+        }
+    }
+
+    async fn decisions(&self) -> Vec<String> {
+        let entries = self
+            .store
+            .read_recent(&self.keys.trail(), 10_000)
+            .await
+            .unwrap();
+        entries
+            .iter()
+            .rev()
+            .map(|(_, f)| f["decision"].clone())
+            .collect()
+    }
+}
+
+async fn worker_pod(kubelet: &Kubelet, name: &str) -> Pod {
+    kubelet
+        .run_pod(name, &[("vigil.worker", WORKER)], &[], &[("main", LOOP)])
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hang_is_one_stop_and_kubelet_runs_the_next_attempt_with_the_logs_in_the_alert() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let pod = worker_pod(&kubelet, "trainer-a").await;
+    // Let the worker write a few lines to its log file.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let mut rig = Rig::new(Arc::new(runtime));
+    rig.hang_until_restart_window().await;
+
+    let attempts = kubelet.containers(&pod).await;
+    assert_eq!(
+        attempts.iter().map(|c| (c.2, c.3)).collect::<Vec<_>>(),
+        vec![(0, false), (1, true)],
+        "attempt 0 stopped by Vigil, attempt 1 started by kubelet: {attempts:?}"
+    );
+    let d = rig.decisions().await;
+    assert_eq!(d.iter().filter(|x| *x == "restarted").count(), 1, "{d:?}");
+    let alerts = rig.sink.0.lock().unwrap().clone();
+    let restarting = alerts
+        .iter()
+        .find(|a| a.kind == AlertKind::Restarting)
+        .expect("a restarting alert");
+    assert_eq!(
+        restarting.container.as_deref(),
+        Some("default/trainer-a/main")
+    );
+    let logs = restarting.logs.clone().unwrap_or_default();
+    assert!(
+        logs.contains("stdout step 1"),
+        "CRI log lines, parsed: {logs}"
+    );
+
+    // The booting attempt is ours: no second restart through the cooldown, whatever the record.
+    for _ in 0..30 {
+        rig.tick().await;
+    }
+    assert_eq!(kubelet.containers(&pod).await.len(), 2, "still one restart");
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlabeled_pods_and_other_containers_are_never_touched() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let bystander = kubelet
+        .run_pod("bystander", &[("app", "web")], &[], &[("main", LOOP)])
+        .await;
+    // Two containers and no annotation: which one is the worker is ambiguous.
+    let two = kubelet
+        .run_pod(
+            "two",
+            &[("vigil.worker", "trainer-9")],
+            &[],
+            &[("main", LOOP), ("sidecar", LOOP)],
+        )
+        .await;
+    // Two containers, the annotation names the worker's.
+    let named = kubelet
+        .run_pod(
+            "named",
+            &[("vigil.worker", WORKER)],
+            &[(WORKER_CONTAINER_ANNOTATION, "main")],
+            &[("main", LOOP), ("sidecar", LOOP)],
+        )
+        .await;
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let listed = runtime.list_workers().await.unwrap();
+    let names: Vec<_> = listed.iter().map(|c| c.display()).collect();
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.starts_with("default/two/"))
+            .count(),
+        2,
+        "both containers of the unannotated pod claim the worker: {names:?}"
+    );
+    assert!(
+        names.contains(&"default/named/main".to_string()),
+        "{names:?}"
+    );
+    assert!(!names
+        .iter()
+        .any(|n| n.contains("bystander") || n == "default/named/sidecar"));
+
+    let mut rig = Rig::new(Arc::new(runtime));
+    let key = rig.keys.status("trainer-9");
+    write_record(rig.store.as_ref(), &key, "processing", rig.now(), &[]).await;
+    rig.hang_until_restart_window().await;
+    assert_eq!(
+        rig.sink.count(AlertKind::Ambiguous),
+        1,
+        "one ambiguous alert for the unannotated pod"
+    );
+    // The named worker was restarted; nothing else was stopped.
+    let named_now = kubelet.containers(&named).await;
+    assert!(
+        named_now.iter().any(|c| c.1 == "main" && c.2 == 1 && c.3),
+        "{named_now:?}"
+    );
+    assert!(
+        named_now
+            .iter()
+            .any(|c| c.1 == "sidecar" && c.2 == 0 && c.3),
+        "{named_now:?}"
+    );
+    for pod in [&two, &bystander] {
+        let all = kubelet.containers(pod).await;
+        assert!(all.iter().all(|c| c.2 == 0 && c.3), "untouched: {all:?}");
+    }
+    stop.cancel();
+}
+
+/// A runtime whose log collection takes long enough for kubelet to restart the container on
+/// its own: the decision Vigil made is stale by the time of the command.
+struct SlowLogs {
+    inner: CriRuntime,
+    kubelet: Kubelet,
+    pod: Pod,
+}
+
+#[async_trait]
+impl ContainerRuntime for SlowLogs {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
+        self.inner.list_workers().await
+    }
+    async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
+        self.inner.inspect(id).await
+    }
+    async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        // Meanwhile the container crashes and kubelet starts the next attempt.
+        self.kubelet.stop(id).await;
+        let mut next = None;
+        for _ in 0..100 {
+            next = self.kubelet.running(&self.pod, "main").await;
+            if next.as_ref().is_some_and(|(_, attempt)| *attempt == 1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            next.map(|n| n.1),
+            Some(1),
+            "kubelet started the next attempt"
+        );
+        self.inner.logs(id, lines).await
+    }
+    async fn restartable(&self, c: &Container) -> Result<(), String> {
+        self.inner.restartable(c).await
+    }
+    async fn restart(&self, c: &Container, grace: Duration) -> Result<(), RuntimeError> {
+        self.inner.restart(c, grace).await
+    }
+    async fn successor(&self, c: &Container) -> Result<Option<Container>, RuntimeError> {
+        self.inner.successor(c).await
+    }
+    async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        self.inner.kill(id, signal).await
+    }
+    async fn ping(&self) -> Result<(), RuntimeError> {
+        self.inner.ping().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_decision_never_stops_the_new_attempt() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let pod = worker_pod(&kubelet, "trainer-b").await;
+    let inner = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let runtime = SlowLogs {
+        inner,
+        kubelet: kubelet.clone(),
+        pod: pod.clone(),
+    };
+    let mut rig = Rig::new(Arc::new(runtime));
+    rig.beat_at(rig.now()).await;
+    // Up to the first restart attempt (the log step restarts the container behind Vigil's back).
+    for _ in 0..22 {
+        rig.tick().await;
+    }
+    let d = rig.decisions().await;
+    assert!(
+        d.contains(&"skipped-not-running".to_string()),
+        "compare-and-restart refused the stale decision: {d:?}"
+    );
+    let all = kubelet.containers(&pod).await;
+    assert_eq!(
+        all.iter().map(|c| (c.2, c.3)).collect::<Vec<_>>(),
+        vec![(0, false), (1, true)],
+        "attempt 1 (kubelet's) runs, untouched by Vigil: {all:?}"
+    );
+    assert!(!d.contains(&"restarted".to_string()), "{d:?}");
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let pod = worker_pod(&kubelet, "job-once").await;
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Never))),
+    )
+    .unwrap();
+    let mut rig = Rig::new(Arc::new(runtime));
+    rig.hang_until_restart_window().await;
+    for _ in 0..5 {
+        rig.tick().await;
+    }
+    assert_eq!(
+        rig.sink.count(AlertKind::NotRestartable),
+        1,
+        "one page per incident"
+    );
+    let page = rig
+        .sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|a| a.kind == AlertKind::NotRestartable)
+        .cloned()
+        .unwrap();
+    assert!(
+        page.detail.contains("restartPolicy Never"),
+        "{}",
+        page.detail
+    );
+    let all = kubelet.containers(&pod).await;
+    assert!(
+        all.iter().all(|c| c.2 == 0 && c.3),
+        "never stopped: {all:?}"
+    );
+    assert_eq!(rig.agent_breaker_used().await, 0, "no breaker unit taken");
+
+    // Without the Kubernetes API the policy is unknown: refused by default too.
+    let blind = CriRuntime::new(settings(&ctd), None).unwrap();
+    let c = blind.list_workers().await.unwrap().remove(0);
+    let why = blind.restartable(&c).await.unwrap_err();
+    assert!(why.contains("Kubernetes API is off"), "{why}");
+    let mut allowed = settings(&ctd);
+    allowed.allow_pod_replacement = true;
+    let yes = CriRuntime::new(allowed, None).unwrap();
+    assert_eq!(yes.restartable(&c).await, Ok(()));
+}
+
+impl Rig {
+    async fn agent_breaker_used(&self) -> u64 {
+        let day = vigil::clock::utc_day(self.now());
+        self.store.counter(&self.keys.breaker(&day)).await.unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    // This worker traps SIGUSR1 and says so in its log.
+    let script = "trap 'echo got-usr1' USR1; while true; do sleep 1; done";
+    kubelet
+        .run_pod(
+            "ckpt-signal",
+            &[("vigil.worker", "signal-worker")],
+            &[("vigil.checkpoint", "signal:SIGUSR1")],
+            &[("main", script)],
+        )
+        .await;
+    kubelet
+        .run_pod(
+            "ckpt-redis",
+            &[("vigil.worker", "redis-worker")],
+            &[],
+            &[("main", LOOP)],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let runtime = Arc::new(
+        CriRuntime::new(
+            settings(&ctd),
+            Some(Arc::new(Policies(RestartPolicy::Always))),
+        )
+        .unwrap(),
+    );
+    let clock = FakeClock::at(START);
+    let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+    let cfg = node_config("gke-node-1");
+    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+    let metrics = Arc::new(Metrics::new());
+    let agent = Agent::new(
+        cfg.clone(),
+        store.clone(),
+        runtime.clone(),
+        Notifier::new(None, metrics.clone()),
+        metrics.clone(),
+    );
+    let mut controller = vigil::engine::node::Controller::new(
+        cfg,
+        store.clone(),
+        runtime.clone(),
+        metrics,
+        agent.trail.clone(),
+    );
+    // The redis-method worker acknowledges what it finds in its record; the signal worker's ack
+    // is written when its log shows the signal arrived.
+    let acker = {
+        let (store, keys, runtime) = (store.clone(), keys.clone(), runtime.clone());
+        tokio::spawn(async move {
+            loop {
+                for w in ["redis-worker", "signal-worker"] {
+                    let rec = store.hgetall(&keys.status(w)).await.unwrap();
+                    let asked = rec.get("checkpoint_request").is_some_and(|r| !r.is_empty());
+                    let acked = rec.get("checkpoint_ack").is_some_and(|a| !a.is_empty());
+                    let ready = w == "redis-worker" || {
+                        let list = runtime.list_workers().await.unwrap();
+                        let c = list.iter().find(|c| c.worker == w).unwrap();
+                        runtime.logs(&c.id, 50).await.unwrap().contains("got-usr1")
+                    };
+                    if asked && !acked && ready {
+                        let ack =
+                            vec![("checkpoint_ack".into(), rec["checkpoint_request"].clone())];
+                        store.hset(&keys.status(w), &ack).await.unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let results = controller.checkpoint("test", Duration::from_secs(10)).await;
+    acker.abort();
+    let mut by: Vec<_> = results
+        .iter()
+        .map(|r| (r.worker.as_str(), r.method, r.outcome.as_str()))
+        .collect();
+    by.sort();
+    assert_eq!(
+        by,
+        vec![
+            ("redis-worker", "redis", "acked"),
+            ("signal-worker", "signal", "acked")
+        ],
+        "{results:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_down_is_one_runtime_down_alert_then_recovery() {
+    let mut ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    worker_pod(&kubelet, "trainer-c").await;
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let mut rig = Rig::new(Arc::new(runtime));
+    rig.beat_at(rig.now()).await;
+    rig.tick().await;
+    assert!(rig.metrics.encode().contains("vigil_runtime_up 1"));
+    ctd.stop();
+    for _ in 0..3 {
+        rig.beat_at(rig.now()).await;
+        rig.clock.advance(POLL);
+        let report = rig.agent.cycle().await;
+        assert!(report.runtime_error.is_some(), "{report:?}");
+    }
+    assert_eq!(rig.sink.count(AlertKind::RuntimeDown), 1, "once per outage");
+    assert!(rig.metrics.encode().contains("vigil_runtime_up 0"));
+    ctd.restart();
+    let mut recovered = false;
+    for _ in 0..50 {
+        rig.beat_at(rig.now()).await;
+        rig.clock.advance(POLL);
+        let report = rig.agent.cycle().await;
+        if report.runtime_error.is_none() && !report.verdicts.is_empty() {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(recovered, "the same adapter reconnects: {}", ctd.log());
+    assert!(rig.metrics.encode().contains("vigil_runtime_up 1"));
+}
