@@ -30,9 +30,10 @@ LABEL org.opencontainers.image.title="vigil" \
       org.opencontainers.image.description="Node-local agent that restarts hung accelerator workers safely" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /usr/local/bin/vigil /usr/local/bin/vigil
-# NB: the agent talks to the Docker socket, which is root-equivalent on the node. Run as a user
-# in the socket's group (often 999 or 998, see `stat -c %g /var/run/docker.sock`), set with
-# the DaemonSet's securityContext.runAsGroup / supplementalGroups.
+# NB: the agent talks to the container runtime's socket, which is root-equivalent on the node.
+# Docker's: run as a user in the socket's group (often 999 or 998, see `stat -c %g
+# /var/run/docker.sock`), set with the DaemonSet's supplementalGroups (deploy/overlays/docker).
+# containerd's on GKE is root's alone: deploy/overlays/gke runs the agent as root.
 # The NVIDIA container toolkit mounts libnvidia-ml.so into containers that ask for it; the agent
 # needs only the management library (NVML), no CUDA, and no GPU of its own.
 ENV NVIDIA_VISIBLE_DEVICES=all \

@@ -484,6 +484,8 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
     assert!(line("kubernetes").starts_with("ok"), "{out}");
     assert!(
         line("rbac:nodes").starts_with("ok")
+            && line("rbac:status").starts_with("ok")
+            && line("rbac:pods").starts_with("ok")
             && line("rbac:events").starts_with("ok")
             && line("rbac:events").contains("create and patch events.events.k8s.io"),
         "{out}"

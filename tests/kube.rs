@@ -221,6 +221,7 @@ async fn reconciling_the_same_desired_state_twice_writes_once() {
         annotations: keys(&[("vigil.dev/can-reschedule", Some("true"))]),
         add_taints: vec![maintenance_taint()],
         remove_taints: vec!["vigil.dev/old".into()],
+        conditions: vec![],
     };
     api.reconcile(NODE, &desired).await.expect("first");
     let version = fake.node()["metadata"]["resourceVersion"].clone();
@@ -767,4 +768,149 @@ async fn fake_events_api_is_faithful() {
         .expect("expire");
     assert!(r.status().is_success());
     assert!(fake.events().is_empty());
+}
+
+/// Vigil's conditions from the policy for a maintenance state and a GPU report.
+fn with_conditions(phase: vigil::model::maintenance::Phase, failed: bool) -> NodeDesired {
+    use vigil::model::gpu::{GpuHealth, GpuReport};
+    use vigil::model::maintenance::MaintenanceState;
+    let k = vigil::config::KubernetesConfig::default();
+    let st = MaintenanceState {
+        phase,
+        reasons: vec!["upcoming-pending"],
+        ..MaintenanceState::default()
+    };
+    let mut d = vigil::policy::maintenance::node_desired(&k, &st, None, None);
+    let report = GpuReport {
+        monitoring: true,
+        node: if failed {
+            GpuHealth::Failed
+        } else {
+            GpuHealth::Healthy
+        },
+        node_reasons: if failed {
+            vec!["GPU 0: XID 79 (fallen off the bus)".into()]
+        } else {
+            vec![]
+        },
+        ..GpuReport::default()
+    };
+    vigil::policy::maintenance::gpu_desired(&k, &report, false, &mut d);
+    d
+}
+
+fn condition(node: &Value, kind: &str) -> Value {
+    node["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind).cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
+    use vigil::model::maintenance::Phase;
+    let (fake, api) = setup().await;
+    api.reconcile(NODE, &with_conditions(Phase::Pending, false))
+        .await
+        .expect("first write");
+    let node = fake.node();
+    let m = condition(&node, "VigilMaintenance");
+    assert_eq!(
+        (m["status"].as_str(), m["reason"].as_str()),
+        (Some("True"), Some("Pending"))
+    );
+    let g = condition(&node, "VigilGPUHealthy");
+    assert_eq!(
+        (g["status"].as_str(), g["reason"].as_str()),
+        (Some("True"), Some("Healthy"))
+    );
+    assert_eq!(
+        condition(&node, "Ready")["status"],
+        "True",
+        "kubelet's condition survives"
+    );
+    assert_eq!(
+        label(&node, "vigil.dev/maintenance").as_deref(),
+        Some("pending"),
+        "the label says the same"
+    );
+    let status_patches = |fake: &FakeKube| {
+        fake.requests()
+            .into_iter()
+            .filter(|(m, p, ct)| {
+                m == "PATCH"
+                    && p.ends_with("/status")
+                    && ct.starts_with("application/strategic-merge-patch+json")
+            })
+            .count()
+    };
+    assert_eq!(status_patches(&fake), 1);
+
+    // A steady state writes nothing.
+    api.reconcile(NODE, &with_conditions(Phase::Pending, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        status_patches(&fake),
+        1,
+        "no write when the conditions match"
+    );
+
+    // The GPU fails: its condition flips, with a new transition time; the maintenance
+    // condition's transition time stays.
+    let before = condition(&fake.node(), "VigilMaintenance")["lastTransitionTime"].clone();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    api.reconcile(NODE, &with_conditions(Phase::Pending, true))
+        .await
+        .unwrap();
+    let node = fake.node();
+    let g = condition(&node, "VigilGPUHealthy");
+    assert_eq!(
+        (g["status"].as_str(), g["reason"].as_str()),
+        (Some("False"), Some("Failed"))
+    );
+    assert!(g["message"].as_str().unwrap().contains("XID 79"), "{g}");
+    assert_eq!(
+        condition(&node, "VigilMaintenance")["lastTransitionTime"],
+        before
+    );
+    assert_eq!(condition(&node, "Ready")["status"], "True");
+
+    // As an operator reads it: kubectl against the same API server.
+    // NB: async, so this test's runtime keeps serving the fake while kubectl waits on it.
+    let out = tokio::process::Command::new("kubectl")
+        .args(["--server", &fake.url, "get", "--raw", NODE_PATH])
+        .output()
+        .await
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(condition(&seen, "VigilGPUHealthy")["reason"], "Failed");
+    assert_eq!(condition(&seen, "VigilMaintenance")["reason"], "Pending");
+}
+
+#[tokio::test]
+async fn a_missing_status_permission_names_the_rule() {
+    use vigil::model::maintenance::Phase;
+    let (fake, api) = setup().await;
+    fake.forbid("patch nodes/status");
+    let err = api
+        .reconcile(NODE, &with_conditions(Phase::Ongoing, false))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("nodes/status") && text.contains("patch"),
+        "{text}"
+    );
+    assert!(matches!(err, NodeError::Forbidden { .. }), "{err:?}");
+    assert_eq!(
+        label(&fake.node(), "vigil.dev/maintenance").as_deref(),
+        Some("ongoing"),
+        "the labels were written before the status was refused"
+    );
 }

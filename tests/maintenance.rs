@@ -372,6 +372,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
             maintenance: "pending".into(),
             gpu: "unknown".into(),
             workers: Default::default(),
+            places: Default::default(),
             version: "t".into(),
             dry_run: false,
             updated_at: now,

@@ -30,6 +30,7 @@ fn cfg() -> WatchConfig {
         backoff_max: Duration::from_millis(200),
         min_interval: Duration::from_millis(100),
         startup_attempts: 2,
+        warnings: None,
     }
 }
 
@@ -455,4 +456,43 @@ async fn client_long_poll_follows_etags() {
     assert_eq!(e.kind(), "rate-limited");
     let e = c.get("instance/no-such-key", None).await.unwrap_err();
     assert_eq!(e.kind(), "not-found");
+}
+
+/// The GKE metadata server of a Workload Identity pool answers, but has no maintenance-event:
+/// that is blindness, not "no maintenance". It is said (for `/readyz`) while it lasts, with the
+/// cause and the fix, and cleared when the key answers.
+#[tokio::test]
+async fn a_metadata_server_without_maintenance_event_is_a_standing_warning_not_no_maintenance() {
+    let fake = FakeMetadata::start().await;
+    // Eight answers in a row (a few seconds of backoff): long enough to be seen, then it ends.
+    fake.fault("maintenance-event", "404", 8).await;
+    let warnings = vigil::observe::health::Warnings::default();
+    let (tx, rx) = watch::channel(RawMetadata::default());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(watch_with(
+        client(&fake.host),
+        tx,
+        Arc::new(Metrics::new()),
+        shutdown.clone(),
+        WatchConfig {
+            warnings: Some(warnings.clone()),
+            ..cfg()
+        },
+    ));
+    let seen = common::real::eventually(WITHIN, || !warnings.lines().is_empty()).await;
+    assert!(seen, "the 404 is reported");
+    let line = warnings.lines().join("\n");
+    assert!(
+        line.contains("instance/maintenance-event (404)")
+            && line.contains("Workload Identity")
+            && line.contains("hostNetwork: true"),
+        "{line}"
+    );
+    assert_eq!(rx.borrow().maintenance_event, None, "never read as NONE");
+    // The faults run out (e.g. the pod now runs with the host network): the warning goes.
+    let cleared =
+        common::real::eventually(Duration::from_secs(10), || warnings.lines().is_empty()).await;
+    assert!(cleared, "{:?}", warnings.lines());
+    shutdown.cancel();
+    let _ = task.await;
 }

@@ -21,6 +21,7 @@ use crate::engine::agent::Agent;
 use crate::engine::node::{Controller, SharedFacts};
 use crate::model::gpu::GpuReport;
 use crate::model::maintenance::RawMetadata;
+use crate::observe::health::Warnings;
 use crate::observe::metrics::Metrics;
 use crate::observe::server::{self, ServerState};
 use crate::runtime::ContainerRuntime;
@@ -196,6 +197,7 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
 /// is none.
 fn metadata_watcher(
     cfg: &Config,
+    warnings: Warnings,
     metrics: &Arc<Metrics>,
     tracker: &TaskTracker,
     stop: &CancellationToken,
@@ -220,6 +222,7 @@ fn metadata_watcher(
         } else {
             WatchConfig::default().startup_attempts
         },
+        warnings: Some(warnings),
         ..WatchConfig::default()
     };
     tracker.spawn(watch_with(
@@ -259,7 +262,13 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
     if let Some(rx) = reload {
         agent = agent.with_reload(rx);
     }
-    let meta_rx = metadata_watcher(&cfg, &a.metrics, &tracker, &stop);
+    let meta_rx = metadata_watcher(
+        &cfg,
+        agent.health.warnings.clone(),
+        &a.metrics,
+        &tracker,
+        &stop,
+    );
     // NVML calls block: the monitor runs on its own thread and publishes reports.
     let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
     let gpu_thread = crate::engine::gpu::start(&cfg.gpu, gpu_tx, stop.child_token());

@@ -46,6 +46,8 @@ const USER: &str = "system:serviceaccount:vigil:vigil";
 pub const ROLE: &[(&str, &str, &str)] = &[
     ("", "nodes", "get"),
     ("", "nodes", "patch"),
+    ("", "nodes/status", "patch"),
+    ("", "pods", "get"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
 ];
@@ -129,6 +131,7 @@ impl FakeKube {
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
+            .route("/api/v1/nodes/{name}/status", patch(patch_node_status))
             .route(
                 "/apis/events.k8s.io/v1/namespaces/{ns}/events",
                 post(create_event),
@@ -288,6 +291,50 @@ impl World {
         if let Some(meta) = self.node.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), Value::String(rv));
         }
+    }
+
+    /// A strategic-merge write of the node's status subresource: only `status` changes, and
+    /// `status.conditions` merge by `type` (their patchMergeKey), as the real server does.
+    fn write_status(&mut self, patch: &Value) -> Result<Value, Answer> {
+        let Some(status) = patch.get("status").and_then(Value::as_object) else {
+            return Err(bad_request("a status patch must carry status".into()));
+        };
+        let mut next = self.node.clone();
+        if !next["status"].is_object() {
+            next["status"] = json!({});
+        }
+        for (field, value) in status {
+            if field != "conditions" {
+                merge(&mut next["status"][field.as_str()], value);
+                continue;
+            }
+            let Some(items) = value.as_array() else {
+                return Err(bad_request("status.conditions must be a list".into()));
+            };
+            let mut conditions = next["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for item in items {
+                let Some(kind) = item["type"].as_str() else {
+                    return Err(bad_request(
+                        "a condition needs its type (the merge key)".into(),
+                    ));
+                };
+                match conditions
+                    .iter_mut()
+                    .find(|c| c["type"].as_str() == Some(kind))
+                {
+                    Some(existing) => merge(existing, item),
+                    None => conditions.push(item.clone()),
+                }
+            }
+            next["status"]["conditions"] = Value::Array(conditions);
+        }
+        let rv = self.next_revision();
+        next["metadata"]["resourceVersion"] = Value::String(rv);
+        self.node = next.clone();
+        Ok(next)
     }
 
     /// A merge-patch write of the node, with the real server's precondition, immutability,
@@ -965,6 +1012,50 @@ async fn patch_node(
     respond_with(StatusCode::OK, world.write(&patch))
 }
 
+async fn patch_node_status(
+    State(shared): State<Shared>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if !world.allows("", "nodes/status", "patch") {
+        return respond(forbidden("patch", "nodes/status", "", Some(&name), None));
+    }
+    let media = media_type(&headers);
+    if media != "application/strategic-merge-patch+json" && media != "application/merge-patch+json"
+    {
+        return respond(unsupported_media_type(
+            "application/strategic-merge-patch+json",
+            "this fake implements strategic merge (conditions by type) for node status; ",
+            &headers,
+        ));
+    }
+    if media == "application/merge-patch+json" {
+        // NB: a JSON merge patch replaces the whole conditions list: kubelet's Ready would go.
+        // The real server does exactly that; the fake does too, so a test would see it.
+        let patch = match decode_patch(&body) {
+            Ok(p) => p,
+            Err(answer) => return respond(answer),
+        };
+        let mut next = world.node.clone();
+        merge(&mut next, &json!({ "status": patch["status"].clone() }));
+        world.node = next.clone();
+        return respond((StatusCode::OK, next));
+    }
+    if name != world.node_name {
+        return respond(not_found(&name));
+    }
+    let patch = match decode_patch(&body) {
+        Ok(p) => p,
+        Err(answer) => return respond(answer),
+    };
+    respond_with(StatusCode::OK, world.write_status(&patch))
+}
+
 /// SelfSubjectAccessReview, as the real server answers it: the review echoed back with a
 /// `status.allowed` that follows the RBAC this fake enforces ([`ROLE`] less
 /// [`FakeKube::forbid`]), by API group, resource and verb.
@@ -988,11 +1079,11 @@ async fn access_review(
             .unwrap_or("")
             .to_string()
     };
-    let allowed = world.allows(
-        &attribute("group"),
-        &attribute("resource"),
-        &attribute("verb"),
-    );
+    let resource = match attribute("subresource").as_str() {
+        "" => attribute("resource"),
+        sub => format!("{}/{sub}", attribute("resource")),
+    };
+    let allowed = world.allows(&attribute("group"), &resource, &attribute("verb"));
     review["status"] = serde_json::json!({ "allowed": allowed });
     respond((StatusCode::CREATED, review))
 }

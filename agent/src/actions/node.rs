@@ -238,6 +238,43 @@ fn map_patch(
     (!out.is_empty()).then_some(out)
 }
 
+/// The strategic-merge patch of the Node's status that makes Vigil's conditions match `desired`,
+/// or `None` when they already do. Conditions merge by `type` (their strategic-merge key), so the
+/// patch names only Vigil's and kubelet's `Ready` (or node-problem-detector's) are left alone.
+/// `lastTransitionTime` moves only when the status changes; `lastHeartbeatTime` on every write.
+pub(crate) fn conditions_patch(node: &Value, desired: &NodeDesired, now: &str) -> Option<Value> {
+    let current = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut changed = Vec::new();
+    for want in &desired.conditions {
+        let have = current
+            .iter()
+            .find(|c| c["type"].as_str() == Some(want.kind.as_str()));
+        let same = |field: &str, value: &str| have.and_then(|h| h[field].as_str()) == Some(value);
+        let status = want.status.as_str();
+        if same("status", status) && same("reason", &want.reason) && same("message", &want.message)
+        {
+            continue;
+        }
+        let transition = match have {
+            Some(h) if same("status", status) => h["lastTransitionTime"].clone(),
+            _ => Value::String(now.to_string()),
+        };
+        changed.push(serde_json::json!({
+            "type": want.kind,
+            "status": status,
+            "reason": want.reason,
+            "message": want.message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": transition,
+        }));
+    }
+    (!changed.is_empty()).then(|| serde_json::json!({ "status": { "conditions": changed } }))
+}
+
 /// The whole new taint list, or `None` when it equals the current one. Taints that are not
 /// Vigil's are copied through untouched (every field, in order).
 fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Value>> {
@@ -288,6 +325,8 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
 enum Call {
     GetNode,
     PatchNode,
+    /// The strategic-merge PATCH of the Node's status (Vigil's conditions).
+    PatchNodeStatus,
     /// The Recorder's POST of a new Event.
     CreateEvent,
     /// The Recorder's PATCH of an Event's `series`, counting a repeat.
@@ -298,7 +337,7 @@ impl Call {
     fn verb(self) -> &'static str {
         match self {
             Call::GetNode => "get",
-            Call::PatchNode | Call::PatchEvent => "patch",
+            Call::PatchNode | Call::PatchNodeStatus | Call::PatchEvent => "patch",
             Call::CreateEvent => "create",
         }
     }
@@ -306,13 +345,14 @@ impl Call {
     fn resource(self) -> &'static str {
         match self {
             Call::GetNode | Call::PatchNode => "nodes",
+            Call::PatchNodeStatus => "nodes/status",
             Call::CreateEvent | Call::PatchEvent => "events",
         }
     }
 
     fn group(self) -> &'static str {
         match self {
-            Call::GetNode | Call::PatchNode => "",
+            Call::GetNode | Call::PatchNode | Call::PatchNodeStatus => "",
             Call::CreateEvent | Call::PatchEvent => "events.k8s.io",
         }
     }
@@ -397,6 +437,97 @@ pub struct KubeNodeApi {
 }
 
 impl KubeNodeApi {
+    /// Labels, annotations and taints (a merge patch with the resourceVersion precondition,
+    /// retried on conflict); the Node as last read.
+    async fn reconcile_metadata(
+        &self,
+        node: &str,
+        desired: &NodeDesired,
+    ) -> Result<Value, NodeError> {
+        let params = PatchParams {
+            field_manager: Some(COMPONENT.into()),
+            ..PatchParams::default()
+        };
+        let mut attempt = 1;
+        // Agents that conflicted with each other must not retry in lockstep: jittered.
+        let mut backoff = Backoff::jittered(self.backoff_base, self.backoff_base * 64);
+        loop {
+            let current = self
+                .nodes
+                .get(node)
+                .await
+                .map_err(|e| Call::GetNode.error(node, e))?;
+            self.remember_uid(node, current.metadata.uid.as_deref());
+            let current = serde_json::to_value(&current).map_err(|source| NodeError::Decode {
+                node: node.to_string(),
+                source,
+            })?;
+            let Some(patch) = merge_patch(&current, desired) else {
+                tracing::trace!(node, "node already as desired; nothing to write");
+                return Ok(current);
+            };
+            if patch.pointer("/spec/taints").is_some()
+                && patch.pointer("/metadata/resourceVersion").is_none()
+            {
+                return Err(NodeError::NoResourceVersion {
+                    node: node.to_string(),
+                });
+            }
+            match self.nodes.patch(node, &params, &Patch::Merge(&patch)).await {
+                Ok(patched) => {
+                    tracing::info!(node, %patch, "patched node");
+                    return serde_json::to_value(&patched).map_err(|source| NodeError::Decode {
+                        node: node.to_string(),
+                        source,
+                    });
+                }
+                Err(e) if is_conflict(&e) && attempt < self.attempts => {
+                    let delay = backoff.next_delay();
+                    tracing::debug!(
+                        node,
+                        attempt,
+                        ?delay,
+                        "node changed since it was read (409); re-reading"
+                    );
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) if is_conflict(&e) => {
+                    return Err(NodeError::Conflict {
+                        node: node.to_string(),
+                        attempts: attempt,
+                    })
+                }
+                Err(e) => return Err(Call::PatchNode.error(node, e)),
+            }
+        }
+    }
+
+    /// Vigil's conditions, on the status subresource (RBAC `patch nodes/status`).
+    async fn reconcile_conditions(
+        &self,
+        node: &str,
+        current: &Value,
+        desired: &NodeDesired,
+    ) -> Result<(), NodeError> {
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let Some(patch) = conditions_patch(current, desired, &now) else {
+            return Ok(());
+        };
+        let params = PatchParams {
+            field_manager: Some(COMPONENT.into()),
+            ..PatchParams::default()
+        };
+        self.nodes
+            .patch_status(node, &params, &Patch::Strategic(&patch))
+            .await
+            .map_err(|e| Call::PatchNodeStatus.error(node, e))?;
+        tracing::info!(node, %patch, "patched node conditions");
+        Ok(())
+    }
+
     /// From the environment: the in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`,
     /// `~/.kube/config`) when run by hand.
     pub(crate) async fn infer() -> Result<Self, NodeError> {
@@ -462,12 +593,18 @@ impl KubeNodeApi {
         use k8s_openapi::api::authorization::v1::{
             ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
         };
+        // `nodes/status` is the resource `nodes`, subresource `status`, to the authorizer.
+        let (base, subresource) = match resource.split_once('/') {
+            Some((r, sub)) => (r, Some(sub.to_string())),
+            None => (resource, None),
+        };
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(group.to_string()),
                     verb: Some(verb.to_string()),
-                    resource: Some(resource.to_string()),
+                    resource: Some(base.to_string()),
+                    subresource,
                     namespace: namespace.map(str::to_string),
                     ..ResourceAttributes::default()
                 }),
@@ -586,60 +723,8 @@ fn note(message: &str) -> String {
 #[async_trait]
 impl NodeApi for KubeNodeApi {
     async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<(), NodeError> {
-        let params = PatchParams {
-            field_manager: Some(COMPONENT.into()),
-            ..PatchParams::default()
-        };
-        let mut attempt = 1;
-        // Agents that conflicted with each other must not retry in lockstep: jittered.
-        let mut backoff = Backoff::jittered(self.backoff_base, self.backoff_base * 64);
-        loop {
-            let current = self
-                .nodes
-                .get(node)
-                .await
-                .map_err(|e| Call::GetNode.error(node, e))?;
-            self.remember_uid(node, current.metadata.uid.as_deref());
-            let current = serde_json::to_value(&current).map_err(|source| NodeError::Decode {
-                node: node.to_string(),
-                source,
-            })?;
-            let Some(patch) = merge_patch(&current, desired) else {
-                tracing::trace!(node, "node already as desired; nothing to write");
-                return Ok(());
-            };
-            if patch.pointer("/spec/taints").is_some()
-                && patch.pointer("/metadata/resourceVersion").is_none()
-            {
-                return Err(NodeError::NoResourceVersion {
-                    node: node.to_string(),
-                });
-            }
-            match self.nodes.patch(node, &params, &Patch::Merge(&patch)).await {
-                Ok(_) => {
-                    tracing::info!(node, %patch, "patched node");
-                    return Ok(());
-                }
-                Err(e) if is_conflict(&e) && attempt < self.attempts => {
-                    let delay = backoff.next_delay();
-                    tracing::debug!(
-                        node,
-                        attempt,
-                        ?delay,
-                        "node changed since it was read (409); re-reading"
-                    );
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                Err(e) if is_conflict(&e) => {
-                    return Err(NodeError::Conflict {
-                        node: node.to_string(),
-                        attempts: attempt,
-                    })
-                }
-                Err(e) => return Err(Call::PatchNode.error(node, e)),
-            }
-        }
+        let current = self.reconcile_metadata(node, desired).await?;
+        self.reconcile_conditions(node, &current, desired).await
     }
 
     /// Through `kube`'s events.k8s.io [`kev::Recorder`]: the first Event is a POST to
@@ -992,6 +1077,7 @@ mod tests {
             annotations: labels(&[("vigil.dev/window-end", Some("t1"))]),
             add_taints: vec![taint("vigil.dev/maintenance", "true", "NoSchedule")],
             remove_taints: vec!["vigil.dev/old".into()],
+            conditions: vec![],
         };
         let mut n = node();
         let patch = merge_patch(&n, &desired).expect("a first patch");

@@ -213,6 +213,11 @@ async fn metadata(cfg: &Config) -> Check {
                 v.value.trim()
             ),
         ),
+        Ok(Err(crate::sources::metadata::MetadataError::NotFound { .. })) => check(
+            "metadata",
+            Level::Fail,
+            crate::sources::metadata::blind_hint(client.base_url()),
+        ),
         Ok(Err(e)) => check(
             "metadata",
             if cfg.metadata.enabled == Switch::On {
@@ -260,8 +265,12 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
     // Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
     // for a new one, `patch` to count a repeat.
     type Rule<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, &'a [&'a str]);
-    let rules: [Rule; 2] = [
+    let rules: [Rule; 4] = [
         ("rbac:nodes", "", "nodes", None, &["patch"]),
+        // The conditions VigilGPUHealthy / VigilMaintenance.
+        ("rbac:status", "", "nodes/status", None, &["patch"]),
+        // A CRI restart reads the pod's restartPolicy.
+        ("rbac:pods", "", "pods", None, &["get"]),
         (
             "rbac:events",
             "events.k8s.io",

@@ -83,6 +83,8 @@ pub struct Agent {
     reload: Option<watch::Receiver<Config>>,
     /// Verdicts of the last cycle, for the heartbeat record.
     last_verdicts: BTreeMap<String, String>,
+    /// Where each worker of the last cycle runs, for the heartbeat record.
+    last_places: BTreeMap<String, String>,
     /// GPU reports from the NVML monitor.
     gpu_rx: Option<watch::Receiver<GpuReport>>,
     gpu: GpuReport,
@@ -139,6 +141,7 @@ impl Agent {
             facts: SharedFacts::default(),
             reload: None,
             last_verdicts: BTreeMap::new(),
+            last_places: BTreeMap::new(),
             gpu_rx: None,
             gpu: GpuReport::default(),
             gpu_evidence: Vec::new(),
@@ -328,6 +331,7 @@ impl Agent {
             return Ok(false);
         };
         self.metrics.workers.set(containers.len() as i64);
+        self.last_places.clear();
         let mut by_worker: BTreeMap<String, Vec<Container>> = BTreeMap::new();
         for c in containers {
             by_worker.entry(c.worker.clone()).or_default().push(c);
@@ -338,6 +342,7 @@ impl Agent {
                 continue;
             }
             self.ambiguous.remove(&worker);
+            self.last_places.insert(worker.clone(), list[0].display());
             let v = self.evaluate_one(&list[0]).await?;
             report.verdicts.push((worker, v));
         }
@@ -449,6 +454,7 @@ impl Agent {
                 "unknown".into()
             },
             workers: self.last_verdicts.clone(),
+            places: self.last_places.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             dry_run: self.cfg.dry_run,
             updated_at: now,

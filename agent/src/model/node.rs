@@ -27,6 +27,39 @@ pub struct NodeDesired {
     /// A taint that `add_taints` asks for (same key and effect) is kept even when its key is
     /// listed here, so switching Vigil's taint from one effect to another is one change.
     pub remove_taints: Vec<String>,
+    /// Node conditions Vigil owns (on the Node's status subresource), by type; other conditions
+    /// (kubelet's `Ready`, node-problem-detector's) are never touched.
+    pub conditions: Vec<NodeCondition>,
+}
+
+/// The status of a Node condition, as Kubernetes spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// A Node condition as node-problem-detector publishes them: remediation tools (medik8s NHC,
+/// cluster autoscalers, dashboards) read conditions, not labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCondition {
+    /// e.g. `VigilGPUHealthy`.
+    pub kind: String,
+    pub status: ConditionStatus,
+    /// CamelCase, e.g. `Failed`, `Pending`.
+    pub reason: String,
+    pub message: String,
 }
 
 /// `Normal` or `Warning`, as Kubernetes Events have.

@@ -26,6 +26,9 @@ pub struct NodeRecord {
     pub gpu: String,
     /// Worker id → verdict.
     pub workers: BTreeMap<String, String>,
+    /// Worker id → where it runs: `namespace/pod/container` on Kubernetes nodes, the container
+    /// name on Docker.
+    pub places: BTreeMap<String, String>,
     pub version: String,
     pub dry_run: bool,
     /// Coordinator clock, ms.
@@ -43,6 +46,10 @@ impl NodeRecord {
             (
                 "workers".into(),
                 serde_json::to_string(&self.workers).unwrap_or_else(|_| "{}".into()),
+            ),
+            (
+                "places".into(),
+                serde_json::to_string(&self.places).unwrap_or_else(|_| "{}".into()),
             ),
             ("version".into(), self.version.clone()),
             ("dry_run".into(), self.dry_run.to_string()),
@@ -62,6 +69,7 @@ impl NodeRecord {
                 .unwrap_or_else(|| "none".into()),
             gpu: f.get("gpu").cloned().unwrap_or_else(|| "unknown".into()),
             workers: serde_json::from_str(&get("workers")).unwrap_or_default(),
+            places: serde_json::from_str(&get("places")).unwrap_or_default(),
             version: get("version"),
             dry_run: get("dry_run") == "true",
             updated_at: get("updated_at").parse().unwrap_or(0),
@@ -233,7 +241,10 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
                 r.gpu.as_str(),
                 r.workers
                     .iter()
-                    .map(|(w, v)| format!("{w}={v}"))
+                    .map(|(w, v)| match r.places.get(w) {
+                        Some(place) => format!("{w}={v}@{place}"),
+                        None => format!("{w}={v}"),
+                    })
                     .collect::<Vec<_>>()
                     .join(" "),
             ),
@@ -293,6 +304,7 @@ mod tests {
             maintenance: maint.into(),
             gpu: gpu.into(),
             workers: [("w".to_string(), verdict.to_string())].into(),
+            places: Default::default(),
             version: "0.1.0".into(),
             dry_run: false,
             updated_at: 1000,

@@ -1,14 +1,40 @@
 //! Liveness of the agent loop, read by `/healthz`: the loop beats at every cycle and between
-//! workers, and a wedged loop stops beating.
+//! workers, and a wedged loop stops beating. And the standing warnings `/readyz` shows in its
+//! detail (a source that runs but cannot do its job, e.g. a metadata server without the
+//! maintenance key).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-/// Liveness of the loop, read by `/healthz`.
+/// Standing warnings by source: set while the problem lasts, cleared when it ends.
+#[derive(Debug, Clone, Default)]
+pub struct Warnings(Arc<std::sync::Mutex<BTreeMap<&'static str, String>>>);
+
+impl Warnings {
+    /// Set (`Some`) or clear (`None`) the warning of `source`; true when it changed.
+    pub fn set(&self, source: &'static str, warning: Option<String>) -> bool {
+        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match warning {
+            Some(text) => w.insert(source, text.clone()).as_ref() != Some(&text),
+            None => w.remove(source).is_some(),
+        }
+    }
+
+    /// `source: warning` lines, by source.
+    pub fn lines(&self) -> Vec<String> {
+        let w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        w.iter().map(|(k, v)| format!("{k}: {v}")).collect()
+    }
+}
+
+/// Liveness of the loop, read by `/healthz`, and the warnings `/readyz` shows.
 #[derive(Default)]
 pub struct Health {
     last_cycle: Mutex<Option<tokio::time::Instant>>,
+    pub warnings: Warnings,
 }
 
 impl Health {

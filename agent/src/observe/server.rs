@@ -111,9 +111,17 @@ async fn readyz(State(s): State<ServerState>) -> Response {
     if let Err(e) = s.runtime.ping().await {
         problems.push(format!("runtime: {e}"));
     }
+    // Warnings do not make the agent unready (a DaemonSet rollout would stall on them), but
+    // they are in the detail, where `kubectl describe` and a probe's output show them.
+    let warnings = s.health.warnings.lines();
     if problems.is_empty() {
-        (StatusCode::OK, "ready\n").into_response()
+        let mut body = "ready\n".to_string();
+        for w in warnings {
+            body.push_str(&format!("warning: {w}\n"));
+        }
+        (StatusCode::OK, body).into_response()
     } else {
+        problems.extend(warnings.into_iter().map(|w| format!("warning: {w}")));
         (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{}\n", problems.join("\n")),

@@ -1,10 +1,10 @@
 //! GPU health verdicts (pure): `(previous report, samples, XID events, now) -> report`.
 //!
-//! Map: [`update`] folds one round of observations from a [`GpuProbe`](crate::sources::gpu::GpuProbe)
+//! Map: [`update`] folds one round of observations from a GPU probe (`crate::sources::gpu`)
 //! into a [`GpuReport`] (per-GPU [`GpuStatus`] and the node verdict); [`evidence`] turns recent
 //! application XIDs into lines for a hang alert; [`worker_on_failed_gpu`] tells the restart policy
 //! that a restart cannot help. No I/O and no clock reads: `now_ms` is handed in, on the monotonic
-//! millisecond clock of the GPU monitor ([`crate::sources::gpu::clock_ms`]).
+//! millisecond clock of the GPU monitor (`crate::engine::gpu::clock_ms`).
 //!
 //! The rules, worst first:
 //! - a hardware XID (`gpu.hardware_xids`) seen at any time in this process → `failed`, for good;

@@ -10,7 +10,7 @@ use crate::model::gpu::{GpuHealth, GpuReport};
 use crate::model::maintenance::{
     Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, UpcomingStatus,
 };
-use crate::model::node::{EventType, NodeDesired, Taint};
+use crate::model::node::{ConditionStatus, EventType, NodeCondition, NodeDesired, Taint};
 
 /// The label GKE reads to start a rescheduleable maintenance now.
 pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenance";
@@ -178,7 +178,79 @@ pub fn node_desired(
         annotations,
         add_taints,
         remove_taints,
+        conditions: vec![maintenance_condition(st)],
     }
+}
+
+/// The condition type of the maintenance state.
+pub const MAINTENANCE_CONDITION: &str = "VigilMaintenance";
+/// The condition type of the GPU health.
+pub const GPU_CONDITION: &str = "VigilGPUHealthy";
+
+/// `VigilMaintenance`: True while any maintenance is scheduled or under way, with the phase as
+/// the reason (`None`, `Pending`, `Ongoing`, `Terminating`) — the same fact as the
+/// `maintenance` label.
+pub fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
+    let reason = match st.phase {
+        Phase::None => "None",
+        Phase::Pending => "Pending",
+        Phase::Ongoing => "Ongoing",
+        Phase::Terminating => "Terminating",
+    };
+    let message = if st.phase == Phase::None {
+        "no maintenance or preemption notice".to_string()
+    } else {
+        format!(
+            "maintenance {} (reasons: {}; window {} – {})",
+            st.phase.as_str(),
+            st.reasons.join(","),
+            st.window_start.as_deref().unwrap_or("-"),
+            st.window_end.as_deref().unwrap_or("-"),
+        )
+    };
+    NodeCondition {
+        kind: MAINTENANCE_CONDITION.into(),
+        status: if st.phase == Phase::None {
+            ConditionStatus::False
+        } else {
+            ConditionStatus::True
+        },
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// `VigilGPUHealthy`: True when healthy or degraded (still usable; the reasons say why), False
+/// when a GPU failed, Unknown without GPU monitoring — the same fact as the `gpu-health` label.
+pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
+    let (status, reason) = match (report.monitoring, report.node) {
+        (false, _) => (ConditionStatus::Unknown, "MonitoringOff"),
+        (true, GpuHealth::Healthy) => (ConditionStatus::True, "Healthy"),
+        (true, GpuHealth::Degraded) => (ConditionStatus::True, "Degraded"),
+        (true, GpuHealth::Failed) => (ConditionStatus::False, "Failed"),
+    };
+    let message = if !report.monitoring {
+        "GPU monitoring is off (no NVML, or gpu.enabled = off)".to_string()
+    } else if report.node_reasons.is_empty() {
+        format!("GPU health {}", report.node.as_str())
+    } else {
+        truncate(&report.node_reasons.join("; "), 1000)
+    };
+    NodeCondition {
+        kind: GPU_CONDITION.into(),
+        status,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// `s` cut to at most `max` bytes on a character boundary.
+fn truncate(s: &str, max: usize) -> String {
+    let mut cut = s.len().min(max);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].to_string()
 }
 
 /// Add the GPU fields to the Node's desired state (pure): the node's GPU health label, the
@@ -189,14 +261,7 @@ pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mu
         format!("{p}gpu-health"),
         report.monitoring.then(|| report.node.as_str().to_string()),
     );
-    let mut reasons = report.node_reasons.join("; ");
-    if reasons.len() > 1000 {
-        let mut cut = 1000;
-        while !reasons.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        reasons.truncate(cut);
-    }
+    let reasons = truncate(&report.node_reasons.join("; "), 1000);
     d.annotations.insert(
         format!("{p}gpu-health-reasons"),
         (!reasons.is_empty()).then_some(reasons),
@@ -211,6 +276,7 @@ pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mu
     } else {
         d.remove_taints.push(key);
     }
+    d.conditions.push(gpu_condition(report));
 }
 
 /// The Event reason and type for entering a phase.

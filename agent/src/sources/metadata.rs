@@ -40,6 +40,7 @@ use crate::backoff::Backoff;
 use crate::model::maintenance::{
     MaintenanceEvent, RawMetadata, UpcomingMaintenance, UpcomingStatus,
 };
+use crate::observe::health::Warnings;
 use crate::observe::metrics::Metrics;
 
 /// Path of the maintenance-event key, relative to `computeMetadata/v1/`.
@@ -461,6 +462,8 @@ pub struct WatchConfig {
     /// Start-up reads of maintenance-event that may fail to connect before the watcher decides
     /// it is not on GCE (a node's network can come up a moment after the agent).
     pub startup_attempts: u32,
+    /// Where a standing problem (no `maintenance-event` key) is reported for `/readyz`.
+    pub warnings: Option<Warnings>,
 }
 
 impl Default for WatchConfig {
@@ -472,6 +475,7 @@ impl Default for WatchConfig {
             backoff_max: Duration::from_secs(30),
             min_interval: Duration::from_secs(5),
             startup_attempts: 3,
+            warnings: None,
         }
     }
 }
@@ -644,6 +648,7 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
             other => other,
         };
 
+        blind(ctx, key, &res);
         let delay = match res {
             Ok(fetched) => match key.parse(&fetched.value) {
                 Ok(parsed) => {
@@ -696,6 +701,43 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
         };
         if !delay.is_zero() && !pause(ctx.shutdown, delay).await {
             return;
+        }
+    }
+}
+
+/// What an operator must know when the server answers but has no `maintenance-event`: the
+/// likely cause and the fix.
+pub(crate) fn blind_hint(base: &Url) -> String {
+    format!(
+        "the metadata server at {base} has no instance/maintenance-event (404): maintenance and \
+         termination notices cannot be seen (this is not \"no maintenance\"). On GKE this is the GKE \
+         metadata server of a Workload Identity node pool, which serves pods only a subset of the \
+         Compute Engine paths: run the agent with hostNetwork: true (deploy/overlays/gke) so it \
+         reaches the Compute Engine metadata server"
+    )
+}
+
+/// A 404 on `maintenance-event` blinds the watcher: say so once (and for `/readyz`) while it
+/// lasts, and say when it ends.
+fn blind(ctx: Ctx<'_>, key: Key, res: &Result<Fetched, MetadataError>) {
+    if key != Key::MaintenanceEvent {
+        return;
+    }
+    let warning = match res {
+        Err(MetadataError::NotFound { .. }) => Some(blind_hint(ctx.client.base_url())),
+        Err(_) => return,
+        Ok(_) => None,
+    };
+    let Some(w) = &ctx.cfg.warnings else {
+        if let Some(text) = warning {
+            tracing::error!("{text}");
+        }
+        return;
+    };
+    if w.set("metadata", warning.clone()) {
+        match warning {
+            Some(text) => tracing::error!("{text}"),
+            None => tracing::info!("instance/maintenance-event answers now"),
         }
     }
 }

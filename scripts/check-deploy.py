@@ -1,0 +1,164 @@
+"""What `kubernetes-validate --strict` cannot see in one rendered kustomization (called by
+scripts/check-deploy.sh for each): the objects the agent relies on, and the DaemonSet against the
+configuration it runs with.
+
+    check-deploy.py DIR RENDERED.yaml EFFECTIVE.toml
+
+DIR is the kustomization (deploy/base, deploy/overlays/NAME); RENDERED is `kubectl kustomize DIR`;
+EFFECTIVE is what `vigil config check` printed for its ConfigMap's vigil.toml (every key, defaults
+filled in). Exits 1 with one line per problem.
+"""
+
+import os
+import sys
+import tomllib
+
+import yaml
+
+kdir, rendered, effective = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
+base = kdir == "deploy/base"
+problems = []
+
+
+def check(ok, msg):
+    if not ok:
+        problems.append(msg)
+
+
+docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+
+
+def of_kind(kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+# `vigil config check` prints "config ok", then the effective configuration as TOML.
+text = open(effective).read()
+first, _, rest = text.partition("\n")
+cfg = tomllib.loads(rest if first.strip() == "config ok" else text)
+
+pm = of_kind("PodMonitor")
+check(len(pm) == 1 and pm[0]["spec"]["podMetricsEndpoints"][0]["port"] == "metrics",
+      "PodMonitor scrapes port metrics")
+dss = of_kind("DaemonSet")
+check(len(dss) == 1, "exactly one DaemonSet")
+ds = dss[0]
+ns = ds["metadata"]["namespace"]
+pod = ds["spec"]["template"]["spec"]
+containers = {c["name"]: c for c in pod["containers"]}
+c = containers["vigil"]
+ports = [p["name"] for p in c.get("ports", [])]
+check("metrics" in ports, "the DaemonSet names its metrics port")
+
+# The image: set through kustomize `images:` (name `vigil`) by every overlay, never a moving tag.
+image = c["image"]
+if base:
+    check(image == "vigil", f"the base's image is the bare name `vigil` for overlays to set, not {image!r}")
+else:
+    check(image != "vigil" and not image.startswith("vigil:"),
+          f"image {image!r}: set it with `images:` (name `vigil`, newName, newTag)")
+check(not image.endswith(":latest"), f"image {image!r}: pin a tag, not latest")
+
+# The configuration file, for `vigil run` and every command exec'd in the pod (`vigil doctor`).
+mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+cm_vol = [v["name"] for v in pod.get("volumes", []) if v.get("configMap", {}).get("name") == "vigil-config"]
+want_cfg = [mounts[n].rstrip("/") + "/vigil.toml" for n in cm_vol if n in mounts]
+env = {e["name"]: e for e in c.get("env", [])}
+check(env.get("VIGIL_CONFIG", {}).get("value") in want_cfg,
+      f"env VIGIL_CONFIG names the mounted ConfigMap's vigil.toml ({want_cfg}), so `vigil doctor` in the pod reads it")
+check("--config" not in c.get("args", []) and "-c" not in c.get("args", []),
+      "the config path is set once, by VIGIL_CONFIG")
+
+# One Secret, `vigil`: redis-url (required) and webhook-url (optional).
+refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "secretKeyRef" in e.get("valueFrom", {})}
+check(set(r["name"] for r in refs.values()) == {"vigil"}, f"every Secret reference names Secret `vigil`: {refs}")
+check(refs.get("REDIS_URL", {}).get("key") == "redis-url" and not refs["REDIS_URL"].get("optional"),
+      "REDIS_URL comes from Secret vigil, key redis-url")
+check(refs.get("VIGIL_WEBHOOK_URL", {}).get("key") == "webhook-url"
+      and refs["VIGIL_WEBHOOK_URL"].get("optional") is True,
+      "VIGIL_WEBHOOK_URL comes from Secret vigil, key webhook-url, optional")
+
+# A critical priority class is admitted outside kube-system only with a ResourceQuota selecting it.
+pc = pod.get("priorityClassName", "")
+if pc in ("system-node-critical", "system-cluster-critical") and ns != "kube-system":
+    def admits(q):
+        if q["metadata"].get("namespace") != ns:
+            return False
+        for e in q["spec"].get("scopeSelector", {}).get("matchExpressions", []):
+            if e["scopeName"] == "PriorityClass" and (
+                e["operator"] == "Exists" or (e["operator"] == "In" and pc in e.get("values", []))):
+                return True
+        return False
+    check(any(admits(q) for q in of_kind("ResourceQuota")),
+          f"priorityClassName {pc} in namespace {ns} needs a ResourceQuota there that selects it")
+
+# RBAC: exactly the rules the agent uses, bound to its ServiceAccount.
+want = {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes/status", "patch"), ("", "pods", "get"),
+        ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")}
+roles = [r for r in of_kind("ClusterRole") if r["metadata"]["name"] == "vigil"]
+got = {(g, res, v) for r in roles for rule in r["rules"] for g in rule["apiGroups"]
+       for res in rule["resources"] for v in rule["verbs"]}
+check(got == want, f"ClusterRole vigil grants {sorted(got)}, not exactly {sorted(want)}")
+sa = pod["serviceAccountName"]
+check(any(s.get("kind") == "ServiceAccount" and s["name"] == sa and s.get("namespace") == ns
+          for b in of_kind("ClusterRoleBinding") for s in b.get("subjects", [])),
+      f"a ClusterRoleBinding binds ServiceAccount {ns}/{sa}")
+
+# Host paths: mounted at the same path inside (the runtime reports host paths: log_path, sockets).
+vols = {v["name"]: v for v in pod.get("volumes", [])}
+host = {}  # mount path -> (hostPath type, readOnly, mountPropagation)
+for m in c.get("volumeMounts", []):
+    hp = vols[m["name"]].get("hostPath")
+    if hp:
+        check(m["mountPath"] == hp["path"], f"hostPath {hp['path']} is mounted at {m['mountPath']}, not the same path")
+        host[hp["path"]] = (hp.get("type", ""), m.get("readOnly", False))
+sc = c.get("securityContext", {})
+psc = pod.get("securityContext", {})
+root = sc.get("runAsUser", psc.get("runAsUser")) == 0
+groups = psc.get("supplementalGroups", [])
+if sc.get("privileged"):
+    check(sc.get("allowPrivilegeEscalation") is not False,
+          "privileged with allowPrivilegeEscalation: false is refused by the API server")
+if pod.get("hostNetwork"):
+    check(pod.get("dnsPolicy") == "ClusterFirstWithHostNet",
+          "hostNetwork without dnsPolicy ClusterFirstWithHostNet loses cluster DNS")
+
+
+def socket(path):
+    return host.get(path, ("", False))[0] == "Socket"
+
+
+rt = cfg["runtime"]
+docker_sock = cfg["docker"]["host"].removeprefix("unix://") if cfg["docker"]["host"].startswith("unix://") else None
+cri_socks = [rt["cri_socket"]] if rt["cri_socket"] else ["/run/containerd/containerd.sock", "/var/run/crio/crio.sock"]
+if base:
+    # Runtime-neutral: no runtime socket, no host log directory, no host namespace.
+    check(not host, f"the base mounts no host path (overlays add the runtime's): {sorted(host)}")
+    check(not pod.get("hostPID") and not pod.get("hostNetwork"), "the base joins no host namespace")
+elif rt["kind"] == "docker":
+    check(docker_sock is None or socket(docker_sock), f"runtime.kind = docker: mount {docker_sock} (hostPath, type Socket)")
+    check(root or groups, "the Docker socket needs root or its group (securityContext.supplementalGroups)")
+elif rt["kind"] == "cri":
+    mounted = [s for s in cri_socks if socket(s)]
+    check(mounted, f"runtime.kind = cri: mount the CRI socket {' or '.join(cri_socks)} (hostPath, type Socket)")
+    check(root or groups, "the CRI socket needs root or its group")
+    check(host.get("/var/log/pods", ("", False))[1] is True,
+          "runtime.kind = cri: mount /var/log/pods read-only at the same path (CRI log files)")
+    check(pod.get("hostPID") is True, "runtime.kind = cri: hostPID: true (checkpoint signals go to host PIDs)")
+else:
+    check((docker_sock and socket(docker_sock)) or any(socket(s) for s in cri_socks),
+          "runtime.kind = auto: an overlay mounts a runtime socket")
+
+lib = cfg["gpu"]["library_path"]
+if lib and cfg["gpu"]["enabled"] != "off":
+    check(any(lib.startswith(p.rstrip("/") + "/") for p in host),
+          f"gpu.library_path {lib} is on no mounted host path")
+
+# Every overlay is documented.
+if not base:
+    guide = open("docs/kubernetes.md").read()
+    check(kdir in guide, f"docs/kubernetes.md does not mention {kdir}")
+
+for p in problems:
+    print(f"check-deploy: {kdir}: {p}", file=sys.stderr)
+sys.exit(1 if problems else 0)
