@@ -466,3 +466,88 @@ async fn sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid() {
     .is_some();
     assert!(applied, "{}", agent.log_text());
 }
+
+/// An operator who stops the worker while Vigil's restart is under way (here: while the restart
+/// alert is being delivered) sees it stay stopped: the command only restarts a running container.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_stop_during_the_restart_is_never_undone() {
+    let redis = shared_redis_url();
+    let s = Setup::new("e2e");
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let id = container.id.clone();
+    let on_restarting: common::real::OnAlert = std::sync::Arc::new(move || {
+        common::real::docker(&["stop", "-t", "0", &id]);
+    });
+    let hook = Receiver::start_with(Some(("restarting", on_restarting))).await;
+    let cfg = s.config(&hook.url, "");
+    s.beat(&cfg, &redis, "processing");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let stopped_by_hand =
+        eventually(Duration::from_secs(30), || hook.count("restarting") == 1).await;
+    assert!(stopped_by_hand, "{:?}\n{}", hook.kinds(), agent.log_text());
+    let skipped = eventually(Duration::from_secs(15), || {
+        decisions(&s.explain(&cfg, &redis), "skipped-not-running") == 1
+    })
+    .await;
+    assert!(skipped, "{}", s.explain(&cfg, &redis));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let state = common::real::docker(&["inspect", "-f", "{{.State.Running}}", &container.id]);
+    assert_eq!(state, "false", "still stopped:\n{}", agent.log_text());
+    assert_eq!(decisions(&s.explain(&cfg, &redis), "restarted"), 0);
+}
+
+/// A paused worker (`docker pause`) is an operator's decision: one `paused` alert, no restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_worker_is_one_alert_and_no_restart() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e");
+    let cfg = s.config(&hook.url, "");
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    s.beat(&cfg, &redis, "processing");
+    common::real::docker(&["pause", &container.id]);
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let alerted = eventually(Duration::from_secs(20), || hook.count("paused") == 1).await;
+    assert!(alerted, "{:?}\n{}", hook.kinds(), agent.log_text());
+    // Well past stale_after + restart_delay: nothing happens to the paused container.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(container.started_at(), before, "{}", agent.log_text());
+    assert_eq!(
+        hook.count("paused"),
+        1,
+        "once per episode: {:?}",
+        hook.kinds()
+    );
+    assert_eq!(hook.count("restarting"), 0, "{:?}", hook.kinds());
+    let state = common::real::docker(&["inspect", "-f", "{{.State.Paused}}", &container.id]);
+    assert_eq!(state, "true");
+    common::real::docker(&["unpause", &container.id]);
+}
+
+/// An operator's restart inside Vigil's own cooldown gets a whole cooldown from its own start.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_restart_inside_our_cooldown_gets_a_full_cooldown() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e");
+    let cfg = s.config(&hook.url, ""); // cooldown 30 s
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    s.beat(&cfg, &redis, "processing");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
+    assert!(restarted, "{}", agent.log_text());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    common::real::docker(&["restart", "-t", "0", &container.id]);
+    let seen = eventually(Duration::from_secs(15), || {
+        decisions(&s.explain(&cfg, &redis), "external-restart") == 1
+    })
+    .await;
+    assert!(seen, "{}", s.explain(&cfg, &redis));
+    let ttl = common::real::redis_pttl(&redis, &s.worker_key("cooldown")).await;
+    assert!(
+        ttl > 25_000,
+        "a fresh 30 s cooldown for the operator's incarnation, not the ~20 s left of ours: {ttl} ms"
+    );
+}

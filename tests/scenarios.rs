@@ -657,3 +657,73 @@ async fn observe_mode_never_pages_an_escalation() {
     assert!(w.sink.count(AlertKind::WouldRestart) >= 1);
     assert_eq!(w.runtime.restarts("c1"), 0);
 }
+
+/// An operator's `docker restart` inside our cooldown starts a new incarnation, which boots just
+/// like ours: it gets a whole cooldown of its own, not what was left of ours.
+#[tokio::test]
+async fn an_operator_restart_inside_our_cooldown_gets_a_full_cooldown() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await; // restarted at t = 330 s; our cooldown runs to 930 s
+    w.run_until(Duration::from_secs(630)).await;
+    w.runtime.add("c1", "trainer-0"); // the operator's restart at 630 s
+    w.run_until(Duration::from_secs(1000)).await;
+    let r = w.tick().await;
+    assert_eq!(
+        r[0].verdicts[0].1,
+        Verdict::Booting,
+        "still booting past our cooldown's end: the new incarnation's own cooldown runs to 1230 s"
+    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "ours only");
+    assert!(w
+        .decisions()
+        .await
+        .contains(&"external-restart".to_string()));
+    w.run_until(Duration::from_secs(1245)).await;
+    let r = w.tick().await;
+    assert_ne!(r[0].verdicts[0].1, Verdict::Booting, "and then it ends");
+}
+
+/// Our own restart is not taken for an operator's: its cooldown is not renewed.
+#[tokio::test]
+async fn our_own_restart_keeps_its_cooldown() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await; // at 330 s
+    w.run_until(Duration::from_secs(935)).await;
+    let r = w.tick().await;
+    assert_ne!(
+        r[0].verdicts[0].1,
+        Verdict::Booting,
+        "ten minutes, not more"
+    );
+    assert!(!w
+        .decisions()
+        .await
+        .contains(&"external-restart".to_string()));
+}
+
+/// A paused worker is an operator's decision: one alert, no timer, no restart while paused;
+/// once it runs again, a hang is a new incident with its own delay.
+#[tokio::test]
+async fn a_paused_worker_is_alerted_once_and_never_restarted() {
+    let mut w = World::new(|_| {});
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(60)).await;
+    w.runtime.set_paused("c1", true);
+    w.run_until(mins(30)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    assert_eq!(w.sink.count(AlertKind::Paused), 1, "once per episode");
+    assert!(
+        w.get(&w.keys.incident("trainer-0")).await.is_none(),
+        "no timer"
+    );
+    w.runtime.set_paused("c1", false);
+    // Still stale once unpaused: suspect, confirmed, then the full restart delay.
+    w.run_for(Duration::from_secs(150)).await;
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        0,
+        "a new incident waits its delay"
+    );
+    w.run_for(Duration::from_secs(200)).await;
+    assert_eq!(w.runtime.restarts("c1"), 1);
+}

@@ -121,6 +121,17 @@ pub async fn redis_get(url: &str, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(&mut c).await.ok()?
 }
 
+/// The remaining TTL of `key` in ms (`PTTL`: -2 when it does not exist).
+pub async fn redis_pttl(url: &str, key: &str) -> i64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap()
+}
+
 /// Run a CLI (in `dir`, if given) that must succeed; its stdout, trimmed. A failure panics with
 /// the command and its stderr.
 pub fn run_cli(program: &str, args: &[&str], dir: Option<&Path>) -> String {
@@ -267,8 +278,17 @@ pub struct Receiver {
     pub bodies: Arc<Mutex<Vec<serde_json::Value>>>,
 }
 
+/// Something a test does when an alert of one kind arrives, before the receiver answers (so the
+/// agent is still waiting on its alert: a person acting in the middle of the restart path).
+pub type OnAlert = Arc<dyn Fn() + Send + Sync>;
+
 impl Receiver {
     pub async fn start() -> Receiver {
+        Receiver::start_with(None).await
+    }
+
+    /// A receiver that runs `on.1` (blocking) when an alert of kind `on.0` arrives.
+    pub async fn start_with(on: Option<(&'static str, OnAlert)>) -> Receiver {
         use axum::routing::post;
         let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
         let b = bodies.clone();
@@ -276,8 +296,14 @@ impl Receiver {
             "/hook",
             post(move |body: axum::body::Bytes| {
                 let b = b.clone();
+                let on = on.clone();
                 async move {
-                    if let Ok(v) = serde_json::from_slice(&body) {
+                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
+                        if let Some((kind, action)) = on {
+                            if v["vigil"]["kind"] == kind {
+                                let _ = tokio::task::spawn_blocking(move || action()).await;
+                            }
+                        }
                         b.lock().unwrap().push(v);
                     }
                     "ok"

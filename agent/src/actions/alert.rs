@@ -43,6 +43,8 @@ pub enum AlertKind {
     CoordinatorDown,
     /// The container runtime is unreachable.
     RuntimeDown,
+    /// The worker's container is paused by someone: alert only, never a restart.
+    Paused,
     /// Page: the worker is hung but Vigil must not restart it (e.g. a CRI pod whose
     /// restartPolicy is Never): a person decides.
     NotRestartable,
@@ -50,7 +52,7 @@ pub enum AlertKind {
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 16] = [
+    pub const ALL: [AlertKind; 17] = [
         AlertKind::Hung,
         AlertKind::Errored,
         AlertKind::Restarting,
@@ -66,6 +68,7 @@ impl AlertKind {
         AlertKind::Ambiguous,
         AlertKind::CoordinatorDown,
         AlertKind::RuntimeDown,
+        AlertKind::Paused,
         AlertKind::NotRestartable,
     ];
 
@@ -86,6 +89,7 @@ impl AlertKind {
             AlertKind::Ambiguous => "ambiguous",
             AlertKind::CoordinatorDown => "coordinator-down",
             AlertKind::RuntimeDown => "runtime-down",
+            AlertKind::Paused => "paused",
             AlertKind::NotRestartable => "not-restartable",
         }
     }

@@ -417,6 +417,7 @@ impl Agent {
         self.node = NodeContext {
             in_maintenance: self.stands_down_at(now),
             gpu_failed: self.gpu.monitoring && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
+            container_paused: c.paused,
         };
         self.gpu_evidence = gpu_policy::evidence(
             &self.gpu,

@@ -116,6 +116,11 @@ fn random_token() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+/// The key of an incarnation: the container id and its start time.
+fn incarnation(c: &Container) -> String {
+    format!("{}:{}", c.id, c.started_at)
+}
+
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
@@ -301,6 +306,10 @@ impl Agent {
             ),
             TimerEnd::Maintenance => (Code::TimerCleared, "node in maintenance: no restarts"),
             TimerEnd::Recovered => (Code::Recovered, "heartbeat fresh again; incident closed"),
+            TimerEnd::Paused => (
+                Code::TimerCleared,
+                "container paused by someone: no restart; a new timer starts if it hangs once running",
+            ),
         };
         let mut about = case.about();
         if let Some(inc) = &case.marks.incident {
@@ -347,6 +356,7 @@ impl Agent {
             Episode::Unreachable => (AlertKind::Unreachable, "status record missing or unreadable; alert only (the machine may be rebooting, partitioned or off on purpose)"),
             Episode::Stalled => (AlertKind::Stalled, "heartbeat fresh but progress unchanged; alert only (long jobs legitimately look like this)"),
             Episode::GpuFailed => (AlertKind::GpuFailed, "the GPU under this worker has failed; a restart cannot fix hardware"),
+            Episode::Paused => (AlertKind::Paused, "the container is paused (someone's decision); alert only, never restarted while paused"),
         };
         let since = case
             .marks
@@ -453,26 +463,30 @@ impl Agent {
     async fn track_incarnation(&mut self, c: &Container, now: Millis) -> Result<(), CoordError> {
         let k = self.keys.clone();
         let w = c.worker.as_str();
-        let seen = format!("{}:{}", c.id, c.started_at);
-        let prev = self
+        let seen = incarnation(c);
+        let read = self
             .coord
-            .get_many(&[k.incarnation(w)])
-            .await?
-            .pop()
-            .flatten();
+            .get_many(&[k.incarnation(w), k.cooldown(w)])
+            .await?;
+        let (prev, cooling) = (
+            read.first().cloned().flatten(),
+            read.get(1).cloned().flatten(),
+        );
         if prev.as_deref() == Some(seen.as_str()) {
             return Ok(());
         }
         self.coord.set(&k.incarnation(w), &seen, MARK_TTL).await?;
-        if prev.is_none() {
+        let Some(prev) = prev else { return Ok(()) };
+        // Our own restart of exactly the previous incarnation left a marker saying so: the new
+        // incarnation is ours, and its cooldown began with the command.
+        if cooling.is_some_and(|m| m.ends_with(&format!(":{prev}"))) {
             return Ok(());
         }
-        // Our own restart already left its marker; SET NX keeps it.
+        // NB: anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets a
+        // full cooldown from its own start, even one that lands inside our cooldown.
         let cooldown = self.cfg.policy.cooldown;
         let marker = format!("{now}:external");
-        if !self.coord.set_nx(&k.cooldown(w), &marker, cooldown).await? {
-            return Ok(());
-        }
+        self.coord.set(&k.cooldown(w), &marker, cooldown).await?;
         self.coord
             .del(&[k.incident(w), k.suspect(w), k.error_since(w)])
             .await?;
@@ -1009,7 +1023,9 @@ impl Agent {
 
     async fn write_restart_markers(&self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
         let (k, w) = (&self.keys, act.case.worker());
-        let marker = format!("{now}:{}", act.inc.id);
+        // The incarnation restarted is in the marker: the next one is ours (see
+        // `track_incarnation`).
+        let marker = format!("{now}:{}:{}", act.inc.id, incarnation(act.case.c));
         self.coord
             .set(&k.cooldown(w), &marker, self.cfg.policy.cooldown)
             .await?;

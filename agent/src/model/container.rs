@@ -9,7 +9,10 @@ pub struct Container {
     pub worker: String,
     /// When the current incarnation started; a restart changes it (compare-and-restart key).
     pub started_at: String,
+    /// Running, and not paused.
     pub running: bool,
+    /// Paused by someone (`docker pause`): their decision, never restarted.
+    pub paused: bool,
     /// The value of the checkpoint-method label, when the container has one.
     pub checkpoint: Option<String>,
     /// The GPUs it was given (indexes or UUIDs), from `--gpus device=...` or

@@ -102,15 +102,22 @@ pub enum Episode {
     Unreachable,
     Stalled,
     GpuFailed,
+    Paused,
 }
 
 impl Episode {
-    pub const ALL: [Episode; 3] = [Episode::Unreachable, Episode::Stalled, Episode::GpuFailed];
+    pub const ALL: [Episode; 4] = [
+        Episode::Unreachable,
+        Episode::Stalled,
+        Episode::GpuFailed,
+        Episode::Paused,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Episode::Unreachable => "unreachable",
             Episode::Stalled => "stalled",
             Episode::GpuFailed => "gpu-failed",
+            Episode::Paused => "paused",
         }
     }
 }

@@ -18,6 +18,8 @@ use crate::policy::table::Action;
 pub struct NodeContext {
     pub in_maintenance: bool,
     pub gpu_failed: bool,
+    /// The worker's container is paused (or stopped) by someone: an operator's decision.
+    pub container_paused: bool,
 }
 
 /// The verdict on one worker.
@@ -43,10 +45,12 @@ pub enum Verdict {
     InMaintenance,
     /// Would be hung or errored, but the GPU under it has failed: a restart cannot fix hardware.
     GpuFailed,
+    /// The container is paused by someone (`docker pause`): their decision, alert only.
+    Paused,
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 10] = [
+    pub const ALL: [Verdict; 11] = [
         Verdict::Healthy,
         Verdict::Suspect,
         Verdict::Hung,
@@ -57,6 +61,7 @@ impl Verdict {
         Verdict::Booting,
         Verdict::InMaintenance,
         Verdict::GpuFailed,
+        Verdict::Paused,
     ];
 
     /// Stable name for logs, the trail and metric labels.
@@ -72,6 +77,7 @@ impl Verdict {
             Verdict::Booting => "booting",
             Verdict::InMaintenance => "in-maintenance",
             Verdict::GpuFailed => "gpu-failed",
+            Verdict::Paused => "paused",
         }
     }
 }
@@ -96,6 +102,10 @@ pub fn verdict(
     }
     if node.in_maintenance {
         return Verdict::InMaintenance;
+    }
+    // NB: a paused container is someone's decision: its stale heartbeat is not a hang.
+    if node.container_paused {
+        return Verdict::Paused;
     }
     let Some(status) = status else {
         return Verdict::Unreachable;
@@ -148,6 +158,8 @@ pub enum TimerEnd {
     Maintenance,
     /// The data says the worker is fine again.
     Recovered,
+    /// The container is paused: someone's decision; a new timer starts if it hangs once running.
+    Paused,
 }
 
 /// One step of a cycle's bookkeeping or action. [`plan`] returns them in the order the engine
@@ -196,7 +208,8 @@ pub(crate) fn plan(
     let action = v.action();
     // Our own restart or maintenance make healthy workers look hung: the persistence timer
     // must not survive them, or the first cycle after would restart at once.
-    let suppress = matches!(action, Action::SuppressAndClear | Action::Checkpoint);
+    let suppress =
+        matches!(action, Action::SuppressAndClear | Action::Checkpoint) || v == Verdict::Paused;
 
     let mut fx = Vec::new();
     fx.extend(suspect_effects(stale, status, marks, suppress));
@@ -278,6 +291,9 @@ fn timer_end(
     marks: &Marks,
 ) -> Option<TimerEnd> {
     marks.incident.as_ref()?;
+    if v == Verdict::Paused {
+        return Some(TimerEnd::Paused);
+    }
     match action {
         Action::RestartPipeline => None,
         Action::SuppressAndClear | Action::Checkpoint => Some(if v == Verdict::Booting {
@@ -300,6 +316,7 @@ fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
     let wanted = match v {
         Verdict::Unreachable => Some(Episode::Unreachable),
         Verdict::Stalled => Some(Episode::Stalled),
+        Verdict::Paused => Some(Episode::Paused),
         Verdict::GpuFailed => Some(Episode::GpuFailed),
         _ => None,
     };

@@ -121,11 +121,11 @@ fn maintenance_and_gpu_failure_suppress_restarts() {
     };
     let maint = NodeContext {
         in_maintenance: true,
-        gpu_failed: false,
+        ..NodeContext::default()
     };
     let gpu = NodeContext {
-        in_maintenance: false,
         gpu_failed: true,
+        ..NodeContext::default()
     };
     assert_eq!(
         verdict(Some(&r), &m, maint, NOW, &cfg()),
@@ -413,4 +413,32 @@ fn no_error_clock_starts_while_booting() {
     };
     let p = plan(Verdict::Booting, Some(&r), &m, NOW, &cfg());
     assert!(!p.contains(&Effect::MarkErrorSince));
+}
+
+#[test]
+fn a_paused_container_is_alert_only_and_drops_the_timer() {
+    let r = rec("processing", 900 * S);
+    let paused = NodeContext {
+        container_paused: true,
+        ..NodeContext::default()
+    };
+    let m = Marks {
+        incident: Some(Incident {
+            started: NOW - 600 * S,
+            id: "i1".into(),
+        }),
+        suspect: Some((NOW - 900 * S, NOW - 700 * S)),
+        ..Marks::default()
+    };
+    let v = verdict(Some(&r), &m, paused, NOW, &cfg());
+    assert_eq!(v, Verdict::Paused);
+    assert_eq!(v.action(), Action::AlertOnly);
+    let p = plan(v, Some(&r), &m, NOW, &cfg());
+    assert!(p.contains(&Effect::OpenEpisode(Episode::Paused)), "{p:?}");
+    assert!(
+        p.contains(&Effect::ClearIncident(TimerEnd::Paused)),
+        "{p:?}"
+    );
+    assert!(p.contains(&Effect::ClearSuspect), "{p:?}");
+    assert!(!p.contains(&Effect::ConsiderRestart) && !p.contains(&Effect::OpenIncident));
 }

@@ -45,7 +45,7 @@ impl Verdict {
             Verdict::Healthy | Verdict::ErrorPending => Action::None,
             Verdict::Suspect => Action::Observe,
             Verdict::Hung | Verdict::Errored => Action::RestartPipeline,
-            Verdict::Unreachable | Verdict::Stalled => Action::AlertOnly,
+            Verdict::Unreachable | Verdict::Stalled | Verdict::Paused => Action::AlertOnly,
             Verdict::GpuFailed => Action::AlertNoRestart,
             Verdict::Booting => Action::SuppressAndClear,
             Verdict::InMaintenance => Action::Checkpoint,
@@ -79,6 +79,7 @@ impl Verdict {
             ),
             Verdict::InMaintenance => "node has a maintenance or preemption notice".into(),
             Verdict::GpuFailed => "hung or errored on a GPU that NVML reports failed".into(),
+            Verdict::Paused => "the container is paused by someone (docker pause)".into(),
         }
     }
 }

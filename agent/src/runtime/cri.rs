@@ -244,6 +244,7 @@ impl Sandbox {
             // time keeps the key the same shape as Docker's.
             started_at: format!("attempt-{}@{}", meta.attempt, c.created_at),
             running: c.state == ContainerState::ContainerRunning as i32,
+            paused: false,
             checkpoint: self.checkpoint.clone(),
             gpus: None,
             pod: Some(PodRef {

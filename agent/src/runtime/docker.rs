@@ -149,7 +149,11 @@ impl ContainerRuntime for DockerRuntime {
                 .to_string(),
             worker: worker.clone(),
             started_at: state.and_then(|s| s.started_at.clone()).unwrap_or_default(),
-            running: state.and_then(|s| s.running).unwrap_or(false),
+            // NB: Docker says a paused container is running; for Vigil it is not (it must not be
+            // restarted, and its stale heartbeat is no hang).
+            running: state.and_then(|s| s.running).unwrap_or(false)
+                && !state.and_then(|s| s.paused).unwrap_or(false),
+            paused: state.and_then(|s| s.paused).unwrap_or(false),
             checkpoint: labels.get(&self.checkpoint_label).cloned(),
             gpus: {
                 let ids: Option<Vec<String>> = info

@@ -47,11 +47,20 @@ impl FakeRuntime {
                 worker: worker.to_string(),
                 started_at,
                 running: true,
+                paused: false,
                 checkpoint: None,
                 gpus: None,
                 pod: None,
             },
         );
+    }
+    /// `docker pause` (or unpause) a container.
+    pub fn set_paused(&self, id: &str, paused: bool) {
+        let mut s = self.state.lock().unwrap();
+        if let Some(c) = s.containers.get_mut(id) {
+            c.paused = paused;
+            c.running = !paused;
+        }
     }
     pub fn restarts(&self, id: &str) -> usize {
         *self.state.lock().unwrap().restarts.get(id).unwrap_or(&0)
