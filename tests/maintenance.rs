@@ -530,3 +530,72 @@ async fn an_http_worker_that_refuses_is_failed() {
     assert_eq!(results[0].outcome, Outcome::Failed);
     assert!(results[0].detail.contains("POST"), "{}", results[0].detail);
 }
+
+/// A preemption two seconds into a host-maintenance checkpoint round (whose worker never
+/// answers, so the round would hold the whole 50 s budget) reaches the Node and the workers at
+/// once: the round runs on its own and the controller keeps reading the metadata.
+#[tokio::test]
+async fn a_second_notice_during_a_checkpoint_round_is_acted_on_at_once() {
+    use tokio_util::sync::CancellationToken;
+    use vigil::model::maintenance::{MaintenanceEvent, RawMetadata};
+    let r = rig(|_| {});
+    let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
+    let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
+    let stop = CancellationToken::new();
+    let task =
+        tokio::spawn(
+            r.controller
+                .run(meta_rx, gpu_rx, CancellationToken::new(), stop.clone()),
+        );
+    let status = r.keys.status("trainer-0");
+    let reason = |coord: Arc<MemoryCoordinator>, key: String| async move {
+        coord
+            .hgetall(&key)
+            .await
+            .unwrap()
+            .get("checkpoint_reason")
+            .cloned()
+    };
+    meta_tx.send_replace(RawMetadata {
+        maintenance_event: Some(MaintenanceEvent::MigrateOnHostMaintenance),
+        ..RawMetadata::default()
+    });
+    let asked = common::real::poll(Duration::from_secs(5), || {
+        let (c, k) = (r.coord.clone(), status.clone());
+        async move { reason(c, k).await.filter(|x| x == "host-maintenance") }
+    })
+    .await;
+    assert!(asked.is_some(), "the first round asked the worker");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let sent = tokio::time::Instant::now();
+    meta_tx.send_replace(RawMetadata {
+        maintenance_event: Some(MaintenanceEvent::MigrateOnHostMaintenance),
+        preempted: Some(true),
+        ..RawMetadata::default()
+    });
+    let preemption = common::real::poll(Duration::from_secs(5), || {
+        let (c, k) = (r.coord.clone(), status.clone());
+        async move { reason(c, k).await.filter(|x| x == "preemption") }
+    })
+    .await;
+    let took = sent.elapsed();
+    assert!(
+        preemption.is_some(),
+        "the preemption round asked the worker"
+    );
+    assert!(
+        r.node
+            .last()
+            .add_taints
+            .iter()
+            .any(|t| t.key == "vigil.dev/termination-imminent"),
+        "the Node shows the termination"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "as fast as a first notice, not after the first round's 50 s budget: {took:?}"
+    );
+    stop.cancel();
+    let _ = task.await;
+}

@@ -26,8 +26,6 @@ pub(crate) struct CheckpointRounds {
     checkpointer: Checkpointer,
     runtime: Arc<dyn ContainerRuntime>,
     metrics: Arc<Metrics>,
-    /// When the last round ended (a SIGTERM right after one does not repeat it).
-    last_ended: Option<tokio::time::Instant>,
 }
 
 impl CheckpointRounds {
@@ -51,13 +49,7 @@ impl CheckpointRounds {
             checkpointer,
             runtime,
             metrics,
-            last_ended: None,
         }
-    }
-
-    /// Whether a round ended less than `within` ago.
-    pub fn recent(&self, within: Duration) -> bool {
-        self.last_ended.is_some_and(|t| t.elapsed() < within)
     }
 
     /// Deliver the requests and wait for the acknowledgements, all within `budget` (listing the
@@ -85,8 +77,7 @@ impl CheckpointRounds {
     }
 
     /// Count the round's results and say what to record, stamped `now`.
-    pub fn finish(&mut self, reason: &str, results: &[WorkerResult], now: Millis) -> RoundRecord {
-        self.last_ended = Some(tokio::time::Instant::now());
+    pub fn finish(&self, reason: &str, results: &[WorkerResult], now: Millis) -> RoundRecord {
         let mut lines = Vec::with_capacity(results.len());
         for r in results {
             let labels = vec![("method", r.method), ("outcome", r.outcome.as_str())];

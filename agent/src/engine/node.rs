@@ -56,6 +56,11 @@ impl NodeFacts {
 
 pub type SharedFacts = Arc<RwLock<NodeFacts>>;
 
+/// A checkpoint round's reason and per-worker results.
+type RoundResult = (&'static str, Vec<WorkerResult>);
+/// The checkpoint rounds in flight.
+type Rounds = tokio::task::JoinSet<RoundResult>;
+
 /// Writes the controller's decisions to the trail, with the phase as the verdict.
 struct Notes {
     trail: Trail,
@@ -89,7 +94,9 @@ pub struct Controller {
     facts: SharedFacts,
     notes: Notes,
     node: NodePublisher,
-    rounds: CheckpointRounds,
+    rounds: Arc<CheckpointRounds>,
+    /// When the last checkpoint round ended (a SIGTERM right after one does not repeat it).
+    last_round_ended: Option<tokio::time::Instant>,
     claim: Opportunistic,
     gpu: GpuHealthTracker,
     state: MaintenanceState,
@@ -109,7 +116,13 @@ impl Controller {
     ) -> Controller {
         Controller {
             node: NodePublisher::new(&cfg, None, metrics.clone()),
-            rounds: CheckpointRounds::new(&cfg, coord.clone(), runtime.clone(), metrics.clone()),
+            rounds: Arc::new(CheckpointRounds::new(
+                &cfg,
+                coord.clone(),
+                runtime.clone(),
+                metrics.clone(),
+            )),
+            last_round_ended: None,
             claim: Opportunistic::new(&cfg, coord.clone(), runtime),
             notes: Notes { trail, coord },
             gpu: GpuHealthTracker::default(),
@@ -194,8 +207,23 @@ impl Controller {
         }
     }
 
-    /// Act on a new maintenance state.
+    /// Act on a new maintenance state, and wait for the checkpoint round it starts (if any) to
+    /// be recorded. The run loop does not wait: see [`Controller::transition`].
     pub async fn apply(&mut self, next: MaintenanceState) {
+        let mut rounds = Rounds::new();
+        self.transition(next, &mut rounds).await;
+        while let Some(done) = rounds.join_next().await {
+            self.round_done(done).await;
+        }
+    }
+
+    /// Act on a new maintenance state. A checkpoint round it calls for is started in `rounds`
+    /// and recorded by whoever owns them when it ends.
+    ///
+    /// NB: the round runs on its own, never awaited here: the workers may take the whole budget
+    /// (50 s for a host maintenance) to acknowledge, and a second notice meanwhile (a preemption
+    /// two seconds later, 30 s to live) must reach the Node and the workers at once.
+    async fn transition(&mut self, next: MaintenanceState, rounds: &mut Rounds) {
         if next == self.state {
             return;
         }
@@ -215,32 +243,32 @@ impl Controller {
             self.checkpointed_episode,
             &self.cfg.checkpoint,
         );
+        // NB: the checkpoint requests go out first, alongside the Node update: on Spot the whole
+        // budget is 30 s, and a slow API server must not eat into it.
+        if let Some((reason, budget)) = round {
+            self.checkpointed_episode = true;
+            let r = self.rounds.clone();
+            rounds.spawn(async move { (reason, r.request(reason, budget).await) });
+        }
         self.node.view.maintenance = next.clone();
         let detail = transition_detail(&prev, &next);
-        // NB: the checkpoint requests go out first and run alongside the Node update: on Spot
-        // the whole budget is 30 s, and a slow API server must not eat into it.
-        let (rounds, notes, node) = (&self.rounds, &self.notes, &mut self.node);
-        let requests = async move {
-            match round {
-                Some((reason, budget)) => Some((reason, rounds.request(reason, budget).await)),
-                None => None,
-            }
-        };
-        let show = async move {
-            notes
-                .note(next.phase, "-", Code::Maintenance, detail.clone())
-                .await;
-            node.publish().await;
-            if prev.phase != next.phase {
-                let (reason, kind) = event_for(next.phase);
-                let message = format!("vigil: maintenance {detail}");
-                node.event(reason, &message, kind).await;
-            }
-        };
-        let (results, ()) = tokio::join!(requests, show);
-        if let Some((reason, results)) = results {
-            self.checkpointed_episode = true;
-            self.record_round(reason, &results).await;
+        self.notes
+            .note(next.phase, "-", Code::Maintenance, detail.clone())
+            .await;
+        self.node.publish().await;
+        if prev.phase != next.phase {
+            let (reason, kind) = event_for(next.phase);
+            let message = format!("vigil: maintenance {detail}");
+            self.node.event(reason, &message, kind).await;
+        }
+    }
+
+    /// A round that ended: record it (a round that panicked is logged, not recorded).
+    async fn round_done(&mut self, done: Result<RoundResult, tokio::task::JoinError>) {
+        match done {
+            Ok((reason, results)) => self.record_round(reason, &results).await,
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => tracing::error!(error = %e, "a checkpoint round failed"),
         }
     }
 
@@ -280,6 +308,7 @@ impl Controller {
     /// A finished round: the trail per worker, the Node's last-checkpoint annotation, an Event.
     async fn record_round(&mut self, reason: &str, results: &[WorkerResult]) {
         let now = self.notes.now().await;
+        self.last_round_ended = Some(tokio::time::Instant::now());
         let record = self.rounds.finish(reason, results, now);
         for (worker, code, detail) in record.lines {
             self.notes
@@ -335,7 +364,8 @@ impl Controller {
         term: CancellationToken,
         stop: CancellationToken,
     ) {
-        self.start(&mut rx, &mut gpu_rx).await;
+        let mut rounds = Rounds::new();
+        self.start(&mut rx, &mut gpu_rx, &mut rounds).await;
         let mut tick = tokio::time::interval(self.cfg.poll_interval);
         let mut metadata_open = true;
         let mut gpu_open = true;
@@ -343,15 +373,18 @@ impl Controller {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = term.cancelled() => {
-                    self.on_sigterm().await;
+                    self.on_sigterm(&mut rounds).await;
                     break;
+                }
+                Some(done) = rounds.join_next(), if !rounds.is_empty() => {
+                    self.round_done(done).await;
                 }
                 changed = rx.changed(), if metadata_open => {
                     // Closed: the watcher is off (not on GCE); keep serving SIGTERM checkpoints.
                     metadata_open = changed.is_ok();
                     if metadata_open {
                         let next = derive(&rx.borrow_and_update());
-                        self.apply(next).await;
+                        self.transition(next, &mut rounds).await;
                     }
                 }
                 changed = gpu_rx.changed(), if gpu_open => {
@@ -371,6 +404,7 @@ impl Controller {
         &mut self,
         rx: &mut watch::Receiver<RawMetadata>,
         gpu_rx: &mut watch::Receiver<GpuReport>,
+        rounds: &mut Rounds,
     ) {
         let gpu = gpu_rx.borrow_and_update().clone();
         self.gpu.seed(gpu.clone(), &self.metrics);
@@ -380,13 +414,24 @@ impl Controller {
         if first == self.state {
             self.node.publish().await;
         } else {
-            self.apply(first).await;
+            self.transition(first, rounds).await;
         }
     }
 
-    async fn on_sigterm(&mut self) {
+    /// SIGTERM: a round under way (the notice's) is the checkpoint: wait for it and record
+    /// it; otherwise ask the workers, unless a round ended moments ago.
+    async fn on_sigterm(&mut self, rounds: &mut Rounds) {
+        if !rounds.is_empty() {
+            while let Some(done) = rounds.join_next().await {
+                self.round_done(done).await;
+            }
+            return;
+        }
+        let recent = self
+            .last_round_ended
+            .is_some_and(|t| t.elapsed() < RECENT_ROUND);
         let c = &self.cfg.checkpoint;
-        if c.on_sigterm && !self.rounds.recent(RECENT_ROUND) {
+        if c.on_sigterm && !recent {
             let budget = c.sigterm_budget;
             self.checkpoint("agent-sigterm", budget).await;
         }
