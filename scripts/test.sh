@@ -39,5 +39,6 @@ export VIGIL_TEST_REDIS_URL="redis://127.0.0.1:$port"
 echo "scripts/test.sh: redis on $VIGIL_TEST_REDIS_URL"
 
 cargo test --workspace "$@"
+bash scripts/check-model.sh
 bash scripts/check-metrics.sh
 bash scripts/check-deploy.sh
