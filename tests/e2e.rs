@@ -551,3 +551,22 @@ async fn an_operator_restart_inside_our_cooldown_gets_a_full_cooldown() {
         "a fresh 30 s cooldown for the operator's incarnation, not the ~20 s left of ours: {ttl} ms"
     );
 }
+
+#[test]
+fn beat_refuses_a_bad_worker_id_or_state_naming_the_flag() {
+    let envs = [("NODE_NAME", "n1"), ("REDIS_URL", "redis://127.0.0.1:1")];
+    for (args, flag) in [
+        (["beat", "--worker", "a:b", "--state", "idle"], "--worker"),
+        (
+            ["beat", "--worker", "w1", "--state", "not a word"],
+            "--state",
+        ),
+    ] {
+        let (code, _, err) = vigil(&args, &envs);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(flag), "names {flag}: {err}");
+    }
+    let long = "w".repeat(129);
+    let (code, _, err) = vigil(&["beat", "--worker", &long, "--state", "idle"], &envs);
+    assert_eq!(code, 2, "{err}");
+}

@@ -727,3 +727,55 @@ async fn a_paused_worker_is_alerted_once_and_never_restarted() {
     w.run_for(Duration::from_secs(200)).await;
     assert_eq!(w.runtime.restarts("c1"), 1);
 }
+
+/// A label value that is not a worker id (here with a `:`, which would be read into Redis key
+/// names) makes no worker: one alert, never evaluated, never restarted; the others go on.
+#[tokio::test]
+async fn an_invalid_worker_id_is_one_alert_and_never_a_worker() {
+    let mut w = World::new(|_| {});
+    w.runtime.add("c9", "trainer-0:incarnation");
+    hung_and_restarted(&mut w).await;
+    w.run_for(mins(5)).await;
+    assert_eq!(
+        w.sink.count(AlertKind::InvalidWorkerId),
+        1,
+        "once per container"
+    );
+    assert_eq!(w.runtime.restarts("c9"), 0);
+    let r = w.tick().await;
+    assert!(
+        r[0].verdicts
+            .iter()
+            .all(|(worker, _)| worker == "trainer-0"),
+        "{:?}",
+        r[0].verdicts
+    );
+}
+
+/// A worker that writes milliseconds where seconds belong looks fresh for ever unless its
+/// record is taken for invalid: unreachable, one alert that says what is wrong.
+#[tokio::test]
+async fn a_heartbeat_from_the_future_is_one_alert_that_says_why() {
+    let mut w = World::new(|_| {});
+    write_record(
+        w.store.as_ref(),
+        &w.keys.status("trainer-0"),
+        "processing",
+        w.now() * 1000,
+        &[],
+    )
+    .await;
+    let r = w.tick().await;
+    assert_eq!(r[0].verdicts[0].1, Verdict::Unreachable);
+    w.run_for(mins(10)).await;
+    let alerts = w.sink.of(AlertKind::Unreachable);
+    assert_eq!(alerts.len(), 1, "once per episode");
+    assert!(
+        alerts[0]
+            .detail
+            .contains("ahead of the coordinator's clock"),
+        "{}",
+        alerts[0].detail
+    );
+    assert_eq!(w.runtime.restarts("c1"), 0);
+}

@@ -890,12 +890,15 @@ impl Config {
                 problem: problem.into(),
             })
         }
-        let nonzero: [(&'static str, Duration); 11] = [
+        let nonzero: [(&'static str, Duration); 13] = [
             ("poll_interval", self.poll_interval),
             ("redis.timeout", self.redis.timeout),
             ("runtime.log_timeout", self.runtime.log_timeout),
             ("runtime.restart_timeout", self.runtime.restart_timeout),
             ("policy.stale_after", self.policy.stale_after),
+            // Zero would skip a safeguard: the second observation, the persistence delay.
+            ("policy.confirm_after", self.policy.confirm_after),
+            ("policy.restart_delay", self.policy.restart_delay),
             ("policy.error_for", self.policy.error_for),
             ("policy.stalled_after", self.policy.stalled_after),
             ("policy.cooldown", self.policy.cooldown),
@@ -1253,6 +1256,8 @@ mod tests {
             ),
             ("[policy]\nconfirm_after = \"5m\"", "policy.confirm_after"),
             ("[policy]\ncooldown = \"0s\"", "policy.cooldown"),
+            ("[policy]\nrestart_delay = \"0s\"", "policy.restart_delay"),
+            ("[policy]\nconfirm_after = \"0s\"", "policy.confirm_after"),
             ("[alerts]\nattempts = 0", "alerts.attempts"),
             ("[alerts]\nwebhook_url = \"slack\"", "alerts.webhook_url"),
             ("[server]\nlisten = \"nope\"", "server.listen"),

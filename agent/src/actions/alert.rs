@@ -39,6 +39,8 @@ pub enum AlertKind {
     LogsFailed,
     /// Two containers claim the same worker id: nothing is restarted.
     Ambiguous,
+    /// A container's opt-in label is not a valid worker id: it is never a worker.
+    InvalidWorkerId,
     /// The coordinator (Redis) is unreachable: restarts are paused.
     CoordinatorDown,
     /// The container runtime is unreachable.
@@ -52,7 +54,7 @@ pub enum AlertKind {
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 17] = [
+    pub const ALL: [AlertKind; 18] = [
         AlertKind::Hung,
         AlertKind::Errored,
         AlertKind::Restarting,
@@ -66,6 +68,7 @@ impl AlertKind {
         AlertKind::GpuFailed,
         AlertKind::LogsFailed,
         AlertKind::Ambiguous,
+        AlertKind::InvalidWorkerId,
         AlertKind::CoordinatorDown,
         AlertKind::RuntimeDown,
         AlertKind::Paused,
@@ -87,6 +90,7 @@ impl AlertKind {
             AlertKind::GpuFailed => "gpu-failed",
             AlertKind::LogsFailed => "logs-failed",
             AlertKind::Ambiguous => "ambiguous",
+            AlertKind::InvalidWorkerId => "invalid-worker-id",
             AlertKind::CoordinatorDown => "coordinator-down",
             AlertKind::RuntimeDown => "runtime-down",
             AlertKind::Paused => "paused",

@@ -55,11 +55,13 @@ pub enum Command {
     Beat {
         #[command(flatten)]
         config: ConfigArg,
-        /// Worker id (the value of the container's opt-in label).
-        #[arg(long)]
+        /// Worker id (the value of the container's opt-in label): 1-128 characters of
+        /// [A-Za-z0-9._-].
+        #[arg(long, value_parser = worker_id)]
         worker: String,
-        /// idle | processing | error | any other word (never hung).
-        #[arg(long, required_unless_present = "checkpoint_ack")]
+        /// idle | processing | error | any other word (never hung): 1-64 characters of
+        /// [A-Za-z0-9._-].
+        #[arg(long, required_unless_present = "checkpoint_ack", value_parser = state_word)]
         state: Option<String>,
         /// What the worker is working on.
         #[arg(long)]
@@ -145,6 +147,24 @@ impl CliError {
             CliError::Config(_) => 2,
             CliError::Failed(_) => 1,
         }
+    }
+}
+
+/// `--worker`: the documented worker-id rule (a bad one exits 2, naming the flag).
+fn worker_id(s: &str) -> Result<String, String> {
+    if crate::model::worker::valid_worker_id(s) {
+        Ok(s.to_string())
+    } else {
+        Err("a worker id is 1-128 characters of A-Z a-z 0-9 . _ -".into())
+    }
+}
+
+/// `--state`: one word.
+fn state_word(s: &str) -> Result<String, String> {
+    if crate::model::worker::valid_state(s) {
+        Ok(s.to_string())
+    } else {
+        Err("a state is one word of 1-64 characters of A-Z a-z 0-9 . _ - (idle, processing, error, ...)".into())
     }
 }
 

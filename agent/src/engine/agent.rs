@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::coord::{CoordError, Coordinator, Keys};
 use crate::engine::node::SharedFacts;
 use crate::model::gpu::GpuReport;
+use crate::model::worker::valid_worker_id;
 use crate::observe::fleet::{self, NodeRecord};
 use crate::observe::health::Health;
 use crate::observe::metrics::Metrics;
@@ -75,6 +76,8 @@ pub struct Agent {
     coord_down: bool,
     runtime_down: bool,
     ambiguous: HashSet<String>,
+    /// Containers already alerted for a label that is not a valid worker id.
+    invalid: HashSet<String>,
     /// Pause before the next cycle after a coordinator error.
     backoff: Backoff,
     /// Maintenance state from the controller (restarts stand down while it says so).
@@ -137,6 +140,7 @@ impl Agent {
             coord_down: false,
             runtime_down: false,
             ambiguous: HashSet::new(),
+            invalid: HashSet::new(),
             backoff: Backoff::new(Duration::from_millis(250), cfg.poll_interval),
             facts: SharedFacts::default(),
             reload: None,
@@ -332,6 +336,7 @@ impl Agent {
         };
         self.metrics.workers.set(containers.len() as i64);
         self.last_places.clear();
+        let containers = self.only_valid_ids(containers).await;
         let mut by_worker: BTreeMap<String, Vec<Container>> = BTreeMap::new();
         for c in containers {
             by_worker.entry(c.worker.clone()).or_default().push(c);
@@ -376,6 +381,32 @@ impl Agent {
                 None
             }
         }
+    }
+
+    /// Containers whose opt-in label breaks the worker-id rule are never workers: their id would
+    /// be read into Redis key names. One alert per container.
+    async fn only_valid_ids(&mut self, containers: Vec<Container>) -> Vec<Container> {
+        let (valid, invalid): (Vec<_>, Vec<_>) = containers
+            .into_iter()
+            .partition(|c| valid_worker_id(&c.worker));
+        self.invalid
+            .retain(|id| invalid.iter().any(|c| &c.id == id));
+        for c in invalid {
+            if !self.invalid.insert(c.id.clone()) {
+                continue;
+            }
+            let shown: String = c.worker.chars().take(64).collect();
+            let a = Alert::new(
+                AlertKind::InvalidWorkerId,
+                self.keys.node(),
+                format!(
+                    "{} carries the opt-in label with {shown:?}, which is not a worker id (1-128 characters of A-Z a-z 0-9 . _ -): it is not watched and never restarted until the label is fixed",
+                    c.display()
+                ),
+            );
+            self.notifier.send(&a).await;
+        }
+        valid
     }
 
     /// Several containers claim one worker id: alert once, never guess which one the record

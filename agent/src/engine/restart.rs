@@ -352,7 +352,18 @@ impl Agent {
         if !self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
             return Ok(());
         }
+        let ahead = case
+            .status
+            .and_then(|s| policy::heartbeat_from_future(s, now));
+        let future;
         let (kind, detail) = match e {
+            Episode::Unreachable if ahead.is_some() => {
+                future = format!(
+                    "the record's heartbeat is {} ahead of the coordinator's clock (milliseconds written where seconds belong?): the record is invalid, alert only until the worker writes seconds since the epoch",
+                    human(ahead.unwrap_or_default())
+                );
+                (AlertKind::Unreachable, future.as_str())
+            }
             Episode::Unreachable => (AlertKind::Unreachable, "status record missing or unreadable; alert only (the machine may be rebooting, partitioned or off on purpose)"),
             Episode::Stalled => (AlertKind::Stalled, "heartbeat fresh but progress unchanged; alert only (long jobs legitimately look like this)"),
             Episode::GpuFailed => (AlertKind::GpuFailed, "the GPU under this worker has failed; a restart cannot fix hardware"),

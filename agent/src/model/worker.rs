@@ -69,6 +69,26 @@ impl WorkerStatus {
     }
 }
 
+/// The documented rule for a worker id (the opt-in label's value): 1–128 characters of
+/// `[A-Za-z0-9._-]`. Anything else would be read into Redis key names (a `:` could make another
+/// worker's key look like a record), so it is refused where it enters.
+pub fn valid_worker_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A worker state as a worker may write it: 1–64 characters of `[A-Za-z0-9._-]`.
+pub fn valid_state(state: &str) -> bool {
+    !state.is_empty()
+        && state.len() <= 64
+        && state
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 /// The shared marks Vigil keeps per worker in the coordinator (never in process memory).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Marks {

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::coord::{write_status, Coordinator, Keys};
+use crate::model::worker::valid_worker_id;
 use crate::observe::health::Health;
 use crate::observe::metrics::Metrics;
 use crate::runtime::ContainerRuntime;
@@ -130,14 +131,6 @@ async fn readyz(State(s): State<ServerState>) -> Response {
     }
 }
 
-fn valid_worker_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
 async fn put_status(State(s): State<ServerState>, Path(id): Path<String>, body: Bytes) -> Response {
     if !valid_worker_id(&id) {
         return (
@@ -189,9 +182,9 @@ pub async fn serve(
 mod tests {
     #[test]
     fn worker_ids_are_restricted() {
-        assert!(super::valid_worker_id("trainer-0.a_b"));
-        assert!(!super::valid_worker_id("a:b"));
-        assert!(!super::valid_worker_id(""));
-        assert!(!super::valid_worker_id("a{b}"));
+        assert!(crate::model::worker::valid_worker_id("trainer-0.a_b"));
+        assert!(!crate::model::worker::valid_worker_id("a:b"));
+        assert!(!crate::model::worker::valid_worker_id(""));
+        assert!(!crate::model::worker::valid_worker_id("a{b}"));
     }
 }

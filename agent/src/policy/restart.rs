@@ -89,6 +89,18 @@ pub(crate) fn is_stale(status: &WorkerStatus, now: Millis, cfg: &PolicyConfig) -
         && matches!(status.heartbeat, Some(hb) if now - hb > ms(cfg.stale_after))
 }
 
+/// How far ahead of the coordinator's clock a heartbeat may be before the record is taken for
+/// invalid (clock skew between a worker and Redis is seconds; milliseconds written where seconds
+/// belong are decades ahead).
+pub const MAX_FUTURE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How far ahead of `now` the record's heartbeat is, when it is beyond [`MAX_FUTURE`]: such a
+/// record cannot be trusted, it would look fresh for ever.
+pub fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Option<Millis> {
+    let hb = status.heartbeat?;
+    (hb - now > ms(MAX_FUTURE)).then_some(hb - now)
+}
+
 /// The verdict, from the shared record and shared marks only.
 pub fn verdict(
     status: Option<&WorkerStatus>,
@@ -110,6 +122,9 @@ pub fn verdict(
     let Some(status) = status else {
         return Verdict::Unreachable;
     };
+    if heartbeat_from_future(status, now).is_some() {
+        return Verdict::Unreachable;
+    }
     match status.state {
         WorkerState::Processing => {
             let Some(hb) = status.heartbeat else {

@@ -442,3 +442,33 @@ fn a_paused_container_is_alert_only_and_drops_the_timer() {
     assert!(p.contains(&Effect::ClearSuspect), "{p:?}");
     assert!(!p.contains(&Effect::ConsiderRestart) && !p.contains(&Effect::OpenIncident));
 }
+
+#[test]
+fn a_heartbeat_from_the_future_is_an_invalid_record() {
+    // Milliseconds written where seconds belong: decades ahead.
+    let mut r = rec("processing", 0);
+    r.heartbeat = Some(NOW * 1000);
+    assert_eq!(
+        verdict(
+            Some(&r),
+            &Marks::default(),
+            NodeContext::default(),
+            NOW,
+            &cfg()
+        ),
+        Verdict::Unreachable
+    );
+    assert!(heartbeat_from_future(&r, NOW).is_some());
+    // A little clock skew is fine.
+    r.heartbeat = Some(NOW + 60 * S);
+    assert_eq!(
+        verdict(
+            Some(&r),
+            &Marks::default(),
+            NodeContext::default(),
+            NOW,
+            &cfg()
+        ),
+        Verdict::Healthy
+    );
+}
