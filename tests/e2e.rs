@@ -570,3 +570,49 @@ fn beat_refuses_a_bad_worker_id_or_state_naming_the_flag() {
     let (code, _, err) = vigil(&["beat", "--worker", &long, "--state", "idle"], &envs);
     assert_eq!(code, 2, "{err}");
 }
+
+/// A read-only replica behind REDIS_URL answers reads and refuses every write: that is a
+/// coordinator fault (fail closed, one coordinator-down alert, `vigil_coordinator_up 0`), not a
+/// healthy coordinator.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_replica_is_a_coordinator_fault() {
+    let primary = RedisServer::start();
+    let port = common::real::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut replica = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
+        .args(["--replicaof", "127.0.0.1", &primary.port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    assert!(common::real::wait_listening(port));
+    let url = format!("redis://127.0.0.1:{port}");
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e");
+    let cfg = s.config(&hook.url, "");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &url)]);
+    let alerted = eventually(Duration::from_secs(20), || {
+        hook.count("coordinator-down") >= 1
+    })
+    .await;
+    assert!(alerted, "{:?}\n{}", hook.kinds(), agent.log_text());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        hook.count("coordinator-down"),
+        1,
+        "once per outage: {:?}",
+        hook.kinds()
+    );
+    let metrics = s.metrics().await;
+    assert!(metrics.contains("vigil_coordinator_up 0"), "{metrics}");
+    let _ = replica.kill();
+    let _ = replica.wait();
+}

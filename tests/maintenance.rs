@@ -599,3 +599,94 @@ async fn a_second_notice_during_a_checkpoint_round_is_acted_on_at_once() {
     stop.cancel();
     let _ = task.await;
 }
+
+/// A Node API that refuses its first writes (the API server down, a 500, a timeout).
+struct Flaky {
+    refuse: std::sync::atomic::AtomicUsize,
+    inner: RecordingNodeApi,
+}
+
+#[async_trait::async_trait]
+impl vigil::actions::node::NodeApi for Flaky {
+    async fn reconcile(
+        &self,
+        node: &str,
+        desired: &vigil::actions::node::NodeDesired,
+    ) -> Result<(), vigil::actions::node::NodeError> {
+        use std::sync::atomic::Ordering;
+        if self
+            .refuse
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(vigil::actions::node::NodeError::Conflict {
+                node: node.into(),
+                attempts: 5,
+            });
+        }
+        self.inner.reconcile(node, desired).await
+    }
+    async fn event(
+        &self,
+        node: &str,
+        reason: &str,
+        message: &str,
+        kind: vigil::actions::node::EventType,
+    ) -> Result<(), vigil::actions::node::NodeError> {
+        self.inner.event(node, reason, message, kind).await
+    }
+}
+
+/// A Node write that failed is retried every tick until the Node shows the state: no waiting
+/// for the next metadata change (which may never come before the VM is gone).
+#[tokio::test]
+async fn a_failed_node_write_is_retried_until_the_node_matches() {
+    use tokio_util::sync::CancellationToken;
+    use vigil::model::maintenance::{MaintenanceEvent, RawMetadata};
+    let mut cfg = node_config("gpu-1");
+    cfg.poll_interval = Duration::from_millis(100);
+    cfg.fleet.heartbeat_ttl = Duration::from_secs(1);
+    let coord = memory_coordinator();
+    let runtime = FakeRuntime::default();
+    let metrics = Arc::new(Metrics::new());
+    let recorded = RecordingNodeApi::default();
+    let flaky = Arc::new(Flaky {
+        refuse: std::sync::atomic::AtomicUsize::new(3),
+        inner: recorded.clone(),
+    });
+    let (_agent, controller) = agent_and_controller(
+        &cfg,
+        &coord,
+        &runtime,
+        flaky,
+        Notifier::new(None, metrics.clone()),
+        &metrics,
+        SharedFacts::default(),
+    );
+    let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
+    let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
+    let stop = CancellationToken::new();
+    let task =
+        tokio::spawn(controller.run(meta_rx, gpu_rx, CancellationToken::new(), stop.clone()));
+    meta_tx.send_replace(RawMetadata {
+        maintenance_event: Some(MaintenanceEvent::TerminateOnHostMaintenance),
+        ..RawMetadata::default()
+    });
+    let shown = common::real::poll(Duration::from_secs(5), || {
+        let n = recorded.clone();
+        async move {
+            n.last()
+                .add_taints
+                .iter()
+                .any(|t| t.key == "vigil.dev/termination-imminent")
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        shown.is_some(),
+        "the Node converged after the refused writes"
+    );
+    stop.cancel();
+    let _ = task.await;
+}

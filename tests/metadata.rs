@@ -326,20 +326,28 @@ async fn upcoming_unset_in_either_form_and_404_mean_nothing_scheduled() {
 }
 
 #[tokio::test]
-async fn no_server_turns_the_watcher_off() {
-    // A port that was just free: connection refused, as on a machine that is not on GCE.
+async fn a_server_that_is_not_there_yet_is_probed_until_it_answers() {
+    // A port that was just free: connection refused, as on a node whose network is not up yet
+    // (or that is not on GCE at all).
     let port = free_port();
     let w = spawn_watch(&format!("127.0.0.1:{port}"));
-    tokio::time::timeout(WITHIN, w.task)
-        .await
-        .expect("watch returns by itself when not on GCE")
-        .expect("no panic");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!w.task.is_finished(), "the watcher is not switched off");
     assert_eq!(*w.rx.borrow(), RawMetadata::default());
     let transport = {
         let text = w.metrics.encode();
         text.contains(r#"key="maintenance-event",kind="transport""#)
     };
-    assert!(transport, "the failed start-up read is counted");
+    assert!(transport, "the failed start-up reads are counted");
+    // The server comes up: the watcher finds it and watches.
+    let fake = FakeMetadata::start_on(&format!("127.0.0.1:{port}"))
+        .await
+        .expect("the port is still free");
+    fake.set("preempted", "TRUE").await;
+    let mut w = w;
+    w.until("preempted seen", |r| r.preempted == Some(true))
+        .await;
+    w.stop().await;
 }
 
 #[tokio::test]

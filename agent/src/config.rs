@@ -274,7 +274,7 @@ pub struct FleetConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
-    /// `auto` (watch; off with one log line when not on GCE), `on`, or `off`.
+    /// `auto` (watch; unreachable is said once and probed again with backoff), `on`, or `off`.
     pub enabled: Switch,
     /// Metadata server host[:port]; env `GCE_METADATA_HOST`; empty = `metadata.google.internal`.
     pub host: String,
@@ -917,8 +917,18 @@ impl Config {
                 "is empty and no NODE_NAME or host name was found",
             );
         }
-        if self.node_name.contains(['{', '}', ' ']) {
-            return bad("node_name", "must not contain braces or spaces");
+        // NB: the node name goes into Redis keys (inside a hash tag), labels of the fleet view
+        // and Kubernetes calls: a Kubernetes node name is a DNS subdomain.
+        let name_ok = self.node_name.len() <= 253
+            && self
+                .node_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+        if !name_ok {
+            return bad(
+                "node_name",
+                "must be at most 253 characters of a-z A-Z 0-9 . - _ (a Kubernetes node name): no braces, spaces, `:`, `/` or newlines",
+            );
         }
         if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(['{', '}', ':']) {
             return bad(
@@ -937,6 +947,11 @@ impl Config {
                     self.redis.url
                 ),
             );
+        }
+        if !self.redis.url.is_empty() {
+            if let Err(e) = redis::Client::open(self.redis.url.as_str()) {
+                return bad("redis.url", format!("does not parse: {e}"));
+            }
         }
         if !self.redis.ca_file.is_empty() && !self.redis.url.starts_with("rediss://") {
             return bad(
@@ -1057,12 +1072,14 @@ impl Config {
                 self.checkpoint.preemption_budget,
             ),
         ] {
-            if budget.is_zero() || budget >= self.checkpoint.grace {
+            // The drain ends 1 s before the grace: the budget must fit in what is left.
+            let room = self.checkpoint.grace.saturating_sub(Duration::from_secs(1));
+            if budget.is_zero() || budget > room {
                 return bad(
                     key,
                     format!(
-                        "must be above 0 and below checkpoint.grace ({}), so the agent exits before it is killed",
-                        humantime::format_duration(self.checkpoint.grace)
+                        "must be above 0 and at most checkpoint.grace - 1s ({}), so the round ends before the agent exits and the agent exits before it is killed",
+                        humantime::format_duration(room)
                     ),
                 );
             }
@@ -1257,6 +1274,11 @@ mod tests {
             ("[policy]\nconfirm_after = \"5m\"", "policy.confirm_after"),
             ("[policy]\ncooldown = \"0s\"", "policy.cooldown"),
             ("[policy]\nrestart_delay = \"0s\"", "policy.restart_delay"),
+            ("[redis]\nurl = \"redis://host:notaport\"", "redis.url"),
+            (
+                "[checkpoint]\ngrace = \"1s\"\nsigterm_budget = \"900ms\"\npreemption_budget = \"900ms\"",
+                "checkpoint.sigterm_budget",
+            ),
             ("[policy]\nconfirm_after = \"0s\"", "policy.confirm_after"),
             ("[alerts]\nattempts = 0", "alerts.attempts"),
             ("[alerts]\nwebhook_url = \"slack\"", "alerts.webhook_url"),
@@ -1320,6 +1342,27 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn node_names_are_kubernetes_node_names() {
+        let long = "n".repeat(254);
+        for bad in ["a:b", "a/b", "a\nb", "a b", "{n}", long.as_str()] {
+            let c = Config {
+                node_name: bad.into(),
+                ..Config::default()
+            };
+            assert_eq!(
+                key_of(c.validate().map(|()| c.clone())),
+                "node_name",
+                "{bad:?}"
+            );
+        }
+        let ok = Config {
+            node_name: "gke-pool-1-abcd.europe-west4-a_x".into(),
+            ..Config::default()
+        };
+        assert!(ok.validate().is_ok());
     }
 
     #[test]

@@ -58,6 +58,9 @@ impl<'a> About<'a> {
     }
 }
 
+/// A coordinator that comes back must stay up this long before a new outage alerts again.
+const REALERT_AFTER: Duration = Duration::from_secs(300);
+
 pub struct Agent {
     pub cfg: Config,
     pub keys: Keys,
@@ -74,6 +77,8 @@ pub struct Agent {
     /// Trail entries already written for an incident, to keep repeated skips out of the trail.
     noted: HashSet<String>,
     coord_down: bool,
+    /// When the coordinator last came back (for the coordinator-down alert's hysteresis).
+    up_since: Option<tokio::time::Instant>,
     runtime_down: bool,
     ambiguous: HashSet<String>,
     /// Containers already alerted for a label that is not a valid worker id.
@@ -138,6 +143,7 @@ impl Agent {
             node: NodeContext::default(),
             noted: HashSet::new(),
             coord_down: false,
+            up_since: None,
             runtime_down: false,
             ambiguous: HashSet::new(),
             invalid: HashSet::new(),
@@ -311,7 +317,15 @@ impl Agent {
             .iter()
             .map(|(w, v)| (w.clone(), v.as_str().to_string()))
             .collect();
-        self.heartbeat().await;
+        // NB: the coordinator counts as back only after a whole cycle, writes included: a
+        // read-only replica answers reads, and must not look healthy.
+        match self.heartbeat().await {
+            Ok(()) => self.coordinator_ok(),
+            Err(e) => {
+                self.coordinator_failed(&e).await;
+                report.coordinator_error = Some(e.to_string());
+            }
+        }
         report
     }
 
@@ -330,7 +344,6 @@ impl Agent {
     /// Evaluate every worker; `Ok(false)` when the runtime could not list them.
     async fn evaluate_all(&mut self, report: &mut CycleReport) -> Result<bool, CoordError> {
         let now = self.coord.time().await?;
-        self.coordinator_ok();
         let Some(containers) = self.list_workers(report).await else {
             return Ok(false);
         };
@@ -467,10 +480,8 @@ impl Agent {
 
     /// Publish this node's record for the fleet view (best-effort: a failure is only logged,
     /// the next cycle writes it again).
-    async fn heartbeat(&mut self) {
-        let Ok(now) = self.coord.time().await else {
-            return;
-        };
+    async fn heartbeat(&mut self) -> Result<(), CoordError> {
+        let now = self.coord.time().await?;
         let maintenance = {
             let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
             f.maintenance.phase.as_str()
@@ -503,26 +514,29 @@ impl Agent {
         .await
         {
             tracing::warn!(error = %e, "heartbeat not published");
+            return Err(e);
         }
         // The breaker and budget state, for dashboards (two reads per cycle).
         let s = &self.cfg.safety;
-        let day = crate::clock::utc_day(now);
+        let day = crate::policy::caps::breaker_day(now);
         if let Ok(used) = self.coord.counter(&self.keys.breaker(&day)).await {
             self.metrics.breaker_used.set(used as i64);
-            let open = !s.breaker_disabled && used >= u64::from(s.breaker_per_day);
+            let open = crate::policy::caps::breaker_open(used, s);
             self.metrics.breaker_open.set(i64::from(open));
         }
         if s.fleet_budget > 0 {
-            let window = now.div_euclid(crate::clock::ms(s.fleet_window).max(1));
+            let window = crate::policy::caps::fleet_window(now, s.fleet_window);
             if let Ok(used) = self.coord.counter(&self.keys.fleet_budget(window)).await {
                 self.metrics.fleet_budget_used.set(used as i64);
             }
         }
+        Ok(())
     }
 
     fn coordinator_ok(&mut self) {
         if self.coord_down {
             tracing::info!(coordinator = %self.coord.describe(), "coordinator reachable again; restarts resume with the timers it kept");
+            self.up_since = Some(tokio::time::Instant::now());
         }
         self.coord_down = false;
         self.backoff.reset();
@@ -532,8 +546,15 @@ impl Agent {
     async fn coordinator_failed(&mut self, e: &CoordError) {
         self.metrics.coordinator_errors.inc();
         self.metrics.coordinator_up.set(0);
+        // NB: hysteresis: an outage that flaps (up for a cycle, down again) is one outage, one
+        // alert; a new alert needs the coordinator up for `REALERT_AFTER` first.
+        let flapping = self.up_since.is_some_and(|t| t.elapsed() < REALERT_AFTER);
         if !self.coord_down {
             self.coord_down = true;
+            if flapping {
+                tracing::warn!(error = %e, "coordinator unavailable again (flapping): failing closed; no new alert");
+                return;
+            }
             tracing::error!(error = %e, "coordinator unavailable: failing closed, no restart until it returns");
             // The de-duplication key lives in the coordinator that is down: alert from memory,
             // once per outage.

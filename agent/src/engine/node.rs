@@ -326,6 +326,15 @@ impl Controller {
         self.node.event("VigilCheckpoint", &message, kind).await;
     }
 
+    /// One tick: the Node again if the last write failed (it must converge to the desired
+    /// state, not wait for the next change), then opportunistic maintenance.
+    async fn tick(&mut self) {
+        if self.node.stale {
+            self.node.publish().await;
+        }
+        self.opportunistic().await;
+    }
+
     /// One tick of opportunistic maintenance.
     pub async fn opportunistic(&mut self) {
         let step = self.claim.tick(&self.state).await;
@@ -394,7 +403,7 @@ impl Controller {
                         self.apply_gpu(report).await;
                     }
                 }
-                _ = tick.tick() => self.opportunistic().await,
+                _ = tick.tick() => self.tick().await,
             }
         }
     }

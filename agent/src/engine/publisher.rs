@@ -34,6 +34,9 @@ pub(crate) struct NodePublisher {
     cfg: Config,
     metrics: Arc<Metrics>,
     pub view: NodeView,
+    /// The last write failed (API down, 500, a timeout, a 403): the Node may not show the view,
+    /// so it is written again at the next tick until it does.
+    pub stale: bool,
 }
 
 impl NodePublisher {
@@ -43,6 +46,7 @@ impl NodePublisher {
             cfg: cfg.clone(),
             metrics,
             view: NodeView::default(),
+            stale: false,
         }
     }
 
@@ -61,6 +65,10 @@ impl NodePublisher {
         let node = &self.cfg.node_name;
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(node, &desired)).await {
             Ok(Ok(())) => {
+                if self.stale {
+                    tracing::info!("the Node shows Vigil's state again");
+                }
+                self.stale = false;
                 // The label this node set is gone now: from here on it is not ours to touch.
                 if self.view.perform_maintenance == Some(false) {
                     self.view.perform_maintenance = None;
@@ -68,11 +76,17 @@ impl NodePublisher {
             }
             Ok(Err(e)) => {
                 self.metrics.kube_error(e.op());
-                tracing::error!(error = %e, "could not update the Node; its labels may be stale");
+                if !self.stale {
+                    tracing::error!(error = %e, "could not update the Node; retrying every poll_interval until it matches");
+                }
+                self.stale = true;
             }
             Err(_) => {
                 self.metrics.kube_error("patch");
-                tracing::error!("the Kubernetes API did not answer within {KUBE_TIMEOUT:?}; the Node may be stale");
+                if !self.stale {
+                    tracing::error!("the Kubernetes API did not answer within {KUBE_TIMEOUT:?}; retrying every poll_interval until the Node matches");
+                }
+                self.stale = true;
             }
         }
     }

@@ -31,7 +31,7 @@ impl WorkerState {
             "idle" => WorkerState::Idle,
             "processing" => WorkerState::Processing,
             "error" => WorkerState::Error,
-            other => WorkerState::Other(other.to_string()),
+            other => WorkerState::Other(bounded(other, MAX_FIELD)),
         }
     }
     pub fn as_str(&self) -> &str {
@@ -59,7 +59,14 @@ impl WorkerStatus {
             .and_then(|h| h.trim().parse::<f64>().ok())
             .filter(|h| h.is_finite() && *h > 0.0)
             .map(|h| (h * 1000.0).round() as Millis);
-        let nonempty = |k: &str| fields.get(k).filter(|v| !v.is_empty()).cloned();
+        // NB: worker-supplied text goes into log lines, alerts and webhooks: bounded, so a
+        // 5 MB `job` field costs nothing downstream.
+        let nonempty = |k: &str| {
+            fields
+                .get(k)
+                .filter(|v| !v.is_empty())
+                .map(|v| bounded(v, MAX_FIELD))
+        };
         Some(WorkerStatus {
             state,
             heartbeat,
@@ -87,6 +94,21 @@ pub fn valid_state(state: &str) -> bool {
         && state
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Longest worker-supplied text kept from a record (`job`, `progress`, an unknown state).
+pub const MAX_FIELD: usize = 256;
+
+/// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
 }
 
 /// The shared marks Vigil keeps per worker in the coordinator (never in process memory).

@@ -472,3 +472,20 @@ fn a_heartbeat_from_the_future_is_an_invalid_record() {
         Verdict::Healthy
     );
 }
+
+#[test]
+fn worker_supplied_fields_are_bounded() {
+    let big = "x".repeat(5 * 1024 * 1024);
+    let f: HashMap<String, String> = [
+        ("state", "processing"),
+        ("heartbeat", "1800000000"),
+        ("job", big.as_str()),
+        ("progress", big.as_str()),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let st = WorkerStatus::from_fields(&f).unwrap();
+    assert!(st.job.unwrap().len() <= crate::model::worker::MAX_FIELD + 3);
+    assert!(st.progress.unwrap().len() <= crate::model::worker::MAX_FIELD + 3);
+}

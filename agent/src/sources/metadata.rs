@@ -494,8 +494,9 @@ pub async fn watch(
 /// publishing each change on `tx` (only when a parsed value actually changes).
 ///
 /// Reads maintenance-event once at start-up, so GCE keeps giving its 60-second warning. If that
-/// read cannot connect at all (not on GCE), logs once and returns: the watcher is off. Errors
-/// never change a published value; each is counted in `vigil_metadata_errors_total`.
+/// read cannot connect at all (not on GCE, or not yet), it says so once and keeps probing with
+/// backoff. Errors never change a published value; each is counted in
+/// `vigil_metadata_errors_total`.
 pub async fn watch_with(
     client: MetadataClient,
     tx: watch::Sender<RawMetadata>,
@@ -506,26 +507,42 @@ pub async fn watch_with(
     let key = Key::MaintenanceEvent;
     let attempts = cfg.startup_attempts.max(1);
     let mut first = None;
-    for attempt in 1..=attempts {
+    let mut attempt = 0;
+    // NB: a server that cannot be reached at start-up may only be late (the node's network comes
+    // up after the agent): after the quick attempts, keep probing with backoff. The watcher is
+    // off only when configured off.
+    let mut probe = Backoff::jittered(cfg.backoff_initial, cfg.backoff_max);
+    while first.is_none() {
+        attempt += 1;
         let res = tokio::select! {
             _ = shutdown.cancelled() => return,
             r = client.get(key.path(), None) => r,
         };
-        match res {
+        let pause_for = match res {
             Err(e @ MetadataError::Unreachable { .. }) => {
                 metrics.metadata_error(key.label(), e.kind());
-                if attempt == attempts {
-                    tracing::info!("not on GCE ({}): metadata watcher off", chain(&e));
-                    return;
-                }
-                if !pause(&shutdown, cfg.unavailable_retry.0).await {
-                    return;
+                if attempt < attempts {
+                    cfg.unavailable_retry.0
+                } else {
+                    if attempt == attempts {
+                        tracing::info!(
+                            "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (set metadata.enabled = off off GCE)",
+                            chain(&e)
+                        );
+                    }
+                    probe.next_delay()
                 }
             }
             other => {
+                if attempt > attempts {
+                    tracing::info!("GCE metadata server reachable now: watching");
+                }
                 first = Some(other);
-                break;
+                continue;
             }
+        };
+        if !pause(&shutdown, pause_for).await {
+            return;
         }
     }
 
