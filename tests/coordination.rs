@@ -361,3 +361,75 @@ async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
         "an untrusted server is refused: {err}"
     );
 }
+
+/// One bad record — a key of the wrong Redis type where a worker's hash belongs, or bytes that
+/// are not UTF-8 — is that worker's problem only: it is unreachable with one alert naming the key
+/// and the problem, the other workers are judged as usual, and Redis is not "down".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_record_is_that_workers_problem_only() {
+    use common::fakes::{FakeRuntime, RecordingSink};
+    use vigil::actions::alert::{AlertKind, Notifier};
+    use vigil::config::Config;
+    use vigil::engine::agent::Agent;
+    use vigil::observe::metrics::Metrics;
+    let url = shared_redis_url();
+    let prefix = unique("badrec");
+    let mut cfg = Config {
+        node_name: "n1".into(),
+        ..Config::default()
+    };
+    cfg.redis.url = url.clone();
+    cfg.redis.key_prefix = prefix.clone();
+    let coord: Arc<dyn Coordinator> =
+        Arc::new(RedisCoordinator::new(&url, Duration::from_secs(2)).unwrap());
+    let keys = Keys::new(&prefix, "n1");
+    let runtime = FakeRuntime::default();
+    runtime.add("c-a", "a-wrong-type");
+    runtime.add("c-b", "b-not-utf8");
+    runtime.add("c-c", "c-fine");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(keys.status("a-wrong-type"))
+        .arg("not a hash")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(keys.status("b-not-utf8"))
+        .arg("state")
+        .arg(&b"processing\xff\xfe"[..])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    write_status(
+        coord.as_ref(),
+        &keys,
+        "c-fine",
+        &[("state".to_string(), "idle".to_string())],
+    )
+    .await
+    .unwrap();
+    let sink = RecordingSink::default();
+    let metrics = Arc::new(Metrics::new());
+    let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
+    let mut agent = Agent::new(cfg, coord, Arc::new(runtime), notifier, metrics.clone());
+    for _ in 0..5 {
+        let report = agent.cycle().await;
+        assert!(report.coordinator_error.is_none(), "{report:?}");
+        assert_eq!(report.verdicts.len(), 3, "every worker judged: {report:?}");
+    }
+    let unreachable = sink.of(AlertKind::Unreachable);
+    assert_eq!(unreachable.len(), 2, "one per bad record: {unreachable:?}");
+    assert!(
+        unreachable
+            .iter()
+            .any(|a| a.detail.contains(&keys.status("a-wrong-type"))
+                && a.detail.contains("WRONGTYPE"))
+    );
+    assert!(unreachable
+        .iter()
+        .any(|a| a.detail.contains(&keys.status("b-not-utf8"))));
+    assert_eq!(sink.count(AlertKind::CoordinatorDown), 0, "Redis is fine");
+    assert!(metrics.encode().contains("vigil_coordinator_up 1"));
+}

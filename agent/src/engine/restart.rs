@@ -82,6 +82,8 @@ pub(crate) struct Case<'a> {
     pub v: Verdict,
     pub status: Option<&'a WorkerStatus>,
     pub marks: &'a Marks,
+    /// Why the record could not be read, when it exists but is not a readable hash.
+    pub invalid: Option<&'a str>,
 }
 
 impl Case<'_> {
@@ -206,7 +208,20 @@ impl Agent {
         now: Millis,
     ) -> Result<Verdict, CoordError> {
         self.track_incarnation(c, now).await?;
-        let status = self.read_status(&c.worker).await?;
+        // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
+        // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
+        // key and the problem), and the cycle goes on. Only a transport failure fails closed.
+        let (status, invalid) = match self.read_status(&c.worker).await {
+            Ok(s) => (s, None),
+            Err(CoordError::Command { detail, .. }) => {
+                let key = self.keys.status(&c.worker);
+                (
+                    None,
+                    Some(format!("the status record {key} cannot be read: {detail}")),
+                )
+            }
+            Err(e) => return Err(e),
+        };
         let marks = self.read_marks(&c.worker).await?;
         let cfg = &self.cfg.policy;
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
@@ -217,6 +232,7 @@ impl Agent {
             v,
             status: status.as_ref(),
             marks: &marks,
+            invalid: invalid.as_deref(),
         };
         let mut incident = marks.incident.clone();
         for effect in effects {
@@ -357,6 +373,13 @@ impl Agent {
             .and_then(|s| policy::heartbeat_from_future(s, now));
         let future;
         let (kind, detail) = match e {
+            Episode::Unreachable if case.invalid.is_some() => {
+                future = format!(
+                    "{}; alert only until the record is fixed (other workers are judged as usual)",
+                    case.invalid.unwrap_or_default()
+                );
+                (AlertKind::Unreachable, future.as_str())
+            }
             Episode::Unreachable if ahead.is_some() => {
                 future = format!(
                     "the record's heartbeat is {} ahead of the coordinator's clock (milliseconds written where seconds belong?): the record is invalid, alert only until the worker writes seconds since the epoch",
