@@ -779,3 +779,20 @@ async fn a_heartbeat_from_the_future_is_one_alert_that_says_why() {
     );
     assert_eq!(w.runtime.restarts("c1"), 0);
 }
+
+/// Two agents on one node (a rolling update): one `ambiguous` alert and one trail entry per
+/// episode for the node, not one per agent.
+#[tokio::test]
+async fn two_agents_report_an_ambiguous_worker_once_for_the_node() {
+    let mut w = World::with_agents(2, |_| {});
+    w.runtime.add("c2", "trainer-0");
+    w.run_for(mins(5)).await;
+    assert_eq!(w.sink.count(AlertKind::Ambiguous), 1, "once per node");
+    let d = w.decisions().await;
+    assert_eq!(
+        d.iter().filter(|x| *x == "skipped-ambiguous").count(),
+        1,
+        "{d:?}"
+    );
+    assert_eq!(w.runtime.restarts("c1") + w.runtime.restarts("c2"), 0);
+}

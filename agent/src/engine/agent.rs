@@ -18,6 +18,7 @@ use crate::clock::Millis;
 use crate::config::Config;
 use crate::coord::{CoordError, Coordinator, Keys};
 use crate::engine::node::SharedFacts;
+use crate::engine::restart::MARK_TTL;
 use crate::model::gpu::GpuReport;
 use crate::model::worker::valid_worker_id;
 use crate::observe::fleet::{self, NodeRecord};
@@ -359,7 +360,7 @@ impl Agent {
                 self.ambiguous_worker(&worker, &list, now).await?;
                 continue;
             }
-            self.ambiguous.remove(&worker);
+            self.unambiguous(&worker).await?;
             self.last_places.insert(worker.clone(), list[0].display());
             let v = self.evaluate_one(&list[0]).await?;
             report.verdicts.push((worker, v));
@@ -433,7 +434,15 @@ impl Agent {
         if !self.ambiguous.insert(worker.to_string()) {
             return Ok(());
         }
-        let names: Vec<_> = list.iter().map(|c| c.name.as_str()).collect();
+        // NB: de-duplicated per node, not per agent: two agents on one node (a rolling update)
+        // send one alert and write one trail entry.
+        let key = self
+            .keys
+            .alert_dedup(&format!("ambiguous-{worker}"), "ambiguous");
+        if !self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+            return Ok(());
+        }
+        let names: Vec<_> = list.iter().map(|c| c.display()).collect();
         let mut a = Alert::new(
             AlertKind::Ambiguous,
             self.keys.node(),
@@ -448,6 +457,17 @@ impl Agent {
         let about = About::worker(worker, Verdict::Healthy).once();
         let detail = "several containers share this worker id".to_string();
         self.note(now, about, Code::SkipAmbiguous, detail).await
+    }
+
+    /// A worker that is no longer ambiguous: the next time it is, it is a new episode.
+    async fn unambiguous(&mut self, worker: &str) -> Result<(), CoordError> {
+        if self.ambiguous.remove(worker) {
+            let key = self
+                .keys
+                .alert_dedup(&format!("ambiguous-{worker}"), "ambiguous");
+            self.coord.del(&[key]).await?;
+        }
+        Ok(())
     }
 
     /// One worker, with its own fresh clock and the node's state for it.
