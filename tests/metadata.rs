@@ -315,7 +315,8 @@ async fn upcoming_unset_in_either_form_and_404_mean_nothing_scheduled() {
     fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
         .await;
     w.until_phase(Phase::Pending).await;
-    fake.fault("upcoming-maintenance", "404", 1).await;
+    // Two 404s in a row: nothing scheduled (one alone is a blip, see below).
+    fake.fault("upcoming-maintenance", "404", 2).await;
     w.until_phase(Phase::None).await;
     assert_eq!(
         w.errors("upcoming-maintenance", "not-found"),
@@ -503,4 +504,27 @@ async fn a_metadata_server_without_maintenance_event_is_a_standing_warning_not_n
     assert!(cleared, "{:?}", warnings.lines());
     shutdown.cancel();
     let _ = task.await;
+}
+
+/// One empty answer between two PENDING answers (a blip) does not clear the notice: no
+/// pending → none → pending flip. Two in a row do.
+#[tokio::test]
+async fn one_empty_answer_between_pending_answers_is_not_a_clearance() {
+    let (fake, mut w) = started_pending().await;
+    fake.set("upcoming-maintenance", "").await;
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let phases = w.phases.lock().unwrap().clone();
+    assert!(
+        !phases
+            .iter()
+            .skip_while(|p| **p != Phase::Pending)
+            .any(|p| *p == Phase::None),
+        "no flip to none: {phases:?}"
+    );
+    // A real clearance: the key stays empty.
+    fake.set("upcoming-maintenance", "").await;
+    w.until_phase(Phase::None).await;
+    w.stop().await;
 }

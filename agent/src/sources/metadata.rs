@@ -637,6 +637,8 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
     let mut etag: Option<String> = None;
     let mut backoff = Backoff::jittered(ctx.cfg.backoff_initial, ctx.cfg.backoff_max);
     let mut unavailable_streak = 0u32;
+    // A "nothing scheduled" answer seen once while a notice is published, not yet confirmed.
+    let mut clear_seen = false;
     loop {
         let started = Instant::now();
         let waited = read_once;
@@ -668,6 +670,12 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
         blind(ctx, key, &res);
         let delay = match res {
             Ok(fetched) => match key.parse(&fetched.value) {
+                Ok(parsed) if unconfirmed_clear(ctx, &parsed, &mut clear_seen) => {
+                    // NB: the old ETag is kept: the next long-poll returns at once if the key
+                    // still says nothing, and waits if the notice is back (a blip).
+                    read_once = true;
+                    ctx.cfg.unavailable_retry.0
+                }
                 Ok(parsed) => {
                     backoff.reset();
                     unavailable_streak = 0;
@@ -720,6 +728,25 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
             return;
         }
     }
+}
+
+/// NB: one empty answer (a 200 with `{}`, a 404) between two PENDING answers must not clear a
+/// notice: the Node would flip pending → none → pending with two Events. A "nothing scheduled"
+/// while a notice is published is acted on only when the next read says it again. True when
+/// this answer is the first such read (hold it); any other answer resets the count.
+fn unconfirmed_clear(ctx: Ctx<'_>, parsed: &Parsed, clear_seen: &mut bool) -> bool {
+    let clears = matches!(parsed, Parsed::Upcoming(None)) && ctx.tx.borrow().upcoming.is_some();
+    if !clears {
+        *clear_seen = false;
+        return false;
+    }
+    if *clear_seen {
+        *clear_seen = false;
+        return false;
+    }
+    *clear_seen = true;
+    tracing::debug!("upcoming-maintenance says nothing is scheduled: confirming before clearing");
+    true
 }
 
 /// What an operator must know when the server answers but has no `maintenance-event`: the
