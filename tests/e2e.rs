@@ -616,3 +616,35 @@ async fn a_read_only_replica_is_a_coordinator_fault() {
     let _ = replica.kill();
     let _ = replica.wait();
 }
+
+/// A Docker socket that accepts and never answers (a wedged daemon) is `runtime-down` within the
+/// short call deadline, and `/readyz` answers in seconds rather than hanging on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_that_never_answers_is_noticed_quickly_and_readyz_never_blocks() {
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e");
+    let cfg = s.config(&hook.url, "");
+    let sock = s.dir.path().join("wedged.sock");
+    let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+    // Accept every connection, read nothing, answer nothing.
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            keep.lock().unwrap().push(conn);
+        }
+    });
+    let host = format!("unix://{}", sock.display());
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("DOCKER_HOST", &host)]);
+    let alerted = eventually(Duration::from_secs(30), || hook.count("runtime-down") == 1).await;
+    assert!(alerted, "{:?}\n{}", hook.kinds(), agent.log_text());
+    let asked = std::time::Instant::now();
+    let ready = s.get("/readyz").await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "readyz took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(ready.status().as_u16(), 503);
+    assert!(ready.text().await.unwrap().contains("runtime:"));
+}

@@ -20,6 +20,9 @@ use crate::observe::health::Health;
 use crate::observe::metrics::Metrics;
 use crate::runtime::ContainerRuntime;
 
+/// Longest a `/readyz` check waits on one dependency.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 #[derive(Clone)]
 pub struct ServerState {
     pub metrics: Arc<Metrics>,
@@ -106,11 +109,24 @@ async fn healthz(State(s): State<ServerState>) -> Response {
 
 async fn readyz(State(s): State<ServerState>) -> Response {
     let mut problems = Vec::new();
-    if let Err(e) = s.coord.ping().await {
-        problems.push(format!("coordinator: {e}"));
+    // NB: a probe never blocks on a dependency: each check gets a short deadline of its own,
+    // and both run at once.
+    let (coord, runtime) = tokio::join!(
+        tokio::time::timeout(PROBE_TIMEOUT, s.coord.ping()),
+        tokio::time::timeout(PROBE_TIMEOUT, s.runtime.ping()),
+    );
+    match coord {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => problems.push(format!("coordinator: {e}")),
+        Err(_) => problems.push(format!("coordinator: no answer within {PROBE_TIMEOUT:?}")),
     }
-    if let Err(e) = s.runtime.ping().await {
-        problems.push(format!("runtime: {e}"));
+    match runtime {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => problems.push(format!("runtime: {e}")),
+        Err(_) => problems.push(format!(
+            "runtime: {} did not answer within {PROBE_TIMEOUT:?}",
+            s.runtime.describe()
+        )),
     }
     // Warnings do not make the agent unready (a DaemonSet rollout would stall on them), but
     // they are in the detail, where `kubectl describe` and a probe's output show them.

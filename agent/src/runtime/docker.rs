@@ -15,10 +15,15 @@ use tokio::sync::Mutex;
 
 use super::{Container, ContainerRuntime, RuntimeError};
 
+/// Deadline of every call but the restart: a daemon that accepts and never answers is noticed in
+/// seconds, not after the restart's long timeout (and `/readyz` never waits on it that long).
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub(crate) struct DockerRuntime {
     host: String,
     label: String,
     checkpoint_label: String,
+    /// The restart call's own deadline (it waits out the stop grace).
     timeout: Duration,
     client: Mutex<Option<Docker>>,
 }
@@ -42,7 +47,7 @@ impl DockerRuntime {
         }
         let c = Docker::connect_with_host(&self.host)
             .map_err(|e| self.unreachable(e))?
-            .with_timeout(self.timeout);
+            .with_timeout(CALL_TIMEOUT);
         let c = c
             .negotiate_version()
             .await
@@ -77,7 +82,11 @@ impl DockerRuntime {
             E::RequestTimeoutError => RuntimeError::Timeout {
                 op,
                 container: id.to_string(),
-                timeout: self.timeout,
+                timeout: if op == "restart" {
+                    self.timeout
+                } else {
+                    CALL_TIMEOUT
+                },
             },
             other => {
                 *self.client.lock().await = None;
@@ -197,7 +206,7 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
         let id = target.id.as_str();
-        let c = self.client().await?;
+        let c = self.client().await?.with_timeout(self.timeout);
         let opts = RestartContainerOptions {
             t: Some(stop_grace.as_secs().min(i32::MAX as u64) as i32),
             ..Default::default()
