@@ -796,3 +796,29 @@ async fn two_agents_report_an_ambiguous_worker_once_for_the_node() {
     );
     assert_eq!(w.runtime.restarts("c1") + w.runtime.restarts("c2"), 0);
 }
+
+/// A worker whose container exited (and nothing replaced it) is reported once, never started;
+/// an old exited container next to its running replacement is no second claim on the worker.
+#[tokio::test]
+async fn an_exited_worker_is_reported_once_and_never_started() {
+    let mut w = World::new(|_| {});
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.runtime.stop("c1");
+    w.run_for(mins(20)).await;
+    assert_eq!(w.sink.count(AlertKind::Exited), 1, "once per episode");
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    // A replacement container starts (the old one stays, exited): it is the worker now.
+    w.runtime.add("c2", "trainer-0");
+    w.beat("trainer-0", "processing", "step-2").await;
+    let r = w.tick().await;
+    assert_eq!(
+        r[0].verdicts,
+        vec![("trainer-0".to_string(), Verdict::Booting)],
+        "one worker, its new incarnation booting"
+    );
+    assert_eq!(
+        w.sink.count(AlertKind::Ambiguous),
+        0,
+        "history is not a second claim"
+    );
+}

@@ -47,6 +47,8 @@ pub enum AlertKind {
     RuntimeDown,
     /// The worker's container is paused by someone: alert only, never a restart.
     Paused,
+    /// The worker's container has exited: alert only, never started by Vigil.
+    Exited,
     /// Page: the worker is hung but Vigil must not restart it (e.g. a CRI pod whose
     /// restartPolicy is Never): a person decides.
     NotRestartable,
@@ -54,7 +56,7 @@ pub enum AlertKind {
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 18] = [
+    pub const ALL: [AlertKind; 19] = [
         AlertKind::Hung,
         AlertKind::Errored,
         AlertKind::Restarting,
@@ -72,6 +74,7 @@ impl AlertKind {
         AlertKind::CoordinatorDown,
         AlertKind::RuntimeDown,
         AlertKind::Paused,
+        AlertKind::Exited,
         AlertKind::NotRestartable,
     ];
 
@@ -94,6 +97,7 @@ impl AlertKind {
             AlertKind::CoordinatorDown => "coordinator-down",
             AlertKind::RuntimeDown => "runtime-down",
             AlertKind::Paused => "paused",
+            AlertKind::Exited => "exited",
             AlertKind::NotRestartable => "not-restartable",
         }
     }

@@ -59,6 +59,21 @@ impl<'a> About<'a> {
     }
 }
 
+/// The containers that speak for a worker: the running (or paused) ones; when none is, the one
+/// that exited last (reported, never started). An old exited container next to its running
+/// replacement is history, not a second claim on the worker id.
+fn current_of(list: Vec<Container>) -> Vec<Container> {
+    let (live, exited): (Vec<_>, Vec<_>) = list.into_iter().partition(|c| c.running || c.paused);
+    if !live.is_empty() {
+        return live;
+    }
+    exited
+        .into_iter()
+        .max_by(|a, b| a.started_at.cmp(&b.started_at))
+        .into_iter()
+        .collect()
+}
+
 /// A coordinator that comes back must stay up this long before a new outage alerts again.
 const REALERT_AFTER: Duration = Duration::from_secs(300);
 
@@ -356,6 +371,7 @@ impl Agent {
             by_worker.entry(c.worker.clone()).or_default().push(c);
         }
         for (worker, list) in by_worker {
+            let list = current_of(list);
             if list.len() > 1 {
                 self.ambiguous_worker(&worker, &list, now).await?;
                 continue;
@@ -482,6 +498,7 @@ impl Agent {
             in_maintenance: self.stands_down_at(now),
             gpu_failed: self.gpu.monitoring && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
             container_paused: c.paused,
+            container_exited: !c.running && !c.paused,
         };
         self.gpu_evidence = gpu_policy::evidence(
             &self.gpu,

@@ -59,6 +59,8 @@ impl CheckpointRounds {
         let listed = tokio::time::timeout(budget, self.runtime.list_workers()).await;
         let why = match listed {
             Ok(Ok(workers)) => {
+                // Only a running worker can save anything (the listing holds exited ones too).
+                let workers: Vec<_> = workers.into_iter().filter(|c| c.running).collect();
                 let left = budget.saturating_sub(started.elapsed());
                 return self.checkpointer.run(&workers, reason, left).await;
             }

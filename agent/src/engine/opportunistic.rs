@@ -117,7 +117,7 @@ impl Opportunistic {
     /// True when every worker's record says idle; `None` when that cannot be read.
     async fn all_idle(&self) -> Option<bool> {
         let workers = self.runtime.list_workers().await.ok()?;
-        for c in &workers {
+        for c in workers.iter().filter(|c| c.running) {
             let key = self.keys.status(&c.worker);
             let fields = self.coord.hgetall(&key).await.ok()?;
             let state = fields.get("state").map(|s| WorkerState::parse(s));

@@ -391,6 +391,7 @@ impl Agent {
             Episode::Stalled => (AlertKind::Stalled, "heartbeat fresh but progress unchanged; alert only (long jobs legitimately look like this)"),
             Episode::GpuFailed => (AlertKind::GpuFailed, "the GPU under this worker has failed; a restart cannot fix hardware"),
             Episode::Paused => (AlertKind::Paused, "the container is paused (someone's decision); alert only, never restarted while paused"),
+            Episode::Exited => (AlertKind::Exited, "the container has exited and nothing runs in its place; alert only: Vigil never starts what someone stopped (a crash is for the runtime's restart policy)"),
         };
         let since = case
             .marks

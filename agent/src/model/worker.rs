@@ -145,14 +145,16 @@ pub enum Episode {
     Stalled,
     GpuFailed,
     Paused,
+    Exited,
 }
 
 impl Episode {
-    pub const ALL: [Episode; 4] = [
+    pub const ALL: [Episode; 5] = [
         Episode::Unreachable,
         Episode::Stalled,
         Episode::GpuFailed,
         Episode::Paused,
+        Episode::Exited,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -160,6 +162,7 @@ impl Episode {
             Episode::Stalled => "stalled",
             Episode::GpuFailed => "gpu-failed",
             Episode::Paused => "paused",
+            Episode::Exited => "exited",
         }
     }
 }

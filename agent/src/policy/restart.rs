@@ -18,8 +18,11 @@ use crate::policy::table::Action;
 pub struct NodeContext {
     pub in_maintenance: bool,
     pub gpu_failed: bool,
-    /// The worker's container is paused (or stopped) by someone: an operator's decision.
+    /// The worker's container is paused by someone: an operator's decision.
     pub container_paused: bool,
+    /// The worker's container has exited (stopped by someone, or crashed with no restart
+    /// policy): reported, never started by Vigil.
+    pub container_exited: bool,
 }
 
 /// The verdict on one worker.
@@ -47,10 +50,13 @@ pub enum Verdict {
     GpuFailed,
     /// The container is paused by someone (`docker pause`): their decision, alert only.
     Paused,
+    /// The container has exited: alert once, never started by Vigil (someone stopped it, or the
+    /// runtime's restart policy decides).
+    Exited,
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 11] = [
+    pub const ALL: [Verdict; 12] = [
         Verdict::Healthy,
         Verdict::Suspect,
         Verdict::Hung,
@@ -62,6 +68,7 @@ impl Verdict {
         Verdict::InMaintenance,
         Verdict::GpuFailed,
         Verdict::Paused,
+        Verdict::Exited,
     ];
 
     /// Stable name for logs, the trail and metric labels.
@@ -78,6 +85,7 @@ impl Verdict {
             Verdict::InMaintenance => "in-maintenance",
             Verdict::GpuFailed => "gpu-failed",
             Verdict::Paused => "paused",
+            Verdict::Exited => "exited",
         }
     }
 }
@@ -118,6 +126,9 @@ pub fn verdict(
     // NB: a paused container is someone's decision: its stale heartbeat is not a hang.
     if node.container_paused {
         return Verdict::Paused;
+    }
+    if node.container_exited {
+        return Verdict::Exited;
     }
     let Some(status) = status else {
         return Verdict::Unreachable;
@@ -223,8 +234,8 @@ pub(crate) fn plan(
     let action = v.action();
     // Our own restart or maintenance make healthy workers look hung: the persistence timer
     // must not survive them, or the first cycle after would restart at once.
-    let suppress =
-        matches!(action, Action::SuppressAndClear | Action::Checkpoint) || v == Verdict::Paused;
+    let suppress = matches!(action, Action::SuppressAndClear | Action::Checkpoint)
+        || matches!(v, Verdict::Paused | Verdict::Exited);
 
     let mut fx = Vec::new();
     fx.extend(suspect_effects(stale, status, marks, suppress));
@@ -306,7 +317,7 @@ fn timer_end(
     marks: &Marks,
 ) -> Option<TimerEnd> {
     marks.incident.as_ref()?;
-    if v == Verdict::Paused {
+    if matches!(v, Verdict::Paused | Verdict::Exited) {
         return Some(TimerEnd::Paused);
     }
     match action {
@@ -332,6 +343,7 @@ fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
         Verdict::Unreachable => Some(Episode::Unreachable),
         Verdict::Stalled => Some(Episode::Stalled),
         Verdict::Paused => Some(Episode::Paused),
+        Verdict::Exited => Some(Episode::Exited),
         Verdict::GpuFailed => Some(Episode::GpuFailed),
         _ => None,
     };

@@ -45,7 +45,9 @@ impl Verdict {
             Verdict::Healthy | Verdict::ErrorPending => Action::None,
             Verdict::Suspect => Action::Observe,
             Verdict::Hung | Verdict::Errored => Action::RestartPipeline,
-            Verdict::Unreachable | Verdict::Stalled | Verdict::Paused => Action::AlertOnly,
+            Verdict::Unreachable | Verdict::Stalled | Verdict::Paused | Verdict::Exited => {
+                Action::AlertOnly
+            }
             Verdict::GpuFailed => Action::AlertNoRestart,
             Verdict::Booting => Action::SuppressAndClear,
             Verdict::InMaintenance => Action::Checkpoint,
@@ -80,6 +82,7 @@ impl Verdict {
             Verdict::InMaintenance => "node has a maintenance or preemption notice".into(),
             Verdict::GpuFailed => "hung or errored on a GPU that NVML reports failed".into(),
             Verdict::Paused => "the container is paused by someone (docker pause)".into(),
+            Verdict::Exited => "the container has exited (and no running one replaced it)".into(),
         }
     }
 }

@@ -107,7 +107,9 @@ impl ContainerRuntime for DockerRuntime {
         let mut filters = HashMap::new();
         filters.insert("label".to_string(), vec![self.label.clone()]);
         let opts = ListContainersOptions {
-            all: false,
+            // NB: exited ones too, so a worker whose container exited is reported, not forgotten
+            // (the agent prefers a running container of the same worker).
+            all: true,
             filters: Some(filters),
             ..Default::default()
         };

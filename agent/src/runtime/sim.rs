@@ -54,6 +54,15 @@ impl FakeRuntime {
             },
         );
     }
+    /// `docker stop` a container (it is still listed, exited).
+    pub fn stop(&self, id: &str) {
+        let mut s = self.state.lock().unwrap();
+        if let Some(c) = s.containers.get_mut(id) {
+            c.running = false;
+            c.paused = false;
+        }
+    }
+
     /// `docker pause` (or unpause) a container.
     pub fn set_paused(&self, id: &str, paused: bool) {
         let mut s = self.state.lock().unwrap();
