@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -22,6 +22,21 @@ use crate::runtime::ContainerRuntime;
 
 /// Longest a `/readyz` check waits on one dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A client that opened a connection and has not sent a whole request head in this long (a
+/// half-open or idle keep-alive connection) is dropped, so stuck clients cannot pile up.
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A status body is a few short strings; anything bigger is a mistake.
+const MAX_STATUS_BODY: usize = 64 * 1024;
+
+/// An oversized body is read and thrown away up to this much, so the client gets its 413
+/// instead of a connection reset (closing with unread data makes the kernel send RST, which
+/// discards the answer); beyond it the connection is closed.
+const MAX_DRAIN: usize = 16 * 1024 * 1024;
+
+/// Longest the agent waits for a status body once the head has arrived.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]
 pub struct ServerState {
@@ -147,7 +162,45 @@ async fn readyz(State(s): State<ServerState>) -> Response {
     }
 }
 
-async fn put_status(State(s): State<ServerState>, Path(id): Path<String>, body: Bytes) -> Response {
+/// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see
+/// [`MAX_DRAIN`]) when it is bigger and 408 when the client stalls.
+async fn read_status_body(body: Body) -> Result<Bytes, Response> {
+    use http_body_util::BodyExt;
+    let read = async move {
+        let mut body = body;
+        let mut kept = Vec::new();
+        let mut seen = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| (StatusCode::BAD_REQUEST, format!("body: {e}\n")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            seen += data.len();
+            if seen <= MAX_STATUS_BODY {
+                kept.extend_from_slice(&data);
+            } else if seen > MAX_DRAIN {
+                break;
+            }
+        }
+        Ok::<_, (StatusCode, String)>((kept, seen))
+    };
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            format!("body not received within {BODY_READ_TIMEOUT:?}\n"),
+        )
+            .into_response()),
+        Ok(Err(e)) => Err(e.into_response()),
+        Ok(Ok((_, seen))) if seen > MAX_STATUS_BODY => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("status body is limited to {MAX_STATUS_BODY} bytes\n"),
+        )
+            .into_response()),
+        Ok(Ok((kept, _))) => Ok(Bytes::from(kept)),
+    }
+}
+
+async fn put_status(State(s): State<ServerState>, Path(id): Path<String>, body: Body) -> Response {
     if !valid_worker_id(&id) {
         return (
             StatusCode::BAD_REQUEST,
@@ -155,6 +208,10 @@ async fn put_status(State(s): State<ServerState>, Path(id): Path<String>, body: 
         )
             .into_response();
     }
+    let body = match read_status_body(body).await {
+        Ok(b) => b,
+        Err(answer) => return answer,
+    };
     let parsed: StatusBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
@@ -183,19 +240,146 @@ async fn put_status(State(s): State<ServerState>, Path(id): Path<String>, body: 
     }
 }
 
-/// Serve until `shutdown` fires.
+/// Serve until `shutdown` fires, then let requests in flight finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ServerState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    serve_router(listener, router(state), shutdown, HEADER_READ_TIMEOUT).await;
+    Ok(())
+}
+
+/// hyper directly rather than `axum::serve`, which sets no timer and so no header-read timeout:
+/// a client that connects and says nothing would hold its connection forever.
+pub(crate) async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+    header_timeout: Duration,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let connections = tokio_util::task::TaskTracker::new();
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait rather than spin.
+                    tracing::warn!(error = %e, "status server: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "status server: connection ended with an error");
+            }
+        });
+    }
+    connections.close();
+    connections.wait().await;
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{router, serve_router, ServerState, MAX_STATUS_BODY};
+    use crate::clock::SystemClock;
+    use crate::coord::memory::MemoryCoordinator;
+    use crate::coord::Keys;
+    use crate::observe::health::Health;
+    use crate::observe::metrics::Metrics;
+    use crate::runtime::sim::FakeRuntime;
+
+    /// A status server on a free port with a short header timeout; stopped when the token drops.
+    async fn start(header_timeout: Duration) -> (String, CancellationToken) {
+        let state = ServerState {
+            metrics: Arc::new(Metrics::new()),
+            health: Arc::new(Health::default()),
+            coord: Arc::new(MemoryCoordinator::new(Arc::new(SystemClock))),
+            runtime: Arc::new(FakeRuntime::default()),
+            keys: Keys::new("vigil", "node-a"),
+            max_cycle_age: Duration::from_secs(60),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        tokio::spawn(serve_router(
+            listener,
+            router(state),
+            stop.clone(),
+            header_timeout,
+        ));
+        (addr.to_string(), stop)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_finishes_its_head_is_disconnected() {
+        let (addr, stop) = start(Duration::from_millis(200)).await;
+        let mut half_open = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        half_open.write_all(b"PUT /v1/workers/w/sta").await.unwrap();
+        let mut buf = Vec::new();
+        // The guard only bounds a hang of the test itself; the server closes after ~200 ms.
+        let read = tokio::time::timeout(Duration::from_secs(30), half_open.read_to_end(&mut buf))
+            .await
+            .expect("the server kept a half-open connection");
+        assert!(read.is_err() || buf.is_empty() || String::from_utf8_lossy(&buf).contains("408"));
+        // An idle keep-alive connection (no request at all) is dropped the same way.
+        let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(30), idle.read(&mut [0u8; 64]))
+            .await
+            .expect("the server kept an idle connection");
+        assert!(matches!(n, Ok(0) | Err(_)));
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn an_oversized_body_gets_413_and_a_small_one_is_accepted() {
+        let (addr, stop) = start(Duration::from_secs(10)).await;
+        let client = reqwest::Client::new();
+        let url = format!("http://{addr}/v1/workers/trainer-0/status");
+        let big = format!("{{\"state\":\"{}\"}}", "x".repeat(10 * 1024 * 1024));
+        let r = client.put(&url).body(big).send().await.unwrap();
+        assert_eq!(r.status(), 413);
+        assert!(r
+            .text()
+            .await
+            .unwrap()
+            .contains(&MAX_STATUS_BODY.to_string()));
+        // The same client (connection reused when kept alive) still works.
+        let r = client
+            .put(&url)
+            .body(r#"{"state":"training"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        stop.cancel();
+    }
+
     #[test]
     fn worker_ids_are_restricted() {
         assert!(crate::model::worker::valid_worker_id("trainer-0.a_b"));
