@@ -690,3 +690,66 @@ async fn a_failed_node_write_is_retried_until_the_node_matches() {
     stop.cancel();
     let _ = task.await;
 }
+
+/// SIGTERM while a notice's round still waits for a silent worker, with a budget that reaches
+/// into the drain's last second: the round is cut short two seconds before the grace period
+/// ends and recorded as such (trail, annotation, Event), so the outcome is never lost to the
+/// drain's guard. Paused time: the schedule is exact, not a race with a busy machine.
+#[tokio::test(start_paused = true)]
+async fn sigterm_during_a_long_round_records_it_as_cut_short_before_the_grace_ends() {
+    use tokio_util::sync::CancellationToken;
+    use vigil::model::maintenance::{MaintenanceEvent, RawMetadata};
+    let r = rig(|c| {
+        c.checkpoint.grace = Duration::from_secs(10);
+        c.checkpoint.maintenance_budget = Duration::from_secs(9);
+        c.checkpoint.sigterm_budget = Duration::from_secs(5);
+        c.checkpoint.preemption_budget = Duration::from_secs(5);
+    });
+    let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
+    let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
+    let term = CancellationToken::new();
+    let task =
+        tokio::spawn(
+            r.controller
+                .run(meta_rx, gpu_rx, term.clone(), CancellationToken::new()),
+        );
+    meta_tx.send_replace(RawMetadata {
+        maintenance_event: Some(MaintenanceEvent::MigrateOnHostMaintenance),
+        ..RawMetadata::default()
+    });
+    let status = r.keys.status("trainer-0");
+    let asked = common::real::poll(Duration::from_secs(5), || {
+        let (c, k) = (r.coord.clone(), status.clone());
+        async move { c.hgetall(&k).await.unwrap().remove("checkpoint_reason") }
+    })
+    .await;
+    assert_eq!(asked.as_deref(), Some("host-maintenance"));
+
+    let signalled = tokio::time::Instant::now();
+    term.cancel();
+    tokio::time::timeout(Duration::from_secs(9), task)
+        .await
+        .expect("the controller returned before the drain's guard (grace - 1 s)")
+        .unwrap();
+    assert!(
+        signalled.elapsed() <= Duration::from_secs(8),
+        "{:?}",
+        signalled.elapsed()
+    );
+    let last = r.node.last().annotations["vigil.dev/last-checkpoint"]
+        .clone()
+        .unwrap();
+    assert!(
+        last.contains("sigterm-cut-short: acked=0 timed-out=1"),
+        "{last}"
+    );
+    assert!(r.node.reasons().contains(&"VigilCheckpoint".to_string()));
+    let trail = r.coord.read_recent(&r.keys.trail(), 50).await.unwrap();
+    assert!(
+        trail
+            .iter()
+            .any(|(_, f)| f["decision"] == "checkpoint-timed-out"
+                && f.get("detail").is_some_and(|d| d.contains("cut short"))),
+        "{trail:?}"
+    );
+}

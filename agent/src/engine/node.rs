@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::actions::alert::{Alert, AlertKind, Notifier};
-use crate::actions::checkpoint::WorkerResult;
+use crate::actions::checkpoint::{Outcome, WorkerResult};
 use crate::actions::node::{EventType, NodeApi};
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::config::{Config, MetadataConfig};
@@ -37,6 +37,10 @@ use crate::runtime::ContainerRuntime;
 /// A SIGTERM this soon after a checkpoint round does not ask the workers again: a preemption's
 /// own SIGTERM follows its checkpoint within seconds.
 const RECENT_ROUND: Duration = Duration::from_secs(60);
+
+/// After SIGTERM the round must be over this long before `checkpoint.grace` ends: one second for
+/// the trail, the annotation and the Event, and the last second is the drain's guard (`app.rs`).
+const RECORD_RESERVE: Duration = Duration::from_secs(2);
 
 /// What the restart path needs to know about the node's maintenance.
 #[derive(Debug, Clone, Default)]
@@ -428,20 +432,45 @@ impl Controller {
     }
 
     /// SIGTERM: a round under way (the notice's) is the checkpoint: wait for it and record
-    /// it; otherwise ask the workers, unless a round ended moments ago.
+    /// it; otherwise ask the workers, unless a round ended moments ago. Either way the round is
+    /// over [`RECORD_RESERVE`] before the grace period ends, so its outcome is always recorded:
+    /// a round still waiting then is cut short and recorded as such.
     async fn on_sigterm(&mut self, rounds: &mut Rounds) {
+        let (grace, on_sigterm, sigterm_budget) = {
+            let c = &self.cfg.checkpoint;
+            (c.grace, c.on_sigterm, c.sigterm_budget)
+        };
+        let record_by = tokio::time::Instant::now() + grace.saturating_sub(RECORD_RESERVE);
         if !rounds.is_empty() {
-            while let Some(done) = rounds.join_next().await {
-                self.round_done(done).await;
+            loop {
+                match tokio::time::timeout_at(record_by, rounds.join_next()).await {
+                    Ok(Some(done)) => self.round_done(done).await,
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
             }
+            rounds.abort_all();
+            tracing::error!("the checkpoint round under way did not finish before the grace period: recording it as cut short");
+            let cut = WorkerResult {
+                worker: "*".into(),
+                method: "none",
+                outcome: Outcome::TimedOut,
+                waited: grace.saturating_sub(RECORD_RESERVE),
+                detail: format!(
+                    "the round under way was cut short {}s before checkpoint.grace ({}) ended",
+                    RECORD_RESERVE.as_secs(),
+                    humantime::format_duration(grace)
+                ),
+            };
+            self.record_round("sigterm-cut-short", &[cut]).await;
             return;
         }
         let recent = self
             .last_round_ended
             .is_some_and(|t| t.elapsed() < RECENT_ROUND);
-        let c = &self.cfg.checkpoint;
-        if c.on_sigterm && !recent {
-            let budget = c.sigterm_budget;
+        if on_sigterm && !recent {
+            let left = record_by.saturating_duration_since(tokio::time::Instant::now());
+            let budget = sigterm_budget.min(left);
             self.checkpoint("agent-sigterm", budget).await;
         }
     }
