@@ -108,16 +108,7 @@ impl Rig {
     }
 
     async fn decisions(&self) -> Vec<String> {
-        let entries = self
-            .store
-            .read_recent(&self.keys.trail(), 10_000)
-            .await
-            .unwrap();
-        entries
-            .iter()
-            .rev()
-            .map(|(_, f)| f["decision"].clone())
-            .collect()
+        common::wiring::trail_decisions(self.store.as_ref(), &self.keys).await
     }
 }
 

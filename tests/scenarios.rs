@@ -145,16 +145,7 @@ impl World {
     }
 
     async fn decisions(&self) -> Vec<String> {
-        let entries = self
-            .store
-            .read_recent(&self.keys.trail(), 10_000)
-            .await
-            .unwrap();
-        entries
-            .iter()
-            .rev()
-            .map(|(_, f)| f["decision"].clone())
-            .collect()
+        common::wiring::trail_decisions(self.store.as_ref(), &self.keys).await
     }
 
     async fn breaker(&self) -> u64 {

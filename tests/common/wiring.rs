@@ -32,6 +32,16 @@ pub fn memory_coordinator() -> Arc<MemoryCoordinator> {
     Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
 }
 
+/// The trail's decisions, oldest first.
+pub async fn trail_decisions(store: &dyn Coordinator, keys: &vigil::coord::Keys) -> Vec<String> {
+    let entries = store.read_recent(&keys.trail(), 10_000).await.unwrap();
+    entries
+        .iter()
+        .rev()
+        .map(|(_, f)| f["decision"].clone())
+        .collect()
+}
+
 /// The agent (alerting through `notifier`) and the maintenance controller (writing the Node
 /// through `node_api`), sharing the coordinator, the runtime, the metrics and the agent's trail.
 pub fn agent_and_controller(
