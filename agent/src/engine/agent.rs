@@ -5,7 +5,7 @@
 //! the cycle stops at the first coordinator error, says so once, counts it, and retries with
 //! backoff. State lives in the coordinator, so nothing is lost when it returns.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use crate::backoff::Backoff;
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::coord::{CoordError, Coordinator, Keys};
+use crate::engine::mutant::Mutant;
 use crate::engine::node::SharedFacts;
 use crate::engine::restart::MARK_TTL;
 use crate::model::gpu::GpuReport;
@@ -99,6 +100,8 @@ pub struct Agent {
     ambiguous: HashSet<String>,
     /// Containers already alerted for a label that is not a valid worker id.
     invalid: HashSet<String>,
+    /// Alert claims whose SET NX got no answer: key → the value we tried (see `claim_alert`).
+    unanswered: HashMap<String, String>,
     /// Pause before the next cycle after a coordinator error.
     backoff: Backoff,
     /// Maintenance state from the controller (restarts stand down while it says so).
@@ -118,6 +121,8 @@ pub struct Agent {
     term: CancellationToken,
     /// The last node record, re-published by the heartbeat task between cycles.
     record: crate::engine::heartbeat::SharedRecord,
+    /// A known-bad variant planted by the simulation's own test; always `None` otherwise.
+    mutant: Option<Mutant>,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -163,6 +168,7 @@ impl Agent {
             runtime_down: false,
             ambiguous: HashSet::new(),
             invalid: HashSet::new(),
+            unanswered: HashMap::new(),
             backoff: Backoff::new(Duration::from_millis(250), cfg.poll_interval),
             facts: SharedFacts::default(),
             reload: None,
@@ -173,8 +179,28 @@ impl Agent {
             gpu_evidence: Vec::new(),
             term: CancellationToken::new(),
             record: Default::default(),
+            mutant: None,
             cfg,
         }
+    }
+
+    /// Fire `term` to stand restarts down as `run` does at SIGTERM (for callers that drive
+    /// `cycle` themselves, like the seeded simulation).
+    pub fn with_shutdown(mut self, term: CancellationToken) -> Self {
+        self.term = term;
+        self
+    }
+
+    /// Plant a known-bad variant of the restart path (see `crate::engine::mutant`).
+    #[cfg(feature = "sim-mutants")]
+    pub fn plant(mut self, m: Mutant) -> Self {
+        self.mutant = Some(m);
+        self
+    }
+
+    /// Whether the known-bad variant `m` is planted (never, outside the simulation's test).
+    pub(crate) fn planted(&self, m: Mutant) -> bool {
+        self.mutant == Some(m)
     }
 
     /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent
@@ -267,6 +293,42 @@ impl Agent {
         self.trail.dry_run = merged.dry_run;
         tracing::info!(dry_run = merged.dry_run, "config reloaded");
         self.cfg = merged;
+    }
+
+    /// Take the right to send the alert behind the de-duplication `key` (SET NX: the first
+    /// observer alerts). NB: a SET whose reply was lost may have been applied, and then nobody
+    /// would ever send the alert; the value tried is remembered, and the next attempt that
+    /// finds exactly that value there knows it won. At least once (a crash in between aside),
+    /// never "never".
+    pub(crate) async fn claim_alert(
+        &mut self,
+        key: &str,
+        now: Millis,
+        ttl: Duration,
+    ) -> Result<bool, CoordError> {
+        let tried = self.unanswered.remove(key);
+        let value = tried
+            .clone()
+            .unwrap_or_else(|| format!("{now}:{}", self.instance));
+        let taken = match self.coord.set_nx(key, &value, ttl).await {
+            Ok(taken) => taken,
+            Err(e) => {
+                if self.unanswered.len() < 1_000 {
+                    self.unanswered.insert(key.to_string(), value);
+                }
+                return Err(e);
+            }
+        };
+        if taken || tried.is_none() {
+            return Ok(taken);
+        }
+        match self.coord.get_many(&[key.to_string()]).await {
+            Ok(mut v) => Ok(v.pop().flatten().as_deref() == Some(value.as_str())),
+            Err(e) => {
+                self.unanswered.insert(key.to_string(), value);
+                Err(e)
+            }
+        }
     }
 
     /// Append a decision to the trail, log it and count it. With `about.once`, the same decision
@@ -455,7 +517,7 @@ impl Agent {
         let key = self
             .keys
             .alert_dedup(&format!("ambiguous-{worker}"), "ambiguous");
-        if !self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
             return Ok(());
         }
         let names: Vec<_> = list.iter().map(|c| c.display()).collect();

@@ -21,6 +21,7 @@ use crate::clock::{human, ms, Millis};
 use crate::config::LOCK_MARGIN;
 use crate::coord::CoordError;
 use crate::engine::agent::{About, Agent};
+use crate::engine::mutant::Mutant;
 use crate::model::container::Container;
 use crate::model::worker::{Episode, Incident, Marks, WorkerStatus};
 use crate::observe::trail::Code;
@@ -116,6 +117,15 @@ fn split_pair(s: &str) -> Option<(Millis, String)> {
 
 fn random_token() -> String {
     format!("{:016x}", rand::random::<u64>())
+}
+
+/// Appended to the cooldown marker once our restart is verified.
+const DONE: &str = ":done";
+
+/// The cooldown marker of our restart. The incarnation restarted is in it: the next one is
+/// ours (see `track_incarnation`).
+fn restart_marker(act: &Act<'_>, now: Millis) -> String {
+    format!("{now}:{}:{}", act.inc.id, incarnation(act.case.c))
 }
 
 /// The key of an incarnation: the container id and its start time.
@@ -365,7 +375,7 @@ impl Agent {
     ) -> Result<(), CoordError> {
         // The SET NX is the de-duplication: only the first observer alerts.
         let key = self.keys.episode(case.worker(), e.as_str());
-        if !self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
             return Ok(());
         }
         let ahead = case
@@ -441,7 +451,7 @@ impl Agent {
 
     async fn escalate(&mut self, case: &Case<'_>, now: Millis) -> Result<(), CoordError> {
         let key = self.keys.escalated(case.worker());
-        if !self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
             return Ok(());
         }
         let restarted = case.marks.restarted_at.unwrap_or(now);
@@ -463,7 +473,7 @@ impl Agent {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.keys.alert_dedup(&inc.id, case.v.as_str());
-        if !self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
             return Ok(());
         }
         let kind = if case.v == Verdict::Errored {
@@ -510,27 +520,47 @@ impl Agent {
         if prev.as_deref() == Some(seen.as_str()) {
             return Ok(());
         }
-        self.coord.set(&k.incarnation(w), &seen, MARK_TTL).await?;
-        let Some(prev) = prev else { return Ok(()) };
         // Our own restart of exactly the previous incarnation left a marker saying so: the new
         // incarnation is ours, and its cooldown began with the command.
-        if cooling.is_some_and(|m| m.ends_with(&format!(":{prev}"))) {
+        // Ours: a restart of exactly the previous incarnation, seen through (`:done`). Claimed:
+        // an instance claimed that restart and never recorded its outcome (it died, or failed
+        // closed, mid-command): its command may have run, or someone else's restart came
+        // instead. Either way the new incarnation gets a full cooldown of its own.
+        let marked = |suffix: String| cooling.as_ref().is_some_and(|m| m.ends_with(&suffix));
+        let ours = |p: &str| marked(format!(":{p}{DONE}"));
+        let claimed = |p: &str| marked(format!(":{p}"));
+        let external = prev.as_deref().is_some_and(|p| !ours(p));
+        let unfinished = prev.as_deref().is_some_and(claimed);
+        if external {
+            // NB: anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets
+            // a full cooldown from its own start, even one that lands inside our cooldown. The
+            // marker goes in *before* the incarnation is recorded: a write that fails (or a
+            // crash) in between must leave the next cycle to find the new incarnation again,
+            // never a recorded incarnation without its cooldown.
+            let cooldown = self.cfg.policy.cooldown;
+            let marker = format!("{now}:external");
+            self.coord.set(&k.cooldown(w), &marker, cooldown).await?;
+            self.coord
+                .del(&[k.incident(w), k.suspect(w), k.error_since(w)])
+                .await?;
+        }
+        self.coord.set(&k.incarnation(w), &seen, MARK_TTL).await?;
+        if !external {
             return Ok(());
         }
-        // NB: anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets a
-        // full cooldown from its own start, even one that lands inside our cooldown.
-        let cooldown = self.cfg.policy.cooldown;
-        let marker = format!("{now}:external");
-        self.coord.set(&k.cooldown(w), &marker, cooldown).await?;
-        self.coord
-            .del(&[k.incident(w), k.suspect(w), k.error_since(w)])
-            .await?;
-        let detail = format!(
-            "container {} restarted outside Vigil; treated as booting for {}",
-            short(&c.id),
-            humantime::format_duration(cooldown)
-        );
+        let cooldown = humantime::format_duration(self.cfg.policy.cooldown);
         let about = About::worker(w, Verdict::Booting);
+        if unfinished {
+            let detail = format!(
+                "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran, or someone else's did); treated as booting for {cooldown}",
+                short(&c.id)
+            );
+            return self.note(now, about, Code::Restarted, detail).await;
+        }
+        let detail = format!(
+            "container {} restarted outside Vigil; treated as booting for {cooldown}",
+            short(&c.id)
+        );
         self.note(now, about, Code::ExternalRestart, detail).await
     }
 
@@ -559,7 +589,7 @@ impl Agent {
                 return Err(e);
             }
         };
-        if !took {
+        if !took && !self.planted(Mutant::NoLock) {
             let detail = "another instance holds this node's lock; it acts, we skip".to_string();
             self.skip(now, act, Skip::LockHeld, detail, true).await?;
             return Ok(Outcome::Skipped(Skip::LockHeld));
@@ -580,7 +610,7 @@ impl Agent {
         why: String,
     ) -> Result<(), CoordError> {
         let key = self.keys.alert_dedup(&act.inc.id, "not-restartable");
-        if self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+        if self.claim_alert(&key, now, MARK_TTL).await? {
             let detail = format!("{why}; not restarting, a person must decide");
             let mut alert = self.alert_for(
                 AlertKind::NotRestartable,
@@ -645,16 +675,15 @@ impl Agent {
             return Ok(false);
         }
         let key = self.keys.breaker(&caps::breaker_day(now));
-        if read_only {
+        let refused = if read_only {
             let used = self.coord.counter(&key).await?;
-            return Ok(caps::breaker_open(used, s));
-        }
-        let cap = u64::from(s.breaker_per_day);
-        Ok(self
-            .coord
-            .incr_capped(&key, cap, BREAKER_TTL)
-            .await?
-            .is_none())
+            caps::breaker_open(used, s)
+        } else {
+            let cap = u64::from(s.breaker_per_day);
+            let taken = self.coord.incr_capped(&key, cap, BREAKER_TTL).await?;
+            taken.is_none()
+        };
+        Ok(refused && !self.planted(Mutant::BreakerIgnored))
     }
 
     /// Whether the fleet budget refuses a restart now (taking a unit unless `read_only`).
@@ -682,11 +711,7 @@ impl Agent {
         let per_day = self.cfg.safety.breaker_per_day;
         let day = caps::breaker_day(now);
         let key = self.keys.breaker_alert(&day);
-        if self
-            .coord
-            .set_nx(&key, &now.to_string(), BREAKER_TTL)
-            .await?
-        {
+        if self.claim_alert(&key, now, BREAKER_TTL).await? {
             let alert = self.alert_for(AlertKind::BreakerOpen, act.case, None, now, format!(
                 "circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow"
             ));
@@ -702,11 +727,7 @@ impl Agent {
         let key = self
             .keys
             .fleet_budget_alert(caps::fleet_window(now, window));
-        if self
-            .coord
-            .set_nx(&key, &now.to_string(), window * 2)
-            .await?
-        {
+        if self.claim_alert(&key, now, window * 2).await? {
             let alert = self.alert_for(AlertKind::BudgetExhausted, act.case, None, now, format!(
                 "fleet restart budget exhausted: {budget} restart(s) across the fleet in this {} window; no restart anywhere until it ends (a systemic cause is likely)",
                 humantime::format_duration(window)
@@ -756,7 +777,22 @@ impl Agent {
         if let Some(skip) = self.hold_lock_and_mark(act, token, now).await? {
             return Ok(Outcome::Skipped(skip));
         }
+        // NB: once more right before the command: the increments and marker writes above are
+        // round trips, and a person's restart, stop or pause (or a maintenance notice) in that
+        // time must stop us. What is left is the window between this inspect and the command.
+        if let Some(skip) = self.node_and_container_checks(act, now).await? {
+            self.unclaim(act, now).await;
+            return Ok(Outcome::Skipped(skip));
+        }
         self.run_restart(act, now).await
+    }
+
+    /// Undo `hold_lock_and_mark` for a restart that will not run: our cooldown claim and
+    /// restart record go, and the breaker and budget units come back (best-effort).
+    async fn unclaim(&self, act: &Act<'_>, now: Millis) {
+        let (k, w) = (&self.keys, act.case.worker());
+        let _ = self.coord.del(&[k.cooldown(w), k.restarted(w)]).await;
+        self.refund_caps(now).await;
     }
 
     /// The container's last lines for the alert. `Err(skip)`: collection failed, so there is
@@ -781,7 +817,7 @@ impl Agent {
         };
         self.metrics.runtime_errors.inc();
         let key = self.keys.alert_dedup(&act.inc.id, "logs-failed");
-        if self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+        if self.claim_alert(&key, now, MARK_TTL).await? {
             let alert = self.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed"));
             self.notifier.send(&alert).await;
         }
@@ -798,7 +834,7 @@ impl Agent {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.keys.alert_dedup(&act.inc.id, "restart");
-        if !self.coord.set_nx(&key, &now.to_string(), MARK_TTL).await? {
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
             return Ok(());
         }
         let (kind, verb) = if self.cfg.dry_run {
@@ -820,15 +856,14 @@ impl Agent {
     async fn last_moment_checks(&mut self, act: &Act<'_>) -> Result<Option<Skip>, CoordError> {
         let now = self.coord.time().await?;
         let w = act.case.worker();
-        let fresh_status = self.read_status(w).await?;
-        let fresh_marks = self.read_marks(w).await?;
-        let checked = policy::revalidate(
-            act.case.v,
-            fresh_status.as_ref(),
-            &fresh_marks,
-            now,
-            &self.cfg.policy,
-        );
+        let checked = if self.planted(Mutant::NoRevalidation) {
+            Ok(())
+        } else {
+            let fresh_status = self.read_status(w).await?;
+            let fresh_marks = self.read_marks(w).await?;
+            let cfg = &self.cfg.policy;
+            policy::revalidate(act.case.v, fresh_status.as_ref(), &fresh_marks, now, cfg)
+        };
         if let Err(cancel) = checked {
             let k = &self.keys;
             self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
@@ -844,6 +879,16 @@ impl Agent {
             self.skip(now, act, skip, why.into(), false).await?;
             return Ok(Some(skip));
         }
+        self.node_and_container_checks(act, now).await
+    }
+
+    /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after
+    /// revalidation, and again right before the command. `Some(skip)` ends the pass.
+    async fn node_and_container_checks(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Option<Skip>, CoordError> {
         if let Some(why) = self.stand_down(act.case.c, now) {
             self.release_restart_alert(act.inc).await;
             let detail = format!("{why} between decision and command; not restarting");
@@ -873,6 +918,9 @@ impl Agent {
     /// Compare-and-restart: the container is still the incarnation we decided on, and it is
     /// running (a stopped or paused one is someone's decision). `Some(skip)` when it is not.
     async fn compare(&self, c: &Container) -> Option<Skip> {
+        if self.planted(Mutant::NoCompare) {
+            return None;
+        }
         match self.runtime.inspect(&c.id).await {
             Ok(Some(cur)) if cur.id == c.id && cur.started_at == c.started_at => {
                 (!cur.running).then_some(Skip::NotRunning)
@@ -926,19 +974,26 @@ impl Agent {
     ) -> Result<Option<Skip>, CoordError> {
         let needed = self.cfg.runtime.restart_timeout + LOCK_MARGIN;
         let left = self.coord.owner_ttl(&self.keys.lock(), token).await;
-        let lock_ok = matches!(left, Ok(l) if caps::lock_covers(l, needed));
-        let markers = if lock_ok {
-            self.write_restart_markers(act, now).await
-        } else {
-            Ok(())
+        let lock_ok =
+            self.planted(Mutant::NoLock) || matches!(left, Ok(l) if caps::lock_covers(l, needed));
+        let claimed = match lock_ok {
+            true => Some(self.write_restart_markers(act, now).await),
+            false => None,
         };
-        if lock_ok && markers.is_ok() {
+        if matches!(claimed, Some(Ok(true))) {
             return Ok(None);
         }
         // Nothing will run: give back the units taken just above (best-effort).
         self.refund_caps(now).await;
         self.release_restart_alert(act.inc).await;
-        markers?;
+        if let Some(claim) = claimed {
+            claim?;
+            // The claim failed: another instance's marker appeared after our revalidation.
+            let skip = Skip::Cancelled(Cancel::CooldownAppeared);
+            let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
+            self.skip(now, act, skip, detail, false).await?;
+            return Ok(Some(skip));
+        }
         let detail = match left? {
             Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
             None => "lock lost (expired or taken over)".into(),
@@ -990,6 +1045,11 @@ impl Agent {
     ) -> Result<Outcome, CoordError> {
         let (k, w, c) = (&self.keys, act.case.worker(), act.case.c);
         self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        // NB: the cooldown runs from the restart, not from the claim before it: a pause between
+        // the two, or a slow restart, must not shorten it. Same marker, fresh TTL.
+        let cooldown = self.cfg.policy.cooldown;
+        let marker = format!("{}{DONE}", restart_marker(act, started));
+        self.coord.set(&k.cooldown(w), &marker, cooldown).await?;
         self.metrics.restart(act.case.v.as_str(), "restarted");
         let mut detail = format!(
             "restarted container {} ({}) after {}; cooldown {}",
@@ -1056,19 +1116,24 @@ impl Agent {
         }
     }
 
-    async fn write_restart_markers(&self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
+    /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
+    async fn write_restart_markers(&self, act: &Act<'_>, now: Millis) -> Result<bool, CoordError> {
         let (k, w) = (&self.keys, act.case.worker());
-        // The incarnation restarted is in the marker: the next one is ours (see
-        // `track_incarnation`).
-        let marker = format!("{now}:{}:{}", act.inc.id, incarnation(act.case.c));
-        self.coord
-            .set(&k.cooldown(w), &marker, self.cfg.policy.cooldown)
-            .await?;
+        let marker = restart_marker(act, now);
+        // NB: a claim (SET NX), not a plain write. Revalidation saw no marker, so one here now
+        // is another instance's restart that got past a lost lock (TTL expiry in a pause, a
+        // failover that forgot it): the first claim wins, and at most one restart runs per
+        // cooldown whatever happened to the lock.
+        let cooldown = self.cfg.policy.cooldown;
+        if !self.coord.set_nx(&k.cooldown(w), &marker, cooldown).await? {
+            return Ok(false);
+        }
         self.coord
             .set(&k.restarted(w), &now.to_string(), MARK_TTL)
             .await?;
         // The error timer must not survive our restart, or a record still saying `error` after
         // the cooldown would count as errored at once instead of after `error_for`.
-        self.coord.del(&[k.escalated(w), k.error_since(w)]).await
+        self.coord.del(&[k.escalated(w), k.error_since(w)]).await?;
+        Ok(true)
     }
 }

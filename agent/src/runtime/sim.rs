@@ -24,6 +24,8 @@ struct State {
     down: bool,
     signals: Vec<(String, String)>,
     lose_restart_replies: usize,
+    /// Containers without the opt-in label: inspectable, never listed.
+    unlabelled: std::collections::HashSet<String>,
 }
 
 /// A container runtime in memory. A restart changes the container's start time, as Docker does.
@@ -53,6 +55,30 @@ impl FakeRuntime {
                 pod: None,
             },
         );
+    }
+    /// A container without the opt-in label (a sidecar, someone's shell): never a worker.
+    pub fn add_unlabelled(&self, id: &str) {
+        self.add(id, "-");
+        self.state.lock().unwrap().unlabelled.insert(id.to_string());
+    }
+    /// Whether `id` carries the opt-in label.
+    pub fn labelled(&self, id: &str) -> bool {
+        !self.state.lock().unwrap().unlabelled.contains(id)
+    }
+    /// The container as it is now.
+    pub fn container(&self, id: &str) -> Option<Container> {
+        self.state.lock().unwrap().containers.get(id).cloned()
+    }
+    /// Someone else's restart (`docker restart`, the restart policy): a new start time.
+    pub fn restart_externally(&self, id: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.generation += 1;
+        let started_at = format!("gen-{}", s.generation);
+        if let Some(c) = s.containers.get_mut(id) {
+            c.started_at = started_at;
+            c.running = true;
+            c.paused = false;
+        }
     }
     /// `docker stop` a container (it is still listed, exited).
     pub fn stop(&self, id: &str) {
@@ -132,14 +158,14 @@ impl ContainerRuntime for FakeRuntime {
     }
     async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
         self.check_up()?;
-        let mut v: Vec<_> = self
-            .state
-            .lock()
-            .unwrap()
+        let s = self.state.lock().unwrap();
+        let mut v: Vec<_> = s
             .containers
             .values()
+            .filter(|c| !s.unlabelled.contains(&c.id))
             .cloned()
             .collect();
+        drop(s);
         v.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(v)
     }
@@ -177,8 +203,11 @@ impl ContainerRuntime for FakeRuntime {
         }
         s.generation += 1;
         let generation = s.generation;
+        // Like `docker restart`: whatever state it was in, it runs afterwards.
         if let Some(c) = s.containers.get_mut(id) {
             c.started_at = format!("gen-{generation}");
+            c.running = true;
+            c.paused = false;
         }
         *s.restarts.entry(id.to_string()).or_default() += 1;
         if s.lose_restart_replies > 0 {

@@ -1,0 +1,141 @@
+//! The seeded simulation of a fleet (docs/safety.md, "The simulation"): the real agent code —
+//! `Agent::cycle` and the whole restart path — driven over the in-process coordinator, the
+//! simulated runtime and a fake clock, with a seeded scheduler that interleaves the instances at
+//! every coordinator and runtime call and injects faults; the invariants are checked against the
+//! harness's own ground truth at every restart command, and liveness at the end of each run.
+
+pub mod gate;
+pub mod rng;
+pub mod truth;
+pub mod world;
+
+use vigil::engine::mutant::Mutant;
+
+pub use truth::{Stats, Violation};
+
+/// How one seed runs.
+#[derive(Clone)]
+pub struct Options {
+    /// Steps of the fault phase (the calm phase that follows is measured in simulated time).
+    pub fault_steps: u64,
+    /// A known-bad variant of the restart path, planted in every instance.
+    pub mutant: Option<Mutant>,
+    /// Keep the trace's tail (for the failure report).
+    pub trace: bool,
+    /// Keep the whole trace (a replay), not only its tail.
+    pub full_trace: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            fault_steps: 1_000,
+            mutant: None,
+            trace: true,
+            full_trace: false,
+        }
+    }
+}
+
+/// A seed that broke an invariant: what broke, and the trace that led there.
+pub struct Failure {
+    pub seed: u64,
+    pub violation: Violation,
+    /// The last few hundred steps.
+    pub trace: Vec<String>,
+    /// Every step, when replaying.
+    pub full_trace: Option<Vec<String>>,
+}
+
+impl Failure {
+    /// The report printed when a seed fails: the invariant, the tail of the trace and the one
+    /// command that replays it.
+    pub fn report(&self, mutant: Option<Mutant>) -> String {
+        let v = &self.violation;
+        let mutant_env = mutant.map_or(String::new(), |m| format!("VIGIL_SIM_MUTANT={m:?} "));
+        format!(
+            "seed {} broke \"{}\" at step {} (UTC day {}): {}\n--- last steps ---\n{}\n--- replay this seed with its whole trace ---\n  {mutant_env}VIGIL_SIM_SEED={} bash scripts/simulate.sh\n",
+            self.seed,
+            v.invariant,
+            v.step,
+            vigil::clock::utc_day(v.at),
+            v.detail,
+            self.trace.join("\n"),
+            self.seed
+        )
+    }
+}
+
+/// Run one seed.
+pub fn run_seed(seed: u64, opts: &Options) -> Result<Stats, Failure> {
+    world::World::new(seed, opts).run(seed)
+}
+
+/// Run `count` seeds from `first` on every core, without traces; the totals, or the first
+/// failure (lowest seed), run once more with its trace for the report.
+pub fn run_seeds(first: u64, count: u64, opts: &Options) -> Result<Stats, Box<Failure>> {
+    let bulk = Options {
+        trace: false,
+        ..opts.clone()
+    };
+    match run_seeds_with(first, count, &bulk) {
+        Ok(s) => Ok(s),
+        Err(f) => match run_seed(f.seed, opts) {
+            Err(traced) => Err(Box::new(traced)),
+            Ok(_) => panic!(
+                "seed {} failed without its trace and passed with it: the run is not deterministic",
+                f.seed
+            ),
+        },
+    }
+}
+
+fn run_seeds_with(first: u64, count: u64, opts: &Options) -> Result<Stats, Box<Failure>> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(count.max(1) as usize) as u64;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let results: Vec<Result<Stats, Box<Failure>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut total = Stats::default();
+                    let mut seed = first + t;
+                    while seed < first + count {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            break;
+                        }
+                        match run_seed(seed, opts) {
+                            Ok(st) => total.add(&st),
+                            Err(f) => {
+                                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                                return Err(Box::new(f));
+                            }
+                        }
+                        seed += threads;
+                    }
+                    Ok(total)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a simulation thread panicked"))
+            .collect()
+    });
+    let mut total = Stats::default();
+    let mut failure: Option<Box<Failure>> = None;
+    for r in results {
+        match r {
+            Ok(st) => total.add(&st),
+            Err(f) if failure.as_ref().is_none_or(|g| f.seed < g.seed) => failure = Some(f),
+            Err(_) => {}
+        }
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(total),
+    }
+}
