@@ -378,7 +378,13 @@ async fn scenario_g_failed_restart_pages_at_once_and_retries_next_cycle() {
     let failed = w.sink.of(AlertKind::RestartFailed);
     assert_eq!(failed.len(), 1);
     assert!(failed[0].page);
-    assert!(failed[0].detail.contains("device or resource busy"));
+    assert!(
+        failed[0].detail.contains("the restart call failed")
+            && failed[0].detail.contains("device or resource busy")
+            && failed[0].detail.contains("its start time did not change"),
+        "says what was observed: {}",
+        failed[0].detail
+    );
     assert!(
         w.get(&w.keys.cooldown("trainer-0")).await.is_none(),
         "no cooldown for a restart that did not happen"
@@ -812,4 +818,62 @@ async fn an_exited_worker_is_reported_once_and_never_started() {
         0,
         "history is not a second claim"
     );
+}
+
+#[tokio::test]
+async fn a_restart_after_which_the_container_exits_again_says_so() {
+    let mut w = World::new(|_| {});
+    w.runtime.exit_after_next_restarts(1);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330)).await;
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    let failed = w.sink.of(AlertKind::RestartFailed);
+    assert_eq!(failed.len(), 1, "{:?}", w.sink.kinds());
+    assert!(
+        failed[0].detail.contains(
+            "the restart call returned, but the container started again and exited at once"
+        ),
+        "{}",
+        failed[0].detail
+    );
+    w.run_for(mins(15)).await;
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "an exited container is never started by Vigil"
+    );
+    assert_eq!(w.sink.count(AlertKind::Exited), 1, "reported once");
+}
+
+/// An agent died after claiming a restart (its cooldown marker names the incarnation) and
+/// before recording the outcome; the runtime carried the command out. The next agent finds the
+/// new incarnation, records the restart in the trail, and gives it a full cooldown.
+#[tokio::test]
+async fn a_restart_whose_agent_died_mid_command_is_found_by_the_next_agent() {
+    let mut w = World::new(|_| {});
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.tick().await;
+    let before = format!("c1:{}", w.runtime.started_at("c1"));
+    // What the dead agent left: its claim, and the restart that ran without it.
+    let claim = format!("{}:inc-1:{before}", w.now());
+    w.store
+        .set(&w.keys.cooldown("trainer-0"), &claim, mins(10))
+        .await
+        .unwrap();
+    w.runtime.restart_externally("c1");
+    w.tick().await;
+    let entries = w.store.read_recent(&w.keys.trail(), 100).await.unwrap();
+    let found = entries
+        .iter()
+        .find(|(_, f)| f["decision"] == "restarted")
+        .map(|(_, f)| f["detail"].clone())
+        .expect("the restart is in the trail");
+    assert!(found.contains("did not record its outcome"), "{found}");
+    let marker = w.get(&w.keys.cooldown("trainer-0")).await.unwrap();
+    assert!(
+        marker.ends_with(":external"),
+        "a full cooldown of its own: {marker}"
+    );
+    w.run_for(mins(9)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0, "booting, left alone");
 }

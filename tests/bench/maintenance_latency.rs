@@ -1,7 +1,10 @@
 //! Benchmark (a figure, not a test): latency from a metadata change to (a) the Node patch and
 //! (b) the checkpoint request reaching the worker's status record, through the real watcher
 //! (long-poll over HTTP against the fake metadata server), the real controller and the real
-//! Kubernetes adapter (HTTP against the fake API server).
+//! Kubernetes adapter (HTTP against the fake API server). The second case sends a preemption
+//! at a random moment *inside* a host-maintenance checkpoint round whose worker never answers:
+//! it must reach the Node and the workers as fast as a first notice (issue 11, item 1), not when
+//! the round's budget ends.
 //!
 //! Run: `bash scripts/bench-maintenance.sh [ITERATIONS]`.
 
@@ -59,6 +62,8 @@ async fn main() {
     runtime.add("c1", "trainer-0");
     let mut cfg = node_config(node);
     cfg.checkpoint.preemption_budget = Duration::from_secs(2);
+    // The round the second notice lands in: long enough to land anywhere inside it.
+    cfg.checkpoint.maintenance_budget = Duration::from_secs(3);
     let metrics = Arc::new(Metrics::new());
     let api = KubeNodeApi::from_url(&kube.url).expect("kube client");
     let (_agent, controller) = agent_and_controller(
@@ -135,5 +140,51 @@ async fn main() {
     println!("metadata change → reaction, {n} preemption notices (poll resolution 1 ms)");
     report("metadata change → Node patched", to_patch);
     report("metadata change → checkpoint request", to_request);
+
+    // A preemption inside a host-maintenance round whose worker never answers.
+    let reason = |rec: &std::collections::HashMap<String, String>| {
+        rec.get("checkpoint_reason").cloned().unwrap_or_default()
+    };
+    let (mut to_patch, mut to_request) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        meta.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+            .await;
+        while reason(&coord.hgetall(&status).await.unwrap()) != "host-maintenance" {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Somewhere inside the round (spread over its first 2.5 s).
+        let offset = Duration::from_millis(100 + (i as u64 * 2400) / n.max(1) as u64);
+        tokio::time::sleep(offset).await;
+        let t0 = Instant::now();
+        meta.set("preempted", "TRUE").await;
+        let (mut patched, mut requested) = (None, None);
+        while patched.is_none() || requested.is_none() {
+            if patched.is_none() && label(&kube).as_deref() == Some("terminating") {
+                patched = Some(t0.elapsed());
+            }
+            if requested.is_none() && reason(&coord.hgetall(&status).await.unwrap()) == "preemption"
+            {
+                requested = Some(t0.elapsed());
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                panic!("no reaction to the second notice within 10 s");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        to_patch.push(patched.unwrap());
+        to_request.push(requested.unwrap());
+        meta.set("preempted", "FALSE").await;
+        meta.set("maintenance-event", "NONE").await;
+        while label(&kube).as_deref() != Some("none") {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // Both rounds end by their budgets before the next pair.
+        tokio::time::sleep(Duration::from_millis(3_200)).await;
+    }
+    println!(
+        "a preemption inside a host-maintenance round (worker silent, round budget 3 s), {n} notices"
+    );
+    report("second notice → Node patched", to_patch);
+    report("second notice → checkpoint request", to_request);
     stop.cancel();
 }

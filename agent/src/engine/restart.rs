@@ -119,6 +119,27 @@ fn random_token() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+/// What was observed of a restart that did not leave a running new incarnation: the call's
+/// answer and what the container looked like afterwards, for the page and the trail.
+fn restart_failure(
+    call: Result<(), String>,
+    after: Result<Option<Container>, crate::runtime::RuntimeError>,
+    decided: &Container,
+) -> String {
+    let observed = match &after {
+        Ok(Some(a)) if a.id != decided.id || a.started_at != decided.started_at => {
+            "the container started again and exited at once (it is not running)".to_string()
+        }
+        Ok(Some(_)) => "its start time did not change (it was not restarted)".to_string(),
+        Ok(None) => "the container disappeared".to_string(),
+        Err(e) => format!("it could not be inspected afterwards ({e})"),
+    };
+    match call {
+        Err(e) => format!("the restart call failed ({e}) and {observed}"),
+        Ok(()) => format!("the restart call returned, but {observed}"),
+    }
+}
+
 /// Appended to the cooldown marker once our restart is verified.
 const DONE: &str = ":done";
 
@@ -1027,12 +1048,7 @@ impl Agent {
         if restarted {
             return self.restarted(act, call.err(), now, done).await;
         }
-        let why = match (call, after) {
-            (Err(e), _) => e,
-            (Ok(()), Ok(Some(_))) => "the container's start time did not change".to_string(),
-            (Ok(()), Ok(None)) => "the container disappeared".to_string(),
-            (Ok(()), Err(e)) => format!("could not verify: {e}"),
-        };
+        let why = restart_failure(call, after, c);
         self.restart_failed(act, why, done).await
     }
 
@@ -1078,7 +1094,7 @@ impl Agent {
         self.metrics.restart(act.case.v.as_str(), "failed");
         // Page first: the deletes below need the coordinator, the page must not.
         let detail = format!(
-            "restart of container {} failed: {why}; will retry next cycle",
+            "restart of container {} failed: {why}; retried next cycle while it is hung and running",
             act.case.c.name
         );
         let mut alert = self.alert_for(

@@ -24,6 +24,8 @@ struct State {
     down: bool,
     signals: Vec<(String, String)>,
     lose_restart_replies: usize,
+    /// Restarts after which the container exits at once (a crash on start).
+    exit_after_restarts: usize,
     /// Containers without the opt-in label: inspectable, never listed.
     unlabelled: std::collections::HashSet<String>,
 }
@@ -108,6 +110,10 @@ impl FakeRuntime {
     }
     pub fn fail_next_restarts(&self, n: usize) {
         self.state.lock().unwrap().fail_restarts = n;
+    }
+    /// After each of the next `n` restarts the container exits at once (it crashes on start).
+    pub fn exit_after_next_restarts(&self, n: usize) {
+        self.state.lock().unwrap().exit_after_restarts = n;
     }
     /// The next `n` restarts happen, but the call reports an error (a lost reply).
     pub fn lose_next_restart_replies(&self, n: usize) {
@@ -204,9 +210,11 @@ impl ContainerRuntime for FakeRuntime {
         s.generation += 1;
         let generation = s.generation;
         // Like `docker restart`: whatever state it was in, it runs afterwards.
+        let exits = s.exit_after_restarts > 0;
+        s.exit_after_restarts = s.exit_after_restarts.saturating_sub(1);
         if let Some(c) = s.containers.get_mut(id) {
             c.started_at = format!("gen-{generation}");
-            c.running = true;
+            c.running = !exits;
             c.paused = false;
         }
         *s.restarts.entry(id.to_string()).or_default() += 1;
