@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::e2e::{ConfigParts, Setup};
 use common::real::{
-    beat, eventually, explain, poll, redis_get, serve, shared_redis_url, unique, vigil, Receiver,
-    RedisServer, VigilProcess, WorkerContainer,
+    beat, eventually, explain, poll, redis_exists, redis_get, serve, shared_redis_url, unique,
+    vigil, Receiver, RedisServer, VigilProcess, WorkerContainer,
 };
 
 /// This suite's agent: every duration compressed.
@@ -647,4 +647,62 @@ async fn a_daemon_that_never_answers_is_noticed_quickly_and_readyz_never_blocks(
     );
     assert_eq!(ready.status().as_u16(), 503);
     assert!(ready.text().await.unwrap().contains("runtime:"));
+}
+
+/// Redis frozen (`SIGSTOP`) past `redis.timeout` in the middle of an incident, then killed and
+/// restarted empty: no restart while it is frozen, one `coordinator-down` for the outage, the
+/// incident resumes when it thaws; after the empty restart the agent neither crashes nor
+/// restarts anything (the worker's record is gone: alert only), and its heartbeat record is
+/// back in the new Redis.
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
+    let mut server = RedisServer::start();
+    let redis = server.url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e");
+    let cfg = s.config(&hook.url, "");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("restart_delay = \"2s\"", "restart_delay = \"6s\"");
+    std::fs::write(&cfg, text).unwrap();
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    s.beat(&cfg, &redis, "processing");
+    let mut agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let key = s.worker_key("incident");
+    let timer = poll(Duration::from_secs(10), || redis_get(&redis, &key)).await;
+    assert!(timer.is_some(), "no incident timer:\n{}", agent.log_text());
+
+    server.signal("STOP");
+    tokio::time::sleep(Duration::from_secs(8)).await; // past restart_delay and redis.timeout
+    let frozen_alerts = hook.count("coordinator-down");
+    server.signal("CONT");
+    assert_eq!(
+        container.started_at(),
+        before,
+        "restarted while Redis was frozen:\n{}",
+        agent.log_text()
+    );
+    assert_eq!(frozen_alerts, 1, "{:?}", hook.kinds());
+    let resumed = eventually(Duration::from_secs(20), || container.started_at() != before).await;
+    assert!(resumed, "the incident did not resume:\n{}", agent.log_text());
+    let after = container.started_at();
+
+    server.restart_empty();
+    let node_key = vigil::coord::Keys::new(&s.prefix, &s.node).agent();
+    let back = poll(Duration::from_secs(15), || {
+        let (redis, key) = (redis.clone(), node_key.clone());
+        async move { redis_exists(&redis, &key).await.filter(|e| *e) }
+    })
+    .await;
+    assert!(back.is_some(), "heartbeat record not back:\n{}", agent.log_text());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        container.started_at(),
+        after,
+        "nothing restarted on an empty Redis:\n{}",
+        agent.log_text()
+    );
+    let exited = agent.child.try_wait().unwrap();
+    assert!(exited.is_none(), "the agent survived:\n{}", agent.log_text());
 }

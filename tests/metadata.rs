@@ -528,3 +528,60 @@ async fn one_empty_answer_between_pending_answers_is_not_a_clearance() {
     w.until_phase(Phase::None).await;
     w.stop().await;
 }
+
+/// The faults a metadata server shows besides error codes: a request held past the client's
+/// timeout, an empty 200, an ETag the server forgot, and the server restarting (refusing
+/// connections meanwhile, then answering with fresh ETags). Zero false maintenance transitions,
+/// every fault counted, and the same watcher follows the next real change.
+#[tokio::test]
+async fn hangs_empty_answers_etag_resets_and_a_restart_never_flip_the_phase() {
+    let (fake, mut w) = started_pending().await;
+    for key in ["maintenance-event", "upcoming-maintenance", "preempted"] {
+        fake.fault(key, "hang", 1).await;
+        fake.fault(key, "reset-etag", 3).await;
+    }
+    fake.fault("maintenance-event", "empty", 2).await;
+    fake.fault("preempted", "empty", 2).await;
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while w.errors("maintenance-event", "timeout") < 1
+            || w.errors("upcoming-maintenance", "timeout") < 1
+            || w.errors("preempted", "timeout") < 1
+            || w.errors("maintenance-event", "malformed") < 2
+            || w.errors("preempted", "malformed") < 2
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("hangs time out and empty answers are counted as malformed");
+    assert_eq!(w.phases(), vec![Phase::None, Phase::Pending]);
+
+    // ETag resets: answered at once with the current value, no request storm.
+    let before = fake.requests("preempted").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let polls = fake.requests("preempted").await - before;
+    assert!(
+        polls <= 10,
+        "{polls} requests in 2 s with 1 s long polls: the watcher spins"
+    );
+
+    // The server restarts on the same address: connections refused for a moment, then a fresh
+    // server whose ETags are all new.
+    let addr = fake.addr.to_string();
+    drop(fake);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fake = FakeMetadata::start_on(&addr).await.expect("rebind");
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        w.phases(),
+        vec![Phase::None, Phase::Pending],
+        "no false transition across the restart"
+    );
+    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false))
+        .await;
+    w.until_phase(Phase::Ongoing).await;
+    assert!(!w.task.is_finished(), "recovered without restarting the agent");
+    w.stop().await;
+}

@@ -82,7 +82,17 @@ enum Fault {
     Garbage,
     NotFound,
     Forbidden,
+    /// Hold the request past any client's timeout ([`HANG`]), then give up.
+    Hang,
+    /// 200 with an empty body (and an ETag of its own).
+    Empty,
+    /// The current value under an ETag the server never issued (a server that lost its
+    /// ETags): a client long-polling with it must get the current value back at once.
+    ResetEtag,
 }
+
+/// How long a `hang` fault holds its request.
+pub const HANG: std::time::Duration = std::time::Duration::from_secs(4);
 
 impl Fault {
     fn parse(s: &str) -> Option<Fault> {
@@ -92,6 +102,9 @@ impl Fault {
             "garbage" => Fault::Garbage,
             "404" => Fault::NotFound,
             "403" => Fault::Forbidden,
+            "hang" => Fault::Hang,
+            "empty" => Fault::Empty,
+            "reset-etag" => Fault::ResetEtag,
             _ => return None,
         })
     }
@@ -237,7 +250,8 @@ impl FakeMetadata {
         assert!(resp.status().is_success(), "set {key}: {}", resp.status());
     }
 
-    /// Make the next `count` answers for `key` a fault: `503`, `429`, `garbage`, `404`, `403`.
+    /// Make the next `count` answers for `key` a fault: `503`, `429`, `garbage`, `404`, `403`,
+    /// `hang`, `empty`, `reset-etag`.
     pub async fn fault(&self, key: &str, kind: &str, count: usize) {
         let url = format!(
             "{}/fake/fault/{key}?kind={kind}&count={count}",
@@ -433,6 +447,20 @@ async fn metadata(
         }
     }
 
+    let hang = {
+        let mut inner = shared.lock();
+        match inner.key(key) {
+            Some(k) if matches!(k.faults.front(), Some(Fault::Hang)) => {
+                k.faults.pop_front();
+                true
+            }
+            _ => false,
+        }
+    };
+    if hang {
+        tokio::time::sleep(HANG).await;
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "too late\n");
+    }
     let mut inner = shared.lock();
     let unset_mode = inner.unset_mode;
     let Some(k) = inner.key(key) else {
@@ -459,6 +487,18 @@ async fn metadata(
                 let etag = etag_of(key, &format!("{body}\0{}", k.garbage_sent));
                 answer(StatusCode::OK, content_type, Some(&etag), body)
             }
+            Fault::Empty => {
+                k.garbage_sent += 1;
+                let etag = etag_of(key, &format!("\0empty\0{}", k.garbage_sent));
+                answer(StatusCode::OK, content_type, Some(&etag), String::new())
+            }
+            Fault::ResetEtag => {
+                k.garbage_sent += 1;
+                let etag = etag_of(key, &format!("\0reset\0{}", k.garbage_sent));
+                let body = k.value.clone().unwrap_or_else(|| "{ }".into());
+                answer(StatusCode::OK, content_type, Some(&etag), body)
+            }
+            Fault::Hang => unreachable!("handled before the lock is held"),
         };
     }
     match (&k.value, unset_mode) {

@@ -87,6 +87,28 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.spawn();
     }
+
+    /// Freeze (`SIGSTOP`) or thaw (`SIGCONT`) the server: it keeps its connections open and
+    /// answers nothing, like a Redis stuck in a long fork or on a dead disk.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill -{sig} {pid}");
+    }
+
+    /// Kill it hard (`SIGKILL`, nothing saved) and start it again: a Redis that comes back
+    /// empty.
+    pub fn restart_empty(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
+        self.spawn();
+    }
 }
 
 impl Drop for RedisServer {
@@ -119,6 +141,14 @@ pub async fn redis_get(url: &str, key: &str) -> Option<String> {
     let client = redis::Client::open(url).ok()?;
     let mut c = client.get_multiplexed_async_connection().await.ok()?;
     redis::cmd("GET").arg(key).query_async(&mut c).await.ok()?
+}
+
+/// Whether `key` exists on the Redis at `url` (None when Redis cannot be reached).
+pub async fn redis_exists(url: &str, key: &str) -> Option<bool> {
+    let client = redis::Client::open(url).ok()?;
+    let mut c = client.get_multiplexed_async_connection().await.ok()?;
+    let n: i64 = redis::cmd("EXISTS").arg(key).query_async(&mut c).await.ok()?;
+    Some(n == 1)
 }
 
 /// The remaining TTL of `key` in ms (`PTTL`: -2 when it does not exist).
