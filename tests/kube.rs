@@ -914,3 +914,48 @@ async fn a_missing_status_permission_names_the_rule() {
         "the labels were written before the status was refused"
     );
 }
+
+/// An API server that accepts connections and never answers (overloaded, or a dead apiserver
+/// behind a live load balancer) and one that is not there at all: each Node write is an error
+/// within its deadline, never a hang, and the next write against a live server converges.
+#[tokio::test]
+async fn a_silent_or_absent_api_server_is_an_error_within_the_deadline() {
+    let wedged = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", wedged.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = wedged.accept().await {
+            conns.push(c); // held open, never read, never answered
+        }
+    });
+    let api = KubeNodeApi::from_url_with_timeout(&url, Duration::from_secs(1)).unwrap();
+    let started = std::time::Instant::now();
+    let err = api.reconcile(NODE, &maintenance_label("pending")).await;
+    assert!(err.is_err(), "a silent API server is an error");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the call deadline, took {:?}",
+        started.elapsed()
+    );
+    held.abort();
+
+    let gone = format!("http://127.0.0.1:{}", {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    });
+    let api = KubeNodeApi::from_url_with_timeout(&gone, Duration::from_secs(1)).unwrap();
+    let err = api
+        .reconcile(NODE, &maintenance_label("pending"))
+        .await
+        .unwrap_err();
+    assert!(!err.to_string().is_empty());
+
+    let (fake, api) = setup().await;
+    api.reconcile(NODE, &maintenance_label("pending"))
+        .await
+        .unwrap();
+    assert_eq!(
+        label(&fake.node(), "vigil.dev/maintenance").as_deref(),
+        Some("pending")
+    );
+}

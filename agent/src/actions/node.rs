@@ -531,10 +531,11 @@ impl KubeNodeApi {
     /// From the environment: the in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`,
     /// `~/.kube/config`) when run by hand.
     pub(crate) async fn infer() -> Result<Self, NodeError> {
-        let config = kube::Config::infer().await.map_err(|e| NodeError::Client {
+        let mut config = kube::Config::infer().await.map_err(|e| NodeError::Client {
             context: "no in-cluster ServiceAccount and no usable kubeconfig".into(),
             source: Box::new(e),
         })?;
+        with_deadlines(&mut config, CALL_TIMEOUT);
         Self::from_config(config, "inferred config")
     }
 
@@ -544,11 +545,18 @@ impl KubeNodeApi {
     /// Must be called inside a Tokio runtime (the client spawns its connection task there);
     /// outside one it returns an error rather than panicking.
     pub fn from_url(url: &str) -> Result<Self, NodeError> {
+        Self::from_url_with_timeout(url, CALL_TIMEOUT)
+    }
+
+    /// [`Self::from_url`] with its own deadline for every call.
+    pub fn from_url_with_timeout(url: &str, timeout: Duration) -> Result<Self, NodeError> {
         let parsed = url.parse().map_err(|e| NodeError::Client {
             context: format!("API server URL {url:?}"),
             source: Box::new(e),
         })?;
-        Self::from_config(kube::Config::new(parsed), url)
+        let mut config = kube::Config::new(parsed);
+        with_deadlines(&mut config, timeout);
+        Self::from_config(config, url)
     }
 
     /// Retry policy for conflicting writes: `attempts` in all (at least 1), backoff from `base`.
@@ -559,6 +567,7 @@ impl KubeNodeApi {
     }
 
     fn from_config(config: kube::Config, context: &str) -> Result<Self, NodeError> {
+        debug_assert!(config.read_timeout.is_some(), "every call has a deadline");
         // NB: `Client::try_from` spawns onto the current Tokio runtime and panics without one.
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(NodeError::Client {
@@ -784,6 +793,17 @@ impl NodeApi for KubeNodeApi {
         };
         result.map_err(|(call, e)| call.error(node, e))
     }
+}
+
+/// The deadline of one API call. kube's default (295 s, sized for watches) would hold the
+/// maintenance controller that long on an API server that accepts and never answers; Vigil
+/// makes no watch calls here, and a Node write that times out is retried on the next tick.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn with_deadlines(config: &mut kube::Config, timeout: Duration) {
+    config.connect_timeout = Some(timeout.min(Duration::from_secs(5)));
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
 }
 
 #[cfg(test)]

@@ -44,11 +44,15 @@ pub struct KubePods {
 impl KubePods {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
     pub async fn connect(api_url: &str) -> Result<Self, String> {
-        let config = if api_url.is_empty() {
+        let mut config = if api_url.is_empty() {
             kube::Config::infer().await.map_err(|e| e.to_string())?
         } else {
             kube::Config::new(api_url.parse().map_err(|e| format!("{api_url:?}: {e}"))?)
         };
+        // NB: one read before a restart: a silent API server must not hold the restart path
+        // (and the node lock) for kube's default 295 s.
+        config.connect_timeout = Some(std::time::Duration::from_secs(5));
+        config.read_timeout = Some(std::time::Duration::from_secs(10));
         let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
         Ok(KubePods { client })
     }
