@@ -685,7 +685,11 @@ async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
     );
     assert_eq!(frozen_alerts, 1, "{:?}", hook.kinds());
     let resumed = eventually(Duration::from_secs(20), || container.started_at() != before).await;
-    assert!(resumed, "the incident did not resume:\n{}", agent.log_text());
+    assert!(
+        resumed,
+        "the incident did not resume:\n{}",
+        agent.log_text()
+    );
     let after = container.started_at();
 
     server.restart_empty();
@@ -695,7 +699,11 @@ async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
         async move { redis_exists(&redis, &key).await.filter(|e| *e) }
     })
     .await;
-    assert!(back.is_some(), "heartbeat record not back:\n{}", agent.log_text());
+    assert!(
+        back.is_some(),
+        "heartbeat record not back:\n{}",
+        agent.log_text()
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         container.started_at(),
@@ -704,5 +712,9 @@ async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
         agent.log_text()
     );
     let exited = agent.child.try_wait().unwrap();
-    assert!(exited.is_none(), "the agent survived:\n{}", agent.log_text());
+    assert!(
+        exited.is_none(),
+        "the agent survived:\n{}",
+        agent.log_text()
+    );
 }

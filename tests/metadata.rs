@@ -582,6 +582,9 @@ async fn hangs_empty_answers_etag_resets_and_a_restart_never_flip_the_phase() {
     fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false))
         .await;
     w.until_phase(Phase::Ongoing).await;
-    assert!(!w.task.is_finished(), "recovered without restarting the agent");
+    assert!(
+        !w.task.is_finished(),
+        "recovered without restarting the agent"
+    );
     w.stop().await;
 }

@@ -147,7 +147,11 @@ pub async fn redis_get(url: &str, key: &str) -> Option<String> {
 pub async fn redis_exists(url: &str, key: &str) -> Option<bool> {
     let client = redis::Client::open(url).ok()?;
     let mut c = client.get_multiplexed_async_connection().await.ok()?;
-    let n: i64 = redis::cmd("EXISTS").arg(key).query_async(&mut c).await.ok()?;
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .ok()?;
     Some(n == 1)
 }
 
