@@ -12,7 +12,8 @@ use common::e2e::{ConfigParts, Setup};
 use common::fake_kube::{self, FakeKube};
 use common::fake_metadata::{upcoming_json, FakeMetadata};
 use common::real::{
-    beat, eventually, explain, free_port, shared_redis_url, vigil, VigilProcess, WorkerContainer,
+    beat, eventually, explain, free_port, shared_redis_url, vigil, RedisServer, VigilProcess,
+    WorkerContainer,
 };
 use serde_json::{json, Value};
 
@@ -538,4 +539,45 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
         "{out}"
     );
     drop(worker);
+}
+
+/// SIGTERM with a worker to checkpoint while the metadata server is gone, and again while Redis
+/// is frozen (`SIGSTOP`) past `redis.timeout`: the agent exits inside `checkpoint.grace` (8 s)
+/// both times, never held by the dependency that does not answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_the_metadata_server_gone_or_redis_frozen_exits_within_the_grace() {
+    let r = Rig::new().await;
+    let cfg = r.config("");
+    let _worker = r.silent_worker();
+    let mut agent = r.started_agent(&cfg).await;
+    drop(r.meta);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = std::time::Instant::now();
+    agent.signal("-TERM");
+    agent
+        .wait_exit(
+            started,
+            Duration::from_secs(8),
+            "past the grace with the metadata server gone",
+        )
+        .await;
+
+    let server = RedisServer::start();
+    let mut r = Rig::new().await;
+    r.redis = server.url();
+    let cfg = r.config("");
+    let _worker = r.silent_worker();
+    let mut agent = r.started_agent(&cfg).await;
+    server.signal("STOP");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let started = std::time::Instant::now();
+    agent.signal("-TERM");
+    agent
+        .wait_exit(
+            started,
+            Duration::from_secs(8),
+            "past the grace with Redis frozen",
+        )
+        .await;
+    server.signal("CONT");
 }
