@@ -524,3 +524,42 @@ async fn containerd_down_is_one_runtime_down_alert_then_recovery() {
     assert!(recovered, "the same adapter reconnects: {}", ctd.log());
     assert!(rig.metrics.encode().contains("vigil_runtime_up 1"));
 }
+
+/// A CRI socket that accepts connections and never answers (a wedged containerd): every call
+/// is an error within `call_timeout`, never a hang, so the cycle goes on and reports
+/// `runtime-down`.
+#[tokio::test]
+async fn a_cri_socket_that_never_answers_is_an_error_within_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wedged.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = listener.accept().await {
+            conns.push(c); // never read, never answered
+        }
+    });
+    let s = CriSettings {
+        socket: path.to_str().unwrap().to_string(),
+        worker_label: "vigil.worker".into(),
+        checkpoint_annotation: "vigil.checkpoint".into(),
+        call_timeout: Duration::from_secs(1),
+        allow_pod_replacement: false,
+        poll: Duration::from_millis(100),
+    };
+    let rt = CriRuntime::new(s, None).unwrap();
+    for call in ["list", "ping"] {
+        let started = std::time::Instant::now();
+        let failed = match call {
+            "list" => rt.list_workers().await.is_err(),
+            _ => rt.ping().await.is_err(),
+        };
+        assert!(failed, "{call} against a silent socket is an error");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{call} bounded by the call deadline, took {:?}",
+            started.elapsed()
+        );
+    }
+    held.abort();
+}
