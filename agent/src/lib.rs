@@ -16,6 +16,8 @@ pub mod clock;
 pub mod config;
 pub mod coord;
 pub mod engine;
+#[cfg(test)]
+mod fuzz;
 pub mod model;
 pub mod observe;
 pub mod policy;

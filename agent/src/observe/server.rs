@@ -200,6 +200,31 @@ async fn read_status_body(body: Body) -> Result<Bytes, Response> {
     }
 }
 
+/// The record fields of a status body (pure: fuzzed in `crate::fuzz`), or the answer that says
+/// what is wrong with it.
+pub(crate) fn status_fields(body: &[u8]) -> Result<Vec<(String, String)>, (StatusCode, String)> {
+    let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..}}: {e}\n"),
+        )
+    })?;
+    let fields: Vec<(String, String)> = [
+        ("state", parsed.state),
+        ("job", parsed.job),
+        ("progress", parsed.progress),
+        ("checkpoint_ack", parsed.checkpoint_ack),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+    .collect();
+    if fields.is_empty() {
+        let (code, why) = StatusBody::EMPTY_ERROR;
+        return Err((code, why.to_string()));
+    }
+    Ok(fields)
+}
+
 async fn put_status(
     State(s): State<ServerState>,
     Path(id): Path<String>,
@@ -227,28 +252,10 @@ async fn put_status(
         Ok(b) => b,
         Err(answer) => return answer,
     };
-    let parsed: StatusBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..}}: {e}\n"),
-            )
-                .into_response()
-        }
+    let fields = match status_fields(&body) {
+        Ok(f) => f,
+        Err(answer) => return answer.into_response(),
     };
-    let fields: Vec<(String, String)> = [
-        ("state", parsed.state),
-        ("job", parsed.job),
-        ("progress", parsed.progress),
-        ("checkpoint_ack", parsed.checkpoint_ack),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
-    .collect();
-    if fields.is_empty() {
-        return (StatusBody::EMPTY_ERROR.0, StatusBody::EMPTY_ERROR.1).into_response();
-    }
     match write_status(s.coord.as_ref(), &s.keys, &id, &fields).await {
         Ok(now) => (StatusCode::OK, format!("{{\"heartbeat_ms\":{now}}}\n")).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),

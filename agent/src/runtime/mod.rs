@@ -4,7 +4,7 @@
 //! demo and the scenario tests (`sim`) implements the same trait.
 
 pub mod cri;
-mod cri_log;
+pub(crate) mod cri_log;
 pub mod docker;
 pub mod sim;
 
