@@ -581,3 +581,40 @@ async fn sigterm_with_the_metadata_server_gone_or_redis_frozen_exits_within_the_
         .await;
     server.signal("CONT");
 }
+
+/// The binary, end to end: a preemption two seconds into a host-maintenance checkpoint round
+/// whose worker never answers (the round would hold its 6 s budget) reaches the Node at once,
+/// and its own checkpoint round runs and ends on its own budget — not after the first round.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_preemption_inside_a_host_maintenance_round_reaches_the_node_at_once() {
+    let r = Rig::new().await;
+    let cfg = r.config("preemption_budget = \"3s\"");
+    let _worker = r.silent_worker();
+    let agent = r.started_agent(&cfg).await;
+    r.meta
+        .set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+        .await;
+    r.expect_phase(&agent, "ongoing").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = std::time::Instant::now();
+    r.meta.set("preempted", "TRUE").await;
+    assert!(
+        r.phase_label_becomes(Duration::from_secs(3), "terminating")
+            .await,
+        "the Node did not show the preemption within 3 s:\n{}",
+        agent.log_text()
+    );
+    assert!(r.termination_tainted());
+    assert!(
+        r.checkpoint_reads(Duration::from_secs(6), "preemption: acked=0 timed-out=1")
+            .await,
+        "{:?}\n{}",
+        r.last_checkpoint(),
+        agent.log_text()
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(6),
+        "the preemption round waited for the first one: {:?}",
+        sent.elapsed()
+    );
+}
