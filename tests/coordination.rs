@@ -10,6 +10,7 @@ use common::real::{free_port, run_cli, shared_redis_url, unique, wait_listening}
 use vigil::clock::{Clock, FakeClock, SystemClock};
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::redis::RedisCoordinator;
+use vigil::coord::Op;
 use vigil::coord::{write_status, Coordinator, Keys};
 
 /// How a backend lets time pass: the fake clock jumps, Redis really waits (briefly).
@@ -180,6 +181,63 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(
         c.get_many(&[k("timer"), k("short")]).await.unwrap(),
         vec![None, None]
+    );
+
+    // A worker's clock, record and marks in one read; the node's writes in one batch.
+    let before = c.time().await.unwrap();
+    c.set(&k("m1"), "x", Duration::from_secs(60)).await.unwrap();
+    c.hset(&k("status"), &[("state".into(), "processing".into())])
+        .await
+        .unwrap();
+    let read = c
+        .read_worker(&k("status"), &[k("m1"), k("m2")])
+        .await
+        .unwrap();
+    assert!(read.now >= before);
+    assert_eq!(read.record.unwrap()["state"], "processing");
+    assert_eq!(read.values, vec![Some("x".to_string()), None]);
+    let empty = c.read_worker(&k("none"), &[k("m2")]).await.unwrap();
+    assert_eq!(empty.record, Ok(Default::default()));
+    c.set(&k("counter"), "3", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let counters = c
+        .batch(&[
+            Op::Set {
+                key: k("b1"),
+                value: "v".into(),
+                ttl: Duration::from_secs(60),
+            },
+            Op::HsetTtl {
+                key: k("b2"),
+                fields: vec![("f".into(), "1".into())],
+                ttl: Duration::from_secs(60),
+            },
+            Op::Hset {
+                key: k("b3"),
+                fields: vec![("g".into(), "2".into())],
+            },
+            Op::IndexTouch {
+                key: k("bidx"),
+                member: "n".into(),
+                score: 5,
+                prune_before: 0,
+            },
+            Op::Counter { key: k("counter") },
+            Op::Counter { key: k("absent") },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(counters, vec![3, 0]);
+    assert_eq!(
+        c.get_many(&[k("b1")]).await.unwrap(),
+        vec![Some("v".into())]
+    );
+    assert_eq!(c.hgetall(&k("b2")).await.unwrap()["f"], "1");
+    assert_eq!(c.hgetall(&k("b3")).await.unwrap()["g"], "2");
+    assert_eq!(
+        c.index_members(&k("bidx")).await.unwrap(),
+        vec![("n".to_string(), 5)]
     );
 }
 

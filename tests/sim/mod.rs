@@ -29,7 +29,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            fault_steps: 1_000,
+            fault_steps: 800,
             mutant: None,
             trace: true,
             full_trace: false,

@@ -623,7 +623,21 @@ impl World {
     /// An instance dies at whatever call it is at (its memory with it) and starts again.
     fn crash_instance(&mut self) {
         let alive = self.alive();
-        let i = alive[self.rng(alive.len() as u64) as usize];
+        // Half the crashes hit an instance with a restart command in flight when there is one:
+        // the window is short, and the next agent must find that restart.
+        let mid_restart: Vec<usize> = {
+            let c = lock(&self.ctl);
+            alive
+                .iter()
+                .copied()
+                .filter(|i| c.insts[self.insts[*i].id].pending.is_some())
+                .collect()
+        };
+        let i = if !mid_restart.is_empty() && self.chance(500) {
+            mid_restart[self.rng(mid_restart.len() as u64) as usize]
+        } else {
+            alive[self.rng(alive.len() as u64) as usize]
+        };
         let (id, node) = (self.insts[i].id, self.insts[i].node);
         self.insts[i].alive = false;
         self.insts[i].cycle = None;

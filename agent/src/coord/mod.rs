@@ -37,6 +37,45 @@ pub enum CoordError {
 /// One trail entry as stored: its stream id and its fields.
 pub type TrailEntry = (String, HashMap<String, String>);
 
+/// What one worker's verdict needs, read in one round trip (see [`Coordinator::read_worker`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerRead {
+    /// The store's clock at the read.
+    pub now: Millis,
+    /// The status record's fields, or why the record cannot be read (a key of another type,
+    /// bytes that are not UTF-8): that worker's problem only.
+    pub record: Result<HashMap<String, String>, String>,
+    /// The string keys asked for, in order (`None`: missing or expired).
+    pub values: Vec<Option<String>>,
+}
+
+/// One write (or counter read) of a node-level batch (see [`Coordinator::batch`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    Set {
+        key: String,
+        value: String,
+        ttl: Duration,
+    },
+    HsetTtl {
+        key: String,
+        fields: Vec<(String, String)>,
+        ttl: Duration,
+    },
+    Hset {
+        key: String,
+        fields: Vec<(String, String)>,
+    },
+    IndexTouch {
+        key: String,
+        member: String,
+        score: Millis,
+        prune_before: Millis,
+    },
+    /// Read a counter (0 when absent); its value is returned by `batch`.
+    Counter { key: String },
+}
+
 /// The primitives the pipeline needs from shared storage. Every time is the store's own clock.
 #[async_trait]
 pub trait Coordinator: Send + Sync {
@@ -101,6 +140,45 @@ pub trait Coordinator: Send + Sync {
     /// Cheap liveness check for `/readyz`.
     async fn ping(&self) -> Result<(), CoordError> {
         self.time().await.map(|_| ())
+    }
+
+    /// The clock, one status record and several string keys of *one node* (one hash slot), in
+    /// one round trip: everything a worker's verdict needs. A record that cannot be read is
+    /// returned as such (`record: Err`); only a transport failure is an error.
+    async fn read_worker(&self, status: &str, keys: &[String]) -> Result<WorkerRead, CoordError> {
+        let now = self.time().await?;
+        let record = match self.hgetall(status).await {
+            Ok(fields) => Ok(fields),
+            Err(CoordError::Command { detail, .. }) => Err(detail),
+            Err(e) => return Err(e),
+        };
+        let values = self.get_many(keys).await?;
+        Ok(WorkerRead {
+            now,
+            record,
+            values,
+        })
+    }
+
+    /// Several writes (and counter reads) in one round trip, not atomic: the node's
+    /// once-per-cycle writes. Returns the values of the `Counter` ops, in order.
+    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+        let mut counters = Vec::new();
+        for op in ops {
+            match op {
+                Op::Set { key, value, ttl } => self.set(key, value, *ttl).await?,
+                Op::HsetTtl { key, fields, ttl } => self.hset_ttl(key, fields, *ttl).await?,
+                Op::Hset { key, fields } => self.hset(key, fields).await?,
+                Op::IndexTouch {
+                    key,
+                    member,
+                    score,
+                    prune_before,
+                } => self.index_touch(key, member, *score, *prune_before).await?,
+                Op::Counter { key } => counters.push(self.counter(key).await?),
+            }
+        }
+        Ok(counters)
     }
 }
 

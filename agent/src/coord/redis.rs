@@ -51,6 +51,23 @@ return 0",
     )
 });
 
+// NB: a worker's clock, record and marks in one round trip. The record is read under pcall: a
+// key of another type is that worker's problem, not a failed cycle. All keys are one node's,
+// so one hash slot.
+static READ_WORKER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local ok, rec = pcall(redis.call, 'HGETALL', KEYS[1])
+local marks = {}
+if #KEYS > 1 then marks = redis.call('MGET', unpack(KEYS, 2)) end
+if ok then return {t[1], t[2], 1, rec, marks} end
+local why = rec
+if type(rec) == 'table' then why = rec.err or rec['err'] end
+return {t[1], t[2], 0, tostring(why), marks}",
+    )
+});
+
 pub struct RedisCoordinator {
     client: redis::Client,
     addr: String,
@@ -180,6 +197,19 @@ impl RedisCoordinator {
             Err(_) => Err(self.timed_out()),
         }
     }
+}
+
+/// A hash's fields from HGETALL's flat reply; `Err` names what is not UTF-8.
+fn record_fields(v: redis::Value) -> Result<HashMap<String, String>, String> {
+    let flat: Vec<Vec<u8>> =
+        Vec::from_redis_value(&v).map_err(|e| format!("unexpected reply: {e}"))?;
+    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| format!("a field is not UTF-8 ({e})"));
+    let mut fields = HashMap::new();
+    let mut it = flat.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        fields.insert(text(k)?, text(v)?);
+    }
+    Ok(fields)
 }
 
 /// The URL without its password, for logs and errors.
@@ -351,6 +381,84 @@ impl Coordinator for RedisCoordinator {
             Ok(r) => r.map_err(|e| self.map_err(e)),
             Err(_) => Err(self.timed_out()),
         }
+    }
+
+    async fn read_worker(
+        &self,
+        status: &str,
+        keys: &[String],
+    ) -> Result<super::WorkerRead, CoordError> {
+        let mut c = self.conn().await?;
+        let mut inv = READ_WORKER.key(status);
+        for k in keys {
+            inv.key(k);
+        }
+        let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>) =
+            match tokio::time::timeout(self.timeout, inv.invoke_async(&mut c)).await {
+                Ok(r) => r.map_err(|e| self.map_err(e))?,
+                Err(_) => return Err(self.timed_out()),
+            };
+        let (secs, micros, ok, rec, values) = raw;
+        let record = if ok == 1 {
+            record_fields(rec)
+        } else {
+            Err(String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into()))
+        };
+        Ok(super::WorkerRead {
+            now: secs * 1000 + micros / 1000,
+            record,
+            values,
+        })
+    }
+
+    async fn batch(&self, ops: &[super::Op]) -> Result<Vec<u64>, CoordError> {
+        use super::Op;
+        let mut pipe = redis::pipe();
+        for op in ops {
+            match op {
+                Op::Set { key, value, ttl } => {
+                    pipe.cmd("SET").arg(key).arg(value).arg("PX").arg(px(*ttl));
+                    pipe.ignore();
+                }
+                Op::HsetTtl { key, fields, ttl } => {
+                    let hset = pipe.cmd("HSET").arg(key);
+                    for (k, v) in fields {
+                        hset.arg(k).arg(v);
+                    }
+                    pipe.ignore().cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
+                }
+                Op::Hset { key, fields } => {
+                    let hset = pipe.cmd("HSET").arg(key);
+                    for (k, v) in fields {
+                        hset.arg(k).arg(v);
+                    }
+                    pipe.ignore();
+                }
+                Op::IndexTouch {
+                    key,
+                    member,
+                    score,
+                    prune_before,
+                } => {
+                    pipe.cmd("ZADD").arg(key).arg(*score).arg(member).ignore();
+                    pipe.cmd("ZREMRANGEBYSCORE")
+                        .arg(key)
+                        .arg("-inf")
+                        .arg(format!("({prune_before}"))
+                        .ignore();
+                }
+                Op::Counter { key } => {
+                    pipe.cmd("GET").arg(key);
+                }
+            }
+        }
+        let mut c = self.conn().await?;
+        let counters: Vec<Option<u64>> =
+            match tokio::time::timeout(self.timeout, pipe.query_async(&mut c)).await {
+                Ok(r) => r.map_err(|e| self.map_err(e))?,
+                Err(_) => return Err(self.timed_out()),
+            };
+        Ok(counters.into_iter().map(|v| v.unwrap_or(0)).collect())
     }
 
     async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {

@@ -16,7 +16,7 @@ use crate::actions::alert::{Alert, AlertKind, Notifier};
 use crate::backoff::Backoff;
 use crate::clock::Millis;
 use crate::config::Config;
-use crate::coord::{CoordError, Coordinator, Keys};
+use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::engine::mutant::Mutant;
 use crate::engine::node::SharedFacts;
 use crate::engine::restart::MARK_TTL;
@@ -123,6 +123,10 @@ pub struct Agent {
     record: crate::engine::heartbeat::SharedRecord,
     /// A known-bad variant planted by the simulation's own test; always `None` otherwise.
     mutant: Option<Mutant>,
+    /// Progress marks to write with this cycle's batch: (key, value).
+    pub(crate) deferred: Vec<(String, String)>,
+    /// The coordinator's clock as last read in this cycle (stamps the node record).
+    cycle_now: Millis,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -180,6 +184,8 @@ impl Agent {
             term: CancellationToken::new(),
             record: Default::default(),
             mutant: None,
+            deferred: Vec::new(),
+            cycle_now: 0,
             cfg,
         }
     }
@@ -421,7 +427,9 @@ impl Agent {
 
     /// Evaluate every worker; `Ok(false)` when the runtime could not list them.
     async fn evaluate_all(&mut self, report: &mut CycleReport) -> Result<bool, CoordError> {
+        self.deferred.clear();
         let now = self.coord.time().await?;
+        self.cycle_now = now;
         let Some(containers) = self.list_workers(report).await else {
             return Ok(false);
         };
@@ -550,9 +558,12 @@ impl Agent {
 
     /// One worker, with its own fresh clock and the node's state for it.
     async fn evaluate_one(&mut self, c: &Container) -> Result<Verdict, CoordError> {
-        // NB: a fresh clock per worker: a restart of the previous worker can take minutes,
-        // and a stale `now` would stamp timers in the past.
-        let now = self.coord.time().await?;
+        // NB: a fresh clock per worker (a restart of the previous worker can take minutes, and
+        // a stale `now` would stamp timers in the past), read with the record and the marks:
+        // one round trip per worker.
+        let read = self.read_worker(&c.worker).await?;
+        let now = read.now;
+        self.cycle_now = now;
         // Each worker may run the restart pipeline (minutes at worst): the loop is alive.
         self.health.beat().await;
         let gpus = c.gpus.as_deref();
@@ -568,7 +579,7 @@ impl Agent {
             crate::engine::gpu::clock_ms(),
             &self.cfg.gpu,
         );
-        self.evaluate(c, now).await
+        self.evaluate(c, read).await
     }
 
     /// Whether maintenance stands restarts down at `now` (coordinator clock).
@@ -580,7 +591,7 @@ impl Agent {
     /// Publish this node's record for the fleet view (best-effort: a failure is only logged,
     /// the next cycle writes it again).
     async fn heartbeat(&mut self) -> Result<(), CoordError> {
-        let now = self.coord.time().await?;
+        let now = self.cycle_now;
         let maintenance = {
             let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
             f.maintenance.phase.as_str()
@@ -601,33 +612,42 @@ impl Agent {
             dry_run: self.cfg.dry_run,
             updated_at: now,
         };
-        if let Ok(mut shared) = self.record.lock() {
-            *shared = Some(rec.clone());
-        }
-        if let Err(e) = fleet::publish(
-            self.coord.as_ref(),
-            &self.keys,
-            &rec,
-            self.cfg.fleet.heartbeat_ttl,
-        )
-        .await
-        {
-            tracing::warn!(error = %e, "heartbeat not published");
-            return Err(e);
-        }
-        // The breaker and budget state, for dashboards (two reads per cycle).
+        // One round trip for the node: the record, the fleet index, the progress marks of the
+        // cycle, and the breaker and budget counters the gauges show.
         let s = &self.cfg.safety;
         let day = crate::policy::caps::breaker_day(now);
-        if let Ok(used) = self.coord.counter(&self.keys.breaker(&day)).await {
-            self.metrics.breaker_used.set(used as i64);
-            let open = crate::policy::caps::breaker_open(used, s);
-            self.metrics.breaker_open.set(i64::from(open));
-        }
+        let mut ops = fleet::publish_ops(&self.keys, &rec, self.cfg.fleet.heartbeat_ttl);
+        ops.extend(self.deferred.drain(..).map(|(key, value)| Op::Set {
+            key,
+            value,
+            ttl: MARK_TTL,
+        }));
+        ops.push(Op::Counter {
+            key: self.keys.breaker(&day),
+        });
         if s.fleet_budget > 0 {
             let window = crate::policy::caps::fleet_window(now, s.fleet_window);
-            if let Ok(used) = self.coord.counter(&self.keys.fleet_budget(window)).await {
-                self.metrics.fleet_budget_used.set(used as i64);
+            ops.push(Op::Counter {
+                key: self.keys.fleet_budget(window),
+            });
+        }
+        let counters = match self.coord.batch(&ops).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat not published");
+                return Err(e);
             }
+        };
+        if let Ok(mut shared) = self.record.lock() {
+            *shared = Some((rec, tokio::time::Instant::now()));
+        }
+        if let Some(used) = counters.first() {
+            self.metrics.breaker_used.set(*used as i64);
+            let open = crate::policy::caps::breaker_open(*used, s);
+            self.metrics.breaker_open.set(i64::from(open));
+        }
+        if let Some(used) = counters.get(1) {
+            self.metrics.fleet_budget_used.set(*used as i64);
         }
         Ok(())
     }

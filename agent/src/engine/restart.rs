@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::actions::alert::{Alert, AlertKind};
 use crate::clock::{human, ms, Millis};
 use crate::config::LOCK_MARGIN;
-use crate::coord::CoordError;
+use crate::coord::{CoordError, WorkerRead};
 use crate::engine::agent::{About, Agent};
 use crate::engine::mutant::Mutant;
 use crate::model::container::Container;
@@ -110,6 +110,37 @@ impl Act<'_> {
     }
 }
 
+/// The marks of a worker from the values of [`Agent::worker_keys`].
+fn marks_from(v: &[Option<String>]) -> Marks {
+    let get = |i: usize| v.get(i).cloned().flatten();
+    let suspect = get(0).and_then(|s| {
+        let (hb, seen) = split_pair(&s)?;
+        Some((hb, seen.parse().ok()?))
+    });
+    let incident = get(1)
+        .and_then(|s| split_pair(&s))
+        .map(|(started, id)| Incident { started, id });
+    let progress = get(3)
+        .and_then(|s| split_pair(&s))
+        .map(|(since, value)| (value, since));
+    let episodes = Episode::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| get(7 + i).is_some())
+        .map(|(_, e)| *e)
+        .collect();
+    Marks {
+        suspect,
+        incident,
+        error_since: get(2).and_then(|s| s.parse().ok()),
+        progress,
+        cooldown: get(4).is_some(),
+        restarted_at: get(5).and_then(|s| s.parse().ok()),
+        escalated: get(6).is_some(),
+        episodes,
+    }
+}
+
 fn split_pair(s: &str) -> Option<(Millis, String)> {
     let (a, b) = s.split_once(':')?;
     Some((a.parse().ok()?, b.to_string()))
@@ -159,8 +190,9 @@ fn short(id: &str) -> &str {
 }
 
 impl Agent {
-    /// Read every mark of a worker in one round trip.
-    pub(crate) async fn read_marks(&self, worker: &str) -> Result<Marks, CoordError> {
+    /// The keys a worker's verdict reads besides its record: its marks, then its incarnation
+    /// (last, at [`Agent::incarnation_slot`]).
+    fn worker_keys(&self, worker: &str) -> Vec<String> {
         let k = &self.keys;
         let mut keys = vec![
             k.suspect(worker),
@@ -174,42 +206,36 @@ impl Agent {
         for e in Episode::ALL {
             keys.push(k.episode(worker, e.as_str()));
         }
-        let v = self.coord.get_many(&keys).await?;
-        let get = |i: usize| v.get(i).cloned().flatten();
-        let suspect = get(0).and_then(|s| {
-            let (hb, seen) = split_pair(&s)?;
-            Some((hb, seen.parse().ok()?))
-        });
-        let incident = get(1)
-            .and_then(|s| split_pair(&s))
-            .map(|(started, id)| Incident { started, id });
-        let progress = get(3)
-            .and_then(|s| split_pair(&s))
-            .map(|(since, value)| (value, since));
-        let episodes = Episode::ALL
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| get(7 + i).is_some())
-            .map(|(_, e)| *e)
-            .collect();
-        Ok(Marks {
-            suspect,
-            incident,
-            error_since: get(2).and_then(|s| s.parse().ok()),
-            progress,
-            cooldown: get(4).is_some(),
-            restarted_at: get(5).and_then(|s| s.parse().ok()),
-            escalated: get(6).is_some(),
-            episodes,
-        })
+        keys.push(k.incarnation(worker));
+        keys
     }
 
-    pub(crate) async fn read_status(
-        &self,
-        worker: &str,
-    ) -> Result<Option<WorkerStatus>, CoordError> {
-        let fields = self.coord.hgetall(&self.keys.status(worker)).await?;
-        Ok(WorkerStatus::from_fields(&fields))
+    /// Where the incarnation is in [`Agent::worker_keys`]; the cooldown marker is at 4.
+    const fn incarnation_slot() -> usize {
+        7 + Episode::ALL.len()
+    }
+
+    /// The clock, the record and every mark of a worker, in one round trip.
+    pub(crate) async fn read_worker(&self, worker: &str) -> Result<WorkerRead, CoordError> {
+        let keys = self.worker_keys(worker);
+        self.coord
+            .read_worker(&self.keys.status(worker), &keys)
+            .await
+    }
+
+    /// The record of a read, or why it cannot be read.
+    fn status_of(&self, worker: &str, read: &WorkerRead) -> (Option<WorkerStatus>, Option<String>) {
+        // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
+        // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
+        // key and the problem), and the cycle goes on. Only a transport failure fails closed.
+        match &read.record {
+            Ok(fields) => (WorkerStatus::from_fields(fields), None),
+            Err(detail) => {
+                let key = self.keys.status(worker);
+                let why = format!("the status record {key} cannot be read: {detail}");
+                (None, Some(why))
+            }
+        }
     }
 
     fn alert_for(
@@ -236,24 +262,20 @@ impl Agent {
     pub(crate) async fn evaluate(
         &mut self,
         c: &Container,
-        now: Millis,
+        read: WorkerRead,
     ) -> Result<Verdict, CoordError> {
-        self.track_incarnation(c, now).await?;
-        // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
-        // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
-        // key and the problem), and the cycle goes on. Only a transport failure fails closed.
-        let (status, invalid) = match self.read_status(&c.worker).await {
-            Ok(s) => (s, None),
-            Err(CoordError::Command { detail, .. }) => {
-                let key = self.keys.status(&c.worker);
-                (
-                    None,
-                    Some(format!("the status record {key} cannot be read: {detail}")),
-                )
-            }
-            Err(e) => return Err(e),
+        let slot = Self::incarnation_slot();
+        let prev = read.values.get(slot).cloned().flatten();
+        let cooling = read.values.get(4).cloned().flatten();
+        // A new incarnation changes the marks (its cooldown, dropped timers): read them again
+        // (one more round trip, only then).
+        let read = match self.track_incarnation(c, read.now, prev, cooling).await? {
+            true => self.read_worker(&c.worker).await?,
+            false => read,
         };
-        let marks = self.read_marks(&c.worker).await?;
+        let now = read.now;
+        let (status, invalid) = self.status_of(&c.worker, &read);
+        let marks = marks_from(&read.values);
         let cfg = &self.cfg.policy;
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
         let effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
@@ -293,8 +315,12 @@ impl Agent {
                 .map(drop),
             Effect::ClearErrorSince => self.coord.del(&[k.error_since(w)]).await,
             Effect::RecordProgress(value) => {
+                // NB: written with the node's once-per-cycle batch, not a round trip per worker
+                // per cycle: progress feeds the stalled alert only, and a cycle that fails
+                // before the batch records it on the next.
                 let v = format!("{now}:{value}");
-                self.coord.set(&k.progress(w), &v, MARK_TTL).await
+                self.deferred.push((k.progress(w), v));
+                Ok(())
             }
             Effect::ClearProgress => self.coord.del(&[k.progress(w)]).await,
             Effect::ClearIncident(end) => self.clear_incident(case, end, now).await,
@@ -526,20 +552,20 @@ impl Agent {
     /// A new incarnation of the container that we did not start (an operator's `docker
     /// restart`, Docker's restart policy) boots just like ours and looks just as hung: it gets
     /// the same cooldown marker, and any timer of the previous incarnation is dropped.
-    async fn track_incarnation(&mut self, c: &Container, now: Millis) -> Result<(), CoordError> {
+    /// `prev` and `cooling`: the incarnation recorded and the cooldown marker, as just read.
+    /// True when anything was written (the marks read before are stale then).
+    async fn track_incarnation(
+        &mut self,
+        c: &Container,
+        now: Millis,
+        prev: Option<String>,
+        cooling: Option<String>,
+    ) -> Result<bool, CoordError> {
         let k = self.keys.clone();
         let w = c.worker.as_str();
         let seen = incarnation(c);
-        let read = self
-            .coord
-            .get_many(&[k.incarnation(w), k.cooldown(w)])
-            .await?;
-        let (prev, cooling) = (
-            read.first().cloned().flatten(),
-            read.get(1).cloned().flatten(),
-        );
         if prev.as_deref() == Some(seen.as_str()) {
-            return Ok(());
+            return Ok(false);
         }
         // Our own restart of exactly the previous incarnation left a marker saying so: the new
         // incarnation is ours, and its cooldown began with the command.
@@ -567,7 +593,7 @@ impl Agent {
         }
         self.coord.set(&k.incarnation(w), &seen, MARK_TTL).await?;
         if !external {
-            return Ok(());
+            return Ok(true);
         }
         let cooldown = humantime::format_duration(self.cfg.policy.cooldown);
         let about = About::worker(w, Verdict::Booting);
@@ -576,13 +602,15 @@ impl Agent {
                 "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran, or someone else's did); treated as booting for {cooldown}",
                 short(&c.id)
             );
-            return self.note(now, about, Code::Restarted, detail).await;
+            self.note(now, about, Code::Restarted, detail).await?;
+            return Ok(true);
         }
         let detail = format!(
             "container {} restarted outside Vigil; treated as booting for {cooldown}",
             short(&c.id)
         );
-        self.note(now, about, Code::ExternalRestart, detail).await
+        self.note(now, about, Code::ExternalRestart, detail).await?;
+        Ok(true)
     }
 
     /// Steps 2–8 of the pipeline. Always releases the lock it took.
@@ -875,15 +903,17 @@ impl Agent {
     /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
     /// (shutdown, maintenance, GPU) and the incarnation. `Some(skip)` ends the pass.
     async fn last_moment_checks(&mut self, act: &Act<'_>) -> Result<Option<Skip>, CoordError> {
-        let now = self.coord.time().await?;
         let w = act.case.worker();
-        let checked = if self.planted(Mutant::NoRevalidation) {
-            Ok(())
+        let (now, checked) = if self.planted(Mutant::NoRevalidation) {
+            (self.coord.time().await?, Ok(()))
         } else {
-            let fresh_status = self.read_status(w).await?;
-            let fresh_marks = self.read_marks(w).await?;
+            // A fresh clock, record and marks, in one round trip.
+            let fresh = self.read_worker(w).await?;
+            let (status, _) = self.status_of(w, &fresh);
+            let marks = marks_from(&fresh.values);
             let cfg = &self.cfg.policy;
-            policy::revalidate(act.case.v, fresh_status.as_ref(), &fresh_marks, now, cfg)
+            let checked = policy::revalidate(act.case.v, status.as_ref(), &marks, fresh.now, cfg);
+            (fresh.now, checked)
         };
         if let Err(cancel) = checked {
             let k = &self.keys;

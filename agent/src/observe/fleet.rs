@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::clock::{human, ms, Millis};
-use crate::coord::{CoordError, Coordinator, Keys};
+use crate::coord::{CoordError, Coordinator, Keys, Op};
 
 /// Index entries older than this are pruned (a node gone for a day is forgotten).
 pub(crate) const INDEX_RETENTION: Duration = Duration::from_secs(24 * 3600);
@@ -84,20 +84,31 @@ pub async fn publish(
     rec: &NodeRecord,
     ttl: Duration,
 ) -> Result<(), CoordError> {
-    coord.hset_ttl(&keys.agent(), &rec.fields(), ttl).await?;
+    coord.batch(&publish_ops(keys, rec, ttl)).await.map(drop)
+}
+
+/// The writes that publish a node record: the record itself (with its TTL), the node's slice,
+/// and its entry in the fleet index (pruned of nodes silent past the retention).
+pub fn publish_ops(keys: &Keys, rec: &NodeRecord, ttl: Duration) -> Vec<Op> {
     // The slice outlives the record, so a node that went silent still counts against it.
     let place = serde_json::json!([rec.pool, rec.slice]).to_string();
-    coord
-        .hset(&keys.fleet_slices(), &[(rec.node.clone(), place)])
-        .await?;
-    coord
-        .index_touch(
-            &keys.fleet_nodes(),
-            &rec.node,
-            rec.updated_at,
-            rec.updated_at - ms(INDEX_RETENTION),
-        )
-        .await
+    vec![
+        Op::HsetTtl {
+            key: keys.agent(),
+            fields: rec.fields(),
+            ttl,
+        },
+        Op::Hset {
+            key: keys.fleet_slices(),
+            fields: vec![(rec.node.clone(), place)],
+        },
+        Op::IndexTouch {
+            key: keys.fleet_nodes(),
+            member: rec.node.clone(),
+            score: rec.updated_at,
+            prune_before: rec.updated_at - ms(INDEX_RETENTION),
+        },
+    ]
 }
 
 /// A node as the fleet view shows it.
