@@ -239,6 +239,14 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         c.index_members(&k("bidx")).await.unwrap(),
         vec![("n".to_string(), 5)]
     );
+    let many = c
+        .hgetall_many(&[k("b2"), k("absent"), k("b3")])
+        .await
+        .unwrap();
+    assert_eq!(many.len(), 3);
+    assert_eq!(many[0]["f"], "1");
+    assert!(many[1].is_empty());
+    assert_eq!(many[2]["g"], "2");
 }
 
 #[tokio::test]

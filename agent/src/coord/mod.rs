@@ -160,6 +160,19 @@ pub trait Coordinator: Send + Sync {
         })
     }
 
+    /// Several hashes at once (a missing one is empty): the fleet view reads every node's
+    /// record in a few round trips, not one per node.
+    async fn hgetall_many(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(self.hgetall(k).await?);
+        }
+        Ok(out)
+    }
+
     /// Several writes (and counter reads) in one round trip, not atomic: the node's
     /// once-per-cycle writes. Returns the values of the `Counter` ops, in order.
     async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {

@@ -84,6 +84,11 @@ impl Opportunistic {
         let Some((now, since)) = self.idle_since().await else {
             return ClaimStep::Unchanged;
         };
+        // NB: the fleet is read only once the node has been idle long enough to claim: an idle
+        // node does not read every record of the fleet every tick.
+        if now - since < crate::clock::ms(self.cfg.opportunistic.idle_for) {
+            return ClaimStep::Unchanged;
+        }
         let Some(others) = self.others_healthy().await else {
             return ClaimStep::Unchanged;
         };

@@ -159,10 +159,15 @@ pub async fn read(
             Some((node, (pool, slice)))
         })
         .collect();
-    let mut out = Vec::new();
-    for (node, last_seen) in coord.index_members(&index).await? {
-        let keys = Keys::new(prefix, &node);
-        let rec = NodeRecord::from_fields(&coord.hgetall(&keys.agent()).await?);
+    let members = coord.index_members(&index).await?;
+    let record_keys: Vec<String> = members
+        .iter()
+        .map(|(node, _)| Keys::new(prefix, node).agent())
+        .collect();
+    let records = coord.hgetall_many(&record_keys).await?;
+    let mut out = Vec::with_capacity(members.len());
+    for ((node, last_seen), fields) in members.into_iter().zip(records) {
+        let rec = NodeRecord::from_fields(&fields);
         out.push(NodeView {
             health: health(rec.as_ref()),
             node,

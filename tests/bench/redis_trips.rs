@@ -1,0 +1,302 @@
+//! Benchmark (figures, not a test): what a healthy node costs Redis per cycle, for 1, 8 and 32
+//! workers — the real agent (`Agent::cycle`) over the real Redis coordinator against a private
+//! `redis-server`, with the simulated runtime standing in for Docker.
+//!
+//! Round trips are counted at the client (every coordinator call is one request and one
+//! reply: a command, a pipeline or a script); commands are counted by Redis itself
+//! (`INFO commandstats`, after `CONFIG RESETSTAT`; the commands a script runs are counted
+//! there too).
+//!
+//! Run: `bash scripts/bench-redis.sh [CYCLES]`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use vigil::actions::alert::Notifier;
+use vigil::clock::Millis;
+use vigil::config::Config;
+use vigil::coord::redis::RedisCoordinator;
+use vigil::coord::{heartbeat_value, CoordError, Coordinator, Keys, Op, TrailEntry, WorkerRead};
+use vigil::engine::agent::Agent;
+use vigil::observe::metrics::Metrics;
+use vigil::runtime::sim::FakeRuntime;
+
+/// Counts round trips: each call is one exchange with Redis.
+struct Counting {
+    inner: RedisCoordinator,
+    trips: AtomicU64,
+}
+
+impl Counting {
+    fn trip(&self) {
+        self.trips.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl Coordinator for Counting {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn single_node(&self) -> bool {
+        false
+    }
+    async fn time(&self) -> Result<Millis, CoordError> {
+        self.trip();
+        self.inner.time().await
+    }
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
+        self.trip();
+        self.inner.get_many(keys).await
+    }
+    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
+        self.trip();
+        self.inner.set_nx(key, value, ttl).await
+    }
+    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
+        self.trip();
+        self.inner.set(key, value, ttl).await
+    }
+    async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
+        self.trip();
+        self.inner.del(keys).await
+    }
+    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
+        self.trip();
+        self.inner.owner_ttl(key, token).await
+    }
+    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
+        self.trip();
+        self.inner.del_if_owner(key, token).await
+    }
+    async fn incr_capped(
+        &self,
+        key: &str,
+        cap: u64,
+        ttl: Duration,
+    ) -> Result<Option<u64>, CoordError> {
+        self.trip();
+        self.inner.incr_capped(key, cap, ttl).await
+    }
+    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
+        self.trip();
+        self.inner.counter(key).await
+    }
+    async fn decr(&self, key: &str) -> Result<(), CoordError> {
+        self.trip();
+        self.inner.decr(key).await
+    }
+    async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
+        self.trip();
+        self.inner.hgetall(key).await
+    }
+    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
+        self.trip();
+        self.inner.hset(key, fields).await
+    }
+    async fn append(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        max_len: usize,
+    ) -> Result<(), CoordError> {
+        self.trip();
+        self.inner.append(key, fields, max_len).await
+    }
+    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
+        self.trip();
+        self.inner.read_recent(key, count).await
+    }
+    async fn hset_ttl(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        ttl: Duration,
+    ) -> Result<(), CoordError> {
+        self.trip();
+        self.inner.hset_ttl(key, fields, ttl).await
+    }
+    async fn index_touch(
+        &self,
+        key: &str,
+        member: &str,
+        score: Millis,
+        prune_before: Millis,
+    ) -> Result<(), CoordError> {
+        self.trip();
+        self.inner
+            .index_touch(key, member, score, prune_before)
+            .await
+    }
+    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
+        self.trip();
+        self.inner.index_members(key).await
+    }
+    async fn read_worker(&self, status: &str, keys: &[String]) -> Result<WorkerRead, CoordError> {
+        self.trip();
+        self.inner.read_worker(status, keys).await
+    }
+    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+        self.trip();
+        self.inner.batch(ops).await
+    }
+}
+
+/// A private `redis-server` on a free port, killed on drop.
+struct Server(std::process::Child, u16);
+
+impl Server {
+    fn start() -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/setup.sh installs it)");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Server(child, port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redis-server did not listen on {port}");
+    }
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.1)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `INFO commandstats` as command → calls.
+async fn commandstats(url: &str) -> HashMap<String, u64> {
+    let client = redis::Client::open(url).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').next()?.strip_prefix("calls=")?;
+            Some((name.to_string(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn reset(url: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+async fn one_size(url: &str, workers: usize, cycles: u64) {
+    let node = format!("bench-{workers}");
+    let coord = Arc::new(Counting {
+        inner: RedisCoordinator::new(url, Duration::from_secs(2)).unwrap(),
+        trips: AtomicU64::new(0),
+    });
+    let runtime = FakeRuntime::default();
+    for i in 0..workers {
+        runtime.add(&format!("c{i}"), &format!("w{i}"));
+    }
+    let cfg = Config {
+        node_name: node.clone(),
+        ..Config::default()
+    };
+    let keys = Keys::new(&cfg.redis.key_prefix, &node);
+    let metrics = Arc::new(Metrics::new());
+    let mut agent = Agent::new(
+        cfg,
+        coord.clone(),
+        Arc::new(runtime),
+        Notifier::new(None, metrics.clone()),
+        metrics,
+    );
+    let beat = |step: u64| {
+        let (coord, keys) = (coord.clone(), keys.clone());
+        async move {
+            let now = coord.inner.time().await.unwrap();
+            for i in 0..workers {
+                let fields = [
+                    ("state".to_string(), "processing".to_string()),
+                    ("heartbeat".to_string(), heartbeat_value(now)),
+                    ("progress".to_string(), format!("step {step}")),
+                ];
+                coord
+                    .inner
+                    .hset(&keys.status(&format!("w{i}")), &fields)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    // The first cycle records each incarnation: not a steady state.
+    beat(0).await;
+    agent.cycle().await;
+    reset(url).await;
+    coord.trips.store(0, Ordering::Relaxed);
+    for step in 1..=cycles {
+        beat(step).await; // the workers' own writes, before the counters are read
+        let before = commandstats(url).await;
+        let trips_before = coord.trips.load(Ordering::Relaxed);
+        let r = agent.cycle().await;
+        assert!(r.coordinator_error.is_none(), "{r:?}");
+        let after = commandstats(url).await;
+        if step == cycles {
+            let trips = coord.trips.load(Ordering::Relaxed) - trips_before;
+            // This benchmark's own INFO is not the agent's (the workers beat before `before`).
+            let mut cmds: Vec<(String, u64)> = after
+                .iter()
+                .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+                .filter(|(k, n)| *n > 0 && k != "info")
+                .collect();
+            cmds.sort();
+            let total: u64 = cmds.iter().map(|(_, n)| n).sum();
+            println!(
+                "{workers:>3} workers: {trips:>3} round trips/cycle ({:.2}/worker), {total:>4} Redis commands/cycle ({:.2}/worker): {}",
+                trips as f64 / workers as f64,
+                total as f64 / workers as f64,
+                cmds.iter()
+                    .map(|(k, n)| format!("{k}={n}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let cycles: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5);
+    let server = Server::start();
+    let url = server.url();
+    println!("a healthy node's cost per cycle (steady state; the last of {cycles} cycles; one private redis-server)");
+    for workers in [1, 8, 32] {
+        one_size(&url, workers, cycles).await;
+    }
+}
