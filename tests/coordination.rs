@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::real::{free_port, run_cli, shared_redis_url, unique, wait_listening};
+use common::redis_ha::{Cluster, Sentinel, SERVICE};
 use vigil::clock::{Clock, FakeClock, SystemClock};
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::redis::RedisCoordinator;
@@ -224,6 +225,11 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
                 prune_before: 0,
             },
             Op::Counter { key: k("counter") },
+            // A fleet-wide key, in another hash slot (a cluster splits the batch per slot).
+            Op::Hset {
+                key: format!("{p}:fleet:b4"),
+                fields: vec![("h".into(), "3".into())],
+            },
             Op::Counter { key: k("absent") },
         ])
         .await
@@ -235,18 +241,20 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     );
     assert_eq!(c.hgetall(&k("b2")).await.unwrap()["f"], "1");
     assert_eq!(c.hgetall(&k("b3")).await.unwrap()["g"], "2");
+    assert_eq!(c.hgetall(&format!("{p}:fleet:b4")).await.unwrap()["h"], "3");
     assert_eq!(
         c.index_members(&k("bidx")).await.unwrap(),
         vec![("n".to_string(), 5)]
     );
     let many = c
-        .hgetall_many(&[k("b2"), k("absent"), k("b3")])
+        .hgetall_many(&[k("b2"), k("absent"), format!("{p}:fleet:b4"), k("b3")])
         .await
         .unwrap();
-    assert_eq!(many.len(), 3);
+    assert_eq!(many.len(), 4);
     assert_eq!(many[0]["f"], "1");
     assert!(many[1].is_empty());
-    assert_eq!(many[2]["g"], "2");
+    assert_eq!(many[2]["h"], "3");
+    assert_eq!(many[3]["g"], "2");
 }
 
 #[tokio::test]
@@ -498,4 +506,159 @@ async fn a_bad_record_is_that_workers_problem_only() {
         .any(|a| a.detail.contains(&keys.status("b-not-utf8"))));
     assert_eq!(sink.count(AlertKind::CoordinatorDown), 0, "Redis is fine");
     assert!(metrics.encode().contains("vigil_coordinator_up 1"));
+}
+
+/// The same primitives on a real Redis Cluster of three masters: every script and multi-key
+/// command stays in one hash slot, and the node's batch and the fleet read are split per slot.
+#[tokio::test]
+async fn primitives_on_a_redis_cluster() {
+    let cluster = Cluster::start();
+    let c = RedisCoordinator::cluster(&cluster.url(), Duration::from_secs(2)).unwrap();
+    suite(&c, Time::Real, &unique("t")).await;
+}
+
+/// The same primitives through Sentinel, then a failover in the middle of a run: calls fail
+/// closed (an error, never a panic or a hang) while the master switches; afterwards the
+/// coordinator writes to the new master, and the node lock taken before the switch is still
+/// held by its owner and refused to anyone else.
+#[tokio::test]
+async fn primitives_through_sentinel_and_across_a_failover() {
+    let s = Sentinel::start();
+    let c = RedisCoordinator::sentinel(&s.url(), SERVICE, Duration::from_secs(2)).unwrap();
+    suite(&c, Time::Real, &unique("t")).await;
+
+    let p = unique("f");
+    let lock = format!("{p}:{{n}}:lock");
+    assert!(c
+        .set_nx(&lock, "token-a", Duration::from_secs(120))
+        .await
+        .unwrap());
+    s.sync();
+    s.failover();
+    let after = format!("{p}:{{n}}:after");
+    let started = std::time::Instant::now();
+    let mut failed = 0;
+    loop {
+        match c.set(&after, "1", Duration::from_secs(60)).await {
+            Ok(()) => break,
+            Err(e) => {
+                failed += 1;
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "no write after the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    assert_eq!(
+        s.get(s.replica, &after),
+        "1",
+        "the write went to the new master"
+    );
+    assert!(
+        failed >= 1,
+        "the demoted master's READONLY was an error (fail closed), then the agent reconnected"
+    );
+    assert!(
+        !c.set_nx(&lock, "token-b", Duration::from_secs(60))
+            .await
+            .unwrap(),
+        "the lock came across: nobody else takes it"
+    );
+    assert!(c.owner_ttl(&lock, "token-a").await.unwrap().is_some());
+}
+
+/// The agent itself across a Sentinel failover in the middle of an incident: no restart while
+/// the master switches (fail closed), and afterwards the same incident — its timer came across
+/// with the data — ends in exactly one restart, under the lock, recorded with its incident id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
+    use common::fakes::{FakeRuntime, RecordingSink};
+    use vigil::actions::alert::Notifier;
+    use vigil::config::{Config, RedisMode};
+    use vigil::engine::agent::Agent;
+    use vigil::observe::metrics::Metrics;
+    let s = Sentinel::start();
+    let prefix = unique("fo");
+    let mut cfg = Config {
+        node_name: "n1".into(),
+        ..Config::default()
+    };
+    cfg.redis.url = s.url();
+    cfg.redis.mode = RedisMode::Sentinel;
+    cfg.redis.sentinel_service = SERVICE.into();
+    cfg.redis.key_prefix = prefix.clone();
+    cfg.policy.stale_after = Duration::from_secs(2);
+    cfg.policy.confirm_after = Duration::from_millis(500);
+    // Long enough for the failover (promotion, then the old master demoted) to end first.
+    cfg.policy.restart_delay = Duration::from_secs(15);
+    cfg.validate().unwrap();
+    let coord: Arc<dyn Coordinator> =
+        Arc::new(RedisCoordinator::sentinel(&s.url(), SERVICE, Duration::from_secs(2)).unwrap());
+    let keys = Keys::new(&prefix, "n1");
+    let runtime = FakeRuntime::default();
+    runtime.add("c1", "w1");
+    write_status(
+        coord.as_ref(),
+        &keys,
+        "w1",
+        &[("state".to_string(), "processing".to_string())],
+    )
+    .await
+    .unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let notifier = Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone());
+    let mut agent = Agent::new(
+        cfg,
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        notifier,
+        metrics,
+    );
+    let incident = loop {
+        agent.cycle().await;
+        if let Some(v) = coord.get_many(&[keys.incident("w1")]).await.unwrap()[0].clone() {
+            break v;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    s.sync();
+    let failover = tokio::task::spawn_blocking(move || {
+        s.failover();
+        s
+    });
+    let mut failed_closed = 0;
+    while !failover.is_finished() {
+        let r = agent.cycle().await;
+        failed_closed += usize::from(r.coordinator_error.is_some());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let _s = failover.await.unwrap();
+    assert_eq!(
+        runtime.restarts("c1"),
+        0,
+        "no restart while the master switched"
+    );
+    let started = std::time::Instant::now();
+    while runtime.restarts("c1") == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the incident did not resume"
+        );
+        let r = agent.cycle().await;
+        failed_closed += usize::from(r.coordinator_error.is_some());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for _ in 0..5 {
+        agent.cycle().await;
+    }
+    assert_eq!(runtime.restarts("c1"), 1, "exactly one restart");
+    let id = incident.split_once(':').unwrap().1;
+    let trail = coord.read_recent(&keys.trail(), 100).await.unwrap();
+    assert!(
+        trail.iter().any(|(_, f)| f["decision"] == "restarted"
+            && f.get("incident").map(String::as_str) == Some(id)),
+        "the restart is the incident's ({failed_closed} cycles failed closed): {trail:?}"
+    );
 }

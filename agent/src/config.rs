@@ -395,8 +395,17 @@ pub struct CheckpointConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
-    /// `redis://[:password@]host:port[/db]`; env `REDIS_URL`. Empty: embedded single-node coordinator.
+    /// `redis://[:password@]host:port[/db]`; env `REDIS_URL`. Empty: embedded single-node
+    /// coordinator. With `mode = "cluster"`: the cluster's seed nodes, comma-separated; with
+    /// `mode = "sentinel"`: the Sentinels, comma-separated (their credentials and database are
+    /// the master's too).
     pub url: String,
+    /// `single` (one server, or a managed endpoint that fails over behind one address),
+    /// `cluster` (Redis Cluster), or `sentinel` (the master Sentinel names, followed across
+    /// failovers).
+    pub mode: RedisMode,
+    /// With `mode = "sentinel"`: the name the Sentinels monitor the master under.
+    pub sentinel_service: String,
     /// First component of every key Vigil writes.
     pub key_prefix: String,
     /// Per-command timeout; a slower Redis counts as unreachable (and restarts pause).
@@ -407,6 +416,16 @@ pub struct RedisConfig {
     /// For `rediss://`: a PEM file of the CA that signed the server's certificate (e.g. a
     /// managed Redis's server CA); empty = the system's trusted roots.
     pub ca_file: String,
+}
+
+/// How `redis.url` is reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    #[default]
+    Single,
+    Cluster,
+    Sentinel,
 }
 
 /// Which container runtime the agent speaks to.
@@ -632,6 +651,8 @@ impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             url: String::new(),
+            mode: RedisMode::Single,
+            sentinel_service: String::new(),
             key_prefix: "vigil".into(),
             timeout: Duration::from_secs(2),
             trail_max_len: 1000,
@@ -937,21 +958,35 @@ impl Config {
             );
         }
         let has_scheme = |s: &str, schemes: &[&str]| schemes.iter().any(|p| s.starts_with(p));
-        if !self.redis.url.is_empty()
-            && !has_scheme(&self.redis.url, &["redis://", "rediss://", "unix://"])
-        {
+        let urls = crate::coord::redis::split_urls(&self.redis.url);
+        if urls.len() > 1 && self.redis.mode == RedisMode::Single {
             return bad(
                 "redis.url",
-                format!(
-                    "`{}` is not a redis://, rediss:// or unix:// URL",
-                    self.redis.url
-                ),
+                "lists several servers: set redis.mode = \"cluster\" (Redis Cluster seed nodes) or \"sentinel\" (the Sentinels)",
             );
         }
-        if !self.redis.url.is_empty() {
-            if let Err(e) = redis::Client::open(self.redis.url.as_str()) {
-                return bad("redis.url", format!("does not parse: {e}"));
+        for url in &urls {
+            if !has_scheme(url, &["redis://", "rediss://", "unix://"]) {
+                return bad(
+                    "redis.url",
+                    format!("`{url}` is not a redis://, rediss:// or unix:// URL"),
+                );
             }
+            if let Err(e) = redis::Client::open(url.as_str()) {
+                return bad("redis.url", format!("`{url}` does not parse: {e}"));
+            }
+        }
+        if self.redis.mode != RedisMode::Single && urls.is_empty() {
+            return bad(
+                "redis.url",
+                "is empty: redis.mode = cluster or sentinel needs the servers' addresses",
+            );
+        }
+        if self.redis.mode == RedisMode::Sentinel && self.redis.sentinel_service.trim().is_empty() {
+            return bad(
+                "redis.sentinel_service",
+                "is empty: name the master the Sentinels monitor (as in `sentinel monitor NAME ...`)",
+            );
         }
         if !self.redis.ca_file.is_empty() && !self.redis.url.starts_with("rediss://") {
             return bad(

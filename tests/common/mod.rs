@@ -11,4 +11,5 @@ pub mod fake_kube;
 pub mod fake_metadata;
 pub mod fakes;
 pub mod real;
+pub mod redis_ha;
 pub mod wiring;

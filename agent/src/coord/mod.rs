@@ -76,6 +76,19 @@ pub enum Op {
     Counter { key: String },
 }
 
+impl Op {
+    /// The key the op writes (or reads).
+    pub fn key(&self) -> &str {
+        match self {
+            Op::Set { key, .. }
+            | Op::HsetTtl { key, .. }
+            | Op::Hset { key, .. }
+            | Op::IndexTouch { key, .. }
+            | Op::Counter { key } => key,
+        }
+    }
+}
+
 /// The primitives the pipeline needs from shared storage. Every time is the store's own clock.
 #[async_trait]
 pub trait Coordinator: Send + Sync {

@@ -1,14 +1,26 @@
 //! The Redis coordinator. Atomic compare-and-act steps are Lua scripts on one key each, so they
 //! are single-slot in Redis Cluster. Every command has a timeout: a Redis that does not answer is
 //! treated exactly like one that is down (restarts pause; the agent fails closed).
+//!
+//! Three ways to reach Redis (`redis.mode`): one server (`single`, through the `redis` crate's
+//! reconnecting connection manager), a Redis Cluster (`cluster`, the crate's cluster client:
+//! MOVED/ASK handled there; every script and multi-key command here stays in one hash slot, and
+//! pipelines are split per slot), or a master found through Sentinel (`sentinel`: the
+//! connection is dropped on any transport error or a `READONLY` answer — a demoted master —
+//! and the next call asks the Sentinels again).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, FromRedisValue, Script};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::Mutex;
 
 use super::{CoordError, Coordinator, TrailEntry};
@@ -68,11 +80,57 @@ return {t[1], t[2], 0, tostring(why), marks}",
     )
 });
 
+/// Where the servers are.
+enum Target {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+    Sentinel(Mutex<SentinelClient>),
+}
+
+/// A connection of any of the three kinds; cheap to clone (each is multiplexed).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(MultiplexedConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
+        }
+    }
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
+        }
+    }
+}
+
 pub struct RedisCoordinator {
-    client: redis::Client,
+    target: Target,
     addr: String,
     timeout: Duration,
-    conn: Mutex<Option<ConnectionManager>>,
+    conn: Mutex<Option<Conn>>,
+    /// Set when the connection must be made again (Sentinel: the master may have moved).
+    stale: AtomicBool,
 }
 
 impl RedisCoordinator {
@@ -82,9 +140,72 @@ impl RedisCoordinator {
         Self::with_ca(url, None, timeout)
     }
 
-    /// From the `[redis]` config section (URL, timeout, CA file).
+    /// From the `[redis]` config section (mode, URL, timeout, CA file).
     pub(crate) fn from_config(r: &crate::config::RedisConfig) -> Result<Self, CoordError> {
-        Self::with_ca(&r.url, Some(&r.ca_file), r.timeout)
+        use crate::config::RedisMode;
+        match r.mode {
+            RedisMode::Single => Self::with_ca(&r.url, Some(&r.ca_file), r.timeout),
+            RedisMode::Cluster => Self::cluster(&r.url, r.timeout),
+            RedisMode::Sentinel => Self::sentinel(&r.url, &r.sentinel_service, r.timeout),
+        }
+    }
+
+    /// A Redis Cluster, from a comma-separated list of seed nodes (`redis://h1:6379,...`).
+    pub fn cluster(urls: &str, timeout: Duration) -> Result<Self, CoordError> {
+        let nodes = split_urls(urls);
+        let addr = format!("cluster {}", redact(urls));
+        let client = ClusterClient::builder(nodes.clone())
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .build()
+            .map_err(|source| CoordError::Unreachable {
+                addr: addr.clone(),
+                source,
+            })?;
+        Ok(Self::from_target(Target::Cluster(client), addr, timeout))
+    }
+
+    /// The master called `service` by the Sentinels at `urls` (comma-separated); the URLs'
+    /// username, password and database are the master's too.
+    pub fn sentinel(urls: &str, service: &str, timeout: Duration) -> Result<Self, CoordError> {
+        let nodes = split_urls(urls);
+        let addr = format!("sentinel {} ({service})", redact(urls));
+        let unreachable = |source| CoordError::Unreachable {
+            addr: addr.clone(),
+            source,
+        };
+        let first = nodes
+            .first()
+            .cloned()
+            .unwrap_or_default()
+            .into_connection_info()
+            .map_err(unreachable)?;
+        let master = SentinelNodeConnectionInfo {
+            tls_mode: None,
+            redis_connection_info: Some(first.redis.clone()),
+        };
+        let client = SentinelClient::build(
+            nodes,
+            service.to_string(),
+            Some(master),
+            SentinelServerType::Master,
+        )
+        .map_err(unreachable)?;
+        Ok(Self::from_target(
+            Target::Sentinel(Mutex::new(client)),
+            addr,
+            timeout,
+        ))
+    }
+
+    fn from_target(target: Target, addr: String, timeout: Duration) -> Self {
+        RedisCoordinator {
+            target,
+            addr,
+            timeout,
+            conn: Mutex::new(None),
+            stale: AtomicBool::new(false),
+        }
     }
 
     /// Like [`RedisCoordinator::new`], trusting the CA in the PEM file `ca_file` for a
@@ -113,26 +234,19 @@ impl RedisCoordinator {
                 redis::Client::build_with_tls(url, certs).map_err(unreachable)?
             }
         };
-        Ok(RedisCoordinator {
-            client,
-            addr,
-            timeout,
-            conn: Mutex::new(None),
-        })
+        Ok(Self::from_target(Target::Single(client), addr, timeout))
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, CoordError> {
+    async fn conn(&self) -> Result<Conn, CoordError> {
         let mut guard = self.conn.lock().await;
+        if self.stale.swap(false, Ordering::SeqCst) {
+            *guard = None;
+        }
         if let Some(c) = guard.as_ref() {
             return Ok(c.clone());
         }
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(self.timeout)
-            .set_response_timeout(self.timeout)
-            .set_number_of_retries(1)
-            .set_max_delay(1000);
-        let fut = ConnectionManager::new_with_config(self.client.clone(), cfg);
-        let c = match tokio::time::timeout(self.timeout * 2, fut).await {
+        let made = tokio::time::timeout(self.timeout * 2, self.connect()).await;
+        let c = match made {
             Ok(Ok(c)) => c,
             Ok(Err(source)) => {
                 return Err(CoordError::Unreachable {
@@ -146,7 +260,70 @@ impl RedisCoordinator {
         Ok(c)
     }
 
+    async fn connect(&self) -> redis::RedisResult<Conn> {
+        match &self.target {
+            Target::Single(client) => {
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(self.timeout)
+                    .set_response_timeout(self.timeout)
+                    .set_number_of_retries(1)
+                    .set_max_delay(1000);
+                let c = ConnectionManager::new_with_config(client.clone(), cfg).await?;
+                Ok(Conn::Single(c))
+            }
+            Target::Cluster(client) => Ok(Conn::Cluster(client.get_async_connection().await?)),
+            Target::Sentinel(client) => {
+                let c = client.lock().await.get_async_connection().await?;
+                Ok(Conn::Sentinel(c))
+            }
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// Run a (non-atomic) pipeline in one round trip.
+    async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, CoordError> {
+        let mut c = self.conn().await?;
+        match tokio::time::timeout(self.timeout, pipe.query_async::<T>(&mut c)).await {
+            Ok(r) => r.map_err(|e| self.map_err(e)),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// Keys grouped so that each group can be one pipeline: all of them on one server, one
+    /// group per hash slot in a cluster (order kept within a group).
+    fn by_slot<'a>(&self, keys: Vec<(usize, &'a str)>) -> Vec<Vec<(usize, &'a str)>> {
+        if !self.is_cluster() {
+            return vec![keys];
+        }
+        let mut groups: std::collections::BTreeMap<u16, Vec<(usize, &'a str)>> = Default::default();
+        for (i, k) in keys {
+            groups.entry(slot(k)).or_default().push((i, k));
+        }
+        groups.into_values().collect()
+    }
+
+    fn by_slot_ops<'a>(
+        &self,
+        ops: Vec<(usize, &'a super::Op)>,
+    ) -> Vec<Vec<(usize, &'a super::Op)>> {
+        if !self.is_cluster() {
+            return vec![ops];
+        }
+        let mut groups: std::collections::BTreeMap<u16, Vec<(usize, &'a super::Op)>> =
+            Default::default();
+        for (i, op) in ops {
+            groups.entry(slot(op.key())).or_default().push((i, op));
+        }
+        groups.into_values().collect()
+    }
+
     fn timed_out(&self) -> CoordError {
+        if matches!(self.target, Target::Sentinel(_)) {
+            self.stale.store(true, Ordering::SeqCst);
+        }
         CoordError::Timeout {
             addr: self.addr.clone(),
             timeout: self.timeout,
@@ -154,11 +331,18 @@ impl RedisCoordinator {
     }
 
     fn map_err(&self, source: redis::RedisError) -> CoordError {
-        if source.is_io_error()
+        let transport = source.is_io_error()
             || source.is_connection_dropped()
             || source.is_connection_refusal()
-            || source.is_timeout()
-        {
+            || source.is_timeout();
+        // NB: a master demoted by a failover answers writes with READONLY: it is not the
+        // coordinator any more. Connect again (Sentinel asks for the new master; a single URL
+        // re-resolves its name), and fail closed meanwhile.
+        let demoted = source.code() == Some("READONLY");
+        if demoted || (transport && !matches!(self.target, Target::Single(_))) {
+            self.stale.store(true, Ordering::SeqCst);
+        }
+        if transport || demoted {
             CoordError::Unreachable {
                 addr: self.addr.clone(),
                 source,
@@ -199,6 +383,47 @@ impl RedisCoordinator {
     }
 }
 
+/// The commands of one batch op; only a `Counter` leaves a reply in the pipeline.
+fn add_op(pipe: &mut Pipeline, op: &super::Op) {
+    use super::Op;
+    match op {
+        Op::Set { key, value, ttl } => {
+            pipe.cmd("SET").arg(key).arg(value).arg("PX").arg(px(*ttl));
+            pipe.ignore();
+        }
+        Op::HsetTtl { key, fields, ttl } => {
+            let hset = pipe.cmd("HSET").arg(key);
+            for (k, v) in fields {
+                hset.arg(k).arg(v);
+            }
+            pipe.ignore().cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
+        }
+        Op::Hset { key, fields } => {
+            let hset = pipe.cmd("HSET").arg(key);
+            for (k, v) in fields {
+                hset.arg(k).arg(v);
+            }
+            pipe.ignore();
+        }
+        Op::IndexTouch {
+            key,
+            member,
+            score,
+            prune_before,
+        } => {
+            pipe.cmd("ZADD").arg(key).arg(*score).arg(member).ignore();
+            pipe.cmd("ZREMRANGEBYSCORE")
+                .arg(key)
+                .arg("-inf")
+                .arg(format!("({prune_before}"))
+                .ignore();
+        }
+        Op::Counter { key } => {
+            pipe.cmd("GET").arg(key);
+        }
+    }
+}
+
 /// A hash's fields from HGETALL's flat reply; `Err` names what is not UTF-8.
 fn record_fields(v: redis::Value) -> Result<HashMap<String, String>, String> {
     let flat: Vec<Vec<u8>> =
@@ -212,12 +437,47 @@ fn record_fields(v: redis::Value) -> Result<HashMap<String, String>, String> {
     Ok(fields)
 }
 
-/// The URL without its password, for logs and errors.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+/// The URL (or comma-separated URLs) without passwords, for logs and errors.
+fn redact(urls: &str) -> String {
+    let one = |url: &str| match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
         _ => url.to_string(),
+    };
+    split_urls(urls)
+        .iter()
+        .map(|u| one(u))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `redis://a:1,redis://b:2` → each URL.
+pub(crate) fn split_urls(urls: &str) -> Vec<String> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, or of the whole key).
+pub(crate) fn slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b.iter().position(|&c| c == b'{').and_then(|open| {
+        let close = b[open + 1..].iter().position(|&c| c == b'}')?;
+        (close > 0).then(|| &b[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(b) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
     }
+    crc % 16384
 }
 
 fn px(ttl: Duration) -> i64 {
@@ -415,72 +675,47 @@ impl Coordinator for RedisCoordinator {
         &self,
         keys: &[String],
     ) -> Result<Vec<HashMap<String, String>>, CoordError> {
-        // Pipelined in chunks: a 10,000-node fleet is ten round trips, none of them huge.
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(1_000) {
-            let mut pipe = redis::pipe();
-            for k in chunk {
-                pipe.cmd("HGETALL").arg(k);
+        // Pipelined, 1,000 per round trip (per slot in a cluster): a 10,000-node fleet is ten
+        // round trips on one server.
+        let indexed: Vec<(usize, &str)> = keys.iter().map(String::as_str).enumerate().collect();
+        let mut out: Vec<HashMap<String, String>> = vec![HashMap::new(); keys.len()];
+        for group in self.by_slot(indexed) {
+            for chunk in group.chunks(1_000) {
+                let mut pipe = redis::pipe();
+                for (_, k) in chunk {
+                    pipe.cmd("HGETALL").arg(*k);
+                }
+                let part: Vec<HashMap<String, String>> = self.pipeline(&pipe).await?;
+                for ((i, _), fields) in chunk.iter().zip(part) {
+                    out[*i] = fields;
+                }
             }
-            let mut c = self.conn().await?;
-            let part: Vec<HashMap<String, String>> =
-                match tokio::time::timeout(self.timeout, pipe.query_async(&mut c)).await {
-                    Ok(r) => r.map_err(|e| self.map_err(e))?,
-                    Err(_) => return Err(self.timed_out()),
-                };
-            out.extend(part);
         }
         Ok(out)
     }
 
     async fn batch(&self, ops: &[super::Op]) -> Result<Vec<u64>, CoordError> {
         use super::Op;
-        let mut pipe = redis::pipe();
-        for op in ops {
-            match op {
-                Op::Set { key, value, ttl } => {
-                    pipe.cmd("SET").arg(key).arg(value).arg("PX").arg(px(*ttl));
-                    pipe.ignore();
-                }
-                Op::HsetTtl { key, fields, ttl } => {
-                    let hset = pipe.cmd("HSET").arg(key);
-                    for (k, v) in fields {
-                        hset.arg(k).arg(v);
-                    }
-                    pipe.ignore().cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
-                }
-                Op::Hset { key, fields } => {
-                    let hset = pipe.cmd("HSET").arg(key);
-                    for (k, v) in fields {
-                        hset.arg(k).arg(v);
-                    }
-                    pipe.ignore();
-                }
-                Op::IndexTouch {
-                    key,
-                    member,
-                    score,
-                    prune_before,
-                } => {
-                    pipe.cmd("ZADD").arg(key).arg(*score).arg(member).ignore();
-                    pipe.cmd("ZREMRANGEBYSCORE")
-                        .arg(key)
-                        .arg("-inf")
-                        .arg(format!("({prune_before}"))
-                        .ignore();
-                }
-                Op::Counter { key } => {
-                    pipe.cmd("GET").arg(key);
+        let indexed: Vec<(usize, &Op)> = ops.iter().enumerate().collect();
+        let mut counters: Vec<(usize, u64)> = Vec::new();
+        for group in self.by_slot_ops(indexed) {
+            let mut pipe = redis::pipe();
+            let mut wanted = Vec::new();
+            for (i, op) in &group {
+                add_op(&mut pipe, op);
+                if matches!(op, Op::Counter { .. }) {
+                    wanted.push(*i);
                 }
             }
+            let got: Vec<Option<u64>> = self.pipeline(&pipe).await?;
+            counters.extend(
+                wanted
+                    .into_iter()
+                    .zip(got.into_iter().map(|v| v.unwrap_or(0))),
+            );
         }
-        let mut c = self.conn().await?;
-        let counters: Vec<Option<u64>> =
-            match tokio::time::timeout(self.timeout, pipe.query_async(&mut c)).await {
-                Ok(r) => r.map_err(|e| self.map_err(e))?,
-                Err(_) => return Err(self.timed_out()),
-            };
-        Ok(counters.into_iter().map(|v| v.unwrap_or(0)).collect())
+        counters.sort();
+        Ok(counters.into_iter().map(|(_, v)| v).collect())
     }
 
     async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
