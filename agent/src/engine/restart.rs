@@ -171,6 +171,14 @@ fn restart_failure(
     }
 }
 
+/// What the worker read says about its incarnation: the one recorded, the cooldown marker, and
+/// whether the node lock is held (by anyone).
+struct Seen {
+    prev: Option<String>,
+    cooling: Option<String>,
+    locked: bool,
+}
+
 /// Appended to the cooldown marker once our restart is verified.
 const DONE: &str = ":done";
 
@@ -207,10 +215,12 @@ impl Agent {
             keys.push(k.episode(worker, e.as_str()));
         }
         keys.push(k.incarnation(worker));
+        keys.push(k.lock());
         keys
     }
 
-    /// Where the incarnation is in [`Agent::worker_keys`]; the cooldown marker is at 4.
+    /// Where the incarnation is in [`Agent::worker_keys`] (the node lock follows it); the
+    /// cooldown marker is at 4.
     const fn incarnation_slot() -> usize {
         7 + Episode::ALL.len()
     }
@@ -267,9 +277,15 @@ impl Agent {
         let slot = Self::incarnation_slot();
         let prev = read.values.get(slot).cloned().flatten();
         let cooling = read.values.get(4).cloned().flatten();
+        let locked = read.values.get(slot + 1).is_some_and(Option::is_some);
         // A new incarnation changes the marks (its cooldown, dropped timers): read them again
         // (one more round trip, only then).
-        let read = match self.track_incarnation(c, read.now, prev, cooling).await? {
+        let seen = Seen {
+            prev,
+            cooling,
+            locked,
+        };
+        let read = match self.track_incarnation(c, read.now, seen).await? {
             true => self.read_worker(&c.worker).await?,
             false => read,
         };
@@ -552,15 +568,18 @@ impl Agent {
     /// A new incarnation of the container that we did not start (an operator's `docker
     /// restart`, Docker's restart policy) boots just like ours and looks just as hung: it gets
     /// the same cooldown marker, and any timer of the previous incarnation is dropped.
-    /// `prev` and `cooling`: the incarnation recorded and the cooldown marker, as just read.
     /// True when anything was written (the marks read before are stale then).
     async fn track_incarnation(
         &mut self,
         c: &Container,
         now: Millis,
-        prev: Option<String>,
-        cooling: Option<String>,
+        read: Seen,
     ) -> Result<bool, CoordError> {
+        let Seen {
+            prev,
+            cooling,
+            locked,
+        } = read;
         let k = self.keys.clone();
         let w = c.worker.as_str();
         let seen = incarnation(c);
@@ -578,6 +597,12 @@ impl Agent {
         let claimed = |p: &str| marked(format!(":{p}"));
         let external = prev.as_deref().is_some_and(|p| !ours(p));
         let unfinished = prev.as_deref().is_some_and(claimed);
+        if unfinished && locked {
+            // NB: the instance that claimed it most likely still holds the lock and is
+            // verifying its restart right now: leave the new incarnation to it (its marker
+            // stands meanwhile). If it died, the lock expires and the next cycle records it.
+            return Ok(false);
+        }
         if external {
             // NB: anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets
             // a full cooldown from its own start, even one that lands inside our cooldown. The
