@@ -1,0 +1,268 @@
+//! Benchmark (figures, not a test): a fleet of N simulated nodes × W workers against one real
+//! `redis-server`, each node replaying exactly a healthy agent's cycle through the agent's own
+//! Redis coordinator code — the cycle's clock, one `read_worker` per worker (the same keys the
+//! agent reads), and the node's batch (record, fleet index, progress marks, counters) — at a
+//! given poll interval, with random phases. It reports Redis's CPU (from `INFO cpu`), the latency
+//! of every round trip (p50/p99/p99.9), and late cycles (a cycle that started more than one poll
+//! interval after the previous one).
+//!
+//! The load generator shares the machine with Redis; its connections are a pool (`--conns`),
+//! where real agents hold one each (size `maxclients` for the real count: docs/running.md).
+//!
+//! Run: `bash scripts/bench-fleet.sh [NODES] [WORKERS] [SECONDS]`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use vigil::coord::redis::RedisCoordinator;
+use vigil::coord::{heartbeat_value, Coordinator, Keys, Op};
+use vigil::model::worker::Episode;
+use vigil::observe::fleet::{publish_ops, NodeRecord};
+
+struct Server(std::process::Child, u16);
+
+impl Server {
+    fn start() -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--maxclients", "20000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/setup.sh installs it)");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Server(child, port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redis-server did not listen on {port}");
+    }
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.1)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Redis's own CPU seconds (user + sys).
+async fn redis_cpu(url: &str) -> f64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// The keys the agent reads for one worker (engine/restart.rs `worker_keys`).
+fn worker_keys(k: &Keys, w: &str) -> Vec<String> {
+    let mut keys = vec![
+        k.suspect(w),
+        k.incident(w),
+        k.error_since(w),
+        k.progress(w),
+        k.cooldown(w),
+        k.restarted(w),
+        k.escalated(w),
+    ];
+    keys.extend(Episode::ALL.iter().map(|e| k.episode(w, e.as_str())));
+    keys.push(k.incarnation(w));
+    keys.push(k.lock());
+    keys
+}
+
+#[derive(Default)]
+struct Figures {
+    latencies_us: Mutex<Vec<u32>>,
+    cycles: AtomicU64,
+    late: AtomicU64,
+    errors: AtomicU64,
+}
+
+async fn node_loop(
+    coord: Arc<RedisCoordinator>,
+    node: usize,
+    workers: usize,
+    poll: Duration,
+    until: Instant,
+    figures: Arc<Figures>,
+) {
+    let name = format!("fleet-{node}");
+    let keys = Keys::new("vigil", &name);
+    let worker_names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
+    let mut lat = Vec::new();
+    // A random phase, so the fleet does not beat in step.
+    let phase = Duration::from_millis((node as u64 * 7919) % poll.as_millis().max(1) as u64);
+    let mut next = Instant::now() + phase;
+    let mut step = 0u64;
+    while next < until {
+        tokio::time::sleep_until(next.into()).await;
+        let started = Instant::now();
+        if started > next + poll {
+            figures.late.fetch_add(1, Ordering::Relaxed);
+        }
+        step += 1;
+        let timed = |t: Instant, lat: &mut Vec<u32>| lat.push(t.elapsed().as_micros() as u32);
+        let t = Instant::now();
+        let Ok(now) = coord.time().await else {
+            figures.errors.fetch_add(1, Ordering::Relaxed);
+            next += poll;
+            continue;
+        };
+        timed(t, &mut lat);
+        let mut ops = Vec::new();
+        for w in &worker_names {
+            let t = Instant::now();
+            match coord.read_worker(&keys.status(w), &worker_keys(&keys, w)).await {
+                Ok(_) => timed(t, &mut lat),
+                Err(_) => {
+                    figures.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            ops.push(Op::Set {
+                key: keys.progress(w),
+                value: format!("{now}:step {step}"),
+                ttl: Duration::from_secs(24 * 3600),
+            });
+        }
+        let rec = NodeRecord {
+            node: name.clone(),
+            pool: "bench".into(),
+            slice: String::new(),
+            maintenance: "none".into(),
+            gpu: "unknown".into(),
+            workers: worker_names
+                .iter()
+                .map(|w| (w.clone(), "healthy".to_string()))
+                .collect(),
+            places: Default::default(),
+            version: "bench".into(),
+            dry_run: false,
+            updated_at: now,
+        };
+        let mut all = publish_ops(&keys, &rec, Duration::from_secs(90));
+        all.extend(ops);
+        all.push(Op::Counter {
+            key: keys.breaker("2026-11-30"),
+        });
+        all.push(Op::Counter {
+            key: keys.fleet_budget(now / 3_600_000),
+        });
+        let t = Instant::now();
+        match coord.batch(&all).await {
+            Ok(_) => timed(t, &mut lat),
+            Err(_) => {
+                figures.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        figures.cycles.fetch_add(1, Ordering::Relaxed);
+        next += poll;
+    }
+    figures.latencies_us.lock().unwrap().extend(lat);
+}
+
+fn pct(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+async fn run(url: &str, nodes: usize, workers: usize, poll: Duration, secs: u64, conns: usize) {
+    let pool: Vec<Arc<RedisCoordinator>> = (0..conns)
+        .map(|_| Arc::new(RedisCoordinator::new(url, Duration::from_secs(2)).unwrap()))
+        .collect();
+    // The workers' records, as workers write them.
+    let seed = &pool[0];
+    let now = seed.time().await.unwrap();
+    for node in 0..nodes {
+        let keys = Keys::new("vigil", &format!("fleet-{node}"));
+        let ops: Vec<Op> = (0..workers)
+            .map(|w| Op::HsetTtl {
+                key: keys.status(&format!("w{w}")),
+                fields: vec![
+                    ("state".into(), "processing".into()),
+                    ("heartbeat".into(), heartbeat_value(now)),
+                    ("progress".into(), "step 1".into()),
+                ],
+                ttl: Duration::from_secs(3600),
+            })
+            .collect();
+        seed.batch(&ops).await.unwrap();
+    }
+    let figures = Arc::new(Figures::default());
+    let cpu0 = redis_cpu(url).await;
+    let wall = Instant::now();
+    let until = wall + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..nodes)
+        .map(|n| {
+            tokio::spawn(node_loop(
+                pool[n % conns].clone(),
+                n,
+                workers,
+                poll,
+                until,
+                figures.clone(),
+            ))
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = wall.elapsed().as_secs_f64();
+    let cpu = (redis_cpu(url).await - cpu0) / elapsed * 100.0;
+    let mut lat = std::mem::take(&mut *figures.latencies_us.lock().unwrap());
+    lat.sort_unstable();
+    println!(
+        "{nodes} nodes x {workers} workers, poll {poll:?}, {secs} s: {:.0} round trips/s, Redis CPU {cpu:.1}% of a core, latency p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms, {} cycles, {} late, {} errors",
+        lat.len() as f64 / elapsed,
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        pct(&lat, 0.999),
+        figures.cycles.load(Ordering::Relaxed),
+        figures.late.load(Ordering::Relaxed),
+        figures.errors.load(Ordering::Relaxed),
+    );
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let nodes = args.first().copied().unwrap_or(10_000) as usize;
+    let workers = args.get(1).copied().unwrap_or(8) as usize;
+    let secs = args.get(2).copied().unwrap_or(30);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let server = Server::start();
+        let url = server.url();
+        println!("fleet simulation against one redis-server (the load generator on the same machine)");
+        for poll in [Duration::from_secs(15), Duration::from_secs(5)] {
+            run(&url, nodes, workers, poll, secs, 64).await;
+        }
+    });
+}
