@@ -131,7 +131,10 @@ async fn node_loop(
         let mut ops = Vec::new();
         for w in &worker_names {
             let t = Instant::now();
-            match coord.read_worker(&keys.status(w), &worker_keys(&keys, w)).await {
+            match coord
+                .read_worker(&keys.status(w), &worker_keys(&keys, w))
+                .await
+            {
                 Ok(_) => timed(t, &mut lat),
                 Err(_) => {
                     figures.errors.fetch_add(1, Ordering::Relaxed);
@@ -260,7 +263,9 @@ fn main() {
     rt.block_on(async {
         let server = Server::start();
         let url = server.url();
-        println!("fleet simulation against one redis-server (the load generator on the same machine)");
+        println!(
+            "fleet simulation against one redis-server (the load generator on the same machine)"
+        );
         for poll in [Duration::from_secs(15), Duration::from_secs(5)] {
             run(&url, nodes, workers, poll, secs, 64).await;
         }

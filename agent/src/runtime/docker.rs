@@ -2,12 +2,14 @@
 //! older engine (e.g. API 1.41) is spoken to in its own version.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::query_parameters::{
-    InspectContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
-    RestartContainerOptions,
+    EventsOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions,
+    LogsOptions, RestartContainerOptions,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -19,6 +21,48 @@ use super::{Container, ContainerRuntime, RuntimeError};
 /// seconds, not after the restart's long timeout (and `/readyz` never waits on it that long).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Inspect results of the listing by container id, trusted only while the daemon's event
+/// stream for opted-in containers runs: any event of a container (start, restart, die, stop,
+/// pause, unpause, destroy...) drops its entry, and the whole cache goes when the stream ends.
+/// The decision a restart rests on never uses it: compare-and-restart inspects afresh.
+#[derive(Default)]
+struct InspectCache {
+    entries: std::sync::Mutex<HashMap<String, Container>>,
+    /// Bumped by every event: an inspect that began before an event is not cached.
+    epoch: AtomicU64,
+    /// The event stream runs (without it nothing is read from the cache).
+    live: AtomicBool,
+    /// Inspect calls made for the listing (for the benchmark and its test).
+    inspects: AtomicU64,
+}
+
+impl InspectCache {
+    fn get(&self, id: &str) -> Option<Container> {
+        if !self.live.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.entries.lock().ok()?.get(id).cloned()
+    }
+    fn put(&self, epoch: u64, c: &Container) {
+        if self.live.load(Ordering::SeqCst) && self.epoch.load(Ordering::SeqCst) == epoch {
+            if let Ok(mut e) = self.entries.lock() {
+                e.insert(c.id.clone(), c.clone());
+            }
+        }
+    }
+    fn forget(&self, id: Option<&str>) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut e) = self.entries.lock() {
+            match id {
+                Some(id) => {
+                    e.remove(id);
+                }
+                None => e.clear(),
+            }
+        }
+    }
+}
+
 pub(crate) struct DockerRuntime {
     host: String,
     label: String,
@@ -26,6 +70,17 @@ pub(crate) struct DockerRuntime {
     /// The restart call's own deadline (it waits out the stop grace).
     timeout: Duration,
     client: Mutex<Option<Docker>>,
+    cache: Arc<InspectCache>,
+    /// The task following the event stream.
+    events: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for DockerRuntime {
+    fn drop(&mut self) {
+        if let Ok(Some(t)) = self.events.lock().map(|mut e| e.take()) {
+            t.abort();
+        }
+    }
 }
 
 impl DockerRuntime {
@@ -37,7 +92,57 @@ impl DockerRuntime {
             checkpoint_label: checkpoint_label.to_string(),
             timeout,
             client: Mutex::new(None),
+            cache: Arc::default(),
+            events: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Inspect calls made for listings so far (the cache's effect, for its test).
+    #[cfg(test)]
+    pub(crate) fn listing_inspects(&self) -> u64 {
+        self.cache.inspects.load(Ordering::Relaxed)
+    }
+
+    /// Follow the daemon's events for opted-in containers, unless already following them. The
+    /// stream starts one second in the past, so nothing between this call and the subscription
+    /// is missed (a repeated event only drops an entry twice).
+    fn follow_events(&self) {
+        let Ok(mut slot) = self.events.lock() else {
+            return;
+        };
+        if slot.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        // NB: its own client: the calls' 10 s deadline would cut a stream that lives for days.
+        let Ok(docker) = Docker::connect_with_host(&self.host) else {
+            return;
+        };
+        let docker = docker.with_timeout(Duration::from_secs(24 * 3600));
+        let since = (jiff::Timestamp::now().as_second() - 1).to_string();
+        let mut filters = HashMap::new();
+        filters.insert("type".to_string(), vec!["container".to_string()]);
+        filters.insert("label".to_string(), vec![self.label.clone()]);
+        let opts = EventsOptions {
+            since: Some(since),
+            until: None,
+            filters: Some(filters),
+        };
+        let cache = self.cache.clone();
+        cache.forget(None);
+        cache.live.store(true, Ordering::SeqCst);
+        *slot = Some(tokio::spawn(async move {
+            let mut stream = Box::pin(docker.events(Some(opts)));
+            while let Some(Ok(ev)) = stream.next().await {
+                let id = ev.actor.and_then(|a| a.id);
+                cache.forget(Some(id.as_deref().unwrap_or("")));
+                if id.is_none() {
+                    cache.forget(None);
+                }
+            }
+            // The stream ended (daemon restarted, connection lost): trust nothing cached.
+            cache.live.store(false, Ordering::SeqCst);
+            cache.forget(None);
+        }));
     }
 
     async fn client(&self) -> Result<Docker, RuntimeError> {
@@ -117,11 +222,20 @@ impl ContainerRuntime for DockerRuntime {
             Ok(l) => l,
             Err(e) => return Err(self.classify("list", "*", e).await),
         };
+        self.follow_events();
         let mut out = Vec::new();
         for summary in list {
             let Some(id) = summary.id else { continue };
-            // The listing has no start time; inspect each (a node runs a handful of workers).
+            // The listing has no start time: inspect each container, once per incarnation
+            // (cached until the daemon reports an event of that container).
+            if let Some(cached) = self.cache.get(&id) {
+                out.push(cached);
+                continue;
+            }
+            let epoch = self.cache.epoch.load(Ordering::SeqCst);
+            self.cache.inspects.fetch_add(1, Ordering::Relaxed);
             if let Some(container) = self.inspect(&id).await? {
+                self.cache.put(epoch, &container);
                 out.push(container);
             }
         }
@@ -236,5 +350,123 @@ impl ContainerRuntime for DockerRuntime {
             Ok(_) => Ok(()),
             Err(e) => Err(self.classify("ping", "-", e).await),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+    use std::time::Duration;
+
+    use super::DockerRuntime;
+    use crate::runtime::ContainerRuntime;
+
+    const IMAGE: &str = "vigil-test-busybox:2";
+
+    fn docker(args: &[&str]) -> String {
+        let out = Command::new("docker").args(args).output().expect("docker");
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The tests/ suites' tiny image (a static busybox, `docker import`ed), built if missing.
+    fn ensure_image() {
+        if Command::new("docker")
+            .args(["image", "inspect", IMAGE])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return;
+        }
+        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("a static busybox (apt-get install busybox-static)");
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(busybox, bin.join("busybox")).unwrap();
+        for a in ["sh", "sleep", "echo", "cat", "kill", "date", "true", "wget"] {
+            std::os::unix::fs::symlink("busybox", bin.join(a)).unwrap();
+        }
+        let tar = root.path().join("rootfs.tar");
+        let dir = root.path().to_str().unwrap();
+        let ok = Command::new("tar")
+            .args(["-C", dir, "-cf", tar.to_str().unwrap(), "bin"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let _ = Command::new("docker")
+            .args(["import", tar.to_str().unwrap(), IMAGE])
+            .output();
+    }
+
+    /// Against the real daemon: a listing inspects each container once per incarnation, and
+    /// the daemon's events make every change visible — someone's restart (a new start time),
+    /// a pause.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_listing_inspects_once_per_incarnation_and_events_invalidate() {
+        ensure_image();
+        let label = format!("vigil.unit.{}", std::process::id());
+        let id = docker(&[
+            "run",
+            "-d",
+            "--label",
+            &format!("{label}=w0"),
+            IMAGE,
+            "sleep",
+            "300",
+        ]);
+        // Past the one second of events the stream replays (its start would drop the entry).
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let rt = DockerRuntime::new(
+            "unix:///var/run/docker.sock",
+            &label,
+            "x",
+            Duration::from_secs(30),
+        );
+        let first = rt.list_workers().await.unwrap();
+        assert_eq!(first.len(), 1);
+        for _ in 0..3 {
+            let again = rt.list_workers().await.unwrap();
+            assert_eq!(again[0].started_at, first[0].started_at);
+        }
+        assert_eq!(rt.listing_inspects(), 1, "cached while nothing happened");
+
+        docker(&["restart", "-t", "0", &id]);
+        let mut seen = None;
+        for _ in 0..50 {
+            let now = rt.list_workers().await.unwrap();
+            if now[0].started_at != first[0].started_at {
+                seen = Some(now);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            seen.is_some(),
+            "the restart's events made the new incarnation visible"
+        );
+
+        docker(&["pause", &id]);
+        let mut paused = false;
+        for _ in 0..50 {
+            if rt.list_workers().await.unwrap()[0].paused {
+                paused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        assert!(paused, "the pause was seen");
+        assert!(
+            rt.listing_inspects() <= 6,
+            "{} inspects",
+            rt.listing_inspects()
+        );
     }
 }
