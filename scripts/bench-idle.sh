@@ -76,5 +76,7 @@ t1=$(ticks); s1=$(date +%s.%N)
 rss=$(awk '/VmRSS/ {print $2}' "/proc/$vpid/status")
 threads=$(ls "/proc/$vpid/task" | wc -l)
 cpu=$(python3 -c "print(f'{($t1-$t0)/$hz/($s1-$s0)*100:.3f}')")
-printf 'idle %ss, 8 workers, poll 15s: RSS %.1f MiB (max %.1f MiB), CPU %s%% of a core, %s threads\n' \
-  "$duration" "$(echo "$rss/1024" | bc -l)" "$(echo "$max/1024" | bc -l)" "$cpu" "$threads"
+cycles=$(curl -s "http://127.0.0.1:$listen/metrics" | awk '/^vigil_cycle_duration_seconds_count/ {print $2}')
+healthy=$(curl -s "http://127.0.0.1:$listen/metrics" | awk '/^vigil_verdicts_total\{verdict="healthy"\}/ {print $2}')
+printf 'idle %ss, 8 workers, poll 15s: RSS %.1f MiB (max %.1f MiB), CPU %s%% of a core (%s ticks), %s threads; %s cycles, %s healthy verdicts\n' \
+  "$duration" "$(echo "$rss/1024" | bc -l)" "$(echo "$max/1024" | bc -l)" "$cpu" "$((t1 - t0))" "$threads" "${cycles:-?}" "${healthy:-?}"
