@@ -72,6 +72,22 @@ async fn redis_cpu(url: &str) -> f64 {
         .sum()
 }
 
+/// One field of `INFO section`.
+async fn redis_info(url: &str, section: &str, field: &str) -> String {
+    let client = redis::Client::open(url).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .unwrap_or("?")
+        .trim()
+        .to_string()
+}
+
 /// The keys the agent reads for one worker (engine/restart.rs `worker_keys`).
 fn worker_keys(k: &Keys, w: &str) -> Vec<String> {
     let mut keys = vec![
@@ -233,10 +249,11 @@ async fn run(url: &str, nodes: usize, workers: usize, poll: Duration, secs: u64,
     }
     let elapsed = wall.elapsed().as_secs_f64();
     let cpu = (redis_cpu(url).await - cpu0) / elapsed * 100.0;
+    let memory = redis_info(url, "memory", "used_memory_human:").await;
     let mut lat = std::mem::take(&mut *figures.latencies_us.lock().unwrap());
     lat.sort_unstable();
     println!(
-        "{nodes} nodes x {workers} workers, poll {poll:?}, {secs} s: {:.0} round trips/s, Redis CPU {cpu:.1}% of a core, latency p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms, {} cycles, {} late, {} errors",
+        "{nodes} nodes x {workers} workers, poll {poll:?}, {secs} s: {:.0} round trips/s, Redis CPU {cpu:.1}% of a core, latency p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms, {} cycles, {} late, {} errors, Redis memory {memory}",
         lat.len() as f64 / elapsed,
         pct(&lat, 0.5),
         pct(&lat, 0.99),

@@ -39,11 +39,12 @@ fn report(name: &str, mut v: Vec<Duration>) {
     v.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "{name:<34} n={:<3} min={:>7.2}ms  p50={:>7.2}ms  p95={:>7.2}ms  max={:>7.2}ms",
+        "{name:<34} n={:<3} min={:>7.2}ms  p50={:>7.2}ms  p95={:>7.2}ms  p99={:>7.2}ms  max={:>7.2}ms",
         v.len(),
         ms(v[0]),
         ms(percentile(&v, 0.5)),
         ms(percentile(&v, 0.95)),
+        ms(percentile(&v, 0.99)),
         ms(v[v.len() - 1])
     );
 }
