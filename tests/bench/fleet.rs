@@ -15,47 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod server;
+
+use server::Server;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys, Op};
-use vigil::model::worker::Episode;
+use vigil::engine::restart::worker_keys;
 use vigil::observe::fleet::{publish_ops, NodeRecord};
-
-struct Server(std::process::Child, u16);
-
-impl Server {
-    fn start() -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--maxclients", "20000"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/setup.sh installs it)");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Server(child, port);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redis-server did not listen on {port}");
-    }
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.1)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Redis's own CPU seconds (user + sys).
 async fn redis_cpu(url: &str) -> f64 {
@@ -86,23 +52,6 @@ async fn redis_info(url: &str, section: &str, field: &str) -> String {
         .unwrap_or("?")
         .trim()
         .to_string()
-}
-
-/// The keys the agent reads for one worker (engine/restart.rs `worker_keys`).
-fn worker_keys(k: &Keys, w: &str) -> Vec<String> {
-    let mut keys = vec![
-        k.suspect(w),
-        k.incident(w),
-        k.error_since(w),
-        k.progress(w),
-        k.cooldown(w),
-        k.restarted(w),
-        k.escalated(w),
-    ];
-    keys.extend(Episode::ALL.iter().map(|e| k.episode(w, e.as_str())));
-    keys.push(k.incarnation(w));
-    keys.push(k.lock());
-    keys
 }
 
 #[derive(Default)]
@@ -278,7 +227,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let server = Server::start();
+        let server = Server::start(&["--maxclients", "20000"]);
         let url = server.url();
         println!(
             "fleet simulation against one redis-server (the load generator on the same machine)"

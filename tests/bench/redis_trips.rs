@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod server;
+
 use async_trait::async_trait;
 use vigil::actions::alert::Notifier;
 use vigil::clock::Millis;
@@ -23,6 +25,8 @@ use vigil::coord::{heartbeat_value, CoordError, Coordinator, Keys, Op, TrailEntr
 use vigil::engine::agent::Agent;
 use vigil::observe::metrics::Metrics;
 use vigil::runtime::sim::FakeRuntime;
+
+use server::Server;
 
 /// Counts round trips: each call is one exchange with Redis.
 struct Counting {
@@ -145,44 +149,6 @@ impl Coordinator for Counting {
     }
 }
 
-/// A private `redis-server` on a free port, killed on drop.
-struct Server(std::process::Child, u16);
-
-impl Server {
-    fn start() -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/setup.sh installs it)");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Server(child, port);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redis-server did not listen on {port}");
-    }
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.1)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `INFO commandstats` as command → calls.
 async fn commandstats(url: &str) -> HashMap<String, u64> {
     let client = redis::Client::open(url).unwrap();
@@ -293,7 +259,7 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(5);
-    let server = Server::start();
+    let server = Server::start(&[]);
     let url = server.url();
     println!("a healthy node's cost per cycle (steady state; the last of {cycles} cycles; one private redis-server)");
     for workers in [1, 8, 32] {

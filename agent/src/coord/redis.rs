@@ -283,7 +283,15 @@ impl RedisCoordinator {
         matches!(self.target, Target::Cluster(_))
     }
 
-    /// Run a (non-atomic) pipeline in one round trip.
+    /// One write op of two commands on one key, as a transaction (MULTI/EXEC).
+    async fn atomic(&self, op: &super::Op) -> Result<(), CoordError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        add_op(&mut pipe, op);
+        self.pipeline(&pipe).await
+    }
+
+    /// Run a pipeline in one round trip.
     async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, CoordError> {
         let mut c = self.conn().await?;
         match tokio::time::timeout(self.timeout, pipe.query_async::<T>(&mut c)).await {
@@ -368,11 +376,14 @@ impl RedisCoordinator {
     async fn script<T: FromRedisValue>(
         &self,
         script: &Script,
-        key: &str,
+        keys: &[&str],
         args: &[String],
     ) -> Result<T, CoordError> {
         let mut c = self.conn().await?;
-        let mut inv = script.key(key);
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
         for a in args {
             inv.arg(a);
         }
@@ -534,7 +545,9 @@ impl Coordinator for RedisCoordinator {
     }
 
     async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
-        let r: i64 = self.script(&OWNER_TTL, key, &[token.to_string()]).await?;
+        let r: i64 = self
+            .script(&OWNER_TTL, &[key], &[token.to_string()])
+            .await?;
         Ok(match r {
             -3 | -2 => None,
             -1 => Some(Millis::MAX),
@@ -544,7 +557,7 @@ impl Coordinator for RedisCoordinator {
 
     async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
         let r: i64 = self
-            .script(&DEL_IF_OWNER, key, &[token.to_string()])
+            .script(&DEL_IF_OWNER, &[key], &[token.to_string()])
             .await?;
         Ok(r == 1)
     }
@@ -556,7 +569,11 @@ impl Coordinator for RedisCoordinator {
         ttl: Duration,
     ) -> Result<Option<u64>, CoordError> {
         let r: i64 = self
-            .script(&INCR_CAPPED, key, &[cap.to_string(), px(ttl).to_string()])
+            .script(
+                &INCR_CAPPED,
+                &[key],
+                &[cap.to_string(), px(ttl).to_string()],
+            )
             .await?;
         Ok((r >= 0).then_some(r as u64))
     }
@@ -567,7 +584,9 @@ impl Coordinator for RedisCoordinator {
     }
 
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
-        self.script::<i64>(&DECR_FLOOR, key, &[]).await.map(|_| ())
+        self.script::<i64>(&DECR_FLOOR, &[key], &[])
+            .await
+            .map(|_| ())
     }
 
     async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
@@ -603,18 +622,12 @@ impl Coordinator for RedisCoordinator {
         fields: &[(String, String)],
         ttl: Duration,
     ) -> Result<(), CoordError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        let hset = pipe.cmd("HSET").arg(key);
-        for (k, v) in fields {
-            hset.arg(k).arg(v);
-        }
-        pipe.ignore().cmd("PEXPIRE").arg(key).arg(px(ttl)).ignore();
-        let mut c = self.conn().await?;
-        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut c)).await {
-            Ok(r) => r.map_err(|e| self.map_err(e)),
-            Err(_) => Err(self.timed_out()),
-        }
+        let op = super::Op::HsetTtl {
+            key: key.to_string(),
+            fields: fields.to_vec(),
+            ttl,
+        };
+        self.atomic(&op).await
     }
 
     async fn index_touch(
@@ -624,23 +637,13 @@ impl Coordinator for RedisCoordinator {
         score: Millis,
         prune_before: Millis,
     ) -> Result<(), CoordError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("ZADD")
-            .arg(key)
-            .arg(score)
-            .arg(member)
-            .ignore()
-            .cmd("ZREMRANGEBYSCORE")
-            .arg(key)
-            .arg("-inf")
-            .arg(format!("({prune_before}"))
-            .ignore();
-        let mut c = self.conn().await?;
-        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut c)).await {
-            Ok(r) => r.map_err(|e| self.map_err(e)),
-            Err(_) => Err(self.timed_out()),
-        }
+        let op = super::Op::IndexTouch {
+            key: key.to_string(),
+            member: member.to_string(),
+            score,
+            prune_before,
+        };
+        self.atomic(&op).await
     }
 
     async fn read_worker(
@@ -648,16 +651,11 @@ impl Coordinator for RedisCoordinator {
         status: &str,
         keys: &[String],
     ) -> Result<super::WorkerRead, CoordError> {
-        let mut c = self.conn().await?;
-        let mut inv = READ_WORKER.key(status);
-        for k in keys {
-            inv.key(k);
-        }
+        let all: Vec<&str> = std::iter::once(status)
+            .chain(keys.iter().map(String::as_str))
+            .collect();
         let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>) =
-            match tokio::time::timeout(self.timeout, inv.invoke_async(&mut c)).await {
-                Ok(r) => r.map_err(|e| self.map_err(e))?,
-                Err(_) => return Err(self.timed_out()),
-            };
+            self.script(&READ_WORKER, &all, &[]).await?;
         let (secs, micros, ok, rec, values) = raw;
         let record = if ok == 1 {
             record_fields(rec)

@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::actions::alert::{Alert, AlertKind};
 use crate::clock::{human, ms, Millis};
 use crate::config::LOCK_MARGIN;
-use crate::coord::{CoordError, WorkerRead};
+use crate::coord::{CoordError, Keys, WorkerRead};
 use crate::engine::agent::{About, Agent};
 use crate::engine::mutant::Mutant;
 use crate::model::container::Container;
@@ -110,7 +110,28 @@ impl Act<'_> {
     }
 }
 
-/// The marks of a worker from the values of [`Agent::worker_keys`].
+/// The keys a worker's verdict reads besides its record, in one round trip: its marks, then
+/// its incarnation (at [`Agent::incarnation_slot`]), then the node lock. Public for the fleet
+/// benchmark, which replays exactly this read.
+pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
+    let mut keys = vec![
+        k.suspect(worker),
+        k.incident(worker),
+        k.error_since(worker),
+        k.progress(worker),
+        k.cooldown(worker),
+        k.restarted(worker),
+        k.escalated(worker),
+    ];
+    for e in Episode::ALL {
+        keys.push(k.episode(worker, e.as_str()));
+    }
+    keys.push(k.incarnation(worker));
+    keys.push(k.lock());
+    keys
+}
+
+/// The marks of a worker from the values of [`worker_keys`].
 fn marks_from(v: &[Option<String>]) -> Marks {
     let get = |i: usize| v.get(i).cloned().flatten();
     let suspect = get(0).and_then(|s| {
@@ -198,36 +219,15 @@ fn short(id: &str) -> &str {
 }
 
 impl Agent {
-    /// The keys a worker's verdict reads besides its record: its marks, then its incarnation
-    /// (last, at [`Agent::incarnation_slot`]).
-    fn worker_keys(&self, worker: &str) -> Vec<String> {
-        let k = &self.keys;
-        let mut keys = vec![
-            k.suspect(worker),
-            k.incident(worker),
-            k.error_since(worker),
-            k.progress(worker),
-            k.cooldown(worker),
-            k.restarted(worker),
-            k.escalated(worker),
-        ];
-        for e in Episode::ALL {
-            keys.push(k.episode(worker, e.as_str()));
-        }
-        keys.push(k.incarnation(worker));
-        keys.push(k.lock());
-        keys
-    }
-
-    /// Where the incarnation is in [`Agent::worker_keys`] (the node lock follows it); the
-    /// cooldown marker is at 4.
+    /// Where the incarnation is in [`worker_keys`] (the node lock follows it); the cooldown
+    /// marker is at 4.
     const fn incarnation_slot() -> usize {
         7 + Episode::ALL.len()
     }
 
     /// The clock, the record and every mark of a worker, in one round trip.
     pub(crate) async fn read_worker(&self, worker: &str) -> Result<WorkerRead, CoordError> {
-        let keys = self.worker_keys(worker);
+        let keys = worker_keys(&self.keys, worker);
         self.coord
             .read_worker(&self.keys.status(worker), &keys)
             .await
