@@ -154,26 +154,60 @@ async fn scenario_b_two_agent_processes_on_one_node_restart_once() {
     assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_timer() {
-    let mut server = RedisServer::start();
-    let redis = server.url();
+/// A worker hung in the agent's eyes on the private Redis at `redis`, its incident timer
+/// opened, with a restart delay (6 s) long enough for an outage to fall inside it.
+struct MidIncident {
+    hook: Receiver,
+    s: Setup,
+    cfg: std::path::PathBuf,
+    container: WorkerContainer,
+    before: String,
+    agent: VigilProcess,
+    key: String,
+    timer: String,
+}
+
+async fn mid_incident(redis: &str) -> MidIncident {
     let hook = Receiver::start().await;
     let s = Setup::new("e2e");
     let cfg = s.config(&hook.url, "");
-    // A longer delay, so the outage falls inside it.
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
         .replace("restart_delay = \"2s\"", "restart_delay = \"6s\"");
     std::fs::write(&cfg, text).unwrap();
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
-    s.beat(&cfg, &redis, "processing");
-    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
-
+    s.beat(&cfg, redis, "processing");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", redis)]);
     let key = s.worker_key("incident");
-    let timer = poll(Duration::from_secs(10), || redis_get(&redis, &key)).await;
+    let timer = poll(Duration::from_secs(10), || redis_get(redis, &key)).await;
     let timer = timer.unwrap_or_else(|| panic!("no incident timer:\n{}", agent.log_text()));
+    MidIncident {
+        hook,
+        s,
+        cfg,
+        container,
+        before,
+        agent,
+        key,
+        timer,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_timer() {
+    let mut server = RedisServer::start();
+    let redis = server.url();
+    let MidIncident {
+        hook,
+        s,
+        cfg,
+        container,
+        before,
+        agent,
+        key,
+        timer,
+    } = mid_incident(&redis).await;
 
     server.stop();
     tokio::time::sleep(Duration::from_secs(8)).await; // past restart_delay
@@ -658,20 +692,14 @@ async fn a_daemon_that_never_answers_is_noticed_quickly_and_readyz_never_blocks(
 async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
     let mut server = RedisServer::start();
     let redis = server.url();
-    let hook = Receiver::start().await;
-    let s = Setup::new("e2e");
-    let cfg = s.config(&hook.url, "");
-    let text = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("restart_delay = \"2s\"", "restart_delay = \"6s\"");
-    std::fs::write(&cfg, text).unwrap();
-    let container = WorkerContainer::start(&s.label, &s.worker);
-    let before = container.started_at();
-    s.beat(&cfg, &redis, "processing");
-    let mut agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
-    let key = s.worker_key("incident");
-    let timer = poll(Duration::from_secs(10), || redis_get(&redis, &key)).await;
-    assert!(timer.is_some(), "no incident timer:\n{}", agent.log_text());
+    let MidIncident {
+        hook,
+        s,
+        container,
+        before,
+        mut agent,
+        ..
+    } = mid_incident(&redis).await;
 
     server.signal("STOP");
     tokio::time::sleep(Duration::from_secs(8)).await; // past restart_delay and redis.timeout
