@@ -47,7 +47,7 @@ fn settings(ctd: &Containerd) -> CriSettings {
         socket: ctd.socket().to_str().unwrap().to_string(),
         worker_label: "vigil.worker".into(),
         checkpoint_annotation: "vigil.checkpoint".into(),
-        call_timeout: Duration::from_secs(5),
+        call_timeout: Duration::from_secs(2),
         allow_pod_replacement: false,
         poll: Duration::from_millis(100),
     }
@@ -70,7 +70,10 @@ impl Rig {
         let metrics = Arc::new(Metrics::new());
         let mut cfg: Config = node_config("gke-node-1");
         cfg.runtime.restart_timeout = Duration::from_secs(60);
-        cfg.runtime.stop_grace = Duration::from_secs(2);
+        // NB: longer than the runtime calls' deadline (2 s): the workers ignore SIGTERM, and a
+        // deadline shorter than the grace would cut every stop short (issue 16).
+        cfg.runtime.stop_grace = Duration::from_secs(4);
+        cfg.runtime.call_timeout = Duration::from_secs(2);
         let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
         let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
         let agent = Agent::new(cfg, store.clone(), runtime, notifier, metrics.clone());

@@ -460,9 +460,14 @@ pub struct RuntimeConfig {
     #[serde(with = "humantime_serde")]
     pub stop_grace: Duration,
     /// Time allowed for the whole restart (on CRI: until kubelet's next attempt runs); must
-    /// exceed `stop_grace`.
+    /// exceed `stop_grace + call_timeout`.
     #[serde(with = "humantime_serde")]
     pub restart_timeout: Duration,
+    /// Deadline of every runtime call but the restart (list, inspect, logs, signal, ping): a
+    /// runtime that accepts and never answers is noticed this soon. The restart's stop is never
+    /// bound by it: it gets the whole stop grace plus this margin.
+    #[serde(with = "humantime_serde")]
+    pub call_timeout: Duration,
     /// CRI: also restart pods whose restartPolicy is Never (which ends the pod), or whose policy
     /// cannot be read (no Kubernetes API).
     pub allow_pod_replacement: bool,
@@ -671,6 +676,7 @@ impl Default for RuntimeConfig {
             log_timeout: Duration::from_secs(20),
             stop_grace: Duration::from_secs(30),
             restart_timeout: Duration::from_secs(90),
+            call_timeout: Duration::from_secs(10),
             allow_pod_replacement: false,
         }
     }
@@ -911,11 +917,12 @@ impl Config {
                 problem: problem.into(),
             })
         }
-        let nonzero: [(&'static str, Duration); 13] = [
+        let nonzero: [(&'static str, Duration); 14] = [
             ("poll_interval", self.poll_interval),
             ("redis.timeout", self.redis.timeout),
             ("runtime.log_timeout", self.runtime.log_timeout),
             ("runtime.restart_timeout", self.runtime.restart_timeout),
+            ("runtime.call_timeout", self.runtime.call_timeout),
             ("policy.stale_after", self.policy.stale_after),
             // Zero would skip a safeguard: the second observation, the persistence delay.
             ("policy.confirm_after", self.policy.confirm_after),
@@ -1012,10 +1019,17 @@ impl Config {
         if self.runtime.worker_label.is_empty() {
             return bad("runtime.worker_label", "must not be empty");
         }
-        if self.runtime.stop_grace >= self.runtime.restart_timeout {
+        let restart_needs = self.runtime.stop_grace + self.runtime.call_timeout;
+        if self.runtime.restart_timeout <= restart_needs {
             return bad(
                 "runtime.restart_timeout",
-                "must be longer than runtime.stop_grace, or the runtime's SIGKILL comes after we gave up",
+                format!(
+                    "{} is not longer than runtime.stop_grace + runtime.call_timeout = {}: a worker that ignores SIGTERM \
+                     (any hung one) is killed only when the stop grace ends, and starting it again takes up to a call's time; \
+                     we would give up before the runtime's SIGKILL",
+                    humantime::format_duration(self.runtime.restart_timeout),
+                    humantime::format_duration(restart_needs)
+                ),
             );
         }
         if !self.runtime.cri_socket.is_empty() && !self.runtime.cri_socket.starts_with('/') {
@@ -1263,6 +1277,21 @@ mod tests {
     }
 
     #[test]
+    fn a_restart_timeout_shorter_than_the_stop_grace_plus_a_call_says_why() {
+        let err =
+            parse("[runtime]\nstop_grace = \"45s\"\nrestart_timeout = \"50s\"\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("runtime.restart_timeout"), "{text}");
+        assert!(
+            text.contains("stop_grace + runtime.call_timeout = 55s"),
+            "{text}"
+        );
+        assert!(text.contains("ignores SIGTERM"), "{text}");
+        // The default grace and call deadline fit the default restart timeout with room.
+        assert!(parse("[runtime]\nstop_grace = \"45s\"\nrestart_timeout = \"56s\"\n").is_ok());
+    }
+
+    #[test]
     fn breaker_zero_needs_explicit_disable() {
         assert_eq!(
             key_of(parse("[safety]\nbreaker_per_day = 0\n")),
@@ -1301,6 +1330,12 @@ mod tests {
                 "[runtime]\nstop_grace = \"90s\"\nrestart_timeout = \"60s\"",
                 "runtime.restart_timeout",
             ),
+            (
+                // The stop grace plus one call's time is the least a restart can take.
+                "[runtime]\nstop_grace = \"60s\"\nrestart_timeout = \"70s\"",
+                "runtime.restart_timeout",
+            ),
+            ("[runtime]\ncall_timeout = \"0s\"", "runtime.call_timeout"),
             ("[runtime]\nkind = \"podman\"", "runtime.kind"),
             (
                 "[runtime]\ncri_socket = \"containerd.sock\"",

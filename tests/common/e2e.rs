@@ -70,7 +70,10 @@ listen = "{listen}"
 worker_label = "{label}"
 {runtime}
 log_timeout = "5s"
-stop_grace = "1s"
+# NB: a stop grace longer than every runtime call's deadline: the default worker ignores SIGTERM,
+# so a deadline shorter than the grace would cut every restart short (issue 16).
+call_timeout = "2s"
+stop_grace = "3s"
 restart_timeout = "15s"
 [policy]
 stale_after = "2s"

@@ -233,19 +233,35 @@ pub fn ensure_image() {
     *built = true;
 }
 
+/// A worker's script: a line a second, SIGTERM ignored (a shell as PID 1 has no handler).
+pub const IGNORES_TERM: &str = "i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done";
+
+/// A worker's script: a line a second, exits at once on SIGTERM.
+pub const EXITS_ON_TERM: &str =
+    "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done";
+
 /// A running worker container, removed when dropped.
 pub struct WorkerContainer {
     pub id: String,
 }
 
 impl WorkerContainer {
-    /// Start a container opted in with `label=worker`. It logs a line a second and exits
-    /// promptly on SIGTERM, like a well-behaved worker.
+    /// Start a container opted in with `label=worker`. It logs a line a second and, like a
+    /// real hung worker, ignores SIGTERM: its process is a shell as PID 1 with no handler, so
+    /// only the SIGKILL at the end of the stop grace ends it.
     pub fn start(label: &str, worker: &str) -> WorkerContainer {
-        Self::start_with(
-            &["--label", &format!("{label}={worker}")],
-            "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done",
-        )
+        Self::start_with(&["--label", &format!("{label}={worker}")], IGNORES_TERM)
+    }
+
+    /// Start a worker that exits at once on SIGTERM (a trainer with a handler).
+    pub fn start_polite(label: &str, worker: &str) -> WorkerContainer {
+        Self::start_with(&["--label", &format!("{label}={worker}")], EXITS_ON_TERM)
+    }
+
+    /// Freeze the container's main process with SIGSTOP: a SIGTERM then stays pending, its
+    /// handler never runs, and only SIGKILL ends it.
+    pub fn freeze(&self) {
+        docker(&["kill", "--signal", "SIGSTOP", &self.id]);
     }
 
     /// Start a container with extra `docker run` arguments and a shell script as its process.

@@ -72,8 +72,10 @@ impl CriRuntime {
                 runtime: format!("cri at {path}"),
                 detail: e.to_string(),
             })?
-            .connect_timeout(s.call_timeout)
-            .timeout(s.call_timeout);
+            // NB: no channel-wide `.timeout()`: gRPC keeps the shorter of a channel's timeout and
+            // a request's deadline, and the stop of a worker that ignores SIGTERM (any hung
+            // one) takes the whole stop grace. Every call sets its own deadline instead.
+            .connect_timeout(s.call_timeout);
         let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move {
@@ -92,9 +94,24 @@ impl CriRuntime {
         self.client.clone()
     }
 
+    /// A request bounded by `runtime.call_timeout`, see [`within`].
+    fn req<T>(&self, msg: T) -> (tonic::Request<T>, Duration) {
+        (request(msg, self.s.call_timeout), self.s.call_timeout)
+    }
+
     /// A gRPC failure: transport problems and `Unavailable` mean the runtime is unreachable;
     /// other statuses are refusals.
     fn classify(&self, op: &'static str, id: &str, st: tonic::Status) -> RuntimeError {
+        self.classify_within(op, id, st, self.s.call_timeout)
+    }
+
+    fn classify_within(
+        &self,
+        op: &'static str,
+        id: &str,
+        st: tonic::Status,
+        deadline: Duration,
+    ) -> RuntimeError {
         use tonic::Code;
         match st.code() {
             Code::Unavailable => self.unreachable(st),
@@ -102,7 +119,7 @@ impl CriRuntime {
             Code::DeadlineExceeded | Code::Cancelled => RuntimeError::Timeout {
                 op,
                 container: id.to_string(),
-                timeout: self.s.call_timeout,
+                timeout: deadline,
             },
             _ => RuntimeError::Refused {
                 runtime: self.describe(),
@@ -130,12 +147,10 @@ impl CriRuntime {
                 ..Default::default()
             }),
         };
-        let items = self
-            .client()
-            .list_pod_sandbox(req)
+        let (req, d) = self.req(req);
+        let items = within(d, self.client().list_pod_sandbox(req))
             .await
             .map_err(|e| self.classify("list", "*", e))?
-            .into_inner()
             .items;
         Ok(items
             .into_iter()
@@ -151,8 +166,9 @@ impl CriRuntime {
             pod_sandbox_id: id.to_string(),
             verbose: false,
         };
-        match self.client().pod_sandbox_status(req).await {
-            Ok(r) => Ok(r.into_inner().status.and_then(|st| {
+        let (req, d) = self.req(req);
+        match within(d, self.client().pod_sandbox_status(req)).await {
+            Ok(r) => Ok(r.status.and_then(|st| {
                 Sandbox::from_labels(&self.s, st.labels, st.annotations, st.metadata)
             })),
             Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
@@ -168,12 +184,10 @@ impl CriRuntime {
         let req = ListContainersRequest {
             filter: Some(filter),
         };
-        Ok(self
-            .client()
-            .list_containers(req)
+        let (req, d) = self.req(req);
+        Ok(within(d, self.client().list_containers(req))
             .await
             .map_err(|e| self.classify("list", &id, e))?
-            .into_inner()
             .containers)
     }
 
@@ -187,8 +201,9 @@ impl CriRuntime {
             container_id: id.to_string(),
             verbose,
         };
-        match self.client().container_status(req).await {
-            Ok(r) => Ok(Some(r.into_inner())),
+        let (req, d) = self.req(req);
+        match within(d, self.client().container_status(req)).await {
+            Ok(r) => Ok(Some(r)),
             Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
             Err(st) => Err(self.classify("inspect", id, st)),
         }
@@ -257,6 +272,28 @@ impl Sandbox {
                 log_path: None,
             }),
         }
+    }
+}
+
+/// A request that tells the runtime its deadline (`grpc-timeout`).
+fn request<T>(msg: T, deadline: Duration) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.set_timeout(deadline);
+    r
+}
+
+/// A call bounded here too: `grpc-timeout` is the runtime's to honour, and a runtime that
+/// accepts and never answers must not hold the agent.
+async fn within<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(r) => r.map(tonic::Response::into_inner),
+        Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+            "no answer within {}",
+            humantime::format_duration(deadline)
+        ))),
     }
 }
 
@@ -386,13 +423,13 @@ impl ContainerRuntime for CriRuntime {
             container_id: target.id.clone(),
             timeout: stop_grace.as_secs().min(i64::MAX as u64) as i64,
         };
-        // The stop itself takes up to the grace: give it that beyond the call deadline.
-        let mut req = tonic::Request::new(req);
-        req.set_timeout(stop_grace + self.s.call_timeout);
-        self.client()
-            .stop_container(req)
+        // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
+        // its deadline is the grace plus a call's time, never the call deadline alone (the
+        // caller bounds the whole restart by `runtime.restart_timeout`).
+        let d = stop_grace + self.s.call_timeout;
+        within(d, self.client().stop_container(request(req, d)))
             .await
-            .map_err(|e| self.classify("restart", &target.id, e))?;
+            .map_err(|e| self.classify_within("restart", &target.id, e, d))?;
         loop {
             match self.successor(target).await? {
                 Some(next) if next.id != target.id && next.running => return Ok(()),
@@ -451,8 +488,8 @@ impl ContainerRuntime for CriRuntime {
         let req = VersionRequest {
             version: "v1".into(),
         };
-        self.client()
-            .version(req)
+        let (req, d) = self.req(req);
+        within(d, self.client().version(req))
             .await
             .map(drop)
             .map_err(|e| self.classify("ping", "-", e))

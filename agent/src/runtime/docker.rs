@@ -17,10 +17,6 @@ use tokio::sync::Mutex;
 
 use super::{Container, ContainerRuntime, RuntimeError};
 
-/// Deadline of every call but the restart: a daemon that accepts and never answers is noticed in
-/// seconds, not after the restart's long timeout (and `/readyz` never waits on it that long).
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Inspect results of the listing by container id, trusted only while the daemon's event
 /// stream for opted-in containers runs: any event of a container (start, restart, die, stop,
 /// pause, unpause, destroy...) drops its entry, and the whole cache goes when the stream ends.
@@ -69,6 +65,10 @@ pub(crate) struct DockerRuntime {
     checkpoint_label: String,
     /// The restart call's own deadline (it waits out the stop grace).
     timeout: Duration,
+    /// Deadline of every call but the restart (`runtime.call_timeout`): a daemon that accepts
+    /// and never answers is noticed in seconds, not after the restart's long timeout (and
+    /// `/readyz` never waits on it that long).
+    call_timeout: Duration,
     client: Mutex<Option<Docker>>,
     cache: Arc<InspectCache>,
     /// The task following the event stream.
@@ -85,12 +85,19 @@ impl Drop for DockerRuntime {
 
 impl DockerRuntime {
     /// No connection is made here: a daemon that is down at start-up is reported per cycle.
-    pub fn new(host: &str, label: &str, checkpoint_label: &str, timeout: Duration) -> Self {
+    pub fn new(
+        host: &str,
+        label: &str,
+        checkpoint_label: &str,
+        timeout: Duration,
+        call_timeout: Duration,
+    ) -> Self {
         DockerRuntime {
             host: host.to_string(),
             label: label.to_string(),
             checkpoint_label: checkpoint_label.to_string(),
             timeout,
+            call_timeout,
             client: Mutex::new(None),
             cache: Arc::default(),
             events: std::sync::Mutex::new(None),
@@ -152,7 +159,7 @@ impl DockerRuntime {
         }
         let c = Docker::connect_with_host(&self.host)
             .map_err(|e| self.unreachable(e))?
-            .with_timeout(CALL_TIMEOUT);
+            .with_timeout(self.call_timeout);
         let c = c
             .negotiate_version()
             .await
@@ -190,7 +197,7 @@ impl DockerRuntime {
                 timeout: if op == "restart" {
                     self.timeout
                 } else {
-                    CALL_TIMEOUT
+                    self.call_timeout
                 },
             },
             other => {
@@ -428,6 +435,7 @@ mod tests {
             &label,
             "x",
             Duration::from_secs(30),
+            Duration::from_secs(10),
         );
         let first = rt.list_workers().await.unwrap();
         assert_eq!(first.len(), 1);

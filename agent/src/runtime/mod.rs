@@ -98,6 +98,7 @@ pub(crate) fn connect(
             &r.worker_label,
             &cfg.checkpoint.label,
             r.restart_timeout + Duration::from_secs(5),
+            r.call_timeout,
         )),
         Choice::Cri { socket } => {
             if pods.is_none() && !r.allow_pod_replacement {
@@ -107,7 +108,7 @@ pub(crate) fn connect(
                 socket,
                 worker_label: r.worker_label.clone(),
                 checkpoint_annotation: cfg.checkpoint.label.clone(),
-                call_timeout: Duration::from_secs(10),
+                call_timeout: r.call_timeout,
                 allow_pod_replacement: r.allow_pod_replacement,
                 poll: Duration::from_millis(500),
             };
