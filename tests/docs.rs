@@ -226,6 +226,7 @@ fn every_redis_key_is_documented() {
         k.restarted("W"),
         k.escalated("W"),
         k.incarnation("W"),
+        k.retry("W"),
         k.episode("W", "<kind>"),
         k.alert_dedup("I", "<kind>"),
         k.lock(),

@@ -389,13 +389,79 @@ async fn scenario_g_failed_restart_pages_at_once_and_retries_next_cycle() {
         w.get(&w.keys.cooldown("trainer-0")).await.is_none(),
         "no cooldown for a restart that did not happen"
     );
+    // NB: not the next cycle (15 s later): a worker that ignores SIGTERM takes the whole stop
+    // grace (30 s) to stop, and each try takes a breaker unit.
     w.tick().await;
-    assert_eq!(w.runtime.restarts("c1"), 1, "retried the next cycle");
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        0,
+        "no retry before the stop grace"
+    );
+    assert_eq!(w.breaker().await, 1);
+    w.tick().await;
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "retried once the stop grace passed"
+    );
     assert_eq!(
         w.sink.count(AlertKind::Restarting),
         2,
         "the released dedup key lets the retry alert"
     );
+}
+
+#[tokio::test]
+async fn failed_restarts_back_off_and_page_once_per_incident() {
+    let mut w = World::new(|_| {});
+    w.runtime.fail_next_restarts(2);
+    w.beat("trainer-0", "processing", "step-1").await;
+    w.run_until(Duration::from_secs(330)).await;
+    assert_eq!(w.sink.count(AlertKind::RestartFailed), 1);
+    // The second try comes one stop grace (30 s) after the first, and fails too.
+    w.tick().await;
+    w.tick().await;
+    assert_eq!(w.sink.count(AlertKind::RestartFailed), 2);
+    assert_eq!(w.breaker().await, 2);
+    // The third waits twice as long (60 s): not after 45 s, then after 60 s, and it works.
+    for _ in 0..3 {
+        w.tick().await;
+    }
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        0,
+        "backed off: {:?}",
+        w.sink.kinds()
+    );
+    assert_eq!(w.breaker().await, 2, "no unit taken while backing off");
+    w.tick().await;
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    assert_eq!(w.breaker().await, 3);
+
+    let failed = w.sink.of(AlertKind::RestartFailed);
+    assert_eq!(failed.len(), 2, "{:?}", w.sink.kinds());
+    assert!(
+        failed[0].page && !failed[0].update,
+        "the first failure pages"
+    );
+    assert!(
+        !failed[1].page && failed[1].update,
+        "the second updates the page without paging again"
+    );
+    assert_eq!(failed[0].incident, failed[1].incident, "one incident");
+    assert_eq!((failed[0].attempt, failed[1].attempt), (Some(1), Some(2)));
+    assert!(
+        failed[1].detail.contains("retried in 1m"),
+        "{}",
+        failed[1].detail
+    );
+    let trail = w.decisions().await;
+    assert_eq!(
+        trail.iter().filter(|d| *d == "restart-failed").count(),
+        2,
+        "{trail:?}"
+    );
+    assert_eq!(trail.iter().filter(|d| *d == "restarted").count(), 1);
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ fn mutant_from_env() -> Option<Mutant> {
         Mutant::NoCompare,
         Mutant::NoLock,
         Mutant::BreakerIgnored,
+        Mutant::NoRetryBackoff,
     ];
     let found = all.into_iter().find(|m| format!("{m:?}") == name.trim());
     assert!(
@@ -153,4 +154,9 @@ fn the_harness_catches_a_restart_without_the_lock() {
 #[test]
 fn the_harness_catches_a_breaker_that_does_not_stop() {
     caught(Mutant::BreakerIgnored, "breaker");
+}
+
+#[test]
+fn the_harness_catches_a_failed_restart_retried_without_backoff() {
+    caught(Mutant::NoRetryBackoff, "retry spacing");
 }

@@ -50,6 +50,9 @@ pub struct WorkerTruth {
     /// That restart's command came after a pause longer than the lock check's margin (a
     /// deliberate break): its cooldown may have started at its claim instead.
     pub last_restart_paused: bool,
+    /// Time of the last restart command by Vigil (whether or not it then ran), and whether it
+    /// came after a deliberate break of the lock.
+    pub last_command: Option<(Millis, bool)>,
     /// Time and step of the last restart, stop or pause by someone else.
     pub last_external: Option<Millis>,
     pub last_external_step: u64,
@@ -317,11 +320,17 @@ impl Ctl {
             seen: rt.container(&target.id).map(|c| c.started_at),
             paused: checked.is_none_or(|t| now - t > LOCK_MARGIN),
         };
-        self.check_command_inner(inst, rt, target);
+        self.check_command_inner(inst, rt, target, pending.paused);
         pending
     }
 
-    fn check_command_inner(&mut self, inst: usize, rt: &FakeRuntime, target: &Container) {
+    fn check_command_inner(
+        &mut self,
+        inst: usize,
+        rt: &FakeRuntime,
+        target: &Container,
+        paused: bool,
+    ) {
         let now = self.now();
         let node = self.insts[inst].node;
         self.stats.commands += 1;
@@ -347,6 +356,7 @@ impl Ctl {
         let raced = self.check_incarnation(inst, rt, target, w);
         self.check_health(inst, w, now);
         self.check_cooldown(w, now, raced);
+        self.check_retry_spacing(w, now, paused);
         let (day, window) = self.units(inst, now);
         self.check_caps(node, &day, window);
         self.check_node_state(inst, node, &target.id);
@@ -448,6 +458,29 @@ impl Ctl {
             );
             self.violate("cooldown", detail);
         }
+    }
+
+    /// Every command takes a breaker unit, and a worker that ignores SIGTERM takes the whole
+    /// stop grace to stop: no worker's commands (so no incident's units) come closer than one
+    /// stop grace, whatever failed in between. Commands past a deliberately broken lock are
+    /// the documented race.
+    fn check_retry_spacing(&mut self, w: usize, now: Millis, paused: bool) {
+        let grace = ms(self.cfg.runtime.stop_grace);
+        let t = &mut self.workers[w];
+        let last = t.last_command.replace((now, paused));
+        let Some((at, was_paused)) = last.filter(|(at, _)| now - at < grace) else {
+            return;
+        };
+        if paused || was_paused {
+            self.stats.races += 1;
+            return;
+        }
+        let detail = format!(
+            "{}: restart command {} ms after the previous one (stop grace {grace} ms): a second breaker unit within one stop grace",
+            t.worker,
+            now - at
+        );
+        self.violate("retry spacing", detail);
     }
 
     /// The day and window this command counts in: those of its units, else its own time's.

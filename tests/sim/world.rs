@@ -85,12 +85,15 @@ fn sim_config(rng: &mut Rng) -> Config {
     p.escalate_after = Duration::from_secs(10);
     let r = &mut cfg.runtime;
     r.log_timeout = Duration::from_secs(1);
-    r.stop_grace = Duration::from_secs(1);
-    r.restart_timeout = Duration::from_secs(2);
+    // NB: a stop grace of several cycles, so that a failed restart retried before its
+    // backoff shows (the retry-spacing invariant).
+    r.call_timeout = Duration::from_secs(1);
+    r.stop_grace = Duration::from_secs(3);
+    r.restart_timeout = Duration::from_secs(5);
     cfg.alerts.timeout = Duration::from_secs(1);
     cfg.alerts.attempts = 1;
     let s = &mut cfg.safety;
-    s.lock_ttl = Duration::from_secs(12);
+    s.lock_ttl = Duration::from_secs(15);
     s.breaker_per_day = rng.range(2, 6) as u32;
     s.fleet_budget = if rng.chance(300) {
         0
@@ -219,6 +222,7 @@ impl World {
                 boot_until: now,
                 fixes: true,
                 last_vigil_restart: None,
+                last_command: None,
                 last_restart_paused: false,
                 last_external: None,
                 last_external_step: 0,

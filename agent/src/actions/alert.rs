@@ -129,6 +129,11 @@ pub struct Alert {
     pub detail: String,
     pub logs: Option<String>,
     pub page: bool,
+    /// An update of an alert already sent for this incident (e.g. a further failed restart
+    /// after the `restart-failed` page): it does not page again.
+    pub update: bool,
+    /// Which attempt of the incident this is about (failed restarts), when it counts.
+    pub attempt: Option<u32>,
     pub dry_run: bool,
 }
 
@@ -146,13 +151,20 @@ impl Alert {
             detail: detail.into(),
             logs: None,
             page: kind.is_page(),
+            update: false,
+            attempt: None,
             dry_run: false,
         }
     }
 
     /// The one-line human summary (also the log line).
     pub fn summary(&self) -> String {
-        let mut s = format!("[vigil] {} on node {}", self.kind.as_str(), self.node);
+        let update = if self.update { " (update)" } else { "" };
+        let mut s = format!(
+            "[vigil] {}{update} on node {}",
+            self.kind.as_str(),
+            self.node
+        );
         if let Some(w) = &self.worker {
             s.push_str(&format!(", worker {w}"));
         }

@@ -46,9 +46,16 @@ impl Keys {
     pub fn progress(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:progress"))
     }
-    /// Cooldown marker after our restart: `"<restart_ms>:<incident_id>"`.
+    /// Cooldown marker after our restart, and the claim of that restart before it runs:
+    /// `"<claim_ms>:<incident_id>:<container id>:<started_at>"`, `":done"` appended once the
+    /// restart is verified.
     pub fn cooldown(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:cooldown"))
+    }
+    /// Failed restarts of the current incident and when the next may run:
+    /// `"<incident_id>:<failures>:<not_before_ms>"`.
+    pub fn retry(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:retry"))
     }
     /// The container incarnation last seen for the worker: `"<container id>:<started_at>"`.
     pub fn incarnation(&self, worker: &str) -> String {

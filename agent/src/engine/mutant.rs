@@ -16,4 +16,6 @@ pub enum Mutant {
     NoLock,
     /// The breaker's refusal is ignored (the unit is still counted).
     BreakerIgnored,
+    /// A failed restart is retried at the next cycle, without waiting out its backoff.
+    NoRetryBackoff,
 }

@@ -23,7 +23,7 @@ use crate::coord::{CoordError, Keys, WorkerRead};
 use crate::engine::agent::{About, Agent};
 use crate::engine::mutant::Mutant;
 use crate::model::container::Container;
-use crate::model::worker::{Episode, Incident, Marks, WorkerStatus};
+use crate::model::worker::{Episode, Incident, Marks, Retry, WorkerStatus};
 use crate::observe::trail::Code;
 use crate::policy::caps;
 use crate::policy::restart::{self as policy, restart_due, Cancel, Effect, TimerEnd, Verdict};
@@ -57,6 +57,9 @@ pub(crate) enum Skip {
     NodeState,
     LogsFailed,
     NotRestartable,
+    /// Another instance's restart of this incident failed after our decision: the retry
+    /// waits for its backoff.
+    RetryPending,
 }
 
 impl Skip {
@@ -73,6 +76,7 @@ impl Skip {
             Skip::NodeState => Code::CancelledNodeState,
             Skip::LogsFailed => Code::AbortedLogsFailed,
             Skip::NotRestartable => Code::SkipNotRestartable,
+            Skip::RetryPending => Code::SkipRetryPending,
         }
     }
 }
@@ -110,9 +114,16 @@ impl Act<'_> {
     }
 }
 
+/// Where the cooldown marker is in [`worker_keys`].
+const COOLDOWN_SLOT: usize = 4;
+/// Where the incarnation is in [`worker_keys`]; the node lock and the retry record follow it.
+const INCARNATION_SLOT: usize = 7 + Episode::ALL.len();
+const LOCK_SLOT: usize = INCARNATION_SLOT + 1;
+const RETRY_SLOT: usize = INCARNATION_SLOT + 2;
+
 /// The keys a worker's verdict reads besides its record, in one round trip: its marks, then
-/// its incarnation (at [`Agent::incarnation_slot`]), then the node lock. Public for the fleet
-/// benchmark, which replays exactly this read.
+/// its incarnation, the node lock and the retry record of failed restarts. Public for the
+/// fleet benchmark, which replays exactly this read.
 pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
     let mut keys = vec![
         k.suspect(worker),
@@ -128,6 +139,7 @@ pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
     }
     keys.push(k.incarnation(worker));
     keys.push(k.lock());
+    keys.push(k.retry(worker));
     keys
 }
 
@@ -155,11 +167,25 @@ fn marks_from(v: &[Option<String>]) -> Marks {
         incident,
         error_since: get(2).and_then(|s| s.parse().ok()),
         progress,
-        cooldown: get(4).is_some(),
+        cooldown: get(COOLDOWN_SLOT).is_some(),
         restarted_at: get(5).and_then(|s| s.parse().ok()),
         escalated: get(6).is_some(),
         episodes,
+        retry: get(RETRY_SLOT).and_then(|s| parse_retry(&s)),
     }
+}
+
+/// `"<incident_id>:<failures>:<not_before_ms>"`.
+fn parse_retry(s: &str) -> Option<Retry> {
+    let mut parts = s.splitn(3, ':');
+    let incident = parts.next()?.to_string();
+    let failures = parts.next()?.parse().ok()?;
+    let not_before = parts.next()?.parse().ok()?;
+    Some(Retry {
+        incident,
+        failures,
+        not_before,
+    })
 }
 
 fn split_pair(s: &str) -> Option<(Millis, String)> {
@@ -209,6 +235,11 @@ fn restart_marker(act: &Act<'_>, now: Millis) -> String {
     format!("{now}:{}:{}", act.inc.id, incarnation(act.case.c))
 }
 
+/// The incident a restart claim (`"<ms>:<incident>:<incarnation>"`) was made for.
+fn claimed_incident(marker: &str) -> Option<&str> {
+    marker.split(':').nth(1).filter(|id| !id.is_empty())
+}
+
 /// The key of an incarnation: the container id and its start time.
 fn incarnation(c: &Container) -> String {
     format!("{}:{}", c.id, c.started_at)
@@ -219,12 +250,6 @@ fn short(id: &str) -> &str {
 }
 
 impl Agent {
-    /// Where the incarnation is in [`worker_keys`] (the node lock follows it); the cooldown
-    /// marker is at 4.
-    const fn incarnation_slot() -> usize {
-        7 + Episode::ALL.len()
-    }
-
     /// The clock, the record and every mark of a worker, in one round trip.
     pub(crate) async fn read_worker(&self, worker: &str) -> Result<WorkerRead, CoordError> {
         let keys = worker_keys(&self.keys, worker);
@@ -274,10 +299,9 @@ impl Agent {
         c: &Container,
         read: WorkerRead,
     ) -> Result<Verdict, CoordError> {
-        let slot = Self::incarnation_slot();
-        let prev = read.values.get(slot).cloned().flatten();
-        let cooling = read.values.get(4).cloned().flatten();
-        let locked = read.values.get(slot + 1).is_some_and(Option::is_some);
+        let prev = read.values.get(INCARNATION_SLOT).cloned().flatten();
+        let cooling = read.values.get(COOLDOWN_SLOT).cloned().flatten();
+        let locked = read.values.get(LOCK_SLOT).is_some_and(Option::is_some);
         // A new incarnation changes the marks (its cooldown, dropped timers): read them again
         // (one more round trip, only then).
         let seen = Seen {
@@ -353,7 +377,12 @@ impl Agent {
                 None => Ok(()),
             },
             Effect::ConsiderRestart => match incident {
-                Some(inc) if restart_due(case.v, inc.started, now, &self.cfg.policy) => {
+                // NB: a failed restart of this incident is retried only after its backoff.
+                Some(inc)
+                    if restart_due(case.v, inc.started, now, &self.cfg.policy)
+                        && (policy::retry_open(inc, case.marks, now)
+                            || self.planted(Mutant::NoRetryBackoff)) =>
+                {
                     let since =
                         policy::condition_since(case.v, inc.started, case.marks, case.status);
                     let act = Act { case, inc, since };
@@ -623,8 +652,15 @@ impl Agent {
         let cooldown = humantime::format_duration(self.cfg.policy.cooldown);
         let about = About::worker(w, Verdict::Booting);
         if unfinished {
+            // NB: ours, finished by the survivor: the incident the claim names is kept, so
+            // the trail reads as one restart of one incident, never as "outside Vigil".
+            let incident = cooling.as_deref().and_then(claimed_incident);
+            let about = match incident {
+                Some(id) => about.incident(id),
+                None => about,
+            };
             let detail = format!(
-                "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran, or someone else's did); treated as booting for {cooldown}",
+                "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran); recorded for it, treated as booting for {cooldown}",
                 short(&c.id)
             );
             self.note(now, about, Code::Restarted, detail).await?;
@@ -937,25 +973,34 @@ impl Agent {
             let (status, _) = self.status_of(w, &fresh);
             let marks = marks_from(&fresh.values);
             let cfg = &self.cfg.policy;
-            let checked = policy::revalidate(act.case.v, status.as_ref(), &marks, fresh.now, cfg);
+            let checked =
+                policy::revalidate(act.case.v, act.inc, status.as_ref(), &marks, fresh.now, cfg);
             (fresh.now, checked)
         };
-        if let Err(cancel) = checked {
-            let k = &self.keys;
-            self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-            let why = match cancel {
-                Cancel::CooldownAppeared => {
-                    "a cooldown marker appeared: another instance already restarted it"
-                }
-                Cancel::Recovered => {
-                    "heartbeat fresh again between decision and command; incident closed"
-                }
-            };
-            let skip = Skip::Cancelled(cancel);
-            self.skip(now, act, skip, why.into(), false).await?;
-            return Ok(Some(skip));
-        }
-        self.node_and_container_checks(act, now).await
+        let (cancel, why) = match checked {
+            Ok(()) => return self.node_and_container_checks(act, now).await,
+            Err(Cancel::RetryPending) => {
+                // NB: the incident stands (it is still hung): only this pass ends, and the
+                // retry alerts again with its logs.
+                self.release_restart_alert(act.inc).await;
+                let why = "a restart of this incident failed after our decision (another instance's); the retry waits for its backoff".to_string();
+                self.skip(now, act, Skip::RetryPending, why, false).await?;
+                return Ok(Some(Skip::RetryPending));
+            }
+            Err(c @ Cancel::CooldownAppeared) => (
+                c,
+                "a cooldown marker appeared: another instance already restarted it",
+            ),
+            Err(c @ Cancel::Recovered) => (
+                c,
+                "heartbeat fresh again between decision and command; incident closed",
+            ),
+        };
+        let k = &self.keys;
+        self.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        let skip = Skip::Cancelled(cancel);
+        self.skip(now, act, skip, why.into(), false).await?;
+        Ok(Some(skip))
     }
 
     /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after
@@ -1137,8 +1182,9 @@ impl Agent {
         Ok(Outcome::Restarted)
     }
 
-    /// A failed restart pages at once and releases the dedup key and markers so the next cycle
-    /// retries.
+    /// A failed restart pages at once — the first of its incident; later ones update that
+    /// page without paging again — and releases the dedup key and markers so that a later
+    /// cycle retries, after a backoff from the stop grace (see [`policy::retry_backoff`]).
     async fn restart_failed(
         &mut self,
         act: &Act<'_>,
@@ -1147,11 +1193,34 @@ impl Agent {
     ) -> Result<Outcome, CoordError> {
         self.metrics.runtime_errors.inc();
         self.metrics.restart(act.case.v.as_str(), "failed");
-        // Page first: the deletes below need the coordinator, the page must not.
+        let (k, w) = (self.keys.clone(), act.case.worker());
+        let failures = match &act.case.marks.retry {
+            Some(r) if r.incident == act.inc.id => r.failures.saturating_add(1),
+            _ => 1,
+        };
+        let p = &self.cfg.policy;
+        let wait = policy::retry_backoff(failures, self.cfg.runtime.stop_grace, p.cooldown);
+        let retry = Retry {
+            incident: act.inc.id.clone(),
+            failures,
+            not_before: done + ms(wait),
+        };
         let detail = format!(
-            "restart of container {} failed: {why}; retried next cycle while it is hung and running",
-            act.case.c.name
+            "restart of container {} failed (attempt {failures} of this incident): {why}; retried in {} while it is hung and running",
+            act.case.c.name,
+            human(ms(wait))
         );
+        // NB: the page goes out even when the coordinator fails below: a failed restart is a
+        // person's business at once. Only the first failure of an incident pages; a failed
+        // claim (the coordinator is down) pages too, since a repeat beats silence.
+        let first = self
+            .claim_alert(
+                &k.alert_dedup(&act.inc.id, "restart-failed"),
+                done,
+                MARK_TTL,
+            )
+            .await
+            .unwrap_or(true);
         let mut alert = self.alert_for(
             AlertKind::RestartFailed,
             act.case,
@@ -1160,8 +1229,14 @@ impl Agent {
             detail,
         );
         alert.incident = Some(act.inc.id.clone());
+        alert.attempt = Some(failures);
+        if !first {
+            alert.page = false;
+            alert.update = true;
+        }
         self.notifier.send(&alert).await;
-        let (k, w) = (&self.keys, act.case.worker());
+        let value = format!("{}:{}:{}", retry.incident, retry.failures, retry.not_before);
+        self.coord.set(&k.retry(w), &value, MARK_TTL).await?;
         self.coord
             .del(&[
                 k.alert_dedup(&act.inc.id, "restart"),
@@ -1169,6 +1244,10 @@ impl Agent {
                 k.restarted(w),
             ])
             .await?;
+        let why = format!(
+            "{why}; attempt {failures}, next not before {}",
+            human(ms(wait))
+        );
         self.note(done, act.about(), Code::RestartFailed, why)
             .await?;
         Ok(Outcome::Failed)
@@ -1195,8 +1274,16 @@ impl Agent {
         // is another instance's restart that got past a lost lock (TTL expiry in a pause, a
         // failover that forgot it): the first claim wins, and at most one restart runs per
         // cooldown whatever happened to the lock.
-        let cooldown = self.cfg.policy.cooldown;
-        if !self.coord.set_nx(&k.cooldown(w), &marker, cooldown).await? {
+        // NB: the claim outlives our lock. Should we die mid-command, the instance that finds
+        // the new incarnation once our lock has expired must still find the claim, or it would
+        // record our restart as someone else's. The cooldown proper runs from the verification,
+        // which rewrites the marker with the cooldown as its TTL.
+        let claim_ttl = self.cfg.policy.cooldown + self.cfg.safety.lock_ttl;
+        if !self
+            .coord
+            .set_nx(&k.cooldown(w), &marker, claim_ttl)
+            .await?
+        {
             return Ok(false);
         }
         self.coord

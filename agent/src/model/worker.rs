@@ -130,6 +130,16 @@ pub struct Marks {
     pub escalated: bool,
     /// Alert-only episodes currently open (their alert has been sent).
     pub episodes: Vec<Episode>,
+    /// Failed restarts so far and when the next may run, for the incident they belong to.
+    pub retry: Option<Retry>,
+}
+
+/// The restarts of one incident that failed, and the earliest time of the next try.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    pub incident: String,
+    pub failures: u32,
+    pub not_before: Millis,
 }
 
 #[derive(Debug, Clone, PartialEq)]

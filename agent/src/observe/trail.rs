@@ -47,6 +47,9 @@ pub enum Code {
     SkipAmbiguous,
     /// The runtime says this worker must not be restarted (e.g. a pod with restartPolicy Never).
     SkipNotRestartable,
+    /// Another instance's restart of this incident failed after our decision: its retry waits
+    /// for the backoff.
+    SkipRetryPending,
     /// Revalidation found the worker fresh (or a cooldown) right before the command.
     CancelledRecovered,
     /// Shutdown, maintenance or a GPU failure arrived before the command.
@@ -75,7 +78,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 30] = [
+    pub const ALL: [Code; 31] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -94,6 +97,7 @@ impl Code {
         Code::SkipNotRunning,
         Code::SkipAmbiguous,
         Code::SkipNotRestartable,
+        Code::SkipRetryPending,
         Code::CancelledRecovered,
         Code::CancelledNodeState,
         Code::AbortedLogsFailed,
@@ -129,6 +133,7 @@ impl Code {
             Code::SkipNotRunning => "skipped-not-running",
             Code::SkipAmbiguous => "skipped-ambiguous",
             Code::SkipNotRestartable => "skipped-not-restartable",
+            Code::SkipRetryPending => "skipped-retry-pending",
             Code::CancelledRecovered => "cancelled-recovered",
             Code::CancelledNodeState => "cancelled-node-state",
             Code::AbortedLogsFailed => "aborted-logs-failed",

@@ -8,9 +8,11 @@
 //! NB: detection and remediation are bound to the *same* predicate. The verdict that raises the
 //! "hung" alert is the verdict that makes the restart due; there is no second definition of a hang.
 
+use std::time::Duration;
+
 use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
-use crate::model::worker::{Episode, Marks, WorkerState, WorkerStatus};
+use crate::model::worker::{Episode, Incident, Marks, WorkerState, WorkerStatus};
 use crate::policy::table::Action;
 
 /// What the node itself says, from other sources (metadata server, NVML).
@@ -366,12 +368,16 @@ pub(crate) enum Cancel {
     Recovered,
     /// A cooldown marker appeared: another instance already restarted it.
     CooldownAppeared,
+    /// A restart of this incident failed after the decision (another instance's): the next
+    /// try waits for its backoff. The incident stands.
+    RetryPending,
 }
 
 /// Revalidate right before the command, from a fresh record, fresh marks and a fresh clock:
 /// the *same* predicate as the verdict (stale while processing, or in state `error`).
 pub(crate) fn revalidate(
     v: Verdict,
+    inc: &Incident,
     fresh: Option<&WorkerStatus>,
     marks: &Marks,
     now: Millis,
@@ -379,6 +385,9 @@ pub(crate) fn revalidate(
 ) -> Result<(), Cancel> {
     if marks.cooldown {
         return Err(Cancel::CooldownAppeared);
+    }
+    if !retry_open(inc, marks, now) {
+        return Err(Cancel::RetryPending);
     }
     let still_broken = match v {
         Verdict::Errored => fresh.is_some_and(|s| s.state == WorkerState::Error),
@@ -424,6 +433,28 @@ pub(crate) fn restart_due(v: Verdict, started: Millis, now: Millis, cfg: &Policy
         Verdict::Errored => true,
         _ => false,
     }
+}
+
+/// Whether a restart of incident `inc` may be tried now: not before the `not_before` of the
+/// restarts of the same incident that failed. A record left by another incident is no bar.
+pub(crate) fn retry_open(inc: &Incident, marks: &Marks, now: Millis) -> bool {
+    marks
+        .retry
+        .as_ref()
+        .is_none_or(|r| r.incident != inc.id || now >= r.not_before)
+}
+
+/// How long after its `failures`-th failed restart an incident waits for the next try: the
+/// stop grace, doubled for each earlier failure, at most the cooldown (never less than the
+/// grace).
+///
+/// NB: a restart that failed still took its breaker unit (the unit counts at execution), and a
+/// worker that ignores SIGTERM takes the whole grace to stop: retrying every cycle spent a
+/// day's breaker in seconds and paged each time. Spaced this way, an incident takes at most one
+/// unit per stop grace.
+pub fn retry_backoff(failures: u32, stop_grace: Duration, cooldown: Duration) -> Duration {
+    let doubled = stop_grace.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    doubled.min(cooldown.max(stop_grace))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Table-driven tests of the verdicts and the plan, with a fixed `now`.
 
 use super::*;
-use crate::model::worker::Incident;
+use crate::model::worker::{Incident, Retry};
 use crate::policy::table;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -154,6 +154,47 @@ fn only_hung_and_errored_reach_the_restart_pipeline() {
             "{verdict:?}"
         );
     }
+}
+
+#[test]
+fn a_failed_restart_is_retried_only_after_its_backoff_and_only_for_its_incident() {
+    let inc = Incident {
+        started: NOW - 600 * S,
+        id: "i1".into(),
+    };
+    let retry = |incident: &str, not_before| Marks {
+        retry: Some(Retry {
+            incident: incident.into(),
+            failures: 1,
+            not_before,
+        }),
+        ..Marks::default()
+    };
+    assert!(retry_open(&inc, &Marks::default(), NOW), "no failure yet");
+    assert!(!retry_open(&inc, &retry("i1", NOW + 1), NOW));
+    assert!(
+        retry_open(&inc, &retry("i1", NOW), NOW),
+        "open at not_before"
+    );
+    assert!(
+        retry_open(&inc, &retry("i0", NOW + 60 * S), NOW),
+        "another incident's failures are no bar"
+    );
+}
+
+#[test]
+fn retries_back_off_from_the_stop_grace_to_the_cooldown() {
+    let grace = Duration::from_secs(30);
+    let cooldown = Duration::from_secs(600);
+    let waits: Vec<u64> = (1..=7)
+        .map(|n| retry_backoff(n, grace, cooldown).as_secs())
+        .collect();
+    assert_eq!(waits, vec![30, 60, 120, 240, 480, 600, 600]);
+    assert_eq!(retry_backoff(u32::MAX, grace, cooldown).as_secs(), 600);
+    // Never below the grace, even with a cooldown shorter than it.
+    let short = Duration::from_secs(10);
+    assert_eq!(retry_backoff(1, grace, short), grace);
+    assert_eq!(retry_backoff(5, grace, short), grace);
 }
 
 #[test]
