@@ -145,6 +145,12 @@ elif rt["kind"] == "cri":
     check(host.get("/var/log/pods", ("", False))[1] is True,
           "runtime.kind = cri: mount /var/log/pods read-only at the same path (CRI log files)")
     check(pod.get("hostPID") is True, "runtime.kind = cri: hostPID: true (checkpoint signals go to host PIDs)")
+    pr = rt.get("pod_resources_socket", "")
+    if pr and cfg["gpu"]["enabled"] != "off":
+        pr_dir = pr.rsplit("/", 1)[0]
+        check(host.get(pr_dir, ("", False))[1] is True,
+              f"runtime.kind = cri: mount {pr_dir} read-only at the same path (the kubelet's PodResources "
+              f"socket, each worker's GPUs), or set runtime.pod_resources_socket = \"\"")
 else:
     check((docker_sock and socket(docker_sock)) or any(socket(s) for s in cri_socks),
           "runtime.kind = auto: an overlay mounts a runtime socket")

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::containerd::{Containerd, Kubelet, Pod};
+use common::fake_gpu::FakeGpu;
+use common::fake_podresources::FakePodResources;
 use common::fakes::RecordingSink;
 use common::wiring::{node_config, write_record};
 use tokio_util::sync::CancellationToken;
@@ -20,9 +22,11 @@ use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
 use vigil::engine::agent::Agent;
 use vigil::model::container::Container;
+use vigil::model::gpu::{GpuHealth, GpuReport};
 use vigil::observe::metrics::Metrics;
 use vigil::runtime::cri::{CriRuntime, CriSettings, WORKER_CONTAINER_ANNOTATION};
 use vigil::runtime::{ContainerRuntime, RuntimeError};
+use vigil::sources::podresources::PodResourcesClient;
 use vigil::sources::pods::{PodApi, RestartPolicy};
 
 const START: Millis = 1_796_083_200_000;
@@ -112,6 +116,12 @@ impl Rig {
 
     async fn decisions(&self) -> Vec<String> {
         common::wiring::trail_decisions(self.store.as_ref(), &self.keys).await
+    }
+
+    /// The agent reads the GPU monitor's reports.
+    fn with_gpu(mut self, rx: tokio::sync::watch::Receiver<GpuReport>) -> Rig {
+        self.agent = self.agent.with_gpu(rx);
+        self
     }
 }
 
@@ -565,4 +575,223 @@ async fn a_cri_socket_that_never_answers_is_an_error_within_the_deadline() {
         );
     }
     held.abort();
+}
+
+/// The CRI adapter reading the workers' GPUs from this (fake) kubelet.
+fn with_kubelet_gpus(runtime: CriRuntime, socket: &str) -> CriRuntime {
+    runtime.with_devices(Arc::new(PodResourcesClient::new(
+        socket,
+        Duration::from_secs(1),
+    )))
+}
+
+fn gpus_by_worker(listed: &[Container]) -> Vec<(String, Option<Vec<String>>)> {
+    let mut by: Vec<_> = listed
+        .iter()
+        .map(|c| (c.worker.clone(), c.gpus.clone()))
+        .collect();
+    by.sort();
+    by
+}
+
+fn ids(ids: &[&str]) -> Option<Vec<String>> {
+    Some(ids.iter().map(|i| i.to_string()).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_worker_pod_gets_the_gpus_the_kubelet_gave_it() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    for (pod, worker) in [
+        ("gpu-a", "trainer-a"),
+        ("gpu-b", "trainer-b"),
+        ("cpu-c", "trainer-c"),
+    ] {
+        kubelet
+            .run_pod(pod, &[("vigil.worker", worker)], &[], &[("main", LOOP)])
+            .await;
+    }
+    let kr = FakePodResources::start().await;
+    // NVIDIA's device plugin: GPUs by UUID (a time-sliced replica of the second one).
+    kr.set_gpu_pod("default", "gpu-a", "main", &["GPU-aaaa"]);
+    kr.set_pod(
+        "default",
+        "gpu-b",
+        vec![(
+            "main",
+            vec![
+                ("nvidia.com/gpu", vec!["GPU-bbbb::1".into()]),
+                ("example.com/nic", vec!["eth1".into()]),
+            ],
+        )],
+    );
+    // Listed by the kubelet, given no GPU: unknown, so every GPU.
+    kr.set_pod("default", "cpu-c", vec![("main", vec![])]);
+    let runtime = with_kubelet_gpus(
+        CriRuntime::new(settings(&ctd), None).unwrap(),
+        &kr.socket_str(),
+    );
+    let listed = runtime.list_workers().await.unwrap();
+    assert_eq!(
+        gpus_by_worker(&listed),
+        vec![
+            ("trainer-a".into(), ids(&["GPU-aaaa"])),
+            ("trainer-b".into(), ids(&["GPU-bbbb"])),
+            ("trainer-c".into(), None),
+        ]
+    );
+    let a = listed.iter().find(|c| c.worker == "trainer-a").unwrap();
+    let inspected = runtime.inspect(&a.id).await.unwrap().unwrap();
+    assert_eq!(inspected.gpus, ids(&["GPU-aaaa"]), "inspect agrees");
+    assert!(kr.calls() >= 2);
+
+    // Without the kubelet's API every worker counts as on every GPU, as before.
+    let blind = CriRuntime::new(settings(&ctd), None).unwrap();
+    let listed = blind.list_workers().await.unwrap();
+    assert!(listed.iter().all(|c| c.gpus.is_none()), "{listed:?}");
+}
+
+/// An absent socket, a kubelet that refuses, one that never answers: the listing goes on, within
+/// the deadline, with every worker on every GPU (a failed GPU then stands all down); the GPUs
+/// come back when the kubelet does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_kubelet_answer_every_worker_counts_as_on_every_gpu() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    worker_pod(&kubelet, "gpu-a").await;
+    let absent = with_kubelet_gpus(
+        CriRuntime::new(settings(&ctd), None).unwrap(),
+        "/nonexistent/pod-resources/kubelet.sock",
+    );
+    let listed = absent.list_workers().await.unwrap();
+    assert_eq!(gpus_by_worker(&listed), vec![(WORKER.into(), None)]);
+
+    let kr = FakePodResources::start().await;
+    kr.set_gpu_pod("default", "gpu-a", "main", &["nvidia3"]);
+    let runtime = with_kubelet_gpus(
+        CriRuntime::new(settings(&ctd), None).unwrap(),
+        &kr.socket_str(),
+    );
+    assert_eq!(
+        gpus_by_worker(&runtime.list_workers().await.unwrap()),
+        vec![(WORKER.into(), ids(&["nvidia3"]))]
+    );
+    kr.refuse(true);
+    assert_eq!(
+        gpus_by_worker(&runtime.list_workers().await.unwrap()),
+        vec![(WORKER.into(), None)]
+    );
+    kr.refuse(false);
+    kr.hang(true);
+    let started = std::time::Instant::now();
+    assert_eq!(
+        gpus_by_worker(&runtime.list_workers().await.unwrap()),
+        vec![(WORKER.into(), None)]
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "bounded by the call's deadline, took {:?}",
+        started.elapsed()
+    );
+    kr.hang(false);
+    assert_eq!(
+        gpus_by_worker(&runtime.list_workers().await.unwrap()),
+        vec![(WORKER.into(), ids(&["nvidia3"]))],
+        "read again once the kubelet answers"
+    );
+}
+
+/// GKE: two worker pods on GPUs `nvidia0` and `nvidia1` (GKE's device plugin ids), the real
+/// GPU monitor on fake NVML. GPU 0 fails (XID 79) and both workers hang: the worker on GPU 0 is
+/// left alone (a restart cannot fix hardware), the one on GPU 1 is restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let on0 = kubelet
+        .run_pod(
+            "gke-a",
+            &[("vigil.worker", "trainer-a")],
+            &[],
+            &[("main", LOOP)],
+        )
+        .await;
+    let on1 = kubelet
+        .run_pod(
+            "gke-b",
+            &[("vigil.worker", "trainer-b")],
+            &[],
+            &[("main", LOOP)],
+        )
+        .await;
+    let kr = FakePodResources::start().await;
+    kr.set_gpu_pod("default", "gke-a", "main", &["nvidia0"]);
+    kr.set_gpu_pod("default", "gke-b", "main", &["nvidia1"]);
+
+    let gpu = FakeGpu::new();
+    gpu.add_gpu(0, "GPU-aaaa");
+    gpu.add_gpu(1, "GPU-bbbb");
+    let mut gcfg = node_config("gke-node-1").gpu;
+    gcfg.sample_interval = Duration::from_millis(50);
+    let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
+    let gpu_stop = CancellationToken::new();
+    vigil::engine::gpu::spawn_monitor(Box::new(gpu.clone()), gcfg, tx, gpu_stop.clone());
+    gpu.inject_xid(0, 79);
+    let failed = |r: &GpuReport| {
+        r.gpus
+            .iter()
+            .map(|g| (g.index, g.health))
+            .collect::<Vec<_>>()
+            == vec![(0, GpuHealth::Failed), (1, GpuHealth::Healthy)]
+    };
+    let mut seen = false;
+    for _ in 0..200 {
+        if failed(&rx.borrow()) {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen, "GPU 0 failed: {:?}", *rx.borrow());
+
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let runtime = with_kubelet_gpus(runtime, &kr.socket_str());
+    let mut rig = Rig::new(Arc::new(runtime)).with_gpu(rx);
+    for w in ["trainer-a", "trainer-b"] {
+        let key = rig.keys.status(w);
+        write_record(rig.store.as_ref(), &key, "processing", rig.now(), &[]).await;
+    }
+    for _ in 0..24 {
+        rig.tick().await;
+    }
+    let d = rig.decisions().await;
+    assert_eq!(
+        kubelet
+            .containers(&on0)
+            .await
+            .iter()
+            .map(|c| (c.2, c.3))
+            .collect::<Vec<_>>(),
+        vec![(0, true)],
+        "the worker on the failed GPU is never stopped: {d:?}"
+    );
+    assert_eq!(
+        kubelet
+            .containers(&on1)
+            .await
+            .iter()
+            .map(|c| (c.2, c.3))
+            .collect::<Vec<_>>(),
+        vec![(0, false), (1, true)],
+        "the worker on the healthy GPU is restarted: {d:?}"
+    );
+    assert_eq!(d.iter().filter(|x| *x == "restarted").count(), 1, "{d:?}");
+    gpu_stop.cancel();
+    stop.cancel();
 }

@@ -471,6 +471,9 @@ pub struct RuntimeConfig {
     /// CRI: also restart pods whose restartPolicy is Never (which ends the pod), or whose policy
     /// cannot be read (no Kubernetes API).
     pub allow_pod_replacement: bool,
+    /// CRI: the kubelet's PodResources socket, where each worker's GPUs are read; empty = off
+    /// (every worker counts as using every GPU).
+    pub pod_resources_socket: String,
 }
 
 /// The Docker Engine API. The keys that are not Docker-specific moved to `[runtime]`; the old
@@ -678,6 +681,7 @@ impl Default for RuntimeConfig {
             restart_timeout: Duration::from_secs(90),
             call_timeout: Duration::from_secs(10),
             allow_pod_replacement: false,
+            pod_resources_socket: crate::sources::podresources::DEFAULT_SOCKET.into(),
         }
     }
 }
@@ -1041,6 +1045,13 @@ impl Config {
                 ),
             );
         }
+        let pr = &self.runtime.pod_resources_socket;
+        if !pr.is_empty() && !pr.starts_with('/') {
+            return bad(
+                "runtime.pod_resources_socket",
+                format!("`{pr}` is not an absolute path to a unix socket (empty = off)"),
+            );
+        }
         if self.policy.confirm_after >= self.policy.stale_after {
             return bad(
                 "policy.confirm_after",
@@ -1340,6 +1351,10 @@ mod tests {
             (
                 "[runtime]\ncri_socket = \"containerd.sock\"",
                 "runtime.cri_socket",
+            ),
+            (
+                "[runtime]\npod_resources_socket = \"kubelet.sock\"",
+                "runtime.pod_resources_socket",
             ),
             ("[policy]\nconfirm_after = \"5m\"", "policy.confirm_after"),
             ("[policy]\ncooldown = \"0s\"", "policy.cooldown"),

@@ -53,6 +53,8 @@ impl FakeGpu {
             GpuSample {
                 index,
                 uuid: uuid.to_string(),
+                // As on most machines: /dev/nvidiaN in the index order.
+                minor_number: Some(index),
                 name: "NVIDIA H100 80GB HBM3 (fake)".into(),
                 temperature_c: Some(40),
                 power_w: Some(120.5),

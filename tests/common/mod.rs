@@ -9,6 +9,7 @@ pub mod e2e;
 pub mod fake_gpu;
 pub mod fake_kube;
 pub mod fake_metadata;
+pub mod fake_podresources;
 pub mod fakes;
 pub mod real;
 pub mod redis_ha;

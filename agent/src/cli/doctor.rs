@@ -147,7 +147,38 @@ async fn runtime(cfg: &Config) -> Vec<Check> {
         }
         Err(e) => check("runtime", Level::Fail, e.to_string()),
     };
-    vec![found, listed]
+    let mut out = vec![found, listed];
+    if rt.describe().starts_with("cri") {
+        out.push(gpus_of_workers(cfg).await);
+    }
+    out
+}
+
+/// On CRI: whether the workers' GPUs can be read (the kubelet's PodResources API).
+async fn gpus_of_workers(cfg: &Config) -> Check {
+    let Some(src) = crate::runtime::devices(cfg) else {
+        return check(
+            "pod-resources",
+            Level::Warn,
+            "runtime.pod_resources_socket is empty: every worker counts as using every GPU, so one failed GPU stands all of them down",
+        );
+    };
+    match src.gpus().await {
+        Ok(g) => check(
+            "pod-resources",
+            Level::Ok,
+            format!(
+                "{} answers; {} container(s) with GPUs",
+                src.describe(),
+                g.len()
+            ),
+        ),
+        Err(e) => check(
+            "pod-resources",
+            Level::Warn,
+            format!("{e}; until it answers every worker counts as using every GPU"),
+        ),
+    }
 }
 
 fn nvml(cfg: &Config) -> Check {

@@ -275,6 +275,7 @@ impl Agent {
             runtime.allow_pod_replacement,
             "runtime.allow_pod_replacement"
         );
+        keep!(runtime.pod_resources_socket, "runtime.pod_resources_socket");
         keep!(server, "server.*");
         keep!(alerts, "alerts.*");
         keep!(log, "log.*");

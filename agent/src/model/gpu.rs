@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 pub struct GpuSample {
     pub index: u32,
     pub uuid: String,
+    /// The minor number of its device file (`/dev/nvidiaN`): GKE's device plugin names GPUs by
+    /// it (`nvidia0`, …). `None` when NVML did not say.
+    pub minor_number: Option<u32>,
     pub name: String,
     pub temperature_c: Option<u32>,
     pub power_w: Option<f64>,
@@ -115,9 +118,19 @@ impl GpuReport {
     }
 }
 
-/// `id` is the GPU's index (`"0"`) or its UUID.
+/// `id` is the GPU's index (`"0"`), its UUID, or its device file's name (`nvidia0`, as GKE's
+/// device plugin names GPUs).
 pub(crate) fn selects(g: &GpuStatus, id: &str) -> bool {
     let id = id.trim();
+    if let Some(n) = id
+        .strip_prefix("nvidia")
+        .and_then(|n| n.parse::<u32>().ok())
+    {
+        // NB: `nvidiaN` is /dev/nvidiaN, whose N is the minor number, not the NVML index (which
+        // follows the PCI bus order). They agree on most machines; where NVML gave no minor
+        // number (a GPU known only from an XID event) the index stands in.
+        return g.sample.minor_number.unwrap_or(g.index) == n;
+    }
     id.parse::<u32>().is_ok_and(|i| i == g.index)
         || (!g.uuid.is_empty() && g.uuid.eq_ignore_ascii_case(id))
 }

@@ -737,4 +737,27 @@ mod tests {
         );
         assert!(!worker_on_failed_gpu(&GpuReport::default(), None));
     }
+
+    /// GKE's device plugin names GPUs by device file (`nvidiaN`): N is the minor number NVML
+    /// reports, which need not be the index; without a minor number the index stands in.
+    #[test]
+    fn device_file_names_match_the_minor_number() {
+        let cfg = cfg();
+        let (mut a, mut b) = (sample(0), sample(1));
+        a.minor_number = Some(1);
+        b.minor_number = Some(0);
+        let r = update(&GpuReport::default(), &[a, b], &[xid(1, 79)], T0, &cfg);
+        let on = |id: &str| worker_on_failed_gpu(&r, Some(&[id.to_string()]));
+        assert!(on("nvidia0"), "GPU index 1 is /dev/nvidia0");
+        assert!(!on("nvidia1"));
+        let unknown = update(&GpuReport::default(), &[sample(0)], &[xid(3, 79)], T0, &cfg);
+        assert!(worker_on_failed_gpu(
+            &unknown,
+            Some(&["nvidia3".to_string()])
+        ));
+        assert!(!worker_on_failed_gpu(
+            &unknown,
+            Some(&["nvidia0".to_string()])
+        ));
+    }
 }

@@ -11,10 +11,14 @@
 //!   instead: such pods are refused unless `runtime.allow_pod_replacement`;
 //! - container logs are files (`log_path` in the container status) in the CRI log format;
 //! - CRI has no "send a signal": the checkpoint signal goes to the container's host PID, read from
-//!   the verbose status (`info.pid`), which needs the agent in the host PID namespace (`hostPID`).
+//!   the verbose status (`info.pid`), which needs the agent in the host PID namespace (`hostPID`);
+//! - CRI does not say which GPUs a container has (the device plugin's allocation is the
+//!   kubelet's): they come from the kubelet's PodResources API when it is wired in
+//!   ([`CriRuntime::with_devices`]), else a worker counts as using every GPU.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +34,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{Container, ContainerRuntime, RuntimeError};
 use crate::model::container::PodRef;
+use crate::sources::podresources::{DeviceSource, PodGpus};
 use crate::sources::pods::{PodApi, RestartPolicy};
 
 /// The pod annotation that names the worker's container in a pod with several.
@@ -60,6 +65,10 @@ pub struct CriRuntime {
     client: RuntimeServiceClient<Channel>,
     /// The Kubernetes API, for the pods' restartPolicy; `None` when it is off.
     pods: Option<Arc<dyn PodApi>>,
+    /// The containers' GPUs (the kubelet's PodResources API); `None`: every worker on every GPU.
+    devices: Option<Arc<dyn DeviceSource>>,
+    /// The device source failed last time (its failure is logged once, not every cycle).
+    devices_failing: AtomicBool,
 }
 
 impl CriRuntime {
@@ -87,7 +96,37 @@ impl CriRuntime {
             client: RuntimeServiceClient::new(channel),
             s,
             pods,
+            devices: None,
+            devices_failing: AtomicBool::new(false),
         })
+    }
+
+    /// Read the workers' GPUs from `devices` (the kubelet's PodResources API), so a failed GPU
+    /// stands down only the workers on it.
+    pub fn with_devices(mut self, devices: Arc<dyn DeviceSource>) -> Self {
+        self.devices = Some(devices);
+        self
+    }
+
+    /// The containers' GPUs, or `None` (every worker on every GPU) when there is no source or
+    /// it failed. NB: never an error: without the allocation the safe reading is "all GPUs"
+    /// (a failed GPU then stands every worker down), and the listing must go on.
+    async fn pod_gpus(&self) -> Option<PodGpus> {
+        let src = self.devices.as_ref()?;
+        match src.gpus().await {
+            Ok(g) => {
+                if self.devices_failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!(source = %src.describe(), "the workers' GPUs are read again");
+                }
+                Some(g)
+            }
+            Err(e) => {
+                if !self.devices_failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "cannot read the workers' GPUs: every worker counts as using every GPU, so a failed GPU stands all of them down (said once until it recovers)");
+                }
+                None
+            }
+        }
     }
 
     fn client(&self) -> RuntimeServiceClient<Channel> {
@@ -261,6 +300,7 @@ impl Sandbox {
             running: c.state == ContainerState::ContainerRunning as i32,
             paused: false,
             checkpoint: self.checkpoint.clone(),
+            // Filled from the kubelet's PodResources API, when it is wired in.
             gpus: None,
             pod: Some(PodRef {
                 namespace: self.namespace.clone(),
@@ -294,6 +334,13 @@ async fn within<T>(
             "no answer within {}",
             humantime::format_duration(deadline)
         ))),
+    }
+}
+
+/// The container's GPUs from the kubelet's allocation (left `None`, all GPUs, when unknown).
+fn fill_gpus(c: &mut Container, gpus: &PodGpus) {
+    if let Some(p) = &c.pod {
+        c.gpus = gpus.get(&p.namespace, &p.pod, &p.container);
     }
 }
 
@@ -352,6 +399,13 @@ impl ContainerRuntime for CriRuntime {
                 out.push(sb.container(&c, &c.pod_sandbox_id));
             }
         }
+        if !out.is_empty() {
+            if let Some(gpus) = self.pod_gpus().await {
+                for c in &mut out {
+                    fill_gpus(c, &gpus);
+                }
+            }
+        }
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
@@ -367,7 +421,11 @@ impl ContainerRuntime for CriRuntime {
         let Some(sb) = self.sandbox(&c.pod_sandbox_id).await? else {
             return Ok(None);
         };
-        Ok(Some(sb.container(&c, &c.pod_sandbox_id)))
+        let mut out = sb.container(&c, &c.pod_sandbox_id);
+        if let Some(gpus) = self.pod_gpus().await {
+            fill_gpus(&mut out, &gpus);
+        }
+        Ok(Some(out))
     }
 
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
@@ -462,7 +520,11 @@ impl ContainerRuntime for CriRuntime {
         let Some(sb) = self.sandbox(&p.sandbox).await? else {
             return Ok(None);
         };
-        Ok(Some(sb.container(&x, &p.sandbox)))
+        let mut next = sb.container(&x, &p.sandbox);
+        // NB: the same container of the same pod keeps its devices across attempts (kubelet
+        // allocates them per pod); this is polled during a restart, so the kubelet is not asked.
+        next.gpus = c.gpus.clone();
+        Ok(Some(next))
     }
 
     /// The checkpoint signal, to the container's host PID (CRI has no kill).

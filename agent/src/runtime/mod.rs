@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use std::sync::Arc;
 
 use crate::config::{Config, RuntimeKind};
+use crate::sources::podresources::{DeviceSource, PodResourcesClient};
 use crate::sources::pods::PodApi;
 use cri::{CriRuntime, CriSettings};
 use docker::DockerRuntime;
@@ -112,10 +113,24 @@ pub(crate) fn connect(
                 allow_pod_replacement: r.allow_pod_replacement,
                 poll: Duration::from_millis(500),
             };
-            Arc::new(CriRuntime::new(s, pods).map_err(|e| e.to_string())?)
+            let rt = CriRuntime::new(s, pods).map_err(|e| e.to_string())?;
+            match devices(cfg) {
+                Some(d) => Arc::new(rt.with_devices(d)),
+                None => Arc::new(rt),
+            }
         }
     };
     Ok((rt, why))
+}
+
+/// Where a CRI runtime reads its workers' GPUs: the kubelet's PodResources API at
+/// `runtime.pod_resources_socket`; `None` when that is empty (every worker on every GPU).
+pub(crate) fn devices(cfg: &Config) -> Option<Arc<dyn DeviceSource>> {
+    let socket = &cfg.runtime.pod_resources_socket;
+    (!socket.is_empty()).then(|| {
+        let client = PodResourcesClient::new(socket, cfg.runtime.call_timeout);
+        Arc::new(client) as Arc<dyn DeviceSource>
+    })
 }
 
 #[cfg(test)]

@@ -244,6 +244,7 @@ impl NvmlProbe {
         Some(GpuSample {
             index,
             uuid,
+            minor_number: field(index, "minor_number", d.minor_number()),
             name: field(index, "name", d.name()).unwrap_or_default(),
             temperature_c: field(index, "temperature", d.temperature(TemperatureSensor::Gpu)),
             power_w: field(index, "power", d.power_usage()).map(|mw| f64::from(mw) / 1000.0),

@@ -2,4 +2,5 @@
 
 pub mod gpu;
 pub mod metadata;
+pub mod podresources;
 pub mod pods;
