@@ -138,6 +138,9 @@ if base:
 elif rt["kind"] == "docker":
     check(docker_sock is None or socket(docker_sock), f"runtime.kind = docker: mount {docker_sock} (hostPath, type Socket)")
     check(root or groups, "the Docker socket needs root or its group (securityContext.supplementalGroups)")
+elif rt["kind"] == "podman":
+    check(socket(rt["podman_socket"]), f"runtime.kind = podman: mount {rt['podman_socket']} (hostPath, type Socket)")
+    check(root or groups, "Podman's socket needs root or its group")
 elif rt["kind"] == "cri":
     mounted = [s for s in cri_socks if socket(s)]
     check(mounted, f"runtime.kind = cri: mount the CRI socket {' or '.join(cri_socks)} (hostPath, type Socket)")
@@ -152,7 +155,7 @@ elif rt["kind"] == "cri":
               f"runtime.kind = cri: mount {pr_dir} read-only at the same path (the kubelet's PodResources "
               f"socket, each worker's GPUs), or set runtime.pod_resources_socket = \"\"")
 else:
-    check((docker_sock and socket(docker_sock)) or any(socket(s) for s in cri_socks),
+    check((docker_sock and socket(docker_sock)) or socket(rt["podman_socket"]) or any(socket(s) for s in cri_socks),
           "runtime.kind = auto: an overlay mounts a runtime socket")
 
 lib = cfg["gpu"]["library_path"]

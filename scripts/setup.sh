@@ -2,7 +2,8 @@
 # Installs what building and testing Vigil need, when it is missing (Debian/Ubuntu, as root or
 # through sudo): protobuf-compiler (the CRI protos are compiled at build time), redis-server,
 # busybox-static (the e2e tests build their tiny images from it), prometheus (promtool), spin,
-# containerd and runc (the CRI tests run a private containerd); pip: kubernetes-validate.
+# containerd and runc (the CRI tests run a private containerd), podman (the Podman tests run a
+# private `podman system service`); pip: kubernetes-validate.
 # Used by scripts/test.sh, scripts/run.sh and .ci/run; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,7 @@ command -v spin >/dev/null || packages+=(spin)
 command -v protoc >/dev/null || packages+=(protobuf-compiler)
 command -v containerd >/dev/null || packages+=(containerd)
 command -v runc >/dev/null || packages+=(runc)
+command -v podman >/dev/null || packages+=(podman)
 if [ ${#packages[@]} -gt 0 ]; then
   command -v apt-get >/dev/null || {
     echo "scripts/setup.sh: missing ${packages[*]}, and no apt-get to install them" >&2

@@ -7,7 +7,8 @@
 #
 # Does its own set-up (scripts/setup.sh): on a Debian/Ubuntu machine it installs what is missing,
 # as root or through sudo. It cannot install cargo, kubectl or a Docker daemon: it says so if one
-# is missing. The CRI tests start their own private containerd (tests/common/containerd.rs).
+# is missing. The CRI tests start their own private containerd (tests/common/containerd.rs), the
+# Podman tests their own `podman system service` (tests/common/podman.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive

@@ -432,10 +432,13 @@ pub enum RedisMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
-    /// The socket that exists: Docker's (`docker.host`), then containerd's, then CRI-O's.
+    /// The socket that exists: Docker's (`docker.host`), then rootful Podman's
+    /// (`runtime.podman_socket`), then containerd's, then CRI-O's.
     Auto,
-    /// The Docker Engine API (and Podman's).
+    /// The Docker Engine API at `docker.host`.
     Docker,
+    /// Podman's Docker-compatible API at `runtime.podman_socket` (`podman system service`).
+    Podman,
     /// The Kubernetes CRI (containerd, CRI-O).
     Cri,
 }
@@ -444,8 +447,11 @@ pub enum RuntimeKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
-    /// `auto`, `docker` or `cri`.
+    /// `auto`, `docker`, `podman` or `cri`.
     pub kind: RuntimeKind,
+    /// Podman's API socket (its Docker-compatible API); the rootful default is
+    /// `/run/podman/podman.sock`.
+    pub podman_socket: String,
     /// The CRI socket; empty = the first that exists of `/run/containerd/containerd.sock` and
     /// `/var/run/crio/crio.sock`.
     pub cri_socket: String,
@@ -673,6 +679,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             kind: RuntimeKind::Auto,
+            podman_socket: "/run/podman/podman.sock".into(),
             cri_socket: String::new(),
             worker_label: "vigil.worker".into(),
             log_lines: 100,
@@ -1036,6 +1043,15 @@ impl Config {
                 ),
             );
         }
+        if !self.runtime.podman_socket.starts_with('/') {
+            return bad(
+                "runtime.podman_socket",
+                format!(
+                    "`{}` is not an absolute path to a unix socket",
+                    self.runtime.podman_socket
+                ),
+            );
+        }
         if !self.runtime.cri_socket.is_empty() && !self.runtime.cri_socket.starts_with('/') {
             return bad(
                 "runtime.cri_socket",
@@ -1347,7 +1363,11 @@ mod tests {
                 "runtime.restart_timeout",
             ),
             ("[runtime]\ncall_timeout = \"0s\"", "runtime.call_timeout"),
-            ("[runtime]\nkind = \"podman\"", "runtime.kind"),
+            ("[runtime]\nkind = \"rkt\"", "runtime.kind"),
+            (
+                "[runtime]\npodman_socket = \"podman.sock\"",
+                "runtime.podman_socket",
+            ),
             (
                 "[runtime]\ncri_socket = \"containerd.sock\"",
                 "runtime.cri_socket",
@@ -1466,6 +1486,9 @@ mod tests {
         );
         let c = parse("[runtime]\nkind = \"cri\"\n").unwrap();
         assert_eq!(c.runtime.kind, RuntimeKind::Cri);
+        let c = parse("[runtime]\nkind = \"podman\"\n").unwrap();
+        assert_eq!(c.runtime.kind, RuntimeKind::Podman);
+        assert_eq!(c.runtime.podman_socket, "/run/podman/podman.sock");
         assert!(c.deprecated.is_empty());
     }
 

@@ -1,6 +1,7 @@
 //! Shared test support: fakes for the deterministic scenarios, the in-process wiring of the agent
-//! and the maintenance controller, helpers that start or find the real services (Redis, Docker)
-//! for the integration and end-to-end suites, and the end-to-end rig for the `vigil` binary.
+//! and the maintenance controller, helpers that start or find the real services (Redis, Docker,
+//! a private containerd or Podman) for the integration and end-to-end suites, and the end-to-end
+//! rig for the `vigil` binary.
 
 #![allow(dead_code)]
 
@@ -11,6 +12,7 @@ pub mod fake_kube;
 pub mod fake_metadata;
 pub mod fake_podresources;
 pub mod fakes;
+pub mod podman;
 pub mod real;
 pub mod redis_ha;
 pub mod wiring;

@@ -1,6 +1,7 @@
 //! Helpers for the real services: a Redis server the test starts on a free port (or the one the
 //! test script started, via `VIGIL_TEST_REDIS_URL`), the real Docker daemon with a tiny busybox
-//! image built by `docker import`, a local webhook receiver, and the `vigil` binary itself.
+//! image built by `docker import` (its root file system is shared with the Podman rig), a local
+//! webhook receiver, and the `vigil` binary itself.
 
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
@@ -205,32 +206,37 @@ pub fn ensure_image() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !exists {
-        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .expect("a static busybox is needed (apt-get install busybox-static)");
         let root = tempfile::tempdir().unwrap();
-        let bin = root.path().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        std::fs::copy(busybox, bin.join("busybox")).unwrap();
-        for applet in ["sh", "sleep", "echo", "cat", "kill", "date", "true", "wget"] {
-            std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
-        }
-        let tar = root.path().join("rootfs.tar");
-        let status = Command::new("tar")
-            .args([
-                "-C",
-                root.path().to_str().unwrap(),
-                "-cf",
-                tar.to_str().unwrap(),
-                "bin",
-            ])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let tar = busybox_rootfs_tar(root.path());
         docker(&["import", tar.to_str().unwrap(), TEST_IMAGE]);
     }
     *built = true;
+}
+
+/// The test image's root file system, `dir/rootfs.tar`: a static busybox in `/bin` with the
+/// applets the tests' scripts use. Its path.
+pub fn busybox_rootfs_tar(dir: &Path) -> PathBuf {
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("a static busybox is needed (apt-get install busybox-static)");
+    let bin = dir.join("rootfs/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(busybox, bin.join("busybox")).unwrap();
+    for applet in ["sh", "sleep", "echo", "cat", "kill", "date", "true", "wget"] {
+        let _ = std::os::unix::fs::symlink("busybox", bin.join(applet));
+    }
+    let tar = dir.join("rootfs.tar");
+    let rootfs = dir.join("rootfs");
+    let args = [
+        "-C",
+        rootfs.to_str().unwrap(),
+        "-cf",
+        tar.to_str().unwrap(),
+        "bin",
+    ];
+    run_cli("tar", &args, None);
+    tar
 }
 
 /// A worker's script: a line a second, SIGTERM ignored (a shell as PID 1 has no handler).

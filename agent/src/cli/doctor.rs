@@ -120,8 +120,11 @@ async fn runtime(cfg: &Config) -> Vec<Check> {
     };
     let found = check("runtime", Level::Ok, format!("{why}: {}", rt.describe()));
     if let Err(e) = rt.ping().await {
-        let fix = if rt.describe().starts_with("docker") {
+        let described = rt.describe();
+        let fix = if described.starts_with("docker") {
             "mount the socket (hostPath /var/run/docker.sock) and run in its group"
+        } else if described.starts_with("podman") {
+            "start Podman's API (systemctl enable --now podman.socket) and mount its socket (runtime.podman_socket)"
         } else {
             "mount the runtime's socket (hostPath /run/containerd/containerd.sock)"
         };

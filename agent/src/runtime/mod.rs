@@ -1,7 +1,8 @@
 //! The container runtime: list opted-in workers, read their logs, restart one.
 //!
-//! Docker (and Podman, which serves the same API) through bollard; the simulated runtime of the
-//! demo and the scenario tests (`sim`) implements the same trait.
+//! Docker (and Podman, which serves the same API) through bollard, the Kubernetes CRI through
+//! `cri`; the simulated runtime of the demo and the scenario tests (`sim`) implements the same
+//! trait.
 
 pub mod cri;
 pub(crate) mod cri_log;
@@ -28,13 +29,22 @@ pub const CRI_SOCKETS: [&str; 2] = ["/run/containerd/containerd.sock", "/var/run
 /// The runtime chosen at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice {
-    Docker { host: String },
-    Cri { socket: String },
+    Docker {
+        host: String,
+    },
+    /// Podman's Docker-compatible API on this unix socket (a path).
+    Podman {
+        socket: String,
+    },
+    Cri {
+        socket: String,
+    },
 }
 
 /// Pick the runtime: `runtime.kind`, or for `auto` the socket that exists — Docker's
-/// (`docker.host`), then `runtime.cri_socket`, then containerd's, then CRI-O's. Returns the
-/// choice and the line that says why (logged at start-up, shown by `vigil doctor`).
+/// (`docker.host`), then rootful Podman's (`runtime.podman_socket`), then `runtime.cri_socket`,
+/// then containerd's, then CRI-O's. Returns the choice and the line that says why (logged at
+/// start-up, shown by `vigil doctor`).
 ///
 /// NB: never "no runtime": when the socket is not there (yet), the agent still starts, fails
 /// closed and reports `runtime-down` every cycle until it appears, rather than crash-looping.
@@ -49,11 +59,22 @@ pub fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
         vec![cfg.runtime.cri_socket.as_str()]
     };
     let found_cri = cri_candidates.iter().find(|p| exists(p));
+    let podman_socket = cfg.runtime.podman_socket.as_str();
+    let podman = Choice::Podman {
+        socket: podman_socket.to_string(),
+    };
     let cri = |socket: &str| Choice::Cri {
         socket: socket.to_string(),
     };
     match cfg.runtime.kind {
         RuntimeKind::Docker => (docker, "runtime.kind = docker".into()),
+        RuntimeKind::Podman if exists(podman_socket) => (podman, "runtime.kind = podman".into()),
+        RuntimeKind::Podman => (
+            podman,
+            format!(
+                "runtime.kind = podman, but no Podman socket at {podman_socket} (yet): enable podman.socket (or run `podman system service`) and mount it, or set runtime.podman_socket"
+            ),
+        ),
         RuntimeKind::Cri => match found_cri {
             Some(p) => (cri(p), "runtime.kind = cri".into()),
             None => (
@@ -68,6 +89,10 @@ pub fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
             if docker_socket.is_none_or(&exists) {
                 return (docker, format!("runtime.kind = auto: {} found", cfg.docker.host));
             }
+            if exists(podman_socket) {
+                let why = format!("runtime.kind = auto: no Docker socket, Podman socket {podman_socket} found");
+                return (podman, why);
+            }
             if let Some(p) = found_cri {
                 let why = format!("runtime.kind = auto: no Docker socket, CRI socket {p} found");
                 return (cri(p), why);
@@ -75,7 +100,7 @@ pub fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
             (
                 docker,
                 format!(
-                    "runtime.kind = auto, but none of the runtime sockets exists ({}, {}): using Docker, reported down until it answers; mount the node's runtime socket (docs/running.md)",
+                    "runtime.kind = auto, but none of the runtime sockets exists ({}, {podman_socket}, {}): using Docker, reported down until it answers; mount the node's runtime socket (docs/running.md)",
                     cfg.docker.host,
                     cri_candidates.join(", ")
                 ),
@@ -96,6 +121,13 @@ pub(crate) fn connect(
     let rt: Arc<dyn ContainerRuntime> = match choice {
         Choice::Docker { host } => Arc::new(DockerRuntime::new(
             &host,
+            &r.worker_label,
+            &cfg.checkpoint.label,
+            r.restart_timeout + Duration::from_secs(5),
+            r.call_timeout,
+        )),
+        Choice::Podman { socket } => Arc::new(DockerRuntime::podman(
+            &socket,
             &r.worker_label,
             &cfg.checkpoint.label,
             r.restart_timeout + Duration::from_secs(5),
@@ -164,6 +196,63 @@ mod choose_tests {
         let (c, why) = choose(&cfg, only(&[]));
         assert!(matches!(c, Choice::Docker { .. }), "started, reported down");
         assert!(why.contains("none of the runtime sockets"), "{why}");
+        assert!(why.contains(PODMAN), "{why}");
+    }
+
+    const PODMAN: &str = "/run/podman/podman.sock";
+
+    #[test]
+    fn auto_takes_rootful_podman_after_docker_and_before_cri() {
+        let cfg = Config::default();
+        let (c, _) = choose(
+            &cfg,
+            only(&["/var/run/docker.sock", PODMAN, CRI_SOCKETS[0]]),
+        );
+        assert!(matches!(c, Choice::Docker { .. }), "Docker's socket first");
+        let (c, why) = choose(&cfg, only(&[PODMAN, CRI_SOCKETS[0], CRI_SOCKETS[1]]));
+        assert_eq!(
+            c,
+            Choice::Podman {
+                socket: PODMAN.into()
+            }
+        );
+        assert_eq!(
+            why,
+            format!("runtime.kind = auto: no Docker socket, Podman socket {PODMAN} found")
+        );
+        let mut cfg = Config::default();
+        cfg.runtime.podman_socket = "/srv/podman/api.sock".into();
+        let (c, _) = choose(&cfg, only(&[PODMAN, CRI_SOCKETS[0]]));
+        assert!(
+            matches!(c, Choice::Cri { .. }),
+            "only the configured Podman socket counts"
+        );
+    }
+
+    #[test]
+    fn podman_by_name_is_kept_and_a_missing_socket_is_named() {
+        let mut cfg = Config::default();
+        cfg.runtime.kind = RuntimeKind::Podman;
+        let (c, why) = choose(&cfg, only(&["/var/run/docker.sock", PODMAN]));
+        assert_eq!(
+            c,
+            Choice::Podman {
+                socket: PODMAN.into()
+            }
+        );
+        assert_eq!(why, "runtime.kind = podman");
+        let (c, why) = choose(&cfg, only(&["/var/run/docker.sock"]));
+        assert_eq!(
+            c,
+            Choice::Podman {
+                socket: PODMAN.into()
+            },
+            "reported per cycle when down"
+        );
+        assert!(
+            why.contains(&format!("no Podman socket at {PODMAN}")),
+            "{why}"
+        );
     }
 
     #[test]
