@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::e2e::{ConfigParts, Setup};
 use common::real::{
     beat, eventually, explain, poll, redis_exists, redis_get, serve, shared_redis_url, unique,
-    vigil, Receiver, RedisServer, VigilProcess, WorkerContainer,
+    vigil, Receiver, RedisServer, VigilProcess, WorkerContainer, EXITS_ON_TERM,
 };
 
 /// This suite's agent: every duration compressed.
@@ -745,4 +745,188 @@ async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
         "the agent survived:\n{}",
         agent.log_text()
     );
+}
+
+/// The trail lines of one worker (the second column of `vigil explain`).
+fn lines_of<'a>(trail: &'a str, worker: &str) -> Vec<&'a str> {
+    trail
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some(worker))
+        .collect()
+}
+
+/// Issue 16: the three ways a worker meets a restart, on the real Docker daemon, through the
+/// binary, with a stop grace (3 s) longer than every runtime call's deadline (2 s): (a) a shell
+/// as PID 1, which ignores SIGTERM; (b) a process frozen with SIGSTOP, whose SIGTERM stays
+/// pending and whose handler never runs; (c) one that exits at once on SIGTERM. Each is
+/// restarted exactly once, with its trail entry, its alert and its log lines.
+#[tokio::test(flavor = "multi_thread")]
+async fn hung_workers_of_every_kind_are_each_restarted_exactly_once() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e");
+    let cfg = s.config(&hook.url, "");
+    // Room for a duplicate to show: it would take a fourth unit, not hit the cap.
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "lock_ttl = \"30s\"",
+        "lock_ttl = \"30s\"\nbreaker_per_day = 5",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let label = |w: &str| format!("{}={w}", s.label);
+    let ignores = format!("{}-ignores", s.worker);
+    let frozen = format!("{}-frozen", s.worker);
+    let polite = format!("{}-polite", s.worker);
+    let workers = [
+        WorkerContainer::start(&s.label, &ignores),
+        WorkerContainer::start_with(&["--label", &label(&frozen)], EXITS_ON_TERM),
+        WorkerContainer::start_polite(&s.label, &polite),
+    ];
+    // Log lines first, then the freeze: a SIGSTOPped process runs no handler.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    workers[1].freeze();
+    let names = [&ignores, &frozen, &polite];
+    let mut starts: Vec<Vec<String>> = workers.iter().map(|c| vec![c.started_at()]).collect();
+    for w in names {
+        let (code, out, err) = beat(&cfg, w, "processing", &[], &[("REDIS_URL", &redis)]);
+        assert_eq!(code, 0, "vigil beat failed: {out} {err}");
+    }
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+
+    let all = eventually(Duration::from_secs(90), || {
+        for (c, seen) in workers.iter().zip(starts.iter_mut()) {
+            c.restart_count_by_start_times(seen);
+        }
+        starts.iter().all(|s| s.len() > 1)
+    })
+    .await;
+    assert!(
+        all,
+        "not every worker restarted: {starts:?}\n{}",
+        agent.log_text()
+    );
+    // Past the restarts: still exactly one each (the booting ones are in cooldown).
+    for _ in 0..20 {
+        for (c, seen) in workers.iter().zip(starts.iter_mut()) {
+            c.restart_count_by_start_times(seen);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for (w, seen) in names.iter().zip(&starts) {
+        assert_eq!(seen.len(), 2, "{w}: exactly one restart: {seen:?}");
+    }
+
+    let trail = s.explain(&cfg, &redis);
+    assert_eq!(decisions(&trail, "restart-failed"), 0, "{trail}");
+    let bodies = hook.bodies.lock().unwrap().clone();
+    let log = agent.log_text();
+    for w in names {
+        let lines = lines_of(&trail, w);
+        let restarted = lines
+            .iter()
+            .filter(|l| decisions(l, "restarted") == 1)
+            .count();
+        assert_eq!(restarted, 1, "{w}: one restarted entry:\n{trail}");
+        let alerts: Vec<_> = bodies
+            .iter()
+            .filter(|b| b["vigil"]["kind"] == "restarting" && b["vigil"]["worker"] == **w)
+            .collect();
+        assert_eq!(
+            alerts.len(),
+            1,
+            "{w}: one restarting alert: {:?}",
+            hook.kinds()
+        );
+        let text = alerts[0]["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("step 1"),
+            "{w}: its log lines in the alert: {text}"
+        );
+        assert!(
+            log.lines()
+                .any(|l| l.contains("restarting on node") && l.contains(w.as_str())),
+            "{w}: the agent's log says so:\n{log}"
+        );
+    }
+    assert_eq!(hook.count("restart-failed"), 0, "{:?}", hook.kinds());
+    assert_eq!(hook.count("breaker-open"), 0, "{:?}", hook.kinds());
+    // The frozen one runs again, no longer stopped.
+    let state = common::real::docker(&["inspect", "-f", "{{.State.Status}}", &workers[1].id]);
+    assert_eq!(state, "running");
+}
+
+/// Issue 16: two agents on one node, and the one restarting is killed with SIGKILL while its
+/// command runs (the worker ignores SIGTERM, so the stop takes the grace). The restart goes on
+/// in the daemon; the survivor finds the claim left in Redis and records the restart as
+/// Vigil's, in the same incident, once the dead agent's lock has expired: never "restarted
+/// outside Vigil".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_survivor() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e");
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    let cfg_a = s.config(&hook.url, "");
+    let s2 = s.second_process();
+    let cfg_b = s2.config(&hook.url, "");
+    let mut agents = [
+        VigilProcess::spawn(&["run"], &cfg_a, &[("REDIS_URL", &redis)]),
+        VigilProcess::spawn(&["run"], &cfg_b, &[("REDIS_URL", &redis)]),
+    ];
+    s.beat(&cfg_a, &redis, "processing");
+
+    // The claim goes in right before the command: then the stop runs for the grace (3 s).
+    let claim = s.worker_key("cooldown");
+    let claimed = poll(Duration::from_secs(30), || redis_get(&redis, &claim)).await;
+    let logs = format!("{}\n{}", agents[0].log_text(), agents[1].log_text());
+    assert!(claimed.is_some(), "no restart claimed:\n{logs}");
+    let restarting = agents
+        .iter()
+        .position(|a| a.log_text().contains("restarting on node"))
+        .unwrap_or_else(|| panic!("no agent announced the restart:\n{logs}"));
+    agents[restarting].kill_9();
+    assert_eq!(
+        container.started_at(),
+        before,
+        "killed mid-command, before the restart completed"
+    );
+    let survivor = &agents[1 - restarting];
+
+    // The daemon finishes the restart on its own; the survivor records it after the dead
+    // agent's lock (30 s) expires.
+    let trail = poll(Duration::from_secs(60), || {
+        let t = s.explain(&cfg_a, &redis);
+        let done = decisions(&t, "restarted") > 0 || decisions(&t, "external-restart") > 0;
+        async move { done.then_some(t) }
+    })
+    .await
+    .unwrap_or_else(|| panic!("nothing recorded:\n{}", survivor.log_text()));
+    assert_ne!(
+        container.started_at(),
+        before,
+        "the daemon finished the restart"
+    );
+    assert_eq!(decisions(&trail, "external-restart"), 0, "{trail}");
+    assert_eq!(decisions(&trail, "restarted"), 1, "{trail}");
+    let incident = trail
+        .lines()
+        .find(|l| decisions(l, "timer-started") == 1)
+        .and_then(|l| l.split("incident=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no incident: {trail}"));
+    let restarted = trail
+        .lines()
+        .find(|l| decisions(l, "restarted") == 1)
+        .unwrap();
+    assert!(
+        restarted.contains(&format!("incident={incident}")),
+        "the incident is kept: {restarted}"
+    );
+    // And the booting container is left alone: one restart in all.
+    let mut starts = vec![before, container.started_at()];
+    for _ in 0..12 {
+        container.restart_count_by_start_times(&mut starts);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(starts.len(), 2, "exactly one restart: {starts:?}");
 }

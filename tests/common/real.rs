@@ -419,6 +419,12 @@ impl VigilProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Kill it with SIGKILL, as the OOM killer or a node's crash would: nothing of it runs on.
+    pub fn kill_9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Send a signal (`-TERM`, `-HUP`) with `kill`, as an operator or the kubelet would.
     pub fn signal(&self, sig: &str) {
         Command::new("kill")
