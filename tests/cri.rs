@@ -455,7 +455,7 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
         store.clone(),
         runtime.clone(),
         metrics,
-        agent.trail.clone(),
+        agent.trail(),
     );
     // The redis-method worker acknowledges what it finds in its record; the signal worker's ack
     // is written when its log shows the signal arrived.

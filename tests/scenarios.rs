@@ -302,7 +302,7 @@ async fn scenario_d_fourth_hang_in_a_day_is_not_restarted_and_the_alert_says_why
         .decisions()
         .await
         .contains(&"skipped-breaker-open".to_string()));
-    let text = w.agents[0].metrics.encode();
+    let text = w.agents[0].metrics().encode();
     assert!(text.contains("vigil_breaker_used 3"), "{text}");
     assert!(text.contains("vigil_breaker_open 1"), "{text}");
 }

@@ -278,7 +278,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
         a.coord.clone(),
         a.runtime.clone(),
         a.metrics.clone(),
-        agent.trail.clone(),
+        agent.trail(),
     )
     .with_facts(facts)
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
@@ -296,7 +296,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
             health: agent.health.clone(),
             coord: a.coord.clone(),
             runtime: a.runtime.clone(),
-            keys: agent.keys.clone(),
+            keys: agent.keys().clone(),
             max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
         };
         tracing::info!(%addr, "serving /metrics /healthz /readyz and the status API");
@@ -306,7 +306,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
     // record expire and the fleet view call a working node down.
     tracker.spawn(crate::engine::heartbeat::heartbeat_loop(
         a.coord.clone(),
-        agent.keys.clone(),
+        agent.keys().clone(),
         agent.heartbeat_record(),
         cfg.poll_interval,
         cfg.fleet.heartbeat_ttl,

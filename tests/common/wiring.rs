@@ -65,7 +65,7 @@ pub fn agent_and_controller(
         coord.clone(),
         Arc::new(runtime.clone()),
         metrics.clone(),
-        agent.trail.clone(),
+        agent.trail(),
     )
     .with_node_api(node_api)
     .with_facts(facts);

@@ -69,7 +69,7 @@ pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary
         coord.clone(),
         Arc::new(runtime.clone()),
         metrics.clone(),
-        agent.trail.clone(),
+        agent.trail(),
     )
     .with_node_api(Arc::new(node_api.clone()))
     .with_facts(facts);

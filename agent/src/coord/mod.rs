@@ -2,10 +2,19 @@
 //! de-duplication and the decision trail.
 //!
 //! Two backends implement the same small primitive set: Redis (a fleet) and an in-process store
-//! (one machine, no Redis). Every safeguard is built from these primitives in `crate::engine::restart`,
-//! so the same behaviour — and the same test suite — covers both.
+//! (one machine, no Redis). The coordination primitives built on it live here, each in one
+//! place: a [`lease::Lease`] (the node lock, a pool's maintenance claim), the restart
+//! [`caps::Caps`] (breaker and fleet budget: take, refund), and the [`marks`] codec (the keys of
+//! a worker's one-round-trip read, their order, and the formats of the marks). The engine calls
+//! them (`crate::engine::restart`), so the same behaviour — and the same test suite — covers both
+//! backends.
+//!
+//! Map: `keys` (every key's name), `memory` and `redis` (the backends), `lease`, `caps`, `marks`.
 
+pub mod caps;
 pub mod keys;
+pub mod lease;
+pub mod marks;
 pub mod memory;
 pub mod redis;
 

@@ -5,7 +5,7 @@
 //! the cycle stops at the first coordinator error, says so once, counts it, and retries with
 //! backoff. State lives in the coordinator, so nothing is lost when it returns.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +16,15 @@ use crate::actions::alert::{Alert, AlertKind, Notifier};
 use crate::backoff::Backoff;
 use crate::clock::Millis;
 use crate::config::Config;
+use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::{CoordError, Coordinator, Keys, Op};
+use crate::engine::alert_gate::AlertGate;
+use crate::engine::context::Context;
+use crate::engine::journal::{About, Journal};
 use crate::engine::mutant::Mutant;
 use crate::engine::node::SharedFacts;
-use crate::engine::restart::MARK_TTL;
+use crate::engine::restart::RestartPath;
+use crate::engine::stand_down::NodeWatch;
 use crate::model::gpu::GpuReport;
 use crate::model::worker::valid_worker_id;
 use crate::observe::fleet::{self, NodeRecord};
@@ -29,36 +34,6 @@ use crate::observe::trail::{Code, Trail};
 use crate::policy::gpu as gpu_policy;
 use crate::policy::restart::{NodeContext, Verdict};
 use crate::runtime::{Container, ContainerRuntime};
-
-/// Who a trail entry is about: the worker, its verdict, the incident, and whether the entry is
-/// written once per incident.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct About<'a> {
-    pub worker: &'a str,
-    pub verdict: Verdict,
-    pub incident: Option<&'a str>,
-    pub once: bool,
-}
-
-impl<'a> About<'a> {
-    pub fn worker(worker: &'a str, verdict: Verdict) -> Self {
-        About {
-            worker,
-            verdict,
-            incident: None,
-            once: false,
-        }
-    }
-    pub fn incident(self, id: &'a str) -> Self {
-        About {
-            incident: Some(id),
-            ..self
-        }
-    }
-    pub fn once(self) -> Self {
-        About { once: true, ..self }
-    }
-}
 
 /// The containers that speak for a worker: the running (or paused) ones; when none is, the one
 /// that exited last (reported, never started). An old exited container next to its running
@@ -79,20 +54,15 @@ fn current_of(list: Vec<Container>) -> Vec<Container> {
 const REALERT_AFTER: Duration = Duration::from_secs(300);
 
 pub struct Agent {
-    pub cfg: Config,
-    pub keys: Keys,
-    pub coord: Arc<dyn Coordinator>,
-    pub runtime: Arc<dyn ContainerRuntime>,
-    pub notifier: Notifier,
-    pub metrics: Arc<Metrics>,
+    /// The configuration, the node's keys and the adapters, shared with the restart path.
+    ctx: Context,
     pub health: Arc<Health>,
     /// Identifies this process in the trail (two agents on one node are told apart).
     pub instance: String,
-    pub trail: Trail,
-    /// Maintenance / GPU state of the node (fed by the metadata and NVML sources).
-    pub node: NodeContext,
-    /// Trail entries already written for an incident, to keep repeated skips out of the trail.
-    noted: HashSet<String>,
+    journal: Journal,
+    alerts: AlertGate,
+    /// Shutdown, maintenance and GPU state of the node, fed by other tasks.
+    watch: NodeWatch,
     coord_down: bool,
     /// When the coordinator last came back (for the coordinator-down alert's hysteresis).
     up_since: Option<tokio::time::Instant>,
@@ -100,33 +70,30 @@ pub struct Agent {
     ambiguous: HashSet<String>,
     /// Containers already alerted for a label that is not a valid worker id.
     invalid: HashSet<String>,
-    /// Alert claims whose SET NX got no answer: key → the value we tried (see `claim_alert`).
-    unanswered: HashMap<String, String>,
     /// Pause before the next cycle after a coordinator error.
     backoff: Backoff,
-    /// Maintenance state from the controller (restarts stand down while it says so).
-    facts: SharedFacts,
     /// New configurations from SIGHUP.
     reload: Option<watch::Receiver<Config>>,
-    /// Verdicts of the last cycle, for the heartbeat record.
-    last_verdicts: BTreeMap<String, String>,
-    /// Where each worker of the last cycle runs, for the heartbeat record.
-    last_places: BTreeMap<String, String>,
-    /// GPU reports from the NVML monitor.
-    gpu_rx: Option<watch::Receiver<GpuReport>>,
+    /// The GPU report of this cycle.
     gpu: GpuReport,
-    /// Evidence lines (e.g. recent XID 43 on the worker's GPU) for the worker being evaluated.
-    pub(crate) gpu_evidence: Vec<String>,
-    /// Fired at SIGTERM: a restart that has not started by then does not start.
-    term: CancellationToken,
-    /// The last node record, re-published by the heartbeat task between cycles.
+    /// The node record, re-published by the heartbeat task between cycles.
     record: crate::engine::heartbeat::SharedRecord,
     /// A known-bad variant planted by the simulation's own test; always `None` otherwise.
     mutant: Option<Mutant>,
+    cycle: Cycle,
+}
+
+/// What one cycle gathers for the node's record and batch.
+#[derive(Default)]
+struct Cycle {
+    /// Verdicts of the last cycle, for the heartbeat record.
+    verdicts: BTreeMap<String, String>,
+    /// Where each worker of the last cycle runs, for the heartbeat record.
+    places: BTreeMap<String, String>,
     /// Progress marks to write with this cycle's batch: (key, value).
-    pub(crate) deferred: Vec<(String, String)>,
+    deferred: Vec<(String, String)>,
     /// The coordinator's clock as last read in this cycle (stamps the node record).
-    cycle_now: Millis,
+    now: Millis,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -157,43 +124,52 @@ impl Agent {
             dry_run: cfg.dry_run,
         };
         Agent {
-            trail,
-            keys,
-            coord,
-            runtime,
-            notifier,
-            metrics,
+            journal: Journal::new(trail),
+            alerts: AlertGate::new(&instance),
             health: Arc::new(Health::default()),
             instance,
-            node: NodeContext::default(),
-            noted: HashSet::new(),
+            watch: NodeWatch::default(),
             coord_down: false,
             up_since: None,
             runtime_down: false,
             ambiguous: HashSet::new(),
             invalid: HashSet::new(),
-            unanswered: HashMap::new(),
             backoff: Backoff::new(Duration::from_millis(250), cfg.poll_interval),
-            facts: SharedFacts::default(),
             reload: None,
-            last_verdicts: BTreeMap::new(),
-            last_places: BTreeMap::new(),
-            gpu_rx: None,
             gpu: GpuReport::default(),
-            gpu_evidence: Vec::new(),
-            term: CancellationToken::new(),
             record: Default::default(),
             mutant: None,
-            deferred: Vec::new(),
-            cycle_now: 0,
-            cfg,
+            cycle: Cycle::default(),
+            ctx: Context {
+                cfg,
+                keys,
+                coord,
+                runtime,
+                notifier,
+                metrics,
+            },
         }
+    }
+
+    /// The node's key names.
+    pub fn keys(&self) -> &Keys {
+        &self.ctx.keys
+    }
+
+    /// The metrics this agent records into.
+    pub fn metrics(&self) -> &Metrics {
+        &self.ctx.metrics
+    }
+
+    /// The decision trail this agent writes.
+    pub fn trail(&self) -> Trail {
+        self.journal.trail.clone()
     }
 
     /// Fire `term` to stand restarts down as `run` does at SIGTERM (for callers that drive
     /// `cycle` themselves, like the seeded simulation).
     pub fn with_shutdown(mut self, term: CancellationToken) -> Self {
-        self.term = term;
+        self.watch.term = term;
         self
     }
 
@@ -204,30 +180,6 @@ impl Agent {
         self
     }
 
-    /// Whether the known-bad variant `m` is planted (never, outside the simulation's test).
-    pub(crate) fn planted(&self, m: Mutant) -> bool {
-        self.mutant == Some(m)
-    }
-
-    /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent
-    /// is shutting down, a maintenance notice arrived, or the worker's GPU failed. Read right
-    /// before the command, because the pipeline can take a minute (logs, alert retries).
-    pub(crate) fn stand_down(&self, c: &Container, now: Millis) -> Option<&'static str> {
-        if self.term.is_cancelled() {
-            return Some("the agent is shutting down");
-        }
-        if self.stands_down_at(now) {
-            return Some("a maintenance notice arrived");
-        }
-        if let Some(rx) = &self.gpu_rx {
-            let gpu = rx.borrow();
-            if gpu.monitoring && gpu_policy::worker_on_failed_gpu(&gpu, c.gpus.as_deref()) {
-                return Some("the worker's GPU failed");
-            }
-        }
-        None
-    }
-
     /// The record the heartbeat task re-publishes.
     pub(crate) fn heartbeat_record(&self) -> crate::engine::heartbeat::SharedRecord {
         self.record.clone()
@@ -235,13 +187,13 @@ impl Agent {
 
     /// Share the maintenance controller's view of the node.
     pub fn with_facts(mut self, facts: SharedFacts) -> Self {
-        self.facts = facts;
+        self.watch.facts = facts;
         self
     }
 
     /// Follow the GPU monitor: a worker on a failed GPU is never restarted.
     pub fn with_gpu(mut self, rx: watch::Receiver<GpuReport>) -> Self {
-        self.gpu_rx = Some(rx);
+        self.watch.gpu = Some(rx);
         self
     }
 
@@ -255,7 +207,7 @@ impl Agent {
     /// their running values, and the log says which.
     pub(crate) fn apply_reload(&mut self, new: Config) {
         let mut merged = new;
-        let old = &self.cfg;
+        let old = &self.ctx.cfg;
         let mut kept = Vec::new();
         macro_rules! keep {
             ($($field:ident).+, $name:literal) => {
@@ -296,84 +248,20 @@ impl Agent {
         if !kept.is_empty() {
             tracing::warn!(keys = %kept.join(", "), "config reloaded, but these keys need a restart of the agent to change; their running values are kept");
         }
-        self.metrics.dry_run.set(i64::from(merged.dry_run));
-        self.trail.dry_run = merged.dry_run;
+        self.ctx.metrics.dry_run.set(i64::from(merged.dry_run));
+        self.journal.trail.dry_run = merged.dry_run;
         tracing::info!(dry_run = merged.dry_run, "config reloaded");
-        self.cfg = merged;
+        self.ctx.cfg = merged;
     }
 
-    /// Take the right to send the alert behind the de-duplication `key` (SET NX: the first
-    /// observer alerts). NB: a SET whose reply was lost may have been applied, and then nobody
-    /// would ever send the alert; the value tried is remembered, and the next attempt that
-    /// finds exactly that value there knows it won. At least once (a crash in between aside),
-    /// never "never".
-    pub(crate) async fn claim_alert(
-        &mut self,
-        key: &str,
-        now: Millis,
-        ttl: Duration,
-    ) -> Result<bool, CoordError> {
-        let tried = self.unanswered.remove(key);
-        let value = tried
-            .clone()
-            .unwrap_or_else(|| format!("{now}:{}", self.instance));
-        let taken = match self.coord.set_nx(key, &value, ttl).await {
-            Ok(taken) => taken,
-            Err(e) => {
-                if self.unanswered.len() < 1_000 {
-                    self.unanswered.insert(key.to_string(), value);
-                }
-                return Err(e);
-            }
-        };
-        if taken || tried.is_none() {
-            return Ok(taken);
-        }
-        match self.coord.get_many(&[key.to_string()]).await {
-            Ok(mut v) => Ok(v.pop().flatten().as_deref() == Some(value.as_str())),
-            Err(e) => {
-                self.unanswered.insert(key.to_string(), value);
-                Err(e)
-            }
-        }
-    }
-
-    /// Append a decision to the trail, log it and count it. With `about.once`, the same decision
-    /// for the same incident is written only the first time (skips repeat every cycle otherwise).
-    pub(crate) async fn note(
+    async fn note(
         &mut self,
         at: Millis,
         about: About<'_>,
         code: Code,
         detail: String,
     ) -> Result<(), CoordError> {
-        let key = format!(
-            "{}|{}|{}",
-            about.worker,
-            code.as_str(),
-            about.incident.unwrap_or("-")
-        );
-        if about.once && self.noted.contains(&key) {
-            return Ok(());
-        }
-        self.trail
-            .record(
-                at,
-                about.worker,
-                about.verdict.as_str(),
-                code,
-                detail,
-                about.incident,
-            )
-            .await?;
-        if about.once {
-            // Remembered only once stored: an entry lost to an outage is written again.
-            if self.noted.len() > 10_000 {
-                self.noted.clear();
-            }
-            self.noted.insert(key);
-        }
-        Ok(())
+        self.journal.note(at, about, code, detail).await
     }
 
     /// One evaluation cycle over every opted-in worker of this node.
@@ -382,7 +270,7 @@ impl Agent {
         let mut report = CycleReport::default();
         self.health.beat().await;
         self.take_reload();
-        if let Some(rx) = &self.gpu_rx {
+        if let Some(rx) = &self.watch.gpu {
             self.gpu = rx.borrow().clone();
         }
         match self.evaluate_all(&mut report).await {
@@ -394,10 +282,11 @@ impl Agent {
                 return report;
             }
         }
-        self.metrics
+        self.ctx
+            .metrics
             .cycle_seconds
             .observe(started.elapsed().as_secs_f64());
-        self.last_verdicts = report
+        self.cycle.verdicts = report
             .verdicts
             .iter()
             .map(|(w, v)| (w.clone(), v.as_str().to_string()))
@@ -428,14 +317,14 @@ impl Agent {
 
     /// Evaluate every worker; `Ok(false)` when the runtime could not list them.
     async fn evaluate_all(&mut self, report: &mut CycleReport) -> Result<bool, CoordError> {
-        self.deferred.clear();
-        let now = self.coord.time().await?;
-        self.cycle_now = now;
+        self.cycle.deferred.clear();
+        let now = self.ctx.coord.time().await?;
+        self.cycle.now = now;
         let Some(containers) = self.list_workers(report).await else {
             return Ok(false);
         };
-        self.metrics.workers.set(containers.len() as i64);
-        self.last_places.clear();
+        self.ctx.metrics.workers.set(containers.len() as i64);
+        self.cycle.places.clear();
         let containers = self.only_valid_ids(containers).await;
         let mut by_worker: BTreeMap<String, Vec<Container>> = BTreeMap::new();
         for c in containers {
@@ -448,7 +337,7 @@ impl Agent {
                 continue;
             }
             self.unambiguous(&worker).await?;
-            self.last_places.insert(worker.clone(), list[0].display());
+            self.cycle.places.insert(worker.clone(), list[0].display());
             let v = self.evaluate_one(&list[0]).await?;
             report.verdicts.push((worker, v));
         }
@@ -457,26 +346,26 @@ impl Agent {
 
     /// The opted-in containers; `None` (alerted once per outage) when the runtime is down.
     async fn list_workers(&mut self, report: &mut CycleReport) -> Option<Vec<Container>> {
-        match self.runtime.list_workers().await {
+        match self.ctx.runtime.list_workers().await {
             Ok(c) => {
                 if self.runtime_down {
-                    tracing::info!(runtime = %self.runtime.describe(), "container runtime reachable again");
+                    tracing::info!(runtime = %self.ctx.runtime.describe(), "container runtime reachable again");
                 }
                 self.runtime_down = false;
-                self.metrics.runtime_up.set(1);
+                self.ctx.metrics.runtime_up.set(1);
                 Some(c)
             }
             Err(e) => {
-                self.metrics.runtime_errors.inc();
-                self.metrics.runtime_up.set(0);
+                self.ctx.metrics.runtime_errors.inc();
+                self.ctx.metrics.runtime_up.set(0);
                 if !self.runtime_down {
                     self.runtime_down = true;
                     let a = Alert::new(
                         AlertKind::RuntimeDown,
-                        self.keys.node(),
+                        self.ctx.keys.node(),
                         format!("{e}; workers cannot be listed or restarted until it returns"),
                     );
-                    self.notifier.send(&a).await;
+                    self.ctx.notifier.send(&a).await;
                 }
                 report.runtime_error = Some(e.to_string());
                 None
@@ -499,13 +388,13 @@ impl Agent {
             let shown: String = c.worker.chars().take(64).collect();
             let a = Alert::new(
                 AlertKind::InvalidWorkerId,
-                self.keys.node(),
+                self.ctx.keys.node(),
                 format!(
                     "{} carries the opt-in label with {shown:?}, which is not a worker id (1-128 characters of A-Z a-z 0-9 . _ -): it is not watched and never restarted until the label is fixed",
                     c.display()
                 ),
             );
-            self.notifier.send(&a).await;
+            self.ctx.notifier.send(&a).await;
         }
         valid
     }
@@ -524,15 +413,17 @@ impl Agent {
         // NB: de-duplicated per node, not per agent: two agents on one node (a rolling update)
         // send one alert and write one trail entry.
         let key = self
+            .ctx
             .keys
             .alert_dedup(&format!("ambiguous-{worker}"), "ambiguous");
-        if !self.claim_alert(&key, now, MARK_TTL).await? {
+        let coord = self.ctx.coord.as_ref();
+        if !self.alerts.claim(coord, &key, now, MARK_TTL).await? {
             return Ok(());
         }
         let names: Vec<_> = list.iter().map(|c| c.display()).collect();
         let mut a = Alert::new(
             AlertKind::Ambiguous,
-            self.keys.node(),
+            self.ctx.keys.node(),
             format!(
                 "{} containers claim worker id `{worker}` ({}); none will be restarted until one label is fixed",
                 list.len(),
@@ -540,7 +431,7 @@ impl Agent {
             ),
         );
         a.worker = Some(worker.to_string());
-        self.notifier.send(&a).await;
+        self.ctx.notifier.send(&a).await;
         let about = About::worker(worker, Verdict::Healthy).once();
         let detail = "several containers share this worker id".to_string();
         self.note(now, about, Code::SkipAmbiguous, detail).await
@@ -550,9 +441,10 @@ impl Agent {
     async fn unambiguous(&mut self, worker: &str) -> Result<(), CoordError> {
         if self.ambiguous.remove(worker) {
             let key = self
+                .ctx
                 .keys
                 .alert_dedup(&format!("ambiguous-{worker}"), "ambiguous");
-            self.coord.del(&[key]).await?;
+            self.ctx.coord.del(&[key]).await?;
         }
         Ok(())
     }
@@ -562,77 +454,82 @@ impl Agent {
         // NB: a fresh clock per worker (a restart of the previous worker can take minutes, and
         // a stale `now` would stamp timers in the past), read with the record and the marks:
         // one round trip per worker.
-        let read = self.read_worker(&c.worker).await?;
+        let read = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?;
         let now = read.now;
-        self.cycle_now = now;
+        self.cycle.now = now;
         // Each worker may run the restart pipeline (minutes at worst): the loop is alive.
         self.health.beat().await;
         let gpus = c.gpus.as_deref();
-        self.node = NodeContext {
+        let node = NodeContext {
             in_maintenance: self.stands_down_at(now),
             gpu_failed: self.gpu.monitoring && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
             container_paused: c.paused,
             container_exited: !c.running && !c.paused,
         };
-        self.gpu_evidence = gpu_policy::evidence(
-            &self.gpu,
-            gpus,
-            crate::engine::gpu::clock_ms(),
-            &self.cfg.gpu,
-        );
-        self.evaluate(c, read).await
+        let now_mono = crate::engine::gpu::clock_ms();
+        let evidence = gpu_policy::evidence(&self.gpu, gpus, now_mono, &self.ctx.cfg.gpu);
+        let mut path = RestartPath {
+            ctx: &self.ctx,
+            journal: &mut self.journal,
+            alerts: &mut self.alerts,
+            watch: &self.watch,
+            node,
+            gpu_evidence: &evidence,
+            deferred: &mut self.cycle.deferred,
+            mutant: self.mutant,
+        };
+        path.evaluate(c, read).await
     }
 
     /// Whether maintenance stands restarts down at `now` (coordinator clock).
     fn stands_down_at(&self, now: Millis) -> bool {
-        let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
-        f.stands_down(now, &self.cfg.metadata)
+        self.watch.stands_down_at(now, &self.ctx.cfg.metadata)
     }
 
     /// Publish this node's record for the fleet view (best-effort: a failure is only logged,
     /// the next cycle writes it again).
     async fn heartbeat(&mut self) -> Result<(), CoordError> {
-        let now = self.cycle_now;
+        let now = self.cycle.now;
         let maintenance = {
-            let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
+            let f = self.watch.facts.read().unwrap_or_else(|p| p.into_inner());
             f.maintenance.phase.as_str()
         };
         let rec = NodeRecord {
-            node: self.cfg.node_name.clone(),
-            pool: self.cfg.fleet.pool.clone(),
-            slice: self.cfg.fleet.slice.clone(),
+            node: self.ctx.cfg.node_name.clone(),
+            pool: self.ctx.cfg.fleet.pool.clone(),
+            slice: self.ctx.cfg.fleet.slice.clone(),
             maintenance: maintenance.to_string(),
             gpu: if self.gpu.monitoring {
                 self.gpu.node.as_str().into()
             } else {
                 "unknown".into()
             },
-            workers: self.last_verdicts.clone(),
-            places: self.last_places.clone(),
+            workers: self.cycle.verdicts.clone(),
+            places: self.cycle.places.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
-            dry_run: self.cfg.dry_run,
+            dry_run: self.ctx.cfg.dry_run,
             updated_at: now,
         };
         // One round trip for the node: the record, the fleet index, the progress marks of the
         // cycle, and the breaker and budget counters the gauges show.
-        let s = &self.cfg.safety;
+        let s = &self.ctx.cfg.safety;
         let day = crate::policy::caps::breaker_day(now);
-        let mut ops = fleet::publish_ops(&self.keys, &rec, self.cfg.fleet.heartbeat_ttl);
-        ops.extend(self.deferred.drain(..).map(|(key, value)| Op::Set {
+        let mut ops = fleet::publish_ops(&self.ctx.keys, &rec, self.ctx.cfg.fleet.heartbeat_ttl);
+        ops.extend(self.cycle.deferred.drain(..).map(|(key, value)| Op::Set {
             key,
             value,
             ttl: MARK_TTL,
         }));
         ops.push(Op::Counter {
-            key: self.keys.breaker(&day),
+            key: self.ctx.keys.breaker(&day),
         });
         if s.fleet_budget > 0 {
             let window = crate::policy::caps::fleet_window(now, s.fleet_window);
             ops.push(Op::Counter {
-                key: self.keys.fleet_budget(window),
+                key: self.ctx.keys.fleet_budget(window),
             });
         }
-        let counters = match self.coord.batch(&ops).await {
+        let counters = match self.ctx.coord.batch(&ops).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "heartbeat not published");
@@ -643,29 +540,29 @@ impl Agent {
             *shared = Some((rec, tokio::time::Instant::now()));
         }
         if let Some(used) = counters.first() {
-            self.metrics.breaker_used.set(*used as i64);
+            self.ctx.metrics.breaker_used.set(*used as i64);
             let open = crate::policy::caps::breaker_open(*used, s);
-            self.metrics.breaker_open.set(i64::from(open));
+            self.ctx.metrics.breaker_open.set(i64::from(open));
         }
         if let Some(used) = counters.get(1) {
-            self.metrics.fleet_budget_used.set(*used as i64);
+            self.ctx.metrics.fleet_budget_used.set(*used as i64);
         }
         Ok(())
     }
 
     fn coordinator_ok(&mut self) {
         if self.coord_down {
-            tracing::info!(coordinator = %self.coord.describe(), "coordinator reachable again; restarts resume with the timers it kept");
+            tracing::info!(coordinator = %self.ctx.coord.describe(), "coordinator reachable again; restarts resume with the timers it kept");
             self.up_since = Some(tokio::time::Instant::now());
         }
         self.coord_down = false;
         self.backoff.reset();
-        self.metrics.coordinator_up.set(1);
+        self.ctx.metrics.coordinator_up.set(1);
     }
 
     async fn coordinator_failed(&mut self, e: &CoordError) {
-        self.metrics.coordinator_errors.inc();
-        self.metrics.coordinator_up.set(0);
+        self.ctx.metrics.coordinator_errors.inc();
+        self.ctx.metrics.coordinator_up.set(0);
         // NB: hysteresis: an outage that flaps (up for a cycle, down again) is one outage, one
         // alert; a new alert needs the coordinator up for `REALERT_AFTER` first.
         let flapping = self.up_since.is_some_and(|t| t.elapsed() < REALERT_AFTER);
@@ -678,31 +575,35 @@ impl Agent {
             tracing::error!(error = %e, "coordinator unavailable: failing closed, no restart until it returns");
             // The de-duplication key lives in the coordinator that is down: alert from memory,
             // once per outage.
-            let a = Alert::new(AlertKind::CoordinatorDown, self.keys.node(), e.to_string());
-            self.notifier.send(&a).await;
+            let a = Alert::new(
+                AlertKind::CoordinatorDown,
+                self.ctx.keys.node(),
+                e.to_string(),
+            );
+            self.ctx.notifier.send(&a).await;
         }
     }
 
     /// Run until `shutdown` fires. Each cycle is paced by `poll_interval`; after a coordinator
     /// error the next try comes sooner, with exponential backoff capped at the interval.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        self.term = shutdown.clone();
-        if self.coord.single_node() {
+        self.watch.term = shutdown.clone();
+        if self.ctx.coord.single_node() {
             tracing::warn!("no REDIS_URL: using the embedded coordinator; safe for ONE agent on ONE node only (no fleet budget across nodes, no HA pair)");
         }
         tracing::info!(
-            node = %self.keys.node(),
-            coordinator = %self.coord.describe(),
-            runtime = %self.runtime.describe(),
-            dry_run = self.cfg.dry_run,
+            node = %self.ctx.keys.node(),
+            coordinator = %self.ctx.coord.describe(),
+            runtime = %self.ctx.runtime.describe(),
+            dry_run = self.ctx.cfg.dry_run,
             instance = %self.instance,
             "vigil agent started"
         );
-        if let Ok(now) = self.coord.time().await {
+        if let Ok(now) = self.ctx.coord.time().await {
             let detail = format!(
                 "agent {} started (dry_run={})",
                 env!("CARGO_PKG_VERSION"),
-                self.cfg.dry_run
+                self.ctx.cfg.dry_run
             );
             let _ = self
                 .note(
@@ -719,7 +620,7 @@ impl Agent {
             let wait = if report.coordinator_error.is_some() {
                 self.backoff.next_delay()
             } else {
-                self.cfg.poll_interval
+                self.ctx.cfg.poll_interval
             };
             tokio::select! {
                 _ = shutdown.cancelled() => break,

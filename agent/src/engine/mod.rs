@@ -1,13 +1,24 @@
 //! The loops that run the policy against the adapters: the agent cycle and its restart path, the
 //! node controller (maintenance, GPU publishing, checkpoints, opportunistic maintenance), the GPU
 //! monitor and the heartbeat.
+//!
+//! Map: `agent` (the cycle over the node's workers) hands each worker to `restart`
+//! (`RestartPath`: incident, command, limits, outcome) with the shared `context`, the `journal`
+//! (the trail), the `alert_gate` (alert de-duplication) and the `stand_down` watch (shutdown,
+//! maintenance, GPU). `node` is the maintenance controller, `checkpoint` its rounds,
+//! `opportunistic` the pool's maintenance claim, `gpu` the NVML monitor, `heartbeat` and
+//! `publisher` the node's record. The arrows run one way: `agent` → `restart` → the others.
 
 pub mod agent;
+pub(crate) mod alert_gate;
 pub mod checkpoint;
+pub(crate) mod context;
 pub mod gpu;
 pub mod heartbeat;
+pub(crate) mod journal;
 pub mod mutant;
 pub mod node;
 pub mod opportunistic;
 pub(crate) mod publisher;
 pub mod restart;
+pub(crate) mod stand_down;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::clock::{human, Millis};
 use crate::config::Config;
+use crate::coord::lease::Lease;
 use crate::coord::{Coordinator, Keys};
 use crate::model::maintenance::MaintenanceState;
 use crate::model::worker::WorkerState;
@@ -32,7 +33,7 @@ pub(crate) struct Opportunistic {
     coord: Arc<dyn Coordinator>,
     runtime: Arc<dyn ContainerRuntime>,
     /// The claim's token while this node holds it.
-    claimed: Option<String>,
+    claimed: Option<Lease>,
 }
 
 impl Opportunistic {
@@ -56,10 +57,10 @@ impl Opportunistic {
 
     /// Give the claim back (the episode it was taken for is over).
     pub async fn release(&mut self, why: &str) -> ClaimStep {
-        let Some(token) = self.claimed.take() else {
+        let Some(lease) = self.claimed.take() else {
             return ClaimStep::Unchanged;
         };
-        let _ = self.coord.del_if_owner(&self.claim_key(), &token).await;
+        let _ = lease.release(self.coord.as_ref()).await;
         ClaimStep::Released(why.to_string())
     }
 
@@ -68,10 +69,10 @@ impl Opportunistic {
         if !self.cfg.opportunistic.enabled {
             return ClaimStep::Unchanged;
         }
-        if let Some(token) = self.claimed.clone() {
+        if let Some(lease) = &self.claimed {
             // The claim is a Redis key with a TTL: if it expired (or was taken), this node no
             // longer speaks for the pool, and its label must go.
-            if let Ok(None) = self.coord.owner_ttl(&self.claim_key(), &token).await {
+            if let Ok(None) = lease.left(self.coord.as_ref()).await {
                 return self.release("the pool claim expired or was taken").await;
             }
             return ClaimStep::Unchanged;
@@ -152,8 +153,10 @@ impl Opportunistic {
         // NB: the claim is atomic (SET NX): two idle nodes of a pool never go together.
         let token = format!("{}:{:08x}", self.cfg.node_name, rand::random::<u32>());
         let ttl = self.cfg.opportunistic.claim_ttl;
-        if let Ok(true) = self.coord.set_nx(&self.claim_key(), &token, ttl).await {
-            self.claimed = Some(token);
+        if let Ok(Some(lease)) =
+            Lease::take(self.coord.as_ref(), self.claim_key(), token, ttl).await
+        {
+            self.claimed = Some(lease);
             return ClaimStep::Claimed(format!(
                 "idle {} with {others} other healthy node(s) in pool {}: asking GKE to perform the maintenance now",
                 human(idle),

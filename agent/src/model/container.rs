@@ -1,7 +1,7 @@
 //! A worker container as a runtime reports it, and the GPUs it was given.
 
 /// One opted-in worker container as the runtime sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Container {
     pub id: String,
     pub name: String,

@@ -1,0 +1,72 @@
+//! A lease: a key held by one owner for a while — SET NX with a TTL and a random token — whose
+//! time left is read, and which is released, only by that owner (compare-and-delete). The node's
+//! restart lock and a pool's opportunistic-maintenance claim are leases.
+//!
+//! NB: Redis expires a key by the wall clock, and a lease can outlive its holder's pause: the
+//! holder checks the time left ([`Lease::left`]) right before acting, never only at the claim.
+
+use std::time::Duration;
+
+use crate::clock::Millis;
+use crate::coord::{CoordError, Coordinator};
+
+/// A lease this owner took (or believes it holds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    key: String,
+    token: String,
+}
+
+impl Lease {
+    /// The lease `key` under `token`, as its owner would hold it (nothing is written).
+    pub fn new(key: impl Into<String>, token: impl Into<String>) -> Lease {
+        Lease {
+            key: key.into(),
+            token: token.into(),
+        }
+    }
+
+    /// Take `key` for `ttl` under `token`; `Ok(None)` when someone else holds it.
+    ///
+    /// NB: a SET NX whose reply was lost may have been applied: on an error the key is released
+    /// by our token before the error is returned, so a lost reply never leaves an orphan lease.
+    pub async fn take(
+        coord: &dyn Coordinator,
+        key: impl Into<String>,
+        token: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, CoordError> {
+        let lease = Lease::new(key, token);
+        match coord.set_nx(&lease.key, &lease.token, ttl).await {
+            Ok(true) => Ok(Some(lease)),
+            Ok(false) => Ok(None),
+            Err(e) => {
+                let _ = coord.del_if_owner(&lease.key, &lease.token).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// A fresh random token, for [`Lease::take`].
+    pub fn random_token() -> String {
+        format!("{:016x}", rand::random::<u64>())
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Time left on the lease while it is still ours; `None` when it expired or was taken over.
+    pub async fn left(&self, coord: &dyn Coordinator) -> Result<Option<Millis>, CoordError> {
+        coord.owner_ttl(&self.key, &self.token).await
+    }
+
+    /// Release it if it is still ours (compare-and-delete); `true` when it was.
+    pub async fn release(&self, coord: &dyn Coordinator) -> Result<bool, CoordError> {
+        coord.del_if_owner(&self.key, &self.token).await
+    }
+}

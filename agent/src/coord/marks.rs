@@ -1,0 +1,236 @@
+//! A worker's marks in the coordinator, named in one place: which keys the one-round-trip read
+//! of a worker asks for and in which order, how their values decode into [`Marks`], and the
+//! formats of the marks the restart path writes (the restart claim, the retry record). Adding a
+//! mark is an edit here, not in three places in step.
+
+use std::time::Duration;
+
+use crate::clock::Millis;
+use crate::coord::{CoordError, Coordinator, Keys, WorkerRead};
+use crate::model::container::Container;
+use crate::model::worker::{Episode, Incident, Marks, Retry};
+
+/// TTL of the per-worker marks: long enough to outlive any incident.
+pub const MARK_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Appended to the restart claim once the restart is verified (see [`claim`]).
+pub const DONE: &str = ":done";
+
+/// The marks that one read of a worker returns, in order. NB: the order is the codec's alone:
+/// [`worker_keys`] and [`decode`] are built from this one list.
+const SLOTS: [Slot; 9] = [
+    Slot::Suspect,
+    Slot::Incident,
+    Slot::ErrorSince,
+    Slot::Progress,
+    Slot::Cooldown,
+    Slot::Restarted,
+    Slot::Escalated,
+    Slot::Incarnation,
+    Slot::Lock,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Suspect,
+    Incident,
+    ErrorSince,
+    Progress,
+    Cooldown,
+    Restarted,
+    Escalated,
+    Incarnation,
+    Lock,
+}
+
+impl Slot {
+    fn key(self, k: &Keys, worker: &str) -> String {
+        match self {
+            Slot::Suspect => k.suspect(worker),
+            Slot::Incident => k.incident(worker),
+            Slot::ErrorSince => k.error_since(worker),
+            Slot::Progress => k.progress(worker),
+            Slot::Cooldown => k.cooldown(worker),
+            Slot::Restarted => k.restarted(worker),
+            Slot::Escalated => k.escalated(worker),
+            Slot::Incarnation => k.incarnation(worker),
+            Slot::Lock => k.lock(),
+        }
+    }
+}
+
+/// The keys a worker's verdict reads besides its record, in one round trip: its marks, its
+/// incarnation, the node lock, the retry record and the episodes. Public for the fleet
+/// benchmark, which replays exactly this read.
+pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
+    let mut keys: Vec<String> = SLOTS.iter().map(|s| s.key(k, worker)).collect();
+    keys.push(k.retry(worker));
+    keys.extend(Episode::ALL.iter().map(|e| k.episode(worker, e.as_str())));
+    keys
+}
+
+/// The clock, the record and every mark of a worker, in one round trip.
+pub async fn read(
+    coord: &dyn Coordinator,
+    k: &Keys,
+    worker: &str,
+) -> Result<WorkerRead, CoordError> {
+    coord
+        .read_worker(&k.status(worker), &worker_keys(k, worker))
+        .await
+}
+
+/// A worker's read, decoded.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decoded {
+    pub marks: Marks,
+    /// The container incarnation last recorded for the worker.
+    pub incarnation: Option<String>,
+    /// The cooldown marker or restart claim, as written.
+    pub cooldown: Option<String>,
+    /// Whether the node lock is held (by anyone).
+    pub locked: bool,
+}
+
+/// Decode the values of a [`worker_keys`] read.
+pub fn decode(v: &[Option<String>]) -> Decoded {
+    let get = |s: Slot| {
+        let i = SLOTS.iter().position(|x| *x == s).unwrap_or(usize::MAX);
+        v.get(i).cloned().flatten()
+    };
+    let retry_at = SLOTS.len();
+    let episodes = Episode::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| v.get(retry_at + 1 + i).cloned().flatten().is_some())
+        .map(|(_, e)| *e)
+        .collect();
+    let marks = Marks {
+        suspect: get(Slot::Suspect).and_then(|s| {
+            let (hb, seen) = split_pair(&s)?;
+            Some((hb, seen.parse().ok()?))
+        }),
+        incident: get(Slot::Incident)
+            .and_then(|s| split_pair(&s))
+            .map(|(started, id)| Incident { started, id }),
+        error_since: get(Slot::ErrorSince).and_then(|s| s.parse().ok()),
+        progress: get(Slot::Progress)
+            .and_then(|s| split_pair(&s))
+            .map(|(since, value)| (value, since)),
+        cooldown: get(Slot::Cooldown).is_some(),
+        restarted_at: get(Slot::Restarted).and_then(|s| s.parse().ok()),
+        escalated: get(Slot::Escalated).is_some(),
+        episodes,
+        retry: v
+            .get(retry_at)
+            .cloned()
+            .flatten()
+            .and_then(|s| parse_retry(&s)),
+    };
+    Decoded {
+        marks,
+        incarnation: get(Slot::Incarnation),
+        cooldown: get(Slot::Cooldown),
+        locked: get(Slot::Lock).is_some(),
+    }
+}
+
+/// `"<ms>:<rest>"`.
+pub fn split_pair(s: &str) -> Option<(Millis, String)> {
+    let (a, b) = s.split_once(':')?;
+    Some((a.parse().ok()?, b.to_string()))
+}
+
+/// The retry record: `"<incident_id>:<failures>:<not_before_ms>"`.
+pub fn encode_retry(r: &Retry) -> String {
+    format!("{}:{}:{}", r.incident, r.failures, r.not_before)
+}
+
+fn parse_retry(s: &str) -> Option<Retry> {
+    let mut parts = s.splitn(3, ':');
+    let incident = parts.next()?.to_string();
+    let failures = parts.next()?.parse().ok()?;
+    let not_before = parts.next()?.parse().ok()?;
+    Some(Retry {
+        incident,
+        failures,
+        not_before,
+    })
+}
+
+/// The key of an incarnation: the container id and its start time.
+pub fn incarnation(c: &Container) -> String {
+    format!("{}:{}", c.id, c.started_at)
+}
+
+/// The restart claim (and, with [`DONE`] appended, the cooldown marker) of a restart of `c` for
+/// incident `incident`: `"<ms>:<incident>:<incarnation>"`. The incarnation restarted is in it,
+/// so the next incarnation is known to be ours.
+pub fn claim(now: Millis, incident: &str, c: &Container) -> String {
+    format!("{now}:{incident}:{}", incarnation(c))
+}
+
+/// The incident a restart claim was made for.
+pub fn claimed_incident(marker: &str) -> Option<&str> {
+    marker.split(':').nth(1).filter(|id| !id.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mark_decodes_from_its_own_slot() {
+        let k = Keys::new("p", "n");
+        let keys = worker_keys(&k, "w");
+        let value = |key: &str| -> Option<String> {
+            Some(match key {
+                _ if key == k.suspect("w") => "100:200".into(),
+                _ if key == k.incident("w") => "300:inc-1".into(),
+                _ if key == k.error_since("w") => "400".into(),
+                _ if key == k.progress("w") => "500:step-9".into(),
+                _ if key == k.cooldown("w") => "600:inc-1:c1:t0".into(),
+                _ if key == k.restarted("w") => "700".into(),
+                _ if key == k.escalated("w") => "1".into(),
+                _ if key == k.incarnation("w") => "c1:t0".into(),
+                _ if key == k.lock() => "token".into(),
+                _ if key == k.retry("w") => "inc-1:2:800".into(),
+                _ if key == k.episode("w", Episode::ALL[0].as_str()) => "1".into(),
+                _ => return None,
+            })
+        };
+        let values: Vec<_> = keys.iter().map(|key| value(key)).collect();
+        let d = decode(&values);
+        let m = &d.marks;
+        assert_eq!(m.suspect, Some((100, 200)));
+        assert_eq!(m.incident.as_ref().map(|i| i.id.as_str()), Some("inc-1"));
+        assert_eq!(m.error_since, Some(400));
+        assert_eq!(m.progress, Some(("step-9".into(), 500)));
+        assert!(m.cooldown && m.escalated);
+        assert_eq!(m.restarted_at, Some(700));
+        assert_eq!(m.episodes, vec![Episode::ALL[0]]);
+        let r = m.retry.as_ref().unwrap();
+        assert_eq!(
+            (r.incident.as_str(), r.failures, r.not_before),
+            ("inc-1", 2, 800)
+        );
+        assert_eq!(encode_retry(r), "inc-1:2:800");
+        assert_eq!(d.incarnation.as_deref(), Some("c1:t0"));
+        assert_eq!(d.cooldown.as_deref(), Some("600:inc-1:c1:t0"));
+        assert!(d.locked);
+        assert_eq!(decode(&[]), Decoded::default());
+    }
+
+    #[test]
+    fn a_claim_names_its_incident_and_incarnation() {
+        let c = Container {
+            id: "c1".into(),
+            started_at: "2026-12-01T00:00:00Z".into(),
+            ..Container::default()
+        };
+        let marker = claim(42, "inc-7", &c);
+        assert_eq!(marker, "42:inc-7:c1:2026-12-01T00:00:00Z");
+        assert_eq!(claimed_incident(&marker), Some("inc-7"));
+        assert!(marker.ends_with(&format!(":{}", incarnation(&c))));
+    }
+}

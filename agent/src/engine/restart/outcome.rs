@@ -1,0 +1,199 @@
+//! How a restart command ends: verified by the container's start time (restarted, with the
+//! cooldown from the restart), or failed (paged once per incident, retried after a backoff);
+//! and the claim written before the command, undone when the command does not run.
+
+use crate::actions::alert::AlertKind;
+use crate::clock::{human, ms, Millis};
+use crate::coord::marks::{self, MARK_TTL};
+use crate::coord::CoordError;
+use crate::model::worker::Retry;
+use crate::observe::trail::Code;
+use crate::policy::restart::{self as policy};
+
+use super::{restart_failure, short, Act, Outcome, RestartPath};
+
+impl RestartPath<'_> {
+    /// The command, then its verification by the container's start time.
+    pub(super) async fn run_restart(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Outcome, CoordError> {
+        let d = &self.ctx.cfg.runtime;
+        let c = act.case.c;
+        let result =
+            tokio::time::timeout(d.restart_timeout, self.ctx.runtime.restart(c, d.stop_grace))
+                .await;
+        let call = match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "no answer within {}",
+                humantime::format_duration(d.restart_timeout)
+            )),
+        };
+        // NB: verify by the container's start time even when the call failed: a restart whose
+        // reply was lost did happen, and treating it as failed would drop the cooldown and let
+        // the next cycle restart the booting container again.
+        let after = self.ctx.runtime.successor(c).await;
+        let restarted = matches!(&after, Ok(Some(a))
+            if (a.id != c.id || a.started_at != c.started_at) && a.running);
+        let done = self.ctx.coord.time().await.unwrap_or(now);
+        if restarted {
+            return self.restarted(act, call.err(), now, done).await;
+        }
+        let why = restart_failure(call, after, c);
+        self.restart_failed(act, why, done).await
+    }
+
+    pub(super) async fn restarted(
+        &mut self,
+        act: &Act<'_>,
+        call_error: Option<String>,
+        started: Millis,
+        done: Millis,
+    ) -> Result<Outcome, CoordError> {
+        let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
+        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        // NB: the cooldown runs from the restart, not from the claim before it: a pause between
+        // the two, or a slow restart, must not shorten it. Same marker, fresh TTL.
+        let cooldown = self.ctx.cfg.policy.cooldown;
+        let marker = format!("{}{}", marks::claim(started, &act.inc.id, c), marks::DONE);
+        self.ctx
+            .coord
+            .set(&k.cooldown(w), &marker, cooldown)
+            .await?;
+        self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
+        let mut detail = format!(
+            "restarted container {} ({}) after {}; cooldown {}",
+            c.name,
+            short(&c.id),
+            human(started - act.since),
+            humantime::format_duration(self.ctx.cfg.policy.cooldown)
+        );
+        if let Some(e) = call_error {
+            detail.push_str(&format!(" (the restart call reported: {e})"));
+        }
+        self.note(done, act.about(), Code::Restarted, detail)
+            .await?;
+        Ok(Outcome::Restarted)
+    }
+
+    /// A failed restart pages at once — the first of its incident; later ones update that
+    /// page without paging again — and releases the dedup key and markers so that a later
+    /// cycle retries, after a backoff from the stop grace (see [`policy::retry_backoff`]).
+    pub(super) async fn restart_failed(
+        &mut self,
+        act: &Act<'_>,
+        why: String,
+        done: Millis,
+    ) -> Result<Outcome, CoordError> {
+        self.ctx.metrics.runtime_errors.inc();
+        self.ctx.metrics.restart(act.case.v.as_str(), "failed");
+        let (k, w) = (self.ctx.keys.clone(), act.case.worker());
+        let failures = match &act.case.marks.retry {
+            Some(r) if r.incident == act.inc.id => r.failures.saturating_add(1),
+            _ => 1,
+        };
+        let p = &self.ctx.cfg.policy;
+        let wait = policy::retry_backoff(failures, self.ctx.cfg.runtime.stop_grace, p.cooldown);
+        let retry = Retry {
+            incident: act.inc.id.clone(),
+            failures,
+            not_before: done + ms(wait),
+        };
+        let detail = format!(
+            "restart of container {} failed (attempt {failures} of this incident): {why}; retried in {} while it is hung and running",
+            act.case.c.name,
+            human(ms(wait))
+        );
+        // NB: the page goes out even when the coordinator fails below: a failed restart is a
+        // person's business at once. Only the first failure of an incident pages; a failed
+        // claim (the coordinator is down) pages too, since a repeat beats silence.
+        let first = self
+            .claim_alert(
+                &k.alert_dedup(&act.inc.id, "restart-failed"),
+                done,
+                MARK_TTL,
+            )
+            .await
+            .unwrap_or(true);
+        let mut alert = self.alert_for(
+            AlertKind::RestartFailed,
+            act.case,
+            Some(act.since),
+            done,
+            detail,
+        );
+        alert.incident = Some(act.inc.id.clone());
+        alert.attempt = Some(failures);
+        if !first {
+            alert.page = false;
+            alert.update = true;
+        }
+        self.ctx.notifier.send(&alert).await;
+        let value = marks::encode_retry(&retry);
+        self.ctx.coord.set(&k.retry(w), &value, MARK_TTL).await?;
+        self.ctx
+            .coord
+            .del(&[
+                k.alert_dedup(&act.inc.id, "restart"),
+                k.cooldown(w),
+                k.restarted(w),
+            ])
+            .await?;
+        let why = format!(
+            "{why}; attempt {failures}, next not before {}",
+            human(ms(wait))
+        );
+        self.note(done, act.about(), Code::RestartFailed, why)
+            .await?;
+        Ok(Outcome::Failed)
+    }
+
+    /// Undo `hold_lock_and_mark` for a restart that will not run: our cooldown claim and
+    /// restart record go, and the breaker and budget units come back (best-effort).
+    pub(super) async fn unclaim(&self, act: &Act<'_>, now: Millis) {
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let _ = self.ctx.coord.del(&[k.cooldown(w), k.restarted(w)]).await;
+        self.refund_caps(now).await;
+    }
+
+    /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
+    pub(super) async fn write_restart_markers(
+        &self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        // NB: a claim (SET NX), not a plain write. Revalidation saw no marker, so one here now
+        // is another instance's restart that got past a lost lock (TTL expiry in a pause, a
+        // failover that forgot it): the first claim wins, and at most one restart runs per
+        // cooldown whatever happened to the lock.
+        // NB: the claim outlives our lock. Should we die mid-command, the instance that finds
+        // the new incarnation once our lock has expired must still find the claim, or it would
+        // record our restart as someone else's. The cooldown proper runs from the verification,
+        // which rewrites the marker with the cooldown as its TTL.
+        let claim_ttl = self.ctx.cfg.policy.cooldown + self.ctx.cfg.safety.lock_ttl;
+        if !self
+            .ctx
+            .coord
+            .set_nx(&k.cooldown(w), &marker, claim_ttl)
+            .await?
+        {
+            return Ok(false);
+        }
+        self.ctx
+            .coord
+            .set(&k.restarted(w), &now.to_string(), MARK_TTL)
+            .await?;
+        // The error timer must not survive our restart, or a record still saying `error` after
+        // the cooldown would count as errored at once instead of after `error_for`.
+        self.ctx
+            .coord
+            .del(&[k.escalated(w), k.error_since(w)])
+            .await?;
+        Ok(true)
+    }
+}
