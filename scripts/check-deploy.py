@@ -104,14 +104,19 @@ check(any(s.get("kind") == "ServiceAccount" and s["name"] == sa and s.get("names
           for b in of_kind("ClusterRoleBinding") for s in b.get("subjects", [])),
       f"a ClusterRoleBinding binds ServiceAccount {ns}/{sa}")
 
-# Host paths: mounted at the same path inside (the runtime reports host paths: log_path, sockets).
+# Host paths: mounted at the same path inside (the runtime reports host paths: log_path), but for
+# a directory under /host/, where the agent reads nothing the runtime names by path (the Docker
+# socket's directory: /var/run cannot be mounted at its own path, the ServiceAccount token is
+# mounted inside it).
 vols = {v["name"]: v for v in pod.get("volumes", [])}
 host = {}  # mount path -> (hostPath type, readOnly, mountPropagation)
 for m in c.get("volumeMounts", []):
     hp = vols[m["name"]].get("hostPath")
     if hp:
-        check(m["mountPath"] == hp["path"], f"hostPath {hp['path']} is mounted at {m['mountPath']}, not the same path")
-        host[hp["path"]] = (hp.get("type", ""), m.get("readOnly", False))
+        check(m["mountPath"] == hp["path"] or m["mountPath"].startswith("/host/"),
+              f"hostPath {hp['path']} is mounted at {m['mountPath']}, not the same path (nor under /host/)")
+        host[m["mountPath"].rstrip("/")] = (hp.get("type", ""), m.get("readOnly", False),
+                                            m.get("mountPropagation", "None"))
 sc = c.get("securityContext", {})
 psc = pod.get("securityContext", {})
 root = sc.get("runAsUser", psc.get("runAsUser")) == 0
@@ -124,8 +129,30 @@ if pod.get("hostNetwork"):
           "hostNetwork without dnsPolicy ClusterFirstWithHostNet loses cluster DNS")
 
 
+def socket_problem(path):
+    """Why the runtime's socket at `path` (as the agent sees it) is not mounted as it must be:
+    by its directory, so a restarted runtime's new socket file is seen (a mount of the file keeps
+    the old inode: runtime-down until the pod is deleted); read-only; HostToContainer, so the
+    mounts the runtime makes and removes under that directory (containers' root file systems,
+    network namespaces) are not held by the pod. None when it is."""
+    if path in host:
+        return (f"{path} is mounted as a file: mount its directory (hostPath type Directory) instead, "
+                f"or a restart of the runtime leaves the pod with the old socket")
+    parents = [p for p in host if path.startswith(p + "/")]
+    if not parents:
+        return f"mount the directory of {path} (hostPath, type Directory)"
+    kind, ro, propagation = host[max(parents, key=len)]
+    if kind != "Directory":
+        return f"the mount holding {path} is hostPath type {kind or 'unset'!r}: type Directory"
+    if not ro:
+        return f"the mount holding {path} is read-write: readOnly: true (a socket is connected to, not written)"
+    if propagation != "HostToContainer":
+        return f"the mount holding {path} needs mountPropagation: HostToContainer (the runtime mounts and unmounts under it)"
+    return None
+
+
 def socket(path):
-    return host.get(path, ("", False))[0] == "Socket"
+    return socket_problem(path) is None
 
 
 rt = cfg["runtime"]
@@ -136,14 +163,14 @@ if base:
     check(not host, f"the base mounts no host path (overlays add the runtime's): {sorted(host)}")
     check(not pod.get("hostPID") and not pod.get("hostNetwork"), "the base joins no host namespace")
 elif rt["kind"] == "docker":
-    check(docker_sock is None or socket(docker_sock), f"runtime.kind = docker: mount {docker_sock} (hostPath, type Socket)")
+    check(docker_sock is None or socket(docker_sock), f"runtime.kind = docker: {docker_sock and socket_problem(docker_sock)}")
     check(root or groups, "the Docker socket needs root or its group (securityContext.supplementalGroups)")
 elif rt["kind"] == "podman":
-    check(socket(rt["podman_socket"]), f"runtime.kind = podman: mount {rt['podman_socket']} (hostPath, type Socket)")
+    check(socket(rt["podman_socket"]), f"runtime.kind = podman: {socket_problem(rt['podman_socket'])}")
     check(root or groups, "Podman's socket needs root or its group")
 elif rt["kind"] == "cri":
     mounted = [s for s in cri_socks if socket(s)]
-    check(mounted, f"runtime.kind = cri: mount the CRI socket {' or '.join(cri_socks)} (hostPath, type Socket)")
+    check(mounted, "runtime.kind = cri: " + "; ".join(str(socket_problem(s)) for s in cri_socks))
     check(root or groups, "the CRI socket needs root or its group")
     check(host.get("/var/log/pods", ("", False))[1] is True,
           "runtime.kind = cri: mount /var/log/pods read-only at the same path (CRI log files)")
@@ -156,7 +183,7 @@ elif rt["kind"] == "cri":
               f"socket, each worker's GPUs), or set runtime.pod_resources_socket = \"\"")
 else:
     check((docker_sock and socket(docker_sock)) or socket(rt["podman_socket"]) or any(socket(s) for s in cri_socks),
-          "runtime.kind = auto: an overlay mounts a runtime socket")
+          "runtime.kind = auto: an overlay mounts a runtime socket's directory")
 
 lib = cfg["gpu"]["library_path"]
 if lib and cfg["gpu"]["enabled"] != "off":

@@ -17,9 +17,10 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, CreateContainerRequest,
-    ImageSpec, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListContainersRequest,
-    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RunPodSandboxRequest,
+    ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, ContainerStatusRequest,
+    CreateContainerRequest, ImageSpec, LinuxContainerConfig, LinuxContainerSecurityContext,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListContainersRequest, NamespaceMode,
+    NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RunPodSandboxRequest,
     StartContainerRequest, StopContainerRequest,
 };
 use tokio_util::sync::CancellationToken;
@@ -358,6 +359,18 @@ impl Kubelet {
 
     /// Create and start `attempt` of container `name` of `pod`, as kubelet does.
     pub async fn start_attempt(&self, pod: &Pod, name: &str, attempt: u32) -> String {
+        self.try_start_attempt(pod, name, attempt)
+            .await
+            .expect("CreateContainer and StartContainer")
+    }
+
+    /// [`Kubelet::start_attempt`], or the runtime's error.
+    pub async fn try_start_attempt(
+        &self,
+        pod: &Pod,
+        name: &str,
+        attempt: u32,
+    ) -> Result<String, tonic::Status> {
         let meta = pod.config.metadata.clone().unwrap();
         let labels = HashMap::from([
             ("io.kubernetes.container.name".to_string(), name.to_string()),
@@ -381,6 +394,22 @@ impl Kubelet {
             command: pod.commands[name].clone(),
             labels,
             log_path: format!("{name}/{attempt}.log"),
+            // As kubelet sends them (no shareProcessNamespace): the container has its own PID
+            // namespace, so its process is PID 1 there, and a shell as PID 1 ignores SIGTERM.
+            // NB: without this, containerd puts the container in the sandbox's PID namespace
+            // (the pause process is PID 1), and SIGTERM kills any shell at once.
+            linux: Some(LinuxContainerConfig {
+                security_context: Some(LinuxContainerSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Node as i32,
+                        pid: NamespaceMode::Container as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let mut c = self.client.clone();
@@ -390,20 +419,27 @@ impl Kubelet {
                 config: Some(config),
                 sandbox_config: Some(pod.config.clone()),
             })
-            .await
-            .expect("CreateContainer")
+            .await?
             .into_inner()
             .container_id;
         c.start_container(StartContainerRequest {
             container_id: id.clone(),
         })
-        .await
-        .expect("StartContainer");
-        id
+        .await?;
+        Ok(id)
     }
 
     /// The containers of `pod`: (id, name, attempt, running).
     pub async fn containers(&self, pod: &Pod) -> Vec<(String, String, u32, bool)> {
+        self.try_containers(pod).await.expect("ListContainers")
+    }
+
+    /// [`Kubelet::containers`], or the error while containerd is down (as kubelet rides out a
+    /// runtime restart).
+    pub async fn try_containers(
+        &self,
+        pod: &Pod,
+    ) -> Result<Vec<(String, String, u32, bool)>, tonic::Status> {
         let list = self
             .client
             .clone()
@@ -413,8 +449,7 @@ impl Kubelet {
                     ..Default::default()
                 }),
             })
-            .await
-            .expect("ListContainers")
+            .await?
             .into_inner()
             .containers;
         let mut out: Vec<_> = list
@@ -426,7 +461,43 @@ impl Kubelet {
             })
             .collect();
         out.sort_by(|a, b| (a.1.as_str(), a.2).cmp(&(b.1.as_str(), b.2)));
-        out
+        Ok(out)
+    }
+
+    /// How a container ended, from its CRI status: (exit code, finished at, in ns since the
+    /// epoch; 0 while it runs).
+    pub async fn exit(&self, id: &str) -> (i32, i64) {
+        let st = self
+            .client
+            .clone()
+            .container_status(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .expect("ContainerStatus")
+            .into_inner()
+            .status
+            .expect("a status");
+        (st.exit_code, st.finished_at)
+    }
+
+    /// The host PID of a running container's process (the verbose status's `info.pid`, as
+    /// the CRI adapter reads it for a signal).
+    pub async fn host_pid(&self, id: &str) -> i32 {
+        let info = self
+            .client
+            .clone()
+            .container_status(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: true,
+            })
+            .await
+            .expect("ContainerStatus")
+            .into_inner()
+            .info;
+        let v: serde_json::Value = serde_json::from_str(&info["info"]).expect("info is JSON");
+        v["pid"].as_i64().expect("info.pid") as i32
     }
 
     /// The running container `name` of `pod`: (id, attempt).
@@ -463,12 +534,17 @@ impl Kubelet {
                 let pods = k.pods.lock().unwrap().clone();
                 for pod in pods {
                     for name in pod.commands.keys() {
-                        let all = k.containers(&pod).await;
+                        // NB: containerd may be down (restarted by the test): try again later,
+                        // as kubelet does.
+                        let Ok(all) = k.try_containers(&pod).await else {
+                            continue;
+                        };
                         let mine: Vec<_> = all.iter().filter(|c| &c.1 == name).collect();
                         let last = mine.iter().map(|c| c.2).max();
                         if let Some(last) = last {
                             if !mine.iter().any(|c| c.3) {
-                                k.start_attempt(&pod, name, last + 1).await;
+                                // An error (containerd going down) is retried next round.
+                                let _ = k.try_start_attempt(&pod, name, last + 1).await;
                             }
                         }
                     }

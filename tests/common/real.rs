@@ -332,6 +332,8 @@ pub async fn serve(app: axum::Router) -> SocketAddr {
 pub struct Receiver {
     pub url: String,
     pub bodies: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// When each of `bodies` arrived (same index), before it was answered.
+    pub arrived: Arc<Mutex<Vec<std::time::SystemTime>>>,
 }
 
 /// Something a test does when an alert of one kind arrives, before the receiver answers (so the
@@ -347,20 +349,24 @@ impl Receiver {
     pub async fn start_with(on: Option<(&'static str, OnAlert)>) -> Receiver {
         use axum::routing::post;
         let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
-        let b = bodies.clone();
+        let arrived: Arc<Mutex<Vec<std::time::SystemTime>>> = Arc::default();
+        let (b, a) = (bodies.clone(), arrived.clone());
         let app = axum::Router::new().route(
             "/hook",
             post(move |body: axum::body::Bytes| {
-                let b = b.clone();
+                let (b, a) = (b.clone(), a.clone());
                 let on = on.clone();
                 async move {
+                    let at = std::time::SystemTime::now();
                     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
                         if let Some((kind, action)) = on {
                             if v["vigil"]["kind"] == kind {
                                 let _ = tokio::task::spawn_blocking(move || action()).await;
                             }
                         }
-                        b.lock().unwrap().push(v);
+                        let mut kept = b.lock().unwrap();
+                        kept.push(v);
+                        a.lock().unwrap().push(at);
                     }
                     "ok"
                 }
@@ -370,6 +376,7 @@ impl Receiver {
         Receiver {
             url: format!("http://{addr}/hook"),
             bodies,
+            arrived,
         }
     }
 
