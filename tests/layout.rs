@@ -1,6 +1,7 @@
 //! The layout's promise, checked: data flows one way. `model` imports no other layer; `policy`
 //! only `model` (and the shared `clock`/`config`); adapters (`sources`, `coord`, `runtime`,
-//! `actions`) and `observe` never import an engine, the CLI or the wiring.
+//! `actions`) and `observe` never import an engine, the CLI or the wiring; `config` never imports
+//! `coord`.
 
 use std::path::Path;
 
@@ -65,4 +66,15 @@ fn adapters_and_observe_never_import_engines_cli_or_wiring() {
             "{dir}/ imports an engine, the CLI or the wiring: {bad:?}"
         );
     }
+}
+
+#[test]
+fn config_never_imports_coord() {
+    // coord reads the config (`RedisCoordinator::from_config`, `RedisUrls`); the config is parsed
+    // and validated without the coordinator.
+    let bad: Vec<_> = references("config")
+        .into_iter()
+        .filter(|(_, m)| m == "coord")
+        .collect();
+    assert!(bad.is_empty(), "config/ imports coord/: {bad:?}");
 }

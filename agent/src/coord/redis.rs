@@ -25,6 +25,7 @@ use tokio::sync::Mutex;
 
 use super::{CoordError, Coordinator, TrailEntry};
 use crate::clock::{ms, Millis};
+use crate::config::RedisUrls;
 
 static OWNER_TTL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -152,7 +153,7 @@ impl RedisCoordinator {
 
     /// A Redis Cluster, from a comma-separated list of seed nodes (`redis://h1:6379,...`).
     pub fn cluster(urls: &str, timeout: Duration) -> Result<Self, CoordError> {
-        let nodes = split_urls(urls);
+        let nodes = RedisUrls::parse(urls).into_vec();
         let addr = format!("cluster {}", redact(urls));
         let client = ClusterClient::builder(nodes.clone())
             .connection_timeout(timeout)
@@ -168,7 +169,7 @@ impl RedisCoordinator {
     /// The master called `service` by the Sentinels at `urls` (comma-separated); the URLs'
     /// username, password and database are the master's too.
     pub fn sentinel(urls: &str, service: &str, timeout: Duration) -> Result<Self, CoordError> {
-        let nodes = split_urls(urls);
+        let nodes = RedisUrls::parse(urls).into_vec();
         let addr = format!("sentinel {} ({service})", redact(urls));
         let unreachable = |source| CoordError::Unreachable {
             addr: addr.clone(),
@@ -454,20 +455,12 @@ fn redact(urls: &str) -> String {
         (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
         _ => url.to_string(),
     };
-    split_urls(urls)
+    RedisUrls::parse(urls)
+        .as_slice()
         .iter()
         .map(|u| one(u))
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// `redis://a:1,redis://b:2` → each URL.
-pub(crate) fn split_urls(urls: &str) -> Vec<String> {
-    urls.split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 /// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, or of the whole key).

@@ -1,0 +1,71 @@
+//! `[alerts]`: where alerts go and how hard delivery tries.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, has_scheme, ConfigError};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Slack-compatible incoming webhook; empty: alerts go to the log only.
+    pub webhook_url: String,
+    /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
+    pub page_mention: String,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Attempts per alert, with exponential backoff between them.
+    pub attempts: u32,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        AlertsConfig {
+            webhook_url: String::new(),
+            page_mention: "<!here>".into(),
+            timeout: Duration::from_secs(10),
+            attempts: 3,
+        }
+    }
+}
+
+/// Pause before alert delivery attempt `attempt` (0 = first, no pause).
+pub(crate) fn alert_backoff(attempt: u32) -> Duration {
+    // No jitter: `lock_needed` adds these up in advance.
+    crate::backoff::nth_delay(Duration::from_millis(500), Duration::from_secs(8), attempt)
+}
+
+impl AlertsConfig {
+    /// The durations that must be above zero.
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 1] {
+        [("alerts.timeout", self.timeout)]
+    }
+
+    /// At least one attempt, and a webhook that is an HTTP URL (or none).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        super::nonzero(&self.nonzero())?;
+        if self.attempts == 0 {
+            return bad("alerts.attempts", "must be at least 1");
+        }
+        if !self.webhook_url.is_empty() && !has_scheme(&self.webhook_url, &["http://", "https://"])
+        {
+            return bad("alerts.webhook_url", "must be an http:// or https:// URL");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::assert_names_keys;
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            ("[alerts]\nattempts = 0", "alerts.attempts"),
+            ("[alerts]\nwebhook_url = \"slack\"", "alerts.webhook_url"),
+            ("[alerts]\ntimeout = \"0s\"", "alerts.timeout"),
+        ]);
+    }
+}

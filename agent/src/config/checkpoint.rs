@@ -1,0 +1,224 @@
+//! `[checkpoint]`: how workers are asked to save their state before the node goes, and the time
+//! each round may take.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, ConfigError};
+
+/// A signal a worker may be asked to checkpoint with. SIGKILL and SIGSTOP are not among them:
+/// they cannot be handled, so they can never checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Signal {
+    Usr1,
+    Usr2,
+    Term,
+    Int,
+    Hup,
+    Quit,
+    Winch,
+    Pwr,
+}
+
+impl Signal {
+    const ALL: [Signal; 8] = [
+        Signal::Usr1,
+        Signal::Usr2,
+        Signal::Term,
+        Signal::Int,
+        Signal::Hup,
+        Signal::Quit,
+        Signal::Winch,
+        Signal::Pwr,
+    ];
+
+    /// The canonical name, e.g. `SIGUSR1` (what Docker's kill endpoint takes).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Usr1 => "SIGUSR1",
+            Signal::Usr2 => "SIGUSR2",
+            Signal::Term => "SIGTERM",
+            Signal::Int => "SIGINT",
+            Signal::Hup => "SIGHUP",
+            Signal::Quit => "SIGQUIT",
+            Signal::Winch => "SIGWINCH",
+            Signal::Pwr => "SIGPWR",
+        }
+    }
+}
+
+impl std::str::FromStr for Signal {
+    type Err = String;
+    /// `SIGUSR1`, `sigusr1` or `USR1`.
+    fn from_str(name: &str) -> Result<Signal, String> {
+        let upper = name.trim().to_ascii_uppercase();
+        let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+        Signal::ALL
+            .into_iter()
+            .find(|s| &s.as_str()[3..] == bare)
+            .ok_or_else(|| {
+                format!("`{name}` is not a signal a worker can handle (SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGPWR)")
+            })
+    }
+}
+
+impl TryFrom<String> for Signal {
+    type Error = String;
+    fn try_from(s: String) -> Result<Signal, String> {
+        s.parse()
+    }
+}
+
+impl From<Signal> for String {
+    fn from(s: Signal) -> String {
+        s.as_str().to_string()
+    }
+}
+
+/// How a worker is asked to checkpoint: `redis`, `signal` (the configured signal),
+/// `signal:NAME`, or an `http(s)://` URL. The same syntax serves the config key and the
+/// container label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum CheckpointMethod {
+    /// The request in the status record is all: the worker polls its own record.
+    Redis,
+    /// A signal to the container's main process; `None` = `checkpoint.signal`.
+    Signal(Option<Signal>),
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`.
+    Http(String),
+}
+
+impl std::str::FromStr for CheckpointMethod {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CheckpointMethod, String> {
+        let s = s.trim();
+        match s {
+            "redis" => Ok(CheckpointMethod::Redis),
+            "signal" => Ok(CheckpointMethod::Signal(None)),
+            _ if s.starts_with("signal:") => Ok(CheckpointMethod::Signal(Some(
+                s["signal:".len()..].parse()?,
+            ))),
+            _ if s.starts_with("http://") || s.starts_with("https://") => {
+                Ok(CheckpointMethod::Http(s.to_string()))
+            }
+            _ => Err(format!(
+                "`{s}` is not `redis`, `signal`, `signal:NAME` or an http(s):// URL"
+            )),
+        }
+    }
+}
+
+impl TryFrom<String> for CheckpointMethod {
+    type Error = String;
+    fn try_from(s: String) -> Result<CheckpointMethod, String> {
+        s.parse()
+    }
+}
+
+impl From<CheckpointMethod> for String {
+    fn from(m: CheckpointMethod) -> String {
+        match m {
+            CheckpointMethod::Redis => "redis".into(),
+            CheckpointMethod::Signal(None) => "signal".into(),
+            CheckpointMethod::Signal(Some(s)) => format!("signal:{}", s.as_str()),
+            CheckpointMethod::Http(url) => url,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Default request method: `redis`, `signal`, `signal:NAME` or an `http(s)://` URL; a
+    /// container label overrides it.
+    pub method: CheckpointMethod,
+    /// Container label naming a worker's method: `redis`, `signal:SIGUSR1`, `http://host:port/path`.
+    pub label: String,
+    /// Signal sent by the `signal` method without an explicit one.
+    pub signal: Signal,
+    /// Budget on the agent's own SIGTERM/SIGINT (must end before the pod's grace period).
+    #[serde(with = "humantime_serde")]
+    pub sigterm_budget: Duration,
+    /// Budget on a Spot/preemptible preemption notice (GCE gives 30 s in total).
+    #[serde(with = "humantime_serde")]
+    pub preemption_budget: Duration,
+    /// Budget on a host-maintenance notice (GCE warns 60 s ahead).
+    #[serde(with = "humantime_serde")]
+    pub maintenance_budget: Duration,
+    /// The pod's termination grace period; the agent exits before it ends.
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
+    /// Ask the workers to checkpoint on the agent's own SIGTERM/SIGINT.
+    pub on_sigterm: bool,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            method: CheckpointMethod::Redis,
+            label: "vigil.checkpoint".into(),
+            signal: Signal::Usr1,
+            sigterm_budget: Duration::from_secs(25),
+            preemption_budget: Duration::from_secs(25),
+            maintenance_budget: Duration::from_secs(50),
+            grace: Duration::from_secs(30),
+            on_sigterm: true,
+        }
+    }
+}
+
+impl CheckpointConfig {
+    /// A label to read, and budgets that end before the agent is killed.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.label.is_empty() {
+            return bad("checkpoint.label", "must not be empty");
+        }
+        for (key, budget) in [
+            ("checkpoint.sigterm_budget", self.sigterm_budget),
+            ("checkpoint.preemption_budget", self.preemption_budget),
+        ] {
+            // The drain ends 1 s before the grace: the budget must fit in what is left.
+            let room = self.grace.saturating_sub(Duration::from_secs(1));
+            if budget.is_zero() || budget > room {
+                return bad(
+                    key,
+                    format!(
+                        "must be above 0 and at most checkpoint.grace - 1s ({}), so the round ends before the agent exits and the agent exits before it is killed",
+                        humantime::format_duration(room)
+                    ),
+                );
+            }
+        }
+        if self.maintenance_budget.is_zero() {
+            return bad("checkpoint.maintenance_budget", "must be greater than zero");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::assert_names_keys;
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            (
+                "[checkpoint]\ngrace = \"1s\"\nsigterm_budget = \"900ms\"\npreemption_budget = \"900ms\"",
+                "checkpoint.sigterm_budget",
+            ),
+            (
+                "[checkpoint]\nmethod = \"carrier-pigeon\"",
+                "checkpoint.method",
+            ),
+            (
+                "[checkpoint]\nmethod = \"signal:SIGKILL\"",
+                "checkpoint.method",
+            ),
+            ("[checkpoint]\nsignal = \"SIGSTOP\"", "checkpoint.signal"),
+        ]);
+    }
+}

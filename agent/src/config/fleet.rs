@@ -1,0 +1,37 @@
+//! `[fleet]`: the node's place in the fleet (pool, slice) and its heartbeat record.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    /// Node pool this node belongs to; env `VIGIL_POOL`.
+    pub pool: String,
+    /// Slice (a group of nodes that train together, e.g. a TPU slice); env `VIGIL_SLICE`.
+    pub slice: String,
+    /// The agent's heartbeat record expires after this; a node silent longer is "down".
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_ttl: Duration,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            pool: String::new(),
+            slice: String::new(),
+            heartbeat_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+impl FleetConfig {
+    /// No rule of its own: `heartbeat_ttl` against `poll_interval` is checked by
+    /// `Config::validate`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+//! `[kubernetes]`: the Node object Vigil publishes its state on.
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, has_scheme, ConfigError, Switch};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// `auto` (on when running in a cluster), `on`, or `off`.
+    pub enabled: Switch,
+    /// API server URL; empty = in-cluster config or kubeconfig.
+    pub api_url: String,
+    /// Prefix of the labels, annotations and taint Vigil writes on its Node.
+    pub label_prefix: String,
+    /// Put a `NoSchedule` taint on the Node while termination is imminent.
+    pub taint_on_termination: bool,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            enabled: Switch::Auto,
+            api_url: String::new(),
+            label_prefix: "vigil.dev/".into(),
+            taint_on_termination: true,
+        }
+    }
+}
+
+impl KubernetesConfig {
+    /// An HTTP API URL (or none) and a label prefix Kubernetes accepts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.api_url.is_empty() && !has_scheme(&self.api_url, &["http://", "https://"]) {
+            return bad("kubernetes.api_url", "must be an http:// or https:// URL");
+        }
+        if !valid_prefix(&self.label_prefix) {
+            return bad(
+                "kubernetes.label_prefix",
+                "must be a DNS subdomain followed by `/`, e.g. `vigil.dev/`",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `example.com/` — a DNS subdomain and a slash, as Kubernetes label prefixes are.
+fn valid_prefix(p: &str) -> bool {
+    let Some(domain) = p.strip_suffix('/') else {
+        return false;
+    };
+    !domain.is_empty()
+        && domain.len() <= 253
+        && domain.split('.').all(|part| {
+            !part.is_empty()
+                && part.len() <= 63
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::assert_names_keys;
+    use super::valid_prefix;
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            ("[kubernetes]\napi_url = \"k8s:443\"", "kubernetes.api_url"),
+            (
+                "[kubernetes]\nlabel_prefix = \"vigil\"",
+                "kubernetes.label_prefix",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn label_prefixes_are_dns_subdomains_and_a_slash() {
+        for ok in ["vigil.dev/", "a/", "x-1.example.com/"] {
+            assert!(valid_prefix(ok), "{ok}");
+        }
+        for bad in ["vigil.dev", "/", "Vigil.dev/", "-a.dev/", "a..b/", "a_b/"] {
+            assert!(!valid_prefix(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! `[metadata]`: the GCE metadata server's maintenance and preemption notices.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, ConfigError, Switch};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// `auto` (watch; unreachable is said once and probed again with backoff), `on`, or `off`.
+    pub enabled: Switch,
+    /// Metadata server host[:port]; env `GCE_METADATA_HOST`; empty = `metadata.google.internal`.
+    pub host: String,
+    /// Long-poll `timeout_sec` for each watch request.
+    pub timeout_sec: u32,
+    /// A PENDING notice stands restarts down only once its window starts within this long
+    /// (GCE posts them days ahead).
+    #[serde(with = "humantime_serde")]
+    pub pending_horizon: Duration,
+    /// After a maintenance event ends, restarts stay suppressed this long.
+    #[serde(with = "humantime_serde")]
+    pub settle: Duration,
+}
+
+impl Default for MetadataConfig {
+    fn default() -> Self {
+        MetadataConfig {
+            enabled: Switch::Auto,
+            host: String::new(),
+            timeout_sec: 60,
+            pending_horizon: Duration::from_secs(3600),
+            settle: Duration::from_secs(300),
+        }
+    }
+}
+
+impl MetadataConfig {
+    /// A long-poll timeout the metadata server accepts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.timeout_sec == 0 || self.timeout_sec > 3600 {
+            return bad("metadata.timeout_sec", "must be between 1 and 3600");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::assert_names_keys;
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            ("[metadata]\nenabled = \"yes\"", "metadata.enabled"),
+            ("[metadata]\ntimeout_sec = 0", "metadata.timeout_sec"),
+            ("[metadata]\ntimeout_sec = 3601", "metadata.timeout_sec"),
+        ]);
+    }
+}

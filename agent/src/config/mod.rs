@@ -1,0 +1,596 @@
+//! Configuration: one file (TOML or YAML), every key with a documented default, a few environment
+//! overrides, and validation that names the offending key.
+//!
+//! One file per section, beside its struct: the keys, their defaults and the section's own
+//! `validate`. This file holds the whole [`Config`]: parsing, environment overrides, the
+//! deprecated keys' migration, and [`Config::validate`], which runs every section's rules and
+//! the few that span sections.
+//!
+//! The environment is read through the [`Env`] trait so that every parse and validation error is a
+//! unit test with a `HashMap`, never a `set_var`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+mod alerts;
+mod checkpoint;
+mod docker;
+mod fleet;
+mod gpu;
+mod kubernetes;
+mod log;
+mod metadata;
+mod opportunistic;
+mod policy;
+mod redis;
+mod runtime;
+mod safety;
+mod server;
+#[cfg(test)]
+mod testing;
+
+pub(crate) use alerts::alert_backoff;
+pub use alerts::AlertsConfig;
+pub use checkpoint::{CheckpointConfig, CheckpointMethod, Signal};
+pub use docker::DockerConfig;
+pub use fleet::FleetConfig;
+pub use gpu::GpuConfig;
+pub use kubernetes::KubernetesConfig;
+pub use log::{LogConfig, LogFormat};
+pub use metadata::MetadataConfig;
+pub use opportunistic::OpportunisticConfig;
+pub use policy::PolicyConfig;
+pub use redis::{RedisConfig, RedisMode, RedisUrls};
+pub use runtime::{RuntimeConfig, RuntimeKind};
+pub use safety::SafetyConfig;
+pub(crate) use safety::LOCK_MARGIN;
+pub use server::ServerConfig;
+
+/// A configuration problem, always naming the key so the operator can find the line to fix.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("config file {path}: {problem}")]
+    File { path: PathBuf, problem: String },
+    #[error("config key `{key}`: {problem}")]
+    Invalid { key: &'static str, problem: String },
+}
+
+/// Where environment overrides come from: the process environment in production, a map in tests.
+pub trait Env {
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+/// The real process environment.
+pub(crate) struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        HashMap::get(self, name).cloned()
+    }
+}
+
+/// `auto`, `on` or `off`, for the optional integrations (metadata server, Kubernetes, NVML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    /// On where the platform is detected; off, said once, elsewhere.
+    Auto,
+    /// Always on: a missing platform is an error, retried.
+    On,
+    Off,
+}
+
+impl Switch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Switch::Auto => "auto",
+            Switch::On => "on",
+            Switch::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for Switch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Name of the node this agent watches; env `NODE_NAME`, else the host name.
+    pub node_name: String,
+    /// Observe mode: decide everything, run no restart.
+    pub dry_run: bool,
+    /// How often the worker records are evaluated.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    pub redis: RedisConfig,
+    pub runtime: RuntimeConfig,
+    pub docker: DockerConfig,
+    pub policy: PolicyConfig,
+    pub safety: SafetyConfig,
+    pub alerts: AlertsConfig,
+    pub server: ServerConfig,
+    pub log: LogConfig,
+    pub fleet: FleetConfig,
+    pub metadata: MetadataConfig,
+    pub kubernetes: KubernetesConfig,
+    pub checkpoint: CheckpointConfig,
+    pub opportunistic: OpportunisticConfig,
+    pub gpu: GpuConfig,
+    /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
+    #[serde(skip)]
+    pub kubernetes_in_cluster: bool,
+    /// Deprecated keys the file used, with their replacement, said once at start-up.
+    #[serde(skip)]
+    pub deprecated: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_name: String::new(),
+            dry_run: false,
+            poll_interval: Duration::from_secs(15),
+            redis: RedisConfig::default(),
+            runtime: RuntimeConfig::default(),
+            docker: DockerConfig::default(),
+            policy: PolicyConfig::default(),
+            safety: SafetyConfig::default(),
+            alerts: AlertsConfig::default(),
+            server: ServerConfig::default(),
+            log: LogConfig::default(),
+            fleet: FleetConfig::default(),
+            metadata: MetadataConfig::default(),
+            kubernetes: KubernetesConfig::default(),
+            checkpoint: CheckpointConfig::default(),
+            opportunistic: OpportunisticConfig::default(),
+            gpu: GpuConfig::default(),
+            kubernetes_in_cluster: false,
+            deprecated: Vec::new(),
+        }
+    }
+}
+
+/// A validation error naming `key`.
+fn bad(key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid {
+        key,
+        problem: problem.into(),
+    })
+}
+
+/// The first of `durations` that is zero, named by its key.
+fn nonzero(durations: &[(&'static str, Duration)]) -> Result<(), ConfigError> {
+    match durations.iter().find(|(_, d)| d.is_zero()) {
+        Some(&(key, _)) => bad(key, "must be greater than zero"),
+        None => Ok(()),
+    }
+}
+
+/// Whether `s` starts with one of `schemes` (`"https://"`).
+fn has_scheme(s: &str, schemes: &[&str]) -> bool {
+    schemes.iter().any(|p| s.starts_with(p))
+}
+
+impl Config {
+    /// Parse a file's text; the format follows the extension (`.yaml`/`.yml`, else TOML).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let yaml = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml") | Some("yml")
+        );
+        // serde_path_to_error keeps the dotted key path, so the error can name the key.
+        fn located(path: String, msg: String) -> String {
+            if path.is_empty() || path == "." {
+                msg
+            } else {
+                format!("key `{path}`: {msg}")
+            }
+        }
+        let parsed = if yaml {
+            let de = serde_yaml_ng::Deserializer::from_str(text);
+            serde_path_to_error::deserialize::<_, Config>(de)
+                .map_err(|e| located(e.path().to_string(), e.inner().to_string()))
+        } else {
+            match toml::Deserializer::parse(text) {
+                Ok(de) => serde_path_to_error::deserialize::<_, Config>(de)
+                    .map_err(|e| located(e.path().to_string(), e.inner().message().to_string())),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let mut cfg = parsed.map_err(|problem| ConfigError::File {
+            path: path.to_path_buf(),
+            problem: problem.replace('\n', " "),
+        })?;
+        cfg.migrate();
+        Ok(cfg)
+    }
+
+    /// Move the deprecated `docker.*` keys to `[runtime]`, remembering each for a warning.
+    fn migrate(&mut self) {
+        let moved = self.docker.move_deprecated(&mut self.runtime);
+        self.deprecated.extend(moved);
+    }
+
+    /// Load from an optional file, apply environment overrides, validate.
+    pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+        let mut cfg = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File {
+                    path: p.to_path_buf(),
+                    problem: e.to_string(),
+                })?;
+                Config::parse(&text, p)?
+            }
+            None => Config::default(),
+        };
+        cfg.apply_env(env);
+        cfg.validate()?;
+        cfg.check_files()?;
+        Ok(cfg)
+    }
+
+    /// The files the config names exist and can be read. Kept out of [`Config::validate`], which
+    /// does no I/O (a reload validates the merged config in the agent's loop).
+    pub(crate) fn check_files(&self) -> Result<(), ConfigError> {
+        self.redis.check_files()
+    }
+
+    /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
+    pub(crate) fn apply_env(&mut self, env: &dyn Env) {
+        if let Some(v) = env.get("NODE_NAME") {
+            self.node_name = v;
+        }
+        if let Some(v) = env.get("REDIS_URL") {
+            self.redis.url = v;
+        }
+        if let Some(v) = env.get("DOCKER_HOST") {
+            self.docker.host = v;
+        }
+        if let Some(v) = env.get("VIGIL_WEBHOOK_URL") {
+            self.alerts.webhook_url = v;
+        }
+        if let Some(v) = env.get("GCE_METADATA_HOST") {
+            self.metadata.host = v;
+        }
+        if let Some(v) = env.get("VIGIL_POOL") {
+            self.fleet.pool = v;
+        }
+        if let Some(v) = env.get("VIGIL_SLICE") {
+            self.fleet.slice = v;
+        }
+        if self.kubernetes.enabled == Switch::Auto {
+            self.kubernetes_in_cluster = env.get("KUBERNETES_SERVICE_HOST").is_some();
+        }
+        if self.node_name.is_empty() {
+            if let Some(h) = env.get("HOSTNAME") {
+                self.node_name = h;
+            } else if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
+                self.node_name = h.trim().to_string();
+            }
+        }
+    }
+
+    /// Every rule, each section's and those across sections. Every zero duration is named before
+    /// any other problem, and the rest in the order of the sections below, so a file with several
+    /// problems has the same one named first whichever file a rule lives in. No I/O: a reload
+    /// validates the merged config in the agent's loop.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_nonzero()?;
+        self.validate_node_name()?;
+        self.redis.validate()?;
+        self.docker.validate()?;
+        self.runtime.validate()?;
+        self.policy.validate()?;
+        self.validate_lock_ttl()?;
+        self.safety.validate()?;
+        self.alerts.validate()?;
+        self.gpu.validate()?;
+        self.metadata.validate()?;
+        self.validate_heartbeat_ttl()?;
+        self.fleet.validate()?;
+        self.kubernetes.validate()?;
+        self.checkpoint.validate()?;
+        self.validate_opportunistic()?;
+        self.opportunistic.validate()?;
+        self.server.validate()?;
+        self.log.validate()
+    }
+
+    /// Every duration that must be above zero, in every section (each section checks its own
+    /// again, harmlessly, in its `validate`).
+    fn validate_nonzero(&self) -> Result<(), ConfigError> {
+        nonzero(&[("poll_interval", self.poll_interval)])?;
+        nonzero(&self.redis.nonzero())?;
+        nonzero(&self.runtime.nonzero())?;
+        nonzero(&self.policy.nonzero())?;
+        nonzero(&self.safety.nonzero())?;
+        nonzero(&self.alerts.nonzero())
+    }
+
+    fn validate_node_name(&self) -> Result<(), ConfigError> {
+        if self.node_name.trim().is_empty() {
+            return bad(
+                "node_name",
+                "is empty and no NODE_NAME or host name was found",
+            );
+        }
+        // NB: the node name goes into Redis keys (inside a hash tag), labels of the fleet view
+        // and Kubernetes calls: a Kubernetes node name is a DNS subdomain.
+        let name_ok = self.node_name.len() <= 253
+            && self
+                .node_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+        if !name_ok {
+            return bad(
+                "node_name",
+                "must be at most 253 characters of a-z A-Z 0-9 . - _ (a Kubernetes node name): no braces, spaces, `:`, `/` or newlines",
+            );
+        }
+        Ok(())
+    }
+
+    /// `safety.lock_ttl` covers one pass: `runtime` and `alerts` durations (see [`Config::lock_needed`]).
+    fn validate_lock_ttl(&self) -> Result<(), ConfigError> {
+        let needed = self.lock_needed();
+        if self.safety.lock_ttl < needed {
+            return bad(
+                "safety.lock_ttl",
+                format!(
+                    "{} is shorter than runtime.log_timeout + alert delivery (alerts.timeout x attempts, with backoff) \
+                     + runtime.restart_timeout + {}s margin = {}; the lock could expire mid-restart",
+                    humantime::format_duration(self.safety.lock_ttl),
+                    LOCK_MARGIN.as_secs(),
+                    humantime::format_duration(needed)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// `fleet.heartbeat_ttl` outlives two polls.
+    fn validate_heartbeat_ttl(&self) -> Result<(), ConfigError> {
+        if self.fleet.heartbeat_ttl < self.poll_interval * 2 {
+            return bad(
+                "fleet.heartbeat_ttl",
+                "must be at least twice poll_interval, or healthy nodes flap to down",
+            );
+        }
+        Ok(())
+    }
+
+    /// `opportunistic.enabled` needs a pool to count (`fleet.pool`) and a shared Redis.
+    fn validate_opportunistic(&self) -> Result<(), ConfigError> {
+        if self.opportunistic.enabled && self.fleet.pool.is_empty() {
+            return bad(
+                "opportunistic.enabled",
+                "needs fleet.pool (or VIGIL_POOL): the min_nodes rule counts the node's pool",
+            );
+        }
+        if self.opportunistic.enabled && self.embedded() {
+            return bad(
+                "opportunistic.enabled",
+                "needs Redis (REDIS_URL): the pool claim must be shared by every node",
+            );
+        }
+        Ok(())
+    }
+
+    /// The defaults, as a commented TOML file (`vigil config defaults`).
+    pub fn defaults_toml() -> String {
+        let cfg = Config {
+            node_name: "my-node".into(),
+            ..Config::default()
+        };
+        toml::to_string_pretty(&cfg).unwrap_or_default()
+    }
+
+    /// The longest the lock must be held in one pass: logs, the restart alert (every attempt and
+    /// its backoff), the restart itself, and a margin.
+    pub(crate) fn lock_needed(&self) -> Duration {
+        let alert: Duration = (0..self.alerts.attempts)
+            .map(|a| self.alerts.timeout + alert_backoff(a))
+            .sum();
+        self.runtime.log_timeout + alert + self.runtime.restart_timeout + LOCK_MARGIN
+    }
+
+    /// Whether the Node object is published (explicit `on`, or `auto` inside a cluster).
+    pub(crate) fn kubernetes_on(&self) -> bool {
+        match self.kubernetes.enabled {
+            Switch::On => true,
+            Switch::Auto => self.kubernetes_in_cluster || !self.kubernetes.api_url.is_empty(),
+            Switch::Off => false,
+        }
+    }
+
+    pub fn embedded(&self) -> bool {
+        self.redis.url.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{assert_names_keys, env, key_of, parse};
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_the_brief() {
+        let c = parse("").unwrap();
+        assert_eq!(c.policy.stale_after, Duration::from_secs(120));
+        assert_eq!(c.policy.restart_delay, Duration::from_secs(180));
+        assert_eq!(c.policy.error_for, Duration::from_secs(1800));
+        assert_eq!(c.policy.cooldown, Duration::from_secs(600));
+        assert_eq!(c.policy.escalate_after, Duration::from_secs(600));
+        assert_eq!(c.safety.breaker_per_day, 3);
+        assert!(c.embedded());
+    }
+
+    #[test]
+    fn yaml_is_accepted() {
+        let mut c = Config::parse(
+            "policy:\n  stale_after: 3m\nsafety:\n  breaker_per_day: 5\n",
+            Path::new("v.yaml"),
+        )
+        .unwrap();
+        c.apply_env(&env(&[("NODE_NAME", "n1")]));
+        c.validate().unwrap();
+        assert_eq!(c.policy.stale_after, Duration::from_secs(180));
+        assert_eq!(c.safety.breaker_per_day, 5);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = parse("[policy]\nstale_afterr = \"2m\"\n").unwrap_err();
+        assert!(err.to_string().contains("stale_afterr"), "{err}");
+    }
+
+    #[test]
+    fn bad_duration_is_named() {
+        let err = parse("[policy]\nstale_after = \"two minutes\"\n").unwrap_err();
+        assert!(
+            err.to_string().contains("key `policy.stale_after`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn short_lock_ttl_is_rejected() {
+        let r = parse("[safety]\nlock_ttl = \"30s\"\n");
+        assert_eq!(key_of(r), "safety.lock_ttl");
+    }
+
+    #[test]
+    fn env_overrides_file() {
+        let mut c = Config::parse(
+            "node_name = \"file\"\n[redis]\nurl = \"redis://file:1\"\n",
+            Path::new("v.toml"),
+        )
+        .unwrap();
+        c.apply_env(&env(&[
+            ("NODE_NAME", "env-node"),
+            ("REDIS_URL", "redis://env:2"),
+            ("DOCKER_HOST", "tcp://127.0.0.1:2375"),
+        ]));
+        assert_eq!(c.node_name, "env-node");
+        assert_eq!(c.redis.url, "redis://env:2");
+        assert_eq!(c.docker.host, "tcp://127.0.0.1:2375");
+    }
+
+    /// The keys of one section are in that section's tests; these are the top level's and the
+    /// rules across sections.
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            ("poll_interval = \"0s\"", "poll_interval"),
+            (
+                "poll_interval = \"40s\"\n[fleet]\nheartbeat_ttl = \"1m\"",
+                "fleet.heartbeat_ttl",
+            ),
+            (
+                "[opportunistic]\nenabled = true\n[redis]\nurl = \"redis://r:6379\"",
+                "opportunistic.enabled",
+            ),
+            (
+                "[opportunistic]\nenabled = true\n[fleet]\npool = \"p\"",
+                "opportunistic.enabled",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn zero_durations_are_named_before_any_other_problem() {
+        // Sections in order (redis before safety), but every zero duration before both.
+        let text = "[redis]\nkey_prefix = \"a:b\"\n[safety]\nbreaker_per_day = 0\n";
+        assert_eq!(key_of(parse(text)), "redis.key_prefix");
+        let text = format!("{text}[alerts]\ntimeout = \"0s\"\n");
+        assert_eq!(key_of(parse(&text)), "alerts.timeout");
+    }
+
+    #[test]
+    fn typed_values_parse_at_the_boundary() {
+        let c = parse(
+            "[server]\nlisten = \"\"\n[log]\nformat = \"json\"\n[checkpoint]\nmethod = \"signal:usr2\"\nsignal = \"SIGHUP\"\n[gpu]\nenabled = \"off\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.listen, None, "empty disables the server");
+        assert_eq!(c.log.format, LogFormat::Json);
+        assert_eq!(
+            c.checkpoint.method,
+            CheckpointMethod::Signal(Some(Signal::Usr2))
+        );
+        assert_eq!(c.checkpoint.signal, Signal::Hup);
+        assert_eq!(c.gpu.enabled, Switch::Off);
+        let c = parse("[checkpoint]\nmethod = \"https://w:8080/ckpt\"\n").unwrap();
+        assert_eq!(
+            c.checkpoint.method,
+            CheckpointMethod::Http("https://w:8080/ckpt".into())
+        );
+    }
+
+    #[test]
+    fn validation_does_no_io_and_load_checks_files() {
+        let mut c = Config {
+            node_name: "n1".into(),
+            ..Config::default()
+        };
+        c.redis.url = "rediss://r:6380".into();
+        c.redis.ca_file = "/nonexistent/vigil-ca.pem".into();
+        assert!(c.validate().is_ok(), "validate reads no file");
+        let err = c.check_files().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    key: "redis.ca_file",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn node_names_are_kubernetes_node_names() {
+        let long = "n".repeat(254);
+        for bad in ["a:b", "a/b", "a\nb", "a b", "{n}", long.as_str()] {
+            let c = Config {
+                node_name: bad.into(),
+                ..Config::default()
+            };
+            assert_eq!(
+                key_of(c.validate().map(|()| c.clone())),
+                "node_name",
+                "{bad:?}"
+            );
+        }
+        let ok = Config {
+            node_name: "gke-pool-1-abcd.europe-west4-a_x".into(),
+            ..Config::default()
+        };
+        assert!(ok.validate().is_ok());
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let text = Config::defaults_toml();
+        let c = Config::parse(&text, Path::new("d.toml")).unwrap();
+        assert_eq!(c.policy, PolicyConfig::default());
+        assert_eq!(c.safety, SafetyConfig::default());
+        assert_eq!(c.server, ServerConfig::default());
+        assert_eq!(c.checkpoint, CheckpointConfig::default());
+        assert_eq!(c.log, LogConfig::default());
+    }
+}

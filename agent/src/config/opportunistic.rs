@@ -1,0 +1,40 @@
+//! `[opportunistic]`: offering an idle node for maintenance, one node of a pool at a time.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpportunisticConfig {
+    /// Opt-in: label the node `cloud.google.com/perform-maintenance=true` when it is idle.
+    pub enabled: bool,
+    /// Every worker idle at least this long.
+    #[serde(with = "humantime_serde")]
+    pub idle_for: Duration,
+    /// Other healthy nodes of the pool that must remain.
+    pub min_nodes: u32,
+    /// The pool claim's TTL (one node of a pool at a time).
+    #[serde(with = "humantime_serde")]
+    pub claim_ttl: Duration,
+}
+
+impl Default for OpportunisticConfig {
+    fn default() -> Self {
+        OpportunisticConfig {
+            enabled: false,
+            idle_for: Duration::from_secs(30 * 60),
+            min_nodes: 1,
+            claim_ttl: Duration::from_secs(2 * 3600),
+        }
+    }
+}
+
+impl OpportunisticConfig {
+    /// No rule of its own: what `enabled` needs (a pool, Redis) is checked by `Config::validate`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,107 @@
+//! `[policy]`: when a worker counts as hung, stalled or failed, and what follows a restart.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, ConfigError};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// A processing worker whose heartbeat is older than this is stale.
+    #[serde(with = "humantime_serde")]
+    pub stale_after: Duration,
+    /// Minimum gap between the two observations that confirm a hang.
+    #[serde(with = "humantime_serde")]
+    pub confirm_after: Duration,
+    /// A confirmed hang must persist this long before a restart.
+    #[serde(with = "humantime_serde")]
+    pub restart_delay: Duration,
+    /// A worker in state `error` this long is restarted.
+    #[serde(with = "humantime_serde")]
+    pub error_for: Duration,
+    /// Fresh heartbeat with an unchanged progress marker this long: alert (no restart).
+    #[serde(with = "humantime_serde")]
+    pub stalled_after: Duration,
+    /// After a restart, the worker is "booting" for this long: no new incident.
+    #[serde(with = "humantime_serde")]
+    pub cooldown: Duration,
+    /// Still hung this long after a restart: page a person, once.
+    #[serde(with = "humantime_serde")]
+    pub escalate_after: Duration,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            stale_after: Duration::from_secs(120),
+            confirm_after: Duration::from_secs(10),
+            restart_delay: Duration::from_secs(180),
+            error_for: Duration::from_secs(30 * 60),
+            stalled_after: Duration::from_secs(30 * 60),
+            cooldown: Duration::from_secs(10 * 60),
+            escalate_after: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// The durations that must be above zero.
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 7] {
+        [
+            ("policy.stale_after", self.stale_after),
+            // Zero would skip a safeguard: the second observation, the persistence delay.
+            ("policy.confirm_after", self.confirm_after),
+            ("policy.restart_delay", self.restart_delay),
+            ("policy.error_for", self.error_for),
+            ("policy.stalled_after", self.stalled_after),
+            ("policy.cooldown", self.cooldown),
+            ("policy.escalate_after", self.escalate_after),
+        ]
+    }
+
+    /// Every threshold above zero; the confirming observation comes before staleness ends.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        super::nonzero(&self.nonzero())?;
+        if self.confirm_after >= self.stale_after {
+            return bad(
+                "policy.confirm_after",
+                "must be shorter than policy.stale_after",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::testing::{assert_names_keys, key_of, parse};
+
+    #[test]
+    fn durations_accept_human_units() {
+        let c = parse("[policy]\nstale_after = \"2m\"\nrestart_delay = \"90s\"\n").unwrap();
+        assert_eq!(c.policy.stale_after, Duration::from_secs(120));
+        assert_eq!(c.policy.restart_delay, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn zero_stale_threshold_is_rejected() {
+        assert_eq!(
+            key_of(parse("[policy]\nstale_after = \"0s\"\n")),
+            "policy.stale_after"
+        );
+    }
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            ("[policy]\nconfirm_after = \"5m\"", "policy.confirm_after"),
+            ("[policy]\ncooldown = \"0s\"", "policy.cooldown"),
+            ("[policy]\nrestart_delay = \"0s\"", "policy.restart_delay"),
+            ("[policy]\nconfirm_after = \"0s\"", "policy.confirm_after"),
+        ]);
+    }
+}

@@ -1,0 +1,220 @@
+//! `[redis]`: where the coordinator is (empty: embedded), how it is reached, and `redis.url`
+//! read once into the servers it names ([`RedisUrls`]), which the coordinator connects to.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, has_scheme, ConfigError};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[:password@]host:port[/db]`; env `REDIS_URL`. Empty: embedded single-node
+    /// coordinator. With `mode = "cluster"`: the cluster's seed nodes, comma-separated; with
+    /// `mode = "sentinel"`: the Sentinels, comma-separated (their credentials and database are
+    /// the master's too).
+    pub url: String,
+    /// `single` (one server, or a managed endpoint that fails over behind one address),
+    /// `cluster` (Redis Cluster), or `sentinel` (the master Sentinel names, followed across
+    /// failovers).
+    pub mode: RedisMode,
+    /// With `mode = "sentinel"`: the name the Sentinels monitor the master under.
+    pub sentinel_service: String,
+    /// First component of every key Vigil writes.
+    pub key_prefix: String,
+    /// Per-command timeout; a slower Redis counts as unreachable (and restarts pause).
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Entries kept in each node's decision trail stream.
+    pub trail_max_len: usize,
+    /// For `rediss://`: a PEM file of the CA that signed the server's certificate (e.g. a
+    /// managed Redis's server CA); empty = the system's trusted roots.
+    pub ca_file: String,
+}
+
+/// How `redis.url` is reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    #[default]
+    Single,
+    Cluster,
+    Sentinel,
+}
+
+/// `redis.url` as the list of servers it names, in order: one with `mode = "single"`, the seed
+/// nodes or the Sentinels otherwise, none for the embedded coordinator. The one place the
+/// comma-separated text is split: validation and the coordinator read the same list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisUrls(Vec<String>);
+
+impl RedisUrls {
+    /// `redis://a:1, redis://b:2` → each URL, trimmed; empty entries are dropped.
+    pub fn parse(text: &str) -> RedisUrls {
+        RedisUrls(
+            text.split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn into_vec(self) -> Vec<String> {
+        self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: String::new(),
+            mode: RedisMode::Single,
+            sentinel_service: String::new(),
+            key_prefix: "vigil".into(),
+            timeout: Duration::from_secs(2),
+            trail_max_len: 1000,
+            ca_file: String::new(),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// The servers `url` names.
+    pub fn urls(&self) -> RedisUrls {
+        RedisUrls::parse(&self.url)
+    }
+
+    /// The durations that must be above zero.
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 1] {
+        [("redis.timeout", self.timeout)]
+    }
+
+    /// Keys that fit in a hash tag, URLs the mode can use, and the mode's own settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        super::nonzero(&self.nonzero())?;
+        if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ':']) {
+            return bad(
+                "redis.key_prefix",
+                "must be non-empty without braces or colons",
+            );
+        }
+        self.validate_urls()?;
+        if self.mode == RedisMode::Sentinel && self.sentinel_service.trim().is_empty() {
+            return bad(
+                "redis.sentinel_service",
+                "is empty: name the master the Sentinels monitor (as in `sentinel monitor NAME ...`)",
+            );
+        }
+        if !self.ca_file.is_empty() && !self.url.starts_with("rediss://") {
+            return bad(
+                "redis.ca_file",
+                "is only used with a rediss:// (TLS) redis.url",
+            );
+        }
+        if self.trail_max_len == 0 {
+            return bad("redis.trail_max_len", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// As many URLs as the mode takes, each one the `redis` crate can open.
+    fn validate_urls(&self) -> Result<(), ConfigError> {
+        let urls = self.urls();
+        if urls.len() > 1 && self.mode == RedisMode::Single {
+            return bad(
+                "redis.url",
+                "lists several servers: set redis.mode = \"cluster\" (Redis Cluster seed nodes) or \"sentinel\" (the Sentinels)",
+            );
+        }
+        for url in urls.as_slice() {
+            if !has_scheme(url, &["redis://", "rediss://", "unix://"]) {
+                return bad(
+                    "redis.url",
+                    format!("`{url}` is not a redis://, rediss:// or unix:// URL"),
+                );
+            }
+            if let Err(e) = ::redis::Client::open(url.as_str()) {
+                return bad("redis.url", format!("`{url}` does not parse: {e}"));
+            }
+        }
+        if self.mode != RedisMode::Single && urls.is_empty() {
+            return bad(
+                "redis.url",
+                "is empty: redis.mode = cluster or sentinel needs the servers' addresses",
+            );
+        }
+        Ok(())
+    }
+
+    /// The CA file exists and can be read (I/O: kept out of [`RedisConfig::validate`]).
+    pub(super) fn check_files(&self) -> Result<(), ConfigError> {
+        if !self.ca_file.is_empty() {
+            if let Err(e) = std::fs::metadata(&self.ca_file) {
+                return Err(ConfigError::Invalid {
+                    key: "redis.ca_file",
+                    problem: format!("cannot read {}: {e}", self.ca_file),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_names_keys, key_of, parse};
+    use super::*;
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            ("[redis]\nurl = \"http://x\"", "redis.url"),
+            ("[redis]\nkey_prefix = \"a:b\"", "redis.key_prefix"),
+            ("[redis]\ntrail_max_len = 0", "redis.trail_max_len"),
+            ("[redis]\nurl = \"redis://host:notaport\"", "redis.url"),
+            ("[redis]\ntimeout = \"0s\"", "redis.timeout"),
+        ]);
+    }
+
+    #[test]
+    fn the_url_is_read_once_into_its_servers() {
+        assert!(RedisUrls::parse("").is_empty());
+        assert!(RedisUrls::parse(" , ").is_empty());
+        assert_eq!(
+            RedisUrls::parse("redis://a:1, redis://b:2,,").into_vec(),
+            vec!["redis://a:1", "redis://b:2"]
+        );
+        let c = parse("[redis]\nurl = \"redis://a:1\"\n").unwrap();
+        assert_eq!(c.redis.urls().as_slice(), ["redis://a:1"]);
+    }
+
+    #[test]
+    fn several_servers_need_a_mode_that_takes_them() {
+        let two = "url = \"redis://a:1,redis://b:2\"";
+        assert_eq!(key_of(parse(&format!("[redis]\n{two}\n"))), "redis.url");
+        assert!(parse(&format!("[redis]\n{two}\nmode = \"cluster\"\n")).is_ok());
+        assert_eq!(
+            key_of(parse(&format!("[redis]\n{two}\nmode = \"sentinel\"\n"))),
+            "redis.sentinel_service"
+        );
+        assert_eq!(
+            key_of(parse("[redis]\nmode = \"cluster\"\n")),
+            "redis.url",
+            "cluster mode without servers"
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! `[runtime]`: the container runtime the agent speaks to, and the runtime-neutral settings of
+//! a restart (label, logs, grace, deadlines).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, ConfigError};
+
+/// Which container runtime the agent speaks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    /// The socket that exists: Docker's (`docker.host`), then rootful Podman's
+    /// (`runtime.podman_socket`), then containerd's, then CRI-O's.
+    Auto,
+    /// The Docker Engine API at `docker.host`.
+    Docker,
+    /// Podman's Docker-compatible API at `runtime.podman_socket` (`podman system service`).
+    Podman,
+    /// The Kubernetes CRI (containerd, CRI-O).
+    Cri,
+}
+
+/// The runtime-neutral settings of the container runtime.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// `auto`, `docker`, `podman` or `cri`.
+    pub kind: RuntimeKind,
+    /// Podman's API socket (its Docker-compatible API); the rootful default is
+    /// `/run/podman/podman.sock`.
+    pub podman_socket: String,
+    /// The CRI socket; empty = the first that exists of `/run/containerd/containerd.sock` and
+    /// `/var/run/crio/crio.sock`.
+    pub cri_socket: String,
+    /// Opt-in label (a container label on Docker, a pod label on CRI); its value is the worker id.
+    pub worker_label: String,
+    /// Log lines collected before a restart and attached to the alert.
+    pub log_lines: usize,
+    /// Time allowed for log collection.
+    #[serde(with = "humantime_serde")]
+    pub log_timeout: Duration,
+    /// Grace between SIGTERM and SIGKILL when a worker is restarted.
+    #[serde(with = "humantime_serde")]
+    pub stop_grace: Duration,
+    /// Time allowed for the whole restart (on CRI: until kubelet's next attempt runs); must
+    /// exceed `stop_grace + call_timeout`.
+    #[serde(with = "humantime_serde")]
+    pub restart_timeout: Duration,
+    /// Deadline of every runtime call but the restart (list, inspect, logs, signal, ping): a
+    /// runtime that accepts and never answers is noticed this soon. The restart's stop is never
+    /// bound by it: it gets the whole stop grace plus this margin.
+    #[serde(with = "humantime_serde")]
+    pub call_timeout: Duration,
+    /// CRI: also restart pods whose restartPolicy is Never (which ends the pod), or whose policy
+    /// cannot be read (no Kubernetes API).
+    pub allow_pod_replacement: bool,
+    /// CRI: the kubelet's PodResources socket, where each worker's GPUs are read; empty = off
+    /// (every worker counts as using every GPU).
+    pub pod_resources_socket: String,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            kind: RuntimeKind::Auto,
+            podman_socket: "/run/podman/podman.sock".into(),
+            cri_socket: String::new(),
+            worker_label: "vigil.worker".into(),
+            log_lines: 100,
+            log_timeout: Duration::from_secs(20),
+            stop_grace: Duration::from_secs(30),
+            restart_timeout: Duration::from_secs(90),
+            call_timeout: Duration::from_secs(10),
+            allow_pod_replacement: false,
+            pod_resources_socket: crate::sources::podresources::DEFAULT_SOCKET.into(),
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// The durations that must be above zero.
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 3] {
+        [
+            ("runtime.log_timeout", self.log_timeout),
+            ("runtime.restart_timeout", self.restart_timeout),
+            ("runtime.call_timeout", self.call_timeout),
+        ]
+    }
+
+    /// A label to select workers by, a restart deadline a hung worker fits in, absolute sockets.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        super::nonzero(&self.nonzero())?;
+        if self.worker_label.is_empty() {
+            return bad("runtime.worker_label", "must not be empty");
+        }
+        self.validate_restart_timeout()?;
+        self.validate_sockets()
+    }
+
+    /// Longer than the stop grace plus one call: a hung worker is killed only when the grace ends.
+    fn validate_restart_timeout(&self) -> Result<(), ConfigError> {
+        let restart_needs = self.stop_grace + self.call_timeout;
+        if self.restart_timeout <= restart_needs {
+            return bad(
+                "runtime.restart_timeout",
+                format!(
+                    "{} is not longer than runtime.stop_grace + runtime.call_timeout = {}: a worker that ignores SIGTERM \
+                     (any hung one) is killed only when the stop grace ends, and starting it again takes up to a call's time; \
+                     we would give up before the runtime's SIGKILL",
+                    humantime::format_duration(self.restart_timeout),
+                    humantime::format_duration(restart_needs)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Every socket is an absolute path (the optional ones may be empty).
+    fn validate_sockets(&self) -> Result<(), ConfigError> {
+        if !self.podman_socket.starts_with('/') {
+            return bad(
+                "runtime.podman_socket",
+                format!(
+                    "`{}` is not an absolute path to a unix socket",
+                    self.podman_socket
+                ),
+            );
+        }
+        if !self.cri_socket.is_empty() && !self.cri_socket.starts_with('/') {
+            return bad(
+                "runtime.cri_socket",
+                format!(
+                    "`{}` is not an absolute path to a unix socket",
+                    self.cri_socket
+                ),
+            );
+        }
+        let pr = &self.pod_resources_socket;
+        if !pr.is_empty() && !pr.starts_with('/') {
+            return bad(
+                "runtime.pod_resources_socket",
+                format!("`{pr}` is not an absolute path to a unix socket (empty = off)"),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_names_keys, parse};
+
+    #[test]
+    fn a_restart_timeout_shorter_than_the_stop_grace_plus_a_call_says_why() {
+        let err =
+            parse("[runtime]\nstop_grace = \"45s\"\nrestart_timeout = \"50s\"\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("runtime.restart_timeout"), "{text}");
+        assert!(
+            text.contains("stop_grace + runtime.call_timeout = 55s"),
+            "{text}"
+        );
+        assert!(text.contains("ignores SIGTERM"), "{text}");
+        // The default grace and call deadline fit the default restart timeout with room.
+        assert!(parse("[runtime]\nstop_grace = \"45s\"\nrestart_timeout = \"56s\"\n").is_ok());
+    }
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            ("[runtime]\nworker_label = \"\"", "runtime.worker_label"),
+            (
+                "[runtime]\nstop_grace = \"90s\"\nrestart_timeout = \"60s\"",
+                "runtime.restart_timeout",
+            ),
+            (
+                // The stop grace plus one call's time is the least a restart can take.
+                "[runtime]\nstop_grace = \"60s\"\nrestart_timeout = \"70s\"",
+                "runtime.restart_timeout",
+            ),
+            ("[runtime]\ncall_timeout = \"0s\"", "runtime.call_timeout"),
+            ("[runtime]\nkind = \"rkt\"", "runtime.kind"),
+            (
+                "[runtime]\npodman_socket = \"podman.sock\"",
+                "runtime.podman_socket",
+            ),
+            (
+                "[runtime]\ncri_socket = \"containerd.sock\"",
+                "runtime.cri_socket",
+            ),
+            (
+                "[runtime]\npod_resources_socket = \"kubelet.sock\"",
+                "runtime.pod_resources_socket",
+            ),
+        ]);
+    }
+}

@@ -1,0 +1,84 @@
+//! `[safety]`: the per-node lock, the per-node circuit breaker and the fleet's restart budget.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, ConfigError};
+
+/// Room the lock must still have when the restart command starts, beyond the restart timeout.
+pub(crate) const LOCK_MARGIN: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SafetyConfig {
+    /// TTL of the per-node execution lock.
+    #[serde(with = "humantime_serde")]
+    pub lock_ttl: Duration,
+    /// Restarts allowed per node per UTC day (the circuit breaker).
+    pub breaker_per_day: u32,
+    /// Remove the per-node cap entirely (not recommended; must be said explicitly).
+    pub breaker_disabled: bool,
+    /// Restarts allowed across the whole fleet per `fleet_window`; 0 disables the fleet cap.
+    pub fleet_budget: u32,
+    #[serde(with = "humantime_serde")]
+    pub fleet_window: Duration,
+}
+
+impl Default for SafetyConfig {
+    fn default() -> Self {
+        SafetyConfig {
+            lock_ttl: Duration::from_secs(180),
+            breaker_per_day: 3,
+            breaker_disabled: false,
+            fleet_budget: 10,
+            fleet_window: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl SafetyConfig {
+    /// The durations that must be above zero.
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 1] {
+        [("safety.lock_ttl", self.lock_ttl)]
+    }
+
+    /// A breaker that is a number or explicitly off, a fleet window a budget can count in. The
+    /// lock's TTL against the durations it must cover is checked by `Config::validate`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        super::nonzero(&self.nonzero())?;
+        if self.breaker_per_day == 0 && !self.breaker_disabled {
+            return bad(
+                "safety.breaker_per_day",
+                "0 is ambiguous: use dry_run = true to never restart, or safety.breaker_disabled = true to remove the cap",
+            );
+        }
+        if self.fleet_budget > 0 && self.fleet_window < Duration::from_secs(1) {
+            return bad("safety.fleet_window", "must be at least 1s");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{key_of, parse};
+
+    #[test]
+    fn breaker_zero_needs_explicit_disable() {
+        assert_eq!(
+            key_of(parse("[safety]\nbreaker_per_day = 0\n")),
+            "safety.breaker_per_day"
+        );
+        assert!(parse("[safety]\nbreaker_per_day = 0\nbreaker_disabled = true\n").is_ok());
+    }
+
+    #[test]
+    fn a_fleet_budget_needs_a_window() {
+        assert_eq!(
+            key_of(parse("[safety]\nfleet_window = \"500ms\"\n")),
+            "safety.fleet_window"
+        );
+        assert!(parse("[safety]\nfleet_budget = 0\nfleet_window = \"0s\"\n").is_ok());
+    }
+}

@@ -1,0 +1,77 @@
+//! `[server]`: the HTTP server of `/metrics`, the health checks and the local status API.
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address of `/metrics`, `/healthz`, `/readyz` and the local status API; empty disables it.
+    #[serde(with = "listen")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9464))),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// No rule of its own: `listen` is checked as it is parsed.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}
+
+/// `server.listen`: a socket address, or the empty string for "no server".
+mod listen {
+    use std::net::SocketAddr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        v: &Option<SocketAddr>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(a) => s.collect_str(a),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<SocketAddr>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        text.trim().parse().map(Some).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "`{text}` is not host:port (e.g. 0.0.0.0:9464), or \"\" to disable the server"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_names_keys, parse};
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[("[server]\nlisten = \"nope\"", "server.listen")]);
+    }
+
+    #[test]
+    fn empty_disables_the_server() {
+        assert_eq!(
+            parse("[server]\nlisten = \"\"\n").unwrap().server.listen,
+            None
+        );
+    }
+}
