@@ -3,10 +3,11 @@
 //!
 //! Map — the data flows one way:
 //! `model` (data only) → `policy` (pure decisions, `now` handed in) → `engine` (the loops that run
-//! the policy) → adapters: `sources` (metadata server, NVML), `coord` (Redis and in-process
-//! coordination), `runtime` (Docker, simulated), `actions` (alerts, checkpoint requests, the
-//! Kubernetes Node) → `observe` (metrics, server, trail, fleet view). `cli` holds one file per
-//! command; `app` wires `vigil run`. Adapters never import engines.
+//! the policy) → adapters: `sources` (metadata server, NVML, the Kubernetes pods and the kubelet's
+//! PodResources a CRI node needs), `coord` (Redis and in-process coordination), `runtime` (Docker,
+//! Podman, the Kubernetes CRI, simulated), `actions` (alerts, checkpoint requests, the Kubernetes
+//! Node) → `observe` (metrics, server, trail, fleet view). `cli` holds one file per command; `app`
+//! wires `vigil run`. No arrow runs back up (tests/layout.rs checks each).
 
 pub mod actions;
 pub(crate) mod app;

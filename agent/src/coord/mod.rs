@@ -1,9 +1,12 @@
-//! Coordination: the shared clock, timers, the per-node lock, the breaker, the fleet budget, alert
-//! de-duplication and the decision trail.
+//! Coordination: the primitives the safeguards are built from — the shared clock, keys with a
+//! TTL, compare-and-delete, capped counters, hashes, one round trip per worker read, the decision
+//! trail — behind one trait, [`Coordinator`].
 //!
-//! Two backends implement the same small primitive set: Redis (a fleet) and an in-process store
-//! (one machine, no Redis). Every safeguard is built from these primitives in `crate::engine::restart`,
-//! so the same behaviour — and the same test suite — covers both.
+//! Map: `keys.rs` names every key. Two backends implement the trait: `redis.rs` (a fleet; the
+//! connection, with the commands and Lua scripts in redis/commands.rs) and `memory.rs` (one
+//! machine, no Redis). The per-node lock, the breaker, the fleet budget and alert de-duplication
+//! are built from these primitives in `crate::engine` (restart, opportunistic maintenance, the
+//! agent cycle), so the same behaviour — and the same test suite — covers both backends.
 
 pub mod keys;
 pub mod memory;
