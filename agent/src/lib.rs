@@ -9,6 +9,11 @@
 //! Node) → `observe` (metrics, server, trail, fleet view). `cli` holds one file per command; `app`
 //! wires `vigil run`. No arrow runs back up (tests/layout.rs checks each).
 
+// NB: `std::time::Instant` is real time, which neither paused tokio time nor the simulation's
+// clock can drive (clippy.toml says what to use instead); a place that needs real time allows it
+// with a comment saying why.
+#![deny(clippy::disallowed_types)]
+
 pub mod actions;
 pub(crate) mod app;
 pub(crate) mod backoff;
