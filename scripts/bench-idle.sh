@@ -30,7 +30,7 @@ if ! docker image inspect "$image" >/dev/null 2>&1; then
   tar -C "$work/root" -cf "$work/rootfs.tar" bin
   docker import "$work/rootfs.tar" "$image" >/dev/null
 fi
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
+redis-server --port "$port" --bind 127.0.0.1 --dir "$work" --save "" --appendonly no >/dev/null &
 pids+=($!)
 sleep 0.5
 for i in $(seq 0 7); do

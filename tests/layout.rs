@@ -1,35 +1,45 @@
 //! The layout's promise, checked: data flows one way. `model` imports no other layer; `policy`
 //! only `model` (and the shared `clock`/`config`); adapters (`sources`, `coord`, `runtime`,
-//! `actions`) and `observe` never import an engine, the CLI or the wiring; `config` never imports
-//! `coord`.
+//! `actions`) and `observe` never import an engine, the CLI or the wiring; `engine` never imports
+//! the CLI or the wiring; the wiring (`app`) never imports the CLI that calls it; `observe` never
+//! imports `runtime` (the runtime reports to `/readyz` through `observe::server::Probe`); `config`
+//! never imports `coord`.
+//!
+//! And the test suite's promise: with `autotests = false`, a file in tests/ that agent/Cargo.toml
+//! does not declare would silently never run, so every one must be declared.
 
 use std::path::Path;
 
-/// The `use crate::…` / `crate::…::` references of the code (comments left out) in `dir`.
+/// The `use crate::…` / `crate::…::` references of the code (comments left out) in `dir` (a
+/// folder of agent/src, or one file such as `app.rs`).
 fn references(dir: &str) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
     let mut out = Vec::new();
+    let mut files = Vec::new();
     let mut stack = vec![root];
     while let Some(d) = stack.pop() {
+        if d.is_file() {
+            files.push(d);
+            continue;
+        }
         for entry in std::fs::read_dir(&d).unwrap() {
-            let p = entry.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let text = std::fs::read_to_string(&p).unwrap();
-            for line in text.lines() {
-                let code = line.split("//").next().unwrap_or("");
-                let mut rest = code;
-                while let Some(i) = rest.find("crate::") {
-                    let tail = &rest[i + 7..];
-                    let module: String = tail
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    out.push((p.display().to_string(), module));
-                    rest = tail;
-                }
+            stack.push(entry.unwrap().path());
+        }
+    }
+    assert!(!files.is_empty(), "no source under src/{dir}");
+    for p in files {
+        let text = std::fs::read_to_string(&p).unwrap();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            let mut rest = code;
+            while let Some(i) = rest.find("crate::") {
+                let tail = &rest[i + 7..];
+                let module: String = tail
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                out.push((p.display().to_string(), module));
+                rest = tail;
             }
         }
     }
@@ -77,4 +87,167 @@ fn config_never_imports_coord() {
         .filter(|(_, m)| m == "coord")
         .collect();
     assert!(bad.is_empty(), "config/ imports coord/: {bad:?}");
+}
+
+#[test]
+fn the_engine_never_imports_the_cli_or_the_wiring() {
+    let bad: Vec<_> = references("engine")
+        .into_iter()
+        .filter(|(_, m)| matches!(m.as_str(), "cli" | "app"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "engine/ imports the CLI or the wiring: {bad:?}"
+    );
+}
+
+#[test]
+fn the_wiring_never_imports_the_cli() {
+    let bad: Vec<_> = references("app.rs")
+        .into_iter()
+        .filter(|(_, m)| m == "cli")
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "app.rs imports the CLI that calls it: {bad:?}"
+    );
+}
+
+#[test]
+fn observe_never_imports_the_runtime() {
+    let bad: Vec<_> = references("observe")
+        .into_iter()
+        .filter(|(_, m)| m == "runtime")
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "observe/ imports runtime/ (report through observe::server::Probe): {bad:?}"
+    );
+}
+
+/// The paths agent/Cargo.toml declares for `[[kind]]` targets, relative to the workspace root.
+fn declared(kind: &str) -> Vec<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let table: toml::Table = std::fs::read_to_string(manifest).unwrap().parse().unwrap();
+    table
+        .get(kind)
+        .and_then(|t| t.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("path").and_then(|p| p.as_str()))
+        .map(|p| p.trim_start_matches("../").to_string())
+        .collect()
+}
+
+/// The `.rs` files directly in `dir` (relative to the workspace root), as `dir/name.rs`.
+fn rust_files(dir: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out: Vec<String> = std::fs::read_dir(root.join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| format!("{dir}/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn every_test_file_is_declared_so_it_runs() {
+    let tests = declared("test");
+    let missing: Vec<_> = rust_files("tests")
+        .into_iter()
+        .filter(|f| !tests.contains(f))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "agent/Cargo.toml has autotests = false, so these never run until declared as \
+         [[test]] (helpers belong in tests/common/): {missing:?}"
+    );
+    // The benchmarks are examples; a file another benchmark includes (`mod server;`) is a helper.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let benches = rust_files("tests/bench");
+    let examples = declared("example");
+    let texts: Vec<String> = benches
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+        .collect();
+    let missing: Vec<_> = benches
+        .iter()
+        .filter(|f| !examples.contains(f))
+        .filter(|f| {
+            let stem = Path::new(f)
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            !texts.iter().any(|t| t.contains(&format!("mod {stem};")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "benchmarks that are neither declared as [[example]] nor included by one: {missing:?}"
+    );
+}
+
+/// Every `redis-server` the tests, benchmarks and scripts start gets a directory of its own
+/// (`--dir`, or the process's `current_dir`), so no `dump.rdb` lands in the checkout.
+#[test]
+fn every_redis_server_runs_in_a_directory_of_its_own() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    let mut stack = vec![root.join("tests"), root.join("scripts")];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs" || x == "sh") {
+                files.push(p);
+            }
+        }
+    }
+    let mut bad = Vec::new();
+    for p in files {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let rust = p.extension().is_some_and(|x| x == "rs");
+        let starts: Vec<usize> = if rust {
+            text.match_indices("Command::new(\"redis-server\")")
+                .map(|(i, _)| i)
+                .collect()
+        } else {
+            text.match_indices("redis-server --")
+                .map(|(i, _)| i)
+                .filter(|&i| text[..i].ends_with('\n') || text[..i].ends_with(' '))
+                .filter(|&i| !text[..i].trim_end_matches(' ').ends_with('#'))
+                .collect()
+        };
+        for i in starts {
+            // The command: up to `.spawn()` in Rust, up to the first line without a `\`
+            // continuation in a script.
+            let rest = &text[i..];
+            let end = if rust {
+                rest.find(".spawn()").unwrap_or(rest.len())
+            } else {
+                let mut end = 0;
+                for line in rest.split_inclusive('\n') {
+                    end += line.len();
+                    if !line.trim_end().ends_with('\\') {
+                        break;
+                    }
+                }
+                end
+            };
+            let command = &rest[..end];
+            if !command.contains("--dir") && !command.contains("current_dir") {
+                let line = text[..i].lines().count() + 1;
+                bad.push(format!("{}:{line}", p.display()));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "redis-server started without a directory of its own (it would write dump.rdb into \
+         the working directory): {bad:?}"
+    );
 }

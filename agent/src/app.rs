@@ -11,7 +11,6 @@ use tokio_util::task::TaskTracker;
 
 use crate::actions::alert::{AlertSink, Notifier, WebhookSink};
 use crate::actions::node::{KubeNodeApi, NodeApi};
-use crate::cli::CliError;
 use crate::clock::SystemClock;
 use crate::config::{Config, LogFormat, ProcessEnv, Switch};
 use crate::coord::memory::MemoryCoordinator;
@@ -73,17 +72,22 @@ impl Default for Signals {
     }
 }
 
+/// Why `vigil run` could not start, or did not drain in time, worded for the operator (the CLI
+/// exits 1 with it). Its own type, so the wiring does not import the CLI that calls it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct RunError(pub(crate) String);
+
 /// Install the handlers. SIGHUP re-reads `path` (and the environment); an invalid new config
 /// keeps the running one and says why.
 pub(crate) fn install_signals(
     path: Option<PathBuf>,
     first: &Config,
     dry_run_flag: bool,
-) -> Result<Signals, CliError> {
+) -> Result<Signals, RunError> {
     use tokio::signal::unix::{signal, SignalKind};
-    let fail = |what: &str, e: std::io::Error| {
-        CliError::Failed(format!("cannot install the {what} handler: {e}"))
-    };
+    let fail =
+        |what: &str, e: std::io::Error| RunError(format!("cannot install the {what} handler: {e}"));
     let mut signals = Signals::new();
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| fail("SIGTERM", e))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| fail("SIGINT", e))?;
@@ -144,16 +148,13 @@ async fn pod_api(cfg: &Config) -> Option<Arc<dyn PodApi>> {
     }
 }
 
-fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, CliError> {
+fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, RunError> {
     let coord: Arc<dyn Coordinator> = if cfg.embedded() {
         Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
     } else {
-        Arc::new(
-            RedisCoordinator::from_config(&cfg.redis)
-                .map_err(|e| CliError::Failed(e.to_string()))?,
-        )
+        Arc::new(RedisCoordinator::from_config(&cfg.redis).map_err(|e| RunError(e.to_string()))?)
     };
-    let (runtime, why) = crate::runtime::connect(cfg, pods).map_err(CliError::Failed)?;
+    let (runtime, why) = crate::runtime::connect(cfg, pods).map_err(RunError)?;
     tracing::info!(runtime = %runtime.describe(), "{why}");
     let sink: Option<Arc<dyn AlertSink>> = (!cfg.alerts.webhook_url.is_empty()).then(|| {
         Arc::new(WebhookSink::new(
@@ -239,7 +240,7 @@ fn metadata_watcher(
 /// the checkpoint round, then every task, all before `checkpoint.grace` runs out.
 ///
 /// An error when the drain ran out of time, so the process exits non-zero.
-pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
+pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     init_logging(&cfg);
     let Signals { stop, term, reload } = signals;
     // Whatever way this function returns, every task it started stops.
@@ -290,12 +291,12 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), CliError> {
     if let Some(addr) = cfg.server.listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|e| CliError::Failed(format!("server.listen {addr}: cannot bind: {e}")))?;
+            .map_err(|e| RunError(format!("server.listen {addr}: cannot bind: {e}")))?;
         let state = ServerState {
             metrics: a.metrics.clone(),
             health: agent.health.clone(),
             coord: a.coord.clone(),
-            runtime: a.runtime.clone(),
+            runtime: Arc::new(a.runtime.clone()),
             keys: agent.keys().clone(),
             max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
         };
@@ -329,7 +330,7 @@ async fn drain(
     tracker: &TaskTracker,
     controller: tokio::task::JoinHandle<()>,
     stop: &CancellationToken,
-) -> Result<(), CliError> {
+) -> Result<(), RunError> {
     let deadline =
         tokio::time::Instant::now() + cfg.checkpoint.grace.saturating_sub(Duration::from_secs(1));
     let checkpointed = tokio::time::timeout_at(deadline, controller).await.is_ok();
@@ -340,7 +341,7 @@ async fn drain(
     let settled = tokio::time::timeout_at(rest, tracker.wait()).await.is_ok();
     if !checkpointed {
         tracing::error!("the grace period is about to end before the checkpoint round was recorded: exiting now");
-        return Err(CliError::Failed(format!(
+        return Err(RunError(format!(
             "drain ran out of time: the checkpoint round did not finish within checkpoint.grace ({}) - 1s",
             humantime::format_duration(cfg.checkpoint.grace)
         )));

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::model::worker::{WorkerStatus, MAX_FIELD};
 use crate::observe::server::status_fields;
 use crate::runtime::cri_log;
-use crate::sources::metadata::{parse_maintenance_event, parse_preempted, parse_upcoming};
+use crate::sources::metadata::parse::{parse_maintenance_event, parse_preempted, parse_upcoming};
 
 fn runner() -> Runner {
     let cases = std::env::var("VIGIL_FUZZ_CASES")

@@ -3,10 +3,16 @@
 //!
 //! Map — the data flows one way:
 //! `model` (data only) → `policy` (pure decisions, `now` handed in) → `engine` (the loops that run
-//! the policy) → adapters: `sources` (metadata server, NVML), `coord` (Redis and in-process
-//! coordination), `runtime` (Docker, simulated), `actions` (alerts, checkpoint requests, the
-//! Kubernetes Node) → `observe` (metrics, server, trail, fleet view). `cli` holds one file per
-//! command; `app` wires `vigil run`. Adapters never import engines.
+//! the policy) → adapters: `sources` (metadata server, NVML, the Kubernetes pods and the kubelet's
+//! PodResources a CRI node needs), `coord` (Redis and in-process coordination), `runtime` (Docker,
+//! Podman, the Kubernetes CRI, simulated), `actions` (alerts, checkpoint requests, the Kubernetes
+//! Node) → `observe` (metrics, server, trail, fleet view). `cli` holds one file per command; `app`
+//! wires `vigil run`. No arrow runs back up (tests/layout.rs checks each).
+
+// NB: `std::time::Instant` is real time, which neither paused tokio time nor the simulation's
+// clock can drive (clippy.toml says what to use instead); a place that needs real time allows it
+// with a comment saying why.
+#![deny(clippy::disallowed_types)]
 
 pub mod actions;
 pub(crate) mod app;

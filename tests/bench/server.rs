@@ -1,8 +1,14 @@
-//! A private `redis-server` on a free port for the benchmarks, killed on drop.
+//! A private `redis-server` on a free port for the benchmarks, killed on drop. It runs in a temp
+//! directory of its own, so nothing it might write (a `dump.rdb`) lands in the checkout.
 
 use std::time::Duration;
 
-pub struct Server(std::process::Child, u16);
+pub struct Server {
+    child: std::process::Child,
+    port: u16,
+    /// Its `--dir`, removed on drop.
+    _dir: tempfile::TempDir,
+}
 
 impl Server {
     /// Started with persistence off and `extra` arguments (e.g. `--maxclients`).
@@ -12,8 +18,10 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
+        let dir = tempfile::tempdir().expect("a temp dir for redis-server");
         let mut child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", dir.path().to_str().unwrap()])
             .args(["--save", "", "--appendonly", "no"])
             .args(extra)
             .stdout(std::process::Stdio::null())
@@ -21,7 +29,11 @@ impl Server {
             .expect("redis-server (scripts/setup.sh installs it)");
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Server(child, port);
+                return Server {
+                    child,
+                    port,
+                    _dir: dir,
+                };
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -31,13 +43,13 @@ impl Server {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.1)
+        format!("redis://127.0.0.1:{}", self.port)
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

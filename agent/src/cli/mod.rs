@@ -150,6 +150,12 @@ impl CliError {
     }
 }
 
+impl From<crate::app::RunError> for CliError {
+    fn from(e: crate::app::RunError) -> Self {
+        CliError::Failed(e.0)
+    }
+}
+
 /// `--worker`: the documented worker-id rule (a bad one exits 2, naming the flag).
 fn worker_id(s: &str) -> Result<String, String> {
     if crate::model::worker::valid_worker_id(s) {
@@ -183,7 +189,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             let mut cfg = load(&config)?;
             cfg.dry_run |= dry_run;
             let signals = crate::app::install_signals(config.config.clone(), &cfg, dry_run)?;
-            crate::app::run(cfg, signals).await
+            Ok(crate::app::run(cfg, signals).await?)
         }
         Command::Beat {
             config,

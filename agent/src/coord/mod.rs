@@ -1,15 +1,16 @@
-//! Coordination: the shared clock, timers, the per-node lock, the breaker, the fleet budget, alert
-//! de-duplication and the decision trail.
+//! Coordination: the primitives the safeguards are built from — the shared clock, keys with a
+//! TTL, compare-and-delete, capped counters, hashes, one round trip per worker read, the decision
+//! trail — behind one trait, [`Coordinator`].
 //!
-//! Two backends implement the same small primitive set: Redis (a fleet) and an in-process store
-//! (one machine, no Redis). The coordination primitives built on it live here, each in one
-//! place: a [`lease::Lease`] (the node lock, a pool's maintenance claim), the restart
-//! [`caps::Caps`] (breaker and fleet budget: take, refund), and the [`marks`] codec (the keys of
-//! a worker's one-round-trip read, their order, and the formats of the marks). The engine calls
-//! them (`crate::engine::restart`), so the same behaviour — and the same test suite — covers both
-//! backends.
-//!
-//! Map: `keys` (every key's name), `memory` and `redis` (the backends), `lease`, `caps`, `marks`.
+//! Map: `keys.rs` names every key. Two backends implement the trait: `redis.rs` (a fleet; the
+//! connection, with the commands and Lua scripts in redis/commands.rs) and `memory.rs` (one
+//! machine, no Redis). The coordination primitives built on the trait live here too, each in one
+//! place: `lease.rs` (the node lock, a pool's maintenance claim: claim, time left, release by
+//! compare-and-delete), `caps.rs` (the breaker and the fleet budget: take, refund) and
+//! `marks.rs` (the codec of a worker's marks: the keys of its one-round-trip read, their order,
+//! and the formats of the marks). The engine (`crate::engine::restart`, opportunistic
+//! maintenance) calls them, so the same behaviour — and the same test suite — covers both
+//! backends. Alert de-duplication is a SET NX claim made by `crate::engine::alert_gate`.
 
 pub mod caps;
 pub mod keys;

@@ -8,13 +8,13 @@
 //! pipelines are split per slot), or a master found through Sentinel (`sentinel`: the
 //! connection is dropped on any transport error or a `READONLY` answer — a demoted master —
 //! and the next call asks the Sentinels again).
+//!
+//! Map: this file is the connection (the three targets, reconnecting, timeouts, errors, hash
+//! slots); redis/commands.rs is the [`super::Coordinator`] implementation, one command, pipeline
+//! or script per method.
 
-use std::collections::HashMap;
-use std::sync::LazyLock;
-use std::time::Duration;
-
-use async_trait::async_trait;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClient;
@@ -23,64 +23,12 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::Mutex;
 
-use super::{CoordError, Coordinator, TrailEntry};
-use crate::clock::{ms, Millis};
+use super::CoordError;
 use crate::config::RedisUrls;
 
-static OWNER_TTL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PTTL', KEYS[1]) end
-return -3",
-    )
-});
+mod commands;
 
-static DEL_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0",
-    )
-});
-
-// NB: check and increment in one script, so two agents can never both take the last unit.
-static INCR_CAPPED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local v = tonumber(redis.call('GET', KEYS[1]) or '0')
-if v >= tonumber(ARGV[1]) then return -1 end
-v = redis.call('INCR', KEYS[1])
-if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return v",
-    )
-});
-
-static DECR_FLOOR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local v = tonumber(redis.call('GET', KEYS[1]) or '0')
-if v > 0 then return redis.call('DECR', KEYS[1]) end
-return 0",
-    )
-});
-
-// NB: a worker's clock, record and marks in one round trip. The record is read under pcall: a
-// key of another type is that worker's problem, not a failed cycle. All keys are one node's,
-// so one hash slot.
-static READ_WORKER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local t = redis.call('TIME')
-local ok, rec = pcall(redis.call, 'HGETALL', KEYS[1])
-local marks = {}
-if #KEYS > 1 then marks = redis.call('MGET', unpack(KEYS, 2)) end
-if ok then return {t[1], t[2], 1, rec, marks} end
-local why = rec
-if type(rec) == 'table' then why = rec.err or rec['err'] end
-return {t[1], t[2], 0, tostring(why), marks}",
-    )
-});
-
+use commands::add_op;
 /// Where the servers are.
 enum Target {
     Single(redis::Client),
@@ -372,7 +320,7 @@ impl RedisCoordinator {
         }
     }
 
-    /// Run one of the scripts above (built once: `Script::new` hashes the source, and EVALSHA
+    /// Run one of the scripts of redis/commands.rs (built once: `Script::new` hashes the source, and EVALSHA
     /// falls back to EVAL only when the server has not seen it).
     async fn script<T: FromRedisValue>(
         &self,
@@ -393,60 +341,6 @@ impl RedisCoordinator {
             Err(_) => Err(self.timed_out()),
         }
     }
-}
-
-/// The commands of one batch op; only a `Counter` leaves a reply in the pipeline.
-fn add_op(pipe: &mut Pipeline, op: &super::Op) {
-    use super::Op;
-    match op {
-        Op::Set { key, value, ttl } => {
-            pipe.cmd("SET").arg(key).arg(value).arg("PX").arg(px(*ttl));
-            pipe.ignore();
-        }
-        Op::HsetTtl { key, fields, ttl } => {
-            let hset = pipe.cmd("HSET").arg(key);
-            for (k, v) in fields {
-                hset.arg(k).arg(v);
-            }
-            pipe.ignore().cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
-        }
-        Op::Hset { key, fields } => {
-            let hset = pipe.cmd("HSET").arg(key);
-            for (k, v) in fields {
-                hset.arg(k).arg(v);
-            }
-            pipe.ignore();
-        }
-        Op::IndexTouch {
-            key,
-            member,
-            score,
-            prune_before,
-        } => {
-            pipe.cmd("ZADD").arg(key).arg(*score).arg(member).ignore();
-            pipe.cmd("ZREMRANGEBYSCORE")
-                .arg(key)
-                .arg("-inf")
-                .arg(format!("({prune_before}"))
-                .ignore();
-        }
-        Op::Counter { key } => {
-            pipe.cmd("GET").arg(key);
-        }
-    }
-}
-
-/// A hash's fields from HGETALL's flat reply; `Err` names what is not UTF-8.
-fn record_fields(v: redis::Value) -> Result<HashMap<String, String>, String> {
-    let flat: Vec<Vec<u8>> =
-        Vec::from_redis_value(&v).map_err(|e| format!("unexpected reply: {e}"))?;
-    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| format!("a field is not UTF-8 ({e})"));
-    let mut fields = HashMap::new();
-    let mut it = flat.into_iter();
-    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        fields.insert(text(k)?, text(v)?);
-    }
-    Ok(fields)
 }
 
 /// The URL (or comma-separated URLs) without passwords, for logs and errors.
@@ -482,271 +376,6 @@ pub(crate) fn slot(key: &str) -> u16 {
         }
     }
     crc % 16384
-}
-
-fn px(ttl: Duration) -> i64 {
-    ms(ttl).max(1)
-}
-
-#[async_trait]
-impl Coordinator for RedisCoordinator {
-    fn describe(&self) -> String {
-        format!("redis at {}", self.addr)
-    }
-
-    fn single_node(&self) -> bool {
-        false
-    }
-
-    async fn time(&self) -> Result<Millis, CoordError> {
-        let (secs, micros): (i64, i64) = self.query(&redis::cmd("TIME")).await?;
-        Ok(secs * 1000 + micros / 1000)
-    }
-
-    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        // NB: MGET of one node's keys is single-slot thanks to the hash tag.
-        self.query(redis::cmd("MGET").arg(keys)).await
-    }
-
-    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
-        let r: Option<String> = self
-            .query(
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg(value)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(px(ttl)),
-            )
-            .await?;
-        Ok(r.is_some())
-    }
-
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
-        self.query::<()>(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(px(ttl)))
-            .await
-    }
-
-    async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        self.query::<()>(redis::cmd("DEL").arg(keys)).await
-    }
-
-    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
-        let r: i64 = self
-            .script(&OWNER_TTL, &[key], &[token.to_string()])
-            .await?;
-        Ok(match r {
-            -3 | -2 => None,
-            -1 => Some(Millis::MAX),
-            t => Some(t),
-        })
-    }
-
-    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
-        let r: i64 = self
-            .script(&DEL_IF_OWNER, &[key], &[token.to_string()])
-            .await?;
-        Ok(r == 1)
-    }
-
-    async fn incr_capped(
-        &self,
-        key: &str,
-        cap: u64,
-        ttl: Duration,
-    ) -> Result<Option<u64>, CoordError> {
-        let r: i64 = self
-            .script(
-                &INCR_CAPPED,
-                &[key],
-                &[cap.to_string(), px(ttl).to_string()],
-            )
-            .await?;
-        Ok((r >= 0).then_some(r as u64))
-    }
-
-    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
-        let v: Option<u64> = self.query(redis::cmd("GET").arg(key)).await?;
-        Ok(v.unwrap_or(0))
-    }
-
-    async fn decr(&self, key: &str) -> Result<(), CoordError> {
-        self.script::<i64>(&DECR_FLOOR, &[key], &[])
-            .await
-            .map(|_| ())
-    }
-
-    async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
-        self.query(redis::cmd("HGETALL").arg(key)).await
-    }
-
-    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(key);
-        for (k, v) in fields {
-            cmd.arg(k).arg(v);
-        }
-        self.query::<()>(&cmd).await
-    }
-
-    async fn append(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        max_len: usize,
-    ) -> Result<(), CoordError> {
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(key).arg("MAXLEN").arg(max_len).arg("*");
-        for (k, v) in fields {
-            cmd.arg(k).arg(v);
-        }
-        self.query::<()>(&cmd).await
-    }
-
-    async fn hset_ttl(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        ttl: Duration,
-    ) -> Result<(), CoordError> {
-        let op = super::Op::HsetTtl {
-            key: key.to_string(),
-            fields: fields.to_vec(),
-            ttl,
-        };
-        self.atomic(&op).await
-    }
-
-    async fn index_touch(
-        &self,
-        key: &str,
-        member: &str,
-        score: Millis,
-        prune_before: Millis,
-    ) -> Result<(), CoordError> {
-        let op = super::Op::IndexTouch {
-            key: key.to_string(),
-            member: member.to_string(),
-            score,
-            prune_before,
-        };
-        self.atomic(&op).await
-    }
-
-    async fn read_worker(
-        &self,
-        status: &str,
-        keys: &[String],
-    ) -> Result<super::WorkerRead, CoordError> {
-        let all: Vec<&str> = std::iter::once(status)
-            .chain(keys.iter().map(String::as_str))
-            .collect();
-        let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>) =
-            self.script(&READ_WORKER, &all, &[]).await?;
-        let (secs, micros, ok, rec, values) = raw;
-        let record = if ok == 1 {
-            record_fields(rec)
-        } else {
-            Err(String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into()))
-        };
-        Ok(super::WorkerRead {
-            now: secs * 1000 + micros / 1000,
-            record,
-            values,
-        })
-    }
-
-    async fn hgetall_many(
-        &self,
-        keys: &[String],
-    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
-        // Pipelined, 1,000 per round trip (per slot in a cluster): a 10,000-node fleet is ten
-        // round trips on one server.
-        let indexed: Vec<(usize, &str)> = keys.iter().map(String::as_str).enumerate().collect();
-        let mut out: Vec<HashMap<String, String>> = vec![HashMap::new(); keys.len()];
-        for group in self.by_slot(indexed) {
-            for chunk in group.chunks(1_000) {
-                let mut pipe = redis::pipe();
-                for (_, k) in chunk {
-                    pipe.cmd("HGETALL").arg(*k);
-                }
-                let part: Vec<HashMap<String, String>> = self.pipeline(&pipe).await?;
-                for ((i, _), fields) in chunk.iter().zip(part) {
-                    out[*i] = fields;
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    async fn batch(&self, ops: &[super::Op]) -> Result<Vec<u64>, CoordError> {
-        use super::Op;
-        let indexed: Vec<(usize, &Op)> = ops.iter().enumerate().collect();
-        let mut counters: Vec<(usize, u64)> = Vec::new();
-        for group in self.by_slot_ops(indexed) {
-            let mut pipe = redis::pipe();
-            let mut wanted = Vec::new();
-            for (i, op) in &group {
-                add_op(&mut pipe, op);
-                if matches!(op, Op::Counter { .. }) {
-                    wanted.push(*i);
-                }
-            }
-            let got: Vec<Option<u64>> = self.pipeline(&pipe).await?;
-            counters.extend(
-                wanted
-                    .into_iter()
-                    .zip(got.into_iter().map(|v| v.unwrap_or(0))),
-            );
-        }
-        counters.sort();
-        Ok(counters.into_iter().map(|(_, v)| v).collect())
-    }
-
-    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
-        let flat: Vec<(String, f64)> = self
-            .query(
-                redis::cmd("ZRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES"),
-            )
-            .await?;
-        Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
-    }
-
-    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
-        let raw: Vec<(String, Vec<String>)> = self
-            .query(
-                redis::cmd("XREVRANGE")
-                    .arg(key)
-                    .arg("+")
-                    .arg("-")
-                    .arg("COUNT")
-                    .arg(count),
-            )
-            .await?;
-        Ok(raw
-            .into_iter()
-            .map(|(id, flat)| {
-                let map = flat
-                    .chunks(2)
-                    .filter_map(|c| match c {
-                        [k, v] => Some((k.clone(), v.clone())),
-                        _ => None,
-                    })
-                    .collect();
-                (id, map)
-            })
-            .collect())
-    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! [`start`] is the production wiring, which says once, and does not crash, when there is no
 //! driver.
 
+#![allow(clippy::disallowed_types)] // NB: a dedicated thread on real monotonic time (`clock_ms`).
 use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

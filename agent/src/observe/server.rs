@@ -18,7 +18,6 @@ use crate::coord::{write_status, Coordinator, Keys};
 use crate::model::worker::valid_worker_id;
 use crate::observe::health::Health;
 use crate::observe::metrics::Metrics;
-use crate::runtime::ContainerRuntime;
 
 /// Longest a `/readyz` check waits on one dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -38,12 +37,23 @@ const MAX_DRAIN: usize = 16 * 1024 * 1024;
 /// Longest the agent waits for a status body once the head has arrived.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A dependency `/readyz` waits on besides the coordinator: the container runtime. The server
+/// asks only this of it, so observe/ needs no runtime types (runtime/ implements it for
+/// `Arc<dyn ContainerRuntime>`); the arrow between the two runs one way.
+#[async_trait::async_trait]
+pub trait Probe: Send + Sync {
+    /// What it is, for the `/readyz` body.
+    fn describe(&self) -> String;
+    /// One cheap call; `Err` says why it did not answer.
+    async fn ping(&self) -> Result<(), String>;
+}
+
 #[derive(Clone)]
 pub struct ServerState {
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
     pub coord: Arc<dyn Coordinator>,
-    pub runtime: Arc<dyn ContainerRuntime>,
+    pub runtime: Arc<dyn Probe>,
     pub keys: Keys,
     /// A loop that has not finished a cycle for this long is wedged.
     pub max_cycle_age: Duration,
@@ -328,13 +338,25 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_util::sync::CancellationToken;
 
-    use super::{router, serve_router, ServerState, MAX_STATUS_BODY};
+    use super::{router, serve_router, Probe, ServerState, MAX_STATUS_BODY};
     use crate::clock::SystemClock;
     use crate::coord::memory::MemoryCoordinator;
     use crate::coord::Keys;
     use crate::observe::health::Health;
     use crate::observe::metrics::Metrics;
-    use crate::runtime::sim::FakeRuntime;
+
+    /// A runtime that always answers.
+    struct Up;
+
+    #[async_trait::async_trait]
+    impl Probe for Up {
+        fn describe(&self) -> String {
+            "test runtime".into()
+        }
+        async fn ping(&self) -> Result<(), String> {
+            Ok(())
+        }
+    }
 
     /// A status server on a free port with a short header timeout; stopped when the token drops.
     async fn start(header_timeout: Duration) -> (String, CancellationToken) {
@@ -342,7 +364,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             health: Arc::new(Health::default()),
             coord: Arc::new(MemoryCoordinator::new(Arc::new(SystemClock))),
-            runtime: Arc::new(FakeRuntime::default()),
+            runtime: Arc::new(Up),
             keys: Keys::new("vigil", "node-a"),
             max_cycle_age: Duration::from_secs(60),
         };

@@ -1,8 +1,11 @@
 //! The container runtime: list opted-in workers, read their logs, restart one.
 //!
-//! Docker (and Podman, which serves the same API) through bollard, the Kubernetes CRI through
-//! `cri`; the simulated runtime of the demo and the scenario tests (`sim`) implements the same
-//! trait.
+//! Map: [`ContainerRuntime`] is the one trait; `connect` picks the implementation from
+//! `runtime.kind` (or from the sockets the node has). `docker.rs`: Docker, and Podman through its
+//! Docker-compatible API (`runtime.kind = podman`), with bollard. `cri.rs`: the Kubernetes CRI
+//! (containerd, CRI-O), which reads a pod's `restartPolicy` through `crate::sources::pods` and a
+//! container's GPUs through `crate::sources::podresources`; `cri_log.rs`: the CRI log format.
+//! `sim.rs`: the simulated runtime of the demo and the scenario tests.
 
 pub mod cri;
 pub(crate) mod cri_log;
@@ -18,6 +21,7 @@ use async_trait::async_trait;
 use std::sync::Arc;
 
 use crate::config::{Config, RuntimeKind};
+use crate::observe::server::Probe;
 use crate::sources::podresources::{DeviceSource, PodResourcesClient};
 use crate::sources::pods::PodApi;
 use cri::{CriRuntime, CriSettings};
@@ -335,4 +339,18 @@ pub trait ContainerRuntime: Send + Sync {
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError>;
     /// Cheap liveness check for `/readyz`.
     async fn ping(&self) -> Result<(), RuntimeError>;
+}
+
+/// `/readyz` pings the runtime through [`Probe`], so observe/ needs no runtime types.
+#[async_trait]
+impl Probe for Arc<dyn ContainerRuntime> {
+    fn describe(&self) -> String {
+        ContainerRuntime::describe(&**self)
+    }
+
+    async fn ping(&self) -> Result<(), String> {
+        ContainerRuntime::ping(&**self)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }

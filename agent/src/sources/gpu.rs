@@ -12,6 +12,10 @@
 //! - `Device::register_events` frees the set when registration fails, so the set is rebuilt.
 //! - `nvmlDeviceGetRemappedRows` is not wrapped by nvml-wrapper 0.13; see [`RemapReader`].
 
+// NB: real time on purpose: NVML blocks, so the probe runs on its own thread, outside the async
+// runtime and any clock a test drives; its XID wait's deadline is real time.
+#![allow(clippy::disallowed_types)]
+
 use std::ffi::OsStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
