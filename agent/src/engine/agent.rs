@@ -17,7 +17,6 @@ use crate::backoff::Backoff;
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
-use crate::engine::mutant::Mutant;
 use crate::engine::node::SharedFacts;
 use crate::engine::restart::MARK_TTL;
 use crate::model::gpu::GpuReport;
@@ -121,8 +120,6 @@ pub struct Agent {
     term: CancellationToken,
     /// The last node record, re-published by the heartbeat task between cycles.
     record: crate::engine::heartbeat::SharedRecord,
-    /// A known-bad variant planted by the simulation's own test; always `None` otherwise.
-    mutant: Option<Mutant>,
     /// Progress marks to write with this cycle's batch: (key, value).
     pub(crate) deferred: Vec<(String, String)>,
     /// The coordinator's clock as last read in this cycle (stamps the node record).
@@ -183,7 +180,6 @@ impl Agent {
             gpu_evidence: Vec::new(),
             term: CancellationToken::new(),
             record: Default::default(),
-            mutant: None,
             deferred: Vec::new(),
             cycle_now: 0,
             cfg,
@@ -195,18 +191,6 @@ impl Agent {
     pub fn with_shutdown(mut self, term: CancellationToken) -> Self {
         self.term = term;
         self
-    }
-
-    /// Plant a known-bad variant of the restart path (see `crate::engine::mutant`).
-    #[cfg(feature = "sim-mutants")]
-    pub fn plant(mut self, m: Mutant) -> Self {
-        self.mutant = Some(m);
-        self
-    }
-
-    /// Whether the known-bad variant `m` is planted (never, outside the simulation's test).
-    pub(crate) fn planted(&self, m: Mutant) -> bool {
-        self.mutant == Some(m)
     }
 
     /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent

@@ -6,7 +6,6 @@ pub mod agent;
 pub mod checkpoint;
 pub mod gpu;
 pub mod heartbeat;
-pub mod mutant;
 pub mod node;
 pub mod opportunistic;
 pub(crate) mod publisher;

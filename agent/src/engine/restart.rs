@@ -21,7 +21,6 @@ use crate::clock::{human, ms, Millis};
 use crate::config::LOCK_MARGIN;
 use crate::coord::{CoordError, Keys, WorkerRead};
 use crate::engine::agent::{About, Agent};
-use crate::engine::mutant::Mutant;
 use crate::model::container::Container;
 use crate::model::worker::{Episode, Incident, Marks, Retry, WorkerStatus};
 use crate::observe::trail::Code;
@@ -380,8 +379,7 @@ impl Agent {
                 // NB: a failed restart of this incident is retried only after its backoff.
                 Some(inc)
                     if restart_due(case.v, inc.started, now, &self.cfg.policy)
-                        && (policy::retry_open(inc, case.marks, now)
-                            || self.planted(Mutant::NoRetryBackoff)) =>
+                        && policy::retry_open(inc, case.marks, now) =>
                 {
                     let since =
                         policy::condition_since(case.v, inc.started, case.marks, case.status);
@@ -699,7 +697,7 @@ impl Agent {
                 return Err(e);
             }
         };
-        if !took && !self.planted(Mutant::NoLock) {
+        if !took {
             let detail = "another instance holds this node's lock; it acts, we skip".to_string();
             self.skip(now, act, Skip::LockHeld, detail, true).await?;
             return Ok(Outcome::Skipped(Skip::LockHeld));
@@ -793,7 +791,7 @@ impl Agent {
             let taken = self.coord.incr_capped(&key, cap, BREAKER_TTL).await?;
             taken.is_none()
         };
-        Ok(refused && !self.planted(Mutant::BreakerIgnored))
+        Ok(refused)
     }
 
     /// Whether the fleet budget refuses a restart now (taking a unit unless `read_only`).
@@ -965,18 +963,14 @@ impl Agent {
     /// (shutdown, maintenance, GPU) and the incarnation. `Some(skip)` ends the pass.
     async fn last_moment_checks(&mut self, act: &Act<'_>) -> Result<Option<Skip>, CoordError> {
         let w = act.case.worker();
-        let (now, checked) = if self.planted(Mutant::NoRevalidation) {
-            (self.coord.time().await?, Ok(()))
-        } else {
-            // A fresh clock, record and marks, in one round trip.
-            let fresh = self.read_worker(w).await?;
-            let (status, _) = self.status_of(w, &fresh);
-            let marks = marks_from(&fresh.values);
-            let cfg = &self.cfg.policy;
-            let checked =
-                policy::revalidate(act.case.v, act.inc, status.as_ref(), &marks, fresh.now, cfg);
-            (fresh.now, checked)
-        };
+        // A fresh clock, record and marks, in one round trip.
+        let fresh = self.read_worker(w).await?;
+        let (status, _) = self.status_of(w, &fresh);
+        let marks = marks_from(&fresh.values);
+        let cfg = &self.cfg.policy;
+        let checked =
+            policy::revalidate(act.case.v, act.inc, status.as_ref(), &marks, fresh.now, cfg);
+        let now = fresh.now;
         let (cancel, why) = match checked {
             Ok(()) => return self.node_and_container_checks(act, now).await,
             Err(Cancel::RetryPending) => {
@@ -1039,9 +1033,6 @@ impl Agent {
     /// Compare-and-restart: the container is still the incarnation we decided on, and it is
     /// running (a stopped or paused one is someone's decision). `Some(skip)` when it is not.
     async fn compare(&self, c: &Container) -> Option<Skip> {
-        if self.planted(Mutant::NoCompare) {
-            return None;
-        }
         match self.runtime.inspect(&c.id).await {
             Ok(Some(cur)) if cur.id == c.id && cur.started_at == c.started_at => {
                 (!cur.running).then_some(Skip::NotRunning)
@@ -1095,8 +1086,7 @@ impl Agent {
     ) -> Result<Option<Skip>, CoordError> {
         let needed = self.cfg.runtime.restart_timeout + LOCK_MARGIN;
         let left = self.coord.owner_ttl(&self.keys.lock(), token).await;
-        let lock_ok =
-            self.planted(Mutant::NoLock) || matches!(left, Ok(l) if caps::lock_covers(l, needed));
+        let lock_ok = matches!(left, Ok(l) if caps::lock_covers(l, needed));
         let claimed = match lock_ok {
             true => Some(self.write_restart_markers(act, now).await),
             false => None,
