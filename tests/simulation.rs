@@ -9,8 +9,8 @@
 
 mod sim;
 
+use sim::mutant::Mutant;
 use sim::{run_seed, run_seeds, Options};
-use vigil::engine::mutant::Mutant;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
@@ -18,17 +18,11 @@ fn env_u64(name: &str) -> Option<u64> {
 
 fn mutant_from_env() -> Option<Mutant> {
     let name = std::env::var("VIGIL_SIM_MUTANT").ok()?;
-    let all = [
-        Mutant::NoRevalidation,
-        Mutant::NoCompare,
-        Mutant::NoLock,
-        Mutant::BreakerIgnored,
-        Mutant::NoRetryBackoff,
-    ];
-    let found = all.into_iter().find(|m| format!("{m:?}") == name.trim());
+    let found = Mutant::named(&name);
     assert!(
         found.is_some(),
-        "VIGIL_SIM_MUTANT={name}: not one of {all:?}"
+        "VIGIL_SIM_MUTANT={name}: not one of {:?}",
+        Mutant::ALL
     );
     found
 }

@@ -12,12 +12,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use vigil::clock::Millis;
+use vigil::clock::{ms, Millis};
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{CoordError, Coordinator, TrailEntry};
 use vigil::runtime::sim::FakeRuntime;
 use vigil::runtime::{Container, ContainerRuntime, RuntimeError};
 
+use super::mutant::{Lies, Told};
 use super::truth::{apply_restart, Ctl};
 
 /// Pending once, ready the next time it is polled.
@@ -40,6 +41,14 @@ pub type Shared = Arc<Mutex<Ctl>>;
 
 pub fn lock(ctl: &Shared) -> std::sync::MutexGuard<'_, Ctl> {
     ctl.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The answer an instance gets, the lie (if any) noted in the trace.
+fn told<T>(ctl: &Shared, inst: usize, (answer, lie): Told<T>) -> T {
+    if let Some(lie) = lie {
+        lock(ctl).log(|| format!("i{inst}   planted mutant: {lie}"));
+    }
+    answer
 }
 
 /// What the seed decided for one coordinator call.
@@ -65,6 +74,8 @@ pub struct SimCoord {
     pub ctl: Shared,
     pub inst: usize,
     pub node: usize,
+    /// The planted mutant's lies to this instance (shared with its runtime).
+    pub lies: Arc<Lies>,
 }
 
 impl SimCoord {
@@ -115,6 +126,15 @@ impl SimCoord {
     fn is_lock(&self, key: &str) -> bool {
         lock(&self.ctl).nodes[self.node].keys.lock() == key
     }
+
+    fn is_breaker(&self, key: &str) -> bool {
+        let c = lock(&self.ctl);
+        key.starts_with(&c.nodes[self.node].keys.breaker(""))
+    }
+
+    fn told<T>(&self, t: Told<T>) -> T {
+        told(&self.ctl, self.inst, t)
+    }
 }
 
 #[async_trait]
@@ -130,8 +150,17 @@ impl Coordinator for SimCoord {
     }
     async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
         let first = keys.first().cloned().unwrap_or_default();
-        self.around("MGET", &first, false, self.inner.get_many(keys))
-            .await
+        let r = self
+            .around("MGET", &first, false, self.inner.get_many(keys))
+            .await;
+        let retry = |k: &str| {
+            let c = lock(&self.ctl);
+            let keys = &c.nodes[self.node].keys;
+            c.workers
+                .iter()
+                .any(|w| w.node == self.node && keys.retry(&w.worker) == k)
+        };
+        self.told(self.lies.get_many(keys, retry, r))
     }
     async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
         let is_lock = self.is_lock(key);
@@ -157,7 +186,8 @@ impl Coordinator for SimCoord {
         } else if matches!(r, Ok(true)) {
             check_incident_opened(&mut c, self.inst, self.node, key);
         }
-        r
+        drop(c);
+        self.told(self.lies.set_nx(is_lock, r))
     }
     async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
         self.around("SET", key, true, self.inner.set(key, value, ttl))
@@ -176,9 +206,11 @@ impl Coordinator for SimCoord {
             let now = c.now();
             c.insts[self.inst].lock_checked_at = Some(now);
         }
-        r
+        let full = ms(lock(&self.ctl).cfg.safety.lock_ttl);
+        self.told(self.lies.owner_ttl(self.is_lock(key), full, r))
     }
     async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
+        self.lies.del_if_owner(self.is_lock(key));
         self.around(
             "DEL IF OWNER",
             key,
@@ -211,11 +243,14 @@ impl Coordinator for SimCoord {
                 l.budget_unit = w.parse().ok();
             }
         }
-        r
+        self.told(self.lies.incr_capped(self.is_breaker(key), cap, r))
     }
     async fn counter(&self, key: &str) -> Result<u64, CoordError> {
-        self.around("GET", key, false, self.inner.counter(key))
-            .await
+        let r = self
+            .around("GET", key, false, self.inner.counter(key))
+            .await;
+        let cap = u64::from(lock(&self.ctl).cfg.safety.breaker_per_day);
+        self.told(self.lies.counter(self.is_breaker(key), cap, r))
     }
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
         self.around("DECR", key, true, self.inner.decr(key)).await
@@ -237,7 +272,7 @@ impl Coordinator for SimCoord {
                 l.last_read.insert(worker, seen);
             }
         }
-        r
+        self.told(self.lies.hgetall(key, r))
     }
     async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
         self.around("HSET", key, true, self.inner.hset(key, fields))
@@ -316,6 +351,8 @@ pub struct SimRuntime {
     pub inner: FakeRuntime,
     pub ctl: Shared,
     pub inst: usize,
+    /// The planted mutant's lies to this instance (shared with its coordinator).
+    pub lies: Arc<Lies>,
 }
 
 impl SimRuntime {
@@ -348,7 +385,11 @@ impl ContainerRuntime for SimRuntime {
     }
     async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
         self.enter("list", "").await?;
-        self.inner.list_workers().await
+        let r = self.inner.list_workers().await;
+        if let Ok(listed) = &r {
+            self.lies.listed(listed);
+        }
+        r
     }
     async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
         {
@@ -361,8 +402,11 @@ impl ContainerRuntime for SimRuntime {
                 l.inspects.insert(id.to_string(), (step, now));
             }
         }
-        self.enter("inspect", id).await?;
-        self.inner.inspect(id).await
+        let r = match self.enter("inspect", id).await {
+            Ok(()) => self.inner.inspect(id).await,
+            Err(e) => Err(e),
+        };
+        told(&self.ctl, self.inst, self.lies.inspect(id, r))
     }
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
         self.enter("logs", id).await?;
@@ -370,6 +414,7 @@ impl ContainerRuntime for SimRuntime {
     }
     async fn restart(&self, target: &Container, _grace: Duration) -> Result<(), RuntimeError> {
         Gate::default().await;
+        self.lies.commanded();
         let (refused, slow, lost, pending) = {
             let mut c = lock(&self.ctl);
             c.step += 1;

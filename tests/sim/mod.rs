@@ -5,11 +5,12 @@
 //! harness's own ground truth at every restart command, and liveness at the end of each run.
 
 pub mod gate;
+pub mod mutant;
 pub mod rng;
 pub mod truth;
 pub mod world;
 
-use vigil::engine::mutant::Mutant;
+use mutant::Mutant;
 
 pub use truth::{Stats, Violation};
 
@@ -18,7 +19,7 @@ pub use truth::{Stats, Violation};
 pub struct Options {
     /// Steps of the fault phase (the calm phase that follows is measured in simulated time).
     pub fault_steps: u64,
-    /// A known-bad variant of the restart path, planted in every instance.
+    /// A known-bad variant of the restart path, told to every instance by its adapters.
     pub mutant: Option<Mutant>,
     /// Keep the trace's tail (for the failure report).
     pub trace: bool,

@@ -18,7 +18,6 @@ use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
 use vigil::engine::agent::{Agent, CycleReport};
-use vigil::engine::mutant::Mutant;
 use vigil::engine::node::{NodeFacts, SharedFacts};
 use vigil::model::gpu::{GpuHealth, GpuReport, GpuStatus};
 use vigil::model::maintenance::Phase;
@@ -26,6 +25,7 @@ use vigil::observe::metrics::Metrics;
 use vigil::runtime::sim::FakeRuntime;
 
 use super::gate::{lock, Shared, SimCoord, SimRuntime};
+use super::mutant::{Lies, Mutant};
 use super::rng::Rng;
 use super::truth::{apply_restart, Ctl, Faults, InstLog, Interval, Mode, NodeTruth, WorkerTruth};
 use super::{Failure, Options};
@@ -262,26 +262,27 @@ impl World {
         };
         let mut cfg = self.cfg.clone();
         cfg.node_name = format!("gpu-{node}");
+        // A planted mutant is told to the agent by its adapters, never planted in the agent.
+        let lies = Arc::new(Lies::new(self.mutant));
         let coord = Arc::new(SimCoord {
             inner: self.store.clone(),
             ctl: self.ctl.clone(),
             inst: id,
             node,
+            lies: lies.clone(),
         });
         let runtime = Arc::new(SimRuntime {
             inner: self.nodes[node].rt.clone(),
             ctl: self.ctl.clone(),
             inst: id,
+            lies,
         });
         let notifier = Notifier::new(Some(Arc::new(self.sink.clone())), self.metrics.clone());
         let term = CancellationToken::new();
-        let mut agent = Agent::new(cfg, coord, runtime, notifier, self.metrics.clone())
+        let agent = Agent::new(cfg, coord, runtime, notifier, self.metrics.clone())
             .with_facts(self.nodes[node].facts.clone())
             .with_gpu(self.nodes[node].gpu_rx.clone())
             .with_shutdown(term.clone());
-        if let Some(m) = self.mutant {
-            agent = agent.plant(m);
-        }
         let next_at = self.now() + self.rng(1000) as Millis;
         self.insts.push(Inst {
             id,

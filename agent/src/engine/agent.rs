@@ -21,7 +21,6 @@ use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::engine::alert_gate::AlertGate;
 use crate::engine::context::Context;
 use crate::engine::journal::{About, Journal};
-use crate::engine::mutant::Mutant;
 use crate::engine::node::SharedFacts;
 use crate::engine::restart::RestartPath;
 use crate::engine::stand_down::NodeWatch;
@@ -78,8 +77,6 @@ pub struct Agent {
     gpu: GpuReport,
     /// The node record, re-published by the heartbeat task between cycles.
     record: crate::engine::heartbeat::SharedRecord,
-    /// A known-bad variant planted by the simulation's own test; always `None` otherwise.
-    mutant: Option<Mutant>,
     cycle: Cycle,
 }
 
@@ -138,7 +135,6 @@ impl Agent {
             reload: None,
             gpu: GpuReport::default(),
             record: Default::default(),
-            mutant: None,
             cycle: Cycle::default(),
             ctx: Context {
                 cfg,
@@ -170,13 +166,6 @@ impl Agent {
     /// `cycle` themselves, like the seeded simulation).
     pub fn with_shutdown(mut self, term: CancellationToken) -> Self {
         self.watch.term = term;
-        self
-    }
-
-    /// Plant a known-bad variant of the restart path (see `crate::engine::mutant`).
-    #[cfg(feature = "sim-mutants")]
-    pub fn plant(mut self, m: Mutant) -> Self {
-        self.mutant = Some(m);
         self
     }
 
@@ -476,7 +465,6 @@ impl Agent {
             node,
             gpu_evidence: &evidence,
             deferred: &mut self.cycle.deferred,
-            mutant: self.mutant,
         };
         path.evaluate(c, read).await
     }

@@ -16,7 +16,6 @@ pub(crate) mod context;
 pub mod gpu;
 pub mod heartbeat;
 pub(crate) mod journal;
-pub mod mutant;
 pub mod node;
 pub mod opportunistic;
 pub(crate) mod publisher;

@@ -8,7 +8,6 @@ use crate::config::LOCK_MARGIN;
 use crate::coord::lease::Lease;
 use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::CoordError;
-use crate::engine::mutant::Mutant;
 use crate::model::container::Container;
 use crate::model::worker::Incident;
 use crate::observe::trail::Code;
@@ -39,7 +38,6 @@ impl RestartPath<'_> {
         let token = Lease::random_token();
         let lease = match Lease::take(coord, key.clone(), token.clone(), ttl).await? {
             Some(lease) => lease,
-            None if self.planted(Mutant::NoLock) => Lease::new(key, token),
             None => {
                 let detail =
                     "another instance holds this node's lock; it acts, we skip".to_string();
@@ -208,18 +206,13 @@ impl RestartPath<'_> {
         act: &Act<'_>,
     ) -> Result<Option<Skip>, CoordError> {
         let w = act.case.worker();
-        let (now, checked) = if self.planted(Mutant::NoRevalidation) {
-            (self.ctx.coord.time().await?, Ok(()))
-        } else {
-            // A fresh clock, record and marks, in one round trip.
-            let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
-            let (status, _) = self.status_of(w, &fresh);
-            let marks = marks::decode(&fresh.values).marks;
-            let cfg = &self.ctx.cfg.policy;
-            let checked =
-                policy::revalidate(act.case.v, act.inc, status.as_ref(), &marks, fresh.now, cfg);
-            (fresh.now, checked)
-        };
+        // A fresh clock, record and marks, in one round trip.
+        let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
+        let (status, _) = self.status_of(w, &fresh);
+        let marks = marks::decode(&fresh.values).marks;
+        let cfg = &self.ctx.cfg.policy;
+        let now = fresh.now;
+        let checked = policy::revalidate(act.case.v, act.inc, status.as_ref(), &marks, now, cfg);
         let (cancel, why) = match checked {
             Ok(()) => return self.node_and_container_checks(act, now).await,
             Err(Cancel::RetryPending) => {
@@ -282,9 +275,6 @@ impl RestartPath<'_> {
     /// Compare-and-restart: the container is still the incarnation we decided on, and it is
     /// running (a stopped or paused one is someone's decision). `Some(skip)` when it is not.
     pub(super) async fn compare(&self, c: &Container) -> Option<Skip> {
-        if self.planted(Mutant::NoCompare) {
-            return None;
-        }
         match self.ctx.runtime.inspect(&c.id).await {
             Ok(Some(cur)) if cur.id == c.id && cur.started_at == c.started_at => {
                 (!cur.running).then_some(Skip::NotRunning)
@@ -341,8 +331,7 @@ impl RestartPath<'_> {
     ) -> Result<Option<Skip>, CoordError> {
         let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
         let left = lease.left(self.ctx.coord.as_ref()).await;
-        let lock_ok =
-            self.planted(Mutant::NoLock) || matches!(left, Ok(l) if caps::lock_covers(l, needed));
+        let lock_ok = matches!(left, Ok(l) if caps::lock_covers(l, needed));
         let claimed = match lock_ok {
             true => Some(self.write_restart_markers(act, now).await),
             false => None,

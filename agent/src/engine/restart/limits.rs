@@ -5,7 +5,6 @@ use crate::actions::alert::AlertKind;
 use crate::clock::Millis;
 use crate::coord::caps::{Caps, BREAKER_TTL};
 use crate::coord::CoordError;
-use crate::engine::mutant::Mutant;
 use crate::policy::caps;
 
 use super::{Act, RestartPath, Skip};
@@ -34,7 +33,7 @@ impl RestartPath<'_> {
             true => caps.breaker_free(now).await?,
             false => caps.take_breaker(now).await?,
         };
-        if !breaker && !self.planted(Mutant::BreakerIgnored) {
+        if !breaker {
             self.breaker_open(act, now).await?;
             return Ok(Some(Skip::BreakerOpen));
         }

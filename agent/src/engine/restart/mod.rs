@@ -32,7 +32,6 @@ use crate::coord::{CoordError, WorkerRead};
 use crate::engine::alert_gate::AlertGate;
 use crate::engine::context::Context;
 use crate::engine::journal::{About, Journal};
-use crate::engine::mutant::Mutant;
 use crate::engine::stand_down::NodeWatch;
 use crate::model::container::Container;
 use crate::model::worker::{Incident, Marks, WorkerStatus};
@@ -164,8 +163,6 @@ pub(crate) struct RestartPath<'a> {
     pub gpu_evidence: &'a [String],
     /// Progress marks to write with the cycle's batch: (key, value).
     pub deferred: &'a mut Vec<(String, String)>,
-    /// A known-bad variant planted by the simulation's own test; always `None` otherwise.
-    pub mutant: Option<Mutant>,
 }
 
 impl RestartPath<'_> {
@@ -195,11 +192,6 @@ impl RestartPath<'_> {
     /// Why the node, as it is *now*, forbids a restart decided a moment ago.
     fn stand_down(&self, c: &Container, now: Millis) -> Option<&'static str> {
         self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
-    }
-
-    /// Whether the known-bad variant `m` is planted (never, outside the simulation's test).
-    fn planted(&self, m: Mutant) -> bool {
-        self.mutant == Some(m)
     }
 
     /// The record of a read, or why it cannot be read.
@@ -318,8 +310,7 @@ impl RestartPath<'_> {
                 // NB: a failed restart of this incident is retried only after its backoff.
                 Some(inc)
                     if restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
-                        && (policy::retry_open(inc, case.marks, now)
-                            || self.planted(Mutant::NoRetryBackoff)) =>
+                        && policy::retry_open(inc, case.marks, now) =>
                 {
                     let since =
                         policy::condition_since(case.v, inc.started, case.marks, case.status);
