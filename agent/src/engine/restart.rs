@@ -925,7 +925,7 @@ impl Agent {
                 humantime::format_duration(d.log_timeout)
             ),
         };
-        self.metrics.runtime_errors.inc();
+        self.metrics.backends.runtime_error();
         let key = self.keys.alert_dedup(&act.inc.id, "logs-failed");
         if self.claim_alert(&key, now, MARK_TTL).await? {
             let alert = self.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed"));
@@ -1048,7 +1048,7 @@ impl Agent {
             }
             Ok(_) => Some(Skip::ContainerChanged),
             Err(e) => {
-                self.metrics.runtime_errors.inc();
+                self.metrics.backends.runtime_error();
                 tracing::warn!(error = %e, worker = %c.worker, "inspect before restart failed; not restarting");
                 Some(Skip::ContainerChanged)
             }
@@ -1191,7 +1191,7 @@ impl Agent {
         why: String,
         done: Millis,
     ) -> Result<Outcome, CoordError> {
-        self.metrics.runtime_errors.inc();
+        self.metrics.backends.runtime_error();
         self.metrics.restart(act.case.v.as_str(), "failed");
         let (k, w) = (self.keys.clone(), act.case.worker());
         let failures = match &act.case.marks.retry {
