@@ -110,7 +110,7 @@ impl Agent {
         metrics: Arc<Metrics>,
     ) -> Agent {
         let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-        metrics.dry_run.set(i64::from(cfg.dry_run));
+        metrics.cycle.set_dry_run(cfg.dry_run);
         let instance = format!("{}-{:04x}", std::process::id(), rand::random::<u16>());
         let trail = Trail {
             coord: coord.clone(),
@@ -237,7 +237,7 @@ impl Agent {
         if !kept.is_empty() {
             tracing::warn!(keys = %kept.join(", "), "config reloaded, but these keys need a restart of the agent to change; their running values are kept");
         }
-        self.ctx.metrics.dry_run.set(i64::from(merged.dry_run));
+        self.ctx.metrics.cycle.set_dry_run(merged.dry_run);
         self.journal.trail.dry_run = merged.dry_run;
         tracing::info!(dry_run = merged.dry_run, "config reloaded");
         self.ctx.cfg = merged;
@@ -273,7 +273,7 @@ impl Agent {
         }
         self.ctx
             .metrics
-            .cycle_seconds
+            .cycle
             .observe(started.elapsed().as_secs_f64());
         self.cycle.verdicts = report
             .verdicts
@@ -312,7 +312,7 @@ impl Agent {
         let Some(containers) = self.list_workers(report).await else {
             return Ok(false);
         };
-        self.ctx.metrics.workers.set(containers.len() as i64);
+        self.ctx.metrics.cycle.set_workers(containers.len());
         self.cycle.places.clear();
         let containers = self.only_valid_ids(containers).await;
         let mut by_worker: BTreeMap<String, Vec<Container>> = BTreeMap::new();
@@ -341,12 +341,12 @@ impl Agent {
                     tracing::info!(runtime = %self.ctx.runtime.describe(), "container runtime reachable again");
                 }
                 self.runtime_down = false;
-                self.ctx.metrics.runtime_up.set(1);
+                self.ctx.metrics.backends.set_runtime_up(true);
                 Some(c)
             }
             Err(e) => {
-                self.ctx.metrics.runtime_errors.inc();
-                self.ctx.metrics.runtime_up.set(0);
+                self.ctx.metrics.backends.runtime_error();
+                self.ctx.metrics.backends.set_runtime_up(false);
                 if !self.runtime_down {
                     self.runtime_down = true;
                     let a = Alert::new(
@@ -528,12 +528,11 @@ impl Agent {
             *shared = Some((rec, tokio::time::Instant::now()));
         }
         if let Some(used) = counters.first() {
-            self.ctx.metrics.breaker_used.set(*used as i64);
             let open = crate::policy::caps::breaker_open(*used, s);
-            self.ctx.metrics.breaker_open.set(i64::from(open));
+            self.ctx.metrics.budgets.set_breaker(*used, open);
         }
         if let Some(used) = counters.get(1) {
-            self.ctx.metrics.fleet_budget_used.set(*used as i64);
+            self.ctx.metrics.budgets.set_fleet_budget_used(*used);
         }
         Ok(())
     }
@@ -545,12 +544,12 @@ impl Agent {
         }
         self.coord_down = false;
         self.backoff.reset();
-        self.ctx.metrics.coordinator_up.set(1);
+        self.ctx.metrics.backends.set_coordinator_up(true);
     }
 
     async fn coordinator_failed(&mut self, e: &CoordError) {
-        self.ctx.metrics.coordinator_errors.inc();
-        self.ctx.metrics.coordinator_up.set(0);
+        self.ctx.metrics.backends.coordinator_error();
+        self.ctx.metrics.backends.set_coordinator_up(false);
         // NB: hysteresis: an outage that flaps (up for a cycle, down again) is one outage, one
         // alert; a new alert needs the coordinator up for `REALERT_AFTER` first.
         let flapping = self.up_since.is_some_and(|t| t.elapsed() < REALERT_AFTER);

@@ -67,7 +67,7 @@ impl CheckpointRounds {
             Ok(Err(e)) => e.to_string(),
             Err(_) => "no answer".to_string(),
         };
-        self.metrics.runtime_errors.inc();
+        self.metrics.backends.runtime_error();
         tracing::error!(error = %why, "cannot list workers to checkpoint");
         vec![WorkerResult {
             worker: "*".into(),
@@ -82,11 +82,9 @@ impl CheckpointRounds {
     pub fn finish(&self, reason: &str, results: &[WorkerResult], now: Millis) -> RoundRecord {
         let mut lines = Vec::with_capacity(results.len());
         for r in results {
-            let labels = vec![("method", r.method), ("outcome", r.outcome.as_str())];
-            self.metrics.checkpoints.get_or_create(&labels).inc();
-            self.metrics
-                .checkpoint_seconds
-                .observe(r.waited.as_secs_f64());
+            let (method, outcome) = (r.method, r.outcome.as_str());
+            let waited = r.waited.as_secs_f64();
+            self.metrics.checkpoints.record(method, outcome, waited);
             let code = match r.outcome {
                 Outcome::Acked => Code::CheckpointAcked,
                 Outcome::TimedOut => Code::CheckpointTimedOut,

@@ -204,10 +204,7 @@ impl Controller {
             Phase::Ongoing,
             Phase::Terminating,
         ] {
-            self.metrics
-                .maintenance
-                .get_or_create(&vec![("phase", p.as_str())])
-                .set(i64::from(p == phase));
+            self.metrics.maintenance.phase(p.as_str(), p == phase);
         }
     }
 
@@ -293,8 +290,7 @@ impl Controller {
                 .unwrap_or(Interruption::HostMaintenance)
                 .as_str();
             for reason in &next.reasons {
-                let labels = vec![("type", kind), ("reason", *reason)];
-                self.metrics.interruptions.get_or_create(&labels).inc();
+                self.metrics.maintenance.interruption(kind, reason);
             }
         }
         if matches!(next.phase, Phase::None | Phase::Pending) {

@@ -163,7 +163,7 @@ impl RestartPath<'_> {
                 humantime::format_duration(d.log_timeout)
             ),
         };
-        self.ctx.metrics.runtime_errors.inc();
+        self.ctx.metrics.backends.runtime_error();
         let key = self.ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
         if self.claim_alert(&key, now, MARK_TTL).await? {
             let alert = self.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed"));
@@ -281,7 +281,7 @@ impl RestartPath<'_> {
             }
             Ok(_) => Some(Skip::ContainerChanged),
             Err(e) => {
-                self.ctx.metrics.runtime_errors.inc();
+                self.ctx.metrics.backends.runtime_error();
                 tracing::warn!(error = %e, worker = %c.worker, "inspect before restart failed; not restarting");
                 Some(Skip::ContainerChanged)
             }

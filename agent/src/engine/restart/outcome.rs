@@ -88,7 +88,7 @@ impl RestartPath<'_> {
         why: String,
         done: Millis,
     ) -> Result<Outcome, CoordError> {
-        self.ctx.metrics.runtime_errors.inc();
+        self.ctx.metrics.backends.runtime_error();
         self.ctx.metrics.restart(act.case.v.as_str(), "failed");
         let (k, w) = (self.ctx.keys.clone(), act.case.worker());
         let failures = match &act.case.marks.retry {

@@ -1,0 +1,147 @@
+//! The evaluation cycle and what it depends on: the coordinator's and the runtime's health, the
+//! cycle itself (workers seen, observe mode, duration), and the restart budgets it reads.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+/// The coordinator (Redis) and the container runtime: errors, and whether the last call worked.
+pub struct BackendMetrics {
+    pub coordinator_errors: Counter,
+    pub runtime_errors: Counter,
+    pub coordinator_up: Gauge,
+    pub runtime_up: Gauge,
+}
+
+impl BackendMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = BackendMetrics {
+            coordinator_errors: Counter::default(),
+            runtime_errors: Counter::default(),
+            coordinator_up: Gauge::default(),
+            runtime_up: Gauge::default(),
+        };
+        reg.register(
+            "coordinator_errors",
+            "Coordinator (Redis) errors; restarts pause while it is unreachable",
+            m.coordinator_errors.clone(),
+        );
+        reg.register(
+            "runtime_errors",
+            "Container runtime (Docker) errors",
+            m.runtime_errors.clone(),
+        );
+        reg.register(
+            "coordinator_up",
+            "1 when the last coordinator call succeeded",
+            m.coordinator_up.clone(),
+        );
+        reg.register(
+            "runtime_up",
+            "1 when the last container runtime call succeeded",
+            m.runtime_up.clone(),
+        );
+        m
+    }
+
+    pub fn coordinator_error(&self) {
+        self.coordinator_errors.inc();
+    }
+    pub fn set_coordinator_up(&self, up: bool) {
+        self.coordinator_up.set(i64::from(up));
+    }
+    pub fn runtime_error(&self) {
+        self.runtime_errors.inc();
+    }
+    pub fn set_runtime_up(&self, up: bool) {
+        self.runtime_up.set(i64::from(up));
+    }
+}
+
+/// One evaluation cycle.
+pub struct CycleMetrics {
+    pub workers: Gauge,
+    pub dry_run: Gauge,
+    pub cycle_seconds: Histogram,
+}
+
+impl CycleMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = CycleMetrics {
+            workers: Gauge::default(),
+            dry_run: Gauge::default(),
+            cycle_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+        };
+        reg.register(
+            "workers",
+            "Opted-in worker containers seen in the last cycle",
+            m.workers.clone(),
+        );
+        reg.register(
+            "dry_run",
+            "1 when the agent runs in observe mode (restarts never run)",
+            m.dry_run.clone(),
+        );
+        reg.register_with_unit(
+            "cycle_duration",
+            "Duration of one evaluation cycle",
+            Unit::Seconds,
+            m.cycle_seconds.clone(),
+        );
+        m
+    }
+
+    pub fn set_workers(&self, n: usize) {
+        self.workers.set(n as i64);
+    }
+    pub fn set_dry_run(&self, on: bool) {
+        self.dry_run.set(i64::from(on));
+    }
+    /// One cycle took `seconds`.
+    pub fn observe(&self, seconds: f64) {
+        self.cycle_seconds.observe(seconds);
+    }
+}
+
+/// The node's circuit breaker and the fleet budget, as the last cycle read them.
+pub struct BudgetMetrics {
+    pub breaker_used: Gauge,
+    pub breaker_open: Gauge,
+    pub fleet_budget_used: Gauge,
+}
+
+impl BudgetMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = BudgetMetrics {
+            breaker_used: Gauge::default(),
+            breaker_open: Gauge::default(),
+            fleet_budget_used: Gauge::default(),
+        };
+        reg.register(
+            "breaker_used",
+            "Restarts used on this node in the current UTC day (the circuit breaker's count)",
+            m.breaker_used.clone(),
+        );
+        reg.register(
+            "breaker_open",
+            "1 when this node's breaker is open: no more restarts today, alerts only",
+            m.breaker_open.clone(),
+        );
+        reg.register(
+            "fleet_budget_used",
+            "Restarts used across the fleet in the current budget window",
+            m.fleet_budget_used.clone(),
+        );
+        m
+    }
+
+    /// The breaker's count today, and whether that count opens it.
+    pub fn set_breaker(&self, used: u64, open: bool) {
+        self.breaker_used.set(used as i64);
+        self.breaker_open.set(i64::from(open));
+    }
+    pub fn set_fleet_budget_used(&self, used: u64) {
+        self.fleet_budget_used.set(used as i64);
+    }
+}

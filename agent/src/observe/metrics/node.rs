@@ -1,0 +1,150 @@
+//! The node's life: GCE metadata errors, interruptions and the maintenance phase, the checkpoint
+//! rounds they start, and the Kubernetes API the node record is published through.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+/// A metadata server error: the key read and the kind of error.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MetadataErrorLabels {
+    pub key: &'static str,
+    pub kind: &'static str,
+}
+
+/// An interruption: its type (preemption, host-maintenance) and reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InterruptionLabels {
+    pub r#type: &'static str,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: &'static str,
+}
+
+pub struct MaintenanceMetrics {
+    pub metadata_errors: Family<MetadataErrorLabels, Counter>,
+    pub interruptions: Family<InterruptionLabels, Counter>,
+    pub phases: Family<PhaseLabels, Gauge>,
+}
+
+impl MaintenanceMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = MaintenanceMetrics {
+            metadata_errors: Family::default(),
+            interruptions: Family::default(),
+            phases: Family::default(),
+        };
+        reg.register(
+            "metadata_errors",
+            "GCE metadata server errors by key and kind (unavailable, rate-limited, not-found, timeout, malformed, transport)",
+            m.metadata_errors.clone(),
+        );
+        reg.register(
+            "interruptions",
+            "Interruptions seen, by type (preemption, host-maintenance) and reason, as GKE's interruption_count",
+            m.interruptions.clone(),
+        );
+        reg.register(
+            "maintenance_phase",
+            "1 for the node's current maintenance phase (none, pending, ongoing, terminating)",
+            m.phases.clone(),
+        );
+        m
+    }
+
+    pub fn metadata_error(&self, key: &'static str, kind: &'static str) {
+        self.metadata_errors
+            .get_or_create(&MetadataErrorLabels { key, kind })
+            .inc();
+    }
+    pub fn interruption(&self, r#type: &'static str, reason: &'static str) {
+        self.interruptions
+            .get_or_create(&InterruptionLabels { r#type, reason })
+            .inc();
+    }
+    /// Set one phase's series: 1 for the current phase, 0 for the others.
+    pub fn phase(&self, phase: &'static str, current: bool) {
+        self.phases
+            .get_or_create(&PhaseLabels { phase })
+            .set(i64::from(current));
+    }
+}
+
+/// A checkpoint request: its method (signal, http, redis) and outcome (acked, timed-out, failed).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckpointLabels {
+    pub method: &'static str,
+    pub outcome: &'static str,
+}
+
+pub struct CheckpointMetrics {
+    pub checkpoints: Family<CheckpointLabels, Counter>,
+    pub checkpoint_seconds: Histogram,
+}
+
+impl CheckpointMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = CheckpointMetrics {
+            checkpoints: Family::default(),
+            checkpoint_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
+        };
+        reg.register(
+            "checkpoints",
+            "Checkpoint requests by method (signal, http, redis) and outcome (acked, timed-out, failed)",
+            m.checkpoints.clone(),
+        );
+        reg.register_with_unit(
+            "checkpoint_duration",
+            "Time from checkpoint request to acknowledgement (or give-up)",
+            Unit::Seconds,
+            m.checkpoint_seconds.clone(),
+        );
+        m
+    }
+
+    /// Count one request by method and outcome.
+    pub fn count(&self, method: &'static str, outcome: &'static str) {
+        self.checkpoints
+            .get_or_create(&CheckpointLabels { method, outcome })
+            .inc();
+    }
+    /// One request, counted, and the `seconds` it waited.
+    pub fn record(&self, method: &'static str, outcome: &'static str, seconds: f64) {
+        self.count(method, outcome);
+        self.checkpoint_seconds.observe(seconds);
+    }
+}
+
+/// A Kubernetes API operation (get, patch, event).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeLabels {
+    pub op: &'static str,
+}
+
+pub struct KubeMetrics {
+    pub kube_errors: Family<KubeLabels, Counter>,
+}
+
+impl KubeMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = KubeMetrics {
+            kube_errors: Family::default(),
+        };
+        reg.register(
+            "kube_errors",
+            "Kubernetes API errors by operation (get, patch, event)",
+            m.kube_errors.clone(),
+        );
+        m
+    }
+
+    pub fn error(&self, op: &'static str) {
+        self.kube_errors.get_or_create(&KubeLabels { op }).inc();
+    }
+}
