@@ -13,7 +13,57 @@ use std::time::Duration;
 use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
 use crate::model::worker::{Episode, Incident, Marks, WorkerState, WorkerStatus};
-use crate::policy::table::Action;
+
+/// Who acts on a verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing to do.
+    None,
+    /// Record the sighting and wait for confirmation.
+    Observe,
+    /// The restart pipeline, behind every safeguard.
+    RestartPipeline,
+    /// Alert once; never restart.
+    AlertOnly,
+    /// Alert once; never restart; the hardware needs a person (optional taint).
+    AlertNoRestart,
+    /// Suppress: clear any persistence timer, act on nothing.
+    SuppressAndClear,
+    /// Checkpoint path (maintenance issue); restarts suppressed, timers cleared.
+    Checkpoint,
+}
+
+impl Action {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Action::None => "nothing",
+            Action::Observe => "record the sighting; wait for the confirming observation",
+            Action::RestartPipeline => {
+                "restart pipeline (timer, lock, revalidate, breaker, budget, cooldown)"
+            }
+            Action::AlertOnly => "alert once per episode; never restart",
+            Action::AlertNoRestart => "alert once; never restart (a restart cannot fix hardware)",
+            Action::SuppressAndClear => "nobody: clear the persistence timer (this is us)",
+            Action::Checkpoint => "checkpoint path; no restart; timers cleared",
+        }
+    }
+}
+
+impl Verdict {
+    pub fn action(self) -> Action {
+        match self {
+            Verdict::Healthy | Verdict::ErrorPending => Action::None,
+            Verdict::Suspect => Action::Observe,
+            Verdict::Hung | Verdict::Errored => Action::RestartPipeline,
+            Verdict::Unreachable | Verdict::Stalled | Verdict::Paused | Verdict::Exited => {
+                Action::AlertOnly
+            }
+            Verdict::GpuFailed => Action::AlertNoRestart,
+            Verdict::Booting => Action::SuppressAndClear,
+            Verdict::InMaintenance => Action::Checkpoint,
+        }
+    }
+}
 
 /// What the node itself says, from other sources (metadata server, NVML).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

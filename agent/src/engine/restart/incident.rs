@@ -255,8 +255,6 @@ impl RestartPath<'_> {
         if prev.as_deref() == Some(seen.as_str()) {
             return Ok(false);
         }
-        // Our own restart of exactly the previous incarnation left a marker saying so: the new
-        // incarnation is ours, and its cooldown began with the command.
         // Ours: a restart of exactly the previous incarnation, seen through (`:done`). Claimed:
         // an instance claimed that restart and never recorded its outcome (it died, or failed
         // closed, mid-command): its command may have run, or someone else's restart came
@@ -296,28 +294,38 @@ impl RestartPath<'_> {
         if !external {
             return Ok(true);
         }
+        let claim = cooling.as_deref().filter(|_| unfinished);
+        self.note_new_incarnation(c, now, claim).await?;
+        Ok(true)
+    }
+
+    /// The trail entry for a new incarnation we did not verify ourselves: the restart of an
+    /// instance that died mid-command (`claim`: its unfinished claim), or someone else's.
+    async fn note_new_incarnation(
+        &mut self,
+        c: &Container,
+        now: Millis,
+        claim: Option<&str>,
+    ) -> Result<(), CoordError> {
         let cooldown = humantime::format_duration(self.ctx.cfg.policy.cooldown);
-        let about = About::worker(w, Verdict::Booting);
-        if unfinished {
-            // NB: ours, finished by the survivor: the incident the claim names is kept, so
-            // the trail reads as one restart of one incident, never as "outside Vigil".
-            let incident = cooling.as_deref().and_then(marks::claimed_incident);
-            let about = match incident {
-                Some(id) => about.incident(id),
-                None => about,
-            };
+        let about = About::worker(&c.worker, Verdict::Booting);
+        let Some(claim) = claim else {
             let detail = format!(
-                "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran); recorded for it, treated as booting for {cooldown}",
+                "container {} restarted outside Vigil; treated as booting for {cooldown}",
                 short(&c.id)
             );
-            self.note(now, about, Code::Restarted, detail).await?;
-            return Ok(true);
-        }
+            return self.note(now, about, Code::ExternalRestart, detail).await;
+        };
+        // NB: ours, finished by the survivor: the incident the claim names is kept, so the trail
+        // reads as one restart of one incident, never as "outside Vigil".
+        let about = match marks::claimed_incident(claim) {
+            Some(id) => about.incident(id),
+            None => about,
+        };
         let detail = format!(
-            "container {} restarted outside Vigil; treated as booting for {cooldown}",
+            "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran); recorded for it, treated as booting for {cooldown}",
             short(&c.id)
         );
-        self.note(now, about, Code::ExternalRestart, detail).await?;
-        Ok(true)
+        self.note(now, about, Code::Restarted, detail).await
     }
 }
