@@ -43,6 +43,10 @@ pub const WORKER_CONTAINER_ANNOTATION: &str = "vigil.dev/worker-container";
 /// Largest tail of a log file read for an alert: the last `log_lines` are in it.
 const LOG_TAIL_BYTES: u64 = 1 << 20;
 
+/// The least time a stop gets past the grace: after the SIGKILL the runtime still has to see
+/// the exit and clean up, which on a loaded node takes longer than a short call deadline.
+const STOP_MARGIN: Duration = Duration::from_secs(10);
+
 /// Settings of the CRI adapter.
 #[derive(Clone)]
 pub struct CriSettings {
@@ -482,9 +486,9 @@ impl ContainerRuntime for CriRuntime {
             timeout: stop_grace.as_secs().min(i64::MAX as u64) as i64,
         };
         // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
-        // its deadline is the grace plus a call's time, never the call deadline alone (the
-        // caller bounds the whole restart by `runtime.restart_timeout`).
-        let d = stop_grace + self.s.call_timeout;
+        // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
+        // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
+        let d = stop_grace + self.s.call_timeout.max(STOP_MARGIN);
         within(d, self.client().stop_container(request(req, d)))
             .await
             .map_err(|e| self.classify_within("restart", &target.id, e, d))?;
