@@ -251,3 +251,112 @@ fn every_redis_server_runs_in_a_directory_of_its_own() {
          the working directory): {bad:?}"
     );
 }
+
+/// Every source file of agent/src as its module path (`engine::restart::command`; a `mod.rs`
+/// is its folder's module), with the module paths its code names after `crate::`.
+fn module_references() -> Vec<(String, Vec<String>)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel = p.strip_prefix(&src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.last().is_some_and(|l| l == "mod") {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let mut refs = Vec::new();
+            for line in text.lines() {
+                let mut rest = line.split("//").next().unwrap_or("");
+                while let Some(i) = rest.find("crate::") {
+                    let tail = &rest[i + 7..];
+                    let path: String = tail
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                        .collect();
+                    refs.push(path.trim_end_matches(':').to_string());
+                    rest = tail;
+                }
+            }
+            out.push((parts.join("::"), refs));
+        }
+    }
+    out
+}
+
+/// Issue 17's promise: no two modules of agent/src import each other, directly or round a
+/// longer circle (a module's own children and parents aside).
+#[test]
+fn no_import_circle_between_modules() {
+    let files = module_references();
+    let names: std::collections::BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
+    let owner = |path: &str| -> Option<String> {
+        let parts: Vec<&str> = path.split("::").collect();
+        (1..=parts.len())
+            .rev()
+            .map(|k| parts[..k].join("::"))
+            .find(|c| names.contains(c))
+    };
+    let related =
+        |a: &str, b: &str| a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"));
+    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = names
+        .iter()
+        .map(|n| (n.clone(), Default::default()))
+        .collect();
+    for (m, refs) in &files {
+        for r in refs {
+            if let Some(t) = owner(r).filter(|t| t != m && !related(t, m)) {
+                edges.get_mut(m).unwrap().insert(t);
+            }
+        }
+    }
+    // Depth-first search for a back edge; the circle is printed from the stack.
+    fn visit(
+        n: &str,
+        edges: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        state: &mut std::collections::HashMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(n.to_string(), 1);
+        stack.push(n.to_string());
+        for t in &edges[n] {
+            match state.get(t.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let from = stack.iter().position(|s| s == t).unwrap();
+                    let mut circle = stack[from..].to_vec();
+                    circle.push(t.clone());
+                    return Some(circle);
+                }
+                0 => {
+                    if let Some(c) = visit(t, edges, state, stack) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = std::collections::HashMap::new();
+    for n in edges.keys() {
+        if state.get(n.as_str()).copied().unwrap_or(0) == 0 {
+            let circle = visit(n, &edges, &mut state, &mut Vec::new());
+            assert!(
+                circle.is_none(),
+                "import circle: {}",
+                circle.unwrap().join(" -> ")
+            );
+        }
+    }
+}
