@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::e2e::{ConfigParts, Setup};
+use common::e2e::{decisions, worker_decisions, ConfigParts, Setup};
 use common::real::{
     beat, eventually, explain, poll, redis_exists, redis_get, serve, shared_redis_url, unique,
     vigil, Receiver, RedisServer, VigilProcess, WorkerContainer, EXITS_ON_TERM,
@@ -57,14 +57,6 @@ timeout = "2s"
             self.prefix, self.node, self.worker
         )
     }
-}
-
-/// How many trail lines carry this decision (the fourth column of `vigil explain`).
-fn decisions(trail: &str, decision: &str) -> usize {
-    trail
-        .lines()
-        .filter(|l| l.split_whitespace().nth(3) == Some(decision))
-        .count()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -747,14 +739,6 @@ async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
     );
 }
 
-/// The trail lines of one worker (the second column of `vigil explain`).
-fn lines_of<'a>(trail: &'a str, worker: &str) -> Vec<&'a str> {
-    trail
-        .lines()
-        .filter(|l| l.split_whitespace().nth(1) == Some(worker))
-        .collect()
-}
-
 /// Issue 16: the three ways a worker meets a restart, on the real Docker daemon, through the
 /// binary, with a stop grace (3 s) longer than every runtime call's deadline (2 s): (a) a shell
 /// as PID 1, which ignores SIGTERM; (b) a process frozen with SIGSTOP, whose SIGTERM stays
@@ -820,11 +804,7 @@ async fn hung_workers_of_every_kind_are_each_restarted_exactly_once() {
     let bodies = hook.bodies.lock().unwrap().clone();
     let log = agent.log_text();
     for w in names {
-        let lines = lines_of(&trail, w);
-        let restarted = lines
-            .iter()
-            .filter(|l| decisions(l, "restarted") == 1)
-            .count();
+        let restarted = worker_decisions(&trail, w, "restarted");
         assert_eq!(restarted, 1, "{w}: one restarted entry:\n{trail}");
         let alerts: Vec<_> = bodies
             .iter()

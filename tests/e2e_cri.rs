@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use common::containerd::{Containerd, Kubelet, Pod};
-use common::e2e::{ConfigParts, Setup};
+use common::e2e::{worker_decisions, ConfigParts, Setup};
 use common::real::{
     beat, eventually, explain, poll, run_cli, shared_redis_url, Receiver, VigilProcess,
     EXITS_ON_TERM, IGNORES_TERM,
@@ -75,18 +75,6 @@ enabled = "off"
         assert_eq!(code, 0, "vigil explain failed: {err}");
         out
     }
-}
-
-/// How many trail lines of `worker` carry `decision` (columns of `vigil explain`: time,
-/// worker, verdict, decision).
-fn decisions(trail: &str, worker: &str, decision: &str) -> usize {
-    trail
-        .lines()
-        .filter(|l| {
-            let cols: Vec<_> = l.split_whitespace().collect();
-            cols.get(1) == Some(&worker) && cols.get(3) == Some(&decision)
-        })
-        .count()
 }
 
 /// The worker's pod, opted in with the Setup's label.
@@ -192,7 +180,7 @@ async fn hung_workers_on_containerd_are_each_restarted_exactly_once() {
             "worker {kind}: exactly one new attempt\n{trail}"
         );
         assert_eq!(
-            decisions(&trail, worker, "restarted"),
+            worker_decisions(&trail, worker, "restarted"),
             1,
             "worker {kind}: one restarted entry\n{trail}"
         );
@@ -382,7 +370,7 @@ async fn a_containerd_restart_under_a_running_agent_is_survived() {
         "exactly once"
     );
     let trail = s.trail(&cfg, &redis);
-    assert_eq!(decisions(&trail, &worker, "restarted"), 1, "{trail}");
+    assert_eq!(worker_decisions(&trail, &worker, "restarted"), 1, "{trail}");
     assert_eq!(
         restarting_alert(&hook, &worker).len(),
         1,

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::e2e::{ConfigParts, Setup};
+use common::e2e::{decisions, ConfigParts, Setup};
 use common::podman::{Podman, STUBBORN};
 use common::real::{beat, eventually, explain, shared_redis_url, Receiver, VigilProcess};
 use vigil::runtime::docker::DockerRuntime;
@@ -204,14 +204,6 @@ async fn podman_events_keep_the_listing_cache_true() {
         "{} inspects",
         rt.listing_inspects()
     );
-}
-
-/// How many trail lines carry this decision (the fourth column of `vigil explain`).
-fn decisions(trail: &str, decision: &str) -> usize {
-    trail
-        .lines()
-        .filter(|l| l.split_whitespace().nth(3) == Some(decision))
-        .count()
 }
 
 /// The binary with `runtime.kind = podman`: a worker that stops beating (and ignores SIGTERM)

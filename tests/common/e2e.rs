@@ -1,7 +1,8 @@
-//! The end-to-end rig shared by tests/e2e.rs and tests/e2e_maintenance.rs: the names one `vigil`
-//! process under test runs with (its node, Redis key prefix, worker label and worker id, the
-//! address of its status API), a directory for its config file, and the part of that config
-//! both suites share: the restart pipeline compressed from minutes to seconds.
+//! The end-to-end rig shared by the suites that run the `vigil` binary (tests/e2e*.rs,
+//! tests/podman.rs): the names one process under test runs with (its node, Redis key prefix,
+//! worker label and worker id, the address of its status API), a directory for its config file,
+//! the part of that config the suites share (the restart pipeline compressed from minutes to
+//! seconds), and how they read the trail that `vigil explain` prints.
 
 use std::path::PathBuf;
 
@@ -109,4 +110,21 @@ restart_delay = "2s"
     pub async fn metrics(&self) -> String {
         self.get("/metrics").await.text().await.unwrap()
     }
+}
+
+/// How many lines of a `vigil explain` trail carry `decision` (its fourth column).
+pub fn decisions(trail: &str, decision: &str) -> usize {
+    trail
+        .lines()
+        .filter(|l| l.split_whitespace().nth(3) == Some(decision))
+        .count()
+}
+
+/// How many lines of `worker` (the second column) carry `decision`.
+pub fn worker_decisions(trail: &str, worker: &str, decision: &str) -> usize {
+    trail
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some(worker))
+        .filter(|l| l.split_whitespace().nth(3) == Some(decision))
+        .count()
 }
