@@ -8,7 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::e2e::{decisions, ConfigParts, Setup};
-use common::podman::{Podman, STUBBORN};
+use common::podman::Podman;
+use common::real::IGNORES_TERM as STUBBORN;
 use common::real::{beat, eventually, explain, shared_redis_url, Receiver, VigilProcess};
 use vigil::runtime::docker::DockerRuntime;
 use vigil::runtime::{ContainerRuntime, RuntimeError};

@@ -26,7 +26,7 @@ use k8s_cri::v1::{
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::real::run_cli;
+use super::real::{require, run_cli};
 
 /// The image every sandbox and container runs (`docker.io/` is how containerd names it).
 pub const CRI_IMAGE: &str = "docker.io/vigil-test/busybox:1";
@@ -40,16 +40,10 @@ pub struct Containerd {
 impl Containerd {
     /// Start it and import the test image. Panics with what to install when a binary is missing.
     pub fn start() -> Containerd {
-        for bin in ["containerd", "runc", "ctr"] {
-            assert!(
-                Command::new("sh")
-                    .args(["-c", &format!("command -v {bin}")])
-                    .stdout(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success()),
-                "{bin} is needed for the CRI tests (apt-get install containerd runc)"
-            );
-        }
+        require(
+            &["containerd", "runc", "ctr"],
+            "the CRI tests (apt-get install containerd runc)",
+        );
         let dir = tempfile::tempdir().expect("temp dir");
         let d = dir.path();
         for sub in ["cni-bin", "cni-conf", "pods"] {

@@ -21,14 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::real::{busybox_rootfs_tar, unique};
+use super::real::{busybox_rootfs_tar, require, unique};
 
 /// The image every worker runs (`localhost/` is how Podman names an imported image).
 pub const PODMAN_IMAGE: &str = "localhost/vigil-test/busybox:1";
-
-/// A worker whose main process (PID 1, a shell without a `trap`) ignores SIGTERM — the kernel
-/// drops signals PID 1 has no handler for — and writes a line a second: only SIGKILL stops it.
-pub const STUBBORN: &str = "i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done";
 
 /// A `podman system service` private to the test, stopped (its containers removed) when dropped.
 pub struct Podman {
@@ -40,16 +36,10 @@ impl Podman {
     /// Write its configuration, import the image and start the service. Panics with what to
     /// install when a binary is missing: these tests never skip.
     pub fn start() -> Podman {
-        for bin in ["podman", "conmon", "runc"] {
-            assert!(
-                Command::new("sh")
-                    .args(["-c", &format!("command -v {bin}")])
-                    .stdout(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success()),
-                "{bin} is needed for the Podman tests (apt-get install podman; scripts/setup.sh does it)"
-            );
-        }
+        require(
+            &["podman", "conmon", "runc"],
+            "the Podman tests (apt-get install podman; scripts/setup.sh does it)",
+        );
         let dir = tempfile::tempdir().expect("temp dir");
         let d = dir.path().display();
         std::fs::write(

@@ -186,6 +186,19 @@ pub fn run_cli(program: &str, args: &[&str], dir: Option<&Path>) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Panics, naming what to install, when one of `bins` is not on the PATH: the suites that need
+/// a real runtime never skip.
+pub fn require(bins: &[&str], who: &str) {
+    for bin in bins {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {bin}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(found, "{bin} is needed for {who}");
+    }
+}
+
 pub fn docker(args: &[&str]) -> String {
     run_cli("docker", args, None)
 }
