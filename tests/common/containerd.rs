@@ -314,12 +314,7 @@ impl Kubelet {
             linux: Some(LinuxPodSandboxConfig {
                 security_context: Some(LinuxSandboxSecurityContext {
                     // NB: host network: the sandbox needs no CNI plugin.
-                    namespace_options: Some(NamespaceOption {
-                        network: NamespaceMode::Node as i32,
-                        pid: NamespaceMode::Container as i32,
-                        ipc: NamespaceMode::Pod as i32,
-                        ..Default::default()
-                    }),
+                    namespace_options: Some(namespaces()),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -394,12 +389,7 @@ impl Kubelet {
             // (the pause process is PID 1), and SIGTERM kills any shell at once.
             linux: Some(LinuxContainerConfig {
                 security_context: Some(LinuxContainerSecurityContext {
-                    namespace_options: Some(NamespaceOption {
-                        network: NamespaceMode::Node as i32,
-                        pid: NamespaceMode::Container as i32,
-                        ipc: NamespaceMode::Pod as i32,
-                        ..Default::default()
-                    }),
+                    namespace_options: Some(namespaces()),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -545,5 +535,17 @@ impl Kubelet {
                 }
             }
         });
+    }
+}
+
+/// The namespaces of the test's pods and their containers: the node's network (the sandbox
+/// needs no CNI plugin), a PID namespace per container (its process is PID 1 there, as kubelet
+/// arranges without shareProcessNamespace), the pod's IPC.
+fn namespaces() -> NamespaceOption {
+    NamespaceOption {
+        network: NamespaceMode::Node as i32,
+        pid: NamespaceMode::Container as i32,
+        ipc: NamespaceMode::Pod as i32,
+        ..Default::default()
     }
 }

@@ -243,16 +243,6 @@ impl Agent {
         self.ctx.cfg = merged;
     }
 
-    async fn note(
-        &mut self,
-        at: Millis,
-        about: About<'_>,
-        code: Code,
-        detail: String,
-    ) -> Result<(), CoordError> {
-        self.journal.note(at, about, code, detail).await
-    }
-
     /// One evaluation cycle over every opted-in worker of this node.
     pub async fn cycle(&mut self) -> CycleReport {
         let started = tokio::time::Instant::now();
@@ -423,7 +413,9 @@ impl Agent {
         self.ctx.notifier.send(&a).await;
         let about = About::worker(worker, Verdict::Healthy).once();
         let detail = "several containers share this worker id".to_string();
-        self.note(now, about, Code::SkipAmbiguous, detail).await
+        self.journal
+            .note(now, about, Code::SkipAmbiguous, detail)
+            .await
     }
 
     /// A worker that is no longer ambiguous: the next time it is, it is a new episode.
@@ -593,6 +585,7 @@ impl Agent {
                 self.ctx.cfg.dry_run
             );
             let _ = self
+                .journal
                 .note(
                     now,
                     About::worker("-", Verdict::Healthy),
