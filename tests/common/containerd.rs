@@ -97,7 +97,9 @@ state = "{root}/state"
             .spawn()
             .expect("containerd starts");
         self.child = Some(child);
-        for _ in 0..100 {
+        // NB: up to 30 s: a containerd starting beside other suites on a loaded 2-core machine
+        // can take more than a few seconds to listen (one that fails says so in its log).
+        for _ in 0..600 {
             if self.socket().exists() {
                 return;
             }
