@@ -30,6 +30,7 @@ attempts = 2
 timeout = "2s"
 "#
             ),
+            ..ConfigParts::default()
         })
     }
 
@@ -229,20 +230,21 @@ async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn embedded_mode_works_without_redis_through_the_local_status_api() {
+async fn embedded_mode_works_without_redis_through_the_local_worker_api() {
     let hook = Receiver::start().await;
     let s = Setup::new("e2e");
     let cfg = s.config(&hook.url, "");
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
     let agent = VigilProcess::spawn(&["run"], &cfg, &[]);
-    let url = s.url("");
+    let url = s.worker_url("");
     let up = eventually(Duration::from_secs(10), || {
-        std::net::TcpStream::connect(&s.listen).is_ok()
+        std::net::TcpStream::connect(&s.worker_listen).is_ok()
     })
     .await;
     assert!(up, "{}", agent.log_text());
-    let (code, out, err) = beat(&cfg, &s.worker, "processing", &["--agent", &url], &[]);
+    // No --agent: `vigil beat` finds the worker API in the config.
+    let (code, out, err) = beat(&cfg, &s.worker, "processing", &[], &[]);
     assert_eq!(code, 0, "{out}{err}");
     let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
     assert!(restarted, "{}", agent.log_text());
@@ -265,6 +267,14 @@ async fn embedded_mode_works_without_redis_through_the_local_status_api() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
+    // The metrics port takes no write at all.
+    let r = reqwest::Client::new()
+        .put(s.url(&format!("/v1/workers/{}/status", s.worker)))
+        .body("{\"state\":\"error\"}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
 }
 
 #[test]

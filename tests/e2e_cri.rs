@@ -55,6 +55,7 @@ enabled = "off"
 enabled = "off"
 "#
             ),
+            ..ConfigParts::default()
         })
     }
 

@@ -79,7 +79,7 @@ grace = "8s"
     }
 
     /// A worker container opted in with the SIGUSR1 checkpoint method, running `script` on the
-    /// host network (so it can reach the agent's status API).
+    /// host network (so it can reach the agent's worker API on loopback).
     fn signal_worker(&self, script: &str) -> WorkerContainer {
         WorkerContainer::start_with(
             &[
@@ -94,9 +94,12 @@ grace = "8s"
         )
     }
 
-    /// A worker container that acknowledges a SIGUSR1 checkpoint through the agent's status API.
+    /// A worker container that acknowledges a SIGUSR1 checkpoint through the agent's worker API
+    /// (on loopback: the container shares the host's network).
     fn acking_worker(&self) -> WorkerContainer {
-        let url = self.s.url(&format!("/v1/workers/{}/status", self.s.worker));
+        let url = self
+            .s
+            .worker_url(&format!("/v1/workers/{}/status", self.s.worker));
         self.signal_worker(&format!(
             "trap 'echo checkpoint; wget -q -O- --header \"Content-Type: application/json\" --post-data \"{{\\\"checkpoint_ack\\\":\\\"ok\\\"}}\" {url}' USR1; \
              trap 'exit 0' TERM; while true; do sleep 1; done"

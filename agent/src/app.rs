@@ -12,7 +12,7 @@ use tokio_util::task::TaskTracker;
 use crate::actions::alert::{AlertSink, Notifier, WebhookSink};
 use crate::actions::node::{KubeNodeApi, NodeApi};
 use crate::clock::SystemClock;
-use crate::config::{Config, LogFormat, ProcessEnv, Switch};
+use crate::config::{Config, LogFormat, ProcessEnv, Switch, WorkerAuth};
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
@@ -21,11 +21,15 @@ use crate::engine::node::{Controller, SharedFacts};
 use crate::model::gpu::GpuReport;
 use crate::model::maintenance::RawMetadata;
 use crate::observe::health::Warnings;
+use crate::observe::listen::{bind_unix, UnixPeers};
 use crate::observe::metrics::Metrics;
 use crate::observe::server::{self, ServerState};
+use crate::observe::worker_api::{self, WorkerApiState};
 use crate::runtime::ContainerRuntime;
 use crate::sources::metadata::{watch_with, MetadataClient, WatchConfig};
+use crate::sources::peer::Procfs;
 use crate::sources::pods::{KubePods, PodApi};
+use crate::sources::token_review::{CachedReviews, KubeTokenReview};
 
 fn init_logging(cfg: &Config) {
     use tracing_subscriber::EnvFilter;
@@ -297,12 +301,20 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
             health: agent.health.clone(),
             coord: a.coord.clone(),
             runtime: Arc::new(a.runtime.clone()),
-            keys: agent.keys().clone(),
             max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
         };
-        tracing::info!(%addr, "serving /metrics /healthz /readyz and the status API");
+        tracing::info!(%addr, "serving /metrics /healthz /readyz (read-only)");
         tracker.spawn(server::serve(listener, state, stop.clone()));
     }
+    let worker_api = WorkerApiState {
+        coord: a.coord.clone(),
+        keys: agent.keys().clone(),
+        metrics: a.metrics.clone(),
+        directory: Arc::new(a.runtime.clone()),
+        tcp_auth: cfg.worker_api.auth,
+        reviewer: None,
+    };
+    start_worker_api(&cfg, worker_api, &tracker, &stop).await?;
     // A separate heartbeat, so a long cycle (a restart can take minutes) never lets the node
     // record expire and the fleet view call a working node down.
     tracker.spawn(crate::engine::heartbeat::heartbeat_loop(
@@ -319,6 +331,50 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let drained = drain(&cfg, &tracker, controller_done, &stop).await;
     drop(gpu_thread); // NB: detached: a wedged NVML call must not hold the exit.
     drained
+}
+
+/// The worker write API's listeners, when configured (`[worker_api]`). A listener that cannot
+/// start, or token authentication without an API server to review tokens, stops the agent: a
+/// worker API that silently is not there would leave every worker looking hung.
+async fn start_worker_api(
+    cfg: &Config,
+    mut state: WorkerApiState,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) -> Result<(), RunError> {
+    let api = &cfg.worker_api;
+    if let Some(addr) = api.listen {
+        if api.auth == WorkerAuth::Kubernetes {
+            let review = KubeTokenReview::connect(&cfg.kubernetes.api_url, &api.audience)
+                .await
+                .map_err(|e| {
+                    RunError(format!(
+                        "worker_api.auth = \"kubernetes\": no Kubernetes API client to review workers' tokens: {e}"
+                    ))
+                })?;
+            state.reviewer = Some(Arc::new(CachedReviews::new(review, api.review_cache)));
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| RunError(format!("worker_api.listen {addr}: cannot bind: {e}")))?;
+        tracing::info!(%addr, auth = api.auth.as_str(), "serving the worker API");
+        tracker.spawn(worker_api::serve(listener, state.clone(), stop.clone()));
+    }
+    if !api.socket.as_os_str().is_empty() {
+        let listener = bind_unix(&api.socket).map_err(|e| {
+            RunError(format!(
+                "worker_api.socket {}: cannot listen: {e}",
+                api.socket.display()
+            ))
+        })?;
+        tracing::info!(socket = %api.socket.display(), "serving the worker API to this host's containers");
+        let peers = UnixPeers {
+            listener,
+            procfs: Procfs::default(),
+        };
+        tracker.spawn(worker_api::serve(peers, state, stop.clone()));
+    }
+    Ok(())
 }
 
 /// Everything after SIGTERM must end before the pod's grace period, or the kubelet kills us

@@ -18,7 +18,7 @@ use proptest::test_runner::{Config as Runner, FileFailurePersistence};
 
 use crate::config::Config;
 use crate::model::worker::{WorkerStatus, MAX_FIELD};
-use crate::observe::server::status_fields;
+use crate::observe::worker_api::status_fields;
 use crate::runtime::cri_log;
 use crate::sources::metadata::parse::{parse_maintenance_event, parse_preempted, parse_upcoming};
 

@@ -1,6 +1,6 @@
 //! The end-to-end rig shared by the suites that run the `vigil` binary (tests/e2e*.rs,
 //! tests/podman.rs): the names one process under test runs with (its node, Redis key prefix,
-//! worker label and worker id, the address of its status API), a directory for its config file,
+//! worker label and worker id, the addresses of its metrics server and worker API), a directory for its config file,
 //! the part of that config the suites share (the restart pipeline compressed from minutes to
 //! seconds), and how they read the trail that `vigil explain` prints.
 
@@ -19,6 +19,9 @@ pub struct ConfigParts<'a> {
     pub policy: &'a str,
     /// Further tables, whole.
     pub tables: &'a str,
+    /// The `[worker_api]` table, whole; empty: the worker API on [`Setup::worker_listen`]
+    /// (loopback) without authentication, as a single-user host runs it.
+    pub worker_api: &'a str,
 }
 
 pub struct Setup {
@@ -28,6 +31,8 @@ pub struct Setup {
     pub label: String,
     pub worker: String,
     pub listen: String,
+    /// The worker API's loopback address.
+    pub worker_listen: String,
 }
 
 impl Setup {
@@ -40,6 +45,7 @@ impl Setup {
             label: unique("vigil.test."),
             worker: unique("trainer-"),
             listen: format!("127.0.0.1:{}", free_port()),
+            worker_listen: format!("127.0.0.1:{}", free_port()),
         }
     }
 
@@ -48,6 +54,7 @@ impl Setup {
     pub fn second_process(&self) -> Setup {
         Setup {
             listen: format!("127.0.0.1:{}", free_port()),
+            worker_listen: format!("127.0.0.1:{}", free_port()),
             dir: tempfile::tempdir().unwrap(),
             node: self.node.clone(),
             prefix: self.prefix.clone(),
@@ -59,6 +66,15 @@ impl Setup {
     /// Write the agent's `vigil.toml`: these names, the restart pipeline compressed to seconds,
     /// and the suite's own keys; its path.
     pub fn write_config(&self, own: ConfigParts) -> PathBuf {
+        let loopback_api = format!(
+            "[worker_api]\nlisten = \"{}\"\nauth = \"none\"\n",
+            self.worker_listen
+        );
+        let worker_api = if own.worker_api.is_empty() {
+            loopback_api.as_str()
+        } else {
+            own.worker_api
+        };
         let text = format!(
             r#"node_name = "{node}"
 poll_interval = "300ms"
@@ -81,6 +97,7 @@ stale_after = "2s"
 confirm_after = "500ms"
 restart_delay = "2s"
 {policy}
+{worker_api}
 {tables}"#,
             node = self.node,
             prefix = self.prefix,
@@ -90,18 +107,24 @@ restart_delay = "2s"
             runtime = own.runtime,
             policy = own.policy,
             tables = own.tables,
+            worker_api = worker_api,
         );
         let path = self.dir.path().join("vigil.toml");
         std::fs::write(&path, text).unwrap();
         path
     }
 
-    /// `http://LISTEN{path}`, the agent's status API.
+    /// `http://LISTEN{path}`, the agent's metrics and probes.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.listen)
     }
 
-    /// GET `path` from the agent's status API.
+    /// `http://WORKER_LISTEN{path}`, the agent's worker API.
+    pub fn worker_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.worker_listen)
+    }
+
+    /// GET `path` from the agent's metrics server.
     pub async fn get(&self, path: &str) -> reqwest::Response {
         reqwest::get(self.url(path)).await.unwrap()
     }

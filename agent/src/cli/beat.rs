@@ -1,6 +1,8 @@
-//! `vigil beat`: publish a worker's status record (for shell workers), to Redis or, without it,
-//! to the local agent's status API.
+//! `vigil beat`: publish a worker's status record (for shell workers), to Redis or to an agent's
+//! worker API (TCP with the worker's token, or the unix socket, where the kernel names the
+//! worker's container).
 
+use std::path::Path;
 use std::time::Duration;
 
 use super::CliError;
@@ -12,35 +14,16 @@ pub(super) async fn run(
     cfg: &Config,
     worker: &str,
     fields: Vec<(String, String)>,
-    agent: &str,
+    agent: Option<&str>,
+    token_file: Option<&Path>,
 ) -> Result<(), CliError> {
-    if cfg.embedded() {
-        let body: serde_json::Map<String, serde_json::Value> = fields
-            .into_iter()
-            .map(|(k, v)| (k, serde_json::Value::String(v)))
-            .collect();
-        let url = format!("{}/v1/workers/{worker}/status", agent.trim_end_matches('/'));
-        let resp = reqwest::Client::new()
-            .put(&url)
-            .timeout(Duration::from_secs(10))
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| {
-                CliError::Failed(format!(
-                    "no REDIS_URL, and the local agent at {url} did not answer: {e}"
-                ))
-            })?;
-        if !resp.status().is_success() {
-            let status = resp.status();
-            let text = resp.text().await.unwrap_or_default();
-            return Err(CliError::Failed(format!(
-                "agent at {url} refused the beat: {status} {}",
-                text.trim()
-            )));
-        }
-        println!("beat sent to {url}");
-        return Ok(());
+    let agent = match agent {
+        Some(a) => Some(a.to_string()),
+        None if cfg.embedded() => Some(local_worker_api(cfg)?),
+        None => None,
+    };
+    if let Some(agent) = agent {
+        return to_agent(&agent, worker, fields, token_file).await;
     }
     let coord =
         RedisCoordinator::from_config(&cfg.redis).map_err(|e| CliError::Failed(e.to_string()))?;
@@ -49,5 +32,78 @@ pub(super) async fn run(
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
     println!("{} heartbeat={}", keys.status(worker), heartbeat_value(now));
+    Ok(())
+}
+
+/// This node's worker API as `[worker_api]` configures it: the TCP listener (on loopback when
+/// it listens on every address), else the unix socket.
+fn local_worker_api(cfg: &Config) -> Result<String, CliError> {
+    if let Some(addr) = cfg.worker_api.listen {
+        let ip = if addr.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            addr.ip().to_string()
+        };
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip
+        };
+        return Ok(format!("http://{host}:{}", addr.port()));
+    }
+    if !cfg.worker_api.socket.as_os_str().is_empty() {
+        return Ok(format!("unix:{}", cfg.worker_api.socket.display()));
+    }
+    Err(CliError::Failed(
+        "no REDIS_URL and no worker API in the config ([worker_api] listen or socket): give --agent".into(),
+    ))
+}
+
+async fn to_agent(
+    agent: &str,
+    worker: &str,
+    fields: Vec<(String, String)>,
+    token_file: Option<&Path>,
+) -> Result<(), CliError> {
+    let body: serde_json::Map<String, serde_json::Value> = fields
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    let path = format!("/v1/workers/{worker}/status");
+    let (client, url) = match agent.strip_prefix("unix:") {
+        Some(socket) => (
+            reqwest::Client::builder().unix_socket(socket).build(),
+            format!("http://localhost{path}"),
+        ),
+        None => (
+            reqwest::Client::builder().build(),
+            format!("{}{path}", agent.trim_end_matches('/')),
+        ),
+    };
+    let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {e}")))?;
+    let mut req = client
+        .put(&url)
+        .timeout(Duration::from_secs(10))
+        .json(&body);
+    if let Some(file) = token_file {
+        let token = std::fs::read_to_string(file)
+            .map_err(|e| CliError::Failed(format!("token file {}: {e}", file.display())))?;
+        req = req.bearer_auth(token.trim());
+    }
+    let resp = req.send().await.map_err(|e| {
+        CliError::Failed(format!(
+            "the agent at {agent} did not answer: {}",
+            e.without_url()
+        ))
+    })?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        return Err(CliError::Failed(format!(
+            "the agent at {agent} refused the beat: {status} {}",
+            text.trim()
+        )));
+    }
+    println!("beat sent to {agent}");
     Ok(())
 }

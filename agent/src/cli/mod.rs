@@ -72,9 +72,16 @@ pub enum Command {
         /// Acknowledge a checkpoint request (give the request id from `checkpoint_request`).
         #[arg(long, value_name = "ID")]
         checkpoint_ack: Option<String>,
-        /// Without Redis: the local agent's status API to send the beat to.
-        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
-        agent: String,
+        /// Send the beat to an agent's worker API instead of Redis: `http://HOST:PORT` or
+        /// `unix:/run/vigil/worker.sock`. Without it: Redis when `REDIS_URL` is set, else this
+        /// node's worker API as configured in `[worker_api]`.
+        #[arg(long, value_name = "URL")]
+        agent: Option<String>,
+        /// A file holding the worker's projected ServiceAccount token (sent as a bearer token
+        /// to an agent with `worker_api.auth = "kubernetes"`); read afresh on every beat, as
+        /// the kubelet rotates it.
+        #[arg(long, value_name = "PATH", env = "VIGIL_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
     },
     /// Print the verdict → action table, generated from the policy code and the configured
     /// thresholds.
@@ -199,6 +206,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             progress,
             checkpoint_ack,
             agent,
+            token_file,
         } => {
             let cfg = load(&config)?;
             let fields: Vec<(String, String)> = [
@@ -210,7 +218,14 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
             .collect();
-            beat::run(&cfg, &worker, fields, &agent).await
+            beat::run(
+                &cfg,
+                &worker,
+                fields,
+                agent.as_deref(),
+                token_file.as_deref(),
+            )
+            .await
         }
         Command::Policy { config } => {
             print!("{}", policy::render(&load(&config)?));

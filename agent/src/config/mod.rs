@@ -31,6 +31,7 @@ mod safety;
 mod server;
 #[cfg(test)]
 mod testing;
+mod worker_api;
 
 pub(crate) use alerts::alert_backoff;
 pub use alerts::AlertsConfig;
@@ -48,6 +49,7 @@ pub use runtime::{RuntimeConfig, RuntimeKind};
 pub use safety::SafetyConfig;
 pub(crate) use safety::LOCK_MARGIN;
 pub use server::ServerConfig;
+pub use worker_api::{WorkerApiConfig, WorkerAuth};
 
 /// A configuration problem, always naming the key so the operator can find the line to fix.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -122,6 +124,7 @@ pub struct Config {
     pub safety: SafetyConfig,
     pub alerts: AlertsConfig,
     pub server: ServerConfig,
+    pub worker_api: WorkerApiConfig,
     pub log: LogConfig,
     pub fleet: FleetConfig,
     pub metadata: MetadataConfig,
@@ -150,6 +153,7 @@ impl Default for Config {
             safety: SafetyConfig::default(),
             alerts: AlertsConfig::default(),
             server: ServerConfig::default(),
+            worker_api: WorkerApiConfig::default(),
             log: LogConfig::default(),
             fleet: FleetConfig::default(),
             metadata: MetadataConfig::default(),
@@ -306,6 +310,8 @@ impl Config {
         self.validate_opportunistic()?;
         self.opportunistic.validate()?;
         self.server.validate()?;
+        self.worker_api.validate()?;
+        self.validate_worker_auth()?;
         self.log.validate()
     }
 
@@ -318,6 +324,22 @@ impl Config {
         nonzero(&self.policy.nonzero())?;
         nonzero(&self.safety.nonzero())?;
         nonzero(&self.alerts.nonzero())
+    }
+
+    /// Tokens are reviewed by the API server: `auth = "kubernetes"` needs one.
+    fn validate_worker_auth(&self) -> Result<(), ConfigError> {
+        if self.worker_api.listen.is_some()
+            && self.worker_api.auth == WorkerAuth::Kubernetes
+            && !self.kubernetes_on()
+        {
+            return bad(
+                "worker_api.auth",
+                "is \"kubernetes\" (the default), which reviews workers' tokens with the API server, but the \
+                 Kubernetes API is off here (kubernetes.enabled, no in-cluster ServiceAccount, no kubernetes.api_url); \
+                 on a host without Kubernetes serve containers through worker_api.socket, or listen on 127.0.0.1 with auth = \"none\"",
+            );
+        }
+        Ok(())
     }
 
     fn validate_node_name(&self) -> Result<(), ConfigError> {

@@ -1,22 +1,20 @@
-//! The admin and status HTTP server: `/metrics`, `/healthz`, `/readyz`, and the local status API
-//! (`PUT /v1/workers/{id}/status`) through which workers without a Redis client — or any worker
-//! when the agent runs with the embedded coordinator — publish their status record.
+//! The read-only HTTP server Prometheus and the kubelet's probes reach: `/metrics`, `/healthz`,
+//! `/readyz`, GET only. Workers write on their own, authenticated listener
+//! (`crate::observe::worker_api`); a write sent here is refused with a pointer to it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{any, get};
 use axum::Router;
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::coord::{write_status, Coordinator, Keys};
-use crate::model::worker::valid_worker_id;
+use crate::coord::Coordinator;
 use crate::observe::health::Health;
+use crate::observe::listen::serve_router;
 use crate::observe::metrics::Metrics;
 
 /// Longest a `/readyz` check waits on one dependency.
@@ -25,17 +23,6 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A client that opened a connection and has not sent a whole request head in this long (a
 /// half-open or idle keep-alive connection) is dropped, so stuck clients cannot pile up.
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A status body is a few short strings; anything bigger is a mistake.
-const MAX_STATUS_BODY: usize = 64 * 1024;
-
-/// An oversized body is read and thrown away up to this much, so the client gets its 413
-/// instead of a connection reset (closing with unread data makes the kernel send RST, which
-/// discards the answer); beyond it the connection is closed.
-const MAX_DRAIN: usize = 16 * 1024 * 1024;
-
-/// Longest the agent waits for a status body once the head has arrived.
-const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A dependency `/readyz` waits on besides the coordinator: the container runtime. The server
 /// asks only this of it, so observe/ needs no runtime types (runtime/ implements it for
@@ -54,32 +41,8 @@ pub struct ServerState {
     pub health: Arc<Health>,
     pub coord: Arc<dyn Coordinator>,
     pub runtime: Arc<dyn Probe>,
-    pub keys: Keys,
     /// A loop that has not finished a cycle for this long is wedged.
     pub max_cycle_age: Duration,
-}
-
-/// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
-/// optional, but at least one must be given.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct StatusBody {
-    #[serde(default)]
-    pub state: Option<String>,
-    #[serde(default)]
-    pub job: Option<String>,
-    #[serde(default)]
-    pub progress: Option<String>,
-    /// Acknowledges a checkpoint request (ideally with its id).
-    #[serde(default)]
-    pub checkpoint_ack: Option<String>,
-}
-
-impl StatusBody {
-    const EMPTY_ERROR: (StatusCode, &'static str) = (
-        StatusCode::BAD_REQUEST,
-        "give at least one of state, job, progress, checkpoint_ack\n",
-    );
 }
 
 pub(crate) fn router(state: ServerState) -> Router {
@@ -87,7 +50,7 @@ pub(crate) fn router(state: ServerState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/v1/workers/{id}/status", put(put_status).post(put_status))
+        .route("/v1/workers/{id}/status", any(not_here))
         .with_state(state)
 }
 
@@ -172,104 +135,15 @@ async fn readyz(State(s): State<ServerState>) -> Response {
     }
 }
 
-/// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see
-/// [`MAX_DRAIN`]) when it is bigger and 408 when the client stalls.
-async fn read_status_body(body: Body) -> Result<Bytes, Response> {
-    use http_body_util::BodyExt;
-    let read = async move {
-        let mut body = body;
-        let mut kept = Vec::new();
-        let mut seen = 0usize;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| (StatusCode::BAD_REQUEST, format!("body: {e}\n")))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            seen += data.len();
-            if seen <= MAX_STATUS_BODY {
-                kept.extend_from_slice(&data);
-            } else if seen > MAX_DRAIN {
-                break;
-            }
-        }
-        Ok::<_, (StatusCode, String)>((kept, seen))
-    };
-    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
-        Err(_) => Err((
-            StatusCode::REQUEST_TIMEOUT,
-            format!("body not received within {BODY_READ_TIMEOUT:?}\n"),
-        )
-            .into_response()),
-        Ok(Err(e)) => Err(e.into_response()),
-        Ok(Ok((_, seen))) if seen > MAX_STATUS_BODY => Err((
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("status body is limited to {MAX_STATUS_BODY} bytes\n"),
-        )
-            .into_response()),
-        Ok(Ok((kept, _))) => Ok(Bytes::from(kept)),
-    }
-}
-
-/// The record fields of a status body (pure: fuzzed in `crate::fuzz`), or the answer that says
-/// what is wrong with it.
-pub(crate) fn status_fields(body: &[u8]) -> Result<Vec<(String, String)>, (StatusCode, String)> {
-    let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..}}: {e}\n"),
-        )
-    })?;
-    let fields: Vec<(String, String)> = [
-        ("state", parsed.state),
-        ("job", parsed.job),
-        ("progress", parsed.progress),
-        ("checkpoint_ack", parsed.checkpoint_ack),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
-    .collect();
-    if fields.is_empty() {
-        let (code, why) = StatusBody::EMPTY_ERROR;
-        return Err((code, why.to_string()));
-    }
-    Ok(fields)
-}
-
-async fn put_status(
-    State(s): State<ServerState>,
-    Path(id): Path<String>,
-    headers: axum::http::HeaderMap,
-    body: Body,
-) -> Response {
-    // A declared length past what would ever be drained is refused before any read: nobody
-    // gets to hold a connection for `BODY_READ_TIMEOUT` by announcing gigabytes.
-    let declared = headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_DRAIN as u64) {
-        let why = format!("status body is limited to {MAX_STATUS_BODY} bytes\n");
-        return (StatusCode::PAYLOAD_TOO_LARGE, why).into_response();
-    }
-    if !valid_worker_id(&id) {
-        return (
-            StatusCode::BAD_REQUEST,
-            "worker id must be 1-128 characters of [A-Za-z0-9._-]\n",
-        )
-            .into_response();
-    }
-    let body = match read_status_body(body).await {
-        Ok(b) => b,
-        Err(answer) => return answer,
-    };
-    let fields = match status_fields(&body) {
-        Ok(f) => f,
-        Err(answer) => return answer.into_response(),
-    };
-    match write_status(s.coord.as_ref(), &s.keys, &id, &fields).await {
-        Ok(now) => (StatusCode::OK, format!("{{\"heartbeat_ms\":{now}}}\n")).into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
-    }
+/// The metrics port takes no write: a worker (or anyone) trying the old status API here learns
+/// where it moved, and gets nothing done.
+async fn not_here() -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        "this port serves /metrics, /healthz and /readyz only; workers write their status on the worker API \
+         (worker_api.listen or worker_api.socket, authenticated as the worker: see docs/security.md)\n",
+    )
+        .into_response()
 }
 
 /// Serve until `shutdown` fires, then let requests in flight finish.
@@ -282,54 +156,6 @@ pub async fn serve(
     Ok(())
 }
 
-/// hyper directly rather than `axum::serve`, which sets no timer and so no header-read timeout:
-/// a client that connects and says nothing would hold its connection forever.
-pub(crate) async fn serve_router(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    shutdown: CancellationToken,
-    header_timeout: Duration,
-) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-    let connections = tokio_util::task::TaskTracker::new();
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait rather than spin.
-                    tracing::warn!(error = %e, "status server: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let service = TowerToHyperService::new(app.clone());
-        let shutdown = shutdown.clone();
-        connections.spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                _ = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "status server: connection ended with an error");
-            }
-        });
-    }
-    connections.close();
-    connections.wait().await;
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -338,10 +164,9 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_util::sync::CancellationToken;
 
-    use super::{router, serve_router, Probe, ServerState, MAX_STATUS_BODY};
+    use super::{router, serve_router, Probe, ServerState};
     use crate::clock::SystemClock;
     use crate::coord::memory::MemoryCoordinator;
-    use crate::coord::Keys;
     use crate::observe::health::Health;
     use crate::observe::metrics::Metrics;
 
@@ -365,7 +190,6 @@ mod tests {
             health: Arc::new(Health::default()),
             coord: Arc::new(MemoryCoordinator::new(Arc::new(SystemClock))),
             runtime: Arc::new(Up),
-            keys: Keys::new("vigil", "node-a"),
             max_cycle_age: Duration::from_secs(60),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -400,27 +224,31 @@ mod tests {
         stop.cancel();
     }
 
+    /// The issue's two lines, against the metrics port: refused, and the port still serves.
     #[tokio::test]
-    async fn an_oversized_body_gets_413_and_a_small_one_is_accepted() {
+    async fn the_metrics_port_refuses_every_write() {
         let (addr, stop) = start(Duration::from_secs(10)).await;
         let client = reqwest::Client::new();
         let url = format!("http://{addr}/v1/workers/trainer-0/status");
-        let big = format!("{{\"state\":\"{}\"}}", "x".repeat(10 * 1024 * 1024));
-        let r = client.put(&url).body(big).send().await.unwrap();
-        assert_eq!(r.status(), 413);
-        assert!(r
-            .text()
-            .await
-            .unwrap()
-            .contains(&MAX_STATUS_BODY.to_string()));
-        // The same client (connection reused when kept alive) still works.
+        for body in [r#"{"state":"error"}"#, r#"{"checkpoint_ack":"x"}"#] {
+            let r = client.put(&url).body(body).send().await.unwrap();
+            assert_eq!(r.status(), 403);
+            assert!(r.text().await.unwrap().contains("worker_api"));
+            let r = client.post(&url).body(body).send().await.unwrap();
+            assert_eq!(r.status(), 403);
+        }
         let r = client
-            .put(&url)
-            .body(r#"{"state":"training"}"#)
+            .post(format!("http://{addr}/metrics"))
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        assert_eq!(r.status(), 405, "GET only");
+        let r = client
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
         stop.cancel();
     }
 

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, RuntimeKind};
 use crate::observe::server::Probe;
+use crate::observe::worker_api::WorkerDirectory;
 use crate::sources::podresources::{DeviceSource, PodResourcesClient};
 use crate::sources::pods::PodApi;
 use cri::{CriRuntime, CriSettings};
@@ -352,5 +353,13 @@ impl Probe for Arc<dyn ContainerRuntime> {
         ContainerRuntime::ping(&**self)
             .await
             .map_err(|e| e.to_string())
+    }
+}
+
+/// The worker API looks up which container carries a worker through [`WorkerDirectory`].
+#[async_trait]
+impl WorkerDirectory for Arc<dyn ContainerRuntime> {
+    async fn workers(&self) -> Result<Vec<Container>, String> {
+        self.list_workers().await.map_err(|e| e.to_string())
     }
 }

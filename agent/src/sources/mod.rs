@@ -2,5 +2,7 @@
 
 pub mod gpu;
 pub mod metadata;
+pub mod peer;
 pub mod podresources;
 pub mod pods;
+pub mod token_review;

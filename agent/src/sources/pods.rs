@@ -44,18 +44,24 @@ pub struct KubePods {
 impl KubePods {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
     pub async fn connect(api_url: &str) -> Result<Self, String> {
-        let mut config = if api_url.is_empty() {
-            kube::Config::infer().await.map_err(|e| e.to_string())?
-        } else {
-            kube::Config::new(api_url.parse().map_err(|e| format!("{api_url:?}: {e}"))?)
-        };
-        // NB: one read before a restart: a silent API server must not hold the restart path
-        // (and the node lock) for kube's default 295 s.
-        config.connect_timeout = Some(std::time::Duration::from_secs(5));
-        config.read_timeout = Some(std::time::Duration::from_secs(10));
-        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-        Ok(KubePods { client })
+        Ok(KubePods {
+            client: kube_client(api_url).await?,
+        })
     }
+}
+
+/// A client for `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the
+/// kubeconfig, with short deadlines: the callers (a read before a restart, a token review before
+/// a worker's write) must not hang on a silent API server for kube's default 295 s.
+pub(crate) async fn kube_client(api_url: &str) -> Result<kube::Client, String> {
+    let mut config = if api_url.is_empty() {
+        kube::Config::infer().await.map_err(|e| e.to_string())?
+    } else {
+        kube::Config::new(api_url.parse().map_err(|e| format!("{api_url:?}: {e}"))?)
+    };
+    config.connect_timeout = Some(std::time::Duration::from_secs(5));
+    config.read_timeout = Some(std::time::Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|e| e.to_string())
 }
 
 #[async_trait]

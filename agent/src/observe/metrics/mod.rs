@@ -10,6 +10,7 @@ mod cycle;
 mod decisions;
 mod gpu;
 mod node;
+mod worker_api;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -23,6 +24,7 @@ pub use decisions::DecisionMetrics;
 pub(crate) use gpu::GpuMetricsState;
 pub use gpu::{GpuLabels, GpuMetrics};
 pub use node::{CheckpointMetrics, KubeMetrics, MaintenanceMetrics};
+pub use worker_api::WorkerApiMetrics;
 
 pub struct Metrics {
     registry: Registry,
@@ -42,6 +44,8 @@ pub struct Metrics {
     pub budgets: BudgetMetrics,
     /// NVML monitoring and per-GPU health, samples, memory errors, throttling and XIDs.
     pub gpu: GpuMetrics,
+    /// Writes to the worker API, by outcome.
+    pub worker_api: WorkerApiMetrics,
 }
 
 impl Metrics {
@@ -56,6 +60,7 @@ impl Metrics {
         let kube = KubeMetrics::register(&mut registry);
         let budgets = BudgetMetrics::register(&mut registry);
         let gpu = GpuMetrics::register(&mut registry);
+        let worker_api = WorkerApiMetrics::register(&mut registry);
         register_build_info(&mut registry);
         Metrics {
             registry,
@@ -67,6 +72,7 @@ impl Metrics {
             kube,
             budgets,
             gpu,
+            worker_api,
         }
     }
 

@@ -1,0 +1,184 @@
+//! `[worker_api]`: the listeners through which workers write their own status record. Off unless
+//! configured, and separate from `[server]` (metrics and probes, read-only), so that the port
+//! Prometheus scrapes never takes a write. Every write is authenticated as the one worker it
+//! concerns (see `crate::policy::caller`); the one exception, `auth = "none"`, is refused
+//! anywhere but a loopback address.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, ConfigError};
+
+/// The longest a TokenReview's answer may be reused: a revoked token (its pod deleted) stops
+/// working within this bound.
+pub const MAX_REVIEW_CACHE: Duration = Duration::from_secs(600);
+
+/// How a write on the TCP listener proves who sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerAuth {
+    /// A projected ServiceAccount token (audience `worker_api.audience`) bound to the worker's
+    /// pod, checked with a TokenReview.
+    Kubernetes,
+    /// No proof at all: accepted on a loopback address only (a single-user host, a demo).
+    None,
+}
+
+impl WorkerAuth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerAuth::Kubernetes => "kubernetes",
+            WorkerAuth::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerApiConfig {
+    /// TCP address of the worker write API; empty (the default) serves none.
+    #[serde(with = "listen")]
+    pub listen: Option<SocketAddr>,
+    /// How a write on `listen` is authenticated: `kubernetes` or, on loopback only, `none`.
+    pub auth: WorkerAuth,
+    /// Unix socket of the worker write API for workers in containers of this host; empty (the
+    /// default) serves none. A write is accepted only from the container of the worker it names
+    /// (the peer's cgroup). Mount its directory, not the socket file, into the workers.
+    pub socket: PathBuf,
+    /// The audience a worker's projected token must be minted for.
+    pub audience: String,
+    /// How long a TokenReview's answer is reused (at most 10m).
+    #[serde(with = "humantime_serde")]
+    pub review_cache: Duration,
+}
+
+impl Default for WorkerApiConfig {
+    fn default() -> Self {
+        WorkerApiConfig {
+            listen: None,
+            auth: WorkerAuth::Kubernetes,
+            socket: PathBuf::new(),
+            audience: "vigil".into(),
+            review_cache: Duration::from_secs(60),
+        }
+    }
+}
+
+impl WorkerApiConfig {
+    /// No unauthenticated write off loopback; a bounded review cache; an audience.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(addr) = self.listen {
+            if self.auth == WorkerAuth::None && !addr.ip().is_loopback() {
+                return bad(
+                    "worker_api.auth",
+                    format!(
+                        "is \"none\" while worker_api.listen is {addr}, which is not a loopback address: \
+                         anyone who can reach it could keep a hung worker looking healthy or push a healthy \
+                         one into a restart. Use auth = \"kubernetes\" (projected ServiceAccount tokens), \
+                         listen on 127.0.0.1, or serve containers through worker_api.socket"
+                    ),
+                );
+            }
+        }
+        if self.audience.trim().is_empty() {
+            return bad("worker_api.audience", "must not be empty");
+        }
+        if self.review_cache.is_zero() || self.review_cache > MAX_REVIEW_CACHE {
+            return bad(
+                "worker_api.review_cache",
+                "must be above zero and at most 10m (a revoked token must stop working soon)",
+            );
+        }
+        if !self.socket.as_os_str().is_empty() && !self.socket.is_absolute() {
+            return bad("worker_api.socket", "must be an absolute path, or empty");
+        }
+        Ok(())
+    }
+
+    /// True when some listener is configured.
+    pub fn enabled(&self) -> bool {
+        self.listen.is_some() || !self.socket.as_os_str().is_empty()
+    }
+}
+
+/// `worker_api.listen`: a socket address, or the empty string for "none".
+mod listen {
+    use std::net::SocketAddr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        v: &Option<SocketAddr>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(a) => s.collect_str(a),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<SocketAddr>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        text.trim().parse().map(Some).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "`{text}` is not host:port (e.g. 0.0.0.0:9465), or \"\" for no TCP listener"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_names_keys, parse};
+    use super::WorkerAuth;
+
+    #[test]
+    fn every_invalid_value_names_its_key() {
+        assert_names_keys(&[
+            ("[worker_api]\nlisten = \"nope\"", "worker_api.listen"),
+            (
+                "[worker_api]\nlisten = \"0.0.0.0:9465\"\nauth = \"none\"",
+                "worker_api.auth",
+            ),
+            (
+                "[worker_api]\nlisten = \"10.0.0.7:9465\"\nauth = \"none\"",
+                "worker_api.auth",
+            ),
+            ("[worker_api]\nauth = \"maybe\"", "worker_api.auth"),
+            ("[worker_api]\naudience = \" \"", "worker_api.audience"),
+            (
+                "[worker_api]\nreview_cache = \"1h\"",
+                "worker_api.review_cache",
+            ),
+            (
+                "[worker_api]\nreview_cache = \"0s\"",
+                "worker_api.review_cache",
+            ),
+            ("[worker_api]\nsocket = \"run/w.sock\"", "worker_api.socket"),
+        ]);
+    }
+
+    #[test]
+    fn off_by_default_and_unauthenticated_only_on_loopback() {
+        let c = parse("").unwrap().worker_api;
+        assert!(!c.enabled());
+        assert_eq!(c.auth, WorkerAuth::Kubernetes);
+        let c = parse("[worker_api]\nlisten = \"127.0.0.1:9465\"\nauth = \"none\"\n")
+            .unwrap()
+            .worker_api;
+        assert!(c.enabled());
+        assert!(parse("[worker_api]\nlisten = \"[::1]:9465\"\nauth = \"none\"\n").is_ok());
+        let k8s = "[kubernetes]\nenabled = \"on\"\n";
+        assert!(parse(&format!("{k8s}[worker_api]\nlisten = \"0.0.0.0:9465\"\n")).is_ok());
+        // Tokens need an API server to review them.
+        assert_names_keys(&[("[worker_api]\nlisten = \"0.0.0.0:9465\"", "worker_api.auth")]);
+    }
+}

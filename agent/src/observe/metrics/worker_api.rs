@@ -1,0 +1,39 @@
+//! The worker write API: every write, by how it ended, so a refused worker (a missing token, a
+//! token of another pod) shows on a dashboard and not only in the agent's log.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// A write's listener (`tcp`, `unix`) and outcome (`accepted`, `unauthenticated`, `forbidden`,
+/// `unavailable`, `invalid`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub listener: &'static str,
+    pub outcome: &'static str,
+}
+
+pub struct WorkerApiMetrics {
+    pub writes: Family<WriteLabels, Counter>,
+}
+
+impl WorkerApiMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = WorkerApiMetrics {
+            writes: Family::default(),
+        };
+        reg.register(
+            "worker_api_writes",
+            "Status writes to the worker API by listener (tcp, unix) and outcome (accepted, unauthenticated, forbidden, unavailable, invalid)",
+            m.writes.clone(),
+        );
+        m
+    }
+
+    pub fn write(&self, listener: &'static str, outcome: &'static str) {
+        self.writes
+            .get_or_create(&WriteLabels { listener, outcome })
+            .inc();
+    }
+}

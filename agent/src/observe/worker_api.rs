@@ -1,0 +1,318 @@
+//! The worker write API (`PUT /v1/workers/{id}/status`): a worker publishes its own status record
+//! through the agent, on its own listener (`[worker_api]`), never on the metrics port.
+//!
+//! Every write is authenticated, then authorised to the one worker it names
+//! (`crate::policy::caller`): on TCP a projected ServiceAccount token (reviewed by the API
+//! server) or, on loopback only and when configured, nothing; on the unix socket the peer's
+//! container. Answers: 401 (no or bad proof), 403 (proven, but not that worker), 503 (the API
+//! server or the runtime cannot say: fail closed), 400/413/408 for a bad body.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::put;
+use axum::{Extension, Router};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::WorkerAuth;
+use crate::coord::{write_status, Coordinator, Keys};
+use crate::model::container::Container;
+use crate::model::worker::valid_worker_id;
+use crate::observe::listen::{serve_router, Listen, Peer};
+use crate::observe::metrics::Metrics;
+use crate::observe::server::HEADER_READ_TIMEOUT;
+use crate::policy::caller::{authorize, Caller};
+use crate::sources::token_review::{Reviewed, TokenReviewer};
+
+/// A status body is a few short strings; anything bigger is a mistake.
+pub(crate) const MAX_STATUS_BODY: usize = 64 * 1024;
+
+/// An oversized body is read and thrown away up to this much, so the client gets its 413
+/// instead of a connection reset (closing with unread data makes the kernel send RST, which
+/// discards the answer); beyond it the connection is closed.
+const MAX_DRAIN: usize = 16 * 1024 * 1024;
+
+/// Longest the agent waits for a status body once the head has arrived.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest a write waits on the runtime's listing of this node's workers.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The opted-in worker containers on this node now. observe/ asks only this of the runtime
+/// (runtime/ implements it), so the arrow between the two runs one way.
+#[async_trait::async_trait]
+pub trait WorkerDirectory: Send + Sync {
+    async fn workers(&self) -> Result<Vec<Container>, String>;
+}
+
+#[derive(Clone)]
+pub struct WorkerApiState {
+    pub coord: Arc<dyn Coordinator>,
+    pub keys: Keys,
+    pub metrics: Arc<Metrics>,
+    pub directory: Arc<dyn WorkerDirectory>,
+    /// How a TCP write is authenticated.
+    pub tcp_auth: WorkerAuth,
+    /// The API server's reviews of tokens (`tcp_auth = kubernetes`).
+    pub reviewer: Option<Arc<dyn TokenReviewer>>,
+}
+
+/// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
+/// optional, but at least one must be given.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StatusBody {
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub progress: Option<String>,
+    /// Acknowledges a checkpoint request (ideally with its id).
+    #[serde(default)]
+    pub checkpoint_ack: Option<String>,
+}
+
+pub(crate) fn router(state: WorkerApiState) -> Router {
+    Router::new()
+        .route("/v1/workers/{id}/status", put(put_status).post(put_status))
+        .with_state(state)
+}
+
+/// Serve the worker API on `listener` until `shutdown` fires.
+pub async fn serve<L: Listen>(listener: L, state: WorkerApiState, shutdown: CancellationToken) {
+    serve_router(listener, router(state), shutdown, HEADER_READ_TIMEOUT).await;
+}
+
+/// An answer and the outcome label it is counted under.
+struct Answer(StatusCode, &'static str, String);
+
+impl Answer {
+    fn unauthenticated(why: impl Into<String>) -> Answer {
+        Answer(StatusCode::UNAUTHORIZED, "unauthenticated", why.into())
+    }
+    fn forbidden(why: impl Into<String>) -> Answer {
+        Answer(StatusCode::FORBIDDEN, "forbidden", why.into())
+    }
+    fn unavailable(why: impl Into<String>) -> Answer {
+        Answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why.into())
+    }
+    fn invalid(code: StatusCode, why: impl Into<String>) -> Answer {
+        Answer(code, "invalid", why.into())
+    }
+
+    fn into_response(self) -> Response {
+        let Answer(code, _, text) = self;
+        let body = format!("{}\n", text.trim_end());
+        match code {
+            StatusCode::UNAUTHORIZED => (
+                code,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"vigil\"")],
+                body,
+            )
+                .into_response(),
+            StatusCode::SERVICE_UNAVAILABLE => {
+                (code, [(header::RETRY_AFTER, "5")], body).into_response()
+            }
+            _ => (code, body).into_response(),
+        }
+    }
+}
+
+async fn put_status(
+    State(s): State<WorkerApiState>,
+    Extension(peer): Extension<Peer>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let listener = match peer {
+        Peer::Tcp(_) => "tcp",
+        Peer::Unix { .. } => "unix",
+    };
+    let answer = match write(&s, &peer, &id, &headers, body).await {
+        Ok(now) => Answer(
+            StatusCode::OK,
+            "accepted",
+            format!("{{\"heartbeat_ms\":{now}}}"),
+        ),
+        Err(refused) => refused,
+    };
+    s.metrics.worker_api.write(listener, answer.1);
+    if answer.0 == StatusCode::FORBIDDEN {
+        tracing::warn!(worker = %id, "worker API: write refused: {}", answer.2);
+    } else if answer.0 != StatusCode::OK {
+        tracing::debug!(worker = %id, code = answer.0.as_u16(), "worker API: {}", answer.2);
+    }
+    answer.into_response()
+}
+
+/// Authenticate, authorise, then read and write: nobody unproven gets to send a body.
+async fn write(
+    s: &WorkerApiState,
+    peer: &Peer,
+    id: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<i64, Answer> {
+    // A declared length past what would ever be drained is refused before any read: nobody
+    // gets to hold a connection for `BODY_READ_TIMEOUT` by announcing gigabytes.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_DRAIN as u64) {
+        let why = format!("status body is limited to {MAX_STATUS_BODY} bytes");
+        return Err(Answer::invalid(StatusCode::PAYLOAD_TOO_LARGE, why));
+    }
+    if !valid_worker_id(id) {
+        return Err(Answer::invalid(
+            StatusCode::BAD_REQUEST,
+            "worker id must be 1-128 characters of [A-Za-z0-9._-]",
+        ));
+    }
+    let caller = authenticate(s, peer, headers).await?;
+    if caller != Caller::Loopback {
+        let listed = tokio::time::timeout(LIST_TIMEOUT, s.directory.workers())
+            .await
+            .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
+            .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))?;
+        authorize(&caller, id, s.keys.node(), &listed).map_err(|r| Answer::forbidden(r.0))?;
+    }
+    let body = read_status_body(body).await?;
+    let fields = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
+    write_status(s.coord.as_ref(), &s.keys, id, &fields)
+        .await
+        .map_err(|e| Answer::unavailable(e.to_string()))
+}
+
+/// Who sent the write, as proven by its listener's means.
+async fn authenticate(
+    s: &WorkerApiState,
+    peer: &Peer,
+    headers: &HeaderMap,
+) -> Result<Caller, Answer> {
+    match peer {
+        Peer::Unix { pid, container } => match container {
+            Ok(Some(id)) => Ok(Caller::Container { id: id.clone() }),
+            Ok(None) => Ok(Caller::HostProcess { pid: *pid }),
+            Err(why) => Err(Answer::unauthenticated(format!(
+                "cannot tell which container is connected: {why}"
+            ))),
+        },
+        Peer::Tcp(addr) => match s.tcp_auth {
+            // NB: config validation refuses `none` off loopback; this holds if it ever did not.
+            WorkerAuth::None if addr.ip().is_loopback() => Ok(Caller::Loopback),
+            WorkerAuth::None => Err(Answer::unauthenticated(
+                "unauthenticated writes are served on loopback only",
+            )),
+            WorkerAuth::Kubernetes => review(s, headers).await,
+        },
+    }
+}
+
+async fn review(s: &WorkerApiState, headers: &HeaderMap) -> Result<Caller, Answer> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            Answer::unauthenticated(
+                "send the worker's projected ServiceAccount token: Authorization: Bearer <token>",
+            )
+        })?;
+    let reviewer = s.reviewer.as_ref().ok_or_else(|| {
+        Answer::unavailable("the Kubernetes API is not available to review tokens")
+    })?;
+    match reviewer.review(token).await {
+        Ok(Reviewed::Pod {
+            namespace,
+            name,
+            uid,
+            node,
+        }) => Ok(Caller::Pod {
+            namespace,
+            name,
+            uid,
+            node,
+        }),
+        Ok(Reviewed::Refused(why)) => Err(Answer::unauthenticated(why)),
+        Ok(Reviewed::NotAPod(why)) => Err(Answer::forbidden(why)),
+        Err(e) => Err(Answer::unavailable(e.to_string())),
+    }
+}
+
+/// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see
+/// [`MAX_DRAIN`]) when it is bigger and 408 when the client stalls.
+async fn read_status_body(body: Body) -> Result<Bytes, Answer> {
+    use http_body_util::BodyExt;
+    let read = async move {
+        let mut body = body;
+        let mut kept = Vec::new();
+        let mut seen = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .map_err(|e| Answer::invalid(StatusCode::BAD_REQUEST, format!("body: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            seen += data.len();
+            if seen <= MAX_STATUS_BODY {
+                kept.extend_from_slice(&data);
+            } else if seen > MAX_DRAIN {
+                break;
+            }
+        }
+        Ok::<_, Answer>((kept, seen))
+    };
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Err(_) => Err(Answer::invalid(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("body not received within {BODY_READ_TIMEOUT:?}"),
+        )),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok((_, seen))) if seen > MAX_STATUS_BODY => Err(Answer::invalid(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("status body is limited to {MAX_STATUS_BODY} bytes"),
+        )),
+        Ok(Ok((kept, _))) => Ok(Bytes::from(kept)),
+    }
+}
+
+/// The record fields of a status body (pure: fuzzed in `crate::fuzz`), or the answer that says
+/// what is wrong with it.
+pub(crate) fn status_fields(body: &[u8]) -> Result<Vec<(String, String)>, (StatusCode, String)> {
+    let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..}}: {e}\n"),
+        )
+    })?;
+    let fields: Vec<(String, String)> = [
+        ("state", parsed.state),
+        ("job", parsed.job),
+        ("progress", parsed.progress),
+        ("checkpoint_ack", parsed.checkpoint_ack),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+    .collect();
+    if fields.is_empty() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "give at least one of state, job, progress, checkpoint_ack\n".to_string(),
+        ));
+    }
+    Ok(fields)
+}
+
+#[cfg(test)]
+#[path = "worker_api_tests.rs"]
+mod tests;

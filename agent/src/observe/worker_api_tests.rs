@@ -1,0 +1,300 @@
+//! The worker API over real HTTP on a loopback port and a real unix socket, with a fake
+//! TokenReview and a fake runtime listing: who gets 200, 401, 403 and 503.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{router, WorkerApiState, WorkerDirectory, MAX_STATUS_BODY};
+use crate::clock::SystemClock;
+use crate::config::WorkerAuth;
+use crate::coord::memory::MemoryCoordinator;
+use crate::coord::{Coordinator, Keys};
+use crate::model::container::{Container, PodRef};
+use crate::observe::listen::{bind_unix, serve_router, UnixPeers};
+use crate::observe::metrics::Metrics;
+use crate::sources::peer::Procfs;
+use crate::sources::token_review::{ReviewUnavailable, Reviewed, TokenReviewer};
+
+/// Tokens the fake API server knows: token → answer; any other token is refused; `down` makes
+/// every review fail.
+#[derive(Default)]
+struct FakeReviews {
+    known: Vec<(String, Reviewed)>,
+    down: Mutex<bool>,
+}
+
+#[async_trait::async_trait]
+impl TokenReviewer for FakeReviews {
+    async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
+        if *self.down.lock().unwrap() {
+            return Err(ReviewUnavailable("connection refused".into()));
+        }
+        Ok(self
+            .known
+            .iter()
+            .find(|(t, _)| t == token)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| Reviewed::Refused("token refused: invalid bearer token".into())))
+    }
+}
+
+struct Listing(Vec<Container>);
+
+#[async_trait::async_trait]
+impl WorkerDirectory for Listing {
+    async fn workers(&self) -> Result<Vec<Container>, String> {
+        Ok(self.0.clone())
+    }
+}
+
+fn pod_worker(worker: &str, pod: &str, uid: &str) -> Container {
+    Container {
+        id: format!("{:0>64}", uid.len()),
+        name: pod.into(),
+        worker: worker.into(),
+        running: true,
+        pod: Some(PodRef {
+            namespace: "ml".into(),
+            pod: pod.into(),
+            uid: uid.into(),
+            sandbox: "sb".into(),
+            container: "main".into(),
+            attempt: 0,
+            log_path: None,
+        }),
+        ..Container::default()
+    }
+}
+
+fn pod_of(name: &str, uid: &str) -> Reviewed {
+    Reviewed::Pod {
+        namespace: "ml".into(),
+        name: name.into(),
+        uid: uid.into(),
+        node: Some("node-a".into()),
+    }
+}
+
+struct Api {
+    url: String,
+    coord: Arc<MemoryCoordinator>,
+    metrics: Arc<Metrics>,
+    reviews: Arc<FakeReviews>,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+async fn start(auth: WorkerAuth, listed: Vec<Container>, reviews: FakeReviews) -> Api {
+    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let metrics = Arc::new(Metrics::new());
+    let reviews = Arc::new(reviews);
+    let state = WorkerApiState {
+        coord: coord.clone(),
+        keys: Keys::new("vigil", "node-a"),
+        metrics: metrics.clone(),
+        directory: Arc::new(Listing(listed)),
+        tcp_auth: auth,
+        reviewer: Some(reviews.clone()),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    tokio::spawn(serve_router(
+        listener,
+        router(state),
+        stop.clone(),
+        Duration::from_secs(10),
+    ));
+    Api {
+        url,
+        coord,
+        metrics,
+        reviews,
+        _stop: stop.drop_guard(),
+    }
+}
+
+async fn put(api: &Api, worker: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .put(format!("{}/v1/workers/{worker}/status", api.url))
+        .body(body.to_string());
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_pod_token_writes_its_own_worker_and_nothing_else() {
+    let listed = vec![
+        pod_worker("trainer-0", "trainer-0", "uid-0"),
+        pod_worker("trainer-1", "trainer-1", "uid-1"),
+    ];
+    let reviews = FakeReviews {
+        known: vec![
+            ("tok-0".into(), pod_of("trainer-0", "uid-0")),
+            (
+                "tok-secret".into(),
+                Reviewed::NotAPod("not bound to a pod".into()),
+            ),
+        ],
+        ..FakeReviews::default()
+    };
+    let api = start(WorkerAuth::Kubernetes, listed, reviews).await;
+    let beat = r#"{"state":"processing","progress":"12"}"#;
+
+    let (code, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    assert_eq!(code, 200, "{text}");
+    let record = api
+        .coord
+        .hgetall(&Keys::new("vigil", "node-a").status("trainer-0"))
+        .await
+        .unwrap();
+    assert_eq!(record.get("progress").map(String::as_str), Some("12"));
+    assert!(record.contains_key("heartbeat"));
+
+    // The issue's two lines: no token at all.
+    let (code, text) = put(&api, "trainer-0", None, r#"{"state":"error"}"#).await;
+    assert_eq!(code, 401, "{text}");
+    assert!(text.contains("Bearer"), "{text}");
+    let (code, _) = put(&api, "trainer-0", None, r#"{"checkpoint_ack":"x"}"#).await;
+    assert_eq!(code, 401);
+    // A token the API server does not know; a token bound to no pod; another pod's worker.
+    assert_eq!(put(&api, "trainer-0", Some("forged"), beat).await.0, 401);
+    assert_eq!(
+        put(&api, "trainer-0", Some("tok-secret"), beat).await.0,
+        403
+    );
+    let (code, text) = put(&api, "trainer-1", Some("tok-0"), r#"{"state":"error"}"#).await;
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("ml/trainer-1/main"), "{text}");
+    let other = api
+        .coord
+        .hgetall(&Keys::new("vigil", "node-a").status("trainer-1"))
+        .await
+        .unwrap();
+    assert!(
+        other.is_empty(),
+        "nothing written for the refused writes: {other:?}"
+    );
+    // A refused caller's body is never parsed: a junk body still gets 401, not 400.
+    assert_eq!(put(&api, "trainer-0", None, "junk").await.0, 401);
+
+    // The API server down: closed, with a reason, and never a pass.
+    *api.reviews.down.lock().unwrap() = true;
+    let (code, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    assert_eq!(code, 503, "{text}");
+    assert!(text.contains("connection refused"), "{text}");
+
+    let metrics = api.metrics.encode();
+    for outcome in ["accepted", "unauthenticated", "forbidden", "unavailable"] {
+        assert!(
+            metrics.contains(&format!(
+                "vigil_worker_api_writes_total{{listener=\"tcp\",outcome=\"{outcome}\"}}"
+            )),
+            "{outcome}: {metrics}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
+    let api = start(WorkerAuth::None, vec![], FakeReviews::default()).await;
+    assert_eq!(
+        put(&api, "w", None, r#"{"state":"processing"}"#).await.0,
+        200
+    );
+    assert_eq!(put(&api, "w", None, r#"{"stat":1}"#).await.0, 400);
+    assert_eq!(put(&api, "a:b", None, r#"{"state":"x"}"#).await.0, 400);
+    let big = format!("{{\"state\":\"{}\"}}", "x".repeat(10 * 1024 * 1024));
+    let (code, text) = put(&api, "w", None, &big).await;
+    assert_eq!(code, 413);
+    assert!(text.contains(&MAX_STATUS_BODY.to_string()));
+}
+
+/// The real unix socket and the real kernel: this test process is the peer, in no container
+/// (or, under a containerised CI, in its own container, which runs no worker): refused either
+/// way, with a reason.
+#[tokio::test]
+async fn a_unix_peer_that_is_not_the_worker_s_container_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("worker.sock");
+    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let me = Procfs::default()
+        .container_of_pid(std::process::id() as i32)
+        .unwrap();
+    let mut worker = Container {
+        id: "f".repeat(64),
+        worker: "w0".into(),
+        ..Container::default()
+    };
+    let state = WorkerApiState {
+        coord: coord.clone(),
+        keys: Keys::new("vigil", "node-a"),
+        metrics: Arc::new(Metrics::new()),
+        directory: Arc::new(Listing(vec![worker.clone()])),
+        tcp_auth: WorkerAuth::Kubernetes,
+        reviewer: None,
+    };
+    let stop = CancellationToken::new();
+    let peers = UnixPeers {
+        listener: bind_unix(&path).unwrap(),
+        procfs: Procfs::default(),
+    };
+    tokio::spawn(serve_router(
+        peers,
+        router(state.clone()),
+        stop.clone(),
+        Duration::from_secs(10),
+    ));
+    let client = reqwest::Client::builder()
+        .unix_socket(path.clone())
+        .build()
+        .unwrap();
+    let r = client
+        .put("http://vigil/v1/workers/w0/status")
+        .body(r#"{"state":"processing"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("w0"), "{text}");
+    stop.cancel();
+
+    // Were this process in a container, and that container the worker's, it may write: the
+    // same socket, the listing naming this process's container.
+    if let Some(id) = me {
+        worker.id = id;
+        let stop = CancellationToken::new();
+        let path = dir.path().join("worker2.sock");
+        let state = WorkerApiState {
+            directory: Arc::new(Listing(vec![worker])),
+            ..state
+        };
+        let peers = UnixPeers {
+            listener: bind_unix(&path).unwrap(),
+            procfs: Procfs::default(),
+        };
+        tokio::spawn(serve_router(
+            peers,
+            router(state),
+            stop.clone(),
+            Duration::from_secs(10),
+        ));
+        let client = reqwest::Client::builder()
+            .unix_socket(path)
+            .build()
+            .unwrap();
+        let r = client
+            .put("http://vigil/v1/workers/w0/status")
+            .body(r#"{"state":"processing"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        stop.cancel();
+    }
+}
