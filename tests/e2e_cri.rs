@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use common::containerd::{Containerd, Kubelet, Pod};
 use common::e2e::{worker_decisions, ConfigParts, Setup};
+use common::fake_kube::FakeKube;
 use common::real::{
     beat, eventually, explain, poll, run_cli, shared_redis_url, Receiver, VigilProcess,
     EXITS_ON_TERM, IGNORES_TERM,
@@ -380,4 +381,140 @@ async fn a_containerd_restart_under_a_running_agent_is_survived() {
     );
     assert_eq!(hook.count("restart-failed"), 0, "{:?}", hook.kinds());
     stop.cancel();
+}
+
+/// `PUT` a status body to the worker API at `url`, with `token` as the bearer.
+async fn put_status(url: &str, worker: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .put(format!("{url}/v1/workers/{worker}/status"))
+        .body(body.to_string());
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Issue 18 on a Kubernetes node: the `vigil` binary with `worker_api.auth = "kubernetes"`, the
+/// fake API server reviewing tokens as the real one does, two worker pods on the private
+/// containerd. Each pod's projected token (audience `vigil`, bound to it) writes its own worker
+/// only; no token, a token for the API server's audience, a legacy token bound to no pod, a
+/// revoked token and a token from another node are all refused; the metrics port takes no write;
+/// and with the API server gone, a token not yet reviewed is refused with 503 (fail closed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_worker_s_own_pod_may_write_its_status() {
+    let redis = shared_redis_url();
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let s = Setup::new("e2e-cri-auth");
+    let kube = FakeKube::start(&s.node).await;
+    let worker_api = format!(
+        "[worker_api]\nlisten = \"{}\"\nauth = \"kubernetes\"\naudience = \"vigil\"\nreview_cache = \"1m\"\n",
+        s.worker_listen
+    );
+    let cfg = s.write_config(ConfigParts {
+        runtime: &format!(
+            "kind = \"cri\"\ncri_socket = \"{}\"\npod_resources_socket = \"\"",
+            ctd.socket().display()
+        ),
+        policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
+        tables: &format!(
+            "[safety]\nlock_ttl = \"90s\"\n[kubernetes]\nenabled = \"on\"\napi_url = \"{}\"\n[gpu]\nenabled = \"off\"\n[metadata]\nenabled = \"off\"\n",
+            kube.url
+        ),
+        worker_api: &worker_api,
+        ..ConfigParts::default()
+    });
+    let (a, b) = (format!("{}-a", s.worker), format!("{}-b", s.worker));
+    let pod_a = worker_pod(&kubelet, &s, "pod-a", &a, IGNORES_TERM).await;
+    let pod_b = worker_pod(&kubelet, &s, "pod-b", &b, IGNORES_TERM).await;
+    let meta = |p: &Pod| {
+        let m = p.config.metadata.clone().unwrap();
+        (m.namespace, m.name, m.uid)
+    };
+    let ((ns, name_a, uid_a), (_, name_b, uid_b)) = (meta(&pod_a), meta(&pod_b));
+    let token_a = kube.mint(&ns, Some((&name_a, &uid_a)), Some(&s.node), &["vigil"]);
+    let token_b = kube.mint(&ns, Some((&name_b, &uid_b)), Some(&s.node), &["vigil"]);
+    let api_audience = kube.mint(&ns, Some((&name_a, &uid_a)), Some(&s.node), &[]);
+    let legacy = kube.mint(&ns, None, None, &["vigil"]);
+    let elsewhere = kube.mint(&ns, Some((&name_a, &uid_a)), Some("another-node"), &["vigil"]);
+    let revoked = kube.mint(&ns, Some((&name_a, &uid_a)), Some(&s.node), &["vigil"]);
+    kube.revoke(&revoked);
+
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let url = s.worker_url("");
+    let up = eventually(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(&s.worker_listen).is_ok()
+    })
+    .await;
+    assert!(up, "{}", agent.log_text());
+    let beating = r#"{"state":"processing","progress":"1"}"#;
+
+    // The issue's two lines, on both listeners.
+    for body in [r#"{"state":"error"}"#, r#"{"checkpoint_ack":"x"}"#] {
+        let (code, text) = put_status(&url, &a, None, body).await;
+        assert_eq!(code, 401, "{text}");
+        let r = reqwest::Client::new()
+            .put(s.url(&format!("/v1/workers/{a}/status")))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 403);
+    }
+    // Each pod writes its own worker, and acknowledges for it.
+    assert_eq!(put_status(&url, &a, Some(&token_a), beating).await.0, 200);
+    assert_eq!(put_status(&url, &b, Some(&token_b), beating).await.0, 200);
+    let ack = r#"{"checkpoint_ack":"req-1"}"#;
+    assert_eq!(put_status(&url, &a, Some(&token_a), ack).await.0, 200);
+    // ... and nobody else's.
+    let (code, text) = put_status(&url, &b, Some(&token_a), r#"{"state":"error"}"#).await;
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("pod-b"), "{text}");
+    for (what, token, want) in [
+        ("the API server's audience", &api_audience, 401),
+        ("a token bound to no pod", &legacy, 403),
+        ("a token from another node", &elsewhere, 403),
+        ("a revoked token", &revoked, 401),
+        ("a made-up token", &"eyJhbGciOi.forged".to_string(), 401),
+    ] {
+        let (code, text) = put_status(&url, &a, Some(token), beating).await;
+        assert_eq!(code, want, "{what}: {text}");
+    }
+    // `vigil beat` with the token file, as a shell worker would send it.
+    let token_file = s.dir.path().join("token");
+    std::fs::write(&token_file, &token_a).unwrap();
+    let (code, out, err) = beat(
+        &cfg,
+        &a,
+        "processing",
+        &["--agent", &url, "--token-file", token_file.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    // The records hold what the workers wrote, and the refused writes changed nothing.
+    let status = |w: &str| {
+        run_cli(
+            "redis-cli",
+            &["-u", &redis, "hgetall", &format!("{}:{{{}}}:worker:{w}", s.prefix, s.node)],
+            None,
+        )
+    };
+    let rec_a = status(&a);
+    assert!(rec_a.contains("req-1") && rec_a.contains("processing"), "{rec_a}");
+    assert!(!status(&b).contains("error"), "{}", status(&b));
+
+    // The API server goes away: a token never reviewed is refused (503), never let through.
+    let fresh = kube.mint(&ns, Some((&name_b, &uid_b)), Some(&s.node), &["vigil"]);
+    drop(kube);
+    let (code, text) = put_status(&url, &b, Some(&fresh), beating).await;
+    assert_eq!(code, 503, "{text}");
+    let metrics = s.metrics().await;
+    for outcome in ["accepted", "unauthenticated", "forbidden", "unavailable"] {
+        assert!(
+            metrics.contains(&format!("listener=\"tcp\",outcome=\"{outcome}\"")),
+            "{outcome}: {metrics}"
+        );
+    }
+    assert!(!agent.log_text().contains(&token_a), "a token in the log");
 }

@@ -1,7 +1,7 @@
 #![allow(dead_code)]
 //! A faithful fake of the slice of the Kubernetes API server Vigil uses: one Node (GET, PATCH with
 //! JSON merge patch), events.k8s.io/v1 Events (POST, and PATCH with JSON merge patch, as kube's
-//! event `Recorder` counts a repeat) and SelfSubjectAccessReviews, served over real HTTP on
+//! event `Recorder` counts a repeat), SelfSubjectAccessReviews and TokenReviews, served over real HTTP on
 //! `127.0.0.1:0`.
 //!
 //! Faithful where it matters to the code under test:
@@ -26,7 +26,7 @@
 //!
 //! Test hooks (Rust methods, and the same over HTTP under `/fake/...` for another process):
 //! `node`, `events`, `requests`, `foreign_write`, `conflict_next`, `race_next_get`, `forbid`,
-//! `allow`, `expire_events`.
+//! `allow`, `expire_events`; `mint` and `revoke` for ServiceAccount tokens (Rust only).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -48,6 +48,7 @@ pub const ROLE: &[(&str, &str, &str)] = &[
     ("", "nodes", "patch"),
     ("", "nodes/status", "patch"),
     ("", "pods", "get"),
+    ("authentication.k8s.io", "tokenreviews", "create"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
 ];
@@ -85,7 +86,26 @@ struct World {
     forbidden: BTreeSet<String>,
     requests: Vec<Seen>,
     uids: u64,
+    /// ServiceAccount tokens this "cluster" minted, for TokenReviews.
+    tokens: Vec<Minted>,
 }
+
+/// A projected ServiceAccount token as the kubelet would have requested it for a pod.
+#[derive(Debug, Clone)]
+pub struct Minted {
+    pub token: String,
+    pub namespace: String,
+    pub service_account: String,
+    /// The pod it is bound to (name, uid); `None` for a legacy Secret-based token.
+    pub pod: Option<(String, String)>,
+    /// The node the pod runs on (Kubernetes ≥ 1.30 puts it in the token).
+    pub node: Option<String>,
+    /// Its `aud` claim; empty means the API server's own audience.
+    pub audiences: Vec<String>,
+}
+
+/// The API server's own audience, which a token minted without one carries.
+pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// An API answer: status code and JSON body.
 type Answer = (StatusCode, Value);
@@ -128,6 +148,7 @@ impl FakeKube {
             forbidden: BTreeSet::new(),
             requests: Vec::new(),
             uids: 1,
+            tokens: Vec::new(),
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
@@ -143,6 +164,10 @@ impl FakeKube {
             .route(
                 "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
                 post(access_review),
+            )
+            .route(
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                post(token_review),
             )
             .route("/fake/node", get(hook_node))
             .route("/fake/events", get(hook_events))
@@ -183,6 +208,36 @@ impl FakeKube {
     /// Deletes every Event, as the API server's `--event-ttl` (1 h by default) does.
     pub fn expire_events(&self) {
         lock(&self.shared).events.clear();
+    }
+
+    /// Mints a token, as the kubelet's TokenRequest for a projected volume would: bound to `pod`
+    /// (name, uid) on `node` for `audiences` (empty: the API server's own); its text.
+    pub fn mint(
+        &self,
+        namespace: &str,
+        pod: Option<(&str, &str)>,
+        node: Option<&str>,
+        audiences: &[&str],
+    ) -> String {
+        let token = format!(
+            "eyJhbGciOiJSUzI1NiJ9.fake-{:016x}{:016x}",
+            rand::random::<u64>(),
+            rand::random::<u64>()
+        );
+        lock(&self.shared).tokens.push(Minted {
+            token: token.clone(),
+            namespace: namespace.into(),
+            service_account: "default".into(),
+            pod: pod.map(|(n, u)| (n.to_string(), u.to_string())),
+            node: node.map(str::to_string),
+            audiences: audiences.iter().map(|a| a.to_string()).collect(),
+        });
+        token
+    }
+
+    /// Invalidates a token, as deleting its pod does to a bound token.
+    pub fn revoke(&self, token: &str) {
+        lock(&self.shared).tokens.retain(|t| t.token != token);
     }
 
     /// Every API request so far (not the `/fake` hooks), in order.
@@ -1085,6 +1140,74 @@ async fn access_review(
     };
     let allowed = world.allows(&attribute("group"), &resource, &attribute("verb"));
     review["status"] = serde_json::json!({ "allowed": allowed });
+    respond((StatusCode::CREATED, review))
+}
+
+/// TokenReview as the real API server answers it (`authentication.k8s.io/v1`, 201 Created):
+/// `status.authenticated`, the ServiceAccount user with its groups and, for a token bound to a
+/// pod, `user.extra` with the pod's name and uid (and the node, as Kubernetes ≥ 1.30 adds);
+/// `status.audiences` is the intersection of the token's and the request's audiences (the
+/// request's default: the API server's own), and an empty intersection is not authenticated.
+async fn token_review(
+    State(shared): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if !world.allows("authentication.k8s.io", "tokenreviews", "create") {
+        return respond(forbidden("create", "tokenreviews", "authentication.k8s.io", None, None));
+    }
+    let Ok(mut review) = serde_json::from_slice::<Value>(&body) else {
+        return respond(bad_request("the body is not a TokenReview".into()));
+    };
+    if review["apiVersion"] != "authentication.k8s.io/v1" || review["kind"] != "TokenReview" {
+        return respond(bad_request(format!(
+            "expected authentication.k8s.io/v1 TokenReview, got {} {}",
+            review["apiVersion"], review["kind"]
+        )));
+    }
+    let token = review["spec"]["token"].as_str().unwrap_or("").to_string();
+    let wanted: Vec<String> = match review["spec"]["audiences"].as_array() {
+        Some(a) if !a.is_empty() => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+        _ => vec![API_AUDIENCE.to_string()],
+    };
+    let minted = world.tokens.iter().find(|t| t.token == token).cloned();
+    review["status"] = match minted {
+        None => json!({"user": {}, "error": "[invalid bearer token, square/go-jose: error in cryptographic primitive]"}),
+        Some(m) => {
+            let theirs: Vec<String> = if m.audiences.is_empty() {
+                vec![API_AUDIENCE.to_string()]
+            } else {
+                m.audiences.clone()
+            };
+            let both: Vec<&String> = wanted.iter().filter(|a| theirs.contains(a)).collect();
+            if both.is_empty() {
+                json!({"user": {}, "error": format!("[invalid bearer token, token audiences {theirs:?} is invalid for the target audiences {wanted:?}]")})
+            } else {
+                let mut extra = serde_json::Map::new();
+                if let Some((name, uid)) = &m.pod {
+                    extra.insert("authentication.kubernetes.io/pod-name".into(), json!([name]));
+                    extra.insert("authentication.kubernetes.io/pod-uid".into(), json!([uid]));
+                }
+                if let Some(node) = &m.node {
+                    extra.insert("authentication.kubernetes.io/node-name".into(), json!([node]));
+                }
+                json!({
+                    "authenticated": true,
+                    "user": {
+                        "username": format!("system:serviceaccount:{}:{}", m.namespace, m.service_account),
+                        "uid": "5d6f7a8b-0000-4000-8000-00000000000a",
+                        "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{}", m.namespace), "system:authenticated"],
+                        "extra": extra,
+                    },
+                    "audiences": both,
+                })
+            }
+        }
+    };
     respond((StatusCode::CREATED, review))
 }
 

@@ -299,12 +299,20 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
     // Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
     // for a new one, `patch` to count a repeat.
     type Rule<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, &'a [&'a str]);
-    let rules: [Rule; 4] = [
+    let rules: [Rule; 5] = [
         ("rbac:nodes", "", "nodes", None, &["patch"]),
         // The conditions VigilGPUHealthy / VigilMaintenance.
         ("rbac:status", "", "nodes/status", None, &["patch"]),
         // A CRI restart reads the pod's restartPolicy.
         ("rbac:pods", "", "pods", None, &["get"]),
+        // The worker API's TokenReviews (worker_api.auth = "kubernetes").
+        (
+            "rbac:tokenreviews",
+            "authentication.k8s.io",
+            "tokenreviews",
+            None,
+            &["create"],
+        ),
         (
             "rbac:events",
             "events.k8s.io",
@@ -313,7 +321,12 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
             &["create", "patch"],
         ),
     ];
+    let reviews_tokens = cfg.worker_api.listen.is_some()
+        && cfg.worker_api.auth == crate::config::WorkerAuth::Kubernetes;
     for (name, group, resource, ns, verbs) in rules {
+        if name == "rbac:tokenreviews" && !reviews_tokens {
+            continue;
+        }
         let what = if group.is_empty() {
             resource.to_string()
         } else {
