@@ -920,3 +920,132 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
     }
     assert_eq!(starts.len(), 2, "exactly one restart: {starts:?}");
 }
+
+/// `vigil beat` run *inside* `container` (the host's binary and C library mounted read-only) to
+/// the worker API's unix socket mounted at /run/vigil: (exit code, stdout + stderr).
+fn beat_from(container: &WorkerContainer, worker: &str, state: &str) -> (i32, String) {
+    let out = std::process::Command::new("docker")
+        .args([
+            "exec",
+            &container.id,
+            "/vigil",
+            "beat",
+            "--worker",
+            worker,
+            "--state",
+            state,
+            "--agent",
+            "unix:/run/vigil/worker.sock",
+        ])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Issue 18 on a Docker host: the worker API on a unix socket whose directory is mounted into
+/// the workers. The real kernel names each peer (SO_PEERCRED), its cgroup names its container:
+/// a worker writes its own record from inside its container; another worker's container, a
+/// container that is no worker and a host process are refused; the metrics port takes no write.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e-peer");
+    let run = s.dir.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let socket = run.join("worker.sock");
+    let cfg = s.write_config(ConfigParts {
+        policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
+        tables: &format!(
+            "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{}\"\nattempts = 2\ntimeout = \"2s\"\n",
+            hook.url
+        ),
+        worker_api: &format!("[worker_api]\nsocket = \"{}\"\n", socket.display()),
+        ..ConfigParts::default()
+    });
+    let mounts = [
+        format!("{}:/run/vigil", run.display()),
+        format!("{}:/vigil:ro", env!("CARGO_BIN_EXE_vigil")),
+        "/lib:/lib:ro".to_string(),
+        "/lib64:/lib64:ro".to_string(),
+        "/usr/lib:/usr/lib:ro".to_string(),
+    ];
+    let start = |labels: &[String]| {
+        let mut args: Vec<&str> = Vec::new();
+        for m in &mounts {
+            args.extend(["-v", m.as_str()]);
+        }
+        for l in labels {
+            args.extend(["--label", l.as_str()]);
+        }
+        WorkerContainer::start_with(&args, common::real::IGNORES_TERM)
+    };
+    let (w0, w1) = (format!("{}-0", s.worker), format!("{}-1", s.worker));
+    let mine = start(&[format!("{}={w0}", s.label)]);
+    let theirs = start(&[format!("{}={w1}", s.label)]);
+    let bystander = start(&[]);
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let up = eventually(Duration::from_secs(15), || socket.exists()).await;
+    assert!(up, "{}", agent.log_text());
+
+    let (code, out) = beat_from(&mine, &w0, "processing");
+    assert_eq!(code, 0, "{out}\n{}", agent.log_text());
+    let (code, out) = beat_from(&theirs, &w1, "processing");
+    assert_eq!(code, 0, "{out}");
+    // Another worker's container, a container that is no worker, a host process.
+    let (code, out) = beat_from(&theirs, &w0, "error");
+    assert_ne!(code, 0);
+    assert!(out.contains("403") && out.contains(&w0), "{out}");
+    let (code, out) = beat_from(&bystander, &w0, "error");
+    assert_ne!(code, 0);
+    assert!(out.contains("403"), "{out}");
+    let (code, out, err) = beat(
+        &cfg,
+        &w0,
+        "error",
+        &["--agent", &format!("unix:{}", socket.display())],
+        &[],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("403") && err.contains("host process"), "{err}");
+    // The metrics port: the issue's two lines.
+    for body in [r#"{"state":"error"}"#, r#"{"checkpoint_ack":"x"}"#] {
+        let r = reqwest::Client::new()
+            .put(s.url(&format!("/v1/workers/{w0}/status")))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 403);
+    }
+    let record = common::real::run_cli(
+        "redis-cli",
+        &[
+            "-u",
+            &redis,
+            "hget",
+            &format!("{}:{{{}}}:worker:{w0}", s.prefix, s.node),
+            "state",
+        ],
+        None,
+    );
+    assert_eq!(
+        record.trim(),
+        "processing",
+        "the refused writes changed nothing"
+    );
+    let metrics = s.metrics().await;
+    assert!(
+        metrics.contains("listener=\"unix\",outcome=\"accepted\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("listener=\"unix\",outcome=\"forbidden\""),
+        "{metrics}"
+    );
+}

@@ -437,7 +437,12 @@ async fn only_a_worker_s_own_pod_may_write_its_status() {
     let token_b = kube.mint(&ns, Some((&name_b, &uid_b)), Some(&s.node), &["vigil"]);
     let api_audience = kube.mint(&ns, Some((&name_a, &uid_a)), Some(&s.node), &[]);
     let legacy = kube.mint(&ns, None, None, &["vigil"]);
-    let elsewhere = kube.mint(&ns, Some((&name_a, &uid_a)), Some("another-node"), &["vigil"]);
+    let elsewhere = kube.mint(
+        &ns,
+        Some((&name_a, &uid_a)),
+        Some("another-node"),
+        &["vigil"],
+    );
     let revoked = kube.mint(&ns, Some((&name_a, &uid_a)), Some(&s.node), &["vigil"]);
     kube.revoke(&revoked);
 
@@ -488,7 +493,12 @@ async fn only_a_worker_s_own_pod_may_write_its_status() {
         &cfg,
         &a,
         "processing",
-        &["--agent", &url, "--token-file", token_file.to_str().unwrap()],
+        &[
+            "--agent",
+            &url,
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(code, 0, "{out}{err}");
@@ -496,12 +506,20 @@ async fn only_a_worker_s_own_pod_may_write_its_status() {
     let status = |w: &str| {
         run_cli(
             "redis-cli",
-            &["-u", &redis, "hgetall", &format!("{}:{{{}}}:worker:{w}", s.prefix, s.node)],
+            &[
+                "-u",
+                &redis,
+                "hgetall",
+                &format!("{}:{{{}}}:worker:{w}", s.prefix, s.node),
+            ],
             None,
         )
     };
     let rec_a = status(&a);
-    assert!(rec_a.contains("req-1") && rec_a.contains("processing"), "{rec_a}");
+    assert!(
+        rec_a.contains("req-1") && rec_a.contains("processing"),
+        "{rec_a}"
+    );
     assert!(!status(&b).contains("error"), "{}", status(&b));
 
     // The API server goes away: a token never reviewed is refused (503), never let through.

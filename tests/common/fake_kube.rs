@@ -1158,7 +1158,13 @@ async fn token_review(
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
     if !world.allows("authentication.k8s.io", "tokenreviews", "create") {
-        return respond(forbidden("create", "tokenreviews", "authentication.k8s.io", None, None));
+        return respond(forbidden(
+            "create",
+            "tokenreviews",
+            "authentication.k8s.io",
+            None,
+            None,
+        ));
     }
     let Ok(mut review) = serde_json::from_slice::<Value>(&body) else {
         return respond(bad_request("the body is not a TokenReview".into()));
@@ -1171,12 +1177,17 @@ async fn token_review(
     }
     let token = review["spec"]["token"].as_str().unwrap_or("").to_string();
     let wanted: Vec<String> = match review["spec"]["audiences"].as_array() {
-        Some(a) if !a.is_empty() => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
         _ => vec![API_AUDIENCE.to_string()],
     };
     let minted = world.tokens.iter().find(|t| t.token == token).cloned();
     review["status"] = match minted {
-        None => json!({"user": {}, "error": "[invalid bearer token, square/go-jose: error in cryptographic primitive]"}),
+        None => {
+            json!({"user": {}, "error": "[invalid bearer token, square/go-jose: error in cryptographic primitive]"})
+        }
         Some(m) => {
             let theirs: Vec<String> = if m.audiences.is_empty() {
                 vec![API_AUDIENCE.to_string()]
@@ -1189,11 +1200,17 @@ async fn token_review(
             } else {
                 let mut extra = serde_json::Map::new();
                 if let Some((name, uid)) = &m.pod {
-                    extra.insert("authentication.kubernetes.io/pod-name".into(), json!([name]));
+                    extra.insert(
+                        "authentication.kubernetes.io/pod-name".into(),
+                        json!([name]),
+                    );
                     extra.insert("authentication.kubernetes.io/pod-uid".into(), json!([uid]));
                 }
                 if let Some(node) = &m.node {
-                    extra.insert("authentication.kubernetes.io/node-name".into(), json!([node]));
+                    extra.insert(
+                        "authentication.kubernetes.io/node-name".into(),
+                        json!([node]),
+                    );
                 }
                 json!({
                     "authenticated": true,

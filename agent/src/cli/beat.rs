@@ -70,17 +70,24 @@ async fn to_agent(
         .map(|(k, v)| (k, serde_json::Value::String(v)))
         .collect();
     let path = format!("/v1/workers/{worker}/status");
+    let builder = reqwest::Client::builder();
+    // NB: plain HTTP needs no CA roots, and a worker image may have none (loading them fails).
+    let builder = if agent.starts_with("https://") {
+        builder
+    } else {
+        builder.tls_certs_only([])
+    };
     let (client, url) = match agent.strip_prefix("unix:") {
         Some(socket) => (
-            reqwest::Client::builder().unix_socket(socket).build(),
+            builder.unix_socket(socket).build(),
             format!("http://localhost{path}"),
         ),
         None => (
-            reqwest::Client::builder().build(),
+            builder.build(),
             format!("{}{path}", agent.trim_end_matches('/')),
         ),
     };
-    let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {e}")))?;
+    let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {}", causes(&e))))?;
     let mut req = client
         .put(&url)
         .timeout(Duration::from_secs(10))
@@ -93,7 +100,7 @@ async fn to_agent(
     let resp = req.send().await.map_err(|e| {
         CliError::Failed(format!(
             "the agent at {agent} did not answer: {}",
-            e.without_url()
+            causes(&e.without_url())
         ))
     })?;
     if !resp.status().is_success() {
@@ -106,4 +113,15 @@ async fn to_agent(
     }
     println!("beat sent to {agent}");
     Ok(())
+}
+
+/// An error and its causes, `: `-joined (reqwest's own text is only the outermost).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        text.push_str(&format!(": {cause}"));
+        next = cause.source();
+    }
+    text
 }
