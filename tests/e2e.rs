@@ -1049,3 +1049,72 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
         "{metrics}"
     );
 }
+
+/// The docker overlay: Kubernetes nodes whose kubelet runs pods on Docker (cri-dockerd). A
+/// pod's projected token speaks for the Docker container the kubelet created for that pod (its
+/// `io.kubernetes.pod.*` labels), and for no other.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_docker_under_a_kubelet_a_pod_s_token_writes_its_own_worker() {
+    let redis = shared_redis_url();
+    let s = Setup::new("e2e-dockerpod");
+    let kube = common::fake_kube::FakeKube::start(&s.node).await;
+    let cfg = s.write_config(ConfigParts {
+        policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
+        tables: &format!(
+            "[safety]\nlock_ttl = \"90s\"\n[kubernetes]\nenabled = \"on\"\napi_url = \"{}\"\n",
+            kube.url
+        ),
+        worker_api: &format!(
+            "[worker_api]\nlisten = \"{}\"\nauth = \"kubernetes\"\n",
+            s.worker_listen
+        ),
+        ..ConfigParts::default()
+    });
+    let pod = |name: &str, uid: &str, worker: &str| {
+        WorkerContainer::start_with(
+            &[
+                "--label",
+                &format!("{}={worker}", s.label),
+                "--label",
+                "io.kubernetes.pod.namespace=ml",
+                "--label",
+                &format!("io.kubernetes.pod.name={name}"),
+                "--label",
+                &format!("io.kubernetes.pod.uid={uid}"),
+            ],
+            common::real::IGNORES_TERM,
+        )
+    };
+    let (w0, w1) = (format!("{}-0", s.worker), format!("{}-1", s.worker));
+    let _c0 = pod("train-0", "uid-0", &w0);
+    let _c1 = pod("train-1", "uid-1", &w1);
+    let token0 = kube.mint("ml", Some(("train-0", "uid-0")), Some(&s.node), &["vigil"]);
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let up = eventually(Duration::from_secs(15), || {
+        std::net::TcpStream::connect(&s.worker_listen).is_ok()
+    })
+    .await;
+    assert!(up, "{}", agent.log_text());
+    let put = |worker: &str, token: Option<&str>| {
+        let mut req = reqwest::Client::new()
+            .put(s.worker_url(&format!("/v1/workers/{worker}/status")))
+            .body(r#"{"state":"processing"}"#);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let r = put(&w0, Some(&token0)).await.unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        200,
+        "{} {}",
+        r.text().await.unwrap(),
+        agent.log_text()
+    );
+    assert_eq!(
+        put(&w1, Some(&token0)).await.unwrap().status().as_u16(),
+        403
+    );
+    assert_eq!(put(&w0, None).await.unwrap().status().as_u16(), 401);
+}

@@ -20,6 +20,18 @@ pub struct Container {
     pub gpus: Option<Vec<String>>,
     /// On a CRI runtime (Kubernetes nodes): the pod and container it belongs to. `None` on Docker.
     pub pod: Option<PodRef>,
+    /// On Docker under a kubelet (cri-dockerd): the pod it was created for, from its
+    /// `io.kubernetes.pod.*` labels. Identity only — the worker API's proof that a pod's token
+    /// speaks for this container; the restart path goes by `pod`, which stays `None` on Docker.
+    pub kube_pod: Option<PodIdentity>,
+}
+
+/// A pod by namespace, name and uid (a uid tells two incarnations of one name apart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodIdentity {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
 }
 
 /// Where a CRI container sits: its pod, its name in the pod, and which attempt it is (kubelet
@@ -41,6 +53,18 @@ pub struct PodRef {
 impl Container {
     /// How alerts, the trail and `vigil status` name it: `namespace/pod/container` on Kubernetes
     /// nodes, the container name on Docker.
+    /// The pod this container runs for, by either runtime's account.
+    pub fn pod_identity(&self) -> Option<PodIdentity> {
+        match (&self.pod, &self.kube_pod) {
+            (Some(p), _) => Some(PodIdentity {
+                namespace: p.namespace.clone(),
+                name: p.pod.clone(),
+                uid: p.uid.clone(),
+            }),
+            (None, k) => k.clone(),
+        }
+    }
+
     pub fn display(&self) -> String {
         match &self.pod {
             Some(p) => format!("{}/{}/{}", p.namespace, p.pod, p.container),

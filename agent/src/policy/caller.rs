@@ -78,9 +78,8 @@ pub fn authorize(
                 )));
             }
             let own = carriers.iter().any(|c| {
-                c.pod
-                    .as_ref()
-                    .is_some_and(|p| p.uid == *uid && p.namespace == *namespace && p.pod == *name)
+                c.pod_identity()
+                    .is_some_and(|p| p.uid == *uid && p.namespace == *namespace && p.name == *name)
             });
             if own {
                 Ok(())
@@ -122,7 +121,7 @@ fn names(carriers: &[&Container]) -> String {
 #[cfg(test)]
 mod tests {
     use super::{authorize, Caller};
-    use crate::model::container::{Container, PodRef};
+    use crate::model::container::{Container, PodIdentity, PodRef};
 
     fn pod_container(id: &str, worker: &str, ns: &str, pod: &str, uid: &str) -> Container {
         Container {
@@ -215,8 +214,17 @@ mod tests {
         assert!(authorize(&Caller::Container { id: B.into() }, "w0", "n", &listed).is_err());
         assert!(authorize(&Caller::Container { id: "aaa".into() }, "w0", "n", &listed).is_err());
         assert!(authorize(&Caller::HostProcess { pid: 1 }, "w0", "n", &listed).is_err());
-        // A pod token cannot pass for a Docker container (no pod to compare).
+        // A pod token cannot pass for a plain Docker container (no pod to compare)...
         assert!(authorize(&pod("ml", "w0", "u", None), "w0", "n", &listed).is_err());
+        // ... but speaks for one a kubelet created for that pod (cri-dockerd's labels).
+        let mut kubelets = w.clone();
+        kubelets.kube_pod = Some(PodIdentity {
+            namespace: "ml".into(),
+            name: "w0".into(),
+            uid: "u".into(),
+        });
+        assert!(authorize(&pod("ml", "w0", "u", None), "w0", "n", &[kubelets.clone()]).is_ok());
+        assert!(authorize(&pod("ml", "w0", "u2", None), "w0", "n", &[kubelets]).is_err());
         w.worker = "w1".into();
         assert!(authorize(&me, "w0", "n", &[w]).is_err());
     }

@@ -315,6 +315,7 @@ impl Sandbox {
                 attempt: meta.attempt,
                 log_path: None,
             }),
+            kube_pod: None,
         }
     }
 }

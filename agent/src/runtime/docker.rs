@@ -20,6 +20,7 @@ use futures_util::StreamExt;
 use tokio::sync::Mutex;
 
 use super::{Container, ContainerRuntime, RuntimeError};
+use crate::model::container::PodIdentity;
 
 /// Inspect results of the listing by container id, trusted only while the daemon's event
 /// stream for opted-in containers runs: any event of a container (start, restart, die, stop,
@@ -356,6 +357,7 @@ impl ContainerRuntime for DockerRuntime {
                 crate::model::container::visible_gpus(ids.as_deref(), &env)
             },
             pod: None,
+            kube_pod: kube_pod(&labels),
         }))
     }
 
@@ -528,4 +530,14 @@ mod tests {
             rt.listing_inspects()
         );
     }
+}
+
+/// The pod a kubelet (cri-dockerd) created a container for, from the labels it sets on it.
+fn kube_pod(labels: &HashMap<String, String>) -> Option<PodIdentity> {
+    let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
+    Some(PodIdentity {
+        namespace: get("io.kubernetes.pod.namespace")?,
+        name: get("io.kubernetes.pod.name")?,
+        uid: get("io.kubernetes.pod.uid")?,
+    })
 }

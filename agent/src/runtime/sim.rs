@@ -55,6 +55,7 @@ impl FakeRuntime {
                 checkpoint: None,
                 gpus: None,
                 pod: None,
+                kube_pod: None,
             },
         );
     }
