@@ -49,6 +49,16 @@ containers = {c["name"]: c for c in pod["containers"]}
 c = containers["vigil"]
 ports = [p["name"] for p in c.get("ports", [])]
 check("metrics" in ports, "the DaemonSet names its metrics port")
+# The worker API: token-authenticated on the node's IP, where a worker finds it (status.hostIP).
+wapi = cfg.get("worker_api", {})
+if wapi.get("listen"):
+    host_ip, _, wport = wapi["listen"].rpartition(":")
+    check(wapi.get("auth") == "kubernetes" or host_ip in ("127.0.0.1", "[::1]"),
+          f"worker_api.listen {wapi['listen']} takes writes without a token")
+    p = [p for p in c.get("ports", []) if p["name"] == "worker-api"]
+    check(len(p) == 1 and p[0]["containerPort"] == int(wport)
+          and (pod.get("hostNetwork") or p[0].get("hostPort") == int(wport)),
+          f"the DaemonSet names its worker-api port {wport}, on the node's IP (hostPort or hostNetwork)")
 
 # The image: set through kustomize `images:` (name `vigil`) by every overlay, never a moving tag.
 image = c["image"]

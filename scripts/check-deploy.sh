@@ -32,7 +32,8 @@ cms = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == 
 assert len(cms) == 1, "exactly one vigil-config ConfigMap"
 open(sys.argv[2], "w").write(cms[0]["data"]["vigil.toml"])
 PY
-  NODE_NAME=check-deploy "$vigil" config check --config "$out/$name.toml" > "$out/$name.effective"
+  # NB: as in the pod, which runs in a cluster (the worker API's token reviews need one).
+  NODE_NAME=check-deploy KUBERNETES_SERVICE_HOST=10.96.0.1 "$vigil" config check --config "$out/$name.toml" > "$out/$name.effective"
   python3 scripts/check-deploy.py "$dir" "$out/$name.yaml" "$out/$name.effective"
   echo "check-deploy: $dir ok"
 done
