@@ -10,4 +10,10 @@ if ! command -v protoc >/dev/null; then
   else sudo apt-get update -qq && sudo apt-get install -y -qq protobuf-compiler >/dev/null
   fi
 fi
-exec cargo run --release -p vigil -- run "$@"
+# The worker API on loopback (scripts/local.toml), unless a config is given.
+config=()
+case " $* " in
+  *" --config "*|*" -c "*|*" --config="*) ;;
+  *) [ -n "${VIGIL_CONFIG:-}" ] || config=(--config scripts/local.toml) ;;
+esac
+exec cargo run --release -p vigil -- run "${config[@]}" "$@"

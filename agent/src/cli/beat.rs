@@ -10,6 +10,9 @@ use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::{heartbeat_value, write_status, Keys};
 
+/// Where `scripts/run.sh` (scripts/local.toml) serves the worker API.
+const LOCAL_DEFAULT: &str = "http://127.0.0.1:9465";
+
 pub(super) async fn run(
     cfg: &Config,
     worker: &str,
@@ -19,7 +22,7 @@ pub(super) async fn run(
 ) -> Result<(), CliError> {
     let agent = match agent {
         Some(a) => Some(a.to_string()),
-        None if cfg.embedded() => Some(local_worker_api(cfg)?),
+        None if cfg.embedded() => Some(local_worker_api(cfg)),
         None => None,
     };
     if let Some(agent) = agent {
@@ -36,8 +39,8 @@ pub(super) async fn run(
 }
 
 /// This node's worker API as `[worker_api]` configures it: the TCP listener (on loopback when
-/// it listens on every address), else the unix socket.
-fn local_worker_api(cfg: &Config) -> Result<String, CliError> {
+/// it listens on every address), else the unix socket, else where `scripts/run.sh` serves it.
+fn local_worker_api(cfg: &Config) -> String {
     if let Some(addr) = cfg.worker_api.listen {
         let ip = if addr.ip().is_unspecified() {
             "127.0.0.1".to_string()
@@ -49,14 +52,12 @@ fn local_worker_api(cfg: &Config) -> Result<String, CliError> {
         } else {
             ip
         };
-        return Ok(format!("http://{host}:{}", addr.port()));
+        return format!("http://{host}:{}", addr.port());
     }
     if !cfg.worker_api.socket.as_os_str().is_empty() {
-        return Ok(format!("unix:{}", cfg.worker_api.socket.display()));
+        return format!("unix:{}", cfg.worker_api.socket.display());
     }
-    Err(CliError::Failed(
-        "no REDIS_URL and no worker API in the config ([worker_api] listen or socket): give --agent".into(),
-    ))
+    LOCAL_DEFAULT.to_string()
 }
 
 async fn to_agent(
