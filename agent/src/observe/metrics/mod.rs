@@ -117,6 +117,7 @@ impl Metrics {
         self.maintenance.phase("none", true);
         self.checkpoints.count("redis", "acked");
         self.gpu.touch();
+        self.worker_api.write("tcp", "accepted");
     }
 
     /// OpenMetrics text.
