@@ -80,7 +80,10 @@ pub(crate) struct StatusBody {
 
 pub(crate) fn router(state: WorkerApiState) -> Router {
     Router::new()
-        .route("/v1/workers/{id}/status", put(put_status).post(put_status))
+        .route(
+            "/v1/workers/{id}/status",
+            put(put_status).post(put_status).get(get_status),
+        )
         .with_state(state)
 }
 
@@ -131,35 +134,52 @@ async fn put_status(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let answer = match write(&s, &peer, &id, &headers, body).await {
+        Ok(text) => Answer(StatusCode::OK, "accepted", text),
+        Err(refused) => refused,
+    };
+    finish(&s, &peer, &id, answer)
+}
+
+/// `GET /v1/workers/{id}/status`: the worker's own record (a worker on the API transport learns
+/// of a checkpoint request here, or from the answer to its beat), under the same proof as a write.
+async fn get_status(
+    State(s): State<WorkerApiState>,
+    Extension(peer): Extension<Peer>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let answer = match read(&s, &peer, &id, &headers).await {
+        Ok(text) => Answer(StatusCode::OK, "read", text),
+        Err(refused) => refused,
+    };
+    finish(&s, &peer, &id, answer)
+}
+
+/// Count, log and send an answer.
+fn finish(s: &WorkerApiState, peer: &Peer, id: &str, answer: Answer) -> Response {
     let listener = match peer {
         Peer::Tcp(_) => "tcp",
         Peer::Unix { .. } => "unix",
     };
-    let answer = match write(&s, &peer, &id, &headers, body).await {
-        Ok(now) => Answer(
-            StatusCode::OK,
-            "accepted",
-            format!("{{\"heartbeat_ms\":{now}}}"),
-        ),
-        Err(refused) => refused,
-    };
     s.metrics.worker_api.write(listener, answer.1);
     if answer.0 == StatusCode::FORBIDDEN {
-        tracing::warn!(worker = %id, "worker API: write refused: {}", answer.2);
+        tracing::warn!(worker = %id, "worker API: refused: {}", answer.2);
     } else if answer.0 != StatusCode::OK {
         tracing::debug!(worker = %id, code = answer.0.as_u16(), "worker API: {}", answer.2);
     }
     answer.into_response()
 }
 
-/// Authenticate, authorise, then read and write: nobody unproven gets to send a body.
+/// Authenticate, authorise, then read and write: nobody unproven gets to send a body. The
+/// answer carries the heartbeat and any checkpoint request still unacknowledged.
 async fn write(
     s: &WorkerApiState,
     peer: &Peer,
     id: &str,
     headers: &HeaderMap,
     body: Body,
-) -> Result<i64, Answer> {
+) -> Result<String, Answer> {
     // A declared length past what would ever be drained is refused before any read: nobody
     // gets to hold a connection for `BODY_READ_TIMEOUT` by announcing gigabytes.
     let declared = headers
@@ -170,6 +190,72 @@ async fn write(
         let why = format!("status body is limited to {MAX_STATUS_BODY} bytes");
         return Err(Answer::invalid(StatusCode::PAYLOAD_TOO_LARGE, why));
     }
+    admit(s, peer, id, headers).await?;
+    let body = read_status_body(body).await?;
+    let fields = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
+    let now = write_status(s.coord.as_ref(), &s.keys, id, &fields)
+        .await
+        .map_err(|e| Answer::unavailable(e.to_string()))?;
+    // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
+    let record = s
+        .coord
+        .hgetall(&s.keys.status(id))
+        .await
+        .unwrap_or_default();
+    let mut answer = pending_checkpoint(&record);
+    answer.insert("heartbeat_ms".into(), serde_json::Value::from(now));
+    Ok(serde_json::Value::Object(answer).to_string())
+}
+
+async fn read(
+    s: &WorkerApiState,
+    peer: &Peer,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<String, Answer> {
+    admit(s, peer, id, headers).await?;
+    let record = s
+        .coord
+        .hgetall(&s.keys.status(id))
+        .await
+        .map_err(|e| Answer::unavailable(e.to_string()))?;
+    let fields: serde_json::Map<String, serde_json::Value> = record
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    Ok(serde_json::Value::Object(fields).to_string())
+}
+
+/// The checkpoint request in a record, when it is not acknowledged yet.
+fn pending_checkpoint(
+    record: &std::collections::HashMap<String, String>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    let Some(request) = record.get("checkpoint_request").filter(|r| !r.is_empty()) else {
+        return out;
+    };
+    if record.get("checkpoint_ack") == Some(request) {
+        return out;
+    }
+    for key in [
+        "checkpoint_request",
+        "checkpoint_reason",
+        "checkpoint_requested_at",
+    ] {
+        if let Some(v) = record.get(key) {
+            out.insert(key.into(), serde_json::Value::String(v.clone()));
+        }
+    }
+    out
+}
+
+/// A valid worker id, and a caller proven to be that worker (or trusted loopback).
+async fn admit(
+    s: &WorkerApiState,
+    peer: &Peer,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<(), Answer> {
     if !valid_worker_id(id) {
         return Err(Answer::invalid(
             StatusCode::BAD_REQUEST,
@@ -184,11 +270,7 @@ async fn write(
             .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))?;
         authorize(&caller, id, s.keys.node(), &listed).map_err(|r| Answer::forbidden(r.0))?;
     }
-    let body = read_status_body(body).await?;
-    let fields = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
-    write_status(s.coord.as_ref(), &s.keys, id, &fields)
-        .await
-        .map_err(|e| Answer::unavailable(e.to_string()))
+    Ok(())
 }
 
 /// Who sent the write, as proven by its listener's means.

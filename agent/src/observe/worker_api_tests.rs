@@ -298,3 +298,58 @@ async fn a_unix_peer_that_is_not_the_worker_s_container_is_refused() {
         stop.cancel();
     }
 }
+
+/// A worker on the API transport learns of a checkpoint request from the answer to its beat (or
+/// a GET of its record), until it acknowledges that request; nobody else reads its record.
+#[tokio::test]
+async fn a_beat_answers_with_the_pending_checkpoint_request() {
+    let listed = vec![
+        pod_worker("trainer-0", "trainer-0", "uid-0"),
+        pod_worker("trainer-1", "trainer-1", "uid-1"),
+    ];
+    let reviews = FakeReviews {
+        known: vec![("tok-0".into(), pod_of("trainer-0", "uid-0"))],
+        ..FakeReviews::default()
+    };
+    let api = start(WorkerAuth::Kubernetes, listed, reviews).await;
+    let key = Keys::new("vigil", "node-a").status("trainer-0");
+    let beat = r#"{"state":"processing"}"#;
+    let (_, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(answer["heartbeat_ms"].as_i64().unwrap() > 0);
+    assert!(answer.get("checkpoint_request").is_none(), "{answer}");
+    // The agent asks for a checkpoint (as the checkpoint round writes it).
+    let ask = [
+        ("checkpoint_request".to_string(), "req-7".to_string()),
+        ("checkpoint_reason".to_string(), "preemption".to_string()),
+    ];
+    api.coord.hset(&key, &ask).await.unwrap();
+    let (_, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["checkpoint_request"], "req-7", "{answer}");
+    assert_eq!(answer["checkpoint_reason"], "preemption");
+    // GET: the whole record, for its own worker only.
+    let get = |worker: &str, token: &str| {
+        reqwest::Client::new()
+            .get(format!("{}/v1/workers/{worker}/status", api.url))
+            .bearer_auth(token.to_string())
+            .send()
+    };
+    let r = get("trainer-0", "tok-0").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let record: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(record["checkpoint_request"], "req-7");
+    assert_eq!(record["state"], "processing");
+    assert_eq!(get("trainer-1", "tok-0").await.unwrap().status(), 403);
+    assert_eq!(get("trainer-0", "nope").await.unwrap().status(), 401);
+    // Acknowledged: no longer pending.
+    let (_, text) = put(
+        &api,
+        "trainer-0",
+        Some("tok-0"),
+        r#"{"checkpoint_ack":"req-7"}"#,
+    )
+    .await;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(answer.get("checkpoint_request").is_none(), "{answer}");
+}

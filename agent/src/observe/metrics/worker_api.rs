@@ -6,8 +6,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-/// A write's listener (`tcp`, `unix`) and outcome (`accepted`, `unauthenticated`, `forbidden`,
-/// `unavailable`, `invalid`).
+/// A write's listener (`tcp`, `unix`) and outcome (`accepted`, `read`, `unauthenticated`,
+/// `forbidden`, `unavailable`, `invalid`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     pub listener: &'static str,
@@ -25,7 +25,7 @@ impl WorkerApiMetrics {
         };
         reg.register(
             "worker_api_writes",
-            "Status writes to the worker API by listener (tcp, unix) and outcome (accepted, unauthenticated, forbidden, unavailable, invalid)",
+            "Requests to the worker API by listener (tcp, unix) and outcome (accepted: a write stored, read: a record read, unauthenticated, forbidden, unavailable, invalid)",
             m.writes.clone(),
         );
         m
