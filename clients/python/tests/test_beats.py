@@ -1,0 +1,77 @@
+"""Beats appear and advance, through each transport, against the real agent and Redis."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import (NEEDS_LAYOUT, Agent, eventually, redis_client, worker_container,
+                      xfail_unless)
+from vigil_worker import ApiTransport, RedisTransport, Worker, status_key
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+def beat_for(w: Worker, steps: int, every: float = 0.05) -> None:
+    for step in range(steps):
+        w.progress(step)
+        time.sleep(every)
+
+
+def test_api_beats_appear_and_advance_on_loopback(agent: Agent) -> None:
+    agent.start()
+    w = Worker(agent.worker, job="run-1", transport=ApiTransport(agent.worker, agent=agent.api_url), interval=0.2)
+    with w:
+        first = agent.record()
+        assert first.get("state") == "processing", first
+        assert first.get("job") == "run-1", first
+        beat_for(w, 12)
+        assert w.flush()
+        second = agent.record()
+        assert float(second["heartbeat"]) > float(first["heartbeat"]), (first, second)
+        assert second["progress"] == "11", second
+    assert agent.record()["state"] == "idle"
+
+
+def test_redis_beats_appear_and_advance(agent: Agent, redis_url: str) -> None:
+    """The record at the client's key, stamped with the Redis server's clock (TIME)."""
+    r = redis_client(redis_url)
+    key = status_key(agent.prefix, agent.node, agent.worker)
+    t = RedisTransport(agent.worker, url=redis_url, node=agent.node, prefix=agent.prefix)
+    with Worker(agent.worker, job="run-2", transport=t, interval=0.2) as w:
+        first = r.hgetall(key)
+        assert first["state"] == "processing" and first["job"] == "run-2", first
+        beat_for(w, 12)
+        assert w.flush()
+        second = r.hgetall(key)
+        sec, usec = r.time()
+        now = sec + usec / 1e6
+        assert float(first["heartbeat"]) < float(second["heartbeat"]) <= now + 0.001, (first, second, now)
+        assert now - float(second["heartbeat"]) < 2, (second, now)
+        assert second["progress"] == "11"
+    assert r.hget(key, "state") == "idle"
+
+
+def test_the_agent_reads_the_redis_record(agent: Agent, redis_url: str, agent_features: dict,
+                                          request: pytest.FixtureRequest) -> None:
+    xfail_unless(request, agent_features["status_layout"], NEEDS_LAYOUT)
+    agent.start()
+    t = RedisTransport(agent.worker, url=redis_url, node=agent.node, prefix=agent.prefix)
+    with Worker(agent.worker, transport=t, interval=0.2) as w:
+        beat_for(w, 5)
+        assert w.flush()
+        assert eventually(lambda: agent.record().get("progress") == "4", 3), agent.record()
+
+
+def test_api_beats_from_inside_the_container_over_the_socket(agent: Agent, containers, tmp_path: Path) -> None:
+    """The worker in its own container finds the agent's socket (/run/vigil/worker.sock) by
+    itself; the agent accepts the write because the peer's cgroup names the worker's container."""
+    agent.start()
+    c = worker_container(containers, agent, WORKERS / "hang_once.py", state_dir=tmp_path)
+    assert eventually(lambda: agent.record().get("progress", "0") not in ("", "0"), 20), (agent.record(), c.logs())
+    first = agent.record()
+    assert first["state"] == "processing" and first["job"] == "hang-once", first
+    assert eventually(lambda: int(agent.record()["progress"]) >= int(first["progress"]) + 3, 5), c.logs()
+    assert float(agent.record()["heartbeat"]) > float(first["heartbeat"])
