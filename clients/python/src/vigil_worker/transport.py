@@ -242,7 +242,8 @@ class ApiTransport(Transport):
         self._lock = threading.Lock()
 
     def describe(self) -> str:
-        auth = f", token {self.token_file}" if self.token_file else ""
+        shown = self.token_file and (self._token_explicit or os.path.exists(self.token_file))
+        auth = f", token {self.token_file}" if shown else ""
         return f"worker API at {self.agent}{auth}"
 
     def _connection(self) -> Tuple[http.client.HTTPConnection, bool]:

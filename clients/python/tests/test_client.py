@@ -1,0 +1,359 @@
+"""The client on its own (no agent): addresses, durations, and the rules that keep a training
+loop safe: beats only from the loop, a transport error never raising into it, bounded retries,
+Retry-After, the token read afresh, an older agent without `grace`, checkpoints in the loop's
+thread, signals."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+
+import pytest
+
+from conftest import eventually
+from vigil_worker import (AgentAddress, ApiTransport, CheckpointRequest, Reply, Transport,
+                          TransportError, Worker, parse_agent, parse_duration, status_key)
+from vigil_worker.transport import agent_from_env
+
+
+class FakeTransport(Transport):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sends: List[Tuple[float, Dict[str, str]]] = []
+        self.reads = 0
+        self.failing = False
+        self.checkpoint: Optional[CheckpointRequest] = None
+
+    def send(self, fields: Mapping[str, str]) -> Reply:
+        with self.lock:
+            if self.failing:
+                raise TransportError("down")
+            self.sends.append((time.monotonic(), dict(fields)))
+            if self.checkpoint and fields.get("checkpoint_ack") == self.checkpoint.id:
+                self.checkpoint = None
+            return Reply(checkpoint=self.checkpoint)
+
+    def read(self) -> Reply:
+        with self.lock:
+            if self.failing:
+                raise TransportError("down")
+            self.reads += 1
+            return Reply(checkpoint=self.checkpoint)
+
+    def sent(self) -> List[Dict[str, str]]:
+        with self.lock:
+            return [f for _, f in self.sends]
+
+
+# -- addresses and durations -------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("10.128.0.7", AgentAddress("http", "10.128.0.7", 9465)),
+    ("10.128.0.7:9000", AgentAddress("http", "10.128.0.7", 9000)),
+    ("http://127.0.0.1:9465", AgentAddress("http", "127.0.0.1", 9465)),
+    ("http://agent.local", AgentAddress("http", "agent.local", 9465)),
+    ("fd00::7", AgentAddress("http", "fd00::7", 9465)),
+    ("[fd00::7]:9465", AgentAddress("http", "fd00::7", 9465)),
+    ("unix:/run/vigil/worker.sock", AgentAddress("unix", path="/run/vigil/worker.sock")),
+    ("unix:///run/vigil/worker.sock", AgentAddress("unix", path="/run/vigil/worker.sock")),
+    ("/run/vigil/worker.sock", AgentAddress("unix", path="/run/vigil/worker.sock")),
+])
+def test_agent_addresses(text: str, expected: AgentAddress) -> None:
+    assert parse_agent(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "unix:relative", "ftp://x"])
+def test_bad_agent_addresses(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_agent(bad)
+
+
+def test_agent_from_env_defaults_to_loopback_without_a_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VIGIL_AGENT", raising=False)
+    if not os.path.exists("/run/vigil/worker.sock"):
+        assert agent_from_env() == AgentAddress("http", "127.0.0.1", 9465)
+    assert agent_from_env({"VIGIL_AGENT": "10.0.0.1"}) == AgentAddress("http", "10.0.0.1", 9465)
+
+
+@pytest.mark.parametrize("text,secs", [
+    ("20m", 1200), ("1h30m", 5400), ("90s", 90), ("500ms", 0.5), ("1.5h", 5400), ("45", 45), (2.5, 2.5)])
+def test_durations(text: object, secs: float) -> None:
+    assert parse_duration(text) == pytest.approx(secs)  # type: ignore[arg-type]
+
+
+def test_status_key_is_the_new_layout() -> None:
+    assert status_key("vigil", "gke-a-1", "trainer-0") == "vigil:{gke-a-1}:status:trainer-0"
+
+
+def test_invalid_ids_and_states_are_refused_at_the_call() -> None:
+    with pytest.raises(ValueError):
+        Worker("bad id", transport=FakeTransport())
+    w = Worker("w", transport=FakeTransport())
+    with pytest.raises(ValueError):
+        w.state("two words")
+
+
+# -- beats come from the loop only -------------------------------------------------------------
+
+def test_a_loop_that_stops_stops_the_beats() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.1) as w:
+        for step in range(10):
+            w.progress(step)
+            time.sleep(0.03)
+        time.sleep(0.3)
+        n = len(t.sent())
+        assert t.sent()[-1]["progress"] == "9"
+        time.sleep(0.6)  # the loop "hangs": the sender only reads (for checkpoint requests)
+        assert len(t.sent()) == n
+        assert t.reads >= 2
+    assert t.sent()[-1]["state"] == "idle"
+
+
+def test_progress_calls_are_coalesced_to_the_interval() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.2) as w:
+        started = time.monotonic()
+        while time.monotonic() - started < 1.0:
+            w.progress()
+            time.sleep(0.001)
+    # ~5 beats in a second, plus the first and the last: never one per call.
+    assert 4 <= len(t.sent()) <= 9, len(t.sent())
+
+
+def test_a_failed_beat_is_retried_only_for_retry_for_after_the_loop_made_it() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.05, retry_for=0.8) as w:
+        t.failing = True
+        w.progress("last")  # then the loop hangs
+        time.sleep(1.5)
+        t.failing = False
+        time.sleep(1.0)
+        # Retrying "last" past retry_for would stamp a fresh heartbeat for a hung loop.
+        assert all(f.get("progress") != "last" for f in t.sent()), t.sent()
+        w.progress("next")
+        assert w.flush(1)
+        assert t.sent()[-1]["progress"] == "next"
+
+
+def test_a_transport_error_never_raises_into_the_loop(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="vigil_worker")
+    t = ApiTransport("w", agent=f"http://127.0.0.1:{_closed_port()}", timeout=0.5)
+    started = time.monotonic()
+    with Worker("w", transport=t, interval=0.01, timeout=0.5) as w:
+        for step in range(200):
+            w.progress(step)
+            time.sleep(0.005)
+        w.state("loading")
+        with w.busy("compile", up_to="20m"):
+            pass
+        w.checkpoint_done("req-1")
+        assert not w.flush(0.2)
+    assert time.monotonic() - started < 8
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert 1 <= len(warnings) <= 3, [r.getMessage() for r in warnings]  # rate-limited
+
+
+def test_exit_on_an_exception_publishes_error() -> None:
+    t = FakeTransport()
+    with pytest.raises(RuntimeError):
+        with Worker("w", transport=t):
+            raise RuntimeError("boom")
+    assert t.sent()[-1]["state"] == "error"
+
+
+def test_busy_publishes_state_and_grace_and_restores_them() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=10) as w:
+        with w.busy("compile", up_to="20m"):
+            assert t.sent()[-1] == {"state": "compile", "grace": "1200"}
+            with w.busy("checkpoint", up_to="90s"):
+                assert w.flush()
+                assert t.sent()[-1] == {"state": "checkpoint", "grace": "90"}
+            assert w.flush()
+            assert t.sent()[-1] == {"state": "compile", "grace": "1200"}
+        assert w.flush()
+        assert t.sent()[-1] == {"state": "processing", "grace": "0"}
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+def test_a_request_runs_the_callback_in_the_loop_thread_and_acks_with_its_id() -> None:
+    t = FakeTransport()
+    seen: List[Tuple[str, int]] = []
+    w = Worker("w", transport=t, interval=0.05, checkpoint_up_to="5m")
+    w.on_checkpoint(lambda req: seen.append((req.id or "", threading.get_ident())))
+    with w:
+        t.checkpoint = CheckpointRequest("req-7", "preemption", "1796000000000")
+        assert eventually(lambda: w.checkpoint_requested is not None, 2)
+        w.progress(1)
+        assert seen == [("req-7", threading.get_ident())]
+        assert w.flush()
+        states = [f["state"] for f in t.sent()]
+        assert "checkpoint" in states
+        assert any(f.get("grace") == "300" for f in t.sent())
+        assert t.sent()[-1]["checkpoint_ack"] == "req-7"
+        assert w.checkpoint_requested is None
+        w.progress(2)
+        assert seen == [("req-7", threading.get_ident())]  # once
+
+
+def test_a_polled_flag_and_an_explicit_ack() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.05) as w:
+        t.checkpoint = CheckpointRequest("req-9", "agent-sigterm")
+        assert eventually(lambda: bool(w.checkpoint_requested), 2)
+        req = w.checkpoint_requested
+        assert req is not None and req.id == "req-9" and req.reason == "agent-sigterm"
+        w.checkpoint_done(req.id)
+        assert w.flush()
+        assert t.sent()[-1]["checkpoint_ack"] == "req-9"
+        time.sleep(0.2)
+        assert w.checkpoint_requested is None
+
+
+@pytest.fixture
+def restore_signals() -> Iterator[None]:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+def test_sigusr1_raises_the_flag_and_the_ack_names_the_record_s_request(restore_signals: None) -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.05) as w:
+        w.handle_signals()
+        t.checkpoint = CheckpointRequest("req-3", "preemption")  # written before the signal
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert w.checkpoint_requested is not None
+        w.checkpoint_done()  # maybe before the record was read: the id comes from it
+        assert eventually(lambda: any(f.get("checkpoint_ack") == "req-3" for f in t.sent()), 2), t.sent()
+        assert not w.stop_requested
+
+
+def test_sigterm_sets_stop_requested_and_needs_no_record(restore_signals: None) -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.05) as w:
+        w.handle_signals(signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert w.stop_requested
+        req = w.checkpoint_requested
+        assert req is not None and req.source == "signal" and req.id is None
+        w.checkpoint_done()
+        time.sleep(0.4)
+        assert w.checkpoint_requested is None
+        assert not any("checkpoint_ack" in f for f in t.sent())
+
+
+# -- the worker API transport against a fake agent ------------------------------------------------
+
+class FakeAgent:
+    """An HTTP server answering like the worker API: `grace` refused as an older agent does
+    (optionally), 503 with Retry-After on demand, Authorization headers recorded."""
+
+    def __init__(self, knows_grace: bool = True) -> None:
+        self.knows_grace = knows_grace
+        self.unavailable = 0
+        self.requests: List[Tuple[float, str, Dict[str, str], Optional[str]]] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_PUT(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                fields = json.loads(body)
+                fake.requests.append((time.monotonic(), "PUT", fields, self.headers.get("Authorization")))
+                if fake.unavailable > 0:
+                    fake.unavailable -= 1
+                    self._answer(503, "the API server does not answer\n", {"Retry-After": "1"})
+                elif "grace" in fields and not fake.knows_grace:
+                    self._answer(400, "body must be JSON {...}: unknown field `grace`, expected one of "
+                                      "`state`, `job`, `progress`, `checkpoint_ack` at line 1 column 9\n")
+                else:
+                    self._answer(200, json.dumps({"heartbeat_ms": 1796000000000}))
+
+            def do_GET(self) -> None:
+                fake.requests.append((time.monotonic(), "GET", {}, self.headers.get("Authorization")))
+                self._answer(200, "{}")
+
+            def _answer(self, code: int, text: str, headers: Optional[Dict[str, str]] = None) -> None:
+                data = text.encode()
+                self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def puts(self) -> List[Dict[str, str]]:
+        return [f for _, m, f, _ in self.requests if m == "PUT"]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake_agent() -> Iterator[FakeAgent]:
+    a = FakeAgent()
+    yield a
+    a.close()
+
+
+def test_an_older_agent_without_grace_still_gets_the_beats(fake_agent: FakeAgent,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    fake_agent.knows_grace = False
+    caplog.set_level(logging.WARNING, logger="vigil_worker")
+    t = ApiTransport("w", agent=fake_agent.url)
+    with Worker("w", transport=t, interval=0.05) as w:
+        with w.busy("compile", up_to="10m"):
+            pass
+        w.progress(1)
+        assert w.flush()
+    stored = [f for f in fake_agent.puts() if "grace" not in f]
+    assert any(f.get("state") == "compile" for f in stored)
+    assert stored[-1]["state"] == "idle"
+    assert sum("does not know the 'grace' field" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_retry_after_is_honoured(fake_agent: FakeAgent) -> None:
+    fake_agent.unavailable = 1
+    t = ApiTransport("w", agent=fake_agent.url)
+    with Worker("w", transport=t, interval=0.05) as w:
+        assert eventually(lambda: len(fake_agent.puts()) >= 2, 5)
+        w.progress(1)
+    times = [at for at, m, _, _ in fake_agent.requests if m == "PUT"]
+    assert times[1] - times[0] >= 0.9, times
+
+
+def test_the_token_is_read_afresh_on_every_call(fake_agent: FakeAgent, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    t = ApiTransport("w", agent=fake_agent.url, token_file=str(token))
+    with Worker("w", transport=t, interval=0.05) as w:
+        token.write_text("second")  # the kubelet rotated it
+        w.state("loading")
+        assert w.flush()
+    auth = [a for _, m, _, a in fake_agent.requests if m == "PUT"]
+    assert auth[0] == "Bearer first" and "Bearer second" in auth, auth
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
