@@ -4,10 +4,12 @@
 # check the vigil.toml each ConfigMap carries with `vigil config check`, and check what the
 # schemas cannot see with scripts/check-deploy.py (the DaemonSet against that configuration: the
 # runtime's socket and log mounts, the image, the Secret, the priority class's quota, RBAC).
-# Needs kubectl, kubernetes-validate (PyPI, pinned in scripts/test.sh, which installs it),
+# Needs kubectl, kubernetes-validate (PyPI, pinned in scripts/requirements.txt; scripts/setup.sh installs it into .venv),
 # python3 (3.11 or later: tomllib) with PyYAML, and a built `vigil` (target/debug/vigil, or $VIGIL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Python tools scripts/setup.sh installs (kubernetes-validate, PyYAML) are in .venv.
+if [ -x .venv/bin/python ]; then export PATH="$PWD/.venv/bin:$PATH"; fi
 vigil=${VIGIL:-target/debug/vigil}
 k8s_version=${K8S_VERSION:-1.33.0}
 command -v kubectl >/dev/null || { echo "check-deploy: kubectl is missing" >&2; exit 1; }

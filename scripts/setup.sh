@@ -3,7 +3,10 @@
 # through sudo): protobuf-compiler (the CRI protos are compiled at build time), redis-server,
 # busybox-static (the e2e tests build their tiny images from it), prometheus (promtool), spin,
 # containerd and runc (the CRI tests run a private containerd), podman (the Podman tests run a
-# private `podman system service`); pip: kubernetes-validate.
+# private `podman system service`), python3-venv; then the Python tools in a virtual environment
+# of the repository, .venv (never the system pip, which Debian and Ubuntu refuse):
+# kubernetes-validate, PyYAML, jsonschema, pytest, redis (scripts/requirements.txt), the client
+# clients/python (editable), and JAX + Orbax for the training-loop test (scripts/requirements-ml.txt).
 # Used by scripts/test.sh, scripts/run.sh and .ci/run; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +35,8 @@ command -v protoc >/dev/null || packages+=(protobuf-compiler)
 command -v containerd >/dev/null || packages+=(containerd)
 command -v runc >/dev/null || packages+=(runc)
 command -v podman >/dev/null || packages+=(podman)
+command -v python3 >/dev/null || packages+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || packages+=(python3-venv)
 if [ ${#packages[@]} -gt 0 ]; then
   command -v apt-get >/dev/null || {
     echo "scripts/setup.sh: missing ${packages[*]}, and no apt-get to install them" >&2
@@ -43,9 +48,23 @@ if [ ${#packages[@]} -gt 0 ]; then
   # use it (they start their own below).
   as_root apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi
-if ! command -v kubernetes-validate >/dev/null; then
-  echo "scripts/setup.sh: installing kubernetes-validate"
-  python3 -m pip install -q kubernetes-validate==1.37.0
-  if command -v pyenv >/dev/null; then pyenv rehash; fi
-  hash -r
+# The Python tools: .venv at the repository root, made once; installed again only when a
+# requirements file or the client's pyproject changes (a stamp of their contents).
+venv=.venv
+if [ ! -x "$venv/bin/python" ]; then
+  echo "scripts/setup.sh: making the Python virtual environment $venv"
+  python3 -m venv "$venv"
+fi
+stamp=$(cat scripts/requirements.txt scripts/requirements-ml.txt clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$venv/.vigil-setup" 2>/dev/null)" != "$stamp" ]; then
+  echo "scripts/setup.sh: installing the Python tools into $venv"
+  "$venv/bin/python" -m pip install -q -r scripts/requirements.txt
+  "$venv/bin/python" -m pip install -q -e ./clients/python
+  ml_ok=1
+  "$venv/bin/python" -m pip install -q -r scripts/requirements-ml.txt || {
+    ml_ok=0
+    echo "scripts/setup.sh: JAX/Orbax could not be installed: clients/python/tests/test_jax.py will skip and say so" >&2
+  }
+  # NB: without JAX the stamp is not written, so the next run tries again.
+  if [ "$ml_ok" = 1 ]; then echo "$stamp" > "$venv/.vigil-setup"; fi
 fi

@@ -2,8 +2,10 @@
 # Runs every test of the workspace: unit, scenario, coordination (real Redis) and end-to-end
 # (the vigil binary against real Redis and the real Docker daemon).
 #
-# Then it lints a live /metrics scrape with promtool and validates the rendered deploy/
-# manifests (scripts/check-metrics.sh, scripts/check-deploy.sh).
+# Then it lints a live /metrics scrape with promtool, validates the rendered deploy/ manifests
+# and the worker manifests of deploy/examples (scripts/check-metrics.sh, scripts/check-deploy.sh,
+# scripts/check-examples.sh), and runs the Python client's suite (clients/python/tests: pytest
+# against the `vigil` binary just built, a Redis of its own and the Docker daemon).
 #
 # Does its own set-up (scripts/setup.sh): on a Debian/Ubuntu machine it installs what is missing,
 # as root or through sudo. It cannot install cargo, kubectl or a Docker daemon: it says so if one
@@ -14,6 +16,8 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 
 bash scripts/setup.sh
+# The Python tools (kubernetes-validate, pytest, ...) live in the repository's .venv.
+export PATH="$PWD/.venv/bin:$PATH"
 for tool in cargo kubectl docker kubernetes-validate; do
   command -v "$tool" >/dev/null || {
     echo "scripts/test.sh: $tool is missing (cargo from rustup; kubectl ships with this machine image; docker from your distribution)" >&2
@@ -43,3 +47,6 @@ cargo test --workspace "$@"
 bash scripts/check-model.sh
 bash scripts/check-metrics.sh
 bash scripts/check-deploy.sh
+bash scripts/check-examples.sh
+# The binary `cargo test` built above (the integration tests build it).
+VIGIL_BIN="$PWD/target/debug/vigil" python -m pytest clients/python/tests -q
