@@ -77,7 +77,7 @@ class Backoff:
 
     def next_delay(self, at_least: Optional[float] = None) -> float:
         self.failures += 1
-        delay = min(self.cap, self.base * (2 ** min(self.failures - 1, 16)))
+        delay: float = min(self.cap, self.base * 2.0 ** min(self.failures - 1, 16))
         delay *= random.uniform(0.5, 1.0)
         if at_least is not None:
             delay = max(delay, min(at_least, self.cap))
