@@ -184,9 +184,9 @@ def python_mounts() -> List[str]:
     at the same paths (the interpreter, its standard library, the C libraries it links)."""
     args: List[str] = []
     paths = ["/usr", "/lib", "/lib64", "/lib32"]
-    base = os.path.realpath(sys.base_prefix)
-    if not base.startswith("/usr/"):
-        paths.append(base)
+    for p in (os.path.realpath(sys.base_prefix), os.path.dirname(host_python())):
+        if not p.startswith("/usr/") and p not in paths:
+            paths.append(p)
     for p in paths:
         if os.path.exists(p):
             args += ["-v", f"{p}:{p}:ro"]
@@ -197,10 +197,9 @@ def python_mounts() -> List[str]:
 
 
 def host_python() -> str:
-    """The interpreter a container runs: the real one behind this (virtual) environment's, so
-    the container sees the standard library only (the client needs nothing else)."""
-    exe = os.path.realpath(sys.executable)
-    return exe
+    """The interpreter a container runs: the base one behind this virtual environment's, so the
+    container sees the standard library only (the client needs nothing else)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
 class Container:

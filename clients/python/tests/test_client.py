@@ -160,6 +160,16 @@ def test_a_transport_error_never_raises_into_the_loop(caplog: pytest.LogCaptureF
     assert 1 <= len(warnings) <= 3, [r.getMessage() for r in warnings]  # rate-limited
 
 
+def test_without_with_the_first_call_starts_it() -> None:
+    t = FakeTransport()
+    w = Worker("w", transport=t, interval=0.05)
+    w.state("loading")
+    assert t.sent() == [{"state": "loading"}]
+    w.progress(1)
+    w.close()
+    assert t.sent()[-1] == {"state": "idle", "progress": "1"}
+
+
 def test_exit_on_an_exception_publishes_error() -> None:
     t = FakeTransport()
     with pytest.raises(RuntimeError):

@@ -136,6 +136,7 @@ class Worker:
         self._stop_requested = False
 
         self._thread: Optional[threading.Thread] = None
+        self._started = False
         self._stopping = False
         self._closed = False
 
@@ -147,6 +148,7 @@ class Worker:
         with self._cond:
             if self._thread is not None:
                 return self
+            self._started = True
             self._stopping = False
             self._closed = False
             self._thread = threading.Thread(target=self._run, name=f"vigil-worker-{self.id}", daemon=True)
@@ -194,6 +196,8 @@ class Worker:
 
         Cheap (no I/O here): call it every step. When a checkpoint was requested and callbacks
         are registered (:meth:`on_checkpoint`), they run here, in the loop's thread."""
+        if self._thread is None and not self._started:
+            self.start()  # used without `with` or start(): the first call starts it
         with self._cond:
             if step is None:
                 self._counter += 1
@@ -209,6 +213,10 @@ class Worker:
         :meth:`busy` for long operations."""
         if not valid_state(state):
             raise ValueError(f"invalid state {state!r}: 1-64 characters of [A-Za-z0-9._-]")
+        if self._thread is None and not self._started:
+            self._initial_state = state
+            self.start()  # the first call starts it, with this state
+            return
         with self._cond:
             self._update(state=state, urgent=True)
         self._dispatch()
