@@ -6,9 +6,10 @@
    The check proves it has teeth first: a copy with an unknown field and one with a wrong type
    must both fail.
 2. What no schema can see, for every pod template (Pod, Job, JobSet): the opt-in label
-   `vigil.worker` with a valid id; a valid `vigil.checkpoint` annotation; a restartPolicy Vigil
+   `vigil.worker` with a valid id (the reserved `pod-name` on a template of several pods); a valid `vigil.checkpoint` annotation; a restartPolicy Vigil
    can restart under; a termination grace above the agent's checkpoint budget; the worker
-   container's downward API env (VIGIL_WORKER from the label, NODE_NAME, VIGIL_AGENT from
+   container's downward API env (VIGIL_WORKER from the label, or the pod's name for `pod-name`;
+   NODE_NAME; VIGIL_AGENT from
    status.hostIP) and the projected token for the audience `vigil` mounted where
    VIGIL_TOKEN_FILE says.
 
@@ -87,8 +88,9 @@ def pod_templates(doc: Dict[str, Any]) -> Iterator[Tuple[str, Dict[str, Any], Di
         yield name, t.get("metadata", {}), t["spec"], doc["spec"]
     elif doc["kind"] == "JobSet":
         for rj in doc["spec"]["replicatedJobs"]:
-            job = rj["template"]["spec"]
+            job = dict(rj["template"]["spec"])
             t = job["template"]
+            job["replicas"] = rj.get("replicas", 1)
             yield f"{name} replicatedJob {rj['name']}", t.get("metadata", {}), t["spec"], job
 
 
@@ -105,6 +107,9 @@ def check_pod(where: str, meta: Dict[str, Any], spec: Dict[str, Any], job: Dict[
         problem(where, "no `vigil.worker` label: the agent never watches it")
     elif not WORKER_ID.match(str(worker)):
         problem(where, f"`vigil.worker: {worker}` is not a worker id (1-128 of [A-Za-z0-9._-])")
+    elif job and worker != "pod-name" and job.get("replicas", 1) * max(job.get("parallelism", 1), job.get("completions", 1)) > 1:
+        problem(where, f"`vigil.worker: {worker}` on a template of several pods: they would be one, ambiguous, "
+                       "worker; use the reserved value `pod-name`")
     method = annotations.get("vigil.checkpoint")
     if method is not None and not CHECKPOINT.match(str(method)):
         problem(where, f"`vigil.checkpoint: {method}`: redis, signal, signal:SIGNAME or an http(s) URL")
@@ -130,7 +135,9 @@ def check_pod(where: str, meta: Dict[str, Any], spec: Dict[str, Any], job: Dict[
         problem(where, f"no container {named!r}")
         return
     env = {e["name"]: e for e in c.get("env") or []}
-    for var, path in (("VIGIL_WORKER", "metadata.labels['vigil.worker']"),
+    # The worker id the client publishes under: the pod's name for `pod-name`, else the label.
+    worker_path = "metadata.name" if worker == "pod-name" else "metadata.labels['vigil.worker']"
+    for var, path in (("VIGIL_WORKER", worker_path),
                       ("NODE_NAME", "spec.nodeName"),
                       ("VIGIL_AGENT", "status.hostIP")):
         if field_ref(env, var) != path:
