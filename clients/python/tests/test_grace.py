@@ -31,7 +31,7 @@ def _holds_then_expires(agent: Agent, container, entered_busy: float) -> None:
     assert agent.decisions("restarted") == 0, agent.trail()
     # The grace ends with the worker still silent: hung, restarted.
     assert eventually(lambda: container.started_at() != started, 25), (agent.trail(), agent.log_text())
-    assert agent.decisions("restarted") == 1, agent.trail()
+    assert eventually(lambda: agent.decisions("restarted") == 1, 10), agent.trail()
 
 
 def test_busy_grace_holds_past_stale_after_then_expires_over_the_api(

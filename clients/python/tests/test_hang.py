@@ -18,9 +18,11 @@ def test_a_loop_that_stops_calling_progress_is_restarted(agent: Agent, container
     # stale after 2 s, confirmed 0.5 s later, restarted 2 s after that (stop grace 3 s: the
     # Python process as PID 1 ignores SIGTERM).
     assert eventually(lambda: c.started_at() != started, 30), (agent.log_text(), c.logs())
-    assert agent.decisions("restarted") == 1, agent.trail()
+    # The trail's line follows the restart's verification.
+    assert eventually(lambda: agent.decisions("restarted") == 1, 10), agent.trail()
     assert eventually(lambda: (tmp_path / "runs").read_text().count("run") == 2, 10), c.logs()
     # The restarted worker beats again from its new run.
     assert eventually(lambda: agent.record().get("state") == "processing"
                       and 0 < int(agent.record().get("progress", "0")) < 15, 15), agent.record()
     assert c.running()
+    assert agent.decisions("restarted") == 1, agent.trail()  # once

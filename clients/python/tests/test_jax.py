@@ -53,7 +53,7 @@ def test_a_jax_loop_saves_an_orbax_checkpoint_when_asked(agent: Agent, container
         assert agent.record()["state"] == "processing"
         code, took = agent.sigterm_and_wait(10)
         assert code == 0, agent.log_text()
-        assert took < 5.0, f"the round took {took:.1f}s\n{agent.log_text()}"
+        assert took < 5.5, f"the round took {took:.1f}s\n{agent.log_text()}"
         assert agent.decisions("checkpoint-acked") == 1, agent.trail()
         # The pod is deleted: SIGTERM saves once more and ends the loop.
         time.sleep(0.5)
