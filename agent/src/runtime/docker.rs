@@ -413,6 +413,16 @@ impl ContainerRuntime for DockerRuntime {
     }
 }
 
+/// The pod a kubelet (cri-dockerd) created a container for, from the labels it sets on it.
+fn kube_pod(labels: &HashMap<String, String>) -> Option<PodIdentity> {
+    let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
+    Some(PodIdentity {
+        namespace: get("io.kubernetes.pod.namespace")?,
+        name: get("io.kubernetes.pod.name")?,
+        uid: get("io.kubernetes.pod.uid")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::process::Command;
@@ -530,14 +540,4 @@ mod tests {
             rt.listing_inspects()
         );
     }
-}
-
-/// The pod a kubelet (cri-dockerd) created a container for, from the labels it sets on it.
-fn kube_pod(labels: &HashMap<String, String>) -> Option<PodIdentity> {
-    let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
-    Some(PodIdentity {
-        namespace: get("io.kubernetes.pod.namespace")?,
-        name: get("io.kubernetes.pod.name")?,
-        uid: get("io.kubernetes.pod.uid")?,
-    })
 }
