@@ -236,6 +236,7 @@ impl Checkpointer {
                     "worker": c.worker,
                     "deadline_ms": budget.as_millis() as u64,
                 });
+                // NB: `url` shows redacted; the error is said without it (it names the URL).
                 let r = self
                     .http
                     .post(url.expose())
@@ -243,7 +244,7 @@ impl Checkpointer {
                     .json(&body)
                     .send()
                     .await
-                    .map_err(|e| format!("POST {url}: {e}"))?;
+                    .map_err(|e| format!("POST {url}: {}", super::http_error(e)))?;
                 if r.status().is_success() {
                     Ok(())
                 } else {
