@@ -452,7 +452,7 @@ async fn a_bad_record_is_that_workers_problem_only() {
         node_name: "n1".into(),
         ..Config::default()
     };
-    cfg.redis.url = url.clone();
+    cfg.redis.url = url.clone().into();
     cfg.redis.key_prefix = prefix.clone();
     let coord: Arc<dyn Coordinator> =
         Arc::new(RedisCoordinator::new(&url, Duration::from_secs(2)).unwrap());
@@ -585,7 +585,7 @@ async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
         node_name: "n1".into(),
         ..Config::default()
     };
-    cfg.redis.url = s.url();
+    cfg.redis.url = s.url().into();
     cfg.redis.mode = RedisMode::Sentinel;
     cfg.redis.sentinel_service = SERVICE.into();
     cfg.redis.key_prefix = prefix.clone();

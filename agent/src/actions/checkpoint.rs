@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::clock::Millis;
 use crate::config::{CheckpointMethod, Signal};
 use crate::coord::{Coordinator, Keys};
+use crate::redact::{Secret, Urls};
 use crate::runtime::{Container, ContainerRuntime};
 
 /// How a worker is asked to checkpoint, with the default signal resolved.
@@ -22,8 +23,9 @@ pub enum Method {
     Redis,
     /// A signal to the container's main process, e.g. `SIGUSR1`.
     Signal(Signal),
-    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`.
-    Http(String),
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`. Shown
+    /// redacted: it may carry a token.
+    Http(Secret<Urls>),
 }
 
 impl Method {
@@ -234,14 +236,15 @@ impl Checkpointer {
                     "worker": c.worker,
                     "deadline_ms": budget.as_millis() as u64,
                 });
+                // NB: `url` shows redacted; the error is said without it (it names the URL).
                 let r = self
                     .http
-                    .post(url)
+                    .post(url.expose())
                     .timeout(budget.min(Duration::from_secs(5)))
                     .json(&body)
                     .send()
                     .await
-                    .map_err(|e| format!("POST {url}: {e}"))?;
+                    .map_err(|e| format!("POST {url}: {}", super::http_error(e)))?;
                 if r.status().is_success() {
                     Ok(())
                 } else {
