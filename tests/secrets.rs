@@ -507,7 +507,7 @@ async fn a_running_agent_writes_no_secret_anywhere() {
     assert!(status.success(), "{status:?}\n{}", agent.log_text());
     let log = agent.log_text();
     assert!(log.contains("alert delivery failed"), "{log}");
-    assert!(log.contains("write refused"), "{log}");
+    assert!(log.contains("worker API: refused"), "{log}");
     assert!(log.contains("DEBUG"), "debug lines were written:\n{log}");
     clean("agent log", &log);
 
