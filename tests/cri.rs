@@ -24,7 +24,7 @@ use vigil::engine::agent::Agent;
 use vigil::model::container::Container;
 use vigil::model::gpu::{GpuHealth, GpuReport};
 use vigil::observe::metrics::Metrics;
-use vigil::runtime::cri::{CriRuntime, CriSettings, WORKER_CONTAINER_ANNOTATION};
+use vigil::runtime::cri::{CriRuntime, CriSettings, POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use vigil::runtime::{ContainerRuntime, RuntimeError};
 use vigil::sources::podresources::PodResourcesClient;
 use vigil::sources::pods::{PodApi, RestartPolicy};
@@ -793,5 +793,69 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
     );
     assert_eq!(d.iter().filter(|x| *x == "restarted").count(), 1, "{d:?}");
     gpu_stop.cancel();
+    stop.cancel();
+}
+
+/// Issue 19: pods of one template share their labels. With the opt-in value `pod-name`, each
+/// pod is its own worker (its name the id): a hang of one is restarted, the other is untouched —
+/// where two pods with one literal id would be ambiguous and never restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_one_template_are_distinct_workers_by_their_names() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let template = [("vigil.worker", POD_NAME_ID), ("app", "trainer")];
+    let a = kubelet
+        .run_pod("trainer-7f9c-a", &template, &[], &[("main", LOOP)])
+        .await;
+    let b = kubelet
+        .run_pod("trainer-7f9c-b", &template, &[], &[("main", LOOP)])
+        .await;
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let mut ids: Vec<String> = runtime
+        .list_workers()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.worker)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec!["trainer-7f9c-a", "trainer-7f9c-b"]);
+
+    let mut rig = Rig::new(Arc::new(runtime));
+    // Pod a hangs (one beat, never again); pod b beats every cycle.
+    let keys = rig.keys.clone();
+    let key = |w: &str| keys.status(w);
+    write_record(
+        rig.store.as_ref(),
+        &key("trainer-7f9c-a"),
+        "processing",
+        rig.now(),
+        &[],
+    )
+    .await;
+    for _ in 0..24 {
+        let (k, now) = (key("trainer-7f9c-b"), rig.now());
+        write_record(rig.store.as_ref(), &k, "processing", now, &[]).await;
+        rig.tick().await;
+    }
+    let attempts = |p: &Pod| {
+        let kubelet = kubelet.clone();
+        let p = p.clone();
+        async move { kubelet.containers(&p).await.len() }
+    };
+    assert_eq!(attempts(&a).await, 2, "the hung pod was restarted once");
+    assert_eq!(
+        attempts(&b).await,
+        1,
+        "the healthy pod of the same template is untouched"
+    );
+    let d = rig.decisions().await;
+    assert!(!d.iter().any(|x| x == "ambiguous"), "{d:?}");
     stop.cancel();
 }

@@ -1162,3 +1162,33 @@ async fn a_grace_holds_then_expires_and_no_state_is_never_hung() {
         started.elapsed()
     );
 }
+
+/// Issue 19 on Docker: replicas of one Compose service share their labels; the opt-in value
+/// `container-name` makes each container's own name its worker id.
+#[tokio::test]
+async fn replicas_with_one_label_are_distinct_workers_by_their_names() {
+    let label = unique("vigil.test.");
+    let a = WorkerContainer::start(&label, vigil::runtime::docker::CONTAINER_NAME_ID);
+    let b = WorkerContainer::start(&label, vigil::runtime::docker::CONTAINER_NAME_ID);
+    let runtime = vigil::runtime::docker::DockerRuntime::new(
+        "unix:///var/run/docker.sock",
+        &label,
+        &format!("{label}.checkpoint"),
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+    );
+    let listed = vigil::runtime::ContainerRuntime::list_workers(&runtime)
+        .await
+        .unwrap();
+    let mut got: Vec<(String, String)> = listed.into_iter().map(|c| (c.id, c.worker)).collect();
+    got.sort();
+    let name = |id: &str| {
+        common::real::docker(&["inspect", "-f", "{{.Name}}", id])
+            .trim()
+            .trim_start_matches('/')
+            .to_string()
+    };
+    let mut want = vec![(a.id.clone(), name(&a.id)), (b.id.clone(), name(&b.id))];
+    want.sort();
+    assert_eq!(got, want);
+}

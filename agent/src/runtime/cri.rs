@@ -37,6 +37,11 @@ use crate::model::container::PodRef;
 use crate::sources::podresources::{DeviceSource, PodGpus};
 use crate::sources::pods::{PodApi, RestartPolicy};
 
+/// The opt-in label's value that makes the pod's own name its worker id: pods of one
+/// Deployment, Job or JobSet template share their labels, and would otherwise all be one
+/// (ambiguous, never restarted) worker.
+pub const POD_NAME_ID: &str = "pod-name";
+
 /// The pod annotation that names the worker's container in a pod with several.
 pub const WORKER_CONTAINER_ANNOTATION: &str = "vigil.dev/worker-container";
 
@@ -275,8 +280,14 @@ impl Sandbox {
         // NB: a pod without the opt-in label is never a worker, whatever else it says.
         let worker = labels.get(&s.worker_label).filter(|w| !w.is_empty())?;
         let meta = meta.unwrap_or_default();
+        // Pods of one template share their labels: `pod-name` makes each its own worker.
+        let worker = if worker == POD_NAME_ID {
+            meta.name.clone()
+        } else {
+            worker.clone()
+        };
         Some(Sandbox {
-            worker: worker.clone(),
+            worker,
             container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
             checkpoint: annotations.get(&s.checkpoint_annotation).cloned(),
             namespace: meta.namespace,
