@@ -859,3 +859,39 @@ async fn pods_of_one_template_are_distinct_workers_by_their_names() {
     assert!(!d.iter().any(|x| x == "ambiguous"), "{d:?}");
     stop.cancel();
 }
+
+/// Issue 19: a pod says its restarts belong to another controller with the opt-in label's
+/// companion `vigil.worker.restarts: alert-only`; the runtime reports it so, and the agent
+/// alerts its hang and never stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_only_pod_is_reported_and_never_stopped() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let labels = [
+        ("vigil.worker", WORKER),
+        ("vigil.worker.restarts", "alert-only"),
+    ];
+    let pod = kubelet
+        .run_pod("jobset-0", &labels, &[], &[("main", LOOP)])
+        .await;
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let listed = runtime.list_workers().await.unwrap();
+    assert!(listed.iter().all(|c| c.alert_only), "{listed:?}");
+    let mut rig = Rig::new(Arc::new(runtime));
+    rig.hang_until_restart_window().await;
+    assert_eq!(kubelet.containers(&pod).await.len(), 1, "never stopped");
+    let d = rig.decisions().await;
+    assert_eq!(
+        d.iter().filter(|x| *x == "skipped-alert-only").count(),
+        1,
+        "{d:?}"
+    );
+    assert_eq!(rig.sink.count(AlertKind::Hung), 1);
+    stop.cancel();
+}

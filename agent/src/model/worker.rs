@@ -17,6 +17,8 @@ pub struct WorkerStatus {
     /// How long (ms) the worker said it may stay silent after this heartbeat (a long operation:
     /// a compile, a checkpoint save); `None` = `policy.stale_after`. The policy caps it.
     pub grace: Option<Millis>,
+    /// The worker says its restarts belong to someone else (`restarts = alert-only`).
+    pub alert_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +79,9 @@ impl WorkerStatus {
             job: nonempty("job"),
             progress: nonempty("progress"),
             grace: fields.get("grace").and_then(|g| parse_grace(g)),
+            alert_only: fields
+                .get("restarts")
+                .is_some_and(|v| v.trim() == crate::model::container::ALERT_ONLY),
         })
     }
 }

@@ -24,6 +24,7 @@ fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
         job: Some("job-7".into()),
         progress: Some("step-10".into()),
         grace: None,
+        alert_only: false,
     }
 }
 

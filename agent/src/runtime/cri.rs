@@ -265,6 +265,7 @@ struct Sandbox {
     /// The container named by `vigil.dev/worker-container`, when the pod says.
     container: Option<String>,
     checkpoint: Option<String>,
+    alert_only: bool,
     namespace: String,
     pod: String,
     uid: String,
@@ -290,6 +291,7 @@ impl Sandbox {
             worker,
             container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
             checkpoint: annotations.get(&s.checkpoint_annotation).cloned(),
+            alert_only: crate::model::container::alert_only(&labels, &s.worker_label),
             namespace: meta.namespace,
             pod: meta.name,
             uid: meta.uid,
@@ -327,6 +329,7 @@ impl Sandbox {
                 log_path: None,
             }),
             kube_pod: None,
+            alert_only: self.alert_only,
         }
     }
 }

@@ -370,6 +370,7 @@ impl ContainerRuntime for DockerRuntime {
             },
             pod: None,
             kube_pod: kube_pod(&labels),
+            alert_only: crate::model::container::alert_only(&labels, &self.label),
         }))
     }
 
