@@ -2,7 +2,8 @@
 # Installs what building and testing Vigil need, when it is missing (Debian/Ubuntu, as root or
 # through sudo): protobuf-compiler (the CRI protos are compiled at build time), redis-server,
 # busybox-static (the e2e tests build their tiny images from it), prometheus (promtool), spin,
-# containerd and runc (the CRI tests run a private containerd), podman (the Podman tests run a
+# containerd, runc and containernetworking-plugins (the CRI tests run a private containerd, some
+# pods on a bridge pod network), podman (the Podman tests run a
 # private `podman system service`); pip: kubernetes-validate.
 # Used by scripts/test.sh, scripts/run.sh and .ci/run; safe to run again.
 set -euo pipefail
@@ -32,6 +33,8 @@ command -v protoc >/dev/null || packages+=(protobuf-compiler)
 command -v containerd >/dev/null || packages+=(containerd)
 command -v runc >/dev/null || packages+=(runc)
 command -v podman >/dev/null || packages+=(podman)
+# The CRI tests' pod network (a bridge per private containerd).
+[ -x /usr/lib/cni/bridge ] || packages+=(containernetworking-plugins)
 if [ ${#packages[@]} -gt 0 ]; then
   command -v apt-get >/dev/null || {
     echo "scripts/setup.sh: missing ${packages[*]}, and no apt-get to install them" >&2

@@ -895,3 +895,85 @@ async fn an_alert_only_pod_is_reported_and_never_stopped() {
     assert_eq!(rig.sink.count(AlertKind::Hung), 1);
     stop.cancel();
 }
+
+/// Issue 19 on GKE's terms: the agent runs on the host network, the worker on the pod network.
+/// An HTTP checkpoint method at `http://pod:8080/…` is sent to the pod's IP from its sandbox
+/// status (the pod's 127.0.0.1 is not the agent's): the worker's own HTTP server receives the
+/// request, with its id, and the worker acknowledges it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_checkpoint_reaches_a_pod_on_the_pod_network_at_its_ip() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    // busybox httpd with a CGI that logs the request body to the container's log.
+    let script = "mkdir -p /tmp/www/cgi-bin && \
+        printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\nbody=$(cat)\\necho \"got-checkpoint $body\" > /proc/1/fd/1\\necho ok\\n' > /tmp/www/cgi-bin/ckpt && \
+        chmod +x /tmp/www/cgi-bin/ckpt && httpd -p 8080 -h /tmp/www && \
+        while true; do sleep 1; done";
+    let pod = kubelet
+        .run_pod_on_pod_network(
+            "ckpt-http",
+            &[("vigil.worker", "http-worker")],
+            &[("vigil.checkpoint", "http://pod:8080/cgi-bin/ckpt")],
+            &[("main", script)],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let runtime = Arc::new(
+        CriRuntime::new(
+            settings(&ctd),
+            Some(Arc::new(Policies(RestartPolicy::Always))),
+        )
+        .unwrap(),
+    );
+    let listed = runtime.list_workers().await.unwrap();
+    let method = listed[0].checkpoint.clone().unwrap_or_default();
+    assert!(
+        method.starts_with("http://10.") && method.ends_with(":8080/cgi-bin/ckpt"),
+        "the pod's own IP: {method}"
+    );
+    let clock = FakeClock::at(START);
+    let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+    let cfg = node_config("gke-node-1");
+    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+    let metrics = Arc::new(Metrics::new());
+    let agent = Agent::new(
+        cfg.clone(),
+        store.clone(),
+        runtime.clone(),
+        Notifier::new(None, metrics.clone()),
+        metrics.clone(),
+    );
+    let mut controller = vigil::engine::node::Controller::new(
+        cfg,
+        store.clone(),
+        runtime.clone(),
+        metrics,
+        agent.trail(),
+    );
+    // The worker acknowledges once its server has the request.
+    let acker = {
+        let (store, keys, runtime) = (store.clone(), keys.clone(), runtime.clone());
+        tokio::spawn(async move {
+            loop {
+                let rec = store.hgetall(&keys.status("http-worker")).await.unwrap();
+                if let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) {
+                    let list = runtime.list_workers().await.unwrap();
+                    let logs = runtime.logs(&list[0].id, 50).await.unwrap();
+                    if logs.contains("got-checkpoint") && logs.contains(id.as_str()) {
+                        let ack = vec![("checkpoint_ack".into(), id.clone())];
+                        store.hset(&keys.status("http-worker"), &ack).await.unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let results = controller.checkpoint("test", Duration::from_secs(10)).await;
+    acker.abort();
+    let by: Vec<_> = results
+        .iter()
+        .map(|r| (r.worker.as_str(), r.method, r.outcome.as_str()))
+        .collect();
+    assert_eq!(by, vec![("http-worker", "http", "acked")], "{results:?}");
+    drop(pod);
+}
