@@ -127,7 +127,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         (hb * 1000.0) as i64 >= before - 1,
         "heartbeat on the store clock"
     );
-    c.hset(&keys.status("w1"), &[("job".into(), "j".into())])
+    c.hset(&keys.status("w1"), &[("job".into(), "j".into())], None)
         .await
         .unwrap();
     assert_eq!(
@@ -151,10 +151,10 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(all.len(), 10, "bounded at max_len");
 
     // Records with a TTL, and the index that lists them without SCAN.
-    c.hset_ttl(
+    c.hset(
         &k("rec"),
         &[("a".into(), "1".into())],
-        Duration::from_millis(150),
+        Some(Duration::from_millis(150)),
     )
     .await
     .unwrap();
@@ -187,7 +187,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     // A worker's clock, record and marks in one read; the node's writes in one batch.
     let before = c.time().await.unwrap();
     c.set(&k("m1"), "x", Duration::from_secs(60)).await.unwrap();
-    c.hset(&k("status"), &[("state".into(), "processing".into())])
+    c.hset(&k("status"), &[("state".into(), "processing".into())], None)
         .await
         .unwrap();
     let read = c
@@ -209,14 +209,15 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
                 value: "v".into(),
                 ttl: Duration::from_secs(60),
             },
-            Op::HsetTtl {
+            Op::Hset {
                 key: k("b2"),
                 fields: vec![("f".into(), "1".into())],
-                ttl: Duration::from_secs(60),
+                ttl: Some(Duration::from_secs(60)),
             },
             Op::Hset {
                 key: k("b3"),
                 fields: vec![("g".into(), "2".into())],
+                ttl: None,
             },
             Op::IndexTouch {
                 key: k("bidx"),
@@ -229,6 +230,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
             Op::Hset {
                 key: format!("{p}:fleet:b4"),
                 fields: vec![("h".into(), "3".into())],
+                ttl: None,
             },
             Op::Counter { key: k("absent") },
         ])

@@ -475,7 +475,7 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
                     if asked && !acked && ready {
                         let ack =
                             vec![("checkpoint_ack".into(), rec["checkpoint_request"].clone())];
-                        store.hset(&keys.status(w), &ack).await.unwrap();
+                        store.hset(&keys.status(w), &ack, None).await.unwrap();
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -172,7 +172,7 @@ impl Checkpointer {
             ("checkpoint_requested_at".to_string(), now.to_string()),
             ("checkpoint_ack".to_string(), String::new()),
         ];
-        if let Err(e) = self.coord.hset(&key, &fields).await {
+        if let Err(e) = self.coord.hset(&key, &fields, None).await {
             // Without the record there is nothing to acknowledge into, but a signal or a POST
             // may still let the worker save: deliver anyway, then report the failure.
             let _ = self.deliver(&method, c, &id, reason, budget).await;

@@ -1,7 +1,8 @@
 //! The [`Coordinator`] trait over Redis: each method as one command, one pipeline or one Lua
-//! script, and the scripts themselves (built once: `Script::new` hashes the source). Apart from
-//! the connection (coord/redis.rs) so that what Vigil asks of Redis reads in one place, without
-//! the plumbing of the three ways to reach it.
+//! script (the plain writes and the counter read are ops of [`Coordinator::batch`]: one
+//! pipeline), and the scripts themselves (built once: `Script::new` hashes the source). Apart
+//! from the connection (coord/redis.rs) so that what Vigil asks of Redis reads in one place,
+//! without the plumbing of the three ways to reach it.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -73,10 +74,6 @@ impl Coordinator for RedisCoordinator {
         format!("redis at {}", self.addr)
     }
 
-    fn single_node(&self) -> bool {
-        false
-    }
-
     async fn time(&self) -> Result<Millis, CoordError> {
         let (secs, micros): (i64, i64) = self.query(&redis::cmd("TIME")).await?;
         Ok(secs * 1000 + micros / 1000)
@@ -102,11 +99,6 @@ impl Coordinator for RedisCoordinator {
             )
             .await?;
         Ok(r.is_some())
-    }
-
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
-        self.query::<()>(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(px(ttl)))
-            .await
     }
 
     async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
@@ -150,11 +142,6 @@ impl Coordinator for RedisCoordinator {
         Ok((r >= 0).then_some(r as u64))
     }
 
-    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
-        let v: Option<u64> = self.query(redis::cmd("GET").arg(key)).await?;
-        Ok(v.unwrap_or(0))
-    }
-
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
         self.script::<i64>(&DECR_FLOOR, &[key], &[])
             .await
@@ -163,15 +150,6 @@ impl Coordinator for RedisCoordinator {
 
     async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
         self.query(redis::cmd("HGETALL").arg(key)).await
-    }
-
-    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(key);
-        for (k, v) in fields {
-            cmd.arg(k).arg(v);
-        }
-        self.query::<()>(&cmd).await
     }
 
     async fn append(
@@ -186,36 +164,6 @@ impl Coordinator for RedisCoordinator {
             cmd.arg(k).arg(v);
         }
         self.query::<()>(&cmd).await
-    }
-
-    async fn hset_ttl(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        ttl: Duration,
-    ) -> Result<(), CoordError> {
-        let op = Op::HsetTtl {
-            key: key.to_string(),
-            fields: fields.to_vec(),
-            ttl,
-        };
-        self.atomic(&op).await
-    }
-
-    async fn index_touch(
-        &self,
-        key: &str,
-        member: &str,
-        score: Millis,
-        prune_before: Millis,
-    ) -> Result<(), CoordError> {
-        let op = Op::IndexTouch {
-            key: key.to_string(),
-            member: member.to_string(),
-            score,
-            prune_before,
-        };
-        self.atomic(&op).await
     }
 
     async fn read_worker(&self, status: &str, keys: &[String]) -> Result<WorkerRead, CoordError> {
@@ -324,25 +272,21 @@ impl Coordinator for RedisCoordinator {
 }
 
 /// The commands of one batch op; only a `Counter` leaves a reply in the pipeline.
-pub(super) fn add_op(pipe: &mut Pipeline, op: &Op) {
+fn add_op(pipe: &mut Pipeline, op: &Op) {
     match op {
         Op::Set { key, value, ttl } => {
             pipe.cmd("SET").arg(key).arg(value).arg("PX").arg(px(*ttl));
             pipe.ignore();
         }
-        Op::HsetTtl { key, fields, ttl } => {
-            let hset = pipe.cmd("HSET").arg(key);
-            for (k, v) in fields {
-                hset.arg(k).arg(v);
-            }
-            pipe.ignore().cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
-        }
-        Op::Hset { key, fields } => {
+        Op::Hset { key, fields, ttl } => {
             let hset = pipe.cmd("HSET").arg(key);
             for (k, v) in fields {
                 hset.arg(k).arg(v);
             }
             pipe.ignore();
+            if let Some(ttl) = ttl {
+                pipe.cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
+            }
         }
         Op::IndexTouch {
             key,
