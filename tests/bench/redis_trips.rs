@@ -103,9 +103,13 @@ impl Coordinator for Counting {
         self.trip();
         self.inner.index_members(key).await
     }
-    async fn read_worker(&self, status: &str, keys: &[String]) -> Result<WorkerRead, CoordError> {
+    async fn read_worker(
+        &self,
+        records: &[String],
+        keys: &[String],
+    ) -> Result<WorkerRead, CoordError> {
         self.trip();
-        self.inner.read_worker(status, keys).await
+        self.inner.read_worker(records, keys).await
     }
     async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
         self.trip();

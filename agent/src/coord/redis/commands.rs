@@ -52,22 +52,30 @@ return 0",
     )
 });
 
-// NB: a worker's clock, record and marks in one round trip. The record is read under pcall: a
-// key of another type is that worker's problem, not a failed cycle. All keys are one node's,
-// so one hash slot.
+// NB: a worker's clock, record and marks in one round trip. The record is the first of the
+// ARGV[1] record keys (KEYS[1..n]: the new layout, then the legacy one) that holds fields; each
+// is read under pcall: a key of another type is that worker's problem, not a failed cycle. All
+// keys are one node's, so one hash slot.
 static READ_WORKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
-local ok, rec = pcall(redis.call, 'HGETALL', KEYS[1])
+local n = tonumber(ARGV[1])
+local ok, rec, from = true, {}, 0
+for i = 1, n do
+  from = i - 1
+  ok, rec = pcall(redis.call, 'HGETALL', KEYS[i])
+  if not ok or #rec > 0 then break end
+end
 local marks = {}
-if #KEYS > 1 then marks = redis.call('MGET', unpack(KEYS, 2)) end
-if ok then return {t[1], t[2], 1, rec, marks} end
+if #KEYS > n then marks = redis.call('MGET', unpack(KEYS, n + 1)) end
+if ok then return {t[1], t[2], 1, rec, marks, from} end
 local why = rec
 if type(rec) == 'table' then why = rec.err or rec['err'] end
-return {t[1], t[2], 0, tostring(why), marks}",
+return {t[1], t[2], 0, tostring(why), marks, from}",
     )
 });
+
 #[async_trait]
 impl Coordinator for RedisCoordinator {
     fn describe(&self) -> String {
@@ -166,13 +174,16 @@ impl Coordinator for RedisCoordinator {
         self.query::<()>(&cmd).await
     }
 
-    async fn read_worker(&self, status: &str, keys: &[String]) -> Result<WorkerRead, CoordError> {
-        let all: Vec<&str> = std::iter::once(status)
-            .chain(keys.iter().map(String::as_str))
-            .collect();
-        let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>) =
-            self.script(&READ_WORKER, &all, &[]).await?;
-        let (secs, micros, ok, rec, values) = raw;
+    async fn read_worker(
+        &self,
+        records: &[String],
+        keys: &[String],
+    ) -> Result<WorkerRead, CoordError> {
+        let all: Vec<&str> = records.iter().chain(keys).map(String::as_str).collect();
+        let n = records.len().to_string();
+        let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>, usize) =
+            self.script(&READ_WORKER, &all, &[n]).await?;
+        let (secs, micros, ok, rec, values, from) = raw;
         let record = if ok == 1 {
             record_fields(rec)
         } else {
@@ -181,6 +192,7 @@ impl Coordinator for RedisCoordinator {
         Ok(WorkerRead {
             now: secs * 1000 + micros / 1000,
             record,
+            from,
             values,
         })
     }
