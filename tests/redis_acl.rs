@@ -384,7 +384,7 @@ fn fast_config(url: &str) -> Config {
         node_name: NODE.into(),
         ..Config::default()
     };
-    cfg.redis.url = url.to_string();
+    cfg.redis.url = url.into();
     cfg.policy.stale_after = Duration::from_secs(2);
     cfg.policy.confirm_after = Duration::from_millis(500);
     cfg.policy.restart_delay = Duration::from_secs(1);
