@@ -475,7 +475,7 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
                     if asked && !acked && ready {
                         let ack =
                             vec![("checkpoint_ack".into(), rec["checkpoint_request"].clone())];
-                        store.hset(&keys.status(w), &ack).await.unwrap();
+                        store.hset(&keys.status(w), &ack, None).await.unwrap();
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -961,7 +961,10 @@ async fn an_http_checkpoint_reaches_a_pod_on_the_pod_network_at_its_ip() {
                     let logs = runtime.logs(&list[0].id, 50).await.unwrap();
                     if logs.contains("got-checkpoint") && logs.contains(id.as_str()) {
                         let ack = vec![("checkpoint_ack".into(), id.clone())];
-                        store.hset(&keys.status("http-worker"), &ack).await.unwrap();
+                        store
+                            .hset(&keys.status("http-worker"), &ack, None)
+                            .await
+                            .unwrap();
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1029,7 +1029,7 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
             "-u",
             &redis,
             "hget",
-            &format!("{}:{{{}}}:worker:{w0}", s.prefix, s.node),
+            &format!("{}:{{{}}}:status:{w0}", s.prefix, s.node),
             "state",
         ],
         None,

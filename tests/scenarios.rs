@@ -251,7 +251,7 @@ async fn scenario_c_fresh_heartbeat_before_the_command_cancels_and_cleans_up() {
         // The hook runs inside the agent's task; the in-memory store's hset completes at once.
         futures_block(async move {
             store
-                .hset(&key, &[("heartbeat".to_string(), hb)])
+                .hset(&key, &[("heartbeat".to_string(), hb)], None)
                 .await
                 .unwrap()
         });

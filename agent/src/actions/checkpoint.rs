@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::clock::Millis;
 use crate::config::{CheckpointMethod, Signal};
-use crate::coord::{Coordinator, Keys};
+use crate::coord::{read_status, Coordinator, Keys};
 use crate::redact::{Secret, Urls};
 use crate::runtime::{Container, ContainerRuntime};
 
@@ -167,14 +167,20 @@ impl Checkpointer {
             Ok(t) => t,
             Err(e) => return result(label, Outcome::Failed, e.to_string()),
         };
-        let key = self.keys.status(&c.worker);
+        // NB: the request goes where the worker keeps its record: a worker that still writes the
+        // legacy key (for one release) watches that one, and a request written under the new key
+        // would make a record there, which the agent reads first, without the worker's fields.
+        let key = match read_status(self.coord.as_ref(), &self.keys, &c.worker).await {
+            Ok((key, _)) => key,
+            Err(_) => self.keys.status(&c.worker),
+        };
         let fields = [
             ("checkpoint_request".to_string(), id.clone()),
             ("checkpoint_reason".to_string(), reason.to_string()),
             ("checkpoint_requested_at".to_string(), now.to_string()),
             ("checkpoint_ack".to_string(), String::new()),
         ];
-        if let Err(e) = self.coord.hset(&key, &fields).await {
+        if let Err(e) = self.coord.hset(&key, &fields, None).await {
             // Without the record there is nothing to acknowledge into, but a signal or a POST
             // may still let the worker save: deliver anyway, then report the failure.
             let _ = self.deliver(&method, c, &id, reason, budget).await;

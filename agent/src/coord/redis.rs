@@ -29,7 +29,6 @@ use crate::redact;
 
 mod commands;
 
-use commands::add_op;
 /// Where the servers are.
 enum Target {
     Single(redis::Client),
@@ -233,14 +232,6 @@ impl RedisCoordinator {
 
     fn is_cluster(&self) -> bool {
         matches!(self.target, Target::Cluster(_))
-    }
-
-    /// One write op of two commands on one key, as a transaction (MULTI/EXEC).
-    async fn atomic(&self, op: &super::Op) -> Result<(), CoordError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        add_op(&mut pipe, op);
-        self.pipeline(&pipe).await
     }
 
     /// Run a pipeline in one round trip.

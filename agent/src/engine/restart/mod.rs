@@ -209,7 +209,8 @@ impl RestartPath<'_> {
         match &read.record {
             Ok(fields) => (WorkerStatus::from_fields(fields), None),
             Err(detail) => {
-                let key = self.ctx.keys.status(worker);
+                let keys = self.ctx.keys.status_keys(worker);
+                let key = keys.get(read.from).unwrap_or(&keys[0]);
                 let why = format!("the status record {key} cannot be read: {detail}");
                 (None, Some(why))
             }
