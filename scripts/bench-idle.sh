@@ -40,7 +40,7 @@ beat() {
   while true; do
     now=$(redis-cli -p "$port" TIME | head -1)
     for i in $(seq 0 7); do
-      redis-cli -p "$port" HSET "vigil:{bench}:worker:w$i" state processing heartbeat "$now" progress "$now" >/dev/null
+      redis-cli -p "$port" HSET "vigil:{bench}:status:w$i" state processing heartbeat "$now" progress "$now" >/dev/null
     done
     sleep 5
   done

@@ -2,11 +2,12 @@
 # Installs what building and testing Vigil need, when it is missing (Debian/Ubuntu, as root or
 # through sudo): protobuf-compiler (the CRI protos are compiled at build time), redis-server,
 # busybox-static (the e2e tests build their tiny images from it), prometheus (promtool), spin,
-# containerd and runc (the CRI tests run a private containerd), podman (the Podman tests run a
-# private `podman system service`), python3-venv; then the Python tools in a virtual environment
-# of the repository, .venv (never the system pip, which Debian and Ubuntu refuse):
-# kubernetes-validate, PyYAML, jsonschema, pytest, redis (scripts/requirements.txt), the client
-# clients/python (editable), and JAX + Orbax for the training-loop test (scripts/requirements-ml.txt).
+# containerd, runc and containernetworking-plugins (the CRI tests run a private containerd, some
+# pods on a bridge pod network), podman (the Podman tests run a private `podman system service`),
+# python3-venv; then the Python tools in a virtual environment of the repository, .venv (never
+# the system pip, which Debian and Ubuntu refuse): kubernetes-validate, PyYAML, jsonschema,
+# pytest, redis (scripts/requirements.txt), the client clients/python (editable), and JAX + Orbax
+# for the training-loop test (scripts/requirements-ml.txt).
 # Used by scripts/test.sh, scripts/run.sh and .ci/run; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,8 @@ command -v protoc >/dev/null || packages+=(protobuf-compiler)
 command -v containerd >/dev/null || packages+=(containerd)
 command -v runc >/dev/null || packages+=(runc)
 command -v podman >/dev/null || packages+=(podman)
+# The CRI tests' pod network (a bridge per private containerd).
+[ -x /usr/lib/cni/bridge ] || packages+=(containernetworking-plugins)
 command -v python3 >/dev/null || packages+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || packages+=(python3-venv)
 if [ ${#packages[@]} -gt 0 ]; then

@@ -12,7 +12,7 @@ use vigil::clock::{Clock, FakeClock, SystemClock};
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::Op;
-use vigil::coord::{write_status, Coordinator, Keys};
+use vigil::coord::{read_status, write_status, Coordinator, Keys};
 
 /// How a backend lets time pass: the fake clock jumps, Redis really waits (briefly).
 enum Time {
@@ -127,7 +127,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         (hb * 1000.0) as i64 >= before - 1,
         "heartbeat on the store clock"
     );
-    c.hset(&keys.status("w1"), &[("job".into(), "j".into())])
+    c.hset(&keys.status("w1"), &[("job".into(), "j".into())], None)
         .await
         .unwrap();
     assert_eq!(
@@ -151,10 +151,10 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(all.len(), 10, "bounded at max_len");
 
     // Records with a TTL, and the index that lists them without SCAN.
-    c.hset_ttl(
+    c.hset(
         &k("rec"),
         &[("a".into(), "1".into())],
-        Duration::from_millis(150),
+        Some(Duration::from_millis(150)),
     )
     .await
     .unwrap();
@@ -187,18 +187,57 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     // A worker's clock, record and marks in one read; the node's writes in one batch.
     let before = c.time().await.unwrap();
     c.set(&k("m1"), "x", Duration::from_secs(60)).await.unwrap();
-    c.hset(&k("status"), &[("state".into(), "processing".into())])
+    c.hset(&k("status"), &[("state".into(), "processing".into())], None)
         .await
         .unwrap();
     let read = c
-        .read_worker(&k("status"), &[k("m1"), k("m2")])
+        .read_worker(&[k("status"), k("old")], &[k("m1"), k("m2")])
         .await
         .unwrap();
     assert!(read.now >= before);
     assert_eq!(read.record.unwrap()["state"], "processing");
+    assert_eq!(read.from, 0);
     assert_eq!(read.values, vec![Some("x".to_string()), None]);
-    let empty = c.read_worker(&k("none"), &[k("m2")]).await.unwrap();
+    let empty = c
+        .read_worker(&[k("none"), k("none-old")], &[k("m2")])
+        .await
+        .unwrap();
     assert_eq!(empty.record, Ok(Default::default()));
+
+    // The legacy layout, read for one release: a record only under the old key is found in the
+    // same one read (and by `read_status`, where the agent writes a checkpoint request); once
+    // the worker writes the new key, that record wins over the old one.
+    let legacy = keys.legacy_status("w2");
+    c.hset(&legacy, &[("state".into(), "error".into())], None)
+        .await
+        .unwrap();
+    let read = c
+        .read_worker(&keys.status_keys("w2"), &[k("m1")])
+        .await
+        .unwrap();
+    assert_eq!(read.from, 1, "found under the legacy key");
+    assert_eq!(read.record.unwrap()["state"], "error");
+    assert_eq!(read.values, vec![Some("x".to_string())]);
+    let (at, rec) = read_status(c, &keys, "w2").await.unwrap();
+    assert_eq!((at, rec["state"].as_str()), (legacy.clone(), "error"));
+    write_status(c, &keys, "w2", &[("state".into(), "processing".into())])
+        .await
+        .unwrap();
+    let read = c.read_worker(&keys.status_keys("w2"), &[]).await.unwrap();
+    assert_eq!(read.from, 0, "the new record wins");
+    assert_eq!(read.record.unwrap()["state"], "processing");
+    let (at, rec) = read_status(c, &keys, "w2").await.unwrap();
+    assert_eq!(
+        (at, rec["state"].as_str()),
+        (keys.status("w2"), "processing")
+    );
+    let (at, rec) = read_status(c, &keys, "nobody").await.unwrap();
+    assert_eq!(
+        at,
+        keys.status("nobody"),
+        "a new record goes under the new key"
+    );
+    assert!(rec.is_empty());
     c.set(&k("counter"), "3", Duration::from_secs(60))
         .await
         .unwrap();
@@ -209,14 +248,15 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
                 value: "v".into(),
                 ttl: Duration::from_secs(60),
             },
-            Op::HsetTtl {
+            Op::Hset {
                 key: k("b2"),
                 fields: vec![("f".into(), "1".into())],
-                ttl: Duration::from_secs(60),
+                ttl: Some(Duration::from_secs(60)),
             },
             Op::Hset {
                 key: k("b3"),
                 fields: vec![("g".into(), "2".into())],
+                ttl: None,
             },
             Op::IndexTouch {
                 key: k("bidx"),
@@ -229,6 +269,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
             Op::Hset {
                 key: format!("{p}:fleet:b4"),
                 fields: vec![("h".into(), "3".into())],
+                ttl: None,
             },
             Op::Counter { key: k("absent") },
         ])
@@ -452,7 +493,7 @@ async fn a_bad_record_is_that_workers_problem_only() {
         node_name: "n1".into(),
         ..Config::default()
     };
-    cfg.redis.url = url.clone();
+    cfg.redis.url = url.clone().into();
     cfg.redis.key_prefix = prefix.clone();
     let coord: Arc<dyn Coordinator> =
         Arc::new(RedisCoordinator::new(&url, Duration::from_secs(2)).unwrap());
@@ -585,7 +626,7 @@ async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
         node_name: "n1".into(),
         ..Config::default()
     };
-    cfg.redis.url = s.url();
+    cfg.redis.url = s.url().into();
     cfg.redis.mode = RedisMode::Sentinel;
     cfg.redis.sentinel_service = SERVICE.into();
     cfg.redis.key_prefix = prefix.clone();

@@ -24,7 +24,7 @@ use vigil::engine::agent::Agent;
 use vigil::model::container::Container;
 use vigil::model::gpu::{GpuHealth, GpuReport};
 use vigil::observe::metrics::Metrics;
-use vigil::runtime::cri::{CriRuntime, CriSettings, WORKER_CONTAINER_ANNOTATION};
+use vigil::runtime::cri::{CriRuntime, CriSettings, POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use vigil::runtime::{ContainerRuntime, RuntimeError};
 use vigil::sources::podresources::PodResourcesClient;
 use vigil::sources::pods::{PodApi, RestartPolicy};
@@ -475,7 +475,7 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
                     if asked && !acked && ready {
                         let ack =
                             vec![("checkpoint_ack".into(), rec["checkpoint_request"].clone())];
-                        store.hset(&keys.status(w), &ack).await.unwrap();
+                        store.hset(&keys.status(w), &ack, None).await.unwrap();
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -794,4 +794,189 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
     assert_eq!(d.iter().filter(|x| *x == "restarted").count(), 1, "{d:?}");
     gpu_stop.cancel();
     stop.cancel();
+}
+
+/// Issue 19: pods of one template share their labels. With the opt-in value `pod-name`, each
+/// pod is its own worker (its name the id): a hang of one is restarted, the other is untouched —
+/// where two pods with one literal id would be ambiguous and never restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_one_template_are_distinct_workers_by_their_names() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let template = [("vigil.worker", POD_NAME_ID), ("app", "trainer")];
+    let a = kubelet
+        .run_pod("trainer-7f9c-a", &template, &[], &[("main", LOOP)])
+        .await;
+    let b = kubelet
+        .run_pod("trainer-7f9c-b", &template, &[], &[("main", LOOP)])
+        .await;
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let mut ids: Vec<String> = runtime
+        .list_workers()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.worker)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec!["trainer-7f9c-a", "trainer-7f9c-b"]);
+
+    let mut rig = Rig::new(Arc::new(runtime));
+    // Pod a hangs (one beat, never again); pod b beats every cycle.
+    let keys = rig.keys.clone();
+    let key = |w: &str| keys.status(w);
+    write_record(
+        rig.store.as_ref(),
+        &key("trainer-7f9c-a"),
+        "processing",
+        rig.now(),
+        &[],
+    )
+    .await;
+    for _ in 0..24 {
+        let (k, now) = (key("trainer-7f9c-b"), rig.now());
+        write_record(rig.store.as_ref(), &k, "processing", now, &[]).await;
+        rig.tick().await;
+    }
+    let attempts = |p: &Pod| {
+        let kubelet = kubelet.clone();
+        let p = p.clone();
+        async move { kubelet.containers(&p).await.len() }
+    };
+    assert_eq!(attempts(&a).await, 2, "the hung pod was restarted once");
+    assert_eq!(
+        attempts(&b).await,
+        1,
+        "the healthy pod of the same template is untouched"
+    );
+    let d = rig.decisions().await;
+    assert!(!d.iter().any(|x| x == "ambiguous"), "{d:?}");
+    stop.cancel();
+}
+
+/// Issue 19: a pod says its restarts belong to another controller with the opt-in label's
+/// companion `vigil.worker.restarts: alert-only`; the runtime reports it so, and the agent
+/// alerts its hang and never stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_only_pod_is_reported_and_never_stopped() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let labels = [
+        ("vigil.worker", WORKER),
+        ("vigil.worker.restarts", "alert-only"),
+    ];
+    let pod = kubelet
+        .run_pod("jobset-0", &labels, &[], &[("main", LOOP)])
+        .await;
+    let runtime = CriRuntime::new(
+        settings(&ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap();
+    let listed = runtime.list_workers().await.unwrap();
+    assert!(listed.iter().all(|c| c.alert_only), "{listed:?}");
+    let mut rig = Rig::new(Arc::new(runtime));
+    rig.hang_until_restart_window().await;
+    assert_eq!(kubelet.containers(&pod).await.len(), 1, "never stopped");
+    let d = rig.decisions().await;
+    assert_eq!(
+        d.iter().filter(|x| *x == "skipped-alert-only").count(),
+        1,
+        "{d:?}"
+    );
+    assert_eq!(rig.sink.count(AlertKind::Hung), 1);
+    stop.cancel();
+}
+
+/// Issue 19 on GKE's terms: the agent runs on the host network, the worker on the pod network.
+/// An HTTP checkpoint method at `http://pod:8080/…` is sent to the pod's IP from its sandbox
+/// status (the pod's 127.0.0.1 is not the agent's): the worker's own HTTP server receives the
+/// request, with its id, and the worker acknowledges it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_checkpoint_reaches_a_pod_on_the_pod_network_at_its_ip() {
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    // busybox httpd with a CGI that logs the request body to the container's log.
+    let script = "mkdir -p /tmp/www/cgi-bin && \
+        printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\nbody=$(cat)\\necho \"got-checkpoint $body\" > /proc/1/fd/1\\necho ok\\n' > /tmp/www/cgi-bin/ckpt && \
+        chmod +x /tmp/www/cgi-bin/ckpt && httpd -p 8080 -h /tmp/www && \
+        while true; do sleep 1; done";
+    let pod = kubelet
+        .run_pod_on_pod_network(
+            "ckpt-http",
+            &[("vigil.worker", "http-worker")],
+            &[("vigil.checkpoint", "http://pod:8080/cgi-bin/ckpt")],
+            &[("main", script)],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let runtime = Arc::new(
+        CriRuntime::new(
+            settings(&ctd),
+            Some(Arc::new(Policies(RestartPolicy::Always))),
+        )
+        .unwrap(),
+    );
+    let listed = runtime.list_workers().await.unwrap();
+    let method = listed[0].checkpoint.clone().unwrap_or_default();
+    assert!(
+        method.starts_with("http://10.") && method.ends_with(":8080/cgi-bin/ckpt"),
+        "the pod's own IP: {method}"
+    );
+    let clock = FakeClock::at(START);
+    let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+    let cfg = node_config("gke-node-1");
+    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+    let metrics = Arc::new(Metrics::new());
+    let agent = Agent::new(
+        cfg.clone(),
+        store.clone(),
+        runtime.clone(),
+        Notifier::new(None, metrics.clone()),
+        metrics.clone(),
+    );
+    let mut controller = vigil::engine::node::Controller::new(
+        cfg,
+        store.clone(),
+        runtime.clone(),
+        metrics,
+        agent.trail(),
+    );
+    // The worker acknowledges once its server has the request.
+    let acker = {
+        let (store, keys, runtime) = (store.clone(), keys.clone(), runtime.clone());
+        tokio::spawn(async move {
+            loop {
+                let rec = store.hgetall(&keys.status("http-worker")).await.unwrap();
+                if let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) {
+                    let list = runtime.list_workers().await.unwrap();
+                    let logs = runtime.logs(&list[0].id, 50).await.unwrap();
+                    if logs.contains("got-checkpoint") && logs.contains(id.as_str()) {
+                        let ack = vec![("checkpoint_ack".into(), id.clone())];
+                        store
+                            .hset(&keys.status("http-worker"), &ack, None)
+                            .await
+                            .unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let results = controller.checkpoint("test", Duration::from_secs(10)).await;
+    acker.abort();
+    let by: Vec<_> = results
+        .iter()
+        .map(|r| (r.worker.as_str(), r.method, r.outcome.as_str()))
+        .collect();
+    assert_eq!(by, vec![("http-worker", "http", "acked")], "{results:?}");
+    drop(pod);
 }

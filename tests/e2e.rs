@@ -1029,7 +1029,7 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
             "-u",
             &redis,
             "hget",
-            &format!("{}:{{{}}}:worker:{w0}", s.prefix, s.node),
+            &format!("{}:{{{}}}:status:{w0}", s.prefix, s.node),
             "state",
         ],
         None,
@@ -1117,4 +1117,78 @@ async fn on_docker_under_a_kubelet_a_pod_s_token_writes_its_own_worker() {
         403
     );
     assert_eq!(put(&w0, None).await.unwrap().status().as_u16(), 401);
+}
+
+/// Issue 19: a long operation announced with a grace holds past `stale_after` (2 s here) and
+/// then, still silent, the worker is hung and restarted; a worker stuck in a state that is not
+/// `processing` (here `loading`, with no grace) is found like any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grace_holds_then_expires_and_no_state_is_never_hung() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e-grace");
+    let cfg = s.config(&hook.url, "");
+    let compiling = WorkerContainer::start(&s.label, &s.worker);
+    let loading_id = format!("{}-loading", s.worker);
+    let loading = WorkerContainer::start(&s.label, &loading_id);
+    let (before, before_loading) = (compiling.started_at(), loading.started_at());
+    let (code, out, err) = beat(
+        &cfg,
+        &s.worker,
+        "compile",
+        &["--grace", "8s"],
+        &[("REDIS_URL", &redis)],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = beat(&cfg, &loading_id, "loading", &[], &[("REDIS_URL", &redis)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let started = std::time::Instant::now();
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    // `loading` without a grace: stale after 2 s, restarted after the 2 s delay.
+    let restarted = eventually(Duration::from_secs(30), || {
+        loading.started_at() != before_loading
+    })
+    .await;
+    assert!(restarted, "{}", agent.log_text());
+    // The compile is within its 8 s: untouched so far.
+    if started.elapsed() < Duration::from_secs(7) {
+        assert_eq!(compiling.started_at(), before, "restarted within its grace");
+    }
+    let restarted = eventually(Duration::from_secs(40), || compiling.started_at() != before).await;
+    assert!(restarted, "{}", agent.log_text());
+    assert!(
+        started.elapsed() >= Duration::from_secs(8),
+        "restarted before its grace ran out: {:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 19 on Docker: replicas of one Compose service share their labels; the opt-in value
+/// `container-name` makes each container's own name its worker id.
+#[tokio::test]
+async fn replicas_with_one_label_are_distinct_workers_by_their_names() {
+    let label = unique("vigil.test.");
+    let a = WorkerContainer::start(&label, vigil::runtime::docker::CONTAINER_NAME_ID);
+    let b = WorkerContainer::start(&label, vigil::runtime::docker::CONTAINER_NAME_ID);
+    let runtime = vigil::runtime::docker::DockerRuntime::new(
+        "unix:///var/run/docker.sock",
+        &label,
+        &format!("{label}.checkpoint"),
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+    );
+    let listed = vigil::runtime::ContainerRuntime::list_workers(&runtime)
+        .await
+        .unwrap();
+    let mut got: Vec<(String, String)> = listed.into_iter().map(|c| (c.id, c.worker)).collect();
+    got.sort();
+    let name = |id: &str| {
+        common::real::docker(&["inspect", "-f", "{{.Name}}", id])
+            .trim()
+            .trim_start_matches('/')
+            .to_string()
+    };
+    let mut want = vec![(a.id.clone(), name(&a.id)), (b.id.clone(), name(&b.id))];
+    want.sort();
+    assert_eq!(got, want);
 }

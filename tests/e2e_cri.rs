@@ -510,7 +510,7 @@ async fn only_a_worker_s_own_pod_may_write_its_status() {
                 "-u",
                 &redis,
                 "hgetall",
-                &format!("{}:{{{}}}:worker:{w}", s.prefix, s.node),
+                &format!("{}:{{{}}}:status:{w}", s.prefix, s.node),
             ],
             None,
         )

@@ -3,7 +3,7 @@
 //! `actions`) and `observe` never import an engine, the CLI or the wiring; `engine` never imports
 //! the CLI or the wiring; the wiring (`app`) never imports the CLI that calls it; `observe` never
 //! imports `runtime` (the runtime reports to `/readyz` through `observe::server::Probe`); `config`
-//! never imports `coord`.
+//! never imports `coord`; `redact` imports nothing of the crate.
 //!
 //! And the test suite's promise: with `autotests = false`, a file in tests/ that agent/Cargo.toml
 //! does not declare would silently never run, so every one must be declared.
@@ -76,6 +76,12 @@ fn adapters_and_observe_never_import_engines_cli_or_wiring() {
             "{dir}/ imports an engine, the CLI or the wiring: {bad:?}"
         );
     }
+}
+
+#[test]
+fn redact_is_a_leaf() {
+    // Every layer redacts its outputs with it (config, coord, actions, cli): it imports none.
+    assert_only("redact.rs", &[]);
 }
 
 #[test]

@@ -110,7 +110,7 @@ fn acking_worker(coord: Arc<MemoryCoordinator>, key: String) -> tokio::task::Joi
             if let Some(id) = rec.get("checkpoint_request") {
                 if rec.get("checkpoint_ack").is_none_or(|a| a.is_empty()) {
                     coord
-                        .hset(&key, &[("checkpoint_ack".into(), id.clone())])
+                        .hset(&key, &[("checkpoint_ack".into(), id.clone())], None)
                         .await
                         .unwrap();
                 }
@@ -190,7 +190,7 @@ async fn a_signal_the_worker_acknowledges_is_acked() {
         let key = key.clone();
         tokio::spawn(async move {
             coord
-                .hset(&key, &[("checkpoint_ack".into(), "ok".into())])
+                .hset(&key, &[("checkpoint_ack".into(), "ok".into())], None)
                 .await
                 .unwrap();
         });
@@ -384,6 +384,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
             .hset(
                 &keys.status("trainer-0"),
                 &[("state".into(), "idle".into())],
+                None,
             )
             .await
             .unwrap();
@@ -413,7 +414,11 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
     for node in ["n1", "n2", "n3"] {
         let keys = Keys::new("vigil", node);
         coord
-            .hset(&keys.agent(), &[("maintenance".into(), "none".into())])
+            .hset(
+                &keys.agent(),
+                &[("maintenance".into(), "none".into())],
+                None,
+            )
             .await
             .unwrap();
     }
@@ -449,6 +454,7 @@ async fn a_busy_node_never_asks_for_maintenance() {
         .hset(
             &r.keys.status("trainer-0"),
             &[("state".into(), "processing".into())],
+            None,
         )
         .await
         .unwrap();
@@ -491,7 +497,7 @@ async fn an_http_worker_gets_a_post_and_acknowledges_in_its_record() {
                 let id = v["request"].as_str().unwrap().to_string();
                 seen.lock().unwrap().push(v);
                 coord
-                    .hset(&key, &[("checkpoint_ack".into(), id)])
+                    .hset(&key, &[("checkpoint_ack".into(), id)], None)
                     .await
                     .unwrap();
                 "saving"

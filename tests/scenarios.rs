@@ -251,7 +251,7 @@ async fn scenario_c_fresh_heartbeat_before_the_command_cancels_and_cleans_up() {
         // The hook runs inside the agent's task; the in-memory store's hset completes at once.
         futures_block(async move {
             store
-                .hset(&key, &[("heartbeat".to_string(), hb)])
+                .hset(&key, &[("heartbeat".to_string(), hb)], None)
                 .await
                 .unwrap()
         });
@@ -942,4 +942,36 @@ async fn a_restart_whose_agent_died_mid_command_is_found_by_the_next_agent() {
     );
     w.run_for(mins(9)).await;
     assert_eq!(w.runtime.restarts("c1"), 0, "booting, left alone");
+}
+
+/// Issue 19: a worker whose restarts belong to another controller (JobSet, Pathways, an
+/// operator) says so — here in its record, `restarts = alert-only` — and its hang is alerted,
+/// recorded once (`skipped-alert-only`) and never restarted: no lock, no breaker unit.
+#[tokio::test]
+async fn an_alert_only_worker_is_reported_and_never_restarted() {
+    let mut w = World::new(|_| {});
+    write_record(
+        w.store.as_ref(),
+        &w.keys.status("trainer-0"),
+        "processing",
+        w.now(),
+        &[("job", "job-7"), ("restarts", "alert-only")],
+    )
+    .await;
+    w.run_for(mins(30)).await;
+    assert_eq!(w.runtime.restarts("c1"), 0);
+    assert_eq!(w.breaker().await, 0, "no breaker unit spent");
+    let hung = w.sink.of(AlertKind::Hung);
+    assert_eq!(hung.len(), 1, "one alert for the incident");
+    assert!(hung[0].detail.contains("alert only"), "{}", hung[0].detail);
+    let d = w.decisions().await;
+    assert_eq!(
+        d.iter().filter(|x| *x == "skipped-alert-only").count(),
+        1,
+        "{d:?}"
+    );
+    assert!(
+        !d.iter().any(|x| x == "restarted" || x == "would-restart"),
+        "{d:?}"
+    );
 }

@@ -162,7 +162,7 @@ fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, Run
     tracing::info!(runtime = %runtime.describe(), "{why}");
     let sink: Option<Arc<dyn AlertSink>> = (!cfg.alerts.webhook_url.is_empty()).then(|| {
         Arc::new(WebhookSink::new(
-            &cfg.alerts.webhook_url,
+            cfg.alerts.webhook_url.expose(),
             &cfg.alerts.page_mention,
             cfg.alerts.timeout,
             cfg.alerts.attempts,

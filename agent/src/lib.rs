@@ -7,7 +7,8 @@
 //! PodResources a CRI node needs), `coord` (Redis and in-process coordination), `runtime` (Docker,
 //! Podman, the Kubernetes CRI, simulated), `actions` (alerts, checkpoint requests, the Kubernetes
 //! Node) → `observe` (metrics, server, trail, fleet view). `cli` holds one file per command; `app`
-//! wires `vigil run`. No arrow runs back up (tests/layout.rs checks each).
+//! wires `vigil run`. No arrow runs back up (tests/layout.rs checks each). `redact`, a leaf every
+//! layer may use, keeps the secrets of the config out of every output.
 
 // NB: `std::time::Instant` is real time, which neither paused tokio time nor the simulation's
 // clock can drive (clippy.toml says what to use instead); a place that needs real time allows it
@@ -27,5 +28,6 @@ mod fuzz;
 pub mod model;
 pub mod observe;
 pub mod policy;
+pub mod redact;
 pub mod runtime;
 pub mod sources;

@@ -97,7 +97,7 @@ async fn node_loop(
         for w in &worker_names {
             let t = Instant::now();
             match coord
-                .read_worker(&keys.status(w), &worker_keys(&keys, w))
+                .read_worker(&keys.status_keys(w), &worker_keys(&keys, w))
                 .await
             {
                 Ok(_) => timed(t, &mut lat),
@@ -165,14 +165,14 @@ async fn run(url: &str, nodes: usize, workers: usize, poll: Duration, secs: u64,
     for node in 0..nodes {
         let keys = Keys::new("vigil", &format!("fleet-{node}"));
         let ops: Vec<Op> = (0..workers)
-            .map(|w| Op::HsetTtl {
+            .map(|w| Op::Hset {
                 key: keys.status(&format!("w{w}")),
                 fields: vec![
                     ("state".into(), "processing".into()),
                     ("heartbeat".into(), heartbeat_value(now)),
                     ("progress".into(), "step 1".into()),
                 ],
-                ttl: Duration::from_secs(3600),
+                ttl: Some(Duration::from_secs(3600)),
             })
             .collect();
         seed.batch(&ops).await.unwrap();

@@ -118,7 +118,7 @@ async fn main() {
                         requested = Some(t0.elapsed());
                         // Acknowledge at once, as a quick worker would.
                         coord
-                            .hset(&status, &[("checkpoint_ack".into(), id.clone())])
+                            .hset(&status, &[("checkpoint_ack".into(), id.clone())], None)
                             .await
                             .unwrap();
                     }

@@ -45,9 +45,6 @@ impl Coordinator for Counting {
     fn describe(&self) -> String {
         self.inner.describe()
     }
-    fn single_node(&self) -> bool {
-        false
-    }
     async fn time(&self) -> Result<Millis, CoordError> {
         self.trip();
         self.inner.time().await
@@ -59,10 +56,6 @@ impl Coordinator for Counting {
     async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
         self.trip();
         self.inner.set_nx(key, value, ttl).await
-    }
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
-        self.trip();
-        self.inner.set(key, value, ttl).await
     }
     async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
         self.trip();
@@ -85,10 +78,6 @@ impl Coordinator for Counting {
         self.trip();
         self.inner.incr_capped(key, cap, ttl).await
     }
-    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
-        self.trip();
-        self.inner.counter(key).await
-    }
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
         self.trip();
         self.inner.decr(key).await
@@ -96,10 +85,6 @@ impl Coordinator for Counting {
     async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
         self.trip();
         self.inner.hgetall(key).await
-    }
-    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
-        self.trip();
-        self.inner.hset(key, fields).await
     }
     async fn append(
         &self,
@@ -114,34 +99,17 @@ impl Coordinator for Counting {
         self.trip();
         self.inner.read_recent(key, count).await
     }
-    async fn hset_ttl(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        ttl: Duration,
-    ) -> Result<(), CoordError> {
-        self.trip();
-        self.inner.hset_ttl(key, fields, ttl).await
-    }
-    async fn index_touch(
-        &self,
-        key: &str,
-        member: &str,
-        score: Millis,
-        prune_before: Millis,
-    ) -> Result<(), CoordError> {
-        self.trip();
-        self.inner
-            .index_touch(key, member, score, prune_before)
-            .await
-    }
     async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
         self.trip();
         self.inner.index_members(key).await
     }
-    async fn read_worker(&self, status: &str, keys: &[String]) -> Result<WorkerRead, CoordError> {
+    async fn read_worker(
+        &self,
+        records: &[String],
+        keys: &[String],
+    ) -> Result<WorkerRead, CoordError> {
         self.trip();
-        self.inner.read_worker(status, keys).await
+        self.inner.read_worker(records, keys).await
     }
     async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
         self.trip();
@@ -212,7 +180,7 @@ async fn one_size(url: &str, workers: usize, cycles: u64) {
                 ];
                 coord
                     .inner
-                    .hset(&keys.status(&format!("w{i}")), &fields)
+                    .hset(&keys.status(&format!("w{i}")), &fields, None)
                     .await
                     .unwrap();
             }

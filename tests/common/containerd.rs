@@ -35,6 +35,8 @@ pub const CRI_IMAGE: &str = "docker.io/vigil-test/busybox:1";
 pub struct Containerd {
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// The pod network's bridge, deleted with the rig (CNI's DEL leaves it behind).
+    bridge: String,
 }
 
 impl Containerd {
@@ -66,13 +68,19 @@ state = "{root}/state"
   # lowering it: keep the process's own.
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{root}/cni-bin"
+    bin_dir = "{cni_bin}"
     conf_dir = "{root}/cni-conf"
 "#,
-            root = d.display()
+            root = d.display(),
+            cni_bin = cni_bin(d).display(),
         );
         std::fs::write(d.join("config.toml"), config).unwrap();
-        let mut c = Containerd { dir, child: None };
+        let bridge = pod_network(d);
+        let mut c = Containerd {
+            dir,
+            child: None,
+            bridge,
+        };
         c.spawn();
         c.import_image();
         c
@@ -173,6 +181,11 @@ state = "{root}/state"
                     root.display()
                 ),
             ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new("ip")
+            .args(["link", "delete", &self.bridge])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
@@ -287,6 +300,31 @@ impl Kubelet {
         annotations: &[(&str, &str)],
         containers: &[(&str, &str)],
     ) -> Pod {
+        self.run_pod_with(name, labels, annotations, containers, false)
+            .await
+    }
+
+    /// [`Kubelet::run_pod`] on the pod network: its own network namespace and IP from the
+    /// rig's CNI bridge (Debian's containernetworking-plugins), as a GKE pod has.
+    pub async fn run_pod_on_pod_network(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+        containers: &[(&str, &str)],
+    ) -> Pod {
+        self.run_pod_with(name, labels, annotations, containers, true)
+            .await
+    }
+
+    async fn run_pod_with(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+        containers: &[(&str, &str)],
+        pod_network: bool,
+    ) -> Pod {
         let uid = format!("uid-{name}-{:06x}", rand::random::<u32>() >> 8);
         let ns = "default";
         let mut all_labels: HashMap<String, String> = labels
@@ -315,8 +353,8 @@ impl Kubelet {
                 .collect(),
             linux: Some(LinuxPodSandboxConfig {
                 security_context: Some(LinuxSandboxSecurityContext {
-                    // NB: host network: the sandbox needs no CNI plugin.
-                    namespace_options: Some(namespaces()),
+                    // NB: on the host network the sandbox needs no CNI plugin.
+                    namespace_options: Some(namespaces(pod_network)),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -391,7 +429,8 @@ impl Kubelet {
             // (the pause process is PID 1), and SIGTERM kills any shell at once.
             linux: Some(LinuxContainerConfig {
                 security_context: Some(LinuxContainerSecurityContext {
-                    namespace_options: Some(namespaces()),
+                    // The sandbox's network, as kubelet sends it.
+                    namespace_options: Some(namespaces(pod_is_networked(pod))),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -543,11 +582,64 @@ impl Kubelet {
 /// The namespaces of the test's pods and their containers: the node's network (the sandbox
 /// needs no CNI plugin), a PID namespace per container (its process is PID 1 there, as kubelet
 /// arranges without shareProcessNamespace), the pod's IPC.
-fn namespaces() -> NamespaceOption {
+fn namespaces(pod_network: bool) -> NamespaceOption {
     NamespaceOption {
-        network: NamespaceMode::Node as i32,
+        network: if pod_network {
+            NamespaceMode::Pod as i32
+        } else {
+            NamespaceMode::Node as i32
+        },
         pid: NamespaceMode::Container as i32,
         ipc: NamespaceMode::Pod as i32,
         ..Default::default()
     }
+}
+
+/// Whether `pod`'s sandbox has its own network namespace.
+fn pod_is_networked(pod: &Pod) -> bool {
+    pod.config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .is_some_and(|n| n.network == NamespaceMode::Pod as i32)
+}
+
+/// Debian's CNI plugins when installed (containernetworking-plugins), else the rig's empty
+/// directory (host-network pods need none).
+fn cni_bin(root: &Path) -> PathBuf {
+    let debian = Path::new("/usr/lib/cni");
+    if debian.join("bridge").exists() {
+        debian.to_path_buf()
+    } else {
+        root.join("cni-bin")
+    }
+}
+
+/// The pod network of this containerd: a bridge of its own and a /24 of its own (random, so
+/// two rigs at once never share one), addresses from host-local IPAM under the rig's directory.
+fn pod_network(root: &Path) -> String {
+    let tag = rand::random::<u32>() & 0xff_ffff;
+    let (b, c) = ((tag >> 8) & 0xff, tag & 0xff);
+    let conf = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "vigil-test",
+        "plugins": [{
+            "type": "bridge",
+            "bridge": format!("vgl{tag:06x}"),
+            "isGateway": true,
+            "ipMasq": false,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": format!("10.{}.{}.0/24", 200 + b % 50, c)}]],
+                "dataDir": root.join("ipam").display().to_string(),
+            },
+        }],
+    });
+    std::fs::write(
+        root.join("cni-conf/10-vigil-test.conflist"),
+        conf.to_string(),
+    )
+    .unwrap();
+    format!("vgl{tag:06x}")
 }

@@ -44,9 +44,6 @@ impl vigil::coord::Coordinator for Switchable {
     fn describe(&self) -> String {
         "switchable".into()
     }
-    fn single_node(&self) -> bool {
-        false
-    }
     async fn time(&self) -> Result<i64, vigil::coord::CoordError> {
         delegate!(self, self.inner.time())
     }
@@ -63,14 +60,6 @@ impl vigil::coord::Coordinator for Switchable {
         ttl: Duration,
     ) -> Result<bool, vigil::coord::CoordError> {
         delegate!(self, self.inner.set_nx(key, value, ttl))
-    }
-    async fn set(
-        &self,
-        key: &str,
-        value: &str,
-        ttl: Duration,
-    ) -> Result<(), vigil::coord::CoordError> {
-        delegate!(self, self.inner.set(key, value, ttl))
     }
     async fn del(&self, keys: &[String]) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.del(keys))
@@ -93,9 +82,6 @@ impl vigil::coord::Coordinator for Switchable {
     ) -> Result<Option<u64>, vigil::coord::CoordError> {
         delegate!(self, self.inner.incr_capped(key, cap, ttl))
     }
-    async fn counter(&self, key: &str) -> Result<u64, vigil::coord::CoordError> {
-        delegate!(self, self.inner.counter(key))
-    }
     async fn decr(&self, key: &str) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.decr(key))
     }
@@ -105,13 +91,6 @@ impl vigil::coord::Coordinator for Switchable {
     ) -> Result<HashMap<String, String>, vigil::coord::CoordError> {
         delegate!(self, self.inner.hgetall(key))
     }
-    async fn hset(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-    ) -> Result<(), vigil::coord::CoordError> {
-        delegate!(self, self.inner.hset(key, fields))
-    }
     async fn append(
         &self,
         key: &str,
@@ -119,26 +98,6 @@ impl vigil::coord::Coordinator for Switchable {
         max_len: usize,
     ) -> Result<(), vigil::coord::CoordError> {
         delegate!(self, self.inner.append(key, fields, max_len))
-    }
-    async fn hset_ttl(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        ttl: Duration,
-    ) -> Result<(), vigil::coord::CoordError> {
-        delegate!(self, self.inner.hset_ttl(key, fields, ttl))
-    }
-    async fn index_touch(
-        &self,
-        key: &str,
-        member: &str,
-        score: i64,
-        prune_before: i64,
-    ) -> Result<(), vigil::coord::CoordError> {
-        delegate!(
-            self,
-            self.inner.index_touch(key, member, score, prune_before)
-        )
     }
     async fn index_members(
         &self,
@@ -152,5 +111,8 @@ impl vigil::coord::Coordinator for Switchable {
         count: usize,
     ) -> Result<Vec<vigil::coord::TrailEntry>, vigil::coord::CoordError> {
         delegate!(self, self.inner.read_recent(key, count))
+    }
+    async fn batch(&self, ops: &[vigil::coord::Op]) -> Result<Vec<u64>, vigil::coord::CoordError> {
+        delegate!(self, self.inner.batch(ops))
     }
 }

@@ -86,5 +86,5 @@ pub async fn write_record(
         ("heartbeat".to_string(), heartbeat_value(at)),
     ];
     fields.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    coord.hset(key, &fields).await.unwrap();
+    coord.hset(key, &fields, None).await.unwrap();
 }

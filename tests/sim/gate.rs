@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use vigil::clock::{ms, Millis};
 use vigil::coord::memory::MemoryCoordinator;
-use vigil::coord::{CoordError, Coordinator, TrailEntry};
+use vigil::coord::{CoordError, Coordinator, Op, TrailEntry};
 use vigil::runtime::sim::FakeRuntime;
 use vigil::runtime::{Container, ContainerRuntime, RuntimeError};
 
@@ -142,9 +142,6 @@ impl Coordinator for SimCoord {
     fn describe(&self) -> String {
         "simulated coordinator".into()
     }
-    fn single_node(&self) -> bool {
-        false
-    }
     async fn time(&self) -> Result<Millis, CoordError> {
         self.around("TIME", "", false, self.inner.time()).await
     }
@@ -188,10 +185,6 @@ impl Coordinator for SimCoord {
         }
         drop(c);
         self.told(self.lies.set_nx(is_lock, r))
-    }
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
-        self.around("SET", key, true, self.inner.set(key, value, ttl))
-            .await
     }
     async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
         let first = keys.first().cloned().unwrap_or_default();
@@ -245,13 +238,6 @@ impl Coordinator for SimCoord {
         }
         self.told(self.lies.incr_capped(self.is_breaker(key), cap, r))
     }
-    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
-        let r = self
-            .around("GET", key, false, self.inner.counter(key))
-            .await;
-        let cap = u64::from(lock(&self.ctl).cfg.safety.breaker_per_day);
-        self.told(self.lies.counter(self.is_breaker(key), cap, r))
-    }
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
         self.around("DECR", key, true, self.inner.decr(key)).await
     }
@@ -274,10 +260,6 @@ impl Coordinator for SimCoord {
         }
         self.told(self.lies.hgetall(key, r))
     }
-    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
-        self.around("HSET", key, true, self.inner.hset(key, fields))
-            .await
-    }
     async fn append(
         &self,
         key: &str,
@@ -296,33 +278,33 @@ impl Coordinator for SimCoord {
         self.around("XREVRANGE", key, false, self.inner.read_recent(key, count))
             .await
     }
-    async fn hset_ttl(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        ttl: Duration,
-    ) -> Result<(), CoordError> {
-        self.around(
-            "HSET+EXPIRE",
-            key,
-            true,
-            self.inner.hset_ttl(key, fields, ttl),
-        )
-        .await
-    }
-    async fn index_touch(
-        &self,
-        key: &str,
-        member: &str,
-        score: Millis,
-        prune_before: Millis,
-    ) -> Result<(), CoordError> {
-        let call = self.inner.index_touch(key, member, score, prune_before);
-        self.around("ZADD", key, true, call).await
-    }
     async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
         self.around("ZRANGE", key, false, self.inner.index_members(key))
             .await
+    }
+    /// One scheduling step per op (a pipeline's commands interleave with other instances'),
+    /// stopping at the first that fails. A single `set`, `hset`, `index_touch` or `counter`
+    /// comes here as a batch of one.
+    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+        let mut counters = Vec::new();
+        for op in ops {
+            let one = self.inner.batch(std::slice::from_ref(op));
+            let name = match op {
+                Op::Counter { key } => {
+                    let r = self.around("GET", key, false, one).await;
+                    let r = r.map(|v| v.first().copied().unwrap_or(0));
+                    let cap = u64::from(lock(&self.ctl).cfg.safety.breaker_per_day);
+                    counters.push(self.told(self.lies.counter(self.is_breaker(key), cap, r))?);
+                    continue;
+                }
+                Op::Set { .. } => "SET",
+                Op::Hset { ttl: None, .. } => "HSET",
+                Op::Hset { ttl: Some(_), .. } => "HSET+EXPIRE",
+                Op::IndexTouch { .. } => "ZADD",
+            };
+            self.around(name, op.key(), true, one).await?;
+        }
+        Ok(counters)
     }
 }
 

@@ -146,7 +146,8 @@ impl Lies {
         }
     }
 
-    /// A counter read; `breaker`: of this node's breaker, whose cap is `cap`.
+    /// A counter read (an op of a batch); `breaker`: of this node's breaker, whose cap is
+    /// `cap`.
     pub fn counter<E>(
         &self,
         breaker: bool,

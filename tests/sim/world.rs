@@ -332,7 +332,7 @@ impl World {
         }
         for (key, fields) in writes {
             self.store
-                .hset(&key, &fields)
+                .hset(&key, &fields, None)
                 .now_or_never()
                 .expect("in-process store answers at once")
                 .expect("in-process store never fails");

@@ -9,6 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use crate::redact::{Secret, Webhook};
+
 /// What an alert is about. The names are stable: they appear in metrics and in the webhook body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -221,6 +223,7 @@ fn tail_chars(s: &str, max: usize) -> &str {
 #[derive(Debug, thiserror::Error)]
 #[error("webhook {url} failed after {attempts} attempt(s): {last}")]
 pub struct AlertError {
+    /// The webhook, redacted (`https://hooks.slack.com/***`): this error is logged.
     pub url: String,
     pub attempts: u32,
     pub last: String,
@@ -232,9 +235,10 @@ pub trait AlertSink: Send + Sync {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError>;
 }
 
-/// A Slack-compatible incoming webhook.
+/// A Slack-compatible incoming webhook. Its URL carries the token: it is only ever shown
+/// redacted, and a failed delivery says why without it.
 pub struct WebhookSink {
-    url: String,
+    url: Secret<Webhook>,
     mention: String,
     attempts: u32,
     http: reqwest::Client,
@@ -247,7 +251,7 @@ impl WebhookSink {
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         WebhookSink {
-            url: url.to_string(),
+            url: url.into(),
             mention: mention.to_string(),
             attempts,
             http,
@@ -262,22 +266,22 @@ impl AlertSink for WebhookSink {
         let mut last = String::new();
         for attempt in 0..self.attempts {
             tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
-            match self.http.post(&self.url).json(&body).send().await {
+            match self.http.post(self.url.expose()).json(&body).send().await {
                 Ok(r) if r.status().is_success() => return Ok(()),
                 // A 4xx other than 429 will not get better by retrying.
                 Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
                     return Err(AlertError {
-                        url: self.url.clone(),
+                        url: self.url.redacted(),
                         attempts: attempt + 1,
                         last: format!("HTTP {}", r.status()),
                     })
                 }
                 Ok(r) => last = format!("HTTP {}", r.status()),
-                Err(e) => last = e.to_string(),
+                Err(e) => last = super::http_error(e),
             }
         }
         Err(AlertError {
-            url: self.url.clone(),
+            url: self.url.redacted(),
             attempts: self.attempts,
             last,
         })
@@ -344,6 +348,28 @@ mod tests {
         assert_eq!(body["vigil"]["for"], "12m");
         let plain = Alert::new(AlertKind::Hung, "n", "x").webhook_body("<!here>");
         assert!(!plain["text"].as_str().unwrap().contains("<!here>"));
+    }
+
+    #[tokio::test]
+    async fn a_failed_delivery_says_why_without_the_token() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let url =
+            format!("http://u:pw-s3cret@127.0.0.1:{port}/services/T/B/path-s3cret?token=q-s3cret");
+        let sink = WebhookSink::new(&url, "", Duration::from_secs(2), 1);
+        let err = sink
+            .send(&Alert::new(AlertKind::Hung, "n", "x"))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(
+            text.starts_with(&format!("webhook http://***@127.0.0.1:{port}/*** failed")),
+            "{text}"
+        );
+        assert!(text.contains("onnect"), "the cause is said: {text}");
     }
 
     #[test]

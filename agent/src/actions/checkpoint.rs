@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use crate::clock::Millis;
 use crate::config::{CheckpointMethod, Signal};
-use crate::coord::{Coordinator, Keys};
+use crate::coord::{read_status, Coordinator, Keys};
+use crate::redact::{Secret, Urls};
 use crate::runtime::{Container, ContainerRuntime};
 
 /// How a worker is asked to checkpoint, with the default signal resolved.
@@ -22,8 +23,9 @@ pub enum Method {
     Redis,
     /// A signal to the container's main process, e.g. `SIGUSR1`.
     Signal(Signal),
-    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`.
-    Http(String),
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`. Shown
+    /// redacted: it may carry a token.
+    Http(Secret<Urls>),
 }
 
 impl Method {
@@ -165,14 +167,20 @@ impl Checkpointer {
             Ok(t) => t,
             Err(e) => return result(label, Outcome::Failed, e.to_string()),
         };
-        let key = self.keys.status(&c.worker);
+        // NB: the request goes where the worker keeps its record: a worker that still writes the
+        // legacy key (for one release) watches that one, and a request written under the new key
+        // would make a record there, which the agent reads first, without the worker's fields.
+        let key = match read_status(self.coord.as_ref(), &self.keys, &c.worker).await {
+            Ok((key, _)) => key,
+            Err(_) => self.keys.status(&c.worker),
+        };
         let fields = [
             ("checkpoint_request".to_string(), id.clone()),
             ("checkpoint_reason".to_string(), reason.to_string()),
             ("checkpoint_requested_at".to_string(), now.to_string()),
             ("checkpoint_ack".to_string(), String::new()),
         ];
-        if let Err(e) = self.coord.hset(&key, &fields).await {
+        if let Err(e) = self.coord.hset(&key, &fields, None).await {
             // Without the record there is nothing to acknowledge into, but a signal or a POST
             // may still let the worker save: deliver anyway, then report the failure.
             let _ = self.deliver(&method, c, &id, reason, budget).await;
@@ -234,14 +242,15 @@ impl Checkpointer {
                     "worker": c.worker,
                     "deadline_ms": budget.as_millis() as u64,
                 });
+                // NB: `url` shows redacted; the error is said without it (it names the URL).
                 let r = self
                     .http
-                    .post(url)
+                    .post(url.expose())
                     .timeout(budget.min(Duration::from_secs(5)))
                     .json(&body)
                     .send()
                     .await
-                    .map_err(|e| format!("POST {url}: {e}"))?;
+                    .map_err(|e| format!("POST {url}: {}", super::http_error(e)))?;
                 if r.status().is_success() {
                     Ok(())
                 } else {

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::CliError;
+use crate::actions::http_error;
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::{heartbeat_value, write_status, Keys};
@@ -88,7 +89,7 @@ async fn to_agent(
             format!("{}{path}", agent.trim_end_matches('/')),
         ),
     };
-    let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {}", causes(&e))))?;
+    let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {}", http_error(e))))?;
     let mut req = client
         .put(&url)
         .timeout(Duration::from_secs(10))
@@ -101,7 +102,7 @@ async fn to_agent(
     let resp = req.send().await.map_err(|e| {
         CliError::Failed(format!(
             "the agent at {agent} did not answer: {}",
-            causes(&e.without_url())
+            http_error(e)
         ))
     })?;
     if !resp.status().is_success() {
@@ -114,15 +115,4 @@ async fn to_agent(
     }
     println!("beat sent to {agent}");
     Ok(())
-}
-
-/// An error and its causes, `: `-joined (reqwest's own text is only the outermost).
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        text.push_str(&format!(": {cause}"));
-        next = cause.source();
-    }
-    text
 }

@@ -97,7 +97,7 @@ pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary
                         if let Some(req) = rec.get("checkpoint_request") {
                             if rec.get("checkpoint_ack").is_none_or(|a| a.is_empty()) {
                                 let _ = coord
-                                    .hset(&key, &[("checkpoint_ack".into(), req.clone())])
+                                    .hset(&key, &[("checkpoint_ack".into(), req.clone())], None)
                                     .await;
                             }
                         }
@@ -138,6 +138,7 @@ pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary
                         ("job".into(), "llm-finetune-042".into()),
                         ("progress".into(), format!("step-{step}")),
                     ],
+                    None,
                 )
                 .await
                 .map_err(std::io::Error::other)?;

@@ -59,9 +59,9 @@ pub enum Command {
         /// [A-Za-z0-9._-].
         #[arg(long, value_parser = worker_id)]
         worker: String,
-        /// idle | processing | error | any other word (never hung): 1-64 characters of
-        /// [A-Za-z0-9._-].
-        #[arg(long, required_unless_present = "checkpoint_ack", value_parser = state_word)]
+        /// idle | processing | error | any other word for a long operation (loading, compile:
+        /// watched like processing): 1-64 characters of [A-Za-z0-9._-].
+        #[arg(long, required_unless_present_any = ["checkpoint_ack", "grace"], value_parser = state_word)]
         state: Option<String>,
         /// What the worker is working on.
         #[arg(long)]
@@ -72,6 +72,10 @@ pub enum Command {
         /// Acknowledge a checkpoint request (give the request id from `checkpoint_request`).
         #[arg(long, value_name = "ID")]
         checkpoint_ack: Option<String>,
+        /// A long operation ahead: the worker may stay silent this long after this beat
+        /// (e.g. 20m; honoured up to `policy.max_grace`); 0 ends it.
+        #[arg(long, value_name = "DURATION", value_parser = grace_seconds)]
+        grace: Option<String>,
         /// Send the beat to an agent's worker API instead of Redis: `http://HOST:PORT` or
         /// `unix:/run/vigil/worker.sock`. Without it: Redis when `REDIS_URL` is set, else this
         /// node's worker API as configured in `[worker_api]`.
@@ -181,6 +185,16 @@ fn state_word(s: &str) -> Result<String, String> {
     }
 }
 
+/// `--grace`: a duration (`20m`, `90s`, `0`), as the record's seconds.
+fn grace_seconds(s: &str) -> Result<String, String> {
+    if s.trim() == "0" {
+        return Ok("0".into());
+    }
+    humantime::parse_duration(s.trim())
+        .map(|d| format!("{:.3}", d.as_secs_f64()))
+        .map_err(|e| format!("a duration like 20m or 90s, or 0 to end a grace: {e}"))
+}
+
 fn load(arg: &ConfigArg) -> Result<Config, CliError> {
     Ok(Config::load(arg.config.as_deref(), &ProcessEnv)?)
 }
@@ -205,6 +219,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             job,
             progress,
             checkpoint_ack,
+            grace,
             agent,
             token_file,
         } => {
@@ -214,6 +229,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 ("job", job),
                 ("progress", progress),
                 ("checkpoint_ack", checkpoint_ack),
+                ("grace", grace),
             ]
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))

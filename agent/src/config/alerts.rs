@@ -5,12 +5,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{bad, has_scheme, ConfigError};
+use crate::redact::{Secret, Webhook};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlertsConfig {
-    /// Slack-compatible incoming webhook; empty: alerts go to the log only.
-    pub webhook_url: String,
+    /// Slack-compatible incoming webhook; empty: alerts go to the log only. A secret (the token
+    /// is in its path or query): shown as `https://hooks.slack.com/***`.
+    pub webhook_url: Secret<Webhook>,
     /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
     pub page_mention: String,
     #[serde(with = "humantime_serde")]
@@ -22,7 +24,7 @@ pub struct AlertsConfig {
 impl Default for AlertsConfig {
     fn default() -> Self {
         AlertsConfig {
-            webhook_url: String::new(),
+            webhook_url: Secret::default(),
             page_mention: "<!here>".into(),
             timeout: Duration::from_secs(10),
             attempts: 3,
@@ -48,8 +50,8 @@ impl AlertsConfig {
         if self.attempts == 0 {
             return bad("alerts.attempts", "must be at least 1");
         }
-        if !self.webhook_url.is_empty() && !has_scheme(&self.webhook_url, &["http://", "https://"])
-        {
+        let url = self.webhook_url.expose();
+        if !url.is_empty() && !has_scheme(url, &["http://", "https://"]) {
             return bad("alerts.webhook_url", "must be an http:// or https:// URL");
         }
         Ok(())

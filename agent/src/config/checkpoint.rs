@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{bad, ConfigError};
+use crate::redact::{self, Secret, Urls};
 
 /// A signal a worker may be asked to checkpoint with. SIGKILL and SIGSTOP are not among them:
 /// they cannot be handled, so they can never checkpoint.
@@ -87,8 +88,9 @@ pub enum CheckpointMethod {
     Redis,
     /// A signal to the container's main process; `None` = `checkpoint.signal`.
     Signal(Option<Signal>),
-    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`.
-    Http(String),
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`. A secret
+    /// (it may carry a token in its query or userinfo): shown as `http://w:8080/ckpt?token=***`.
+    Http(Secret<Urls>),
 }
 
 impl std::str::FromStr for CheckpointMethod {
@@ -102,10 +104,11 @@ impl std::str::FromStr for CheckpointMethod {
                 s["signal:".len()..].parse()?,
             ))),
             _ if s.starts_with("http://") || s.starts_with("https://") => {
-                Ok(CheckpointMethod::Http(s.to_string()))
+                Ok(CheckpointMethod::Http(s.into()))
             }
             _ => Err(format!(
-                "`{s}` is not `redis`, `signal`, `signal:NAME` or an http(s):// URL"
+                "`{}` is not `redis`, `signal`, `signal:NAME` or an http(s):// URL",
+                redact::url(s)
             )),
         }
     }
@@ -118,13 +121,15 @@ impl TryFrom<String> for CheckpointMethod {
     }
 }
 
+/// How the method is serialized, which is only ever to show it (`vigil config check`): a URL
+/// redacted.
 impl From<CheckpointMethod> for String {
     fn from(m: CheckpointMethod) -> String {
         match m {
             CheckpointMethod::Redis => "redis".into(),
             CheckpointMethod::Signal(None) => "signal".into(),
             CheckpointMethod::Signal(Some(s)) => format!("signal:{}", s.as_str()),
-            CheckpointMethod::Http(url) => url,
+            CheckpointMethod::Http(url) => url.redacted(),
         }
     }
 }

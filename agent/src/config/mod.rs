@@ -258,13 +258,13 @@ impl Config {
             self.node_name = v;
         }
         if let Some(v) = env.get("REDIS_URL") {
-            self.redis.url = v;
+            self.redis.url = v.into();
         }
         if let Some(v) = env.get("DOCKER_HOST") {
             self.docker.host = v;
         }
         if let Some(v) = env.get("VIGIL_WEBHOOK_URL") {
-            self.alerts.webhook_url = v;
+            self.alerts.webhook_url = v.into();
         }
         if let Some(v) = env.get("GCE_METADATA_HOST") {
             self.metadata.host = v;
@@ -507,7 +507,7 @@ mod tests {
             ("DOCKER_HOST", "tcp://127.0.0.1:2375"),
         ]));
         assert_eq!(c.node_name, "env-node");
-        assert_eq!(c.redis.url, "redis://env:2");
+        assert_eq!(c.redis.url.expose(), "redis://env:2");
         assert_eq!(c.docker.host, "tcp://127.0.0.1:2375");
     }
 

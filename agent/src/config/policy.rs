@@ -9,7 +9,8 @@ use super::{bad, ConfigError};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
-    /// A processing worker whose heartbeat is older than this is stale.
+    /// A working worker (any state but `idle` and `error`) whose heartbeat is older than this
+    /// (or than the grace it announced) is stale.
     #[serde(with = "humantime_serde")]
     pub stale_after: Duration,
     /// Minimum gap between the two observations that confirm a hang.
@@ -30,6 +31,10 @@ pub struct PolicyConfig {
     /// Still hung this long after a restart: page a person, once.
     #[serde(with = "humantime_serde")]
     pub escalate_after: Duration,
+    /// The longest silence a worker may announce for a long operation (its record's `grace`:
+    /// a compile, a checkpoint save); a longer grace is cut to this.
+    #[serde(with = "humantime_serde")]
+    pub max_grace: Duration,
 }
 
 impl Default for PolicyConfig {
@@ -42,13 +47,14 @@ impl Default for PolicyConfig {
             stalled_after: Duration::from_secs(30 * 60),
             cooldown: Duration::from_secs(10 * 60),
             escalate_after: Duration::from_secs(10 * 60),
+            max_grace: Duration::from_secs(60 * 60),
         }
     }
 }
 
 impl PolicyConfig {
     /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 7] {
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 8] {
         [
             ("policy.stale_after", self.stale_after),
             // Zero would skip a safeguard: the second observation, the persistence delay.
@@ -58,6 +64,7 @@ impl PolicyConfig {
             ("policy.stalled_after", self.stalled_after),
             ("policy.cooldown", self.cooldown),
             ("policy.escalate_after", self.escalate_after),
+            ("policy.max_grace", self.max_grace),
         ]
     }
 

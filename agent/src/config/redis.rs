@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{bad, has_scheme, ConfigError};
+use crate::redact::{self, Secret, Urls};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -13,8 +14,9 @@ pub struct RedisConfig {
     /// `redis://[:password@]host:port[/db]`; env `REDIS_URL`. Empty: embedded single-node
     /// coordinator. With `mode = "cluster"`: the cluster's seed nodes, comma-separated; with
     /// `mode = "sentinel"`: the Sentinels, comma-separated (their credentials and database are
-    /// the master's too).
-    pub url: String,
+    /// the master's too). A secret: shown with every password and query value hidden
+    /// (`redis://user:***@host:6379/0`).
+    pub url: Secret<Urls>,
     /// `single` (one server, or a managed endpoint that fails over behind one address),
     /// `cluster` (Redis Cluster), or `sentinel` (the master Sentinel names, followed across
     /// failovers).
@@ -45,9 +47,18 @@ pub enum RedisMode {
 
 /// `redis.url` as the list of servers it names, in order: one with `mode = "single"`, the seed
 /// nodes or the Sentinels otherwise, none for the embedded coordinator. The one place the
-/// comma-separated text is split: validation and the coordinator read the same list.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// comma-separated text is split: validation and the coordinator read the same list. Its
+/// `Debug` shows the URLs redacted.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct RedisUrls(Vec<String>);
+
+impl std::fmt::Debug for RedisUrls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|u| redact::url(u)))
+            .finish()
+    }
+}
 
 impl RedisUrls {
     /// `redis://a:1, redis://b:2` → each URL, trimmed; empty entries are dropped.
@@ -81,7 +92,7 @@ impl RedisUrls {
 impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
-            url: String::new(),
+            url: Secret::default(),
             mode: RedisMode::Single,
             sentinel_service: String::new(),
             key_prefix: "vigil".into(),
@@ -95,7 +106,7 @@ impl Default for RedisConfig {
 impl RedisConfig {
     /// The servers `url` names.
     pub fn urls(&self) -> RedisUrls {
-        RedisUrls::parse(&self.url)
+        RedisUrls::parse(self.url.expose())
     }
 
     /// The durations that must be above zero.
@@ -119,7 +130,7 @@ impl RedisConfig {
                 "is empty: name the master the Sentinels monitor (as in `sentinel monitor NAME ...`)",
             );
         }
-        if !self.ca_file.is_empty() && !self.url.starts_with("rediss://") {
+        if !self.ca_file.is_empty() && !self.url.expose().starts_with("rediss://") {
             return bad(
                 "redis.ca_file",
                 "is only used with a rediss:// (TLS) redis.url",
@@ -144,11 +155,17 @@ impl RedisConfig {
             if !has_scheme(url, &["redis://", "rediss://", "unix://"]) {
                 return bad(
                     "redis.url",
-                    format!("`{url}` is not a redis://, rediss:// or unix:// URL"),
+                    format!(
+                        "`{}` is not a redis://, rediss:// or unix:// URL",
+                        redact::url(url)
+                    ),
                 );
             }
             if let Err(e) = ::redis::Client::open(url.as_str()) {
-                return bad("redis.url", format!("`{url}` does not parse: {e}"));
+                return bad(
+                    "redis.url",
+                    format!("`{}` does not parse: {e}", redact::url(url)),
+                );
             }
         }
         if self.mode != RedisMode::Single && urls.is_empty() {
@@ -200,6 +217,23 @@ mod tests {
         );
         let c = parse("[redis]\nurl = \"redis://a:1\"\n").unwrap();
         assert_eq!(c.redis.urls().as_slice(), ["redis://a:1"]);
+    }
+
+    #[test]
+    fn errors_about_the_url_never_show_its_password() {
+        for url in [
+            "http://:s3cret@x:1",
+            "redis://:s3cret@host:notaport",
+            "redis://:s3cret@a:1,redis://:s3cret@b:2",
+            "unix:///run/redis.sock?pass=s3cret,redis://b:2",
+        ] {
+            let err = parse(&format!("[redis]\nurl = \"{url}\"\n")).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains("redis.url"), "{text}");
+            assert!(!text.contains("s3cret"), "{text}");
+        }
+        let urls = RedisUrls::parse("redis://:s3cret@a:1");
+        assert_eq!(format!("{urls:?}"), "[\"redis://:***@a:1\"]");
     }
 
     #[test]

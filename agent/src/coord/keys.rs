@@ -3,6 +3,13 @@
 //! Node-scoped keys carry the node name as a hash tag (`{node}`), so in Redis Cluster all of a
 //! node's keys live in one slot and its Lua scripts stay single-slot. Fleet keys are separate and
 //! are only ever touched one at a time.
+//!
+//! NB: the one kind of key a worker writes, its status record (`<prefix>:{<node>}:status:<w>`),
+//! shares no prefix with any key the agent owns, so a Redis ACL key pattern
+//! (`~<prefix>:{<node>}:status:*`) can confine a worker to the records of its node and nothing
+//! else (docs/security.md, "Redis ACLs"). Records under the layout before that
+//! (`<prefix>:{<node>}:worker:<w>`, which the agent's per-worker marks extend) are still read
+//! for one release: [`Keys::status_keys`].
 
 #[derive(Debug, Clone)]
 pub struct Keys {
@@ -28,7 +35,17 @@ impl Keys {
 
     /// Worker status record (hash written by the worker). No TTL: the worker owns it.
     pub fn status(&self, worker: &str) -> String {
+        self.n(&format!("status:{worker}"))
+    }
+    /// Where a worker's status record lived before it had a prefix of its own (read only, for
+    /// one release: a worker that still writes here is found, see [`Keys::status_keys`]).
+    pub fn legacy_status(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}"))
+    }
+    /// The keys a worker's record is read from, in order: the first that holds fields is the
+    /// record. NB: the legacy key goes in the release after the one that moved the record.
+    pub fn status_keys(&self, worker: &str) -> [String; 2] {
+        [self.status(worker), self.legacy_status(worker)]
     }
     /// First stale sighting `"<heartbeat_ms>:<seen_ms>"`.
     pub fn suspect(&self, worker: &str) -> String {
@@ -139,7 +156,42 @@ mod tests {
         ] {
             assert!(key.starts_with("vigil:{gpu-7}:"), "{key}");
         }
-        assert_eq!(k.status("trainer-0"), "vigil:{gpu-7}:worker:trainer-0");
+        assert_eq!(k.status("trainer-0"), "vigil:{gpu-7}:status:trainer-0");
         assert_eq!(k.fleet_budget(42), "vigil:fleet:budget:42");
+    }
+
+    #[test]
+    fn no_agent_key_of_a_node_starts_like_a_status_record() {
+        // The worker ACL's key pattern is `<prefix>:{<node>}:status:*`.
+        let k = Keys::new("vigil", "gpu-7");
+        let pattern = "vigil:{gpu-7}:status:";
+        assert!(k.status("w").starts_with(pattern));
+        for key in [
+            k.legacy_status("w"),
+            k.suspect("w"),
+            k.incident("w"),
+            k.error_since("w"),
+            k.progress("w"),
+            k.cooldown("w"),
+            k.retry("w"),
+            k.incarnation("w"),
+            k.restarted("w"),
+            k.escalated("w"),
+            k.episode("w", "stalled"),
+            k.alert_dedup("status", "hung"),
+            k.idle_since(),
+            k.lock(),
+            k.breaker("2026-11-30"),
+            k.breaker_alert("2026-11-30"),
+            k.trail(),
+            k.agent(),
+            k.fleet_nodes(),
+            k.fleet_slices(),
+            k.maintenance_claim("status"),
+            k.fleet_budget(1),
+            k.fleet_budget_alert(1),
+        ] {
+            assert!(!key.starts_with(pattern), "{key}");
+        }
     }
 }

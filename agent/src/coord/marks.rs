@@ -69,14 +69,15 @@ pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
     keys
 }
 
-/// The clock, the record and every mark of a worker, in one round trip.
+/// The clock, the record (under the new layout or, for one release, the legacy one) and every
+/// mark of a worker, in one round trip.
 pub async fn read(
     coord: &dyn Coordinator,
     k: &Keys,
     worker: &str,
 ) -> Result<WorkerRead, CoordError> {
     coord
-        .read_worker(&k.status(worker), &worker_keys(k, worker))
+        .read_worker(&k.status_keys(worker), &worker_keys(k, worker))
         .await
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{CoordError, Coordinator, TrailEntry};
+use super::{CoordError, Coordinator, Op, TrailEntry};
 use crate::clock::{ms, Clock, Millis};
 
 enum Value {
@@ -52,6 +52,44 @@ impl MemoryCoordinator {
             _ => None,
         }
     }
+
+    /// Merge `fields` into the hash at `key` (a key of another type is replaced).
+    fn merge_hash(data: &mut HashMap<String, Entry>, key: &str, fields: &[(String, String)]) {
+        let entry = data.entry(key.into()).or_insert_with(|| Entry {
+            value: Value::Hash(HashMap::new()),
+            expires: None,
+        });
+        if !matches!(entry.value, Value::Hash(_)) {
+            entry.value = Value::Hash(HashMap::new());
+        }
+        if let Value::Hash(h) = &mut entry.value {
+            for (k, v) in fields {
+                h.insert(k.clone(), v.clone());
+            }
+        }
+    }
+
+    /// Add or refresh `member` of the index at `key`, pruning members scored below
+    /// `prune_before` (a key of another type is replaced).
+    fn touch_index(
+        data: &mut HashMap<String, Entry>,
+        key: &str,
+        member: &str,
+        score: Millis,
+        prune_before: Millis,
+    ) {
+        let entry = data.entry(key.into()).or_insert_with(|| Entry {
+            value: Value::Index(HashMap::new()),
+            expires: None,
+        });
+        if !matches!(entry.value, Value::Index(_)) {
+            entry.value = Value::Index(HashMap::new());
+        }
+        if let Value::Index(m) = &mut entry.value {
+            m.insert(member.to_string(), score);
+            m.retain(|_, s| *s >= prune_before);
+        }
+    }
 }
 
 #[async_trait]
@@ -86,18 +124,6 @@ impl Coordinator for MemoryCoordinator {
             },
         );
         Ok(true)
-    }
-
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
-        let (mut data, now) = self.live();
-        data.insert(
-            key.into(),
-            Entry {
-                value: Value::Str(value.into()),
-                expires: Some(now + ms(ttl)),
-            },
-        );
-        Ok(())
     }
 
     async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
@@ -155,13 +181,6 @@ impl Coordinator for MemoryCoordinator {
         Ok(Some(cur + 1))
     }
 
-    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
-        let (data, _) = self.live();
-        Ok(Self::get_str(&data, key)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0))
-    }
-
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
         let (mut data, _) = self.live();
         if let Some(Entry {
@@ -181,23 +200,6 @@ impl Coordinator for MemoryCoordinator {
             Some(Value::Hash(h)) => h.clone(),
             _ => HashMap::new(),
         })
-    }
-
-    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
-        let (mut data, _) = self.live();
-        let entry = data.entry(key.into()).or_insert_with(|| Entry {
-            value: Value::Hash(HashMap::new()),
-            expires: None,
-        });
-        if !matches!(entry.value, Value::Hash(_)) {
-            entry.value = Value::Hash(HashMap::new());
-        }
-        if let Value::Hash(h) = &mut entry.value {
-            for (k, v) in fields {
-                h.insert(k.clone(), v.clone());
-            }
-        }
-        Ok(())
     }
 
     async fn append(
@@ -221,42 +223,6 @@ impl Coordinator for MemoryCoordinator {
         Ok(())
     }
 
-    async fn hset_ttl(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        ttl: Duration,
-    ) -> Result<(), CoordError> {
-        self.hset(key, fields).await?;
-        let (mut data, now) = self.live();
-        if let Some(e) = data.get_mut(key) {
-            e.expires = Some(now + ms(ttl));
-        }
-        Ok(())
-    }
-
-    async fn index_touch(
-        &self,
-        key: &str,
-        member: &str,
-        score: Millis,
-        prune_before: Millis,
-    ) -> Result<(), CoordError> {
-        let (mut data, _) = self.live();
-        let entry = data.entry(key.into()).or_insert_with(|| Entry {
-            value: Value::Index(HashMap::new()),
-            expires: None,
-        });
-        if !matches!(entry.value, Value::Index(_)) {
-            entry.value = Value::Index(HashMap::new());
-        }
-        if let Value::Index(m) = &mut entry.value {
-            m.insert(member.to_string(), score);
-            m.retain(|_, s| *s >= prune_before);
-        }
-        Ok(())
-    }
-
     async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
         let (data, _) = self.live();
         let mut v: Vec<(String, Millis)> = match data.get(key).map(|e| &e.value) {
@@ -273,5 +239,37 @@ impl Coordinator for MemoryCoordinator {
             Some(Value::Stream(q, _)) => q.iter().rev().take(count).cloned().collect(),
             _ => Vec::new(),
         })
+    }
+
+    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+        let (mut data, now) = self.live();
+        let mut counters = Vec::new();
+        for op in ops {
+            match op {
+                Op::Set { key, value, ttl } => {
+                    let value = Value::Str(value.clone());
+                    let expires = Some(now + ms(*ttl));
+                    data.insert(key.clone(), Entry { value, expires });
+                }
+                Op::Hset { key, fields, ttl } => {
+                    Self::merge_hash(&mut data, key, fields);
+                    if let (Some(ttl), Some(e)) = (ttl, data.get_mut(key)) {
+                        e.expires = Some(now + ms(*ttl));
+                    }
+                }
+                Op::IndexTouch {
+                    key,
+                    member,
+                    score,
+                    prune_before,
+                } => Self::touch_index(&mut data, key, member, *score, *prune_before),
+                Op::Counter { key } => counters.push(
+                    Self::get_str(&data, key)
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0),
+                ),
+            }
+        }
+        Ok(counters)
     }
 }

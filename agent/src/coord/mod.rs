@@ -55,27 +55,32 @@ pub struct WorkerRead {
     /// The status record's fields, or why the record cannot be read (a key of another type,
     /// bytes that are not UTF-8): that worker's problem only.
     pub record: Result<HashMap<String, String>, String>,
+    /// Which of the record keys asked for the record was read from: the first that holds
+    /// fields, or that cannot be read (the last when none holds any).
+    pub from: usize,
     /// The string keys asked for, in order (`None`: missing or expired).
     pub values: Vec<Option<String>>,
 }
 
-/// One write (or counter read) of a node-level batch (see [`Coordinator::batch`]).
+/// One plain write (or counter read): the vocabulary of [`Coordinator::batch`]. A single
+/// `set`, `hset`, `index_touch` or `counter` is a batch of one.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
+    /// Set a string key with a TTL.
     Set {
         key: String,
         value: String,
         ttl: Duration,
     },
-    HsetTtl {
-        key: String,
-        fields: Vec<(String, String)>,
-        ttl: Duration,
-    },
+    /// Write a hash's fields (merged with those it has) and, with a `ttl`, (re)set its TTL:
+    /// records that vanish when their writer stops.
     Hset {
         key: String,
         fields: Vec<(String, String)>,
+        ttl: Option<Duration>,
     },
+    /// Add or refresh `member` in a sorted-set index with `score` (ms), and drop members whose
+    /// score is below `prune_before`, so the index never needs `KEYS`/`SCAN`.
     IndexTouch {
         key: String,
         member: String,
@@ -91,7 +96,6 @@ impl Op {
     pub fn key(&self) -> &str {
         match self {
             Op::Set { key, .. }
-            | Op::HsetTtl { key, .. }
             | Op::Hset { key, .. }
             | Op::IndexTouch { key, .. }
             | Op::Counter { key } => key,
@@ -100,20 +104,26 @@ impl Op {
 }
 
 /// The primitives the pipeline needs from shared storage. Every time is the store's own clock.
+///
+/// An implementation (or a decorator: a fault-injecting or counting wrapper) provides the
+/// required methods; the plain writes and the counter read are one [`Op`] through
+/// [`Coordinator::batch`], and the multi-key reads are built from the single ones unless a
+/// backend does them in fewer round trips.
 #[async_trait]
 pub trait Coordinator: Send + Sync {
     /// Where this coordinator lives, for logs and `vigil doctor`.
     fn describe(&self) -> String;
     /// True for the in-process store, which is safe for one agent on one node only.
-    fn single_node(&self) -> bool;
+    fn single_node(&self) -> bool {
+        false
+    }
     /// The store's clock (Redis `TIME`), so node clock skew never changes a verdict.
     async fn time(&self) -> Result<Millis, CoordError>;
     /// Values of several string keys at once (missing or expired keys are `None`).
     async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError>;
     /// Set only if absent (first writer wins); true when this call set it.
     async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError>;
-    /// Set unconditionally with a TTL.
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError>;
+    /// Remove the keys (absent ones are no error).
     async fn del(&self, keys: &[String]) -> Result<(), CoordError>;
     /// Remaining TTL in ms when `key` still holds `token`; `None` when it is gone or someone else's.
     async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError>;
@@ -127,12 +137,10 @@ pub trait Coordinator: Send + Sync {
         cap: u64,
         ttl: Duration,
     ) -> Result<Option<u64>, CoordError>;
-    /// Read a counter (0 when absent).
-    async fn counter(&self, key: &str) -> Result<u64, CoordError>;
     /// Give back one unit of a counter (never below zero).
     async fn decr(&self, key: &str) -> Result<(), CoordError>;
+    /// A hash's fields (empty when it is absent).
     async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError>;
-    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError>;
     /// Append to a bounded stream (oldest entries trimmed past `max_len`).
     async fn append(
         &self,
@@ -142,43 +150,96 @@ pub trait Coordinator: Send + Sync {
     ) -> Result<(), CoordError>;
     /// The newest `count` entries, newest first.
     async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError>;
-    /// Write a hash's fields and (re)set its TTL: records that vanish when their writer stops.
-    async fn hset_ttl(
+    /// Members of an index with their scores, oldest first.
+    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError>;
+    /// Several writes (and counter reads) in one round trip, applied in order and not atomic:
+    /// the node's once-per-cycle writes. Returns the values of the `Counter` ops, in order.
+    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError>;
+
+    /// Set unconditionally with a TTL.
+    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
+        let op = Op::Set {
+            key: key.to_string(),
+            value: value.to_string(),
+            ttl,
+        };
+        self.batch(&[op]).await.map(drop)
+    }
+
+    /// Write a hash's fields; with a `ttl`, (re)set its TTL too (see [`Op::Hset`]).
+    async fn hset(
         &self,
         key: &str,
         fields: &[(String, String)],
-        ttl: Duration,
-    ) -> Result<(), CoordError>;
-    /// Add or refresh `member` in a sorted-set index with `score` (ms), and drop members whose
-    /// score is below `prune_before`, so the index never needs `KEYS`/`SCAN`.
+        ttl: Option<Duration>,
+    ) -> Result<(), CoordError> {
+        let op = Op::Hset {
+            key: key.to_string(),
+            fields: fields.to_vec(),
+            ttl,
+        };
+        self.batch(&[op]).await.map(drop)
+    }
+
+    /// Add or refresh a member of a sorted-set index (see [`Op::IndexTouch`]).
     async fn index_touch(
         &self,
         key: &str,
         member: &str,
         score: Millis,
         prune_before: Millis,
-    ) -> Result<(), CoordError>;
-    /// Members of an index with their scores, oldest first.
-    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError>;
+    ) -> Result<(), CoordError> {
+        let op = Op::IndexTouch {
+            key: key.to_string(),
+            member: member.to_string(),
+            score,
+            prune_before,
+        };
+        self.batch(&[op]).await.map(drop)
+    }
+
+    /// Read a counter (0 when absent).
+    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
+        let op = Op::Counter {
+            key: key.to_string(),
+        };
+        Ok(self.batch(&[op]).await?.first().copied().unwrap_or(0))
+    }
+
     /// Cheap liveness check for `/readyz`.
     async fn ping(&self) -> Result<(), CoordError> {
         self.time().await.map(|_| ())
     }
 
-    /// The clock, one status record and several string keys of *one node* (one hash slot), in
-    /// one round trip: everything a worker's verdict needs. A record that cannot be read is
-    /// returned as such (`record: Err`); only a transport failure is an error.
-    async fn read_worker(&self, status: &str, keys: &[String]) -> Result<WorkerRead, CoordError> {
+    /// The clock, one worker's status record and several string keys of *one node* (one hash
+    /// slot), in one round trip: everything a worker's verdict needs. The record is the first
+    /// of `records` that holds fields (the new layout, then the legacy one: see
+    /// [`Keys::status_keys`]). A record that cannot be read is returned as such
+    /// (`record: Err`); only a transport failure is an error.
+    async fn read_worker(
+        &self,
+        records: &[String],
+        keys: &[String],
+    ) -> Result<WorkerRead, CoordError> {
         let now = self.time().await?;
-        let record = match self.hgetall(status).await {
-            Ok(fields) => Ok(fields),
-            Err(CoordError::Command { detail, .. }) => Err(detail),
-            Err(e) => return Err(e),
-        };
+        let mut record = Ok(HashMap::new());
+        let mut from = 0;
+        for (i, key) in records.iter().enumerate() {
+            from = i;
+            record = match self.hgetall(key).await {
+                Ok(fields) => Ok(fields),
+                Err(CoordError::Command { detail, .. }) => Err(detail),
+                Err(e) => return Err(e),
+            };
+            if record.as_ref().map_or(true, |r| !r.is_empty()) {
+                break;
+            }
+        }
         let values = self.get_many(keys).await?;
         Ok(WorkerRead {
             now,
             record,
+            from,
             values,
         })
     }
@@ -195,27 +256,6 @@ pub trait Coordinator: Send + Sync {
         }
         Ok(out)
     }
-
-    /// Several writes (and counter reads) in one round trip, not atomic: the node's
-    /// once-per-cycle writes. Returns the values of the `Counter` ops, in order.
-    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
-        let mut counters = Vec::new();
-        for op in ops {
-            match op {
-                Op::Set { key, value, ttl } => self.set(key, value, *ttl).await?,
-                Op::HsetTtl { key, fields, ttl } => self.hset_ttl(key, fields, *ttl).await?,
-                Op::Hset { key, fields } => self.hset(key, fields).await?,
-                Op::IndexTouch {
-                    key,
-                    member,
-                    score,
-                    prune_before,
-                } => self.index_touch(key, member, *score, *prune_before).await?,
-                Op::Counter { key } => counters.push(self.counter(key).await?),
-            }
-        }
-        Ok(counters)
-    }
 }
 
 /// Heartbeat value for a status record: seconds since the epoch with millisecond decimals.
@@ -223,8 +263,35 @@ pub fn heartbeat_value(now: Millis) -> String {
     format!("{}.{:03}", now.div_euclid(1000), now.rem_euclid(1000))
 }
 
-/// Write (part of) a worker's status record, stamping `heartbeat` with the store's clock.
-/// Used by `vigil beat` and by the local status API.
+/// A worker's status record and the key it lives at: the first of [`Keys::status_keys`] that
+/// holds fields (the new key when none does), in one round trip on Redis. For the agent's own
+/// writes into a worker's record (a checkpoint request) and reads of it outside the cycle: a
+/// worker that still writes the legacy key finds them there.
+pub async fn read_status(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    worker: &str,
+) -> Result<(String, HashMap<String, String>), CoordError> {
+    let [status, legacy] = keys.status_keys(worker);
+    let mut both = coord
+        .hgetall_many(&[status.clone(), legacy.clone()])
+        .await?
+        .into_iter();
+    let (new, old) = (
+        both.next().unwrap_or_default(),
+        both.next().unwrap_or_default(),
+    );
+    Ok(if new.is_empty() && !old.is_empty() {
+        (legacy, old)
+    } else {
+        (status, new)
+    })
+}
+
+/// Write (part of) a worker's status record, stamping `heartbeat` with the store's clock, under
+/// the record's own prefix (never the legacy key). Used by `vigil beat` and by the local status
+/// API; a worker confined by the worker ACL of docs/security.md may call it: it sends `TIME`
+/// and `HSET` of its record, nothing else.
 pub async fn write_status(
     coord: &dyn Coordinator,
     keys: &Keys,
@@ -234,7 +301,7 @@ pub async fn write_status(
     let now = coord.time().await?;
     let mut all: Vec<(String, String)> = fields.to_vec();
     all.push(("heartbeat".into(), heartbeat_value(now)));
-    coord.hset(&keys.status(worker), &all).await?;
+    coord.hset(&keys.status(worker), &all, None).await?;
     Ok(now)
 }
 

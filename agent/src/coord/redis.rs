@@ -25,10 +25,10 @@ use tokio::sync::Mutex;
 
 use super::CoordError;
 use crate::config::RedisUrls;
+use crate::redact;
 
 mod commands;
 
-use commands::add_op;
 /// Where the servers are.
 enum Target {
     Single(redis::Client),
@@ -75,6 +75,8 @@ impl redis::aio::ConnectionLike for Conn {
 
 pub struct RedisCoordinator {
     target: Target,
+    /// Where it is, for errors and logs: the URL(s) with every password hidden
+    /// ([`redact::urls`]).
     addr: String,
     timeout: Duration,
     conn: Mutex<Option<Conn>>,
@@ -93,16 +95,16 @@ impl RedisCoordinator {
     pub(crate) fn from_config(r: &crate::config::RedisConfig) -> Result<Self, CoordError> {
         use crate::config::RedisMode;
         match r.mode {
-            RedisMode::Single => Self::with_ca(&r.url, Some(&r.ca_file), r.timeout),
-            RedisMode::Cluster => Self::cluster(&r.url, r.timeout),
-            RedisMode::Sentinel => Self::sentinel(&r.url, &r.sentinel_service, r.timeout),
+            RedisMode::Single => Self::with_ca(r.url.expose(), Some(&r.ca_file), r.timeout),
+            RedisMode::Cluster => Self::cluster(r.url.expose(), r.timeout),
+            RedisMode::Sentinel => Self::sentinel(r.url.expose(), &r.sentinel_service, r.timeout),
         }
     }
 
     /// A Redis Cluster, from a comma-separated list of seed nodes (`redis://h1:6379,...`).
     pub fn cluster(urls: &str, timeout: Duration) -> Result<Self, CoordError> {
         let nodes = RedisUrls::parse(urls).into_vec();
-        let addr = format!("cluster {}", redact(urls));
+        let addr = format!("cluster {}", redact::urls(urls));
         let client = ClusterClient::builder(nodes.clone())
             .connection_timeout(timeout)
             .response_timeout(timeout)
@@ -118,7 +120,7 @@ impl RedisCoordinator {
     /// username, password and database are the master's too.
     pub fn sentinel(urls: &str, service: &str, timeout: Duration) -> Result<Self, CoordError> {
         let nodes = RedisUrls::parse(urls).into_vec();
-        let addr = format!("sentinel {} ({service})", redact(urls));
+        let addr = format!("sentinel {} ({service})", redact::urls(urls));
         let unreachable = |source| CoordError::Unreachable {
             addr: addr.clone(),
             source,
@@ -164,7 +166,7 @@ impl RedisCoordinator {
         ca_file: Option<&str>,
         timeout: Duration,
     ) -> Result<Self, CoordError> {
-        let addr = redact(url);
+        let addr = redact::urls(url);
         let unreachable = |source| CoordError::Unreachable {
             addr: addr.clone(),
             source,
@@ -230,14 +232,6 @@ impl RedisCoordinator {
 
     fn is_cluster(&self) -> bool {
         matches!(self.target, Target::Cluster(_))
-    }
-
-    /// One write op of two commands on one key, as a transaction (MULTI/EXEC).
-    async fn atomic(&self, op: &super::Op) -> Result<(), CoordError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        add_op(&mut pipe, op);
-        self.pipeline(&pipe).await
     }
 
     /// Run a pipeline in one round trip.
@@ -343,20 +337,6 @@ impl RedisCoordinator {
     }
 }
 
-/// The URL (or comma-separated URLs) without passwords, for logs and errors.
-fn redact(urls: &str) -> String {
-    let one = |url: &str| match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
-    };
-    RedisUrls::parse(urls)
-        .as_slice()
-        .iter()
-        .map(|u| one(u))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, or of the whole key).
 pub(crate) fn slot(key: &str) -> u16 {
     let b = key.as_bytes();
@@ -380,15 +360,18 @@ pub(crate) fn slot(key: &str) -> u16 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn passwords_never_reach_logs() {
-        assert_eq!(
-            super::redact("redis://:s3cret@redis.vigil:6379/0"),
-            "redis://***@redis.vigil:6379/0"
-        );
-        assert_eq!(
-            super::redact("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
-        );
+        let c = RedisCoordinator::new("redis://:s3cret@redis.vigil:6379/0", Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(c.addr, "redis://:***@redis.vigil:6379/0");
+        let c = RedisCoordinator::cluster(
+            "redis://u:s3cret@a:1,redis://u:s3cret@b:2",
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert_eq!(c.addr, "cluster redis://u:***@a:1,redis://u:***@b:2");
     }
 }

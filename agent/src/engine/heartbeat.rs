@@ -1,17 +1,108 @@
-//! The heartbeat: re-publishes this node's record for the fleet view when no cycle has for a
-//! while, so a long cycle (a restart can take minutes) never lets the record expire. A node
-//! whose cycles run costs nothing here: the cycle publishes, once.
+//! The heartbeat: this node's record for the fleet view. Each cycle publishes it with the
+//! cycle's other writes in one round trip ([`Cycle::publish`]); between cycles, the heartbeat
+//! task re-publishes it when no cycle has for a while, so a long cycle (a restart can take
+//! minutes) never lets the record expire. A node whose cycles run costs nothing there: the
+//! cycle publishes, once.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::coord::{Coordinator, Keys};
-use crate::observe::fleet::{publish, NodeRecord};
+use crate::clock::Millis;
+use crate::coord::marks::MARK_TTL;
+use crate::coord::{CoordError, Coordinator, Keys, Op};
+use crate::engine::context::Context;
+use crate::model::gpu::GpuReport;
+use crate::observe::fleet::{self, publish, NodeRecord};
+use crate::policy::caps;
 
 /// The record the agent last published, and when, shared with [`heartbeat_loop`].
 pub(crate) type SharedRecord = Arc<Mutex<Option<(NodeRecord, tokio::time::Instant)>>>;
+
+/// What one cycle gathers for the node's record and batch.
+#[derive(Default)]
+pub(crate) struct Cycle {
+    /// Verdicts of the last cycle, for the heartbeat record.
+    pub verdicts: BTreeMap<String, String>,
+    /// Where each worker of the last cycle runs, for the heartbeat record.
+    pub places: BTreeMap<String, String>,
+    /// Progress marks to write with this cycle's batch: (key, value).
+    pub deferred: Vec<(String, String)>,
+    /// The coordinator's clock as last read in this cycle (stamps the node record).
+    pub now: Millis,
+}
+
+impl Cycle {
+    /// This node's record as of the cycle: its verdicts and places, the node's maintenance
+    /// phase and GPU health.
+    pub fn record(&self, ctx: &Context, maintenance: &str, gpu: &GpuReport) -> NodeRecord {
+        let cfg = &ctx.cfg;
+        NodeRecord {
+            node: cfg.node_name.clone(),
+            pool: cfg.fleet.pool.clone(),
+            slice: cfg.fleet.slice.clone(),
+            maintenance: maintenance.to_string(),
+            gpu: if gpu.monitoring {
+                gpu.node.as_str().into()
+            } else {
+                "unknown".into()
+            },
+            workers: self.verdicts.clone(),
+            places: self.places.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            dry_run: cfg.dry_run,
+            updated_at: self.now,
+        }
+    }
+
+    /// Publish `rec` for the fleet view, with the cycle's progress marks, and read the breaker
+    /// and budget counters the gauges show: one round trip for the node. The record is then
+    /// `shared` with the heartbeat task. A failure is logged and returned (the next cycle
+    /// writes it all again).
+    pub async fn publish(
+        &mut self,
+        ctx: &Context,
+        rec: NodeRecord,
+        shared: &SharedRecord,
+    ) -> Result<(), CoordError> {
+        let (s, keys, now) = (&ctx.cfg.safety, &ctx.keys, self.now);
+        let mut ops = fleet::publish_ops(keys, &rec, ctx.cfg.fleet.heartbeat_ttl);
+        ops.extend(self.deferred.drain(..).map(|(key, value)| Op::Set {
+            key,
+            value,
+            ttl: MARK_TTL,
+        }));
+        ops.push(Op::Counter {
+            key: keys.breaker(&caps::breaker_day(now)),
+        });
+        if s.fleet_budget > 0 {
+            let window = caps::fleet_window(now, s.fleet_window);
+            ops.push(Op::Counter {
+                key: keys.fleet_budget(window),
+            });
+        }
+        let counters = match ctx.coord.batch(&ops).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat not published");
+                return Err(e);
+            }
+        };
+        if let Ok(mut shared) = shared.lock() {
+            *shared = Some((rec, tokio::time::Instant::now()));
+        }
+        if let Some(used) = counters.first() {
+            let open = caps::breaker_open(*used, s);
+            ctx.metrics.budgets.set_breaker(*used, open);
+        }
+        if let Some(used) = counters.get(1) {
+            ctx.metrics.budgets.set_fleet_budget_used(*used);
+        }
+        Ok(())
+    }
+}
 
 /// Re-publish the last record, stamped with the coordinator's clock, whenever it is `every`
 /// old, until `stop`: the agent loop may be busy with a restart for minutes, the node is not

@@ -2,12 +2,15 @@
 //! node controller (maintenance, GPU publishing, checkpoints, opportunistic maintenance), the GPU
 //! monitor and the heartbeat.
 //!
-//! Map: `agent` (the cycle over the node's workers) hands each worker to `restart`
+//! Map: `agent` (the cycle over the node's workers) takes them from the `roster` (grouped by
+//! worker id; invalid and ambiguous ids alerted once) and hands each to `restart`
 //! (`RestartPath`: incident, command, limits, outcome) with the shared `context`, the `journal`
 //! (the trail), the `alert_gate` (alert de-duplication) and the `stand_down` watch (shutdown,
-//! maintenance, GPU). `node` is the maintenance controller, `checkpoint` its rounds,
-//! `opportunistic` the pool's maintenance claim, `gpu` the NVML monitor, `heartbeat` and
-//! `publisher` the node's record. The arrows run one way: `agent` → `restart` → the others.
+//! maintenance, GPU); it ends the cycle with the `heartbeat` (the node's record and the cycle's
+//! one batch), tracks its dependencies' `outage`s, and applies a SIGHUP `reload`. `node` is the
+//! maintenance controller, `checkpoint` its rounds, `opportunistic` the pool's maintenance
+//! claim, `gpu` the NVML monitor, `publisher` the Node object. The arrows run one way: `agent` →
+//! `restart` → the others.
 
 pub mod agent;
 pub(crate) mod alert_gate;
@@ -18,6 +21,9 @@ pub mod heartbeat;
 pub(crate) mod journal;
 pub mod node;
 pub mod opportunistic;
+pub(crate) mod outage;
 pub(crate) mod publisher;
+pub(crate) mod reload;
 pub mod restart;
+pub(crate) mod roster;
 pub(crate) mod stand_down;

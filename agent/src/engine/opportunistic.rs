@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::clock::{human, Millis};
 use crate::config::Config;
 use crate::coord::lease::Lease;
-use crate::coord::{Coordinator, Keys};
+use crate::coord::{read_status, Coordinator, Keys};
 use crate::model::maintenance::MaintenanceState;
 use crate::model::worker::WorkerState;
 use crate::observe::fleet;
@@ -124,8 +124,9 @@ impl Opportunistic {
     async fn all_idle(&self) -> Option<bool> {
         let workers = self.runtime.list_workers().await.ok()?;
         for c in workers.iter().filter(|c| c.running) {
-            let key = self.keys.status(&c.worker);
-            let fields = self.coord.hgetall(&key).await.ok()?;
+            let (_, fields) = read_status(self.coord.as_ref(), &self.keys, &c.worker)
+                .await
+                .ok()?;
             let state = fields.get("state").map(|s| WorkerState::parse(s));
             if state != Some(WorkerState::Idle) {
                 return Some(false);

@@ -24,6 +24,22 @@ pub struct Container {
     /// `io.kubernetes.pod.*` labels. Identity only — the worker API's proof that a pod's token
     /// speaks for this container; the restart path goes by `pod`, which stays `None` on Docker.
     pub kube_pod: Option<PodIdentity>,
+    /// Its restarts belong to another controller (JobSet failure policy, Pathways, an
+    /// operator): the opt-in label's companion `<label>.restarts = alert-only`. Vigil reports its
+    /// hangs and never restarts it.
+    pub alert_only: bool,
+}
+
+/// The companion label of the opt-in label that hands a worker's restarts to someone else, and
+/// the value that does it (`vigil.worker.restarts: alert-only`).
+pub const RESTARTS_SUFFIX: &str = ".restarts";
+pub const ALERT_ONLY: &str = "alert-only";
+
+/// Whether `labels` say the worker's restarts belong to someone else.
+pub fn alert_only(labels: &std::collections::HashMap<String, String>, worker_label: &str) -> bool {
+    labels
+        .get(&format!("{worker_label}{RESTARTS_SUFFIX}"))
+        .is_some_and(|v| v.trim() == ALERT_ONLY)
 }
 
 /// A pod by namespace, name and uid (a uid tells two incarnations of one name apart).

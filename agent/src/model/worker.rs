@@ -14,6 +14,11 @@ pub struct WorkerStatus {
     pub heartbeat: Option<Millis>,
     pub job: Option<String>,
     pub progress: Option<String>,
+    /// How long (ms) the worker said it may stay silent after this heartbeat (a long operation:
+    /// a compile, a checkpoint save); `None` = `policy.stale_after`. The policy caps it.
+    pub grace: Option<Millis>,
+    /// The worker says its restarts belong to someone else (`restarts = alert-only`).
+    pub alert_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +26,8 @@ pub enum WorkerState {
     Idle,
     Processing,
     Error,
-    /// Any other state a worker reports (e.g. `loading`): never hung, never errored.
+    /// Any other state a worker reports (e.g. `loading`, `compile`): watched like
+    /// `processing` (stale after `policy.stale_after` or its announced grace), never errored.
     Other(String),
 }
 
@@ -72,8 +78,19 @@ impl WorkerStatus {
             heartbeat,
             job: nonempty("job"),
             progress: nonempty("progress"),
+            grace: fields.get("grace").and_then(|g| parse_grace(g)),
+            alert_only: fields
+                .get("restarts")
+                .is_some_and(|v| v.trim() == crate::model::container::ALERT_ONLY),
         })
     }
+}
+
+/// A record's `grace`: seconds (decimals allowed) above zero; anything else is no grace.
+pub fn parse_grace(text: &str) -> Option<Millis> {
+    let secs = text.trim().parse::<f64>().ok()?;
+    // NB: capped long before f64 -> i64 could overflow; the policy caps it again.
+    (secs.is_finite() && secs > 0.0).then(|| (secs.min(1e9) * 1000.0).round() as Millis)
 }
 
 /// The documented rule for a worker id (the opt-in label's value): 1–128 characters of

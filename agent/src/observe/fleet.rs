@@ -93,14 +93,15 @@ pub fn publish_ops(keys: &Keys, rec: &NodeRecord, ttl: Duration) -> Vec<Op> {
     // The slice outlives the record, so a node that went silent still counts against it.
     let place = serde_json::json!([rec.pool, rec.slice]).to_string();
     vec![
-        Op::HsetTtl {
+        Op::Hset {
             key: keys.agent(),
             fields: rec.fields(),
-            ttl,
+            ttl: Some(ttl),
         },
         Op::Hset {
             key: keys.fleet_slices(),
             fields: vec![(rec.node.clone(), place)],
+            ttl: None,
         },
         Op::IndexTouch {
             key: keys.fleet_nodes(),

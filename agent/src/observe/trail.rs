@@ -50,6 +50,9 @@ pub enum Code {
     /// Another instance's restart of this incident failed after our decision: its retry waits
     /// for the backoff.
     SkipRetryPending,
+    /// The worker's restarts belong to another controller (`alert-only`): reported, not
+    /// restarted.
+    SkipAlertOnly,
     /// Revalidation found the worker fresh (or a cooldown) right before the command.
     CancelledRecovered,
     /// Shutdown, maintenance or a GPU failure arrived before the command.
@@ -78,7 +81,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 31] = [
+    pub const ALL: [Code; 32] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -98,6 +101,7 @@ impl Code {
         Code::SkipAmbiguous,
         Code::SkipNotRestartable,
         Code::SkipRetryPending,
+        Code::SkipAlertOnly,
         Code::CancelledRecovered,
         Code::CancelledNodeState,
         Code::AbortedLogsFailed,
@@ -134,6 +138,7 @@ impl Code {
             Code::SkipAmbiguous => "skipped-ambiguous",
             Code::SkipNotRestartable => "skipped-not-restartable",
             Code::SkipRetryPending => "skipped-retry-pending",
+            Code::SkipAlertOnly => "skipped-alert-only",
             Code::CancelledRecovered => "cancelled-recovered",
             Code::CancelledNodeState => "cancelled-node-state",
             Code::AbortedLogsFailed => "aborted-logs-failed",

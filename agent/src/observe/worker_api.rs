@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::WorkerAuth;
 use crate::coord::{write_status, Coordinator, Keys};
 use crate::model::container::Container;
-use crate::model::worker::valid_worker_id;
+use crate::model::worker::{parse_grace, valid_worker_id};
 use crate::observe::listen::{serve_router, Listen, Peer};
 use crate::observe::metrics::Metrics;
 use crate::observe::server::HEADER_READ_TIMEOUT;
@@ -76,6 +76,9 @@ pub(crate) struct StatusBody {
     /// Acknowledges a checkpoint request (ideally with its id).
     #[serde(default)]
     pub checkpoint_ack: Option<String>,
+    /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
+    #[serde(default)]
+    pub grace: Option<String>,
 }
 
 pub(crate) fn router(state: WorkerApiState) -> Router {
@@ -374,7 +377,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<Vec<(String, String)>, (Statu
     let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
         (
             StatusCode::BAD_REQUEST,
-            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..}}: {e}\n"),
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..,\"grace\":..}} (strings): {e}\n"),
         )
     })?;
     let fields: Vec<(String, String)> = [
@@ -382,6 +385,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<Vec<(String, String)>, (Statu
         ("job", parsed.job),
         ("progress", parsed.progress),
         ("checkpoint_ack", parsed.checkpoint_ack),
+        ("grace", parsed.grace.clone()),
     ]
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
@@ -389,8 +393,17 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<Vec<(String, String)>, (Statu
     if fields.is_empty() {
         return Err((
             StatusCode::BAD_REQUEST,
-            "give at least one of state, job, progress, checkpoint_ack\n".to_string(),
+            "give at least one of state, job, progress, checkpoint_ack, grace\n".to_string(),
         ));
+    }
+    if let Some(g) = parsed.grace.as_deref() {
+        let zero = g.trim().parse::<f64>().is_ok_and(|v| v == 0.0);
+        if !zero && parse_grace(g).is_none() {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("grace must be seconds (e.g. \"1200\"), or \"0\" to end it; got {g:?}\n"),
+            ));
+        }
     }
     Ok(fields)
 }

@@ -323,7 +323,7 @@ async fn a_beat_answers_with_the_pending_checkpoint_request() {
         ("checkpoint_request".to_string(), "req-7".to_string()),
         ("checkpoint_reason".to_string(), "preemption".to_string()),
     ];
-    api.coord.hset(&key, &ask).await.unwrap();
+    api.coord.hset(&key, &ask, None).await.unwrap();
     let (_, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(answer["checkpoint_request"], "req-7", "{answer}");

@@ -142,11 +142,26 @@ impl Verdict {
     }
 }
 
-/// True when the record shows a processing worker whose heartbeat is older than `stale_after`.
-/// NB: "older than" is strict — a heartbeat exactly `stale_after` old is still fresh.
+/// True when the record shows a working worker (any state but `idle` and `error`) whose
+/// heartbeat is older than the silence it is allowed ([`allowed_silence`]).
+/// NB: "older than" is strict — a heartbeat exactly that old is still fresh.
 pub(crate) fn is_stale(status: &WorkerStatus, now: Millis, cfg: &PolicyConfig) -> bool {
-    status.state == WorkerState::Processing
-        && matches!(status.heartbeat, Some(hb) if now - hb > ms(cfg.stale_after))
+    watched(&status.state)
+        && matches!(status.heartbeat, Some(hb) if now - hb > allowed_silence(status, cfg))
+}
+
+/// States whose silence is a hang: `processing` and every word but `idle` (no work to hang on)
+/// and `error` (its own timer). No state is "never hung" for ever: a worker stuck in `loading`
+/// is found like one stuck in `processing`.
+fn watched(state: &WorkerState) -> bool {
+    matches!(state, WorkerState::Processing | WorkerState::Other(_))
+}
+
+/// How long (ms) a worker may stay silent after its heartbeat: `stale_after`, or the grace it
+/// announced for a long operation when that is longer, never more than `max_grace`.
+pub fn allowed_silence(status: &WorkerStatus, cfg: &PolicyConfig) -> Millis {
+    let grace = status.grace.unwrap_or(0).min(ms(cfg.max_grace));
+    ms(cfg.stale_after).max(grace)
 }
 
 /// How far ahead of the coordinator's clock a heartbeat may be before the record is taken for
@@ -189,7 +204,7 @@ pub fn verdict(
         return Verdict::Unreachable;
     }
     match status.state {
-        WorkerState::Processing => {
+        WorkerState::Processing | WorkerState::Other(_) => {
             let Some(hb) = status.heartbeat else {
                 return Verdict::Unreachable;
             };
@@ -207,7 +222,9 @@ pub fn verdict(
                     Verdict::Suspect
                 };
             }
-            let frozen = matches!((&status.progress, &marks.progress),
+            // NB: a frozen marker is a stall only while processing: a long `compile` moves none.
+            let frozen = status.state == WorkerState::Processing
+                && matches!((&status.progress, &marks.progress),
                 (Some(p), Some((seen, since))) if p == seen && now - since >= ms(cfg.stalled_after));
             if frozen {
                 Verdict::Stalled
@@ -223,7 +240,7 @@ pub fn verdict(
                 (false, _) => Verdict::ErrorPending,
             }
         }
-        WorkerState::Idle | WorkerState::Other(_) => Verdict::Healthy,
+        WorkerState::Idle => Verdict::Healthy,
     }
 }
 
@@ -424,7 +441,7 @@ pub(crate) enum Cancel {
 }
 
 /// Revalidate right before the command, from a fresh record, fresh marks and a fresh clock:
-/// the *same* predicate as the verdict (stale while processing, or in state `error`).
+/// the *same* predicate as the verdict (stale while working, or in state `error`).
 pub(crate) fn revalidate(
     v: Verdict,
     inc: &Incident,

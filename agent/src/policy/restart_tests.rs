@@ -23,6 +23,8 @@ fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
         heartbeat: Some(NOW - hb_age),
         job: Some("job-7".into()),
         progress: Some("step-10".into()),
+        grace: None,
+        alert_only: false,
     }
 }
 
@@ -134,14 +136,6 @@ fn maintenance_and_gpu_failure_suppress_restarts() {
     assert_eq!(verdict(Some(&r), &m, gpu, NOW, &cfg()), Verdict::GpuFailed);
     assert_ne!(Verdict::GpuFailed.action(), Action::RestartPipeline);
     assert_ne!(Verdict::InMaintenance.action(), Action::RestartPipeline);
-}
-
-#[test]
-fn idle_and_other_states_are_never_hung() {
-    for state in ["idle", "loading", ""] {
-        let r = rec(state, 99_999 * S);
-        assert_eq!(v(Some(&r), &Marks::default()), Verdict::Healthy, "{state}");
-    }
 }
 
 #[test]
@@ -529,4 +523,84 @@ fn worker_supplied_fields_are_bounded() {
     let st = WorkerStatus::from_fields(&f).unwrap();
     assert!(st.job.unwrap().len() <= crate::model::worker::MAX_FIELD + 3);
     assert!(st.progress.unwrap().len() <= crate::model::worker::MAX_FIELD + 3);
+}
+
+#[test]
+fn every_working_state_is_watched_and_idle_is_not() {
+    // A worker stuck in `loading` or `compile` is found like one stuck in `processing`.
+    // A record that names no state is watched too.
+    for state in ["processing", "loading", "compile", "checkpoint", ""] {
+        assert_eq!(
+            v(Some(&rec(state, 120 * S)), &Marks::default()),
+            Verdict::Healthy,
+            "{state}"
+        );
+        assert_eq!(
+            v(Some(&rec(state, 120 * S + 1)), &Marks::default()),
+            Verdict::Suspect,
+            "{state}"
+        );
+    }
+    // Idle has no work to hang on; error has its own timer.
+    assert_eq!(
+        v(Some(&rec("idle", 9_999 * S)), &Marks::default()),
+        Verdict::Healthy
+    );
+    assert_eq!(
+        v(Some(&rec("error", 9_999 * S)), &Marks::default()),
+        Verdict::ErrorPending
+    );
+}
+
+#[test]
+fn an_announced_grace_holds_up_to_max_grace_and_then_the_worker_is_stale() {
+    let busy = |age: Millis, grace_s: Millis| WorkerStatus {
+        grace: Some(grace_s * S),
+        ..rec("compile", age)
+    };
+    // 20 minutes announced: fresh through them, stale one millisecond after.
+    assert_eq!(
+        v(Some(&busy(1_200 * S, 1_200)), &Marks::default()),
+        Verdict::Healthy
+    );
+    assert_eq!(
+        v(Some(&busy(1_200 * S + 1, 1_200)), &Marks::default()),
+        Verdict::Suspect
+    );
+    // A grace shorter than stale_after changes nothing.
+    assert_eq!(
+        v(Some(&busy(100 * S, 10)), &Marks::default()),
+        Verdict::Healthy
+    );
+    // Past max_grace (1 h by default) it is cut: a worker cannot announce forever.
+    assert_eq!(
+        v(Some(&busy(3_600 * S, 86_400)), &Marks::default()),
+        Verdict::Healthy
+    );
+    assert_eq!(
+        v(Some(&busy(3_600 * S + 1, 86_400)), &Marks::default()),
+        Verdict::Suspect
+    );
+    // Revalidation reads the same rule: still within its grace at the last moment = recovered.
+    let inc = Incident {
+        started: NOW - 300 * S,
+        id: "inc-1".into(),
+    };
+    assert_eq!(
+        revalidate(
+            Verdict::Hung,
+            &inc,
+            Some(&busy(600 * S, 1_200)),
+            &Marks::default(),
+            NOW,
+            &cfg()
+        ),
+        Err(Cancel::Recovered)
+    );
+    // A frozen progress marker during a long operation is no stall.
+    let marks = Marks {
+        progress: Some(("step-10".into(), NOW - 7_200 * S)),
+        ..Marks::default()
+    };
+    assert_eq!(v(Some(&busy(10 * S, 1_200)), &marks), Verdict::Healthy);
 }

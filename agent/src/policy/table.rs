@@ -11,21 +11,23 @@ impl Verdict {
     pub(crate) fn predicate(self, cfg: &PolicyConfig) -> String {
         let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
         match self {
-            Verdict::Healthy => "heartbeat fresh, or state not processing/error".into(),
+            Verdict::Healthy => "heartbeat fresh (within its grace), or state idle".into(),
             Verdict::Suspect => format!(
-                "state = processing and heartbeat older than {} (first observation)",
-                d(cfg.stale_after)
+                "state not idle/error, heartbeat older than {} or its grace (at most {}) (first observation)",
+                d(cfg.stale_after),
+                d(cfg.max_grace)
             ),
             Verdict::Hung => format!(
-                "state = processing and heartbeat older than {}, seen again >= {} later",
+                "state not idle/error, heartbeat older than {} or its grace (at most {}), seen again >= {} later",
                 d(cfg.stale_after),
+                d(cfg.max_grace),
                 d(cfg.confirm_after)
             ),
             Verdict::ErrorPending => format!("state = error for less than {}", d(cfg.error_for)),
             Verdict::Errored => format!("state = error for at least {}", d(cfg.error_for)),
             Verdict::Unreachable => "status record missing, or no readable heartbeat".into(),
             Verdict::Stalled => format!(
-                "heartbeat fresh but progress unchanged for {}",
+                "processing, heartbeat fresh but progress unchanged for {}",
                 d(cfg.stalled_after)
             ),
             Verdict::Booting => format!(

@@ -37,6 +37,11 @@ use crate::model::container::PodRef;
 use crate::sources::podresources::{DeviceSource, PodGpus};
 use crate::sources::pods::{PodApi, RestartPolicy};
 
+/// The opt-in label's value that makes the pod's own name its worker id: pods of one
+/// Deployment, Job or JobSet template share their labels, and would otherwise all be one
+/// (ambiguous, never restarted) worker.
+pub const POD_NAME_ID: &str = "pod-name";
+
 /// The pod annotation that names the worker's container in a pod with several.
 pub const WORKER_CONTAINER_ANNOTATION: &str = "vigil.dev/worker-container";
 
@@ -195,13 +200,40 @@ impl CriRuntime {
             .await
             .map_err(|e| self.classify("list", "*", e))?
             .items;
-        Ok(items
-            .into_iter()
-            .filter_map(|p| {
-                let sandbox = Sandbox::from_labels(&self.s, p.labels, p.annotations, p.metadata)?;
-                Some((p.id, sandbox))
-            })
-            .collect())
+        let mut out = HashMap::new();
+        for p in items {
+            let Some(mut sandbox) =
+                Sandbox::from_labels(&self.s, p.labels, p.annotations, p.metadata)
+            else {
+                continue;
+            };
+            // An HTTP checkpoint method at `pod` is sent to the pod's IP: the listing has
+            // none, its status does (one more call, for these pods only).
+            if sandbox.checkpoint.as_deref().is_some_and(addresses_the_pod) {
+                let ip = self.sandbox_ip(&p.id).await?;
+                sandbox.resolve_pod_ip(&ip);
+            }
+            out.insert(p.id, sandbox);
+        }
+        Ok(out)
+    }
+
+    /// The pod's IP from its sandbox status (empty on the host network).
+    async fn sandbox_ip(&self, id: &str) -> Result<String, RuntimeError> {
+        let req = PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: false,
+        };
+        let (req, d) = self.req(req);
+        match within(d, self.client().pod_sandbox_status(req)).await {
+            Ok(r) => Ok(r
+                .status
+                .and_then(|st| st.network)
+                .map(|n| n.ip)
+                .unwrap_or_default()),
+            Err(st) if st.code() == tonic::Code::NotFound => Ok(String::new()),
+            Err(st) => Err(self.classify("inspect", id, st)),
+        }
     }
 
     async fn sandbox(&self, id: &str) -> Result<Option<Sandbox>, RuntimeError> {
@@ -212,7 +244,15 @@ impl CriRuntime {
         let (req, d) = self.req(req);
         match within(d, self.client().pod_sandbox_status(req)).await {
             Ok(r) => Ok(r.status.and_then(|st| {
-                Sandbox::from_labels(&self.s, st.labels, st.annotations, st.metadata)
+                let ip = st
+                    .network
+                    .as_ref()
+                    .map(|n| n.ip.clone())
+                    .unwrap_or_default();
+                let mut sandbox =
+                    Sandbox::from_labels(&self.s, st.labels, st.annotations, st.metadata)?;
+                sandbox.resolve_pod_ip(&ip);
+                Some(sandbox)
             })),
             Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
             Err(st) => Err(self.classify("inspect", id, st)),
@@ -260,6 +300,7 @@ struct Sandbox {
     /// The container named by `vigil.dev/worker-container`, when the pod says.
     container: Option<String>,
     checkpoint: Option<String>,
+    alert_only: bool,
     namespace: String,
     pod: String,
     uid: String,
@@ -275,14 +316,30 @@ impl Sandbox {
         // NB: a pod without the opt-in label is never a worker, whatever else it says.
         let worker = labels.get(&s.worker_label).filter(|w| !w.is_empty())?;
         let meta = meta.unwrap_or_default();
+        // Pods of one template share their labels: `pod-name` makes each its own worker.
+        let worker = if worker == POD_NAME_ID {
+            meta.name.clone()
+        } else {
+            worker.clone()
+        };
         Some(Sandbox {
-            worker: worker.clone(),
+            worker,
             container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
             checkpoint: annotations.get(&s.checkpoint_annotation).cloned(),
+            alert_only: crate::model::container::alert_only(&labels, &s.worker_label),
             namespace: meta.namespace,
             pod: meta.name,
             uid: meta.uid,
         })
+    }
+
+    /// An HTTP checkpoint method at the host `pod` goes to this pod's IP (the agent on the host
+    /// network cannot reach a pod's 127.0.0.1); a host-network pod has no IP of its own and is
+    /// reached on the node's loopback.
+    fn resolve_pod_ip(&mut self, ip: &str) {
+        if let Some(method) = self.checkpoint.as_deref().filter(|m| addresses_the_pod(m)) {
+            self.checkpoint = Some(at_pod_ip(method, ip));
+        }
     }
 
     /// Whether `name` is this pod's worker container: the annotated one, or, without the
@@ -316,7 +373,33 @@ impl Sandbox {
                 log_path: None,
             }),
             kube_pod: None,
+            alert_only: self.alert_only,
         }
+    }
+}
+
+/// The host that stands for the pod's own IP in an HTTP checkpoint method
+/// (`http://pod:8080/checkpoint`).
+pub const POD_HOST: &str = "pod";
+
+fn addresses_the_pod(method: &str) -> bool {
+    reqwest::Url::parse(method)
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str() == Some(POD_HOST))
+}
+
+/// `method` with the host `pod` replaced by `ip` (127.0.0.1 when the pod has none).
+fn at_pod_ip(method: &str, ip: &str) -> String {
+    let Ok(mut url) = reqwest::Url::parse(method) else {
+        return method.to_string();
+    };
+    let host = match ip {
+        "" => "127.0.0.1".to_string(),
+        v6 if v6.contains(':') => format!("[{v6}]"),
+        v4 => v4.to_string(),
+    };
+    match url.set_host(Some(&host)) {
+        Ok(()) => url.to_string(),
+        Err(_) => method.to_string(),
     }
 }
 
@@ -577,6 +660,29 @@ impl CriRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_pod_stands_for_the_pod_s_ip() {
+        let m = "http://pod:8080/checkpoint?x=1";
+        assert!(addresses_the_pod(m));
+        assert_eq!(
+            at_pod_ip(m, "10.4.0.17"),
+            "http://10.4.0.17:8080/checkpoint?x=1"
+        );
+        assert_eq!(at_pod_ip(m, ""), "http://127.0.0.1:8080/checkpoint?x=1");
+        assert_eq!(
+            at_pod_ip(m, "fd00::17"),
+            "http://[fd00::17]:8080/checkpoint?x=1"
+        );
+        for other in [
+            "http://podium:80/",
+            "http://10.0.0.1/pod",
+            "signal:SIGUSR1",
+            "redis",
+        ] {
+            assert!(!addresses_the_pod(other), "{other}");
+        }
+    }
 
     #[test]
     fn host_pid_comes_from_the_verbose_info() {

@@ -322,6 +322,18 @@ impl ContainerRuntime for DockerRuntime {
         let Some(worker) = labels.get(&self.label).filter(|w| !w.is_empty()) else {
             return Ok(None);
         };
+        // Replicas of one Compose service share their labels: `container-name` makes each
+        // its own worker.
+        let own_name = info
+            .name
+            .as_deref()
+            .unwrap_or_default()
+            .trim_start_matches('/');
+        let worker = if worker == CONTAINER_NAME_ID {
+            own_name.to_string()
+        } else {
+            worker.clone()
+        };
         let state = info.state.as_ref();
         Ok(Some(Container {
             id: info.id.clone().unwrap_or_else(|| id.to_string()),
@@ -331,7 +343,7 @@ impl ContainerRuntime for DockerRuntime {
                 .unwrap_or_default()
                 .trim_start_matches('/')
                 .to_string(),
-            worker: worker.clone(),
+            worker,
             started_at: state.and_then(|s| s.started_at.clone()).unwrap_or_default(),
             // NB: Docker says a paused container is running; for Vigil it is not (it must not be
             // restarted, and its stale heartbeat is no hang).
@@ -358,6 +370,7 @@ impl ContainerRuntime for DockerRuntime {
             },
             pod: None,
             kube_pod: kube_pod(&labels),
+            alert_only: crate::model::container::alert_only(&labels, &self.label),
         }))
     }
 
@@ -411,6 +424,19 @@ impl ContainerRuntime for DockerRuntime {
             Err(e) => Err(self.classify("ping", "-", e).await),
         }
     }
+}
+
+/// The opt-in label's value that makes the container's own name its worker id.
+pub const CONTAINER_NAME_ID: &str = "container-name";
+
+/// The pod a kubelet (cri-dockerd) created a container for, from the labels it sets on it.
+fn kube_pod(labels: &HashMap<String, String>) -> Option<PodIdentity> {
+    let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
+    Some(PodIdentity {
+        namespace: get("io.kubernetes.pod.namespace")?,
+        name: get("io.kubernetes.pod.name")?,
+        uid: get("io.kubernetes.pod.uid")?,
+    })
 }
 
 #[cfg(test)]
@@ -530,14 +556,4 @@ mod tests {
             rt.listing_inspects()
         );
     }
-}
-
-/// The pod a kubelet (cri-dockerd) created a container for, from the labels it sets on it.
-fn kube_pod(labels: &HashMap<String, String>) -> Option<PodIdentity> {
-    let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
-    Some(PodIdentity {
-        namespace: get("io.kubernetes.pod.namespace")?,
-        name: get("io.kubernetes.pod.name")?,
-        uid: get("io.kubernetes.pod.uid")?,
-    })
 }

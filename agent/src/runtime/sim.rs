@@ -56,6 +56,7 @@ impl FakeRuntime {
                 gpus: None,
                 pod: None,
                 kube_pod: None,
+                alert_only: false,
             },
         );
     }

@@ -1,7 +1,8 @@
 //! The [`Coordinator`] trait over Redis: each method as one command, one pipeline or one Lua
-//! script, and the scripts themselves (built once: `Script::new` hashes the source). Apart from
-//! the connection (coord/redis.rs) so that what Vigil asks of Redis reads in one place, without
-//! the plumbing of the three ways to reach it.
+//! script (the plain writes and the counter read are ops of [`Coordinator::batch`]: one
+//! pipeline), and the scripts themselves (built once: `Script::new` hashes the source). Apart
+//! from the connection (coord/redis.rs) so that what Vigil asks of Redis reads in one place,
+//! without the plumbing of the three ways to reach it.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -51,30 +52,34 @@ return 0",
     )
 });
 
-// NB: a worker's clock, record and marks in one round trip. The record is read under pcall: a
-// key of another type is that worker's problem, not a failed cycle. All keys are one node's,
-// so one hash slot.
+// NB: a worker's clock, record and marks in one round trip. The record is the first of the
+// ARGV[1] record keys (KEYS[1..n]: the new layout, then the legacy one) that holds fields; each
+// is read under pcall: a key of another type is that worker's problem, not a failed cycle. All
+// keys are one node's, so one hash slot.
 static READ_WORKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
-local ok, rec = pcall(redis.call, 'HGETALL', KEYS[1])
+local n = tonumber(ARGV[1])
+local ok, rec, from = true, {}, 0
+for i = 1, n do
+  from = i - 1
+  ok, rec = pcall(redis.call, 'HGETALL', KEYS[i])
+  if not ok or #rec > 0 then break end
+end
 local marks = {}
-if #KEYS > 1 then marks = redis.call('MGET', unpack(KEYS, 2)) end
-if ok then return {t[1], t[2], 1, rec, marks} end
+if #KEYS > n then marks = redis.call('MGET', unpack(KEYS, n + 1)) end
+if ok then return {t[1], t[2], 1, rec, marks, from} end
 local why = rec
 if type(rec) == 'table' then why = rec.err or rec['err'] end
-return {t[1], t[2], 0, tostring(why), marks}",
+return {t[1], t[2], 0, tostring(why), marks, from}",
     )
 });
+
 #[async_trait]
 impl Coordinator for RedisCoordinator {
     fn describe(&self) -> String {
         format!("redis at {}", self.addr)
-    }
-
-    fn single_node(&self) -> bool {
-        false
     }
 
     async fn time(&self) -> Result<Millis, CoordError> {
@@ -102,11 +107,6 @@ impl Coordinator for RedisCoordinator {
             )
             .await?;
         Ok(r.is_some())
-    }
-
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
-        self.query::<()>(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(px(ttl)))
-            .await
     }
 
     async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
@@ -150,11 +150,6 @@ impl Coordinator for RedisCoordinator {
         Ok((r >= 0).then_some(r as u64))
     }
 
-    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
-        let v: Option<u64> = self.query(redis::cmd("GET").arg(key)).await?;
-        Ok(v.unwrap_or(0))
-    }
-
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
         self.script::<i64>(&DECR_FLOOR, &[key], &[])
             .await
@@ -163,15 +158,6 @@ impl Coordinator for RedisCoordinator {
 
     async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
         self.query(redis::cmd("HGETALL").arg(key)).await
-    }
-
-    async fn hset(&self, key: &str, fields: &[(String, String)]) -> Result<(), CoordError> {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(key);
-        for (k, v) in fields {
-            cmd.arg(k).arg(v);
-        }
-        self.query::<()>(&cmd).await
     }
 
     async fn append(
@@ -188,43 +174,16 @@ impl Coordinator for RedisCoordinator {
         self.query::<()>(&cmd).await
     }
 
-    async fn hset_ttl(
+    async fn read_worker(
         &self,
-        key: &str,
-        fields: &[(String, String)],
-        ttl: Duration,
-    ) -> Result<(), CoordError> {
-        let op = Op::HsetTtl {
-            key: key.to_string(),
-            fields: fields.to_vec(),
-            ttl,
-        };
-        self.atomic(&op).await
-    }
-
-    async fn index_touch(
-        &self,
-        key: &str,
-        member: &str,
-        score: Millis,
-        prune_before: Millis,
-    ) -> Result<(), CoordError> {
-        let op = Op::IndexTouch {
-            key: key.to_string(),
-            member: member.to_string(),
-            score,
-            prune_before,
-        };
-        self.atomic(&op).await
-    }
-
-    async fn read_worker(&self, status: &str, keys: &[String]) -> Result<WorkerRead, CoordError> {
-        let all: Vec<&str> = std::iter::once(status)
-            .chain(keys.iter().map(String::as_str))
-            .collect();
-        let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>) =
-            self.script(&READ_WORKER, &all, &[]).await?;
-        let (secs, micros, ok, rec, values) = raw;
+        records: &[String],
+        keys: &[String],
+    ) -> Result<WorkerRead, CoordError> {
+        let all: Vec<&str> = records.iter().chain(keys).map(String::as_str).collect();
+        let n = records.len().to_string();
+        let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>, usize) =
+            self.script(&READ_WORKER, &all, &[n]).await?;
+        let (secs, micros, ok, rec, values, from) = raw;
         let record = if ok == 1 {
             record_fields(rec)
         } else {
@@ -233,6 +192,7 @@ impl Coordinator for RedisCoordinator {
         Ok(WorkerRead {
             now: secs * 1000 + micros / 1000,
             record,
+            from,
             values,
         })
     }
@@ -324,25 +284,21 @@ impl Coordinator for RedisCoordinator {
 }
 
 /// The commands of one batch op; only a `Counter` leaves a reply in the pipeline.
-pub(super) fn add_op(pipe: &mut Pipeline, op: &Op) {
+fn add_op(pipe: &mut Pipeline, op: &Op) {
     match op {
         Op::Set { key, value, ttl } => {
             pipe.cmd("SET").arg(key).arg(value).arg("PX").arg(px(*ttl));
             pipe.ignore();
         }
-        Op::HsetTtl { key, fields, ttl } => {
-            let hset = pipe.cmd("HSET").arg(key);
-            for (k, v) in fields {
-                hset.arg(k).arg(v);
-            }
-            pipe.ignore().cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
-        }
-        Op::Hset { key, fields } => {
+        Op::Hset { key, fields, ttl } => {
             let hset = pipe.cmd("HSET").arg(key);
             for (k, v) in fields {
                 hset.arg(k).arg(v);
             }
             pipe.ignore();
+            if let Some(ttl) = ttl {
+                pipe.cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
+            }
         }
         Op::IndexTouch {
             key,

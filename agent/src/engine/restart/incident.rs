@@ -214,10 +214,14 @@ impl RestartPath<'_> {
         };
         let wait = policy::restart_wait(case.v, &self.ctx.cfg.policy);
         let since = policy::condition_since(case.v, inc.started, case.marks, case.status);
-        let detail = format!(
-            "restart due in {}",
-            human((inc.started + ms(wait) - now).max(0))
-        );
+        let detail = if case.alert_only() {
+            "alert only: its restarts belong to its owner; Vigil will not restart it".to_string()
+        } else {
+            format!(
+                "restart due in {}",
+                human((inc.started + ms(wait) - now).max(0))
+            )
+        };
         let mut alert = self.alert_for(kind, case, Some(since), now, detail);
         alert.incident = Some(inc.id.clone());
         if !self.gpu_evidence.is_empty() {

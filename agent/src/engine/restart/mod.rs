@@ -67,6 +67,8 @@ pub(crate) enum Skip {
     /// Another instance's restart of this incident failed after our decision: the retry
     /// waits for its backoff.
     RetryPending,
+    /// The worker's restarts belong to another controller (`alert-only`).
+    AlertOnly,
 }
 
 impl Skip {
@@ -84,6 +86,7 @@ impl Skip {
             Skip::LogsFailed => Code::AbortedLogsFailed,
             Skip::NotRestartable => Code::SkipNotRestartable,
             Skip::RetryPending => Code::SkipRetryPending,
+            Skip::AlertOnly => Code::SkipAlertOnly,
         }
     }
 }
@@ -104,6 +107,10 @@ impl Case<'_> {
     }
     fn about(&self) -> About<'_> {
         About::worker(&self.c.worker, self.v)
+    }
+    /// Its restarts belong to someone else, by its container's label or its own record.
+    fn alert_only(&self) -> bool {
+        self.c.alert_only || self.status.is_some_and(|s| s.alert_only)
     }
 }
 
@@ -202,7 +209,8 @@ impl RestartPath<'_> {
         match &read.record {
             Ok(fields) => (WorkerStatus::from_fields(fields), None),
             Err(detail) => {
-                let key = self.ctx.keys.status(worker);
+                let keys = self.ctx.keys.status_keys(worker);
+                let key = keys.get(read.from).unwrap_or(&keys[0]);
                 let why = format!("the status record {key} cannot be read: {detail}");
                 (None, Some(why))
             }
@@ -315,6 +323,12 @@ impl RestartPath<'_> {
                     let since =
                         policy::condition_since(case.v, inc.started, case.marks, case.status);
                     let act = Act { case, inc, since };
+                    if case.alert_only() {
+                        // NB: before the lock, the breaker and the budget: nothing of the
+                        // restart path runs for a worker someone else restarts.
+                        let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
+                        return self.skip(now, &act, Skip::AlertOnly, detail, true).await;
+                    }
                     self.restart_path(&act, now).await.map(drop)
                 }
                 _ => Ok(()),

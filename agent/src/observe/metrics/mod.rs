@@ -243,6 +243,7 @@ mod tests {
             "gpu_remap_failure",
             "gpu_throttle",
             "gpu_xid_events",
+            "worker_api_writes",
             "build_info",
         ];
         assert_eq!(names, want);

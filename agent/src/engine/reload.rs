@@ -1,0 +1,99 @@
+//! A configuration reloaded at SIGHUP, merged into the running one: keys that need a new
+//! connection, a new listener or a new task keep their running values (and the log says which);
+//! the rest take effect from the next cycle.
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+
+/// The new configuration from SIGHUP, if one arrived since the last look.
+pub(crate) fn take(rx: &mut Option<watch::Receiver<Config>>) -> Option<Config> {
+    let rx = rx.as_mut()?;
+    rx.has_changed()
+        .unwrap_or(false)
+        .then(|| rx.borrow_and_update().clone())
+}
+
+/// `new` with the keys that cannot change without a restart set back to their values in `old`,
+/// the kept keys named in the log. `None` (logged) when the result is not a valid
+/// configuration: the running one stays.
+pub(crate) fn merge(old: &Config, new: Config) -> Option<Config> {
+    let mut merged = new;
+    let mut kept = Vec::new();
+    macro_rules! keep {
+        ($($field:ident).+, $name:literal) => {
+            if merged.$($field).+ != old.$($field).+ {
+                merged.$($field).+ = old.$($field).+.clone();
+                kept.push($name);
+            }
+        };
+    }
+    keep!(node_name, "node_name");
+    keep!(redis, "redis.*");
+    keep!(docker.host, "docker.host");
+    keep!(runtime.kind, "runtime.kind");
+    keep!(runtime.cri_socket, "runtime.cri_socket");
+    keep!(runtime.worker_label, "runtime.worker_label");
+    keep!(
+        runtime.allow_pod_replacement,
+        "runtime.allow_pod_replacement"
+    );
+    keep!(runtime.pod_resources_socket, "runtime.pod_resources_socket");
+    keep!(server, "server.*");
+    keep!(alerts, "alerts.*");
+    keep!(log, "log.*");
+    keep!(metadata, "metadata.*");
+    keep!(kubernetes, "kubernetes.*");
+    keep!(fleet, "fleet.*");
+    keep!(checkpoint, "checkpoint.*");
+    keep!(opportunistic, "opportunistic.*");
+    keep!(gpu, "gpu.*");
+    // The health check's age limit and the controller's tick were sized from it.
+    keep!(poll_interval, "poll_interval");
+    // The runtime client's own timeout was sized from it at start-up.
+    keep!(runtime.restart_timeout, "runtime.restart_timeout");
+    if let Err(e) = merged.validate() {
+        tracing::error!(error = %e, "config reload refused: the running values of the keys above make the new file invalid; keeping the running config");
+        return None;
+    }
+    if !kept.is_empty() {
+        tracing::warn!(keys = %kept.join(", "), "config reloaded, but these keys need a restart of the agent to change; their running values are kept");
+    }
+    Some(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn keys_that_need_a_restart_keep_their_running_values() {
+        let old = Config {
+            node_name: "n1".into(),
+            ..Config::default()
+        };
+        let mut new = old.clone();
+        new.node_name = "another".into();
+        new.poll_interval = old.poll_interval * 2;
+        new.dry_run = !old.dry_run;
+        new.policy.stale_after = old.policy.stale_after + Duration::from_secs(60);
+        let merged = merge(&old, new.clone()).expect("valid");
+        assert_eq!(merged.node_name, old.node_name);
+        assert_eq!(merged.poll_interval, old.poll_interval);
+        assert_eq!(merged.dry_run, new.dry_run, "applied at once");
+        assert_eq!(merged.policy.stale_after, new.policy.stale_after);
+    }
+
+    #[test]
+    fn an_invalid_reload_keeps_the_running_config() {
+        let old = Config {
+            node_name: "n1".into(),
+            ..Config::default()
+        };
+        let mut new = old.clone();
+        new.policy.stale_after = Duration::ZERO;
+        assert!(merge(&old, new).is_none());
+    }
+}

@@ -1,0 +1,387 @@
+//! Secrets kept out of every output: the redacted forms of the config values that carry one
+//! (`redis.url`, `alerts.webhook_url`, an HTTP `checkpoint.method`), and [`Secret`], the type
+//! those config fields have, whose `Display`, `Debug` and serialization show only the redacted
+//! form. The value itself is read with [`Secret::expose`], so every use of it is one grep away.
+//!
+//! The functions are lenient on purpose: a URL that does not parse is redacted too (it is
+//! exactly the one a config error prints), and when in doubt more is hidden, never less.
+//!
+//! A leaf: it imports nothing of the crate, and every layer may use it (tests/layout.rs).
+
+use std::fmt;
+use std::marker::PhantomData;
+
+/// What a hidden part is replaced with.
+pub const MASK: &str = "***";
+
+/// A URL with its password and query values hidden; scheme, user, host, port, path and fragment
+/// kept: `redis://user:***@host:6379/0`, `unix:///run/redis.sock?db=0&pass=***`,
+/// `http://w:8080/ckpt?token=***`. A user name without a password is hidden too (it may be a
+/// token: `https://TOKEN@host`).
+pub fn url(text: &str) -> String {
+    let (scheme, rest) = split_scheme(text);
+    let (userinfo, after) = split_userinfo(rest);
+    let (before_query, query) = match after.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (after, None),
+    };
+    let mut out = String::with_capacity(text.len());
+    out.push_str(scheme);
+    if let Some(u) = userinfo {
+        out.push_str(&mask_userinfo(u));
+        out.push('@');
+    }
+    out.push_str(before_query);
+    if let Some(q) = query {
+        // The fragment (`#insecure` on a rediss:// URL) is kept: it is never a credential.
+        let (q, fragment) = match q.split_once('#') {
+            Some((q, f)) => (q, Some(f)),
+            None => (q, None),
+        };
+        out.push('?');
+        out.push_str(&mask_query(q));
+        if let Some(f) = fragment {
+            out.push('#');
+            out.push_str(f);
+        }
+    }
+    out
+}
+
+/// Each URL of a comma-separated list (`redis.url` in cluster or sentinel mode), as [`url`].
+/// A piece without `://` belongs to the one before it (a raw comma in a password), so it is
+/// hidden with it.
+pub fn urls(text: &str) -> String {
+    let mut pieces: Vec<String> = Vec::new();
+    for piece in text.split(',') {
+        match pieces.last_mut() {
+            Some(last) if !piece.contains("://") => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => pieces.push(piece.to_string()),
+        }
+    }
+    pieces
+        .iter()
+        .map(|p| {
+            let lead = &p[..p.len() - p.trim_start().len()];
+            format!("{lead}{}", url(p.trim_start()))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A webhook URL: scheme, host and port only, everything after them hidden
+/// (`https://hooks.slack.com/***`). Slack-style URLs carry their token in the path, others in
+/// the query or the userinfo.
+pub fn webhook(text: &str) -> String {
+    let (scheme, rest) = split_scheme(text);
+    let (userinfo, after) = split_userinfo(rest);
+    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+    let mut out = String::with_capacity(scheme.len() + end + 8);
+    out.push_str(scheme);
+    if userinfo.is_some() {
+        out.push_str(MASK);
+        out.push('@');
+    }
+    out.push_str(&after[..end]);
+    if end < after.len() {
+        out.push('/');
+        out.push_str(MASK);
+    }
+    out
+}
+
+/// Hidden whole: `***`, or nothing when there is nothing to hide.
+pub fn hidden(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        MASK.to_string()
+    }
+}
+
+/// `scheme://` and the rest; no scheme: `""` and all of it.
+fn split_scheme(text: &str) -> (&str, &str) {
+    match text.find("://") {
+        Some(i) => text.split_at(i + 3),
+        None => ("", text),
+    }
+}
+
+/// The userinfo (before the last `@`) and what follows it. The last `@`, wherever it is: a
+/// password with a raw `/`, `?` or `@` is hidden whole; an `@` in a path or query hides more
+/// than needed, never less.
+fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
+    match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    }
+}
+
+/// `user:password` → `user:***`; anything else (a bare user or token, or a userinfo that is not
+/// one: it held `/`, `?` or `#`) → `***`.
+fn mask_userinfo(userinfo: &str) -> String {
+    match userinfo.split_once(':') {
+        Some((user, _)) if !user.contains(['/', '?', '#']) => format!("{user}:{MASK}"),
+        _ => MASK.to_string(),
+    }
+}
+
+/// `a=1&b=2&flag` → `a=***&b=***&***`: the names kept, every value hidden.
+fn mask_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) => format!("{name}={MASK}"),
+            None if pair.is_empty() => String::new(),
+            None => MASK.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// How a [`Secret`] is shown.
+pub trait Redaction {
+    fn redact(text: &str) -> String;
+}
+
+/// Shown as [`urls`]: a URL, or a comma-separated list of them (`redis.url`).
+#[derive(Debug)]
+pub enum Urls {}
+
+impl Redaction for Urls {
+    fn redact(text: &str) -> String {
+        urls(text)
+    }
+}
+
+/// Shown as [`webhook`] (`alerts.webhook_url`).
+#[derive(Debug)]
+pub enum Webhook {}
+
+impl Redaction for Webhook {
+    fn redact(text: &str) -> String {
+        webhook(text)
+    }
+}
+
+/// Shown as [`hidden`]: a password or token with nothing worth showing.
+#[derive(Debug)]
+pub enum Hidden {}
+
+impl Redaction for Hidden {
+    fn redact(text: &str) -> String {
+        hidden(text)
+    }
+}
+
+/// A config value that is, or carries, a secret. It parses, compares and clones as the text it
+/// wraps, but `Display`, `Debug` and `Serialize` give only its redacted form (`R`), so printing
+/// or serializing a config (`vigil config check`) cannot leak it. Read the value with
+/// [`Secret::expose`], only to hand it to the client that needs it.
+///
+/// NB: serialization is for showing: a serialized config does not round-trip its secrets.
+pub struct Secret<R: Redaction> {
+    text: String,
+    shown: PhantomData<fn() -> R>,
+}
+
+impl<R: Redaction> Secret<R> {
+    pub fn new(text: impl Into<String>) -> Self {
+        Secret {
+            text: text.into(),
+            shown: PhantomData,
+        }
+    }
+
+    /// The value itself, for the client that connects with it; never for an output.
+    pub fn expose(&self) -> &str {
+        &self.text
+    }
+
+    /// The redacted form, for an output.
+    pub fn redacted(&self) -> String {
+        R::redact(&self.text)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+}
+
+impl<R: Redaction> Clone for Secret<R> {
+    fn clone(&self) -> Self {
+        Secret::new(self.text.clone())
+    }
+}
+
+impl<R: Redaction> Default for Secret<R> {
+    fn default() -> Self {
+        Secret::new(String::new())
+    }
+}
+
+impl<R: Redaction> PartialEq for Secret<R> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl<R: Redaction> Eq for Secret<R> {}
+
+impl<R: Redaction> From<String> for Secret<R> {
+    fn from(text: String) -> Self {
+        Secret::new(text)
+    }
+}
+
+impl<R: Redaction> From<&str> for Secret<R> {
+    fn from(text: &str) -> Self {
+        Secret::new(text)
+    }
+}
+
+impl<R: Redaction> fmt::Display for Secret<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl<R: Redaction> fmt::Debug for Secret<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
+
+impl<R: Redaction> serde::Serialize for Secret<R> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.redacted())
+    }
+}
+
+impl<'de, R: Redaction> serde::Deserialize<'de> for Secret<R> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Secret::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_passwords_are_hidden_and_the_address_kept() {
+        for (given, shown) in [
+            (
+                "redis://:s3cret@redis.vigil:6379/0",
+                "redis://:***@redis.vigil:6379/0",
+            ),
+            (
+                "redis://vigil:s3cret@10.0.0.3:6379/2",
+                "redis://vigil:***@10.0.0.3:6379/2",
+            ),
+            (
+                "rediss://u:p@r:6380/#insecure",
+                "rediss://u:***@r:6380/#insecure",
+            ),
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
+            ("redis://[::1]:6379", "redis://[::1]:6379"),
+            ("redis://s3cret@host:6379", "redis://***@host:6379"),
+            (
+                "https://TOKEN@api.example.com/x",
+                "https://***@api.example.com/x",
+            ),
+            ("", ""),
+        ] {
+            assert_eq!(url(given), shown, "{given}");
+        }
+    }
+
+    #[test]
+    fn query_values_are_hidden_and_their_names_kept() {
+        assert_eq!(
+            url("unix:///run/redis.sock?db=1&pass=s3cret"),
+            "unix:///run/redis.sock?db=***&pass=***"
+        );
+        assert_eq!(
+            url("http://w:8080/ckpt?token=s3cret&flag#frag"),
+            "http://w:8080/ckpt?token=***&***#frag"
+        );
+        assert_eq!(url("http://w:8080/ckpt?"), "http://w:8080/ckpt?");
+    }
+
+    #[test]
+    fn malformed_urls_hide_more_never_less() {
+        for (given, secret) in [
+            ("redis://:pa/ss@host:6379", "pa/ss"),
+            ("redis://:pa?ss@host:6379", "pa?ss"),
+            ("redis://:p@ss@host:6379", "p@ss"),
+            ("redis://u:pa#ss@host", "pa#ss"),
+            ("htps://u:s3cret@host", "s3cret"),
+            ("u:s3cret@host:6379", "s3cret"),
+        ] {
+            let shown = url(given);
+            assert!(!shown.contains(secret), "{given} -> {shown}");
+            assert!(shown.contains(MASK), "{given} -> {shown}");
+        }
+        assert_eq!(url("redis://:pa/ss@host:6379"), "redis://:***@host:6379");
+        // An `@` in a path or query: everything before it goes, the host with it.
+        assert_eq!(url("http://w/ckpt?mail=a@b"), "http://***@b");
+        assert_eq!(url("https://h/p:x@y"), "https://***@y");
+    }
+
+    #[test]
+    fn every_url_of_a_list_is_redacted() {
+        assert_eq!(
+            urls("redis://:a@h1:1, redis://:b@h2:2,redis://h3:3"),
+            "redis://:***@h1:1, redis://:***@h2:2,redis://h3:3"
+        );
+        // A raw comma in a password: the piece after it is part of the same URL.
+        let shown = urls("redis://:pa,ss@h1:1,redis://h2:2");
+        assert_eq!(shown, "redis://:***@h1:1,redis://h2:2");
+    }
+
+    #[test]
+    fn webhooks_keep_scheme_host_and_port_only() {
+        for (given, shown) in [
+            (
+                "https://hooks.slack.com/services/T000/B000/s3cret",
+                "https://hooks.slack.com/***",
+            ),
+            (
+                "https://alerts.example.com:8443/hook?token=s3cret",
+                "https://alerts.example.com:8443/***",
+            ),
+            (
+                "https://u:s3cret@alerts.example.com/",
+                "https://***@alerts.example.com/***",
+            ),
+            ("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
+            ("https://h?token=s3cret", "https://h/***"),
+            ("", ""),
+        ] {
+            assert_eq!(webhook(given), shown, "{given}");
+        }
+    }
+
+    #[test]
+    fn a_secret_shows_only_its_redacted_form() {
+        let s: Secret<Webhook> = "https://hooks.slack.com/services/T/B/s3cret".into();
+        assert_eq!(s.expose(), "https://hooks.slack.com/services/T/B/s3cret");
+        assert_eq!(s.to_string(), "https://hooks.slack.com/***");
+        assert_eq!(format!("{s:?}"), "\"https://hooks.slack.com/***\"");
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            "\"https://hooks.slack.com/***\""
+        );
+        let back: Secret<Webhook> = serde_json::from_str("\"https://h/s3cret\"").unwrap();
+        assert_eq!(back.expose(), "https://h/s3cret");
+        assert_eq!(back, Secret::new("https://h/s3cret"));
+        let p: Secret<Hidden> = "s3cret".into();
+        assert_eq!(p.to_string(), MASK);
+        assert_eq!(Secret::<Hidden>::default().to_string(), "");
+        assert!(Secret::<Urls>::default().is_empty());
+    }
+}
