@@ -75,3 +75,38 @@ def test_api_beats_from_inside_the_container_over_the_socket(agent: Agent, conta
     assert first["state"] == "processing" and first["job"] == "hang-once", first
     assert eventually(lambda: int(agent.record()["progress"]) >= int(first["progress"]) + 3, 5), c.logs()
     assert float(agent.record()["heartbeat"]) > float(first["heartbeat"])
+
+
+def _worker_acl_rules(prefix: str, node: str, password: str) -> list:
+    """The worker user's rules, as docs/security.md ("Redis ACLs") gives them."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
+    line = next(l for l in doc.splitlines() if l.startswith("user vigil-worker-<node> "))
+    line = line.replace("<node>", node).replace("<worker-password>", password)
+    line = line.replace("~vigil:", f"~{prefix}:")
+    return line.split()[2:]
+
+
+def test_the_redis_transport_needs_only_the_documented_worker_acl(agent: Agent, redis_url: str,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """Beats, a checkpoint request read back and its acknowledgement, as the worker user of
+    docs/security.md: TIME, HSET and HGETALL on its node's status records, nothing else."""
+    caplog.set_level("WARNING", logger="vigil_worker")
+    admin = redis_client(redis_url)
+    user = f"vigil-worker-{agent.node}"
+    admin.execute_command("ACL", "SETUSER", user, *_worker_acl_rules(agent.prefix, agent.node, "pw"))
+    try:
+        url = redis_url.replace("redis://", f"redis://{user}:pw@")
+        t = RedisTransport(agent.worker, url=url, node=agent.node, prefix=agent.prefix)
+        key = status_key(agent.prefix, agent.node, agent.worker)
+        with Worker(agent.worker, transport=t, interval=0.1) as w:
+            beat_for(w, 5)
+            admin.hset(key, mapping={"checkpoint_request": "req-acl", "checkpoint_reason": "preemption"})
+            assert eventually(lambda: w.checkpoint_requested is not None, 3)
+            w.checkpoint_done()
+            assert w.flush()
+        record = admin.hgetall(key)
+        assert record["checkpoint_ack"] == "req-acl" and record["state"] == "idle", record
+        refused = [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+        assert not refused, refused
+    finally:
+        admin.execute_command("ACL", "DELUSER", user)

@@ -432,29 +432,35 @@ class RedisTransport(Transport):
         except Exception as e:  # redis.RedisError, OSError, timeouts: all are transport errors
             raise TransportError(f"Redis {what} {self.key}: {type(e).__name__}: {e}") from e
 
+    # NB: only TIME, HSET and HGETALL, the commands the worker user of docs/security.md ("Redis
+    # ACLs") may run: no MULTI/EXEC (the pipeline is not a transaction), no HMGET.
     def send(self, fields: Mapping[str, str]) -> Reply:
         sec, usec = self._call("TIME", self._r.time)
         mapping = dict(fields)
         mapping["heartbeat"] = f"{int(sec)}.{int(usec):06d}"
 
         def write() -> Any:
-            pipe = self._r.pipeline(transaction=True)
+            pipe = self._r.pipeline(transaction=False)
             pipe.hset(self.key, mapping=mapping)
-            pipe.hmget(self.key, list(CHECKPOINT_FIELDS))
+            pipe.hgetall(self.key)
             return pipe.execute()
 
-        _, values = self._call("HSET", write)
-        return Reply(checkpoint=pending_checkpoint(dict(zip(CHECKPOINT_FIELDS, map(_text, values)))))
+        _, record = self._call("HSET", write)
+        return Reply(checkpoint=pending_checkpoint(_decoded(record)))
 
     def read(self) -> Reply:
-        values = self._call("HMGET", lambda: self._r.hmget(self.key, list(CHECKPOINT_FIELDS)))
-        return Reply(checkpoint=pending_checkpoint(dict(zip(CHECKPOINT_FIELDS, map(_text, values)))))
+        record = self._call("HGETALL", lambda: self._r.hgetall(self.key))
+        return Reply(checkpoint=pending_checkpoint(_decoded(record)))
 
     def close(self) -> None:
         try:
             self._r.close()
         except Exception:  # pragma: no cover
             pass
+
+
+def _decoded(record: Any) -> Dict[str, Optional[str]]:
+    return {str(_text(k)): _text(v) for k, v in (record or {}).items()}
 
 
 def _text(v: Any) -> Optional[str]:
