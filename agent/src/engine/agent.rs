@@ -10,6 +10,7 @@
 //! `heartbeat` (the node's record and the cycle's one batch), `outage` (the coordinator's and
 //! the runtime's outages, alerted once), `reload` (a SIGHUP configuration merged in).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -237,6 +238,9 @@ impl Agent {
             let v = self.evaluate_one(&list[0]).await?;
             report.verdicts.push((worker, v));
         }
+        // The per-worker series: only the workers with a verdict now (gone, or ambiguous: none).
+        let judged: HashSet<&str> = report.verdicts.iter().map(|(w, _)| w.as_str()).collect();
+        self.ctx.metrics.workers.retain(|w| judged.contains(w));
         Ok(true)
     }
 

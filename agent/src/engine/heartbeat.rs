@@ -93,12 +93,18 @@ impl Cycle {
         if let Ok(mut shared) = shared.lock() {
             *shared = Some((rec, tokio::time::Instant::now()));
         }
+        let budgets = &ctx.metrics.budgets;
+        budgets.set_limits(
+            (!s.breaker_disabled).then_some(s.breaker_per_day),
+            s.fleet_budget,
+        );
         if let Some(used) = counters.first() {
             let open = caps::breaker_open(*used, s);
-            ctx.metrics.budgets.set_breaker(*used, open);
+            budgets.set_breaker(*used, open);
         }
-        if let Some(used) = counters.get(1) {
-            ctx.metrics.budgets.set_fleet_budget_used(*used);
+        match counters.get(1) {
+            Some(used) => budgets.set_fleet_budget(*used, caps::budget_exhausted(*used, s)),
+            None => budgets.set_fleet_budget(0, false),
         }
         Ok(())
     }

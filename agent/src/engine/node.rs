@@ -284,6 +284,9 @@ impl Controller {
             }
         }
         self.set_phase_metric(next.phase);
+        let window = next.window_start.as_deref();
+        let start = window.and_then(crate::clock::parse_rfc3339);
+        self.metrics.maintenance.window_start(start);
         if interruption_starts(prev.phase, next.phase) {
             let kind = next
                 .interruption

@@ -35,6 +35,7 @@ use crate::engine::journal::{About, Journal};
 use crate::engine::stand_down::NodeWatch;
 use crate::model::container::Container;
 use crate::model::worker::{Incident, Marks, WorkerStatus};
+use crate::observe::metrics::WorkerSample;
 use crate::observe::trail::Code;
 use crate::policy::restart::{self as policy, restart_due, Cancel, Effect, NodeContext, Verdict};
 
@@ -257,6 +258,13 @@ impl RestartPath<'_> {
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
         let effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
         self.ctx.metrics.verdict(v.as_str());
+        self.ctx.metrics.workers.observe(WorkerSample {
+            worker: &c.worker,
+            state: v.as_str(),
+            now,
+            heartbeat: status.as_ref().and_then(|s| s.heartbeat),
+            restarted: marks.restarted_at,
+        });
         let case = Case {
             c,
             v,

@@ -64,6 +64,7 @@ impl RestartPath<'_> {
             .set(&k.cooldown(w), &marker, cooldown)
             .await?;
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
+        self.ctx.metrics.workers.restarted(w, started);
         let mut detail = format!(
             "restarted container {} ({}) after {}; cooldown {}",
             c.name,

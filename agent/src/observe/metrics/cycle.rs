@@ -108,7 +108,10 @@ impl CycleMetrics {
 pub struct BudgetMetrics {
     pub breaker_used: Gauge,
     pub breaker_open: Gauge,
+    pub breaker_limit: Gauge,
     pub fleet_budget_used: Gauge,
+    pub fleet_budget_limit: Gauge,
+    pub fleet_budget_exhausted: Gauge,
 }
 
 impl BudgetMetrics {
@@ -116,7 +119,10 @@ impl BudgetMetrics {
         let m = BudgetMetrics {
             breaker_used: Gauge::default(),
             breaker_open: Gauge::default(),
+            breaker_limit: Gauge::default(),
             fleet_budget_used: Gauge::default(),
+            fleet_budget_limit: Gauge::default(),
+            fleet_budget_exhausted: Gauge::default(),
         };
         reg.register(
             "breaker_used",
@@ -129,11 +135,32 @@ impl BudgetMetrics {
             m.breaker_open.clone(),
         );
         reg.register(
+            "breaker_limit",
+            "Restarts allowed on this node per UTC day (safety.breaker_per_day; 0 when the breaker is disabled)",
+            m.breaker_limit.clone(),
+        );
+        reg.register(
             "fleet_budget_used",
             "Restarts used across the fleet in the current budget window",
             m.fleet_budget_used.clone(),
         );
+        reg.register(
+            "fleet_budget_limit",
+            "Restarts allowed across the fleet per budget window (safety.fleet_budget; 0 = no fleet cap)",
+            m.fleet_budget_limit.clone(),
+        );
+        reg.register(
+            "fleet_budget_exhausted",
+            "1 when the fleet budget of the current window is spent: no restart anywhere until the next window",
+            m.fleet_budget_exhausted.clone(),
+        );
         m
+    }
+
+    /// The configured caps: restarts per node per day (0 when disabled), per fleet window.
+    pub fn set_limits(&self, breaker: Option<u32>, fleet: u32) {
+        self.breaker_limit.set(i64::from(breaker.unwrap_or(0)));
+        self.fleet_budget_limit.set(i64::from(fleet));
     }
 
     /// The breaker's count today, and whether that count opens it.
@@ -141,7 +168,9 @@ impl BudgetMetrics {
         self.breaker_used.set(used as i64);
         self.breaker_open.set(i64::from(open));
     }
-    pub fn set_fleet_budget_used(&self, used: u64) {
+    /// The fleet budget's count in this window, and whether that count spends it.
+    pub fn set_fleet_budget(&self, used: u64, exhausted: bool) {
         self.fleet_budget_used.set(used as i64);
+        self.fleet_budget_exhausted.set(i64::from(exhausted));
     }
 }

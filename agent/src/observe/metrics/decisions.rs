@@ -44,6 +44,13 @@ impl DecisionMetrics {
             restarts: Family::default(),
             alerts: Family::default(),
         };
+        // NB: at 0 from the start, so that the first failed restart of an agent's life is an
+        // increase (the restart-failed alert rule takes `increase()`).
+        for reason in ["hung", "errored"] {
+            for outcome in ["restarted", "failed", "would-restart"] {
+                let _ = m.restarts.get_or_create(&RestartLabels { reason, outcome });
+            }
+        }
         reg.register(
             "verdicts",
             "Worker verdicts computed, by verdict",

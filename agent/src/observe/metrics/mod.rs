@@ -1,7 +1,12 @@
 //! Prometheus metrics, registered once and grouped by concern: each group registers its own
 //! families (`register(&mut Registry) -> Self`) and owns its typed label sets. Label values are
-//! fixed `&'static str` values (verdict names, decision codes, alert kinds) or a GPU's index and
-//! UUID: never worker ids, jobs or error text, so cardinality is bounded.
+//! fixed `&'static str` values (verdict names, decision codes, alert kinds), a GPU's index and
+//! UUID, or the id of a worker this node watches now (`workers`: series removed when the worker
+//! goes): never jobs, containers or error text, so cardinality is bounded by the node's GPUs and
+//! workers.
+//!
+//! Counters that alert rules take `increase()` of are created at 0 when registered (a series
+//! that first appears at 1 has no increase to Prometheus).
 //!
 //! The groups register in a fixed order, and an encoding lists families in that order.
 
@@ -11,6 +16,7 @@ mod decisions;
 mod gpu;
 mod node;
 mod worker_api;
+mod workers;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -25,6 +31,7 @@ pub(crate) use gpu::GpuMetricsState;
 pub use gpu::{GpuLabels, GpuMetrics};
 pub use node::{CheckpointMetrics, KubeMetrics, MaintenanceMetrics};
 pub use worker_api::WorkerApiMetrics;
+pub use workers::{WorkerMetrics, WorkerSample};
 
 pub struct Metrics {
     registry: Registry,
@@ -34,6 +41,8 @@ pub struct Metrics {
     pub backends: BackendMetrics,
     /// One evaluation cycle: workers seen, observe mode, duration.
     pub cycle: CycleMetrics,
+    /// Each watched worker's verdict, heartbeat age and last restart.
+    pub workers: WorkerMetrics,
     /// GCE metadata errors, interruptions and the maintenance phase.
     pub maintenance: MaintenanceMetrics,
     /// Checkpoint requests and how long they took.
@@ -55,6 +64,7 @@ impl Metrics {
         let decisions = DecisionMetrics::register(&mut registry);
         let backends = BackendMetrics::register(&mut registry);
         let cycle = CycleMetrics::register(&mut registry);
+        let workers = WorkerMetrics::register(&mut registry);
         let maintenance = MaintenanceMetrics::register(&mut registry);
         let checkpoints = CheckpointMetrics::register(&mut registry);
         let kube = KubeMetrics::register(&mut registry);
@@ -67,6 +77,7 @@ impl Metrics {
             decisions,
             backends,
             cycle,
+            workers,
             maintenance,
             checkpoints,
             kube,
@@ -118,6 +129,13 @@ impl Metrics {
         self.checkpoints.count("redis", "acked");
         self.gpu.touch();
         self.worker_api.write("tcp", "accepted");
+        self.workers.observe(WorkerSample {
+            worker: "touched",
+            state: "healthy",
+            now: 1_000,
+            heartbeat: Some(0),
+            restarted: Some(0),
+        });
     }
 
     /// OpenMetrics text.
@@ -219,15 +237,22 @@ mod tests {
             "workers",
             "dry_run",
             "cycle_duration_seconds",
+            "worker_state",
+            "worker_heartbeat_age_seconds",
+            "worker_last_restart_timestamp_seconds",
             "metadata_errors",
             "interruptions",
             "maintenance_phase",
+            "maintenance_window_start_timestamp_seconds",
             "checkpoints",
             "checkpoint_duration_seconds",
             "kube_errors",
             "breaker_used",
             "breaker_open",
+            "breaker_limit",
             "fleet_budget_used",
+            "fleet_budget_limit",
+            "fleet_budget_exhausted",
             "gpu_monitoring",
             "gpu_health",
             "gpu_temperature_celsius",

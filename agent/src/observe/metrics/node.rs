@@ -31,6 +31,7 @@ pub struct MaintenanceMetrics {
     pub metadata_errors: Family<MetadataErrorLabels, Counter>,
     pub interruptions: Family<InterruptionLabels, Counter>,
     pub phases: Family<PhaseLabels, Gauge>,
+    pub window_start: Gauge,
 }
 
 impl MaintenanceMetrics {
@@ -39,6 +40,7 @@ impl MaintenanceMetrics {
             metadata_errors: Family::default(),
             interruptions: Family::default(),
             phases: Family::default(),
+            window_start: Gauge::default(),
         };
         reg.register(
             "metadata_errors",
@@ -55,6 +57,12 @@ impl MaintenanceMetrics {
             "1 for the node's current maintenance phase (none, pending, ongoing, terminating)",
             m.phases.clone(),
         );
+        reg.register_with_unit(
+            "maintenance_window_start_timestamp",
+            "Unix time the node's scheduled maintenance window starts (upcoming-maintenance); 0 when none is scheduled",
+            Unit::Seconds,
+            m.window_start.clone(),
+        );
         m
     }
 
@@ -67,6 +75,10 @@ impl MaintenanceMetrics {
         self.interruptions
             .get_or_create(&InterruptionLabels { r#type, reason })
             .inc();
+    }
+    /// The scheduled window's start (ms since the epoch), `None` when nothing is scheduled.
+    pub fn window_start(&self, at: Option<crate::clock::Millis>) {
+        self.window_start.set(at.map_or(0, |ms| ms / 1000));
     }
     /// Set one phase's series: 1 for the current phase, 0 for the others.
     pub fn phase(&self, phase: &'static str, current: bool) {
@@ -94,6 +106,21 @@ impl CheckpointMetrics {
             checkpoints: Family::default(),
             checkpoint_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
         };
+        // NB: at 0 from the start, so that the first cut-short round of an agent's life is an
+        // increase (the checkpoint alert rules take `increase()`): every method's outcomes, the
+        // round cut short at the grace period (`none`) and the worker whose method is invalid.
+        for method in ["redis", "signal", "http"] {
+            for outcome in ["acked", "timed-out", "failed"] {
+                let _ = m
+                    .checkpoints
+                    .get_or_create(&CheckpointLabels { method, outcome });
+            }
+        }
+        for (method, outcome) in [("none", "timed-out"), ("invalid", "failed")] {
+            let _ = m
+                .checkpoints
+                .get_or_create(&CheckpointLabels { method, outcome });
+        }
         reg.register(
             "checkpoints",
             "Checkpoint requests by method (signal, http, redis) and outcome (acked, timed-out, failed)",

@@ -1,0 +1,292 @@
+//! Per-worker series, for alert rules and dashboards: each watched worker's verdict, heartbeat
+//! age and last restart. Labelled by the worker id, and only for the workers this node watches
+//! now: a worker's series are removed when its container is no longer listed, so the cardinality
+//! is the node's workers (one series per worker in each family), never a history.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::clock::Millis;
+
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// One worker (its id: 1-128 characters of `[A-Za-z0-9._-]`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    pub worker: String,
+}
+
+/// A worker's current verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerStateLabels {
+    pub worker: String,
+    pub state: &'static str,
+}
+
+/// What is exported for one worker.
+#[derive(Debug, Default)]
+struct Exported {
+    /// The verdict whose `vigil_worker_state` series exists.
+    state: Option<&'static str>,
+    heartbeat: bool,
+    /// The latest restart known (coordinator clock, ms).
+    restarted: Option<Millis>,
+}
+
+#[derive(Default)]
+pub struct WorkerMetrics {
+    pub state: Family<WorkerStateLabels, Gauge>,
+    pub heartbeat_age: Family<WorkerLabels, F64Gauge>,
+    pub last_restart: Family<WorkerLabels, F64Gauge>,
+    exported: Mutex<BTreeMap<String, Exported>>,
+}
+
+/// One evaluation of a worker, as [`WorkerMetrics::observe`] exports it.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerSample<'a> {
+    pub worker: &'a str,
+    /// The verdict's name (`Verdict::as_str`).
+    pub state: &'static str,
+    /// The coordinator's clock at the evaluation.
+    pub now: Millis,
+    /// The record's last heartbeat, when it has one.
+    pub heartbeat: Option<Millis>,
+    /// The restart the shared marks remember, when they do.
+    pub restarted: Option<Millis>,
+}
+
+fn seconds(ms: Millis) -> f64 {
+    ms as f64 / 1000.0
+}
+
+impl WorkerMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = WorkerMetrics::default();
+        reg.register(
+            "worker_state",
+            "1 for each watched worker's current verdict (state); one series per worker of this node",
+            m.state.clone(),
+        );
+        reg.register_with_unit(
+            "worker_heartbeat_age",
+            "Age of each watched worker's last heartbeat at its last evaluation (coordinator clock)",
+            Unit::Seconds,
+            m.heartbeat_age.clone(),
+        );
+        reg.register_with_unit(
+            "worker_last_restart_timestamp",
+            "Unix time of each watched worker's last restart by Vigil, when one is known",
+            Unit::Seconds,
+            m.last_restart.clone(),
+        );
+        m
+    }
+
+    fn exported(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Exported>> {
+        self.exported.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Export one evaluation: the verdict's series (the previous verdict's removed), the
+    /// heartbeat's age (removed when the record has no heartbeat) and the latest restart known.
+    pub fn observe(&self, s: WorkerSample<'_>) {
+        let mut all = self.exported();
+        let e = all.entry(s.worker.to_string()).or_default();
+        let id = WorkerLabels {
+            worker: s.worker.to_string(),
+        };
+        if let Some(old) = e.state.filter(|old| *old != s.state) {
+            self.state.remove(&WorkerStateLabels {
+                worker: id.worker.clone(),
+                state: old,
+            });
+        }
+        e.state = Some(s.state);
+        self.state
+            .get_or_create(&WorkerStateLabels {
+                worker: id.worker.clone(),
+                state: s.state,
+            })
+            .set(1);
+        match s.heartbeat {
+            Some(hb) => {
+                self.heartbeat_age
+                    .get_or_create(&id)
+                    .set(seconds((s.now - hb).max(0)));
+                e.heartbeat = true;
+            }
+            None if e.heartbeat => {
+                self.heartbeat_age.remove(&id);
+                e.heartbeat = false;
+            }
+            None => {}
+        }
+        if let Some(at) = s.restarted {
+            Self::set_restart(&self.last_restart, e, &id, at);
+        }
+    }
+
+    /// This agent restarted `worker` at `at` (coordinator clock).
+    pub fn restarted(&self, worker: &str, at: Millis) {
+        let mut all = self.exported();
+        let e = all.entry(worker.to_string()).or_default();
+        let id = WorkerLabels {
+            worker: worker.to_string(),
+        };
+        Self::set_restart(&self.last_restart, e, &id, at);
+    }
+
+    /// NB: the shared restart mark is deleted once the worker is healthy again: the series keeps
+    /// the latest restart known for as long as the worker is watched.
+    fn set_restart(
+        family: &Family<WorkerLabels, F64Gauge>,
+        e: &mut Exported,
+        id: &WorkerLabels,
+        at: Millis,
+    ) {
+        if e.restarted.is_none_or(|known| at > known) {
+            e.restarted = Some(at);
+            family.get_or_create(id).set(seconds(at));
+        }
+    }
+
+    /// Keep only the series of the workers `watched` says this node watches now.
+    pub fn retain(&self, watched: impl Fn(&str) -> bool) {
+        let mut all = self.exported();
+        all.retain(|worker, e| {
+            if watched(worker) {
+                return true;
+            }
+            let id = WorkerLabels {
+                worker: worker.clone(),
+            };
+            if let Some(state) = e.state {
+                self.state.remove(&WorkerStateLabels {
+                    worker: worker.clone(),
+                    state,
+                });
+            }
+            self.heartbeat_age.remove(&id);
+            self.last_restart.remove(&id);
+            false
+        });
+    }
+
+    /// The workers with series, for tests.
+    pub fn workers(&self) -> Vec<String> {
+        self.exported().keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape(m: &WorkerMetrics) -> String {
+        let mut reg = Registry::with_prefix("vigil");
+        reg.register("worker_state", "", m.state.clone());
+        reg.register_with_unit(
+            "worker_heartbeat_age",
+            "",
+            Unit::Seconds,
+            m.heartbeat_age.clone(),
+        );
+        reg.register_with_unit(
+            "worker_last_restart_timestamp",
+            "",
+            Unit::Seconds,
+            m.last_restart.clone(),
+        );
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
+        out
+    }
+
+    fn sample<'a>(worker: &'a str, state: &'static str) -> WorkerSample<'a> {
+        WorkerSample {
+            worker,
+            state,
+            now: 200_000,
+            heartbeat: Some(50_000),
+            restarted: None,
+        }
+    }
+
+    #[test]
+    fn one_state_series_per_worker_and_its_values() {
+        let m = WorkerMetrics::default();
+        m.observe(sample("w1", "healthy"));
+        m.observe(WorkerSample {
+            restarted: Some(100_500),
+            ..sample("w1", "hung")
+        });
+        let text = scrape(&m);
+        assert!(
+            text.contains("vigil_worker_state{worker=\"w1\",state=\"hung\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("state=\"healthy\""),
+            "the old verdict's series is removed: {text}"
+        );
+        assert!(
+            text.contains("vigil_worker_heartbeat_age_seconds{worker=\"w1\"} 150.0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vigil_worker_last_restart_timestamp_seconds{worker=\"w1\"} 100.5"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_restart_is_kept_after_its_mark_is_forgotten_and_never_goes_back() {
+        let m = WorkerMetrics::default();
+        m.restarted("w1", 300_000);
+        m.observe(WorkerSample {
+            restarted: Some(100_000),
+            ..sample("w1", "booting")
+        });
+        m.observe(sample("w1", "healthy"));
+        let text = scrape(&m);
+        assert!(
+            text.contains("vigil_worker_last_restart_timestamp_seconds{worker=\"w1\"} 300.0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_record_without_heartbeat_has_no_age() {
+        let m = WorkerMetrics::default();
+        m.observe(sample("w1", "healthy"));
+        m.observe(WorkerSample {
+            heartbeat: None,
+            ..sample("w1", "unreachable")
+        });
+        let text = scrape(&m);
+        assert!(
+            !text.contains("vigil_worker_heartbeat_age_seconds{"),
+            "{text}"
+        );
+        assert!(text.contains("state=\"unreachable\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn a_worker_that_disappears_takes_its_series_with_it() {
+        let m = WorkerMetrics::default();
+        m.observe(WorkerSample {
+            restarted: Some(1_000),
+            ..sample("gone", "hung")
+        });
+        m.observe(sample("kept", "healthy"));
+        m.retain(|w| w == "kept");
+        let text = scrape(&m);
+        assert!(!text.contains("gone"), "{text}");
+        assert!(text.contains("worker=\"kept\""), "{text}");
+        assert_eq!(m.workers(), vec!["kept".to_string()]);
+    }
+}
