@@ -197,6 +197,47 @@ async fn hang_is_restarted_exactly_once_after_the_delay_with_alert_and_trail() {
     assert!(w.get(&w.keys.incident("trainer-0")).await.is_none());
 }
 
+/// The value of the one sample of `series` (name and labels, as encoded) in a scrape.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn per_worker_series_follow_the_verdict_and_leave_with_the_worker() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await;
+    let text = w.agents[0].metrics().encode();
+    let worker = "{worker=\"trainer-0\"}";
+    let hung = "vigil_worker_state{worker=\"trainer-0\",state=\"hung\"}";
+    assert_eq!(sample(&text, hung), Some(1.0), "{text}");
+    let age = sample(
+        &text,
+        &format!("vigil_worker_heartbeat_age_seconds{worker}"),
+    );
+    assert_eq!(age, Some(330.0), "beat at t=0, judged at t=330: {text}");
+    let restart = format!("vigil_worker_last_restart_timestamp_seconds{worker}");
+    let at = (DAY_START + 330_000) as f64 / 1000.0;
+    assert_eq!(sample(&text, &restart), Some(at), "{text}");
+
+    w.tick().await;
+    let text = w.agents[0].metrics().encode();
+    let booting = "vigil_worker_state{worker=\"trainer-0\",state=\"booting\"}";
+    assert_eq!(sample(&text, booting), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, hung),
+        None,
+        "one state series per worker: {text}"
+    );
+    assert_eq!(sample(&text, &restart), Some(at), "{text}");
+
+    // The container loses its opt-in label: the worker is no longer watched here.
+    w.runtime.add_unlabelled("c1");
+    w.tick().await;
+    let text = w.agents[0].metrics().encode();
+    assert!(!text.contains("trainer-0"), "{text}");
+}
+
 #[tokio::test]
 async fn scenario_a_booting_container_is_not_restarted_during_cooldown() {
     let mut w = World::new(|_| {});
