@@ -4,8 +4,10 @@
 #
 # Then it lints a live /metrics scrape with promtool, validates the rendered deploy/ manifests
 # and the worker manifests of deploy/examples (scripts/check-metrics.sh, scripts/check-deploy.sh,
-# scripts/check-examples.sh), and runs the Python client's suite (clients/python/tests: pytest
-# against the `vigil` binary just built, a Redis of its own and the Docker daemon).
+# scripts/check-examples.sh), checks the alert rules, their promtool tests, the dashboard and the
+# monitoring components (scripts/check-monitoring.sh), and runs the Python client's suite
+# (clients/python/tests: pytest against the `vigil` binary just built, a Redis of its own and the
+# Docker daemon).
 #
 # Does its own set-up (scripts/setup.sh): on a Debian/Ubuntu machine it installs what is missing,
 # as root or through sudo. It cannot install cargo, kubectl or a Docker daemon: it says so if one
@@ -48,5 +50,6 @@ bash scripts/check-model.sh
 bash scripts/check-metrics.sh
 bash scripts/check-deploy.sh
 bash scripts/check-examples.sh
+bash scripts/check-monitoring.sh
 # The binary `cargo test` built above (the integration tests build it).
 VIGIL_BIN="$PWD/target/debug/vigil" python -m pytest clients/python/tests -q
