@@ -249,6 +249,11 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
         d.annotations["vigil.dev/maintenance-window-start"].as_deref(),
         Some("2026-11-30T10:00:00Z")
     );
+    let text = r.metrics.encode();
+    assert!(
+        text.contains("vigil_maintenance_window_start_timestamp_seconds 1796032800"),
+        "{text}"
+    );
     assert!(r
         .node
         .reasons()
@@ -294,6 +299,10 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
         text.contains(
             "vigil_interruptions_total{type=\"host-maintenance\",reason=\"upcoming-ongoing\"} 1"
         ),
+        "{text}"
+    );
+    assert!(
+        text.contains("vigil_maintenance_window_start_timestamp_seconds 0"),
         "{text}"
     );
     let _ = r.cfg;

@@ -346,6 +346,7 @@ async fn scenario_d_fourth_hang_in_a_day_is_not_restarted_and_the_alert_says_why
     let text = w.agents[0].metrics().encode();
     assert!(text.contains("vigil_breaker_used 3"), "{text}");
     assert!(text.contains("vigil_breaker_open 1"), "{text}");
+    assert!(text.contains("vigil_breaker_limit 3"), "{text}");
 }
 
 #[tokio::test]
@@ -583,6 +584,17 @@ async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_al
     let b1 = w.store.counter(&w.keys.breaker(&day)).await.unwrap();
     let b2 = w.store.counter(&keys2.breaker(&day)).await.unwrap();
     assert_eq!(b1 + b2, 1);
+    // Every agent says so, for the fleet-budget alert rule.
+    for a in &w.agents {
+        let text = a.metrics().encode();
+        for want in [
+            "vigil_fleet_budget_used 1",
+            "vigil_fleet_budget_limit 1",
+            "vigil_fleet_budget_exhausted 1",
+        ] {
+            assert!(text.contains(want), "{want} missing from\n{text}");
+        }
+    }
 }
 
 #[tokio::test]
