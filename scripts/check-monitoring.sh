@@ -10,15 +10,16 @@
 #     (`promtool check rules` over recording rules generated from them) and names only metrics
 #     docs/metrics.md documents;
 #   - the components' custom resources (PodMonitor, PrometheusRule, PodMonitoring, ClusterRules),
-#     rendered with kustomize into the overlays, against their CRDs' schemas (scripts/crds/).
-# Needs promtool (Debian's prometheus), kubectl, python3 with PyYAML and jsonschema (both come
-# with kubernetes-validate, which scripts/setup.sh installs).
+#     rendered with kustomize into the overlays, against their CRDs' schemas (deploy/monitoring/schemas/).
+# Needs promtool (Debian's prometheus), kubectl, python3 with PyYAML and jsonschema (in .venv:
+# scripts/requirements.txt, installed by scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -x .venv/bin/python ]; then export PATH="$PWD/.venv/bin:$PATH"; fi
 command -v promtool >/dev/null || { echo "check-monitoring: promtool is missing (apt-get install prometheus)" >&2; exit 1; }
 command -v kubectl >/dev/null || { echo "check-monitoring: kubectl is missing" >&2; exit 1; }
 python3 -c 'import yaml, jsonschema' 2>/dev/null \
-  || { echo "check-monitoring: python3 needs PyYAML and jsonschema (pip install kubernetes-validate brings both)" >&2; exit 1; }
+  || { echo "check-monitoring: python3 needs PyYAML and jsonschema (bash scripts/setup.sh puts them in .venv)" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

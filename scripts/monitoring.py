@@ -1,7 +1,7 @@
 """Vigil's monitoring files: generate the Kubernetes forms of the alert rules from the plain rules
 file, and check what promtool and kubernetes-validate cannot see. Called by
-scripts/check-monitoring.sh; needs python3 with PyYAML and jsonschema (both come with
-kubernetes-validate, which scripts/setup.sh installs).
+scripts/check-monitoring.sh; needs python3 with PyYAML and jsonschema (scripts/requirements.txt,
+in the .venv scripts/setup.sh makes).
 
     monitoring.py generate [--runbook-base URL]   write the generated files (below)
     monitoring.py check-generated                 they are what `generate` writes
@@ -14,7 +14,9 @@ kubernetes-validate, which scripts/setup.sh installs).
                                                   names is one docs/metrics.md documents
     monitoring.py validate-crs RENDERED.yaml...   every custom resource of a rendered kustomization
                                                   against its vendored CRD's openAPIV3Schema
-                                                  (scripts/crds/), unknown fields refused
+                                                  (deploy/monitoring/schemas/), unknown fields
+                                                  refused; first proves, on a copy of each, that
+                                                  an unknown field and a wrong type are caught
 
 The source is deploy/monitoring/rules/vigil.rules.yaml; generated from it:
 deploy/components/kube-prometheus/prometheusrule.yaml (Prometheus Operator) and
@@ -306,7 +308,7 @@ def strict(schema):
 def crd_schemas():
     """{(apiVersion, kind): (schema, namespaced)} of the vendored CRDs."""
     out = {}
-    for f in sorted(glob.glob(path("scripts/crds/*.yaml"))):
+    for f in sorted(glob.glob(path("deploy/monitoring/schemas/*.yaml"))):
         with open(f) as fh:
             crd = yaml.safe_load(fh)
         spec = crd["spec"]
@@ -333,11 +335,18 @@ def cmd_validate_crs(args):
             if api in BUILTIN_GROUPS:
                 continue
             if (api, kind) not in schemas:
-                problems.append(f"{name}: {api} {kind} has no vendored CRD in scripts/crds/")
+                problems.append(f"{name}: {api} {kind} has no vendored CRD in deploy/monitoring/schemas/")
                 continue
             schema, namespaced = schemas[(api, kind)]
             seen += 1
             v = jsonschema.Draft7Validator(schema)
+            # The check must be able to fail: a field the CRD does not have, a wrong type.
+            unknown, wrong = copy.deepcopy(d), copy.deepcopy(d)
+            unknown["spec"]["vigilNoSuchField"] = True
+            wrong["spec"] = "not an object"
+            for bad, what in ((unknown, "an unknown field"), (wrong, "a wrong type")):
+                if v.is_valid(bad):
+                    problems.append(f"{name}: its schema accepts {what}: the check would prove nothing")
             for e in sorted(v.iter_errors(d), key=lambda e: list(e.absolute_path)):
                 where = ".".join(str(p) for p in e.absolute_path) or "(object)"
                 problems.append(f"{name}: {where}: {e.message}")
