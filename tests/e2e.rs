@@ -299,6 +299,11 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
         ("[safety]\nbreaker_per_day = 0\n", "safety.breaker_per_day"),
         ("[policy]\nstale_aftr = \"1m\"\n", "stale_aftr"),
         ("poll_interval = \"soon\"\n", "poll_interval"),
+        // Unauthenticated writes off loopback: refused at start-up (issue 18).
+        (
+            "[worker_api]\nlisten = \"0.0.0.0:9465\"\nauth = \"none\"\n",
+            "worker_api.auth",
+        ),
         ("this is not toml", "vigil.toml"),
     ];
     for (text, key) in cases {
