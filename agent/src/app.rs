@@ -292,6 +292,34 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     }
     let controller_done =
         tracker.spawn(controller.run(meta_rx, gpu_rx, term.clone(), stop.clone()));
+    start_servers(&cfg, &a, &agent, &tracker, &stop).await?;
+    // A separate heartbeat, so a long cycle (a restart can take minutes) never lets the node
+    // record expire and the fleet view call a working node down.
+    tracker.spawn(crate::engine::heartbeat::heartbeat_loop(
+        a.coord.clone(),
+        agent.keys().clone(),
+        agent.heartbeat_record(),
+        cfg.poll_interval,
+        cfg.fleet.heartbeat_ttl,
+        stop.clone(),
+    ));
+    // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
+    tracker.spawn(agent.run(term.clone()));
+    term.cancelled().await;
+    let drained = drain(&cfg, &tracker, controller_done, &stop).await;
+    drop(gpu_thread); // NB: detached: a wedged NVML call must not hold the exit.
+    drained
+}
+
+/// The read-only metrics and probes server (`server.listen`) and the worker API
+/// (`[worker_api]`), each on its own listener.
+async fn start_servers(
+    cfg: &Config,
+    a: &Adapters,
+    agent: &Agent,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) -> Result<(), RunError> {
     if let Some(addr) = cfg.server.listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -314,23 +342,8 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         tcp_auth: cfg.worker_api.auth,
         reviewer: None,
     };
-    start_worker_api(&cfg, worker_api, &tracker, &stop).await?;
-    // A separate heartbeat, so a long cycle (a restart can take minutes) never lets the node
-    // record expire and the fleet view call a working node down.
-    tracker.spawn(crate::engine::heartbeat::heartbeat_loop(
-        a.coord.clone(),
-        agent.keys().clone(),
-        agent.heartbeat_record(),
-        cfg.poll_interval,
-        cfg.fleet.heartbeat_ttl,
-        stop.clone(),
-    ));
-    // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
-    tracker.spawn(agent.run(term.clone()));
-    term.cancelled().await;
-    let drained = drain(&cfg, &tracker, controller_done, &stop).await;
-    drop(gpu_thread); // NB: detached: a wedged NVML call must not hold the exit.
-    drained
+    start_worker_api(cfg, worker_api, tracker, stop).await?;
+    Ok(())
 }
 
 /// The worker write API's listeners, when configured (`[worker_api]`). A listener that cannot

@@ -327,37 +327,49 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
         if name == "rbac:tokenreviews" && !reviews_tokens {
             continue;
         }
-        let what = if group.is_empty() {
-            resource.to_string()
-        } else {
-            format!("{resource}.{group}")
-        };
-        let mut denied = Vec::new();
-        let mut unknown = None;
-        for verb in verbs {
-            match api.can_i(group, verb, resource, ns).await {
-                Ok(true) => {}
-                Ok(false) => denied.push(*verb),
-                Err(e) => unknown = Some(e),
-            }
-        }
-        let all = verbs.join(" and ");
-        if !denied.is_empty() {
-            out.push(check(
-                name,
-                Level::Fail,
-                format!(
-                    "may NOT {} {what}: apply deploy/base/rbac.yaml (ClusterRole vigil)",
-                    denied.join(" and ")
-                ),
-            ));
-        } else if let Some(e) = unknown {
-            out.push(check(name, Level::Warn, format!("could not ask: {e}")));
-        } else {
-            out.push(check(name, Level::Ok, format!("may {all} {what}")));
-        }
+        out.push(rbac_rule(&api, name, group, resource, ns, verbs).await);
     }
     out
+}
+
+/// One RBAC rule, asked with access reviews, verb by verb.
+async fn rbac_rule(
+    api: &KubeNodeApi,
+    name: &'static str,
+    group: &str,
+    resource: &str,
+    ns: Option<&str>,
+    verbs: &[&str],
+) -> Check {
+    let what = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
+    let mut denied = Vec::new();
+    let mut unknown = None;
+    for verb in verbs {
+        match api.can_i(group, verb, resource, ns).await {
+            Ok(true) => {}
+            Ok(false) => denied.push(*verb),
+            Err(e) => unknown = Some(e),
+        }
+    }
+    let all = verbs.join(" and ");
+    if !denied.is_empty() {
+        check(
+            name,
+            Level::Fail,
+            format!(
+                "may NOT {} {what}: apply deploy/base/rbac.yaml (ClusterRole vigil)",
+                denied.join(" and ")
+            ),
+        )
+    } else if let Some(e) = unknown {
+        check(name, Level::Warn, format!("could not ask: {e}"))
+    } else {
+        check(name, Level::Ok, format!("may {all} {what}"))
+    }
 }
 
 /// The report, one line per check.
