@@ -12,6 +12,9 @@
 //!   bumps the resourceVersion, from one counter shared by all objects, as etcd's revision is;
 //! - what the server stores is normalised as Go's `omitempty` would (an empty taint list or label
 //!   map disappears), and taints are validated (known effect, no duplicate key + effect: 422);
+//! - the Node's status subresource takes a strategic merge patch: conditions merge by `type`,
+//!   and the list directives `$patch: delete` (one condition, by type) and `$patch: replace` are
+//!   applied as the real server applies them;
 //! - only `application/merge-patch+json` is implemented; other patch types answer 415 rather than
 //!   being silently treated as merge, so a change of patch type in the client fails loudly;
 //! - Events are validated as the events.k8s.io/v1 API validates them (required `eventTime`,
@@ -349,7 +352,11 @@ impl World {
     }
 
     /// A strategic-merge write of the node's status subresource: only `status` changes, and
-    /// `status.conditions` merge by `type` (their patchMergeKey), as the real server does.
+    /// `status.conditions` merge by `type` (their patchMergeKey), as the real server does,
+    /// with the list directives: an element `{"type": X, "$patch": "delete"}` removes the
+    /// condition of type X (and only it; none there is no error), an element
+    /// `{"$patch": "replace"}` makes the list the patch's other elements, an unknown `$patch`
+    /// is 400; `$setElementOrder/conditions` (which kubectl sends) is accepted and ignored.
     fn write_status(&mut self, patch: &Value) -> Result<Value, Answer> {
         let Some(status) = patch.get("status").and_then(Value::as_object) else {
             return Err(bad_request("a status patch must carry status".into()));
@@ -359,6 +366,10 @@ impl World {
             next["status"] = json!({});
         }
         for (field, value) in status {
+            // kubectl's `$setElementOrder/<list>` only orders the list; the fake keeps its order.
+            if field.starts_with("$setElementOrder/") {
+                continue;
+            }
             if field != "conditions" {
                 merge(&mut next["status"][field.as_str()], value);
                 continue;
@@ -370,18 +381,49 @@ impl World {
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
+            // `{"$patch": "replace"}` as an element: the list becomes the patch's other elements.
+            let replace = items
+                .iter()
+                .any(|i| i.get("$patch") == Some(&json!("replace")));
+            if replace {
+                conditions.clear();
+            }
             for item in items {
-                let Some(kind) = item["type"].as_str() else {
-                    return Err(bad_request(
-                        "a condition needs its type (the merge key)".into(),
-                    ));
+                let mut item = item.clone();
+                let directive = item.as_object_mut().and_then(|m| m.remove("$patch"));
+                let directive = match &directive {
+                    None => "merge",
+                    Some(Value::String(d))
+                        if ["merge", "delete", "replace"].contains(&d.as_str()) =>
+                    {
+                        d.as_str()
+                    }
+                    Some(other) => {
+                        return Err(bad_request(format!("Unknown patch type: {other}")));
+                    }
                 };
+                if directive == "replace" {
+                    continue;
+                }
+                let Some(kind) = item["type"].as_str().map(str::to_string) else {
+                    return Err(bad_request(if directive == "delete" {
+                        "delete patch type with no merge key defined".into()
+                    } else {
+                        "a condition needs its type (the merge key)".into()
+                    }));
+                };
+                if directive == "delete" {
+                    // The element with that merge key goes, whatever else the patch says of
+                    // it; deleting one that is not there is no error.
+                    conditions.retain(|c| c["type"].as_str() != Some(kind.as_str()));
+                    continue;
+                }
                 match conditions
                     .iter_mut()
-                    .find(|c| c["type"].as_str() == Some(kind))
+                    .find(|c| c["type"].as_str() == Some(kind.as_str()))
                 {
-                    Some(existing) => merge(existing, item),
-                    None => conditions.push(item.clone()),
+                    Some(existing) => merge(existing, &item),
+                    None => conditions.push(item),
                 }
             }
             next["status"]["conditions"] = Value::Array(conditions);
