@@ -532,15 +532,28 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
     assert_eq!(body["reason"], "Conflict");
     assert_eq!(body["code"], 409);
 
-    // Patch types the fake does not implement are refused, not misapplied.
-    let r = http
-        .patch(url(NODE_PATH))
-        .header("content-type", "application/strategic-merge-patch+json")
-        .body("{}")
-        .send()
-        .await
-        .expect("patch");
-    assert_eq!(r.status(), 415);
+    // Patch types the fake does not implement are refused, not misapplied: a JSON patch, and a
+    // strategic merge patch with a directive or a list that merges by key.
+    for (media, body) in [
+        ("application/json-patch+json", json!([])),
+        (
+            "application/strategic-merge-patch+json",
+            json!({"spec": {"podCIDRs": ["10.0.1.0/24"]}}),
+        ),
+        (
+            "application/strategic-merge-patch+json",
+            json!({"spec": {"taints": [{"key": "a", "effect": "NoSchedule", "$patch": "delete"}]}}),
+        ),
+    ] {
+        let r = http
+            .patch(url(NODE_PATH))
+            .header("content-type", media)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("patch");
+        assert_eq!(r.status(), 415, "{media} {body}");
+    }
 
     // Duplicate taints (same key and effect) are invalid, as on a real server.
     let r = http
@@ -592,6 +605,8 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
         requests,
         json!([
             ["PATCH", NODE_PATH, MERGE],
+            ["PATCH", NODE_PATH, "application/json-patch+json"],
+            ["PATCH", NODE_PATH, "application/strategic-merge-patch+json"],
             ["PATCH", NODE_PATH, "application/strategic-merge-patch+json"],
             ["PATCH", NODE_PATH, MERGE],
             ["GET", NODE_PATH, ""],
@@ -1284,4 +1299,58 @@ async fn cleanup_retries_a_conflict_and_keeps_a_taint_added_meanwhile() {
         .count();
     // The reconcile that set the scene wrote once; cleanup twice: refused (409), then done.
     assert_eq!(node_patches, 3, "{:?}", fake.requests());
+}
+
+/// The `kubectl`-only uninstall of docs/kubernetes.md ("Uninstall"), run as written (bash, the
+/// machine's kubectl and jq) against the fake: Vigil's labels, annotations, taints and conditions
+/// go, every foreign one stays.
+#[tokio::test]
+async fn the_documented_kubectl_uninstall_removes_only_vigils_fields() {
+    let (fake, _api) = node_with_vigil_and_foreign_fields().await;
+    let before = fake.node();
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/kubernetes.md"
+    ))
+    .unwrap();
+    let section = page
+        .split("## Uninstall")
+        .nth(1)
+        .expect("an Uninstall section");
+    let script = section
+        .split("```sh\n")
+        .nth(2)
+        .and_then(|s| s.split("```").next())
+        .expect("the kubectl-only script");
+    assert!(script.contains("N=NODE"), "{script}");
+    let script = script.replace("N=NODE", &format!("N={NODE}"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n\
+             current-context: fake\nusers:\n- name: fake\n  user: {{}}\n",
+            fake.url
+        ),
+    )
+    .unwrap();
+    // NB: async, so this test's runtime keeps serving the fake while kubectl waits on it.
+    let out = tokio::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", dir.path())
+        .output()
+        .await
+        .expect("bash runs");
+    assert!(
+        out.status.success(),
+        "{}\n{}\n{:?}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        fake.requests()
+    );
+    let after = fake.node();
+    assert_eq!(ignoring_version(&after), without_vigil(&before), "{after}");
 }

@@ -15,8 +15,12 @@
 //! - the Node's status subresource takes a strategic merge patch: conditions merge by `type`,
 //!   and the list directives `$patch: delete` (one condition, by type) and `$patch: replace` are
 //!   applied as the real server applies them;
-//! - only `application/merge-patch+json` is implemented; other patch types answer 415 rather than
-//!   being silently treated as merge, so a change of patch type in the client fails loudly;
+//! - a Node takes `application/merge-patch+json`, and a strategic merge patch only where it
+//!   means the same (no `$` directive, no list that merges by key: what `kubectl label`,
+//!   `annotate` and `taint` send); other patch types answer 415 rather than being silently
+//!   treated as merge, so a change of patch type in the client fails loudly;
+//! - legacy discovery (`/api`, `/apis`, `/api/v1`) lists nodes and nodes/status, so `kubectl`
+//!   itself can be run against the fake;
 //! - Events are validated as the events.k8s.io/v1 API validates them (required `eventTime`,
 //!   `reportingController`, `reportingInstance`, `action`, `reason`; the length limits; the
 //!   deprecated core/v1 fields unset; an Event about a cluster-scoped object lives in `default` or
@@ -155,7 +159,10 @@ impl FakeKube {
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
-            .route("/api/v1/nodes/{name}/status", patch(patch_node_status))
+            .route(
+                "/api/v1/nodes/{name}/status",
+                get(get_node).patch(patch_node_status),
+            )
             .route(
                 "/apis/events.k8s.io/v1/namespaces/{ns}/events",
                 post(create_event),
@@ -172,6 +179,10 @@ impl FakeKube {
                 "/apis/authentication.k8s.io/v1/tokenreviews",
                 post(token_review),
             )
+            // Legacy discovery, so that `kubectl label/annotate/patch node` find the resource.
+            .route("/api", get(discovery_versions))
+            .route("/apis", get(discovery_groups))
+            .route("/api/v1", get(discovery_core))
             .route("/fake/node", get(hook_node))
             .route("/fake/events", get(hook_events))
             .route("/fake/requests", get(hook_requests))
@@ -1087,10 +1098,12 @@ async fn patch_node(
     if !world.allows("", "nodes", "patch") {
         return respond(forbidden("patch", "nodes", "", Some(&name), None));
     }
-    if media_type(&headers) != "application/merge-patch+json" {
+    let media = media_type(&headers);
+    let strategic = media == "application/strategic-merge-patch+json";
+    if media != "application/merge-patch+json" && !strategic {
         return respond(unsupported_media_type(
             "application/merge-patch+json",
-            "this fake implements only merge patch; ",
+            "this fake implements only merge patch (and strategic merge where it is the same); ",
             &headers,
         ));
     }
@@ -1101,6 +1114,14 @@ async fn patch_node(
         Ok(p) => p,
         Err(answer) => return respond(answer),
     };
+    if strategic && !strategic_is_merge(&patch) {
+        return respond(unsupported_media_type(
+            "application/merge-patch+json",
+            "this fake implements strategic merge of a Node only where it equals merge patch \
+             (no $ directive, no list with a merge strategy); ",
+            &headers,
+        ));
+    }
     if world.conflicts > 0 {
         world.conflicts -= 1;
         world.bump();
@@ -1335,6 +1356,60 @@ async fn unknown(
         "NotFound",
         "the server could not find the requested resource".into(),
         None,
+    ))
+}
+
+/// Whether a strategic-merge patch of a Node means exactly what the same JSON as a merge patch
+/// means: it carries no `$` directive and names none of the Node's lists that merge by key
+/// (`metadata.finalizers`, `metadata.ownerReferences`, `spec.podCIDRs`, and `status`, which this
+/// endpoint does not write). Labels and annotations are maps and `spec.taints` has no merge
+/// strategy (a list in the patch replaces it), so `kubectl taint`, `label` and `annotate` are.
+fn strategic_is_merge(patch: &Value) -> bool {
+    fn no_directive(v: &Value) -> bool {
+        match v {
+            Value::Object(m) => m
+                .iter()
+                .all(|(k, v)| !k.starts_with('$') && no_directive(v)),
+            Value::Array(items) => items.iter().all(no_directive),
+            _ => true,
+        }
+    }
+    no_directive(patch)
+        && patch.get("status").is_none()
+        && patch.pointer("/metadata/finalizers").is_none()
+        && patch.pointer("/metadata/ownerReferences").is_none()
+        && patch.pointer("/spec/podCIDRs").is_none()
+}
+
+/// `GET /api`: the core group's versions (legacy discovery; kubectl falls back to it when the
+/// answer is not the aggregated kind it asked for first). Not recorded: Vigil never asks.
+async fn discovery_versions() -> Response {
+    respond((
+        StatusCode::OK,
+        json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}
+        ]}),
+    ))
+}
+
+/// `GET /apis`: no named group is discoverable (kubectl needs none for nodes).
+async fn discovery_groups() -> Response {
+    respond((
+        StatusCode::OK,
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+    ))
+}
+
+/// `GET /api/v1`: the core resources this fake serves, with the verbs it implements.
+async fn discovery_core() -> Response {
+    respond((
+        StatusCode::OK,
+        json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+            {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
+             "verbs": ["get", "patch"], "shortNames": ["no"]},
+            {"name": "nodes/status", "singularName": "", "namespaced": false, "kind": "Node",
+             "verbs": ["get", "patch"]}
+        ]}),
     ))
 }
 
