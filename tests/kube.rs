@@ -1129,6 +1129,11 @@ fn ignoring_version(node: &Value) -> Value {
 #[tokio::test]
 async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
     let (fake, _api) = node_with_vigil_and_foreign_fields().await;
+    // GKE's label, which Vigil sets while it holds the opportunistic-maintenance claim: not
+    // under the prefix, so named and left alone.
+    fake.foreign_write(json!({"metadata": {"labels": {
+        "cloud.google.com/perform-maintenance": "true"
+    }}}));
     let before = fake.node();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("vigil.toml");
@@ -1187,6 +1192,7 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
         "nvidia.com",
         "Ready",
         "Kernel",
+        "  label cloud.google.com",
     ] {
         assert!(!out.contains(foreign), "{foreign} listed:\n{out}");
     }
@@ -1196,6 +1202,14 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
     let (code, out, err) = cleanup(&[]).await;
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.starts_with(&format!("node {NODE}: removed\n")), "{out}");
+    assert!(
+        out.contains("note: label cloud.google.com/perform-maintenance=true left alone"),
+        "{out}"
+    );
+    assert_eq!(
+        label(&fake.node(), "cloud.google.com/perform-maintenance").as_deref(),
+        Some("true")
+    );
     let after = fake.node();
     assert_eq!(
         ignoring_version(&after),
@@ -1275,6 +1289,7 @@ async fn cleanup_retries_a_conflict_and_keeps_a_taint_added_meanwhile() {
             "vigil.dev/",
             &keys,
             &vigil::policy::maintenance::CONDITIONS,
+            &[],
             false,
         )
         .await

@@ -213,7 +213,8 @@ impl KubeNodeApi {
 
     /// `vigil cleanup`: takes every label and annotation under `prefix`, the taints with
     /// `taint_keys` and the conditions of `condition_types` off `node`, and nothing else; returns
-    /// what was (or, with `dry_run`, would be) removed — empty when nothing of Vigil's is left.
+    /// what was (or, with `dry_run`, would be) removed — empty when nothing of Vigil's is left —
+    /// and which of `shared_labels` are set (named, never removed).
     ///
     /// Labels, annotations and taints are one merge patch of the Node (RBAC `patch nodes`), the
     /// taint list written back whole with the resourceVersion precondition and re-read and
@@ -226,6 +227,7 @@ impl KubeNodeApi {
         prefix: &str,
         taint_keys: &[String],
         condition_types: &[&str],
+        shared_labels: &[&str],
         dry_run: bool,
     ) -> Result<Cleanup, NodeError> {
         let params = PatchParams {
@@ -244,7 +246,8 @@ impl KubeNodeApi {
                 node: node.to_string(),
                 source,
             })?;
-            let (plan, desired) = cleanup_plan(&current, prefix, taint_keys, condition_types);
+            let (plan, desired) =
+                cleanup_plan(&current, prefix, taint_keys, condition_types, shared_labels);
             let patch = merge_patch(&current, &desired);
             let Some(patch) = patch.filter(|_| !dry_run) else {
                 break plan;

@@ -6,7 +6,7 @@
 use super::{failed, CliError};
 use crate::actions::node::{Cleanup, KubeNodeApi};
 use crate::config::Config;
-use crate::policy::maintenance::{taint_keys, CONDITIONS};
+use crate::policy::maintenance::{taint_keys, CONDITIONS, PERFORM_MAINTENANCE_LABEL};
 
 pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Result<(), CliError> {
     let node = node.unwrap_or_else(|| cfg.node_name.clone());
@@ -28,6 +28,7 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Re
             prefix,
             &taint_keys(&cfg.kubernetes),
             &CONDITIONS,
+            &[PERFORM_MAINTENANCE_LABEL],
             dry_run,
         )
         .await
@@ -38,12 +39,26 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Re
 
 /// The report: one line per field removed (or that would be), or one line saying there is none.
 fn render(node: &str, prefix: &str, removed: &Cleanup, dry_run: bool) -> String {
-    if removed.is_empty() {
-        return format!(
+    let mut out = if removed.is_empty() {
+        format!(
             "node {node}: nothing of Vigil's to remove (no label or annotation under {prefix}, \
              no Vigil taint or condition)\n"
-        );
+        )
+    } else {
+        render_removed(node, removed, dry_run)
+    };
+    for label in &removed.kept {
+        let key = label.split('=').next().unwrap_or(label);
+        out.push_str(&format!(
+            "note: label {label} left alone: it is GKE's, which Vigil sets while it holds the \
+             opportunistic-maintenance claim; if Vigil set it: kubectl label node {node} {key}-\n"
+        ));
     }
+    out
+}
+
+/// One line per field removed (or that would be).
+fn render_removed(node: &str, removed: &Cleanup, dry_run: bool) -> String {
     let verb = if dry_run { "would remove" } else { "removed" };
     let mut out = format!("node {node}: {verb}\n");
     for (kind, items) in [
@@ -75,6 +90,7 @@ mod tests {
             annotations: vec!["vigil.dev/last-checkpoint".into()],
             taints: vec!["vigil.dev/gpu-failed=true:NoSchedule".into()],
             conditions: vec!["VigilGPUHealthy".into()],
+            kept: vec![],
         };
         let out = render("n1", "vigil.dev/", &some, true);
         for line in [
@@ -88,5 +104,15 @@ mod tests {
             assert!(out.contains(line), "{line}: {out}");
         }
         assert!(render("n1", "vigil.dev/", &some, false).starts_with("node n1: removed\n"));
+        let kept = Cleanup {
+            kept: vec!["cloud.google.com/perform-maintenance=true".into()],
+            ..Cleanup::default()
+        };
+        let out = render("n1", "vigil.dev/", &kept, false);
+        assert!(out.contains("nothing of Vigil's to remove"), "{out}");
+        assert!(
+            out.contains("kubectl label node n1 cloud.google.com/perform-maintenance-"),
+            "{out}"
+        );
     }
 }

@@ -174,10 +174,13 @@ pub struct Cleanup {
     pub taints: Vec<String>,
     /// Condition types.
     pub conditions: Vec<String>,
+    /// `key=value` of labels Vigil may have set but that are not its alone (GKE's
+    /// `cloud.google.com/perform-maintenance`): left on the Node, named so a person can decide.
+    pub kept: Vec<String>,
 }
 
 impl Cleanup {
-    /// Nothing of Vigil's is on the Node.
+    /// Nothing of Vigil's is on the Node ([`Cleanup::kept`] aside).
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
             && self.annotations.is_empty()
@@ -187,7 +190,8 @@ impl Cleanup {
 }
 
 /// Vigil's fields on `node` (pure): labels and annotations whose key starts with `prefix`, taints
-/// whose key is one of `taint_keys`, conditions whose type is one of `condition_types`; and the
+/// whose key is one of `taint_keys`, conditions whose type is one of `condition_types` (and, to
+/// be named but kept, the `shared_labels` that are set); and the
 /// [`NodeDesired`] that removes them (for [`merge_patch`], which adds the resourceVersion
 /// precondition when the taint list is rewritten).
 pub(crate) fn cleanup_plan(
@@ -195,6 +199,7 @@ pub(crate) fn cleanup_plan(
     prefix: &str,
     taint_keys: &[String],
     condition_types: &[&str],
+    shared_labels: &[&str],
 ) -> (Cleanup, NodeDesired) {
     let keys = |pointer: &str| -> Vec<String> {
         node.pointer(pointer)
@@ -244,11 +249,19 @@ pub(crate) fn cleanup_plan(
         remove_taints: taint_keys.to_vec(),
         conditions: Vec::new(),
     };
+    let kept = shared_labels
+        .iter()
+        .filter_map(|k| {
+            let v = node.pointer("/metadata/labels")?.get(*k)?.as_str()?;
+            Some(format!("{k}={v}"))
+        })
+        .collect();
     let plan = Cleanup {
         labels,
         annotations,
         taints,
         conditions,
+        kept,
     };
     (plan, desired)
 }
@@ -583,7 +596,9 @@ mod tests {
             "vigil.dev/gpu-failed".to_string(),
         ];
         let kinds = ["VigilGPUHealthy", "VigilMaintenance"];
-        let (plan, desired) = cleanup_plan(&n, "vigil.dev/", &keys, &kinds);
+        n["metadata"]["labels"]["cloud.google.com/perform-maintenance"] = json!("true");
+        let shared = ["cloud.google.com/perform-maintenance"];
+        let (plan, desired) = cleanup_plan(&n, "vigil.dev/", &keys, &kinds, &shared);
         assert_eq!(
             plan,
             Cleanup {
@@ -597,6 +612,7 @@ mod tests {
                     "vigil.dev/termination-imminent:NoExecute".into()
                 ],
                 conditions: vec!["VigilGPUHealthy".into()],
+                kept: vec!["cloud.google.com/perform-maintenance=true".into()],
             }
         );
         let patch = merge_patch(&n, &desired).expect("a patch");
@@ -628,6 +644,7 @@ mod tests {
             "vigil.dev/",
             &keys,
             &kinds,
+            &shared,
         );
         assert!(plan.is_empty());
         assert_eq!(
