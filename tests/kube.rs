@@ -1267,6 +1267,27 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
         err.contains("{apiGroups: [\"\"], resources: [\"nodes\"], verbs: [\"get\"]}"),
         "{err}"
     );
+    fake.allow("get nodes");
+
+    // Conflicts on every attempt: a clear failure, and the next run finishes the job.
+    fake.foreign_write(json!({
+        "metadata": {"labels": {"vigil.dev/maintenance": "none"}},
+        "spec": {"taints": [{"key": "vigil.dev/gpu-failed", "value": "true", "effect": "NoSchedule"}]}
+    }));
+    fake.conflict_next(5);
+    let (code, _, err) = cleanup(&[]).await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("409 Conflict") && err.contains("run it again"),
+        "{err}"
+    );
+    let (code, out, err) = cleanup(&[]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("  taint vigil.dev/gpu-failed=true:NoSchedule"),
+        "{out}"
+    );
+    assert!(!fake.node().to_string().contains("\"vigil.dev/"));
 }
 
 /// Another writer adds a taint between cleanup's read and its write: the whole-list write is

@@ -4,7 +4,7 @@
 //! agent's own RBAC: `get` and `patch` on `nodes`, `patch` on `nodes/status`.
 
 use super::{failed, CliError};
-use crate::actions::node::{Cleanup, KubeNodeApi};
+use crate::actions::node::{Cleanup, KubeNodeApi, NodeError};
 use crate::config::Config;
 use crate::policy::maintenance::{taint_keys, CONDITIONS, PERFORM_MAINTENANCE_LABEL};
 
@@ -32,7 +32,14 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Re
             dry_run,
         )
         .await
-        .map_err(|e| CliError::Failed(format!("cleanup of node {node:?}: {e}")))?;
+        .map_err(|e| match e {
+            // The agent's wording says the next cycle retries; here, the operator does.
+            NodeError::Conflict { attempts, .. } => CliError::Failed(format!(
+                "cleanup of node {node:?}: {attempts} attempts in a row conflicted with other \
+                 writers of the Node (409 Conflict); nothing of the taints was lost: run it again"
+            )),
+            e => CliError::Failed(format!("cleanup of node {node:?}: {e}")),
+        })?;
     print!("{}", render(&node, prefix, &removed, dry_run));
     Ok(())
 }
