@@ -4,7 +4,7 @@
 # busybox-static (the e2e tests build their tiny images from it), prometheus (promtool), spin,
 # containerd, runc and containernetworking-plugins (the CRI tests run a private containerd, some
 # pods on a bridge pod network), podman (the Podman tests run a private `podman system service`),
-# python3-venv; then the Python tools in a virtual environment of the repository, .venv (never
+# jq, python3-venv; then the Python tools in a virtual environment of the repository, .venv (never
 # the system pip, which Debian and Ubuntu refuse): kubernetes-validate, PyYAML, jsonschema,
 # pytest, redis (scripts/requirements.txt), the client clients/python (editable), and JAX + Orbax
 # for the training-loop test (scripts/requirements-ml.txt).
@@ -38,6 +38,8 @@ command -v runc >/dev/null || packages+=(runc)
 command -v podman >/dev/null || packages+=(podman)
 # The CRI tests' pod network (a bridge per private containerd).
 [ -x /usr/lib/cni/bridge ] || packages+=(containernetworking-plugins)
+# jq: tests/kube.rs runs the kubectl-only uninstall of docs/kubernetes.md as written.
+command -v jq >/dev/null || packages+=(jq)
 command -v python3 >/dev/null || packages+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || packages+=(python3-venv)
 if [ ${#packages[@]} -gt 0 ]; then

@@ -327,12 +327,19 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
 fn help_is_complete_for_every_command() {
     let (code, out, _) = vigil(&["--help"], &[]);
     assert_eq!(code, 0);
-    for cmd in ["run", "beat", "policy", "explain", "config"] {
+    for cmd in [
+        "run", "beat", "policy", "explain", "status", "doctor", "cleanup", "demo", "config",
+    ] {
         assert!(out.contains(cmd), "{cmd} missing from --help:\n{out}");
         let (code, sub, err) = vigil(&[cmd, "--help"], &[]);
         assert_eq!(code, 0, "{cmd} --help: {err}");
         assert!(sub.contains("Usage: vigil"), "{sub}");
     }
+    let (_, cleanup, _) = vigil(&["cleanup", "--help"], &[]);
+    assert!(
+        cleanup.contains("--node") && cleanup.contains("--dry-run") && cleanup.contains("--config"),
+        "{cleanup}"
+    );
     let (_, run, _) = vigil(&["run", "--help"], &[]);
     assert!(
         run.contains("--dry-run") && run.contains("--config"),

@@ -532,15 +532,28 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
     assert_eq!(body["reason"], "Conflict");
     assert_eq!(body["code"], 409);
 
-    // Patch types the fake does not implement are refused, not misapplied.
-    let r = http
-        .patch(url(NODE_PATH))
-        .header("content-type", "application/strategic-merge-patch+json")
-        .body("{}")
-        .send()
-        .await
-        .expect("patch");
-    assert_eq!(r.status(), 415);
+    // Patch types the fake does not implement are refused, not misapplied: a JSON patch, and a
+    // strategic merge patch with a directive or a list that merges by key.
+    for (media, body) in [
+        ("application/json-patch+json", json!([])),
+        (
+            "application/strategic-merge-patch+json",
+            json!({"spec": {"podCIDRs": ["10.0.1.0/24"]}}),
+        ),
+        (
+            "application/strategic-merge-patch+json",
+            json!({"spec": {"taints": [{"key": "a", "effect": "NoSchedule", "$patch": "delete"}]}}),
+        ),
+    ] {
+        let r = http
+            .patch(url(NODE_PATH))
+            .header("content-type", media)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("patch");
+        assert_eq!(r.status(), 415, "{media} {body}");
+    }
 
     // Duplicate taints (same key and effect) are invalid, as on a real server.
     let r = http
@@ -592,6 +605,8 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
         requests,
         json!([
             ["PATCH", NODE_PATH, MERGE],
+            ["PATCH", NODE_PATH, "application/json-patch+json"],
+            ["PATCH", NODE_PATH, "application/strategic-merge-patch+json"],
             ["PATCH", NODE_PATH, "application/strategic-merge-patch+json"],
             ["PATCH", NODE_PATH, MERGE],
             ["GET", NODE_PATH, ""],
@@ -958,4 +973,420 @@ async fn a_silent_or_absent_api_server_is_an_error_within_the_deadline() {
         label(&fake.node(), "vigil.dev/maintenance").as_deref(),
         Some("pending")
     );
+}
+
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
+
+/// The fake applies the strategic-merge list directives of a status patch as the real server
+/// does: `$patch: delete` takes exactly the condition with that type (the merge key) and no
+/// other; deleting one that is not there is no error; a delete without the merge key and an
+/// unknown directive are 400.
+#[tokio::test]
+async fn fake_status_patch_deletes_one_condition_by_its_merge_key() {
+    let fake = FakeKube::start(NODE).await;
+    fake.foreign_write(json!({"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+        {"type": "KernelDeadlock", "status": "False", "reason": "KernelHasNoDeadlock"},
+        {"type": "VigilGPUHealthy", "status": "False", "reason": "Failed"}
+    ]}}));
+    let http = reqwest::Client::new();
+    let status_patch = |body: Value| {
+        http.patch(format!("{}{NODE_PATH}/status", fake.url))
+            .header("content-type", STRATEGIC)
+            .body(body.to_string())
+            .send()
+    };
+    let types = |node: &Value| -> Vec<String> {
+        node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let delete_gpu = json!({"status": {"conditions": [
+        {"type": "VigilGPUHealthy", "$patch": "delete"}
+    ]}});
+    let r = status_patch(delete_gpu.clone()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let node = fake.node();
+    assert_eq!(types(&node), ["Ready", "KernelDeadlock"]);
+    assert_eq!(
+        condition(&node, "Ready")["reason"],
+        "KubeletReady",
+        "untouched"
+    );
+    assert!(
+        !node.to_string().contains("$patch"),
+        "a directive is never stored: {node}"
+    );
+
+    // Again: nothing to delete, no error, nothing else moves.
+    let r = status_patch(delete_gpu).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(types(&fake.node()), ["Ready", "KernelDeadlock"]);
+
+    // A delete and a merge in one patch, with kubectl's ordering directive.
+    let r = status_patch(json!({"status": {
+        "$setElementOrder/conditions": [{"type": "Ready"}, {"type": "VigilMaintenance"}],
+        "conditions": [
+            {"type": "KernelDeadlock", "$patch": "delete"},
+            {"type": "VigilMaintenance", "status": "True"}
+        ]
+    }}))
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(types(&fake.node()), ["Ready", "VigilMaintenance"]);
+
+    for bad in [
+        json!({"status": {"conditions": [{"$patch": "delete"}]}}),
+        json!({"status": {"conditions": [{"type": "Ready", "$patch": "remove"}]}}),
+    ] {
+        let r = status_patch(bad.clone()).await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+    assert_eq!(types(&fake.node()), ["Ready", "VigilMaintenance"]);
+}
+
+/// A Node with everything Vigil writes (maintenance labels and annotations, the termination and
+/// GPU taints, both conditions, from the real policy) next to foreign ones that look alike: a
+/// foreign taint with Vigil's effect, keys under a prefix that merely starts like Vigil's,
+/// kubelet's `Ready` and a node-problem-detector condition.
+async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
+    use vigil::model::gpu::{GpuHealth, GpuReport};
+    use vigil::model::maintenance::{MaintenanceState, Phase};
+    let (fake, api) = setup().await;
+    let k = vigil::config::KubernetesConfig::default();
+    let st = MaintenanceState {
+        phase: Phase::Terminating,
+        reasons: vec!["preempted"],
+        window_start: Some("2026-01-01T00:00:00Z".into()),
+        window_end: Some("2026-01-01T01:00:00Z".into()),
+        ..MaintenanceState::default()
+    };
+    let mut d = vigil::policy::maintenance::node_desired(&k, &st, Some("step-100"), None);
+    let report = GpuReport {
+        monitoring: true,
+        node: GpuHealth::Failed,
+        node_reasons: vec!["GPU 0: XID 79".into()],
+        ..GpuReport::default()
+    };
+    vigil::policy::maintenance::gpu_desired(&k, &report, true, &mut d);
+    fake.foreign_write(json!({
+        "metadata": {
+            "labels": {"team": "ml", "vigil.dev.example.com/x": "1", "notvigil.dev/y": "2"},
+            "annotations": {"team.example.com/owner": "alice"}
+        },
+        "spec": {"taints": [
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+            {"key": "example.com/dedicated", "effect": "NoExecute"}
+        ]},
+        "status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+            {"type": "KernelDeadlock", "status": "False", "reason": "KernelHasNoDeadlock"}
+        ]}
+    }));
+    api.reconcile(NODE, &d)
+        .await
+        .expect("Vigil's fields written");
+    let node = fake.node();
+    assert_eq!(taints(&node).len(), 4, "{node}");
+    assert_eq!(node["status"]["conditions"].as_array().unwrap().len(), 4);
+    (fake, api)
+}
+
+/// The Node with Vigil's fields taken off by hand, to compare with what cleanup leaves.
+fn without_vigil(node: &Value) -> Value {
+    let mut n = node.clone();
+    for map in ["labels", "annotations"] {
+        n["metadata"][map]
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| !k.starts_with("vigil.dev/"));
+    }
+    n["spec"]["taints"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|t| !t["key"].as_str().unwrap().starts_with("vigil.dev/"));
+    n["status"]["conditions"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|c| !c["type"].as_str().unwrap().starts_with("Vigil"));
+    n["metadata"]["resourceVersion"] = Value::Null;
+    n
+}
+
+fn ignoring_version(node: &Value) -> Value {
+    let mut n = node.clone();
+    n["metadata"]["resourceVersion"] = Value::Null;
+    n
+}
+
+/// `vigil cleanup` (the real binary) against the fake: a dry run writes nothing and lists what
+/// would go; the cleanup takes Vigil's labels, annotations, taints and conditions off and leaves
+/// every foreign one exactly as it was; a second run writes nothing and says so.
+#[tokio::test]
+async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
+    let (fake, _api) = node_with_vigil_and_foreign_fields().await;
+    // GKE's label, which Vigil sets while it holds the opportunistic-maintenance claim: not
+    // under the prefix, so named and left alone.
+    fake.foreign_write(json!({"metadata": {"labels": {
+        "cloud.google.com/perform-maintenance": "true"
+    }}}));
+    let before = fake.node();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("vigil.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "node_name = \"some-other-node\"\n[kubernetes]\nenabled = \"on\"\napi_url = \"{}\"\n",
+            fake.url
+        ),
+    )
+    .unwrap();
+    let cleanup = |extra: &'static [&'static str]| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_vigil"));
+        cmd.args(["cleanup", "--config", cfg.to_str().unwrap(), "--node", NODE])
+            .args(extra)
+            .env_remove("NODE_NAME")
+            .env_remove("VIGIL_CONFIG")
+            .env_remove("REDIS_URL");
+        // NB: async, so this test's runtime keeps serving the fake while the binary waits on it.
+        async move {
+            let out = cmd.output().await.expect("vigil runs");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        }
+    };
+    let writes = |fake: &FakeKube| {
+        fake.requests()
+            .into_iter()
+            .filter(|(m, _, _)| m == "PATCH")
+            .count()
+    };
+    let writes_before = writes(&fake);
+
+    let (code, out, err) = cleanup(&["--dry-run"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    for line in [
+        &format!("node {NODE}: would remove"),
+        "  label vigil.dev/maintenance",
+        "  label vigil.dev/gpu-health",
+        "  annotation vigil.dev/last-checkpoint",
+        "  annotation vigil.dev/maintenance-window-start",
+        "  taint vigil.dev/termination-imminent=true:NoSchedule",
+        "  taint vigil.dev/gpu-failed=true:NoSchedule",
+        "  condition VigilMaintenance",
+        "  condition VigilGPUHealthy",
+    ] {
+        assert!(out.contains(line), "{line:?} missing:\n{out}");
+    }
+    for foreign in [
+        "team",
+        "vigil.dev.example.com",
+        "notvigil",
+        "nvidia.com",
+        "Ready",
+        "Kernel",
+        "  label cloud.google.com",
+    ] {
+        assert!(!out.contains(foreign), "{foreign} listed:\n{out}");
+    }
+    assert_eq!(fake.node(), before, "a dry run writes nothing");
+    assert_eq!(writes(&fake), writes_before);
+
+    let (code, out, err) = cleanup(&[]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.starts_with(&format!("node {NODE}: removed\n")), "{out}");
+    assert!(
+        out.contains("note: label cloud.google.com/perform-maintenance=true left alone"),
+        "{out}"
+    );
+    assert_eq!(
+        label(&fake.node(), "cloud.google.com/perform-maintenance").as_deref(),
+        Some("true")
+    );
+    let after = fake.node();
+    assert_eq!(
+        ignoring_version(&after),
+        without_vigil(&before),
+        "only Vigil's fields went"
+    );
+    assert!(!after.to_string().contains("\"vigil.dev/"), "{after}");
+    assert_eq!(condition(&after, "Ready")["reason"], "KubeletReady");
+    assert_eq!(
+        condition(&after, "KernelDeadlock")["reason"],
+        "KernelHasNoDeadlock"
+    );
+    assert_eq!(
+        taints(&after),
+        vec![
+            json!({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}),
+            json!({"key": "example.com/dedicated", "effect": "NoExecute"})
+        ]
+    );
+    // One merge patch of the Node (taints with the precondition), one strategic patch of status.
+    let requests = fake.requests();
+    assert_eq!(
+        requests[requests.len() - 3..],
+        [
+            seen("GET", NODE_PATH, ""),
+            seen("PATCH", NODE_PATH, MERGE),
+            seen("PATCH", &format!("{NODE_PATH}/status"), STRATEGIC)
+        ]
+    );
+
+    let writes_done = writes(&fake);
+    let (code, out, err) = cleanup(&[]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("nothing of Vigil's to remove"), "{out}");
+    assert_eq!(writes(&fake), writes_done, "a second run writes nothing");
+    assert_eq!(fake.node(), after);
+
+    // RBAC: the agent's own rules suffice; without one, the error names it.
+    fake.forbid("patch nodes/status");
+    fake.foreign_write(json!({"status": {"conditions": [
+        {"type": "Ready", "status": "True"},
+        {"type": "VigilMaintenance", "status": "False"}
+    ]}}));
+    let (code, out, err) = cleanup(&[]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("{apiGroups: [\"\"], resources: [\"nodes/status\"], verbs: [\"patch\"]}"),
+        "{err}"
+    );
+    fake.allow("patch nodes/status");
+    fake.forbid("get nodes");
+    let (code, _, err) = cleanup(&["--dry-run"]).await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("{apiGroups: [\"\"], resources: [\"nodes\"], verbs: [\"get\"]}"),
+        "{err}"
+    );
+    fake.allow("get nodes");
+
+    // Conflicts on every attempt: a clear failure, and the next run finishes the job.
+    fake.foreign_write(json!({
+        "metadata": {"labels": {"vigil.dev/maintenance": "none"}},
+        "spec": {"taints": [{"key": "vigil.dev/gpu-failed", "value": "true", "effect": "NoSchedule"}]}
+    }));
+    fake.conflict_next(5);
+    let (code, _, err) = cleanup(&[]).await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("409 Conflict") && err.contains("run it again"),
+        "{err}"
+    );
+    let (code, out, err) = cleanup(&[]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("  taint vigil.dev/gpu-failed=true:NoSchedule"),
+        "{out}"
+    );
+    assert!(!fake.node().to_string().contains("\"vigil.dev/"));
+}
+
+/// Another writer adds a taint between cleanup's read and its write: the whole-list write is
+/// refused (409, the resourceVersion precondition), re-read and recomputed, and their taint
+/// survives.
+#[tokio::test]
+async fn cleanup_retries_a_conflict_and_keeps_a_taint_added_meanwhile() {
+    let (fake, api) = node_with_vigil_and_foreign_fields().await;
+    fake.race_next_get(json!({"spec": {"taints": [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "example.com/dedicated", "effect": "NoExecute"},
+        {"key": "vigil.dev/gpu-failed", "value": "true", "effect": "NoSchedule"},
+        {"key": "vigil.dev/termination-imminent", "value": "true", "effect": "NoSchedule"},
+        {"key": "late.example.com/drain", "effect": "NoSchedule"}
+    ]}}));
+    let keys = vigil::policy::maintenance::taint_keys(&vigil::config::KubernetesConfig::default());
+    let removed = api
+        .cleanup(
+            NODE,
+            "vigil.dev/",
+            &keys,
+            &vigil::policy::maintenance::CONDITIONS,
+            &[],
+            false,
+        )
+        .await
+        .expect("cleanup");
+    assert_eq!(removed.taints.len(), 2);
+    let keys: Vec<_> = taints(&fake.node())
+        .iter()
+        .map(|t| t["key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "nvidia.com/gpu",
+            "example.com/dedicated",
+            "late.example.com/drain"
+        ]
+    );
+    let node_patches = fake
+        .requests()
+        .iter()
+        .filter(|r| **r == seen("PATCH", NODE_PATH, MERGE))
+        .count();
+    // The reconcile that set the scene wrote once; cleanup twice: refused (409), then done.
+    assert_eq!(node_patches, 3, "{:?}", fake.requests());
+}
+
+/// The `kubectl`-only uninstall of docs/kubernetes.md ("Uninstall"), run as written (bash, the
+/// machine's kubectl and jq) against the fake: Vigil's labels, annotations, taints and conditions
+/// go, every foreign one stays.
+#[tokio::test]
+async fn the_documented_kubectl_uninstall_removes_only_vigils_fields() {
+    let (fake, _api) = node_with_vigil_and_foreign_fields().await;
+    let before = fake.node();
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/kubernetes.md"
+    ))
+    .unwrap();
+    let section = page
+        .split("## Uninstall")
+        .nth(1)
+        .expect("an Uninstall section");
+    let script = section
+        .split("```sh\n")
+        .nth(2)
+        .and_then(|s| s.split("```").next())
+        .expect("the kubectl-only script");
+    assert!(script.contains("N=NODE"), "{script}");
+    let script = script.replace("N=NODE", &format!("N={NODE}"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n\
+             current-context: fake\nusers:\n- name: fake\n  user: {{}}\n",
+            fake.url
+        ),
+    )
+    .unwrap();
+    // NB: async, so this test's runtime keeps serving the fake while kubectl waits on it.
+    let out = tokio::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", dir.path())
+        .output()
+        .await
+        .expect("bash runs");
+    assert!(
+        out.status.success(),
+        "{}\n{}\n{:?}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        fake.requests()
+    );
+    let after = fake.node();
+    assert_eq!(ignoring_version(&after), without_vigil(&before), "{after}");
 }

@@ -12,8 +12,15 @@
 //!   bumps the resourceVersion, from one counter shared by all objects, as etcd's revision is;
 //! - what the server stores is normalised as Go's `omitempty` would (an empty taint list or label
 //!   map disappears), and taints are validated (known effect, no duplicate key + effect: 422);
-//! - only `application/merge-patch+json` is implemented; other patch types answer 415 rather than
-//!   being silently treated as merge, so a change of patch type in the client fails loudly;
+//! - the Node's status subresource takes a strategic merge patch: conditions merge by `type`,
+//!   and the list directives `$patch: delete` (one condition, by type) and `$patch: replace` are
+//!   applied as the real server applies them;
+//! - a Node takes `application/merge-patch+json`, and a strategic merge patch only where it
+//!   means the same (no `$` directive, no list that merges by key: what `kubectl label`,
+//!   `annotate` and `taint` send); other patch types answer 415 rather than being silently
+//!   treated as merge, so a change of patch type in the client fails loudly;
+//! - legacy discovery (`/api`, `/apis`, `/api/v1`) lists nodes and nodes/status, so `kubectl`
+//!   itself can be run against the fake;
 //! - Events are validated as the events.k8s.io/v1 API validates them (required `eventTime`,
 //!   `reportingController`, `reportingInstance`, `action`, `reason`; the length limits; the
 //!   deprecated core/v1 fields unset; an Event about a cluster-scoped object lives in `default` or
@@ -152,7 +159,10 @@ impl FakeKube {
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
-            .route("/api/v1/nodes/{name}/status", patch(patch_node_status))
+            .route(
+                "/api/v1/nodes/{name}/status",
+                get(get_node).patch(patch_node_status),
+            )
             .route(
                 "/apis/events.k8s.io/v1/namespaces/{ns}/events",
                 post(create_event),
@@ -169,6 +179,10 @@ impl FakeKube {
                 "/apis/authentication.k8s.io/v1/tokenreviews",
                 post(token_review),
             )
+            // Legacy discovery, so that `kubectl label/annotate/patch node` find the resource.
+            .route("/api", get(discovery_versions))
+            .route("/apis", get(discovery_groups))
+            .route("/api/v1", get(discovery_core))
             .route("/fake/node", get(hook_node))
             .route("/fake/events", get(hook_events))
             .route("/fake/requests", get(hook_requests))
@@ -349,7 +363,11 @@ impl World {
     }
 
     /// A strategic-merge write of the node's status subresource: only `status` changes, and
-    /// `status.conditions` merge by `type` (their patchMergeKey), as the real server does.
+    /// `status.conditions` merge by `type` (their patchMergeKey), as the real server does,
+    /// with the list directives: an element `{"type": X, "$patch": "delete"}` removes the
+    /// condition of type X (and only it; none there is no error), an element
+    /// `{"$patch": "replace"}` makes the list the patch's other elements, an unknown `$patch`
+    /// is 400; `$setElementOrder/conditions` (which kubectl sends) is accepted and ignored.
     fn write_status(&mut self, patch: &Value) -> Result<Value, Answer> {
         let Some(status) = patch.get("status").and_then(Value::as_object) else {
             return Err(bad_request("a status patch must carry status".into()));
@@ -359,6 +377,10 @@ impl World {
             next["status"] = json!({});
         }
         for (field, value) in status {
+            // kubectl's `$setElementOrder/<list>` only orders the list; the fake keeps its order.
+            if field.starts_with("$setElementOrder/") {
+                continue;
+            }
             if field != "conditions" {
                 merge(&mut next["status"][field.as_str()], value);
                 continue;
@@ -370,18 +392,49 @@ impl World {
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
+            // `{"$patch": "replace"}` as an element: the list becomes the patch's other elements.
+            let replace = items
+                .iter()
+                .any(|i| i.get("$patch") == Some(&json!("replace")));
+            if replace {
+                conditions.clear();
+            }
             for item in items {
-                let Some(kind) = item["type"].as_str() else {
-                    return Err(bad_request(
-                        "a condition needs its type (the merge key)".into(),
-                    ));
+                let mut item = item.clone();
+                let directive = item.as_object_mut().and_then(|m| m.remove("$patch"));
+                let directive = match &directive {
+                    None => "merge",
+                    Some(Value::String(d))
+                        if ["merge", "delete", "replace"].contains(&d.as_str()) =>
+                    {
+                        d.as_str()
+                    }
+                    Some(other) => {
+                        return Err(bad_request(format!("Unknown patch type: {other}")));
+                    }
                 };
+                if directive == "replace" {
+                    continue;
+                }
+                let Some(kind) = item["type"].as_str().map(str::to_string) else {
+                    return Err(bad_request(if directive == "delete" {
+                        "delete patch type with no merge key defined".into()
+                    } else {
+                        "a condition needs its type (the merge key)".into()
+                    }));
+                };
+                if directive == "delete" {
+                    // The element with that merge key goes, whatever else the patch says of
+                    // it; deleting one that is not there is no error.
+                    conditions.retain(|c| c["type"].as_str() != Some(kind.as_str()));
+                    continue;
+                }
                 match conditions
                     .iter_mut()
-                    .find(|c| c["type"].as_str() == Some(kind))
+                    .find(|c| c["type"].as_str() == Some(kind.as_str()))
                 {
-                    Some(existing) => merge(existing, item),
-                    None => conditions.push(item.clone()),
+                    Some(existing) => merge(existing, &item),
+                    None => conditions.push(item),
                 }
             }
             next["status"]["conditions"] = Value::Array(conditions);
@@ -1045,10 +1098,12 @@ async fn patch_node(
     if !world.allows("", "nodes", "patch") {
         return respond(forbidden("patch", "nodes", "", Some(&name), None));
     }
-    if media_type(&headers) != "application/merge-patch+json" {
+    let media = media_type(&headers);
+    let strategic = media == "application/strategic-merge-patch+json";
+    if media != "application/merge-patch+json" && !strategic {
         return respond(unsupported_media_type(
             "application/merge-patch+json",
-            "this fake implements only merge patch; ",
+            "this fake implements only merge patch (and strategic merge where it is the same); ",
             &headers,
         ));
     }
@@ -1059,6 +1114,14 @@ async fn patch_node(
         Ok(p) => p,
         Err(answer) => return respond(answer),
     };
+    if strategic && !strategic_is_merge(&patch) {
+        return respond(unsupported_media_type(
+            "application/merge-patch+json",
+            "this fake implements strategic merge of a Node only where it equals merge patch \
+             (no $ directive, no list with a merge strategy); ",
+            &headers,
+        ));
+    }
     if world.conflicts > 0 {
         world.conflicts -= 1;
         world.bump();
@@ -1293,6 +1356,60 @@ async fn unknown(
         "NotFound",
         "the server could not find the requested resource".into(),
         None,
+    ))
+}
+
+/// Whether a strategic-merge patch of a Node means exactly what the same JSON as a merge patch
+/// means: it carries no `$` directive and names none of the Node's lists that merge by key
+/// (`metadata.finalizers`, `metadata.ownerReferences`, `spec.podCIDRs`, and `status`, which this
+/// endpoint does not write). Labels and annotations are maps and `spec.taints` has no merge
+/// strategy (a list in the patch replaces it), so `kubectl taint`, `label` and `annotate` are.
+fn strategic_is_merge(patch: &Value) -> bool {
+    fn no_directive(v: &Value) -> bool {
+        match v {
+            Value::Object(m) => m
+                .iter()
+                .all(|(k, v)| !k.starts_with('$') && no_directive(v)),
+            Value::Array(items) => items.iter().all(no_directive),
+            _ => true,
+        }
+    }
+    no_directive(patch)
+        && patch.get("status").is_none()
+        && patch.pointer("/metadata/finalizers").is_none()
+        && patch.pointer("/metadata/ownerReferences").is_none()
+        && patch.pointer("/spec/podCIDRs").is_none()
+}
+
+/// `GET /api`: the core group's versions (legacy discovery; kubectl falls back to it when the
+/// answer is not the aggregated kind it asked for first). Not recorded: Vigil never asks.
+async fn discovery_versions() -> Response {
+    respond((
+        StatusCode::OK,
+        json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}
+        ]}),
+    ))
+}
+
+/// `GET /apis`: no named group is discoverable (kubectl needs none for nodes).
+async fn discovery_groups() -> Response {
+    respond((
+        StatusCode::OK,
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+    ))
+}
+
+/// `GET /api/v1`: the core resources this fake serves, with the verbs it implements.
+async fn discovery_core() -> Response {
+    respond((
+        StatusCode::OK,
+        json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+            {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
+             "verbs": ["get", "patch"], "shortNames": ["no"]},
+            {"name": "nodes/status", "singularName": "", "namespaced": false, "kind": "Node",
+             "verbs": ["get", "patch"]}
+        ]}),
     ))
 }
 

@@ -39,7 +39,8 @@ mod patch;
 
 pub use error::NodeError;
 use error::{is_conflict, is_not_found, Call};
-use patch::{conditions_patch, merge_patch};
+pub use patch::Cleanup;
+use patch::{cleanup_plan, conditions_patch, delete_conditions_patch, merge_patch};
 
 pub use crate::model::node::{EventType, NodeDesired, Taint};
 
@@ -208,6 +209,84 @@ impl KubeNodeApi {
             .map_err(|e| Call::PatchNodeStatus.error(node, e))?;
         tracing::info!(node, %patch, "patched node conditions");
         Ok(())
+    }
+
+    /// `vigil cleanup`: takes every label and annotation under `prefix`, the taints with
+    /// `taint_keys` and the conditions of `condition_types` off `node`, and nothing else; returns
+    /// what was (or, with `dry_run`, would be) removed — empty when nothing of Vigil's is left —
+    /// and which of `shared_labels` are set (named, never removed).
+    ///
+    /// Labels, annotations and taints are one merge patch of the Node (RBAC `patch nodes`), the
+    /// taint list written back whole with the resourceVersion precondition and re-read and
+    /// recomputed on a conflict, as the agent's reconcile does; the conditions are one
+    /// strategic-merge patch of the status (RBAC `patch nodes/status`) that deletes only them
+    /// (`$patch: delete` by their merge key, `type`).
+    pub async fn cleanup(
+        &self,
+        node: &str,
+        prefix: &str,
+        taint_keys: &[String],
+        condition_types: &[&str],
+        shared_labels: &[&str],
+        dry_run: bool,
+    ) -> Result<Cleanup, NodeError> {
+        let params = PatchParams {
+            field_manager: Some(COMPONENT.into()),
+            ..PatchParams::default()
+        };
+        let mut attempt = 1;
+        let mut backoff = Backoff::jittered(self.backoff_base, self.backoff_base * 64);
+        let plan = loop {
+            let current = self
+                .nodes
+                .get(node)
+                .await
+                .map_err(|e| Call::GetNode.error(node, e))?;
+            let current = serde_json::to_value(&current).map_err(|source| NodeError::Decode {
+                node: node.to_string(),
+                source,
+            })?;
+            let (plan, desired) =
+                cleanup_plan(&current, prefix, taint_keys, condition_types, shared_labels);
+            let patch = merge_patch(&current, &desired);
+            let Some(patch) = patch.filter(|_| !dry_run) else {
+                break plan;
+            };
+            if patch.pointer("/spec/taints").is_some()
+                && patch.pointer("/metadata/resourceVersion").is_none()
+            {
+                return Err(NodeError::NoResourceVersion {
+                    node: node.to_string(),
+                });
+            }
+            match self.nodes.patch(node, &params, &Patch::Merge(&patch)).await {
+                Ok(_) => {
+                    tracing::info!(node, %patch, "removed Vigil's labels, annotations and taints");
+                    break plan;
+                }
+                Err(e) if is_conflict(&e) && attempt < self.attempts => {
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    attempt += 1;
+                }
+                Err(e) if is_conflict(&e) => {
+                    return Err(NodeError::Conflict {
+                        node: node.to_string(),
+                        attempts: attempt,
+                    })
+                }
+                Err(e) => return Err(Call::PatchNode.error(node, e)),
+            }
+        };
+        if !dry_run {
+            if let Some(patch) = delete_conditions_patch(&plan.conditions) {
+                self.nodes
+                    .patch_status(node, &params, &Patch::Strategic(&patch))
+                    .await
+                    .map_err(|e| Call::PatchNodeStatus.error(node, e))?;
+                tracing::info!(node, %patch, "removed Vigil's conditions");
+            }
+        }
+        Ok(plan)
     }
 
     /// From the environment: the in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`,

@@ -3,6 +3,7 @@
 //! the key; other failures exit 1.
 
 mod beat;
+mod cleanup;
 mod config;
 pub mod demo;
 pub mod doctor;
@@ -118,6 +119,20 @@ pub enum Command {
     Doctor {
         #[command(flatten)]
         config: ConfigArg,
+    },
+    /// Uninstall from a Node what Vigil wrote there: every label and annotation under
+    /// `kubernetes.label_prefix`, Vigil's taints and its conditions (VigilMaintenance,
+    /// VigilGPUHealthy), and nothing else. Run it after `kubectl delete -k`, once per node;
+    /// a second run removes nothing and says so.
+    Cleanup {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The Node to clean (defaults to this node: NODE_NAME, or the config's node_name).
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// Print what would be removed and write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Replay the seed's night in seconds: a worker hangs, the alert posts, the timer persists,
     /// the restart runs, the cooldown keeps the booting worker safe, it recovers; then a
@@ -254,6 +269,11 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
         } => explain::run(&load(&config)?, node, limit).await,
         Command::Status { config, json } => status::run(&load(&config)?, json).await,
         Command::Doctor { config } => doctor::command(&load(&config)?).await,
+        Command::Cleanup {
+            config,
+            node,
+            dry_run,
+        } => cleanup::run(&load(&config)?, node, dry_run).await,
         Command::Demo { pace } => {
             let mut stdout = std::io::stdout();
             demo::run(&mut stdout, pace)

@@ -160,7 +160,7 @@ pub fn node_desired(
             on.then(|| "true".to_string()),
         );
     }
-    let taint_key = format!("{p}termination-imminent");
+    let taint_key = format!("{p}{TERMINATION_TAINT}");
     let (add_taints, remove_taints) = if k.taint_on_termination && st.phase == Phase::Terminating {
         (
             vec![Taint {
@@ -181,6 +181,24 @@ pub fn node_desired(
         conditions: vec![maintenance_condition(st)],
     }
 }
+
+/// The taint (after the label prefix) while termination is imminent.
+pub const TERMINATION_TAINT: &str = "termination-imminent";
+/// The taint (after the label prefix) while a GPU has failed.
+pub const GPU_FAILED_TAINT: &str = "gpu-failed";
+
+/// The keys of every taint Vigil may set on its Node (`vigil cleanup` removes these, whatever
+/// their effect).
+pub fn taint_keys(k: &KubernetesConfig) -> Vec<String> {
+    let p = &k.label_prefix;
+    vec![
+        format!("{p}{TERMINATION_TAINT}"),
+        format!("{p}{GPU_FAILED_TAINT}"),
+    ]
+}
+
+/// The types of every Node condition Vigil sets.
+pub const CONDITIONS: [&str; 2] = [MAINTENANCE_CONDITION, GPU_CONDITION];
 
 /// The condition type of the maintenance state.
 pub const MAINTENANCE_CONDITION: &str = "VigilMaintenance";
@@ -266,7 +284,7 @@ pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mu
         format!("{p}gpu-health-reasons"),
         (!reasons.is_empty()).then_some(reasons),
     );
-    let key = format!("{p}gpu-failed");
+    let key = format!("{p}{GPU_FAILED_TAINT}");
     if taint && report.monitoring && report.node == GpuHealth::Failed {
         d.add_taints.push(Taint {
             key,

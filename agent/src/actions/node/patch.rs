@@ -162,6 +162,120 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
     (out != existing).then_some(out)
 }
 
+/// What `vigil cleanup` takes off a Node: every label and annotation under Vigil's prefix, the
+/// taints with Vigil's keys (whatever their effect), and Vigil's conditions. Everything else
+/// (other writers' keys, a foreign taint with an effect Vigil also uses, kubelet's `Ready`, a
+/// node-problem-detector condition) is left as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cleanup {
+    pub labels: Vec<String>,
+    pub annotations: Vec<String>,
+    /// `key=value:effect` (or `key:effect`), as `kubectl describe node` shows a taint.
+    pub taints: Vec<String>,
+    /// Condition types.
+    pub conditions: Vec<String>,
+    /// `key=value` of labels Vigil may have set but that are not its alone (GKE's
+    /// `cloud.google.com/perform-maintenance`): left on the Node, named so a person can decide.
+    pub kept: Vec<String>,
+}
+
+impl Cleanup {
+    /// Nothing of Vigil's is on the Node ([`Cleanup::kept`] aside).
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+            && self.annotations.is_empty()
+            && self.taints.is_empty()
+            && self.conditions.is_empty()
+    }
+}
+
+/// Vigil's fields on `node` (pure): labels and annotations whose key starts with `prefix`, taints
+/// whose key is one of `taint_keys`, conditions whose type is one of `condition_types` (and, to
+/// be named but kept, the `shared_labels` that are set); and the
+/// [`NodeDesired`] that removes them (for [`merge_patch`], which adds the resourceVersion
+/// precondition when the taint list is rewritten).
+pub(crate) fn cleanup_plan(
+    node: &Value,
+    prefix: &str,
+    taint_keys: &[String],
+    condition_types: &[&str],
+    shared_labels: &[&str],
+) -> (Cleanup, NodeDesired) {
+    let keys = |pointer: &str| -> Vec<String> {
+        node.pointer(pointer)
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.keys()
+                    .filter(|k| k.starts_with(prefix))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut labels = keys("/metadata/labels");
+    labels.sort();
+    let mut annotations = keys("/metadata/annotations");
+    annotations.sort();
+    let taints: Vec<String> = node
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let key = t.get("key").and_then(Value::as_str)?;
+            if !taint_keys.iter().any(|k| k == key) {
+                return None;
+            }
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            Some(match t.get("value").and_then(Value::as_str) {
+                Some(v) if !v.is_empty() => format!("{key}={v}:{effect}"),
+                _ => format!("{key}:{effect}"),
+            })
+        })
+        .collect();
+    let conditions: Vec<String> = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("type").and_then(Value::as_str))
+        .filter(|kind| condition_types.contains(kind))
+        .map(str::to_string)
+        .collect();
+    let desired = NodeDesired {
+        labels: labels.iter().map(|k| (k.clone(), None)).collect(),
+        annotations: annotations.iter().map(|k| (k.clone(), None)).collect(),
+        add_taints: Vec::new(),
+        remove_taints: taint_keys.to_vec(),
+        conditions: Vec::new(),
+    };
+    let kept = shared_labels
+        .iter()
+        .filter_map(|k| {
+            let v = node.pointer("/metadata/labels")?.get(*k)?.as_str()?;
+            Some(format!("{k}={v}"))
+        })
+        .collect();
+    let plan = Cleanup {
+        labels,
+        annotations,
+        taints,
+        conditions,
+        kept,
+    };
+    (plan, desired)
+}
+
+/// The strategic-merge patch of the Node's status that deletes the conditions of these types,
+/// and only those (`$patch: delete` on the element with that merge key), or `None` for none.
+pub(crate) fn delete_conditions_patch(types: &[String]) -> Option<Value> {
+    let items: Vec<Value> = types
+        .iter()
+        .map(|t| serde_json::json!({ "type": t, "$patch": "delete" }))
+        .collect();
+    (!items.is_empty()).then(|| serde_json::json!({ "status": { "conditions": items } }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,5 +573,83 @@ mod tests {
         let patch = merge_patch(&n, &desired).expect("a first patch");
         apply(&mut n, &patch);
         assert_eq!(merge_patch(&n, &desired), None);
+    }
+
+    #[test]
+    fn cleanup_takes_only_vigils_fields() {
+        let mut n = node();
+        n["metadata"]["labels"]["vigil.dev/gpu-health"] = json!("failed");
+        n["metadata"]["labels"]["vigil.dev.example/other"] = json!("x");
+        n["spec"]["taints"] = json!([
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+            {"key": "vigil.dev/gpu-failed", "value": "true", "effect": "NoSchedule"},
+            {"key": "vigil.dev/termination-imminent", "effect": "NoExecute"},
+            {"key": "other", "effect": "NoSchedule"}
+        ]);
+        n["status"] = json!({"conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "VigilGPUHealthy", "status": "False"},
+            {"type": "KernelDeadlock", "status": "False"}
+        ]});
+        let keys = vec![
+            "vigil.dev/termination-imminent".to_string(),
+            "vigil.dev/gpu-failed".to_string(),
+        ];
+        let kinds = ["VigilGPUHealthy", "VigilMaintenance"];
+        n["metadata"]["labels"]["cloud.google.com/perform-maintenance"] = json!("true");
+        let shared = ["cloud.google.com/perform-maintenance"];
+        let (plan, desired) = cleanup_plan(&n, "vigil.dev/", &keys, &kinds, &shared);
+        assert_eq!(
+            plan,
+            Cleanup {
+                labels: vec![
+                    "vigil.dev/gpu-health".into(),
+                    "vigil.dev/maintenance".into()
+                ],
+                annotations: vec!["vigil.dev/window-start".into()],
+                taints: vec![
+                    "vigil.dev/gpu-failed=true:NoSchedule".into(),
+                    "vigil.dev/termination-imminent:NoExecute".into()
+                ],
+                conditions: vec!["VigilGPUHealthy".into()],
+                kept: vec!["cloud.google.com/perform-maintenance=true".into()],
+            }
+        );
+        let patch = merge_patch(&n, &desired).expect("a patch");
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {
+                    "labels": {"vigil.dev/gpu-health": null, "vigil.dev/maintenance": null},
+                    "annotations": {"vigil.dev/window-start": null},
+                    "resourceVersion": "7"
+                },
+                "spec": {"taints": [
+                    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                    {"key": "other", "effect": "NoSchedule"}
+                ]}
+            })
+        );
+        assert_eq!(
+            delete_conditions_patch(&plan.conditions),
+            Some(json!({"status": {"conditions": [
+                {"type": "VigilGPUHealthy", "$patch": "delete"}
+            ]}}))
+        );
+        assert_eq!(delete_conditions_patch(&[]), None);
+
+        // Nothing of Vigil's: an empty plan and no write.
+        let (plan, desired) = cleanup_plan(
+            &json!({"metadata": {"name": "n1"}}),
+            "vigil.dev/",
+            &keys,
+            &kinds,
+            &shared,
+        );
+        assert!(plan.is_empty());
+        assert_eq!(
+            merge_patch(&json!({"metadata": {"name": "n1"}}), &desired),
+            None
+        );
     }
 }
