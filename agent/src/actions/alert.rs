@@ -104,6 +104,34 @@ impl AlertKind {
         }
     }
 
+    /// Alert-only episodes (alerts of a condition, not of an incident): they end with the
+    /// episode.
+    pub(crate) fn is_episode(self) -> bool {
+        matches!(
+            self,
+            AlertKind::Unreachable
+                | AlertKind::Stalled
+                | AlertKind::GpuFailed
+                | AlertKind::Paused
+                | AlertKind::Exited
+        )
+    }
+
+    /// The `severity` label in Alertmanager: `page` for pages, `info` for what needs no
+    /// action, `warning` for the rest.
+    pub fn severity(self) -> &'static str {
+        if self.is_page() {
+            "page"
+        } else if matches!(
+            self,
+            AlertKind::Restarting | AlertKind::WouldRestart | AlertKind::Paused
+        ) {
+            "info"
+        } else {
+            "warning"
+        }
+    }
+
     /// Pages carry the configured mention: a person is needed now.
     pub(crate) fn is_page(self) -> bool {
         matches!(
@@ -209,7 +237,7 @@ impl Alert {
 }
 
 /// The end of `s`, at most `max` bytes, cut on a character boundary.
-fn tail_chars(s: &str, max: usize) -> &str {
+pub(crate) fn tail_chars(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -221,18 +249,75 @@ fn tail_chars(s: &str, max: usize) -> &str {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("webhook {url} failed after {attempts} attempt(s): {last}")]
+#[error("{sink} {url} failed after {attempts} attempt(s): {last}")]
 pub struct AlertError {
+    /// Which sink: `webhook` or `alertmanager`.
+    pub sink: &'static str,
     /// The webhook, redacted (`https://hooks.slack.com/***`): this error is logged.
     pub url: String,
     pub attempts: u32,
     pub last: String,
 }
 
+/// Which of a worker's alerts a condition's end resolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolve {
+    /// The incident ended with the worker healthy (recovered, or healthy after our restart):
+    /// every incident alert of the worker, escalations included.
+    Recovered,
+    /// The incident timer was cleared without the worker being healthy yet (our restart is
+    /// booting, maintenance, paused): its incident alerts, but not an escalation.
+    IncidentCleared,
+    /// An alert-only episode ended: the alerts of that kind (`stalled`, `unreachable`, ...).
+    Episode(AlertKind),
+}
+
+impl Resolve {
+    /// Does this end resolve an alert of `kind`?
+    pub fn covers(self, kind: AlertKind) -> bool {
+        match self {
+            Resolve::Episode(k) => k == kind,
+            Resolve::Recovered => !kind.is_episode(),
+            Resolve::IncidentCleared => !kind.is_episode() && kind != AlertKind::Escalation,
+        }
+    }
+}
+
 /// Somewhere alerts are delivered.
 #[async_trait]
 pub trait AlertSink: Send + Sync {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError>;
+
+    /// The condition behind `worker`'s alerts on `node` ended. Sinks that keep alerts open
+    /// (Alertmanager) resolve them; the others have nothing to do.
+    async fn resolve(&self, _node: &str, _worker: &str, _end: Resolve) {}
+}
+
+/// Several sinks (webhook and Alertmanager): every alert goes to each; the first error is
+/// returned after all were tried.
+pub struct Fanout(pub Vec<std::sync::Arc<dyn AlertSink>>);
+
+#[async_trait]
+impl AlertSink for Fanout {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
+        let mut first = Ok(());
+        for sink in &self.0 {
+            if let Err(e) = sink.send(alert).await {
+                if first.is_ok() {
+                    first = Err(e);
+                } else {
+                    tracing::error!(error = %e, "alert delivery failed");
+                }
+            }
+        }
+        first
+    }
+
+    async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        for sink in &self.0 {
+            sink.resolve(node, worker, end).await;
+        }
+    }
 }
 
 /// A Slack-compatible incoming webhook. Its URL carries the token: it is only ever shown
@@ -271,6 +356,7 @@ impl AlertSink for WebhookSink {
                 // A 4xx other than 429 will not get better by retrying.
                 Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
                     return Err(AlertError {
+                        sink: "webhook",
                         url: self.url.redacted(),
                         attempts: attempt + 1,
                         last: format!("HTTP {}", r.status()),
@@ -281,6 +367,7 @@ impl AlertSink for WebhookSink {
             }
         }
         Err(AlertError {
+            sink: "webhook",
             url: self.url.redacted(),
             attempts: self.attempts,
             last,
@@ -301,6 +388,13 @@ impl Notifier {
         metrics: std::sync::Arc<crate::observe::metrics::Metrics>,
     ) -> Self {
         Notifier { sink, metrics }
+    }
+
+    /// `worker`'s condition ended: sinks that keep alerts open resolve the ones it covers.
+    pub async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        if let Some(sink) = &self.sink {
+            sink.resolve(node, worker, end).await;
+        }
     }
 
     pub async fn send(&self, alert: &Alert) {

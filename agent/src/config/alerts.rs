@@ -13,6 +13,14 @@ pub struct AlertsConfig {
     /// Slack-compatible incoming webhook; empty: alerts go to the log only. A secret (the token
     /// is in its path or query): shown as `https://hooks.slack.com/***`.
     pub webhook_url: Secret<Webhook>,
+    /// Alertmanager's base URL (`http://alertmanager:9093`); empty: none. Alerts are posted to
+    /// its `/api/v2/alerts`, next to the webhook when both are set. A secret (it may carry
+    /// credentials): shown as `http://***@alertmanager:9093/***`.
+    pub alertmanager_url: Secret<Webhook>,
+    /// How often a worker's open alert is re-posted to Alertmanager; keep it below
+    /// Alertmanager's `resolve_timeout` (5m by default), or the alert resolves itself.
+    #[serde(with = "humantime_serde")]
+    pub alertmanager_repost: Duration,
     /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
     pub page_mention: String,
     #[serde(with = "humantime_serde")]
@@ -25,6 +33,8 @@ impl Default for AlertsConfig {
     fn default() -> Self {
         AlertsConfig {
             webhook_url: Secret::default(),
+            alertmanager_url: Secret::default(),
+            alertmanager_repost: Duration::from_secs(60),
             page_mention: "<!here>".into(),
             timeout: Duration::from_secs(10),
             attempts: 3,
@@ -40,8 +50,11 @@ pub(crate) fn alert_backoff(attempt: u32) -> Duration {
 
 impl AlertsConfig {
     /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 1] {
-        [("alerts.timeout", self.timeout)]
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 2] {
+        [
+            ("alerts.timeout", self.timeout),
+            ("alerts.alertmanager_repost", self.alertmanager_repost),
+        ]
     }
 
     /// At least one attempt, and a webhook that is an HTTP URL (or none).
@@ -53,6 +66,13 @@ impl AlertsConfig {
         let url = self.webhook_url.expose();
         if !url.is_empty() && !has_scheme(url, &["http://", "https://"]) {
             return bad("alerts.webhook_url", "must be an http:// or https:// URL");
+        }
+        let am = self.alertmanager_url.expose();
+        if !am.is_empty() && !has_scheme(am, &["http://", "https://"]) {
+            return bad(
+                "alerts.alertmanager_url",
+                "must be an http:// or https:// URL (Alertmanager's base, e.g. http://alertmanager:9093)",
+            );
         }
         Ok(())
     }
@@ -68,6 +88,14 @@ mod tests {
             ("[alerts]\nattempts = 0", "alerts.attempts"),
             ("[alerts]\nwebhook_url = \"slack\"", "alerts.webhook_url"),
             ("[alerts]\ntimeout = \"0s\"", "alerts.timeout"),
+            (
+                "[alerts]\nalertmanager_url = \"alertmanager:9093\"",
+                "alerts.alertmanager_url",
+            ),
+            (
+                "[alerts]\nalertmanager_repost = \"0s\"",
+                "alerts.alertmanager_repost",
+            ),
         ]);
     }
 }
