@@ -266,6 +266,9 @@ impl Config {
         if let Some(v) = env.get("VIGIL_WEBHOOK_URL") {
             self.alerts.webhook_url = v.into();
         }
+        if let Some(v) = env.get("VIGIL_ALERTMANAGER_URL") {
+            self.alerts.alertmanager_url = v.into();
+        }
         if let Some(v) = env.get("GCE_METADATA_HOST") {
             self.metadata.host = v;
         }
