@@ -93,7 +93,7 @@ check(env.get("VIGIL_CONFIG", {}).get("value") in want_cfg,
 check("--config" not in c.get("args", []) and "-c" not in c.get("args", []),
       "the config path is set once, by VIGIL_CONFIG")
 
-# One Secret, `vigil`: redis-url (required) and webhook-url (optional).
+# One Secret, `vigil`: redis-url (required), webhook-url and alertmanager-url (optional).
 refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "secretKeyRef" in e.get("valueFrom", {})}
 check(set(r["name"] for r in refs.values()) == {"vigil"}, f"every Secret reference names Secret `vigil`: {refs}")
 check(refs.get("REDIS_URL", {}).get("key") == "redis-url" and not refs["REDIS_URL"].get("optional"),
@@ -101,6 +101,9 @@ check(refs.get("REDIS_URL", {}).get("key") == "redis-url" and not refs["REDIS_UR
 check(refs.get("VIGIL_WEBHOOK_URL", {}).get("key") == "webhook-url"
       and refs["VIGIL_WEBHOOK_URL"].get("optional") is True,
       "VIGIL_WEBHOOK_URL comes from Secret vigil, key webhook-url, optional")
+check(refs.get("VIGIL_ALERTMANAGER_URL", {}).get("key") == "alertmanager-url"
+      and refs["VIGIL_ALERTMANAGER_URL"].get("optional") is True,
+      "VIGIL_ALERTMANAGER_URL comes from Secret vigil, key alertmanager-url, optional")
 
 # A critical priority class is admitted outside kube-system only with a ResourceQuota selecting it.
 pc = pod.get("priorityClassName", "")
