@@ -24,7 +24,10 @@ struct Alertmanager {
 
 impl Alertmanager {
     fn start() -> Alertmanager {
-        require(&[BIN], "the Alertmanager tests (scripts/setup.sh installs it)");
+        require(
+            &[BIN],
+            "the Alertmanager tests (scripts/setup.sh installs it)",
+        );
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("alertmanager.yml");
         std::fs::write(
@@ -36,7 +39,10 @@ impl Alertmanager {
         let child = Command::new(BIN)
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--cluster.listen-address=")
-            .arg(format!("--storage.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--config.file={}", config.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -52,7 +58,10 @@ impl Alertmanager {
             if ready(am.port) {
                 break;
             }
-            assert!(Instant::now() < deadline, "Alertmanager did not become ready");
+            assert!(
+                Instant::now() < deadline,
+                "Alertmanager did not become ready"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         am
@@ -119,12 +128,7 @@ async fn eventually(what: &str, mut ok: impl AsyncFnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
     let am = Alertmanager::start();
-    let sink = AlertmanagerSink::new(
-        &am.url(),
-        Duration::from_secs(5),
-        2,
-        Duration::from_secs(1),
-    );
+    let sink = AlertmanagerSink::new(&am.url(), Duration::from_secs(5), 2, Duration::from_secs(1));
 
     // The alert appears, with its labels and annotations.
     let hung = alert(AlertKind::Hung, "trainer-0", "inc-1");
@@ -139,7 +143,10 @@ async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
     assert_eq!(got["labels"]["severity"], "warning");
     assert_eq!(got["labels"]["incident"], "inc-1");
     let summary = got["annotations"]["summary"].as_str().unwrap();
-    assert!(summary.contains("hung on node gpu-node-1, worker trainer-0"), "{summary}");
+    assert!(
+        summary.contains("hung on node gpu-node-1, worker trainer-0"),
+        "{summary}"
+    );
     assert!(got["annotations"]["description"]
         .as_str()
         .unwrap()
@@ -169,7 +176,10 @@ async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
         .find(|a| a["labels"]["alertname"] == "vigil_restart_failed")
         .unwrap();
     assert_eq!(page["labels"]["severity"], "page");
-    assert_eq!(page["annotations"]["attempt"], "2", "the update's annotations");
+    assert_eq!(
+        page["annotations"]["attempt"], "2",
+        "the update's annotations"
+    );
 
     // Another worker's alert, which stays open.
     sink.send(&alert(AlertKind::Stalled, "trainer-1", "inc-2"))
@@ -186,8 +196,12 @@ async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
     .await;
 
     // An episode's end is not the incident's: nothing of trainer-0 resolves.
-    sink.resolve("gpu-node-1", "trainer-0", Resolve::Episode(AlertKind::Stalled))
-        .await;
+    sink.resolve(
+        "gpu-node-1",
+        "trainer-0",
+        Resolve::Episode(AlertKind::Stalled),
+    )
+    .await;
     assert_eq!(am.active("trainer-0").await.len(), 2);
 
     // The incident ends: both of its alerts resolve, and stay resolved (no re-post).

@@ -272,7 +272,11 @@ mod tests {
         let summary = p["annotations"]["summary"].as_str().unwrap();
         assert!(summary.starts_with("[vigil] restart-failed on node gpu-7, worker trainer-0"));
         let d = p["annotations"]["description"].as_str().unwrap();
-        assert!(d.ends_with("THE END") && d.len() < 2300, "logs truncated: {}", d.len());
+        assert!(
+            d.ends_with("THE END") && d.len() < 2300,
+            "logs truncated: {}",
+            d.len()
+        );
         assert_eq!(p["annotations"]["attempt"], "2");
         assert_eq!(p["annotations"]["container"], "trainer");
         let r = payload(&hung(), t0, Some(t0 + Duration::from_secs(90)));
@@ -283,7 +287,10 @@ mod tests {
     fn labels_leave_out_what_is_unknown_and_severity_follows_the_kind() {
         let a = Alert::new(AlertKind::BreakerOpen, "n", "x");
         let l = labels(&a);
-        assert_eq!(l.keys().copied().collect::<Vec<_>>(), ["alertname", "node", "severity"]);
+        assert_eq!(
+            l.keys().copied().collect::<Vec<_>>(),
+            ["alertname", "node", "severity"]
+        );
         assert_eq!(l["severity"], "warning");
         assert_eq!(AlertKind::Escalation.severity(), "page");
         assert_eq!(AlertKind::Restarting.severity(), "info");
@@ -310,7 +317,10 @@ mod tests {
         let sink = AlertmanagerSink::new(&url, Duration::from_secs(2), 1, Duration::from_secs(60));
         let err = sink.send(&hung()).await.unwrap_err().to_string();
         assert!(!err.contains("s3cret"), "{err}");
-        assert!(err.starts_with("alertmanager http://***@127.0.0.1:"), "{err}");
+        assert!(
+            err.starts_with("alertmanager http://***@127.0.0.1:"),
+            "{err}"
+        );
         assert_eq!(sink.open(), 1, "kept open: re-posted once it is reachable");
         sink.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
         assert_eq!(sink.open(), 0);
