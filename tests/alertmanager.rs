@@ -1,6 +1,7 @@
 //! Alertmanager as a sink, against a real Alertmanager (Debian's `prometheus-alertmanager`,
 //! installed by scripts/setup.sh) on free ports: the alert appears with its labels, a second
-//! post of it is the same alert, the open alert is re-posted, and the resolve ends it.
+//! post of it is the same alert, the open alert is re-posted, and the resolve ends it; and
+//! through the `vigil` binary (real Redis and Docker), a hung worker's alert arrives and resolves.
 
 mod common;
 
@@ -219,4 +220,79 @@ async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
         "the other worker's alert is still open"
     );
     assert_eq!(sink.open(), 1);
+}
+
+/// Through the `vigil` binary (real Redis and Docker): a hung worker's alerts reach Alertmanager
+/// with its labels, and resolve once our restart closed the incident.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_workers_alert_reaches_alertmanager_and_resolves_after_the_restart() {
+    use common::e2e::{ConfigParts, Setup};
+    use common::real::{beat, eventually, shared_redis_url, VigilProcess, WorkerContainer};
+
+    let am = Alertmanager::start();
+    let redis = shared_redis_url();
+    let s = Setup::new("am");
+    let tables = format!(
+        "[safety]\nlock_ttl = \"30s\"\n[alerts]\nalertmanager_url = \"{}\"\nalertmanager_repost = \"1s\"\nattempts = 2\ntimeout = \"2s\"\n",
+        am.url()
+    );
+    let cfg = s.write_config(ConfigParts {
+        policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
+        tables: &tables,
+        ..ConfigParts::default()
+    });
+    let container = WorkerContainer::start(&s.label, &s.worker);
+    let before = container.started_at();
+    let (code, out, err) = beat(
+        &cfg,
+        &s.worker,
+        "processing",
+        &["--job", "job-42", "--progress", "step-1"],
+        &[("REDIS_URL", &redis)],
+    );
+    assert_eq!(code, 0, "vigil beat failed: {out} {err}");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+
+    // The hung alert is in Alertmanager while the incident runs, with its labels.
+    let mut seen: Option<Value> = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.is_none() && Instant::now() < deadline {
+        seen = am
+            .active(&s.worker)
+            .await
+            .into_iter()
+            .find(|a| a["labels"]["alertname"] == "vigil_hung");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let hung = seen.unwrap_or_else(|| {
+        panic!(
+            "no vigil_hung in Alertmanager; agent log:\n{}",
+            agent.log_text()
+        )
+    });
+    assert_eq!(hung["labels"]["node"], s.node.as_str());
+    assert_eq!(hung["labels"]["severity"], "warning");
+    assert!(
+        hung["labels"]["incident"]
+            .as_str()
+            .is_some_and(|i| !i.is_empty()),
+        "{hung}"
+    );
+
+    let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
+    assert!(restarted, "no restart; agent log:\n{}", agent.log_text());
+    // Our restart closed the incident: its alerts (hung, restarting) are resolved.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let open = am.active(&s.worker).await;
+        if open.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still active after the restart: {open:?}\nagent log:\n{}",
+            agent.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -293,16 +293,18 @@ pub trait AlertSink: Send + Sync {
     async fn resolve(&self, _node: &str, _worker: &str, _end: Resolve) {}
 }
 
-/// Several sinks (webhook and Alertmanager): every alert goes to each; the first error is
-/// returned after all were tried.
+/// Several sinks (webhook and Alertmanager): every alert goes to each, at the same time (so a
+/// delivery takes no longer than the slowest sink's, as the node lock's TTL assumes); the first
+/// error is returned after all were tried, the others logged.
 pub struct Fanout(pub Vec<std::sync::Arc<dyn AlertSink>>);
 
 #[async_trait]
 impl AlertSink for Fanout {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
         let mut first = Ok(());
-        for sink in &self.0 {
-            if let Err(e) = sink.send(alert).await {
+        let sent = futures_util::future::join_all(self.0.iter().map(|s| s.send(alert))).await;
+        for result in sent {
+            if let Err(e) = result {
                 if first.is_ok() {
                     first = Err(e);
                 } else {

@@ -238,8 +238,18 @@ impl AlertSink for AlertmanagerSink {
             .iter()
             .map(|o| payload(&o.alert, o.starts_at, Some(now)))
             .collect();
-        if let Err(e) = self.inner.post(&body).await {
-            tracing::error!(error = %e, worker, "resolving alerts in Alertmanager failed; they expire after its resolve_timeout");
+        // NB: in the background: the engine resolves from inside the restart path, under the
+        // node lock, whose TTL is sized for one alert's delivery, not for this one too.
+        let inner = self.inner.clone();
+        let worker = worker.to_string();
+        let post = async move {
+            if let Err(e) = inner.post(&body).await {
+                tracing::error!(error = %e, worker, "resolving alerts in Alertmanager failed; they expire after its resolve_timeout");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(post)),
+            Err(_) => post.await,
         }
     }
 }

@@ -27,6 +27,15 @@ fn episode_kind(e: Episode) -> AlertKind {
 }
 
 impl RestartPath<'_> {
+    /// The worker's condition ended: the sinks that keep alerts open (Alertmanager) resolve
+    /// the alerts `end` covers.
+    pub(super) async fn resolve_alerts(&self, worker: &str, end: Resolve) {
+        self.ctx
+            .notifier
+            .resolve(self.ctx.keys.node(), worker, end)
+            .await;
+    }
+
     pub(super) async fn record_suspect(
         &mut self,
         case: &Case<'_>,
@@ -75,10 +84,7 @@ impl RestartPath<'_> {
             TimerEnd::Recovered => Resolve::Recovered,
             _ => Resolve::IncidentCleared,
         };
-        self.ctx
-            .notifier
-            .resolve(self.ctx.keys.node(), case.worker(), ended)
-            .await;
+        self.resolve_alerts(case.worker(), ended).await;
         self.note(now, about, code, why.to_string()).await
     }
 
@@ -92,10 +98,7 @@ impl RestartPath<'_> {
             .coord
             .del(&[self.ctx.keys.restarted(w), self.ctx.keys.escalated(w)])
             .await?;
-        self.ctx
-            .notifier
-            .resolve(self.ctx.keys.node(), w, Resolve::Recovered)
-            .await;
+        self.resolve_alerts(w, Resolve::Recovered).await;
         let detail = "worker healthy after our restart".to_string();
         self.note(now, case.about(), Code::Recovered, detail).await
     }
@@ -110,13 +113,7 @@ impl RestartPath<'_> {
             .coord
             .del(&[self.ctx.keys.episode(case.worker(), e.as_str())])
             .await?;
-        self.ctx
-            .notifier
-            .resolve(
-                self.ctx.keys.node(),
-                case.worker(),
-                Resolve::Episode(episode_kind(e)),
-            )
+        self.resolve_alerts(case.worker(), Resolve::Episode(episode_kind(e)))
             .await;
         let detail = format!("{} condition ended", e.as_str());
         self.note(now, case.about(), Code::EpisodeClosed, detail)
@@ -321,6 +318,7 @@ impl RestartPath<'_> {
                 .coord
                 .del(&[k.incident(w), k.suspect(w), k.error_since(w)])
                 .await?;
+            self.resolve_alerts(w, Resolve::IncidentCleared).await;
         }
         self.ctx
             .coord
