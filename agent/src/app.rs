@@ -163,12 +163,17 @@ fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, Run
     tracing::info!(runtime = %runtime.describe(), "{why}");
     let mut sinks: Vec<Arc<dyn AlertSink>> = Vec::new();
     if !cfg.alerts.webhook_url.is_empty() {
-        sinks.push(Arc::new(WebhookSink::new(
-            cfg.alerts.webhook_url.expose(),
-            &cfg.alerts.page_mention,
-            cfg.alerts.timeout,
-            cfg.alerts.attempts,
-        )));
+        let a = &cfg.alerts;
+        sinks.push(Arc::new(
+            WebhookSink::new(
+                a.webhook_url.expose(),
+                &a.page_mention,
+                a.timeout,
+                a.attempts,
+            )
+            .with_format(a.format, a.routing_key.expose())
+            .with_headers(a.headers.iter().map(|(n, v)| (n.as_str(), v.expose()))),
+        ));
     }
     if !cfg.alerts.alertmanager_url.is_empty() {
         sinks.push(Arc::new(AlertmanagerSink::new(

@@ -1,11 +1,22 @@
 //! `[alerts]`: where alerts go and how hard delivery tries.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{bad, has_scheme, ConfigError};
-use crate::redact::{Secret, Webhook};
+use crate::redact::{Hidden, Secret, Webhook};
+
+/// The body a webhook gets (`alerts.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Slack,
+    Pagerduty,
+    Json,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -21,6 +32,17 @@ pub struct AlertsConfig {
     /// Alertmanager's `resolve_timeout` (5m by default), or the alert resolves itself.
     #[serde(with = "humantime_serde")]
     pub alertmanager_repost: Duration,
+    /// The webhook's body: `slack` (Slack-compatible `text`, and `vigil`), `pagerduty` (an
+    /// Events API v2 event: trigger, then resolve when the incident ends) or `json` (the alert's
+    /// fields, with `summary` and `status`).
+    pub format: WebhookFormat,
+    /// The PagerDuty integration's routing key (`format = "pagerduty"`). A secret: shown as
+    /// `***`; env `VIGIL_PAGERDUTY_ROUTING_KEY` (from the Secret `vigil`).
+    pub routing_key: Secret<Hidden>,
+    /// Extra HTTP headers on every webhook request (`Authorization = "Bearer …"`). Secrets: the
+    /// values are shown as `***`; env `VIGIL_WEBHOOK_HEADERS` (`Name: value` lines, from the
+    /// Secret `vigil`) adds to them.
+    pub headers: BTreeMap<String, Secret<Hidden>>,
     /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
     pub page_mention: String,
     #[serde(with = "humantime_serde")]
@@ -35,6 +57,9 @@ impl Default for AlertsConfig {
             webhook_url: Secret::default(),
             alertmanager_url: Secret::default(),
             alertmanager_repost: Duration::from_secs(60),
+            format: WebhookFormat::Slack,
+            routing_key: Secret::default(),
+            headers: BTreeMap::new(),
             page_mention: "<!here>".into(),
             timeout: Duration::from_secs(10),
             attempts: 3,
@@ -67,6 +92,29 @@ impl AlertsConfig {
         if !url.is_empty() && !has_scheme(url, &["http://", "https://"]) {
             return bad("alerts.webhook_url", "must be an http:// or https:// URL");
         }
+        if self.format == WebhookFormat::Pagerduty
+            && !self.webhook_url.is_empty()
+            && self.routing_key.is_empty()
+        {
+            return bad(
+                "alerts.routing_key",
+                "is needed with format = \"pagerduty\" (the integration's routing key, or env VIGIL_PAGERDUTY_ROUTING_KEY)",
+            );
+        }
+        for (name, value) in &self.headers {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return bad(
+                    "alerts.headers",
+                    "a header name is not a valid HTTP header name",
+                );
+            }
+            if reqwest::header::HeaderValue::from_str(value.expose()).is_err() {
+                return bad(
+                    "alerts.headers",
+                    format!("the value of {name} is not a valid HTTP header value"),
+                );
+            }
+        }
         let am = self.alertmanager_url.expose();
         if !am.is_empty() && !has_scheme(am, &["http://", "https://"]) {
             return bad(
@@ -96,6 +144,12 @@ mod tests {
                 "[alerts]\nalertmanager_repost = \"0s\"",
                 "alerts.alertmanager_repost",
             ),
+            (
+                "[alerts]\nwebhook_url = \"https://events.pagerduty.com/v2/enqueue\"\nformat = \"pagerduty\"",
+                "alerts.routing_key",
+            ),
+            ("[alerts.headers]\n\"X Bad\" = \"v\"", "alerts.headers"),
+            ("[alerts]\nformat = \"teams\"", "alerts.format"),
         ]);
     }
 }
