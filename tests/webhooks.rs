@@ -13,15 +13,18 @@ use serde_json::Value;
 use vigil::actions::alert::{Alert, AlertKind, AlertSink, Resolve, WebhookSink};
 use vigil::config::{Config, WebhookFormat};
 
+/// One request: its headers (lower-case names) and JSON body.
+type Request = (HashMap<String, String>, Value);
+
 /// A sink that keeps each request's headers and JSON body.
 struct Sink {
     url: String,
-    got: Arc<Mutex<Vec<(HashMap<String, String>, Value)>>>,
+    got: Arc<Mutex<Vec<Request>>>,
 }
 
 impl Sink {
     async fn start() -> Sink {
-        let got: Arc<Mutex<Vec<(HashMap<String, String>, Value)>>> = Arc::default();
+        let got: Arc<Mutex<Vec<Request>>> = Arc::default();
         let kept = got.clone();
         let app = axum::Router::new().route(
             "/hook",
@@ -47,11 +50,11 @@ impl Sink {
         }
     }
 
-    fn got(&self) -> Vec<(HashMap<String, String>, Value)> {
+    fn got(&self) -> Vec<Request> {
         self.got.lock().unwrap().clone()
     }
 
-    async fn wait_for(&self, n: usize) -> Vec<(HashMap<String, String>, Value)> {
+    async fn wait_for(&self, n: usize) -> Vec<Request> {
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.got().len() < n {
             assert!(

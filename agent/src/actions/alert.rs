@@ -338,8 +338,11 @@ pub struct WebhookSink {
     headers: reqwest::header::HeaderMap,
     /// PagerDuty: the open events of each worker, (node, worker) → (kind, dedup key), resolved
     /// when the condition ends.
-    open: std::sync::Mutex<BTreeMap<(String, String), Vec<(AlertKind, String)>>>,
+    open: std::sync::Mutex<OpenEvents>,
 }
+
+/// PagerDuty's open events: (node, worker) → (kind, dedup key) of each.
+type OpenEvents = BTreeMap<(String, String), Vec<(AlertKind, String)>>;
 
 /// The PagerDuty `dedup_key` of an alert: its incident, else node, worker and kind.
 pub fn dedup_key(alert: &Alert) -> String {
