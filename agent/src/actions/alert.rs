@@ -1,5 +1,8 @@
 //! Alerts and pages: every alert is a log line; with a webhook configured it is also posted as a
-//! Slack-compatible JSON body (`text` for humans, `vigil` for machines), with retry and timeout.
+//! Slack-compatible JSON body (`text` for humans, `vigil` for machines), a PagerDuty Events v2
+//! event or generic JSON (`alerts.format`), with retry and timeout; with Alertmanager
+//! configured, there too (`super::alertmanager`). Sinks that keep alerts open (Alertmanager,
+//! PagerDuty) resolve them when the engine says the condition ended ([`Resolve`]).
 //!
 //! De-duplication is *not* done here: the pipeline decides, with shared keys, whether an alert is
 //! the first for its incident. A sink only delivers.
