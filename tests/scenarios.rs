@@ -428,6 +428,27 @@ async fn the_incidents_end_resolves_its_alerts_in_the_sinks() {
         resolved.contains(&("trainer-0".into(), Resolve::Recovered)),
         "healthy after our restart: the incident's alerts resolve: {resolved:?}"
     );
+    assert!(!resolved.contains(&("trainer-0".into(), Resolve::Gone)));
+}
+
+#[tokio::test]
+async fn a_removed_workers_open_alerts_resolve() {
+    let mut w = World::new(|_| {});
+    w.run_for(mins(60)).await;
+    assert_eq!(w.sink.count(AlertKind::Unreachable), 1);
+    assert!(!w
+        .sink
+        .resolved()
+        .contains(&("trainer-0".into(), Resolve::Gone)));
+    w.runtime.remove("c1");
+    w.tick().await;
+    assert!(
+        w.sink
+            .resolved()
+            .contains(&("trainer-0".into(), Resolve::Gone)),
+        "its container is gone: {:?}",
+        w.sink.resolved()
+    );
 }
 
 #[tokio::test]

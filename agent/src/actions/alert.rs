@@ -276,6 +276,8 @@ pub enum Resolve {
     IncidentCleared,
     /// An alert-only episode ended: the alerts of that kind (`stalled`, `unreachable`, ...).
     Episode(AlertKind),
+    /// The worker is no longer on the node (its container is gone): all of its alerts.
+    Gone,
 }
 
 impl Resolve {
@@ -283,6 +285,7 @@ impl Resolve {
     pub fn covers(self, kind: AlertKind) -> bool {
         match self {
             Resolve::Episode(k) => k == kind,
+            Resolve::Gone => true,
             Resolve::Recovered => !kind.is_episode(),
             Resolve::IncidentCleared => !kind.is_episode() && kind != AlertKind::Escalation,
         }
@@ -297,6 +300,11 @@ pub trait AlertSink: Send + Sync {
     /// The condition behind `worker`'s alerts on `node` ended. Sinks that keep alerts open
     /// (Alertmanager) resolve them; the others have nothing to do.
     async fn resolve(&self, _node: &str, _worker: &str, _end: Resolve) {}
+
+    /// The workers of `node` with alerts kept open here (none for sinks that keep none).
+    fn open_workers(&self, _node: &str) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Several sinks (webhook and Alertmanager): every alert goes to each, at the same time (so a
@@ -325,6 +333,13 @@ impl AlertSink for Fanout {
         for sink in &self.0 {
             sink.resolve(node, worker, end).await;
         }
+    }
+
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        let mut all: Vec<String> = self.0.iter().flat_map(|s| s.open_workers(node)).collect();
+        all.sort();
+        all.dedup();
+        all
     }
 }
 
@@ -527,6 +542,17 @@ impl AlertSink for WebhookSink {
         self.post(&self.body(alert)).await
     }
 
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        match self.open.lock() {
+            Ok(open) => open
+                .keys()
+                .filter(|(n, _)| n == node)
+                .map(|(_, w)| w.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// PagerDuty: resolve the events the end covers (one per dedup key); a dedup key still used
     /// by an alert the end does not cover (an escalation of the same incident) stays open.
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
@@ -597,6 +623,17 @@ impl Notifier {
     pub async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
         if let Some(sink) = &self.sink {
             sink.resolve(node, worker, end).await;
+        }
+    }
+
+    /// The workers on `node` now (this cycle's roster): the open alerts of any other worker
+    /// (its container gone) are resolved.
+    pub async fn retain(&self, node: &str, present: &std::collections::HashSet<String>) {
+        let Some(sink) = &self.sink else { return };
+        for worker in sink.open_workers(node) {
+            if !present.contains(&worker) {
+                sink.resolve(node, &worker, Resolve::Gone).await;
+            }
         }
     }
 

@@ -214,6 +214,20 @@ impl AlertSink for AlertmanagerSink {
         self.inner.post(&[payload(alert, starts_at, None)]).await
     }
 
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        let Ok(open) = self.inner.open.lock() else {
+            return Vec::new();
+        };
+        let mut all: Vec<String> = open
+            .values()
+            .filter(|o| o.alert.node == node)
+            .filter_map(|o| o.alert.worker.clone())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
         let ended: Vec<Open> = match self.inner.open.lock() {
             Ok(mut open) => {
@@ -315,6 +329,9 @@ mod tests {
         assert!(!Resolve::Recovered.covers(AlertKind::Stalled));
         assert!(Resolve::Episode(AlertKind::Stalled).covers(AlertKind::Stalled));
         assert!(!Resolve::Episode(AlertKind::Stalled).covers(AlertKind::Hung));
+        assert!(
+            Resolve::Gone.covers(AlertKind::Escalation) && Resolve::Gone.covers(AlertKind::Exited)
+        );
     }
 
     #[tokio::test]
@@ -332,6 +349,8 @@ mod tests {
             "{err}"
         );
         assert_eq!(sink.open(), 1, "kept open: re-posted once it is reachable");
+        assert_eq!(sink.open_workers("gpu-7"), ["trainer-0"]);
+        assert!(sink.open_workers("gpu-8").is_empty());
         sink.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
         assert_eq!(sink.open(), 0);
     }

@@ -60,6 +60,28 @@ impl AlertSink for RecordingSink {
         Ok(())
     }
 
+    /// The workers with alerts here and no `Gone` since.
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        let gone: Vec<String> = self
+            .resolved()
+            .into_iter()
+            .filter(|(_, e)| *e == Resolve::Gone)
+            .map(|(w, _)| w)
+            .collect();
+        let mut open: Vec<String> = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.node == node)
+            .filter_map(|a| a.worker.clone())
+            .filter(|w| !gone.contains(w))
+            .collect();
+        open.sort();
+        open.dedup();
+        open
+    }
+
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
         self.1
             .lock()
