@@ -93,7 +93,8 @@ check(env.get("VIGIL_CONFIG", {}).get("value") in want_cfg,
 check("--config" not in c.get("args", []) and "-c" not in c.get("args", []),
       "the config path is set once, by VIGIL_CONFIG")
 
-# One Secret, `vigil`: redis-url (required) and webhook-url (optional).
+# One Secret, `vigil`: redis-url (required); webhook-url, alertmanager-url, pagerduty-routing-key
+# and webhook-headers (optional).
 refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "secretKeyRef" in e.get("valueFrom", {})}
 check(set(r["name"] for r in refs.values()) == {"vigil"}, f"every Secret reference names Secret `vigil`: {refs}")
 check(refs.get("REDIS_URL", {}).get("key") == "redis-url" and not refs["REDIS_URL"].get("optional"),
@@ -101,6 +102,12 @@ check(refs.get("REDIS_URL", {}).get("key") == "redis-url" and not refs["REDIS_UR
 check(refs.get("VIGIL_WEBHOOK_URL", {}).get("key") == "webhook-url"
       and refs["VIGIL_WEBHOOK_URL"].get("optional") is True,
       "VIGIL_WEBHOOK_URL comes from Secret vigil, key webhook-url, optional")
+check(refs.get("VIGIL_ALERTMANAGER_URL", {}).get("key") == "alertmanager-url"
+      and refs["VIGIL_ALERTMANAGER_URL"].get("optional") is True,
+      "VIGIL_ALERTMANAGER_URL comes from Secret vigil, key alertmanager-url, optional")
+for var, key in (("VIGIL_PAGERDUTY_ROUTING_KEY", "pagerduty-routing-key"), ("VIGIL_WEBHOOK_HEADERS", "webhook-headers")):
+    check(refs.get(var, {}).get("key") == key and refs[var].get("optional") is True,
+          f"{var} comes from Secret vigil, key {key}, optional")
 
 # A critical priority class is admitted outside kube-system only with a ResourceQuota selecting it.
 pc = pod.get("priorityClassName", "")

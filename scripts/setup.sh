@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing Vigil need, when it is missing (Debian/Ubuntu, as root or
 # through sudo): protobuf-compiler (the CRI protos are compiled at build time), redis-server,
-# busybox-static (the e2e tests build their tiny images from it), prometheus (promtool), spin,
+# busybox-static (the e2e tests build their tiny images from it), prometheus (promtool),
+# prometheus-alertmanager (tests/alertmanager.rs posts alerts to a real one), spin,
 # containerd, runc and containernetworking-plugins (the CRI tests run a private containerd, some
 # pods on a bridge pod network), podman (the Podman tests run a private `podman system service`),
 # jq, python3-venv; then the Python tools in a virtual environment of the repository, .venv (never
@@ -31,6 +32,7 @@ else
   [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || packages+=(busybox-static)
 fi
 command -v promtool >/dev/null || packages+=(prometheus)
+command -v prometheus-alertmanager >/dev/null || packages+=(prometheus-alertmanager)
 command -v spin >/dev/null || packages+=(spin)
 command -v protoc >/dev/null || packages+=(protobuf-compiler)
 command -v containerd >/dev/null || packages+=(containerd)

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingSink, Switchable};
 use common::wiring::{node_config, write_record};
-use vigil::actions::alert::{AlertKind, Notifier};
+use vigil::actions::alert::{AlertKind, Notifier, Resolve};
 use vigil::clock::{utc_day, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
@@ -411,6 +411,47 @@ async fn recovery_after_restart_never_escalates() {
 }
 
 #[tokio::test]
+async fn the_incidents_end_resolves_its_alerts_in_the_sinks() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await;
+    assert!(w.sink.count(AlertKind::Hung) >= 1);
+    let resolved = w.sink.resolved();
+    assert!(
+        !resolved.contains(&("trainer-0".into(), Resolve::Recovered)),
+        "not recovered yet: {resolved:?}"
+    );
+    w.run_for(mins(2)).await;
+    w.beat("trainer-0", "processing", "step-2").await;
+    w.beat_and_tick(80, "processing", "step-2").await;
+    let resolved = w.sink.resolved();
+    assert!(
+        resolved.contains(&("trainer-0".into(), Resolve::Recovered)),
+        "healthy after our restart: the incident's alerts resolve: {resolved:?}"
+    );
+    assert!(!resolved.contains(&("trainer-0".into(), Resolve::Gone)));
+}
+
+#[tokio::test]
+async fn a_removed_workers_open_alerts_resolve() {
+    let mut w = World::new(|_| {});
+    w.run_for(mins(60)).await;
+    assert_eq!(w.sink.count(AlertKind::Unreachable), 1);
+    assert!(!w
+        .sink
+        .resolved()
+        .contains(&("trainer-0".into(), Resolve::Gone)));
+    w.runtime.remove("c1");
+    w.tick().await;
+    assert!(
+        w.sink
+            .resolved()
+            .contains(&("trainer-0".into(), Resolve::Gone)),
+        "its container is gone: {:?}",
+        w.sink.resolved()
+    );
+}
+
+#[tokio::test]
 async fn scenario_g_failed_restart_pages_at_once_and_retries_next_cycle() {
     let mut w = World::new(|_| {});
     w.runtime.fail_next_restarts(1);
@@ -518,6 +559,13 @@ async fn scenario_h_missing_record_alerts_once_and_never_restarts() {
     w.store.del(&[w.keys.status("trainer-0")]).await.unwrap();
     w.tick().await;
     assert_eq!(w.sink.count(AlertKind::Unreachable), 2);
+    assert!(
+        w.sink
+            .resolved()
+            .contains(&("trainer-0".into(), Resolve::Episode(AlertKind::Unreachable))),
+        "the episode's end resolves its alert: {:?}",
+        w.sink.resolved()
+    );
 }
 
 #[tokio::test]

@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::actions::alert::{AlertSink, Notifier, WebhookSink};
+use crate::actions::alert::{AlertSink, Fanout, Notifier, WebhookSink};
+use crate::actions::alertmanager::AlertmanagerSink;
 use crate::actions::node::{KubeNodeApi, NodeApi};
 use crate::clock::SystemClock;
 use crate::config::{Config, LogFormat, ProcessEnv, Switch, WorkerAuth};
@@ -160,14 +161,33 @@ fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, Run
     };
     let (runtime, why) = crate::runtime::connect(cfg, pods).map_err(RunError)?;
     tracing::info!(runtime = %runtime.describe(), "{why}");
-    let sink: Option<Arc<dyn AlertSink>> = (!cfg.alerts.webhook_url.is_empty()).then(|| {
-        Arc::new(WebhookSink::new(
-            cfg.alerts.webhook_url.expose(),
-            &cfg.alerts.page_mention,
+    let mut sinks: Vec<Arc<dyn AlertSink>> = Vec::new();
+    if !cfg.alerts.webhook_url.is_empty() {
+        let a = &cfg.alerts;
+        sinks.push(Arc::new(
+            WebhookSink::new(
+                a.webhook_url.expose(),
+                &a.page_mention,
+                a.timeout,
+                a.attempts,
+            )
+            .with_format(a.format, a.routing_key.expose())
+            .with_headers(a.headers.iter().map(|(n, v)| (n.as_str(), v.expose()))),
+        ));
+    }
+    if !cfg.alerts.alertmanager_url.is_empty() {
+        sinks.push(Arc::new(AlertmanagerSink::new(
+            cfg.alerts.alertmanager_url.expose(),
             cfg.alerts.timeout,
             cfg.alerts.attempts,
-        )) as Arc<dyn AlertSink>
-    });
+            cfg.alerts.alertmanager_repost,
+        )));
+    }
+    let sink: Option<Arc<dyn AlertSink>> = match sinks.len() {
+        0 => None,
+        1 => sinks.pop(),
+        _ => Some(Arc::new(Fanout(sinks))),
+    };
     Ok(Adapters {
         coord,
         runtime,

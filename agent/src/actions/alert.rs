@@ -1,5 +1,8 @@
 //! Alerts and pages: every alert is a log line; with a webhook configured it is also posted as a
-//! Slack-compatible JSON body (`text` for humans, `vigil` for machines), with retry and timeout.
+//! Slack-compatible JSON body (`text` for humans, `vigil` for machines), a PagerDuty Events v2
+//! event or generic JSON (`alerts.format`), with retry and timeout; with Alertmanager
+//! configured, there too (`super::alertmanager`). Sinks that keep alerts open (Alertmanager,
+//! PagerDuty) resolve them when the engine says the condition ended ([`Resolve`]).
 //!
 //! De-duplication is *not* done here: the pipeline decides, with shared keys, whether an alert is
 //! the first for its incident. A sink only delivers.
@@ -9,7 +12,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::redact::{Secret, Webhook};
+use std::collections::BTreeMap;
+
+use crate::config::WebhookFormat;
+use crate::redact::{Hidden, Secret, Webhook};
 
 /// What an alert is about. The names are stable: they appear in metrics and in the webhook body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -101,6 +107,34 @@ impl AlertKind {
             AlertKind::Paused => "paused",
             AlertKind::Exited => "exited",
             AlertKind::NotRestartable => "not-restartable",
+        }
+    }
+
+    /// Alert-only episodes (alerts of a condition, not of an incident): they end with the
+    /// episode.
+    pub(crate) fn is_episode(self) -> bool {
+        matches!(
+            self,
+            AlertKind::Unreachable
+                | AlertKind::Stalled
+                | AlertKind::GpuFailed
+                | AlertKind::Paused
+                | AlertKind::Exited
+        )
+    }
+
+    /// The `severity` label in Alertmanager: `page` for pages, `info` for what needs no
+    /// action, `warning` for the rest.
+    pub fn severity(self) -> &'static str {
+        if self.is_page() {
+            "page"
+        } else if matches!(
+            self,
+            AlertKind::Restarting | AlertKind::WouldRestart | AlertKind::Paused
+        ) {
+            "info"
+        } else {
+            "warning"
         }
     }
 
@@ -209,7 +243,7 @@ impl Alert {
 }
 
 /// The end of `s`, at most `max` bytes, cut on a character boundary.
-fn tail_chars(s: &str, max: usize) -> &str {
+pub(crate) fn tail_chars(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -221,27 +255,186 @@ fn tail_chars(s: &str, max: usize) -> &str {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("webhook {url} failed after {attempts} attempt(s): {last}")]
+#[error("{sink} {url} failed after {attempts} attempt(s): {last}")]
 pub struct AlertError {
+    /// Which sink: `webhook` or `alertmanager`.
+    pub sink: &'static str,
     /// The webhook, redacted (`https://hooks.slack.com/***`): this error is logged.
     pub url: String,
     pub attempts: u32,
     pub last: String,
 }
 
+/// Which of a worker's alerts a condition's end resolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolve {
+    /// The incident ended with the worker healthy (recovered, or healthy after our restart):
+    /// every incident alert of the worker, escalations included.
+    Recovered,
+    /// The incident timer was cleared without the worker being healthy yet (our restart is
+    /// booting, maintenance, paused): its incident alerts, but not an escalation.
+    IncidentCleared,
+    /// An alert-only episode ended: the alerts of that kind (`stalled`, `unreachable`, ...).
+    Episode(AlertKind),
+    /// The worker is no longer on the node (its container is gone): all of its alerts.
+    Gone,
+}
+
+impl Resolve {
+    /// Does this end resolve an alert of `kind`?
+    pub fn covers(self, kind: AlertKind) -> bool {
+        match self {
+            Resolve::Episode(k) => k == kind,
+            Resolve::Gone => true,
+            Resolve::Recovered => !kind.is_episode(),
+            Resolve::IncidentCleared => !kind.is_episode() && kind != AlertKind::Escalation,
+        }
+    }
+}
+
 /// Somewhere alerts are delivered.
 #[async_trait]
 pub trait AlertSink: Send + Sync {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError>;
+
+    /// The condition behind `worker`'s alerts on `node` ended. Sinks that keep alerts open
+    /// (Alertmanager) resolve them; the others have nothing to do.
+    async fn resolve(&self, _node: &str, _worker: &str, _end: Resolve) {}
+
+    /// The workers of `node` with alerts kept open here (none for sinks that keep none).
+    fn open_workers(&self, _node: &str) -> Vec<String> {
+        Vec::new()
+    }
 }
 
-/// A Slack-compatible incoming webhook. Its URL carries the token: it is only ever shown
-/// redacted, and a failed delivery says why without it.
+/// Several sinks (webhook and Alertmanager): every alert goes to each, at the same time (so a
+/// delivery takes no longer than the slowest sink's, as the node lock's TTL assumes); the first
+/// error is returned after all were tried, the others logged.
+pub struct Fanout(pub Vec<std::sync::Arc<dyn AlertSink>>);
+
+#[async_trait]
+impl AlertSink for Fanout {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
+        let mut first = Ok(());
+        let sent = futures_util::future::join_all(self.0.iter().map(|s| s.send(alert))).await;
+        for result in sent {
+            if let Err(e) = result {
+                if first.is_ok() {
+                    first = Err(e);
+                } else {
+                    tracing::error!(error = %e, "alert delivery failed");
+                }
+            }
+        }
+        first
+    }
+
+    async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        for sink in &self.0 {
+            sink.resolve(node, worker, end).await;
+        }
+    }
+
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        let mut all: Vec<String> = self.0.iter().flat_map(|s| s.open_workers(node)).collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+}
+
+/// A webhook: Slack-compatible by default, or PagerDuty Events v2 or generic JSON
+/// (`alerts.format`). Its URL carries the token: it is only ever shown redacted, and a failed
+/// delivery says why without it; so are the routing key and the extra headers' values.
 pub struct WebhookSink {
     url: Secret<Webhook>,
     mention: String,
     attempts: u32,
     http: reqwest::Client,
+    format: WebhookFormat,
+    routing_key: Secret<Hidden>,
+    headers: reqwest::header::HeaderMap,
+    /// PagerDuty: the open events of each worker, (node, worker) → (kind, dedup key), resolved
+    /// when the condition ends.
+    open: std::sync::Mutex<OpenEvents>,
+}
+
+/// PagerDuty's open events: (node, worker) → (kind, dedup key) of each.
+type OpenEvents = BTreeMap<(String, String), Vec<(AlertKind, String)>>;
+
+/// The PagerDuty `dedup_key` of an alert: its incident, else node, worker and kind.
+pub fn dedup_key(alert: &Alert) -> String {
+    match &alert.incident {
+        Some(i) => format!("vigil/{i}"),
+        None => format!(
+            "vigil/{}/{}/{}",
+            alert.node,
+            alert.worker.as_deref().unwrap_or("-"),
+            alert.kind.as_str()
+        ),
+    }
+}
+
+/// A PagerDuty Events API v2 event that triggers (or updates) the alert's incident.
+pub fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json::Value {
+    let severity = match alert.kind.severity() {
+        "page" => "critical",
+        "info" => "info",
+        _ => "warning",
+    };
+    let mut summary = alert.summary();
+    if summary.len() > 1024 {
+        let mut end = 1021;
+        while !summary.is_char_boundary(end) {
+            end -= 1;
+        }
+        summary.truncate(end);
+        summary.push_str("...");
+    }
+    let mut details = serde_json::to_value(alert).unwrap_or_default();
+    if let Some(logs) = alert.logs.as_deref() {
+        details["logs"] = serde_json::json!(tail_chars(logs, 3000));
+    }
+    let mut payload = serde_json::json!({
+        "summary": summary,
+        "source": alert.node,
+        "severity": severity,
+        "class": alert.kind.as_str(),
+        "custom_details": details,
+    });
+    if let Some(w) = &alert.worker {
+        payload["component"] = serde_json::json!(w);
+    }
+    if let Some(j) = &alert.job {
+        payload["group"] = serde_json::json!(j);
+    }
+    serde_json::json!({
+        "routing_key": routing_key,
+        "event_action": "trigger",
+        "dedup_key": dedup_key(alert),
+        "payload": payload,
+    })
+}
+
+/// A PagerDuty Events API v2 event that resolves the incident of `dedup_key`.
+pub fn pagerduty_resolve(dedup_key: &str, routing_key: &str) -> serde_json::Value {
+    serde_json::json!({
+        "routing_key": routing_key,
+        "event_action": "resolve",
+        "dedup_key": dedup_key,
+    })
+}
+
+/// The generic JSON body: the alert's fields, with `summary` and `status` (`firing`).
+pub fn json_body(alert: &Alert) -> serde_json::Value {
+    let mut v = serde_json::to_value(alert).unwrap_or_default();
+    v["summary"] = serde_json::json!(alert.summary());
+    v["status"] = serde_json::json!("firing");
+    v["severity"] = serde_json::json!(alert.kind.severity());
+    if let Some(logs) = alert.logs.as_deref() {
+        v["logs"] = serde_json::json!(tail_chars(logs, 3000));
+    }
+    v
 }
 
 impl WebhookSink {
@@ -255,36 +448,159 @@ impl WebhookSink {
             mention: mention.to_string(),
             attempts,
             http,
+            format: WebhookFormat::Slack,
+            routing_key: Secret::default(),
+            headers: reqwest::header::HeaderMap::new(),
+            open: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
+
+    /// The body's format, and PagerDuty's routing key.
+    pub fn with_format(mut self, format: WebhookFormat, routing_key: &str) -> Self {
+        self.format = format;
+        self.routing_key = routing_key.into();
+        self
+    }
+
+    /// Extra headers on every request (their values are never shown). An invalid one is left
+    /// out (the config's validation names it first).
+    pub fn with_headers<'a>(
+        mut self,
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Self {
+        for (name, value) in headers {
+            if let (Ok(n), Ok(mut v)) = (
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+                reqwest::header::HeaderValue::from_str(value),
+            ) {
+                v.set_sensitive(true);
+                self.headers.insert(n, v);
+            }
+        }
+        self
+    }
+
+    fn body(&self, alert: &Alert) -> serde_json::Value {
+        match self.format {
+            WebhookFormat::Slack => alert.webhook_body(&self.mention),
+            WebhookFormat::Json => json_body(alert),
+            WebhookFormat::Pagerduty => pagerduty_trigger(alert, self.routing_key.expose()),
+        }
+    }
+
+    async fn post(&self, body: &serde_json::Value) -> Result<(), AlertError> {
+        let to = (self.http.clone(), self.url.clone(), self.headers.clone());
+        post_json(to, self.attempts, body).await
+    }
+}
+
+/// POST `body` to a webhook (client, URL, headers), with retries.
+async fn post_json(
+    (http, url, headers): (reqwest::Client, Secret<Webhook>, reqwest::header::HeaderMap),
+    attempts: u32,
+    body: &serde_json::Value,
+) -> Result<(), AlertError> {
+    let mut last = String::new();
+    for attempt in 0..attempts {
+        tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
+        let request = http.post(url.expose()).headers(headers.clone()).json(body);
+        match request.send().await {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            // A 4xx other than 429 will not get better by retrying.
+            Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
+                return Err(AlertError {
+                    sink: "webhook",
+                    url: url.redacted(),
+                    attempts: attempt + 1,
+                    last: format!("HTTP {}", r.status()),
+                })
+            }
+            Ok(r) => last = format!("HTTP {}", r.status()),
+            Err(e) => last = super::http_error(e),
+        }
+    }
+    Err(AlertError {
+        sink: "webhook",
+        url: url.redacted(),
+        attempts,
+        last,
+    })
 }
 
 #[async_trait]
 impl AlertSink for WebhookSink {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
-        let body = alert.webhook_body(&self.mention);
-        let mut last = String::new();
-        for attempt in 0..self.attempts {
-            tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
-            match self.http.post(self.url.expose()).json(&body).send().await {
-                Ok(r) if r.status().is_success() => return Ok(()),
-                // A 4xx other than 429 will not get better by retrying.
-                Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
-                    return Err(AlertError {
-                        url: self.url.redacted(),
-                        attempts: attempt + 1,
-                        last: format!("HTTP {}", r.status()),
-                    })
+        if let (WebhookFormat::Pagerduty, Some(w)) = (self.format, &alert.worker) {
+            if let Ok(mut open) = self.open.lock() {
+                let events = open.entry((alert.node.clone(), w.clone())).or_default();
+                let key = dedup_key(alert);
+                if !events.iter().any(|(k, d)| *k == alert.kind && *d == key) {
+                    events.push((alert.kind, key));
                 }
-                Ok(r) => last = format!("HTTP {}", r.status()),
-                Err(e) => last = super::http_error(e),
             }
         }
-        Err(AlertError {
-            url: self.url.redacted(),
-            attempts: self.attempts,
-            last,
-        })
+        self.post(&self.body(alert)).await
+    }
+
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        match self.open.lock() {
+            Ok(open) => open
+                .keys()
+                .filter(|(n, _)| n == node)
+                .map(|(_, w)| w.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// PagerDuty: resolve the events the end covers (one per dedup key); a dedup key still used
+    /// by an alert the end does not cover (an escalation of the same incident) stays open.
+    async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        if self.format != WebhookFormat::Pagerduty {
+            return;
+        }
+        let keys: Vec<String> = match self.open.lock() {
+            Ok(mut open) => {
+                let id = (node.to_string(), worker.to_string());
+                let Some(events) = open.get_mut(&id) else {
+                    return;
+                };
+                let (ended, kept): (Vec<_>, Vec<_>) =
+                    events.drain(..).partition(|(k, _)| end.covers(*k));
+                *events = kept;
+                let mut keys: Vec<String> = ended
+                    .into_iter()
+                    .map(|(_, d)| d)
+                    .filter(|d| !events.iter().any(|(_, k)| k == d))
+                    .collect();
+                keys.sort();
+                keys.dedup();
+                if events.is_empty() {
+                    open.remove(&id);
+                }
+                keys
+            }
+            Err(_) => return,
+        };
+        // NB: in the background, as Alertmanager's resolves: the engine resolves under the
+        // node lock, whose TTL is sized for one alert's delivery.
+        let to = (self.http.clone(), self.url.clone(), self.headers.clone());
+        let (attempts, worker) = (self.attempts, worker.to_string());
+        let bodies: Vec<_> = keys
+            .iter()
+            .map(|k| pagerduty_resolve(k, self.routing_key.expose()))
+            .collect();
+        let post = async move {
+            for body in bodies {
+                if let Err(e) = post_json(to.clone(), attempts, &body).await {
+                    tracing::error!(error = %e, worker, "resolving the PagerDuty incident failed");
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(post)),
+            Err(_) => post.await,
+        }
     }
 }
 
@@ -301,6 +617,24 @@ impl Notifier {
         metrics: std::sync::Arc<crate::observe::metrics::Metrics>,
     ) -> Self {
         Notifier { sink, metrics }
+    }
+
+    /// `worker`'s condition ended: sinks that keep alerts open resolve the ones it covers.
+    pub async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        if let Some(sink) = &self.sink {
+            sink.resolve(node, worker, end).await;
+        }
+    }
+
+    /// The workers on `node` now (this cycle's roster): the open alerts of any other worker
+    /// (its container gone) are resolved.
+    pub async fn retain(&self, node: &str, present: &std::collections::HashSet<String>) {
+        let Some(sink) = &self.sink else { return };
+        for worker in sink.open_workers(node) {
+            if !present.contains(&worker) {
+                sink.resolve(node, &worker, Resolve::Gone).await;
+            }
+        }
     }
 
     pub async fn send(&self, alert: &Alert) {

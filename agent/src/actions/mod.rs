@@ -2,6 +2,7 @@
 //! through `crate::runtime`.)
 
 pub mod alert;
+pub mod alertmanager;
 pub mod checkpoint;
 pub mod node;
 pub mod recording;

@@ -6,14 +6,26 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::actions::alert::{Alert, AlertError, AlertKind, AlertSink};
+use crate::actions::alert::{Alert, AlertError, AlertKind, AlertSink, Resolve};
 use crate::actions::node::{EventType, NodeApi, NodeDesired, NodeError};
 
-/// An alert sink that keeps every alert.
+/// An alert sink that keeps every alert, and every resolve (node, worker, end).
 #[derive(Default, Clone)]
-pub struct RecordingSink(pub Arc<Mutex<Vec<Alert>>>);
+pub struct RecordingSink(
+    pub Arc<Mutex<Vec<Alert>>>,
+    pub Arc<Mutex<Vec<(String, String, Resolve)>>>,
+);
 
 impl RecordingSink {
+    /// The resolves the engine asked for, in order: (worker, end).
+    pub fn resolved(&self) -> Vec<(String, Resolve)> {
+        self.1
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, w, e)| (w.clone(), *e))
+            .collect()
+    }
     pub fn count(&self, kind: AlertKind) -> usize {
         self.0
             .lock()
@@ -46,6 +58,35 @@ impl AlertSink for RecordingSink {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
         self.0.lock().unwrap().push(alert.clone());
         Ok(())
+    }
+
+    /// The workers with alerts here and no `Gone` since.
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        let gone: Vec<String> = self
+            .resolved()
+            .into_iter()
+            .filter(|(_, e)| *e == Resolve::Gone)
+            .map(|(w, _)| w)
+            .collect();
+        let mut open: Vec<String> = self
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.node == node)
+            .filter_map(|a| a.worker.clone())
+            .filter(|w| !gone.contains(w))
+            .collect();
+        open.sort();
+        open.dedup();
+        open
+    }
+
+    async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        self.1
+            .lock()
+            .unwrap()
+            .push((node.to_string(), worker.to_string(), end));
     }
 }
 

@@ -1,11 +1,22 @@
 //! `[alerts]`: where alerts go and how hard delivery tries.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{bad, has_scheme, ConfigError};
-use crate::redact::{Secret, Webhook};
+use crate::redact::{Hidden, Secret, Webhook};
+
+/// The body a webhook gets (`alerts.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Slack,
+    Pagerduty,
+    Json,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -13,6 +24,25 @@ pub struct AlertsConfig {
     /// Slack-compatible incoming webhook; empty: alerts go to the log only. A secret (the token
     /// is in its path or query): shown as `https://hooks.slack.com/***`.
     pub webhook_url: Secret<Webhook>,
+    /// Alertmanager's base URL (`http://alertmanager:9093`); empty: none. Alerts are posted to
+    /// its `/api/v2/alerts`, next to the webhook when both are set. A secret (it may carry
+    /// credentials): shown as `http://***@alertmanager:9093/***`.
+    pub alertmanager_url: Secret<Webhook>,
+    /// How often a worker's open alert is re-posted to Alertmanager; keep it below
+    /// Alertmanager's `resolve_timeout` (5m by default), or the alert resolves itself.
+    #[serde(with = "humantime_serde")]
+    pub alertmanager_repost: Duration,
+    /// The webhook's body: `slack` (Slack-compatible `text`, and `vigil`), `pagerduty` (an
+    /// Events API v2 event: trigger, then resolve when the incident ends) or `json` (the alert's
+    /// fields, with `summary` and `status`).
+    pub format: WebhookFormat,
+    /// The PagerDuty integration's routing key (`format = "pagerduty"`). A secret: shown as
+    /// `***`; env `VIGIL_PAGERDUTY_ROUTING_KEY` (from the Secret `vigil`).
+    pub routing_key: Secret<Hidden>,
+    /// Extra HTTP headers on every webhook request (`Authorization = "Bearer …"`). Secrets: the
+    /// values are shown as `***`; env `VIGIL_WEBHOOK_HEADERS` (`Name: value` lines, from the
+    /// Secret `vigil`) adds to them.
+    pub headers: BTreeMap<String, Secret<Hidden>>,
     /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
     pub page_mention: String,
     #[serde(with = "humantime_serde")]
@@ -25,6 +55,11 @@ impl Default for AlertsConfig {
     fn default() -> Self {
         AlertsConfig {
             webhook_url: Secret::default(),
+            alertmanager_url: Secret::default(),
+            alertmanager_repost: Duration::from_secs(60),
+            format: WebhookFormat::Slack,
+            routing_key: Secret::default(),
+            headers: BTreeMap::new(),
             page_mention: "<!here>".into(),
             timeout: Duration::from_secs(10),
             attempts: 3,
@@ -40,8 +75,11 @@ pub(crate) fn alert_backoff(attempt: u32) -> Duration {
 
 impl AlertsConfig {
     /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 1] {
-        [("alerts.timeout", self.timeout)]
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 2] {
+        [
+            ("alerts.timeout", self.timeout),
+            ("alerts.alertmanager_repost", self.alertmanager_repost),
+        ]
     }
 
     /// At least one attempt, and a webhook that is an HTTP URL (or none).
@@ -53,6 +91,36 @@ impl AlertsConfig {
         let url = self.webhook_url.expose();
         if !url.is_empty() && !has_scheme(url, &["http://", "https://"]) {
             return bad("alerts.webhook_url", "must be an http:// or https:// URL");
+        }
+        if self.format == WebhookFormat::Pagerduty
+            && !self.webhook_url.is_empty()
+            && self.routing_key.is_empty()
+        {
+            return bad(
+                "alerts.routing_key",
+                "is needed with format = \"pagerduty\" (the integration's routing key, or env VIGIL_PAGERDUTY_ROUTING_KEY)",
+            );
+        }
+        for (name, value) in &self.headers {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return bad(
+                    "alerts.headers",
+                    "a header name is not a valid HTTP header name",
+                );
+            }
+            if reqwest::header::HeaderValue::from_str(value.expose()).is_err() {
+                return bad(
+                    "alerts.headers",
+                    format!("the value of {name} is not a valid HTTP header value"),
+                );
+            }
+        }
+        let am = self.alertmanager_url.expose();
+        if !am.is_empty() && !has_scheme(am, &["http://", "https://"]) {
+            return bad(
+                "alerts.alertmanager_url",
+                "must be an http:// or https:// URL (Alertmanager's base, e.g. http://alertmanager:9093)",
+            );
         }
         Ok(())
     }
@@ -68,6 +136,20 @@ mod tests {
             ("[alerts]\nattempts = 0", "alerts.attempts"),
             ("[alerts]\nwebhook_url = \"slack\"", "alerts.webhook_url"),
             ("[alerts]\ntimeout = \"0s\"", "alerts.timeout"),
+            (
+                "[alerts]\nalertmanager_url = \"alertmanager:9093\"",
+                "alerts.alertmanager_url",
+            ),
+            (
+                "[alerts]\nalertmanager_repost = \"0s\"",
+                "alerts.alertmanager_repost",
+            ),
+            (
+                "[alerts]\nwebhook_url = \"https://events.pagerduty.com/v2/enqueue\"\nformat = \"pagerduty\"",
+                "alerts.routing_key",
+            ),
+            ("[alerts.headers]\n\"X Bad\" = \"v\"", "alerts.headers"),
+            ("[alerts]\nformat = \"teams\"", "alerts.format"),
         ]);
     }
 }

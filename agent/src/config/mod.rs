@@ -34,7 +34,7 @@ mod testing;
 mod worker_api;
 
 pub(crate) use alerts::alert_backoff;
-pub use alerts::AlertsConfig;
+pub use alerts::{AlertsConfig, WebhookFormat};
 pub use checkpoint::{CheckpointConfig, CheckpointMethod, Signal};
 pub use docker::DockerConfig;
 pub use fleet::FleetConfig;
@@ -265,6 +265,21 @@ impl Config {
         }
         if let Some(v) = env.get("VIGIL_WEBHOOK_URL") {
             self.alerts.webhook_url = v.into();
+        }
+        if let Some(v) = env.get("VIGIL_ALERTMANAGER_URL") {
+            self.alerts.alertmanager_url = v.into();
+        }
+        if let Some(v) = env.get("VIGIL_PAGERDUTY_ROUTING_KEY") {
+            self.alerts.routing_key = v.into();
+        }
+        if let Some(v) = env.get("VIGIL_WEBHOOK_HEADERS") {
+            for line in v.lines() {
+                if let Some((name, value)) = line.split_once(':') {
+                    self.alerts
+                        .headers
+                        .insert(name.trim().to_string(), value.trim().into());
+                }
+            }
         }
         if let Some(v) = env.get("GCE_METADATA_HOST") {
             self.metadata.host = v;
@@ -509,6 +524,37 @@ mod tests {
         assert_eq!(c.node_name, "env-node");
         assert_eq!(c.redis.url.expose(), "redis://env:2");
         assert_eq!(c.docker.host, "tcp://127.0.0.1:2375");
+    }
+
+    #[test]
+    fn alert_secrets_come_from_the_env() {
+        let mut c =
+            Config::parse("[alerts.headers]\nX-Team = \"ml\"\n", Path::new("v.toml")).unwrap();
+        c.apply_env(&env(&[
+            ("VIGIL_ALERTMANAGER_URL", "http://am:pw@am:9093"),
+            ("VIGIL_PAGERDUTY_ROUTING_KEY", "rk"),
+            (
+                "VIGIL_WEBHOOK_HEADERS",
+                "Authorization: Bearer a:b\nX-Scope: org-1\n",
+            ),
+        ]));
+        assert_eq!(c.alerts.alertmanager_url.expose(), "http://am:pw@am:9093");
+        assert_eq!(c.alerts.routing_key.expose(), "rk");
+        let h: Vec<(&str, &str)> = c
+            .alerts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.expose()))
+            .collect();
+        assert_eq!(
+            h,
+            [
+                ("Authorization", "Bearer a:b"),
+                ("X-Scope", "org-1"),
+                ("X-Team", "ml")
+            ]
+        );
+        c.validate().unwrap();
     }
 
     /// The keys of one section are in that section's tests; these are the top level's and the

@@ -225,7 +225,9 @@ impl Agent {
         self.outages.runtime_ok(&self.ctx);
         self.ctx.metrics.cycle.set_workers(containers.len());
         self.cycle.places.clear();
+        let mut present: HashSet<String> = HashSet::new();
         for (worker, list) in self.roster.group(&self.ctx, containers).await {
+            present.insert(worker.clone());
             if list.len() > 1 {
                 let (journal, alerts) = (&mut self.journal, &mut self.alerts);
                 self.roster
@@ -241,6 +243,11 @@ impl Agent {
         // The per-worker series: only the workers with a verdict now (gone, or ambiguous: none).
         let judged: HashSet<&str> = report.verdicts.iter().map(|(w, _)| w.as_str()).collect();
         self.ctx.metrics.workers.retain(|w| judged.contains(w));
+        // Open alerts (Alertmanager, PagerDuty) of a worker whose container is gone resolve.
+        self.ctx
+            .notifier
+            .retain(self.ctx.keys.node(), &present)
+            .await;
         Ok(true)
     }
 

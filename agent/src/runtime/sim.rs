@@ -93,6 +93,11 @@ impl FakeRuntime {
         }
     }
 
+    /// `docker rm` a container: it is no longer listed.
+    pub fn remove(&self, id: &str) {
+        self.state.lock().unwrap().containers.remove(id);
+    }
+
     /// `docker pause` (or unpause) a container.
     pub fn set_paused(&self, id: &str, paused: bool) {
         let mut s = self.state.lock().unwrap();

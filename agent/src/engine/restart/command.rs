@@ -2,7 +2,7 @@
 //! alert, revalidation and compare-and-restart, the caps, the lock check and the claim, each step
 //! either letting the next run or ending the pass with its outcome (said in the trail).
 
-use crate::actions::alert::AlertKind;
+use crate::actions::alert::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::config::LOCK_MARGIN;
 use crate::coord::lease::Lease;
@@ -234,6 +234,11 @@ impl RestartPath<'_> {
         };
         let k = &self.ctx.keys;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        let end = match cancel {
+            Cancel::Recovered => Resolve::Recovered,
+            _ => Resolve::IncidentCleared,
+        };
+        self.resolve_alerts(w, end).await;
         let skip = Skip::Cancelled(cancel);
         self.skip(now, act, skip, why.into(), false).await?;
         Ok(Some(skip))
@@ -305,6 +310,7 @@ impl RestartPath<'_> {
             .set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown)
             .await?;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        self.resolve_alerts(w, Resolve::IncidentCleared).await;
         self.ctx
             .metrics
             .restart(act.case.v.as_str(), "would-restart");

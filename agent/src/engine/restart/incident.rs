@@ -2,7 +2,7 @@
 //! alerts of an incident and of alert-only episodes, escalation, and the incarnation a worker
 //! runs (someone else's restart gets a cooldown of its own; ours is recognised by its claim).
 
-use crate::actions::alert::AlertKind;
+use crate::actions::alert::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::CoordError;
@@ -15,7 +15,27 @@ use crate::policy::restart::{self as policy, TimerEnd, Verdict};
 
 use super::{random_token, short, Case, RestartPath};
 
+/// The kind of an episode's alert.
+fn episode_kind(e: Episode) -> AlertKind {
+    match e {
+        Episode::Unreachable => AlertKind::Unreachable,
+        Episode::Stalled => AlertKind::Stalled,
+        Episode::GpuFailed => AlertKind::GpuFailed,
+        Episode::Paused => AlertKind::Paused,
+        Episode::Exited => AlertKind::Exited,
+    }
+}
+
 impl RestartPath<'_> {
+    /// The worker's condition ended: the sinks that keep alerts open (Alertmanager) resolve
+    /// the alerts `end` covers.
+    pub(super) async fn resolve_alerts(&self, worker: &str, end: Resolve) {
+        self.ctx
+            .notifier
+            .resolve(self.ctx.keys.node(), worker, end)
+            .await;
+    }
+
     pub(super) async fn record_suspect(
         &mut self,
         case: &Case<'_>,
@@ -60,6 +80,11 @@ impl RestartPath<'_> {
         if let Some(inc) = &case.marks.incident {
             about = about.incident(&inc.id);
         }
+        let ended = match end {
+            TimerEnd::Recovered => Resolve::Recovered,
+            _ => Resolve::IncidentCleared,
+        };
+        self.resolve_alerts(case.worker(), ended).await;
         self.note(now, about, code, why.to_string()).await
     }
 
@@ -73,6 +98,7 @@ impl RestartPath<'_> {
             .coord
             .del(&[self.ctx.keys.restarted(w), self.ctx.keys.escalated(w)])
             .await?;
+        self.resolve_alerts(w, Resolve::Recovered).await;
         let detail = "worker healthy after our restart".to_string();
         self.note(now, case.about(), Code::Recovered, detail).await
     }
@@ -87,6 +113,8 @@ impl RestartPath<'_> {
             .coord
             .del(&[self.ctx.keys.episode(case.worker(), e.as_str())])
             .await?;
+        self.resolve_alerts(case.worker(), Resolve::Episode(episode_kind(e)))
+            .await;
         let detail = format!("{} condition ended", e.as_str());
         self.note(now, case.about(), Code::EpisodeClosed, detail)
             .await
@@ -290,6 +318,7 @@ impl RestartPath<'_> {
                 .coord
                 .del(&[k.incident(w), k.suspect(w), k.error_since(w)])
                 .await?;
+            self.resolve_alerts(w, Resolve::IncidentCleared).await;
         }
         self.ctx
             .coord

@@ -2,7 +2,7 @@
 //! cooldown from the restart), or failed (paged once per incident, retried after a backoff);
 //! and the claim written before the command, undone when the command does not run.
 
-use crate::actions::alert::AlertKind;
+use crate::actions::alert::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::CoordError;
@@ -55,6 +55,7 @@ impl RestartPath<'_> {
     ) -> Result<Outcome, CoordError> {
         let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        self.resolve_alerts(w, Resolve::IncidentCleared).await;
         // NB: the cooldown runs from the restart, not from the claim before it: a pause between
         // the two, or a slow restart, must not shorten it. Same marker, fresh TTL.
         let cooldown = self.ctx.cfg.policy.cooldown;
