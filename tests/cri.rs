@@ -408,6 +408,31 @@ impl Rig {
     }
 }
 
+/// The node controller of a checkpoint round over `runtime`, its store and its keys.
+fn checkpoint_rig(
+    runtime: Arc<CriRuntime>,
+) -> (
+    Arc<MemoryCoordinator>,
+    Keys,
+    vigil::engine::node::Controller,
+) {
+    let clock = FakeClock::at(START);
+    let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+    let cfg = node_config("gke-node-1");
+    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+    let metrics = Arc::new(Metrics::new());
+    let agent = Agent::new(
+        cfg.clone(),
+        store.clone(),
+        runtime.clone(),
+        Notifier::new(None, metrics.clone()),
+        metrics.clone(),
+    );
+    let controller =
+        vigil::engine::node::Controller::new(cfg, store.clone(), runtime, metrics, agent.trail());
+    (store, keys, controller)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
     let ctd = Containerd::start();
@@ -438,25 +463,7 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
         )
         .unwrap(),
     );
-    let clock = FakeClock::at(START);
-    let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
-    let cfg = node_config("gke-node-1");
-    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-    let metrics = Arc::new(Metrics::new());
-    let agent = Agent::new(
-        cfg.clone(),
-        store.clone(),
-        runtime.clone(),
-        Notifier::new(None, metrics.clone()),
-        metrics.clone(),
-    );
-    let mut controller = vigil::engine::node::Controller::new(
-        cfg,
-        store.clone(),
-        runtime.clone(),
-        metrics,
-        agent.trail(),
-    );
+    let (store, keys, mut controller) = checkpoint_rig(runtime.clone());
     // The redis-method worker acknowledges what it finds in its record; the signal worker's ack
     // is written when its log shows the signal arrived.
     let acker = {
@@ -931,25 +938,7 @@ async fn an_http_checkpoint_reaches_a_pod_on_the_pod_network_at_its_ip() {
         method.starts_with("http://10.") && method.ends_with(":8080/cgi-bin/ckpt"),
         "the pod's own IP: {method}"
     );
-    let clock = FakeClock::at(START);
-    let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
-    let cfg = node_config("gke-node-1");
-    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-    let metrics = Arc::new(Metrics::new());
-    let agent = Agent::new(
-        cfg.clone(),
-        store.clone(),
-        runtime.clone(),
-        Notifier::new(None, metrics.clone()),
-        metrics.clone(),
-    );
-    let mut controller = vigil::engine::node::Controller::new(
-        cfg,
-        store.clone(),
-        runtime.clone(),
-        metrics,
-        agent.trail(),
-    );
+    let (store, keys, mut controller) = checkpoint_rig(runtime.clone());
     // The worker acknowledges once its server has the request.
     let acker = {
         let (store, keys, runtime) = (store.clone(), keys.clone(), runtime.clone());

@@ -27,8 +27,9 @@ impl ServerConfig {
     }
 }
 
-/// `server.listen`: a socket address, or the empty string for "no server".
-mod listen {
+/// A listener's address (`server.listen`, `worker_api.listen`): a socket address, or the empty
+/// string for none.
+pub(super) mod listen {
     use std::net::SocketAddr;
 
     use serde::{Deserialize, Deserializer, Serializer};
@@ -52,7 +53,7 @@ mod listen {
         }
         text.trim().parse().map(Some).map_err(|_| {
             serde::de::Error::custom(format!(
-                "`{text}` is not host:port (e.g. 0.0.0.0:9464), or \"\" to disable the server"
+                "`{text}` is not host:port (e.g. 0.0.0.0:9464), or \"\" for no listener"
             ))
         })
     }

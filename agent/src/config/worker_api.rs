@@ -40,7 +40,7 @@ impl WorkerAuth {
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerApiConfig {
     /// TCP address of the worker write API; empty (the default) serves none.
-    #[serde(with = "listen")]
+    #[serde(with = "super::server::listen")]
     pub listen: Option<SocketAddr>,
     /// How a write on `listen` is authenticated: `kubernetes` or, on loopback only, `none`.
     pub auth: WorkerAuth,
@@ -101,37 +101,6 @@ impl WorkerApiConfig {
     /// True when some listener is configured.
     pub fn enabled(&self) -> bool {
         self.listen.is_some() || !self.socket.as_os_str().is_empty()
-    }
-}
-
-/// `worker_api.listen`: a socket address, or the empty string for "none".
-mod listen {
-    use std::net::SocketAddr;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(crate) fn serialize<S: Serializer>(
-        v: &Option<SocketAddr>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(a) => s.collect_str(a),
-            None => s.serialize_str(""),
-        }
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<SocketAddr>, D::Error> {
-        let text = String::deserialize(d)?;
-        if text.trim().is_empty() {
-            return Ok(None);
-        }
-        text.trim().parse().map(Some).map_err(|_| {
-            serde::de::Error::custom(format!(
-                "`{text}` is not host:port (e.g. 0.0.0.0:9465), or \"\" for no TCP listener"
-            ))
-        })
     }
 }
 
