@@ -127,9 +127,31 @@ impl KubeNodeApi {
         node: &str,
         desired: &NodeDesired,
     ) -> Result<Value, NodeError> {
+        let ((), node_now) = self
+            .patch_metadata(node, "patched node", |current| {
+                ((), merge_patch(current, desired))
+            })
+            .await?;
+        Ok(node_now)
+    }
+
+    /// Read the Node, let `plan` compute a merge patch of its metadata and taints from it, and
+    /// write it; on a conflict (someone wrote in between) read, recompute and write again, with
+    /// jittered backoff. Returns the plan's value and the Node as written (or as read, when the
+    /// plan asked for nothing).
+    async fn patch_metadata<T>(
+        &self,
+        node: &str,
+        what: &str,
+        mut plan: impl FnMut(&Value) -> (T, Option<Value>),
+    ) -> Result<(T, Value), NodeError> {
         let params = PatchParams {
             field_manager: Some(COMPONENT.into()),
             ..PatchParams::default()
+        };
+        let decode = |source| NodeError::Decode {
+            node: node.to_string(),
+            source,
         };
         let mut attempt = 1;
         // Agents that conflicted with each other must not retry in lockstep: jittered.
@@ -141,13 +163,11 @@ impl KubeNodeApi {
                 .await
                 .map_err(|e| Call::GetNode.error(node, e))?;
             self.remember_uid(node, current.metadata.uid.as_deref());
-            let current = serde_json::to_value(&current).map_err(|source| NodeError::Decode {
-                node: node.to_string(),
-                source,
-            })?;
-            let Some(patch) = merge_patch(&current, desired) else {
+            let current = serde_json::to_value(&current).map_err(decode)?;
+            let (planned, patch) = plan(&current);
+            let Some(patch) = patch else {
                 tracing::trace!(node, "node already as desired; nothing to write");
-                return Ok(current);
+                return Ok((planned, current));
             };
             if patch.pointer("/spec/taints").is_some()
                 && patch.pointer("/metadata/resourceVersion").is_none()
@@ -158,11 +178,8 @@ impl KubeNodeApi {
             }
             match self.nodes.patch(node, &params, &Patch::Merge(&patch)).await {
                 Ok(patched) => {
-                    tracing::info!(node, %patch, "patched node");
-                    return serde_json::to_value(&patched).map_err(|source| NodeError::Decode {
-                        node: node.to_string(),
-                        source,
-                    });
+                    tracing::info!(node, %patch, "{what}");
+                    return Ok((planned, serde_json::to_value(&patched).map_err(decode)?));
                 }
                 Err(e) if is_conflict(&e) && attempt < self.attempts => {
                     let delay = backoff.next_delay();
@@ -230,52 +247,18 @@ impl KubeNodeApi {
         shared_labels: &[&str],
         dry_run: bool,
     ) -> Result<Cleanup, NodeError> {
+        let what = "removed Vigil's labels, annotations and taints";
+        let (plan, _) = self
+            .patch_metadata(node, what, |current| {
+                let (plan, desired) =
+                    cleanup_plan(current, prefix, taint_keys, condition_types, shared_labels);
+                let patch = merge_patch(current, &desired).filter(|_| !dry_run);
+                (plan, patch)
+            })
+            .await?;
         let params = PatchParams {
             field_manager: Some(COMPONENT.into()),
             ..PatchParams::default()
-        };
-        let mut attempt = 1;
-        let mut backoff = Backoff::jittered(self.backoff_base, self.backoff_base * 64);
-        let plan = loop {
-            let current = self
-                .nodes
-                .get(node)
-                .await
-                .map_err(|e| Call::GetNode.error(node, e))?;
-            let current = serde_json::to_value(&current).map_err(|source| NodeError::Decode {
-                node: node.to_string(),
-                source,
-            })?;
-            let (plan, desired) =
-                cleanup_plan(&current, prefix, taint_keys, condition_types, shared_labels);
-            let patch = merge_patch(&current, &desired);
-            let Some(patch) = patch.filter(|_| !dry_run) else {
-                break plan;
-            };
-            if patch.pointer("/spec/taints").is_some()
-                && patch.pointer("/metadata/resourceVersion").is_none()
-            {
-                return Err(NodeError::NoResourceVersion {
-                    node: node.to_string(),
-                });
-            }
-            match self.nodes.patch(node, &params, &Patch::Merge(&patch)).await {
-                Ok(_) => {
-                    tracing::info!(node, %patch, "removed Vigil's labels, annotations and taints");
-                    break plan;
-                }
-                Err(e) if is_conflict(&e) && attempt < self.attempts => {
-                    tokio::time::sleep(backoff.next_delay()).await;
-                    attempt += 1;
-                }
-                Err(e) if is_conflict(&e) => {
-                    return Err(NodeError::Conflict {
-                        node: node.to_string(),
-                        attempts: attempt,
-                    })
-                }
-                Err(e) => return Err(Call::PatchNode.error(node, e)),
-            }
         };
         if !dry_run {
             if let Some(patch) = delete_conditions_patch(&plan.conditions) {
