@@ -46,6 +46,16 @@ impl PodApi for Policies {
     }
 }
 
+/// The runtime on `ctd`, with a Kubernetes API whose pods all restart Always (kubelet here
+/// restarts every container).
+fn kubelet_runtime(ctd: &Containerd) -> CriRuntime {
+    CriRuntime::new(
+        settings(ctd),
+        Some(Arc::new(Policies(RestartPolicy::Always))),
+    )
+    .unwrap()
+}
+
 fn settings(ctd: &Containerd) -> CriSettings {
     CriSettings {
         socket: ctd.socket().to_str().unwrap().to_string(),
@@ -140,11 +150,7 @@ async fn a_hang_is_one_stop_and_kubelet_runs_the_next_attempt_with_the_logs_in_t
     let pod = worker_pod(&kubelet, "trainer-a").await;
     // Let the worker write a few lines to its log file.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let runtime = CriRuntime::new(
-        settings(&ctd),
-        Some(Arc::new(Policies(RestartPolicy::Always))),
-    )
-    .unwrap();
+    let runtime = kubelet_runtime(&ctd);
     let mut rig = Rig::new(Arc::new(runtime));
     rig.hang_until_restart_window().await;
 
@@ -206,11 +212,7 @@ async fn unlabeled_pods_and_other_containers_are_never_touched() {
             &[("main", LOOP), ("sidecar", LOOP)],
         )
         .await;
-    let runtime = CriRuntime::new(
-        settings(&ctd),
-        Some(Arc::new(Policies(RestartPolicy::Always))),
-    )
-    .unwrap();
+    let runtime = kubelet_runtime(&ctd);
     let listed = runtime.list_workers().await.unwrap();
     let names: Vec<_> = listed.iter().map(|c| c.display()).collect();
     assert_eq!(
@@ -318,11 +320,7 @@ async fn a_stale_decision_never_stops_the_new_attempt() {
     let stop = CancellationToken::new();
     kubelet.restart_loop(stop.clone());
     let pod = worker_pod(&kubelet, "trainer-b").await;
-    let inner = CriRuntime::new(
-        settings(&ctd),
-        Some(Arc::new(Policies(RestartPolicy::Always))),
-    )
-    .unwrap();
+    let inner = kubelet_runtime(&ctd);
     let runtime = SlowLogs {
         inner,
         kubelet: kubelet.clone(),
@@ -456,13 +454,7 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
         )
         .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let runtime = Arc::new(
-        CriRuntime::new(
-            settings(&ctd),
-            Some(Arc::new(Policies(RestartPolicy::Always))),
-        )
-        .unwrap(),
-    );
+    let runtime = Arc::new(kubelet_runtime(&ctd));
     let (store, keys, mut controller) = checkpoint_rig(runtime.clone());
     // The redis-method worker acknowledges what it finds in its record; the signal worker's ack
     // is written when its log shows the signal arrived.
@@ -511,11 +503,7 @@ async fn containerd_down_is_one_runtime_down_alert_then_recovery() {
     let mut ctd = Containerd::start();
     let kubelet = Kubelet::new(&ctd);
     worker_pod(&kubelet, "trainer-c").await;
-    let runtime = CriRuntime::new(
-        settings(&ctd),
-        Some(Arc::new(Policies(RestartPolicy::Always))),
-    )
-    .unwrap();
+    let runtime = kubelet_runtime(&ctd);
     let mut rig = Rig::new(Arc::new(runtime));
     rig.beat_at(rig.now()).await;
     rig.tick().await;
@@ -763,11 +751,7 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
     }
     assert!(seen, "GPU 0 failed: {:?}", *rx.borrow());
 
-    let runtime = CriRuntime::new(
-        settings(&ctd),
-        Some(Arc::new(Policies(RestartPolicy::Always))),
-    )
-    .unwrap();
+    let runtime = kubelet_runtime(&ctd);
     let runtime = with_kubelet_gpus(runtime, &kr.socket_str());
     let mut rig = Rig::new(Arc::new(runtime)).with_gpu(rx);
     for w in ["trainer-a", "trainer-b"] {
@@ -819,11 +803,7 @@ async fn pods_of_one_template_are_distinct_workers_by_their_names() {
     let b = kubelet
         .run_pod("trainer-7f9c-b", &template, &[], &[("main", LOOP)])
         .await;
-    let runtime = CriRuntime::new(
-        settings(&ctd),
-        Some(Arc::new(Policies(RestartPolicy::Always))),
-    )
-    .unwrap();
+    let runtime = kubelet_runtime(&ctd);
     let mut ids: Vec<String> = runtime
         .list_workers()
         .await
@@ -883,11 +863,7 @@ async fn an_alert_only_pod_is_reported_and_never_stopped() {
     let pod = kubelet
         .run_pod("jobset-0", &labels, &[], &[("main", LOOP)])
         .await;
-    let runtime = CriRuntime::new(
-        settings(&ctd),
-        Some(Arc::new(Policies(RestartPolicy::Always))),
-    )
-    .unwrap();
+    let runtime = kubelet_runtime(&ctd);
     let listed = runtime.list_workers().await.unwrap();
     assert!(listed.iter().all(|c| c.alert_only), "{listed:?}");
     let mut rig = Rig::new(Arc::new(runtime));
@@ -925,13 +901,7 @@ async fn an_http_checkpoint_reaches_a_pod_on_the_pod_network_at_its_ip() {
         )
         .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let runtime = Arc::new(
-        CriRuntime::new(
-            settings(&ctd),
-            Some(Arc::new(Policies(RestartPolicy::Always))),
-        )
-        .unwrap(),
-    );
+    let runtime = Arc::new(kubelet_runtime(&ctd));
     let listed = runtime.list_workers().await.unwrap();
     let method = listed[0].checkpoint.clone().unwrap_or_default();
     assert!(

@@ -238,19 +238,39 @@ async fn a_unix_peer_that_is_not_the_worker_s_container_is_refused() {
         tcp_auth: WorkerAuth::Kubernetes,
         reviewer: None,
     };
+    let (code, text) = beat_over_socket(&path, state.clone()).await;
+    assert_eq!(code, 403);
+    assert!(text.contains("w0"), "{text}");
+
+    // Were this process in a container, and that container the worker's, it may write: the
+    // same socket, the listing naming this process's container.
+    if let Some(id) = me {
+        worker.id = id;
+        let state = WorkerApiState {
+            directory: Arc::new(Listing(vec![worker])),
+            ..state
+        };
+        let (code, text) = beat_over_socket(&dir.path().join("worker2.sock"), state).await;
+        assert_eq!(code, 200, "{text}");
+    }
+}
+
+/// Serve `state` on a unix socket at `path`, send one beat for `w0` from this process, stop;
+/// the answer.
+async fn beat_over_socket(path: &std::path::Path, state: WorkerApiState) -> (u16, String) {
     let stop = CancellationToken::new();
     let peers = UnixPeers {
-        listener: bind_unix(&path).unwrap(),
+        listener: bind_unix(path).unwrap(),
         procfs: Procfs::default(),
     };
     tokio::spawn(serve_router(
         peers,
-        router(state.clone()),
+        router(state),
         stop.clone(),
         Duration::from_secs(10),
     ));
     let client = reqwest::Client::builder()
-        .unix_socket(path.clone())
+        .unix_socket(path.to_path_buf())
         .build()
         .unwrap();
     let r = client
@@ -259,44 +279,10 @@ async fn a_unix_peer_that_is_not_the_worker_s_container_is_refused() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 403);
+    let code = r.status().as_u16();
     let text = r.text().await.unwrap();
-    assert!(text.contains("w0"), "{text}");
     stop.cancel();
-
-    // Were this process in a container, and that container the worker's, it may write: the
-    // same socket, the listing naming this process's container.
-    if let Some(id) = me {
-        worker.id = id;
-        let stop = CancellationToken::new();
-        let path = dir.path().join("worker2.sock");
-        let state = WorkerApiState {
-            directory: Arc::new(Listing(vec![worker])),
-            ..state
-        };
-        let peers = UnixPeers {
-            listener: bind_unix(&path).unwrap(),
-            procfs: Procfs::default(),
-        };
-        tokio::spawn(serve_router(
-            peers,
-            router(state),
-            stop.clone(),
-            Duration::from_secs(10),
-        ));
-        let client = reqwest::Client::builder()
-            .unix_socket(path)
-            .build()
-            .unwrap();
-        let r = client
-            .put("http://vigil/v1/workers/w0/status")
-            .body(r#"{"state":"processing"}"#)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
-        stop.cancel();
-    }
+    (code, text)
 }
 
 /// A worker on the API transport learns of a checkpoint request from the answer to its beat (or
