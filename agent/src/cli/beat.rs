@@ -99,6 +99,8 @@ async fn to_agent(
             .map_err(|e| CliError::Failed(format!("token file {}: {e}", file.display())))?;
         req = req.bearer_auth(token.trim());
     }
+    // NB: what is printed of the address: a URL could carry credentials.
+    let agent = &crate::redact::url(agent);
     let resp = req.send().await.map_err(|e| {
         CliError::Failed(format!(
             "the agent at {agent} did not answer: {}",
