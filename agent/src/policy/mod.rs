@@ -4,6 +4,7 @@
 pub mod caller;
 pub mod caps;
 pub mod gpu;
+pub mod idle;
 pub mod maintenance;
 pub mod restart;
 pub mod table;
