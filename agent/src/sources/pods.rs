@@ -81,6 +81,11 @@ impl NodePod {
         matches!(self.phase.as_str(), "Succeeded" | "Failed")
     }
 
+    /// A running (or starting) pod carrying the opt-in label `worker_label`: a worker's pod.
+    pub fn is_worker(&self, worker_label: &str) -> bool {
+        !self.terminal() && self.labels.contains_key(worker_label)
+    }
+
     /// `namespace/name`.
     pub fn display(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -266,6 +271,10 @@ mod tests {
         }));
         assert_eq!(p.grace, Duration::from_secs(10));
         assert!(p.critical && p.terminal());
+        assert!(
+            !p.is_worker("vigil.worker"),
+            "a finished pod is no one's worker"
+        );
         assert_eq!(p.labels.get("vigil.worker").map(String::as_str), Some("w0"));
     }
 }
