@@ -197,9 +197,17 @@ mod tests {
         assert_eq!(codes(&cfg(10, 25, 50, 5), &[pod(30, false)]), vec![]);
     }
 
+    /// (what, config, worker pods, the (code, key) of each shortfall).
+    type Case = (
+        &'static str,
+        CheckpointConfig,
+        Vec<WorkerPod>,
+        Vec<(&'static str, &'static str)>,
+    );
+
     #[test]
     fn each_limit_alone() {
-        let cases: &[(&str, CheckpointConfig, Vec<WorkerPod>, Vec<(&str, &str)>)] = &[
+        let cases: &[Case] = &[
             (
                 "preemption budget past GCE's 30 s",
                 cfg(28, 10, 50, 5),
