@@ -245,6 +245,7 @@ mod tests {
             "interruptions",
             "maintenance_phase",
             "maintenance_window_start_timestamp_seconds",
+            "opportunistic_busy",
             "checkpoints",
             "checkpoint_duration_seconds",
             "kube_errors",
