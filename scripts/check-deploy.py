@@ -124,7 +124,7 @@ if pc in ("system-node-critical", "system-cluster-critical") and ns != "kube-sys
           f"priorityClassName {pc} in namespace {ns} needs a ResourceQuota there that selects it")
 
 # RBAC: exactly the rules the agent uses, bound to its ServiceAccount.
-want = {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes/status", "patch"), ("", "pods", "get"),
+want = {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes/status", "patch"), ("", "pods", "get"), ("", "pods", "list"),
         ("authentication.k8s.io", "tokenreviews", "create"), ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")}
 roles = [r for r in of_kind("ClusterRole") if r["metadata"]["name"] == "vigil"]
 got = {(g, res, v) for r in roles for rule in r["rules"] for g in rule["apiGroups"]

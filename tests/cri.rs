@@ -44,6 +44,9 @@ impl PodApi for Policies {
     async fn restart_policy(&self, _: &str, _: &str) -> Result<Option<RestartPolicy>, String> {
         Ok(Some(self.0))
     }
+    async fn node_pods(&self, _: &str) -> Result<Vec<vigil::sources::pods::NodePod>, String> {
+        Err("this test's pods API serves restartPolicy only".into())
+    }
 }
 
 /// The runtime on `ctd`, with a Kubernetes API whose pods all restart Always (kubelet here

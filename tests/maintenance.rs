@@ -372,6 +372,8 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
         cfg.opportunistic.enabled = true;
         cfg.opportunistic.idle_for = Duration::from_millis(50);
         cfg.opportunistic.min_nodes = 1;
+        // No GPUs on these nodes: NVML is not a witness (with it on and unloaded, unknown is busy).
+        cfg.gpu.enabled = vigil::config::Switch::Off;
         let keys = Keys::new("vigil", node);
         // Every node reports healthy, and its only worker is idle.
         let rec = NodeRecord {

@@ -139,7 +139,8 @@ struct Adapters {
     sink: Option<Arc<dyn AlertSink>>,
 }
 
-/// The Kubernetes API for pods, when it is on (a CRI restart reads the pod's restartPolicy).
+/// The Kubernetes API for pods, when it is on (a CRI restart reads the pod's restartPolicy; the
+/// opportunistic idle check lists this node's pods).
 async fn pod_api(cfg: &Config) -> Option<Arc<dyn PodApi>> {
     if !cfg.kubernetes_on() {
         return None;
@@ -147,7 +148,7 @@ async fn pod_api(cfg: &Config) -> Option<Arc<dyn PodApi>> {
     match KubePods::connect(&cfg.kubernetes.api_url).await {
         Ok(p) => Some(Arc::new(p)),
         Err(e) => {
-            tracing::error!(error = %e, "Kubernetes API unavailable: pods' restartPolicy cannot be read");
+            tracing::error!(error = %e, "Kubernetes API unavailable: pods' restartPolicy cannot be read, and opportunistic maintenance counts this node busy");
             None
         }
     }
@@ -273,7 +274,8 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     for line in &cfg.deprecated {
         tracing::warn!("config: {line}");
     }
-    let a = adapters(&cfg, pod_api(&cfg).await)?;
+    let pods = pod_api(&cfg).await;
+    let a = adapters(&cfg, pods.clone())?;
     let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());
     let facts = SharedFacts::default();
     let mut agent = Agent::new(
@@ -306,6 +308,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         agent.trail(),
     )
     .with_facts(facts)
+    .with_pod_witnesses(pods, crate::runtime::devices(&cfg))
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
     if let Some(api) = node_api(&cfg).await {
         controller = controller.with_node_api(api);

@@ -69,6 +69,7 @@ impl FakeGpu {
                 retired_pages_pending: Some(false),
                 remapped_rows: Some(RemappedRows::default()),
                 throttle_reasons: vec![],
+                compute_processes: Some(0),
             },
         );
     }
@@ -100,6 +101,11 @@ impl FakeGpu {
 
     pub fn set_remap(&self, index: u32, rows: RemappedRows) {
         self.edit(index, |g| g.remapped_rows = Some(rows));
+    }
+
+    /// Processes with a compute context on this GPU (`None`: NVML cannot say).
+    pub fn set_compute_processes(&self, index: u32, n: Option<u32>) {
+        self.edit(index, |g| g.compute_processes = n);
     }
 
     pub fn set_temperature(&self, index: u32, c: u32) {

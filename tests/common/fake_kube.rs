@@ -1,7 +1,8 @@
 #![allow(dead_code)]
 //! A faithful fake of the slice of the Kubernetes API server Vigil uses: one Node (GET, PATCH with
 //! JSON merge patch), events.k8s.io/v1 Events (POST, and PATCH with JSON merge patch, as kube's
-//! event `Recorder` counts a repeat), SelfSubjectAccessReviews and TokenReviews, served over real HTTP on
+//! event `Recorder` counts a repeat), SelfSubjectAccessReviews and TokenReviews, and pods (GET one,
+//! list every namespace's with a `fieldSelector`: `fake_pods.rs`), served over real HTTP on
 //! `127.0.0.1:0`.
 //!
 //! Faithful where it matters to the code under test:
@@ -33,7 +34,8 @@
 //!
 //! Test hooks (Rust methods, and the same over HTTP under `/fake/...` for another process):
 //! `node`, `events`, `requests`, `foreign_write`, `conflict_next`, `race_next_get`, `forbid`,
-//! `allow`, `expire_events`; `mint` and `revoke` for ServiceAccount tokens (Rust only).
+//! `allow`, `expire_events`; `mint` and `revoke` for ServiceAccount tokens, `put_pod` and
+//! `remove_pod` (Rust only).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -46,6 +48,10 @@ use axum::routing::{get, patch, post};
 use axum::Router;
 use serde_json::{json, Map, Value};
 
+/// The pods part, in its own file (this one is included alone by `#[path]` too).
+#[path = "fake_pods.rs"]
+pub mod fake_pods;
+
 /// The identity the fake pretends the agent's ServiceAccount has, for 403 messages.
 const USER: &str = "system:serviceaccount:vigil:vigil";
 
@@ -55,6 +61,7 @@ pub const ROLE: &[(&str, &str, &str)] = &[
     ("", "nodes", "patch"),
     ("", "nodes/status", "patch"),
     ("", "pods", "get"),
+    ("", "pods", "list"),
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
@@ -95,6 +102,8 @@ struct World {
     uids: u64,
     /// ServiceAccount tokens this "cluster" minted, for TokenReviews.
     tokens: Vec<Minted>,
+    /// Pods, as stored after create (see `fake_pods`), in the order they were placed.
+    pods: Vec<Value>,
 }
 
 /// A projected ServiceAccount token as the kubelet would have requested it for a pod.
@@ -156,6 +165,7 @@ impl FakeKube {
             requests: Vec::new(),
             uids: 1,
             tokens: Vec::new(),
+            pods: Vec::new(),
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
@@ -163,6 +173,8 @@ impl FakeKube {
                 "/api/v1/nodes/{name}/status",
                 get(get_node).patch(patch_node_status),
             )
+            .route("/api/v1/pods", get(list_pods))
+            .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
             .route(
                 "/apis/events.k8s.io/v1/namespaces/{ns}/events",
                 post(create_event),
@@ -290,6 +302,34 @@ impl FakeKube {
     /// Lifts [`FakeKube::forbid`] of the same `rule`.
     pub fn allow(&self, rule: &str) {
         lock(&self.shared).forbidden.remove(rule);
+    }
+
+    /// Creates (or replaces) a pod, as `kubectl apply` of `pod` would leave it stored: see
+    /// `fake_pods::stored` (a pod the real server would refuse panics: the test is wrong).
+    pub fn put_pod(&self, pod: Value) {
+        let mut world = lock(&self.shared);
+        world.uids += 1;
+        let uid = world.uids;
+        let rv = world.next_revision();
+        let pod = fake_pods::stored(pod, uid, &rv).unwrap_or_else(|e| panic!("put_pod: {e}"));
+        let key = |p: &Value| {
+            (
+                p["metadata"]["namespace"].clone(),
+                p["metadata"]["name"].clone(),
+            )
+        };
+        let k = key(&pod);
+        world.pods.retain(|p| key(p) != k);
+        world.pods.push(pod);
+    }
+
+    /// Deletes a pod (gone at once, as after its grace period).
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        let mut world = lock(&self.shared);
+        world
+            .pods
+            .retain(|p| p["metadata"]["namespace"] != namespace || p["metadata"]["name"] != name);
+        world.next_revision();
     }
 }
 
@@ -1343,6 +1383,76 @@ async fn patch_event(
     respond_with(StatusCode::OK, world.patch_event(&ns, &name, &patch))
 }
 
+/// `GET /api/v1/pods`: every namespace's pods, filtered by `fieldSelector` (see `fake_pods`).
+async fn list_pods(
+    State(shared): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if !world.allows("", "pods", "list") {
+        return respond(forbidden("list", "pods", "", None, None));
+    }
+    let mut terms = Vec::new();
+    for (key, value) in fake_pods::query_params(uri.query()) {
+        match key.as_str() {
+            "fieldSelector" => match fake_pods::field_selector(&value) {
+                Ok(t) => terms = t,
+                Err(message) => return respond(bad_request(message)),
+            },
+            other => {
+                return respond(bad_request(format!(
+                    "fake API server: the query parameter {other} is not implemented"
+                )))
+            }
+        }
+    }
+    let items: Vec<Value> = world
+        .pods
+        .iter()
+        .filter(|p| fake_pods::selected(p, &terms))
+        .map(fake_pods::list_item)
+        .collect();
+    respond((
+        StatusCode::OK,
+        json!({
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": world.revision.to_string()},
+            "items": items
+        }),
+    ))
+}
+
+/// `GET /api/v1/namespaces/{ns}/pods/{name}`.
+async fn get_pod(
+    State(shared): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if !world.allows("", "pods", "get") {
+        return respond(forbidden("get", "pods", "", Some(&name), Some(&ns)));
+    }
+    let found = world.pods.iter().find(|p| {
+        p["metadata"]["namespace"] == ns.as_str() && p["metadata"]["name"] == name.as_str()
+    });
+    match found {
+        Some(p) => respond((StatusCode::OK, p.clone())),
+        None => respond(status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("pods \"{name}\" not found"),
+            Some(json!({"name": name, "kind": "pods"})),
+        )),
+    }
+}
+
 async fn unknown(
     method: Method,
     uri: Uri,
@@ -1408,7 +1518,9 @@ async fn discovery_core() -> Response {
             {"name": "nodes", "singularName": "node", "namespaced": false, "kind": "Node",
              "verbs": ["get", "patch"], "shortNames": ["no"]},
             {"name": "nodes/status", "singularName": "", "namespaced": false, "kind": "Node",
-             "verbs": ["get", "patch"]}
+             "verbs": ["get", "patch"]},
+            {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+             "verbs": ["get", "list"], "shortNames": ["po"]}
         ]}),
     ))
 }

@@ -1,5 +1,7 @@
 //! `vigil doctor`: check the local node as deployed — config, Redis, Docker, NVML, the metadata
-//! server, Kubernetes permissions — one line each, `ok` / `warn` / `fail` and what to do.
+//! server, Kubernetes permissions, the opportunistic idle check's witnesses (`super::idle`), the
+//! checkpoint budgets against the worker pods (`super::budget`) — one line each, `ok` / `warn` /
+//! `fail` and what to do.
 
 use std::time::Duration;
 
@@ -35,7 +37,7 @@ pub struct Check {
     pub detail: String,
 }
 
-fn check(name: &'static str, level: Level, detail: impl Into<String>) -> Check {
+pub(super) fn check(name: &'static str, level: Level, detail: impl Into<String>) -> Check {
     Check {
         name,
         level,
@@ -67,6 +69,27 @@ pub async fn run(cfg: &Config) -> Vec<Check> {
     out.push(nvml(cfg));
     out.push(metadata(cfg).await);
     out.extend(kubernetes(cfg).await);
+    out.extend(super::idle::checks(cfg).await);
+    out.extend(budget(cfg).await);
+    out
+}
+
+/// The checkpoint budgets against GCE's notices and this node's worker pods.
+async fn budget(cfg: &Config) -> Vec<Check> {
+    let r = super::budget::check(cfg, &cfg.node_name).await;
+    if r.shortfalls.is_empty() {
+        let level = match r.pods {
+            Some(Err(_)) => Level::Warn,
+            _ => Level::Ok,
+        };
+        return vec![check("budget", level, format!("fits: {}", r.summary()))];
+    }
+    let mut out: Vec<Check> = r
+        .shortfalls
+        .iter()
+        .map(|f| check("budget", Level::Warn, format!("[{}] {}", f.code, f.detail)))
+        .collect();
+    out.push(check("budget", Level::Warn, r.summary()));
     out
 }
 
@@ -303,8 +326,9 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
         ("rbac:nodes", "", "nodes", None, &["patch"]),
         // The conditions VigilGPUHealthy / VigilMaintenance.
         ("rbac:status", "", "nodes/status", None, &["patch"]),
-        // A CRI restart reads the pod's restartPolicy.
-        ("rbac:pods", "", "pods", None, &["get"]),
+        // A CRI restart reads the pod's restartPolicy; the idle check and the budget check list
+        // this node's pods.
+        ("rbac:pods", "", "pods", None, &["get", "list"]),
         // The worker API's TokenReviews (worker_api.auth = "kubernetes").
         (
             "rbac:tokenreviews",

@@ -1,4 +1,6 @@
-//! `vigil explain`: the decision trail of a node, oldest first.
+//! `vigil explain`: the decision trail of a node, oldest first, then whether the checkpoint
+//! budgets fit that node's worker pods (`super::budget`): a checkpoint that timed out is often a
+//! budget the platform never gave.
 
 use super::{failed, CliError};
 use crate::config::Config;
@@ -19,5 +21,6 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Res
         .await
         .map_err(failed)?;
     print!("{}", crate::observe::trail::render(&node, &entries));
+    print!("{}", super::budget::check(cfg, &node).await.render());
     Ok(())
 }

@@ -3,11 +3,13 @@
 //! the key; other failures exit 1.
 
 mod beat;
+mod budget;
 mod cleanup;
 mod config;
 pub mod demo;
 pub mod doctor;
 mod explain;
+mod idle;
 pub mod policy;
 mod status;
 

@@ -158,6 +158,11 @@ pub struct CheckpointConfig {
     pub grace: Duration,
     /// Ask the workers to checkpoint on the agent's own SIGTERM/SIGINT.
     pub on_sigterm: bool,
+    /// What a worker needs after its checkpoint to exit. A budget plus this must fit in what the
+    /// platform gives the worker (its pod's grace period, GCE's notice, GKE's node shutdown):
+    /// `vigil doctor` and `vigil explain` say when it does not.
+    #[serde(with = "humantime_serde")]
+    pub worker_stop: Duration,
 }
 
 impl Default for CheckpointConfig {
@@ -171,6 +176,7 @@ impl Default for CheckpointConfig {
             maintenance_budget: Duration::from_secs(50),
             grace: Duration::from_secs(30),
             on_sigterm: true,
+            worker_stop: Duration::from_secs(5),
         }
     }
 }

@@ -22,12 +22,13 @@ use crate::config::{Config, MetadataConfig};
 use crate::coord::Coordinator;
 use crate::engine::checkpoint::CheckpointRounds;
 use crate::engine::gpu::GpuHealthTracker;
-use crate::engine::opportunistic::{ClaimStep, Opportunistic};
+use crate::engine::opportunistic::{ClaimStep, Opportunistic, PodWitnesses};
 use crate::engine::publisher::NodePublisher;
 use crate::model::gpu::{GpuHealth, GpuReport};
 use crate::model::maintenance::{Interruption, MaintenanceState, Phase, RawMetadata};
 use crate::observe::metrics::Metrics;
 use crate::observe::trail::{Code, Trail};
+use crate::policy::idle::gpu_witness;
 use crate::policy::maintenance::{
     checkpoint_for, derive, event_for, gpu_event_for, interrupting, interruption_starts,
     stands_down,
@@ -103,6 +104,8 @@ pub struct Controller {
     last_round_ended: Option<tokio::time::Instant>,
     claim: Opportunistic,
     gpu: GpuHealthTracker,
+    /// When the last GPU report arrived (the idle check reads an old one as no answer).
+    gpu_seen: Option<tokio::time::Instant>,
     state: MaintenanceState,
     /// An ongoing episode is checkpointed once.
     checkpointed_episode: bool,
@@ -127,9 +130,10 @@ impl Controller {
                 metrics.clone(),
             )),
             last_round_ended: None,
-            claim: Opportunistic::new(&cfg, coord.clone(), runtime),
+            claim: Opportunistic::new(&cfg, coord.clone(), runtime, metrics.clone()),
             notes: Notes { trail, coord },
             gpu: GpuHealthTracker::default(),
+            gpu_seen: None,
             facts: SharedFacts::default(),
             state: MaintenanceState::default(),
             checkpointed_episode: false,
@@ -142,6 +146,17 @@ impl Controller {
     /// Publish to this Node through `api` (without it the Node is left alone).
     pub fn with_node_api(mut self, api: Arc<dyn NodeApi>) -> Self {
         self.node = NodePublisher::new(&self.cfg, Some(api), self.metrics.clone());
+        self
+    }
+
+    /// Let the opportunistic idle check read this node's pods through the Kubernetes API and
+    /// the kubelet's PodResources API (without them, on Kubernetes, it counts the node busy).
+    pub fn with_pod_witnesses(
+        mut self,
+        pods: Option<Arc<dyn crate::sources::pods::PodApi>>,
+        devices: Option<Arc<dyn crate::sources::podresources::DeviceSource>>,
+    ) -> Self {
+        self.claim = self.claim.with_witnesses(PodWitnesses { pods, devices });
         self
     }
 
@@ -169,6 +184,7 @@ impl Controller {
     /// A new GPU report: metrics always; the Node, an Event, the trail and an alert when the
     /// node's GPU health or its reasons change.
     pub(crate) async fn apply_gpu(&mut self, report: GpuReport) {
+        self.gpu_seen = Some(tokio::time::Instant::now());
         let Some(change) = self.gpu.fold(report, &self.metrics) else {
             return;
         };
@@ -340,7 +356,12 @@ impl Controller {
 
     /// One tick of opportunistic maintenance.
     pub async fn opportunistic(&mut self) {
-        let step = self.claim.tick(&self.state).await;
+        let age = self.gpu_seen.map(|t| t.elapsed());
+        let gpus = gpu_witness(&self.cfg.gpu, self.gpu.report(), age);
+        let step = self.claim.tick(&self.state, gpus).await;
+        if let Some(detail) = self.claim.take_note() {
+            self.note(Code::IdleCheck, detail).await;
+        }
         self.claim_changed(step).await;
     }
 
@@ -419,6 +440,7 @@ impl Controller {
         rounds: &mut Rounds,
     ) {
         let gpu = gpu_rx.borrow_and_update().clone();
+        self.gpu_seen = Some(tokio::time::Instant::now());
         self.gpu.seed(gpu.clone(), &self.metrics);
         self.node.view.gpu = gpu;
         self.set_phase_metric(Phase::None);

@@ -2,7 +2,14 @@
 //! been idle long enough and the pool keeps `min_nodes` other healthy nodes, take the pool's
 //! claim (atomically: two idle nodes of a pool never go together) and ask GKE to perform the
 //! maintenance now. The node controller publishes the label this asks for.
+//!
+//! Idle is the pure `crate::policy::idle::idle_check` of what every witness says, gathered here:
+//! the workers' records (through the runtime and the coordinator), the kubelet's PodResources
+//! API, the pods of this node from the Kubernetes API, and NVML (the GPU report the controller
+//! hands in). A witness that cannot answer is logged once when it stops answering and once when
+//! it answers again; every change of the verdict is noted for the trail (`idle-check`).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,11 +17,15 @@ use crate::clock::{human, Millis};
 use crate::config::Config;
 use crate::coord::lease::Lease;
 use crate::coord::{read_status, Coordinator, Keys};
+use crate::model::gpu::GpuStatus;
 use crate::model::maintenance::MaintenanceState;
-use crate::model::worker::WorkerState;
 use crate::observe::fleet;
+use crate::observe::metrics::Metrics;
+use crate::policy::idle::{idle_check, Busy, BusyReason, IdleInputs, PodKey, Witness, WorkerUse};
 use crate::policy::maintenance::{opportunistic_due, reschedulable};
 use crate::runtime::ContainerRuntime;
+use crate::sources::podresources::DeviceSource;
+use crate::sources::pods::PodApi;
 
 /// What a tick changed about the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,13 +38,26 @@ pub(crate) enum ClaimStep {
     Released(String),
 }
 
+/// Where the idle check reads the node's pods: the Kubernetes API and the kubelet.
+#[derive(Clone, Default)]
+pub(crate) struct PodWitnesses {
+    pub pods: Option<Arc<dyn PodApi>>,
+    pub devices: Option<Arc<dyn DeviceSource>>,
+}
+
 pub(crate) struct Opportunistic {
     cfg: Config,
     keys: Keys,
     coord: Arc<dyn Coordinator>,
     runtime: Arc<dyn ContainerRuntime>,
+    witnesses: PodWitnesses,
+    metrics: Arc<Metrics>,
     /// The claim's token while this node holds it.
     claimed: Option<Lease>,
+    /// The last idle verdict of this episode (`None`: none checked yet).
+    last: Option<Busy>,
+    /// A change of the verdict, for the trail.
+    note: Option<String>,
 }
 
 impl Opportunistic {
@@ -41,14 +65,30 @@ impl Opportunistic {
         cfg: &Config,
         coord: Arc<dyn Coordinator>,
         runtime: Arc<dyn ContainerRuntime>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Opportunistic {
             keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
             cfg: cfg.clone(),
             coord,
             runtime,
+            witnesses: PodWitnesses::default(),
+            metrics,
             claimed: None,
+            last: None,
+            note: None,
         }
+    }
+
+    /// Read the node's pods from these witnesses.
+    pub fn with_witnesses(mut self, w: PodWitnesses) -> Self {
+        self.witnesses = w;
+        self
+    }
+
+    /// The verdict change since the last call, worded for the trail.
+    pub fn take_note(&mut self) -> Option<String> {
+        self.note.take()
     }
 
     fn claim_key(&self) -> String {
@@ -64,8 +104,13 @@ impl Opportunistic {
         ClaimStep::Released(why.to_string())
     }
 
-    /// One tick of the opportunistic rule for the current maintenance state.
-    pub async fn tick(&mut self, st: &MaintenanceState) -> ClaimStep {
+    /// One tick of the opportunistic rule for the current maintenance state; `gpus` is NVML as
+    /// a witness (`crate::policy::idle::gpu_witness`).
+    pub async fn tick(
+        &mut self,
+        st: &MaintenanceState,
+        gpus: Witness<Vec<GpuStatus>>,
+    ) -> ClaimStep {
         if !self.cfg.opportunistic.enabled {
             return ClaimStep::Unchanged;
         }
@@ -80,9 +125,10 @@ impl Opportunistic {
         if !reschedulable(st) {
             // A stale idle-since from an earlier episode must not skip `idle_for` next time.
             let _ = self.coord.del(&[self.keys.idle_since()]).await;
+            self.episode_over();
             return ClaimStep::Unchanged;
         }
-        let Some((now, since)) = self.idle_since().await else {
+        let Some((now, since)) = self.idle_since(gpus).await else {
             return ClaimStep::Unchanged;
         };
         // NB: the fleet is read only once the node has been idle long enough to claim: an idle
@@ -99,12 +145,21 @@ impl Opportunistic {
         self.claim(now - since, others).await
     }
 
-    /// Since when every worker has been idle, on the coordinator's clock (the first observer's
+    /// Since when the node has been idle, on the coordinator's clock (the first observer's
     /// time stands); `None` when not idle or unreadable.
-    async fn idle_since(&self) -> Option<(Millis, Millis)> {
+    async fn idle_since(&mut self, gpus: Witness<Vec<GpuStatus>>) -> Option<(Millis, Millis)> {
         let now = self.coord.time().await.ok()?;
         let idle_key = self.keys.idle_since();
-        if !self.all_idle().await? {
+        let inputs = IdleInputs {
+            workers: self.workers().await,
+            pod_resources: self.pod_resources().await,
+            pods: self.pods().await,
+            gpus,
+        };
+        let busy = idle_check(&inputs);
+        let idle = busy.idle();
+        self.record(busy);
+        if !idle {
             let _ = self.coord.del(&[idle_key]).await;
             return None;
         }
@@ -120,19 +175,107 @@ impl Opportunistic {
         Some((now, since))
     }
 
-    /// True when every worker's record says idle; `None` when that cannot be read.
-    async fn all_idle(&self) -> Option<bool> {
-        let workers = self.runtime.list_workers().await.ok()?;
-        for c in workers.iter().filter(|c| c.running) {
-            let (_, fields) = read_status(self.coord.as_ref(), &self.keys, &c.worker)
-                .await
-                .ok()?;
-            let state = fields.get("state").map(|s| WorkerState::parse(s));
-            if state != Some(WorkerState::Idle) {
-                return Some(false);
+    /// The running opted-in workers and what their records say.
+    async fn workers(&self) -> Witness<Vec<WorkerUse>> {
+        let listed = match self.runtime.list_workers().await {
+            Ok(w) => w,
+            Err(e) => return Witness::Unknown(format!("cannot list the workers: {e}")),
+        };
+        let mut out = Vec::new();
+        for c in listed.iter().filter(|c| c.running) {
+            let fields = match read_status(self.coord.as_ref(), &self.keys, &c.worker).await {
+                Ok((_, f)) => f,
+                Err(e) => {
+                    return Witness::Unknown(format!("cannot read {}'s record: {e}", c.worker))
+                }
+            };
+            out.push(WorkerUse {
+                worker: c.worker.clone(),
+                state: fields.get("state").cloned(),
+                pod: c.pod_identity().map(|p| (p.namespace, p.name)),
+                gpus: c.gpus.clone(),
+            });
+        }
+        Witness::Known(out)
+    }
+
+    /// The pods the kubelet gave accelerator devices; off without Kubernetes or without a
+    /// PodResources socket (`runtime.pod_resources_socket = ""`).
+    async fn pod_resources(&self) -> Witness<BTreeSet<PodKey>> {
+        let Some(src) = self
+            .witnesses
+            .devices
+            .as_ref()
+            .filter(|_| self.cfg.kubernetes_on())
+        else {
+            return Witness::Off;
+        };
+        match src.gpus().await {
+            Ok(g) => Witness::Known(g.holders().clone()),
+            Err(e) => Witness::Unknown(e.to_string()),
+        }
+    }
+
+    /// This node's non-terminal pods that request accelerators; off without Kubernetes.
+    async fn pods(&self) -> Witness<BTreeSet<PodKey>> {
+        if !self.cfg.kubernetes_on() {
+            return Witness::Off;
+        }
+        let Some(api) = &self.witnesses.pods else {
+            return Witness::Unknown(
+                "no Kubernetes API client (see the start-up log), so this node's pods cannot be listed".into(),
+            );
+        };
+        match api.node_pods(&self.cfg.node_name).await {
+            Ok(pods) => Witness::Known(
+                pods.into_iter()
+                    .filter(|p| p.accelerators && !p.terminal())
+                    .map(|p| (p.namespace, p.name))
+                    .collect(),
+            ),
+            Err(e) => Witness::Unknown(format!("cannot list this node's pods: {e}")),
+        }
+    }
+
+    /// Keep the verdict: the metric, a log line when a witness stops or starts answering, a
+    /// trail note when the verdict changes.
+    fn record(&mut self, busy: Busy) {
+        let before: BTreeSet<BusyReason> = self
+            .last
+            .as_ref()
+            .map(|b| b.reasons.keys().copied().collect())
+            .unwrap_or_default();
+        for r in BusyReason::ALL {
+            let now = busy.reasons.get(&r);
+            self.metrics.maintenance.busy(r.as_str(), now.is_some());
+            match (before.contains(&r), now) {
+                (false, Some(seen)) if r.is_unknown() => tracing::warn!(
+                    reason = r.as_str(),
+                    detail = %seen.join("; "),
+                    "opportunistic maintenance: a witness cannot answer, so the node counts as busy"
+                ),
+                (true, None) if r.is_unknown() => tracing::info!(
+                    reason = r.as_str(),
+                    "opportunistic maintenance: the witness answers again"
+                ),
+                _ => {}
             }
         }
-        Some(true)
+        let changed = self.last.as_ref().is_none_or(|l| l.names() != busy.names());
+        if changed {
+            tracing::info!(reasons = ?busy.names(), "opportunistic maintenance: {}", busy.detail());
+            self.note = Some(busy.detail());
+        }
+        self.last = Some(busy);
+    }
+
+    /// The rescheduleable episode ended: the next one starts from scratch.
+    fn episode_over(&mut self) {
+        if self.last.take().is_some() {
+            for r in BusyReason::ALL {
+                self.metrics.maintenance.busy(r.as_str(), false);
+            }
+        }
     }
 
     /// Healthy nodes of this node's pool, this one left out.

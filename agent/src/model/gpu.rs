@@ -29,6 +29,10 @@ pub struct GpuSample {
     pub remapped_rows: Option<RemappedRows>,
     /// Active clock-throttle reasons, stable names (e.g. `hw-slowdown`, `sw-thermal`).
     pub throttle_reasons: Vec<&'static str>,
+    /// Processes with a compute context on this GPU (a CUDA application, idle or not).
+    /// `None` when NVML could not say (an old driver, a MIG parent without the privilege): the
+    /// opportunistic-maintenance idle check reads that as "maybe busy".
+    pub compute_processes: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -73,6 +73,8 @@ pub enum Code {
     CheckpointFailed,
     /// Opportunistic maintenance: the pool claim was taken or released.
     PerformMaintenance,
+    /// Opportunistic maintenance: the idle check's verdict changed (idle, or why not).
+    IdleCheck,
     /// The configuration was reloaded.
     ConfigReloaded,
     /// The node's GPU health changed.
@@ -81,7 +83,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 32] = [
+    pub const ALL: [Code; 33] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -112,6 +114,7 @@ impl Code {
         Code::CheckpointTimedOut,
         Code::CheckpointFailed,
         Code::PerformMaintenance,
+        Code::IdleCheck,
         Code::ConfigReloaded,
         Code::GpuHealth,
     ];
@@ -149,6 +152,7 @@ impl Code {
             Code::CheckpointTimedOut => "checkpoint-timed-out",
             Code::CheckpointFailed => "checkpoint-failed",
             Code::PerformMaintenance => "perform-maintenance",
+            Code::IdleCheck => "idle-check",
             Code::ConfigReloaded => "config-reloaded",
             Code::GpuHealth => "gpu-health",
         }

@@ -147,6 +147,16 @@ impl FakeRuntime {
             c.gpus = Some(gpus.iter().map(|g| g.to_string()).collect());
         }
     }
+    /// Place a container in a Kubernetes pod (as a runtime under the kubelet reports it).
+    pub fn set_kube_pod(&self, id: &str, namespace: &str, pod: &str) {
+        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
+            c.kube_pod = Some(crate::model::container::PodIdentity {
+                namespace: namespace.into(),
+                name: pod.into(),
+                uid: format!("uid-{pod}"),
+            });
+        }
+    }
     /// Set a container's checkpoint-method label.
     pub fn set_checkpoint_label(&self, id: &str, value: &str) {
         if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {

@@ -283,6 +283,13 @@ impl NvmlProbe {
             throttle_reasons: field(index, "throttle_reasons", d.current_throttle_reasons())
                 .map(throttle_names)
                 .unwrap_or_default(),
+            // NB: the count form of nvmlDeviceGetComputeRunningProcesses: listing the processes
+            // races with one starting between the two calls the list takes (InsufficientSize).
+            compute_processes: field(
+                index,
+                "compute_processes",
+                d.running_compute_processes_count(),
+            ),
         })
     }
 }

@@ -19,6 +19,12 @@
 //!
 //! A container the kubelet lists with no `nvidia.com/` device is also unknown, not GPU-free: it
 //! may see GPUs some other way (a privileged container, `NVIDIA_VISIBLE_DEVICES=all`).
+//!
+//! The same answer also says which pods hold an accelerator at all ([`PodGpus::holders`]: any
+//! `nvidia.com/*` or `google.com/tpu` device), which the opportunistic-maintenance idle check
+//! reads (`crate::policy::idle`).
+
+use std::collections::BTreeSet;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,6 +51,15 @@ pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 /// shared variants, MIG profiles).
 const GPU_RESOURCE_PREFIX: &str = "nvidia.com/";
 
+/// Cloud TPU chips, as GKE's TPU device plugin names them.
+const TPU_RESOURCE: &str = "google.com/tpu";
+
+/// Whether a resource name is an accelerator: every NVIDIA resource (whole GPUs, shared GPUs,
+/// MIG profiles) and Cloud TPU chips.
+pub fn is_accelerator(resource: &str) -> bool {
+    resource.starts_with(GPU_RESOURCE_PREFIX) || resource == TPU_RESOURCE
+}
+
 /// The kubelet's own client reads answers up to 16 MiB (a large node lists many pods).
 const MAX_MESSAGE: usize = 16 << 20;
 
@@ -65,14 +80,23 @@ pub enum DeviceError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodGpus {
     by_container: HashMap<(String, String, String), Vec<String>>,
+    /// (namespace, pod) of every pod with a container given an accelerator device.
+    holders: BTreeSet<(String, String)>,
 }
 
 impl PodGpus {
     /// From the kubelet's `List` answer (see the module header for the id mapping).
     pub fn from_list(list: &ListPodResourcesResponse) -> PodGpus {
         let mut by_container = HashMap::new();
+        let mut holders = BTreeSet::new();
         for pod in &list.pod_resources {
             for c in &pod.containers {
+                if c.devices
+                    .iter()
+                    .any(|d| is_accelerator(&d.resource_name) && !d.device_ids.is_empty())
+                {
+                    holders.insert((pod.namespace.clone(), pod.name.clone()));
+                }
                 let ids: Vec<&str> = c
                     .devices
                     .iter()
@@ -92,7 +116,15 @@ impl PodGpus {
                 by_container.insert(key, gpus);
             }
         }
-        PodGpus { by_container }
+        PodGpus {
+            by_container,
+            holders,
+        }
+    }
+
+    /// The pods (namespace, name) with a container given an accelerator device.
+    pub fn holders(&self) -> &BTreeSet<(String, String)> {
+        &self.holders
     }
 
     /// The GPUs of this container; `None` = unknown, which the GPU policy reads as every GPU.
@@ -276,6 +308,54 @@ mod tests {
         );
         assert_eq!(g.get("other", "trainer-0", "main"), None);
         assert_eq!(g.len(), 2);
+    }
+
+    #[test]
+    fn pods_holding_a_gpu_or_a_tpu_are_holders() {
+        let pod = |ns: &str, name: &str, containers| PodResources {
+            name: name.into(),
+            namespace: ns.into(),
+            containers,
+        };
+        let list = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod(
+                    "ml",
+                    "gpu",
+                    vec![container("main", &[("nvidia.com/gpu", &["GPU-a"])])],
+                ),
+                pod(
+                    "ml",
+                    "mig",
+                    vec![container("m", &[("nvidia.com/mig-1g.10gb", &["MIG-1"])])],
+                ),
+                pod(
+                    "tpu",
+                    "slice-0",
+                    vec![container("t", &[("google.com/tpu", &["0", "1"])])],
+                ),
+                pod(
+                    "net",
+                    "nic",
+                    vec![container("n", &[("example.com/nic", &["eth1"])])],
+                ),
+                pod(
+                    "ml",
+                    "empty",
+                    vec![container("e", &[("nvidia.com/gpu", &[])])],
+                ),
+                pod("web", "cpu", vec![container("c", &[])]),
+            ],
+        };
+        let holders: Vec<_> = PodGpus::from_list(&list)
+            .holders()
+            .iter()
+            .map(|(ns, p)| format!("{ns}/{p}"))
+            .collect();
+        assert_eq!(holders, vec!["ml/gpu", "ml/mig", "tpu/slice-0"]);
+        assert!(is_accelerator("google.com/tpu"));
+        assert!(!is_accelerator("google.com/tpu-v5"));
+        assert!(is_accelerator("nvidia.com/gpu.shared"));
     }
 
     #[tokio::test]

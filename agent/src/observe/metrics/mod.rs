@@ -126,6 +126,7 @@ impl Metrics {
         self.kube_error("get");
         self.maintenance.interruption("preemption", "preempted");
         self.maintenance.phase("none", true);
+        self.maintenance.busy("accelerator-pod", false);
         self.checkpoints.count("redis", "acked");
         self.gpu.touch();
         self.worker_api.write("tcp", "accepted");
@@ -244,6 +245,7 @@ mod tests {
             "interruptions",
             "maintenance_phase",
             "maintenance_window_start_timestamp_seconds",
+            "opportunistic_busy",
             "checkpoints",
             "checkpoint_duration_seconds",
             "kube_errors",

@@ -27,11 +27,18 @@ pub struct PhaseLabels {
     pub phase: &'static str,
 }
 
+/// Why the node is not idle for opportunistic maintenance (`crate::policy::idle::BusyReason`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BusyLabels {
+    pub reason: &'static str,
+}
+
 pub struct MaintenanceMetrics {
     pub metadata_errors: Family<MetadataErrorLabels, Counter>,
     pub interruptions: Family<InterruptionLabels, Counter>,
     pub phases: Family<PhaseLabels, Gauge>,
     pub window_start: Gauge,
+    pub busy: Family<BusyLabels, Gauge>,
 }
 
 impl MaintenanceMetrics {
@@ -41,6 +48,7 @@ impl MaintenanceMetrics {
             interruptions: Family::default(),
             phases: Family::default(),
             window_start: Gauge::default(),
+            busy: Family::default(),
         };
         reg.register(
             "metadata_errors",
@@ -63,7 +71,19 @@ impl MaintenanceMetrics {
             Unit::Seconds,
             m.window_start.clone(),
         );
+        reg.register(
+            "opportunistic_busy",
+            "1 for each reason the node was not idle at the last opportunistic-maintenance idle check (worker-not-idle, accelerator-pod, gpu-compute-process, and the *-unknown witnesses); checked only while a rescheduleable maintenance is pending",
+            m.busy.clone(),
+        );
         m
+    }
+
+    /// Set one idle-check reason's series.
+    pub fn busy(&self, reason: &'static str, present: bool) {
+        self.busy
+            .get_or_create(&BusyLabels { reason })
+            .set(i64::from(present));
     }
 
     pub fn metadata_error(&self, key: &'static str, kind: &'static str) {

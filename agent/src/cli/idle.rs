@@ -1,0 +1,133 @@
+//! `vigil doctor`'s view of the opportunistic-maintenance idle check: whether each witness
+//! (`crate::policy::idle`) answers now. A witness that cannot answer keeps the node busy for
+//! ever (unknown is not idle), so each gets its own line.
+
+use super::doctor::{check, Check, Level};
+use crate::config::{Config, Switch};
+use crate::sources::pods::{KubePods, PodApi};
+
+/// One line per witness; none when opportunistic maintenance is off.
+pub(super) async fn checks(cfg: &Config) -> Vec<Check> {
+    if !cfg.opportunistic.enabled {
+        return Vec::new();
+    }
+    vec![pods(cfg).await, pod_resources(cfg).await, nvml(cfg)]
+}
+
+const BUSY: &str = "until it answers the node never counts as idle (opportunistic maintenance)";
+
+async fn pods(cfg: &Config) -> Check {
+    if !cfg.kubernetes_on() {
+        return check("idle:pods", Level::Ok, "not on Kubernetes: not a witness");
+    }
+    let listed = match KubePods::connect(&cfg.kubernetes.api_url).await {
+        Ok(api) => api.node_pods(&cfg.node_name).await,
+        Err(e) => Err(e),
+    };
+    match listed {
+        Ok(pods) => {
+            let held: Vec<String> = pods
+                .iter()
+                .filter(|p| p.accelerators && !p.terminal())
+                .map(|p| p.display())
+                .collect();
+            check(
+                "idle:pods",
+                Level::Ok,
+                format!(
+                    "{} pod(s) on this node; requesting accelerators: {}",
+                    pods.len(),
+                    if held.is_empty() {
+                        "none".into()
+                    } else {
+                        held.join(", ")
+                    }
+                ),
+            )
+        }
+        Err(e) => check("idle:pods", Level::Warn, format!("{e}; {BUSY}")),
+    }
+}
+
+async fn pod_resources(cfg: &Config) -> Check {
+    let src = crate::runtime::devices(cfg).filter(|_| cfg.kubernetes_on());
+    let Some(src) = src else {
+        return check(
+            "idle:pod-res",
+            Level::Ok,
+            "not a witness (not on Kubernetes, or runtime.pod_resources_socket = \"\")",
+        );
+    };
+    match src.gpus().await {
+        Ok(g) => {
+            let held: Vec<String> = g
+                .holders()
+                .iter()
+                .map(|(ns, p)| format!("{ns}/{p}"))
+                .collect();
+            check(
+                "idle:pod-res",
+                Level::Ok,
+                format!(
+                    "{} answers; pods holding accelerators: {}",
+                    src.describe(),
+                    if held.is_empty() {
+                        "none".into()
+                    } else {
+                        held.join(", ")
+                    }
+                ),
+            )
+        }
+        Err(e) => check("idle:pod-res", Level::Warn, format!("{e}; {BUSY}")),
+    }
+}
+
+fn nvml(cfg: &Config) -> Check {
+    if cfg.gpu.enabled == Switch::Off {
+        return check("idle:nvml", Level::Ok, "not a witness (gpu.enabled = off)");
+    }
+    use crate::sources::gpu::{GpuProbe, NvmlProbe};
+    let path = (!cfg.gpu.library_path.is_empty()).then_some(cfg.gpu.library_path.as_str());
+    let sampled = NvmlProbe::new(path).and_then(|mut p| p.sample());
+    match sampled {
+        Ok(gpus) => {
+            let unread: Vec<String> = gpus
+                .iter()
+                .filter(|g| g.compute_processes.is_none())
+                .map(|g| g.index.to_string())
+                .collect();
+            let busy: Vec<String> = gpus
+                .iter()
+                .filter(|g| g.compute_processes.is_some_and(|n| n > 0))
+                .map(|g| format!("GPU {}: {}", g.index, g.compute_processes.unwrap_or(0)))
+                .collect();
+            if unread.is_empty() {
+                let busy = if busy.is_empty() {
+                    "none".into()
+                } else {
+                    busy.join(", ")
+                };
+                check(
+                    "idle:nvml",
+                    Level::Ok,
+                    format!("{} GPU(s); compute processes: {busy}", gpus.len()),
+                )
+            } else {
+                check(
+                    "idle:nvml",
+                    Level::Warn,
+                    format!(
+                        "NVML cannot report the compute processes of GPU(s) {} (an old driver, or MIG without the privilege); {BUSY}",
+                        unread.join(", ")
+                    ),
+                )
+            }
+        }
+        Err(e) => check(
+            "idle:nvml",
+            Level::Warn,
+            format!("{e}; {BUSY}; on a node without GPUs set gpu.enabled = off"),
+        ),
+    }
+}

@@ -1,0 +1,294 @@
+//! Whether the checkpoint budgets fit in what the platform gives a worker (pure).
+//!
+//! A checkpoint round is only as good as the time the worker has to finish it. The limits, each
+//! with a stable code (shown by `vigil doctor` and `vigil explain`):
+//! - `preemption-notice`: Compute Engine stops a Spot or preemptible VM 30 s after its preemption
+//!   notice, so `checkpoint.preemption_budget` + `checkpoint.worker_stop` must fit in 30 s;
+//! - `maintenance-notice`: a VM that terminates on host maintenance (GPU VMs) gets 60 s notice,
+//!   so `checkpoint.maintenance_budget` + `checkpoint.worker_stop` must fit in 60 s;
+//! - `pod-grace`: when the node shuts down or drains, the worker's pod is sent SIGTERM at the same
+//!   time as the agent asks it to checkpoint, and killed when its
+//!   `terminationGracePeriodSeconds` ends: `checkpoint.sigterm_budget` (when
+//!   `checkpoint.on_sigterm`) and `checkpoint.preemption_budget`, each plus
+//!   `checkpoint.worker_stop`, must fit in it;
+//! - `gke-node-shutdown`: at a Spot or preemptible node's shutdown, GKE's kubelet gives
+//!   non-system pods at most 15 s, whatever their `terminationGracePeriodSeconds` (a pod whose
+//!   priority is system-critical is stopped in the later, critical phase): the preemption budget
+//!   plus the stop must fit in 15 s for every worker pod that is not critical.
+//!
+//! Sources: docs/maintenance.md ("Budgets that fit the platform").
+
+use std::time::Duration;
+
+use crate::config::CheckpointConfig;
+
+/// Compute Engine stops a Spot or preemptible VM this long after the preemption notice.
+pub const PREEMPTION_NOTICE: Duration = Duration::from_secs(30);
+
+/// Compute Engine's notice before a host maintenance that terminates the VM.
+pub const MAINTENANCE_NOTICE: Duration = Duration::from_secs(60);
+
+/// What GKE's graceful node shutdown gives non-system pods on a Spot or preemptible node
+/// (GKE later than 1.22.8-gke.200).
+pub const GKE_NON_CRITICAL_SHUTDOWN: Duration = Duration::from_secs(15);
+
+/// A worker's pod, as the check needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerPod {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Its `terminationGracePeriodSeconds`.
+    pub grace: Duration,
+    /// Its priority is system-critical (graceful node shutdown stops it last).
+    pub critical: bool,
+}
+
+/// One budget that cannot be met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortfall {
+    /// `preemption-notice`, `maintenance-notice`, `pod-grace` or `gke-node-shutdown`.
+    pub code: &'static str,
+    /// The budget's config key.
+    pub key: &'static str,
+    /// The worker pod it concerns, for the per-pod limits.
+    pub pod: Option<String>,
+    /// Budget plus the worker's stop.
+    pub needed: Duration,
+    /// What the platform gives.
+    pub given: Duration,
+    /// What to do about it, for the operator.
+    pub detail: String,
+}
+
+/// Every budget that cannot be met by these worker pods (empty: they all fit).
+pub fn budget_shortfalls(c: &CheckpointConfig, pods: &[WorkerPod]) -> Vec<Shortfall> {
+    let stop = c.worker_stop;
+    let preempt = c.preemption_budget + stop;
+    let mut out = Vec::new();
+    let secs = |d: Duration| humantime::format_duration(d).to_string();
+    if preempt > PREEMPTION_NOTICE {
+        out.push(Shortfall {
+            code: "preemption-notice",
+            key: "checkpoint.preemption_budget",
+            pod: None,
+            needed: preempt,
+            given: PREEMPTION_NOTICE,
+            detail: format!(
+                "checkpoint.preemption_budget + checkpoint.worker_stop = {} but Compute Engine stops a Spot/preemptible VM {} after the notice: lower the budget",
+                secs(preempt),
+                secs(PREEMPTION_NOTICE)
+            ),
+        });
+    }
+    let maint = c.maintenance_budget + stop;
+    if maint > MAINTENANCE_NOTICE {
+        out.push(Shortfall {
+            code: "maintenance-notice",
+            key: "checkpoint.maintenance_budget",
+            pod: None,
+            needed: maint,
+            given: MAINTENANCE_NOTICE,
+            detail: format!(
+                "checkpoint.maintenance_budget + checkpoint.worker_stop = {} but Compute Engine gives {} notice before a host maintenance that terminates the VM: lower the budget",
+                secs(maint),
+                secs(MAINTENANCE_NOTICE)
+            ),
+        });
+    }
+    for p in pods {
+        out.extend(pod_shortfalls(c, p));
+    }
+    out
+}
+
+/// The limits one worker pod sets.
+fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod) -> Vec<Shortfall> {
+    let stop = c.worker_stop;
+    let secs = |d: Duration| humantime::format_duration(d).to_string();
+    let mut out = Vec::new();
+    let mut budgets = vec![("checkpoint.preemption_budget", c.preemption_budget)];
+    if c.on_sigterm {
+        budgets.push(("checkpoint.sigterm_budget", c.sigterm_budget));
+    }
+    let mut preemption_fits_grace = true;
+    for (key, budget) in budgets {
+        let needed = budget + stop;
+        if needed <= p.grace {
+            continue;
+        }
+        preemption_fits_grace &= key != "checkpoint.preemption_budget";
+        out.push(Shortfall {
+            code: "pod-grace",
+            key,
+            pod: Some(p.pod.clone()),
+            needed,
+            given: p.grace,
+            detail: format!(
+                "{key} + checkpoint.worker_stop = {} but worker pod {} is killed {} after its SIGTERM (terminationGracePeriodSeconds): raise its grace period or lower the budget",
+                secs(needed),
+                p.pod,
+                secs(p.grace)
+            ),
+        });
+    }
+    let needed = c.preemption_budget + stop;
+    // NB: a pod whose own grace is already too short is said once, above.
+    if !p.critical && preemption_fits_grace && needed > GKE_NON_CRITICAL_SHUTDOWN {
+        out.push(Shortfall {
+            code: "gke-node-shutdown",
+            key: "checkpoint.preemption_budget",
+            pod: Some(p.pod.clone()),
+            needed,
+            given: GKE_NON_CRITICAL_SHUTDOWN,
+            detail: format!(
+                "checkpoint.preemption_budget + checkpoint.worker_stop = {} but on a GKE Spot/preemptible node the kubelet gives non-system pod {} at most {} at preemption, whatever its grace period: lower the budget to fit",
+                secs(needed),
+                p.pod,
+                secs(GKE_NON_CRITICAL_SHUTDOWN)
+            ),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn pod(grace: u64, critical: bool) -> WorkerPod {
+        WorkerPod {
+            pod: "ml/trainer-0".into(),
+            grace: s(grace),
+            critical,
+        }
+    }
+
+    fn cfg(preemption: u64, sigterm: u64, maintenance: u64, stop: u64) -> CheckpointConfig {
+        CheckpointConfig {
+            preemption_budget: s(preemption),
+            sigterm_budget: s(sigterm),
+            maintenance_budget: s(maintenance),
+            worker_stop: s(stop),
+            ..CheckpointConfig::default()
+        }
+    }
+
+    fn codes(c: &CheckpointConfig, pods: &[WorkerPod]) -> Vec<(&'static str, &'static str)> {
+        budget_shortfalls(c, pods)
+            .iter()
+            .map(|f| (f.code, f.key))
+            .collect()
+    }
+
+    #[test]
+    fn the_defaults_fit_gce_and_a_default_pod_but_not_gke_spot_shutdown() {
+        let c = CheckpointConfig::default(); // 25 s, 25 s, 50 s, stop 5 s
+        assert_eq!(codes(&c, &[]), vec![]);
+        assert_eq!(codes(&c, &[pod(30, true)]), vec![]);
+        assert_eq!(
+            codes(&c, &[pod(30, false)]),
+            vec![("gke-node-shutdown", "checkpoint.preemption_budget")]
+        );
+        // 10 s + 5 s fits every limit.
+        assert_eq!(codes(&cfg(10, 25, 50, 5), &[pod(30, false)]), vec![]);
+    }
+
+    /// (what, config, worker pods, the (code, key) of each shortfall).
+    type Case = (
+        &'static str,
+        CheckpointConfig,
+        Vec<WorkerPod>,
+        Vec<(&'static str, &'static str)>,
+    );
+
+    #[test]
+    fn each_limit_alone() {
+        let cases: &[Case] = &[
+            (
+                "preemption budget past GCE's 30 s",
+                cfg(28, 10, 50, 5),
+                vec![],
+                vec![("preemption-notice", "checkpoint.preemption_budget")],
+            ),
+            (
+                "maintenance budget past GCE's 60 s",
+                cfg(10, 10, 58, 5),
+                vec![],
+                vec![("maintenance-notice", "checkpoint.maintenance_budget")],
+            ),
+            (
+                "SIGTERM budget past the pod's grace",
+                cfg(5, 25, 50, 5),
+                vec![pod(20, false)],
+                vec![("pod-grace", "checkpoint.sigterm_budget")],
+            ),
+            (
+                "preemption budget past the pod's grace: said once, not again for GKE",
+                cfg(12, 5, 50, 5),
+                vec![pod(15, false)],
+                vec![("pod-grace", "checkpoint.preemption_budget")],
+            ),
+            (
+                "a critical pod is not held to GKE's 15 s",
+                cfg(20, 20, 50, 5),
+                vec![pod(30, true)],
+                vec![],
+            ),
+        ];
+        for (what, c, pods, want) in cases {
+            assert_eq!(&codes(c, pods), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn exactly_at_the_limit_fits() {
+        assert_eq!(codes(&cfg(25, 25, 55, 5), &[pod(30, true)]), vec![]);
+        assert_eq!(codes(&cfg(10, 10, 50, 5), &[pod(15, false)]), vec![]);
+    }
+
+    #[test]
+    fn without_a_sigterm_round_its_budget_is_not_held_to_the_grace() {
+        let mut c = cfg(5, 25, 50, 5);
+        c.on_sigterm = false;
+        assert_eq!(codes(&c, &[pod(20, false)]), vec![]);
+    }
+
+    #[test]
+    fn every_pod_is_checked_and_named() {
+        let pods = [
+            WorkerPod {
+                pod: "ml/a".into(),
+                grace: s(10),
+                critical: false,
+            },
+            WorkerPod {
+                pod: "ml/b".into(),
+                grace: s(60),
+                critical: false,
+            },
+        ];
+        let f = budget_shortfalls(&CheckpointConfig::default(), &pods);
+        let named: Vec<_> = f
+            .iter()
+            .map(|x| (x.code, x.pod.as_deref().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            named,
+            vec![
+                ("pod-grace", "ml/a"),
+                ("pod-grace", "ml/a"),
+                ("gke-node-shutdown", "ml/b")
+            ]
+        );
+        assert!(
+            f[0].detail.contains("ml/a is killed 10s after its SIGTERM"),
+            "{}",
+            f[0].detail
+        );
+        assert_eq!((f[2].needed, f[2].given), (s(30), s(15)));
+    }
+}
