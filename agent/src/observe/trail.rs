@@ -77,11 +77,13 @@ pub enum Code {
     ConfigReloaded,
     /// The node's GPU health changed.
     GpuHealth,
+    /// The node's TPU health changed.
+    TpuHealth,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 32] = [
+    pub const ALL: [Code; 33] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -114,6 +116,7 @@ impl Code {
         Code::PerformMaintenance,
         Code::ConfigReloaded,
         Code::GpuHealth,
+        Code::TpuHealth,
     ];
 
     /// The stable name stored in the trail and used as the metric label.
@@ -151,6 +154,7 @@ impl Code {
             Code::PerformMaintenance => "perform-maintenance",
             Code::ConfigReloaded => "config-reloaded",
             Code::GpuHealth => "gpu-health",
+            Code::TpuHealth => "tpu-health",
         }
     }
 }

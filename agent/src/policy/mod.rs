@@ -7,5 +7,6 @@ pub mod gpu;
 pub mod maintenance;
 pub mod restart;
 pub mod table;
+pub mod tpu;
 
 pub use table::{table, Action, TableRow};
