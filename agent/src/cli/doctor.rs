@@ -235,7 +235,6 @@ fn tpu(cfg: &Config) -> Check {
     }
     let log = Some(std::path::Path::new(&t.kernel_log)).filter(|_| !t.kernel_log.is_empty());
     let mut probe = FsProbe::new(&t.device_dir, &t.sys_dir, log, "/proc/uptime");
-    let log_error = probe.kernel_log_error();
     let reading = match probe.read() {
         Ok(r) => r,
         Err(e) => {
@@ -247,6 +246,8 @@ fn tpu(cfg: &Config) -> Check {
             return check("tpu", level, e.to_string());
         }
     };
+    // Opened by the read, on a TPU node only.
+    let log_error = probe.kernel_log_error();
     let found = reading.device_files.len();
     if found == 0 && reading.chips.pci.is_empty() {
         let level = if t.enabled == Switch::On {

@@ -65,40 +65,77 @@ pub struct FsProbe {
     device_dir: PathBuf,
     sys_dir: PathBuf,
     uptime: PathBuf,
+    /// The kernel log's path until it is opened (or failed to open).
+    log_path: Option<PathBuf>,
     log: Option<KernelLog>,
     log_error: Option<TpuError>,
 }
 
 impl FsProbe {
     /// Over `device_dir`, `sys_dir` and, unless `None`, the kernel log at `kernel_log`; the
-    /// kernel's clock from `uptime` (`/proc/uptime`). A kernel log that cannot be opened is kept
-    /// for [`TpuProbe::kernel_log_error`] and the probe runs without it.
+    /// kernel's clock from `uptime` (`/proc/uptime`).
+    ///
+    /// NB: the kernel log is opened at the first reading that finds a TPU chip (a device file
+    /// or a TPU PCI function), not before: a node without TPUs never opens `/dev/kmsg`, and says
+    /// nothing about it. One that cannot be opened is kept for [`TpuProbe::kernel_log_error`]
+    /// and the probe runs without it.
     pub fn new(
         device_dir: impl Into<PathBuf>,
         sys_dir: impl Into<PathBuf>,
         kernel_log: Option<&Path>,
         uptime: impl Into<PathBuf>,
     ) -> FsProbe {
-        let uptime = uptime.into();
-        let mut log_error = None;
-        let log = kernel_log.and_then(|p| {
-            // Without the kernel's clock the old records cannot be dated: skip them.
-            let skip_backlog = uptime_ms(&uptime).is_none();
-            KernelLog::open(p, skip_backlog)
-                .map_err(|source| {
-                    log_error = Some(TpuError::KernelLog {
-                        path: p.display().to_string(),
-                        source,
-                    })
-                })
-                .ok()
-        });
         FsProbe {
             device_dir: device_dir.into(),
             sys_dir: sys_dir.into(),
-            uptime,
-            log,
-            log_error,
+            uptime: uptime.into(),
+            log_path: kernel_log.map(Path::to_path_buf),
+            log: None,
+            log_error: None,
+        }
+    }
+
+    /// Open the kernel log, once.
+    fn open_log(&mut self) {
+        let Some(p) = self.log_path.take() else {
+            return;
+        };
+        // Without the kernel's clock the old records cannot be dated: skip them.
+        let skip_backlog = uptime_ms(&self.uptime).is_none();
+        match KernelLog::open(&p, skip_backlog) {
+            Ok(log) => self.log = Some(log),
+            Err(source) => {
+                self.log_error = Some(TpuError::KernelLog {
+                    path: p.display().to_string(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// The kernel records since the last call, each with its age when the kernel's clock is
+    /// readable. A log that fails is said once and closed.
+    fn records(&mut self) -> Vec<(KernelRecord, Option<i64>)> {
+        let Some(log) = &mut self.log else {
+            return Vec::new();
+        };
+        let now = uptime_ms(&self.uptime);
+        match log.drain() {
+            Ok(rs) => rs
+                .into_iter()
+                .map(|r| {
+                    let age = now.map(|n| (n - (r.ts_us / 1000) as i64).max(0));
+                    (r, age)
+                })
+                .collect(),
+            Err(source) => {
+                self.log_error = Some(TpuError::KernelLog {
+                    path: log.path.clone(),
+                    source,
+                });
+                self.log = None;
+                Vec::new()
+            }
         }
     }
 }
@@ -111,38 +148,19 @@ impl TpuProbe for FsProbe {
                 source,
             })?;
         let (pci, aer) = tpu_functions(&self.sys_dir);
+        if !device_files.is_empty() || !pci.is_empty() {
+            self.open_log();
+        }
         let accel = device_files
             .iter()
             .filter(|f| f.starts_with("accel"))
             .cloned()
             .collect();
-        let mut records = Vec::new();
-        if let Some(log) = &mut self.log {
-            let now = uptime_ms(&self.uptime);
-            match log.drain() {
-                Ok(rs) => {
-                    records = rs
-                        .into_iter()
-                        .map(|r| {
-                            let age = now.map(|n| (n - (r.ts_us / 1000) as i64).max(0));
-                            (r, age)
-                        })
-                        .collect()
-                }
-                Err(source) => {
-                    self.log_error = Some(TpuError::KernelLog {
-                        path: log.path.clone(),
-                        source,
-                    });
-                    self.log = None;
-                }
-            }
-        }
         Ok(TpuReading {
             device_files,
             chips: TpuChips { pci, accel },
             aer,
-            records,
+            records: self.records(),
         })
     }
 
@@ -409,10 +427,10 @@ mod tests {
         let uptime = d.path().join("uptime");
         std::fs::write(&log, "3,1,1000000,-;accel accel0: old error\n").unwrap();
         std::fs::write(&uptime, "61.00 100.00\n").unwrap();
-        std::fs::create_dir(d.path().join("dev")).unwrap();
+        touch(&d.path().join("dev/accel0"));
         let mut p = FsProbe::new(d.path().join("dev"), d.path(), Some(&log), &uptime);
-        assert!(p.kernel_log_error().is_none());
         let r = p.read().unwrap();
+        assert!(p.kernel_log_error().is_none());
         // The backlog, dated by the kernel's clock: 60 s old.
         assert_eq!(r.records.len(), 1);
         assert_eq!(r.records[0].1, Some(60_000));
@@ -433,7 +451,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let log = d.path().join("kmsg");
         std::fs::write(&log, "3,1,1000000,-;accel accel0: old error\n").unwrap();
-        std::fs::create_dir(d.path().join("dev")).unwrap();
+        touch(&d.path().join("dev/vfio/0"));
         let mut p = FsProbe::new(
             d.path().join("dev"),
             d.path(),
@@ -453,10 +471,9 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_kernel_log_is_said_and_the_rest_still_reads() {
+    fn a_missing_kernel_log_is_said_once_and_only_on_a_tpu_node() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join("dev")).unwrap();
-        touch(&d.path().join("dev/accel0"));
         let missing = d.path().join("kmsg");
         let mut p = FsProbe::new(
             d.path().join("dev"),
@@ -464,10 +481,21 @@ mod tests {
             Some(&missing),
             "/proc/uptime",
         );
+        assert!(p.read().unwrap().device_files.is_empty());
+        assert!(
+            p.kernel_log_error().is_none(),
+            "no TPU: the log is not opened"
+        );
+        touch(&d.path().join("dev/accel0"));
+        assert_eq!(p.read().unwrap().device_files, ["accel0"]);
         let e = p.kernel_log_error().expect("said");
         assert!(e.to_string().contains("tpu.kernel_log"), "{e}");
+        assert_eq!(
+            p.read().unwrap().device_files,
+            ["accel0"],
+            "the rest still reads"
+        );
         assert!(p.kernel_log_error().is_none(), "said once");
-        assert_eq!(p.read().unwrap().device_files, ["accel0"]);
         let mut p = FsProbe::new(d.path().join("nodev"), d.path(), None, "/proc/uptime");
         assert!(matches!(p.read(), Err(TpuError::DeviceDir { .. })));
     }
