@@ -369,3 +369,49 @@ async fn a_node_without_tpus_carries_no_tpu_fields() {
     .await;
     assert!(gone.is_some(), "{:#}", fake.node());
 }
+
+/// An agent restarting on a TPU node leaves its TPU label and condition as they are until its
+/// monitor has read the chips: no flap of the condition (and of its transition time) at every
+/// restart.
+#[tokio::test]
+async fn a_restarting_agent_leaves_the_tpu_fields_until_its_first_reading() {
+    let fake = FakeKube::start(NODE).await;
+    fake.foreign_write(json!({"metadata": {"labels": {"vigil.dev/tpu-health": "failed"}}}));
+    fake.status_write(json!({"status": {"conditions": [
+        {"type": "VigilTPUUnhealthy", "status": "True", "reason": "Failed",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    ]}}));
+    let cfg = node_config(NODE);
+    let metrics = Arc::new(Metrics::new());
+    let coord = memory_coordinator();
+    let runtime = Arc::new(FakeRuntime::default());
+    let agent = Agent::new(
+        cfg.clone(),
+        coord.clone(),
+        runtime.clone(),
+        Notifier::new(None, metrics.clone()),
+        metrics.clone(),
+    );
+    // The monitor has not reported yet.
+    let (_tpu_tx, tpu_rx) = watch::channel(TpuReport::default());
+    let controller = Controller::new(cfg, coord, runtime, metrics, agent.trail())
+        .with_node_api(Arc::new(KubeNodeApi::from_url(&fake.url).unwrap()))
+        .with_tpu(tpu_rx);
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    let (_meta_tx, meta_rx) = watch::channel(Default::default());
+    let (_gpu_tx, gpu_rx) = watch::channel(Default::default());
+    tokio::spawn(controller.run(meta_rx, gpu_rx, CancellationToken::new(), stop.clone()));
+    let written = poll(Duration::from_secs(10), || {
+        let node = fake.node();
+        async move { (!condition(&node, "VigilMaintenance").is_null()).then_some(node) }
+    })
+    .await
+    .expect("the controller's first write");
+    assert_eq!(
+        label(&written, "vigil.dev/tpu-health").as_deref(),
+        Some("failed")
+    );
+    let c = condition(&written, "VigilTPUUnhealthy");
+    assert_eq!(c["lastTransitionTime"], "2026-01-01T00:00:00Z", "{c}");
+}

@@ -219,7 +219,7 @@ impl Controller {
             return;
         };
         let r = self.tpu.report().clone();
-        self.node.view.tpu = r.clone();
+        self.node.view.tpu = Some(r.clone());
         if r.monitoring || change.prev.is_some() {
             self.note(Code::TpuHealth, change.detail.clone()).await;
         }
@@ -483,9 +483,12 @@ impl Controller {
         let gpu = gpu_rx.borrow_and_update().clone();
         self.gpu.seed(gpu.clone(), &self.metrics);
         self.node.view.gpu = gpu;
-        let tpu = tpu_rx.borrow_and_update().clone();
-        self.tpu.seed(tpu.clone(), &self.metrics);
-        self.node.view.tpu = tpu;
+        // A report only once the monitor has published one (see `NodeView::tpu`).
+        if tpu_rx.has_changed().unwrap_or(false) {
+            let tpu = tpu_rx.borrow_and_update().clone();
+            self.tpu.seed(tpu.clone(), &self.metrics);
+            self.node.view.tpu = Some(tpu);
+        }
         self.set_phase_metric(Phase::None);
         let first = derive(&rx.borrow_and_update());
         if first == self.state {

@@ -22,7 +22,10 @@ const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct NodeView {
     pub maintenance: MaintenanceState,
     pub gpu: GpuReport,
-    pub tpu: TpuReport,
+    /// The TPU monitor's last report; `None` until its first, when Vigil's TPU fields on the
+    /// Node are left as they are (an agent restarting on a TPU node does not take its TPU label
+    /// and condition off for the second before the monitor's first reading).
+    pub tpu: Option<TpuReport>,
     /// `<time> <reason>: acked=… timed-out=… failed=…` of the last checkpoint round.
     pub last_checkpoint: Option<String>,
     /// The perform-maintenance label: `Some(true)` while this node holds the pool's claim,
@@ -65,7 +68,9 @@ impl NodePublisher {
             v.perform_maintenance,
         );
         gpu_desired(k, &v.gpu, self.cfg.gpu.taint_on_failure, &mut desired);
-        tpu_desired(k, &v.tpu, self.cfg.tpu.taint_on_failure, &mut desired);
+        if let Some(tpu) = &v.tpu {
+            tpu_desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut desired);
+        }
         let node = &self.cfg.node_name;
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(node, &desired)).await {
             Ok(Ok(())) => {

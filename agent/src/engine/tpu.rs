@@ -44,6 +44,7 @@ pub async fn run_monitor(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut expected_open = true;
     let mut failing = false;
+    let mut sent = false;
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -75,8 +76,11 @@ pub async fn run_monitor(
                     tracing::info!("TPU chips readable again");
                 }
                 let report = fold(&mut mem, &reading, want, clock_ms(), cfg.error_window);
+                // The first report is always sent, even the default one (not a TPU node): it
+                // tells the controller the monitor has read the chips.
+                let first = !std::mem::replace(&mut sent, true);
                 tx.send_if_modified(|cur| {
-                    let changed = *cur != report;
+                    let changed = first || *cur != report;
                     *cur = report;
                     changed
                 });
@@ -134,6 +138,8 @@ pub fn start(
 /// a change of reasons only (counts of errors) at most once a minute, as for the GPU.
 #[derive(Default)]
 pub(crate) struct TpuHealthTracker {
+    /// Whether the Node has been given a report yet: the first always goes to it.
+    seeded: bool,
     report: TpuReport,
     seen: TpuMetricsState,
     published_at: Option<Instant>,
@@ -153,6 +159,7 @@ impl TpuHealthTracker {
     pub fn seed(&mut self, report: TpuReport, metrics: &Metrics) {
         metrics.tpu.record(&report, &mut self.seen);
         self.report = report;
+        self.seeded = true;
     }
 
     /// The report the Node shows.
@@ -164,7 +171,9 @@ impl TpuHealthTracker {
     pub(crate) fn fold(&mut self, report: TpuReport, metrics: &Metrics) -> Option<TpuChange> {
         metrics.tpu.record(&report, &mut self.seen);
         let r = &self.report;
-        let health_changed = report.monitoring != r.monitoring
+        let first = !std::mem::replace(&mut self.seeded, true);
+        let health_changed = first
+            || report.monitoring != r.monitoring
             || report.health != r.health
             || report.present != r.present
             || report.expected != r.expected;
