@@ -221,6 +221,30 @@ if lib and cfg["gpu"]["enabled"] != "off":
     check(any(lib.startswith(p.rstrip("/") + "/") for p in host),
           f"gpu.library_path {lib} is on no mounted host path")
 
+# TPU: a device directory other than the container's own /dev is the host's /dev, mounted
+# read-only (the chips' device files are listed, never opened: no write, no privilege needed).
+tpu = cfg["tpu"]
+if not base and tpu["enabled"] != "off" and tpu["device_dir"].rstrip("/") != "/dev":
+    d = tpu["device_dir"].rstrip("/")
+    src = [vols[m["name"]].get("hostPath", {}).get("path") for m in c.get("volumeMounts", [])
+           if m["mountPath"].rstrip("/") == d]
+    check(src == ["/dev"] and host.get(d, ("", False))[1] is True,
+          f"tpu.device_dir {d} is the host's /dev mounted read-only (hostPath /dev): {src}")
+if kdir == "deploy/overlays/tpu":
+    check(not sc.get("privileged") and sc.get("allowPrivilegeEscalation") is False,
+          "the tpu overlay is not privileged (no NVML; device files are listed, not opened)")
+    check(cfg["gpu"]["enabled"] == "off" and not any("nvidia" in p for p in host),
+          f"the tpu overlay turns GPU monitoring off and mounts no NVIDIA driver: {sorted(host)}")
+    check(tpu["enabled"] != "off", "the tpu overlay runs the TPU source")
+    terms = pod.get("affinity", {}).get("nodeAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    check(terms and all({"key": "cloud.google.com/gke-tpu-accelerator", "operator": "Exists"}
+                        in t.get("matchExpressions", []) for t in terms),
+          "the tpu overlay runs only on nodes with label cloud.google.com/gke-tpu-accelerator")
+    tols = pod.get("tolerations", [])
+    check(any(t.get("operator") == "Exists" and t.get("key") in (None, "google.com/tpu") for t in tols),
+          "the tpu overlay tolerates GKE's google.com/tpu taint")
+
 # Every overlay is documented.
 if not base:
     guide = open("docs/kubernetes.md").read()

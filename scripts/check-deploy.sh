@@ -3,7 +3,8 @@
 # validate each object against the Kubernetes schemas in strict mode (unknown fields rejected),
 # check the vigil.toml each ConfigMap carries with `vigil config check`, and check what the
 # schemas cannot see with scripts/check-deploy.py (the DaemonSet against that configuration: the
-# runtime's socket and log mounts, the image, the Secret, the priority class's quota, RBAC).
+# runtime's socket and log mounts, the image, the Secret, the priority class's quota, RBAC; the
+# tpu overlay: unprivileged, no NVML, the host's /dev read-only, TPU nodes only).
 # Needs kubectl, kubernetes-validate (PyPI, pinned in scripts/requirements.txt; scripts/setup.sh installs it into .venv),
 # python3 (3.11 or later: tomllib) with PyYAML, and a built `vigil` (target/debug/vigil, or $VIGIL).
 set -euo pipefail

@@ -33,8 +33,8 @@ promtool check config deploy/monitoring/prometheus/prometheus.yml
 python3 scripts/monitoring.py dashboard-rules "$out/dashboard.rules.yaml"
 promtool check rules "$out/dashboard.rules.yaml"
 
-# The components, as an overlay includes them: gmp through the gke overlay (and production, on
-# top of it), kube-prometheus added to the docker overlay by a kustomization written here.
+# The components, as an overlay includes them: gmp through the gke overlay (and production and
+# tpu, on top of it), kube-prometheus added to the docker overlay by a kustomization written here.
 here=$(python3 -c 'import os, sys; print(os.path.relpath(os.getcwd(), sys.argv[1]))' "$out/kp")
 mkdir "$out/kp"
 cat > "$out/kp/kustomization.yaml" <<EOF
@@ -48,7 +48,8 @@ EOF
 kubectl kustomize "$out/kp" > "$out/kube-prometheus.yaml"
 kubectl kustomize deploy/overlays/gke > "$out/gke.yaml"
 kubectl kustomize deploy/overlays/production > "$out/production.yaml"
-python3 scripts/monitoring.py validate-crs "$out/kube-prometheus.yaml" "$out/gke.yaml" "$out/production.yaml"
+kubectl kustomize deploy/overlays/tpu > "$out/tpu.yaml"
+python3 scripts/monitoring.py validate-crs "$out/kube-prometheus.yaml" "$out/gke.yaml" "$out/production.yaml" "$out/tpu.yaml"
 python3 - "$out/kube-prometheus.yaml" "$out/gke.yaml" <<'PY'
 import sys, yaml
 kinds = [sorted(d["kind"] for d in yaml.safe_load_all(open(f)) if d and "monitoring." in d["apiVersion"])

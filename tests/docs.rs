@@ -8,7 +8,7 @@
 //! | alert kinds | `docs/alerts.md`, section "Alerts" |
 //! | decision codes | `docs/trail.md`, section "Decision trail" |
 //! | Redis keys | `docs/redis-keys.md`, section "Redis keys" |
-//! | Node labels, annotations, taints, Events | `docs/maintenance.md` (maintenance), `docs/gpu.md` (GPU) |
+//! | Node labels, annotations, taints, Events | `docs/maintenance.md` (maintenance), `docs/gpu.md` (GPU), `docs/tpu.md` (TPU) |
 //! | CLI commands | `docs/cli.md`, section "CLI" |
 //! | verdicts and who acts | `README.md`, section "Verdicts" |
 //!
@@ -24,10 +24,12 @@ use vigil::config::{Config, KubernetesConfig};
 use vigil::coord::Keys;
 use vigil::model::gpu::{GpuHealth, GpuReport};
 use vigil::model::maintenance::{MaintenanceState, Phase};
+use vigil::model::tpu::{TpuHealth, TpuReport};
 use vigil::observe::metrics::{to_classic_text, Metrics};
 use vigil::observe::trail::Code;
 use vigil::policy::maintenance::{event_for, gpu_desired, node_desired};
 use vigil::policy::restart::Verdict;
+use vigil::policy::tpu::{tpu_desired, tpu_event_for};
 use vigil::policy::Action;
 
 /// The repository's root.
@@ -318,6 +320,36 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
         assert!(
             gpu.contains(&format!("`{reason}`")),
             "Event {reason} missing from docs/gpu.md"
+        );
+    }
+
+    // TPU: every field tpu_desired adds, its condition and every Event of a health change.
+    let tpu = doc("docs/tpu.md");
+    let before = names(&d);
+    let report = TpuReport {
+        monitoring: true,
+        health: TpuHealth::Failed,
+        reasons: vec!["r".into()],
+        ..TpuReport::default()
+    };
+    tpu_desired(&k, &report, true, &mut d);
+    let tpu_names: BTreeSet<String> = names(&d).difference(&before).cloned().collect();
+    assert!(!tpu_names.is_empty(), "tpu_desired adds no Node field");
+    for n in &tpu_names {
+        assert!(mentions(&tpu, n), "{n} missing from docs/tpu.md");
+    }
+    for c in &d.conditions {
+        assert!(
+            doc("docs/kubernetes.md").contains(&format!("`{}`", c.kind)),
+            "condition {} missing from docs/kubernetes.md",
+            c.kind
+        );
+    }
+    for h in [TpuHealth::Failed, TpuHealth::Degraded, TpuHealth::Healthy] {
+        let reason = tpu_event_for(h).0;
+        assert!(
+            tpu.contains(&format!("`{reason}`")),
+            "Event {reason} missing from docs/tpu.md"
         );
     }
 }

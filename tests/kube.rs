@@ -222,6 +222,7 @@ async fn reconciling_the_same_desired_state_twice_writes_once() {
         add_taints: vec![maintenance_taint()],
         remove_taints: vec!["vigil.dev/old".into()],
         conditions: vec![],
+        remove_conditions: vec![],
     };
     api.reconcile(NODE, &desired).await.expect("first");
     let version = fake.node()["metadata"]["resourceVersion"].clone();
@@ -834,10 +835,11 @@ async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
         (m["status"].as_str(), m["reason"].as_str()),
         (Some("True"), Some("Pending"))
     );
-    let g = condition(&node, "VigilGPUHealthy");
+    // One polarity: True is the problem, so a healthy GPU is False.
+    let g = condition(&node, "VigilGPUUnhealthy");
     assert_eq!(
         (g["status"].as_str(), g["reason"].as_str()),
-        (Some("True"), Some("Healthy"))
+        (Some("False"), Some("Healthy"))
     );
     assert_eq!(
         condition(&node, "Ready")["status"],
@@ -879,10 +881,10 @@ async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
         .await
         .unwrap();
     let node = fake.node();
-    let g = condition(&node, "VigilGPUHealthy");
+    let g = condition(&node, "VigilGPUUnhealthy");
     assert_eq!(
         (g["status"].as_str(), g["reason"].as_str()),
-        (Some("False"), Some("Failed"))
+        (Some("True"), Some("Failed"))
     );
     assert!(g["message"].as_str().unwrap().contains("XID 79"), "{g}");
     assert_eq!(
@@ -904,7 +906,7 @@ async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
         String::from_utf8_lossy(&out.stderr)
     );
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(condition(&seen, "VigilGPUHealthy")["reason"], "Failed");
+    assert_eq!(condition(&seen, "VigilGPUUnhealthy")["reason"], "Failed");
     assert_eq!(condition(&seen, "VigilMaintenance")["reason"], "Pending");
 }
 
@@ -1134,6 +1136,11 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
     fake.foreign_write(json!({"metadata": {"labels": {
         "cloud.google.com/perform-maintenance": "true"
     }}}));
+    // The condition an earlier version set (before the polarity was made one): cleanup takes
+    // it off too.
+    fake.status_write(json!({"status": {"conditions": [
+        {"type": "VigilGPUHealthy", "status": "True", "reason": "Healthy"}
+    ]}}));
     let before = fake.node();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("vigil.toml");
@@ -1181,6 +1188,7 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
         "  taint vigil.dev/termination-imminent=true:NoSchedule",
         "  taint vigil.dev/gpu-failed=true:NoSchedule",
         "  condition VigilMaintenance",
+        "  condition VigilGPUUnhealthy",
         "  condition VigilGPUHealthy",
     ] {
         assert!(out.contains(line), "{line:?} missing:\n{out}");

@@ -21,6 +21,7 @@ use crate::engine::agent::Agent;
 use crate::engine::node::{Controller, SharedFacts};
 use crate::model::gpu::GpuReport;
 use crate::model::maintenance::RawMetadata;
+use crate::model::tpu::TpuReport;
 use crate::observe::health::Warnings;
 use crate::observe::listen::{bind_unix, UnixPeers};
 use crate::observe::metrics::Metrics;
@@ -300,6 +301,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
     let gpu_thread = crate::engine::gpu::start(&cfg.gpu, gpu_tx, stop.child_token());
     agent = agent.with_gpu(gpu_rx.clone());
+    let (tpu_rx, _tpu_expected) = tpu_monitor(&cfg, &stop);
     let mut controller = Controller::new(
         cfg.clone(),
         a.coord.clone(),
@@ -309,6 +311,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     )
     .with_facts(facts)
     .with_pod_witnesses(pods, crate::runtime::devices(&cfg))
+    .with_tpu(tpu_rx)
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
     if let Some(api) = node_api(&cfg).await {
         controller = controller.with_node_api(api);
@@ -332,6 +335,22 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let drained = drain(&cfg, &tracker, controller_done, &stop).await;
     drop(gpu_thread); // NB: detached: a wedged NVML call must not hold the exit.
     drained
+}
+
+/// The TPU monitor (`[tpu]`): its reports, and the sender of the chip count it expects.
+///
+/// NB: the expected count is the Node's allocatable `google.com/tpu`, sent as
+/// `crate::policy::tpu::allocatable_chips` of its quantity (`None` while unknown). The Node
+/// source that reads it connects here; until it does, the count stays unknown and the verdict
+/// rests on the device files and the device errors alone.
+fn tpu_monitor(
+    cfg: &Config,
+    stop: &CancellationToken,
+) -> (watch::Receiver<TpuReport>, watch::Sender<Option<u32>>) {
+    let (tx, rx) = watch::channel(TpuReport::default());
+    let (expected_tx, expected_rx) = watch::channel(None);
+    crate::engine::tpu::start(&cfg.tpu, expected_rx, tx, stop.child_token());
+    (rx, expected_tx)
 }
 
 /// The read-only metrics and probes server (`server.listen`) and the worker API

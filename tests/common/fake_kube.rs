@@ -33,9 +33,9 @@
 //!   answer from the same rules. The core/v1 Events endpoint is not served: nothing uses it.
 //!
 //! Test hooks (Rust methods, and the same over HTTP under `/fake/...` for another process):
-//! `node`, `events`, `requests`, `foreign_write`, `conflict_next`, `race_next_get`, `forbid`,
-//! `allow`, `expire_events`; `mint` and `revoke` for ServiceAccount tokens, `put_pod` and
-//! `remove_pod` (Rust only).
+//! `node`, `events`, `requests`, `foreign_write`, `status_write`, `conflict_next`,
+//! `race_next_get`, `forbid`, `allow`, `expire_events`; `mint` and `revoke` for ServiceAccount
+//! tokens, `put_pod` and `remove_pod` (Rust only).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -199,6 +199,7 @@ impl FakeKube {
             .route("/fake/events", get(hook_events))
             .route("/fake/requests", get(hook_requests))
             .route("/fake/foreign_write", post(hook_foreign_write))
+            .route("/fake/status_write", post(hook_status_write))
             .route("/fake/race_next_get", post(hook_race_next_get))
             .route("/fake/conflict_next/{n}", post(hook_conflict_next))
             .route("/fake/forbid/{verb}", post(hook_forbid))
@@ -278,6 +279,18 @@ impl FakeKube {
         match world.write(&patch) {
             Ok(node) => node,
             Err((code, status)) => panic!("foreign_write refused ({code}): {status}"),
+        }
+    }
+
+    /// Applies `patch` (a strategic merge patch carrying `status`) to the Node's status
+    /// subresource as another writer would: the kubelet (`status.allocatable`, `capacity`, its
+    /// conditions) or an earlier Vigil (its conditions). Panics if the real server would refuse
+    /// it.
+    pub fn status_write(&self, patch: Value) -> Value {
+        let mut world = lock(&self.shared);
+        match world.write_status(&patch) {
+            Ok(node) => node,
+            Err((code, status)) => panic!("status_write refused ({code}): {status}"),
         }
     }
 
@@ -1548,6 +1561,14 @@ async fn hook_foreign_write(State(shared): State<Shared>, body: Bytes) -> Respon
         Err(answer) => return respond(answer),
     };
     respond_with(StatusCode::OK, lock(&shared).write(&patch))
+}
+
+async fn hook_status_write(State(shared): State<Shared>, body: Bytes) -> Response {
+    let patch = match decode_patch(&body) {
+        Ok(p) => p,
+        Err(answer) => return respond(answer),
+    };
+    respond_with(StatusCode::OK, lock(&shared).write_status(&patch))
 }
 
 async fn hook_race_next_get(State(shared): State<Shared>, body: Bytes) -> Response {

@@ -43,6 +43,8 @@ pub enum AlertKind {
     Stalled,
     /// Hung or errored on a failed GPU: a person must look.
     GpuFailed,
+    /// The node's TPU chips failed (a chip gone, or a fatal device error): a person must look.
+    TpuFailed,
     /// Logs could not be collected; the restart was not attempted this cycle.
     LogsFailed,
     /// Two containers claim the same worker id: nothing is restarted.
@@ -64,7 +66,7 @@ pub enum AlertKind {
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 19] = [
+    pub const ALL: [AlertKind; 20] = [
         AlertKind::Hung,
         AlertKind::Errored,
         AlertKind::Restarting,
@@ -76,6 +78,7 @@ impl AlertKind {
         AlertKind::Unreachable,
         AlertKind::Stalled,
         AlertKind::GpuFailed,
+        AlertKind::TpuFailed,
         AlertKind::LogsFailed,
         AlertKind::Ambiguous,
         AlertKind::InvalidWorkerId,
@@ -99,6 +102,7 @@ impl AlertKind {
             AlertKind::Unreachable => "unreachable",
             AlertKind::Stalled => "stalled",
             AlertKind::GpuFailed => "gpu-failed",
+            AlertKind::TpuFailed => "tpu-failed",
             AlertKind::LogsFailed => "logs-failed",
             AlertKind::Ambiguous => "ambiguous",
             AlertKind::InvalidWorkerId => "invalid-worker-id",
@@ -118,6 +122,7 @@ impl AlertKind {
             AlertKind::Unreachable
                 | AlertKind::Stalled
                 | AlertKind::GpuFailed
+                | AlertKind::TpuFailed
                 | AlertKind::Paused
                 | AlertKind::Exited
         )

@@ -1,6 +1,7 @@
 //! `vigil cleanup`: the uninstall of what Vigil wrote on a Node. Every label and annotation under
 //! `kubernetes.label_prefix`, Vigil's taints (by key, whatever their effect) and its conditions
-//! (`VigilMaintenance`, `VigilGPUHealthy`) come off; nothing else is touched. Needs only the
+//! (`VigilMaintenance`, `VigilGPUUnhealthy`, `VigilTPUUnhealthy`, and the retired
+//! `VigilGPUHealthy`) come off; nothing else is touched. Needs only the
 //! agent's own RBAC: `get` and `patch` on `nodes`, `patch` on `nodes/status`.
 
 use super::{failed, CliError};

@@ -67,6 +67,7 @@ pub async fn run(cfg: &Config) -> Vec<Check> {
     out.push(redis(cfg).await);
     out.extend(runtime(cfg).await);
     out.push(nvml(cfg));
+    out.push(tpu(cfg));
     out.push(metadata(cfg).await);
     out.extend(kubernetes(cfg).await);
     out.extend(super::idle::checks(cfg).await);
@@ -244,6 +245,57 @@ fn nvml(cfg: &Config) -> Check {
     }
 }
 
+/// The TPU chips as the monitor would read them: device files, PCI functions, the kernel log.
+fn tpu(cfg: &Config) -> Check {
+    use crate::sources::tpu::{FsProbe, TpuProbe};
+    let t = &cfg.tpu;
+    if t.enabled == Switch::Off {
+        return check(
+            "tpu",
+            Level::Ok,
+            "TPU monitoring disabled (tpu.enabled = off)",
+        );
+    }
+    let log = Some(std::path::Path::new(&t.kernel_log)).filter(|_| !t.kernel_log.is_empty());
+    let mut probe = FsProbe::new(&t.device_dir, &t.sys_dir, log, "/proc/uptime");
+    let reading = match probe.read() {
+        Ok(r) => r,
+        Err(e) => {
+            let level = if t.enabled == Switch::On {
+                Level::Fail
+            } else {
+                Level::Warn
+            };
+            return check("tpu", level, e.to_string());
+        }
+    };
+    // Opened by the read, on a TPU node only.
+    let log_error = probe.kernel_log_error();
+    let found = reading.device_files.len();
+    if found == 0 && reading.chips.pci.is_empty() {
+        let level = if t.enabled == Switch::On {
+            Level::Warn
+        } else {
+            Level::Ok
+        };
+        return check("tpu", level, format!("no TPU chip in {}", t.device_dir));
+    }
+    let mut text = format!(
+        "{found} TPU chip device file(s) ({}); {} TPU PCI function(s)",
+        reading.device_files.join(", "),
+        reading.chips.pci.len()
+    );
+    match (log_error, t.kernel_log.is_empty()) {
+        (Some(e), _) => {
+            text.push_str(&format!("; {e}"));
+            return check("tpu", Level::Warn, text);
+        }
+        (None, true) => text.push_str("; kernel log off (tpu.kernel_log)"),
+        (None, false) => text.push_str(&format!("; kernel log {} readable", t.kernel_log)),
+    }
+    check("tpu", Level::Ok, text)
+}
+
 async fn metadata(cfg: &Config) -> Check {
     if cfg.metadata.enabled == Switch::Off {
         return check(
@@ -324,7 +376,7 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
     type Rule<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, &'a [&'a str]);
     let rules: [Rule; 5] = [
         ("rbac:nodes", "", "nodes", None, &["patch"]),
-        // The conditions VigilGPUHealthy / VigilMaintenance.
+        // The conditions VigilMaintenance / VigilGPUUnhealthy / VigilTPUUnhealthy.
         ("rbac:status", "", "nodes/status", None, &["patch"]),
         // A CRI restart reads the pod's restartPolicy; the idle check and the budget check list
         // this node's pods.

@@ -124,7 +124,7 @@ pub enum Command {
     },
     /// Uninstall from a Node what Vigil wrote there: every label and annotation under
     /// `kubernetes.label_prefix`, Vigil's taints and its conditions (VigilMaintenance,
-    /// VigilGPUHealthy), and nothing else. Run it after `kubectl delete -k`, once per node;
+    /// VigilGPUUnhealthy, VigilTPUUnhealthy, and the retired VigilGPUHealthy), and nothing else. Run it after `kubectl delete -k`, once per node;
     /// a second run removes nothing and says so.
     Cleanup {
         #[command(flatten)]

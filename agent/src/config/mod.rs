@@ -31,6 +31,7 @@ mod safety;
 mod server;
 #[cfg(test)]
 mod testing;
+mod tpu;
 mod worker_api;
 
 pub(crate) use alerts::alert_backoff;
@@ -49,6 +50,7 @@ pub use runtime::{RuntimeConfig, RuntimeKind};
 pub use safety::SafetyConfig;
 pub(crate) use safety::LOCK_MARGIN;
 pub use server::ServerConfig;
+pub use tpu::TpuConfig;
 pub use worker_api::{WorkerApiConfig, WorkerAuth};
 
 /// A configuration problem, always naming the key so the operator can find the line to fix.
@@ -132,6 +134,7 @@ pub struct Config {
     pub checkpoint: CheckpointConfig,
     pub opportunistic: OpportunisticConfig,
     pub gpu: GpuConfig,
+    pub tpu: TpuConfig,
     /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
     #[serde(skip)]
     pub kubernetes_in_cluster: bool,
@@ -161,6 +164,7 @@ impl Default for Config {
             checkpoint: CheckpointConfig::default(),
             opportunistic: OpportunisticConfig::default(),
             gpu: GpuConfig::default(),
+            tpu: TpuConfig::default(),
             kubernetes_in_cluster: false,
             deprecated: Vec::new(),
         }
@@ -317,6 +321,7 @@ impl Config {
         self.safety.validate()?;
         self.alerts.validate()?;
         self.gpu.validate()?;
+        self.tpu.validate()?;
         self.metadata.validate()?;
         self.validate_heartbeat_ttl()?;
         self.fleet.validate()?;

@@ -9,7 +9,7 @@
 //! maintenance, GPU); it ends the cycle with the `heartbeat` (the node's record and the cycle's
 //! one batch), tracks its dependencies' `outage`s, and applies a SIGHUP `reload`. `node` is the
 //! maintenance controller, `checkpoint` its rounds, `opportunistic` the pool's maintenance
-//! claim, `gpu` the NVML monitor, `publisher` the Node object. The arrows run one way: `agent` →
+//! claim, `gpu` the NVML monitor, `tpu` the TPU monitor, `publisher` the Node object. The arrows run one way: `agent` →
 //! `restart` → the others.
 
 pub mod agent;
@@ -27,3 +27,4 @@ pub(crate) mod reload;
 pub mod restart;
 pub(crate) mod roster;
 pub(crate) mod stand_down;
+pub mod tpu;

@@ -1,11 +1,12 @@
-//! The node controller: follows the metadata watcher and the GPU monitor and turns what they say
-//! into what the cluster sees, with one job per part:
+//! The node controller: follows the metadata watcher and the GPU and TPU monitors and turns what
+//! they say into what the cluster sees, with one job per part:
 //!
 //! - the maintenance phase (here): the facts the restart path reads to stand down, metrics,
 //!   the trail, and when to checkpoint (`crate::policy::maintenance::checkpoint_for`);
 //! - the Node (`crate::engine::publisher`): labels, annotations, taints and Events;
 //! - checkpoint rounds (`crate::engine::checkpoint`), also on the agent's own SIGTERM;
-//! - GPU publishing (`crate::engine::gpu::GpuHealthTracker`);
+//! - GPU publishing (`crate::engine::gpu::GpuHealthTracker`) and TPU publishing
+//!   (`crate::engine::tpu::TpuHealthTracker`);
 //! - the opt-in opportunistic maintenance claim (`crate::engine::opportunistic`).
 
 use std::sync::{Arc, RwLock};
@@ -24,8 +25,10 @@ use crate::engine::checkpoint::CheckpointRounds;
 use crate::engine::gpu::GpuHealthTracker;
 use crate::engine::opportunistic::{ClaimStep, Opportunistic, PodWitnesses};
 use crate::engine::publisher::NodePublisher;
+use crate::engine::tpu::TpuHealthTracker;
 use crate::model::gpu::{GpuHealth, GpuReport};
 use crate::model::maintenance::{Interruption, MaintenanceState, Phase, RawMetadata};
+use crate::model::tpu::{TpuHealth, TpuReport};
 use crate::observe::metrics::Metrics;
 use crate::observe::trail::{Code, Trail};
 use crate::policy::idle::gpu_witness;
@@ -33,6 +36,7 @@ use crate::policy::maintenance::{
     checkpoint_for, derive, event_for, gpu_event_for, interrupting, interruption_starts,
     stands_down,
 };
+use crate::policy::tpu::tpu_event_for;
 use crate::runtime::ContainerRuntime;
 
 /// A SIGTERM this soon after a checkpoint round does not ask the workers again: a preemption's
@@ -106,6 +110,9 @@ pub struct Controller {
     gpu: GpuHealthTracker,
     /// When the last GPU report arrived (the idle check reads an old one as no answer).
     gpu_seen: Option<tokio::time::Instant>,
+    tpu: TpuHealthTracker,
+    /// The TPU monitor's reports, when one runs (see [`Controller::with_tpu`]).
+    tpu_rx: Option<watch::Receiver<TpuReport>>,
     state: MaintenanceState,
     /// An ongoing episode is checkpointed once.
     checkpointed_episode: bool,
@@ -134,6 +141,8 @@ impl Controller {
             notes: Notes { trail, coord },
             gpu: GpuHealthTracker::default(),
             gpu_seen: None,
+            tpu: TpuHealthTracker::default(),
+            tpu_rx: None,
             facts: SharedFacts::default(),
             state: MaintenanceState::default(),
             checkpointed_episode: false,
@@ -166,7 +175,13 @@ impl Controller {
         self
     }
 
-    /// Alerts for node-level GPU failures go here.
+    /// Follow the TPU monitor's reports (`crate::engine::tpu`) in [`Controller::run`].
+    pub fn with_tpu(mut self, rx: watch::Receiver<TpuReport>) -> Self {
+        self.tpu_rx = Some(rx);
+        self
+    }
+
+    /// Alerts for node-level GPU and TPU failures go here.
     pub fn with_notifier(mut self, notifier: Notifier) -> Self {
         self.notifier = Some(notifier);
         self
@@ -206,6 +221,38 @@ impl Controller {
                 &self.cfg.node_name,
                 format!(
                     "{}; a restart cannot fix hardware: drain the node and have the GPU checked",
+                    change.detail
+                ),
+            );
+            n.send(&a).await;
+        }
+    }
+
+    /// A new TPU report: metrics always; the Node, the trail, an Event and (on failure) an
+    /// alert when the node's TPU health, its chip counts or its reasons change — as for the GPU.
+    pub(crate) async fn apply_tpu(&mut self, report: TpuReport) {
+        let Some(change) = self.tpu.fold(report, &self.metrics) else {
+            return;
+        };
+        let r = self.tpu.report().clone();
+        self.node.view.tpu = Some(r.clone());
+        if r.monitoring || change.prev.is_some() {
+            self.note(Code::TpuHealth, change.detail.clone()).await;
+        }
+        self.node.publish().await;
+        if !r.monitoring || change.prev == Some(r.health) {
+            return;
+        }
+        let (reason, kind) = tpu_event_for(r.health);
+        let message = format!("vigil: {}", change.detail);
+        self.node.event(reason, &message, kind).await;
+        if let (TpuHealth::Failed, Some(n)) = (r.health, &self.notifier) {
+            let a = Alert::new(
+                AlertKind::TpuFailed,
+                &self.cfg.node_name,
+                format!(
+                    "{}; a restart cannot fix hardware: drain the node and have its TPU chips \
+                     checked",
                     change.detail
                 ),
             );
@@ -398,10 +445,17 @@ impl Controller {
         stop: CancellationToken,
     ) {
         let mut rounds = Rounds::new();
-        self.start(&mut rx, &mut gpu_rx, &mut rounds).await;
+        // No TPU monitor: a channel whose sender is gone, so its branch closes at once.
+        let mut tpu_rx = self
+            .tpu_rx
+            .take()
+            .unwrap_or_else(|| watch::channel(TpuReport::default()).1);
+        self.start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut rounds)
+            .await;
         let mut tick = tokio::time::interval(self.cfg.poll_interval);
         let mut metadata_open = true;
         let mut gpu_open = true;
+        let mut tpu_open = true;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -427,6 +481,13 @@ impl Controller {
                         self.apply_gpu(report).await;
                     }
                 }
+                changed = tpu_rx.changed(), if tpu_open => {
+                    tpu_open = changed.is_ok();
+                    if tpu_open {
+                        let report = tpu_rx.borrow_and_update().clone();
+                        self.apply_tpu(report).await;
+                    }
+                }
                 _ = tick.tick() => self.tick().await,
             }
         }
@@ -437,12 +498,19 @@ impl Controller {
         &mut self,
         rx: &mut watch::Receiver<RawMetadata>,
         gpu_rx: &mut watch::Receiver<GpuReport>,
+        tpu_rx: &mut watch::Receiver<TpuReport>,
         rounds: &mut Rounds,
     ) {
         let gpu = gpu_rx.borrow_and_update().clone();
         self.gpu_seen = Some(tokio::time::Instant::now());
         self.gpu.seed(gpu.clone(), &self.metrics);
         self.node.view.gpu = gpu;
+        // A report only once the monitor has published one (see `NodeView::tpu`).
+        if tpu_rx.has_changed().unwrap_or(false) {
+            let tpu = tpu_rx.borrow_and_update().clone();
+            self.tpu.seed(tpu.clone(), &self.metrics);
+            self.node.view.tpu = Some(tpu);
+        }
         self.set_phase_metric(Phase::None);
         let first = derive(&rx.borrow_and_update());
         if first == self.state {

@@ -1,5 +1,5 @@
-//! The Node as Vigil shows it: one desired state — maintenance, GPU health, the last checkpoint
-//! and the perform-maintenance label — reconciled onto the Node, plus the Events. Every call is
+//! The Node as Vigil shows it: one desired state — maintenance, GPU and TPU health, the last
+//! checkpoint and the perform-maintenance label — reconciled onto the Node, plus the Events. Every call is
 //! bounded: the Node is informative, checkpoints are what matter.
 
 use std::sync::Arc;
@@ -9,8 +9,10 @@ use crate::actions::node::{EventType, NodeApi};
 use crate::config::Config;
 use crate::model::gpu::GpuReport;
 use crate::model::maintenance::MaintenanceState;
+use crate::model::tpu::TpuReport;
 use crate::observe::metrics::Metrics;
 use crate::policy::maintenance::{gpu_desired, node_desired};
+use crate::policy::tpu::tpu_desired;
 
 /// Longest wait on one Kubernetes call.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -20,6 +22,10 @@ const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct NodeView {
     pub maintenance: MaintenanceState,
     pub gpu: GpuReport,
+    /// The TPU monitor's last report; `None` until its first, when Vigil's TPU fields on the
+    /// Node are left as they are (an agent restarting on a TPU node does not take its TPU label
+    /// and condition off for the second before the monitor's first reading).
+    pub tpu: Option<TpuReport>,
     /// `<time> <reason>: acked=… timed-out=… failed=…` of the last checkpoint round.
     pub last_checkpoint: Option<String>,
     /// The perform-maintenance label: `Some(true)` while this node holds the pool's claim,
@@ -62,6 +68,9 @@ impl NodePublisher {
             v.perform_maintenance,
         );
         gpu_desired(k, &v.gpu, self.cfg.gpu.taint_on_failure, &mut desired);
+        if let Some(tpu) = &v.tpu {
+            tpu_desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut desired);
+        }
         let node = &self.cfg.node_name;
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(node, &desired)).await {
             Ok(Ok(())) => {

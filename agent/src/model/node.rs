@@ -30,6 +30,9 @@ pub struct NodeDesired {
     /// Node conditions Vigil owns (on the Node's status subresource), by type; other conditions
     /// (kubelet's `Ready`, node-problem-detector's) are never touched.
     pub conditions: Vec<NodeCondition>,
+    /// Condition types Vigil wants off the Node (a retired type, or one with no verdict now);
+    /// like [`NodeDesired::conditions`], only Vigil's own types are ever listed.
+    pub remove_conditions: Vec<String>,
 }
 
 /// The status of a Node condition, as Kubernetes spells it.
@@ -51,10 +54,11 @@ impl ConditionStatus {
 }
 
 /// A Node condition as node-problem-detector publishes them: remediation tools (medik8s NHC,
-/// cluster autoscalers, dashboards) read conditions, not labels.
+/// cluster autoscalers, dashboards) read conditions, not labels. Every Vigil condition has one
+/// polarity, theirs: `True` means a problem (docs/kubernetes.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeCondition {
-    /// e.g. `VigilGPUHealthy`.
+    /// e.g. `VigilGPUUnhealthy`.
     pub kind: String,
     pub status: ConditionStatus,
     /// CamelCase, e.g. `Failed`, `Pending`.

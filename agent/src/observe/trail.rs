@@ -79,11 +79,13 @@ pub enum Code {
     ConfigReloaded,
     /// The node's GPU health changed.
     GpuHealth,
+    /// The node's TPU health changed.
+    TpuHealth,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 33] = [
+    pub const ALL: [Code; 34] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -117,6 +119,7 @@ impl Code {
         Code::IdleCheck,
         Code::ConfigReloaded,
         Code::GpuHealth,
+        Code::TpuHealth,
     ];
 
     /// The stable name stored in the trail and used as the metric label.
@@ -155,6 +158,7 @@ impl Code {
             Code::IdleCheck => "idle-check",
             Code::ConfigReloaded => "config-reloaded",
             Code::GpuHealth => "gpu-health",
+            Code::TpuHealth => "tpu-health",
         }
     }
 }

@@ -179,6 +179,9 @@ pub fn node_desired(
         add_taints,
         remove_taints,
         conditions: vec![maintenance_condition(st)],
+        // NB: the migration of a condition whose polarity changed (docs/upgrading.md): the old
+        // type comes off the Node as soon as an agent of this version writes it.
+        remove_conditions: RETIRED_CONDITIONS.iter().map(|c| c.to_string()).collect(),
     }
 }
 
@@ -186,6 +189,8 @@ pub fn node_desired(
 pub const TERMINATION_TAINT: &str = "termination-imminent";
 /// The taint (after the label prefix) while a GPU has failed.
 pub const GPU_FAILED_TAINT: &str = "gpu-failed";
+/// The taint (after the label prefix) while the node's TPU chips have failed.
+pub const TPU_FAILED_TAINT: &str = "tpu-failed";
 
 /// The keys of every taint Vigil may set on its Node (`vigil cleanup` removes these, whatever
 /// their effect).
@@ -194,16 +199,50 @@ pub fn taint_keys(k: &KubernetesConfig) -> Vec<String> {
     vec![
         format!("{p}{TERMINATION_TAINT}"),
         format!("{p}{GPU_FAILED_TAINT}"),
+        format!("{p}{TPU_FAILED_TAINT}"),
     ]
 }
 
-/// The types of every Node condition Vigil sets.
-pub const CONDITIONS: [&str; 2] = [MAINTENANCE_CONDITION, GPU_CONDITION];
+/// The types of every Node condition Vigil sets or once set (`vigil cleanup` removes these).
+pub const CONDITIONS: [&str; 4] = [
+    MAINTENANCE_CONDITION,
+    GPU_CONDITION,
+    TPU_CONDITION,
+    RETIRED_CONDITIONS[0],
+];
 
-/// The condition type of the maintenance state.
+// NB: one polarity for every Vigil condition, node-problem-detector's and the kubelet's pressure
+// conditions': `True` means a problem (docs/kubernetes.md says why).
+
+/// The condition type of the maintenance state: True while a notice stands.
 pub const MAINTENANCE_CONDITION: &str = "VigilMaintenance";
-/// The condition type of the GPU health.
-pub const GPU_CONDITION: &str = "VigilGPUHealthy";
+/// The condition type of the GPU health: True while a GPU has failed.
+pub const GPU_CONDITION: &str = "VigilGPUUnhealthy";
+/// The condition type of the TPU health: True while the TPU chips have failed.
+pub const TPU_CONDITION: &str = "VigilTPUUnhealthy";
+/// Condition types earlier versions set, removed by the agent when it writes its own:
+/// `VigilGPUHealthy` (True = healthy, before the polarity was made one for all).
+pub const RETIRED_CONDITIONS: [&str; 1] = ["VigilGPUHealthy"];
+
+/// A condition in Vigil's polarity: `problem` Some(true) is `True`, Some(false) `False`, and
+/// `None` (no verdict) `Unknown`.
+pub(crate) fn problem_condition(
+    kind: &str,
+    problem: Option<bool>,
+    reason: &str,
+    message: String,
+) -> NodeCondition {
+    NodeCondition {
+        kind: kind.into(),
+        status: match problem {
+            Some(true) => ConditionStatus::True,
+            Some(false) => ConditionStatus::False,
+            None => ConditionStatus::Unknown,
+        },
+        reason: reason.into(),
+        message,
+    }
+}
 
 /// `VigilMaintenance`: True while any maintenance is scheduled or under way, with the phase as
 /// the reason (`None`, `Pending`, `Ongoing`, `Terminating`) — the same fact as the
@@ -226,26 +265,23 @@ pub fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
             st.window_end.as_deref().unwrap_or("-"),
         )
     };
-    NodeCondition {
-        kind: MAINTENANCE_CONDITION.into(),
-        status: if st.phase == Phase::None {
-            ConditionStatus::False
-        } else {
-            ConditionStatus::True
-        },
-        reason: reason.into(),
+    problem_condition(
+        MAINTENANCE_CONDITION,
+        Some(st.phase != Phase::None),
+        reason,
         message,
-    }
+    )
 }
 
-/// `VigilGPUHealthy`: True when healthy or degraded (still usable; the reasons say why), False
-/// when a GPU failed, Unknown without GPU monitoring — the same fact as the `gpu-health` label.
+/// `VigilGPUUnhealthy`: True when a GPU failed, False when healthy or degraded (still usable;
+/// the reason and message say why), Unknown without GPU monitoring — the same fact as the
+/// `gpu-health` label.
 pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
-    let (status, reason) = match (report.monitoring, report.node) {
-        (false, _) => (ConditionStatus::Unknown, "MonitoringOff"),
-        (true, GpuHealth::Healthy) => (ConditionStatus::True, "Healthy"),
-        (true, GpuHealth::Degraded) => (ConditionStatus::True, "Degraded"),
-        (true, GpuHealth::Failed) => (ConditionStatus::False, "Failed"),
+    let (problem, reason) = match (report.monitoring, report.node) {
+        (false, _) => (None, "MonitoringOff"),
+        (true, GpuHealth::Healthy) => (Some(false), "Healthy"),
+        (true, GpuHealth::Degraded) => (Some(false), "Degraded"),
+        (true, GpuHealth::Failed) => (Some(true), "Failed"),
     };
     let message = if !report.monitoring {
         "GPU monitoring is off (no NVML, or gpu.enabled = off)".to_string()
@@ -254,16 +290,11 @@ pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
     } else {
         truncate(&report.node_reasons.join("; "), 1000)
     };
-    NodeCondition {
-        kind: GPU_CONDITION.into(),
-        status,
-        reason: reason.into(),
-        message,
-    }
+    problem_condition(GPU_CONDITION, problem, reason, message)
 }
 
 /// `s` cut to at most `max` bytes on a character boundary.
-fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     let mut cut = s.len().min(max);
     while !s.is_char_boundary(cut) {
         cut -= 1;

@@ -9,5 +9,6 @@ pub mod idle;
 pub mod maintenance;
 pub mod restart;
 pub mod table;
+pub mod tpu;
 
 pub use table::{table, Action, TableRow};

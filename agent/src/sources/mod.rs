@@ -6,3 +6,4 @@ pub mod peer;
 pub mod podresources;
 pub mod pods;
 pub mod token_review;
+pub mod tpu;

@@ -84,6 +84,7 @@ fn map_patch(
 /// or `None` when they already do. Conditions merge by `type` (their strategic-merge key), so the
 /// patch names only Vigil's and kubelet's `Ready` (or node-problem-detector's) are left alone.
 /// `lastTransitionTime` moves only when the status changes; `lastHeartbeatTime` on every write.
+/// A type in `remove_conditions` that the Node has is deleted (`$patch: delete`, by its key).
 pub(crate) fn conditions_patch(node: &Value, desired: &NodeDesired, now: &str) -> Option<Value> {
     let current = node
         .pointer("/status/conditions")
@@ -113,6 +114,14 @@ pub(crate) fn conditions_patch(node: &Value, desired: &NodeDesired, now: &str) -
             "lastHeartbeatTime": now,
             "lastTransitionTime": transition,
         }));
+    }
+    for kind in &desired.remove_conditions {
+        if current
+            .iter()
+            .any(|c| c["type"].as_str() == Some(kind.as_str()))
+        {
+            changed.push(serde_json::json!({ "type": kind, "$patch": "delete" }));
+        }
     }
     (!changed.is_empty()).then(|| serde_json::json!({ "status": { "conditions": changed } }))
 }
@@ -248,6 +257,7 @@ pub(crate) fn cleanup_plan(
         add_taints: Vec::new(),
         remove_taints: taint_keys.to_vec(),
         conditions: Vec::new(),
+        remove_conditions: Vec::new(),
     };
     let kept = shared_labels
         .iter()
@@ -568,11 +578,29 @@ mod tests {
             add_taints: vec![taint("vigil.dev/maintenance", "true", "NoSchedule")],
             remove_taints: vec!["vigil.dev/old".into()],
             conditions: vec![],
+            remove_conditions: vec![],
         };
         let mut n = node();
         let patch = merge_patch(&n, &desired).expect("a first patch");
         apply(&mut n, &patch);
         assert_eq!(merge_patch(&n, &desired), None);
+    }
+
+    /// A retired type comes off, only when present, beside the conditions that are set.
+    #[test]
+    fn conditions_patch_deletes_removed_types_that_are_there() {
+        let n = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "VigilGPUHealthy", "status": "True"}
+        ]}});
+        let mut desired = NodeDesired {
+            remove_conditions: vec!["VigilGPUHealthy".into(), "VigilTPUUnhealthy".into()],
+            ..NodeDesired::default()
+        };
+        let want = json!({"type": "VigilGPUHealthy", "$patch": "delete"});
+        let patch = conditions_patch(&n, &desired, "t").expect("a patch");
+        assert_eq!(patch["status"]["conditions"], json!([want]));
+        desired.remove_conditions = vec!["VigilTPUUnhealthy".into()];
+        assert_eq!(conditions_patch(&n, &desired, "t"), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod cycle;
 mod decisions;
 mod gpu;
 mod node;
+mod tpu;
 mod worker_api;
 mod workers;
 
@@ -30,6 +31,8 @@ pub use decisions::DecisionMetrics;
 pub(crate) use gpu::GpuMetricsState;
 pub use gpu::{GpuLabels, GpuMetrics};
 pub use node::{CheckpointMetrics, KubeMetrics, MaintenanceMetrics};
+pub use tpu::TpuMetrics;
+pub(crate) use tpu::TpuMetricsState;
 pub use worker_api::WorkerApiMetrics;
 pub use workers::{WorkerMetrics, WorkerSample};
 
@@ -53,6 +56,8 @@ pub struct Metrics {
     pub budgets: BudgetMetrics,
     /// NVML monitoring and per-GPU health, samples, memory errors, throttling and XIDs.
     pub gpu: GpuMetrics,
+    /// TPU monitoring, health, chips and device errors.
+    pub tpu: TpuMetrics,
     /// Writes to the worker API, by outcome.
     pub worker_api: WorkerApiMetrics,
 }
@@ -70,6 +75,7 @@ impl Metrics {
         let kube = KubeMetrics::register(&mut registry);
         let budgets = BudgetMetrics::register(&mut registry);
         let gpu = GpuMetrics::register(&mut registry);
+        let tpu = TpuMetrics::register(&mut registry);
         let worker_api = WorkerApiMetrics::register(&mut registry);
         register_build_info(&mut registry);
         Metrics {
@@ -83,6 +89,7 @@ impl Metrics {
             kube,
             budgets,
             gpu,
+            tpu,
             worker_api,
         }
     }
@@ -129,6 +136,7 @@ impl Metrics {
         self.maintenance.busy("accelerator-pod", false);
         self.checkpoints.count("redis", "acked");
         self.gpu.touch();
+        self.tpu.touch();
         self.worker_api.write("tcp", "accepted");
         self.workers.observe(WorkerSample {
             worker: "touched",
@@ -270,6 +278,10 @@ mod tests {
             "gpu_remap_failure",
             "gpu_throttle",
             "gpu_xid_events",
+            "tpu_monitoring",
+            "tpu_health",
+            "tpu_chips",
+            "tpu_device_errors",
             "worker_api_writes",
             "build_info",
         ];
