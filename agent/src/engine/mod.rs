@@ -9,7 +9,8 @@
 //! maintenance, GPU); it ends the cycle with the `heartbeat` (the node's record and the cycle's
 //! one batch), tracks its dependencies' `outage`s, and applies a SIGHUP `reload`. `node` is the
 //! maintenance controller, `checkpoint` its rounds, `opportunistic` the pool's maintenance
-//! claim, `gpu` the NVML monitor, `publisher` the Node object. The arrows run one way: `agent` →
+//! claim, `gpu` the NVML monitor (`gpu_start` waits for the driver, `gpu_state` keeps failed GPUs
+//! across restarts), `publisher` the Node object. The arrows run one way: `agent` →
 //! `restart` → the others.
 
 pub mod agent;
@@ -17,6 +18,8 @@ pub(crate) mod alert_gate;
 pub mod checkpoint;
 pub(crate) mod context;
 pub mod gpu;
+pub mod gpu_start;
+pub mod gpu_state;
 pub mod heartbeat;
 pub(crate) mod journal;
 pub mod node;

@@ -4,8 +4,10 @@
 pub mod caller;
 pub mod caps;
 pub mod gpu;
+pub mod gpu_state;
 pub mod maintenance;
 pub mod restart;
 pub mod table;
+pub mod xid;
 
 pub use table::{table, Action, TableRow};
