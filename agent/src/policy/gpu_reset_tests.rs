@@ -8,7 +8,13 @@ use crate::model::gpu::{RecoveryAction, RemappedRows, MAX_CLEARED};
 
 fn failed_with(s0: GpuSample, xid_no: u64) -> GpuReport {
     let cfg = cfg();
-    let r = update(&GpuReport::default(), std::slice::from_ref(&s0), &[], T0, &cfg);
+    let r = update(
+        &GpuReport::default(),
+        std::slice::from_ref(&s0),
+        &[],
+        T0,
+        &cfg,
+    );
     update(&r, &[s0], &[xid(0, xid_no)], T0 + 1, &cfg)
 }
 
