@@ -65,7 +65,14 @@ pub async fn run(cfg: &Config) -> Vec<Check> {
     out.push(redis(cfg).await);
     out.extend(runtime(cfg).await);
     out.push(nvml(cfg));
-    if cfg.gpu.enabled != Switch::Off {
+    let gpus = match cfg.gpu.enabled {
+        Switch::Off => false,
+        Switch::On => true,
+        Switch::Auto => {
+            crate::sources::gpu::gpus_present(&crate::sources::gpu::HostPaths::default())
+        }
+    };
+    if gpus {
         out.push(gpu_state(cfg));
     }
     out.push(metadata(cfg).await);
@@ -456,4 +463,35 @@ pub(super) async fn command(cfg: &Config) -> Result<(), super::CliError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg_with(state_file: &str) -> Config {
+        let mut cfg = Config::default();
+        cfg.gpu.state_file = state_file.into();
+        cfg
+    }
+
+    #[test]
+    fn the_gpu_state_check_says_what_is_kept_and_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = gpu_state(&cfg_with(""));
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("forgotten"), "{}", c.detail);
+        let missing_dir = dir.path().join("nope/gpu-state.json");
+        let c = gpu_state(&cfg_with(missing_dir.to_str().unwrap()));
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("hostPath"), "{}", c.detail);
+        let file = dir.path().join("gpu-state.json");
+        let c = gpu_state(&cfg_with(file.to_str().unwrap()));
+        assert_eq!(c.level, Level::Ok, "{}", c.detail);
+        assert!(c.detail.contains("no GPU kept failed"), "{}", c.detail);
+        std::fs::write(&file, "{ torn").unwrap();
+        let c = gpu_state(&cfg_with(file.to_str().unwrap()));
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("corrupt"), "{}", c.detail);
+    }
 }

@@ -214,6 +214,9 @@ fn wait_for_nvml(
                 said_no_gpu = true;
             }
             publish(GpuMonitorState::NoGpu);
+            if let Some(w) = &opts.warnings {
+                w.set(WARNING_SOURCE, None);
+            }
             if !sleep_unless_stopped(opts.no_gpu_recheck, stop) {
                 return None;
             }

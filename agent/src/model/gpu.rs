@@ -242,6 +242,10 @@ pub struct Failure {
     /// Read from the state file: the failure predates this agent process.
     #[serde(default)]
     pub kept: bool,
+    /// The marks still come from the state file (no sample of this process compared yet): a
+    /// counter that went down counts only with persistence mode then.
+    #[serde(skip)]
+    pub marks_from_file: bool,
     /// What the GPU's reset-sensitive readings were: a later reading below them is a reset.
     #[serde(default)]
     pub marks: ResetMarks,

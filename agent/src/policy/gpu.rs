@@ -259,7 +259,7 @@ fn marks_of(s: &GpuSample, old: ResetMarks) -> ResetMarks {
 /// marks follow the sample; the driver's recovery action, when it asks for one, is a cause.
 fn follow_hardware(g: &mut GpuStatus, cleared: &mut Vec<GpuCleared>) {
     if let Some(f) = &g.failure {
-        let trusted = !f.kept || g.sample.persistence_mode == Some(true);
+        let trusted = !f.marks_from_file || g.sample.persistence_mode == Some(true);
         if let Some(why) = reset_evidence(&f.marks, &g.sample, trusted) {
             clear(g, why, cleared);
         }
@@ -267,7 +267,7 @@ fn follow_hardware(g: &mut GpuStatus, cleared: &mut Vec<GpuCleared>) {
     if let Some(f) = g.failure.as_mut() {
         f.marks = marks_of(&g.sample, f.marks);
         // The marks now come from this process's own readings.
-        f.kept = false;
+        f.marks_from_file = false;
     }
     if let Some(a) = g.sample.recovery_action {
         let action = recovery_action(a);

@@ -271,6 +271,7 @@ fn kept(marks: ResetMarks) -> GpuReport {
                 action: XidAction::ResetGpu,
                 causes: vec!["XID 95 (uncontained ECC error)".into()],
                 kept: true,
+                marks_from_file: true,
                 marks,
                 ..Failure::default()
             }),

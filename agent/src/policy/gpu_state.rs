@@ -167,6 +167,7 @@ fn from_file(f: StateFile, boot_id: &str) -> Restored {
             causes: k.causes,
             lost: k.lost,
             kept: true,
+            marks_from_file: true,
             marks: k.marks,
         });
         out.gpus.push(g);
@@ -248,6 +249,7 @@ mod tests {
                 causes: vec!["XID 95 (uncontained ECC error)".into()],
                 lost,
                 kept: false,
+                marks_from_file: false,
                 marks: ResetMarks {
                     ecc_volatile_uncorrected: Some(2),
                     energy_mj: Some(1000),
