@@ -189,9 +189,13 @@ def socket(path):
 rt = cfg["runtime"]
 docker_sock = cfg["docker"]["host"].removeprefix("unix://") if cfg["docker"]["host"].startswith("unix://") else None
 cri_socks = [rt["cri_socket"]] if rt["cri_socket"] else ["/run/containerd/containerd.sock", "/var/run/crio/crio.sock"]
+state_file = cfg["gpu"].get("state_file", "")
+state_dir = state_file.rsplit("/", 1)[0] if "/" in state_file else ""
 if base:
-    # Runtime-neutral: no runtime socket, no host log directory, no host namespace.
-    check(not host, f"the base mounts no host path (overlays add the runtime's): {sorted(host)}")
+    # Runtime-neutral: no runtime socket, no host log directory, no host namespace; only the
+    # directory of gpu.state_file (failed GPUs kept across pod replacements).
+    extra = sorted(p for p in host if p != state_dir)
+    check(not extra, f"the base mounts no host path but gpu.state_file's directory (overlays add the runtime's): {extra}")
     check(not pod.get("hostPID") and not pod.get("hostNetwork"), "the base joins no host namespace")
 elif rt["kind"] == "docker":
     check(docker_sock is None or socket(docker_sock), f"runtime.kind = docker: {docker_sock and socket_problem(docker_sock)}")
@@ -244,6 +248,11 @@ if kdir == "deploy/overlays/tpu":
     tols = pod.get("tolerations", [])
     check(any(t.get("operator") == "Exists" and t.get("key") in (None, "google.com/tpu") for t in tols),
           "the tpu overlay tolerates GKE's google.com/tpu taint")
+# gpu.state_file outlives the pod only on a host path, written by the agent.
+if state_file and cfg["gpu"]["enabled"] != "off":
+    holders = [p for p in host if state_file.startswith(p + "/")]
+    check(holders, f"gpu.state_file {state_file} is on no mounted host path: a failed GPU would be forgotten with the pod")
+    check(all(not host[p][1] for p in holders), f"the host path holding gpu.state_file {state_file} is read-only")
 
 # Every overlay is documented.
 if not base:

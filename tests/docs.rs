@@ -280,7 +280,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
     let mut d = node_desired(&k, &st, Some("x"), Some(true));
     let maintenance_names = names(&d);
     let report = GpuReport {
-        monitoring: true,
+        state: vigil::model::gpu::GpuMonitorState::On,
         node: GpuHealth::Failed,
         node_reasons: vec!["r".into()],
         ..Default::default()
@@ -535,4 +535,27 @@ fn every_relative_link_in_docs_resolves() {
     for page in docs_pages() {
         check_links(&page);
     }
+}
+
+/// docs/gpu.md carries the XID → action table between these markers, as the code prints it.
+const XID_TABLE_BEGIN: &str =
+    "<!-- xid-table: generated from agent/src/policy/xid.rs; tests/docs.rs checks it -->";
+const XID_TABLE_END: &str = "<!-- /xid-table -->";
+
+#[test]
+fn the_xid_table_of_docs_gpu_is_the_code_table() {
+    let page = doc("docs/gpu.md");
+    let start = page
+        .find(XID_TABLE_BEGIN)
+        .unwrap_or_else(|| panic!("docs/gpu.md lacks the marker {XID_TABLE_BEGIN}"))
+        + XID_TABLE_BEGIN.len();
+    let len = page[start..]
+        .find(XID_TABLE_END)
+        .unwrap_or_else(|| panic!("docs/gpu.md lacks the marker {XID_TABLE_END}"));
+    let documented = page[start..start + len].trim();
+    let code = vigil::policy::xid::markdown();
+    assert!(
+        documented == code.trim(),
+        "docs/gpu.md's XID table drifted from the code (agent/src/policy/xid.rs); put this between the markers:\n{code}"
+    );
 }

@@ -351,6 +351,30 @@ fn help_is_complete_for_every_command() {
         policy.contains("hung") && policy.contains("restart pipeline"),
         "{policy}"
     );
+    // The XID table, with an override from the config file.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("vigil.toml");
+    std::fs::write(&file, "[gpu.xid_actions]\n\"92\" = \"reset-gpu\"\n").unwrap();
+    let (code, gpu, err) = vigil(
+        &["policy", "gpu", "--config", file.to_str().unwrap()],
+        &[("NODE_NAME", "n1")],
+    );
+    assert_eq!(code, 0, "{err}");
+    let line = |xid: &str| {
+        gpu.lines()
+            .find(|l| l.split_whitespace().next() == Some(xid))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        line("79").contains("RESTART_BM") && line("79").contains("reboot-node"),
+        "{gpu}"
+    );
+    assert!(line("94").contains("restart-app"), "{gpu}");
+    assert!(
+        line("92").contains("reset-gpu") && line("92").contains("config"),
+        "{gpu}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

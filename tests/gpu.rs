@@ -12,9 +12,10 @@ use fake_gpu::FakeGpu;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use vigil::config::{GpuConfig, Switch};
-use vigil::engine::gpu::{clock_ms, spawn_monitor, start};
+use vigil::engine::gpu::{clock_ms, spawn_monitor};
+use vigil::engine::gpu_start::start;
 use vigil::model::gpu::RemappedRows;
-use vigil::model::gpu::{GpuHealth, GpuReport};
+use vigil::model::gpu::{GpuHealth, GpuMonitorState, GpuReport};
 use vigil::policy::gpu::{evidence, worker_on_failed_gpu};
 use vigil::sources::gpu::{GpuError, NvmlProbe};
 
@@ -55,7 +56,7 @@ impl Monitor {
             thread: Some(thread),
         };
         m.wait_for("both GPUs healthy", |r| {
-            r.monitoring && r.gpus.len() == 2 && r.node == GpuHealth::Healthy
+            r.monitoring() && r.gpus.len() == 2 && r.node == GpuHealth::Healthy
         });
         m
     }
@@ -134,7 +135,9 @@ fn hardware_xid_fails_the_gpu_and_the_node_for_good() {
     assert!(
         r.node_reasons
             .iter()
-            .any(|s| s.contains("hardware XID 79") && s.contains(UUID0)),
+            .any(|s| s.contains("XID 79 (GPU has fallen off the bus)")
+                && s.contains(UUID0)
+                && s.contains("reboot the node")),
         "{:?}",
         r.node_reasons
     );
@@ -208,7 +211,7 @@ fn uncorrectable_ecc_degrades_the_gpu() {
 }
 
 #[test]
-fn pending_retirement_and_row_remap_problems_degrade_the_gpu() {
+fn pending_retirement_and_a_pending_remap_degrade_and_a_remap_failure_fails() {
     let m = Monitor::start();
     m.fake.set_pending_retirement(0, true);
     let r = m.wait_health("GPU 0 degraded", "0", GpuHealth::Degraded);
@@ -225,7 +228,7 @@ fn pending_retirement_and_row_remap_problems_degrade_the_gpu() {
             failure: true,
         },
     );
-    let r = m.wait_health("GPU 1 degraded", "1", GpuHealth::Degraded);
+    let r = m.wait_health("GPU 1 failed", "1", GpuHealth::Failed);
     assert!(
         has_reason(&r, "row remapping failed"),
         "{:?}",
@@ -247,7 +250,13 @@ fn pending_retirement_and_row_remap_problems_degrade_the_gpu() {
         },
     );
     let r = m.wait_for("remap pending", |r| has_reason(r, "row remap is pending"));
-    assert_eq!(r.node, GpuHealth::Degraded);
+    assert_eq!(
+        r.node,
+        GpuHealth::Degraded,
+        "survivable until the next reset"
+    );
+    assert!(has_reason(&r, "reset it at the next convenient time"));
+    assert!(!worker_on_failed_gpu(&r, None));
     m.stop();
 }
 
@@ -262,7 +271,7 @@ fn removed_gpu_is_failed_and_missing() {
     assert_eq!(
         g.reasons,
         vec![format!(
-            "GPU 1 ({UUID1}) no longer visible to NVML (fell off the bus?)"
+            "GPU 1 ({UUID1}): no longer visible to NVML (fell off the bus?); reboot the node"
         )]
     );
     assert_eq!(r.node, GpuHealth::Failed);
@@ -297,7 +306,7 @@ fn failed_reads_keep_the_last_verdict_and_xids_still_arrive() {
         "a failed read is not 'every GPU is gone'"
     );
     assert_eq!(r.node, GpuHealth::Healthy);
-    m.fake.inject_xid(1, 94);
+    m.fake.inject_xid(1, 95);
     let r = m.wait_health("XID folded in while reads fail", "1", GpuHealth::Failed);
     assert!(r.gpus.iter().all(|g| !g.missing));
     m.fake.fail_samples(false);
@@ -353,35 +362,13 @@ fn nvml_probe_on_this_machine() {
 }
 
 #[test]
-fn start_without_nvml_publishes_monitoring_off() {
-    for enabled in [Switch::Auto, Switch::On] {
-        let cfg = GpuConfig {
-            enabled,
-            library_path: "/nonexistent/vigil/libnvidia-ml.so.1".into(),
-            ..cfg()
-        };
-        let (tx, rx) = watch::channel(GpuReport {
-            monitoring: true,
-            ..GpuReport::default()
-        });
-        // NVML loads on the monitor's own thread: the call returns at once, and the thread
-        // ends after publishing "monitoring off".
-        let handle = start(&cfg, tx, CancellationToken::new()).expect("a loader thread");
-        handle.join().unwrap();
-        let r = rx.borrow().clone();
-        assert!(!r.monitoring, "{enabled}");
-        assert!(r.gpus.is_empty());
-        assert!(!worker_on_failed_gpu(&r, None));
-    }
-}
-
-#[test]
 fn start_off_does_nothing() {
     let cfg = GpuConfig {
         enabled: Switch::Off,
         ..cfg()
     };
     let (tx, rx) = watch::channel(GpuReport::default());
-    assert!(start(&cfg, tx, CancellationToken::new()).is_none());
-    assert!(!rx.borrow().monitoring);
+    assert!(start(&cfg, tx, CancellationToken::new(), None).is_none());
+    assert!(!rx.borrow().monitoring());
+    assert_eq!(rx.borrow().state, GpuMonitorState::Off);
 }

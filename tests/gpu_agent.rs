@@ -10,7 +10,9 @@ use std::time::Duration;
 use common::fake_gpu::FakeGpu;
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
 use common::real::eventually_every;
-use common::wiring::{agent_and_controller, memory_coordinator, node_config, write_record};
+use common::wiring::{
+    agent_and_controller, memory_coordinator, node_config, trail_decisions, write_record,
+};
 use tokio_util::sync::CancellationToken;
 use vigil::actions::alert::{AlertKind, Notifier};
 use vigil::coord::memory::MemoryCoordinator;
@@ -257,4 +259,77 @@ async fn an_application_xid_is_evidence_on_the_hang_alert() {
         1,
         "an application XID does not block the restart"
     );
+}
+
+#[tokio::test]
+async fn a_gpu_reset_clears_the_failure_in_the_trail_and_its_worker_is_looked_after_again() {
+    let mut r = rig().await;
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
+    r.gpu.inject_xid(0, 95);
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("failed")).await);
+    r.stale("trainer-0").await;
+    r.cycles(10).await;
+    assert_eq!(
+        r.runtime.restarts("c0"),
+        0,
+        "stood down while the GPU needs a reset"
+    );
+    // The GPU is reset: its energy counter and volatile counts start again.
+    r.gpu.reset_gpu(0);
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
+    let coord = r.coord.clone();
+    let keys = r.keys.clone();
+    let mut cleared = Vec::new();
+    for _ in 0..100 {
+        let entries = coord.read_recent(&keys.trail(), 1000).await.unwrap();
+        cleared = entries
+            .iter()
+            .filter(|(_, f)| f["decision"] == "gpu-failure-cleared")
+            .map(|(_, f)| f["detail"].clone())
+            .collect();
+        if !cleared.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        cleared.len(),
+        1,
+        "{:?}",
+        trail_decisions(coord.as_ref(), &keys).await
+    );
+    assert!(
+        cleared[0].contains("GPU 0 (GPU-aaaa): failure cleared: the energy counter restarted")
+            && cleared[0].contains("XID 95 (uncontained ECC error)"),
+        "{}",
+        cleared[0]
+    );
+    assert!(!r
+        .node
+        .last()
+        .add_taints
+        .iter()
+        .any(|t| t.key == "vigil.dev/gpu-failed"));
+    // The worker is looked after again.
+    r.stale("trainer-0").await;
+    r.cycles(25).await;
+    assert_eq!(r.runtime.restarts("c0"), 1);
+}
+
+#[tokio::test]
+async fn a_contained_ecc_error_is_the_applications_and_its_worker_is_restarted() {
+    let mut r = rig().await;
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
+    r.gpu.inject_xid(0, 94);
+    assert!(eventually(|| r.metrics.encode().contains("xid=\"94\"")).await);
+    assert_eq!(r.gpu_label().as_deref(), Some("healthy"));
+    r.fresh("trainer-1").await;
+    r.stale("trainer-0").await;
+    r.cycles(25).await;
+    assert_eq!(
+        r.runtime.restarts("c0"),
+        1,
+        "restart-app: the restart is the fix"
+    );
+    assert!(!r.node.reasons().contains(&"VigilGpuFailed".to_string()));
 }

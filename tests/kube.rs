@@ -798,7 +798,7 @@ fn with_conditions(phase: vigil::model::maintenance::Phase, failed: bool) -> Nod
     };
     let mut d = vigil::policy::maintenance::node_desired(&k, &st, None, None);
     let report = GpuReport {
-        monitoring: true,
+        state: vigil::model::gpu::GpuMonitorState::On,
         node: if failed {
             GpuHealth::Failed
         } else {
@@ -1069,7 +1069,7 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
     };
     let mut d = vigil::policy::maintenance::node_desired(&k, &st, Some("step-100"), None);
     let report = GpuReport {
-        monitoring: true,
+        state: vigil::model::gpu::GpuMonitorState::On,
         node: GpuHealth::Failed,
         node_reasons: vec!["GPU 0: XID 79".into()],
         ..GpuReport::default()

@@ -299,7 +299,12 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     );
     // NVML calls block: the monitor runs on its own thread and publishes reports.
     let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
-    let gpu_thread = crate::engine::gpu::start(&cfg.gpu, gpu_tx, stop.child_token());
+    let gpu_thread = crate::engine::gpu_start::start(
+        &cfg.gpu,
+        gpu_tx,
+        stop.child_token(),
+        Some(agent.health.warnings.clone()),
+    );
     agent = agent.with_gpu(gpu_rx.clone());
     let (tpu_rx, _tpu_expected) = tpu_monitor(&cfg, &stop);
     let mut controller = Controller::new(

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use vigil::model::gpu::{GpuSample, RemappedRows, XidEvent};
+use vigil::model::gpu::{GpuSample, RecoveryAction, RemappedRows, XidEvent};
 use vigil::sources::gpu::{GpuError, GpuProbe};
 
 #[derive(Default)]
@@ -70,6 +70,9 @@ impl FakeGpu {
                 remapped_rows: Some(RemappedRows::default()),
                 throttle_reasons: vec![],
                 compute_processes: Some(0),
+                recovery_action: Some(RecoveryAction::None),
+                energy_mj: Some(1_000_000),
+                persistence_mode: Some(true),
             },
         );
     }
@@ -106,6 +109,31 @@ impl FakeGpu {
     /// Processes with a compute context on this GPU (`None`: NVML cannot say).
     pub fn set_compute_processes(&self, index: u32, n: Option<u32>) {
         self.edit(index, |g| g.compute_processes = n);
+    }
+
+    /// The driver's recovery action for this GPU (NVML field 230).
+    pub fn set_recovery_action(&self, index: u32, a: RecoveryAction) {
+        self.edit(index, |g| g.recovery_action = Some(a));
+    }
+
+    pub fn set_persistence_mode(&self, index: u32, on: bool) {
+        self.edit(index, |g| g.persistence_mode = Some(on));
+    }
+
+    /// What a GPU reset (`nvidia-smi -r`) does to what NVML reads: volatile ECC counts and the
+    /// energy counter start again, pending remaps and retirements are applied, the driver asks
+    /// for no recovery action any more. Aggregate counts and remapped rows stay.
+    pub fn reset_gpu(&self, index: u32) {
+        self.edit(index, |g| {
+            g.ecc_volatile_corrected = Some(0);
+            g.ecc_volatile_uncorrected = Some(0);
+            g.energy_mj = Some(10);
+            g.retired_pages_pending = Some(false);
+            if let Some(r) = g.remapped_rows.as_mut() {
+                r.pending = false;
+            }
+            g.recovery_action = Some(RecoveryAction::None);
+        });
     }
 
     pub fn set_temperature(&self, index: u32, c: u32) {

@@ -112,7 +112,7 @@ fn gpu_report(failed: bool) -> GpuReport {
         GpuHealth::Healthy
     };
     GpuReport {
-        monitoring: true,
+        state: vigil::model::gpu::GpuMonitorState::On,
         gpus: vec![GpuStatus {
             index: 0,
             uuid: "GPU-sim-0".into(),
@@ -121,6 +121,7 @@ fn gpu_report(failed: bool) -> GpuReport {
         }],
         node: health,
         node_reasons: Vec::new(),
+        cleared: Vec::new(),
     }
 }
 

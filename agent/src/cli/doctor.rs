@@ -68,6 +68,16 @@ pub async fn run(cfg: &Config) -> Vec<Check> {
     out.extend(runtime(cfg).await);
     out.push(nvml(cfg));
     out.push(tpu(cfg));
+    let gpus = match cfg.gpu.enabled {
+        Switch::Off => false,
+        Switch::On => true,
+        Switch::Auto => {
+            crate::sources::gpu::gpus_present(&crate::sources::gpu::HostPaths::default())
+        }
+    };
+    if gpus {
+        out.push(gpu_state(cfg));
+    }
     out.push(metadata(cfg).await);
     out.extend(kubernetes(cfg).await);
     out.extend(super::idle::checks(cfg).await);
@@ -209,6 +219,7 @@ async fn gpus_of_workers(cfg: &Config) -> Check {
 }
 
 fn nvml(cfg: &Config) -> Check {
+    use crate::sources::gpu::{gpus_present, GpuProbe, HostPaths, NvmlProbe};
     if cfg.gpu.enabled == Switch::Off {
         return check(
             "nvml",
@@ -216,23 +227,27 @@ fn nvml(cfg: &Config) -> Check {
             "GPU monitoring disabled (gpu.enabled = off)",
         );
     }
+    if cfg.gpu.enabled == Switch::Auto && !gpus_present(&HostPaths::default()) {
+        return check(
+            "nvml",
+            Level::Ok,
+            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device): GPU monitoring off; the agent looks again every 5m",
+        );
+    }
     let path = (!cfg.gpu.library_path.is_empty()).then_some(cfg.gpu.library_path.as_str());
-    match crate::sources::gpu::NvmlProbe::new(path) {
-        Ok(mut p) => {
-            use crate::sources::gpu::GpuProbe;
-            match p.sample() {
-                Ok(gpus) => check(
-                    "nvml",
-                    Level::Ok,
-                    format!("NVML loaded; {} GPU(s)", gpus.len()),
-                ),
-                Err(e) => check(
-                    "nvml",
-                    Level::Warn,
-                    format!("NVML loaded, but reading failed: {e}"),
-                ),
-            }
-        }
+    match NvmlProbe::new(path) {
+        Ok(mut p) => match p.sample() {
+            Ok(gpus) => check(
+                "nvml",
+                Level::Ok,
+                format!("NVML loaded; {} GPU(s)", gpus.len()),
+            ),
+            Err(e) => check(
+                "nvml",
+                Level::Warn,
+                format!("NVML loaded, but reading failed: {e}"),
+            ),
+        },
         Err(e) => check(
             "nvml",
             if cfg.gpu.enabled == Switch::On {
@@ -240,7 +255,10 @@ fn nvml(cfg: &Config) -> Check {
             } else {
                 Level::Warn
             },
-            e.to_string(),
+            format!(
+                "waiting for the driver: this node has NVIDIA GPUs but {e}; the agent keeps trying \
+                 (5s doubling to 5m) and starts GPU monitoring when NVML loads, with no restart"
+            ),
         ),
     }
 }
@@ -294,6 +312,49 @@ fn tpu(cfg: &Config) -> Check {
         (None, false) => text.push_str(&format!("; kernel log {} readable", t.kernel_log)),
     }
     check("tpu", Level::Ok, text)
+}
+
+/// The GPU state file: failed GPUs kept across agent restarts (`gpu.state_file`).
+fn gpu_state(cfg: &Config) -> Check {
+    let Some(store) = crate::engine::gpu_state::StateStore::from_config(&cfg.gpu.state_file) else {
+        return check(
+            "gpu-state",
+            Level::Warn,
+            "gpu.state_file is empty: a failed GPU is forgotten when the agent restarts",
+        );
+    };
+    let r = store.load();
+    if let Some(w) = r.warning {
+        return check("gpu-state", Level::Warn, w);
+    }
+    let dir = store.path().parent().unwrap_or(std::path::Path::new("/"));
+    if std::fs::metadata(dir).is_err() {
+        return check(
+            "gpu-state",
+            Level::Warn,
+            format!(
+                "{} does not exist yet: the agent creates it; on Kubernetes mount a hostPath there so failures outlive the pod",
+                dir.display()
+            ),
+        );
+    }
+    let failed: Vec<String> = r.gpus.iter().map(|g| g.uuid.clone()).collect();
+    check(
+        "gpu-state",
+        Level::Ok,
+        if failed.is_empty() {
+            format!(
+                "{}: no GPU kept failed on this boot",
+                store.path().display()
+            )
+        } else {
+            format!(
+                "{}: kept failed on this boot: {}",
+                store.path().display(),
+                failed.join(", ")
+            )
+        },
+    )
 }
 
 async fn metadata(cfg: &Config) -> Check {
@@ -478,4 +539,35 @@ pub(super) async fn command(cfg: &Config) -> Result<(), super::CliError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg_with(state_file: &str) -> Config {
+        let mut cfg = Config::default();
+        cfg.gpu.state_file = state_file.into();
+        cfg
+    }
+
+    #[test]
+    fn the_gpu_state_check_says_what_is_kept_and_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = gpu_state(&cfg_with(""));
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("forgotten"), "{}", c.detail);
+        let missing_dir = dir.path().join("nope/gpu-state.json");
+        let c = gpu_state(&cfg_with(missing_dir.to_str().unwrap()));
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("hostPath"), "{}", c.detail);
+        let file = dir.path().join("gpu-state.json");
+        let c = gpu_state(&cfg_with(file.to_str().unwrap()));
+        assert_eq!(c.level, Level::Ok, "{}", c.detail);
+        assert!(c.detail.contains("no GPU kept failed"), "{}", c.detail);
+        std::fs::write(&file, "{ torn").unwrap();
+        let c = gpu_state(&cfg_with(file.to_str().unwrap()));
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.detail.contains("corrupt"), "{}", c.detail);
+    }
 }

@@ -91,10 +91,14 @@ pub enum Command {
         token_file: Option<std::path::PathBuf>,
     },
     /// Print the verdict → action table, generated from the policy code and the configured
-    /// thresholds.
+    /// thresholds; `vigil policy gpu` prints the XID → action table (NVIDIA's immediate action,
+    /// with the configured `gpu.xid_actions`).
     Policy {
         #[command(flatten)]
         config: ConfigArg,
+        /// Which table: `restart` (the default) or `gpu`.
+        #[arg(value_enum, default_value = "restart")]
+        table: policy::Table,
     },
     /// Show the decision trail of a node: what Vigil decided, and why, oldest first.
     Explain {
@@ -260,8 +264,12 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             )
             .await
         }
-        Command::Policy { config } => {
-            print!("{}", policy::render(&load(&config)?));
+        Command::Policy { config, table } => {
+            let cfg = load(&config)?;
+            match table {
+                policy::Table::Restart => print!("{}", policy::render(&cfg)),
+                policy::Table::Gpu => print!("{}", policy::render_gpu(&cfg)),
+            }
             Ok(())
         }
         Command::Explain {

@@ -1,7 +1,55 @@
 //! `vigil policy`: the verdict → action table, generated from the policy code and the configured
-//! thresholds.
+//! thresholds; `vigil policy gpu`: the XID → action table (`crate::policy::xid`).
 
 use crate::config::Config;
+
+/// The table `vigil policy` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Table {
+    /// Worker verdicts and who acts on them.
+    Restart,
+    /// What each XID calls for.
+    Gpu,
+}
+
+/// The XID → action table as printed by `vigil policy gpu`, with the configured overrides.
+pub(crate) fn render_gpu(cfg: &Config) -> String {
+    let rows = crate::policy::xid::table(&cfg.gpu);
+    let w1 = rows
+        .iter()
+        .map(|r| r.meaning.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    let w2 = rows
+        .iter()
+        .map(|r| r.nvidia.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let w3 = "informational".len();
+    let mut out = format!(
+        "{:>4}  {:<w1$}  {:<w2$}  {:<w3$}  source\n",
+        "xid", "meaning", "NVIDIA", "vigil"
+    );
+    for r in &rows {
+        out.push_str(&format!(
+            "{:>4}  {:<w1$}  {:<w2$}  {:<w3$}  {}\n",
+            r.xid,
+            r.meaning,
+            r.nvidia,
+            r.action.as_str(),
+            r.source
+        ));
+    }
+    out.push_str(
+        "\nreset-gpu, drain and reboot-node mark the GPU failed (taint with gpu.taint_on_failure; its \
+         workers are not restarted) until a reset, a driver reload or a reboot shows; restart-app and \
+         informational are recorded only; an XID in no row degrades the GPU while recent. The driver's \
+         own recovery action (NVML), where it reports one, fails the GPU the same way.\n",
+    );
+    out
+}
 
 /// The verdict → action table as printed by `vigil policy`.
 pub(crate) fn render(cfg: &Config) -> String {

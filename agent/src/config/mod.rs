@@ -226,10 +226,12 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Move the deprecated `docker.*` keys to `[runtime]`, remembering each for a warning.
+    /// Move the deprecated `docker.*` keys to `[runtime]`, remembering each (and the deprecated
+    /// `gpu.*_xids` lists, honoured as overrides) for a warning.
     fn migrate(&mut self) {
         let moved = self.docker.move_deprecated(&mut self.runtime);
         self.deprecated.extend(moved);
+        self.deprecated.extend(self.gpu.deprecated());
     }
 
     /// Load from an optional file, apply environment overrides, validate.

@@ -265,7 +265,7 @@ impl Agent {
         let gpus = c.gpus.as_deref();
         let node = NodeContext {
             in_maintenance: self.watch.stands_down_at(now, &self.ctx.cfg.metadata),
-            gpu_failed: self.gpu.monitoring && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
+            gpu_failed: self.gpu.monitoring() && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
             container_paused: c.paused,
             container_exited: !c.running && !c.paused,
         };

@@ -1,7 +1,8 @@
 //! The GPU monitor: runs a [`GpuProbe`] on a dedicated thread (NVML calls block) and publishes
-//! [`GpuReport`]s, folded by the pure [`crate::policy::gpu::update`], on a `watch` channel.
-//! [`start`] is the production wiring, which says once, and does not crash, when there is no
-//! driver.
+//! [`GpuReport`]s, folded by the pure [`crate::policy::gpu::update`], on a `watch` channel,
+//! keeping failed GPUs in the state file (`crate::engine::gpu_state`) when it has one.
+//! `crate::engine::gpu_start::start` is the production wiring: it waits for the driver when the node has
+//! GPUs but NVML does not load yet.
 
 #![allow(clippy::disallowed_types)] // NB: a dedicated thread on real monotonic time (`clock_ms`).
 use std::sync::OnceLock;
@@ -11,11 +12,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{GpuConfig, Switch};
-use crate::model::gpu::{GpuHealth, GpuReport, GpuSample};
+use crate::config::GpuConfig;
+use crate::engine::gpu_state::StateStore;
+use crate::model::gpu::{GpuCleared, GpuHealth, GpuReport, GpuSample};
 use crate::observe::metrics::{GpuMetricsState, Metrics};
-use crate::policy::gpu::update;
-use crate::sources::gpu::{GpuError, GpuProbe, NvmlProbe};
+use crate::policy::gpu::{rejudge, update};
+use crate::policy::gpu_state::{needs_write, snapshot, StateFile};
+use crate::policy::xid::RECOVERY_ACTION_CHANGED;
+use crate::sources::gpu::GpuProbe;
 
 /// The monitor's clock: monotonic milliseconds since the first call in this process. The `now_ms`
 /// of every [`GpuReport`] the monitor computes; pass it to [`crate::policy::gpu::evidence`].
@@ -29,7 +33,7 @@ pub fn clock_ms() -> i64 {
 const XID_WAIT: Duration = Duration::from_secs(1);
 
 /// Logs a recurring failure at most once a minute, with how many were left out.
-struct Throttled {
+pub(crate) struct Throttled {
     last: Option<Instant>,
     suppressed: u64,
 }
@@ -37,14 +41,14 @@ struct Throttled {
 impl Throttled {
     const EVERY: Duration = Duration::from_secs(60);
 
-    fn new() -> Throttled {
+    pub(crate) fn new() -> Throttled {
         Throttled {
             last: None,
             suppressed: 0,
         }
     }
 
-    fn warn(&mut self, what: &'static str, e: &GpuError) {
+    fn warn(&mut self, what: &'static str, e: &dyn std::fmt::Display) {
         if self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
             self.suppressed += 1;
             return;
@@ -62,7 +66,8 @@ impl Throttled {
     }
 }
 
-/// Run `probe` on a dedicated thread until `stop` is cancelled, publishing on `tx`.
+/// Run `probe` on a dedicated thread until `stop` is cancelled, publishing on `tx`, keeping no
+/// state across restarts (see [`spawn_monitor_kept`]).
 ///
 /// The thread alternates between waiting for XID events (at most [`XID_WAIT`] at a time, so
 /// `stop` is seen within about a second) and reading every GPU each `cfg.sample_interval`
@@ -73,14 +78,91 @@ pub fn spawn_monitor(
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
 ) -> JoinHandle<()> {
-    spawn_thread(move || monitor(probe, &cfg, &tx, &stop))
+    spawn_thread(move || run_monitor(probe, &cfg, None, &tx, &stop))
 }
 
-fn spawn_thread(run: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+/// As [`spawn_monitor`], with failed GPUs read from and written to `store`.
+pub fn spawn_monitor_kept(
+    probe: Box<dyn GpuProbe>,
+    cfg: GpuConfig,
+    store: StateStore,
+    tx: watch::Sender<GpuReport>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    spawn_thread(move || run_monitor(probe, &cfg, Some(store), &tx, &stop))
+}
+
+pub(crate) fn spawn_thread(run: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("vigil-gpu".into())
         .spawn(run)
         .expect("the OS refused a thread for the GPU monitor")
+}
+
+/// The state file as the monitor keeps it: what was last written, and when.
+struct Keeper {
+    store: StateStore,
+    last: Option<StateFile>,
+    last_at: i64,
+    errors: Throttled,
+}
+
+impl Keeper {
+    /// Read the file: the report to start from (failures of this boot, clearings by a reboot).
+    fn open(store: StateStore, cfg: &GpuConfig) -> (Keeper, GpuReport) {
+        let restored = store.load();
+        if let Some(w) = &restored.warning {
+            tracing::warn!("{w}");
+        }
+        for g in &restored.gpus {
+            tracing::warn!(gpu = %g.uuid, "GPU failed before the agent restarted; kept failed");
+        }
+        for c in &restored.cleared {
+            tracing::info!(gpu = %c.gpu, "GPU failure cleared: {}", c.why);
+        }
+        let seed = GpuReport {
+            gpus: restored.gpus,
+            cleared: restored.cleared,
+            ..GpuReport::default()
+        };
+        let keeper = Keeper {
+            store,
+            last: None,
+            last_at: 0,
+            errors: Throttled::new(),
+        };
+        (keeper, rejudge(&seed, cfg))
+    }
+
+    /// Write the failed GPUs of `report` when they changed (a failed write is retried with the
+    /// next report, logged at most once a minute).
+    fn keep(&mut self, report: &GpuReport, now_ms: i64) {
+        let next = snapshot(&report.gpus, self.store.boot_id());
+        if !needs_write(self.last.as_ref(), self.last_at, &next, now_ms) {
+            return;
+        }
+        match self.store.write(&next) {
+            Ok(()) => {
+                self.errors.ok("GPU state file writable again");
+                self.last = Some(next);
+                self.last_at = now_ms;
+            }
+            Err(e) => self.errors.warn(
+                "cannot write the GPU state file; a failed GPU would be forgotten by an agent restart",
+                &format!("{}: {e}", self.store.path().display()),
+            ),
+        }
+    }
+}
+
+/// Log the failures cleared since `seen` (by sequence number).
+fn log_cleared(report: &GpuReport, seen: &mut u64) {
+    for c in report.cleared.iter().filter(|c| c.seq > *seen) {
+        tracing::info!(gpu = %c.gpu, causes = %c.causes.join("; "), "GPU failure cleared: {}", c.why);
+    }
+    if let Some(last) = report.cleared.last() {
+        *seen = (*seen).max(last.seq);
+    }
 }
 
 /// The monitor loop (blocking).
@@ -89,18 +171,25 @@ fn spawn_thread(run: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
 /// changed even when the verdict is the same): the samples feed the temperature / power / ECC
 /// metrics, and a reader waiting on `changed()` refreshes them. XID events are folded in and
 /// published the moment they arrive, between samples, so a hardware failure does not wait for the
-/// next sample. A failed read publishes nothing and is not read as "every GPU is gone": the last
-/// verdict stands, and the error is logged at most once a minute.
-fn monitor(
+/// next sample; XID 154 (the driver changed its recovery action) brings the next sample forward.
+/// A failed read publishes nothing and is not read as "every GPU is gone": the last verdict
+/// stands, and the error is logged at most once a minute.
+pub(crate) fn run_monitor(
     mut probe: Box<dyn GpuProbe>,
     cfg: &GpuConfig,
+    store: Option<StateStore>,
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
 ) {
-    let mut report = GpuReport {
-        monitoring: true,
-        ..GpuReport::default()
+    let (mut keeper, mut report) = match store {
+        Some(store) => {
+            let (k, r) = Keeper::open(store, cfg);
+            (Some(k), r)
+        }
+        None => (None, rejudge(&GpuReport::default(), cfg)),
     };
+    tx.send_replace(report.clone());
+    let mut cleared_seen = report.cleared.last().map_or(0, |c: &GpuCleared| c.seq);
     let mut samples: Vec<GpuSample> = Vec::new();
     let mut sample_errors = Throttled::new();
     let mut xid_errors = Throttled::new();
@@ -112,6 +201,10 @@ fn monitor(
                     sample_errors.ok("GPUs readable again");
                     samples = s;
                     report = update(&report, &samples, &[], clock_ms(), cfg);
+                    log_cleared(&report, &mut cleared_seen);
+                    if let Some(k) = keeper.as_mut() {
+                        k.keep(&report, clock_ms());
+                    }
                     tx.send_replace(report.clone());
                 }
                 Err(e) => {
@@ -134,8 +227,14 @@ fn monitor(
                 for x in &xids {
                     tracing::warn!(gpu = x.index, uuid = %x.uuid, xid = x.xid, "GPU XID event");
                 }
+                if xids.iter().any(|x| x.xid == RECOVERY_ACTION_CHANGED) {
+                    next_sample = Instant::now();
+                }
                 let next = update(&report, &samples, &xids, clock_ms(), cfg);
                 report = next.clone();
+                if let Some(k) = keeper.as_mut() {
+                    k.keep(&report, clock_ms());
+                }
                 tx.send_if_modified(|cur| {
                     let changed = *cur != next;
                     *cur = next;
@@ -152,48 +251,6 @@ fn monitor(
     tracing::debug!("GPU monitor stopped");
 }
 
-/// Production wiring: `gpu.enabled = off` → `None`, quietly, with `monitoring: false` published.
-/// `auto`/`on` → a thread that loads NVML and then runs the monitor; the call returns at once.
-///
-/// NB: loading NVML can block on a wedged driver. It happens on the monitor's own thread, never
-/// on the executor and never awaited: start-up goes on with "monitoring off" until the first
-/// report, and shutdown never waits for it. When NVML cannot be loaded, one line says why (info
-/// for `auto`, error for `on`) and `monitoring: false` stays published: no GPU verdict, no crash.
-pub fn start(
-    cfg: &GpuConfig,
-    tx: watch::Sender<GpuReport>,
-    stop: CancellationToken,
-) -> Option<JoinHandle<()>> {
-    let off = GpuReport::default();
-    debug_assert!(!off.monitoring);
-    if cfg.enabled == Switch::Off {
-        tx.send_replace(off);
-        return None;
-    }
-    let cfg = cfg.clone();
-    Some(spawn_thread(move || {
-        let path = Some(cfg.library_path.as_str()).filter(|p| !p.is_empty());
-        match NvmlProbe::new(path) {
-            Ok(probe) => {
-                tracing::info!(
-                    gpus = probe.gpu_count().unwrap_or(0),
-                    xid_events_on = probe.xid_gpus().len(),
-                    "GPU monitoring on"
-                );
-                monitor(Box::new(probe), &cfg, &tx, &stop);
-            }
-            Err(e) => {
-                if cfg.enabled == Switch::On {
-                    tracing::error!("GPU monitoring off: {e}");
-                } else {
-                    tracing::info!("GPU monitoring off: {e}");
-                }
-                tx.send_replace(off);
-            }
-        }
-    }))
-}
-
 /// The node's GPU health as last published, and when: the node controller publishes a change
 /// of health at once, a change of reasons only (counts of XIDs, ECC errors) at most once a
 /// minute, so an XID storm does not patch the Node on every event.
@@ -202,6 +259,8 @@ pub(crate) struct GpuHealthTracker {
     report: GpuReport,
     seen: GpuMetricsState,
     published_at: Option<Instant>,
+    /// The last clearing (by sequence number) handed out by [`GpuHealthTracker::new_cleared`].
+    cleared_seen: u64,
 }
 
 /// A GPU change worth publishing.
@@ -225,11 +284,29 @@ impl GpuHealthTracker {
         &self.report
     }
 
+    /// The failures `report` says were cleared that were not handed out before, oldest first:
+    /// each is a trail entry.
+    ///
+    /// NB: sequence numbers restart with the monitor, and a report keeps the last few, so a
+    /// reader that misses reports (a `watch` keeps only the latest) still sees every clearing.
+    pub(crate) fn new_cleared(&mut self, report: &GpuReport) -> Vec<GpuCleared> {
+        let new: Vec<GpuCleared> = report
+            .cleared
+            .iter()
+            .filter(|c| c.seq > self.cleared_seen)
+            .cloned()
+            .collect();
+        if let Some(last) = report.cleared.last() {
+            self.cleared_seen = self.cleared_seen.max(last.seq);
+        }
+        new
+    }
+
     /// Fold in a new report (metrics always); `Some` when the Node should show it.
     pub(crate) fn fold(&mut self, report: GpuReport, metrics: &Metrics) -> Option<GpuChange> {
         metrics.record_gpu(&report, &mut self.seen);
         let health_changed =
-            report.monitoring != self.report.monitoring || report.node != self.report.node;
+            report.monitoring() != self.report.monitoring() || report.node != self.report.node;
         let reasons_due = report.node_reasons != self.report.node_reasons
             && self
                 .published_at

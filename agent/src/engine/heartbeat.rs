@@ -44,7 +44,7 @@ impl Cycle {
             pool: cfg.fleet.pool.clone(),
             slice: cfg.fleet.slice.clone(),
             maintenance: maintenance.to_string(),
-            gpu: if gpu.monitoring {
+            gpu: if gpu.monitoring() {
                 gpu.node.as_str().into()
             } else {
                 "unknown".into()

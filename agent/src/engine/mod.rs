@@ -9,14 +9,17 @@
 //! maintenance, GPU); it ends the cycle with the `heartbeat` (the node's record and the cycle's
 //! one batch), tracks its dependencies' `outage`s, and applies a SIGHUP `reload`. `node` is the
 //! maintenance controller, `checkpoint` its rounds, `opportunistic` the pool's maintenance
-//! claim, `gpu` the NVML monitor, `tpu` the TPU monitor, `publisher` the Node object. The arrows run one way: `agent` →
-//! `restart` → the others.
+//! claim, `gpu` the NVML monitor (`gpu_start` waits for the driver, `gpu_state` keeps failed GPUs
+//! across restarts), `tpu` the TPU monitor, `publisher` the Node object. The arrows run one way:
+//! `agent` → `restart` → the others.
 
 pub mod agent;
 pub(crate) mod alert_gate;
 pub mod checkpoint;
 pub(crate) mod context;
 pub mod gpu;
+pub mod gpu_start;
+pub mod gpu_state;
 pub mod heartbeat;
 pub(crate) mod journal;
 pub mod node;

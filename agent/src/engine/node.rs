@@ -200,16 +200,17 @@ impl Controller {
     /// node's GPU health or its reasons change.
     pub(crate) async fn apply_gpu(&mut self, report: GpuReport) {
         self.gpu_seen = Some(tokio::time::Instant::now());
+        self.note_cleared(&report).await;
         let Some(change) = self.gpu.fold(report, &self.metrics) else {
             return;
         };
         let r = self.gpu.report().clone();
         self.node.view.gpu = r.clone();
-        if r.monitoring {
+        if r.monitoring() {
             self.note(Code::GpuHealth, change.detail.clone()).await;
         }
         self.node.publish().await;
-        if change.prev == r.node || !r.monitoring {
+        if change.prev == r.node || !r.monitoring() {
             return;
         }
         let (reason, kind) = gpu_event_for(r.node);
@@ -257,6 +258,20 @@ impl Controller {
                 ),
             );
             n.send(&a).await;
+        }
+    }
+
+    /// A `gpu-failure-cleared` trail entry for each GPU failure the report clears (by a reset, a
+    /// driver reload or a reboot), saying why.
+    async fn note_cleared(&mut self, report: &GpuReport) {
+        for c in self.gpu.new_cleared(report) {
+            let detail = format!(
+                "{}: failure cleared: {} (it was: {})",
+                c.gpu,
+                c.why,
+                c.causes.join("; ")
+            );
+            self.note(Code::GpuFailureCleared, detail).await;
         }
     }
 
@@ -503,6 +518,7 @@ impl Controller {
     ) {
         let gpu = gpu_rx.borrow_and_update().clone();
         self.gpu_seen = Some(tokio::time::Instant::now());
+        self.note_cleared(&gpu).await;
         self.gpu.seed(gpu.clone(), &self.metrics);
         self.node.view.gpu = gpu;
         // A report only once the monitor has published one (see `NodeView::tpu`).

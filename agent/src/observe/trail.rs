@@ -81,11 +81,14 @@ pub enum Code {
     GpuHealth,
     /// The node's TPU health changed.
     TpuHealth,
+    /// A GPU's standing failure was cleared: the node rebooted, the driver reloaded, or the GPU
+    /// was reset (the detail says which evidence).
+    GpuFailureCleared,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 34] = [
+    pub const ALL: [Code; 35] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -120,6 +123,7 @@ impl Code {
         Code::ConfigReloaded,
         Code::GpuHealth,
         Code::TpuHealth,
+        Code::GpuFailureCleared,
     ];
 
     /// The stable name stored in the trail and used as the metric label.
@@ -159,6 +163,7 @@ impl Code {
             Code::ConfigReloaded => "config-reloaded",
             Code::GpuHealth => "gpu-health",
             Code::TpuHealth => "tpu-health",
+            Code::GpuFailureCleared => "gpu-failure-cleared",
         }
     }
 }

@@ -43,17 +43,27 @@ fn xid_rules() {
     // (xids on GPU 0, expected GPU 0 health, expected reason fragment)
     let table: &[(&[u64], GpuHealth, Option<&str>)] = &[
         (&[], GpuHealth::Healthy, None),
-        (&[79], GpuHealth::Failed, Some("hardware XID 79")),
-        (&[48], GpuHealth::Failed, Some("hardware XID 48")),
+        (&[79], GpuHealth::Failed, Some("XID 79 (GPU has fallen off the bus); reboot the node")),
+        (&[48], GpuHealth::Failed, Some("XID 48 (double-bit ECC error); reset the GPU")),
+        (&[95], GpuHealth::Failed, Some("XID 95 (uncontained ECC error)")),
+        (&[64], GpuHealth::Failed, Some("XID 64")),
+        (&[74], GpuHealth::Failed, Some("XID 74 (NVLink error)")),
+        (&[109], GpuHealth::Failed, Some("XID 109 (context switch timeout)")),
+        // NVIDIA: survivable. 63 runs until the next reset, 94 ends only the application, 92
+        // is informational.
+        (&[63], GpuHealth::Healthy, None),
+        (&[94], GpuHealth::Healthy, None),
+        (&[92], GpuHealth::Healthy, None),
         (&[13], GpuHealth::Healthy, None),
         (&[43], GpuHealth::Healthy, None),
-        (&[13, 31, 43, 45, 68, 109], GpuHealth::Healthy, None),
+        (&[13, 31, 43, 45, 68, 94], GpuHealth::Healthy, None),
         (
             &[999],
             GpuHealth::Degraded,
             Some("XID 999 seen 1 time(s) recently"),
         ),
-        (&[13, 999, 79], GpuHealth::Failed, Some("hardware XID 79")),
+        (&[13, 999, 79], GpuHealth::Failed, Some("XID 79")),
+        (&[95, 79], GpuHealth::Failed, Some("XID 95 (uncontained ECC error), XID 79 (GPU has fallen off the bus); reboot the node")),
     ];
     let cfg = cfg();
     for (xids, want, why) in table {
@@ -188,7 +198,7 @@ fn sample_rules() {
                     ..Default::default()
                 })
             },
-            GpuHealth::Degraded,
+            GpuHealth::Failed,
             Some("row remapping failed"),
         ),
         (
@@ -200,7 +210,7 @@ fn sample_rules() {
                 })
             },
             GpuHealth::Degraded,
-            Some("row remap is pending"),
+            Some("row remap is pending; the GPU runs on until its next reset"),
         ),
         (
             "remapped rows, no failure",
@@ -301,24 +311,32 @@ fn missing_gpu_is_failed_and_keeps_its_last_sample() {
     assert_eq!(g.health, GpuHealth::Failed);
     assert_eq!(
         g.reasons,
-        vec!["GPU 1 (GPU-1) no longer visible to NVML (fell off the bus?)".to_string()]
+        vec![
+            "GPU 1 (GPU-1): no longer visible to NVML (fell off the bus?); reboot the node"
+                .to_string()
+        ]
     );
     assert_eq!(g.sample, s1);
     assert_eq!(r.node, GpuHealth::Failed);
     assert_eq!(r.gpu("0").map(|g| g.health), Some(GpuHealth::Healthy));
-    // Still missing on the next round; back when NVML lists it again (an XID is what sticks).
+    // Still missing on the next round; back when NVML lists it again (an XID is what sticks),
+    // and the clearing says so.
     let r = update(&r, &[sample(0)], &[], T0 + 2, &cfg);
     assert!(r.gpu("1").is_some_and(|g| g.missing));
+    assert!(r.cleared.is_empty());
     let r = update(&r, &[sample(0), sample(1)], &[], T0 + 3, &cfg);
     assert!(r
         .gpu("1")
         .is_some_and(|g| !g.missing && g.health == GpuHealth::Healthy));
+    assert_eq!(r.cleared.len(), 1);
+    assert_eq!(r.cleared[0].why, "NVML lists the GPU again");
+    assert_eq!(r.cleared[0].gpu, "GPU 1 (GPU-1)");
 }
 
 #[test]
 fn never_seen_gpus_are_not_missing() {
     let r = update(&GpuReport::default(), &[], &[], T0, &cfg());
-    assert!(r.monitoring);
+    assert!(r.monitoring());
     assert!(r.gpus.is_empty());
     assert_eq!(r.node, GpuHealth::Healthy);
 }
@@ -381,7 +399,7 @@ fn node_is_the_worst_gpu() {
         &cfg,
     );
     assert_eq!(r.node, GpuHealth::Degraded);
-    let r = update(&r, &[sample(0), d, sample(2)], &[xid(2, 94)], T0 + 1, &cfg);
+    let r = update(&r, &[sample(0), d, sample(2)], &[xid(2, 95)], T0 + 1, &cfg);
     assert_eq!(r.node, GpuHealth::Failed);
     assert_eq!(r.node_reasons.len(), 2, "{:?}", r.node_reasons);
     assert!(r.node_reasons[0].starts_with("GPU 1 "));
@@ -496,3 +514,6 @@ fn device_file_names_match_the_minor_number() {
         Some(&["nvidia0".to_string()])
     ));
 }
+
+#[path = "gpu_reset_tests.rs"]
+mod reset;

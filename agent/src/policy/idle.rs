@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::config::{GpuConfig, Switch};
-use crate::model::gpu::{selects, GpuReport, GpuStatus};
+use crate::model::gpu::{selects, GpuMonitorState, GpuReport, GpuStatus};
 
 /// A GPU report older than this many sampling intervals is no answer: NVML reads have been
 /// failing (the monitor keeps the last report) and the processes may have changed.
@@ -224,9 +224,10 @@ pub fn idle_check(i: &IdleInputs) -> Busy {
     busy
 }
 
-/// NVML as a witness: off where `gpu.enabled = off`; unknown while NVML is not loaded or the
-/// last report is older than [`STALE_SAMPLES`] sampling intervals (`age`: since it arrived;
-/// `None`, never); otherwise the report's GPUs.
+/// NVML as a witness: off where `gpu.enabled = off` or the node has no NVIDIA GPU (no device
+/// file, no NVIDIA PCI display function: no compute process can exist); unknown while NVML is
+/// starting or waiting for the driver, or the last report is older than [`STALE_SAMPLES`]
+/// sampling intervals (`age`: since it arrived; `None`, never); otherwise the report's GPUs.
 pub fn gpu_witness(
     cfg: &GpuConfig,
     report: &GpuReport,
@@ -235,10 +236,15 @@ pub fn gpu_witness(
     if cfg.enabled == Switch::Off {
         return Witness::Off;
     }
-    if !report.monitoring {
-        return Witness::Unknown(
-            "NVML is not loaded, so GPU processes cannot be seen (on a node without GPUs set gpu.enabled = off)".into(),
-        );
+    match report.state {
+        GpuMonitorState::Off | GpuMonitorState::NoGpu => return Witness::Off,
+        GpuMonitorState::Starting | GpuMonitorState::WaitingForDriver => {
+            return Witness::Unknown(format!(
+                "NVML is {}, so GPU processes cannot be seen",
+                report.state.as_str()
+            ))
+        }
+        GpuMonitorState::On => {}
     }
     let limit = cfg.sample_interval * STALE_SAMPLES;
     match age {

@@ -310,8 +310,9 @@ fn a_worker_state_is_read_as_workers_write_it() {
 fn nvml_is_a_witness_only_where_gpus_are_watched_and_fresh() {
     use crate::config::{GpuConfig, Switch};
     use std::time::Duration;
+    use crate::model::gpu::GpuMonitorState;
     let on = GpuReport {
-        monitoring: true,
+        state: GpuMonitorState::On,
         gpus: vec![gpu(0, Some(0))],
         ..GpuReport::default()
     };
@@ -324,11 +325,24 @@ fn nvml_is_a_witness_only_where_gpus_are_watched_and_fresh() {
     let stale = Some(Duration::from_secs(46));
     assert!(matches!(gpu_witness(&cfg, &on, stale), Witness::Unknown(_)));
     assert!(matches!(gpu_witness(&cfg, &on, None), Witness::Unknown(_)));
-    let off = GpuReport::default();
-    match gpu_witness(&cfg, &off, fresh) {
-        Witness::Unknown(why) => assert!(why.contains("gpu.enabled = off"), "{why}"),
-        w => panic!("{w:?}"),
+    // Not loaded yet: the node has GPUs, their processes cannot be seen.
+    for state in [GpuMonitorState::Starting, GpuMonitorState::WaitingForDriver] {
+        let r = GpuReport {
+            state,
+            ..GpuReport::default()
+        };
+        match gpu_witness(&cfg, &r, fresh) {
+            Witness::Unknown(why) => assert!(why.contains(state.as_str()), "{why}"),
+            w => panic!("{state:?}: {w:?}"),
+        }
     }
+    // No NVIDIA GPU on the node: no compute process can exist.
+    let none = GpuReport {
+        state: GpuMonitorState::NoGpu,
+        ..GpuReport::default()
+    };
+    assert_eq!(gpu_witness(&cfg, &none, None), Witness::Off);
+    let off = GpuReport::default();
     let disabled = GpuConfig {
         enabled: Switch::Off,
         ..GpuConfig::default()

@@ -277,13 +277,13 @@ pub fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
 /// the reason and message say why), Unknown without GPU monitoring — the same fact as the
 /// `gpu-health` label.
 pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
-    let (problem, reason) = match (report.monitoring, report.node) {
+    let (problem, reason) = match (report.monitoring(), report.node) {
         (false, _) => (None, "MonitoringOff"),
         (true, GpuHealth::Healthy) => (Some(false), "Healthy"),
         (true, GpuHealth::Degraded) => (Some(false), "Degraded"),
         (true, GpuHealth::Failed) => (Some(true), "Failed"),
     };
-    let message = if !report.monitoring {
+    let message = if !report.monitoring() {
         "GPU monitoring is off (no NVML, or gpu.enabled = off)".to_string()
     } else if report.node_reasons.is_empty() {
         format!("GPU health {}", report.node.as_str())
@@ -308,7 +308,9 @@ pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mu
     let p = &k.label_prefix;
     d.labels.insert(
         format!("{p}gpu-health"),
-        report.monitoring.then(|| report.node.as_str().to_string()),
+        report
+            .monitoring()
+            .then(|| report.node.as_str().to_string()),
     );
     let reasons = truncate(&report.node_reasons.join("; "), 1000);
     d.annotations.insert(
@@ -316,7 +318,7 @@ pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mu
         (!reasons.is_empty()).then_some(reasons),
     );
     let key = format!("{p}{GPU_FAILED_TAINT}");
-    if taint && report.monitoring && report.node == GpuHealth::Failed {
+    if taint && report.monitoring() && report.node == GpuHealth::Failed {
         d.add_taints.push(Taint {
             key,
             value: "true".into(),

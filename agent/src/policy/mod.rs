@@ -5,10 +5,12 @@ pub mod budget;
 pub mod caller;
 pub mod caps;
 pub mod gpu;
+pub mod gpu_state;
 pub mod idle;
 pub mod maintenance;
 pub mod restart;
 pub mod table;
 pub mod tpu;
+pub mod xid;
 
 pub use table::{table, Action, TableRow};

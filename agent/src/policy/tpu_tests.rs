@@ -378,9 +378,13 @@ fn every_condition_is_true_for_a_problem() {
         gpu_condition, maintenance_condition, CONDITIONS, GPU_CONDITION, MAINTENANCE_CONDITION,
         RETIRED_CONDITIONS,
     };
-    let gpu = |monitoring, node| {
+    let gpu = |monitoring: bool, node| {
         gpu_condition(&GpuReport {
-            monitoring,
+            state: if monitoring {
+                crate::model::gpu::GpuMonitorState::On
+            } else {
+                crate::model::gpu::GpuMonitorState::Off
+            },
             node,
             ..GpuReport::default()
         })

@@ -11,6 +11,13 @@
 //!   `CRITICAL_XID_ERROR` events `event_data` carries the last XID seen on that device.
 //! - `Device::register_events` frees the set when registration fails, so the set is rebuilt.
 //! - `nvmlDeviceGetRemappedRows` is not wrapped by nvml-wrapper 0.13; see [`RemapReader`].
+//! - The driver's recovery action is the field `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (230, not in
+//!   the range nvml-wrapper renumbers for 13.x drivers), read through `Device::field_values_for`;
+//!   a driver without it answers the field with an error, read as `None`.
+//! - `nvmlDeviceGetTotalEnergyConsumption` counts millijoules since the driver last loaded.
+//!
+//! [`NvmlLoader`] and [`presence`] are the seams of the monitor's start-up: loading NVML, and
+//! telling "no NVIDIA GPU here" from "GPUs, but no driver yet".
 
 // NB: real time on purpose: NVML blocks, so the probe runs on its own thread, outside the async
 // runtime and any clock a test drives; its XID wait's deadline is real time.
@@ -25,12 +32,15 @@ use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     EccCounter, MemoryError, RetirementCause, TemperatureSensor,
 };
+use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
 use nvml_wrapper::{Device, EventSet, Nvml};
 use nvml_wrapper_sys::bindings::NvmlLib;
 
-use crate::model::gpu::{GpuSample, RemappedRows, XidEvent};
+use crate::model::gpu::{GpuSample, RecoveryAction, RemappedRows, XidEvent};
 
 /// Why GPU monitoring is off (said once at start-up).
 #[derive(Debug, thiserror::Error)]
@@ -290,8 +300,29 @@ impl NvmlProbe {
                 "compute_processes",
                 d.running_compute_processes_count(),
             ),
+            recovery_action: recovery_action(index, d),
+            energy_mj: field(index, "energy", d.total_energy_consumption()),
+            persistence_mode: field(index, "persistence_mode", d.is_in_persistent_mode()),
         })
     }
+}
+
+/// The driver's recovery action for `d`, `None` where the driver does not report one.
+fn recovery_action(index: u32, d: &Device<'_>) -> Option<RecoveryAction> {
+    let mut values = field(
+        index,
+        "recovery_action",
+        d.field_values_for(&[FieldId(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)]),
+    )?;
+    let sample = field(index, "recovery_action", values.pop()?)?;
+    let value = field(index, "recovery_action", sample.value)?;
+    let v = match value {
+        SampleValue::U32(v) => u64::from(v),
+        SampleValue::U64(v) => v,
+        SampleValue::I64(v) => u64::try_from(v).ok()?,
+        SampleValue::F64(_) => return None,
+    };
+    Some(RecoveryAction::from_nvml(u32::try_from(v).ok()?))
 }
 
 fn ecc(index: u32, d: &Device<'_>, kind: MemoryError, counter: EccCounter) -> Option<u64> {
@@ -387,6 +418,88 @@ impl GpuProbe for NvmlProbe {
     }
 }
 
+/// Loads NVML: the seam of the monitor's start-up, so a test can fail it N times and then hand
+/// over a fake probe.
+pub trait NvmlLoader: Send {
+    /// One attempt; blocking.
+    fn load(&mut self) -> Result<Box<dyn GpuProbe>, GpuError>;
+}
+
+impl<F> NvmlLoader for F
+where
+    F: FnMut() -> Result<Box<dyn GpuProbe>, GpuError> + Send,
+{
+    fn load(&mut self) -> Result<Box<dyn GpuProbe>, GpuError> {
+        self()
+    }
+}
+
+/// The real NVML from `library_path` (empty: the loader's search path).
+pub struct RealNvml {
+    pub library_path: String,
+}
+
+impl NvmlLoader for RealNvml {
+    fn load(&mut self) -> Result<Box<dyn GpuProbe>, GpuError> {
+        let probe = NvmlProbe::new(Some(self.library_path.as_str()))?;
+        tracing::info!(
+            gpus = probe.gpu_count().unwrap_or(0),
+            xid_events_on = probe.xid_gpus().len(),
+            "NVML loaded"
+        );
+        Ok(Box::new(probe))
+    }
+}
+
+/// Where to look for NVIDIA GPUs without the driver: `/dev` and `/sys/bus/pci/devices`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPaths {
+    pub dev: std::path::PathBuf,
+    pub pci_devices: std::path::PathBuf,
+}
+
+impl Default for HostPaths {
+    fn default() -> Self {
+        HostPaths {
+            dev: "/dev".into(),
+            pci_devices: "/sys/bus/pci/devices".into(),
+        }
+    }
+}
+
+/// Whether this node has NVIDIA GPUs, asked of the host rather than the driver: a device file
+/// `/dev/nvidiaN` (made when the driver loads), or a PCI function of NVIDIA's vendor id
+/// (0x10de) whose class is a display or 3D controller (0x0300xx, 0x0302xx) — there before any
+/// driver, which tells "no GPU here" from "GPUs, no driver yet" on a node whose driver
+/// installer has not run. NVSwitches (class 0x0680) are not GPUs.
+pub fn gpus_present(h: &HostPaths) -> bool {
+    let device_file = std::fs::read_dir(&h.dev).is_ok_and(|mut entries| {
+        entries.any(|e| {
+            e.ok().is_some_and(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.strip_prefix("nvidia")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+    });
+    device_file
+        || std::fs::read_dir(&h.pci_devices).is_ok_and(|mut entries| {
+            entries.any(|e| {
+                e.ok().is_some_and(|e| {
+                    let read = |f: &str| {
+                        std::fs::read_to_string(e.path().join(f))
+                            .map(|s| s.trim().to_ascii_lowercase())
+                            .unwrap_or_default()
+                    };
+                    read("vendor") == "0x10de"
+                        && (read("class").starts_with("0x0300")
+                            || read("class").starts_with("0x0302"))
+                })
+            })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,6 +547,35 @@ mod tests {
             init_error(NvmlError::FailedToLoadSymbol("nvmlInit_v2".into())),
             GpuError::Call(_)
         ));
+    }
+
+    #[test]
+    fn gpus_are_present_by_device_file_or_pci_function() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = HostPaths {
+            dev: dir.path().join("dev"),
+            pci_devices: dir.path().join("pci"),
+        };
+        assert!(!gpus_present(&h), "no directories at all");
+        std::fs::create_dir_all(&h.dev).unwrap();
+        for f in ["nvidiactl", "nvidia-uvm", "nvidia", "null"] {
+            std::fs::write(h.dev.join(f), "").unwrap();
+        }
+        assert!(!gpus_present(&h), "control files are not GPUs");
+        let pci = |name: &str, vendor: &str, class: &str| {
+            let d = h.pci_devices.join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("vendor"), format!("{vendor}\n")).unwrap();
+            std::fs::write(d.join("class"), format!("{class}\n")).unwrap();
+        };
+        pci("0000:00:01.0", "0x8086", "0x030000");
+        pci("0000:00:02.0", "0x10de", "0x068000");
+        assert!(!gpus_present(&h), "an Intel VGA and an NVSwitch");
+        pci("0000:00:04.0", "0x10de", "0x030200");
+        assert!(gpus_present(&h), "an NVIDIA 3D controller, no driver yet");
+        std::fs::remove_dir_all(&h.pci_devices).unwrap();
+        std::fs::write(h.dev.join("nvidia3"), "").unwrap();
+        assert!(gpus_present(&h), "a device file");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::model::gpu::{GpuReport, GpuSample, GpuStatus};
+use crate::model::gpu::{GpuMonitorState, GpuReport, GpuSample, GpuStatus};
 
 type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
@@ -53,6 +53,12 @@ pub struct ThrottleLabels {
     pub reason: &'static str,
 }
 
+/// One of the monitor's states (starting, off, no-gpu, waiting-for-driver, on).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MonitorStateLabels {
+    pub state: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct XidLabels {
     #[prometheus(flatten)]
@@ -63,6 +69,7 @@ pub struct XidLabels {
 #[derive(Default)]
 pub struct GpuMetrics {
     pub monitoring: Gauge,
+    pub monitor_state: Family<MonitorStateLabels, Gauge>,
     pub health: Family<HealthLabels, Gauge>,
     pub temperature: Family<GpuLabels, Gauge>,
     pub power: Family<GpuLabels, F64Gauge>,
@@ -106,6 +113,11 @@ impl GpuMetrics {
             "gpu_monitoring",
             "1 when NVML is loaded and GPUs are watched",
             self.monitoring.clone(),
+        );
+        reg.register(
+            "gpu_monitor_state",
+            "1 for the GPU monitor's current state (starting, off, no-gpu, waiting-for-driver, on)",
+            self.monitor_state.clone(),
         );
         reg.register(
             "gpu_health",
@@ -196,7 +208,14 @@ impl GpuMetrics {
     /// Export one GPU report: gauges set from the latest samples, the XID counter advanced by
     /// the occurrences since the last report (`seen` remembers what was already counted).
     pub(crate) fn record(&self, report: &GpuReport, seen: &mut GpuMetricsState) {
-        self.monitoring.set(i64::from(report.monitoring));
+        self.monitoring.set(i64::from(report.monitoring()));
+        for state in GpuMonitorState::ALL {
+            self.monitor_state
+                .get_or_create(&MonitorStateLabels {
+                    state: state.as_str(),
+                })
+                .set(i64::from(state == report.state));
+        }
         for g in &report.gpus {
             let id = GpuLabels {
                 gpu: g.index,
@@ -341,7 +360,7 @@ impl GpuMetrics {
             ..Default::default()
         };
         let report = GpuReport {
-            monitoring: true,
+            state: GpuMonitorState::On,
             gpus: vec![GpuStatus {
                 index: 0,
                 uuid: "GPU-0".into(),

@@ -264,6 +264,7 @@ mod tests {
             "fleet_budget_limit",
             "fleet_budget_exhausted",
             "gpu_monitoring",
+            "gpu_monitor_state",
             "gpu_health",
             "gpu_temperature_celsius",
             "gpu_power_watts",
