@@ -234,6 +234,7 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
             window_end: Some("2026-11-30T11:00:00Z".into()),
             can_reschedule: true,
             interruption: None,
+            ..MaintenanceState::default()
         })
         .await;
     let d = r.node.last();

@@ -4,4 +4,5 @@ pub mod container;
 pub mod gpu;
 pub mod maintenance;
 pub mod node;
+pub mod node_info;
 pub mod worker;

@@ -5,6 +5,7 @@ pub mod caller;
 pub mod caps;
 pub mod gpu;
 pub mod maintenance;
+pub mod node_info;
 pub mod restart;
 pub mod table;
 
