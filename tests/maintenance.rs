@@ -386,6 +386,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
             version: "t".into(),
             dry_run: false,
             updated_at: now,
+            ..NodeRecord::default()
         };
         publish(coord.as_ref(), &keys, &rec, Duration::from_secs(60))
             .await

@@ -19,6 +19,7 @@ use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
 use crate::engine::agent::Agent;
 use crate::engine::node::{Controller, SharedFacts};
+use crate::engine::node_info::NodeInfoRx;
 use crate::model::gpu::GpuReport;
 use crate::model::maintenance::RawMetadata;
 use crate::observe::health::Warnings;
@@ -28,6 +29,7 @@ use crate::observe::server::{self, ServerState};
 use crate::observe::worker_api::{self, WorkerApiState};
 use crate::runtime::ContainerRuntime;
 use crate::sources::metadata::{watch_with, MetadataClient, WatchConfig};
+use crate::sources::node::KubeNodeReader;
 use crate::sources::peer::Procfs;
 use crate::sources::pods::{KubePods, PodApi};
 use crate::sources::token_review::{CachedReviews, KubeTokenReview};
@@ -218,6 +220,37 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
     }
 }
 
+/// Start the Node source when the Kubernetes API is on: this machine's Node read every
+/// `kubernetes.read_interval`, published on the returned channel (`None` until the first read;
+/// see `crate::engine::node_info`). Off, the channel stays `None` and closes.
+async fn node_source(
+    cfg: &Config,
+    metrics: &Arc<Metrics>,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) -> NodeInfoRx {
+    let (tx, rx) = crate::engine::node_info::channel();
+    if !cfg.kubernetes_on() {
+        return rx;
+    }
+    match KubeNodeReader::connect(&cfg.kubernetes.api_url).await {
+        Ok(reader) => {
+            tracker.spawn(crate::engine::node_info::follow(
+                Arc::new(reader),
+                cfg.node_name.clone(),
+                cfg.kubernetes.read_interval,
+                tx,
+                metrics.clone(),
+                stop.clone(),
+            ));
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read");
+        }
+    }
+    rx
+}
+
 /// Start the metadata watcher (unless `metadata.enabled = off`); the receiver closes when there
 /// is none.
 fn metadata_watcher(
@@ -298,6 +331,9 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
     let gpu_thread = crate::engine::gpu::start(&cfg.gpu, gpu_tx, stop.child_token());
     agent = agent.with_gpu(gpu_rx.clone());
+    // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
+    let node_rx = node_source(&cfg, &a.metrics, &tracker, &stop).await;
+    agent = agent.with_node_info(node_rx.clone());
     let mut controller = Controller::new(
         cfg.clone(),
         a.coord.clone(),
@@ -306,6 +342,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         agent.trail(),
     )
     .with_facts(facts)
+    .with_node_info(node_rx)
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
     if let Some(api) = node_api(&cfg).await {
         controller = controller.with_node_api(api);

@@ -20,6 +20,7 @@ pub mod gpu;
 pub mod heartbeat;
 pub(crate) mod journal;
 pub mod node;
+pub mod node_info;
 pub mod opportunistic;
 pub(crate) mod outage;
 pub(crate) mod publisher;

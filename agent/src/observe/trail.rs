@@ -77,11 +77,14 @@ pub enum Code {
     ConfigReloaded,
     /// The node's GPU health changed.
     GpuHealth,
+    /// The node's description from its Node (pool, slice, provisioning, accelerator, TPU
+    /// topology) was read for the first time or changed.
+    NodeInfo,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 32] = [
+    pub const ALL: [Code; 33] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -114,6 +117,7 @@ impl Code {
         Code::PerformMaintenance,
         Code::ConfigReloaded,
         Code::GpuHealth,
+        Code::NodeInfo,
     ];
 
     /// The stable name stored in the trail and used as the metric label.
@@ -151,6 +155,7 @@ impl Code {
             Code::PerformMaintenance => "perform-maintenance",
             Code::ConfigReloaded => "config-reloaded",
             Code::GpuHealth => "gpu-health",
+            Code::NodeInfo => "node-info",
         }
     }
 }

@@ -29,7 +29,9 @@ pub use cycle::{BackendMetrics, BudgetMetrics, CycleMetrics};
 pub use decisions::DecisionMetrics;
 pub(crate) use gpu::GpuMetricsState;
 pub use gpu::{GpuLabels, GpuMetrics};
-pub use node::{CheckpointMetrics, KubeMetrics, MaintenanceMetrics};
+pub use node::{
+    CheckpointMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels, NodeInfoMetrics,
+};
 pub use worker_api::WorkerApiMetrics;
 pub use workers::{WorkerMetrics, WorkerSample};
 
@@ -45,6 +47,8 @@ pub struct Metrics {
     pub workers: WorkerMetrics,
     /// GCE metadata errors, interruptions and the maintenance phase.
     pub maintenance: MaintenanceMetrics,
+    /// The node as its Node's labels describe it, and which maintenance sources report.
+    pub node_info: NodeInfoMetrics,
     /// Checkpoint requests and how long they took.
     pub checkpoints: CheckpointMetrics,
     /// Kubernetes API errors.
@@ -66,6 +70,7 @@ impl Metrics {
         let cycle = CycleMetrics::register(&mut registry);
         let workers = WorkerMetrics::register(&mut registry);
         let maintenance = MaintenanceMetrics::register(&mut registry);
+        let node_info = NodeInfoMetrics::register(&mut registry);
         let checkpoints = CheckpointMetrics::register(&mut registry);
         let kube = KubeMetrics::register(&mut registry);
         let budgets = BudgetMetrics::register(&mut registry);
@@ -79,6 +84,7 @@ impl Metrics {
             cycle,
             workers,
             maintenance,
+            node_info,
             checkpoints,
             kube,
             budgets,
@@ -126,6 +132,12 @@ impl Metrics {
         self.kube_error("get");
         self.maintenance.interruption("preemption", "preempted");
         self.maintenance.phase("none", true);
+        self.node_info.set_info(NodeInfoLabels {
+            pool: "touched".into(),
+            provisioning: "standard",
+            accelerator: String::new(),
+            tpu_topology: String::new(),
+        });
         self.checkpoints.count("redis", "acked");
         self.gpu.touch();
         self.worker_api.write("tcp", "accepted");
@@ -244,6 +256,8 @@ mod tests {
             "interruptions",
             "maintenance_phase",
             "maintenance_window_start_timestamp_seconds",
+            "node_info",
+            "maintenance_source",
             "checkpoints",
             "checkpoint_duration_seconds",
             "kube_errors",
