@@ -2,7 +2,9 @@
 //! server (over real HTTP), the real Redis and the real Docker daemon. The Node carries GKE's
 //! labels, taints and allocatable resources as GKE and the kubelet write them; the agent must
 //! read its pool, provisioning model, accelerator and TPU topology from them with no `fleet.pool`
-//! configured, and stand a hung worker's restart down while GKE's maintenance label is up.
+//! configured, and stand a hung worker's restart down while GKE's maintenance label is up. And
+//! in process (the controller's own loop, the Node read and written over HTTP): opportunistic
+//! maintenance claims for the pool the Node names, and takes no claim before it is known.
 
 mod common;
 
@@ -15,6 +17,7 @@ use common::real::{
     beat, eventually, explain, poll, shared_redis_url, vigil, VigilProcess, WorkerContainer,
 };
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 struct Rig {
     s: Setup,
@@ -283,4 +286,113 @@ async fn gke_s_impending_termination_taint_stands_restarts_down_and_reaches_the_
             && taints.contains(&"vigil.dev/termination-imminent".to_string()),
         "{taints:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_before() {
+    use common::fakes::FakeRuntime;
+    use common::wiring::{agent_and_controller, memory_coordinator, node_config};
+    use std::sync::Arc;
+    use vigil::actions::alert::Notifier;
+    use vigil::actions::node::KubeNodeApi;
+    use vigil::config::Switch;
+    use vigil::coord::{Coordinator, Keys};
+    use vigil::engine::node::SharedFacts;
+    use vigil::model::maintenance::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
+    use vigil::observe::metrics::Metrics;
+    use vigil::policy::maintenance::PERFORM_MAINTENANCE_LABEL;
+    use vigil::sources::node::KubeNodeReader;
+
+    let kube = FakeKube::start("gpu-1").await;
+    let mut cfg = node_config("gpu-1");
+    cfg.poll_interval = Duration::from_millis(50);
+    cfg.opportunistic.enabled = true;
+    cfg.opportunistic.idle_for = Duration::from_millis(10);
+    cfg.opportunistic.min_nodes = 0;
+    // Validation wants the shared Redis for the claim; the test uses the in-process store.
+    cfg.redis.url = "redis://127.0.0.1:1".into();
+    cfg.kubernetes.enabled = Switch::On;
+    cfg.kubernetes.api_url = kube.url.clone();
+    assert!(cfg.fleet.pool.is_empty());
+    cfg.validate()
+        .expect("no fleet.pool needed: the Kubernetes API is on, the pool comes from the Node");
+    let coord = memory_coordinator();
+    let runtime = FakeRuntime::default();
+    runtime.add("c1", "trainer-0");
+    let keys = Keys::new("vigil", "gpu-1");
+    coord
+        .hset(
+            &keys.status("trainer-0"),
+            &[("state".into(), "idle".into())],
+            None,
+        )
+        .await
+        .unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let api = Arc::new(KubeNodeApi::from_url(&kube.url).unwrap());
+    let (_agent, controller) = agent_and_controller(
+        &cfg,
+        &coord,
+        &runtime,
+        api,
+        Notifier::new(None, metrics.clone()),
+        &metrics,
+        SharedFacts::default(),
+    );
+    let stop = CancellationToken::new();
+    let (node_tx, node_rx) = vigil::engine::node_info::channel();
+    let reader = Arc::new(KubeNodeReader::connect(&kube.url).await.unwrap());
+    tokio::spawn(vigil::engine::node_info::follow(
+        reader,
+        "gpu-1".into(),
+        Duration::from_millis(100),
+        node_tx,
+        metrics.clone(),
+        stop.clone(),
+    ));
+    // A rescheduleable maintenance is pending (the metadata server says so).
+    let (_meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata {
+        upcoming: Some(UpcomingMaintenance {
+            status: UpcomingStatus::Pending,
+            can_reschedule: true,
+            ..UpcomingMaintenance::default()
+        }),
+        ..RawMetadata::default()
+    });
+    let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
+    tokio::spawn(controller.with_node_info(node_rx).run(
+        meta_rx,
+        gpu_rx,
+        CancellationToken::new(),
+        stop.clone(),
+    ));
+    let label = |k: &str| fake_kube::label(&kube.node(), k);
+    assert!(
+        eventually(Duration::from_secs(5), || label("vigil.dev/maintenance")
+            .as_deref()
+            == Some("pending"))
+        .await
+    );
+    // The Node has no pool label yet: idle, pending, reschedulable, and still no claim.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(label(PERFORM_MAINTENANCE_LABEL), None, "no pool, no claim");
+    let claim_key = |pool: &str| [keys.maintenance_claim(pool)];
+    assert_eq!(coord.get_many(&claim_key("")).await.unwrap(), vec![None]);
+    // GKE's pool label arrives: the claim is taken for that pool.
+    kube.foreign_write(json!({"metadata": {"labels": {
+        "cloud.google.com/gke-nodepool": "gpu-pool"
+    }}}));
+    assert!(
+        eventually(Duration::from_secs(5), || label(PERFORM_MAINTENANCE_LABEL)
+            .as_deref()
+            == Some("true"))
+        .await,
+        "no claim once the pool was known"
+    );
+    let held = coord.get_many(&claim_key("gpu-pool")).await.unwrap();
+    assert!(
+        held[0].as_deref().is_some_and(|t| t.starts_with("gpu-1:")),
+        "{held:?}"
+    );
+    stop.cancel();
 }
