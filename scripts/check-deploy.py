@@ -58,6 +58,12 @@ dss = of_kind("DaemonSet")
 check(len(dss) == 1, "exactly one DaemonSet")
 ds = dss[0]
 ns = ds["metadata"]["namespace"]
+# The pool (and a multi-host TPU slice) is read from the Node's labels: a per-pool DaemonSet env
+# is what the agent no longer needs, and would override the label on every node it runs on.
+env_names = [e["name"] for c in ds["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])]
+check("VIGIL_POOL" not in env_names and "VIGIL_SLICE" not in env_names,
+      "the DaemonSet sets VIGIL_POOL/VIGIL_SLICE: the agent reads its pool from the Node's "
+      "cloud.google.com/gke-nodepool label (set fleet.pool in the config only to override it)")
 pod = ds["spec"]["template"]["spec"]
 containers = {c["name"]: c for c in pod["containers"]}
 c = containers["vigil"]

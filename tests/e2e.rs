@@ -454,6 +454,7 @@ async fn status_lists_the_fleet_and_which_slices_are_available() {
         version: "0.1.0".into(),
         dry_run: false,
         updated_at: now,
+        ..NodeRecord::default()
     };
     let nodes = [
         rec("a-1", "slice-a", "none", "healthy"),

@@ -234,6 +234,7 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
             window_end: Some("2026-11-30T11:00:00Z".into()),
             can_reschedule: true,
             interruption: None,
+            ..MaintenanceState::default()
         })
         .await;
     let d = r.node.last();
@@ -387,6 +388,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
             version: "t".into(),
             dry_run: false,
             updated_at: now,
+            ..NodeRecord::default()
         };
         publish(coord.as_ref(), &keys, &rec, Duration::from_secs(60))
             .await

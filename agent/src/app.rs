@@ -19,6 +19,7 @@ use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
 use crate::engine::agent::Agent;
 use crate::engine::node::{Controller, SharedFacts};
+use crate::engine::node_info::NodeInfoRx;
 use crate::model::gpu::GpuReport;
 use crate::model::maintenance::RawMetadata;
 use crate::model::tpu::TpuReport;
@@ -29,6 +30,7 @@ use crate::observe::server::{self, ServerState};
 use crate::observe::worker_api::{self, WorkerApiState};
 use crate::runtime::ContainerRuntime;
 use crate::sources::metadata::{watch_with, MetadataClient, WatchConfig};
+use crate::sources::node::KubeNodeReader;
 use crate::sources::peer::Procfs;
 use crate::sources::pods::{KubePods, PodApi};
 use crate::sources::token_review::{CachedReviews, KubeTokenReview};
@@ -220,6 +222,37 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
     }
 }
 
+/// Start the Node source when the Kubernetes API is on: this machine's Node read every
+/// `kubernetes.read_interval`, published on the returned channel (`None` until the first read;
+/// see `crate::engine::node_info`). Off, the channel stays `None` and closes.
+async fn node_source(
+    cfg: &Config,
+    metrics: &Arc<Metrics>,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) -> NodeInfoRx {
+    let (tx, rx) = crate::engine::node_info::channel();
+    if !cfg.kubernetes_on() {
+        return rx;
+    }
+    match KubeNodeReader::connect(&cfg.kubernetes.api_url).await {
+        Ok(reader) => {
+            tracker.spawn(crate::engine::node_info::follow(
+                Arc::new(reader),
+                cfg.node_name.clone(),
+                cfg.kubernetes.read_interval,
+                tx,
+                metrics.clone(),
+                stop.clone(),
+            ));
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read");
+        }
+    }
+    rx
+}
+
 /// Start the metadata watcher (unless `metadata.enabled = off`); the receiver closes when there
 /// is none.
 fn metadata_watcher(
@@ -306,7 +339,11 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         Some(agent.health.warnings.clone()),
     );
     agent = agent.with_gpu(gpu_rx.clone());
-    let (tpu_rx, _tpu_expected) = tpu_monitor(&cfg, &stop);
+    let (tpu_rx, tpu_expected) = tpu_monitor(&cfg, &stop);
+    // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
+    let node_rx = node_source(&cfg, &a.metrics, &tracker, &stop).await;
+    agent = agent.with_node_info(node_rx.clone());
+    tracker.spawn(follow_tpu_chips(node_rx.clone(), tpu_expected, stop.clone()));
     let mut controller = Controller::new(
         cfg.clone(),
         a.coord.clone(),
@@ -317,6 +354,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     .with_facts(facts)
     .with_pod_witnesses(pods, crate::runtime::devices(&cfg))
     .with_tpu(tpu_rx)
+    .with_node_info(node_rx)
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
     if let Some(api) = node_api(&cfg).await {
         controller = controller.with_node_api(api);
@@ -356,6 +394,28 @@ fn tpu_monitor(
     let (expected_tx, expected_rx) = watch::channel(None);
     crate::engine::tpu::start(&cfg.tpu, expected_rx, tx, stop.child_token());
     (rx, expected_tx)
+}
+
+/// Hands the TPU monitor the chips the Node advertises (allocatable `google.com/tpu`, as the
+/// Node source last read it) whenever that changes; `None` until the Node is read, or without
+/// the Kubernetes API (the monitor then judges on device files and errors alone).
+async fn follow_tpu_chips(
+    mut node_rx: crate::engine::node_info::NodeInfoRx,
+    expected: watch::Sender<Option<u32>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let chips = node_rx.borrow_and_update().as_ref().and_then(|n| {
+            n.allocatable
+                .get("google.com/tpu")
+                .and_then(|q| crate::policy::tpu::allocatable_chips(q))
+        });
+        expected.send_if_modified(|cur| std::mem::replace(cur, chips) != chips);
+        tokio::select! {
+            changed = node_rx.changed() => if changed.is_err() { return },
+            () = stop.cancelled() => return,
+        }
+    }
 }
 
 /// The read-only metrics and probes server (`server.listen`) and the worker API

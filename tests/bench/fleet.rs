@@ -125,6 +125,7 @@ async fn node_loop(
             version: "bench".into(),
             dry_run: false,
             updated_at: now,
+            ..NodeRecord::default()
         };
         let mut all = publish_ops(&keys, &rec, Duration::from_secs(90));
         all.extend(ops);

@@ -15,7 +15,8 @@
 //!   map disappears), and taints are validated (known effect, no duplicate key + effect: 422);
 //! - the Node's status subresource takes a strategic merge patch: conditions merge by `type`,
 //!   and the list directives `$patch: delete` (one condition, by type) and `$patch: replace` are
-//!   applied as the real server applies them;
+//!   applied as the real server applies them; `capacity` and `allocatable` quantities are stored
+//!   as strings (`"4"`), as the server writes them;
 //! - a Node takes `application/merge-patch+json`, and a strategic merge patch only where it
 //!   means the same (no `$` directive, no list that merges by key: what `kubectl label`,
 //!   `annotate` and `taint` send); other patch types answer 415 rather than being silently
@@ -34,8 +35,9 @@
 //!
 //! Test hooks (Rust methods, and the same over HTTP under `/fake/...` for another process):
 //! `node`, `events`, `requests`, `foreign_write`, `status_write`, `conflict_next`,
-//! `race_next_get`, `forbid`, `allow`, `expire_events`; `mint` and `revoke` for ServiceAccount
-//! tokens, `put_pod` and `remove_pod` (Rust only).
+//! `race_next_get`, `forbid`, `allow`, `expire_events`; `kubelet_status` (the kubelet's write of
+//! allocatable resources), `mint` and `revoke` for ServiceAccount tokens, `put_pod` and
+//! `remove_pod` (Rust only).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -294,6 +296,17 @@ impl FakeKube {
         }
     }
 
+    /// Writes the Node's status as the kubelet does (a strategic-merge patch of the status
+    /// subresource with `{"status": status}`), e.g. `{"allocatable": {"google.com/tpu": "4"}}`:
+    /// quantities are stored as strings. Panics if the real server would refuse it.
+    pub fn kubelet_status(&self, status: Value) -> Value {
+        let mut world = lock(&self.shared);
+        match world.write_status(&json!({ "status": status })) {
+            Ok(node) => node,
+            Err((code, s)) => panic!("kubelet_status refused ({code}): {s}"),
+        }
+    }
+
     /// Answers the next `n` PATCHes with 409 Conflict, bumping the resourceVersion each time as
     /// if another writer had written in between (so a re-read sees a new version).
     pub fn conflict_next(&self, n: u32) {
@@ -492,6 +505,7 @@ impl World {
             }
             next["status"]["conditions"] = Value::Array(conditions);
         }
+        quantities(&mut next)?;
         let rv = self.next_revision();
         next["metadata"]["resourceVersion"] = Value::String(rv);
         self.node = next.clone();
@@ -968,6 +982,30 @@ fn validate(name: &str, node: &Value) -> Result<(), Answer> {
 }
 
 /// Go's `omitempty`: empty maps and lists are not stored (nor returned).
+/// `status.capacity` and `status.allocatable` as the API server stores them: every quantity a
+/// string (Go's `resource.Quantity` decodes a JSON number too, and always encodes a string: `4`
+/// is written back as `"4"`); anything else is refused as the server refuses it (400).
+fn quantities(node: &mut Value) -> Result<(), Answer> {
+    for field in ["capacity", "allocatable"] {
+        let Some(map) = node["status"].get_mut(field).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for (name, q) in map.iter_mut() {
+            match q {
+                Value::String(_) => {}
+                Value::Number(n) => *q = Value::String(n.to_string()),
+                other => {
+                    return Err(bad_request(format!(
+                        "status.{field}[{name}]: quantities must match the regular expression \
+                         '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$', got {other}"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn normalise(node: &mut Value) {
     for (section, field) in [
         ("metadata", "labels"),

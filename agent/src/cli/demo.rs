@@ -16,7 +16,7 @@ use crate::coord::memory::MemoryCoordinator;
 use crate::coord::{heartbeat_value, Coordinator, Keys};
 use crate::engine::agent::Agent;
 use crate::engine::node::{Controller, SharedFacts};
-use crate::model::maintenance::{Interruption, MaintenanceState, Phase};
+use crate::model::maintenance::{Interruption, MaintenanceState, Phase, Source};
 use crate::observe::metrics::Metrics;
 use crate::runtime::sim::FakeRuntime;
 
@@ -169,6 +169,7 @@ pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary
                     window_start: Some("2026-11-30T03:00:00Z".into()),
                     window_end: Some("2026-11-30T04:00:00Z".into()),
                     interruption: None,
+                    sources: vec![Source::Metadata],
                 })
                 .await;
         }
@@ -183,6 +184,7 @@ pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary
                     phase: Phase::Terminating,
                     reasons: vec!["terminate-on-host-maintenance"],
                     interruption: Some(Interruption::HostMaintenance),
+                    sources: vec![Source::Metadata],
                     ..MaintenanceState::default()
                 })
                 .await;

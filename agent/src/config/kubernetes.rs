@@ -1,5 +1,7 @@
 //! `[kubernetes]`: the Node object Vigil publishes its state on.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use super::{bad, has_scheme, ConfigError, Switch};
@@ -15,6 +17,10 @@ pub struct KubernetesConfig {
     pub label_prefix: String,
     /// Put a `NoSchedule` taint on the Node while termination is imminent.
     pub taint_on_termination: bool,
+    /// How often the agent reads its Node (GKE's labels, taints and allocatable resources: the
+    /// pool, the provisioning model, the accelerator, GKE's maintenance signals).
+    #[serde(with = "humantime_serde")]
+    pub read_interval: Duration,
 }
 
 impl Default for KubernetesConfig {
@@ -24,6 +30,7 @@ impl Default for KubernetesConfig {
             api_url: String::new(),
             label_prefix: "vigil.dev/".into(),
             taint_on_termination: true,
+            read_interval: Duration::from_secs(30),
         }
     }
 }
@@ -33,6 +40,12 @@ impl KubernetesConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.api_url.is_empty() && !has_scheme(&self.api_url, &["http://", "https://"]) {
             return bad("kubernetes.api_url", "must be an http:// or https:// URL");
+        }
+        if self.read_interval < Duration::from_secs(1) {
+            return bad(
+                "kubernetes.read_interval",
+                "must be at least 1s (one GET of the Node each time)",
+            );
         }
         if !valid_prefix(&self.label_prefix) {
             return bad(
@@ -74,6 +87,10 @@ mod tests {
             (
                 "[kubernetes]\nlabel_prefix = \"vigil\"",
                 "kubernetes.label_prefix",
+            ),
+            (
+                "[kubernetes]\nread_interval = \"500ms\"",
+                "kubernetes.read_interval",
             ),
         ]);
     }

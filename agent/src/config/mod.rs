@@ -416,12 +416,16 @@ impl Config {
         Ok(())
     }
 
-    /// `opportunistic.enabled` needs a pool to count (`fleet.pool`) and a shared Redis.
+    /// `opportunistic.enabled` needs a pool to count and a shared Redis. The pool is
+    /// `fleet.pool`, or the Node's `cloud.google.com/gke-nodepool` label, read at run time when
+    /// the Kubernetes API is on (until that read, no claim is taken).
     fn validate_opportunistic(&self) -> Result<(), ConfigError> {
-        if self.opportunistic.enabled && self.fleet.pool.is_empty() {
+        if self.opportunistic.enabled && self.fleet.pool.is_empty() && !self.kubernetes_on() {
             return bad(
                 "opportunistic.enabled",
-                "needs fleet.pool (or VIGIL_POOL): the min_nodes rule counts the node's pool",
+                "needs the node's pool: set fleet.pool (or VIGIL_POOL), or turn the Kubernetes API on \
+                 (kubernetes.enabled) so the pool is read from the Node's cloud.google.com/gke-nodepool \
+                 label; the min_nodes rule counts the node's pool",
             );
         }
         if self.opportunistic.enabled && self.embedded() {
@@ -583,6 +587,22 @@ mod tests {
                 "opportunistic.enabled",
             ),
         ]);
+    }
+
+    #[test]
+    fn opportunistic_takes_its_pool_from_the_config_or_the_node() {
+        let redis = "[redis]\nurl = \"redis://r:6379\"\n";
+        let on = format!("{redis}[opportunistic]\nenabled = true\n");
+        assert_eq!(
+            key_of(parse(&on)),
+            "opportunistic.enabled",
+            "no pool anywhere"
+        );
+        assert!(parse(&format!("{on}[fleet]\npool = \"p\"\n")).is_ok());
+        // The Kubernetes API on: the pool is read from the Node's label at run time.
+        assert!(parse(&format!("{on}[kubernetes]\nenabled = \"on\"\n")).is_ok());
+        let text = format!("{on}[kubernetes]\nenabled = \"off\"\n");
+        assert_eq!(key_of(parse(&text)), "opportunistic.enabled");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::engine::context::Context;
 use crate::engine::heartbeat::{Cycle, SharedRecord};
 use crate::engine::journal::{About, Journal};
 use crate::engine::node::SharedFacts;
+use crate::engine::node_info::NodeInfoRx;
 use crate::engine::outage::Outages;
 use crate::engine::reload;
 use crate::engine::restart::RestartPath;
@@ -147,6 +148,13 @@ impl Agent {
     /// Follow the GPU monitor: a worker on a failed GPU is never restarted.
     pub fn with_gpu(mut self, rx: watch::Receiver<GpuReport>) -> Self {
         self.watch.gpu = Some(rx);
+        self
+    }
+
+    /// Follow the Node source (`crate::engine::node_info`): the record carries the pool, slice,
+    /// provisioning model, accelerator and TPU topology it reads.
+    pub fn with_node_info(mut self, rx: NodeInfoRx) -> Self {
+        self.watch.node_info = Some(rx);
         self
     }
 
@@ -288,9 +296,16 @@ impl Agent {
     async fn publish(&mut self) -> Result<(), CoordError> {
         let maintenance = {
             let f = self.watch.facts.read().unwrap_or_else(|p| p.into_inner());
-            f.maintenance.phase.as_str()
+            f.maintenance.clone()
         };
-        let rec = self.cycle.record(&self.ctx, maintenance, &self.gpu);
+        let info = self
+            .watch
+            .node_info
+            .as_ref()
+            .and_then(|rx| rx.borrow().clone());
+        let rec = self
+            .cycle
+            .record(&self.ctx, &maintenance, &self.gpu, info.as_ref());
         self.cycle.publish(&self.ctx, rec, &self.record).await
     }
 

@@ -15,8 +15,11 @@ use crate::coord::marks::MARK_TTL;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::engine::context::Context;
 use crate::model::gpu::GpuReport;
+use crate::model::maintenance::MaintenanceState;
+use crate::model::node_info::NodeInfo;
 use crate::observe::fleet::{self, publish, NodeRecord};
 use crate::policy::caps;
+use crate::policy::node_info::place;
 
 /// The record the agent last published, and when, shared with [`heartbeat_loop`].
 pub(crate) type SharedRecord = Arc<Mutex<Option<(NodeRecord, tokio::time::Instant)>>>;
@@ -36,14 +39,36 @@ pub(crate) struct Cycle {
 
 impl Cycle {
     /// This node's record as of the cycle: its verdicts and places, the node's maintenance
-    /// phase and GPU health.
-    pub fn record(&self, ctx: &Context, maintenance: &str, gpu: &GpuReport) -> NodeRecord {
+    /// phase (and which sources report it), GPU health, and what its Node says of it (`info`,
+    /// `None` before the first read): pool and slice (`fleet.pool`/`fleet.slice` win), provisioning
+    /// model, accelerator and TPU topology.
+    pub fn record(
+        &self,
+        ctx: &Context,
+        maintenance: &MaintenanceState,
+        gpu: &GpuReport,
+        info: Option<&NodeInfo>,
+    ) -> NodeRecord {
         let cfg = &ctx.cfg;
+        let place = place(&cfg.fleet, info);
         NodeRecord {
             node: cfg.node_name.clone(),
-            pool: cfg.fleet.pool.clone(),
-            slice: cfg.fleet.slice.clone(),
-            maintenance: maintenance.to_string(),
+            pool: place.pool,
+            slice: place.slice,
+            provisioning: info
+                .and_then(|i| i.provisioning.as_ref())
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default(),
+            accelerator: info
+                .and_then(NodeInfo::accelerator)
+                .unwrap_or_default()
+                .to_string(),
+            tpu_topology: info
+                .and_then(|i| i.tpu_topology.as_ref())
+                .map(|t| t.text.clone())
+                .unwrap_or_default(),
+            maintenance: maintenance.phase.as_str().to_string(),
+            maintenance_source: maintenance.sources_str(),
             gpu: if gpu.monitoring() {
                 gpu.node.as_str().into()
             } else {

@@ -23,6 +23,7 @@ pub mod gpu_state;
 pub mod heartbeat;
 pub(crate) mod journal;
 pub mod node;
+pub mod node_info;
 pub mod opportunistic;
 pub(crate) mod outage;
 pub(crate) mod publisher;

@@ -1,8 +1,10 @@
-//! The node controller: follows the metadata watcher and the GPU and TPU monitors and turns what
-//! they say into what the cluster sees, with one job per part:
+//! The node controller: follows the metadata watcher, the Node source and the GPU and TPU
+//! monitors and turns what they say into what the cluster sees, with one job per part:
 //!
-//! - the maintenance phase (here): the facts the restart path reads to stand down, metrics,
-//!   the trail, and when to checkpoint (`crate::policy::maintenance::checkpoint_for`);
+//! - the maintenance phase (here): the metadata server's and GKE's node labels' states merged
+//!   (`crate::policy::node_info::merge`, the worse of the two), the facts the restart path reads
+//!   to stand down, metrics, the trail, and when to checkpoint
+//!   (`crate::policy::maintenance::checkpoint_for`);
 //! - the Node (`crate::engine::publisher`): labels, annotations, taints and Events;
 //! - checkpoint rounds (`crate::engine::checkpoint`), also on the agent's own SIGTERM;
 //! - GPU publishing (`crate::engine::gpu::GpuHealthTracker`) and TPU publishing
@@ -23,13 +25,15 @@ use crate::config::{Config, MetadataConfig};
 use crate::coord::Coordinator;
 use crate::engine::checkpoint::CheckpointRounds;
 use crate::engine::gpu::GpuHealthTracker;
+use crate::engine::node_info::NodeInfoRx;
 use crate::engine::opportunistic::{ClaimStep, Opportunistic, PodWitnesses};
 use crate::engine::publisher::NodePublisher;
 use crate::engine::tpu::TpuHealthTracker;
 use crate::model::gpu::{GpuHealth, GpuReport};
-use crate::model::maintenance::{Interruption, MaintenanceState, Phase, RawMetadata};
+use crate::model::maintenance::{Interruption, MaintenanceState, Phase, RawMetadata, Source};
+use crate::model::node_info::NodeInfo;
 use crate::model::tpu::{TpuHealth, TpuReport};
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::{Metrics, NodeInfoLabels};
 use crate::observe::trail::{Code, Trail};
 use crate::policy::idle::gpu_witness;
 use crate::policy::maintenance::{
@@ -37,6 +41,7 @@ use crate::policy::maintenance::{
     stands_down,
 };
 use crate::policy::tpu::tpu_event_for;
+use crate::policy::node_info::{labels_state, merge, place};
 use crate::runtime::ContainerRuntime;
 
 /// A SIGTERM this soon after a checkpoint round does not ask the workers again: a preemption's
@@ -113,7 +118,16 @@ pub struct Controller {
     tpu: TpuHealthTracker,
     /// The TPU monitor's reports, when one runs (see [`Controller::with_tpu`]).
     tpu_rx: Option<watch::Receiver<TpuReport>>,
+    /// The state the node acts on: the two sources' merged.
     state: MaintenanceState,
+    /// The metadata server's state alone, and the Node labels' alone.
+    metadata_state: MaintenanceState,
+    labels_state: MaintenanceState,
+    /// The Node source's channel (none: the Node is not read).
+    node_info: Option<NodeInfoRx>,
+    /// The node's description as last noted in the trail (pool, provisioning, accelerator,
+    /// topology), so an unchanged read notes nothing.
+    noted_info: Option<String>,
     /// An ongoing episode is checkpointed once.
     checkpointed_episode: bool,
     notifier: Option<Notifier>,
@@ -145,6 +159,10 @@ impl Controller {
             tpu_rx: None,
             facts: SharedFacts::default(),
             state: MaintenanceState::default(),
+            metadata_state: MaintenanceState::default(),
+            labels_state: MaintenanceState::default(),
+            node_info: None,
+            noted_info: None,
             checkpointed_episode: false,
             notifier: None,
             metrics,
@@ -178,6 +196,13 @@ impl Controller {
     /// Follow the TPU monitor's reports (`crate::engine::tpu`) in [`Controller::run`].
     pub fn with_tpu(mut self, rx: watch::Receiver<TpuReport>) -> Self {
         self.tpu_rx = Some(rx);
+        self
+    }
+
+    /// Follow the Node source (`crate::engine::node_info`): GKE's maintenance labels and taint
+    /// join the metadata server's notices, and the pool comes from the Node's label.
+    pub fn with_node_info(mut self, rx: NodeInfoRx) -> Self {
+        self.node_info = Some(rx);
         self
     }
 
@@ -286,14 +311,47 @@ impl Controller {
         }
     }
 
-    /// Act on a new maintenance state, and wait for the checkpoint round it starts (if any) to
-    /// be recorded. The run loop does not wait: see [`Controller::transition`].
+    /// Act on a new state of the metadata source (merged with the Node labels' as the run loop
+    /// merges them), and wait for the checkpoint round it starts (if any) to be recorded. The
+    /// run loop does not wait: see [`Controller::transition`].
     pub async fn apply(&mut self, next: MaintenanceState) {
         let mut rounds = Rounds::new();
-        self.transition(next, &mut rounds).await;
+        self.metadata_state = next;
+        self.remerge(&mut rounds).await;
         while let Some(done) = rounds.join_next().await {
             self.round_done(done).await;
         }
+    }
+
+    /// Act on the two sources' states merged (the worse of the two: the labels never clear what
+    /// the metadata server says).
+    async fn remerge(&mut self, rounds: &mut Rounds) {
+        let next = merge(&self.metadata_state, &self.labels_state);
+        self.transition(next, rounds).await;
+    }
+
+    /// A new read of the Node: the pool for the claim, the node-info metric, a trail note when
+    /// the node's description changed, and GKE's maintenance signals as the label source's state
+    /// (not yet merged: see [`Controller::remerge`]).
+    async fn take_node_info(&mut self, info: &NodeInfo) {
+        let p = place(&self.cfg.fleet, Some(info));
+        self.claim.set_pool(&p.pool);
+        self.metrics.node_info.set_info(NodeInfoLabels {
+            pool: p.pool.clone(),
+            provisioning: info.provisioning.as_ref().map_or("", |v| v.metric_label()),
+            accelerator: info.accelerator().unwrap_or_default().to_string(),
+            tpu_topology: info
+                .tpu_topology
+                .as_ref()
+                .map(|t| t.text.clone())
+                .unwrap_or_default(),
+        });
+        let described = describe(&self.cfg, &p, info);
+        if self.noted_info.as_deref() != Some(described.as_str()) {
+            self.note(Code::NodeInfo, described.clone()).await;
+            self.noted_info = Some(described);
+        }
+        self.labels_state = labels_state(info);
     }
 
     /// Act on a new maintenance state. A checkpoint round it calls for is started in `rounds`
@@ -362,6 +420,10 @@ impl Controller {
             }
         }
         self.set_phase_metric(next.phase);
+        for source in [Source::Metadata, Source::NodeLabels] {
+            let reporting = next.sources.contains(&source);
+            self.metrics.node_info.source(source.as_str(), reporting);
+        }
         let window = next.window_start.as_deref();
         let start = window.and_then(crate::clock::parse_rfc3339);
         self.metrics.maintenance.window_start(start);
@@ -451,7 +513,8 @@ impl Controller {
         }
     }
 
-    /// Follow the metadata watcher until `term` (SIGTERM: checkpoint, then return) or `stop`.
+    /// Follow the metadata watcher (and the Node source, when given) until `term` (SIGTERM:
+    /// checkpoint, then return) or `stop`.
     pub async fn run(
         mut self,
         mut rx: watch::Receiver<RawMetadata>,
@@ -465,7 +528,8 @@ impl Controller {
             .tpu_rx
             .take()
             .unwrap_or_else(|| watch::channel(TpuReport::default()).1);
-        self.start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut rounds)
+        let mut node_rx = self.node_info.take();
+        self.start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut node_rx, &mut rounds)
             .await;
         let mut tick = tokio::time::interval(self.cfg.poll_interval);
         let mut metadata_open = true;
@@ -485,9 +549,13 @@ impl Controller {
                     // Closed: the watcher is off (not on GCE); keep serving SIGTERM checkpoints.
                     metadata_open = changed.is_ok();
                     if metadata_open {
-                        let next = derive(&rx.borrow_and_update());
-                        self.transition(next, &mut rounds).await;
+                        self.metadata_state = derive(&rx.borrow_and_update());
+                        self.remerge(&mut rounds).await;
                     }
+                }
+                Some(info) = node_changed(&mut node_rx) => {
+                    self.take_node_info(&info).await;
+                    self.remerge(&mut rounds).await;
                 }
                 changed = gpu_rx.changed(), if gpu_open => {
                     gpu_open = changed.is_ok();
@@ -514,6 +582,7 @@ impl Controller {
         rx: &mut watch::Receiver<RawMetadata>,
         gpu_rx: &mut watch::Receiver<GpuReport>,
         tpu_rx: &mut watch::Receiver<TpuReport>,
+        node_rx: &mut Option<NodeInfoRx>,
         rounds: &mut Rounds,
     ) {
         let gpu = gpu_rx.borrow_and_update().clone();
@@ -528,7 +597,12 @@ impl Controller {
             self.node.view.tpu = Some(tpu);
         }
         self.set_phase_metric(Phase::None);
-        let first = derive(&rx.borrow_and_update());
+        let info = node_rx.as_mut().and_then(|r| r.borrow_and_update().clone());
+        if let Some(info) = info {
+            self.take_node_info(&info).await;
+        }
+        self.metadata_state = derive(&rx.borrow_and_update());
+        let first = merge(&self.metadata_state, &self.labels_state);
         if first == self.state {
             self.node.publish().await;
         } else {
@@ -581,16 +655,61 @@ impl Controller {
     }
 }
 
-/// `prev → next (reasons: …; window … – …; can_reschedule=…)` for the trail and the Event.
+/// The next read of the Node source: `None` (pending forever) without one, or once it closed.
+async fn node_changed(rx: &mut Option<NodeInfoRx>) -> Option<NodeInfo> {
+    let Some(r) = rx else {
+        return std::future::pending().await;
+    };
+    if r.changed().await.is_err() {
+        *rx = None;
+        return None;
+    }
+    r.borrow_and_update().clone()
+}
+
+/// The node as the trail notes it: `pool P (fleet.pool|Node label), slice S, provisioning …,
+/// accelerator …, TPU topology …`.
+fn describe(cfg: &Config, p: &crate::policy::node_info::Place, info: &NodeInfo) -> String {
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let pool_from = if !cfg.fleet.pool.is_empty() {
+        " (fleet.pool)"
+    } else if p.pool.is_empty() {
+        ""
+    } else {
+        " (Node label)"
+    };
+    format!(
+        "pool {}{pool_from}, slice {}, provisioning {}, accelerator {}, TPU topology {}",
+        or_dash(&p.pool),
+        or_dash(&p.slice),
+        info.provisioning.as_ref().map_or("-", |v| v.as_str()),
+        info.accelerator().unwrap_or("-"),
+        info.tpu_topology.as_ref().map_or("-", |t| t.text.as_str()),
+    )
+}
+
+/// `prev → next (reasons: …; sources: …; window … – …; can_reschedule=…)` for the trail and
+/// the Event.
 fn transition_detail(prev: &MaintenanceState, next: &MaintenanceState) -> String {
     format!(
-        "{} → {} (reasons: {}; window {} – {}; can_reschedule={})",
+        "{} → {} (reasons: {}; sources: {}; window {} – {}; can_reschedule={})",
         prev.phase.as_str(),
         next.phase.as_str(),
         if next.reasons.is_empty() {
             "none".to_string()
         } else {
             next.reasons.join(",")
+        },
+        if next.sources.is_empty() {
+            "none".to_string()
+        } else {
+            next.sources_str()
         },
         next.window_start.as_deref().unwrap_or("-"),
         next.window_end.as_deref().unwrap_or("-"),

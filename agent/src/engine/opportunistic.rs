@@ -58,6 +58,11 @@ pub(crate) struct Opportunistic {
     last: Option<Busy>,
     /// A change of the verdict, for the trail.
     note: Option<String>,
+    /// The pool the claim is for (`fleet.pool`, else the Node's pool label once read); empty
+    /// until known, and no claim is taken while it is.
+    pool: String,
+    /// The missing pool was said (once).
+    said_no_pool: bool,
 }
 
 impl Opportunistic {
@@ -77,6 +82,8 @@ impl Opportunistic {
             claimed: None,
             last: None,
             note: None,
+            pool: cfg.fleet.pool.clone(),
+            said_no_pool: false,
         }
     }
 
@@ -91,8 +98,13 @@ impl Opportunistic {
         self.note.take()
     }
 
+    /// The node's pool, as `crate::policy::node_info::place` says (`fleet.pool` wins).
+    pub fn set_pool(&mut self, pool: &str) {
+        self.pool = pool.to_string();
+    }
+
     fn claim_key(&self) -> String {
-        self.keys.maintenance_claim(&self.cfg.fleet.pool)
+        self.keys.maintenance_claim(&self.pool)
     }
 
     /// Give the claim back (the episode it was taken for is over).
@@ -119,6 +131,15 @@ impl Opportunistic {
             // longer speaks for the pool, and its label must go.
             if let Ok(None) = lease.left(self.coord.as_ref()).await {
                 return self.release("the pool claim expired or was taken").await;
+            }
+            return ClaimStep::Unchanged;
+        }
+        if self.pool.is_empty() {
+            // NB: no pool, no claim: before the first read of the Node (or on a Node without
+            // GKE's pool label) the min_nodes rule has nothing to count.
+            if reschedulable(st) && !self.said_no_pool {
+                tracing::warn!("opportunistic maintenance waits: the node's pool is not known yet (fleet.pool unset, and no cloud.google.com/gke-nodepool label read from the Node)");
+                self.said_no_pool = true;
             }
             return ClaimStep::Unchanged;
         }
@@ -280,7 +301,7 @@ impl Opportunistic {
 
     /// Healthy nodes of this node's pool, this one left out.
     async fn others_healthy(&self) -> Option<usize> {
-        let pool = &self.cfg.fleet.pool;
+        let pool = &self.pool;
         let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix)
             .await
             .ok()?;
@@ -304,7 +325,7 @@ impl Opportunistic {
             return ClaimStep::Claimed(format!(
                 "idle {} with {others} other healthy node(s) in pool {}: asking GKE to perform the maintenance now",
                 human(idle),
-                self.cfg.fleet.pool
+                self.pool
             ));
         }
         ClaimStep::Unchanged

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Millis;
 use crate::config::MetadataConfig;
 use crate::engine::node::SharedFacts;
+use crate::engine::node_info::NodeInfoRx;
 use crate::model::container::Container;
 use crate::model::gpu::GpuReport;
 use crate::policy::gpu as gpu_policy;
@@ -20,6 +21,8 @@ pub(crate) struct NodeWatch {
     pub facts: SharedFacts,
     /// GPU reports from the NVML monitor.
     pub gpu: Option<watch::Receiver<GpuReport>>,
+    /// The Node as last read (pool, provisioning, accelerator, TPU topology) for the record.
+    pub node_info: Option<NodeInfoRx>,
 }
 
 impl NodeWatch {

@@ -121,6 +121,27 @@ impl Phase {
     }
 }
 
+/// Where a maintenance signal came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// The Compute Engine metadata server (`maintenance-event`, `upcoming-maintenance`,
+    /// `preempted`).
+    Metadata,
+    /// GKE's labels and taint on the Node (`cloud.google.com/scheduled-maintenance-time`,
+    /// `cloud.google.com/active-node-maintenance`, `cloud.google.com/impending-node-termination`).
+    NodeLabels,
+}
+
+impl Source {
+    /// Stable name for the record, the trail and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Metadata => "metadata",
+            Source::NodeLabels => "node-labels",
+        }
+    }
+}
+
 /// What the agent acts on.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MaintenanceState {
@@ -136,4 +157,15 @@ pub struct MaintenanceState {
     pub reasons: Vec<&'static str>,
     /// Interruption type for counters, when the phase interrupts the workers.
     pub interruption: Option<Interruption>,
+    /// The sources that report a phase other than `none`, metadata first; empty when none does.
+    pub sources: Vec<Source>,
+}
+
+impl MaintenanceState {
+    /// The sources as one word for the record and `vigil status`: `metadata`, `node-labels`,
+    /// `metadata+node-labels`, or empty.
+    pub fn sources_str(&self) -> String {
+        let names: Vec<&str> = self.sources.iter().map(|s| s.as_str()).collect();
+        names.join("+")
+    }
 }

@@ -4,5 +4,6 @@ pub mod container;
 pub mod gpu;
 pub mod maintenance;
 pub mod node;
+pub mod node_info;
 pub mod tpu;
 pub mod worker;

@@ -15,13 +15,26 @@ use crate::coord::{CoordError, Coordinator, Keys, Op};
 pub(crate) const INDEX_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// What one agent publishes about its node.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeRecord {
     pub node: String,
+    /// The node's pool: `fleet.pool`, else the Node's `cloud.google.com/gke-nodepool` label.
     pub pool: String,
+    /// The node's slice: `fleet.slice`, else the pool of a multi-host TPU slice; empty: none.
     pub slice: String,
+    /// Provisioning model from the Node's labels: `standard`, `spot`, `preemptible`,
+    /// `flex-start` or GKE's own value; empty when unknown.
+    pub provisioning: String,
+    /// Accelerator type from the Node's labels (`cloud.google.com/gke-accelerator`, else
+    /// `cloud.google.com/gke-tpu-accelerator`); empty when none.
+    pub accelerator: String,
+    /// `cloud.google.com/gke-tpu-topology`, e.g. `2x2x4`; empty when none.
+    pub tpu_topology: String,
     /// Maintenance phase: none, pending, ongoing, terminating.
     pub maintenance: String,
+    /// Which sources report the maintenance: `metadata`, `node-labels`,
+    /// `metadata+node-labels`; empty when none does.
+    pub maintenance_source: String,
     /// GPU health: healthy, degraded, failed, or unknown (no NVML).
     pub gpu: String,
     /// Worker id → verdict.
@@ -41,7 +54,11 @@ impl NodeRecord {
             ("node".into(), self.node.clone()),
             ("pool".into(), self.pool.clone()),
             ("slice".into(), self.slice.clone()),
+            ("provisioning".into(), self.provisioning.clone()),
+            ("accelerator".into(), self.accelerator.clone()),
+            ("tpu_topology".into(), self.tpu_topology.clone()),
             ("maintenance".into(), self.maintenance.clone()),
+            ("maintenance_source".into(), self.maintenance_source.clone()),
             ("gpu".into(), self.gpu.clone()),
             (
                 "workers".into(),
@@ -63,6 +80,10 @@ impl NodeRecord {
             node: f.get("node")?.clone(),
             pool: get("pool"),
             slice: get("slice"),
+            provisioning: get("provisioning"),
+            accelerator: get("accelerator"),
+            tpu_topology: get("tpu_topology"),
+            maintenance_source: get("maintenance_source"),
             maintenance: f
                 .get("maintenance")
                 .cloned()
@@ -246,34 +267,47 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
             .into();
     }
     let mut out = format!(
-        "{:<24} {:<12} {:<12} {:<12} {:<12} {:<9} {:<10} workers\n",
-        "NODE", "POOL", "SLICE", "HEALTH", "MAINTENANCE", "GPU", "SEEN"
+        "{:<24} {:<12} {:<12} {:<12} {:<18} {:<9} {:<12} {:<12} {:<21} {:<9} {:<10} workers\n",
+        "NODE",
+        "POOL",
+        "SLICE",
+        "PROVISIONING",
+        "ACCELERATOR",
+        "TOPOLOGY",
+        "HEALTH",
+        "MAINTENANCE",
+        "SOURCE",
+        "GPU",
+        "SEEN"
     );
     for v in views {
-        let (pool, slice, maint, gpu, workers) = match &v.record {
-            Some(r) => (
+        let unknown = ["?"; 8];
+        let cells = match &v.record {
+            Some(r) => [
                 r.pool.as_str(),
                 r.slice.as_str(),
+                r.provisioning.as_str(),
+                r.accelerator.as_str(),
+                r.tpu_topology.as_str(),
                 r.maintenance.as_str(),
+                r.maintenance_source.as_str(),
                 r.gpu.as_str(),
-                r.workers
-                    .iter()
-                    .map(|(w, v)| match r.places.get(w) {
-                        Some(place) => format!("{w}={v}@{place}"),
-                        None => format!("{w}={v}"),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            None => ("?", "?", "?", "?", String::new()),
+            ],
+            None => unknown,
         };
+        let [pool, slice, prov, accel, topo, maint, source, gpu] = cells.map(or_dash);
+        let workers = v.record.as_ref().map(workers_cell).unwrap_or_default();
         out.push_str(&format!(
-            "{:<24} {:<12} {:<12} {:<12} {:<12} {:<9} {:<10} {}\n",
+            "{:<24} {:<12} {:<12} {:<12} {:<18} {:<9} {:<12} {:<12} {:<21} {:<9} {:<10} {}\n",
             v.node,
-            or_dash(pool),
-            or_dash(slice),
+            pool,
+            slice,
+            prov,
+            accel,
+            topo,
             v.health,
             maint,
+            source,
             gpu,
             format!("{} ago", human(now - v.last_seen)),
             workers
@@ -301,6 +335,18 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
     out
 }
 
+/// `worker=verdict@place …` of a record.
+fn workers_cell(r: &NodeRecord) -> String {
+    r.workers
+        .iter()
+        .map(|(w, v)| match r.places.get(w) {
+            Some(place) => format!("{w}={v}@{place}"),
+            None => format!("{w}={v}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn or_dash(s: &str) -> &str {
     if s.is_empty() {
         "-"
@@ -318,7 +364,15 @@ mod tests {
             node: node.into(),
             pool: "p".into(),
             slice: slice.into(),
+            provisioning: "spot".into(),
+            accelerator: "tpu-v5p-slice".into(),
+            tpu_topology: "2x2x4".into(),
             maintenance: maint.into(),
+            maintenance_source: if maint == "none" {
+                String::new()
+            } else {
+                "node-labels".into()
+            },
             gpu: gpu.into(),
             workers: [("w".to_string(), verdict.to_string())].into(),
             places: Default::default(),
@@ -361,6 +415,45 @@ mod tests {
             vec![("A", true), ("B", false), ("C", false), ("D", false)]
         );
         assert_eq!(s[1].maintenance, 1);
+    }
+
+    #[test]
+    fn the_table_shows_what_the_node_labels_said_and_the_maintenance_source() {
+        let views = vec![
+            view(rec("a1", "A", "ongoing", "healthy", "in-maintenance")),
+            view(NodeRecord {
+                provisioning: String::new(),
+                accelerator: String::new(),
+                tpu_topology: String::new(),
+                ..rec("b1", "", "none", "unknown", "healthy")
+            }),
+        ];
+        let text = render(&views, &slices(&views, &Places::new()), 5000);
+        let header = text.lines().next().unwrap();
+        for col in [
+            "PROVISIONING",
+            "ACCELERATOR",
+            "TOPOLOGY",
+            "MAINTENANCE",
+            "SOURCE",
+        ] {
+            assert!(header.contains(col), "{header}");
+        }
+        let a1 = text.lines().find(|l| l.starts_with("a1")).unwrap();
+        for cell in ["spot", "tpu-v5p-slice", "2x2x4", "ongoing", "node-labels"] {
+            assert!(a1.contains(cell), "{cell}: {a1}");
+        }
+        let b1: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("b1"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        // node pool slice provisioning accelerator topology health maintenance source
+        assert_eq!(
+            b1[..9],
+            ["b1", "p", "-", "-", "-", "-", "healthy", "none", "-"]
+        );
     }
 
     #[test]

@@ -84,11 +84,14 @@ pub enum Code {
     /// A GPU's standing failure was cleared: the node rebooted, the driver reloaded, or the GPU
     /// was reset (the detail says which evidence).
     GpuFailureCleared,
+    /// The node's description from its Node (pool, slice, provisioning, accelerator, TPU
+    /// topology) was read for the first time or changed.
+    NodeInfo,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 35] = [
+    pub const ALL: [Code; 36] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -124,6 +127,7 @@ impl Code {
         Code::GpuHealth,
         Code::TpuHealth,
         Code::GpuFailureCleared,
+        Code::NodeInfo,
     ];
 
     /// The stable name stored in the trail and used as the metric label.
@@ -164,6 +168,7 @@ impl Code {
             Code::GpuHealth => "gpu-health",
             Code::TpuHealth => "tpu-health",
             Code::GpuFailureCleared => "gpu-failure-cleared",
+            Code::NodeInfo => "node-info",
         }
     }
 }

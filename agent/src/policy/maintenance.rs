@@ -8,7 +8,7 @@ use crate::clock::{ms, parse_rfc3339, Millis};
 use crate::config::{CheckpointConfig, KubernetesConfig, MetadataConfig, OpportunisticConfig};
 use crate::model::gpu::{GpuHealth, GpuReport};
 use crate::model::maintenance::{
-    Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, UpcomingStatus,
+    Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, Source, UpcomingStatus,
 };
 use crate::model::node::{ConditionStatus, EventType, NodeCondition, NodeDesired, Taint};
 
@@ -60,6 +60,11 @@ pub fn derive(raw: &RawMetadata) -> MaintenanceState {
 
     let upcoming = raw.upcoming.as_ref();
     MaintenanceState {
+        sources: if phase == Phase::None {
+            vec![]
+        } else {
+            vec![Source::Metadata]
+        },
         phase,
         window_start: upcoming.and_then(|u| u.window_start.clone()),
         window_end: upcoming.and_then(|u| u.window_end.clone()),

@@ -8,6 +8,7 @@ pub mod gpu;
 pub mod gpu_state;
 pub mod idle;
 pub mod maintenance;
+pub mod node_info;
 pub mod restart;
 pub mod table;
 pub mod tpu;

@@ -2,6 +2,7 @@
 
 pub mod gpu;
 pub mod metadata;
+pub mod node;
 pub mod peer;
 pub mod podresources;
 pub mod pods;

@@ -30,7 +30,9 @@ pub use cycle::{BackendMetrics, BudgetMetrics, CycleMetrics};
 pub use decisions::DecisionMetrics;
 pub(crate) use gpu::GpuMetricsState;
 pub use gpu::{GpuLabels, GpuMetrics};
-pub use node::{CheckpointMetrics, KubeMetrics, MaintenanceMetrics};
+pub use node::{
+    CheckpointMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels, NodeInfoMetrics,
+};
 pub use tpu::TpuMetrics;
 pub(crate) use tpu::TpuMetricsState;
 pub use worker_api::WorkerApiMetrics;
@@ -48,6 +50,8 @@ pub struct Metrics {
     pub workers: WorkerMetrics,
     /// GCE metadata errors, interruptions and the maintenance phase.
     pub maintenance: MaintenanceMetrics,
+    /// The node as its Node's labels describe it, and which maintenance sources report.
+    pub node_info: NodeInfoMetrics,
     /// Checkpoint requests and how long they took.
     pub checkpoints: CheckpointMetrics,
     /// Kubernetes API errors.
@@ -71,6 +75,7 @@ impl Metrics {
         let cycle = CycleMetrics::register(&mut registry);
         let workers = WorkerMetrics::register(&mut registry);
         let maintenance = MaintenanceMetrics::register(&mut registry);
+        let node_info = NodeInfoMetrics::register(&mut registry);
         let checkpoints = CheckpointMetrics::register(&mut registry);
         let kube = KubeMetrics::register(&mut registry);
         let budgets = BudgetMetrics::register(&mut registry);
@@ -85,6 +90,7 @@ impl Metrics {
             cycle,
             workers,
             maintenance,
+            node_info,
             checkpoints,
             kube,
             budgets,
@@ -134,6 +140,12 @@ impl Metrics {
         self.maintenance.interruption("preemption", "preempted");
         self.maintenance.phase("none", true);
         self.maintenance.busy("accelerator-pod", false);
+        self.node_info.set_info(NodeInfoLabels {
+            pool: "touched".into(),
+            provisioning: "standard",
+            accelerator: String::new(),
+            tpu_topology: String::new(),
+        });
         self.checkpoints.count("redis", "acked");
         self.gpu.touch();
         self.tpu.touch();
@@ -254,6 +266,8 @@ mod tests {
             "maintenance_phase",
             "maintenance_window_start_timestamp_seconds",
             "opportunistic_busy",
+            "node_info",
+            "maintenance_source",
             "checkpoints",
             "checkpoint_duration_seconds",
             "kube_errors",

@@ -195,3 +195,72 @@ impl KubeMetrics {
         self.kube_errors.get_or_create(&KubeLabels { op }).inc();
     }
 }
+
+/// The node as GKE's labels describe it (one series: the last read).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeInfoLabels {
+    /// The pool the node counts in (`fleet.pool`, else `cloud.google.com/gke-nodepool`).
+    pub pool: String,
+    /// `standard`, `spot`, `preemptible`, `flex-start`, `other`, or empty when unknown.
+    pub provisioning: &'static str,
+    /// `cloud.google.com/gke-accelerator`, else `cloud.google.com/gke-tpu-accelerator`.
+    pub accelerator: String,
+    /// `cloud.google.com/gke-tpu-topology`.
+    pub tpu_topology: String,
+}
+
+/// A maintenance source: `metadata` or `node-labels`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
+}
+
+pub struct NodeInfoMetrics {
+    pub info: Family<NodeInfoLabels, Gauge>,
+    pub sources: Family<SourceLabels, Gauge>,
+    /// The labels of the `info` series now exported, to remove it when they change.
+    current: std::sync::Mutex<Option<NodeInfoLabels>>,
+}
+
+impl NodeInfoMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = NodeInfoMetrics {
+            info: Family::default(),
+            sources: Family::default(),
+            current: std::sync::Mutex::new(None),
+        };
+        for source in ["metadata", "node-labels"] {
+            let _ = m.sources.get_or_create(&SourceLabels { source });
+        }
+        reg.register(
+            "node_info",
+            "Always 1: the node's pool, provisioning model, accelerator and TPU topology, as its Node's labels (or fleet.pool) say",
+            m.info.clone(),
+        );
+        reg.register(
+            "maintenance_source",
+            "1 while that source (metadata, node-labels) reports maintenance (a phase other than none)",
+            m.sources.clone(),
+        );
+        m
+    }
+
+    /// Export `labels` as the node's one info series (the previous one, if different, goes).
+    pub fn set_info(&self, labels: NodeInfoLabels) {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = current.take() {
+            if old != labels {
+                self.info.remove(&old);
+            }
+        }
+        self.info.get_or_create(&labels).set(1);
+        *current = Some(labels);
+    }
+
+    /// Whether `source` reports maintenance now.
+    pub fn source(&self, source: &'static str, reporting: bool) {
+        self.sources
+            .get_or_create(&SourceLabels { source })
+            .set(i64::from(reporting));
+    }
+}
