@@ -364,7 +364,9 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     });
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
     // The idle check lists this node's pods (none hold an accelerator here).
-    let pods = vigil::sources::pods::KubePods::connect(&kube.url).await.unwrap();
+    let pods = vigil::sources::pods::KubePods::connect(&kube.url)
+        .await
+        .unwrap();
     let controller = controller.with_pod_witnesses(Some(Arc::new(pods)), None);
     tokio::spawn(controller.with_node_info(node_rx).run(
         meta_rx,

@@ -343,7 +343,11 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
     let node_rx = node_source(&cfg, &a.metrics, &tracker, &stop).await;
     agent = agent.with_node_info(node_rx.clone());
-    tracker.spawn(follow_tpu_chips(node_rx.clone(), tpu_expected, stop.clone()));
+    tracker.spawn(follow_tpu_chips(
+        node_rx.clone(),
+        tpu_expected,
+        stop.clone(),
+    ));
     let mut controller = Controller::new(
         cfg.clone(),
         a.coord.clone(),

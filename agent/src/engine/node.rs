@@ -40,8 +40,8 @@ use crate::policy::maintenance::{
     checkpoint_for, derive, event_for, gpu_event_for, interrupting, interruption_starts,
     stands_down,
 };
-use crate::policy::tpu::tpu_event_for;
 use crate::policy::node_info::{labels_state, merge, place};
+use crate::policy::tpu::tpu_event_for;
 use crate::runtime::ContainerRuntime;
 
 /// A SIGTERM this soon after a checkpoint round does not ask the workers again: a preemption's

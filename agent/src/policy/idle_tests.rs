@@ -309,8 +309,8 @@ fn a_worker_state_is_read_as_workers_write_it() {
 #[test]
 fn nvml_is_a_witness_only_where_gpus_are_watched_and_fresh() {
     use crate::config::{GpuConfig, Switch};
-    use std::time::Duration;
     use crate::model::gpu::GpuMonitorState;
+    use std::time::Duration;
     let on = GpuReport {
         state: GpuMonitorState::On,
         gpus: vec![gpu(0, Some(0))],
