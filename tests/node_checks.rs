@@ -152,6 +152,23 @@ async fn doctor_says_which_worker_pod_a_budget_does_not_fit() {
         all.contains("[preemption-notice]") && all.contains("[maintenance-notice]"),
         "{all}"
     );
+
+    // GKE's label says the node is on-demand: no preemption comes, so its limits are not
+    // checked; the SIGTERM budget still meets each worker pod's grace.
+    r.kube.foreign_write(json!({"metadata": {"labels": {
+        "cloud.google.com/gke-provisioning": "standard"
+    }}}));
+    let (_, out) = run(&["doctor"], &r.config(""), &[]).await;
+    let all = lines_of(&out, "budget").join("\n");
+    assert!(
+        !all.contains("[gke-node-shutdown]") && !all.contains("checkpoint.preemption_budget"),
+        "{all}"
+    );
+    assert!(
+        all.contains("[pod-grace] checkpoint.sigterm_budget + checkpoint.worker_stop = 30s but worker pod ml/trainer-0")
+            && all.contains("provisioning standard (no preemption: its limits are not checked)"),
+        "{all}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

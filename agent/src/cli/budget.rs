@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::model::node_info::Provisioning;
 use crate::policy::budget::{budget_shortfalls, Shortfall, WorkerPod};
+use crate::sources::node::{KubeNodeReader, NodeReader};
 use crate::sources::pods::{KubePods, PodApi};
 
 /// What the check found for one node.
@@ -14,6 +16,9 @@ pub(super) struct BudgetReport {
     pub pods: Option<Result<Vec<WorkerPod>, String>>,
     pub shortfalls: Vec<Shortfall>,
     pub worker_stop: Duration,
+    /// The node's provisioning model from GKE's labels; `None` when unknown (off Kubernetes, the
+    /// Node unreadable, no GKE label): every limit is then checked.
+    pub provisioning: Option<Provisioning>,
 }
 
 /// Read `node`'s worker pods (on Kubernetes) and check the budgets against them.
@@ -23,13 +28,41 @@ pub(super) async fn check(cfg: &Config, node: &str) -> BudgetReport {
     } else {
         None
     };
+    let provisioning = if cfg.kubernetes_on() {
+        provisioning(cfg, node).await
+    } else {
+        None
+    };
     let read = pods.as_ref().and_then(|p| p.as_ref().ok());
-    let shortfalls = budget_shortfalls(&cfg.checkpoint, read.map_or(&[], Vec::as_slice));
+    let shortfalls = budget_shortfalls(
+        &cfg.checkpoint,
+        read.map_or(&[], Vec::as_slice),
+        preemptible(provisioning.as_ref()),
+    );
     BudgetReport {
         pods,
         shortfalls,
         worker_stop: cfg.checkpoint.worker_stop,
+        provisioning,
     }
+}
+
+/// Whether preemptions can come: Spot and preemptible VMs yes, on-demand (`standard`) no;
+/// anything else (flex-start, a model Vigil does not know, no label) is unknown.
+fn preemptible(p: Option<&Provisioning>) -> Option<bool> {
+    match p? {
+        Provisioning::Spot | Provisioning::Preemptible => Some(true),
+        Provisioning::Standard => Some(false),
+        Provisioning::FlexStart | Provisioning::Other(_) => None,
+    }
+}
+
+/// The node's provisioning model from its Node's GKE labels; `None` when it cannot be read (the
+/// check then assumes preemptions can come).
+async fn provisioning(cfg: &Config, node: &str) -> Option<Provisioning> {
+    let reader = KubeNodeReader::connect(&cfg.kubernetes.api_url).await.ok()?;
+    let raw = reader.read(node).await.ok()?;
+    crate::policy::node_info::parse(&raw).provisioning
 }
 
 async fn worker_pods(cfg: &Config, node: &str) -> Result<Vec<WorkerPod>, String> {
@@ -50,6 +83,18 @@ impl BudgetReport {
     /// What was read, in one line.
     pub fn summary(&self) -> String {
         let stop = humantime::format_duration(self.worker_stop);
+        let stop = match &self.provisioning {
+            Some(p) => format!(
+                "{stop}; provisioning {}{}",
+                p.as_str(),
+                if preemptible(Some(p)) == Some(false) {
+                    " (no preemption: its limits are not checked)"
+                } else {
+                    ""
+                }
+            ),
+            None => stop.to_string(),
+        };
         match &self.pods {
             None => format!(
                 "checked against Compute Engine's notices only (not on Kubernetes: no worker pod read); checkpoint.worker_stop = {stop}"

@@ -61,12 +61,22 @@ pub struct Shortfall {
 }
 
 /// Every budget that cannot be met by these worker pods (empty: they all fit).
-pub fn budget_shortfalls(c: &CheckpointConfig, pods: &[WorkerPod]) -> Vec<Shortfall> {
+///
+/// `preemptible`: whether the node can be preempted (a Spot, preemptible or flex-start VM, from
+/// GKE's node labels); `Some(false)` for a node known to be on-demand, where no preemption
+/// comes and the preemption limits (`preemption-notice`, `gke-node-shutdown`, and `pod-grace` for
+/// the preemption budget) do not apply; `None` when unknown: every limit is checked.
+pub fn budget_shortfalls(
+    c: &CheckpointConfig,
+    pods: &[WorkerPod],
+    preemptible: Option<bool>,
+) -> Vec<Shortfall> {
     let stop = c.worker_stop;
     let preempt = c.preemption_budget + stop;
+    let preemptions = preemptible != Some(false);
     let mut out = Vec::new();
     let secs = |d: Duration| humantime::format_duration(d).to_string();
-    if preempt > PREEMPTION_NOTICE {
+    if preemptions && preempt > PREEMPTION_NOTICE {
         out.push(Shortfall {
             code: "preemption-notice",
             key: "checkpoint.preemption_budget",
@@ -96,17 +106,20 @@ pub fn budget_shortfalls(c: &CheckpointConfig, pods: &[WorkerPod]) -> Vec<Shortf
         });
     }
     for p in pods {
-        out.extend(pod_shortfalls(c, p));
+        out.extend(pod_shortfalls(c, p, preemptions));
     }
     out
 }
 
-/// The limits one worker pod sets.
-fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod) -> Vec<Shortfall> {
+/// The limits one worker pod sets (the preemption ones only where `preemptions` can come).
+fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod, preemptions: bool) -> Vec<Shortfall> {
     let stop = c.worker_stop;
     let secs = |d: Duration| humantime::format_duration(d).to_string();
     let mut out = Vec::new();
-    let mut budgets = vec![("checkpoint.preemption_budget", c.preemption_budget)];
+    let mut budgets = Vec::new();
+    if preemptions {
+        budgets.push(("checkpoint.preemption_budget", c.preemption_budget));
+    }
     if c.on_sigterm {
         budgets.push(("checkpoint.sigterm_budget", c.sigterm_budget));
     }
@@ -133,7 +146,7 @@ fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod) -> Vec<Shortfall> {
     }
     let needed = c.preemption_budget + stop;
     // NB: a pod whose own grace is already too short is said once, above.
-    if !p.critical && preemption_fits_grace && needed > GKE_NON_CRITICAL_SHUTDOWN {
+    if preemptions && !p.critical && preemption_fits_grace && needed > GKE_NON_CRITICAL_SHUTDOWN {
         out.push(Shortfall {
             code: "gke-node-shutdown",
             key: "checkpoint.preemption_budget",
@@ -178,7 +191,7 @@ mod tests {
     }
 
     fn codes(c: &CheckpointConfig, pods: &[WorkerPod]) -> Vec<(&'static str, &'static str)> {
-        budget_shortfalls(c, pods)
+        budget_shortfalls(c, pods, None)
             .iter()
             .map(|f| (f.code, f.key))
             .collect()
@@ -271,7 +284,7 @@ mod tests {
                 critical: false,
             },
         ];
-        let f = budget_shortfalls(&CheckpointConfig::default(), &pods);
+        let f = budget_shortfalls(&CheckpointConfig::default(), &pods, None);
         let named: Vec<_> = f
             .iter()
             .map(|x| (x.code, x.pod.as_deref().unwrap_or("")))
@@ -290,5 +303,28 @@ mod tests {
             f[0].detail
         );
         assert_eq!((f[2].needed, f[2].given), (s(30), s(15)));
+    }
+
+    #[test]
+    fn an_on_demand_node_is_not_held_to_the_preemption_limits() {
+        let c = cfg(40, 40, 50, 5); // preemption 45 s: over the notice, GKE's 15 s, a 30 s grace
+        let spot = budget_shortfalls(&c, &[pod(30, false)], Some(true));
+        let unknown = budget_shortfalls(&c, &[pod(30, false)], None);
+        assert_eq!(spot, unknown, "unknown is checked as preemptible");
+        let codes_of = |f: &[Shortfall]| f.iter().map(|f| (f.code, f.key)).collect::<Vec<_>>();
+        assert_eq!(
+            codes_of(&spot),
+            vec![
+                ("preemption-notice", "checkpoint.preemption_budget"),
+                ("pod-grace", "checkpoint.preemption_budget"),
+                ("pod-grace", "checkpoint.sigterm_budget"),
+            ]
+        );
+        // On-demand: no preemption comes; the SIGTERM budget still meets the pod's grace.
+        let on_demand = budget_shortfalls(&c, &[pod(30, false)], Some(false));
+        assert_eq!(
+            codes_of(&on_demand),
+            vec![("pod-grace", "checkpoint.sigterm_budget")]
+        );
     }
 }
