@@ -366,3 +366,112 @@ fn no_import_circle_between_modules() {
         }
     }
 }
+
+/// Every `.rs` file under agent/src, with its path relative to it.
+fn sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                let rel = p.strip_prefix(&root).unwrap().display().to_string();
+                out.push((rel, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Small modules: no source file over 700 lines (tests included: a file that big wants a
+/// `_tests.rs` beside it or a split by concern).
+#[test]
+fn no_source_file_is_over_700_lines() {
+    let big: Vec<(String, usize)> = sources()
+        .into_iter()
+        .map(|(p, text)| (p, text.lines().count()))
+        .filter(|&(_, n)| n > 700)
+        .collect();
+    assert!(big.is_empty(), "split these files: {big:?}");
+}
+
+/// Where each `fn` of `text` starts and how many lines it spans, up to the first
+/// `#[cfg(test)]` (test code is exempt). A body ends at the first `}` line at the `fn`'s own
+/// indentation; a declaration without a body (a trait's) ends at its `;`.
+fn fn_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("#[cfg(test)]"))
+        .unwrap_or(lines.len());
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < end {
+        let line = lines[i];
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        let sig = code
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub(super) ")
+            .trim_start_matches("pub ")
+            .trim_start_matches("const ")
+            .trim_start_matches("async ")
+            .trim_start_matches("unsafe ");
+        let Some(rest) = sig.strip_prefix("fn ") else {
+            i += 1;
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let mut j = i;
+        let mut body = false;
+        while j < end {
+            let l = lines[j].trim_end();
+            body |= l.contains('{');
+            let closes = if j == i {
+                l.ends_with('}') || (!body && l.ends_with(';'))
+            } else {
+                l == format!("{indent}}}") || (!body && l.ends_with(';'))
+            };
+            if closes {
+                break;
+            }
+            j += 1;
+        }
+        out.push((name, j - i + 1));
+        i = j + 1;
+    }
+    out
+}
+
+#[test]
+fn fn_lengths_are_measured_from_signature_to_closing_brace() {
+    let text = "fn a() {}\npub async fn b(\n    x: u8,\n) -> u8 {\n    x\n}\n    fn c(&self);\n#[cfg(test)]\nfn t() {\n}\n";
+    assert_eq!(
+        fn_lengths(text),
+        vec![("a".into(), 1), ("b".into(), 5), ("c".into(), 1)]
+    );
+}
+
+/// Functions outside tests fit on a screen: at most 80 lines (the demo's scripted scenes and
+/// `_tests.rs` files are exempt).
+#[test]
+fn no_function_outside_tests_is_over_80_lines() {
+    let mut long = Vec::new();
+    for (path, text) in sources() {
+        if path.ends_with("_tests.rs") || path.ends_with("demo.rs") {
+            continue;
+        }
+        for (name, n) in fn_lengths(&text) {
+            if n > 80 {
+                long.push(format!("{path}: {name} ({n} lines)"));
+            }
+        }
+    }
+    assert!(long.is_empty(), "split these functions: {long:?}");
+}

@@ -339,15 +339,10 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         Some(agent.health.warnings.clone()),
     );
     agent = agent.with_gpu(gpu_rx.clone());
-    let (tpu_rx, tpu_expected) = tpu_monitor(&cfg, &stop);
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
     let node_rx = node_source(&cfg, &a.metrics, &tracker, &stop).await;
     agent = agent.with_node_info(node_rx.clone());
-    tracker.spawn(follow_tpu_chips(
-        node_rx.clone(),
-        tpu_expected,
-        stop.clone(),
-    ));
+    let tpu_rx = tpu_monitor(&cfg, node_rx.clone(), &tracker, &stop);
     let mut controller = Controller::new(
         cfg.clone(),
         a.coord.clone(),
@@ -384,20 +379,19 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     drained
 }
 
-/// The TPU monitor (`[tpu]`): its reports, and the sender of the chip count it expects.
-///
-/// NB: the expected count is the Node's allocatable `google.com/tpu`, sent as
-/// `crate::policy::tpu::allocatable_chips` of its quantity (`None` while unknown). The Node
-/// source that reads it connects here; until it does, the count stays unknown and the verdict
-/// rests on the device files and the device errors alone.
+/// The TPU monitor (`crate::engine::tpu`), following the Node source for the chips the Node
+/// advertises.
 fn tpu_monitor(
     cfg: &Config,
+    node_rx: crate::engine::node_info::NodeInfoRx,
+    tracker: &TaskTracker,
     stop: &CancellationToken,
-) -> (watch::Receiver<TpuReport>, watch::Sender<Option<u32>>) {
+) -> watch::Receiver<TpuReport> {
     let (tx, rx) = watch::channel(TpuReport::default());
     let (expected_tx, expected_rx) = watch::channel(None);
     crate::engine::tpu::start(&cfg.tpu, expected_rx, tx, stop.child_token());
-    (rx, expected_tx)
+    tracker.spawn(follow_tpu_chips(node_rx, expected_tx, stop.clone()));
+    rx
 }
 
 /// Hands the TPU monitor the chips the Node advertises (allocatable `google.com/tpu`, as the

@@ -17,6 +17,10 @@ use std::collections::BTreeMap;
 use crate::config::WebhookFormat;
 use crate::redact::{Hidden, Secret, Webhook};
 
+mod format;
+
+pub use format::{dedup_key, json_body, pagerduty_resolve, pagerduty_trigger};
+
 /// What an alert is about. The names are stable: they appear in metrics and in the webhook body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -366,81 +370,6 @@ pub struct WebhookSink {
 
 /// PagerDuty's open events: (node, worker) → (kind, dedup key) of each.
 type OpenEvents = BTreeMap<(String, String), Vec<(AlertKind, String)>>;
-
-/// The PagerDuty `dedup_key` of an alert: its incident, else node, worker and kind.
-pub fn dedup_key(alert: &Alert) -> String {
-    match &alert.incident {
-        Some(i) => format!("vigil/{i}"),
-        None => format!(
-            "vigil/{}/{}/{}",
-            alert.node,
-            alert.worker.as_deref().unwrap_or("-"),
-            alert.kind.as_str()
-        ),
-    }
-}
-
-/// A PagerDuty Events API v2 event that triggers (or updates) the alert's incident.
-pub fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json::Value {
-    let severity = match alert.kind.severity() {
-        "page" => "critical",
-        "info" => "info",
-        _ => "warning",
-    };
-    let mut summary = alert.summary();
-    if summary.len() > 1024 {
-        let mut end = 1021;
-        while !summary.is_char_boundary(end) {
-            end -= 1;
-        }
-        summary.truncate(end);
-        summary.push_str("...");
-    }
-    let mut details = serde_json::to_value(alert).unwrap_or_default();
-    if let Some(logs) = alert.logs.as_deref() {
-        details["logs"] = serde_json::json!(tail_chars(logs, 3000));
-    }
-    let mut payload = serde_json::json!({
-        "summary": summary,
-        "source": alert.node,
-        "severity": severity,
-        "class": alert.kind.as_str(),
-        "custom_details": details,
-    });
-    if let Some(w) = &alert.worker {
-        payload["component"] = serde_json::json!(w);
-    }
-    if let Some(j) = &alert.job {
-        payload["group"] = serde_json::json!(j);
-    }
-    serde_json::json!({
-        "routing_key": routing_key,
-        "event_action": "trigger",
-        "dedup_key": dedup_key(alert),
-        "payload": payload,
-    })
-}
-
-/// A PagerDuty Events API v2 event that resolves the incident of `dedup_key`.
-pub fn pagerduty_resolve(dedup_key: &str, routing_key: &str) -> serde_json::Value {
-    serde_json::json!({
-        "routing_key": routing_key,
-        "event_action": "resolve",
-        "dedup_key": dedup_key,
-    })
-}
-
-/// The generic JSON body: the alert's fields, with `summary` and `status` (`firing`).
-pub fn json_body(alert: &Alert) -> serde_json::Value {
-    let mut v = serde_json::to_value(alert).unwrap_or_default();
-    v["summary"] = serde_json::json!(alert.summary());
-    v["status"] = serde_json::json!("firing");
-    v["severity"] = serde_json::json!(alert.kind.severity());
-    if let Some(logs) = alert.logs.as_deref() {
-        v["logs"] = serde_json::json!(tail_chars(logs, 3000));
-    }
-    v
-}
 
 impl WebhookSink {
     pub fn new(url: &str, mention: &str, timeout: Duration, attempts: u32) -> Self {

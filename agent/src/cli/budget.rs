@@ -60,7 +60,9 @@ fn preemptible(p: Option<&Provisioning>) -> Option<bool> {
 /// The node's provisioning model from its Node's GKE labels; `None` when it cannot be read (the
 /// check then assumes preemptions can come).
 async fn provisioning(cfg: &Config, node: &str) -> Option<Provisioning> {
-    let reader = KubeNodeReader::connect(&cfg.kubernetes.api_url).await.ok()?;
+    let reader = KubeNodeReader::connect(&cfg.kubernetes.api_url)
+        .await
+        .ok()?;
     let raw = reader.read(node).await.ok()?;
     crate::policy::node_info::parse(&raw).provisioning
 }

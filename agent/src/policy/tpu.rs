@@ -181,25 +181,7 @@ pub fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> TpuReport
         ),
         _ => {}
     }
-    let mut recent_errors = (0, 0);
-    // Per chip and severity: how many, and the last message.
-    let mut by_chip: BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)> = BTreeMap::new();
-    for e in &obs.errors {
-        if now_ms - e.at_ms >= ms(window) {
-            continue;
-        }
-        match e.severity {
-            ErrorSeverity::Error => recent_errors.0 += 1,
-            ErrorSeverity::Fatal => recent_errors.1 += 1,
-        }
-        let slot = by_chip
-            .entry((e.device.as_str(), e.severity))
-            .or_insert((0, e));
-        slot.0 += 1;
-        if e.at_ms >= slot.1.at_ms {
-            slot.1 = e;
-        }
-    }
+    let (recent_errors, by_chip) = recent_by_chip(&obs.errors, now_ms, window);
     let within = humantime::format_duration(window);
     for ((device, severity), (count, last)) in by_chip.into_iter().rev() {
         let h = match severity {
@@ -226,6 +208,38 @@ pub fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> TpuReport
         recent_errors,
         errors_total: (0, 0),
     }
+}
+
+/// The errors within `window` of `now_ms`: (errors, fatal) counts, and per chip and severity how
+/// many and the last one.
+#[allow(clippy::type_complexity)]
+fn recent_by_chip(
+    errors: &[DeviceError],
+    now_ms: i64,
+    window: Duration,
+) -> (
+    (u32, u32),
+    BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)>,
+) {
+    let mut counts = (0, 0);
+    let mut by_chip: BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)> = BTreeMap::new();
+    for e in errors {
+        if now_ms - e.at_ms >= ms(window) {
+            continue;
+        }
+        match e.severity {
+            ErrorSeverity::Error => counts.0 += 1,
+            ErrorSeverity::Fatal => counts.1 += 1,
+        }
+        let slot = by_chip
+            .entry((e.device.as_str(), e.severity))
+            .or_insert((0, e));
+        slot.0 += 1;
+        if e.at_ms >= slot.1.at_ms {
+            slot.1 = e;
+        }
+    }
+    (counts, by_chip)
 }
 
 /// What the monitor remembers between readings.
