@@ -340,8 +340,15 @@ pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mu
         format!("{p}gpu-health-reasons"),
         (!reasons.is_empty()).then_some(reasons),
     );
-    let key = format!("{p}{GPU_FAILED_TAINT}");
-    if taint && report.monitoring() && report.node == GpuHealth::Failed {
+    let on = taint && report.monitoring() && report.node == GpuHealth::Failed;
+    failure_taint(d, format!("{p}{GPU_FAILED_TAINT}"), on);
+    d.conditions.push(gpu_condition(report));
+}
+
+/// A hardware failure's `<key>=true:NoSchedule` taint on the Node while `on`, removed otherwise
+/// (the GPU and TPU failure taints).
+pub(crate) fn failure_taint(d: &mut NodeDesired, key: String, on: bool) {
+    if on {
         d.add_taints.push(Taint {
             key,
             value: "true".into(),
@@ -350,7 +357,6 @@ pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mu
     } else {
         d.remove_taints.push(key);
     }
-    d.conditions.push(gpu_condition(report));
 }
 
 /// The Event reason and type for entering a phase.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::clock::ms;
 use crate::config::KubernetesConfig;
-use crate::model::node::{EventType, NodeCondition, NodeDesired, Taint};
+use crate::model::node::{EventType, NodeCondition, NodeDesired};
 use crate::model::tpu::{
     AerCounts, DeviceError, ErrorSeverity, KernelRecord, TpuChips, TpuHealth, TpuObservation,
     TpuReading, TpuReport,
@@ -333,16 +333,8 @@ pub fn tpu_desired(k: &KubernetesConfig, report: &TpuReport, taint: bool, d: &mu
         format!("{p}tpu-health-reasons"),
         (report.monitoring && !reasons.is_empty()).then_some(reasons),
     );
-    let key = format!("{p}{TPU_FAILED_TAINT}");
-    if taint && report.monitoring && report.health == TpuHealth::Failed {
-        d.add_taints.push(Taint {
-            key,
-            value: "true".into(),
-            effect: "NoSchedule".into(),
-        });
-    } else {
-        d.remove_taints.push(key);
-    }
+    let on = taint && report.monitoring && report.health == TpuHealth::Failed;
+    crate::policy::maintenance::failure_taint(d, format!("{p}{TPU_FAILED_TAINT}"), on);
     match tpu_condition(report) {
         Some(c) => d.conditions.push(c),
         None => d.remove_conditions.push(TPU_CONDITION.to_string()),
