@@ -190,7 +190,11 @@ async fn the_node_follows_the_tpu_tree_and_the_old_gpu_condition_goes() {
     .with_tpu(tpu_rx)
     .with_notifier(notifier());
     let (_meta_tx, meta_rx) = watch::channel(Default::default());
-    let (_gpu_tx, gpu_rx) = watch::channel(Default::default());
+    // The tpu overlay turns GPU monitoring off: the monitor says so at once.
+    let (_gpu_tx, gpu_rx) = watch::channel(vigil::model::gpu::GpuReport {
+        state: vigil::model::gpu::GpuMonitorState::Off,
+        ..Default::default()
+    });
     tokio::spawn(controller.run(meta_rx, gpu_rx, CancellationToken::new(), stop.clone()));
 
     // All four chips: healthy; the retired condition is gone, the new GPU one has taken its place.

@@ -327,7 +327,14 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
 
 /// Add the GPU fields to the Node's desired state (pure): the node's GPU health label, the
 /// reasons, and the optional `NoSchedule` taint while a GPU has failed.
+///
+/// While the monitor is still starting (NVML not tried yet) the GPU fields are left as the Node
+/// has them: an agent restart must not take a failed GPU's label, taint and condition off for
+/// the seconds before its first report (nor reset the condition's transition time).
 pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mut NodeDesired) {
+    if report.state == crate::model::gpu::GpuMonitorState::Starting {
+        return;
+    }
     let p = &k.label_prefix;
     d.labels.insert(
         format!("{p}gpu-health"),

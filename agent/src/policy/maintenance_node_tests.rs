@@ -207,3 +207,31 @@ fn the_gpu_condition_says_why_there_is_no_verdict() {
         assert!(c.message.contains(says), "{state:?}: {}", c.message);
     }
 }
+
+#[test]
+fn a_starting_gpu_monitor_leaves_the_nodes_gpu_fields_alone() {
+    use crate::model::gpu::{GpuMonitorState as S, GpuReport};
+    let k = KubernetesConfig::default();
+    let mut d = NodeDesired::default();
+    let starting = GpuReport {
+        state: S::Starting,
+        ..GpuReport::default()
+    };
+    gpu_desired(&k, &starting, true, &mut d);
+    assert_eq!(
+        d,
+        NodeDesired::default(),
+        "nothing to write before the first report"
+    );
+    let off = GpuReport {
+        state: S::Off,
+        ..GpuReport::default()
+    };
+    gpu_desired(&k, &off, true, &mut d);
+    assert_eq!(
+        d.labels.get("vigil.dev/gpu-health"),
+        Some(&None),
+        "off: the label goes"
+    );
+    assert_eq!(d.remove_taints, vec!["vigil.dev/gpu-failed".to_string()]);
+}
