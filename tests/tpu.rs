@@ -419,3 +419,92 @@ async fn a_restarting_agent_leaves_the_tpu_fields_until_its_first_reading() {
     let c = condition(&written, "VigilTPUUnhealthy");
     assert_eq!(c["lastTransitionTime"], "2026-01-01T00:00:00Z", "{c}");
 }
+
+/// A hung worker on a host whose TPU failed (a chip's device file gone) is alerted, never
+/// restarted: it needs every chip of its host. Once the chip is back, the same hang is
+/// restarted as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_worker_on_a_failed_tpu_is_alerted_never_restarted() {
+    use common::wiring::write_record;
+    use vigil::coord::Coordinator;
+    use vigil::model::tpu::TpuHealth;
+    use vigil::policy::restart::Verdict;
+
+    let tree = Tree::new();
+    let mut cfg = node_config(NODE);
+    cfg.tpu.sample_interval = Duration::from_secs(1);
+    cfg.policy.stale_after = Duration::from_millis(300);
+    cfg.policy.confirm_after = Duration::from_millis(20);
+    cfg.policy.restart_delay = Duration::from_millis(50);
+    let coord = memory_coordinator();
+    let runtime = FakeRuntime::default();
+    runtime.add("c0", "trainer-0");
+    let metrics = Arc::new(Metrics::new());
+    let sink = RecordingSink::default();
+    let (expected_tx, expected_rx) = watch::channel(Some(4));
+    let _expected = expected_tx;
+    let (tpu_tx, tpu_rx) = watch::channel(TpuReport::default());
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    let probe = FsProbe::new(tree.dev(), tree.sys(), Some(&tree.kmsg()), tree.uptime());
+    tokio::spawn(run_monitor(
+        Box::new(probe),
+        cfg.tpu.clone(),
+        expected_rx,
+        tpu_tx,
+        stop.clone(),
+    ));
+    let mut agent = Agent::new(
+        cfg.clone(),
+        coord.clone(),
+        Arc::new(runtime.clone()),
+        Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()),
+        metrics.clone(),
+    )
+    .with_tpu(tpu_rx.clone());
+    let keys = agent.keys().clone();
+    let health = |rx: &watch::Receiver<TpuReport>| rx.borrow().health;
+
+    // A chip disappears: the TPU fails.
+    std::fs::remove_file(tree.dev().join("vfio/3")).unwrap();
+    assert!(
+        common::real::eventually(Duration::from_secs(5), || health(&tpu_rx)
+            == TpuHealth::Failed)
+        .await
+    );
+    let now = coord.time().await.unwrap();
+    let key = keys.status("trainer-0");
+    write_record(coord.as_ref(), &key, "processing", now - 10_000, &[]).await;
+    let mut last = Vec::new();
+    for _ in 0..15 {
+        last = agent.cycle().await.verdicts;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(runtime.restarts("c0"), 0, "a restart cannot fix hardware");
+    assert_eq!(last, vec![("trainer-0".to_string(), Verdict::TpuFailed)]);
+    assert_eq!(
+        sink.count(AlertKind::TpuFailed),
+        1,
+        "one alert for the episode"
+    );
+
+    // The chip is back: healthy again, and the same hang is restarted.
+    std::fs::write(tree.dev().join("vfio/3"), "").unwrap();
+    assert!(
+        common::real::eventually(Duration::from_secs(5), || health(&tpu_rx)
+            == TpuHealth::Healthy)
+        .await
+    );
+    for _ in 0..25 {
+        agent.cycle().await;
+        if runtime.restarts("c0") > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        runtime.restarts("c0"),
+        1,
+        "a healthy TPU's hung worker is restarted"
+    );
+}

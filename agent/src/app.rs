@@ -343,6 +343,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let node_rx = node_source(&cfg, &a.metrics, &tracker, &stop).await;
     agent = agent.with_node_info(node_rx.clone());
     let tpu_rx = tpu_monitor(&cfg, node_rx.clone(), &tracker, &stop);
+    agent = agent.with_tpu(tpu_rx.clone());
     let mut controller = Controller::new(
         cfg.clone(),
         a.coord.clone(),

@@ -151,6 +151,12 @@ impl Agent {
         self
     }
 
+    /// Follow the TPU monitor: no worker of a node whose TPU failed is restarted.
+    pub fn with_tpu(mut self, rx: watch::Receiver<crate::model::tpu::TpuReport>) -> Self {
+        self.watch.tpu = Some(rx);
+        self
+    }
+
     /// Follow the Node source (`crate::engine::node_info`): the record carries the pool, slice,
     /// provisioning model, accelerator and TPU topology it reads.
     pub fn with_node_info(mut self, rx: NodeInfoRx) -> Self {
@@ -274,6 +280,7 @@ impl Agent {
         let node = NodeContext {
             in_maintenance: self.watch.stands_down_at(now, &self.ctx.cfg.metadata),
             gpu_failed: self.gpu.monitoring() && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
+            tpu_failed: self.watch.tpu_failed(),
             container_paused: c.paused,
             container_exited: !c.running && !c.paused,
         };

@@ -10,6 +10,7 @@ use crate::engine::node::SharedFacts;
 use crate::engine::node_info::NodeInfoRx;
 use crate::model::container::Container;
 use crate::model::gpu::GpuReport;
+use crate::model::tpu::{TpuHealth, TpuReport};
 use crate::policy::gpu as gpu_policy;
 
 /// The agent's view of the node's state, fed by other tasks.
@@ -21,6 +22,8 @@ pub(crate) struct NodeWatch {
     pub facts: SharedFacts,
     /// GPU reports from the NVML monitor.
     pub gpu: Option<watch::Receiver<GpuReport>>,
+    /// TPU reports from the TPU monitor.
+    pub tpu: Option<watch::Receiver<TpuReport>>,
     /// The Node as last read (pool, provisioning, accelerator, TPU topology) for the record.
     pub node_info: Option<NodeInfoRx>,
 }
@@ -32,8 +35,16 @@ impl NodeWatch {
         f.stands_down(now, md)
     }
 
+    /// Whether the TPU monitor's last report says the node's TPU has failed.
+    pub fn tpu_failed(&self) -> bool {
+        self.tpu.as_ref().is_some_and(|rx| {
+            let t = rx.borrow();
+            t.monitoring && t.health == TpuHealth::Failed
+        })
+    }
+
     /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent
-    /// is shutting down, a maintenance notice arrived, or the worker's GPU failed. Read right
+    /// is shutting down, a maintenance notice arrived, or the worker's GPU or the node's TPU failed. Read right
     /// before the command, because the pipeline can take a minute (logs, alert retries).
     pub fn stand_down(
         &self,
@@ -52,6 +63,9 @@ impl NodeWatch {
             if gpu.monitoring() && gpu_policy::worker_on_failed_gpu(&gpu, c.gpus.as_deref()) {
                 return Some("the worker's GPU failed");
             }
+        }
+        if self.tpu_failed() {
+            return Some("the node's TPU failed");
         }
         None
     }

@@ -171,15 +171,17 @@ pub enum Episode {
     Unreachable,
     Stalled,
     GpuFailed,
+    TpuFailed,
     Paused,
     Exited,
 }
 
 impl Episode {
-    pub const ALL: [Episode; 5] = [
+    pub const ALL: [Episode; 6] = [
         Episode::Unreachable,
         Episode::Stalled,
         Episode::GpuFailed,
+        Episode::TpuFailed,
         Episode::Paused,
         Episode::Exited,
     ];
@@ -188,6 +190,7 @@ impl Episode {
             Episode::Unreachable => "unreachable",
             Episode::Stalled => "stalled",
             Episode::GpuFailed => "gpu-failed",
+            Episode::TpuFailed => "tpu-failed",
             Episode::Paused => "paused",
             Episode::Exited => "exited",
         }

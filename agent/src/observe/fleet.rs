@@ -144,7 +144,7 @@ pub struct NodeView {
 }
 
 /// Verdicts that make a node unhealthy for the slice view.
-const BAD_VERDICTS: &[&str] = &["hung", "errored", "gpu-failed", "unreachable"];
+const BAD_VERDICTS: &[&str] = &["hung", "errored", "gpu-failed", "tpu-failed", "unreachable"];
 
 pub fn health(rec: Option<&NodeRecord>) -> &'static str {
     match rec {

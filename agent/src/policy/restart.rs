@@ -58,7 +58,7 @@ impl Verdict {
             Verdict::Unreachable | Verdict::Stalled | Verdict::Paused | Verdict::Exited => {
                 Action::AlertOnly
             }
-            Verdict::GpuFailed => Action::AlertNoRestart,
+            Verdict::GpuFailed | Verdict::TpuFailed => Action::AlertNoRestart,
             Verdict::Booting => Action::SuppressAndClear,
             Verdict::InMaintenance => Action::Checkpoint,
         }
@@ -70,6 +70,9 @@ impl Verdict {
 pub struct NodeContext {
     pub in_maintenance: bool,
     pub gpu_failed: bool,
+    /// The node's TPU health is `failed` (a chip gone, a fatal device error): a TPU worker needs
+    /// every chip of its host, so no worker of the node can be fixed by a restart.
+    pub tpu_failed: bool,
     /// The worker's container is paused by someone: an operator's decision.
     pub container_paused: bool,
     /// The worker's container has exited (stopped by someone, or crashed with no restart
@@ -100,6 +103,8 @@ pub enum Verdict {
     InMaintenance,
     /// Would be hung or errored, but the GPU under it has failed: a restart cannot fix hardware.
     GpuFailed,
+    /// Would be hung or errored, but the node's TPU has failed: a restart cannot fix hardware.
+    TpuFailed,
     /// The container is paused by someone (`docker pause`): their decision, alert only.
     Paused,
     /// The container has exited: alert once, never started by Vigil (someone stopped it, or the
@@ -108,7 +113,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 12] = [
+    pub const ALL: [Verdict; 13] = [
         Verdict::Healthy,
         Verdict::Suspect,
         Verdict::Hung,
@@ -119,6 +124,7 @@ impl Verdict {
         Verdict::Booting,
         Verdict::InMaintenance,
         Verdict::GpuFailed,
+        Verdict::TpuFailed,
         Verdict::Paused,
         Verdict::Exited,
     ];
@@ -136,6 +142,7 @@ impl Verdict {
             Verdict::Booting => "booting",
             Verdict::InMaintenance => "in-maintenance",
             Verdict::GpuFailed => "gpu-failed",
+            Verdict::TpuFailed => "tpu-failed",
             Verdict::Paused => "paused",
             Verdict::Exited => "exited",
         }
@@ -212,6 +219,9 @@ pub fn verdict(
                 if node.gpu_failed {
                     return Verdict::GpuFailed;
                 }
+                if node.tpu_failed {
+                    return Verdict::TpuFailed;
+                }
                 // Confirmed only by a second observation of the *same* stale heartbeat, made at
                 // least `confirm_after` after the first (by this or any other instance).
                 let confirmed = matches!(marks.suspect,
@@ -234,10 +244,11 @@ pub fn verdict(
         }
         WorkerState::Error => {
             let errored = matches!(marks.error_since, Some(t) if now - t >= ms(cfg.error_for));
-            match (errored, node.gpu_failed) {
-                (true, true) => Verdict::GpuFailed,
-                (true, false) => Verdict::Errored,
-                (false, _) => Verdict::ErrorPending,
+            match (errored, node.gpu_failed, node.tpu_failed) {
+                (true, true, _) => Verdict::GpuFailed,
+                (true, false, true) => Verdict::TpuFailed,
+                (true, false, false) => Verdict::Errored,
+                (false, _, _) => Verdict::ErrorPending,
             }
         }
         WorkerState::Idle => Verdict::Healthy,
@@ -414,6 +425,7 @@ fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
         Verdict::Paused => Some(Episode::Paused),
         Verdict::Exited => Some(Episode::Exited),
         Verdict::GpuFailed => Some(Episode::GpuFailed),
+        Verdict::TpuFailed => Some(Episode::TpuFailed),
         _ => None,
     };
     let open = |e: &Episode| marks.episodes.contains(e);

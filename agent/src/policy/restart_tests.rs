@@ -135,6 +135,18 @@ fn maintenance_and_gpu_failure_suppress_restarts() {
     );
     assert_eq!(verdict(Some(&r), &m, gpu, NOW, &cfg()), Verdict::GpuFailed);
     assert_ne!(Verdict::GpuFailed.action(), Action::RestartPipeline);
+    let tpu = NodeContext {
+        tpu_failed: true,
+        ..NodeContext::default()
+    };
+    assert_eq!(verdict(Some(&r), &m, tpu, NOW, &cfg()), Verdict::TpuFailed);
+    assert_eq!(Verdict::TpuFailed.action(), Action::AlertNoRestart);
+    // A failed TPU changes nothing for a healthy worker.
+    let fresh = rec("processing", 0);
+    assert_eq!(
+        verdict(Some(&fresh), &Marks::default(), tpu, NOW, &cfg()),
+        Verdict::Healthy
+    );
     assert_ne!(Verdict::InMaintenance.action(), Action::RestartPipeline);
 }
 

@@ -36,6 +36,7 @@ impl Verdict {
             ),
             Verdict::InMaintenance => "node has a maintenance or preemption notice".into(),
             Verdict::GpuFailed => "hung or errored on a GPU that NVML reports failed".into(),
+            Verdict::TpuFailed => "hung or errored on a node whose TPU health is failed".into(),
             Verdict::Paused => "the container is paused by someone (docker pause)".into(),
             Verdict::Exited => "the container has exited (and no running one replaced it)".into(),
         }

@@ -21,6 +21,7 @@ fn episode_kind(e: Episode) -> AlertKind {
         Episode::Unreachable => AlertKind::Unreachable,
         Episode::Stalled => AlertKind::Stalled,
         Episode::GpuFailed => AlertKind::GpuFailed,
+        Episode::TpuFailed => AlertKind::TpuFailed,
         Episode::Paused => AlertKind::Paused,
         Episode::Exited => AlertKind::Exited,
     }
@@ -153,6 +154,7 @@ impl RestartPath<'_> {
             Episode::Unreachable => (AlertKind::Unreachable, "status record missing or unreadable; alert only (the machine may be rebooting, partitioned or off on purpose)"),
             Episode::Stalled => (AlertKind::Stalled, "heartbeat fresh but progress unchanged; alert only (long jobs legitimately look like this)"),
             Episode::GpuFailed => (AlertKind::GpuFailed, "the GPU under this worker has failed; a restart cannot fix hardware"),
+            Episode::TpuFailed => (AlertKind::TpuFailed, "the node's TPU has failed; a restart cannot fix hardware"),
             Episode::Paused => (AlertKind::Paused, "the container is paused (someone's decision); alert only, never restarted while paused"),
             Episode::Exited => (AlertKind::Exited, "the container has exited and nothing runs in its place; alert only: Vigil never starts what someone stopped (a crash is for the runtime's restart policy)"),
         };
