@@ -404,11 +404,11 @@ async fn follow_tpu_chips(
     stop: CancellationToken,
 ) {
     loop {
-        let chips = node_rx.borrow_and_update().as_ref().and_then(|n| {
-            n.allocatable
-                .get("google.com/tpu")
-                .and_then(|q| crate::policy::tpu::allocatable_chips(q))
-        });
+        let chips = node_rx
+            .borrow_and_update()
+            .as_ref()
+            .and_then(|n| n.tpu_chips_per_host)
+            .and_then(|c| u32::try_from(c).ok());
         expected.send_if_modified(|cur| std::mem::replace(cur, chips) != chips);
         tokio::select! {
             changed = node_rx.changed() => if changed.is_err() { return },

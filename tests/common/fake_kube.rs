@@ -300,11 +300,7 @@ impl FakeKube {
     /// subresource with `{"status": status}`), e.g. `{"allocatable": {"google.com/tpu": "4"}}`:
     /// quantities are stored as strings. Panics if the real server would refuse it.
     pub fn kubelet_status(&self, status: Value) -> Value {
-        let mut world = lock(&self.shared);
-        match world.write_status(&json!({ "status": status })) {
-            Ok(node) => node,
-            Err((code, s)) => panic!("kubelet_status refused ({code}): {s}"),
-        }
+        self.status_write(json!({ "status": status }))
     }
 
     /// Answers the next `n` PATCHes with 409 Conflict, bumping the resourceVersion each time as

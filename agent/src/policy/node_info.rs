@@ -10,6 +10,8 @@ use crate::clock::{parse_rfc3339, rfc3339, Millis};
 use crate::config::FleetConfig;
 use crate::model::maintenance::{Interruption, MaintenanceState, Phase, Source};
 use crate::model::node_info::{GkeMaintenance, NodeInfo, Provisioning, RawNode, TpuTopology};
+use crate::policy::tpu::allocatable_chips;
+pub use crate::policy::tpu::TPU_RESOURCE;
 
 /// The node pool.
 pub const POOL_LABEL: &str = "cloud.google.com/gke-nodepool";
@@ -27,8 +29,6 @@ pub const GPU_ACCELERATOR_LABEL: &str = "cloud.google.com/gke-accelerator";
 pub const TPU_ACCELERATOR_LABEL: &str = "cloud.google.com/gke-tpu-accelerator";
 /// The TPU slice's topology, e.g. `2x2x4`.
 pub const TPU_TOPOLOGY_LABEL: &str = "cloud.google.com/gke-tpu-topology";
-/// The TPU chips of the host (allocatable).
-pub const TPU_RESOURCE: &str = "google.com/tpu";
 /// Unix time (seconds) a scheduled host maintenance starts (GKE ≥ 1.31.1-gke.2008000, GPU and
 /// TPU nodes).
 pub const SCHEDULED_MAINTENANCE_LABEL: &str = "cloud.google.com/scheduled-maintenance-time";
@@ -139,9 +139,9 @@ fn topology(raw: &RawNode, problems: &mut Vec<String>) -> Option<TpuTopology> {
 /// The host's TPU chips, `status.allocatable["google.com/tpu"]`: a whole number.
 fn tpu_chips(raw: &RawNode, problems: &mut Vec<String>) -> Option<u64> {
     let q = raw.allocatable.get(TPU_RESOURCE)?;
-    match q.trim().parse::<u64>() {
-        Ok(n) => Some(n),
-        Err(_) => {
+    match allocatable_chips(q) {
+        Some(n) => Some(u64::from(n)),
+        None => {
             problems.push(format!(
                 "allocatable {TPU_RESOURCE}={q:?} is not a whole number of chips; ignored"
             ));

@@ -52,7 +52,7 @@ pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 const GPU_RESOURCE_PREFIX: &str = "nvidia.com/";
 
 /// Cloud TPU chips, as GKE's TPU device plugin names them.
-const TPU_RESOURCE: &str = "google.com/tpu";
+use crate::policy::tpu::TPU_RESOURCE;
 
 /// Whether a resource name is an accelerator: every NVIDIA resource (whole GPUs, shared GPUs,
 /// MIG profiles) and Cloud TPU chips.
