@@ -447,6 +447,7 @@ async fn start_servers(
         directory: Arc::new(a.runtime.clone()),
         tcp_auth: cfg.worker_api.auth,
         reviewer: None,
+        procfs: Procfs::default(),
     };
     start_worker_api(cfg, worker_api, tracker, stop).await?;
     Ok(())

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::coord::Coordinator;
 use crate::observe::health::Health;
-use crate::observe::listen::serve_router;
+use crate::observe::listen::{serve_router, Limits};
 use crate::observe::metrics::Metrics;
 
 /// Longest a `/readyz` check waits on one dependency.
@@ -23,6 +23,14 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A client that opened a connection and has not sent a whole request head in this long (a
 /// half-open or idle keep-alive connection) is dropped, so stuck clients cannot pile up.
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The metrics port serves Prometheus and the kubelet's probes: a few clients, small heads.
+const LIMITS: Limits = Limits {
+    header_timeout: HEADER_READ_TIMEOUT,
+    max_head: 16 * 1024,
+    max_connections: 32,
+    max_age: Duration::from_secs(300),
+};
 
 /// A dependency `/readyz` waits on besides the coordinator: the container runtime. The server
 /// asks only this of it, so observe/ needs no runtime types (runtime/ implements it for
@@ -152,7 +160,7 @@ pub async fn serve(
     state: ServerState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    serve_router(listener, router(state), shutdown, HEADER_READ_TIMEOUT).await;
+    serve_router(listener, router(state), shutdown, LIMITS).await;
     Ok(())
 }
 
@@ -164,10 +172,11 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_util::sync::CancellationToken;
 
-    use super::{router, serve_router, Probe, ServerState};
+    use super::{router, serve_router, Probe, ServerState, LIMITS};
     use crate::clock::SystemClock;
     use crate::coord::memory::MemoryCoordinator;
     use crate::observe::health::Health;
+    use crate::observe::listen::Limits;
     use crate::observe::metrics::Metrics;
 
     /// A runtime that always answers.
@@ -199,7 +208,10 @@ mod tests {
             listener,
             router(state),
             stop.clone(),
-            header_timeout,
+            Limits {
+                header_timeout,
+                ..LIMITS
+            },
         ));
         (addr.to_string(), stop)
     }

@@ -23,10 +23,11 @@ use crate::config::WorkerAuth;
 use crate::coord::{write_status, Coordinator, Keys};
 use crate::model::container::Container;
 use crate::model::worker::{parse_grace, valid_worker_id};
-use crate::observe::listen::{serve_router, Listen, Peer};
+use crate::observe::listen::{serve_router, Limits, Listen, Peer};
 use crate::observe::metrics::Metrics;
 use crate::observe::server::HEADER_READ_TIMEOUT;
-use crate::policy::caller::{authorize, Caller};
+use crate::policy::caller::{authorize, token_node, Caller};
+use crate::sources::peer::{container_of, within, Procfs};
 use crate::sources::token_review::{Reviewed, TokenReviewer};
 
 /// A status body is a few short strings; anything bigger is a mistake.
@@ -43,11 +44,31 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a write waits on the runtime's listing of this node's workers.
 const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A projected ServiceAccount token is a JWT of one to two kilobytes; anything much longer is
+/// junk, refused (401) before it is reviewed, cached or costs the runtime a listing.
+pub(crate) const MAX_TOKEN: usize = 8 * 1024;
+
+/// What one client may hold of the worker API (issue 26: a flood of junk tokens of 300 kB each
+/// grew the agent by 160 MiB). A head is a request line and a few headers, the token included:
+/// past 32 KiB hyper answers 431 without buffering more. A node's workers beat every few seconds
+/// over short connections: 128 at once is far above any node's ranks, and bounds what a flood
+/// holds to 128 heads and bodies (a few MiB). A connection lives at most a minute, so idle
+/// keep-alive connections cannot hold the slots.
+const LIMITS: Limits = Limits {
+    header_timeout: HEADER_READ_TIMEOUT,
+    max_head: 32 * 1024,
+    max_connections: 128,
+    max_age: Duration::from_secs(60),
+};
+
 /// The opted-in worker containers on this node now. observe/ asks only this of the runtime
 /// (runtime/ implements it), so the arrow between the two runs one way.
 #[async_trait::async_trait]
 pub trait WorkerDirectory: Send + Sync {
     async fn workers(&self) -> Result<Vec<Container>, String>;
+    /// The host pid of the process the runtime started in `container`; `None` when it runs
+    /// none (or the runtime cannot say).
+    async fn init_pid(&self, container: &str) -> Result<Option<i32>, String>;
 }
 
 #[derive(Clone)]
@@ -60,6 +81,8 @@ pub struct WorkerApiState {
     pub tcp_auth: WorkerAuth,
     /// The API server's reviews of tokens (`tcp_auth = kubernetes`).
     pub reviewer: Option<Arc<dyn TokenReviewer>>,
+    /// Where a unix-socket peer's container's init process is looked up.
+    pub procfs: Procfs,
 }
 
 /// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
@@ -92,7 +115,7 @@ pub(crate) fn router(state: WorkerApiState) -> Router {
 
 /// Serve the worker API on `listener` until `shutdown` fires.
 pub async fn serve<L: Listen>(listener: L, state: WorkerApiState, shutdown: CancellationToken) {
-    serve_router(listener, router(state), shutdown, HEADER_READ_TIMEOUT).await;
+    serve_router(listener, router(state), shutdown, LIMITS).await;
 }
 
 /// An answer and the outcome label it is counted under.
@@ -266,14 +289,47 @@ async fn admit(
         ));
     }
     let caller = authenticate(s, peer, headers).await?;
-    if caller != Caller::Loopback {
-        let listed = tokio::time::timeout(LIST_TIMEOUT, s.directory.workers())
-            .await
-            .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
-            .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))?;
+    if caller == Caller::Loopback {
+        return Ok(());
+    }
+    token_node(&caller, s.keys.node()).map_err(|r| Answer::forbidden(r.0))?;
+    let listed = tokio::time::timeout(LIST_TIMEOUT, s.directory.workers())
+        .await
+        .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
+        .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))?;
+    let carrier =
         authorize(&caller, id, s.keys.node(), &listed).map_err(|r| Answer::forbidden(r.0))?;
+    if let (Caller::Container { cgroup, .. }, Some(c)) = (&caller, carrier) {
+        prove_container(s, cgroup, c).await?;
     }
     Ok(())
+}
+
+/// A unix-socket peer whose cgroup is named after `c` is in `c` only when its cgroups are those
+/// of the runtime's init process for `c`, or below them (`crate::sources::peer::within`).
+async fn prove_container(s: &WorkerApiState, cgroup: &str, c: &Container) -> Result<(), Answer> {
+    let pid = tokio::time::timeout(LIST_TIMEOUT, s.directory.init_pid(&c.id))
+        .await
+        .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
+        .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))?
+        .ok_or_else(|| {
+            Answer::unavailable(format!(
+                "the container runtime names no process for {}: cannot prove the caller is in it",
+                c.display()
+            ))
+        })?;
+    let init = s
+        .procfs
+        .cgroup_of_pid(pid)
+        .map_err(|e| Answer::unavailable(format!("the init process of {}: {e}", c.display())))?;
+    if within(cgroup, &init, &c.id) {
+        return Ok(());
+    }
+    Err(Answer::forbidden(format!(
+        "the caller's cgroup is named after {} but is not where the runtime runs it: {}",
+        c.display(),
+        cgroup.lines().next().unwrap_or_default()
+    )))
 }
 
 /// Who sent the write, as proven by its listener's means.
@@ -283,9 +339,14 @@ async fn authenticate(
     headers: &HeaderMap,
 ) -> Result<Caller, Answer> {
     match peer {
-        Peer::Unix { pid, container } => match container {
-            Ok(Some(id)) => Ok(Caller::Container { id: id.clone() }),
-            Ok(None) => Ok(Caller::HostProcess { pid: *pid }),
+        Peer::Unix { pid, cgroup } => match cgroup {
+            Ok(cgroup) => Ok(match container_of(cgroup) {
+                Some(id) => Caller::Container {
+                    id,
+                    cgroup: cgroup.clone(),
+                },
+                None => Caller::HostProcess { pid: *pid },
+            }),
             Err(why) => Err(Answer::unauthenticated(format!(
                 "cannot tell which container is connected: {why}"
             ))),
@@ -313,6 +374,12 @@ async fn review(s: &WorkerApiState, headers: &HeaderMap) -> Result<Caller, Answe
                 "send the worker's projected ServiceAccount token: Authorization: Bearer <token>",
             )
         })?;
+    if token.len() > MAX_TOKEN {
+        return Err(Answer::unauthenticated(format!(
+            "the bearer token is {} bytes; a projected ServiceAccount token is at most {MAX_TOKEN}",
+            token.len()
+        )));
+    }
     let reviewer = s.reviewer.as_ref().ok_or_else(|| {
         Answer::unavailable("the Kubernetes API is not available to review tokens")
     })?;

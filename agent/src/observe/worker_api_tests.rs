@@ -2,11 +2,10 @@
 //! TokenReview and a fake runtime listing: who gets 200, 401, 403 and 503.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{router, WorkerApiState, WorkerDirectory, MAX_STATUS_BODY};
+use super::{router, WorkerApiState, WorkerDirectory, MAX_STATUS_BODY, MAX_TOKEN};
 use crate::clock::SystemClock;
 use crate::config::WorkerAuth;
 use crate::coord::memory::MemoryCoordinator;
@@ -23,11 +22,13 @@ use crate::sources::token_review::{ReviewUnavailable, Reviewed, TokenReviewer};
 struct FakeReviews {
     known: Vec<(String, Reviewed)>,
     down: Mutex<bool>,
+    asked: std::sync::atomic::AtomicU32,
 }
 
 #[async_trait::async_trait]
 impl TokenReviewer for FakeReviews {
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if *self.down.lock().unwrap() {
             return Err(ReviewUnavailable("connection refused".into()));
         }
@@ -40,12 +41,23 @@ impl TokenReviewer for FakeReviews {
     }
 }
 
-struct Listing(Vec<Container>);
+/// The runtime's listing, and the init pid of each container (by id) where the test says.
+struct Listing(Vec<Container>, Vec<(String, i32)>);
+
+impl Listing {
+    fn of(containers: Vec<Container>) -> Listing {
+        Listing(containers, Vec::new())
+    }
+}
 
 #[async_trait::async_trait]
 impl WorkerDirectory for Listing {
     async fn workers(&self) -> Result<Vec<Container>, String> {
         Ok(self.0.clone())
+    }
+
+    async fn init_pid(&self, container: &str) -> Result<Option<i32>, String> {
+        Ok(self.1.iter().find(|(c, _)| c == container).map(|(_, p)| *p))
     }
 }
 
@@ -93,9 +105,10 @@ async fn start(auth: WorkerAuth, listed: Vec<Container>, reviews: FakeReviews) -
         coord: coord.clone(),
         keys: Keys::new("vigil", "node-a"),
         metrics: metrics.clone(),
-        directory: Arc::new(Listing(listed)),
+        directory: Arc::new(Listing::of(listed)),
         tcp_auth: auth,
         reviewer: Some(reviews.clone()),
+        procfs: Procfs::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -104,7 +117,7 @@ async fn start(auth: WorkerAuth, listed: Vec<Container>, reviews: FakeReviews) -
         listener,
         router(state),
         stop.clone(),
-        Duration::from_secs(10),
+        super::LIMITS,
     ));
     Api {
         url,
@@ -199,6 +212,26 @@ async fn a_pod_token_writes_its_own_worker_and_nothing_else() {
     }
 }
 
+/// Issue 26, finding 2: junk tokens cost neither a review nor memory. A token over the bound is
+/// refused unreviewed; a head over the listener's bound is answered 431 by hyper, unbuffered.
+#[tokio::test]
+async fn oversized_tokens_and_heads_are_refused_before_any_review() {
+    let listed = vec![pod_worker("trainer-0", "trainer-0", "uid-0")];
+    let api = start(WorkerAuth::Kubernetes, listed, FakeReviews::default()).await;
+    let beat = r#"{"state":"processing"}"#;
+    let (code, text) = put(&api, "trainer-0", Some(&"j".repeat(MAX_TOKEN + 1)), beat).await;
+    assert_eq!(code, 401, "{text}");
+    assert!(text.contains(&MAX_TOKEN.to_string()), "{text}");
+    let (code, _) = put(&api, "trainer-0", Some(&"j".repeat(300 * 1024)), beat).await;
+    assert_eq!(code, 431);
+    let asked = || api.reviews.asked.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(asked(), 0, "no review for an oversized token");
+    // A junk token within the bound is reviewed and refused (and not remembered:
+    // `CachedReviews` keeps pods' answers only).
+    assert_eq!(put(&api, "trainer-0", Some("junk"), beat).await.0, 401);
+    assert_eq!(asked(), 1);
+}
+
 #[tokio::test]
 async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
     let api = start(WorkerAuth::None, vec![], FakeReviews::default()).await;
@@ -221,53 +254,112 @@ async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
 async fn a_unix_peer_that_is_not_the_worker_s_container_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("worker.sock");
-    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
-    let me = Procfs::default()
-        .container_of_pid(std::process::id() as i32)
-        .unwrap();
-    let mut worker = Container {
+    let worker = Container {
         id: "f".repeat(64),
         worker: "w0".into(),
+        running: true,
         ..Container::default()
     };
-    let state = WorkerApiState {
-        coord: coord.clone(),
-        keys: Keys::new("vigil", "node-a"),
-        metrics: Arc::new(Metrics::new()),
-        directory: Arc::new(Listing(vec![worker.clone()])),
-        tcp_auth: WorkerAuth::Kubernetes,
-        reviewer: None,
-    };
-    let (code, text) = beat_over_socket(&path, state.clone()).await;
+    let state = socket_state(Listing::of(vec![worker]), Procfs::default());
+    let (code, text) = beat_over_socket(&path, state, Procfs::default()).await;
     assert_eq!(code, 403);
     assert!(text.contains("w0"), "{text}");
+}
 
-    // Were this process in a container, and that container the worker's, it may write: the
-    // same socket, the listing naming this process's container.
-    if let Some(id) = me {
-        worker.id = id;
-        let state = WorkerApiState {
-            directory: Arc::new(Listing(vec![worker])),
-            ..state
-        };
-        let (code, text) = beat_over_socket(&dir.path().join("worker2.sock"), state).await;
-        assert_eq!(code, 200, "{text}");
+/// Issue 26, finding 1: a cgroup named after a worker's container is not that container. The
+/// kernel's peer is this test process; what `/proc` says of it and of the container's init
+/// process is staged (the e2e test does it with real cgroups and a real container).
+#[tokio::test]
+async fn a_peer_in_a_cgroup_named_like_a_worker_s_container_is_refused() {
+    const ID: &str = "6ed37ba8ec9fec0ce7670fc23a565b1560810e0ca46f53ce7af946197185cf5f";
+    const INIT: i32 = 4_000_000;
+    let me = std::process::id() as i32;
+    let dir = tempfile::tempdir().unwrap();
+    let proc = dir.path().join("proc");
+    let stage = |pid: i32, cgroup: &str| {
+        std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+        std::fs::write(proc.join(pid.to_string()).join("cgroup"), cgroup).unwrap();
+    };
+    stage(INIT, &format!("0::/system.slice/docker-{ID}.scope\n"));
+    let worker = Container {
+        id: ID.into(),
+        worker: "w0".into(),
+        running: true,
+        ..Container::default()
+    };
+    let procfs = Procfs::at(&proc);
+    let listing = || Listing(vec![worker.clone()], vec![(ID.to_string(), INIT)]);
+    let cases = [
+        (
+            format!("0::/user.slice/user-1000.slice/docker-{ID}.scope\n"),
+            403,
+            "a node user's scope named like it",
+        ),
+        (
+            format!("0::/system.slice/docker-{}.scope/{ID}\n", "7".repeat(64)),
+            403,
+            "a child cgroup of another container",
+        ),
+        (
+            format!("0::/system.slice/docker-{ID}.scope\n"),
+            200,
+            "the container's own cgroup",
+        ),
+        (
+            format!("0::/system.slice/docker-{ID}.scope/worker\n"),
+            200,
+            "below it",
+        ),
+    ];
+    for (i, (cgroup, code, what)) in cases.iter().enumerate() {
+        stage(me, cgroup);
+        let state = socket_state(listing(), procfs.clone());
+        let path = dir.path().join(format!("w{i}.sock"));
+        let (got, text) = beat_over_socket(&path, state, procfs.clone()).await;
+        assert_eq!(got, *code, "{what}: {text}");
+        if *code == 403 {
+            assert!(
+                text.contains("not where the runtime runs it"),
+                "{what}: {text}"
+            );
+        }
+    }
+    // A runtime that names no init process: the claim cannot be proven, so it is not taken.
+    stage(me, &format!("0::/system.slice/docker-{ID}.scope\n"));
+    let state = socket_state(Listing::of(vec![worker.clone()]), procfs.clone());
+    let (got, text) = beat_over_socket(&dir.path().join("x.sock"), state, procfs).await;
+    assert_eq!(got, 503, "{text}");
+}
+
+fn socket_state(listing: Listing, procfs: Procfs) -> WorkerApiState {
+    WorkerApiState {
+        coord: Arc::new(MemoryCoordinator::new(Arc::new(SystemClock))),
+        keys: Keys::new("vigil", "node-a"),
+        metrics: Arc::new(Metrics::new()),
+        directory: Arc::new(listing),
+        tcp_auth: WorkerAuth::Kubernetes,
+        reviewer: None,
+        procfs,
     }
 }
 
-/// Serve `state` on a unix socket at `path`, send one beat for `w0` from this process, stop;
-/// the answer.
-async fn beat_over_socket(path: &std::path::Path, state: WorkerApiState) -> (u16, String) {
+/// Serve `state` on a unix socket at `path` (peers read from `procfs`), send one beat for `w0`
+/// from this process, stop; the answer.
+async fn beat_over_socket(
+    path: &std::path::Path,
+    state: WorkerApiState,
+    procfs: Procfs,
+) -> (u16, String) {
     let stop = CancellationToken::new();
     let peers = UnixPeers {
         listener: bind_unix(path).unwrap(),
-        procfs: Procfs::default(),
+        procfs,
     };
     tokio::spawn(serve_router(
         peers,
         router(state),
         stop.clone(),
-        Duration::from_secs(10),
+        super::LIMITS,
     ));
     let client = reqwest::Client::builder()
         .unix_socket(path.to_path_buf())

@@ -634,6 +634,13 @@ impl ContainerRuntime for CriRuntime {
         })
     }
 
+    async fn init_pid(&self, id: &str) -> Result<Option<i32>, RuntimeError> {
+        Ok(self
+            .status(id, true)
+            .await?
+            .and_then(|resp| host_pid(&resp.info)))
+    }
+
     async fn ping(&self) -> Result<(), RuntimeError> {
         let req = VersionRequest {
             version: "v1".into(),

@@ -417,6 +417,25 @@ impl ContainerRuntime for DockerRuntime {
         }
     }
 
+    async fn init_pid(&self, id: &str) -> Result<Option<i32>, RuntimeError> {
+        let c = self.client().await?;
+        match c
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+        {
+            // Docker and Podman say pid 0 for a container that is not running.
+            Ok(info) => Ok(info
+                .state
+                .and_then(|s| s.pid)
+                .and_then(|p| i32::try_from(p).ok())
+                .filter(|p| *p > 0)),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(self.classify("inspect", id, e).await),
+        }
+    }
+
     async fn ping(&self) -> Result<(), RuntimeError> {
         let c = self.client().await?;
         match c.ping().await {

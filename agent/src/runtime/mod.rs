@@ -338,6 +338,12 @@ pub trait ContainerRuntime: Send + Sync {
     }
     /// Send a signal (e.g. `SIGUSR1`) to the container's main process: a checkpoint request.
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError>;
+    /// The host pid of the process the runtime started in the container (its init); `None`
+    /// when it runs none or this runtime cannot say. The worker API's unix-socket peers are
+    /// proven against its cgroup.
+    async fn init_pid(&self, _id: &str) -> Result<Option<i32>, RuntimeError> {
+        Ok(None)
+    }
     /// Cheap liveness check for `/readyz`.
     async fn ping(&self) -> Result<(), RuntimeError>;
 }
@@ -361,5 +367,11 @@ impl Probe for Arc<dyn ContainerRuntime> {
 impl WorkerDirectory for Arc<dyn ContainerRuntime> {
     async fn workers(&self) -> Result<Vec<Container>, String> {
         self.list_workers().await.map_err(|e| e.to_string())
+    }
+
+    async fn init_pid(&self, container: &str) -> Result<Option<i32>, String> {
+        ContainerRuntime::init_pid(&**self, container)
+            .await
+            .map_err(|e| e.to_string())
     }
 }

@@ -2,9 +2,12 @@
 //! `tokenreviews.authentication.k8s.io`), read as Vigil needs it: a pod, proven by a projected
 //! ServiceAccount token minted for Vigil's audience and bound to that pod.
 //!
-//! Answers are cached for `worker_api.review_cache` (bounded), so a worker beating every few
-//! seconds costs the API server one review a minute; the API server being unreachable is an
-//! error, never a pass: writes fail closed.
+//! A pod's answer is cached for `worker_api.review_cache` (bounded), so a worker beating every
+//! few seconds costs the API server one review a minute; a refusal is never cached (it may be a
+//! transient `authenticated: false`, and a flood of junk tokens must not fill the cache); the
+//! API server being unreachable is an error, never a pass: writes fail closed. The cache is keyed
+//! by the token's SHA-256, never the token: its memory is bounded by the entry count whatever
+//! the tokens' size, and no token sits in the agent's memory after its request.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,8 +24,18 @@ pub const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
 pub const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
 pub const NODE_NAME: &str = "authentication.kubernetes.io/node-name";
 
-/// Cached answers at most; past it the expired ones go, then all of them.
+/// Cached answers at most (a few hundred bytes each); past it the expired ones go, then all.
 const MAX_CACHED: usize = 4096;
+
+/// What the cache is keyed by.
+type Digest = [u8; 32];
+
+fn digest(token: &str) -> Digest {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
 
 /// What a review proved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,11 +154,12 @@ impl TokenReviewer for KubeTokenReview {
     }
 }
 
-/// A [`TokenReviewer`] that remembers answers (not failures) for a bounded time.
+/// A [`TokenReviewer`] that remembers pods' answers (not refusals, not failures) for a bounded
+/// time, by the token's digest.
 pub struct CachedReviews<R> {
     inner: R,
     ttl: Duration,
-    answers: Mutex<HashMap<String, (Instant, Reviewed)>>,
+    answers: Mutex<HashMap<Digest, (Instant, Reviewed)>>,
 }
 
 impl<R: TokenReviewer> CachedReviews<R> {
@@ -157,15 +171,15 @@ impl<R: TokenReviewer> CachedReviews<R> {
         }
     }
 
-    fn cached(&self, token: &str, now: Instant) -> Option<Reviewed> {
+    fn cached(&self, key: &Digest, now: Instant) -> Option<Reviewed> {
         let answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
         answers
-            .get(token)
+            .get(key)
             .filter(|(at, _)| now.saturating_duration_since(*at) < self.ttl)
             .map(|(_, r)| r.clone())
     }
 
-    fn remember(&self, token: &str, now: Instant, answer: &Reviewed) {
+    fn remember(&self, key: Digest, now: Instant, answer: &Reviewed) {
         let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
         if answers.len() >= MAX_CACHED {
             answers.retain(|_, (at, _)| now.saturating_duration_since(*at) < self.ttl);
@@ -173,7 +187,12 @@ impl<R: TokenReviewer> CachedReviews<R> {
                 answers.clear();
             }
         }
-        answers.insert(token.to_string(), (now, answer.clone()));
+        answers.insert(key, (now, answer.clone()));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.answers.lock().unwrap().len()
     }
 }
 
@@ -181,11 +200,14 @@ impl<R: TokenReviewer> CachedReviews<R> {
 impl<R: TokenReviewer> TokenReviewer for CachedReviews<R> {
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
         let now = Instant::now();
-        if let Some(answer) = self.cached(token, now) {
+        let key = digest(token);
+        if let Some(answer) = self.cached(&key, now) {
             return Ok(answer);
         }
         let answer = self.inner.review(token).await?;
-        self.remember(token, now, &answer);
+        if matches!(answer, Reviewed::Pod { .. }) {
+            self.remember(key, now, &answer);
+        }
         Ok(answer)
     }
 }
@@ -288,12 +310,18 @@ mod tests {
         }
     }
 
+    fn a_pod() -> Reviewed {
+        Reviewed::Pod {
+            namespace: "ml".into(),
+            name: "trainer-0".into(),
+            uid: "u-1".into(),
+            node: None,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn answers_are_reused_for_the_ttl_and_failures_never() {
-        let ok = Arc::new(Counting(
-            AtomicU32::new(0),
-            Ok(Reviewed::Refused("x".into())),
-        ));
+    async fn pods_are_reused_for_the_ttl_and_refusals_and_failures_never() {
+        let ok = Arc::new(Counting(AtomicU32::new(0), Ok(a_pod())));
         let cache = CachedReviews::new(ok.clone(), Duration::from_secs(60));
         cache.review("t1").await.unwrap();
         cache.review("t1").await.unwrap();
@@ -304,6 +332,17 @@ mod tests {
         cache.review("t1").await.unwrap();
         assert_eq!(ok.0.load(Ordering::SeqCst), 3);
 
+        // Issue 26: a transient `authenticated: false` is asked again at the next write.
+        let refused = Arc::new(Counting(
+            AtomicU32::new(0),
+            Ok(Reviewed::Refused("x".into())),
+        ));
+        let cache = CachedReviews::new(refused.clone(), Duration::from_secs(60));
+        cache.review("t1").await.unwrap();
+        cache.review("t1").await.unwrap();
+        assert_eq!(refused.0.load(Ordering::SeqCst), 2);
+        assert_eq!(cache.len(), 0);
+
         let down = Arc::new(Counting(
             AtomicU32::new(0),
             Err(ReviewUnavailable("down".into())),
@@ -312,5 +351,21 @@ mod tests {
         assert!(cache.review("t1").await.is_err());
         assert!(cache.review("t1").await.is_err());
         assert_eq!(down.0.load(Ordering::SeqCst), 2);
+    }
+
+    /// Issue 26: the cache holds digests, so its memory is bounded by its entry count whatever
+    /// the tokens' size, and the count is bounded too.
+    #[tokio::test(start_paused = true)]
+    async fn the_cache_is_bounded_whatever_the_tokens() {
+        let ok = Arc::new(Counting(AtomicU32::new(0), Ok(a_pod())));
+        let cache = CachedReviews::new(ok.clone(), Duration::from_secs(600));
+        let big = "x".repeat(300 * 1024);
+        for i in 0..(MAX_CACHED + 10) {
+            cache.review(&format!("{big}{i}")).await.unwrap();
+            assert!(cache.len() <= MAX_CACHED);
+        }
+        // Keyed by the digest: each entry is 32 bytes of key, not 300 kB of token.
+        assert_eq!(std::mem::size_of::<Digest>(), 32);
+        assert_ne!(digest("a"), digest("b"));
     }
 }
