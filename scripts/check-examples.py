@@ -8,7 +8,7 @@
 2. What no schema can see, for every pod template (Pod, Job, JobSet): the opt-in label
    `vigil.worker` with a valid id (the reserved `pod-name` on a template of several pods); a valid `vigil.checkpoint` annotation; a restartPolicy Vigil
    can restart under; a termination grace above the agent's checkpoint budget; the worker
-   container's downward API env (VIGIL_WORKER from the label, or the pod's name for `pod-name`;
+   container's downward API env (VIGIL_WORKER from the label, or `<namespace>.<pod>` for `pod-name`;
    NODE_NAME; VIGIL_AGENT from
    status.hostIP) and the projected token for the audience `vigil` mounted where
    VIGIL_TOKEN_FILE says.
@@ -135,11 +135,21 @@ def check_pod(where: str, meta: Dict[str, Any], spec: Dict[str, Any], job: Dict[
         problem(where, f"no container {named!r}")
         return
     env = {e["name"]: e for e in c.get("env") or []}
-    # The worker id the client publishes under: the pod's name for `pod-name`, else the label.
-    worker_path = "metadata.name" if worker == "pod-name" else "metadata.labels['vigil.worker']"
-    for var, path in (("VIGIL_WORKER", worker_path),
-                      ("NODE_NAME", "spec.nodeName"),
-                      ("VIGIL_AGENT", "status.hostIP")):
+    # The worker id the client publishes under: `<namespace>.<pod name>` for `pod-name` (built
+    # with $(VAR) from variables listed before it: Kubernetes expands only those), else the label.
+    refs = [("NODE_NAME", "spec.nodeName"), ("VIGIL_AGENT", "status.hostIP")]
+    if worker == "pod-name":
+        names = [e["name"] for e in c.get("env") or []]
+        refs += [("POD_NAMESPACE", "metadata.namespace"), ("POD_NAME", "metadata.name")]
+        value = (env.get("VIGIL_WORKER") or {}).get("value")
+        if value != "$(POD_NAMESPACE).$(POD_NAME)" or not (
+                "POD_NAMESPACE" in names and "POD_NAME" in names and "VIGIL_WORKER" in names
+                and max(names.index("POD_NAMESPACE"), names.index("POD_NAME")) < names.index("VIGIL_WORKER")):
+            problem(where, f"container {c['name']}: with `vigil.worker: pod-name`, env VIGIL_WORKER must be "
+                           "\"$(POD_NAMESPACE).$(POD_NAME)\", after POD_NAMESPACE and POD_NAME")
+    else:
+        refs.append(("VIGIL_WORKER", "metadata.labels['vigil.worker']"))
+    for var, path in refs:
         if field_ref(env, var) != path:
             problem(where, f"container {c['name']}: env {var} must come from the downward API fieldPath {path}")
     token_file = (env.get("VIGIL_TOKEN_FILE") or {}).get("value")

@@ -204,6 +204,27 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         .unwrap();
     assert_eq!(empty.record, Ok(Default::default()));
 
+    // Issue 26: a record over the bounds (junk written with a worker's Redis credentials) is
+    // that worker's problem: read as unreadable, its bytes never sent to the agent.
+    let junk = "j".repeat(vigil::coord::MAX_RECORD_BYTES);
+    c.hset(&k("fat"), &[("job".into(), junk)], None)
+        .await
+        .unwrap();
+    let many: Vec<(String, String)> = (0..=vigil::coord::MAX_RECORD_FIELDS)
+        .map(|i| (format!("f{i}"), "v".to_string()))
+        .collect();
+    c.hset(&k("wide"), &many, None).await.unwrap();
+    for key in ["fat", "wide"] {
+        let read = c.read_worker(&[k(key)], &[k("m1")]).await.unwrap();
+        let why = read.record.unwrap_err();
+        assert!(why.contains("over the"), "{key}: {why}");
+        assert_eq!(
+            read.values,
+            vec![Some("x".to_string())],
+            "the marks still read"
+        );
+    }
+
     // The legacy layout, read for one release: a record only under the old key is found in the
     // same one read (and by `read_status`, where the agent writes a checkpoint request); once
     // the worker writes the new key, that record wins over the old one.

@@ -791,7 +791,7 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
 }
 
 /// Issue 19: pods of one template share their labels. With the opt-in value `pod-name`, each
-/// pod is its own worker (its name the id): a hang of one is restarted, the other is untouched —
+/// pod is its own worker (`<namespace>.<name>` the id): a hang of one is restarted, the other is untouched —
 /// where two pods with one literal id would be ambiguous and never restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_of_one_template_are_distinct_workers_by_their_names() {
@@ -815,7 +815,11 @@ async fn pods_of_one_template_are_distinct_workers_by_their_names() {
         .map(|c| c.worker)
         .collect();
     ids.sort();
-    assert_eq!(ids, vec!["trainer-7f9c-a", "trainer-7f9c-b"]);
+    // Issue 26: with the pod's namespace, so pods of one name in two namespaces stay two.
+    assert_eq!(
+        ids,
+        vec!["default.trainer-7f9c-a", "default.trainer-7f9c-b"]
+    );
 
     let mut rig = Rig::new(Arc::new(runtime));
     // Pod a hangs (one beat, never again); pod b beats every cycle.
@@ -823,14 +827,14 @@ async fn pods_of_one_template_are_distinct_workers_by_their_names() {
     let key = |w: &str| keys.status(w);
     write_record(
         rig.store.as_ref(),
-        &key("trainer-7f9c-a"),
+        &key("default.trainer-7f9c-a"),
         "processing",
         rig.now(),
         &[],
     )
     .await;
     for _ in 0..24 {
-        let (k, now) = (key("trainer-7f9c-b"), rig.now());
+        let (k, now) = (key("default.trainer-7f9c-b"), rig.now());
         write_record(rig.store.as_ref(), &k, "processing", now, &[]).await;
         rig.tick().await;
     }

@@ -95,14 +95,23 @@ grace = "8s"
     }
 
     /// A worker container that acknowledges a SIGUSR1 checkpoint through the agent's worker API
-    /// (on loopback: the container shares the host's network).
+    /// (on loopback: the container shares the host's network). A signal carries no request id:
+    /// the worker learns it from the answer to a beat, and acknowledges that id (issue 26: any
+    /// other value is no acknowledgement).
     fn acking_worker(&self) -> WorkerContainer {
         let url = self
             .s
             .worker_url(&format!("/v1/workers/{}/status", self.s.worker));
+        let post = |body: &str| {
+            format!("wget -q -O- --header \"Content-Type: application/json\" --post-data '{body}' {url}")
+        };
+        let beat = post(r#"{"state":"processing"}"#);
+        let ack = post(r#"{"checkpoint_ack":"'$id'"}"#);
         self.signal_worker(&format!(
-            "trap 'echo checkpoint; wget -q -O- --header \"Content-Type: application/json\" --post-data \"{{\\\"checkpoint_ack\\\":\\\"ok\\\"}}\" {url}' USR1; \
-             trap 'exit 0' TERM; while true; do sleep 1; done"
+            "checkpoint() {{ echo checkpoint; \
+               id=$({beat} | sed -n 's/.*\"checkpoint_request\":\"\\([^\"]*\\)\".*/\\1/p'); \
+               {ack}; }}; \
+             trap checkpoint USR1; trap 'exit 0' TERM; while true; do sleep 1; done"
         ))
     }
 

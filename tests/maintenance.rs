@@ -179,22 +179,29 @@ async fn preemption_with_a_silent_worker_times_out_within_the_budget() {
     assert_eq!(rec["checkpoint_reason"], "preemption");
 }
 
-#[tokio::test]
-async fn a_signal_the_worker_acknowledges_is_acked() {
-    let mut r = rig(|_| {});
-    r.runtime.set_checkpoint_label("c1", "signal:SIGUSR2");
+/// A signalled worker that acknowledges with `ack(request id)`: the id read from its record.
+fn on_signal_ack(r: &mut Rig, ack: fn(&str) -> String) {
     let coord = r.coord.clone();
     let key = r.keys.status("trainer-0");
     r.runtime.on_signal(move |_| {
         let coord = coord.clone();
         let key = key.clone();
         tokio::spawn(async move {
+            let rec = coord.hgetall(&key).await.unwrap();
+            let value = ack(&rec["checkpoint_request"]);
             coord
-                .hset(&key, &[("checkpoint_ack".into(), "ok".into())], None)
+                .hset(&key, &[("checkpoint_ack".into(), value)], None)
                 .await
                 .unwrap();
         });
     });
+}
+
+#[tokio::test]
+async fn a_signal_the_worker_acknowledges_is_acked() {
+    let mut r = rig(|_| {});
+    r.runtime.set_checkpoint_label("c1", "signal:SIGUSR2");
+    on_signal_ack(&mut r, |id| id.to_string());
     let results = r
         .controller
         .checkpoint("agent-sigterm", Duration::from_secs(2))
@@ -202,6 +209,26 @@ async fn a_signal_the_worker_acknowledges_is_acked() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].outcome, Outcome::Acked);
     assert_eq!(results[0].method, "signal");
+}
+
+/// Issue 26, finding 4: only the request's own id acknowledges it. A constant (`ok`) or the id
+/// of an earlier round (an ack in flight when this round was written) leaves the round waiting
+/// until its budget, and it ends timed out, never acked.
+#[tokio::test]
+async fn an_ack_of_another_id_is_no_acknowledgement() {
+    for ack in [
+        (|_: &str| "ok".to_string()) as fn(&str) -> String,
+        |id: &str| format!("{id}-earlier"),
+    ] {
+        let mut r = rig(|_| {});
+        r.runtime.set_checkpoint_label("c1", "signal:SIGUSR2");
+        on_signal_ack(&mut r, ack);
+        let results = r
+            .controller
+            .checkpoint("agent-sigterm", Duration::from_millis(600))
+            .await;
+        assert_eq!(results[0].outcome, Outcome::TimedOut, "{results:?}");
+    }
 }
 
 #[tokio::test]

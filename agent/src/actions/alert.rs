@@ -234,21 +234,32 @@ impl Alert {
         s
     }
 
-    /// The Slack-compatible body.
+    /// The Slack-compatible body. NB: a worker writes its `job` and its log lines, so its text
+    /// is escaped the way Slack's message formatting asks (`&`, `<`, `>`): a `<!channel>` or a
+    /// `<https://…|link>` in them reaches the channel as text, and a code fence in the logs
+    /// cannot close the block. Only the configured mention is sent as markup.
     pub(crate) fn webhook_body(&self, mention: &str) -> serde_json::Value {
         let mut text = String::new();
         if self.page && !mention.is_empty() {
             text.push_str(mention);
             text.push(' ');
         }
-        text.push_str(&self.summary());
+        text.push_str(&slack_escape(&self.summary()));
         if let Some(logs) = self.logs.as_ref().filter(|l| !l.trim().is_empty()) {
             text.push_str("\n```\n");
-            text.push_str(tail_chars(logs, 3000));
+            // A zero-width space after each backtick: no run of three is left to end the block.
+            text.push_str(&slack_escape(tail_chars(logs, 3000)).replace('`', "`\u{200B}"));
             text.push_str("\n```");
         }
         serde_json::json!({ "text": text, "vigil": self })
     }
+}
+
+/// Slack's three control characters, escaped as its formatting reference asks.
+fn slack_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The end of `s`, at most `max` bytes, cut on a character boundary.
@@ -616,6 +627,33 @@ mod tests {
         assert_eq!(body["vigil"]["for"], "12m");
         let plain = Alert::new(AlertKind::Hung, "n", "x").webhook_body("<!here>");
         assert!(!plain["text"].as_str().unwrap().contains("<!here>"));
+    }
+
+    /// Issue 26: what a worker writes (its job, its logs) is text in Slack, never markup.
+    #[test]
+    fn a_worker_s_text_cannot_mention_link_or_close_the_log_block() {
+        let mut a = Alert::new(AlertKind::Hung, "gpu-7", "no heartbeat");
+        a.page = true;
+        a.job = Some("<!channel> see <https://evil.example|the fix> & more".into());
+        a.logs = Some("ok\n```\n<!here> free GPUs at <https://evil.example>\n````".into());
+        let body = a.webhook_body("<!subteam^S123>");
+        let text = body["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("<!subteam^S123> "),
+            "the configured mention stays: {text}"
+        );
+        for markup in ["<!channel>", "<!here>", "<https://", "&amp more"] {
+            assert!(!text.contains(markup), "{markup} in {text}");
+        }
+        assert!(
+            text.contains("&lt;!channel&gt;") && text.contains("&amp; more"),
+            "{text}"
+        );
+        // One block: the fence that opens it and the one that closes it, nothing between.
+        assert_eq!(text.matches("```").count(), 2, "{text}");
+        assert!(text.ends_with("\n```"), "{text}");
+        // The structured copy keeps the worker's text as it was.
+        assert_eq!(body["vigil"]["job"], a.job.clone().unwrap());
     }
 
     #[tokio::test]

@@ -5,7 +5,11 @@
 //! `checkpoint_reason` and `checkpoint_requested_at` into the worker's status record and clears
 //! `checkpoint_ack`; then it delivers the request by the worker's method (a signal through Docker,
 //! an HTTP POST, or nothing more for `redis`, where the worker watches its own record). The worker
-//! saves its state and sets `checkpoint_ack` (ideally to the request id) in its status record.
+//! saves its state and sets `checkpoint_ack` to the request id in its status record.
+//!
+//! NB: only an ack of *this* round's id counts. Any other value — an ack for an earlier round
+//! still in flight when this one was written, a constant like `ok` — is not an acknowledgement
+//! of this request, whose save may not have happened.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,6 +94,11 @@ pub fn summary(results: &[WorkerResult]) -> String {
         count(Outcome::TimedOut),
         count(Outcome::Failed)
     )
+}
+
+/// Does `record` acknowledge the request `id`? Only the id itself does.
+pub(crate) fn acknowledges(record: &std::collections::HashMap<String, String>, id: &str) -> bool {
+    !id.is_empty() && record.get("checkpoint_ack").is_some_and(|a| a == id)
 }
 
 /// What a checkpoint round needs.
@@ -196,7 +205,7 @@ impl Checkpointer {
         loop {
             match self.coord.hgetall(&key).await {
                 Ok(rec) => {
-                    if rec.get("checkpoint_ack").is_some_and(|a| !a.is_empty()) {
+                    if acknowledges(&rec, &id) {
                         return result(label, Outcome::Acked, format!("request {id} acknowledged"));
                     }
                 }

@@ -116,5 +116,15 @@ async fn to_agent(
         )));
     }
     println!("beat sent to {agent}");
+    // A shell worker learns of a checkpoint request here (a signal carries no id): it saves,
+    // then acknowledges exactly this id with `--checkpoint-ack <id>`.
+    let answer: serde_json::Value = resp.json().await.unwrap_or_default();
+    if let Some(id) = answer.get("checkpoint_request").and_then(|v| v.as_str()) {
+        let reason = answer
+            .get("checkpoint_reason")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        println!("checkpoint_request={id} checkpoint_reason={reason}");
+    }
     Ok(())
 }

@@ -47,6 +47,25 @@ pub enum CoordError {
 /// One trail entry as stored: its stream id and its fields.
 pub type TrailEntry = (String, HashMap<String, String>);
 
+/// The most fields, and bytes of names and values together, of a status record the agent reads.
+/// A worker's record holds a dozen short fields; one over these bounds (multi-MB junk written
+/// by whoever holds Redis credentials for it) is read as unreadable: that worker is
+/// unreachable, alerted, and its record never reaches the agent's memory. The worker API's
+/// body limit (64 KiB) keeps a worker that writes through it well inside.
+pub const MAX_RECORD_FIELDS: usize = 64;
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+
+/// Why `record` is over [`MAX_RECORD_FIELDS`] or [`MAX_RECORD_BYTES`], if it is.
+pub(crate) fn oversized(record: &HashMap<String, String>) -> Option<String> {
+    let bytes: usize = record.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (record.len() > MAX_RECORD_FIELDS || bytes > MAX_RECORD_BYTES).then(|| {
+        format!(
+            "the record holds {} fields of {bytes} bytes, over the {MAX_RECORD_FIELDS} fields and {MAX_RECORD_BYTES} bytes the agent reads",
+            record.len()
+        )
+    })
+}
+
 /// What one worker's verdict needs, read in one round trip (see [`Coordinator::read_worker`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerRead {
@@ -227,7 +246,10 @@ pub trait Coordinator: Send + Sync {
         for (i, key) in records.iter().enumerate() {
             from = i;
             record = match self.hgetall(key).await {
-                Ok(fields) => Ok(fields),
+                Ok(fields) => match oversized(&fields) {
+                    Some(why) => Err(why),
+                    None => Ok(fields),
+                },
                 Err(CoordError::Command { detail, .. }) => Err(detail),
                 Err(e) => return Err(e),
             };

@@ -9,6 +9,7 @@ use crate::actions::checkpoint::{self, Checkpointer, Outcome, WorkerResult};
 use crate::clock::{rfc3339, Millis};
 use crate::config::Config;
 use crate::coord::{Coordinator, Keys};
+use crate::model::worker::valid_worker_id;
 use crate::observe::metrics::Metrics;
 use crate::observe::trail::Code;
 use crate::runtime::ContainerRuntime;
@@ -60,9 +61,25 @@ impl CheckpointRounds {
         let why = match listed {
             Ok(Ok(workers)) => {
                 // Only a running worker can save anything (the listing holds exited ones too).
-                let workers: Vec<_> = workers.into_iter().filter(|c| c.running).collect();
+                // NB: the worker id goes into a Redis key name: a label value that is no worker
+                // id (the roster alerts on it) is never written to.
+                let (workers, invalid): (Vec<_>, Vec<_>) = workers
+                    .into_iter()
+                    .filter(|c| c.running)
+                    .partition(|c| valid_worker_id(&c.worker));
                 let left = budget.saturating_sub(started.elapsed());
-                return self.checkpointer.run(&workers, reason, left).await;
+                let mut results = self.checkpointer.run(&workers, reason, left).await;
+                results.extend(invalid.into_iter().map(|c| WorkerResult {
+                    worker: c.worker.chars().take(64).collect(),
+                    method: "invalid",
+                    outcome: Outcome::Failed,
+                    waited: Duration::ZERO,
+                    detail: format!(
+                        "{} carries the opt-in label with a value that is not a worker id: not asked",
+                        c.display()
+                    ),
+                }));
+                return results;
             }
             Ok(Err(e)) => e.to_string(),
             Err(_) => "no answer".to_string(),

@@ -42,6 +42,11 @@ use crate::sources::pods::{PodApi, RestartPolicy};
 /// (ambiguous, never restarted) worker.
 pub const POD_NAME_ID: &str = "pod-name";
 
+/// The worker id of a pod opted in with [`POD_NAME_ID`]: `<namespace>.<pod>`.
+pub fn pod_name_id(namespace: &str, pod: &str) -> String {
+    format!("{namespace}.{pod}")
+}
+
 /// The pod annotation that names the worker's container in a pod with several.
 pub const WORKER_CONTAINER_ANNOTATION: &str = "vigil.dev/worker-container";
 
@@ -317,8 +322,10 @@ impl Sandbox {
         let worker = labels.get(&s.worker_label).filter(|w| !w.is_empty())?;
         let meta = meta.unwrap_or_default();
         // Pods of one template share their labels: `pod-name` makes each its own worker.
+        // NB: with its namespace (`<namespace>.<pod>`: a namespace holds no dot), so that
+        // `dev/trainer-0` and `ml/trainer-0` on one node are two workers, not one ambiguous id.
         let worker = if worker == POD_NAME_ID {
-            meta.name.clone()
+            pod_name_id(&meta.namespace, &meta.name)
         } else {
             worker.clone()
         };

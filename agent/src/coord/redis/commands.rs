@@ -54,8 +54,9 @@ return 0",
 
 // NB: a worker's clock, record and marks in one round trip. The record is the first of the
 // ARGV[1] record keys (KEYS[1..n]: the new layout, then the legacy one) that holds fields; each
-// is read under pcall: a key of another type is that worker's problem, not a failed cycle. All
-// keys are one node's, so one hash slot.
+// is read under pcall: a key of another type is that worker's problem, not a failed cycle. A
+// record over the bounds (ARGV[2] fields, ARGV[3] bytes: `crate::coord::MAX_RECORD_FIELDS` and `MAX_RECORD_BYTES`) is that
+// worker's problem too, and never leaves the server. All keys are one node's, so one hash slot.
 static READ_WORKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -66,6 +67,13 @@ for i = 1, n do
   from = i - 1
   ok, rec = pcall(redis.call, 'HGETALL', KEYS[i])
   if not ok or #rec > 0 then break end
+end
+if ok and #rec > 0 then
+  local bytes = 0
+  for j = 1, #rec do bytes = bytes + #rec[j] end
+  if #rec / 2 > tonumber(ARGV[2]) or bytes > tonumber(ARGV[3]) then
+    ok, rec = false, 'the record holds ' .. (#rec / 2) .. ' fields of ' .. bytes .. ' bytes, over the ' .. ARGV[2] .. ' fields and ' .. ARGV[3] .. ' bytes the agent reads'
+  end
 end
 local marks = {}
 if #KEYS > n then marks = redis.call('MGET', unpack(KEYS, n + 1)) end
@@ -180,9 +188,13 @@ impl Coordinator for RedisCoordinator {
         keys: &[String],
     ) -> Result<WorkerRead, CoordError> {
         let all: Vec<&str> = records.iter().chain(keys).map(String::as_str).collect();
-        let n = records.len().to_string();
+        let args = [
+            records.len().to_string(),
+            crate::coord::MAX_RECORD_FIELDS.to_string(),
+            crate::coord::MAX_RECORD_BYTES.to_string(),
+        ];
         let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>, usize) =
-            self.script(&READ_WORKER, &all, &[n]).await?;
+            self.script(&READ_WORKER, &all, &args).await?;
         let (secs, micros, ok, rec, values, from) = raw;
         let record = if ok == 1 {
             record_fields(rec)
