@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::e2e::{decisions, worker_decisions, ConfigParts, Setup};
@@ -971,6 +971,56 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
     assert_eq!(starts.len(), 2, "exactly one restart: {starts:?}");
 }
 
+/// A cgroup named as the test likes, made under the first writable hierarchy (cgroup v1's
+/// named `systemd` one, or v2's), in which a host process is started: what a node user gets with
+/// `systemd-run --user --scope --unit=<name>`. Removed on drop.
+struct NamedCgroup {
+    dir: PathBuf,
+}
+
+impl NamedCgroup {
+    fn new(name: &str) -> NamedCgroup {
+        let parent = [
+            "/sys/fs/cgroup/systemd",
+            "/sys/fs/cgroup/unified",
+            "/sys/fs/cgroup",
+        ]
+        .into_iter()
+        .map(Path::new)
+        .find(|h| h.join("cgroup.procs").exists())
+        .expect("a cgroup hierarchy under /sys/fs/cgroup");
+        let dir = parent.join(unique("vigil-impostor-")).join(name);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| {
+            panic!("cannot make {} (the test runs as root): {e}", dir.display())
+        });
+        NamedCgroup { dir }
+    }
+
+    /// `sh -c script` moved into this cgroup first: (exit code, stdout + stderr).
+    fn run(&self, script: &str) -> (i32, String) {
+        let procs = self.dir.join("cgroup.procs");
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &format!("echo $$ > {} && {script}", procs.display())])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), text)
+    }
+}
+
+impl Drop for NamedCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+        if let Some(p) = self.dir.parent() {
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+}
+
 /// `vigil beat` run *inside* `container` (the host's binary and C library mounted read-only) to
 /// the worker API's unix socket mounted at /run/vigil: (exit code, stdout + stderr).
 fn beat_from(container: &WorkerContainer, worker: &str, state: &str) -> (i32, String) {
@@ -1018,8 +1068,9 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
         worker_api: &format!("[worker_api]\nsocket = \"{}\"\n", socket.display()),
         ..ConfigParts::default()
     });
+    // Read-only, as the docs mount it: a worker connects but cannot replace the socket.
     let mounts = [
-        format!("{}:/run/vigil", run.display()),
+        format!("{}:/run/vigil:ro", run.display()),
         format!("{}:/vigil:ro", env!("CARGO_BIN_EXE_vigil")),
         "/lib:/lib:ro".to_string(),
         "/lib64:/lib64:ro".to_string(),
@@ -1063,6 +1114,39 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
     );
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("403") && err.contains("host process"), "{err}");
+    // Issue 26, finding 1: a host process in a cgroup named like the worker's container (a node
+    // user's `systemd-run --scope --unit=docker-<id>`) is not that container.
+    let impostor = NamedCgroup::new(&format!("docker-{}.scope", mine.id));
+    let (code, out) = impostor.run(&format!(
+        "cat /proc/self/cgroup; exec {} beat --worker {w0} --state error --agent unix:{}",
+        env!("CARGO_BIN_EXE_vigil"),
+        socket.display()
+    ));
+    assert!(
+        out.contains(&mine.id),
+        "the impostor's cgroup names the container: {out}"
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("403") && out.contains("not where the runtime runs it"),
+        "{out}"
+    );
+    // And a worker cannot touch the socket's directory (mounted read-only).
+    let out = std::process::Command::new("docker")
+        .args([
+            "exec",
+            &mine.id,
+            "/bin/sh",
+            "-c",
+            "rm -f /run/vigil/worker.sock; echo x > /run/vigil/junk",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a worker wrote the socket's directory"
+    );
+    assert!(socket.exists() && !run.join("junk").exists());
     // The metrics port: the issue's two lines.
     for body in [r#"{"state":"error"}"#, r#"{"checkpoint_ack":"x"}"#] {
         let r = reqwest::Client::new()
@@ -1167,6 +1251,137 @@ async fn on_docker_under_a_kubelet_a_pod_s_token_writes_its_own_worker() {
         403
     );
     assert_eq!(put(&w0, None).await.unwrap().status().as_u16(), 401);
+}
+
+/// Issue 26, finding 2: what a flood of junk writes from any pod in the cluster costs the agent.
+/// 400 writes with distinct 300 kB tokens (hyper refuses the head past 32 KiB: 431, or the
+/// connection is closed mid-send) and 400 with distinct 7 kB tokens (under the size bound:
+/// reviewed and refused, never cached), 32 at a time, while the real worker beats with its own
+/// token. Its beats all succeed, and the agent's resident memory grows by at most 16 MiB (before
+/// the fix the first half alone took it from 18 to 180 MiB; measured after it: a few MiB, the
+/// allocator's high-water mark of 32 connections' buffers).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_junk_tokens_neither_grows_the_agent_nor_stops_real_writes() {
+    use futures_util::StreamExt;
+    let redis = shared_redis_url();
+    let s = Setup::new("e2e-flood");
+    let kube = common::fake_kube::FakeKube::start(&s.node).await;
+    let cfg = s.write_config(ConfigParts {
+        policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
+        tables: &format!(
+            "[safety]\nlock_ttl = \"90s\"\n[kubernetes]\nenabled = \"on\"\napi_url = \"{}\"\n",
+            kube.url
+        ),
+        worker_api: &format!(
+            "[worker_api]\nlisten = \"{}\"\nauth = \"kubernetes\"\n",
+            s.worker_listen
+        ),
+        ..ConfigParts::default()
+    });
+    let _c0 = WorkerContainer::start_with(
+        &[
+            "--label",
+            &format!("{}={}", s.label, s.worker),
+            "--label",
+            "io.kubernetes.pod.namespace=ml",
+            "--label",
+            "io.kubernetes.pod.name=train-0",
+            "--label",
+            "io.kubernetes.pod.uid=uid-0",
+        ],
+        common::real::IGNORES_TERM,
+    );
+    let token = kube.mint("ml", Some(("train-0", "uid-0")), Some(&s.node), &["vigil"]);
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let up = eventually(Duration::from_secs(15), || {
+        std::net::TcpStream::connect(&s.worker_listen).is_ok()
+    })
+    .await;
+    assert!(up, "{}", agent.log_text());
+    let url = s.worker_url(&format!("/v1/workers/{}/status", s.worker));
+    let client = reqwest::Client::new();
+    let put = |token: String| {
+        client
+            .put(&url)
+            .bearer_auth(token)
+            .body(r#"{"state":"processing"}"#)
+            .timeout(Duration::from_secs(30))
+            .send()
+    };
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", agent.child.id())).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kb / 1024
+    };
+    // Warm: the real worker's first beats (its review cached, the runtime connected).
+    for _ in 0..3 {
+        let r = put(token.clone()).await.unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{}", agent.log_text());
+    }
+    let before = rss();
+    let reviews_before = kube
+        .requests()
+        .iter()
+        .filter(|(_, path, _)| path.contains("tokenreviews"))
+        .count();
+    let junk = |i: usize, size: usize| format!("{i:08}{}", "j".repeat(size - 8));
+    let jobs = (0..800).map(|i| {
+        let t = if i < 400 {
+            junk(i, 300 * 1024)
+        } else {
+            junk(i, 7 * 1024)
+        };
+        let real = (i % 10 == 0).then(|| token.clone());
+        let put = &put;
+        async move {
+            let refused = put(t).await.map(|r| r.status().as_u16()).ok();
+            let real = match real {
+                Some(t) => Some(put(t).await.map(|r| r.status().as_u16())),
+                None => None,
+            };
+            (refused, real)
+        }
+    });
+    let results: Vec<_> = futures_util::stream::iter(jobs)
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let after = rss();
+    for (refused, real) in &results {
+        assert!(
+            matches!(refused, None | Some(401) | Some(431)),
+            "junk was not refused: {refused:?}"
+        );
+        if let Some(real) = real {
+            assert_eq!(
+                real.as_ref().ok(),
+                Some(&200),
+                "a real beat failed: {real:?}"
+            );
+        }
+    }
+    let reviews = kube
+        .requests()
+        .iter()
+        .filter(|(_, path, _)| path.contains("tokenreviews"))
+        .count()
+        - reviews_before;
+    println!(
+        "flood: resident {before} MiB -> {after} MiB; {reviews} TokenReviews for 800 junk writes"
+    );
+    assert!(
+        reviews <= 400,
+        "the 300 kB tokens cost no review: {reviews} reviews"
+    );
+    assert!(
+        after <= before + 16,
+        "resident memory grew from {before} MiB to {after} MiB"
+    );
+    assert!(agent.log_text().contains("serving the worker API"));
 }
 
 /// Issue 19: a long operation announced with a grace holds past `stale_after` (2 s here) and

@@ -2,9 +2,9 @@
 //! docs/security.md ("Redis ACLs"), read from the page itself into the server's `users.acl`, so
 //! the documented lines are the tested ones:
 //!
-//! - the worker user of a node beats (through `vigil beat`, and through `write_status`) with no
-//!   command refused, and is refused (`NOPERM`) on every key of the agent and on another node's
-//!   records;
+//! - a worker's user beats (through `vigil beat`, and through `write_status`) with no command
+//!   refused, and is refused (`NOPERM`) on every key of the agent, on its neighbours' records and
+//!   on another node's;
 //! - the agent user runs whole cycles, through an incident to a restart, and the operator's
 //!   `vigil status` and `vigil explain`, with no command refused;
 //! - a record under the layout before the status records had their own prefix is still read for
@@ -49,9 +49,17 @@ fn documented_lines() -> (String, String) {
     (line("user vigil-worker-"), line("user vigil-agent "))
 }
 
-fn worker_password(node: &str) -> String {
-    format!("worker-secret-{node}")
+fn worker_password(node: &str, worker: &str) -> String {
+    format!("worker-secret-{node}-{worker}")
 }
+
+/// The workers given a user of their own: (node, worker id).
+const WORKERS: [(&str, &str); 4] = [
+    (NODE, "trainer-0"),
+    (NODE, "trainer-1"),
+    (NODE, "both"),
+    (OTHER, "trainer-0"),
+];
 
 const AGENT_PASSWORD: &str = "agent-secret";
 
@@ -67,18 +75,15 @@ struct AclRedis {
 impl AclRedis {
     fn start() -> AclRedis {
         let (worker, agent) = documented_lines();
-        let for_node = |node: &str| {
+        let mut users = vec!["user default on nopass ~* &* +@all".to_string()];
+        users.extend(WORKERS.iter().map(|(node, id)| {
             worker
                 .replace("<node>", node)
-                .replace("<worker-password>", &worker_password(node))
-        };
-        let users = [
-            "user default on nopass ~* &* +@all".to_string(),
-            for_node(NODE),
-            for_node(OTHER),
-            agent.replace("<agent-password>", AGENT_PASSWORD),
-        ]
-        .join("\n");
+                .replace("<worker-id>", id)
+                .replace("<worker-password>", &worker_password(node, id))
+        }));
+        users.push(agent.replace("<agent-password>", AGENT_PASSWORD));
+        let users = users.join("\n");
         let dir = tempfile::tempdir().unwrap();
         let acl = dir.path().join("users.acl");
         std::fs::write(&acl, users + "\n").unwrap();
@@ -108,10 +113,11 @@ impl AclRedis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    fn worker_url(&self, node: &str) -> String {
+    /// As the user of one worker (docs/security.md: one user per worker).
+    fn worker_url(&self, node: &str, worker: &str) -> String {
         format!(
-            "redis://vigil-worker-{node}:{}@127.0.0.1:{}",
-            worker_password(node),
+            "redis://vigil-worker-{node}-{worker}:{}@127.0.0.1:{}",
+            worker_password(node, worker),
             self.port
         )
     }
@@ -271,7 +277,10 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
             "--progress",
             "step-1",
         ],
-        &[("REDIS_URL", &redis.worker_url(NODE)), ("NODE_NAME", NODE)],
+        &[
+            ("REDIS_URL", &redis.worker_url(NODE, "trainer-0")),
+            ("NODE_NAME", NODE),
+        ],
     );
     assert_eq!(code, 0, "vigil beat as the worker user: {out}{err}");
     assert!(out.contains(&keys.status("trainer-0")), "{out}");
@@ -287,16 +296,18 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
     assert_eq!(rec["progress"], "step-1");
     assert!(rec.contains_key("heartbeat"));
     // And through the library, as a worker written in Rust would, acknowledging a checkpoint.
-    let as_worker = RedisCoordinator::new(&redis.worker_url(NODE), Duration::from_secs(2)).unwrap();
+    let as_worker =
+        RedisCoordinator::new(&redis.worker_url(NODE, "trainer-0"), Duration::from_secs(2))
+            .unwrap();
     write_status(
         &as_worker,
         &keys,
-        "trainer-1",
+        "trainer-0",
         &[("checkpoint_ack".into(), "req-1".into())],
     )
     .await
     .unwrap();
-    let mine = as_worker.hgetall(&keys.status("trainer-1")).await.unwrap();
+    let mine = as_worker.hgetall(&keys.status("trainer-0")).await.unwrap();
     assert_eq!(mine["checkpoint_ack"], "req-1", "it reads its own record");
     assert_eq!(
         redis.refusals().await,
@@ -305,11 +316,14 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
     );
 
     // Every agent key (and the legacy layout), by key: with the very commands it may run.
-    let mut w = AclRedis::conn(&redis.worker_url(NODE)).await;
+    let mut w = AclRedis::conn(&redis.worker_url(NODE, "trainer-0")).await;
     let mut refused = Vec::new();
     let mut foreign = agent_keys(&keys);
     foreign.extend(agent_keys(&other));
     foreign.push(("another node's status", other.status("trainer-0")));
+    // Issue 26, finding 5: nor another worker of its own node (`state=error` would force its
+    // restart, `restarts=alert-only` take its protection away).
+    foreign.push(("a neighbour's status", keys.status("trainer-1")));
     for (name, key) in &foreign {
         let read = redis::cmd("HGETALL")
             .arg(key)
@@ -357,7 +371,7 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
     assert!(format!("{breaker:?}").contains("NOPERM"), "{breaker:?}");
 
     // Node B's worker user is refused on node A's records.
-    let mut b = AclRedis::conn(&redis.worker_url(OTHER)).await;
+    let mut b = AclRedis::conn(&redis.worker_url(OTHER, "trainer-0")).await;
     let read = redis::cmd("HGETALL")
         .arg(&own)
         .query_async::<redis::Value>(&mut b)
@@ -367,12 +381,15 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
     let log = redis.refusals().await;
     assert!(
         log.iter()
-            .any(|l| l.starts_with(&format!("vigil-worker-{NODE} refused key"))),
+            .any(|l| l.starts_with(&format!("vigil-worker-{NODE}-trainer-0 refused key"))),
         "{log:?}"
     );
     let (code, _, err) = vigil(
         &["beat", "--worker", "trainer-0", "--state", "processing"],
-        &[("REDIS_URL", &redis.worker_url(OTHER)), ("NODE_NAME", NODE)],
+        &[
+            ("REDIS_URL", &redis.worker_url(OTHER, "trainer-0")),
+            ("NODE_NAME", NODE),
+        ],
     );
     assert_ne!(code, 0, "node B's worker user cannot beat for node A");
     assert!(err.contains("NOPERM"), "{err}");
@@ -414,7 +431,9 @@ async fn cycle_until(agent: &mut Agent, mut done: impl FnMut(&[(String, Verdict)
 async fn the_agent_user_runs_whole_cycles_through_a_restart() {
     let redis = AclRedis::start();
     let keys = Keys::new("vigil", NODE);
-    let as_worker = RedisCoordinator::new(&redis.worker_url(NODE), Duration::from_secs(2)).unwrap();
+    let as_worker =
+        RedisCoordinator::new(&redis.worker_url(NODE, "trainer-0"), Duration::from_secs(2))
+            .unwrap();
     let coord: Arc<dyn Coordinator> =
         Arc::new(RedisCoordinator::new(&redis.agent_url(), Duration::from_secs(2)).unwrap());
     let runtime = FakeRuntime::default();
@@ -504,7 +523,8 @@ async fn a_record_under_the_old_layout_is_read_and_a_new_one_wins() {
             .await
             .unwrap();
     }
-    let as_worker = RedisCoordinator::new(&redis.worker_url(NODE), Duration::from_secs(2)).unwrap();
+    let as_worker =
+        RedisCoordinator::new(&redis.worker_url(NODE, "both"), Duration::from_secs(2)).unwrap();
     let fresh = [("state".to_string(), "processing".to_string())];
     write_status(&as_worker, &keys, "both", &fresh)
         .await
