@@ -559,3 +559,37 @@ fn the_xid_table_of_docs_gpu_is_the_code_table() {
         "docs/gpu.md's XID table drifted from the code (agent/src/policy/xid.rs); put this between the markers:\n{code}"
     );
 }
+
+/// Every test the threat model names (its last column: a file, then the tests in it) exists, so
+/// a row cannot point at a test that was renamed or never written.
+#[test]
+fn every_test_the_threat_model_names_exists() {
+    let page = doc("docs/security.md");
+    let table = section(&page, "docs/security.md", "## Threat model");
+    let mut named = 0;
+    for row in rows(table) {
+        let shown_by = row.last().expect("a row has cells");
+        let mut file: Option<String> = None;
+        for (i, token) in shown_by.split('`').enumerate() {
+            if i % 2 == 0 {
+                continue; // outside backticks
+            }
+            if token.ends_with(".rs") && token.contains('/') {
+                file = Some(doc(token));
+            } else if token
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
+                let text = file
+                    .as_deref()
+                    .unwrap_or_else(|| panic!("test {token} named before its file: {shown_by}"));
+                assert!(
+                    text.contains(&format!("fn {token}(")),
+                    "the threat model names {token}, which its file does not have: {shown_by}"
+                );
+                named += 1;
+            }
+        }
+    }
+    assert!(named >= 20, "only {named} tests named");
+}

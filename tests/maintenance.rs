@@ -231,6 +231,35 @@ async fn an_ack_of_another_id_is_no_acknowledgement() {
     }
 }
 
+/// Issue 26: a label value that is no worker id is never made into a Redis key: that container
+/// is reported failed, not asked, and nothing is written under its value.
+#[tokio::test]
+async fn a_label_that_is_no_worker_id_is_never_asked() {
+    let mut r = rig(|_| {});
+    r.runtime.add("c2", "x}:status:trainer-0");
+    let worker = acking_worker(r.coord.clone(), r.keys.status("trainer-0"));
+    let results = r
+        .controller
+        .checkpoint("test", Duration::from_secs(2))
+        .await;
+    worker.abort();
+    let bad = results
+        .iter()
+        .find(|w| w.worker.starts_with("x}"))
+        .expect("reported");
+    assert_eq!(bad.outcome, Outcome::Failed);
+    assert!(bad.detail.contains("not a worker id"), "{}", bad.detail);
+    let written = r
+        .coord
+        .hgetall(&r.keys.status("x}:status:trainer-0"))
+        .await
+        .unwrap();
+    assert!(written.is_empty(), "{written:?}");
+    assert!(results
+        .iter()
+        .any(|w| w.worker == "trainer-0" && w.outcome == Outcome::Acked));
+}
+
 #[tokio::test]
 async fn a_bad_checkpoint_label_fails_that_worker_only() {
     let mut r = rig(|_| {});

@@ -46,7 +46,9 @@ pub struct WorkerApiConfig {
     pub auth: WorkerAuth,
     /// Unix socket of the worker write API for workers in containers of this host; empty (the
     /// default) serves none. A write is accepted only from the container of the worker it names
-    /// (the peer's cgroup). Mount its directory, not the socket file, into the workers.
+    /// (the peer's cgroup, proven against the container's init process). Mount its directory,
+    /// read-only, into the workers; the directory must be writable by its owner (root or the
+    /// agent's user) only.
     pub socket: PathBuf,
     /// The audience a worker's projected token must be minted for.
     pub audience: String,

@@ -271,7 +271,42 @@ pub(crate) async fn serve_router<L: Listen>(
 
 #[cfg(test)]
 mod tests {
-    use super::bind_unix;
+    use super::{bind_unix, cgroup_of_peer};
+    use crate::sources::peer::Procfs;
+
+    /// Issue 26: `SO_PEERCRED`'s pid may belong to another process by the time it is read. A
+    /// real peer (a python3 process) connects and exits before the accept; `/proc/<its pid>` is
+    /// staged as if a new process had the number. The peer's pidfd says the connector is gone.
+    #[tokio::test]
+    async fn a_peer_that_exited_before_it_was_read_is_not_identified_by_its_old_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let status = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])",
+                path.to_str().unwrap(),
+            ])
+            .status()
+            .expect("python3");
+        assert!(status.success());
+        let (stream, _) = listener.accept().await.unwrap();
+        let pid = stream.peer_cred().unwrap().pid().unwrap();
+        let proc = dir.path().join("proc");
+        std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+        let reused = "0::/system.slice/docker-aaaa.scope\n";
+        std::fs::write(proc.join(pid.to_string()).join("cgroup"), reused).unwrap();
+        let got = cgroup_of_peer(&stream, pid, &Procfs::at(&proc));
+        let why = got.unwrap_err();
+        assert!(why.contains("exited before"), "{why}");
+        // A live peer (this very process, connected to itself) is read as usual.
+        let _me = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        let pid = stream.peer_cred().unwrap().pid().unwrap();
+        assert_eq!(pid, std::process::id() as i32);
+        assert!(cgroup_of_peer(&stream, pid, &Procfs::default()).is_ok());
+    }
 
     #[test]
     fn a_stale_socket_or_a_stray_file_is_replaced_and_nothing_else_is_touched() {
