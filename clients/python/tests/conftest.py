@@ -385,6 +385,6 @@ def worker_container(containers: Callable[..., Container], agent: Agent, script:
     it by itself), and `state_dir` at /state."""
     worker = worker or agent.worker
     args = ["--label", f"{agent.label}={worker}", "-e", f"VIGIL_WORKER={worker}",
-            "-v", f"{agent.socket_dir}:/run/vigil", "-v", f"{state_dir}:/state",
+            "-v", f"{agent.socket_dir}:/run/vigil:ro", "-v", f"{state_dir}:/state",
             "-v", f"{script}:/opt/worker.py:ro", *python_mounts(), *extra]
     return containers(args, [host_python(), "/opt/worker.py"])
