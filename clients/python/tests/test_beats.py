@@ -77,23 +77,24 @@ def test_api_beats_from_inside_the_container_over_the_socket(agent: Agent, conta
     assert float(agent.record()["heartbeat"]) > float(first["heartbeat"])
 
 
-def _worker_acl_rules(prefix: str, node: str, password: str) -> list:
-    """The worker user's rules, as docs/security.md ("Redis ACLs") gives them."""
+def _worker_acl_rules(prefix: str, node: str, worker: str, password: str) -> list:
+    """The worker's own user's rules, as docs/security.md ("Redis ACLs") gives them."""
     doc = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
-    line = next(l for l in doc.splitlines() if l.startswith("user vigil-worker-<node> "))
-    line = line.replace("<node>", node).replace("<worker-password>", password)
+    line = next(l for l in doc.splitlines() if l.startswith("user vigil-worker-<node>-<worker-id> "))
+    line = line.replace("<node>", node).replace("<worker-id>", worker).replace("<worker-password>", password)
     line = line.replace("~vigil:", f"~{prefix}:")
     return line.split()[2:]
 
 
 def test_the_redis_transport_needs_only_the_documented_worker_acl(agent: Agent, redis_url: str,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    """Beats, a checkpoint request read back and its acknowledgement, as the worker user of
-    docs/security.md: TIME, HSET and HGETALL on its node's status records, nothing else."""
+    """Beats, a checkpoint request read back and its acknowledgement, as the worker's own user
+    of docs/security.md: TIME, HSET and HGETALL on its own status record, nothing else."""
     caplog.set_level("WARNING", logger="vigil_worker")
     admin = redis_client(redis_url)
-    user = f"vigil-worker-{agent.node}"
-    admin.execute_command("ACL", "SETUSER", user, *_worker_acl_rules(agent.prefix, agent.node, "pw"))
+    user = f"vigil-worker-{agent.node}-{agent.worker}"
+    admin.execute_command("ACL", "SETUSER", user,
+                          *_worker_acl_rules(agent.prefix, agent.node, agent.worker, "pw"))
     try:
         url = redis_url.replace("redis://", f"redis://{user}:pw@")
         t = RedisTransport(agent.worker, url=url, node=agent.node, prefix=agent.prefix)
