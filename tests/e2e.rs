@@ -272,6 +272,41 @@ async fn embedded_mode_works_without_redis_through_the_local_worker_api() {
         "{}",
         agent.log_text()
     );
+    // Issue 27: `status` and `explain` work without Redis, from the config the agent runs with
+    // (they ask the agent, which serves them read-only on its HTTP port).
+    let c = cfg.to_str().unwrap();
+    let (code, out, err) = vigil(&["status", "-c", c], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&s.node), "{out}");
+    let (code, out, err) = vigil(&["status", "-c", c, "--json"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let body: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(body["nodes"][0]["node"], s.node.as_str(), "{out}");
+    let explained = eventually(Duration::from_secs(10), || {
+        vigil(&["explain", "-c", c], &[]).1.contains("restarted")
+    })
+    .await;
+    let (code, out, err) = vigil(&["explain", "-c", c], &[]);
+    assert!(explained && code == 0, "{out}{err}");
+    assert!(out.contains(&s.worker), "{out}");
+    // Another node's trail is in no agent here: said, not guessed.
+    let (code, _, err) = vigil(&["explain", "-c", c, "elsewhere"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("REDIS_URL"), "{err}");
+    drop(agent);
+    let (code, _, err) = vigil(&["status", "-c", c], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no agent answers"), "{err}");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[]);
+    assert!(
+        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(
+            &s.worker_listen
+        )
+        .is_ok())
+        .await,
+        "{}",
+        agent.log_text()
+    );
     // A malformed beat is refused with a reason.
     let r = reqwest::Client::new()
         .put(format!("{url}/v1/workers/{}/status", s.worker))

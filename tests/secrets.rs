@@ -7,7 +7,8 @@
 //! refused, the webhook answering 500, TLS to a plain-HTTP port, a checkpoint POST failing,
 //! refused worker API writes), an alert-producing incident runs (a hung worker restarted, with
 //! its alerts), and every output is searched for each secret: the agent's log at debug level,
-//! `vigil config check`, `doctor`, `status`, `explain`, `beat`, `/metrics` `/healthz` `/readyz`,
+//! `vigil config check`, `doctor`, `status`, `explain`, `beat`, `/metrics` `/healthz` `/readyz`
+//! `/v1/status` `/v1/trail`,
 //! every key in Redis (the trail included), the Events and the Node stored by the fake API
 //! server, the webhook bodies and the worker API's answers.
 //!
@@ -281,10 +282,17 @@ fn cli(args: &[&str], cfg: &Path, envs: &[(&str, &str)]) -> (i32, String) {
     (code, format!("{out}{err}"))
 }
 
-/// The agent's `/metrics`, `/healthz` and `/readyz`, as text.
+/// The agent's `/metrics`, `/healthz`, `/readyz`, `/v1/status` and `/v1/trail`, as text.
 async fn served(s: &Setup) -> String {
     let mut out = String::new();
-    for path in ["/metrics", "/healthz", "/readyz"] {
+    for path in [
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/v1/status",
+        "/v1/status?format=json",
+        "/v1/trail",
+    ] {
         let text = s.get(path).await.text().await.unwrap();
         out.push_str(&format!("{path}:\n{text}\n"));
     }

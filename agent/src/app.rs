@@ -436,6 +436,7 @@ async fn start_servers(
             coord: a.coord.clone(),
             runtime: Arc::new(a.runtime.clone()),
             max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
+            keys: agent.keys().clone(),
         };
         tracing::info!(%addr, "serving /metrics /healthz /readyz (read-only)");
         tracker.spawn(server::serve(listener, state, stop.clone()));

@@ -43,17 +43,7 @@ pub(super) async fn run(
 /// it listens on every address), else the unix socket, else where `scripts/run.sh` serves it.
 fn local_worker_api(cfg: &Config) -> String {
     if let Some(addr) = cfg.worker_api.listen {
-        let ip = if addr.ip().is_unspecified() {
-            "127.0.0.1".to_string()
-        } else {
-            addr.ip().to_string()
-        };
-        let host = if ip.contains(':') {
-            format!("[{ip}]")
-        } else {
-            ip
-        };
-        return format!("http://{host}:{}", addr.port());
+        return super::local_url(addr);
     }
     if !cfg.worker_api.socket.as_os_str().is_empty() {
         return format!("unix:{}", cfg.worker_api.socket.display());

@@ -225,6 +225,49 @@ fn failed(e: impl std::fmt::Display) -> CliError {
     CliError::Failed(e.to_string())
 }
 
+/// `http://HOST:PORT` of a listener of this node's agent, as a local client reaches it: a
+/// listener on every address is reached on loopback.
+fn local_url(addr: std::net::SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    format!("http://{ip}:{}", addr.port())
+}
+
+/// GET `path` from this node's agent (`server.listen` of the config): what `status` and `explain`
+/// read when the CLI has no Redis of its own.
+async fn local_agent(cfg: &Config, path: &str) -> Result<String, CliError> {
+    let Some(addr) = cfg.server.listen else {
+        return Err(CliError::Failed(
+            "no Redis URL (REDIS_URL or redis.url) and the agent serves no HTTP port (server.listen is empty): nothing to read".into(),
+        ));
+    };
+    let base = local_url(addr);
+    let client = reqwest::Client::builder()
+        .tls_certs_only([])
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| CliError::Failed(format!("HTTP client: {}", crate::actions::http_error(e))))?;
+    let resp = client.get(format!("{base}{path}")).send().await.map_err(|e| {
+        CliError::Failed(format!(
+            "no Redis URL (REDIS_URL or redis.url), and no agent answers at {base} (server.listen): start it (bash scripts/run.sh), or point -c at the config it runs with: {}",
+            crate::actions::http_error(e)
+        ))
+    })?;
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(CliError::Failed(format!(
+            "the agent at {base} answered {status}: {}",
+            text.trim()
+        )));
+    }
+    Ok(text)
+}
+
 pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Run { config, dry_run } => {

@@ -1,31 +1,23 @@
 //! `vigil status`: the fleet from Redis, per node and per slice (`--json` for a trainer to poll).
+//! Without a Redis URL of its own (the embedded coordinator, or a config that leaves the agent's
+//! `REDIS_URL` to its environment) it asks the local agent, which serves the same read-only on
+//! its HTTP port (`GET /v1/status`).
 
-use super::{failed, CliError};
+use super::{failed, local_agent, CliError};
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
-use crate::coord::Coordinator;
 use crate::observe::fleet;
 
 pub(super) async fn run(cfg: &Config, json: bool) -> Result<(), CliError> {
     if cfg.embedded() {
-        return Err(CliError::Failed(
-            "status reads the fleet from Redis: set REDIS_URL".into(),
-        ));
+        let query = if json { "?format=json" } else { "" };
+        print!("{}", local_agent(cfg, &format!("/v1/status{query}")).await?);
+        return Ok(());
     }
     let coord = RedisCoordinator::from_config(&cfg.redis).map_err(failed)?;
-    let now = coord.time().await.map_err(failed)?;
-    let (views, last_slice) = fleet::read(&coord, &cfg.redis.key_prefix)
+    let text = fleet::report(&coord, &cfg.redis.key_prefix, json)
         .await
         .map_err(failed)?;
-    let slices = fleet::slices(&views, &last_slice);
-    if json {
-        let body = serde_json::json!({ "at": now, "nodes": views, "slices": slices });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&body).unwrap_or_default()
-        );
-    } else {
-        print!("{}", fleet::render(&views, &slices, now));
-    }
+    print!("{text}");
     Ok(())
 }

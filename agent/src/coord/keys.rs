@@ -29,6 +29,10 @@ impl Keys {
         &self.node
     }
 
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     fn n(&self, rest: &str) -> String {
         format!("{}:{{{}}}:{}", self.prefix, self.node, rest)
     }

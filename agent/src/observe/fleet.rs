@@ -201,6 +201,28 @@ pub async fn read(
     Ok((out, last_slice))
 }
 
+/// `vigil status`, as text or as JSON (`{"at", "nodes", "slices"}`): read from `coord`, which is
+/// Redis for the CLI and whatever the agent runs on (the embedded coordinator included) when the
+/// agent's server answers `GET /v1/status`.
+pub async fn report(
+    coord: &dyn Coordinator,
+    prefix: &str,
+    json: bool,
+) -> Result<String, CoordError> {
+    let now = coord.time().await?;
+    let (views, last_slice) = read(coord, prefix).await?;
+    let slices = slices(&views, &last_slice);
+    Ok(if json {
+        let body = serde_json::json!({ "at": now, "nodes": views, "slices": slices });
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&body).unwrap_or_default()
+        )
+    } else {
+        render(&views, &slices, now)
+    })
+}
+
 /// One slice's availability.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SliceView {

@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use crate::coord::Coordinator;
+use crate::coord::{Coordinator, Keys};
 use crate::observe::health::Health;
 use crate::observe::listen::{serve_router, Limits};
 use crate::observe::metrics::Metrics;
@@ -51,13 +51,20 @@ pub struct ServerState {
     pub runtime: Arc<dyn Probe>,
     /// A loop that has not finished a cycle for this long is wedged.
     pub max_cycle_age: Duration,
+    /// This node's keys: whose trail `/v1/trail` shows, under which prefix `/v1/status` reads.
+    pub keys: Keys,
 }
+
+/// The most trail entries one `/v1/trail` answers with.
+const MAX_TRAIL: usize = 1000;
 
 pub(crate) fn router(state: ServerState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/v1/status", get(status))
+        .route("/v1/trail", get(trail))
         .route("/v1/workers/{id}/status", any(not_here))
         .with_state(state)
 }
@@ -88,6 +95,42 @@ async fn metrics(State(s): State<ServerState>, headers: axum::http::HeaderMap) -
             crate::observe::metrics::to_classic_text(&text),
         )
             .into_response()
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct StatusQuery {
+    #[serde(default)]
+    format: Option<String>,
+}
+
+/// `vigil status` as the agent sees it (`?format=json` for JSON): what the CLI shows when it has
+/// no Redis of its own to read (the embedded coordinator, or a config without the agent's
+/// `REDIS_URL`). Read-only, like everything on this port.
+async fn status(State(s): State<ServerState>, Query(q): Query<StatusQuery>) -> Response {
+    let json = q.format.as_deref() == Some("json");
+    match crate::observe::fleet::report(s.coord.as_ref(), s.keys.prefix(), json).await {
+        Ok(text) => (StatusCode::OK, text).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct TrailQuery {
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// This node's decision trail, oldest first, as `vigil explain` prints it.
+async fn trail(State(s): State<ServerState>, Query(q): Query<TrailQuery>) -> Response {
+    let limit = q.limit.unwrap_or(50).clamp(1, MAX_TRAIL);
+    match s.coord.read_recent(&s.keys.trail(), limit).await {
+        Ok(entries) => (
+            StatusCode::OK,
+            crate::observe::trail::render(s.keys.node(), &entries),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
 }
 
@@ -200,6 +243,7 @@ mod tests {
             coord: Arc::new(MemoryCoordinator::new(Arc::new(SystemClock))),
             runtime: Arc::new(Up),
             max_cycle_age: Duration::from_secs(60),
+            keys: crate::coord::Keys::new("vigil", "node-a"),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
