@@ -646,6 +646,48 @@ async fn a_paused_worker_is_one_alert_and_no_restart() {
     common::real::docker(&["unpause", &container.id]);
 }
 
+/// Issue 27: a container that just started has `start_grace` to write its first record before
+/// it is called unreachable — no page at every job start. Real Docker says when it started.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_container_is_booting_for_its_start_grace_then_unreachable() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e-start");
+    let cfg = s.write_config(ConfigParts {
+        policy: "cooldown = \"30s\"\nescalate_after = \"60s\"\nstart_grace = \"6s\"",
+        tables: &format!(
+            "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{}\"\nattempts = 2\ntimeout = \"2s\"\n",
+            hook.url
+        ),
+        ..ConfigParts::default()
+    });
+    let _container = WorkerContainer::start(&s.label, &s.worker);
+    let started = std::time::Instant::now();
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let up = eventually(Duration::from_secs(5), || {
+        std::net::TcpStream::connect(&s.listen).is_ok()
+    })
+    .await;
+    assert!(up, "{}", agent.log_text());
+    let mut booting = false;
+    while !booting && started.elapsed() < Duration::from_secs(5) {
+        booting = s
+            .metrics()
+            .await
+            .contains(&format!("worker=\"{}\",state=\"booting\"", s.worker));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(booting, "{}", agent.log_text());
+    assert_eq!(hook.count("unreachable"), 0, "{:?}", hook.kinds());
+    let alerted = eventually(Duration::from_secs(20), || hook.count("unreachable") == 1).await;
+    assert!(alerted, "{:?}\n{}", hook.kinds(), agent.log_text());
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "alerted {:?} after the start, inside its grace",
+        started.elapsed()
+    );
+}
+
 /// An operator's restart inside Vigil's own cooldown gets a whole cooldown from its own start.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_operator_restart_inside_our_cooldown_gets_a_full_cooldown() {

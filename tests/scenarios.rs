@@ -262,6 +262,51 @@ async fn scenario_a_booting_container_is_not_restarted_during_cooldown() {
     );
 }
 
+/// Issue 27: booting ends at the restarted worker's first beat, not at the end of the 10 min
+/// cooldown. It came back (one beat), hung again: that is a new incident, found, alerted and
+/// restarted after the usual detection and delay — the breaker still counts it.
+#[tokio::test]
+async fn booting_ends_at_the_first_beat_and_a_new_hang_is_a_new_incident() {
+    let mut w = World::new(|_| {});
+    let t0 = w.now();
+    hung_and_restarted(&mut w).await; // restarted at t = 330 s
+    w.run_for(Duration::from_secs(30)).await;
+    let verdicts = w.tick().await;
+    assert_eq!(
+        verdicts[0].verdicts[0].1,
+        Verdict::Booting,
+        "silent: still booting"
+    );
+    // The new incarnation's first beat (at t = 375 s), then nothing: hung again.
+    w.beat("trainer-0", "processing", "step-2").await;
+    let verdicts = w.tick().await;
+    assert_eq!(verdicts[0].verdicts[0].1, Verdict::Healthy, "booted");
+    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_none());
+    assert!(w.decisions().await.iter().any(|d| d == "booted"));
+    // Stale after 120 s, confirmed, then the 3 min delay: a second restart well inside what
+    // the cooldown would have covered (330 s + 10 min = 930 s).
+    w.run_for(Duration::from_secs(330)).await;
+    assert_eq!(w.runtime.restarts("c1"), 2, "the new hang is restarted");
+    assert!(w.now() - t0 < 930_000, "at {} ms", w.now() - t0);
+    assert_eq!(
+        w.sink.count(AlertKind::Hung),
+        2,
+        "one hung alert per incident"
+    );
+    assert_eq!(w.breaker().await, 2, "each restart takes a breaker unit");
+}
+
+/// A restarted worker that never beats is booting for the whole cooldown, as before: without a
+/// beat there is no telling a slow boot from a new hang.
+#[tokio::test]
+async fn a_restarted_worker_that_never_beats_boots_for_the_whole_cooldown() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await;
+    w.run_for(mins(10) - POLL).await;
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    assert!(!w.decisions().await.iter().any(|d| d == "booted"));
+}
+
 #[tokio::test]
 async fn scenario_b_two_agents_on_one_node_restart_once() {
     let mut w = World::with_agents(2, |_| {});

@@ -154,3 +154,10 @@ fn the_harness_catches_a_breaker_that_does_not_stop() {
 fn the_harness_catches_a_failed_restart_retried_without_backoff() {
     caught(Mutant::NoRetryBackoff, "retry spacing");
 }
+
+/// Issue 27: booting ends at the restarted worker's first beat; a booting that ends without one
+/// lets a silent, still-booting worker be restarted inside its cooldown.
+#[test]
+fn the_harness_catches_a_booting_that_ends_without_a_beat() {
+    caught(Mutant::BootEndsAtOnce, "cooldown");
+}

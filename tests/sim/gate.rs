@@ -157,7 +157,14 @@ impl Coordinator for SimCoord {
                 .iter()
                 .any(|w| w.node == self.node && keys.retry(&w.worker) == k)
         };
-        self.told(self.lies.get_many(keys, retry, r))
+        let cooldown = |k: &str| {
+            let c = lock(&self.ctl);
+            let keys = &c.nodes[self.node].keys;
+            c.workers
+                .iter()
+                .any(|w| w.node == self.node && keys.cooldown(&w.worker) == k)
+        };
+        self.told(self.lies.get_many(keys, retry, cooldown, r))
     }
     async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
         let is_lock = self.is_lock(key);
@@ -203,12 +210,12 @@ impl Coordinator for SimCoord {
         self.told(self.lies.owner_ttl(self.is_lock(key), full, r))
     }
     async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
-        self.lies.del_if_owner(self.is_lock(key));
+        let token = self.lies.del_if_owner(self.is_lock(key), token);
         self.around(
             "DEL IF OWNER",
             key,
             true,
-            self.inner.del_if_owner(key, token),
+            self.inner.del_if_owner(key, &token),
         )
         .await
     }

@@ -32,15 +32,20 @@ pub enum Mutant {
     /// A failed restart is retried without waiting out its backoff: the worker's retry record
     /// reads as absent.
     NoRetryBackoff,
+    /// A restarted worker's booting ends without its first beat: a finished cooldown marker
+    /// reads as written at time 0, so any heartbeat at all is "after the restart" (and the
+    /// compare-and-delete of that marker is given the real one).
+    BootEndsAtOnce,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 5] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::NoRevalidation,
         Mutant::NoCompare,
         Mutant::NoLock,
         Mutant::BreakerIgnored,
         Mutant::NoRetryBackoff,
+        Mutant::BootEndsAtOnce,
     ];
 
     /// The mutant of that name (`VIGIL_SIM_MUTANT`).
@@ -66,6 +71,8 @@ struct Seen {
     stale: bool,
     /// The last answers before the lock: string keys, hashes, containers.
     strings: HashMap<String, Option<String>>,
+    /// Cooldown markers as told (time 0) → as written.
+    markers: HashMap<String, String>,
     hashes: HashMap<String, HashMap<String, String>>,
     containers: HashMap<String, Container>,
 }
@@ -123,11 +130,17 @@ impl Lies {
         (Ok(Some(full)), lie)
     }
 
-    /// A compare-and-delete; `lock`: of this node's lock (the pass is over).
-    pub fn del_if_owner(&self, lock: bool) {
+    /// A compare-and-delete; `lock`: of this node's lock (the pass is over). The token the
+    /// store is given: a marker told at time 0 is compared as it was written.
+    pub fn del_if_owner(&self, lock: bool, token: &str) -> String {
         if lock {
             self.seen().stale = false;
         }
+        self.seen()
+            .markers
+            .get(token)
+            .cloned()
+            .unwrap_or_else(|| token.to_string())
     }
 
     /// A capped increment; `breaker`: of this node's breaker.
@@ -194,9 +207,30 @@ impl Lies {
         &self,
         keys: &[String],
         retry: impl Fn(&str) -> bool,
+        cooldown: impl Fn(&str) -> bool,
         real: Result<Vec<Option<String>>, E>,
     ) -> Told<Result<Vec<Option<String>>, E>> {
         match self.mutant {
+            Some(Mutant::BootEndsAtOnce) => match real {
+                Ok(mut values) => {
+                    let mut lie = None;
+                    for (k, v) in keys.iter().zip(values.iter_mut()) {
+                        let Some(marker) = v.as_ref().filter(|_| cooldown(k)) else {
+                            continue;
+                        };
+                        let finished = marker.ends_with(":done") || marker.ends_with(":external");
+                        let Some((_, rest)) = marker.split_once(':').filter(|_| finished) else {
+                            continue;
+                        };
+                        let told = format!("0:{rest}");
+                        self.seen().markers.insert(told.clone(), marker.clone());
+                        lie = Some(format!("answered {k} as written at time 0"));
+                        *v = Some(told);
+                    }
+                    (Ok(values), lie)
+                }
+                r => (r, None),
+            },
             Some(Mutant::NoRetryBackoff) => match real {
                 Ok(mut values) => {
                     let mut lie = None;

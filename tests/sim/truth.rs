@@ -53,6 +53,11 @@ pub struct WorkerTruth {
     /// Time of the last restart command by Vigil (whether or not it then ran), and whether it
     /// came after a deliberate break of the lock.
     pub last_command: Option<(Millis, bool)>,
+    /// The worker beat after Vigil's last restart of it: its booting may end, and a new hang
+    /// is a new incident inside the cooldown.
+    pub beat_since_restart: bool,
+    /// The same, after someone else's last restart of it.
+    pub beat_since_external: bool,
     /// Time and step of the last restart, stop or pause by someone else.
     pub last_external: Option<Millis>,
     pub last_external_step: u64,
@@ -434,11 +439,17 @@ impl Ctl {
         }
     }
 
+    /// No restart inside the cooldown of the last one — unless the restarted worker beat
+    /// since (issue 27: booting ends at the first beat, and what hangs after it is new).
     fn check_cooldown(&mut self, w: usize, now: Millis, raced: bool) {
         let cooldown = ms(self.cfg.policy.cooldown);
         let t = &self.workers[w];
         let paused = t.last_restart_paused;
-        if let Some(last) = t.last_vigil_restart.filter(|l| now - l < cooldown) {
+        let booted = t.beat_since_restart;
+        if let Some(last) = t
+            .last_vigil_restart
+            .filter(|l| !booted && now - l < cooldown)
+        {
             if paused {
                 self.stats.races += 1;
                 return;
@@ -450,7 +461,10 @@ impl Ctl {
                 cooldown
             );
             self.violate("cooldown", detail);
-        } else if let Some(ext) = t.last_external.filter(|e| !raced && now - e < cooldown) {
+        } else if let Some(ext) = t
+            .last_external
+            .filter(|e| !raced && !t.beat_since_external && now - e < cooldown)
+        {
             let detail = format!(
                 "{}: restarted {} ms after someone else's restart: an operator's restart gets a full cooldown",
                 t.worker,
@@ -612,6 +626,7 @@ pub fn apply_restart(ctl: &mut Ctl, rt: &FakeRuntime, p: &Pending) {
         w.boot_until = now + boot;
         w.fixes = fixes;
         w.last_vigil_restart = Some(commanded);
+        w.beat_since_restart = false;
         w.last_restart_paused = p.paused;
         w.paused = false;
         w.stopped = false;

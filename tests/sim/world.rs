@@ -223,6 +223,8 @@ impl World {
                 boot_until: now,
                 fixes: true,
                 last_vigil_restart: None,
+                beat_since_restart: false,
+                beat_since_external: false,
                 last_command: None,
                 last_restart_paused: false,
                 last_external: None,
@@ -321,6 +323,8 @@ impl World {
                 }
                 w.state = state;
                 w.last_beat = Some(now);
+                w.beat_since_restart = true;
+                w.beat_since_external = true;
                 w.progress += 1;
                 let fields = vec![
                     ("state".to_string(), state.to_string()),
@@ -509,6 +513,7 @@ impl World {
         t.mode = Mode::Booting;
         t.boot_until = now + 2_000;
         t.fixes = true;
+        t.beat_since_external = false;
         if seen_before {
             t.last_external = Some(now);
         }

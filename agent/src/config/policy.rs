@@ -25,9 +25,15 @@ pub struct PolicyConfig {
     /// Fresh heartbeat with an unchanged progress marker this long: alert (no restart).
     #[serde(with = "humantime_serde")]
     pub stalled_after: Duration,
-    /// After a restart, the worker is "booting" for this long: no new incident.
+    /// After a restart, the worker is "booting" for this long (or until its first beat): no new
+    /// incident.
     #[serde(with = "humantime_serde")]
     pub cooldown: Duration,
+    /// A container that started this recently and has not written a record of its own yet (no
+    /// record, or one older than the container) is "booting", not "unreachable": a trainer
+    /// imports its framework and loads its data before its first beat.
+    #[serde(with = "humantime_serde")]
+    pub start_grace: Duration,
     /// Still hung this long after a restart: page a person, once.
     #[serde(with = "humantime_serde")]
     pub escalate_after: Duration,
@@ -46,6 +52,7 @@ impl Default for PolicyConfig {
             error_for: Duration::from_secs(30 * 60),
             stalled_after: Duration::from_secs(30 * 60),
             cooldown: Duration::from_secs(10 * 60),
+            start_grace: Duration::from_secs(120),
             escalate_after: Duration::from_secs(10 * 60),
             max_grace: Duration::from_secs(60 * 60),
         }
@@ -54,7 +61,7 @@ impl Default for PolicyConfig {
 
 impl PolicyConfig {
     /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 8] {
+    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 9] {
         [
             ("policy.stale_after", self.stale_after),
             // Zero would skip a safeguard: the second observation, the persistence delay.
@@ -63,6 +70,7 @@ impl PolicyConfig {
             ("policy.error_for", self.error_for),
             ("policy.stalled_after", self.stalled_after),
             ("policy.cooldown", self.cooldown),
+            ("policy.start_grace", self.start_grace),
             ("policy.escalate_after", self.escalate_after),
             ("policy.max_grace", self.max_grace),
         ]

@@ -171,6 +171,20 @@ pub fn claim(now: Millis, incident: &str, c: &Container) -> String {
     format!("{now}:{incident}:{}", incarnation(c))
 }
 
+/// Someone else's restart, as its cooldown marker says: `"<ms>:external"`.
+pub const EXTERNAL: &str = ":external";
+
+/// The time after which a heartbeat can only come from the restarted worker's new incarnation:
+/// the first field of a finished cooldown marker — when our restart was verified (a new
+/// incarnation running, the old one gone) or when someone else's was seen. `None` for a claim
+/// whose restart is still in flight (no [`DONE`]): it never ends early.
+pub fn booted_after(marker: &str) -> Option<Millis> {
+    if !(marker.ends_with(DONE) || marker.ends_with(EXTERNAL)) {
+        return None;
+    }
+    marker.split(':').next()?.parse().ok()
+}
+
 /// The incident a restart claim was made for.
 pub fn claimed_incident(marker: &str) -> Option<&str> {
     marker.split(':').nth(1).filter(|id| !id.is_empty())
@@ -179,6 +193,22 @@ pub fn claimed_incident(marker: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finished_marker_says_when_its_restart_was_verified_or_seen() {
+        let c = Container {
+            id: "c1".into(),
+            started_at: "2026-12-02T07:00:00.123Z".into(),
+            ..Container::default()
+        };
+        let ours = format!("{}{DONE}", claim(700, "inc-1", &c));
+        assert_eq!(booted_after(&ours), Some(700));
+        assert_eq!(booted_after(&format!("900{EXTERNAL}")), Some(900));
+        // A claim whose restart is in flight (no `:done`), or junk, never ends a boot.
+        assert_eq!(booted_after(&claim(700, "inc-1", &c)), None);
+        assert_eq!(booted_after("x:external"), None);
+        assert_eq!(booted_after(""), None);
+    }
 
     #[test]
     fn every_mark_decodes_from_its_own_slot() {

@@ -283,6 +283,7 @@ impl Agent {
             tpu_failed: self.watch.tpu_failed(),
             container_paused: c.paused,
             container_exited: !c.running && !c.paused,
+            container_started: c.started_ms(),
         };
         let now_mono = crate::engine::gpu::clock_ms();
         let evidence = gpu_policy::evidence(&self.gpu, gpus, now_mono, &self.ctx.cfg.gpu);

@@ -30,6 +30,20 @@ pub struct Container {
     pub alert_only: bool,
 }
 
+impl Container {
+    /// When the current incarnation started, in ms since the epoch, when the runtime says in a
+    /// form that reads as a time: Docker's and Podman's RFC 3339 `StartedAt`, the CRI runtime's
+    /// `attempt-<n>@<created_at in ns>`. `None` for anything else (never guessed).
+    pub fn started_ms(&self) -> Option<i64> {
+        if let Some((_, ns)) = self.started_at.split_once('@') {
+            return ns.parse::<i64>().ok().map(|ns| ns / 1_000_000);
+        }
+        let t: jiff::Timestamp = self.started_at.parse().ok()?;
+        // Docker says 0001-01-01T00:00:00Z for a container that never started.
+        Some(t.as_millisecond()).filter(|ms| *ms > 0)
+    }
+}
+
 /// The companion label of the opt-in label that hands a worker's restarts to someone else, and
 /// the value that does it (`vigil.worker.restarts: alert-only`).
 pub const RESTARTS_SUFFIX: &str = ".restarts";
@@ -115,7 +129,26 @@ fn split_ids(v: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::visible_gpus;
+    use super::{visible_gpus, Container};
+
+    #[test]
+    fn a_start_time_is_read_from_docker_and_cri_and_never_guessed() {
+        let at = |s: &str| {
+            Container {
+                started_at: s.into(),
+                ..Container::default()
+            }
+            .started_ms()
+        };
+        assert_eq!(
+            at("2026-12-02T07:00:00.123456789Z"),
+            Some(1_796_194_800_123)
+        );
+        assert_eq!(at("attempt-2@1796194800123456789"), Some(1_796_194_800_123));
+        assert_eq!(at("0001-01-01T00:00:00Z"), None, "Docker's never started");
+        assert_eq!(at("gen-3"), None);
+        assert_eq!(at(""), None);
+    }
 
     #[test]
     fn gpus_come_from_device_requests_then_the_environment() {

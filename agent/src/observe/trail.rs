@@ -19,6 +19,9 @@ pub enum Code {
     TimerCleared,
     /// The worker is fine again: incident closed, or healthy after our restart.
     Recovered,
+    /// A restarted worker beat for the first time: its cooldown (booting) ends, and a new hang
+    /// from now on is a new incident.
+    Booted,
     /// The container was restarted (verified by its start time).
     Restarted,
     /// Observe mode: the restart would have run now.
@@ -91,11 +94,12 @@ pub enum Code {
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 36] = [
+    pub const ALL: [Code; 37] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
         Code::Recovered,
+        Code::Booted,
         Code::Restarted,
         Code::WouldRestart,
         Code::RestartFailed,
@@ -137,6 +141,7 @@ impl Code {
             Code::TimerStarted => "timer-started",
             Code::TimerCleared => "timer-cleared",
             Code::Recovered => "recovered",
+            Code::Booted => "booted",
             Code::Restarted => "restarted",
             Code::WouldRestart => "would-restart",
             Code::RestartFailed => "restart-failed",

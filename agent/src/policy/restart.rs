@@ -78,6 +78,8 @@ pub struct NodeContext {
     /// The worker's container has exited (stopped by someone, or crashed with no restart
     /// policy): reported, never started by Vigil.
     pub container_exited: bool,
+    /// When the worker's container started (ms, the node's clock), when the runtime says.
+    pub container_started: Option<Millis>,
 }
 
 /// The verdict on one worker.
@@ -183,6 +185,14 @@ pub fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Option<Milli
     (hb - now > ms(MAX_FUTURE)).then_some(hb - now)
 }
 
+/// Has a restarted worker come back? Yes once its record holds a heartbeat written after
+/// `after` (`crate::coord::marks::booted_after`: when its restart was verified or seen): its
+/// booting is over, and from then on it is judged like any other worker — a new hang is a new
+/// incident, bounded by the breaker, not something the cooldown hides for ten minutes.
+pub fn booted(after: Option<Millis>, status: Option<&WorkerStatus>) -> bool {
+    matches!((after, status.and_then(|s| s.heartbeat)), (Some(t), Some(hb)) if hb > t)
+}
+
 /// The verdict, from the shared record and shared marks only.
 pub fn verdict(
     status: Option<&WorkerStatus>,
@@ -203,6 +213,16 @@ pub fn verdict(
     }
     if node.container_exited {
         return Verdict::Exited;
+    }
+    // NB: a new container has `start_grace` to write its first record; a record older than the
+    // container is its predecessor's, not its own. The start is the node's clock: one far ahead
+    // of the store's (beyond `MAX_FUTURE`) is not believed.
+    let starting = node.container_started.is_some_and(|t| {
+        (-ms(MAX_FUTURE)..ms(cfg.start_grace)).contains(&(now - t))
+            && status.and_then(|s| s.heartbeat).is_none_or(|hb| hb < t)
+    });
+    if starting {
+        return Verdict::Booting;
     }
     let Some(status) = status else {
         return Verdict::Unreachable;

@@ -616,3 +616,56 @@ fn an_announced_grace_holds_up_to_max_grace_and_then_the_worker_is_stale() {
     };
     assert_eq!(v(Some(&busy(10 * S, 1_200)), &marks), Verdict::Healthy);
 }
+
+/// Issue 27: booting ends at the first heartbeat written after the restart was verified (or
+/// seen); an old heartbeat, no heartbeat, or a restart still in flight keeps it booting.
+#[test]
+fn booting_ends_at_a_heartbeat_after_the_restart() {
+    let restart = NOW - 60 * S;
+    let beat = |age| rec("processing", age);
+    assert!(booted(Some(restart), Some(&beat(10 * S))));
+    assert!(
+        !booted(Some(restart), Some(&beat(60 * S))),
+        "at the restart: not after it"
+    );
+    assert!(
+        !booted(Some(restart), Some(&beat(300 * S))),
+        "the old incarnation's"
+    );
+    let mut none = beat(0);
+    none.heartbeat = None;
+    assert!(!booted(Some(restart), Some(&none)));
+    assert!(!booted(Some(restart), None), "no record");
+    assert!(
+        !booted(None, Some(&beat(0))),
+        "a claim in flight never ends early"
+    );
+}
+
+/// Issue 27: a container that has just started and has not written its own record yet is
+/// booting for `start_grace` (120 s), not unreachable; a record from before it started is its
+/// predecessor's. After the grace, or with a record of its own, the usual verdicts.
+#[test]
+fn a_new_container_has_a_start_grace_before_it_is_unreachable() {
+    let started = |ago: Millis| NodeContext {
+        container_started: Some(NOW - ago),
+        ..NodeContext::default()
+    };
+    let at = |node: NodeContext, status: Option<&WorkerStatus>| {
+        verdict(status, &Marks::default(), node, NOW, &cfg())
+    };
+    assert_eq!(at(started(5 * S), None), Verdict::Booting);
+    assert_eq!(at(started(119 * S), None), Verdict::Booting);
+    assert_eq!(at(started(120 * S), None), Verdict::Unreachable);
+    // Its predecessor's stale record (written before it started) is not its own.
+    let old = rec("processing", 600 * S);
+    assert_eq!(at(started(30 * S), Some(&old)), Verdict::Booting);
+    assert_eq!(at(started(300 * S), Some(&old)), Verdict::Suspect);
+    // Its own first beat: judged as usual.
+    let own = rec("processing", 10 * S);
+    assert_eq!(at(started(30 * S), Some(&own)), Verdict::Healthy);
+    // Unknown start time (a runtime that does not say): as before.
+    assert_eq!(at(NodeContext::default(), None), Verdict::Unreachable);
+    // A node clock far ahead of the store's is not believed.
+    assert_eq!(at(started(-3_600 * S), None), Verdict::Unreachable);
+}

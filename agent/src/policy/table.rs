@@ -31,8 +31,9 @@ impl Verdict {
                 d(cfg.stalled_after)
             ),
             Verdict::Booting => format!(
-                "cooldown marker present (we restarted it less than {} ago)",
-                d(cfg.cooldown)
+                "cooldown marker present (restarted less than {} ago) and no beat since the restart; or started less than {} ago with no record of its own yet",
+                d(cfg.cooldown),
+                d(cfg.start_grace)
             ),
             Verdict::InMaintenance => "node has a maintenance or preemption notice".into(),
             Verdict::GpuFailed => "hung or errored on a GPU that NVML reports failed".into(),

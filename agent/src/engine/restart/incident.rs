@@ -311,7 +311,7 @@ impl RestartPath<'_> {
             // crash) in between must leave the next cycle to find the new incarnation again,
             // never a recorded incarnation without its cooldown.
             let cooldown = self.ctx.cfg.policy.cooldown;
-            let marker = format!("{now}:external");
+            let marker = format!("{now}{}", marks::EXTERNAL);
             self.ctx
                 .coord
                 .set(&k.cooldown(w), &marker, cooldown)

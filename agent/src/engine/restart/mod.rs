@@ -202,6 +202,33 @@ impl RestartPath<'_> {
         self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
     }
 
+    /// A restarted worker's first beat ends its booting: its cooldown marker goes
+    /// (compare-and-delete: never a newer claim), and the trail says so. True when it went.
+    async fn end_booting(
+        &mut self,
+        c: &Container,
+        marker: &str,
+        status: Option<&WorkerStatus>,
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let after = marks::booted_after(marker);
+        if !policy::booted(after, status) {
+            return Ok(false);
+        }
+        let key = self.ctx.keys.cooldown(&c.worker);
+        if !self.ctx.coord.del_if_owner(&key, marker).await? {
+            return Ok(false);
+        }
+        let beat = status.and_then(|s| s.heartbeat).unwrap_or(now);
+        let detail = format!(
+            "first beat {} after the restart: booting over, watched as usual (a new hang is a new incident)",
+            human((beat - after.unwrap_or(beat)).max(0))
+        );
+        let about = About::worker(&c.worker, Verdict::Booting);
+        self.note(now, about, Code::Booted, detail).await?;
+        Ok(true)
+    }
+
     /// The record of a read, or why it cannot be read.
     fn status_of(&self, worker: &str, read: &WorkerRead) -> (Option<WorkerStatus>, Option<String>) {
         // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
@@ -247,13 +274,23 @@ impl RestartPath<'_> {
         // A new incarnation changes the marks (its cooldown, dropped timers): read them again
         // (one more round trip, only then).
         let seen = marks::decode(&read.values);
-        let read = match self.track_incarnation(c, read.now, seen).await? {
+        let tracked = self.track_incarnation(c, read.now, seen).await?;
+        let read = match tracked {
             true => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?,
             false => read,
         };
         let now = read.now;
         let (status, invalid) = self.status_of(&c.worker, &read);
-        let marks = marks::decode(&read.values).marks;
+        let decoded = marks::decode(&read.values);
+        let mut marks = decoded.marks;
+        // NB: only once the new incarnation is recorded (not in the cycle that records it).
+        if !tracked && marks.cooldown {
+            if let Some(marker) = decoded.cooldown.as_deref() {
+                if self.end_booting(c, marker, status.as_ref(), now).await? {
+                    marks.cooldown = false;
+                }
+            }
+        }
         let cfg = &self.ctx.cfg.policy;
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
         let effects = policy::plan(v, status.as_ref(), &marks, now, cfg);

@@ -38,12 +38,12 @@ impl RestartPath<'_> {
         let after = self.ctx.runtime.successor(c).await;
         let restarted = matches!(&after, Ok(Some(a))
             if (a.id != c.id || a.started_at != c.started_at) && a.running);
-        let done = self.ctx.coord.time().await.unwrap_or(now);
+        let done = self.ctx.coord.time().await.ok();
         if restarted {
             return self.restarted(act, call.err(), now, done).await;
         }
         let why = restart_failure(call, after, c);
-        self.restart_failed(act, why, done).await
+        self.restart_failed(act, why, done.unwrap_or(now)).await
     }
 
     pub(super) async fn restarted(
@@ -51,15 +51,27 @@ impl RestartPath<'_> {
         act: &Act<'_>,
         call_error: Option<String>,
         started: Millis,
-        done: Millis,
+        done: Option<Millis>,
     ) -> Result<Outcome, CoordError> {
+        // NB: the marker's time is the first instant a heartbeat can only be the new
+        // incarnation's. Without the store's clock after the restart there is no such instant
+        // (the decision's is before the old one was stopped): then none, and the worker boots
+        // for the whole cooldown, as before booting could end early.
+        let booted_after = done.unwrap_or(Millis::MAX);
+        let done = done.unwrap_or(started);
         let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
         self.resolve_alerts(w, Resolve::IncidentCleared).await;
         // NB: the cooldown runs from the restart, not from the claim before it: a pause between
-        // the two, or a slow restart, must not shorten it. Same marker, fresh TTL.
+        // the two, or a slow restart, must not shorten it. Same marker, fresh TTL, and its time
+        // is the verification's: a heartbeat after it is the new incarnation's first beat,
+        // which ends the booting (`policy::booted`).
         let cooldown = self.ctx.cfg.policy.cooldown;
-        let marker = format!("{}{}", marks::claim(started, &act.inc.id, c), marks::DONE);
+        let marker = format!(
+            "{}{}",
+            marks::claim(booted_after, &act.inc.id, c),
+            marks::DONE
+        );
         self.ctx
             .coord
             .set(&k.cooldown(w), &marker, cooldown)
