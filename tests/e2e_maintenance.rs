@@ -396,12 +396,18 @@ async fn preemption_with_a_silent_worker_times_out_and_sigterm_exits_within_the_
     );
 }
 
+/// The node going away (here: the cluster autoscaler's taint, written by another writer just
+/// before the SIGTERM, seen by the agent's fresh read of the Node) makes the agent's SIGTERM a
+/// checkpoint round.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
     let r = Rig::new().await;
     let cfg = r.config("sigterm_budget = \"2s\"");
     let _worker = r.silent_worker();
     let mut agent = r.started_agent(&cfg).await;
+    r.kube.foreign_write(serde_json::json!({"spec": {"taints": [
+        {"key": "ToBeDeletedByClusterAutoscaler", "value": "1796194800", "effect": "NoSchedule"}
+    ]}}));
     let started = std::time::Instant::now();
     let status = agent.sigterm_and_wait(Duration::from_secs(8)).await;
     assert!(status.success(), "{status:?}\n{}", agent.log_text());
@@ -421,6 +427,30 @@ async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
         "{:?}",
         r.last_checkpoint()
     );
+}
+
+/// Issue 27: an agent rollout (a SIGTERM while the node stays) asks no worker to save: the
+/// trail says why, and the agent exits at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_s_sigterm_asks_no_checkpoint() {
+    let r = Rig::new().await;
+    let cfg = r.config("sigterm_budget = \"3s\"");
+    let worker = r.acking_worker();
+    let mut agent = r.started_agent(&cfg).await;
+    let started = std::time::Instant::now();
+    agent.signal("-TERM");
+    let status = agent
+        .wait_exit(started, Duration::from_secs(3), "slow exit")
+        .await;
+    assert!(status.success());
+    let trail = r.trail(&cfg);
+    assert!(
+        trail.contains("agent-stopping") && trail.contains("no checkpoint asked"),
+        "{trail}"
+    );
+    assert!(!trail.contains("checkpoint-acked"), "{trail}");
+    assert!(!worker.logs().contains("checkpoint"), "{}", worker.logs());
+    assert_eq!(r.last_checkpoint(), None);
 }
 
 #[tokio::test(flavor = "multi_thread")]

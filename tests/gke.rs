@@ -368,7 +368,7 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
         .await
         .unwrap();
     let controller = controller.with_pod_witnesses(Some(Arc::new(pods)), None);
-    tokio::spawn(controller.with_node_info(node_rx).run(
+    tokio::spawn(controller.with_node_info(node_rx, None).run(
         meta_rx,
         gpu_rx,
         CancellationToken::new(),

@@ -30,7 +30,7 @@ use crate::observe::server::{self, ServerState};
 use crate::observe::worker_api::{self, WorkerApiState};
 use crate::runtime::ContainerRuntime;
 use crate::sources::metadata::{watch_with, MetadataClient, WatchConfig};
-use crate::sources::node::KubeNodeReader;
+use crate::sources::node::{KubeNodeReader, NodeReader};
 use crate::sources::peer::Procfs;
 use crate::sources::pods::{KubePods, PodApi};
 use crate::sources::token_review::{CachedReviews, KubeTokenReview};
@@ -224,33 +224,36 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
 
 /// Start the Node source when the Kubernetes API is on: this machine's Node read every
 /// `kubernetes.read_interval`, published on the returned channel (`None` until the first read;
-/// see `crate::engine::node_info`). Off, the channel stays `None` and closes.
+/// see `crate::engine::node_info`), and the reader (for a fresh look at SIGTERM). Off, the
+/// channel stays `None` and closes.
 async fn node_source(
     cfg: &Config,
     metrics: &Arc<Metrics>,
     tracker: &TaskTracker,
     stop: &CancellationToken,
-) -> NodeInfoRx {
+) -> (NodeInfoRx, Option<Arc<dyn NodeReader>>) {
     let (tx, rx) = crate::engine::node_info::channel();
     if !cfg.kubernetes_on() {
-        return rx;
+        return (rx, None);
     }
     match KubeNodeReader::connect(&cfg.kubernetes.api_url).await {
         Ok(reader) => {
+            let reader: Arc<dyn NodeReader> = Arc::new(reader);
             tracker.spawn(crate::engine::node_info::follow(
-                Arc::new(reader),
+                reader.clone(),
                 cfg.node_name.clone(),
                 cfg.kubernetes.read_interval,
                 tx,
                 metrics.clone(),
                 stop.clone(),
             ));
+            (rx, Some(reader))
         }
         Err(e) => {
             tracing::error!(error = %e, "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read");
+            (rx, None)
         }
     }
-    rx
 }
 
 /// Start the metadata watcher (unless `metadata.enabled = off`); the receiver closes when there
@@ -340,7 +343,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     );
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
-    let node_rx = node_source(&cfg, &a.metrics, &tracker, &stop).await;
+    let (node_rx, node_reader) = node_source(&cfg, &a.metrics, &tracker, &stop).await;
     agent = agent.with_node_info(node_rx.clone());
     let tpu_rx = tpu_monitor(&cfg, node_rx.clone(), &tracker, &stop);
     agent = agent.with_tpu(tpu_rx.clone());
@@ -354,7 +357,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     .with_facts(facts)
     .with_pod_witnesses(pods, crate::runtime::devices(&cfg))
     .with_tpu(tpu_rx)
-    .with_node_info(node_rx)
+    .with_node_info(node_rx, node_reader)
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
     if let Some(api) = node_api(&cfg).await {
         controller = controller.with_node_api(api);

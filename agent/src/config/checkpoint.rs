@@ -134,6 +134,33 @@ impl From<CheckpointMethod> for String {
     }
 }
 
+/// Whether the agent's own SIGTERM is a reason to ask the workers to checkpoint. The agent is
+/// stopped for two very different reasons: its node is going away (the workers will go too), or
+/// it is being replaced (a DaemonSet rollout, `systemctl restart`), when the workers go on as
+/// they are and a save asked of every worker of every node is a cost for nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnSigterm {
+    /// Only when the node is going away: a termination or preemption notice, the Node being
+    /// deleted, shutting down (the kubelet's graceful shutdown) or marked for removal
+    /// (`crate::policy::maintenance::going_away`).
+    NodeGoingAway,
+    /// On every SIGTERM, a rollout included.
+    Always,
+    /// Never (notices still do).
+    Never,
+}
+
+impl OnSigterm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnSigterm::NodeGoingAway => "node-going-away",
+            OnSigterm::Always => "always",
+            OnSigterm::Never => "never",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckpointConfig {
@@ -156,8 +183,8 @@ pub struct CheckpointConfig {
     /// The pod's termination grace period; the agent exits before it ends.
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
-    /// Ask the workers to checkpoint on the agent's own SIGTERM/SIGINT.
-    pub on_sigterm: bool,
+    /// When the agent's own SIGTERM/SIGINT asks the workers to checkpoint.
+    pub on_sigterm: OnSigterm,
     /// What a worker needs after its checkpoint to exit. A budget plus this must fit in what the
     /// platform gives the worker (its pod's grace period, GCE's notice, GKE's node shutdown):
     /// `vigil doctor` and `vigil explain` say when it does not.
@@ -175,7 +202,7 @@ impl Default for CheckpointConfig {
             preemption_budget: Duration::from_secs(25),
             maintenance_budget: Duration::from_secs(50),
             grace: Duration::from_secs(30),
-            on_sigterm: true,
+            on_sigterm: OnSigterm::NodeGoingAway,
             worker_stop: Duration::from_secs(5),
         }
     }
@@ -217,6 +244,8 @@ mod tests {
     #[test]
     fn every_invalid_value_names_its_key() {
         assert_names_keys(&[
+            ("[checkpoint]\non_sigterm = true", "checkpoint.on_sigterm"),
+            ("[checkpoint]\non_sigterm = \"sometimes\"", "checkpoint.on_sigterm"),
             (
                 "[checkpoint]\ngrace = \"1s\"\nsigterm_budget = \"900ms\"\npreemption_budget = \"900ms\"",
                 "checkpoint.sigterm_budget",

@@ -36,7 +36,7 @@ mod worker_api;
 
 pub(crate) use alerts::alert_backoff;
 pub use alerts::{AlertsConfig, WebhookFormat};
-pub use checkpoint::{CheckpointConfig, CheckpointMethod, Signal};
+pub use checkpoint::{CheckpointConfig, CheckpointMethod, OnSigterm, Signal};
 pub use docker::DockerConfig;
 pub use fleet::FleetConfig;
 pub use gpu::GpuConfig;

@@ -21,7 +21,7 @@ use crate::actions::alert::Notifier;
 use crate::actions::checkpoint::{Outcome, WorkerResult};
 use crate::actions::node::{EventType, NodeApi};
 use crate::clock::{Clock, Millis, SystemClock};
-use crate::config::{Config, MetadataConfig};
+use crate::config::{Config, MetadataConfig, OnSigterm};
 use crate::coord::Coordinator;
 use crate::engine::checkpoint::CheckpointRounds;
 use crate::engine::gpu::GpuHealthTracker;
@@ -37,12 +37,16 @@ use crate::observe::metrics::{Metrics, NodeInfoLabels};
 use crate::observe::trail::{Code, Trail};
 use crate::policy::idle::gpu_witness;
 use crate::policy::maintenance::{
-    checkpoint_for, derive, event_for, interrupting, interruption_starts, stands_down,
+    checkpoint_for, derive, event_for, going_away, interrupting, interruption_starts, stands_down,
 };
 use crate::policy::node_info::{labels_state, merge, place};
 use crate::runtime::ContainerRuntime;
+use crate::sources::node::NodeReader;
 
 mod health;
+
+/// The longest the SIGTERM path waits to read the Node afresh (the grace period is running).
+const FRESH_READ: Duration = Duration::from_secs(3);
 
 /// A SIGTERM this soon after a checkpoint round does not ask the workers again: a preemption's
 /// own SIGTERM follows its checkpoint within seconds.
@@ -125,6 +129,9 @@ pub struct Controller {
     labels_state: MaintenanceState,
     /// The Node source's channel (none: the Node is not read).
     node_info: Option<NodeInfoRx>,
+    /// The Node as last read, and a reader for a fresh look at SIGTERM (none: not read).
+    last_info: Option<NodeInfo>,
+    node_reader: Option<Arc<dyn NodeReader>>,
     /// The node's description as last noted in the trail (pool, provisioning, accelerator,
     /// topology), so an unchanged read notes nothing.
     noted_info: Option<String>,
@@ -162,6 +169,8 @@ impl Controller {
             metadata_state: MaintenanceState::default(),
             labels_state: MaintenanceState::default(),
             node_info: None,
+            last_info: None,
+            node_reader: None,
             noted_info: None,
             checkpointed_episode: false,
             notifier: None,
@@ -201,7 +210,8 @@ impl Controller {
 
     /// Follow the Node source (`crate::engine::node_info`): GKE's maintenance labels and taint
     /// join the metadata server's notices, and the pool comes from the Node's label.
-    pub fn with_node_info(mut self, rx: NodeInfoRx) -> Self {
+    pub fn with_node_info(mut self, rx: NodeInfoRx, reader: Option<Arc<dyn NodeReader>>) -> Self {
+        self.node_reader = reader;
         self.node_info = Some(rx);
         self
     }
@@ -273,6 +283,7 @@ impl Controller {
             self.noted_info = Some(described);
         }
         self.labels_state = labels_state(info);
+        self.last_info = Some(info.clone());
     }
 
     /// Act on a new maintenance state. A checkpoint round it calls for is started in `rounds`
@@ -568,11 +579,45 @@ impl Controller {
         let recent = self
             .last_round_ended
             .is_some_and(|t| t.elapsed() < RECENT_ROUND);
-        if on_sigterm && !recent {
-            let left = record_by.saturating_duration_since(tokio::time::Instant::now());
-            let budget = sigterm_budget.min(left);
-            self.checkpoint("agent-sigterm", budget).await;
+        let why = match on_sigterm {
+            OnSigterm::Never => None,
+            OnSigterm::Always => Some("checkpoint.on_sigterm = always".to_string()),
+            OnSigterm::NodeGoingAway => {
+                let info = self.fresh_node().await;
+                going_away(self.state.phase, info.as_ref())
+            }
+        };
+        match why {
+            Some(why) if !recent => {
+                let left = record_by.saturating_duration_since(tokio::time::Instant::now());
+                self.note(
+                    Code::AgentStopping,
+                    format!("asking the workers to checkpoint: {why}"),
+                )
+                .await;
+                self.checkpoint("agent-sigterm", sigterm_budget.min(left))
+                    .await;
+            }
+            _ => {
+                let detail = format!(
+                    "no checkpoint asked: the node is not going away (checkpoint.on_sigterm = {}; a rollout leaves the workers running)",
+                    on_sigterm.as_str()
+                );
+                self.note(Code::AgentStopping, detail).await;
+            }
         }
+    }
+
+    /// The Node as it is now (a read bounded by a few seconds: the grace is running), else as
+    /// last read.
+    async fn fresh_node(&mut self) -> Option<NodeInfo> {
+        if let Some(reader) = &self.node_reader {
+            let read = tokio::time::timeout(FRESH_READ, reader.read(&self.cfg.node_name)).await;
+            if let Ok(Ok(raw)) = read {
+                return Some(crate::policy::node_info::parse(&raw));
+            }
+        }
+        self.last_info.clone()
     }
 }
 

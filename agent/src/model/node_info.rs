@@ -24,6 +24,11 @@ pub struct RawNode {
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<NodeTaint>,
     pub allocatable: BTreeMap<String, String>,
+    /// `metadata.deletionTimestamp` is set: the Node is being deleted.
+    pub deleting: bool,
+    /// The kubelet's graceful node shutdown: its `Ready` condition is `False` with the reason or
+    /// message "node is shutting down"; the text as read.
+    pub shutting_down: Option<String>,
 }
 
 /// How the node's VM was provisioned, from GKE's labels.
@@ -129,6 +134,10 @@ pub struct NodeInfo {
     pub allocatable: BTreeMap<String, String>,
     /// `spec.taints`, as read (every taint, whoever set it).
     pub taints: Vec<NodeTaint>,
+    /// The Node is being deleted (`metadata.deletionTimestamp`).
+    pub deleting: bool,
+    /// The kubelet is shutting the node down (its `Ready` condition says so).
+    pub shutting_down: Option<String>,
     /// Values that were present but could not be understood, one sentence each, naming the key
     /// (the source logs each once).
     pub problems: Vec<String>,

@@ -22,6 +22,8 @@ pub enum Code {
     /// A restarted worker beat for the first time: its cooldown (booting) ends, and a new hang
     /// from now on is a new incident.
     Booted,
+    /// The agent was asked to stop: whether it asked the workers to checkpoint, and why.
+    AgentStopping,
     /// The container was restarted (verified by its start time).
     Restarted,
     /// Observe mode: the restart would have run now.
@@ -94,12 +96,13 @@ pub enum Code {
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 37] = [
+    pub const ALL: [Code; 38] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
         Code::Recovered,
         Code::Booted,
+        Code::AgentStopping,
         Code::Restarted,
         Code::WouldRestart,
         Code::RestartFailed,
@@ -142,6 +145,7 @@ impl Code {
             Code::TimerCleared => "timer-cleared",
             Code::Recovered => "recovered",
             Code::Booted => "booted",
+            Code::AgentStopping => "agent-stopping",
             Code::Restarted => "restarted",
             Code::WouldRestart => "would-restart",
             Code::RestartFailed => "restart-failed",

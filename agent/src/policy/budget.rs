@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use crate::config::CheckpointConfig;
+use crate::config::{CheckpointConfig, OnSigterm};
 
 /// Compute Engine stops a Spot or preemptible VM this long after the preemption notice.
 pub const PREEMPTION_NOTICE: Duration = Duration::from_secs(30);
@@ -120,7 +120,7 @@ fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod, preemptions: bool) -> Vec
     if preemptions {
         budgets.push(("checkpoint.preemption_budget", c.preemption_budget));
     }
-    if c.on_sigterm {
+    if c.on_sigterm != OnSigterm::Never {
         budgets.push(("checkpoint.sigterm_budget", c.sigterm_budget));
     }
     let mut preemption_fits_grace = true;
@@ -266,7 +266,7 @@ mod tests {
     #[test]
     fn without_a_sigterm_round_its_budget_is_not_held_to_the_grace() {
         let mut c = cfg(5, 25, 50, 5);
-        c.on_sigterm = false;
+        c.on_sigterm = OnSigterm::Never;
         assert_eq!(codes(&c, &[pod(20, false)]), vec![]);
     }
 

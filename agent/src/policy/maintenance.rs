@@ -11,6 +11,7 @@ use crate::model::maintenance::{
     Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, Source, UpcomingStatus,
 };
 use crate::model::node::{ConditionStatus, EventType, NodeCondition, NodeDesired, Taint};
+use crate::model::node_info::NodeInfo;
 
 /// The label GKE reads to start a rescheduleable maintenance now.
 pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenance";
@@ -413,6 +414,42 @@ pub(crate) fn checkpoint_for(
 /// Whether this transition starts an interruption (counted once, as GKE's interruption_count).
 pub(crate) fn interruption_starts(prev: Phase, next: Phase) -> bool {
     !interrupting(prev) && interrupting(next)
+}
+
+/// Taints that say the node is being removed, and what each means.
+pub const GOING_AWAY_TAINTS: [(&str, &str); 3] = [
+    (
+        "ToBeDeletedByClusterAutoscaler",
+        "the cluster autoscaler is removing it",
+    ),
+    ("karpenter.sh/disrupted", "Karpenter is removing it"),
+    (
+        "node.kubernetes.io/out-of-service",
+        "it was marked out of service",
+    ),
+];
+
+/// Why the node is going away, if it is: the one case where the agent's own SIGTERM is worth a
+/// checkpoint of every worker (`checkpoint.on_sigterm = "node-going-away"`). A rollout of the
+/// agent, or a restart of its service, leaves the workers running: no reason then (`None`).
+pub fn going_away(phase: Phase, info: Option<&NodeInfo>) -> Option<String> {
+    if phase == Phase::Terminating {
+        return Some("a termination or preemption notice".into());
+    }
+    let info = info?;
+    if info.deleting {
+        return Some("the Node is being deleted".into());
+    }
+    if let Some(why) = &info.shutting_down {
+        return Some(format!("the kubelet is shutting the node down ({why})"));
+    }
+    if info.maintenance.terminating {
+        return Some("GKE's impending-node-termination taint".into());
+    }
+    GOING_AWAY_TAINTS
+        .iter()
+        .find(|(key, _)| info.taints.iter().any(|t| t.key == *key))
+        .map(|(key, why)| format!("taint {key}: {why}"))
 }
 
 #[cfg(test)]

@@ -235,3 +235,52 @@ fn a_starting_gpu_monitor_leaves_the_nodes_gpu_fields_alone() {
     );
     assert_eq!(d.remove_taints, vec!["vigil.dev/gpu-failed".to_string()]);
 }
+
+/// Issue 27: the agent's own SIGTERM asks for a checkpoint only when the node is going away.
+#[test]
+fn the_node_is_going_away_only_on_the_signals_that_say_so() {
+    use crate::model::node_info::{NodeInfo, NodeTaint};
+    let taint = |key: &str| NodeInfo {
+        taints: vec![NodeTaint {
+            key: key.into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+        }],
+        ..NodeInfo::default()
+    };
+    let away = |phase, info: Option<&NodeInfo>| going_away(phase, info);
+    assert!(away(Phase::Terminating, None).unwrap().contains("notice"));
+    let deleting = NodeInfo {
+        deleting: true,
+        ..NodeInfo::default()
+    };
+    assert!(away(Phase::None, Some(&deleting))
+        .unwrap()
+        .contains("deleted"));
+    let shutting = NodeInfo {
+        shutting_down: Some("node is shutting down".into()),
+        ..NodeInfo::default()
+    };
+    assert!(away(Phase::None, Some(&shutting))
+        .unwrap()
+        .contains("kubelet"));
+    for (key, _) in GOING_AWAY_TAINTS {
+        assert!(away(Phase::None, Some(&taint(key))).unwrap().contains(key));
+    }
+    let mut gke = NodeInfo::default();
+    gke.maintenance.terminating = true;
+    assert!(away(Phase::None, Some(&gke)).is_some());
+    // A rollout: nothing says the node is going; nor a pending or ongoing maintenance, nor a
+    // cordon or someone else's taint; nor nothing known at all.
+    assert_eq!(away(Phase::None, Some(&NodeInfo::default())), None);
+    assert_eq!(away(Phase::Pending, None), None);
+    assert_eq!(away(Phase::Ongoing, None), None);
+    assert_eq!(
+        away(
+            Phase::None,
+            Some(&taint("node.kubernetes.io/unschedulable"))
+        ),
+        None
+    );
+    assert_eq!(away(Phase::None, None), None);
+}

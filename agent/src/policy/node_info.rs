@@ -206,6 +206,8 @@ pub fn parse(raw: &RawNode) -> NodeInfo {
         maintenance: maintenance(raw, &mut problems),
         allocatable: raw.allocatable.clone(),
         taints: raw.taints.clone(),
+        deleting: raw.deleting,
+        shutting_down: raw.shutting_down.clone(),
         problems,
     }
 }

@@ -57,10 +57,29 @@ pub fn raw_node(node: &Node) -> RawNode {
         .and_then(|s| s.allocatable.as_ref())
         .map(|a| a.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
         .unwrap_or_default();
+    // NB: the kubelet's graceful node shutdown says so in the Ready condition ("node is
+    // shutting down", Kubernetes' "Node shutdowns" page); nothing else on the Node does.
+    let shutting_down = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "Ready" && c.status == "False")
+        })
+        .and_then(|c| {
+            [c.reason.as_deref(), c.message.as_deref()]
+                .into_iter()
+                .flatten()
+                .find(|t| t.to_ascii_lowercase().contains("shutting down"))
+                .map(str::to_string)
+        });
     RawNode {
         labels,
         taints,
         allocatable,
+        deleting: node.metadata.deletion_timestamp.is_some(),
+        shutting_down,
     }
 }
 
@@ -93,6 +112,39 @@ impl NodeReader for KubeNodeReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27: what says the node is going away — a deletion under way, the kubelet's
+    /// graceful shutdown in the Ready condition — and what does not (NotReady for another
+    /// reason).
+    #[test]
+    fn a_node_being_deleted_or_shutting_down_is_read_so() {
+        let node = |v: serde_json::Value| raw_node(&serde_json::from_value::<Node>(v).unwrap());
+        let deleting = node(serde_json::json!({
+            "metadata": {"name": "n", "deletionTimestamp": "2026-12-02T07:00:00Z"}
+        }));
+        assert!(deleting.deleting && deleting.shutting_down.is_none());
+        let ready = |status: &str, reason: &str, message: &str| {
+            node(serde_json::json!({
+                "metadata": {"name": "n"},
+                "status": {"conditions": [{"type": "Ready", "status": status,
+                    "reason": reason, "message": message}]}
+            }))
+        };
+        let shutting = ready("False", "KubeletNotReady", "node is shutting down");
+        assert_eq!(
+            shutting.shutting_down.as_deref(),
+            Some("node is shutting down")
+        );
+        assert!(!shutting.deleting);
+        assert_eq!(
+            ready("False", "KubeletNotReady", "PLEG is not healthy").shutting_down,
+            None
+        );
+        assert_eq!(
+            ready("True", "KubeletReady", "node is shutting down").shutting_down,
+            None
+        );
+    }
 
     #[test]
     fn a_node_is_read_as_the_api_writes_it() {
