@@ -31,7 +31,7 @@ import jsonschema
 import yaml
 
 WORKER_ID = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
-CHECKPOINT = re.compile(r"(redis|signal|signal:SIG[A-Z0-9]+|https?://\S+)\Z")
+CHECKPOINT = re.compile(r"(record|signal|signal:SIG[A-Z0-9]+|https?://\S+)\Z")
 # The agent's checkpoint.preemption_budget and sigterm_budget (25 s): the pod must outlive them.
 MIN_GRACE = 30
 # safety.breaker_per_day: a Job's backoffLimit must leave room for Vigil's restarts.
@@ -112,7 +112,7 @@ def check_pod(where: str, meta: Dict[str, Any], spec: Dict[str, Any], job: Dict[
                        "worker; use the reserved value `pod-name`")
     method = annotations.get("vigil.checkpoint")
     if method is not None and not CHECKPOINT.match(str(method)):
-        problem(where, f"`vigil.checkpoint: {method}`: redis, signal, signal:SIGNAME or an http(s) URL")
+        problem(where, f"`vigil.checkpoint: {method}`: record, signal, signal:SIGNAME or an http(s) URL")
     policy = spec.get("restartPolicy", "Always")
     if policy not in ("Always", "OnFailure"):
         problem(where, f"restartPolicy {policy}: Vigil stops a hung container for the kubelet to start again; "

@@ -494,7 +494,7 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
     assert_eq!(
         by,
         vec![
-            ("redis-worker", "redis", "acked"),
+            ("redis-worker", "record", "acked"),
             ("signal-worker", "signal", "acked")
         ],
         "{results:?}"

@@ -141,7 +141,7 @@ async fn termination_notice_taints_the_node_and_checkpoints_acking_workers() {
     assert!(r.node.reasons().contains(&"VigilCheckpoint".to_string()));
     let text = r.metrics.encode();
     assert!(
-        text.contains("vigil_checkpoints_total{method=\"redis\",outcome=\"acked\"} 1"),
+        text.contains("vigil_checkpoints_total{method=\"record\",outcome=\"acked\"} 1"),
         "{text}"
     );
     assert!(text.contains("vigil_interruptions_total{type=\"host-maintenance\",reason=\"terminate-on-host-maintenance\"} 1"), "{text}");

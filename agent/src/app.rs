@@ -40,8 +40,12 @@ fn init_logging(cfg: &Config) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cfg.log.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // NB: colour only for a person at a terminal; a log file or a journal gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = if cfg.log.format == LogFormat::Json {
         builder.json().flatten_event(true).try_init()
@@ -452,6 +456,7 @@ async fn start_servers(
         tcp_auth: cfg.worker_api.auth,
         reviewer: None,
         procfs: Procfs::default(),
+        max_grace: cfg.policy.max_grace,
     };
     start_worker_api(cfg, worker_api, tracker, stop).await?;
     Ok(())

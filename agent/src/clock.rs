@@ -51,6 +51,21 @@ pub(crate) fn human(d: Millis) -> String {
     humantime::format_duration(Duration::from_secs(secs)).to_string()
 }
 
+/// A measured duration as a person reads it: `850ms`, `2.5s`, `25s`, `3m 12s` — never
+/// `24s 998ms 324us 296ns`.
+pub fn brief(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let tenths = (ms + 50) / 100;
+    if tenths < 100 {
+        return format!("{}.{}s", tenths / 10, tenths % 10);
+    }
+    let secs = (ms as u64 + 500) / 1000;
+    humantime::format_duration(Duration::from_secs(secs)).to_string()
+}
+
 /// A clock the in-process coordinator reads. Production uses the system clock; tests move a fake.
 pub trait Clock: Send + Sync {
     fn now(&self) -> Millis;
@@ -83,6 +98,22 @@ impl FakeClock {
 impl Clock for FakeClock {
     fn now(&self) -> Millis {
         self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod brief_tests {
+    use super::brief;
+    use std::time::Duration;
+
+    #[test]
+    fn measured_durations_read_as_a_person_says_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(brief(ms(850)), "850ms");
+        assert_eq!(brief(ms(2_449)), "2.4s");
+        assert_eq!(brief(ms(9_960)), "10s");
+        assert_eq!(brief(Duration::new(24, 998_324_296)), "25s");
+        assert_eq!(brief(ms(192_400)), "3m 12s");
     }
 }
 

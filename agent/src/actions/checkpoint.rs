@@ -4,7 +4,7 @@
 //! The protocol, for every method: the agent writes `checkpoint_request=<id>`,
 //! `checkpoint_reason` and `checkpoint_requested_at` into the worker's status record and clears
 //! `checkpoint_ack`; then it delivers the request by the worker's method (a signal through Docker,
-//! an HTTP POST, or nothing more for `redis`, where the worker watches its own record). The worker
+//! an HTTP POST, or nothing more for `record`, where the worker watches its own record). The worker
 //! saves its state and sets `checkpoint_ack` to the request id in its status record.
 //!
 //! NB: only an ack of *this* round's id counts. Any other value — an ack for an earlier round
@@ -24,7 +24,7 @@ use crate::runtime::{Container, ContainerRuntime};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Method {
     /// The request in the status record is all: the worker polls its own record.
-    Redis,
+    Record,
     /// A signal to the container's main process, e.g. `SIGUSR1`.
     Signal(Signal),
     /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`. Shown
@@ -36,7 +36,7 @@ impl Method {
     /// The configured (or labelled) method; a bare `signal` takes `default_signal`.
     pub(crate) fn resolve(m: &CheckpointMethod, default_signal: Signal) -> Method {
         match m {
-            CheckpointMethod::Redis => Method::Redis,
+            CheckpointMethod::Record => Method::Record,
             CheckpointMethod::Signal(s) => Method::Signal(s.unwrap_or(default_signal)),
             CheckpointMethod::Http(url) => Method::Http(url.clone()),
         }
@@ -50,7 +50,7 @@ impl Method {
     /// Metric label.
     pub fn label(&self) -> &'static str {
         match self {
-            Method::Redis => "redis",
+            Method::Record => "record",
             Method::Signal(_) => "signal",
             Method::Http(_) => "http",
         }
@@ -133,10 +133,7 @@ impl Checkpointer {
                     method: self.method_for(c).map(|m| m.label()).unwrap_or("invalid"),
                     outcome: Outcome::TimedOut,
                     waited: started.elapsed(),
-                    detail: format!(
-                        "no acknowledgement within {}",
-                        humantime::format_duration(budget)
-                    ),
+                    detail: format!("no acknowledgement within {}", crate::clock::brief(budget)),
                 },
             }
         });
@@ -218,10 +215,7 @@ impl Checkpointer {
                 return result(
                     label,
                     Outcome::TimedOut,
-                    format!(
-                        "no acknowledgement within {}",
-                        humantime::format_duration(budget)
-                    ),
+                    format!("no acknowledgement within {}", crate::clock::brief(budget)),
                 );
             }
             // The last wait is shortened to the deadline, so the budget is used in full.
@@ -238,7 +232,7 @@ impl Checkpointer {
         budget: Duration,
     ) -> Result<(), String> {
         match method {
-            Method::Redis => Ok(()),
+            Method::Record => Ok(()),
             Method::Signal(sig) => self
                 .runtime
                 .kill(&c.id, sig.as_str())
@@ -277,7 +271,8 @@ mod tests {
     #[test]
     fn methods_parse_with_defaults_and_overrides() {
         let usr1 = Signal::Usr1;
-        assert_eq!(Method::parse("redis", usr1), Ok(Method::Redis));
+        assert_eq!(Method::parse("record", usr1), Ok(Method::Record));
+        assert!(Method::parse("redis", usr1).unwrap_err().contains("record"));
         assert_eq!(Method::parse("signal", usr1), Ok(Method::Signal(usr1)));
         assert_eq!(
             Method::parse("signal:SIGUSR2", usr1),
@@ -295,7 +290,7 @@ mod tests {
     fn summary_counts_outcomes() {
         let r = |o| WorkerResult {
             worker: "w".into(),
-            method: "redis",
+            method: "record",
             outcome: o,
             waited: Duration::ZERO,
             detail: String::new(),

@@ -84,8 +84,9 @@ impl From<Signal> for String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum CheckpointMethod {
-    /// The request in the status record is all: the worker polls its own record.
-    Redis,
+    /// The request in the status record is all: the worker reads it in its own record (the
+    /// answer to its beats on the worker API, or its record in Redis).
+    Record,
     /// A signal to the container's main process; `None` = `checkpoint.signal`.
     Signal(Option<Signal>),
     /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`. A secret
@@ -98,7 +99,10 @@ impl std::str::FromStr for CheckpointMethod {
     fn from_str(s: &str) -> Result<CheckpointMethod, String> {
         let s = s.trim();
         match s {
-            "redis" => Ok(CheckpointMethod::Redis),
+            "record" => Ok(CheckpointMethod::Record),
+            // NB: named for where the request is (the worker's record), not for a Redis that a
+            // worker on the worker API never sees.
+            "redis" => Err("`redis` is now called `record` (the request is in the worker's own record, with or without Redis)".into()),
             "signal" => Ok(CheckpointMethod::Signal(None)),
             _ if s.starts_with("signal:") => Ok(CheckpointMethod::Signal(Some(
                 s["signal:".len()..].parse()?,
@@ -107,7 +111,7 @@ impl std::str::FromStr for CheckpointMethod {
                 Ok(CheckpointMethod::Http(s.into()))
             }
             _ => Err(format!(
-                "`{}` is not `redis`, `signal`, `signal:NAME` or an http(s):// URL",
+                "`{}` is not `record`, `signal`, `signal:NAME` or an http(s):// URL",
                 redact::url(s)
             )),
         }
@@ -126,7 +130,7 @@ impl TryFrom<String> for CheckpointMethod {
 impl From<CheckpointMethod> for String {
     fn from(m: CheckpointMethod) -> String {
         match m {
-            CheckpointMethod::Redis => "redis".into(),
+            CheckpointMethod::Record => "record".into(),
             CheckpointMethod::Signal(None) => "signal".into(),
             CheckpointMethod::Signal(Some(s)) => format!("signal:{}", s.as_str()),
             CheckpointMethod::Http(url) => url.redacted(),
@@ -164,7 +168,7 @@ impl OnSigterm {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckpointConfig {
-    /// Default request method: `redis`, `signal`, `signal:NAME` or an `http(s)://` URL; a
+    /// Default request method: `record`, `signal`, `signal:NAME` or an `http(s)://` URL; a
     /// container label overrides it.
     pub method: CheckpointMethod,
     /// Container label naming a worker's method: `redis`, `signal:SIGUSR1`, `http://host:port/path`.
@@ -195,7 +199,7 @@ pub struct CheckpointConfig {
 impl Default for CheckpointConfig {
     fn default() -> Self {
         CheckpointConfig {
-            method: CheckpointMethod::Redis,
+            method: CheckpointMethod::Record,
             label: "vigil.checkpoint".into(),
             signal: Signal::Usr1,
             sigterm_budget: Duration::from_secs(25),

@@ -83,6 +83,8 @@ pub struct WorkerApiState {
     pub reviewer: Option<Arc<dyn TokenReviewer>>,
     /// Where a unix-socket peer's container's init process is looked up.
     pub procfs: Procfs,
+    /// `policy.max_grace`: a longer grace is cut to it, and the answer says so.
+    pub max_grace: Duration,
 }
 
 /// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
@@ -230,6 +232,9 @@ async fn write(
         .unwrap_or_default();
     let mut answer = pending_checkpoint(&record);
     answer.insert("heartbeat_ms".into(), serde_json::Value::from(now));
+    if let Some(w) = grace_warning(&fields, s.max_grace) {
+        answer.insert("warnings".into(), serde_json::json!([w]));
+    }
     Ok(serde_json::Value::Object(answer).to_string())
 }
 
@@ -250,6 +255,21 @@ async fn read(
         .map(|(k, v)| (k, serde_json::Value::String(v)))
         .collect();
     Ok(serde_json::Value::Object(fields).to_string())
+}
+
+/// What the worker should hear about its grace: one longer than `policy.max_grace` is cut to it
+/// (silently, the worker would believe it has two hours and be restarted after one).
+fn grace_warning(fields: &[(String, String)], max_grace: Duration) -> Option<String> {
+    let (_, g) = fields.iter().find(|(k, _)| k == "grace")?;
+    let asked = parse_grace(g)?;
+    (asked > crate::clock::ms(max_grace)).then(|| {
+        format!(
+            "grace {} is longer than this agent's policy.max_grace ({}): the worker may stay silent for {} only",
+            crate::clock::brief(Duration::from_millis(asked as u64)),
+            humantime::format_duration(max_grace),
+            humantime::format_duration(max_grace)
+        )
+    })
 }
 
 /// The checkpoint request in a record, when it is not acknowledged yet.

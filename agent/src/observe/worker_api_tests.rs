@@ -2,6 +2,7 @@
 //! TokenReview and a fake runtime listing: who gets 200, 401, 403 and 503.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -109,6 +110,7 @@ async fn start(auth: WorkerAuth, listed: Vec<Container>, reviews: FakeReviews) -
         tcp_auth: auth,
         reviewer: Some(reviews.clone()),
         procfs: Procfs::default(),
+        max_grace: Duration::from_secs(3600),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -241,6 +243,17 @@ async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
     );
     assert_eq!(put(&api, "w", None, r#"{"stat":1}"#).await.0, 400);
     assert_eq!(put(&api, "a:b", None, r#"{"state":"x"}"#).await.0, 400);
+    // Issue 27: a grace past policy.max_grace is cut, and the answer says so.
+    let (code, text) = put(&api, "w", None, r#"{"state":"compile","grace":"7200"}"#).await;
+    assert_eq!(code, 200, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let warning = answer["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("max_grace") && warning.contains("1h"),
+        "{answer}"
+    );
+    let (_, text) = put(&api, "w", None, r#"{"state":"compile","grace":"1200"}"#).await;
+    assert!(!text.contains("warnings"), "{text}");
     let big = format!("{{\"state\":\"{}\"}}", "x".repeat(10 * 1024 * 1024));
     let (code, text) = put(&api, "w", None, &big).await;
     assert_eq!(code, 413);
@@ -340,6 +353,7 @@ fn socket_state(listing: Listing, procfs: Procfs) -> WorkerApiState {
         tcp_auth: WorkerAuth::Kubernetes,
         reviewer: None,
         procfs,
+        max_grace: Duration::from_secs(3600),
     }
 }
 

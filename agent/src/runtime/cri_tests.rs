@@ -18,7 +18,7 @@ fn the_host_pod_stands_for_the_pod_s_ip() {
         "http://podium:80/",
         "http://10.0.0.1/pod",
         "signal:SIGUSR1",
-        "redis",
+        "record",
     ] {
         assert!(!addresses_the_pod(other), "{other}");
     }

@@ -29,6 +29,7 @@ class FakeTransport(Transport):
         self.reads = 0
         self.failing = False
         self.checkpoint: Optional[CheckpointRequest] = None
+        self.warnings: Tuple[str, ...] = ()
 
     def send(self, fields: Mapping[str, str]) -> Reply:
         with self.lock:
@@ -37,7 +38,7 @@ class FakeTransport(Transport):
             self.sends.append((time.monotonic(), dict(fields)))
             if self.checkpoint and fields.get("checkpoint_ack") == self.checkpoint.id:
                 self.checkpoint = None
-            return Reply(checkpoint=self.checkpoint)
+            return Reply(checkpoint=self.checkpoint, warnings=self.warnings)
 
     def read(self) -> Reply:
         with self.lock:
@@ -367,3 +368,18 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_what_the_agent_warns_of_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 27: a grace past the agent's policy.max_grace is cut there; the worker hears it."""
+    caplog.set_level("WARNING", logger="vigil_worker")
+    t = FakeTransport()
+    t.warnings = ("grace 2h is longer than this agent's policy.max_grace (1h)",)
+    with Worker("w0", transport=t, interval=0.01) as w:
+        with w.busy("compile", up_to="2h"):
+            pass
+        for step in range(5):
+            w.progress(step)
+            time.sleep(0.02)
+    said = [r.getMessage() for r in caplog.records if "max_grace" in r.getMessage()]
+    assert len(said) == 1, said

@@ -146,7 +146,7 @@ impl Metrics {
             accelerator: String::new(),
             tpu_topology: String::new(),
         });
-        self.checkpoints.count("redis", "acked");
+        self.checkpoints.count("record", "acked");
         self.gpu.touch();
         self.tpu.touch();
         self.worker_api.write("tcp", "accepted");

@@ -129,7 +129,7 @@ impl CheckpointMetrics {
         // NB: at 0 from the start, so that the first cut-short round of an agent's life is an
         // increase (the checkpoint alert rules take `increase()`): every method's outcomes, the
         // round cut short at the grace period (`none`) and the worker whose method is invalid.
-        for method in ["redis", "signal", "http"] {
+        for method in ["record", "signal", "http"] {
             for outcome in ["acked", "timed-out", "failed"] {
                 let _ = m
                     .checkpoints

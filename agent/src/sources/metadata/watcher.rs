@@ -105,7 +105,7 @@ pub async fn watch_with(
                 } else {
                     if attempt == attempts {
                         tracing::info!(
-                            "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (set metadata.enabled = off off GCE)",
+                            "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (off GCE, set metadata.enabled = \"off\")",
                             chain(&e)
                         );
                     }

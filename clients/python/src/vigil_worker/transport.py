@@ -55,6 +55,8 @@ class Reply:
     checkpoint: Optional[CheckpointRequest] = None
     #: The heartbeat the agent stamped (worker API only), in milliseconds.
     heartbeat_ms: Optional[int] = None
+    #: What the agent wants the worker to know (e.g. a grace cut to its policy.max_grace).
+    warnings: Tuple[str, ...] = ()
 
 
 class TransportError(Exception):
@@ -321,7 +323,7 @@ class ApiTransport(Transport):
             return parsed if isinstance(parsed, dict) else {}
         why = {
             401: "not authenticated (is the projected token with audience 'vigil' mounted, and VIGIL_TOKEN_FILE right?)",
-            403: "refused: this caller is not this worker (does the pod/container carry the label vigil.worker with this id?)",
+            403: "refused: this caller is not this worker (does the pod/container carry the agent's opt-in label, runtime.worker_label, with this id?)",
             503: "the agent cannot check or store it now",
         }.get(status, "refused")
         permanent = status in (400, 404, 405, 413)
@@ -351,9 +353,11 @@ class ApiTransport(Transport):
                 continue
             answer = self._check(status, headers, data)
             hb = answer.get("heartbeat_ms")
+            warnings = answer.get("warnings")
             return Reply(
                 checkpoint=pending_checkpoint({k: _str(answer.get(k)) for k in CHECKPOINT_FIELDS}),
                 heartbeat_ms=hb if isinstance(hb, int) else None,
+                warnings=tuple(str(w) for w in warnings) if isinstance(warnings, list) else (),
             )
 
     def read(self) -> Reply:

@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 import types
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple, Type, Union
 
 from ._util import (
     Backoff,
@@ -123,6 +123,7 @@ class Worker:
         self._backoff = Backoff()
         self._rl = RateLimitedLog(log)
         self._failing = False
+        self._warned: Set[str] = set()
 
         # Checkpoints.
         self._request: Optional[CheckpointRequest] = None
@@ -508,6 +509,10 @@ class Worker:
         self._not_before = 0.0
 
     def _take(self, reply: Reply) -> None:
+        for warning in reply.warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                log.warning("vigil: the agent says: %s", warning)
         request = reply.checkpoint
         now = time.monotonic()
         if request is not None and request.id in self._acked:

@@ -1,5 +1,5 @@
 """A worker that saves from an on_checkpoint callback (the request reaches it in a beat's
-answer: the `redis` checkpoint method, over the worker API socket)."""
+answer: the `record` checkpoint method, over the worker API socket)."""
 
 import time
 
