@@ -265,6 +265,8 @@ async fn embedded_mode_works_without_redis_through_the_local_worker_api() {
         agent.log_text().contains("embedded coordinator"),
         "said once at start-up"
     );
+    // Issue 27: a log file is plain text, no terminal colour codes.
+    assert!(!agent.log_text().contains('\u{1b}'), "ANSI codes in a log file");
     // No NVIDIA driver on this machine: the agent runs with GPU monitoring off and says so once.
     assert_eq!(
         agent.log_text().matches("GPU monitoring off").count(),

@@ -9,9 +9,10 @@ announces a bounded grace for long operations, and learns of checkpoint requests
         for step in range(steps):
             train_step()
             w.progress(step)                  # a beat, from the loop
-            if w.checkpoint_requested:
+            request = w.checkpoint_requested
+            if request:
                 save()
-                w.checkpoint_done()
+                w.checkpoint_done(request.id)
 
 See docs/write-a-worker.md in the Vigil repository.
 """
