@@ -100,6 +100,12 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
     let trail = s.explain(&cfg, &redis);
     assert_eq!(decisions(&trail, "restarted"), 1, "{trail}");
     assert!(trail.contains("timer-started"), "{trail}");
+    // Issue 27: the stop's real duration, and why it took the whole grace (a shell as PID 1
+    // ignores SIGTERM).
+    assert!(
+        trail.contains("the restart took") && trail.contains("did not exit on SIGTERM"),
+        "{trail}"
+    );
 
     let metrics = s.metrics().await;
     assert!(
@@ -266,7 +272,10 @@ async fn embedded_mode_works_without_redis_through_the_local_worker_api() {
         "said once at start-up"
     );
     // Issue 27: a log file is plain text, no terminal colour codes.
-    assert!(!agent.log_text().contains('\u{1b}'), "ANSI codes in a log file");
+    assert!(
+        !agent.log_text().contains('\u{1b}'),
+        "ANSI codes in a log file"
+    );
     // No NVIDIA driver on this machine: the agent runs with GPU monitoring off and says so once.
     assert_eq!(
         agent.log_text().matches("GPU monitoring off").count(),

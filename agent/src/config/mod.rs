@@ -398,7 +398,7 @@ impl Config {
                      + runtime.restart_timeout + {}s margin = {}; the lock could expire mid-restart",
                     humantime::format_duration(self.safety.lock_ttl),
                     LOCK_MARGIN.as_secs(),
-                    humantime::format_duration(needed)
+                    crate::clock::brief(needed)
                 ),
             );
         }

@@ -79,12 +79,25 @@ impl RestartPath<'_> {
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let mut detail = format!(
-            "restarted container {} ({}) after {}; cooldown {}",
+            "restarted container {} ({}) after {}; the restart took {}; cooldown {}",
             c.name,
             short(&c.id),
             human(started - act.since),
+            crate::clock::brief(std::time::Duration::from_millis(
+                (done - started).max(0) as u64
+            )),
             humantime::format_duration(self.ctx.cfg.policy.cooldown)
         );
+        // NB: a worker that does not exit on SIGTERM (Python or a shell as PID 1, a handler
+        // that waits on a stuck loop) holds every restart for the whole stop grace: say so where
+        // the operator reads the restart, with the fix.
+        let grace = self.ctx.cfg.runtime.stop_grace;
+        if done - started >= crate::clock::ms(grace) {
+            detail.push_str(&format!(
+                " (the worker did not exit on SIGTERM: its stop waited out runtime.stop_grace, {}, then SIGKILL; run it under an init, `docker run --init`, or let it exit on SIGTERM)",
+                humantime::format_duration(grace)
+            ));
+        }
         if let Some(e) = call_error {
             detail.push_str(&format!(" (the restart call reported: {e})"));
         }

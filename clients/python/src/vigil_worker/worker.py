@@ -12,6 +12,7 @@ import time
 import types
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple, Type, Union
 
+from ._stop import StopWatchdog
 from ._util import (
     Backoff,
     Duration,
@@ -134,7 +135,14 @@ class Worker:
         self._in_callback = False
         self._poll_now = False
         self._signals_installed = False
+        self._watchdog: Optional[StopWatchdog] = None
         self._stop_requested = False
+        # The loop's rhythm, for the stop watchdog (`_stop.py`): its last call, the longest gap
+        # between two calls, and the end of the grace of the busy block it is in (0: none).
+        self._last_call = time.monotonic()
+        self._calls = 0
+        self._longest_gap = 0.0
+        self._busy_until = 0.0
 
         self._thread: Optional[threading.Thread] = None
         self._started = False
@@ -171,6 +179,9 @@ class Worker:
             self._cond.notify_all()
             thread = self._thread
         thread.join(self.timeout + 0.5)
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         with self._cond:
             self._closed = True
             self._thread = None
@@ -199,6 +210,7 @@ class Worker:
         are registered (:meth:`on_checkpoint`), they run here, in the loop's thread."""
         if self._thread is None and not self._started:
             self.start()  # used without `with` or start(): the first call starts it
+        self._called()
         with self._cond:
             if step is None:
                 self._counter += 1
@@ -218,6 +230,7 @@ class Worker:
             self._initial_state = state
             self.start()  # the first call starts it, with this state
             return
+        self._called()
         with self._cond:
             self._update(state=state, urgent=True)
         self._dispatch()
@@ -248,6 +261,10 @@ class Worker:
         if not valid_state(state):
             raise ValueError(f"invalid state {state!r}: 1-64 characters of [A-Za-z0-9._-]")
         grace = None if up_to is None else format_seconds(parse_duration(up_to))
+        self._called()
+        before_busy = self._busy_until
+        if up_to is not None:
+            self._busy_until = time.monotonic() + parse_duration(up_to)
         with self._cond:
             before_state, before_grace = self._state, self._grace
             self._update(state=state, grace=grace if grace is not None else before_grace, urgent=True)
@@ -255,6 +272,8 @@ class Worker:
         try:
             yield self
         finally:
+            self._busy_until = before_busy
+            self._last_call = time.monotonic()
             with self._cond:
                 # The outer grace again (nested busy blocks), else "0": cleared.
                 restored = before_grace
@@ -303,11 +322,17 @@ class Worker:
         self._callbacks.append(callback)
         return callback
 
-    def handle_signals(self, *signals: Union[int, str, signal.Signals]) -> None:
+    def handle_signals(self, *signals: Union[int, str, signal.Signals],
+                       exit_after: Optional[Duration] = None) -> None:
         """Opt in to signals (default SIGTERM and SIGUSR1; call from the main thread): each one
         raises a checkpoint request for the loop, and SIGTERM also sets :attr:`stop_requested`.
         For the ``signal:SIGUSR1`` checkpoint method, and to save when the pod is deleted.
-        A Python handler installed before is still called; the default action is not."""
+        A Python handler installed before is still called; the default action is not.
+
+        A loop that is stuck when SIGTERM comes never acts on it: then the process exits by
+        itself (status 143) once the loop has made no call for `exit_after` (default: twice the
+        longest gap between its calls so far, at least 10 s; never inside a :meth:`busy` block
+        whose grace still runs), so a restart is not held for the whole stop grace."""
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("handle_signals must be called from the main thread")
         wanted = signals or (signal.SIGTERM, signal.SIGUSR1)
@@ -315,7 +340,24 @@ class Worker:
             signum = _signum(sig)
             previous = signal.getsignal(signum)
             signal.signal(signum, self._make_handler(signum, previous))
+        if signal.SIGTERM in {_signum(s) for s in wanted} and self._watchdog is None:
+            limit = None if exit_after is None else parse_duration(exit_after)
+            self._watchdog = StopWatchdog(self._loop_idle, limit)
+            self._watchdog.install()
         self._signals_installed = True
+
+    def _called(self) -> None:
+        """The loop called: its rhythm, for the stop watchdog. The first call's gap (imports,
+        loading before the loop) and a busy block's are not the loop's rhythm."""
+        now = time.monotonic()
+        if self._calls > 0 and now >= self._busy_until:
+            self._longest_gap = max(self._longest_gap, now - self._last_call)
+        self._calls += 1
+        self._last_call = now
+
+    def _loop_idle(self) -> "tuple[float, bool, float]":
+        now = time.monotonic()
+        return now - self._last_call, now < self._busy_until, self._longest_gap
 
     def _make_handler(self, signum: int, previous: Any) -> Callable[[int, Any], None]:
         name = signal.Signals(signum).name
