@@ -103,6 +103,22 @@ impl World {
         .await;
     }
 
+    /// Rank `rank` of `ranks` in `worker`'s container beats (its own fields, `state@r`...).
+    async fn beat_rank(&self, worker: &str, rank: u32, ranks: u32, progress: &str) {
+        let hb = vigil::coord::heartbeat_value(self.now());
+        let fields = vec![
+            ("ranks".to_string(), ranks.to_string()),
+            ("job".to_string(), "job-7".to_string()),
+            (format!("state@{rank}"), "processing".to_string()),
+            (format!("heartbeat@{rank}"), hb),
+            (format!("progress@{rank}"), progress.to_string()),
+        ];
+        self.store
+            .hset(&self.keys.status(worker), &fields, None)
+            .await
+            .unwrap();
+    }
+
     /// `n` times: `trainer-0` beats (alive, in `state`, at `progress`), then one tick.
     async fn beat_and_tick(&mut self, n: usize, state: &str, progress: &str) {
         for _ in 0..n {
@@ -294,6 +310,53 @@ async fn booting_ends_at_the_first_beat_and_a_new_hang_is_a_new_incident() {
         "one hung alert per incident"
     );
     assert_eq!(w.breaker().await, 2, "each restart takes a breaker unit");
+}
+
+/// Issue 27: several ranks in one container (torchrun: one process per GPU). Rank 1 stops while
+/// rank 0 keeps beating: the container is as healthy as its worst rank — hung, alerted naming
+/// rank 1, restarted once.
+#[tokio::test]
+async fn one_hung_rank_is_not_hidden_by_the_others_beats() {
+    let mut w = World::new(|_| {});
+    w.beat_rank("trainer-0", 1, 2, "step-1").await;
+    let mut step = 0;
+    while w.runtime.restarts("c1") == 0 && step < 60 {
+        step += 1;
+        w.beat_rank("trainer-0", 0, 2, &format!("step-{step}"))
+            .await;
+        w.tick().await;
+    }
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "the container of the hung rank is restarted"
+    );
+    let hung = w.sink.of(AlertKind::Hung);
+    assert_eq!(hung.len(), 1);
+    assert!(hung[0].detail.contains("rank 1 of 2"), "{}", hung[0].detail);
+}
+
+/// Every rank beating: healthy, however many there are; a rank that never wrote is no
+/// better than a hung one (it is not guessed to be fine).
+#[tokio::test]
+async fn ranks_that_all_beat_are_healthy_and_a_silent_one_is_not() {
+    let mut w = World::new(|_| {});
+    for step in 0..20 {
+        for r in 0..4 {
+            w.beat_rank("trainer-0", r, 4, &format!("step-{step}"))
+                .await;
+        }
+        let v = w.tick().await;
+        assert_eq!(v[0].verdicts[0].1, Verdict::Healthy, "step {step}");
+    }
+    let mut w = World::new(|_| {});
+    w.beat_rank("trainer-0", 0, 2, "step-1").await;
+    let v = w.tick().await;
+    assert_eq!(
+        v[0].verdicts[0].1,
+        Verdict::Unreachable,
+        "rank 1 has written nothing"
+    );
 }
 
 /// A restarted worker that never beats is booting for the whole cooldown, as before: without a

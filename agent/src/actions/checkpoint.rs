@@ -96,9 +96,24 @@ pub fn summary(results: &[WorkerResult]) -> String {
     )
 }
 
-/// Does `record` acknowledge the request `id`? Only the id itself does.
+/// Does `record` acknowledge the request `id`? Only the id itself does: in `checkpoint_ack`
+/// (the container's one process, or one speaking for all its ranks), or — for a container of
+/// several ranks (`ranks = N`) — in every rank's own `checkpoint_ack@r`.
 pub(crate) fn acknowledges(record: &std::collections::HashMap<String, String>, id: &str) -> bool {
-    !id.is_empty() && record.get("checkpoint_ack").is_some_and(|a| a == id)
+    if id.is_empty() {
+        return false;
+    }
+    let acked = |field: &str| record.get(field).is_some_and(|a| a == id);
+    if acked("checkpoint_ack") {
+        return true;
+    }
+    let ranks = record
+        .get("ranks")
+        .and_then(|n| n.trim().parse::<u32>().ok())
+        .filter(|n| (1..=crate::model::worker::MAX_RANKS).contains(n));
+    ranks.is_some_and(|n| {
+        (0..n).all(|r| acked(&crate::model::worker::rank_field("checkpoint_ack", r)))
+    })
 }
 
 /// What a checkpoint round needs.
@@ -267,6 +282,39 @@ impl Checkpointer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27: a container of several ranks has saved when every rank acknowledged this id
+    /// (or one process did for all); one rank's ack, or another id, is not enough.
+    #[test]
+    fn every_rank_must_acknowledge_the_request_s_id() {
+        let rec = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(acknowledges(&rec(&[("checkpoint_ack", "r1")]), "r1"));
+        assert!(!acknowledges(&rec(&[("checkpoint_ack", "ok")]), "r1"));
+        assert!(!acknowledges(&rec(&[("checkpoint_ack", "")]), ""));
+        let two = [("ranks", "2"), ("checkpoint_ack@0", "r1")];
+        assert!(!acknowledges(&rec(&two), "r1"));
+        let both = [
+            ("ranks", "2"),
+            ("checkpoint_ack@0", "r1"),
+            ("checkpoint_ack@1", "r1"),
+        ];
+        assert!(acknowledges(&rec(&both), "r1"));
+        let stale = [
+            ("ranks", "2"),
+            ("checkpoint_ack@0", "r1"),
+            ("checkpoint_ack@1", "r0"),
+        ];
+        assert!(!acknowledges(&rec(&stale), "r1"));
+        assert!(acknowledges(
+            &rec(&[("ranks", "2"), ("checkpoint_ack", "r1")]),
+            "r1"
+        ));
+    }
 
     #[test]
     fn methods_parse_with_defaults_and_overrides() {

@@ -48,11 +48,12 @@ pub enum CoordError {
 pub type TrailEntry = (String, HashMap<String, String>);
 
 /// The most fields, and bytes of names and values together, of a status record the agent reads.
-/// A worker's record holds a dozen short fields; one over these bounds (multi-MB junk written
-/// by whoever holds Redis credentials for it) is read as unreadable: that worker is
-/// unreachable, alerted, and its record never reaches the agent's memory. The worker API's
+/// A worker's record holds a dozen short fields (five more per rank of a container of several
+/// ranks, at most 32); one over these bounds (multi-MB junk written by whoever holds Redis
+/// credentials for it) is read as unreadable: that worker is unreachable, alerted, and its
+/// record never reaches the agent's memory. The worker API's
 /// body limit (64 KiB) keeps a worker that writes through it well inside.
-pub const MAX_RECORD_FIELDS: usize = 64;
+pub const MAX_RECORD_FIELDS: usize = 256;
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 
 /// Why `record` is over [`MAX_RECORD_FIELDS`] or [`MAX_RECORD_BYTES`], if it is.
@@ -320,9 +321,20 @@ pub async fn write_status(
     worker: &str,
     fields: &[(String, String)],
 ) -> Result<Millis, CoordError> {
+    write_status_as(coord, keys, worker, fields, "heartbeat").await
+}
+
+/// [`write_status`], the heartbeat stamped in `heartbeat_field` (`heartbeat@3`: a rank's).
+pub async fn write_status_as(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    worker: &str,
+    fields: &[(String, String)],
+    heartbeat_field: &str,
+) -> Result<Millis, CoordError> {
     let now = coord.time().await?;
     let mut all: Vec<(String, String)> = fields.to_vec();
-    all.push(("heartbeat".into(), heartbeat_value(now)));
+    all.push((heartbeat_field.into(), heartbeat_value(now)));
     coord.hset(&keys.status(worker), &all, None).await?;
     Ok(now)
 }

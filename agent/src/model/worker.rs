@@ -19,6 +19,19 @@ pub struct WorkerStatus {
     pub grace: Option<Millis>,
     /// The worker says its restarts belong to someone else (`restarts = alert-only`).
     pub alert_only: bool,
+    /// For a container of several ranks (one process per GPU: torchrun), the rank this status
+    /// is — the worst one, which the container's verdict is — and how many there are.
+    pub rank: Option<(u32, u32)>,
+}
+
+/// The most ranks one container's record may hold (one process per accelerator: 8 or 16 GPUs,
+/// with room); past it the record is read as one process's.
+pub const MAX_RANKS: u32 = 32;
+
+/// The record field of `rank` for `field`: `state@3`. `@` is in no worker id or field name, so
+/// the rank is read back unambiguously.
+pub fn rank_field(field: &str, rank: u32) -> String {
+    format!("{field}@{rank}")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,34 +67,74 @@ impl WorkerStatus {
     /// Read the record's fields. `heartbeat` is seconds since the epoch (decimals allowed) on the
     /// coordinator's clock; an unreadable heartbeat is kept as `None` so the verdict can say so.
     pub(crate) fn from_fields(fields: &HashMap<String, String>) -> Option<WorkerStatus> {
-        // NB: a record holding only the agent's checkpoint fields (a worker that never
-        // published) is still "no record": the worker has said nothing about itself.
-        if !fields.contains_key("state") && !fields.contains_key("heartbeat") {
+        Self::read(fields, "")
+    }
+
+    /// The ranks of a container whose processes each publish their own fields (`ranks = N`,
+    /// then `state@r`, `heartbeat@r`, `progress@r`, `grace@r` for r in 0..N; `job` and
+    /// `restarts` are the container's). `None` for an ordinary one-process record. A rank that
+    /// wrote nothing yet is there, with no heartbeat: it is not guessed to be fine.
+    pub fn ranks_from_fields(fields: &HashMap<String, String>) -> Option<Vec<WorkerStatus>> {
+        let n: u32 = fields.get("ranks")?.trim().parse().ok()?;
+        if n == 0 || n > MAX_RANKS {
             return None;
         }
-        let state = WorkerState::parse(fields.get("state").map(String::as_str).unwrap_or(""));
+        let mut out = Vec::with_capacity(n as usize);
+        for r in 0..n {
+            let mut s = Self::read(fields, &format!("@{r}")).unwrap_or_else(|| WorkerStatus {
+                state: WorkerState::Processing,
+                heartbeat: None,
+                job: None,
+                progress: None,
+                grace: None,
+                alert_only: false,
+                rank: None,
+            });
+            s.job = s.job.or_else(|| Self::text(fields, "job"));
+            s.alert_only |= Self::alert_only(fields);
+            s.rank = Some((r, n));
+            out.push(s);
+        }
+        Some(out)
+    }
+
+    fn text(fields: &HashMap<String, String>, k: &str) -> Option<String> {
+        // NB: worker-supplied text goes into log lines, alerts and webhooks: bounded, so a
+        // 5 MB `job` field costs nothing downstream.
+        fields
+            .get(k)
+            .filter(|v| !v.is_empty())
+            .map(|v| bounded(v, MAX_FIELD))
+    }
+
+    fn alert_only(fields: &HashMap<String, String>) -> bool {
+        fields
+            .get("restarts")
+            .is_some_and(|v| v.trim() == crate::model::container::ALERT_ONLY)
+    }
+
+    /// One process's status from the fields named with `suffix` (`""`, or `@r` for rank r).
+    fn read(fields: &HashMap<String, String>, suffix: &str) -> Option<WorkerStatus> {
+        let f = |k: &str| format!("{k}{suffix}");
+        // NB: a record holding only the agent's checkpoint fields (a worker that never
+        // published) is still "no record": the worker has said nothing about itself.
+        if !fields.contains_key(&f("state")) && !fields.contains_key(&f("heartbeat")) {
+            return None;
+        }
+        let state = WorkerState::parse(fields.get(&f("state")).map(String::as_str).unwrap_or(""));
         let heartbeat = fields
-            .get("heartbeat")
+            .get(&f("heartbeat"))
             .and_then(|h| h.trim().parse::<f64>().ok())
             .filter(|h| h.is_finite() && *h > 0.0)
             .map(|h| (h * 1000.0).round() as Millis);
-        // NB: worker-supplied text goes into log lines, alerts and webhooks: bounded, so a
-        // 5 MB `job` field costs nothing downstream.
-        let nonempty = |k: &str| {
-            fields
-                .get(k)
-                .filter(|v| !v.is_empty())
-                .map(|v| bounded(v, MAX_FIELD))
-        };
         Some(WorkerStatus {
             state,
             heartbeat,
-            job: nonempty("job"),
-            progress: nonempty("progress"),
-            grace: fields.get("grace").and_then(|g| parse_grace(g)),
-            alert_only: fields
-                .get("restarts")
-                .is_some_and(|v| v.trim() == crate::model::container::ALERT_ONLY),
+            job: Self::text(fields, &f("job")),
+            progress: Self::text(fields, &f("progress")),
+            grace: fields.get(&f("grace")).and_then(|g| parse_grace(g)),
+            alert_only: Self::alert_only(fields),
+            rank: None,
         })
     }
 }

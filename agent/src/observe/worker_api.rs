@@ -20,9 +20,9 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerAuth;
-use crate::coord::{write_status, Coordinator, Keys};
+use crate::coord::{write_status_as, Coordinator, Keys};
 use crate::model::container::Container;
-use crate::model::worker::{parse_grace, valid_worker_id};
+use crate::model::worker::{parse_grace, rank_field, valid_worker_id, MAX_RANKS};
 use crate::observe::listen::{serve_router, Limits, Listen, Peer};
 use crate::observe::metrics::Metrics;
 use crate::observe::server::HEADER_READ_TIMEOUT;
@@ -104,6 +104,21 @@ pub(crate) struct StatusBody {
     /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
     #[serde(default)]
     pub grace: Option<String>,
+    /// One process of a container of several (torchrun: one per GPU): its rank, 0-based. Its
+    /// fields are its own (`state@3`…), and the container is as healthy as its worst rank.
+    #[serde(default)]
+    pub rank: Option<String>,
+    /// How many ranks the container runs (with `rank`).
+    #[serde(default)]
+    pub ranks: Option<String>,
+}
+
+/// A write, as stored: the record's fields, and the rank it is of (its heartbeat then goes in
+/// `heartbeat@<rank>`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StatusWrite {
+    pub fields: Vec<(String, String)>,
+    pub rank: Option<u32>,
 }
 
 pub(crate) fn router(state: WorkerApiState) -> Router {
@@ -220,17 +235,21 @@ async fn write(
     }
     admit(s, peer, id, headers).await?;
     let body = read_status_body(body).await?;
-    let fields = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
-    let now = write_status(s.coord.as_ref(), &s.keys, id, &fields)
+    let write = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
+    let heartbeat = write
+        .rank
+        .map_or_else(|| "heartbeat".to_string(), |r| rank_field("heartbeat", r));
+    let now = write_status_as(s.coord.as_ref(), &s.keys, id, &write.fields, &heartbeat)
         .await
         .map_err(|e| Answer::unavailable(e.to_string()))?;
+    let fields = write.fields;
     // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
     let record = s
         .coord
         .hgetall(&s.keys.status(id))
         .await
         .unwrap_or_default();
-    let mut answer = pending_checkpoint(&record);
+    let mut answer = pending_checkpoint(&record, write.rank);
     answer.insert("heartbeat_ms".into(), serde_json::Value::from(now));
     if let Some(w) = grace_warning(&fields, s.max_grace) {
         answer.insert("warnings".into(), serde_json::json!([w]));
@@ -272,15 +291,21 @@ fn grace_warning(fields: &[(String, String)], max_grace: Duration) -> Option<Str
     })
 }
 
-/// The checkpoint request in a record, when it is not acknowledged yet.
+/// The checkpoint request in a record, when it is not acknowledged yet (by this rank, for a
+/// rank's write).
 fn pending_checkpoint(
     record: &std::collections::HashMap<String, String>,
+    rank: Option<u32>,
 ) -> serde_json::Map<String, serde_json::Value> {
     let mut out = serde_json::Map::new();
     let Some(request) = record.get("checkpoint_request").filter(|r| !r.is_empty()) else {
         return out;
     };
-    if record.get("checkpoint_ack") == Some(request) {
+    let ack = rank.map_or_else(
+        || "checkpoint_ack".to_string(),
+        |r| rank_field("checkpoint_ack", r),
+    );
+    if record.get(&ack) == Some(request) {
         return out;
     }
     for key in [
@@ -460,28 +485,42 @@ async fn read_status_body(body: Body) -> Result<Bytes, Answer> {
 
 /// The record fields of a status body (pure: fuzzed in `crate::fuzz`), or the answer that says
 /// what is wrong with it.
-pub(crate) fn status_fields(body: &[u8]) -> Result<Vec<(String, String)>, (StatusCode, String)> {
+pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, String)> {
     let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
         (
             StatusCode::BAD_REQUEST,
-            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..,\"grace\":..}} (strings): {e}\n"),
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
         )
     })?;
-    let fields: Vec<(String, String)> = [
-        ("state", parsed.state),
-        ("job", parsed.job),
-        ("progress", parsed.progress),
-        ("checkpoint_ack", parsed.checkpoint_ack),
-        ("grace", parsed.grace.clone()),
+    let rank = number(parsed.rank.as_deref(), "rank", 0)?;
+    let ranks = number(parsed.ranks.as_deref(), "ranks", 1)?;
+    match (rank, ranks) {
+        (Some(r), Some(n)) if r >= n => {
+            return Err(bad(format!("rank {r} is not below ranks {n}")));
+        }
+        (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
+        _ => {}
+    }
+    // A rank's own fields carry its number; `job` and `ranks` are the container's.
+    let own = |k: &str| rank.map_or_else(|| k.to_string(), |r| rank_field(k, r));
+    let mut fields: Vec<(String, String)> = [
+        (own("state"), parsed.state),
+        ("job".to_string(), parsed.job),
+        (own("progress"), parsed.progress),
+        (own("checkpoint_ack"), parsed.checkpoint_ack),
+        (own("grace"), parsed.grace.clone()),
     ]
     .into_iter()
-    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
     .collect();
     if fields.is_empty() {
         return Err((
             StatusCode::BAD_REQUEST,
             "give at least one of state, job, progress, checkpoint_ack, grace\n".to_string(),
         ));
+    }
+    if let Some(n) = ranks {
+        fields.push(("ranks".into(), n.to_string()));
     }
     if let Some(g) = parsed.grace.as_deref() {
         let zero = g.trim().parse::<f64>().is_ok_and(|v| v == 0.0);
@@ -492,7 +531,22 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<Vec<(String, String)>, (Statu
             ));
         }
     }
-    Ok(fields)
+    Ok(StatusWrite { fields, rank })
+}
+
+fn bad(why: String) -> (StatusCode, String) {
+    (StatusCode::BAD_REQUEST, format!("{why}\n"))
+}
+
+/// A `rank` or `ranks` field: a whole number from `min` up to `MAX_RANKS`.
+fn number(v: Option<&str>, key: &str, min: u32) -> Result<Option<u32>, (StatusCode, String)> {
+    let Some(v) = v else { return Ok(None) };
+    match v.trim().parse::<u32>() {
+        Ok(n) if n >= min && n <= MAX_RANKS => Ok(Some(n)),
+        _ => Err(bad(format!(
+            "{key} must be a whole number from {min} to {MAX_RANKS}; got {v:?}"
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -173,6 +173,35 @@ pub fn allowed_silence(status: &WorkerStatus, cfg: &PolicyConfig) -> Millis {
     ms(cfg.stale_after).max(grace)
 }
 
+/// The status a record stands for. A container of several ranks (`ranks = N`, each rank's own
+/// fields: `crate::model::worker::WorkerStatus::ranks_from_fields`) is as healthy as its worst
+/// rank — one hung rank must not hide behind the others' beats: a rank in `error`, else the
+/// watched rank whose allowed silence runs out first (one that never beat first of all), else
+/// (all idle) rank 0.
+pub fn status_of_record(
+    fields: &std::collections::HashMap<String, String>,
+    cfg: &PolicyConfig,
+) -> Option<WorkerStatus> {
+    let Some(ranks) = WorkerStatus::ranks_from_fields(fields) else {
+        return WorkerStatus::from_fields(fields);
+    };
+    let deadline = |s: &WorkerStatus| {
+        s.heartbeat
+            .map_or(Millis::MIN, |hb| hb + allowed_silence(s, cfg))
+    };
+    ranks
+        .iter()
+        .find(|s| s.state == WorkerState::Error)
+        .or_else(|| {
+            ranks
+                .iter()
+                .filter(|s| watched(&s.state))
+                .min_by_key(|s| deadline(s))
+        })
+        .or(ranks.first())
+        .cloned()
+}
+
 /// How far ahead of the coordinator's clock a heartbeat may be before the record is taken for
 /// invalid (clock skew between a worker and Redis is seconds; milliseconds written where seconds
 /// belong are decades ahead).

@@ -25,6 +25,7 @@ fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
         progress: Some("step-10".into()),
         grace: None,
         alert_only: false,
+        rank: None,
     }
 }
 

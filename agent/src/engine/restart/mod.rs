@@ -235,7 +235,7 @@ impl RestartPath<'_> {
         // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
         // key and the problem), and the cycle goes on. Only a transport failure fails closed.
         match &read.record {
-            Ok(fields) => (WorkerStatus::from_fields(fields), None),
+            Ok(fields) => (policy::status_of_record(fields, &self.ctx.cfg.policy), None),
             Err(detail) => {
                 let keys = self.ctx.keys.status_keys(worker);
                 let key = keys.get(read.from).unwrap_or(&keys[0]);
@@ -254,6 +254,10 @@ impl RestartPath<'_> {
         detail: impl Into<String>,
     ) -> Alert {
         let mut a = Alert::new(kind, self.ctx.keys.node(), detail);
+        if let Some((rank, of)) = case.status.and_then(|s| s.rank) {
+            // The one place to look in a container of several ranks.
+            a.detail = format!("rank {rank} of {of} (the container's worst): {}", a.detail);
+        }
         a.worker = Some(case.c.worker.clone());
         a.container = Some(case.c.display());
         a.verdict = Some(case.v.as_str());

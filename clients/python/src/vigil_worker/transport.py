@@ -80,10 +80,31 @@ class TransportError(Exception):
         self.permanent = permanent
 
 
-def pending_checkpoint(record: Mapping[str, Optional[str]]) -> Optional[CheckpointRequest]:
-    """The request in a status record when it is not acknowledged yet (the agent's own rule)."""
+#: The fields that are a rank's own in a container of several ranks (``state@3``...); ``job``
+#: and ``ranks`` are the container's.
+RANK_FIELDS = ("state", "progress", "grace", "checkpoint_ack", "heartbeat")
+
+
+def rank_field(field: str, rank: Optional[int]) -> str:
+    """The record field of `rank` for `field` (``state@3``); the field itself without a rank."""
+    return field if rank is None else f"{field}@{rank}"
+
+
+def ranked(fields: Mapping[str, str], rank: Optional[int], ranks: Optional[int]) -> Dict[str, str]:
+    """`fields` as a rank writes them into the container's record."""
+    if rank is None:
+        return dict(fields)
+    out = {rank_field(k, rank) if k in RANK_FIELDS else k: v for k, v in fields.items()}
+    if ranks is not None:
+        out["ranks"] = str(ranks)
+    return out
+
+
+def pending_checkpoint(record: Mapping[str, Optional[str]], rank: Optional[int] = None) -> Optional[CheckpointRequest]:
+    """The request in a status record when it is not acknowledged yet (by this rank, for a
+    rank of a container of several) — the agent's own rule."""
     request = record.get("checkpoint_request") or ""
-    if not request or record.get("checkpoint_ack") == request:
+    if not request or record.get(rank_field("checkpoint_ack", rank)) == request:
         return None
     return CheckpointRequest(
         id=request,
@@ -98,6 +119,10 @@ class Transport:
     #: Whether the receiving end stores the ``grace`` field (an agent that predates it refuses
     #: it; the API transport then drops it and says so once).
     grace_supported: bool = True
+    #: This process's rank in a container of several (torchrun: one per GPU), and how many
+    #: there are; ``None``: the container's one process. Set by :class:`Worker`.
+    rank: Optional[int] = None
+    ranks: Optional[int] = None
 
     def send(self, fields: Mapping[str, str]) -> Reply:
         """Write `fields` into the worker's record and stamp its heartbeat (the Redis clock, or
@@ -336,6 +361,10 @@ class ApiTransport(Transport):
 
     def send(self, fields: Mapping[str, str]) -> Reply:
         body = dict(fields)
+        if self.rank is not None:
+            body["rank"] = str(self.rank)
+            if self.ranks is not None:
+                body["ranks"] = str(self.ranks)
         if not self.grace_supported:
             body.pop("grace", None)
         while True:
@@ -365,7 +394,7 @@ class ApiTransport(Transport):
         if status == 404:
             return Reply()
         record = self._check(status, headers, data)
-        return Reply(checkpoint=pending_checkpoint({k: _str(v) for k, v in record.items()}))
+        return Reply(checkpoint=pending_checkpoint({k: _str(v) for k, v in record.items()}, self.rank))
 
     def close(self) -> None:
         with self._lock:
@@ -442,6 +471,7 @@ class RedisTransport(Transport):
         sec, usec = self._call("TIME", self._r.time)
         mapping = dict(fields)
         mapping["heartbeat"] = f"{int(sec)}.{int(usec):06d}"
+        mapping = ranked(mapping, self.rank, self.ranks)
 
         def write() -> Any:
             pipe = self._r.pipeline(transaction=False)
@@ -450,11 +480,11 @@ class RedisTransport(Transport):
             return pipe.execute()
 
         _, record = self._call("HSET", write)
-        return Reply(checkpoint=pending_checkpoint(_decoded(record)))
+        return Reply(checkpoint=pending_checkpoint(_decoded(record), self.rank))
 
     def read(self) -> Reply:
         record = self._call("HGETALL", lambda: self._r.hgetall(self.key))
-        return Reply(checkpoint=pending_checkpoint(_decoded(record)))
+        return Reply(checkpoint=pending_checkpoint(_decoded(record), self.rank))
 
     def close(self) -> None:
         try:

@@ -80,6 +80,8 @@ class Worker:
         timeout: float = 2.0,
         checkpoint_up_to: Optional[Duration] = None,
         state: str = "processing",
+        rank: Optional[int] = None,
+        ranks: Optional[int] = None,
     ) -> None:
         worker_id = worker_id or os.environ.get("VIGIL_WORKER", "").strip()
         if not worker_id:
@@ -99,6 +101,8 @@ class Worker:
             self.transport = transport
         else:
             raise TypeError(f"transport must be a Transport, 'api', 'redis' or None, not {transport!r}")
+        self.rank, self.ranks = ranks_from_env(rank, ranks)
+        self.transport.rank, self.transport.ranks = self.rank, self.ranks
         self.interval = float(interval)
         self.retry_for = float(retry_for)
         self.timeout = float(timeout)
@@ -573,6 +577,31 @@ class Worker:
             if request is not None:
                 log.info("vigil: checkpoint requested (%s, reason %s)", request.id, request.reason or "-")
             self._request = request
+
+
+#: The most ranks the agent reads in one container's record.
+MAX_RANKS = 32
+
+
+def ranks_from_env(rank: Optional[int], ranks: Optional[int]) -> "tuple[Optional[int], Optional[int]]":
+    """This process's rank in its container, and how many there are: as given, else
+    ``VIGIL_RANK``/``VIGIL_RANKS``, else torchrun's ``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` when the
+    container runs more than one. ``(None, None)``: the container's one process."""
+    def env_int(name: str) -> Optional[int]:
+        text = os.environ.get(name, "").strip()
+        return int(text) if text.isdigit() else None
+
+    if rank is None and ranks is None:
+        rank, ranks = env_int("VIGIL_RANK"), env_int("VIGIL_RANKS")
+    if rank is None and ranks is None:
+        local = env_int("LOCAL_WORLD_SIZE")
+        if local is not None and local > 1:
+            rank, ranks = env_int("LOCAL_RANK"), local
+    if rank is None and ranks is None:
+        return None, None
+    if rank is None or ranks is None or not (0 <= rank < ranks <= MAX_RANKS):
+        raise ValueError(f"rank {rank!r} of ranks {ranks!r}: give both, 0 <= rank < ranks <= {MAX_RANKS}")
+    return rank, ranks
 
 
 def _field(value: Any) -> str:
