@@ -81,7 +81,7 @@ impl WorkerStatus {
         }
         let mut out = Vec::with_capacity(n as usize);
         for r in 0..n {
-            let mut s = Self::read(fields, &format!("@{r}")).unwrap_or_else(|| WorkerStatus {
+            let mut s = Self::read(fields, &format!("@{r}")).unwrap_or(WorkerStatus {
                 state: WorkerState::Processing,
                 heartbeat: None,
                 job: None,
