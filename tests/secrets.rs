@@ -261,6 +261,8 @@ timeout = "2s"
 method = "{checkpoint}"
 label = "{label}.checkpoint"
 grace = "8s"
+# The SIGTERM's round is where a checkpoint endpoint's token could leak: always one here.
+on_sigterm = "always"
 sigterm_budget = "3s"
 preemption_budget = "3s"
 [metadata]
@@ -312,7 +314,7 @@ async fn failures_are_reported_without_a_secret() {
     // Redis refused (a password to a closed port); the coordinator-down alert posted over TLS
     // to a plain-HTTP port.
     let s = Setup::new("sec");
-    let cfg = config(&s, &plain.webhook("https"), "redis", "", "");
+    let cfg = config(&s, &plain.webhook("https"), "record", "", "");
     let refused = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:{}/0", free_port());
     let env = [("REDIS_URL", refused.as_str()), DEBUG];
     let agent = VigilProcess::spawn(&["run"], &cfg, &env);
@@ -351,7 +353,7 @@ async fn failures_are_reported_without_a_secret() {
 
     // Redis AUTH refused (the wrong password); the webhook answers 500.
     let s = Setup::new("sec");
-    let cfg = config(&s, &plain.webhook("http"), "redis", "", "");
+    let cfg = config(&s, &plain.webhook("http"), "record", "", "");
     let wrong = auth.url(WRONG_PASSWORD);
     let env = [("REDIS_URL", wrong.as_str()), DEBUG];
     let agent = VigilProcess::spawn(&["run"], &cfg, &env);

@@ -292,6 +292,8 @@ enabled = "off"
 [checkpoint]
 label = "{self.label}.checkpoint"
 grace = "8s"
+# The agent's own SIGTERM is these tests' trigger of a round (no metadata server here).
+on_sigterm = "always"
 sigterm_budget = "6s"
 preemption_budget = "6s"
 {checkpoint}

@@ -16,8 +16,21 @@ WORKERS = Path(__file__).parent / "workers"
 
 
 def test_ranks_come_from_torchrun_s_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("VIGIL_RANK", "VIGIL_RANKS", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+    for name in ("VIGIL_RANK", "VIGIL_RANKS", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_LOCALID",
+                 "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name, raising=False)
+    # mpirun (JAX's multi-process launcher) and Slurm say it too.
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4")
+    assert ranks_from_env(None, None) == (1, 4)
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_RANK")
+    monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE")
+    monkeypatch.setenv("SLURM_LOCALID", "2")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "8")
+    assert ranks_from_env(None, None) == (2, 8)
+    monkeypatch.delenv("SLURM_LOCALID")
+    monkeypatch.delenv("SLURM_NTASKS_PER_NODE")
     assert ranks_from_env(None, None) == (None, None)
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")

@@ -585,18 +585,26 @@ MAX_RANKS = 32
 
 def ranks_from_env(rank: Optional[int], ranks: Optional[int]) -> "tuple[Optional[int], Optional[int]]":
     """This process's rank in its container, and how many there are: as given, else
-    ``VIGIL_RANK``/``VIGIL_RANKS``, else torchrun's ``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` when the
-    container runs more than one. ``(None, None)``: the container's one process."""
+    ``VIGIL_RANK``/``VIGIL_RANKS``, else the launcher's local rank and size when the container
+    runs more than one process — torchrun's ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``, and for JAX (or
+    anything) started by ``mpirun`` Open MPI's ``OMPI_COMM_WORLD_LOCAL_RANK``/``_LOCAL_SIZE`` or
+    by Slurm ``SLURM_LOCALID``/``SLURM_NTASKS_PER_NODE``. ``(None, None)``: the container's one
+    process (JAX's usual one process per host)."""
     def env_int(name: str) -> Optional[int]:
         text = os.environ.get(name, "").strip()
         return int(text) if text.isdigit() else None
 
     if rank is None and ranks is None:
         rank, ranks = env_int("VIGIL_RANK"), env_int("VIGIL_RANKS")
-    if rank is None and ranks is None:
-        local = env_int("LOCAL_WORLD_SIZE")
+    launchers = (("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+                 ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                 ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"))
+    for rank_var, size_var in launchers:
+        if rank is not None or ranks is not None:
+            break
+        local = env_int(size_var)
         if local is not None and local > 1:
-            rank, ranks = env_int("LOCAL_RANK"), local
+            rank, ranks = env_int(rank_var), local
     if rank is None and ranks is None:
         return None, None
     if rank is None or ranks is None or not (0 <= rank < ranks <= MAX_RANKS):
