@@ -49,10 +49,16 @@ def local_config(tmp: Path) -> Path:
 
 @pytest.fixture
 def run_sh(vigil_bin: Path, tmp_path: Path) -> Iterator[Path]:
-    """`bash scripts/run.sh -c <local.toml + durations>`, with the test build on the PATH as the
-    prebuilt `vigil` the script prefers to a cargo build."""
+    """`bash scripts/run.sh -c <local.toml + durations>`, with the prebuilt `vigil` the script
+    prefers to a cargo build on the PATH: the one `cargo install --locked --path agent` put in
+    place (`VIGIL_PREBUILT`, from scripts/test.sh), else the test build."""
     cfg = local_config(tmp_path)
-    env = dict(os.environ, PATH=f"{vigil_bin.parent}:{os.environ['PATH']}")
+    prebuilt = Path(os.environ.get("VIGIL_PREBUILT") or vigil_bin)
+    assert prebuilt.is_file(), f"no prebuilt vigil at {prebuilt}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vigil").symlink_to(prebuilt)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
     env.pop("REDIS_URL", None)
     log = open(tmp_path / "agent.log", "w")
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "run.sh"), "-c", str(cfg)], env=env,
