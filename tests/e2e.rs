@@ -1272,15 +1272,10 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
     );
 }
 
-/// The docker overlay: Kubernetes nodes whose kubelet runs pods on Docker (cri-dockerd). A
-/// pod's projected token speaks for the Docker container the kubelet created for that pod (its
-/// `io.kubernetes.pod.*` labels), and for no other.
-#[tokio::test(flavor = "multi_thread")]
-async fn on_docker_under_a_kubelet_a_pod_s_token_writes_its_own_worker() {
-    let redis = shared_redis_url();
-    let s = Setup::new("e2e-dockerpod");
-    let kube = common::fake_kube::FakeKube::start(&s.node).await;
-    let cfg = s.write_config(ConfigParts {
+/// The agent's config on a Docker node under a kubelet: the worker API on TCP with projected
+/// tokens reviewed by `kube`.
+fn kubelet_config(s: &Setup, kube: &common::fake_kube::FakeKube) -> PathBuf {
+    s.write_config(ConfigParts {
         policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
         tables: &format!(
             "[safety]\nlock_ttl = \"90s\"\n[kubernetes]\nenabled = \"on\"\napi_url = \"{}\"\n",
@@ -1291,25 +1286,38 @@ async fn on_docker_under_a_kubelet_a_pod_s_token_writes_its_own_worker() {
             s.worker_listen
         ),
         ..ConfigParts::default()
-    });
-    let pod = |name: &str, uid: &str, worker: &str| {
-        WorkerContainer::start_with(
-            &[
-                "--label",
-                &format!("{}={worker}", s.label),
-                "--label",
-                "io.kubernetes.pod.namespace=ml",
-                "--label",
-                &format!("io.kubernetes.pod.name={name}"),
-                "--label",
-                &format!("io.kubernetes.pod.uid={uid}"),
-            ],
-            common::real::IGNORES_TERM,
-        )
-    };
+    })
+}
+
+/// A worker container as the kubelet (cri-dockerd) creates it for pod `ml/<name>` (`uid`).
+fn kubelet_pod(s: &Setup, name: &str, uid: &str, worker: &str) -> WorkerContainer {
+    WorkerContainer::start_with(
+        &[
+            "--label",
+            &format!("{}={worker}", s.label),
+            "--label",
+            "io.kubernetes.pod.namespace=ml",
+            "--label",
+            &format!("io.kubernetes.pod.name={name}"),
+            "--label",
+            &format!("io.kubernetes.pod.uid={uid}"),
+        ],
+        common::real::IGNORES_TERM,
+    )
+}
+
+/// The docker overlay: Kubernetes nodes whose kubelet runs pods on Docker (cri-dockerd). A
+/// pod's projected token speaks for the Docker container the kubelet created for that pod (its
+/// `io.kubernetes.pod.*` labels), and for no other.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_docker_under_a_kubelet_a_pod_s_token_writes_its_own_worker() {
+    let redis = shared_redis_url();
+    let s = Setup::new("e2e-dockerpod");
+    let kube = common::fake_kube::FakeKube::start(&s.node).await;
+    let cfg = kubelet_config(&s, &kube);
     let (w0, w1) = (format!("{}-0", s.worker), format!("{}-1", s.worker));
-    let _c0 = pod("train-0", "uid-0", &w0);
-    let _c1 = pod("train-1", "uid-1", &w1);
+    let _c0 = kubelet_pod(&s, "train-0", "uid-0", &w0);
+    let _c1 = kubelet_pod(&s, "train-1", "uid-1", &w1);
     let token0 = kube.mint("ml", Some(("train-0", "uid-0")), Some(&s.node), &["vigil"]);
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
     let up = eventually(Duration::from_secs(15), || {
@@ -1354,31 +1362,8 @@ async fn a_flood_of_junk_tokens_neither_grows_the_agent_nor_stops_real_writes() 
     let redis = shared_redis_url();
     let s = Setup::new("e2e-flood");
     let kube = common::fake_kube::FakeKube::start(&s.node).await;
-    let cfg = s.write_config(ConfigParts {
-        policy: "cooldown = \"30s\"\nescalate_after = \"60s\"",
-        tables: &format!(
-            "[safety]\nlock_ttl = \"90s\"\n[kubernetes]\nenabled = \"on\"\napi_url = \"{}\"\n",
-            kube.url
-        ),
-        worker_api: &format!(
-            "[worker_api]\nlisten = \"{}\"\nauth = \"kubernetes\"\n",
-            s.worker_listen
-        ),
-        ..ConfigParts::default()
-    });
-    let _c0 = WorkerContainer::start_with(
-        &[
-            "--label",
-            &format!("{}={}", s.label, s.worker),
-            "--label",
-            "io.kubernetes.pod.namespace=ml",
-            "--label",
-            "io.kubernetes.pod.name=train-0",
-            "--label",
-            "io.kubernetes.pod.uid=uid-0",
-        ],
-        common::real::IGNORES_TERM,
-    );
+    let cfg = kubelet_config(&s, &kube);
+    let _c0 = kubelet_pod(&s, "train-0", "uid-0", &s.worker);
     let token = kube.mint("ml", Some(("train-0", "uid-0")), Some(&s.node), &["vigil"]);
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
     let up = eventually(Duration::from_secs(15), || {

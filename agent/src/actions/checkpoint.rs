@@ -107,13 +107,8 @@ pub(crate) fn acknowledges(record: &std::collections::HashMap<String, String>, i
     if acked("checkpoint_ack") {
         return true;
     }
-    let ranks = record
-        .get("ranks")
-        .and_then(|n| n.trim().parse::<u32>().ok())
-        .filter(|n| (1..=crate::model::worker::MAX_RANKS).contains(n));
-    ranks.is_some_and(|n| {
-        (0..n).all(|r| acked(&crate::model::worker::rank_field("checkpoint_ack", r)))
-    })
+    use crate::model::worker::{rank_field, ranks};
+    ranks(record).is_some_and(|n| (0..n).all(|r| acked(&rank_field("checkpoint_ack", Some(r)))))
 }
 
 /// What a checkpoint round needs.

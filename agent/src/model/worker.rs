@@ -28,10 +28,20 @@ pub struct WorkerStatus {
 /// with room); past it the record is read as one process's.
 pub const MAX_RANKS: u32 = 32;
 
-/// The record field of `rank` for `field`: `state@3`. `@` is in no worker id or field name, so
-/// the rank is read back unambiguously.
-pub fn rank_field(field: &str, rank: u32) -> String {
-    format!("{field}@{rank}")
+/// How many ranks a record says its container runs (`ranks`, 1 to [`MAX_RANKS`]); `None` for
+/// an ordinary one-process record (or a value out of bounds).
+pub fn ranks(fields: &HashMap<String, String>) -> Option<u32> {
+    let n: u32 = fields.get("ranks")?.trim().parse().ok()?;
+    (1..=MAX_RANKS).contains(&n).then_some(n)
+}
+
+/// The record field of `rank` for `field`: `state@3` (the field itself without a rank). `@` is
+/// in no worker id or field name, so the rank is read back unambiguously.
+pub fn rank_field(field: &str, rank: Option<u32>) -> String {
+    match rank {
+        Some(r) => format!("{field}@{r}"),
+        None => field.to_string(),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +77,7 @@ impl WorkerStatus {
     /// Read the record's fields. `heartbeat` is seconds since the epoch (decimals allowed) on the
     /// coordinator's clock; an unreadable heartbeat is kept as `None` so the verdict can say so.
     pub(crate) fn from_fields(fields: &HashMap<String, String>) -> Option<WorkerStatus> {
-        Self::read(fields, "")
+        Self::read(fields, None)
     }
 
     /// The ranks of a container whose processes each publish their own fields (`ranks = N`,
@@ -75,13 +85,10 @@ impl WorkerStatus {
     /// `restarts` are the container's). `None` for an ordinary one-process record. A rank that
     /// wrote nothing yet is there, with no heartbeat: it is not guessed to be fine.
     pub fn ranks_from_fields(fields: &HashMap<String, String>) -> Option<Vec<WorkerStatus>> {
-        let n: u32 = fields.get("ranks")?.trim().parse().ok()?;
-        if n == 0 || n > MAX_RANKS {
-            return None;
-        }
+        let n = ranks(fields)?;
         let mut out = Vec::with_capacity(n as usize);
         for r in 0..n {
-            let mut s = Self::read(fields, &format!("@{r}")).unwrap_or(WorkerStatus {
+            let mut s = Self::read(fields, Some(r)).unwrap_or(WorkerStatus {
                 state: WorkerState::Processing,
                 heartbeat: None,
                 job: None,
@@ -113,9 +120,9 @@ impl WorkerStatus {
             .is_some_and(|v| v.trim() == crate::model::container::ALERT_ONLY)
     }
 
-    /// One process's status from the fields named with `suffix` (`""`, or `@r` for rank r).
-    fn read(fields: &HashMap<String, String>, suffix: &str) -> Option<WorkerStatus> {
-        let f = |k: &str| format!("{k}{suffix}");
+    /// One process's status: the container's one, or rank `rank`'s (its fields `state@r`...).
+    fn read(fields: &HashMap<String, String>, rank: Option<u32>) -> Option<WorkerStatus> {
+        let f = |k: &str| rank_field(k, rank);
         // NB: a record holding only the agent's checkpoint fields (a worker that never
         // published) is still "no record": the worker has said nothing about itself.
         if !fields.contains_key(&f("state")) && !fields.contains_key(&f("heartbeat")) {

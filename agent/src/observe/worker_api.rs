@@ -236,13 +236,10 @@ async fn write(
     admit(s, peer, id, headers).await?;
     let body = read_status_body(body).await?;
     let write = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
-    let heartbeat = write
-        .rank
-        .map_or_else(|| "heartbeat".to_string(), |r| rank_field("heartbeat", r));
+    let heartbeat = rank_field("heartbeat", write.rank);
     let now = write_status_as(s.coord.as_ref(), &s.keys, id, &write.fields, &heartbeat)
         .await
         .map_err(|e| Answer::unavailable(e.to_string()))?;
-    let fields = write.fields;
     // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
     let record = s
         .coord
@@ -251,7 +248,7 @@ async fn write(
         .unwrap_or_default();
     let mut answer = pending_checkpoint(&record, write.rank);
     answer.insert("heartbeat_ms".into(), serde_json::Value::from(now));
-    if let Some(w) = grace_warning(&fields, s.max_grace) {
+    if let Some(w) = grace_warning(&write.fields, s.max_grace) {
         answer.insert("warnings".into(), serde_json::json!([w]));
     }
     Ok(serde_json::Value::Object(answer).to_string())
@@ -282,11 +279,10 @@ fn grace_warning(fields: &[(String, String)], max_grace: Duration) -> Option<Str
     let (_, g) = fields.iter().find(|(k, _)| k == "grace")?;
     let asked = parse_grace(g)?;
     (asked > crate::clock::ms(max_grace)).then(|| {
+        let max = humantime::format_duration(max_grace);
         format!(
-            "grace {} is longer than this agent's policy.max_grace ({}): the worker may stay silent for {} only",
+            "grace {} is longer than this agent's policy.max_grace ({max}): the worker may stay silent for {max} only",
             crate::clock::brief(Duration::from_millis(asked as u64)),
-            humantime::format_duration(max_grace),
-            humantime::format_duration(max_grace)
         )
     })
 }
@@ -301,11 +297,7 @@ fn pending_checkpoint(
     let Some(request) = record.get("checkpoint_request").filter(|r| !r.is_empty()) else {
         return out;
     };
-    let ack = rank.map_or_else(
-        || "checkpoint_ack".to_string(),
-        |r| rank_field("checkpoint_ack", r),
-    );
-    if record.get(&ack) == Some(request) {
+    if record.get(&rank_field("checkpoint_ack", rank)) == Some(request) {
         return out;
     }
     for key in [
@@ -338,10 +330,7 @@ async fn admit(
         return Ok(());
     }
     token_node(&caller, s.keys.node()).map_err(|r| Answer::forbidden(r.0))?;
-    let listed = tokio::time::timeout(LIST_TIMEOUT, s.directory.workers())
-        .await
-        .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
-        .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))?;
+    let listed = ask_runtime(s.directory.workers()).await?;
     let carrier =
         authorize(&caller, id, s.keys.node(), &listed).map_err(|r| Answer::forbidden(r.0))?;
     if let (Caller::Container { cgroup, .. }, Some(c)) = (&caller, carrier) {
@@ -350,13 +339,21 @@ async fn admit(
     Ok(())
 }
 
+/// One call to the runtime, bounded by [`LIST_TIMEOUT`]; no answer is a 503.
+async fn ask_runtime<T>(
+    call: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, Answer> {
+    tokio::time::timeout(LIST_TIMEOUT, call)
+        .await
+        .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
+        .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))
+}
+
 /// A unix-socket peer whose cgroup is named after `c` is in `c` only when its cgroups are those
 /// of the runtime's init process for `c`, or below them (`crate::sources::peer::within`).
 async fn prove_container(s: &WorkerApiState, cgroup: &str, c: &Container) -> Result<(), Answer> {
-    let pid = tokio::time::timeout(LIST_TIMEOUT, s.directory.init_pid(&c.id))
-        .await
-        .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
-        .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))?
+    let pid = ask_runtime(s.directory.init_pid(&c.id))
+        .await?
         .ok_or_else(|| {
             Answer::unavailable(format!(
                 "the container runtime names no process for {}: cannot prove the caller is in it",
@@ -502,7 +499,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
         _ => {}
     }
     // A rank's own fields carry its number; `job` and `ranks` are the container's.
-    let own = |k: &str| rank.map_or_else(|| k.to_string(), |r| rank_field(k, r));
+    let own = |k: &str| rank_field(k, rank);
     let mut fields: Vec<(String, String)> = [
         (own("state"), parsed.state),
         ("job".to_string(), parsed.job),

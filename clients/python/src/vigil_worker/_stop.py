@@ -74,12 +74,15 @@ class StopWatchdog:
         """Disarm: the worker closed (its loop is over; what the process does next is not a
         training loop's). Gives the wakeup fd back when called from the main thread."""
         self._stopped = True
-        if threading.current_thread() is threading.main_thread():
-            try:
-                if signal.set_wakeup_fd(-1) != self._write_fd:  # pragma: no cover - someone else's now
-                    pass
-            except ValueError:  # pragma: no cover
-                pass
+        if threading.current_thread() is not threading.main_thread() or self._write_fd < 0:
+            return
+        previous = signal.set_wakeup_fd(-1)
+        if previous != self._write_fd:  # pragma: no cover - someone else's since: give it back
+            signal.set_wakeup_fd(previous)
+            return
+        # Ours no more: closing it ends the watching thread's read (EOF).
+        os.close(self._write_fd)
+        self._write_fd = -1
 
     def limit(self, longest_gap: float) -> float:
         if self._exit_after is not None:
@@ -93,6 +96,7 @@ class StopWatchdog:
             except OSError:
                 return
             if not data:
+                os.close(self._read_fd)
                 return
             if int(signal.SIGTERM) in data:
                 self._term_at = time.monotonic()
