@@ -3,7 +3,7 @@
 //! post of it is the same alert, the open alert is re-posted, and the resolve ends it; and
 //! through the `vigil` binary (real Redis and Docker), a hung worker's alert arrives and resolves.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

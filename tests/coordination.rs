@@ -1,7 +1,7 @@
 //! The coordination primitives, one suite run against both backends: the real Redis server and
 //! the in-process coordinator. Any difference in semantics between them fails here.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! library's, on the in-process coordinator and a fake clock (so a three-minute persistence
 //! timer takes no time); the runtime side is real.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

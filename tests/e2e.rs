@@ -2,7 +2,7 @@
 //! real Docker daemon, with time compressed by config. Results are read the way an operator
 //! reads them: the container's start time, the webhook, `vigil explain`, `/metrics`, Redis keys.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! deadline of the agent (`runtime.call_timeout` = 2 s), and two of the three workers only end
 //! with the SIGKILL at the end of it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

@@ -3,7 +3,7 @@
 //! metadata values must show up on the Node (labels, annotations, taint, Events), reach the
 //! worker container as a checkpoint request, and never be mistaken for a hang.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

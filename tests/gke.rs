@@ -6,7 +6,7 @@
 //! in process (the controller's own loop, the Node read and written over HTTP): opportunistic
 //! maintenance claims for the pool the Node names, and takes no claim before it is known.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

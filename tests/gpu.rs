@@ -2,8 +2,7 @@
 //! policy, driven through `GpuProbe` by a scriptable fake NVML; and the real `NvmlProbe` / `start`
 //! on a machine without a driver (the "no NVIDIA driver" path must say so and not crash).
 
-#[path = "common/fake_gpu.rs"]
-mod fake_gpu;
+use crate::common::fake_gpu;
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

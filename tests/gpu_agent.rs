@@ -2,7 +2,7 @@
 //! whose reports reach the real restart pipeline and maintenance controller (Node fields,
 //! Events, alerts, metrics). The no-driver path of the real binary is in tests/e2e.rs.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

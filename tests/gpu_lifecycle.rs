@@ -5,8 +5,7 @@
 //! An "agent restart" is the monitor stopped and started again on the same state file; a
 //! "reboot" is a new boot id; a "GPU reset" is what `FakeGpu::reset_gpu` does to the readings.
 
-#[path = "common/fake_gpu.rs"]
-mod fake_gpu;
+use crate::common::fake_gpu;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -7,7 +7,7 @@
 //! The node's one opted-in worker (pod ml/trainer-0, on GPU 0) is idle throughout; what changes
 //! is everything else on the node.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,8 +5,7 @@
 //! kube's events.k8s.io `Recorder`: a POST, then a repeat is counted on it by a merge PATCH of its
 //! `series`.
 
-#[path = "common/fake_kube.rs"]
-mod fake_kube;
+use crate::common::fake_kube;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

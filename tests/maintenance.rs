@@ -4,7 +4,7 @@
 //! over HTTP against their fakes in tests/metadata.rs and tests/kube.rs, and everything
 //! together through the binary in tests/e2e.rs.)
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

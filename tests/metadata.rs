@@ -3,7 +3,7 @@
 //! crash the watcher or flip the phase, `preempted=FALSE` after a termination notice, the
 //! watcher turning itself off when there is no server, and the fake's own fidelity (403s, ETags).
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! node's worker pods (their `terminationGracePeriodSeconds`, read with a `spec.nodeName` field
 //! selector), and whether each witness of the opportunistic idle check answers.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! outlasts its own call, the event stream that keeps the listing's inspect cache true, and the
 //! `vigil` binary restarting a hung worker end to end.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

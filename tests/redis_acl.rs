@@ -10,7 +10,7 @@
 //! - a record under the layout before the status records had their own prefix is still read for
 //!   one release (a hung worker found under it), and a new-layout record wins over it.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

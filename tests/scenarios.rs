@@ -2,7 +2,7 @@
 //! with the in-process coordinator, a fake clock and a fake runtime: the brief's default
 //! durations (120 s stale, 3 min delay, 10 min cooldown...) run in microseconds, with no sleeps.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -15,7 +15,7 @@
 //! Each output is also checked to hold what proves the path ran (the failure it reports, the
 //! redacted form of the value), so that a secret missing from an empty output proves nothing.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

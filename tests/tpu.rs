@@ -6,7 +6,7 @@
 //! label, condition and Events follow the tree as it changes, and the first write takes the
 //! retired `VigilGPUHealthy` condition off.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

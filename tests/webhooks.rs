@@ -2,7 +2,7 @@
 //! with the incident as dedup key, then resolve when the incident ends) and generic JSON, each
 //! with the extra headers; and a config's secrets (routing key, header values) never shown.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;
