@@ -185,6 +185,8 @@ pub struct Stats {
     /// The world changed between the last check and the command (the documented windows).
     pub races: u64,
     pub liveness_checked: u64,
+    /// Calms that began with the fleet budget spent, and so ran on past its window's end.
+    pub calm_budget_waits: u64,
 }
 
 impl Stats {
@@ -216,7 +218,8 @@ impl Stats {
             recoveries,
             broken_lock_restarts,
             races,
-            liveness_checked
+            liveness_checked,
+            calm_budget_waits
         );
     }
 }

@@ -356,7 +356,7 @@ impl World {
             self.step();
         }
         let calm = self.begin_calm();
-        let calm_len = self.calm_len();
+        let calm_len = self.calm_len() + self.budget_wait(calm.0);
         while self.now() < calm.0 + calm_len && !self.violated() {
             self.step();
             if lock(&self.ctl).step > MAX_STEPS {
@@ -810,6 +810,32 @@ impl World {
         .iter()
         .map(|d| ms(*d))
         .sum()
+    }
+
+    /// How long the calm must run on because the fleet budget was spent when it began. A worker
+    /// skipped for the budget rightly waits for the window to roll, and the budget's one alert
+    /// per window may have gone out before the calm; so the calm runs past the roll, and liveness
+    /// then asks for the restart (or an alert sent in the calm) rather than excusing the hang
+    /// with the old window's alert (seeds 5013596 and 5042020, issue 28).
+    fn budget_wait(&mut self, calm_start: Millis) -> Millis {
+        let s = &self.cfg.safety;
+        if s.fleet_budget == 0 {
+            return 0;
+        }
+        let window = ms(s.fleet_window).max(1);
+        let index = calm_start.div_euclid(window);
+        let key = Keys::new(&self.cfg.redis.key_prefix, "").fleet_budget(index);
+        let used = match self.store.counter(&key).now_or_never() {
+            Some(Ok(n)) => n,
+            _ => unreachable!("the in-process store answers at once and never fails"),
+        };
+        if used < u64::from(s.fleet_budget) {
+            return 0;
+        }
+        let mut c = lock(&self.ctl);
+        c.stats.calm_budget_waits += 1;
+        c.log(|| format!("CALM runs on past the spent fleet budget's window ({used} used)"));
+        (index + 1) * window - calm_start
     }
 
     /// Every worker hung when the faults stopped ended in a restart, a page, or an alert that

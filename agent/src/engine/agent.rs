@@ -194,7 +194,7 @@ impl Agent {
             self.gpu = rx.borrow().clone();
         }
         match self.evaluate_all(&mut report).await {
-            Ok(true) => {}
+            Ok(true) => self.alerts.settle(self.ctx.coord.as_ref()).await,
             Ok(false) => return report,
             Err(e) => {
                 self.outages.coordinator_failed(&self.ctx, &e).await;

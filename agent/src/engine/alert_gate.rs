@@ -1,6 +1,12 @@
 //! Alert de-duplication: a shared key per incident and kind decides who sends an alert (the
 //! first observer, with SET NX). Separate from the node lock on purpose (design rule 2): the
 //! gate stops duplicate notifications, the lock duplicate commands.
+//!
+//! A claim is made for a lease first (the node lock's TTL, which covers an alert's delivery) and
+//! given its full TTL only once the alert went out ([`AlertGate::settle`], at the end of the
+//! cycle): an instance that dies between the claim and the send leaves a claim that expires, and
+//! another instance alerts. Without the lease a breaker's alert claimed just before a SIGTERM was
+//! never sent that day (simulation seed 5068879).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,6 +20,8 @@ pub(crate) struct AlertGate {
     instance: String,
     /// Claims whose SET NX got no answer: key → the value we tried.
     unanswered: HashMap<String, String>,
+    /// Claims won on a lease, whose alert has gone out since: key → (value, full TTL).
+    won: HashMap<String, (String, Duration)>,
 }
 
 impl AlertGate {
@@ -21,26 +29,29 @@ impl AlertGate {
         AlertGate {
             instance: instance.to_string(),
             unanswered: HashMap::new(),
+            won: HashMap::new(),
         }
     }
 
     /// Take the right to send the alert behind the de-duplication `key` (SET NX: the first
-    /// observer alerts). NB: a SET whose reply was lost may have been applied, and then nobody
-    /// would ever send the alert; the value tried is remembered, and the next attempt that
-    /// finds exactly that value there knows it won. At least once (a crash in between aside),
-    /// never "never".
+    /// observer alerts), held for `lease` until [`AlertGate::settle`] gives it `ttl`. NB: a SET
+    /// whose reply was lost may have been applied, and then nobody would ever send the alert;
+    /// the value tried is remembered, and the next attempt that finds exactly that value there
+    /// knows it won. At least once, never "never": a crash in between leaves a claim that
+    /// expires with its lease.
     pub async fn claim(
         &mut self,
         coord: &dyn Coordinator,
         key: &str,
         now: Millis,
         ttl: Duration,
+        lease: Duration,
     ) -> Result<bool, CoordError> {
         let tried = self.unanswered.remove(key);
         let value = tried
             .clone()
             .unwrap_or_else(|| format!("{now}:{}", self.instance));
-        let taken = match coord.set_nx(key, &value, ttl).await {
+        let taken = match coord.set_nx(key, &value, lease.min(ttl)).await {
             Ok(taken) => taken,
             Err(e) => {
                 if self.unanswered.len() < 1_000 {
@@ -49,15 +60,87 @@ impl AlertGate {
                 return Err(e);
             }
         };
-        if taken || tried.is_none() {
-            return Ok(taken);
+        let won = if taken || tried.is_none() {
+            taken
+        } else {
+            match coord.get_many(&[key.to_string()]).await {
+                Ok(mut v) => v.pop().flatten().as_deref() == Some(value.as_str()),
+                Err(e) => {
+                    self.unanswered.insert(key.to_string(), value);
+                    return Err(e);
+                }
+            }
+        };
+        if won && lease < ttl && self.won.len() < 1_000 {
+            self.won.insert(key.to_string(), (value, ttl));
         }
-        match coord.get_many(&[key.to_string()]).await {
-            Ok(mut v) => Ok(v.pop().flatten().as_deref() == Some(value.as_str())),
-            Err(e) => {
-                self.unanswered.insert(key.to_string(), value);
-                Err(e)
+        Ok(won)
+    }
+
+    /// The alerts of the claims won this cycle have gone out: their claims get their full TTL.
+    /// One that cannot be written now is tried again next cycle (should its lease run out first,
+    /// another instance may alert again: at least once).
+    pub async fn settle(&mut self, coord: &dyn Coordinator) {
+        let won: Vec<(String, (String, Duration))> = self.won.drain().collect();
+        for (key, (value, ttl)) in won {
+            if coord.set(&key, &value, ttl).await.is_err() {
+                self.won.insert(key, (value, ttl));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::coord::memory::MemoryCoordinator;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+    const LEASE: Duration = Duration::from_secs(180);
+
+    #[tokio::test]
+    async fn a_claim_whose_alert_never_went_out_expires_with_its_lease() {
+        let clock = FakeClock::at(1_000_000);
+        let coord = MemoryCoordinator::new(Arc::new(clock.clone()));
+        let mut a = AlertGate::new("a");
+        let mut b = AlertGate::new("b");
+        assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        // `a` stops before its alert went out (no settle): `b` waits out the lease, then alerts.
+        drop(a);
+        assert!(!b.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        clock.advance(LEASE + Duration::from_secs(1));
+        assert!(b.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_settled_claim_holds_for_its_full_ttl() {
+        let clock = FakeClock::at(1_000_000);
+        let coord = MemoryCoordinator::new(Arc::new(clock.clone()));
+        let mut a = AlertGate::new("a");
+        let mut b = AlertGate::new("b");
+        assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        a.settle(&coord).await;
+        clock.advance(LEASE * 10);
+        assert!(!b.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        clock.advance(DAY);
+        assert!(b.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_claim_shorter_than_the_lease_needs_no_settling() {
+        let clock = FakeClock::at(1_000_000);
+        let coord = MemoryCoordinator::new(Arc::new(clock.clone()));
+        let mut a = AlertGate::new("a");
+        let short = Duration::from_secs(60);
+        assert!(a.claim(&coord, "k", 0, short, LEASE).await.unwrap());
+        assert!(a.won.is_empty());
+        clock.advance(short + Duration::from_secs(1));
+        assert!(AlertGate::new("b")
+            .claim(&coord, "k", 0, short, LEASE)
+            .await
+            .unwrap());
     }
 }

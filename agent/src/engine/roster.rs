@@ -94,7 +94,13 @@ impl Roster {
         // send one alert and write one trail entry.
         let key = dedup_key(ctx, worker);
         if !alerts
-            .claim(ctx.coord.as_ref(), &key, now, MARK_TTL)
+            .claim(
+                ctx.coord.as_ref(),
+                &key,
+                now,
+                MARK_TTL,
+                ctx.cfg.safety.lock_ttl,
+            )
             .await?
         {
             return Ok(());

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
-use crate::model::worker::{Episode, Incident, Marks, WorkerState, WorkerStatus};
+use crate::model::worker::{Episode, Marks, WorkerState, WorkerStatus};
 
 /// Who acts on a verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,7 +505,6 @@ pub(crate) enum Cancel {
 /// the *same* predicate as the verdict (stale while working, or in state `error`).
 pub(crate) fn revalidate(
     v: Verdict,
-    inc: &Incident,
     fresh: Option<&WorkerStatus>,
     marks: &Marks,
     now: Millis,
@@ -514,7 +513,7 @@ pub(crate) fn revalidate(
     if marks.cooldown {
         return Err(Cancel::CooldownAppeared);
     }
-    if !retry_open(inc, marks, now) {
+    if !retry_open(marks, now) {
         return Err(Cancel::RetryPending);
     }
     let still_broken = match v {
@@ -563,13 +562,16 @@ pub(crate) fn restart_due(v: Verdict, started: Millis, now: Millis, cfg: &Policy
     }
 }
 
-/// Whether a restart of incident `inc` may be tried now: not before the `not_before` of the
-/// restarts of the same incident that failed. A record left by another incident is no bar.
-pub(crate) fn retry_open(inc: &Incident, marks: &Marks, now: Millis) -> bool {
-    marks
-        .retry
-        .as_ref()
-        .is_none_or(|r| r.incident != inc.id || now >= r.not_before)
+/// Whether a restart may be tried now: not before the `not_before` of the worker's last failed
+/// restart, whichever incident it was of (the incident only numbers the attempts, see
+/// `restart_failed`).
+///
+/// NB: the bar is the worker's, not the incident's: a container that ignores SIGTERM is still
+/// stopping whoever asks next. A failover that forgets the incident timer (or any other way to a
+/// second incident of the same hang) must not let a second command, and a second breaker unit,
+/// through within the stop grace (simulation seed 5054008).
+pub(crate) fn retry_open(marks: &Marks, now: Millis) -> bool {
+    marks.retry.as_ref().is_none_or(|r| now >= r.not_before)
 }
 
 /// How long after its `failures`-th failed restart an incident waits for the next try: the

@@ -164,11 +164,7 @@ fn only_hung_and_errored_reach_the_restart_pipeline() {
 }
 
 #[test]
-fn a_failed_restart_is_retried_only_after_its_backoff_and_only_for_its_incident() {
-    let inc = Incident {
-        started: NOW - 600 * S,
-        id: "i1".into(),
-    };
+fn a_failed_restart_bars_every_incident_of_its_worker_until_its_backoff() {
     let retry = |incident: &str, not_before| Marks {
         retry: Some(Retry {
             incident: incident.into(),
@@ -177,16 +173,14 @@ fn a_failed_restart_is_retried_only_after_its_backoff_and_only_for_its_incident(
         }),
         ..Marks::default()
     };
-    assert!(retry_open(&inc, &Marks::default(), NOW), "no failure yet");
-    assert!(!retry_open(&inc, &retry("i1", NOW + 1), NOW));
+    assert!(retry_open(&Marks::default(), NOW), "no failure yet");
+    assert!(!retry_open(&retry("i1", NOW + 1), NOW));
+    assert!(retry_open(&retry("i1", NOW), NOW), "open at not_before");
     assert!(
-        retry_open(&inc, &retry("i1", NOW), NOW),
-        "open at not_before"
+        !retry_open(&retry("i0", NOW + 60 * S), NOW),
+        "another incident's failed restart bars too: the container may still be stopping"
     );
-    assert!(
-        retry_open(&inc, &retry("i0", NOW + 60 * S), NOW),
-        "another incident's failures are no bar"
-    );
+    assert!(retry_open(&retry("i0", NOW), NOW));
 }
 
 #[test]
@@ -595,14 +589,9 @@ fn an_announced_grace_holds_up_to_max_grace_and_then_the_worker_is_stale() {
         Verdict::Suspect
     );
     // Revalidation reads the same rule: still within its grace at the last moment = recovered.
-    let inc = Incident {
-        started: NOW - 300 * S,
-        id: "inc-1".into(),
-    };
     assert_eq!(
         revalidate(
             Verdict::Hung,
-            &inc,
             Some(&busy(600 * S, 1_200)),
             &Marks::default(),
             NOW,

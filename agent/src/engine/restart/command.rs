@@ -212,7 +212,7 @@ impl RestartPath<'_> {
         let marks = marks::decode(&fresh.values).marks;
         let cfg = &self.ctx.cfg.policy;
         let now = fresh.now;
-        let checked = policy::revalidate(act.case.v, act.inc, status.as_ref(), &marks, now, cfg);
+        let checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
         let (cancel, why) = match checked {
             Ok(()) => return self.node_and_container_checks(act, now).await,
             Err(Cancel::RetryPending) => {
@@ -349,6 +349,9 @@ impl RestartPath<'_> {
         self.refund_caps(now).await;
         self.release_restart_alert(act.inc).await;
         if let Some(claim) = claimed {
+            if claim.is_err() {
+                self.release_failed_claim(act, now).await;
+            }
             claim?;
             // The claim failed: another instance's marker appeared after our revalidation.
             let skip = Skip::Cancelled(Cancel::CooldownAppeared);

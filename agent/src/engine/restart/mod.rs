@@ -192,8 +192,9 @@ impl RestartPath<'_> {
         now: Millis,
         ttl: std::time::Duration,
     ) -> Result<bool, CoordError> {
+        let lease = self.ctx.cfg.safety.lock_ttl;
         self.alerts
-            .claim(self.ctx.coord.as_ref(), key, now, ttl)
+            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease)
             .await
     }
 
@@ -364,10 +365,10 @@ impl RestartPath<'_> {
                 None => Ok(()),
             },
             Effect::ConsiderRestart => match incident {
-                // NB: a failed restart of this incident is retried only after its backoff.
+                // NB: after a failed restart (of any incident) the worker waits for its backoff.
                 Some(inc)
                     if restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
-                        && policy::retry_open(inc, case.marks, now) =>
+                        && policy::retry_open(case.marks, now) =>
                 {
                     let since =
                         policy::condition_since(case.v, inc.started, case.marks, case.status);

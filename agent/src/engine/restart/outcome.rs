@@ -186,6 +186,19 @@ impl RestartPath<'_> {
         self.refund_caps(now).await;
     }
 
+    /// Undo a claim whose writes failed (a lost reply may hide that the claim was made): our
+    /// marker goes by compare-and-delete, never another instance's, and with it our restart
+    /// record. Left in place, the claim would read as our own restart booting for a cooldown
+    /// and a lock TTL (the incident timer dropped), though no restart ran (simulation seed
+    /// 9006434). Best-effort: if this fails too, the claim expires.
+    pub(super) async fn release_failed_claim(&self, act: &Act<'_>, now: Millis) {
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        if let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await {
+            let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
+        }
+    }
+
     /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
     pub(super) async fn write_restart_markers(
         &self,
