@@ -65,11 +65,13 @@ pids+=($vpid)
 sleep 5
 ticks() { awk '{print $14 + $15}' "/proc/$vpid/stat"; }
 hz=$(getconf CLK_TCK)
-t0=$(ticks); s0=$(date +%s.%N); max=0
+t0=$(ticks); s0=$(date +%s.%N); max=0; max_threads=0
 end=$(( $(date +%s) + duration ))
 while [ "$(date +%s)" -lt "$end" ]; do
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$vpid/status")
   [ "$rss" -gt "$max" ] && max=$rss
+  n=$(ls "/proc/$vpid/task" | wc -l)
+  [ "$n" -gt "$max_threads" ] && max_threads=$n
   sleep 5
 done
 t1=$(ticks); s1=$(date +%s.%N)
@@ -78,5 +80,7 @@ threads=$(ls "/proc/$vpid/task" | wc -l)
 cpu=$(python3 -c "print(f'{($t1-$t0)/$hz/($s1-$s0)*100:.3f}')")
 cycles=$(curl -s "http://127.0.0.1:$listen/metrics" | awk '/^vigil_cycle_duration_seconds_count/ {print $2}')
 healthy=$(curl -s "http://127.0.0.1:$listen/metrics" | awk '/^vigil_verdicts_total\{verdict="healthy"\}/ {print $2}')
-printf 'idle %ss, 8 workers, poll 15s: RSS %.1f MiB (max %.1f MiB), CPU %s%% of a core (%s ticks), %s threads; %s cycles, %s healthy verdicts\n' \
-  "$duration" "$(echo "$rss/1024" | bc -l)" "$(echo "$max/1024" | bc -l)" "$cpu" "$((t1 - t0))" "$threads" "${cycles:-?}" "${healthy:-?}"
+printf 'idle %ss, 8 workers, poll 15s: RSS %.1f MiB (max %.1f MiB), CPU %s%% of a core (%s ticks), %s threads (max %s); %s cycles, %s healthy verdicts\n' \
+  "$duration" "$(echo "$rss/1024" | bc -l)" "$(echo "$max/1024" | bc -l)" "$cpu" "$((t1 - t0))" "$threads" "$max_threads" "${cycles:-?}" "${healthy:-?}"
+# What each thread is: its name (comm), counted.
+echo "threads by name: $(cat /proc/"$vpid"/task/*/comm | sort | uniq -c | awk '{printf "%s×%s ", $1, $2}')"

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The house's figures (issue 28): production lines, the largest file and function, public items,
+integration-test binaries and, where the `duplicates` tool is on PATH, repeated-code pairs.
+
+    python3 scripts/measure.py
+
+Production lines are the non-blank, non-comment lines of agent/src up to each file's first
+`#[cfg(test)]`, `_tests.rs` files left out. Functions are measured as tests/layout.rs measures them.
+"""
+import pathlib
+import re
+import shutil
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SRC = ROOT / "agent" / "src"
+
+
+def production(text):
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("#[cfg(test)]"):
+            return lines[:i]
+    return lines
+
+
+def fn_lengths(lines):
+    out, i = [], 0
+    sig_re = re.compile(r"^(?:pub(?:\([a-z]+\))? )?(?:const )?(?:async )?(?:unsafe )?fn (\w+)")
+    while i < len(lines):
+        code = lines[i].lstrip()
+        indent = lines[i][: len(lines[i]) - len(code)]
+        m = sig_re.match(code)
+        if not m:
+            i += 1
+            continue
+        j, body = i, False
+        while j < len(lines):
+            line = lines[j].rstrip()
+            body |= "{" in line
+            if j == i:
+                closes = line.endswith("}") or (not body and line.endswith(";"))
+            else:
+                closes = line == indent + "}" or (not body and line.endswith(";"))
+            if closes:
+                break
+            j += 1
+        out.append((m.group(1), j - i + 1))
+        i = j + 1
+    return out
+
+
+def main():
+    code_lines, files, fns, pubs = 0, [], [], 0
+    for path in sorted(SRC.rglob("*.rs")):
+        rel = path.relative_to(SRC).as_posix()
+        text = path.read_text()
+        files.append((len(text.splitlines()), rel))
+        if rel.endswith("_tests.rs"):
+            continue
+        prod = production(text)
+        code_lines += sum(
+            1 for l in prod if l.strip() and not l.strip().startswith("//")
+        )
+        pubs += sum(1 for l in prod if re.match(r"\s*pub ", l))
+        if not rel.endswith("demo.rs"):
+            fns += [(n, name, rel) for name, n in fn_lengths(prod)]
+    tests = ROOT / "tests"
+    test_lines = sum(
+        1
+        for p in tests.rglob("*.rs")
+        for l in p.read_text().splitlines()
+        if l.strip() and not l.strip().startswith("//")
+    )
+    binaries = (ROOT / "agent" / "Cargo.toml").read_text().count("[[test]]")
+    big_file = max(files)
+    big_fn = max(fns)
+    print(f"production lines (agent/src, code only): {code_lines}")
+    print(f"`pub` items outside tests: {pubs}")
+    print(f"source files: {len(files)}; largest: {big_file[1]} ({big_file[0]} lines)")
+    print(f"largest function: {big_fn[2]}: {big_fn[1]} ({big_fn[0]} lines)")
+    print(f"tests/ lines (code only): {test_lines}")
+    print(f"integration-test binaries: {binaries}")
+    if shutil.which("duplicates"):
+        out = subprocess.run(
+            ["duplicates", "--repo", str(ROOT), "--most", "1", "--seconds", "120"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        print(f"duplicates: {out.splitlines()[0] if out else '(no answer)'}")
+
+
+if __name__ == "__main__":
+    main()
