@@ -158,57 +158,45 @@ fn rust_files(dir: &str) -> Vec<String> {
     out
 }
 
+/// The `.rs` files of `dir` that run nowhere: neither declared (`declared`) nor a module
+/// (`mod name;`) of a declared file.
+fn run_nowhere(dir: &str, declared: &[String]) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let texts: Vec<String> = declared
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(root.join(f)).ok())
+        .collect();
+    rust_files(dir)
+        .into_iter()
+        .filter(|f| !declared.contains(f))
+        .filter(|f| {
+            let stem = Path::new(f)
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            let line = format!("mod {stem};");
+            !texts.iter().any(|t| t.lines().any(|l| l.trim() == line))
+        })
+        .collect()
+}
+
 #[test]
 fn every_test_file_is_declared_so_it_runs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let binaries = declared("test");
     assert!(
         binaries.len() <= 4,
         "at most four integration-test binaries (each links the whole dependency tree): \
          make a new suite a module of one of them: {binaries:?}"
     );
-    let roots: Vec<String> = binaries
-        .iter()
-        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
-        .collect();
-    let missing: Vec<_> = rust_files("tests")
-        .into_iter()
-        .filter(|f| !binaries.contains(f))
-        .filter(|f| {
-            let stem = Path::new(f)
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .to_string();
-            !roots
-                .iter()
-                .any(|t| t.lines().any(|l| l == format!("mod {stem};")))
-        })
-        .collect();
+    let missing = run_nowhere("tests", &binaries);
     assert!(
         missing.is_empty(),
         "agent/Cargo.toml has autotests = false, so these never run until a declared [[test]] \
          binary names them as a module (`mod name;`; helpers belong in tests/common/): {missing:?}"
     );
-    // The benchmarks are examples; a file another benchmark includes (`mod server;`) is a helper.
-    let benches = rust_files("tests/bench");
-    let examples = declared("example");
-    let texts: Vec<String> = benches
-        .iter()
-        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
-        .collect();
-    let missing: Vec<_> = benches
-        .iter()
-        .filter(|f| !examples.contains(f))
-        .filter(|f| {
-            let stem = Path::new(f)
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .to_string();
-            !texts.iter().any(|t| t.contains(&format!("mod {stem};")))
-        })
-        .collect();
+    // The benchmarks are examples; a file a benchmark includes (`mod server;`) is a helper.
+    let missing = run_nowhere("tests/bench", &declared("example"));
     assert!(
         missing.is_empty(),
         "benchmarks that are neither declared as [[example]] nor included by one: {missing:?}"

@@ -77,14 +77,27 @@ impl AlertGate {
         Ok(won)
     }
 
-    /// The alerts of the claims won this cycle have gone out: their claims get their full TTL.
-    /// One that cannot be written now is tried again next cycle (should its lease run out first,
-    /// another instance may alert again: at least once).
+    /// The alerts of the claims won this cycle have gone out: the claims still ours get their
+    /// full TTL. A claim released since (a failed restart frees its `restart` claim for the
+    /// retry) stays released. One that cannot be written now is tried again next cycle (should
+    /// its lease run out first, another instance may alert again: at least once).
     pub async fn settle(&mut self, coord: &dyn Coordinator) {
-        let won: Vec<(String, (String, Duration))> = self.won.drain().collect();
-        for (key, (value, ttl)) in won {
-            if coord.set(&key, &value, ttl).await.is_err() {
-                self.won.insert(key, (value, ttl));
+        if self.won.is_empty() {
+            return;
+        }
+        let keys: Vec<String> = self.won.keys().cloned().collect();
+        let Ok(values) = coord.get_many(&keys).await else {
+            return;
+        };
+        for (key, value) in keys.into_iter().zip(values) {
+            let Some((ours, ttl)) = self.won.remove(&key) else {
+                continue;
+            };
+            if value.as_deref() != Some(ours.as_str()) {
+                continue;
+            }
+            if coord.set(&key, &ours, ttl).await.is_err() {
+                self.won.insert(key, (ours, ttl));
             }
         }
     }
@@ -101,10 +114,15 @@ mod tests {
     const DAY: Duration = Duration::from_secs(86_400);
     const LEASE: Duration = Duration::from_secs(180);
 
-    #[tokio::test]
-    async fn a_claim_whose_alert_never_went_out_expires_with_its_lease() {
+    fn store() -> (FakeClock, MemoryCoordinator) {
         let clock = FakeClock::at(1_000_000);
         let coord = MemoryCoordinator::new(Arc::new(clock.clone()));
+        (clock, coord)
+    }
+
+    #[tokio::test]
+    async fn a_claim_whose_alert_never_went_out_expires_with_its_lease() {
+        let (clock, coord) = store();
         let mut a = AlertGate::new("a");
         let mut b = AlertGate::new("b");
         assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
@@ -117,8 +135,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_settled_claim_holds_for_its_full_ttl() {
-        let clock = FakeClock::at(1_000_000);
-        let coord = MemoryCoordinator::new(Arc::new(clock.clone()));
+        let (clock, coord) = store();
         let mut a = AlertGate::new("a");
         let mut b = AlertGate::new("b");
         assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
@@ -130,9 +147,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_claim_released_before_settling_stays_released() {
+        let (_clock, coord) = store();
+        let mut a = AlertGate::new("a");
+        assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        coord.del(&["k".to_string()]).await.unwrap();
+        a.settle(&coord).await;
+        assert!(AlertGate::new("b")
+            .claim(&coord, "k", 0, DAY, LEASE)
+            .await
+            .unwrap());
+    }
+
+    #[tokio::test]
     async fn a_claim_shorter_than_the_lease_needs_no_settling() {
-        let clock = FakeClock::at(1_000_000);
-        let coord = MemoryCoordinator::new(Arc::new(clock.clone()));
+        let (clock, coord) = store();
         let mut a = AlertGate::new("a");
         let short = Duration::from_secs(60);
         assert!(a.claim(&coord, "k", 0, short, LEASE).await.unwrap());
