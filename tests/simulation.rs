@@ -77,6 +77,10 @@ fn seeded_fleet_simulation_keeps_every_invariant() {
         ("maintenance notices", stats.maintenance),
         ("GPU failures", stats.gpu_failures),
         ("liveness checks", stats.liveness_checked),
+        (
+            "calms begun with the fleet budget spent",
+            stats.calm_budget_waits,
+        ),
     ];
     if count >= 1_000 {
         for (what, n) in exercised {
@@ -124,16 +128,16 @@ fn a_seed_replays_the_same_history() {
 ///   history). 9012377 failed liveness in the same run, before that fix; it was not traced.
 #[test]
 fn the_seeds_that_once_failed_keep_every_invariant() {
-    let mut waited = 0;
+    // NB: each seed's history moves with any change to the calls the agent makes, so these
+    // only keep what they once exposed from coming back unnoticed; the bulk run asserts that the
+    // paths they took (a calm begun with the budget spent, among others) are still reached.
     for seed in [
         5_013_596, 5_042_020, 9_006_434, 5_054_008, 5_068_879, 9_012_377,
     ] {
-        match run_seed(seed, &Options::default()) {
-            Ok(stats) => waited += stats.calm_budget_waits,
-            Err(f) => panic!("{}", f.report(None)),
+        if let Err(f) = run_seed(seed, &Options::default()) {
+            panic!("{}", f.report(None));
         }
     }
-    assert!(waited > 0, "no seed began its calm with the budget spent");
 }
 
 /// The harness must be able to fail: each planted bug is caught within a few thousand seeds,
