@@ -356,8 +356,23 @@ impl World {
             self.step();
         }
         let calm = self.begin_calm();
-        let calm_len = self.calm_len() + self.budget_wait(calm.0);
-        while self.now() < calm.0 + calm_len && !self.violated() {
+        let calm_len = self.calm_len();
+        let mut end = calm.0 + calm_len;
+        let mut waits = 0;
+        while !self.violated() {
+            if self.now() >= end {
+                // A budget spent in the calm (or before it, in the window it began in) holds a
+                // skipped hang until its window rolls: the calm runs on from there.
+                let since = if waits == 0 { calm.0 } else { self.now() };
+                match self.budget_wait(since, self.now()) {
+                    Some(roll) if waits < 5 => {
+                        waits += 1;
+                        end = roll + calm_len;
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
             self.step();
             if lock(&self.ctl).step > MAX_STEPS {
                 lock(&self.ctl).violate(
@@ -812,30 +827,34 @@ impl World {
         .sum()
     }
 
-    /// How long the calm must run on because the fleet budget was spent when it began. A worker
-    /// skipped for the budget rightly waits for the window to roll, and the budget's one alert
-    /// per window may have gone out before the calm; so the calm runs past the roll, and liveness
-    /// then asks for the restart (or an alert sent in the calm) rather than excusing the hang
-    /// with the old window's alert (seeds 5013596 and 5042020, issue 28).
-    fn budget_wait(&mut self, calm_start: Millis) -> Millis {
+    /// When the calm must run on to, because the fleet budget is spent in the window now in force
+    /// or was in the one the calm began in: a worker skipped for the budget rightly waits for
+    /// its window to roll, and the budget's one alert per window may have gone out before the
+    /// calm. So the calm runs past the roll, and liveness then asks for the restart (or an alert
+    /// sent in the calm) rather than excusing the hang with an old window's alert (seeds 5013596,
+    /// 5042020, 5892; issue 28). `None`: neither window is spent.
+    fn budget_wait(&mut self, calm_start: Millis, now: Millis) -> Option<Millis> {
         let s = &self.cfg.safety;
         if s.fleet_budget == 0 {
-            return 0;
+            return None;
         }
         let window = ms(s.fleet_window).max(1);
-        let index = calm_start.div_euclid(window);
-        let key = Keys::new(&self.cfg.redis.key_prefix, "").fleet_budget(index);
-        let used = match self.store.counter(&key).now_or_never() {
-            Some(Ok(n)) => n,
-            _ => unreachable!("the in-process store answers at once and never fails"),
+        let keys = Keys::new(&self.cfg.redis.key_prefix, "");
+        let spent = |index: i64| {
+            let used = match self.store.counter(&keys.fleet_budget(index)).now_or_never() {
+                Some(Ok(n)) => n,
+                _ => unreachable!("the in-process store answers at once and never fails"),
+            };
+            used >= u64::from(s.fleet_budget)
         };
-        if used < u64::from(s.fleet_budget) {
-            return 0;
+        let (first, current) = (calm_start.div_euclid(window), now.div_euclid(window));
+        if !spent(first) && !spent(current) {
+            return None;
         }
         let mut c = lock(&self.ctl);
         c.stats.calm_budget_waits += 1;
-        c.log(|| format!("CALM runs on past the spent fleet budget's window ({used} used)"));
-        (index + 1) * window - calm_start
+        c.log(|| "CALM runs on past a spent fleet budget's window".to_string());
+        Some((current + 1) * window)
     }
 
     /// Every worker hung when the faults stopped ended in a restart, a page, or an alert that
