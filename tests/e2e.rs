@@ -1091,12 +1091,7 @@ impl NamedCgroup {
             .args(["-c", &format!("echo $$ > {} && {script}", procs.display())])
             .output()
             .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code().unwrap_or(-1), text)
+        common::real::code_and_output(&out)
     }
 }
 
@@ -1127,12 +1122,7 @@ fn beat_from(container: &WorkerContainer, worker: &str, state: &str) -> (i32, St
         ])
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    common::real::code_and_output(&out)
 }
 
 /// Issue 18 on a Docker host: the worker API on a unix socket whose directory is mounted into

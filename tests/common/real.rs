@@ -186,6 +186,16 @@ pub fn run_cli(program: &str, args: &[&str], dir: Option<&Path>) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A finished command's exit code (-1 if a signal ended it) and its stdout and stderr, joined.
+pub fn code_and_output(out: &std::process::Output) -> (i32, String) {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 /// Panics, naming what to install, when one of `bins` is not on the PATH: the suites that need
 /// a real runtime never skip.
 pub fn require(bins: &[&str], who: &str) {

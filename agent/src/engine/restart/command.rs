@@ -350,7 +350,7 @@ impl RestartPath<'_> {
         self.release_restart_alert(act.inc).await;
         if let Some(claim) = claimed {
             if claim.is_err() {
-                self.release_failed_claim(act, now).await;
+                self.release_claim(act, now).await;
             }
             claim?;
             // The claim failed: another instance's marker appeared after our revalidation.

@@ -181,17 +181,17 @@ impl RestartPath<'_> {
     /// Undo `hold_lock_and_mark` for a restart that will not run: our cooldown claim and
     /// restart record go, and the breaker and budget units come back (best-effort).
     pub(super) async fn unclaim(&self, act: &Act<'_>, now: Millis) {
-        let (k, w) = (&self.ctx.keys, act.case.worker());
-        let _ = self.ctx.coord.del(&[k.cooldown(w), k.restarted(w)]).await;
+        self.release_claim(act, now).await;
         self.refund_caps(now).await;
     }
 
-    /// Undo a claim whose writes failed (a lost reply may hide that the claim was made): our
-    /// marker goes by compare-and-delete, never another instance's, and with it our restart
-    /// record. Left in place, the claim would read as our own restart booting for a cooldown
-    /// and a lock TTL (the incident timer dropped), though no restart ran (simulation seed
-    /// 9006434). Best-effort: if this fails too, the claim expires.
-    pub(super) async fn release_failed_claim(&self, act: &Act<'_>, now: Millis) {
+    /// Release the claim `write_restart_markers` made at `now` for a restart that will not run:
+    /// our marker goes by compare-and-delete, never another instance's, and with it our restart
+    /// record. After a failed write (a lost reply may hide that the claim was made) a claim left
+    /// in place would read as our own restart booting for a cooldown and a lock TTL (the
+    /// incident timer dropped), though no restart ran (simulation seed 9006434). Best-effort:
+    /// if this fails too, the claim expires.
+    pub(super) async fn release_claim(&self, act: &Act<'_>, now: Millis) {
         let (k, w) = (&self.ctx.keys, act.case.worker());
         let marker = marks::claim(now, &act.inc.id, act.case.c);
         if let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await {
