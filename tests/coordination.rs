@@ -322,8 +322,8 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
 #[tokio::test]
 async fn primitives_in_memory() {
     let clock = FakeClock::at(SystemClock.now());
-    let c = MemoryCoordinator::new(Arc::new(clock.clone()));
-    suite(&c, Time::Fake(clock), "mem").await;
+    let c: Box<dyn Coordinator> = Box::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+    suite(&*c, Time::Fake(clock), "mem").await;
 }
 
 #[tokio::test]
@@ -335,11 +335,13 @@ async fn primitives_on_real_redis() {
 #[tokio::test]
 async fn unreachable_redis_is_a_clear_error_not_a_hang() {
     let port = free_port();
-    let c = RedisCoordinator::new(
-        &format!("redis://127.0.0.1:{port}"),
-        Duration::from_millis(500),
-    )
-    .unwrap();
+    let c: Box<dyn Coordinator> = Box::new(
+        RedisCoordinator::new(
+            &format!("redis://127.0.0.1:{port}"),
+            Duration::from_millis(500),
+        )
+        .unwrap(),
+    );
     let err = c.time().await.unwrap_err().to_string();
     assert!(err.contains("restarts are paused"), "{err}");
     assert!(err.contains(&port.to_string()), "{err}");
@@ -348,7 +350,8 @@ async fn unreachable_redis_is_a_clear_error_not_a_hang() {
 #[tokio::test]
 async fn keys_of_one_node_hash_to_one_cluster_slot() {
     // The Lua scripts and MGET touch one node's keys only: they must share a slot.
-    let c = RedisCoordinator::new(&shared_redis_url(), Duration::from_secs(2)).unwrap();
+    let c: Box<dyn Coordinator> =
+        Box::new(RedisCoordinator::new(&shared_redis_url(), Duration::from_secs(2)).unwrap());
     let keys = Keys::new("vigil", "gpu-7");
     let mut conn = redis::Client::open(shared_redis_url().as_str())
         .unwrap()
@@ -485,9 +488,9 @@ async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
     let url = format!("rediss://127.0.0.1:{port}");
     let ca = p("ca.pem");
     let trusted = RedisCoordinator::with_ca(&url, Some(&ca), Duration::from_secs(3)).unwrap();
-    let t = trusted.time().await;
+    let t = (&trusted as &dyn Coordinator).time().await;
     let untrusted = RedisCoordinator::new(&url, Duration::from_secs(3)).unwrap();
-    let refused = untrusted.time().await;
+    let refused = (&untrusted as &dyn Coordinator).time().await;
     let _ = server.kill();
     let _ = server.wait();
     assert!(t.is_ok(), "TLS with the CA: {t:?}");
@@ -586,8 +589,9 @@ async fn primitives_on_a_redis_cluster() {
 #[tokio::test]
 async fn primitives_through_sentinel_and_across_a_failover() {
     let s = Sentinel::start();
-    let c = RedisCoordinator::sentinel(&s.url(), SERVICE, Duration::from_secs(2)).unwrap();
-    suite(&c, Time::Real, &unique("t")).await;
+    let c: Box<dyn Coordinator> =
+        Box::new(RedisCoordinator::sentinel(&s.url(), SERVICE, Duration::from_secs(2)).unwrap());
+    suite(&*c, Time::Real, &unique("t")).await;
 
     let p = unique("f");
     let lock = format!("{p}:{{n}}:lock");

@@ -72,7 +72,7 @@ fn settings(ctd: &Containerd) -> CriSettings {
 
 struct Rig {
     clock: FakeClock,
-    store: Arc<MemoryCoordinator>,
+    store: Arc<dyn Coordinator>,
     sink: RecordingSink,
     metrics: Arc<Metrics>,
     agent: Agent,
@@ -82,7 +82,7 @@ struct Rig {
 impl Rig {
     fn new(runtime: Arc<dyn ContainerRuntime>) -> Rig {
         let clock = FakeClock::at(START);
-        let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+        let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
         let sink = RecordingSink::default();
         let metrics = Arc::new(Metrics::new());
         let mut cfg: Config = node_config("gke-node-1");
@@ -412,13 +412,9 @@ impl Rig {
 /// The node controller of a checkpoint round over `runtime`, its store and its keys.
 fn checkpoint_rig(
     runtime: Arc<CriRuntime>,
-) -> (
-    Arc<MemoryCoordinator>,
-    Keys,
-    vigil::engine::node::Controller,
-) {
+) -> (Arc<dyn Coordinator>, Keys, vigil::engine::node::Controller) {
     let clock = FakeClock::at(START);
-    let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+    let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
     let cfg = node_config("gke-node-1");
     let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
     let metrics = Arc::new(Metrics::new());

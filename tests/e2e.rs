@@ -487,7 +487,8 @@ async fn status_lists_the_fleet_and_which_slices_are_available() {
     use vigil::observe::fleet::{publish, NodeRecord};
     let redis = shared_redis_url();
     let prefix = unique("st");
-    let coord = RedisCoordinator::new(&redis, Duration::from_secs(2)).unwrap();
+    let coord: Box<dyn Coordinator> =
+        Box::new(RedisCoordinator::new(&redis, Duration::from_secs(2)).unwrap());
     let now = coord.time().await.unwrap();
     let rec = |node: &str, slice: &str, maintenance: &str, verdict: &str| NodeRecord {
         node: node.into(),
@@ -516,7 +517,7 @@ async fn status_lists_the_fleet_and_which_slices_are_available() {
         } else {
             Duration::from_secs(60)
         };
-        publish(&coord, &Keys::new(&prefix, &r.node), r, ttl)
+        publish(&*coord, &Keys::new(&prefix, &r.node), r, ttl)
             .await
             .unwrap();
     }

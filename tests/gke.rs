@@ -296,7 +296,7 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     use vigil::actions::alert::Notifier;
     use vigil::actions::node::KubeNodeApi;
     use vigil::config::Switch;
-    use vigil::coord::{Coordinator, Keys};
+    use vigil::coord::Keys;
     use vigil::engine::node::SharedFacts;
     use vigil::model::maintenance::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
     use vigil::observe::metrics::Metrics;

@@ -15,7 +15,6 @@ use common::wiring::{
 };
 use tokio_util::sync::CancellationToken;
 use vigil::actions::alert::{AlertKind, Notifier};
-use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
 use vigil::engine::agent::Agent;
 use vigil::engine::gpu::spawn_monitor;
@@ -26,7 +25,7 @@ use vigil::policy::restart::Verdict;
 
 struct Rig {
     gpu: FakeGpu,
-    coord: Arc<MemoryCoordinator>,
+    coord: Arc<dyn Coordinator>,
     runtime: FakeRuntime,
     node: RecordingNodeApi,
     sink: RecordingSink,

@@ -42,7 +42,7 @@ struct Rig {
     kubelet: FakePodResources,
     gpus: FakeGpu,
     metrics: Arc<Metrics>,
-    coord: Arc<RedisCoordinator>,
+    coord: Arc<dyn Coordinator>,
     keys: Keys,
     node: String,
     stop: CancellationToken,
@@ -114,7 +114,7 @@ async fn rig(idle_for: Duration, before: Before) -> Rig {
     gpus.add_gpu(1, "GPU-1");
     // The idle worker keeps its CUDA context: a process on its own GPU is allowed.
     gpus.set_compute_processes(0, Some(1));
-    let coord =
+    let coord: Arc<dyn Coordinator> =
         Arc::new(RedisCoordinator::new(&shared_redis_url(), Duration::from_secs(2)).unwrap());
     let keys = Keys::new(&cfg.redis.key_prefix, &node);
     coord

@@ -15,7 +15,6 @@ use common::wiring::{agent_and_controller, memory_coordinator, node_config, writ
 use vigil::actions::alert::Notifier;
 use vigil::actions::checkpoint::Outcome;
 use vigil::config::Config;
-use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
 use vigil::engine::agent::Agent;
 use vigil::engine::node::{Controller, SharedFacts};
@@ -24,7 +23,7 @@ use vigil::observe::metrics::Metrics;
 use vigil::policy::restart::Verdict;
 
 struct Rig {
-    coord: Arc<MemoryCoordinator>,
+    coord: Arc<dyn Coordinator>,
     runtime: FakeRuntime,
     node: RecordingNodeApi,
     metrics: Arc<Metrics>,
@@ -103,7 +102,7 @@ fn host_termination() -> MaintenanceState {
 
 /// A worker that acknowledges every checkpoint request it sees in its record, as the README's
 /// Python example does.
-fn acking_worker(coord: Arc<MemoryCoordinator>, key: String) -> tokio::task::JoinHandle<()> {
+fn acking_worker(coord: Arc<dyn Coordinator>, key: String) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         for _ in 0..200 {
             let rec = coord.hgetall(&key).await.unwrap();
@@ -623,7 +622,7 @@ async fn a_second_notice_during_a_checkpoint_round_is_acted_on_at_once() {
                 .run(meta_rx, gpu_rx, CancellationToken::new(), stop.clone()),
         );
     let status = r.keys.status("trainer-0");
-    let reason = |coord: Arc<MemoryCoordinator>, key: String| async move {
+    let reason = |coord: Arc<dyn Coordinator>, key: String| async move {
         coord
             .hgetall(&key)
             .await

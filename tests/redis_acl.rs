@@ -296,11 +296,12 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
     assert_eq!(rec["progress"], "step-1");
     assert!(rec.contains_key("heartbeat"));
     // And through the library, as a worker written in Rust would, acknowledging a checkpoint.
-    let as_worker =
+    let as_worker: Box<dyn Coordinator> = Box::new(
         RedisCoordinator::new(&redis.worker_url(NODE, "trainer-0"), Duration::from_secs(2))
-            .unwrap();
+            .unwrap(),
+    );
     write_status(
-        &as_worker,
+        &*as_worker,
         &keys,
         "trainer-0",
         &[("checkpoint_ack".into(), "req-1".into())],
@@ -431,9 +432,10 @@ async fn cycle_until(agent: &mut Agent, mut done: impl FnMut(&[(String, Verdict)
 async fn the_agent_user_runs_whole_cycles_through_a_restart() {
     let redis = AclRedis::start();
     let keys = Keys::new("vigil", NODE);
-    let as_worker =
+    let as_worker: Box<dyn Coordinator> = Box::new(
         RedisCoordinator::new(&redis.worker_url(NODE, "trainer-0"), Duration::from_secs(2))
-            .unwrap();
+            .unwrap(),
+    );
     let coord: Arc<dyn Coordinator> =
         Arc::new(RedisCoordinator::new(&redis.agent_url(), Duration::from_secs(2)).unwrap());
     let runtime = FakeRuntime::default();
@@ -450,7 +452,7 @@ async fn the_agent_user_runs_whole_cycles_through_a_restart() {
     redis.reset_log().await;
     // The worker beats once, as the worker user, then hangs.
     write_status(
-        &as_worker,
+        &*as_worker,
         &keys,
         "trainer-0",
         &[("state".into(), "processing".into())],
@@ -523,10 +525,11 @@ async fn a_record_under_the_old_layout_is_read_and_a_new_one_wins() {
             .await
             .unwrap();
     }
-    let as_worker =
-        RedisCoordinator::new(&redis.worker_url(NODE, "both"), Duration::from_secs(2)).unwrap();
+    let as_worker: Box<dyn Coordinator> = Box::new(
+        RedisCoordinator::new(&redis.worker_url(NODE, "both"), Duration::from_secs(2)).unwrap(),
+    );
     let fresh = [("state".to_string(), "processing".to_string())];
-    write_status(&as_worker, &keys, "both", &fresh)
+    write_status(&*as_worker, &keys, "both", &fresh)
         .await
         .unwrap();
     // First both look healthy: `old`'s legacy record is read (not "unreachable").
@@ -544,7 +547,7 @@ async fn a_record_under_the_old_layout_is_read_and_a_new_one_wins() {
     let started = std::time::Instant::now();
     while runtime.restarts("c-old") == 0 {
         assert!(started.elapsed() < Duration::from_secs(30), "no restart");
-        write_status(&as_worker, &keys, "both", &fresh)
+        write_status(&*as_worker, &keys, "both", &fresh)
             .await
             .unwrap();
         let r = agent.cycle().await;

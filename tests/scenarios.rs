@@ -25,7 +25,7 @@ const POLL: Duration = Duration::from_secs(15);
 
 struct World {
     clock: FakeClock,
-    store: Arc<MemoryCoordinator>,
+    store: Arc<dyn Coordinator>,
     runtime: FakeRuntime,
     sink: RecordingSink,
     agents: Vec<Agent>,
@@ -48,7 +48,7 @@ impl World {
     /// `n` agents watching the same node through the same coordinator and runtime.
     fn with_agents(n: usize, tweak: impl Fn(&mut Config)) -> World {
         let clock = FakeClock::at(DAY_START);
-        let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+        let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
         let runtime = FakeRuntime::default();
         let sink = RecordingSink::default();
         let down = Arc::new(AtomicBool::new(false));

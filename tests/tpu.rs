@@ -426,7 +426,7 @@ async fn a_restarting_agent_leaves_the_tpu_fields_until_its_first_reading() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_worker_on_a_failed_tpu_is_alerted_never_restarted() {
     use common::wiring::write_record;
-    use vigil::coord::Coordinator;
+
     use vigil::model::tpu::TpuHealth;
     use vigil::policy::restart::Verdict;
 

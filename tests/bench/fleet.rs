@@ -63,7 +63,7 @@ struct Figures {
 }
 
 async fn node_loop(
-    coord: Arc<RedisCoordinator>,
+    coord: Arc<dyn Coordinator>,
     node: usize,
     workers: usize,
     poll: Duration,
@@ -157,8 +157,11 @@ fn pct(sorted: &[u32], p: f64) -> f64 {
 }
 
 async fn run(url: &str, nodes: usize, workers: usize, poll: Duration, secs: u64, conns: usize) {
-    let pool: Vec<Arc<RedisCoordinator>> = (0..conns)
-        .map(|_| Arc::new(RedisCoordinator::new(url, Duration::from_secs(2)).unwrap()))
+    let pool: Vec<Arc<dyn Coordinator>> = (0..conns)
+        .map(|_| {
+            Arc::new(RedisCoordinator::new(url, Duration::from_secs(2)).unwrap())
+                as Arc<dyn Coordinator>
+        })
         .collect();
     // The workers' records, as workers write them.
     let seed = &pool[0];

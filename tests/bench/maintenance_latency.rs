@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use vigil::actions::alert::Notifier;
 use vigil::actions::node::KubeNodeApi;
-use vigil::coord::{Coordinator, Keys};
+use vigil::coord::Keys;
 use vigil::engine::node::SharedFacts;
 use vigil::model::maintenance::RawMetadata;
 use vigil::observe::metrics::Metrics;

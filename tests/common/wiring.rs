@@ -28,7 +28,7 @@ pub fn node_config(node: &str) -> Config {
 }
 
 /// The in-process coordinator on the system clock.
-pub fn memory_coordinator() -> Arc<MemoryCoordinator> {
+pub fn memory_coordinator() -> Arc<dyn Coordinator> {
     Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)))
 }
 
@@ -46,7 +46,7 @@ pub async fn trail_decisions(store: &dyn Coordinator, keys: &vigil::coord::Keys)
 /// through `node_api`), sharing the coordinator, the runtime, the metrics and the agent's trail.
 pub fn agent_and_controller(
     cfg: &Config,
-    coord: &Arc<MemoryCoordinator>,
+    coord: &Arc<dyn Coordinator>,
     runtime: &FakeRuntime,
     node_api: Arc<dyn NodeApi>,
     notifier: Notifier,

@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use vigil::clock::{ms, Millis};
-use vigil::coord::memory::MemoryCoordinator;
-use vigil::coord::{CoordError, Coordinator, Op, TrailEntry};
+use vigil::coord::{
+    hgetall_many_by_parts, read_worker_by_parts, CoordError, Coordinator, Op, Reply, Request,
+    TrailEntry,
+};
 use vigil::runtime::sim::FakeRuntime;
 use vigil::runtime::{Container, ContainerRuntime, RuntimeError};
 
@@ -70,7 +72,7 @@ fn timeout() -> CoordError {
 
 /// One agent instance's coordinator.
 pub struct SimCoord {
-    pub inner: Arc<MemoryCoordinator>,
+    pub inner: Arc<dyn Coordinator>,
     pub ctl: Shared,
     pub inst: usize,
     pub node: usize,
@@ -142,13 +144,64 @@ impl Coordinator for SimCoord {
     fn describe(&self) -> String {
         "simulated coordinator".into()
     }
+    /// Each request as one gated step (a batch: one per op); the worker read and the many-hash
+    /// read as their parts, each gated, as a backend without scripts would send them.
+    async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+        Ok(match request {
+            Request::Time => Reply::Time(self.time().await?),
+            Request::GetMany(keys) => Reply::Values(self.get_many(&keys).await?),
+            Request::SetNx { key, value, ttl } => {
+                Reply::Done(self.set_nx(&key, &value, ttl).await?)
+            }
+            Request::Del(keys) => {
+                self.del(&keys).await?;
+                Reply::Ok
+            }
+            Request::OwnerTtl { key, token } => Reply::Ttl(self.owner_ttl(&key, &token).await?),
+            Request::DelIfOwner { key, token } => {
+                Reply::Done(self.del_if_owner(&key, &token).await?)
+            }
+            Request::IncrCapped { key, cap, ttl } => {
+                Reply::Taken(self.incr_capped(&key, cap, ttl).await?)
+            }
+            Request::Decr(key) => {
+                self.decr(&key).await?;
+                Reply::Ok
+            }
+            Request::Hgetall(key) => Reply::Hash(self.hgetall(&key).await?),
+            Request::HgetallMany(keys) => Reply::Hashes(hgetall_many_by_parts(self, &keys).await?),
+            Request::Append {
+                key,
+                fields,
+                max_len,
+            } => {
+                self.append(&key, &fields, max_len).await?;
+                Reply::Ok
+            }
+            Request::ReadRecent { key, count } => {
+                Reply::Entries(self.read_recent(&key, count).await?)
+            }
+            Request::IndexMembers(key) => Reply::Members(self.index_members(&key).await?),
+            Request::Batch(ops) => Reply::Counters(self.batch(&ops).await?),
+            Request::ReadWorker { records, keys } => {
+                Reply::Worker(read_worker_by_parts(self, &records, &keys).await?)
+            }
+        })
+    }
+}
+
+/// The gated requests, each passed to the in-process store.
+impl SimCoord {
+    fn store(&self) -> &dyn Coordinator {
+        &*self.inner
+    }
     async fn time(&self) -> Result<Millis, CoordError> {
-        self.around("TIME", "", false, self.inner.time()).await
+        self.around("TIME", "", false, self.store().time()).await
     }
     async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
         let first = keys.first().cloned().unwrap_or_default();
         let r = self
-            .around("MGET", &first, false, self.inner.get_many(keys))
+            .around("MGET", &first, false, self.store().get_many(keys))
             .await;
         let retry = |k: &str| {
             let c = lock(&self.ctl);
@@ -169,7 +222,7 @@ impl Coordinator for SimCoord {
     async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
         let is_lock = self.is_lock(key);
         let r = self
-            .around("SET NX", key, true, self.inner.set_nx(key, value, ttl))
+            .around("SET NX", key, true, self.store().set_nx(key, value, ttl))
             .await;
         let mut c = lock(&self.ctl);
         if is_lock {
@@ -195,11 +248,12 @@ impl Coordinator for SimCoord {
     }
     async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
         let first = keys.first().cloned().unwrap_or_default();
-        self.around("DEL", &first, true, self.inner.del(keys)).await
+        self.around("DEL", &first, true, self.store().del(keys))
+            .await
     }
     async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
         let r = self
-            .around("OWNER TTL", key, false, self.inner.owner_ttl(key, token))
+            .around("OWNER TTL", key, false, self.store().owner_ttl(key, token))
             .await;
         if r.is_ok() && self.is_lock(key) {
             let mut c = lock(&self.ctl);
@@ -215,7 +269,7 @@ impl Coordinator for SimCoord {
             "DEL IF OWNER",
             key,
             true,
-            self.inner.del_if_owner(key, &token),
+            self.store().del_if_owner(key, &token),
         )
         .await
     }
@@ -230,7 +284,7 @@ impl Coordinator for SimCoord {
                 "INCR CAPPED",
                 key,
                 true,
-                self.inner.incr_capped(key, cap, ttl),
+                self.store().incr_capped(key, cap, ttl),
             )
             .await;
         if matches!(r, Ok(Some(_))) {
@@ -246,11 +300,11 @@ impl Coordinator for SimCoord {
         self.told(self.lies.incr_capped(self.is_breaker(key), cap, r))
     }
     async fn decr(&self, key: &str) -> Result<(), CoordError> {
-        self.around("DECR", key, true, self.inner.decr(key)).await
+        self.around("DECR", key, true, self.store().decr(key)).await
     }
     async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
         let r = self
-            .around("HGETALL", key, false, self.inner.hgetall(key))
+            .around("HGETALL", key, false, self.store().hgetall(key))
             .await;
         if r.is_ok() {
             let mut c = lock(&self.ctl);
@@ -278,15 +332,20 @@ impl Coordinator for SimCoord {
             .find(|(k, _)| k == "decision")
             .map_or(String::new(), |(_, v)| format!(" {v}"));
         let op = format!("XADD{what}");
-        self.around(&op, key, true, self.inner.append(key, fields, max_len))
+        self.around(&op, key, true, self.store().append(key, fields, max_len))
             .await
     }
     async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
-        self.around("XREVRANGE", key, false, self.inner.read_recent(key, count))
-            .await
+        self.around(
+            "XREVRANGE",
+            key,
+            false,
+            self.store().read_recent(key, count),
+        )
+        .await
     }
     async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
-        self.around("ZRANGE", key, false, self.inner.index_members(key))
+        self.around("ZRANGE", key, false, self.store().index_members(key))
             .await
     }
     /// One scheduling step per op (a pipeline's commands interleave with other instances'),
@@ -295,7 +354,7 @@ impl Coordinator for SimCoord {
     async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
         let mut counters = Vec::new();
         for op in ops {
-            let one = self.inner.batch(std::slice::from_ref(op));
+            let one = self.store().batch(std::slice::from_ref(op));
             let name = match op {
                 Op::Counter { key } => {
                     let r = self.around("GET", key, false, one).await;

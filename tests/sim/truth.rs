@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use vigil::clock::{ms, utc_day, Clock, FakeClock, Millis};
 use vigil::config::Config;
-use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
 use vigil::runtime::sim::FakeRuntime;
 use vigil::runtime::{Container, ContainerRuntime};
@@ -235,7 +234,7 @@ pub struct Violation {
 
 /// Everything the harness shares between the world and the wrappers.
 pub struct Ctl {
-    pub store: Arc<MemoryCoordinator>,
+    pub store: Arc<dyn Coordinator>,
     pub rng: Rng,
     pub step: u64,
     pub clock: FakeClock,

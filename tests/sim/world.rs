@@ -56,7 +56,7 @@ struct Inst {
 
 pub struct World {
     ctl: Shared,
-    store: Arc<MemoryCoordinator>,
+    store: Arc<dyn Coordinator>,
     clock: FakeClock,
     cfg: Config,
     nodes: Vec<Node>,
@@ -131,7 +131,7 @@ impl World {
         let cfg = sim_config(&mut rng);
         let start = DAY_START + rng.below(86_400) as Millis * 1000;
         let clock = FakeClock::at(start);
-        let store = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+        let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
         let intensity = rng.range(1, 4);
         let faults = Faults {
             coord_error: 6 * intensity,

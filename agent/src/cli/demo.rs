@@ -44,7 +44,7 @@ pub struct Summary {
 /// Replay the night, writing the timeline to `out`; `pace` is the real time per 15 s cycle.
 pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary> {
     let clock = FakeClock::at(NIGHT);
-    let coord = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+    let coord: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
     let runtime = FakeRuntime::default();
     runtime.add("c-3f2a9b1e", WORKER);
     let sink = RecordingSink::default();

@@ -113,7 +113,7 @@ async fn redis(cfg: &Config) -> Check {
         );
     }
     let coord = match RedisCoordinator::from_config(&cfg.redis) {
-        Ok(c) => c,
+        Ok(c) => Box::new(c) as Box<dyn Coordinator>,
         Err(e) => {
             return check(
                 "redis",

@@ -24,7 +24,8 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Res
         print!("{}", super::budget::check(cfg, &node).await.render());
         return Ok(());
     }
-    let coord = RedisCoordinator::from_config(&cfg.redis).map_err(failed)?;
+    let coord: Box<dyn Coordinator> =
+        Box::new(RedisCoordinator::from_config(&cfg.redis).map_err(failed)?);
     let keys = Keys::new(&cfg.redis.key_prefix, &node);
     let entries = coord
         .read_recent(&keys.trail(), limit)

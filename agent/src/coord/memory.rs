@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{CoordError, Coordinator, Op, TrailEntry};
+use super::{read_worker_by_parts, CoordError, Coordinator, Op, Reply, Request, TrailEntry};
 use crate::clock::{ms, Clock, Millis};
 
 enum Value {
@@ -102,174 +102,187 @@ impl Coordinator for MemoryCoordinator {
         true
     }
 
-    async fn time(&self) -> Result<Millis, CoordError> {
-        Ok(self.clock.now())
-    }
-
-    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
-        let (data, _) = self.live();
-        Ok(keys.iter().map(|k| Self::get_str(&data, k)).collect())
-    }
-
-    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
-        let (mut data, now) = self.live();
-        if data.contains_key(key) {
-            return Ok(false);
-        }
-        data.insert(
-            key.into(),
-            Entry {
-                value: Value::Str(value.into()),
-                expires: Some(now + ms(ttl)),
-            },
-        );
-        Ok(true)
-    }
-
-    async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
-        let (mut data, _) = self.live();
-        for k in keys {
-            data.remove(k);
-        }
-        Ok(())
-    }
-
-    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
-        let (data, now) = self.live();
-        Ok(match data.get(key) {
-            Some(Entry {
-                value: Value::Str(v),
-                expires,
-            }) if v == token => Some(expires.map_or(Millis::MAX, |t| t - now)),
-            _ => None,
-        })
-    }
-
-    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
-        let (mut data, _) = self.live();
-        if Self::get_str(&data, key).as_deref() == Some(token) {
-            data.remove(key);
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    async fn incr_capped(
-        &self,
-        key: &str,
-        cap: u64,
-        ttl: Duration,
-    ) -> Result<Option<u64>, CoordError> {
-        let (mut data, now) = self.live();
-        let cur: u64 = Self::get_str(&data, key)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        if cur >= cap {
-            return Ok(None);
-        }
-        let expires = data
-            .get(key)
-            .and_then(|e| e.expires)
-            .or(Some(now + ms(ttl)));
-        data.insert(
-            key.into(),
-            Entry {
-                value: Value::Str((cur + 1).to_string()),
-                expires,
-            },
-        );
-        Ok(Some(cur + 1))
-    }
-
-    async fn decr(&self, key: &str) -> Result<(), CoordError> {
-        let (mut data, _) = self.live();
-        if let Some(Entry {
-            value: Value::Str(s),
-            ..
-        }) = data.get_mut(key)
-        {
-            let cur: u64 = s.parse().unwrap_or(0);
-            *s = cur.saturating_sub(1).to_string();
-        }
-        Ok(())
-    }
-
-    async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
-        let (data, _) = self.live();
-        Ok(match data.get(key).map(|e| &e.value) {
-            Some(Value::Hash(h)) => h.clone(),
-            _ => HashMap::new(),
-        })
-    }
-
-    async fn append(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        max_len: usize,
-    ) -> Result<(), CoordError> {
-        let (mut data, now) = self.live();
-        let entry = data.entry(key.into()).or_insert_with(|| Entry {
-            value: Value::Stream(VecDeque::new(), 0),
-            expires: None,
-        });
-        if let Value::Stream(q, seq) = &mut entry.value {
-            *seq += 1;
-            q.push_back((format!("{now}-{seq}"), fields.iter().cloned().collect()));
-            while q.len() > max_len {
-                q.pop_front();
+    async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+        Ok(match request {
+            Request::Time => Reply::Time(self.clock.now()),
+            Request::GetMany(keys) => {
+                let (data, _) = self.live();
+                Reply::Values(keys.iter().map(|k| Self::get_str(&data, k)).collect())
             }
-        }
-        Ok(())
-    }
-
-    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
-        let (data, _) = self.live();
-        let mut v: Vec<(String, Millis)> = match data.get(key).map(|e| &e.value) {
-            Some(Value::Index(m)) => m.iter().map(|(k, s)| (k.clone(), *s)).collect(),
-            _ => Vec::new(),
-        };
-        v.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
-        Ok(v)
-    }
-
-    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
-        let (data, _) = self.live();
-        Ok(match data.get(key).map(|e| &e.value) {
-            Some(Value::Stream(q, _)) => q.iter().rev().take(count).cloned().collect(),
-            _ => Vec::new(),
+            Request::SetNx { key, value, ttl } => Reply::Done(set_nx(self, key, value, ttl)),
+            Request::Del(keys) => {
+                let (mut data, _) = self.live();
+                for k in keys {
+                    data.remove(&k);
+                }
+                Reply::Ok
+            }
+            Request::OwnerTtl { key, token } => Reply::Ttl(owner_ttl(self, &key, &token)),
+            Request::DelIfOwner { key, token } => {
+                let (mut data, _) = self.live();
+                let owned = Self::get_str(&data, &key).as_deref() == Some(token.as_str());
+                if owned {
+                    data.remove(&key);
+                }
+                Reply::Done(owned)
+            }
+            Request::IncrCapped { key, cap, ttl } => Reply::Taken(incr_capped(self, key, cap, ttl)),
+            Request::Decr(key) => {
+                decr(self, &key);
+                Reply::Ok
+            }
+            Request::Hgetall(key) => Reply::Hash(hgetall(self, &key)),
+            Request::HgetallMany(keys) => {
+                Reply::Hashes(keys.iter().map(|k| hgetall(self, k)).collect())
+            }
+            Request::Append {
+                key,
+                fields,
+                max_len,
+            } => {
+                append(self, key, fields, max_len);
+                Reply::Ok
+            }
+            Request::ReadRecent { key, count } => Reply::Entries(read_recent(self, &key, count)),
+            Request::IndexMembers(key) => Reply::Members(index_members(self, &key)),
+            Request::Batch(ops) => Reply::Counters(batch(self, &ops)),
+            Request::ReadWorker { records, keys } => {
+                Reply::Worker(read_worker_by_parts(self, &records, &keys).await?)
+            }
         })
     }
+}
 
-    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
-        let (mut data, now) = self.live();
-        let mut counters = Vec::new();
-        for op in ops {
-            match op {
-                Op::Set { key, value, ttl } => {
-                    let value = Value::Str(value.clone());
-                    let expires = Some(now + ms(*ttl));
-                    data.insert(key.clone(), Entry { value, expires });
-                }
-                Op::Hset { key, fields, ttl } => {
-                    Self::merge_hash(&mut data, key, fields);
-                    if let (Some(ttl), Some(e)) = (ttl, data.get_mut(key)) {
-                        e.expires = Some(now + ms(*ttl));
-                    }
-                }
-                Op::IndexTouch {
-                    key,
-                    member,
-                    score,
-                    prune_before,
-                } => Self::touch_index(&mut data, key, member, *score, *prune_before),
-                Op::Counter { key } => counters.push(
-                    Self::get_str(&data, key)
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(0),
-                ),
-            }
-        }
-        Ok(counters)
+fn set_nx(c: &MemoryCoordinator, key: String, value: String, ttl: Duration) -> bool {
+    let (mut data, now) = c.live();
+    if data.contains_key(&key) {
+        return false;
     }
+    let expires = Some(now + ms(ttl));
+    data.insert(
+        key,
+        Entry {
+            value: Value::Str(value),
+            expires,
+        },
+    );
+    true
+}
+
+fn owner_ttl(c: &MemoryCoordinator, key: &str, token: &str) -> Option<Millis> {
+    let (data, now) = c.live();
+    match data.get(key) {
+        Some(Entry {
+            value: Value::Str(v),
+            expires,
+        }) if v == token => Some(expires.map_or(Millis::MAX, |t| t - now)),
+        _ => None,
+    }
+}
+
+fn incr_capped(c: &MemoryCoordinator, key: String, cap: u64, ttl: Duration) -> Option<u64> {
+    let (mut data, now) = c.live();
+    let cur: u64 = MemoryCoordinator::get_str(&data, &key)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if cur >= cap {
+        return None;
+    }
+    let expires = data
+        .get(&key)
+        .and_then(|e| e.expires)
+        .or(Some(now + ms(ttl)));
+    data.insert(
+        key,
+        Entry {
+            value: Value::Str((cur + 1).to_string()),
+            expires,
+        },
+    );
+    Some(cur + 1)
+}
+
+fn decr(c: &MemoryCoordinator, key: &str) {
+    let (mut data, _) = c.live();
+    if let Some(Entry {
+        value: Value::Str(s),
+        ..
+    }) = data.get_mut(key)
+    {
+        let cur: u64 = s.parse().unwrap_or(0);
+        *s = cur.saturating_sub(1).to_string();
+    }
+}
+
+fn hgetall(c: &MemoryCoordinator, key: &str) -> HashMap<String, String> {
+    let (data, _) = c.live();
+    match data.get(key).map(|e| &e.value) {
+        Some(Value::Hash(h)) => h.clone(),
+        _ => HashMap::new(),
+    }
+}
+
+fn append(c: &MemoryCoordinator, key: String, fields: Vec<(String, String)>, max_len: usize) {
+    let (mut data, now) = c.live();
+    let entry = data.entry(key).or_insert_with(|| Entry {
+        value: Value::Stream(VecDeque::new(), 0),
+        expires: None,
+    });
+    if let Value::Stream(q, seq) = &mut entry.value {
+        *seq += 1;
+        q.push_back((format!("{now}-{seq}"), fields.into_iter().collect()));
+        while q.len() > max_len {
+            q.pop_front();
+        }
+    }
+}
+
+fn index_members(c: &MemoryCoordinator, key: &str) -> Vec<(String, Millis)> {
+    let (data, _) = c.live();
+    let mut v: Vec<(String, Millis)> = match data.get(key).map(|e| &e.value) {
+        Some(Value::Index(m)) => m.iter().map(|(k, s)| (k.clone(), *s)).collect(),
+        _ => Vec::new(),
+    };
+    v.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+fn read_recent(c: &MemoryCoordinator, key: &str, count: usize) -> Vec<TrailEntry> {
+    let (data, _) = c.live();
+    match data.get(key).map(|e| &e.value) {
+        Some(Value::Stream(q, _)) => q.iter().rev().take(count).cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
+    let (mut data, now) = c.live();
+    let mut counters = Vec::new();
+    for op in ops {
+        match op {
+            Op::Set { key, value, ttl } => {
+                let value = Value::Str(value.clone());
+                let expires = Some(now + ms(*ttl));
+                data.insert(key.clone(), Entry { value, expires });
+            }
+            Op::Hset { key, fields, ttl } => {
+                MemoryCoordinator::merge_hash(&mut data, key, fields);
+                if let (Some(ttl), Some(e)) = (ttl, data.get_mut(key)) {
+                    e.expires = Some(now + ms(*ttl));
+                }
+            }
+            Op::IndexTouch {
+                key,
+                member,
+                score,
+                prune_before,
+            } => MemoryCoordinator::touch_index(&mut data, key, member, *score, *prune_before),
+            Op::Counter { key } => counters.push(
+                MemoryCoordinator::get_str(&data, key)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0),
+            ),
+        }
+    }
+    counters
 }

@@ -1,6 +1,6 @@
 //! Coordination: the primitives the safeguards are built from — the shared clock, keys with a
 //! TTL, compare-and-delete, capped counters, hashes, one round trip per worker read, the decision
-//! trail — behind one trait, [`Coordinator`].
+//! trail — as one request type, [`Request`], run by the one method of [`Coordinator`].
 //!
 //! Map: `keys.rs` names every key. Two backends implement the trait: `redis.rs` (a fleet; the
 //! connection, with the commands and Lua scripts in redis/commands.rs) and `memory.rs` (one
@@ -67,7 +67,7 @@ pub(crate) fn oversized(record: &HashMap<String, String>) -> Option<String> {
     })
 }
 
-/// What one worker's verdict needs, read in one round trip (see [`Coordinator::read_worker`]).
+/// What one worker's verdict needs, read in one round trip (see [`Request::ReadWorker`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerRead {
     /// The store's clock at the read.
@@ -82,7 +82,7 @@ pub struct WorkerRead {
     pub values: Vec<Option<String>>,
 }
 
-/// One plain write (or counter read): the vocabulary of [`Coordinator::batch`]. A single
+/// One plain write (or counter read): the vocabulary of [`Request::Batch`]. A single
 /// `set`, `hset`, `index_touch` or `counter` is a batch of one.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
@@ -123,12 +123,97 @@ impl Op {
     }
 }
 
-/// The primitives the pipeline needs from shared storage. Every time is the store's own clock.
-///
-/// An implementation (or a decorator: a fault-injecting or counting wrapper) provides the
-/// required methods; the plain writes and the counter read are one [`Op`] through
-/// [`Coordinator::batch`], and the multi-key reads are built from the single ones unless a
-/// backend does them in fewer round trips.
+/// One request to shared storage: the whole vocabulary of [`Coordinator::execute`]. Every time
+/// is the store's own clock.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// The store's clock (Redis `TIME`), so node clock skew never changes a verdict.
+    Time,
+    /// Values of several string keys at once (missing or expired keys are `None`).
+    GetMany(Vec<String>),
+    /// Set only if absent (first writer wins); true when this call set it.
+    SetNx {
+        key: String,
+        value: String,
+        ttl: Duration,
+    },
+    /// Remove the keys (absent ones are no error).
+    Del(Vec<String>),
+    /// Remaining TTL in ms when `key` still holds `token`; `None` when it is gone or someone else's.
+    OwnerTtl { key: String, token: String },
+    /// Compare-and-delete: remove `key` only if it still holds `token`.
+    DelIfOwner { key: String, token: String },
+    /// Increment a counter unless it already reached `cap`, atomically; the TTL is set when the
+    /// counter is created. The new value, or `None` when the cap was reached.
+    IncrCapped {
+        key: String,
+        cap: u64,
+        ttl: Duration,
+    },
+    /// Give back one unit of a counter (never below zero).
+    Decr(String),
+    /// A hash's fields (empty when it is absent).
+    Hgetall(String),
+    /// Several hashes at once (a missing one is empty): the fleet view reads every node's
+    /// record in a few round trips, not one per node.
+    HgetallMany(Vec<String>),
+    /// Append to a bounded stream (oldest entries trimmed past `max_len`).
+    Append {
+        key: String,
+        fields: Vec<(String, String)>,
+        max_len: usize,
+    },
+    /// The newest `count` entries of a stream, newest first.
+    ReadRecent { key: String, count: usize },
+    /// Members of an index with their scores, oldest first.
+    IndexMembers(String),
+    /// Several writes (and counter reads) in one round trip, applied in order and not atomic:
+    /// the node's once-per-cycle writes.
+    Batch(Vec<Op>),
+    /// The clock, one worker's status record and several string keys of *one node* (one hash
+    /// slot), in one round trip: everything a worker's verdict needs. The record is the first
+    /// of `records` that holds fields (the new layout, then the legacy one: see
+    /// [`Keys::status_keys`]). A record that cannot be read is returned as such
+    /// (`record: Err`); only a transport failure is an error.
+    ReadWorker {
+        records: Vec<String>,
+        keys: Vec<String>,
+    },
+}
+
+/// What a [`Request`] returns, one variant per request shape.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `Time`.
+    Time(Millis),
+    /// `GetMany`.
+    Values(Vec<Option<String>>),
+    /// `SetNx`, `DelIfOwner`.
+    Done(bool),
+    /// `Del`, `Decr`, `Append`.
+    Ok,
+    /// `OwnerTtl`.
+    Ttl(Option<Millis>),
+    /// `IncrCapped`.
+    Taken(Option<u64>),
+    /// `Hgetall`.
+    Hash(HashMap<String, String>),
+    /// `HgetallMany`.
+    Hashes(Vec<HashMap<String, String>>),
+    /// `ReadRecent`.
+    Entries(Vec<TrailEntry>),
+    /// `IndexMembers`.
+    Members(Vec<(String, Millis)>),
+    /// `Batch`: the values of its `Counter` ops, in order.
+    Counters(Vec<u64>),
+    /// `ReadWorker`.
+    Worker(WorkerRead),
+}
+
+/// Shared storage: one method. A backend (Redis, in-process) answers every [`Request`]; a
+/// decorator (a counting, fault-injecting or switchable wrapper) is one `execute` that passes
+/// the request on, so it can never forget an operation. The typed calls the agent makes
+/// (`coord.time()`, `coord.set_nx(..)`, …) are thin methods on `dyn Coordinator` below.
 #[async_trait]
 pub trait Coordinator: Send + Sync {
     /// Where this coordinator lives, for logs and `vigil doctor`.
@@ -137,47 +222,143 @@ pub trait Coordinator: Send + Sync {
     fn single_node(&self) -> bool {
         false
     }
-    /// The store's clock (Redis `TIME`), so node clock skew never changes a verdict.
-    async fn time(&self) -> Result<Millis, CoordError>;
-    /// Values of several string keys at once (missing or expired keys are `None`).
-    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError>;
-    /// Set only if absent (first writer wins); true when this call set it.
-    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError>;
-    /// Remove the keys (absent ones are no error).
-    async fn del(&self, keys: &[String]) -> Result<(), CoordError>;
-    /// Remaining TTL in ms when `key` still holds `token`; `None` when it is gone or someone else's.
-    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError>;
-    /// Compare-and-delete: remove `key` only if it still holds `token`.
-    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError>;
-    /// Atomically increment a counter unless it already reached `cap`; the TTL is set when the
-    /// counter is created. Returns the new value, or `None` when the cap was reached.
-    async fn incr_capped(
+    /// Run one request: one round trip on Redis.
+    async fn execute(&self, request: Request) -> Result<Reply, CoordError>;
+}
+
+/// A reply of the wrong shape: a backend's bug, reported as a failed command (never a panic).
+fn mismatch(coord: &dyn Coordinator, asked: &str, reply: Reply) -> CoordError {
+    CoordError::Command {
+        addr: coord.describe(),
+        detail: format!("{asked} was answered with {reply:?}"),
+    }
+}
+
+macro_rules! call {
+    ($coord:expr, $request:expr, $name:literal, $pat:pat => $out:expr) => {
+        match $coord.execute($request).await? {
+            $pat => Ok($out),
+            other => Err(mismatch($coord, $name, other)),
+        }
+    };
+}
+
+/// The typed calls: each builds one [`Request`] and unpacks its [`Reply`].
+impl<'a> dyn Coordinator + 'a {
+    pub async fn time(&self) -> Result<Millis, CoordError> {
+        call!(self, Request::Time, "TIME", Reply::Time(t) => t)
+    }
+
+    pub async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
+        call!(self, Request::GetMany(keys.to_vec()), "MGET", Reply::Values(v) => v)
+    }
+
+    pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
+        let request = Request::SetNx {
+            key: key.into(),
+            value: value.into(),
+            ttl,
+        };
+        call!(self, request, "SET NX", Reply::Done(b) => b)
+    }
+
+    pub async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
+        call!(self, Request::Del(keys.to_vec()), "DEL", Reply::Ok => ())
+    }
+
+    pub async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
+        let request = Request::OwnerTtl {
+            key: key.into(),
+            token: token.into(),
+        };
+        call!(self, request, "owner TTL", Reply::Ttl(t) => t)
+    }
+
+    pub async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
+        let request = Request::DelIfOwner {
+            key: key.into(),
+            token: token.into(),
+        };
+        call!(self, request, "compare-and-delete", Reply::Done(b) => b)
+    }
+
+    pub async fn incr_capped(
         &self,
         key: &str,
         cap: u64,
         ttl: Duration,
-    ) -> Result<Option<u64>, CoordError>;
-    /// Give back one unit of a counter (never below zero).
-    async fn decr(&self, key: &str) -> Result<(), CoordError>;
-    /// A hash's fields (empty when it is absent).
-    async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError>;
-    /// Append to a bounded stream (oldest entries trimmed past `max_len`).
-    async fn append(
+    ) -> Result<Option<u64>, CoordError> {
+        let request = Request::IncrCapped {
+            key: key.into(),
+            cap,
+            ttl,
+        };
+        call!(self, request, "capped INCR", Reply::Taken(v) => v)
+    }
+
+    pub async fn decr(&self, key: &str) -> Result<(), CoordError> {
+        call!(self, Request::Decr(key.into()), "DECR", Reply::Ok => ())
+    }
+
+    pub async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
+        call!(self, Request::Hgetall(key.into()), "HGETALL", Reply::Hash(h) => h)
+    }
+
+    pub async fn hgetall_many(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
+        call!(self, Request::HgetallMany(keys.to_vec()), "HGETALL (many)", Reply::Hashes(h) => h)
+    }
+
+    pub async fn append(
         &self,
         key: &str,
         fields: &[(String, String)],
         max_len: usize,
-    ) -> Result<(), CoordError>;
-    /// The newest `count` entries, newest first.
-    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError>;
-    /// Members of an index with their scores, oldest first.
-    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError>;
-    /// Several writes (and counter reads) in one round trip, applied in order and not atomic:
-    /// the node's once-per-cycle writes. Returns the values of the `Counter` ops, in order.
-    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError>;
+    ) -> Result<(), CoordError> {
+        let request = Request::Append {
+            key: key.into(),
+            fields: fields.to_vec(),
+            max_len,
+        };
+        call!(self, request, "XADD", Reply::Ok => ())
+    }
+
+    pub async fn read_recent(
+        &self,
+        key: &str,
+        count: usize,
+    ) -> Result<Vec<TrailEntry>, CoordError> {
+        let request = Request::ReadRecent {
+            key: key.into(),
+            count,
+        };
+        call!(self, request, "XREVRANGE", Reply::Entries(e) => e)
+    }
+
+    pub async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
+        call!(self, Request::IndexMembers(key.into()), "ZRANGE", Reply::Members(m) => m)
+    }
+
+    pub async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+        call!(self, Request::Batch(ops.to_vec()), "batch", Reply::Counters(c) => c)
+    }
+
+    pub async fn read_worker(
+        &self,
+        records: &[String],
+        keys: &[String],
+    ) -> Result<WorkerRead, CoordError> {
+        let request = Request::ReadWorker {
+            records: records.to_vec(),
+            keys: keys.to_vec(),
+        };
+        call!(self, request, "worker read", Reply::Worker(w) => w)
+    }
 
     /// Set unconditionally with a TTL.
-    async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
+    pub async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
         let op = Op::Set {
             key: key.to_string(),
             value: value.to_string(),
@@ -187,7 +368,7 @@ pub trait Coordinator: Send + Sync {
     }
 
     /// Write a hash's fields; with a `ttl`, (re)set its TTL too (see [`Op::Hset`]).
-    async fn hset(
+    pub async fn hset(
         &self,
         key: &str,
         fields: &[(String, String)],
@@ -202,7 +383,7 @@ pub trait Coordinator: Send + Sync {
     }
 
     /// Add or refresh a member of a sorted-set index (see [`Op::IndexTouch`]).
-    async fn index_touch(
+    pub async fn index_touch(
         &self,
         key: &str,
         member: &str,
@@ -219,7 +400,7 @@ pub trait Coordinator: Send + Sync {
     }
 
     /// Read a counter (0 when absent).
-    async fn counter(&self, key: &str) -> Result<u64, CoordError> {
+    pub async fn counter(&self, key: &str) -> Result<u64, CoordError> {
         let op = Op::Counter {
             key: key.to_string(),
         };
@@ -227,58 +408,55 @@ pub trait Coordinator: Send + Sync {
     }
 
     /// Cheap liveness check for `/readyz`.
-    async fn ping(&self) -> Result<(), CoordError> {
+    pub async fn ping(&self) -> Result<(), CoordError> {
         self.time().await.map(|_| ())
     }
+}
 
-    /// The clock, one worker's status record and several string keys of *one node* (one hash
-    /// slot), in one round trip: everything a worker's verdict needs. The record is the first
-    /// of `records` that holds fields (the new layout, then the legacy one: see
-    /// [`Keys::status_keys`]). A record that cannot be read is returned as such
-    /// (`record: Err`); only a transport failure is an error.
-    async fn read_worker(
-        &self,
-        records: &[String],
-        keys: &[String],
-    ) -> Result<WorkerRead, CoordError> {
-        let now = self.time().await?;
-        let mut record = Ok(HashMap::new());
-        let mut from = 0;
-        for (i, key) in records.iter().enumerate() {
-            from = i;
-            record = match self.hgetall(key).await {
-                Ok(fields) => match oversized(&fields) {
-                    Some(why) => Err(why),
-                    None => Ok(fields),
-                },
-                Err(CoordError::Command { detail, .. }) => Err(detail),
-                Err(e) => return Err(e),
-            };
-            if record.as_ref().map_or(true, |r| !r.is_empty()) {
-                break;
-            }
+/// [`Request::ReadWorker`] built from the single requests (three round trips), for a backend
+/// without a native one (the in-process store) and for a decorator that wants to see the parts
+/// (the simulation's fault gate).
+pub async fn read_worker_by_parts(
+    coord: &dyn Coordinator,
+    records: &[String],
+    keys: &[String],
+) -> Result<WorkerRead, CoordError> {
+    let now = coord.time().await?;
+    let mut record = Ok(HashMap::new());
+    let mut from = 0;
+    for (i, key) in records.iter().enumerate() {
+        from = i;
+        record = match coord.hgetall(key).await {
+            Ok(fields) => match oversized(&fields) {
+                Some(why) => Err(why),
+                None => Ok(fields),
+            },
+            Err(CoordError::Command { detail, .. }) => Err(detail),
+            Err(e) => return Err(e),
+        };
+        if record.as_ref().map_or(true, |r| !r.is_empty()) {
+            break;
         }
-        let values = self.get_many(keys).await?;
-        Ok(WorkerRead {
-            now,
-            record,
-            from,
-            values,
-        })
     }
+    let values = coord.get_many(keys).await?;
+    Ok(WorkerRead {
+        now,
+        record,
+        from,
+        values,
+    })
+}
 
-    /// Several hashes at once (a missing one is empty): the fleet view reads every node's
-    /// record in a few round trips, not one per node.
-    async fn hgetall_many(
-        &self,
-        keys: &[String],
-    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
-        let mut out = Vec::with_capacity(keys.len());
-        for k in keys {
-            out.push(self.hgetall(k).await?);
-        }
-        Ok(out)
+/// [`Request::HgetallMany`] as one `Hgetall` per key, for a backend without a pipeline.
+pub async fn hgetall_many_by_parts(
+    coord: &dyn Coordinator,
+    keys: &[String],
+) -> Result<Vec<HashMap<String, String>>, CoordError> {
+    let mut out = Vec::with_capacity(keys.len());
+    for k in keys {
+        out.push(coord.hgetall(k).await?);
     }
+    Ok(out)
 }
 
 /// Heartbeat value for a status record: seconds since the epoch with millisecond decimals.

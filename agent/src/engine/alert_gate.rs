@@ -114,9 +114,9 @@ mod tests {
     const DAY: Duration = Duration::from_secs(86_400);
     const LEASE: Duration = Duration::from_secs(180);
 
-    fn store() -> (FakeClock, MemoryCoordinator) {
+    fn store() -> (FakeClock, Box<dyn Coordinator>) {
         let clock = FakeClock::at(1_000_000);
-        let coord = MemoryCoordinator::new(Arc::new(clock.clone()));
+        let coord = Box::new(MemoryCoordinator::new(Arc::new(clock.clone())));
         (clock, coord)
     }
 
@@ -125,12 +125,12 @@ mod tests {
         let (clock, coord) = store();
         let mut a = AlertGate::new("a");
         let mut b = AlertGate::new("b");
-        assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        assert!(a.claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
         // `a` stops before its alert went out (no settle): `b` waits out the lease, then alerts.
         drop(a);
-        assert!(!b.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        assert!(!b.claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
         clock.advance(LEASE + Duration::from_secs(1));
-        assert!(b.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        assert!(b.claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
     }
 
     #[tokio::test]
@@ -138,23 +138,23 @@ mod tests {
         let (clock, coord) = store();
         let mut a = AlertGate::new("a");
         let mut b = AlertGate::new("b");
-        assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
-        a.settle(&coord).await;
+        assert!(a.claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
+        a.settle(&*coord).await;
         clock.advance(LEASE * 10);
-        assert!(!b.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        assert!(!b.claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
         clock.advance(DAY);
-        assert!(b.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        assert!(b.claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
     }
 
     #[tokio::test]
     async fn a_claim_released_before_settling_stays_released() {
         let (_clock, coord) = store();
         let mut a = AlertGate::new("a");
-        assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.unwrap());
+        assert!(a.claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
         coord.del(&["k".to_string()]).await.unwrap();
-        a.settle(&coord).await;
+        a.settle(&*coord).await;
         assert!(AlertGate::new("b")
-            .claim(&coord, "k", 0, DAY, LEASE)
+            .claim(&*coord, "k", 0, DAY, LEASE)
             .await
             .unwrap());
     }
@@ -164,11 +164,11 @@ mod tests {
         let (clock, coord) = store();
         let mut a = AlertGate::new("a");
         let short = Duration::from_secs(60);
-        assert!(a.claim(&coord, "k", 0, short, LEASE).await.unwrap());
+        assert!(a.claim(&*coord, "k", 0, short, LEASE).await.unwrap());
         assert!(a.won.is_empty());
         clock.advance(short + Duration::from_secs(1));
         assert!(AlertGate::new("b")
-            .claim(&coord, "k", 0, short, LEASE)
+            .claim(&*coord, "k", 0, short, LEASE)
             .await
             .unwrap());
     }

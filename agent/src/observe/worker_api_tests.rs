@@ -92,14 +92,14 @@ fn pod_of(name: &str, uid: &str) -> Reviewed {
 
 struct Api {
     url: String,
-    coord: Arc<MemoryCoordinator>,
+    coord: Arc<dyn Coordinator>,
     metrics: Arc<Metrics>,
     reviews: Arc<FakeReviews>,
     _stop: tokio_util::sync::DropGuard,
 }
 
 async fn start(auth: WorkerAuth, listed: Vec<Container>, reviews: FakeReviews) -> Api {
-    let coord = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let coord: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
     let metrics = Arc::new(Metrics::new());
     let reviews = Arc::new(reviews);
     let state = WorkerApiState {

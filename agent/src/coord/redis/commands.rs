@@ -1,5 +1,5 @@
-//! The [`Coordinator`] trait over Redis: each method as one command, one pipeline or one Lua
-//! script (the plain writes and the counter read are ops of [`Coordinator::batch`]: one
+//! The [`Coordinator`] over Redis: each [`Request`] as one command, one pipeline or one Lua
+//! script (the plain writes and the counter read are ops of [`Request::Batch`]: one
 //! pipeline), and the scripts themselves (built once: `Script::new` hashes the source). Apart
 //! from the connection (coord/redis.rs) so that what Vigil asks of Redis reads in one place,
 //! without the plumbing of the three ways to reach it.
@@ -13,7 +13,7 @@ use redis::{FromRedisValue, Pipeline, Script};
 
 use super::RedisCoordinator;
 use crate::clock::{ms, Millis};
-use crate::coord::{CoordError, Coordinator, Op, TrailEntry, WorkerRead};
+use crate::coord::{CoordError, Coordinator, Op, Reply, Request, TrailEntry, WorkerRead};
 
 static OWNER_TTL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -90,209 +90,264 @@ impl Coordinator for RedisCoordinator {
         format!("redis at {}", self.addr)
     }
 
-    async fn time(&self) -> Result<Millis, CoordError> {
-        let (secs, micros): (i64, i64) = self.query(&redis::cmd("TIME")).await?;
-        Ok(secs * 1000 + micros / 1000)
-    }
-
-    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        // NB: MGET of one node's keys is single-slot thanks to the hash tag.
-        self.query(redis::cmd("MGET").arg(keys)).await
-    }
-
-    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
-        let r: Option<String> = self
-            .query(
-                redis::cmd("SET")
-                    .arg(key)
-                    .arg(value)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(px(ttl)),
-            )
-            .await?;
-        Ok(r.is_some())
-    }
-
-    async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        self.query::<()>(redis::cmd("DEL").arg(keys)).await
-    }
-
-    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
-        let r: i64 = self
-            .script(&OWNER_TTL, &[key], &[token.to_string()])
-            .await?;
-        Ok(match r {
-            -3 | -2 => None,
-            -1 => Some(Millis::MAX),
-            t => Some(t),
-        })
-    }
-
-    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
-        let r: i64 = self
-            .script(&DEL_IF_OWNER, &[key], &[token.to_string()])
-            .await?;
-        Ok(r == 1)
-    }
-
-    async fn incr_capped(
-        &self,
-        key: &str,
-        cap: u64,
-        ttl: Duration,
-    ) -> Result<Option<u64>, CoordError> {
-        let r: i64 = self
-            .script(
-                &INCR_CAPPED,
-                &[key],
-                &[cap.to_string(), px(ttl).to_string()],
-            )
-            .await?;
-        Ok((r >= 0).then_some(r as u64))
-    }
-
-    async fn decr(&self, key: &str) -> Result<(), CoordError> {
-        self.script::<i64>(&DECR_FLOOR, &[key], &[])
-            .await
-            .map(|_| ())
-    }
-
-    async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
-        self.query(redis::cmd("HGETALL").arg(key)).await
-    }
-
-    async fn append(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        max_len: usize,
-    ) -> Result<(), CoordError> {
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(key).arg("MAXLEN").arg(max_len).arg("*");
-        for (k, v) in fields {
-            cmd.arg(k).arg(v);
-        }
-        self.query::<()>(&cmd).await
-    }
-
-    async fn read_worker(
-        &self,
-        records: &[String],
-        keys: &[String],
-    ) -> Result<WorkerRead, CoordError> {
-        let all: Vec<&str> = records.iter().chain(keys).map(String::as_str).collect();
-        let args = [
-            records.len().to_string(),
-            crate::coord::MAX_RECORD_FIELDS.to_string(),
-            crate::coord::MAX_RECORD_BYTES.to_string(),
-        ];
-        let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>, usize) =
-            self.script(&READ_WORKER, &all, &args).await?;
-        let (secs, micros, ok, rec, values, from) = raw;
-        let record = if ok == 1 {
-            record_fields(rec)
-        } else {
-            Err(String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into()))
-        };
-        Ok(WorkerRead {
-            now: secs * 1000 + micros / 1000,
-            record,
-            from,
-            values,
-        })
-    }
-
-    async fn hgetall_many(
-        &self,
-        keys: &[String],
-    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
-        // Pipelined, 1,000 per round trip (per slot in a cluster): a 10,000-node fleet is ten
-        // round trips on one server.
-        let indexed: Vec<(usize, &str)> = keys.iter().map(String::as_str).enumerate().collect();
-        let mut out: Vec<HashMap<String, String>> = vec![HashMap::new(); keys.len()];
-        for group in self.by_slot(indexed) {
-            for chunk in group.chunks(1_000) {
-                let mut pipe = redis::pipe();
-                for (_, k) in chunk {
-                    pipe.cmd("HGETALL").arg(*k);
-                }
-                let part: Vec<HashMap<String, String>> = self.pipeline(&pipe).await?;
-                for ((i, _), fields) in chunk.iter().zip(part) {
-                    out[*i] = fields;
-                }
+    async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+        let c = self;
+        Ok(match request {
+            Request::Time => Reply::Time(time(c).await?),
+            Request::GetMany(keys) => Reply::Values(get_many(c, &keys).await?),
+            Request::SetNx { key, value, ttl } => Reply::Done(set_nx(c, &key, &value, ttl).await?),
+            Request::Del(keys) => {
+                del(c, &keys).await?;
+                Reply::Ok
             }
-        }
-        Ok(out)
+            Request::OwnerTtl { key, token } => Reply::Ttl(owner_ttl(c, &key, &token).await?),
+            Request::DelIfOwner { key, token } => Reply::Done(del_if_owner(c, &key, &token).await?),
+            Request::IncrCapped { key, cap, ttl } => {
+                Reply::Taken(incr_capped(c, &key, cap, ttl).await?)
+            }
+            Request::Decr(key) => {
+                decr(c, &key).await?;
+                Reply::Ok
+            }
+            Request::Hgetall(key) => Reply::Hash(hgetall(c, &key).await?),
+            Request::HgetallMany(keys) => Reply::Hashes(hgetall_many(c, &keys).await?),
+            Request::Append {
+                key,
+                fields,
+                max_len,
+            } => {
+                append(c, &key, &fields, max_len).await?;
+                Reply::Ok
+            }
+            Request::ReadRecent { key, count } => {
+                Reply::Entries(read_recent(c, &key, count).await?)
+            }
+            Request::IndexMembers(key) => Reply::Members(index_members(c, &key).await?),
+            Request::Batch(ops) => Reply::Counters(batch(c, &ops).await?),
+            Request::ReadWorker { records, keys } => {
+                Reply::Worker(read_worker(c, &records, &keys).await?)
+            }
+        })
     }
+}
 
-    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
-        let indexed: Vec<(usize, &Op)> = ops.iter().enumerate().collect();
-        let mut counters: Vec<(usize, u64)> = Vec::new();
-        for group in self.by_slot_ops(indexed) {
+async fn time(c: &RedisCoordinator) -> Result<Millis, CoordError> {
+    let (secs, micros): (i64, i64) = c.query(&redis::cmd("TIME")).await?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+async fn get_many(
+    c: &RedisCoordinator,
+    keys: &[String],
+) -> Result<Vec<Option<String>>, CoordError> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    // NB: MGET of one node's keys is single-slot thanks to the hash tag.
+    c.query(redis::cmd("MGET").arg(keys)).await
+}
+
+async fn set_nx(
+    c: &RedisCoordinator,
+    key: &str,
+    value: &str,
+    ttl: Duration,
+) -> Result<bool, CoordError> {
+    let r: Option<String> = c
+        .query(
+            redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .arg("NX")
+                .arg("PX")
+                .arg(px(ttl)),
+        )
+        .await?;
+    Ok(r.is_some())
+}
+
+async fn del(c: &RedisCoordinator, keys: &[String]) -> Result<(), CoordError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    c.query::<()>(redis::cmd("DEL").arg(keys)).await
+}
+
+async fn owner_ttl(
+    c: &RedisCoordinator,
+    key: &str,
+    token: &str,
+) -> Result<Option<Millis>, CoordError> {
+    let r: i64 = c.script(&OWNER_TTL, &[key], &[token.to_string()]).await?;
+    Ok(match r {
+        -3 | -2 => None,
+        -1 => Some(Millis::MAX),
+        t => Some(t),
+    })
+}
+
+async fn del_if_owner(c: &RedisCoordinator, key: &str, token: &str) -> Result<bool, CoordError> {
+    let r: i64 = c
+        .script(&DEL_IF_OWNER, &[key], &[token.to_string()])
+        .await?;
+    Ok(r == 1)
+}
+
+async fn incr_capped(
+    c: &RedisCoordinator,
+    key: &str,
+    cap: u64,
+    ttl: Duration,
+) -> Result<Option<u64>, CoordError> {
+    let r: i64 = c
+        .script(
+            &INCR_CAPPED,
+            &[key],
+            &[cap.to_string(), px(ttl).to_string()],
+        )
+        .await?;
+    Ok((r >= 0).then_some(r as u64))
+}
+
+async fn decr(c: &RedisCoordinator, key: &str) -> Result<(), CoordError> {
+    c.script::<i64>(&DECR_FLOOR, &[key], &[]).await.map(|_| ())
+}
+
+async fn hgetall(c: &RedisCoordinator, key: &str) -> Result<HashMap<String, String>, CoordError> {
+    c.query(redis::cmd("HGETALL").arg(key)).await
+}
+
+async fn append(
+    c: &RedisCoordinator,
+    key: &str,
+    fields: &[(String, String)],
+    max_len: usize,
+) -> Result<(), CoordError> {
+    let mut cmd = redis::cmd("XADD");
+    cmd.arg(key).arg("MAXLEN").arg(max_len).arg("*");
+    for (k, v) in fields {
+        cmd.arg(k).arg(v);
+    }
+    c.query::<()>(&cmd).await
+}
+
+async fn read_worker(
+    c: &RedisCoordinator,
+    records: &[String],
+    keys: &[String],
+) -> Result<WorkerRead, CoordError> {
+    let all: Vec<&str> = records.iter().chain(keys).map(String::as_str).collect();
+    let args = [
+        records.len().to_string(),
+        crate::coord::MAX_RECORD_FIELDS.to_string(),
+        crate::coord::MAX_RECORD_BYTES.to_string(),
+    ];
+    let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>, usize) =
+        c.script(&READ_WORKER, &all, &args).await?;
+    let (secs, micros, ok, rec, values, from) = raw;
+    let record = if ok == 1 {
+        record_fields(rec)
+    } else {
+        Err(String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into()))
+    };
+    Ok(WorkerRead {
+        now: secs * 1000 + micros / 1000,
+        record,
+        from,
+        values,
+    })
+}
+
+async fn hgetall_many(
+    c: &RedisCoordinator,
+    keys: &[String],
+) -> Result<Vec<HashMap<String, String>>, CoordError> {
+    // Pipelined, 1,000 per round trip (per slot in a cluster): a 10,000-node fleet is ten
+    // round trips on one server.
+    let indexed: Vec<(usize, &str)> = keys.iter().map(String::as_str).enumerate().collect();
+    let mut out: Vec<HashMap<String, String>> = vec![HashMap::new(); keys.len()];
+    for group in c.by_slot(indexed) {
+        for chunk in group.chunks(1_000) {
             let mut pipe = redis::pipe();
-            let mut wanted = Vec::new();
-            for (i, op) in &group {
-                add_op(&mut pipe, op);
-                if matches!(op, Op::Counter { .. }) {
-                    wanted.push(*i);
-                }
+            for (_, k) in chunk {
+                pipe.cmd("HGETALL").arg(*k);
             }
-            let got: Vec<Option<u64>> = self.pipeline(&pipe).await?;
-            counters.extend(
-                wanted
-                    .into_iter()
-                    .zip(got.into_iter().map(|v| v.unwrap_or(0))),
-            );
+            let part: Vec<HashMap<String, String>> = c.pipeline(&pipe).await?;
+            for ((i, _), fields) in chunk.iter().zip(part) {
+                out[*i] = fields;
+            }
         }
-        counters.sort();
-        Ok(counters.into_iter().map(|(_, v)| v).collect())
     }
+    Ok(out)
+}
 
-    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
-        let flat: Vec<(String, f64)> = self
-            .query(
-                redis::cmd("ZRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES"),
-            )
-            .await?;
-        Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
+async fn batch(c: &RedisCoordinator, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+    let indexed: Vec<(usize, &Op)> = ops.iter().enumerate().collect();
+    let mut counters: Vec<(usize, u64)> = Vec::new();
+    for group in c.by_slot_ops(indexed) {
+        let mut pipe = redis::pipe();
+        let mut wanted = Vec::new();
+        for (i, op) in &group {
+            add_op(&mut pipe, op);
+            if matches!(op, Op::Counter { .. }) {
+                wanted.push(*i);
+            }
+        }
+        let got: Vec<Option<u64>> = c.pipeline(&pipe).await?;
+        counters.extend(
+            wanted
+                .into_iter()
+                .zip(got.into_iter().map(|v| v.unwrap_or(0))),
+        );
     }
+    counters.sort();
+    Ok(counters.into_iter().map(|(_, v)| v).collect())
+}
 
-    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
-        let raw: Vec<(String, Vec<String>)> = self
-            .query(
-                redis::cmd("XREVRANGE")
-                    .arg(key)
-                    .arg("+")
-                    .arg("-")
-                    .arg("COUNT")
-                    .arg(count),
-            )
-            .await?;
-        Ok(raw
-            .into_iter()
-            .map(|(id, flat)| {
-                let map = flat
-                    .chunks(2)
-                    .filter_map(|c| match c {
-                        [k, v] => Some((k.clone(), v.clone())),
-                        _ => None,
-                    })
-                    .collect();
-                (id, map)
-            })
-            .collect())
-    }
+async fn index_members(
+    c: &RedisCoordinator,
+    key: &str,
+) -> Result<Vec<(String, Millis)>, CoordError> {
+    let flat: Vec<(String, f64)> = c
+        .query(
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await?;
+    Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
+}
+
+async fn read_recent(
+    c: &RedisCoordinator,
+    key: &str,
+    count: usize,
+) -> Result<Vec<TrailEntry>, CoordError> {
+    let raw: Vec<(String, Vec<String>)> = c
+        .query(
+            redis::cmd("XREVRANGE")
+                .arg(key)
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(count),
+        )
+        .await?;
+    Ok(raw
+        .into_iter()
+        .map(|(id, flat)| {
+            let map = flat
+                .chunks(2)
+                .filter_map(|c| match c {
+                    [k, v] => Some((k.clone(), v.clone())),
+                    _ => None,
+                })
+                .collect();
+            (id, map)
+        })
+        .collect())
 }
 
 /// The commands of one batch op; only a `Counter` leaves a reply in the pipeline.
