@@ -12,7 +12,7 @@ use vigil::clock::{Clock, FakeClock, SystemClock};
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::Op;
-use vigil::coord::{read_status, write_status, Coordinator, Keys};
+use vigil::coord::{write_status, Coordinator, Keys};
 
 /// How a backend lets time pass: the fake clock jumps, Redis really waits (briefly).
 enum Time {
@@ -191,17 +191,13 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         .await
         .unwrap();
     let read = c
-        .read_worker(&[k("status"), k("old")], &[k("m1"), k("m2")])
+        .read_worker(&k("status"), &[k("m1"), k("m2")])
         .await
         .unwrap();
     assert!(read.now >= before);
     assert_eq!(read.record.unwrap()["state"], "processing");
-    assert_eq!(read.from, 0);
     assert_eq!(read.values, vec![Some("x".to_string()), None]);
-    let empty = c
-        .read_worker(&[k("none"), k("none-old")], &[k("m2")])
-        .await
-        .unwrap();
+    let empty = c.read_worker(&k("none"), &[k("m2")]).await.unwrap();
     assert_eq!(empty.record, Ok(Default::default()));
 
     // Issue 26: a record over the bounds (junk written with a worker's Redis credentials) is
@@ -215,7 +211,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         .collect();
     c.hset(&k("wide"), &many, None).await.unwrap();
     for key in ["fat", "wide"] {
-        let read = c.read_worker(&[k(key)], &[k("m1")]).await.unwrap();
+        let read = c.read_worker(&k(key), &[k("m1")]).await.unwrap();
         let why = read.record.unwrap_err();
         assert!(why.contains("over the"), "{key}: {why}");
         assert_eq!(
@@ -225,40 +221,14 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         );
     }
 
-    // The legacy layout, read for one release: a record only under the old key is found in the
-    // same one read (and by `read_status`, where the agent writes a checkpoint request); once
-    // the worker writes the new key, that record wins over the old one.
-    let legacy = keys.legacy_status("w2");
-    c.hset(&legacy, &[("state".into(), "error".into())], None)
+    // A worker's own write lands in its record, stamped with the store's clock.
+    let at = write_status(c, &keys, "w2", &[("state".into(), "processing".into())])
         .await
         .unwrap();
-    let read = c
-        .read_worker(&keys.status_keys("w2"), &[k("m1")])
-        .await
-        .unwrap();
-    assert_eq!(read.from, 1, "found under the legacy key");
-    assert_eq!(read.record.unwrap()["state"], "error");
-    assert_eq!(read.values, vec![Some("x".to_string())]);
-    let (at, rec) = read_status(c, &keys, "w2").await.unwrap();
-    assert_eq!((at, rec["state"].as_str()), (legacy.clone(), "error"));
-    write_status(c, &keys, "w2", &[("state".into(), "processing".into())])
-        .await
-        .unwrap();
-    let read = c.read_worker(&keys.status_keys("w2"), &[]).await.unwrap();
-    assert_eq!(read.from, 0, "the new record wins");
-    assert_eq!(read.record.unwrap()["state"], "processing");
-    let (at, rec) = read_status(c, &keys, "w2").await.unwrap();
-    assert_eq!(
-        (at, rec["state"].as_str()),
-        (keys.status("w2"), "processing")
-    );
-    let (at, rec) = read_status(c, &keys, "nobody").await.unwrap();
-    assert_eq!(
-        at,
-        keys.status("nobody"),
-        "a new record goes under the new key"
-    );
-    assert!(rec.is_empty());
+    let read = c.read_worker(&keys.status("w2"), &[]).await.unwrap();
+    let rec = read.record.unwrap();
+    assert_eq!(rec["state"], "processing");
+    assert_eq!(rec["heartbeat"], vigil::coord::heartbeat_value(at));
     c.set(&k("counter"), "3", Duration::from_secs(60))
         .await
         .unwrap();

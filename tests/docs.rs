@@ -220,7 +220,6 @@ fn every_redis_key_is_documented() {
     let documented = first_cells(section(&page, "docs/redis-keys.md", "# Redis keys"));
     let keys = [
         k.status("W"),
-        k.legacy_status("W"),
         k.suspect("W"),
         k.incident("W"),
         k.error_since("W"),

@@ -1135,11 +1135,6 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
     fake.foreign_write(json!({"metadata": {"labels": {
         "cloud.google.com/perform-maintenance": "true"
     }}}));
-    // The condition an earlier version set (before the polarity was made one): cleanup takes
-    // it off too.
-    fake.status_write(json!({"status": {"conditions": [
-        {"type": "VigilGPUHealthy", "status": "True", "reason": "Healthy"}
-    ]}}));
     let before = fake.node();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("vigil.toml");
@@ -1188,7 +1183,6 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
         "  taint vigil.dev/gpu-failed=true:NoSchedule",
         "  condition VigilMaintenance",
         "  condition VigilGPUUnhealthy",
-        "  condition VigilGPUHealthy",
     ] {
         assert!(out.contains(line), "{line:?} missing:\n{out}");
     }

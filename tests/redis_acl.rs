@@ -21,7 +21,7 @@ use common::real::{free_port, vigil, wait_listening};
 use vigil::actions::alert::Notifier;
 use vigil::config::Config;
 use vigil::coord::redis::RedisCoordinator;
-use vigil::coord::{heartbeat_value, write_status, Coordinator, Keys};
+use vigil::coord::{write_status, Coordinator, Keys};
 use vigil::engine::agent::Agent;
 use vigil::observe::metrics::Metrics;
 use vigil::policy::restart::Verdict;
@@ -240,7 +240,6 @@ fn agent_keys(k: &Keys) -> Vec<(&'static str, String)> {
         ("maintenance_claim", k.maintenance_claim("pool-1")),
         ("fleet_budget", k.fleet_budget(42)),
         ("fleet_budget_alert", k.fleet_budget_alert(42)),
-        ("legacy_status", k.legacy_status(w)),
     ]
 }
 
@@ -483,84 +482,5 @@ async fn the_agent_user_runs_whole_cycles_through_a_restart() {
         redis.refusals().await,
         Vec::<String>::new(),
         "the agent user lacks nothing a cycle, a restart or the CLI needs"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_record_under_the_old_layout_is_read_and_a_new_one_wins() {
-    let redis = AclRedis::start();
-    let keys = Keys::new("vigil", NODE);
-    let mut admin = redis.admin().await;
-    let coord: Arc<dyn Coordinator> =
-        Arc::new(RedisCoordinator::new(&redis.agent_url(), Duration::from_secs(2)).unwrap());
-    let runtime = FakeRuntime::default();
-    runtime.add("c-old", "old");
-    runtime.add("c-both", "both");
-    let metrics = Arc::new(Metrics::new());
-    let notifier = Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone());
-    let mut agent = Agent::new(
-        fast_config(&redis.agent_url()),
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        notifier,
-        metrics,
-    );
-    // `old` writes only the legacy key, once, then hangs. `both` has a stale legacy record
-    // (from before its upgrade) and a fresh new one, which it keeps beating.
-    let now = coord.time().await.unwrap();
-    let record = |hb: i64| {
-        vec![
-            ("state", "processing".to_string()),
-            ("heartbeat", heartbeat_value(hb)),
-        ]
-    };
-    for (key, hb) in [
-        (keys.legacy_status("old"), now),
-        (keys.legacy_status("both"), now - 3_600_000),
-    ] {
-        let _: () = redis::cmd("HSET")
-            .arg(key)
-            .arg(record(hb))
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-    }
-    let as_worker: Box<dyn Coordinator> = Box::new(
-        RedisCoordinator::new(&redis.worker_url(NODE, "both"), Duration::from_secs(2)).unwrap(),
-    );
-    let fresh = [("state".to_string(), "processing".to_string())];
-    write_status(&*as_worker, &keys, "both", &fresh)
-        .await
-        .unwrap();
-    // First both look healthy: `old`'s legacy record is read (not "unreachable").
-    let r = agent.cycle().await;
-    assert!(r.coordinator_error.is_none(), "{r:?}");
-    assert_eq!(
-        r.verdicts,
-        vec![
-            ("both".to_string(), Verdict::Healthy),
-            ("old".to_string(), Verdict::Healthy),
-        ]
-    );
-    // Then `old` is found hung through its legacy record and restarted; `both`, beating the new
-    // key, stays healthy although its legacy record is an hour stale.
-    let started = std::time::Instant::now();
-    while runtime.restarts("c-old") == 0 {
-        assert!(started.elapsed() < Duration::from_secs(30), "no restart");
-        write_status(&*as_worker, &keys, "both", &fresh)
-            .await
-            .unwrap();
-        let r = agent.cycle().await;
-        assert!(r.coordinator_error.is_none(), "{r:?}");
-        let both = r.verdicts.iter().find(|(w, _)| w == "both");
-        assert_eq!(both.map(|(_, v)| *v), Some(Verdict::Healthy), "{r:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert_eq!(runtime.restarts("c-both"), 0);
-    let trail = coord.read_recent(&keys.trail(), 100).await.unwrap();
-    assert!(
-        trail.iter().any(|(_, f)| f["decision"] == "restarted"
-            && f.get("worker").map(String::as_str) == Some("old")),
-        "{trail:?}"
     );
 }

@@ -3,8 +3,7 @@
 //! log file of `/dev/kmsg` records, an uptime file) drives the real `FsProbe` and TPU monitor;
 //! the expected chip count is the Node's allocatable `google.com/tpu`, read from the fake API
 //! server as the kubelet wrote it; the controller writes the Node there over real HTTP. The Node's
-//! label, condition and Events follow the tree as it changes, and the first write takes the
-//! retired `VigilGPUHealthy` condition off.
+//! label, condition and Events follow the tree as it changes.
 
 use crate::common;
 
@@ -137,14 +136,12 @@ async fn until_label(fake: &FakeKube, want: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_node_follows_the_tpu_tree_and_the_old_gpu_condition_goes() {
+async fn the_node_follows_the_tpu_tree() {
     let fake = FakeKube::start(NODE).await;
-    // The kubelet advertises four chips; an earlier Vigil left its GPU condition (True = good).
+    // The kubelet advertises four chips.
     fake.status_write(json!({"status": {
         "capacity": {"google.com/tpu": "4"},
-        "allocatable": {"google.com/tpu": "4"},
-        "conditions": [{"type": "VigilGPUHealthy", "status": "True", "reason": "Healthy",
-                        "message": "GPU health healthy"}]
+        "allocatable": {"google.com/tpu": "4"}
     }}));
     let tree = Tree::new();
 
@@ -210,11 +207,6 @@ async fn the_node_follows_the_tpu_tree_and_the_old_gpu_condition_goes() {
             .unwrap()
             .contains("4 chip(s) present, allocatable google.com/tpu 4"),
         "{c}"
-    );
-    assert_eq!(
-        condition(&node, "VigilGPUHealthy"),
-        Value::Null,
-        "migrated away"
     );
     assert_eq!(condition(&node, "VigilGPUUnhealthy")["status"], "Unknown");
     assert_eq!(

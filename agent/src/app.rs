@@ -312,9 +312,6 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     // Whatever way this function returns, every task it started stops.
     let _stop_all = stop.clone().drop_guard();
     let tracker = TaskTracker::new();
-    for line in &cfg.deprecated {
-        tracing::warn!("config: {line}");
-    }
     let pods = pod_api(&cfg).await;
     let a = adapters(&cfg, pods.clone())?;
     let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());

@@ -97,7 +97,7 @@ async fn node_loop(
         for w in &worker_names {
             let t = Instant::now();
             match coord
-                .read_worker(&keys.status_keys(w), &worker_keys(&keys, w))
+                .read_worker(&keys.status(w), &worker_keys(&keys, w))
                 .await
             {
                 Ok(_) => timed(t, &mut lat),

@@ -183,8 +183,8 @@ impl Coordinator for SimCoord {
             }
             Request::IndexMembers(key) => Reply::Members(self.index_members(&key).await?),
             Request::Batch(ops) => Reply::Counters(self.batch(&ops).await?),
-            Request::ReadWorker { records, keys } => {
-                Reply::Worker(read_worker_by_parts(self, &records, &keys).await?)
+            Request::ReadWorker { record, keys } => {
+                Reply::Worker(read_worker_by_parts(self, &record, &keys).await?)
             }
         })
     }

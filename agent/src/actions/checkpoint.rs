@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::clock::Millis;
 use crate::config::{CheckpointMethod, Signal};
-use crate::coord::{read_status, Coordinator, Keys};
+use crate::coord::{Coordinator, Keys};
 use crate::redact::{Secret, Urls};
 use crate::runtime::{Container, ContainerRuntime};
 
@@ -183,13 +183,7 @@ impl Checkpointer {
             Ok(t) => t,
             Err(e) => return result(label, Outcome::Failed, e.to_string()),
         };
-        // NB: the request goes where the worker keeps its record: a worker that still writes the
-        // legacy key (for one release) watches that one, and a request written under the new key
-        // would make a record there, which the agent reads first, without the worker's fields.
-        let key = match read_status(self.coord.as_ref(), &self.keys, &c.worker).await {
-            Ok((key, _)) => key,
-            Err(_) => self.keys.status(&c.worker),
-        };
+        let key = self.keys.status(&c.worker);
         let fields = [
             ("checkpoint_request".to_string(), id.clone()),
             ("checkpoint_reason".to_string(), reason.to_string()),

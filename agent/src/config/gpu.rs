@@ -23,12 +23,6 @@ pub struct GpuConfig {
     /// Per-XID overrides of NVIDIA's immediate action (`"79" = "reboot-node"`); the rest follow
     /// the built-in table (`vigil policy gpu`).
     pub xid_actions: BTreeMap<String, XidAction>,
-    /// Deprecated: each XID as `reset-gpu` in `xid_actions`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hardware_xids: Option<Vec<u64>>,
-    /// Deprecated: each XID as `restart-app` in `xid_actions`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub application_xids: Option<Vec<u64>>,
     /// XIDs attached to a hang alert of a worker on that GPU, as evidence.
     pub evidence_xids: Vec<u64>,
     /// How far back an evidence XID is attached to a hang alert.
@@ -48,8 +42,6 @@ impl Default for GpuConfig {
             library_path: String::new(),
             sample_interval: Duration::from_secs(15),
             xid_actions: BTreeMap::new(),
-            hardware_xids: None,
-            application_xids: None,
             evidence_xids: vec![43, 109],
             evidence_window: Duration::from_secs(30 * 60),
             taint_on_failure: false,
@@ -59,8 +51,7 @@ impl Default for GpuConfig {
 }
 
 impl GpuConfig {
-    /// A sampling interval of at least a second; `xid_actions` keys are XID numbers; an XID set
-    /// both by a deprecated list and by `xid_actions`, or by both lists, is refused.
+    /// A sampling interval of at least a second; `xid_actions` keys are XID numbers.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.sample_interval < Duration::from_secs(1) {
             return bad("gpu.sample_interval", "must be at least 1s");
@@ -73,74 +64,16 @@ impl GpuConfig {
                 );
             }
         }
-        let hw = self.hardware_xids.as_deref().unwrap_or_default();
-        let app = self.application_xids.as_deref().unwrap_or_default();
-        if let Some(x) = hw.iter().find(|x| app.contains(x)) {
-            return bad(
-                "gpu.hardware_xids",
-                format!("XID {x} is also in gpu.application_xids; it must be one or the other"),
-            );
-        }
-        let explicit = self.explicit_actions();
-        for (key, list) in [("gpu.hardware_xids", hw), ("gpu.application_xids", app)] {
-            if let Some(x) = list.iter().find(|x| explicit.contains_key(x)) {
-                return bad(
-                    key,
-                    format!(
-                        "XID {x} is also in gpu.xid_actions; set it there only (this key is deprecated)"
-                    ),
-                );
-            }
-        }
         Ok(())
     }
 
-    /// `xid_actions` with its keys parsed (a key that is not a number was refused by validate).
-    fn explicit_actions(&self) -> BTreeMap<u64, XidAction> {
+    /// Every override of the built-in XID table (`xid_actions`, its keys parsed: a key that is
+    /// not a number was refused by validate).
+    pub fn xid_overrides(&self) -> BTreeMap<u64, XidAction> {
         self.xid_actions
             .iter()
             .filter_map(|(k, &a)| k.trim().parse().ok().map(|x| (x, a)))
             .collect()
-    }
-
-    /// Every override of the built-in XID table: `xid_actions`, and the deprecated lists as
-    /// `reset-gpu` (hardware) and `restart-app` (application).
-    pub fn xid_overrides(&self) -> BTreeMap<u64, XidAction> {
-        let mut out = self.explicit_actions();
-        for &x in self.hardware_xids.as_deref().unwrap_or_default() {
-            out.insert(x, XidAction::ResetGpu);
-        }
-        for &x in self.application_xids.as_deref().unwrap_or_default() {
-            out.insert(x, XidAction::RestartApp);
-        }
-        out
-    }
-
-    /// A line per deprecated key the file set, for the start-up warnings.
-    pub(super) fn deprecated(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (key, list, action) in [
-            ("hardware_xids", &self.hardware_xids, XidAction::ResetGpu),
-            (
-                "application_xids",
-                &self.application_xids,
-                XidAction::RestartApp,
-            ),
-        ] {
-            if let Some(list) = list {
-                let entries: Vec<String> = list
-                    .iter()
-                    .map(|x| format!("\"{x}\" = \"{}\"", action.as_str()))
-                    .collect();
-                out.push(format!(
-                    "gpu.{key} is deprecated: its XIDs are honoured as {}; write them as \
-                     [gpu.xid_actions] {} (or drop the key to follow NVIDIA's table: vigil policy gpu)",
-                    action.as_str(),
-                    entries.join(", ")
-                ));
-            }
-        }
-        out
     }
 }
 
@@ -155,10 +88,6 @@ mod tests {
             ("[gpu]\nenabled = \"maybe\"", "gpu.enabled"),
             ("[gpu]\nsample_interval = \"500ms\"", "gpu.sample_interval"),
             (
-                "[gpu]\nhardware_xids = [79]\napplication_xids = [79]",
-                "gpu.hardware_xids",
-            ),
-            (
                 "[gpu.xid_actions]\n\"79\" = \"panic\"",
                 "gpu.xid_actions.79",
             ),
@@ -166,43 +95,31 @@ mod tests {
                 "[gpu.xid_actions]\nseventy = \"reset-gpu\"",
                 "gpu.xid_actions",
             ),
-            (
-                "[gpu]\napplication_xids = [13]\n[gpu.xid_actions]\n\"13\" = \"informational\"",
-                "gpu.application_xids",
-            ),
         ]);
     }
 
     #[test]
-    fn xid_actions_override_and_deprecated_lists_are_honoured_with_a_warning() {
+    fn xid_actions_override_the_table_and_the_old_lists_are_refused() {
         let c = parse("[gpu.xid_actions]\n\"92\" = \"reset-gpu\"\n\" 13 \" = \"informational\"")
             .unwrap();
         let o = c.gpu.xid_overrides();
         assert_eq!(o.get(&92), Some(&XidAction::ResetGpu));
         assert_eq!(o.get(&13), Some(&XidAction::Informational));
-        assert!(c.deprecated.is_empty(), "{:?}", c.deprecated);
-
-        let c = parse("[gpu]\nhardware_xids = [63, 94]\napplication_xids = [13]").unwrap();
-        let o = c.gpu.xid_overrides();
-        assert_eq!(o.get(&63), Some(&XidAction::ResetGpu));
-        assert_eq!(o.get(&94), Some(&XidAction::ResetGpu));
-        assert_eq!(o.get(&13), Some(&XidAction::RestartApp));
-        assert_eq!(c.deprecated.len(), 2, "{:?}", c.deprecated);
-        assert!(
-            c.deprecated[0].contains("gpu.hardware_xids is deprecated")
-                && c.deprecated[0].contains("\"63\" = \"reset-gpu\"")
-                && c.deprecated[0].contains("gpu.xid_actions"),
-            "{}",
-            c.deprecated[0]
-        );
-        assert!(c.deprecated[1].contains("\"13\" = \"restart-app\""));
+        for key in ["hardware_xids", "application_xids"] {
+            let err = parse(&format!("[gpu]\n{key} = [63]"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("gpu.{key} was removed: use gpu.xid_actions")),
+                "{err}"
+            );
+        }
     }
 
     #[test]
     fn defaults_have_no_overrides() {
         let c = GpuConfig::default();
         assert!(c.xid_overrides().is_empty());
-        assert!(c.deprecated().is_empty());
         assert!(c.validate().is_ok());
     }
 }

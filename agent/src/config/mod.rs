@@ -3,7 +3,7 @@
 //!
 //! One file per section, beside its struct: the keys, their defaults and the section's own
 //! `validate`. This file holds the whole [`Config`]: parsing, environment overrides, the
-//! deprecated keys' migration, and [`Config::validate`], which runs every section's rules and
+//! keys removed before 1.0 (named in the error), and [`Config::validate`], which runs every section's rules and
 //! the few that span sections.
 //!
 //! The environment is read through the [`Env`] trait so that every parse and validation error is a
@@ -26,6 +26,7 @@ mod metadata;
 mod opportunistic;
 mod policy;
 mod redis;
+mod removed;
 mod runtime;
 mod safety;
 mod server;
@@ -138,9 +139,6 @@ pub struct Config {
     /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
     #[serde(skip)]
     pub kubernetes_in_cluster: bool,
-    /// Deprecated keys the file used, with their replacement, said once at start-up.
-    #[serde(skip)]
-    pub deprecated: Vec<String>,
 }
 
 impl Default for Config {
@@ -166,7 +164,6 @@ impl Default for Config {
             gpu: GpuConfig::default(),
             tpu: TpuConfig::default(),
             kubernetes_in_cluster: false,
-            deprecated: Vec::new(),
         }
     }
 }
@@ -218,20 +215,10 @@ impl Config {
                 Err(e) => Err(e.to_string()),
             }
         };
-        let mut cfg = parsed.map_err(|problem| ConfigError::File {
+        parsed.map_err(|problem| ConfigError::File {
             path: path.to_path_buf(),
-            problem: problem.replace('\n', " "),
-        })?;
-        cfg.migrate();
-        Ok(cfg)
-    }
-
-    /// Move the deprecated `docker.*` keys to `[runtime]`, remembering each (and the deprecated
-    /// `gpu.*_xids` lists, honoured as overrides) for a warning.
-    fn migrate(&mut self) {
-        let moved = self.docker.move_deprecated(&mut self.runtime);
-        self.deprecated.extend(moved);
-        self.deprecated.extend(self.gpu.deprecated());
+            problem: removed::hint(problem.replace('\n', " ")),
+        })
     }
 
     /// Load from an optional file, apply environment overrides, validate.

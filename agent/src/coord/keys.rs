@@ -41,16 +41,6 @@ impl Keys {
     pub fn status(&self, worker: &str) -> String {
         self.n(&format!("status:{worker}"))
     }
-    /// Where a worker's status record lived before it had a prefix of its own (read only, for
-    /// one release: a worker that still writes here is found, see [`Keys::status_keys`]).
-    pub fn legacy_status(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}"))
-    }
-    /// The keys a worker's record is read from, in order: the first that holds fields is the
-    /// record. NB: the legacy key goes in the release after the one that moved the record.
-    pub fn status_keys(&self, worker: &str) -> [String; 2] {
-        [self.status(worker), self.legacy_status(worker)]
-    }
     /// First stale sighting `"<heartbeat_ms>:<seen_ms>"`.
     pub fn suspect(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:suspect"))
@@ -171,7 +161,6 @@ mod tests {
         let pattern = "vigil:{gpu-7}:status:";
         assert!(k.status("w").starts_with(pattern));
         for key in [
-            k.legacy_status("w"),
             k.suspect("w"),
             k.incident("w"),
             k.error_since("w"),

@@ -69,7 +69,7 @@ pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
     keys
 }
 
-/// The clock, the record (under the new layout or, for one release, the legacy one) and every
+/// The clock, the record and every
 /// mark of a worker, in one round trip.
 pub async fn read(
     coord: &dyn Coordinator,
@@ -77,7 +77,7 @@ pub async fn read(
     worker: &str,
 ) -> Result<WorkerRead, CoordError> {
     coord
-        .read_worker(&k.status_keys(worker), &worker_keys(k, worker))
+        .read_worker(&k.status(worker), &worker_keys(k, worker))
         .await
 }
 

@@ -146,8 +146,8 @@ impl Coordinator for MemoryCoordinator {
             Request::ReadRecent { key, count } => Reply::Entries(read_recent(self, &key, count)),
             Request::IndexMembers(key) => Reply::Members(index_members(self, &key)),
             Request::Batch(ops) => Reply::Counters(batch(self, &ops)),
-            Request::ReadWorker { records, keys } => {
-                Reply::Worker(read_worker_by_parts(self, &records, &keys).await?)
+            Request::ReadWorker { record, keys } => {
+                Reply::Worker(read_worker_by_parts(self, &record, &keys).await?)
             }
         })
     }

@@ -75,9 +75,6 @@ pub struct WorkerRead {
     /// The status record's fields, or why the record cannot be read (a key of another type,
     /// bytes that are not UTF-8): that worker's problem only.
     pub record: Result<HashMap<String, String>, String>,
-    /// Which of the record keys asked for the record was read from: the first that holds
-    /// fields, or that cannot be read (the last when none holds any).
-    pub from: usize,
     /// The string keys asked for, in order (`None`: missing or expired).
     pub values: Vec<Option<String>>,
 }
@@ -171,14 +168,9 @@ pub enum Request {
     /// the node's once-per-cycle writes.
     Batch(Vec<Op>),
     /// The clock, one worker's status record and several string keys of *one node* (one hash
-    /// slot), in one round trip: everything a worker's verdict needs. The record is the first
-    /// of `records` that holds fields (the new layout, then the legacy one: see
-    /// [`Keys::status_keys`]). A record that cannot be read is returned as such
-    /// (`record: Err`); only a transport failure is an error.
-    ReadWorker {
-        records: Vec<String>,
-        keys: Vec<String>,
-    },
+    /// slot), in one round trip: everything a worker's verdict needs. A record that cannot be
+    /// read is returned as such (`record: Err`); only a transport failure is an error.
+    ReadWorker { record: String, keys: Vec<String> },
 }
 
 /// What a [`Request`] returns, one variant per request shape.
@@ -347,11 +339,11 @@ impl<'a> dyn Coordinator + 'a {
 
     pub async fn read_worker(
         &self,
-        records: &[String],
+        record: &str,
         keys: &[String],
     ) -> Result<WorkerRead, CoordError> {
         let request = Request::ReadWorker {
-            records: records.to_vec(),
+            record: record.into(),
             keys: keys.to_vec(),
         };
         call!(self, request, "worker read", Reply::Worker(w) => w)
@@ -418,31 +410,22 @@ impl<'a> dyn Coordinator + 'a {
 /// (the simulation's fault gate).
 pub async fn read_worker_by_parts(
     coord: &dyn Coordinator,
-    records: &[String],
+    record: &str,
     keys: &[String],
 ) -> Result<WorkerRead, CoordError> {
     let now = coord.time().await?;
-    let mut record = Ok(HashMap::new());
-    let mut from = 0;
-    for (i, key) in records.iter().enumerate() {
-        from = i;
-        record = match coord.hgetall(key).await {
-            Ok(fields) => match oversized(&fields) {
-                Some(why) => Err(why),
-                None => Ok(fields),
-            },
-            Err(CoordError::Command { detail, .. }) => Err(detail),
-            Err(e) => return Err(e),
-        };
-        if record.as_ref().map_or(true, |r| !r.is_empty()) {
-            break;
-        }
-    }
+    let record = match coord.hgetall(record).await {
+        Ok(fields) => match oversized(&fields) {
+            Some(why) => Err(why),
+            None => Ok(fields),
+        },
+        Err(CoordError::Command { detail, .. }) => Err(detail),
+        Err(e) => return Err(e),
+    };
     let values = coord.get_many(keys).await?;
     Ok(WorkerRead {
         now,
         record,
-        from,
         values,
     })
 }
@@ -464,33 +447,8 @@ pub fn heartbeat_value(now: Millis) -> String {
     format!("{}.{:03}", now.div_euclid(1000), now.rem_euclid(1000))
 }
 
-/// A worker's status record and the key it lives at: the first of [`Keys::status_keys`] that
-/// holds fields (the new key when none does), in one round trip on Redis. For the agent's own
-/// writes into a worker's record (a checkpoint request) and reads of it outside the cycle: a
-/// worker that still writes the legacy key finds them there.
-pub async fn read_status(
-    coord: &dyn Coordinator,
-    keys: &Keys,
-    worker: &str,
-) -> Result<(String, HashMap<String, String>), CoordError> {
-    let [status, legacy] = keys.status_keys(worker);
-    let mut both = coord
-        .hgetall_many(&[status.clone(), legacy.clone()])
-        .await?
-        .into_iter();
-    let (new, old) = (
-        both.next().unwrap_or_default(),
-        both.next().unwrap_or_default(),
-    );
-    Ok(if new.is_empty() && !old.is_empty() {
-        (legacy, old)
-    } else {
-        (status, new)
-    })
-}
-
 /// Write (part of) a worker's status record, stamping `heartbeat` with the store's clock, under
-/// the record's own prefix (never the legacy key). Used by `vigil beat` and by the local status
+/// the record's own prefix. Used by `vigil beat` and by the local status
 /// API; a worker confined by the worker ACL of docs/security.md may call it: it sends `TIME`
 /// and `HSET` of its record, nothing else.
 pub async fn write_status(

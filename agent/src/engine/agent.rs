@@ -271,7 +271,6 @@ impl Agent {
         // a stale `now` would stamp timers in the past), read with the record and the marks:
         // one round trip per worker.
         let read = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?;
-        self.roster.note_layout(&self.ctx, &c.worker, &read);
         let now = read.now;
         self.cycle.now = now;
         // Each worker may run the restart pipeline (minutes at worst): the loop is alive.

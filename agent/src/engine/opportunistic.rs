@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::clock::{human, Millis};
 use crate::config::Config;
 use crate::coord::lease::Lease;
-use crate::coord::{read_status, Coordinator, Keys};
+use crate::coord::{Coordinator, Keys};
 use crate::model::gpu::GpuStatus;
 use crate::model::maintenance::MaintenanceState;
 use crate::observe::fleet;
@@ -204,8 +204,8 @@ impl Opportunistic {
         };
         let mut out = Vec::new();
         for c in listed.iter().filter(|c| c.running) {
-            let fields = match read_status(self.coord.as_ref(), &self.keys, &c.worker).await {
-                Ok((_, f)) => f,
+            let fields = match self.coord.hgetall(&self.keys.status(&c.worker)).await {
+                Ok(f) => f,
                 Err(e) => {
                     return Witness::Unknown(format!("cannot read {}'s record: {e}", c.worker))
                 }

@@ -1,15 +1,14 @@
 //! Who the workers are this cycle: the opted-in containers, grouped by worker id, one container
 //! speaking for each worker. A container whose label is not a valid worker id, and a worker id
 //! that several containers claim, are alerted once and never acted on: the agent never guesses
-//! which record belongs to which container. A worker that still writes its record under the
-//! legacy key is told once, in the log.
+//! which record belongs to which container.
 
 use std::collections::{BTreeMap, HashSet};
 
 use crate::actions::alert::{Alert, AlertKind};
 use crate::clock::Millis;
 use crate::coord::marks::MARK_TTL;
-use crate::coord::{CoordError, WorkerRead};
+use crate::coord::CoordError;
 use crate::engine::alert_gate::AlertGate;
 use crate::engine::context::Context;
 use crate::engine::journal::{About, Journal};
@@ -28,8 +27,6 @@ pub(crate) struct Roster {
     ambiguous: HashSet<String>,
     /// Containers already alerted for a label that is not a valid worker id.
     invalid: HashSet<String>,
-    /// Workers last read under the legacy key (warned once each).
-    legacy: HashSet<String>,
 }
 
 impl Roster {
@@ -120,18 +117,6 @@ impl Roster {
         let about = About::worker(worker, Verdict::Healthy).once();
         let detail = "several containers share this worker id".to_string();
         journal.note(now, about, Code::SkipAmbiguous, detail).await
-    }
-
-    /// Warn once when a worker's record was read under the legacy key, which the agent reads for
-    /// one release only.
-    pub fn note_layout(&mut self, ctx: &Context, worker: &str, read: &WorkerRead) {
-        let legacy = read.from > 0 && read.record.as_ref().is_ok_and(|r| !r.is_empty());
-        if !legacy {
-            self.legacy.remove(worker);
-        } else if self.legacy.insert(worker.to_string()) {
-            let key = ctx.keys.legacy_status(worker);
-            tracing::warn!(worker, key = %key, new_key = %ctx.keys.status(worker), "this worker writes its status record under the legacy key, which this release still reads and the next will not; update the worker (docs/upgrading.md)");
-        }
     }
 
     /// A worker that is no longer ambiguous: the next time it is, it is a new episode.

@@ -232,7 +232,7 @@ fn restart_app_and_informational_xids_never_stand_a_worker_down() {
 }
 
 #[test]
-fn overrides_and_deprecated_lists_change_the_class() {
+fn overrides_change_the_class() {
     let mut cfg = cfg();
     cfg.xid_actions.insert("94".into(), XidAction::ResetGpu);
     cfg.xid_actions
@@ -241,12 +241,8 @@ fn overrides_and_deprecated_lists_change_the_class() {
     assert_eq!(r.node, GpuHealth::Failed);
     let r = update(&GpuReport::default(), &[sample(0)], &[xid(0, 79)], T0, &cfg);
     assert_eq!(r.node, GpuHealth::Healthy);
-    // The deprecated lists, as they were written before: honoured.
-    let mut cfg = super::cfg();
-    cfg.hardware_xids = Some(vec![63]);
-    cfg.application_xids = Some(vec![999]);
-    let r = update(&GpuReport::default(), &[sample(0)], &[xid(0, 63)], T0, &cfg);
-    assert_eq!(r.node, GpuHealth::Failed);
+    // An XID outside the table, given an action: a known class, not "unknown".
+    cfg.xid_actions.insert("999".into(), XidAction::RestartApp);
     let r = update(
         &GpuReport::default(),
         &[sample(0)],

@@ -185,9 +185,7 @@ pub fn node_desired(
         add_taints,
         remove_taints,
         conditions: vec![maintenance_condition(st)],
-        // NB: the migration of a condition whose polarity changed (docs/upgrading.md): the old
-        // type comes off the Node as soon as an agent of this version writes it.
-        remove_conditions: RETIRED_CONDITIONS.iter().map(|c| c.to_string()).collect(),
+        remove_conditions: Vec::new(),
     }
 }
 
@@ -209,13 +207,8 @@ pub fn taint_keys(k: &KubernetesConfig) -> Vec<String> {
     ]
 }
 
-/// The types of every Node condition Vigil sets or once set (`vigil cleanup` removes these).
-pub const CONDITIONS: [&str; 4] = [
-    MAINTENANCE_CONDITION,
-    GPU_CONDITION,
-    TPU_CONDITION,
-    RETIRED_CONDITIONS[0],
-];
+/// The types of every Node condition Vigil sets (`vigil cleanup` removes these).
+pub const CONDITIONS: [&str; 3] = [MAINTENANCE_CONDITION, GPU_CONDITION, TPU_CONDITION];
 
 // NB: one polarity for every Vigil condition, node-problem-detector's and the kubelet's pressure
 // conditions': `True` means a problem (docs/kubernetes.md says why).
@@ -226,9 +219,6 @@ pub const MAINTENANCE_CONDITION: &str = "VigilMaintenance";
 pub const GPU_CONDITION: &str = "VigilGPUUnhealthy";
 /// The condition type of the TPU health: True while the TPU chips have failed.
 pub const TPU_CONDITION: &str = "VigilTPUUnhealthy";
-/// Condition types earlier versions set, removed by the agent when it writes its own:
-/// `VigilGPUHealthy` (True = healthy, before the polarity was made one for all).
-pub const RETIRED_CONDITIONS: [&str; 1] = ["VigilGPUHealthy"];
 
 /// A condition in Vigil's polarity: `problem` Some(true) is `True`, Some(false) `False`, and
 /// `None` (no verdict) `Unknown`.

@@ -376,7 +376,6 @@ fn every_condition_is_true_for_a_problem() {
     use crate::model::maintenance::{MaintenanceState, Phase};
     use crate::policy::maintenance::{
         gpu_condition, maintenance_condition, CONDITIONS, GPU_CONDITION, MAINTENANCE_CONDITION,
-        RETIRED_CONDITIONS,
     };
     let gpu = |monitoring: bool, node| {
         gpu_condition(&GpuReport {
@@ -421,19 +420,8 @@ fn every_condition_is_true_for_a_problem() {
     }
     assert_eq!(GPU_CONDITION, "VigilGPUUnhealthy");
     assert_eq!(TPU_CONDITION, "VigilTPUUnhealthy");
-    // `vigil cleanup` takes every type off, the retired ones too.
-    for kind in [MAINTENANCE_CONDITION, GPU_CONDITION, TPU_CONDITION]
-        .iter()
-        .chain(&RETIRED_CONDITIONS)
-    {
-        assert!(CONDITIONS.contains(kind), "{kind}");
+    // `vigil cleanup` takes every type off.
+    for kind in [MAINTENANCE_CONDITION, GPU_CONDITION, TPU_CONDITION] {
+        assert!(CONDITIONS.contains(&kind), "{kind}");
     }
-    // The agent's own write takes the retired type off.
-    let d = crate::policy::maintenance::node_desired(
-        &KubernetesConfig::default(),
-        &MaintenanceState::default(),
-        None,
-        None,
-    );
-    assert_eq!(d.remove_conditions, ["VigilGPUHealthy"]);
 }

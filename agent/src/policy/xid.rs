@@ -152,7 +152,7 @@ pub const BUILTIN: &[XidRow] = &[
 /// XID 154: the driver changed its recovery action; the monitor reads it at once.
 pub const RECOVERY_ACTION_CHANGED: u64 = 154;
 
-/// The action for `xid`: an override of `gpu.xid_actions` (or a deprecated list), else the
+/// The action for `xid`: an override of `gpu.xid_actions`, else the
 /// built-in table; `None` for an XID in neither.
 pub fn action_for(xid: u64, overrides: &BTreeMap<u64, XidAction>) -> Option<XidAction> {
     overrides

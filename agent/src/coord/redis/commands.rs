@@ -52,35 +52,29 @@ return 0",
     )
 });
 
-// NB: a worker's clock, record and marks in one round trip. The record is the first of the
-// ARGV[1] record keys (KEYS[1..n]: the new layout, then the legacy one) that holds fields; each
-// is read under pcall: a key of another type is that worker's problem, not a failed cycle. A
-// record over the bounds (ARGV[2] fields, ARGV[3] bytes: `crate::coord::MAX_RECORD_FIELDS` and `MAX_RECORD_BYTES`) is that
-// worker's problem too, and never leaves the server. All keys are one node's, so one hash slot.
+// NB: a worker's clock, record and marks in one round trip. The record (KEYS[1]) is read under
+// pcall: a key of another type is that worker's problem, not a failed cycle. A record over the
+// bounds (ARGV[1] fields, ARGV[2] bytes: `crate::coord::MAX_RECORD_FIELDS` and
+// `MAX_RECORD_BYTES`) is that worker's problem too, and never leaves the server. All keys are
+// one node's, so one hash slot.
 static READ_WORKER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
-local n = tonumber(ARGV[1])
-local ok, rec, from = true, {}, 0
-for i = 1, n do
-  from = i - 1
-  ok, rec = pcall(redis.call, 'HGETALL', KEYS[i])
-  if not ok or #rec > 0 then break end
-end
+local ok, rec = pcall(redis.call, 'HGETALL', KEYS[1])
 if ok and #rec > 0 then
   local bytes = 0
   for j = 1, #rec do bytes = bytes + #rec[j] end
-  if #rec / 2 > tonumber(ARGV[2]) or bytes > tonumber(ARGV[3]) then
-    ok, rec = false, 'the record holds ' .. (#rec / 2) .. ' fields of ' .. bytes .. ' bytes, over the ' .. ARGV[2] .. ' fields and ' .. ARGV[3] .. ' bytes the agent reads'
+  if #rec / 2 > tonumber(ARGV[1]) or bytes > tonumber(ARGV[2]) then
+    ok, rec = false, 'the record holds ' .. (#rec / 2) .. ' fields of ' .. bytes .. ' bytes, over the ' .. ARGV[1] .. ' fields and ' .. ARGV[2] .. ' bytes the agent reads'
   end
 end
 local marks = {}
-if #KEYS > n then marks = redis.call('MGET', unpack(KEYS, n + 1)) end
-if ok then return {t[1], t[2], 1, rec, marks, from} end
+if #KEYS > 1 then marks = redis.call('MGET', unpack(KEYS, 2)) end
+if ok then return {t[1], t[2], 1, rec, marks} end
 local why = rec
 if type(rec) == 'table' then why = rec.err or rec['err'] end
-return {t[1], t[2], 0, tostring(why), marks, from}",
+return {t[1], t[2], 0, tostring(why), marks}",
     )
 });
 
@@ -124,8 +118,8 @@ impl Coordinator for RedisCoordinator {
             }
             Request::IndexMembers(key) => Reply::Members(index_members(c, &key).await?),
             Request::Batch(ops) => Reply::Counters(batch(c, &ops).await?),
-            Request::ReadWorker { records, keys } => {
-                Reply::Worker(read_worker(c, &records, &keys).await?)
+            Request::ReadWorker { record, keys } => {
+                Reply::Worker(read_worker(c, &record, &keys).await?)
             }
         })
     }
@@ -233,18 +227,19 @@ async fn append(
 
 async fn read_worker(
     c: &RedisCoordinator,
-    records: &[String],
+    record: &str,
     keys: &[String],
 ) -> Result<WorkerRead, CoordError> {
-    let all: Vec<&str> = records.iter().chain(keys).map(String::as_str).collect();
+    let all: Vec<&str> = std::iter::once(record)
+        .chain(keys.iter().map(String::as_str))
+        .collect();
     let args = [
-        records.len().to_string(),
         crate::coord::MAX_RECORD_FIELDS.to_string(),
         crate::coord::MAX_RECORD_BYTES.to_string(),
     ];
-    let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>, usize) =
+    let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>) =
         c.script(&READ_WORKER, &all, &args).await?;
-    let (secs, micros, ok, rec, values, from) = raw;
+    let (secs, micros, ok, rec, values) = raw;
     let record = if ok == 1 {
         record_fields(rec)
     } else {
@@ -253,7 +248,6 @@ async fn read_worker(
     Ok(WorkerRead {
         now: secs * 1000 + micros / 1000,
         record,
-        from,
         values,
     })
 }

@@ -238,8 +238,7 @@ impl RestartPath<'_> {
         match &read.record {
             Ok(fields) => (policy::status_of_record(fields, &self.ctx.cfg.policy), None),
             Err(detail) => {
-                let keys = self.ctx.keys.status_keys(worker);
-                let key = keys.get(read.from).unwrap_or(&keys[0]);
+                let key = self.ctx.keys.status(worker);
                 let why = format!("the status record {key} cannot be read: {detail}");
                 (None, Some(why))
             }

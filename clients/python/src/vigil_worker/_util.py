@@ -62,8 +62,7 @@ def status_key(prefix: str, node: str, worker_id: str) -> str:
     """The Redis key of a worker's status record, ``<prefix>:{<node>}:status:<worker>``.
 
     The braces are literal: ``{node}`` is a Redis Cluster hash tag, so all of a node's keys
-    live in one slot. (Agents before this layout read ``<prefix>:{<node>}:worker:<worker>``;
-    the agent reads that older key for one release.)"""
+    live in one slot."""
     return f"{prefix}:{{{node}}}:status:{worker_id}"
 
 
