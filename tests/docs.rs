@@ -27,9 +27,9 @@ use vigil::model::maintenance::{MaintenanceState, Phase};
 use vigil::model::tpu::{TpuHealth, TpuReport};
 use vigil::observe::metrics::{to_classic_text, Metrics};
 use vigil::observe::trail::Code;
-use vigil::policy::maintenance::{event_for, gpu_desired, node_desired};
+use vigil::policy::accel::desired;
+use vigil::policy::maintenance::{event_for, node_desired};
 use vigil::policy::restart::Verdict;
-use vigil::policy::tpu::{tpu_desired, tpu_event_for};
 use vigil::policy::Action;
 
 /// The repository's root.
@@ -284,9 +284,9 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
         node_reasons: vec!["r".into()],
         ..Default::default()
     };
-    gpu_desired(&k, &report, true, &mut d);
+    desired(&k, &report, true, &mut d);
     let gpu_names: BTreeSet<String> = names(&d).difference(&maintenance_names).cloned().collect();
-    assert!(!gpu_names.is_empty(), "gpu_desired adds no Node field");
+    assert!(!gpu_names.is_empty(), "the GPU adds no Node field");
     // A name is written whole, `name`, or as a taint, `name=value:Effect`.
     let mentions =
         |page: &str, n: &str| page.contains(&format!("`{n}`")) || page.contains(&format!("`{n}="));
@@ -315,14 +315,14 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
             "Event {reason} missing from docs/maintenance.md"
         );
     }
-    for reason in ["VigilGpuFailed", "VigilGpuDegraded", "VigilGpuHealthy"] {
+    for reason in vigil::policy::gpu::GPU.events {
         assert!(
             gpu.contains(&format!("`{reason}`")),
             "Event {reason} missing from docs/gpu.md"
         );
     }
 
-    // TPU: every field tpu_desired adds, its condition and every Event of a health change.
+    // TPU: every field it adds, its condition and every Event of a health change.
     let tpu = doc("docs/tpu.md");
     let before = names(&d);
     let report = TpuReport {
@@ -331,9 +331,9 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
         reasons: vec!["r".into()],
         ..TpuReport::default()
     };
-    tpu_desired(&k, &report, true, &mut d);
+    desired(&k, &report, true, &mut d);
     let tpu_names: BTreeSet<String> = names(&d).difference(&before).cloned().collect();
-    assert!(!tpu_names.is_empty(), "tpu_desired adds no Node field");
+    assert!(!tpu_names.is_empty(), "the TPU adds no Node field");
     for n in &tpu_names {
         assert!(mentions(&tpu, n), "{n} missing from docs/tpu.md");
     }
@@ -344,8 +344,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
             c.kind
         );
     }
-    for h in [TpuHealth::Failed, TpuHealth::Degraded, TpuHealth::Healthy] {
-        let reason = tpu_event_for(h).0;
+    for reason in vigil::policy::tpu::TPU.events {
         assert!(
             tpu.contains(&format!("`{reason}`")),
             "Event {reason} missing from docs/tpu.md"

@@ -360,14 +360,16 @@ fn nvml_probe_on_this_machine() {
     }
 }
 
-#[test]
-fn start_off_does_nothing() {
+#[tokio::test]
+async fn start_off_does_nothing() {
     let cfg = GpuConfig {
         enabled: Switch::Off,
         ..cfg()
     };
     let (tx, rx) = watch::channel(GpuReport::default());
-    assert!(start(&cfg, tx, CancellationToken::new(), None).is_none());
+    assert!(start(&cfg, tx, CancellationToken::new(), None)
+        .await
+        .is_none());
     assert!(!rx.borrow().monitoring());
     assert_eq!(rx.borrow().state, GpuMonitorState::Off);
 }

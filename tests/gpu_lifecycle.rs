@@ -23,7 +23,7 @@ use vigil::engine::gpu_state::StateStore;
 use vigil::model::gpu::{GpuHealth, GpuMonitorState, GpuReport};
 use vigil::observe::health::Warnings;
 use vigil::policy::gpu::worker_on_failed_gpu;
-use vigil::sources::gpu::{GpuError, GpuProbe, HostPaths};
+use vigil::sources::gpu::{GpuError, GpuProbe, HostPaths, NvmlLoader};
 
 /// A guard against a hung test, not a speed assertion.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -327,6 +327,25 @@ fn late_loader(
     }
 }
 
+/// `start_with` as the agent runs it: a task on the runtime.
+fn spawn_start(
+    cfg: &GpuConfig,
+    loader: Box<dyn NvmlLoader>,
+    opts: StartOptions,
+    tx: watch::Sender<GpuReport>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<Option<JoinHandle<()>>> {
+    let cfg = cfg.clone();
+    tokio::spawn(async move { start_with(&cfg, loader, opts, tx, stop).await })
+}
+
+/// The start-up task's end, and the monitor thread's if it started one.
+async fn finish(start: tokio::task::JoinHandle<Option<JoinHandle<()>>>) {
+    if let Some(thread) = start.await.expect("the start-up task panicked") {
+        thread.join().expect("the monitor thread panicked");
+    }
+}
+
 fn options(host: &Path, warnings: &Warnings) -> StartOptions {
     StartOptions {
         host: HostPaths {
@@ -342,8 +361,8 @@ fn options(host: &Path, warnings: &Warnings) -> StartOptions {
     }
 }
 
-#[test]
-fn nvml_that_arrives_late_starts_monitoring_without_a_restart() {
+#[tokio::test(flavor = "multi_thread")]
+async fn nvml_that_arrives_late_starts_monitoring_without_a_restart() {
     let host = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(host.path().join("dev")).unwrap();
     std::fs::write(host.path().join("dev/nvidia0"), "").unwrap();
@@ -354,14 +373,13 @@ fn nvml_that_arrives_late_starts_monitoring_without_a_restart() {
     let stop = CancellationToken::new();
     let cfg = cfg(&host.path().join("state.json"));
     let loader = late_loader(4, fake.clone(), attempts.clone());
-    let thread = start_with(
+    let thread = spawn_start(
         &cfg,
         Box::new(loader),
         options(host.path(), &warnings),
         tx,
         stop.clone(),
-    )
-    .expect("a start-up thread");
+    );
     wait_for(&rx, "waiting for the driver", |r| {
         r.state == GpuMonitorState::WaitingForDriver
     });
@@ -387,11 +405,11 @@ fn nvml_that_arrives_late_starts_monitoring_without_a_restart() {
         health(r, "0") == Some(GpuHealth::Failed)
     });
     stop.cancel();
-    thread.join().unwrap();
+    finish(thread).await;
 }
 
-#[test]
-fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
     let host = tempfile::tempdir().unwrap();
     let warnings = Warnings::default();
     let attempts = Arc::new(AtomicU32::new(0));
@@ -399,14 +417,13 @@ fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
     let stop = CancellationToken::new();
     let cfg = cfg(&host.path().join("state.json"));
     let loader = late_loader(0, two_gpus(), attempts.clone());
-    let thread = start_with(
+    let thread = spawn_start(
         &cfg,
         Box::new(loader),
         options(host.path(), &warnings),
         tx,
         stop.clone(),
-    )
-    .unwrap();
+    );
     wait_for(&rx, "no GPU", |r| r.state == GpuMonitorState::NoGpu);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(
@@ -422,7 +439,7 @@ fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
     std::fs::write(pci.join("class"), "0x030200\n").unwrap();
     wait_for(&rx, "monitoring", |r| r.monitoring() && r.gpus.len() == 2);
     stop.cancel();
-    thread.join().unwrap();
+    finish(thread).await;
 
     // `gpu.enabled = on`: the operator says there are GPUs; it waits for the driver instead.
     let host = tempfile::tempdir().unwrap();
@@ -433,18 +450,17 @@ fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
         ..cfg.clone()
     };
     let loader = late_loader(u32::MAX, two_gpus(), Arc::new(AtomicU32::new(0)));
-    let thread = start_with(
+    let thread = spawn_start(
         &on,
         Box::new(loader),
         options(host.path(), &warnings),
         tx,
         stop.clone(),
-    )
-    .unwrap();
+    );
     wait_for(&rx, "waiting", |r| {
         r.state == GpuMonitorState::WaitingForDriver
     });
     // `stop` ends the wait promptly.
     stop.cancel();
-    thread.join().unwrap();
+    finish(thread).await;
 }

@@ -810,7 +810,7 @@ fn with_conditions(phase: vigil::model::maintenance::Phase, failed: bool) -> Nod
         },
         ..GpuReport::default()
     };
-    vigil::policy::maintenance::gpu_desired(&k, &report, false, &mut d);
+    vigil::policy::accel::desired(&k, &report, false, &mut d);
     d
 }
 
@@ -1073,7 +1073,7 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
         node_reasons: vec!["GPU 0: XID 79".into()],
         ..GpuReport::default()
     };
-    vigil::policy::maintenance::gpu_desired(&k, &report, true, &mut d);
+    vigil::policy::accel::desired(&k, &report, true, &mut d);
     fake.foreign_write(json!({
         "metadata": {
             "labels": {"team": "ml", "vigil.dev.example.com/x": "1", "notvigil.dev/y": "2"},

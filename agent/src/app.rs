@@ -336,12 +336,12 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     );
     // NVML calls block: the monitor runs on its own thread and publishes reports.
     let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
-    let gpu_thread = crate::engine::gpu_start::start(
-        &cfg.gpu,
-        gpu_tx,
-        stop.child_token(),
-        Some(agent.health.warnings.clone()),
-    );
+    let (gpu_cfg, gpu_stop) = (cfg.gpu.clone(), stop.child_token());
+    let gpu_warnings = Some(agent.health.warnings.clone());
+    tracker.spawn(async move {
+        // NB: the monitor's thread is detached: a wedged NVML call must not hold the exit.
+        drop(crate::engine::gpu_start::start(&gpu_cfg, gpu_tx, gpu_stop, gpu_warnings).await);
+    });
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
     let (node_rx, node_reader) = node_source(&cfg, &a.metrics, &tracker, &stop).await;
@@ -380,7 +380,6 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     tracker.spawn(agent.run(term.clone()));
     term.cancelled().await;
     let drained = drain(&cfg, &tracker, controller_done, &stop).await;
-    drop(gpu_thread); // NB: detached: a wedged NVML call must not hold the exit.
     drained
 }
 

@@ -9,10 +9,15 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = vigil::cli::Cli::parse();
     // NB: a fixed, small runtime whatever the node's CPU count: the agent is I/O-bound, and one
-    // thread per CPU on a 208-vCPU GPU node only costs memory and wake-ups.
+    // thread per CPU on a 208-vCPU GPU node only costs memory and wake-ups. Two threads in all:
+    // this one runs `vigil run`'s own loop (the cycle), one worker runs the spawned tasks (the
+    // servers, the watchers, the Node controller), so a slow call in one never stalls the other.
+    // Blocking calls (a log file's tail on CRI, the TPU's sysfs reads, a DNS lookup) borrow a
+    // short-lived thread that goes after 2 s idle. NVML has its own thread, on GPU nodes only.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .max_blocking_threads(8)
+        .worker_threads(1)
+        .max_blocking_threads(4)
+        .thread_keep_alive(Duration::from_secs(2))
         .thread_name("vigil")
         .enable_all()
         .build()

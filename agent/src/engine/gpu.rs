@@ -14,8 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::GpuConfig;
 use crate::engine::gpu_state::StateStore;
-use crate::model::gpu::{GpuCleared, GpuHealth, GpuReport, GpuSample};
-use crate::observe::metrics::{GpuMetricsState, Metrics};
+use crate::model::gpu::{GpuCleared, GpuReport, GpuSample};
 use crate::policy::gpu::{rejudge, update};
 use crate::policy::gpu_state::{needs_write, snapshot, StateFile};
 use crate::policy::xid::RECOVERY_ACTION_CHANGED;
@@ -249,94 +248,6 @@ pub(crate) fn run_monitor(
         }
     }
     tracing::debug!("GPU monitor stopped");
-}
-
-/// The node's GPU health as last published, and when: the node controller publishes a change
-/// of health at once, a change of reasons only (counts of XIDs, ECC errors) at most once a
-/// minute, so an XID storm does not patch the Node on every event.
-#[derive(Default)]
-pub(crate) struct GpuHealthTracker {
-    report: GpuReport,
-    seen: GpuMetricsState,
-    published_at: Option<Instant>,
-    /// The last clearing (by sequence number) handed out by [`GpuHealthTracker::new_cleared`].
-    cleared_seen: u64,
-}
-
-/// A GPU change worth publishing.
-pub(crate) struct GpuChange {
-    pub prev: GpuHealth,
-    /// `GPU health a → b: reasons`, for the trail, the Event and the alert.
-    pub detail: String,
-}
-
-impl GpuHealthTracker {
-    const REASONS_EVERY: Duration = Duration::from_secs(60);
-
-    /// The first report, taken as what the Node shows (no change to announce at start-up).
-    pub fn seed(&mut self, report: GpuReport, metrics: &Metrics) {
-        metrics.record_gpu(&report, &mut self.seen);
-        self.report = report;
-    }
-
-    /// The report the Node shows.
-    pub fn report(&self) -> &GpuReport {
-        &self.report
-    }
-
-    /// The failures `report` says were cleared that were not handed out before, oldest first:
-    /// each is a trail entry.
-    ///
-    /// NB: sequence numbers restart with the monitor, and a report keeps the last few, so a
-    /// reader that misses reports (a `watch` keeps only the latest) still sees every clearing.
-    pub(crate) fn new_cleared(&mut self, report: &GpuReport) -> Vec<GpuCleared> {
-        let new: Vec<GpuCleared> = report
-            .cleared
-            .iter()
-            .filter(|c| c.seq > self.cleared_seen)
-            .cloned()
-            .collect();
-        if let Some(last) = report.cleared.last() {
-            self.cleared_seen = self.cleared_seen.max(last.seq);
-        }
-        new
-    }
-
-    /// Fold in a new report (metrics always); `Some` when the Node should show it.
-    pub(crate) fn fold(&mut self, report: GpuReport, metrics: &Metrics) -> Option<GpuChange> {
-        metrics.record_gpu(&report, &mut self.seen);
-        let health_changed =
-            report.monitoring() != self.report.monitoring() || report.node != self.report.node;
-        let reasons_due = report.node_reasons != self.report.node_reasons
-            && self
-                .published_at
-                .is_none_or(|t| t.elapsed() >= Self::REASONS_EVERY);
-        if !health_changed && !reasons_due {
-            // Keep the previous reasons: they are what the Node shows.
-            let reasons = std::mem::take(&mut self.report.node_reasons);
-            self.report = GpuReport {
-                node_reasons: reasons,
-                ..report
-            };
-            return None;
-        }
-        self.published_at = Some(Instant::now());
-        let prev = std::mem::replace(&mut self.report, report);
-        let r = &self.report;
-        let reasons = if r.node_reasons.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", r.node_reasons.join("; "))
-        };
-        Some(GpuChange {
-            prev: prev.node,
-            detail: format!(
-                "GPU health {} → {}{reasons}",
-                prev.node.as_str(),
-                r.node.as_str()
-            ),
-        })
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //!
 //! Three situations, told apart without the driver (`crate::sources::gpu::gpus_present`):
 //! - no NVIDIA GPU on the node (no `/dev/nvidiaN`, no NVIDIA display/3D PCI function): said once,
-//!   state `no-gpu`, looked for again every [`StartOptions::no_gpu_recheck`] (5 min) in silence;
+//!   state `no-gpu`, looked for again every [`StartOptions::no_gpu_recheck`] (5 min) in silence,
+//!   by an async task: the monitor's thread exists only on a node with GPUs;
 //! - GPUs but NVML does not load: state `waiting-for-driver`, a line when the wait starts, at most
 //!   one every [`StartOptions::log_every`] (10 min) while it lasts, one when NVML arrives;
 //! - NVML loads: the monitor runs (state `on`).
@@ -131,13 +132,14 @@ fn sleep_unless_stopped(d: Duration, stop: &CancellationToken) -> bool {
 }
 
 /// Production wiring: `gpu.enabled = off` → `None`, quietly, with state `off` published.
-/// `auto`/`on` → a thread that waits for NVML (see the module) and then runs the monitor with
-/// `gpu.state_file`; the call returns at once.
+/// `auto`/`on` → waits for a GPU (see the module), then starts the monitor's thread, which waits
+/// for NVML and runs the monitor with `gpu.state_file`; returns that thread, or `None` when
+/// stopped first.
 ///
-/// NB: loading NVML can block on a wedged driver. It happens on the monitor's own thread, never
-/// on the executor and never awaited: start-up goes on with "starting" until the first report,
-/// and shutdown never waits for it.
-pub fn start(
+/// NB: a node without GPUs waits here, on the executor (a file check every 5 min): no thread
+/// until there is a GPU to watch. Loading NVML can block on a wedged driver: it happens on the
+/// monitor's own thread, never on the executor and never awaited; shutdown never waits for it.
+pub async fn start(
     cfg: &GpuConfig,
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
@@ -150,11 +152,11 @@ pub fn start(
         warnings,
         ..StartOptions::default()
     };
-    start_with(cfg, Box::new(loader), opts, tx, stop)
+    start_with(cfg, Box::new(loader), opts, tx, stop).await
 }
 
 /// [`start`] with its seams: the NVML loader and the host paths, boot id and waits.
-pub fn start_with(
+pub async fn start_with(
     cfg: &GpuConfig,
     mut loader: Box<dyn NvmlLoader>,
     opts: StartOptions,
@@ -164,6 +166,25 @@ pub fn start_with(
     if cfg.enabled == Switch::Off {
         tx.send_replace(GpuReport::in_state(GpuMonitorState::Off));
         return None;
+    }
+    // `on`: the operator says this node has GPUs; believe it and wait for the driver.
+    let mut said_no_gpu = false;
+    while cfg.enabled != Switch::On && !gpus_present(&opts.host) {
+        if !said_no_gpu {
+            tracing::info!(
+                "GPU monitoring off: no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device); looking again every {}",
+                human(ms(opts.no_gpu_recheck))
+            );
+            said_no_gpu = true;
+        }
+        publish(&tx, GpuMonitorState::NoGpu);
+        if let Some(w) = &opts.warnings {
+            w.set(WARNING_SOURCE, None);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(opts.no_gpu_recheck) => {}
+            _ = stop.cancelled() => return None,
+        }
     }
     let cfg = cfg.clone();
     Some(spawn_thread(move || {
@@ -180,7 +201,19 @@ pub fn start_with(
     }))
 }
 
-/// Wait until NVML loads (`Some(probe)`) or `stop` (`None`), publishing where the wait stands.
+/// Publish `state` (a report with no GPUs) unless it is already the one published.
+fn publish(tx: &watch::Sender<GpuReport>, state: GpuMonitorState) {
+    tx.send_if_modified(|cur| {
+        let changed = cur.state != state || !cur.gpus.is_empty();
+        if changed {
+            *cur = GpuReport::in_state(state);
+        }
+        changed
+    });
+}
+
+/// On the monitor's thread: wait until NVML loads (`Some(probe)`) or `stop` (`None`),
+/// publishing where the wait stands.
 fn wait_for_nvml(
     cfg: &GpuConfig,
     loader: &mut dyn NvmlLoader,
@@ -190,38 +223,7 @@ fn wait_for_nvml(
 ) -> Option<Box<dyn crate::sources::gpu::GpuProbe>> {
     let mut backoff = Backoff::new(opts.retry_first, opts.retry_max);
     let mut log = WaitLog::new(opts.log_every);
-    let mut said_no_gpu = false;
-    let publish = |state| {
-        tx.send_if_modified(|cur| {
-            let changed = cur.state != state || !cur.gpus.is_empty();
-            if changed {
-                *cur = GpuReport::in_state(state);
-            }
-            changed
-        });
-    };
-    loop {
-        if stop.is_cancelled() {
-            return None;
-        }
-        // `on`: the operator says this node has GPUs; believe it and wait for the driver.
-        if cfg.enabled != Switch::On && !gpus_present(&opts.host) {
-            if !said_no_gpu {
-                tracing::info!(
-                    "GPU monitoring off: no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device); looking again every {}",
-                    human(ms(opts.no_gpu_recheck))
-                );
-                said_no_gpu = true;
-            }
-            publish(GpuMonitorState::NoGpu);
-            if let Some(w) = &opts.warnings {
-                w.set(WARNING_SOURCE, None);
-            }
-            if !sleep_unless_stopped(opts.no_gpu_recheck, stop) {
-                return None;
-            }
-            continue;
-        }
+    while !stop.is_cancelled() {
         match loader.load() {
             Ok(probe) => {
                 if let Some(line) = log.loaded(Instant::now()) {
@@ -230,7 +232,7 @@ fn wait_for_nvml(
                 return Some(probe);
             }
             Err(e) => {
-                publish(GpuMonitorState::WaitingForDriver);
+                publish(tx, GpuMonitorState::WaitingForDriver);
                 if let Some(w) = &opts.warnings {
                     w.set(
                         WARNING_SOURCE,
@@ -252,6 +254,7 @@ fn wait_for_nvml(
             }
         }
     }
+    None
 }
 
 #[cfg(test)]

@@ -10,9 +10,11 @@
 //! one batch), tracks its dependencies' `outage`s, and applies a SIGHUP `reload`. `node` is the
 //! maintenance controller, `checkpoint` its rounds, `opportunistic` the pool's maintenance
 //! claim, `gpu` the NVML monitor (`gpu_start` waits for the driver, `gpu_state` keeps failed GPUs
-//! across restarts), `tpu` the TPU monitor, `publisher` the Node object. The arrows run one way:
+//! across restarts), `tpu` the TPU monitor, `accel` the one path that shows either's health on
+//! the Node, `publisher` the Node object. The arrows run one way:
 //! `agent` → `restart` → the others.
 
+pub(crate) mod accel;
 pub mod agent;
 pub(crate) mod alert_gate;
 pub mod checkpoint;

@@ -7,8 +7,7 @@
 //!   (`crate::policy::maintenance::checkpoint_for`);
 //! - the Node (`crate::engine::publisher`): labels, annotations, taints and Events;
 //! - checkpoint rounds (`crate::engine::checkpoint`), also on the agent's own SIGTERM;
-//! - GPU publishing (`crate::engine::gpu::GpuHealthTracker`) and TPU publishing
-//!   (`crate::engine::tpu::TpuHealthTracker`);
+//! - GPU and TPU publishing, one path (`crate::engine::accel::HealthTracker`, node/health.rs);
 //! - the opt-in opportunistic maintenance claim (`crate::engine::opportunistic`).
 
 use std::sync::{Arc, RwLock};
@@ -23,12 +22,11 @@ use crate::actions::node::{EventType, NodeApi};
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::config::{Config, MetadataConfig, OnSigterm};
 use crate::coord::Coordinator;
+use crate::engine::accel::HealthTracker;
 use crate::engine::checkpoint::CheckpointRounds;
-use crate::engine::gpu::GpuHealthTracker;
 use crate::engine::node_info::NodeInfoRx;
 use crate::engine::opportunistic::{ClaimStep, Opportunistic, PodWitnesses};
 use crate::engine::publisher::NodePublisher;
-use crate::engine::tpu::TpuHealthTracker;
 use crate::model::gpu::GpuReport;
 use crate::model::maintenance::{Interruption, MaintenanceState, Phase, RawMetadata, Source};
 use crate::model::node_info::NodeInfo;
@@ -116,10 +114,12 @@ pub struct Controller {
     /// When the last checkpoint round ended (a SIGTERM right after one does not repeat it).
     last_round_ended: Option<tokio::time::Instant>,
     claim: Opportunistic,
-    gpu: GpuHealthTracker,
+    gpu: HealthTracker<GpuReport>,
     /// When the last GPU report arrived (the idle check reads an old one as no answer).
     gpu_seen: Option<tokio::time::Instant>,
-    tpu: TpuHealthTracker,
+    /// The last GPU failure clearing (by sequence number) put in the trail.
+    gpu_cleared_seen: u64,
+    tpu: HealthTracker<TpuReport>,
     /// The TPU monitor's reports, when one runs (see [`Controller::with_tpu`]).
     tpu_rx: Option<watch::Receiver<TpuReport>>,
     /// The state the node acts on: the two sources' merged.
@@ -160,9 +160,10 @@ impl Controller {
             last_round_ended: None,
             claim: Opportunistic::new(&cfg, coord.clone(), runtime, metrics.clone()),
             notes: Notes { trail, coord },
-            gpu: GpuHealthTracker::default(),
+            gpu: HealthTracker::default(),
             gpu_seen: None,
-            tpu: TpuHealthTracker::default(),
+            gpu_cleared_seen: 0,
+            tpu: HealthTracker::default(),
             tpu_rx: None,
             facts: SharedFacts::default(),
             state: MaintenanceState::default(),
@@ -500,7 +501,7 @@ impl Controller {
                     tpu_open = changed.is_ok();
                     if tpu_open {
                         let report = tpu_rx.borrow_and_update().clone();
-                        self.apply_tpu(report).await;
+                        self.show_health(report).await;
                     }
                 }
                 _ = tick.tick() => self.tick().await,

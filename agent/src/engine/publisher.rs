@@ -11,8 +11,8 @@ use crate::model::gpu::GpuReport;
 use crate::model::maintenance::MaintenanceState;
 use crate::model::tpu::TpuReport;
 use crate::observe::metrics::Metrics;
-use crate::policy::maintenance::{gpu_desired, node_desired};
-use crate::policy::tpu::tpu_desired;
+use crate::policy::accel::desired;
+use crate::policy::maintenance::node_desired;
 
 /// Longest wait on one Kubernetes call.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -61,18 +61,18 @@ impl NodePublisher {
         let Some(api) = &self.api else { return };
         let v = &self.view;
         let k = &self.cfg.kubernetes;
-        let mut desired = node_desired(
+        let mut want = node_desired(
             k,
             &v.maintenance,
             v.last_checkpoint.as_deref(),
             v.perform_maintenance,
         );
-        gpu_desired(k, &v.gpu, self.cfg.gpu.taint_on_failure, &mut desired);
+        desired(k, &v.gpu, self.cfg.gpu.taint_on_failure, &mut want);
         if let Some(tpu) = &v.tpu {
-            tpu_desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut desired);
+            desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
         }
         let node = &self.cfg.node_name;
-        match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(node, &desired)).await {
+        match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(node, &want)).await {
             Ok(Ok(())) => {
                 if self.stale {
                     tracing::info!("the Node shows Vigil's state again");

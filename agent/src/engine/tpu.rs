@@ -7,19 +7,13 @@
 //! `google.com/tpu` (`crate::policy::tpu::allocatable_chips` parses its quantity), `None` while
 //! unknown. Whoever reads the Node publishes it there (see `crate::app`).
 
-// NB: real time on purpose: `GpuHealthTracker`'s mirror for the TPU, throttling reason-only
-// updates of the Node on real time, as the GPU's does.
-#![allow(clippy::disallowed_types)]
-use std::time::{Duration, Instant};
-
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Switch, TpuConfig};
 use crate::engine::gpu::clock_ms;
-use crate::model::tpu::{TpuHealth, TpuReport};
-use crate::observe::metrics::{Metrics, TpuMetricsState};
+use crate::model::tpu::TpuReport;
 use crate::policy::tpu::{fold, TpuMemory};
 use crate::sources::tpu::{FsProbe, TpuError, TpuProbe};
 
@@ -132,68 +126,4 @@ pub fn start(
         tx,
         stop,
     )))
-}
-
-/// The node's TPU health as last published, and when: a change of health is published at once,
-/// a change of reasons only (counts of errors) at most once a minute, as for the GPU.
-#[derive(Default)]
-pub(crate) struct TpuHealthTracker {
-    /// Whether the Node has been given a report yet: the first always goes to it.
-    seeded: bool,
-    report: TpuReport,
-    seen: TpuMetricsState,
-    published_at: Option<Instant>,
-}
-
-/// A TPU change worth publishing.
-pub(crate) struct TpuChange {
-    pub prev: Option<TpuHealth>,
-    /// `TPU health a → b: reasons`, for the trail, the Event and the alert.
-    pub detail: String,
-}
-
-impl TpuHealthTracker {
-    const REASONS_EVERY: Duration = Duration::from_secs(60);
-
-    /// The first report, taken as what the Node shows (no change to announce at start-up).
-    pub fn seed(&mut self, report: TpuReport, metrics: &Metrics) {
-        metrics.tpu.record(&report, &mut self.seen);
-        self.report = report;
-        self.seeded = true;
-    }
-
-    /// The report the Node shows.
-    pub fn report(&self) -> &TpuReport {
-        &self.report
-    }
-
-    /// Fold in a new report (metrics always); `Some` when the Node should show it.
-    pub(crate) fn fold(&mut self, report: TpuReport, metrics: &Metrics) -> Option<TpuChange> {
-        metrics.tpu.record(&report, &mut self.seen);
-        let r = &self.report;
-        let first = !std::mem::replace(&mut self.seeded, true);
-        let health_changed = first
-            || report.monitoring != r.monitoring
-            || report.health != r.health
-            || report.present != r.present
-            || report.expected != r.expected;
-        let reasons_due = report.reasons != r.reasons
-            && self
-                .published_at
-                .is_none_or(|t| t.elapsed() >= Self::REASONS_EVERY);
-        if !health_changed && !reasons_due {
-            // Keep the previous reasons: they are what the Node shows.
-            let reasons = std::mem::take(&mut self.report.reasons);
-            self.report = TpuReport { reasons, ..report };
-            return None;
-        }
-        self.published_at = Some(Instant::now());
-        let prev = std::mem::replace(&mut self.report, report);
-        let prev = prev.monitoring.then_some(prev.health);
-        let before = prev.map_or("unknown", TpuHealth::as_str);
-        Some(TpuChange {
-            prev,
-            detail: format!("{} (was {before})", self.report.summary()),
-        })
-    }
 }

@@ -182,24 +182,8 @@ pub struct XidEvent {
     pub xid: u64,
 }
 
-/// Health of one GPU or of the node.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum GpuHealth {
-    #[default]
-    Healthy,
-    Degraded,
-    Failed,
-}
-
-impl GpuHealth {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GpuHealth::Healthy => "healthy",
-            GpuHealth::Degraded => "degraded",
-            GpuHealth::Failed => "failed",
-        }
-    }
-}
+/// Health of one GPU or of the node's GPUs: the accelerators' one scale.
+pub type GpuHealth = super::accel::Health;
 
 /// At most this many recent XIDs are kept per GPU, so an XID storm cannot grow the report without
 /// bound (the counts in `xid_counts` stay exact).

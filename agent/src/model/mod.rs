@@ -1,5 +1,6 @@
 //! Data only: what the sources observe and what the policy decides about. No I/O, no decisions.
 
+pub mod accel;
 pub mod container;
 pub mod gpu;
 pub mod maintenance;

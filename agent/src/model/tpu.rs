@@ -4,27 +4,10 @@
 
 use std::collections::BTreeMap;
 
-/// Health of the node's TPU chips.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum TpuHealth {
-    #[default]
-    Healthy,
-    /// Still usable, with a reason worth a look (a recoverable device error, more chips present
-    /// than the device plugin advertises).
-    Degraded,
-    /// A chip is gone or reported a fatal error: the node cannot run a full-host TPU workload.
-    Failed,
-}
-
-impl TpuHealth {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TpuHealth::Healthy => "healthy",
-            TpuHealth::Degraded => "degraded",
-            TpuHealth::Failed => "failed",
-        }
-    }
-}
+/// Health of the node's TPU chips: the accelerators' one scale (degraded: a recoverable device
+/// error, more chips present than the device plugin advertises; failed: a chip is gone or
+/// reported a fatal error, so the node cannot run a full-host TPU workload).
+pub type TpuHealth = super::accel::Health;
 
 /// How bad one device error is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -26,11 +26,128 @@ use std::collections::BTreeMap;
 
 use crate::clock::{human, ms, Millis};
 use crate::config::GpuConfig;
+use crate::model::accel::Health;
 use crate::model::gpu::{
     selects, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample, GpuStatus,
     ResetMarks, XidAction, XidEvent, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
 };
+use crate::model::node::NodeCondition;
+use crate::policy::accel::{Accelerator, Names};
+use crate::policy::maintenance::{problem_condition, truncate, GPU_CONDITION, GPU_FAILED_TAINT};
 use crate::policy::xid::{action_for, builtin, recovery_action};
+
+/// The GPU's row of the accelerators' table.
+pub static GPU: Names = Names {
+    name: "GPU",
+    label: "gpu-health",
+    reasons_annotation: "gpu-health-reasons",
+    taint: GPU_FAILED_TAINT,
+    condition: GPU_CONDITION,
+    events: ["VigilGpuHealthy", "VigilGpuDegraded", "VigilGpuFailed"],
+};
+
+impl Accelerator for GpuReport {
+    const NAMES: &'static Names = &GPU;
+    fn monitoring(&self) -> bool {
+        GpuReport::monitoring(self)
+    }
+    fn health(&self) -> Health {
+        self.node
+    }
+    fn reasons(&self) -> &[String] {
+        &self.node_reasons
+    }
+    fn reasons_mut(&mut self) -> &mut Vec<String> {
+        &mut self.node_reasons
+    }
+    fn settled(&self) -> bool {
+        self.state != GpuMonitorState::Starting
+    }
+    fn condition(&self) -> Option<NodeCondition> {
+        Some(gpu_condition(self))
+    }
+    // NB: the monitor's state too (starting → no GPU → waiting for the driver): the condition's
+    // reason says which.
+    fn differs(&self, other: &Self) -> bool {
+        self.state != other.state || self.node != other.node
+    }
+    // NB: a GPU's health is shown from the start (healthy until told otherwise), so a monitor
+    // that comes up healthy is no Event.
+    fn shown(&self) -> Option<Health> {
+        Some(self.node)
+    }
+    fn noted(&self, _prev: Option<Health>) -> bool {
+        GpuReport::monitoring(self)
+    }
+    fn detail(&self, prev: &Self) -> String {
+        let reasons = if self.node_reasons.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", self.node_reasons.join("; "))
+        };
+        format!(
+            "GPU health {} → {}{reasons}",
+            prev.node.as_str(),
+            self.node.as_str()
+        )
+    }
+}
+
+/// `VigilGPUUnhealthy`: True when a GPU failed, False when healthy or degraded (still usable;
+/// the reason and message say why), Unknown without GPU monitoring — the same fact as the
+/// `gpu-health` label.
+pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
+    use crate::model::gpu::GpuMonitorState as S;
+    let (problem, reason, message) = match (report.state, report.node) {
+        (S::On, GpuHealth::Healthy) => (Some(false), "Healthy", String::new()),
+        (S::On, GpuHealth::Degraded) => (Some(false), "Degraded", String::new()),
+        (S::On, GpuHealth::Failed) => (Some(true), "Failed", String::new()),
+        (S::Off, _) => (
+            None,
+            "MonitoringOff",
+            "GPU monitoring is off (gpu.enabled = off)".to_string(),
+        ),
+        (S::NoGpu, _) => (
+            None,
+            "NoGpu",
+            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device)"
+                .to_string(),
+        ),
+        (S::WaitingForDriver, _) => (
+            None,
+            "WaitingForDriver",
+            "waiting for the NVIDIA driver: the node has GPUs but NVML does not load yet"
+                .to_string(),
+        ),
+        (S::Starting, _) => (None, "Starting", "GPU monitoring is starting".to_string()),
+    };
+    let message = if !message.is_empty() {
+        message
+    } else if report.node_reasons.is_empty() {
+        format!("GPU health {}", report.node.as_str())
+    } else {
+        truncate(&report.node_reasons.join("; "), 1000)
+    };
+    problem_condition(GPU_CONDITION, problem, reason, message)
+}
+
+/// The failures `report` says were cleared after the one numbered `seen`, oldest first (each is
+/// a trail entry); `seen` moves to the newest.
+///
+/// NB: sequence numbers restart with the monitor, and a report keeps the last few, so a reader
+/// that misses reports (a `watch` keeps only the latest) still sees every clearing.
+pub fn new_cleared(report: &GpuReport, seen: &mut u64) -> Vec<GpuCleared> {
+    let new: Vec<GpuCleared> = report
+        .cleared
+        .iter()
+        .filter(|c| c.seq > *seen)
+        .cloned()
+        .collect();
+    if let Some(last) = report.cleared.last() {
+        *seen = (*seen).max(last.seq);
+    }
+    new
+}
 
 /// `None`, or a list containing `all`, means every GPU of the node.
 fn all_gpus(gpus: Option<&[String]>) -> bool {

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crate::clock::{ms, parse_rfc3339, Millis};
 use crate::config::{CheckpointConfig, KubernetesConfig, MetadataConfig, OpportunisticConfig};
-use crate::model::gpu::{GpuHealth, GpuReport};
 use crate::model::maintenance::{
     Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, Source, UpcomingStatus,
 };
@@ -269,44 +268,6 @@ pub fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
     )
 }
 
-/// `VigilGPUUnhealthy`: True when a GPU failed, False when healthy or degraded (still usable;
-/// the reason and message say why), Unknown without GPU monitoring — the same fact as the
-/// `gpu-health` label.
-pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
-    use crate::model::gpu::GpuMonitorState as S;
-    let (problem, reason, message) = match (report.state, report.node) {
-        (S::On, GpuHealth::Healthy) => (Some(false), "Healthy", String::new()),
-        (S::On, GpuHealth::Degraded) => (Some(false), "Degraded", String::new()),
-        (S::On, GpuHealth::Failed) => (Some(true), "Failed", String::new()),
-        (S::Off, _) => (
-            None,
-            "MonitoringOff",
-            "GPU monitoring is off (gpu.enabled = off)".to_string(),
-        ),
-        (S::NoGpu, _) => (
-            None,
-            "NoGpu",
-            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device)"
-                .to_string(),
-        ),
-        (S::WaitingForDriver, _) => (
-            None,
-            "WaitingForDriver",
-            "waiting for the NVIDIA driver: the node has GPUs but NVML does not load yet"
-                .to_string(),
-        ),
-        (S::Starting, _) => (None, "Starting", "GPU monitoring is starting".to_string()),
-    };
-    let message = if !message.is_empty() {
-        message
-    } else if report.node_reasons.is_empty() {
-        format!("GPU health {}", report.node.as_str())
-    } else {
-        truncate(&report.node_reasons.join("; "), 1000)
-    };
-    problem_condition(GPU_CONDITION, problem, reason, message)
-}
-
 /// `s` cut to at most `max` bytes on a character boundary.
 pub(crate) fn truncate(s: &str, max: usize) -> String {
     let mut cut = s.len().min(max);
@@ -314,33 +275,6 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
         cut -= 1;
     }
     s[..cut].to_string()
-}
-
-/// Add the GPU fields to the Node's desired state (pure): the node's GPU health label, the
-/// reasons, and the optional `NoSchedule` taint while a GPU has failed.
-///
-/// While the monitor is still starting (NVML not tried yet) the GPU fields are left as the Node
-/// has them: an agent restart must not take a failed GPU's label, taint and condition off for
-/// the seconds before its first report (nor reset the condition's transition time).
-pub fn gpu_desired(k: &KubernetesConfig, report: &GpuReport, taint: bool, d: &mut NodeDesired) {
-    if report.state == crate::model::gpu::GpuMonitorState::Starting {
-        return;
-    }
-    let p = &k.label_prefix;
-    d.labels.insert(
-        format!("{p}gpu-health"),
-        report
-            .monitoring()
-            .then(|| report.node.as_str().to_string()),
-    );
-    let reasons = truncate(&report.node_reasons.join("; "), 1000);
-    d.annotations.insert(
-        format!("{p}gpu-health-reasons"),
-        (!reasons.is_empty()).then_some(reasons),
-    );
-    let on = taint && report.monitoring() && report.node == GpuHealth::Failed;
-    failure_taint(d, format!("{p}{GPU_FAILED_TAINT}"), on);
-    d.conditions.push(gpu_condition(report));
 }
 
 /// A hardware failure's `<key>=true:NoSchedule` taint on the Node while `on`, removed otherwise
@@ -364,15 +298,6 @@ pub fn event_for(phase: Phase) -> (&'static str, EventType) {
         Phase::Pending => ("VigilMaintenancePending", EventType::Normal),
         Phase::Ongoing => ("VigilMaintenanceOngoing", EventType::Warning),
         Phase::Terminating => ("VigilTerminationImminent", EventType::Warning),
-    }
-}
-
-/// The Event reason and type for the node's GPU health changing to `health`.
-pub(crate) fn gpu_event_for(health: GpuHealth) -> (&'static str, EventType) {
-    match health {
-        GpuHealth::Failed => ("VigilGpuFailed", EventType::Warning),
-        GpuHealth::Degraded => ("VigilGpuDegraded", EventType::Warning),
-        GpuHealth::Healthy => ("VigilGpuHealthy", EventType::Normal),
     }
 }
 

@@ -1,6 +1,9 @@
 //! Tests of the node-level rules: stand-down, checkpoints, taints, conditions, the opportunistic
 //! claim.
 use super::*;
+use crate::model::gpu::GpuHealth;
+use crate::policy::accel::desired;
+use crate::policy::gpu::gpu_condition;
 
 fn st(phase: Phase, reasons: Vec<&'static str>) -> MaintenanceState {
     MaintenanceState {
@@ -217,7 +220,7 @@ fn a_starting_gpu_monitor_leaves_the_nodes_gpu_fields_alone() {
         state: S::Starting,
         ..GpuReport::default()
     };
-    gpu_desired(&k, &starting, true, &mut d);
+    desired(&k, &starting, true, &mut d);
     assert_eq!(
         d,
         NodeDesired::default(),
@@ -227,7 +230,7 @@ fn a_starting_gpu_monitor_leaves_the_nodes_gpu_fields_alone() {
         state: S::Off,
         ..GpuReport::default()
     };
-    gpu_desired(&k, &off, true, &mut d);
+    desired(&k, &off, true, &mut d);
     assert_eq!(
         d.labels.get("vigil.dev/gpu-health"),
         Some(&None),

@@ -1,6 +1,7 @@
 //! The decision core: pure functions of (observations, now) to verdicts, plans and desired
 //! state. No I/O and no clock reads: the caller hands in `now` (the coordinator's clock).
 
+pub mod accel;
 pub mod budget;
 pub mod caller;
 pub mod caps;

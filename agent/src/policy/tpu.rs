@@ -15,12 +15,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::clock::ms;
-use crate::config::KubernetesConfig;
-use crate::model::node::{EventType, NodeCondition, NodeDesired};
+use crate::model::accel::Health;
+use crate::model::node::NodeCondition;
 use crate::model::tpu::{
     AerCounts, DeviceError, ErrorSeverity, KernelRecord, TpuChips, TpuHealth, TpuObservation,
     TpuReading, TpuReport,
 };
+use crate::policy::accel::{Accelerator, Names};
 use crate::policy::maintenance::{problem_condition, truncate, TPU_CONDITION, TPU_FAILED_TAINT};
 
 /// The extended resource GKE's TPU device plugin advertises, one per chip.
@@ -317,36 +318,42 @@ pub fn tpu_condition(report: &TpuReport) -> Option<NodeCondition> {
     ))
 }
 
-/// Add the TPU fields to the Node's desired state (pure): the `tpu-health` label, the reasons,
-/// the condition, and the optional `NoSchedule` taint while the chips have failed. Without a
-/// verdict, the label, the annotation and the condition are removed.
-pub fn tpu_desired(k: &KubernetesConfig, report: &TpuReport, taint: bool, d: &mut NodeDesired) {
-    let p = &k.label_prefix;
-    d.labels.insert(
-        format!("{p}tpu-health"),
-        report
-            .monitoring
-            .then(|| report.health.as_str().to_string()),
-    );
-    let reasons = truncate(&report.reasons.join("; "), 1000);
-    d.annotations.insert(
-        format!("{p}tpu-health-reasons"),
-        (report.monitoring && !reasons.is_empty()).then_some(reasons),
-    );
-    let on = taint && report.monitoring && report.health == TpuHealth::Failed;
-    crate::policy::maintenance::failure_taint(d, format!("{p}{TPU_FAILED_TAINT}"), on);
-    match tpu_condition(report) {
-        Some(c) => d.conditions.push(c),
-        None => d.remove_conditions.push(TPU_CONDITION.to_string()),
-    }
-}
+/// The TPU's row of the accelerators' table.
+pub static TPU: Names = Names {
+    name: "TPU",
+    label: "tpu-health",
+    reasons_annotation: "tpu-health-reasons",
+    taint: TPU_FAILED_TAINT,
+    condition: TPU_CONDITION,
+    events: ["VigilTpuHealthy", "VigilTpuDegraded", "VigilTpuFailed"],
+};
 
-/// The Event reason and type for the node's TPU health changing to `health`.
-pub fn tpu_event_for(health: TpuHealth) -> (&'static str, EventType) {
-    match health {
-        TpuHealth::Failed => ("VigilTpuFailed", EventType::Warning),
-        TpuHealth::Degraded => ("VigilTpuDegraded", EventType::Warning),
-        TpuHealth::Healthy => ("VigilTpuHealthy", EventType::Normal),
+impl Accelerator for TpuReport {
+    const NAMES: &'static Names = &TPU;
+    fn monitoring(&self) -> bool {
+        self.monitoring
+    }
+    fn health(&self) -> Health {
+        self.health
+    }
+    fn reasons(&self) -> &[String] {
+        &self.reasons
+    }
+    fn reasons_mut(&mut self) -> &mut Vec<String> {
+        &mut self.reasons
+    }
+    fn condition(&self) -> Option<NodeCondition> {
+        tpu_condition(self)
+    }
+    fn differs(&self, o: &Self) -> bool {
+        self.monitoring != o.monitoring
+            || self.health != o.health
+            || self.present != o.present
+            || self.expected != o.expected
+    }
+    fn detail(&self, prev: &Self) -> String {
+        let before = prev.shown().map_or("unknown", Health::as_str);
+        format!("{} (was {before})", self.summary())
     }
 }
 

@@ -2,7 +2,10 @@
 //! in tpu.rs read in one screenful.
 
 use super::*;
-use crate::model::node::ConditionStatus;
+use crate::config::KubernetesConfig;
+use crate::model::node::{ConditionStatus, EventType, NodeDesired};
+use crate::model::tpu::TpuHealth;
+use crate::policy::accel::{desired, event_for};
 
 const NOW: i64 = 10_000_000;
 const WINDOW: Duration = Duration::from_secs(600);
@@ -91,8 +94,8 @@ fn err(age_ms: i64, severity: ErrorSeverity, device: &str) -> DeviceError {
 
 #[test]
 fn verdict_table() {
+    use crate::model::accel::Health::{Degraded as D, Failed as X, Healthy as H};
     use ErrorSeverity::{Error as E, Fatal as F};
-    use TpuHealth::{Degraded as D, Failed as X, Healthy as H};
     let four = ["vfio/0", "vfio/1", "vfio/2", "vfio/3"];
     let min = 60_000;
     // files, expected, errors → monitoring, health, number of reasons, (errors, fatal)
@@ -247,7 +250,7 @@ fn node_fields_follow_the_report() {
         ..TpuReport::default()
     };
     let mut d = NodeDesired::default();
-    tpu_desired(&k, &failed, true, &mut d);
+    desired(&k, &failed, true, &mut d);
     assert_eq!(d.labels["vigil.dev/tpu-health"].as_deref(), Some("failed"));
     assert_eq!(
         d.annotations["vigil.dev/tpu-health-reasons"].as_deref(),
@@ -273,7 +276,7 @@ fn node_fields_follow_the_report() {
             ..failed.clone()
         };
         let mut d = NodeDesired::default();
-        tpu_desired(&k, &r, false, &mut d);
+        desired(&k, &r, false, &mut d);
         assert!(d.add_taints.is_empty());
         assert_eq!(d.remove_taints, ["vigil.dev/tpu-failed"]);
         let want = if health == TpuHealth::Failed {
@@ -287,7 +290,7 @@ fn node_fields_follow_the_report() {
 
     // No verdict: label, annotation and condition come off.
     let mut d = NodeDesired::default();
-    tpu_desired(&k, &TpuReport::default(), true, &mut d);
+    desired(&k, &TpuReport::default(), true, &mut d);
     assert_eq!(d.labels["vigil.dev/tpu-health"], None);
     assert_eq!(d.annotations["vigil.dev/tpu-health-reasons"], None);
     assert!(d.conditions.is_empty() && d.add_taints.is_empty());
@@ -297,15 +300,15 @@ fn node_fields_follow_the_report() {
 #[test]
 fn events_by_health() {
     assert_eq!(
-        tpu_event_for(TpuHealth::Failed),
+        event_for(&TPU, TpuHealth::Failed),
         ("VigilTpuFailed", EventType::Warning)
     );
     assert_eq!(
-        tpu_event_for(TpuHealth::Degraded),
+        event_for(&TPU, TpuHealth::Degraded),
         ("VigilTpuDegraded", EventType::Warning)
     );
     assert_eq!(
-        tpu_event_for(TpuHealth::Healthy),
+        event_for(&TPU, TpuHealth::Healthy),
         ("VigilTpuHealthy", EventType::Normal)
     );
 }
@@ -374,8 +377,9 @@ fn fold_dates_errors_and_lets_them_age_out() {
 fn every_condition_is_true_for_a_problem() {
     use crate::model::gpu::{GpuHealth, GpuReport};
     use crate::model::maintenance::{MaintenanceState, Phase};
+    use crate::policy::gpu::gpu_condition;
     use crate::policy::maintenance::{
-        gpu_condition, maintenance_condition, CONDITIONS, GPU_CONDITION, MAINTENANCE_CONDITION,
+        maintenance_condition, CONDITIONS, GPU_CONDITION, MAINTENANCE_CONDITION,
     };
     let gpu = |monitoring: bool, node| {
         gpu_condition(&GpuReport {

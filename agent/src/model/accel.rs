@@ -1,0 +1,22 @@
+//! What every accelerator kind (GPU, TPU) has in common: one health scale.
+
+/// Health of one accelerator, or of a node's accelerators of one kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Health {
+    #[default]
+    Healthy,
+    /// Still usable, with a reason worth a look.
+    Degraded,
+    /// Cannot run its workload: a restart cannot fix it.
+    Failed,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Degraded => "degraded",
+            Health::Failed => "failed",
+        }
+    }
+}
