@@ -82,5 +82,7 @@ cycles=$(curl -s "http://127.0.0.1:$listen/metrics" | awk '/^vigil_cycle_duratio
 healthy=$(curl -s "http://127.0.0.1:$listen/metrics" | awk '/^vigil_verdicts_total\{verdict="healthy"\}/ {print $2}')
 printf 'idle %ss, 8 workers, poll 15s: RSS %.1f MiB (max %.1f MiB), CPU %s%% of a core (%s ticks), %s threads (max %s); %s cycles, %s healthy verdicts\n' \
   "$duration" "$(echo "$rss/1024" | bc -l)" "$(echo "$max/1024" | bc -l)" "$cpu" "$((t1 - t0))" "$threads" "$max_threads" "${cycles:-?}" "${healthy:-?}"
+# Where the resident memory is: heap and stacks (anonymous) or the binary's pages (file).
+awk '/^Rss|^Anonymous|^Shared_Clean|^Private_Clean/ {printf "%s %.1f MiB  ", $1, $2/1024} END {print ""}' "/proc/$vpid/smaps_rollup"
 # What each thread is: its name (comm), counted.
 echo "threads by name: $(cat /proc/"$vpid"/task/*/comm | sort | uniq -c | awk '{printf "%s×%s ", $1, $2}')"

@@ -1,17 +1,41 @@
-//! The restart caps in the coordinator: the node's circuit breaker for the UTC day and the
-//! fleet's budget for the window. Each is one atomic capped increment, taken immediately before
-//! the command (never at pipeline start: a run that fails earlier must not consume budget), and
-//! given back for a unit taken for a restart that did not run.
+//! The restart caps, in one place: the node's circuit breaker for the UTC day and the fleet's
+//! budget for the window — their keys, their rules (pure: `breaker_open`, `budget_exhausted`,
+//! on the coordinator's clock) and their counters. Each unit is one atomic capped increment,
+//! taken immediately before the command (never at pipeline start: a run that fails earlier must
+//! not consume budget), and given back for a restart that did not run. The heartbeat reads both
+//! counters in its one batch ([`Caps::counter_ops`]) for the metrics.
+//!
+//! NB: every time is the coordinator's (Redis `TIME`), so two nodes with skewed clocks count the
+//! same day and the same window.
 
 use std::time::Duration;
 
-use crate::clock::Millis;
+use crate::clock::{ms, utc_day, Millis};
 use crate::config::SafetyConfig;
-use crate::coord::{CoordError, Coordinator, Keys};
-use crate::policy::caps;
+use crate::coord::{CoordError, Coordinator, Keys, Op};
 
 /// How long a day's breaker counter lives (past the day, for the operator's eyes).
 pub const BREAKER_TTL: Duration = Duration::from_secs(48 * 3600);
+
+/// The breaker's day: one counter per node per UTC day.
+pub fn breaker_day(now: Millis) -> String {
+    utc_day(now)
+}
+
+/// The fleet budget's window number: windows of `window` length since the epoch.
+pub fn fleet_window(now: Millis, window: Duration) -> i64 {
+    now.div_euclid(ms(window).max(1))
+}
+
+/// Whether `used` restarts today open the breaker.
+pub fn breaker_open(used: u64, s: &SafetyConfig) -> bool {
+    !s.breaker_disabled && used >= u64::from(s.breaker_per_day)
+}
+
+/// Whether the fleet budget of this window is used up (a budget of 0 means no fleet cap).
+pub fn budget_exhausted(used: u64, s: &SafetyConfig) -> bool {
+    s.fleet_budget > 0 && used >= u64::from(s.fleet_budget)
+}
 
 /// The caps of one node, as the safety settings size them.
 pub struct Caps<'a> {
@@ -21,34 +45,58 @@ pub struct Caps<'a> {
 }
 
 impl Caps<'_> {
-    fn breaker_key(&self, now: Millis) -> String {
-        self.keys.breaker(&caps::breaker_day(now))
+    /// The breaker's counter for the day of `now`.
+    pub fn breaker_key(&self, now: Millis) -> String {
+        self.keys.breaker(&breaker_day(now))
     }
 
-    fn budget_key(&self, now: Millis) -> String {
-        let s = self.safety;
+    /// The fleet budget's counter for the window of `now`.
+    pub fn budget_key(&self, now: Millis) -> String {
         self.keys
-            .fleet_budget(caps::fleet_window(now, s.fleet_window))
+            .fleet_budget(fleet_window(now, self.safety.fleet_window))
+    }
+
+    /// The counter reads of the heartbeat's batch: the breaker's, then the budget's (when there
+    /// is a fleet cap). [`Caps::read`] turns their values into (used, open) pairs.
+    pub fn counter_ops(&self, now: Millis) -> Vec<Op> {
+        let mut ops = vec![Op::Counter {
+            key: self.breaker_key(now),
+        }];
+        if self.safety.fleet_budget > 0 {
+            ops.push(Op::Counter {
+                key: self.budget_key(now),
+            });
+        }
+        ops
+    }
+
+    /// The values of [`Caps::counter_ops`]: the breaker's (used, open) and the budget's (used,
+    /// exhausted; `(0, false)` without a fleet cap).
+    pub fn read(&self, values: &[u64]) -> (Option<(u64, bool)>, (u64, bool)) {
+        let s = self.safety;
+        let breaker = values.first().map(|&u| (u, breaker_open(u, s)));
+        let budget = values
+            .get(1)
+            .map_or((0, false), |&u| (u, budget_exhausted(u, s)));
+        (breaker, budget)
     }
 
     /// Whether the breaker would let a restart through now; nothing is taken.
     pub async fn breaker_free(&self, now: Millis) -> Result<bool, CoordError> {
-        let s = self.safety;
-        if s.breaker_disabled {
+        if self.safety.breaker_disabled {
             return Ok(true);
         }
         let used = self.coord.counter(&self.breaker_key(now)).await?;
-        Ok(!caps::breaker_open(used, s))
+        Ok(!breaker_open(used, self.safety))
     }
 
     /// Whether the fleet budget would let a restart through now; nothing is taken.
     pub async fn budget_free(&self, now: Millis) -> Result<bool, CoordError> {
-        let s = self.safety;
-        if s.fleet_budget == 0 {
+        if self.safety.fleet_budget == 0 {
             return Ok(true);
         }
         let used = self.coord.counter(&self.budget_key(now)).await?;
-        Ok(!caps::budget_exhausted(used, s))
+        Ok(!budget_exhausted(used, self.safety))
     }
 
     /// Take the breaker's unit; `false` when the breaker refuses (nothing taken then).
@@ -59,11 +107,8 @@ impl Caps<'_> {
         }
         let cap = u64::from(s.breaker_per_day);
         let key = self.breaker_key(now);
-        Ok(self
-            .coord
-            .incr_capped(&key, cap, BREAKER_TTL)
-            .await?
-            .is_some())
+        let taken = self.coord.incr_capped(&key, cap, BREAKER_TTL).await?;
+        Ok(taken.is_some())
     }
 
     /// Take the fleet budget's unit; `false` when the budget refuses (nothing taken then).
@@ -96,5 +141,73 @@ impl Caps<'_> {
         if self.safety.fleet_budget > 0 {
             let _ = self.coord.decr(&self.budget_key(now)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_and_days_follow_the_shared_clock() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(fleet_window(0, hour), 0);
+        assert_eq!(fleet_window(3_599_999, hour), 0);
+        assert_eq!(fleet_window(3_600_000, hour), 1);
+        assert_eq!(
+            fleet_window(5, Duration::ZERO),
+            5,
+            "a zero window cannot divide by zero"
+        );
+        assert_eq!(breaker_day(0), "1970-01-01");
+    }
+
+    #[test]
+    fn caps_open_at_their_limit() {
+        let s = SafetyConfig {
+            breaker_per_day: 3,
+            fleet_budget: 2,
+            ..SafetyConfig::default()
+        };
+        assert!(!breaker_open(2, &s) && breaker_open(3, &s));
+        assert!(!budget_exhausted(1, &s) && budget_exhausted(2, &s));
+        let off = SafetyConfig {
+            breaker_disabled: true,
+            fleet_budget: 0,
+            ..s
+        };
+        assert!(!breaker_open(100, &off) && !budget_exhausted(100, &off));
+    }
+
+    #[test]
+    fn the_heartbeat_reads_what_the_caps_count() {
+        let keys = Keys::new("p", "n");
+        let coord = crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
+            crate::clock::FakeClock::at(0),
+        ));
+        let s = SafetyConfig {
+            breaker_per_day: 2,
+            fleet_budget: 5,
+            ..SafetyConfig::default()
+        };
+        let caps = Caps {
+            coord: &coord,
+            keys: &keys,
+            safety: &s,
+        };
+        let ops = caps.counter_ops(0);
+        assert_eq!(ops[0].key(), caps.breaker_key(0));
+        assert_eq!(ops[1].key(), caps.budget_key(0));
+        assert_eq!(caps.read(&[2, 1]), (Some((2, true)), (1, false)));
+        let none = SafetyConfig {
+            fleet_budget: 0,
+            ..s
+        };
+        let caps = Caps {
+            safety: &none,
+            ..caps
+        };
+        assert_eq!(caps.counter_ops(0).len(), 1, "no fleet cap, no budget read");
+        assert_eq!(caps.read(&[0]), (Some((0, false)), (0, false)));
     }
 }

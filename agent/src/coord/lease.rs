@@ -7,8 +7,14 @@
 
 use std::time::Duration;
 
-use crate::clock::Millis;
+use crate::clock::{ms, Millis};
 use crate::coord::{CoordError, Coordinator};
+
+/// Whether a lease with `left` of its TTL still covers an action that may take `needed` (a lost
+/// lease covers nothing).
+pub fn covers(left: Option<Millis>, needed: Duration) -> bool {
+    matches!(left, Some(ttl) if ttl >= ms(needed))
+}
 
 /// A lease this owner took (or believes it holds).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,5 +74,16 @@ impl Lease {
     /// Release it if it is still ours (compare-and-delete); `true` when it was.
     pub async fn release(&self, coord: &dyn Coordinator) -> Result<bool, CoordError> {
         coord.del_if_owner(&self.key, &self.token).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_lease_must_cover_the_whole_action() {
+        let need = std::time::Duration::from_secs(10);
+        assert!(super::covers(Some(10_000), need));
+        assert!(!super::covers(Some(9_999), need));
+        assert!(!super::covers(None, need), "a lost lease covers nothing");
     }
 }

@@ -6,7 +6,7 @@
 //! connection, with the commands and Lua scripts in redis/commands.rs) and `memory.rs` (one
 //! machine, no Redis). The coordination primitives built on the trait live here too, each in one
 //! place: `lease.rs` (the node lock, a pool's maintenance claim: claim, time left, release by
-//! compare-and-delete), `caps.rs` (the breaker and the fleet budget: take, refund) and
+//! compare-and-delete), `caps.rs` (the breaker and the fleet budget, their one owner: keys, rules, take, refund) and
 //! `marks.rs` (the codec of a worker's marks: the keys of its one-round-trip read, their order,
 //! and the formats of the marks). The engine (`crate::engine::restart`, opportunistic
 //! maintenance) calls them, so the same behaviour — and the same test suite — covers both

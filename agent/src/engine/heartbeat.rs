@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Millis;
+use crate::coord::caps::Caps;
 use crate::coord::marks::MARK_TTL;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::engine::context::Context;
@@ -18,7 +19,6 @@ use crate::model::gpu::GpuReport;
 use crate::model::maintenance::MaintenanceState;
 use crate::model::node_info::NodeInfo;
 use crate::observe::fleet::{self, publish, NodeRecord};
-use crate::policy::caps;
 use crate::policy::node_info::place;
 
 /// The record the agent last published, and when, shared with [`heartbeat_loop`].
@@ -99,15 +99,12 @@ impl Cycle {
             value,
             ttl: MARK_TTL,
         }));
-        ops.push(Op::Counter {
-            key: keys.breaker(&caps::breaker_day(now)),
-        });
-        if s.fleet_budget > 0 {
-            let window = caps::fleet_window(now, s.fleet_window);
-            ops.push(Op::Counter {
-                key: keys.fleet_budget(window),
-            });
-        }
+        let caps = Caps {
+            coord: ctx.coord.as_ref(),
+            keys,
+            safety: s,
+        };
+        ops.extend(caps.counter_ops(now));
         let counters = match ctx.coord.batch(&ops).await {
             Ok(c) => c,
             Err(e) => {
@@ -123,14 +120,11 @@ impl Cycle {
             (!s.breaker_disabled).then_some(s.breaker_per_day),
             s.fleet_budget,
         );
-        if let Some(used) = counters.first() {
-            let open = caps::breaker_open(*used, s);
-            budgets.set_breaker(*used, open);
+        let (breaker, (used, exhausted)) = caps.read(&counters);
+        if let Some((used, open)) = breaker {
+            budgets.set_breaker(used, open);
         }
-        match counters.get(1) {
-            Some(used) => budgets.set_fleet_budget(*used, caps::budget_exhausted(*used, s)),
-            None => budgets.set_fleet_budget(0, false),
-        }
+        budgets.set_fleet_budget(used, exhausted);
         Ok(())
     }
 }

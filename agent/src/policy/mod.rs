@@ -4,7 +4,6 @@
 pub mod accel;
 pub mod budget;
 pub mod caller;
-pub mod caps;
 pub mod gpu;
 pub mod gpu_state;
 pub mod idle;

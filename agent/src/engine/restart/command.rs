@@ -11,7 +11,6 @@ use crate::coord::CoordError;
 use crate::model::container::Container;
 use crate::model::worker::Incident;
 use crate::observe::trail::Code;
-use crate::policy::caps;
 use crate::policy::restart::Cancel;
 use crate::policy::restart::{self as policy};
 
@@ -337,7 +336,7 @@ impl RestartPath<'_> {
     ) -> Result<Option<Skip>, CoordError> {
         let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
         let left = lease.left(self.ctx.coord.as_ref()).await;
-        let lock_ok = matches!(left, Ok(l) if caps::lock_covers(l, needed));
+        let lock_ok = matches!(left, Ok(l) if crate::coord::lease::covers(l, needed));
         let claimed = match lock_ok {
             true => Some(self.write_restart_markers(act, now).await),
             false => None,

@@ -3,9 +3,8 @@
 
 use crate::actions::alert::AlertKind;
 use crate::clock::Millis;
-use crate::coord::caps::{Caps, BREAKER_TTL};
+use crate::coord::caps::{breaker_day, fleet_window, Caps, BREAKER_TTL};
 use crate::coord::CoordError;
-use crate::policy::caps;
 
 use super::{Act, RestartPath, Skip};
 
@@ -58,7 +57,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let per_day = self.ctx.cfg.safety.breaker_per_day;
-        let day = caps::breaker_day(now);
+        let day = breaker_day(now);
         let key = self.ctx.keys.breaker_alert(&day);
         if self.claim_alert(&key, now, BREAKER_TTL).await? {
             let alert = self.alert_for(AlertKind::BreakerOpen, act.case, None, now, format!(
@@ -77,10 +76,7 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let s = &self.ctx.cfg.safety;
         let (budget, window) = (s.fleet_budget, s.fleet_window);
-        let key = self
-            .ctx
-            .keys
-            .fleet_budget_alert(caps::fleet_window(now, window));
+        let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
         if self.claim_alert(&key, now, window * 2).await? {
             let alert = self.alert_for(AlertKind::BudgetExhausted, act.case, None, now, format!(
                 "fleet restart budget exhausted: {budget} restart(s) across the fleet in this {} window; no restart anywhere until it ends (a systemic cause is likely)",

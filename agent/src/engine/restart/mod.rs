@@ -11,7 +11,7 @@
 //! 8. a failed restart releases the dedup key and pages at once, then backs off;
 //!
 //! plus the fleet-wide budget, fail-closed behaviour and the decision trail. The decisions are
-//! the policy's (`crate::policy::restart`, `crate::policy::caps`); the coordination primitives
+//! the policy's (`crate::policy::restart`; the caps' in `crate::coord::caps`); the coordination primitives
 //! are `crate::coord`'s (lease, caps, marks); this module only executes them, one small step per
 //! effect.
 //!
