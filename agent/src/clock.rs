@@ -23,7 +23,8 @@ fn timestamp(now: Millis) -> Option<jiff::Timestamp> {
     jiff::Timestamp::from_millisecond(now).ok()
 }
 
-/// `HH:MM:SS` (UTC) of a timestamp, for compact timelines.
+/// `HH:MM:SS` (UTC) of a timestamp, for compact timelines (`vigil demo`'s).
+#[cfg_attr(not(feature = "demo"), allow(dead_code))]
 pub(crate) fn hhmmss(now: Millis) -> String {
     timestamp(now)
         .map(|t| t.strftime("%H:%M:%S").to_string())

@@ -5,6 +5,7 @@ pub mod alert;
 pub mod alertmanager;
 pub mod checkpoint;
 pub mod node;
+#[cfg(feature = "demo")]
 pub mod recording;
 
 /// A failed HTTP call in words an operator can act on (refused, TLS, timeout: the whole chain of

@@ -6,6 +6,7 @@ mod beat;
 mod budget;
 mod cleanup;
 mod config;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod doctor;
 mod explain;
@@ -143,6 +144,7 @@ pub enum Command {
     /// Replay the seed's night in seconds: a worker hangs, the alert posts, the timer persists,
     /// the restart runs, the cooldown keeps the booting worker safe, it recovers; then a
     /// maintenance notice arrives and the worker checkpoints. Needs nothing installed.
+    #[cfg(feature = "demo")]
     Demo {
         /// Real time per simulated 15-second cycle.
         #[arg(long, default_value = "60ms", value_parser = humantime::parse_duration)]
@@ -327,6 +329,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             node,
             dry_run,
         } => cleanup::run(&load(&config)?, node, dry_run).await,
+        #[cfg(feature = "demo")]
         Command::Demo { pace } => {
             let mut stdout = std::io::stdout();
             demo::run(&mut stdout, pace)

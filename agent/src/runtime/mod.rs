@@ -10,6 +10,7 @@
 pub mod cri;
 pub(crate) mod cri_log;
 pub mod docker;
+#[cfg(feature = "demo")]
 pub mod sim;
 
 pub use crate::model::container::Container;
