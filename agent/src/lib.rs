@@ -15,6 +15,10 @@
 // with a comment saying why.
 #![deny(clippy::disallowed_types)]
 
+/// An error's cause kept whole (its own `source` chain included) whatever its type: the
+/// `source` of an error whose cause comes from any of several libraries.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 pub mod actions;
 pub(crate) mod app;
 pub(crate) mod backoff;

@@ -419,7 +419,7 @@ impl SimRuntime {
         if fail {
             return Err(RuntimeError::Unreachable {
                 runtime: "sim".into(),
-                detail: "connection reset".into(),
+                source: "connection reset".into(),
             });
         }
         Ok(())

@@ -40,8 +40,12 @@ pub enum CoordError {
         "redis at {addr} did not answer within {timeout:?}; restarts are paused until it does"
     )]
     Timeout { addr: String, timeout: Duration },
-    #[error("redis at {addr} answered a command with an error: {detail}")]
-    Command { addr: String, detail: String },
+    #[error("redis at {addr} answered a command with an error: {source}")]
+    Command {
+        addr: String,
+        #[source]
+        source: crate::BoxError,
+    },
 }
 
 /// One trail entry as stored: its stream id and its fields.
@@ -222,7 +226,7 @@ pub trait Coordinator: Send + Sync {
 fn mismatch(coord: &dyn Coordinator, asked: &str, reply: Reply) -> CoordError {
     CoordError::Command {
         addr: coord.describe(),
-        detail: format!("{asked} was answered with {reply:?}"),
+        source: format!("{asked} was answered with {reply:?}").into(),
     }
 }
 
@@ -419,7 +423,7 @@ pub async fn read_worker_by_parts(
             Some(why) => Err(why),
             None => Ok(fields),
         },
-        Err(CoordError::Command { detail, .. }) => Err(detail),
+        Err(CoordError::Command { source, .. }) => Err(source.to_string()),
         Err(e) => return Err(e),
     };
     let values = coord.get_many(keys).await?;

@@ -176,7 +176,7 @@ impl RedisCoordinator {
             Some(path) => {
                 let root = std::fs::read(path).map_err(|e| CoordError::Command {
                     addr: addr.clone(),
-                    detail: format!("cannot read redis.ca_file {path}: {e}"),
+                    source: format!("cannot read redis.ca_file {path}: {e}").into(),
                 })?;
                 let certs = redis::TlsCertificates {
                     client_tls: None,
@@ -301,7 +301,7 @@ impl RedisCoordinator {
         } else {
             CoordError::Command {
                 addr: self.addr.clone(),
-                detail: source.to_string(),
+                source: source.into(),
             }
         }
     }

@@ -93,7 +93,7 @@ impl CriRuntime {
         let endpoint = Endpoint::try_from("http://[::1]:50051")
             .map_err(|e| RuntimeError::Unreachable {
                 runtime: format!("cri at {path}"),
-                detail: e.to_string(),
+                source: e.into(),
             })?
             // NB: no channel-wide `.timeout()`: gRPC keeps the shorter of a channel's timeout and
             // a request's deadline, and the stop of a worker that ignores SIGTERM (any hung
@@ -183,10 +183,10 @@ impl CriRuntime {
         }
     }
 
-    fn unreachable(&self, e: impl std::fmt::Display) -> RuntimeError {
+    fn unreachable(&self, e: impl Into<crate::BoxError>) -> RuntimeError {
         RuntimeError::Unreachable {
             runtime: self.describe(),
-            detail: e.to_string(),
+            source: e.into(),
         }
     }
 

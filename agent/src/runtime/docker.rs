@@ -216,10 +216,10 @@ impl DockerRuntime {
         Ok(c)
     }
 
-    fn unreachable(&self, e: impl std::fmt::Display) -> RuntimeError {
+    fn unreachable(&self, e: impl Into<crate::BoxError>) -> RuntimeError {
         RuntimeError::Unreachable {
             runtime: self.describe(),
-            detail: e.to_string(),
+            source: e.into(),
         }
     }
 

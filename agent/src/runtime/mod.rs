@@ -296,8 +296,12 @@ mod choose_tests {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("{runtime} is unreachable: {detail}")]
-    Unreachable { runtime: String, detail: String },
+    #[error("{runtime} is unreachable: {source}")]
+    Unreachable {
+        runtime: String,
+        #[source]
+        source: crate::BoxError,
+    },
     #[error("{runtime} refused `{op}` on container {container}: {detail}")]
     Refused {
         runtime: String,

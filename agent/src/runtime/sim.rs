@@ -167,7 +167,7 @@ impl FakeRuntime {
         if self.state.lock().unwrap().down {
             return Err(RuntimeError::Unreachable {
                 runtime: "fake runtime".into(),
-                detail: "connection refused".into(),
+                source: "connection refused".into(),
             });
         }
         Ok(())
