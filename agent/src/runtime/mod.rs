@@ -380,3 +380,26 @@ impl WorkerDirectory for Arc<dyn ContainerRuntime> {
             .map_err(|e| e.to_string())
     }
 }
+
+#[cfg(test)]
+mod error_tests {
+    use super::RuntimeError;
+
+    #[test]
+    fn an_unreachable_runtime_keeps_its_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let e = RuntimeError::Unreachable {
+            runtime: "docker at unix:///var/run/docker.sock".into(),
+            source: io.into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "docker at unix:///var/run/docker.sock is unreachable: connection refused"
+        );
+        let cause = std::error::Error::source(&e).expect("the cause is kept");
+        let io = cause
+            .downcast_ref::<std::io::Error>()
+            .expect("as its own type");
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+}
