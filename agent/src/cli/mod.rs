@@ -7,11 +7,11 @@ mod budget;
 mod cleanup;
 mod config;
 #[cfg(feature = "demo")]
-pub mod demo;
-pub mod doctor;
+pub(crate) mod demo;
+pub(crate) mod doctor;
 mod explain;
 mod idle;
-pub mod policy;
+pub(crate) mod policy;
 mod status;
 
 use std::path::PathBuf;

@@ -58,14 +58,6 @@ impl Lease {
         format!("{:016x}", rand::random::<u64>())
     }
 
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub fn token(&self) -> &str {
-        &self.token
-    }
-
     /// Time left on the lease while it is still ours; `None` when it expired or was taken over.
     pub async fn left(&self, coord: &dyn Coordinator) -> Result<Option<Millis>, CoordError> {
         coord.owner_ttl(&self.key, &self.token).await

@@ -12,10 +12,10 @@
 //! maintenance) calls them, so the same behaviour — and the same test suite — covers both
 //! backends. Alert de-duplication is a SET NX claim made by `crate::engine::alert_gate`.
 
-pub mod caps;
-pub mod keys;
-pub mod lease;
-pub mod marks;
+pub(crate) mod caps;
+pub(crate) mod keys;
+pub(crate) mod lease;
+pub(crate) mod marks;
 pub mod memory;
 pub mod redis;
 

@@ -5,6 +5,6 @@ pub mod container;
 pub mod gpu;
 pub mod maintenance;
 pub mod node;
-pub mod node_info;
+pub(crate) mod node_info;
 pub mod tpu;
-pub mod worker;
+pub(crate) mod worker;

@@ -4,8 +4,8 @@
 
 pub mod fleet;
 pub mod health;
-pub mod listen;
+pub(crate) mod listen;
 pub mod metrics;
-pub mod server;
+pub(crate) mod server;
 pub mod trail;
-pub mod worker_api;
+pub(crate) mod worker_api;

@@ -2,15 +2,15 @@
 //! state. No I/O and no clock reads: the caller hands in `now` (the coordinator's clock).
 
 pub mod accel;
-pub mod budget;
-pub mod caller;
+pub(crate) mod budget;
+pub(crate) mod caller;
 pub mod gpu;
-pub mod gpu_state;
-pub mod idle;
+pub(crate) mod gpu_state;
+pub(crate) mod idle;
 pub mod maintenance;
-pub mod node_info;
+pub(crate) mod node_info;
 pub mod restart;
-pub mod table;
+pub(crate) mod table;
 pub mod tpu;
 pub mod xid;
 

@@ -3,8 +3,8 @@
 pub mod gpu;
 pub mod metadata;
 pub mod node;
-pub mod peer;
+pub(crate) mod peer;
 pub mod podresources;
 pub mod pods;
-pub mod token_review;
+pub(crate) mod token_review;
 pub mod tpu;

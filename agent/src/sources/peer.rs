@@ -14,7 +14,7 @@
 //! The agent must see the peer's pid: on a plain host it does; in a container it needs the host's
 //! PID namespace (`hostPID`), or the kernel reports pid 0 and every write is refused.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The container id in a `/proc/<pid>/cgroup` text, or `None` for a process in no container.
 /// A claim, to be proven by [`within`].
@@ -102,7 +102,9 @@ impl Default for Procfs {
 }
 
 impl Procfs {
-    pub fn at(root: &Path) -> Procfs {
+    /// A procfs mounted at `root` (a fake tree in the tests).
+    #[cfg(test)]
+    pub fn at(root: &std::path::Path) -> Procfs {
         Procfs {
             root: root.to_path_buf(),
         }
@@ -111,6 +113,7 @@ impl Procfs {
     /// The container `pid` runs in, by the name of its cgroup: `Ok(None)` when it runs in
     /// none, `Err` when its cgroup cannot be read (the process is gone, or not visible from
     /// this PID namespace).
+    #[cfg(test)]
     pub fn container_of_pid(&self, pid: i32) -> Result<Option<String>, String> {
         Ok(container_of(&self.cgroup_of_pid(pid)?))
     }
