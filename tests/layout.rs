@@ -3,7 +3,8 @@
 //! `actions`) and `observe` never import an engine, the CLI or the wiring; `engine` never imports
 //! the CLI or the wiring; the wiring (`app`) never imports the CLI that calls it; `observe` never
 //! imports `runtime` (the runtime reports to `/readyz` through `observe::server::Probe`); `config`
-//! never imports `coord`; `redact` imports nothing of the crate.
+//! never imports `coord`; `redact` imports nothing of the crate. And the rule of decision code:
+//! `model/` and `policy/` do no I/O and read no clock (`now` is handed in).
 //!
 //! And the test suite's promise: with `autotests = false`, a file in tests/ that agent/Cargo.toml
 //! does not declare would silently never run, so every one must be declared.
@@ -62,6 +63,69 @@ fn model_is_data_only() {
 #[test]
 fn policy_depends_on_data_only() {
     assert_only("policy", &["model", "policy", "clock", "config"]);
+}
+
+/// What decision code must never write: I/O, a clock read, a process or the environment. A
+/// decision takes `now` and its observations as arguments and returns what to do.
+const EFFECTS: [&str; 14] = [
+    "async fn",
+    ".await",
+    "tokio::",
+    "std::fs",
+    "std::net",
+    "std::process",
+    "std::env",
+    "std::thread",
+    "SystemClock",
+    "Instant::now",
+    "SystemTime::now",
+    "println!",
+    "eprintln!",
+    "tracing::",
+];
+
+/// The effects (see [`EFFECTS`]) in the code of `text`, comments and its `#[cfg(test)]` part left
+/// out, as `line: effect`.
+fn effects_in(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let code = line.split("//").next().unwrap_or("");
+        out.extend(
+            EFFECTS
+                .iter()
+                .filter(|e| code.contains(*e))
+                .map(|e| format!("{}: {e}", n + 1)),
+        );
+    }
+    out
+}
+
+#[test]
+fn the_effects_check_sees_io_and_clock_reads_and_skips_comments_and_tests() {
+    let text = "fn a(now: i64) {}\n// std::fs::read is fine in a comment\nfn b() { let t = Instant::now(); }\nasync fn c() {}\n#[cfg(test)]\nmod tests { fn d() { std::fs::read(\"x\"); } }\n";
+    assert_eq!(effects_in(text), ["3: Instant::now", "4: async fn"]);
+}
+
+/// The one rule of decision code: the data (`model/`) and the decisions (`policy/`) do no I/O
+/// and read no clock — `now` is handed in — so every decision is a unit test with a fixed time.
+#[test]
+fn decision_functions_do_no_io_and_take_now() {
+    let bad: Vec<String> = sources()
+        .into_iter()
+        .filter(|(path, _)| {
+            (path.starts_with("policy/") || path.starts_with("model/"))
+                && !path.ends_with("_tests.rs")
+        })
+        .flat_map(|(path, text)| {
+            effects_in(&text)
+                .into_iter()
+                .map(move |e| format!("{path}:{e}"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "decision code with effects: {bad:?}");
 }
 
 #[test]
