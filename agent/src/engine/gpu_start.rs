@@ -170,17 +170,7 @@ pub async fn start_with(
     // `on`: the operator says this node has GPUs; believe it and wait for the driver.
     let mut said_no_gpu = false;
     while cfg.enabled != Switch::On && !gpus_present(&opts.host) {
-        if !said_no_gpu {
-            tracing::info!(
-                "GPU monitoring off: no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device); looking again every {}",
-                human(ms(opts.no_gpu_recheck))
-            );
-            said_no_gpu = true;
-        }
-        publish(&tx, GpuMonitorState::NoGpu);
-        if let Some(w) = &opts.warnings {
-            w.set(WARNING_SOURCE, None);
-        }
+        no_gpu(&tx, &opts, &mut said_no_gpu);
         tokio::select! {
             _ = tokio::time::sleep(opts.no_gpu_recheck) => {}
             _ = stop.cancelled() => return None,
@@ -188,7 +178,8 @@ pub async fn start_with(
     }
     let cfg = cfg.clone();
     Some(spawn_thread(move || {
-        let Some(probe) = wait_for_nvml(&cfg, loader.as_mut(), &opts, &tx, &stop) else {
+        let wait = wait_for_nvml(&cfg, loader.as_mut(), &opts, &tx, &stop, said_no_gpu);
+        let Some(probe) = wait else {
             return;
         };
         if let Some(w) = &opts.warnings {
@@ -199,6 +190,21 @@ pub async fn start_with(
         tracing::info!("GPU monitoring on");
         run_monitor(probe, &cfg, store, &tx, &stop);
     }))
+}
+
+/// No GPU on the node: said once (`said`), published, and no `/readyz` warning.
+fn no_gpu(tx: &watch::Sender<GpuReport>, opts: &StartOptions, said: &mut bool) {
+    if !*said {
+        tracing::info!(
+            "GPU monitoring off: no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device); looking again every {}",
+            human(ms(opts.no_gpu_recheck))
+        );
+        *said = true;
+    }
+    publish(tx, GpuMonitorState::NoGpu);
+    if let Some(w) = &opts.warnings {
+        w.set(WARNING_SOURCE, None);
+    }
 }
 
 /// Publish `state` (a report with no GPUs) unless it is already the one published.
@@ -220,10 +226,19 @@ fn wait_for_nvml(
     opts: &StartOptions,
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
+    mut said_no_gpu: bool,
 ) -> Option<Box<dyn crate::sources::gpu::GpuProbe>> {
     let mut backoff = Backoff::new(opts.retry_first, opts.retry_max);
     let mut log = WaitLog::new(opts.log_every);
     while !stop.is_cancelled() {
+        // `auto`: GPUs gone while the driver was awaited are looked for again, as at start-up.
+        if cfg.enabled != Switch::On && !gpus_present(&opts.host) {
+            no_gpu(tx, opts, &mut said_no_gpu);
+            if !sleep_unless_stopped(opts.no_gpu_recheck, stop) {
+                return None;
+            }
+            continue;
+        }
         match loader.load() {
             Ok(probe) => {
                 if let Some(line) = log.loaded(Instant::now()) {
