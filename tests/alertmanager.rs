@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vigil::actions::alert::{Alert, AlertKind, AlertSink, Resolve};
-use vigil::actions::alertmanager::AlertmanagerSink;
+use vigil::alerts::alertmanager::AlertmanagerSink;
+use vigil::alerts::{Alert, AlertKind, AlertSink, Resolve};
 
 use common::real::{free_port, require};
 

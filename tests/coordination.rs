@@ -477,10 +477,10 @@ async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_record_is_that_workers_problem_only() {
     use common::fakes::{FakeRuntime, RecordingSink};
-    use vigil::actions::alert::{AlertKind, Notifier};
+    use vigil::alerts::{AlertKind, Notifier};
     use vigil::config::Config;
-    use vigil::engine::agent::Agent;
-    use vigil::observe::metrics::Metrics;
+    use vigil::hang::agent::Agent;
+    use vigil::metrics::Metrics;
     let url = shared_redis_url();
     let prefix = unique("badrec");
     let mut cfg = Config {
@@ -611,10 +611,10 @@ async fn primitives_through_sentinel_and_across_a_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
     use common::fakes::{FakeRuntime, RecordingSink};
-    use vigil::actions::alert::Notifier;
+    use vigil::alerts::Notifier;
     use vigil::config::{Config, RedisMode};
-    use vigil::engine::agent::Agent;
-    use vigil::observe::metrics::Metrics;
+    use vigil::hang::agent::Agent;
+    use vigil::metrics::Metrics;
     let s = Sentinel::start();
     let prefix = unique("fo");
     let mut cfg = Config {

@@ -15,19 +15,19 @@ use common::fake_podresources::FakePodResources;
 use common::fakes::RecordingSink;
 use common::wiring::{node_config, write_record};
 use tokio_util::sync::CancellationToken;
-use vigil::actions::alert::{AlertKind, Notifier};
+use vigil::accel::gpu::model::{GpuHealth, GpuReport};
+use vigil::alerts::{AlertKind, Notifier};
 use vigil::clock::{Clock, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::engine::agent::Agent;
-use vigil::model::container::Container;
-use vigil::model::gpu::{GpuHealth, GpuReport};
-use vigil::observe::metrics::Metrics;
+use vigil::hang::agent::Agent;
+use vigil::kube::podresources::PodResourcesClient;
+use vigil::kube::pods::{PodApi, RestartPolicy};
+use vigil::metrics::Metrics;
+use vigil::runtime::container::Container;
 use vigil::runtime::cri::{CriRuntime, CriSettings, POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use vigil::runtime::{ContainerRuntime, RuntimeError};
-use vigil::sources::podresources::PodResourcesClient;
-use vigil::sources::pods::{PodApi, RestartPolicy};
 
 const START: Millis = 1_796_083_200_000;
 const POLL: Duration = Duration::from_secs(15);
@@ -44,7 +44,7 @@ impl PodApi for Policies {
     async fn restart_policy(&self, _: &str, _: &str) -> Result<Option<RestartPolicy>, String> {
         Ok(Some(self.0))
     }
-    async fn node_pods(&self, _: &str) -> Result<Vec<vigil::sources::pods::NodePod>, String> {
+    async fn node_pods(&self, _: &str) -> Result<Vec<vigil::kube::pods::NodePod>, String> {
         Err("this test's pods API serves restartPolicy only".into())
     }
 }
@@ -412,7 +412,11 @@ impl Rig {
 /// The node controller of a checkpoint round over `runtime`, its store and its keys.
 fn checkpoint_rig(
     runtime: Arc<CriRuntime>,
-) -> (Arc<dyn Coordinator>, Keys, vigil::engine::node::Controller) {
+) -> (
+    Arc<dyn Coordinator>,
+    Keys,
+    vigil::node::controller::Controller,
+) {
     let clock = FakeClock::at(START);
     let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
     let cfg = node_config("gke-node-1");
@@ -425,8 +429,13 @@ fn checkpoint_rig(
         Notifier::new(None, metrics.clone()),
         metrics.clone(),
     );
-    let controller =
-        vigil::engine::node::Controller::new(cfg, store.clone(), runtime, metrics, agent.trail());
+    let controller = vigil::node::controller::Controller::new(
+        cfg,
+        store.clone(),
+        runtime,
+        metrics,
+        agent.trail(),
+    );
     (store, keys, controller)
 }
 
@@ -731,7 +740,7 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
     gcfg.sample_interval = Duration::from_millis(50);
     let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
     let gpu_stop = CancellationToken::new();
-    vigil::engine::gpu::spawn_monitor(Box::new(gpu.clone()), gcfg, tx, gpu_stop.clone());
+    vigil::accel::gpu::monitor::spawn_monitor(Box::new(gpu.clone()), gcfg, tx, gpu_stop.clone());
     gpu.inject_xid(0, 79);
     let failed = |r: &GpuReport| {
         r.gpus

@@ -19,18 +19,18 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
-use vigil::actions::alert::AlertKind;
+use vigil::accel::gpu::model::{GpuHealth, GpuReport};
+use vigil::accel::policy::desired;
+use vigil::accel::tpu::model::{TpuHealth, TpuReport};
+use vigil::alerts::AlertKind;
 use vigil::config::{Config, KubernetesConfig};
 use vigil::coord::Keys;
-use vigil::model::gpu::{GpuHealth, GpuReport};
-use vigil::model::maintenance::{MaintenanceState, Phase};
-use vigil::model::tpu::{TpuHealth, TpuReport};
-use vigil::observe::metrics::{to_classic_text, Metrics};
-use vigil::observe::trail::Code;
-use vigil::policy::accel::desired;
-use vigil::policy::maintenance::{event_for, node_desired};
-use vigil::policy::restart::Verdict;
-use vigil::policy::Action;
+use vigil::hang::policy::Action;
+use vigil::hang::policy::Verdict;
+use vigil::maintenance::model::{MaintenanceState, Phase};
+use vigil::maintenance::policy::{event_for, node_desired};
+use vigil::metrics::{to_classic_text, Metrics};
+use vigil::trail::Code;
 
 /// The repository's root.
 fn root() -> PathBuf {
@@ -268,7 +268,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
         window_end: Some("b".into()),
         ..MaintenanceState::default()
     };
-    let names = |d: &vigil::model::node::NodeDesired| -> BTreeSet<String> {
+    let names = |d: &vigil::node::model::NodeDesired| -> BTreeSet<String> {
         d.labels
             .keys()
             .chain(d.annotations.keys())
@@ -279,7 +279,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
     let mut d = node_desired(&k, &st, Some("x"), Some(true));
     let maintenance_names = names(&d);
     let report = GpuReport {
-        state: vigil::model::gpu::GpuMonitorState::On,
+        state: vigil::accel::gpu::model::GpuMonitorState::On,
         node: GpuHealth::Failed,
         node_reasons: vec!["r".into()],
         ..Default::default()
@@ -315,7 +315,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
             "Event {reason} missing from docs/maintenance.md"
         );
     }
-    for reason in vigil::policy::gpu::GPU.events {
+    for reason in vigil::accel::gpu::policy::GPU.events {
         assert!(
             gpu.contains(&format!("`{reason}`")),
             "Event {reason} missing from docs/gpu.md"
@@ -344,7 +344,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
             c.kind
         );
     }
-    for reason in vigil::policy::tpu::TPU.events {
+    for reason in vigil::accel::tpu::policy::TPU.events {
         assert!(
             tpu.contains(&format!("`{reason}`")),
             "Event {reason} missing from docs/tpu.md"
@@ -537,7 +537,7 @@ fn every_relative_link_in_docs_resolves() {
 
 /// docs/gpu.md carries the XID → action table between these markers, as the code prints it.
 const XID_TABLE_BEGIN: &str =
-    "<!-- xid-table: generated from agent/src/policy/xid.rs; tests/docs.rs checks it -->";
+    "<!-- xid-table: generated from agent/src/accel/gpu/policy_xid.rs; tests/docs.rs checks it -->";
 const XID_TABLE_END: &str = "<!-- /xid-table -->";
 
 #[test]
@@ -551,10 +551,10 @@ fn the_xid_table_of_docs_gpu_is_the_code_table() {
         .find(XID_TABLE_END)
         .unwrap_or_else(|| panic!("docs/gpu.md lacks the marker {XID_TABLE_END}"));
     let documented = page[start..start + len].trim();
-    let code = vigil::policy::xid::markdown();
+    let code = vigil::accel::gpu::policy_xid::markdown();
     assert!(
         documented == code.trim(),
-        "docs/gpu.md's XID table drifted from the code (agent/src/policy/xid.rs); put this between the markers:\n{code}"
+        "docs/gpu.md's XID table drifted from the code (agent/src/accel/gpu/policy_xid.rs); put this between the markers:\n{code}"
     );
 }
 

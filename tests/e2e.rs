@@ -445,7 +445,7 @@ async fn unreachable_docker_is_an_alert_and_not_ready_not_a_crash() {
 async fn webhook_is_retried_until_it_accepts() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use vigil::actions::alert::{Alert, AlertKind, AlertSink, WebhookSink};
+    use vigil::alerts::{Alert, AlertKind, AlertSink, WebhookSink};
 
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
@@ -484,7 +484,7 @@ async fn webhook_is_retried_until_it_accepts() {
 async fn status_lists_the_fleet_and_which_slices_are_available() {
     use vigil::coord::redis::RedisCoordinator;
     use vigil::coord::{Coordinator, Keys};
-    use vigil::observe::fleet::{publish, NodeRecord};
+    use vigil::fleet::view::{publish, NodeRecord};
     let redis = shared_redis_url();
     let prefix = unique("st");
     let coord: Box<dyn Coordinator> =

@@ -293,15 +293,15 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     use common::fakes::FakeRuntime;
     use common::wiring::{agent_and_controller, memory_coordinator, node_config};
     use std::sync::Arc;
-    use vigil::actions::alert::Notifier;
-    use vigil::actions::node::KubeNodeApi;
+    use vigil::alerts::Notifier;
     use vigil::config::Switch;
     use vigil::coord::Keys;
-    use vigil::engine::node::SharedFacts;
-    use vigil::model::maintenance::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
-    use vigil::observe::metrics::Metrics;
-    use vigil::policy::maintenance::PERFORM_MAINTENANCE_LABEL;
-    use vigil::sources::node::KubeNodeReader;
+    use vigil::kube::node::KubeNodeApi;
+    use vigil::kube::node_source::KubeNodeReader;
+    use vigil::maintenance::model::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
+    use vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL;
+    use vigil::metrics::Metrics;
+    use vigil::node::controller::SharedFacts;
 
     let kube = FakeKube::start("gpu-1").await;
     let mut cfg = node_config("gpu-1");
@@ -343,9 +343,9 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
         SharedFacts::default(),
     );
     let stop = CancellationToken::new();
-    let (node_tx, node_rx) = vigil::engine::node_info::channel();
+    let (node_tx, node_rx) = vigil::node::info::channel();
     let reader = Arc::new(KubeNodeReader::connect(&kube.url).await.unwrap());
-    tokio::spawn(vigil::engine::node_info::follow(
+    tokio::spawn(vigil::node::info::follow(
         reader,
         "gpu-1".into(),
         Duration::from_millis(100),
@@ -364,7 +364,7 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     });
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
     // The idle check lists this node's pods (none hold an accelerator here).
-    let pods = vigil::sources::pods::KubePods::connect(&kube.url)
+    let pods = vigil::kube::pods::KubePods::connect(&kube.url)
         .await
         .unwrap();
     let controller = controller.with_pod_witnesses(Some(Arc::new(pods)), None);

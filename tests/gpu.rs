@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use fake_gpu::FakeGpu;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use vigil::accel::gpu::model::RemappedRows;
+use vigil::accel::gpu::model::{GpuHealth, GpuMonitorState, GpuReport};
+use vigil::accel::gpu::monitor::{clock_ms, spawn_monitor};
+use vigil::accel::gpu::nvml::{GpuError, NvmlProbe};
+use vigil::accel::gpu::policy::{evidence, worker_on_failed_gpu};
+use vigil::accel::gpu::start::start;
 use vigil::config::{GpuConfig, Switch};
-use vigil::engine::gpu::{clock_ms, spawn_monitor};
-use vigil::engine::gpu_start::start;
-use vigil::model::gpu::RemappedRows;
-use vigil::model::gpu::{GpuHealth, GpuMonitorState, GpuReport};
-use vigil::policy::gpu::{evidence, worker_on_failed_gpu};
-use vigil::sources::gpu::{GpuError, NvmlProbe};
 
 /// A guard against a hung test, not a speed assertion: conditions are normally met in
 /// milliseconds.
@@ -338,7 +338,7 @@ fn nvml_probe_on_this_machine() {
         Err(GpuError::NoLibrary(_)) => {}
         // A machine with a driver: the real probe must read every GPU it lists.
         Ok(mut probe) => {
-            use vigil::sources::gpu::GpuProbe;
+            use vigil::accel::gpu::nvml::GpuProbe;
             let n = probe.gpu_count().expect("device count");
             let samples = probe.sample().expect("sample");
             assert_eq!(samples.len() as u32, n, "{samples:#?}");

@@ -14,14 +14,14 @@ use common::wiring::{
     agent_and_controller, memory_coordinator, node_config, trail_decisions, write_record,
 };
 use tokio_util::sync::CancellationToken;
-use vigil::actions::alert::{AlertKind, Notifier};
+use vigil::accel::gpu::model::GpuReport;
+use vigil::accel::gpu::monitor::spawn_monitor;
+use vigil::alerts::{AlertKind, Notifier};
 use vigil::coord::{Coordinator, Keys};
-use vigil::engine::agent::Agent;
-use vigil::engine::gpu::spawn_monitor;
-use vigil::engine::node::SharedFacts;
-use vigil::model::gpu::GpuReport;
-use vigil::observe::metrics::Metrics;
-use vigil::policy::restart::Verdict;
+use vigil::hang::agent::Agent;
+use vigil::hang::policy::Verdict;
+use vigil::metrics::Metrics;
+use vigil::node::controller::SharedFacts;
 
 struct Rig {
     gpu: FakeGpu,

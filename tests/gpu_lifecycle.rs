@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 use fake_gpu::FakeGpu;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use vigil::accel::gpu::model::{GpuHealth, GpuMonitorState, GpuReport};
+use vigil::accel::gpu::monitor::spawn_monitor_kept;
+use vigil::accel::gpu::nvml::{GpuError, GpuProbe, HostPaths, NvmlLoader};
+use vigil::accel::gpu::policy::worker_on_failed_gpu;
+use vigil::accel::gpu::start::{start_with, StartOptions};
+use vigil::accel::gpu::state::StateStore;
 use vigil::config::{GpuConfig, Switch};
-use vigil::engine::gpu::spawn_monitor_kept;
-use vigil::engine::gpu_start::{start_with, StartOptions};
-use vigil::engine::gpu_state::StateStore;
-use vigil::model::gpu::{GpuHealth, GpuMonitorState, GpuReport};
-use vigil::observe::health::Warnings;
-use vigil::policy::gpu::worker_on_failed_gpu;
-use vigil::sources::gpu::{GpuError, GpuProbe, HostPaths, NvmlLoader};
+use vigil::http::health::Warnings;
 
 /// A guard against a hung test, not a speed assertion.
 const LIMIT: Duration = Duration::from_secs(10);

@@ -20,20 +20,20 @@ use common::real::{eventually, shared_redis_url, unique};
 use common::wiring::node_config;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use vigil::actions::alert::Notifier;
-use vigil::actions::node::KubeNodeApi;
+use vigil::accel::gpu::model::GpuReport;
+use vigil::alerts::Notifier;
 use vigil::config::{Config, Switch};
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::engine::agent::Agent;
-use vigil::engine::node::Controller;
-use vigil::model::gpu::GpuReport;
-use vigil::model::maintenance::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
-use vigil::observe::metrics::Metrics;
-use vigil::policy::maintenance::PERFORM_MAINTENANCE_LABEL;
+use vigil::hang::agent::Agent;
+use vigil::kube::node::KubeNodeApi;
+use vigil::kube::podresources::PodResourcesClient;
+use vigil::kube::pods::KubePods;
+use vigil::maintenance::model::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
+use vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL;
+use vigil::metrics::Metrics;
+use vigil::node::controller::Controller;
 use vigil::runtime::sim::FakeRuntime;
-use vigil::sources::podresources::PodResourcesClient;
-use vigil::sources::pods::KubePods;
 
 const WORKER_LABEL: (&str, &str) = ("vigil.worker", "trainer-0");
 
@@ -147,7 +147,7 @@ async fn rig(idle_for: Duration, before: Before) -> Rig {
     before(&node, &kube, &kubelet, &gpus);
     let stop = CancellationToken::new();
     let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
-    vigil::engine::gpu::spawn_monitor(
+    vigil::accel::gpu::monitor::spawn_monitor(
         Box::new(gpus.clone()),
         cfg.gpu.clone(),
         gpu_tx,

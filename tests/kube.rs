@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fake_kube::{annotation, label, taints, FakeKube};
 use serde_json::{json, Value};
-use vigil::actions::node::{EventType, KubeNodeApi, NodeApi, NodeDesired, NodeError, Taint};
+use vigil::kube::node::{EventType, KubeNodeApi, NodeApi, NodeDesired, NodeError, Taint};
 
 const NODE: &str = "gpu-node-1";
 const MERGE: &str = "application/merge-patch+json";
@@ -786,18 +786,18 @@ async fn fake_events_api_is_faithful() {
 }
 
 /// Vigil's conditions from the policy for a maintenance state and a GPU report.
-fn with_conditions(phase: vigil::model::maintenance::Phase, failed: bool) -> NodeDesired {
-    use vigil::model::gpu::{GpuHealth, GpuReport};
-    use vigil::model::maintenance::MaintenanceState;
+fn with_conditions(phase: vigil::maintenance::model::Phase, failed: bool) -> NodeDesired {
+    use vigil::accel::gpu::model::{GpuHealth, GpuReport};
+    use vigil::maintenance::model::MaintenanceState;
     let k = vigil::config::KubernetesConfig::default();
     let st = MaintenanceState {
         phase,
         reasons: vec!["upcoming-pending"],
         ..MaintenanceState::default()
     };
-    let mut d = vigil::policy::maintenance::node_desired(&k, &st, None, None);
+    let mut d = vigil::maintenance::policy::node_desired(&k, &st, None, None);
     let report = GpuReport {
-        state: vigil::model::gpu::GpuMonitorState::On,
+        state: vigil::accel::gpu::model::GpuMonitorState::On,
         node: if failed {
             GpuHealth::Failed
         } else {
@@ -810,7 +810,7 @@ fn with_conditions(phase: vigil::model::maintenance::Phase, failed: bool) -> Nod
         },
         ..GpuReport::default()
     };
-    vigil::policy::accel::desired(&k, &report, false, &mut d);
+    vigil::accel::policy::desired(&k, &report, false, &mut d);
     d
 }
 
@@ -823,7 +823,7 @@ fn condition(node: &Value, kind: &str) -> Value {
 
 #[tokio::test]
 async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
-    use vigil::model::maintenance::Phase;
+    use vigil::maintenance::model::Phase;
     let (fake, api) = setup().await;
     api.reconcile(NODE, &with_conditions(Phase::Pending, false))
         .await
@@ -911,7 +911,7 @@ async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
 
 #[tokio::test]
 async fn a_missing_status_permission_names_the_rule() {
-    use vigil::model::maintenance::Phase;
+    use vigil::maintenance::model::Phase;
     let (fake, api) = setup().await;
     fake.forbid("patch nodes/status");
     let err = api
@@ -1055,8 +1055,8 @@ async fn fake_status_patch_deletes_one_condition_by_its_merge_key() {
 /// foreign taint with Vigil's effect, keys under a prefix that merely starts like Vigil's,
 /// kubelet's `Ready` and a node-problem-detector condition.
 async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
-    use vigil::model::gpu::{GpuHealth, GpuReport};
-    use vigil::model::maintenance::{MaintenanceState, Phase};
+    use vigil::accel::gpu::model::{GpuHealth, GpuReport};
+    use vigil::maintenance::model::{MaintenanceState, Phase};
     let (fake, api) = setup().await;
     let k = vigil::config::KubernetesConfig::default();
     let st = MaintenanceState {
@@ -1066,14 +1066,14 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
         window_end: Some("2026-01-01T01:00:00Z".into()),
         ..MaintenanceState::default()
     };
-    let mut d = vigil::policy::maintenance::node_desired(&k, &st, Some("step-100"), None);
+    let mut d = vigil::maintenance::policy::node_desired(&k, &st, Some("step-100"), None);
     let report = GpuReport {
-        state: vigil::model::gpu::GpuMonitorState::On,
+        state: vigil::accel::gpu::model::GpuMonitorState::On,
         node: GpuHealth::Failed,
         node_reasons: vec!["GPU 0: XID 79".into()],
         ..GpuReport::default()
     };
-    vigil::policy::accel::desired(&k, &report, true, &mut d);
+    vigil::accel::policy::desired(&k, &report, true, &mut d);
     fake.foreign_write(json!({
         "metadata": {
             "labels": {"team": "ml", "vigil.dev.example.com/x": "1", "notvigil.dev/y": "2"},
@@ -1304,13 +1304,13 @@ async fn cleanup_retries_a_conflict_and_keeps_a_taint_added_meanwhile() {
         {"key": "vigil.dev/termination-imminent", "value": "true", "effect": "NoSchedule"},
         {"key": "late.example.com/drain", "effect": "NoSchedule"}
     ]}}));
-    let keys = vigil::policy::maintenance::taint_keys(&vigil::config::KubernetesConfig::default());
+    let keys = vigil::maintenance::policy::taint_keys(&vigil::config::KubernetesConfig::default());
     let removed = api
         .cleanup(
             NODE,
             "vigil.dev/",
             &keys,
-            &vigil::policy::maintenance::CONDITIONS,
+            &vigil::maintenance::policy::CONDITIONS,
             &[],
             false,
         )

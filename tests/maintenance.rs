@@ -12,15 +12,15 @@ use std::time::Duration;
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
 use common::real::{free_port, serve};
 use common::wiring::{agent_and_controller, memory_coordinator, node_config, write_record};
-use vigil::actions::alert::Notifier;
-use vigil::actions::checkpoint::Outcome;
+use vigil::alerts::Notifier;
 use vigil::config::Config;
 use vigil::coord::{Coordinator, Keys};
-use vigil::engine::agent::Agent;
-use vigil::engine::node::{Controller, SharedFacts};
-use vigil::model::maintenance::{Interruption, MaintenanceState, Phase};
-use vigil::observe::metrics::Metrics;
-use vigil::policy::restart::Verdict;
+use vigil::hang::agent::Agent;
+use vigil::hang::policy::Verdict;
+use vigil::maintenance::model::{Interruption, MaintenanceState, Phase};
+use vigil::maintenance::request::Outcome;
+use vigil::metrics::Metrics;
+use vigil::node::controller::{Controller, SharedFacts};
 
 struct Rig {
     coord: Arc<dyn Coordinator>,
@@ -415,7 +415,7 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
 
 #[tokio::test]
 async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
-    use vigil::observe::fleet::{publish, NodeRecord};
+    use vigil::fleet::view::{publish, NodeRecord};
     let coord = memory_coordinator();
     let runtime = FakeRuntime::default();
     runtime.add("c1", "trainer-0");
@@ -501,7 +501,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
         .filter(|a| {
             a.last()
                 .labels
-                .get(vigil::policy::maintenance::PERFORM_MAINTENANCE_LABEL)
+                .get(vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL)
                 == Some(&Some("true".to_string()))
         })
         .collect();
@@ -541,7 +541,7 @@ async fn a_busy_node_never_asks_for_maintenance() {
         r.node
             .last()
             .labels
-            .get(vigil::policy::maintenance::PERFORM_MAINTENANCE_LABEL),
+            .get(vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL),
         None,
         "a label this node never set is not touched"
     );
@@ -611,7 +611,7 @@ async fn an_http_worker_that_refuses_is_failed() {
 #[tokio::test]
 async fn a_second_notice_during_a_checkpoint_round_is_acted_on_at_once() {
     use tokio_util::sync::CancellationToken;
-    use vigil::model::maintenance::{MaintenanceEvent, RawMetadata};
+    use vigil::maintenance::model::{MaintenanceEvent, RawMetadata};
     let r = rig(|_| {});
     let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
@@ -681,19 +681,19 @@ struct Flaky {
 }
 
 #[async_trait::async_trait]
-impl vigil::actions::node::NodeApi for Flaky {
+impl vigil::kube::node::NodeApi for Flaky {
     async fn reconcile(
         &self,
         node: &str,
-        desired: &vigil::actions::node::NodeDesired,
-    ) -> Result<(), vigil::actions::node::NodeError> {
+        desired: &vigil::kube::node::NodeDesired,
+    ) -> Result<(), vigil::kube::node::NodeError> {
         use std::sync::atomic::Ordering;
         if self
             .refuse
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
-            return Err(vigil::actions::node::NodeError::Conflict {
+            return Err(vigil::kube::node::NodeError::Conflict {
                 node: node.into(),
                 attempts: 5,
             });
@@ -705,8 +705,8 @@ impl vigil::actions::node::NodeApi for Flaky {
         node: &str,
         reason: &str,
         message: &str,
-        kind: vigil::actions::node::EventType,
-    ) -> Result<(), vigil::actions::node::NodeError> {
+        kind: vigil::kube::node::EventType,
+    ) -> Result<(), vigil::kube::node::NodeError> {
         self.inner.event(node, reason, message, kind).await
     }
 }
@@ -716,7 +716,7 @@ impl vigil::actions::node::NodeApi for Flaky {
 #[tokio::test]
 async fn a_failed_node_write_is_retried_until_the_node_matches() {
     use tokio_util::sync::CancellationToken;
-    use vigil::model::maintenance::{MaintenanceEvent, RawMetadata};
+    use vigil::maintenance::model::{MaintenanceEvent, RawMetadata};
     let mut cfg = node_config("gpu-1");
     cfg.poll_interval = Duration::from_millis(100);
     cfg.fleet.heartbeat_ttl = Duration::from_secs(1);
@@ -772,7 +772,7 @@ async fn a_failed_node_write_is_retried_until_the_node_matches() {
 #[tokio::test(start_paused = true)]
 async fn sigterm_during_a_long_round_records_it_as_cut_short_before_the_grace_ends() {
     use tokio_util::sync::CancellationToken;
-    use vigil::model::maintenance::{MaintenanceEvent, RawMetadata};
+    use vigil::maintenance::model::{MaintenanceEvent, RawMetadata};
     let r = rig(|c| {
         c.checkpoint.grace = Duration::from_secs(10);
         c.checkpoint.maintenance_budget = Duration::from_secs(9);

@@ -13,13 +13,13 @@ use common::real::free_port;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use vigil::model::maintenance::{Phase, RawMetadata};
-use vigil::observe::metrics::Metrics;
-use vigil::policy::maintenance::derive;
-use vigil::sources::metadata::{
+use vigil::maintenance::metadata::{
     watch_with, MetadataClient, MetadataError, WatchConfig, MAINTENANCE_EVENT_PATH,
     UPCOMING_MAINTENANCE_PATH,
 };
+use vigil::maintenance::model::{Phase, RawMetadata};
+use vigil::maintenance::policy::derive;
+use vigil::metrics::Metrics;
 
 /// Short everything, so each test takes a few seconds at most.
 fn cfg() -> WatchConfig {
@@ -475,7 +475,7 @@ async fn a_metadata_server_without_maintenance_event_is_a_standing_warning_not_n
     let fake = FakeMetadata::start().await;
     // Eight answers in a row (a few seconds of backoff): long enough to be seen, then it ends.
     fake.fault("maintenance-event", "404", 8).await;
-    let warnings = vigil::observe::health::Warnings::default();
+    let warnings = vigil::http::health::Warnings::default();
     let (tx, rx) = watch::channel(RawMetadata::default());
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(watch_with(

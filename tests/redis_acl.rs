@@ -18,13 +18,13 @@ use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingSink};
 use common::real::{free_port, vigil, wait_listening};
-use vigil::actions::alert::Notifier;
+use vigil::alerts::Notifier;
 use vigil::config::Config;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{write_status, Coordinator, Keys};
-use vigil::engine::agent::Agent;
-use vigil::observe::metrics::Metrics;
-use vigil::policy::restart::Verdict;
+use vigil::hang::agent::Agent;
+use vigil::hang::policy::Verdict;
+use vigil::metrics::Metrics;
 
 const NODE: &str = "gpu-a";
 const OTHER: &str = "gpu-b";

@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingSink, Switchable};
 use common::wiring::{node_config, write_record};
-use vigil::actions::alert::{AlertKind, Notifier, Resolve};
+use vigil::alerts::{AlertKind, Notifier, Resolve};
 use vigil::clock::{utc_day, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
-use vigil::engine::agent::{Agent, CycleReport};
-use vigil::observe::metrics::Metrics;
-use vigil::policy::restart::Verdict;
+use vigil::hang::agent::{Agent, CycleReport};
+use vigil::hang::policy::Verdict;
+use vigil::metrics::Metrics;
 
 /// 2026-11-30T00:00:00Z: scenarios start at the beginning of a UTC day.
 const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;

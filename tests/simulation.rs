@@ -124,7 +124,7 @@ fn a_seed_replays_the_same_history() {
 /// - 5068879 (liveness): the breaker's alert claim lost its reply and its instance was stopped
 ///   before it could learn it had won: the claim stood for the day and no instance ever alerted.
 ///   The product was wrong: a claim now holds for a lease (the lock TTL) until its alert went
-///   out (`engine::alert_gate`, whose unit tests pin it: the extra write changed this seed's
+///   out (`alerts::gate`, whose unit tests pin it: the extra write changed this seed's
 ///   history). 9012377 failed liveness in the same run, before that fix; it was not traced.
 #[test]
 fn the_seeds_that_once_failed_keep_every_invariant() {

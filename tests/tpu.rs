@@ -20,16 +20,16 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use vigil::actions::alert::{AlertKind, Notifier};
-use vigil::actions::node::KubeNodeApi;
+use vigil::accel::tpu::chips::FsProbe;
+use vigil::accel::tpu::model::TpuReport;
+use vigil::accel::tpu::monitor::run_monitor;
+use vigil::accel::tpu::policy::allocatable_chips;
+use vigil::alerts::{AlertKind, Notifier};
 use vigil::coord::Keys;
-use vigil::engine::agent::Agent;
-use vigil::engine::node::Controller;
-use vigil::engine::tpu::run_monitor;
-use vigil::model::tpu::TpuReport;
-use vigil::observe::metrics::Metrics;
-use vigil::policy::tpu::allocatable_chips;
-use vigil::sources::tpu::FsProbe;
+use vigil::hang::agent::Agent;
+use vigil::kube::node::KubeNodeApi;
+use vigil::metrics::Metrics;
+use vigil::node::controller::Controller;
 
 const NODE: &str = "gke-tpu-v5e-1";
 /// The kernel's clock in the fake uptime file, and the timestamp of every record written.
@@ -188,8 +188,8 @@ async fn the_node_follows_the_tpu_tree() {
     .with_notifier(notifier());
     let (_meta_tx, meta_rx) = watch::channel(Default::default());
     // The tpu overlay turns GPU monitoring off: the monitor says so at once.
-    let (_gpu_tx, gpu_rx) = watch::channel(vigil::model::gpu::GpuReport {
-        state: vigil::model::gpu::GpuMonitorState::Off,
+    let (_gpu_tx, gpu_rx) = watch::channel(vigil::accel::gpu::model::GpuReport {
+        state: vigil::accel::gpu::model::GpuMonitorState::Off,
         ..Default::default()
     });
     tokio::spawn(controller.run(meta_rx, gpu_rx, CancellationToken::new(), stop.clone()));
@@ -419,8 +419,8 @@ async fn a_restarting_agent_leaves_the_tpu_fields_until_its_first_reading() {
 async fn a_hung_worker_on_a_failed_tpu_is_alerted_never_restarted() {
     use common::wiring::write_record;
 
-    use vigil::model::tpu::TpuHealth;
-    use vigil::policy::restart::Verdict;
+    use vigil::accel::tpu::model::TpuHealth;
+    use vigil::hang::policy::Verdict;
 
     let tree = Tree::new();
     let mut cfg = node_config(NODE);

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vigil::actions::alert::{Alert, AlertKind, AlertSink, Resolve, WebhookSink};
+use vigil::alerts::{Alert, AlertKind, AlertSink, Resolve, WebhookSink};
 use vigil::config::{Config, WebhookFormat};
 
 /// One request: its headers (lower-case names) and JSON body.

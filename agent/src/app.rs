@@ -9,31 +9,31 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::actions::alert::{AlertSink, Fanout, Notifier, WebhookSink};
-use crate::actions::alertmanager::AlertmanagerSink;
-use crate::actions::node::{KubeNodeApi, NodeApi};
+use crate::accel::gpu::model::GpuReport;
+use crate::accel::tpu::model::TpuReport;
+use crate::alerts::alertmanager::AlertmanagerSink;
+use crate::alerts::{AlertSink, Fanout, Notifier, WebhookSink};
 use crate::clock::SystemClock;
 use crate::config::{Config, LogFormat, ProcessEnv, Switch, WorkerAuth};
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
-use crate::engine::agent::Agent;
-use crate::engine::node::{Controller, SharedFacts};
-use crate::engine::node_info::NodeInfoRx;
-use crate::model::gpu::GpuReport;
-use crate::model::maintenance::RawMetadata;
-use crate::model::tpu::TpuReport;
-use crate::observe::health::Warnings;
-use crate::observe::listen::{bind_unix, UnixPeers};
-use crate::observe::metrics::Metrics;
-use crate::observe::server::{self, ServerState};
-use crate::observe::worker_api::{self, WorkerApiState};
+use crate::hang::agent::Agent;
+use crate::http::health::Warnings;
+use crate::http::listen::{bind_unix, UnixPeers};
+use crate::http::server::{self, ServerState};
+use crate::kube::node::{KubeNodeApi, NodeApi};
+use crate::kube::node_source::{KubeNodeReader, NodeReader};
+use crate::kube::pods::{KubePods, PodApi};
+use crate::maintenance::metadata::{watch_with, MetadataClient, WatchConfig};
+use crate::maintenance::model::RawMetadata;
+use crate::metrics::Metrics;
+use crate::node::controller::{Controller, SharedFacts};
+use crate::node::info::NodeInfoRx;
 use crate::runtime::ContainerRuntime;
-use crate::sources::metadata::{watch_with, MetadataClient, WatchConfig};
-use crate::sources::node::{KubeNodeReader, NodeReader};
-use crate::sources::peer::Procfs;
-use crate::sources::pods::{KubePods, PodApi};
-use crate::sources::token_review::{CachedReviews, KubeTokenReview};
+use crate::worker_api::peer::Procfs;
+use crate::worker_api::token_review::{CachedReviews, KubeTokenReview};
+use crate::worker_api::{self, WorkerApiState};
 
 fn init_logging(cfg: &Config) {
     use tracing_subscriber::EnvFilter;
@@ -228,7 +228,7 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
 
 /// Start the Node source when the Kubernetes API is on: this machine's Node read every
 /// `kubernetes.read_interval`, published on the returned channel (`None` until the first read;
-/// see `crate::engine::node_info`), and the reader (for a fresh look at SIGTERM). Off, the
+/// see `crate::node::info`), and the reader (for a fresh look at SIGTERM). Off, the
 /// channel stays `None` and closes.
 async fn node_source(
     cfg: &Config,
@@ -236,14 +236,14 @@ async fn node_source(
     tracker: &TaskTracker,
     stop: &CancellationToken,
 ) -> (NodeInfoRx, Option<Arc<dyn NodeReader>>) {
-    let (tx, rx) = crate::engine::node_info::channel();
+    let (tx, rx) = crate::node::info::channel();
     if !cfg.kubernetes_on() {
         return (rx, None);
     }
     match KubeNodeReader::connect(&cfg.kubernetes.api_url).await {
         Ok(reader) => {
             let reader: Arc<dyn NodeReader> = Arc::new(reader);
-            tracker.spawn(crate::engine::node_info::follow(
+            tracker.spawn(crate::node::info::follow(
                 reader.clone(),
                 cfg.node_name.clone(),
                 cfg.kubernetes.read_interval,
@@ -340,7 +340,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let gpu_warnings = Some(agent.health.warnings.clone());
     tracker.spawn(async move {
         // NB: the monitor's thread is detached: a wedged NVML call must not hold the exit.
-        drop(crate::engine::gpu_start::start(&gpu_cfg, gpu_tx, gpu_stop, gpu_warnings).await);
+        drop(crate::accel::gpu::start::start(&gpu_cfg, gpu_tx, gpu_stop, gpu_warnings).await);
     });
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
@@ -368,7 +368,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     start_servers(&cfg, &a, &agent, &tracker, &stop).await?;
     // A separate heartbeat, so a long cycle (a restart can take minutes) never lets the node
     // record expire and the fleet view call a working node down.
-    tracker.spawn(crate::engine::heartbeat::heartbeat_loop(
+    tracker.spawn(crate::fleet::heartbeat::heartbeat_loop(
         a.coord.clone(),
         agent.keys().clone(),
         agent.heartbeat_record(),
@@ -383,17 +383,17 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     drained
 }
 
-/// The TPU monitor (`crate::engine::tpu`), following the Node source for the chips the Node
+/// The TPU monitor (`crate::accel::tpu::monitor`), following the Node source for the chips the Node
 /// advertises.
 fn tpu_monitor(
     cfg: &Config,
-    node_rx: crate::engine::node_info::NodeInfoRx,
+    node_rx: crate::node::info::NodeInfoRx,
     tracker: &TaskTracker,
     stop: &CancellationToken,
 ) -> watch::Receiver<TpuReport> {
     let (tx, rx) = watch::channel(TpuReport::default());
     let (expected_tx, expected_rx) = watch::channel(None);
-    crate::engine::tpu::start(&cfg.tpu, expected_rx, tx, stop.child_token());
+    crate::accel::tpu::monitor::start(&cfg.tpu, expected_rx, tx, stop.child_token());
     tracker.spawn(follow_tpu_chips(node_rx, expected_tx, stop.clone()));
     rx
 }
@@ -402,7 +402,7 @@ fn tpu_monitor(
 /// Node source last read it) whenever that changes; `None` until the Node is read, or without
 /// the Kubernetes API (the monitor then judges on device files and errors alone).
 async fn follow_tpu_chips(
-    mut node_rx: crate::engine::node_info::NodeInfoRx,
+    mut node_rx: crate::node::info::NodeInfoRx,
     expected: watch::Sender<Option<u32>>,
     stop: CancellationToken,
 ) {

@@ -17,10 +17,12 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as Runner, FileFailurePersistence};
 
 use crate::config::Config;
-use crate::model::worker::{WorkerStatus, MAX_FIELD};
-use crate::observe::worker_api::status_fields;
+use crate::hang::model::{WorkerStatus, MAX_FIELD};
+use crate::maintenance::metadata::parse::{
+    parse_maintenance_event, parse_preempted, parse_upcoming,
+};
 use crate::runtime::cri_log;
-use crate::sources::metadata::parse::{parse_maintenance_event, parse_preempted, parse_upcoming};
+use crate::worker_api::status_fields;
 
 fn runner() -> Runner {
     let cases = std::env::var("VIGIL_FUZZ_CASES")

@@ -1,14 +1,19 @@
 //! Vigil: a node-local agent that restarts hung accelerator workers without ever becoming a
 //! restart storm.
 //!
-//! Map — the data flows one way:
-//! `model` (data only) → `policy` (pure decisions, `now` handed in) → `engine` (the loops that run
-//! the policy) → adapters: `sources` (metadata server, NVML, the Kubernetes pods and the kubelet's
-//! PodResources a CRI node needs), `coord` (Redis and in-process coordination), `runtime` (Docker,
-//! Podman, the Kubernetes CRI, simulated), `actions` (alerts, checkpoint requests, the Kubernetes
-//! Node) → `observe` (metrics, server, trail, fleet view). `cli` holds one file per command; `app`
-//! wires `vigil run`. No arrow runs back up (tests/layout.rs checks each). `redact`, a leaf every
-//! layer may use, keeps the secrets of the config out of every output.
+//! Map — a folder per feature, each with its pure decisions (`model*`, `policy*`: no I/O, `now`
+//! handed in) beside its loop and its adapters:
+//! `hang` (a hung worker found and restarted), `maintenance` (notices, checkpoints, the
+//! opportunistic offer), `accel` (GPU and TPU health), `node` (the Node as Vigil shows it),
+//! `worker_api` (workers writing their own record), `fleet` (the node records and the fleet view).
+//! Below them, the shared infrastructure: `coord` (Redis and in-process coordination: the clock,
+//! leases, the breaker and the budget), `runtime` (Docker, Podman, the CRI), `kube` (the Node,
+//! pods and PodResources APIs), `config`, `alerts`, `trail` (the decision trail), `metrics`,
+//! `http` (the read-only server). `cli` holds one file per command; `app` wires `vigil run`.
+//! `redact`, a leaf every module may use, keeps the secrets of the config out of every output.
+//! Root files: `clock` (the coordinator's time), `backoff` (every retry loop's), `recording` (the
+//! demo's recording sinks, feature `demo`), `fuzz` (the parsers' bounded fuzzing, tests only).
+//! tests/layout.rs checks the folders and that decision code does no I/O and reads no clock.
 
 // NB: `std::time::Instant` is real time, which neither paused tokio time nor the simulation's
 // clock can drive (clippy.toml says what to use instead); a place that needs real time allows it
@@ -19,19 +24,26 @@
 /// `source` of an error whose cause comes from any of several libraries.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-pub mod actions;
+pub mod accel;
+pub mod alerts;
 pub(crate) mod app;
 pub(crate) mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod coord;
-pub mod engine;
+pub mod fleet;
 #[cfg(test)]
 mod fuzz;
-pub mod model;
-pub mod observe;
-pub mod policy;
+pub mod hang;
+pub mod http;
+pub mod kube;
+pub mod maintenance;
+pub mod metrics;
+pub mod node;
+#[cfg(feature = "demo")]
+pub mod recording;
 pub mod redact;
 pub mod runtime;
-pub mod sources;
+pub mod trail;
+pub mod worker_api;

@@ -20,8 +20,8 @@ mod server;
 use server::Server;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys, Op};
-use vigil::engine::restart::worker_keys;
-use vigil::observe::fleet::{publish_ops, NodeRecord};
+use vigil::fleet::view::{publish_ops, NodeRecord};
+use vigil::hang::restart::worker_keys;
 
 /// Redis's own CPU seconds (user + sys).
 async fn redis_cpu(url: &str) -> f64 {

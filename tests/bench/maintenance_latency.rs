@@ -21,13 +21,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use vigil::actions::alert::Notifier;
-use vigil::actions::node::KubeNodeApi;
+use vigil::alerts::Notifier;
 use vigil::coord::Keys;
-use vigil::engine::node::SharedFacts;
-use vigil::model::maintenance::RawMetadata;
-use vigil::observe::metrics::Metrics;
-use vigil::sources::metadata::{watch_with, MetadataClient, WatchConfig};
+use vigil::kube::node::KubeNodeApi;
+use vigil::maintenance::metadata::{watch_with, MetadataClient, WatchConfig};
+use vigil::maintenance::model::RawMetadata;
+use vigil::metrics::Metrics;
+use vigil::node::controller::SharedFacts;
 use wiring::{agent_and_controller, memory_coordinator, node_config};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

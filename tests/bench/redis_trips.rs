@@ -17,12 +17,12 @@ use std::time::Duration;
 mod server;
 
 use async_trait::async_trait;
-use vigil::actions::alert::Notifier;
+use vigil::alerts::Notifier;
 use vigil::config::Config;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{heartbeat_value, CoordError, Coordinator, Keys, Reply, Request};
-use vigil::engine::agent::Agent;
-use vigil::observe::metrics::Metrics;
+use vigil::hang::agent::Agent;
+use vigil::metrics::Metrics;
 use vigil::runtime::sim::FakeRuntime;
 
 use server::Server;

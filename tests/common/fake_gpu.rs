@@ -1,6 +1,6 @@
 #![allow(dead_code)]
 //! A faithful fake of NVML behind `GpuProbe`: the test scripts GPUs and events while the real
-//! monitor thread (`vigil::engine::gpu::spawn_monitor`) and the pure policy run against it.
+//! monitor thread (`vigil::accel::gpu::monitor::spawn_monitor`) and the pure policy run against it.
 //!
 //! Behaves like `NvmlProbe`: `sample` lists every present GPU (a removed one is simply absent, as a
 //! GPU that fell off the bus is); `wait_xids` blocks until an event is injected or the timeout ends,
@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use vigil::model::gpu::{GpuSample, RecoveryAction, RemappedRows, XidEvent};
-use vigil::sources::gpu::{GpuError, GpuProbe};
+use vigil::accel::gpu::model::{GpuSample, RecoveryAction, RemappedRows, XidEvent};
+use vigil::accel::gpu::nvml::{GpuError, GpuProbe};
 
 #[derive(Default)]
 struct State {

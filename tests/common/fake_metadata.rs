@@ -1,7 +1,7 @@
 //! A faithful fake of the GCE metadata server, for the metadata tests, the end-to-end tests and
 //! the demo: real HTTP on `127.0.0.1`, serving the three keys the agent watches.
 //!
-//! What it copies from the real server (see `agent/src/sources/metadata.rs` for the sources):
+//! What it copies from the real server (see `agent/src/maintenance/metadata.rs` for the sources):
 //! - `GET /computeMetadata/v1/instance/{maintenance-event,upcoming-maintenance,preempted}`;
 //!   refused with 403 without `Metadata-Flavor: Google` or with `X-Forwarded-For`; answers carry
 //!   `Metadata-Flavor: Google` and an `ETag` that is a hash of the content (setting the same

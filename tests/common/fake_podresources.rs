@@ -1,6 +1,6 @@
 //! A faithful fake of the kubelet's PodResources API (v1): a gRPC server on a unix socket in a
 //! temp dir, serving `List` from the same generated code the agent's client uses
-//! (`vigil::sources::podresources::proto`), answering as the kubelet does:
+//! (`vigil::kube::podresources::proto`), answering as the kubelet does:
 //! - every pod on the node is listed, with every container of its spec — also the containers
 //!   that were given no device (an empty `devices`);
 //! - a container's devices come one entry per resource name, with the device plugin's ids and
@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
-use vigil::sources::podresources::proto::pod_resources_lister_server::{
+use vigil::kube::podresources::proto::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use vigil::sources::podresources::proto::{
+use vigil::kube::podresources::proto::{
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
     NumaNode, PodResources, TopologyInfo,
 };

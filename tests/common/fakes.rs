@@ -1,5 +1,5 @@
 //! In-process fakes for the deterministic scenario tests. The runtime, alert sink and Node API
-//! fakes live in the library (`vigil::runtime::sim`, `vigil::actions::recording`, shared with `vigil demo`); the switchable
+//! fakes live in the library (`vigil::runtime::sim`, `vigil::recording`, shared with `vigil demo`); the switchable
 //! coordinator (Redis "stopping" mid-incident) is test-only.
 
 #![allow(dead_code)]
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 #[allow(unused_imports)]
-pub use vigil::actions::recording::{RecordingNodeApi, RecordingSink};
+pub use vigil::recording::{RecordingNodeApi, RecordingSink};
 #[allow(unused_imports)]
 pub use vigil::runtime::sim::FakeRuntime;
 

@@ -8,15 +8,15 @@
 
 use std::sync::Arc;
 
-use vigil::actions::alert::Notifier;
-use vigil::actions::node::NodeApi;
+use vigil::alerts::Notifier;
 use vigil::clock::{Millis, SystemClock};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator};
-use vigil::engine::agent::Agent;
-use vigil::engine::node::{Controller, SharedFacts};
-use vigil::observe::metrics::Metrics;
+use vigil::hang::agent::Agent;
+use vigil::kube::node::NodeApi;
+use vigil::metrics::Metrics;
+use vigil::node::controller::{Controller, SharedFacts};
 use vigil::runtime::sim::FakeRuntime;
 
 /// The defaults, on node `node`.

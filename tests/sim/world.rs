@@ -11,17 +11,17 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use vigil::actions::alert::{AlertKind, Notifier};
-use vigil::actions::recording::RecordingSink;
+use vigil::accel::gpu::model::{GpuHealth, GpuReport, GpuStatus};
+use vigil::alerts::{AlertKind, Notifier};
 use vigil::clock::{ms, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
-use vigil::engine::agent::{Agent, CycleReport};
-use vigil::engine::node::{NodeFacts, SharedFacts};
-use vigil::model::gpu::{GpuHealth, GpuReport, GpuStatus};
-use vigil::model::maintenance::Phase;
-use vigil::observe::metrics::Metrics;
+use vigil::hang::agent::{Agent, CycleReport};
+use vigil::maintenance::model::Phase;
+use vigil::metrics::Metrics;
+use vigil::node::controller::{NodeFacts, SharedFacts};
+use vigil::recording::RecordingSink;
 use vigil::runtime::sim::FakeRuntime;
 
 use super::gate::{lock, Shared, SimCoord, SimRuntime};
@@ -112,7 +112,7 @@ fn gpu_report(failed: bool) -> GpuReport {
         GpuHealth::Healthy
     };
     GpuReport {
-        state: vigil::model::gpu::GpuMonitorState::On,
+        state: vigil::accel::gpu::model::GpuMonitorState::On,
         gpus: vec![GpuStatus {
             index: 0,
             uuid: "GPU-sim-0".into(),
@@ -868,8 +868,8 @@ impl World {
             c.stats.liveness_checked += 1;
             let t = &c.workers[w];
             let node = c.nodes[t.node].name.clone();
-            let about = |a: &&vigil::actions::alert::Alert| a.worker.as_deref() == Some(&t.worker);
-            let on_node = |a: &&vigil::actions::alert::Alert| a.node == node;
+            let about = |a: &&vigil::alerts::Alert| a.worker.as_deref() == Some(&t.worker);
+            let on_node = |a: &&vigil::alerts::Alert| a.node == node;
             // Restarted in the calm (or by a command issued just before it that ran since).
             let resolved = !matches!(t.mode, Mode::Hung | Mode::Errored);
             if resolved || t.last_vigil_restart.is_some_and(|r| r >= calm_start) {

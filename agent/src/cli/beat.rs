@@ -6,10 +6,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::CliError;
-use crate::actions::http_error;
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::{heartbeat_value, write_status, Keys};
+use crate::http::http_error;
 
 /// Where `scripts/run.sh` (scripts/local.toml) serves the worker API.
 const LOCAL_DEFAULT: &str = "http://127.0.0.1:9465";

@@ -1,14 +1,14 @@
 //! The checkpoint-budget check as `vigil doctor` and `vigil explain` run it: the worker pods of a
 //! node (the opt-in label, from the Kubernetes API) and the pure
-//! `crate::policy::budget::budget_shortfalls` of the configured budgets against them.
+//! `crate::maintenance::policy_budget::budget_shortfalls` of the configured budgets against them.
 
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::model::node_info::Provisioning;
-use crate::policy::budget::{budget_shortfalls, Shortfall, WorkerPod};
-use crate::sources::node::{KubeNodeReader, NodeReader};
-use crate::sources::pods::{KubePods, PodApi};
+use crate::kube::node_source::{KubeNodeReader, NodeReader};
+use crate::kube::pods::{KubePods, PodApi};
+use crate::maintenance::policy_budget::{budget_shortfalls, Shortfall, WorkerPod};
+use crate::node::model_info::Provisioning;
 
 /// What the check found for one node.
 pub(super) struct BudgetReport {
@@ -64,7 +64,7 @@ async fn provisioning(cfg: &Config, node: &str) -> Option<Provisioning> {
         .await
         .ok()?;
     let raw = reader.read(node).await.ok()?;
-    crate::policy::node_info::parse(&raw).provisioning
+    crate::node::policy_info::parse(&raw).provisioning
 }
 
 async fn worker_pods(cfg: &Config, node: &str) -> Result<Vec<WorkerPod>, String> {

@@ -5,9 +5,9 @@
 //! agent's own RBAC: `get` and `patch` on `nodes`, `patch` on `nodes/status`.
 
 use super::{failed, CliError};
-use crate::actions::node::{Cleanup, KubeNodeApi, NodeError};
 use crate::config::Config;
-use crate::policy::maintenance::{taint_keys, CONDITIONS, PERFORM_MAINTENANCE_LABEL};
+use crate::kube::node::{Cleanup, KubeNodeApi, NodeError};
+use crate::maintenance::policy::{taint_keys, CONDITIONS, PERFORM_MAINTENANCE_LABEL};
 
 pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Result<(), CliError> {
     let node = node.unwrap_or_else(|| cfg.node_name.clone());

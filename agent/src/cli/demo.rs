@@ -8,16 +8,16 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::actions::alert::{AlertKind, Notifier};
-use crate::actions::recording::{RecordingNodeApi, RecordingSink};
+use crate::alerts::{AlertKind, Notifier};
 use crate::clock::{hhmmss, Clock, FakeClock, Millis};
 use crate::config::Config;
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::{heartbeat_value, Coordinator, Keys};
-use crate::engine::agent::Agent;
-use crate::engine::node::{Controller, SharedFacts};
-use crate::model::maintenance::{Interruption, MaintenanceState, Phase, Source};
-use crate::observe::metrics::Metrics;
+use crate::hang::agent::Agent;
+use crate::maintenance::model::{Interruption, MaintenanceState, Phase, Source};
+use crate::metrics::Metrics;
+use crate::node::controller::{Controller, SharedFacts};
+use crate::recording::{RecordingNodeApi, RecordingSink};
 use crate::runtime::sim::FakeRuntime;
 
 /// 2026-11-30T02:00:00Z, the start of the night.

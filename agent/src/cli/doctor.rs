@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use crate::actions::node::KubeNodeApi;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, Switch};
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
-use crate::sources::metadata::MetadataClient;
+use crate::kube::node::KubeNodeApi;
+use crate::maintenance::metadata::MetadataClient;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -72,7 +72,7 @@ pub async fn run(cfg: &Config) -> Vec<Check> {
         Switch::Off => false,
         Switch::On => true,
         Switch::Auto => {
-            crate::sources::gpu::gpus_present(&crate::sources::gpu::HostPaths::default())
+            crate::accel::gpu::nvml::gpus_present(&crate::accel::gpu::nvml::HostPaths::default())
         }
     };
     if gpus {
@@ -219,7 +219,7 @@ async fn gpus_of_workers(cfg: &Config) -> Check {
 }
 
 fn nvml(cfg: &Config) -> Check {
-    use crate::sources::gpu::{gpus_present, GpuProbe, HostPaths, NvmlProbe};
+    use crate::accel::gpu::nvml::{gpus_present, GpuProbe, HostPaths, NvmlProbe};
     if cfg.gpu.enabled == Switch::Off {
         return check(
             "nvml",
@@ -265,7 +265,7 @@ fn nvml(cfg: &Config) -> Check {
 
 /// The TPU chips as the monitor would read them: device files, PCI functions, the kernel log.
 fn tpu(cfg: &Config) -> Check {
-    use crate::sources::tpu::{FsProbe, TpuProbe};
+    use crate::accel::tpu::chips::{FsProbe, TpuProbe};
     let t = &cfg.tpu;
     if t.enabled == Switch::Off {
         return check(
@@ -316,7 +316,7 @@ fn tpu(cfg: &Config) -> Check {
 
 /// The GPU state file: failed GPUs kept across agent restarts (`gpu.state_file`).
 fn gpu_state(cfg: &Config) -> Check {
-    let Some(store) = crate::engine::gpu_state::StateStore::from_config(&cfg.gpu.state_file) else {
+    let Some(store) = crate::accel::gpu::state::StateStore::from_config(&cfg.gpu.state_file) else {
         return check(
             "gpu-state",
             Level::Warn,
@@ -383,10 +383,10 @@ async fn metadata(cfg: &Config) -> Check {
                 v.value.trim()
             ),
         ),
-        Ok(Err(crate::sources::metadata::MetadataError::NotFound { .. })) => check(
+        Ok(Err(crate::maintenance::metadata::MetadataError::NotFound { .. })) => check(
             "metadata",
             Level::Fail,
-            crate::sources::metadata::blind_hint(client.base_url()),
+            crate::maintenance::metadata::blind_hint(client.base_url()),
         ),
         Ok(Err(e)) => check(
             "metadata",

@@ -31,7 +31,7 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Res
         .read_recent(&keys.trail(), limit)
         .await
         .map_err(failed)?;
-    print!("{}", crate::observe::trail::render(&node, &entries));
+    print!("{}", crate::trail::render(&node, &entries));
     print!("{}", super::budget::check(cfg, &node).await.render());
     Ok(())
 }

@@ -1,10 +1,10 @@
 //! `vigil doctor`'s view of the opportunistic-maintenance idle check: whether each witness
-//! (`crate::policy::idle`) answers now. A witness that cannot answer keeps the node busy for
+//! (`crate::maintenance::policy_idle`) answers now. A witness that cannot answer keeps the node busy for
 //! ever (unknown is not idle), so each gets its own line.
 
 use super::doctor::{check, Check, Level};
 use crate::config::{Config, Switch};
-use crate::sources::pods::{KubePods, PodApi};
+use crate::kube::pods::{KubePods, PodApi};
 
 /// One line per witness; none when opportunistic maintenance is off.
 pub(super) async fn checks(cfg: &Config) -> Vec<Check> {
@@ -87,7 +87,7 @@ fn nvml(cfg: &Config) -> Check {
     if cfg.gpu.enabled == Switch::Off {
         return check("idle:nvml", Level::Ok, "not a witness (gpu.enabled = off)");
     }
-    use crate::sources::gpu::{GpuProbe, NvmlProbe};
+    use crate::accel::gpu::nvml::{GpuProbe, NvmlProbe};
     let path = (!cfg.gpu.library_path.is_empty()).then_some(cfg.gpu.library_path.as_str());
     let sampled = NvmlProbe::new(path).and_then(|mut p| p.sample());
     match sampled {

@@ -192,7 +192,7 @@ impl From<crate::app::RunError> for CliError {
 
 /// `--worker`: the documented worker-id rule (a bad one exits 2, naming the flag).
 fn worker_id(s: &str) -> Result<String, String> {
-    if crate::model::worker::valid_worker_id(s) {
+    if crate::hang::model::valid_worker_id(s) {
         Ok(s.to_string())
     } else {
         Err("a worker id is 1-128 characters of A-Z a-z 0-9 . _ -".into())
@@ -201,7 +201,7 @@ fn worker_id(s: &str) -> Result<String, String> {
 
 /// `--state`: one word.
 fn state_word(s: &str) -> Result<String, String> {
-    if crate::model::worker::valid_state(s) {
+    if crate::hang::model::valid_state(s) {
         Ok(s.to_string())
     } else {
         Err("a state is one word of 1-64 characters of A-Z a-z 0-9 . _ - (idle, processing, error, ...)".into())
@@ -252,11 +252,11 @@ async fn local_agent(cfg: &Config, path: &str) -> Result<String, CliError> {
         .tls_certs_only([])
         .timeout(Duration::from_secs(10))
         .build()
-        .map_err(|e| CliError::Failed(format!("HTTP client: {}", crate::actions::http_error(e))))?;
+        .map_err(|e| CliError::Failed(format!("HTTP client: {}", crate::http::http_error(e))))?;
     let resp = client.get(format!("{base}{path}")).send().await.map_err(|e| {
         CliError::Failed(format!(
             "no Redis URL (REDIS_URL or redis.url), and no agent answers at {base} (server.listen): start it (bash scripts/run.sh), or point -c at the config it runs with: {}",
-            crate::actions::http_error(e)
+            crate::http::http_error(e)
         ))
     })?;
     let status = resp.status();

@@ -1,5 +1,5 @@
 //! `vigil policy`: the verdict → action table, generated from the policy code and the configured
-//! thresholds; `vigil policy gpu`: the XID → action table (`crate::policy::xid`).
+//! thresholds; `vigil policy gpu`: the XID → action table (`crate::accel::gpu::policy_xid`).
 
 use crate::config::Config;
 
@@ -14,7 +14,7 @@ pub enum Table {
 
 /// The XID → action table as printed by `vigil policy gpu`, with the configured overrides.
 pub(crate) fn render_gpu(cfg: &Config) -> String {
-    let rows = crate::policy::xid::table(&cfg.gpu);
+    let rows = crate::accel::gpu::policy_xid::table(&cfg.gpu);
     let w1 = rows
         .iter()
         .map(|r| r.meaning.len())
@@ -53,7 +53,7 @@ pub(crate) fn render_gpu(cfg: &Config) -> String {
 
 /// The verdict → action table as printed by `vigil policy`.
 pub(crate) fn render(cfg: &Config) -> String {
-    let rows = crate::policy::table(&cfg.policy);
+    let rows = crate::hang::policy_table::table(&cfg.policy);
     let w0 = rows
         .iter()
         .map(|r| r.verdict.len())

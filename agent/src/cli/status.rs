@@ -6,7 +6,7 @@
 use super::{failed, local_agent, CliError};
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
-use crate::observe::fleet;
+use crate::fleet::view as fleet;
 
 pub(super) async fn run(cfg: &Config, json: bool) -> Result<(), CliError> {
     if cfg.embedded() {

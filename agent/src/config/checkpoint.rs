@@ -147,7 +147,7 @@ impl From<CheckpointMethod> for String {
 pub enum OnSigterm {
     /// Only when the node is going away: a termination or preemption notice, the Node being
     /// deleted, shutting down (the kubelet's graceful shutdown) or marked for removal
-    /// (`crate::policy::maintenance::going_away`).
+    /// (`crate::maintenance::policy::going_away`).
     NodeGoingAway,
     /// On every SIGTERM, a rollout included.
     Always,

@@ -1,4 +1,4 @@
-//! `[gpu]`: the NVML monitor, what each XID calls for (NVIDIA's table in `crate::policy::xid`,
+//! `[gpu]`: the NVML monitor, what each XID calls for (NVIDIA's table in `crate::accel::gpu::policy_xid`,
 //! overridable per XID), which XIDs are evidence for a hang, and where a GPU's failure is kept
 //! across agent restarts.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{bad, ConfigError, Switch};
-use crate::model::gpu::XidAction;
+use crate::accel::gpu::model::XidAction;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

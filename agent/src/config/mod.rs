@@ -26,6 +26,7 @@ mod metadata;
 mod opportunistic;
 mod policy;
 mod redis;
+pub(crate) mod reload;
 mod removed;
 mod runtime;
 mod safety;

@@ -74,7 +74,7 @@ impl Default for RuntimeConfig {
             restart_timeout: Duration::from_secs(90),
             call_timeout: Duration::from_secs(10),
             allow_pod_replacement: false,
-            pod_resources_socket: crate::sources::podresources::DEFAULT_SOCKET.into(),
+            pod_resources_socket: crate::kube::podresources::DEFAULT_SOCKET.into(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `[worker_api]`: the listeners through which workers write their own status record. Off unless
 //! configured, and separate from `[server]` (metrics and probes, read-only), so that the port
 //! Prometheus scrapes never takes a write. Every write is authenticated as the one worker it
-//! concerns (see `crate::policy::caller`); the one exception, `auth = "none"`, is refused
+//! concerns (see `crate::worker_api::policy`); the one exception, `auth = "none"`, is refused
 //! anywhere but a loopback address.
 
 use std::net::SocketAddr;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::clock::Millis;
 use crate::coord::{CoordError, Coordinator, Keys, WorkerRead};
-use crate::model::container::Container;
-use crate::model::worker::{Episode, Incident, Marks, Retry};
+use crate::hang::model::{Episode, Incident, Marks, Retry};
+use crate::runtime::container::Container;
 
 /// TTL of the per-worker marks: long enough to outlive any incident.
 pub const MARK_TTL: Duration = Duration::from_secs(24 * 3600);

@@ -8,9 +8,9 @@
 //! place: `lease.rs` (the node lock, a pool's maintenance claim: claim, time left, release by
 //! compare-and-delete), `caps.rs` (the breaker and the fleet budget, their one owner: keys, rules, take, refund) and
 //! `marks.rs` (the codec of a worker's marks: the keys of its one-round-trip read, their order,
-//! and the formats of the marks). The engine (`crate::engine::restart`, opportunistic
+//! and the formats of the marks). The engine (`crate::hang::restart`, opportunistic
 //! maintenance) calls them, so the same behaviour — and the same test suite — covers both
-//! backends. Alert de-duplication is a SET NX claim made by `crate::engine::alert_gate`.
+//! backends. Alert de-duplication is a SET NX claim made by `crate::alerts::gate`.
 
 pub(crate) mod caps;
 pub(crate) mod keys;

@@ -33,9 +33,9 @@ use k8s_cri::v1::{
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{Container, ContainerRuntime, RuntimeError};
-use crate::model::container::PodRef;
-use crate::sources::podresources::{DeviceSource, PodGpus};
-use crate::sources::pods::{PodApi, RestartPolicy};
+use crate::kube::podresources::{DeviceSource, PodGpus};
+use crate::kube::pods::{PodApi, RestartPolicy};
+use crate::runtime::container::PodRef;
 
 /// The opt-in label's value that makes the pod's own name its worker id: pods of one
 /// Deployment, Job or JobSet template share their labels, and would otherwise all be one
@@ -333,7 +333,7 @@ impl Sandbox {
             worker,
             container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
             checkpoint: annotations.get(&s.checkpoint_annotation).cloned(),
-            alert_only: crate::model::container::alert_only(&labels, &s.worker_label),
+            alert_only: crate::runtime::container::alert_only(&labels, &s.worker_label),
             namespace: meta.namespace,
             pod: meta.name,
             uid: meta.uid,

@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use tokio::sync::Mutex;
 
 use super::{Container, ContainerRuntime, RuntimeError};
-use crate::model::container::PodIdentity;
+use crate::runtime::container::PodIdentity;
 
 /// Inspect results of the listing by container id, trusted only while the daemon's event
 /// stream for opted-in containers runs: any event of a container (start, restart, die, stop,
@@ -366,11 +366,11 @@ impl ContainerRuntime for DockerRuntime {
                     .as_ref()
                     .and_then(|c| c.env.clone())
                     .unwrap_or_default();
-                crate::model::container::visible_gpus(ids.as_deref(), &env)
+                crate::runtime::container::visible_gpus(ids.as_deref(), &env)
             },
             pod: None,
             kube_pod: kube_pod(&labels),
-            alert_only: crate::model::container::alert_only(&labels, &self.label),
+            alert_only: crate::runtime::container::alert_only(&labels, &self.label),
         }))
     }
 

@@ -3,17 +3,18 @@
 //! Map: [`ContainerRuntime`] is the one trait; `connect` picks the implementation from
 //! `runtime.kind` (or from the sockets the node has). `docker.rs`: Docker, and Podman through its
 //! Docker-compatible API (`runtime.kind = podman`), with bollard. `cri.rs`: the Kubernetes CRI
-//! (containerd, CRI-O), which reads a pod's `restartPolicy` through `crate::sources::pods` and a
-//! container's GPUs through `crate::sources::podresources`; `cri_log.rs`: the CRI log format.
+//! (containerd, CRI-O), which reads a pod's `restartPolicy` through `crate::kube::pods` and a
+//! container's GPUs through `crate::kube::podresources`; `cri_log.rs`: the CRI log format.
 //! `sim.rs`: the simulated runtime of the demo and the scenario tests.
 
+pub mod container;
 pub mod cri;
 pub(crate) mod cri_log;
 pub mod docker;
 #[cfg(feature = "demo")]
 pub mod sim;
 
-pub use crate::model::container::Container;
+pub use container::Container;
 
 use std::time::Duration;
 
@@ -22,10 +23,10 @@ use async_trait::async_trait;
 use std::sync::Arc;
 
 use crate::config::{Config, RuntimeKind};
-use crate::observe::server::Probe;
-use crate::observe::worker_api::WorkerDirectory;
-use crate::sources::podresources::{DeviceSource, PodResourcesClient};
-use crate::sources::pods::PodApi;
+use crate::http::server::Probe;
+use crate::kube::podresources::{DeviceSource, PodResourcesClient};
+use crate::kube::pods::PodApi;
+use crate::worker_api::WorkerDirectory;
 use cri::{CriRuntime, CriSettings};
 use docker::DockerRuntime;
 

@@ -1,5 +1,5 @@
 //! The simulated container runtime: containers in memory, with scriptable failures. `vigil demo`
-//! replays the seed's night with it (and the recording sinks of `crate::actions::recording`), and
+//! replays the seed's night with it (and the recording sinks of `crate::recording`), and
 //! the scenario tests drive the real pipeline through it. It implements the same trait as the
 //! Docker adapter, so everything above it is the real code.
 
@@ -150,7 +150,7 @@ impl FakeRuntime {
     /// Place a container in a Kubernetes pod (as a runtime under the kubelet reports it).
     pub fn set_kube_pod(&self, id: &str, namespace: &str, pod: &str) {
         if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
-            c.kube_pod = Some(crate::model::container::PodIdentity {
+            c.kube_pod = Some(crate::runtime::container::PodIdentity {
                 namespace: namespace.into(),
                 name: pod.into(),
                 uid: format!("uid-{pod}"),

@@ -1,0 +1,13 @@
+//! GPUs through NVML: `model` (samples, XID events, per-GPU status), `policy` (the health rules),
+//! `policy_xid` (what each XID calls for), `policy_state` (failed GPUs kept across agent
+//! restarts, the pure part); `nvml` (the NVML adapter), `monitor` (the monitor thread),
+//! `start` (waiting for a driver that arrives late), `state` (the state file on disk).
+
+pub mod model;
+pub mod monitor;
+pub mod nvml;
+pub mod policy;
+pub(crate) mod policy_state;
+pub mod policy_xid;
+pub mod start;
+pub mod state;

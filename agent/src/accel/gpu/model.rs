@@ -1,0 +1,365 @@
+//! GPU data: what NVML reads (samples, XID events) and what Vigil concludes (per-GPU status and
+//! the node's report). The rules that turn one into the other are in `crate::accel::gpu::policy`; the
+//! per-XID classes in `crate::accel::gpu::policy_xid`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One reading of one GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuSample {
+    pub index: u32,
+    pub uuid: String,
+    /// The minor number of its device file (`/dev/nvidiaN`): GKE's device plugin names GPUs by
+    /// it (`nvidia0`, …). `None` when NVML did not say.
+    pub minor_number: Option<u32>,
+    pub name: String,
+    pub temperature_c: Option<u32>,
+    pub power_w: Option<f64>,
+    /// 0.0–1.0
+    pub utilization: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub ecc_volatile_corrected: Option<u64>,
+    pub ecc_volatile_uncorrected: Option<u64>,
+    pub ecc_aggregate_corrected: Option<u64>,
+    pub ecc_aggregate_uncorrected: Option<u64>,
+    /// Retired pages (single-bit + double-bit causes).
+    pub retired_pages: Option<u64>,
+    pub retired_pages_pending: Option<bool>,
+    /// Row remapping (Ampere and newer): `None` where the driver has no such counters.
+    pub remapped_rows: Option<RemappedRows>,
+    /// Active clock-throttle reasons, stable names (e.g. `hw-slowdown`, `sw-thermal`).
+    pub throttle_reasons: Vec<&'static str>,
+    /// Processes with a compute context on this GPU (a CUDA application, idle or not).
+    /// `None` when NVML could not say (an old driver, a MIG parent without the privilege): the
+    /// opportunistic-maintenance idle check reads that as "maybe busy".
+    pub compute_processes: Option<u32>,
+    /// What the driver says must happen before the GPU is usable again
+    /// (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`); `None` where the driver does not report it.
+    pub recovery_action: Option<RecoveryAction>,
+    /// Energy used since the driver last loaded, in millijoules (Volta and newer): it starts
+    /// again from zero when the driver reloads.
+    pub energy_mj: Option<u64>,
+    /// Persistence mode. Without it the driver unloads when its last client exits, so the
+    /// counters that restart with the driver restart without any reset too.
+    pub persistence_mode: Option<bool>,
+}
+
+/// The driver's own recovery action for a GPU (`nvmlDeviceGpuRecoveryAction_t`, read through
+/// the field `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecoveryAction {
+    /// 0: nothing to do; a new process can use the GPU.
+    None,
+    /// 1: terminate the GPU's processes and reset it (`nvidia-smi -r`).
+    GpuReset,
+    /// 2: the fault may have left the OS inconsistent: reboot the node.
+    NodeReboot,
+    /// 3: stop peer-to-peer traffic to and from the GPU.
+    DrainP2p,
+    /// 4: drain peer-to-peer traffic, then reset the GPU.
+    DrainAndReset,
+    /// Any other value (newer drivers add actions, e.g. 6 bus reset, 7 system reboot).
+    Other(u32),
+}
+
+impl RecoveryAction {
+    /// From NVML's numeric value.
+    pub fn from_nvml(v: u32) -> RecoveryAction {
+        match v {
+            0 => RecoveryAction::None,
+            1 => RecoveryAction::GpuReset,
+            2 => RecoveryAction::NodeReboot,
+            3 => RecoveryAction::DrainP2p,
+            4 => RecoveryAction::DrainAndReset,
+            n => RecoveryAction::Other(n),
+        }
+    }
+
+    /// NVML's name for it, for reasons and the docs.
+    pub fn nvml_name(self) -> String {
+        match self {
+            RecoveryAction::None => "NVML_GPU_RECOVERY_ACTION_NONE".into(),
+            RecoveryAction::GpuReset => "NVML_GPU_RECOVERY_ACTION_GPU_RESET".into(),
+            RecoveryAction::NodeReboot => "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT".into(),
+            RecoveryAction::DrainP2p => "NVML_GPU_RECOVERY_ACTION_DRAIN_P2P".into(),
+            RecoveryAction::DrainAndReset => "NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET".into(),
+            RecoveryAction::Other(n) => format!("recovery action {n}"),
+        }
+    }
+}
+
+/// What an event on a GPU calls for, after NVIDIA's "Resolution Bucket (Immediate Action)".
+/// Only [`XidAction::fails`] actions make a GPU `failed`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum XidAction {
+    /// Recorded (and counted) only.
+    #[default]
+    Informational,
+    /// The application must restart (RESTART_APP): the worker's restart is the fix, so it never
+    /// blocks one.
+    RestartApp,
+    /// The GPU needs a reset (RESET_GPU, `nvidia-smi -r`) before it is usable again.
+    ResetGpu,
+    /// Drain peer-to-peer traffic (and reset): stop the GPU's work first.
+    Drain,
+    /// The node must restart (RESTART_BM, RESTART_VM, NODE_REBOOT).
+    RebootNode,
+}
+
+impl XidAction {
+    pub const ALL: [XidAction; 5] = [
+        XidAction::Informational,
+        XidAction::RestartApp,
+        XidAction::ResetGpu,
+        XidAction::Drain,
+        XidAction::RebootNode,
+    ];
+
+    /// The config and docs spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            XidAction::Informational => "informational",
+            XidAction::RestartApp => "restart-app",
+            XidAction::ResetGpu => "reset-gpu",
+            XidAction::Drain => "drain",
+            XidAction::RebootNode => "reboot-node",
+        }
+    }
+
+    /// Whether the GPU is unusable until someone acts: `failed` (taint, no restarts on it).
+    pub fn fails(self) -> bool {
+        matches!(
+            self,
+            XidAction::ResetGpu | XidAction::Drain | XidAction::RebootNode
+        )
+    }
+
+    /// What an operator does about it, for reasons and alerts.
+    pub fn advice(self) -> &'static str {
+        match self {
+            XidAction::Informational => "no action",
+            XidAction::RestartApp => "restart the application",
+            XidAction::ResetGpu => "reset the GPU (nvidia-smi -r) or reboot the node",
+            XidAction::Drain => "drain the GPU's work, then reset it",
+            XidAction::RebootNode => "reboot the node",
+        }
+    }
+}
+
+impl std::str::FromStr for XidAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        XidAction::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = XidAction::ALL.iter().map(|a| a.as_str()).collect();
+                format!("unknown action {s:?}; one of {}", names.join(", "))
+            })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+/// A critical XID event from the NVML event set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidEvent {
+    pub index: u32,
+    pub uuid: String,
+    pub xid: u64,
+}
+
+/// Health of one GPU or of the node's GPUs: the accelerators' one scale.
+pub type GpuHealth = crate::accel::model::Health;
+
+/// At most this many recent XIDs are kept per GPU, so an XID storm cannot grow the report without
+/// bound (the counts in `xid_counts` stay exact).
+pub(crate) const MAX_RECENT_XIDS: usize = 256;
+
+/// What Vigil knows about one GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuStatus {
+    /// NVML index (the order `nvidia-smi` shows).
+    pub index: u32,
+    /// NVML UUID (`GPU-…`): the identity a GPU keeps across samples.
+    pub uuid: String,
+    pub health: GpuHealth,
+    /// Why the GPU is not healthy, one line per cause, for operators.
+    pub reasons: Vec<String>,
+    /// The last sample read (kept as it was when the GPU went missing).
+    pub sample: GpuSample,
+    /// Every XID seen on this GPU in this process: XID → count.
+    pub xid_counts: BTreeMap<u64, u64>,
+    /// XIDs within `gpu.evidence_window`: (XID, when, on the monitor's monotonic ms clock).
+    pub recent_xids: Vec<(u64, i64)>,
+    /// Seen before, absent from the last [`MISSING_ROUNDS`] samples.
+    pub missing: bool,
+    /// Consecutive samples this GPU was absent from.
+    pub missing_rounds: u32,
+    /// A failure that stays until the hardware shows it was reset (see [`Failure`]).
+    pub failure: Option<Failure>,
+}
+
+/// A GPU failure that outlives the event that caused it: a `reset-gpu`, `drain` or
+/// `reboot-node` XID, the driver's recovery action, or the GPU's loss. The samples after it may
+/// look normal (the driver keeps answering for a broken GPU), so only evidence that the GPU was
+/// reset, the driver reloaded or the node rebooted clears it (`crate::accel::gpu::policy`), and it is
+/// kept across agent restarts in `gpu.state_file`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The most drastic action any cause calls for (a lost GPU: `reboot-node`, as for XID 79).
+    pub action: XidAction,
+    /// One line per cause, e.g. `XID 95 (uncontained ECC error)`.
+    pub causes: Vec<String>,
+    /// The GPU was lost (absent from NVML): cleared when NVML lists it again.
+    #[serde(default)]
+    pub lost: bool,
+    /// Read from the state file: the failure predates this agent process.
+    #[serde(default)]
+    pub kept: bool,
+    /// The marks still come from the state file (no sample of this process compared yet): a
+    /// counter that went down counts only with persistence mode then.
+    #[serde(skip)]
+    pub marks_from_file: bool,
+    /// What the GPU's reset-sensitive readings were: a later reading below them is a reset.
+    #[serde(default)]
+    pub marks: ResetMarks,
+}
+
+/// Readings that start again (or clear) when a GPU is reset or its driver reloads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResetMarks {
+    pub ecc_volatile_corrected: Option<u64>,
+    pub ecc_volatile_uncorrected: Option<u64>,
+    pub energy_mj: Option<u64>,
+    pub remap_pending: Option<bool>,
+    pub retired_pages_pending: Option<bool>,
+    pub recovery_action: Option<RecoveryAction>,
+}
+
+/// A failure cleared, and why: written to the trail (`gpu-failure-cleared`) by whoever reads
+/// the reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuCleared {
+    /// Increases by one per clearing in this process; readers note those they have not seen.
+    pub seq: u64,
+    /// `GPU 0 (GPU-…)`.
+    pub gpu: String,
+    /// The evidence, e.g. `the node rebooted (boot id changed)`.
+    pub why: String,
+    /// The causes the failure had.
+    pub causes: Vec<String>,
+}
+
+/// At most this many clearings are kept in a report (readers are far faster than resets).
+pub(crate) const MAX_CLEARED: usize = 16;
+
+/// Where the GPU monitor stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum GpuMonitorState {
+    /// Not started yet.
+    #[default]
+    Starting,
+    /// `gpu.enabled = off`.
+    Off,
+    /// No NVIDIA GPU on this node (no `/dev/nvidiaN`, no NVIDIA PCI display device); looked
+    /// for again now and then.
+    NoGpu,
+    /// The node has NVIDIA GPUs but NVML does not load yet (the driver installer has not
+    /// finished, or the library is not mounted): tried again with backoff.
+    WaitingForDriver,
+    /// NVML is loaded and the GPUs are watched.
+    On,
+}
+
+impl GpuMonitorState {
+    pub const ALL: [GpuMonitorState; 5] = [
+        GpuMonitorState::Starting,
+        GpuMonitorState::Off,
+        GpuMonitorState::NoGpu,
+        GpuMonitorState::WaitingForDriver,
+        GpuMonitorState::On,
+    ];
+
+    /// Stable name (metric label, doctor, heartbeat-free).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuMonitorState::Starting => "starting",
+            GpuMonitorState::Off => "off",
+            GpuMonitorState::NoGpu => "no-gpu",
+            GpuMonitorState::WaitingForDriver => "waiting-for-driver",
+            GpuMonitorState::On => "on",
+        }
+    }
+}
+
+/// A GPU must be absent from this many samples in a row to count as gone: one read that fails
+/// (a transient NVML error) must not fail the GPU, block its worker's restarts and taint the
+/// node.
+pub(crate) const MISSING_ROUNDS: u32 = 3;
+
+/// The GPU verdict of this node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuReport {
+    /// Where the monitor stands. Anything but [`GpuMonitorState::On`]: no verdict at all (never
+    /// read as healthy hardware, only as "unknown").
+    pub state: GpuMonitorState,
+    /// Ordered by NVML index.
+    pub gpus: Vec<GpuStatus>,
+    /// The worst GPU's health.
+    pub node: GpuHealth,
+    /// Every GPU's reasons, in GPU order.
+    pub node_reasons: Vec<String>,
+    /// The latest failures cleared (at most [`MAX_CLEARED`]), oldest first.
+    pub cleared: Vec<GpuCleared>,
+}
+
+impl GpuReport {
+    /// NVML is loaded and the monitor runs: the verdict means something.
+    pub fn monitoring(&self) -> bool {
+        self.state == GpuMonitorState::On
+    }
+
+    /// A report in `state` with no GPU.
+    pub fn in_state(state: GpuMonitorState) -> GpuReport {
+        GpuReport {
+            state,
+            ..GpuReport::default()
+        }
+    }
+
+    /// The GPU with this index or UUID (`GPU-…`, case-insensitive).
+    pub fn gpu(&self, id: &str) -> Option<&GpuStatus> {
+        self.gpus.iter().find(|g| selects(g, id))
+    }
+}
+
+/// `id` is the GPU's index (`"0"`), its UUID, or its device file's name (`nvidia0`, as GKE's
+/// device plugin names GPUs).
+pub(crate) fn selects(g: &GpuStatus, id: &str) -> bool {
+    let id = id.trim();
+    if let Some(n) = id
+        .strip_prefix("nvidia")
+        .and_then(|n| n.parse::<u32>().ok())
+    {
+        // NB: `nvidiaN` is /dev/nvidiaN, whose N is the minor number, not the NVML index (which
+        // follows the PCI bus order). They agree on most machines; where NVML gave no minor
+        // number (a GPU known only from an XID event) the index stands in.
+        return g.sample.minor_number.unwrap_or(g.index) == n;
+    }
+    id.parse::<u32>().is_ok_and(|i| i == g.index)
+        || (!g.uuid.is_empty() && g.uuid.eq_ignore_ascii_case(id))
+}

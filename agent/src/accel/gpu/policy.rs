@@ -1,0 +1,564 @@
+//! GPU health verdicts (pure): `(previous report, samples, XID events, now) -> report`.
+//!
+//! Map: [`update`] folds one round of observations from a GPU probe (`crate::accel::gpu::nvml`)
+//! into a [`GpuReport`] (per-GPU [`GpuStatus`] and the node verdict); [`evidence`] turns recent
+//! XIDs into lines for a hang alert; [`worker_on_failed_gpu`] tells the restart policy that a
+//! restart cannot help. Failures kept across agent restarts are read and written by
+//! `crate::accel::gpu::policy_state`. No I/O and no clock reads: `now_ms` is handed in, on the monotonic
+//! millisecond clock of the GPU monitor (`crate::accel::gpu::monitor::clock_ms`).
+//!
+//! The rules, worst first:
+//! - an XID whose action (`crate::accel::gpu::policy_xid`) is `reset-gpu`, `drain` or `reboot-node`, or the
+//!   driver's own recovery action asking for one → `failed`, and it stays failed (a [`Failure`])
+//!   until the GPU shows it was reset: see [`reset_evidence`];
+//! - a GPU seen before and absent from the latest samples → `failed`, `missing`, until NVML lists
+//!   it again;
+//! - a row-remap failure → `failed` (NVIDIA: reset the GPU; recurring, replace it);
+//! - an XID in no table, within `gpu.evidence_window` → `degraded`;
+//! - pages pending retirement, a pending row remap, or volatile uncorrectable ECC errors →
+//!   `degraded`: survivable until the next reset;
+//! - `restart-app` and `informational` XIDs are recorded (counts, recent list), never a verdict:
+//!   the worker's restart is the fix.
+//!
+//! The node is as healthy as its worst GPU.
+
+use std::collections::BTreeMap;
+
+use crate::accel::gpu::model::{
+    selects, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample, GpuStatus,
+    ResetMarks, XidAction, XidEvent, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
+};
+use crate::accel::gpu::policy_xid::{action_for, builtin, recovery_action};
+use crate::accel::model::Health;
+use crate::accel::policy::{Accelerator, Names};
+use crate::clock::{human, ms, Millis};
+use crate::config::GpuConfig;
+use crate::maintenance::policy::{problem_condition, truncate, GPU_CONDITION, GPU_FAILED_TAINT};
+use crate::node::model::NodeCondition;
+
+/// The GPU's row of the accelerators' table.
+pub static GPU: Names = Names {
+    name: "GPU",
+    label: "gpu-health",
+    reasons_annotation: "gpu-health-reasons",
+    taint: GPU_FAILED_TAINT,
+    condition: GPU_CONDITION,
+    events: ["VigilGpuHealthy", "VigilGpuDegraded", "VigilGpuFailed"],
+};
+
+impl Accelerator for GpuReport {
+    const NAMES: &'static Names = &GPU;
+    fn monitoring(&self) -> bool {
+        GpuReport::monitoring(self)
+    }
+    fn health(&self) -> Health {
+        self.node
+    }
+    fn reasons(&self) -> &[String] {
+        &self.node_reasons
+    }
+    fn reasons_mut(&mut self) -> &mut Vec<String> {
+        &mut self.node_reasons
+    }
+    fn settled(&self) -> bool {
+        self.state != GpuMonitorState::Starting
+    }
+    fn condition(&self) -> Option<NodeCondition> {
+        Some(gpu_condition(self))
+    }
+    // NB: the monitor's state too (starting → no GPU → waiting for the driver): the condition's
+    // reason says which.
+    fn differs(&self, other: &Self) -> bool {
+        self.state != other.state || self.node != other.node
+    }
+    // NB: a GPU's health is shown from the start (healthy until told otherwise), so a monitor
+    // that comes up healthy is no Event.
+    fn shown(&self) -> Option<Health> {
+        Some(self.node)
+    }
+    fn noted(&self, _prev: Option<Health>) -> bool {
+        GpuReport::monitoring(self)
+    }
+    fn detail(&self, prev: &Self) -> String {
+        let reasons = if self.node_reasons.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", self.node_reasons.join("; "))
+        };
+        format!(
+            "GPU health {} → {}{reasons}",
+            prev.node.as_str(),
+            self.node.as_str()
+        )
+    }
+}
+
+/// `VigilGPUUnhealthy`: True when a GPU failed, False when healthy or degraded (still usable;
+/// the reason and message say why), Unknown without GPU monitoring — the same fact as the
+/// `gpu-health` label.
+pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
+    use crate::accel::gpu::model::GpuMonitorState as S;
+    let (problem, reason, message) = match (report.state, report.node) {
+        (S::On, GpuHealth::Healthy) => (Some(false), "Healthy", String::new()),
+        (S::On, GpuHealth::Degraded) => (Some(false), "Degraded", String::new()),
+        (S::On, GpuHealth::Failed) => (Some(true), "Failed", String::new()),
+        (S::Off, _) => (
+            None,
+            "MonitoringOff",
+            "GPU monitoring is off (gpu.enabled = off)".to_string(),
+        ),
+        (S::NoGpu, _) => (
+            None,
+            "NoGpu",
+            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device)"
+                .to_string(),
+        ),
+        (S::WaitingForDriver, _) => (
+            None,
+            "WaitingForDriver",
+            "waiting for the NVIDIA driver: the node has GPUs but NVML does not load yet"
+                .to_string(),
+        ),
+        (S::Starting, _) => (None, "Starting", "GPU monitoring is starting".to_string()),
+    };
+    let message = if !message.is_empty() {
+        message
+    } else if report.node_reasons.is_empty() {
+        format!("GPU health {}", report.node.as_str())
+    } else {
+        truncate(&report.node_reasons.join("; "), 1000)
+    };
+    problem_condition(GPU_CONDITION, problem, reason, message)
+}
+
+/// The failures `report` says were cleared after the one numbered `seen`, oldest first (each is
+/// a trail entry); `seen` moves to the newest.
+///
+/// NB: sequence numbers restart with the monitor, and a report keeps the last few, so a reader
+/// that misses reports (a `watch` keeps only the latest) still sees every clearing.
+pub fn new_cleared(report: &GpuReport, seen: &mut u64) -> Vec<GpuCleared> {
+    let new: Vec<GpuCleared> = report
+        .cleared
+        .iter()
+        .filter(|c| c.seq > *seen)
+        .cloned()
+        .collect();
+    if let Some(last) = report.cleared.last() {
+        *seen = (*seen).max(last.seq);
+    }
+    new
+}
+
+/// `None`, or a list containing `all`, means every GPU of the node.
+fn all_gpus(gpus: Option<&[String]>) -> bool {
+    gpus.is_none_or(|ids| ids.iter().any(|id| id.trim().eq_ignore_ascii_case("all")))
+}
+
+pub(crate) fn label(index: u32, uuid: &str) -> String {
+    if uuid.is_empty() {
+        format!("GPU {index}")
+    } else {
+        format!("GPU {index} ({uuid})")
+    }
+}
+
+/// Fold one round of observations into the report.
+///
+/// `samples` is the latest complete reading of every GPU NVML can see (callers must not pass an
+/// empty list for a failed read: that would mark every GPU missing). `xids` are the events that
+/// arrived since the last call; they are stamped `now_ms`.
+pub(crate) fn update(
+    prev: &GpuReport,
+    samples: &[GpuSample],
+    xids: &[XidEvent],
+    now_ms: i64,
+    cfg: &GpuConfig,
+) -> GpuReport {
+    let overrides = cfg.xid_overrides();
+    let mut cleared = prev.cleared.clone();
+    let mut gpus = merge_samples(prev, samples, &mut cleared);
+    fold_xids(&mut gpus, xids, now_ms, &overrides);
+    let window = ms(cfg.evidence_window);
+    for g in &mut gpus {
+        g.recent_xids.retain(|&(_, at)| now_ms - at <= window);
+        if g.recent_xids.len() > MAX_RECENT_XIDS {
+            let extra = g.recent_xids.len() - MAX_RECENT_XIDS;
+            g.recent_xids.drain(..extra);
+        }
+        if !g.missing {
+            follow_hardware(g, &mut cleared);
+        }
+        let (health, reasons) = judge(g, &overrides);
+        g.health = health;
+        g.reasons = reasons;
+    }
+    gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
+    report_of(gpus, cleared)
+}
+
+/// `prev`'s GPUs judged again as they are (no new observation): the report of GPUs restored
+/// from the state file, before the first sample.
+pub(crate) fn rejudge(prev: &GpuReport, cfg: &GpuConfig) -> GpuReport {
+    let overrides = cfg.xid_overrides();
+    let mut gpus = prev.gpus.clone();
+    for g in &mut gpus {
+        let (health, reasons) = judge(g, &overrides);
+        g.health = health;
+        g.reasons = reasons;
+    }
+    report_of(gpus, prev.cleared.clone())
+}
+
+/// The report of these GPUs: the node's verdict is the worst GPU's.
+pub(crate) fn report_of(gpus: Vec<GpuStatus>, mut cleared: Vec<GpuCleared>) -> GpuReport {
+    let node = gpus.iter().map(|g| g.health).max().unwrap_or_default();
+    let node_reasons = gpus
+        .iter()
+        .flat_map(|g| g.reasons.iter().cloned())
+        .collect();
+    if cleared.len() > MAX_CLEARED {
+        let extra = cleared.len() - MAX_CLEARED;
+        cleared.drain(..extra);
+    }
+    GpuReport {
+        state: GpuMonitorState::On,
+        gpus,
+        node,
+        node_reasons,
+        cleared,
+    }
+}
+
+/// Identity is the UUID (indices may be renumbered by a driver reload); a GPU without one is
+/// known by its index.
+fn same(s: &GpuStatus, index: u32, uuid: &str) -> bool {
+    if uuid.is_empty() || s.uuid.is_empty() {
+        s.index == index
+    } else {
+        s.uuid == uuid
+    }
+}
+
+/// Clear `g`'s failure, recording why.
+pub(crate) fn clear(g: &mut GpuStatus, why: String, cleared: &mut Vec<GpuCleared>) {
+    let Some(f) = g.failure.take() else {
+        return;
+    };
+    let mut causes = f.causes;
+    if f.lost {
+        causes.push(LOST.to_string());
+    }
+    let seq = cleared.last().map_or(1, |c| c.seq + 1);
+    cleared.push(GpuCleared {
+        seq,
+        gpu: label(g.index, &g.uuid),
+        why,
+        causes,
+    });
+}
+
+const LOST: &str = "no longer visible to NVML (fell off the bus?)";
+
+/// Every sampled GPU with its history, then the GPUs the sample no longer shows (missing only
+/// after `MISSING_ROUNDS` samples in a row). A GPU lost and listed again has its loss cleared.
+fn merge_samples(
+    prev: &GpuReport,
+    samples: &[GpuSample],
+    cleared: &mut Vec<GpuCleared>,
+) -> Vec<GpuStatus> {
+    let mut gpus: Vec<GpuStatus> = Vec::with_capacity(samples.len().max(prev.gpus.len()));
+    for s in samples {
+        let mut g = prev
+            .gpus
+            .iter()
+            .find(|p| same(p, s.index, &s.uuid))
+            .cloned()
+            .unwrap_or_default();
+        g.index = s.index;
+        g.uuid = s.uuid.clone();
+        g.sample = s.clone();
+        g.missing = false;
+        g.missing_rounds = 0;
+        if let Some(f) = g.failure.as_mut().filter(|f| f.lost) {
+            f.lost = false;
+            if f.causes.is_empty() {
+                clear(&mut g, "NVML lists the GPU again".into(), cleared);
+            }
+        }
+        gpus.push(g);
+    }
+    for p in &prev.gpus {
+        if !samples.iter().any(|s| same(p, s.index, &s.uuid)) {
+            let mut g = p.clone();
+            g.missing_rounds = g.missing_rounds.saturating_add(1);
+            g.missing =
+                g.missing_rounds >= MISSING_ROUNDS || g.failure.as_ref().is_some_and(|f| f.lost);
+            if g.missing {
+                let f = g.failure.get_or_insert_with(Failure::default);
+                f.lost = true;
+                f.action = f.action.max(XidAction::RebootNode);
+            }
+            gpus.push(g);
+        }
+    }
+    gpus
+}
+
+/// Count each XID on its GPU, stamped `now_ms`; one whose action fails the GPU starts (or adds
+/// to) its failure.
+fn fold_xids(
+    gpus: &mut Vec<GpuStatus>,
+    xids: &[XidEvent],
+    now_ms: i64,
+    overrides: &BTreeMap<u64, XidAction>,
+) {
+    for x in xids {
+        let pos = match gpus.iter().position(|g| same(g, x.index, &x.uuid)) {
+            Some(pos) => pos,
+            None => {
+                // NB: an XID from a GPU no sample has shown yet (it could not be read): keep it
+                // under its own entry rather than drop hardware evidence. Not "missing": it was
+                // never seen by a sample.
+                gpus.push(GpuStatus {
+                    index: x.index,
+                    uuid: x.uuid.clone(),
+                    sample: GpuSample {
+                        index: x.index,
+                        uuid: x.uuid.clone(),
+                        ..GpuSample::default()
+                    },
+                    ..GpuStatus::default()
+                });
+                gpus.len() - 1
+            }
+        };
+        let g = &mut gpus[pos];
+        *g.xid_counts.entry(x.xid).or_insert(0) += 1;
+        g.recent_xids.push((x.xid, now_ms));
+        if let Some(action) = action_for(x.xid, overrides).filter(|a| a.fails()) {
+            let meaning = builtin(x.xid).map_or("", |r| r.meaning);
+            let cause = if meaning.is_empty() {
+                format!("XID {}", x.xid)
+            } else {
+                format!("XID {} ({meaning})", x.xid)
+            };
+            add_cause(g, action, cause);
+        }
+    }
+}
+
+/// Start or extend `g`'s failure; a new one takes the marks of the latest sample.
+fn add_cause(g: &mut GpuStatus, action: XidAction, cause: String) {
+    let marks = marks_of(&g.sample, ResetMarks::default());
+    let f = g.failure.get_or_insert_with(|| Failure {
+        marks,
+        ..Failure::default()
+    });
+    f.action = f.action.max(action);
+    if !f.causes.contains(&cause) {
+        f.causes.push(cause);
+    }
+}
+
+/// The reset-sensitive readings of `s`, keeping `old` where `s` has none.
+fn marks_of(s: &GpuSample, old: ResetMarks) -> ResetMarks {
+    ResetMarks {
+        ecc_volatile_corrected: s.ecc_volatile_corrected.or(old.ecc_volatile_corrected),
+        ecc_volatile_uncorrected: s.ecc_volatile_uncorrected.or(old.ecc_volatile_uncorrected),
+        energy_mj: s.energy_mj.or(old.energy_mj),
+        remap_pending: s.remapped_rows.map(|r| r.pending).or(old.remap_pending),
+        retired_pages_pending: s.retired_pages_pending.or(old.retired_pages_pending),
+        recovery_action: s.recovery_action.or(old.recovery_action),
+    }
+}
+
+/// A present GPU's latest sample against its failure: cleared on evidence of a reset, else its
+/// marks follow the sample; the driver's recovery action, when it asks for one, is a cause.
+fn follow_hardware(g: &mut GpuStatus, cleared: &mut Vec<GpuCleared>) {
+    if let Some(f) = &g.failure {
+        let trusted = !f.marks_from_file || g.sample.persistence_mode == Some(true);
+        if let Some(why) = reset_evidence(&f.marks, &g.sample, trusted) {
+            clear(g, why, cleared);
+        }
+    }
+    if let Some(f) = g.failure.as_mut() {
+        f.marks = marks_of(&g.sample, f.marks);
+        // The marks now come from this process's own readings.
+        f.marks_from_file = false;
+    }
+    if let Some(a) = g.sample.recovery_action {
+        let action = recovery_action(a);
+        if action.fails() {
+            add_cause(g, action, format!("the driver asks for {}", a.nvml_name()));
+        }
+    }
+}
+
+/// Evidence in `s` that the GPU was reset (or its driver reloaded) since `m` was read, in
+/// words; `None` when there is none.
+///
+/// NB: `counters` says whether a counter that went down may count. Volatile ECC counts and the
+/// energy counter restart when the driver loads; without persistence mode the driver unloads
+/// whenever its last client exits, so across an agent restart (marks read from the state file)
+/// they count only with persistence mode on. Within one agent process the agent is itself a
+/// client, so the driver stays loaded and a lower count is a reset.
+pub fn reset_evidence(m: &ResetMarks, s: &GpuSample, counters: bool) -> Option<String> {
+    let went_down = |was: Option<u64>, now: Option<u64>| match (was, now) {
+        (Some(a), Some(b)) if b < a => Some((a, b)),
+        _ => None,
+    };
+    if m.remap_pending == Some(true) && s.remapped_rows.map(|r| r.pending) == Some(false) {
+        return Some("the pending row remap was applied, which happens at a GPU reset".into());
+    }
+    if m.retired_pages_pending == Some(true) && s.retired_pages_pending == Some(false) {
+        return Some(
+            "the pages pending retirement were retired, which happens at a GPU reset".into(),
+        );
+    }
+    if let (Some(was), Some(crate::accel::gpu::model::RecoveryAction::None)) =
+        (m.recovery_action, s.recovery_action)
+    {
+        if recovery_action(was).fails() {
+            return Some(format!("the driver no longer asks for {}", was.nvml_name()));
+        }
+    }
+    if !counters {
+        return None;
+    }
+    if let Some((a, b)) = went_down(m.ecc_volatile_uncorrected, s.ecc_volatile_uncorrected)
+        .or_else(|| went_down(m.ecc_volatile_corrected, s.ecc_volatile_corrected))
+    {
+        return Some(format!(
+            "the volatile ECC counts went back from {a} to {b}: the driver reloaded or the GPU was reset"
+        ));
+    }
+    if let Some((a, b)) = went_down(m.energy_mj, s.energy_mj) {
+        return Some(format!(
+            "the energy counter restarted (from {a} to {b} mJ): the driver reloaded"
+        ));
+    }
+    None
+}
+
+/// The health of one GPU from its record, with one reason per cause.
+fn judge(g: &GpuStatus, overrides: &BTreeMap<u64, XidAction>) -> (GpuHealth, Vec<String>) {
+    let who = label(g.index, &g.uuid);
+    let mut health = GpuHealth::Healthy;
+    let mut reasons = Vec::new();
+    let mut flag = |h: GpuHealth, why: String| {
+        health = health.max(h);
+        reasons.push(why);
+    };
+    if let Some(f) = &g.failure {
+        let kept = if f.kept {
+            " (kept from before the agent restarted)"
+        } else {
+            ""
+        };
+        let mut causes = f.causes.clone();
+        if f.lost {
+            causes.push(LOST.into());
+        }
+        flag(
+            GpuHealth::Failed,
+            format!("{who}: {}; {}{kept}", causes.join(", "), f.action.advice()),
+        );
+    }
+    // Unknown XIDs degrade only while recent: one odd XID a day ago is not a standing verdict.
+    let mut unknown: BTreeMap<u64, usize> = BTreeMap::new();
+    for &(xid, _) in &g.recent_xids {
+        if action_for(xid, overrides).is_none() {
+            *unknown.entry(xid).or_insert(0) += 1;
+        }
+    }
+    for (xid, n) in unknown {
+        flag(
+            GpuHealth::Degraded,
+            format!("{who}: XID {xid} seen {n} time(s) recently (not in NVIDIA's table)"),
+        );
+    }
+    // The last sample of a missing GPU is stale: judge only what is being read now.
+    if !g.missing {
+        judge_sample(&who, &g.sample, &mut flag);
+    }
+    (health, reasons)
+}
+
+/// The standing conditions NVML reports for a GPU.
+fn judge_sample(who: &str, s: &GpuSample, flag: &mut impl FnMut(GpuHealth, String)) {
+    if let Some(r) = s.remapped_rows {
+        if r.failure {
+            flag(
+                GpuHealth::Failed,
+                format!("{who}: row remapping failed (no spare rows left); reset the GPU, and replace it if it recurs"),
+            );
+        }
+        if r.pending {
+            flag(
+                GpuHealth::Degraded,
+                format!("{who}: a row remap is pending; the GPU runs on until its next reset: reset it at the next convenient time"),
+            );
+        }
+    }
+    if s.retired_pages_pending == Some(true) {
+        flag(
+            GpuHealth::Degraded,
+            format!("{who}: memory pages are pending retirement; reset the GPU at the next convenient time"),
+        );
+    }
+    if let Some(n) = s.ecc_volatile_uncorrected.filter(|&n| n > 0) {
+        flag(
+            GpuHealth::Degraded,
+            format!("{who}: {n} uncorrectable ECC error(s) since the driver loaded"),
+        );
+    }
+}
+
+/// Evidence for a hang alert: `cfg.evidence_xids` seen within `cfg.evidence_window` on the given
+/// GPUs (indices or UUIDs; `None` or `all` = every GPU), oldest first, e.g.
+/// `XID 43 on GPU 0 (GPU-…) 2m ago`.
+pub fn evidence(
+    report: &GpuReport,
+    gpus: Option<&[String]>,
+    now_ms: i64,
+    cfg: &GpuConfig,
+) -> Vec<String> {
+    let all = all_gpus(gpus);
+    let window = ms(cfg.evidence_window);
+    let mut lines = Vec::new();
+    for g in &report.gpus {
+        if !all && !gpus.unwrap_or_default().iter().any(|id| selects(g, id)) {
+            continue;
+        }
+        for &(xid, at) in &g.recent_xids {
+            let age: Millis = now_ms - at;
+            if cfg.evidence_xids.contains(&xid) && (0..=window).contains(&age) {
+                lines.push(format!(
+                    "XID {xid} on {} {} ago",
+                    label(g.index, &g.uuid),
+                    human(age)
+                ));
+            }
+        }
+    }
+    lines
+}
+
+/// Whether a worker on these GPUs (indices or UUIDs; `None` or `all` = any GPU of the node) sits on
+/// a failed GPU: a restart cannot fix hardware.
+pub fn worker_on_failed_gpu(report: &GpuReport, gpus: Option<&[String]>) -> bool {
+    let failed = |g: &&GpuStatus| g.health == GpuHealth::Failed;
+    if all_gpus(gpus) {
+        return report.gpus.iter().any(|g| failed(&g));
+    }
+    let ids = gpus.unwrap_or_default();
+    report
+        .gpus
+        .iter()
+        .filter(failed)
+        .any(|g| ids.iter().any(|id| selects(g, id)))
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,359 @@
+//! Failed GPUs kept across agent restarts (the pure part): what `gpu.state_file` holds, how a
+//! report becomes one ([`snapshot`]), when it is worth writing ([`needs_write`]), and what a file
+//! read at start-up means for this boot ([`restore`]). The file itself is read and written by
+//! `crate::accel::gpu::state`.
+//!
+//! The file is keyed by the node's boot id: a failure recorded under another boot id was cleared
+//! by the reboot. A file that cannot be parsed is not read as "nothing failed": the GPU UUIDs it
+//! names are kept failed when it names this boot, so a torn write cannot quietly return a broken
+//! GPU to work.
+
+use serde::{Deserialize, Serialize};
+
+use crate::accel::gpu::model::{Failure, GpuCleared, GpuSample, GpuStatus, ResetMarks, XidAction};
+use crate::accel::gpu::policy::label;
+
+/// The format version written; a file of another version is read as unreadable.
+pub const VERSION: u32 = 1;
+
+/// How often, at most, the file is rewritten only because a GPU's energy counter moved.
+pub const ENERGY_REWRITE_MS: i64 = 5 * 60 * 1000;
+
+/// The content of `gpu.state_file`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateFile {
+    pub version: u32,
+    /// `/proc/sys/kernel/random/boot_id` when written.
+    pub boot_id: String,
+    /// Every GPU with a standing failure.
+    pub gpus: Vec<KeptGpu>,
+}
+
+/// One failed GPU as kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeptGpu {
+    pub uuid: String,
+    pub index: u32,
+    pub action: XidAction,
+    pub causes: Vec<String>,
+    #[serde(default)]
+    pub lost: bool,
+    #[serde(default)]
+    pub marks: ResetMarks,
+}
+
+/// What was found at the state file's path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Loaded {
+    /// No file (the first start, or `gpu.state_file` empty).
+    Missing,
+    /// The file's text.
+    Text(String),
+    /// It exists but could not be read (permissions, I/O error).
+    Unreadable(String),
+}
+
+/// What the agent starts with: the GPUs still failed, the failures the reboot cleared, and a
+/// warning for the log when the file was not what it should be.
+#[derive(Debug, Default)]
+pub struct Restored {
+    pub gpus: Vec<GpuStatus>,
+    pub cleared: Vec<GpuCleared>,
+    pub warning: Option<String>,
+}
+
+/// The file's content for `gpus` (only GPUs with a UUID and a standing failure).
+pub fn snapshot(gpus: &[GpuStatus], boot_id: &str) -> StateFile {
+    StateFile {
+        version: VERSION,
+        boot_id: boot_id.to_string(),
+        gpus: gpus
+            .iter()
+            .filter(|g| !g.uuid.is_empty())
+            .filter_map(|g| {
+                let f = g.failure.as_ref()?;
+                Some(KeptGpu {
+                    uuid: g.uuid.clone(),
+                    index: g.index,
+                    action: f.action,
+                    causes: f.causes.clone(),
+                    lost: f.lost,
+                    marks: f.marks,
+                })
+            })
+            .collect(),
+    }
+}
+
+/// Whether `next` should be written, given what was last written (`None`: nothing yet) and when.
+///
+/// NB: a change of failures (or of a mark other than energy) is written at once. The energy
+/// counter moves every sample; a stale value on file only makes a later restart miss a reset
+/// (the saved value is lower than the real one), never see one that did not happen, so it is
+/// rewritten at most every [`ENERGY_REWRITE_MS`].
+pub fn needs_write(
+    last: Option<&StateFile>,
+    last_at_ms: i64,
+    next: &StateFile,
+    now_ms: i64,
+) -> bool {
+    let Some(last) = last else {
+        return true;
+    };
+    let without_energy = |f: &StateFile| {
+        let mut f = f.clone();
+        for g in &mut f.gpus {
+            g.marks.energy_mj = None;
+        }
+        f
+    };
+    if without_energy(last) != without_energy(next) {
+        return true;
+    }
+    last != next && now_ms - last_at_ms >= ENERGY_REWRITE_MS
+}
+
+/// What a file found at start-up means on the boot `boot_id`.
+pub fn restore(loaded: Loaded, boot_id: &str, path: &str) -> Restored {
+    let text = match loaded {
+        Loaded::Missing => return Restored::default(),
+        Loaded::Unreadable(e) => {
+            return Restored {
+                warning: Some(format!(
+                    "the GPU state file {path} cannot be read ({e}): failures from before this start are not known; fix its permissions"
+                )),
+                ..Restored::default()
+            }
+        }
+        Loaded::Text(t) => t,
+    };
+    match serde_json::from_str::<StateFile>(&text) {
+        Ok(f) if f.version == VERSION => from_file(f, boot_id),
+        Ok(f) => salvage(&text, boot_id, path, &format!("version {}", f.version)),
+        Err(e) => salvage(&text, boot_id, path, &e.to_string()),
+    }
+}
+
+fn from_file(f: StateFile, boot_id: &str) -> Restored {
+    let rebooted = f.boot_id != boot_id;
+    let mut out = Restored::default();
+    for k in f.gpus {
+        let mut g = GpuStatus {
+            index: k.index,
+            uuid: k.uuid.clone(),
+            sample: GpuSample {
+                index: k.index,
+                uuid: k.uuid,
+                ..GpuSample::default()
+            },
+            ..GpuStatus::default()
+        };
+        let mut causes = k.causes.clone();
+        if k.lost {
+            causes.push("no longer visible to NVML".into());
+        }
+        if rebooted {
+            let seq = out.cleared.last().map_or(1, |c| c.seq + 1);
+            out.cleared.push(GpuCleared {
+                seq,
+                gpu: label(g.index, &g.uuid),
+                why: "the node rebooted (its boot id changed)".into(),
+                causes,
+            });
+            continue;
+        }
+        g.failure = Some(Failure {
+            action: k.action,
+            causes: k.causes,
+            lost: k.lost,
+            kept: true,
+            marks_from_file: true,
+            marks: k.marks,
+        });
+        out.gpus.push(g);
+    }
+    out
+}
+
+/// A file that does not parse: the GPUs it names stay failed when it names this boot.
+fn salvage(text: &str, boot_id: &str, path: &str, error: &str) -> Restored {
+    let mut out = Restored::default();
+    if boot_id.is_empty() || !text.contains(boot_id) {
+        out.warning = Some(format!(
+            "the GPU state file {path} is corrupt ({error}) and does not name this boot: ignored, as a reboot would have cleared it"
+        ));
+        return out;
+    }
+    let uuids = uuids_in(text);
+    for (i, uuid) in uuids.iter().enumerate() {
+        out.gpus.push(GpuStatus {
+            index: u32::try_from(i).unwrap_or(u32::MAX),
+            uuid: uuid.clone(),
+            sample: GpuSample {
+                uuid: uuid.clone(),
+                ..GpuSample::default()
+            },
+            failure: Some(Failure {
+                action: XidAction::ResetGpu,
+                causes: vec![format!(
+                    "listed as failed in the unreadable state file {path}"
+                )],
+                kept: true,
+                ..Failure::default()
+            }),
+            ..GpuStatus::default()
+        });
+    }
+    out.warning = Some(format!(
+        "the GPU state file {path} is corrupt ({error}); the {} GPU(s) it names stay failed until a reset shows: {}",
+        uuids.len(),
+        uuids.join(", ")
+    ));
+    out
+}
+
+/// Every distinct `GPU-<hex and dashes>` in `text`, in order.
+fn uuids_in(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("GPU-") {
+        let tail = &rest[i + 4..];
+        let body: String = tail
+            .chars()
+            .take_while(|c| c.is_ascii_hexdigit() || *c == '-')
+            .collect();
+        if body.len() >= 8 {
+            let uuid = format!("GPU-{body}");
+            if !out.contains(&uuid) {
+                out.push(uuid);
+            }
+        }
+        rest = tail;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOOT: &str = "0b5c1e7e-8a5d-4c53-9b53-5d2f0d9d0c11";
+    const UUID: &str = "GPU-00000000-1111-2222-3333-444444444444";
+
+    fn failed(uuid: &str, lost: bool) -> GpuStatus {
+        GpuStatus {
+            index: 3,
+            uuid: uuid.into(),
+            failure: Some(Failure {
+                action: XidAction::ResetGpu,
+                causes: vec!["XID 95 (uncontained ECC error)".into()],
+                lost,
+                kept: false,
+                marks_from_file: false,
+                marks: ResetMarks {
+                    ecc_volatile_uncorrected: Some(2),
+                    energy_mj: Some(1000),
+                    ..ResetMarks::default()
+                },
+            }),
+            ..GpuStatus::default()
+        }
+    }
+
+    fn text_of(gpus: &[GpuStatus], boot: &str) -> String {
+        serde_json::to_string(&snapshot(gpus, boot)).unwrap()
+    }
+
+    #[test]
+    fn a_failure_written_on_this_boot_is_kept() {
+        let text = text_of(&[failed(UUID, false), GpuStatus::default()], BOOT);
+        let r = restore(Loaded::Text(text), BOOT, "/s.json");
+        assert!(r.warning.is_none() && r.cleared.is_empty());
+        assert_eq!(
+            r.gpus.len(),
+            1,
+            "only GPUs with a failure (and a UUID) are kept"
+        );
+        let f = r.gpus[0].failure.as_ref().unwrap();
+        assert!(f.kept);
+        assert_eq!(f.action, XidAction::ResetGpu);
+        assert_eq!(f.marks.ecc_volatile_uncorrected, Some(2));
+        assert_eq!((r.gpus[0].index, r.gpus[0].uuid.as_str()), (3, UUID));
+    }
+
+    #[test]
+    fn a_reboot_clears_every_kept_failure_and_says_so() {
+        let text = text_of(&[failed(UUID, true)], BOOT);
+        let r = restore(Loaded::Text(text), "another-boot", "/s.json");
+        assert!(r.gpus.is_empty());
+        assert_eq!(r.cleared.len(), 1);
+        assert!(r.cleared[0].why.contains("rebooted"), "{:?}", r.cleared);
+        assert_eq!(r.cleared[0].gpu, format!("GPU 3 ({UUID})"));
+        assert_eq!(r.cleared[0].causes.len(), 2, "the XID and the loss");
+    }
+
+    #[test]
+    fn no_file_is_a_clean_start_and_an_unreadable_one_a_warning() {
+        let r = restore(Loaded::Missing, BOOT, "/s.json");
+        assert!(r.gpus.is_empty() && r.warning.is_none());
+        let r = restore(
+            Loaded::Unreadable("permission denied".into()),
+            BOOT,
+            "/s.json",
+        );
+        assert!(r.gpus.is_empty());
+        assert!(r.warning.unwrap().contains("permission denied"));
+    }
+
+    #[test]
+    fn a_corrupt_file_of_this_boot_keeps_the_gpus_it_names_failed() {
+        let whole = text_of(&[failed(UUID, false)], BOOT);
+        let torn = &whole[..whole.len() - 20];
+        let r = restore(Loaded::Text(torn.into()), BOOT, "/s.json");
+        assert_eq!(r.gpus.len(), 1, "{:?}", r.warning);
+        assert_eq!(r.gpus[0].uuid, UUID);
+        assert_eq!(
+            r.gpus[0].failure.as_ref().map(|f| f.action),
+            Some(XidAction::ResetGpu)
+        );
+        let w = r.warning.unwrap();
+        assert!(w.contains("corrupt") && w.contains(UUID), "{w}");
+        // Of another boot: a reboot cleared it anyway.
+        let r = restore(Loaded::Text(torn.into()), "another-boot", "/s.json");
+        assert!(r.gpus.is_empty());
+        assert!(r.warning.unwrap().contains("does not name this boot"));
+        // Not JSON at all, no UUID: nothing kept, a warning.
+        let r = restore(Loaded::Text(format!("\u{0}\u{0}{BOOT}")), BOOT, "/s.json");
+        assert!(r.gpus.is_empty());
+        assert!(r.warning.is_some());
+        // Another version.
+        let v2 = whole.replace("\"version\":1", "\"version\":2");
+        let r = restore(Loaded::Text(v2), BOOT, "/s.json");
+        assert_eq!(r.gpus.len(), 1);
+        assert!(r.warning.unwrap().contains("version 2"));
+    }
+
+    #[test]
+    fn writes_follow_failures_at_once_and_energy_only_now_and_then() {
+        let a = snapshot(&[failed(UUID, false)], BOOT);
+        assert!(needs_write(None, 0, &a, 0));
+        assert!(!needs_write(Some(&a), 0, &a, 10 * ENERGY_REWRITE_MS));
+        let mut energy = a.clone();
+        energy.gpus[0].marks.energy_mj = Some(5000);
+        assert!(!needs_write(Some(&a), 0, &energy, ENERGY_REWRITE_MS - 1));
+        assert!(needs_write(Some(&a), 0, &energy, ENERGY_REWRITE_MS));
+        let mut ecc = a.clone();
+        ecc.gpus[0].marks.ecc_volatile_uncorrected = Some(3);
+        assert!(needs_write(Some(&a), 0, &ecc, 1));
+        let cleared = snapshot(&[], BOOT);
+        assert!(needs_write(Some(&a), 0, &cleared, 1));
+    }
+
+    #[test]
+    fn uuids_are_found_in_any_text() {
+        assert_eq!(
+            uuids_in(&format!("x{UUID}\"GPU-12\" GPU-abcdef01 {UUID}")),
+            vec![UUID.to_string(), "GPU-abcdef01".to_string()]
+        );
+    }
+}

@@ -1,0 +1,90 @@
+//! One health path for every accelerator kind (pure): what a node's GPU or TPU report says about
+//! the Node — its health label, the reasons annotation, the failure taint, its condition — and the
+//! Event of a change. A kind is a report type implementing [`Accelerator`] and a row of
+//! [`Names`]; the engine's tracker (`crate::accel::tracker`) publishes any of them the same way.
+
+use crate::accel::model::Health;
+use crate::config::KubernetesConfig;
+use crate::maintenance::policy::{failure_taint, truncate};
+use crate::node::model::{EventType, NodeCondition, NodeDesired};
+
+/// A kind's names on the Node and in its Events (label, annotation and taint after the label
+/// prefix).
+#[derive(Debug)]
+pub struct Names {
+    /// `GPU`, `TPU`: in the trail, Events and alerts.
+    pub name: &'static str,
+    pub label: &'static str,
+    pub reasons_annotation: &'static str,
+    pub taint: &'static str,
+    pub condition: &'static str,
+    /// The Event reason of a change to healthy, degraded and failed.
+    pub events: [&'static str; 3],
+}
+
+/// A node's report of one accelerator kind.
+pub trait Accelerator: Clone {
+    const NAMES: &'static Names;
+    /// The monitor runs and the node has this kind: the verdict means something.
+    fn monitoring(&self) -> bool;
+    fn health(&self) -> Health;
+    /// Why it is not healthy, one line per cause, for operators.
+    fn reasons(&self) -> &[String];
+    fn reasons_mut(&mut self) -> &mut Vec<String>;
+    /// False while the monitor is still starting: the Node's fields are left as they are, so an
+    /// agent restart never takes a failure's label, taint and condition off for the seconds
+    /// before its first report.
+    fn settled(&self) -> bool {
+        true
+    }
+    /// The kind's Node condition; `None`: the condition is removed.
+    fn condition(&self) -> Option<NodeCondition>;
+    /// Whether `self` differs from `other` in more than its reasons (published at once; reasons
+    /// alone at most once a minute).
+    fn differs(&self, other: &Self) -> bool;
+    /// The health the Node showed as an Event's "before": `None` without a verdict.
+    fn shown(&self) -> Option<Health> {
+        self.monitoring().then(|| self.health())
+    }
+    /// Whether a change to `self` from a report that showed `prev` goes in the trail.
+    fn noted(&self, prev: Option<Health>) -> bool {
+        self.monitoring() || prev.is_some()
+    }
+    /// One line for the trail, the Event and the alert: the change from `prev` to `self`.
+    fn detail(&self, prev: &Self) -> String;
+}
+
+/// Add a kind's fields to the Node's desired state: the health label, the reasons, the condition,
+/// and (with `taint`) a `NoSchedule` taint while it has failed. Without a verdict the label and
+/// the annotation are removed.
+pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d: &mut NodeDesired) {
+    if !report.settled() {
+        return;
+    }
+    let (n, p) = (A::NAMES, &k.label_prefix);
+    let on = report.monitoring();
+    d.labels.insert(
+        format!("{p}{}", n.label),
+        on.then(|| report.health().as_str().to_string()),
+    );
+    let reasons = truncate(&report.reasons().join("; "), 1000);
+    d.annotations.insert(
+        format!("{p}{}", n.reasons_annotation),
+        (on && !reasons.is_empty()).then_some(reasons),
+    );
+    let failed = taint && on && report.health() == Health::Failed;
+    failure_taint(d, format!("{p}{}", n.taint), failed);
+    match report.condition() {
+        Some(c) => d.conditions.push(c),
+        None => d.remove_conditions.push(n.condition.to_string()),
+    }
+}
+
+/// The Event reason and type for a kind's health changing to `health`.
+pub fn event_for(names: &Names, health: Health) -> (&'static str, EventType) {
+    match health {
+        Health::Healthy => (names.events[0], EventType::Normal),
+        Health::Degraded => (names.events[1], EventType::Warning),
+        Health::Failed => (names.events[2], EventType::Warning),
+    }
+}

@@ -1,0 +1,362 @@
+//! TPU decisions (pure): which kernel messages and PCIe error counters are device errors of a TPU
+//! chip, the node's TPU verdict from the chips' device files against the Node's allocatable
+//! `google.com/tpu` and the recent device errors, and the Vigil-owned Node fields for it.
+//!
+//! Facts this rests on (sources in docs/tpu.md): a TPU v4 (and older) chip is a character device
+//! `/dev/accelN` of Google's `accel` class (char major 121); TPU v5e, v5p, v6e and TPU7x chips are
+//! bound to `vfio-pci` and opened through their IOMMU group, `/dev/vfio/N`. Every chip is a PCI
+//! function of vendor `0x1ae0` (Google). The kernel logs a device's messages through
+//! `dev_printk`, which puts `SUBSYSTEM=` and `DEVICE=` (`+pci:<address>` for a PCI function,
+//! `c<major>:<minor>` for a character device) on the record in `/dev/kmsg`; PCIe AER prints
+//! `severity=Uncorrectable (Fatal)` (`Uncorrected (Fatal)` on older kernels) and counts every
+//! error in `/sys/bus/pci/devices/<address>/aer_dev_{fatal,nonfatal,correctable}`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::accel::model::Health;
+use crate::accel::policy::{Accelerator, Names};
+use crate::accel::tpu::model::{
+    AerCounts, DeviceError, ErrorSeverity, KernelRecord, TpuChips, TpuHealth, TpuObservation,
+    TpuReading, TpuReport,
+};
+use crate::clock::ms;
+use crate::maintenance::policy::{problem_condition, truncate, TPU_CONDITION, TPU_FAILED_TAINT};
+use crate::node::model::NodeCondition;
+
+/// The extended resource GKE's TPU device plugin advertises, one per chip.
+pub const TPU_RESOURCE: &str = "google.com/tpu";
+/// The character-device major of Google's `accel` class (TPU v4 and older).
+pub const ACCEL_MAJOR: u32 = 121;
+/// At most this many device errors are kept, the newest, so an error storm cannot grow the
+/// observation without bound.
+pub const MAX_ERRORS: usize = 256;
+
+/// Whether `rec` is a device error of one of `chips`: the chip and how bad (`None` when the
+/// record is about something else, or is not an error).
+///
+/// A record is about a chip when its dictionary names it (`DEVICE=+pci:<address>`, or
+/// `SUBSYSTEM=accel` with `DEVICE=c121:<n>` for `accel<n>`), when its text starts with the
+/// device's `dev_printk` prefix (`accel accel0: `), or when its text names a chip's PCI address
+/// (a root port's AER message names the function that sent the error). It is fatal when it says
+/// `(Fatal)` (AER's uncorrectable fatal severity), an error at log level `err` or worse or when it
+/// says `(Non-Fatal)`; a warning (AER's correctable errors are warnings) is not a device error.
+pub fn classify(rec: &KernelRecord, chips: &TpuChips) -> Option<(String, ErrorSeverity)> {
+    let device = record_device(rec, chips)?;
+    let t = &rec.text;
+    let severity = if t.contains("Uncorrectable (Fatal)") || t.contains("Uncorrected (Fatal)") {
+        ErrorSeverity::Fatal
+    } else if rec.level <= 3 || t.contains("(Non-Fatal)") {
+        ErrorSeverity::Error
+    } else {
+        return None;
+    };
+    Some((device, severity))
+}
+
+/// The chip `rec` is about, if any (see [`classify`]).
+fn record_device(rec: &KernelRecord, chips: &TpuChips) -> Option<String> {
+    let accel = |name: &str| chips.accel.iter().any(|a| a == name);
+    if let Some(d) = rec.device.as_deref() {
+        if let Some(addr) = d.strip_prefix("+pci:") {
+            if chips.pci.iter().any(|p| p == addr) {
+                return Some(addr.to_string());
+            }
+        }
+        if rec.subsystem.as_deref() == Some("accel") {
+            let minor = d.strip_prefix(&format!("c{ACCEL_MAJOR}:"));
+            if let Some(name) = minor.map(|n| format!("accel{n}")) {
+                if accel(&name) {
+                    return Some(name);
+                }
+            }
+        }
+    }
+    if let Some(rest) = rec.text.strip_prefix("accel ") {
+        let name = rest.split(':').next().unwrap_or("");
+        if accel(name) {
+            return Some(name.to_string());
+        }
+    }
+    chips
+        .pci
+        .iter()
+        .find(|addr| names_address(&rec.text, addr))
+        .cloned()
+}
+
+/// Whether `text` names PCI address `addr` as a whole word (`0000:00:04.0` is not in
+/// `0000:00:04.01`).
+fn names_address(text: &str, addr: &str) -> bool {
+    let boundary = |c: Option<char>| c.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '.'));
+    text.match_indices(addr).any(|(i, _)| {
+        boundary(text[..i].chars().next_back()) && boundary(text[i + addr.len()..].chars().next())
+    })
+}
+
+/// The device errors that the AER counters' rise from `prev` to `next` means, at `at_ms`. A
+/// function seen for the first time is a baseline (errors from before the agent ran cannot be
+/// dated); a counter that went down (the device was removed and probed again) is a new baseline.
+pub fn aer_errors(
+    prev: &BTreeMap<String, AerCounts>,
+    next: &BTreeMap<String, AerCounts>,
+    at_ms: i64,
+) -> Vec<DeviceError> {
+    let mut out = Vec::new();
+    for (addr, n) in next {
+        let Some(p) = prev.get(addr) else { continue };
+        for (severity, before, now, what) in [
+            (ErrorSeverity::Fatal, p.fatal, n.fatal, "fatal"),
+            (ErrorSeverity::Error, p.nonfatal, n.nonfatal, "non-fatal"),
+        ] {
+            if now > before {
+                out.push(DeviceError {
+                    at_ms,
+                    severity,
+                    device: addr.clone(),
+                    source: "aer",
+                    message: format!("{} uncorrectable {what} PCIe error(s) (AER)", now - before),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Keep the errors within `window` of `now_ms` (and at most [`MAX_ERRORS`], the newest).
+pub fn prune(errors: &mut Vec<DeviceError>, now_ms: i64, window: Duration) {
+    errors.retain(|e| now_ms - e.at_ms < ms(window));
+    if errors.len() > MAX_ERRORS {
+        errors.drain(..errors.len() - MAX_ERRORS);
+    }
+}
+
+/// The Node's allocatable `google.com/tpu` from its quantity string (`"4"`); `None` when it is
+/// not a whole number (an extended resource always is).
+pub fn allocatable_chips(quantity: &str) -> Option<u32> {
+    quantity.trim().parse().ok()
+}
+
+/// The node's TPU verdict at `now_ms` (pure).
+///
+/// - Not a TPU node (no device file, and no `google.com/tpu` advertised): no verdict.
+/// - Fewer device files than the Node's allocatable `google.com/tpu`: failed (a chip is gone:
+///   a workload that asks for the host's chips cannot start).
+/// - A fatal device error within `window`: failed.
+/// - More device files than advertised (the device plugin withholds chips it finds unhealthy, or
+///   has not registered them yet), or a device error within `window`: degraded.
+///
+/// The reasons carry no time, so that a report changes only when the facts do.
+pub fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> TpuReport {
+    let present = obs.device_files.len() as u32;
+    let expected = obs.expected;
+    if present == 0 && expected.unwrap_or(0) == 0 {
+        return TpuReport {
+            expected,
+            ..TpuReport::default()
+        };
+    }
+    let mut health = TpuHealth::Healthy;
+    let mut reasons = Vec::new();
+    let mut worsen = |h: TpuHealth, reason: String| {
+        health = health.max(h);
+        reasons.push(reason);
+    };
+    let found = if obs.device_files.is_empty() {
+        "none".to_string()
+    } else {
+        obs.device_files.join(", ")
+    };
+    match expected {
+        Some(n) if present < n => worsen(
+            TpuHealth::Failed,
+            format!("{present} of {n} TPU chips have a device file (found: {found})"),
+        ),
+        Some(n) if present > n => worsen(
+            TpuHealth::Degraded,
+            format!(
+                "{present} TPU chips have a device file but the Node advertises {n} \
+                 {TPU_RESOURCE}: the device plugin withholds the others (unhealthy, or not yet \
+                 registered)"
+            ),
+        ),
+        _ => {}
+    }
+    let (recent_errors, by_chip) = recent_by_chip(&obs.errors, now_ms, window);
+    let within = humantime::format_duration(window);
+    for ((device, severity), (count, last)) in by_chip.into_iter().rev() {
+        let h = match severity {
+            ErrorSeverity::Fatal => TpuHealth::Failed,
+            ErrorSeverity::Error => TpuHealth::Degraded,
+        };
+        worsen(
+            h,
+            format!(
+                "{count} {} device error(s) on {device} within {within} (last, {}: {})",
+                severity.as_str(),
+                last.source,
+                truncate(&last.message, 200)
+            ),
+        );
+    }
+    TpuReport {
+        monitoring: true,
+        present,
+        expected,
+        devices: obs.device_files.clone(),
+        health,
+        reasons,
+        recent_errors,
+        errors_total: (0, 0),
+    }
+}
+
+/// The errors within `window` of `now_ms`: (errors, fatal) counts, and per chip and severity how
+/// many and the last one.
+#[allow(clippy::type_complexity)]
+fn recent_by_chip(
+    errors: &[DeviceError],
+    now_ms: i64,
+    window: Duration,
+) -> (
+    (u32, u32),
+    BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)>,
+) {
+    let mut counts = (0, 0);
+    let mut by_chip: BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)> = BTreeMap::new();
+    for e in errors {
+        if now_ms - e.at_ms >= ms(window) {
+            continue;
+        }
+        match e.severity {
+            ErrorSeverity::Error => counts.0 += 1,
+            ErrorSeverity::Fatal => counts.1 += 1,
+        }
+        let slot = by_chip
+            .entry((e.device.as_str(), e.severity))
+            .or_insert((0, e));
+        slot.0 += 1;
+        if e.at_ms >= slot.1.at_ms {
+            slot.1 = e;
+        }
+    }
+    (counts, by_chip)
+}
+
+/// What the monitor remembers between readings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TpuMemory {
+    /// AER totals of the last reading: the baseline of the next.
+    aer: BTreeMap<String, AerCounts>,
+    /// The chips as last read and the device errors kept.
+    pub observation: TpuObservation,
+    /// Device errors counted so far: (error, fatal).
+    errors_total: (u64, u64),
+}
+
+/// Fold one reading taken at `now_ms` into `mem` and return the verdict (pure): the kernel
+/// records that are device errors of a chip (dated by their age, else `now_ms`), the AER
+/// counters' rise, the device files and the Node's allocatable `google.com/tpu` (`expected`).
+/// An error already older than `window` (a record from long before the agent started) is
+/// neither kept nor counted.
+pub fn fold(
+    mem: &mut TpuMemory,
+    reading: &TpuReading,
+    expected: Option<u32>,
+    now_ms: i64,
+    window: Duration,
+) -> TpuReport {
+    let mut new = aer_errors(&mem.aer, &reading.aer, now_ms);
+    mem.aer = reading.aer.clone();
+    for (rec, age) in &reading.records {
+        if let Some((device, severity)) = classify(rec, &reading.chips) {
+            new.push(DeviceError {
+                at_ms: now_ms - age.unwrap_or(0),
+                severity,
+                device,
+                source: "kernel-log",
+                message: rec.text.clone(),
+            });
+        }
+    }
+    new.retain(|e| now_ms - e.at_ms < ms(window));
+    for e in &new {
+        match e.severity {
+            ErrorSeverity::Error => mem.errors_total.0 += 1,
+            ErrorSeverity::Fatal => mem.errors_total.1 += 1,
+        }
+    }
+    let o = &mut mem.observation;
+    o.errors.extend(new);
+    o.errors.sort_by_key(|e| e.at_ms);
+    prune(&mut o.errors, now_ms, window);
+    o.device_files = reading.device_files.clone();
+    o.expected = expected;
+    TpuReport {
+        errors_total: mem.errors_total,
+        ..verdict(o, now_ms, window)
+    }
+}
+
+/// `VigilTPUUnhealthy`: True when the chips failed, False when healthy or degraded (still
+/// usable; the reason and message say why); `None` (the condition is removed) when this is not a
+/// TPU node or TPU monitoring is off.
+pub fn tpu_condition(report: &TpuReport) -> Option<NodeCondition> {
+    if !report.monitoring {
+        return None;
+    }
+    let reason = match report.health {
+        TpuHealth::Healthy => "Healthy",
+        TpuHealth::Degraded => "Degraded",
+        TpuHealth::Failed => "Failed",
+    };
+    Some(problem_condition(
+        TPU_CONDITION,
+        Some(report.health == TpuHealth::Failed),
+        reason,
+        truncate(&report.summary(), 1000),
+    ))
+}
+
+/// The TPU's row of the accelerators' table.
+pub static TPU: Names = Names {
+    name: "TPU",
+    label: "tpu-health",
+    reasons_annotation: "tpu-health-reasons",
+    taint: TPU_FAILED_TAINT,
+    condition: TPU_CONDITION,
+    events: ["VigilTpuHealthy", "VigilTpuDegraded", "VigilTpuFailed"],
+};
+
+impl Accelerator for TpuReport {
+    const NAMES: &'static Names = &TPU;
+    fn monitoring(&self) -> bool {
+        self.monitoring
+    }
+    fn health(&self) -> Health {
+        self.health
+    }
+    fn reasons(&self) -> &[String] {
+        &self.reasons
+    }
+    fn reasons_mut(&mut self) -> &mut Vec<String> {
+        &mut self.reasons
+    }
+    fn condition(&self) -> Option<NodeCondition> {
+        tpu_condition(self)
+    }
+    fn differs(&self, o: &Self) -> bool {
+        self.monitoring != o.monitoring
+            || self.health != o.health
+            || self.present != o.present
+            || self.expected != o.expected
+    }
+    fn detail(&self, prev: &Self) -> String {
+        let before = prev.shown().map_or("unknown", Health::as_str);
+        format!("{} (was {before})", self.summary())
+    }
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,187 @@
+//! Publishing an accelerator's health, one path for every kind: [`HealthTracker`] keeps what the
+//! Node shows and says when a new report is worth showing (a change of health at once, a change
+//! of reasons only — counts of XIDs, ECC or device errors — at most once a minute, so an error
+//! storm does not patch the Node on every event); the node controller's `apply` folds any kind's
+//! report into the Node, the trail, an Event and, on failure, an alert
+//! (`crate::node::controller::health`). A kind is its report's [`Accelerator`] impl (pure, with its
+//! row of names) and its [`Tracked`] impl here (its alert, trail code and metrics).
+
+// NB: real time on purpose: the reason-only updates of the Node are throttled on real time.
+#![allow(clippy::disallowed_types)]
+use std::time::{Duration, Instant};
+
+use crate::accel::gpu::model::GpuReport;
+use crate::accel::model::Health;
+use crate::accel::policy::Accelerator;
+use crate::accel::tpu::model::TpuReport;
+use crate::alerts::AlertKind;
+use crate::metrics::{GpuMetricsState, Metrics, TpuMetricsState};
+use crate::trail::Code;
+
+/// What the engine needs of a kind beyond its pure rules.
+pub(crate) trait Tracked: Accelerator + Default + Send + 'static {
+    /// The kind's metrics' memory between reports.
+    type Seen: Default + Send;
+    /// The alert of a failure.
+    const ALERT: AlertKind;
+    /// The trail entry of a change.
+    const TRAIL: Code;
+    /// What the failure alert asks of the on-call.
+    const ADVICE: &'static str;
+    /// Export the report's series.
+    fn record(&self, metrics: &Metrics, seen: &mut Self::Seen);
+}
+
+impl Tracked for GpuReport {
+    type Seen = GpuMetricsState;
+    const ALERT: AlertKind = AlertKind::GpuFailed;
+    const TRAIL: Code = Code::GpuHealth;
+    const ADVICE: &'static str =
+        "a restart cannot fix hardware: drain the node and have the GPU checked";
+    fn record(&self, metrics: &Metrics, seen: &mut GpuMetricsState) {
+        metrics.record_gpu(self, seen);
+    }
+}
+
+impl Tracked for TpuReport {
+    type Seen = TpuMetricsState;
+    const ALERT: AlertKind = AlertKind::TpuFailed;
+    const TRAIL: Code = Code::TpuHealth;
+    const ADVICE: &'static str =
+        "a restart cannot fix hardware: drain the node and have its TPU chips checked";
+    fn record(&self, metrics: &Metrics, seen: &mut TpuMetricsState) {
+        metrics.tpu.record(self, seen);
+    }
+}
+
+/// A kind's health as last shown on the Node, and when.
+#[derive(Default)]
+pub(crate) struct HealthTracker<A: Tracked> {
+    /// Whether the Node has been given a report yet: the first always goes to it.
+    seeded: bool,
+    report: A,
+    seen: A::Seen,
+    published_at: Option<Instant>,
+}
+
+/// A change worth showing.
+#[derive(Debug)]
+pub(crate) struct Change {
+    /// The health shown before (`None`: no verdict).
+    pub prev: Option<Health>,
+    /// For the trail, the Event and the alert.
+    pub detail: String,
+}
+
+impl<A: Tracked> HealthTracker<A> {
+    const REASONS_EVERY: Duration = Duration::from_secs(60);
+
+    /// The first report, taken as what the Node shows (no change to announce at start-up).
+    pub fn seed(&mut self, report: A, metrics: &Metrics) {
+        report.record(metrics, &mut self.seen);
+        self.report = report;
+        self.seeded = true;
+    }
+
+    /// The report the Node shows.
+    pub fn report(&self) -> &A {
+        &self.report
+    }
+
+    /// Fold in a new report (metrics always); `Some` when the Node should show it.
+    pub fn fold(&mut self, report: A, metrics: &Metrics) -> Option<Change> {
+        report.record(metrics, &mut self.seen);
+        let first = !std::mem::replace(&mut self.seeded, true);
+        let headline = first || report.differs(&self.report);
+        let reasons_due = report.reasons() != self.report.reasons()
+            && self
+                .published_at
+                .is_none_or(|t| t.elapsed() >= Self::REASONS_EVERY);
+        if !headline && !reasons_due {
+            // Keep the previous reasons: they are what the Node shows.
+            let reasons = std::mem::take(self.report.reasons_mut());
+            self.report = report;
+            *self.report.reasons_mut() = reasons;
+            return None;
+        }
+        self.published_at = Some(Instant::now());
+        let prev = std::mem::replace(&mut self.report, report);
+        Some(Change {
+            prev: prev.shown(),
+            detail: self.report.detail(&prev),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accel::gpu::model::GpuMonitorState;
+    use crate::accel::tpu::model::TpuHealth;
+
+    fn gpu(state: GpuMonitorState, node: Health, reasons: &[&str]) -> GpuReport {
+        GpuReport {
+            state,
+            node,
+            node_reasons: reasons.iter().map(|r| r.to_string()).collect(),
+            ..GpuReport::default()
+        }
+    }
+
+    #[test]
+    fn a_change_of_health_shows_at_once_and_reasons_alone_wait_a_minute() {
+        let m = Metrics::new();
+        let mut t = HealthTracker::<GpuReport>::default();
+        t.seed(gpu(GpuMonitorState::On, Health::Healthy, &[]), &m);
+        let c = t
+            .fold(
+                gpu(GpuMonitorState::On, Health::Failed, &["GPU 0: XID 79"]),
+                &m,
+            )
+            .expect("a failure shows at once");
+        assert_eq!(c.prev, Some(Health::Healthy));
+        assert_eq!(c.detail, "GPU health healthy → failed: GPU 0: XID 79");
+        // New reasons within the minute: not shown; the Node keeps the old ones.
+        let more = gpu(GpuMonitorState::On, Health::Failed, &["GPU 0: XID 79 ×2"]);
+        assert!(t.fold(more, &m).is_none());
+        assert_eq!(t.report().node_reasons, ["GPU 0: XID 79"]);
+    }
+
+    #[test]
+    fn the_gpu_monitors_state_shows_without_a_verdict() {
+        // Starting → no GPU: no health on either side, but the condition's reason changes.
+        let m = Metrics::new();
+        let mut t = HealthTracker::<GpuReport>::default();
+        t.seed(GpuReport::in_state(GpuMonitorState::Starting), &m);
+        let c = t.fold(GpuReport::in_state(GpuMonitorState::NoGpu), &m);
+        assert!(c.is_some(), "the Node's condition must say NoGpu");
+        assert!(
+            !t.report().noted(c.unwrap().prev),
+            "no trail entry without a verdict"
+        );
+    }
+
+    #[test]
+    fn a_tpu_report_first_shows_and_its_chip_counts_are_headline() {
+        let m = Metrics::new();
+        let mut t = HealthTracker::<TpuReport>::default();
+        let r = TpuReport {
+            monitoring: true,
+            present: 4,
+            expected: Some(4),
+            ..TpuReport::default()
+        };
+        let c = t
+            .fold(r.clone(), &m)
+            .expect("the first report always shows");
+        assert_eq!(c.prev, None);
+        assert!(c.detail.ends_with("(was unknown)"), "{}", c.detail);
+        let fewer = TpuReport {
+            present: 3,
+            health: TpuHealth::Failed,
+            ..r
+        };
+        let c = t.fold(fewer, &m).expect("a chip gone shows at once");
+        assert_eq!(c.prev, Some(TpuHealth::Healthy));
+    }
+}

@@ -1,0 +1,357 @@
+//! Alertmanager as a sink (`alerts.alertmanager_url`): alerts are POSTed to `/api/v2/alerts`
+//! with labels `alertname` (`vigil_<kind>`), `node`, `worker`, `severity` and `incident`, so
+//! routing, silences, inhibition and grouping are Alertmanager's.
+//!
+//! A worker's alert is kept open: re-posted every `alerts.alertmanager_repost` (below
+//! Alertmanager's `resolve_timeout`, 5m by default) until the engine says its condition ended,
+//! then posted once more with `endsAt` = now (resolved). An alert without a worker (breaker,
+//! budget, coordinator, runtime) is posted once and left to Alertmanager's `resolve_timeout`.
+//!
+//! The URL may carry credentials (`https://user:token@am/`): it is a [`Secret`], shown as
+//! `https://***@am/***`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use crate::alerts::{tail_chars, Alert, AlertError, AlertKind, AlertSink, Resolve};
+use crate::redact::{Secret, Webhook};
+
+/// The Alertmanager API v2 path alerts are posted to.
+pub const ALERTS_PATH: &str = "/api/v2/alerts";
+
+/// How much of the logs goes into the `description` annotation (the end is kept).
+const LOG_TAIL: usize = 2000;
+
+/// `vigil_<kind>` with `-` as `_`: `vigil_restart_failed`. Distinct from the names of the
+/// Prometheus rules (`VigilRestartFailed`), which alert from metrics, not from the agent.
+pub fn alertname(kind: AlertKind) -> String {
+    format!("vigil_{}", kind.as_str().replace('-', "_"))
+}
+
+/// The labels of an alert: its identity in Alertmanager (two posts with the same labels are one
+/// alert).
+pub fn labels(alert: &Alert) -> BTreeMap<&'static str, String> {
+    let mut l = BTreeMap::new();
+    l.insert("alertname", alertname(alert.kind));
+    l.insert("node", alert.node.clone());
+    l.insert("severity", alert.kind.severity().to_string());
+    if let Some(w) = &alert.worker {
+        l.insert("worker", w.clone());
+    }
+    if let Some(i) = &alert.incident {
+        l.insert("incident", i.clone());
+    }
+    l
+}
+
+/// One element of the body posted to `/api/v2/alerts` (pure: times are given).
+pub fn payload(alert: &Alert, starts_at: SystemTime, ends_at: Option<SystemTime>) -> Value {
+    let mut description = alert.summary();
+    if let Some(logs) = alert.logs.as_ref().filter(|l| !l.trim().is_empty()) {
+        description.push_str("\n\n");
+        description.push_str(tail_chars(logs, LOG_TAIL));
+    }
+    let mut annotations = serde_json::Map::new();
+    annotations.insert("summary".into(), json!(alert.summary()));
+    annotations.insert("description".into(), json!(description));
+    annotations.insert("kind".into(), json!(alert.kind.as_str()));
+    for (k, v) in [
+        ("container", alert.container.as_deref()),
+        ("job", alert.job.as_deref()),
+        ("verdict", alert.verdict),
+        ("for", alert.duration.as_deref()),
+    ] {
+        if let Some(v) = v {
+            annotations.insert(k.into(), json!(v));
+        }
+    }
+    if let Some(n) = alert.attempt {
+        annotations.insert("attempt".into(), json!(n.to_string()));
+    }
+    let mut body = json!({
+        "labels": labels(alert),
+        "annotations": annotations,
+        "startsAt": rfc3339(starts_at),
+    });
+    if let Some(end) = ends_at {
+        body["endsAt"] = json!(rfc3339(end));
+    }
+    body
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// An alert kept open: re-posted until its condition ends.
+struct Open {
+    alert: Alert,
+    starts_at: SystemTime,
+}
+
+struct Inner {
+    url: Secret<Webhook>,
+    attempts: u32,
+    http: reqwest::Client,
+    /// Open alerts by their labels (as JSON: the identity Alertmanager uses).
+    open: Mutex<BTreeMap<String, Open>>,
+}
+
+/// Posts alerts to an Alertmanager and keeps workers' alerts open until they are resolved.
+pub struct AlertmanagerSink {
+    inner: Arc<Inner>,
+}
+
+impl AlertmanagerSink {
+    /// `url` is Alertmanager's base URL (`http://alertmanager:9093`); alerts go to
+    /// `/api/v2/alerts` under it. Open alerts are re-posted every `repost` by a task that ends
+    /// with the sink (it needs a Tokio runtime; without one nothing is re-posted).
+    pub fn new(url: &str, timeout: Duration, attempts: u32, repost: Duration) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        let inner = Arc::new(Inner {
+            url: url.into(),
+            attempts: attempts.max(1),
+            http,
+            open: Mutex::new(BTreeMap::new()),
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(repost_loop(Arc::downgrade(&inner), repost));
+        }
+        AlertmanagerSink { inner }
+    }
+
+    /// How many alerts are open (re-posted).
+    pub fn open(&self) -> usize {
+        self.inner.open.lock().map(|o| o.len()).unwrap_or(0)
+    }
+}
+
+async fn repost_loop(inner: Weak<Inner>, every: Duration) {
+    let every = every.max(Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let body: Vec<Value> = match inner.open.lock() {
+            Ok(open) => open
+                .values()
+                .map(|o| payload(&o.alert, o.starts_at, None))
+                .collect(),
+            Err(_) => return,
+        };
+        if body.is_empty() {
+            continue;
+        }
+        if let Err(e) = inner.post(&body).await {
+            tracing::error!(error = %e, alerts = body.len(), "re-posting open alerts to Alertmanager failed");
+        }
+    }
+}
+
+impl Inner {
+    fn endpoint(&self) -> String {
+        format!("{}{ALERTS_PATH}", self.url.expose().trim_end_matches('/'))
+    }
+
+    fn error(&self, attempts: u32, last: String) -> AlertError {
+        AlertError {
+            sink: "alertmanager",
+            url: self.url.redacted(),
+            attempts,
+            last,
+        }
+    }
+
+    async fn post(&self, body: &[Value]) -> Result<(), AlertError> {
+        let endpoint = self.endpoint();
+        let mut last = String::new();
+        for attempt in 0..self.attempts {
+            tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
+            match self.http.post(&endpoint).json(body).send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                // A 4xx other than 429 (a body Alertmanager rejects) will not get better.
+                Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
+                    return Err(self.error(attempt + 1, format!("HTTP {}", r.status())))
+                }
+                Ok(r) => last = format!("HTTP {}", r.status()),
+                Err(e) => last = crate::http::http_error(e),
+            }
+        }
+        Err(self.error(self.attempts, last))
+    }
+}
+
+fn key(alert: &Alert) -> String {
+    serde_json::to_string(&labels(alert)).unwrap_or_default()
+}
+
+#[async_trait]
+impl AlertSink for AlertmanagerSink {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
+        let now = SystemTime::now();
+        let starts_at = if alert.worker.is_some() {
+            // Kept open (re-posted) until resolved; the same labels again is the same alert,
+            // its annotations updated and its start kept.
+            let mut open = self.inner.open.lock().map_err(|_| {
+                self.inner
+                    .error(0, "alert state poisoned by a panic".to_string())
+            })?;
+            let entry = open.entry(key(alert)).or_insert_with(|| Open {
+                alert: alert.clone(),
+                starts_at: now,
+            });
+            entry.alert = alert.clone();
+            entry.starts_at
+        } else {
+            now
+        };
+        self.inner.post(&[payload(alert, starts_at, None)]).await
+    }
+
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        let Ok(open) = self.inner.open.lock() else {
+            return Vec::new();
+        };
+        let mut all: Vec<String> = open
+            .values()
+            .filter(|o| o.alert.node == node)
+            .filter_map(|o| o.alert.worker.clone())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        let ended: Vec<Open> = match self.inner.open.lock() {
+            Ok(mut open) => {
+                let keys: Vec<String> = open
+                    .iter()
+                    .filter(|(_, o)| {
+                        o.alert.node == node
+                            && o.alert.worker.as_deref() == Some(worker)
+                            && end.covers(o.alert.kind)
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                keys.iter().filter_map(|k| open.remove(k)).collect()
+            }
+            Err(_) => return,
+        };
+        if ended.is_empty() {
+            return;
+        }
+        let now = SystemTime::now();
+        let body: Vec<Value> = ended
+            .iter()
+            .map(|o| payload(&o.alert, o.starts_at, Some(now)))
+            .collect();
+        // NB: in the background: the engine resolves from inside the restart path, under the
+        // node lock, whose TTL is sized for one alert's delivery, not for this one too.
+        let inner = self.inner.clone();
+        let worker = worker.to_string();
+        let post = async move {
+            if let Err(e) = inner.post(&body).await {
+                tracing::error!(error = %e, worker, "resolving alerts in Alertmanager failed; they expire after its resolve_timeout");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(post)),
+            Err(_) => post.await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hung() -> Alert {
+        let mut a = Alert::new(AlertKind::RestartFailed, "gpu-7", "restart failed: exit 1");
+        a.worker = Some("trainer-0".into());
+        a.incident = Some("inc-1".into());
+        a.container = Some("trainer".into());
+        a.attempt = Some(2);
+        a.logs = Some(format!("{}THE END", "x".repeat(5000)));
+        a
+    }
+
+    #[test]
+    fn the_payload_carries_labels_annotations_and_times() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let p = payload(&hung(), t0, None);
+        assert_eq!(
+            p["labels"],
+            json!({"alertname": "vigil_restart_failed", "node": "gpu-7", "worker": "trainer-0",
+                   "severity": "page", "incident": "inc-1"})
+        );
+        assert_eq!(p["startsAt"], "2023-11-14T22:13:20.000Z");
+        assert!(p.get("endsAt").is_none());
+        let summary = p["annotations"]["summary"].as_str().unwrap();
+        assert!(summary.starts_with("[vigil] restart-failed on node gpu-7, worker trainer-0"));
+        let d = p["annotations"]["description"].as_str().unwrap();
+        assert!(
+            d.ends_with("THE END") && d.len() < 2300,
+            "logs truncated: {}",
+            d.len()
+        );
+        assert_eq!(p["annotations"]["attempt"], "2");
+        assert_eq!(p["annotations"]["container"], "trainer");
+        let r = payload(&hung(), t0, Some(t0 + Duration::from_secs(90)));
+        assert_eq!(r["endsAt"], "2023-11-14T22:14:50.000Z");
+    }
+
+    #[test]
+    fn labels_leave_out_what_is_unknown_and_severity_follows_the_kind() {
+        let a = Alert::new(AlertKind::BreakerOpen, "n", "x");
+        let l = labels(&a);
+        assert_eq!(
+            l.keys().copied().collect::<Vec<_>>(),
+            ["alertname", "node", "severity"]
+        );
+        assert_eq!(l["severity"], "warning");
+        assert_eq!(AlertKind::Escalation.severity(), "page");
+        assert_eq!(AlertKind::Restarting.severity(), "info");
+        assert_eq!(alertname(AlertKind::WouldRestart), "vigil_would_restart");
+    }
+
+    #[test]
+    fn an_end_resolves_only_what_it_covers() {
+        assert!(Resolve::Recovered.covers(AlertKind::Escalation));
+        assert!(!Resolve::IncidentCleared.covers(AlertKind::Escalation));
+        assert!(Resolve::IncidentCleared.covers(AlertKind::Hung));
+        assert!(!Resolve::Recovered.covers(AlertKind::Stalled));
+        assert!(Resolve::Episode(AlertKind::Stalled).covers(AlertKind::Stalled));
+        assert!(!Resolve::Episode(AlertKind::Stalled).covers(AlertKind::Hung));
+        assert!(
+            Resolve::Gone.covers(AlertKind::Escalation) && Resolve::Gone.covers(AlertKind::Exited)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_post_says_why_without_the_credentials() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let url = format!("http://am:pw-s3cret@127.0.0.1:{port}/p-s3cret?t=q-s3cret");
+        let sink = AlertmanagerSink::new(&url, Duration::from_secs(2), 1, Duration::from_secs(60));
+        let err = sink.send(&hung()).await.unwrap_err().to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(
+            err.starts_with("alertmanager http://***@127.0.0.1:"),
+            "{err}"
+        );
+        assert_eq!(sink.open(), 1, "kept open: re-posted once it is reachable");
+        assert_eq!(sink.open_workers("gpu-7"), ["trainer-0"]);
+        assert!(sink.open_workers("gpu-8").is_empty());
+        sink.resolve("gpu-7", "trainer-0", Resolve::Recovered).await;
+        assert_eq!(sink.open(), 0);
+    }
+}

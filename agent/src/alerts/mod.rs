@@ -1,0 +1,689 @@
+//! Alerts and pages: every alert is a log line; with a webhook configured it is also posted as a
+//! Slack-compatible JSON body (`text` for humans, `vigil` for machines), a PagerDuty Events v2
+//! event or generic JSON (`alerts.format`), with retry and timeout; with Alertmanager
+//! configured, there too (`super::alertmanager`). Sinks that keep alerts open (Alertmanager,
+//! PagerDuty) resolve them when the engine says the condition ended ([`Resolve`]).
+//!
+//! De-duplication is *not* done here: the pipeline decides, with shared keys, whether an alert is
+//! the first for its incident. A sink only delivers.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use std::collections::BTreeMap;
+
+use crate::config::WebhookFormat;
+use crate::redact::{Hidden, Secret, Webhook};
+
+pub mod alertmanager;
+mod format;
+pub(crate) mod gate;
+
+pub use format::{dedup_key, json_body, pagerduty_resolve, pagerduty_trigger};
+
+/// What an alert is about. The names are stable: they appear in metrics and in the webhook body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlertKind {
+    /// A confirmed hang; the persistence timer started.
+    Hung,
+    /// Errored for `error_for`.
+    Errored,
+    /// The restart is about to run (logs attached).
+    Restarting,
+    /// Observe mode: the restart would run now (logs attached).
+    WouldRestart,
+    /// Page: the restart command failed.
+    RestartFailed,
+    /// Page: still broken `escalate_after` after our restart.
+    Escalation,
+    /// The per-node breaker is open: automation stopped for today, alert only.
+    BreakerOpen,
+    /// The fleet-wide budget is exhausted: no restart anywhere until the window ends.
+    BudgetExhausted,
+    /// Status record missing: alert only.
+    Unreachable,
+    /// Heartbeat fresh, progress frozen: alert only.
+    Stalled,
+    /// Hung or errored on a failed GPU: a person must look.
+    GpuFailed,
+    /// The node's TPU chips failed (a chip gone, or a fatal device error): a person must look.
+    TpuFailed,
+    /// Logs could not be collected; the restart was not attempted this cycle.
+    LogsFailed,
+    /// Two containers claim the same worker id: nothing is restarted.
+    Ambiguous,
+    /// A container's opt-in label is not a valid worker id: it is never a worker.
+    InvalidWorkerId,
+    /// The coordinator (Redis) is unreachable: restarts are paused.
+    CoordinatorDown,
+    /// The container runtime is unreachable.
+    RuntimeDown,
+    /// The worker's container is paused by someone: alert only, never a restart.
+    Paused,
+    /// The worker's container has exited: alert only, never started by Vigil.
+    Exited,
+    /// Page: the worker is hung but Vigil must not restart it (e.g. a CRI pod whose
+    /// restartPolicy is Never): a person decides.
+    NotRestartable,
+}
+
+impl AlertKind {
+    /// Every kind, for the docs drift check (docs/alerts.md).
+    pub const ALL: [AlertKind; 20] = [
+        AlertKind::Hung,
+        AlertKind::Errored,
+        AlertKind::Restarting,
+        AlertKind::WouldRestart,
+        AlertKind::RestartFailed,
+        AlertKind::Escalation,
+        AlertKind::BreakerOpen,
+        AlertKind::BudgetExhausted,
+        AlertKind::Unreachable,
+        AlertKind::Stalled,
+        AlertKind::GpuFailed,
+        AlertKind::TpuFailed,
+        AlertKind::LogsFailed,
+        AlertKind::Ambiguous,
+        AlertKind::InvalidWorkerId,
+        AlertKind::CoordinatorDown,
+        AlertKind::RuntimeDown,
+        AlertKind::Paused,
+        AlertKind::Exited,
+        AlertKind::NotRestartable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::Hung => "hung",
+            AlertKind::Errored => "errored",
+            AlertKind::Restarting => "restarting",
+            AlertKind::WouldRestart => "would-restart",
+            AlertKind::RestartFailed => "restart-failed",
+            AlertKind::Escalation => "escalation",
+            AlertKind::BreakerOpen => "breaker-open",
+            AlertKind::BudgetExhausted => "budget-exhausted",
+            AlertKind::Unreachable => "unreachable",
+            AlertKind::Stalled => "stalled",
+            AlertKind::GpuFailed => "gpu-failed",
+            AlertKind::TpuFailed => "tpu-failed",
+            AlertKind::LogsFailed => "logs-failed",
+            AlertKind::Ambiguous => "ambiguous",
+            AlertKind::InvalidWorkerId => "invalid-worker-id",
+            AlertKind::CoordinatorDown => "coordinator-down",
+            AlertKind::RuntimeDown => "runtime-down",
+            AlertKind::Paused => "paused",
+            AlertKind::Exited => "exited",
+            AlertKind::NotRestartable => "not-restartable",
+        }
+    }
+
+    /// Alert-only episodes (alerts of a condition, not of an incident): they end with the
+    /// episode.
+    pub(crate) fn is_episode(self) -> bool {
+        matches!(
+            self,
+            AlertKind::Unreachable
+                | AlertKind::Stalled
+                | AlertKind::GpuFailed
+                | AlertKind::TpuFailed
+                | AlertKind::Paused
+                | AlertKind::Exited
+        )
+    }
+
+    /// The `severity` label in Alertmanager: `page` for pages, `info` for what needs no
+    /// action, `warning` for the rest.
+    pub fn severity(self) -> &'static str {
+        if self.is_page() {
+            "page"
+        } else if matches!(
+            self,
+            AlertKind::Restarting | AlertKind::WouldRestart | AlertKind::Paused
+        ) {
+            "info"
+        } else {
+            "warning"
+        }
+    }
+
+    /// Pages carry the configured mention: a person is needed now.
+    pub(crate) fn is_page(self) -> bool {
+        matches!(
+            self,
+            AlertKind::RestartFailed | AlertKind::Escalation | AlertKind::NotRestartable
+        )
+    }
+}
+
+/// One alert, with everything a person needs to act without opening another tool.
+#[derive(Debug, Clone, Serialize)]
+pub struct Alert {
+    pub kind: AlertKind,
+    pub node: String,
+    pub worker: Option<String>,
+    /// Where the worker runs: `namespace/pod/container` on Kubernetes nodes, the container name
+    /// on Docker.
+    pub container: Option<String>,
+    pub verdict: Option<&'static str>,
+    pub job: Option<String>,
+    /// How long the condition has lasted, human-readable.
+    #[serde(rename = "for")]
+    pub duration: Option<String>,
+    pub incident: Option<String>,
+    pub detail: String,
+    pub logs: Option<String>,
+    pub page: bool,
+    /// An update of an alert already sent for this incident (e.g. a further failed restart
+    /// after the `restart-failed` page): it does not page again.
+    pub update: bool,
+    /// Which attempt of the incident this is about (failed restarts), when it counts.
+    pub attempt: Option<u32>,
+    pub dry_run: bool,
+}
+
+impl Alert {
+    pub fn new(kind: AlertKind, node: &str, detail: impl Into<String>) -> Alert {
+        Alert {
+            kind,
+            node: node.to_string(),
+            worker: None,
+            container: None,
+            verdict: None,
+            job: None,
+            duration: None,
+            incident: None,
+            detail: detail.into(),
+            logs: None,
+            page: kind.is_page(),
+            update: false,
+            attempt: None,
+            dry_run: false,
+        }
+    }
+
+    /// The one-line human summary (also the log line).
+    pub fn summary(&self) -> String {
+        let update = if self.update { " (update)" } else { "" };
+        let mut s = format!(
+            "[vigil] {}{update} on node {}",
+            self.kind.as_str(),
+            self.node
+        );
+        if let Some(w) = &self.worker {
+            s.push_str(&format!(", worker {w}"));
+        }
+        if let Some(c) = &self.container {
+            s.push_str(&format!(" in {c}"));
+        }
+        if let Some(v) = self.verdict {
+            s.push_str(&format!(" ({v}"));
+            if let Some(d) = &self.duration {
+                s.push_str(&format!(" for {d}"));
+            }
+            s.push(')');
+        }
+        if let Some(j) = &self.job {
+            s.push_str(&format!(", job {j}"));
+        }
+        s.push_str(": ");
+        s.push_str(&self.detail);
+        if self.dry_run {
+            s.push_str(" [dry run]");
+        }
+        s
+    }
+
+    /// The Slack-compatible body. NB: a worker writes its `job` and its log lines, so its text
+    /// is escaped the way Slack's message formatting asks (`&`, `<`, `>`): a `<!channel>` or a
+    /// `<https://…|link>` in them reaches the channel as text, and a code fence in the logs
+    /// cannot close the block. Only the configured mention is sent as markup.
+    pub(crate) fn webhook_body(&self, mention: &str) -> serde_json::Value {
+        let mut text = String::new();
+        if self.page && !mention.is_empty() {
+            text.push_str(mention);
+            text.push(' ');
+        }
+        text.push_str(&slack_escape(&self.summary()));
+        if let Some(logs) = self.logs.as_ref().filter(|l| !l.trim().is_empty()) {
+            text.push_str("\n```\n");
+            // A zero-width space after each backtick: no run of three is left to end the block.
+            text.push_str(&slack_escape(tail_chars(logs, 3000)).replace('`', "`\u{200B}"));
+            text.push_str("\n```");
+        }
+        serde_json::json!({ "text": text, "vigil": self })
+    }
+}
+
+/// Slack's three control characters, escaped as its formatting reference asks.
+fn slack_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The end of `s`, at most `max` bytes, cut on a character boundary.
+pub(crate) fn tail_chars(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{sink} {url} failed after {attempts} attempt(s): {last}")]
+pub struct AlertError {
+    /// Which sink: `webhook` or `alertmanager`.
+    pub sink: &'static str,
+    /// The webhook, redacted (`https://hooks.slack.com/***`): this error is logged.
+    pub url: String,
+    pub attempts: u32,
+    pub last: String,
+}
+
+/// Which of a worker's alerts a condition's end resolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolve {
+    /// The incident ended with the worker healthy (recovered, or healthy after our restart):
+    /// every incident alert of the worker, escalations included.
+    Recovered,
+    /// The incident timer was cleared without the worker being healthy yet (our restart is
+    /// booting, maintenance, paused): its incident alerts, but not an escalation.
+    IncidentCleared,
+    /// An alert-only episode ended: the alerts of that kind (`stalled`, `unreachable`, ...).
+    Episode(AlertKind),
+    /// The worker is no longer on the node (its container is gone): all of its alerts.
+    Gone,
+}
+
+impl Resolve {
+    /// Does this end resolve an alert of `kind`?
+    pub fn covers(self, kind: AlertKind) -> bool {
+        match self {
+            Resolve::Episode(k) => k == kind,
+            Resolve::Gone => true,
+            Resolve::Recovered => !kind.is_episode(),
+            Resolve::IncidentCleared => !kind.is_episode() && kind != AlertKind::Escalation,
+        }
+    }
+}
+
+/// Somewhere alerts are delivered.
+#[async_trait]
+pub trait AlertSink: Send + Sync {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError>;
+
+    /// The condition behind `worker`'s alerts on `node` ended. Sinks that keep alerts open
+    /// (Alertmanager) resolve them; the others have nothing to do.
+    async fn resolve(&self, _node: &str, _worker: &str, _end: Resolve) {}
+
+    /// The workers of `node` with alerts kept open here (none for sinks that keep none).
+    fn open_workers(&self, _node: &str) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Several sinks (webhook and Alertmanager): every alert goes to each, at the same time (so a
+/// delivery takes no longer than the slowest sink's, as the node lock's TTL assumes); the first
+/// error is returned after all were tried, the others logged.
+pub struct Fanout(pub Vec<std::sync::Arc<dyn AlertSink>>);
+
+#[async_trait]
+impl AlertSink for Fanout {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
+        let mut first = Ok(());
+        let sent = futures_util::future::join_all(self.0.iter().map(|s| s.send(alert))).await;
+        for result in sent {
+            if let Err(e) = result {
+                if first.is_ok() {
+                    first = Err(e);
+                } else {
+                    tracing::error!(error = %e, "alert delivery failed");
+                }
+            }
+        }
+        first
+    }
+
+    async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        for sink in &self.0 {
+            sink.resolve(node, worker, end).await;
+        }
+    }
+
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        let mut all: Vec<String> = self.0.iter().flat_map(|s| s.open_workers(node)).collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+}
+
+/// A webhook: Slack-compatible by default, or PagerDuty Events v2 or generic JSON
+/// (`alerts.format`). Its URL carries the token: it is only ever shown redacted, and a failed
+/// delivery says why without it; so are the routing key and the extra headers' values.
+pub struct WebhookSink {
+    url: Secret<Webhook>,
+    mention: String,
+    attempts: u32,
+    http: reqwest::Client,
+    format: WebhookFormat,
+    routing_key: Secret<Hidden>,
+    headers: reqwest::header::HeaderMap,
+    /// PagerDuty: the open events of each worker, (node, worker) → (kind, dedup key), resolved
+    /// when the condition ends.
+    open: std::sync::Mutex<OpenEvents>,
+}
+
+/// PagerDuty's open events: (node, worker) → (kind, dedup key) of each.
+type OpenEvents = BTreeMap<(String, String), Vec<(AlertKind, String)>>;
+
+impl WebhookSink {
+    pub fn new(url: &str, mention: &str, timeout: Duration, attempts: u32) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        WebhookSink {
+            url: url.into(),
+            mention: mention.to_string(),
+            attempts,
+            http,
+            format: WebhookFormat::Slack,
+            routing_key: Secret::default(),
+            headers: reqwest::header::HeaderMap::new(),
+            open: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The body's format, and PagerDuty's routing key.
+    pub fn with_format(mut self, format: WebhookFormat, routing_key: &str) -> Self {
+        self.format = format;
+        self.routing_key = routing_key.into();
+        self
+    }
+
+    /// Extra headers on every request (their values are never shown). An invalid one is left
+    /// out (the config's validation names it first).
+    pub fn with_headers<'a>(
+        mut self,
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Self {
+        for (name, value) in headers {
+            if let (Ok(n), Ok(mut v)) = (
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+                reqwest::header::HeaderValue::from_str(value),
+            ) {
+                v.set_sensitive(true);
+                self.headers.insert(n, v);
+            }
+        }
+        self
+    }
+
+    fn body(&self, alert: &Alert) -> serde_json::Value {
+        match self.format {
+            WebhookFormat::Slack => alert.webhook_body(&self.mention),
+            WebhookFormat::Json => json_body(alert),
+            WebhookFormat::Pagerduty => pagerduty_trigger(alert, self.routing_key.expose()),
+        }
+    }
+
+    async fn post(&self, body: &serde_json::Value) -> Result<(), AlertError> {
+        let to = (self.http.clone(), self.url.clone(), self.headers.clone());
+        post_json(to, self.attempts, body).await
+    }
+}
+
+/// POST `body` to a webhook (client, URL, headers), with retries.
+async fn post_json(
+    (http, url, headers): (reqwest::Client, Secret<Webhook>, reqwest::header::HeaderMap),
+    attempts: u32,
+    body: &serde_json::Value,
+) -> Result<(), AlertError> {
+    let mut last = String::new();
+    for attempt in 0..attempts {
+        tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
+        let request = http.post(url.expose()).headers(headers.clone()).json(body);
+        match request.send().await {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            // A 4xx other than 429 will not get better by retrying.
+            Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
+                return Err(AlertError {
+                    sink: "webhook",
+                    url: url.redacted(),
+                    attempts: attempt + 1,
+                    last: format!("HTTP {}", r.status()),
+                })
+            }
+            Ok(r) => last = format!("HTTP {}", r.status()),
+            Err(e) => last = crate::http::http_error(e),
+        }
+    }
+    Err(AlertError {
+        sink: "webhook",
+        url: url.redacted(),
+        attempts,
+        last,
+    })
+}
+
+#[async_trait]
+impl AlertSink for WebhookSink {
+    async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
+        if let (WebhookFormat::Pagerduty, Some(w)) = (self.format, &alert.worker) {
+            if let Ok(mut open) = self.open.lock() {
+                let events = open.entry((alert.node.clone(), w.clone())).or_default();
+                let key = dedup_key(alert);
+                if !events.iter().any(|(k, d)| *k == alert.kind && *d == key) {
+                    events.push((alert.kind, key));
+                }
+            }
+        }
+        self.post(&self.body(alert)).await
+    }
+
+    fn open_workers(&self, node: &str) -> Vec<String> {
+        match self.open.lock() {
+            Ok(open) => open
+                .keys()
+                .filter(|(n, _)| n == node)
+                .map(|(_, w)| w.clone())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// PagerDuty: resolve the events the end covers (one per dedup key); a dedup key still used
+    /// by an alert the end does not cover (an escalation of the same incident) stays open.
+    async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        if self.format != WebhookFormat::Pagerduty {
+            return;
+        }
+        let keys: Vec<String> = match self.open.lock() {
+            Ok(mut open) => {
+                let id = (node.to_string(), worker.to_string());
+                let Some(events) = open.get_mut(&id) else {
+                    return;
+                };
+                let (ended, kept): (Vec<_>, Vec<_>) =
+                    events.drain(..).partition(|(k, _)| end.covers(*k));
+                *events = kept;
+                let mut keys: Vec<String> = ended
+                    .into_iter()
+                    .map(|(_, d)| d)
+                    .filter(|d| !events.iter().any(|(_, k)| k == d))
+                    .collect();
+                keys.sort();
+                keys.dedup();
+                if events.is_empty() {
+                    open.remove(&id);
+                }
+                keys
+            }
+            Err(_) => return,
+        };
+        // NB: in the background, as Alertmanager's resolves: the engine resolves under the
+        // node lock, whose TTL is sized for one alert's delivery.
+        let to = (self.http.clone(), self.url.clone(), self.headers.clone());
+        let (attempts, worker) = (self.attempts, worker.to_string());
+        let bodies: Vec<_> = keys
+            .iter()
+            .map(|k| pagerduty_resolve(k, self.routing_key.expose()))
+            .collect();
+        let post = async move {
+            for body in bodies {
+                if let Err(e) = post_json(to.clone(), attempts, &body).await {
+                    tracing::error!(error = %e, worker, "resolving the PagerDuty incident failed");
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(post)),
+            Err(_) => post.await,
+        }
+    }
+}
+
+/// Delivers an alert everywhere it should go: always the log, the webhook when configured, and a
+/// metric per outcome. A failed delivery is logged and counted, never fatal.
+pub struct Notifier {
+    sink: Option<std::sync::Arc<dyn AlertSink>>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl Notifier {
+    pub fn new(
+        sink: Option<std::sync::Arc<dyn AlertSink>>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        Notifier { sink, metrics }
+    }
+
+    /// `worker`'s condition ended: sinks that keep alerts open resolve the ones it covers.
+    pub async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+        if let Some(sink) = &self.sink {
+            sink.resolve(node, worker, end).await;
+        }
+    }
+
+    /// The workers on `node` now (this cycle's roster): the open alerts of any other worker
+    /// (its container gone) are resolved.
+    pub async fn retain(&self, node: &str, present: &std::collections::HashSet<String>) {
+        let Some(sink) = &self.sink else { return };
+        for worker in sink.open_workers(node) {
+            if !present.contains(&worker) {
+                sink.resolve(node, &worker, Resolve::Gone).await;
+            }
+        }
+    }
+
+    pub async fn send(&self, alert: &Alert) {
+        let kind = alert.kind.as_str();
+        if alert.page {
+            tracing::error!(alert = kind, node = %alert.node, worker = alert.worker.as_deref(), incident = alert.incident.as_deref(), "{}", alert.summary());
+        } else {
+            tracing::warn!(alert = kind, node = %alert.node, worker = alert.worker.as_deref(), incident = alert.incident.as_deref(), "{}", alert.summary());
+        }
+        let Some(sink) = &self.sink else {
+            self.metrics.alert(kind, "logged");
+            return;
+        };
+        match sink.send(alert).await {
+            Ok(()) => self.metrics.alert(kind, "sent"),
+            Err(e) => {
+                tracing::error!(alert = kind, error = %e, "alert delivery failed; it is in this log only");
+                self.metrics.alert(kind, "failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_carry_the_mention_and_logs_are_fenced() {
+        let mut a = Alert::new(AlertKind::Escalation, "gpu-7", "restart did not help");
+        a.worker = Some("trainer-0".into());
+        a.verdict = Some("hung");
+        a.duration = Some("12m".into());
+        a.logs = Some("line1\nline2".into());
+        let body = a.webhook_body("<!here>");
+        let text = body["text"].as_str().unwrap();
+        assert!(
+            text.starts_with(
+                "<!here> [vigil] escalation on node gpu-7, worker trainer-0 (hung for 12m)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("```\nline1\nline2\n```"));
+        assert_eq!(body["vigil"]["kind"], "escalation");
+        assert_eq!(body["vigil"]["for"], "12m");
+        let plain = Alert::new(AlertKind::Hung, "n", "x").webhook_body("<!here>");
+        assert!(!plain["text"].as_str().unwrap().contains("<!here>"));
+    }
+
+    /// Issue 26: what a worker writes (its job, its logs) is text in Slack, never markup.
+    #[test]
+    fn a_worker_s_text_cannot_mention_link_or_close_the_log_block() {
+        let mut a = Alert::new(AlertKind::Hung, "gpu-7", "no heartbeat");
+        a.page = true;
+        a.job = Some("<!channel> see <https://evil.example|the fix> & more".into());
+        a.logs = Some("ok\n```\n<!here> free GPUs at <https://evil.example>\n````".into());
+        let body = a.webhook_body("<!subteam^S123>");
+        let text = body["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("<!subteam^S123> "),
+            "the configured mention stays: {text}"
+        );
+        for markup in ["<!channel>", "<!here>", "<https://", "&amp more"] {
+            assert!(!text.contains(markup), "{markup} in {text}");
+        }
+        assert!(
+            text.contains("&lt;!channel&gt;") && text.contains("&amp; more"),
+            "{text}"
+        );
+        // One block: the fence that opens it and the one that closes it, nothing between.
+        assert_eq!(text.matches("```").count(), 2, "{text}");
+        assert!(text.ends_with("\n```"), "{text}");
+        // The structured copy keeps the worker's text as it was.
+        assert_eq!(body["vigil"]["job"], a.job.clone().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_failed_delivery_says_why_without_the_token() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let url =
+            format!("http://u:pw-s3cret@127.0.0.1:{port}/services/T/B/path-s3cret?token=q-s3cret");
+        let sink = WebhookSink::new(&url, "", Duration::from_secs(2), 1);
+        let err = sink
+            .send(&Alert::new(AlertKind::Hung, "n", "x"))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(
+            text.starts_with(&format!("webhook http://***@127.0.0.1:{port}/*** failed")),
+            "{text}"
+        );
+        assert!(text.contains("onnect"), "the cause is said: {text}");
+    }
+
+    #[test]
+    fn long_logs_keep_their_end() {
+        let s = "é".repeat(4000);
+        let t = tail_chars(&s, 3001);
+        assert!(t.len() <= 3001 && t.chars().all(|c| c == 'é'));
+    }
+}

@@ -1,0 +1,172 @@
+//! The heartbeat: this node's record for the fleet view. Each cycle publishes it with the
+//! cycle's other writes in one round trip ([`Cycle::publish`]); between cycles, the heartbeat
+//! task re-publishes it when no cycle has for a while, so a long cycle (a restart can take
+//! minutes) never lets the record expire. A node whose cycles run costs nothing there: the
+//! cycle publishes, once.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::accel::gpu::model::GpuReport;
+use crate::clock::Millis;
+use crate::coord::caps::Caps;
+use crate::coord::marks::MARK_TTL;
+use crate::coord::{CoordError, Coordinator, Keys, Op};
+use crate::fleet::view::{self as fleet, publish, NodeRecord};
+use crate::hang::context::Context;
+use crate::maintenance::model::MaintenanceState;
+use crate::node::model_info::NodeInfo;
+use crate::node::policy_info::place;
+
+/// The record the agent last published, and when, shared with [`heartbeat_loop`].
+pub(crate) type SharedRecord = Arc<Mutex<Option<(NodeRecord, tokio::time::Instant)>>>;
+
+/// What one cycle gathers for the node's record and batch.
+#[derive(Default)]
+pub(crate) struct Cycle {
+    /// Verdicts of the last cycle, for the heartbeat record.
+    pub verdicts: BTreeMap<String, String>,
+    /// Where each worker of the last cycle runs, for the heartbeat record.
+    pub places: BTreeMap<String, String>,
+    /// Progress marks to write with this cycle's batch: (key, value).
+    pub deferred: Vec<(String, String)>,
+    /// The coordinator's clock as last read in this cycle (stamps the node record).
+    pub now: Millis,
+}
+
+impl Cycle {
+    /// This node's record as of the cycle: its verdicts and places, the node's maintenance
+    /// phase (and which sources report it), GPU health, and what its Node says of it (`info`,
+    /// `None` before the first read): pool and slice (`fleet.pool`/`fleet.slice` win), provisioning
+    /// model, accelerator and TPU topology.
+    pub fn record(
+        &self,
+        ctx: &Context,
+        maintenance: &MaintenanceState,
+        gpu: &GpuReport,
+        info: Option<&NodeInfo>,
+    ) -> NodeRecord {
+        let cfg = &ctx.cfg;
+        let place = place(&cfg.fleet, info);
+        NodeRecord {
+            node: cfg.node_name.clone(),
+            pool: place.pool,
+            slice: place.slice,
+            provisioning: info
+                .and_then(|i| i.provisioning.as_ref())
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default(),
+            accelerator: info
+                .and_then(NodeInfo::accelerator)
+                .unwrap_or_default()
+                .to_string(),
+            tpu_topology: info
+                .and_then(|i| i.tpu_topology.as_ref())
+                .map(|t| t.text.clone())
+                .unwrap_or_default(),
+            maintenance: maintenance.phase.as_str().to_string(),
+            maintenance_source: maintenance.sources_str(),
+            gpu: if gpu.monitoring() {
+                gpu.node.as_str().into()
+            } else {
+                "unknown".into()
+            },
+            workers: self.verdicts.clone(),
+            places: self.places.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            dry_run: cfg.dry_run,
+            updated_at: self.now,
+        }
+    }
+
+    /// Publish `rec` for the fleet view, with the cycle's progress marks, and read the breaker
+    /// and budget counters the gauges show: one round trip for the node. The record is then
+    /// `shared` with the heartbeat task. A failure is logged and returned (the next cycle
+    /// writes it all again).
+    pub async fn publish(
+        &mut self,
+        ctx: &Context,
+        rec: NodeRecord,
+        shared: &SharedRecord,
+    ) -> Result<(), CoordError> {
+        let (s, keys, now) = (&ctx.cfg.safety, &ctx.keys, self.now);
+        let mut ops = fleet::publish_ops(keys, &rec, ctx.cfg.fleet.heartbeat_ttl);
+        ops.extend(self.deferred.drain(..).map(|(key, value)| Op::Set {
+            key,
+            value,
+            ttl: MARK_TTL,
+        }));
+        let caps = Caps {
+            coord: ctx.coord.as_ref(),
+            keys,
+            safety: s,
+        };
+        ops.extend(caps.counter_ops(now));
+        let counters = match ctx.coord.batch(&ops).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat not published");
+                return Err(e);
+            }
+        };
+        if let Ok(mut shared) = shared.lock() {
+            *shared = Some((rec, tokio::time::Instant::now()));
+        }
+        let budgets = &ctx.metrics.budgets;
+        budgets.set_limits(
+            (!s.breaker_disabled).then_some(s.breaker_per_day),
+            s.fleet_budget,
+        );
+        let (breaker, (used, exhausted)) = caps.read(&counters);
+        if let Some((used, open)) = breaker {
+            budgets.set_breaker(used, open);
+        }
+        budgets.set_fleet_budget(used, exhausted);
+        Ok(())
+    }
+}
+
+/// Re-publish the last record, stamped with the coordinator's clock, whenever it is `every`
+/// old, until `stop`: the agent loop may be busy with a restart for minutes, the node is not
+/// down.
+pub(crate) async fn heartbeat_loop(
+    coord: Arc<dyn Coordinator>,
+    keys: Keys,
+    record: SharedRecord,
+    every: Duration,
+    ttl: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let rec = record.lock().map(|r| r.clone()).unwrap_or(None);
+        let Some((mut rec, published)) = rec else {
+            continue;
+        };
+        if published.elapsed() < every {
+            continue;
+        }
+        let Ok(now) = coord.time().await else {
+            continue;
+        };
+        rec.updated_at = now;
+        match publish(coord.as_ref(), &keys, &rec, ttl).await {
+            Ok(()) => {
+                if let Ok(mut shared) = record.lock() {
+                    let newer = shared.as_ref().is_some_and(|(_, t)| *t > published);
+                    if !newer {
+                        *shared = Some((rec, tokio::time::Instant::now()));
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "heartbeat not published"),
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! The fleet: each agent's node record in Redis (`heartbeat`, written once a cycle in the cycle's
+//! one batch) and the fleet view read from them (`view`: `vigil status`, the per-slice rollup).
+
+pub(crate) mod heartbeat;
+pub mod view;

@@ -1,0 +1,19 @@
+//! The hang and restart path: a worker that stopped making progress, found and restarted without
+//! ever becoming a restart storm.
+//!
+//! Decisions (pure, `now` handed in): `model` (what a worker says about itself and what Vigil
+//! remembers about it), `policy` (the verdict and the plan), `policy_table` (the verdict → action
+//! table `vigil policy` prints). The loop: `agent` (the cycle over the node's workers) takes them
+//! from the `roster` and hands each to `restart` (`RestartPath`: incident, command, limits,
+//! outcome) with the shared `context`; `stand_down` says what forbids restarts right now,
+//! `outage` tracks the coordinator's and the runtime's outages.
+
+pub mod agent;
+pub(crate) mod context;
+pub(crate) mod model;
+pub(crate) mod outage;
+pub mod policy;
+pub(crate) mod policy_table;
+pub mod restart;
+pub(crate) mod roster;
+pub(crate) mod stand_down;

@@ -1,0 +1,258 @@
+//! What a worker says about itself and what Vigil remembers about it, in the coordinator:
+//! the status record a worker publishes, and the shared marks (timers, cooldown, episodes).
+//! Data only: the decisions on it are in `crate::hang::policy`.
+
+use std::collections::HashMap;
+
+use crate::clock::Millis;
+
+/// What a worker says about itself: its status record (Redis hash or local status API).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerStatus {
+    pub state: WorkerState,
+    /// Last beat, on the coordinator's clock. `None` when the field is missing or unreadable.
+    pub heartbeat: Option<Millis>,
+    pub job: Option<String>,
+    pub progress: Option<String>,
+    /// How long (ms) the worker said it may stay silent after this heartbeat (a long operation:
+    /// a compile, a checkpoint save); `None` = `policy.stale_after`. The policy caps it.
+    pub grace: Option<Millis>,
+    /// The worker says its restarts belong to someone else (`restarts = alert-only`).
+    pub alert_only: bool,
+    /// For a container of several ranks (one process per GPU: torchrun), the rank this status
+    /// is — the worst one, which the container's verdict is — and how many there are.
+    pub rank: Option<(u32, u32)>,
+}
+
+/// The most ranks one container's record may hold (one process per accelerator: 8 or 16 GPUs,
+/// with room); past it the record is read as one process's.
+pub const MAX_RANKS: u32 = 32;
+
+/// How many ranks a record says its container runs (`ranks`, 1 to [`MAX_RANKS`]); `None` for
+/// an ordinary one-process record (or a value out of bounds).
+pub fn ranks(fields: &HashMap<String, String>) -> Option<u32> {
+    let n: u32 = fields.get("ranks")?.trim().parse().ok()?;
+    (1..=MAX_RANKS).contains(&n).then_some(n)
+}
+
+/// The record field of `rank` for `field`: `state@3` (the field itself without a rank). `@` is
+/// in no worker id or field name, so the rank is read back unambiguously.
+pub fn rank_field(field: &str, rank: Option<u32>) -> String {
+    match rank {
+        Some(r) => format!("{field}@{r}"),
+        None => field.to_string(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerState {
+    Idle,
+    Processing,
+    Error,
+    /// Any other state a worker reports (e.g. `loading`, `compile`): watched like
+    /// `processing` (stale after `policy.stale_after` or its announced grace), never errored.
+    Other(String),
+}
+
+impl WorkerState {
+    pub fn parse(s: &str) -> WorkerState {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "idle" => WorkerState::Idle,
+            "processing" => WorkerState::Processing,
+            "error" => WorkerState::Error,
+            other => WorkerState::Other(bounded(other, MAX_FIELD)),
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        match self {
+            WorkerState::Idle => "idle",
+            WorkerState::Processing => "processing",
+            WorkerState::Error => "error",
+            WorkerState::Other(s) => s,
+        }
+    }
+}
+
+impl WorkerStatus {
+    /// Read the record's fields. `heartbeat` is seconds since the epoch (decimals allowed) on the
+    /// coordinator's clock; an unreadable heartbeat is kept as `None` so the verdict can say so.
+    pub(crate) fn from_fields(fields: &HashMap<String, String>) -> Option<WorkerStatus> {
+        Self::read(fields, None)
+    }
+
+    /// The ranks of a container whose processes each publish their own fields (`ranks = N`,
+    /// then `state@r`, `heartbeat@r`, `progress@r`, `grace@r` for r in 0..N; `job` and
+    /// `restarts` are the container's). `None` for an ordinary one-process record. A rank that
+    /// wrote nothing yet is there, with no heartbeat: it is not guessed to be fine.
+    pub fn ranks_from_fields(fields: &HashMap<String, String>) -> Option<Vec<WorkerStatus>> {
+        let n = ranks(fields)?;
+        let mut out = Vec::with_capacity(n as usize);
+        for r in 0..n {
+            let mut s = Self::read(fields, Some(r)).unwrap_or(WorkerStatus {
+                state: WorkerState::Processing,
+                heartbeat: None,
+                job: None,
+                progress: None,
+                grace: None,
+                alert_only: false,
+                rank: None,
+            });
+            s.job = s.job.or_else(|| Self::text(fields, "job"));
+            s.alert_only |= Self::alert_only(fields);
+            s.rank = Some((r, n));
+            out.push(s);
+        }
+        Some(out)
+    }
+
+    fn text(fields: &HashMap<String, String>, k: &str) -> Option<String> {
+        // NB: worker-supplied text goes into log lines, alerts and webhooks: bounded, so a
+        // 5 MB `job` field costs nothing downstream.
+        fields
+            .get(k)
+            .filter(|v| !v.is_empty())
+            .map(|v| bounded(v, MAX_FIELD))
+    }
+
+    fn alert_only(fields: &HashMap<String, String>) -> bool {
+        fields
+            .get("restarts")
+            .is_some_and(|v| v.trim() == crate::runtime::container::ALERT_ONLY)
+    }
+
+    /// One process's status: the container's one, or rank `rank`'s (its fields `state@r`...).
+    fn read(fields: &HashMap<String, String>, rank: Option<u32>) -> Option<WorkerStatus> {
+        let f = |k: &str| rank_field(k, rank);
+        // NB: a record holding only the agent's checkpoint fields (a worker that never
+        // published) is still "no record": the worker has said nothing about itself.
+        if !fields.contains_key(&f("state")) && !fields.contains_key(&f("heartbeat")) {
+            return None;
+        }
+        let state = WorkerState::parse(fields.get(&f("state")).map(String::as_str).unwrap_or(""));
+        let heartbeat = fields
+            .get(&f("heartbeat"))
+            .and_then(|h| h.trim().parse::<f64>().ok())
+            .filter(|h| h.is_finite() && *h > 0.0)
+            .map(|h| (h * 1000.0).round() as Millis);
+        Some(WorkerStatus {
+            state,
+            heartbeat,
+            job: Self::text(fields, &f("job")),
+            progress: Self::text(fields, &f("progress")),
+            grace: fields.get(&f("grace")).and_then(|g| parse_grace(g)),
+            alert_only: Self::alert_only(fields),
+            rank: None,
+        })
+    }
+}
+
+/// A record's `grace`: seconds (decimals allowed) above zero; anything else is no grace.
+pub fn parse_grace(text: &str) -> Option<Millis> {
+    let secs = text.trim().parse::<f64>().ok()?;
+    // NB: capped long before f64 -> i64 could overflow; the policy caps it again.
+    (secs.is_finite() && secs > 0.0).then(|| (secs.min(1e9) * 1000.0).round() as Millis)
+}
+
+/// The documented rule for a worker id (the opt-in label's value): 1–128 characters of
+/// `[A-Za-z0-9._-]`. Anything else would be read into Redis key names (a `:` could make another
+/// worker's key look like a record), so it is refused where it enters.
+pub fn valid_worker_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A worker state as a worker may write it: 1–64 characters of `[A-Za-z0-9._-]`.
+pub fn valid_state(state: &str) -> bool {
+    !state.is_empty()
+        && state.len() <= 64
+        && state
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Longest worker-supplied text kept from a record (`job`, `progress`, an unknown state).
+pub const MAX_FIELD: usize = 256;
+
+/// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
+}
+
+/// The shared marks Vigil keeps per worker in the coordinator (never in process memory).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Marks {
+    /// First observation of a stale heartbeat: (the heartbeat seen, when it was seen).
+    pub suspect: Option<(Millis, Millis)>,
+    /// The incident timer: start time and id, set once with SET NX (first observer wins).
+    pub incident: Option<Incident>,
+    /// When the record was first seen in state `error`.
+    pub error_since: Option<Millis>,
+    /// Last progress marker seen and when it last changed.
+    pub progress: Option<(String, Millis)>,
+    /// A cooldown marker exists: we restarted this worker recently.
+    pub cooldown: bool,
+    /// When we last restarted it (kept past the cooldown, for escalation).
+    pub restarted_at: Option<Millis>,
+    /// The "restart did not help" page has been sent for the last restart.
+    pub escalated: bool,
+    /// Alert-only episodes currently open (their alert has been sent).
+    pub episodes: Vec<Episode>,
+    /// Failed restarts so far and when the next may run, for the incident they belong to.
+    pub retry: Option<Retry>,
+}
+
+/// The restarts of one incident that failed, and the earliest time of the next try.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    pub incident: String,
+    pub failures: u32,
+    pub not_before: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incident {
+    pub started: Millis,
+    pub id: String,
+}
+
+/// Alert-only conditions: each alerts once when it begins and closes when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Episode {
+    Unreachable,
+    Stalled,
+    GpuFailed,
+    TpuFailed,
+    Paused,
+    Exited,
+}
+
+impl Episode {
+    pub const ALL: [Episode; 6] = [
+        Episode::Unreachable,
+        Episode::Stalled,
+        Episode::GpuFailed,
+        Episode::TpuFailed,
+        Episode::Paused,
+        Episode::Exited,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Episode::Unreachable => "unreachable",
+            Episode::Stalled => "stalled",
+            Episode::GpuFailed => "gpu-failed",
+            Episode::TpuFailed => "tpu-failed",
+            Episode::Paused => "paused",
+            Episode::Exited => "exited",
+        }
+    }
+}

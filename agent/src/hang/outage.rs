@@ -1,0 +1,105 @@
+//! Outages of the agent's two dependencies, the coordinator and the container runtime: each is
+//! alerted once per outage (never once per cycle), logged when it ends, and shown in the
+//! `*_up` gauges; after a coordinator error the loop retries sooner, with backoff.
+//!
+//! NB: the coordinator-down alert cannot be de-duplicated in the coordinator that is down: it is
+//! sent from this memory, once per outage, with hysteresis against flapping.
+
+use std::time::Duration;
+
+use crate::alerts::{Alert, AlertKind};
+use crate::backoff::Backoff;
+use crate::coord::CoordError;
+use crate::hang::context::Context;
+use crate::runtime::RuntimeError;
+
+/// A coordinator that comes back must stay up this long before a new outage alerts again.
+const REALERT_AFTER: Duration = Duration::from_secs(300);
+
+/// What this agent knows of its dependencies' outages.
+pub(crate) struct Outages {
+    coord_down: bool,
+    /// When the coordinator last came back (for the coordinator-down alert's hysteresis).
+    up_since: Option<tokio::time::Instant>,
+    runtime_down: bool,
+    /// Pause before the next cycle after a coordinator error.
+    backoff: Backoff,
+}
+
+impl Outages {
+    /// Retries after a coordinator error start at 250 ms and back off up to `poll_interval`.
+    pub fn new(poll_interval: Duration) -> Outages {
+        Outages {
+            coord_down: false,
+            up_since: None,
+            runtime_down: false,
+            backoff: Backoff::new(Duration::from_millis(250), poll_interval),
+        }
+    }
+
+    /// The wait before the next cycle: the next backoff step after a coordinator error, the
+    /// poll interval otherwise.
+    pub fn next_wait(&mut self, coordinator_failed: bool, poll_interval: Duration) -> Duration {
+        if coordinator_failed {
+            self.backoff.next_delay()
+        } else {
+            poll_interval
+        }
+    }
+
+    /// A whole cycle went through, writes included.
+    pub fn coordinator_ok(&mut self, ctx: &Context) {
+        if self.coord_down {
+            tracing::info!(coordinator = %ctx.coord.describe(), "coordinator reachable again; restarts resume with the timers it kept");
+            self.up_since = Some(tokio::time::Instant::now());
+        }
+        self.coord_down = false;
+        self.backoff.reset();
+        ctx.metrics.backends.set_coordinator_up(true);
+    }
+
+    /// The cycle stopped at a coordinator error: fail closed, alert once per outage.
+    pub async fn coordinator_failed(&mut self, ctx: &Context, e: &CoordError) {
+        ctx.metrics.backends.coordinator_error();
+        ctx.metrics.backends.set_coordinator_up(false);
+        // NB: hysteresis: an outage that flaps (up for a cycle, down again) is one outage, one
+        // alert; a new alert needs the coordinator up for `REALERT_AFTER` first.
+        let flapping = self.up_since.is_some_and(|t| t.elapsed() < REALERT_AFTER);
+        if self.coord_down {
+            return;
+        }
+        self.coord_down = true;
+        if flapping {
+            tracing::warn!(error = %e, "coordinator unavailable again (flapping): failing closed; no new alert");
+            return;
+        }
+        tracing::error!(error = %e, "coordinator unavailable: failing closed, no restart until it returns");
+        let a = Alert::new(AlertKind::CoordinatorDown, ctx.keys.node(), e.to_string());
+        ctx.notifier.send(&a).await;
+    }
+
+    /// The runtime listed the workers.
+    pub fn runtime_ok(&mut self, ctx: &Context) {
+        if self.runtime_down {
+            tracing::info!(runtime = %ctx.runtime.describe(), "container runtime reachable again");
+        }
+        self.runtime_down = false;
+        ctx.metrics.backends.set_runtime_up(true);
+    }
+
+    /// The runtime could not list the workers: alert once per outage.
+    pub async fn runtime_failed(&mut self, ctx: &Context, e: &RuntimeError) {
+        ctx.metrics.backends.runtime_error();
+        ctx.metrics.backends.set_runtime_up(false);
+        if self.runtime_down {
+            return;
+        }
+        self.runtime_down = true;
+        let a = Alert::new(
+            AlertKind::RuntimeDown,
+            ctx.keys.node(),
+            format!("{e}; workers cannot be listed or restarted until it returns"),
+        );
+        ctx.notifier.send(&a).await;
+    }
+}

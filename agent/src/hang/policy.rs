@@ -1,0 +1,592 @@
+//! The restart decision: `(worker record, shared marks, node context, now) -> verdict -> plan`.
+//!
+//! No I/O and no clock reads: `now` is the coordinator's clock (Redis `TIME`), handed in. Every rule
+//! of the restart pipeline that can be decided from data lives here, so it is a table-driven test.
+//! The engine (`crate::hang::restart`) carries the plan out against the coordinator, the container
+//! runtime and the alert sinks.
+//!
+//! NB: detection and remediation are bound to the *same* predicate. The verdict that raises the
+//! "hung" alert is the verdict that makes the restart due; there is no second definition of a hang.
+
+use std::time::Duration;
+
+use crate::clock::{ms, Millis};
+use crate::config::PolicyConfig;
+use crate::hang::model::{Episode, Marks, WorkerState, WorkerStatus};
+
+/// Who acts on a verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing to do.
+    None,
+    /// Record the sighting and wait for confirmation.
+    Observe,
+    /// The restart pipeline, behind every safeguard.
+    RestartPipeline,
+    /// Alert once; never restart.
+    AlertOnly,
+    /// Alert once; never restart; the hardware needs a person (optional taint).
+    AlertNoRestart,
+    /// Suppress: clear any persistence timer, act on nothing.
+    SuppressAndClear,
+    /// Checkpoint path (maintenance issue); restarts suppressed, timers cleared.
+    Checkpoint,
+}
+
+impl Action {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Action::None => "nothing",
+            Action::Observe => "record the sighting; wait for the confirming observation",
+            Action::RestartPipeline => {
+                "restart pipeline (timer, lock, revalidate, breaker, budget, cooldown)"
+            }
+            Action::AlertOnly => "alert once per episode; never restart",
+            Action::AlertNoRestart => "alert once; never restart (a restart cannot fix hardware)",
+            Action::SuppressAndClear => "nobody: clear the persistence timer (this is us)",
+            Action::Checkpoint => "checkpoint path; no restart; timers cleared",
+        }
+    }
+}
+
+impl Verdict {
+    pub fn action(self) -> Action {
+        match self {
+            Verdict::Healthy | Verdict::ErrorPending => Action::None,
+            Verdict::Suspect => Action::Observe,
+            Verdict::Hung | Verdict::Errored => Action::RestartPipeline,
+            Verdict::Unreachable | Verdict::Stalled | Verdict::Paused | Verdict::Exited => {
+                Action::AlertOnly
+            }
+            Verdict::GpuFailed | Verdict::TpuFailed => Action::AlertNoRestart,
+            Verdict::Booting => Action::SuppressAndClear,
+            Verdict::InMaintenance => Action::Checkpoint,
+        }
+    }
+}
+
+/// What the node itself says, from other sources (metadata server, NVML).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NodeContext {
+    pub in_maintenance: bool,
+    pub gpu_failed: bool,
+    /// The node's TPU health is `failed` (a chip gone, a fatal device error): a TPU worker needs
+    /// every chip of its host, so no worker of the node can be fixed by a restart.
+    pub tpu_failed: bool,
+    /// The worker's container is paused by someone: an operator's decision.
+    pub container_paused: bool,
+    /// The worker's container has exited (stopped by someone, or crashed with no restart
+    /// policy): reported, never started by Vigil.
+    pub container_exited: bool,
+    /// When the worker's container started (ms, the node's clock), when the runtime says.
+    pub container_started: Option<Millis>,
+}
+
+/// The verdict on one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Fresh heartbeat, or not processing: nothing to do.
+    Healthy,
+    /// Stale heartbeat seen once: wait for the confirming observation.
+    Suspect,
+    /// Stale heartbeat while processing, confirmed by a second observation.
+    Hung,
+    /// In state `error`, not yet for `error_for`.
+    ErrorPending,
+    /// In state `error` for at least `error_for`.
+    Errored,
+    /// No usable status record: alert only (the machine may be rebooting or off on purpose).
+    Unreachable,
+    /// Fresh heartbeat but the progress marker has not moved for `stalled_after`: alert only.
+    Stalled,
+    /// A cooldown marker exists: this is our own restart booting, not a new incident.
+    Booting,
+    /// The node has a maintenance or preemption notice: checkpoint path, never a restart.
+    InMaintenance,
+    /// Would be hung or errored, but the GPU under it has failed: a restart cannot fix hardware.
+    GpuFailed,
+    /// Would be hung or errored, but the node's TPU has failed: a restart cannot fix hardware.
+    TpuFailed,
+    /// The container is paused by someone (`docker pause`): their decision, alert only.
+    Paused,
+    /// The container has exited: alert once, never started by Vigil (someone stopped it, or the
+    /// runtime's restart policy decides).
+    Exited,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 13] = [
+        Verdict::Healthy,
+        Verdict::Suspect,
+        Verdict::Hung,
+        Verdict::ErrorPending,
+        Verdict::Errored,
+        Verdict::Unreachable,
+        Verdict::Stalled,
+        Verdict::Booting,
+        Verdict::InMaintenance,
+        Verdict::GpuFailed,
+        Verdict::TpuFailed,
+        Verdict::Paused,
+        Verdict::Exited,
+    ];
+
+    /// Stable name for logs, the trail and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Healthy => "healthy",
+            Verdict::Suspect => "suspect",
+            Verdict::Hung => "hung",
+            Verdict::ErrorPending => "error-pending",
+            Verdict::Errored => "errored",
+            Verdict::Unreachable => "unreachable",
+            Verdict::Stalled => "stalled",
+            Verdict::Booting => "booting",
+            Verdict::InMaintenance => "in-maintenance",
+            Verdict::GpuFailed => "gpu-failed",
+            Verdict::TpuFailed => "tpu-failed",
+            Verdict::Paused => "paused",
+            Verdict::Exited => "exited",
+        }
+    }
+}
+
+/// True when the record shows a working worker (any state but `idle` and `error`) whose
+/// heartbeat is older than the silence it is allowed ([`allowed_silence`]).
+/// NB: "older than" is strict — a heartbeat exactly that old is still fresh.
+pub(crate) fn is_stale(status: &WorkerStatus, now: Millis, cfg: &PolicyConfig) -> bool {
+    watched(&status.state)
+        && matches!(status.heartbeat, Some(hb) if now - hb > allowed_silence(status, cfg))
+}
+
+/// States whose silence is a hang: `processing` and every word but `idle` (no work to hang on)
+/// and `error` (its own timer). No state is "never hung" for ever: a worker stuck in `loading`
+/// is found like one stuck in `processing`.
+fn watched(state: &WorkerState) -> bool {
+    matches!(state, WorkerState::Processing | WorkerState::Other(_))
+}
+
+/// How long (ms) a worker may stay silent after its heartbeat: `stale_after`, or the grace it
+/// announced for a long operation when that is longer, never more than `max_grace`.
+pub fn allowed_silence(status: &WorkerStatus, cfg: &PolicyConfig) -> Millis {
+    let grace = status.grace.unwrap_or(0).min(ms(cfg.max_grace));
+    ms(cfg.stale_after).max(grace)
+}
+
+/// The status a record stands for. A container of several ranks (`ranks = N`, each rank's own
+/// fields: `crate::hang::model::WorkerStatus::ranks_from_fields`) is as healthy as its worst
+/// rank — one hung rank must not hide behind the others' beats: a rank in `error`, else the
+/// watched rank whose allowed silence runs out first (one that never beat first of all), else
+/// (all idle) rank 0.
+pub fn status_of_record(
+    fields: &std::collections::HashMap<String, String>,
+    cfg: &PolicyConfig,
+) -> Option<WorkerStatus> {
+    let Some(ranks) = WorkerStatus::ranks_from_fields(fields) else {
+        return WorkerStatus::from_fields(fields);
+    };
+    let deadline = |s: &WorkerStatus| {
+        s.heartbeat
+            .map_or(Millis::MIN, |hb| hb + allowed_silence(s, cfg))
+    };
+    ranks
+        .iter()
+        .find(|s| s.state == WorkerState::Error)
+        .or_else(|| {
+            ranks
+                .iter()
+                .filter(|s| watched(&s.state))
+                .min_by_key(|s| deadline(s))
+        })
+        .or(ranks.first())
+        .cloned()
+}
+
+/// How far ahead of the coordinator's clock a heartbeat may be before the record is taken for
+/// invalid (clock skew between a worker and Redis is seconds; milliseconds written where seconds
+/// belong are decades ahead).
+pub const MAX_FUTURE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How far ahead of `now` the record's heartbeat is, when it is beyond [`MAX_FUTURE`]: such a
+/// record cannot be trusted, it would look fresh for ever.
+pub fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Option<Millis> {
+    let hb = status.heartbeat?;
+    (hb - now > ms(MAX_FUTURE)).then_some(hb - now)
+}
+
+/// Has a restarted worker come back? Yes once its record holds a heartbeat written after
+/// `after` (`crate::coord::marks::booted_after`: when its restart was verified or seen): its
+/// booting is over, and from then on it is judged like any other worker — a new hang is a new
+/// incident, bounded by the breaker, not something the cooldown hides for ten minutes.
+pub fn booted(after: Option<Millis>, status: Option<&WorkerStatus>) -> bool {
+    matches!((after, status.and_then(|s| s.heartbeat)), (Some(t), Some(hb)) if hb > t)
+}
+
+/// The verdict, from the shared record and shared marks only.
+pub fn verdict(
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+    node: NodeContext,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Verdict {
+    if marks.cooldown {
+        return Verdict::Booting;
+    }
+    if node.in_maintenance {
+        return Verdict::InMaintenance;
+    }
+    // NB: a paused container is someone's decision: its stale heartbeat is not a hang.
+    if node.container_paused {
+        return Verdict::Paused;
+    }
+    if node.container_exited {
+        return Verdict::Exited;
+    }
+    // NB: a new container has `start_grace` to write its first record; a record older than the
+    // container is its predecessor's, not its own. The start is the node's clock: one far ahead
+    // of the store's (beyond `MAX_FUTURE`) is not believed.
+    let starting = node.container_started.is_some_and(|t| {
+        (-ms(MAX_FUTURE)..ms(cfg.start_grace)).contains(&(now - t))
+            && status.and_then(|s| s.heartbeat).is_none_or(|hb| hb < t)
+    });
+    if starting {
+        return Verdict::Booting;
+    }
+    let Some(status) = status else {
+        return Verdict::Unreachable;
+    };
+    if heartbeat_from_future(status, now).is_some() {
+        return Verdict::Unreachable;
+    }
+    match status.state {
+        WorkerState::Processing | WorkerState::Other(_) => {
+            let Some(hb) = status.heartbeat else {
+                return Verdict::Unreachable;
+            };
+            if is_stale(status, now, cfg) {
+                if node.gpu_failed {
+                    return Verdict::GpuFailed;
+                }
+                if node.tpu_failed {
+                    return Verdict::TpuFailed;
+                }
+                // Confirmed only by a second observation of the *same* stale heartbeat, made at
+                // least `confirm_after` after the first (by this or any other instance).
+                let confirmed = matches!(marks.suspect,
+                    Some((seen_hb, seen_at)) if seen_hb == hb && now - seen_at >= ms(cfg.confirm_after));
+                return if confirmed {
+                    Verdict::Hung
+                } else {
+                    Verdict::Suspect
+                };
+            }
+            // NB: a frozen marker is a stall only while processing: a long `compile` moves none.
+            let frozen = status.state == WorkerState::Processing
+                && matches!((&status.progress, &marks.progress),
+                (Some(p), Some((seen, since))) if p == seen && now - since >= ms(cfg.stalled_after));
+            if frozen {
+                Verdict::Stalled
+            } else {
+                Verdict::Healthy
+            }
+        }
+        WorkerState::Error => {
+            let errored = matches!(marks.error_since, Some(t) if now - t >= ms(cfg.error_for));
+            match (errored, node.gpu_failed, node.tpu_failed) {
+                (true, true, _) => Verdict::GpuFailed,
+                (true, false, true) => Verdict::TpuFailed,
+                (true, false, false) => Verdict::Errored,
+                (false, _, _) => Verdict::ErrorPending,
+            }
+        }
+        WorkerState::Idle => Verdict::Healthy,
+    }
+}
+
+/// Why an incident timer is closed (the trail says which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerEnd {
+    /// Our own restart is booting: the cooldown marker stands.
+    Booting,
+    /// The node is in maintenance: no restarts, and no timer may survive it.
+    Maintenance,
+    /// The data says the worker is fine again.
+    Recovered,
+    /// The container is paused: someone's decision; a new timer starts if it hangs once running.
+    Paused,
+}
+
+/// One step of a cycle's bookkeeping or action. [`plan`] returns them in the order the engine
+/// carries them out; each is one small function there (`crate::hang::restart`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Record this stale heartbeat as the first sighting (SET, with when it was seen).
+    RecordSuspect {
+        heartbeat: Millis,
+    },
+    ClearSuspect,
+    /// Record the start of an error state (SET NX: the first observer's time stands).
+    MarkErrorSince,
+    ClearErrorSince,
+    /// Record a new progress marker value (it changed or was never seen).
+    RecordProgress(String),
+    ClearProgress,
+    /// Close the incident timer.
+    ClearIncident(TimerEnd),
+    /// The worker recovered after our restart: forget the restart (and its escalation).
+    ForgetRestart,
+    /// An alert-only condition ended.
+    CloseEpisode(Episode),
+    /// An alert-only condition began: alert once (SET NX de-duplicates across instances).
+    OpenEpisode(Episode),
+    /// Start the incident timer (SET NX: an existing timer is never reset).
+    OpenIncident,
+    /// Page once: the last restart did not fix it.
+    Escalate,
+    /// The incident alert (once per incident, de-duplicated in the coordinator).
+    AlertIncident,
+    /// Run the restart pipeline if the incident is old enough (see [`restart_due`]).
+    ConsiderRestart,
+}
+
+/// The cycle's effects for one worker, in execution order.
+pub(crate) fn plan(
+    v: Verdict,
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Vec<Effect> {
+    let stale = status.is_some_and(|s| is_stale(s, now, cfg));
+    let in_error = status.is_some_and(|s| s.state == WorkerState::Error);
+    let action = v.action();
+    // Our own restart or maintenance make healthy workers look hung: the persistence timer
+    // must not survive them, or the first cycle after would restart at once.
+    let suppress = matches!(action, Action::SuppressAndClear | Action::Checkpoint)
+        || matches!(v, Verdict::Paused | Verdict::Exited);
+
+    let mut fx = Vec::new();
+    fx.extend(suspect_effects(stale, status, marks, suppress));
+    match (in_error, marks.error_since) {
+        // Not while booting: our restart cleared it, and the new incarnation gets its own clock.
+        (true, None) if v != Verdict::Booting => fx.push(Effect::MarkErrorSince),
+        (false, Some(_)) => fx.push(Effect::ClearErrorSince),
+        _ => {}
+    }
+    fx.extend(progress_effect(stale, status, marks));
+    if let Some(end) = timer_end(v, action, stale, in_error, status, marks) {
+        fx.push(Effect::ClearIncident(end));
+    }
+    // Escalation looks at the data, not at the verdict: a worker still broken after our restart
+    // is a page even while its cooldown marker stands.
+    let still_broken = stale || in_error;
+    let escalate = marks.restarted_at.is_some_and(|restarted| {
+        still_broken && !marks.escalated && now - restarted >= ms(cfg.escalate_after)
+    });
+    if marks.restarted_at.is_some() && !still_broken && v == Verdict::Healthy {
+        fx.push(Effect::ForgetRestart);
+    }
+    fx.extend(episode_effects(v, marks));
+    if action == Action::RestartPipeline && marks.incident.is_none() {
+        fx.push(Effect::OpenIncident);
+    }
+    if escalate {
+        fx.push(Effect::Escalate);
+    }
+    if action == Action::RestartPipeline {
+        fx.push(Effect::AlertIncident);
+        fx.push(Effect::ConsiderRestart);
+    }
+    fx
+}
+
+/// Suspect sighting: recorded on every stale observation of a new heartbeat value; cleared when
+/// the heartbeat is fresh or when our restart / maintenance suppress the timer.
+fn suspect_effects(
+    stale: bool,
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+    suppress: bool,
+) -> Option<Effect> {
+    if suppress {
+        return marks.suspect.is_some().then_some(Effect::ClearSuspect);
+    }
+    match (stale, status.and_then(|s| s.heartbeat), marks.suspect) {
+        (true, Some(hb), Some((seen, _))) if seen == hb => None,
+        (true, Some(hb), _) => Some(Effect::RecordSuspect { heartbeat: hb }),
+        (false, _, Some(_)) => Some(Effect::ClearSuspect),
+        _ => None,
+    }
+}
+
+/// The progress marker follows a fresh, processing record; anything else forgets it.
+fn progress_effect(stale: bool, status: Option<&WorkerStatus>, marks: &Marks) -> Option<Effect> {
+    match status {
+        Some(s) if s.state == WorkerState::Processing && !stale => {
+            match (&s.progress, &marks.progress) {
+                (Some(cur), Some((seen, _))) if cur == seen => None,
+                (Some(cur), _) => Some(Effect::RecordProgress(cur.clone())),
+                (None, Some(_)) => Some(Effect::ClearProgress),
+                (None, None) => None,
+            }
+        }
+        _ if marks.progress.is_some() => Some(Effect::ClearProgress),
+        _ => None,
+    }
+}
+
+/// Whether (and why) an open incident timer closes this cycle.
+fn timer_end(
+    v: Verdict,
+    action: Action,
+    stale: bool,
+    in_error: bool,
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+) -> Option<TimerEnd> {
+    marks.incident.as_ref()?;
+    if matches!(v, Verdict::Paused | Verdict::Exited) {
+        return Some(TimerEnd::Paused);
+    }
+    match action {
+        Action::RestartPipeline => None,
+        Action::SuppressAndClear | Action::Checkpoint => Some(if v == Verdict::Booting {
+            TimerEnd::Booting
+        } else {
+            TimerEnd::Maintenance
+        }),
+        Action::Observe | Action::AlertOnly | Action::AlertNoRestart | Action::None => {
+            // Timers are cleared only when the *data* says the worker is fine, never because this
+            // instance has not confirmed yet: another instance may be one observation ahead.
+            let readable =
+                status.is_some_and(|s| s.state != WorkerState::Processing || s.heartbeat.is_some());
+            (!stale && !in_error && readable).then_some(TimerEnd::Recovered)
+        }
+    }
+}
+
+/// Episodes to close (the condition ended) and to open (it began), closes first.
+fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
+    let wanted = match v {
+        Verdict::Unreachable => Some(Episode::Unreachable),
+        Verdict::Stalled => Some(Episode::Stalled),
+        Verdict::Paused => Some(Episode::Paused),
+        Verdict::Exited => Some(Episode::Exited),
+        Verdict::GpuFailed => Some(Episode::GpuFailed),
+        Verdict::TpuFailed => Some(Episode::TpuFailed),
+        _ => None,
+    };
+    let open = |e: &Episode| marks.episodes.contains(e);
+    let closes = Episode::ALL
+        .into_iter()
+        .filter(|e| open(e) && Some(*e) != wanted)
+        .map(Effect::CloseEpisode);
+    let opens = wanted
+        .filter(|e| !open(e))
+        .map(Effect::OpenEpisode)
+        .into_iter();
+    closes.chain(opens).collect()
+}
+
+/// Why a restart decided a moment ago is called off at the last moment (safeguard 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cancel {
+    /// The fresh record no longer shows the condition the restart was decided on.
+    Recovered,
+    /// A cooldown marker appeared: another instance already restarted it.
+    CooldownAppeared,
+    /// A restart of this incident failed after the decision (another instance's): the next
+    /// try waits for its backoff. The incident stands.
+    RetryPending,
+}
+
+/// Revalidate right before the command, from a fresh record, fresh marks and a fresh clock:
+/// the *same* predicate as the verdict (stale while working, or in state `error`).
+pub(crate) fn revalidate(
+    v: Verdict,
+    fresh: Option<&WorkerStatus>,
+    marks: &Marks,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Result<(), Cancel> {
+    if marks.cooldown {
+        return Err(Cancel::CooldownAppeared);
+    }
+    if !retry_open(marks, now) {
+        return Err(Cancel::RetryPending);
+    }
+    let still_broken = match v {
+        Verdict::Errored => fresh.is_some_and(|s| s.state == WorkerState::Error),
+        _ => fresh.is_some_and(|s| is_stale(s, now, cfg)),
+    };
+    if still_broken {
+        Ok(())
+    } else {
+        Err(Cancel::Recovered)
+    }
+}
+
+/// How long a confirmed incident waits before the restart: hangs wait `restart_delay`
+/// (persistence before action); an errored worker has already persisted for `error_for`.
+pub(crate) fn restart_wait(v: Verdict, cfg: &PolicyConfig) -> std::time::Duration {
+    if v == Verdict::Hung {
+        cfg.restart_delay
+    } else {
+        std::time::Duration::ZERO
+    }
+}
+
+/// When the broken condition began, for "how long" in alerts: the error clock for an errored
+/// worker, the last heartbeat for a hung one, else the incident's start.
+pub(crate) fn condition_since(
+    v: Verdict,
+    incident_started: Millis,
+    marks: &Marks,
+    status: Option<&WorkerStatus>,
+) -> Millis {
+    match v {
+        Verdict::Errored => marks.error_since.unwrap_or(incident_started),
+        _ => status.and_then(|s| s.heartbeat).unwrap_or(incident_started),
+    }
+}
+
+/// Whether the restart pipeline should run now for an incident that started at `started`.
+/// Hangs wait `restart_delay` (persistence before action); an errored worker has already
+/// persisted for `error_for`.
+pub(crate) fn restart_due(v: Verdict, started: Millis, now: Millis, cfg: &PolicyConfig) -> bool {
+    match v {
+        Verdict::Hung => now - started >= ms(cfg.restart_delay),
+        Verdict::Errored => true,
+        _ => false,
+    }
+}
+
+/// Whether a restart may be tried now: not before the `not_before` of the worker's last failed
+/// restart, whichever incident it was of (the incident only numbers the attempts, see
+/// `restart_failed`).
+///
+/// NB: the bar is the worker's, not the incident's: a container that ignores SIGTERM is still
+/// stopping whoever asks next. A failover that forgets the incident timer (or any other way to a
+/// second incident of the same hang) must not let a second command, and a second breaker unit,
+/// through within the stop grace (simulation seed 5054008).
+pub(crate) fn retry_open(marks: &Marks, now: Millis) -> bool {
+    marks.retry.as_ref().is_none_or(|r| now >= r.not_before)
+}
+
+/// How long after its `failures`-th failed restart an incident waits for the next try: the
+/// stop grace, doubled for each earlier failure, at most the cooldown (never less than the
+/// grace).
+///
+/// NB: a restart that failed still took its breaker unit (the unit counts at execution), and a
+/// worker that ignores SIGTERM takes the whole grace to stop: retrying every cycle spent a
+/// day's breaker in seconds and paged each time. Spaced this way, an incident takes at most one
+/// unit per stop grace.
+pub fn retry_backoff(failures: u32, stop_grace: Duration, cooldown: Duration) -> Duration {
+    let doubled = stop_grace.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    doubled.min(cooldown.max(stop_grace))
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

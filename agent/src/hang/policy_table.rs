@@ -1,0 +1,63 @@
+//! The verdict → action table. `vigil policy` prints it from here, and the planner branches on
+//! [`Verdict::action`] (defined beside the verdicts in `hang::policy`),
+//! so the printed table cannot disagree with what the agent does.
+use crate::config::PolicyConfig;
+use crate::hang::policy::Verdict;
+
+impl Verdict {
+    /// The predicate, in words, with the configured thresholds.
+    pub(crate) fn predicate(self, cfg: &PolicyConfig) -> String {
+        let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
+        match self {
+            Verdict::Healthy => "heartbeat fresh (within its grace), or state idle".into(),
+            Verdict::Suspect => format!(
+                "state not idle/error, heartbeat older than {} or its grace (at most {}) (first observation)",
+                d(cfg.stale_after),
+                d(cfg.max_grace)
+            ),
+            Verdict::Hung => format!(
+                "state not idle/error, heartbeat older than {} or its grace (at most {}), seen again >= {} later",
+                d(cfg.stale_after),
+                d(cfg.max_grace),
+                d(cfg.confirm_after)
+            ),
+            Verdict::ErrorPending => format!("state = error for less than {}", d(cfg.error_for)),
+            Verdict::Errored => format!("state = error for at least {}", d(cfg.error_for)),
+            Verdict::Unreachable => "status record missing, or no readable heartbeat".into(),
+            Verdict::Stalled => format!(
+                "processing, heartbeat fresh but progress unchanged for {}",
+                d(cfg.stalled_after)
+            ),
+            Verdict::Booting => format!(
+                "cooldown marker present (restarted less than {} ago) and no beat since the restart; or started less than {} ago with no record of its own yet",
+                d(cfg.cooldown),
+                d(cfg.start_grace)
+            ),
+            Verdict::InMaintenance => "node has a maintenance or preemption notice".into(),
+            Verdict::GpuFailed => "hung or errored on a GPU that NVML reports failed".into(),
+            Verdict::TpuFailed => "hung or errored on a node whose TPU health is failed".into(),
+            Verdict::Paused => "the container is paused by someone (docker pause)".into(),
+            Verdict::Exited => "the container has exited (and no running one replaced it)".into(),
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableRow {
+    pub verdict: &'static str,
+    pub predicate: String,
+    pub action: &'static str,
+}
+
+/// The whole table, in the brief's order.
+pub fn table(cfg: &PolicyConfig) -> Vec<TableRow> {
+    Verdict::ALL
+        .iter()
+        .map(|v| TableRow {
+            verdict: v.as_str(),
+            predicate: v.predicate(cfg),
+            action: v.action().describe(),
+        })
+        .collect()
+}

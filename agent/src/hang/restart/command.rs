@@ -1,0 +1,369 @@
+//! The restart command's path, steps 2–8 of the brief: the node lock, logs and the restart
+//! alert, revalidation and compare-and-restart, the caps, the lock check and the claim, each step
+//! either letting the next run or ending the pass with its outcome (said in the trail).
+
+use crate::alerts::{AlertKind, Resolve};
+use crate::clock::{human, ms, Millis};
+use crate::config::LOCK_MARGIN;
+use crate::coord::lease::Lease;
+use crate::coord::marks::{self, MARK_TTL};
+use crate::coord::CoordError;
+use crate::hang::model::Incident;
+use crate::hang::policy;
+use crate::hang::policy::Cancel;
+use crate::runtime::container::Container;
+use crate::trail::Code;
+
+use super::{short, Act, Outcome, RestartPath, Skip};
+
+impl RestartPath<'_> {
+    /// Steps 2–8 of the pipeline. Always releases the lock it took.
+    pub(super) async fn restart_path(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Outcome, CoordError> {
+        if let Err(why) = self.ctx.runtime.restartable(act.case.c).await {
+            self.not_restartable(act, now, why).await?;
+            return Ok(Outcome::Skipped(Skip::NotRestartable));
+        }
+        // Cheap early checks, so an open breaker does not collect logs and post a restart alert.
+        // The authoritative check is the atomic increment right before the command.
+        if let Some(skip) = self.blocked_by_caps(act, now, true).await? {
+            return Ok(Outcome::Skipped(skip));
+        }
+        let coord = self.ctx.coord.as_ref();
+        let (key, ttl) = (self.ctx.keys.lock(), self.ctx.cfg.safety.lock_ttl);
+        let token = Lease::random_token();
+        let lease = match Lease::take(coord, key.clone(), token.clone(), ttl).await? {
+            Some(lease) => lease,
+            None => {
+                let detail =
+                    "another instance holds this node's lock; it acts, we skip".to_string();
+                self.skip(now, act, Skip::LockHeld, detail, true).await?;
+                return Ok(Outcome::Skipped(Skip::LockHeld));
+            }
+        };
+        let result = self.locked_restart(act, &lease).await;
+        // Release only our own lock (compare-and-delete), whatever happened above.
+        if let Err(e) = lease.release(self.ctx.coord.as_ref()).await {
+            tracing::warn!(error = %e, "could not release the node lock; it expires by its TTL");
+        }
+        result
+    }
+
+    /// The runtime refuses this worker: page once per incident, say so in the trail once.
+    pub(super) async fn not_restartable(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+        why: String,
+    ) -> Result<(), CoordError> {
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "not-restartable");
+        if self.claim_alert(&key, now, MARK_TTL).await? {
+            let detail = format!("{why}; not restarting, a person must decide");
+            let mut alert = self.alert_for(
+                AlertKind::NotRestartable,
+                act.case,
+                Some(act.since),
+                now,
+                detail,
+            );
+            alert.incident = Some(act.inc.id.clone());
+            self.ctx.notifier.send(&alert).await;
+        }
+        self.skip(now, act, Skip::NotRestartable, why, true).await
+    }
+
+    /// Write a skip to the trail (with `once`, the first time per incident only).
+    pub(super) async fn skip(
+        &mut self,
+        at: Millis,
+        act: &Act<'_>,
+        skip: Skip,
+        detail: String,
+        once: bool,
+    ) -> Result<(), CoordError> {
+        let about = if once {
+            act.about().once()
+        } else {
+            act.about()
+        };
+        self.note(at, about, skip.code(), detail).await
+    }
+
+    /// Release the restart alert's dedup key after a skip, so the restart that eventually runs
+    /// for this incident alerts (with its logs) again.
+    pub(super) async fn release_restart_alert(&self, inc: &Incident) {
+        let _ = self
+            .ctx
+            .coord
+            .del(&[self.ctx.keys.alert_dedup(&inc.id, "restart")])
+            .await;
+    }
+
+    /// Under the lock: logs, alert, revalidation, compare, caps, lock check, command. Each step
+    /// either lets the next run or ends the pass with its outcome (and says why in the trail).
+    pub(super) async fn locked_restart(
+        &mut self,
+        act: &Act<'_>,
+        lease: &Lease,
+    ) -> Result<Outcome, CoordError> {
+        let now = self.ctx.coord.time().await?;
+        // Logs first: a run that fails here must not consume the breaker.
+        let logs = match self.collect_logs(act, now).await? {
+            Ok(logs) => logs,
+            Err(skip) => return Ok(Outcome::Skipped(skip)),
+        };
+        self.announce_restart(act, logs, now).await?;
+        if let Some(skip) = self.last_moment_checks(act).await? {
+            return Ok(Outcome::Skipped(skip));
+        }
+        if self.ctx.cfg.dry_run {
+            return self.observe_only(act).await;
+        }
+        // NB: the breaker (and fleet budget) are incremented here, immediately before the
+        // command, never at pipeline start: a run that failed earlier must not consume budget.
+        let now = self.ctx.coord.time().await?;
+        if let Some(skip) = self.blocked_by_caps(act, now, false).await? {
+            self.release_restart_alert(act.inc).await;
+            return Ok(Outcome::Skipped(skip));
+        }
+        if let Some(skip) = self.hold_lock_and_mark(act, lease, now).await? {
+            return Ok(Outcome::Skipped(skip));
+        }
+        // NB: once more right before the command: the increments and marker writes above are
+        // round trips, and a person's restart, stop or pause (or a maintenance notice) in that
+        // time must stop us. What is left is the window between this inspect and the command.
+        if let Some(skip) = self.node_and_container_checks(act, now).await? {
+            self.unclaim(act, now).await;
+            return Ok(Outcome::Skipped(skip));
+        }
+        self.run_restart(act, now).await
+    }
+
+    /// The container's last lines for the alert. `Err(skip)`: collection failed, so there is
+    /// no restart this cycle (and no budget consumed).
+    pub(super) async fn collect_logs(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Result<String, Skip>, CoordError> {
+        let d = &self.ctx.cfg.runtime;
+        let call = tokio::time::timeout(
+            d.log_timeout,
+            self.ctx.runtime.logs(&act.case.c.id, d.log_lines),
+        );
+        let why = match call.await {
+            Ok(Ok(logs)) => return Ok(Ok(logs)),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "no answer within {}",
+                humantime::format_duration(d.log_timeout)
+            ),
+        };
+        self.ctx.metrics.backends.runtime_error();
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
+        if self.claim_alert(&key, now, MARK_TTL).await? {
+            let alert = self.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed"));
+            self.ctx.notifier.send(&alert).await;
+        }
+        let detail = format!("log collection failed: {why}");
+        self.skip(now, act, Skip::LogsFailed, detail, false).await?;
+        Ok(Err(Skip::LogsFailed))
+    }
+
+    /// The restart (or would-restart) alert with the logs, once per incident.
+    pub(super) async fn announce_restart(
+        &mut self,
+        act: &Act<'_>,
+        logs: String,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
+            return Ok(());
+        }
+        let (kind, verb) = if self.ctx.cfg.dry_run {
+            (AlertKind::WouldRestart, "would restart")
+        } else {
+            (AlertKind::Restarting, "restarting")
+        };
+        let c = act.case.c;
+        let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
+        let mut alert = self.alert_for(kind, act.case, Some(act.since), now, detail);
+        alert.logs = Some(logs);
+        alert.incident = Some(act.inc.id.clone());
+        self.ctx.notifier.send(&alert).await;
+        Ok(())
+    }
+
+    /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
+    /// (shutdown, maintenance, GPU) and the incarnation. `Some(skip)` ends the pass.
+    pub(super) async fn last_moment_checks(
+        &mut self,
+        act: &Act<'_>,
+    ) -> Result<Option<Skip>, CoordError> {
+        let w = act.case.worker();
+        // A fresh clock, record and marks, in one round trip.
+        let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
+        let (status, _) = self.status_of(w, &fresh);
+        let marks = marks::decode(&fresh.values).marks;
+        let cfg = &self.ctx.cfg.policy;
+        let now = fresh.now;
+        let checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
+        let (cancel, why) = match checked {
+            Ok(()) => return self.node_and_container_checks(act, now).await,
+            Err(Cancel::RetryPending) => {
+                // NB: the incident stands (it is still hung): only this pass ends, and the
+                // retry alerts again with its logs.
+                self.release_restart_alert(act.inc).await;
+                let why = "a restart of this incident failed after our decision (another instance's); the retry waits for its backoff".to_string();
+                self.skip(now, act, Skip::RetryPending, why, false).await?;
+                return Ok(Some(Skip::RetryPending));
+            }
+            Err(c @ Cancel::CooldownAppeared) => (
+                c,
+                "a cooldown marker appeared: another instance already restarted it",
+            ),
+            Err(c @ Cancel::Recovered) => (
+                c,
+                "heartbeat fresh again between decision and command; incident closed",
+            ),
+        };
+        let k = &self.ctx.keys;
+        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        let end = match cancel {
+            Cancel::Recovered => Resolve::Recovered,
+            _ => Resolve::IncidentCleared,
+        };
+        self.resolve_alerts(w, end).await;
+        let skip = Skip::Cancelled(cancel);
+        self.skip(now, act, skip, why.into(), false).await?;
+        Ok(Some(skip))
+    }
+
+    /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after
+    /// revalidation, and again right before the command. `Some(skip)` ends the pass.
+    pub(super) async fn node_and_container_checks(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Option<Skip>, CoordError> {
+        if let Some(why) = self.stand_down(act.case.c, now) {
+            self.release_restart_alert(act.inc).await;
+            let detail = format!("{why} between decision and command; not restarting");
+            self.skip(now, act, Skip::NodeState, detail, false).await?;
+            return Ok(Some(Skip::NodeState));
+        }
+        if let Some(skip) = self.compare(act.case.c).await {
+            self.release_restart_alert(act.inc).await;
+            let c = act.case.c;
+            let detail = match skip {
+                Skip::NotRunning => format!(
+                    "container {} ({}) is not running any more; not starting what someone stopped",
+                    c.display(),
+                    short(&c.id)
+                ),
+                _ => format!(
+                    "container {} is not the incarnation observed at decision time",
+                    short(&c.id)
+                ),
+            };
+            self.skip(now, act, skip, detail, false).await?;
+            return Ok(Some(skip));
+        }
+        Ok(None)
+    }
+
+    /// Compare-and-restart: the container is still the incarnation we decided on, and it is
+    /// running (a stopped or paused one is someone's decision). `Some(skip)` when it is not.
+    pub(super) async fn compare(&self, c: &Container) -> Option<Skip> {
+        match self.ctx.runtime.inspect(&c.id).await {
+            Ok(Some(cur)) if cur.id == c.id && cur.started_at == c.started_at => {
+                (!cur.running).then_some(Skip::NotRunning)
+            }
+            Ok(_) => Some(Skip::ContainerChanged),
+            Err(e) => {
+                self.ctx.metrics.backends.runtime_error();
+                tracing::warn!(error = %e, worker = %c.worker, "inspect before restart failed; not restarting");
+                Some(Skip::ContainerChanged)
+            }
+        }
+    }
+
+    /// Observe mode: everything a real restart would do except the command and the restart
+    /// record.
+    pub(super) async fn observe_only(&mut self, act: &Act<'_>) -> Result<Outcome, CoordError> {
+        let now = self.ctx.coord.time().await?;
+        if let Some(skip) = self.blocked_by_caps(act, now, true).await? {
+            return Ok(Outcome::Skipped(skip));
+        }
+        // Observe mode leaves the same "this is me" cooldown, so its timeline is the one a
+        // real restart would produce; but no restart record, so it never pages an escalation
+        // for a restart that did not happen.
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let marker = format!("{now}:{}", act.inc.id);
+        self.ctx
+            .coord
+            .set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown)
+            .await?;
+        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        self.resolve_alerts(w, Resolve::IncidentCleared).await;
+        self.ctx
+            .metrics
+            .restart(act.case.v.as_str(), "would-restart");
+        let c = act.case.c;
+        let detail = format!(
+            "would restart container {} ({}) now; observe mode",
+            c.name,
+            short(&c.id)
+        );
+        self.note(now, act.about(), Code::WouldRestart, detail)
+            .await?;
+        Ok(Outcome::WouldRestart)
+    }
+
+    /// The lock must still be ours, with room for the whole restart; checked after every slow
+    /// step so the margin covers only the writes below. Then the markers go in — *before* the
+    /// command: the booting container will look hung for a minute or more, and the detector
+    /// must know that this is us. `Some(skip)`: nothing will run, and the units are given back.
+    pub(super) async fn hold_lock_and_mark(
+        &mut self,
+        act: &Act<'_>,
+        lease: &Lease,
+        now: Millis,
+    ) -> Result<Option<Skip>, CoordError> {
+        let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
+        let left = lease.left(self.ctx.coord.as_ref()).await;
+        let lock_ok = matches!(left, Ok(l) if crate::coord::lease::covers(l, needed));
+        let claimed = match lock_ok {
+            true => Some(self.write_restart_markers(act, now).await),
+            false => None,
+        };
+        if matches!(claimed, Some(Ok(true))) {
+            return Ok(None);
+        }
+        // Nothing will run: give back the units taken just above (best-effort).
+        self.refund_caps(now).await;
+        self.release_restart_alert(act.inc).await;
+        if let Some(claim) = claimed {
+            if claim.is_err() {
+                self.release_claim(act, now).await;
+            }
+            claim?;
+            // The claim failed: another instance's marker appeared after our revalidation.
+            let skip = Skip::Cancelled(Cancel::CooldownAppeared);
+            let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
+            self.skip(now, act, skip, detail, false).await?;
+            return Ok(Some(skip));
+        }
+        let detail = match left? {
+            Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
+            None => "lock lost (expired or taken over)".into(),
+        };
+        self.skip(now, act, Skip::LockExpiring, detail, false)
+            .await?;
+        Ok(Some(Skip::LockExpiring))
+    }
+}

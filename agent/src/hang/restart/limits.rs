@@ -1,0 +1,99 @@
+//! The restart caps as the restart path meets them: the node's breaker and the fleet's budget
+//! (taken through `crate::coord::caps`), and the alerts and trail entries when one refuses.
+
+use crate::alerts::AlertKind;
+use crate::clock::Millis;
+use crate::coord::caps::{breaker_day, fleet_window, Caps, BREAKER_TTL};
+use crate::coord::CoordError;
+
+use super::{Act, RestartPath, Skip};
+
+impl RestartPath<'_> {
+    pub(super) fn caps(&self) -> Caps<'_> {
+        Caps {
+            coord: self.ctx.coord.as_ref(),
+            keys: &self.ctx.keys,
+            safety: &self.ctx.cfg.safety,
+        }
+    }
+
+    /// The breaker, then the fleet budget. With `peek` (or in observe mode) only reads them;
+    /// otherwise takes one unit of each atomically (and gives the breaker's back when the budget
+    /// refuses).
+    pub(super) async fn blocked_by_caps(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+        peek: bool,
+    ) -> Result<Option<Skip>, CoordError> {
+        let read_only = peek || self.ctx.cfg.dry_run;
+        let caps = self.caps();
+        let breaker = match read_only {
+            true => caps.breaker_free(now).await?,
+            false => caps.take_breaker(now).await?,
+        };
+        if !breaker {
+            self.breaker_open(act, now).await?;
+            return Ok(Some(Skip::BreakerOpen));
+        }
+        let budget = match read_only {
+            true => caps.budget_free(now).await?,
+            false => caps.take_budget(now).await?,
+        };
+        if budget {
+            return Ok(None);
+        }
+        if !read_only {
+            // The breaker unit was taken just above for a restart that will not run: give it back.
+            caps.refund_breaker(now).await?;
+        }
+        self.budget_exhausted(act, now).await?;
+        Ok(Some(Skip::BudgetExhausted))
+    }
+
+    pub(super) async fn breaker_open(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let per_day = self.ctx.cfg.safety.breaker_per_day;
+        let day = breaker_day(now);
+        let key = self.ctx.keys.breaker_alert(&day);
+        if self.claim_alert(&key, now, BREAKER_TTL).await? {
+            let alert = self.alert_for(AlertKind::BreakerOpen, act.case, None, now, format!(
+                "circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow"
+            ));
+            self.ctx.notifier.send(&alert).await;
+        }
+        let detail = format!("breaker open: {per_day} restarts used today ({day})");
+        self.skip(now, act, Skip::BreakerOpen, detail, true).await
+    }
+
+    pub(super) async fn budget_exhausted(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let s = &self.ctx.cfg.safety;
+        let (budget, window) = (s.fleet_budget, s.fleet_window);
+        let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
+        if self.claim_alert(&key, now, window * 2).await? {
+            let alert = self.alert_for(AlertKind::BudgetExhausted, act.case, None, now, format!(
+                "fleet restart budget exhausted: {budget} restart(s) across the fleet in this {} window; no restart anywhere until it ends (a systemic cause is likely)",
+                humantime::format_duration(window)
+            ));
+            self.ctx.notifier.send(&alert).await;
+        }
+        let detail = format!(
+            "fleet budget of {budget} per {} exhausted",
+            humantime::format_duration(window)
+        );
+        self.skip(now, act, Skip::BudgetExhausted, detail, true)
+            .await
+    }
+
+    /// Give back one breaker and one fleet unit taken for a restart that will not run.
+    pub(super) async fn refund_caps(&self, now: Millis) {
+        self.caps().refund(now).await;
+    }
+}

@@ -1,0 +1,387 @@
+//! The restart path: carries out the policy's effects for one worker against the coordinator,
+//! the runtime and the alert sinks, with every safeguard of the brief, in the brief's order:
+//!
+//! 1. persistence before action — the incident timer lives in the coordinator (SET NX);
+//! 2. per-node lock (a lease with a random token, compare-and-delete release);
+//! 3. revalidation right before the command, lock TTL check, compare-and-restart;
+//! 4. one breaker per node per UTC day, incremented immediately before the command;
+//! 5. escalation page once if still broken after `escalate_after`;
+//! 6. cooldown marker written before the command;
+//! 7. all durations from the coordinator's clock;
+//! 8. a failed restart releases the dedup key and pages at once, then backs off;
+//!
+//! plus the fleet-wide budget, fail-closed behaviour and the decision trail. The decisions are
+//! the policy's (`crate::hang::policy`; the caps' in `crate::coord::caps`); the coordination primitives
+//! are `crate::coord`'s (lease, caps, marks); this module only executes them, one small step per
+//! effect.
+//!
+//! [`RestartPath`] is the object: built by the agent for one worker's evaluation from the shared
+//! [`Context`] and what the evaluation needs of the agent (the trail, alert de-duplication, the
+//! node's state). Map: `incident` (timers, alerts, episodes, incarnations), `command` (steps 2–8
+//! up to the command), `limits` (breaker and budget), `outcome` (verification, failure, claim).
+
+mod command;
+mod incident;
+mod limits;
+mod outcome;
+
+use crate::alerts::gate::AlertGate;
+use crate::alerts::{Alert, AlertKind};
+use crate::clock::{human, Millis};
+use crate::coord::marks::{self, MARK_TTL};
+use crate::coord::{CoordError, WorkerRead};
+use crate::hang::context::Context;
+use crate::hang::model::{Incident, Marks, WorkerStatus};
+use crate::hang::policy::{self, restart_due, Cancel, Effect, NodeContext, Verdict};
+use crate::hang::stand_down::NodeWatch;
+use crate::metrics::WorkerSample;
+use crate::runtime::container::Container;
+use crate::trail::journal::{About, Journal};
+use crate::trail::Code;
+
+pub use crate::coord::marks::worker_keys;
+
+/// How one pass of the restart path ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Restarted,
+    WouldRestart,
+    Failed,
+    Skipped(Skip),
+}
+
+/// Why the restart path stopped short of the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    LockHeld,
+    BreakerOpen,
+    BudgetExhausted,
+    LockExpiring,
+    ContainerChanged,
+    /// The container decided on is not running any more (stopped by a person, crashed, or on
+    /// CRI replaced by kubelet's next attempt): a restart would start what someone stopped.
+    NotRunning,
+    Cancelled(Cancel),
+    NodeState,
+    LogsFailed,
+    NotRestartable,
+    /// Another instance's restart of this incident failed after our decision: the retry
+    /// waits for its backoff.
+    RetryPending,
+    /// The worker's restarts belong to another controller (`alert-only`).
+    AlertOnly,
+}
+
+impl Skip {
+    /// The trail's code for this skip.
+    fn code(self) -> Code {
+        match self {
+            Skip::LockHeld => Code::SkipLockHeld,
+            Skip::BreakerOpen => Code::SkipBreakerOpen,
+            Skip::BudgetExhausted => Code::SkipBudgetExhausted,
+            Skip::LockExpiring => Code::SkipLockExpiring,
+            Skip::ContainerChanged => Code::SkipContainerChanged,
+            Skip::NotRunning => Code::SkipNotRunning,
+            Skip::Cancelled(_) => Code::CancelledRecovered,
+            Skip::NodeState => Code::CancelledNodeState,
+            Skip::LogsFailed => Code::AbortedLogsFailed,
+            Skip::NotRestartable => Code::SkipNotRestartable,
+            Skip::RetryPending => Code::SkipRetryPending,
+            Skip::AlertOnly => Code::SkipAlertOnly,
+        }
+    }
+}
+
+/// The worker under evaluation and what this cycle read about it.
+pub(crate) struct Case<'a> {
+    pub c: &'a Container,
+    pub v: Verdict,
+    pub status: Option<&'a WorkerStatus>,
+    pub marks: &'a Marks,
+    /// Why the record could not be read, when it exists but is not a readable hash.
+    pub invalid: Option<&'a str>,
+}
+
+impl Case<'_> {
+    fn worker(&self) -> &str {
+        &self.c.worker
+    }
+    fn about(&self) -> About<'_> {
+        About::worker(&self.c.worker, self.v)
+    }
+    /// Its restarts belong to someone else, by its container's label or its own record.
+    fn alert_only(&self) -> bool {
+        self.c.alert_only || self.status.is_some_and(|s| s.alert_only)
+    }
+}
+
+/// An incident the restart path acts on.
+struct Act<'a> {
+    case: &'a Case<'a>,
+    inc: &'a Incident,
+    /// When the broken condition began.
+    since: Millis,
+}
+
+impl Act<'_> {
+    fn about(&self) -> About<'_> {
+        self.case.about().incident(&self.inc.id)
+    }
+}
+
+fn random_token() -> String {
+    crate::coord::lease::Lease::random_token()
+}
+
+/// What was observed of a restart that did not leave a running new incarnation: the call's
+/// answer and what the container looked like afterwards, for the page and the trail.
+fn restart_failure(
+    call: Result<(), String>,
+    after: Result<Option<Container>, crate::runtime::RuntimeError>,
+    decided: &Container,
+) -> String {
+    let observed = match &after {
+        Ok(Some(a)) if a.id != decided.id || a.started_at != decided.started_at => {
+            "the container started again and exited at once (it is not running)".to_string()
+        }
+        Ok(Some(_)) => "its start time did not change (it was not restarted)".to_string(),
+        Ok(None) => "the container disappeared".to_string(),
+        Err(e) => format!("it could not be inspected afterwards ({e})"),
+    };
+    match call {
+        Err(e) => format!("the restart call failed ({e}) and {observed}"),
+        Ok(()) => format!("the restart call returned, but {observed}"),
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// One worker's evaluation: the shared context, and what it needs of the agent for this pass.
+pub(crate) struct RestartPath<'a> {
+    pub ctx: &'a Context,
+    pub journal: &'a mut Journal,
+    pub alerts: &'a mut AlertGate,
+    /// Shutdown, maintenance and GPU state, read again right before the command.
+    pub watch: &'a NodeWatch,
+    /// The node's state for this worker, at the start of the evaluation.
+    pub node: NodeContext,
+    /// Evidence lines (e.g. a recent XID on the worker's GPU) for its alerts.
+    pub gpu_evidence: &'a [String],
+    /// Progress marks to write with the cycle's batch: (key, value).
+    pub deferred: &'a mut Vec<(String, String)>,
+}
+
+impl RestartPath<'_> {
+    /// Append a decision to the trail (see [`Journal::note`]).
+    async fn note(
+        &mut self,
+        at: Millis,
+        about: About<'_>,
+        code: Code,
+        detail: String,
+    ) -> Result<(), CoordError> {
+        self.journal.note(at, about, code, detail).await
+    }
+
+    /// Take the right to send the alert behind `key` (see [`AlertGate::claim`]).
+    async fn claim_alert(
+        &mut self,
+        key: &str,
+        now: Millis,
+        ttl: std::time::Duration,
+    ) -> Result<bool, CoordError> {
+        let lease = self.ctx.cfg.safety.lock_ttl;
+        self.alerts
+            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease)
+            .await
+    }
+
+    /// Why the node, as it is *now*, forbids a restart decided a moment ago.
+    fn stand_down(&self, c: &Container, now: Millis) -> Option<&'static str> {
+        self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
+    }
+
+    /// A restarted worker's first beat ends its booting: its cooldown marker goes
+    /// (compare-and-delete: never a newer claim), and the trail says so. True when it went.
+    async fn end_booting(
+        &mut self,
+        c: &Container,
+        marker: &str,
+        status: Option<&WorkerStatus>,
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let after = marks::booted_after(marker);
+        if !policy::booted(after, status) {
+            return Ok(false);
+        }
+        let key = self.ctx.keys.cooldown(&c.worker);
+        if !self.ctx.coord.del_if_owner(&key, marker).await? {
+            return Ok(false);
+        }
+        let beat = status.and_then(|s| s.heartbeat).unwrap_or(now);
+        let detail = format!(
+            "first beat {} after the restart: booting over, watched as usual (a new hang is a new incident)",
+            human((beat - after.unwrap_or(beat)).max(0))
+        );
+        let about = About::worker(&c.worker, Verdict::Booting);
+        self.note(now, about, Code::Booted, detail).await?;
+        Ok(true)
+    }
+
+    /// The record of a read, or why it cannot be read.
+    fn status_of(&self, worker: &str, read: &WorkerRead) -> (Option<WorkerStatus>, Option<String>) {
+        // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
+        // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
+        // key and the problem), and the cycle goes on. Only a transport failure fails closed.
+        match &read.record {
+            Ok(fields) => (policy::status_of_record(fields, &self.ctx.cfg.policy), None),
+            Err(detail) => {
+                let key = self.ctx.keys.status(worker);
+                let why = format!("the status record {key} cannot be read: {detail}");
+                (None, Some(why))
+            }
+        }
+    }
+
+    fn alert_for(
+        &self,
+        kind: AlertKind,
+        case: &Case<'_>,
+        since: Option<Millis>,
+        now: Millis,
+        detail: impl Into<String>,
+    ) -> Alert {
+        let mut a = Alert::new(kind, self.ctx.keys.node(), detail);
+        if let Some((rank, of)) = case.status.and_then(|s| s.rank) {
+            // The one place to look in a container of several ranks.
+            a.detail = format!("rank {rank} of {of} (the container's worst): {}", a.detail);
+        }
+        a.worker = Some(case.c.worker.clone());
+        a.container = Some(case.c.display());
+        a.verdict = Some(case.v.as_str());
+        a.job = case.status.and_then(|s| s.job.clone());
+        a.duration = since.map(|t| human(now - t));
+        a.dry_run = self.ctx.cfg.dry_run;
+        a
+    }
+
+    /// Evaluate one worker and carry out the policy's effects in order. Coordinator errors abort
+    /// the evaluation (fail closed): nothing after a failed read or write is done on stale
+    /// knowledge.
+    pub(crate) async fn evaluate(
+        &mut self,
+        c: &Container,
+        read: WorkerRead,
+    ) -> Result<Verdict, CoordError> {
+        // A new incarnation changes the marks (its cooldown, dropped timers): read them again
+        // (one more round trip, only then).
+        let seen = marks::decode(&read.values);
+        let tracked = self.track_incarnation(c, read.now, seen).await?;
+        let read = match tracked {
+            true => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?,
+            false => read,
+        };
+        let now = read.now;
+        let (status, invalid) = self.status_of(&c.worker, &read);
+        let decoded = marks::decode(&read.values);
+        let mut marks = decoded.marks;
+        // NB: only once the new incarnation is recorded (not in the cycle that records it).
+        if !tracked && marks.cooldown {
+            if let Some(marker) = decoded.cooldown.as_deref() {
+                if self.end_booting(c, marker, status.as_ref(), now).await? {
+                    marks.cooldown = false;
+                }
+            }
+        }
+        let cfg = &self.ctx.cfg.policy;
+        let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
+        let effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
+        self.ctx.metrics.verdict(v.as_str());
+        self.ctx.metrics.workers.observe(WorkerSample {
+            worker: &c.worker,
+            state: v.as_str(),
+            now,
+            heartbeat: status.as_ref().and_then(|s| s.heartbeat),
+            restarted: marks.restarted_at,
+        });
+        let case = Case {
+            c,
+            v,
+            status: status.as_ref(),
+            marks: &marks,
+            invalid: invalid.as_deref(),
+        };
+        let mut incident = marks.incident.clone();
+        for effect in effects {
+            self.apply(&case, effect, &mut incident, now).await?;
+        }
+        Ok(v)
+    }
+
+    /// One effect of the plan. `incident` is the shared timer as this cycle knows it (opened by
+    /// `OpenIncident`, read by the alert and the restart).
+    async fn apply(
+        &mut self,
+        case: &Case<'_>,
+        effect: Effect,
+        incident: &mut Option<Incident>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let k = self.ctx.keys.clone();
+        let w = case.worker();
+        match effect {
+            Effect::RecordSuspect { heartbeat } => self.record_suspect(case, heartbeat, now).await,
+            Effect::ClearSuspect => self.ctx.coord.del(&[k.suspect(w)]).await,
+            Effect::MarkErrorSince => self
+                .ctx
+                .coord
+                .set_nx(&k.error_since(w), &now.to_string(), MARK_TTL)
+                .await
+                .map(drop),
+            Effect::ClearErrorSince => self.ctx.coord.del(&[k.error_since(w)]).await,
+            Effect::RecordProgress(value) => {
+                // NB: written with the node's once-per-cycle batch, not a round trip per worker
+                // per cycle: progress feeds the stalled alert only, and a cycle that fails
+                // before the batch records it on the next.
+                let v = format!("{now}:{value}");
+                self.deferred.push((k.progress(w), v));
+                Ok(())
+            }
+            Effect::ClearProgress => self.ctx.coord.del(&[k.progress(w)]).await,
+            Effect::ClearIncident(end) => self.clear_incident(case, end, now).await,
+            Effect::ForgetRestart => self.forget_restart(case, now).await,
+            Effect::CloseEpisode(e) => self.close_episode(case, e, now).await,
+            Effect::OpenEpisode(e) => self.open_episode(case, e, now).await,
+            Effect::OpenIncident => {
+                *incident = self.open_incident(case, now).await?;
+                Ok(())
+            }
+            Effect::Escalate => self.escalate(case, now).await,
+            Effect::AlertIncident => match incident {
+                Some(inc) => self.alert_incident(case, inc, now).await,
+                None => Ok(()),
+            },
+            Effect::ConsiderRestart => match incident {
+                // NB: after a failed restart (of any incident) the worker waits for its backoff.
+                Some(inc)
+                    if restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
+                        && policy::retry_open(case.marks, now) =>
+                {
+                    let since =
+                        policy::condition_since(case.v, inc.started, case.marks, case.status);
+                    let act = Act { case, inc, since };
+                    if case.alert_only() {
+                        // NB: before the lock, the breaker and the budget: nothing of the
+                        // restart path runs for a worker someone else restarts.
+                        let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
+                        return self.skip(now, &act, Skip::AlertOnly, detail, true).await;
+                    }
+                    self.restart_path(&act, now).await.map(drop)
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+}

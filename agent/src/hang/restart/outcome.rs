@@ -1,0 +1,239 @@
+//! How a restart command ends: verified by the container's start time (restarted, with the
+//! cooldown from the restart), or failed (paged once per incident, retried after a backoff);
+//! and the claim written before the command, undone when the command does not run.
+
+use crate::alerts::{AlertKind, Resolve};
+use crate::clock::{human, ms, Millis};
+use crate::coord::marks::{self, MARK_TTL};
+use crate::coord::CoordError;
+use crate::hang::model::Retry;
+use crate::hang::policy;
+use crate::trail::Code;
+
+use super::{restart_failure, short, Act, Outcome, RestartPath};
+
+impl RestartPath<'_> {
+    /// The command, then its verification by the container's start time.
+    pub(super) async fn run_restart(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Outcome, CoordError> {
+        let d = &self.ctx.cfg.runtime;
+        let c = act.case.c;
+        let result =
+            tokio::time::timeout(d.restart_timeout, self.ctx.runtime.restart(c, d.stop_grace))
+                .await;
+        let call = match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "no answer within {}",
+                humantime::format_duration(d.restart_timeout)
+            )),
+        };
+        // NB: verify by the container's start time even when the call failed: a restart whose
+        // reply was lost did happen, and treating it as failed would drop the cooldown and let
+        // the next cycle restart the booting container again.
+        let after = self.ctx.runtime.successor(c).await;
+        let restarted = matches!(&after, Ok(Some(a))
+            if (a.id != c.id || a.started_at != c.started_at) && a.running);
+        let done = self.ctx.coord.time().await.ok();
+        if restarted {
+            return self.restarted(act, call.err(), now, done).await;
+        }
+        let why = restart_failure(call, after, c);
+        self.restart_failed(act, why, done.unwrap_or(now)).await
+    }
+
+    pub(super) async fn restarted(
+        &mut self,
+        act: &Act<'_>,
+        call_error: Option<String>,
+        started: Millis,
+        done: Option<Millis>,
+    ) -> Result<Outcome, CoordError> {
+        // NB: the marker's time is the first instant a heartbeat can only be the new
+        // incarnation's. Without the store's clock after the restart there is no such instant
+        // (the decision's is before the old one was stopped): then none, and the worker boots
+        // for the whole cooldown, as before booting could end early.
+        let booted_after = done.unwrap_or(Millis::MAX);
+        let done = done.unwrap_or(started);
+        let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
+        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        self.resolve_alerts(w, Resolve::IncidentCleared).await;
+        // NB: the cooldown runs from the restart, not from the claim before it: a pause between
+        // the two, or a slow restart, must not shorten it. Same marker, fresh TTL, and its time
+        // is the verification's: a heartbeat after it is the new incarnation's first beat,
+        // which ends the booting (`policy::booted`).
+        let cooldown = self.ctx.cfg.policy.cooldown;
+        let marker = format!(
+            "{}{}",
+            marks::claim(booted_after, &act.inc.id, c),
+            marks::DONE
+        );
+        self.ctx
+            .coord
+            .set(&k.cooldown(w), &marker, cooldown)
+            .await?;
+        self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
+        self.ctx.metrics.workers.restarted(w, started);
+        let mut detail = format!(
+            "restarted container {} ({}) after {}; the restart took {}; cooldown {}",
+            c.name,
+            short(&c.id),
+            human(started - act.since),
+            crate::clock::brief(std::time::Duration::from_millis(
+                (done - started).max(0) as u64
+            )),
+            humantime::format_duration(self.ctx.cfg.policy.cooldown)
+        );
+        // NB: a worker that does not exit on SIGTERM (Python or a shell as PID 1, a handler
+        // that waits on a stuck loop) holds every restart for the whole stop grace: say so where
+        // the operator reads the restart, with the fix.
+        let grace = self.ctx.cfg.runtime.stop_grace;
+        if done - started >= crate::clock::ms(grace) {
+            detail.push_str(&format!(
+                " (the worker did not exit on SIGTERM: its stop waited out runtime.stop_grace, {}, then SIGKILL; run it under an init, `docker run --init`, or let it exit on SIGTERM)",
+                humantime::format_duration(grace)
+            ));
+        }
+        if let Some(e) = call_error {
+            detail.push_str(&format!(" (the restart call reported: {e})"));
+        }
+        self.note(done, act.about(), Code::Restarted, detail)
+            .await?;
+        Ok(Outcome::Restarted)
+    }
+
+    /// A failed restart pages at once — the first of its incident; later ones update that
+    /// page without paging again — and releases the dedup key and markers so that a later
+    /// cycle retries, after a backoff from the stop grace (see [`policy::retry_backoff`]).
+    pub(super) async fn restart_failed(
+        &mut self,
+        act: &Act<'_>,
+        why: String,
+        done: Millis,
+    ) -> Result<Outcome, CoordError> {
+        self.ctx.metrics.backends.runtime_error();
+        self.ctx.metrics.restart(act.case.v.as_str(), "failed");
+        let (k, w) = (self.ctx.keys.clone(), act.case.worker());
+        let failures = match &act.case.marks.retry {
+            Some(r) if r.incident == act.inc.id => r.failures.saturating_add(1),
+            _ => 1,
+        };
+        let p = &self.ctx.cfg.policy;
+        let wait = policy::retry_backoff(failures, self.ctx.cfg.runtime.stop_grace, p.cooldown);
+        let retry = Retry {
+            incident: act.inc.id.clone(),
+            failures,
+            not_before: done + ms(wait),
+        };
+        let detail = format!(
+            "restart of container {} failed (attempt {failures} of this incident): {why}; retried in {} while it is hung and running",
+            act.case.c.name,
+            human(ms(wait))
+        );
+        // NB: the page goes out even when the coordinator fails below: a failed restart is a
+        // person's business at once. Only the first failure of an incident pages; a failed
+        // claim (the coordinator is down) pages too, since a repeat beats silence.
+        let first = self
+            .claim_alert(
+                &k.alert_dedup(&act.inc.id, "restart-failed"),
+                done,
+                MARK_TTL,
+            )
+            .await
+            .unwrap_or(true);
+        let mut alert = self.alert_for(
+            AlertKind::RestartFailed,
+            act.case,
+            Some(act.since),
+            done,
+            detail,
+        );
+        alert.incident = Some(act.inc.id.clone());
+        alert.attempt = Some(failures);
+        if !first {
+            alert.page = false;
+            alert.update = true;
+        }
+        self.ctx.notifier.send(&alert).await;
+        let value = marks::encode_retry(&retry);
+        self.ctx.coord.set(&k.retry(w), &value, MARK_TTL).await?;
+        self.ctx
+            .coord
+            .del(&[
+                k.alert_dedup(&act.inc.id, "restart"),
+                k.cooldown(w),
+                k.restarted(w),
+            ])
+            .await?;
+        let why = format!(
+            "{why}; attempt {failures}, next not before {}",
+            human(ms(wait))
+        );
+        self.note(done, act.about(), Code::RestartFailed, why)
+            .await?;
+        Ok(Outcome::Failed)
+    }
+
+    /// Undo `hold_lock_and_mark` for a restart that will not run: our cooldown claim and
+    /// restart record go, and the breaker and budget units come back (best-effort).
+    pub(super) async fn unclaim(&self, act: &Act<'_>, now: Millis) {
+        self.release_claim(act, now).await;
+        self.refund_caps(now).await;
+    }
+
+    /// Release the claim `write_restart_markers` made at `now` for a restart that will not run:
+    /// our marker goes by compare-and-delete, never another instance's, and with it our restart
+    /// record. After a failed write (a lost reply may hide that the claim was made) a claim left
+    /// in place would read as our own restart booting for a cooldown and a lock TTL (the
+    /// incident timer dropped), though no restart ran (simulation seed 9006434). Best-effort:
+    /// if this fails too, the claim expires.
+    pub(super) async fn release_claim(&self, act: &Act<'_>, now: Millis) {
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        if let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await {
+            let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
+        }
+    }
+
+    /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
+    pub(super) async fn write_restart_markers(
+        &self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        // NB: a claim (SET NX), not a plain write. Revalidation saw no marker, so one here now
+        // is another instance's restart that got past a lost lock (TTL expiry in a pause, a
+        // failover that forgot it): the first claim wins, and at most one restart runs per
+        // cooldown whatever happened to the lock.
+        // NB: the claim outlives our lock. Should we die mid-command, the instance that finds
+        // the new incarnation once our lock has expired must still find the claim, or it would
+        // record our restart as someone else's. The cooldown proper runs from the verification,
+        // which rewrites the marker with the cooldown as its TTL.
+        let claim_ttl = self.ctx.cfg.policy.cooldown + self.ctx.cfg.safety.lock_ttl;
+        if !self
+            .ctx
+            .coord
+            .set_nx(&k.cooldown(w), &marker, claim_ttl)
+            .await?
+        {
+            return Ok(false);
+        }
+        self.ctx
+            .coord
+            .set(&k.restarted(w), &now.to_string(), MARK_TTL)
+            .await?;
+        // The error timer must not survive our restart, or a record still saying `error` after
+        // the cooldown would count as errored at once instead of after `error_for`.
+        self.ctx
+            .coord
+            .del(&[k.escalated(w), k.error_since(w)])
+            .await?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,72 @@
+//! What makes the node forbid restarts, read at the moment it matters: the agent's own shutdown,
+//! maintenance (from the controller's shared facts) and the worker's GPU (from the monitor).
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::accel::gpu::model::GpuReport;
+use crate::accel::gpu::policy as gpu_policy;
+use crate::accel::tpu::model::{TpuHealth, TpuReport};
+use crate::clock::Millis;
+use crate::config::MetadataConfig;
+use crate::node::controller::SharedFacts;
+use crate::node::info::NodeInfoRx;
+use crate::runtime::container::Container;
+
+/// The agent's view of the node's state, fed by other tasks.
+#[derive(Default)]
+pub(crate) struct NodeWatch {
+    /// Fired at SIGTERM: a restart that has not started by then does not start.
+    pub term: CancellationToken,
+    /// Maintenance state from the controller (restarts stand down while it says so).
+    pub facts: SharedFacts,
+    /// GPU reports from the NVML monitor.
+    pub gpu: Option<watch::Receiver<GpuReport>>,
+    /// TPU reports from the TPU monitor.
+    pub tpu: Option<watch::Receiver<TpuReport>>,
+    /// The Node as last read (pool, provisioning, accelerator, TPU topology) for the record.
+    pub node_info: Option<NodeInfoRx>,
+}
+
+impl NodeWatch {
+    /// Whether maintenance stands restarts down at `now` (coordinator clock).
+    pub fn stands_down_at(&self, now: Millis, md: &MetadataConfig) -> bool {
+        let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
+        f.stands_down(now, md)
+    }
+
+    /// Whether the TPU monitor's last report says the node's TPU has failed.
+    pub fn tpu_failed(&self) -> bool {
+        self.tpu.as_ref().is_some_and(|rx| {
+            let t = rx.borrow();
+            t.monitoring && t.health == TpuHealth::Failed
+        })
+    }
+
+    /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent
+    /// is shutting down, a maintenance notice arrived, or the worker's GPU or the node's TPU failed. Read right
+    /// before the command, because the pipeline can take a minute (logs, alert retries).
+    pub fn stand_down(
+        &self,
+        c: &Container,
+        now: Millis,
+        md: &MetadataConfig,
+    ) -> Option<&'static str> {
+        if self.term.is_cancelled() {
+            return Some("the agent is shutting down");
+        }
+        if self.stands_down_at(now, md) {
+            return Some("a maintenance notice arrived");
+        }
+        if let Some(rx) = &self.gpu {
+            let gpu = rx.borrow();
+            if gpu.monitoring() && gpu_policy::worker_on_failed_gpu(&gpu, c.gpus.as_deref()) {
+                return Some("the worker's GPU failed");
+            }
+        }
+        if self.tpu_failed() {
+            return Some("the node's TPU failed");
+        }
+        None
+    }
+}

@@ -1,0 +1,25 @@
+//! HTTP: the read-only server Prometheus and the kubelet's probes reach (`server`), serving a
+//! router on a TCP or unix listener (`listen`), the loop's liveness behind `/healthz`
+//! (`health`), and one way to word a failed outbound call.
+
+pub mod health;
+pub(crate) mod listen;
+pub(crate) mod server;
+
+/// A failed HTTP call in words an operator can act on (refused, TLS, timeout: the whole chain of
+/// causes), without its URL: `reqwest::Error`'s `Display` names the URL, and a webhook's or a
+/// checkpoint endpoint's carries a token.
+pub(crate) fn http_error(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}

@@ -1,0 +1,280 @@
+//! Pods from the Kubernetes API, one client for what the agent reads of them:
+//! - a pod's `restartPolicy`, for the CRI restart (a stop restarts the container only under
+//!   Always / OnFailure). RBAC: `get` on `pods`;
+//! - the pods bound to this node ([`NodePod`]), for the opportunistic-maintenance idle check
+//!   (which of them request an accelerator) and the checkpoint-budget check (each worker pod's
+//!   `terminationGracePeriodSeconds`). RBAC: `list` on `pods`, with a `spec.nodeName` field
+//!   selector, so the answer is one node's pods, not the cluster's.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::api::{Api, ListParams};
+
+use crate::kube::podresources::is_accelerator;
+
+/// The API server's default `terminationGracePeriodSeconds`, which it sets on create.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+/// The lowest priority the kubelet's graceful node shutdown counts as critical (the
+/// `system-cluster-critical` class's value; `system-node-critical` is above it).
+pub const CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// What the agent reads of one pod bound to this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePod {
+    pub namespace: String,
+    pub name: String,
+    /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
+    pub phase: String,
+    pub labels: BTreeMap<String, String>,
+    /// A container or init container requests or limits an accelerator (`nvidia.com/*`,
+    /// `google.com/tpu`).
+    pub accelerators: bool,
+    /// `spec.terminationGracePeriodSeconds` ([`DEFAULT_GRACE`] where unset).
+    pub grace: Duration,
+    /// `spec.priority` at or above [`CRITICAL_PRIORITY`]: graceful node shutdown stops it
+    /// in the critical pods' phase, after the others.
+    pub critical: bool,
+}
+
+impl NodePod {
+    /// From the API's object.
+    pub fn from_pod(p: &Pod) -> NodePod {
+        let spec = p.spec.as_ref();
+        let wants = |c: &Container| {
+            c.resources.as_ref().is_some_and(|r| {
+                let named = |m: &Option<BTreeMap<String, _>>| {
+                    m.as_ref()
+                        .is_some_and(|m| m.keys().any(|k| is_accelerator(k)))
+                };
+                named(&r.requests) || named(&r.limits)
+            })
+        };
+        let accelerators = spec.is_some_and(|s| {
+            s.containers.iter().any(wants) || s.init_containers.iter().flatten().any(wants)
+        });
+        let grace = spec
+            .and_then(|s| s.termination_grace_period_seconds)
+            .map_or(DEFAULT_GRACE, |g| Duration::from_secs(g.max(0) as u64));
+        NodePod {
+            namespace: p.metadata.namespace.clone().unwrap_or_default(),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            phase: p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+            labels: p.metadata.labels.clone().unwrap_or_default(),
+            accelerators,
+            grace,
+            critical: spec
+                .and_then(|s| s.priority)
+                .is_some_and(|v| v >= CRITICAL_PRIORITY),
+        }
+    }
+
+    /// Succeeded or Failed: its containers are gone, and so is what they held.
+    pub fn terminal(&self) -> bool {
+        matches!(self.phase.as_str(), "Succeeded" | "Failed")
+    }
+
+    /// A running (or starting) pod carrying the opt-in label `worker_label`: a worker's pod.
+    pub fn is_worker(&self, worker_label: &str) -> bool {
+        !self.terminal() && self.labels.contains_key(worker_label)
+    }
+
+    /// `namespace/name`.
+    pub fn display(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A pod's `spec.restartPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+impl RestartPolicy {
+    /// The API's spelling; an empty or missing policy is the API default, `Always`.
+    pub fn parse(s: Option<&str>) -> Option<RestartPolicy> {
+        match s.unwrap_or("Always") {
+            "Always" | "" => Some(RestartPolicy::Always),
+            "OnFailure" => Some(RestartPolicy::OnFailure),
+            "Never" => Some(RestartPolicy::Never),
+            _ => None,
+        }
+    }
+}
+
+#[async_trait]
+pub trait PodApi: Send + Sync {
+    /// The pod's restart policy; `Ok(None)` when the pod does not exist.
+    async fn restart_policy(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<RestartPolicy>, String>;
+
+    /// Every pod bound to `node`, in every namespace.
+    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, String>;
+}
+
+/// [`PodApi`] through `kube`.
+pub struct KubePods {
+    client: kube::Client,
+}
+
+impl KubePods {
+    /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
+    pub async fn connect(api_url: &str) -> Result<Self, String> {
+        Ok(KubePods {
+            client: kube_client(api_url).await?,
+        })
+    }
+}
+
+/// A client for `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the
+/// kubeconfig, with short deadlines: the callers (a read before a restart, a token review before
+/// a worker's write) must not hang on a silent API server for kube's default 295 s.
+pub(crate) async fn kube_client(api_url: &str) -> Result<kube::Client, String> {
+    let mut config = if api_url.is_empty() {
+        kube::Config::infer().await.map_err(|e| e.to_string())?
+    } else {
+        kube::Config::new(api_url.parse().map_err(|e| format!("{api_url:?}: {e}"))?)
+    };
+    config.connect_timeout = Some(std::time::Duration::from_secs(5));
+    config.read_timeout = Some(std::time::Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
+#[async_trait]
+impl PodApi for KubePods {
+    async fn restart_policy(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<RestartPolicy>, String> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let got = tokio::time::timeout(std::time::Duration::from_secs(10), api.get_opt(pod))
+            .await
+            .map_err(|_| "the Kubernetes API did not answer within 10s".to_string())?;
+        match got {
+            Ok(None) => Ok(None),
+            Ok(Some(p)) => {
+                let policy = p.spec.and_then(|s| s.restart_policy);
+                RestartPolicy::parse(policy.as_deref())
+                    .map(Some)
+                    .ok_or_else(|| format!("unknown restartPolicy {policy:?}"))
+            }
+            Err(e) => Err(api_error(e, "get")),
+        }
+    }
+
+    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, String> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let got = tokio::time::timeout(std::time::Duration::from_secs(10), api.list(&params))
+            .await
+            .map_err(|_| "the Kubernetes API did not answer within 10s".to_string())?;
+        match got {
+            Ok(list) => Ok(list.items.iter().map(NodePod::from_pod).collect()),
+            Err(e) => Err(api_error(e, "list")),
+        }
+    }
+}
+
+/// An API error, worded for the operator; a refusal names the missing rule.
+fn api_error(e: kube::Error, verb: &str) -> String {
+    match e {
+        kube::Error::Api(e) if e.code == 403 => format!(
+            "forbidden: the agent's ServiceAccount needs `{verb}` on `pods` (deploy/base/rbac.yaml): {}",
+            e.message
+        ),
+        e => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse_with_the_api_default() {
+        assert_eq!(RestartPolicy::parse(None), Some(RestartPolicy::Always));
+        assert_eq!(RestartPolicy::parse(Some("")), Some(RestartPolicy::Always));
+        assert_eq!(
+            RestartPolicy::parse(Some("OnFailure")),
+            Some(RestartPolicy::OnFailure)
+        );
+        assert_eq!(
+            RestartPolicy::parse(Some("Never")),
+            Some(RestartPolicy::Never)
+        );
+        assert_eq!(RestartPolicy::parse(Some("Sometimes")), None);
+    }
+
+    fn pod(v: serde_json::Value) -> NodePod {
+        NodePod::from_pod(&serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn a_pod_is_read_with_the_api_defaults() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ml"},
+            "spec": {"containers": [{"name": "c"}]}
+        }));
+        assert_eq!(p.display(), "ml/a");
+        assert_eq!(p.grace, DEFAULT_GRACE);
+        assert!(!p.accelerators && !p.critical && !p.terminal());
+    }
+
+    #[test]
+    fn accelerators_are_read_from_requests_limits_and_init_containers() {
+        let cases = [
+            (
+                serde_json::json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+                true,
+            ),
+            (
+                serde_json::json!({"containers": [{"name": "c", "resources": {"requests": {"google.com/tpu": "4"}}}]}),
+                true,
+            ),
+            (
+                serde_json::json!({"containers": [{"name": "c"}], "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}),
+                true,
+            ),
+            (
+                serde_json::json!({"containers": [{"name": "c", "resources": {"limits": {"cpu": "4", "memory": "1Gi"}}}]}),
+                false,
+            ),
+        ];
+        for (spec, want) in cases {
+            let p = pod(
+                serde_json::json!({"metadata": {"name": "a", "namespace": "ml"}, "spec": spec.clone()}),
+            );
+            assert_eq!(p.accelerators, want, "{spec}");
+        }
+    }
+
+    #[test]
+    fn grace_priority_and_phase_are_read() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "kube-system", "labels": {"vigil.worker": "w0"}},
+            "spec": {"containers": [{"name": "c"}], "terminationGracePeriodSeconds": 10, "priority": 2000001000},
+            "status": {"phase": "Succeeded"}
+        }));
+        assert_eq!(p.grace, Duration::from_secs(10));
+        assert!(p.critical && p.terminal());
+        assert!(
+            !p.is_worker("vigil.worker"),
+            "a finished pod is no one's worker"
+        );
+        assert_eq!(p.labels.get("vigil.worker").map(String::as_str), Some("w0"));
+    }
+}

@@ -1,0 +1,429 @@
+//! The watcher: one long-poll loop per key (`maintenance-event`, `upcoming-maintenance`,
+//! `preempted`) that publishes [`RawMetadata`] on a `tokio::sync::watch` channel. Apart from the
+//! client and the parsers because this is where the timing lives: the start-up probe, the ETag
+//! long-poll, the fast retries of a maintenance-time 503, the backoff, and the confirmation
+//! before a notice is cleared.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use reqwest::Url;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::parse::{parse_maintenance_event, parse_preempted, parse_upcoming};
+use super::{
+    chain, snippet, Fetched, MetadataClient, MetadataError, MAINTENANCE_EVENT_PATH, PREEMPTED_PATH,
+    UPCOMING_MAINTENANCE_PATH,
+};
+use crate::backoff::Backoff;
+use crate::http::health::Warnings;
+use crate::maintenance::model::{MaintenanceEvent, RawMetadata, UpcomingMaintenance};
+use crate::metrics::Metrics;
+
+/// Tuning of [`watch_with`]. The defaults suit production; tests shorten them.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// `timeout_sec` of each long-poll: how long the server may hold a request.
+    pub timeout_sec: u32,
+    /// Bounds of the random pause after a 503 (the server gives sub-second 503s in maintenance).
+    pub unavailable_retry: (Duration, Duration),
+    /// First pause after 429, timeouts and transport errors; doubles (with jitter) per failure.
+    pub backoff_initial: Duration,
+    /// Cap of that backoff.
+    pub backoff_max: Duration,
+    /// NB: if a long-poll comes back faster than this with an unchanged value (the server does
+    /// not hold this key, or answers "no notifications" at once), wait out the rest before the
+    /// next request, so a server that ignores `wait_for_change` is polled, not hammered.
+    pub min_interval: Duration,
+    /// Start-up reads of maintenance-event that may fail to connect before the watcher decides
+    /// it is not on GCE (a node's network can come up a moment after the agent).
+    pub startup_attempts: u32,
+    /// Where a standing problem (no `maintenance-event` key) is reported for `/readyz`.
+    pub warnings: Option<Warnings>,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            timeout_sec: 60,
+            unavailable_retry: (Duration::from_millis(200), Duration::from_millis(500)),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            min_interval: Duration::from_secs(5),
+            startup_attempts: 3,
+            warnings: None,
+        }
+    }
+}
+
+/// Watch the three keys with [`WatchConfig::default`]; see [`watch_with`].
+pub async fn watch(
+    client: MetadataClient,
+    tx: watch::Sender<RawMetadata>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    watch_with(client, tx, metrics, shutdown, WatchConfig::default()).await
+}
+
+/// Watch `maintenance-event`, `upcoming-maintenance` and `preempted` until `shutdown` fires,
+/// publishing each change on `tx` (only when a parsed value actually changes).
+///
+/// Reads maintenance-event once at start-up, so GCE keeps giving its 60-second warning. If that
+/// read cannot connect at all (not on GCE, or not yet), it says so once and keeps probing with
+/// backoff. Errors never change a published value; each is counted in
+/// `vigil_metadata_errors_total`.
+pub async fn watch_with(
+    client: MetadataClient,
+    tx: watch::Sender<RawMetadata>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    cfg: WatchConfig,
+) {
+    let key = Key::MaintenanceEvent;
+    let attempts = cfg.startup_attempts.max(1);
+    let mut first = None;
+    let mut attempt = 0;
+    // NB: a server that cannot be reached at start-up may only be late (the node's network comes
+    // up after the agent): after the quick attempts, keep probing with backoff. The watcher is
+    // off only when configured off.
+    let mut probe = Backoff::jittered(cfg.backoff_initial, cfg.backoff_max);
+    while first.is_none() {
+        attempt += 1;
+        let res = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = client.get(key.path(), None) => r,
+        };
+        let pause_for = match res {
+            Err(e @ MetadataError::Unreachable { .. }) => {
+                metrics.metadata_error(key.label(), e.kind());
+                if attempt < attempts {
+                    cfg.unavailable_retry.0
+                } else {
+                    if attempt == attempts {
+                        tracing::info!(
+                            "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (off GCE, set metadata.enabled = \"off\")",
+                            chain(&e)
+                        );
+                    }
+                    probe.next_delay()
+                }
+            }
+            other => {
+                if attempt > attempts {
+                    tracing::info!("GCE metadata server reachable now: watching");
+                }
+                first = Some(other);
+                continue;
+            }
+        };
+        if !pause(&shutdown, pause_for).await {
+            return;
+        }
+    }
+
+    let ctx = Ctx {
+        client: &client,
+        tx: &tx,
+        metrics: &metrics,
+        shutdown: &shutdown,
+        cfg: &cfg,
+    };
+    tokio::join!(
+        key_loop(ctx, Key::MaintenanceEvent, first),
+        key_loop(ctx, Key::UpcomingMaintenance, None),
+        key_loop(ctx, Key::Preempted, None),
+    );
+    tracing::debug!("metadata watcher stopped");
+}
+
+/// The watched keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    MaintenanceEvent,
+    UpcomingMaintenance,
+    Preempted,
+}
+
+impl Key {
+    fn path(self) -> &'static str {
+        match self {
+            Key::MaintenanceEvent => MAINTENANCE_EVENT_PATH,
+            Key::UpcomingMaintenance => UPCOMING_MAINTENANCE_PATH,
+            Key::Preempted => PREEMPTED_PATH,
+        }
+    }
+
+    /// Metric label.
+    fn label(self) -> &'static str {
+        match self {
+            Key::MaintenanceEvent => "maintenance-event",
+            Key::UpcomingMaintenance => "upcoming-maintenance",
+            Key::Preempted => "preempted",
+        }
+    }
+
+    /// Parse a body read from this key.
+    fn parse(self, body: &str) -> Result<Parsed, MetadataError> {
+        Ok(match self {
+            Key::MaintenanceEvent => Parsed::Event(parse_maintenance_event(body)?),
+            Key::UpcomingMaintenance => Parsed::Upcoming(parse_upcoming(body)?),
+            Key::Preempted => Parsed::Preempted(parse_preempted(body)?),
+        })
+    }
+}
+
+enum Parsed {
+    Event(MaintenanceEvent),
+    Upcoming(Option<UpcomingMaintenance>),
+    Preempted(bool),
+}
+
+impl Parsed {
+    /// Store into `raw`; true when the value changed.
+    fn apply(self, raw: &mut RawMetadata) -> bool {
+        fn set<T: PartialEq>(slot: &mut T, v: T) -> bool {
+            if *slot == v {
+                false
+            } else {
+                *slot = v;
+                true
+            }
+        }
+        match self {
+            Parsed::Event(v) => set(&mut raw.maintenance_event, Some(v)),
+            Parsed::Upcoming(v) => set(&mut raw.upcoming, v),
+            Parsed::Preempted(v) => set(&mut raw.preempted, Some(v)),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    client: &'a MetadataClient,
+    tx: &'a watch::Sender<RawMetadata>,
+    metrics: &'a Metrics,
+    shutdown: &'a CancellationToken,
+    cfg: &'a WatchConfig,
+}
+
+/// What one key's loop carries from one answer to the next.
+struct KeyState {
+    key: Key,
+    /// A read succeeded: from now on, long-poll from `etag`.
+    read_once: bool,
+    etag: Option<String>,
+    backoff: Backoff,
+    /// Consecutive 503s retried fast (see [`UNAVAILABLE_FAST`]).
+    unavailable_streak: u32,
+    /// A "nothing scheduled" answer seen once while a notice is published, not yet confirmed.
+    clear_seen: bool,
+}
+
+/// One key: a plain read until one succeeds, then long-polls from the last ETag.
+async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, MetadataError>>) {
+    let mut state = KeyState {
+        key,
+        read_once: false,
+        etag: None,
+        backoff: Backoff::jittered(ctx.cfg.backoff_initial, ctx.cfg.backoff_max),
+        unavailable_streak: 0,
+        clear_seen: false,
+    };
+    loop {
+        let started = Instant::now();
+        let waited = state.read_once;
+        let res = match pending.take() {
+            Some(r) => r,
+            None => {
+                let wait = state
+                    .read_once
+                    .then(|| (state.etag.as_deref().unwrap_or(""), ctx.cfg.timeout_sec));
+                tokio::select! {
+                    _ = ctx.shutdown.cancelled() => return,
+                    r = ctx.client.get(key.path(), wait) => r,
+                }
+            }
+        };
+        let res = nothing_scheduled(key, res);
+        blind(ctx, key, &res);
+        let delay = match res {
+            Ok(fetched) => state.on_read(ctx, fetched, waited, started),
+            Err(e) => state.on_error(ctx, &e),
+        };
+        if !delay.is_zero() && !pause(ctx.shutdown, delay).await {
+            return;
+        }
+    }
+}
+
+/// `upcoming-maintenance` says "nothing scheduled" with a 404 or a 503 "no notifications": both
+/// read as an empty value.
+fn nothing_scheduled(
+    key: Key,
+    res: Result<Fetched, MetadataError>,
+) -> Result<Fetched, MetadataError> {
+    match res {
+        Err(e)
+            if key == Key::UpcomingMaintenance
+                && (e.is_no_notifications_yet() || matches!(e, MetadataError::NotFound { .. })) =>
+        {
+            Ok(Fetched {
+                value: String::new(),
+                etag: None,
+            })
+        }
+        other => other,
+    }
+}
+
+impl KeyState {
+    /// An answer with a body: publish it when it parses and changed; the pause before the next
+    /// request.
+    fn on_read(
+        &mut self,
+        ctx: Ctx<'_>,
+        fetched: Fetched,
+        waited: bool,
+        started: Instant,
+    ) -> Duration {
+        let key = self.key;
+        match key.parse(&fetched.value) {
+            Ok(parsed) if unconfirmed_clear(ctx, &parsed, &mut self.clear_seen) => {
+                // NB: the old ETag is kept: the next long-poll returns at once if the key
+                // still says nothing, and waits if the notice is back (a blip).
+                self.read_once = true;
+                ctx.cfg.unavailable_retry.0
+            }
+            Ok(parsed) => {
+                self.backoff.reset();
+                self.unavailable_streak = 0;
+                self.read_once = true;
+                self.etag = fetched.etag;
+                let changed = ctx.tx.send_if_modified(|raw| parsed.apply(raw));
+                if changed {
+                    // The node controller logs the phase this makes.
+                    tracing::info!(
+                        key = key.label(),
+                        value = %snippet(fetched.value.trim()),
+                        "metadata changed"
+                    );
+                    Duration::ZERO
+                } else if waited {
+                    ctx.cfg.min_interval.saturating_sub(started.elapsed())
+                } else {
+                    Duration::ZERO
+                }
+            }
+            Err(e) => {
+                ctx.metrics.metadata_error(key.label(), e.kind());
+                tracing::warn!(key = key.label(), "{e}");
+                // NB: adopt the new ETag, or the next long-poll would return the same bad
+                // value at once, forever. The previous good value stays published.
+                if fetched.etag.is_some() {
+                    self.etag = fetched.etag;
+                }
+                self.backoff.next_delay()
+            }
+        }
+    }
+
+    /// A failed request: counted; the pause before the next one.
+    fn on_error(&mut self, ctx: Ctx<'_>, e: &MetadataError) -> Duration {
+        let key = self.key;
+        ctx.metrics.metadata_error(key.label(), e.kind());
+        match e {
+            // NB: maintenance gives sub-second 503s, so retry fast at first; a 503 that
+            // lasts is something else, and gets the backoff and a warning.
+            MetadataError::Unavailable { .. } if self.unavailable_streak < UNAVAILABLE_FAST => {
+                self.unavailable_streak += 1;
+                tracing::debug!(key = key.label(), "{e}");
+                jitter(ctx.cfg.unavailable_retry.0, ctx.cfg.unavailable_retry.1)
+            }
+            _ => {
+                tracing::warn!(key = key.label(), "{}", chain(e));
+                self.backoff.next_delay()
+            }
+        }
+    }
+}
+
+/// NB: one empty answer (a 200 with `{}`, a 404) between two PENDING answers must not clear a
+/// notice: the Node would flip pending → none → pending with two Events. A "nothing scheduled"
+/// while a notice is published is acted on only when the next read says it again. True when
+/// this answer is the first such read (hold it); any other answer resets the count.
+fn unconfirmed_clear(ctx: Ctx<'_>, parsed: &Parsed, clear_seen: &mut bool) -> bool {
+    let clears = matches!(parsed, Parsed::Upcoming(None)) && ctx.tx.borrow().upcoming.is_some();
+    if !clears {
+        *clear_seen = false;
+        return false;
+    }
+    if *clear_seen {
+        *clear_seen = false;
+        return false;
+    }
+    *clear_seen = true;
+    tracing::debug!("upcoming-maintenance says nothing is scheduled: confirming before clearing");
+    true
+}
+
+/// What an operator must know when the server answers but has no `maintenance-event`: the
+/// likely cause and the fix.
+pub(crate) fn blind_hint(base: &Url) -> String {
+    format!(
+        "the metadata server at {base} has no instance/maintenance-event (404): maintenance and \
+         termination notices cannot be seen (this is not \"no maintenance\"). On GKE this is the GKE \
+         metadata server of a Workload Identity node pool, which serves pods only a subset of the \
+         Compute Engine paths: run the agent with hostNetwork: true (deploy/overlays/gke) so it \
+         reaches the Compute Engine metadata server"
+    )
+}
+
+/// A 404 on `maintenance-event` blinds the watcher: say so once (and for `/readyz`) while it
+/// lasts, and say when it ends.
+fn blind(ctx: Ctx<'_>, key: Key, res: &Result<Fetched, MetadataError>) {
+    if key != Key::MaintenanceEvent {
+        return;
+    }
+    let warning = match res {
+        Err(MetadataError::NotFound { .. }) => Some(blind_hint(ctx.client.base_url())),
+        Err(_) => return,
+        Ok(_) => None,
+    };
+    let Some(w) = &ctx.cfg.warnings else {
+        if let Some(text) = warning {
+            tracing::error!("{text}");
+        }
+        return;
+    };
+    if w.set("metadata", warning.clone()) {
+        match warning {
+            Some(text) => tracing::error!("{text}"),
+            None => tracing::info!("instance/maintenance-event answers now"),
+        }
+    }
+}
+
+/// Consecutive 503s retried after [`WatchConfig::unavailable_retry`] before the backoff applies
+/// (about 2-5 s of them with the defaults: well past a maintenance blip).
+const UNAVAILABLE_FAST: u32 = 10;
+
+/// Sleep unless shutdown fires first; false when it did.
+async fn pause(shutdown: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+/// A random duration in `[lo, hi]` (the quick retries of a maintenance-time 503).
+fn jitter(lo: Duration, hi: Duration) -> Duration {
+    let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
+    if hi <= lo {
+        return Duration::from_millis(lo);
+    }
+    Duration::from_millis(rand::rng().random_range(lo..=hi))
+}

@@ -1,0 +1,19 @@
+//! Maintenance and checkpoints: the GCE metadata server's host-maintenance and preemption
+//! notices, turned into a stand-down of restarts, checkpoint requests to the workers and the
+//! Node's maintenance state.
+//!
+//! Decisions (pure): `model` (the raw metadata values and the node's maintenance state),
+//! `policy` (the phase, the stand-down, the Node's desired fields), `policy_budget` (whether the
+//! checkpoint budgets fit what the platform gives), `policy_idle` (whether a node is idle enough
+//! to offer). The loops and adapters: `metadata` (the long-poll watcher), `checkpoint` (a
+//! checkpoint round), `request` (asking one worker, by its method), `opportunistic` (offering
+//! an idle node for maintenance, one node of a pool at a time).
+
+pub(crate) mod checkpoint;
+pub mod metadata;
+pub mod model;
+pub(crate) mod opportunistic;
+pub mod policy;
+pub(crate) mod policy_budget;
+pub(crate) mod policy_idle;
+pub mod request;

@@ -1,0 +1,171 @@
+//! Maintenance data: the raw values of the GCE metadata keys Vigil watches, and the node's
+//! maintenance state derived from them (`crate::maintenance::policy::derive`).
+
+use serde::Deserialize;
+
+/// The value of `instance/maintenance-event`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum MaintenanceEvent {
+    /// No event.
+    None,
+    /// A live migration starts within 60 s.
+    MigrateOnHostMaintenance,
+    /// The VM is stopped for maintenance within 60 s.
+    TerminateOnHostMaintenance,
+}
+
+impl MaintenanceEvent {
+    /// The value as the metadata server writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MaintenanceEvent::None => "NONE",
+            MaintenanceEvent::MigrateOnHostMaintenance => "MIGRATE_ON_HOST_MAINTENANCE",
+            MaintenanceEvent::TerminateOnHostMaintenance => "TERMINATE_ON_HOST_MAINTENANCE",
+        }
+    }
+
+    /// The documented values only: an unknown one must not be mistaken for `NONE` (a false
+    /// "all clear") nor for an event.
+    pub fn parse(value: &str) -> Option<MaintenanceEvent> {
+        [
+            MaintenanceEvent::None,
+            MaintenanceEvent::MigrateOnHostMaintenance,
+            MaintenanceEvent::TerminateOnHostMaintenance,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == value.trim())
+    }
+}
+
+/// `maintenance_status` of a scheduled event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum UpcomingStatus {
+    /// Scheduled, not started.
+    #[default]
+    Pending,
+    /// The window is open.
+    Ongoing,
+}
+
+/// The kind of interruption, as GKE's `interruption_count` counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Interruption {
+    Preemption,
+    HostMaintenance,
+}
+
+impl Interruption {
+    /// Stable metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Interruption::Preemption => "preemption",
+            Interruption::HostMaintenance => "host-maintenance",
+        }
+    }
+}
+
+/// Raw values of the watched keys, as last read successfully. `None` = not read yet / absent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawMetadata {
+    /// `instance/maintenance-event`.
+    pub maintenance_event: Option<MaintenanceEvent>,
+    /// `instance/upcoming-maintenance`, parsed; `None` when nothing is scheduled.
+    pub upcoming: Option<UpcomingMaintenance>,
+    /// `instance/preempted`: `TRUE` / `FALSE`.
+    pub preempted: Option<bool>,
+}
+
+/// A scheduled maintenance event, from `instance/upcoming-maintenance`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpcomingMaintenance {
+    /// e.g. `SCHEDULED`, `UNSCHEDULED`.
+    pub maintenance_type: Option<String>,
+    /// `PENDING` or `ONGOING`.
+    pub status: UpcomingStatus,
+    /// Whether the event can be started early by the customer (opportunistic maintenance).
+    pub can_reschedule: bool,
+    /// RFC 3339 window start/end as the server sent them.
+    pub window_start: Option<String>,
+    pub window_end: Option<String>,
+    /// Latest time the window may be moved to (`latest_window_start_time`), when given.
+    pub latest_window_start: Option<String>,
+    /// `maintenance_reasons`, e.g. `PLANNED_UPDATE`, `FAILURE_GPU`; empty when not given.
+    pub reasons: Vec<String>,
+}
+
+/// The node's maintenance phase, derived purely from [`RawMetadata`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Nothing scheduled, nothing happening.
+    #[default]
+    None,
+    /// An event is scheduled (`upcoming-maintenance` PENDING); there is time to plan.
+    Pending,
+    /// The maintenance window is open or a live migration is imminent; workers may stall.
+    Ongoing,
+    /// The VM is about to stop (termination notice or preemption): checkpoint now.
+    Terminating,
+}
+
+impl Phase {
+    /// Stable lowercase name for labels and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::None => "none",
+            Phase::Pending => "pending",
+            Phase::Ongoing => "ongoing",
+            Phase::Terminating => "terminating",
+        }
+    }
+}
+
+/// Where a maintenance signal came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// The Compute Engine metadata server (`maintenance-event`, `upcoming-maintenance`,
+    /// `preempted`).
+    Metadata,
+    /// GKE's labels and taint on the Node (`cloud.google.com/scheduled-maintenance-time`,
+    /// `cloud.google.com/active-node-maintenance`, `cloud.google.com/impending-node-termination`).
+    NodeLabels,
+}
+
+impl Source {
+    /// Stable name for the record, the trail and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Metadata => "metadata",
+            Source::NodeLabels => "node-labels",
+        }
+    }
+}
+
+/// What the agent acts on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MaintenanceState {
+    /// The phase the agent acts on (labels, taint, checkpoints, restart pause).
+    pub phase: Phase,
+    /// Window of the scheduled event, RFC 3339 as the server sent it; `None` when none.
+    pub window_start: Option<String>,
+    pub window_end: Option<String>,
+    /// The scheduled event may be started early (opportunistic maintenance).
+    pub can_reschedule: bool,
+    /// Machine-readable reasons, e.g. `preempted`, `terminate-on-host-maintenance`,
+    /// `migrate-on-host-maintenance`, `upcoming-pending`, `upcoming-ongoing`.
+    pub reasons: Vec<&'static str>,
+    /// Interruption type for counters, when the phase interrupts the workers.
+    pub interruption: Option<Interruption>,
+    /// The sources that report a phase other than `none`, metadata first; empty when none does.
+    pub sources: Vec<Source>,
+}
+
+impl MaintenanceState {
+    /// The sources as one word for the record and `vigil status`: `metadata`, `node-labels`,
+    /// `metadata+node-labels`, or empty.
+    pub fn sources_str(&self) -> String {
+        let names: Vec<&str> = self.sources.iter().map(|s| s.as_str()).collect();
+        names.join("+")
+    }
+}

@@ -1,0 +1,335 @@
+//! Opportunistic maintenance (opt-in): when a rescheduleable maintenance is pending, the node has
+//! been idle long enough and the pool keeps `min_nodes` other healthy nodes, take the pool's
+//! claim (atomically: two idle nodes of a pool never go together) and ask GKE to perform the
+//! maintenance now. The node controller publishes the label this asks for.
+//!
+//! Idle is the pure `crate::maintenance::policy_idle::idle_check` of what every witness says, gathered here:
+//! the workers' records (through the runtime and the coordinator), the kubelet's PodResources
+//! API, the pods of this node from the Kubernetes API, and NVML (the GPU report the controller
+//! hands in). A witness that cannot answer is logged once when it stops answering and once when
+//! it answers again; every change of the verdict is noted for the trail (`idle-check`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::accel::gpu::model::GpuStatus;
+use crate::clock::{human, Millis};
+use crate::config::Config;
+use crate::coord::lease::Lease;
+use crate::coord::{Coordinator, Keys};
+use crate::fleet::view as fleet;
+use crate::kube::podresources::DeviceSource;
+use crate::kube::pods::PodApi;
+use crate::maintenance::model::MaintenanceState;
+use crate::maintenance::policy::{opportunistic_due, reschedulable};
+use crate::maintenance::policy_idle::{
+    idle_check, Busy, BusyReason, IdleInputs, PodKey, Witness, WorkerUse,
+};
+use crate::metrics::Metrics;
+use crate::runtime::ContainerRuntime;
+
+/// What a tick changed about the claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClaimStep {
+    Unchanged,
+    /// This node took the pool's claim: the label goes on.
+    Claimed(String),
+    /// This node no longer holds it (expired, taken over, or the episode ended): the label
+    /// this node set goes.
+    Released(String),
+}
+
+/// Where the idle check reads the node's pods: the Kubernetes API and the kubelet.
+#[derive(Clone, Default)]
+pub(crate) struct PodWitnesses {
+    pub pods: Option<Arc<dyn PodApi>>,
+    pub devices: Option<Arc<dyn DeviceSource>>,
+}
+
+pub(crate) struct Opportunistic {
+    cfg: Config,
+    keys: Keys,
+    coord: Arc<dyn Coordinator>,
+    runtime: Arc<dyn ContainerRuntime>,
+    witnesses: PodWitnesses,
+    metrics: Arc<Metrics>,
+    /// The claim's token while this node holds it.
+    claimed: Option<Lease>,
+    /// The last idle verdict of this episode (`None`: none checked yet).
+    last: Option<Busy>,
+    /// A change of the verdict, for the trail.
+    note: Option<String>,
+    /// The pool the claim is for (`fleet.pool`, else the Node's pool label once read); empty
+    /// until known, and no claim is taken while it is.
+    pool: String,
+    /// The missing pool was said (once).
+    said_no_pool: bool,
+}
+
+impl Opportunistic {
+    pub fn new(
+        cfg: &Config,
+        coord: Arc<dyn Coordinator>,
+        runtime: Arc<dyn ContainerRuntime>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Opportunistic {
+            keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
+            cfg: cfg.clone(),
+            coord,
+            runtime,
+            witnesses: PodWitnesses::default(),
+            metrics,
+            claimed: None,
+            last: None,
+            note: None,
+            pool: cfg.fleet.pool.clone(),
+            said_no_pool: false,
+        }
+    }
+
+    /// Read the node's pods from these witnesses.
+    pub fn with_witnesses(mut self, w: PodWitnesses) -> Self {
+        self.witnesses = w;
+        self
+    }
+
+    /// The verdict change since the last call, worded for the trail.
+    pub fn take_note(&mut self) -> Option<String> {
+        self.note.take()
+    }
+
+    /// The node's pool, as `crate::node::policy_info::place` says (`fleet.pool` wins).
+    pub fn set_pool(&mut self, pool: &str) {
+        self.pool = pool.to_string();
+    }
+
+    fn claim_key(&self) -> String {
+        self.keys.maintenance_claim(&self.pool)
+    }
+
+    /// Give the claim back (the episode it was taken for is over).
+    pub async fn release(&mut self, why: &str) -> ClaimStep {
+        let Some(lease) = self.claimed.take() else {
+            return ClaimStep::Unchanged;
+        };
+        let _ = lease.release(self.coord.as_ref()).await;
+        ClaimStep::Released(why.to_string())
+    }
+
+    /// One tick of the opportunistic rule for the current maintenance state; `gpus` is NVML as
+    /// a witness (`crate::maintenance::policy_idle::gpu_witness`).
+    pub async fn tick(
+        &mut self,
+        st: &MaintenanceState,
+        gpus: Witness<Vec<GpuStatus>>,
+    ) -> ClaimStep {
+        if !self.cfg.opportunistic.enabled {
+            return ClaimStep::Unchanged;
+        }
+        if let Some(lease) = &self.claimed {
+            // The claim is a Redis key with a TTL: if it expired (or was taken), this node no
+            // longer speaks for the pool, and its label must go.
+            if let Ok(None) = lease.left(self.coord.as_ref()).await {
+                return self.release("the pool claim expired or was taken").await;
+            }
+            return ClaimStep::Unchanged;
+        }
+        if self.pool.is_empty() {
+            // NB: no pool, no claim: before the first read of the Node (or on a Node without
+            // GKE's pool label) the min_nodes rule has nothing to count.
+            if reschedulable(st) && !self.said_no_pool {
+                tracing::warn!("opportunistic maintenance waits: the node's pool is not known yet (fleet.pool unset, and no cloud.google.com/gke-nodepool label read from the Node)");
+                self.said_no_pool = true;
+            }
+            return ClaimStep::Unchanged;
+        }
+        if !reschedulable(st) {
+            // A stale idle-since from an earlier episode must not skip `idle_for` next time.
+            let _ = self.coord.del(&[self.keys.idle_since()]).await;
+            self.episode_over();
+            return ClaimStep::Unchanged;
+        }
+        let Some((now, since)) = self.idle_since(gpus).await else {
+            return ClaimStep::Unchanged;
+        };
+        // NB: the fleet is read only once the node has been idle long enough to claim: an idle
+        // node does not read every record of the fleet every tick.
+        if now - since < crate::clock::ms(self.cfg.opportunistic.idle_for) {
+            return ClaimStep::Unchanged;
+        }
+        let Some(others) = self.others_healthy().await else {
+            return ClaimStep::Unchanged;
+        };
+        if !opportunistic_due(&self.cfg.opportunistic, now, since, others) {
+            return ClaimStep::Unchanged;
+        }
+        self.claim(now - since, others).await
+    }
+
+    /// Since when the node has been idle, on the coordinator's clock (the first observer's
+    /// time stands); `None` when not idle or unreadable.
+    async fn idle_since(&mut self, gpus: Witness<Vec<GpuStatus>>) -> Option<(Millis, Millis)> {
+        let now = self.coord.time().await.ok()?;
+        let idle_key = self.keys.idle_since();
+        let inputs = IdleInputs {
+            workers: self.workers().await,
+            pod_resources: self.pod_resources().await,
+            pods: self.pods().await,
+            gpus,
+        };
+        let busy = idle_check(&inputs);
+        let idle = busy.idle();
+        self.record(busy);
+        if !idle {
+            let _ = self.coord.del(&[idle_key]).await;
+            return None;
+        }
+        let day = Duration::from_secs(24 * 3600);
+        let _ = self.coord.set_nx(&idle_key, &now.to_string(), day).await;
+        let stored = self.coord.get_many(&[idle_key]).await.ok()?;
+        let since = stored
+            .into_iter()
+            .flatten()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(now);
+        Some((now, since))
+    }
+
+    /// The running opted-in workers and what their records say.
+    async fn workers(&self) -> Witness<Vec<WorkerUse>> {
+        let listed = match self.runtime.list_workers().await {
+            Ok(w) => w,
+            Err(e) => return Witness::Unknown(format!("cannot list the workers: {e}")),
+        };
+        let mut out = Vec::new();
+        for c in listed.iter().filter(|c| c.running) {
+            let fields = match self.coord.hgetall(&self.keys.status(&c.worker)).await {
+                Ok(f) => f,
+                Err(e) => {
+                    return Witness::Unknown(format!("cannot read {}'s record: {e}", c.worker))
+                }
+            };
+            out.push(WorkerUse {
+                worker: c.worker.clone(),
+                state: fields.get("state").cloned(),
+                pod: c.pod_identity().map(|p| (p.namespace, p.name)),
+                gpus: c.gpus.clone(),
+            });
+        }
+        Witness::Known(out)
+    }
+
+    /// The pods the kubelet gave accelerator devices; off without Kubernetes or without a
+    /// PodResources socket (`runtime.pod_resources_socket = ""`).
+    async fn pod_resources(&self) -> Witness<BTreeSet<PodKey>> {
+        let Some(src) = self
+            .witnesses
+            .devices
+            .as_ref()
+            .filter(|_| self.cfg.kubernetes_on())
+        else {
+            return Witness::Off;
+        };
+        match src.gpus().await {
+            Ok(g) => Witness::Known(g.holders().clone()),
+            Err(e) => Witness::Unknown(e.to_string()),
+        }
+    }
+
+    /// This node's non-terminal pods that request accelerators; off without Kubernetes.
+    async fn pods(&self) -> Witness<BTreeSet<PodKey>> {
+        if !self.cfg.kubernetes_on() {
+            return Witness::Off;
+        }
+        let Some(api) = &self.witnesses.pods else {
+            return Witness::Unknown(
+                "no Kubernetes API client (see the start-up log), so this node's pods cannot be listed".into(),
+            );
+        };
+        match api.node_pods(&self.cfg.node_name).await {
+            Ok(pods) => Witness::Known(
+                pods.into_iter()
+                    .filter(|p| p.accelerators && !p.terminal())
+                    .map(|p| (p.namespace, p.name))
+                    .collect(),
+            ),
+            Err(e) => Witness::Unknown(format!("cannot list this node's pods: {e}")),
+        }
+    }
+
+    /// Keep the verdict: the metric, a log line when a witness stops or starts answering, a
+    /// trail note when the verdict changes.
+    fn record(&mut self, busy: Busy) {
+        let before: BTreeSet<BusyReason> = self
+            .last
+            .as_ref()
+            .map(|b| b.reasons.keys().copied().collect())
+            .unwrap_or_default();
+        for r in BusyReason::ALL {
+            let now = busy.reasons.get(&r);
+            self.metrics.maintenance.busy(r.as_str(), now.is_some());
+            match (before.contains(&r), now) {
+                (false, Some(seen)) if r.is_unknown() => tracing::warn!(
+                    reason = r.as_str(),
+                    detail = %seen.join("; "),
+                    "opportunistic maintenance: a witness cannot answer, so the node counts as busy"
+                ),
+                (true, None) if r.is_unknown() => tracing::info!(
+                    reason = r.as_str(),
+                    "opportunistic maintenance: the witness answers again"
+                ),
+                _ => {}
+            }
+        }
+        let changed = self.last.as_ref().is_none_or(|l| l.names() != busy.names());
+        if changed {
+            tracing::info!(reasons = ?busy.names(), "opportunistic maintenance: {}", busy.detail());
+            self.note = Some(busy.detail());
+        }
+        self.last = Some(busy);
+    }
+
+    /// The rescheduleable episode ended: the next one starts from scratch.
+    fn episode_over(&mut self) {
+        if self.last.take().is_some() {
+            for r in BusyReason::ALL {
+                self.metrics.maintenance.busy(r.as_str(), false);
+            }
+        }
+    }
+
+    /// Healthy nodes of this node's pool, this one left out.
+    async fn others_healthy(&self) -> Option<usize> {
+        let pool = &self.pool;
+        let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix)
+            .await
+            .ok()?;
+        let healthy = views
+            .iter()
+            .filter(|v| v.node != self.cfg.node_name)
+            .filter(|v| v.record.as_ref().is_some_and(|r| &r.pool == pool))
+            .filter(|v| v.health == "healthy")
+            .count();
+        Some(healthy)
+    }
+
+    async fn claim(&mut self, idle: Millis, others: usize) -> ClaimStep {
+        // NB: the claim is atomic (SET NX): two idle nodes of a pool never go together.
+        let token = format!("{}:{:08x}", self.cfg.node_name, rand::random::<u32>());
+        let ttl = self.cfg.opportunistic.claim_ttl;
+        if let Ok(Some(lease)) =
+            Lease::take(self.coord.as_ref(), self.claim_key(), token, ttl).await
+        {
+            self.claimed = Some(lease);
+            return ClaimStep::Claimed(format!(
+                "idle {} with {others} other healthy node(s) in pool {}: asking GKE to perform the maintenance now",
+                human(idle),
+                self.pool
+            ));
+        }
+        ClaimStep::Unchanged
+    }
+}

@@ -1,0 +1,340 @@
+//! Checkpoint requests: ask every opted-in worker to save its state before the node goes away
+//! (termination notice, preemption, the agent's own SIGTERM), and wait for its acknowledgement.
+//!
+//! The protocol, for every method: the agent writes `checkpoint_request=<id>`,
+//! `checkpoint_reason` and `checkpoint_requested_at` into the worker's status record and clears
+//! `checkpoint_ack`; then it delivers the request by the worker's method (a signal through Docker,
+//! an HTTP POST, or nothing more for `record`, where the worker watches its own record). The worker
+//! saves its state and sets `checkpoint_ack` to the request id in its status record.
+//!
+//! NB: only an ack of *this* round's id counts. Any other value — an ack for an earlier round
+//! still in flight when this one was written, a constant like `ok` — is not an acknowledgement
+//! of this request, whose save may not have happened.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Millis;
+use crate::config::{CheckpointMethod, Signal};
+use crate::coord::{Coordinator, Keys};
+use crate::redact::{Secret, Urls};
+use crate::runtime::{Container, ContainerRuntime};
+
+/// How a worker is asked to checkpoint, with the default signal resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Method {
+    /// The request in the status record is all: the worker polls its own record.
+    Record,
+    /// A signal to the container's main process, e.g. `SIGUSR1`.
+    Signal(Signal),
+    /// An HTTP POST to this URL, with a JSON body `{request, reason, deadline_ms}`. Shown
+    /// redacted: it may carry a token.
+    Http(Secret<Urls>),
+}
+
+impl Method {
+    /// The configured (or labelled) method; a bare `signal` takes `default_signal`.
+    pub(crate) fn resolve(m: &CheckpointMethod, default_signal: Signal) -> Method {
+        match m {
+            CheckpointMethod::Record => Method::Record,
+            CheckpointMethod::Signal(s) => Method::Signal(s.unwrap_or(default_signal)),
+            CheckpointMethod::Http(url) => Method::Http(url.clone()),
+        }
+    }
+
+    /// A container's checkpoint label: the same syntax as `checkpoint.method`.
+    pub fn parse(label: &str, default_signal: Signal) -> Result<Method, String> {
+        Ok(Method::resolve(&label.parse()?, default_signal))
+    }
+
+    /// Metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Method::Record => "record",
+            Method::Signal(_) => "signal",
+            Method::Http(_) => "http",
+        }
+    }
+}
+
+/// How one worker's checkpoint ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Acked,
+    TimedOut,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acked => "acked",
+            Outcome::TimedOut => "timed-out",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// One worker's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerResult {
+    pub worker: String,
+    pub method: &'static str,
+    pub outcome: Outcome,
+    pub waited: Duration,
+    pub detail: String,
+}
+
+/// A one-line summary for the Node annotation and the trail: `acked=2 timed-out=1 failed=0`.
+pub fn summary(results: &[WorkerResult]) -> String {
+    let count = |o| results.iter().filter(|r| r.outcome == o).count();
+    format!(
+        "acked={} timed-out={} failed={}",
+        count(Outcome::Acked),
+        count(Outcome::TimedOut),
+        count(Outcome::Failed)
+    )
+}
+
+/// Does `record` acknowledge the request `id`? Only the id itself does: in `checkpoint_ack`
+/// (the container's one process, or one speaking for all its ranks), or — for a container of
+/// several ranks (`ranks = N`) — in every rank's own `checkpoint_ack@r`.
+pub(crate) fn acknowledges(record: &std::collections::HashMap<String, String>, id: &str) -> bool {
+    if id.is_empty() {
+        return false;
+    }
+    let acked = |field: &str| record.get(field).is_some_and(|a| a == id);
+    if acked("checkpoint_ack") {
+        return true;
+    }
+    use crate::hang::model::{rank_field, ranks};
+    ranks(record).is_some_and(|n| (0..n).all(|r| acked(&rank_field("checkpoint_ack", Some(r)))))
+}
+
+/// What a checkpoint round needs.
+pub(crate) struct Checkpointer {
+    pub coord: Arc<dyn Coordinator>,
+    pub runtime: Arc<dyn ContainerRuntime>,
+    pub keys: Keys,
+    pub default_method: Method,
+    pub default_signal: Signal,
+    /// How often the status records are re-read while waiting.
+    pub poll: Duration,
+    pub http: reqwest::Client,
+}
+
+impl Checkpointer {
+    /// Ask every worker at once and wait for all of them, never longer than `budget`.
+    pub async fn run(
+        &self,
+        workers: &[Container],
+        reason: &str,
+        budget: Duration,
+    ) -> Vec<WorkerResult> {
+        let deadline = tokio::time::Instant::now() + budget;
+        // NB: every step of a worker's round (Redis, Docker, HTTP) is bounded by the deadline,
+        // not only the wait for the acknowledgement.
+        let futures = workers.iter().map(|c| async move {
+            let started = tokio::time::Instant::now();
+            match tokio::time::timeout_at(deadline, self.one(c, reason, budget, deadline)).await {
+                Ok(r) => r,
+                Err(_) => WorkerResult {
+                    worker: c.worker.clone(),
+                    method: self.method_for(c).map(|m| m.label()).unwrap_or("invalid"),
+                    outcome: Outcome::TimedOut,
+                    waited: started.elapsed(),
+                    detail: format!("no acknowledgement within {}", crate::clock::brief(budget)),
+                },
+            }
+        });
+        futures_util::future::join_all(futures).await
+    }
+
+    fn method_for(&self, c: &Container) -> Result<Method, String> {
+        match &c.checkpoint {
+            None => Ok(self.default_method.clone()),
+            Some(label) => Method::parse(label, self.default_signal)
+                .map_err(|e| format!("checkpoint label: {e}")),
+        }
+    }
+
+    async fn one(
+        &self,
+        c: &Container,
+        reason: &str,
+        budget: Duration,
+        deadline: tokio::time::Instant,
+    ) -> WorkerResult {
+        let started = tokio::time::Instant::now();
+        let result = |method: &'static str, outcome, detail: String| WorkerResult {
+            worker: c.worker.clone(),
+            method,
+            outcome,
+            waited: started.elapsed(),
+            detail,
+        };
+        let method = match self.method_for(c) {
+            Ok(m) => m,
+            Err(e) => return result("invalid", Outcome::Failed, e),
+        };
+        let label = method.label();
+        let id = format!("{:012x}", rand::random::<u64>() >> 16);
+        let now: Millis = match self.coord.time().await {
+            Ok(t) => t,
+            Err(e) => return result(label, Outcome::Failed, e.to_string()),
+        };
+        let key = self.keys.status(&c.worker);
+        let fields = [
+            ("checkpoint_request".to_string(), id.clone()),
+            ("checkpoint_reason".to_string(), reason.to_string()),
+            ("checkpoint_requested_at".to_string(), now.to_string()),
+            ("checkpoint_ack".to_string(), String::new()),
+        ];
+        if let Err(e) = self.coord.hset(&key, &fields, None).await {
+            // Without the record there is nothing to acknowledge into, but a signal or a POST
+            // may still let the worker save: deliver anyway, then report the failure.
+            let _ = self.deliver(&method, c, &id, reason, budget).await;
+            return result(
+                label,
+                Outcome::Failed,
+                format!("cannot write the request: {e}"),
+            );
+        }
+        if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
+            return result(label, Outcome::Failed, e);
+        }
+        loop {
+            match self.coord.hgetall(&key).await {
+                Ok(rec) => {
+                    if acknowledges(&rec, &id) {
+                        return result(label, Outcome::Acked, format!("request {id} acknowledged"));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, worker = %c.worker, "cannot read the acknowledgement yet")
+                }
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return result(
+                    label,
+                    Outcome::TimedOut,
+                    format!("no acknowledgement within {}", crate::clock::brief(budget)),
+                );
+            }
+            // The last wait is shortened to the deadline, so the budget is used in full.
+            tokio::time::sleep(self.poll.min(deadline - now)).await;
+        }
+    }
+
+    async fn deliver(
+        &self,
+        method: &Method,
+        c: &Container,
+        id: &str,
+        reason: &str,
+        budget: Duration,
+    ) -> Result<(), String> {
+        match method {
+            Method::Record => Ok(()),
+            Method::Signal(sig) => self
+                .runtime
+                .kill(&c.id, sig.as_str())
+                .await
+                .map_err(|e| format!("signal {}: {e}", sig.as_str())),
+            Method::Http(url) => {
+                let body = serde_json::json!({
+                    "request": id,
+                    "reason": reason,
+                    "worker": c.worker,
+                    "deadline_ms": budget.as_millis() as u64,
+                });
+                // NB: `url` shows redacted; the error is said without it (it names the URL).
+                let r = self
+                    .http
+                    .post(url.expose())
+                    .timeout(budget.min(Duration::from_secs(5)))
+                    .json(&body)
+                    .send()
+                    .await
+                    .map_err(|e| format!("POST {url}: {}", crate::http::http_error(e)))?;
+                if r.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("POST {url}: HTTP {}", r.status()))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 27: a container of several ranks has saved when every rank acknowledged this id
+    /// (or one process did for all); one rank's ack, or another id, is not enough.
+    #[test]
+    fn every_rank_must_acknowledge_the_request_s_id() {
+        let rec = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(acknowledges(&rec(&[("checkpoint_ack", "r1")]), "r1"));
+        assert!(!acknowledges(&rec(&[("checkpoint_ack", "ok")]), "r1"));
+        assert!(!acknowledges(&rec(&[("checkpoint_ack", "")]), ""));
+        let two = [("ranks", "2"), ("checkpoint_ack@0", "r1")];
+        assert!(!acknowledges(&rec(&two), "r1"));
+        let both = [
+            ("ranks", "2"),
+            ("checkpoint_ack@0", "r1"),
+            ("checkpoint_ack@1", "r1"),
+        ];
+        assert!(acknowledges(&rec(&both), "r1"));
+        let stale = [
+            ("ranks", "2"),
+            ("checkpoint_ack@0", "r1"),
+            ("checkpoint_ack@1", "r0"),
+        ];
+        assert!(!acknowledges(&rec(&stale), "r1"));
+        assert!(acknowledges(
+            &rec(&[("ranks", "2"), ("checkpoint_ack", "r1")]),
+            "r1"
+        ));
+    }
+
+    #[test]
+    fn methods_parse_with_defaults_and_overrides() {
+        let usr1 = Signal::Usr1;
+        assert_eq!(Method::parse("record", usr1), Ok(Method::Record));
+        assert!(Method::parse("redis", usr1).unwrap_err().contains("record"));
+        assert_eq!(Method::parse("signal", usr1), Ok(Method::Signal(usr1)));
+        assert_eq!(
+            Method::parse("signal:SIGUSR2", usr1),
+            Ok(Method::Signal(Signal::Usr2))
+        );
+        assert_eq!(
+            Method::parse("http://127.0.0.1:8080/ckpt", usr1),
+            Ok(Method::Http("http://127.0.0.1:8080/ckpt".into()))
+        );
+        assert!(Method::parse("signal:SIGKILL", usr1).is_err());
+        assert!(Method::parse("carrier-pigeon", usr1).is_err());
+    }
+
+    #[test]
+    fn summary_counts_outcomes() {
+        let r = |o| WorkerResult {
+            worker: "w".into(),
+            method: "record",
+            outcome: o,
+            waited: Duration::ZERO,
+            detail: String::new(),
+        };
+        assert_eq!(
+            summary(&[r(Outcome::Acked), r(Outcome::Acked), r(Outcome::TimedOut)]),
+            "acked=2 timed-out=1 failed=0"
+        );
+    }
+}

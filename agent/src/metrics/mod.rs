@@ -1,0 +1,305 @@
+//! Prometheus metrics, registered once and grouped by concern: each group registers its own
+//! families (`register(&mut Registry) -> Self`) and owns its typed label sets. Label values are
+//! fixed `&'static str` values (verdict names, decision codes, alert kinds), a GPU's index and
+//! UUID, or the id of a worker this node watches now (`workers`: series removed when the worker
+//! goes): never jobs, containers or error text, so cardinality is bounded by the node's GPUs and
+//! workers.
+//!
+//! Counters that alert rules take `increase()` of are created at 0 when registered (a series
+//! that first appears at 1 has no increase to Prometheus).
+//!
+//! The groups register in a fixed order, and an encoding lists families in that order.
+
+mod classic;
+mod cycle;
+mod decisions;
+mod gpu;
+mod node;
+mod tpu;
+mod worker_api;
+mod workers;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+pub use classic::to_classic_text;
+pub use cycle::{BackendMetrics, BudgetMetrics, CycleMetrics};
+pub use decisions::DecisionMetrics;
+pub(crate) use gpu::GpuMetricsState;
+pub use gpu::{GpuLabels, GpuMetrics};
+pub use node::{
+    CheckpointMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels, NodeInfoMetrics,
+};
+pub use tpu::TpuMetrics;
+pub(crate) use tpu::TpuMetricsState;
+pub use worker_api::WorkerApiMetrics;
+pub use workers::{WorkerMetrics, WorkerSample};
+
+pub struct Metrics {
+    registry: Registry,
+    /// Verdicts, decision trail entries, restarts and alerts.
+    pub decisions: DecisionMetrics,
+    /// The coordinator's and the container runtime's health.
+    pub backends: BackendMetrics,
+    /// One evaluation cycle: workers seen, observe mode, duration.
+    pub cycle: CycleMetrics,
+    /// Each watched worker's verdict, heartbeat age and last restart.
+    pub workers: WorkerMetrics,
+    /// GCE metadata errors, interruptions and the maintenance phase.
+    pub maintenance: MaintenanceMetrics,
+    /// The node as its Node's labels describe it, and which maintenance sources report.
+    pub node_info: NodeInfoMetrics,
+    /// Checkpoint requests and how long they took.
+    pub checkpoints: CheckpointMetrics,
+    /// Kubernetes API errors.
+    pub kube: KubeMetrics,
+    /// The node's circuit breaker and the fleet budget.
+    pub budgets: BudgetMetrics,
+    /// NVML monitoring and per-GPU health, samples, memory errors, throttling and XIDs.
+    pub gpu: GpuMetrics,
+    /// TPU monitoring, health, chips and device errors.
+    pub tpu: TpuMetrics,
+    /// Writes to the worker API, by outcome.
+    pub worker_api: WorkerApiMetrics,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("vigil");
+        // NB: the order of these lines is the order of the families in a scrape.
+        let decisions = DecisionMetrics::register(&mut registry);
+        let backends = BackendMetrics::register(&mut registry);
+        let cycle = CycleMetrics::register(&mut registry);
+        let workers = WorkerMetrics::register(&mut registry);
+        let maintenance = MaintenanceMetrics::register(&mut registry);
+        let node_info = NodeInfoMetrics::register(&mut registry);
+        let checkpoints = CheckpointMetrics::register(&mut registry);
+        let kube = KubeMetrics::register(&mut registry);
+        let budgets = BudgetMetrics::register(&mut registry);
+        let gpu = GpuMetrics::register(&mut registry);
+        let tpu = TpuMetrics::register(&mut registry);
+        let worker_api = WorkerApiMetrics::register(&mut registry);
+        register_build_info(&mut registry);
+        Metrics {
+            registry,
+            decisions,
+            backends,
+            cycle,
+            workers,
+            maintenance,
+            node_info,
+            checkpoints,
+            kube,
+            budgets,
+            gpu,
+            tpu,
+            worker_api,
+        }
+    }
+
+    pub fn verdict(&self, v: &'static str) {
+        self.decisions.verdict(v);
+    }
+    pub fn decision(&self, d: &'static str) {
+        self.decisions.decision(d);
+    }
+    pub fn restart(&self, reason: &'static str, outcome: &'static str) {
+        self.decisions.restart(reason, outcome);
+    }
+    pub fn alert(&self, kind: &'static str, outcome: &'static str) {
+        self.decisions.alert(kind, outcome);
+    }
+    pub(crate) fn metadata_error(&self, key: &'static str, kind: &'static str) {
+        self.maintenance.metadata_error(key, kind);
+    }
+    pub(crate) fn kube_error(&self, op: &'static str) {
+        self.kube.error(op);
+    }
+
+    /// Export one GPU report: see [`GpuMetrics::record`].
+    pub(crate) fn record_gpu(
+        &self,
+        report: &crate::accel::gpu::model::GpuReport,
+        seen: &mut GpuMetricsState,
+    ) {
+        self.gpu.record(report, seen);
+    }
+
+    /// Create one series in every family, so an encoding lists them all (the docs drift
+    /// check and `promtool` see every name, not only those that happened to be touched).
+    pub fn touch_all(&self) {
+        self.verdict("healthy");
+        self.decision("agent-started");
+        self.restart("hung", "restarted");
+        self.alert("hung", "logged");
+        self.metadata_error("preempted", "timeout");
+        self.kube_error("get");
+        self.maintenance.interruption("preemption", "preempted");
+        self.maintenance.phase("none", true);
+        self.maintenance.busy("accelerator-pod", false);
+        self.node_info.set_info(NodeInfoLabels {
+            pool: "touched".into(),
+            provisioning: "standard",
+            accelerator: String::new(),
+            tpu_topology: String::new(),
+        });
+        self.checkpoints.count("record", "acked");
+        self.gpu.touch();
+        self.tpu.touch();
+        self.worker_api.write("tcp", "accepted");
+        self.workers.observe(WorkerSample {
+            worker: "touched",
+            state: "healthy",
+            now: 1_000,
+            heartbeat: Some(0),
+            restarted: Some(0),
+        });
+    }
+
+    /// OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// NB: a gauge fixed at 1 rather than an OpenMetrics `info`, so that parsers of the classic text
+/// format (promtool, older scrapers) read it too.
+fn register_build_info(registry: &mut Registry) {
+    let build: Family<BuildLabels, Gauge> = Family::default();
+    build
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+        })
+        .set(1);
+    registry.register("build_info", "Build information (always 1)", build);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_text_names_counters_with_their_suffix() {
+        let m = Metrics::new();
+        m.decision("restarted");
+        let classic = to_classic_text(&m.encode());
+        assert!(classic.contains("# TYPE vigil_decisions_total counter"));
+        assert!(classic.contains("# HELP vigil_decisions_total "));
+        assert!(classic.contains("vigil_decisions_total{decision=\"restarted\"} 1"));
+        assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"));
+        assert!(classic.contains("# TYPE vigil_cycle_duration_seconds histogram"));
+    }
+
+    #[test]
+    fn names_and_suffixes_do_not_drift() {
+        let m = Metrics::new();
+        m.verdict("hung");
+        m.decision("restarted");
+        m.restart("hung", "restarted");
+        m.alert("hung", "sent");
+        m.backends.coordinator_error();
+        m.cycle.observe(0.01);
+        let text = m.encode();
+        for want in [
+            "# TYPE vigil_verdicts counter",
+            "vigil_verdicts_total{verdict=\"hung\"} 1",
+            "vigil_decisions_total{decision=\"restarted\"} 1",
+            "vigil_restarts_total{reason=\"hung\",outcome=\"restarted\"} 1",
+            "vigil_alerts_total{kind=\"hung\",outcome=\"sent\"} 1",
+            "vigil_coordinator_errors_total 1",
+            "vigil_runtime_errors_total 0",
+            "# TYPE vigil_coordinator_up gauge",
+            "# TYPE vigil_cycle_duration_seconds histogram",
+            "# UNIT vigil_cycle_duration_seconds seconds",
+            "vigil_build_info{version=",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn families_keep_their_order() {
+        let m = Metrics::new();
+        m.touch_all();
+        let names: Vec<_> = m
+            .encode()
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(n, _)| n.trim_start_matches("vigil_").to_string())
+            .collect();
+        let want = [
+            "verdicts",
+            "decisions",
+            "restarts",
+            "alerts",
+            "coordinator_errors",
+            "runtime_errors",
+            "coordinator_up",
+            "runtime_up",
+            "workers",
+            "dry_run",
+            "cycle_duration_seconds",
+            "worker_state",
+            "worker_heartbeat_age_seconds",
+            "worker_last_restart_timestamp_seconds",
+            "metadata_errors",
+            "interruptions",
+            "maintenance_phase",
+            "maintenance_window_start_timestamp_seconds",
+            "opportunistic_busy",
+            "node_info",
+            "maintenance_source",
+            "checkpoints",
+            "checkpoint_duration_seconds",
+            "kube_errors",
+            "breaker_used",
+            "breaker_open",
+            "breaker_limit",
+            "fleet_budget_used",
+            "fleet_budget_limit",
+            "fleet_budget_exhausted",
+            "gpu_monitoring",
+            "gpu_monitor_state",
+            "gpu_health",
+            "gpu_temperature_celsius",
+            "gpu_power_watts",
+            "gpu_utilization_ratio",
+            "gpu_memory_used_bytes",
+            "gpu_memory_total_bytes",
+            "gpu_ecc_errors",
+            "gpu_retired_pages",
+            "gpu_retired_pages_pending",
+            "gpu_remapped_rows",
+            "gpu_remap_pending",
+            "gpu_remap_failure",
+            "gpu_throttle",
+            "gpu_xid_events",
+            "tpu_monitoring",
+            "tpu_health",
+            "tpu_chips",
+            "tpu_device_errors",
+            "worker_api_writes",
+            "build_info",
+        ];
+        assert_eq!(names, want);
+    }
+}

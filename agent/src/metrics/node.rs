@@ -1,0 +1,266 @@
+//! The node's life: GCE metadata errors, interruptions and the maintenance phase, the checkpoint
+//! rounds they start, and the Kubernetes API the node record is published through.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+/// A metadata server error: the key read and the kind of error.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MetadataErrorLabels {
+    pub key: &'static str,
+    pub kind: &'static str,
+}
+
+/// An interruption: its type (preemption, host-maintenance) and reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InterruptionLabels {
+    pub r#type: &'static str,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: &'static str,
+}
+
+/// Why the node is not idle for opportunistic maintenance (`crate::maintenance::policy_idle::BusyReason`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BusyLabels {
+    pub reason: &'static str,
+}
+
+pub struct MaintenanceMetrics {
+    pub metadata_errors: Family<MetadataErrorLabels, Counter>,
+    pub interruptions: Family<InterruptionLabels, Counter>,
+    pub phases: Family<PhaseLabels, Gauge>,
+    pub window_start: Gauge,
+    pub busy: Family<BusyLabels, Gauge>,
+}
+
+impl MaintenanceMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = MaintenanceMetrics {
+            metadata_errors: Family::default(),
+            interruptions: Family::default(),
+            phases: Family::default(),
+            window_start: Gauge::default(),
+            busy: Family::default(),
+        };
+        reg.register(
+            "metadata_errors",
+            "GCE metadata server errors by key and kind (unavailable, rate-limited, not-found, timeout, malformed, transport)",
+            m.metadata_errors.clone(),
+        );
+        reg.register(
+            "interruptions",
+            "Interruptions seen, by type (preemption, host-maintenance) and reason, as GKE's interruption_count",
+            m.interruptions.clone(),
+        );
+        reg.register(
+            "maintenance_phase",
+            "1 for the node's current maintenance phase (none, pending, ongoing, terminating)",
+            m.phases.clone(),
+        );
+        reg.register_with_unit(
+            "maintenance_window_start_timestamp",
+            "Unix time the node's scheduled maintenance window starts (upcoming-maintenance); 0 when none is scheduled",
+            Unit::Seconds,
+            m.window_start.clone(),
+        );
+        reg.register(
+            "opportunistic_busy",
+            "1 for each reason the node was not idle at the last opportunistic-maintenance idle check (worker-not-idle, accelerator-pod, gpu-compute-process, and the *-unknown witnesses); checked only while a rescheduleable maintenance is pending",
+            m.busy.clone(),
+        );
+        m
+    }
+
+    /// Set one idle-check reason's series.
+    pub fn busy(&self, reason: &'static str, present: bool) {
+        self.busy
+            .get_or_create(&BusyLabels { reason })
+            .set(i64::from(present));
+    }
+
+    pub fn metadata_error(&self, key: &'static str, kind: &'static str) {
+        self.metadata_errors
+            .get_or_create(&MetadataErrorLabels { key, kind })
+            .inc();
+    }
+    pub fn interruption(&self, r#type: &'static str, reason: &'static str) {
+        self.interruptions
+            .get_or_create(&InterruptionLabels { r#type, reason })
+            .inc();
+    }
+    /// The scheduled window's start (ms since the epoch), `None` when nothing is scheduled.
+    pub fn window_start(&self, at: Option<crate::clock::Millis>) {
+        self.window_start.set(at.map_or(0, |ms| ms / 1000));
+    }
+    /// Set one phase's series: 1 for the current phase, 0 for the others.
+    pub fn phase(&self, phase: &'static str, current: bool) {
+        self.phases
+            .get_or_create(&PhaseLabels { phase })
+            .set(i64::from(current));
+    }
+}
+
+/// A checkpoint request: its method (signal, http, redis) and outcome (acked, timed-out, failed).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckpointLabels {
+    pub method: &'static str,
+    pub outcome: &'static str,
+}
+
+pub struct CheckpointMetrics {
+    pub checkpoints: Family<CheckpointLabels, Counter>,
+    pub checkpoint_seconds: Histogram,
+}
+
+impl CheckpointMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = CheckpointMetrics {
+            checkpoints: Family::default(),
+            checkpoint_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
+        };
+        // NB: at 0 from the start, so that the first cut-short round of an agent's life is an
+        // increase (the checkpoint alert rules take `increase()`): every method's outcomes, the
+        // round cut short at the grace period (`none`) and the worker whose method is invalid.
+        for method in ["record", "signal", "http"] {
+            for outcome in ["acked", "timed-out", "failed"] {
+                let _ = m
+                    .checkpoints
+                    .get_or_create(&CheckpointLabels { method, outcome });
+            }
+        }
+        for (method, outcome) in [("none", "timed-out"), ("invalid", "failed")] {
+            let _ = m
+                .checkpoints
+                .get_or_create(&CheckpointLabels { method, outcome });
+        }
+        reg.register(
+            "checkpoints",
+            "Checkpoint requests by method (signal, http, redis) and outcome (acked, timed-out, failed)",
+            m.checkpoints.clone(),
+        );
+        reg.register_with_unit(
+            "checkpoint_duration",
+            "Time from checkpoint request to acknowledgement (or give-up)",
+            Unit::Seconds,
+            m.checkpoint_seconds.clone(),
+        );
+        m
+    }
+
+    /// Count one request by method and outcome.
+    pub fn count(&self, method: &'static str, outcome: &'static str) {
+        self.checkpoints
+            .get_or_create(&CheckpointLabels { method, outcome })
+            .inc();
+    }
+    /// One request, counted, and the `seconds` it waited.
+    pub fn record(&self, method: &'static str, outcome: &'static str, seconds: f64) {
+        self.count(method, outcome);
+        self.checkpoint_seconds.observe(seconds);
+    }
+}
+
+/// A Kubernetes API operation (get, patch, event).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeLabels {
+    pub op: &'static str,
+}
+
+pub struct KubeMetrics {
+    pub kube_errors: Family<KubeLabels, Counter>,
+}
+
+impl KubeMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = KubeMetrics {
+            kube_errors: Family::default(),
+        };
+        reg.register(
+            "kube_errors",
+            "Kubernetes API errors by operation (get, patch, event)",
+            m.kube_errors.clone(),
+        );
+        m
+    }
+
+    pub fn error(&self, op: &'static str) {
+        self.kube_errors.get_or_create(&KubeLabels { op }).inc();
+    }
+}
+
+/// The node as GKE's labels describe it (one series: the last read).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeInfoLabels {
+    /// The pool the node counts in (`fleet.pool`, else `cloud.google.com/gke-nodepool`).
+    pub pool: String,
+    /// `standard`, `spot`, `preemptible`, `flex-start`, `other`, or empty when unknown.
+    pub provisioning: &'static str,
+    /// `cloud.google.com/gke-accelerator`, else `cloud.google.com/gke-tpu-accelerator`.
+    pub accelerator: String,
+    /// `cloud.google.com/gke-tpu-topology`.
+    pub tpu_topology: String,
+}
+
+/// A maintenance source: `metadata` or `node-labels`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
+}
+
+pub struct NodeInfoMetrics {
+    pub info: Family<NodeInfoLabels, Gauge>,
+    pub sources: Family<SourceLabels, Gauge>,
+    /// The labels of the `info` series now exported, to remove it when they change.
+    current: std::sync::Mutex<Option<NodeInfoLabels>>,
+}
+
+impl NodeInfoMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = NodeInfoMetrics {
+            info: Family::default(),
+            sources: Family::default(),
+            current: std::sync::Mutex::new(None),
+        };
+        for source in ["metadata", "node-labels"] {
+            let _ = m.sources.get_or_create(&SourceLabels { source });
+        }
+        reg.register(
+            "node_info",
+            "Always 1: the node's pool, provisioning model, accelerator and TPU topology, as its Node's labels (or fleet.pool) say",
+            m.info.clone(),
+        );
+        reg.register(
+            "maintenance_source",
+            "1 while that source (metadata, node-labels) reports maintenance (a phase other than none)",
+            m.sources.clone(),
+        );
+        m
+    }
+
+    /// Export `labels` as the node's one info series (the previous one, if different, goes).
+    pub fn set_info(&self, labels: NodeInfoLabels) {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = current.take() {
+            if old != labels {
+                self.info.remove(&old);
+            }
+        }
+        self.info.get_or_create(&labels).set(1);
+        *current = Some(labels);
+    }
+
+    /// Whether `source` reports maintenance now.
+    pub fn source(&self, source: &'static str, reporting: bool) {
+        self.sources
+            .get_or_create(&SourceLabels { source })
+            .set(i64::from(reporting));
+    }
+}

@@ -1,0 +1,685 @@
+//! The node controller: follows the metadata watcher, the Node source and the GPU and TPU
+//! monitors and turns what they say into what the cluster sees, with one job per part:
+//!
+//! - the maintenance phase (here): the metadata server's and GKE's node labels' states merged
+//!   (`crate::node::policy_info::merge`, the worse of the two), the facts the restart path reads
+//!   to stand down, metrics, the trail, and when to checkpoint
+//!   (`crate::maintenance::policy::checkpoint_for`);
+//! - the Node (`crate::node::publisher`): labels, annotations, taints and Events;
+//! - checkpoint rounds (`crate::maintenance::checkpoint`), also on the agent's own SIGTERM;
+//! - GPU and TPU publishing, one path (`crate::accel::tracker::HealthTracker`, node/health.rs);
+//! - the opt-in opportunistic maintenance claim (`crate::maintenance::opportunistic`).
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::accel::gpu::model::GpuReport;
+use crate::accel::tpu::model::TpuReport;
+use crate::accel::tracker::HealthTracker;
+use crate::alerts::Notifier;
+use crate::clock::{Clock, Millis, SystemClock};
+use crate::config::{Config, MetadataConfig, OnSigterm};
+use crate::coord::Coordinator;
+use crate::kube::node::{EventType, NodeApi};
+use crate::kube::node_source::NodeReader;
+use crate::maintenance::checkpoint::CheckpointRounds;
+use crate::maintenance::model::{Interruption, MaintenanceState, Phase, RawMetadata, Source};
+use crate::maintenance::opportunistic::{ClaimStep, Opportunistic, PodWitnesses};
+use crate::maintenance::policy::{
+    checkpoint_for, derive, event_for, going_away, interrupting, interruption_starts, stands_down,
+};
+use crate::maintenance::policy_idle::gpu_witness;
+use crate::maintenance::request::{Outcome, WorkerResult};
+use crate::metrics::{Metrics, NodeInfoLabels};
+use crate::node::info::NodeInfoRx;
+use crate::node::model_info::NodeInfo;
+use crate::node::policy_info::{labels_state, merge, place};
+use crate::node::publisher::NodePublisher;
+use crate::runtime::ContainerRuntime;
+use crate::trail::{Code, Trail};
+
+mod health;
+
+/// The longest the SIGTERM path waits to read the Node afresh (the grace period is running).
+const FRESH_READ: Duration = Duration::from_secs(3);
+
+/// A SIGTERM this soon after a checkpoint round does not ask the workers again: a preemption's
+/// own SIGTERM follows its checkpoint within seconds.
+const RECENT_ROUND: Duration = Duration::from_secs(60);
+
+/// After SIGTERM the round must be over this long before `checkpoint.grace` ends: one second for
+/// the trail, the annotation and the Event, and the last second is the drain's guard (`app.rs`).
+const RECORD_RESERVE: Duration = Duration::from_secs(2);
+
+/// What the restart path needs to know about the node's maintenance.
+#[derive(Debug, Clone, Default)]
+pub struct NodeFacts {
+    pub maintenance: MaintenanceState,
+    /// When the last interrupting phase (ongoing, terminating) ended, on the coordinator's
+    /// clock: restarts stay suppressed for `metadata.settle` after it.
+    pub interruption_ended: Option<Millis>,
+}
+
+impl NodeFacts {
+    /// Whether restarts stand down at `now` (see [`stands_down`]).
+    pub fn stands_down(&self, now: Millis, m: &MetadataConfig) -> bool {
+        stands_down(&self.maintenance, self.interruption_ended, now, m)
+    }
+}
+
+pub type SharedFacts = Arc<RwLock<NodeFacts>>;
+
+/// A checkpoint round's reason and per-worker results.
+type RoundResult = (&'static str, Vec<WorkerResult>);
+/// The checkpoint rounds in flight.
+type Rounds = tokio::task::JoinSet<RoundResult>;
+
+/// Writes the controller's decisions to the trail, with the phase as the verdict.
+struct Notes {
+    trail: Trail,
+    coord: Arc<dyn Coordinator>,
+}
+
+impl Notes {
+    /// The coordinator's clock; the node's when the coordinator is down.
+    async fn now(&self) -> Millis {
+        match self.coord.time().await {
+            Ok(t) => t,
+            Err(_) => SystemClock.now(),
+        }
+    }
+
+    async fn note(&self, phase: Phase, worker: &str, code: Code, detail: String) {
+        let at = self.now().await;
+        let recorded = self
+            .trail
+            .record(at, worker, phase.as_str(), code, detail, None)
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, decision = code.as_str(), "decision not stored in the trail");
+        }
+    }
+}
+
+pub struct Controller {
+    cfg: Config,
+    metrics: Arc<Metrics>,
+    facts: SharedFacts,
+    notes: Notes,
+    node: NodePublisher,
+    rounds: Arc<CheckpointRounds>,
+    /// When the last checkpoint round ended (a SIGTERM right after one does not repeat it).
+    last_round_ended: Option<tokio::time::Instant>,
+    claim: Opportunistic,
+    gpu: HealthTracker<GpuReport>,
+    /// When the last GPU report arrived (the idle check reads an old one as no answer).
+    gpu_seen: Option<tokio::time::Instant>,
+    /// The last GPU failure clearing (by sequence number) put in the trail.
+    gpu_cleared_seen: u64,
+    tpu: HealthTracker<TpuReport>,
+    /// The TPU monitor's reports, when one runs (see [`Controller::with_tpu`]).
+    tpu_rx: Option<watch::Receiver<TpuReport>>,
+    /// The state the node acts on: the two sources' merged.
+    state: MaintenanceState,
+    /// The metadata server's state alone, and the Node labels' alone.
+    metadata_state: MaintenanceState,
+    labels_state: MaintenanceState,
+    /// The Node source's channel (none: the Node is not read).
+    node_info: Option<NodeInfoRx>,
+    /// The Node as last read, and a reader for a fresh look at SIGTERM (none: not read).
+    last_info: Option<NodeInfo>,
+    node_reader: Option<Arc<dyn NodeReader>>,
+    /// The node's description as last noted in the trail (pool, provisioning, accelerator,
+    /// topology), so an unchanged read notes nothing.
+    noted_info: Option<String>,
+    /// An ongoing episode is checkpointed once.
+    checkpointed_episode: bool,
+    notifier: Option<Notifier>,
+}
+
+impl Controller {
+    /// A controller writing to `trail` (share the agent's, so both show one instance).
+    pub fn new(
+        cfg: Config,
+        coord: Arc<dyn Coordinator>,
+        runtime: Arc<dyn ContainerRuntime>,
+        metrics: Arc<Metrics>,
+        trail: Trail,
+    ) -> Controller {
+        Controller {
+            node: NodePublisher::new(&cfg, None, metrics.clone()),
+            rounds: Arc::new(CheckpointRounds::new(
+                &cfg,
+                coord.clone(),
+                runtime.clone(),
+                metrics.clone(),
+            )),
+            last_round_ended: None,
+            claim: Opportunistic::new(&cfg, coord.clone(), runtime, metrics.clone()),
+            notes: Notes { trail, coord },
+            gpu: HealthTracker::default(),
+            gpu_seen: None,
+            gpu_cleared_seen: 0,
+            tpu: HealthTracker::default(),
+            tpu_rx: None,
+            facts: SharedFacts::default(),
+            state: MaintenanceState::default(),
+            metadata_state: MaintenanceState::default(),
+            labels_state: MaintenanceState::default(),
+            node_info: None,
+            last_info: None,
+            node_reader: None,
+            noted_info: None,
+            checkpointed_episode: false,
+            notifier: None,
+            metrics,
+            cfg,
+        }
+    }
+
+    /// Publish to this Node through `api` (without it the Node is left alone).
+    pub fn with_node_api(mut self, api: Arc<dyn NodeApi>) -> Self {
+        self.node = NodePublisher::new(&self.cfg, Some(api), self.metrics.clone());
+        self
+    }
+
+    /// Let the opportunistic idle check read this node's pods through the Kubernetes API and
+    /// the kubelet's PodResources API (without them, on Kubernetes, it counts the node busy).
+    pub fn with_pod_witnesses(
+        mut self,
+        pods: Option<Arc<dyn crate::kube::pods::PodApi>>,
+        devices: Option<Arc<dyn crate::kube::podresources::DeviceSource>>,
+    ) -> Self {
+        self.claim = self.claim.with_witnesses(PodWitnesses { pods, devices });
+        self
+    }
+
+    /// Share the facts the restart path reads (see `Agent::with_facts`).
+    pub fn with_facts(mut self, facts: SharedFacts) -> Self {
+        self.facts = facts;
+        self
+    }
+
+    /// Follow the TPU monitor's reports (`crate::accel::tpu::monitor`) in [`Controller::run`].
+    pub fn with_tpu(mut self, rx: watch::Receiver<TpuReport>) -> Self {
+        self.tpu_rx = Some(rx);
+        self
+    }
+
+    /// Follow the Node source (`crate::node::info`): GKE's maintenance labels and taint
+    /// join the metadata server's notices, and the pool comes from the Node's label.
+    pub fn with_node_info(mut self, rx: NodeInfoRx, reader: Option<Arc<dyn NodeReader>>) -> Self {
+        self.node_reader = reader;
+        self.node_info = Some(rx);
+        self
+    }
+
+    /// Alerts for node-level GPU and TPU failures go here.
+    pub fn with_notifier(mut self, notifier: Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
+    }
+
+    async fn note(&self, code: Code, detail: String) {
+        self.notes.note(self.state.phase, "-", code, detail).await;
+    }
+
+    /// Make the Node show the current state.
+    pub async fn publish(&mut self) {
+        self.node.publish().await;
+    }
+
+    fn set_phase_metric(&self, phase: Phase) {
+        for p in [
+            Phase::None,
+            Phase::Pending,
+            Phase::Ongoing,
+            Phase::Terminating,
+        ] {
+            self.metrics.maintenance.phase(p.as_str(), p == phase);
+        }
+    }
+
+    /// Act on a new state of the metadata source (merged with the Node labels' as the run loop
+    /// merges them), and wait for the checkpoint round it starts (if any) to be recorded. The
+    /// run loop does not wait: see [`Controller::transition`].
+    pub async fn apply(&mut self, next: MaintenanceState) {
+        let mut rounds = Rounds::new();
+        self.metadata_state = next;
+        self.remerge(&mut rounds).await;
+        while let Some(done) = rounds.join_next().await {
+            self.round_done(done).await;
+        }
+    }
+
+    /// Act on the two sources' states merged (the worse of the two: the labels never clear what
+    /// the metadata server says).
+    async fn remerge(&mut self, rounds: &mut Rounds) {
+        let next = merge(&self.metadata_state, &self.labels_state);
+        self.transition(next, rounds).await;
+    }
+
+    /// A new read of the Node: the pool for the claim, the node-info metric, a trail note when
+    /// the node's description changed, and GKE's maintenance signals as the label source's state
+    /// (not yet merged: see [`Controller::remerge`]).
+    async fn take_node_info(&mut self, info: &NodeInfo) {
+        let p = place(&self.cfg.fleet, Some(info));
+        self.claim.set_pool(&p.pool);
+        self.metrics.node_info.set_info(NodeInfoLabels {
+            pool: p.pool.clone(),
+            provisioning: info.provisioning.as_ref().map_or("", |v| v.metric_label()),
+            accelerator: info.accelerator().unwrap_or_default().to_string(),
+            tpu_topology: info
+                .tpu_topology
+                .as_ref()
+                .map(|t| t.text.clone())
+                .unwrap_or_default(),
+        });
+        let described = describe(&self.cfg, &p, info);
+        if self.noted_info.as_deref() != Some(described.as_str()) {
+            self.note(Code::NodeInfo, described.clone()).await;
+            self.noted_info = Some(described);
+        }
+        self.labels_state = labels_state(info);
+        self.last_info = Some(info.clone());
+    }
+
+    /// Act on a new maintenance state. A checkpoint round it calls for is started in `rounds`
+    /// and recorded by whoever owns them when it ends.
+    ///
+    /// NB: the round runs on its own, never awaited here: the workers may take the whole budget
+    /// (50 s for a host maintenance) to acknowledge, and a second notice meanwhile (a preemption
+    /// two seconds later, 30 s to live) must reach the Node and the workers at once.
+    async fn transition(&mut self, next: MaintenanceState, rounds: &mut Rounds) {
+        if next == self.state {
+            return;
+        }
+        let prev = std::mem::replace(&mut self.state, next.clone());
+        self.record_transition(&prev, &next).await;
+        // The pool claim ends with the episode it was taken for.
+        if next.phase == Phase::None {
+            let step = self
+                .claim
+                .release("maintenance done; pool claim released")
+                .await;
+            self.claim_changed(step).await;
+        }
+        let round = checkpoint_for(
+            prev.phase,
+            &next,
+            self.checkpointed_episode,
+            &self.cfg.checkpoint,
+        );
+        // NB: the checkpoint requests go out first, alongside the Node update: on Spot the whole
+        // budget is 30 s, and a slow API server must not eat into it.
+        if let Some((reason, budget)) = round {
+            self.checkpointed_episode = true;
+            let r = self.rounds.clone();
+            rounds.spawn(async move { (reason, r.request(reason, budget).await) });
+        }
+        self.node.view.maintenance = next.clone();
+        let detail = transition_detail(&prev, &next);
+        self.notes
+            .note(next.phase, "-", Code::Maintenance, detail.clone())
+            .await;
+        self.node.publish().await;
+        if prev.phase != next.phase {
+            let (reason, kind) = event_for(next.phase);
+            let message = format!("vigil: maintenance {detail}");
+            self.node.event(reason, &message, kind).await;
+        }
+    }
+
+    /// A round that ended: record it (a round that panicked is logged, not recorded).
+    async fn round_done(&mut self, done: Result<RoundResult, tokio::task::JoinError>) {
+        match done {
+            Ok((reason, results)) => self.record_round(reason, &results).await,
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => tracing::error!(error = %e, "a checkpoint round failed"),
+        }
+    }
+
+    /// The facts the restart path reads, the phase metric and the interruption counter.
+    async fn record_transition(&mut self, prev: &MaintenanceState, next: &MaintenanceState) {
+        let now = self.notes.now().await;
+        {
+            let mut f = self.facts.write().unwrap_or_else(|p| p.into_inner());
+            f.maintenance = next.clone();
+            if interrupting(prev.phase) && !interrupting(next.phase) {
+                f.interruption_ended = Some(now);
+            }
+        }
+        self.set_phase_metric(next.phase);
+        for source in [Source::Metadata, Source::NodeLabels] {
+            let reporting = next.sources.contains(&source);
+            self.metrics.node_info.source(source.as_str(), reporting);
+        }
+        let window = next.window_start.as_deref();
+        let start = window.and_then(crate::clock::parse_rfc3339);
+        self.metrics.maintenance.window_start(start);
+        if interruption_starts(prev.phase, next.phase) {
+            let kind = next
+                .interruption
+                .unwrap_or(Interruption::HostMaintenance)
+                .as_str();
+            for reason in &next.reasons {
+                self.metrics.maintenance.interruption(kind, reason);
+            }
+        }
+        if matches!(next.phase, Phase::None | Phase::Pending) {
+            self.checkpointed_episode = false;
+        }
+    }
+
+    /// Ask every worker to checkpoint, wait, and record the outcome everywhere.
+    pub async fn checkpoint(&mut self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
+        let results = self.rounds.request(reason, budget).await;
+        self.record_round(reason, &results).await;
+        results
+    }
+
+    /// A finished round: the trail per worker, the Node's last-checkpoint annotation, an Event.
+    async fn record_round(&mut self, reason: &str, results: &[WorkerResult]) {
+        let now = self.notes.now().await;
+        self.last_round_ended = Some(tokio::time::Instant::now());
+        let record = self.rounds.finish(reason, results, now);
+        for (worker, code, detail) in record.lines {
+            self.notes
+                .note(self.state.phase, &worker, code, detail)
+                .await;
+        }
+        self.node.view.last_checkpoint = Some(record.summary.clone());
+        self.node.publish().await;
+        let kind = if record.all_acked {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        let message = format!("vigil: checkpoint requested ({})", record.summary);
+        self.node.event("VigilCheckpoint", &message, kind).await;
+    }
+
+    /// One tick: the Node again if the last write failed (it must converge to the desired
+    /// state, not wait for the next change), then opportunistic maintenance.
+    async fn tick(&mut self) {
+        if self.node.stale {
+            self.node.publish().await;
+        }
+        self.opportunistic().await;
+    }
+
+    /// One tick of opportunistic maintenance.
+    pub async fn opportunistic(&mut self) {
+        let age = self.gpu_seen.map(|t| t.elapsed());
+        let gpus = gpu_witness(&self.cfg.gpu, self.gpu.report(), age);
+        let step = self.claim.tick(&self.state, gpus).await;
+        if let Some(detail) = self.claim.take_note() {
+            self.note(Code::IdleCheck, detail).await;
+        }
+        self.claim_changed(step).await;
+    }
+
+    /// Show what the claim's step changed: the label, the trail, an Event.
+    async fn claim_changed(&mut self, step: ClaimStep) {
+        match step {
+            ClaimStep::Unchanged => {}
+            ClaimStep::Claimed(detail) => {
+                self.node.view.perform_maintenance = Some(true);
+                self.note(Code::PerformMaintenance, detail).await;
+                self.node.publish().await;
+                self.node
+                    .event(
+                        "VigilPerformMaintenance",
+                        "vigil: node idle; perform-maintenance requested",
+                        EventType::Normal,
+                    )
+                    .await;
+            }
+            ClaimStep::Released(detail) => {
+                self.node.view.perform_maintenance = Some(false);
+                self.note(Code::PerformMaintenance, detail).await;
+                self.node.publish().await;
+            }
+        }
+    }
+
+    /// Follow the metadata watcher (and the Node source, when given) until `term` (SIGTERM:
+    /// checkpoint, then return) or `stop`.
+    pub async fn run(
+        mut self,
+        mut rx: watch::Receiver<RawMetadata>,
+        mut gpu_rx: watch::Receiver<GpuReport>,
+        term: CancellationToken,
+        stop: CancellationToken,
+    ) {
+        let mut rounds = Rounds::new();
+        // No TPU monitor: a channel whose sender is gone, so its branch closes at once.
+        let mut tpu_rx = self
+            .tpu_rx
+            .take()
+            .unwrap_or_else(|| watch::channel(TpuReport::default()).1);
+        let mut node_rx = self.node_info.take();
+        self.start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut node_rx, &mut rounds)
+            .await;
+        let mut tick = tokio::time::interval(self.cfg.poll_interval);
+        let mut metadata_open = true;
+        let mut gpu_open = true;
+        let mut tpu_open = true;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = term.cancelled() => {
+                    self.on_sigterm(&mut rounds).await;
+                    break;
+                }
+                Some(done) = rounds.join_next(), if !rounds.is_empty() => {
+                    self.round_done(done).await;
+                }
+                changed = rx.changed(), if metadata_open => {
+                    // Closed: the watcher is off (not on GCE); keep serving SIGTERM checkpoints.
+                    metadata_open = changed.is_ok();
+                    if metadata_open {
+                        self.metadata_state = derive(&rx.borrow_and_update());
+                        self.remerge(&mut rounds).await;
+                    }
+                }
+                Some(info) = node_changed(&mut node_rx) => {
+                    self.take_node_info(&info).await;
+                    self.remerge(&mut rounds).await;
+                }
+                changed = gpu_rx.changed(), if gpu_open => {
+                    gpu_open = changed.is_ok();
+                    if gpu_open {
+                        let report = gpu_rx.borrow_and_update().clone();
+                        self.apply_gpu(report).await;
+                    }
+                }
+                changed = tpu_rx.changed(), if tpu_open => {
+                    tpu_open = changed.is_ok();
+                    if tpu_open {
+                        let report = tpu_rx.borrow_and_update().clone();
+                        self.show_health(report).await;
+                    }
+                }
+                _ = tick.tick() => self.tick().await,
+            }
+        }
+    }
+
+    /// Bring the Node in line at start-up (clears what a previous run may have left).
+    async fn start(
+        &mut self,
+        rx: &mut watch::Receiver<RawMetadata>,
+        gpu_rx: &mut watch::Receiver<GpuReport>,
+        tpu_rx: &mut watch::Receiver<TpuReport>,
+        node_rx: &mut Option<NodeInfoRx>,
+        rounds: &mut Rounds,
+    ) {
+        let gpu = gpu_rx.borrow_and_update().clone();
+        self.gpu_seen = Some(tokio::time::Instant::now());
+        self.note_cleared(&gpu).await;
+        self.gpu.seed(gpu.clone(), &self.metrics);
+        self.node.view.gpu = gpu;
+        // A report only once the monitor has published one (see `NodeView::tpu`).
+        if tpu_rx.has_changed().unwrap_or(false) {
+            let tpu = tpu_rx.borrow_and_update().clone();
+            self.tpu.seed(tpu.clone(), &self.metrics);
+            self.node.view.tpu = Some(tpu);
+        }
+        self.set_phase_metric(Phase::None);
+        let info = node_rx.as_mut().and_then(|r| r.borrow_and_update().clone());
+        if let Some(info) = info {
+            self.take_node_info(&info).await;
+        }
+        self.metadata_state = derive(&rx.borrow_and_update());
+        let first = merge(&self.metadata_state, &self.labels_state);
+        if first == self.state {
+            self.node.publish().await;
+        } else {
+            self.transition(first, rounds).await;
+        }
+    }
+
+    /// SIGTERM: a round under way (the notice's) is the checkpoint: wait for it and record
+    /// it; otherwise ask the workers, unless a round ended moments ago. Either way the round is
+    /// over [`RECORD_RESERVE`] before the grace period ends, so its outcome is always recorded:
+    /// a round still waiting then is cut short and recorded as such.
+    async fn on_sigterm(&mut self, rounds: &mut Rounds) {
+        let (grace, on_sigterm, sigterm_budget) = {
+            let c = &self.cfg.checkpoint;
+            (c.grace, c.on_sigterm, c.sigterm_budget)
+        };
+        let record_by = tokio::time::Instant::now() + grace.saturating_sub(RECORD_RESERVE);
+        if !rounds.is_empty() {
+            loop {
+                match tokio::time::timeout_at(record_by, rounds.join_next()).await {
+                    Ok(Some(done)) => self.round_done(done).await,
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
+            }
+            rounds.abort_all();
+            tracing::error!("the checkpoint round under way did not finish before the grace period: recording it as cut short");
+            let cut = WorkerResult {
+                worker: "*".into(),
+                method: "none",
+                outcome: Outcome::TimedOut,
+                waited: grace.saturating_sub(RECORD_RESERVE),
+                detail: format!(
+                    "the round under way was cut short {}s before checkpoint.grace ({}) ended",
+                    RECORD_RESERVE.as_secs(),
+                    humantime::format_duration(grace)
+                ),
+            };
+            self.record_round("sigterm-cut-short", &[cut]).await;
+            return;
+        }
+        let recent = self
+            .last_round_ended
+            .is_some_and(|t| t.elapsed() < RECENT_ROUND);
+        let why = match on_sigterm {
+            OnSigterm::Never => None,
+            OnSigterm::Always => Some("checkpoint.on_sigterm = always".to_string()),
+            OnSigterm::NodeGoingAway => {
+                let info = self.fresh_node().await;
+                going_away(self.state.phase, info.as_ref())
+            }
+        };
+        match why {
+            Some(why) if !recent => {
+                let left = record_by.saturating_duration_since(tokio::time::Instant::now());
+                self.note(
+                    Code::AgentStopping,
+                    format!("asking the workers to checkpoint: {why}"),
+                )
+                .await;
+                self.checkpoint("agent-sigterm", sigterm_budget.min(left))
+                    .await;
+            }
+            _ => {
+                let detail = format!(
+                    "no checkpoint asked: the node is not going away (checkpoint.on_sigterm = {}; a rollout leaves the workers running)",
+                    on_sigterm.as_str()
+                );
+                self.note(Code::AgentStopping, detail).await;
+            }
+        }
+    }
+
+    /// The Node as it is now (a read bounded by a few seconds: the grace is running), else as
+    /// last read.
+    async fn fresh_node(&mut self) -> Option<NodeInfo> {
+        if let Some(reader) = &self.node_reader {
+            let read = tokio::time::timeout(FRESH_READ, reader.read(&self.cfg.node_name)).await;
+            if let Ok(Ok(raw)) = read {
+                return Some(crate::node::policy_info::parse(&raw));
+            }
+        }
+        self.last_info.clone()
+    }
+}
+
+/// The next read of the Node source: `None` (pending forever) without one, or once it closed.
+async fn node_changed(rx: &mut Option<NodeInfoRx>) -> Option<NodeInfo> {
+    let Some(r) = rx else {
+        return std::future::pending().await;
+    };
+    if r.changed().await.is_err() {
+        *rx = None;
+        return None;
+    }
+    r.borrow_and_update().clone()
+}
+
+/// The node as the trail notes it: `pool P (fleet.pool|Node label), slice S, provisioning …,
+/// accelerator …, TPU topology …`.
+fn describe(cfg: &Config, p: &crate::node::policy_info::Place, info: &NodeInfo) -> String {
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let pool_from = if !cfg.fleet.pool.is_empty() {
+        " (fleet.pool)"
+    } else if p.pool.is_empty() {
+        ""
+    } else {
+        " (Node label)"
+    };
+    format!(
+        "pool {}{pool_from}, slice {}, provisioning {}, accelerator {}, TPU topology {}",
+        or_dash(&p.pool),
+        or_dash(&p.slice),
+        info.provisioning.as_ref().map_or("-", |v| v.as_str()),
+        info.accelerator().unwrap_or("-"),
+        info.tpu_topology.as_ref().map_or("-", |t| t.text.as_str()),
+    )
+}
+
+/// `prev → next (reasons: …; sources: …; window … – …; can_reschedule=…)` for the trail and
+/// the Event.
+fn transition_detail(prev: &MaintenanceState, next: &MaintenanceState) -> String {
+    format!(
+        "{} → {} (reasons: {}; sources: {}; window {} – {}; can_reschedule={})",
+        prev.phase.as_str(),
+        next.phase.as_str(),
+        if next.reasons.is_empty() {
+            "none".to_string()
+        } else {
+            next.reasons.join(",")
+        },
+        if next.sources.is_empty() {
+            "none".to_string()
+        } else {
+            next.sources_str()
+        },
+        next.window_start.as_deref().unwrap_or("-"),
+        next.window_end.as_deref().unwrap_or("-"),
+        next.can_reschedule
+    )
+}

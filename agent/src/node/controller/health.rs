@@ -1,0 +1,86 @@
+//! The node controller's accelerator health, one path for every kind: a GPU or TPU report folded
+//! into the Node (label, condition, taint), the trail, Events and alerts.
+
+use crate::accel::gpu::model::GpuReport;
+use crate::accel::gpu::policy::new_cleared;
+use crate::accel::model::Health;
+use crate::accel::policy::event_for;
+use crate::accel::tpu::model::TpuReport;
+use crate::accel::tracker::{HealthTracker, Tracked};
+use crate::alerts::Alert;
+use crate::trail::Code;
+
+use super::Controller;
+
+/// Where the controller keeps each kind: its tracker and its place in the Node's view.
+pub(crate) trait Shown: Tracked {
+    fn tracker(c: &mut Controller) -> &mut HealthTracker<Self>;
+    fn show(&self, c: &mut Controller);
+}
+
+impl Shown for GpuReport {
+    fn tracker(c: &mut Controller) -> &mut HealthTracker<Self> {
+        &mut c.gpu
+    }
+    fn show(&self, c: &mut Controller) {
+        c.node.view.gpu = self.clone();
+    }
+}
+
+impl Shown for TpuReport {
+    fn tracker(c: &mut Controller) -> &mut HealthTracker<Self> {
+        &mut c.tpu
+    }
+    fn show(&self, c: &mut Controller) {
+        c.node.view.tpu = Some(self.clone());
+    }
+}
+
+impl Controller {
+    /// A new GPU report: the failures it clears go in the trail, then it is applied.
+    pub(crate) async fn apply_gpu(&mut self, report: GpuReport) {
+        self.gpu_seen = Some(tokio::time::Instant::now());
+        self.note_cleared(&report).await;
+        self.show_health(report).await;
+    }
+
+    /// A new report of any kind: metrics always; the Node, the trail, an Event and (on failure)
+    /// an alert when the kind's health, its headline facts or its reasons change.
+    pub(crate) async fn show_health<A: Shown>(&mut self, report: A) {
+        let metrics = self.metrics.clone();
+        let Some(change) = A::tracker(self).fold(report, &metrics) else {
+            return;
+        };
+        let r = A::tracker(self).report().clone();
+        r.show(self);
+        if r.noted(change.prev) {
+            self.note(A::TRAIL, change.detail.clone()).await;
+        }
+        self.node.publish().await;
+        if !r.monitoring() || change.prev == Some(r.health()) {
+            return;
+        }
+        let (reason, kind) = event_for(A::NAMES, r.health());
+        let message = format!("vigil: {}", change.detail);
+        self.node.event(reason, &message, kind).await;
+        if let (Health::Failed, Some(n)) = (r.health(), &self.notifier) {
+            let detail = format!("{}; {}", change.detail, A::ADVICE);
+            n.send(&Alert::new(A::ALERT, &self.cfg.node_name, detail))
+                .await;
+        }
+    }
+
+    /// A `gpu-failure-cleared` trail entry for each GPU failure the report clears (by a reset, a
+    /// driver reload or a reboot), saying why.
+    pub(super) async fn note_cleared(&mut self, report: &GpuReport) {
+        for c in new_cleared(report, &mut self.gpu_cleared_seen) {
+            let detail = format!(
+                "{}: failure cleared: {} (it was: {})",
+                c.gpu,
+                c.why,
+                c.causes.join("; ")
+            );
+            self.note(Code::GpuFailureCleared, detail).await;
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The Node as Vigil shows it: one desired state — maintenance, GPU and TPU health, the last
+//! checkpoint and the perform-maintenance label — reconciled onto the Node, plus the Events. Every call is
+//! bounded: the Node is informative, checkpoints are what matter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::accel::gpu::model::GpuReport;
+use crate::accel::policy::desired;
+use crate::accel::tpu::model::TpuReport;
+use crate::config::Config;
+use crate::kube::node::{EventType, NodeApi};
+use crate::maintenance::model::MaintenanceState;
+use crate::maintenance::policy::node_desired;
+use crate::metrics::Metrics;
+
+/// Longest wait on one Kubernetes call.
+const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the Node should show.
+#[derive(Debug, Clone, Default)]
+pub struct NodeView {
+    pub maintenance: MaintenanceState,
+    pub gpu: GpuReport,
+    /// The TPU monitor's last report; `None` until its first, when Vigil's TPU fields on the
+    /// Node are left as they are (an agent restarting on a TPU node does not take its TPU label
+    /// and condition off for the second before the monitor's first reading).
+    pub tpu: Option<TpuReport>,
+    /// `<time> <reason>: acked=… timed-out=… failed=…` of the last checkpoint round.
+    pub last_checkpoint: Option<String>,
+    /// The perform-maintenance label: `Some(true)` while this node holds the pool's claim,
+    /// `Some(false)` to remove the label it set, `None` to leave the label alone.
+    ///
+    /// NB: only a label this node set is ever removed: an operator's own is left alone.
+    pub perform_maintenance: Option<bool>,
+}
+
+pub(crate) struct NodePublisher {
+    api: Option<Arc<dyn NodeApi>>,
+    cfg: Config,
+    metrics: Arc<Metrics>,
+    pub view: NodeView,
+    /// The last write failed (API down, 500, a timeout, a 403): the Node may not show the view,
+    /// so it is written again at the next tick until it does.
+    pub stale: bool,
+}
+
+impl NodePublisher {
+    pub fn new(cfg: &Config, api: Option<Arc<dyn NodeApi>>, metrics: Arc<Metrics>) -> Self {
+        NodePublisher {
+            api,
+            cfg: cfg.clone(),
+            metrics,
+            view: NodeView::default(),
+            stale: false,
+        }
+    }
+
+    /// Make the Node show the view (no write when it already does).
+    pub async fn publish(&mut self) {
+        let Some(api) = &self.api else { return };
+        let v = &self.view;
+        let k = &self.cfg.kubernetes;
+        let mut want = node_desired(
+            k,
+            &v.maintenance,
+            v.last_checkpoint.as_deref(),
+            v.perform_maintenance,
+        );
+        desired(k, &v.gpu, self.cfg.gpu.taint_on_failure, &mut want);
+        if let Some(tpu) = &v.tpu {
+            desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
+        }
+        let node = &self.cfg.node_name;
+        match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(node, &want)).await {
+            Ok(Ok(())) => {
+                if self.stale {
+                    tracing::info!("the Node shows Vigil's state again");
+                }
+                self.stale = false;
+                // The label this node set is gone now: from here on it is not ours to touch.
+                if self.view.perform_maintenance == Some(false) {
+                    self.view.perform_maintenance = None;
+                }
+            }
+            Ok(Err(e)) => {
+                self.metrics.kube_error(e.op());
+                if !self.stale {
+                    tracing::error!(error = %e, "could not update the Node; retrying every poll_interval until it matches");
+                }
+                self.stale = true;
+            }
+            Err(_) => {
+                self.metrics.kube_error("patch");
+                if !self.stale {
+                    tracing::error!("the Kubernetes API did not answer within {KUBE_TIMEOUT:?}; retrying every poll_interval until the Node matches");
+                }
+                self.stale = true;
+            }
+        }
+    }
+
+    /// Record a Kubernetes Event about the Node (best-effort).
+    pub async fn event(&self, reason: &str, message: &str, kind: EventType) {
+        let Some(api) = &self.api else { return };
+        let node = &self.cfg.node_name;
+        let call = tokio::time::timeout(KUBE_TIMEOUT, api.event(node, reason, message, kind));
+        match call.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.metrics.kube_error(e.op());
+                tracing::warn!(error = %e, reason, "could not record the Event");
+            }
+            Err(_) => {
+                self.metrics.kube_error("event");
+                tracing::warn!(
+                    reason,
+                    "the Kubernetes API did not answer; Event not recorded"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The decision trail: every decision (acted, skipped and why, recovered) appended to a bounded
+//! per-node stream, so an operator can ask "why did / didn't it restart node X?" (`vigil explain`).
+
+pub(crate) mod journal;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::clock::{rfc3339, Millis};
+use crate::coord::{CoordError, Coordinator, Keys, TrailEntry};
+use crate::metrics::Metrics;
+
+/// Decision codes written to the trail (and the `decision` label of `vigil_decisions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// A stale heartbeat was seen once; waiting for the confirming observation.
+    Suspect,
+    /// A hang or error was confirmed: the persistence timer started.
+    TimerStarted,
+    /// The timer was cleared by our own restart booting or by maintenance.
+    TimerCleared,
+    /// The worker is fine again: incident closed, or healthy after our restart.
+    Recovered,
+    /// A restarted worker beat for the first time: its cooldown (booting) ends, and a new hang
+    /// from now on is a new incident.
+    Booted,
+    /// The agent was asked to stop: whether it asked the workers to checkpoint, and why.
+    AgentStopping,
+    /// The container was restarted (verified by its start time).
+    Restarted,
+    /// Observe mode: the restart would have run now.
+    WouldRestart,
+    /// The restart did not happen or could not be verified: a page went out.
+    RestartFailed,
+    /// Still broken after our restart: a person was paged.
+    Escalated,
+    /// An alert was sent.
+    Alerted,
+    /// An alert-only condition (unreachable, stalled, GPU failed) ended.
+    EpisodeClosed,
+    /// Another instance holds the node lock; it acts.
+    SkipLockHeld,
+    /// The daily circuit breaker is open.
+    SkipBreakerOpen,
+    /// The fleet restart budget of this window is used up.
+    SkipBudgetExhausted,
+    /// The lock was lost or had too little TTL left for the restart.
+    SkipLockExpiring,
+    /// The container is not the incarnation observed at decision time.
+    SkipContainerChanged,
+    /// The container decided on is no longer running (stopped, exited, replaced).
+    SkipNotRunning,
+    /// Several containers claim the worker id.
+    SkipAmbiguous,
+    /// The runtime says this worker must not be restarted (e.g. a pod with restartPolicy Never).
+    SkipNotRestartable,
+    /// Another instance's restart of this incident failed after our decision: its retry waits
+    /// for the backoff.
+    SkipRetryPending,
+    /// The worker's restarts belong to another controller (`alert-only`): reported, not
+    /// restarted.
+    SkipAlertOnly,
+    /// Revalidation found the worker fresh (or a cooldown) right before the command.
+    CancelledRecovered,
+    /// Shutdown, maintenance or a GPU failure arrived before the command.
+    CancelledNodeState,
+    /// Log collection failed: no restart, no budget consumed.
+    AbortedLogsFailed,
+    /// An agent started.
+    AgentStarted,
+    /// A restart outside Vigil was seen: treated as booting.
+    ExternalRestart,
+    /// The maintenance phase changed.
+    Maintenance,
+    /// A worker acknowledged its checkpoint request.
+    CheckpointAcked,
+    /// A worker did not acknowledge within the budget.
+    CheckpointTimedOut,
+    /// A checkpoint request could not be delivered.
+    CheckpointFailed,
+    /// Opportunistic maintenance: the pool claim was taken or released.
+    PerformMaintenance,
+    /// Opportunistic maintenance: the idle check's verdict changed (idle, or why not).
+    IdleCheck,
+    /// The configuration was reloaded.
+    ConfigReloaded,
+    /// The node's GPU health changed.
+    GpuHealth,
+    /// The node's TPU health changed.
+    TpuHealth,
+    /// A GPU's standing failure was cleared: the node rebooted, the driver reloaded, or the GPU
+    /// was reset (the detail says which evidence).
+    GpuFailureCleared,
+    /// The node's description from its Node (pool, slice, provisioning, accelerator, TPU
+    /// topology) was read for the first time or changed.
+    NodeInfo,
+}
+
+impl Code {
+    /// Every code, for the docs drift check (docs/trail.md).
+    pub const ALL: [Code; 38] = [
+        Code::Suspect,
+        Code::TimerStarted,
+        Code::TimerCleared,
+        Code::Recovered,
+        Code::Booted,
+        Code::AgentStopping,
+        Code::Restarted,
+        Code::WouldRestart,
+        Code::RestartFailed,
+        Code::Escalated,
+        Code::Alerted,
+        Code::EpisodeClosed,
+        Code::SkipLockHeld,
+        Code::SkipBreakerOpen,
+        Code::SkipBudgetExhausted,
+        Code::SkipLockExpiring,
+        Code::SkipContainerChanged,
+        Code::SkipNotRunning,
+        Code::SkipAmbiguous,
+        Code::SkipNotRestartable,
+        Code::SkipRetryPending,
+        Code::SkipAlertOnly,
+        Code::CancelledRecovered,
+        Code::CancelledNodeState,
+        Code::AbortedLogsFailed,
+        Code::AgentStarted,
+        Code::ExternalRestart,
+        Code::Maintenance,
+        Code::CheckpointAcked,
+        Code::CheckpointTimedOut,
+        Code::CheckpointFailed,
+        Code::PerformMaintenance,
+        Code::IdleCheck,
+        Code::ConfigReloaded,
+        Code::GpuHealth,
+        Code::TpuHealth,
+        Code::GpuFailureCleared,
+        Code::NodeInfo,
+    ];
+
+    /// The stable name stored in the trail and used as the metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Suspect => "suspect",
+            Code::TimerStarted => "timer-started",
+            Code::TimerCleared => "timer-cleared",
+            Code::Recovered => "recovered",
+            Code::Booted => "booted",
+            Code::AgentStopping => "agent-stopping",
+            Code::Restarted => "restarted",
+            Code::WouldRestart => "would-restart",
+            Code::RestartFailed => "restart-failed",
+            Code::Escalated => "escalated",
+            Code::Alerted => "alerted",
+            Code::EpisodeClosed => "episode-closed",
+            Code::SkipLockHeld => "skipped-lock-held",
+            Code::SkipBreakerOpen => "skipped-breaker-open",
+            Code::SkipBudgetExhausted => "skipped-budget-exhausted",
+            Code::SkipLockExpiring => "skipped-lock-expiring",
+            Code::SkipContainerChanged => "skipped-container-changed",
+            Code::SkipNotRunning => "skipped-not-running",
+            Code::SkipAmbiguous => "skipped-ambiguous",
+            Code::SkipNotRestartable => "skipped-not-restartable",
+            Code::SkipRetryPending => "skipped-retry-pending",
+            Code::SkipAlertOnly => "skipped-alert-only",
+            Code::CancelledRecovered => "cancelled-recovered",
+            Code::CancelledNodeState => "cancelled-node-state",
+            Code::AbortedLogsFailed => "aborted-logs-failed",
+            Code::AgentStarted => "agent-started",
+            Code::ExternalRestart => "external-restart",
+            Code::Maintenance => "maintenance",
+            Code::CheckpointAcked => "checkpoint-acked",
+            Code::CheckpointTimedOut => "checkpoint-timed-out",
+            Code::CheckpointFailed => "checkpoint-failed",
+            Code::PerformMaintenance => "perform-maintenance",
+            Code::IdleCheck => "idle-check",
+            Code::ConfigReloaded => "config-reloaded",
+            Code::GpuHealth => "gpu-health",
+            Code::TpuHealth => "tpu-health",
+            Code::GpuFailureCleared => "gpu-failure-cleared",
+            Code::NodeInfo => "node-info",
+        }
+    }
+}
+
+/// One decision, before it is stored.
+#[derive(Debug, Clone)]
+pub struct Decision<'a> {
+    pub at: Millis,
+    pub worker: &'a str,
+    pub verdict: &'a str,
+    pub decision: Code,
+    pub detail: String,
+    pub incident: Option<&'a str>,
+    pub agent: &'a str,
+    pub dry_run: bool,
+}
+
+impl Decision<'_> {
+    pub fn fields(&self) -> Vec<(String, String)> {
+        let mut f = vec![
+            ("at".to_string(), self.at.to_string()),
+            ("worker".to_string(), self.worker.to_string()),
+            ("verdict".to_string(), self.verdict.to_string()),
+            ("decision".to_string(), self.decision.as_str().to_string()),
+            ("detail".to_string(), self.detail.clone()),
+            ("agent".to_string(), self.agent.to_string()),
+        ];
+        if let Some(i) = self.incident {
+            f.push(("incident".into(), i.to_string()));
+        }
+        if self.dry_run {
+            f.push(("dry_run".into(), "true".into()));
+        }
+        f
+    }
+}
+
+/// Writes decisions: the stream, the log line and the metric, for every part of the agent.
+#[derive(Clone)]
+pub struct Trail {
+    pub coord: Arc<dyn Coordinator>,
+    pub keys: Keys,
+    /// Identifies this process in the trail (two agents on one node are told apart).
+    pub instance: String,
+    pub max_len: usize,
+    pub metrics: Arc<Metrics>,
+    pub dry_run: bool,
+}
+
+impl Trail {
+    pub async fn record(
+        &self,
+        at: Millis,
+        worker: &str,
+        verdict: &str,
+        decision: Code,
+        detail: String,
+        incident: Option<&str>,
+    ) -> Result<(), CoordError> {
+        let decision_name = decision.as_str();
+        tracing::info!(
+            node = %self.keys.node(),
+            worker,
+            verdict,
+            decision = decision_name,
+            incident,
+            dry_run = self.dry_run,
+            "{detail}"
+        );
+        self.metrics.decision(decision_name);
+        let d = Decision {
+            at,
+            worker,
+            verdict,
+            decision,
+            detail,
+            incident,
+            agent: &self.instance,
+            dry_run: self.dry_run,
+        };
+        self.coord
+            .append(&self.keys.trail(), &d.fields(), self.max_len)
+            .await
+    }
+}
+
+/// Render stored entries (newest first, as read) as an oldest-first timeline.
+pub(crate) fn render(node: &str, entries: &[TrailEntry]) -> String {
+    if entries.is_empty() {
+        return format!("no decisions recorded for node {node}\n");
+    }
+    let get = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
+    let mut out = format!("decision trail of node {node} (oldest first)\n");
+    for (_, e) in entries.iter().rev() {
+        let at = get(e, "at")
+            .parse::<Millis>()
+            .map(rfc3339)
+            .unwrap_or_else(|_| "?".into());
+        let dry = if e.get("dry_run").is_some() {
+            " [dry run]"
+        } else {
+            ""
+        };
+        let incident = e
+            .get("incident")
+            .map(|i| format!(" incident={i}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{at}  {:<14} {:<14} {:<26} {}{incident}{dry}  (agent {})\n",
+            get(e, "worker"),
+            get(e, "verdict"),
+            get(e, "decision"),
+            get(e, "detail"),
+            get(e, "agent"),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_oldest_first_with_incident_and_dry_run() {
+        let d = |at: Millis, code: Code, dry| {
+            let fields = Decision {
+                at,
+                worker: "trainer-0",
+                verdict: "hung",
+                decision: code,
+                detail: "because".into(),
+                incident: Some("i-1"),
+                agent: "a1",
+                dry_run: dry,
+            }
+            .fields();
+            (
+                at.to_string(),
+                fields.into_iter().collect::<HashMap<_, _>>(),
+            )
+        };
+        let entries = vec![
+            d(1_800_000_060_000, Code::WouldRestart, true),
+            d(1_800_000_000_000, Code::TimerStarted, false),
+        ];
+        let text = render("gpu-7", &entries);
+        let first = text.find("timer-started").unwrap();
+        let second = text.find("would-restart").unwrap();
+        assert!(first < second, "{text}");
+        assert!(text.contains("incident=i-1 [dry run]"));
+        assert!(text.contains("2027-01-15T08:00:00.000Z"));
+        assert!(render("n", &[]).contains("no decisions"));
+    }
+}

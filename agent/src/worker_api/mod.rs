@@ -1,0 +1,554 @@
+//! The worker write API (`PUT /v1/workers/{id}/status`): a worker publishes its own status record
+//! through the agent, on its own listener (`[worker_api]`), never on the metrics port.
+//!
+//! Every write is authenticated, then authorised to the one worker it names
+//! (`crate::worker_api::policy`): on TCP a projected ServiceAccount token (reviewed by the API
+//! server) or, on loopback only and when configured, nothing; on the unix socket the peer's
+//! container. Answers: 401 (no or bad proof), 403 (proven, but not that worker), 503 (the API
+//! server or the runtime cannot say: fail closed), 400/413/408 for a bad body.
+
+pub(crate) mod peer;
+pub(crate) mod policy;
+pub(crate) mod token_review;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::put;
+use axum::{Extension, Router};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::WorkerAuth;
+use crate::coord::{write_status_as, Coordinator, Keys};
+use crate::hang::model::{parse_grace, rank_field, valid_worker_id, MAX_RANKS};
+use crate::http::listen::{serve_router, Limits, Listen, Peer};
+use crate::http::server::HEADER_READ_TIMEOUT;
+use crate::metrics::Metrics;
+use crate::runtime::container::Container;
+use crate::worker_api::peer::{container_of, within, Procfs};
+use crate::worker_api::policy::{authorize, token_node, Caller};
+use crate::worker_api::token_review::{Reviewed, TokenReviewer};
+
+/// A status body is a few short strings; anything bigger is a mistake.
+pub(crate) const MAX_STATUS_BODY: usize = 64 * 1024;
+
+/// An oversized body is read and thrown away up to this much, so the client gets its 413
+/// instead of a connection reset (closing with unread data makes the kernel send RST, which
+/// discards the answer); beyond it the connection is closed.
+const MAX_DRAIN: usize = 16 * 1024 * 1024;
+
+/// Longest the agent waits for a status body once the head has arrived.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest a write waits on the runtime's listing of this node's workers.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A projected ServiceAccount token is a JWT of one to two kilobytes; anything much longer is
+/// junk, refused (401) before it is reviewed, cached or costs the runtime a listing.
+pub(crate) const MAX_TOKEN: usize = 8 * 1024;
+
+/// What one client may hold of the worker API (issue 26: a flood of junk tokens of 300 kB each
+/// grew the agent by 160 MiB). A head is a request line and a few headers, the token included:
+/// past 32 KiB hyper answers 431 without buffering more. A node's workers beat every few seconds
+/// over short connections: 128 at once is far above any node's ranks, and bounds what a flood
+/// holds to 128 heads and bodies (a few MiB). A connection lives at most a minute, so idle
+/// keep-alive connections cannot hold the slots.
+const LIMITS: Limits = Limits {
+    header_timeout: HEADER_READ_TIMEOUT,
+    max_head: 32 * 1024,
+    max_connections: 128,
+    max_age: Duration::from_secs(60),
+};
+
+/// The opted-in worker containers on this node now. observe/ asks only this of the runtime
+/// (runtime/ implements it), so the arrow between the two runs one way.
+#[async_trait::async_trait]
+pub trait WorkerDirectory: Send + Sync {
+    async fn workers(&self) -> Result<Vec<Container>, String>;
+    /// The host pid of the process the runtime started in `container`; `None` when it runs
+    /// none (or the runtime cannot say).
+    async fn init_pid(&self, container: &str) -> Result<Option<i32>, String>;
+}
+
+#[derive(Clone)]
+pub struct WorkerApiState {
+    pub coord: Arc<dyn Coordinator>,
+    pub keys: Keys,
+    pub metrics: Arc<Metrics>,
+    pub directory: Arc<dyn WorkerDirectory>,
+    /// How a TCP write is authenticated.
+    pub tcp_auth: WorkerAuth,
+    /// The API server's reviews of tokens (`tcp_auth = kubernetes`).
+    pub reviewer: Option<Arc<dyn TokenReviewer>>,
+    /// Where a unix-socket peer's container's init process is looked up.
+    pub procfs: Procfs,
+    /// `policy.max_grace`: a longer grace is cut to it, and the answer says so.
+    pub max_grace: Duration,
+}
+
+/// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
+/// optional, but at least one must be given.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StatusBody {
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub progress: Option<String>,
+    /// Acknowledges a checkpoint request (ideally with its id).
+    #[serde(default)]
+    pub checkpoint_ack: Option<String>,
+    /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
+    #[serde(default)]
+    pub grace: Option<String>,
+    /// One process of a container of several (torchrun: one per GPU): its rank, 0-based. Its
+    /// fields are its own (`state@3`…), and the container is as healthy as its worst rank.
+    #[serde(default)]
+    pub rank: Option<String>,
+    /// How many ranks the container runs (with `rank`).
+    #[serde(default)]
+    pub ranks: Option<String>,
+}
+
+/// A write, as stored: the record's fields, and the rank it is of (its heartbeat then goes in
+/// `heartbeat@<rank>`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StatusWrite {
+    pub fields: Vec<(String, String)>,
+    pub rank: Option<u32>,
+}
+
+pub(crate) fn router(state: WorkerApiState) -> Router {
+    Router::new()
+        .route(
+            "/v1/workers/{id}/status",
+            put(put_status).post(put_status).get(get_status),
+        )
+        .with_state(state)
+}
+
+/// Serve the worker API on `listener` until `shutdown` fires.
+pub async fn serve<L: Listen>(listener: L, state: WorkerApiState, shutdown: CancellationToken) {
+    serve_router(listener, router(state), shutdown, LIMITS).await;
+}
+
+/// An answer and the outcome label it is counted under.
+struct Answer(StatusCode, &'static str, String);
+
+impl Answer {
+    fn unauthenticated(why: impl Into<String>) -> Answer {
+        Answer(StatusCode::UNAUTHORIZED, "unauthenticated", why.into())
+    }
+    fn forbidden(why: impl Into<String>) -> Answer {
+        Answer(StatusCode::FORBIDDEN, "forbidden", why.into())
+    }
+    fn unavailable(why: impl Into<String>) -> Answer {
+        Answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why.into())
+    }
+    fn invalid(code: StatusCode, why: impl Into<String>) -> Answer {
+        Answer(code, "invalid", why.into())
+    }
+
+    fn into_response(self) -> Response {
+        let Answer(code, _, text) = self;
+        let body = format!("{}\n", text.trim_end());
+        match code {
+            StatusCode::UNAUTHORIZED => (
+                code,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"vigil\"")],
+                body,
+            )
+                .into_response(),
+            StatusCode::SERVICE_UNAVAILABLE => {
+                (code, [(header::RETRY_AFTER, "5")], body).into_response()
+            }
+            _ => (code, body).into_response(),
+        }
+    }
+}
+
+async fn put_status(
+    State(s): State<WorkerApiState>,
+    Extension(peer): Extension<Peer>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let answer = match write(&s, &peer, &id, &headers, body).await {
+        Ok(text) => Answer(StatusCode::OK, "accepted", text),
+        Err(refused) => refused,
+    };
+    finish(&s, &peer, &id, answer)
+}
+
+/// `GET /v1/workers/{id}/status`: the worker's own record (a worker on the API transport learns
+/// of a checkpoint request here, or from the answer to its beat), under the same proof as a write.
+async fn get_status(
+    State(s): State<WorkerApiState>,
+    Extension(peer): Extension<Peer>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let answer = match read(&s, &peer, &id, &headers).await {
+        Ok(text) => Answer(StatusCode::OK, "read", text),
+        Err(refused) => refused,
+    };
+    finish(&s, &peer, &id, answer)
+}
+
+/// Count, log and send an answer.
+fn finish(s: &WorkerApiState, peer: &Peer, id: &str, answer: Answer) -> Response {
+    let listener = match peer {
+        Peer::Tcp(_) => "tcp",
+        Peer::Unix { .. } => "unix",
+    };
+    s.metrics.worker_api.write(listener, answer.1);
+    if answer.0 == StatusCode::FORBIDDEN {
+        tracing::warn!(worker = %id, "worker API: refused: {}", answer.2);
+    } else if answer.0 != StatusCode::OK {
+        tracing::debug!(worker = %id, code = answer.0.as_u16(), "worker API: {}", answer.2);
+    }
+    answer.into_response()
+}
+
+/// Authenticate, authorise, then read and write: nobody unproven gets to send a body. The
+/// answer carries the heartbeat and any checkpoint request still unacknowledged.
+async fn write(
+    s: &WorkerApiState,
+    peer: &Peer,
+    id: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<String, Answer> {
+    // A declared length past what would ever be drained is refused before any read: nobody
+    // gets to hold a connection for `BODY_READ_TIMEOUT` by announcing gigabytes.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_DRAIN as u64) {
+        let why = format!("status body is limited to {MAX_STATUS_BODY} bytes");
+        return Err(Answer::invalid(StatusCode::PAYLOAD_TOO_LARGE, why));
+    }
+    admit(s, peer, id, headers).await?;
+    let body = read_status_body(body).await?;
+    let write = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
+    let heartbeat = rank_field("heartbeat", write.rank);
+    let now = write_status_as(s.coord.as_ref(), &s.keys, id, &write.fields, &heartbeat)
+        .await
+        .map_err(|e| Answer::unavailable(e.to_string()))?;
+    // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
+    let record = s
+        .coord
+        .hgetall(&s.keys.status(id))
+        .await
+        .unwrap_or_default();
+    let mut answer = pending_checkpoint(&record, write.rank);
+    answer.insert("heartbeat_ms".into(), serde_json::Value::from(now));
+    if let Some(w) = grace_warning(&write.fields, s.max_grace) {
+        answer.insert("warnings".into(), serde_json::json!([w]));
+    }
+    Ok(serde_json::Value::Object(answer).to_string())
+}
+
+async fn read(
+    s: &WorkerApiState,
+    peer: &Peer,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<String, Answer> {
+    admit(s, peer, id, headers).await?;
+    let record = s
+        .coord
+        .hgetall(&s.keys.status(id))
+        .await
+        .map_err(|e| Answer::unavailable(e.to_string()))?;
+    let fields: serde_json::Map<String, serde_json::Value> = record
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    Ok(serde_json::Value::Object(fields).to_string())
+}
+
+/// What the worker should hear about its grace: one longer than `policy.max_grace` is cut to it
+/// (silently, the worker would believe it has two hours and be restarted after one).
+fn grace_warning(fields: &[(String, String)], max_grace: Duration) -> Option<String> {
+    let (_, g) = fields.iter().find(|(k, _)| k == "grace")?;
+    let asked = parse_grace(g)?;
+    (asked > crate::clock::ms(max_grace)).then(|| {
+        let max = humantime::format_duration(max_grace);
+        format!(
+            "grace {} is longer than this agent's policy.max_grace ({max}): the worker may stay silent for {max} only",
+            crate::clock::brief(Duration::from_millis(asked as u64)),
+        )
+    })
+}
+
+/// The checkpoint request in a record, when it is not acknowledged yet (by this rank, for a
+/// rank's write).
+fn pending_checkpoint(
+    record: &std::collections::HashMap<String, String>,
+    rank: Option<u32>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    let Some(request) = record.get("checkpoint_request").filter(|r| !r.is_empty()) else {
+        return out;
+    };
+    if record.get(&rank_field("checkpoint_ack", rank)) == Some(request) {
+        return out;
+    }
+    for key in [
+        "checkpoint_request",
+        "checkpoint_reason",
+        "checkpoint_requested_at",
+    ] {
+        if let Some(v) = record.get(key) {
+            out.insert(key.into(), serde_json::Value::String(v.clone()));
+        }
+    }
+    out
+}
+
+/// A valid worker id, and a caller proven to be that worker (or trusted loopback).
+async fn admit(
+    s: &WorkerApiState,
+    peer: &Peer,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<(), Answer> {
+    if !valid_worker_id(id) {
+        return Err(Answer::invalid(
+            StatusCode::BAD_REQUEST,
+            "worker id must be 1-128 characters of [A-Za-z0-9._-]",
+        ));
+    }
+    let caller = authenticate(s, peer, headers).await?;
+    if caller == Caller::Loopback {
+        return Ok(());
+    }
+    token_node(&caller, s.keys.node()).map_err(|r| Answer::forbidden(r.0))?;
+    let listed = ask_runtime(s.directory.workers()).await?;
+    let carrier =
+        authorize(&caller, id, s.keys.node(), &listed).map_err(|r| Answer::forbidden(r.0))?;
+    if let (Caller::Container { cgroup, .. }, Some(c)) = (&caller, carrier) {
+        prove_container(s, cgroup, c).await?;
+    }
+    Ok(())
+}
+
+/// One call to the runtime, bounded by [`LIST_TIMEOUT`]; no answer is a 503.
+async fn ask_runtime<T>(
+    call: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, Answer> {
+    tokio::time::timeout(LIST_TIMEOUT, call)
+        .await
+        .map_err(|_| Answer::unavailable("the container runtime did not answer in time"))?
+        .map_err(|e| Answer::unavailable(format!("the container runtime: {e}")))
+}
+
+/// A unix-socket peer whose cgroup is named after `c` is in `c` only when its cgroups are those
+/// of the runtime's init process for `c`, or below them (`crate::worker_api::peer::within`).
+async fn prove_container(s: &WorkerApiState, cgroup: &str, c: &Container) -> Result<(), Answer> {
+    let pid = ask_runtime(s.directory.init_pid(&c.id))
+        .await?
+        .ok_or_else(|| {
+            Answer::unavailable(format!(
+                "the container runtime names no process for {}: cannot prove the caller is in it",
+                c.display()
+            ))
+        })?;
+    let init = s
+        .procfs
+        .cgroup_of_pid(pid)
+        .map_err(|e| Answer::unavailable(format!("the init process of {}: {e}", c.display())))?;
+    if within(cgroup, &init, &c.id) {
+        return Ok(());
+    }
+    Err(Answer::forbidden(format!(
+        "the caller's cgroup is named after {} but is not where the runtime runs it: {}",
+        c.display(),
+        cgroup.lines().next().unwrap_or_default()
+    )))
+}
+
+/// Who sent the write, as proven by its listener's means.
+async fn authenticate(
+    s: &WorkerApiState,
+    peer: &Peer,
+    headers: &HeaderMap,
+) -> Result<Caller, Answer> {
+    match peer {
+        Peer::Unix { pid, cgroup } => match cgroup {
+            Ok(cgroup) => Ok(match container_of(cgroup) {
+                Some(id) => Caller::Container {
+                    id,
+                    cgroup: cgroup.clone(),
+                },
+                None => Caller::HostProcess { pid: *pid },
+            }),
+            Err(why) => Err(Answer::unauthenticated(format!(
+                "cannot tell which container is connected: {why}"
+            ))),
+        },
+        Peer::Tcp(addr) => match s.tcp_auth {
+            // NB: config validation refuses `none` off loopback; this holds if it ever did not.
+            WorkerAuth::None if addr.ip().is_loopback() => Ok(Caller::Loopback),
+            WorkerAuth::None => Err(Answer::unauthenticated(
+                "unauthenticated writes are served on loopback only",
+            )),
+            WorkerAuth::Kubernetes => review(s, headers).await,
+        },
+    }
+}
+
+async fn review(s: &WorkerApiState, headers: &HeaderMap) -> Result<Caller, Answer> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            Answer::unauthenticated(
+                "send the worker's projected ServiceAccount token: Authorization: Bearer <token>",
+            )
+        })?;
+    if token.len() > MAX_TOKEN {
+        return Err(Answer::unauthenticated(format!(
+            "the bearer token is {} bytes; a projected ServiceAccount token is at most {MAX_TOKEN}",
+            token.len()
+        )));
+    }
+    let reviewer = s.reviewer.as_ref().ok_or_else(|| {
+        Answer::unavailable("the Kubernetes API is not available to review tokens")
+    })?;
+    match reviewer.review(token).await {
+        Ok(Reviewed::Pod {
+            namespace,
+            name,
+            uid,
+            node,
+        }) => Ok(Caller::Pod {
+            namespace,
+            name,
+            uid,
+            node,
+        }),
+        Ok(Reviewed::Refused(why)) => Err(Answer::unauthenticated(why)),
+        Ok(Reviewed::NotAPod(why)) => Err(Answer::forbidden(why)),
+        Err(e) => Err(Answer::unavailable(e.to_string())),
+    }
+}
+
+/// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see
+/// [`MAX_DRAIN`]) when it is bigger and 408 when the client stalls.
+async fn read_status_body(body: Body) -> Result<Bytes, Answer> {
+    use http_body_util::BodyExt;
+    let read = async move {
+        let mut body = body;
+        let mut kept = Vec::new();
+        let mut seen = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .map_err(|e| Answer::invalid(StatusCode::BAD_REQUEST, format!("body: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            seen += data.len();
+            if seen <= MAX_STATUS_BODY {
+                kept.extend_from_slice(&data);
+            } else if seen > MAX_DRAIN {
+                break;
+            }
+        }
+        Ok::<_, Answer>((kept, seen))
+    };
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Err(_) => Err(Answer::invalid(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("body not received within {BODY_READ_TIMEOUT:?}"),
+        )),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok((_, seen))) if seen > MAX_STATUS_BODY => Err(Answer::invalid(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("status body is limited to {MAX_STATUS_BODY} bytes"),
+        )),
+        Ok(Ok((kept, _))) => Ok(Bytes::from(kept)),
+    }
+}
+
+/// The record fields of a status body (pure: fuzzed in `crate::fuzz`), or the answer that says
+/// what is wrong with it.
+pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, String)> {
+    let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
+        )
+    })?;
+    let rank = number(parsed.rank.as_deref(), "rank", 0)?;
+    let ranks = number(parsed.ranks.as_deref(), "ranks", 1)?;
+    match (rank, ranks) {
+        (Some(r), Some(n)) if r >= n => {
+            return Err(bad(format!("rank {r} is not below ranks {n}")));
+        }
+        (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
+        _ => {}
+    }
+    // A rank's own fields carry its number; `job` and `ranks` are the container's.
+    let own = |k: &str| rank_field(k, rank);
+    let mut fields: Vec<(String, String)> = [
+        (own("state"), parsed.state),
+        ("job".to_string(), parsed.job),
+        (own("progress"), parsed.progress),
+        (own("checkpoint_ack"), parsed.checkpoint_ack),
+        (own("grace"), parsed.grace.clone()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect();
+    if fields.is_empty() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "give at least one of state, job, progress, checkpoint_ack, grace\n".to_string(),
+        ));
+    }
+    if let Some(n) = ranks {
+        fields.push(("ranks".into(), n.to_string()));
+    }
+    if let Some(g) = parsed.grace.as_deref() {
+        let zero = g.trim().parse::<f64>().is_ok_and(|v| v == 0.0);
+        if !zero && parse_grace(g).is_none() {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("grace must be seconds (e.g. \"1200\"), or \"0\" to end it; got {g:?}\n"),
+            ));
+        }
+    }
+    Ok(StatusWrite { fields, rank })
+}
+
+fn bad(why: String) -> (StatusCode, String) {
+    (StatusCode::BAD_REQUEST, format!("{why}\n"))
+}
+
+/// A `rank` or `ranks` field: a whole number from `min` up to `MAX_RANKS`.
+fn number(v: Option<&str>, key: &str, min: u32) -> Result<Option<u32>, (StatusCode, String)> {
+    let Some(v) = v else { return Ok(None) };
+    match v.trim().parse::<u32>() {
+        Ok(n) if n >= min && n <= MAX_RANKS => Ok(Some(n)),
+        _ => Err(bad(format!(
+            "{key} must be a whole number from {min} to {MAX_RANKS}; got {v:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,447 @@
+//! The worker API over real HTTP on a loopback port and a real unix socket, with a fake
+//! TokenReview and a fake runtime listing: who gets 200, 401, 403 and 503.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{router, WorkerApiState, WorkerDirectory, MAX_STATUS_BODY, MAX_TOKEN};
+use crate::clock::SystemClock;
+use crate::config::WorkerAuth;
+use crate::coord::memory::MemoryCoordinator;
+use crate::coord::{Coordinator, Keys};
+use crate::http::listen::{bind_unix, serve_router, UnixPeers};
+use crate::metrics::Metrics;
+use crate::runtime::container::{Container, PodRef};
+use crate::worker_api::peer::Procfs;
+use crate::worker_api::token_review::{ReviewUnavailable, Reviewed, TokenReviewer};
+
+/// Tokens the fake API server knows: token → answer; any other token is refused; `down` makes
+/// every review fail.
+#[derive(Default)]
+struct FakeReviews {
+    known: Vec<(String, Reviewed)>,
+    down: Mutex<bool>,
+    asked: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl TokenReviewer for FakeReviews {
+    async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if *self.down.lock().unwrap() {
+            return Err(ReviewUnavailable("connection refused".into()));
+        }
+        Ok(self
+            .known
+            .iter()
+            .find(|(t, _)| t == token)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| Reviewed::Refused("token refused: invalid bearer token".into())))
+    }
+}
+
+/// The runtime's listing, and the init pid of each container (by id) where the test says.
+struct Listing(Vec<Container>, Vec<(String, i32)>);
+
+impl Listing {
+    fn of(containers: Vec<Container>) -> Listing {
+        Listing(containers, Vec::new())
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkerDirectory for Listing {
+    async fn workers(&self) -> Result<Vec<Container>, String> {
+        Ok(self.0.clone())
+    }
+
+    async fn init_pid(&self, container: &str) -> Result<Option<i32>, String> {
+        Ok(self.1.iter().find(|(c, _)| c == container).map(|(_, p)| *p))
+    }
+}
+
+fn pod_worker(worker: &str, pod: &str, uid: &str) -> Container {
+    Container {
+        id: format!("{:0>64}", uid.len()),
+        name: pod.into(),
+        worker: worker.into(),
+        running: true,
+        pod: Some(PodRef {
+            namespace: "ml".into(),
+            pod: pod.into(),
+            uid: uid.into(),
+            sandbox: "sb".into(),
+            container: "main".into(),
+            attempt: 0,
+            log_path: None,
+        }),
+        ..Container::default()
+    }
+}
+
+fn pod_of(name: &str, uid: &str) -> Reviewed {
+    Reviewed::Pod {
+        namespace: "ml".into(),
+        name: name.into(),
+        uid: uid.into(),
+        node: Some("node-a".into()),
+    }
+}
+
+struct Api {
+    url: String,
+    coord: Arc<dyn Coordinator>,
+    metrics: Arc<Metrics>,
+    reviews: Arc<FakeReviews>,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+async fn start(auth: WorkerAuth, listed: Vec<Container>, reviews: FakeReviews) -> Api {
+    let coord: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+    let metrics = Arc::new(Metrics::new());
+    let reviews = Arc::new(reviews);
+    let state = WorkerApiState {
+        coord: coord.clone(),
+        keys: Keys::new("vigil", "node-a"),
+        metrics: metrics.clone(),
+        directory: Arc::new(Listing::of(listed)),
+        tcp_auth: auth,
+        reviewer: Some(reviews.clone()),
+        procfs: Procfs::default(),
+        max_grace: Duration::from_secs(3600),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    tokio::spawn(serve_router(
+        listener,
+        router(state),
+        stop.clone(),
+        super::LIMITS,
+    ));
+    Api {
+        url,
+        coord,
+        metrics,
+        reviews,
+        _stop: stop.drop_guard(),
+    }
+}
+
+async fn put(api: &Api, worker: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .put(format!("{}/v1/workers/{worker}/status", api.url))
+        .body(body.to_string());
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_pod_token_writes_its_own_worker_and_nothing_else() {
+    let listed = vec![
+        pod_worker("trainer-0", "trainer-0", "uid-0"),
+        pod_worker("trainer-1", "trainer-1", "uid-1"),
+    ];
+    let reviews = FakeReviews {
+        known: vec![
+            ("tok-0".into(), pod_of("trainer-0", "uid-0")),
+            (
+                "tok-secret".into(),
+                Reviewed::NotAPod("not bound to a pod".into()),
+            ),
+        ],
+        ..FakeReviews::default()
+    };
+    let api = start(WorkerAuth::Kubernetes, listed, reviews).await;
+    let beat = r#"{"state":"processing","progress":"12"}"#;
+
+    let (code, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    assert_eq!(code, 200, "{text}");
+    let record = api
+        .coord
+        .hgetall(&Keys::new("vigil", "node-a").status("trainer-0"))
+        .await
+        .unwrap();
+    assert_eq!(record.get("progress").map(String::as_str), Some("12"));
+    assert!(record.contains_key("heartbeat"));
+
+    // The issue's two lines: no token at all.
+    let (code, text) = put(&api, "trainer-0", None, r#"{"state":"error"}"#).await;
+    assert_eq!(code, 401, "{text}");
+    assert!(text.contains("Bearer"), "{text}");
+    let (code, _) = put(&api, "trainer-0", None, r#"{"checkpoint_ack":"x"}"#).await;
+    assert_eq!(code, 401);
+    // A token the API server does not know; a token bound to no pod; another pod's worker.
+    assert_eq!(put(&api, "trainer-0", Some("forged"), beat).await.0, 401);
+    assert_eq!(
+        put(&api, "trainer-0", Some("tok-secret"), beat).await.0,
+        403
+    );
+    let (code, text) = put(&api, "trainer-1", Some("tok-0"), r#"{"state":"error"}"#).await;
+    assert_eq!(code, 403, "{text}");
+    assert!(text.contains("ml/trainer-1/main"), "{text}");
+    let other = api
+        .coord
+        .hgetall(&Keys::new("vigil", "node-a").status("trainer-1"))
+        .await
+        .unwrap();
+    assert!(
+        other.is_empty(),
+        "nothing written for the refused writes: {other:?}"
+    );
+    // A refused caller's body is never parsed: a junk body still gets 401, not 400.
+    assert_eq!(put(&api, "trainer-0", None, "junk").await.0, 401);
+
+    // The API server down: closed, with a reason, and never a pass.
+    *api.reviews.down.lock().unwrap() = true;
+    let (code, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    assert_eq!(code, 503, "{text}");
+    assert!(text.contains("connection refused"), "{text}");
+
+    let metrics = api.metrics.encode();
+    for outcome in ["accepted", "unauthenticated", "forbidden", "unavailable"] {
+        assert!(
+            metrics.contains(&format!(
+                "vigil_worker_api_writes_total{{listener=\"tcp\",outcome=\"{outcome}\"}}"
+            )),
+            "{outcome}: {metrics}"
+        );
+    }
+}
+
+/// Issue 26, finding 2: junk tokens cost neither a review nor memory. A token over the bound is
+/// refused unreviewed; a head over the listener's bound is answered 431 by hyper, unbuffered.
+#[tokio::test]
+async fn oversized_tokens_and_heads_are_refused_before_any_review() {
+    let listed = vec![pod_worker("trainer-0", "trainer-0", "uid-0")];
+    let api = start(WorkerAuth::Kubernetes, listed, FakeReviews::default()).await;
+    let beat = r#"{"state":"processing"}"#;
+    let (code, text) = put(&api, "trainer-0", Some(&"j".repeat(MAX_TOKEN + 1)), beat).await;
+    assert_eq!(code, 401, "{text}");
+    assert!(text.contains(&MAX_TOKEN.to_string()), "{text}");
+    let (code, _) = put(&api, "trainer-0", Some(&"j".repeat(300 * 1024)), beat).await;
+    assert_eq!(code, 431);
+    let asked = || api.reviews.asked.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(asked(), 0, "no review for an oversized token");
+    // A junk token within the bound is reviewed and refused (and not remembered:
+    // `CachedReviews` keeps pods' answers only).
+    assert_eq!(put(&api, "trainer-0", Some("junk"), beat).await.0, 401);
+    assert_eq!(asked(), 1);
+}
+
+#[tokio::test]
+async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
+    let api = start(WorkerAuth::None, vec![], FakeReviews::default()).await;
+    assert_eq!(
+        put(&api, "w", None, r#"{"state":"processing"}"#).await.0,
+        200
+    );
+    assert_eq!(put(&api, "w", None, r#"{"stat":1}"#).await.0, 400);
+    assert_eq!(put(&api, "a:b", None, r#"{"state":"x"}"#).await.0, 400);
+    // Issue 27: a grace past policy.max_grace is cut, and the answer says so.
+    let (code, text) = put(&api, "w", None, r#"{"state":"compile","grace":"7200"}"#).await;
+    assert_eq!(code, 200, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let warning = answer["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("max_grace") && warning.contains("1h"),
+        "{answer}"
+    );
+    let (_, text) = put(&api, "w", None, r#"{"state":"compile","grace":"1200"}"#).await;
+    assert!(!text.contains("warnings"), "{text}");
+    let big = format!("{{\"state\":\"{}\"}}", "x".repeat(10 * 1024 * 1024));
+    let (code, text) = put(&api, "w", None, &big).await;
+    assert_eq!(code, 413);
+    assert!(text.contains(&MAX_STATUS_BODY.to_string()));
+}
+
+/// The real unix socket and the real kernel: this test process is the peer, in no container
+/// (or, under a containerised CI, in its own container, which runs no worker): refused either
+/// way, with a reason.
+#[tokio::test]
+async fn a_unix_peer_that_is_not_the_worker_s_container_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("worker.sock");
+    let worker = Container {
+        id: "f".repeat(64),
+        worker: "w0".into(),
+        running: true,
+        ..Container::default()
+    };
+    let state = socket_state(Listing::of(vec![worker]), Procfs::default());
+    let (code, text) = beat_over_socket(&path, state, Procfs::default()).await;
+    assert_eq!(code, 403);
+    assert!(text.contains("w0"), "{text}");
+}
+
+/// Issue 26, finding 1: a cgroup named after a worker's container is not that container. The
+/// kernel's peer is this test process; what `/proc` says of it and of the container's init
+/// process is staged (the e2e test does it with real cgroups and a real container).
+#[tokio::test]
+async fn a_peer_in_a_cgroup_named_like_a_worker_s_container_is_refused() {
+    const ID: &str = "6ed37ba8ec9fec0ce7670fc23a565b1560810e0ca46f53ce7af946197185cf5f";
+    const INIT: i32 = 4_000_000;
+    let me = std::process::id() as i32;
+    let dir = tempfile::tempdir().unwrap();
+    let proc = dir.path().join("proc");
+    let stage = |pid: i32, cgroup: &str| {
+        std::fs::create_dir_all(proc.join(pid.to_string())).unwrap();
+        std::fs::write(proc.join(pid.to_string()).join("cgroup"), cgroup).unwrap();
+    };
+    stage(INIT, &format!("0::/system.slice/docker-{ID}.scope\n"));
+    let worker = Container {
+        id: ID.into(),
+        worker: "w0".into(),
+        running: true,
+        ..Container::default()
+    };
+    let procfs = Procfs::at(&proc);
+    let listing = || Listing(vec![worker.clone()], vec![(ID.to_string(), INIT)]);
+    let cases = [
+        (
+            format!("0::/user.slice/user-1000.slice/docker-{ID}.scope\n"),
+            403,
+            "a node user's scope named like it",
+        ),
+        (
+            format!("0::/system.slice/docker-{}.scope/{ID}\n", "7".repeat(64)),
+            403,
+            "a child cgroup of another container",
+        ),
+        (
+            format!("0::/system.slice/docker-{ID}.scope\n"),
+            200,
+            "the container's own cgroup",
+        ),
+        (
+            format!("0::/system.slice/docker-{ID}.scope/worker\n"),
+            200,
+            "below it",
+        ),
+    ];
+    for (i, (cgroup, code, what)) in cases.iter().enumerate() {
+        stage(me, cgroup);
+        let state = socket_state(listing(), procfs.clone());
+        let path = dir.path().join(format!("w{i}.sock"));
+        let (got, text) = beat_over_socket(&path, state, procfs.clone()).await;
+        assert_eq!(got, *code, "{what}: {text}");
+        if *code == 403 {
+            assert!(
+                text.contains("not where the runtime runs it"),
+                "{what}: {text}"
+            );
+        }
+    }
+    // A runtime that names no init process: the claim cannot be proven, so it is not taken.
+    stage(me, &format!("0::/system.slice/docker-{ID}.scope\n"));
+    let state = socket_state(Listing::of(vec![worker.clone()]), procfs.clone());
+    let (got, text) = beat_over_socket(&dir.path().join("x.sock"), state, procfs).await;
+    assert_eq!(got, 503, "{text}");
+}
+
+fn socket_state(listing: Listing, procfs: Procfs) -> WorkerApiState {
+    WorkerApiState {
+        coord: Arc::new(MemoryCoordinator::new(Arc::new(SystemClock))),
+        keys: Keys::new("vigil", "node-a"),
+        metrics: Arc::new(Metrics::new()),
+        directory: Arc::new(listing),
+        tcp_auth: WorkerAuth::Kubernetes,
+        reviewer: None,
+        procfs,
+        max_grace: Duration::from_secs(3600),
+    }
+}
+
+/// Serve `state` on a unix socket at `path` (peers read from `procfs`), send one beat for `w0`
+/// from this process, stop; the answer.
+async fn beat_over_socket(
+    path: &std::path::Path,
+    state: WorkerApiState,
+    procfs: Procfs,
+) -> (u16, String) {
+    let stop = CancellationToken::new();
+    let peers = UnixPeers {
+        listener: bind_unix(path).unwrap(),
+        procfs,
+    };
+    tokio::spawn(serve_router(
+        peers,
+        router(state),
+        stop.clone(),
+        super::LIMITS,
+    ));
+    let client = reqwest::Client::builder()
+        .unix_socket(path.to_path_buf())
+        .build()
+        .unwrap();
+    let r = client
+        .put("http://vigil/v1/workers/w0/status")
+        .body(r#"{"state":"processing"}"#)
+        .send()
+        .await
+        .unwrap();
+    let code = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    stop.cancel();
+    (code, text)
+}
+
+/// A worker on the API transport learns of a checkpoint request from the answer to its beat (or
+/// a GET of its record), until it acknowledges that request; nobody else reads its record.
+#[tokio::test]
+async fn a_beat_answers_with_the_pending_checkpoint_request() {
+    let listed = vec![
+        pod_worker("trainer-0", "trainer-0", "uid-0"),
+        pod_worker("trainer-1", "trainer-1", "uid-1"),
+    ];
+    let reviews = FakeReviews {
+        known: vec![("tok-0".into(), pod_of("trainer-0", "uid-0"))],
+        ..FakeReviews::default()
+    };
+    let api = start(WorkerAuth::Kubernetes, listed, reviews).await;
+    let key = Keys::new("vigil", "node-a").status("trainer-0");
+    let beat = r#"{"state":"processing"}"#;
+    let (_, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(answer["heartbeat_ms"].as_i64().unwrap() > 0);
+    assert!(answer.get("checkpoint_request").is_none(), "{answer}");
+    // The agent asks for a checkpoint (as the checkpoint round writes it).
+    let ask = [
+        ("checkpoint_request".to_string(), "req-7".to_string()),
+        ("checkpoint_reason".to_string(), "preemption".to_string()),
+    ];
+    api.coord.hset(&key, &ask, None).await.unwrap();
+    let (_, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["checkpoint_request"], "req-7", "{answer}");
+    assert_eq!(answer["checkpoint_reason"], "preemption");
+    // GET: the whole record, for its own worker only.
+    let get = |worker: &str, token: &str| {
+        reqwest::Client::new()
+            .get(format!("{}/v1/workers/{worker}/status", api.url))
+            .bearer_auth(token.to_string())
+            .send()
+    };
+    let r = get("trainer-0", "tok-0").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let record: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(record["checkpoint_request"], "req-7");
+    assert_eq!(record["state"], "processing");
+    assert_eq!(get("trainer-1", "tok-0").await.unwrap().status(), 403);
+    assert_eq!(get("trainer-0", "nope").await.unwrap().status(), 401);
+    // Acknowledged: no longer pending.
+    let (_, text) = put(
+        &api,
+        "trainer-0",
+        Some("tok-0"),
+        r#"{"checkpoint_ack":"req-7"}"#,
+    )
+    .await;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(answer.get("checkpoint_request").is_none(), "{answer}");
+}
