@@ -2,8 +2,9 @@
 //! ever becoming a restart storm.
 //!
 //! Decisions (pure, `now` handed in): `model` (what a worker says about itself and what Vigil
-//! remembers about it), `policy` (the verdict and the plan), `policy_table` (the verdict → action
-//! table `vigil policy` prints). The loop: `agent` (the cycle over the node's workers) takes them
+//! remembers about it), `policy` (the verdict and the plan), `policy_pipeline` (the restart
+//! pipeline's steps and what follows each: one state machine), `policy_table` (the verdict →
+//! action table `vigil policy` prints). The loop: `agent` (the cycle over the node's workers) takes them
 //! from the `roster` and hands each to `restart` (`RestartPath`: incident, command, limits,
 //! outcome) with the shared `context`; `stand_down` says what forbids restarts right now,
 //! `outage` tracks the coordinator's and the runtime's outages.
@@ -13,6 +14,7 @@ pub(crate) mod context;
 pub(crate) mod model;
 pub(crate) mod outage;
 pub mod policy;
+pub(crate) mod policy_pipeline;
 pub(crate) mod policy_table;
 pub mod restart;
 pub(crate) mod roster;

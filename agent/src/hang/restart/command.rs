@@ -1,6 +1,7 @@
-//! The restart command's path, steps 2–8 of the brief: the node lock, logs and the restart
-//! alert, revalidation and compare-and-restart, the caps, the lock check and the claim, each step
-//! either letting the next run or ending the pass with its outcome (said in the trail).
+//! The pipeline's steps up to the command (see `super::pipeline` for their order): the decision
+//! that the worker is ours to restart, logs and the restart alert, revalidation and
+//! compare-and-restart, the lock check and the claim; each either passes or ends the pass with
+//! its skip (said in the trail).
 
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
@@ -14,42 +15,27 @@ use crate::hang::policy::Cancel;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
-use super::{short, Act, Outcome, RestartPath, Skip};
+use super::{short, Act, RestartPath};
+use crate::hang::policy_pipeline::Skip;
 
 impl RestartPath<'_> {
-    /// Steps 2–8 of the pipeline. Always releases the lock it took.
-    pub(super) async fn restart_path(
+    /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
+    /// restarts belong to its owner, and nothing of the pipeline runs for it (no lock, no caps).
+    pub(super) async fn decide(
         &mut self,
         act: &Act<'_>,
         now: Millis,
-    ) -> Result<Outcome, CoordError> {
+    ) -> Result<Option<Skip>, CoordError> {
+        if act.case.alert_only() {
+            let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
+            self.skip(now, act, Skip::AlertOnly, detail, true).await?;
+            return Ok(Some(Skip::AlertOnly));
+        }
         if let Err(why) = self.ctx.runtime.restartable(act.case.c).await {
             self.not_restartable(act, now, why).await?;
-            return Ok(Outcome::Skipped(Skip::NotRestartable));
+            return Ok(Some(Skip::NotRestartable));
         }
-        // Cheap early checks, so an open breaker does not collect logs and post a restart alert.
-        // The authoritative check is the atomic increment right before the command.
-        if let Some(skip) = self.blocked_by_caps(act, now, true).await? {
-            return Ok(Outcome::Skipped(skip));
-        }
-        let coord = self.ctx.coord.as_ref();
-        let (key, ttl) = (self.ctx.keys.lock(), self.ctx.cfg.safety.lock_ttl);
-        let token = Lease::random_token();
-        let lease = match Lease::take(coord, key.clone(), token.clone(), ttl).await? {
-            Some(lease) => lease,
-            None => {
-                let detail =
-                    "another instance holds this node's lock; it acts, we skip".to_string();
-                self.skip(now, act, Skip::LockHeld, detail, true).await?;
-                return Ok(Outcome::Skipped(Skip::LockHeld));
-            }
-        };
-        let result = self.locked_restart(act, &lease).await;
-        // Release only our own lock (compare-and-delete), whatever happened above.
-        if let Err(e) = lease.release(self.ctx.coord.as_ref()).await {
-            tracing::warn!(error = %e, "could not release the node lock; it expires by its TTL");
-        }
-        result
+        Ok(None)
     }
 
     /// The runtime refuses this worker: page once per incident, say so in the trail once.
@@ -102,44 +88,17 @@ impl RestartPath<'_> {
             .await;
     }
 
-    /// Under the lock: logs, alert, revalidation, compare, caps, lock check, command. Each step
-    /// either lets the next run or ends the pass with its outcome (and says why in the trail).
-    pub(super) async fn locked_restart(
+    /// The container's last lines, then the restart alert with them. Logs first: a pass that
+    /// fails here must not consume the breaker.
+    pub(super) async fn logs_and_alert(
         &mut self,
         act: &Act<'_>,
-        lease: &Lease,
-    ) -> Result<Outcome, CoordError> {
-        let now = self.ctx.coord.time().await?;
-        // Logs first: a run that fails here must not consume the breaker.
-        let logs = match self.collect_logs(act, now).await? {
-            Ok(logs) => logs,
-            Err(skip) => return Ok(Outcome::Skipped(skip)),
-        };
-        self.announce_restart(act, logs, now).await?;
-        if let Some(skip) = self.last_moment_checks(act).await? {
-            return Ok(Outcome::Skipped(skip));
+        now: Millis,
+    ) -> Result<Option<Skip>, CoordError> {
+        match self.collect_logs(act, now).await? {
+            Ok(logs) => self.announce_restart(act, logs, now).await.map(|()| None),
+            Err(skip) => Ok(Some(skip)),
         }
-        if self.ctx.cfg.dry_run {
-            return self.observe_only(act).await;
-        }
-        // NB: the breaker (and fleet budget) are incremented here, immediately before the
-        // command, never at pipeline start: a run that failed earlier must not consume budget.
-        let now = self.ctx.coord.time().await?;
-        if let Some(skip) = self.blocked_by_caps(act, now, false).await? {
-            self.release_restart_alert(act.inc).await;
-            return Ok(Outcome::Skipped(skip));
-        }
-        if let Some(skip) = self.hold_lock_and_mark(act, lease, now).await? {
-            return Ok(Outcome::Skipped(skip));
-        }
-        // NB: once more right before the command: the increments and marker writes above are
-        // round trips, and a person's restart, stop or pause (or a maintenance notice) in that
-        // time must stop us. What is left is the window between this inspect and the command.
-        if let Some(skip) = self.node_and_container_checks(act, now).await? {
-            self.unclaim(act, now).await;
-            return Ok(Outcome::Skipped(skip));
-        }
-        self.run_restart(act, now).await
     }
 
     /// The container's last lines for the alert. `Err(skip)`: collection failed, so there is
@@ -216,8 +175,7 @@ impl RestartPath<'_> {
             Ok(()) => return self.node_and_container_checks(act, now).await,
             Err(Cancel::RetryPending) => {
                 // NB: the incident stands (it is still hung): only this pass ends, and the
-                // retry alerts again with its logs.
-                self.release_restart_alert(act.inc).await;
+                // retry alerts again with its logs (the pipeline releases the alert).
                 let why = "a restart of this incident failed after our decision (another instance's); the retry waits for its backoff".to_string();
                 self.skip(now, act, Skip::RetryPending, why, false).await?;
                 return Ok(Some(Skip::RetryPending));
@@ -251,13 +209,11 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
         if let Some(why) = self.stand_down(act.case.c, now) {
-            self.release_restart_alert(act.inc).await;
             let detail = format!("{why} between decision and command; not restarting");
             self.skip(now, act, Skip::NodeState, detail, false).await?;
             return Ok(Some(Skip::NodeState));
         }
         if let Some(skip) = self.compare(act.case.c).await {
-            self.release_restart_alert(act.inc).await;
             let c = act.case.c;
             let detail = match skip {
                 Skip::NotRunning => format!(
@@ -294,10 +250,10 @@ impl RestartPath<'_> {
 
     /// Observe mode: everything a real restart would do except the command and the restart
     /// record.
-    pub(super) async fn observe_only(&mut self, act: &Act<'_>) -> Result<Outcome, CoordError> {
+    pub(super) async fn observe_only(&mut self, act: &Act<'_>) -> Result<Option<Skip>, CoordError> {
         let now = self.ctx.coord.time().await?;
         if let Some(skip) = self.blocked_by_caps(act, now, true).await? {
-            return Ok(Outcome::Skipped(skip));
+            return Ok(Some(skip));
         }
         // Observe mode leaves the same "this is me" cooldown, so its timeline is the one a
         // real restart would produce; but no restart record, so it never pages an escalation
@@ -321,13 +277,14 @@ impl RestartPath<'_> {
         );
         self.note(now, act.about(), Code::WouldRestart, detail)
             .await?;
-        Ok(Outcome::WouldRestart)
+        Ok(None)
     }
 
     /// The lock must still be ours, with room for the whole restart; checked after every slow
     /// step so the margin covers only the writes below. Then the markers go in — *before* the
     /// command: the booting container will look hung for a minute or more, and the detector
-    /// must know that this is us. `Some(skip)`: nothing will run, and the units are given back.
+    /// must know that this is us. `Some(skip)`: nothing will run (the pipeline gives the units
+    /// back, and the claim when its write failed).
     pub(super) async fn hold_lock_and_mark(
         &mut self,
         act: &Act<'_>,
@@ -335,35 +292,23 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
         let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
-        let left = lease.left(self.ctx.coord.as_ref()).await;
-        let lock_ok = matches!(left, Ok(l) if crate::coord::lease::covers(l, needed));
-        let claimed = match lock_ok {
-            true => Some(self.write_restart_markers(act, now).await),
-            false => None,
-        };
-        if matches!(claimed, Some(Ok(true))) {
+        let left = lease.left(self.ctx.coord.as_ref()).await?;
+        if !crate::coord::lease::covers(left, needed) {
+            let detail = match left {
+                Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
+                None => "lock lost (expired or taken over)".into(),
+            };
+            self.skip(now, act, Skip::LockExpiring, detail, false)
+                .await?;
+            return Ok(Some(Skip::LockExpiring));
+        }
+        if self.write_restart_markers(act, now).await? {
             return Ok(None);
         }
-        // Nothing will run: give back the units taken just above (best-effort).
-        self.refund_caps(now).await;
-        self.release_restart_alert(act.inc).await;
-        if let Some(claim) = claimed {
-            if claim.is_err() {
-                self.release_claim(act, now).await;
-            }
-            claim?;
-            // The claim failed: another instance's marker appeared after our revalidation.
-            let skip = Skip::Cancelled(Cancel::CooldownAppeared);
-            let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
-            self.skip(now, act, skip, detail, false).await?;
-            return Ok(Some(skip));
-        }
-        let detail = match left? {
-            Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
-            None => "lock lost (expired or taken over)".into(),
-        };
-        self.skip(now, act, Skip::LockExpiring, detail, false)
-            .await?;
-        Ok(Some(Skip::LockExpiring))
+        // The claim failed: another instance's marker appeared after our revalidation.
+        let skip = Skip::Cancelled(Cancel::CooldownAppeared);
+        let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
+        self.skip(now, act, skip, detail, false).await?;
+        Ok(Some(skip))
     }
 }

@@ -11,19 +11,23 @@
 //! 8. a failed restart releases the dedup key and pages at once, then backs off;
 //!
 //! plus the fleet-wide budget, fail-closed behaviour and the decision trail. The decisions are
-//! the policy's (`crate::hang::policy`; the caps' in `crate::coord::caps`); the coordination primitives
-//! are `crate::coord`'s (lease, caps, marks); this module only executes them, one small step per
-//! effect.
+//! the policy's: the verdict and the plan (`crate::hang::policy`), the pipeline's order and what
+//! a stopped pass gives back (`crate::hang::policy_pipeline`, one state machine), the caps'
+//! (`crate::coord::caps`); the coordination primitives are `crate::coord`'s (lease, caps, marks).
+//! This module only executes them.
 //!
 //! [`RestartPath`] is the object: built by the agent for one worker's evaluation from the shared
 //! [`Context`] and what the evaluation needs of the agent (the trail, alert de-duplication, the
-//! node's state). Map: `incident` (timers, alerts, episodes, incarnations), `command` (steps 2–8
-//! up to the command), `limits` (breaker and budget), `outcome` (verification, failure, claim).
+//! node's state). Map: `incident` (timers, alerts, episodes, incarnations), `pipeline` (the
+//! state machine's one loop: decide → lock → logs → revalidate → caps → claim → recheck →
+//! command → verify), `command` (its steps up to the claim), `limits` (breaker and budget),
+//! `outcome` (the command, its verification, failure, the claim).
 
 mod command;
 mod incident;
 mod limits;
 mod outcome;
+mod pipeline;
 
 use crate::alerts::gate::AlertGate;
 use crate::alerts::{Alert, AlertKind};
@@ -32,7 +36,8 @@ use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::{CoordError, WorkerRead};
 use crate::hang::context::Context;
 use crate::hang::model::{Incident, Marks, WorkerStatus};
-use crate::hang::policy::{self, restart_due, Cancel, Effect, NodeContext, Verdict};
+use crate::hang::policy::{self, restart_due, Effect, NodeContext, Verdict};
+use crate::hang::policy_pipeline::Skip;
 use crate::hang::stand_down::NodeWatch;
 use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
@@ -40,37 +45,6 @@ use crate::trail::journal::{About, Journal};
 use crate::trail::Code;
 
 pub use crate::coord::marks::worker_keys;
-
-/// How one pass of the restart path ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Restarted,
-    WouldRestart,
-    Failed,
-    Skipped(Skip),
-}
-
-/// Why the restart path stopped short of the command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Skip {
-    LockHeld,
-    BreakerOpen,
-    BudgetExhausted,
-    LockExpiring,
-    ContainerChanged,
-    /// The container decided on is not running any more (stopped by a person, crashed, or on
-    /// CRI replaced by kubelet's next attempt): a restart would start what someone stopped.
-    NotRunning,
-    Cancelled(Cancel),
-    NodeState,
-    LogsFailed,
-    NotRestartable,
-    /// Another instance's restart of this incident failed after our decision: the retry
-    /// waits for its backoff.
-    RetryPending,
-    /// The worker's restarts belong to another controller (`alert-only`).
-    AlertOnly,
-}
 
 impl Skip {
     /// The trail's code for this skip.
@@ -372,13 +346,7 @@ impl RestartPath<'_> {
                     let since =
                         policy::condition_since(case.v, inc.started, case.marks, case.status);
                     let act = Act { case, inc, since };
-                    if case.alert_only() {
-                        // NB: before the lock, the breaker and the budget: nothing of the
-                        // restart path runs for a worker someone else restarts.
-                        let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
-                        return self.skip(now, &act, Skip::AlertOnly, detail, true).await;
-                    }
-                    self.restart_path(&act, now).await.map(drop)
+                    self.run_pipeline(&act, now).await
                 }
                 _ => Ok(()),
             },

@@ -10,31 +10,37 @@ use crate::hang::model::Retry;
 use crate::hang::policy;
 use crate::trail::Code;
 
-use super::{restart_failure, short, Act, Outcome, RestartPath};
+use super::{restart_failure, short, Act, RestartPath};
 
 impl RestartPath<'_> {
-    /// The command, then its verification by the container's start time.
-    pub(super) async fn run_restart(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<Outcome, CoordError> {
+    /// The restart call, bounded by `runtime.restart_timeout`: its answer, for `verify`.
+    pub(super) async fn command(&self, act: &Act<'_>) -> Result<(), String> {
         let d = &self.ctx.cfg.runtime;
         let c = act.case.c;
         let result =
             tokio::time::timeout(d.restart_timeout, self.ctx.runtime.restart(c, d.stop_grace))
                 .await;
-        let call = match result {
+        match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!(
                 "no answer within {}",
                 humantime::format_duration(d.restart_timeout)
             )),
-        };
+        }
+    }
+
+    /// The restart's verification by the container's start time: restarted, or failed.
+    pub(super) async fn verify(
+        &mut self,
+        act: &Act<'_>,
+        call: Result<(), String>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
         // NB: verify by the container's start time even when the call failed: a restart whose
         // reply was lost did happen, and treating it as failed would drop the cooldown and let
         // the next cycle restart the booting container again.
+        let c = act.case.c;
         let after = self.ctx.runtime.successor(c).await;
         let restarted = matches!(&after, Ok(Some(a))
             if (a.id != c.id || a.started_at != c.started_at) && a.running);
@@ -52,7 +58,7 @@ impl RestartPath<'_> {
         call_error: Option<String>,
         started: Millis,
         done: Option<Millis>,
-    ) -> Result<Outcome, CoordError> {
+    ) -> Result<(), CoordError> {
         // NB: the marker's time is the first instant a heartbeat can only be the new
         // incarnation's. Without the store's clock after the restart there is no such instant
         // (the decision's is before the old one was stopped): then none, and the worker boots
@@ -101,9 +107,7 @@ impl RestartPath<'_> {
         if let Some(e) = call_error {
             detail.push_str(&format!(" (the restart call reported: {e})"));
         }
-        self.note(done, act.about(), Code::Restarted, detail)
-            .await?;
-        Ok(Outcome::Restarted)
+        self.note(done, act.about(), Code::Restarted, detail).await
     }
 
     /// A failed restart pages at once — the first of its incident; later ones update that
@@ -114,7 +118,7 @@ impl RestartPath<'_> {
         act: &Act<'_>,
         why: String,
         done: Millis,
-    ) -> Result<Outcome, CoordError> {
+    ) -> Result<(), CoordError> {
         self.ctx.metrics.backends.runtime_error();
         self.ctx.metrics.restart(act.case.v.as_str(), "failed");
         let (k, w) = (self.ctx.keys.clone(), act.case.worker());
@@ -173,16 +177,7 @@ impl RestartPath<'_> {
             "{why}; attempt {failures}, next not before {}",
             human(ms(wait))
         );
-        self.note(done, act.about(), Code::RestartFailed, why)
-            .await?;
-        Ok(Outcome::Failed)
-    }
-
-    /// Undo `hold_lock_and_mark` for a restart that will not run: our cooldown claim and
-    /// restart record go, and the breaker and budget units come back (best-effort).
-    pub(super) async fn unclaim(&self, act: &Act<'_>, now: Millis) {
-        self.release_claim(act, now).await;
-        self.refund_caps(now).await;
+        self.note(done, act.about(), Code::RestartFailed, why).await
     }
 
     /// Release the claim `write_restart_markers` made at `now` for a restart that will not run:

@@ -1,0 +1,274 @@
+//! The restart pipeline as one state machine (pure): its steps in the brief's order —
+//! decide → lock → logs → revalidate → caps → claim → recheck → command → verify — and, after
+//! each, what comes next: the next step, or a stop with what must be given back. The engine
+//! (`crate::hang::restart::pipeline`) runs a step, tells [`next`] what it found, and does what
+//! it answers; nothing else orders the steps.
+//!
+//! What a pass holds once a step has passed, and gives back when it stops later:
+//! the restart alert (announced with the logs: released so the restart that eventually runs
+//! alerts again, with its logs — unless the incident closed); the breaker and budget units (taken
+//! at `Caps`: refunded); the claim (the cooldown marker written at `Claim`: compare-and-deleted).
+//! The node lock is held from `Lock` to the end of the pass, whatever happens, and released by
+//! the engine.
+
+use crate::hang::policy::Cancel;
+
+/// A step of the restart pipeline, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Step {
+    /// The worker is the runtime's to restart, and nobody else's (`alert-only`).
+    Decide,
+    /// A cheap read of the breaker and the budget, so an open breaker collects no logs and
+    /// posts no restart alert (the authoritative check is `Caps`).
+    Peek,
+    /// The node lock: one restart at a time on a node.
+    Lock,
+    /// The container's last lines, then the restart alert with them (once per incident).
+    Logs,
+    /// The verdict again from a fresh record, marks and clock; the node's state; the incarnation.
+    Revalidate,
+    /// Observe mode: everything but the command.
+    Observe,
+    /// One unit of the node's breaker and of the fleet's budget, taken atomically.
+    Caps,
+    /// The lock still covers the restart; the cooldown marker claimed (SET NX).
+    Claim,
+    /// The node's state and the incarnation once more, right before the command.
+    Recheck,
+    /// The restart call.
+    Command,
+    /// The container's start time says whether it restarted.
+    Verify,
+}
+
+/// Why a pass stopped short of the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    LockHeld,
+    BreakerOpen,
+    BudgetExhausted,
+    LockExpiring,
+    ContainerChanged,
+    /// The container decided on is not running any more (stopped by a person, crashed, or on
+    /// CRI replaced by kubelet's next attempt): a restart would start what someone stopped.
+    NotRunning,
+    Cancelled(Cancel),
+    NodeState,
+    LogsFailed,
+    NotRestartable,
+    /// Another instance's restart of this incident failed after our decision: the retry
+    /// waits for its backoff.
+    RetryPending,
+    /// The worker's restarts belong to another controller (`alert-only`).
+    AlertOnly,
+}
+
+/// What a step found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// It passed: the next step may run.
+    Pass,
+    /// It refused (and said why in the trail).
+    Skip(Skip),
+    /// The coordinator failed under it: the pass ends (fail closed).
+    Failed,
+}
+
+/// What a pass gives back when it stops (see the module's notes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Undo {
+    pub release_alert: bool,
+    pub refund_caps: bool,
+    pub release_claim: bool,
+}
+
+/// What comes after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    Go(Step),
+    /// The pass ends here (the command ran, or a step refused or failed): give back `Undo`.
+    Stop(Undo),
+}
+
+/// The one answer to "what next": from the step that ran, what it found, and the mode.
+pub(crate) fn next(step: Step, seen: Seen, dry_run: bool) -> Next {
+    if seen == Seen::Pass {
+        return match step {
+            Step::Decide => Next::Go(Step::Peek),
+            Step::Peek => Next::Go(Step::Lock),
+            Step::Lock => Next::Go(Step::Logs),
+            Step::Logs => Next::Go(Step::Revalidate),
+            Step::Revalidate if dry_run => Next::Go(Step::Observe),
+            Step::Revalidate => Next::Go(Step::Caps),
+            Step::Caps => Next::Go(Step::Claim),
+            Step::Claim => Next::Go(Step::Recheck),
+            Step::Recheck => Next::Go(Step::Command),
+            Step::Command => Next::Go(Step::Verify),
+            Step::Observe | Step::Verify => Next::Stop(Undo::default()),
+        };
+    }
+    Next::Stop(undo(step, seen))
+}
+
+/// What a pass that stops at `step` gives back.
+fn undo(step: Step, seen: Seen) -> Undo {
+    // The restart alert went out at `Logs`; a refusal after it releases it, unless revalidation
+    // closed the incident (it recovered, or another instance restarted the worker: the incident
+    // timer is deleted with it). A coordinator failure keeps it: the next pass must not page
+    // "restarting" twice for one incident — except at `Claim`, whose failed write may hide a
+    // claim: that pass is undone whole.
+    let closed = step == Step::Revalidate && matches!(seen, Seen::Skip(Skip::Cancelled(_)));
+    let refused = matches!(seen, Seen::Skip(_));
+    let announced = matches!(
+        step,
+        Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck
+    );
+    // The units were taken at `Caps` (a refusing `Caps` gave its own back): from `Claim` on they
+    // are held, and so is the claim, which a failed write at `Claim` may have made unseen.
+    let holds_caps = matches!(step, Step::Claim | Step::Recheck);
+    Undo {
+        release_alert: announced && !closed && (refused || step == Step::Claim),
+        refund_caps: holds_caps,
+        release_claim: (step == Step::Claim && seen == Seen::Failed) || step == Step::Recheck,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STEPS: [Step; 11] = [
+        Step::Decide,
+        Step::Peek,
+        Step::Lock,
+        Step::Logs,
+        Step::Revalidate,
+        Step::Observe,
+        Step::Caps,
+        Step::Claim,
+        Step::Recheck,
+        Step::Command,
+        Step::Verify,
+    ];
+
+    /// The steps a pass runs when every one passes.
+    fn path(dry_run: bool) -> Vec<Step> {
+        let mut out = vec![Step::Decide];
+        while let Next::Go(s) = next(*out.last().unwrap(), Seen::Pass, dry_run) {
+            out.push(s);
+        }
+        out
+    }
+
+    #[test]
+    fn a_clean_pass_runs_the_brief_s_order() {
+        use Step::*;
+        assert_eq!(
+            path(false),
+            [Decide, Peek, Lock, Logs, Revalidate, Caps, Claim, Recheck, Command, Verify]
+        );
+        assert_eq!(path(true), [Decide, Peek, Lock, Logs, Revalidate, Observe]);
+    }
+
+    #[test]
+    fn the_command_runs_only_after_every_safeguard_in_every_mode() {
+        for dry_run in [false, true] {
+            let p = path(dry_run);
+            if let Some(i) = p.iter().position(|s| *s == Step::Command) {
+                for needed in [
+                    Step::Lock,
+                    Step::Revalidate,
+                    Step::Caps,
+                    Step::Claim,
+                    Step::Recheck,
+                ] {
+                    let at = p
+                        .iter()
+                        .position(|s| *s == needed)
+                        .expect("every safeguard runs");
+                    assert!(at < i, "{needed:?} after the command");
+                }
+                assert!(!dry_run, "observe mode ran the command");
+            }
+        }
+    }
+
+    #[test]
+    fn every_refusal_and_failure_stops_the_pass() {
+        for step in STEPS {
+            for seen in [Seen::Skip(Skip::NodeState), Seen::Failed] {
+                for dry_run in [false, true] {
+                    assert!(
+                        matches!(next(step, seen, dry_run), Next::Stop(_)),
+                        "{step:?} {seen:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Exhaustively: a stop gives back exactly what the pass holds at that step.
+    #[test]
+    fn a_stop_gives_back_what_the_pass_holds() {
+        let skips = [
+            Skip::LockHeld,
+            Skip::NodeState,
+            Skip::RetryPending,
+            Skip::ContainerChanged,
+            Skip::Cancelled(Cancel::Recovered),
+            Skip::Cancelled(Cancel::CooldownAppeared),
+        ];
+        let seens = skips.map(Seen::Skip).into_iter().chain([Seen::Failed]);
+        for seen in seens {
+            for step in STEPS {
+                let Next::Stop(u) = next(step, seen, false) else {
+                    unreachable!()
+                };
+                let after = |s: Step| step >= s && step != Step::Observe;
+                // Units only once taken, never after the command ran.
+                assert_eq!(
+                    u.refund_caps,
+                    matches!(step, Step::Claim | Step::Recheck),
+                    "{step:?}"
+                );
+                if u.release_claim {
+                    assert!(after(Step::Claim) && step < Step::Command, "{step:?}");
+                }
+                if u.release_alert {
+                    assert!(
+                        after(Step::Revalidate) && step < Step::Command,
+                        "{step:?} {seen:?}"
+                    );
+                    let closed = matches!(seen, Seen::Skip(Skip::Cancelled(_)));
+                    assert!(!(closed && step == Step::Revalidate), "{seen:?}");
+                }
+                // A refusal once the alert is out releases it (the incident still open).
+                let still_open =
+                    !(step == Step::Revalidate && matches!(seen, Seen::Skip(Skip::Cancelled(_))));
+                if matches!(seen, Seen::Skip(_))
+                    && still_open
+                    && matches!(
+                        step,
+                        Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck
+                    )
+                {
+                    assert!(u.release_alert, "{step:?} {seen:?}");
+                }
+            }
+        }
+        // The claim may have been made by a write whose reply was lost: released.
+        assert_eq!(
+            next(Step::Claim, Seen::Failed, false),
+            Next::Stop(Undo {
+                release_alert: true,
+                refund_caps: true,
+                release_claim: true
+            })
+        );
+        // After the command, nothing is given back: it ran.
+        assert_eq!(
+            next(Step::Verify, Seen::Pass, false),
+            Next::Stop(Undo::default())
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! The restart pipeline, run: the steps of `crate::hang::policy_pipeline` in one loop. Each step
+//! is one call below (the steps themselves are in `command`, `limits` and `outcome`); after each,
+//! the policy's [`next`] says what follows, and a stop gives back what the policy says the pass
+//! holds. The node lock taken at `Lock` is released here, whatever happened.
+
+use crate::clock::Millis;
+use crate::coord::lease::Lease;
+use crate::coord::CoordError;
+use crate::hang::policy_pipeline::{next, Next, Seen, Skip, Step, Undo};
+
+use super::{Act, RestartPath};
+
+/// What a pass carries from one step to the next.
+struct Pass {
+    /// The coordinator's clock as the last step that read it saw it (`Logs`, `Caps`).
+    now: Millis,
+    /// The node lock, from `Lock` on.
+    lease: Option<Lease>,
+    /// The restart call's answer, from `Command` to `Verify`.
+    call: Option<Result<(), String>>,
+}
+
+impl RestartPath<'_> {
+    /// One pass of the pipeline for an incident whose restart is due. Coordinator errors end it
+    /// (fail closed) after giving back what it holds.
+    pub(super) async fn run_pipeline(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let dry_run = self.ctx.cfg.dry_run;
+        let mut pass = Pass {
+            now,
+            lease: None,
+            call: None,
+        };
+        let mut step = Step::Decide;
+        let result = loop {
+            let ran = self.run_step(step, act, &mut pass).await;
+            let seen = match &ran {
+                Ok(None) => Seen::Pass,
+                Ok(Some(skip)) => Seen::Skip(*skip),
+                Err(_) => Seen::Failed,
+            };
+            match next(step, seen, dry_run) {
+                Next::Go(s) => step = s,
+                Next::Stop(undo) => {
+                    self.give_back(act, undo, pass.now).await;
+                    break ran.map(drop);
+                }
+            }
+        };
+        if let Some(lease) = pass.lease {
+            // Only our own lock (compare-and-delete).
+            if let Err(e) = lease.release(self.ctx.coord.as_ref()).await {
+                tracing::warn!(error = %e, "could not release the node lock; it expires by its TTL");
+            }
+        }
+        result
+    }
+
+    /// Run one step. `Some(skip)`: it refused (and said why in the trail).
+    async fn run_step(
+        &mut self,
+        step: Step,
+        act: &Act<'_>,
+        pass: &mut Pass,
+    ) -> Result<Option<Skip>, CoordError> {
+        match step {
+            Step::Decide => self.decide(act, pass.now).await,
+            // Cheap: an open breaker collects no logs and posts no restart alert.
+            Step::Peek => self.blocked_by_caps(act, pass.now, true).await,
+            Step::Lock => {
+                let (lease, skip) = self.take_lock(act, pass.now).await?;
+                pass.lease = lease;
+                Ok(skip)
+            }
+            Step::Logs => {
+                pass.now = self.ctx.coord.time().await?;
+                self.logs_and_alert(act, pass.now).await
+            }
+            Step::Revalidate => self.last_moment_checks(act).await,
+            Step::Observe => self.observe_only(act).await,
+            Step::Caps => {
+                // NB: taken here, immediately before the command, never at the pipeline's
+                // start: a pass that stopped earlier must not consume the breaker or the budget.
+                pass.now = self.ctx.coord.time().await?;
+                self.blocked_by_caps(act, pass.now, false).await
+            }
+            Step::Claim => match &pass.lease {
+                Some(lease) => self.hold_lock_and_mark(act, lease, pass.now).await,
+                None => Ok(Some(Skip::LockExpiring)),
+            },
+            // NB: once more right before the command: the increments and marker writes above
+            // are round trips, and a person's restart, stop or pause (or a maintenance notice)
+            // in that time must stop us. What is left is the window between this inspect and
+            // the command.
+            Step::Recheck => self.node_and_container_checks(act, pass.now).await,
+            Step::Command => {
+                pass.call = Some(self.command(act).await);
+                Ok(None)
+            }
+            Step::Verify => {
+                let call = pass.call.take().unwrap_or(Ok(()));
+                self.verify(act, call, pass.now).await.map(|()| None)
+            }
+        }
+    }
+
+    /// Give back what a stopped pass holds (best-effort: what fails here expires by its TTL).
+    async fn give_back(&self, act: &Act<'_>, undo: Undo, now: Millis) {
+        if undo.release_alert {
+            self.release_restart_alert(act.inc).await;
+        }
+        if undo.release_claim {
+            self.release_claim(act, now).await;
+        }
+        if undo.refund_caps {
+            self.refund_caps(now).await;
+        }
+    }
+
+    /// Take the node lock. `(None, Some(LockHeld))`: another instance holds it and acts.
+    async fn take_lock(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<(Option<Lease>, Option<Skip>), CoordError> {
+        let (key, ttl) = (self.ctx.keys.lock(), self.ctx.cfg.safety.lock_ttl);
+        let token = Lease::random_token();
+        match Lease::take(self.ctx.coord.as_ref(), key, token, ttl).await? {
+            Some(lease) => Ok((Some(lease), None)),
+            None => {
+                let detail =
+                    "another instance holds this node's lock; it acts, we skip".to_string();
+                self.skip(now, act, Skip::LockHeld, detail, true).await?;
+                Ok((None, Some(Skip::LockHeld)))
+            }
+        }
+    }
+}
