@@ -59,11 +59,11 @@ fn init_logging(cfg: &Config) {
 /// the restart loop and starts the checkpoint round.
 pub(crate) struct Signals {
     /// Everything stops: watchers, server, heartbeat, GPU monitor.
-    pub stop: CancellationToken,
+    pub(crate) stop: CancellationToken,
     /// SIGTERM / SIGINT: no new restart; checkpoint the workers, then drain.
-    pub term: CancellationToken,
+    pub(crate) term: CancellationToken,
     /// SIGHUP: new configurations (already validated).
-    pub reload: Option<tokio::sync::watch::Receiver<Config>>,
+    pub(crate) reload: Option<tokio::sync::watch::Receiver<Config>>,
 }
 
 impl Signals {
@@ -306,7 +306,7 @@ fn metadata_watcher(
 /// the checkpoint round, then every task, all before `checkpoint.grace` runs out.
 ///
 /// An error when the drain ran out of time, so the process exits non-zero.
-pub async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
+pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     init_logging(&cfg);
     let Signals { stop, term, reload } = signals;
     // Whatever way this function returns, every task it started stops.

@@ -42,7 +42,7 @@ impl Backoff {
         whole_ms(self.steps.next().unwrap_or(self.max))
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.steps = self.builder.build();
     }
 }

@@ -54,7 +54,7 @@ pub(crate) fn human(d: Millis) -> String {
 
 /// A measured duration as a person reads it: `850ms`, `2.5s`, `25s`, `3m 12s` — never
 /// `24s 998ms 324us 296ns`.
-pub fn brief(d: Duration) -> String {
+pub(crate) fn brief(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1_000 {
         return format!("{ms}ms");

@@ -22,7 +22,7 @@
 
 /// An error's cause kept whole (its own `source` chain included) whatever its type: the
 /// `source` of an error whose cause comes from any of several libraries.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub mod accel;
 pub mod alerts;

@@ -94,8 +94,8 @@ impl AlertSink for RecordingSink {
 /// the fake API server in tests/kube.rs).
 #[derive(Default, Clone)]
 pub struct RecordingNodeApi {
-    pub desired: Arc<Mutex<Vec<NodeDesired>>>,
-    pub events: Arc<Mutex<Vec<(String, String, EventType)>>>,
+    pub(crate) desired: Arc<Mutex<Vec<NodeDesired>>>,
+    pub(crate) events: Arc<Mutex<Vec<(String, String, EventType)>>>,
 }
 
 impl RecordingNodeApi {

@@ -12,13 +12,13 @@ use std::fmt;
 use std::marker::PhantomData;
 
 /// What a hidden part is replaced with.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// A URL with its password and query values hidden; scheme, user, host, port, path and fragment
 /// kept: `redis://user:***@host:6379/0`, `unix:///run/redis.sock?db=0&pass=***`,
 /// `http://w:8080/ckpt?token=***`. A user name without a password is hidden too (it may be a
 /// token: `https://TOKEN@host`).
-pub fn url(text: &str) -> String {
+pub(crate) fn url(text: &str) -> String {
     let (scheme, rest) = split_scheme(text);
     let (userinfo, after) = split_userinfo(rest);
     let (before_query, query) = match after.split_once('?') {
@@ -51,7 +51,7 @@ pub fn url(text: &str) -> String {
 /// Each URL of a comma-separated list (`redis.url` in cluster or sentinel mode), as [`url`].
 /// A piece without `://` belongs to the one before it (a raw comma in a password), so it is
 /// hidden with it.
-pub fn urls(text: &str) -> String {
+pub(crate) fn urls(text: &str) -> String {
     let mut pieces: Vec<String> = Vec::new();
     for piece in text.split(',') {
         match pieces.last_mut() {
@@ -75,7 +75,7 @@ pub fn urls(text: &str) -> String {
 /// A webhook URL: scheme, host and port only, everything after them hidden
 /// (`https://hooks.slack.com/***`). Slack-style URLs carry their token in the path, others in
 /// the query or the userinfo.
-pub fn webhook(text: &str) -> String {
+pub(crate) fn webhook(text: &str) -> String {
     let (scheme, rest) = split_scheme(text);
     let (userinfo, after) = split_userinfo(rest);
     let end = after.find(['/', '?', '#']).unwrap_or(after.len());
@@ -94,7 +94,7 @@ pub fn webhook(text: &str) -> String {
 }
 
 /// Hidden whole: `***`, or nothing when there is nothing to hide.
-pub fn hidden(text: &str) -> String {
+pub(crate) fn hidden(text: &str) -> String {
     if text.is_empty() {
         String::new()
     } else {
@@ -159,7 +159,7 @@ impl Redaction for Urls {
 
 /// Shown as [`webhook`] (`alerts.webhook_url`).
 #[derive(Debug)]
-pub enum Webhook {}
+pub(crate) enum Webhook {}
 
 impl Redaction for Webhook {
     fn redact(text: &str) -> String {
@@ -202,11 +202,11 @@ impl<R: Redaction> Secret<R> {
     }
 
     /// The redacted form, for an output.
-    pub fn redacted(&self) -> String {
+    pub(crate) fn redacted(&self) -> String {
         R::redact(&self.text)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.text.is_empty()
     }
 }

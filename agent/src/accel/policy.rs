@@ -12,12 +12,10 @@ use crate::node::model::{EventType, NodeCondition, NodeDesired};
 /// prefix).
 #[derive(Debug)]
 pub struct Names {
-    /// `GPU`, `TPU`: in the trail, Events and alerts.
-    pub name: &'static str,
-    pub label: &'static str,
-    pub reasons_annotation: &'static str,
-    pub taint: &'static str,
-    pub condition: &'static str,
+    pub(crate) label: &'static str,
+    pub(crate) reasons_annotation: &'static str,
+    pub(crate) taint: &'static str,
+    pub(crate) condition: &'static str,
     /// The Event reason of a change to healthy, degraded and failed.
     pub events: [&'static str; 3],
 }
@@ -81,7 +79,7 @@ pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d:
 }
 
 /// The Event reason and type for a kind's health changing to `health`.
-pub fn event_for(names: &Names, health: Health) -> (&'static str, EventType) {
+pub(crate) fn event_for(names: &Names, health: Health) -> (&'static str, EventType) {
     match health {
         Health::Healthy => (names.events[0], EventType::Normal),
         Health::Degraded => (names.events[1], EventType::Warning),

@@ -68,28 +68,28 @@ pub(crate) struct HealthTracker<A: Tracked> {
 #[derive(Debug)]
 pub(crate) struct Change {
     /// The health shown before (`None`: no verdict).
-    pub prev: Option<Health>,
+    pub(crate) prev: Option<Health>,
     /// For the trail, the Event and the alert.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 impl<A: Tracked> HealthTracker<A> {
     const REASONS_EVERY: Duration = Duration::from_secs(60);
 
     /// The first report, taken as what the Node shows (no change to announce at start-up).
-    pub fn seed(&mut self, report: A, metrics: &Metrics) {
+    pub(crate) fn seed(&mut self, report: A, metrics: &Metrics) {
         report.record(metrics, &mut self.seen);
         self.report = report;
         self.seeded = true;
     }
 
     /// The report the Node shows.
-    pub fn report(&self) -> &A {
+    pub(crate) fn report(&self) -> &A {
         &self.report
     }
 
     /// Fold in a new report (metrics always); `Some` when the Node should show it.
-    pub fn fold(&mut self, report: A, metrics: &Metrics) -> Option<Change> {
+    pub(crate) fn fold(&mut self, report: A, metrics: &Metrics) -> Option<Change> {
         report.record(metrics, &mut self.seen);
         let first = !std::mem::replace(&mut self.seeded, true);
         let headline = first || report.differs(&self.report);

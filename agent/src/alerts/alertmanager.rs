@@ -21,20 +21,20 @@ use crate::alerts::{tail_chars, Alert, AlertError, AlertKind, AlertSink, Resolve
 use crate::redact::{Secret, Webhook};
 
 /// The Alertmanager API v2 path alerts are posted to.
-pub const ALERTS_PATH: &str = "/api/v2/alerts";
+pub(crate) const ALERTS_PATH: &str = "/api/v2/alerts";
 
 /// How much of the logs goes into the `description` annotation (the end is kept).
 const LOG_TAIL: usize = 2000;
 
 /// `vigil_<kind>` with `-` as `_`: `vigil_restart_failed`. Distinct from the names of the
 /// Prometheus rules (`VigilRestartFailed`), which alert from metrics, not from the agent.
-pub fn alertname(kind: AlertKind) -> String {
+pub(crate) fn alertname(kind: AlertKind) -> String {
     format!("vigil_{}", kind.as_str().replace('-', "_"))
 }
 
 /// The labels of an alert: its identity in Alertmanager (two posts with the same labels are one
 /// alert).
-pub fn labels(alert: &Alert) -> BTreeMap<&'static str, String> {
+pub(crate) fn labels(alert: &Alert) -> BTreeMap<&'static str, String> {
     let mut l = BTreeMap::new();
     l.insert("alertname", alertname(alert.kind));
     l.insert("node", alert.node.clone());
@@ -49,7 +49,7 @@ pub fn labels(alert: &Alert) -> BTreeMap<&'static str, String> {
 }
 
 /// One element of the body posted to `/api/v2/alerts` (pure: times are given).
-pub fn payload(alert: &Alert, starts_at: SystemTime, ends_at: Option<SystemTime>) -> Value {
+pub(crate) fn payload(alert: &Alert, starts_at: SystemTime, ends_at: Option<SystemTime>) -> Value {
     let mut description = alert.summary();
     if let Some(logs) = alert.logs.as_ref().filter(|l| !l.trim().is_empty()) {
         description.push_str("\n\n");

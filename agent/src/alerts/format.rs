@@ -4,7 +4,7 @@
 use super::{tail_chars, Alert};
 
 /// The PagerDuty `dedup_key` of an alert: its incident, else node, worker and kind.
-pub fn dedup_key(alert: &Alert) -> String {
+pub(crate) fn dedup_key(alert: &Alert) -> String {
     match &alert.incident {
         Some(i) => format!("vigil/{i}"),
         None => format!(
@@ -17,7 +17,7 @@ pub fn dedup_key(alert: &Alert) -> String {
 }
 
 /// A PagerDuty Events API v2 event that triggers (or updates) the alert's incident.
-pub fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json::Value {
+pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json::Value {
     let severity = match alert.kind.severity() {
         "page" => "critical",
         "info" => "info",
@@ -58,7 +58,7 @@ pub fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json::Value 
 }
 
 /// A PagerDuty Events API v2 event that resolves the incident of `dedup_key`.
-pub fn pagerduty_resolve(dedup_key: &str, routing_key: &str) -> serde_json::Value {
+pub(crate) fn pagerduty_resolve(dedup_key: &str, routing_key: &str) -> serde_json::Value {
     serde_json::json!({
         "routing_key": routing_key,
         "event_action": "resolve",
@@ -67,7 +67,7 @@ pub fn pagerduty_resolve(dedup_key: &str, routing_key: &str) -> serde_json::Valu
 }
 
 /// The generic JSON body: the alert's fields, with `summary` and `status` (`firing`).
-pub fn json_body(alert: &Alert) -> serde_json::Value {
+pub(crate) fn json_body(alert: &Alert) -> serde_json::Value {
     let mut v = serde_json::to_value(alert).unwrap_or_default();
     v["summary"] = serde_json::json!(alert.summary());
     v["status"] = serde_json::json!("firing");

@@ -39,7 +39,7 @@ impl AlertGate {
     /// the value tried is remembered, and the next attempt that finds exactly that value there
     /// knows it won. At least once, never "never": a crash in between leaves a claim that
     /// expires with its lease.
-    pub async fn claim(
+    pub(crate) async fn claim(
         &mut self,
         coord: &dyn Coordinator,
         key: &str,
@@ -81,7 +81,7 @@ impl AlertGate {
     /// full TTL. A claim released since (a failed restart frees its `restart` claim for the
     /// retry) stays released. One that cannot be written now is tried again next cycle (should
     /// its lease run out first, another instance may alert again: at least once).
-    pub async fn settle(&mut self, coord: &dyn Coordinator) {
+    pub(crate) async fn settle(&mut self, coord: &dyn Coordinator) {
         if self.won.is_empty() {
             return;
         }

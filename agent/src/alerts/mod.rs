@@ -21,7 +21,7 @@ pub mod alertmanager;
 mod format;
 pub(crate) mod gate;
 
-pub use format::{dedup_key, json_body, pagerduty_resolve, pagerduty_trigger};
+pub(crate) use format::{dedup_key, json_body, pagerduty_resolve, pagerduty_trigger};
 
 /// What an alert is about. The names are stable: they appear in metrics and in the webhook body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -136,7 +136,7 @@ impl AlertKind {
 
     /// The `severity` label in Alertmanager: `page` for pages, `info` for what needs no
     /// action, `warning` for the rest.
-    pub fn severity(self) -> &'static str {
+    pub(crate) fn severity(self) -> &'static str {
         if self.is_page() {
             "page"
         } else if matches!(
@@ -167,11 +167,11 @@ pub struct Alert {
     /// Where the worker runs: `namespace/pod/container` on Kubernetes nodes, the container name
     /// on Docker.
     pub container: Option<String>,
-    pub verdict: Option<&'static str>,
+    pub(crate) verdict: Option<&'static str>,
     pub job: Option<String>,
     /// How long the condition has lasted, human-readable.
     #[serde(rename = "for")]
-    pub duration: Option<String>,
+    pub(crate) duration: Option<String>,
     pub incident: Option<String>,
     pub detail: String,
     pub logs: Option<String>,
@@ -181,7 +181,7 @@ pub struct Alert {
     pub update: bool,
     /// Which attempt of the incident this is about (failed restarts), when it counts.
     pub attempt: Option<u32>,
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 impl Alert {
@@ -280,11 +280,11 @@ pub(crate) fn tail_chars(s: &str, max: usize) -> &str {
 #[error("{sink} {url} failed after {attempts} attempt(s): {last}")]
 pub struct AlertError {
     /// Which sink: `webhook` or `alertmanager`.
-    pub sink: &'static str,
+    pub(crate) sink: &'static str,
     /// The webhook, redacted (`https://hooks.slack.com/***`): this error is logged.
-    pub url: String,
+    pub(crate) url: String,
     pub attempts: u32,
-    pub last: String,
+    pub(crate) last: String,
 }
 
 /// Which of a worker's alerts a condition's end resolves.
@@ -304,7 +304,7 @@ pub enum Resolve {
 
 impl Resolve {
     /// Does this end resolve an alert of `kind`?
-    pub fn covers(self, kind: AlertKind) -> bool {
+    pub(crate) fn covers(self, kind: AlertKind) -> bool {
         match self {
             Resolve::Episode(k) => k == kind,
             Resolve::Gone => true,
@@ -332,7 +332,7 @@ pub trait AlertSink: Send + Sync {
 /// Several sinks (webhook and Alertmanager): every alert goes to each, at the same time (so a
 /// delivery takes no longer than the slowest sink's, as the node lock's TTL assumes); the first
 /// error is returned after all were tried, the others logged.
-pub struct Fanout(pub Vec<std::sync::Arc<dyn AlertSink>>);
+pub(crate) struct Fanout(pub Vec<std::sync::Arc<dyn AlertSink>>);
 
 #[async_trait]
 impl AlertSink for Fanout {
@@ -567,7 +567,7 @@ impl Notifier {
     }
 
     /// `worker`'s condition ended: sinks that keep alerts open resolve the ones it covers.
-    pub async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
+    pub(crate) async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
         if let Some(sink) = &self.sink {
             sink.resolve(node, worker, end).await;
         }
@@ -575,7 +575,7 @@ impl Notifier {
 
     /// The workers on `node` now (this cycle's roster): the open alerts of any other worker
     /// (its container gone) are resolved.
-    pub async fn retain(&self, node: &str, present: &std::collections::HashSet<String>) {
+    pub(crate) async fn retain(&self, node: &str, present: &std::collections::HashSet<String>) {
         let Some(sink) = &self.sink else { return };
         for worker in sink.open_workers(node) {
             if !present.contains(&worker) {
@@ -584,7 +584,7 @@ impl Notifier {
         }
     }
 
-    pub async fn send(&self, alert: &Alert) {
+    pub(crate) async fn send(&self, alert: &Alert) {
         let kind = alert.kind.as_str();
         if alert.page {
             tracing::error!(alert = kind, node = %alert.node, worker = alert.worker.as_deref(), incident = alert.incident.as_deref(), "{}", alert.summary());

@@ -13,12 +13,12 @@ use crate::node::model_info::Provisioning;
 /// What the check found for one node.
 pub(super) struct BudgetReport {
     /// The worker pods read; `None` off Kubernetes; `Err` when they could not be read.
-    pub pods: Option<Result<Vec<WorkerPod>, String>>,
-    pub shortfalls: Vec<Shortfall>,
-    pub worker_stop: Duration,
+    pub(crate) pods: Option<Result<Vec<WorkerPod>, String>>,
+    pub(crate) shortfalls: Vec<Shortfall>,
+    pub(crate) worker_stop: Duration,
     /// The node's provisioning model from GKE's labels; `None` when unknown (off Kubernetes, the
     /// Node unreadable, no GKE label): every limit is then checked.
-    pub provisioning: Option<Provisioning>,
+    pub(crate) provisioning: Option<Provisioning>,
 }
 
 /// Read `node`'s worker pods (on Kubernetes) and check the budgets against them.
@@ -119,7 +119,7 @@ impl BudgetReport {
     }
 
     /// The report as `vigil explain` prints it after the trail.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut s = String::from("\ncheckpoint budget: ");
         if self.shortfalls.is_empty() {
             s.push_str(&format!("fits ({})\n", self.summary()));

@@ -32,17 +32,17 @@ fn at(min: i64, sec: i64) -> Millis {
 
 /// What the demo observed, for the closing lines and for tests.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Summary {
-    pub hang_at: Millis,
-    pub alerted_at: Option<Millis>,
-    pub restarted_at: Option<Millis>,
-    pub recovered_at: Option<Millis>,
-    pub restarts: usize,
-    pub checkpoint: Option<String>,
+pub(crate) struct Summary {
+    pub(crate) hang_at: Millis,
+    pub(crate) alerted_at: Option<Millis>,
+    pub(crate) restarted_at: Option<Millis>,
+    pub(crate) recovered_at: Option<Millis>,
+    pub(crate) restarts: usize,
+    pub(crate) checkpoint: Option<String>,
 }
 
 /// Replay the night, writing the timeline to `out`; `pace` is the real time per 15 s cycle.
-pub async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary> {
+pub(crate) async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary> {
     let clock = FakeClock::at(NIGHT);
     let coord: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
     let runtime = FakeRuntime::default();

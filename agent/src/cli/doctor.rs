@@ -13,7 +13,7 @@ use crate::kube::node::KubeNodeApi;
 use crate::maintenance::metadata::MetadataClient;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
+pub(crate) enum Level {
     Ok,
     Warn,
     Fail,
@@ -31,10 +31,10 @@ impl Level {
 
 /// One check's result.
 #[derive(Debug, Clone)]
-pub struct Check {
-    pub name: &'static str,
-    pub level: Level,
-    pub detail: String,
+pub(crate) struct Check {
+    pub(crate) name: &'static str,
+    pub(crate) level: Level,
+    pub(crate) detail: String,
 }
 
 pub(super) fn check(name: &'static str, level: Level, detail: impl Into<String>) -> Check {
@@ -50,7 +50,7 @@ pub(super) fn check(name: &'static str, level: Level, detail: impl Into<String>)
 const SKEW_WARN: i64 = 2_000;
 
 /// Run every check (each bounded by a short timeout) and return them in order.
-pub async fn run(cfg: &Config) -> Vec<Check> {
+pub(crate) async fn run(cfg: &Config) -> Vec<Check> {
     let mut out = vec![check(
         "config",
         Level::Ok,

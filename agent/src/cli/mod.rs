@@ -33,19 +33,19 @@ Environment: NODE_NAME, REDIS_URL and DOCKER_HOST override the config file; RUST
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Args, Clone)]
-pub struct ConfigArg {
+pub(crate) struct ConfigArg {
     /// Config file (TOML, or YAML when it ends in .yaml/.yml). Without it, the documented
     /// defaults plus the environment.
     #[arg(long, short = 'c', value_name = "FILE", env = "VIGIL_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the agent (the DaemonSet's command).
     Run {
         #[command(flatten)]
@@ -156,7 +156,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Validate the config (file + environment) and print it resolved.
     Check {
         #[command(flatten)]

@@ -5,7 +5,7 @@ use crate::config::Config;
 
 /// The table `vigil policy` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Table {
+pub(crate) enum Table {
     /// Worker verdicts and who acts on them.
     Restart,
     /// What each XID calls for.

@@ -23,15 +23,15 @@ pub enum WebhookFormat {
 pub struct AlertsConfig {
     /// Slack-compatible incoming webhook; empty: alerts go to the log only. A secret (the token
     /// is in its path or query): shown as `https://hooks.slack.com/***`.
-    pub webhook_url: Secret<Webhook>,
+    pub(crate) webhook_url: Secret<Webhook>,
     /// Alertmanager's base URL (`http://alertmanager:9093`); empty: none. Alerts are posted to
     /// its `/api/v2/alerts`, next to the webhook when both are set. A secret (it may carry
     /// credentials): shown as `http://***@alertmanager:9093/***`.
-    pub alertmanager_url: Secret<Webhook>,
+    pub(crate) alertmanager_url: Secret<Webhook>,
     /// How often a worker's open alert is re-posted to Alertmanager; keep it below
     /// Alertmanager's `resolve_timeout` (5m by default), or the alert resolves itself.
     #[serde(with = "humantime_serde")]
-    pub alertmanager_repost: Duration,
+    pub(crate) alertmanager_repost: Duration,
     /// The webhook's body: `slack` (Slack-compatible `text`, and `vigil`), `pagerduty` (an
     /// Events API v2 event: trigger, then resolve when the incident ends) or `json` (the alert's
     /// fields, with `summary` and `status`).
@@ -42,9 +42,9 @@ pub struct AlertsConfig {
     /// Extra HTTP headers on every webhook request (`Authorization = "Bearer …"`). Secrets: the
     /// values are shown as `***`; env `VIGIL_WEBHOOK_HEADERS` (`Name: value` lines, from the
     /// Secret `vigil`) adds to them.
-    pub headers: BTreeMap<String, Secret<Hidden>>,
+    pub(crate) headers: BTreeMap<String, Secret<Hidden>>,
     /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
-    pub page_mention: String,
+    pub(crate) page_mention: String,
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// Attempts per alert, with exponential backoff between them.

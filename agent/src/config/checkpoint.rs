@@ -12,7 +12,7 @@ use crate::redact::{self, Secret, Urls};
 /// they cannot be handled, so they can never checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub enum Signal {
+pub(crate) enum Signal {
     Usr1,
     Usr2,
     Term,
@@ -83,7 +83,7 @@ impl From<Signal> for String {
 /// container label.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub enum CheckpointMethod {
+pub(crate) enum CheckpointMethod {
     /// The request in the status record is all: the worker reads it in its own record (the
     /// answer to its beats on the worker API, or its record in Redis).
     Record,
@@ -144,7 +144,7 @@ impl From<CheckpointMethod> for String {
 /// they are and a save asked of every worker of every node is a cost for nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum OnSigterm {
+pub(crate) enum OnSigterm {
     /// Only when the node is going away: a termination or preemption notice, the Node being
     /// deleted, shutting down (the kubelet's graceful shutdown) or marked for removal
     /// (`crate::maintenance::policy::going_away`).
@@ -170,11 +170,11 @@ impl OnSigterm {
 pub struct CheckpointConfig {
     /// Default request method: `record`, `signal`, `signal:NAME` or an `http(s)://` URL; a
     /// container label overrides it.
-    pub method: CheckpointMethod,
+    pub(crate) method: CheckpointMethod,
     /// Container label naming a worker's method: `redis`, `signal:SIGUSR1`, `http://host:port/path`.
-    pub label: String,
+    pub(crate) label: String,
     /// Signal sent by the `signal` method without an explicit one.
-    pub signal: Signal,
+    pub(crate) signal: Signal,
     /// Budget on the agent's own SIGTERM/SIGINT (must end before the pod's grace period).
     #[serde(with = "humantime_serde")]
     pub sigterm_budget: Duration,
@@ -188,12 +188,12 @@ pub struct CheckpointConfig {
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
     /// When the agent's own SIGTERM/SIGINT asks the workers to checkpoint.
-    pub on_sigterm: OnSigterm,
+    pub(crate) on_sigterm: OnSigterm,
     /// What a worker needs after its checkpoint to exit. A budget plus this must fit in what the
     /// platform gives the worker (its pod's grace period, GCE's notice, GKE's node shutdown):
     /// `vigil doctor` and `vigil explain` say when it does not.
     #[serde(with = "humantime_serde")]
-    pub worker_stop: Duration,
+    pub(crate) worker_stop: Duration,
 }
 
 impl Default for CheckpointConfig {

@@ -9,7 +9,7 @@ use super::{bad, ConfigError};
 #[serde(default, deny_unknown_fields)]
 pub struct DockerConfig {
     /// `unix:///var/run/docker.sock` or `tcp://host:port`; env `DOCKER_HOST`.
-    pub host: String,
+    pub(crate) host: String,
 }
 
 impl Default for DockerConfig {

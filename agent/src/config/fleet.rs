@@ -12,7 +12,7 @@ pub struct FleetConfig {
     /// Node pool this node belongs to; env `VIGIL_POOL`.
     pub pool: String,
     /// Slice (a group of nodes that train together, e.g. a TPU slice); env `VIGIL_SLICE`.
-    pub slice: String,
+    pub(crate) slice: String,
     /// The agent's heartbeat record expires after this; a node silent longer is "down".
     #[serde(with = "humantime_serde")]
     pub heartbeat_ttl: Duration,

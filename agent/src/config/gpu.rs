@@ -69,7 +69,7 @@ impl GpuConfig {
 
     /// Every override of the built-in XID table (`xid_actions`, its keys parsed: a key that is
     /// not a number was refused by validate).
-    pub fn xid_overrides(&self) -> BTreeMap<u64, XidAction> {
+    pub(crate) fn xid_overrides(&self) -> BTreeMap<u64, XidAction> {
         self.xid_actions
             .iter()
             .filter_map(|(k, &a)| k.trim().parse().ok().map(|x| (x, a)))

@@ -14,13 +14,13 @@ pub struct KubernetesConfig {
     /// API server URL; empty = in-cluster config or kubeconfig.
     pub api_url: String,
     /// Prefix of the labels, annotations and taint Vigil writes on its Node.
-    pub label_prefix: String,
+    pub(crate) label_prefix: String,
     /// Put a `NoSchedule` taint on the Node while termination is imminent.
-    pub taint_on_termination: bool,
+    pub(crate) taint_on_termination: bool,
     /// How often the agent reads its Node (GKE's labels, taints and allocatable resources: the
     /// pool, the provisioning model, the accelerator, GKE's maintenance signals).
     #[serde(with = "humantime_serde")]
-    pub read_interval: Duration,
+    pub(crate) read_interval: Duration,
 }
 
 impl Default for KubernetesConfig {

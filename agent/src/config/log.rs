@@ -7,7 +7,7 @@ use super::ConfigError;
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
@@ -16,9 +16,9 @@ pub enum LogFormat {
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
-    pub format: LogFormat,
+    pub(crate) format: LogFormat,
     /// A `tracing` filter such as `info` or `vigil=debug`; env `RUST_LOG` wins.
-    pub level: String,
+    pub(crate) level: String,
 }
 
 impl Default for LogConfig {

@@ -10,15 +10,15 @@ use super::{bad, ConfigError, Switch};
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
     /// `auto` (watch; unreachable is said once and probed again with backoff), `on`, or `off`.
-    pub enabled: Switch,
+    pub(crate) enabled: Switch,
     /// Metadata server host[:port]; env `GCE_METADATA_HOST`; empty = `metadata.google.internal`.
-    pub host: String,
+    pub(crate) host: String,
     /// Long-poll `timeout_sec` for each watch request.
-    pub timeout_sec: u32,
+    pub(crate) timeout_sec: u32,
     /// A PENDING notice stands restarts down only once its window starts within this long
     /// (GCE posts them days ahead).
     #[serde(with = "humantime_serde")]
-    pub pending_horizon: Duration,
+    pub(crate) pending_horizon: Duration,
     /// After a maintenance event ends, restarts stay suppressed this long.
     #[serde(with = "humantime_serde")]
     pub settle: Duration,

@@ -38,22 +38,22 @@ mod worker_api;
 
 pub(crate) use alerts::alert_backoff;
 pub use alerts::{AlertsConfig, WebhookFormat};
-pub use checkpoint::{CheckpointConfig, CheckpointMethod, OnSigterm, Signal};
-pub use docker::DockerConfig;
-pub use fleet::FleetConfig;
+pub(crate) use checkpoint::{CheckpointConfig, CheckpointMethod, OnSigterm, Signal};
+pub(crate) use docker::DockerConfig;
+pub(crate) use fleet::FleetConfig;
 pub use gpu::GpuConfig;
 pub use kubernetes::KubernetesConfig;
-pub use log::{LogConfig, LogFormat};
-pub use metadata::MetadataConfig;
-pub use opportunistic::OpportunisticConfig;
-pub use policy::PolicyConfig;
+pub(crate) use log::{LogConfig, LogFormat};
+pub(crate) use metadata::MetadataConfig;
+pub(crate) use opportunistic::OpportunisticConfig;
+pub(crate) use policy::PolicyConfig;
 pub use redis::{RedisConfig, RedisMode, RedisUrls};
-pub use runtime::{RuntimeConfig, RuntimeKind};
-pub use safety::SafetyConfig;
+pub(crate) use runtime::{RuntimeConfig, RuntimeKind};
+pub(crate) use safety::SafetyConfig;
 pub(crate) use safety::LOCK_MARGIN;
-pub use server::ServerConfig;
-pub use tpu::TpuConfig;
-pub use worker_api::{WorkerApiConfig, WorkerAuth};
+pub(crate) use server::ServerConfig;
+pub(crate) use tpu::TpuConfig;
+pub(crate) use worker_api::{WorkerApiConfig, WorkerAuth};
 
 /// A configuration problem, always naming the key so the operator can find the line to fix.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -65,7 +65,7 @@ pub enum ConfigError {
 }
 
 /// Where environment overrides come from: the process environment in production, a map in tests.
-pub trait Env {
+pub(crate) trait Env {
     fn get(&self, name: &str) -> Option<String>;
 }
 
@@ -223,7 +223,7 @@ impl Config {
     }
 
     /// Load from an optional file, apply environment overrides, validate.
-    pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+    pub(crate) fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
         let mut cfg = match path {
             Some(p) => {
                 let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File {
@@ -452,7 +452,7 @@ impl Config {
         }
     }
 
-    pub fn embedded(&self) -> bool {
+    pub(crate) fn embedded(&self) -> bool {
         self.redis.url.is_empty()
     }
 }

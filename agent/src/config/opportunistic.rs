@@ -18,7 +18,7 @@ pub struct OpportunisticConfig {
     pub min_nodes: u32,
     /// The pool claim's TTL (one node of a pool at a time).
     #[serde(with = "humantime_serde")]
-    pub claim_ttl: Duration,
+    pub(crate) claim_ttl: Duration,
 }
 
 impl Default for OpportunisticConfig {

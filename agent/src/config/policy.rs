@@ -24,7 +24,7 @@ pub struct PolicyConfig {
     pub error_for: Duration,
     /// Fresh heartbeat with an unchanged progress marker this long: alert (no restart).
     #[serde(with = "humantime_serde")]
-    pub stalled_after: Duration,
+    pub(crate) stalled_after: Duration,
     /// After a restart, the worker is "booting" for this long (or until its first beat): no new
     /// incident.
     #[serde(with = "humantime_serde")]
@@ -33,14 +33,14 @@ pub struct PolicyConfig {
     /// record, or one older than the container) is "booting", not "unreachable": a trainer
     /// imports its framework and loads its data before its first beat.
     #[serde(with = "humantime_serde")]
-    pub start_grace: Duration,
+    pub(crate) start_grace: Duration,
     /// Still hung this long after a restart: page a person, once.
     #[serde(with = "humantime_serde")]
     pub escalate_after: Duration,
     /// The longest silence a worker may announce for a long operation (its record's `grace`:
     /// a compile, a checkpoint save); a longer grace is cut to this.
     #[serde(with = "humantime_serde")]
-    pub max_grace: Duration,
+    pub(crate) max_grace: Duration,
 }
 
 impl Default for PolicyConfig {

@@ -27,12 +27,12 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// Per-command timeout; a slower Redis counts as unreachable (and restarts pause).
     #[serde(with = "humantime_serde")]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Entries kept in each node's decision trail stream.
-    pub trail_max_len: usize,
+    pub(crate) trail_max_len: usize,
     /// For `rediss://`: a PEM file of the CA that signed the server's certificate (e.g. a
     /// managed Redis's server CA); empty = the system's trusted roots.
-    pub ca_file: String,
+    pub(crate) ca_file: String,
 }
 
 /// How `redis.url` is reached.
@@ -62,7 +62,7 @@ impl std::fmt::Debug for RedisUrls {
 
 impl RedisUrls {
     /// `redis://a:1, redis://b:2` → each URL, trimmed; empty entries are dropped.
-    pub fn parse(text: &str) -> RedisUrls {
+    pub(crate) fn parse(text: &str) -> RedisUrls {
         RedisUrls(
             text.split(',')
                 .map(str::trim)
@@ -72,19 +72,19 @@ impl RedisUrls {
         )
     }
 
-    pub fn as_slice(&self) -> &[String] {
+    pub(crate) fn as_slice(&self) -> &[String] {
         &self.0
     }
 
-    pub fn into_vec(self) -> Vec<String> {
+    pub(crate) fn into_vec(self) -> Vec<String> {
         self.0
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
@@ -105,7 +105,7 @@ impl Default for RedisConfig {
 
 impl RedisConfig {
     /// The servers `url` names.
-    pub fn urls(&self) -> RedisUrls {
+    pub(crate) fn urls(&self) -> RedisUrls {
         RedisUrls::parse(self.url.expose())
     }
 

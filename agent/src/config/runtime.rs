@@ -10,7 +10,7 @@ use super::{bad, ConfigError};
 /// Which container runtime the agent speaks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum RuntimeKind {
+pub(crate) enum RuntimeKind {
     /// The socket that exists: Docker's (`docker.host`), then rootful Podman's
     /// (`runtime.podman_socket`), then containerd's, then CRI-O's.
     Auto,
@@ -27,17 +27,17 @@ pub enum RuntimeKind {
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// `auto`, `docker`, `podman` or `cri`.
-    pub kind: RuntimeKind,
+    pub(crate) kind: RuntimeKind,
     /// Podman's API socket (its Docker-compatible API); the rootful default is
     /// `/run/podman/podman.sock`.
-    pub podman_socket: String,
+    pub(crate) podman_socket: String,
     /// The CRI socket; empty = the first that exists of `/run/containerd/containerd.sock` and
     /// `/var/run/crio/crio.sock`.
-    pub cri_socket: String,
+    pub(crate) cri_socket: String,
     /// Opt-in label (a container label on Docker, a pod label on CRI); its value is the worker id.
-    pub worker_label: String,
+    pub(crate) worker_label: String,
     /// Log lines collected before a restart and attached to the alert.
-    pub log_lines: usize,
+    pub(crate) log_lines: usize,
     /// Time allowed for log collection.
     #[serde(with = "humantime_serde")]
     pub log_timeout: Duration,
@@ -55,7 +55,7 @@ pub struct RuntimeConfig {
     pub call_timeout: Duration,
     /// CRI: also restart pods whose restartPolicy is Never (which ends the pod), or whose policy
     /// cannot be read (no Kubernetes API).
-    pub allow_pod_replacement: bool,
+    pub(crate) allow_pod_replacement: bool,
     /// CRI: the kubelet's PodResources socket, where each worker's GPUs are read; empty = off
     /// (every worker counts as using every GPU).
     pub pod_resources_socket: String,

@@ -18,7 +18,7 @@ pub struct SafetyConfig {
     /// Restarts allowed per node per UTC day (the circuit breaker).
     pub breaker_per_day: u32,
     /// Remove the per-node cap entirely (not recommended; must be said explicitly).
-    pub breaker_disabled: bool,
+    pub(crate) breaker_disabled: bool,
     /// Restarts allowed across the whole fleet per `fleet_window`; 0 disables the fleet cap.
     pub fleet_budget: u32,
     #[serde(with = "humantime_serde")]

@@ -9,7 +9,7 @@ use super::ConfigError;
 pub struct ServerConfig {
     /// Address of `/metrics`, `/healthz`, `/readyz` and the local status API; empty disables it.
     #[serde(with = "listen")]
-    pub listen: Option<std::net::SocketAddr>,
+    pub(crate) listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for ServerConfig {

@@ -12,19 +12,19 @@ use super::{bad, ConfigError, Switch};
 pub struct TpuConfig {
     /// `auto` (a verdict on nodes that have TPU chips, none elsewhere), `on` (the same, and a
     /// missing device directory is an error in the log), or `off`.
-    pub enabled: Switch,
+    pub(crate) enabled: Switch,
     /// Where the chips' device files are: `accelN` (TPU v4) and `vfio/N` (TPU v5e and later).
-    pub device_dir: String,
+    pub(crate) device_dir: String,
     /// The sysfs root: TPU PCI functions and their AER counters (`bus/pci/devices/*`).
-    pub sys_dir: String,
+    pub(crate) sys_dir: String,
     /// The kernel log, read as `/dev/kmsg` records (a file of such lines in tests); empty = off.
-    pub kernel_log: String,
+    pub(crate) kernel_log: String,
     /// How often the chips are read.
     #[serde(with = "humantime_serde")]
     pub sample_interval: Duration,
     /// How long a device error keeps the chips degraded (or failed, for a fatal one).
     #[serde(with = "humantime_serde")]
-    pub error_window: Duration,
+    pub(crate) error_window: Duration,
     /// Put a `NoSchedule` taint on the Node while the TPU chips have failed.
     pub taint_on_failure: bool,
 }

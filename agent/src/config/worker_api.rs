@@ -14,12 +14,12 @@ use super::{bad, ConfigError};
 
 /// The longest a TokenReview's answer may be reused: a revoked token (its pod deleted) stops
 /// working within this bound.
-pub const MAX_REVIEW_CACHE: Duration = Duration::from_secs(600);
+pub(crate) const MAX_REVIEW_CACHE: Duration = Duration::from_secs(600);
 
 /// How a write on the TCP listener proves who sent it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum WorkerAuth {
+pub(crate) enum WorkerAuth {
     /// A projected ServiceAccount token (audience `worker_api.audience`) bound to the worker's
     /// pod, checked with a TokenReview.
     Kubernetes,
@@ -41,20 +41,20 @@ impl WorkerAuth {
 pub struct WorkerApiConfig {
     /// TCP address of the worker write API; empty (the default) serves none.
     #[serde(with = "super::server::listen")]
-    pub listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
     /// How a write on `listen` is authenticated: `kubernetes` or, on loopback only, `none`.
-    pub auth: WorkerAuth,
+    pub(crate) auth: WorkerAuth,
     /// Unix socket of the worker write API for workers in containers of this host; empty (the
     /// default) serves none. A write is accepted only from the container of the worker it names
     /// (the peer's cgroup, proven against the container's init process). Mount its directory,
     /// read-only, into the workers; the directory must be writable by its owner (root or the
     /// agent's user) only.
-    pub socket: PathBuf,
+    pub(crate) socket: PathBuf,
     /// The audience a worker's projected token must be minted for.
-    pub audience: String,
+    pub(crate) audience: String,
     /// How long a TokenReview's answer is reused (at most 10m).
     #[serde(with = "humantime_serde")]
-    pub review_cache: Duration,
+    pub(crate) review_cache: Duration,
 }
 
 impl Default for WorkerApiConfig {
@@ -99,11 +99,6 @@ impl WorkerApiConfig {
         }
         Ok(())
     }
-
-    /// True when some listener is configured.
-    pub fn enabled(&self) -> bool {
-        self.listen.is_some() || !self.socket.as_os_str().is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -140,12 +135,12 @@ mod tests {
     #[test]
     fn off_by_default_and_unauthenticated_only_on_loopback() {
         let c = parse("").unwrap().worker_api;
-        assert!(!c.enabled());
+        assert!(c.listen.is_none() && c.socket.as_os_str().is_empty());
         assert_eq!(c.auth, WorkerAuth::Kubernetes);
         let c = parse("[worker_api]\nlisten = \"127.0.0.1:9465\"\nauth = \"none\"\n")
             .unwrap()
             .worker_api;
-        assert!(c.enabled());
+        assert!(c.listen.is_some());
         assert!(parse("[worker_api]\nlisten = \"[::1]:9465\"\nauth = \"none\"\n").is_ok());
         let k8s = "[kubernetes]\nenabled = \"on\"\n";
         assert!(parse(&format!("{k8s}[worker_api]\nlisten = \"0.0.0.0:9465\"\n")).is_ok());

@@ -15,50 +15,50 @@ use crate::config::SafetyConfig;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 
 /// How long a day's breaker counter lives (past the day, for the operator's eyes).
-pub const BREAKER_TTL: Duration = Duration::from_secs(48 * 3600);
+pub(crate) const BREAKER_TTL: Duration = Duration::from_secs(48 * 3600);
 
 /// The breaker's day: one counter per node per UTC day.
-pub fn breaker_day(now: Millis) -> String {
+pub(crate) fn breaker_day(now: Millis) -> String {
     utc_day(now)
 }
 
 /// The fleet budget's window number: windows of `window` length since the epoch.
-pub fn fleet_window(now: Millis, window: Duration) -> i64 {
+pub(crate) fn fleet_window(now: Millis, window: Duration) -> i64 {
     now.div_euclid(ms(window).max(1))
 }
 
 /// Whether `used` restarts today open the breaker.
-pub fn breaker_open(used: u64, s: &SafetyConfig) -> bool {
+pub(crate) fn breaker_open(used: u64, s: &SafetyConfig) -> bool {
     !s.breaker_disabled && used >= u64::from(s.breaker_per_day)
 }
 
 /// Whether the fleet budget of this window is used up (a budget of 0 means no fleet cap).
-pub fn budget_exhausted(used: u64, s: &SafetyConfig) -> bool {
+pub(crate) fn budget_exhausted(used: u64, s: &SafetyConfig) -> bool {
     s.fleet_budget > 0 && used >= u64::from(s.fleet_budget)
 }
 
 /// The caps of one node, as the safety settings size them.
-pub struct Caps<'a> {
-    pub coord: &'a dyn Coordinator,
-    pub keys: &'a Keys,
-    pub safety: &'a SafetyConfig,
+pub(crate) struct Caps<'a> {
+    pub(crate) coord: &'a dyn Coordinator,
+    pub(crate) keys: &'a Keys,
+    pub(crate) safety: &'a SafetyConfig,
 }
 
 impl Caps<'_> {
     /// The breaker's counter for the day of `now`.
-    pub fn breaker_key(&self, now: Millis) -> String {
+    pub(crate) fn breaker_key(&self, now: Millis) -> String {
         self.keys.breaker(&breaker_day(now))
     }
 
     /// The fleet budget's counter for the window of `now`.
-    pub fn budget_key(&self, now: Millis) -> String {
+    pub(crate) fn budget_key(&self, now: Millis) -> String {
         self.keys
             .fleet_budget(fleet_window(now, self.safety.fleet_window))
     }
 
     /// The counter reads of the heartbeat's batch: the breaker's, then the budget's (when there
     /// is a fleet cap). [`Caps::read`] turns their values into (used, open) pairs.
-    pub fn counter_ops(&self, now: Millis) -> Vec<Op> {
+    pub(crate) fn counter_ops(&self, now: Millis) -> Vec<Op> {
         let mut ops = vec![Op::Counter {
             key: self.breaker_key(now),
         }];
@@ -72,7 +72,7 @@ impl Caps<'_> {
 
     /// The values of [`Caps::counter_ops`]: the breaker's (used, open) and the budget's (used,
     /// exhausted; `(0, false)` without a fleet cap).
-    pub fn read(&self, values: &[u64]) -> (Option<(u64, bool)>, (u64, bool)) {
+    pub(crate) fn read(&self, values: &[u64]) -> (Option<(u64, bool)>, (u64, bool)) {
         let s = self.safety;
         let breaker = values.first().map(|&u| (u, breaker_open(u, s)));
         let budget = values
@@ -82,7 +82,7 @@ impl Caps<'_> {
     }
 
     /// Whether the breaker would let a restart through now; nothing is taken.
-    pub async fn breaker_free(&self, now: Millis) -> Result<bool, CoordError> {
+    pub(crate) async fn breaker_free(&self, now: Millis) -> Result<bool, CoordError> {
         if self.safety.breaker_disabled {
             return Ok(true);
         }
@@ -91,7 +91,7 @@ impl Caps<'_> {
     }
 
     /// Whether the fleet budget would let a restart through now; nothing is taken.
-    pub async fn budget_free(&self, now: Millis) -> Result<bool, CoordError> {
+    pub(crate) async fn budget_free(&self, now: Millis) -> Result<bool, CoordError> {
         if self.safety.fleet_budget == 0 {
             return Ok(true);
         }
@@ -100,7 +100,7 @@ impl Caps<'_> {
     }
 
     /// Take the breaker's unit; `false` when the breaker refuses (nothing taken then).
-    pub async fn take_breaker(&self, now: Millis) -> Result<bool, CoordError> {
+    pub(crate) async fn take_breaker(&self, now: Millis) -> Result<bool, CoordError> {
         let s = self.safety;
         if s.breaker_disabled {
             return Ok(true);
@@ -112,7 +112,7 @@ impl Caps<'_> {
     }
 
     /// Take the fleet budget's unit; `false` when the budget refuses (nothing taken then).
-    pub async fn take_budget(&self, now: Millis) -> Result<bool, CoordError> {
+    pub(crate) async fn take_budget(&self, now: Millis) -> Result<bool, CoordError> {
         let s = self.safety;
         if s.fleet_budget == 0 {
             return Ok(true);
@@ -127,7 +127,7 @@ impl Caps<'_> {
     }
 
     /// Give the breaker's unit back (a restart that will not run).
-    pub async fn refund_breaker(&self, now: Millis) -> Result<(), CoordError> {
+    pub(crate) async fn refund_breaker(&self, now: Millis) -> Result<(), CoordError> {
         if self.safety.breaker_disabled {
             return Ok(());
         }
@@ -136,7 +136,7 @@ impl Caps<'_> {
 
     /// Give back one breaker and one fleet unit taken for a restart that will not run
     /// (best-effort: a unit that stays taken only makes the caps stricter).
-    pub async fn refund(&self, now: Millis) {
+    pub(crate) async fn refund(&self, now: Millis) {
         let _ = self.refund_breaker(now).await;
         if self.safety.fleet_budget > 0 {
             let _ = self.coord.decr(&self.budget_key(now)).await;

@@ -25,11 +25,11 @@ impl Keys {
         }
     }
 
-    pub fn node(&self) -> &str {
+    pub(crate) fn node(&self) -> &str {
         &self.node
     }
 
-    pub fn prefix(&self) -> &str {
+    pub(crate) fn prefix(&self) -> &str {
         &self.prefix
     }
 

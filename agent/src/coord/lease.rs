@@ -12,13 +12,13 @@ use crate::coord::{CoordError, Coordinator};
 
 /// Whether a lease with `left` of its TTL still covers an action that may take `needed` (a lost
 /// lease covers nothing).
-pub fn covers(left: Option<Millis>, needed: Duration) -> bool {
+pub(crate) fn covers(left: Option<Millis>, needed: Duration) -> bool {
     matches!(left, Some(ttl) if ttl >= ms(needed))
 }
 
 /// A lease this owner took (or believes it holds).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
+pub(crate) struct Lease {
     key: String,
     token: String,
 }
@@ -36,7 +36,7 @@ impl Lease {
     ///
     /// NB: a SET NX whose reply was lost may have been applied: on an error the key is released
     /// by our token before the error is returned, so a lost reply never leaves an orphan lease.
-    pub async fn take(
+    pub(crate) async fn take(
         coord: &dyn Coordinator,
         key: impl Into<String>,
         token: impl Into<String>,
@@ -54,17 +54,17 @@ impl Lease {
     }
 
     /// A fresh random token, for [`Lease::take`].
-    pub fn random_token() -> String {
+    pub(crate) fn random_token() -> String {
         format!("{:016x}", rand::random::<u64>())
     }
 
     /// Time left on the lease while it is still ours; `None` when it expired or was taken over.
-    pub async fn left(&self, coord: &dyn Coordinator) -> Result<Option<Millis>, CoordError> {
+    pub(crate) async fn left(&self, coord: &dyn Coordinator) -> Result<Option<Millis>, CoordError> {
         coord.owner_ttl(&self.key, &self.token).await
     }
 
     /// Release it if it is still ours (compare-and-delete); `true` when it was.
-    pub async fn release(&self, coord: &dyn Coordinator) -> Result<bool, CoordError> {
+    pub(crate) async fn release(&self, coord: &dyn Coordinator) -> Result<bool, CoordError> {
         coord.del_if_owner(&self.key, &self.token).await
     }
 }

@@ -11,10 +11,10 @@ use crate::hang::model::{Episode, Incident, Marks, Retry};
 use crate::runtime::container::Container;
 
 /// TTL of the per-worker marks: long enough to outlive any incident.
-pub const MARK_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MARK_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Appended to the restart claim once the restart is verified (see [`claim`]).
-pub const DONE: &str = ":done";
+pub(crate) const DONE: &str = ":done";
 
 /// The marks that one read of a worker returns, in order. NB: the order is the codec's alone:
 /// [`worker_keys`] and [`decode`] are built from this one list.
@@ -71,7 +71,7 @@ pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
 
 /// The clock, the record and every
 /// mark of a worker, in one round trip.
-pub async fn read(
+pub(crate) async fn read(
     coord: &dyn Coordinator,
     k: &Keys,
     worker: &str,
@@ -83,18 +83,18 @@ pub async fn read(
 
 /// A worker's read, decoded.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Decoded {
-    pub marks: Marks,
+pub(crate) struct Decoded {
+    pub(crate) marks: Marks,
     /// The container incarnation last recorded for the worker.
-    pub incarnation: Option<String>,
+    pub(crate) incarnation: Option<String>,
     /// The cooldown marker or restart claim, as written.
-    pub cooldown: Option<String>,
+    pub(crate) cooldown: Option<String>,
     /// Whether the node lock is held (by anyone).
-    pub locked: bool,
+    pub(crate) locked: bool,
 }
 
 /// Decode the values of a [`worker_keys`] read.
-pub fn decode(v: &[Option<String>]) -> Decoded {
+pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
     let get = |s: Slot| {
         let i = SLOTS.iter().position(|x| *x == s).unwrap_or(usize::MAX);
         v.get(i).cloned().flatten()
@@ -137,13 +137,13 @@ pub fn decode(v: &[Option<String>]) -> Decoded {
 }
 
 /// `"<ms>:<rest>"`.
-pub fn split_pair(s: &str) -> Option<(Millis, String)> {
+pub(crate) fn split_pair(s: &str) -> Option<(Millis, String)> {
     let (a, b) = s.split_once(':')?;
     Some((a.parse().ok()?, b.to_string()))
 }
 
 /// The retry record: `"<incident_id>:<failures>:<not_before_ms>"`.
-pub fn encode_retry(r: &Retry) -> String {
+pub(crate) fn encode_retry(r: &Retry) -> String {
     format!("{}:{}:{}", r.incident, r.failures, r.not_before)
 }
 
@@ -160,25 +160,25 @@ fn parse_retry(s: &str) -> Option<Retry> {
 }
 
 /// The key of an incarnation: the container id and its start time.
-pub fn incarnation(c: &Container) -> String {
+pub(crate) fn incarnation(c: &Container) -> String {
     format!("{}:{}", c.id, c.started_at)
 }
 
 /// The restart claim (and, with [`DONE`] appended, the cooldown marker) of a restart of `c` for
 /// incident `incident`: `"<ms>:<incident>:<incarnation>"`. The incarnation restarted is in it,
 /// so the next incarnation is known to be ours.
-pub fn claim(now: Millis, incident: &str, c: &Container) -> String {
+pub(crate) fn claim(now: Millis, incident: &str, c: &Container) -> String {
     format!("{now}:{incident}:{}", incarnation(c))
 }
 
 /// Someone else's restart, as its cooldown marker says: `"<ms>:external"`.
-pub const EXTERNAL: &str = ":external";
+pub(crate) const EXTERNAL: &str = ":external";
 
 /// The time after which a heartbeat can only come from the restarted worker's new incarnation:
 /// the first field of a finished cooldown marker — when our restart was verified (a new
 /// incarnation running, the old one gone) or when someone else's was seen. `None` for a claim
 /// whose restart is still in flight (no [`DONE`]): it never ends early.
-pub fn booted_after(marker: &str) -> Option<Millis> {
+pub(crate) fn booted_after(marker: &str) -> Option<Millis> {
     if !(marker.ends_with(DONE) || marker.ends_with(EXTERNAL)) {
         return None;
     }
@@ -186,7 +186,7 @@ pub fn booted_after(marker: &str) -> Option<Millis> {
 }
 
 /// The incident a restart claim was made for.
-pub fn claimed_incident(marker: &str) -> Option<&str> {
+pub(crate) fn claimed_incident(marker: &str) -> Option<&str> {
     marker.split(':').nth(1).filter(|id| !id.is_empty())
 }
 

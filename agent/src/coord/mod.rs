@@ -404,7 +404,7 @@ impl<'a> dyn Coordinator + 'a {
     }
 
     /// Cheap liveness check for `/readyz`.
-    pub async fn ping(&self) -> Result<(), CoordError> {
+    pub(crate) async fn ping(&self) -> Result<(), CoordError> {
         self.time().await.map(|_| ())
     }
 }
@@ -465,7 +465,7 @@ pub async fn write_status(
 }
 
 /// [`write_status`], the heartbeat stamped in `heartbeat_field` (`heartbeat@3`: a rank's).
-pub async fn write_status_as(
+pub(crate) async fn write_status_as(
     coord: &dyn Coordinator,
     keys: &Keys,
     worker: &str,

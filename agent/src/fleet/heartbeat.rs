@@ -28,13 +28,13 @@ pub(crate) type SharedRecord = Arc<Mutex<Option<(NodeRecord, tokio::time::Instan
 #[derive(Default)]
 pub(crate) struct Cycle {
     /// Verdicts of the last cycle, for the heartbeat record.
-    pub verdicts: BTreeMap<String, String>,
+    pub(crate) verdicts: BTreeMap<String, String>,
     /// Where each worker of the last cycle runs, for the heartbeat record.
-    pub places: BTreeMap<String, String>,
+    pub(crate) places: BTreeMap<String, String>,
     /// Progress marks to write with this cycle's batch: (key, value).
-    pub deferred: Vec<(String, String)>,
+    pub(crate) deferred: Vec<(String, String)>,
     /// The coordinator's clock as last read in this cycle (stamps the node record).
-    pub now: Millis,
+    pub(crate) now: Millis,
 }
 
 impl Cycle {
@@ -42,7 +42,7 @@ impl Cycle {
     /// phase (and which sources report it), GPU health, and what its Node says of it (`info`,
     /// `None` before the first read): pool and slice (`fleet.pool`/`fleet.slice` win), provisioning
     /// model, accelerator and TPU topology.
-    pub fn record(
+    pub(crate) fn record(
         &self,
         ctx: &Context,
         maintenance: &MaintenanceState,
@@ -86,7 +86,7 @@ impl Cycle {
     /// and budget counters the gauges show: one round trip for the node. The record is then
     /// `shared` with the heartbeat task. A failure is logged and returned (the next cycle
     /// writes it all again).
-    pub async fn publish(
+    pub(crate) async fn publish(
         &mut self,
         ctx: &Context,
         rec: NodeRecord,

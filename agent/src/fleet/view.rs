@@ -49,7 +49,7 @@ pub struct NodeRecord {
 }
 
 impl NodeRecord {
-    pub fn fields(&self) -> Vec<(String, String)> {
+    pub(crate) fn fields(&self) -> Vec<(String, String)> {
         vec![
             ("node".into(), self.node.clone()),
             ("pool".into(), self.pool.clone()),
@@ -135,18 +135,18 @@ pub fn publish_ops(keys: &Keys, rec: &NodeRecord, ttl: Duration) -> Vec<Op> {
 
 /// A node as the fleet view shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NodeView {
-    pub node: String,
+pub(crate) struct NodeView {
+    pub(crate) node: String,
     /// healthy, unhealthy, maintenance, or down (no live heartbeat record).
-    pub health: &'static str,
-    pub last_seen: Millis,
-    pub record: Option<NodeRecord>,
+    pub(crate) health: &'static str,
+    pub(crate) last_seen: Millis,
+    pub(crate) record: Option<NodeRecord>,
 }
 
 /// Verdicts that make a node unhealthy for the slice view.
 const BAD_VERDICTS: &[&str] = &["hung", "errored", "gpu-failed", "tpu-failed", "unreachable"];
 
-pub fn health(rec: Option<&NodeRecord>) -> &'static str {
+pub(crate) fn health(rec: Option<&NodeRecord>) -> &'static str {
     match rec {
         None => "down",
         Some(r) if r.maintenance != "none" => "maintenance",
@@ -166,7 +166,7 @@ pub fn health(rec: Option<&NodeRecord>) -> &'static str {
 pub(crate) type Places = BTreeMap<String, (String, String)>;
 
 /// Read every indexed node (prefix-wide), and each node's last known pool and slice.
-pub async fn read(
+pub(crate) async fn read(
     coord: &dyn Coordinator,
     prefix: &str,
 ) -> Result<(Vec<NodeView>, Places), CoordError> {
@@ -204,7 +204,7 @@ pub async fn read(
 /// `vigil status`, as text or as JSON (`{"at", "nodes", "slices"}`): read from `coord`, which is
 /// Redis for the CLI and whatever the agent runs on (the embedded coordinator included) when the
 /// agent's server answers `GET /v1/status`.
-pub async fn report(
+pub(crate) async fn report(
     coord: &dyn Coordinator,
     prefix: &str,
     json: bool,
@@ -225,21 +225,21 @@ pub async fn report(
 
 /// One slice's availability.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SliceView {
-    pub slice: String,
-    pub pool: String,
-    pub nodes: usize,
-    pub healthy: usize,
-    pub unhealthy: usize,
-    pub maintenance: usize,
-    pub down: usize,
+pub(crate) struct SliceView {
+    pub(crate) slice: String,
+    pub(crate) pool: String,
+    pub(crate) nodes: usize,
+    pub(crate) healthy: usize,
+    pub(crate) unhealthy: usize,
+    pub(crate) maintenance: usize,
+    pub(crate) down: usize,
     /// Every node healthy and none in maintenance.
-    pub available: bool,
+    pub(crate) available: bool,
 }
 
 /// Group nodes by slice. A down node keeps its last known slice from the index-only view: it
 /// is counted under the slice its last record named, or `-` when that is gone too.
-pub fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
+pub(crate) fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
     // NB: keyed by (pool, slice): the same slice name in two pools is two slices. A down node
     // is placed by the pool and slice its last record named.
     let mut by: BTreeMap<(String, String), SliceView> = BTreeMap::new();

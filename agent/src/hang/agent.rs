@@ -42,9 +42,9 @@ use crate::trail::{Code, Trail};
 pub struct Agent {
     /// The configuration, the node's keys and the adapters, shared with the restart path.
     ctx: Context,
-    pub health: Arc<Health>,
+    pub(crate) health: Arc<Health>,
     /// Identifies this process in the trail (two agents on one node are told apart).
-    pub instance: String,
+    pub(crate) instance: String,
     journal: Journal,
     alerts: AlertGate,
     /// Shutdown, maintenance and GPU state of the node, fed by other tasks.
@@ -159,7 +159,7 @@ impl Agent {
 
     /// Follow the Node source (`crate::node::info`): the record carries the pool, slice,
     /// provisioning model, accelerator and TPU topology it reads.
-    pub fn with_node_info(mut self, rx: NodeInfoRx) -> Self {
+    pub(crate) fn with_node_info(mut self, rx: NodeInfoRx) -> Self {
         self.watch.node_info = Some(rx);
         self
     }
@@ -318,7 +318,7 @@ impl Agent {
 
     /// Run until `shutdown` fires. Each cycle is paced by `poll_interval`; after a coordinator
     /// error the next try comes sooner, with exponential backoff capped at the interval.
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         self.watch.term = shutdown.clone();
         self.announce().await;
         loop {

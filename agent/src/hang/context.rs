@@ -10,10 +10,10 @@ use crate::metrics::Metrics;
 use crate::runtime::ContainerRuntime;
 
 pub(crate) struct Context {
-    pub cfg: Config,
-    pub keys: Keys,
-    pub coord: Arc<dyn Coordinator>,
-    pub runtime: Arc<dyn ContainerRuntime>,
-    pub notifier: Notifier,
-    pub metrics: Arc<Metrics>,
+    pub(crate) cfg: Config,
+    pub(crate) keys: Keys,
+    pub(crate) coord: Arc<dyn Coordinator>,
+    pub(crate) runtime: Arc<dyn ContainerRuntime>,
+    pub(crate) notifier: Notifier,
+    pub(crate) metrics: Arc<Metrics>,
 }

@@ -8,36 +8,36 @@ use crate::clock::Millis;
 
 /// What a worker says about itself: its status record (Redis hash or local status API).
 #[derive(Debug, Clone, PartialEq)]
-pub struct WorkerStatus {
-    pub state: WorkerState,
+pub(crate) struct WorkerStatus {
+    pub(crate) state: WorkerState,
     /// Last beat, on the coordinator's clock. `None` when the field is missing or unreadable.
-    pub heartbeat: Option<Millis>,
-    pub job: Option<String>,
-    pub progress: Option<String>,
+    pub(crate) heartbeat: Option<Millis>,
+    pub(crate) job: Option<String>,
+    pub(crate) progress: Option<String>,
     /// How long (ms) the worker said it may stay silent after this heartbeat (a long operation:
     /// a compile, a checkpoint save); `None` = `policy.stale_after`. The policy caps it.
-    pub grace: Option<Millis>,
+    pub(crate) grace: Option<Millis>,
     /// The worker says its restarts belong to someone else (`restarts = alert-only`).
-    pub alert_only: bool,
+    pub(crate) alert_only: bool,
     /// For a container of several ranks (one process per GPU: torchrun), the rank this status
     /// is — the worst one, which the container's verdict is — and how many there are.
-    pub rank: Option<(u32, u32)>,
+    pub(crate) rank: Option<(u32, u32)>,
 }
 
 /// The most ranks one container's record may hold (one process per accelerator: 8 or 16 GPUs,
 /// with room); past it the record is read as one process's.
-pub const MAX_RANKS: u32 = 32;
+pub(crate) const MAX_RANKS: u32 = 32;
 
 /// How many ranks a record says its container runs (`ranks`, 1 to [`MAX_RANKS`]); `None` for
 /// an ordinary one-process record (or a value out of bounds).
-pub fn ranks(fields: &HashMap<String, String>) -> Option<u32> {
+pub(crate) fn ranks(fields: &HashMap<String, String>) -> Option<u32> {
     let n: u32 = fields.get("ranks")?.trim().parse().ok()?;
     (1..=MAX_RANKS).contains(&n).then_some(n)
 }
 
 /// The record field of `rank` for `field`: `state@3` (the field itself without a rank). `@` is
 /// in no worker id or field name, so the rank is read back unambiguously.
-pub fn rank_field(field: &str, rank: Option<u32>) -> String {
+pub(crate) fn rank_field(field: &str, rank: Option<u32>) -> String {
     match rank {
         Some(r) => format!("{field}@{r}"),
         None => field.to_string(),
@@ -45,7 +45,7 @@ pub fn rank_field(field: &str, rank: Option<u32>) -> String {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WorkerState {
+pub(crate) enum WorkerState {
     Idle,
     Processing,
     Error,
@@ -55,7 +55,7 @@ pub enum WorkerState {
 }
 
 impl WorkerState {
-    pub fn parse(s: &str) -> WorkerState {
+    pub(crate) fn parse(s: &str) -> WorkerState {
         match s.trim().to_ascii_lowercase().as_str() {
             "idle" => WorkerState::Idle,
             "processing" => WorkerState::Processing,
@@ -63,7 +63,8 @@ impl WorkerState {
             other => WorkerState::Other(bounded(other, MAX_FIELD)),
         }
     }
-    pub fn as_str(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             WorkerState::Idle => "idle",
             WorkerState::Processing => "processing",
@@ -84,7 +85,7 @@ impl WorkerStatus {
     /// then `state@r`, `heartbeat@r`, `progress@r`, `grace@r` for r in 0..N; `job` and
     /// `restarts` are the container's). `None` for an ordinary one-process record. A rank that
     /// wrote nothing yet is there, with no heartbeat: it is not guessed to be fine.
-    pub fn ranks_from_fields(fields: &HashMap<String, String>) -> Option<Vec<WorkerStatus>> {
+    pub(crate) fn ranks_from_fields(fields: &HashMap<String, String>) -> Option<Vec<WorkerStatus>> {
         let n = ranks(fields)?;
         let mut out = Vec::with_capacity(n as usize);
         for r in 0..n {
@@ -147,7 +148,7 @@ impl WorkerStatus {
 }
 
 /// A record's `grace`: seconds (decimals allowed) above zero; anything else is no grace.
-pub fn parse_grace(text: &str) -> Option<Millis> {
+pub(crate) fn parse_grace(text: &str) -> Option<Millis> {
     let secs = text.trim().parse::<f64>().ok()?;
     // NB: capped long before f64 -> i64 could overflow; the policy caps it again.
     (secs.is_finite() && secs > 0.0).then(|| (secs.min(1e9) * 1000.0).round() as Millis)
@@ -156,7 +157,7 @@ pub fn parse_grace(text: &str) -> Option<Millis> {
 /// The documented rule for a worker id (the opt-in label's value): 1–128 characters of
 /// `[A-Za-z0-9._-]`. Anything else would be read into Redis key names (a `:` could make another
 /// worker's key look like a record), so it is refused where it enters.
-pub fn valid_worker_id(id: &str) -> bool {
+pub(crate) fn valid_worker_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
         && id
@@ -165,7 +166,7 @@ pub fn valid_worker_id(id: &str) -> bool {
 }
 
 /// A worker state as a worker may write it: 1–64 characters of `[A-Za-z0-9._-]`.
-pub fn valid_state(state: &str) -> bool {
+pub(crate) fn valid_state(state: &str) -> bool {
     !state.is_empty()
         && state.len() <= 64
         && state
@@ -174,7 +175,7 @@ pub fn valid_state(state: &str) -> bool {
 }
 
 /// Longest worker-supplied text kept from a record (`job`, `progress`, an unknown state).
-pub const MAX_FIELD: usize = 256;
+pub(crate) const MAX_FIELD: usize = 256;
 
 /// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
 fn bounded(s: &str, max: usize) -> String {
@@ -190,44 +191,44 @@ fn bounded(s: &str, max: usize) -> String {
 
 /// The shared marks Vigil keeps per worker in the coordinator (never in process memory).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Marks {
+pub(crate) struct Marks {
     /// First observation of a stale heartbeat: (the heartbeat seen, when it was seen).
-    pub suspect: Option<(Millis, Millis)>,
+    pub(crate) suspect: Option<(Millis, Millis)>,
     /// The incident timer: start time and id, set once with SET NX (first observer wins).
-    pub incident: Option<Incident>,
+    pub(crate) incident: Option<Incident>,
     /// When the record was first seen in state `error`.
-    pub error_since: Option<Millis>,
+    pub(crate) error_since: Option<Millis>,
     /// Last progress marker seen and when it last changed.
-    pub progress: Option<(String, Millis)>,
+    pub(crate) progress: Option<(String, Millis)>,
     /// A cooldown marker exists: we restarted this worker recently.
-    pub cooldown: bool,
+    pub(crate) cooldown: bool,
     /// When we last restarted it (kept past the cooldown, for escalation).
-    pub restarted_at: Option<Millis>,
+    pub(crate) restarted_at: Option<Millis>,
     /// The "restart did not help" page has been sent for the last restart.
-    pub escalated: bool,
+    pub(crate) escalated: bool,
     /// Alert-only episodes currently open (their alert has been sent).
-    pub episodes: Vec<Episode>,
+    pub(crate) episodes: Vec<Episode>,
     /// Failed restarts so far and when the next may run, for the incident they belong to.
-    pub retry: Option<Retry>,
+    pub(crate) retry: Option<Retry>,
 }
 
 /// The restarts of one incident that failed, and the earliest time of the next try.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Retry {
-    pub incident: String,
-    pub failures: u32,
-    pub not_before: Millis,
+pub(crate) struct Retry {
+    pub(crate) incident: String,
+    pub(crate) failures: u32,
+    pub(crate) not_before: Millis,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Incident {
-    pub started: Millis,
-    pub id: String,
+pub(crate) struct Incident {
+    pub(crate) started: Millis,
+    pub(crate) id: String,
 }
 
 /// Alert-only conditions: each alerts once when it begins and closes when it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Episode {
+pub(crate) enum Episode {
     Unreachable,
     Stalled,
     GpuFailed,

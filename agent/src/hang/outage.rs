@@ -39,7 +39,11 @@ impl Outages {
 
     /// The wait before the next cycle: the next backoff step after a coordinator error, the
     /// poll interval otherwise.
-    pub fn next_wait(&mut self, coordinator_failed: bool, poll_interval: Duration) -> Duration {
+    pub(crate) fn next_wait(
+        &mut self,
+        coordinator_failed: bool,
+        poll_interval: Duration,
+    ) -> Duration {
         if coordinator_failed {
             self.backoff.next_delay()
         } else {
@@ -48,7 +52,7 @@ impl Outages {
     }
 
     /// A whole cycle went through, writes included.
-    pub fn coordinator_ok(&mut self, ctx: &Context) {
+    pub(crate) fn coordinator_ok(&mut self, ctx: &Context) {
         if self.coord_down {
             tracing::info!(coordinator = %ctx.coord.describe(), "coordinator reachable again; restarts resume with the timers it kept");
             self.up_since = Some(tokio::time::Instant::now());
@@ -59,7 +63,7 @@ impl Outages {
     }
 
     /// The cycle stopped at a coordinator error: fail closed, alert once per outage.
-    pub async fn coordinator_failed(&mut self, ctx: &Context, e: &CoordError) {
+    pub(crate) async fn coordinator_failed(&mut self, ctx: &Context, e: &CoordError) {
         ctx.metrics.backends.coordinator_error();
         ctx.metrics.backends.set_coordinator_up(false);
         // NB: hysteresis: an outage that flaps (up for a cycle, down again) is one outage, one
@@ -79,7 +83,7 @@ impl Outages {
     }
 
     /// The runtime listed the workers.
-    pub fn runtime_ok(&mut self, ctx: &Context) {
+    pub(crate) fn runtime_ok(&mut self, ctx: &Context) {
         if self.runtime_down {
             tracing::info!(runtime = %ctx.runtime.describe(), "container runtime reachable again");
         }
@@ -88,7 +92,7 @@ impl Outages {
     }
 
     /// The runtime could not list the workers: alert once per outage.
-    pub async fn runtime_failed(&mut self, ctx: &Context, e: &RuntimeError) {
+    pub(crate) async fn runtime_failed(&mut self, ctx: &Context, e: &RuntimeError) {
         ctx.metrics.backends.runtime_error();
         ctx.metrics.backends.set_runtime_up(false);
         if self.runtime_down {

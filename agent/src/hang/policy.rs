@@ -34,7 +34,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Action::None => "nothing",
             Action::Observe => "record the sighting; wait for the confirming observation",
@@ -67,19 +67,19 @@ impl Verdict {
 
 /// What the node itself says, from other sources (metadata server, NVML).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct NodeContext {
-    pub in_maintenance: bool,
-    pub gpu_failed: bool,
+pub(crate) struct NodeContext {
+    pub(crate) in_maintenance: bool,
+    pub(crate) gpu_failed: bool,
     /// The node's TPU health is `failed` (a chip gone, a fatal device error): a TPU worker needs
     /// every chip of its host, so no worker of the node can be fixed by a restart.
-    pub tpu_failed: bool,
+    pub(crate) tpu_failed: bool,
     /// The worker's container is paused by someone: an operator's decision.
-    pub container_paused: bool,
+    pub(crate) container_paused: bool,
     /// The worker's container has exited (stopped by someone, or crashed with no restart
     /// policy): reported, never started by Vigil.
-    pub container_exited: bool,
+    pub(crate) container_exited: bool,
     /// When the worker's container started (ms, the node's clock), when the runtime says.
-    pub container_started: Option<Millis>,
+    pub(crate) container_started: Option<Millis>,
 }
 
 /// The verdict on one worker.
@@ -168,7 +168,7 @@ fn watched(state: &WorkerState) -> bool {
 
 /// How long (ms) a worker may stay silent after its heartbeat: `stale_after`, or the grace it
 /// announced for a long operation when that is longer, never more than `max_grace`.
-pub fn allowed_silence(status: &WorkerStatus, cfg: &PolicyConfig) -> Millis {
+pub(crate) fn allowed_silence(status: &WorkerStatus, cfg: &PolicyConfig) -> Millis {
     let grace = status.grace.unwrap_or(0).min(ms(cfg.max_grace));
     ms(cfg.stale_after).max(grace)
 }
@@ -178,7 +178,7 @@ pub fn allowed_silence(status: &WorkerStatus, cfg: &PolicyConfig) -> Millis {
 /// rank — one hung rank must not hide behind the others' beats: a rank in `error`, else the
 /// watched rank whose allowed silence runs out first (one that never beat first of all), else
 /// (all idle) rank 0.
-pub fn status_of_record(
+pub(crate) fn status_of_record(
     fields: &std::collections::HashMap<String, String>,
     cfg: &PolicyConfig,
 ) -> Option<WorkerStatus> {
@@ -205,11 +205,11 @@ pub fn status_of_record(
 /// How far ahead of the coordinator's clock a heartbeat may be before the record is taken for
 /// invalid (clock skew between a worker and Redis is seconds; milliseconds written where seconds
 /// belong are decades ahead).
-pub const MAX_FUTURE: std::time::Duration = std::time::Duration::from_secs(300);
+pub(crate) const MAX_FUTURE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// How far ahead of `now` the record's heartbeat is, when it is beyond [`MAX_FUTURE`]: such a
 /// record cannot be trusted, it would look fresh for ever.
-pub fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Option<Millis> {
+pub(crate) fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Option<Millis> {
     let hb = status.heartbeat?;
     (hb - now > ms(MAX_FUTURE)).then_some(hb - now)
 }
@@ -218,12 +218,12 @@ pub fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Option<Milli
 /// `after` (`crate::coord::marks::booted_after`: when its restart was verified or seen): its
 /// booting is over, and from then on it is judged like any other worker — a new hang is a new
 /// incident, bounded by the breaker, not something the cooldown hides for ten minutes.
-pub fn booted(after: Option<Millis>, status: Option<&WorkerStatus>) -> bool {
+pub(crate) fn booted(after: Option<Millis>, status: Option<&WorkerStatus>) -> bool {
     matches!((after, status.and_then(|s| s.heartbeat)), (Some(t), Some(hb)) if hb > t)
 }
 
 /// The verdict, from the shared record and shared marks only.
-pub fn verdict(
+pub(crate) fn verdict(
     status: Option<&WorkerStatus>,
     marks: &Marks,
     node: NodeContext,
@@ -306,7 +306,7 @@ pub fn verdict(
 
 /// Why an incident timer is closed (the trail says which).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimerEnd {
+pub(crate) enum TimerEnd {
     /// Our own restart is booting: the cooldown marker stands.
     Booting,
     /// The node is in maintenance: no restarts, and no timer may survive it.
@@ -320,7 +320,7 @@ pub enum TimerEnd {
 /// One step of a cycle's bookkeeping or action. [`plan`] returns them in the order the engine
 /// carries them out; each is one small function there (`crate::hang::restart`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Record this stale heartbeat as the first sighting (SET, with when it was seen).
     RecordSuspect {
         heartbeat: Millis,
@@ -582,7 +582,7 @@ pub(crate) fn retry_open(marks: &Marks, now: Millis) -> bool {
 /// worker that ignores SIGTERM takes the whole grace to stop: retrying every cycle spent a
 /// day's breaker in seconds and paged each time. Spaced this way, an incident takes at most one
 /// unit per stop grace.
-pub fn retry_backoff(failures: u32, stop_grace: Duration, cooldown: Duration) -> Duration {
+pub(crate) fn retry_backoff(failures: u32, stop_grace: Duration, cooldown: Duration) -> Duration {
     let doubled = stop_grace.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
     doubled.min(cooldown.max(stop_grace))
 }

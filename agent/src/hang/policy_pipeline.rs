@@ -77,9 +77,9 @@ pub(crate) enum Seen {
 /// What a pass gives back when it stops (see the module's notes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Undo {
-    pub release_alert: bool,
-    pub refund_caps: bool,
-    pub release_claim: bool,
+    pub(crate) release_alert: bool,
+    pub(crate) refund_caps: bool,
+    pub(crate) release_claim: bool,
 }
 
 /// What comes after a step.

@@ -44,14 +44,14 @@ impl Verdict {
 
 /// One row of the table.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TableRow {
-    pub verdict: &'static str,
-    pub predicate: String,
-    pub action: &'static str,
+pub(crate) struct TableRow {
+    pub(crate) verdict: &'static str,
+    pub(crate) predicate: String,
+    pub(crate) action: &'static str,
 }
 
 /// The whole table, in the brief's order.
-pub fn table(cfg: &PolicyConfig) -> Vec<TableRow> {
+pub(crate) fn table(cfg: &PolicyConfig) -> Vec<TableRow> {
     Verdict::ALL
         .iter()
         .map(|v| TableRow {

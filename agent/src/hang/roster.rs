@@ -32,7 +32,7 @@ pub(crate) struct Roster {
 impl Roster {
     /// The containers by worker id, each id with the containers that speak for it (see
     /// [`current_of`]); a container with an invalid id is left out, alerted once.
-    pub async fn group(&mut self, ctx: &Context, containers: Vec<Container>) -> ByWorker {
+    pub(crate) async fn group(&mut self, ctx: &Context, containers: Vec<Container>) -> ByWorker {
         let mut by_worker = ByWorker::new();
         for c in self.only_valid_ids(ctx, containers).await {
             by_worker.entry(c.worker.clone()).or_default().push(c);
@@ -75,7 +75,7 @@ impl Roster {
 
     /// Several containers claim one worker id: alert once, never guess which one the record
     /// belongs to.
-    pub async fn ambiguous(
+    pub(crate) async fn ambiguous(
         &mut self,
         ctx: &Context,
         journal: &mut Journal,
@@ -120,7 +120,11 @@ impl Roster {
     }
 
     /// A worker that is no longer ambiguous: the next time it is, it is a new episode.
-    pub async fn unambiguous(&mut self, ctx: &Context, worker: &str) -> Result<(), CoordError> {
+    pub(crate) async fn unambiguous(
+        &mut self,
+        ctx: &Context,
+        worker: &str,
+    ) -> Result<(), CoordError> {
         if self.ambiguous.remove(worker) {
             ctx.coord.del(&[dedup_key(ctx, worker)]).await?;
         }

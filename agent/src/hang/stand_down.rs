@@ -17,26 +17,26 @@ use crate::runtime::container::Container;
 #[derive(Default)]
 pub(crate) struct NodeWatch {
     /// Fired at SIGTERM: a restart that has not started by then does not start.
-    pub term: CancellationToken,
+    pub(crate) term: CancellationToken,
     /// Maintenance state from the controller (restarts stand down while it says so).
-    pub facts: SharedFacts,
+    pub(crate) facts: SharedFacts,
     /// GPU reports from the NVML monitor.
-    pub gpu: Option<watch::Receiver<GpuReport>>,
+    pub(crate) gpu: Option<watch::Receiver<GpuReport>>,
     /// TPU reports from the TPU monitor.
-    pub tpu: Option<watch::Receiver<TpuReport>>,
+    pub(crate) tpu: Option<watch::Receiver<TpuReport>>,
     /// The Node as last read (pool, provisioning, accelerator, TPU topology) for the record.
-    pub node_info: Option<NodeInfoRx>,
+    pub(crate) node_info: Option<NodeInfoRx>,
 }
 
 impl NodeWatch {
     /// Whether maintenance stands restarts down at `now` (coordinator clock).
-    pub fn stands_down_at(&self, now: Millis, md: &MetadataConfig) -> bool {
+    pub(crate) fn stands_down_at(&self, now: Millis, md: &MetadataConfig) -> bool {
         let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
         f.stands_down(now, md)
     }
 
     /// Whether the TPU monitor's last report says the node's TPU has failed.
-    pub fn tpu_failed(&self) -> bool {
+    pub(crate) fn tpu_failed(&self) -> bool {
         self.tpu.as_ref().is_some_and(|rx| {
             let t = rx.borrow();
             t.monitoring && t.health == TpuHealth::Failed
@@ -46,7 +46,7 @@ impl NodeWatch {
     /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent
     /// is shutting down, a maintenance notice arrived, or the worker's GPU or the node's TPU failed. Read right
     /// before the command, because the pipeline can take a minute (logs, alert retries).
-    pub fn stand_down(
+    pub(crate) fn stand_down(
         &self,
         c: &Container,
         now: Millis,

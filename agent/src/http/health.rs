@@ -34,15 +34,15 @@ impl Warnings {
 #[derive(Default)]
 pub struct Health {
     last_cycle: Mutex<Option<tokio::time::Instant>>,
-    pub warnings: Warnings,
+    pub(crate) warnings: Warnings,
 }
 
 impl Health {
-    pub async fn beat(&self) {
+    pub(crate) async fn beat(&self) {
         *self.last_cycle.lock().await = Some(tokio::time::Instant::now());
     }
     /// True when a cycle finished within `max_age` (a wedged loop fails this).
-    pub async fn alive(&self, max_age: Duration) -> bool {
+    pub(crate) async fn alive(&self, max_age: Duration) -> bool {
         matches!(*self.last_cycle.lock().await, Some(t) if t.elapsed() <= max_age)
     }
 }

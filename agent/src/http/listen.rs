@@ -15,7 +15,7 @@ use crate::worker_api::peer::Procfs;
 /// Who connected, as the kernel says: a TCP address, or a unix-socket peer's process and its
 /// cgroups (read once, at accept).
 #[derive(Debug, Clone)]
-pub enum Peer {
+pub(crate) enum Peer {
     Tcp(SocketAddr),
     Unix {
         pid: i32,
@@ -25,7 +25,7 @@ pub enum Peer {
 }
 
 /// A listener the server accepts connections from.
-pub trait Listen: Send + 'static {
+pub(crate) trait Listen: Send + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     fn accept(&mut self) -> impl Future<Output = std::io::Result<(Self::Io, Peer)>> + Send;
 }
@@ -39,9 +39,9 @@ impl Listen for tokio::net::TcpListener {
 }
 
 /// A unix socket whose peers are named by their process's cgroup.
-pub struct UnixPeers {
-    pub listener: tokio::net::UnixListener,
-    pub procfs: Procfs,
+pub(crate) struct UnixPeers {
+    pub(crate) listener: tokio::net::UnixListener,
+    pub(crate) procfs: Procfs,
 }
 
 impl Listen for UnixPeers {
@@ -143,7 +143,7 @@ mod pidfd {
 ///
 /// Anyone may connect: the peer's container, not the file mode, is the identity. Workers mount
 /// the directory read-only (connecting needs no write access to the mount).
-pub fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
     let dir = path
@@ -196,14 +196,14 @@ pub fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixList
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// A connection that has not sent a whole request head in this long is dropped.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// The largest request head (request line and headers) read; past it hyper answers 431.
-    pub max_head: usize,
+    pub(crate) max_head: usize,
     /// Connections served at once; the next waits in the kernel's backlog.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// A connection is closed (gracefully, after its request in flight) when this old, so idle
     /// keep-alive connections cannot hold the slots for ever.
-    pub max_age: Duration,
+    pub(crate) max_age: Duration,
 }
 
 /// hyper directly rather than `axum::serve`, which sets no timer and so no header-read timeout:

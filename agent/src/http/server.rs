@@ -36,7 +36,7 @@ const LIMITS: Limits = Limits {
 /// asks only this of it, so observe/ needs no runtime types (runtime/ implements it for
 /// `Arc<dyn ContainerRuntime>`); the arrow between the two runs one way.
 #[async_trait::async_trait]
-pub trait Probe: Send + Sync {
+pub(crate) trait Probe: Send + Sync {
     /// What it is, for the `/readyz` body.
     fn describe(&self) -> String;
     /// One cheap call; `Err` says why it did not answer.
@@ -44,15 +44,15 @@ pub trait Probe: Send + Sync {
 }
 
 #[derive(Clone)]
-pub struct ServerState {
-    pub metrics: Arc<Metrics>,
-    pub health: Arc<Health>,
-    pub coord: Arc<dyn Coordinator>,
-    pub runtime: Arc<dyn Probe>,
+pub(crate) struct ServerState {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) health: Arc<Health>,
+    pub(crate) coord: Arc<dyn Coordinator>,
+    pub(crate) runtime: Arc<dyn Probe>,
     /// A loop that has not finished a cycle for this long is wedged.
-    pub max_cycle_age: Duration,
+    pub(crate) max_cycle_age: Duration,
     /// This node's keys: whose trail `/v1/trail` shows, under which prefix `/v1/status` reads.
-    pub keys: Keys,
+    pub(crate) keys: Keys,
 }
 
 /// The most trail entries one `/v1/trail` answers with.
@@ -198,7 +198,7 @@ async fn not_here() -> Response {
 }
 
 /// Serve until `shutdown` fires, then let requests in flight finish.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     state: ServerState,
     shutdown: CancellationToken,

@@ -39,7 +39,7 @@ mod patch;
 
 pub use error::NodeError;
 use error::{is_conflict, is_not_found, Call};
-pub use patch::Cleanup;
+pub(crate) use patch::Cleanup;
 use patch::{cleanup_plan, conditions_patch, delete_conditions_patch, merge_patch};
 
 pub use crate::node::model::{EventType, NodeDesired, Taint};
@@ -377,7 +377,7 @@ impl KubeNodeApi {
     }
 
     /// Read the Node (for `vigil doctor`): its name and labels count, or the error.
-    pub async fn get_node(&self, node: &str) -> Result<(), NodeError> {
+    pub(crate) async fn get_node(&self, node: &str) -> Result<(), NodeError> {
         self.nodes
             .get(node)
             .await

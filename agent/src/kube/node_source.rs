@@ -12,7 +12,7 @@ use kube::api::Api;
 use crate::node::model_info::{NodeTaint, RawNode};
 
 /// The longest one read may take.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[async_trait]
 pub trait NodeReader: Send + Sync {
@@ -35,7 +35,7 @@ impl KubeNodeReader {
 }
 
 /// The parts of a Node Vigil reads.
-pub fn raw_node(node: &Node) -> RawNode {
+pub(crate) fn raw_node(node: &Node) -> RawNode {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let taints = node
         .spec

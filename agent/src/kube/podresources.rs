@@ -45,7 +45,7 @@ use proto::pod_resources_lister_client::PodResourcesListerClient;
 use proto::{ListPodResourcesRequest, ListPodResourcesResponse};
 
 /// Where the kubelet serves the API.
-pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 /// Resource names whose devices are GPUs: every NVIDIA resource (`nvidia.com/gpu`, its renamed
 /// shared variants, MIG profiles).
@@ -56,7 +56,7 @@ use crate::accel::tpu::policy::TPU_RESOURCE;
 
 /// Whether a resource name is an accelerator: every NVIDIA resource (whole GPUs, shared GPUs,
 /// MIG profiles) and Cloud TPU chips.
-pub fn is_accelerator(resource: &str) -> bool {
+pub(crate) fn is_accelerator(resource: &str) -> bool {
     resource.starts_with(GPU_RESOURCE_PREFIX) || resource == TPU_RESOURCE
 }
 
@@ -86,7 +86,7 @@ pub struct PodGpus {
 
 impl PodGpus {
     /// From the kubelet's `List` answer (see the module header for the id mapping).
-    pub fn from_list(list: &ListPodResourcesResponse) -> PodGpus {
+    pub(crate) fn from_list(list: &ListPodResourcesResponse) -> PodGpus {
         let mut by_container = HashMap::new();
         let mut holders = BTreeSet::new();
         for pod in &list.pod_resources {
@@ -123,7 +123,7 @@ impl PodGpus {
     }
 
     /// The pods (namespace, name) with a container given an accelerator device.
-    pub fn holders(&self) -> &BTreeSet<(String, String)> {
+    pub(crate) fn holders(&self) -> &BTreeSet<(String, String)> {
         &self.holders
     }
 
@@ -138,18 +138,14 @@ impl PodGpus {
     }
 
     /// How many containers have known GPUs.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_container.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_container.is_empty()
     }
 }
 
 /// A device plugin's id for one GPU, as the GPU policy matches it; `None` when it names no whole
 /// GPU Vigil can find (a MIG device, an unknown scheme).
-pub fn gpu_id(device_id: &str) -> Option<String> {
+pub(crate) fn gpu_id(device_id: &str) -> Option<String> {
     // NVIDIA's time-slicing replicas are `<id>::<n>`; GKE's shared GPUs `nvidia0/vgpu<n>`.
     let id = device_id.split("::").next().unwrap_or_default();
     let id = id.split('/').next().unwrap_or_default().trim();

@@ -16,33 +16,33 @@ use kube::api::{Api, ListParams};
 use crate::kube::podresources::is_accelerator;
 
 /// The API server's default `terminationGracePeriodSeconds`, which it sets on create.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
 /// The lowest priority the kubelet's graceful node shutdown counts as critical (the
 /// `system-cluster-critical` class's value; `system-node-critical` is above it).
-pub const CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub(crate) const CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 /// What the agent reads of one pod bound to this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodePod {
-    pub namespace: String,
-    pub name: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
     /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
-    pub phase: String,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) phase: String,
+    pub(crate) labels: BTreeMap<String, String>,
     /// A container or init container requests or limits an accelerator (`nvidia.com/*`,
     /// `google.com/tpu`).
-    pub accelerators: bool,
+    pub(crate) accelerators: bool,
     /// `spec.terminationGracePeriodSeconds` ([`DEFAULT_GRACE`] where unset).
-    pub grace: Duration,
+    pub(crate) grace: Duration,
     /// `spec.priority` at or above [`CRITICAL_PRIORITY`]: graceful node shutdown stops it
     /// in the critical pods' phase, after the others.
-    pub critical: bool,
+    pub(crate) critical: bool,
 }
 
 impl NodePod {
     /// From the API's object.
-    pub fn from_pod(p: &Pod) -> NodePod {
+    pub(crate) fn from_pod(p: &Pod) -> NodePod {
         let spec = p.spec.as_ref();
         let wants = |c: &Container| {
             c.resources.as_ref().is_some_and(|r| {
@@ -77,17 +77,17 @@ impl NodePod {
     }
 
     /// Succeeded or Failed: its containers are gone, and so is what they held.
-    pub fn terminal(&self) -> bool {
+    pub(crate) fn terminal(&self) -> bool {
         matches!(self.phase.as_str(), "Succeeded" | "Failed")
     }
 
     /// A running (or starting) pod carrying the opt-in label `worker_label`: a worker's pod.
-    pub fn is_worker(&self, worker_label: &str) -> bool {
+    pub(crate) fn is_worker(&self, worker_label: &str) -> bool {
         !self.terminal() && self.labels.contains_key(worker_label)
     }
 
     /// `namespace/name`.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 }
@@ -102,7 +102,7 @@ pub enum RestartPolicy {
 
 impl RestartPolicy {
     /// The API's spelling; an empty or missing policy is the API default, `Always`.
-    pub fn parse(s: Option<&str>) -> Option<RestartPolicy> {
+    pub(crate) fn parse(s: Option<&str>) -> Option<RestartPolicy> {
         match s.unwrap_or("Always") {
             "Always" | "" => Some(RestartPolicy::Always),
             "OnFailure" => Some(RestartPolicy::OnFailure),

@@ -17,10 +17,10 @@ use crate::trail::Code;
 /// What a finished round leaves for the trail and the Node.
 pub(crate) struct RoundRecord {
     /// One trail line per worker: (worker, code, detail).
-    pub lines: Vec<(String, Code, String)>,
+    pub(crate) lines: Vec<(String, Code, String)>,
     /// `<time> <reason>: acked=… timed-out=… failed=…`, for the Node's annotation and Event.
-    pub summary: String,
-    pub all_acked: bool,
+    pub(crate) summary: String,
+    pub(crate) all_acked: bool,
 }
 
 pub(crate) struct CheckpointRounds {
@@ -55,7 +55,7 @@ impl CheckpointRounds {
 
     /// Deliver the requests and wait for the acknowledgements, all within `budget` (listing the
     /// workers included). A listing that fails is one `failed` result, not "nothing to do".
-    pub async fn request(&self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
+    pub(crate) async fn request(&self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
         let listed = tokio::time::timeout(budget, self.runtime.list_workers()).await;
         let why = match listed {
@@ -96,7 +96,12 @@ impl CheckpointRounds {
     }
 
     /// Count the round's results and say what to record, stamped `now`.
-    pub fn finish(&self, reason: &str, results: &[WorkerResult], now: Millis) -> RoundRecord {
+    pub(crate) fn finish(
+        &self,
+        reason: &str,
+        results: &[WorkerResult],
+        now: Millis,
+    ) -> RoundRecord {
         let mut lines = Vec::with_capacity(results.len());
         for r in results {
             let (method, outcome) = (r.method, r.outcome.as_str());

@@ -217,7 +217,7 @@ impl MetadataClient {
     }
 
     /// The base URL requests go to, e.g. `http://metadata.google.internal/computeMetadata/v1/`.
-    pub fn base_url(&self) -> &Url {
+    pub(crate) fn base_url(&self) -> &Url {
         &self.base
     }
 

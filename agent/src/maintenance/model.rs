@@ -27,7 +27,7 @@ impl MaintenanceEvent {
 
     /// The documented values only: an unknown one must not be mistaken for `NONE` (a false
     /// "all clear") nor for an event.
-    pub fn parse(value: &str) -> Option<MaintenanceEvent> {
+    pub(crate) fn parse(value: &str) -> Option<MaintenanceEvent> {
         [
             MaintenanceEvent::None,
             MaintenanceEvent::MigrateOnHostMaintenance,
@@ -164,7 +164,7 @@ pub struct MaintenanceState {
 impl MaintenanceState {
     /// The sources as one word for the record and `vigil status`: `metadata`, `node-labels`,
     /// `metadata+node-labels`, or empty.
-    pub fn sources_str(&self) -> String {
+    pub(crate) fn sources_str(&self) -> String {
         let names: Vec<&str> = self.sources.iter().map(|s| s.as_str()).collect();
         names.join("+")
     }

@@ -43,8 +43,8 @@ pub(crate) enum ClaimStep {
 /// Where the idle check reads the node's pods: the Kubernetes API and the kubelet.
 #[derive(Clone, Default)]
 pub(crate) struct PodWitnesses {
-    pub pods: Option<Arc<dyn PodApi>>,
-    pub devices: Option<Arc<dyn DeviceSource>>,
+    pub(crate) pods: Option<Arc<dyn PodApi>>,
+    pub(crate) devices: Option<Arc<dyn DeviceSource>>,
 }
 
 pub(crate) struct Opportunistic {
@@ -90,18 +90,18 @@ impl Opportunistic {
     }
 
     /// Read the node's pods from these witnesses.
-    pub fn with_witnesses(mut self, w: PodWitnesses) -> Self {
+    pub(crate) fn with_witnesses(mut self, w: PodWitnesses) -> Self {
         self.witnesses = w;
         self
     }
 
     /// The verdict change since the last call, worded for the trail.
-    pub fn take_note(&mut self) -> Option<String> {
+    pub(crate) fn take_note(&mut self) -> Option<String> {
         self.note.take()
     }
 
     /// The node's pool, as `crate::node::policy_info::place` says (`fleet.pool` wins).
-    pub fn set_pool(&mut self, pool: &str) {
+    pub(crate) fn set_pool(&mut self, pool: &str) {
         self.pool = pool.to_string();
     }
 
@@ -110,7 +110,7 @@ impl Opportunistic {
     }
 
     /// Give the claim back (the episode it was taken for is over).
-    pub async fn release(&mut self, why: &str) -> ClaimStep {
+    pub(crate) async fn release(&mut self, why: &str) -> ClaimStep {
         let Some(lease) = self.claimed.take() else {
             return ClaimStep::Unchanged;
         };
@@ -120,7 +120,7 @@ impl Opportunistic {
 
     /// One tick of the opportunistic rule for the current maintenance state; `gpus` is NVML as
     /// a witness (`crate::maintenance::policy_idle::gpu_witness`).
-    pub async fn tick(
+    pub(crate) async fn tick(
         &mut self,
         st: &MaintenanceState,
         gpus: Witness<Vec<GpuStatus>>,

@@ -189,11 +189,11 @@ pub fn node_desired(
 }
 
 /// The taint (after the label prefix) while termination is imminent.
-pub const TERMINATION_TAINT: &str = "termination-imminent";
+pub(crate) const TERMINATION_TAINT: &str = "termination-imminent";
 /// The taint (after the label prefix) while a GPU has failed.
-pub const GPU_FAILED_TAINT: &str = "gpu-failed";
+pub(crate) const GPU_FAILED_TAINT: &str = "gpu-failed";
 /// The taint (after the label prefix) while the node's TPU chips have failed.
-pub const TPU_FAILED_TAINT: &str = "tpu-failed";
+pub(crate) const TPU_FAILED_TAINT: &str = "tpu-failed";
 
 /// The keys of every taint Vigil may set on its Node (`vigil cleanup` removes these, whatever
 /// their effect).
@@ -213,11 +213,11 @@ pub const CONDITIONS: [&str; 3] = [MAINTENANCE_CONDITION, GPU_CONDITION, TPU_CON
 // conditions': `True` means a problem (docs/kubernetes.md says why).
 
 /// The condition type of the maintenance state: True while a notice stands.
-pub const MAINTENANCE_CONDITION: &str = "VigilMaintenance";
+pub(crate) const MAINTENANCE_CONDITION: &str = "VigilMaintenance";
 /// The condition type of the GPU health: True while a GPU has failed.
-pub const GPU_CONDITION: &str = "VigilGPUUnhealthy";
+pub(crate) const GPU_CONDITION: &str = "VigilGPUUnhealthy";
 /// The condition type of the TPU health: True while the TPU chips have failed.
-pub const TPU_CONDITION: &str = "VigilTPUUnhealthy";
+pub(crate) const TPU_CONDITION: &str = "VigilTPUUnhealthy";
 
 /// A condition in Vigil's polarity: `problem` Some(true) is `True`, Some(false) `False`, and
 /// `None` (no verdict) `Unknown`.
@@ -242,7 +242,7 @@ pub(crate) fn problem_condition(
 /// `VigilMaintenance`: True while any maintenance is scheduled or under way, with the phase as
 /// the reason (`None`, `Pending`, `Ongoing`, `Terminating`) — the same fact as the
 /// `maintenance` label.
-pub fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
+pub(crate) fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
     let reason = match st.phase {
         Phase::None => "None",
         Phase::Pending => "Pending",
@@ -332,7 +332,7 @@ pub(crate) fn interruption_starts(prev: Phase, next: Phase) -> bool {
 }
 
 /// Taints that say the node is being removed, and what each means.
-pub const GOING_AWAY_TAINTS: [(&str, &str); 3] = [
+pub(crate) const GOING_AWAY_TAINTS: [(&str, &str); 3] = [
     (
         "ToBeDeletedByClusterAutoscaler",
         "the cluster autoscaler is removing it",
@@ -347,7 +347,7 @@ pub const GOING_AWAY_TAINTS: [(&str, &str); 3] = [
 /// Why the node is going away, if it is: the one case where the agent's own SIGTERM is worth a
 /// checkpoint of every worker (`checkpoint.on_sigterm = "node-going-away"`). A rollout of the
 /// agent, or a restart of its service, leaves the workers running: no reason then (`None`).
-pub fn going_away(phase: Phase, info: Option<&NodeInfo>) -> Option<String> {
+pub(crate) fn going_away(phase: Phase, info: Option<&NodeInfo>) -> Option<String> {
     if phase == Phase::Terminating {
         return Some("a termination or preemption notice".into());
     }

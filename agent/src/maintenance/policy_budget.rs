@@ -23,41 +23,41 @@ use std::time::Duration;
 use crate::config::{CheckpointConfig, OnSigterm};
 
 /// Compute Engine stops a Spot or preemptible VM this long after the preemption notice.
-pub const PREEMPTION_NOTICE: Duration = Duration::from_secs(30);
+pub(crate) const PREEMPTION_NOTICE: Duration = Duration::from_secs(30);
 
 /// Compute Engine's notice before a host maintenance that terminates the VM.
-pub const MAINTENANCE_NOTICE: Duration = Duration::from_secs(60);
+pub(crate) const MAINTENANCE_NOTICE: Duration = Duration::from_secs(60);
 
 /// What GKE's graceful node shutdown gives non-system pods on a Spot or preemptible node
 /// (GKE later than 1.22.8-gke.200).
-pub const GKE_NON_CRITICAL_SHUTDOWN: Duration = Duration::from_secs(15);
+pub(crate) const GKE_NON_CRITICAL_SHUTDOWN: Duration = Duration::from_secs(15);
 
 /// A worker's pod, as the check needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerPod {
+pub(crate) struct WorkerPod {
     /// `namespace/name`.
-    pub pod: String,
+    pub(crate) pod: String,
     /// Its `terminationGracePeriodSeconds`.
-    pub grace: Duration,
+    pub(crate) grace: Duration,
     /// Its priority is system-critical (graceful node shutdown stops it last).
-    pub critical: bool,
+    pub(crate) critical: bool,
 }
 
 /// One budget that cannot be met.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shortfall {
+pub(crate) struct Shortfall {
     /// `preemption-notice`, `maintenance-notice`, `pod-grace` or `gke-node-shutdown`.
-    pub code: &'static str,
+    pub(crate) code: &'static str,
     /// The budget's config key.
-    pub key: &'static str,
+    pub(crate) key: &'static str,
     /// The worker pod it concerns, for the per-pod limits.
-    pub pod: Option<String>,
+    pub(crate) pod: Option<String>,
     /// Budget plus the worker's stop.
-    pub needed: Duration,
+    pub(crate) needed: Duration,
     /// What the platform gives.
-    pub given: Duration,
+    pub(crate) given: Duration,
     /// What to do about it, for the operator.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 /// Every budget that cannot be met by these worker pods (empty: they all fit).
@@ -66,7 +66,7 @@ pub struct Shortfall {
 /// GKE's node labels); `Some(false)` for a node known to be on-demand, where no preemption
 /// comes and the preemption limits (`preemption-notice`, `gke-node-shutdown`, and `pod-grace` for
 /// the preemption budget) do not apply; `None` when unknown: every limit is checked.
-pub fn budget_shortfalls(
+pub(crate) fn budget_shortfalls(
     c: &CheckpointConfig,
     pods: &[WorkerPod],
     preemptible: Option<bool>,

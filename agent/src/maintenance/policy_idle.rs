@@ -29,14 +29,14 @@ use crate::config::{GpuConfig, Switch};
 
 /// A GPU report older than this many sampling intervals is no answer: NVML reads have been
 /// failing (the monitor keeps the last report) and the processes may have changed.
-pub const STALE_SAMPLES: u32 = 3;
+pub(crate) const STALE_SAMPLES: u32 = 3;
 
 /// A pod by namespace and name.
-pub type PodKey = (String, String);
+pub(crate) type PodKey = (String, String);
 
 /// What one witness says.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Witness<T> {
+pub(crate) enum Witness<T> {
     /// Not consulted on this node (it does not apply here).
     Off,
     /// It applies but could not answer now, and why: counts as not idle.
@@ -47,14 +47,14 @@ pub enum Witness<T> {
 
 /// One running opted-in worker, as its record and the runtime describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerUse {
-    pub worker: String,
+pub(crate) struct WorkerUse {
+    pub(crate) worker: String,
     /// Its recorded `state` (`None`: no record).
-    pub state: Option<String>,
+    pub(crate) state: Option<String>,
     /// The pod it runs in, on Kubernetes.
-    pub pod: Option<PodKey>,
+    pub(crate) pod: Option<PodKey>,
     /// The GPUs it was given (index, UUID or `nvidiaN`); `None`: all of them, or unknown.
-    pub gpus: Option<Vec<String>>,
+    pub(crate) gpus: Option<Vec<String>>,
 }
 
 impl WorkerUse {
@@ -67,20 +67,20 @@ impl WorkerUse {
 
 /// Everything the idle check reads, gathered by `crate::maintenance::opportunistic`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct IdleInputs {
+pub(crate) struct IdleInputs {
     /// The running opted-in workers.
-    pub workers: Witness<Vec<WorkerUse>>,
+    pub(crate) workers: Witness<Vec<WorkerUse>>,
     /// Pods the kubelet gave accelerator devices (PodResources API).
-    pub pod_resources: Witness<BTreeSet<PodKey>>,
+    pub(crate) pod_resources: Witness<BTreeSet<PodKey>>,
     /// Non-terminal pods of this node that request accelerators (Kubernetes API).
-    pub pods: Witness<BTreeSet<PodKey>>,
+    pub(crate) pods: Witness<BTreeSet<PodKey>>,
     /// NVML's GPUs, with their compute processes.
-    pub gpus: Witness<Vec<GpuStatus>>,
+    pub(crate) gpus: Witness<Vec<GpuStatus>>,
 }
 
 /// Why a node is not idle. The names are stable: the trail, logs and metric labels use them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum BusyReason {
+pub(crate) enum BusyReason {
     /// The runtime's list of workers, or a worker's record, cannot be read.
     WorkersUnknown,
     /// An opted-in worker's record says something other than `idle` (or there is none).
@@ -123,7 +123,7 @@ impl BusyReason {
     }
 
     /// A witness that could not answer (as opposed to one that saw work).
-    pub fn is_unknown(self) -> bool {
+    pub(crate) fn is_unknown(self) -> bool {
         matches!(
             self,
             BusyReason::WorkersUnknown
@@ -136,22 +136,22 @@ impl BusyReason {
 
 /// The verdict: every reason the node is not idle, each with what was seen. Empty = idle.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Busy {
-    pub reasons: BTreeMap<BusyReason, Vec<String>>,
+pub(crate) struct Busy {
+    pub(crate) reasons: BTreeMap<BusyReason, Vec<String>>,
 }
 
 impl Busy {
-    pub fn idle(&self) -> bool {
+    pub(crate) fn idle(&self) -> bool {
         self.reasons.is_empty()
     }
 
     /// The reasons' names, in a fixed order.
-    pub fn names(&self) -> Vec<&'static str> {
+    pub(crate) fn names(&self) -> Vec<&'static str> {
         self.reasons.keys().map(|r| r.as_str()).collect()
     }
 
     /// `reason: what; what | reason: …`, or `idle`, for the trail and logs.
-    pub fn detail(&self) -> String {
+    pub(crate) fn detail(&self) -> String {
         if self.idle() {
             return "idle: no worker busy, no accelerator pod, no compute process".into();
         }
@@ -172,7 +172,7 @@ impl Busy {
 }
 
 /// Whether the node is idle, and if not, why (see the module header for the rules).
-pub fn idle_check(i: &IdleInputs) -> Busy {
+pub(crate) fn idle_check(i: &IdleInputs) -> Busy {
     let mut busy = Busy::default();
     let workers: &[WorkerUse] = match &i.workers {
         Witness::Known(w) => w,
@@ -228,7 +228,7 @@ pub fn idle_check(i: &IdleInputs) -> Busy {
 /// file, no NVIDIA PCI display function: no compute process can exist); unknown while NVML is
 /// starting or waiting for the driver, or the last report is older than [`STALE_SAMPLES`]
 /// sampling intervals (`age`: since it arrived; `None`, never); otherwise the report's GPUs.
-pub fn gpu_witness(
+pub(crate) fn gpu_witness(
     cfg: &GpuConfig,
     report: &GpuReport,
     age: Option<Duration>,

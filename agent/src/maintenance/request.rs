@@ -22,7 +22,7 @@ use crate::runtime::{Container, ContainerRuntime};
 
 /// How a worker is asked to checkpoint, with the default signal resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Method {
+pub(crate) enum Method {
     /// The request in the status record is all: the worker polls its own record.
     Record,
     /// A signal to the container's main process, e.g. `SIGUSR1`.
@@ -43,12 +43,12 @@ impl Method {
     }
 
     /// A container's checkpoint label: the same syntax as `checkpoint.method`.
-    pub fn parse(label: &str, default_signal: Signal) -> Result<Method, String> {
+    pub(crate) fn parse(label: &str, default_signal: Signal) -> Result<Method, String> {
         Ok(Method::resolve(&label.parse()?, default_signal))
     }
 
     /// Metric label.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Method::Record => "record",
             Method::Signal(_) => "signal",
@@ -81,7 +81,7 @@ pub struct WorkerResult {
     pub worker: String,
     pub method: &'static str,
     pub outcome: Outcome,
-    pub waited: Duration,
+    pub(crate) waited: Duration,
     pub detail: String,
 }
 
@@ -113,19 +113,19 @@ pub(crate) fn acknowledges(record: &std::collections::HashMap<String, String>, i
 
 /// What a checkpoint round needs.
 pub(crate) struct Checkpointer {
-    pub coord: Arc<dyn Coordinator>,
-    pub runtime: Arc<dyn ContainerRuntime>,
-    pub keys: Keys,
-    pub default_method: Method,
-    pub default_signal: Signal,
+    pub(crate) coord: Arc<dyn Coordinator>,
+    pub(crate) runtime: Arc<dyn ContainerRuntime>,
+    pub(crate) keys: Keys,
+    pub(crate) default_method: Method,
+    pub(crate) default_signal: Signal,
     /// How often the status records are re-read while waiting.
-    pub poll: Duration,
-    pub http: reqwest::Client,
+    pub(crate) poll: Duration,
+    pub(crate) http: reqwest::Client,
 }
 
 impl Checkpointer {
     /// Ask every worker at once and wait for all of them, never longer than `budget`.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         workers: &[Container],
         reason: &str,

@@ -7,15 +7,15 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 /// The coordinator (Redis) and the container runtime: errors, and whether the last call worked.
-pub struct BackendMetrics {
-    pub coordinator_errors: Counter,
-    pub runtime_errors: Counter,
-    pub coordinator_up: Gauge,
-    pub runtime_up: Gauge,
+pub(crate) struct BackendMetrics {
+    pub(crate) coordinator_errors: Counter,
+    pub(crate) runtime_errors: Counter,
+    pub(crate) coordinator_up: Gauge,
+    pub(crate) runtime_up: Gauge,
 }
 
 impl BackendMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = BackendMetrics {
             coordinator_errors: Counter::default(),
             runtime_errors: Counter::default(),
@@ -45,29 +45,29 @@ impl BackendMetrics {
         m
     }
 
-    pub fn coordinator_error(&self) {
+    pub(crate) fn coordinator_error(&self) {
         self.coordinator_errors.inc();
     }
-    pub fn set_coordinator_up(&self, up: bool) {
+    pub(crate) fn set_coordinator_up(&self, up: bool) {
         self.coordinator_up.set(i64::from(up));
     }
-    pub fn runtime_error(&self) {
+    pub(crate) fn runtime_error(&self) {
         self.runtime_errors.inc();
     }
-    pub fn set_runtime_up(&self, up: bool) {
+    pub(crate) fn set_runtime_up(&self, up: bool) {
         self.runtime_up.set(i64::from(up));
     }
 }
 
 /// One evaluation cycle.
-pub struct CycleMetrics {
-    pub workers: Gauge,
-    pub dry_run: Gauge,
-    pub cycle_seconds: Histogram,
+pub(crate) struct CycleMetrics {
+    pub(crate) workers: Gauge,
+    pub(crate) dry_run: Gauge,
+    pub(crate) cycle_seconds: Histogram,
 }
 
 impl CycleMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = CycleMetrics {
             workers: Gauge::default(),
             dry_run: Gauge::default(),
@@ -92,30 +92,30 @@ impl CycleMetrics {
         m
     }
 
-    pub fn set_workers(&self, n: usize) {
+    pub(crate) fn set_workers(&self, n: usize) {
         self.workers.set(n as i64);
     }
-    pub fn set_dry_run(&self, on: bool) {
+    pub(crate) fn set_dry_run(&self, on: bool) {
         self.dry_run.set(i64::from(on));
     }
     /// One cycle took `seconds`.
-    pub fn observe(&self, seconds: f64) {
+    pub(crate) fn observe(&self, seconds: f64) {
         self.cycle_seconds.observe(seconds);
     }
 }
 
 /// The node's circuit breaker and the fleet budget, as the last cycle read them.
-pub struct BudgetMetrics {
-    pub breaker_used: Gauge,
-    pub breaker_open: Gauge,
-    pub breaker_limit: Gauge,
-    pub fleet_budget_used: Gauge,
-    pub fleet_budget_limit: Gauge,
-    pub fleet_budget_exhausted: Gauge,
+pub(crate) struct BudgetMetrics {
+    pub(crate) breaker_used: Gauge,
+    pub(crate) breaker_open: Gauge,
+    pub(crate) breaker_limit: Gauge,
+    pub(crate) fleet_budget_used: Gauge,
+    pub(crate) fleet_budget_limit: Gauge,
+    pub(crate) fleet_budget_exhausted: Gauge,
 }
 
 impl BudgetMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = BudgetMetrics {
             breaker_used: Gauge::default(),
             breaker_open: Gauge::default(),
@@ -158,18 +158,18 @@ impl BudgetMetrics {
     }
 
     /// The configured caps: restarts per node per day (0 when disabled), per fleet window.
-    pub fn set_limits(&self, breaker: Option<u32>, fleet: u32) {
+    pub(crate) fn set_limits(&self, breaker: Option<u32>, fleet: u32) {
         self.breaker_limit.set(i64::from(breaker.unwrap_or(0)));
         self.fleet_budget_limit.set(i64::from(fleet));
     }
 
     /// The breaker's count today, and whether that count opens it.
-    pub fn set_breaker(&self, used: u64, open: bool) {
+    pub(crate) fn set_breaker(&self, used: u64, open: bool) {
         self.breaker_used.set(used as i64);
         self.breaker_open.set(i64::from(open));
     }
     /// The fleet budget's count in this window, and whether that count spends it.
-    pub fn set_fleet_budget(&self, used: u64, exhausted: bool) {
+    pub(crate) fn set_fleet_budget(&self, used: u64, exhausted: bool) {
         self.fleet_budget_used.set(used as i64);
         self.fleet_budget_exhausted.set(i64::from(exhausted));
     }

@@ -6,38 +6,38 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VerdictLabels {
-    pub verdict: &'static str,
+pub(crate) struct VerdictLabels {
+    pub(crate) verdict: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    pub decision: &'static str,
+pub(crate) struct DecisionLabels {
+    pub(crate) decision: &'static str,
 }
 
 /// A restart attempt: why (hung, errored) and how it went (restarted, failed, would-restart).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RestartLabels {
-    pub reason: &'static str,
-    pub outcome: &'static str,
+pub(crate) struct RestartLabels {
+    pub(crate) reason: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
 /// An alert: its kind and how its delivery went (sent, failed, logged).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AlertLabels {
-    pub kind: &'static str,
-    pub outcome: &'static str,
+pub(crate) struct AlertLabels {
+    pub(crate) kind: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
-pub struct DecisionMetrics {
-    pub verdicts: Family<VerdictLabels, Counter>,
-    pub decisions: Family<DecisionLabels, Counter>,
-    pub restarts: Family<RestartLabels, Counter>,
-    pub alerts: Family<AlertLabels, Counter>,
+pub(crate) struct DecisionMetrics {
+    pub(crate) verdicts: Family<VerdictLabels, Counter>,
+    pub(crate) decisions: Family<DecisionLabels, Counter>,
+    pub(crate) restarts: Family<RestartLabels, Counter>,
+    pub(crate) alerts: Family<AlertLabels, Counter>,
 }
 
 impl DecisionMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = DecisionMetrics {
             verdicts: Family::default(),
             decisions: Family::default(),
@@ -74,22 +74,22 @@ impl DecisionMetrics {
         m
     }
 
-    pub fn verdict(&self, verdict: &'static str) {
+    pub(crate) fn verdict(&self, verdict: &'static str) {
         self.verdicts
             .get_or_create(&VerdictLabels { verdict })
             .inc();
     }
-    pub fn decision(&self, decision: &'static str) {
+    pub(crate) fn decision(&self, decision: &'static str) {
         self.decisions
             .get_or_create(&DecisionLabels { decision })
             .inc();
     }
-    pub fn restart(&self, reason: &'static str, outcome: &'static str) {
+    pub(crate) fn restart(&self, reason: &'static str, outcome: &'static str) {
         self.restarts
             .get_or_create(&RestartLabels { reason, outcome })
             .inc();
     }
-    pub fn alert(&self, kind: &'static str, outcome: &'static str) {
+    pub(crate) fn alert(&self, kind: &'static str, outcome: &'static str) {
         self.alerts
             .get_or_create(&AlertLabels { kind, outcome })
             .inc();

@@ -16,74 +16,74 @@ type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// One GPU: its NVML index and UUID.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GpuLabels {
-    pub gpu: u32,
-    pub uuid: String,
+pub(crate) struct GpuLabels {
+    pub(crate) gpu: u32,
+    pub(crate) uuid: String,
 }
 
 /// One of a GPU's health states (healthy, degraded, failed).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HealthLabels {
+pub(crate) struct HealthLabels {
     #[prometheus(flatten)]
-    pub id: GpuLabels,
-    pub state: &'static str,
+    pub(crate) id: GpuLabels,
+    pub(crate) state: &'static str,
 }
 
 /// An ECC count: the counter (volatile, aggregate) and severity (corrected, uncorrected).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EccLabels {
+pub(crate) struct EccLabels {
     #[prometheus(flatten)]
-    pub id: GpuLabels,
-    pub counter: &'static str,
-    pub severity: &'static str,
+    pub(crate) id: GpuLabels,
+    pub(crate) counter: &'static str,
+    pub(crate) severity: &'static str,
 }
 
 /// Remapped rows of one kind (correctable, uncorrectable).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RemapLabels {
+pub(crate) struct RemapLabels {
     #[prometheus(flatten)]
-    pub id: GpuLabels,
-    pub kind: &'static str,
+    pub(crate) id: GpuLabels,
+    pub(crate) kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ThrottleLabels {
+pub(crate) struct ThrottleLabels {
     #[prometheus(flatten)]
-    pub id: GpuLabels,
-    pub reason: &'static str,
+    pub(crate) id: GpuLabels,
+    pub(crate) reason: &'static str,
 }
 
 /// One of the monitor's states (starting, off, no-gpu, waiting-for-driver, on).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MonitorStateLabels {
-    pub state: &'static str,
+pub(crate) struct MonitorStateLabels {
+    pub(crate) state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct XidLabels {
+pub(crate) struct XidLabels {
     #[prometheus(flatten)]
-    pub id: GpuLabels,
-    pub xid: u64,
+    pub(crate) id: GpuLabels,
+    pub(crate) xid: u64,
 }
 
 #[derive(Default)]
-pub struct GpuMetrics {
-    pub monitoring: Gauge,
-    pub monitor_state: Family<MonitorStateLabels, Gauge>,
-    pub health: Family<HealthLabels, Gauge>,
-    pub temperature: Family<GpuLabels, Gauge>,
-    pub power: Family<GpuLabels, F64Gauge>,
-    pub utilization: Family<GpuLabels, F64Gauge>,
-    pub memory_used: Family<GpuLabels, Gauge>,
-    pub memory_total: Family<GpuLabels, Gauge>,
-    pub ecc_errors: Family<EccLabels, Gauge>,
-    pub retired_pages: Family<GpuLabels, Gauge>,
-    pub retired_pages_pending: Family<GpuLabels, Gauge>,
-    pub remapped_rows: Family<RemapLabels, Gauge>,
-    pub remap_pending: Family<GpuLabels, Gauge>,
-    pub remap_failure: Family<GpuLabels, Gauge>,
-    pub throttle: Family<ThrottleLabels, Gauge>,
-    pub xid_events: Family<XidLabels, Counter>,
+pub(crate) struct GpuMetrics {
+    pub(crate) monitoring: Gauge,
+    pub(crate) monitor_state: Family<MonitorStateLabels, Gauge>,
+    pub(crate) health: Family<HealthLabels, Gauge>,
+    pub(crate) temperature: Family<GpuLabels, Gauge>,
+    pub(crate) power: Family<GpuLabels, F64Gauge>,
+    pub(crate) utilization: Family<GpuLabels, F64Gauge>,
+    pub(crate) memory_used: Family<GpuLabels, Gauge>,
+    pub(crate) memory_total: Family<GpuLabels, Gauge>,
+    pub(crate) ecc_errors: Family<EccLabels, Gauge>,
+    pub(crate) retired_pages: Family<GpuLabels, Gauge>,
+    pub(crate) retired_pages_pending: Family<GpuLabels, Gauge>,
+    pub(crate) remapped_rows: Family<RemapLabels, Gauge>,
+    pub(crate) remap_pending: Family<GpuLabels, Gauge>,
+    pub(crate) remap_failure: Family<GpuLabels, Gauge>,
+    pub(crate) throttle: Family<ThrottleLabels, Gauge>,
+    pub(crate) xid_events: Family<XidLabels, Counter>,
 }
 
 /// What [`GpuMetrics::record`] already exported.
@@ -99,7 +99,7 @@ fn saturating(v: u64) -> i64 {
 }
 
 impl GpuMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = GpuMetrics::default();
         m.register_state(reg);
         m.register_samples(reg);

@@ -26,44 +26,44 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 pub use classic::to_classic_text;
-pub use cycle::{BackendMetrics, BudgetMetrics, CycleMetrics};
-pub use decisions::DecisionMetrics;
+pub(crate) use cycle::{BackendMetrics, BudgetMetrics, CycleMetrics};
+pub(crate) use decisions::DecisionMetrics;
+pub(crate) use gpu::GpuMetrics;
 pub(crate) use gpu::GpuMetricsState;
-pub use gpu::{GpuLabels, GpuMetrics};
-pub use node::{
+pub(crate) use node::{
     CheckpointMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels, NodeInfoMetrics,
 };
-pub use tpu::TpuMetrics;
+pub(crate) use tpu::TpuMetrics;
 pub(crate) use tpu::TpuMetricsState;
-pub use worker_api::WorkerApiMetrics;
-pub use workers::{WorkerMetrics, WorkerSample};
+pub(crate) use worker_api::WorkerApiMetrics;
+pub(crate) use workers::{WorkerMetrics, WorkerSample};
 
 pub struct Metrics {
     registry: Registry,
     /// Verdicts, decision trail entries, restarts and alerts.
-    pub decisions: DecisionMetrics,
+    pub(crate) decisions: DecisionMetrics,
     /// The coordinator's and the container runtime's health.
-    pub backends: BackendMetrics,
+    pub(crate) backends: BackendMetrics,
     /// One evaluation cycle: workers seen, observe mode, duration.
-    pub cycle: CycleMetrics,
+    pub(crate) cycle: CycleMetrics,
     /// Each watched worker's verdict, heartbeat age and last restart.
-    pub workers: WorkerMetrics,
+    pub(crate) workers: WorkerMetrics,
     /// GCE metadata errors, interruptions and the maintenance phase.
-    pub maintenance: MaintenanceMetrics,
+    pub(crate) maintenance: MaintenanceMetrics,
     /// The node as its Node's labels describe it, and which maintenance sources report.
-    pub node_info: NodeInfoMetrics,
+    pub(crate) node_info: NodeInfoMetrics,
     /// Checkpoint requests and how long they took.
-    pub checkpoints: CheckpointMetrics,
+    pub(crate) checkpoints: CheckpointMetrics,
     /// Kubernetes API errors.
-    pub kube: KubeMetrics,
+    pub(crate) kube: KubeMetrics,
     /// The node's circuit breaker and the fleet budget.
-    pub budgets: BudgetMetrics,
+    pub(crate) budgets: BudgetMetrics,
     /// NVML monitoring and per-GPU health, samples, memory errors, throttling and XIDs.
-    pub gpu: GpuMetrics,
+    pub(crate) gpu: GpuMetrics,
     /// TPU monitoring, health, chips and device errors.
-    pub tpu: TpuMetrics,
+    pub(crate) tpu: TpuMetrics,
     /// Writes to the worker API, by outcome.
-    pub worker_api: WorkerApiMetrics,
+    pub(crate) worker_api: WorkerApiMetrics,
 }
 
 impl Metrics {
@@ -100,16 +100,16 @@ impl Metrics {
         }
     }
 
-    pub fn verdict(&self, v: &'static str) {
+    pub(crate) fn verdict(&self, v: &'static str) {
         self.decisions.verdict(v);
     }
-    pub fn decision(&self, d: &'static str) {
+    pub(crate) fn decision(&self, d: &'static str) {
         self.decisions.decision(d);
     }
-    pub fn restart(&self, reason: &'static str, outcome: &'static str) {
+    pub(crate) fn restart(&self, reason: &'static str, outcome: &'static str) {
         self.decisions.restart(reason, outcome);
     }
-    pub fn alert(&self, kind: &'static str, outcome: &'static str) {
+    pub(crate) fn alert(&self, kind: &'static str, outcome: &'static str) {
         self.decisions.alert(kind, outcome);
     }
     pub(crate) fn metadata_error(&self, key: &'static str, kind: &'static str) {

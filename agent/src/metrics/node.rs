@@ -10,39 +10,39 @@ use prometheus_client::registry::{Registry, Unit};
 
 /// A metadata server error: the key read and the kind of error.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MetadataErrorLabels {
-    pub key: &'static str,
-    pub kind: &'static str,
+pub(crate) struct MetadataErrorLabels {
+    pub(crate) key: &'static str,
+    pub(crate) kind: &'static str,
 }
 
 /// An interruption: its type (preemption, host-maintenance) and reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct InterruptionLabels {
-    pub r#type: &'static str,
-    pub reason: &'static str,
+pub(crate) struct InterruptionLabels {
+    pub(crate) r#type: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PhaseLabels {
-    pub phase: &'static str,
+pub(crate) struct PhaseLabels {
+    pub(crate) phase: &'static str,
 }
 
 /// Why the node is not idle for opportunistic maintenance (`crate::maintenance::policy_idle::BusyReason`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BusyLabels {
-    pub reason: &'static str,
+pub(crate) struct BusyLabels {
+    pub(crate) reason: &'static str,
 }
 
-pub struct MaintenanceMetrics {
-    pub metadata_errors: Family<MetadataErrorLabels, Counter>,
-    pub interruptions: Family<InterruptionLabels, Counter>,
-    pub phases: Family<PhaseLabels, Gauge>,
-    pub window_start: Gauge,
-    pub busy: Family<BusyLabels, Gauge>,
+pub(crate) struct MaintenanceMetrics {
+    pub(crate) metadata_errors: Family<MetadataErrorLabels, Counter>,
+    pub(crate) interruptions: Family<InterruptionLabels, Counter>,
+    pub(crate) phases: Family<PhaseLabels, Gauge>,
+    pub(crate) window_start: Gauge,
+    pub(crate) busy: Family<BusyLabels, Gauge>,
 }
 
 impl MaintenanceMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = MaintenanceMetrics {
             metadata_errors: Family::default(),
             interruptions: Family::default(),
@@ -80,28 +80,28 @@ impl MaintenanceMetrics {
     }
 
     /// Set one idle-check reason's series.
-    pub fn busy(&self, reason: &'static str, present: bool) {
+    pub(crate) fn busy(&self, reason: &'static str, present: bool) {
         self.busy
             .get_or_create(&BusyLabels { reason })
             .set(i64::from(present));
     }
 
-    pub fn metadata_error(&self, key: &'static str, kind: &'static str) {
+    pub(crate) fn metadata_error(&self, key: &'static str, kind: &'static str) {
         self.metadata_errors
             .get_or_create(&MetadataErrorLabels { key, kind })
             .inc();
     }
-    pub fn interruption(&self, r#type: &'static str, reason: &'static str) {
+    pub(crate) fn interruption(&self, r#type: &'static str, reason: &'static str) {
         self.interruptions
             .get_or_create(&InterruptionLabels { r#type, reason })
             .inc();
     }
     /// The scheduled window's start (ms since the epoch), `None` when nothing is scheduled.
-    pub fn window_start(&self, at: Option<crate::clock::Millis>) {
+    pub(crate) fn window_start(&self, at: Option<crate::clock::Millis>) {
         self.window_start.set(at.map_or(0, |ms| ms / 1000));
     }
     /// Set one phase's series: 1 for the current phase, 0 for the others.
-    pub fn phase(&self, phase: &'static str, current: bool) {
+    pub(crate) fn phase(&self, phase: &'static str, current: bool) {
         self.phases
             .get_or_create(&PhaseLabels { phase })
             .set(i64::from(current));
@@ -110,18 +110,18 @@ impl MaintenanceMetrics {
 
 /// A checkpoint request: its method (signal, http, redis) and outcome (acked, timed-out, failed).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CheckpointLabels {
-    pub method: &'static str,
-    pub outcome: &'static str,
+pub(crate) struct CheckpointLabels {
+    pub(crate) method: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
-pub struct CheckpointMetrics {
-    pub checkpoints: Family<CheckpointLabels, Counter>,
-    pub checkpoint_seconds: Histogram,
+pub(crate) struct CheckpointMetrics {
+    pub(crate) checkpoints: Family<CheckpointLabels, Counter>,
+    pub(crate) checkpoint_seconds: Histogram,
 }
 
 impl CheckpointMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = CheckpointMetrics {
             checkpoints: Family::default(),
             checkpoint_seconds: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
@@ -162,7 +162,7 @@ impl CheckpointMetrics {
             .inc();
     }
     /// One request, counted, and the `seconds` it waited.
-    pub fn record(&self, method: &'static str, outcome: &'static str, seconds: f64) {
+    pub(crate) fn record(&self, method: &'static str, outcome: &'static str, seconds: f64) {
         self.count(method, outcome);
         self.checkpoint_seconds.observe(seconds);
     }
@@ -170,16 +170,16 @@ impl CheckpointMetrics {
 
 /// A Kubernetes API operation (get, patch, event).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KubeLabels {
-    pub op: &'static str,
+pub(crate) struct KubeLabels {
+    pub(crate) op: &'static str,
 }
 
-pub struct KubeMetrics {
-    pub kube_errors: Family<KubeLabels, Counter>,
+pub(crate) struct KubeMetrics {
+    pub(crate) kube_errors: Family<KubeLabels, Counter>,
 }
 
 impl KubeMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = KubeMetrics {
             kube_errors: Family::default(),
         };
@@ -191,39 +191,39 @@ impl KubeMetrics {
         m
     }
 
-    pub fn error(&self, op: &'static str) {
+    pub(crate) fn error(&self, op: &'static str) {
         self.kube_errors.get_or_create(&KubeLabels { op }).inc();
     }
 }
 
 /// The node as GKE's labels describe it (one series: the last read).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeInfoLabels {
+pub(crate) struct NodeInfoLabels {
     /// The pool the node counts in (`fleet.pool`, else `cloud.google.com/gke-nodepool`).
-    pub pool: String,
+    pub(crate) pool: String,
     /// `standard`, `spot`, `preemptible`, `flex-start`, `other`, or empty when unknown.
-    pub provisioning: &'static str,
+    pub(crate) provisioning: &'static str,
     /// `cloud.google.com/gke-accelerator`, else `cloud.google.com/gke-tpu-accelerator`.
-    pub accelerator: String,
+    pub(crate) accelerator: String,
     /// `cloud.google.com/gke-tpu-topology`.
-    pub tpu_topology: String,
+    pub(crate) tpu_topology: String,
 }
 
 /// A maintenance source: `metadata` or `node-labels`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SourceLabels {
-    pub source: &'static str,
+pub(crate) struct SourceLabels {
+    pub(crate) source: &'static str,
 }
 
-pub struct NodeInfoMetrics {
-    pub info: Family<NodeInfoLabels, Gauge>,
-    pub sources: Family<SourceLabels, Gauge>,
+pub(crate) struct NodeInfoMetrics {
+    pub(crate) info: Family<NodeInfoLabels, Gauge>,
+    pub(crate) sources: Family<SourceLabels, Gauge>,
     /// The labels of the `info` series now exported, to remove it when they change.
     current: std::sync::Mutex<Option<NodeInfoLabels>>,
 }
 
 impl NodeInfoMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = NodeInfoMetrics {
             info: Family::default(),
             sources: Family::default(),
@@ -246,7 +246,7 @@ impl NodeInfoMetrics {
     }
 
     /// Export `labels` as the node's one info series (the previous one, if different, goes).
-    pub fn set_info(&self, labels: NodeInfoLabels) {
+    pub(crate) fn set_info(&self, labels: NodeInfoLabels) {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = current.take() {
             if old != labels {
@@ -258,7 +258,7 @@ impl NodeInfoMetrics {
     }
 
     /// Whether `source` reports maintenance now.
-    pub fn source(&self, source: &'static str, reporting: bool) {
+    pub(crate) fn source(&self, source: &'static str, reporting: bool) {
         self.sources
             .get_or_create(&SourceLabels { source })
             .set(i64::from(reporting));

@@ -11,28 +11,28 @@ use prometheus_client::registry::Registry;
 use crate::accel::tpu::model::TpuReport;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TpuStateLabels {
-    pub state: &'static str,
+pub(crate) struct TpuStateLabels {
+    pub(crate) state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TpuChipLabels {
+pub(crate) struct TpuChipLabels {
     /// `present` (device files) or `expected` (allocatable `google.com/tpu`).
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TpuErrorLabels {
+pub(crate) struct TpuErrorLabels {
     /// `error` or `fatal`.
-    pub severity: &'static str,
+    pub(crate) severity: &'static str,
 }
 
 #[derive(Default)]
-pub struct TpuMetrics {
-    pub monitoring: Gauge,
-    pub health: Family<TpuStateLabels, Gauge>,
-    pub chips: Family<TpuChipLabels, Gauge>,
-    pub device_errors: Family<TpuErrorLabels, Counter>,
+pub(crate) struct TpuMetrics {
+    pub(crate) monitoring: Gauge,
+    pub(crate) health: Family<TpuStateLabels, Gauge>,
+    pub(crate) chips: Family<TpuChipLabels, Gauge>,
+    pub(crate) device_errors: Family<TpuErrorLabels, Counter>,
 }
 
 /// What [`TpuMetrics::record`] already counted: (error, fatal).
@@ -42,7 +42,7 @@ pub(crate) struct TpuMetricsState {
 }
 
 impl TpuMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = TpuMetrics::default();
         reg.register(
             "tpu_monitoring",

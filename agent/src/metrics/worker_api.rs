@@ -9,17 +9,17 @@ use prometheus_client::registry::Registry;
 /// A write's listener (`tcp`, `unix`) and outcome (`accepted`, `read`, `unauthenticated`,
 /// `forbidden`, `unavailable`, `invalid`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WriteLabels {
-    pub listener: &'static str,
-    pub outcome: &'static str,
+pub(crate) struct WriteLabels {
+    pub(crate) listener: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
-pub struct WorkerApiMetrics {
-    pub writes: Family<WriteLabels, Counter>,
+pub(crate) struct WorkerApiMetrics {
+    pub(crate) writes: Family<WriteLabels, Counter>,
 }
 
 impl WorkerApiMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = WorkerApiMetrics {
             writes: Family::default(),
         };
@@ -31,7 +31,7 @@ impl WorkerApiMetrics {
         m
     }
 
-    pub fn write(&self, listener: &'static str, outcome: &'static str) {
+    pub(crate) fn write(&self, listener: &'static str, outcome: &'static str) {
         self.writes
             .get_or_create(&WriteLabels { listener, outcome })
             .inc();

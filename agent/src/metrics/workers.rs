@@ -17,15 +17,15 @@ type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// One worker (its id: 1-128 characters of `[A-Za-z0-9._-]`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorkerLabels {
-    pub worker: String,
+pub(crate) struct WorkerLabels {
+    pub(crate) worker: String,
 }
 
 /// A worker's current verdict.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorkerStateLabels {
-    pub worker: String,
-    pub state: &'static str,
+pub(crate) struct WorkerStateLabels {
+    pub(crate) worker: String,
+    pub(crate) state: &'static str,
 }
 
 /// What is exported for one worker.
@@ -39,25 +39,25 @@ struct Exported {
 }
 
 #[derive(Default)]
-pub struct WorkerMetrics {
-    pub state: Family<WorkerStateLabels, Gauge>,
-    pub heartbeat_age: Family<WorkerLabels, F64Gauge>,
-    pub last_restart: Family<WorkerLabels, F64Gauge>,
+pub(crate) struct WorkerMetrics {
+    pub(crate) state: Family<WorkerStateLabels, Gauge>,
+    pub(crate) heartbeat_age: Family<WorkerLabels, F64Gauge>,
+    pub(crate) last_restart: Family<WorkerLabels, F64Gauge>,
     exported: Mutex<BTreeMap<String, Exported>>,
 }
 
 /// One evaluation of a worker, as [`WorkerMetrics::observe`] exports it.
 #[derive(Debug, Clone, Copy)]
-pub struct WorkerSample<'a> {
-    pub worker: &'a str,
+pub(crate) struct WorkerSample<'a> {
+    pub(crate) worker: &'a str,
     /// The verdict's name (`Verdict::as_str`).
-    pub state: &'static str,
+    pub(crate) state: &'static str,
     /// The coordinator's clock at the evaluation.
-    pub now: Millis,
+    pub(crate) now: Millis,
     /// The record's last heartbeat, when it has one.
-    pub heartbeat: Option<Millis>,
+    pub(crate) heartbeat: Option<Millis>,
     /// The restart the shared marks remember, when they do.
-    pub restarted: Option<Millis>,
+    pub(crate) restarted: Option<Millis>,
 }
 
 fn seconds(ms: Millis) -> f64 {
@@ -65,7 +65,7 @@ fn seconds(ms: Millis) -> f64 {
 }
 
 impl WorkerMetrics {
-    pub fn register(reg: &mut Registry) -> Self {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = WorkerMetrics::default();
         reg.register(
             "worker_state",
@@ -93,7 +93,7 @@ impl WorkerMetrics {
 
     /// Export one evaluation: the verdict's series (the previous verdict's removed), the
     /// heartbeat's age (removed when the record has no heartbeat) and the latest restart known.
-    pub fn observe(&self, s: WorkerSample<'_>) {
+    pub(crate) fn observe(&self, s: WorkerSample<'_>) {
         let mut all = self.exported();
         let e = all.entry(s.worker.to_string()).or_default();
         let id = WorkerLabels {
@@ -131,7 +131,7 @@ impl WorkerMetrics {
     }
 
     /// This agent restarted `worker` at `at` (coordinator clock).
-    pub fn restarted(&self, worker: &str, at: Millis) {
+    pub(crate) fn restarted(&self, worker: &str, at: Millis) {
         let mut all = self.exported();
         let e = all.entry(worker.to_string()).or_default();
         let id = WorkerLabels {
@@ -155,7 +155,7 @@ impl WorkerMetrics {
     }
 
     /// Keep only the series of the workers `watched` says this node watches now.
-    pub fn retain(&self, watched: impl Fn(&str) -> bool) {
+    pub(crate) fn retain(&self, watched: impl Fn(&str) -> bool) {
         let mut all = self.exported();
         all.retain(|worker, e| {
             if watched(worker) {
@@ -177,7 +177,8 @@ impl WorkerMetrics {
     }
 
     /// The workers with series, for tests.
-    pub fn workers(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn workers(&self) -> Vec<String> {
         self.exported().keys().cloned().collect()
     }
 }

@@ -227,11 +227,6 @@ impl Controller {
         self.notes.note(self.state.phase, "-", code, detail).await;
     }
 
-    /// Make the Node show the current state.
-    pub async fn publish(&mut self) {
-        self.node.publish().await;
-    }
-
     fn set_phase_metric(&self, phase: Phase) {
         for p in [
             Phase::None,

@@ -19,7 +19,7 @@ use crate::node::model_info::NodeInfo;
 use crate::node::policy_info::parse;
 
 /// What the Node source publishes: `None` until the Node was read once.
-pub type NodeInfoRx = watch::Receiver<Option<NodeInfo>>;
+pub(crate) type NodeInfoRx = watch::Receiver<Option<NodeInfo>>;
 
 /// A fresh channel, empty until the first read.
 pub fn channel() -> (watch::Sender<Option<NodeInfo>>, NodeInfoRx) {

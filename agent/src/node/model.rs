@@ -37,7 +37,7 @@ pub struct NodeDesired {
 
 /// The status of a Node condition, as Kubernetes spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConditionStatus {
+pub(crate) enum ConditionStatus {
     True,
     False,
     Unknown,
@@ -60,10 +60,10 @@ impl ConditionStatus {
 pub struct NodeCondition {
     /// e.g. `VigilGPUUnhealthy`.
     pub kind: String,
-    pub status: ConditionStatus,
+    pub(crate) status: ConditionStatus,
     /// CamelCase, e.g. `Failed`, `Pending`.
-    pub reason: String,
-    pub message: String,
+    pub(crate) reason: String,
+    pub(crate) message: String,
 }
 
 /// `Normal` or `Warning`, as Kubernetes Events have.

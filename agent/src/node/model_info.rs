@@ -9,31 +9,31 @@ use crate::clock::Millis;
 
 /// A taint of the Node, as the API server stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeTaint {
-    pub key: String,
+pub(crate) struct NodeTaint {
+    pub(crate) key: String,
     /// Empty when the taint has none.
-    pub value: String,
+    pub(crate) value: String,
     /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
+    pub(crate) effect: String,
 }
 
 /// What the Node source read, unparsed: `metadata.labels`, `spec.taints` and
 /// `status.allocatable` (quantities as the API server writes them, e.g. `"4"`, `"16Gi"`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawNode {
-    pub labels: BTreeMap<String, String>,
-    pub taints: Vec<NodeTaint>,
-    pub allocatable: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) taints: Vec<NodeTaint>,
+    pub(crate) allocatable: BTreeMap<String, String>,
     /// `metadata.deletionTimestamp` is set: the Node is being deleted.
-    pub deleting: bool,
+    pub(crate) deleting: bool,
     /// The kubelet's graceful node shutdown: its `Ready` condition is `False` with the reason or
     /// message "node is shutting down"; the text as read.
-    pub shutting_down: Option<String>,
+    pub(crate) shutting_down: Option<String>,
 }
 
 /// How the node's VM was provisioned, from GKE's labels.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Provisioning {
+pub(crate) enum Provisioning {
     /// On-demand (`cloud.google.com/gke-provisioning=standard`).
     Standard,
     /// A Spot VM (`cloud.google.com/gke-spot=true` or `gke-provisioning=spot`): preempted at
@@ -61,7 +61,7 @@ impl Provisioning {
     }
 
     /// The fixed metric label value (`other` for a value Vigil does not know).
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         match self {
             Provisioning::Standard => "standard",
             Provisioning::Spot => "spot",
@@ -72,41 +72,34 @@ impl Provisioning {
     }
 
     /// Whether the VM can be taken back at any time (its termination is a preemption).
-    pub fn preemptible(&self) -> bool {
+    pub(crate) fn preemptible(&self) -> bool {
         matches!(self, Provisioning::Spot | Provisioning::Preemptible)
     }
 }
 
 /// A TPU slice's topology, `cloud.google.com/gke-tpu-topology` (e.g. `2x2x4`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TpuTopology {
+pub(crate) struct TpuTopology {
     /// The label's value as GKE wrote it.
-    pub text: String,
+    pub(crate) text: String,
     /// The chips of the whole slice: the product of the dimensions.
-    pub chips: u64,
+    pub(crate) chips: u64,
 }
 
 /// GKE's own maintenance signals on the Node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GkeMaintenance {
+pub(crate) struct GkeMaintenance {
     /// `cloud.google.com/scheduled-maintenance-time` is set: a host maintenance is scheduled.
-    pub scheduled: bool,
+    pub(crate) scheduled: bool,
     /// Its value, the window's start (Unix seconds in the label, ms here); `None` when absent or
     /// not a number.
-    pub scheduled_at: Option<Millis>,
+    pub(crate) scheduled_at: Option<Millis>,
     /// `cloud.google.com/active-node-maintenance=ONGOING`: GKE is stopping the node's workloads
     /// for a host maintenance.
-    pub active: bool,
+    pub(crate) active: bool,
     /// The taint `cloud.google.com/impending-node-termination` (any effect): GKE is about to
     /// terminate the node.
-    pub terminating: bool,
-}
-
-impl GkeMaintenance {
-    /// Whether any signal is up.
-    pub fn any(&self) -> bool {
-        self.scheduled || self.active || self.terminating
-    }
+    pub(crate) terminating: bool,
 }
 
 /// What Vigil knows of its node from the Node object, as of the last successful read.
@@ -116,36 +109,36 @@ impl GkeMaintenance {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeInfo {
     /// `cloud.google.com/gke-nodepool`.
-    pub pool: Option<String>,
-    pub provisioning: Option<Provisioning>,
+    pub(crate) pool: Option<String>,
+    pub(crate) provisioning: Option<Provisioning>,
     /// `cloud.google.com/gke-accelerator`, e.g. `nvidia-h100-80gb`.
-    pub gpu_accelerator: Option<String>,
+    pub(crate) gpu_accelerator: Option<String>,
     /// `cloud.google.com/gke-tpu-accelerator`, e.g. `tpu-v5p-slice`.
-    pub tpu_accelerator: Option<String>,
+    pub(crate) tpu_accelerator: Option<String>,
     /// `cloud.google.com/gke-tpu-topology`.
-    pub tpu_topology: Option<TpuTopology>,
+    pub(crate) tpu_topology: Option<TpuTopology>,
     /// TPU chips on this host: the Node's allocatable `google.com/tpu`.
-    pub tpu_chips_per_host: Option<u64>,
+    pub(crate) tpu_chips_per_host: Option<u64>,
     /// Whether the node is one host of a multi-host TPU slice (the topology has more chips than
     /// this host); `None` when either number is unknown.
-    pub multi_host_tpu: Option<bool>,
-    pub maintenance: GkeMaintenance,
+    pub(crate) multi_host_tpu: Option<bool>,
+    pub(crate) maintenance: GkeMaintenance,
     /// `status.allocatable`, as read (quantities are strings, as the API writes them).
-    pub allocatable: BTreeMap<String, String>,
+    pub(crate) allocatable: BTreeMap<String, String>,
     /// `spec.taints`, as read (every taint, whoever set it).
-    pub taints: Vec<NodeTaint>,
+    pub(crate) taints: Vec<NodeTaint>,
     /// The Node is being deleted (`metadata.deletionTimestamp`).
-    pub deleting: bool,
+    pub(crate) deleting: bool,
     /// The kubelet is shutting the node down (its `Ready` condition says so).
-    pub shutting_down: Option<String>,
+    pub(crate) shutting_down: Option<String>,
     /// Values that were present but could not be understood, one sentence each, naming the key
     /// (the source logs each once).
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
 }
 
 impl NodeInfo {
     /// The accelerator type: the GPU's, else the TPU's.
-    pub fn accelerator(&self) -> Option<&str> {
+    pub(crate) fn accelerator(&self) -> Option<&str> {
         self.gpu_accelerator
             .as_deref()
             .or(self.tpu_accelerator.as_deref())

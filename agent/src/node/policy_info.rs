@@ -7,42 +7,42 @@
 //! The keys, and where GKE documents them, are listed in docs/kubernetes.md ("GKE's node labels").
 
 use crate::accel::tpu::policy::allocatable_chips;
-pub use crate::accel::tpu::policy::TPU_RESOURCE;
+pub(crate) use crate::accel::tpu::policy::TPU_RESOURCE;
 use crate::clock::{parse_rfc3339, rfc3339, Millis};
 use crate::config::FleetConfig;
 use crate::maintenance::model::{Interruption, MaintenanceState, Phase, Source};
 use crate::node::model_info::{GkeMaintenance, NodeInfo, Provisioning, RawNode, TpuTopology};
 
 /// The node pool.
-pub const POOL_LABEL: &str = "cloud.google.com/gke-nodepool";
+pub(crate) const POOL_LABEL: &str = "cloud.google.com/gke-nodepool";
 /// `true` on Spot VMs.
-pub const SPOT_LABEL: &str = "cloud.google.com/gke-spot";
+pub(crate) const SPOT_LABEL: &str = "cloud.google.com/gke-spot";
 /// `true` on (legacy) preemptible VMs.
-pub const PREEMPTIBLE_LABEL: &str = "cloud.google.com/gke-preemptible";
+pub(crate) const PREEMPTIBLE_LABEL: &str = "cloud.google.com/gke-preemptible";
 /// `true` on flex-start (Dynamic Workload Scheduler) VMs.
-pub const FLEX_START_LABEL: &str = "cloud.google.com/gke-flex-start";
+pub(crate) const FLEX_START_LABEL: &str = "cloud.google.com/gke-flex-start";
 /// The provisioning model: `standard`, `spot`, …
-pub const PROVISIONING_LABEL: &str = "cloud.google.com/gke-provisioning";
+pub(crate) const PROVISIONING_LABEL: &str = "cloud.google.com/gke-provisioning";
 /// The GPU type, e.g. `nvidia-h100-80gb`.
-pub const GPU_ACCELERATOR_LABEL: &str = "cloud.google.com/gke-accelerator";
+pub(crate) const GPU_ACCELERATOR_LABEL: &str = "cloud.google.com/gke-accelerator";
 /// The TPU type, e.g. `tpu-v5p-slice`.
-pub const TPU_ACCELERATOR_LABEL: &str = "cloud.google.com/gke-tpu-accelerator";
+pub(crate) const TPU_ACCELERATOR_LABEL: &str = "cloud.google.com/gke-tpu-accelerator";
 /// The TPU slice's topology, e.g. `2x2x4`.
-pub const TPU_TOPOLOGY_LABEL: &str = "cloud.google.com/gke-tpu-topology";
+pub(crate) const TPU_TOPOLOGY_LABEL: &str = "cloud.google.com/gke-tpu-topology";
 /// Unix time (seconds) a scheduled host maintenance starts (GKE ≥ 1.31.1-gke.2008000, GPU and
 /// TPU nodes).
-pub const SCHEDULED_MAINTENANCE_LABEL: &str = "cloud.google.com/scheduled-maintenance-time";
+pub(crate) const SCHEDULED_MAINTENANCE_LABEL: &str = "cloud.google.com/scheduled-maintenance-time";
 /// `ONGOING` while GKE stops the node's workloads for a host maintenance.
-pub const ACTIVE_MAINTENANCE_LABEL: &str = "cloud.google.com/active-node-maintenance";
+pub(crate) const ACTIVE_MAINTENANCE_LABEL: &str = "cloud.google.com/active-node-maintenance";
 /// The value of [`ACTIVE_MAINTENANCE_LABEL`] during the maintenance.
-pub const ACTIVE_MAINTENANCE_ONGOING: &str = "ONGOING";
+pub(crate) const ACTIVE_MAINTENANCE_ONGOING: &str = "ONGOING";
 /// GKE's taint on a node about to be terminated (`NoSchedule`).
-pub const IMPENDING_TERMINATION_TAINT: &str = "cloud.google.com/impending-node-termination";
+pub(crate) const IMPENDING_TERMINATION_TAINT: &str = "cloud.google.com/impending-node-termination";
 
 /// Reasons (as `MaintenanceState::reasons`) of the label source.
-pub const REASON_SCHEDULED: &str = "gke-scheduled-maintenance";
-pub const REASON_ACTIVE: &str = "gke-active-node-maintenance";
-pub const REASON_TERMINATION: &str = "gke-impending-node-termination";
+pub(crate) const REASON_SCHEDULED: &str = "gke-scheduled-maintenance";
+pub(crate) const REASON_ACTIVE: &str = "gke-active-node-maintenance";
+pub(crate) const REASON_TERMINATION: &str = "gke-impending-node-termination";
 
 /// A label's value when the key is present.
 fn label<'a>(raw: &'a RawNode, key: &str) -> Option<&'a str> {
@@ -187,7 +187,7 @@ fn maintenance(raw: &RawNode, problems: &mut Vec<String>) -> GkeMaintenance {
 
 /// What the Node says about the node. Every key may be absent (a non-GKE cluster has none of
 /// them); a value that is present but malformed is left out and named in `problems`.
-pub fn parse(raw: &RawNode) -> NodeInfo {
+pub(crate) fn parse(raw: &RawNode) -> NodeInfo {
     let mut problems = Vec::new();
     let tpu_topology = topology(raw, &mut problems);
     let tpu_chips_per_host = tpu_chips(raw, &mut problems);
@@ -219,7 +219,7 @@ pub fn parse(raw: &RawNode) -> NodeInfo {
 /// - `scheduled-maintenance-time`: `pending`, with the window's start from the label (none when
 ///   the value is not a time: caution then stands restarts down at once, as for a metadata
 ///   notice without a date).
-pub fn labels_state(info: &NodeInfo) -> MaintenanceState {
+pub(crate) fn labels_state(info: &NodeInfo) -> MaintenanceState {
     let m = &info.maintenance;
     let mut reasons = Vec::new();
     if m.terminating {
@@ -289,7 +289,7 @@ fn start_key(st: &MaintenanceState) -> Millis {
 /// NB: the label source can only add to what the metadata source says, never lower or clear it:
 /// a Node read that lacks GKE's labels (a cluster older than 1.31, a label GKE has already
 /// removed) leaves a metadata notice exactly as it was.
-pub fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> MaintenanceState {
+pub(crate) fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> MaintenanceState {
     let labels_worse = match rank(labels.phase).cmp(&rank(metadata.phase)) {
         std::cmp::Ordering::Greater => true,
         std::cmp::Ordering::Less => false,
@@ -335,17 +335,17 @@ pub fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> Maintena
 
 /// The node's pool and slice for the fleet view and opportunistic maintenance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Place {
+pub(crate) struct Place {
     /// Empty when neither the config nor the Node names one.
-    pub pool: String,
+    pub(crate) pool: String,
     /// Empty when the node belongs to no slice.
-    pub slice: String,
+    pub(crate) slice: String,
 }
 
 /// `fleet.pool` when set (an explicit override), else the Node's pool label; `fleet.slice` when
 /// set, else the pool when the node is one host of a multi-host TPU slice (GKE makes each such
 /// slice a node pool of its own), else none.
-pub fn place(fleet: &FleetConfig, info: Option<&NodeInfo>) -> Place {
+pub(crate) fn place(fleet: &FleetConfig, info: Option<&NodeInfo>) -> Place {
     let pool = if fleet.pool.is_empty() {
         info.and_then(|i| i.pool.clone()).unwrap_or_default()
     } else {

@@ -19,30 +19,30 @@ const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the Node should show.
 #[derive(Debug, Clone, Default)]
-pub struct NodeView {
-    pub maintenance: MaintenanceState,
-    pub gpu: GpuReport,
+pub(crate) struct NodeView {
+    pub(crate) maintenance: MaintenanceState,
+    pub(crate) gpu: GpuReport,
     /// The TPU monitor's last report; `None` until its first, when Vigil's TPU fields on the
     /// Node are left as they are (an agent restarting on a TPU node does not take its TPU label
     /// and condition off for the second before the monitor's first reading).
-    pub tpu: Option<TpuReport>,
+    pub(crate) tpu: Option<TpuReport>,
     /// `<time> <reason>: acked=… timed-out=… failed=…` of the last checkpoint round.
-    pub last_checkpoint: Option<String>,
+    pub(crate) last_checkpoint: Option<String>,
     /// The perform-maintenance label: `Some(true)` while this node holds the pool's claim,
     /// `Some(false)` to remove the label it set, `None` to leave the label alone.
     ///
     /// NB: only a label this node set is ever removed: an operator's own is left alone.
-    pub perform_maintenance: Option<bool>,
+    pub(crate) perform_maintenance: Option<bool>,
 }
 
 pub(crate) struct NodePublisher {
     api: Option<Arc<dyn NodeApi>>,
     cfg: Config,
     metrics: Arc<Metrics>,
-    pub view: NodeView,
+    pub(crate) view: NodeView,
     /// The last write failed (API down, 500, a timeout, a 403): the Node may not show the view,
     /// so it is written again at the next tick until it does.
-    pub stale: bool,
+    pub(crate) stale: bool,
 }
 
 impl NodePublisher {
@@ -57,7 +57,7 @@ impl NodePublisher {
     }
 
     /// Make the Node show the view (no write when it already does).
-    pub async fn publish(&mut self) {
+    pub(crate) async fn publish(&mut self) {
         let Some(api) = &self.api else { return };
         let v = &self.view;
         let k = &self.cfg.kubernetes;
@@ -101,7 +101,7 @@ impl NodePublisher {
     }
 
     /// Record a Kubernetes Event about the Node (best-effort).
-    pub async fn event(&self, reason: &str, message: &str, kind: EventType) {
+    pub(crate) async fn event(&self, reason: &str, message: &str, kind: EventType) {
         let Some(api) = &self.api else { return };
         let node = &self.cfg.node_name;
         let call = tokio::time::timeout(KUBE_TIMEOUT, api.event(node, reason, message, kind));

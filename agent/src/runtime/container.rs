@@ -4,7 +4,7 @@
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Container {
     pub id: String,
-    pub name: String,
+    pub(crate) name: String,
     /// The worker id: the value of the opt-in label.
     pub worker: String,
     /// When the current incarnation started; a restart changes it (compare-and-restart key).
@@ -19,11 +19,11 @@ pub struct Container {
     /// `NVIDIA_VISIBLE_DEVICES`; `None` when it has all of them or it is not known.
     pub gpus: Option<Vec<String>>,
     /// On a CRI runtime (Kubernetes nodes): the pod and container it belongs to. `None` on Docker.
-    pub pod: Option<PodRef>,
+    pub(crate) pod: Option<PodRef>,
     /// On Docker under a kubelet (cri-dockerd): the pod it was created for, from its
     /// `io.kubernetes.pod.*` labels. Identity only — the worker API's proof that a pod's token
     /// speaks for this container; the restart path goes by `pod`, which stays `None` on Docker.
-    pub kube_pod: Option<PodIdentity>,
+    pub(crate) kube_pod: Option<PodIdentity>,
     /// Its restarts belong to another controller (JobSet failure policy, Pathways, an
     /// operator): the opt-in label's companion `<label>.restarts = alert-only`. Vigil reports its
     /// hangs and never restarts it.
@@ -34,7 +34,7 @@ impl Container {
     /// When the current incarnation started, in ms since the epoch, when the runtime says in a
     /// form that reads as a time: Docker's and Podman's RFC 3339 `StartedAt`, the CRI runtime's
     /// `attempt-<n>@<created_at in ns>`. `None` for anything else (never guessed).
-    pub fn started_ms(&self) -> Option<i64> {
+    pub(crate) fn started_ms(&self) -> Option<i64> {
         if let Some((_, ns)) = self.started_at.split_once('@') {
             return ns.parse::<i64>().ok().map(|ns| ns / 1_000_000);
         }
@@ -46,11 +46,14 @@ impl Container {
 
 /// The companion label of the opt-in label that hands a worker's restarts to someone else, and
 /// the value that does it (`vigil.worker.restarts: alert-only`).
-pub const RESTARTS_SUFFIX: &str = ".restarts";
-pub const ALERT_ONLY: &str = "alert-only";
+pub(crate) const RESTARTS_SUFFIX: &str = ".restarts";
+pub(crate) const ALERT_ONLY: &str = "alert-only";
 
 /// Whether `labels` say the worker's restarts belong to someone else.
-pub fn alert_only(labels: &std::collections::HashMap<String, String>, worker_label: &str) -> bool {
+pub(crate) fn alert_only(
+    labels: &std::collections::HashMap<String, String>,
+    worker_label: &str,
+) -> bool {
     labels
         .get(&format!("{worker_label}{RESTARTS_SUFFIX}"))
         .is_some_and(|v| v.trim() == ALERT_ONLY)
@@ -58,33 +61,33 @@ pub fn alert_only(labels: &std::collections::HashMap<String, String>, worker_lab
 
 /// A pod by namespace, name and uid (a uid tells two incarnations of one name apart).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodIdentity {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+pub(crate) struct PodIdentity {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
 }
 
 /// Where a CRI container sits: its pod, its name in the pod, and which attempt it is (kubelet
 /// restarts a container by creating the next attempt, a new container id).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodRef {
-    pub namespace: String,
-    pub pod: String,
-    pub uid: String,
+pub(crate) struct PodRef {
+    pub(crate) namespace: String,
+    pub(crate) pod: String,
+    pub(crate) uid: String,
     /// The pod sandbox's id in the runtime.
-    pub sandbox: String,
+    pub(crate) sandbox: String,
     /// The container's name in the pod spec.
-    pub container: String,
-    pub attempt: u32,
+    pub(crate) container: String,
+    pub(crate) attempt: u32,
     /// The container's log file (CRI format), from its status.
-    pub log_path: Option<String>,
+    pub(crate) log_path: Option<String>,
 }
 
 impl Container {
     /// How alerts, the trail and `vigil status` name it: `namespace/pod/container` on Kubernetes
     /// nodes, the container name on Docker.
     /// The pod this container runs for, by either runtime's account.
-    pub fn pod_identity(&self) -> Option<PodIdentity> {
+    pub(crate) fn pod_identity(&self) -> Option<PodIdentity> {
         match (&self.pod, &self.kube_pod) {
             (Some(p), _) => Some(PodIdentity {
                 namespace: p.namespace.clone(),

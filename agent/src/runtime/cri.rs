@@ -43,7 +43,7 @@ use crate::runtime::container::PodRef;
 pub const POD_NAME_ID: &str = "pod-name";
 
 /// The worker id of a pod opted in with [`POD_NAME_ID`]: `<namespace>.<pod>`.
-pub fn pod_name_id(namespace: &str, pod: &str) -> String {
+pub(crate) fn pod_name_id(namespace: &str, pod: &str) -> String {
     format!("{namespace}.{pod}")
 }
 
@@ -387,7 +387,7 @@ impl Sandbox {
 
 /// The host that stands for the pod's own IP in an HTTP checkpoint method
 /// (`http://pod:8080/checkpoint`).
-pub const POD_HOST: &str = "pod";
+pub(crate) const POD_HOST: &str = "pod";
 
 fn addresses_the_pod(method: &str) -> bool {
     reqwest::Url::parse(method)

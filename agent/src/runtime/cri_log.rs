@@ -5,11 +5,11 @@
 /// One parsed log record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record<'a> {
-    pub time: &'a str,
-    pub stream: &'a str,
+    pub(crate) time: &'a str,
+    pub(crate) stream: &'a str,
     /// `false` for a `P` (partial) record.
-    pub full: bool,
-    pub message: &'a str,
+    pub(crate) full: bool,
+    pub(crate) message: &'a str,
 }
 
 /// Parse one record; `None` for a line that is not in the CRI format.

@@ -31,11 +31,12 @@ use cri::{CriRuntime, CriSettings};
 use docker::DockerRuntime;
 
 /// Where containerd and CRI-O listen on a Kubernetes node, in the order `auto` tries them.
-pub const CRI_SOCKETS: [&str; 2] = ["/run/containerd/containerd.sock", "/var/run/crio/crio.sock"];
+pub(crate) const CRI_SOCKETS: [&str; 2] =
+    ["/run/containerd/containerd.sock", "/var/run/crio/crio.sock"];
 
 /// The runtime chosen at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Choice {
+pub(crate) enum Choice {
     Docker {
         host: String,
     },
@@ -55,7 +56,7 @@ pub enum Choice {
 ///
 /// NB: never "no runtime": when the socket is not there (yet), the agent still starts, fails
 /// closed and reports `runtime-down` every cycle until it appears, rather than crash-looping.
-pub fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
+pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
     let docker = Choice::Docker {
         host: cfg.docker.host.clone(),
     };
@@ -118,7 +119,7 @@ pub fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
 
 /// The runtime [`choose`] picks, connected lazily (a runtime that is down is reported per
 /// cycle), and the line that says why.
-pub(crate) fn connect(
+pub fn connect(
     cfg: &Config,
     pods: Option<Arc<dyn PodApi>>,
 ) -> Result<(Arc<dyn ContainerRuntime>, String), String> {

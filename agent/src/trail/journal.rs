@@ -12,14 +12,14 @@ use crate::trail::{Code, Trail};
 /// written once per incident.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct About<'a> {
-    pub worker: &'a str,
-    pub verdict: Verdict,
-    pub incident: Option<&'a str>,
-    pub once: bool,
+    pub(crate) worker: &'a str,
+    pub(crate) verdict: Verdict,
+    pub(crate) incident: Option<&'a str>,
+    pub(crate) once: bool,
 }
 
 impl<'a> About<'a> {
-    pub fn worker(worker: &'a str, verdict: Verdict) -> Self {
+    pub(crate) fn worker(worker: &'a str, verdict: Verdict) -> Self {
         About {
             worker,
             verdict,
@@ -27,20 +27,20 @@ impl<'a> About<'a> {
             once: false,
         }
     }
-    pub fn incident(self, id: &'a str) -> Self {
+    pub(crate) fn incident(self, id: &'a str) -> Self {
         About {
             incident: Some(id),
             ..self
         }
     }
-    pub fn once(self) -> Self {
+    pub(crate) fn once(self) -> Self {
         About { once: true, ..self }
     }
 }
 
 /// The trail and the entries already written once for an incident.
 pub(crate) struct Journal {
-    pub trail: Trail,
+    pub(crate) trail: Trail,
     noted: HashSet<String>,
 }
 
@@ -55,7 +55,7 @@ impl Journal {
     /// Append a decision to the trail, log it and count it. With `about.once`, the same
     /// decision for the same incident is written only the first time (skips repeat every cycle
     /// otherwise).
-    pub async fn note(
+    pub(crate) async fn note(
         &mut self,
         at: Millis,
         about: About<'_>,

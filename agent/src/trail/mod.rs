@@ -186,19 +186,19 @@ impl Code {
 
 /// One decision, before it is stored.
 #[derive(Debug, Clone)]
-pub struct Decision<'a> {
-    pub at: Millis,
-    pub worker: &'a str,
-    pub verdict: &'a str,
-    pub decision: Code,
-    pub detail: String,
-    pub incident: Option<&'a str>,
-    pub agent: &'a str,
-    pub dry_run: bool,
+pub(crate) struct Decision<'a> {
+    pub(crate) at: Millis,
+    pub(crate) worker: &'a str,
+    pub(crate) verdict: &'a str,
+    pub(crate) decision: Code,
+    pub(crate) detail: String,
+    pub(crate) incident: Option<&'a str>,
+    pub(crate) agent: &'a str,
+    pub(crate) dry_run: bool,
 }
 
 impl Decision<'_> {
-    pub fn fields(&self) -> Vec<(String, String)> {
+    pub(crate) fn fields(&self) -> Vec<(String, String)> {
         let mut f = vec![
             ("at".to_string(), self.at.to_string()),
             ("worker".to_string(), self.worker.to_string()),
@@ -220,17 +220,17 @@ impl Decision<'_> {
 /// Writes decisions: the stream, the log line and the metric, for every part of the agent.
 #[derive(Clone)]
 pub struct Trail {
-    pub coord: Arc<dyn Coordinator>,
-    pub keys: Keys,
+    pub(crate) coord: Arc<dyn Coordinator>,
+    pub(crate) keys: Keys,
     /// Identifies this process in the trail (two agents on one node are told apart).
-    pub instance: String,
-    pub max_len: usize,
-    pub metrics: Arc<Metrics>,
-    pub dry_run: bool,
+    pub(crate) instance: String,
+    pub(crate) max_len: usize,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) dry_run: bool,
 }
 
 impl Trail {
-    pub async fn record(
+    pub(crate) async fn record(
         &self,
         at: Millis,
         worker: &str,

@@ -68,7 +68,7 @@ const LIMITS: Limits = Limits {
 /// The opted-in worker containers on this node now. observe/ asks only this of the runtime
 /// (runtime/ implements it), so the arrow between the two runs one way.
 #[async_trait::async_trait]
-pub trait WorkerDirectory: Send + Sync {
+pub(crate) trait WorkerDirectory: Send + Sync {
     async fn workers(&self) -> Result<Vec<Container>, String>;
     /// The host pid of the process the runtime started in `container`; `None` when it runs
     /// none (or the runtime cannot say).
@@ -76,19 +76,19 @@ pub trait WorkerDirectory: Send + Sync {
 }
 
 #[derive(Clone)]
-pub struct WorkerApiState {
-    pub coord: Arc<dyn Coordinator>,
-    pub keys: Keys,
-    pub metrics: Arc<Metrics>,
-    pub directory: Arc<dyn WorkerDirectory>,
+pub(crate) struct WorkerApiState {
+    pub(crate) coord: Arc<dyn Coordinator>,
+    pub(crate) keys: Keys,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) directory: Arc<dyn WorkerDirectory>,
     /// How a TCP write is authenticated.
-    pub tcp_auth: WorkerAuth,
+    pub(crate) tcp_auth: WorkerAuth,
     /// The API server's reviews of tokens (`tcp_auth = kubernetes`).
-    pub reviewer: Option<Arc<dyn TokenReviewer>>,
+    pub(crate) reviewer: Option<Arc<dyn TokenReviewer>>,
     /// Where a unix-socket peer's container's init process is looked up.
-    pub procfs: Procfs,
+    pub(crate) procfs: Procfs,
     /// `policy.max_grace`: a longer grace is cut to it, and the answer says so.
-    pub max_grace: Duration,
+    pub(crate) max_grace: Duration,
 }
 
 /// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
@@ -97,32 +97,32 @@ pub struct WorkerApiState {
 #[serde(deny_unknown_fields)]
 pub(crate) struct StatusBody {
     #[serde(default)]
-    pub state: Option<String>,
+    pub(crate) state: Option<String>,
     #[serde(default)]
-    pub job: Option<String>,
+    pub(crate) job: Option<String>,
     #[serde(default)]
-    pub progress: Option<String>,
+    pub(crate) progress: Option<String>,
     /// Acknowledges a checkpoint request (ideally with its id).
     #[serde(default)]
-    pub checkpoint_ack: Option<String>,
+    pub(crate) checkpoint_ack: Option<String>,
     /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
     #[serde(default)]
-    pub grace: Option<String>,
+    pub(crate) grace: Option<String>,
     /// One process of a container of several (torchrun: one per GPU): its rank, 0-based. Its
     /// fields are its own (`state@3`…), and the container is as healthy as its worst rank.
     #[serde(default)]
-    pub rank: Option<String>,
+    pub(crate) rank: Option<String>,
     /// How many ranks the container runs (with `rank`).
     #[serde(default)]
-    pub ranks: Option<String>,
+    pub(crate) ranks: Option<String>,
 }
 
 /// A write, as stored: the record's fields, and the rank it is of (its heartbeat then goes in
 /// `heartbeat@<rank>`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StatusWrite {
-    pub fields: Vec<(String, String)>,
-    pub rank: Option<u32>,
+    pub(crate) fields: Vec<(String, String)>,
+    pub(crate) rank: Option<u32>,
 }
 
 pub(crate) fn router(state: WorkerApiState) -> Router {
@@ -135,7 +135,11 @@ pub(crate) fn router(state: WorkerApiState) -> Router {
 }
 
 /// Serve the worker API on `listener` until `shutdown` fires.
-pub async fn serve<L: Listen>(listener: L, state: WorkerApiState, shutdown: CancellationToken) {
+pub(crate) async fn serve<L: Listen>(
+    listener: L,
+    state: WorkerApiState,
+    shutdown: CancellationToken,
+) {
     serve_router(listener, router(state), shutdown, LIMITS).await;
 }
 

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 /// The container id in a `/proc/<pid>/cgroup` text, or `None` for a process in no container.
 /// A claim, to be proven by [`within`].
-pub fn container_of(cgroup: &str) -> Option<String> {
+pub(crate) fn container_of(cgroup: &str) -> Option<String> {
     cgroup.lines().find_map(|line| {
         // `hierarchy-id:controllers:path`; the path may itself hold `:` in odd setups.
         let path = line.splitn(3, ':').nth(2)?;
@@ -39,7 +39,7 @@ fn hierarchies(cgroup: &str) -> impl Iterator<Item = (&str, &str)> {
 /// process has the cgroups `init`? Yes when, in every hierarchy `init` lists, the peer sits at
 /// the init's path or below it, and the init's cgroups name that container at all (an init in
 /// no container's cgroup proves nothing).
-pub fn within(peer: &str, init: &str, id: &str) -> bool {
+pub(crate) fn within(peer: &str, init: &str, id: &str) -> bool {
     let mut named = false;
     for (hierarchy, path) in hierarchies(init) {
         named |= path
@@ -89,7 +89,7 @@ fn container_id_in(component: &str) -> Option<String> {
 
 /// Where `/proc` is (the host's, in the agent's PID namespace).
 #[derive(Debug, Clone)]
-pub struct Procfs {
+pub(crate) struct Procfs {
     root: PathBuf,
 }
 
@@ -104,7 +104,7 @@ impl Default for Procfs {
 impl Procfs {
     /// A procfs mounted at `root` (a fake tree in the tests).
     #[cfg(test)]
-    pub fn at(root: &std::path::Path) -> Procfs {
+    pub(crate) fn at(root: &std::path::Path) -> Procfs {
         Procfs {
             root: root.to_path_buf(),
         }
@@ -114,12 +114,12 @@ impl Procfs {
     /// none, `Err` when its cgroup cannot be read (the process is gone, or not visible from
     /// this PID namespace).
     #[cfg(test)]
-    pub fn container_of_pid(&self, pid: i32) -> Result<Option<String>, String> {
+    pub(crate) fn container_of_pid(&self, pid: i32) -> Result<Option<String>, String> {
         Ok(container_of(&self.cgroup_of_pid(pid)?))
     }
 
     /// `/proc/<pid>/cgroup`, as this PID and cgroup namespace see it.
-    pub fn cgroup_of_pid(&self, pid: i32) -> Result<String, String> {
+    pub(crate) fn cgroup_of_pid(&self, pid: i32) -> Result<String, String> {
         if pid <= 0 {
             return Err(format!(
                 "the peer's pid is {pid}: it is not visible from the agent's PID namespace (run the agent with hostPID)"

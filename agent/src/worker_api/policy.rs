@@ -12,7 +12,7 @@ use crate::runtime::container::Container;
 
 /// Who is on the other end of a write, as far as it was proven.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Caller {
+pub(crate) enum Caller {
     /// A loopback connection with `worker_api.auth = "none"`: anyone on this host.
     Loopback,
     /// A pod, as a TokenReview of its bound ServiceAccount token described it.
@@ -37,7 +37,7 @@ pub enum Caller {
 
 impl Caller {
     /// How logs and refusals name it.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Caller::Loopback => "a loopback client".into(),
             Caller::Pod {
@@ -51,11 +51,11 @@ impl Caller {
 
 /// Why a write was refused (HTTP 403): said to the caller, who is authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal(pub String);
+pub(crate) struct Refusal(pub String);
 
 /// A token minted on another node is refused before anything is asked of the runtime: a
 /// replayed token costs this node no listing.
-pub fn token_node(caller: &Caller, node: &str) -> Result<(), Refusal> {
+pub(crate) fn token_node(caller: &Caller, node: &str) -> Result<(), Refusal> {
     match caller {
         Caller::Pod {
             namespace,
@@ -77,7 +77,7 @@ pub fn token_node(caller: &Caller, node: &str) -> Result<(), Refusal> {
 /// NB: a worker id that two live containers carry is ambiguous: the agent never restarts it,
 /// and nobody may speak for it either — neither beat, read its checkpoint request nor
 /// acknowledge one — since the second container may be an impostor that copied the label.
-pub fn authorize<'a>(
+pub(crate) fn authorize<'a>(
     caller: &Caller,
     worker: &str,
     node: &str,

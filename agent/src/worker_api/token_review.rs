@@ -20,9 +20,9 @@ use tokio::time::Instant;
 
 /// The user-info extra keys the API server sets for a token bound to a pod
 /// (`k8s.io/apiserver/pkg/authentication/serviceaccount`); `node-name` since Kubernetes 1.30.
-pub const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
-pub const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
-pub const NODE_NAME: &str = "authentication.kubernetes.io/node-name";
+pub(crate) const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
+pub(crate) const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+pub(crate) const NODE_NAME: &str = "authentication.kubernetes.io/node-name";
 
 /// Cached answers at most (a few hundred bytes each); past it the expired ones go, then all.
 const MAX_CACHED: usize = 4096;
@@ -39,7 +39,7 @@ fn digest(token: &str) -> Digest {
 
 /// What a review proved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reviewed {
+pub(crate) enum Reviewed {
     /// A ServiceAccount token bound to this pod, for Vigil's audience.
     Pod {
         namespace: String,
@@ -56,15 +56,15 @@ pub enum Reviewed {
 /// The API server could not answer (HTTP 503): never treated as a pass.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot review the token: {0}")]
-pub struct ReviewUnavailable(pub String);
+pub(crate) struct ReviewUnavailable(pub String);
 
 #[async_trait]
-pub trait TokenReviewer: Send + Sync {
+pub(crate) trait TokenReviewer: Send + Sync {
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable>;
 }
 
 /// Reads a TokenReview's status for `audience`.
-pub fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed {
+pub(crate) fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed {
     if status.authenticated != Some(true) {
         let why = status
             .error
@@ -107,7 +107,7 @@ pub fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed {
 }
 
 /// [`TokenReviewer`] through `kube`.
-pub struct KubeTokenReview {
+pub(crate) struct KubeTokenReview {
     client: kube::Client,
     audience: String,
 }
@@ -156,7 +156,7 @@ impl TokenReviewer for KubeTokenReview {
 
 /// A [`TokenReviewer`] that remembers pods' answers (not refusals, not failures) for a bounded
 /// time, by the token's digest.
-pub struct CachedReviews<R> {
+pub(crate) struct CachedReviews<R> {
     inner: R,
     ttl: Duration,
     answers: Mutex<HashMap<Digest, (Instant, Reviewed)>>,

@@ -68,7 +68,7 @@ pub enum RecoveryAction {
 
 impl RecoveryAction {
     /// From NVML's numeric value.
-    pub fn from_nvml(v: u32) -> RecoveryAction {
+    pub(crate) fn from_nvml(v: u32) -> RecoveryAction {
         match v {
             0 => RecoveryAction::None,
             1 => RecoveryAction::GpuReset,
@@ -80,7 +80,7 @@ impl RecoveryAction {
     }
 
     /// NVML's name for it, for reasons and the docs.
-    pub fn nvml_name(self) -> String {
+    pub(crate) fn nvml_name(self) -> String {
         match self {
             RecoveryAction::None => "NVML_GPU_RECOVERY_ACTION_NONE".into(),
             RecoveryAction::GpuReset => "NVML_GPU_RECOVERY_ACTION_GPU_RESET".into(),
@@ -134,7 +134,7 @@ impl XidAction {
     }
 
     /// Whether the GPU is unusable until someone acts: `failed` (taint, no restarts on it).
-    pub fn fails(self) -> bool {
+    pub(crate) fn fails(self) -> bool {
         matches!(
             self,
             XidAction::ResetGpu | XidAction::Drain | XidAction::RebootNode
@@ -142,7 +142,7 @@ impl XidAction {
     }
 
     /// What an operator does about it, for reasons and alerts.
-    pub fn advice(self) -> &'static str {
+    pub(crate) fn advice(self) -> &'static str {
         match self {
             XidAction::Informational => "no action",
             XidAction::RestartApp => "restart the application",
@@ -221,33 +221,33 @@ pub struct GpuStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
     /// The most drastic action any cause calls for (a lost GPU: `reboot-node`, as for XID 79).
-    pub action: XidAction,
+    pub(crate) action: XidAction,
     /// One line per cause, e.g. `XID 95 (uncontained ECC error)`.
-    pub causes: Vec<String>,
+    pub(crate) causes: Vec<String>,
     /// The GPU was lost (absent from NVML): cleared when NVML lists it again.
     #[serde(default)]
-    pub lost: bool,
+    pub(crate) lost: bool,
     /// Read from the state file: the failure predates this agent process.
     #[serde(default)]
-    pub kept: bool,
+    pub(crate) kept: bool,
     /// The marks still come from the state file (no sample of this process compared yet): a
     /// counter that went down counts only with persistence mode then.
     #[serde(skip)]
-    pub marks_from_file: bool,
+    pub(crate) marks_from_file: bool,
     /// What the GPU's reset-sensitive readings were: a later reading below them is a reset.
     #[serde(default)]
-    pub marks: ResetMarks,
+    pub(crate) marks: ResetMarks,
 }
 
 /// Readings that start again (or clear) when a GPU is reset or its driver reloads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResetMarks {
-    pub ecc_volatile_corrected: Option<u64>,
-    pub ecc_volatile_uncorrected: Option<u64>,
-    pub energy_mj: Option<u64>,
-    pub remap_pending: Option<bool>,
-    pub retired_pages_pending: Option<bool>,
-    pub recovery_action: Option<RecoveryAction>,
+pub(crate) struct ResetMarks {
+    pub(crate) ecc_volatile_corrected: Option<u64>,
+    pub(crate) ecc_volatile_uncorrected: Option<u64>,
+    pub(crate) energy_mj: Option<u64>,
+    pub(crate) remap_pending: Option<bool>,
+    pub(crate) retired_pages_pending: Option<bool>,
+    pub(crate) recovery_action: Option<RecoveryAction>,
 }
 
 /// A failure cleared, and why: written to the trail (`gpu-failure-cleared`) by whoever reads
@@ -255,7 +255,7 @@ pub struct ResetMarks {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuCleared {
     /// Increases by one per clearing in this process; readers note those they have not seen.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// `GPU 0 (GPU-…)`.
     pub gpu: String,
     /// The evidence, e.g. `the node rebooted (boot id changed)`.
@@ -334,7 +334,7 @@ impl GpuReport {
     }
 
     /// A report in `state` with no GPU.
-    pub fn in_state(state: GpuMonitorState) -> GpuReport {
+    pub(crate) fn in_state(state: GpuMonitorState) -> GpuReport {
         GpuReport {
             state,
             ..GpuReport::default()

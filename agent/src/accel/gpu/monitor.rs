@@ -40,7 +40,7 @@ pub(crate) struct Throttled {
 impl Throttled {
     const EVERY: Duration = Duration::from_secs(60);
 
-    pub(crate) fn new() -> Throttled {
+    pub fn new() -> Throttled {
         Throttled {
             last: None,
             suppressed: 0,

@@ -435,8 +435,8 @@ where
 }
 
 /// The real NVML from `library_path` (empty: the loader's search path).
-pub struct RealNvml {
-    pub library_path: String,
+pub(crate) struct RealNvml {
+    pub(crate) library_path: String,
 }
 
 impl NvmlLoader for RealNvml {
@@ -472,7 +472,7 @@ impl Default for HostPaths {
 /// (0x10de) whose class is a display or 3D controller (0x0300xx, 0x0302xx) — there before any
 /// driver, which tells "no GPU here" from "GPUs, no driver yet" on a node whose driver
 /// installer has not run. NVSwitches (class 0x0680) are not GPUs.
-pub fn gpus_present(h: &HostPaths) -> bool {
+pub(crate) fn gpus_present(h: &HostPaths) -> bool {
     let device_file = std::fs::read_dir(&h.dev).is_ok_and(|mut entries| {
         entries.any(|e| {
             e.ok().is_some_and(|e| {

@@ -38,7 +38,6 @@ use crate::node::model::NodeCondition;
 
 /// The GPU's row of the accelerators' table.
 pub static GPU: Names = Names {
-    name: "GPU",
     label: "gpu-health",
     reasons_annotation: "gpu-health-reasons",
     taint: GPU_FAILED_TAINT,
@@ -96,7 +95,7 @@ impl Accelerator for GpuReport {
 /// `VigilGPUUnhealthy`: True when a GPU failed, False when healthy or degraded (still usable;
 /// the reason and message say why), Unknown without GPU monitoring — the same fact as the
 /// `gpu-health` label.
-pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
+pub(crate) fn gpu_condition(report: &GpuReport) -> NodeCondition {
     use crate::accel::gpu::model::GpuMonitorState as S;
     let (problem, reason, message) = match (report.state, report.node) {
         (S::On, GpuHealth::Healthy) => (Some(false), "Healthy", String::new()),
@@ -136,7 +135,7 @@ pub fn gpu_condition(report: &GpuReport) -> NodeCondition {
 ///
 /// NB: sequence numbers restart with the monitor, and a report keeps the last few, so a reader
 /// that misses reports (a `watch` keeps only the latest) still sees every clearing.
-pub fn new_cleared(report: &GpuReport, seen: &mut u64) -> Vec<GpuCleared> {
+pub(crate) fn new_cleared(report: &GpuReport, seen: &mut u64) -> Vec<GpuCleared> {
     let new: Vec<GpuCleared> = report
         .cleared
         .iter()
@@ -402,7 +401,7 @@ fn follow_hardware(g: &mut GpuStatus, cleared: &mut Vec<GpuCleared>) {
 /// whenever its last client exits, so across an agent restart (marks read from the state file)
 /// they count only with persistence mode on. Within one agent process the agent is itself a
 /// client, so the driver stays loaded and a lower count is a reset.
-pub fn reset_evidence(m: &ResetMarks, s: &GpuSample, counters: bool) -> Option<String> {
+pub(crate) fn reset_evidence(m: &ResetMarks, s: &GpuSample, counters: bool) -> Option<String> {
     let went_down = |was: Option<u64>, now: Option<u64>| match (was, now) {
         (Some(a), Some(b)) if b < a => Some((a, b)),
         _ => None,

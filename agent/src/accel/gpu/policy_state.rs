@@ -14,37 +14,37 @@ use crate::accel::gpu::model::{Failure, GpuCleared, GpuSample, GpuStatus, ResetM
 use crate::accel::gpu::policy::label;
 
 /// The format version written; a file of another version is read as unreadable.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// How often, at most, the file is rewritten only because a GPU's energy counter moved.
-pub const ENERGY_REWRITE_MS: i64 = 5 * 60 * 1000;
+pub(crate) const ENERGY_REWRITE_MS: i64 = 5 * 60 * 1000;
 
 /// The content of `gpu.state_file`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StateFile {
-    pub version: u32,
+pub(crate) struct StateFile {
+    pub(crate) version: u32,
     /// `/proc/sys/kernel/random/boot_id` when written.
-    pub boot_id: String,
+    pub(crate) boot_id: String,
     /// Every GPU with a standing failure.
-    pub gpus: Vec<KeptGpu>,
+    pub(crate) gpus: Vec<KeptGpu>,
 }
 
 /// One failed GPU as kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KeptGpu {
-    pub uuid: String,
-    pub index: u32,
-    pub action: XidAction,
-    pub causes: Vec<String>,
+pub(crate) struct KeptGpu {
+    pub(crate) uuid: String,
+    pub(crate) index: u32,
+    pub(crate) action: XidAction,
+    pub(crate) causes: Vec<String>,
     #[serde(default)]
-    pub lost: bool,
+    pub(crate) lost: bool,
     #[serde(default)]
-    pub marks: ResetMarks,
+    pub(crate) marks: ResetMarks,
 }
 
 /// What was found at the state file's path.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Loaded {
+pub(crate) enum Loaded {
     /// No file (the first start, or `gpu.state_file` empty).
     Missing,
     /// The file's text.
@@ -56,14 +56,14 @@ pub enum Loaded {
 /// What the agent starts with: the GPUs still failed, the failures the reboot cleared, and a
 /// warning for the log when the file was not what it should be.
 #[derive(Debug, Default)]
-pub struct Restored {
-    pub gpus: Vec<GpuStatus>,
-    pub cleared: Vec<GpuCleared>,
-    pub warning: Option<String>,
+pub(crate) struct Restored {
+    pub(crate) gpus: Vec<GpuStatus>,
+    pub(crate) cleared: Vec<GpuCleared>,
+    pub(crate) warning: Option<String>,
 }
 
 /// The file's content for `gpus` (only GPUs with a UUID and a standing failure).
-pub fn snapshot(gpus: &[GpuStatus], boot_id: &str) -> StateFile {
+pub(crate) fn snapshot(gpus: &[GpuStatus], boot_id: &str) -> StateFile {
     StateFile {
         version: VERSION,
         boot_id: boot_id.to_string(),
@@ -91,7 +91,7 @@ pub fn snapshot(gpus: &[GpuStatus], boot_id: &str) -> StateFile {
 /// counter moves every sample; a stale value on file only makes a later restart miss a reset
 /// (the saved value is lower than the real one), never see one that did not happen, so it is
 /// rewritten at most every [`ENERGY_REWRITE_MS`].
-pub fn needs_write(
+pub(crate) fn needs_write(
     last: Option<&StateFile>,
     last_at_ms: i64,
     next: &StateFile,
@@ -114,7 +114,7 @@ pub fn needs_write(
 }
 
 /// What a file found at start-up means on the boot `boot_id`.
-pub fn restore(loaded: Loaded, boot_id: &str, path: &str) -> Restored {
+pub(crate) fn restore(loaded: Loaded, boot_id: &str, path: &str) -> Restored {
     let text = match loaded {
         Loaded::Missing => return Restored::default(),
         Loaded::Unreadable(e) => {

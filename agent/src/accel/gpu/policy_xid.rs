@@ -23,15 +23,15 @@ use crate::config::GpuConfig;
 
 /// One XID: what it means, what NVIDIA says to do at once, what Vigil does.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct XidRow {
-    pub xid: u64,
+pub(crate) struct XidRow {
+    pub(crate) xid: u64,
     /// NVIDIA's description, shortened.
-    pub meaning: &'static str,
+    pub(crate) meaning: &'static str,
     /// The catalog's immediate-action bucket, as NVIDIA spells it.
-    pub nvidia: &'static str,
-    pub action: XidAction,
+    pub(crate) nvidia: &'static str,
+    pub(crate) action: XidAction,
     /// `catalog`, `catalog, memory`, or `config` for an override.
-    pub source: &'static str,
+    pub(crate) source: &'static str,
 }
 
 const fn row(
@@ -58,7 +58,7 @@ const MEM: &str = "catalog, memory";
 /// The built-in table, by XID. Copy-engine, video and JPEG engine exceptions (RESTART_APP) are
 /// listed one by one so a lookup is a plain search.
 #[rustfmt::skip]
-pub const BUILTIN: &[XidRow] = &[
+pub(crate) const BUILTIN: &[XidRow] = &[
     row(8, "GPU stopped processing (channel idle timeout)", "RESTART_APP", RestartApp, CAT),
     row(11, "invalid or corrupted push buffer stream", "RESTART_APP", RestartApp, CAT),
     row(13, "graphics engine exception", "RESTART_APP", RestartApp, CAT),
@@ -150,11 +150,11 @@ pub const BUILTIN: &[XidRow] = &[
 ];
 
 /// XID 154: the driver changed its recovery action; the monitor reads it at once.
-pub const RECOVERY_ACTION_CHANGED: u64 = 154;
+pub(crate) const RECOVERY_ACTION_CHANGED: u64 = 154;
 
 /// The action for `xid`: an override of `gpu.xid_actions`, else the
 /// built-in table; `None` for an XID in neither.
-pub fn action_for(xid: u64, overrides: &BTreeMap<u64, XidAction>) -> Option<XidAction> {
+pub(crate) fn action_for(xid: u64, overrides: &BTreeMap<u64, XidAction>) -> Option<XidAction> {
     overrides
         .get(&xid)
         .copied()
@@ -162,13 +162,13 @@ pub fn action_for(xid: u64, overrides: &BTreeMap<u64, XidAction>) -> Option<XidA
 }
 
 /// The built-in row of `xid`.
-pub fn builtin(xid: u64) -> Option<&'static XidRow> {
+pub(crate) fn builtin(xid: u64) -> Option<&'static XidRow> {
     BUILTIN.iter().find(|r| r.xid == xid)
 }
 
 /// The built-in table with the configured overrides applied (an override of an XID the table
 /// does not list is added), by XID.
-pub fn table(cfg: &GpuConfig) -> Vec<XidRow> {
+pub(crate) fn table(cfg: &GpuConfig) -> Vec<XidRow> {
     let overrides = cfg.xid_overrides();
     let mut rows: Vec<XidRow> = BUILTIN.to_vec();
     for (&xid, &action) in &overrides {
@@ -185,7 +185,7 @@ pub fn table(cfg: &GpuConfig) -> Vec<XidRow> {
 }
 
 /// What Vigil does about the driver's own recovery action.
-pub fn recovery_action(a: RecoveryAction) -> XidAction {
+pub(crate) fn recovery_action(a: RecoveryAction) -> XidAction {
     match a {
         RecoveryAction::None => XidAction::Informational,
         RecoveryAction::GpuReset => XidAction::ResetGpu,

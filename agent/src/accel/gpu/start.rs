@@ -30,7 +30,7 @@ use crate::config::{GpuConfig, Switch};
 use crate::http::health::Warnings;
 
 /// The `/readyz` warning source of the GPU monitor.
-pub const WARNING_SOURCE: &str = "gpu";
+pub(crate) const WARNING_SOURCE: &str = "gpu";
 
 /// How the start-up waits; the defaults are production's, tests shrink them.
 #[derive(Debug, Clone)]
@@ -74,7 +74,7 @@ pub(crate) struct WaitLog {
 }
 
 impl WaitLog {
-    pub(crate) fn new(every: Duration) -> WaitLog {
+    pub fn new(every: Duration) -> WaitLog {
         WaitLog {
             every,
             started: None,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::accel::gpu::policy_state::{restore, Loaded, Restored, StateFile};
 
 /// Where the kernel tells the boot id (a fresh random UUID at every boot).
-pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+pub(crate) const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 /// The state file and the boot it belongs to.
 #[derive(Debug, Clone)]
@@ -40,21 +40,21 @@ impl StateStore {
     }
 
     /// The production store of `gpu.state_file` (`None` when it is empty).
-    pub fn from_config(state_file: &str) -> Option<StateStore> {
+    pub(crate) fn from_config(state_file: &str) -> Option<StateStore> {
         (!state_file.is_empty()).then(|| StateStore::new(state_file, Path::new(BOOT_ID_PATH)))
     }
 
-    pub fn boot_id(&self) -> &str {
+    pub(crate) fn boot_id(&self) -> &str {
         &self.boot_id
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// What the file holds for this boot; a problem with it is a warning in the result, never
     /// an error.
-    pub fn load(&self) -> Restored {
+    pub(crate) fn load(&self) -> Restored {
         let loaded = match std::fs::read_to_string(&self.path) {
             Ok(text) => Loaded::Text(text),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Loaded::Missing,
@@ -65,7 +65,7 @@ impl StateStore {
 
     /// Replace the file with `state`, atomically: a reader (or a crash) sees the old content or
     /// the new, never half of it. Creates the directory when it is missing.
-    pub fn write(&self, state: &StateFile) -> std::io::Result<()> {
+    pub(crate) fn write(&self, state: &StateFile) -> std::io::Result<()> {
         let dir = self
             .path
             .parent()

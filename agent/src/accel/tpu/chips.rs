@@ -29,10 +29,11 @@ use std::path::{Path, PathBuf};
 use crate::accel::tpu::model::{AerCounts, KernelRecord, TpuChips, TpuReading};
 
 /// Google's PCI vendor id.
-pub const GOOGLE_VENDOR: &str = "0x1ae0";
+pub(crate) const GOOGLE_VENDOR: &str = "0x1ae0";
 /// PCI device ids of TPU chips: v2/v3, v4, v5p, v5e, v6e, TPU7x (Google's `tpu-info` and JAX's
 /// `hardware_utils.py` list the same).
-pub const TPU_DEVICE_IDS: [&str; 6] = ["0x0027", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076"];
+pub(crate) const TPU_DEVICE_IDS: [&str; 6] =
+    ["0x0027", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076"];
 
 /// Why the chips could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +171,7 @@ impl TpuProbe for FsProbe {
 }
 
 /// The chips' device files under `dir`, sorted: `accel<N>` and `vfio/<N>`.
-pub fn device_files(dir: &Path) -> std::io::Result<Vec<String>> {
+pub(crate) fn device_files(dir: &Path) -> std::io::Result<Vec<String>> {
     let numbered = |name: &str, prefix: &str| {
         name.strip_prefix(prefix)
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
@@ -206,7 +207,7 @@ fn names(dir: &Path) -> std::io::Result<Vec<String>> {
 /// The TPU PCI functions under `<sys>/bus/pci/devices` (sorted) and their AER totals. An
 /// unreadable sysfs is no function (a fake tree, or a kernel without PCI): the device files
 /// still make a verdict.
-pub fn tpu_functions(sys: &Path) -> (Vec<String>, BTreeMap<String, AerCounts>) {
+pub(crate) fn tpu_functions(sys: &Path) -> (Vec<String>, BTreeMap<String, AerCounts>) {
     let root = sys.join("bus/pci/devices");
     let read = |addr: &str, file: &str| std::fs::read_to_string(root.join(addr).join(file)).ok();
     let mut pci: Vec<String> = names(&root)
@@ -294,7 +295,7 @@ impl KernelLog {
 }
 
 /// `/dev/kmsg` records from their text: a header line, then its ` KEY=value` lines.
-pub fn parse_records(text: &str) -> Vec<KernelRecord> {
+pub(crate) fn parse_records(text: &str) -> Vec<KernelRecord> {
     let mut out: Vec<KernelRecord> = Vec::new();
     for line in text.lines() {
         if let Some(kv) = line.strip_prefix(' ') {

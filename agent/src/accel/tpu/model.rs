@@ -11,7 +11,7 @@ pub type TpuHealth = crate::accel::model::Health;
 
 /// How bad one device error is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ErrorSeverity {
+pub(crate) enum ErrorSeverity {
     /// An error the kernel logged about the chip (log level `err` or worse), or an uncorrectable
     /// non-fatal PCIe error: the chip may have recovered.
     Error,
@@ -32,71 +32,71 @@ impl ErrorSeverity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceError {
     /// When, on the monitor's monotonic ms clock (`crate::accel::gpu::monitor::clock_ms`).
-    pub at_ms: i64,
-    pub severity: ErrorSeverity,
+    pub(crate) at_ms: i64,
+    pub(crate) severity: ErrorSeverity,
     /// The chip it is about: its PCI address (`0000:00:04.0`) or accel device (`accel0`).
-    pub device: String,
+    pub(crate) device: String,
     /// `kernel-log` (a kernel message) or `aer` (a PCIe AER counter in sysfs went up).
-    pub source: &'static str,
+    pub(crate) source: &'static str,
     /// The kernel's words, for the reasons (cut to a line).
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// The node's TPU chips as the PCI bus and the device directory show them: whose kernel
 /// messages are device errors of a TPU chip.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TpuChips {
+pub(crate) struct TpuChips {
     /// PCI addresses of the TPU functions (`0000:00:04.0`).
-    pub pci: Vec<String>,
+    pub(crate) pci: Vec<String>,
     /// Names of the accel devices (`accel0`), from the device files.
-    pub accel: Vec<String>,
+    pub(crate) accel: Vec<String>,
 }
 
 /// One record of the kernel log, as `/dev/kmsg` gives it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KernelRecord {
+pub(crate) struct KernelRecord {
     /// The syslog level (0 = emerg … 3 = err, 4 = warning … 7 = debug).
-    pub level: u8,
+    pub(crate) level: u8,
     /// Microseconds since boot, the kernel's timestamp.
-    pub ts_us: u64,
-    pub text: String,
+    pub(crate) ts_us: u64,
+    pub(crate) text: String,
     /// `SUBSYSTEM=` of the record's dictionary (`pci`, `accel`, …).
-    pub subsystem: Option<String>,
+    pub(crate) subsystem: Option<String>,
     /// `DEVICE=` of the record's dictionary (`+pci:0000:00:04.0`, `c121:0`, …).
-    pub device: Option<String>,
+    pub(crate) device: Option<String>,
 }
 
 /// A PCI function's AER counters (`TOTAL_ERR_FATAL`, `TOTAL_ERR_NONFATAL` of sysfs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AerCounts {
-    pub fatal: u64,
-    pub nonfatal: u64,
+pub(crate) struct AerCounts {
+    pub(crate) fatal: u64,
+    pub(crate) nonfatal: u64,
 }
 
 /// One reading of the chips by the TPU source (`crate::accel::tpu::chips`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TpuReading {
     /// Device files found, sorted: `accel0`, `vfio/0`, ….
-    pub device_files: Vec<String>,
+    pub(crate) device_files: Vec<String>,
     /// The TPU PCI functions and the accel devices.
-    pub chips: TpuChips,
+    pub(crate) chips: TpuChips,
     /// AER totals per TPU PCI function that has them.
-    pub aer: BTreeMap<String, AerCounts>,
+    pub(crate) aer: BTreeMap<String, AerCounts>,
     /// Kernel log records since the last reading, each with its age in ms when the kernel's
     /// clock was readable, else `None` (it just arrived).
-    pub records: Vec<(KernelRecord, Option<i64>)>,
+    pub(crate) records: Vec<(KernelRecord, Option<i64>)>,
 }
 
 /// What the policy folds readings into: the chips as last read and the device errors kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TpuObservation {
+pub(crate) struct TpuObservation {
     /// The chips' device files found, relative to the device directory and sorted:
     /// `accel0`, … (TPU v4 and older) or `vfio/0`, … (TPU v5e, v5p, v6e, TPU7x).
-    pub device_files: Vec<String>,
+    pub(crate) device_files: Vec<String>,
     /// The chips the Node advertises: its allocatable `google.com/tpu`; `None` while unknown.
-    pub expected: Option<u32>,
+    pub(crate) expected: Option<u32>,
     /// Device errors seen so far (the policy keeps those within `tpu.error_window`).
-    pub errors: Vec<DeviceError>,
+    pub(crate) errors: Vec<DeviceError>,
 }
 
 /// The TPU verdict of this node.

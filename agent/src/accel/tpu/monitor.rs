@@ -93,7 +93,7 @@ pub async fn run_monitor(
 /// published. `auto`/`on` → the monitor over [`FsProbe`] on `cfg`'s paths, spawned on the
 /// runtime. With `on`, a device directory that cannot be read is an error at start-up (the
 /// monitor still runs: the directory may appear).
-pub fn start(
+pub(crate) fn start(
     cfg: &TpuConfig,
     expected: watch::Receiver<Option<u32>>,
     tx: watch::Sender<TpuReport>,

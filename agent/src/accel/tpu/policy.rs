@@ -25,12 +25,12 @@ use crate::maintenance::policy::{problem_condition, truncate, TPU_CONDITION, TPU
 use crate::node::model::NodeCondition;
 
 /// The extended resource GKE's TPU device plugin advertises, one per chip.
-pub const TPU_RESOURCE: &str = "google.com/tpu";
+pub(crate) const TPU_RESOURCE: &str = "google.com/tpu";
 /// The character-device major of Google's `accel` class (TPU v4 and older).
-pub const ACCEL_MAJOR: u32 = 121;
+pub(crate) const ACCEL_MAJOR: u32 = 121;
 /// At most this many device errors are kept, the newest, so an error storm cannot grow the
 /// observation without bound.
-pub const MAX_ERRORS: usize = 256;
+pub(crate) const MAX_ERRORS: usize = 256;
 
 /// Whether `rec` is a device error of one of `chips`: the chip and how bad (`None` when the
 /// record is about something else, or is not an error).
@@ -41,7 +41,7 @@ pub const MAX_ERRORS: usize = 256;
 /// (a root port's AER message names the function that sent the error). It is fatal when it says
 /// `(Fatal)` (AER's uncorrectable fatal severity), an error at log level `err` or worse or when it
 /// says `(Non-Fatal)`; a warning (AER's correctable errors are warnings) is not a device error.
-pub fn classify(rec: &KernelRecord, chips: &TpuChips) -> Option<(String, ErrorSeverity)> {
+pub(crate) fn classify(rec: &KernelRecord, chips: &TpuChips) -> Option<(String, ErrorSeverity)> {
     let device = record_device(rec, chips)?;
     let t = &rec.text;
     let severity = if t.contains("Uncorrectable (Fatal)") || t.contains("Uncorrected (Fatal)") {
@@ -97,7 +97,7 @@ fn names_address(text: &str, addr: &str) -> bool {
 /// The device errors that the AER counters' rise from `prev` to `next` means, at `at_ms`. A
 /// function seen for the first time is a baseline (errors from before the agent ran cannot be
 /// dated); a counter that went down (the device was removed and probed again) is a new baseline.
-pub fn aer_errors(
+pub(crate) fn aer_errors(
     prev: &BTreeMap<String, AerCounts>,
     next: &BTreeMap<String, AerCounts>,
     at_ms: i64,
@@ -124,7 +124,7 @@ pub fn aer_errors(
 }
 
 /// Keep the errors within `window` of `now_ms` (and at most [`MAX_ERRORS`], the newest).
-pub fn prune(errors: &mut Vec<DeviceError>, now_ms: i64, window: Duration) {
+pub(crate) fn prune(errors: &mut Vec<DeviceError>, now_ms: i64, window: Duration) {
     errors.retain(|e| now_ms - e.at_ms < ms(window));
     if errors.len() > MAX_ERRORS {
         errors.drain(..errors.len() - MAX_ERRORS);
@@ -147,7 +147,7 @@ pub fn allocatable_chips(quantity: &str) -> Option<u32> {
 ///   has not registered them yet), or a device error within `window`: degraded.
 ///
 /// The reasons carry no time, so that a report changes only when the facts do.
-pub fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> TpuReport {
+pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> TpuReport {
     let present = obs.device_files.len() as u32;
     let expected = obs.expected;
     if present == 0 && expected.unwrap_or(0) == 0 {
@@ -245,11 +245,11 @@ fn recent_by_chip(
 
 /// What the monitor remembers between readings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TpuMemory {
+pub(crate) struct TpuMemory {
     /// AER totals of the last reading: the baseline of the next.
     aer: BTreeMap<String, AerCounts>,
     /// The chips as last read and the device errors kept.
-    pub observation: TpuObservation,
+    pub(crate) observation: TpuObservation,
     /// Device errors counted so far: (error, fatal).
     errors_total: (u64, u64),
 }
@@ -259,7 +259,7 @@ pub struct TpuMemory {
 /// counters' rise, the device files and the Node's allocatable `google.com/tpu` (`expected`).
 /// An error already older than `window` (a record from long before the agent started) is
 /// neither kept nor counted.
-pub fn fold(
+pub(crate) fn fold(
     mem: &mut TpuMemory,
     reading: &TpuReading,
     expected: Option<u32>,
@@ -301,7 +301,7 @@ pub fn fold(
 /// `VigilTPUUnhealthy`: True when the chips failed, False when healthy or degraded (still
 /// usable; the reason and message say why); `None` (the condition is removed) when this is not a
 /// TPU node or TPU monitoring is off.
-pub fn tpu_condition(report: &TpuReport) -> Option<NodeCondition> {
+pub(crate) fn tpu_condition(report: &TpuReport) -> Option<NodeCondition> {
     if !report.monitoring {
         return None;
     }
@@ -320,7 +320,6 @@ pub fn tpu_condition(report: &TpuReport) -> Option<NodeCondition> {
 
 /// The TPU's row of the accelerators' table.
 pub static TPU: Names = Names {
-    name: "TPU",
     label: "tpu-health",
     reasons_annotation: "tpu-health-reasons",
     taint: TPU_FAILED_TAINT,

@@ -68,12 +68,12 @@ impl Skip {
 
 /// The worker under evaluation and what this cycle read about it.
 pub(crate) struct Case<'a> {
-    pub c: &'a Container,
-    pub v: Verdict,
-    pub status: Option<&'a WorkerStatus>,
-    pub marks: &'a Marks,
+    pub(crate) c: &'a Container,
+    pub(crate) v: Verdict,
+    pub(crate) status: Option<&'a WorkerStatus>,
+    pub(crate) marks: &'a Marks,
     /// Why the record could not be read, when it exists but is not a readable hash.
-    pub invalid: Option<&'a str>,
+    pub(crate) invalid: Option<&'a str>,
 }
 
 impl Case<'_> {
@@ -134,17 +134,17 @@ fn short(id: &str) -> &str {
 
 /// One worker's evaluation: the shared context, and what it needs of the agent for this pass.
 pub(crate) struct RestartPath<'a> {
-    pub ctx: &'a Context,
-    pub journal: &'a mut Journal,
-    pub alerts: &'a mut AlertGate,
+    pub(crate) ctx: &'a Context,
+    pub(crate) journal: &'a mut Journal,
+    pub(crate) alerts: &'a mut AlertGate,
     /// Shutdown, maintenance and GPU state, read again right before the command.
-    pub watch: &'a NodeWatch,
+    pub(crate) watch: &'a NodeWatch,
     /// The node's state for this worker, at the start of the evaluation.
-    pub node: NodeContext,
+    pub(crate) node: NodeContext,
     /// Evidence lines (e.g. a recent XID on the worker's GPU) for its alerts.
-    pub gpu_evidence: &'a [String],
+    pub(crate) gpu_evidence: &'a [String],
     /// Progress marks to write with the cycle's batch: (key, value).
-    pub deferred: &'a mut Vec<(String, String)>,
+    pub(crate) deferred: &'a mut Vec<(String, String)>,
 }
 
 impl RestartPath<'_> {

@@ -177,20 +177,20 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
 /// node-problem-detector condition) is left as it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cleanup {
-    pub labels: Vec<String>,
-    pub annotations: Vec<String>,
+    pub(crate) labels: Vec<String>,
+    pub(crate) annotations: Vec<String>,
     /// `key=value:effect` (or `key:effect`), as `kubectl describe node` shows a taint.
     pub taints: Vec<String>,
     /// Condition types.
-    pub conditions: Vec<String>,
+    pub(crate) conditions: Vec<String>,
     /// `key=value` of labels Vigil may have set but that are not its alone (GKE's
     /// `cloud.google.com/perform-maintenance`): left on the Node, named so a person can decide.
-    pub kept: Vec<String>,
+    pub(crate) kept: Vec<String>,
 }
 
 impl Cleanup {
     /// Nothing of Vigil's is on the Node ([`Cleanup::kept`] aside).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.labels.is_empty()
             && self.annotations.is_empty()
             && self.taints.is_empty()
