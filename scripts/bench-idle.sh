@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idle footprint of the release binary with 8 healthy workers: RSS (max and last), CPU as % of
+# Idle footprint of the release binary with 8 healthy workers: RSS (max and last; the max is
+# start-up's, before the agent lets its start-up code go at 20 s), CPU as % of
 # one core, and threads, over DURATION seconds (default 180), against a private redis-server and
 # 8 real containers on the local Docker daemon (a tiny busybox image built by `docker import`).
 # The workers' records are kept fresh by redis-cli, as the workers would. Figures, not a test.
@@ -84,5 +85,7 @@ printf 'idle %ss, 8 workers, poll 15s: RSS %.1f MiB (max %.1f MiB), CPU %s%% of 
   "$duration" "$(echo "$rss/1024" | bc -l)" "$(echo "$max/1024" | bc -l)" "$cpu" "$((t1 - t0))" "$threads" "$max_threads" "${cycles:-?}" "${healthy:-?}"
 # Where the resident memory is: heap and stacks (anonymous) or the binary's pages (file).
 awk '/^Rss|^Anonymous|^Shared_Clean|^Private_Clean/ {printf "%s %.1f MiB  ", $1, $2/1024} END {print ""}' "/proc/$vpid/smaps_rollup"
+# The binary's own mappings: resident KiB of each, and its advice (`rr`: pages read as they run).
+awk -v exe="$(readlink -f "$bin")" '/^[0-9a-f]+-/ {m = ($6 == exe); perms = $2} m && /^Rss:/ {rss = $2} m && /^VmFlags/ {printf "  %s %s KiB (%s)\n", perms, rss, ($0 ~ / rr/ ? "rr" : "no advice")}' "/proc/$vpid/smaps"
 # What each thread is: its name (comm), counted.
 echo "threads by name: $(cat /proc/"$vpid"/task/*/comm | sort | uniq -c | awk '{printf "%s×%s ", $1, $2}')"
