@@ -45,15 +45,14 @@ done
 export VIGIL_TEST_REDIS_URL="redis://127.0.0.1:$port"
 echo "scripts/test.sh: redis on $VIGIL_TEST_REDIS_URL"
 
-cargo test --workspace "$@"
-# The README's prebuilt path, `cargo install --locked --path agent` (here --debug, into this run's
-# temporary directory and sharing target/): the guide's test runs `scripts/run.sh` with it.
-cargo install --quiet --locked --debug --path agent --root "$dir/prebuilt" --target-dir target
+# --locked: the README's `cargo install --locked --path agent` needs Cargo.lock current. (Not the
+# install itself: without the tests' tokio `test-util` feature it rebuilt half the dependency tree,
+# a minute of CI, for the same binary; the guide's test runs `scripts/run.sh` with this build's.)
+cargo test --workspace --locked "$@"
 bash scripts/check-model.sh
 bash scripts/check-metrics.sh
 bash scripts/check-deploy.sh
 bash scripts/check-examples.sh
 bash scripts/check-monitoring.sh
 # The binary `cargo test` built above (the integration tests build it).
-VIGIL_BIN="$PWD/target/debug/vigil" VIGIL_PREBUILT="$dir/prebuilt/bin/vigil" \
-  python -m pytest clients/python/tests -q
+VIGIL_BIN="$PWD/target/debug/vigil" python -m pytest clients/python/tests -q

@@ -373,44 +373,12 @@ fn every_redis_server_runs_in_a_directory_of_its_own() {
 }
 
 /// Every source file of agent/src as its module path (`hang::restart::command`; a `mod.rs`
-/// is its folder's module), with the module paths its code names after `crate::`.
+/// is its folder's module), with the module paths its code (tests aside) names after `crate::`.
 fn module_references() -> Vec<(String, Vec<String>)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut out = Vec::new();
-    let mut stack = vec![src.clone()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let p = entry.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let rel = p.strip_prefix(&src).unwrap().with_extension("");
-            let mut parts: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            if parts.last().is_some_and(|l| l == "mod") {
-                parts.pop();
-            }
-            let text = std::fs::read_to_string(&p).unwrap();
-            let mut refs = Vec::new();
-            for line in text.lines() {
-                let mut rest = line.split("//").next().unwrap_or("");
-                while let Some(i) = rest.find("crate::") {
-                    let tail = &rest[i + 7..];
-                    let path: String = tail
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                        .collect();
-                    refs.push(path.trim_end_matches(':').to_string());
-                    rest = tail;
-                }
-            }
-            out.push((parts.join("::"), refs));
-        }
-    }
-    out
+    sources()
+        .into_iter()
+        .map(|(path, text)| (module_of(&path), crate_paths(&text)))
+        .collect()
 }
 
 /// Issue 17's promise: no two modules of agent/src import each other, directly or round a
