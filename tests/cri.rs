@@ -740,7 +740,8 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
     gcfg.sample_interval = Duration::from_millis(50);
     let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
     let gpu_stop = CancellationToken::new();
-    vigil::accel::gpu::monitor::spawn_monitor(Box::new(gpu.clone()), gcfg, tx, gpu_stop.clone());
+    vigil::accel::gpu::monitor::spawn_monitor(Box::new(gpu.clone()), gcfg, tx, gpu_stop.clone())
+        .expect("a monitor thread");
     gpu.inject_xid(0, 79);
     let failed = |r: &GpuReport| {
         r.gpus

@@ -47,7 +47,8 @@ impl Monitor {
         fake.add_gpu(1, UUID1);
         let (tx, rx) = watch::channel(GpuReport::default());
         let stop = CancellationToken::new();
-        let thread = spawn_monitor(Box::new(fake.clone()), cfg(), tx, stop.clone());
+        let thread = spawn_monitor(Box::new(fake.clone()), cfg(), tx, stop.clone())
+            .expect("a monitor thread");
         let m = Monitor {
             fake,
             rx,

@@ -64,7 +64,8 @@ async fn rig() -> Rig {
     let metrics = Arc::new(Metrics::new());
     let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
     let stop = CancellationToken::new();
-    spawn_monitor(Box::new(gpu.clone()), cfg.gpu.clone(), tx, stop.clone());
+    spawn_monitor(Box::new(gpu.clone()), cfg.gpu.clone(), tx, stop.clone())
+        .expect("a monitor thread");
     let facts = SharedFacts::default();
     let (agent, controller) = agent_and_controller(
         &cfg,

@@ -82,7 +82,8 @@ impl Node {
             store,
             tx,
             stop.clone(),
-        );
+        )
+        .expect("a monitor thread");
         Agent {
             rx,
             stop,

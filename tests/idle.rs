@@ -152,7 +152,8 @@ async fn rig(idle_for: Duration, before: Before) -> Rig {
         cfg.gpu.clone(),
         gpu_tx,
         stop.child_token(),
-    );
+    )
+    .expect("a monitor thread");
     let (meta_tx, meta_rx) = watch::channel(reschedulable());
     tokio::spawn(controller.run(meta_rx, gpu_rx, stop.child_token(), stop.clone()));
     Rig {

@@ -72,13 +72,14 @@ impl Caps<'_> {
 
     /// The values of [`Caps::counter_ops`]: the breaker's (used, open) and the budget's (used,
     /// exhausted; `(0, false)` without a fleet cap).
-    pub(crate) fn read(&self, values: &[u64]) -> (Option<(u64, bool)>, (u64, bool)) {
+    pub(crate) fn read(&self, values: &[u64]) -> ((u64, bool), (u64, bool)) {
         let s = self.safety;
-        let breaker = values.first().map(|&u| (u, breaker_open(u, s)));
-        let budget = values
-            .get(1)
-            .map_or((0, false), |&u| (u, budget_exhausted(u, s)));
-        (breaker, budget)
+        let at = |i: usize| values.get(i).copied().unwrap_or(0);
+        let (breaker, budget) = (at(0), at(1));
+        (
+            (breaker, breaker_open(breaker, s)),
+            (budget, budget_exhausted(budget, s)),
+        )
     }
 
     /// Whether the breaker would let a restart through now; nothing is taken.
@@ -198,7 +199,7 @@ mod tests {
         let ops = caps.counter_ops(0);
         assert_eq!(ops[0].key(), caps.breaker_key(0));
         assert_eq!(ops[1].key(), caps.budget_key(0));
-        assert_eq!(caps.read(&[2, 1]), (Some((2, true)), (1, false)));
+        assert_eq!(caps.read(&[2, 1]), ((2, true), (1, false)));
         let none = SafetyConfig {
             fleet_budget: 0,
             ..s
@@ -208,6 +209,6 @@ mod tests {
             ..caps
         };
         assert_eq!(caps.counter_ops(0).len(), 1, "no fleet cap, no budget read");
-        assert_eq!(caps.read(&[0]), (Some((0, false)), (0, false)));
+        assert_eq!(caps.read(&[0]), ((0, false), (0, false)));
     }
 }

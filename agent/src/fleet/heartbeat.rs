@@ -120,11 +120,9 @@ impl Cycle {
             (!s.breaker_disabled).then_some(s.breaker_per_day),
             s.fleet_budget,
         );
-        let (breaker, (used, exhausted)) = caps.read(&counters);
-        if let Some((used, open)) = breaker {
-            budgets.set_breaker(used, open);
-        }
-        budgets.set_fleet_budget(used, exhausted);
+        let ((used, open), (spent, exhausted)) = caps.read(&counters);
+        budgets.set_breaker(used, open);
+        budgets.set_fleet_budget(spent, exhausted);
         Ok(())
     }
 }

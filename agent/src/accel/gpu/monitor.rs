@@ -76,7 +76,7 @@ pub fn spawn_monitor(
     cfg: GpuConfig,
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
-) -> JoinHandle<()> {
+) -> std::io::Result<JoinHandle<()>> {
     spawn_thread(move || run_monitor(probe, &cfg, None, &tx, &stop))
 }
 
@@ -87,15 +87,15 @@ pub fn spawn_monitor_kept(
     store: StateStore,
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
-) -> JoinHandle<()> {
+) -> std::io::Result<JoinHandle<()>> {
     spawn_thread(move || run_monitor(probe, &cfg, Some(store), &tx, &stop))
 }
 
-pub(crate) fn spawn_thread(run: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+/// The monitor's own thread. An error when the OS refuses one (a container at its pids limit).
+pub(crate) fn spawn_thread(run: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("vigil-gpu".into())
         .spawn(run)
-        .expect("the OS refused a thread for the GPU monitor")
 }
 
 /// The state file as the monitor keeps it: what was last written, and when.

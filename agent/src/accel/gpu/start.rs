@@ -177,7 +177,8 @@ pub async fn start_with(
         }
     }
     let cfg = cfg.clone();
-    Some(spawn_thread(move || {
+    let warnings = opts.warnings.clone();
+    let spawned = spawn_thread(move || {
         let wait = wait_for_nvml(&cfg, loader.as_mut(), &opts, &tx, &stop, said_no_gpu);
         let Some(probe) = wait else {
             return;
@@ -189,7 +190,21 @@ pub async fn start_with(
             .then(|| StateStore::new(&cfg.state_file, &opts.boot_id_path));
         tracing::info!("GPU monitoring on");
         run_monitor(probe, &cfg, store, &tx, &stop);
-    }))
+    });
+    match spawned {
+        Ok(thread) => Some(thread),
+        Err(e) => {
+            // NB: never a panic: the restart path and the Node go on without GPU health, and
+            // `/readyz` and the log say why (the thread's channel is gone with its closure, so
+            // the GPU report stays where it was: monitoring not on).
+            let why = format!("GPU monitoring off: the OS refused a thread for the GPU monitor ({e}); GPU health is not watched until the agent restarts (is the container at its pids limit?)");
+            tracing::error!("{why}");
+            if let Some(w) = &warnings {
+                w.set(WARNING_SOURCE, Some(why));
+            }
+            None
+        }
+    }
 }
 
 /// No GPU on the node: said once (`said`), published, and no `/readyz` warning.
