@@ -265,6 +265,21 @@ mod tests {
                 release_claim: true
             })
         );
+        // A coordinator failure after the alert keeps it (the pass may have failed writing the
+        // trail after a refusal): the incident's one "restarting" page stands; at the recheck
+        // the claim and the units still go back.
+        assert_eq!(
+            next(Step::Revalidate, Seen::Failed, false),
+            Next::Stop(Undo::default())
+        );
+        assert_eq!(
+            next(Step::Recheck, Seen::Failed, false),
+            Next::Stop(Undo {
+                release_alert: false,
+                refund_caps: true,
+                release_claim: true
+            })
+        );
         // After the command, nothing is given back: it ran.
         assert_eq!(
             next(Step::Verify, Seen::Pass, false),
