@@ -744,6 +744,18 @@ fn beat_refuses_a_bad_worker_id_or_state_naming_the_flag() {
     let long = "w".repeat(129);
     let (code, _, err) = vigil(&["beat", "--worker", &long, "--state", "idle"], &envs);
     assert_eq!(code, 2, "{err}");
+    // A gang id names Redis keys later: refused where it enters, like a worker id.
+    for (args, flag) in [
+        (vec!["--gang", "a:b"], "--gang"),
+        (vec!["--gang", "g", "--gang-size", "0"], "--gang-size"),
+        (vec!["--gang-size", "4"], "--gang"),
+    ] {
+        let mut all = vec!["beat", "--worker", "w1", "--state", "idle"];
+        all.extend(args);
+        let (code, _, err) = vigil(&all, &envs);
+        assert_eq!(code, 2, "{all:?}: {err}");
+        assert!(err.contains(flag), "names {flag}: {err}");
+    }
 }
 
 /// A read-only replica behind REDIS_URL answers reads and refuses every write: that is a

@@ -62,6 +62,7 @@ pub(crate) fn payload(alert: &Alert, starts_at: SystemTime, ends_at: Option<Syst
     for (k, v) in [
         ("container", alert.container.as_deref()),
         ("job", alert.job.as_deref()),
+        ("gang", alert.gang.as_deref()),
         ("verdict", alert.verdict),
         ("for", alert.duration.as_deref()),
     ] {

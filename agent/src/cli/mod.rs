@@ -44,6 +44,8 @@ pub(crate) struct ConfigArg {
     pub(crate) config: Option<PathBuf>,
 }
 
+// NB: parsed once per process: the size of `Beat`'s many flags costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run the agent (the DaemonSet's command).
@@ -70,6 +72,13 @@ pub(crate) enum Command {
         /// What the worker is working on.
         #[arg(long)]
         job: Option<String>,
+        /// The distributed job this worker is one member of (every rank of it, on every node,
+        /// gives the same id): 1-253 characters of [A-Za-z0-9._/-].
+        #[arg(long, value_parser = gang_id)]
+        gang: Option<String>,
+        /// How many members the gang has (with --gang): 1 to 65536.
+        #[arg(long, requires = "gang", value_parser = gang_size)]
+        gang_size: Option<String>,
         /// A progress marker that changes as work advances (step, batch, offset).
         #[arg(long)]
         progress: Option<String>,
@@ -199,6 +208,23 @@ fn worker_id(s: &str) -> Result<String, String> {
     }
 }
 
+/// `--gang`: a gang id as the record takes it.
+fn gang_id(s: &str) -> Result<String, String> {
+    if crate::hang::model::valid_gang_id(s) {
+        Ok(s.to_string())
+    } else {
+        Err("a gang id is 1-253 characters of A-Z a-z 0-9 . _ / -".into())
+    }
+}
+
+/// `--gang-size`: how many members.
+fn gang_size(s: &str) -> Result<String, String> {
+    match crate::hang::model::parse_gang_size(s) {
+        Some(n) => Ok(n.to_string()),
+        None => Err("a gang size is a whole number from 1 to 65536".into()),
+    }
+}
+
 /// `--state`: one word.
 fn state_word(s: &str) -> Result<String, String> {
     if crate::hang::model::valid_state(s) {
@@ -283,6 +309,8 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             worker,
             state,
             job,
+            gang,
+            gang_size,
             progress,
             checkpoint_ack,
             grace,
@@ -293,6 +321,8 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             let fields: Vec<(String, String)> = [
                 ("state", state),
                 ("job", job),
+                ("gang", gang),
+                ("gang_size", gang_size),
                 ("progress", progress),
                 ("checkpoint_ack", checkpoint_ack),
                 ("grace", grace),

@@ -22,6 +22,50 @@ pub(crate) struct WorkerStatus {
     /// For a container of several ranks (one process per GPU: torchrun), the rank this status
     /// is — the worst one, which the container's verdict is — and how many there are.
     pub(crate) rank: Option<(u32, u32)>,
+    /// The collective the worker is a member of (its record's `gang` and `gang_size`): the
+    /// ranks of one distributed job across nodes.
+    pub(crate) gang: Option<Gang>,
+}
+
+/// A distributed job's collective as a member's record names it: an id unique in the fleet and,
+/// when the worker says so, how many members it expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Gang {
+    pub(crate) id: String,
+    pub(crate) size: Option<u32>,
+}
+
+/// The most members a gang may say it has.
+pub(crate) const MAX_GANG: u32 = 65_536;
+
+/// The documented rule for a gang id: 1–253 characters of `[A-Za-z0-9._/-]` (a Kubernetes
+/// namespace and a job name joined by `/` fit). No `:` and no braces: it will name Redis keys.
+pub(crate) fn valid_gang_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 253
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+/// A record's `gang_size`: a whole number from 1 to [`MAX_GANG`].
+pub(crate) fn parse_gang_size(text: &str) -> Option<u32> {
+    let n: u32 = text.trim().parse().ok()?;
+    (1..=MAX_GANG).contains(&n).then_some(n)
+}
+
+/// A record's gang (the container's fields `gang` and `gang_size`); `None` without a valid id.
+/// NB: a record written straight to Redis is not checked where it enters: an invalid id is no
+/// gang, never a key name; the worker API, `vigil beat` and the Python client refuse one.
+fn gang_of(fields: &HashMap<String, String>) -> Option<Gang> {
+    let id = fields
+        .get("gang")
+        .map(|g| g.trim())
+        .filter(|g| valid_gang_id(g))?;
+    Some(Gang {
+        id: id.to_string(),
+        size: fields.get("gang_size").and_then(|n| parse_gang_size(n)),
+    })
 }
 
 /// The most ranks one container's record may hold (one process per accelerator: 8 or 16 GPUs,
@@ -97,10 +141,12 @@ impl WorkerStatus {
                 grace: None,
                 alert_only: false,
                 rank: None,
+                gang: None,
             });
             s.job = s.job.or_else(|| Self::text(fields, "job"));
             s.alert_only |= Self::alert_only(fields);
             s.rank = Some((r, n));
+            s.gang = gang_of(fields);
             out.push(s);
         }
         Some(out)
@@ -143,6 +189,7 @@ impl WorkerStatus {
             grace: fields.get(&f("grace")).and_then(|g| parse_grace(g)),
             alert_only: Self::alert_only(fields),
             rank: None,
+            gang: gang_of(fields),
         })
     }
 }
@@ -178,7 +225,7 @@ pub(crate) fn valid_state(state: &str) -> bool {
 pub(crate) const MAX_FIELD: usize = 256;
 
 /// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
-fn bounded(s: &str, max: usize) -> String {
+pub(crate) fn bounded(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -254,6 +301,65 @@ impl Episode {
             Episode::TpuFailed => "tpu-failed",
             Episode::Paused => "paused",
             Episode::Exited => "exited",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_record_names_its_gang_and_its_size() {
+        let beat = [("state", "processing"), ("heartbeat", "1700000000")];
+        let gang = |extra: &[(&str, &str)]| {
+            let fields = record(&[&beat[..], extra].concat());
+            WorkerStatus::from_fields(&fields).unwrap().gang
+        };
+        assert_eq!(gang(&[]), None);
+        assert_eq!(
+            gang(&[("gang", "ml/llama-70b/0"), ("gang_size", "64")]),
+            Some(Gang {
+                id: "ml/llama-70b/0".into(),
+                size: Some(64)
+            })
+        );
+        // A size out of bounds is no size; an id that could name another key is no gang.
+        for size in ["0", "65537", "-1", "x", ""] {
+            assert_eq!(
+                gang(&[("gang", "g"), ("gang_size", size)]).unwrap().size,
+                None
+            );
+        }
+        for id in ["", "a:b", "{tag}", "a b", &"x".repeat(254)] {
+            assert_eq!(gang(&[("gang", id)]), None, "{id:?}");
+        }
+        assert!(valid_gang_id(&"x".repeat(253)));
+    }
+
+    #[test]
+    fn every_rank_of_a_container_is_a_member_of_its_gang() {
+        let fields = record(&[
+            ("ranks", "2"),
+            ("gang", "job-1"),
+            ("gang_size", "16"),
+            ("state@0", "processing"),
+            ("heartbeat@0", "1700000000"),
+        ]);
+        let ranks = WorkerStatus::ranks_from_fields(&fields).unwrap();
+        assert_eq!(ranks.len(), 2);
+        for r in ranks {
+            assert_eq!(
+                r.gang.as_ref().map(|g| (g.id.as_str(), g.size)),
+                Some(("job-1", Some(16)))
+            );
         }
     }
 }

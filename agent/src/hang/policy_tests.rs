@@ -26,6 +26,7 @@ fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
         grace: None,
         alert_only: false,
         rank: None,
+        gang: None,
     }
 }
 

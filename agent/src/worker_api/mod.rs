@@ -25,7 +25,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerAuth;
 use crate::coord::{write_status_as, Coordinator, Keys};
-use crate::hang::model::{parse_grace, rank_field, valid_worker_id, MAX_RANKS};
+use crate::hang::model::{
+    parse_gang_size, parse_grace, rank_field, valid_gang_id, valid_worker_id, MAX_GANG, MAX_RANKS,
+};
 use crate::http::listen::{serve_router, Limits, Listen, Peer};
 use crate::http::server::HEADER_READ_TIMEOUT;
 use crate::metrics::Metrics;
@@ -100,6 +102,11 @@ pub(crate) struct StatusBody {
     pub(crate) state: Option<String>,
     #[serde(default)]
     pub(crate) job: Option<String>,
+    /// The distributed job's collective this worker is a member of, and its expected size.
+    #[serde(default)]
+    pub(crate) gang: Option<String>,
+    #[serde(default)]
+    pub(crate) gang_size: Option<String>,
     #[serde(default)]
     pub(crate) progress: Option<String>,
     /// Acknowledges a checkpoint request (ideally with its id).
@@ -494,7 +501,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
         (
             StatusCode::BAD_REQUEST,
-            format!("body must be JSON {{\"state\":..,\"job\":..,\"progress\":..,\"checkpoint_ack\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
         )
     })?;
     let rank = number(parsed.rank.as_deref(), "rank", 0)?;
@@ -506,11 +513,29 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
         (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
         _ => {}
     }
-    // A rank's own fields carry its number; `job` and `ranks` are the container's.
+    if let Some(g) = parsed.gang.as_deref().filter(|g| !valid_gang_id(g)) {
+        return Err(bad(format!(
+            "gang must be 1-253 characters of [A-Za-z0-9._/-]; got {:?}",
+            crate::hang::model::bounded(g, 64)
+        )));
+    }
+    if let Some(n) = parsed
+        .gang_size
+        .as_deref()
+        .filter(|n| parse_gang_size(n).is_none())
+    {
+        return Err(bad(format!(
+            "gang_size must be a whole number from 1 to {MAX_GANG}; got {:?}",
+            crate::hang::model::bounded(n, 64)
+        )));
+    }
+    // A rank's own fields carry its number; `job`, `gang` and `ranks` are the container's.
     let own = |k: &str| rank_field(k, rank);
     let mut fields: Vec<(String, String)> = [
         (own("state"), parsed.state),
         ("job".to_string(), parsed.job),
+        ("gang".to_string(), parsed.gang),
+        ("gang_size".to_string(), parsed.gang_size),
         (own("progress"), parsed.progress),
         (own("checkpoint_ack"), parsed.checkpoint_ack),
         (own("grace"), parsed.grace.clone()),
@@ -521,7 +546,8 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     if fields.is_empty() {
         return Err((
             StatusCode::BAD_REQUEST,
-            "give at least one of state, job, progress, checkpoint_ack, grace\n".to_string(),
+            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, grace\n"
+                .to_string(),
         ));
     }
     if let Some(n) = ranks {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{router, WorkerApiState, WorkerDirectory, MAX_STATUS_BODY, MAX_TOKEN};
+use super::{router, status_fields, WorkerApiState, WorkerDirectory, MAX_STATUS_BODY, MAX_TOKEN};
 use crate::clock::SystemClock;
 use crate::config::WorkerAuth;
 use crate::coord::memory::MemoryCoordinator;
@@ -444,4 +444,33 @@ async fn a_beat_answers_with_the_pending_checkpoint_request() {
     .await;
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(answer.get("checkpoint_request").is_none(), "{answer}");
+}
+
+#[test]
+fn a_gang_is_the_container_s_field_and_a_bad_one_is_refused_naming_the_rule() {
+    let w = status_fields(
+        br#"{"state":"processing","gang":"ml/run-1/0","gang_size":"64","rank":"1","ranks":"2"}"#,
+    )
+    .expect("a valid gang");
+    for (k, v) in [
+        ("gang", "ml/run-1/0"),
+        ("gang_size", "64"),
+        ("state@1", "processing"),
+    ] {
+        assert!(
+            w.fields.contains(&(k.to_string(), v.to_string())),
+            "{k}: {:?}",
+            w.fields
+        );
+    }
+    for body in [
+        &br#"{"gang":"a:b"}"#[..],
+        br#"{"gang":"{tag}"}"#,
+        br#"{"gang":"g","gang_size":"0"}"#,
+        br#"{"gang":"g","gang_size":"65537"}"#,
+    ] {
+        let (code, why) = status_fields(body).expect_err("refused");
+        assert_eq!(code, axum::http::StatusCode::BAD_REQUEST);
+        assert!(why.starts_with("gang"), "{why}");
+    }
 }

@@ -22,11 +22,13 @@ def beat_for(w: Worker, steps: int, every: float = 0.05) -> None:
 
 def test_api_beats_appear_and_advance_on_loopback(agent: Agent) -> None:
     agent.start()
-    w = Worker(agent.worker, job="run-1", transport=ApiTransport(agent.worker, agent=agent.api_url), interval=0.2)
+    w = Worker(agent.worker, job="run-1", gang="ml/run-1", gang_size=4, transport=ApiTransport(agent.worker, agent=agent.api_url), interval=0.2)
     with w:
         first = agent.record()
         assert first.get("state") == "processing", first
         assert first.get("job") == "run-1", first
+        # The agent's worker API takes the gang fields as they are.
+        assert (first.get("gang"), first.get("gang_size")) == ("ml/run-1", "4"), first
         beat_for(w, 12)
         assert w.flush()
         second = agent.record()
@@ -40,9 +42,10 @@ def test_redis_beats_appear_and_advance(agent: Agent, redis_url: str) -> None:
     r = redis_client(redis_url)
     key = status_key(agent.prefix, agent.node, agent.worker)
     t = RedisTransport(agent.worker, url=redis_url, node=agent.node, prefix=agent.prefix)
-    with Worker(agent.worker, job="run-2", transport=t, interval=0.2) as w:
+    with Worker(agent.worker, job="run-2", gang="run-2", gang_size=2, transport=t, interval=0.2) as w:
         first = r.hgetall(key)
         assert first["state"] == "processing" and first["job"] == "run-2", first
+        assert (first["gang"], first["gang_size"]) == ("run-2", "2"), first
         beat_for(w, 12)
         assert w.flush()
         second = r.hgetall(key)

@@ -98,6 +98,10 @@ def test_invalid_ids_and_states_are_refused_at_the_call() -> None:
     w = Worker("w", transport=FakeTransport())
     with pytest.raises(ValueError):
         w.state("two words")
+    for gang, size in [("a:b", None), ("", None), ("x" * 254, None), ("g", 0), ("g", 65537), ("g", True), (None, 4)]:
+        with pytest.raises(ValueError):
+            Worker("w", transport=FakeTransport(), gang=gang, gang_size=size)
+    assert Worker("w", transport=FakeTransport(), gang="ml/run-1/0", gang_size=65536).gang_size == 65536
 
 
 # -- beats come from the loop only -------------------------------------------------------------

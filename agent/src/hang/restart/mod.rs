@@ -236,6 +236,10 @@ impl RestartPath<'_> {
         a.container = Some(case.c.display());
         a.verdict = Some(case.v.as_str());
         a.job = case.status.and_then(|s| s.job.clone());
+        if let Some(g) = case.status.and_then(|s| s.gang.as_ref()) {
+            a.gang = Some(g.id.clone());
+            a.gang_size = g.size;
+        }
         a.duration = since.map(|t| human(now - t));
         a.dry_run = self.ctx.cfg.dry_run;
         a

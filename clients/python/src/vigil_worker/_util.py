@@ -53,6 +53,14 @@ def valid_worker_id(worker_id: str) -> bool:
     return 0 < len(worker_id) <= 128 and bool(_WORD.match(worker_id))
 
 
+_GANG = re.compile(r"[A-Za-z0-9._/-]+\Z")
+
+
+def valid_gang_id(gang: str) -> bool:
+    """The agent's rule for a gang id: 1-253 characters of ``[A-Za-z0-9._/-]``."""
+    return 0 < len(gang) <= 253 and bool(_GANG.match(gang))
+
+
 def valid_state(state: str) -> bool:
     """The agent's rule for a state word: 1-64 characters of ``[A-Za-z0-9._-]``."""
     return 0 < len(state) <= 64 and bool(_WORD.match(state))

@@ -19,6 +19,7 @@ from ._util import (
     RateLimitedLog,
     format_seconds,
     parse_duration,
+    valid_gang_id,
     valid_state,
     valid_worker_id,
 )
@@ -57,6 +58,10 @@ class Worker:
         worker_id: the worker id (the container's or pod's ``vigil.worker`` label); default
             ``VIGIL_WORKER``.
         job: what it works on (shown in alerts).
+        gang: the distributed job this worker is one member of: the same id on every rank of
+            it, on every node (1-253 characters of ``[A-Za-z0-9._/-]``; e.g. the job's name
+            and its launch attempt). Shown in alerts.
+        gang_size: how many members the gang has (1 to 65536), with ``gang``.
         transport: a :class:`~vigil_worker.Transport`, ``"api"``, ``"redis"``, or ``None`` for
             :func:`~vigil_worker.auto_transport` (``REDIS_URL`` set: Redis; else the worker API).
         interval: the least time between two heartbeats (progress calls in between are
@@ -82,6 +87,8 @@ class Worker:
         state: str = "processing",
         rank: Optional[int] = None,
         ranks: Optional[int] = None,
+        gang: Optional[str] = None,
+        gang_size: Optional[int] = None,
     ) -> None:
         worker_id = worker_id or os.environ.get("VIGIL_WORKER", "").strip()
         if not worker_id:
@@ -90,7 +97,12 @@ class Worker:
             raise ValueError(f"invalid worker id {worker_id!r}: 1-128 characters of [A-Za-z0-9._-]")
         if not valid_state(state):
             raise ValueError(f"invalid state {state!r}: 1-64 characters of [A-Za-z0-9._-]")
+        if gang is not None and not valid_gang_id(gang):
+            raise ValueError(f"invalid gang {gang!r}: 1-253 characters of [A-Za-z0-9._/-]")
+        if gang_size is not None and (gang is None or isinstance(gang_size, bool) or not isinstance(gang_size, int) or not 1 <= gang_size <= 65536):
+            raise ValueError(f"invalid gang_size {gang_size!r}: a whole number from 1 to 65536, with gang=")
         self.id = worker_id
+        self.gang, self.gang_size = gang, gang_size
         if transport is None:
             self.transport: Transport = auto_transport(worker_id, timeout=timeout)
         elif transport == "api":
@@ -441,6 +453,10 @@ class Worker:
         fields = {"state": self._state}
         if self._job is not None:
             fields["job"] = self._job
+        if self.gang is not None:
+            fields["gang"] = self.gang
+            if self.gang_size is not None:
+                fields["gang_size"] = str(self.gang_size)
         if self._progress is not None:
             fields["progress"] = self._progress
         if self._grace is not None:
