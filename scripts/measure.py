@@ -5,7 +5,7 @@ integration-test binaries and, where the `duplicates` tool is on PATH, repeated-
     python3 scripts/measure.py
 
 Production lines are the non-blank, non-comment lines of agent/src up to each file's first
-`#[cfg(test)]`, `_tests.rs` files left out. Functions are measured as tests/layout.rs measures them.
+`#[cfg(test)]`, `_tests.rs` and `tests.rs` files left out. Functions are measured as tests/layout.rs measures them.
 """
 import pathlib
 import re
@@ -56,7 +56,7 @@ def main():
         rel = path.relative_to(SRC).as_posix()
         text = path.read_text()
         files.append((len(text.splitlines()), rel))
-        if rel.endswith("_tests.rs"):
+        if rel.endswith("_tests.rs") or rel.endswith("/tests.rs"):
             continue
         prod = production(text)
         code_lines += sum(
