@@ -41,11 +41,7 @@ pub(crate) const MAX_GANG: u32 = 65_536;
 /// The documented rule for a gang id: 1–253 characters of `[A-Za-z0-9._/-]` (a Kubernetes
 /// namespace and a job name joined by `/` fit). No `:` and no braces: it will name Redis keys.
 pub(crate) fn valid_gang_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 253
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+    is_word(id, 253, &['/'])
 }
 
 /// A record's `gang_size`: a whole number from 1 to [`MAX_GANG`].
@@ -205,20 +201,22 @@ pub(crate) fn parse_grace(text: &str) -> Option<Millis> {
 /// `[A-Za-z0-9._-]`. Anything else would be read into Redis key names (a `:` could make another
 /// worker's key look like a record), so it is refused where it enters.
 pub(crate) fn valid_worker_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    is_word(id, 128, &[])
 }
 
 /// A worker state as a worker may write it: 1–64 characters of `[A-Za-z0-9._-]`.
 pub(crate) fn valid_state(state: &str) -> bool {
-    !state.is_empty()
-        && state.len() <= 64
-        && state
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    is_word(state, 64, &[])
+}
+
+/// `s` is 1 to `max` characters of `[A-Za-z0-9._-]` and `extra`: the one rule behind worker
+/// ids, states and gang ids, which all end up in key names or log lines.
+fn is_word(s: &str, max: usize, extra: &[char]) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') || extra.contains(&c)
+        })
 }
 
 /// Longest worker-supplied text kept from a record (`job`, `progress`, an unknown state).
