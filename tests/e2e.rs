@@ -498,6 +498,7 @@ async fn status_lists_the_fleet_and_which_slices_are_available() {
         gpu: "unknown".into(),
         workers: [("w".to_string(), verdict.to_string())].into(),
         places: Default::default(),
+        gangs: Default::default(),
         version: "0.1.0".into(),
         dry_run: false,
         updated_at: now,

@@ -7,6 +7,7 @@ mod common;
 
 mod alertmanager;
 mod coordination;
+mod gang;
 mod gke;
 mod gpu;
 mod gpu_agent;

@@ -440,6 +440,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
             gpu: "unknown".into(),
             workers: Default::default(),
             places: Default::default(),
+            gangs: Default::default(),
             version: "t".into(),
             dry_run: false,
             updated_at: now,

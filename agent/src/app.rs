@@ -441,6 +441,7 @@ async fn start_servers(
             runtime: Arc::new(a.runtime.clone()),
             max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
             keys: agent.keys().clone(),
+            gang_timing: crate::hang::policy_gang::Timing::of(cfg),
         };
         tracing::info!(%addr, "serving /metrics /healthz /readyz (read-only)");
         tracker.spawn(server::serve(listener, state, stop.clone()));

@@ -68,11 +68,17 @@ pub enum AlertKind {
     /// Page: the worker is hung but Vigil must not restart it (e.g. a CRI pod whose
     /// restartPolicy is Never): a person decides.
     NotRestartable,
+    /// Page: a hung gang cannot be restarted as a whole (a member's node in maintenance, its
+    /// breaker open, its agent silent, members missing, the gang breaker or fleet budget spent):
+    /// nobody is restarted.
+    GangBlocked,
+    /// A gang member stopped while its peers still progress.
+    Straggler,
 }
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 20] = [
+    pub const ALL: [AlertKind; 22] = [
         AlertKind::Hung,
         AlertKind::Errored,
         AlertKind::Restarting,
@@ -93,6 +99,8 @@ impl AlertKind {
         AlertKind::Paused,
         AlertKind::Exited,
         AlertKind::NotRestartable,
+        AlertKind::GangBlocked,
+        AlertKind::Straggler,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -117,6 +125,8 @@ impl AlertKind {
             AlertKind::Paused => "paused",
             AlertKind::Exited => "exited",
             AlertKind::NotRestartable => "not-restartable",
+            AlertKind::GangBlocked => "gang-blocked",
+            AlertKind::Straggler => "straggler",
         }
     }
 
@@ -153,7 +163,10 @@ impl AlertKind {
     pub(crate) fn is_page(self) -> bool {
         matches!(
             self,
-            AlertKind::RestartFailed | AlertKind::Escalation | AlertKind::NotRestartable
+            AlertKind::RestartFailed
+                | AlertKind::Escalation
+                | AlertKind::NotRestartable
+                | AlertKind::GangBlocked
         )
     }
 }

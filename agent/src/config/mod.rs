@@ -19,6 +19,7 @@ mod alerts;
 mod checkpoint;
 mod docker;
 mod fleet;
+mod gang;
 mod gpu;
 mod kubernetes;
 mod log;
@@ -41,6 +42,7 @@ pub use alerts::{AlertsConfig, WebhookFormat};
 pub(crate) use checkpoint::{CheckpointConfig, CheckpointMethod, OnSigterm, Signal};
 pub(crate) use docker::DockerConfig;
 pub(crate) use fleet::FleetConfig;
+pub use gang::{GangAction, GangConfig, StragglerAction};
 pub use gpu::GpuConfig;
 pub use kubernetes::KubernetesConfig;
 pub(crate) use log::{LogConfig, LogFormat};
@@ -135,6 +137,7 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     pub checkpoint: CheckpointConfig,
     pub opportunistic: OpportunisticConfig,
+    pub gang: GangConfig,
     pub gpu: GpuConfig,
     pub tpu: TpuConfig,
     /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
@@ -162,6 +165,7 @@ impl Default for Config {
             kubernetes: KubernetesConfig::default(),
             checkpoint: CheckpointConfig::default(),
             opportunistic: OpportunisticConfig::default(),
+            gang: GangConfig::default(),
             gpu: GpuConfig::default(),
             tpu: TpuConfig::default(),
             kubernetes_in_cluster: false,
@@ -319,6 +323,7 @@ impl Config {
         self.checkpoint.validate()?;
         self.validate_opportunistic()?;
         self.opportunistic.validate()?;
+        self.gang.validate()?;
         self.server.validate()?;
         self.worker_api.validate()?;
         self.validate_worker_auth()?;

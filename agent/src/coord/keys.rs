@@ -128,6 +128,40 @@ impl Keys {
     pub fn fleet_budget(&self, window: i64) -> String {
         format!("{}:fleet:budget:{window}", self.prefix)
     }
+    /// One shard of a gang's fleet view (hash `<node>/<worker>` → the member's entry, JSON;
+    /// TTL refreshed by every write). The shard number is in the hash tag, so a large gang's
+    /// shards spread over Redis Cluster's slots (`crate::hang::policy_gang::shard_of`).
+    pub fn gang_members(&self, gang: &str, shard: u32) -> String {
+        format!("{}:gang:{{{gang}#{shard}}}:members", self.prefix)
+    }
+    /// A gang's incident `"<start_ms>:<incident_id>"`, SET NX: one per collective stop.
+    pub fn gang_incident(&self, gang: &str) -> String {
+        self.g(gang, "incident")
+    }
+    /// The gang's restart decision for its incident `"<decided_ms>:<incident_id>"`, SET NX.
+    pub fn gang_decision(&self, gang: &str) -> String {
+        self.g(gang, "decision")
+    }
+    /// When the gang was last restarted (ms; written when that incident closes), for the
+    /// escalation page of a gang that hangs again.
+    pub fn gang_restarted(&self, gang: &str) -> String {
+        self.g(gang, "restarted")
+    }
+    /// The lock of the gang's decision (random token).
+    pub fn gang_lock(&self, gang: &str) -> String {
+        self.g(gang, "lock")
+    }
+    /// The gang's breaker for one UTC day (`gang.breaker_per_day`).
+    pub fn gang_breaker(&self, gang: &str, day: &str) -> String {
+        self.g(gang, &format!("breaker:{day}"))
+    }
+    /// Alert de-duplication of a gang's pages, per incident (or decision) and kind.
+    pub fn gang_alert(&self, gang: &str, about: &str, kind: &str) -> String {
+        self.g(gang, &format!("alert:{about}:{kind}"))
+    }
+    fn g(&self, gang: &str, rest: &str) -> String {
+        format!("{}:gang:{{{gang}}}:{rest}", self.prefix)
+    }
     /// Fleet budget-exhausted alert de-duplication for one window.
     pub fn fleet_budget_alert(&self, window: i64) -> String {
         format!("{}:fleet:budget:{window}:alerted", self.prefix)
@@ -152,6 +186,8 @@ mod tests {
         }
         assert_eq!(k.status("trainer-0"), "vigil:{gpu-7}:status:trainer-0");
         assert_eq!(k.fleet_budget(42), "vigil:fleet:budget:42");
+        assert_eq!(k.gang_members("ml/llm", 3), "vigil:gang:{ml/llm#3}:members");
+        assert_eq!(k.gang_decision("ml/llm"), "vigil:gang:{ml/llm}:decision");
     }
 
     #[test]
@@ -183,6 +219,9 @@ mod tests {
             k.maintenance_claim("status"),
             k.fleet_budget(1),
             k.fleet_budget_alert(1),
+            k.gang_members("ns/job", 0),
+            k.gang_incident("ns/job"),
+            k.gang_lock("ns/job"),
         ] {
             assert!(!key.starts_with(pattern), "{key}");
         }

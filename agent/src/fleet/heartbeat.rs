@@ -17,6 +17,8 @@ use crate::coord::marks::MARK_TTL;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::fleet::view::{self as fleet, publish, NodeRecord};
 use crate::hang::context::Context;
+use crate::hang::model_gang::GangCycle;
+use crate::hang::policy_gang::Timing;
 use crate::maintenance::model::MaintenanceState;
 use crate::node::model_info::NodeInfo;
 use crate::node::policy_info::place;
@@ -35,6 +37,8 @@ pub(crate) struct Cycle {
     pub(crate) deferred: Vec<(String, String)>,
     /// The coordinator's clock as last read in this cycle (stamps the node record).
     pub(crate) now: Millis,
+    /// The gang entries to write with the batch, the gang views read this cycle, the breaker.
+    pub(crate) gangs: GangCycle,
 }
 
 impl Cycle {
@@ -76,6 +80,7 @@ impl Cycle {
             },
             workers: self.verdicts.clone(),
             places: self.places.clone(),
+            gangs: self.gangs.tags.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             dry_run: cfg.dry_run,
             updated_at: self.now,
@@ -99,6 +104,7 @@ impl Cycle {
             value,
             ttl: MARK_TTL,
         }));
+        ops.extend(self.gang_ops(ctx));
         let caps = Caps {
             coord: ctx.coord.as_ref(),
             keys,
@@ -122,8 +128,31 @@ impl Cycle {
         );
         let ((used, open), (spent, exhausted)) = caps.read(&counters);
         budgets.set_breaker(used, open);
+        self.gangs.breaker_left =
+            (!s.breaker_disabled).then(|| u64::from(s.breaker_per_day).saturating_sub(used));
         budgets.set_fleet_budget(spent, exhausted);
         Ok(())
+    }
+}
+
+impl Cycle {
+    /// The members' entries in their gangs' views: one hash write per gang shard, whatever the
+    /// number of this node's members in it, with a TTL that outlives a silent agent's entries
+    /// long enough to report them.
+    fn gang_ops(&mut self, ctx: &Context) -> Vec<Op> {
+        let ttl = Timing::of(&ctx.cfg).view_ttl();
+        let mut by_key: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for (key, field, value) in self.gangs.entries.drain(..) {
+            by_key.entry(key).or_default().push((field, value));
+        }
+        by_key
+            .into_iter()
+            .map(|(key, fields)| Op::Hset {
+                key,
+                fields,
+                ttl: Some(ttl),
+            })
+            .collect()
     }
 }
 

@@ -10,6 +10,8 @@ use serde::Serialize;
 
 use crate::clock::{human, ms, Millis};
 use crate::coord::{CoordError, Coordinator, Keys, Op};
+use crate::fleet::gangs;
+use crate::hang::policy_gang::Timing;
 
 /// Index entries older than this are pruned (a node gone for a day is forgotten).
 pub(crate) const INDEX_RETENTION: Duration = Duration::from_secs(24 * 3600);
@@ -42,6 +44,8 @@ pub struct NodeRecord {
     /// Worker id → where it runs: `namespace/pod/container` on Kubernetes nodes, the container
     /// name on Docker.
     pub places: BTreeMap<String, String>,
+    /// Worker id → its gang (`<id>` or `<id>|<gang_size>`), for the workers that name one.
+    pub gangs: BTreeMap<String, String>,
     pub version: String,
     pub dry_run: bool,
     /// Coordinator clock, ms.
@@ -68,6 +72,10 @@ impl NodeRecord {
                 "places".into(),
                 serde_json::to_string(&self.places).unwrap_or_else(|_| "{}".into()),
             ),
+            (
+                "gangs".into(),
+                serde_json::to_string(&self.gangs).unwrap_or_else(|_| "{}".into()),
+            ),
             ("version".into(), self.version.clone()),
             ("dry_run".into(), self.dry_run.to_string()),
             ("updated_at".into(), self.updated_at.to_string()),
@@ -91,6 +99,7 @@ impl NodeRecord {
             gpu: f.get("gpu").cloned().unwrap_or_else(|| "unknown".into()),
             workers: serde_json::from_str(&get("workers")).unwrap_or_default(),
             places: serde_json::from_str(&get("places")).unwrap_or_default(),
+            gangs: serde_json::from_str(&get("gangs")).unwrap_or_default(),
             version: get("version"),
             dry_run: get("dry_run") == "true",
             updated_at: get("updated_at").parse().unwrap_or(0),
@@ -201,25 +210,32 @@ pub(crate) async fn read(
     Ok((out, last_slice))
 }
 
-/// `vigil status`, as text or as JSON (`{"at", "nodes", "slices"}`): read from `coord`, which is
+/// `vigil status`, as text or as JSON (`{"at", "nodes", "slices", "gangs"}`): read from `coord`, which is
 /// Redis for the CLI and whatever the agent runs on (the embedded coordinator included) when the
 /// agent's server answers `GET /v1/status`.
 pub(crate) async fn report(
     coord: &dyn Coordinator,
     prefix: &str,
     json: bool,
+    timing: &Timing,
 ) -> Result<String, CoordError> {
     let now = coord.time().await?;
     let (views, last_slice) = read(coord, prefix).await?;
     let slices = slices(&views, &last_slice);
+    let tags = views
+        .iter()
+        .filter_map(|v| v.record.as_ref())
+        .flat_map(|r| r.gangs.values().cloned());
+    let gangs = gangs::views(coord, prefix, timing, tags, now).await?;
     Ok(if json {
-        let body = serde_json::json!({ "at": now, "nodes": views, "slices": slices });
+        let body =
+            serde_json::json!({ "at": now, "nodes": views, "slices": slices, "gangs": gangs });
         format!(
             "{}\n",
             serde_json::to_string_pretty(&body).unwrap_or_default()
         )
     } else {
-        render(&views, &slices, now)
+        render(&views, &slices, now) + &gangs::render(&gangs, now)
     })
 }
 
@@ -398,6 +414,7 @@ mod tests {
             gpu: gpu.into(),
             workers: [("w".to_string(), verdict.to_string())].into(),
             places: Default::default(),
+            gangs: Default::default(),
             version: "0.1.0".into(),
             dry_run: false,
             updated_at: 1000,

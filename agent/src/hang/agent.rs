@@ -226,6 +226,9 @@ impl Agent {
     /// Evaluate every worker; `Ok(false)` when the runtime could not list them.
     async fn evaluate_all(&mut self, report: &mut CycleReport) -> Result<bool, CoordError> {
         self.cycle.deferred.clear();
+        self.cycle.gangs.entries.clear();
+        self.cycle.gangs.views.clear();
+        self.cycle.gangs.tags.clear();
         let now = self.ctx.coord.time().await?;
         self.cycle.now = now;
         let containers = match self.ctx.runtime.list_workers().await {
@@ -294,6 +297,7 @@ impl Agent {
             node,
             gpu_evidence: &evidence,
             deferred: &mut self.cycle.deferred,
+            gangs: &mut self.cycle.gangs,
         };
         path.evaluate(c, read).await
     }

@@ -4,7 +4,8 @@
 //! Decisions (pure, `now` handed in): `model` (what a worker says about itself and what Vigil
 //! remembers about it), `policy` (the verdict and the plan), `policy_pipeline` (the restart
 //! pipeline's steps and what follows each: one state machine), `policy_table` (the verdict →
-//! action table `vigil policy` prints). The loop: `agent` (the cycle over the node's workers) takes them
+//! action table `vigil policy` prints), `model_gang` and `policy_gang` (a distributed job's
+//! collective: its fleet view, its verdict, one decision for every rank). The loop: `agent` (the cycle over the node's workers) takes them
 //! from the `roster` and hands each to `restart` (`RestartPath`: incident, command, limits,
 //! outcome) with the shared `context`; `stand_down` says what forbids restarts right now,
 //! `outage` tracks the coordinator's and the runtime's outages.
@@ -12,8 +13,10 @@
 pub mod agent;
 pub(crate) mod context;
 pub(crate) mod model;
+pub(crate) mod model_gang;
 pub(crate) mod outage;
 pub mod policy;
+pub(crate) mod policy_gang;
 pub(crate) mod policy_pipeline;
 pub(crate) mod policy_table;
 pub mod restart;

@@ -348,6 +348,8 @@ pub(crate) enum Effect {
     AlertIncident,
     /// Run the restart pipeline if the incident is old enough (see [`restart_due`]).
     ConsiderRestart,
+    /// A gang member: the gang decides (`crate::hang::policy_gang`), not the member alone.
+    Gang,
 }
 
 /// The cycle's effects for one worker, in execution order.
@@ -397,6 +399,34 @@ pub(crate) fn plan(
     if action == Action::RestartPipeline {
         fx.push(Effect::AlertIncident);
         fx.push(Effect::ConsiderRestart);
+    }
+    fx
+}
+
+/// The plan of a gang member: the member's own bookkeeping stands (sightings, timers,
+/// episodes), but its incident page, its restart and its escalation are the gang's — one
+/// [`Effect::Gang`] instead, while the member is stale, in error or booting (its gang may be
+/// hung, deciding, or done).
+pub(crate) fn for_gang(
+    effects: Vec<Effect>,
+    status: Option<&WorkerStatus>,
+    marks: &Marks,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Vec<Effect> {
+    let stale = status.is_some_and(|s| is_stale(s, now, cfg));
+    let in_error = status.is_some_and(|s| s.state == WorkerState::Error);
+    let mut fx: Vec<Effect> = effects
+        .into_iter()
+        .filter(|e| {
+            !matches!(
+                e,
+                Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate
+            )
+        })
+        .collect();
+    if stale || in_error || marks.cooldown {
+        fx.push(Effect::Gang);
     }
     fx
 }

@@ -660,3 +660,41 @@ fn a_new_container_has_a_start_grace_before_it_is_unreachable() {
     // A node clock far ahead of the store's is not believed.
     assert_eq!(at(started(-3_600 * S), None), Verdict::Unreachable);
 }
+
+#[test]
+fn a_gang_member_leaves_its_page_restart_and_escalation_to_the_gang() {
+    let hung = rec("processing", 300 * S);
+    let marks = Marks {
+        suspect: Some((NOW - 300 * S, NOW - 200 * S)),
+        incident: Some(Incident {
+            started: NOW - 400 * S,
+            id: "i".into(),
+        }),
+        restarted_at: Some(NOW - 3_600 * S),
+        ..Marks::default()
+    };
+    let vd = v(Some(&hung), &marks);
+    let alone = plan(vd, Some(&hung), &marks, NOW, &cfg());
+    assert!(alone.contains(&Effect::ConsiderRestart) && alone.contains(&Effect::Escalate));
+    let gang = for_gang(alone, Some(&hung), &marks, NOW, &cfg());
+    assert_eq!(gang.last(), Some(&Effect::Gang));
+    assert!(!gang.iter().any(|e| matches!(
+        e,
+        Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate
+    )));
+    let fresh = rec("processing", S);
+    let fx = plan(
+        Verdict::Healthy,
+        Some(&fresh),
+        &Marks::default(),
+        NOW,
+        &cfg(),
+    );
+    assert!(!for_gang(fx, Some(&fresh), &Marks::default(), NOW, &cfg()).contains(&Effect::Gang));
+    let booting = Marks {
+        cooldown: true,
+        ..Marks::default()
+    };
+    let fx = plan(Verdict::Booting, Some(&fresh), &booting, NOW, &cfg());
+    assert!(for_gang(fx, Some(&fresh), &booting, NOW, &cfg()).contains(&Effect::Gang));
+}

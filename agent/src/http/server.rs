@@ -53,6 +53,8 @@ pub(crate) struct ServerState {
     pub(crate) max_cycle_age: Duration,
     /// This node's keys: whose trail `/v1/trail` shows, under which prefix `/v1/status` reads.
     pub(crate) keys: Keys,
+    /// The gang rules' durations, for the gangs `/v1/status` shows.
+    pub(crate) gang_timing: crate::hang::policy_gang::Timing,
 }
 
 /// The most trail entries one `/v1/trail` answers with.
@@ -109,7 +111,8 @@ struct StatusQuery {
 /// `REDIS_URL`). Read-only, like everything on this port.
 async fn status(State(s): State<ServerState>, Query(q): Query<StatusQuery>) -> Response {
     let json = q.format.as_deref() == Some("json");
-    match crate::fleet::view::report(s.coord.as_ref(), s.keys.prefix(), json).await {
+    match crate::fleet::view::report(s.coord.as_ref(), s.keys.prefix(), json, &s.gang_timing).await
+    {
         Ok(text) => (StatusCode::OK, text).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
@@ -244,6 +247,7 @@ mod tests {
             runtime: Arc::new(Up),
             max_cycle_age: Duration::from_secs(60),
             keys: crate::coord::Keys::new("vigil", "node-a"),
+            gang_timing: crate::hang::policy_gang::Timing::of(&crate::config::Config::default()),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -94,11 +94,21 @@ pub enum Code {
     /// The node's description from its Node (pool, slice, provisioning, accelerator, TPU
     /// topology) was read for the first time or changed.
     NodeInfo,
+    /// A gang (a distributed job's collective) stopped as a whole: its incident opened.
+    GangHung,
+    /// The gang's one restart decision was taken: every member is restarted by its own node.
+    GangDecided,
+    /// A hung gang cannot be restarted as a whole: the detail names every blocking member.
+    GangBlocked,
+    /// The gang's incident is over (its restart took, or the collective moves again).
+    GangClosed,
+    /// A gang member stopped while its peers progress.
+    Straggler,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 38] = [
+    pub const ALL: [Code; 43] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -137,6 +147,11 @@ impl Code {
         Code::TpuHealth,
         Code::GpuFailureCleared,
         Code::NodeInfo,
+        Code::GangHung,
+        Code::GangDecided,
+        Code::GangBlocked,
+        Code::GangClosed,
+        Code::Straggler,
     ];
 
     /// The stable name stored in the trail and used as the metric label.
@@ -147,6 +162,11 @@ impl Code {
             Code::TimerCleared => "timer-cleared",
             Code::Recovered => "recovered",
             Code::Booted => "booted",
+            Code::GangHung => "gang-hung",
+            Code::GangDecided => "gang-decided",
+            Code::GangBlocked => "gang-blocked",
+            Code::GangClosed => "gang-closed",
+            Code::Straggler => "straggler",
             Code::AgentStopping => "agent-stopping",
             Code::Restarted => "restarted",
             Code::WouldRestart => "would-restart",

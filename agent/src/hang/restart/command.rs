@@ -139,6 +139,10 @@ impl RestartPath<'_> {
         logs: String,
         now: Millis,
     ) -> Result<(), CoordError> {
+        // A gang member's restart: the gang's `restarting` page went out with its decision.
+        if act.gang.is_some() {
+            return Ok(());
+        }
         let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
         if !self.claim_alert(&key, now, MARK_TTL).await? {
             return Ok(());
@@ -170,7 +174,13 @@ impl RestartPath<'_> {
         let marks = marks::decode(&fresh.values).marks;
         let cfg = &self.ctx.cfg.policy;
         let now = fresh.now;
-        let checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
+        let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
+        if let (Ok(()), Some(order)) = (checked, act.gang) {
+            // NB: the gang's decision, read again: a closed or replaced incident restarts nobody.
+            if !self.decision_stands(order).await? {
+                checked = Err(Cancel::Recovered);
+            }
+        }
         let (cancel, why) = match checked {
             Ok(()) => return self.node_and_container_checks(act, now).await,
             Err(Cancel::RetryPending) => {

@@ -9,11 +9,13 @@ use crate::coord::CoordError;
 use super::{Act, RestartPath, Skip};
 
 impl RestartPath<'_> {
-    pub(super) fn caps(&self) -> Caps<'_> {
+    /// The caps a pass takes: the node's breaker and the fleet budget — for a gang member's
+    /// restart the breaker only (the gang took the fleet unit for all its members).
+    pub(super) fn caps<'s>(&'s self, act: &'s Act<'_>) -> Caps<'s> {
         Caps {
             coord: self.ctx.coord.as_ref(),
             keys: &self.ctx.keys,
-            safety: &self.ctx.cfg.safety,
+            safety: act.gang.map_or(&self.ctx.cfg.safety, |g| &g.safety),
         }
     }
 
@@ -27,7 +29,7 @@ impl RestartPath<'_> {
         peek: bool,
     ) -> Result<Option<Skip>, CoordError> {
         let read_only = peek || self.ctx.cfg.dry_run;
-        let caps = self.caps();
+        let caps = self.caps(act);
         let breaker = match read_only {
             true => caps.breaker_free(now).await?,
             false => caps.take_breaker(now).await?,
@@ -93,7 +95,7 @@ impl RestartPath<'_> {
     }
 
     /// Give back one breaker and one fleet unit taken for a restart that will not run.
-    pub(super) async fn refund_caps(&self, now: Millis) {
-        self.caps().refund(now).await;
+    pub(super) async fn refund_caps(&self, act: &Act<'_>, now: Millis) {
+        self.caps(act).refund(now).await;
     }
 }

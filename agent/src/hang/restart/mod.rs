@@ -24,6 +24,7 @@
 //! `outcome` (the command, its verification, failure, the claim).
 
 mod command;
+mod gang;
 mod incident;
 mod limits;
 mod outcome;
@@ -95,6 +96,16 @@ struct Act<'a> {
     inc: &'a Incident,
     /// When the broken condition began.
     since: Millis,
+    /// A gang member's restart: the gang's decision it carries out.
+    gang: Option<&'a GangOrder>,
+}
+
+/// What a gang member's restart carries: the gang's decision (revalidated at the last moment)
+/// and the caps it takes — this node's breaker only: the fleet unit was the gang's.
+struct GangOrder {
+    gang: String,
+    decision: crate::hang::model_gang::Decision,
+    safety: crate::config::SafetyConfig,
 }
 
 impl Act<'_> {
@@ -145,6 +156,8 @@ pub(crate) struct RestartPath<'a> {
     pub(crate) gpu_evidence: &'a [String],
     /// Progress marks to write with the cycle's batch: (key, value).
     pub(crate) deferred: &'a mut Vec<(String, String)>,
+    /// The cycle's gang entries, views and breaker reading.
+    pub(crate) gangs: &'a mut crate::hang::model_gang::GangCycle,
 }
 
 impl RestartPath<'_> {
@@ -275,7 +288,11 @@ impl RestartPath<'_> {
         }
         let cfg = &self.ctx.cfg.policy;
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
-        let effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
+        let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
+        let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
+        if in_gang {
+            effects = policy::for_gang(effects, status.as_ref(), &marks, now, cfg);
+        }
         self.ctx.metrics.verdict(v.as_str());
         self.ctx.metrics.workers.observe(WorkerSample {
             worker: &c.worker,
@@ -291,8 +308,15 @@ impl RestartPath<'_> {
             marks: &marks,
             invalid: invalid.as_deref(),
         };
+        let own = self.member_entry(&case, now);
         let mut incident = marks.incident.clone();
         for effect in effects {
+            if effect == Effect::Gang {
+                if let Some(own) = &own {
+                    self.gang(&case, own, &incident, now).await?;
+                }
+                continue;
+            }
             self.apply(&case, effect, &mut incident, now).await?;
         }
         Ok(v)
@@ -349,11 +373,18 @@ impl RestartPath<'_> {
                 {
                     let since =
                         policy::condition_since(case.v, inc.started, case.marks, case.status);
-                    let act = Act { case, inc, since };
+                    let act = Act {
+                        case,
+                        inc,
+                        since,
+                        gang: None,
+                    };
                     self.run_pipeline(&act, now).await
                 }
                 _ => Ok(()),
             },
+            // Carried out by `evaluate`, which holds the member's entry.
+            Effect::Gang => Ok(()),
         }
     }
 }

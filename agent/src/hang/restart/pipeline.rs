@@ -116,7 +116,7 @@ impl RestartPath<'_> {
             self.release_claim(act, now).await;
         }
         if undo.refund_caps {
-            self.refund_caps(now).await;
+            self.refund_caps(act, now).await;
         }
     }
 

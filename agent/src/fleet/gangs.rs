@@ -1,0 +1,171 @@
+//! The gangs in the fleet view: each gang's members (from its sharded view), its verdict, its
+//! incident and its decision — read by a member's agent while one of its members is suspect,
+//! and by `vigil status` / `vigil explain` for the gangs the node records name.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::clock::{human, Millis};
+use crate::coord::{CoordError, Coordinator, Keys};
+#[cfg(test)]
+use crate::hang::model_gang::tag;
+use crate::hang::model_gang::{GangState, Member};
+use crate::hang::policy_gang::{self as gp, Timing};
+
+/// A gang's view and state, in two round trips: every shard of its view, then its state keys.
+pub(crate) async fn read(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    gang: &str,
+    size: Option<u32>,
+) -> Result<(Vec<Member>, GangState), CoordError> {
+    let shards: Vec<String> = (0..gp::shards(size))
+        .map(|s| keys.gang_members(gang, s))
+        .collect();
+    let hashes = coord.hgetall_many(&shards).await?;
+    let state_keys = [
+        keys.gang_incident(gang),
+        keys.gang_decision(gang),
+        keys.gang_restarted(gang),
+    ];
+    let values = coord.get_many(&state_keys).await?;
+    let members = hashes
+        .iter()
+        .flat_map(|h| h.values())
+        .filter_map(|v| serde_json::from_str(v).ok())
+        .collect();
+    Ok((members, GangState::decode(&values)))
+}
+
+fn untag(tag: &str) -> (String, Option<u32>) {
+    match tag.split_once('|') {
+        Some((g, n)) => (g.to_string(), n.parse().ok()),
+        None => (tag.to_string(), None),
+    }
+}
+
+/// One gang as `vigil status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct GangView {
+    pub(crate) gang: String,
+    pub(crate) size: Option<u32>,
+    pub(crate) members: usize,
+    /// running, straggler, hung.
+    pub(crate) verdict: &'static str,
+    /// The member that stopped first (`<node>/<worker>`), when the gang is hung.
+    pub(crate) first_stopped: Option<String>,
+    pub(crate) stragglers: Vec<String>,
+    pub(crate) incident: Option<String>,
+    pub(crate) incident_since: Option<Millis>,
+    pub(crate) decided_at: Option<Millis>,
+    /// Why a restart of every member cannot happen now (empty: it can).
+    pub(crate) blockers: Vec<String>,
+}
+
+/// The gangs that `tags` (from node records: worker → tag) name, each read and judged.
+pub(crate) async fn views(
+    coord: &dyn Coordinator,
+    prefix: &str,
+    t: &Timing,
+    tags: impl IntoIterator<Item = String>,
+    now: Millis,
+) -> Result<Vec<GangView>, CoordError> {
+    let keys = Keys::new(prefix, "-");
+    let wanted: BTreeMap<String, Option<u32>> = tags.into_iter().map(|t| untag(&t)).collect();
+    let mut out = Vec::new();
+    for (gang, size) in wanted {
+        let (all, state) = read(coord, &keys, &gang, size).await?;
+        let members = gp::present(&all, now, t);
+        let verdict = gp::verdict(&members, now);
+        let (first_stopped, stragglers) = match &verdict {
+            gp::GangVerdict::Hung { first } => (Some(first.clone()), vec![]),
+            gp::GangVerdict::Straggler(ids) => (None, ids.clone()),
+            gp::GangVerdict::Running => (None, vec![]),
+        };
+        out.push(GangView {
+            verdict: verdict.as_str(),
+            members: members.len(),
+            blockers: gp::blockers(&members, size, now, t),
+            incident: state.incident.as_ref().map(|i| i.id.clone()),
+            incident_since: state.incident.as_ref().map(|i| i.started),
+            decided_at: state.current_decision().map(|d| d.decided),
+            gang,
+            size,
+            first_stopped,
+            stragglers,
+        });
+    }
+    Ok(out)
+}
+
+/// The gangs section of `vigil status` and `vigil explain`.
+pub(crate) fn render(gangs: &[GangView], now: Millis) -> String {
+    if gangs.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\ngangs:\n");
+    for g in gangs {
+        let count = match g.size {
+            Some(n) => format!("{}/{n} members", g.members),
+            None => format!("{} members", g.members),
+        };
+        s.push_str(&format!("  {:<32} {:<10} {count}", g.gang, g.verdict));
+        if let Some(f) = &g.first_stopped {
+            s.push_str(&format!("; first stopped: {f}"));
+        }
+        if !g.stragglers.is_empty() {
+            s.push_str(&format!("; stopped: {}", g.stragglers.join(", ")));
+        }
+        if let (Some(id), Some(t)) = (&g.incident, g.incident_since) {
+            s.push_str(&format!("; incident {id} for {}", human(now - t)));
+        }
+        if let Some(d) = g.decided_at {
+            s.push_str(&format!(
+                "; restart of every member decided {} ago",
+                human(now - d)
+            ));
+        }
+        s.push('\n');
+        if g.verdict == "hung" && g.decided_at.is_none() {
+            for b in &g.blockers {
+                s.push_str(&format!("      blocked: {b}\n"));
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_carries_the_size_when_known() {
+        assert_eq!(untag(&tag("ml/a", Some(4))), ("ml/a".to_string(), Some(4)));
+        assert_eq!(untag(&tag("ml/a", None)), ("ml/a".to_string(), None));
+    }
+
+    #[test]
+    fn the_section_names_the_verdict_the_first_stopped_and_what_blocks() {
+        let g = GangView {
+            gang: "ml/a".into(),
+            size: Some(4),
+            members: 3,
+            verdict: "hung",
+            first_stopped: Some("gpu-2/rank-2".into()),
+            stragglers: vec![],
+            incident: Some("g1".into()),
+            incident_since: Some(0),
+            decided_at: None,
+            blockers: vec!["1 of 4 members missing".into()],
+        };
+        let text = render(&[g], 60_000);
+        assert!(text.contains("ml/a") && text.contains("hung") && text.contains("3/4 members"));
+        assert!(
+            text.contains("first stopped: gpu-2/rank-2") && text.contains("incident g1 for 1m")
+        );
+        assert!(text.contains("blocked: 1 of 4 members missing"), "{text}");
+        assert_eq!(render(&[], 0), "");
+    }
+}

@@ -1,0 +1,148 @@
+//! A gang — the ranks of one distributed job, across nodes — as the fleet sees it: each member's
+//! entry in the gang's view (written by the member's own agent with its cycle's batch) and the
+//! gang's shared state (its incident, its restart decision). Data only: the decisions on it are
+//! in `crate::hang::policy_gang`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Millis;
+
+/// What a member is doing, as its record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Activity {
+    /// `processing` or another working state: its silence is a hang.
+    #[serde(rename = "w")]
+    Working,
+    #[serde(rename = "i")]
+    Idle,
+    #[serde(rename = "e")]
+    Error,
+    /// No readable record.
+    #[serde(rename = "u")]
+    Unknown,
+}
+
+/// One member's entry in its gang's fleet view (field `<node>/<worker>` of the view's hash).
+/// Short names: a gang of 8,000 ranks keeps 8,000 of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Member {
+    #[serde(rename = "n")]
+    pub(crate) node: String,
+    #[serde(rename = "w")]
+    pub(crate) worker: String,
+    /// Its own agent's verdict on it (`hung`, `suspect`, `booting`…).
+    #[serde(rename = "v")]
+    pub(crate) verdict: String,
+    #[serde(rename = "s")]
+    pub(crate) activity: Activity,
+    /// Its last heartbeat (the coordinator's clock): its last progress.
+    #[serde(rename = "hb", default)]
+    pub(crate) heartbeat: Option<Millis>,
+    /// How long it may stay silent after that heartbeat (ms).
+    #[serde(rename = "ok")]
+    pub(crate) silence: Millis,
+    /// When its container started (ms; the node's clock), when the runtime says.
+    #[serde(rename = "st", default)]
+    pub(crate) started: Option<Millis>,
+    /// When its agent wrote the entry (the coordinator's clock): a silent agent shows here.
+    #[serde(rename = "at")]
+    pub(crate) at: Millis,
+    /// Why its node cannot restart it now (maintenance, shutdown, a failed accelerator).
+    #[serde(rename = "sd", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) stand_down: Option<String>,
+    /// Restarts its node's breaker still allows today (`None`: no breaker).
+    #[serde(rename = "br", default)]
+    pub(crate) breaker_left: Option<u64>,
+    /// `namespace/pod/container` or the container name.
+    #[serde(rename = "c", default)]
+    pub(crate) container: String,
+    /// What its node knows that may explain a stop (a GPU XID, a failed GPU or TPU).
+    #[serde(rename = "sig", default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) signals: Vec<String>,
+    /// Its restarts belong to someone else (`restarts = alert-only`).
+    #[serde(rename = "ao", default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) alert_only: bool,
+}
+
+impl Member {
+    /// The member's id in its gang: `<node>/<worker>`.
+    pub(crate) fn id(&self) -> String {
+        member_id(&self.node, &self.worker)
+    }
+}
+
+pub(crate) fn member_id(node: &str, worker: &str) -> String {
+    format!("{node}/{worker}")
+}
+
+/// How a node record names a worker's gang: `<id>` or `<id>|<size>` (`|` is in no gang id).
+pub(crate) fn tag(gang: &str, size: Option<u32>) -> String {
+    match size {
+        Some(n) => format!("{gang}|{n}"),
+        None => gang.to_string(),
+    }
+}
+
+/// A gang incident: the collective stopped (`"<start_ms>:<incident_id>"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GangIncident {
+    pub(crate) started: Millis,
+    pub(crate) id: String,
+}
+
+/// The gang's restart decision for an incident (`"<decided_ms>:<incident_id>"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decision {
+    pub(crate) decided: Millis,
+    pub(crate) incident: String,
+}
+
+/// The gang's shared state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct GangState {
+    pub(crate) incident: Option<GangIncident>,
+    pub(crate) decision: Option<Decision>,
+    /// When the gang was last restarted (a closed incident's decision).
+    pub(crate) restarted: Option<Millis>,
+}
+
+/// `"<ms>:<id>"`, the shape of the incident and the decision.
+pub(crate) fn parse_stamp(v: &str) -> Option<(Millis, String)> {
+    let (t, id) = v.split_once(':')?;
+    Some((t.parse().ok()?, id.to_string()))
+}
+
+impl GangState {
+    /// From the values of the incident, decision and restarted keys, in that order.
+    pub(crate) fn decode(values: &[Option<String>]) -> GangState {
+        let at = |i: usize| values.get(i).and_then(|v| v.as_deref());
+        GangState {
+            incident: at(0)
+                .and_then(parse_stamp)
+                .map(|(started, id)| GangIncident { started, id }),
+            decision: at(1)
+                .and_then(parse_stamp)
+                .map(|(decided, incident)| Decision { decided, incident }),
+            restarted: at(2).and_then(|v| v.parse().ok()),
+        }
+    }
+
+    /// The decision of the open incident, if it has one.
+    pub(crate) fn current_decision(&self) -> Option<&Decision> {
+        let inc = self.incident.as_ref()?;
+        self.decision.as_ref().filter(|d| d.incident == inc.id)
+    }
+}
+
+/// What one cycle of an agent keeps for its gangs.
+#[derive(Debug, Default)]
+pub(crate) struct GangCycle {
+    /// Entries to write with the cycle's batch: (view shard key, member id, entry as JSON).
+    pub(crate) entries: Vec<(String, String, String)>,
+    /// The views read this cycle, by gang id: a node of eight ranks reads its gang once.
+    pub(crate) views: std::collections::HashMap<String, (Vec<Member>, GangState)>,
+    /// Restarts this node's breaker still allows today, as the last batch read it.
+    pub(crate) breaker_left: Option<u64>,
+    /// Worker id → its gang's [`tag`], for the node record.
+    pub(crate) tags: std::collections::BTreeMap<String, String>,
+}

@@ -1,0 +1,313 @@
+//! The gang's decisions (pure): from the members' entries in the gang's fleet view and the
+//! gang's shared state, on the coordinator's clock — is the collective hung, who stopped first,
+//! what blocks a restart of every rank, whether the incident is over, and what this member's
+//! agent does now. The executor is `crate::hang::restart::gang`.
+//!
+//! NB: a collective stops as a whole: when one rank stalls (NCCL, a bad GPU), every other rank
+//! blocks in the next all-reduce within seconds. So the gang is *hung* only when a member is
+//! confirmed hung (or errored) by its own agent and no member makes progress; a stopped member
+//! beside progressing ones is a *straggler*. Members missing against `gang_size` are reported,
+//! never guessed: a gang restart needs every member's node to take part.
+
+use std::time::Duration;
+
+use crate::clock::{human, ms, Millis};
+use crate::config::{Config, GangAction, StragglerAction};
+use crate::hang::model_gang::{Activity, Decision, GangState, Member};
+
+/// The durations the gang's rules use, from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Timing {
+    /// A member's agent that has not written its entry for this long is silent.
+    pub(crate) silent_after: Millis,
+    /// An entry this old is no member any more (its pod moved, its agent is long gone).
+    pub(crate) gone_after: Millis,
+    pub(crate) restart_delay: Millis,
+    pub(crate) cooldown: Millis,
+    pub(crate) escalate_after: Millis,
+}
+
+impl Timing {
+    pub(crate) fn of(cfg: &Config) -> Timing {
+        // NB: an agent writes its members' entries once per cycle, and a cycle may spend a
+        // whole restart (up to `runtime.restart_timeout`) on another worker of its node.
+        let silent = cfg.poll_interval * 3 + cfg.runtime.restart_timeout;
+        Timing {
+            silent_after: ms(silent),
+            gone_after: ms((silent * 4).max(cfg.policy.stale_after * 2)),
+            restart_delay: ms(cfg.policy.restart_delay),
+            cooldown: ms(cfg.policy.cooldown),
+            escalate_after: ms(cfg.policy.escalate_after),
+        }
+    }
+
+    /// How long a view's shard lives without a write.
+    pub(crate) fn view_ttl(&self) -> Duration {
+        Duration::from_millis(self.gone_after.max(1_000) as u64)
+    }
+}
+
+/// Members per shard of a gang's view: a shard is one Redis hash (and one Cluster slot).
+pub(crate) const MEMBERS_PER_SHARD: u32 = 128;
+/// The most shards a view has (a gang of 65,536 ranks: 1,024 per shard).
+pub(crate) const MAX_SHARDS: u32 = 64;
+
+/// How many shards the view of a gang of `size` members has (one when the size is unknown).
+pub(crate) fn shards(size: Option<u32>) -> u32 {
+    size.map_or(1, |n| n.div_ceil(MEMBERS_PER_SHARD).clamp(1, MAX_SHARDS))
+}
+
+/// The shard a node's members write: every member of one node in one shard, so a node writes
+/// one hash per gang per cycle. FNV-1a: stable across builds and versions, unlike std's hasher.
+pub(crate) fn shard_of(node: &str, shards: u32) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in node.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % shards.max(1)
+}
+
+/// The gang's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GangVerdict {
+    /// Nobody stopped, or nobody is confirmed stopped yet.
+    Running,
+    /// These members stopped while another progresses.
+    Straggler(Vec<String>),
+    /// A member stopped and no member progresses: the collective stopped. `first` is the member
+    /// that stopped making progress first (earliest last heartbeat): the one place to look.
+    Hung { first: String },
+}
+
+impl GangVerdict {
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            GangVerdict::Running => "running",
+            GangVerdict::Straggler(_) => "straggler",
+            GangVerdict::Hung { .. } => "hung",
+        }
+    }
+}
+
+/// Its own agent confirmed it hung or errored.
+pub(crate) fn stopped(m: &Member) -> bool {
+    matches!(m.verdict.as_str(), "hung" | "errored")
+}
+
+/// Working, with a heartbeat inside its allowed silence.
+pub(crate) fn progressing(m: &Member, now: Millis) -> bool {
+    m.activity == Activity::Working && m.heartbeat.is_some_and(|hb| now - hb <= m.silence)
+}
+
+/// The entries that still stand for members (written within `gone_after`), in id order.
+pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member> {
+    let mut v: Vec<Member> = members
+        .iter()
+        .filter(|m| now - m.at <= t.gone_after)
+        .cloned()
+        .collect();
+    v.sort_by_key(|m| m.id());
+    v
+}
+
+/// The gang's verdict from its present members.
+pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
+    let stopped: Vec<String> = members
+        .iter()
+        .filter(|m| stopped(m))
+        .map(Member::id)
+        .collect();
+    if stopped.is_empty() {
+        return GangVerdict::Running;
+    }
+    if members.iter().any(|m| progressing(m, now)) {
+        return GangVerdict::Straggler(stopped);
+    }
+    match first_stopped(members, now) {
+        Some(first) => GangVerdict::Hung { first: first.id() },
+        None => GangVerdict::Running,
+    }
+}
+
+/// The member that stopped making progress first: the earliest last heartbeat among those not
+/// progressing (one that never beat first of all); ties by id.
+pub(crate) fn first_stopped(members: &[Member], now: Millis) -> Option<&Member> {
+    members
+        .iter()
+        .filter(|m| !progressing(m, now))
+        .min_by_key(|m| (m.heartbeat.unwrap_or(Millis::MIN), m.id()))
+}
+
+/// Why the gang cannot be restarted as a whole now: each member whose node cannot take part,
+/// and the members missing against `size`. Empty: every member can.
+pub(crate) fn blockers(
+    members: &[Member],
+    size: Option<u32>,
+    now: Millis,
+    t: &Timing,
+) -> Vec<String> {
+    let mut why = Vec::new();
+    if let Some(n) = size {
+        let have = members.len() as u32;
+        if have < n {
+            why.push(format!(
+                "{} of {n} members missing (only {have} report; a missing member is never guessed)",
+                n - have
+            ));
+        }
+    }
+    for m in members {
+        let id = m.id();
+        if now - m.at > t.silent_after {
+            why.push(format!(
+                "{id}: the agent on {} has been silent for {}",
+                m.node,
+                human(now - m.at)
+            ));
+        } else if let Some(sd) = &m.stand_down {
+            why.push(format!("{id}: {sd} on {}", m.node));
+        } else if m.breaker_left == Some(0) {
+            why.push(format!("{id}: the breaker of {} is open for today", m.node));
+        } else if matches!(
+            m.verdict.as_str(),
+            "paused" | "exited" | "gpu-failed" | "tpu-failed" | "in-maintenance" | "unreachable"
+        ) {
+            why.push(format!("{id}: {}", m.verdict));
+        }
+    }
+    why
+}
+
+/// Whether the gang's open incident is over: its restart was decided and every member has beaten
+/// since (or the cooldown has passed since the decision), or — before any decision — a member
+/// progresses again.
+pub(crate) fn incident_over(
+    state: &GangState,
+    members: &[Member],
+    now: Millis,
+    t: &Timing,
+) -> bool {
+    if state.incident.is_none() {
+        return false;
+    }
+    match state.current_decision() {
+        Some(d) => {
+            let all_beat = !members.is_empty()
+                && members
+                    .iter()
+                    .all(|m| m.heartbeat.is_some_and(|hb| hb > d.decided));
+            all_beat || now - d.decided >= t.cooldown
+        }
+        None => members.iter().any(|m| progressing(m, now)),
+    }
+}
+
+/// What a member's agent does for its gang this cycle, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GangStep {
+    /// The gang incident's `hung` page (once per incident).
+    PageHung,
+    /// The gang hangs again after its restart at `restarted`: one escalation per restart.
+    PageEscalation { restarted: Millis },
+    /// This member stopped while its peers progress: one alert naming it.
+    PageStraggler,
+    /// The straggler is restarted alone (`gang.straggler = "restart"`).
+    RestartAlone,
+    /// Take the gang's decision (its lock, the blockers, the gang breaker and one fleet unit).
+    Decide,
+    /// Restart this member, as the gang's decision says.
+    Execute,
+}
+
+/// The gang's policy as the configuration and the members say it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Rules {
+    pub(crate) action: GangAction,
+    pub(crate) straggler: StragglerAction,
+    pub(crate) timing: Timing,
+}
+
+/// The steps for `own` (this agent's member, its entry as of this cycle), given the gang's
+/// verdict and state (an open incident already opened when the gang is hung).
+pub(crate) fn plan(
+    verdict: &GangVerdict,
+    state: &GangState,
+    members: &[Member],
+    own: &Member,
+    now: Millis,
+    rules: &Rules,
+) -> Vec<GangStep> {
+    let t = &rules.timing;
+    // NB: escalation looks at the data, not at the verdicts: restarted members boot (no
+    // member's agent calls them hung) while the gang may still be stuck.
+    let mut steps = Vec::new();
+    if let Some(d) = state.current_decision() {
+        if now - d.decided >= t.escalate_after && !members.iter().any(|m| progressing(m, now)) {
+            steps.push(GangStep::PageEscalation {
+                restarted: d.decided,
+            });
+        }
+    }
+    steps.extend(verdict_steps(verdict, state, members, own, now, rules));
+    steps
+}
+
+fn verdict_steps(
+    verdict: &GangVerdict,
+    state: &GangState,
+    members: &[Member],
+    own: &Member,
+    now: Millis,
+    rules: &Rules,
+) -> Vec<GangStep> {
+    let t = &rules.timing;
+    match verdict {
+        GangVerdict::Running => vec![],
+        GangVerdict::Straggler(ids) if ids.contains(&own.id()) => {
+            let mut v = vec![GangStep::PageStraggler];
+            if rules.straggler == StragglerAction::Restart {
+                v.push(GangStep::RestartAlone);
+            }
+            v
+        }
+        GangVerdict::Straggler(_) => vec![],
+        GangVerdict::Hung { .. } => {
+            let Some(inc) = &state.incident else {
+                return vec![];
+            };
+            let restart_all =
+                rules.action == GangAction::RestartAll && !members.iter().any(|m| m.alert_only);
+            match state.current_decision() {
+                None => {
+                    let again = state
+                        .restarted
+                        .filter(|r| now - r < t.cooldown + t.escalate_after);
+                    let mut v = vec![match again {
+                        Some(restarted) => GangStep::PageEscalation { restarted },
+                        None => GangStep::PageHung,
+                    }];
+                    if restart_all && now - inc.started >= t.restart_delay {
+                        v.push(GangStep::Decide);
+                    }
+                    v
+                }
+                // The page went out with the plan that decided (the decider's, if not ours).
+                Some(d) if executable(d, own, now) => vec![GangStep::Execute],
+                Some(_) => vec![],
+            }
+        }
+    }
+}
+
+/// Whether the decision still asks this member's restart: it has not beaten since the decision,
+/// it is not progressing, and it is not booting (our own restart of it).
+pub(crate) fn executable(d: &Decision, own: &Member, now: Millis) -> bool {
+    own.verdict != "booting"
+        && !progressing(own, now)
+        && own.heartbeat.is_none_or(|hb| hb < d.decided)
+}
+
+#[cfg(test)]
+#[path = "policy_gang_tests.rs"]
+mod tests;

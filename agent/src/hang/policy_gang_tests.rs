@@ -1,0 +1,335 @@
+use super::*;
+use crate::hang::model_gang::GangIncident;
+
+const S: Millis = 1_000;
+
+fn timing() -> Timing {
+    Timing::of(&Config::default())
+}
+
+fn rules() -> Rules {
+    Rules {
+        action: GangAction::RestartAll,
+        straggler: StragglerAction::AlertOnly,
+        timing: timing(),
+    }
+}
+
+/// A working member of node `n` whose last beat was at `hb`, seen by its agent at `at`.
+fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
+    Member {
+        node: n.into(),
+        worker: "rank".into(),
+        verdict: verdict.into(),
+        activity: Activity::Working,
+        heartbeat: Some(hb),
+        silence: 120 * S,
+        started: Some(0),
+        at,
+        stand_down: None,
+        breaker_left: Some(3),
+        container: format!("{n}-rank"),
+        signals: vec![],
+        alert_only: false,
+    }
+}
+
+fn open(started: Millis) -> GangState {
+    GangState {
+        incident: Some(GangIncident {
+            started,
+            id: "g1".into(),
+        }),
+        ..GangState::default()
+    }
+}
+
+#[test]
+fn a_collective_that_stopped_is_hung_and_names_the_rank_that_stopped_first() {
+    let now = 1_000 * S;
+    let gang = [
+        m("a", "hung", now - 200 * S, now),
+        m("b", "suspect", now - 203 * S, now),
+        m("c", "hung", now - 199 * S, now),
+    ];
+    assert_eq!(
+        verdict(&gang, now),
+        GangVerdict::Hung {
+            first: "b/rank".into()
+        }
+    );
+}
+
+#[test]
+fn a_member_stopped_beside_progressing_ones_is_a_straggler() {
+    let now = 1_000 * S;
+    let gang = [
+        m("a", "hung", now - 200 * S, now),
+        m("b", "healthy", now - S, now),
+    ];
+    assert_eq!(
+        verdict(&gang, now),
+        GangVerdict::Straggler(vec!["a/rank".into()])
+    );
+    let own = &gang[0];
+    assert_eq!(
+        plan(
+            &verdict(&gang, now),
+            &GangState::default(),
+            &gang,
+            own,
+            now,
+            &rules()
+        ),
+        vec![GangStep::PageStraggler],
+        "alert only by default: a rank restarted alone breaks the rendezvous"
+    );
+    let alone = Rules {
+        straggler: StragglerAction::Restart,
+        ..rules()
+    };
+    assert!(plan(
+        &verdict(&gang, now),
+        &GangState::default(),
+        &gang,
+        own,
+        now,
+        &alone
+    )
+    .contains(&GangStep::RestartAlone));
+    assert!(plan(
+        &verdict(&gang, now),
+        &GangState::default(),
+        &gang,
+        &gang[1],
+        now,
+        &rules()
+    )
+    .is_empty());
+}
+
+#[test]
+fn nobody_confirmed_is_no_gang_verdict() {
+    let now = 1_000 * S;
+    let gang = [
+        m("a", "suspect", now - 200 * S, now),
+        m("b", "suspect", now - 200 * S, now),
+    ];
+    assert_eq!(verdict(&gang, now), GangVerdict::Running);
+}
+
+#[test]
+fn every_reason_a_member_cannot_take_part_blocks_and_missing_members_are_counted() {
+    let now = 1_000 * S;
+    let t = timing();
+    let mut silent = m("a", "hung", now - 300 * S, now - t.silent_after - S);
+    silent.worker = "r0".into();
+    let mut maint = m("b", "suspect", now - 300 * S, now);
+    maint.stand_down = Some("a maintenance notice".into());
+    let mut full = m("c", "suspect", now - 300 * S, now);
+    full.breaker_left = Some(0);
+    let paused = m("d", "paused", now - 300 * S, now);
+    let fine = m("e", "suspect", now - 300 * S, now);
+    let gang = [silent, maint, full, paused, fine.clone()];
+    let why = blockers(&gang, Some(6), now, &t);
+    assert_eq!(why.len(), 5, "{why:?}");
+    assert!(why[0].contains("1 of 6 members missing"));
+    assert!(why[1].contains("a/r0") && why[1].contains("silent"));
+    assert!(why[2].contains("maintenance"));
+    assert!(why[3].contains("breaker"));
+    assert!(why[4].contains("paused"));
+    assert!(blockers(&[fine], Some(1), now, &t).is_empty());
+    assert!(
+        blockers(&gang[4..], None, now, &t).is_empty(),
+        "no size, nothing guessed missing"
+    );
+}
+
+#[test]
+fn old_entries_are_no_members() {
+    let t = timing();
+    let now = 10_000 * S;
+    let gang = [
+        m("a", "hung", 0, now - t.gone_after - 1),
+        m("b", "hung", 0, now),
+    ];
+    let p = present(&gang, now, &t);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].node, "b");
+}
+
+#[test]
+fn the_decision_waits_for_restart_delay_then_every_member_executes_once() {
+    let t = timing();
+    let now = 10_000 * S;
+    let gang = [
+        m("a", "hung", now - 300 * S, now),
+        m("b", "hung", now - 301 * S, now),
+    ];
+    let v = verdict(&gang, now);
+    let early = open(now - t.restart_delay + 1);
+    assert_eq!(
+        plan(&v, &early, &gang, &gang[0], now, &rules()),
+        vec![GangStep::PageHung]
+    );
+    let due = open(now - t.restart_delay);
+    assert_eq!(
+        plan(&v, &due, &gang, &gang[0], now, &rules()),
+        vec![GangStep::PageHung, GangStep::Decide]
+    );
+    let mut decided = due.clone();
+    decided.decision = Some(Decision {
+        decided: now - S,
+        incident: "g1".into(),
+    });
+    assert_eq!(
+        plan(&v, &decided, &gang, &gang[1], now, &rules()),
+        vec![GangStep::Execute]
+    );
+    // Restarted (booting), or beaten since the decision: never a second time.
+    let mut booting = gang[1].clone();
+    booting.verdict = "booting".into();
+    assert!(!executable(
+        decided.decision.as_ref().unwrap(),
+        &booting,
+        now
+    ));
+    let mut beat = gang[1].clone();
+    beat.heartbeat = Some(now);
+    assert!(!executable(decided.decision.as_ref().unwrap(), &beat, now));
+    // A decision of another incident is not this one's.
+    let mut other = decided.clone();
+    other.decision.as_mut().unwrap().incident = "g0".into();
+    assert!(other.current_decision().is_none());
+}
+
+#[test]
+fn alert_only_gangs_page_and_never_decide() {
+    let t = timing();
+    let now = 10_000 * S;
+    let mut gang = vec![
+        m("a", "hung", now - 300 * S, now),
+        m("b", "hung", now - 301 * S, now),
+    ];
+    let due = open(now - t.restart_delay);
+    let v = verdict(&gang, now);
+    let off = Rules {
+        action: GangAction::AlertOnly,
+        ..rules()
+    };
+    assert_eq!(
+        plan(&v, &due, &gang, &gang[0], now, &off),
+        vec![GangStep::PageHung]
+    );
+    gang[1].alert_only = true;
+    assert_eq!(
+        plan(&v, &due, &gang, &gang[0], now, &rules()),
+        vec![GangStep::PageHung]
+    );
+}
+
+#[test]
+fn a_gang_that_hangs_again_after_its_restart_escalates_once_per_restart() {
+    let t = timing();
+    let now = 10_000 * S;
+    let gang = [m("a", "hung", now - 300 * S, now)];
+    let v = verdict(&gang, now);
+    let mut again = open(now);
+    again.restarted = Some(now - t.cooldown);
+    assert_eq!(
+        plan(&v, &again, &gang, &gang[0], now, &rules()),
+        vec![GangStep::PageEscalation {
+            restarted: now - t.cooldown
+        }]
+    );
+    let mut still = open(now - t.escalate_after - 10 * S);
+    let d = now - t.escalate_after;
+    still.decision = Some(Decision {
+        decided: d,
+        incident: "g1".into(),
+    });
+    assert!(plan(&v, &still, &gang, &gang[0], now, &rules())
+        .contains(&GangStep::PageEscalation { restarted: d }));
+    // Restarted members boot (no agent calls them hung): still an escalation while none moves.
+    let booting = [m("a", "booting", now - 300 * S, now)];
+    let running = verdict(&booting, now);
+    assert_eq!(running, GangVerdict::Running);
+    assert_eq!(
+        plan(&running, &still, &booting, &booting[0], now, &rules()),
+        vec![GangStep::PageEscalation { restarted: d }]
+    );
+    let moving = [m("a", "healthy", now - S, now)];
+    assert!(plan(
+        &verdict(&moving, now),
+        &still,
+        &moving,
+        &moving[0],
+        now,
+        &rules()
+    )
+    .is_empty());
+}
+
+#[test]
+fn an_incident_ends_when_the_restart_took_or_the_collective_moves() {
+    let t = timing();
+    let now = 10_000 * S;
+    let d = now - 60 * S;
+    let mut st = open(now - 400 * S);
+    let stuck = [m("a", "hung", now - 300 * S, now)];
+    let moving = [m("a", "healthy", now - S, now)];
+    assert!(!incident_over(&st, &stuck, now, &t));
+    assert!(
+        incident_over(&st, &moving, now, &t),
+        "recovered before a decision"
+    );
+    st.decision = Some(Decision {
+        decided: d,
+        incident: "g1".into(),
+    });
+    let beat = [m("a", "healthy", d + 1, now), m("b", "healthy", d + 2, now)];
+    let one_left = [m("a", "healthy", d + 1, now), m("b", "booting", d - 1, now)];
+    assert!(incident_over(&st, &beat, now, &t));
+    assert!(!incident_over(&st, &one_left, now, &t));
+    assert!(
+        incident_over(&st, &one_left, d + t.cooldown, &t),
+        "the cooldown bounds it"
+    );
+    assert!(!incident_over(&GangState::default(), &beat, now, &t));
+}
+
+#[test]
+fn shards_spread_a_large_gang_and_keep_a_node_in_one() {
+    assert_eq!(shards(None), 1);
+    assert_eq!(shards(Some(8)), 1);
+    assert_eq!(shards(Some(8_000)), 63);
+    assert_eq!(shards(Some(65_536)), MAX_SHARDS);
+    assert_eq!(shard_of("gpu-7", 1), 0);
+    assert_eq!(shard_of("gpu-7", 63), shard_of("gpu-7", 63), "stable");
+    let used: std::collections::HashSet<u32> = (0..1_000)
+        .map(|i| shard_of(&format!("node-{i}"), 63))
+        .collect();
+    assert!(
+        used.len() > 55,
+        "1,000 nodes use most of 63 shards: {}",
+        used.len()
+    );
+}
+
+#[test]
+fn entries_round_trip_in_their_short_form() {
+    let e = m("a", "hung", 5, 6);
+    let text = serde_json::to_string(&e).unwrap();
+    assert!(
+        !text.contains("\"sd\"") && !text.contains("\"ao\""),
+        "{text}"
+    );
+    assert_eq!(serde_json::from_str::<Member>(&text).unwrap(), e);
+    let st = GangState::decode(&[Some("5:g1".into()), Some("9:g1".into()), Some("3".into())]);
+    assert_eq!(st.current_decision().map(|d| d.decided), Some(9));
+    assert_eq!(st.restarted, Some(3));
+    assert_eq!(
+        GangState::decode(&[Some("junk".into())]),
+        GangState::default()
+    );
+}

@@ -1,0 +1,632 @@
+//! The gang path: a member of a distributed job's collective is judged with its gang. Its agent
+//! reads the gang's fleet view (only while the member is stale, in error or booting), and carries
+//! out `crate::hang::policy_gang`'s steps: the gang incident (SET NX), its pages, the one
+//! decision (under the gang's lock: every member able to take part, one unit of the gang's
+//! breaker and one of the fleet budget), and this member's restart — through the ordinary
+//! pipeline, under this node's lock and breaker, revalidated against the decision at the last
+//! moment.
+
+use crate::alerts::{Alert, AlertKind, Resolve};
+use crate::clock::{human, Millis};
+use crate::coord::caps::{breaker_day, Caps, BREAKER_TTL};
+use crate::coord::lease::Lease;
+use crate::coord::marks::MARK_TTL;
+use crate::coord::CoordError;
+use crate::hang::model::{Gang, Incident, WorkerState};
+use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
+use crate::hang::policy::{self, Verdict};
+use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
+use crate::trail::journal::About;
+use crate::trail::Code;
+
+use super::{Act, Case, GangOrder, RestartPath};
+
+impl RestartPath<'_> {
+    fn rules(&self) -> Rules {
+        let cfg = &self.ctx.cfg;
+        Rules {
+            action: cfg.gang.action,
+            straggler: cfg.gang.straggler,
+            timing: Timing::of(cfg),
+        }
+    }
+
+    /// This member's entry in its gang's view, as of this cycle (queued for the cycle's batch).
+    pub(super) fn member_entry(&mut self, case: &Case<'_>, now: Millis) -> Option<Member> {
+        let g = case.status?.gang.as_ref()?;
+        let s = case.status?;
+        let activity = match s.state {
+            WorkerState::Idle => crate::hang::model_gang::Activity::Idle,
+            WorkerState::Error => crate::hang::model_gang::Activity::Error,
+            _ => crate::hang::model_gang::Activity::Working,
+        };
+        let mut signals: Vec<String> = self.gpu_evidence.to_vec();
+        if self.node.gpu_failed {
+            signals.push("its GPU failed".into());
+        }
+        if self.node.tpu_failed {
+            signals.push("the node's TPU failed".into());
+        }
+        let m = Member {
+            node: self.ctx.keys.node().to_string(),
+            worker: case.c.worker.clone(),
+            verdict: case.v.as_str().to_string(),
+            activity,
+            heartbeat: s.heartbeat,
+            silence: policy::allowed_silence(s, &self.ctx.cfg.policy),
+            started: case.c.started_ms(),
+            at: now,
+            stand_down: self.stand_down(case.c, now).map(str::to_string),
+            breaker_left: self.gangs.breaker_left,
+            container: case.c.display(),
+            signals,
+            alert_only: case.alert_only(),
+        };
+        let tag = crate::hang::model_gang::tag(&g.id, g.size);
+        self.gangs.tags.insert(m.worker.clone(), tag);
+        let shard = gp::shard_of(&m.node, gp::shards(g.size));
+        let key = self.ctx.keys.gang_members(&g.id, shard);
+        if let Ok(json) = serde_json::to_string(&m) {
+            self.gangs.entries.push((key, m.id(), json));
+        }
+        Some(m)
+    }
+
+    /// The gang's view and state: read once per cycle (or `fresh`, for a decision), with this
+    /// member's own entry as of now in place of the one its last batch wrote.
+    async fn read_gang(
+        &mut self,
+        g: &Gang,
+        own: &Member,
+        fresh: bool,
+    ) -> Result<(Vec<Member>, GangState), CoordError> {
+        let cached = self.gangs.views.get(&g.id).filter(|_| !fresh).cloned();
+        let (mut members, state) = match cached {
+            Some(v) => v,
+            None => {
+                let coord = self.ctx.coord.as_ref();
+                crate::fleet::gangs::read(coord, &self.ctx.keys, &g.id, g.size).await?
+            }
+        };
+        members.retain(|m| m.id() != own.id());
+        members.push(own.clone());
+        self.gangs
+            .views
+            .insert(g.id.clone(), (members.clone(), state.clone()));
+        Ok((members, state))
+    }
+
+    fn remember_state(&mut self, g: &Gang, state: &GangState) {
+        if let Some(v) = self.gangs.views.get_mut(&g.id) {
+            v.1 = state.clone();
+        }
+    }
+
+    /// A gang member's turn: the gang's verdict, its incident, and the steps for this member.
+    pub(super) async fn gang(
+        &mut self,
+        case: &Case<'_>,
+        own: &Member,
+        incident: &Option<Incident>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(g) = case.status.and_then(|s| s.gang.clone()) else {
+            return Ok(());
+        };
+        let rules = self.rules();
+        let t = rules.timing;
+        let (all, mut state) = self.read_gang(&g, own, false).await?;
+        let members = gp::present(&all, now, &t);
+        if gp::incident_over(&state, &members, now, &t) {
+            self.close_gang_incident(case, &g, &state, &members, now)
+                .await?;
+            state = GangState {
+                restarted: state
+                    .current_decision()
+                    .map(|d| d.decided)
+                    .or(state.restarted),
+                ..GangState::default()
+            };
+            self.remember_state(&g, &state);
+        }
+        let verdict = gp::verdict(&members, now);
+        if let (GangVerdict::Hung { first }, None) = (&verdict, &state.incident) {
+            state.incident = Some(self.open_gang_incident(case, &g, first, now).await?);
+            self.remember_state(&g, &state);
+        }
+        let own = members.iter().find(|m| m.id() == own.id()).unwrap_or(own);
+        for step in gp::plan(&verdict, &state, &members, own, now, &rules) {
+            match step {
+                GangStep::PageHung => self.page_gang_hung(&g, &state, &members, now).await?,
+                GangStep::PageEscalation { restarted } => {
+                    self.page_gang_again(&g, &members, restarted, now).await?
+                }
+                GangStep::PageStraggler => self.page_straggler(case, &g, own, now).await?,
+                GangStep::RestartAlone => self.restart_alone(case, incident, now).await?,
+                GangStep::Decide => {
+                    if let Some(d) = self.decide_gang(case, &g, own, &state, now).await? {
+                        state.decision = Some(d.clone());
+                        self.remember_state(&g, &state);
+                        if gp::executable(&d, own, now) {
+                            self.execute(case, &g, &state, d, now).await?;
+                        }
+                    }
+                }
+                GangStep::Execute => {
+                    if let Some(d) = state.current_decision().cloned() {
+                        self.execute(case, &g, &state, d, now).await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn open_gang_incident(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        first: &str,
+        now: Millis,
+    ) -> Result<GangIncident, CoordError> {
+        let key = self.ctx.keys.gang_incident(&g.id);
+        let id = format!("g{}", super::random_token());
+        let value = format!("{now}:{id}");
+        if self.ctx.coord.set_nx(&key, &value, MARK_TTL).await? {
+            let detail = format!(
+                "gang {} stopped as a whole: no member progresses; the first to stop was {first}",
+                g.id
+            );
+            let about = About::worker(case.worker(), case.v).incident(&id);
+            self.note(now, about, Code::GangHung, detail).await?;
+            return Ok(GangIncident { started: now, id });
+        }
+        // Another member's agent opened it first: theirs stands.
+        let values = self.ctx.coord.get_many(&[key]).await?;
+        let state = GangState::decode(&values);
+        Ok(state.incident.unwrap_or(GangIncident { started: now, id }))
+    }
+
+    async fn close_gang_incident(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        state: &GangState,
+        members: &[Member],
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(inc) = &state.incident else {
+            return Ok(());
+        };
+        let k = &self.ctx.keys;
+        let value = format!("{}:{}", inc.started, inc.id);
+        if !self
+            .ctx
+            .coord
+            .del_if_owner(&k.gang_incident(&g.id), &value)
+            .await?
+        {
+            return Ok(());
+        }
+        let detail = match state.current_decision() {
+            Some(d) => {
+                let restarted = k.gang_restarted(&g.id);
+                let ttl = self.ctx.cfg.policy.cooldown + self.ctx.cfg.policy.escalate_after;
+                self.ctx
+                    .coord
+                    .set(&restarted, &d.decided.to_string(), ttl.max(MARK_TTL))
+                    .await?;
+                self.ctx.coord.del(&[k.gang_decision(&g.id)]).await?;
+                format!(
+                    "gang {}: incident over {} after its restart",
+                    g.id,
+                    human(now - d.decided)
+                )
+            }
+            None => format!("gang {}: the collective moves again; no restart", g.id),
+        };
+        for m in members {
+            self.ctx
+                .notifier
+                .resolve(&m.node, &m.worker, Resolve::IncidentCleared)
+                .await;
+        }
+        let about = About::worker(case.worker(), case.v).incident(&inc.id);
+        self.note(now, about, Code::GangClosed, detail).await
+    }
+
+    /// An alert about the gang, placed at `first` (the member to look at).
+    fn gang_alert(
+        &self,
+        kind: AlertKind,
+        g: &Gang,
+        members: &[Member],
+        first: Option<&Member>,
+        detail: String,
+    ) -> Alert {
+        let node = first.map_or(self.ctx.keys.node(), |m| m.node.as_str());
+        let mut a = Alert::new(kind, node, detail);
+        a.worker = first.map(|m| m.worker.clone());
+        a.container = first.map(|m| m.container.clone());
+        a.gang = Some(g.id.clone());
+        a.gang_size = g.size.or(Some(members.len() as u32));
+        a.dry_run = self.ctx.cfg.dry_run;
+        a
+    }
+
+    async fn page_gang_hung(
+        &mut self,
+        g: &Gang,
+        state: &GangState,
+        members: &[Member],
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(inc) = &state.incident else {
+            return Ok(());
+        };
+        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "hung");
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
+            return Ok(());
+        }
+        let first = gp::first_stopped(members, now);
+        let mut detail = describe_hang(g, members, first, now);
+        let owner = members.iter().find(|m| m.alert_only);
+        match (self.ctx.cfg.gang.action, owner) {
+            (crate::config::GangAction::AlertOnly, _) => detail.push_str(&format!(
+                "; gang.action = {}: Vigil restarts no member",
+                self.ctx.cfg.gang.action.as_str()
+            )),
+            (_, Some(m)) => detail.push_str(&format!(
+                "; {} is alert-only (its restarts belong to its owner): Vigil restarts no member",
+                m.id()
+            )),
+            _ => {}
+        }
+        let mut a = self.gang_alert(AlertKind::Hung, g, members, first, detail);
+        a.incident = Some(inc.id.clone());
+        a.duration = first.and_then(|m| m.heartbeat).map(|hb| human(now - hb));
+        self.ctx.notifier.send(&a).await;
+        Ok(())
+    }
+
+    async fn page_gang_again(
+        &mut self,
+        g: &Gang,
+        members: &[Member],
+        restarted: Millis,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let key = self
+            .ctx
+            .keys
+            .gang_alert(&g.id, &restarted.to_string(), "escalation");
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
+            return Ok(());
+        }
+        let first = gp::first_stopped(members, now);
+        let detail = format!(
+            "gang {} hangs again {} after its restart of every member: the restart did not fix it; a person must look. {}",
+            g.id,
+            human(now - restarted),
+            describe_hang(g, members, first, now)
+        );
+        let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
+        self.ctx.notifier.send(&a).await;
+        Ok(())
+    }
+
+    async fn page_straggler(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        own: &Member,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let since = own.heartbeat.unwrap_or(0).to_string();
+        let key = self
+            .ctx
+            .keys
+            .gang_alert(&g.id, &format!("{}-{since}", own.id()), "straggler");
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
+            return Ok(());
+        }
+        let what = match self.ctx.cfg.gang.straggler {
+            crate::config::StragglerAction::AlertOnly => {
+                "not restarted alone (gang.straggler = alert-only)"
+            }
+            crate::config::StragglerAction::Restart => "restarted alone (gang.straggler = restart)",
+        };
+        let detail = format!(
+            "{} ({}) stopped while the other members of gang {} still progress; {what}",
+            own.id(),
+            own.container,
+            g.id
+        );
+        let a = self.gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
+        self.ctx.notifier.send(&a).await;
+        let about = About::worker(case.worker(), case.v);
+        self.note(now, about, Code::Straggler, detail).await
+    }
+
+    /// `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
+    async fn restart_alone(
+        &mut self,
+        case: &Case<'_>,
+        incident: &Option<Incident>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        match incident {
+            Some(inc)
+                if policy::restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
+                    && policy::retry_open(case.marks, now) =>
+            {
+                let since = policy::condition_since(case.v, inc.started, case.marks, case.status);
+                let act = Act {
+                    case,
+                    inc,
+                    since,
+                    gang: None,
+                };
+                self.run_pipeline(&act, now).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The gang's one decision, under its lock, from a fresh view: every member able to take
+    /// part, one unit of the gang's breaker and one of the fleet budget; then the `restarting`
+    /// page. `None`: no decision (another agent holds the lock, a blocker, a cap).
+    async fn decide_gang(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        own: &Member,
+        state: &GangState,
+        now: Millis,
+    ) -> Result<Option<Decision>, CoordError> {
+        let coord = self.ctx.coord.clone();
+        let key = self.ctx.keys.gang_lock(&g.id);
+        let ttl = self.ctx.cfg.safety.lock_ttl;
+        let Some(lease) = Lease::take(coord.as_ref(), key, Lease::random_token(), ttl).await?
+        else {
+            return Ok(None);
+        };
+        let decided = self.decide_locked(case, g, own, state, now).await;
+        if let Err(e) = lease.release(coord.as_ref()).await {
+            tracing::warn!(error = %e, gang = %g.id, "could not release the gang lock; it expires by its TTL");
+        }
+        decided
+    }
+
+    async fn decide_locked(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        own: &Member,
+        state: &GangState,
+        now: Millis,
+    ) -> Result<Option<Decision>, CoordError> {
+        let t = Timing::of(&self.ctx.cfg);
+        let (all, fresh) = self.read_gang(g, own, true).await?;
+        let now = self.ctx.coord.time().await?.max(now);
+        let members = gp::present(&all, now, &t);
+        let Some(inc) = fresh
+            .incident
+            .clone()
+            .filter(|i| Some(i) == state.incident.as_ref())
+        else {
+            return Ok(None);
+        };
+        if let Some(d) = fresh.current_decision() {
+            return Ok(Some(d.clone()));
+        }
+        if !matches!(gp::verdict(&members, now), GangVerdict::Hung { .. }) {
+            return Ok(None);
+        }
+        let why = gp::blockers(&members, g.size, now, &t);
+        if !why.is_empty() {
+            self.gang_blocked(case, g, &inc, &members, why, now).await?;
+            return Ok(None);
+        }
+        if let Some(refused) = self.take_gang_caps(g, now).await? {
+            self.gang_blocked(case, g, &inc, &members, vec![refused], now)
+                .await?;
+            return Ok(None);
+        }
+        let d = Decision {
+            decided: now,
+            incident: inc.id.clone(),
+        };
+        let dkey = self.ctx.keys.gang_decision(&g.id);
+        let value = format!("{}:{}", d.decided, d.incident);
+        if !self.ctx.coord.set_nx(&dkey, &value, MARK_TTL).await? {
+            self.refund_gang_caps(g, now).await;
+            let ikey = self.ctx.keys.gang_incident(&g.id);
+            let values = self.ctx.coord.get_many(&[ikey, dkey]).await?;
+            return Ok(GangState::decode(&values).current_decision().cloned());
+        }
+        let first = gp::first_stopped(&members, now);
+        let (kind, verb) = match self.ctx.cfg.dry_run {
+            true => (AlertKind::WouldRestart, "would restart"),
+            false => (AlertKind::Restarting, "restarting"),
+        };
+        let detail = format!(
+            "{verb} every member of gang {} together ({} members, each by its own node's agent within two poll intervals); one unit of the fleet budget and of the gang's breaker ({} per day). {}",
+            g.id,
+            members.len(),
+            self.ctx.cfg.gang.breaker_per_day,
+            describe_hang(g, &members, first, now)
+        );
+        let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
+        if self.claim_alert(&akey, now, MARK_TTL).await? {
+            let mut a = self.gang_alert(kind, g, &members, first, detail.clone());
+            a.incident = Some(inc.id.clone());
+            self.ctx.notifier.send(&a).await;
+        }
+        let about = About::worker(case.worker(), case.v).incident(&inc.id);
+        self.note(now, about, Code::GangDecided, detail).await?;
+        Ok(Some(d))
+    }
+
+    /// One unit of the gang's breaker for the day, then one of the fleet budget (the breaker's
+    /// given back when the budget refuses). `Some(why)`: refused. Observe mode takes nothing.
+    async fn take_gang_caps(
+        &mut self,
+        g: &Gang,
+        now: Millis,
+    ) -> Result<Option<String>, CoordError> {
+        if self.ctx.cfg.dry_run {
+            return Ok(None);
+        }
+        let per_day = self.ctx.cfg.gang.breaker_per_day;
+        let day = breaker_day(now);
+        let key = self.ctx.keys.gang_breaker(&g.id, &day);
+        let coord = self.ctx.coord.clone();
+        if coord
+            .incr_capped(&key, u64::from(per_day), BREAKER_TTL)
+            .await?
+            .is_none()
+        {
+            return Ok(Some(format!(
+                "the gang's breaker is open: {per_day} gang restart(s) already today (UTC {day}, gang.breaker_per_day)"
+            )));
+        }
+        let caps = Caps {
+            coord: coord.as_ref(),
+            keys: &self.ctx.keys,
+            safety: &self.ctx.cfg.safety,
+        };
+        match caps.take_budget(now).await {
+            Ok(true) => Ok(None),
+            Ok(false) => {
+                coord.decr(&key).await?;
+                Ok(Some(format!(
+                    "the fleet restart budget is exhausted ({} per {})",
+                    self.ctx.cfg.safety.fleet_budget,
+                    humantime::format_duration(self.ctx.cfg.safety.fleet_window)
+                )))
+            }
+            Err(e) => {
+                let _ = coord.decr(&key).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn refund_gang_caps(&self, g: &Gang, now: Millis) {
+        if self.ctx.cfg.dry_run {
+            return;
+        }
+        let key = self.ctx.keys.gang_breaker(&g.id, &breaker_day(now));
+        let _ = self.ctx.coord.decr(&key).await;
+        if self.ctx.cfg.safety.fleet_budget > 0 {
+            let caps = Caps {
+                coord: self.ctx.coord.as_ref(),
+                keys: &self.ctx.keys,
+                safety: &self.ctx.cfg.safety,
+            };
+            let _ = self.ctx.coord.decr(&caps.budget_key(now)).await;
+        }
+    }
+
+    /// Nobody is restarted: one page per gang incident naming every blocking member and why.
+    async fn gang_blocked(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        inc: &GangIncident,
+        members: &[Member],
+        why: Vec<String>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let detail = format!(
+            "gang {} is hung but cannot be restarted as a whole, so no member is restarted (a partial restart breaks the job's rendezvous): {}",
+            g.id,
+            why.join("; ")
+        );
+        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "blocked");
+        if self.claim_alert(&key, now, MARK_TTL).await? {
+            let first = gp::first_stopped(members, now);
+            let mut a = self.gang_alert(AlertKind::GangBlocked, g, members, first, detail.clone());
+            a.incident = Some(inc.id.clone());
+            self.ctx.notifier.send(&a).await;
+        }
+        let about = About::worker(case.worker(), case.v)
+            .incident(&inc.id)
+            .once();
+        self.note(now, about, Code::GangBlocked, detail).await
+    }
+
+    /// This member's restart as the gang's decision asks: the ordinary pipeline under this
+    /// node's lock and breaker (the fleet unit was the gang's), revalidated against the decision.
+    async fn execute(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        state: &GangState,
+        d: Decision,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(ginc) = &state.incident else {
+            return Ok(());
+        };
+        let inc = Incident {
+            started: ginc.started,
+            id: ginc.id.clone(),
+        };
+        let v = match case.status.map(|s| &s.state) {
+            Some(WorkerState::Error) => Verdict::Errored,
+            _ => Verdict::Hung,
+        };
+        let member = Case { v, ..*case };
+        let mut safety = self.ctx.cfg.safety.clone();
+        safety.fleet_budget = 0;
+        let order = GangOrder {
+            gang: g.id.clone(),
+            decision: d,
+            safety,
+        };
+        let since = case.status.and_then(|s| s.heartbeat).unwrap_or(inc.started);
+        let act = Act {
+            case: &member,
+            inc: &inc,
+            since,
+            gang: Some(&order),
+        };
+        self.run_pipeline(&act, now).await
+    }
+
+    /// The last-moment check of a gang member's restart: the gang's decision still stands.
+    pub(super) async fn decision_stands(&self, order: &GangOrder) -> Result<bool, CoordError> {
+        let key = self.ctx.keys.gang_decision(&order.gang);
+        let values = self.ctx.coord.get_many(&[key]).await?;
+        let want = format!("{}:{}", order.decision.decided, order.decision.incident);
+        Ok(values.first().and_then(|v| v.as_deref()) == Some(want.as_str()))
+    }
+}
+
+/// The page's account of a hung gang: how many members, who stopped first, where, and what its
+/// node knows.
+fn describe_hang(g: &Gang, members: &[Member], first: Option<&Member>, now: Millis) -> String {
+    let count = match g.size {
+        Some(n) => format!("{} of {n} members report", members.len()),
+        None => format!("{} members", members.len()),
+    };
+    let Some(f) = first else {
+        return format!("gang {}: {count}", g.id);
+    };
+    let last = f.heartbeat.map_or("never beat".to_string(), |hb| {
+        format!("last progress {} ago", human(now - hb))
+    });
+    let mut s = format!(
+        "gang {} ({count}) stopped: the first to stop was {} on node {} ({}), {last}",
+        g.id, f.worker, f.node, f.container
+    );
+    if !f.signals.is_empty() {
+        s.push_str(&format!("; on its node: {}", f.signals.join(", ")));
+    }
+    if let Some(sd) = &f.stand_down {
+        s.push_str(&format!("; {sd}"));
+    }
+    s
+}

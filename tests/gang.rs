@@ -1,0 +1,395 @@
+//! A distributed job hangs as a whole: four agents (four node names) on one coordinator, one rank
+//! each, ranks that stop together — one incident, one decision, every rank restarted once, one
+//! fleet unit; and every reason the gang must not be restarted as a whole (a straggler, a
+//! member's breaker, a silent agent, a missing member, `alert-only`). The real agents and
+//! pipeline, the in-process coordinator and a fake clock: no sleeps.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fakes::{FakeRuntime, RecordingSink};
+use common::wiring::{node_config, write_record};
+use vigil::alerts::{AlertKind, Notifier};
+use vigil::clock::{utc_day, Clock, FakeClock, Millis};
+use vigil::config::{Config, GangAction};
+use vigil::coord::memory::MemoryCoordinator;
+use vigil::coord::{Coordinator, Keys};
+use vigil::hang::agent::Agent;
+use vigil::metrics::Metrics;
+
+const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;
+const POLL: Duration = Duration::from_secs(15);
+const GANG: &str = "ml/llama-70b";
+
+struct Rank {
+    keys: Keys,
+    runtime: FakeRuntime,
+    agent: Agent,
+    /// Its agent runs its cycles (false: the agent is silent).
+    alive: bool,
+}
+
+struct Job {
+    clock: FakeClock,
+    store: Arc<dyn Coordinator>,
+    sink: RecordingSink,
+    ranks: Vec<Rank>,
+    size: usize,
+}
+
+impl Job {
+    /// `n` ranks of one gang on nodes gpu-0.. (gang_size `size`), each with its own agent.
+    fn new(n: usize, size: usize, tweak: impl Fn(&mut Config)) -> Job {
+        let clock = FakeClock::at(DAY_START);
+        let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+        let sink = RecordingSink::default();
+        let ranks = (0..n)
+            .map(|i| {
+                let mut cfg = node_config(&format!("gpu-{i}"));
+                tweak(&mut cfg);
+                cfg.validate().unwrap();
+                let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+                let runtime = FakeRuntime::default();
+                runtime.add(&format!("c{i}"), &format!("rank-{i}"));
+                let metrics = Arc::new(Metrics::new());
+                let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
+                let agent = Agent::new(
+                    cfg,
+                    store.clone(),
+                    Arc::new(runtime.clone()),
+                    notifier,
+                    metrics,
+                );
+                Rank {
+                    keys,
+                    runtime,
+                    agent,
+                    alive: true,
+                }
+            })
+            .collect();
+        Job {
+            clock,
+            store,
+            sink,
+            ranks,
+            size,
+        }
+    }
+
+    fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    /// Rank `i` beats (working, at `step`), stamped `ago` ms before now.
+    async fn beat(&self, i: usize, ago: Millis) {
+        let size = self.size.to_string();
+        write_record(
+            self.store.as_ref(),
+            &self.ranks[i].keys.status(&format!("rank-{i}")),
+            "processing",
+            self.now() - ago,
+            &[("gang", GANG), ("gang_size", &size), ("job", "llama")],
+        )
+        .await;
+    }
+
+    async fn beat_all(&self) {
+        for i in 0..self.ranks.len() {
+            self.beat(i, 0).await;
+        }
+    }
+
+    /// One poll interval, then one cycle of every live agent.
+    async fn tick(&mut self) {
+        self.clock.advance(POLL);
+        for r in self.ranks.iter_mut().filter(|r| r.alive) {
+            let report = r.agent.cycle().await;
+            assert_eq!(report.coordinator_error, None);
+        }
+    }
+
+    async fn run_for(&mut self, d: Duration) {
+        let end = self.now() + d.as_millis() as Millis;
+        while self.now() < end {
+            self.tick().await;
+        }
+    }
+
+    fn restarts(&self) -> Vec<usize> {
+        (0..self.ranks.len())
+            .map(|i| self.ranks[i].runtime.restarts(&format!("c{i}")))
+            .collect()
+    }
+
+    async fn counter(&self, key: &str) -> u64 {
+        self.store.counter(key).await.unwrap()
+    }
+
+    async fn fleet_budget_used(&self) -> u64 {
+        let window = self.now().div_euclid(3_600_000);
+        self.counter(&self.ranks[0].keys.fleet_budget(window)).await
+    }
+}
+
+/// Every rank progresses for a minute, then the collective stops: rank 2 first, the others 3 s
+/// later (they block in the next all-reduce).
+async fn collective_stops(job: &mut Job) {
+    for _ in 0..4 {
+        job.beat_all().await;
+        job.tick().await;
+    }
+    for i in 0..job.ranks.len() {
+        job.beat(i, if i == 2 { 3_000 } else { 0 }).await;
+    }
+}
+
+#[tokio::test]
+async fn a_hung_collective_is_one_incident_one_decision_and_one_restart_of_every_rank() {
+    let mut job = Job::new(4, 4, |_| {});
+    collective_stops(&mut job).await;
+    let mut first_restart: Vec<Option<Millis>> = vec![None; 4];
+    let end = job.now() + 600_000;
+    while job.now() < end {
+        job.tick().await;
+        for (i, n) in job.restarts().iter().enumerate() {
+            if *n > 0 && first_restart[i].is_none() {
+                first_restart[i] = Some(job.now());
+            }
+        }
+    }
+    assert_eq!(
+        job.restarts(),
+        vec![1, 1, 1, 1],
+        "every rank restarted exactly once"
+    );
+    let times: Vec<Millis> = first_restart.iter().map(|t| t.unwrap()).collect();
+    let spread = times.iter().max().unwrap() - times.iter().min().unwrap();
+    assert!(
+        spread <= 2 * POLL.as_millis() as Millis,
+        "restarts {spread} ms apart"
+    );
+
+    let hung = job.sink.of(AlertKind::Hung);
+    assert_eq!(
+        hung.len(),
+        1,
+        "one hung page for the gang, not one per rank: {:?}",
+        job.sink.kinds()
+    );
+    assert_eq!(hung[0].gang.as_deref(), Some(GANG));
+    assert_eq!(
+        hung[0].worker.as_deref(),
+        Some("rank-2"),
+        "the rank that stopped first"
+    );
+    assert_eq!(hung[0].node, "gpu-2");
+    assert!(
+        hung[0].detail.contains("first to stop was rank-2"),
+        "{}",
+        hung[0].detail
+    );
+    assert_eq!(job.sink.count(AlertKind::Restarting), 1);
+    assert_eq!(job.sink.count(AlertKind::Escalation), 0);
+    assert_eq!(
+        job.fleet_budget_used().await,
+        1,
+        "one fleet unit for one gang restart"
+    );
+    let day = utc_day(job.now());
+    let gang_breaker = job.ranks[0].keys.gang_breaker(GANG, &day);
+    assert_eq!(job.counter(&gang_breaker).await, 1);
+    for r in &job.ranks {
+        assert_eq!(
+            job.counter(&r.keys.breaker(&day)).await,
+            1,
+            "each node counts its rank's restart"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_gang_that_progresses_closes_its_incident_and_a_later_hang_is_a_new_one() {
+    let mut job = Job::new(3, 3, |_| {});
+    collective_stops(&mut job).await;
+    job.run_for(Duration::from_secs(420)).await;
+    assert_eq!(job.restarts(), vec![1, 1, 1]);
+    // The new incarnations train for a while…
+    for _ in 0..50 {
+        job.beat_all().await;
+        job.tick().await;
+    }
+    // …then hang again: a second incident, restarted again (the gang breaker allows 2 a day),
+    // and its page is the escalation of the first restart? No: it is past cooldown +
+    // escalate_after, so an ordinary hung page.
+    collective_stops(&mut job).await;
+    job.run_for(Duration::from_secs(420)).await;
+    assert_eq!(job.restarts(), vec![2, 2, 2]);
+    assert_eq!(job.sink.count(AlertKind::Hung), 2);
+    assert_eq!(job.sink.count(AlertKind::Restarting), 2);
+    // A third hang finds the gang's breaker open: one blocked page, nobody restarted.
+    for _ in 0..50 {
+        job.beat_all().await;
+        job.tick().await;
+    }
+    collective_stops(&mut job).await;
+    job.run_for(Duration::from_secs(420)).await;
+    assert_eq!(job.restarts(), vec![2, 2, 2]);
+    let blocked = job.sink.of(AlertKind::GangBlocked);
+    assert_eq!(blocked.len(), 1);
+    assert!(
+        blocked[0].detail.contains("gang's breaker is open"),
+        "{}",
+        blocked[0].detail
+    );
+}
+
+#[tokio::test]
+async fn a_gang_that_hangs_again_right_after_its_restart_escalates_once_and_is_not_restarted_twice()
+{
+    let mut job = Job::new(2, 2, |_| {});
+    collective_stops(&mut job).await;
+    // The restarted ranks never beat: they hang at the rendezvous. Decided at ~390 s; the
+    // escalation `escalate_after` (10 min) later; never a second restart in that incident.
+    job.run_for(Duration::from_secs(1_100)).await;
+    assert_eq!(job.restarts(), vec![1, 1], "not twice in one gang incident");
+    assert_eq!(
+        job.sink.count(AlertKind::Escalation),
+        1,
+        "{:?}",
+        job.sink.kinds()
+    );
+    // Past the cooldown the incident is over, as a single worker's booting is: a new incident,
+    // restarted again (the gang's breaker bounds this), and no second escalation for the
+    // same restart.
+    job.run_for(Duration::from_secs(600)).await;
+    assert_eq!(job.restarts(), vec![2, 2]);
+    assert_eq!(
+        job.sink.count(AlertKind::Escalation),
+        1,
+        "{:?}",
+        job.sink.kinds()
+    );
+    assert_eq!(
+        job.sink.count(AlertKind::Hung),
+        1,
+        "the second stop's page is the escalation"
+    );
+}
+
+#[tokio::test]
+async fn a_straggler_is_named_once_and_not_restarted_alone() {
+    let mut job = Job::new(3, 3, |_| {});
+    job.beat_all().await;
+    for _ in 0..30 {
+        for i in [0, 2] {
+            job.beat(i, 0).await;
+        }
+        job.tick().await;
+    }
+    assert_eq!(job.restarts(), vec![0, 0, 0]);
+    let s = job.sink.of(AlertKind::Straggler);
+    assert_eq!(s.len(), 1, "{:?}", job.sink.kinds());
+    assert_eq!(s[0].worker.as_deref(), Some("rank-1"));
+    assert_eq!(job.sink.count(AlertKind::Hung), 0);
+}
+
+#[tokio::test]
+async fn a_member_whose_node_breaker_is_open_blocks_the_whole_gang() {
+    let mut job = Job::new(4, 4, |_| {});
+    let day = utc_day(job.now());
+    for _ in 0..3 {
+        job.store
+            .incr_capped(
+                &job.ranks[3].keys.breaker(&day),
+                3,
+                Duration::from_secs(3600),
+            )
+            .await
+            .unwrap();
+    }
+    collective_stops(&mut job).await;
+    job.run_for(Duration::from_secs(600)).await;
+    assert_eq!(job.restarts(), vec![0, 0, 0, 0], "all or nothing");
+    let blocked = job.sink.of(AlertKind::GangBlocked);
+    assert_eq!(blocked.len(), 1);
+    assert!(
+        blocked[0]
+            .detail
+            .contains("gpu-3/rank-3: the breaker of gpu-3 is open"),
+        "{}",
+        blocked[0].detail
+    );
+    assert!(blocked[0].page);
+    assert_eq!(job.fleet_budget_used().await, 0);
+}
+
+#[tokio::test]
+async fn a_silent_agent_or_a_missing_member_blocks_the_whole_gang() {
+    let mut job = Job::new(3, 3, |_| {});
+    collective_stops(&mut job).await;
+    job.ranks[1].alive = false;
+    job.run_for(Duration::from_secs(600)).await;
+    assert_eq!(job.restarts(), vec![0, 0, 0]);
+    let blocked = job.sink.of(AlertKind::GangBlocked);
+    assert_eq!(blocked.len(), 1);
+    assert!(
+        blocked[0]
+            .detail
+            .contains("the agent on gpu-1 has been silent"),
+        "{}",
+        blocked[0].detail
+    );
+
+    let mut job = Job::new(3, 4, |_| {});
+    collective_stops(&mut job).await;
+    job.run_for(Duration::from_secs(600)).await;
+    assert_eq!(job.restarts(), vec![0, 0, 0]);
+    let blocked = job.sink.of(AlertKind::GangBlocked);
+    assert_eq!(blocked.len(), 1);
+    assert!(
+        blocked[0].detail.contains("1 of 4 members missing"),
+        "{}",
+        blocked[0].detail
+    );
+}
+
+#[tokio::test]
+async fn a_member_whose_node_stands_down_blocks_the_whole_gang() {
+    let mut job = Job::new(3, 3, |_| {});
+    // Node gpu-1's agent is stopping (SIGTERM: the node is going away): it restarts nothing.
+    let term = tokio_util::sync::CancellationToken::new();
+    let r = job.ranks.remove(1);
+    job.ranks.insert(
+        1,
+        Rank {
+            agent: r.agent.with_shutdown(term.clone()),
+            ..r
+        },
+    );
+    term.cancel();
+    collective_stops(&mut job).await;
+    job.run_for(Duration::from_secs(600)).await;
+    assert_eq!(job.restarts(), vec![0, 0, 0], "all or nothing");
+    let blocked = job.sink.of(AlertKind::GangBlocked);
+    assert_eq!(blocked.len(), 1, "{:?}", job.sink.kinds());
+    assert!(
+        blocked[0]
+            .detail
+            .contains("gpu-1/rank-1: the agent is shutting down on gpu-1"),
+        "{}",
+        blocked[0].detail
+    );
+}
+
+#[tokio::test]
+async fn an_alert_only_gang_is_paged_once_and_never_restarted() {
+    let mut job = Job::new(3, 3, |c| c.gang.action = GangAction::AlertOnly);
+    collective_stops(&mut job).await;
+    job.run_for(Duration::from_secs(900)).await;
+    assert_eq!(job.restarts(), vec![0, 0, 0]);
+    assert_eq!(job.sink.count(AlertKind::Hung), 1);
+    assert_eq!(job.sink.count(AlertKind::Restarting), 0);
+}
