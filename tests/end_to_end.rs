@@ -8,5 +8,6 @@ mod common;
 mod cri;
 mod e2e;
 mod e2e_cri;
+mod e2e_gang;
 mod e2e_maintenance;
 mod podman;

@@ -1,0 +1,152 @@
+//! End-to-end, a distributed job hangs as a whole: four `vigil run` processes (four node names,
+//! one Redis, the real Docker daemon), one rank each in its own container that ignores SIGTERM
+//! like a rank blocked in a collective, rank 2 stopping first. Read as an operator reads it: the
+//! webhook, the containers' start times, the fleet budget's counter, `vigil status`.
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use common::e2e::{ConfigParts, Setup};
+use common::real::{
+    beat, eventually, redis_get, shared_redis_url, unique, vigil, Receiver, VigilProcess,
+    WorkerContainer,
+};
+
+const RANKS: usize = 4;
+/// The shared rig's `poll_interval`.
+const POLL_MS: u64 = 300;
+
+struct Rank {
+    s: Setup,
+    cfg: PathBuf,
+    container: WorkerContainer,
+    before: String,
+}
+
+fn config(s: &Setup, hook: &str) -> PathBuf {
+    s.write_config(ConfigParts {
+        policy: "cooldown = \"60s\"\nescalate_after = \"120s\"",
+        tables: &format!(
+            "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{hook}\"\nattempts = 2\ntimeout = \"2s\"\n"
+        ),
+        ..ConfigParts::default()
+    })
+}
+
+/// `vigil beat` for rank `i` of the gang: working, at `step`.
+fn beat_rank(r: &Rank, gang: &str, redis: &str, step: &str) {
+    let (code, out, err) = beat(
+        &r.cfg,
+        &r.s.worker,
+        "processing",
+        &["--gang", gang, "--gang-size", "4", "--progress", step, "--job", "llama"],
+        &[("REDIS_URL", redis)],
+    );
+    assert_eq!(code, 0, "vigil beat failed: {out} {err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_budget_unit() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let prefix = unique("gang");
+    let gang = unique("ml/llama-");
+    let ranks: Vec<Rank> = (0..RANKS)
+        .map(|i| {
+            let mut s = Setup::new("gang");
+            s.prefix = prefix.clone();
+            s.worker = format!("rank-{i}");
+            let cfg = config(&s, &hook.url);
+            let container = WorkerContainer::start(&s.label, &s.worker);
+            let before = container.started_at();
+            Rank {
+                s,
+                cfg,
+                container,
+                before,
+            }
+        })
+        .collect();
+    let agents: Vec<VigilProcess> = ranks
+        .iter()
+        .map(|r| VigilProcess::spawn(&["run"], &r.cfg, &[("REDIS_URL", &redis)]))
+        .collect();
+    let logs = || -> String {
+        agents
+            .iter()
+            .map(|a| a.log_text())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    // The job trains for a few seconds, then rank 2 stops first and the others block in the
+    // next all-reduce 300 ms later (inside confirm_after: no straggler in between).
+    for step in 0..4 {
+        for r in &ranks {
+            beat_rank(r, &gang, &redis, &format!("step-{step}"));
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    beat_rank(&ranks[2], &gang, &redis, "step-4");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in [0, 1, 3] {
+        beat_rank(&ranks[i], &gang, &redis, "step-4");
+    }
+
+    let all_restarted = eventually(Duration::from_secs(60), || {
+        ranks.iter().all(|r| r.container.started_at() != r.before)
+    })
+    .await;
+    assert!(all_restarted, "not every rank restarted:\n{}", logs());
+    // No second restart of anyone while the new incarnations boot.
+    let after: Vec<String> = ranks.iter().map(|r| r.container.started_at()).collect();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let later: Vec<String> = ranks.iter().map(|r| r.container.started_at()).collect();
+    assert_eq!(after, later, "a rank restarted twice:\n{}", logs());
+
+    // Restarted together: the new incarnations started within two poll intervals of each other
+    // (plus a second for the daemon, which kills and starts four containers at once).
+    let starts: Vec<i64> = after
+        .iter()
+        .map(|t| t.parse::<jiff::Timestamp>().unwrap().as_millisecond())
+        .collect();
+    let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
+    assert!(
+        spread <= 2 * POLL_MS as i64 + 1_000,
+        "restarts {spread} ms apart: {after:?}\n{}",
+        logs()
+    );
+
+    // One hung page, naming the job and rank 2; one restarting; nothing per rank.
+    let bodies = hook.bodies.lock().unwrap().clone();
+    let hung: Vec<_> = bodies.iter().filter(|b| b["vigil"]["kind"] == "hung").collect();
+    assert_eq!(hung.len(), 1, "{:?}\n{}", hook.kinds(), logs());
+    assert_eq!(hung[0]["vigil"]["gang"], gang.as_str());
+    assert_eq!(hung[0]["vigil"]["worker"], "rank-2", "{}", hung[0]);
+    assert_eq!(hung[0]["vigil"]["node"], ranks[2].s.node.as_str());
+    assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
+    assert_eq!(hook.count("straggler"), 0, "{:?}", hook.kinds());
+
+    // One unit of the fleet budget (windows of an hour on Redis's clock; the test may straddle
+    // two).
+    let hour = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        / 3_600_000;
+    let mut used = 0;
+    for w in [hour - 1, hour, hour + 1] {
+        let key = format!("{prefix}:fleet:budget:{w}");
+        used += redis_get(&redis, &key).await.map_or(0, |v| v.parse::<i64>().unwrap());
+    }
+    assert_eq!(used, 1, "one fleet unit for the gang");
+
+    // `vigil status` shows the gang.
+    let (code, out, err) = vigil(
+        &["status", "--config", ranks[0].cfg.to_str().unwrap()],
+        &[("REDIS_URL", &redis)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("gangs:") && out.contains(&gang), "{out}");
+}
