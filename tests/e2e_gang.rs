@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use common::e2e::{ConfigParts, Setup};
 use common::real::{
-    beat, eventually, redis_get, shared_redis_url, unique, vigil, Receiver, VigilProcess,
+    beat, eventually, poll, redis_get, shared_redis_url, unique, vigil, Receiver, VigilProcess,
     WorkerContainer,
 };
 
@@ -41,7 +41,16 @@ fn beat_rank(r: &Rank, gang: &str, redis: &str, step: &str) {
         &r.cfg,
         &r.s.worker,
         "processing",
-        &["--gang", gang, "--gang-size", "4", "--progress", step, "--job", "llama"],
+        &[
+            "--gang",
+            gang,
+            "--gang-size",
+            "4",
+            "--progress",
+            step,
+            "--job",
+            "llama",
+        ],
         &[("REDIS_URL", redis)],
     );
     assert_eq!(code, 0, "vigil beat failed: {out} {err}");
@@ -120,7 +129,10 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
 
     // One hung page, naming the job and rank 2; one restarting; nothing per rank.
     let bodies = hook.bodies.lock().unwrap().clone();
-    let hung: Vec<_> = bodies.iter().filter(|b| b["vigil"]["kind"] == "hung").collect();
+    let hung: Vec<_> = bodies
+        .iter()
+        .filter(|b| b["vigil"]["kind"] == "hung")
+        .collect();
     assert_eq!(hung.len(), 1, "{:?}\n{}", hook.kinds(), logs());
     assert_eq!(hung[0]["vigil"]["gang"], gang.as_str());
     assert_eq!(hung[0]["vigil"]["worker"], "rank-2", "{}", hung[0]);
@@ -138,7 +150,9 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
     let mut used = 0;
     for w in [hour - 1, hour, hour + 1] {
         let key = format!("{prefix}:fleet:budget:{w}");
-        used += redis_get(&redis, &key).await.map_or(0, |v| v.parse::<i64>().unwrap());
+        used += redis_get(&redis, &key)
+            .await
+            .map_or(0, |v| v.parse::<i64>().unwrap());
     }
     assert_eq!(used, 1, "one fleet unit for the gang");
 
@@ -149,4 +163,131 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("gangs:") && out.contains(&gang), "{out}");
+}
+
+/// The agent of node `s` on the CRI socket `socket` (the test plays kubelet), the Kubernetes API
+/// off: the pods' labels are all it knows of the job.
+fn cri_config(s: &Setup, socket: &std::path::Path, hook: &str) -> PathBuf {
+    s.write_config(ConfigParts {
+        runtime: &format!(
+            "kind = \"cri\"\ncri_socket = \"{}\"\nallow_pod_replacement = true\npod_resources_socket = \"\"",
+            socket.display()
+        ),
+        policy: "cooldown = \"60s\"\nescalate_after = \"120s\"",
+        tables: &format!(
+            "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{hook}\"\nattempts = 2\ntimeout = \"2s\"\n[kubernetes]\nenabled = \"off\"\n[gpu]\nenabled = \"off\"\n[metadata]\nenabled = \"off\"\n"
+        ),
+        ..ConfigParts::default()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_their_records() {
+    use common::containerd::{Containerd, Kubelet};
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let stop = tokio_util::sync::CancellationToken::new();
+    kubelet.restart_loop(stop.clone());
+    let prefix = unique("gang-cri");
+    let jobset = unique("llama-");
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        let mut s = Setup::new("gang-cri");
+        s.prefix = prefix.clone();
+        s.worker = format!("rank-{i}");
+        let cfg = cri_config(&s, &ctd.socket(), &hook.url);
+        // JobSet's labels, as its controller puts them on every pod of the set.
+        let labels = [
+            (s.label.as_str(), s.worker.as_str()),
+            ("jobset.sigs.k8s.io/jobset-name", jobset.as_str()),
+            ("jobset.sigs.k8s.io/restart-attempt", "0"),
+            ("jobset.sigs.k8s.io/replicatedjob-name", "workers"),
+            ("batch.kubernetes.io/job-completion-index", "0"),
+        ];
+        let pod = kubelet
+            .run_pod(
+                &format!("{jobset}-workers-{i}"),
+                &labels,
+                &[],
+                &[("main", common::real::IGNORES_TERM)],
+            )
+            .await;
+        nodes.push((s, cfg, pod));
+    }
+    let first: Vec<String> = {
+        let mut v = Vec::new();
+        for (_, _, pod) in &nodes {
+            v.push(kubelet.running(pod, "main").await.unwrap().0);
+        }
+        v
+    };
+    // Records without a gang: `vigil beat` with no --gang.
+    for (s, cfg, _) in &nodes {
+        let (code, out, err) = beat(
+            cfg,
+            &s.worker,
+            "processing",
+            &["--job", "llama"],
+            &[("REDIS_URL", &redis)],
+        );
+        assert_eq!(code, 0, "{out} {err}");
+    }
+    let agents: Vec<VigilProcess> = nodes
+        .iter()
+        .map(|(_, cfg, _)| VigilProcess::spawn(&["run"], cfg, &[("REDIS_URL", &redis)]))
+        .collect();
+    let logs = || {
+        agents
+            .iter()
+            .map(|a| a.log_text())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    let restarted = poll(Duration::from_secs(90), || {
+        let k = kubelet.clone();
+        let pods: Vec<_> = nodes.iter().map(|n| n.2.clone()).collect();
+        let first = first.clone();
+        async move {
+            for (pod, id) in pods.iter().zip(&first) {
+                if !k
+                    .running(pod, "main")
+                    .await
+                    .is_some_and(|(now, _)| now != *id)
+                {
+                    return None;
+                }
+            }
+            Some(())
+        }
+    })
+    .await
+    .is_some();
+    assert!(restarted, "both ranks restarted:\n{}", logs());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for (_, _, pod) in &nodes {
+        let attempts: Vec<u32> = kubelet.containers(pod).await.iter().map(|c| c.2).collect();
+        assert_eq!(
+            attempts,
+            vec![0, 1],
+            "one new attempt per rank:\n{}",
+            logs()
+        );
+    }
+    let hung: Vec<_> = hook
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|b| b["vigil"]["kind"] == "hung")
+        .cloned()
+        .collect();
+    assert_eq!(hung.len(), 1, "{:?}", hook.kinds());
+    assert_eq!(
+        hung[0]["vigil"]["gang"],
+        format!("default/jobset/{jobset}/0")
+    );
+    assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
+    stop.cancel();
 }

@@ -211,6 +211,48 @@ async fn a_hung_collective_is_one_incident_one_decision_and_one_restart_of_every
 }
 
 #[tokio::test]
+async fn pods_of_one_jobset_are_one_gang_without_a_gang_in_their_records() {
+    let mut job = Job::new(3, 3, |_| {});
+    for (i, r) in job.ranks.iter().enumerate() {
+        r.runtime.set_pod_labels(
+            &format!("c{i}"),
+            "ml",
+            &[
+                ("jobset.sigs.k8s.io/jobset-name", "llama"),
+                ("jobset.sigs.k8s.io/restart-attempt", "0"),
+            ],
+        );
+    }
+    // The records name no gang: only the pods' labels do.
+    let plain = |job: &Job, i: usize, ago: Millis| {
+        let key = job.ranks[i].keys.status(&format!("rank-{i}"));
+        let at = job.now() - ago;
+        let store = job.store.clone();
+        async move { write_record(store.as_ref(), &key, "processing", at, &[]).await }
+    };
+    for _ in 0..4 {
+        for i in 0..3 {
+            plain(&job, i, 0).await;
+        }
+        job.tick().await;
+    }
+    for i in 0..3 {
+        plain(&job, i, if i == 1 { 3_000 } else { 0 }).await;
+    }
+    job.run_for(Duration::from_secs(600)).await;
+    assert_eq!(job.restarts(), vec![1, 1, 1]);
+    let hung = job.sink.of(AlertKind::Hung);
+    assert_eq!(hung.len(), 1, "{:?}", job.sink.kinds());
+    assert_eq!(hung[0].gang.as_deref(), Some("ml/jobset/llama/0"));
+    assert_eq!(hung[0].worker.as_deref(), Some("rank-1"));
+    assert_eq!(
+        hung[0].gang_size,
+        Some(3),
+        "no size on a JobSet's pods: the members seen"
+    );
+}
+
+#[tokio::test]
 async fn a_restarted_gang_that_progresses_closes_its_incident_and_a_later_hang_is_a_new_one() {
     let mut job = Job::new(3, 3, |_| {});
     collective_stops(&mut job).await;

@@ -28,6 +28,84 @@ pub struct Container {
     /// operator): the opt-in label's companion `<label>.restarts = alert-only`. Vigil reports its
     /// hangs and never restarts it.
     pub alert_only: bool,
+    /// The distributed job it is a rank of, from its pod's labels (JobSet, indexed Job,
+    /// LeaderWorkerSet, or `<opt-in label>.gang`): the gang when its record names none.
+    pub(crate) gang: Option<PodGang>,
+}
+
+/// A gang as a pod's labels name it: a namespaced id and, when the labels say, its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PodGang {
+    pub(crate) id: String,
+    pub(crate) size: Option<u32>,
+    /// Which labels said so (`jobset`, `job`, `lws`, `label`), for the docs and the trail.
+    pub(crate) source: &'static str,
+}
+
+/// The companion label of the opt-in label that names a worker's gang (`vigil.worker.gang`),
+/// and its size (`vigil.worker.gang-size`).
+pub(crate) const GANG_SUFFIX: &str = ".gang";
+pub(crate) const GANG_SIZE_SUFFIX: &str = ".gang-size";
+
+/// The keys the job controllers set on their pods (docs/research/gang-labels.md cites each).
+pub(crate) mod keys {
+    pub(crate) const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+    pub(crate) const JOBSET_RESTART: &str = "jobset.sigs.k8s.io/restart-attempt";
+    pub(crate) const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+    pub(crate) const JOB_UID: &str = "batch.kubernetes.io/controller-uid";
+    pub(crate) const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+    pub(crate) const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+    pub(crate) const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
+    pub(crate) const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
+}
+
+/// The gang a pod's labels (and annotations) name, namespaced (`namespace` `None`: a container
+/// outside Kubernetes, whose explicit label is its gang id as it is): the explicit
+/// `<opt-in label>.gang` first, then a JobSet (`<ns>/jobset/<name>/<restart-attempt>`: a global
+/// restart makes a new gang), a LeaderWorkerSet group (`<ns>/lws/<name>/<group-index>`, its size
+/// from the `size` annotation), an Indexed Job (`<ns>/job/<name>/<controller-uid prefix>`). A
+/// plain non-indexed Job is no gang (its pods are not ranks of one collective). The id is checked
+/// against the gang-id rule by the caller.
+pub(crate) fn gang_of_pod(
+    namespace: Option<&str>,
+    labels: &std::collections::HashMap<String, String>,
+    annotations: &std::collections::HashMap<String, String>,
+    worker_label: &str,
+) -> Option<PodGang> {
+    let get = |k: &str| labels.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let size_of = |v: Option<&String>| {
+        v.and_then(|n| n.trim().parse::<u32>().ok())
+            .filter(|n| *n > 0)
+    };
+    let gang = |id: String, size: Option<u32>, source| Some(PodGang { id, size, source });
+    if let Some(g) = get(&format!("{worker_label}{GANG_SUFFIX}")) {
+        let size = size_of(labels.get(&format!("{worker_label}{GANG_SIZE_SUFFIX}")));
+        let id = match namespace {
+            Some(ns) => format!("{}/{g}", if ns.is_empty() { "default" } else { ns }),
+            None => g.to_string(),
+        };
+        return gang(id, size, "label");
+    }
+    // NB: a container outside Kubernetes (plain Docker) names its gang with the label only.
+    let ns = match namespace? {
+        "" => "default",
+        ns => ns,
+    };
+    if let Some(name) = get(keys::JOBSET_NAME) {
+        let attempt = get(keys::JOBSET_RESTART).unwrap_or("0");
+        return gang(format!("{ns}/jobset/{name}/{attempt}"), None, "jobset");
+    }
+    if let Some(name) = get(keys::LWS_NAME) {
+        let group = get(keys::LWS_GROUP).unwrap_or("0");
+        let size = size_of(annotations.get(keys::LWS_SIZE));
+        return gang(format!("{ns}/lws/{name}/{group}"), size, "lws");
+    }
+    let indexed = labels.contains_key(keys::JOB_INDEX) || annotations.contains_key(keys::JOB_INDEX);
+    if let (Some(name), true) = (get(keys::JOB_NAME), indexed) {
+        let uid: String = get(keys::JOB_UID).unwrap_or("").chars().take(8).collect();
+        return gang(format!("{ns}/job/{name}/{uid}"), None, "job");
+    }
+    None
 }
 
 impl Container {
@@ -169,5 +247,69 @@ mod tests {
         assert_eq!(visible_gpus(None, &[]), None);
         let none = ["NVIDIA_VISIBLE_DEVICES=none".to_string()];
         assert_eq!(visible_gpus(None, &none), Some(vec![]));
+    }
+}
+
+#[cfg(test)]
+mod gang_tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn each_controller_s_pod_labels_name_a_namespaced_gang() {
+        let none = HashMap::new();
+        let l = "vigil.worker";
+        let jobset = map(&[
+            (keys::JOBSET_NAME, "llama"),
+            (keys::JOBSET_RESTART, "2"),
+            (keys::JOB_NAME, "llama-w-0"),
+            (keys::JOB_INDEX, "1"),
+        ]);
+        let g = gang_of_pod(Some("ml"), &jobset, &none, l).unwrap();
+        assert_eq!(
+            (g.id.as_str(), g.size, g.source),
+            ("ml/jobset/llama/2", None, "jobset")
+        );
+        let lws = map(&[(keys::LWS_NAME, "serve"), (keys::LWS_GROUP, "3")]);
+        let g = gang_of_pod(Some("ml"), &lws, &map(&[(keys::LWS_SIZE, "4")]), l).unwrap();
+        assert_eq!((g.id.as_str(), g.size), ("ml/lws/serve/3", Some(4)));
+        let job = map(&[
+            (keys::JOB_NAME, "pt"),
+            (keys::JOB_UID, "0123456789ab"),
+            (keys::JOB_INDEX, "0"),
+        ]);
+        assert_eq!(
+            gang_of_pod(Some(""), &job, &none, l).unwrap().id,
+            "default/job/pt/01234567"
+        );
+        let plain = map(&[(keys::JOB_NAME, "pt"), (keys::JOB_UID, "0123456789ab")]);
+        assert_eq!(
+            gang_of_pod(Some("ml"), &plain, &none, l),
+            None,
+            "a plain Job is no gang"
+        );
+        let explicit = map(&[
+            ("vigil.worker.gang", "run-7"),
+            ("vigil.worker.gang-size", "16"),
+            (keys::JOBSET_NAME, "x"),
+        ]);
+        let g = gang_of_pod(Some("ml"), &explicit, &none, l).unwrap();
+        assert_eq!(
+            (g.id.as_str(), g.size, g.source),
+            ("ml/run-7", Some(16), "label")
+        );
+        assert_eq!(gang_of_pod(Some("ml"), &none, &none, l), None);
+        let docker = map(&[("vigil.worker.gang", "run-7"), (keys::JOBSET_NAME, "x")]);
+        assert_eq!(gang_of_pod(None, &docker, &none, l).unwrap().id, "run-7");
+        assert_eq!(
+            gang_of_pod(None, &map(&[(keys::JOBSET_NAME, "x")]), &none, l),
+            None
+        );
     }
 }

@@ -306,6 +306,7 @@ struct Sandbox {
     container: Option<String>,
     checkpoint: Option<String>,
     alert_only: bool,
+    gang: Option<crate::runtime::container::PodGang>,
     namespace: String,
     pod: String,
     uid: String,
@@ -334,6 +335,12 @@ impl Sandbox {
             container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
             checkpoint: annotations.get(&s.checkpoint_annotation).cloned(),
             alert_only: crate::runtime::container::alert_only(&labels, &s.worker_label),
+            gang: crate::runtime::container::gang_of_pod(
+                Some(&meta.namespace),
+                &labels,
+                &annotations,
+                &s.worker_label,
+            ),
             namespace: meta.namespace,
             pod: meta.name,
             uid: meta.uid,
@@ -381,6 +388,7 @@ impl Sandbox {
             }),
             kube_pod: None,
             alert_only: self.alert_only,
+            gang: self.gang.clone(),
         }
     }
 }

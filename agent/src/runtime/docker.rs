@@ -371,6 +371,12 @@ impl ContainerRuntime for DockerRuntime {
             pod: None,
             kube_pod: kube_pod(&labels),
             alert_only: crate::runtime::container::alert_only(&labels, &self.label),
+            gang: crate::runtime::container::gang_of_pod(
+                None,
+                &labels,
+                &Default::default(),
+                &self.label,
+            ),
         }))
     }
 

@@ -57,6 +57,7 @@ impl FakeRuntime {
                 pod: None,
                 kube_pod: None,
                 alert_only: false,
+                gang: None,
             },
         );
     }
@@ -155,6 +156,23 @@ impl FakeRuntime {
                 name: pod.into(),
                 uid: format!("uid-{pod}"),
             });
+        }
+    }
+    /// Give a container the pod labels of a job controller: `labels` as the pod in `namespace`
+    /// carries them (the gang comes from them as on a CRI node).
+    pub fn set_pod_labels(&self, id: &str, namespace: &str, labels: &[(&str, &str)]) {
+        let labels: std::collections::HashMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let gang = crate::runtime::container::gang_of_pod(
+            Some(namespace),
+            &labels,
+            &Default::default(),
+            "vigil.worker",
+        );
+        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
+            c.gang = gang;
         }
     }
     /// Set a container's checkpoint-method label.

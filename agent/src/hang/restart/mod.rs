@@ -275,7 +275,16 @@ impl RestartPath<'_> {
             false => read,
         };
         let now = read.now;
-        let (status, invalid) = self.status_of(&c.worker, &read);
+        let (mut status, invalid) = self.status_of(&c.worker, &read);
+        // NB: a record that names no gang is its pod's labels' member (JobSet, Job, LWS).
+        if let (Some(s), Some(g)) = (status.as_mut(), c.gang.as_ref()) {
+            if s.gang.is_none() && crate::hang::model::valid_gang_id(&g.id) {
+                s.gang = Some(crate::hang::model::Gang {
+                    id: g.id.clone(),
+                    size: g.size,
+                });
+            }
+        }
         let decoded = marks::decode(&read.values);
         let mut marks = decoded.marks;
         // NB: only once the new incarnation is recorded (not in the cycle that records it).
