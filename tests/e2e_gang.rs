@@ -251,11 +251,8 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
         let first = first.clone();
         async move {
             for (pod, id) in pods.iter().zip(&first) {
-                if !k
-                    .running(pod, "main")
-                    .await
-                    .is_some_and(|(now, _)| now != *id)
-                {
+                let now = k.running(pod, "main").await.map(|(now, _)| now);
+                if now.is_none_or(|now| now == *id) {
                     return None;
                 }
             }
