@@ -242,6 +242,13 @@ fn every_redis_key_is_documented() {
         k.maintenance_claim("<pool>"),
         k.fleet_budget(42).replace("42", "<window>"),
         k.fleet_budget_alert(42).replace("42", "<window>"),
+        k.gang_members("G", 7).replace("#7", "#S"),
+        k.gang_incident("G"),
+        k.gang_decision("G"),
+        k.gang_restarted("G"),
+        k.gang_lock("G"),
+        k.gang_breaker("G", "<YYYY-MM-DD>"),
+        k.gang_alert("G", "<about>", "<kind>"),
     ];
     for key in &keys {
         assert!(

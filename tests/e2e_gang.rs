@@ -8,10 +8,10 @@ use crate::common;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use common::e2e::{ConfigParts, Setup};
+use common::e2e::{decisions, ConfigParts, Setup};
 use common::real::{
-    beat, eventually, poll, redis_get, shared_redis_url, unique, vigil, Receiver, VigilProcess,
-    WorkerContainer,
+    beat, eventually, explain, poll, redis_get, shared_redis_url, unique, vigil, Receiver,
+    VigilProcess, WorkerContainer,
 };
 
 const RANKS: usize = 4;
@@ -163,6 +163,21 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("gangs:") && out.contains(&gang), "{out}");
+    // `vigil explain` of a rank's node: its gang, and the gang's decisions in the trails.
+    let (code, out, err) = explain(
+        &ranks[0].cfg,
+        &ranks[0].s.node,
+        &[],
+        &[("REDIS_URL", &redis)],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("gangs:") && out.contains(&gang), "{out}");
+    let trails: String = ranks
+        .iter()
+        .map(|r| explain(&r.cfg, &r.s.node, &[], &[("REDIS_URL", &redis)]).1)
+        .collect();
+    assert_eq!(trails.matches("gang-decided").count(), 1, "{trails}");
+    assert_eq!(decisions(&trails, "restarted"), RANKS, "{trails}");
 }
 
 /// The agent of node `s` on the CRI socket `socket` (the test plays kubelet), the Kubernetes API

@@ -1,4 +1,5 @@
-//! `vigil explain`: the decision trail of a node, oldest first, then whether the checkpoint
+//! `vigil explain`: the decision trail of a node, oldest first, then the gangs its workers are
+//! members of (`crate::fleet::gangs`), then whether the checkpoint
 //! budgets fit that node's worker pods (`super::budget`): a checkpoint that timed out is often a
 //! budget the platform never gave. Without a Redis URL of its own it asks the local agent for
 //! this node's trail (`GET /v1/trail`, on the agent's HTTP port).
@@ -32,6 +33,23 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Res
         .await
         .map_err(failed)?;
     print!("{}", crate::trail::render(&node, &entries));
+    print!("{}", gangs_of(coord.as_ref(), cfg, &keys).await?);
     print!("{}", super::budget::check(cfg, &node).await.render());
     Ok(())
+}
+
+/// The gangs this node's workers are members of (from its node record), each with its verdict,
+/// incident, decision and blockers.
+async fn gangs_of(coord: &dyn Coordinator, cfg: &Config, keys: &Keys) -> Result<String, CliError> {
+    let record = coord.hgetall(&keys.agent()).await.map_err(failed)?;
+    let Some(rec) = crate::fleet::view::NodeRecord::from_fields(&record) else {
+        return Ok(String::new());
+    };
+    let now = coord.time().await.map_err(failed)?;
+    let timing = crate::hang::policy_gang::Timing::of(cfg);
+    let prefix = &cfg.redis.key_prefix;
+    let views = crate::fleet::gangs::views(coord, prefix, &timing, rec.gangs.into_values(), now)
+        .await
+        .map_err(failed)?;
+    Ok(crate::fleet::gangs::render(&views, now))
 }

@@ -145,4 +145,8 @@ pub(crate) struct GangCycle {
     pub(crate) breaker_left: Option<u64>,
     /// Worker id → its gang's [`tag`], for the node record.
     pub(crate) tags: std::collections::BTreeMap<String, String>,
+    /// The gang alerts this agent sent and has not resolved, by gang: (node, worker) as the
+    /// alert named them. Kept across cycles: resolved when the incident closes or this agent's
+    /// member is healthy again.
+    pub(crate) sent: std::collections::BTreeMap<String, Vec<(String, String)>>,
 }

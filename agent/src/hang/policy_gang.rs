@@ -9,6 +9,7 @@
 //! beside progressing ones is a *straggler*. Members missing against `gang_size` are reported,
 //! never guessed: a gang restart needs every member's node to take part.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::clock::{human, ms, Millis};
@@ -157,8 +158,13 @@ pub(crate) fn blockers(
             ));
         }
     }
+    let mut on_node: BTreeMap<&str, u64> = BTreeMap::new();
+    for m in members {
+        *on_node.entry(m.node.as_str()).or_default() += 1;
+    }
     for m in members {
         let id = m.id();
+        let here = on_node.get(m.node.as_str()).copied().unwrap_or(1);
         if now - m.at > t.silent_after {
             why.push(format!(
                 "{id}: the agent on {} has been silent for {}",
@@ -169,6 +175,16 @@ pub(crate) fn blockers(
             why.push(format!("{id}: {sd} on {}", m.node));
         } else if m.breaker_left == Some(0) {
             why.push(format!("{id}: the breaker of {} is open for today", m.node));
+        } else if let Some(left) = m.breaker_left.filter(|left| *left < here) {
+            // NB: each member's restart takes a unit of its own node's breaker.
+            why.push(format!(
+                "{id}: {} runs {here} members of the gang but its breaker allows {left} more restart(s) today",
+                m.node
+            ));
+        } else if m.activity == Activity::Idle {
+            why.push(format!(
+                "{id}: idle (not part of the stopped collective, and never restarted: a person decides)"
+            ));
         } else if matches!(
             m.verdict.as_str(),
             "paused" | "exited" | "gpu-failed" | "tpu-failed" | "in-maintenance" | "unreachable"

@@ -32,7 +32,7 @@ impl RestartPath<'_> {
     }
 
     /// This member's entry in its gang's view, as of this cycle (queued for the cycle's batch).
-    pub(super) fn member_entry(&mut self, case: &Case<'_>, now: Millis) -> Option<Member> {
+    pub(super) async fn member_entry(&mut self, case: &Case<'_>, now: Millis) -> Option<Member> {
         let g = case.status?.gang.as_ref()?;
         let s = case.status?;
         let activity = match s.state {
@@ -56,7 +56,7 @@ impl RestartPath<'_> {
             silence: policy::allowed_silence(s, &self.ctx.cfg.policy),
             started: case.c.started_ms(),
             at: now,
-            stand_down: self.stand_down(case.c, now).map(str::to_string),
+            stand_down: self.cannot_take_part(case, now).await,
             breaker_left: self.gangs.breaker_left,
             container: case.c.display(),
             signals,
@@ -70,6 +70,42 @@ impl RestartPath<'_> {
             self.gangs.entries.push((key, m.id(), json));
         }
         Some(m)
+    }
+
+    /// Why this member's node cannot restart it now: the node stands down, or (asked only while
+    /// the member is in trouble: it may be a call to the runtime) the runtime refuses it (a CRI
+    /// pod whose restartPolicy is Never).
+    async fn cannot_take_part(&self, case: &Case<'_>, now: Millis) -> Option<String> {
+        if let Some(why) = self.stand_down(case.c, now) {
+            return Some(why.to_string());
+        }
+        if !matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored) {
+            return None;
+        }
+        let refused = self.ctx.runtime.restartable(case.c).await.err()?;
+        Some(format!("it cannot be restarted by Vigil ({refused})"))
+    }
+
+    /// Resolve the gang alerts this agent sent for `gang` (its incident closed, or its own
+    /// member is fine again).
+    pub(super) async fn resolve_gang_alerts(&mut self, gang: &str) {
+        for (node, worker) in self.gangs.sent.remove(gang).unwrap_or_default() {
+            self.ctx
+                .notifier
+                .resolve(&node, &worker, Resolve::IncidentCleared)
+                .await;
+        }
+    }
+
+    /// Send a gang alert, remembering it for its resolution.
+    async fn send_gang(&mut self, g: &Gang, a: &Alert) {
+        if let Some(w) = &a.worker {
+            let sent = self.gangs.sent.entry(g.id.clone()).or_default();
+            if !sent.iter().any(|(n, x)| *n == a.node && x == w) {
+                sent.push((a.node.clone(), w.clone()));
+            }
+        }
+        self.ctx.notifier.send(a).await;
     }
 
     /// The gang's view and state: read once per cycle (or `fresh`, for a decision), with this
@@ -118,8 +154,7 @@ impl RestartPath<'_> {
         let (all, mut state) = self.read_gang(&g, own, false).await?;
         let members = gp::present(&all, now, &t);
         if gp::incident_over(&state, &members, now, &t) {
-            self.close_gang_incident(case, &g, &state, &members, now)
-                .await?;
+            self.close_gang_incident(case, &g, &state, now).await?;
             state = GangState {
                 restarted: state
                     .current_decision()
@@ -192,7 +227,6 @@ impl RestartPath<'_> {
         case: &Case<'_>,
         g: &Gang,
         state: &GangState,
-        members: &[Member],
         now: Millis,
     ) -> Result<(), CoordError> {
         let Some(inc) = &state.incident else {
@@ -211,10 +245,11 @@ impl RestartPath<'_> {
         let detail = match state.current_decision() {
             Some(d) => {
                 let restarted = k.gang_restarted(&g.id);
+                // Long enough for the escalation of a gang that hangs again (`plan`'s `again`).
                 let ttl = self.ctx.cfg.policy.cooldown + self.ctx.cfg.policy.escalate_after;
                 self.ctx
                     .coord
-                    .set(&restarted, &d.decided.to_string(), ttl.max(MARK_TTL))
+                    .set(&restarted, &d.decided.to_string(), ttl)
                     .await?;
                 self.ctx.coord.del(&[k.gang_decision(&g.id)]).await?;
                 format!(
@@ -225,12 +260,7 @@ impl RestartPath<'_> {
             }
             None => format!("gang {}: the collective moves again; no restart", g.id),
         };
-        for m in members {
-            self.ctx
-                .notifier
-                .resolve(&m.node, &m.worker, Resolve::IncidentCleared)
-                .await;
-        }
+        self.resolve_gang_alerts(&g.id).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
         self.note(now, about, Code::GangClosed, detail).await
     }
@@ -285,7 +315,7 @@ impl RestartPath<'_> {
         let mut a = self.gang_alert(AlertKind::Hung, g, members, first, detail);
         a.incident = Some(inc.id.clone());
         a.duration = first.and_then(|m| m.heartbeat).map(|hb| human(now - hb));
-        self.ctx.notifier.send(&a).await;
+        self.send_gang(g, &a).await;
         Ok(())
     }
 
@@ -311,7 +341,7 @@ impl RestartPath<'_> {
             describe_hang(g, members, first, now)
         );
         let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
-        self.ctx.notifier.send(&a).await;
+        self.send_gang(g, &a).await;
         Ok(())
     }
 
@@ -343,7 +373,7 @@ impl RestartPath<'_> {
             g.id
         );
         let a = self.gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
-        self.ctx.notifier.send(&a).await;
+        self.send_gang(g, &a).await;
         let about = About::worker(case.worker(), case.v);
         self.note(now, about, Code::Straggler, detail).await
     }
@@ -461,7 +491,7 @@ impl RestartPath<'_> {
         if self.claim_alert(&akey, now, MARK_TTL).await? {
             let mut a = self.gang_alert(kind, g, &members, first, detail.clone());
             a.incident = Some(inc.id.clone());
-            self.ctx.notifier.send(&a).await;
+            self.send_gang(g, &a).await;
         }
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
         self.note(now, about, Code::GangDecided, detail).await?;
@@ -549,7 +579,7 @@ impl RestartPath<'_> {
             let first = gp::first_stopped(members, now);
             let mut a = self.gang_alert(AlertKind::GangBlocked, g, members, first, detail.clone());
             a.incident = Some(inc.id.clone());
-            self.ctx.notifier.send(&a).await;
+            self.send_gang(g, &a).await;
         }
         let about = About::worker(case.worker(), case.v)
             .incident(&inc.id)

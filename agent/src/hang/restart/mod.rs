@@ -114,6 +114,11 @@ impl Act<'_> {
     }
 }
 
+/// The gang of the worker under evaluation, when it is a member of one.
+fn own_gang(case: &Case<'_>) -> Option<String> {
+    case.status?.gang.as_ref().map(|g| g.id.clone())
+}
+
 fn random_token() -> String {
     crate::coord::lease::Lease::random_token()
 }
@@ -317,7 +322,11 @@ impl RestartPath<'_> {
             marks: &marks,
             invalid: invalid.as_deref(),
         };
-        let own = self.member_entry(&case, now);
+        let own = self.member_entry(&case, now).await;
+        if let (Some(g), false) = (&own_gang(&case), effects.contains(&Effect::Gang)) {
+            // Its member is fine: the gang alerts this agent sent for it are over.
+            self.resolve_gang_alerts(g).await;
+        }
         let mut incident = marks.incident.clone();
         for effect in effects {
             if effect == Effect::Gang {
