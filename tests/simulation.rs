@@ -195,3 +195,92 @@ fn the_harness_catches_a_failed_restart_retried_without_backoff() {
 fn the_harness_catches_a_booting_that_ends_without_a_beat() {
     caught(Mutant::BootEndsAtOnce, "cooldown");
 }
+
+/// The gang simulation (issue 29, docs/safety.md "Gangs"): `VIGIL_SIM_GANG_SEEDS` seeds (200 by
+/// default) of four agents, two gangs sharing their nodes, with crashes, stand-downs, outages
+/// and stragglers; every invariant checked after every cycle.
+#[test]
+fn seeded_gang_simulation_keeps_every_invariant() {
+    use sim::gang::{run_gang_seed, run_gang_seeds};
+    if let Some(seed) = env_u64("VIGIL_SIM_GANG_SEED") {
+        if let Err(v) = run_gang_seed(seed, None) {
+            panic!(
+                "gang seed {seed} broke \"{}\": {}\n{}",
+                v.invariant,
+                v.detail,
+                v.trace.join("\n")
+            );
+        }
+        return;
+    }
+    let count = env_u64("VIGIL_SIM_GANG_SEEDS").unwrap_or(200);
+    let first = env_u64("VIGIL_SIM_FIRST_SEED").unwrap_or(0);
+    let started = std::time::Instant::now();
+    let stats = match run_gang_seeds(first, count, None) {
+        Ok(s) => s,
+        Err((seed, v)) => panic!(
+            "gang seed {seed} broke \"{}\": {}\n{}",
+            v.invariant,
+            v.detail,
+            v.trace.join("\n")
+        ),
+    };
+    println!(
+        "gang simulation: {count} seeds from {first}, 0 violations, {:.1} s\n{stats:#?}",
+        started.elapsed().as_secs_f64()
+    );
+    for (what, n) in [
+        ("gang restarts", stats.gang_restarts),
+        ("stragglers", stats.stragglers),
+        ("gang-blocked pages", stats.blocked_pages),
+        ("agent crashes", stats.crashes),
+        ("stand-downs", stats.stand_downs),
+        ("coordinator outages", stats.outages),
+        ("escalations", stats.escalations),
+    ] {
+        assert!(
+            n > 0 || count < 50,
+            "{count} seeds never exercised {what}: {stats:#?}"
+        );
+    }
+}
+
+fn gang_caught(mutant: sim::gang::GangMutant, invariant: &str) {
+    match sim::gang::run_gang_seeds(0, 300, Some(mutant)) {
+        Ok(stats) => panic!("{mutant:?} was never caught in 300 seeds: {stats:#?}"),
+        Err((seed, v)) => {
+            assert_eq!(
+                v.invariant, invariant,
+                "{mutant:?} caught by another invariant at seed {seed}: {}",
+                v.detail
+            );
+            println!("{mutant:?} caught at gang seed {seed}: {}", v.detail);
+        }
+    }
+}
+
+#[test]
+fn the_gang_harness_catches_a_moving_collective_taken_for_hung() {
+    gang_caught(
+        sim::gang::GangMutant::ProgressHidden,
+        "never a moving collective",
+    );
+}
+
+#[test]
+fn the_gang_harness_catches_blockers_hidden_from_the_decision() {
+    gang_caught(sim::gang::GangMutant::BlockersHidden, "all or nothing");
+}
+
+#[test]
+fn the_gang_harness_catches_pages_not_deduplicated() {
+    gang_caught(
+        sim::gang::GangMutant::AlertsNotDeduplicated,
+        "one page per incident",
+    );
+}
+
+#[test]
+fn the_gang_harness_catches_a_member_restarted_twice_in_one_incident() {
+    gang_caught(sim::gang::GangMutant::CooldownUnseen, "once per incident");
+}

@@ -4,6 +4,7 @@
 //! every coordinator and runtime call and injects faults; the invariants are checked against the
 //! harness's own ground truth at every restart command, and liveness at the end of each run.
 
+pub mod gang;
 pub mod gate;
 pub mod mutant;
 pub mod rng;

@@ -296,9 +296,12 @@ fn verdict_steps(
                 rules.action == GangAction::RestartAll && !members.iter().any(|m| m.alert_only);
             match state.current_decision() {
                 None => {
+                    // NB: from the incident's start, not from now: an incident's page is one
+                    // kind for its whole life (simulation: an escalation, then a `hung` page
+                    // for the same incident once `now` had moved on).
                     let again = state
                         .restarted
-                        .filter(|r| now - r < t.cooldown + t.escalate_after);
+                        .filter(|r| inc.started - r < t.cooldown + t.escalate_after);
                     let mut v = vec![match again {
                         Some(restarted) => GangStep::PageEscalation { restarted },
                         None => GangStep::PageHung,

@@ -242,6 +242,22 @@ fn a_gang_that_hangs_again_after_its_restart_escalates_once_per_restart() {
             restarted: now - t.cooldown
         }]
     );
+    // Still that incident's kind of page much later.
+    let later = now + t.cooldown + t.escalate_after;
+    let stale = [m("a", "hung", now - 300 * S, later)];
+    assert_eq!(
+        plan(
+            &verdict(&stale, later),
+            &again,
+            &stale,
+            &stale[0],
+            later,
+            &rules()
+        )[0],
+        GangStep::PageEscalation {
+            restarted: now - t.cooldown
+        }
+    );
     let mut still = open(now - t.escalate_after - 10 * S);
     let d = now - t.escalate_after;
     still.decision = Some(Decision {

@@ -1,0 +1,652 @@
+//! The seeded simulation of gangs (issue 29, docs/safety.md "Gangs"): the real agents — one per
+//! node, each node a member of two gangs that share the nodes — on one coordinator and one fake
+//! clock, their cycles interleaved in a seeded order, with faults: agents that crash (mid-wave
+//! too) and come back, a member's node standing down (its agent's SIGTERM), a node breaker spent
+//! by others, the coordinator gone for a while, slow agents, stragglers, restarts that do not
+//! help. After every cycle the harness checks, against its own ground truth:
+//!
+//! - **once per incident**: a member is never restarted twice unless its gang progressed in
+//!   between, or `policy.cooldown` passed (the product's new incident);
+//! - **all or nothing**: once one member of a gang is restarted, every member is within four poll
+//!   intervals — unless its node was faulted (stood down, crashed, the coordinator gone) in that
+//!   window: the residual window of docs/how-it-decides.md;
+//! - **one page per incident**: at most one `hung` alert for a gang per stop of its collective;
+//! - **never a moving collective**: no member is restarted while a member of its gang progresses.
+//!
+//! The cycle, not every coordinator call, is the unit of interleaving here (the single-worker
+//! simulation, `super::world`, interleaves every call): gang safety rests on the same per-member
+//! pipeline that simulation checks, plus the decision's lock and SET NX.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+use vigil::alerts::{AlertKind, Notifier};
+use vigil::clock::{Clock, FakeClock, Millis};
+use vigil::config::Config;
+use vigil::coord::memory::MemoryCoordinator;
+use vigil::coord::{
+    hgetall_many_by_parts, read_worker_by_parts, CoordError, Coordinator, Keys, Reply, Request,
+};
+use vigil::hang::agent::Agent;
+use vigil::metrics::Metrics;
+use vigil::recording::RecordingSink;
+use vigil::runtime::sim::FakeRuntime;
+
+use super::rng::Rng;
+
+const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;
+const POLL: Duration = Duration::from_secs(15);
+const POLL_MS: Millis = 15_000;
+const NODES: usize = 4;
+const GANGS: [&str; 2] = ["ml/a", "ml/b"];
+/// Simulated time per seed.
+const TICKS: u64 = 480;
+
+/// A bug planted in what the agents are told, to show the harness catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GangMutant {
+    /// Members' entries lose their heartbeats: nobody looks like progressing.
+    ProgressHidden,
+    /// Members' entries lose what would block a decision (`sd`, `br`).
+    BlockersHidden,
+    /// Every gang alert claim succeeds: nothing is de-duplicated.
+    AlertsNotDeduplicated,
+    /// The cooldown claim is invisible: a restarted member looks hung again at once.
+    CooldownUnseen,
+}
+
+impl GangMutant {
+    #[allow(dead_code)]
+    pub const ALL: [GangMutant; 4] = [
+        GangMutant::ProgressHidden,
+        GangMutant::BlockersHidden,
+        GangMutant::AlertsNotDeduplicated,
+        GangMutant::CooldownUnseen,
+    ];
+}
+
+/// The agents' coordinator: the shared store, gone while `down`, and the mutant's lies.
+struct Faulty {
+    inner: Arc<dyn Coordinator>,
+    down: Arc<AtomicBool>,
+    mutant: Option<GangMutant>,
+}
+
+fn hides(mutant: Option<GangMutant>, key: &str) -> bool {
+    match mutant {
+        Some(GangMutant::CooldownUnseen) => key.ends_with(":cooldown"),
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl Coordinator for Faulty {
+    fn describe(&self) -> String {
+        "gang simulation".into()
+    }
+    async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(CoordError::Timeout {
+                addr: "sim".into(),
+                timeout: Duration::from_secs(1),
+            });
+        }
+        let m = self.mutant;
+        match request {
+            // By parts, so the lies below reach every read.
+            Request::ReadWorker { record, keys } => read_worker_by_parts(self, &record, &keys)
+                .await
+                .map(Reply::Worker),
+            Request::HgetallMany(keys) => {
+                hgetall_many_by_parts(self, &keys).await.map(Reply::Hashes)
+            }
+            Request::GetMany(keys) => {
+                let reply = self.inner.execute(Request::GetMany(keys.clone())).await?;
+                match reply {
+                    Reply::Values(mut v) => {
+                        for (k, val) in keys.iter().zip(v.iter_mut()) {
+                            if hides(m, k) {
+                                *val = None;
+                            }
+                        }
+                        Ok(Reply::Values(v))
+                    }
+                    other => Ok(other),
+                }
+            }
+            Request::Hgetall(key)
+                if matches!(
+                    m,
+                    Some(GangMutant::BlockersHidden | GangMutant::ProgressHidden)
+                ) && key.ends_with(":members") =>
+            {
+                let reply = self.inner.execute(Request::Hgetall(key)).await?;
+                match reply {
+                    Reply::Hash(h) => Ok(Reply::Hash(
+                        h.into_iter()
+                            .map(|(f, v)| {
+                                let mut e: serde_json::Value =
+                                    serde_json::from_str(&v).unwrap_or_default();
+                                if let Some(o) = e.as_object_mut() {
+                                    let hide: &[&str] = match m {
+                                        Some(GangMutant::ProgressHidden) => &["hb"],
+                                        _ => &["sd", "br"],
+                                    };
+                                    for f in hide {
+                                        o.remove(*f);
+                                    }
+                                }
+                                (f, e.to_string())
+                            })
+                            .collect(),
+                    )),
+                    other => Ok(other),
+                }
+            }
+            Request::SetNx { key, value, ttl }
+                if (m == Some(GangMutant::AlertsNotDeduplicated)
+                    && key.contains(":gang:{")
+                    && key.contains(":alert:"))
+                    || (m == Some(GangMutant::CooldownUnseen) && key.ends_with(":cooldown")) =>
+            {
+                self.inner
+                    .execute(Request::SetNx { key, value, ttl })
+                    .await?;
+                Ok(Reply::Done(true))
+            }
+            other => self.inner.execute(other).await,
+        }
+    }
+}
+
+/// The harness's truth about one gang.
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    /// Every member beats.
+    Running,
+    /// One member stopped at `at`; the others beat on until `until`, then stop too (a
+    /// collective blocks on its straggler) — or, with `until` `None`, the straggler resumes.
+    Straggling {
+        member: usize,
+        until: Option<Millis>,
+    },
+    /// The collective stopped at `at`.
+    Stopped { at: Millis },
+    /// Every member was restarted; it trains again from `at` (or never: a restart that does
+    /// not help).
+    Booting { at: Option<Millis> },
+}
+
+struct GangTruth {
+    phase: Phase,
+    /// When a member last progressed (beat while the collective moved).
+    progressed_at: Millis,
+    /// Restarts seen of each member (by node), and when each member was last restarted.
+    restarts: Vec<usize>,
+    last_restart: Vec<Option<Millis>>,
+    /// A restart wave: when its first member was restarted.
+    wave: Option<Millis>,
+    /// `hung` alerts seen for this gang during the current stop.
+    hung_pages: usize,
+}
+
+struct NodeSim {
+    keys: Keys,
+    runtime: FakeRuntime,
+    agent: Option<Agent>,
+    cfg: Config,
+    /// When this node was last faulted (stood down, crashed, or restarted its agent).
+    faulted_at: Millis,
+    /// Its agent stands down (SIGTERM) until this time.
+    standing_down_until: Millis,
+}
+
+pub struct GangViolation {
+    pub invariant: &'static str,
+    pub detail: String,
+    pub trace: Vec<String>,
+}
+
+/// Totals across seeds, so the bulk run can say what it exercised.
+#[derive(Debug, Default, Clone)]
+pub struct GangStats {
+    pub gang_restarts: u64,
+    pub stops: u64,
+    pub stragglers: u64,
+    pub blocked_pages: u64,
+    pub crashes: u64,
+    pub stand_downs: u64,
+    pub outages: u64,
+    pub escalations: u64,
+}
+
+impl GangStats {
+    pub fn add(&mut self, o: &GangStats) {
+        self.gang_restarts += o.gang_restarts;
+        self.stops += o.stops;
+        self.stragglers += o.stragglers;
+        self.blocked_pages += o.blocked_pages;
+        self.crashes += o.crashes;
+        self.stand_downs += o.stand_downs;
+        self.outages += o.outages;
+        self.escalations += o.escalations;
+    }
+}
+
+struct Sim {
+    rng: Rng,
+    clock: FakeClock,
+    store: Arc<dyn Coordinator>,
+    down: Arc<AtomicBool>,
+    down_until: Millis,
+    sink: RecordingSink,
+    nodes: Vec<NodeSim>,
+    gangs: Vec<GangTruth>,
+    mutant: Option<GangMutant>,
+    trace: Vec<String>,
+    stats: GangStats,
+    seen_alerts: usize,
+}
+
+fn container(node: usize, gang: usize) -> String {
+    format!("c{node}-{gang}")
+}
+
+fn worker(gang: usize) -> String {
+    format!("rank-g{gang}")
+}
+
+impl Sim {
+    fn new(seed: u64, mutant: Option<GangMutant>) -> Sim {
+        let mut rng = Rng::new(seed);
+        let clock = FakeClock::at(DAY_START + rng.below(86_400) as Millis * 1_000);
+        let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+        let mut sim = Sim {
+            rng,
+            clock,
+            store,
+            down: Arc::new(AtomicBool::new(false)),
+            down_until: 0,
+            sink: RecordingSink::default(),
+            nodes: Vec::new(),
+            gangs: Vec::new(),
+            mutant,
+            trace: Vec::new(),
+            stats: GangStats::default(),
+            seen_alerts: 0,
+        };
+        for n in 0..NODES {
+            let mut cfg = Config {
+                node_name: format!("gpu-{n}"),
+                ..Config::default()
+            };
+            cfg.safety.fleet_budget = 0;
+            cfg.safety.breaker_per_day = 20;
+            cfg.gang.breaker_per_day = 20;
+            let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+            let runtime = FakeRuntime::default();
+            for g in 0..GANGS.len() {
+                runtime.add(&container(n, g), &worker(g));
+            }
+            sim.nodes.push(NodeSim {
+                keys,
+                runtime,
+                agent: None,
+                cfg,
+                faulted_at: Millis::MIN / 2,
+                standing_down_until: 0,
+            });
+            sim.start_agent(n, false);
+        }
+        let now = sim.now();
+        for _ in GANGS {
+            sim.gangs.push(GangTruth {
+                phase: Phase::Running,
+                progressed_at: now,
+                restarts: vec![0; NODES],
+                last_restart: vec![None; NODES],
+                wave: None,
+                hung_pages: 0,
+            });
+        }
+        sim
+    }
+
+    fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    fn log(&mut self, line: String) {
+        let t = (self.now() - DAY_START) / 1_000;
+        self.trace.push(format!("t={t:>6}s {line}"));
+        if self.trace.len() > 400 {
+            self.trace.drain(..100);
+        }
+    }
+
+    fn start_agent(&mut self, n: usize, term: bool) {
+        let node = &mut self.nodes[n];
+        let coord: Arc<dyn Coordinator> = Arc::new(Faulty {
+            inner: self.store.clone(),
+            down: self.down.clone(),
+            mutant: self.mutant,
+        });
+        let metrics = Arc::new(Metrics::new());
+        let notifier = Notifier::new(Some(Arc::new(self.sink.clone())), metrics.clone());
+        let token = CancellationToken::new();
+        if term {
+            token.cancel();
+        }
+        let agent = Agent::new(
+            node.cfg.clone(),
+            coord,
+            Arc::new(node.runtime.clone()),
+            notifier,
+            metrics,
+        )
+        .with_shutdown(token);
+        node.agent = Some(agent);
+    }
+
+    /// Each working member writes its record (the collective's truth decides who beats).
+    async fn beats(&mut self) {
+        let now = self.now();
+        for g in 0..self.gangs.len() {
+            let beating: Vec<bool> = (0..NODES).map(|n| self.beats_now(g, n, now)).collect();
+            for (n, beat) in beating.into_iter().enumerate() {
+                if beat {
+                    let key = self.nodes[n].keys.status(&worker(g));
+                    let fields = vec![
+                        ("state".to_string(), "processing".to_string()),
+                        ("heartbeat".to_string(), vigil::coord::heartbeat_value(now)),
+                        ("gang".to_string(), GANGS[g].to_string()),
+                        ("gang_size".to_string(), NODES.to_string()),
+                    ];
+                    self.store.hset(&key, &fields, None).await.unwrap();
+                    self.gangs[g].progressed_at = now;
+                }
+            }
+        }
+    }
+
+    fn beats_now(&self, g: usize, n: usize, now: Millis) -> bool {
+        match &self.gangs[g].phase {
+            Phase::Running => true,
+            Phase::Straggling { member, .. } => *member != n,
+            Phase::Stopped { .. } => false,
+            Phase::Booting { at } => at.is_some_and(|t| now >= t),
+        }
+    }
+
+    /// The seed's events for this tick.
+    fn events(&mut self) {
+        let now = self.now();
+        for g in 0..self.gangs.len() {
+            let phase = self.gangs[g].phase.clone();
+            match phase {
+                Phase::Running if odds(&mut self.rng, 1, 80) => {
+                    self.stats.stops += 1;
+                    self.gangs[g].hung_pages = 0;
+                    if odds(&mut self.rng, 1, 3) {
+                        let member = self.rng.below(NODES as u64) as usize;
+                        let until = odds(&mut self.rng, 1, 2)
+                            .then(|| now + self.rng.below(400) as Millis * 1_000);
+                        self.stats.stragglers += 1;
+                        self.log(format!(
+                            "gang {g}: member {member} straggles (others stop at {until:?})"
+                        ));
+                        self.gangs[g].phase = Phase::Straggling { member, until };
+                    } else {
+                        self.log(format!("gang {g}: the collective stops"));
+                        self.gangs[g].phase = Phase::Stopped { at: now };
+                    }
+                }
+                Phase::Straggling { until: Some(t), .. } if now >= t => {
+                    self.log(format!("gang {g}: the others block on the straggler"));
+                    self.gangs[g].phase = Phase::Stopped { at: now };
+                }
+                Phase::Straggling {
+                    member,
+                    until: None,
+                } if odds(&mut self.rng, 1, 20) => {
+                    self.log(format!("gang {g}: member {member} resumes"));
+                    self.gangs[g].phase = Phase::Running;
+                }
+                Phase::Booting { at: Some(t) } if now >= t + 60_000 => {
+                    self.gangs[g].phase = Phase::Running;
+                    self.gangs[g].hung_pages = 0;
+                }
+                _ => {}
+            }
+        }
+        for n in 0..NODES {
+            if odds(&mut self.rng, 1, 700) {
+                self.stats.crashes += 1;
+                self.log(format!("node {n}: agent crashes and comes back"));
+                self.nodes[n].faulted_at = now;
+                let term = now < self.nodes[n].standing_down_until;
+                self.start_agent(n, term);
+            }
+            if odds(&mut self.rng, 1, 1500) {
+                self.stats.stand_downs += 1;
+                let until = now + self.rng.below(600) as Millis * 1_000;
+                self.log(format!(
+                    "node {n}: stands down until {}",
+                    (until - DAY_START) / 1000
+                ));
+                self.nodes[n].standing_down_until = until;
+                self.nodes[n].faulted_at = now;
+                self.start_agent(n, true);
+            } else if self.nodes[n].standing_down_until != 0
+                && now >= self.nodes[n].standing_down_until
+            {
+                self.log(format!("node {n}: back"));
+                self.nodes[n].standing_down_until = 0;
+                self.nodes[n].faulted_at = now;
+                self.start_agent(n, false);
+            }
+        }
+        if !self.down.load(Ordering::SeqCst) && odds(&mut self.rng, 1, 800) {
+            self.stats.outages += 1;
+            self.down_until = now + self.rng.below(90) as Millis * 1_000;
+            self.log("the coordinator goes away".into());
+            self.down.store(true, Ordering::SeqCst);
+        } else if self.down.load(Ordering::SeqCst) && now >= self.down_until {
+            self.log("the coordinator is back".into());
+            self.down.store(false, Ordering::SeqCst);
+        }
+    }
+
+    fn faulted_since(&self, n: usize, since: Millis) -> bool {
+        self.nodes[n].faulted_at >= since || self.nodes[n].standing_down_until > since
+    }
+
+    /// What the agents did since the last check, against the truth.
+    fn check(&mut self) -> Result<(), GangViolation> {
+        let now = self.now();
+        let cooldown = vigil::clock::ms(Config::default().policy.cooldown);
+        for g in 0..self.gangs.len() {
+            for n in 0..NODES {
+                let seen = self.nodes[n].runtime.restarts(&container(n, g));
+                if seen == self.gangs[g].restarts[n] {
+                    continue;
+                }
+                self.gangs[g].restarts[n] = seen;
+                self.log(format!("gang {g}: member {n} restarted"));
+                let truth = &self.gangs[g];
+                if matches!(truth.phase, Phase::Running | Phase::Straggling { .. }) {
+                    return self.fail(
+                        "never a moving collective",
+                        format!(
+                            "gang {g}: member {n} restarted while the collective progressed ({:?})",
+                            truth.phase
+                        ),
+                    );
+                }
+                if let Some(last) = truth.last_restart[n] {
+                    if truth.progressed_at <= last && now - last < cooldown {
+                        return self.fail("once per incident", format!("gang {g}: member {n} restarted again {} s after its last restart, the gang not having progressed", (now - last) / 1000));
+                    }
+                }
+                self.gangs[g].last_restart[n] = Some(now);
+                if self.gangs[g].wave.is_none() {
+                    self.stats.gang_restarts += 1;
+                    self.gangs[g].wave = Some(now);
+                }
+            }
+            if let Some(w) = self.gangs[g].wave {
+                let all = (0..NODES).all(|n| self.gangs[g].last_restart[n].is_some_and(|t| t >= w));
+                if all {
+                    self.gangs[g].wave = None;
+                    // Whether the restart helps is the seed's choice.
+                    let at = odds(&mut self.rng, 3, 4)
+                        .then(|| now + self.rng.below(120) as Millis * 1_000);
+                    self.gangs[g].phase = Phase::Booting { at };
+                } else if now - w > 4 * POLL_MS {
+                    let excused = self.down_until >= w - POLL_MS;
+                    let missing: Vec<usize> = (0..NODES)
+                        .filter(|n| !self.gangs[g].last_restart[*n].is_some_and(|t| t >= w))
+                        .collect();
+                    let unexcused: Vec<usize> = missing
+                        .iter()
+                        .copied()
+                        .filter(|n| !self.faulted_since(*n, w - 2 * POLL_MS))
+                        .collect();
+                    if !excused && !unexcused.is_empty() {
+                        return self.fail("all or nothing", format!("gang {g}: the restart that began {} s ago left members {unexcused:?} out", (now - w) / 1000));
+                    }
+                    // A partial restart the residual window excuses: the restarted members are
+                    // stuck at the rendezvous; the next incident restarts the rest.
+                    self.gangs[g].wave = None;
+                    self.gangs[g].phase = Phase::Stopped { at: now };
+                }
+            }
+        }
+        let alerts = self.sink.0.lock().unwrap().clone();
+        for a in &alerts[self.seen_alerts..] {
+            let Some(g) = a
+                .gang
+                .as_deref()
+                .and_then(|id| GANGS.iter().position(|x| *x == id))
+            else {
+                continue;
+            };
+            let line = format!("alert {} gang {g}: {}", a.kind.as_str(), a.detail);
+            self.trace.push(line);
+            match a.kind {
+                AlertKind::Hung => {
+                    self.gangs[g].hung_pages += 1;
+                    if self.gangs[g].hung_pages > 1 {
+                        let detail =
+                            format!("gang {g}: a second hung alert in one stop: {}", a.detail);
+                        self.seen_alerts = alerts.len();
+                        return self.fail("one page per incident", detail);
+                    }
+                }
+                AlertKind::GangBlocked => self.stats.blocked_pages += 1,
+                AlertKind::Escalation => self.stats.escalations += 1,
+                _ => {}
+            }
+        }
+        self.seen_alerts = alerts.len();
+        Ok(())
+    }
+
+    fn fail(&self, invariant: &'static str, detail: String) -> Result<(), GangViolation> {
+        Err(GangViolation {
+            invariant,
+            detail,
+            trace: self.trace.clone(),
+        })
+    }
+
+    async fn run(&mut self) -> Result<(), GangViolation> {
+        for _ in 0..TICKS {
+            self.clock.advance(POLL);
+            self.events();
+            self.beats().await;
+            let mut order: Vec<usize> = (0..NODES).collect();
+            for i in (1..order.len()).rev() {
+                let j = self.rng.below(i as u64 + 1) as usize;
+                order.swap(i, j);
+            }
+            for n in order {
+                // A slow agent skips a cycle now and then.
+                if odds(&mut self.rng, 1, 10) {
+                    continue;
+                }
+                let mut agent = self.nodes[n].agent.take().expect("an agent per node");
+                agent.cycle().await;
+                self.nodes[n].agent = Some(agent);
+                self.check()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Run one seed of the gang simulation.
+pub fn run_gang_seed(seed: u64, mutant: Option<GangMutant>) -> Result<GangStats, GangViolation> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut sim = Sim::new(seed, mutant);
+        sim.run().await?;
+        Ok(sim.stats)
+    })
+}
+
+/// Seeds `first..first + count` (on every core); the totals, or the lowest failing seed.
+pub fn run_gang_seeds(
+    first: u64,
+    count: u64,
+    mutant: Option<GangMutant>,
+) -> Result<GangStats, (u64, GangViolation)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let results: Vec<Result<GangStats, (u64, GangViolation)>> = std::thread::scope(|s| {
+        (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut total = GangStats::default();
+                    let mut seed = first + t;
+                    while seed < first + count {
+                        match run_gang_seed(seed, mutant) {
+                            Ok(st) => total.add(&st),
+                            Err(v) => return Err((seed, v)),
+                        }
+                        seed += threads;
+                    }
+                    Ok(total)
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().expect("a gang simulation thread panicked"))
+            .collect()
+    });
+    let mut total = GangStats::default();
+    let mut failure: Option<(u64, GangViolation)> = None;
+    for r in results {
+        match r {
+            Ok(s) => total.add(&s),
+            Err((seed, v)) if failure.as_ref().is_none_or(|(f, _)| seed < *f) => {
+                failure = Some((seed, v))
+            }
+            Err(_) => {}
+        }
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(total),
+    }
+}
+
+/// True with probability `k` / `n`.
+fn odds(rng: &mut Rng, k: u64, n: u64) -> bool {
+    rng.below(n) < k
+}
