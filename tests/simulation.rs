@@ -196,7 +196,7 @@ fn the_harness_catches_a_booting_that_ends_without_a_beat() {
     caught(Mutant::BootEndsAtOnce, "cooldown");
 }
 
-/// The gang simulation (issue 29, docs/safety.md "Gangs"): `VIGIL_SIM_GANG_SEEDS` seeds (200 by
+/// The gang simulation (issue 29, docs/safety.md "Gangs"): `VIGIL_SIM_GANG_SEEDS` seeds (100 by
 /// default) of four agents, two gangs sharing their nodes, with crashes, stand-downs, outages
 /// and stragglers; every invariant checked after every cycle.
 #[test]
@@ -213,7 +213,7 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         }
         return;
     }
-    let count = env_u64("VIGIL_SIM_GANG_SEEDS").unwrap_or(200);
+    let count = env_u64("VIGIL_SIM_GANG_SEEDS").unwrap_or(100);
     let first = env_u64("VIGIL_SIM_FIRST_SEED").unwrap_or(0);
     let started = std::time::Instant::now();
     let stats = match run_gang_seeds(first, count, None) {

@@ -9,7 +9,12 @@
 //! The load generator shares the machine with Redis; its connections are a pool (`--conns`),
 //! where real agents hold one each (size `maxclients` for the real count: docs/running.md).
 //!
-//! Run: `bash scripts/bench-fleet.sh [NODES] [WORKERS] [SECONDS]`.
+//! With `gang` after them, the fleet runs three times at the default poll: without a gang, with a
+//! gang of 1,000 nodes (its ranks' entries in each member node's batch), and with that gang hung
+//! (each member node also reads the whole view every cycle, as its agent does while its ranks are
+//! suspect).
+//!
+//! Run: `bash scripts/bench-fleet.sh [NODES] [WORKERS] [SECONDS] [gang]`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +26,7 @@ use server::Server;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys, Op};
 use vigil::fleet::view::{publish_ops, NodeRecord};
+use vigil::hang::policy_gang::{shard_of, shards};
 use vigil::hang::restart::worker_keys;
 
 /// Redis's own CPU seconds (user + sys).
@@ -62,6 +68,30 @@ struct Figures {
     errors: AtomicU64,
 }
 
+/// How the fleet's first nodes take part in one gang (issue 29).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum GangMode {
+    /// No gang.
+    None,
+    /// The first `members` nodes are ranks of one gang (`workers` ranks each): each writes its
+    /// ranks' entries in the gang's view with its batch, as a healthy member's agent does.
+    Healthy { members: usize },
+    /// The same gang, hung: every member node also reads the whole view each cycle (its shards,
+    /// then the gang's state), as while its own ranks are suspect.
+    Hung { members: usize },
+}
+
+const GANG: &str = "bench/llama";
+
+/// A member entry as an agent writes it (the short JSON of `hang::model_gang::Member`).
+fn entry(node: &str, worker: &str, now: i64) -> String {
+    format!(
+        r#"{{"n":"{node}","w":"{worker}","v":"healthy","s":"w","hb":{now},"ok":120000,"st":{},"at":{now},"br":3,"c":"ml/{node}-{worker}/main"}}"#,
+        now - 3_600_000
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn node_loop(
     coord: Arc<dyn Coordinator>,
     node: usize,
@@ -69,6 +99,7 @@ async fn node_loop(
     poll: Duration,
     until: Instant,
     figures: Arc<Figures>,
+    gang: GangMode,
 ) {
     let name = format!("fleet-{node}");
     let keys = Keys::new("vigil", &name);
@@ -135,6 +166,46 @@ async fn node_loop(
         all.push(Op::Counter {
             key: keys.fleet_budget(now / 3_600_000),
         });
+        let members = match gang {
+            GangMode::None => 0,
+            GangMode::Healthy { members } | GangMode::Hung { members } => members,
+        };
+        let size = (members * workers) as u32;
+        if node < members {
+            let shards = shards(Some(size));
+            all.push(Op::Hset {
+                key: keys.gang_members(GANG, shard_of(&name, shards)),
+                fields: worker_names
+                    .iter()
+                    .map(|w| (format!("{name}/{w}"), entry(&name, w, now)))
+                    .collect(),
+                ttl: Some(Duration::from_secs(540)),
+            });
+        }
+        if node < members && matches!(gang, GangMode::Hung { .. }) {
+            let views: Vec<String> = (0..shards(Some(size)))
+                .map(|s| keys.gang_members(GANG, s))
+                .collect();
+            let t = Instant::now();
+            match coord.hgetall_many(&views).await {
+                Ok(_) => timed(t, &mut lat),
+                Err(_) => {
+                    figures.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let state = [
+                keys.gang_incident(GANG),
+                keys.gang_decision(GANG),
+                keys.gang_restarted(GANG),
+            ];
+            let t = Instant::now();
+            match coord.get_many(&state).await {
+                Ok(_) => timed(t, &mut lat),
+                Err(_) => {
+                    figures.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
         let t = Instant::now();
         match coord.batch(&all).await {
             Ok(_) => timed(t, &mut lat),
@@ -156,7 +227,15 @@ fn pct(sorted: &[u32], p: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
-async fn run(url: &str, nodes: usize, workers: usize, poll: Duration, secs: u64, conns: usize) {
+async fn run(
+    url: &str,
+    nodes: usize,
+    workers: usize,
+    poll: Duration,
+    secs: u64,
+    conns: usize,
+    gang: GangMode,
+) {
     let pool: Vec<Arc<dyn Coordinator>> = (0..conns)
         .map(|_| {
             Arc::new(RedisCoordinator::new(url, Duration::from_secs(2)).unwrap())
@@ -194,6 +273,7 @@ async fn run(url: &str, nodes: usize, workers: usize, poll: Duration, secs: u64,
                 poll,
                 until,
                 figures.clone(),
+                gang,
             ))
         })
         .collect();
@@ -205,8 +285,15 @@ async fn run(url: &str, nodes: usize, workers: usize, poll: Duration, secs: u64,
     let memory = redis_info(url, "memory", "used_memory_human:").await;
     let mut lat = std::mem::take(&mut *figures.latencies_us.lock().unwrap());
     lat.sort_unstable();
+    let gang_text = match gang {
+        GangMode::None => String::new(),
+        GangMode::Healthy { members } => format!(", a gang of {members} nodes x {workers} ranks"),
+        GangMode::Hung { members } => format!(
+            ", a gang of {members} nodes x {workers} ranks, hung (every member node reads the view)"
+        ),
+    };
     println!(
-        "{nodes} nodes x {workers} workers, poll {poll:?}, {secs} s: {:.0} round trips/s, Redis CPU {cpu:.1}% of a core, latency p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms, {} cycles, {} late, {} errors, Redis memory {memory}",
+        "{nodes} nodes x {workers} workers{gang_text}, poll {poll:?}, {secs} s: {:.0} round trips/s, Redis CPU {cpu:.1}% of a core, latency p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms, {} cycles, {} late, {} errors, Redis memory {memory}",
         lat.len() as f64 / elapsed,
         pct(&lat, 0.5),
         pct(&lat, 0.99),
@@ -236,8 +323,22 @@ fn main() {
         println!(
             "fleet simulation against one redis-server (the load generator on the same machine)"
         );
+        let gang = std::env::args().any(|a| a == "gang");
+        if gang {
+            // Issue 29: the same fleet without and with a gang of 1,000 nodes (or all of them).
+            let members = nodes.min(1_000);
+            let poll = Duration::from_secs(15);
+            for mode in [
+                GangMode::None,
+                GangMode::Healthy { members },
+                GangMode::Hung { members },
+            ] {
+                run(&url, nodes, workers, poll, secs, 64, mode).await;
+            }
+            return;
+        }
         for poll in [Duration::from_secs(15), Duration::from_secs(5)] {
-            run(&url, nodes, workers, poll, secs, 64).await;
+            run(&url, nodes, workers, poll, secs, 64, GangMode::None).await;
         }
     });
 }

@@ -78,8 +78,8 @@ async fn reset(url: &str) {
         .unwrap();
 }
 
-async fn one_size(url: &str, workers: usize, cycles: u64) {
-    let node = format!("bench-{workers}");
+async fn one_size(url: &str, workers: usize, cycles: u64, gang: bool) {
+    let node = format!("bench-{workers}-{gang}");
     let coord = Arc::new(Counting {
         inner: RedisCoordinator::new(url, Duration::from_secs(2)).unwrap(),
         trips: AtomicU64::new(0),
@@ -108,11 +108,16 @@ async fn one_size(url: &str, workers: usize, cycles: u64) {
             let redis: &dyn Coordinator = &coord.inner;
             let now = redis.time().await.unwrap();
             for i in 0..workers {
-                let fields = [
+                let mut fields = vec![
                     ("state".to_string(), "processing".to_string()),
                     ("heartbeat".to_string(), heartbeat_value(now)),
                     ("progress".to_string(), format!("step {step}")),
                 ];
+                if gang {
+                    // Every worker a rank of one job across nodes (issue 29).
+                    fields.push(("gang".to_string(), "bench/job".to_string()));
+                    fields.push(("gang_size".to_string(), "1024".to_string()));
+                }
                 redis
                     .hset(&keys.status(&format!("w{i}")), &fields, None)
                     .await
@@ -142,8 +147,9 @@ async fn one_size(url: &str, workers: usize, cycles: u64) {
                 .collect();
             cmds.sort();
             let total: u64 = cmds.iter().map(|(_, n)| n).sum();
+            let label = if gang { " (each a rank of a gang)" } else { "" };
             println!(
-                "{workers:>3} workers: {trips:>3} round trips/cycle ({:.2}/worker), {total:>4} Redis commands/cycle ({:.2}/worker): {}",
+                "{workers:>3} workers{label}: {trips:>3} round trips/cycle ({:.2}/worker), {total:>4} Redis commands/cycle ({:.2}/worker): {}",
                 trips as f64 / workers as f64,
                 total as f64 / workers as f64,
                 cmds.iter()
@@ -165,6 +171,8 @@ async fn main() {
     let url = server.url();
     println!("a healthy node's cost per cycle (steady state; the last of {cycles} cycles; one private redis-server)");
     for workers in [1, 8, 32] {
-        one_size(&url, workers, cycles).await;
+        one_size(&url, workers, cycles, false).await;
     }
+    // A gang member's entry goes in the cycle's batch: the same W + 2 (issue 29).
+    one_size(&url, 8, cycles, true).await;
 }

@@ -189,6 +189,9 @@ struct GangTruth {
     last_restart: Vec<Option<Millis>>,
     /// A restart wave: when its first member was restarted.
     wave: Option<Millis>,
+    /// The members an excused partial wave left out: their node's agent may still carry out
+    /// the standing decision once the node is back (the restart completes late).
+    left_out: Vec<usize>,
     /// `hung` alerts seen for this gang during the current stop.
     hung_pages: usize,
 }
@@ -309,6 +312,7 @@ impl Sim {
                 restarts: vec![0; NODES],
                 last_restart: vec![None; NODES],
                 wave: None,
+                left_out: Vec::new(),
                 hung_pages: 0,
             });
         }
@@ -354,7 +358,7 @@ impl Sim {
     /// Each working member writes its record (the collective's truth decides who beats).
     async fn beats(&mut self) {
         let now = self.now();
-        for g in 0..self.gangs.len() {
+        for (g, gang) in GANGS.iter().enumerate() {
             let beating: Vec<bool> = (0..NODES).map(|n| self.beats_now(g, n, now)).collect();
             for (n, beat) in beating.into_iter().enumerate() {
                 if beat {
@@ -362,7 +366,7 @@ impl Sim {
                     let fields = vec![
                         ("state".to_string(), "processing".to_string()),
                         ("heartbeat".to_string(), vigil::coord::heartbeat_value(now)),
-                        ("gang".to_string(), GANGS[g].to_string()),
+                        ("gang".to_string(), gang.to_string()),
                         ("gang_size".to_string(), NODES.to_string()),
                     ];
                     self.store.hset(&key, &fields, None).await.unwrap();
@@ -492,6 +496,13 @@ impl Sim {
                     }
                 }
                 self.gangs[g].last_restart[n] = Some(now);
+                if let Some(i) = self.gangs[g].left_out.iter().position(|m| *m == n) {
+                    self.log(format!(
+                        "gang {g}: member {n} completes the partial restart"
+                    ));
+                    self.gangs[g].left_out.remove(i);
+                    continue;
+                }
                 if self.gangs[g].wave.is_none() {
                     self.stats.gang_restarts += 1;
                     self.gangs[g].wave = Some(now);
@@ -501,6 +512,7 @@ impl Sim {
                 let all = (0..NODES).all(|n| self.gangs[g].last_restart[n].is_some_and(|t| t >= w));
                 if all {
                     self.gangs[g].wave = None;
+                    self.gangs[g].left_out.clear();
                     // Whether the restart helps is the seed's choice.
                     let at = odds(&mut self.rng, 3, 4)
                         .then(|| now + self.rng.below(120) as Millis * 1_000);
@@ -508,7 +520,7 @@ impl Sim {
                 } else if now - w > 4 * POLL_MS {
                     let excused = self.down_until >= w - POLL_MS;
                     let missing: Vec<usize> = (0..NODES)
-                        .filter(|n| !self.gangs[g].last_restart[*n].is_some_and(|t| t >= w))
+                        .filter(|n| self.gangs[g].last_restart[*n].is_none_or(|t| t < w))
                         .collect();
                     let unexcused: Vec<usize> = missing
                         .iter()
@@ -521,6 +533,7 @@ impl Sim {
                     // A partial restart the residual window excuses: the restarted members are
                     // stuck at the rendezvous; the next incident restarts the rest.
                     self.gangs[g].wave = None;
+                    self.gangs[g].left_out = missing;
                     self.gangs[g].phase = Phase::Stopped { at: now };
                 }
             }

@@ -16,7 +16,7 @@ pub(crate) mod model;
 pub(crate) mod model_gang;
 pub(crate) mod outage;
 pub mod policy;
-pub(crate) mod policy_gang;
+pub mod policy_gang;
 pub(crate) mod policy_pipeline;
 pub(crate) mod policy_table;
 pub mod restart;

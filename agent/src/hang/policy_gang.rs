@@ -54,13 +54,13 @@ pub(crate) const MEMBERS_PER_SHARD: u32 = 128;
 pub(crate) const MAX_SHARDS: u32 = 64;
 
 /// How many shards the view of a gang of `size` members has (one when the size is unknown).
-pub(crate) fn shards(size: Option<u32>) -> u32 {
+pub fn shards(size: Option<u32>) -> u32 {
     size.map_or(1, |n| n.div_ceil(MEMBERS_PER_SHARD).clamp(1, MAX_SHARDS))
 }
 
 /// The shard a node's members write: every member of one node in one shard, so a node writes
 /// one hash per gang per cycle. FNV-1a: stable across builds and versions, unlike std's hasher.
-pub(crate) fn shard_of(node: &str, shards: u32) -> u32 {
+pub fn shard_of(node: &str, shards: u32) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in node.bytes() {
         h ^= u32::from(b);
@@ -184,6 +184,12 @@ pub(crate) fn blockers(
         } else if m.activity == Activity::Idle {
             why.push(format!(
                 "{id}: idle (not part of the stopped collective, and never restarted: a person decides)"
+            ));
+        } else if m.verdict == "booting" {
+            // NB: its own cooldown refuses the restart: deciding now would leave it out (the
+            // simulation's seed 1002: a member restarted late, then left out of the next wave).
+            why.push(format!(
+                "{id}: booting (restarted less than policy.cooldown ago; its cooldown refuses another restart)"
             ));
         } else if matches!(
             m.verdict.as_str(),
