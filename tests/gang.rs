@@ -263,13 +263,18 @@ async fn a_restarted_gang_that_progresses_closes_its_incident_and_a_later_hang_i
         job.beat_all().await;
         job.tick().await;
     }
-    // …then hang again: a second incident, restarted again (the gang breaker allows 2 a day),
-    // and its page is the escalation of the first restart? No: it is past cooldown +
-    // escalate_after, so an ordinary hung page.
+    // …then hang again: a second incident, restarted again (the gang breaker allows 2 a day);
+    // its page is the escalation of the first restart (17 minutes before: inside cooldown +
+    // escalate_after).
     collective_stops(&mut job).await;
     job.run_for(Duration::from_secs(420)).await;
     assert_eq!(job.restarts(), vec![2, 2, 2]);
-    assert_eq!(job.sink.count(AlertKind::Hung), 2);
+    assert_eq!(job.sink.count(AlertKind::Hung), 1);
+    assert_eq!(
+        job.sink.count(AlertKind::Escalation),
+        1,
+        "the second stop's page: it came within policy.cooldown + escalate_after of the restart"
+    );
     assert_eq!(job.sink.count(AlertKind::Restarting), 2);
     // A third hang finds the gang's breaker open: one blocked page, nobody restarted.
     for _ in 0..50 {

@@ -237,6 +237,8 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         ("stand-downs", stats.stand_downs),
         ("coordinator outages", stats.outages),
         ("escalations", stats.escalations),
+        ("failovers", stats.failovers),
+        ("node breakers spent", stats.breakers_spent),
     ] {
         assert!(
             n > 0 || count < 50,
@@ -245,13 +247,14 @@ fn seeded_gang_simulation_keeps_every_invariant() {
     }
 }
 
-fn gang_caught(mutant: sim::gang::GangMutant, invariant: &str) {
+fn gang_caught(mutant: sim::gang_mutant::GangMutant, invariants: &[&str]) {
     match sim::gang::run_gang_seeds(0, 300, Some(mutant)) {
         Ok(stats) => panic!("{mutant:?} was never caught in 300 seeds: {stats:#?}"),
         Err((seed, v)) => {
-            assert_eq!(
-                v.invariant, invariant,
-                "{mutant:?} caught by another invariant at seed {seed}: {}",
+            assert!(
+                invariants.contains(&v.invariant),
+                "{mutant:?} caught by another invariant ({}) at seed {seed}: {}",
+                v.invariant,
                 v.detail
             );
             println!("{mutant:?} caught at gang seed {seed}: {}", v.detail);
@@ -261,26 +264,35 @@ fn gang_caught(mutant: sim::gang::GangMutant, invariant: &str) {
 
 #[test]
 fn the_gang_harness_catches_a_moving_collective_taken_for_hung() {
+    // A moving collective taken for hung: a member restarted while its peers move, or, when the
+    // peers block before their turn, left out of the restart because they beat after the
+    // decision.
     gang_caught(
-        sim::gang::GangMutant::ProgressHidden,
-        "never a moving collective",
+        sim::gang_mutant::GangMutant::ProgressHidden,
+        &["never a moving collective", "all or nothing"],
     );
 }
 
 #[test]
 fn the_gang_harness_catches_blockers_hidden_from_the_decision() {
-    gang_caught(sim::gang::GangMutant::BlockersHidden, "all or nothing");
+    gang_caught(
+        sim::gang_mutant::GangMutant::BlockersHidden,
+        &["all or nothing"],
+    );
 }
 
 #[test]
 fn the_gang_harness_catches_pages_not_deduplicated() {
     gang_caught(
-        sim::gang::GangMutant::AlertsNotDeduplicated,
-        "one page per incident",
+        sim::gang_mutant::GangMutant::AlertsNotDeduplicated,
+        &["one page per incident"],
     );
 }
 
 #[test]
 fn the_gang_harness_catches_a_member_restarted_twice_in_one_incident() {
-    gang_caught(sim::gang::GangMutant::CooldownUnseen, "once per incident");
+    gang_caught(
+        sim::gang_mutant::GangMutant::CooldownUnseen,
+        &["once per incident"],
+    );
 }

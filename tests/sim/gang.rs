@@ -2,14 +2,14 @@
 //! node, each node a member of two gangs that share the nodes — on one coordinator and one fake
 //! clock, their cycles interleaved in a seeded order, with faults: agents that crash (mid-wave
 //! too) and come back, a member's node standing down (its agent's SIGTERM), a node breaker spent
-//! by others, the coordinator gone for a while, slow agents, stragglers, restarts that do not
-//! help. After every cycle the harness checks, against its own ground truth:
+//! by others, the coordinator gone for a while, a failover that forgets a gang's incident, decision
+//! and the locks, slow agents, stragglers, restarts that do not help. After every cycle the harness checks, against its own ground truth:
 //!
 //! - **once per incident**: a member is never restarted twice unless its gang progressed in
 //!   between, or `policy.cooldown` passed (the product's new incident);
-//! - **all or nothing**: once one member of a gang is restarted, every member is within four poll
-//!   intervals — unless its node was faulted (stood down, crashed, the coordinator gone) in that
-//!   window: the residual window of docs/how-it-decides.md;
+//! - **all or nothing**: once one member of a gang is restarted, every member is within four of
+//!   its own agent's cycles — unless its node was faulted (stood down, crashed, the coordinator
+//!   gone, a failover) in that window: the residual window of docs/how-it-decides.md;
 //! - **one page per incident**: at most one `hung` alert for a gang per stop of its collective;
 //! - **never a moving collective**: no member is restarted while a member of its gang progresses.
 //!
@@ -21,20 +21,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use vigil::alerts::{AlertKind, Notifier};
 use vigil::clock::{Clock, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
-use vigil::coord::{
-    hgetall_many_by_parts, read_worker_by_parts, CoordError, Coordinator, Keys, Reply, Request,
-};
+use vigil::coord::{Coordinator, Keys};
 use vigil::hang::agent::Agent;
 use vigil::metrics::Metrics;
 use vigil::recording::RecordingSink;
 use vigil::runtime::sim::FakeRuntime;
 
+use super::gang_mutant::{Faulty, GangMutant};
 use super::rng::Rng;
 
 const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;
@@ -44,123 +42,6 @@ const NODES: usize = 4;
 const GANGS: [&str; 2] = ["ml/a", "ml/b"];
 /// Simulated time per seed.
 const TICKS: u64 = 480;
-
-/// A bug planted in what the agents are told, to show the harness catches it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GangMutant {
-    /// Members' entries lose their heartbeats: nobody looks like progressing.
-    ProgressHidden,
-    /// Members' entries lose what would block a decision (`sd`, `br`).
-    BlockersHidden,
-    /// Every gang alert claim succeeds: nothing is de-duplicated.
-    AlertsNotDeduplicated,
-    /// The cooldown claim is invisible: a restarted member looks hung again at once.
-    CooldownUnseen,
-}
-
-impl GangMutant {
-    #[allow(dead_code)]
-    pub const ALL: [GangMutant; 4] = [
-        GangMutant::ProgressHidden,
-        GangMutant::BlockersHidden,
-        GangMutant::AlertsNotDeduplicated,
-        GangMutant::CooldownUnseen,
-    ];
-}
-
-/// The agents' coordinator: the shared store, gone while `down`, and the mutant's lies.
-struct Faulty {
-    inner: Arc<dyn Coordinator>,
-    down: Arc<AtomicBool>,
-    mutant: Option<GangMutant>,
-}
-
-fn hides(mutant: Option<GangMutant>, key: &str) -> bool {
-    match mutant {
-        Some(GangMutant::CooldownUnseen) => key.ends_with(":cooldown"),
-        _ => false,
-    }
-}
-
-#[async_trait]
-impl Coordinator for Faulty {
-    fn describe(&self) -> String {
-        "gang simulation".into()
-    }
-    async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(CoordError::Timeout {
-                addr: "sim".into(),
-                timeout: Duration::from_secs(1),
-            });
-        }
-        let m = self.mutant;
-        match request {
-            // By parts, so the lies below reach every read.
-            Request::ReadWorker { record, keys } => read_worker_by_parts(self, &record, &keys)
-                .await
-                .map(Reply::Worker),
-            Request::HgetallMany(keys) => {
-                hgetall_many_by_parts(self, &keys).await.map(Reply::Hashes)
-            }
-            Request::GetMany(keys) => {
-                let reply = self.inner.execute(Request::GetMany(keys.clone())).await?;
-                match reply {
-                    Reply::Values(mut v) => {
-                        for (k, val) in keys.iter().zip(v.iter_mut()) {
-                            if hides(m, k) {
-                                *val = None;
-                            }
-                        }
-                        Ok(Reply::Values(v))
-                    }
-                    other => Ok(other),
-                }
-            }
-            Request::Hgetall(key)
-                if matches!(
-                    m,
-                    Some(GangMutant::BlockersHidden | GangMutant::ProgressHidden)
-                ) && key.ends_with(":members") =>
-            {
-                let reply = self.inner.execute(Request::Hgetall(key)).await?;
-                match reply {
-                    Reply::Hash(h) => Ok(Reply::Hash(
-                        h.into_iter()
-                            .map(|(f, v)| {
-                                let mut e: serde_json::Value =
-                                    serde_json::from_str(&v).unwrap_or_default();
-                                if let Some(o) = e.as_object_mut() {
-                                    let hide: &[&str] = match m {
-                                        Some(GangMutant::ProgressHidden) => &["hb"],
-                                        _ => &["sd", "br"],
-                                    };
-                                    for f in hide {
-                                        o.remove(*f);
-                                    }
-                                }
-                                (f, e.to_string())
-                            })
-                            .collect(),
-                    )),
-                    other => Ok(other),
-                }
-            }
-            Request::SetNx { key, value, ttl }
-                if (m == Some(GangMutant::AlertsNotDeduplicated)
-                    && key.contains(":gang:{")
-                    && key.contains(":alert:"))
-                    || (m == Some(GangMutant::CooldownUnseen) && key.ends_with(":cooldown")) =>
-            {
-                self.inner
-                    .execute(Request::SetNx { key, value, ttl })
-                    .await?;
-                Ok(Reply::Done(true))
-            }
-            other => self.inner.execute(other).await,
-        }
-    }
-}
 
 /// The harness's truth about one gang.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,13 +68,18 @@ struct GangTruth {
     /// Restarts seen of each member (by node), and when each member was last restarted.
     restarts: Vec<usize>,
     last_restart: Vec<Option<Millis>>,
-    /// A restart wave: when its first member was restarted.
+    /// A restart wave: when its first member was restarted, and how many cycles each node's
+    /// agent had run then.
     wave: Option<Millis>,
+    wave_cycles: Vec<u64>,
     /// The members an excused partial wave left out: their node's agent may still carry out
     /// the standing decision once the node is back (the restart completes late).
     left_out: Vec<usize>,
-    /// `hung` alerts seen for this gang during the current stop.
+    /// `hung` alerts seen for this gang during the current stop, and when that stop began.
     hung_pages: usize,
+    stopped_at: Millis,
+    /// When a failover last forgot this gang's incident and decision.
+    failover_at: Millis,
 }
 
 struct NodeSim {
@@ -224,6 +110,8 @@ pub struct GangStats {
     pub stand_downs: u64,
     pub outages: u64,
     pub escalations: u64,
+    pub failovers: u64,
+    pub breakers_spent: u64,
 }
 
 impl GangStats {
@@ -236,6 +124,8 @@ impl GangStats {
         self.stand_downs += o.stand_downs;
         self.outages += o.outages;
         self.escalations += o.escalations;
+        self.failovers += o.failovers;
+        self.breakers_spent += o.breakers_spent;
     }
 }
 
@@ -251,6 +141,8 @@ struct Sim {
     mutant: Option<GangMutant>,
     trace: Vec<String>,
     stats: GangStats,
+    /// Cycles each node's agent has run.
+    cycles: Vec<u64>,
     seen_alerts: usize,
 }
 
@@ -279,6 +171,7 @@ impl Sim {
             mutant,
             trace: Vec::new(),
             stats: GangStats::default(),
+            cycles: vec![0; NODES],
             seen_alerts: 0,
         };
         for n in 0..NODES {
@@ -312,8 +205,11 @@ impl Sim {
                 restarts: vec![0; NODES],
                 last_restart: vec![None; NODES],
                 wave: None,
+                wave_cycles: vec![0; NODES],
                 left_out: Vec::new(),
                 hung_pages: 0,
+                stopped_at: 0,
+                failover_at: Millis::MIN / 2,
             });
         }
         sim
@@ -388,12 +284,33 @@ impl Sim {
     /// The seed's events for this tick.
     fn events(&mut self) {
         let now = self.now();
+        if odds(&mut self.rng, 1, 900) {
+            self.failover(now);
+        }
+        if odds(&mut self.rng, 1, 1200) {
+            // Other workers of a node spent its breaker for the day.
+            let n = self.rng.below(NODES as u64) as usize;
+            let key = self.nodes[n].keys.breaker(&vigil::clock::utc_day(now));
+            let store = self.store.clone();
+            let cap = u64::from(self.nodes[n].cfg.safety.breaker_per_day);
+            futures_util::FutureExt::now_or_never(async move {
+                for _ in 0..cap {
+                    let _ = store
+                        .incr_capped(&key, cap, Duration::from_secs(48 * 3600))
+                        .await;
+                }
+            });
+            self.stats.breakers_spent += 1;
+            self.nodes[n].faulted_at = now;
+            self.log(format!("node {n}: its breaker is spent for the day"));
+        }
         for g in 0..self.gangs.len() {
             let phase = self.gangs[g].phase.clone();
             match phase {
                 Phase::Running if odds(&mut self.rng, 1, 80) => {
                     self.stats.stops += 1;
                     self.gangs[g].hung_pages = 0;
+                    self.gangs[g].stopped_at = now;
                     if odds(&mut self.rng, 1, 3) {
                         let member = self.rng.below(NODES as u64) as usize;
                         let until = odds(&mut self.rng, 1, 2)
@@ -422,6 +339,7 @@ impl Sim {
                 Phase::Booting { at: Some(t) } if now >= t + 60_000 => {
                     self.gangs[g].phase = Phase::Running;
                     self.gangs[g].hung_pages = 0;
+                    self.gangs[g].stopped_at = now;
                 }
                 _ => {}
             }
@@ -462,6 +380,28 @@ impl Sim {
             self.log("the coordinator is back".into());
             self.down.store(false, Ordering::SeqCst);
         }
+    }
+
+    /// A failover to a replica that had not received the latest writes: one gang's lock,
+    /// incident and decision, and every node's lock, are gone.
+    fn failover(&mut self, now: Millis) {
+        let g = self.rng.below(GANGS.len() as u64) as usize;
+        let k = &self.nodes[0].keys;
+        let mut gone = vec![
+            k.gang_lock(GANGS[g]),
+            k.gang_incident(GANGS[g]),
+            k.gang_decision(GANGS[g]),
+        ];
+        gone.extend(self.nodes.iter().map(|n| n.keys.lock()));
+        self.stats.failovers += 1;
+        self.gangs[g].failover_at = now;
+        self.log(format!(
+            "FAILOVER forgets gang {g}'s incident and decision, and the locks"
+        ));
+        let store = self.store.clone();
+        futures_util::FutureExt::now_or_never(async move { store.del(&gone).await })
+            .expect("the in-process store answers at once")
+            .expect("the in-process store deletes");
     }
 
     fn faulted_since(&self, n: usize, since: Millis) -> bool {
@@ -506,6 +446,7 @@ impl Sim {
                 if self.gangs[g].wave.is_none() {
                     self.stats.gang_restarts += 1;
                     self.gangs[g].wave = Some(now);
+                    self.gangs[g].wave_cycles = self.cycles.clone();
                 }
             }
             if let Some(w) = self.gangs[g].wave {
@@ -517,24 +458,35 @@ impl Sim {
                     let at = odds(&mut self.rng, 3, 4)
                         .then(|| now + self.rng.below(120) as Millis * 1_000);
                     self.gangs[g].phase = Phase::Booting { at };
-                } else if now - w > 4 * POLL_MS {
-                    let excused = self.down_until >= w - POLL_MS;
+                } else {
+                    // NB: a failover that forgot the decision mid-wave leaves the rest to a new
+                    // incident (whose decision waits for the restarted members' cooldown).
+                    let excused =
+                        self.down_until >= w - POLL_MS || self.gangs[g].failover_at >= w - POLL_MS;
                     let missing: Vec<usize> = (0..NODES)
                         .filter(|n| self.gangs[g].last_restart[*n].is_none_or(|t| t < w))
                         .collect();
-                    let unexcused: Vec<usize> = missing
+                    // A member's agent has four of its own cycles (two poll intervals, twice
+                    // over) to carry the decision out: a slow agent that skips cycles is late, not
+                    // wrong.
+                    let ran = |n: usize| self.cycles[n] - self.gangs[g].wave_cycles[n];
+                    let faulted = |n: usize| self.faulted_since(n, w - 2 * POLL_MS);
+                    let overdue: Vec<usize> = missing
                         .iter()
                         .copied()
-                        .filter(|n| !self.faulted_since(*n, w - 2 * POLL_MS))
+                        .filter(|n| !faulted(*n) && ran(*n) >= 4)
                         .collect();
-                    if !excused && !unexcused.is_empty() {
-                        return self.fail("all or nothing", format!("gang {g}: the restart that began {} s ago left members {unexcused:?} out", (now - w) / 1000));
+                    if !excused && !overdue.is_empty() {
+                        return self.fail("all or nothing", format!("gang {g}: the restart that began {} s ago left members {overdue:?} out", (now - w) / 1000));
                     }
-                    // A partial restart the residual window excuses: the restarted members are
-                    // stuck at the rendezvous; the next incident restarts the rest.
-                    self.gangs[g].wave = None;
-                    self.gangs[g].left_out = missing;
-                    self.gangs[g].phase = Phase::Stopped { at: now };
+                    let settled = missing.iter().all(|n| faulted(*n) || ran(*n) >= 4);
+                    if settled || now - w > 40 * POLL_MS {
+                        // A partial restart the residual window excuses: the restarted members
+                        // are stuck at the rendezvous; the next incident restarts the rest.
+                        self.gangs[g].wave = None;
+                        self.gangs[g].left_out = missing;
+                        self.gangs[g].phase = Phase::Stopped { at: now };
+                    }
                 }
             }
         }
@@ -552,7 +504,10 @@ impl Sim {
             match a.kind {
                 AlertKind::Hung => {
                     self.gangs[g].hung_pages += 1;
-                    if self.gangs[g].hung_pages > 1 {
+                    // A failover that forgot the incident makes a new one, with its own page:
+                    // more pages, never fewer.
+                    let forgotten = self.gangs[g].failover_at >= self.gangs[g].stopped_at;
+                    if self.gangs[g].hung_pages > 1 && !forgotten {
                         let detail =
                             format!("gang {g}: a second hung alert in one stop: {}", a.detail);
                         self.seen_alerts = alerts.len();
@@ -569,10 +524,41 @@ impl Sim {
     }
 
     fn fail(&self, invariant: &'static str, detail: String) -> Result<(), GangViolation> {
+        let mut trace = self.trace.clone();
+        // The agents' own account of the gangs, from their trails.
+        for (n, node) in self.nodes.iter().enumerate() {
+            let store = self.store.clone();
+            let key = node.keys.trail();
+            let entries =
+                futures_util::FutureExt::now_or_never(
+                    async move { store.read_recent(&key, 200).await },
+                );
+            for (_, f) in entries
+                .and_then(Result::ok)
+                .unwrap_or_default()
+                .iter()
+                .rev()
+            {
+                let code = f.get("decision").cloned().unwrap_or_default();
+                let at = f
+                    .get("at")
+                    .and_then(|t| t.parse::<Millis>().ok())
+                    .unwrap_or(0);
+                let recent = self.now() - at < 10 * POLL_MS;
+                if code.starts_with("gang") || code == "straggler" || recent {
+                    let detail = f.get("detail").cloned().unwrap_or_default();
+                    let w = f.get("worker").cloned().unwrap_or_default();
+                    trace.push(format!(
+                        "trail node {n} t={}s {w} {code}: {detail}",
+                        (at - DAY_START) / 1000
+                    ));
+                }
+            }
+        }
         Err(GangViolation {
             invariant,
             detail,
-            trace: self.trace.clone(),
+            trace,
         })
     }
 
@@ -592,8 +578,15 @@ impl Sim {
                     continue;
                 }
                 let mut agent = self.nodes[n].agent.take().expect("an agent per node");
-                agent.cycle().await;
+                let report = agent.cycle().await;
+                self.cycles[n] += 1;
                 self.nodes[n].agent = Some(agent);
+                if let Some(e) = report
+                    .coordinator_error
+                    .filter(|_| !self.down.load(Ordering::SeqCst))
+                {
+                    self.log(format!("node {n}: cycle failed: {e}"));
+                }
                 self.check()?;
             }
         }

@@ -5,6 +5,7 @@
 //! harness's own ground truth at every restart command, and liveness at the end of each run.
 
 pub mod gang;
+pub mod gang_mutant;
 pub mod gate;
 pub mod mutant;
 pub mod rng;

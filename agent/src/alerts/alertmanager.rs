@@ -45,6 +45,10 @@ pub(crate) fn labels(alert: &Alert) -> BTreeMap<&'static str, String> {
     if let Some(i) = &alert.incident {
         l.insert("incident", i.clone());
     }
+    // A route or an inhibition by job: every alert of a gang member, and the gang's own.
+    if let Some(g) = &alert.gang {
+        l.insert("gang", g.clone());
+    }
     l
 }
 
@@ -320,6 +324,9 @@ mod tests {
         assert_eq!(AlertKind::Escalation.severity(), "page");
         assert_eq!(AlertKind::Restarting.severity(), "info");
         assert_eq!(alertname(AlertKind::WouldRestart), "vigil_would_restart");
+        let mut g = Alert::new(AlertKind::Hung, "n", "x");
+        g.gang = Some("ml/llama".into());
+        assert_eq!(labels(&g)["gang"], "ml/llama");
     }
 
     #[test]

@@ -147,6 +147,11 @@ impl Keys {
     pub fn gang_restarted(&self, gang: &str) -> String {
         self.g(gang, "restarted")
     }
+    /// The gang's reader for one poll interval (SET NX, the node's name): while a gang is in
+    /// trouble, one member's agent reads its whole view; the others read only its state.
+    pub fn gang_reader(&self, gang: &str) -> String {
+        self.g(gang, "reader")
+    }
     /// The lock of the gang's decision (random token).
     pub fn gang_lock(&self, gang: &str) -> String {
         self.g(gang, "lock")

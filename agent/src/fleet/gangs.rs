@@ -20,22 +20,40 @@ pub(crate) async fn read(
     gang: &str,
     size: Option<u32>,
 ) -> Result<(Vec<Member>, GangState), CoordError> {
+    let members = read_view(coord, keys, gang, size).await?;
+    Ok((members, read_state(coord, keys, gang).await?))
+}
+
+/// Every member's entry: every shard of the gang's view (one pipelined round trip).
+pub(crate) async fn read_view(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    gang: &str,
+    size: Option<u32>,
+) -> Result<Vec<Member>, CoordError> {
     let shards: Vec<String> = (0..gp::shards(size))
         .map(|s| keys.gang_members(gang, s))
         .collect();
     let hashes = coord.hgetall_many(&shards).await?;
+    Ok(hashes
+        .iter()
+        .flat_map(|h| h.values())
+        .filter_map(|v| serde_json::from_str(v).ok())
+        .collect())
+}
+
+/// The gang's incident, decision and last restart (one round trip, one slot).
+pub(crate) async fn read_state(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    gang: &str,
+) -> Result<GangState, CoordError> {
     let state_keys = [
         keys.gang_incident(gang),
         keys.gang_decision(gang),
         keys.gang_restarted(gang),
     ];
-    let values = coord.get_many(&state_keys).await?;
-    let members = hashes
-        .iter()
-        .flat_map(|h| h.values())
-        .filter_map(|v| serde_json::from_str(v).ok())
-        .collect();
-    Ok((members, GangState::decode(&values)))
+    Ok(GangState::decode(&coord.get_many(&state_keys).await?))
 }
 
 fn untag(tag: &str) -> (String, Option<u32>) {

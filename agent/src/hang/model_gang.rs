@@ -134,13 +134,23 @@ impl GangState {
     }
 }
 
+/// A gang as one agent read it this cycle.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct View {
+    /// The members' entries: all of them when `full`, else this agent's own only.
+    pub(crate) members: Vec<Member>,
+    pub(crate) state: GangState,
+    /// This agent read the whole view (it is the gang's reader this poll interval).
+    pub(crate) full: bool,
+}
+
 /// What one cycle of an agent keeps for its gangs.
 #[derive(Debug, Default)]
 pub(crate) struct GangCycle {
     /// Entries to write with the cycle's batch: (view shard key, member id, entry as JSON).
     pub(crate) entries: Vec<(String, String, String)>,
     /// The views read this cycle, by gang id: a node of eight ranks reads its gang once.
-    pub(crate) views: std::collections::HashMap<String, (Vec<Member>, GangState)>,
+    pub(crate) views: std::collections::HashMap<String, View>,
     /// Restarts this node's breaker still allows today, as the last batch read it.
     pub(crate) breaker_left: Option<u64>,
     /// Worker id → its gang's [`tag`], for the node record.

@@ -270,6 +270,13 @@ pub(crate) fn plan(
                 restarted: d.decided,
             });
         }
+        // NB: a standing decision is carried out whatever the verdict now: the members already
+        // restarted boot (no agent calls them hung), and this one may be only suspect again
+        // (the simulation's seed 39: a member left out because the gang no longer read hung).
+        if executable(d, own, now) {
+            steps.push(GangStep::Execute);
+        }
+        return steps;
     }
     steps.extend(verdict_steps(verdict, state, members, own, now, rules));
     steps
@@ -317,8 +324,7 @@ fn verdict_steps(
                     }
                     v
                 }
-                // The page went out with the plan that decided (the decider's, if not ours).
-                Some(d) if executable(d, own, now) => vec![GangStep::Execute],
+                // Carried out by `plan`, whatever the verdict.
                 Some(_) => vec![],
             }
         }

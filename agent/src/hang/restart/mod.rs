@@ -25,6 +25,7 @@
 
 mod command;
 mod gang;
+mod gang_pages;
 mod incident;
 mod limits;
 mod outcome;

@@ -1,0 +1,211 @@
+//! The gang's pages: `hung` placed at the member that stopped first, the escalation of a gang
+//! that hangs again, a straggler, a decision blocked (and why), each de-duplicated per incident in
+//! the coordinator, remembered by the agent that sent it and resolved by it.
+
+use crate::alerts::{Alert, AlertKind, Resolve};
+use crate::clock::{human, Millis};
+use crate::coord::marks::MARK_TTL;
+use crate::coord::CoordError;
+use crate::hang::model::Gang;
+use crate::hang::model_gang::{GangIncident, GangState, Member};
+use crate::hang::policy_gang as gp;
+use crate::trail::journal::About;
+use crate::trail::Code;
+
+use super::{Case, RestartPath};
+
+impl RestartPath<'_> {
+    /// Resolve the gang alerts this agent sent for `gang` (its incident closed, or its own
+    /// member is fine again).
+    pub(super) async fn resolve_gang_alerts(&mut self, gang: &str) {
+        for (node, worker) in self.gangs.sent.remove(gang).unwrap_or_default() {
+            self.ctx
+                .notifier
+                .resolve(&node, &worker, Resolve::IncidentCleared)
+                .await;
+        }
+    }
+
+    /// Send a gang alert, remembering it for its resolution.
+    pub(super) async fn send_gang(&mut self, g: &Gang, a: &Alert) {
+        if let Some(w) = &a.worker {
+            let sent = self.gangs.sent.entry(g.id.clone()).or_default();
+            if !sent.iter().any(|(n, x)| *n == a.node && x == w) {
+                sent.push((a.node.clone(), w.clone()));
+            }
+        }
+        self.ctx.notifier.send(a).await;
+    }
+
+    /// An alert about the gang, placed at `first` (the member to look at).
+    pub(super) fn gang_alert(
+        &self,
+        kind: AlertKind,
+        g: &Gang,
+        members: &[Member],
+        first: Option<&Member>,
+        detail: String,
+    ) -> Alert {
+        let node = first.map_or(self.ctx.keys.node(), |m| m.node.as_str());
+        let mut a = Alert::new(kind, node, detail);
+        a.worker = first.map(|m| m.worker.clone());
+        a.container = first.map(|m| m.container.clone());
+        a.gang = Some(g.id.clone());
+        a.gang_size = g.size.or(Some(members.len() as u32));
+        a.dry_run = self.ctx.cfg.dry_run;
+        a
+    }
+
+    pub(super) async fn page_gang_hung(
+        &mut self,
+        g: &Gang,
+        state: &GangState,
+        members: &[Member],
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(inc) = &state.incident else {
+            return Ok(());
+        };
+        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "hung");
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
+            return Ok(());
+        }
+        let first = gp::first_stopped(members, now);
+        let mut detail = describe_hang(g, members, first, now);
+        let owner = members.iter().find(|m| m.alert_only);
+        match (self.ctx.cfg.gang.action, owner) {
+            (crate::config::GangAction::AlertOnly, _) => detail.push_str(&format!(
+                "; gang.action = {}: Vigil restarts no member",
+                self.ctx.cfg.gang.action.as_str()
+            )),
+            (_, Some(m)) => detail.push_str(&format!(
+                "; {} is alert-only (its restarts belong to its owner): Vigil restarts no member",
+                m.id()
+            )),
+            _ => {}
+        }
+        let mut a = self.gang_alert(AlertKind::Hung, g, members, first, detail);
+        a.incident = Some(inc.id.clone());
+        a.duration = first.and_then(|m| m.heartbeat).map(|hb| human(now - hb));
+        self.send_gang(g, &a).await;
+        Ok(())
+    }
+
+    pub(super) async fn page_gang_again(
+        &mut self,
+        g: &Gang,
+        members: &[Member],
+        restarted: Millis,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let key = self
+            .ctx
+            .keys
+            .gang_alert(&g.id, &restarted.to_string(), "escalation");
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
+            return Ok(());
+        }
+        let first = gp::first_stopped(members, now);
+        let detail = format!(
+            "gang {} hangs again {} after its restart of every member: the restart did not fix it; a person must look. {}",
+            g.id,
+            human(now - restarted),
+            describe_hang(g, members, first, now)
+        );
+        let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
+        self.send_gang(g, &a).await;
+        Ok(())
+    }
+
+    pub(super) async fn page_straggler(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        own: &Member,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let since = own.heartbeat.unwrap_or(0).to_string();
+        let key = self
+            .ctx
+            .keys
+            .gang_alert(&g.id, &format!("{}-{since}", own.id()), "straggler");
+        if !self.claim_alert(&key, now, MARK_TTL).await? {
+            return Ok(());
+        }
+        let what = match self.ctx.cfg.gang.straggler {
+            crate::config::StragglerAction::AlertOnly => {
+                "not restarted alone (gang.straggler = alert-only)"
+            }
+            crate::config::StragglerAction::Restart => "restarted alone (gang.straggler = restart)",
+        };
+        let detail = format!(
+            "{} ({}) stopped while the other members of gang {} still progress; {what}",
+            own.id(),
+            own.container,
+            g.id
+        );
+        let a = self.gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
+        self.send_gang(g, &a).await;
+        let about = About::worker(case.worker(), case.v);
+        self.note(now, about, Code::Straggler, detail).await
+    }
+
+    /// Nobody is restarted: one page per gang incident naming every blocking member and why.
+    pub(super) async fn gang_blocked(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        inc: &GangIncident,
+        members: &[Member],
+        why: Vec<String>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let detail = format!(
+            "gang {} is hung but cannot be restarted as a whole, so no member is restarted (a partial restart breaks the job's rendezvous): {}",
+            g.id,
+            why.join("; ")
+        );
+        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "blocked");
+        if self.claim_alert(&key, now, MARK_TTL).await? {
+            let first = gp::first_stopped(members, now);
+            let mut a = self.gang_alert(AlertKind::GangBlocked, g, members, first, detail.clone());
+            a.incident = Some(inc.id.clone());
+            self.send_gang(g, &a).await;
+        }
+        let about = About::worker(case.worker(), case.v)
+            .incident(&inc.id)
+            .once();
+        self.note(now, about, Code::GangBlocked, detail).await
+    }
+}
+
+/// The page's account of a hung gang: how many members, who stopped first, where, and what its
+/// node knows.
+pub(super) fn describe_hang(
+    g: &Gang,
+    members: &[Member],
+    first: Option<&Member>,
+    now: Millis,
+) -> String {
+    let count = match g.size {
+        Some(n) => format!("{} of {n} members report", members.len()),
+        None => format!("{} members", members.len()),
+    };
+    let Some(f) = first else {
+        return format!("gang {}: {count}", g.id);
+    };
+    let last = f.heartbeat.map_or("never beat".to_string(), |hb| {
+        format!("last progress {} ago", human(now - hb))
+    });
+    let mut s = format!(
+        "gang {} ({count}) stopped: the first to stop was {} on node {} ({}), {last}",
+        g.id, f.worker, f.node, f.container
+    );
+    if !f.signals.is_empty() {
+        s.push_str(&format!("; on its node: {}", f.signals.join(", ")));
+    }
+    if let Some(sd) = &f.stand_down {
+        s.push_str(&format!("; {sd}"));
+    }
+    s
+}

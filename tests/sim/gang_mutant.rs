@@ -1,0 +1,128 @@
+//! The gang simulation's coordinator (`super::gang`): the shared store behind an outage switch,
+//! and the planted mutants' lies — each breaks one gang invariant, to show the harness catches it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use vigil::coord::{
+    hgetall_many_by_parts, read_worker_by_parts, CoordError, Coordinator, Reply, Request,
+};
+
+/// A bug planted in what the agents are told, to show the harness catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GangMutant {
+    /// Members' entries lose their heartbeats: nobody looks like progressing.
+    ProgressHidden,
+    /// Members' entries lose what would block a decision (`sd`, `br`).
+    BlockersHidden,
+    /// Every gang alert claim succeeds: nothing is de-duplicated.
+    AlertsNotDeduplicated,
+    /// The cooldown claim is invisible: a restarted member looks hung again at once.
+    CooldownUnseen,
+}
+
+impl GangMutant {
+    #[allow(dead_code)]
+    pub const ALL: [GangMutant; 4] = [
+        GangMutant::ProgressHidden,
+        GangMutant::BlockersHidden,
+        GangMutant::AlertsNotDeduplicated,
+        GangMutant::CooldownUnseen,
+    ];
+}
+
+/// The agents' coordinator: the shared store, gone while `down`, and the mutant's lies.
+pub struct Faulty {
+    pub inner: Arc<dyn Coordinator>,
+    pub down: Arc<AtomicBool>,
+    pub mutant: Option<GangMutant>,
+}
+
+fn hides(mutant: Option<GangMutant>, key: &str) -> bool {
+    match mutant {
+        Some(GangMutant::CooldownUnseen) => key.ends_with(":cooldown"),
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl Coordinator for Faulty {
+    fn describe(&self) -> String {
+        "gang simulation".into()
+    }
+    async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(CoordError::Timeout {
+                addr: "sim".into(),
+                timeout: Duration::from_secs(1),
+            });
+        }
+        let m = self.mutant;
+        match request {
+            // By parts, so the lies below reach every read.
+            Request::ReadWorker { record, keys } => read_worker_by_parts(self, &record, &keys)
+                .await
+                .map(Reply::Worker),
+            Request::HgetallMany(keys) => {
+                hgetall_many_by_parts(self, &keys).await.map(Reply::Hashes)
+            }
+            Request::GetMany(keys) => {
+                let reply = self.inner.execute(Request::GetMany(keys.clone())).await?;
+                match reply {
+                    Reply::Values(mut v) => {
+                        for (k, val) in keys.iter().zip(v.iter_mut()) {
+                            if hides(m, k) {
+                                *val = None;
+                            }
+                        }
+                        Ok(Reply::Values(v))
+                    }
+                    other => Ok(other),
+                }
+            }
+            Request::Hgetall(key)
+                if matches!(
+                    m,
+                    Some(GangMutant::BlockersHidden | GangMutant::ProgressHidden)
+                ) && key.ends_with(":members") =>
+            {
+                let reply = self.inner.execute(Request::Hgetall(key)).await?;
+                match reply {
+                    Reply::Hash(h) => Ok(Reply::Hash(
+                        h.into_iter()
+                            .map(|(f, v)| {
+                                let mut e: serde_json::Value =
+                                    serde_json::from_str(&v).unwrap_or_default();
+                                if let Some(o) = e.as_object_mut() {
+                                    let hide: &[&str] = match m {
+                                        Some(GangMutant::ProgressHidden) => &["hb"],
+                                        _ => &["sd", "br"],
+                                    };
+                                    for f in hide {
+                                        o.remove(*f);
+                                    }
+                                }
+                                (f, e.to_string())
+                            })
+                            .collect(),
+                    )),
+                    other => Ok(other),
+                }
+            }
+            Request::SetNx { key, value, ttl }
+                if (m == Some(GangMutant::AlertsNotDeduplicated)
+                    && key.contains(":gang:{")
+                    && key.contains(":alert:"))
+                    || (m == Some(GangMutant::CooldownUnseen) && key.ends_with(":cooldown")) =>
+            {
+                self.inner
+                    .execute(Request::SetNx { key, value, ttl })
+                    .await?;
+                Ok(Reply::Done(true))
+            }
+            other => self.inner.execute(other).await,
+        }
+    }
+}
