@@ -208,7 +208,7 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
     let prefix = unique("gang-cri");
     let jobset = unique("llama-");
     let mut nodes = Vec::new();
-    for i in 0..2 {
+    for i in 0..RANKS {
         let mut s = Setup::new("gang-cri");
         s.prefix = prefix.clone();
         s.worker = format!("rank-{i}");
@@ -238,8 +238,13 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
         }
         v
     };
-    // Records without a gang: `vigil beat` with no --gang.
-    for (s, cfg, _) in &nodes {
+    // Records without a gang: `vigil beat` with no --gang. Rank 2 last beat first, the others
+    // a moment later (inside confirm_after).
+    for i in [2, 0, 1, 3] {
+        let (s, cfg, _) = &nodes[i];
+        if i == 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let (code, out, err) = beat(
             cfg,
             &s.worker,
@@ -276,7 +281,7 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
     })
     .await
     .is_some();
-    assert!(restarted, "both ranks restarted:\n{}", logs());
+    assert!(restarted, "every rank restarted:\n{}", logs());
     tokio::time::sleep(Duration::from_secs(4)).await;
     for (_, _, pod) in &nodes {
         let attempts: Vec<u32> = kubelet.containers(pod).await.iter().map(|c| c.2).collect();
@@ -296,6 +301,7 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
         .cloned()
         .collect();
     assert_eq!(hung.len(), 1, "{:?}", hook.kinds());
+    assert_eq!(hung[0]["vigil"]["worker"], "rank-2", "{}", hung[0]);
     assert_eq!(
         hung[0]["vigil"]["gang"],
         format!("default/jobset/{jobset}/0")

@@ -62,6 +62,9 @@ pub(crate) struct Member {
     /// Its restarts belong to someone else (`restarts = alert-only`).
     #[serde(rename = "ao", default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) alert_only: bool,
+    /// Its agent runs in observe mode (`dry_run`).
+    #[serde(rename = "dr", default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) dry_run: bool,
 }
 
 impl Member {

@@ -158,6 +158,19 @@ pub(crate) fn blockers(
             ));
         }
     }
+    // NB: one decision key for agents in both modes would restart for real on an observing
+    // agent's decision (no unit taken), or leave the observing agents' members out.
+    if members.iter().any(|m| m.dry_run) && members.iter().any(|m| !m.dry_run) {
+        let observing: Vec<String> = members
+            .iter()
+            .filter(|m| m.dry_run)
+            .map(Member::id)
+            .collect();
+        why.push(format!(
+            "the members' agents disagree on observe mode (dry_run on {}): one mode for the whole gang",
+            observing.join(", ")
+        ));
+    }
     let mut on_node: BTreeMap<&str, u64> = BTreeMap::new();
     for m in members {
         *on_node.entry(m.node.as_str()).or_default() += 1;
@@ -273,7 +286,7 @@ pub(crate) fn plan(
         // NB: a standing decision is carried out whatever the verdict now: the members already
         // restarted boot (no agent calls them hung), and this one may be only suspect again
         // (the simulation's seed 39: a member left out because the gang no longer read hung).
-        if executable(d, own, now) {
+        if executable(d, own, now, t) {
             steps.push(GangStep::Execute);
         }
         return steps;
@@ -333,8 +346,12 @@ fn verdict_steps(
 
 /// Whether the decision still asks this member's restart: it has not beaten since the decision,
 /// it is not progressing, and it is not booting (our own restart of it).
-pub(crate) fn executable(d: &Decision, own: &Member, now: Millis) -> bool {
-    own.verdict != "booting"
+pub(crate) fn executable(d: &Decision, own: &Member, now: Millis, t: &Timing) -> bool {
+    // NB: the decision stands for `policy.cooldown` (then the incident is over): a member whose
+    // new incarnation never beat is booting until its cooldown ends, and must not then read as
+    // still owed the same decision's restart (review: a second restart, alone).
+    now - d.decided < t.cooldown
+        && own.verdict != "booting"
         && !progressing(own, now)
         && own.heartbeat.is_none_or(|hb| hb < d.decided)
 }

@@ -31,6 +31,7 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
         container: format!("{n}-rank"),
         signals: vec![],
         alert_only: false,
+        dry_run: false,
     }
 }
 
@@ -192,11 +193,29 @@ fn the_decision_waits_for_restart_delay_then_every_member_executes_once() {
     assert!(!executable(
         decided.decision.as_ref().unwrap(),
         &booting,
-        now
+        now,
+        &t
     ));
     let mut beat = gang[1].clone();
     beat.heartbeat = Some(now);
-    assert!(!executable(decided.decision.as_ref().unwrap(), &beat, now));
+    assert!(!executable(
+        decided.decision.as_ref().unwrap(),
+        &beat,
+        now,
+        &t
+    ));
+    // A decision older than the cooldown owes nobody a restart any more.
+    let stale = Decision {
+        decided: now - t.cooldown,
+        incident: "g1".into(),
+    };
+    assert!(!executable(&stale, &gang[1], now, &t));
+    assert!(executable(
+        decided.decision.as_ref().unwrap(),
+        &gang[1],
+        now,
+        &t
+    ));
     // A decision of another incident is not this one's.
     let mut other = decided.clone();
     other.decision.as_mut().unwrap().incident = "g0".into();

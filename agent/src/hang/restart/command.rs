@@ -176,8 +176,14 @@ impl RestartPath<'_> {
         let now = fresh.now;
         let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
         if let (Ok(()), Some(order)) = (checked, act.gang) {
-            // NB: the gang's decision, read again: a closed or replaced incident restarts nobody.
-            if !self.decision_stands(order).await? {
+            // NB: the gang's decision, read again: a closed or replaced incident restarts nobody;
+            // and a member already restarted since the decision is never restarted for it again.
+            if marks
+                .restarted_at
+                .is_some_and(|t| t >= order.decision.decided)
+            {
+                checked = Err(Cancel::CooldownAppeared);
+            } else if !self.decision_stands(order).await? {
                 checked = Err(Cancel::Recovered);
             }
         }

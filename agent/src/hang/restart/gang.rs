@@ -61,6 +61,7 @@ impl RestartPath<'_> {
             container: case.c.display(),
             signals,
             alert_only: case.alert_only(),
+            dry_run: self.ctx.cfg.dry_run,
         };
         let tag = crate::hang::model_gang::tag(&g.id, g.size);
         self.gangs.tags.insert(m.worker.clone(), tag);
@@ -83,9 +84,9 @@ impl RestartPath<'_> {
         }
         if self.gangs.breaker_left.is_none() {
             let key = self.ctx.keys.breaker(&breaker_day(now));
-            if let Ok(used) = self.ctx.coord.counter(&key).await {
-                self.gangs.breaker_left = Some(u64::from(s.breaker_per_day).saturating_sub(used));
-            }
+            // NB: a read that fails is no unit (fail closed): the decision waits for a count.
+            let used = self.ctx.coord.counter(&key).await;
+            return Some(used.map_or(0, |used| u64::from(s.breaker_per_day).saturating_sub(used)));
         }
         self.gangs.breaker_left
     }
@@ -165,7 +166,7 @@ impl RestartPath<'_> {
             // Another member's agent reads the gang this poll interval and decides; this one
             // carries out a standing decision for its own member.
             if let Some(d) = view.state.current_decision().cloned() {
-                if gp::executable(&d, own, now) {
+                if gp::executable(&d, own, now, &t) {
                     self.execute(case, &g, &view.state, d, now).await?;
                 }
             }
@@ -202,7 +203,7 @@ impl RestartPath<'_> {
                     if let Some(d) = self.decide_gang(case, &g, own, &state, now).await? {
                         state.decision = Some(d.clone());
                         self.remember_state(&g, &state);
-                        if gp::executable(&d, own, now) {
+                        if gp::executable(&d, own, now, &t) {
                             self.execute(case, &g, &state, d, now).await?;
                         }
                     }
@@ -263,6 +264,15 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let detail = match state.current_decision() {
+            Some(d) if self.ctx.cfg.dry_run => {
+                // Observe mode restarted nobody: no "again" for the next incident.
+                self.ctx.coord.del(&[k.gang_decision(&g.id)]).await?;
+                format!(
+                    "gang {}: incident over {} after its decision (observe mode: nothing was restarted)",
+                    g.id,
+                    human(now - d.decided)
+                )
+            }
             Some(d) => {
                 let restarted = k.gang_restarted(&g.id);
                 // NB: as long as the incidents it marks as "again" may last (a day), not just the
@@ -281,7 +291,7 @@ impl RestartPath<'_> {
             }
             None => format!("gang {}: the collective moves again; no restart", g.id),
         };
-        self.resolve_gang_alerts(&g.id).await;
+        self.resolve_gang_alerts(&g.id, None).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
         self.note(now, about, Code::GangClosed, detail).await
     }
@@ -361,6 +371,13 @@ impl RestartPath<'_> {
         };
         if let Some(d) = fresh.current_decision() {
             return Ok(Some(d.clone()));
+        }
+        if let Some(old) = fresh.decision.as_ref() {
+            // A decision of another (closed) incident whose removal failed: incident ids are
+            // unique, so it is stale; under the gang lock, removed (compare-and-delete).
+            let value = format!("{}:{}", old.decided, old.incident);
+            let dkey = self.ctx.keys.gang_decision(&g.id);
+            self.ctx.coord.del_if_owner(&dkey, &value).await?;
         }
         if !matches!(gp::verdict(&members, now), GangVerdict::Hung { .. }) {
             return Ok(None);

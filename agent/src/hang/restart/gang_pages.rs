@@ -17,11 +17,23 @@ use super::{Case, RestartPath};
 impl RestartPath<'_> {
     /// Resolve the gang alerts this agent sent for `gang` (its incident closed, or its own
     /// member is fine again).
-    pub(super) async fn resolve_gang_alerts(&mut self, gang: &str) {
-        for (node, worker) in self.gangs.sent.remove(gang).unwrap_or_default() {
+    pub(super) async fn resolve_gang_alerts(&mut self, gang: &str, fine: Option<&str>) {
+        let sent = self.gangs.sent.remove(gang).unwrap_or_default();
+        let here = self.ctx.keys.node().to_string();
+        // NB: a member that is fine ends the alerts placed at itself, and the gang's placed at
+        // other nodes (the gang moves again); not those at its siblings on this node (a
+        // straggler's page), which their own evaluation ends.
+        let (ended, kept): (Vec<_>, Vec<_>) = sent
+            .into_iter()
+            .partition(|(node, worker)| fine.is_none_or(|w| *node != here || worker == w));
+        if !kept.is_empty() {
+            self.gangs.sent.insert(gang.to_string(), kept);
+        }
+        for (node, worker) in ended {
+            // `Recovered`: escalations end too.
             self.ctx
                 .notifier
-                .resolve(&node, &worker, Resolve::IncidentCleared)
+                .resolve(&node, &worker, Resolve::Recovered)
                 .await;
         }
     }

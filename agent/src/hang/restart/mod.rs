@@ -326,7 +326,7 @@ impl RestartPath<'_> {
         let own = self.member_entry(&case, now).await;
         if let (Some(g), false) = (&own_gang(&case), effects.contains(&Effect::Gang)) {
             // Its member is fine: the gang alerts this agent sent for it are over.
-            self.resolve_gang_alerts(g).await;
+            self.resolve_gang_alerts(g, Some(&c.worker)).await;
         }
         let mut incident = marks.incident.clone();
         for effect in effects {
