@@ -198,7 +198,8 @@ impl RestartPath<'_> {
                     self.page_gang_again(&g, &members, restarted, now).await?
                 }
                 GangStep::PageStraggler => self.page_straggler(case, &g, own, now).await?,
-                GangStep::RestartAlone => self.restart_alone(case, incident, now).await?,
+                // `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
+                GangStep::RestartAlone => self.consider_restart(case, incident, now).await?,
                 GangStep::Decide => {
                     if let Some(d) = self.decide_gang(case, &g, own, &state, now).await? {
                         state.decision = Some(d.clone());
@@ -294,31 +295,6 @@ impl RestartPath<'_> {
         self.resolve_gang_alerts(&g.id, None).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
         self.note(now, about, Code::GangClosed, detail).await
-    }
-
-    /// `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
-    async fn restart_alone(
-        &mut self,
-        case: &Case<'_>,
-        incident: &Option<Incident>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        match incident {
-            Some(inc)
-                if policy::restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
-                    && policy::retry_open(case.marks, now) =>
-            {
-                let since = policy::condition_since(case.v, inc.started, case.marks, case.status);
-                let act = Act {
-                    case,
-                    inc,
-                    since,
-                    gang: None,
-                };
-                self.run_pipeline(&act, now).await
-            }
-            _ => Ok(()),
-        }
     }
 
     /// The gang's one decision, under its lock, from a fresh view: every member able to take

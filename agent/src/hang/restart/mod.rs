@@ -341,6 +341,32 @@ impl RestartPath<'_> {
         Ok(v)
     }
 
+    /// Run the pipeline for the worker's own incident if its restart is due.
+    async fn consider_restart(
+        &mut self,
+        case: &Case<'_>,
+        incident: &Option<Incident>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        match incident {
+            // NB: after a failed restart (of any incident) the worker waits for its backoff.
+            Some(inc)
+                if restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
+                    && policy::retry_open(case.marks, now) =>
+            {
+                let since = policy::condition_since(case.v, inc.started, case.marks, case.status);
+                let act = Act {
+                    case,
+                    inc,
+                    since,
+                    gang: None,
+                };
+                self.run_pipeline(&act, now).await
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// One effect of the plan. `incident` is the shared timer as this cycle knows it (opened by
     /// `OpenIncident`, read by the alert and the restart).
     async fn apply(
@@ -384,24 +410,7 @@ impl RestartPath<'_> {
                 Some(inc) => self.alert_incident(case, inc, now).await,
                 None => Ok(()),
             },
-            Effect::ConsiderRestart => match incident {
-                // NB: after a failed restart (of any incident) the worker waits for its backoff.
-                Some(inc)
-                    if restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
-                        && policy::retry_open(case.marks, now) =>
-                {
-                    let since =
-                        policy::condition_since(case.v, inc.started, case.marks, case.status);
-                    let act = Act {
-                        case,
-                        inc,
-                        since,
-                        gang: None,
-                    };
-                    self.run_pipeline(&act, now).await
-                }
-                _ => Ok(()),
-            },
+            Effect::ConsiderRestart => self.consider_restart(case, incident, now).await,
             // Carried out by `evaluate`, which holds the member's entry.
             Effect::Gang => Ok(()),
         }
