@@ -8,6 +8,7 @@ mod common;
 mod alertmanager;
 mod coordination;
 mod gang;
+mod gang_checkpoint;
 mod gke;
 mod gpu;
 mod gpu_agent;

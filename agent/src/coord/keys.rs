@@ -164,8 +164,20 @@ impl Keys {
     pub fn gang_alert(&self, gang: &str, about: &str, kind: &str) -> String {
         self.g(gang, &format!("alert:{about}:{kind}"))
     }
+    /// The gang's open checkpoint round (JSON `crate::maintenance::model_round::Round`), SET NX
+    /// with the round's budget as TTL: a notice on any member's node opens one round for the
+    /// whole gang; a notice meanwhile on another member's node joins it.
+    pub fn gang_checkpoint(&self, gang: &str) -> String {
+        self.g(gang, "checkpoint")
+    }
     fn g(&self, gang: &str, rest: &str) -> String {
         format!("{}:gang:{{{gang}}}:{rest}", self.prefix)
+    }
+    /// The last checkpoint drills run from this node (hash: target → JSON
+    /// `crate::maintenance::model_round::DrillResult`), exported by this node's agent as
+    /// `vigil_checkpoint_drill_seconds` and `vigil_checkpoint_drill_fits`.
+    pub fn drills(&self) -> String {
+        self.n("drills")
     }
     /// Fleet budget-exhausted alert de-duplication for one window.
     pub fn fleet_budget_alert(&self, window: i64) -> String {

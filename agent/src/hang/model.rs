@@ -53,7 +53,7 @@ pub(crate) fn parse_gang_size(text: &str) -> Option<u32> {
 /// A record's gang (the container's fields `gang` and `gang_size`); `None` without a valid id.
 /// NB: a record written straight to Redis is not checked where it enters: an invalid id is no
 /// gang, never a key name; the worker API, `vigil beat` and the Python client refuse one.
-fn gang_of(fields: &HashMap<String, String>) -> Option<Gang> {
+pub(crate) fn gang_of(fields: &HashMap<String, String>) -> Option<Gang> {
     let id = fields
         .get("gang")
         .map(|g| g.trim())

@@ -65,6 +65,12 @@ pub(crate) struct Member {
     /// Its agent runs in observe mode (`dry_run`).
     #[serde(rename = "dr", default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) dry_run: bool,
+    /// Its node's checkpoint budgets (ms) for a preemption and a host maintenance: a gang's
+    /// checkpoint round takes the tightest (`crate::maintenance::policy_round::round_budget`).
+    #[serde(rename = "bp", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) preemption_budget: Option<Millis>,
+    #[serde(rename = "bm", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) maintenance_budget: Option<Millis>,
 }
 
 impl Member {

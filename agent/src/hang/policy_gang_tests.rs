@@ -32,6 +32,8 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
         signals: vec![],
         alert_only: false,
         dry_run: false,
+        preemption_budget: None,
+        maintenance_budget: None,
     }
 }
 

@@ -2,16 +2,20 @@
 //! acknowledgements within the budget, and turn the results into metrics, trail lines and the
 //! summary the Node shows. The node controller (`crate::node::controller`) decides when a round runs.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::future::join_all;
 
 use crate::clock::{rfc3339, Millis};
 use crate::config::Config;
 use crate::coord::{Coordinator, Keys};
-use crate::hang::model::valid_worker_id;
+use crate::hang::model::{gang_of, valid_worker_id, Gang};
+use crate::maintenance::policy_round;
 use crate::maintenance::request::{self as checkpoint, Checkpointer, Outcome, WorkerResult};
 use crate::metrics::Metrics;
-use crate::runtime::ContainerRuntime;
+use crate::runtime::{Container, ContainerRuntime};
 use crate::trail::Code;
 
 /// What a finished round leaves for the trail and the Node.
@@ -55,6 +59,8 @@ impl CheckpointRounds {
 
     /// Deliver the requests and wait for the acknowledgements, all within `budget` (listing the
     /// workers included). A listing that fails is one `failed` result, not "nothing to do".
+    /// A member of a gang is asked through its gang's round (`crate::maintenance::gang_round`),
+    /// every member on every node at once; the others one by one, as before gangs.
     pub(crate) async fn request(&self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
         let listed = tokio::time::timeout(budget, self.runtime.list_workers()).await;
@@ -68,7 +74,16 @@ impl CheckpointRounds {
                     .filter(|c| c.running)
                     .partition(|c| valid_worker_id(&c.worker));
                 let left = budget.saturating_sub(started.elapsed());
-                let mut results = self.checkpointer.run(&workers, reason, left).await;
+                let deadline = started + budget;
+                let (gangs, alone) = self.gangs_of(workers, left).await;
+                let gang_rounds = gangs
+                    .iter()
+                    .map(|(g, local)| self.gang_results(g, local, reason, left, deadline));
+                let (mut results, by_gang) = tokio::join!(
+                    self.checkpointer.run(&alone, reason, left),
+                    join_all(gang_rounds)
+                );
+                results.extend(by_gang.into_iter().flatten());
                 results.extend(invalid.into_iter().map(|c| WorkerResult {
                     worker: c.worker.chars().take(64).collect(),
                     method: "invalid",
@@ -78,6 +93,7 @@ impl CheckpointRounds {
                         "{} carries the opt-in label with a value that is not a worker id: not asked",
                         c.display()
                     ),
+                    gang: None,
                 }));
                 return results;
             }
@@ -92,7 +108,88 @@ impl CheckpointRounds {
             outcome: Outcome::Failed,
             waited: started.elapsed(),
             detail: format!("cannot list the workers: {why}"),
+            gang: None,
         }]
+    }
+
+    /// The workers grouped by the gang their record names (or, without one, their pod's
+    /// labels), and the workers of no gang. Records that cannot be read leave their workers
+    /// alone: asked one by one, as before gangs.
+    async fn gangs_of(
+        &self,
+        workers: Vec<Container>,
+        within: Duration,
+    ) -> (BTreeMap<String, (Gang, Vec<Container>)>, Vec<Container>) {
+        let keys: Vec<String> = workers
+            .iter()
+            .map(|c| self.checkpointer.keys.status(&c.worker))
+            .collect();
+        let records = tokio::time::timeout(within, self.checkpointer.coord.hgetall_many(&keys))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let mut gangs: BTreeMap<String, (Gang, Vec<Container>)> = BTreeMap::new();
+        let mut alone = Vec::new();
+        for (i, c) in workers.into_iter().enumerate() {
+            let from_record = records.get(i).and_then(gang_of);
+            let from_pod = c.gang.as_ref().map(|g| Gang {
+                id: g.id.clone(),
+                size: g.size,
+            });
+            match from_record.or(from_pod) {
+                Some(g) => gangs
+                    .entry(g.id.clone())
+                    .or_insert_with(|| (g, Vec::new()))
+                    .1
+                    .push(c),
+                None => alone.push(c),
+            }
+        }
+        (gangs, alone)
+    }
+
+    /// One gang's round, as one result per member on this node (the gang's outcome for each).
+    async fn gang_results(
+        &self,
+        gang: &str,
+        (g, local): &(Gang, Vec<Container>),
+        reason: &str,
+        budget: Duration,
+        deadline: tokio::time::Instant,
+    ) -> Vec<WorkerResult> {
+        let started = tokio::time::Instant::now();
+        let round = self.checkpointer.gang_round(g, local, reason, budget);
+        let (outcome, detail, described) = match tokio::time::timeout_at(deadline, round).await {
+            Ok(Ok(r)) => {
+                let d = policy_round::describe(&r);
+                (policy_round::outcome(&r), d.clone(), Some(d))
+            }
+            Ok(Err(e)) => (
+                Outcome::Failed,
+                format!("gang {gang}: cannot open its checkpoint round: {e}"),
+                None,
+            ),
+            Err(_) => (
+                Outcome::TimedOut,
+                format!(
+                    "gang {gang}: its round did not end within {}",
+                    crate::clock::brief(budget)
+                ),
+                None,
+            ),
+        };
+        local
+            .iter()
+            .map(|c| WorkerResult {
+                worker: c.worker.clone(),
+                method: "gang",
+                outcome,
+                waited: started.elapsed(),
+                detail: detail.clone(),
+                gang: described.clone().or_else(|| Some(detail.clone())),
+            })
+            .collect()
     }
 
     /// Count the round's results and say what to record, stamped `now`.
@@ -120,13 +217,21 @@ impl CheckpointRounds {
             );
             lines.push((r.worker.clone(), code, detail));
         }
+        // A gang's round is said once, however many of its members run here.
+        let mut gangs: Vec<&str> = results.iter().filter_map(|r| r.gang.as_deref()).collect();
+        gangs.dedup();
+        let mut summary = format!(
+            "{} {reason}: {}",
+            rfc3339(now),
+            checkpoint::summary(results)
+        );
+        for g in gangs {
+            summary.push_str("; ");
+            summary.push_str(g);
+        }
         RoundRecord {
             lines,
-            summary: format!(
-                "{} {reason}: {}",
-                rfc3339(now),
-                checkpoint::summary(results)
-            ),
+            summary,
             all_acked: results.iter().all(|r| r.outcome == Outcome::Acked),
         }
     }

@@ -10,10 +10,13 @@
 //! an idle node for maintenance, one node of a pool at a time).
 
 pub(crate) mod checkpoint;
+pub(crate) mod gang_round;
 pub mod metadata;
 pub mod model;
+pub(crate) mod model_round;
 pub(crate) mod opportunistic;
 pub mod policy;
 pub(crate) mod policy_budget;
 pub(crate) mod policy_idle;
+pub(crate) mod policy_round;
 pub mod request;

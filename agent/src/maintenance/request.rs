@@ -83,6 +83,9 @@ pub struct WorkerResult {
     pub outcome: Outcome,
     pub(crate) waited: Duration,
     pub detail: String,
+    /// For a member of a gang: its gang round's description
+    /// (`crate::maintenance::policy_round::describe`), shared by the gang's members here.
+    pub(crate) gang: Option<String>,
 }
 
 /// A one-line summary for the Node annotation and the trail: `acked=2 timed-out=1 failed=0`.
@@ -109,6 +112,11 @@ pub(crate) fn acknowledges(record: &std::collections::HashMap<String, String>, i
     }
     use crate::hang::model::{rank_field, ranks};
     ranks(record).is_some_and(|n| (0..n).all(|r| acked(&rank_field("checkpoint_ack", Some(r)))))
+}
+
+/// A fresh request id: 12 hex digits.
+pub(crate) fn new_id() -> String {
+    format!("{:012x}", rand::random::<u64>() >> 16)
 }
 
 /// What a checkpoint round needs.
@@ -144,13 +152,14 @@ impl Checkpointer {
                     outcome: Outcome::TimedOut,
                     waited: started.elapsed(),
                     detail: format!("no acknowledgement within {}", crate::clock::brief(budget)),
+                    gang: None,
                 },
             }
         });
         futures_util::future::join_all(futures).await
     }
 
-    fn method_for(&self, c: &Container) -> Result<Method, String> {
+    pub(crate) fn method_for(&self, c: &Container) -> Result<Method, String> {
         match &c.checkpoint {
             None => Ok(self.default_method.clone()),
             Some(label) => Method::parse(label, self.default_signal)
@@ -172,13 +181,14 @@ impl Checkpointer {
             outcome,
             waited: started.elapsed(),
             detail,
+            gang: None,
         };
         let method = match self.method_for(c) {
             Ok(m) => m,
             Err(e) => return result("invalid", Outcome::Failed, e),
         };
         let label = method.label();
-        let id = format!("{:012x}", rand::random::<u64>() >> 16);
+        let id = new_id();
         let now: Millis = match self.coord.time().await {
             Ok(t) => t,
             Err(e) => return result(label, Outcome::Failed, e.to_string()),
@@ -227,7 +237,7 @@ impl Checkpointer {
         }
     }
 
-    async fn deliver(
+    pub(crate) async fn deliver(
         &self,
         method: &Method,
         c: &Container,
@@ -331,6 +341,7 @@ mod tests {
             outcome: o,
             waited: Duration::ZERO,
             detail: String::new(),
+            gang: None,
         };
         assert_eq!(
             summary(&[r(Outcome::Acked), r(Outcome::Acked), r(Outcome::TimedOut)]),

@@ -568,6 +568,7 @@ impl Controller {
                     RECORD_RESERVE.as_secs(),
                     humantime::format_duration(grace)
                 ),
+                gang: None,
             };
             self.record_round("sigterm-cut-short", &[cut]).await;
             return;

@@ -7,7 +7,7 @@
 //! moment.
 
 use crate::alerts::AlertKind;
-use crate::clock::{human, Millis};
+use crate::clock::{human, ms, Millis};
 use crate::coord::caps::{breaker_day, Caps, BREAKER_TTL};
 use crate::coord::lease::Lease;
 use crate::coord::marks::MARK_TTL;
@@ -62,6 +62,8 @@ impl RestartPath<'_> {
             signals,
             alert_only: case.alert_only(),
             dry_run: self.ctx.cfg.dry_run,
+            preemption_budget: Some(ms(self.ctx.cfg.checkpoint.preemption_budget)),
+            maintenance_budget: Some(ms(self.ctx.cfg.checkpoint.maintenance_budget)),
         };
         let tag = crate::hang::model_gang::tag(&g.id, g.size);
         self.gangs.tags.insert(m.worker.clone(), tag);

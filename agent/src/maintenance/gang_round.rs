@@ -1,0 +1,243 @@
+//! A gang's checkpoint round: a notice on one member's node asks every member of the gang to
+//! save, with one request id, and the node of the notice waits until every member acknowledged
+//! that id or the round's budget (the tightest among the members' nodes) ran out.
+//!
+//! The round is one key of the gang (`Keys::gang_checkpoint`, SET NX with the budget as TTL):
+//! a notice on another member's node while it runs joins it rather than opening a second one.
+//! The opener writes the request into every member's status record, one pipelined write per
+//! node (a node's records share its Cluster slot); each joiner writes its own members' again
+//! (idempotent: the same id), so a member missing from the opener's view is still asked.
+//! `checkpoint_ack` is not cleared: only this round's id counts, and clearing it on a node
+//! written last could erase the ack of a rank that had already saved.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use crate::clock::{ms, Millis};
+use crate::coord::{Keys, Op};
+use crate::fleet::gangs::read_view;
+use crate::hang::model::Gang;
+use crate::hang::model_gang::member_id;
+use crate::maintenance::model_round::{GangRound, MemberAck, Round};
+use crate::maintenance::policy_round::round_budget;
+use crate::maintenance::request::{acknowledges, Checkpointer};
+use crate::runtime::Container;
+
+/// Extra life of the round's key past its budget: a joiner that reads it at the last moment
+/// still finds it.
+const ROUND_MARGIN: Duration = Duration::from_secs(10);
+
+/// A member to ask: its node and worker id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Asked {
+    pub(crate) node: String,
+    pub(crate) worker: String,
+}
+
+impl Checkpointer {
+    /// Run (or join) `gang`'s round for a notice on this node, whose members here are `local`.
+    /// `Err` only when the coordinator cannot be reached at all (then nobody was asked).
+    pub(crate) async fn gang_round(
+        &self,
+        gang: &Gang,
+        local: &[Container],
+        reason: &str,
+        budget: Duration,
+    ) -> Result<GangRound, String> {
+        let now = self.coord.time().await.map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        // NB: a view that cannot be read leaves this node's own members to ask: a round of the
+        // members it knows beats no round.
+        let view = read_view(&*self.coord, &self.keys, &gang.id, gang.size)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(gang = %gang.id, error = %e, "cannot read the gang's view: asking this node's members only");
+                Vec::new()
+            });
+        let node = self.keys.node().to_string();
+        let mut members: BTreeSet<Asked> = view
+            .iter()
+            .map(|m| Asked {
+                node: m.node.clone(),
+                worker: m.worker.clone(),
+            })
+            .collect();
+        let own: Vec<Asked> = local
+            .iter()
+            .map(|c| Asked {
+                node: node.clone(),
+                worker: c.worker.clone(),
+            })
+            .collect();
+        members.extend(own.iter().cloned());
+        let budget = round_budget(budget, reason, &view);
+        let fresh = Round {
+            id: crate::maintenance::request::new_id(),
+            reason: reason.to_string(),
+            at: now,
+            until: now + ms(budget),
+            by: node,
+            drill: false,
+        };
+        let (round, opened) = self.open_or_join(&gang.id, fresh, now).await?;
+        let members: Vec<Asked> = members.into_iter().collect();
+        let to_write = if opened { &members } else { &own };
+        self.write_requests(&round, to_write).await;
+        for c in local {
+            if let Ok(method) = self.method_for(c) {
+                if let Err(e) = self.deliver(&method, c, &round.id, reason, budget).await {
+                    tracing::warn!(worker = %c.worker, error = %e, "gang checkpoint request not delivered by its method");
+                }
+            }
+        }
+        let left = ms(budget).min(round.until - now).max(0);
+        let deadline = started + Duration::from_millis(left as u64);
+        let acks = self
+            .wait_acks(&round, &members, now, started, deadline)
+            .await;
+        if opened && acks.iter().all(|a| a.acked.is_some()) {
+            // The next notice (a preemption after this maintenance round) asks for a new save.
+            let _ = self
+                .coord
+                .del_if_owner(&self.keys.gang_checkpoint(&gang.id), &round.encode())
+                .await;
+        }
+        Ok(GangRound {
+            gang: gang.id.clone(),
+            round,
+            opened,
+            members: acks,
+            size: gang.size,
+        })
+    }
+
+    /// Open the gang's round, or join the one another member's notice opened and that still
+    /// runs. A round that cannot be read back (expired between the two calls) is opened again.
+    pub(crate) async fn open_or_join(
+        &self,
+        gang: &str,
+        fresh: Round,
+        now: Millis,
+    ) -> Result<(Round, bool), String> {
+        let key = self.keys.gang_checkpoint(gang);
+        let ttl = Duration::from_millis((fresh.until - fresh.at).max(0) as u64) + ROUND_MARGIN;
+        let err = |e: crate::coord::CoordError| e.to_string();
+        if self
+            .coord
+            .set_nx(&key, &fresh.encode(), ttl)
+            .await
+            .map_err(err)?
+        {
+            return Ok((fresh, true));
+        }
+        let current = self
+            .coord
+            .get_many(std::slice::from_ref(&key))
+            .await
+            .map_err(err)?;
+        match current
+            .first()
+            .cloned()
+            .flatten()
+            .as_deref()
+            .and_then(Round::decode)
+        {
+            Some(r) if r.until > now => Ok((r, false)),
+            _ => {
+                self.coord
+                    .set(&key, &fresh.encode(), ttl)
+                    .await
+                    .map_err(err)?;
+                Ok((fresh, true))
+            }
+        }
+    }
+
+    /// Write the round's request into every member's record: one pipelined write per node, the
+    /// nodes at once. A node whose write fails is logged; its members show as unanswered.
+    pub(crate) async fn write_requests(&self, round: &Round, members: &[Asked]) {
+        let mut by_node: BTreeMap<&str, Vec<Op>> = BTreeMap::new();
+        for m in members {
+            let keys = Keys::new(self.keys.prefix(), &m.node);
+            let fields = vec![
+                ("checkpoint_request".to_string(), round.id.clone()),
+                ("checkpoint_reason".to_string(), round.reason.clone()),
+                ("checkpoint_requested_at".to_string(), round.at.to_string()),
+                (
+                    "checkpoint_drill".to_string(),
+                    if round.drill { "1" } else { "" }.to_string(),
+                ),
+            ];
+            by_node.entry(&m.node).or_default().push(Op::Hset {
+                key: keys.status(&m.worker),
+                fields,
+                ttl: None,
+            });
+        }
+        let writes = by_node.iter().map(|(node, ops)| async move {
+            if let Err(e) = self.coord.batch(ops).await {
+                tracing::warn!(node = %node, error = %e, round = %round.id, "cannot write the checkpoint request to this node's members");
+            }
+        });
+        join_all(writes).await;
+    }
+
+    /// Wait until every member acknowledged the round's id, or `deadline`. Each member's time is
+    /// from the round's opening (`round.at`) to the read that saw its ack.
+    pub(crate) async fn wait_acks(
+        &self,
+        round: &Round,
+        members: &[Asked],
+        now: Millis,
+        started: Instant,
+        deadline: Instant,
+    ) -> Vec<MemberAck> {
+        let mut acks: Vec<MemberAck> = members
+            .iter()
+            .map(|m| MemberAck {
+                member: member_id(&m.node, &m.worker),
+                acked: None,
+            })
+            .collect();
+        // A large gang is read less often: 8,000 records every 200 ms would be Redis's whole day.
+        let poll = self
+            .poll
+            .max(Duration::from_millis(members.len() as u64 / 10));
+        loop {
+            let pending: Vec<usize> = (0..acks.len())
+                .filter(|&i| acks[i].acked.is_none())
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            let keys: Vec<String> = pending
+                .iter()
+                .map(|&i| {
+                    Keys::new(self.keys.prefix(), &members[i].node).status(&members[i].worker)
+                })
+                .collect();
+            match self.coord.hgetall_many(&keys).await {
+                Ok(records) => {
+                    let at = now + ms(started.elapsed()) - round.at;
+                    for (&i, rec) in pending.iter().zip(&records) {
+                        if acknowledges(rec, &round.id) {
+                            acks[i].acked = Some(at.max(0));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, round = %round.id, "cannot read the acknowledgements yet")
+                }
+            }
+            let t = Instant::now();
+            if t >= deadline || acks.iter().all(|a| a.acked.is_some()) {
+                break;
+            }
+            tokio::time::sleep(poll.min(deadline - t)).await;
+        }
+        acks
+    }
+}

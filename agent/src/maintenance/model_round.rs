@@ -1,0 +1,84 @@
+//! A gang's checkpoint round and a checkpoint drill, as data: the round every member of a
+//! distributed job is asked to save in (one id for all of them), what each member answered, and
+//! a drill's measured result. The decisions on them are in `crate::maintenance::policy_round`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Millis;
+
+/// The reason a drill's requests carry (`checkpoint_reason`): a worker may tell a drill from a
+/// notice, and must save the same way.
+pub(crate) const DRILL_REASON: &str = "drill";
+
+/// A gang's open checkpoint round, stored at the gang's `checkpoint` key while it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Round {
+    /// The request id every member acknowledges with (its `checkpoint_ack`).
+    pub(crate) id: String,
+    /// Why: `preemption`, `host-maintenance`, `sigterm`, `drill`…
+    pub(crate) reason: String,
+    /// When it was opened (the coordinator's clock, ms): every member's `checkpoint_requested_at`.
+    pub(crate) at: Millis,
+    /// When it is cut short (ms): the tightest budget among the members' nodes.
+    pub(crate) until: Millis,
+    /// The node whose notice opened it.
+    pub(crate) by: String,
+    /// A drill, not a notice.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) drill: bool,
+}
+
+impl Round {
+    pub(crate) fn encode(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub(crate) fn decode(text: &str) -> Option<Round> {
+        serde_json::from_str(text).ok()
+    }
+}
+
+/// One member's answer to a round: `acked` is how long after the round opened its
+/// acknowledgement was seen (`None`: not within the round).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemberAck {
+    /// `<node>/<worker>`.
+    pub(crate) member: String,
+    pub(crate) acked: Option<Millis>,
+}
+
+/// How a gang's round ended, as the node of the notice saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GangRound {
+    pub(crate) gang: String,
+    pub(crate) round: Round,
+    /// Whether this node opened the round (or joined one another member's notice opened).
+    pub(crate) opened: bool,
+    /// Every member asked, in id order.
+    pub(crate) members: Vec<MemberAck>,
+    /// The members the gang says it has (`gang_size`), when it says.
+    pub(crate) size: Option<u32>,
+}
+
+/// A drill's result, as `vigil drill checkpoint` prints it and the drilling node exports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct DrillResult {
+    /// `gang:<id>`, `worker:<node>/<worker>` or `node:<node>`.
+    pub(crate) target: String,
+    /// When the drill ran (ms).
+    pub(crate) at: Millis,
+    pub(crate) asked: usize,
+    pub(crate) acked: usize,
+    /// Seconds to the acknowledgements: the median and the last (every member's, when all acked;
+    /// the drill's whole wait otherwise).
+    pub(crate) p50: f64,
+    pub(crate) all: f64,
+    /// The budgets it was measured against (seconds) and whether every ack came within each.
+    pub(crate) preemption_budget: f64,
+    pub(crate) maintenance_budget: f64,
+    pub(crate) fits_preemption: bool,
+    pub(crate) fits_maintenance: bool,
+    /// The members that did not acknowledge within the drill.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) missing: Vec<String>,
+}

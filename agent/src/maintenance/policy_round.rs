@@ -1,0 +1,287 @@
+//! Checkpoint rounds of gangs and drills (pure): the round's budget, whether it was acknowledged,
+//! what the Node, the Event and the trail say about it, and a drill's verdict.
+
+use std::time::Duration;
+
+use crate::clock::Millis;
+use crate::hang::model_gang::Member;
+use crate::maintenance::model_round::{DrillResult, GangRound, MemberAck};
+use crate::maintenance::request::Outcome;
+
+/// The most member names a summary lists (the Node's annotation must stay short).
+const NAMED: usize = 8;
+
+/// The round's budget: this node's own for the reason, cut to the tightest budget any member's
+/// node advertises for it (a member on a Spot node of a mixed pool has 30 s, not the hour a
+/// maintenance notice gives). Reasons without a per-member budget (the agent's SIGTERM, a
+/// drill) keep this node's.
+pub(crate) fn round_budget(own: Duration, reason: &str, members: &[Member]) -> Duration {
+    let of = |m: &Member| match reason {
+        "preemption" => m.preemption_budget,
+        "host-maintenance" => m.maintenance_budget,
+        _ => None,
+    };
+    members
+        .iter()
+        .filter_map(of)
+        .map(|ms| Duration::from_millis(ms.max(0) as u64))
+        .filter(|d| !d.is_zero())
+        .fold(own, Duration::min)
+}
+
+/// Whether every member answered: all asked acknowledged this round's id, and the gang's
+/// expected size is met (a member missing from the view cannot have saved its shards).
+pub(crate) fn acknowledged(r: &GangRound) -> bool {
+    let acked = r.members.iter().filter(|m| m.acked.is_some()).count();
+    !r.members.is_empty()
+        && acked == r.members.len()
+        && r.size.is_none_or(|n| r.members.len() >= n as usize)
+}
+
+/// The round's outcome for the node's metrics and trail.
+pub(crate) fn outcome(r: &GangRound) -> Outcome {
+    if acknowledged(r) {
+        Outcome::Acked
+    } else {
+        Outcome::TimedOut
+    }
+}
+
+fn names(ids: &[&str]) -> String {
+    let mut s = ids
+        .iter()
+        .take(NAMED)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if ids.len() > NAMED {
+        s.push_str(&format!(" and {} more", ids.len() - NAMED));
+    }
+    s
+}
+
+/// `gang ml/llm round 3f…: acked by 3/4; no answer from node-b/trainer (within 25s)` — what the
+/// Node's annotation, the Event and the trail say.
+pub(crate) fn describe(r: &GangRound) -> String {
+    let asked = r.members.len();
+    let total = r.size.map_or(asked, |n| (n as usize).max(asked));
+    let acked = r.members.iter().filter(|m| m.acked.is_some()).count();
+    let mut s = format!(
+        "gang {} round {}{}: acked by {acked}/{total}",
+        r.gang,
+        r.round.id,
+        if r.opened {
+            String::new()
+        } else {
+            format!(" (opened by {})", r.round.by)
+        }
+    );
+    let silent: Vec<&str> = r
+        .members
+        .iter()
+        .filter(|m| m.acked.is_none())
+        .map(|m| m.member.as_str())
+        .collect();
+    if !silent.is_empty() {
+        let budget = Duration::from_millis((r.round.until - r.round.at).max(0) as u64);
+        s.push_str(&format!(
+            "; no answer from {} within {}",
+            names(&silent),
+            crate::clock::brief(budget)
+        ));
+    }
+    if total > asked {
+        s.push_str(&format!(
+            "; {} member(s) of {total} not in the gang's view (never asked)",
+            total - asked
+        ));
+    }
+    s
+}
+
+/// The median of `values` (`None` when empty).
+fn median(values: &mut [Millis]) -> Option<Millis> {
+    values.sort_unstable();
+    values.get(values.len().checked_sub(1)? / 2).copied()
+}
+
+/// A drill's result from its members' answers: `waited` is how long the drill waited in all
+/// (what a member that never answered is charged).
+pub(crate) fn drill_result(
+    target: String,
+    at: Millis,
+    acks: &[MemberAck],
+    waited: Millis,
+    preemption: Duration,
+    maintenance: Duration,
+) -> DrillResult {
+    let mut times: Vec<Millis> = acks.iter().map(|a| a.acked.unwrap_or(waited)).collect();
+    let missing: Vec<String> = acks
+        .iter()
+        .filter(|a| a.acked.is_none())
+        .map(|a| a.member.clone())
+        .collect();
+    let all = times.iter().copied().max().unwrap_or(waited);
+    let p50 = median(&mut times).unwrap_or(waited);
+    let secs = |ms: Millis| ms.max(0) as f64 / 1000.0;
+    let fits = |budget: Duration| {
+        !acks.is_empty() && missing.is_empty() && secs(all) <= budget.as_secs_f64()
+    };
+    DrillResult {
+        target,
+        at,
+        asked: acks.len(),
+        acked: acks.len() - missing.len(),
+        p50: secs(p50),
+        all: secs(all),
+        preemption_budget: preemption.as_secs_f64(),
+        maintenance_budget: maintenance.as_secs_f64(),
+        fits_preemption: fits(preemption),
+        fits_maintenance: fits(maintenance),
+        missing,
+    }
+}
+
+/// The drill's verdict, one line per budget: `fits the 25 s preemption budget: no (p50 41.0 s,
+/// all 52.0 s)`.
+pub(crate) fn verdict(d: &DrillResult) -> Vec<String> {
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let mut lines = vec![
+        format!(
+            "{}: {}/{} acknowledged; p50 {:.1} s, all {:.1} s",
+            d.target, d.acked, d.asked, d.p50, d.all
+        ),
+        format!(
+            "fits the {:.0} s preemption budget: {}",
+            d.preemption_budget,
+            yes(d.fits_preemption)
+        ),
+        format!(
+            "fits the {:.0} s maintenance budget: {}",
+            d.maintenance_budget,
+            yes(d.fits_maintenance)
+        ),
+    ];
+    if !d.missing.is_empty() {
+        let ids: Vec<&str> = d.missing.iter().map(String::as_str).collect();
+        lines.push(format!("no answer from {}", names(&ids)));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maintenance::model_round::Round;
+
+    fn ack(member: &str, acked: Option<Millis>) -> MemberAck {
+        MemberAck {
+            member: member.into(),
+            acked,
+        }
+    }
+
+    fn round(members: Vec<MemberAck>, size: Option<u32>, opened: bool) -> GangRound {
+        GangRound {
+            gang: "ml/llm".into(),
+            round: Round {
+                id: "r1".into(),
+                reason: "preemption".into(),
+                at: 1_000,
+                until: 26_000,
+                by: "node-a".into(),
+                drill: false,
+            },
+            opened,
+            members,
+            size,
+        }
+    }
+
+    #[test]
+    fn a_round_is_acknowledged_only_when_every_member_of_the_gang_answered() {
+        let all = round(
+            vec![ack("a/w", Some(10)), ack("b/w", Some(20))],
+            Some(2),
+            true,
+        );
+        assert!(acknowledged(&all));
+        assert_eq!(describe(&all), "gang ml/llm round r1: acked by 2/2");
+        let one = round(vec![ack("a/w", Some(10)), ack("b/w", None)], Some(2), false);
+        assert!(!acknowledged(&one));
+        assert_eq!(outcome(&one), Outcome::TimedOut);
+        assert_eq!(
+            describe(&one),
+            "gang ml/llm round r1 (opened by node-a): acked by 1/2; no answer from b/w within 25s"
+        );
+        // A member missing from the view is never counted as saved.
+        let short = round(vec![ack("a/w", Some(10))], Some(2), true);
+        assert!(!acknowledged(&short));
+        assert!(describe(&short).ends_with("1 member(s) of 2 not in the gang's view (never asked)"));
+        assert!(!acknowledged(&round(vec![], None, true)));
+    }
+
+    #[test]
+    fn the_budget_is_the_tightest_among_the_members_nodes() {
+        let m = |p: Option<Millis>| -> Member {
+            let mut v = serde_json::json!({"n": "n", "w": "w", "v": "running", "s": "w", "ok": 1, "at": 0,
+                                           "bm": 3_600_000});
+            if let Some(p) = p {
+                v["bp"] = p.into();
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let own = Duration::from_secs(25);
+        let members = [m(Some(20_000)), m(None), m(Some(28_000))];
+        assert_eq!(
+            round_budget(own, "preemption", &members),
+            Duration::from_secs(20)
+        );
+        assert_eq!(round_budget(own, "host-maintenance", &members), own);
+        assert_eq!(round_budget(own, "sigterm", &members), own);
+        assert_eq!(round_budget(own, "preemption", &[m(Some(0))]), own);
+    }
+
+    #[test]
+    fn a_drill_fits_a_budget_when_every_ack_came_within_it() {
+        let acks = [
+            ack("a/w", Some(12_000)),
+            ack("b/w", Some(41_000)),
+            ack("c/w", Some(52_000)),
+        ];
+        let d = drill_result(
+            "gang:g".into(),
+            0,
+            &acks,
+            60_000,
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+        );
+        assert_eq!((d.p50, d.all, d.acked), (41.0, 52.0, 3));
+        assert!(!d.fits_preemption && d.fits_maintenance);
+        let v = verdict(&d);
+        assert_eq!(v[1], "fits the 30 s preemption budget: no");
+        assert_eq!(v[2], "fits the 3600 s maintenance budget: yes");
+        let lost = [ack("a/w", Some(1_000)), ack("b/w", None)];
+        let d = drill_result(
+            "gang:g".into(),
+            0,
+            &lost,
+            60_000,
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+        );
+        assert_eq!((d.all, d.acked), (60.0, 1));
+        assert!(!d.fits_preemption && !d.fits_maintenance);
+        assert_eq!(verdict(&d)[3], "no answer from b/w");
+        let none = drill_result(
+            "worker:n/w".into(),
+            0,
+            &[],
+            5_000,
+            Duration::from_secs(30),
+            Duration::from_secs(60),
+        );
+        assert!(!none.fits_preemption);
+    }
+}
