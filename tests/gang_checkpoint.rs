@@ -10,10 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingNodeApi};
+use common::real::{shared_redis_url, unique, vigil};
 use common::wiring::{agent_and_controller, memory_coordinator, node_config, write_record};
 use vigil::alerts::Notifier;
 use vigil::clock::{Clock, SystemClock};
 use vigil::config::Config;
+use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{Coordinator, Keys};
 use vigil::hang::agent::Agent;
 use vigil::maintenance::model::{Interruption, MaintenanceState, Phase};
@@ -274,4 +276,206 @@ async fn a_second_member_s_notice_joins_the_open_round() {
     assert!(l1.contains("acked by 2/2"), "{l1}");
     assert!(l1.contains("(opened by gpu-0)"), "{l1}");
     assert!(!l0.contains("opened by"), "{l0}");
+}
+
+/// Two agents' gang on a real Redis (their cycles publish the gang's view), and a config for
+/// the CLI with their key prefix and budgets of 1 s (preemption) and 4 s (maintenance).
+async fn redis_gang(gang: &str) -> (Arc<dyn Coordinator>, Vec<Keys>, tempfile::TempDir) {
+    let url = shared_redis_url();
+    let prefix = unique("drill");
+    let coord: Arc<dyn Coordinator> =
+        Arc::new(RedisCoordinator::new(&url, Duration::from_secs(2)).unwrap());
+    let mut keys = Vec::new();
+    for i in 0..2 {
+        let mut cfg = node_config(&format!("gpu-{i}"));
+        cfg.redis.key_prefix = prefix.clone();
+        cfg.validate().unwrap();
+        let k = Keys::new(&prefix, &cfg.node_name);
+        write_record(
+            coord.as_ref(),
+            &k.status(&format!("rank-{i}")),
+            "processing",
+            coord.time().await.unwrap(),
+            &[("gang", gang), ("gang_size", "2")],
+        )
+        .await;
+        let runtime = FakeRuntime::default();
+        runtime.add(&format!("c{i}"), &format!("rank-{i}"));
+        let metrics = Arc::new(Metrics::new());
+        let mut agent = Agent::new(
+            cfg,
+            coord.clone(),
+            Arc::new(runtime),
+            Notifier::new(None, metrics.clone()),
+            metrics,
+        );
+        assert_eq!(agent.cycle().await.coordinator_error, None);
+        keys.push(k);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("vigil.toml"),
+        format!(
+            "node_name = \"laptop\"\n[redis]\nkey_prefix = \"{prefix}\"\n[checkpoint]\npreemption_budget = \"1s\"\nmaintenance_budget = \"4s\"\n"
+        ),
+    )
+    .unwrap();
+    (coord, keys, dir)
+}
+
+/// `vigil drill checkpoint` with the rig's config, off the async runtime (the ranks answer
+/// meanwhile).
+async fn drill(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let cfg = dir.join("vigil.toml").to_string_lossy().to_string();
+    let mut argv: Vec<String> = ["drill", "checkpoint", "-c", &cfg]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let url = shared_redis_url();
+    tokio::task::spawn_blocking(move || {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let (code, out, err) = vigil(&argv, &[("REDIS_URL", &url)]);
+        (code, format!("{out}{err}"))
+    })
+    .await
+    .unwrap()
+}
+
+/// A drill of a gang measures every rank's save against both budgets: rank 1 takes 1.5 s, so
+/// the gang fits a maintenance notice (4 s) and not a preemption (1 s). The requests are marked
+/// as a drill; the verdict lands in both nodes' trails and in the first node's drills.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drill_measures_the_gang_against_both_budgets_and_records_its_verdict() {
+    let gang = unique("ml/drill-");
+    let (coord, keys, dir) = redis_gang(&gang).await;
+    let ranks = [
+        saving_rank(
+            coord.clone(),
+            keys[0].status("rank-0"),
+            Duration::from_millis(100),
+        ),
+        saving_rank(
+            coord.clone(),
+            keys[1].status("rank-1"),
+            Duration::from_millis(1_500),
+        ),
+    ];
+    let (code, out) = drill(dir.path(), &["--gang", &gang]).await;
+    ranks.iter().for_each(|r| r.abort());
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("gang:{gang}: 2/2 acknowledged")),
+        "{out}"
+    );
+    assert!(out.contains("fits the 1 s preemption budget: no"), "{out}");
+    assert!(
+        out.contains("fits the 4 s maintenance budget: yes"),
+        "{out}"
+    );
+    let rec = coord.hgetall(&keys[1].status("rank-1")).await.unwrap();
+    assert_eq!(rec["checkpoint_reason"], "drill");
+    assert_eq!(rec["checkpoint_drill"], "1");
+    assert_eq!(rec["checkpoint_ack"], rec["checkpoint_request"]);
+    for (i, k) in keys.iter().enumerate() {
+        let trail = coord.read_recent(&k.trail(), 20).await.unwrap();
+        let line = trail
+            .iter()
+            .find(|(_, f)| f["decision"] == "checkpoint-drill")
+            .unwrap_or_else(|| panic!("no drill in gpu-{i}'s trail: {trail:?}"));
+        assert!(
+            line.1["detail"].contains("preemption budget: no"),
+            "{line:?}"
+        );
+    }
+    let stored = coord.hgetall(&keys[0].drills()).await.unwrap();
+    let result: serde_json::Value = serde_json::from_str(&stored[&format!("gang:{gang}")]).unwrap();
+    assert_eq!(result["fits_preemption"], false);
+    assert_eq!(result["fits_maintenance"], true);
+    assert!(coord.hgetall(&keys[1].drills()).await.unwrap().is_empty());
+    // The round's key is gone: a real notice later opens its own round.
+    let round = coord
+        .get_many(&[keys[0].gang_checkpoint(&gang)])
+        .await
+        .unwrap();
+    assert_eq!(round, vec![None]);
+}
+
+/// A drill never competes with a real request: a rank still saving for a notice makes the drill
+/// refuse (exit 1, naming it) and leaves every record as it was. A rank that never answers a
+/// drill is named, and the drill exits 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drill_refuses_beside_a_pending_request_and_names_a_silent_rank() {
+    let gang = unique("ml/drill-");
+    let (coord, keys, dir) = redis_gang(&gang).await;
+    let now = coord.time().await.unwrap().to_string();
+    let pending = [
+        ("checkpoint_request".to_string(), "feedfacecafe".to_string()),
+        ("checkpoint_reason".to_string(), "preemption".to_string()),
+        ("checkpoint_requested_at".to_string(), now),
+    ];
+    coord
+        .hset(&keys[1].status("rank-1"), &pending, None)
+        .await
+        .unwrap();
+    let (code, out) = drill(dir.path(), &["--gang", &gang]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("gpu-1/rank-1 has a checkpoint request pending (preemption"),
+        "{out}"
+    );
+    let rec0 = coord.hgetall(&keys[0].status("rank-0")).await.unwrap();
+    assert!(!rec0.contains_key("checkpoint_request"), "{rec0:?}");
+
+    // Answered: the drill runs; rank 0 answers it, rank 1 does not.
+    let ack = [("checkpoint_ack".to_string(), "feedfacecafe".to_string())];
+    coord
+        .hset(&keys[1].status("rank-1"), &ack, None)
+        .await
+        .unwrap();
+    let rank0 = saving_rank(coord.clone(), keys[0].status("rank-0"), Duration::ZERO);
+    let (code, out) = drill(dir.path(), &["--worker", "gpu-1/rank-1", "--wait", "1s"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("worker:gpu-1/rank-1: 0/1 acknowledged"),
+        "{out}"
+    );
+    assert!(out.contains("no answer from gpu-1/rank-1"), "{out}");
+    let (code, out) = drill(dir.path(), &["--node", "gpu-0", "--wait", "3s"]).await;
+    rank0.abort();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("node:gpu-0: 1/1 acknowledged"), "{out}");
+    let (code, out) = drill(dir.path(), &["--gang", "ml/no-such-job"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no members in the fleet view"), "{out}");
+}
+
+/// A real notice never joins a drill's round: its ranks must save for the notice, with a round
+/// of its own (the drill then finds its id unanswered).
+#[tokio::test]
+async fn a_real_notice_replaces_a_drill_s_round() {
+    let mut job = Job::new(|_, _| {}).await;
+    let drill_round = serde_json::json!({
+        "id": "d0d0d0d0d0d0", "reason": "drill", "at": SystemClock.now(),
+        "until": SystemClock.now() + 60_000, "by": "laptop (vigil drill)", "drill": true,
+    });
+    let key = job.members[0].keys.gang_checkpoint(GANG);
+    job.coord
+        .set(&key, &drill_round.to_string(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ranks: Vec<_> = (0..2)
+        .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
+        .collect();
+    job.members[0]
+        .controller
+        .apply(notice(Interruption::Preemption))
+        .await;
+    ranks.iter().for_each(|r| r.abort());
+    let rec = job.record(1).await;
+    assert_ne!(rec["checkpoint_request"], "d0d0d0d0d0d0");
+    assert_eq!(rec["checkpoint_reason"], "preemption");
+    let last = job.last_checkpoint(0);
+    assert!(last.contains("acked by 2/2"), "{last}");
+    assert!(!last.contains("opened by"), "{last}");
 }

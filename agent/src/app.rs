@@ -35,6 +35,10 @@ use crate::worker_api::peer::Procfs;
 use crate::worker_api::token_review::{CachedReviews, KubeTokenReview};
 use crate::worker_api::{self, WorkerApiState};
 
+/// How often the agent re-reads its drills (one HGETALL): a drill run from anywhere shows in
+/// the metrics within a minute.
+const DRILL_EXPORT_EVERY: Duration = Duration::from_secs(60);
+
 fn init_logging(cfg: &Config) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
@@ -367,6 +371,22 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let controller_done =
         tracker.spawn(controller.run(meta_rx, gpu_rx, term.clone(), stop.clone()));
     start_servers(&cfg, &a, &agent, &tracker, &stop).await?;
+    background_loops(&cfg, &a, &agent, &tracker, &stop);
+    // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
+    tracker.spawn(agent.run(term.clone()));
+    term.cancelled().await;
+    let drained = drain(&cfg, &tracker, controller_done, &stop).await;
+    drained
+}
+
+/// The loops beside the cycle: the node record's own heartbeat and the drills' export.
+fn background_loops(
+    cfg: &Config,
+    a: &Adapters,
+    agent: &Agent,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) {
     // A separate heartbeat, so a long cycle (a restart can take minutes) never lets the node
     // record expire and the fleet view call a working node down.
     tracker.spawn(crate::fleet::heartbeat::heartbeat_loop(
@@ -377,11 +397,14 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         cfg.fleet.heartbeat_ttl,
         stop.clone(),
     ));
-    // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
-    tracker.spawn(agent.run(term.clone()));
-    term.cancelled().await;
-    let drained = drain(&cfg, &tracker, controller_done, &stop).await;
-    drained
+    // The drills whose target's first node this is, as metrics (`vigil drill checkpoint`).
+    tracker.spawn(crate::maintenance::drill::export_loop(
+        a.coord.clone(),
+        agent.keys().clone(),
+        a.metrics.clone(),
+        DRILL_EXPORT_EVERY,
+        stop.clone(),
+    ));
 }
 
 /// The TPU monitor (`crate::accel::tpu::monitor`), following the Node source for the chips the Node

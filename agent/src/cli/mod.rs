@@ -9,6 +9,7 @@ mod config;
 #[cfg(feature = "demo")]
 pub(crate) mod demo;
 pub(crate) mod doctor;
+mod drill;
 mod explain;
 mod idle;
 pub(crate) mod policy;
@@ -162,6 +163,20 @@ pub(crate) enum Command {
     /// Validate a config file, or print the defaults.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Drills: find out before the real notice whether the workers keep their promises.
+    #[command(subcommand)]
+    Drill(DrillCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DrillCommand {
+    /// Send a real checkpoint request, marked as a drill (`checkpoint_reason=drill`), to a gang,
+    /// a worker or a node's workers; measure the time to every acknowledgement against the
+    /// budgets of a preemption and of a maintenance notice, and print the verdict. The result
+    /// goes to the trail of every node asked and to the metrics of the target's first node
+    /// (`vigil_checkpoint_drill_seconds`). Never stands restarts down, never touches the Node;
+    /// refuses to run beside a real round. Exits 1 when a member did not acknowledge.
+    Checkpoint(drill::CheckpointDrill),
 }
 
 #[derive(Debug, Subcommand)]
@@ -367,6 +382,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 .map(|_| ())
                 .map_err(|e| CliError::Failed(format!("demo: {e}")))
         }
+        Command::Drill(DrillCommand::Checkpoint(d)) => drill::run(&load(&d.config)?, &d).await,
         Command::Config(ConfigCommand::Check { config }) => config::check(&load(&config)?),
         Command::Config(ConfigCommand::Defaults) => {
             config::defaults();

@@ -159,11 +159,18 @@ impl CheckpointRounds {
         deadline: tokio::time::Instant,
     ) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
-        let round = self.checkpointer.gang_round(g, local, reason, budget);
+        let round = self
+            .checkpointer
+            .gang_round(g, local, reason, budget, deadline);
         let (outcome, detail, described) = match tokio::time::timeout_at(deadline, round).await {
             Ok(Ok(r)) => {
                 let d = policy_round::describe(&r);
-                (policy_round::outcome(&r), d.clone(), Some(d))
+                let outcome = if policy_round::acknowledged(&r) {
+                    Outcome::Acked
+                } else {
+                    Outcome::TimedOut
+                };
+                (outcome, d.clone(), Some(d))
             }
             Ok(Err(e)) => (
                 Outcome::Failed,

@@ -17,7 +17,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use crate::clock::{ms, Millis};
-use crate::coord::{Keys, Op};
+use crate::coord::{Coordinator, Keys, Op};
 use crate::fleet::gangs::read_view;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::member_id;
@@ -30,6 +30,10 @@ use crate::runtime::Container;
 /// still finds it.
 const ROUND_MARGIN: Duration = Duration::from_secs(10);
 
+/// What the end of a round takes (the key's removal, the reply): its wait ends this much
+/// before the caller's budget.
+const WRAP_UP: Duration = Duration::from_millis(300);
+
 /// A member to ask: its node and worker id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Asked {
@@ -38,7 +42,8 @@ pub(crate) struct Asked {
 }
 
 impl Checkpointer {
-    /// Run (or join) `gang`'s round for a notice on this node, whose members here are `local`.
+    /// Run (or join) `gang`'s round for a notice on this node, whose members here are `local`,
+    /// within `budget` (cut to the members' tightest) and never past the caller's `until`.
     /// `Err` only when the coordinator cannot be reached at all (then nobody was asked).
     pub(crate) async fn gang_round(
         &self,
@@ -46,6 +51,7 @@ impl Checkpointer {
         local: &[Container],
         reason: &str,
         budget: Duration,
+        until: Instant,
     ) -> Result<GangRound, String> {
         let now = self.coord.time().await.map_err(|e| e.to_string())?;
         let started = Instant::now();
@@ -85,7 +91,8 @@ impl Checkpointer {
         let (round, opened) = self.open_or_join(&gang.id, fresh, now).await?;
         let members: Vec<Asked> = members.into_iter().collect();
         let to_write = if opened { &members } else { &own };
-        self.write_requests(&round, to_write).await;
+        let io = self.io();
+        io.write_requests(&round, to_write).await;
         for c in local {
             if let Ok(method) = self.method_for(c) {
                 if let Err(e) = self.deliver(&method, c, &round.id, reason, budget).await {
@@ -93,11 +100,12 @@ impl Checkpointer {
                 }
             }
         }
-        let left = ms(budget).min(round.until - now).max(0);
-        let deadline = started + Duration::from_millis(left as u64);
-        let acks = self
-            .wait_acks(&round, &members, now, started, deadline)
-            .await;
+        // NB: the caller stops waiting at `until`: the wait ends a little before, so the
+        // round's answer (who did not answer) is what the caller reports.
+        let left = (round.until - now).max(0);
+        let deadline = (started + Duration::from_millis(left as u64))
+            .min(until.checked_sub(WRAP_UP).unwrap_or(started));
+        let acks = io.wait_acks(&round, &members, now, started, deadline).await;
         if opened && acks.iter().all(|a| a.acked.is_some()) {
             // The next notice (a preemption after this maintenance round) asks for a new save.
             let _ = self
@@ -115,7 +123,8 @@ impl Checkpointer {
     }
 
     /// Open the gang's round, or join the one another member's notice opened and that still
-    /// runs. A round that cannot be read back (expired between the two calls) is opened again.
+    /// runs. A round that cannot be read back (expired between the two calls), or a drill's, is
+    /// replaced by this one.
     pub(crate) async fn open_or_join(
         &self,
         gang: &str,
@@ -145,7 +154,9 @@ impl Checkpointer {
             .as_deref()
             .and_then(Round::decode)
         {
-            Some(r) if r.until > now => Ok((r, false)),
+            // NB: a real notice never joins a drill: its workers must save for the notice (the
+            // drill then finds its id unanswered, and says so).
+            Some(r) if r.until > now && !r.drill => Ok((r, false)),
             _ => {
                 self.coord
                     .set(&key, &fresh.encode(), ttl)
@@ -156,12 +167,31 @@ impl Checkpointer {
         }
     }
 
+    fn io(&self) -> RoundIo<'_> {
+        RoundIo {
+            coord: &*self.coord,
+            prefix: self.keys.prefix(),
+            poll: self.poll,
+        }
+    }
+}
+
+/// A round's reads and writes of the members' records: what a gang's round and a drill
+/// (`crate::maintenance::drill`, run from the CLI, with no runtime) share.
+pub(crate) struct RoundIo<'a> {
+    pub(crate) coord: &'a dyn Coordinator,
+    pub(crate) prefix: &'a str,
+    /// How often the records are re-read while waiting.
+    pub(crate) poll: Duration,
+}
+
+impl RoundIo<'_> {
     /// Write the round's request into every member's record: one pipelined write per node, the
     /// nodes at once. A node whose write fails is logged; its members show as unanswered.
     pub(crate) async fn write_requests(&self, round: &Round, members: &[Asked]) {
         let mut by_node: BTreeMap<&str, Vec<Op>> = BTreeMap::new();
         for m in members {
-            let keys = Keys::new(self.keys.prefix(), &m.node);
+            let keys = Keys::new(self.prefix, &m.node);
             let fields = vec![
                 ("checkpoint_request".to_string(), round.id.clone()),
                 ("checkpoint_reason".to_string(), round.reason.clone()),
@@ -200,6 +230,7 @@ impl Checkpointer {
             .map(|m| MemberAck {
                 member: member_id(&m.node, &m.worker),
                 acked: None,
+                state: None,
             })
             .collect();
         // A large gang is read less often: 8,000 records every 200 ms would be Redis's whole day.
@@ -215,9 +246,7 @@ impl Checkpointer {
             }
             let keys: Vec<String> = pending
                 .iter()
-                .map(|&i| {
-                    Keys::new(self.keys.prefix(), &members[i].node).status(&members[i].worker)
-                })
+                .map(|&i| Keys::new(self.prefix, &members[i].node).status(&members[i].worker))
                 .collect();
             match self.coord.hgetall_many(&keys).await {
                 Ok(records) => {
@@ -226,6 +255,7 @@ impl Checkpointer {
                         if acknowledges(rec, &round.id) {
                             acks[i].acked = Some(at.max(0));
                         }
+                        acks[i].state = rec.get("state").filter(|s| !s.is_empty()).cloned();
                     }
                 }
                 Err(e) => {

@@ -10,6 +10,7 @@
 //! an idle node for maintenance, one node of a pool at a time).
 
 pub(crate) mod checkpoint;
+pub(crate) mod drill;
 pub(crate) mod gang_round;
 pub mod metadata;
 pub mod model;

@@ -45,6 +45,9 @@ pub(crate) struct MemberAck {
     /// `<node>/<worker>`.
     pub(crate) member: String,
     pub(crate) acked: Option<Millis>,
+    /// The `state` its record showed at the last read: for a member that did not answer, it
+    /// tells a rank stuck before its save (`processing`) from one saving (`checkpoint`).
+    pub(crate) state: Option<String>,
 }
 
 /// How a gang's round ended, as the node of the notice saw it.

@@ -6,7 +6,6 @@ use std::time::Duration;
 use crate::clock::Millis;
 use crate::hang::model_gang::Member;
 use crate::maintenance::model_round::{DrillResult, GangRound, MemberAck};
-use crate::maintenance::request::Outcome;
 
 /// The most member names a summary lists (the Node's annotation must stay short).
 const NAMED: usize = 8;
@@ -38,15 +37,6 @@ pub(crate) fn acknowledged(r: &GangRound) -> bool {
         && r.size.is_none_or(|n| r.members.len() >= n as usize)
 }
 
-/// The round's outcome for the node's metrics and trail.
-pub(crate) fn outcome(r: &GangRound) -> Outcome {
-    if acknowledged(r) {
-        Outcome::Acked
-    } else {
-        Outcome::TimedOut
-    }
-}
-
 fn names(ids: &[&str]) -> String {
     let mut s = ids
         .iter()
@@ -76,13 +66,17 @@ pub(crate) fn describe(r: &GangRound) -> String {
             format!(" (opened by {})", r.round.by)
         }
     );
-    let silent: Vec<&str> = r
+    let silent: Vec<String> = r
         .members
         .iter()
         .filter(|m| m.acked.is_none())
-        .map(|m| m.member.as_str())
+        .map(|m| match &m.state {
+            Some(state) => format!("{} (state {state})", m.member),
+            None => m.member.clone(),
+        })
         .collect();
     if !silent.is_empty() {
+        let silent: Vec<&str> = silent.iter().map(String::as_str).collect();
         let budget = Duration::from_millis((r.round.until - r.round.at).max(0) as u64);
         s.push_str(&format!(
             "; no answer from {} within {}",
@@ -178,6 +172,7 @@ mod tests {
         MemberAck {
             member: member.into(),
             acked,
+            state: acked.is_none().then(|| "processing".to_string()),
         }
     }
 
@@ -209,10 +204,9 @@ mod tests {
         assert_eq!(describe(&all), "gang ml/llm round r1: acked by 2/2");
         let one = round(vec![ack("a/w", Some(10)), ack("b/w", None)], Some(2), false);
         assert!(!acknowledged(&one));
-        assert_eq!(outcome(&one), Outcome::TimedOut);
         assert_eq!(
             describe(&one),
-            "gang ml/llm round r1 (opened by node-a): acked by 1/2; no answer from b/w within 25s"
+            "gang ml/llm round r1 (opened by node-a): acked by 1/2; no answer from b/w (state processing) within 25s"
         );
         // A member missing from the view is never counted as saved.
         let short = round(vec![ack("a/w", Some(10))], Some(2), true);

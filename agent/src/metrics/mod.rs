@@ -31,7 +31,8 @@ pub(crate) use decisions::DecisionMetrics;
 pub(crate) use gpu::GpuMetrics;
 pub(crate) use gpu::GpuMetricsState;
 pub(crate) use node::{
-    CheckpointMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels, NodeInfoMetrics,
+    CheckpointMetrics, DrillMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels,
+    NodeInfoMetrics,
 };
 pub(crate) use tpu::TpuMetrics;
 pub(crate) use tpu::TpuMetricsState;
@@ -54,6 +55,8 @@ pub struct Metrics {
     pub(crate) node_info: NodeInfoMetrics,
     /// Checkpoint requests and how long they took.
     pub(crate) checkpoints: CheckpointMetrics,
+    /// The last checkpoint drill of each target whose first node this is.
+    pub(crate) drills: DrillMetrics,
     /// Kubernetes API errors.
     pub(crate) kube: KubeMetrics,
     /// The node's circuit breaker and the fleet budget.
@@ -77,6 +80,7 @@ impl Metrics {
         let maintenance = MaintenanceMetrics::register(&mut registry);
         let node_info = NodeInfoMetrics::register(&mut registry);
         let checkpoints = CheckpointMetrics::register(&mut registry);
+        let drills = DrillMetrics::register(&mut registry);
         let kube = KubeMetrics::register(&mut registry);
         let budgets = BudgetMetrics::register(&mut registry);
         let gpu = GpuMetrics::register(&mut registry);
@@ -92,6 +96,7 @@ impl Metrics {
             maintenance,
             node_info,
             checkpoints,
+            drills,
             kube,
             budgets,
             gpu,
@@ -147,6 +152,7 @@ impl Metrics {
             tpu_topology: String::new(),
         });
         self.checkpoints.count("record", "acked");
+        self.drills.touch();
         self.gpu.touch();
         self.tpu.touch();
         self.worker_api.write("tcp", "accepted");
@@ -270,6 +276,9 @@ mod tests {
             "maintenance_source",
             "checkpoints",
             "checkpoint_duration_seconds",
+            "checkpoint_drill_seconds",
+            "checkpoint_drill_fits",
+            "checkpoint_drill_timestamp_seconds",
             "kube_errors",
             "breaker_used",
             "breaker_open",

@@ -129,7 +129,7 @@ impl CheckpointMetrics {
         // NB: at 0 from the start, so that the first cut-short round of an agent's life is an
         // increase (the checkpoint alert rules take `increase()`): every method's outcomes, the
         // round cut short at the grace period (`none`) and the worker whose method is invalid.
-        for method in ["record", "signal", "http"] {
+        for method in ["record", "signal", "http", "gang"] {
             for outcome in ["acked", "timed-out", "failed"] {
                 let _ = m
                     .checkpoints
@@ -262,5 +262,111 @@ impl NodeInfoMetrics {
         self.sources
             .get_or_create(&SourceLabels { source })
             .set(i64::from(reporting));
+    }
+}
+
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// A drill's target and which time: `quantile` `0.5` (the median member) or `1` (the last).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DrillSecondsLabels {
+    pub(crate) target: String,
+    pub(crate) quantile: &'static str,
+}
+
+/// A drill's target and the budget it was measured against (`preemption`, `maintenance`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DrillFitsLabels {
+    pub(crate) target: String,
+    pub(crate) budget: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DrillTargetLabels {
+    pub(crate) target: String,
+}
+
+/// The last checkpoint drill of each target whose first node this is (`vigil drill
+/// checkpoint`): as many series as targets drilled in the last 30 days.
+pub(crate) struct DrillMetrics {
+    seconds: Family<DrillSecondsLabels, F64Gauge>,
+    fits: Family<DrillFitsLabels, Gauge>,
+    at: Family<DrillTargetLabels, Gauge>,
+}
+
+impl DrillMetrics {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
+        let m = DrillMetrics {
+            seconds: Family::default(),
+            fits: Family::default(),
+            at: Family::default(),
+        };
+        reg.register_with_unit(
+            "checkpoint_drill",
+            "The last checkpoint drill of a target: seconds to the acknowledgements of the median member (quantile 0.5) and of the last (quantile 1; the drill's whole wait when a member never answered)",
+            Unit::Seconds,
+            m.seconds.clone(),
+        );
+        reg.register(
+            "checkpoint_drill_fits",
+            "Whether every member of the target acknowledged its last drill within the budget (preemption, maintenance): 1 yes, 0 no",
+            m.fits.clone(),
+        );
+        reg.register_with_unit(
+            "checkpoint_drill_timestamp",
+            "When the target's last drill ran (Unix time)",
+            Unit::Seconds,
+            m.at.clone(),
+        );
+        m
+    }
+
+    /// One series in each family, for the docs' drift check.
+    pub(crate) fn touch(&self) {
+        self.set(&[crate::maintenance::model_round::DrillResult {
+            target: "gang:touched".into(),
+            at: 0,
+            asked: 1,
+            acked: 1,
+            p50: 1.0,
+            all: 1.0,
+            preemption_budget: 25.0,
+            maintenance_budget: 50.0,
+            fits_preemption: true,
+            fits_maintenance: true,
+            missing: Vec::new(),
+        }]);
+    }
+
+    /// Export exactly these drills (a target no longer stored loses its series).
+    pub(crate) fn set(&self, drills: &[crate::maintenance::model_round::DrillResult]) {
+        self.seconds.clear();
+        self.fits.clear();
+        self.at.clear();
+        for d in drills {
+            let target = || d.target.clone();
+            for (quantile, v) in [("0.5", d.p50), ("1", d.all)] {
+                self.seconds
+                    .get_or_create(&DrillSecondsLabels {
+                        target: target(),
+                        quantile,
+                    })
+                    .set(v);
+            }
+            for (budget, fits) in [
+                ("preemption", d.fits_preemption),
+                ("maintenance", d.fits_maintenance),
+            ] {
+                self.fits
+                    .get_or_create(&DrillFitsLabels {
+                        target: target(),
+                        budget,
+                    })
+                    .set(i64::from(fits));
+            }
+            self.at
+                .get_or_create(&DrillTargetLabels { target: target() })
+                .set(d.at / 1000);
+        }
     }
 }

@@ -104,11 +104,13 @@ pub enum Code {
     GangClosed,
     /// A gang member stopped while its peers progress.
     Straggler,
+    /// A checkpoint drill (`vigil drill checkpoint`) asked this node's workers: its verdict.
+    CheckpointDrill,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 43] = [
+    pub const ALL: [Code; 44] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -152,6 +154,7 @@ impl Code {
         Code::GangBlocked,
         Code::GangClosed,
         Code::Straggler,
+        Code::CheckpointDrill,
     ];
 
     /// The stable name stored in the trail and used as the metric label.
@@ -193,6 +196,7 @@ impl Code {
             Code::CheckpointAcked => "checkpoint-acked",
             Code::CheckpointTimedOut => "checkpoint-timed-out",
             Code::CheckpointFailed => "checkpoint-failed",
+            Code::CheckpointDrill => "checkpoint-drill",
             Code::PerformMaintenance => "perform-maintenance",
             Code::IdleCheck => "idle-check",
             Code::ConfigReloaded => "config-reloaded",

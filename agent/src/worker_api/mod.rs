@@ -319,8 +319,9 @@ fn pending_checkpoint(
         "checkpoint_request",
         "checkpoint_reason",
         "checkpoint_requested_at",
+        "checkpoint_drill",
     ] {
-        if let Some(v) = record.get(key) {
+        if let Some(v) = record.get(key).filter(|v| !v.is_empty()) {
             out.insert(key.into(), serde_json::Value::String(v.clone()));
         }
     }

@@ -263,7 +263,7 @@ class Agent:
     def api_url(self) -> str:
         return f"http://{self.worker_listen}"
 
-    def write_config(self, checkpoint: str = "", policy: str = "") -> None:
+    def write_config(self, checkpoint: str = "", policy: str = "", metadata: str = 'enabled = "off"') -> None:
         self.config.write_text(f'''node_name = "{self.node}"
 poll_interval = "300ms"
 [redis]
@@ -284,7 +284,7 @@ restart_delay = "2s"
 [safety]
 lock_ttl = "60s"
 [metadata]
-enabled = "off"
+{metadata}
 [kubernetes]
 enabled = "off"
 [gpu]
@@ -303,8 +303,8 @@ auth = "none"
 socket = "{self.socket}"
 ''')
 
-    def start(self, checkpoint: str = "", policy: str = "") -> "Agent":
-        self.write_config(checkpoint=checkpoint, policy=policy)
+    def start(self, checkpoint: str = "", policy: str = "", metadata: str = 'enabled = "off"') -> "Agent":
+        self.write_config(checkpoint=checkpoint, policy=policy, metadata=metadata)
         env = dict(os.environ, REDIS_URL=self.redis_url, RUST_LOG="info")
         env.pop("NODE_NAME", None)
         with open(self.log_path, "wb") as log:

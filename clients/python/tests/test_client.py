@@ -233,6 +233,49 @@ def test_a_polled_flag_and_an_explicit_ack() -> None:
         assert w.checkpoint_requested is None
 
 
+def test_every_rank_gets_rank_0_s_request_at_the_same_step_and_acks_it() -> None:
+    """`agreed_checkpoint` is rank 0's answer on every rank: two workers (two ranks), a
+    broadcast that hands every caller rank 0's bytes (what jax_share and torch_share do)."""
+    t0, t1 = FakeTransport(), FakeTransport()
+    w0 = Worker("rank-0", transport=t0, interval=0.05)
+    w1 = Worker("rank-1", transport=t1, interval=0.05)
+    with w0, w1:
+        # Rank 1 learnt of the round first: no one saves until rank 0 knows too.
+        t1.checkpoint = CheckpointRequest("r-1", "host-maintenance", "1796000000000")
+        assert eventually(lambda: w1.checkpoint_requested is not None, 2)
+        assert [w.agreed_checkpoint(lambda _: w0.checkpoint_requested.encode() if w0.checkpoint_requested else b"")
+                for w in (w0, w1)] == [None, None]
+        t0.checkpoint = CheckpointRequest("r-1", "host-maintenance", "1796000000000", drill=True)
+        assert eventually(lambda: w0.checkpoint_requested is not None, 2)
+        shared: List[bytes] = []
+
+        def share(data: bytes) -> bytes:
+            if not shared:
+                shared.append(data)  # rank 0 calls first here; a collective orders nothing
+            return shared[0]
+
+        agreed = [w.agreed_checkpoint(share) for w in (w0, w1)]
+        assert agreed[0] == agreed[1]
+        assert agreed[0] is not None and agreed[0].id == "r-1" and agreed[0].drill
+        assert agreed[0].reason == "host-maintenance"
+        for w in (w0, w1):
+            w.checkpoint_done(agreed[0].id)
+        assert w0.flush() and w1.flush()
+        assert t0.sent()[-1]["checkpoint_ack"] == t1.sent()[-1]["checkpoint_ack"] == "r-1"
+
+
+def test_a_request_round_trips_through_bytes() -> None:
+    r = CheckpointRequest("abc", "preemption", "17", source="record", drill=True)
+    assert CheckpointRequest.decode(r.encode()) == r
+    assert CheckpointRequest.decode(b"") is None
+    from vigil_worker.transport import pending_checkpoint
+    drill = pending_checkpoint({"checkpoint_request": "d1", "checkpoint_reason": "drill", "checkpoint_drill": "1"})
+    assert drill is not None and drill.drill and drill.reason == "drill"
+    notice = pending_checkpoint({"checkpoint_request": "n1", "checkpoint_drill": ""})
+    assert notice is not None and not notice.drill
+    assert len(CheckpointRequest("x" * 12, "host-maintenance", "1796000000000").encode()) < 200
+
+
 @pytest.fixture
 def restore_signals() -> Iterator[None]:
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}

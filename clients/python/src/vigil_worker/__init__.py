@@ -14,6 +14,10 @@ announces a bounded grace for long operations, and learns of checkpoint requests
                 save()
                 w.checkpoint_done(request.id)
 
+A multi-host job saves together: every rank asks :meth:`Worker.agreed_checkpoint` at the same
+step, with :mod:`vigil_worker.collective`'s ``jax_share`` or ``torch_share``, and all of them get
+rank 0's answer.
+
 See docs/write-a-worker.md in the Vigil repository.
 """
 

@@ -29,7 +29,8 @@ DEFAULT_SOCKET = "/run/vigil/worker.sock"
 #: Where the pod spec of docs/kubernetes.md mounts the projected token (audience `vigil`).
 DEFAULT_TOKEN_FILE = "/var/run/secrets/vigil/token"
 #: The record fields of a checkpoint request.
-CHECKPOINT_FIELDS = ("checkpoint_request", "checkpoint_reason", "checkpoint_requested_at", "checkpoint_ack")
+CHECKPOINT_FIELDS = ("checkpoint_request", "checkpoint_reason", "checkpoint_requested_at", "checkpoint_drill",
+                     "checkpoint_ack")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,23 @@ class CheckpointRequest:
     requested_at: Optional[str] = None
     #: ``"record"`` (read from the status record or a beat's answer) or ``"signal"``.
     source: str = "record"
+    #: A drill (``vigil drill checkpoint``): save exactly as for a notice (that is what is
+    #: measured), but the node is not going away: train on.
+    drill: bool = False
+
+    def encode(self) -> bytes:
+        """The request as bytes, for a collective to share (:meth:`Worker.agreed_checkpoint`)."""
+        return json.dumps({"id": self.id, "reason": self.reason, "requested_at": self.requested_at,
+                           "source": self.source, "drill": self.drill}, separators=(",", ":")).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> "Optional[CheckpointRequest]":
+        """What :meth:`encode` made (``None`` for empty bytes: no request)."""
+        if not data:
+            return None
+        d = json.loads(data.decode())
+        return CheckpointRequest(id=d.get("id"), reason=d.get("reason") or "", requested_at=d.get("requested_at"),
+                                 source=d.get("source") or "record", drill=bool(d.get("drill")))
 
 
 @dataclass(frozen=True)
@@ -110,6 +128,7 @@ def pending_checkpoint(record: Mapping[str, Optional[str]], rank: Optional[int] 
         id=request,
         reason=record.get("checkpoint_reason") or "",
         requested_at=record.get("checkpoint_requested_at") or None,
+        drill=(record.get("checkpoint_drill") or "") == "1",
     )
 
 

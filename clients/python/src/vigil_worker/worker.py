@@ -330,6 +330,22 @@ class Worker:
                 self._request = None
             self._update(ack=request_id, urgent=True)
 
+    def agreed_checkpoint(self, share: Callable[[bytes], bytes]) -> Optional[CheckpointRequest]:
+        """The checkpoint request of the job's first rank, the same on every rank: a collective.
+
+        A multi-host job saves together (Orbax, ``torch.distributed.checkpoint``: every process
+        writes its shards at the same step), but each rank learns of a request on its own beat,
+        at its own step. Call this at the same point of the same steps on every rank (e.g. every
+        step, or every 10th): `share(data)` must return the first rank's `data` on every rank
+        (:func:`vigil_worker.collective.jax_share`, :func:`~vigil_worker.collective.torch_share`).
+        Every rank then gets the same answer at the same step: save when it is not ``None``, and
+        acknowledge with :meth:`checkpoint_done` (its ``id``) once this rank's shards are
+        durable. A gang's round writes one id to every member, so each rank's acknowledgement
+        answers its own record."""
+        mine = self.checkpoint_requested
+        agreed = share(mine.encode() if mine is not None else b"")
+        return CheckpointRequest.decode(bytes(agreed))
+
     def on_checkpoint(self, callback: CheckpointCallback) -> CheckpointCallback:
         """Register `callback(request)`: it runs in the loop's thread, from :meth:`progress` or
         :meth:`state`, when a checkpoint is requested; when every callback returned, the request

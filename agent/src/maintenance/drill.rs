@@ -1,0 +1,364 @@
+//! Checkpoint drills (`vigil drill checkpoint`): a real checkpoint request, marked as a drill,
+//! to a gang, a worker or a node's workers; the time to every acknowledgement measured against
+//! the budgets of a preemption and of a maintenance notice. The result goes to the trail of
+//! every node asked and to the drills hash of the target's first node, whose agent exports it as
+//! metrics (`export_loop`) for the alert rules.
+//!
+//! A drill only writes the request into the members' records (every worker method reads it
+//! there: the worker API's answers carry it, `vigil beat` and the Python client see it): it never
+//! signals a container, never stands restarts down and never touches the Node. It refuses to
+//! run beside a real round (a gang's open round, a member's unanswered request).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{brief, ms, Millis};
+use crate::config::Config;
+use crate::coord::{Coordinator, Keys, Op};
+use crate::fleet::gangs::read_view;
+use crate::fleet::view::NodeRecord;
+use crate::hang::model_gang::{member_id, Member};
+use crate::hang::policy_gang::{self as gp, Timing};
+use crate::maintenance::gang_round::{Asked, RoundIo};
+use crate::maintenance::model_round::{DrillResult, Round, DRILL_REASON};
+use crate::maintenance::policy_round::{drill_result, round_budget, verdict};
+use crate::maintenance::request::{acknowledges, new_id};
+use crate::metrics::Metrics;
+use crate::trail::{Code, Decision};
+
+/// How long a drill's result is kept (and exported) after the drill.
+const KEPT: Duration = Duration::from_secs(30 * 86_400);
+
+/// What a drill asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Every member of a gang, on every node.
+    Gang(String),
+    /// One worker of one node.
+    Worker { node: String, worker: String },
+    /// Every worker a node's agent publishes.
+    Node(String),
+}
+
+impl Target {
+    /// The metric label and the drills hash field: `gang:<id>`, `worker:<node>/<id>`, `node:<n>`.
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Target::Gang(g) => format!("gang:{g}"),
+            Target::Worker { node, worker } => format!("worker:{}", member_id(node, worker)),
+            Target::Node(n) => format!("node:{n}"),
+        }
+    }
+}
+
+/// Run a drill: ask, wait up to `wait` (default: the tightest maintenance budget among the
+/// members' nodes), measure, record. `Err` says why nothing was asked.
+pub(crate) async fn run(
+    coord: &dyn Coordinator,
+    cfg: &Config,
+    target: &Target,
+    wait: Option<Duration>,
+) -> Result<DrillResult, String> {
+    let prefix = cfg.redis.key_prefix.as_str();
+    let err = |e: crate::coord::CoordError| e.to_string();
+    let now = coord.time().await.map_err(err)?;
+    let (members, view) = members_of(coord, cfg, target, now).await?;
+    refuse_pending(coord, prefix, &members, now, cfg).await?;
+    let preemption = round_budget(cfg.checkpoint.preemption_budget, "preemption", &view);
+    let maintenance = round_budget(cfg.checkpoint.maintenance_budget, "host-maintenance", &view);
+    let wait = wait.unwrap_or(maintenance);
+    let round = Round {
+        id: new_id(),
+        reason: DRILL_REASON.into(),
+        at: now,
+        until: now + ms(wait),
+        by: format!("{} (vigil drill)", cfg.node_name),
+        drill: true,
+    };
+    let gang_key = match target {
+        Target::Gang(g) => Some(Keys::new(prefix, &cfg.node_name).gang_checkpoint(g)),
+        _ => None,
+    };
+    if let Some(key) = &gang_key {
+        // NB: the round key keeps a real notice meanwhile from opening a second round: it joins
+        // the drill's (same id), and the workers save once.
+        let ttl = wait + Duration::from_secs(10);
+        if !coord.set_nx(key, &round.encode(), ttl).await.map_err(err)? {
+            let open = coord
+                .get_many(std::slice::from_ref(key))
+                .await
+                .map_err(err)?;
+            let open = open
+                .into_iter()
+                .flatten()
+                .next()
+                .and_then(|t| Round::decode(&t));
+            return Err(match open {
+                Some(r) => format!(
+                    "{} has a checkpoint round open ({}, opened by {}): a drill never competes with a real round; try again when it ends",
+                    target.label(),
+                    r.reason,
+                    r.by
+                ),
+                None => format!("{} has a checkpoint round open", target.label()),
+            });
+        }
+    }
+    let io = RoundIo {
+        coord,
+        prefix,
+        poll: Duration::from_millis(200),
+    };
+    let started = Instant::now();
+    io.write_requests(&round, &members).await;
+    let acks = io
+        .wait_acks(&round, &members, now, started, started + wait)
+        .await;
+    if let Some(key) = &gang_key {
+        let _ = coord.del_if_owner(key, &round.encode()).await;
+    }
+    let waited = ms(started.elapsed());
+    let result = drill_result(target.label(), now, &acks, waited, preemption, maintenance);
+    record(coord, cfg, &members, &result).await;
+    Ok(result)
+}
+
+/// The members to ask, and the gang's view (for the members' budgets; empty for other targets).
+async fn members_of(
+    coord: &dyn Coordinator,
+    cfg: &Config,
+    target: &Target,
+    now: Millis,
+) -> Result<(Vec<Asked>, Vec<Member>), String> {
+    let prefix = cfg.redis.key_prefix.as_str();
+    let err = |e: crate::coord::CoordError| e.to_string();
+    let asked = |node: &str, worker: &str| Asked {
+        node: node.to_string(),
+        worker: worker.to_string(),
+    };
+    match target {
+        Target::Gang(g) => {
+            // Every shard a gang of any size may use: the size is the members' to say.
+            let keys = Keys::new(prefix, &cfg.node_name);
+            let all = read_view(
+                coord,
+                &keys,
+                g,
+                Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD),
+            )
+            .await
+            .map_err(err)?;
+            let view = gp::present(&all, now, &Timing::of(cfg));
+            if view.is_empty() {
+                return Err(format!(
+                    "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
+                ));
+            }
+            let mut members: Vec<Asked> = view.iter().map(|m| asked(&m.node, &m.worker)).collect();
+            members.sort();
+            members.dedup();
+            Ok((members, view))
+        }
+        Target::Worker { node, worker } => {
+            let rec = coord
+                .hgetall(&Keys::new(prefix, node).status(worker))
+                .await
+                .map_err(err)?;
+            if rec.is_empty() {
+                return Err(format!(
+                    "worker {} has no status record: it never beat, or the node or worker id is wrong",
+                    member_id(node, worker)
+                ));
+            }
+            Ok((vec![asked(node, worker)], Vec::new()))
+        }
+        Target::Node(node) => {
+            let fields = coord
+                .hgetall(&Keys::new(prefix, node).agent())
+                .await
+                .map_err(err)?;
+            let workers = NodeRecord::from_fields(&fields)
+                .map(|r| r.workers.into_keys().collect::<Vec<_>>())
+                .unwrap_or_default();
+            if workers.is_empty() {
+                return Err(format!(
+                    "node {node} publishes no workers: its agent is not running, or no worker there opted in"
+                ));
+            }
+            Ok((workers.iter().map(|w| asked(node, w)).collect(), Vec::new()))
+        }
+    }
+}
+
+/// A member with a request of its own still unanswered (a real notice's, or another drill's)
+/// is not drilled over: the drill would replace the id the worker is saving for.
+async fn refuse_pending(
+    coord: &dyn Coordinator,
+    prefix: &str,
+    members: &[Asked],
+    now: Millis,
+    cfg: &Config,
+) -> Result<(), String> {
+    let keys: Vec<String> = members
+        .iter()
+        .map(|m| Keys::new(prefix, &m.node).status(&m.worker))
+        .collect();
+    let records = coord.hgetall_many(&keys).await.map_err(|e| e.to_string())?;
+    let recent = ms(cfg.checkpoint.maintenance_budget + cfg.checkpoint.grace);
+    for (m, rec) in members.iter().zip(&records) {
+        let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) else {
+            continue;
+        };
+        let at: Millis = rec
+            .get("checkpoint_requested_at")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        if !acknowledges(rec, id) && now - at < recent {
+            let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
+            return Err(format!(
+                "{} has a checkpoint request pending ({reason}, {} ago, not acknowledged): a drill never competes with a real request; try again when it is answered",
+                member_id(&m.node, &m.worker),
+                brief(Duration::from_millis((now - at).max(0) as u64))
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The result into the trail of every node asked (one line each) and into the drills hash of
+/// the target's first node, whose agent exports it. Failures are logged: the verdict was
+/// printed already.
+async fn record(coord: &dyn Coordinator, cfg: &Config, members: &[Asked], r: &DrillResult) {
+    let prefix = cfg.redis.key_prefix.as_str();
+    let detail = verdict(r).join("; ");
+    let mut nodes: Vec<&str> = members.iter().map(|m| m.node.as_str()).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let by = format!("vigil drill on {}", cfg.node_name);
+    for node in &nodes {
+        let worker = match members.iter().filter(|m| m.node == *node).count() {
+            1 => members
+                .iter()
+                .find(|m| m.node == *node)
+                .map_or("*", |m| m.worker.as_str()),
+            _ => "*",
+        };
+        let d = Decision {
+            at: r.at,
+            worker,
+            verdict: "drill",
+            decision: Code::CheckpointDrill,
+            detail: detail.clone(),
+            incident: None,
+            agent: &by,
+            dry_run: false,
+        };
+        let key = Keys::new(prefix, node).trail();
+        if let Err(e) = coord
+            .append(&key, &d.fields(), cfg.redis.trail_max_len)
+            .await
+        {
+            tracing::warn!(node, error = %e, "cannot write the drill to this node's trail");
+        }
+    }
+    let Some(owner) = nodes.iter().min() else {
+        return;
+    };
+    let op = Op::Hset {
+        key: Keys::new(prefix, owner).drills(),
+        fields: vec![(
+            r.target.clone(),
+            serde_json::to_string(r).unwrap_or_default(),
+        )],
+        ttl: Some(KEPT),
+    };
+    if let Err(e) = coord.batch(&[op]).await {
+        tracing::warn!(error = %e, "cannot store the drill's result for its metrics");
+    }
+}
+
+/// Export this node's drills (`Keys::drills`) as metrics, re-read every `every`: a drill run
+/// from any machine shows up on the scrape of the target's first node.
+pub(crate) async fn export_loop(
+    coord: Arc<dyn Coordinator>,
+    keys: Keys,
+    metrics: Arc<Metrics>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match coord.hgetall(&keys.drills()).await {
+            Ok(fields) => {
+                let drills: Vec<DrillResult> = fields
+                    .values()
+                    .filter_map(|v| serde_json::from_str(v).ok())
+                    .collect();
+                metrics.drills.set(&drills);
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot read this node's checkpoint drills"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::coord::memory::MemoryCoordinator;
+
+    /// The agent exports the drills stored at its node, and only those: a drill that did not
+    /// fit the preemption budget reads `fits{budget="preemption"} 0`, as the alert rule wants.
+    #[tokio::test]
+    async fn the_node_s_drills_become_metrics() {
+        let coord: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
+        let keys = Keys::new("vigil", "gpu-0");
+        let d = drill_result(
+            "gang:ml/llm".into(),
+            1_796_000_000_000,
+            &[crate::maintenance::model_round::MemberAck {
+                member: "gpu-0/rank-0".into(),
+                acked: Some(41_000),
+                state: None,
+            }],
+            41_000,
+            Duration::from_secs(25),
+            Duration::from_secs(50),
+        );
+        let fields = vec![(d.target.clone(), serde_json::to_string(&d).unwrap())];
+        coord.hset(&keys.drills(), &fields, None).await.unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(export_loop(
+            coord,
+            keys,
+            metrics.clone(),
+            Duration::from_secs(3600),
+            stop.clone(),
+        ));
+        let text = loop {
+            let text = metrics.encode();
+            if text.contains("vigil_checkpoint_drill_fits{") {
+                break text;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        stop.cancel();
+        task.await.unwrap();
+        for want in [
+            r#"vigil_checkpoint_drill_fits{target="gang:ml/llm",budget="preemption"} 0"#,
+            r#"vigil_checkpoint_drill_fits{target="gang:ml/llm",budget="maintenance"} 1"#,
+            r#"vigil_checkpoint_drill_seconds{target="gang:ml/llm",quantile="0.5"} 41.0"#,
+            r#"vigil_checkpoint_drill_timestamp_seconds{target="gang:ml/llm"} 1796000000"#,
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+    }
+}
