@@ -237,6 +237,7 @@ fn every_redis_key_is_documented() {
         k.trail(),
         k.agent(),
         k.idle_since(),
+        k.drills(),
         k.fleet_nodes(),
         k.fleet_slices(),
         k.maintenance_claim("<pool>"),
@@ -250,6 +251,7 @@ fn every_redis_key_is_documented() {
         k.gang_reader("G"),
         k.gang_breaker("G", "<YYYY-MM-DD>"),
         k.gang_alert("G", "<about>", "<kind>"),
+        k.gang_checkpoint("G"),
     ];
     for key in &keys {
         assert!(

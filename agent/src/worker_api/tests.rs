@@ -420,6 +420,16 @@ async fn a_beat_answers_with_the_pending_checkpoint_request() {
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(answer["checkpoint_request"], "req-7", "{answer}");
     assert_eq!(answer["checkpoint_reason"], "preemption");
+    assert!(
+        answer.get("checkpoint_drill").is_none(),
+        "a notice's request: {answer}"
+    );
+    // A drill's request says so.
+    let drill = [("checkpoint_drill".to_string(), "1".to_string())];
+    api.coord.hset(&key, &drill, None).await.unwrap();
+    let (_, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["checkpoint_drill"], "1", "{answer}");
     // GET: the whole record, for its own worker only.
     let get = |worker: &str, token: &str| {
         reqwest::Client::new()
