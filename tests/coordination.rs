@@ -287,6 +287,22 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert!(many[1].is_empty());
     assert_eq!(many[2]["h"], "3");
     assert_eq!(many[3]["g"], "2");
+    // HDEL: some fields, then the last one (the hash goes with it); absent ones are no error.
+    c.hset(
+        &k("hd"),
+        &[("a".into(), "1".into()), ("b".into(), "2".into())],
+        None,
+    )
+    .await
+    .unwrap();
+    let hdel = |fields: &[&str]| Op::Hdel {
+        key: k("hd"),
+        fields: fields.iter().map(|f| f.to_string()).collect(),
+    };
+    c.batch(&[hdel(&["a", "zz"])]).await.unwrap();
+    assert_eq!(c.hgetall(&k("hd")).await.unwrap().len(), 1);
+    c.batch(&[hdel(&["b"]), hdel(&[])]).await.unwrap();
+    assert!(c.hgetall(&k("hd")).await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -240,6 +240,7 @@ fn every_redis_key_is_documented() {
         k.drills(),
         k.fleet_nodes(),
         k.fleet_slices(),
+        k.fleet_drills(),
         k.maintenance_claim("<pool>"),
         k.fleet_budget(42).replace("42", "<window>"),
         k.fleet_budget_alert(42).replace("42", "<window>"),

@@ -361,7 +361,7 @@ async fn a_drill_measures_the_gang_against_both_budgets_and_records_its_verdict(
             Duration::from_millis(1_500),
         ),
     ];
-    let (code, out) = drill(dir.path(), &["--gang", &gang]).await;
+    let (code, out) = drill(dir.path(), &["--gang", &gang, "--require", "maintenance"]).await;
     ranks.iter().for_each(|r| r.abort());
     assert_eq!(code, 0, "{out}");
     assert!(
@@ -393,6 +393,12 @@ async fn a_drill_measures_the_gang_against_both_budgets_and_records_its_verdict(
     assert_eq!(result["fits_preemption"], false);
     assert_eq!(result["fits_maintenance"], true);
     assert!(coord.hgetall(&keys[1].drills()).await.unwrap().is_empty());
+    let index = coord.hgetall(&keys[0].fleet_drills()).await.unwrap();
+    assert_eq!(
+        index[&format!("gang:{gang}")],
+        "gpu-0",
+        "the fleet's index names its exporter"
+    );
     // The round's key is gone: a real notice later opens its own round.
     let round = coord
         .get_many(&[keys[0].gang_checkpoint(&gang)])
@@ -419,7 +425,7 @@ async fn a_drill_refuses_beside_a_pending_request_and_names_a_silent_rank() {
         .await
         .unwrap();
     let (code, out) = drill(dir.path(), &["--gang", &gang]).await;
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 3, "refused: {out}");
     assert!(
         out.contains("gpu-1/rank-1 has a checkpoint request pending (preemption"),
         "{out}"
@@ -446,8 +452,72 @@ async fn a_drill_refuses_beside_a_pending_request_and_names_a_silent_rank() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("node:gpu-0: 1/1 acknowledged"), "{out}");
     let (code, out) = drill(dir.path(), &["--gang", "ml/no-such-job"]).await;
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 3, "{out}");
     assert!(out.contains("no members in the fleet view"), "{out}");
+    for bad in [
+        ["--node", "gpu-{0}"],
+        ["--worker", "gpu-}/rank-0"],
+        ["--wait", "400d"],
+    ] {
+        let (code, out) = drill(dir.path(), &bad).await;
+        assert!(
+            code == 1 || code == 2,
+            "{bad:?} is refused before anything is asked: {out}"
+        );
+    }
+}
+
+/// `--require preemption` gates on the budget: every rank answered, but not within 1 s; and a
+/// real request written over the drill's interrupts it (exit 3, nothing recorded).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drill_can_gate_on_a_budget_and_a_real_request_interrupts_it() {
+    let gang = unique("ml/drill-");
+    let (coord, keys, dir) = redis_gang(&gang).await;
+    let slow = saving_rank(
+        coord.clone(),
+        keys[0].status("rank-0"),
+        Duration::from_millis(1_300),
+    );
+    let (code, out) = drill(
+        dir.path(),
+        &["--worker", "gpu-0/rank-0", "--require", "preemption"],
+    )
+    .await;
+    slow.abort();
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("1/1 acknowledged") && out.contains("does not fit the preemption budget"),
+        "{out}"
+    );
+    // A real notice's request lands on rank 0 while the drill waits.
+    let notice = {
+        let coord = coord.clone();
+        let key = keys[0].status("rank-0");
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let now = coord.time().await.unwrap().to_string();
+            let fields = [
+                ("checkpoint_request".to_string(), "0a0a0a0a0a0a".to_string()),
+                ("checkpoint_reason".to_string(), "preemption".to_string()),
+                ("checkpoint_requested_at".to_string(), now),
+            ];
+            coord.hset(&key, &fields, None).await.unwrap();
+        })
+    };
+    let before = coord.hgetall(&keys[0].drills()).await.unwrap();
+    let (code, out) = drill(dir.path(), &["--node", "gpu-0", "--wait", "2s"]).await;
+    notice.await.unwrap();
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("interrupted: gpu-0/rank-0 was asked for a real checkpoint (preemption)"),
+        "{out}"
+    );
+    let after = coord.hgetall(&keys[0].drills()).await.unwrap();
+    assert_eq!(
+        before.get("node:gpu-0"),
+        after.get("node:gpu-0"),
+        "nothing recorded"
+    );
 }
 
 /// A real notice never joins a drill's round: its ranks must save for the notice, with a round
@@ -478,4 +548,71 @@ async fn a_real_notice_replaces_a_drill_s_round() {
     let last = job.last_checkpoint(0);
     assert!(last.contains("acked by 2/2"), "{last}");
     assert!(!last.contains("opened by"), "{last}");
+}
+
+/// A preemption on another member's node while a maintenance round runs opens a round of its
+/// own (a save of its own): it replaces the maintenance round, and the maintenance round counts
+/// the members' acks of the later round — a newer save than it asked for.
+#[tokio::test]
+async fn a_preemption_replaces_a_maintenance_round_and_both_nodes_see_the_gang_saved() {
+    let job = Job::new(|_, _| {}).await;
+    let ranks: Vec<_> = (0..2)
+        .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::from_millis(400)))
+        .collect();
+    let Job { coord, mut members } = job;
+    let (first, second) = members.split_at_mut(1);
+    let maintenance = first[0]
+        .controller
+        .apply(notice(Interruption::HostMaintenance));
+    let preemption = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        second[0]
+            .controller
+            .apply(notice(Interruption::Preemption))
+            .await
+    };
+    tokio::join!(maintenance, preemption);
+    ranks.iter().for_each(|r| r.abort());
+    let job = Job { coord, members };
+    let (a, b) = (job.record(0).await, job.record(1).await);
+    assert_eq!(a["checkpoint_reason"], "preemption");
+    assert_eq!(a["checkpoint_request"], b["checkpoint_request"]);
+    let (l0, l1) = (job.last_checkpoint(0), job.last_checkpoint(1));
+    assert!(
+        l0.contains("host-maintenance") && l0.contains("acked by 2/2"),
+        "{l0}"
+    );
+    assert!(
+        l1.contains("preemption") && l1.contains("acked by 2/2"),
+        "{l1}"
+    );
+    assert!(!l1.contains("opened by"), "its own round: {l1}");
+}
+
+/// A member whose agent has not written its entry for `gone_after` (a rank that moved to another
+/// node) is no member any more: it is not asked, and the round is acknowledged without it.
+#[tokio::test]
+async fn a_member_gone_from_the_view_is_not_asked() {
+    let mut job = Job::new(|_, _| {}).await;
+    let long_ago = SystemClock.now() - 86_400_000;
+    let gone = serde_json::json!({"n": "gpu-9", "w": "rank-9", "v": "healthy", "s": "w", "ok": 120_000,
+                                  "at": long_ago, "hb": long_ago});
+    let shard = job.members[0].keys.gang_members(GANG, 0);
+    let field = [("gpu-9/rank-9".to_string(), gone.to_string())];
+    job.coord.hset(&shard, &field, None).await.unwrap();
+    let ranks: Vec<_> = (0..2)
+        .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
+        .collect();
+    job.members[0]
+        .controller
+        .apply(notice(Interruption::HostMaintenance))
+        .await;
+    ranks.iter().for_each(|r| r.abort());
+    let last = job.last_checkpoint(0);
+    assert!(last.contains("acked by 2/2"), "{last}");
+    let stray = Keys::new("vigil", "gpu-9").status("rank-9");
+    assert!(
+        job.coord.hgetall(&stray).await.unwrap().is_empty(),
+        "no record made for it"
+    );
 }

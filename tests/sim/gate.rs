@@ -367,6 +367,7 @@ impl SimCoord {
                 Op::Hset { ttl: None, .. } => "HSET",
                 Op::Hset { ttl: Some(_), .. } => "HSET+EXPIRE",
                 Op::IndexTouch { .. } => "ZADD",
+                Op::Hdel { .. } => "HDEL",
             };
             self.around(name, op.key(), true, one).await?;
         }

@@ -1,10 +1,12 @@
 //! `vigil drill checkpoint`: a checkpoint drill of a gang, a worker or a node's workers
 //! (`crate::maintenance::drill`), its verdict printed one line per budget. Exits 0 when every
-//! member acknowledged, 1 when one did not (or the drill could not run), 2 on a config error.
+//! member acknowledged (within the `--require`d budget), 1 when one did not, 2 on a config
+//! error, 3 when the drill could not run (refused beside a real request, interrupted by a real
+//! notice, Redis unreachable).
 
 use clap::{ArgGroup, Args};
 
-use super::{failed, CliError, ConfigArg};
+use super::{CliError, ConfigArg};
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::maintenance::drill::{self, Target};
@@ -27,8 +29,40 @@ pub(crate) struct CheckpointDrill {
     pub(crate) node: Option<String>,
     /// How long to wait for the acknowledgements (default: the maintenance budget, the
     /// tightest among the members' nodes).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = wait)]
     pub(crate) wait: Option<std::time::Duration>,
+    /// Exit 1 unless every member acknowledged within this budget too: `preemption` or
+    /// `maintenance` (for a CI job that gates on the drill).
+    #[arg(long, value_enum, value_name = "BUDGET")]
+    pub(crate) require: Option<Budget>,
+}
+
+/// A budget a drill can be required to fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Budget {
+    Preemption,
+    Maintenance,
+}
+
+/// `--wait`: a duration up to a day.
+fn wait(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("a duration like 90s or 5m: {e}"))?;
+    if d.is_zero() || d > drill::MAX_WAIT {
+        return Err("a duration above 0 and at most 1 day".into());
+    }
+    Ok(d)
+}
+
+/// `--node` and the node of `--worker`: a node name as the agents take it.
+fn node_name(flag: &str, n: &str) -> Result<(), CliError> {
+    if crate::config::valid_node_name(n) {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "{flag}: {n:?} is no node name (at most 253 characters of a-z A-Z 0-9 . - _)"
+        )))
+    }
 }
 
 /// The target the flags name.
@@ -41,43 +75,50 @@ fn target(cfg: &Config, d: &CheckpointDrill) -> Result<Target, CliError> {
             .split_once('/')
             .unwrap_or((cfg.node_name.as_str(), w.as_str()));
         super::worker_id(worker).map_err(|e| CliError::Failed(format!("--worker {w}: {e}")))?;
-        if node.is_empty() {
-            return Err(CliError::Failed(format!(
-                "--worker {w}: the node name is empty"
-            )));
-        }
+        node_name("--worker", node)?;
         return Ok(Target::Worker {
             node: node.to_string(),
             worker: worker.to_string(),
         });
     }
-    Ok(Target::Node(
-        d.node.clone().unwrap_or_else(|| cfg.node_name.clone()),
-    ))
+    let node = d.node.clone().unwrap_or_else(|| cfg.node_name.clone());
+    node_name("--node", &node)?;
+    Ok(Target::Node(node))
 }
 
 pub(super) async fn run(cfg: &Config, d: &CheckpointDrill) -> Result<(), CliError> {
     if cfg.embedded() {
-        return Err(CliError::Failed(
+        return Err(CliError::Unable(
             "a drill writes the members' records in Redis and waits for their acks there: set REDIS_URL (or redis.url) to the agents' Redis".into(),
         ));
     }
     let target = target(cfg, d)?;
-    let coord = RedisCoordinator::from_config(&cfg.redis).map_err(failed)?;
+    let coord =
+        RedisCoordinator::from_config(&cfg.redis).map_err(|e| CliError::Unable(e.to_string()))?;
     let result = drill::run(&coord, cfg, &target, d.wait)
         .await
-        .map_err(|e| CliError::Failed(format!("drill of {}: {e}", target.label())))?;
+        .map_err(|e| CliError::Unable(format!("drill of {}: {e}", target.label())))?;
     for line in verdict(&result) {
         println!("{line}");
     }
-    if result.missing.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::Failed(format!(
+    let required = match d.require {
+        Some(Budget::Preemption) => Some(("preemption", result.fits_preemption)),
+        Some(Budget::Maintenance) => Some(("maintenance", result.fits_maintenance)),
+        None => None,
+    };
+    if !result.missing.is_empty() {
+        return Err(CliError::Failed(format!(
             "drill of {}: {} of {} member(s) did not acknowledge",
             result.target,
             result.missing.len(),
             result.asked
-        )))
+        )));
+    }
+    match required {
+        Some((budget, false)) => Err(CliError::Failed(format!(
+            "drill of {}: it does not fit the {budget} budget (--require {budget})",
+            result.target
+        ))),
+        _ => Ok(()),
     }
 }

@@ -197,6 +197,10 @@ pub enum CliError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     Failed(String),
+    /// A command that could not do what it was asked (`vigil drill`: refused, interrupted, or
+    /// no Redis), told apart from one whose answer is "no".
+    #[error("{0}")]
+    Unable(String),
 }
 
 impl CliError {
@@ -204,6 +208,7 @@ impl CliError {
         match self {
             CliError::Config(_) => 2,
             CliError::Failed(_) => 1,
+            CliError::Unable(_) => 3,
         }
     }
 }

@@ -32,6 +32,16 @@ mod removed;
 mod runtime;
 mod safety;
 mod server;
+/// A node name as Vigil takes it: at most 253 characters of `a-z A-Z 0-9 . - _` (a
+/// Kubernetes node name; it goes inside a Redis hash tag, so never a brace).
+pub(crate) fn valid_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+}
+
 #[cfg(test)]
 mod testing;
 mod tpu;
@@ -366,12 +376,7 @@ impl Config {
         }
         // NB: the node name goes into Redis keys (inside a hash tag), labels of the fleet view
         // and Kubernetes calls: a Kubernetes node name is a DNS subdomain.
-        let name_ok = self.node_name.len() <= 253
-            && self
-                .node_name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
-        if !name_ok {
+        if !valid_node_name(&self.node_name) {
             return bad(
                 "node_name",
                 "must be at most 253 characters of a-z A-Z 0-9 . - _ (a Kubernetes node name): no braces, spaces, `:`, `/` or newlines",

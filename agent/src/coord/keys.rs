@@ -120,6 +120,11 @@ impl Keys {
     pub fn fleet_slices(&self) -> String {
         format!("{}:fleet:slices", self.prefix)
     }
+    /// Which node exports each drill target's last result (hash: target → node): a later drill
+    /// whose first node differs removes the result from the former one.
+    pub fn fleet_drills(&self) -> String {
+        format!("{}:fleet:drills", self.prefix)
+    }
     /// Opportunistic-maintenance claim of a pool (SET NX).
     pub fn maintenance_claim(&self, pool: &str) -> String {
         format!("{}:pool:{pool}:maintenance-claim", self.prefix)

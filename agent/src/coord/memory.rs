@@ -277,6 +277,16 @@ fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
                 score,
                 prune_before,
             } => MemoryCoordinator::touch_index(&mut data, key, member, *score, *prune_before),
+            Op::Hdel { key, fields } => {
+                if let Some(Value::Hash(h)) = data.get_mut(key).map(|e| &mut e.value) {
+                    for f in fields {
+                        h.remove(f);
+                    }
+                    if h.is_empty() {
+                        data.remove(key);
+                    }
+                }
+            }
             Op::Counter { key } => counters.push(
                 MemoryCoordinator::get_str(&data, key)
                     .and_then(|s| s.parse().ok())

@@ -110,6 +110,8 @@ pub enum Op {
     },
     /// Read a counter (0 when absent); its value is returned by `batch`.
     Counter { key: String },
+    /// Remove fields of a hash (absent ones are no error; the hash goes with its last field).
+    Hdel { key: String, fields: Vec<String> },
 }
 
 impl Op {
@@ -119,7 +121,8 @@ impl Op {
             Op::Set { key, .. }
             | Op::Hset { key, .. }
             | Op::IndexTouch { key, .. }
-            | Op::Counter { key } => key,
+            | Op::Counter { key }
+            | Op::Hdel { key, .. } => key,
         }
     }
 }

@@ -49,6 +49,7 @@ impl CheckpointRounds {
             default_signal: c.signal,
             poll: Duration::from_millis(200),
             http: reqwest::Client::new(),
+            timing: crate::hang::policy_gang::Timing::of(cfg),
         };
         CheckpointRounds {
             checkpointer,

@@ -4,10 +4,12 @@
 //! every node asked and to the drills hash of the target's first node, whose agent exports it as
 //! metrics (`export_loop`) for the alert rules.
 //!
-//! A drill only writes the request into the members' records (every worker method reads it
-//! there: the worker API's answers carry it, `vigil beat` and the Python client see it): it never
-//! signals a container, never stands restarts down and never touches the Node. It refuses to
-//! run beside a real round (a gang's open round, a member's unanswered request).
+//! A drill only writes the request into the members' records (a worker of the `record` method,
+//! the default, finds it there: the worker API's answers carry it, `vigil beat` and the Python
+//! client see it; a `signal` or `http` worker is not signalled by a drill): it never signals a
+//! container, never stands restarts down and never touches the Node. It refuses to run beside a
+//! real round (a gang's open round, a member's unanswered request), and a real notice during it
+//! interrupts it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +33,8 @@ use crate::trail::{Code, Decision};
 
 /// How long a drill's result is kept (and exported) after the drill.
 const KEPT: Duration = Duration::from_secs(30 * 86_400);
+/// The longest a drill waits (`--wait`): a day is already no notice's budget.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
 /// What a drill asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +73,7 @@ pub(crate) async fn run(
     refuse_pending(coord, prefix, &members, now, cfg).await?;
     let preemption = round_budget(cfg.checkpoint.preemption_budget, "preemption", &view);
     let maintenance = round_budget(cfg.checkpoint.maintenance_budget, "host-maintenance", &view);
-    let wait = wait.unwrap_or(maintenance);
+    let wait = wait.unwrap_or(maintenance).min(MAX_WAIT);
     let round = Round {
         id: new_id(),
         reason: DRILL_REASON.into(),
@@ -83,29 +87,7 @@ pub(crate) async fn run(
         _ => None,
     };
     if let Some(key) = &gang_key {
-        // NB: the round key keeps a real notice meanwhile from opening a second round: it joins
-        // the drill's (same id), and the workers save once.
-        let ttl = wait + Duration::from_secs(10);
-        if !coord.set_nx(key, &round.encode(), ttl).await.map_err(err)? {
-            let open = coord
-                .get_many(std::slice::from_ref(key))
-                .await
-                .map_err(err)?;
-            let open = open
-                .into_iter()
-                .flatten()
-                .next()
-                .and_then(|t| Round::decode(&t));
-            return Err(match open {
-                Some(r) => format!(
-                    "{} has a checkpoint round open ({}, opened by {}): a drill never competes with a real round; try again when it ends",
-                    target.label(),
-                    r.reason,
-                    r.by
-                ),
-                None => format!("{} has a checkpoint round open", target.label()),
-            });
-        }
+        claim_gang(coord, key, &round, wait, target).await?;
     }
     let io = RoundIo {
         coord,
@@ -121,9 +103,67 @@ pub(crate) async fn run(
         let _ = coord.del_if_owner(key, &round.encode()).await;
     }
     let waited = ms(started.elapsed());
+    superseded(coord, prefix, &members, &round).await?;
     let result = drill_result(target.label(), now, &acks, waited, preemption, maintenance);
     record(coord, cfg, &members, &result).await;
     Ok(result)
+}
+
+/// Take the gang's round key for the drill: while it runs, a real notice on a member's node
+/// replaces it (its workers save for the notice), and a second drill is refused.
+async fn claim_gang(
+    coord: &dyn Coordinator,
+    key: &str,
+    round: &Round,
+    wait: Duration,
+    target: &Target,
+) -> Result<(), String> {
+    let err = |e: crate::coord::CoordError| e.to_string();
+    let ttl = wait + Duration::from_secs(10);
+    if coord.set_nx(key, &round.encode(), ttl).await.map_err(err)? {
+        return Ok(());
+    }
+    let open = coord.get_many(&[key.to_string()]).await.map_err(err)?;
+    let open = open
+        .into_iter()
+        .flatten()
+        .next()
+        .and_then(|t| Round::decode(&t));
+    Err(match open {
+        Some(r) => format!(
+            "{} has a checkpoint round open ({}, opened by {}): a drill never competes with a real round; try again when it ends",
+            target.label(),
+            r.reason,
+            r.by
+        ),
+        None => format!("{} has a checkpoint round open", target.label()),
+    })
+}
+
+/// A real notice that came during the drill wrote its own request over the drill's: the
+/// workers saved for the notice, and the drill measured nothing it can report.
+async fn superseded(
+    coord: &dyn Coordinator,
+    prefix: &str,
+    members: &[Asked],
+    round: &Round,
+) -> Result<(), String> {
+    let keys: Vec<String> = members
+        .iter()
+        .map(|m| Keys::new(prefix, &m.node).status(&m.worker))
+        .collect();
+    let records = coord.hgetall_many(&keys).await.map_err(|e| e.to_string())?;
+    for (m, rec) in members.iter().zip(&records) {
+        let request = rec.get("checkpoint_request").map_or("", String::as_str);
+        if !request.is_empty() && request != round.id {
+            let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
+            return Err(format!(
+                "interrupted: {} was asked for a real checkpoint ({reason}) during the drill; the workers save for it, and the drill is not recorded",
+                member_id(&m.node, &m.worker)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The members to ask, and the gang's view (for the members' budgets; empty for other targets).
@@ -264,18 +304,45 @@ async fn record(coord: &dyn Coordinator, cfg: &Config, members: &[Asked], r: &Dr
             tracing::warn!(node, error = %e, "cannot write the drill to this node's trail");
         }
     }
-    let Some(owner) = nodes.iter().min() else {
-        return;
-    };
-    let op = Op::Hset {
-        key: Keys::new(prefix, owner).drills(),
-        fields: vec![(
-            r.target.clone(),
-            serde_json::to_string(r).unwrap_or_default(),
-        )],
-        ttl: Some(KEPT),
-    };
-    if let Err(e) = coord.batch(&[op]).await {
+    if let Some(owner) = nodes.first() {
+        store(coord, prefix, owner, r).await;
+    }
+}
+
+/// The result into `owner`'s drills, the fleet's index pointed at it, and the target's former
+/// result removed from its former node (the gang's first node changed): one exporter per
+/// target.
+async fn store(coord: &dyn Coordinator, prefix: &str, owner: &str, r: &DrillResult) {
+    let keys = Keys::new(prefix, owner);
+    let index = keys.fleet_drills();
+    let former = coord
+        .hgetall(&index)
+        .await
+        .ok()
+        .and_then(|mut i| i.remove(&r.target));
+    let mut ops = vec![
+        Op::Hset {
+            key: keys.drills(),
+            fields: vec![(
+                r.target.clone(),
+                serde_json::to_string(r).unwrap_or_default(),
+            )],
+            ttl: Some(KEPT),
+        },
+        Op::Hset {
+            key: index,
+            fields: vec![(r.target.clone(), owner.to_string())],
+            ttl: None,
+        },
+    ];
+    if let Some(former) = former.filter(|n| n != owner) {
+        ops.push(Op::Hdel {
+            key: Keys::new(prefix, &former).drills(),
+            fields: vec![r.target.clone()],
+        });
+    }
+    // NB: a cluster splits the batch per slot; the writes are independent.
+    if let Err(e) = coord.batch(&ops).await {
         tracing::warn!(error = %e, "cannot store the drill's result for its metrics");
     }
 }
@@ -297,21 +364,45 @@ pub(crate) async fn export_loop(
         }
         match coord.hgetall(&keys.drills()).await {
             Ok(fields) => {
-                let drills: Vec<DrillResult> = fields
-                    .values()
-                    .filter_map(|v| serde_json::from_str(v).ok())
-                    .collect();
+                // NB: without the clock nothing is judged old (nothing removed).
+                let now = coord.time().await.ok();
+                let (drills, old) = current_drills(&fields, now);
                 metrics.drills.set(&drills);
+                if !old.is_empty() {
+                    let op = Op::Hdel {
+                        key: keys.drills(),
+                        fields: old,
+                    };
+                    let _ = coord.batch(&[op]).await;
+                }
             }
             Err(e) => tracing::debug!(error = %e, "cannot read this node's checkpoint drills"),
         }
     }
 }
 
+/// The drills still kept (run within `KEPT` of `now`), and the fields of those older or
+/// unreadable, to remove.
+fn current_drills(
+    fields: &std::collections::HashMap<String, String>,
+    now: Option<Millis>,
+) -> (Vec<DrillResult>, Vec<String>) {
+    let mut kept = Vec::new();
+    let mut old = Vec::new();
+    for (target, v) in fields {
+        match serde_json::from_str::<DrillResult>(v) {
+            Ok(d) if now.is_none_or(|now| now.saturating_sub(d.at) <= ms(KEPT)) => kept.push(d),
+            _ => old.push(target.clone()),
+        }
+    }
+    kept.sort_by(|a, b| a.target.cmp(&b.target));
+    (kept, old)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::SystemClock;
+    use crate::clock::{Clock, SystemClock};
     use crate::coord::memory::MemoryCoordinator;
 
     /// The agent exports the drills stored at its node, and only those: a drill that did not
@@ -320,9 +411,10 @@ mod tests {
     async fn the_node_s_drills_become_metrics() {
         let coord: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(SystemClock)));
         let keys = Keys::new("vigil", "gpu-0");
+        let at = SystemClock.now() - 60_000;
         let d = drill_result(
             "gang:ml/llm".into(),
-            1_796_000_000_000,
+            at,
             &[crate::maintenance::model_round::MemberAck {
                 member: "gpu-0/rank-0".into(),
                 acked: Some(41_000),
@@ -332,13 +424,20 @@ mod tests {
             Duration::from_secs(25),
             Duration::from_secs(50),
         );
-        let fields = vec![(d.target.clone(), serde_json::to_string(&d).unwrap())];
+        let mut stale = d.clone();
+        stale.target = "node:gone".into();
+        stale.at = at - ms(KEPT) - 1;
+        let fields = vec![
+            (d.target.clone(), serde_json::to_string(&d).unwrap()),
+            (stale.target.clone(), serde_json::to_string(&stale).unwrap()),
+            ("worker:x/y".into(), "not json".into()),
+        ];
         coord.hset(&keys.drills(), &fields, None).await.unwrap();
         let metrics = Arc::new(Metrics::new());
         let stop = CancellationToken::new();
         let task = tokio::spawn(export_loop(
-            coord,
-            keys,
+            coord.clone(),
+            keys.clone(),
             metrics.clone(),
             Duration::from_secs(3600),
             stop.clone(),
@@ -352,13 +451,24 @@ mod tests {
         };
         stop.cancel();
         task.await.unwrap();
+        let stamp = format!(
+            r#"vigil_checkpoint_drill_timestamp_seconds{{target="gang:ml/llm"}} {}"#,
+            at / 1000
+        );
         for want in [
             r#"vigil_checkpoint_drill_fits{target="gang:ml/llm",budget="preemption"} 0"#,
             r#"vigil_checkpoint_drill_fits{target="gang:ml/llm",budget="maintenance"} 1"#,
             r#"vigil_checkpoint_drill_seconds{target="gang:ml/llm",quantile="0.5"} 41.0"#,
-            r#"vigil_checkpoint_drill_timestamp_seconds{target="gang:ml/llm"} 1796000000"#,
+            stamp.as_str(),
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
+        assert!(
+            !text.contains("node:gone") && !text.contains("worker:x/y"),
+            "{text}"
+        );
+        // The old and the unreadable are removed from the node's drills.
+        let left = coord.hgetall(&keys.drills()).await.unwrap();
+        assert_eq!(left.keys().collect::<Vec<_>>(), vec!["gang:ml/llm"]);
     }
 }

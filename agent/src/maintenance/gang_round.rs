@@ -20,7 +20,8 @@ use crate::clock::{ms, Millis};
 use crate::coord::{Coordinator, Keys, Op};
 use crate::fleet::gangs::read_view;
 use crate::hang::model::Gang;
-use crate::hang::model_gang::member_id;
+use crate::hang::model_gang::{member_id, Member};
+use crate::hang::policy_gang::present;
 use crate::maintenance::model_round::{GangRound, MemberAck, Round};
 use crate::maintenance::policy_round::round_budget;
 use crate::maintenance::request::{acknowledges, Checkpointer};
@@ -55,27 +56,20 @@ impl Checkpointer {
     ) -> Result<GangRound, String> {
         let now = self.coord.time().await.map_err(|e| e.to_string())?;
         let started = Instant::now();
-        // NB: a view that cannot be read leaves this node's own members to ask: a round of the
-        // members it knows beats no round.
-        let view = read_view(&*self.coord, &self.keys, &gang.id, gang.size)
-            .await
-            .unwrap_or_else(|e| {
-                tracing::warn!(gang = %gang.id, error = %e, "cannot read the gang's view: asking this node's members only");
-                Vec::new()
-            });
+        let (view, view_read) = self.present_members(gang, now).await;
         let node = self.keys.node().to_string();
-        let mut members: BTreeSet<Asked> = view
-            .iter()
-            .map(|m| Asked {
-                node: m.node.clone(),
-                worker: m.worker.clone(),
-            })
-            .collect();
         let own: Vec<Asked> = local
             .iter()
             .map(|c| Asked {
                 node: node.clone(),
                 worker: c.worker.clone(),
+            })
+            .collect();
+        let mut members: BTreeSet<Asked> = view
+            .iter()
+            .map(|m| Asked {
+                node: m.node.clone(),
+                worker: m.worker.clone(),
             })
             .collect();
         members.extend(own.iter().cloned());
@@ -90,9 +84,9 @@ impl Checkpointer {
         };
         let (round, opened) = self.open_or_join(&gang.id, fresh, now).await?;
         let members: Vec<Asked> = members.into_iter().collect();
-        let to_write = if opened { &members } else { &own };
         let io = self.io();
-        io.write_requests(&round, to_write).await;
+        io.write_requests(&round, if opened { &members } else { &own })
+            .await;
         for c in local {
             if let Ok(method) = self.method_for(c) {
                 if let Err(e) = self.deliver(&method, c, &round.id, reason, budget).await {
@@ -119,12 +113,28 @@ impl Checkpointer {
             opened,
             members: acks,
             size: gang.size,
+            view_read,
         })
     }
 
-    /// Open the gang's round, or join the one another member's notice opened and that still
-    /// runs. A round that cannot be read back (expired between the two calls), or a drill's, is
-    /// replaced by this one.
+    /// The gang's members in its view, without those whose agent has not written them for
+    /// `gone_after` (a rank that moved to another node); and whether the view could be read.
+    /// NB: a view that cannot be read leaves this node's own members to ask: a round of the
+    /// members it knows beats no round, and it is never reported as acknowledged.
+    async fn present_members(&self, gang: &Gang, now: Millis) -> (Vec<Member>, bool) {
+        match read_view(&*self.coord, &self.keys, &gang.id, gang.size).await {
+            Ok(all) => (present(&all, now, &self.timing), true),
+            Err(e) => {
+                tracing::warn!(gang = %gang.id, error = %e, "cannot read the gang's view: asking this node's members only");
+                (Vec::new(), false)
+            }
+        }
+    }
+
+    /// Open the gang's round, or join the one another member's notice opened for the same
+    /// reason and that still runs. Any other round there — a drill's, another reason's, one
+    /// expired between two calls — is replaced by this one, compare-and-swap: two notices that
+    /// race to replace it end in one round.
     pub(crate) async fn open_or_join(
         &self,
         gang: &str,
@@ -134,37 +144,37 @@ impl Checkpointer {
         let key = self.keys.gang_checkpoint(gang);
         let ttl = Duration::from_millis((fresh.until - fresh.at).max(0) as u64) + ROUND_MARGIN;
         let err = |e: crate::coord::CoordError| e.to_string();
-        if self
-            .coord
-            .set_nx(&key, &fresh.encode(), ttl)
-            .await
-            .map_err(err)?
-        {
-            return Ok((fresh, true));
-        }
-        let current = self
-            .coord
-            .get_many(std::slice::from_ref(&key))
-            .await
-            .map_err(err)?;
-        match current
-            .first()
-            .cloned()
-            .flatten()
-            .as_deref()
-            .and_then(Round::decode)
-        {
-            // NB: a real notice never joins a drill: its workers must save for the notice (the
-            // drill then finds its id unanswered, and says so).
-            Some(r) if r.until > now && !r.drill => Ok((r, false)),
-            _ => {
-                self.coord
-                    .set(&key, &fresh.encode(), ttl)
-                    .await
-                    .map_err(err)?;
-                Ok((fresh, true))
+        for _ in 0..3 {
+            if self
+                .coord
+                .set_nx(&key, &fresh.encode(), ttl)
+                .await
+                .map_err(err)?
+            {
+                return Ok((fresh, true));
+            }
+            let current = self
+                .coord
+                .get_many(std::slice::from_ref(&key))
+                .await
+                .map_err(err)?;
+            let Some(text) = current.into_iter().flatten().next() else {
+                continue; // gone meanwhile: try to open it again
+            };
+            match Round::decode(&text) {
+                // NB: a real notice never joins a drill (its workers must save for the notice)
+                // nor a round of another reason (a preemption asks for a save of its own).
+                Some(r) if r.until > now && !r.drill && r.reason == fresh.reason => {
+                    return Ok((r, false))
+                }
+                _ => {
+                    let _ = self.coord.del_if_owner(&key, &text).await.map_err(err)?;
+                }
             }
         }
+        Err(format!(
+            "the gang's round key {key} kept changing under three attempts to open or join it"
+        ))
     }
 
     fn io(&self) -> RoundIo<'_> {
@@ -252,7 +262,7 @@ impl RoundIo<'_> {
                 Ok(records) => {
                     let at = now + ms(started.elapsed()) - round.at;
                     for (&i, rec) in pending.iter().zip(&records) {
-                        if acknowledges(rec, &round.id) {
+                        if acknowledges(rec, &round.id) || acked_a_later_round(rec, round) {
                             acks[i].acked = Some(at.max(0));
                         }
                         acks[i].state = rec.get("state").filter(|s| !s.is_empty()).cloned();
@@ -270,4 +280,20 @@ impl RoundIo<'_> {
         }
         acks
     }
+}
+
+/// Whether the member acknowledged a round written into its record after this one opened (a
+/// preemption's round replacing a maintenance round): its save is newer than this round asked
+/// for. An earlier round's ack never counts.
+fn acked_a_later_round(rec: &std::collections::HashMap<String, String>, round: &Round) -> bool {
+    let Some(id) = rec
+        .get("checkpoint_request")
+        .filter(|r| !r.is_empty() && **r != round.id)
+    else {
+        return false;
+    };
+    let at: Option<Millis> = rec
+        .get("checkpoint_requested_at")
+        .and_then(|t| t.parse().ok());
+    at.is_some_and(|at| at >= round.at) && acknowledges(rec, id)
 }

@@ -61,6 +61,8 @@ pub(crate) struct GangRound {
     pub(crate) members: Vec<MemberAck>,
     /// The members the gang says it has (`gang_size`), when it says.
     pub(crate) size: Option<u32>,
+    /// Whether the gang's view was read (else only this node's members were asked).
+    pub(crate) view_read: bool,
 }
 
 /// A drill's result, as `vigil drill checkpoint` prints it and the drilling node exports it.

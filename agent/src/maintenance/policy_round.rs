@@ -9,6 +9,8 @@ use crate::maintenance::model_round::{DrillResult, GangRound, MemberAck};
 
 /// The most member names a summary lists (the Node's annotation must stay short).
 const NAMED: usize = 8;
+/// The most characters of a silent member's state a summary shows.
+const STATE_CHARS: usize = 32;
 
 /// The round's budget: this node's own for the reason, cut to the tightest budget any member's
 /// node advertises for it (a member on a Spot node of a mixed pool has 30 s, not the hour a
@@ -28,11 +30,13 @@ pub(crate) fn round_budget(own: Duration, reason: &str, members: &[Member]) -> D
         .fold(own, Duration::min)
 }
 
-/// Whether every member answered: all asked acknowledged this round's id, and the gang's
-/// expected size is met (a member missing from the view cannot have saved its shards).
+/// Whether every member answered: all asked acknowledged this round's id, the gang's view was
+/// read (else the members elsewhere are unknown), and the gang's expected size is met (a member
+/// missing from the view cannot have saved its shards).
 pub(crate) fn acknowledged(r: &GangRound) -> bool {
     let acked = r.members.iter().filter(|m| m.acked.is_some()).count();
-    !r.members.is_empty()
+    r.view_read
+        && !r.members.is_empty()
         && acked == r.members.len()
         && r.size.is_none_or(|n| r.members.len() >= n as usize)
 }
@@ -71,7 +75,12 @@ pub(crate) fn describe(r: &GangRound) -> String {
         .iter()
         .filter(|m| m.acked.is_none())
         .map(|m| match &m.state {
-            Some(state) => format!("{} (state {state})", m.member),
+            // NB: the worker writes its state: bounded here, as it reaches the Node.
+            Some(state) => format!(
+                "{} (state {})",
+                m.member,
+                state.chars().take(STATE_CHARS).collect::<String>()
+            ),
             None => m.member.clone(),
         })
         .collect();
@@ -83,6 +92,9 @@ pub(crate) fn describe(r: &GangRound) -> String {
             names(&silent),
             crate::clock::brief(budget)
         ));
+    }
+    if !r.view_read {
+        s.push_str("; the gang's view could not be read: only this node's members were asked");
     }
     if total > asked {
         s.push_str(&format!(
@@ -190,6 +202,7 @@ mod tests {
             opened,
             members,
             size,
+            view_read: true,
         }
     }
 
@@ -213,6 +226,23 @@ mod tests {
         assert!(!acknowledged(&short));
         assert!(describe(&short).ends_with("1 member(s) of 2 not in the gang's view (never asked)"));
         assert!(!acknowledged(&round(vec![], None, true)));
+        // A view that could not be read: this node's members only, never "acknowledged".
+        let mut blind = round(vec![ack("a/w", Some(10))], None, true);
+        blind.view_read = false;
+        assert!(!acknowledged(&blind));
+        assert!(
+            describe(&blind).contains("view could not be read"),
+            "{}",
+            describe(&blind)
+        );
+        // A worker's state is bounded before it reaches the Node.
+        let mut long = ack("b/w", None);
+        long.state = Some("x".repeat(500));
+        let text = describe(&round(vec![long], Some(1), true));
+        assert!(
+            text.contains(&format!("(state {})", "x".repeat(32))) && text.len() < 200,
+            "{text}"
+        );
     }
 
     #[test]

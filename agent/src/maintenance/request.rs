@@ -129,6 +129,8 @@ pub(crate) struct Checkpointer {
     /// How often the status records are re-read while waiting.
     pub(crate) poll: Duration,
     pub(crate) http: reqwest::Client,
+    /// When a gang's member left its view (`crate::hang::policy_gang::present`).
+    pub(crate) timing: crate::hang::policy_gang::Timing,
 }
 
 impl Checkpointer {
@@ -199,6 +201,8 @@ impl Checkpointer {
             ("checkpoint_reason".to_string(), reason.to_string()),
             ("checkpoint_requested_at".to_string(), now.to_string()),
             ("checkpoint_ack".to_string(), String::new()),
+            // A drill's mark must not outlive it: this request is a notice's.
+            ("checkpoint_drill".to_string(), String::new()),
         ];
         if let Err(e) = self.coord.hset(&key, &fields, None).await {
             // Without the record there is nothing to acknowledge into, but a signal or a POST

@@ -377,6 +377,11 @@ fn add_op(pipe: &mut Pipeline, op: &Op) {
         Op::Counter { key } => {
             pipe.cmd("GET").arg(key);
         }
+        Op::Hdel { key, fields } => {
+            if !fields.is_empty() {
+                pipe.cmd("HDEL").arg(key).arg(fields).ignore();
+            }
+        }
     }
 }
 

@@ -341,7 +341,11 @@ class Worker:
         Every rank then gets the same answer at the same step: save when it is not ``None``, and
         acknowledge with :meth:`checkpoint_done` (its ``id``) once this rank's shards are
         durable. A gang's round writes one id to every member, so each rank's acknowledgement
-        answers its own record."""
+        answers its own record.
+
+        The agreement follows the first rank's record only: a request that reaches the other
+        ranks but not the first (its node's Redis write failed) is not saved for; the round then
+        ends at its budget naming every rank, as it would without the agreement."""
         mine = self.checkpoint_requested
         agreed = share(mine.encode() if mine is not None else b"")
         return CheckpointRequest.decode(bytes(agreed))
