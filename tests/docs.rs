@@ -227,6 +227,7 @@ fn every_redis_key_is_documented() {
         k.cooldown("W"),
         k.restarted("W"),
         k.escalated("W"),
+        k.fruitless("W"),
         k.incarnation("W"),
         k.retry("W"),
         k.episode("W", "<kind>"),

@@ -434,7 +434,9 @@ fn futures_block<F: std::future::Future>(f: F) -> F::Output {
 
 #[tokio::test]
 async fn scenario_d_fourth_hang_in_a_day_is_not_restarted_and_the_alert_says_why() {
-    let mut w = World::new(|_| {});
+    // NB: restarts that never help stop after two (`restarts_that_bring_no_progress_stop`);
+    // this one is about the breaker.
+    let mut w = World::new(|c| c.policy.max_fruitless_restarts = 0);
     w.beat("trainer-0", "processing", "step-1").await;
     // Never recovers: restart, 10 min cooldown, hang again, restart... for four hours.
     w.run_for(Duration::from_secs(4 * 3600)).await;
@@ -604,7 +606,9 @@ async fn scenario_g_failed_restart_pages_at_once_and_retries_next_cycle() {
 
 #[tokio::test]
 async fn failed_restarts_back_off_and_page_once_per_incident() {
-    let mut w = World::new(|_| {});
+    // NB: about the backoff; with the default limit the third try, after two failed ones,
+    // would be refused as fruitless (`restarts_that_bring_no_progress_stop_after_two`).
+    let mut w = World::new(|c| c.policy.max_fruitless_restarts = 0);
     w.runtime.fail_next_restarts(2);
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
@@ -1183,4 +1187,91 @@ async fn an_alert_only_worker_is_reported_and_never_restarted() {
         !d.iter().any(|x| x == "restarted" || x == "would-restart"),
         "{d:?}"
     );
+}
+
+/// Tick (no beat: the worker is hung) until `trainer-0` has been restarted `n` times in all,
+/// for at most `within`.
+async fn hung_until_restarts(w: &mut World, n: usize, within: Duration) -> bool {
+    let end = w.now() + within.as_millis() as Millis;
+    while w.runtime.restarts("c1") < n && w.now() < end {
+        w.tick().await;
+    }
+    w.runtime.restarts("c1") >= n
+}
+
+/// The worker resumes from its checkpoint at step `from` and trains to step `to`, a step a tick.
+async fn trains(w: &mut World, from: u64, to: u64) {
+    for step in from..=to {
+        w.beat("trainer-0", "processing", &format!("step-{step}"))
+            .await;
+        w.tick().await;
+    }
+}
+
+/// Issue 31: a worker that resumes from its checkpoint and hangs again at the same step is not
+/// restarted a third time: two restarts brought no progress past step 100, one page says so
+/// (and the trail), the breaker keeps its last unit. Progress past step 100 ends the run, and
+/// the next hang is restarted again.
+#[tokio::test]
+async fn restarts_that_bring_no_progress_stop_after_two_and_page_once() {
+    let mut w = World::new(|_| {});
+    w.beat("trainer-0", "processing", "step-100").await;
+    assert!(hung_until_restarts(&mut w, 1, mins(8)).await);
+    trains(&mut w, 90, 100).await;
+    assert!(hung_until_restarts(&mut w, 2, mins(8)).await);
+    trains(&mut w, 90, 100).await;
+    w.run_for(mins(40)).await;
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        2,
+        "no third restart that cannot help"
+    );
+    assert_eq!(w.breaker().await, 2, "the breaker's last unit is kept");
+    let pages = w.sink.of(AlertKind::Fruitless);
+    assert_eq!(pages.len(), 1, "one page: {:?}", w.sink.kinds());
+    assert!(pages[0].page);
+    assert!(
+        pages[0]
+            .detail
+            .contains("restarts are not helping: 2 restart(s), no progress past step 100 since"),
+        "{}",
+        pages[0].detail
+    );
+    let d = w.decisions().await;
+    assert_eq!(
+        d.iter().filter(|x| *x == "skipped-fruitless").count(),
+        1,
+        "{d:?}"
+    );
+    // It goes on (a person restarted it, or it was slow): step 101 is past where it stopped.
+    trains(&mut w, 100, 101).await;
+    assert!(
+        w.get(&w.keys.fruitless("trainer-0")).await.is_none(),
+        "the run is over"
+    );
+    assert!(
+        hung_until_restarts(&mut w, 3, mins(8)).await,
+        "the next hang is restarted"
+    );
+}
+
+/// A restart that helps (the worker trains past where it stopped) never counts towards the
+/// limit, however many hangs a day brings; `max_fruitless_restarts = 0` turns the limit off.
+#[tokio::test]
+async fn restarts_that_help_are_never_stopped() {
+    let mut w = World::new(|c| c.safety.breaker_per_day = 10);
+    let mut at = 100;
+    w.beat("trainer-0", "processing", &format!("step-{at}"))
+        .await;
+    for n in 1..=4 {
+        assert!(hung_until_restarts(&mut w, n, mins(8)).await, "restart {n}");
+        trains(&mut w, at - 5, at + 10).await;
+        at += 10;
+    }
+    assert_eq!(w.sink.count(AlertKind::Fruitless), 0);
+    let mut off = World::new(|c| c.policy.max_fruitless_restarts = 0);
+    off.beat("trainer-0", "processing", "step-1").await;
+    off.run_for(Duration::from_secs(4 * 3600)).await;
+    assert_eq!(off.runtime.restarts("c1"), 3, "only the breaker stops it");
+    assert_eq!(off.sink.count(AlertKind::Fruitless), 0);
 }

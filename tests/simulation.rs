@@ -196,6 +196,11 @@ fn the_harness_catches_a_booting_that_ends_without_a_beat() {
     caught(Mutant::BootEndsAtOnce, "cooldown");
 }
 
+#[test]
+fn the_harness_catches_restarts_that_do_not_help_repeated() {
+    caught(Mutant::FruitlessForgotten, "fruitless restarts");
+}
+
 /// The gang simulation (issue 29, docs/safety.md "Gangs"): `VIGIL_SIM_GANG_SEEDS` seeds (100 by
 /// default) of four agents, two gangs sharing their nodes, with crashes, stand-downs, outages
 /// and stragglers; every invariant checked after every cycle.

@@ -36,16 +36,20 @@ pub enum Mutant {
     /// reads as written at time 0, so any heartbeat at all is "after the restart" (and the
     /// compare-and-delete of that marker is given the real one).
     BootEndsAtOnce,
+    /// Restarts that did not help are forgotten: a worker's fruitless-restart run reads as
+    /// absent.
+    FruitlessForgotten,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 7] = [
         Mutant::NoRevalidation,
         Mutant::NoCompare,
         Mutant::NoLock,
         Mutant::BreakerIgnored,
         Mutant::NoRetryBackoff,
         Mutant::BootEndsAtOnce,
+        Mutant::FruitlessForgotten,
     ];
 
     /// The mutant of that name (`VIGIL_SIM_MUTANT`).
@@ -226,6 +230,19 @@ impl Lies {
                         self.seen().markers.insert(told.clone(), marker.clone());
                         lie = Some(format!("answered {k} as written at time 0"));
                         *v = Some(told);
+                    }
+                    (Ok(values), lie)
+                }
+                r => (r, None),
+            },
+            Some(Mutant::FruitlessForgotten) => match real {
+                Ok(mut values) => {
+                    let mut lie = None;
+                    for (k, v) in keys.iter().zip(values.iter_mut()) {
+                        if k.ends_with(":fruitless") && v.is_some() {
+                            *v = None;
+                            lie = Some(format!("answered {k} absent"));
+                        }
                     }
                     (Ok(values), lie)
                 }

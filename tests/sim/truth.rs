@@ -63,6 +63,10 @@ pub struct WorkerTruth {
     /// Stopped by an operator: exited, never to be started by Vigil.
     pub stopped: bool,
     pub paused: bool,
+    /// Vigil's restarts that ran in a row without the worker getting past `fr_past`, the
+    /// furthest it had got at the first of them (`policy.max_fruitless_restarts`).
+    pub fr_count: u32,
+    pub fr_past: u64,
 }
 
 impl WorkerTruth {
@@ -623,6 +627,7 @@ pub fn apply_restart(ctl: &mut Ctl, rt: &FakeRuntime, p: &Pending) {
         .map(|c| c.started_at)
         .unwrap_or_default();
     ctl.log(|| format!("runtime: {} restarted, now {new}", target.id));
+    check_fruitless(ctl, &target.id);
     if let Some(w) = ctl.workers.iter_mut().find(|w| w.container == target.id) {
         w.mode = Mode::Booting;
         w.boot_until = now + boot;
@@ -632,5 +637,31 @@ pub fn apply_restart(ctl: &mut Ctl, rt: &FakeRuntime, p: &Pending) {
         w.last_restart_paused = p.paused;
         w.paused = false;
         w.stopped = false;
+    }
+}
+
+/// A restart that runs must not be one more than `policy.max_fruitless_restarts` in a row
+/// without the worker getting past where it stopped (its progress, as it wrote it). Counts it.
+fn check_fruitless(ctl: &mut Ctl, container: &str) {
+    let max = ctl.cfg.policy.max_fruitless_restarts;
+    let Some(i) = ctl.workers.iter().position(|w| w.container == container) else {
+        return;
+    };
+    let w = &mut ctl.workers[i];
+    if w.fr_count > 0 && w.progress > w.fr_past {
+        w.fr_count = 0;
+    }
+    let (count, past, worker) = (w.fr_count, w.fr_past, w.worker.clone());
+    w.fr_past = if count == 0 {
+        w.progress
+    } else {
+        past.max(w.progress)
+    };
+    w.fr_count += 1;
+    if max > 0 && count >= max {
+        ctl.violate(
+            "fruitless restarts",
+            format!("{worker} restarted after {count} restarts in a row brought no progress past {past}"),
+        );
     }
 }

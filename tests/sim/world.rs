@@ -102,6 +102,8 @@ fn sim_config(rng: &mut Rng) -> Config {
     };
     s.fleet_window = Duration::from_secs(60);
     cfg.metadata.settle = Duration::from_secs(5);
+    // 0 (no limit) now and then; else restarts that do not help stop after 1 to 3.
+    cfg.policy.max_fruitless_restarts = rng.range(0, 4) as u32;
     cfg
 }
 
@@ -231,6 +233,8 @@ impl World {
                 last_external_step: 0,
                 stopped: false,
                 paused: false,
+                fr_count: 0,
+                fr_past: 0,
             });
         }
         if self.chance(500) {
@@ -863,6 +867,22 @@ impl World {
         let now = self.now();
         let all = self.sink.0.lock().unwrap().clone();
         let (before, alerts) = all.split_at(self.calm_alerts.min(all.len()));
+        // The fruitless runs as the agents left them in the store.
+        let runs: std::collections::HashMap<usize, u32> = {
+            let c = lock(&self.ctl);
+            hung.iter()
+                .filter_map(|&w| {
+                    let t = &c.workers[w];
+                    let key = c.nodes[t.node].keys.fruitless(&t.worker);
+                    let value = match self.store.get_many(&[key]).now_or_never() {
+                        Some(Ok(v)) => v.into_iter().flatten().next(),
+                        _ => unreachable!("the in-process store answers at once and never fails"),
+                    };
+                    let count = value?.split(':').next()?.parse().ok()?;
+                    Some((w, count))
+                })
+                .collect()
+        };
         let mut c = lock(&self.ctl);
         for &w in hung {
             c.stats.liveness_checked += 1;
@@ -880,6 +900,18 @@ impl World {
                 .filter(on_node)
                 .filter(about)
                 .any(|a| matches!(a.kind, AlertKind::Escalation | AlertKind::RestartFailed));
+            // Restarts that did not help: the run stands (a failed restart counts in it too),
+            // and one page said so (maybe before the calm: it is once per incident).
+            let fruitless = runs
+                .get(&w)
+                .is_some_and(|r| *r >= c.cfg.policy.max_fruitless_restarts)
+                && c.cfg.policy.max_fruitless_restarts > 0
+                && before
+                    .iter()
+                    .chain(alerts)
+                    .filter(on_node)
+                    .filter(about)
+                    .any(|a| a.kind == AlertKind::Fruitless);
             // NB: not the count of restarts that ran: a unit taken by an increment whose reply
             // was lost stays taken (fail safe), so the breaker can open before the count does.
             let today = vigil::clock::utc_day(now);
@@ -889,7 +921,7 @@ impl World {
                 .filter(on_node)
                 .any(|a| a.kind == AlertKind::BreakerOpen && a.detail.contains(&today));
             let budget = alerts.iter().any(|a| a.kind == AlertKind::BudgetExhausted);
-            if paged || capped || (budget && c.cfg.safety.fleet_budget > 0) {
+            if paged || capped || fruitless || (budget && c.cfg.safety.fleet_budget > 0) {
                 continue;
             }
             let detail = format!(

@@ -74,11 +74,14 @@ pub enum AlertKind {
     GangBlocked,
     /// A gang member stopped while its peers still progress.
     Straggler,
+    /// Page: `policy.max_fruitless_restarts` restarts in a row brought no progress past where
+    /// the worker stopped: Vigil stops restarting it.
+    Fruitless,
 }
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 22] = [
+    pub const ALL: [AlertKind; 23] = [
         AlertKind::Hung,
         AlertKind::Errored,
         AlertKind::Restarting,
@@ -101,6 +104,7 @@ impl AlertKind {
         AlertKind::NotRestartable,
         AlertKind::GangBlocked,
         AlertKind::Straggler,
+        AlertKind::Fruitless,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -127,6 +131,7 @@ impl AlertKind {
             AlertKind::NotRestartable => "not-restartable",
             AlertKind::GangBlocked => "gang-blocked",
             AlertKind::Straggler => "straggler",
+            AlertKind::Fruitless => "fruitless",
         }
     }
 
@@ -167,6 +172,7 @@ impl AlertKind {
                 | AlertKind::Escalation
                 | AlertKind::NotRestartable
                 | AlertKind::GangBlocked
+                | AlertKind::Fruitless
         )
     }
 }

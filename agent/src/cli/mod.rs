@@ -86,6 +86,10 @@ pub(crate) enum Command {
         /// Acknowledge a checkpoint request (give the request id from `checkpoint_request`).
         #[arg(long, value_name = "ID")]
         checkpoint_ack: Option<String>,
+        /// The step of the last durable checkpoint (a whole number): Vigil judges whether its
+        /// restarts help by progress past it.
+        #[arg(long, value_name = "STEP", value_parser = step)]
+        checkpoint_step: Option<String>,
         /// A long operation ahead: the worker may stay silent this long after this beat
         /// (e.g. 20m; honoured up to `policy.max_grace`); 0 ends it.
         #[arg(long, value_name = "DURATION", value_parser = grace_seconds)]
@@ -245,6 +249,14 @@ fn gang_size(s: &str) -> Result<String, String> {
     }
 }
 
+/// `--checkpoint-step`: a whole number.
+fn step(s: &str) -> Result<String, String> {
+    s.trim()
+        .parse::<u64>()
+        .map(|n| n.to_string())
+        .map_err(|_| "a checkpoint step is a whole number".to_string())
+}
+
 /// `--state`: one word.
 fn state_word(s: &str) -> Result<String, String> {
     if crate::hang::model::valid_state(s) {
@@ -333,6 +345,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             gang_size,
             progress,
             checkpoint_ack,
+            checkpoint_step,
             grace,
             agent,
             token_file,
@@ -345,6 +358,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
                 ("gang_size", gang_size),
                 ("progress", progress),
                 ("checkpoint_ack", checkpoint_ack),
+                ("checkpoint_step", checkpoint_step),
                 ("grace", grace),
             ]
             .into_iter()
@@ -360,11 +374,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             .await
         }
         Command::Policy { config, table } => {
-            let cfg = load(&config)?;
-            match table {
-                policy::Table::Restart => print!("{}", policy::render(&cfg)),
-                policy::Table::Gpu => print!("{}", policy::render_gpu(&cfg)),
-            }
+            print!("{}", policy::table(&load(&config)?, table));
             Ok(())
         }
         Command::Explain {

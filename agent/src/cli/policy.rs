@@ -52,6 +52,14 @@ pub(crate) fn render_gpu(cfg: &Config) -> String {
 }
 
 /// The verdict → action table as printed by `vigil policy`.
+/// The table `vigil policy` prints.
+pub(crate) fn table(cfg: &Config, which: Table) -> String {
+    match which {
+        Table::Restart => render(cfg),
+        Table::Gpu => render_gpu(cfg),
+    }
+}
+
 pub(crate) fn render(cfg: &Config) -> String {
     let rows = crate::hang::policy_table::table(&cfg.policy);
     let w0 = rows

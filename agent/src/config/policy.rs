@@ -41,6 +41,10 @@ pub struct PolicyConfig {
     /// a compile, a checkpoint save); a longer grace is cut to this.
     #[serde(with = "humantime_serde")]
     pub(crate) max_grace: Duration,
+    /// Restarts in a row that brought no progress past where the worker stopped (its numeric
+    /// `progress`, or its `checkpoint_step`), after which Vigil stops restarting it and pages
+    /// once; the next progress past that point resets the count. 0: no limit.
+    pub max_fruitless_restarts: u32,
 }
 
 impl Default for PolicyConfig {
@@ -55,6 +59,7 @@ impl Default for PolicyConfig {
             start_grace: Duration::from_secs(120),
             escalate_after: Duration::from_secs(10 * 60),
             max_grace: Duration::from_secs(60 * 60),
+            max_fruitless_restarts: 2,
         }
     }
 }

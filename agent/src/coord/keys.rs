@@ -45,6 +45,11 @@ impl Keys {
     pub fn suspect(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:suspect"))
     }
+    /// Our restarts in a row that did not help, `"<count>:<since_ms>:<last_ms>:<past>"`
+    /// (`crate::hang::model::Fruitless`).
+    pub fn fruitless(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:fruitless"))
+    }
     /// Incident timer `"<start_ms>:<incident_id>"`, SET NX.
     pub fn incident(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:incident"))

@@ -7,18 +7,22 @@ use std::time::Duration;
 
 use crate::clock::Millis;
 use crate::coord::{CoordError, Coordinator, Keys, WorkerRead};
-use crate::hang::model::{Episode, Incident, Marks, Retry};
+use crate::hang::model::{Episode, Fruitless, Incident, Marks, Retry};
 use crate::runtime::container::Container;
 
 /// TTL of the per-worker marks: long enough to outlive any incident.
 pub(crate) const MARK_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// TTL of a run of fruitless restarts: the breaker allows a few restarts a day, so a run may
+/// span days; a week without a restart forgets it.
+pub(crate) const FRUITLESS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Appended to the restart claim once the restart is verified (see [`claim`]).
 pub(crate) const DONE: &str = ":done";
 
 /// The marks that one read of a worker returns, in order. NB: the order is the codec's alone:
 /// [`worker_keys`] and [`decode`] are built from this one list.
-const SLOTS: [Slot; 9] = [
+const SLOTS: [Slot; 10] = [
     Slot::Suspect,
     Slot::Incident,
     Slot::ErrorSince,
@@ -28,6 +32,7 @@ const SLOTS: [Slot; 9] = [
     Slot::Escalated,
     Slot::Incarnation,
     Slot::Lock,
+    Slot::Fruitless,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +46,7 @@ enum Slot {
     Escalated,
     Incarnation,
     Lock,
+    Fruitless,
 }
 
 impl Slot {
@@ -55,6 +61,7 @@ impl Slot {
             Slot::Escalated => k.escalated(worker),
             Slot::Incarnation => k.incarnation(worker),
             Slot::Lock => k.lock(),
+            Slot::Fruitless => k.fruitless(worker),
         }
     }
 }
@@ -127,6 +134,7 @@ pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
             .cloned()
             .flatten()
             .and_then(|s| parse_retry(&s)),
+        fruitless: get(Slot::Fruitless).and_then(|s| Fruitless::decode(&s)),
     };
     Decoded {
         marks,

@@ -16,6 +16,7 @@ pub(crate) mod model;
 pub(crate) mod model_gang;
 pub(crate) mod outage;
 pub mod policy;
+pub(crate) mod policy_fruitless;
 pub mod policy_gang;
 pub(crate) mod policy_pipeline;
 pub(crate) mod policy_table;

@@ -25,6 +25,8 @@ pub(crate) struct WorkerStatus {
     /// The collective the worker is a member of (its record's `gang` and `gang_size`): the
     /// ranks of one distributed job across nodes.
     pub(crate) gang: Option<Gang>,
+    /// The step of the worker's last durable checkpoint (its record's `checkpoint_step`).
+    pub(crate) checkpoint_step: Option<u64>,
 }
 
 /// A distributed job's collective as a member's record names it: an id unique in the fleet and,
@@ -138,11 +140,13 @@ impl WorkerStatus {
                 alert_only: false,
                 rank: None,
                 gang: None,
+                checkpoint_step: None,
             });
             s.job = s.job.or_else(|| Self::text(fields, "job"));
             s.alert_only |= Self::alert_only(fields);
             s.rank = Some((r, n));
             s.gang = gang_of(fields);
+            s.checkpoint_step = checkpoint_step(fields);
             out.push(s);
         }
         Some(out)
@@ -186,8 +190,15 @@ impl WorkerStatus {
             alert_only: Self::alert_only(fields),
             rank: None,
             gang: gang_of(fields),
+            checkpoint_step: checkpoint_step(fields),
         })
     }
+}
+
+/// A record's `checkpoint_step`: the step of the worker's last durable checkpoint (the
+/// container's, for a container of several ranks).
+fn checkpoint_step(fields: &HashMap<String, String>) -> Option<u64> {
+    fields.get("checkpoint_step")?.trim().parse().ok()
 }
 
 /// A record's `grace`: seconds (decimals allowed) above zero; anything else is no grace.
@@ -255,6 +266,46 @@ pub(crate) struct Marks {
     pub(crate) episodes: Vec<Episode>,
     /// Failed restarts so far and when the next may run, for the incident they belong to.
     pub(crate) retry: Option<Retry>,
+    /// Our restarts in a row that brought no progress past where the worker stopped.
+    pub(crate) fruitless: Option<Fruitless>,
+}
+
+/// Restarts in a row that did not help (`crate::hang::policy_fruitless`), stored as
+/// `<count>:<since_ms>:<last_ms>:<past>` (`past` `-` when the worker's progress is no number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fruitless {
+    pub(crate) count: u32,
+    /// The first restart of the run.
+    pub(crate) since: Millis,
+    /// The last one.
+    pub(crate) last: Millis,
+    /// The furthest the worker had got when it stopped (its numeric progress or checkpoint
+    /// step), when it publishes a number.
+    pub(crate) past: Option<u64>,
+}
+
+impl Fruitless {
+    pub(crate) fn encode(&self) -> String {
+        let past = self.past.map_or("-".to_string(), |p| p.to_string());
+        format!("{}:{}:{}:{past}", self.count, self.since, self.last)
+    }
+
+    pub(crate) fn decode(text: &str) -> Option<Fruitless> {
+        let mut it = text.split(':');
+        let count = it.next()?.parse().ok()?;
+        let since = it.next()?.parse().ok()?;
+        let last = it.next()?.parse().ok()?;
+        let past = match it.next()? {
+            "-" => None,
+            p => Some(p.parse().ok()?),
+        };
+        Some(Fruitless {
+            count,
+            since,
+            last,
+            past,
+        })
+    }
 }
 
 /// The restarts of one incident that failed, and the earliest time of the next try.

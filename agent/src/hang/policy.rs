@@ -336,6 +336,9 @@ pub(crate) enum Effect {
     ClearIncident(TimerEnd),
     /// The worker recovered after our restart: forget the restart (and its escalation).
     ForgetRestart,
+    /// The worker got past where it stopped: its run of fruitless restarts is over
+    /// (`crate::hang::policy_fruitless`).
+    ClearFruitless,
     /// An alert-only condition ended.
     CloseEpisode(Episode),
     /// An alert-only condition began: alert once (SET NX de-duplicates across instances).
@@ -388,6 +391,16 @@ pub(crate) fn plan(
     });
     if marks.restarted_at.is_some() && !still_broken && v == Verdict::Healthy {
         fx.push(Effect::ForgetRestart);
+    }
+    // NB: not while our restart boots: until its first beat after the verification, the
+    // record may still be the old incarnation's (beats between the claim and the command).
+    if !marks.cooldown
+        && marks
+            .fruitless
+            .as_ref()
+            .is_some_and(|f| crate::hang::policy_fruitless::progressed(f, status, marks))
+    {
+        fx.push(Effect::ClearFruitless);
     }
     fx.extend(episode_effects(v, marks));
     if action == Action::RestartPipeline && marks.incident.is_none() {

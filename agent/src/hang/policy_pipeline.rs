@@ -61,6 +61,8 @@ pub(crate) enum Skip {
     RetryPending,
     /// The worker's restarts belong to another controller (`alert-only`).
     AlertOnly,
+    /// Restarts in a row brought no progress past where the worker stopped.
+    Fruitless,
 }
 
 /// What a step found.

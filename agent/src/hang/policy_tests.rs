@@ -27,6 +27,7 @@ fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
         alert_only: false,
         rank: None,
         gang: None,
+        checkpoint_step: None,
     }
 }
 
@@ -535,8 +536,7 @@ fn worker_supplied_fields_are_bounded() {
 
 #[test]
 fn every_working_state_is_watched_and_idle_is_not() {
-    // A worker stuck in `loading` or `compile` is found like one stuck in `processing`.
-    // A record that names no state is watched too.
+    // Stuck in `loading` or `compile` (or no state named) is found like `processing`.
     for state in ["processing", "loading", "compile", "checkpoint", ""] {
         assert_eq!(
             v(Some(&rec(state, 120 * S)), &Marks::default()),

@@ -106,11 +106,13 @@ pub enum Code {
     Straggler,
     /// A checkpoint drill (`vigil drill checkpoint`) asked this node's workers: its verdict.
     CheckpointDrill,
+    /// Restarts in a row brought no progress past where the worker stopped: no more.
+    SkipFruitless,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 44] = [
+    pub const ALL: [Code; 45] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
@@ -155,6 +157,7 @@ impl Code {
         Code::GangClosed,
         Code::Straggler,
         Code::CheckpointDrill,
+        Code::SkipFruitless,
     ];
 
     /// The stable name stored in the trail and used as the metric label.
@@ -187,6 +190,7 @@ impl Code {
             Code::SkipNotRestartable => "skipped-not-restartable",
             Code::SkipRetryPending => "skipped-retry-pending",
             Code::SkipAlertOnly => "skipped-alert-only",
+            Code::SkipFruitless => "skipped-fruitless",
             Code::CancelledRecovered => "cancelled-recovered",
             Code::CancelledNodeState => "cancelled-node-state",
             Code::AbortedLogsFailed => "aborted-logs-failed",

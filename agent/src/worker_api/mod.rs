@@ -112,6 +112,10 @@ pub(crate) struct StatusBody {
     /// Acknowledges a checkpoint request (ideally with its id).
     #[serde(default)]
     pub(crate) checkpoint_ack: Option<String>,
+    /// The step of the worker's last durable checkpoint: a restart that brings no progress
+    /// past it (nor past its progress) counts as fruitless.
+    #[serde(default)]
+    pub(crate) checkpoint_step: Option<String>,
     /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
     #[serde(default)]
     pub(crate) grace: Option<String>,
@@ -502,7 +506,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
         (
             StatusCode::BAD_REQUEST,
-            format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"checkpoint_step\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
         )
     })?;
     let rank = number(parsed.rank.as_deref(), "rank", 0)?;
@@ -530,6 +534,16 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
             crate::hang::model::bounded(n, 64)
         )));
     }
+    if let Some(n) = parsed
+        .checkpoint_step
+        .as_deref()
+        .filter(|n| n.trim().parse::<u64>().is_err())
+    {
+        return Err(bad(format!(
+            "checkpoint_step must be a whole number (a step); got {:?}",
+            crate::hang::model::bounded(n, 64)
+        )));
+    }
     // A rank's own fields carry its number; `job`, `gang` and `ranks` are the container's.
     let own = |k: &str| rank_field(k, rank);
     let mut fields: Vec<(String, String)> = [
@@ -537,6 +551,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
         ("job".to_string(), parsed.job),
         ("gang".to_string(), parsed.gang),
         ("gang_size".to_string(), parsed.gang_size),
+        ("checkpoint_step".to_string(), parsed.checkpoint_step),
         (own("progress"), parsed.progress),
         (own("checkpoint_ack"), parsed.checkpoint_ack),
         (own("grace"), parsed.grace.clone()),
@@ -547,7 +562,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     if fields.is_empty() {
         return Err((
             StatusCode::BAD_REQUEST,
-            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, grace\n"
+            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, grace\n"
                 .to_string(),
         ));
     }

@@ -484,3 +484,24 @@ fn a_gang_is_the_container_s_field_and_a_bad_one_is_refused_naming_the_rule() {
         assert!(why.starts_with("gang"), "{why}");
     }
 }
+
+/// Issue 31: the step of the last durable checkpoint is the container's field; a value that is
+/// no whole number is refused naming the rule.
+#[test]
+fn a_checkpoint_step_is_a_whole_number_of_the_container() {
+    let w = status_fields(br#"{"checkpoint_step":"41200","rank":"0","ranks":"2"}"#).expect("valid");
+    assert!(w
+        .fields
+        .contains(&("checkpoint_step".to_string(), "41200".to_string())));
+    for body in [
+        &br#"{"checkpoint_step":"-1"}"#[..],
+        br#"{"checkpoint_step":"step-7"}"#,
+    ] {
+        let (code, why) = status_fields(body).expect_err("refused");
+        assert_eq!(code, axum::http::StatusCode::BAD_REQUEST);
+        assert!(
+            why.starts_with("checkpoint_step must be a whole number"),
+            "{why}"
+        );
+    }
+}

@@ -264,6 +264,23 @@ def test_every_rank_gets_rank_0_s_request_at_the_same_step_and_acks_it() -> None
         assert t0.sent()[-1]["checkpoint_ack"] == t1.sent()[-1]["checkpoint_ack"] == "r-1"
 
 
+def test_a_saved_step_is_published_and_a_bad_one_refused() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.05) as w:
+        t.checkpoint = CheckpointRequest("req-3", "preemption")
+        assert eventually(lambda: w.checkpoint_requested is not None, 2)
+        w.checkpoint_done("req-3", step=41200)
+        assert w.flush()
+        assert t.sent()[-1]["checkpoint_step"] == "41200"
+        assert t.sent()[-1]["checkpoint_ack"] == "req-3"
+        w.saved(41300)
+        assert w.flush()
+        assert t.sent()[-1]["checkpoint_step"] == "41300"
+        for bad in (-1, "7", True, 1.5):
+            with pytest.raises(ValueError):
+                w.saved(bad)  # type: ignore[arg-type]
+
+
 def test_a_request_round_trips_through_bytes() -> None:
     r = CheckpointRequest("abc", "preemption", "17", source="record", drill=True)
     assert CheckpointRequest.decode(r.encode()) == r

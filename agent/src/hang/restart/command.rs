@@ -12,6 +12,7 @@ use crate::coord::CoordError;
 use crate::hang::model::Incident;
 use crate::hang::policy;
 use crate::hang::policy::Cancel;
+use crate::hang::policy_fruitless;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
@@ -31,11 +32,39 @@ impl RestartPath<'_> {
             self.skip(now, act, Skip::AlertOnly, detail, true).await?;
             return Ok(Some(Skip::AlertOnly));
         }
+        // NB: not a gang member's: its restart is the gang's, and one member left out would
+        // break the job's rendezvous (a gang's run is judged as the gang's).
+        let max = self.ctx.cfg.policy.max_fruitless_restarts;
+        if act.gang.is_none() && policy_fruitless::blocks(act.case.marks, act.case.status, max) {
+            self.fruitless(act, now).await?;
+            return Ok(Some(Skip::Fruitless));
+        }
         if let Err(why) = self.ctx.runtime.restartable(act.case.c).await {
             self.not_restartable(act, now, why).await?;
             return Ok(Some(Skip::NotRestartable));
         }
         Ok(None)
+    }
+
+    /// Restarts have not helped: page once per incident, say so in the trail once.
+    async fn fruitless(&mut self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
+        let Some(f) = act.case.marks.fruitless.as_ref() else {
+            return Ok(());
+        };
+        let detail = policy_fruitless::describe(f);
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "fruitless");
+        if self.claim_alert(&key, now, MARK_TTL).await? {
+            let mut alert = self.alert_for(
+                AlertKind::Fruitless,
+                act.case,
+                Some(act.since),
+                now,
+                detail.clone(),
+            );
+            alert.incident = Some(act.inc.id.clone());
+            self.ctx.notifier.send(&alert).await;
+        }
+        self.skip(now, act, Skip::Fruitless, detail, true).await
     }
 
     /// The runtime refuses this worker: page once per incident, say so in the trail once.

@@ -64,6 +64,7 @@ impl Skip {
             Skip::NotRestartable => Code::SkipNotRestartable,
             Skip::RetryPending => Code::SkipRetryPending,
             Skip::AlertOnly => Code::SkipAlertOnly,
+            Skip::Fruitless => Code::SkipFruitless,
         }
     }
 }
@@ -399,6 +400,7 @@ impl RestartPath<'_> {
             Effect::ClearProgress => self.ctx.coord.del(&[k.progress(w)]).await,
             Effect::ClearIncident(end) => self.clear_incident(case, end, now).await,
             Effect::ForgetRestart => self.forget_restart(case, now).await,
+            Effect::ClearFruitless => self.ctx.coord.del(&[k.fruitless(w)]).await,
             Effect::CloseEpisode(e) => self.close_episode(case, e, now).await,
             Effect::OpenEpisode(e) => self.open_episode(case, e, now).await,
             Effect::OpenIncident => {

@@ -6,8 +6,9 @@ use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::CoordError;
-use crate::hang::model::Retry;
+use crate::hang::model::{Fruitless, Retry, WorkerStatus};
 use crate::hang::policy;
+use crate::hang::policy_fruitless;
 use crate::trail::Code;
 
 use super::{restart_failure, short, Act, RestartPath};
@@ -64,6 +65,7 @@ impl RestartPath<'_> {
         // (the decision's is before the old one was stopped): then none, and the worker boots
         // for the whole cooldown, as before booting could end early.
         let booted_after = done.unwrap_or(Millis::MAX);
+        let verified = done;
         let done = done.unwrap_or(started);
         let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
@@ -82,6 +84,7 @@ impl RestartPath<'_> {
             .coord
             .set(&k.cooldown(w), &marker, cooldown)
             .await?;
+        self.settle_fruitless(w, verified).await;
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let mut detail = format!(
@@ -108,6 +111,39 @@ impl RestartPath<'_> {
             detail.push_str(&format!(" (the restart call reported: {e})"));
         }
         self.note(done, act.about(), Code::Restarted, detail).await
+    }
+
+    /// The fruitless run's restart, seen done (at `verified`, when the clock said): where the
+    /// old incarnation stopped is its record's last position, and progress past it must come
+    /// in a beat newer than any the record holds now (the old one may have beaten between the
+    /// claim and the command). Best-effort: without it the claim's mark stands.
+    pub(super) async fn settle_fruitless(&self, worker: &str, verified: Option<Millis>) {
+        let k = &self.ctx.keys;
+        let Ok(values) = self.ctx.coord.get_many(&[k.fruitless(worker)]).await else {
+            return;
+        };
+        let Some(mut run) = values
+            .into_iter()
+            .flatten()
+            .next()
+            .and_then(|t| Fruitless::decode(&t))
+        else {
+            return;
+        };
+        // NB: without the record, the verification's time alone still puts the old
+        // incarnation's beats (all before the command) behind the line.
+        let record = match self.ctx.coord.hgetall(&k.status(worker)).await {
+            Ok(fields) => WorkerStatus::from_fields(&fields),
+            Err(_) => None,
+        };
+        run.past = run.past.max(policy_fruitless::position(record.as_ref()));
+        let newest = record.and_then(|s| s.heartbeat);
+        run.last = run.last.max(verified.unwrap_or(0)).max(newest.unwrap_or(0));
+        let _ = self
+            .ctx
+            .coord
+            .set(&k.fruitless(worker), &run.encode(), marks::FRUITLESS_TTL)
+            .await;
     }
 
     /// A failed restart pages at once — the first of its incident; later ones update that
@@ -173,6 +209,8 @@ impl RestartPath<'_> {
                 k.restarted(w),
             ])
             .await?;
+        // NB: the fruitless run keeps this attempt: a restart verified as failed may still
+        // run later (a slow runtime), and a failed restart brought no progress either.
         let why = format!(
             "{why}; attempt {failures}, next not before {}",
             human(ms(wait))
@@ -191,7 +229,24 @@ impl RestartPath<'_> {
         let marker = marks::claim(now, &act.inc.id, act.case.c);
         if let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await {
             let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
+            self.restore_fruitless(act).await;
         }
+    }
+
+    /// A restart that did not run (or failed) gives its count of the fruitless run back: the
+    /// run as it was before the claim. Best-effort: a count left too high stops restarts one
+    /// early, never one late.
+    pub(super) async fn restore_fruitless(&self, act: &Act<'_>) {
+        let key = self.ctx.keys.fruitless(act.case.worker());
+        let _ = match &act.case.marks.fruitless {
+            Some(f) => {
+                self.ctx
+                    .coord
+                    .set(&key, &f.encode(), marks::FRUITLESS_TTL)
+                    .await
+            }
+            None => self.ctx.coord.del(&[key]).await,
+        };
     }
 
     /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
@@ -222,6 +277,17 @@ impl RestartPath<'_> {
         self.ctx
             .coord
             .set(&k.restarted(w), &now.to_string(), MARK_TTL)
+            .await?;
+        // NB: counted at the claim, like the restart record: a restart whose verification never
+        // comes (we die mid-command) still counts, and one that does not run is given back.
+        let mut run = policy_fruitless::after_restart(act.case.marks, act.case.status, now);
+        // NB: a beat that counts as progress must be the new incarnation's; the old one may
+        // beat until the command, which runs while the lock holds (the claim checked its TTL):
+        // until its verification says better (`settle_fruitless`), only later beats count.
+        run.last = now + ms(self.ctx.cfg.safety.lock_ttl);
+        self.ctx
+            .coord
+            .set(&k.fruitless(w), &run.encode(), marks::FRUITLESS_TTL)
             .await?;
         // The error timer must not survive our restart, or a record still saying `error` after
         // the cooldown would count as errored at once instead of after `error_for`.

@@ -101,6 +101,7 @@ class TransportError(Exception):
 #: The fields that are a rank's own in a container of several ranks (``state@3``...); ``job``
 #: and ``ranks`` are the container's.
 RANK_FIELDS = ("state", "progress", "grace", "checkpoint_ack", "heartbeat")
+#: ``checkpoint_step`` is the container's, like ``job``.
 
 
 def rank_field(field: str, rank: Optional[int]) -> str:

@@ -129,6 +129,7 @@ class Worker:
         self._progress: Optional[str] = None
         self._grace: Optional[str] = None  # None: never used (not sent); "0": cleared
         self._ack: Optional[str] = None
+        self._checkpoint_step: Optional[str] = None
         self._version = 0
         self._delivered = 0
         self._urgent = False
@@ -311,10 +312,13 @@ class Worker:
         """True once SIGTERM arrived (with :meth:`handle_signals`): save and leave the loop."""
         return self._stop_requested
 
-    def checkpoint_done(self, request_id: Optional[str] = None) -> None:
+    def checkpoint_done(self, request_id: Optional[str] = None, step: Optional[int] = None) -> None:
         """Acknowledge a checkpoint: sets ``checkpoint_ack`` to the request's id (`request_id`,
         default: the pending request's). When the request came as a signal whose record was
-        not read yet, the request the record shows next is acknowledged."""
+        not read yet, the request the record shows next is acknowledged. `step`: the step the
+        checkpoint holds (also :meth:`saved`)."""
+        if step is not None:
+            self.saved(step)
         with self._cond:
             if request_id is None:
                 pending = self._request or self._signal_request
@@ -329,6 +333,17 @@ class Worker:
             if self._request is not None and self._request.id == request_id:
                 self._request = None
             self._update(ack=request_id, urgent=True)
+
+    def saved(self, step: int) -> None:
+        """A checkpoint of `step` is durable (any save, asked for or not): published as the
+        record's ``checkpoint_step``. Vigil stops restarting a worker whose restarts bring no
+        progress past where it stopped; the checkpoint step tells it where that is when the
+        progress marker is no number."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"invalid checkpoint step {step!r}: a whole number")
+        with self._cond:
+            self._checkpoint_step = str(step)
+            self._update(urgent=True)
 
     def agreed_checkpoint(self, share: Callable[[bytes], bytes]) -> Optional[CheckpointRequest]:
         """The checkpoint request of the job's first rank, the same on every rank: a collective.
@@ -483,6 +498,8 @@ class Worker:
             fields["grace"] = self._grace
         if self._ack is not None:
             fields["checkpoint_ack"] = self._ack
+        if self._checkpoint_step is not None:
+            fields["checkpoint_step"] = self._checkpoint_step
         return fields
 
     def _run(self) -> None:
