@@ -616,3 +616,22 @@ async fn a_member_gone_from_the_view_is_not_asked() {
         "no record made for it"
     );
 }
+
+/// A gang whose restarts are someone else's (`[gang] action = "alert-only"`: JobSet's failure
+/// policy, Pathways) still gets its checkpoint round: saving before the node goes is never
+/// another controller's job.
+#[tokio::test]
+async fn an_alert_only_gang_still_saves_on_a_notice() {
+    let mut job = Job::new(|_, c| c.gang.action = vigil::config::GangAction::AlertOnly).await;
+    let ranks: Vec<_> = (0..2)
+        .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
+        .collect();
+    job.members[0]
+        .controller
+        .apply(notice(Interruption::Preemption))
+        .await;
+    ranks.iter().for_each(|r| r.abort());
+    let last = job.last_checkpoint(0);
+    assert!(last.contains("acked by 2/2"), "{last}");
+    assert_eq!(job.record(1).await["checkpoint_reason"], "preemption");
+}

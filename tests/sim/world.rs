@@ -867,19 +867,26 @@ impl World {
         let now = self.now();
         let all = self.sink.0.lock().unwrap().clone();
         let (before, alerts) = all.split_at(self.calm_alerts.min(all.len()));
-        // The fruitless runs as the agents left them in the store.
-        let runs: std::collections::HashMap<usize, u32> = {
+        // The fruitless runs as the agents left them in the store (count, past), and each
+        // worker's open incident.
+        #[allow(clippy::type_complexity)]
+        let runs: std::collections::HashMap<usize, (u32, u64, String)> = {
             let c = lock(&self.ctl);
             hung.iter()
                 .filter_map(|&w| {
                     let t = &c.workers[w];
-                    let key = c.nodes[t.node].keys.fruitless(&t.worker);
-                    let value = match self.store.get_many(&[key]).now_or_never() {
-                        Some(Ok(v)) => v.into_iter().flatten().next(),
+                    let keys = &c.nodes[t.node].keys;
+                    let read = [keys.fruitless(&t.worker), keys.incident(&t.worker)];
+                    let values = match self.store.get_many(&read).now_or_never() {
+                        Some(Ok(v)) => v,
                         _ => unreachable!("the in-process store answers at once and never fails"),
                     };
-                    let count = value?.split(':').next()?.parse().ok()?;
-                    Some((w, count))
+                    let run = values[0].clone()?;
+                    let mut parts = run.split(':');
+                    let count = parts.next()?.parse().ok()?;
+                    let past = parts.nth(2)?.parse().ok()?;
+                    let incident = values[1].clone()?.split_once(':')?.1.to_string();
+                    Some((w, (count, past, incident)))
                 })
                 .collect()
         };
@@ -900,18 +907,24 @@ impl World {
                 .filter(on_node)
                 .filter(about)
                 .any(|a| matches!(a.kind, AlertKind::Escalation | AlertKind::RestartFailed));
-            // Restarts that did not help: the run stands (a failed restart counts in it too),
-            // and one page said so (maybe before the calm: it is once per incident).
-            let fruitless = runs
-                .get(&w)
-                .is_some_and(|r| *r >= c.cfg.policy.max_fruitless_restarts)
-                && c.cfg.policy.max_fruitless_restarts > 0
-                && before
-                    .iter()
-                    .chain(alerts)
-                    .filter(on_node)
-                    .filter(about)
-                    .any(|a| a.kind == AlertKind::Fruitless);
+            // Restarts that did not help: the run stands (a failed restart counts in it too) and
+            // this incident's page said so (maybe before the calm: it is once per incident).
+            // NB: not the truth's progress: an errored worker's beats move it, and are no
+            // progress to the agent.
+            let max = c.cfg.policy.max_fruitless_restarts;
+            let fruitless = runs.get(&w).is_some_and(|(count, _, incident)| {
+                max > 0
+                    && *count >= max
+                    && before
+                        .iter()
+                        .chain(alerts)
+                        .filter(on_node)
+                        .filter(about)
+                        .any(|a| {
+                            a.kind == AlertKind::Fruitless
+                                && a.incident.as_deref() == Some(incident.as_str())
+                        })
+            });
             // NB: not the count of restarts that ran: a unit taken by an increment whose reply
             // was lost stays taken (fail safe), so the breaker can open before the count does.
             let today = vigil::clock::utc_day(now);

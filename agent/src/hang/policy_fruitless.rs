@@ -2,11 +2,11 @@
 //! worker gets past where it stopped: its `progress`, when it is a number (a step), or its
 //! `checkpoint_step`. `policy.max_fruitless_restarts` restarts in a row without that stop
 //! restarting it (one page says so); the next progress past that point resets the count. A
-//! worker whose progress is no number gets past by any change of its marker after the restart
-//! (a restarted worker that never moves again is still caught).
+//! worker that publishes no step gets past by any beat of its new incarnation (a restarted
+//! worker that never beats again is still caught).
 
 use crate::clock::{rfc3339, Millis};
-use crate::hang::model::{Fruitless, Marks, WorkerStatus};
+use crate::hang::model::{Fruitless, Marks, WorkerState, WorkerStatus};
 
 /// How far a worker has got: the larger of its numeric progress and its checkpoint step.
 pub(crate) fn position(status: Option<&WorkerStatus>) -> Option<u64> {
@@ -15,35 +15,36 @@ pub(crate) fn position(status: Option<&WorkerStatus>) -> Option<u64> {
     progress.max(s.checkpoint_step)
 }
 
-/// A progress marker as a step: a number (`41200`), or a word ending in one (`step-41200`).
+/// A progress marker as a step: a whole number (`41200`), or `step` and one (`step-41200`,
+/// `step 41200`, `Step=41200`). Nothing else is read as a step: `epoch3-batch10`, `v2` or a
+/// counter of beats (`beat-7`, the Python client's default) say nothing of where a restart
+/// resumes.
 fn step_of(marker: &str) -> Option<u64> {
-    let digits: String = marker
-        .trim()
-        .chars()
-        .rev()
-        .take_while(char::is_ascii_digit)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
+    let m = marker.trim();
+    let digits = match m.get(..4) {
+        Some(word) if word.eq_ignore_ascii_case("step") => {
+            m[4..].trim_start_matches([' ', '-', '_', ':', '='])
+        }
+        _ => m,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     digits.parse().ok()
 }
 
-/// Whether the worker got past where it stopped since the run of fruitless restarts began:
-/// further than `past` in a record written after the last restart, or — without a number — a
-/// marker that changed after it.
-/// NB: only a beat after the restart: the old incarnation's last writes (an errored worker
-/// beats on while the restart is decided) are where it stopped, not progress past it.
-pub(crate) fn progressed(f: &Fruitless, status: Option<&WorkerStatus>, marks: &Marks) -> bool {
+/// Whether the worker got past where it stopped since the run of fruitless restarts began: in
+/// a beat of the new incarnation (newer than `last`, not in error), further than `past` — or,
+/// without a step to compare (`past` unknown), any such beat: a restart that brought it back
+/// helped, and only restarts after which it never beat again count.
+pub(crate) fn progressed(f: &Fruitless, status: Option<&WorkerStatus>, _marks: &Marks) -> bool {
+    let Some(s) = status else {
+        return false;
+    };
+    let fresh = s.heartbeat.is_some_and(|hb| hb > f.last) && s.state != WorkerState::Error;
     match f.past {
-        Some(past) => {
-            status.is_some_and(|s| s.heartbeat.is_some_and(|hb| hb > f.last))
-                && position(status).is_some_and(|p| p > past)
-        }
-        None => marks
-            .progress
-            .as_ref()
-            .is_some_and(|(_, since)| *since > f.last),
+        Some(past) => fresh && position(status).is_some_and(|p| p > past),
+        None => fresh,
     }
 }
 
@@ -128,8 +129,20 @@ mod tests {
     fn positions_are_steps_from_progress_or_the_checkpoint() {
         assert_eq!(position(Some(&status("41200", None))), Some(41_200));
         assert_eq!(position(Some(&status("step-41200", None))), Some(41_200));
+        assert_eq!(position(Some(&status("Step 5", None))), Some(5));
         assert_eq!(position(Some(&status("step-7", Some(9)))), Some(9));
-        assert_eq!(position(Some(&status("warmup", None))), None);
+        for no_step in [
+            "warmup",
+            "epoch3-batch10",
+            "v2",
+            "beat-7",
+            "5/10",
+            "loss=0.25",
+            "-5",
+            "",
+        ] {
+            assert_eq!(position(Some(&status(no_step, None))), None, "{no_step}");
+        }
         assert_eq!(position(None), None);
     }
 
@@ -165,16 +178,29 @@ mod tests {
     }
 
     #[test]
-    fn without_a_number_any_move_after_the_last_restart_is_progress() {
+    fn without_a_step_any_beat_of_the_new_incarnation_is_progress() {
         let f = Fruitless {
             count: 2,
             since: 1_000,
             last: 3_000,
             past: None,
         };
-        let warm = status("warmup", None);
-        assert!(blocks(&marks(Some(f.clone()), 2_500), Some(&warm), 2));
-        assert!(!blocks(&marks(Some(f.clone()), 3_500), Some(&warm), 2));
+        let mut warm = status("warmup", None);
+        warm.heartbeat = Some(2_500);
+        assert!(
+            blocks(&marks(Some(f.clone()), 0), Some(&warm), 2),
+            "no beat since"
+        );
+        warm.heartbeat = Some(3_500);
+        assert!(
+            !blocks(&marks(Some(f.clone()), 0), Some(&warm), 2),
+            "it came back"
+        );
+        warm.state = WorkerState::Error;
+        assert!(
+            blocks(&marks(Some(f.clone()), 0), Some(&warm), 2),
+            "in error is no progress"
+        );
         assert_eq!(Fruitless::decode(&f.encode()), Some(f));
         assert_eq!(Fruitless::decode("2:1:3:41200").unwrap().past, Some(41_200));
         assert_eq!(Fruitless::decode("junk"), None);

@@ -264,6 +264,15 @@ def test_every_rank_gets_rank_0_s_request_at_the_same_step_and_acks_it() -> None
         assert t0.sent()[-1]["checkpoint_ack"] == t1.sent()[-1]["checkpoint_ack"] == "r-1"
 
 
+def test_the_default_marker_is_a_beat_count_never_read_as_a_step() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.01) as w:
+        w.progress()
+        w.progress()
+        assert w.flush()
+    assert [f["progress"] for f in t.sent() if "progress" in f][-1] == "beat-2"
+
+
 def test_a_saved_step_is_published_and_a_bad_one_refused() -> None:
     t = FakeTransport()
     with Worker("w", transport=t, interval=0.05) as w:

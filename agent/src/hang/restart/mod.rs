@@ -400,7 +400,17 @@ impl RestartPath<'_> {
             Effect::ClearProgress => self.ctx.coord.del(&[k.progress(w)]).await,
             Effect::ClearIncident(end) => self.clear_incident(case, end, now).await,
             Effect::ForgetRestart => self.forget_restart(case, now).await,
-            Effect::ClearFruitless => self.ctx.coord.del(&[k.fruitless(w)]).await,
+            // NB: only the run read this cycle: another instance's claim meanwhile wrote a
+            // newer one, which must stand.
+            Effect::ClearFruitless => match &case.marks.fruitless {
+                Some(f) => self
+                    .ctx
+                    .coord
+                    .del_if_owner(&k.fruitless(w), &f.encode())
+                    .await
+                    .map(drop),
+                None => Ok(()),
+            },
             Effect::CloseEpisode(e) => self.close_episode(case, e, now).await,
             Effect::OpenEpisode(e) => self.open_episode(case, e, now).await,
             Effect::OpenIncident => {

@@ -84,7 +84,9 @@ impl RestartPath<'_> {
             .coord
             .set(&k.cooldown(w), &marker, cooldown)
             .await?;
-        self.settle_fruitless(w, verified).await;
+        if act.gang.is_none() {
+            self.settle_fruitless(w, verified, true).await;
+        }
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let mut detail = format!(
@@ -113,11 +115,17 @@ impl RestartPath<'_> {
         self.note(done, act.about(), Code::Restarted, detail).await
     }
 
-    /// The fruitless run's restart, seen done (at `verified`, when the clock said): where the
-    /// old incarnation stopped is its record's last position, and progress past it must come
-    /// in a beat newer than any the record holds now (the old one may have beaten between the
-    /// claim and the command). Best-effort: without it the claim's mark stands.
-    pub(super) async fn settle_fruitless(&self, worker: &str, verified: Option<Millis>) {
+    /// The fruitless run's restart, seen done at `verified` (when the clock said): progress past
+    /// where the worker stopped must come in a beat newer than that (the old incarnation may
+    /// have beaten between the claim and the command), and with `take_past`, where it stopped
+    /// is its record's last position before then. Best-effort: without it the claim's mark
+    /// stands (only beats after the lock's end count).
+    pub(super) async fn settle_fruitless(
+        &self,
+        worker: &str,
+        verified: Option<Millis>,
+        take_past: bool,
+    ) {
         let k = &self.ctx.keys;
         let Ok(values) = self.ctx.coord.get_many(&[k.fruitless(worker)]).await else {
             return;
@@ -132,13 +140,16 @@ impl RestartPath<'_> {
         };
         // NB: without the record, the verification's time alone still puts the old
         // incarnation's beats (all before the command) behind the line.
-        let record = match self.ctx.coord.hgetall(&k.status(worker)).await {
-            Ok(fields) => WorkerStatus::from_fields(&fields),
-            Err(_) => None,
-        };
-        run.past = run.past.max(policy_fruitless::position(record.as_ref()));
-        let newest = record.and_then(|s| s.heartbeat);
-        run.last = run.last.max(verified.unwrap_or(0)).max(newest.unwrap_or(0));
+        if take_past {
+            if let Ok(fields) = self.ctx.coord.hgetall(&k.status(worker)).await {
+                let old = WorkerStatus::from_fields(&fields)
+                    .filter(|s| verified.is_none_or(|t| s.heartbeat.is_some_and(|hb| hb <= t)));
+                run.past = run.past.max(policy_fruitless::position(old.as_ref()));
+            }
+        }
+        if let Some(t) = verified {
+            run.last = t;
+        }
         let _ = self
             .ctx
             .coord
@@ -237,6 +248,9 @@ impl RestartPath<'_> {
     /// run as it was before the claim. Best-effort: a count left too high stops restarts one
     /// early, never one late.
     pub(super) async fn restore_fruitless(&self, act: &Act<'_>) {
+        if act.gang.is_some() {
+            return;
+        }
         let key = self.ctx.keys.fruitless(act.case.worker());
         let _ = match &act.case.marks.fruitless {
             Some(f) => {
@@ -280,15 +294,20 @@ impl RestartPath<'_> {
             .await?;
         // NB: counted at the claim, like the restart record: a restart whose verification never
         // comes (we die mid-command) still counts, and one that does not run is given back.
-        let mut run = policy_fruitless::after_restart(act.case.marks, act.case.status, now);
-        // NB: a beat that counts as progress must be the new incarnation's; the old one may
-        // beat until the command, which runs while the lock holds (the claim checked its TTL):
-        // until its verification says better (`settle_fruitless`), only later beats count.
-        run.last = now + ms(self.ctx.cfg.safety.lock_ttl);
-        self.ctx
-            .coord
-            .set(&k.fruitless(w), &run.encode(), marks::FRUITLESS_TTL)
-            .await?;
+        // NB: not a gang member's: the gang's restarts are judged as the gang's, and a count
+        // left here would follow the worker id into its next, unrelated job.
+        if act.gang.is_none() {
+            let mut run = policy_fruitless::after_restart(act.case.marks, act.case.status, now);
+            // NB: a beat that counts as progress must be the new incarnation's; the old one may
+            // beat until the command, which runs while the lock holds (the claim checked its
+            // TTL): until its verification says better (`settle_fruitless`), only later beats
+            // count.
+            run.last = now + ms(self.ctx.cfg.safety.lock_ttl);
+            self.ctx
+                .coord
+                .set(&k.fruitless(w), &run.encode(), marks::FRUITLESS_TTL)
+                .await?;
+        }
         // The error timer must not survive our restart, or a record still saying `error` after
         // the cooldown would count as errored at once instead of after `error_for`.
         self.ctx

@@ -221,7 +221,9 @@ class Worker:
 
     def progress(self, step: Any = None) -> None:
         """A beat from the training loop: `step` is the progress marker (a step, a batch, an
-        offset; anything that changes as work advances; ``None``: a counter kept here).
+        offset; anything that changes as work advances; ``None``: a counter kept here,
+        published as ``beat-<n>``). A whole number is read by the agent as a step: where a
+        restart resumes, to tell a restart that helps from one that does not.
 
         Cheap (no I/O here): call it every step. When a checkpoint was requested and callbacks
         are registered (:meth:`on_checkpoint`), they run here, in the loop's thread."""
@@ -231,7 +233,9 @@ class Worker:
         with self._cond:
             if step is None:
                 self._counter += 1
-                marker = str(self._counter)
+                # NB: not a bare number: the count starts again in every process, and the
+                # agent reads a number as the step a restart resumes from.
+                marker = f"beat-{self._counter}"
             else:
                 marker = _field(step)
             self._update(progress=marker)
