@@ -404,3 +404,55 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     );
     stop.cancel();
 }
+
+/// Issue 31, item 4: a Node cordoned by someone else (`kubectl drain`, GKE's node auto-repair,
+/// an upgrade: each cordons before it drains) stands a hung worker's restart down — a restart
+/// would race the drain — and the trail says why, once; uncordoned, the worker is restarted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cordoned_node_stands_restarts_down_and_says_why() {
+    let r = Rig::new().await;
+    r.kube.foreign_write(json!({
+        "spec": {"unschedulable": true,
+                 "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}
+    }));
+    let cfg = r.config();
+    let worker = WorkerContainer::start(&r.s.label, &r.s.worker);
+    let before = worker.started_at();
+    let agent = r.agent(&cfg);
+    let (code, _, err) = beat(
+        &cfg,
+        &r.s.worker,
+        "processing",
+        &[],
+        &[("REDIS_URL", &r.redis)],
+    );
+    assert_eq!(code, 0, "{err}");
+    // Stale after 2 s, confirmed and due after ~5 s: wait well past that.
+    assert!(
+        eventually(Duration::from_secs(20), || r
+            .trail(&cfg)
+            .contains("the node is cordoned"))
+        .await,
+        "{}\n{}",
+        r.trail(&cfg),
+        agent.log_text()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(worker.started_at(), before, "{}", agent.log_text());
+    let trail = r.trail(&cfg);
+    assert_eq!(
+        trail.matches("the node is cordoned").count(),
+        1,
+        "said once per incident: {trail}"
+    );
+    assert_eq!(decisions(&trail, "restarted"), 0, "{trail}");
+    // Uncordoned (the drain was called off; a JSON merge patch replaces the list).
+    r.kube
+        .foreign_write(json!({"spec": {"unschedulable": null, "taints": []}}));
+    assert!(
+        eventually(Duration::from_secs(30), || worker.started_at() != before).await,
+        "not restarted once uncordoned:\n{}\n{}",
+        r.trail(&cfg),
+        agent.log_text()
+    );
+}

@@ -43,30 +43,34 @@ impl NodeWatch {
         })
     }
 
-    /// Why the node, as it is *now*, forbids a restart that was decided a moment ago: the agent
-    /// is shutting down, a maintenance notice arrived, or the worker's GPU or the node's TPU failed. Read right
-    /// before the command, because the pipeline can take a minute (logs, alert retries).
+    /// Why the node, as it is *now*, forbids a restart: the agent is shutting down, a
+    /// maintenance notice arrived, the worker's GPU or the node's TPU failed, or the node is
+    /// being drained (cordoned, or going away: a restart would race the platform or a person).
+    /// Read when the restart is decided and again right before the command, because the
+    /// pipeline can take a minute (logs, alert retries).
     pub(crate) fn stand_down(
         &self,
         c: &Container,
         now: Millis,
         md: &MetadataConfig,
-    ) -> Option<&'static str> {
+    ) -> Option<String> {
         if self.term.is_cancelled() {
-            return Some("the agent is shutting down");
+            return Some("the agent is shutting down".into());
         }
         if self.stands_down_at(now, md) {
-            return Some("a maintenance notice arrived");
+            return Some("a maintenance notice arrived".into());
         }
         if let Some(rx) = &self.gpu {
             let gpu = rx.borrow();
             if gpu.monitoring() && gpu_policy::worker_on_failed_gpu(&gpu, c.gpus.as_deref()) {
-                return Some("the worker's GPU failed");
+                return Some("the worker's GPU failed".into());
             }
         }
         if self.tpu_failed() {
-            return Some("the node's TPU failed");
+            return Some("the node's TPU failed".into());
         }
-        None
+        let node = self.node_info.as_ref()?;
+        let info = node.borrow();
+        crate::maintenance::policy::being_drained(info.as_ref())
     }
 }

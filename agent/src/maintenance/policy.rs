@@ -344,6 +344,24 @@ pub(crate) const GOING_AWAY_TAINTS: [(&str, &str); 3] = [
     ),
 ];
 
+/// The taint the node lifecycle controller sets on a cordoned Node (`spec.unschedulable`):
+/// `kubectl drain`, GKE's node auto-repair and upgrades cordon a node before they drain it.
+pub(crate) const CORDON_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+/// Why the platform or a person is taking the node's workloads away, if they are: then a restart
+/// races them (it would start what a drain is stopping, on a node about to be repaired or
+/// removed), and Vigil stands restarts down. The node going away (`going_away`), or cordoned.
+pub(crate) fn being_drained(info: Option<&NodeInfo>) -> Option<String> {
+    if let Some(why) = going_away(Phase::None, info) {
+        return Some(format!("the node is going away ({why})"));
+    }
+    info?
+        .taints
+        .iter()
+        .any(|t| t.key == CORDON_TAINT)
+        .then(|| format!("the node is cordoned ({CORDON_TAINT}): a drain, GKE's auto-repair or an upgrade is taking its workloads away"))
+}
+
 /// Why the node is going away, if it is: the one case where the agent's own SIGTERM is worth a
 /// checkpoint of every worker (`checkpoint.on_sigterm = "node-going-away"`). A rollout of the
 /// agent, or a restart of its service, leaves the workers running: no reason then (`None`).
@@ -376,6 +394,39 @@ mod tests {
         MigrateOnHostMaintenance as M, None as NONE, TerminateOnHostMaintenance as T,
     };
     use UpcomingStatus::{Ongoing as ONGOING, Pending as PENDING};
+
+    /// Issue 31, item 4: a cordon (a drain, GKE's auto-repair, an upgrade) or the node going
+    /// away stands restarts down, naming why; Vigil's own taints do not.
+    #[test]
+    fn a_cordoned_or_departing_node_is_being_drained() {
+        use crate::node::model_info::NodeTaint;
+        let taint = |key: &str| NodeTaint {
+            key: key.into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+        };
+        let mut info = NodeInfo::default();
+        assert_eq!(being_drained(Some(&info)), None);
+        assert_eq!(being_drained(None), None);
+        info.taints = vec![taint("vigil.dev/termination-imminent")];
+        assert_eq!(being_drained(Some(&info)), None, "Vigil's own taint");
+        info.taints.push(taint(CORDON_TAINT));
+        assert!(being_drained(Some(&info))
+            .unwrap()
+            .starts_with("the node is cordoned"));
+        let mut away = NodeInfo {
+            deleting: true,
+            ..NodeInfo::default()
+        };
+        assert!(being_drained(Some(&away))
+            .unwrap()
+            .contains("being deleted"));
+        away.deleting = false;
+        away.taints = vec![taint("ToBeDeletedByClusterAutoscaler")];
+        assert!(being_drained(Some(&away))
+            .unwrap()
+            .contains("cluster autoscaler"));
+    }
 
     fn raw(
         event: Option<MaintenanceEvent>,

@@ -39,6 +39,13 @@ impl RestartPath<'_> {
             self.fruitless(act, now).await?;
             return Ok(Some(Skip::Fruitless));
         }
+        // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
+        // auto-repair or an upgrade) is a standing condition, said once per incident.
+        if let Some(why) = self.stand_down(act.case.c, now) {
+            let detail = format!("{why}; not restarting while it is");
+            self.skip(now, act, Skip::NodeState, detail, true).await?;
+            return Ok(Some(Skip::NodeState));
+        }
         if let Err(why) = self.ctx.runtime.restartable(act.case.c).await {
             self.not_restartable(act, now, why).await?;
             return Ok(Some(Skip::NotRestartable));

@@ -98,7 +98,7 @@ impl RestartPath<'_> {
     /// pod whose restartPolicy is Never).
     async fn cannot_take_part(&self, case: &Case<'_>, now: Millis) -> Option<String> {
         if let Some(why) = self.stand_down(case.c, now) {
-            return Some(why.to_string());
+            return Some(why);
         }
         if !matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored) {
             return None;

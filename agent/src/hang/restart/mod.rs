@@ -193,7 +193,7 @@ impl RestartPath<'_> {
     }
 
     /// Why the node, as it is *now*, forbids a restart decided a moment ago.
-    fn stand_down(&self, c: &Container, now: Millis) -> Option<&'static str> {
+    fn stand_down(&self, c: &Container, now: Millis) -> Option<String> {
         self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
     }
 
