@@ -5,7 +5,7 @@
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::coord::marks::{self, MARK_TTL};
-use crate::coord::CoordError;
+use crate::coord::{CoordError, Op};
 use crate::hang::model::{Fruitless, Retry, WorkerStatus};
 use crate::hang::policy;
 use crate::hang::policy_fruitless;
@@ -288,10 +288,11 @@ impl RestartPath<'_> {
         {
             return Ok(false);
         }
-        self.ctx
-            .coord
-            .set(&k.restarted(w), &now.to_string(), MARK_TTL)
-            .await?;
+        let mut records = vec![Op::Set {
+            key: k.restarted(w),
+            value: now.to_string(),
+            ttl: MARK_TTL,
+        }];
         // NB: counted at the claim, like the restart record: a restart whose verification never
         // comes (we die mid-command) still counts, and one that does not run is given back.
         // NB: not a gang member's: the gang's restarts are judged as the gang's, and a count
@@ -303,11 +304,15 @@ impl RestartPath<'_> {
             // TTL): until its verification says better (`settle_fruitless`), only later beats
             // count.
             run.last = now + ms(self.ctx.cfg.safety.lock_ttl);
-            self.ctx
-                .coord
-                .set(&k.fruitless(w), &run.encode(), marks::FRUITLESS_TTL)
-                .await?;
+            records.push(Op::Set {
+                key: k.fruitless(w),
+                value: run.encode(),
+                ttl: marks::FRUITLESS_TTL,
+            });
         }
+        // NB: one round trip for both: the claim is followed by the command as closely as
+        // before the fruitless run was counted.
+        self.ctx.coord.batch(&records).await?;
         // The error timer must not survive our restart, or a record still saying `error` after
         // the cooldown would count as errored at once instead of after `error_for`.
         self.ctx
