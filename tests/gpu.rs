@@ -42,13 +42,17 @@ struct Monitor {
 
 impl Monitor {
     fn start() -> Monitor {
+        Monitor::start_with(cfg())
+    }
+
+    fn start_with(cfg: GpuConfig) -> Monitor {
         let fake = FakeGpu::new();
         fake.add_gpu(0, UUID0);
         fake.add_gpu(1, UUID1);
         let (tx, rx) = watch::channel(GpuReport::default());
         let stop = CancellationToken::new();
-        let thread = spawn_monitor(Box::new(fake.clone()), cfg(), tx, stop.clone())
-            .expect("a monitor thread");
+        let thread =
+            spawn_monitor(Box::new(fake.clone()), cfg, tx, stop.clone()).expect("a monitor thread");
         let m = Monitor {
             fake,
             rx,
@@ -317,6 +321,63 @@ fn failed_reads_keep_the_last_verdict_and_xids_still_arrive() {
             .len(),
         2
     );
+    m.stop();
+}
+
+#[test]
+fn a_wedged_driver_is_reported_once_as_unknown_and_the_verdict_returns_when_it_answers() {
+    let m = Monitor::start_with(GpuConfig {
+        call_deadline: Duration::from_secs(2),
+        ..cfg()
+    });
+    m.fake.inject_xid(1, 95);
+    m.wait_health("GPU 1 failed", "1", GpuHealth::Failed);
+    let before = m.fake.samples_taken();
+    m.fake.wedge(true);
+    let r = m.wait_for("the wedged call reported", |r| {
+        r.state == GpuMonitorState::NvmlHung
+    });
+    assert!(!r.monitoring(), "no verdict while NVML does not answer");
+    assert_eq!(
+        r.hung.as_deref(),
+        Some("reading the GPUs has not returned within 2s")
+    );
+    assert_eq!(
+        health(&r, "1"),
+        Some(GpuHealth::Failed),
+        "a failed GPU stays failed (its worker's restarts stay blocked)"
+    );
+    assert!(worker_on_failed_gpu(&r, Some(&["1".to_string()])));
+    // The receiver is never blocked: the report is there to read while the call hangs.
+    assert_eq!(m.fake.samples_taken(), before, "the read is still stuck");
+    m.fake.wedge(false);
+    let r = m.wait_for("the verdict back", |r| r.monitoring());
+    assert_eq!(r.hung, None);
+    assert_eq!(health(&r, "1"), Some(GpuHealth::Failed));
+    assert_eq!(health(&r, "0"), Some(GpuHealth::Healthy));
+    m.stop();
+}
+
+#[test]
+fn a_storm_of_one_xid_is_one_episode() {
+    let m = Monitor::start();
+    m.fake.inject_xids(0, 13, 5000);
+    let r = m.wait_for("every event counted", |r| {
+        r.gpu("0")
+            .is_some_and(|g| g.xid_counts.get(&13) == Some(&5000))
+    });
+    assert_eq!(r.begun.len(), 1, "{:?}", r.begun);
+    assert_eq!(
+        r.begun[0].detail,
+        format!("XID 13 (graphics engine exception) on GPU 0 ({UUID0}): restart the application")
+    );
+    assert_eq!(r.gpu("0").unwrap().episodes[0].count, 5000);
+    m.fake.inject_xids(0, 13, 10);
+    let r = m.wait_for("more of the same", |r| {
+        r.gpu("0")
+            .is_some_and(|g| g.xid_counts.get(&13) == Some(&5010))
+    });
+    assert_eq!(r.begun.len(), 1, "still the same episode");
     m.stop();
 }
 

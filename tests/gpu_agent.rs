@@ -47,6 +47,7 @@ async fn rig() -> Rig {
     let mut cfg = node_config("gpu-1");
     cfg.gpu.sample_interval = Duration::from_millis(50);
     cfg.gpu.taint_on_failure = true;
+    cfg.gpu.call_deadline = Duration::from_secs(2);
     cfg.policy.stale_after = Duration::from_millis(300);
     cfg.policy.confirm_after = Duration::from_millis(20);
     cfg.policy.restart_delay = Duration::from_millis(50);
@@ -332,4 +333,82 @@ async fn a_contained_ecc_error_is_the_applications_and_its_worker_is_restarted()
         "restart-app: the restart is the fix"
     );
     assert!(!r.node.reasons().contains(&"VigilGpuFailed".to_string()));
+}
+
+#[tokio::test]
+async fn an_xid_storm_is_one_event_not_one_per_xid() {
+    let r = rig().await;
+    r.gpu.inject_xids(0, 13, 2000);
+    assert!(
+        eventually(|| r
+            .metrics
+            .encode()
+            .contains("vigil_gpu_xid_events_total{gpu=\"0\",uuid=\"GPU-aaaa\",xid=\"13\"} 2000"))
+        .await,
+        "{}",
+        r.metrics.encode()
+    );
+    r.gpu.inject_xids(0, 13, 500);
+    r.gpu.inject_xid(1, 13);
+    let xid_events = || {
+        r.node
+            .reasons()
+            .iter()
+            .filter(|e| *e == "VigilGpuXid")
+            .count()
+    };
+    assert!(
+        eventually(|| xid_events() == 2).await,
+        "{:?}",
+        r.node.reasons()
+    );
+    // Settled: the rest of the storm on GPU 0 is the same episode.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(xid_events(), 2, "{:?}", r.node.reasons());
+    assert_eq!(r.gpu_label().as_deref(), Some("healthy"));
+}
+
+#[tokio::test]
+async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycle() {
+    let mut r = rig().await;
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
+    r.gpu.wedge(true);
+    let node = r.node.clone();
+    let hung = move || {
+        node.reasons()
+            .iter()
+            .filter(|e| *e == "VigilGpuNvmlHung")
+            .count()
+    };
+    // The cycle goes on while NVML does not answer: a hung worker on a healthy GPU is restarted.
+    r.stale("trainer-1").await;
+    r.cycles(25).await;
+    assert_eq!(r.runtime.restarts("c1"), 1);
+    assert!(
+        eventually_every(Duration::from_secs(10), Duration::from_millis(50), || hung(
+        )
+            == 1)
+        .await,
+        "{:?}",
+        r.node.reasons()
+    );
+    let d = r.node.last();
+    assert_eq!(
+        d.labels.get("vigil.dev/gpu-health").cloned().flatten(),
+        None,
+        "no verdict while NVML hangs"
+    );
+    let cond = d
+        .conditions
+        .iter()
+        .find(|c| c.kind == "VigilGPUUnhealthy")
+        .map(|c| format!("{c:?}"))
+        .expect("the GPU condition");
+    assert!(
+        cond.contains("Unknown") && cond.contains("\"NvmlHung\""),
+        "{cond}"
+    );
+    r.gpu.wedge(false);
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
+    assert_eq!(hung(), 1, "reported once");
 }

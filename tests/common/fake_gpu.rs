@@ -20,6 +20,8 @@ struct State {
     samples_taken: u64,
     /// Make the next reads fail, as NVML does when the driver is wedged.
     fail_samples: bool,
+    /// Make reads block until released, as an NVML call on a wedged driver never returns.
+    wedged: bool,
 }
 
 /// Scriptable fake GPUs; clones share the same state.
@@ -150,6 +152,31 @@ impl FakeGpu {
         self.state().fail_samples = fail;
     }
 
+    /// Reads block (`true`: a wedged driver, whose NVML calls do not return) or are released.
+    pub fn wedge(&self, wedged: bool) {
+        self.state().wedged = wedged;
+        self.shared.1.notify_all();
+    }
+
+    /// `n` events of one XID on this GPU at once (a storm), delivered together.
+    pub fn inject_xids(&self, index: u32, xid: u64, n: usize) {
+        let mut st = self.state();
+        let uuid = st
+            .gpus
+            .get(&index)
+            .map(|g| g.uuid.clone())
+            .unwrap_or_default();
+        for _ in 0..n {
+            st.xids.push_back(XidEvent {
+                index,
+                uuid: uuid.clone(),
+                xid,
+            });
+        }
+        drop(st);
+        self.shared.1.notify_all();
+    }
+
     /// Successful and failed reads so far.
     pub fn samples_taken(&self) -> u64 {
         self.state().samples_taken
@@ -172,7 +199,11 @@ impl FakeGpu {
 
 impl GpuProbe for FakeGpu {
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
-        let mut st = self.state();
+        let (lock, cv) = &*self.shared;
+        let st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = cv
+            .wait_while(st, |st| st.wedged)
+            .unwrap_or_else(|p| p.into_inner());
         st.samples_taken += 1;
         if st.fail_samples {
             return Err(GpuError::Call("fake: NVML_ERROR_UNKNOWN".into()));

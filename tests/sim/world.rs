@@ -123,7 +123,7 @@ fn gpu_report(failed: bool) -> GpuReport {
         }],
         node: health,
         node_reasons: Vec::new(),
-        cleared: Vec::new(),
+        ..GpuReport::default()
     }
 }
 

@@ -33,6 +33,32 @@ pub struct GpuConfig {
     /// Where failed GPUs are kept across agent restarts (JSON, with the node's boot id); empty
     /// = not kept.
     pub state_file: String,
+    /// When a non-fatal XID counts, and what one episode of an XID is.
+    pub xid_threshold: XidThreshold,
+    /// How long one NVML call may take before the driver counts as wedged: the GPUs' health is
+    /// then unknown until it answers.
+    #[serde(with = "humantime_serde")]
+    pub call_deadline: Duration,
+}
+
+/// `[gpu.xid_threshold]`: events of one XID on one GPU less than `window` apart are one episode
+/// (one log line and one Event, however many events); an XID NVIDIA's table does not list
+/// degrades the GPU only once `count` of its events fall within `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct XidThreshold {
+    pub count: u32,
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for XidThreshold {
+    fn default() -> Self {
+        XidThreshold {
+            count: 1,
+            window: Duration::from_secs(30 * 60),
+        }
+    }
 }
 
 impl Default for GpuConfig {
@@ -46,6 +72,8 @@ impl Default for GpuConfig {
             evidence_window: Duration::from_secs(30 * 60),
             taint_on_failure: false,
             state_file: "/var/lib/vigil/gpu-state.json".into(),
+            xid_threshold: XidThreshold::default(),
+            call_deadline: Duration::from_secs(30),
         }
     }
 }
@@ -55,6 +83,17 @@ impl GpuConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.sample_interval < Duration::from_secs(1) {
             return bad("gpu.sample_interval", "must be at least 1s");
+        }
+        if self.xid_threshold.count == 0 {
+            return bad("gpu.xid_threshold.count", "must be at least 1");
+        }
+        if self.xid_threshold.window < Duration::from_secs(1) {
+            return bad("gpu.xid_threshold.window", "must be at least 1s");
+        }
+        // NB: the XID wait itself lasts up to a second; a deadline near it would call a
+        // healthy driver wedged.
+        if self.call_deadline < Duration::from_secs(2) {
+            return bad("gpu.call_deadline", "must be at least 2s");
         }
         for k in self.xid_actions.keys() {
             if k.trim().parse::<u64>().is_err() {
@@ -87,6 +126,12 @@ mod tests {
         assert_names_keys(&[
             ("[gpu]\nenabled = \"maybe\"", "gpu.enabled"),
             ("[gpu]\nsample_interval = \"500ms\"", "gpu.sample_interval"),
+            ("[gpu.xid_threshold]\ncount = 0", "gpu.xid_threshold.count"),
+            (
+                "[gpu.xid_threshold]\nwindow = \"0s\"",
+                "gpu.xid_threshold.window",
+            ),
+            ("[gpu]\ncall_deadline = \"1s\"", "gpu.call_deadline"),
             (
                 "[gpu.xid_actions]\n\"79\" = \"panic\"",
                 "gpu.xid_actions.79",

@@ -226,7 +226,7 @@ pub(crate) fn idle_check(i: &IdleInputs) -> Busy {
 
 /// NVML as a witness: off where `gpu.enabled = off` or the node has no NVIDIA GPU (no device
 /// file, no NVIDIA PCI display function: no compute process can exist); unknown while NVML is
-/// starting or waiting for the driver, or the last report is older than [`STALE_SAMPLES`]
+/// starting, waiting for the driver or hung in a call, or the last report is older than [`STALE_SAMPLES`]
 /// sampling intervals (`age`: since it arrived; `None`, never); otherwise the report's GPUs.
 pub(crate) fn gpu_witness(
     cfg: &GpuConfig,
@@ -238,7 +238,9 @@ pub(crate) fn gpu_witness(
     }
     match report.state {
         GpuMonitorState::Off | GpuMonitorState::NoGpu => return Witness::Off,
-        GpuMonitorState::Starting | GpuMonitorState::WaitingForDriver => {
+        GpuMonitorState::Starting
+        | GpuMonitorState::WaitingForDriver
+        | GpuMonitorState::NvmlHung => {
             return Witness::Unknown(format!(
                 "NVML is {}, so GPU processes cannot be seen",
                 report.state.as_str()

@@ -119,6 +119,8 @@ pub struct Controller {
     gpu_seen: Option<tokio::time::Instant>,
     /// The last GPU failure clearing (by sequence number) put in the trail.
     gpu_cleared_seen: u64,
+    /// The last XID episode announced (an Event), by number.
+    gpu_begun_seen: u64,
     tpu: HealthTracker<TpuReport>,
     /// The TPU monitor's reports, when one runs (see [`Controller::with_tpu`]).
     tpu_rx: Option<watch::Receiver<TpuReport>>,
@@ -163,6 +165,7 @@ impl Controller {
             gpu: HealthTracker::default(),
             gpu_seen: None,
             gpu_cleared_seen: 0,
+            gpu_begun_seen: 0,
             tpu: HealthTracker::default(),
             tpu_rx: None,
             facts: SharedFacts::default(),

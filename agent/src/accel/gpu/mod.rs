@@ -1,5 +1,5 @@
 //! GPUs through NVML: `model` (samples, XID events, per-GPU status), `policy` (the health rules),
-//! `policy_xid` (what each XID calls for), `policy_state` (failed GPUs kept across agent
+//! `policy_xid` (what each XID calls for), `policy_episode` (a run of one XID is one episode), `policy_state` (failed GPUs kept across agent
 //! restarts, the pure part); `nvml` (the NVML adapter), `monitor` (the monitor thread),
 //! `start` (waiting for a driver that arrives late), `state` (the state file on disk).
 
@@ -7,6 +7,7 @@ pub mod model;
 pub mod monitor;
 pub mod nvml;
 pub mod policy;
+pub(crate) mod policy_episode;
 pub(crate) mod policy_state;
 pub mod policy_xid;
 pub mod start;

@@ -211,7 +211,43 @@ pub struct GpuStatus {
     pub missing_rounds: u32,
     /// A failure that stays until the hardware shows it was reset (see [`Failure`]).
     pub failure: Option<Failure>,
+    /// The XID episodes still open on this GPU, one per XID (`crate::accel::gpu::policy_episode`).
+    pub episodes: Vec<XidEpisode>,
 }
+
+/// A run of one XID on one GPU: events less than `gpu.xid_threshold.window` apart. A storm of
+/// events (a node has logged 800,000 XID 95 lines for 29 distinct errors) is one episode: one log
+/// line when it begins, one when it ends, one Event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct XidEpisode {
+    /// Numbers episodes in this monitor process, in the order they began.
+    pub seq: u64,
+    pub xid: u64,
+    /// The first and the latest event, on the monitor's monotonic ms clock.
+    pub first_ms: i64,
+    pub last_ms: i64,
+    /// Events in the episode.
+    pub count: u64,
+    /// The latest events' times, at most `gpu.xid_threshold.count` of them.
+    pub(crate) recent: Vec<i64>,
+    /// `gpu.xid_threshold.count` events fell within its window at some point of the episode.
+    pub counted: bool,
+}
+
+/// An episode that began, as a report keeps it for whoever announces it (an Event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpisodeBegun {
+    pub seq: u64,
+    /// `GPU 0 (GPU-…)`.
+    pub gpu: String,
+    pub xid: u64,
+    pub action: Option<XidAction>,
+    /// `XID 95 (uncontained ECC error) on GPU 0 (GPU-…): reset the GPU …`.
+    pub detail: String,
+}
+
+/// At most this many begun episodes are kept in a report (readers are far faster).
+pub(crate) const MAX_BEGUN: usize = 32;
 
 /// A GPU failure that outlives the event that caused it: a `reset-gpu`, `drain` or
 /// `reboot-node` XID, the driver's recovery action, or the GPU's loss. The samples after it may
@@ -283,15 +319,19 @@ pub enum GpuMonitorState {
     WaitingForDriver,
     /// NVML is loaded and the GPUs are watched.
     On,
+    /// An NVML call has not returned within `gpu.call_deadline` (a wedged driver): no verdict
+    /// until it answers; GPUs that had failed stay failed.
+    NvmlHung,
 }
 
 impl GpuMonitorState {
-    pub const ALL: [GpuMonitorState; 5] = [
+    pub const ALL: [GpuMonitorState; 6] = [
         GpuMonitorState::Starting,
         GpuMonitorState::Off,
         GpuMonitorState::NoGpu,
         GpuMonitorState::WaitingForDriver,
         GpuMonitorState::On,
+        GpuMonitorState::NvmlHung,
     ];
 
     /// Stable name (metric label, doctor, heartbeat-free).
@@ -302,6 +342,7 @@ impl GpuMonitorState {
             GpuMonitorState::NoGpu => "no-gpu",
             GpuMonitorState::WaitingForDriver => "waiting-for-driver",
             GpuMonitorState::On => "on",
+            GpuMonitorState::NvmlHung => "nvml-hung",
         }
     }
 }
@@ -325,6 +366,13 @@ pub struct GpuReport {
     pub node_reasons: Vec<String>,
     /// The latest failures cleared (at most [`MAX_CLEARED`]), oldest first.
     pub cleared: Vec<GpuCleared>,
+    /// The latest XID episodes begun (at most [`MAX_BEGUN`]), oldest first.
+    pub begun: Vec<EpisodeBegun>,
+    /// The last episode number given out.
+    pub episode_seq: u64,
+    /// The NVML call that has not returned within `gpu.call_deadline` (state
+    /// [`GpuMonitorState::NvmlHung`]), e.g. `reading the GPUs for 31s`.
+    pub hung: Option<String>,
 }
 
 impl GpuReport {
@@ -344,6 +392,15 @@ impl GpuReport {
     /// The GPU with this index or UUID (`GPU-…`, case-insensitive).
     pub fn gpu(&self, id: &str) -> Option<&GpuStatus> {
         self.gpus.iter().find(|g| selects(g, id))
+    }
+}
+
+/// `GPU 0 (GPU-…)`, or `GPU 0` without a UUID: how reasons, Events and the trail name a GPU.
+pub(crate) fn label(index: u32, uuid: &str) -> String {
+    if uuid.is_empty() {
+        format!("GPU {index}")
+    } else {
+        format!("GPU {index} ({uuid})")
     }
 }
 

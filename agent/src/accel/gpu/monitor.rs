@@ -5,19 +5,21 @@
 //! GPUs but NVML does not load yet.
 
 #![allow(clippy::disallowed_types)] // NB: a dedicated thread on real monotonic time (`clock_ms`).
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::accel::gpu::model::{GpuCleared, GpuReport, GpuSample};
+use crate::accel::gpu::model::{GpuCleared, GpuMonitorState, GpuReport, GpuSample, XidEvent};
 use crate::accel::gpu::nvml::GpuProbe;
 use crate::accel::gpu::policy::{rejudge, update};
+use crate::accel::gpu::policy_episode::{ended, new_begun};
 use crate::accel::gpu::policy_state::{needs_write, snapshot, StateFile};
 use crate::accel::gpu::policy_xid::RECOVERY_ACTION_CHANGED;
 use crate::accel::gpu::state::StateStore;
+use crate::clock::human;
 use crate::config::GpuConfig;
 
 /// The monitor's clock: monotonic milliseconds since the first call in this process. The `now_ms`
@@ -174,13 +176,151 @@ fn log_cleared(report: &GpuReport, seen: &mut u64) {
 /// A failed read publishes nothing and is not read as "every GPU is gone": the last verdict
 /// stands, and the error is logged at most once a minute.
 pub(crate) fn run_monitor(
-    mut probe: Box<dyn GpuProbe>,
+    probe: Box<dyn GpuProbe>,
     cfg: &GpuConfig,
     store: Option<StateStore>,
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
 ) {
-    let (mut keeper, mut report) = match store {
+    let calls = Calls::default();
+    std::thread::scope(|scope| {
+        let watchdog = std::thread::Builder::new()
+            .name("vigil-gpu-watchdog".into())
+            .spawn_scoped(scope, || watchdog(&calls, tx, cfg.call_deadline, stop));
+        if let Err(e) = &watchdog {
+            tracing::warn!(error = %e, "cannot start the NVML watchdog thread; a wedged driver would go unreported");
+        }
+        monitor_loop(probe, cfg, store, tx, stop, &calls);
+        calls.lock().done = true;
+    });
+    tracing::debug!("GPU monitor stopped");
+}
+
+/// The NVML call in progress, shared by the monitor loop and its [`watchdog`].
+#[derive(Default)]
+struct Calls(Mutex<CallState>);
+
+#[derive(Default)]
+struct CallState {
+    /// What the call does and when it began.
+    call: Option<(&'static str, Instant)>,
+    /// The watchdog said this call was late (published `nvml-hung`).
+    reported: bool,
+    /// The monitor loop has ended.
+    done: bool,
+}
+
+impl Calls {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CallState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run one NVML call under watch. `late`: how long it took, when the watchdog had reported
+    /// it late (the monitor then says it answered and publishes its verdict again).
+    fn run<T>(&self, what: &'static str, f: impl FnOnce() -> T) -> (T, Option<Duration>) {
+        let started = Instant::now();
+        *self.lock() = CallState {
+            call: Some((what, started)),
+            ..CallState::default()
+        };
+        let out = f();
+        let mut st = self.lock();
+        st.call = None;
+        let late = std::mem::take(&mut st.reported).then(|| started.elapsed());
+        (out, late)
+    }
+}
+
+/// Watches the monitor's NVML calls: one that has not returned within `deadline` (a wedged
+/// driver; NVML calls block without a timeout of their own) is reported once: a log line, and a
+/// report in state `nvml-hung` (no verdict; the agent's cycle only ever reads the latest report,
+/// so it never waits for NVML).
+fn watchdog(
+    calls: &Calls,
+    tx: &watch::Sender<GpuReport>,
+    deadline: Duration,
+    stop: &CancellationToken,
+) {
+    let tick = (deadline / 4).min(Duration::from_millis(250));
+    loop {
+        std::thread::sleep(tick);
+        let mut st = calls.lock();
+        if st.done || stop.is_cancelled() {
+            return;
+        }
+        let Some((what, since)) = st.call else {
+            continue;
+        };
+        if st.reported || since.elapsed() < deadline {
+            continue;
+        }
+        st.reported = true;
+        let hung = format!(
+            "{what} has not returned within {}",
+            human(deadline.as_millis() as i64)
+        );
+        tracing::error!(
+            call = what,
+            "an NVML call {hung}: the NVIDIA driver may be wedged; GPU health is unknown until it answers (failed GPUs stay failed)"
+        );
+        // NB: published under the lock, so the monitor's own report (after the call returns)
+        // always comes later.
+        tx.send_modify(|r| {
+            r.state = GpuMonitorState::NvmlHung;
+            r.hung = Some(hung);
+        });
+    }
+}
+
+/// The monitor's verdict as it stands, and what it has said of it.
+struct Verdict {
+    report: GpuReport,
+    keeper: Option<Keeper>,
+    cleared_seen: u64,
+    begun_seen: u64,
+}
+
+impl Verdict {
+    /// Fold observations in, log the episodes begun and ended and the failures cleared, keep
+    /// the failures, publish: every sample (its readings feed the metrics), XIDs when they
+    /// change the report.
+    fn fold(
+        &mut self,
+        samples: &[GpuSample],
+        xids: &[XidEvent],
+        cfg: &GpuConfig,
+        tx: &watch::Sender<GpuReport>,
+    ) {
+        let next = update(&self.report, samples, xids, clock_ms(), cfg);
+        log_episodes(&self.report, &next, &mut self.begun_seen);
+        log_cleared(&next, &mut self.cleared_seen);
+        self.report = next;
+        if let Some(k) = self.keeper.as_mut() {
+            k.keep(&self.report, clock_ms());
+        }
+        if xids.is_empty() {
+            tx.send_replace(self.report.clone());
+            return;
+        }
+        let next = self.report.clone();
+        tx.send_if_modified(|cur| {
+            let changed = *cur != next;
+            *cur = next;
+            changed
+        });
+    }
+}
+
+/// The monitor loop proper (blocking), its NVML calls under the watchdog's eye.
+fn monitor_loop(
+    mut probe: Box<dyn GpuProbe>,
+    cfg: &GpuConfig,
+    store: Option<StateStore>,
+    tx: &watch::Sender<GpuReport>,
+    stop: &CancellationToken,
+    calls: &Calls,
+) {
+    let (keeper, report) = match store {
         Some(store) => {
             let (k, r) = Keeper::open(store, cfg);
             (Some(k), r)
@@ -188,23 +328,25 @@ pub(crate) fn run_monitor(
         None => (None, rejudge(&GpuReport::default(), cfg)),
     };
     tx.send_replace(report.clone());
-    let mut cleared_seen = report.cleared.last().map_or(0, |c: &GpuCleared| c.seq);
+    let mut v = Verdict {
+        cleared_seen: report.cleared.last().map_or(0, |c: &GpuCleared| c.seq),
+        begun_seen: 0,
+        report,
+        keeper,
+    };
     let mut samples: Vec<GpuSample> = Vec::new();
     let mut sample_errors = Throttled::new();
     let mut xid_errors = Throttled::new();
     let mut next_sample = Instant::now();
     while !stop.is_cancelled() {
         if Instant::now() >= next_sample {
-            match probe.sample() {
+            let (read, late) = calls.run("reading the GPUs", || probe.sample());
+            answered(late, &v.report, tx);
+            match read {
                 Ok(s) => {
                     sample_errors.ok("GPUs readable again");
                     samples = s;
-                    report = update(&report, &samples, &[], clock_ms(), cfg);
-                    log_cleared(&report, &mut cleared_seen);
-                    if let Some(k) = keeper.as_mut() {
-                        k.keep(&report, clock_ms());
-                    }
-                    tx.send_replace(report.clone());
+                    v.fold(&samples, &[], cfg, tx);
                 }
                 Err(e) => {
                     sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
@@ -219,26 +361,19 @@ pub(crate) fn run_monitor(
             .saturating_duration_since(Instant::now())
             .min(XID_WAIT);
         let started = Instant::now();
-        match probe.wait_xids(wait) {
+        let (waited, late) = calls.run("waiting for XID events", || probe.wait_xids(wait));
+        answered(late, &v.report, tx);
+        match waited {
             Ok(xids) if xids.is_empty() => {}
             Ok(xids) => {
                 xid_errors.ok("XID events readable again");
-                for x in &xids {
-                    tracing::warn!(gpu = x.index, uuid = %x.uuid, xid = x.xid, "GPU XID event");
-                }
+                // NB: not a line per event: a storm of one XID is one episode, logged when it
+                // begins and when it ends (`log_episodes`).
+                tracing::debug!(events = xids.len(), "GPU XID events");
                 if xids.iter().any(|x| x.xid == RECOVERY_ACTION_CHANGED) {
                     next_sample = Instant::now();
                 }
-                let next = update(&report, &samples, &xids, clock_ms(), cfg);
-                report = next.clone();
-                if let Some(k) = keeper.as_mut() {
-                    k.keep(&report, clock_ms());
-                }
-                tx.send_if_modified(|cur| {
-                    let changed = *cur != next;
-                    *cur = next;
-                    changed
-                });
+                v.fold(&samples, &xids, cfg, tx);
             }
             Err(e) => {
                 xid_errors.warn("cannot wait for GPU XID events", &e);
@@ -247,7 +382,38 @@ pub(crate) fn run_monitor(
             }
         }
     }
-    tracing::debug!("GPU monitor stopped");
+}
+
+/// A call the watchdog had reported late has answered: said once, and the watchdog's
+/// `nvml-hung` replaced by the verdict as it stands.
+fn answered(late: Option<Duration>, report: &GpuReport, tx: &watch::Sender<GpuReport>) {
+    if let Some(took) = late {
+        tx.send_replace(report.clone());
+        tracing::info!(
+            took_ms = took.as_millis() as u64,
+            "the late NVML call answered after {}; GPU health is watched again",
+            human(took.as_millis() as i64)
+        );
+    }
+}
+
+/// One line per XID episode that began (warn) and one per episode that ended (info), however
+/// many events each holds.
+fn log_episodes(prev: &GpuReport, next: &GpuReport, begun_seen: &mut u64) {
+    for b in new_begun(next, begun_seen) {
+        tracing::warn!(gpu = %b.gpu, xid = b.xid, "GPU XID episode began: {}", b.detail);
+    }
+    for (gpu, e) in ended(prev, next) {
+        tracing::info!(
+            gpu = %gpu,
+            xid = e.xid,
+            events = e.count,
+            "GPU XID episode over: XID {} on {gpu}, {} event(s) over {}",
+            e.xid,
+            e.count,
+            human(e.last_ms - e.first_ms)
+        );
+    }
 }
 
 #[cfg(test)]

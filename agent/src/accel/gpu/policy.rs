@@ -14,7 +14,8 @@
 //! - a GPU seen before and absent from the latest samples → `failed`, `missing`, until NVML lists
 //!   it again;
 //! - a row-remap failure → `failed` (NVIDIA: reset the GPU; recurring, replace it);
-//! - an XID in no table, within `gpu.evidence_window` → `degraded`;
+//! - an XID in no table, during an episode that reached `gpu.xid_threshold` → `degraded`
+//!   (`crate::accel::gpu::policy_episode`);
 //! - pages pending retirement, a pending row remap, or volatile uncorrectable ECC errors →
 //!   `degraded`: survivable until the next reset;
 //! - `restart-app` and `informational` XIDs are recorded (counts, recent list), never a verdict:
@@ -24,15 +25,18 @@
 
 use std::collections::BTreeMap;
 
+pub(crate) use crate::accel::gpu::model::label;
 use crate::accel::gpu::model::{
-    selects, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample, GpuStatus,
-    ResetMarks, XidAction, XidEvent, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
+    selects, EpisodeBegun, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample,
+    GpuStatus, ResetMarks, XidAction, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS,
+    MISSING_ROUNDS,
 };
+use crate::accel::gpu::policy_episode;
 use crate::accel::gpu::policy_xid::{action_for, builtin, recovery_action};
 use crate::accel::model::Health;
 use crate::accel::policy::{Accelerator, Names};
 use crate::clock::{human, ms, Millis};
-use crate::config::GpuConfig;
+use crate::config::{GpuConfig, XidThreshold};
 use crate::maintenance::policy::{problem_condition, truncate, GPU_CONDITION, GPU_FAILED_TAINT};
 use crate::node::model::NodeCondition;
 
@@ -79,6 +83,13 @@ impl Accelerator for GpuReport {
         GpuReport::monitoring(self)
     }
     fn detail(&self, prev: &Self) -> String {
+        if self.state == GpuMonitorState::NvmlHung {
+            return format!(
+                "GPU health {} → unknown: {}",
+                prev.node.as_str(),
+                hung_line(self)
+            );
+        }
         let reasons = if self.node_reasons.is_empty() {
             String::new()
         } else {
@@ -119,6 +130,7 @@ pub(crate) fn gpu_condition(report: &GpuReport) -> NodeCondition {
                 .to_string(),
         ),
         (S::Starting, _) => (None, "Starting", "GPU monitoring is starting".to_string()),
+        (S::NvmlHung, _) => (None, "NvmlHung", hung_line(report)),
     };
     let message = if !message.is_empty() {
         message
@@ -128,6 +140,14 @@ pub(crate) fn gpu_condition(report: &GpuReport) -> NodeCondition {
         truncate(&report.node_reasons.join("; "), 1000)
     };
     problem_condition(GPU_CONDITION, problem, reason, message)
+}
+
+/// Why a `nvml-hung` report has no verdict.
+pub(crate) fn hung_line(report: &GpuReport) -> String {
+    format!(
+        "an NVML call ({}): the NVIDIA driver may be wedged; GPU health is unknown until it answers",
+        report.hung.as_deref().unwrap_or("a call has not returned")
+    )
 }
 
 /// The failures `report` says were cleared after the one numbered `seen`, oldest first (each is
@@ -153,14 +173,6 @@ fn all_gpus(gpus: Option<&[String]>) -> bool {
     gpus.is_none_or(|ids| ids.iter().any(|id| id.trim().eq_ignore_ascii_case("all")))
 }
 
-pub(crate) fn label(index: u32, uuid: &str) -> String {
-    if uuid.is_empty() {
-        format!("GPU {index}")
-    } else {
-        format!("GPU {index} ({uuid})")
-    }
-}
-
 /// Fold one round of observations into the report.
 ///
 /// `samples` is the latest complete reading of every GPU NVML can see (callers must not pass an
@@ -176,9 +188,15 @@ pub(crate) fn update(
     let overrides = cfg.xid_overrides();
     let mut cleared = prev.cleared.clone();
     let mut gpus = merge_samples(prev, samples, &mut cleared);
-    fold_xids(&mut gpus, xids, now_ms, &overrides);
+    let mut episodes = Episodes {
+        seq: prev.episode_seq,
+        begun: prev.begun.clone(),
+        th: &cfg.xid_threshold,
+    };
+    fold_xids(&mut gpus, xids, now_ms, &overrides, &mut episodes);
     let window = ms(cfg.evidence_window);
     for g in &mut gpus {
+        policy_episode::expire(g, now_ms, &cfg.xid_threshold);
         g.recent_xids.retain(|&(_, at)| now_ms - at <= window);
         if g.recent_xids.len() > MAX_RECENT_XIDS {
             let extra = g.recent_xids.len() - MAX_RECENT_XIDS;
@@ -192,7 +210,19 @@ pub(crate) fn update(
         g.reasons = reasons;
     }
     gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
-    report_of(gpus, cleared)
+    let mut report = report_of(gpus, cleared);
+    let extra = episodes.begun.len().saturating_sub(MAX_BEGUN);
+    episodes.begun.drain(..extra);
+    report.begun = episodes.begun;
+    report.episode_seq = episodes.seq;
+    report
+}
+
+/// The episodes' numbering and the latest begun, carried from report to report.
+struct Episodes<'a> {
+    seq: u64,
+    begun: Vec<EpisodeBegun>,
+    th: &'a XidThreshold,
 }
 
 /// `prev`'s GPUs judged again as they are (no new observation): the report of GPUs restored
@@ -205,7 +235,11 @@ pub(crate) fn rejudge(prev: &GpuReport, cfg: &GpuConfig) -> GpuReport {
         g.health = health;
         g.reasons = reasons;
     }
-    report_of(gpus, prev.cleared.clone())
+    GpuReport {
+        begun: prev.begun.clone(),
+        episode_seq: prev.episode_seq,
+        ..report_of(gpus, prev.cleared.clone())
+    }
 }
 
 /// The report of these GPUs: the node's verdict is the worst GPU's.
@@ -225,6 +259,7 @@ pub(crate) fn report_of(gpus: Vec<GpuStatus>, mut cleared: Vec<GpuCleared>) -> G
         node,
         node_reasons,
         cleared,
+        ..GpuReport::default()
     }
 }
 
@@ -303,13 +338,14 @@ fn merge_samples(
     gpus
 }
 
-/// Count each XID on its GPU, stamped `now_ms`; one whose action fails the GPU starts (or adds
-/// to) its failure.
+/// Count each XID on its GPU, stamped `now_ms`, in its episode; one whose action fails the GPU
+/// starts (or adds to) its failure.
 fn fold_xids(
     gpus: &mut Vec<GpuStatus>,
     xids: &[XidEvent],
     now_ms: i64,
     overrides: &BTreeMap<u64, XidAction>,
+    episodes: &mut Episodes<'_>,
 ) {
     for x in xids {
         let pos = match gpus.iter().position(|g| same(g, x.index, &x.uuid)) {
@@ -334,6 +370,9 @@ fn fold_xids(
         let g = &mut gpus[pos];
         *g.xid_counts.entry(x.xid).or_insert(0) += 1;
         g.recent_xids.push((x.xid, now_ms));
+        if let Some(e) = policy_episode::add(g, x.xid, now_ms, episodes.th, &mut episodes.seq) {
+            episodes.begun.push(policy_episode::begun(g, &e, overrides));
+        }
         if let Some(action) = action_for(x.xid, overrides).filter(|a| a.fails()) {
             let meaning = builtin(x.xid).map_or("", |r| r.meaning);
             let cause = if meaning.is_empty() {
@@ -463,18 +502,18 @@ fn judge(g: &GpuStatus, overrides: &BTreeMap<u64, XidAction>) -> (GpuHealth, Vec
             format!("{who}: {}; {}{kept}", causes.join(", "), f.action.advice()),
         );
     }
-    // Unknown XIDs degrade only while recent: one odd XID a day ago is not a standing verdict.
-    let mut unknown: BTreeMap<u64, usize> = BTreeMap::new();
-    for &(xid, _) in &g.recent_xids {
-        if action_for(xid, overrides).is_none() {
-            *unknown.entry(xid).or_insert(0) += 1;
+    // Unknown XIDs degrade only during an episode that reached `gpu.xid_threshold`: one odd
+    // XID a day ago is not a standing verdict.
+    for e in &g.episodes {
+        if e.counted && action_for(e.xid, overrides).is_none() {
+            flag(
+                GpuHealth::Degraded,
+                format!(
+                    "{who}: XID {} seen {} time(s) recently (not in NVIDIA's table)",
+                    e.xid, e.count
+                ),
+            );
         }
-    }
-    for (xid, n) in unknown {
-        flag(
-            GpuHealth::Degraded,
-            format!("{who}: XID {xid} seen {n} time(s) recently (not in NVIDIA's table)"),
-        );
     }
     // The last sample of a missing GPU is stale: judge only what is being read now.
     if !g.missing {

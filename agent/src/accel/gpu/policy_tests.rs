@@ -116,7 +116,7 @@ fn hardware_xid_is_sticky_past_the_window() {
 #[test]
 fn unknown_xid_degrades_only_within_the_window() {
     let cfg = cfg();
-    let w = ms(cfg.evidence_window);
+    let w = ms(cfg.xid_threshold.window);
     let r0 = update(
         &GpuReport::default(),
         &[sample(0)],
@@ -135,6 +135,51 @@ fn unknown_xid_degrades_only_within_the_window() {
         assert_eq!(r.gpus[0].health, want, "age {age}");
         assert_eq!(r.gpus[0].xid_counts.get(&999), Some(&1));
     }
+}
+
+#[test]
+fn an_unknown_xid_under_its_threshold_is_counted_but_does_not_degrade() {
+    let mut cfg = cfg();
+    cfg.xid_threshold.count = 3;
+    cfg.xid_threshold.window = Duration::from_secs(60);
+    let mut r = GpuReport::default();
+    // (seconds after T0, health after the event): three within a minute count; every gap is
+    // under a minute, so it is one episode throughout.
+    for (at, want) in [
+        (0, GpuHealth::Healthy),
+        (40, GpuHealth::Healthy),
+        (90, GpuHealth::Healthy),
+        (140, GpuHealth::Healthy),
+        (150, GpuHealth::Degraded),
+    ] {
+        r = update(&r, &[sample(0)], &[xid(0, 999)], T0 + at * 1000, &cfg);
+        assert_eq!(r.gpus[0].health, want, "at {at}s");
+    }
+    assert_eq!(r.begun.len(), 1, "one episode: every gap under the window");
+    assert_eq!(r.gpus[0].xid_counts.get(&999), Some(&5));
+    // Quiet for a window: the episode ends and the GPU is healthy again.
+    let r = update(&r, &[sample(0)], &[], T0 + 211_000, &cfg);
+    assert_eq!(r.gpus[0].health, GpuHealth::Healthy);
+    assert!(r.gpus[0].episodes.is_empty());
+}
+
+#[test]
+fn a_storm_of_one_xid_is_one_begun_episode_in_the_report() {
+    let cfg = cfg();
+    let mut r = GpuReport::default();
+    for i in 0..1000 {
+        let storm = [xid(0, 13), xid(0, 13), xid(1, 13)];
+        r = update(&r, &[sample(0), sample(1)], &storm, T0 + i, &cfg);
+    }
+    let begun: Vec<_> = r.begun.iter().map(|b| (b.gpu.as_str(), b.xid)).collect();
+    assert_eq!(begun, [("GPU 0 (GPU-0)", 13), ("GPU 1 (GPU-1)", 13)]);
+    assert_eq!(r.gpus[0].episodes[0].count, 2000);
+    assert_eq!(r.gpus[0].xid_counts.get(&13), Some(&2000));
+    assert_eq!(
+        r.node,
+        GpuHealth::Healthy,
+        "an application's XID is no verdict"
+    );
 }
 
 #[test]

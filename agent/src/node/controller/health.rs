@@ -1,13 +1,15 @@
 //! The node controller's accelerator health, one path for every kind: a GPU or TPU report folded
 //! into the Node (label, condition, taint), the trail, Events and alerts.
 
-use crate::accel::gpu::model::GpuReport;
-use crate::accel::gpu::policy::new_cleared;
+use crate::accel::gpu::model::{GpuMonitorState, GpuReport, XidAction};
+use crate::accel::gpu::policy::{hung_line, new_cleared};
+use crate::accel::gpu::policy_episode::new_begun;
 use crate::accel::model::Health;
 use crate::accel::policy::event_for;
 use crate::accel::tpu::model::TpuReport;
 use crate::accel::tracker::{HealthTracker, Tracked};
 use crate::alerts::Alert;
+use crate::node::model::EventType;
 use crate::trail::Code;
 
 use super::Controller;
@@ -41,7 +43,28 @@ impl Controller {
     pub(crate) async fn apply_gpu(&mut self, report: GpuReport) {
         self.gpu_seen = Some(tokio::time::Instant::now());
         self.note_cleared(&report).await;
+        self.announce_episodes(&report).await;
+        let was_hung = self.gpu.report().state == GpuMonitorState::NvmlHung;
+        if report.state == GpuMonitorState::NvmlHung && !was_hung {
+            let message = format!("vigil: {}", hung_line(&report));
+            self.node
+                .event("VigilGpuNvmlHung", &message, EventType::Warning)
+                .await;
+        }
         self.show_health(report).await;
+    }
+
+    /// One Event per XID episode that began (`VigilGpuXid`), not per event: a GPU repeating an
+    /// error is one Event until it has been quiet for `gpu.xid_threshold.window`.
+    async fn announce_episodes(&mut self, report: &GpuReport) {
+        for b in new_begun(report, &mut self.gpu_begun_seen) {
+            let kind = match b.action {
+                Some(XidAction::Informational) => EventType::Normal,
+                _ => EventType::Warning,
+            };
+            let message = format!("vigil: {}", b.detail);
+            self.node.event("VigilGpuXid", &message, kind).await;
+        }
     }
 
     /// A new report of any kind: metrics always; the Node, the trail, an Event and (on failure)
