@@ -371,7 +371,8 @@ async fn an_xid_storm_is_one_event_not_one_per_xid() {
 #[tokio::test]
 async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycle() {
     let mut r = rig().await;
-    assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
+    r.gpu.inject_xid(0, 79);
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("failed")).await);
     r.gpu.wedge(true);
     let node = r.node.clone();
     let hung = move || {
@@ -380,10 +381,6 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
             .filter(|e| *e == "VigilGpuNvmlHung")
             .count()
     };
-    // The cycle goes on while NVML does not answer: a hung worker on a healthy GPU is restarted.
-    r.stale("trainer-1").await;
-    r.cycles(25).await;
-    assert_eq!(r.runtime.restarts("c1"), 1);
     assert!(
         eventually_every(Duration::from_secs(10), Duration::from_millis(50), || hung(
         )
@@ -391,6 +388,17 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
         .await,
         "{:?}",
         r.node.reasons()
+    );
+    // The cycle goes on while NVML does not answer: a hung worker on a healthy GPU is
+    // restarted; the one on the GPU that failed before the driver wedged is not.
+    r.stale("trainer-0").await;
+    r.stale("trainer-1").await;
+    r.cycles(25).await;
+    assert_eq!(r.runtime.restarts("c1"), 1);
+    assert_eq!(
+        r.runtime.restarts("c0"),
+        0,
+        "a failure outlives a wedged driver"
     );
     let d = r.node.last();
     assert_eq!(
@@ -409,6 +417,6 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
         "{cond}"
     );
     r.gpu.wedge(false);
-    assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
+    assert!(eventually(|| r.gpu_label().as_deref() == Some("failed")).await);
     assert_eq!(hung(), 1, "reported once");
 }

@@ -281,7 +281,8 @@ impl Agent {
         let gpus = c.gpus.as_deref();
         let node = NodeContext {
             in_maintenance: self.watch.stands_down_at(now, &self.ctx.cfg.metadata),
-            gpu_failed: self.gpu.monitoring() && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
+            gpu_failed: self.gpu.failures_known()
+                && gpu_policy::worker_on_failed_gpu(&self.gpu, gpus),
             tpu_failed: self.watch.tpu_failed(),
             container_paused: c.paused,
             container_exited: !c.running && !c.paused,

@@ -62,7 +62,7 @@ impl NodeWatch {
         }
         if let Some(rx) = &self.gpu {
             let gpu = rx.borrow();
-            if gpu.monitoring() && gpu_policy::worker_on_failed_gpu(&gpu, c.gpus.as_deref()) {
+            if gpu.failures_known() && gpu_policy::worker_on_failed_gpu(&gpu, c.gpus.as_deref()) {
                 return Some("the worker's GPU failed".into());
             }
         }

@@ -381,6 +381,13 @@ impl GpuReport {
         self.state == GpuMonitorState::On
     }
 
+    /// The GPUs' failures hold: NVML runs, or it hangs in a call (a failure seen before the
+    /// driver wedged is not forgotten because it stopped answering). A worker on a failed GPU
+    /// is never restarted while this holds.
+    pub fn failures_known(&self) -> bool {
+        matches!(self.state, GpuMonitorState::On | GpuMonitorState::NvmlHung)
+    }
+
     /// A report in `state` with no GPU.
     pub(crate) fn in_state(state: GpuMonitorState) -> GpuReport {
         GpuReport {
