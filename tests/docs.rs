@@ -228,6 +228,7 @@ fn every_redis_key_is_documented() {
         k.restarted("W"),
         k.escalated("W"),
         k.fruitless("W"),
+        k.lost("W"),
         k.incarnation("W"),
         k.retry("W"),
         k.episode("W", "<kind>"),

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::e2e::{decisions, worker_decisions, ConfigParts, Setup};
 use common::real::{
-    beat, eventually, explain, poll, redis_exists, redis_get, serve, shared_redis_url, unique,
-    vigil, Receiver, RedisServer, VigilProcess, WorkerContainer, EXITS_ON_TERM,
+    beat, eventually, explain, poll, redis_exists, redis_get, redis_hget, serve, shared_redis_url,
+    unique, vigil, Receiver, RedisServer, VigilProcess, WorkerContainer, EXITS_ON_TERM,
 };
 
 /// This suite's agent: every duration compressed.
@@ -69,6 +69,7 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
     s.beat(&cfg, &redis, "processing");
+    let beaten = std::time::Instant::now();
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
 
     let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
@@ -132,6 +133,54 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
     );
     let health = s.get("/healthz").await;
     assert!(health.status().is_success());
+
+    // Issue 31, item 2: the new incarnation's first beat completes the incident's time lost,
+    // and its phases add up to the time between the two beats the test wrote — to the
+    // millisecond on the heartbeats, and to the test's own wall clock within the beats' spawn.
+    let status = format!("{}:{{{}}}:status:{}", s.prefix, s.node, s.worker);
+    let heartbeat = || async {
+        let hb = redis_hget(&redis, &status, "heartbeat")
+            .await
+            .expect("a heartbeat");
+        (hb.parse::<f64>().expect("seconds") * 1000.0).round() as i64
+    };
+    let last = heartbeat().await;
+    s.beat(&cfg, &redis, "processing");
+    let wall = beaten.elapsed();
+    let first = heartbeat().await;
+    let recovered = eventually(Duration::from_secs(20), || {
+        decisions(&s.explain(&cfg, &redis), "time-lost") == 1
+    })
+    .await;
+    assert!(
+        recovered,
+        "no time-lost entry:\n{}",
+        s.explain(&cfg, &redis)
+    );
+    let metrics = s.metrics().await;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{series} in\n{metrics}"))
+    };
+    let total = value("vigil_time_to_recovery_seconds_sum");
+    let phases = value("vigil_lost_seconds_total{cause=\"hang\"}")
+        + value("vigil_lost_seconds_total{cause=\"restart\"}");
+    let seen = (first - last) as f64 / 1000.0;
+    assert!(
+        (total - seen).abs() < 0.002,
+        "{total} s counted, {seen} s between the beats"
+    );
+    assert!(
+        (phases - total).abs() < 0.002,
+        "the phases ({phases} s) add up to {total} s"
+    );
+    assert!(
+        (total - wall.as_secs_f64()).abs() < 2.0,
+        "{total} s counted, {:?} on the test's clock",
+        wall
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -828,3 +828,55 @@ async fn sigterm_during_a_long_round_records_it_as_cut_short_before_the_grace_en
         "{trail:?}"
     );
 }
+
+/// Issue 31, item 2: a maintenance costs its notice → the end of its checkpoint round → its end,
+/// counted to `maintenance` and said in the trail when it ends.
+#[tokio::test]
+async fn a_maintenance_says_what_it_lost_when_it_ends() {
+    let mut r = rig(|c| c.checkpoint.maintenance_budget = Duration::from_secs(5));
+    let worker = acking_worker(r.coord.clone(), r.keys.status("trainer-0"));
+    write_record(
+        r.coord.as_ref(),
+        &r.keys.status("trainer-0"),
+        "processing",
+        r.coord.time().await.unwrap(),
+        &[],
+    )
+    .await;
+    let notice = r.coord.time().await.unwrap();
+    r.apply(
+        Phase::Ongoing,
+        vec!["upcoming-ongoing"],
+        Some(Interruption::HostMaintenance),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    r.controller.apply(MaintenanceState::default()).await;
+    let end = r.coord.time().await.unwrap();
+    worker.abort();
+    let entries = r.coord.read_recent(&r.keys.trail(), 100).await.unwrap();
+    let lost: Vec<&str> = entries
+        .iter()
+        .filter(|(_, e)| e.get("decision").map(String::as_str) == Some("time-lost"))
+        .map(|(_, e)| e["detail"].as_str())
+        .collect();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert!(
+        lost[0].starts_with("maintenance: lost ")
+            && lost[0].contains(" = notice → checkpoint ")
+            && lost[0].ends_with("(it ended)"),
+        "{}",
+        lost[0]
+    );
+    let text = r.metrics.encode();
+    let counted: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("vigil_lost_seconds_total{cause=\"maintenance\"} "))
+        .and_then(|v| v.parse().ok())
+        .expect("the counter");
+    let wall = (end - notice) as f64 / 1000.0;
+    assert!(
+        (0.3..=wall).contains(&counted),
+        "{counted} s counted, {wall} s seen"
+    );
+}

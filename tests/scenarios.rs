@@ -312,6 +312,53 @@ async fn booting_ends_at_the_first_beat_and_a_new_hang_is_a_new_incident() {
     assert_eq!(w.breaker().await, 2, "each restart takes a breaker unit");
 }
 
+/// Issue 31, item 2: a restarted hang's time lost, phase by phase, adds up to its last beat →
+/// the new incarnation's first beat: in the trail (with the incident), the counters and the
+/// histogram, and in the node record `vigil status` reads.
+#[tokio::test]
+async fn a_restarted_hang_says_what_it_lost_phase_by_phase() {
+    let mut w = World::new(|_| {});
+    hung_and_restarted(&mut w).await; // last beat t = 0, confirmed t = 150, command t = 330
+    w.run_for(Duration::from_secs(30)).await;
+    w.tick().await; // t = 375
+    w.beat("trainer-0", "processing", "step-2").await;
+    w.tick().await; // the first beat (t = 375) seen at t = 390
+    let entries = w.store.read_recent(&w.keys.trail(), 200).await.unwrap();
+    let lost: Vec<_> = entries
+        .iter()
+        .map(|(_, e)| e)
+        .filter(|e| e.get("decision").map(String::as_str) == Some("time-lost"))
+        .collect();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(
+        lost[0]["detail"],
+        "lost 6m 15s = detection 2m 30s (last beat → verdict) + decision 3m (→ restart command) + restart 0ms (→ new incarnation) + recovery 45s (→ first beat)"
+    );
+    let incident = lost[0].get("incident").expect("the incident's id");
+    assert!(entries.iter().any(|(_, e)| {
+        e.get("decision").map(String::as_str) == Some("restarted")
+            && e.get("incident") == Some(incident)
+    }));
+    assert!(
+        w.get(&w.keys.lost("trainer-0")).await.is_none(),
+        "done with"
+    );
+    let text = w.agents[0].metrics().encode();
+    for (series, want) in [
+        ("vigil_lost_seconds_total{cause=\"hang\"}", 330.0),
+        ("vigil_lost_seconds_total{cause=\"restart\"}", 45.0),
+        ("vigil_lost_seconds_total{cause=\"preemption\"}", 0.0),
+        ("vigil_time_to_recovery_seconds_sum", 375.0),
+        ("vigil_time_to_recovery_seconds_count", 1.0),
+    ] {
+        assert_eq!(sample(&text, series), Some(want), "{series} in\n{text}");
+    }
+    let record = w.store.hgetall(&w.keys.agent()).await.unwrap();
+    let day: std::collections::BTreeMap<String, f64> =
+        serde_json::from_str(&record["lost"]).unwrap();
+    assert_eq!((day["hang"], day["restart"]), (330.0, 45.0));
+}
+
 /// Issue 27: several ranks in one container (torchrun: one process per GPU). Rank 1 stops while
 /// rank 0 keeps beating: the container is as healthy as its worst rank — hung, alerted naming
 /// rank 1, restarted once.

@@ -144,6 +144,18 @@ pub async fn redis_get(url: &str, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(&mut c).await.ok()?
 }
 
+/// One field of a hash on the Redis at `url` (None when absent or unreachable).
+pub async fn redis_hget(url: &str, key: &str, field: &str) -> Option<String> {
+    let client = redis::Client::open(url).ok()?;
+    let mut c = client.get_multiplexed_async_connection().await.ok()?;
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query_async(&mut c)
+        .await
+        .ok()?
+}
+
 /// Whether `key` exists on the Redis at `url` (None when Redis cannot be reached).
 pub async fn redis_exists(url: &str, key: &str) -> Option<bool> {
     let client = redis::Client::open(url).ok()?;

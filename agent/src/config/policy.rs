@@ -45,6 +45,40 @@ pub struct PolicyConfig {
     /// `progress`, or its `checkpoint_step`), after which Vigil stops restarting it and pages
     /// once; the next progress past that point resets the count. 0: no limit.
     pub max_fruitless_restarts: u32,
+    /// Each worker's own rhythm: a silence learned from its beats, shorter than `stale_after`.
+    pub learned: LearnedConfig,
+}
+
+/// `[policy.learned]`: call a `processing` worker stale after `multiplier` × a high quantile of
+/// the silences it has come back from, within `[floor, stale_after]`, once `min_samples` of them
+/// are known (`crate::hang::policy_rhythm`). Off by default: a worker with long phases it does not
+/// announce (an evaluation in `processing`, without `busy(...)`) is called hung once before its
+/// rhythm includes them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LearnedConfig {
+    pub enabled: bool,
+    /// k: the learned silence is k × the quantile.
+    pub multiplier: f64,
+    /// The quantile of the silences the worker came back from (0.5 to 1).
+    pub quantile: f64,
+    /// The shortest learned silence.
+    #[serde(with = "humantime_serde")]
+    pub floor: Duration,
+    /// Silences observed before the learned one is used (5 to 256).
+    pub min_samples: u32,
+}
+
+impl Default for LearnedConfig {
+    fn default() -> Self {
+        LearnedConfig {
+            enabled: false,
+            multiplier: 4.0,
+            quantile: 0.99,
+            floor: Duration::from_secs(5),
+            min_samples: 30,
+        }
+    }
 }
 
 impl Default for PolicyConfig {
@@ -60,6 +94,7 @@ impl Default for PolicyConfig {
             escalate_after: Duration::from_secs(10 * 60),
             max_grace: Duration::from_secs(60 * 60),
             max_fruitless_restarts: 2,
+            learned: LearnedConfig::default(),
         }
     }
 }
@@ -89,6 +124,19 @@ impl PolicyConfig {
                 "policy.confirm_after",
                 "must be shorter than policy.stale_after",
             );
+        }
+        let l = &self.learned;
+        if !(l.multiplier.is_finite() && l.multiplier >= 1.5) {
+            return bad("policy.learned.multiplier", "must be at least 1.5");
+        }
+        if !(l.quantile > 0.5 && l.quantile <= 1.0) {
+            return bad("policy.learned.quantile", "must be above 0.5 and at most 1");
+        }
+        if l.floor < Duration::from_secs(1) {
+            return bad("policy.learned.floor", "must be at least 1s");
+        }
+        if !(5..=256).contains(&l.min_samples) {
+            return bad("policy.learned.min_samples", "must be from 5 to 256");
         }
         Ok(())
     }
@@ -122,6 +170,26 @@ mod tests {
             ("[policy]\ncooldown = \"0s\"", "policy.cooldown"),
             ("[policy]\nrestart_delay = \"0s\"", "policy.restart_delay"),
             ("[policy]\nconfirm_after = \"0s\"", "policy.confirm_after"),
+            (
+                "[policy.learned]\nmultiplier = 1.0",
+                "policy.learned.multiplier",
+            ),
+            (
+                "[policy.learned]\nquantile = 0.5",
+                "policy.learned.quantile",
+            ),
+            (
+                "[policy.learned]\nquantile = 1.5",
+                "policy.learned.quantile",
+            ),
+            (
+                "[policy.learned]\nfloor = \"500ms\"",
+                "policy.learned.floor",
+            ),
+            (
+                "[policy.learned]\nmin_samples = 1000",
+                "policy.learned.min_samples",
+            ),
         ]);
     }
 }

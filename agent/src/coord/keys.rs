@@ -50,6 +50,11 @@ impl Keys {
     pub fn fruitless(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:fruitless"))
     }
+    /// When each step of a restarted incident happened, `"<since>:<verdict>:<command>:<new
+    /// incarnation>"` (`crate::hang::policy_lost`), from the verification to the first beat.
+    pub fn lost(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:lost"))
+    }
     /// Incident timer `"<start_ms>:<incident_id>"`, SET NX.
     pub fn incident(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:incident"))

@@ -84,6 +84,8 @@ impl Cycle {
             version: env!("CARGO_PKG_VERSION").into(),
             dry_run: cfg.dry_run,
             updated_at: self.now,
+            lost: ctx.metrics.lost.last_day(self.now),
+            lost_hours: ctx.metrics.lost.hours(),
         }
     }
 

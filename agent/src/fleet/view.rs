@@ -50,6 +50,12 @@ pub struct NodeRecord {
     pub dry_run: bool,
     /// Coordinator clock, ms.
     pub updated_at: Millis,
+    /// Seconds lost per cause in the last 24 hours (`vigil_lost_seconds_total`'s causes).
+    pub lost: BTreeMap<String, f64>,
+    /// The hourly ledger behind `lost` (hour since the epoch → cause → seconds), so an agent
+    /// restart takes it up again.
+    #[serde(skip)]
+    pub lost_hours: crate::metrics::LostLedger,
 }
 
 impl NodeRecord {
@@ -79,6 +85,14 @@ impl NodeRecord {
             ("version".into(), self.version.clone()),
             ("dry_run".into(), self.dry_run.to_string()),
             ("updated_at".into(), self.updated_at.to_string()),
+            (
+                "lost".into(),
+                serde_json::to_string(&self.lost).unwrap_or_else(|_| "{}".into()),
+            ),
+            (
+                "lost_hours".into(),
+                serde_json::to_string(&self.lost_hours).unwrap_or_else(|_| "{}".into()),
+            ),
         ]
     }
 
@@ -103,6 +117,8 @@ impl NodeRecord {
             version: get("version"),
             dry_run: get("dry_run") == "true",
             updated_at: get("updated_at").parse().unwrap_or(0),
+            lost: serde_json::from_str(&get("lost")).unwrap_or_default(),
+            lost_hours: serde_json::from_str(&get("lost_hours")).unwrap_or_default(),
         })
     }
 }
@@ -210,7 +226,7 @@ pub(crate) async fn read(
     Ok((out, last_slice))
 }
 
-/// `vigil status`, as text or as JSON (`{"at", "nodes", "slices", "gangs"}`): read from `coord`, which is
+/// `vigil status`, as text or as JSON (`{"at", "nodes", "slices", "gangs", "lost"}`): read from `coord`, which is
 /// Redis for the CLI and whatever the agent runs on (the embedded coordinator included) when the
 /// agent's server answers `GET /v1/status`.
 pub(crate) async fn report(
@@ -227,15 +243,24 @@ pub(crate) async fn report(
         .filter_map(|v| v.record.as_ref())
         .flat_map(|r| r.gangs.values().cloned());
     let gangs = gangs::views(coord, prefix, timing, tags, now).await?;
+    let lost = crate::fleet::lost::by_pool(
+        views
+            .iter()
+            .filter_map(|v| v.record.as_ref())
+            .map(|r| (r.pool.as_str(), &r.lost)),
+    );
     Ok(if json {
-        let body =
-            serde_json::json!({ "at": now, "nodes": views, "slices": slices, "gangs": gangs });
+        let body = serde_json::json!({
+            "at": now, "nodes": views, "slices": slices, "gangs": gangs, "lost": lost
+        });
         format!(
             "{}\n",
             serde_json::to_string_pretty(&body).unwrap_or_default()
         )
     } else {
-        render(&views, &slices, now) + &gangs::render(&gangs, now)
+        render(&views, &slices, now)
+            + &crate::fleet::lost::render(&lost)
+            + &gangs::render(&gangs, now)
     })
 }
 
@@ -418,6 +443,7 @@ mod tests {
             version: "0.1.0".into(),
             dry_run: false,
             updated_at: 1000,
+            ..NodeRecord::default()
         }
     }
 

@@ -10,7 +10,7 @@
 //! `heartbeat` (the node's record and the cycle's one batch), `outage` (the coordinator's and
 //! the runtime's outages, alerted once), `reload` (a SIGHUP configuration merged in).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -28,6 +28,7 @@ use crate::fleet::heartbeat::{Cycle, SharedRecord};
 use crate::hang::context::Context;
 use crate::hang::outage::Outages;
 use crate::hang::policy::{NodeContext, Verdict};
+use crate::hang::policy_rhythm::Rhythm;
 use crate::hang::restart::RestartPath;
 use crate::hang::roster::Roster;
 use crate::hang::stand_down::NodeWatch;
@@ -60,6 +61,9 @@ pub struct Agent {
     /// The node record, re-published by the heartbeat task between cycles.
     record: SharedRecord,
     cycle: Cycle,
+    /// Each watched worker's learned rhythm (`policy.learned`), by worker id; in memory only:
+    /// an agent restart learns again, meanwhile the fixed rule judges.
+    rhythms: HashMap<String, Rhythm>,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -101,6 +105,7 @@ impl Agent {
             gpu: GpuReport::default(),
             record: Default::default(),
             cycle: Cycle::default(),
+            rhythms: HashMap::new(),
             ctx: Context {
                 cfg,
                 keys,
@@ -260,6 +265,7 @@ impl Agent {
         // The per-worker series: only the workers with a verdict now (gone, or ambiguous: none).
         let judged: HashSet<&str> = report.verdicts.iter().map(|(w, _)| w.as_str()).collect();
         self.ctx.metrics.workers.retain(|w| judged.contains(w));
+        self.rhythms.retain(|w, _| judged.contains(w.as_str()));
         // Open alerts (Alertmanager, PagerDuty) of a worker whose container is gone resolve.
         self.ctx
             .notifier
@@ -299,6 +305,7 @@ impl Agent {
             gpu_evidence: &evidence,
             deferred: &mut self.cycle.deferred,
             gangs: &mut self.cycle.gangs,
+            rhythm: self.rhythms.entry(c.worker.clone()).or_default(),
         };
         path.evaluate(c, read).await
     }
@@ -355,6 +362,12 @@ impl Agent {
         let Ok(now) = self.ctx.coord.time().await else {
             return;
         };
+        // The last day's time lost, as the node's previous record kept it.
+        if let Ok(kept) = self.ctx.coord.hgetall(&self.ctx.keys.agent()).await {
+            if let Some(rec) = crate::fleet::view::NodeRecord::from_fields(&kept) {
+                self.ctx.metrics.lost.seed(&rec.lost_hours, now);
+            }
+        }
         let detail = format!(
             "agent {} started (dry_run={})",
             env!("CARGO_PKG_VERSION"),

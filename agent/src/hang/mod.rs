@@ -3,12 +3,13 @@
 //!
 //! Decisions (pure, `now` handed in): `model` (what a worker says about itself and what Vigil
 //! remembers about it), `policy` (the verdict and the plan), `policy_pipeline` (the restart
-//! pipeline's steps and what follows each: one state machine), `policy_table` (the verdict →
+//! pipeline's steps and what follows each: one state machine), `policy_rhythm` (each worker's learned silence), `policy_lost` (the time an incident lost), `policy_table` (the verdict →
 //! action table `vigil policy` prints), `model_gang` and `policy_gang` (a distributed job's
 //! collective: its fleet view, its verdict, one decision for every rank). The loop: `agent` (the cycle over the node's workers) takes them
 //! from the `roster` and hands each to `restart` (`RestartPath`: incident, command, limits,
 //! outcome) with the shared `context`; `stand_down` says what forbids restarts right now,
-//! `outage` tracks the coordinator's and the runtime's outages.
+//! `outage` tracks the coordinator's and the runtime's outages; `replay` runs step-time traces
+//! through the verdict (the learned-silence benchmark).
 
 pub mod agent;
 pub(crate) mod context;
@@ -18,8 +19,11 @@ pub(crate) mod outage;
 pub mod policy;
 pub(crate) mod policy_fruitless;
 pub mod policy_gang;
+pub(crate) mod policy_lost;
 pub(crate) mod policy_pipeline;
+pub(crate) mod policy_rhythm;
 pub(crate) mod policy_table;
+pub mod replay;
 pub mod restart;
 pub(crate) mod roster;
 pub(crate) mod stand_down;

@@ -14,6 +14,7 @@ mod classic;
 mod cycle;
 mod decisions;
 mod gpu;
+mod lost;
 mod node;
 mod tpu;
 mod worker_api;
@@ -30,6 +31,9 @@ pub(crate) use cycle::{BackendMetrics, BudgetMetrics, CycleMetrics};
 pub(crate) use decisions::DecisionMetrics;
 pub(crate) use gpu::GpuMetrics;
 pub(crate) use gpu::GpuMetricsState;
+pub use lost::Ledger as LostLedger;
+pub(crate) use lost::LostMetrics;
+pub use lost::CAUSES as LOST_CAUSES;
 pub(crate) use node::{
     CheckpointMetrics, DrillMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels,
     NodeInfoMetrics,
@@ -49,6 +53,8 @@ pub struct Metrics {
     pub(crate) cycle: CycleMetrics,
     /// Each watched worker's verdict, heartbeat age and last restart.
     pub(crate) workers: WorkerMetrics,
+    /// Time lost, by cause, and the time to recovery.
+    pub(crate) lost: LostMetrics,
     /// GCE metadata errors, interruptions and the maintenance phase.
     pub(crate) maintenance: MaintenanceMetrics,
     /// The node as its Node's labels describe it, and which maintenance sources report.
@@ -77,6 +83,7 @@ impl Metrics {
         let backends = BackendMetrics::register(&mut registry);
         let cycle = CycleMetrics::register(&mut registry);
         let workers = WorkerMetrics::register(&mut registry);
+        let lost = LostMetrics::register(&mut registry);
         let maintenance = MaintenanceMetrics::register(&mut registry);
         let node_info = NodeInfoMetrics::register(&mut registry);
         let checkpoints = CheckpointMetrics::register(&mut registry);
@@ -93,6 +100,7 @@ impl Metrics {
             backends,
             cycle,
             workers,
+            lost,
             maintenance,
             node_info,
             checkpoints,
@@ -162,6 +170,7 @@ impl Metrics {
             now: 1_000,
             heartbeat: Some(0),
             restarted: Some(0),
+            silence: Some(120_000),
         });
     }
 
@@ -266,7 +275,10 @@ mod tests {
             "cycle_duration_seconds",
             "worker_state",
             "worker_heartbeat_age_seconds",
+            "worker_allowed_silence_seconds",
             "worker_last_restart_timestamp_seconds",
+            "lost_seconds",
+            "time_to_recovery_seconds",
             "metadata_errors",
             "interruptions",
             "maintenance_phase",

@@ -34,6 +34,7 @@ struct Exported {
     /// The verdict whose `vigil_worker_state` series exists.
     state: Option<&'static str>,
     heartbeat: bool,
+    silence: bool,
     /// The latest restart known (coordinator clock, ms).
     restarted: Option<Millis>,
 }
@@ -43,6 +44,7 @@ pub(crate) struct WorkerMetrics {
     pub(crate) state: Family<WorkerStateLabels, Gauge>,
     pub(crate) heartbeat_age: Family<WorkerLabels, F64Gauge>,
     pub(crate) last_restart: Family<WorkerLabels, F64Gauge>,
+    pub(crate) allowed_silence: Family<WorkerLabels, F64Gauge>,
     exported: Mutex<BTreeMap<String, Exported>>,
 }
 
@@ -58,6 +60,9 @@ pub(crate) struct WorkerSample<'a> {
     pub(crate) heartbeat: Option<Millis>,
     /// The restart the shared marks remember, when they do.
     pub(crate) restarted: Option<Millis>,
+    /// The silence it was allowed at this evaluation (ms): `stale_after`, its grace, or its
+    /// learned silence; `None` without a record.
+    pub(crate) silence: Option<Millis>,
 }
 
 fn seconds(ms: Millis) -> f64 {
@@ -77,6 +82,12 @@ impl WorkerMetrics {
             "Age of each watched worker's last heartbeat at its last evaluation (coordinator clock)",
             Unit::Seconds,
             m.heartbeat_age.clone(),
+        );
+        reg.register_with_unit(
+            "worker_allowed_silence",
+            "The silence each watched worker was allowed at its last evaluation: policy.stale_after, the grace it announced, or the silence learned from its rhythm (policy.learned)",
+            Unit::Seconds,
+            m.allowed_silence.clone(),
         );
         reg.register_with_unit(
             "worker_last_restart_timestamp",
@@ -122,6 +133,17 @@ impl WorkerMetrics {
             None if e.heartbeat => {
                 self.heartbeat_age.remove(&id);
                 e.heartbeat = false;
+            }
+            None => {}
+        }
+        match s.silence {
+            Some(t) => {
+                self.allowed_silence.get_or_create(&id).set(seconds(t));
+                e.silence = true;
+            }
+            None if e.silence => {
+                self.allowed_silence.remove(&id);
+                e.silence = false;
             }
             None => {}
         }
@@ -171,6 +193,7 @@ impl WorkerMetrics {
                 });
             }
             self.heartbeat_age.remove(&id);
+            self.allowed_silence.remove(&id);
             self.last_restart.remove(&id);
             false
         });
@@ -197,6 +220,12 @@ mod tests {
             m.heartbeat_age.clone(),
         );
         reg.register_with_unit(
+            "worker_allowed_silence",
+            "The silence each watched worker was allowed at its last evaluation: policy.stale_after, the grace it announced, or the silence learned from its rhythm (policy.learned)",
+            Unit::Seconds,
+            m.allowed_silence.clone(),
+        );
+        reg.register_with_unit(
             "worker_last_restart_timestamp",
             "",
             Unit::Seconds,
@@ -214,6 +243,7 @@ mod tests {
             now: 200_000,
             heartbeat: Some(50_000),
             restarted: None,
+            silence: Some(120_000),
         }
     }
 

@@ -42,6 +42,7 @@ use crate::runtime::ContainerRuntime;
 use crate::trail::{Code, Trail};
 
 mod health;
+mod lost;
 
 /// The longest the SIGTERM path waits to read the Node afresh (the grace period is running).
 const FRESH_READ: Duration = Duration::from_secs(3);
@@ -139,6 +140,8 @@ pub struct Controller {
     noted_info: Option<String>,
     /// An ongoing episode is checkpointed once.
     checkpointed_episode: bool,
+    /// The time being lost now (`lost`).
+    losses: lost::Losses,
     notifier: Option<Notifier>,
 }
 
@@ -177,6 +180,7 @@ impl Controller {
             node_reader: None,
             noted_info: None,
             checkpointed_episode: false,
+            losses: lost::Losses::default(),
             notifier: None,
             metrics,
             cfg,
@@ -370,6 +374,7 @@ impl Controller {
         if matches!(next.phase, Phase::None | Phase::Pending) {
             self.checkpointed_episode = false;
         }
+        self.lose_to_transition(prev, next, now).await;
     }
 
     /// Ask every worker to checkpoint, wait, and record the outcome everywhere.
@@ -383,6 +388,7 @@ impl Controller {
     async fn record_round(&mut self, reason: &str, results: &[WorkerResult]) {
         let now = self.notes.now().await;
         self.last_round_ended = Some(tokio::time::Instant::now());
+        self.lose_to_round(now);
         let record = self.rounds.finish(reason, results, now);
         for (worker, code, detail) in record.lines {
             self.notes
@@ -471,6 +477,8 @@ impl Controller {
                 _ = stop.cancelled() => break,
                 _ = term.cancelled() => {
                     self.on_sigterm(&mut rounds).await;
+                    let now = self.notes.now().await;
+                    self.end_interruption(now, "the agent stops: the node is going away").await;
                     break;
                 }
                 Some(done) = rounds.join_next(), if !rounds.is_empty() => {

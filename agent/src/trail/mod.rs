@@ -24,6 +24,9 @@ pub enum Code {
     /// A restarted worker beat for the first time: its cooldown (booting) ends, and a new hang
     /// from now on is a new incident.
     Booted,
+    /// An incident ended in a restart is over: the time it lost, phase by phase
+    /// (`crate::hang::policy_lost`); or a maintenance or preemption ended, with its own.
+    TimeLost,
     /// The agent was asked to stop: whether it asked the workers to checkpoint, and why.
     AgentStopping,
     /// The container was restarted (verified by its start time).
@@ -112,12 +115,13 @@ pub enum Code {
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 45] = [
+    pub const ALL: [Code; 46] = [
         Code::Suspect,
         Code::TimerStarted,
         Code::TimerCleared,
         Code::Recovered,
         Code::Booted,
+        Code::TimeLost,
         Code::AgentStopping,
         Code::Restarted,
         Code::WouldRestart,
@@ -168,6 +172,7 @@ impl Code {
             Code::TimerCleared => "timer-cleared",
             Code::Recovered => "recovered",
             Code::Booted => "booted",
+            Code::TimeLost => "time-lost",
             Code::GangHung => "gang-hung",
             Code::GangDecided => "gang-decided",
             Code::GangBlocked => "gang-blocked",
@@ -324,6 +329,32 @@ pub(crate) fn render(node: &str, entries: &[TrailEntry]) -> String {
             get(e, "agent"),
         ));
     }
+    out.push_str(&lost_summary(entries));
+    out
+}
+
+/// The `time-lost` entries again, one line each, oldest first: what each incident (and each
+/// maintenance or preemption) cost, under the timeline.
+fn lost_summary(entries: &[TrailEntry]) -> String {
+    let lost: Vec<_> = entries
+        .iter()
+        .rev()
+        .map(|(_, e)| e)
+        .filter(|e| e.get("decision").map(String::as_str) == Some(Code::TimeLost.as_str()))
+        .collect();
+    if lost.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\ntime lost, by incident (oldest first)\n");
+    for e in lost {
+        let field = |k: &str| e.get(k).map_or("-", String::as_str);
+        out.push_str(&format!(
+            "{:<28} {:<14} {}\n",
+            field("incident"),
+            field("worker"),
+            field("detail")
+        ));
+    }
     out
 }
 
@@ -355,11 +386,34 @@ mod tests {
             d(1_800_000_000_000, Code::TimerStarted, false),
         ];
         let text = render("gpu-7", &entries);
+        assert!(
+            !text.contains("time lost"),
+            "no time-lost entry, no summary"
+        );
         let first = text.find("timer-started").unwrap();
         let second = text.find("would-restart").unwrap();
         assert!(first < second, "{text}");
         assert!(text.contains("incident=i-1 [dry run]"));
         assert!(text.contains("2027-01-15T08:00:00.000Z"));
         assert!(render("n", &[]).contains("no decisions"));
+        let lost = Decision {
+            at: 1_800_000_120_000,
+            worker: "trainer-0",
+            verdict: "booting",
+            decision: Code::TimeLost,
+            detail: "lost 5m = detection …".into(),
+            incident: Some("i-1"),
+            agent: "a1",
+            dry_run: false,
+        }
+        .fields();
+        let mut with = entries.clone();
+        with.insert(0, ("x".into(), lost.into_iter().collect()));
+        let text = render("gpu-7", &with);
+        let summary = text.split("time lost, by incident").nth(1).expect(&text);
+        assert!(
+            summary.contains("i-1") && summary.contains("lost 5m = detection"),
+            "{summary}"
+        );
     }
 }

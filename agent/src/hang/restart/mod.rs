@@ -39,7 +39,9 @@ use crate::coord::{CoordError, WorkerRead};
 use crate::hang::context::Context;
 use crate::hang::model::{Incident, Marks, WorkerStatus};
 use crate::hang::policy::{self, restart_due, Effect, NodeContext, Verdict};
+use crate::hang::policy_lost::IncidentTimes;
 use crate::hang::policy_pipeline::Skip;
+use crate::hang::policy_rhythm;
 use crate::hang::stand_down::NodeWatch;
 use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
@@ -165,6 +167,8 @@ pub(crate) struct RestartPath<'a> {
     pub(crate) deferred: &'a mut Vec<(String, String)>,
     /// The cycle's gang entries, views and breaker reading.
     pub(crate) gangs: &'a mut crate::hang::model_gang::GangCycle,
+    /// What this agent has learned of the worker's rhythm (`crate::hang::policy_rhythm`).
+    pub(crate) rhythm: &'a mut crate::hang::policy_rhythm::Rhythm,
 }
 
 impl RestartPath<'_> {
@@ -221,7 +225,51 @@ impl RestartPath<'_> {
         );
         let about = About::worker(&c.worker, Verdict::Booting);
         self.note(now, about, Code::Booted, detail).await?;
+        self.complete_lost(c, marks::claimed_incident(marker), beat, now)
+            .await?;
         Ok(true)
+    }
+
+    /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`), or start over:
+    /// a new incarnation and our restart booting are learned anew, and a gang member is judged
+    /// by the gang's fixed silences (every member alike).
+    fn learn(&mut self, start_over: bool, status: Option<&WorkerStatus>, now: Millis) {
+        if start_over {
+            self.rhythm.reset();
+        } else {
+            self.rhythm.observe(status, now);
+        }
+    }
+
+    /// The first beat completes the time its incident lost (`crate::hang::policy_lost`): the
+    /// recovery counted, the time to recovery observed, the whole in the trail (`time-lost`).
+    async fn complete_lost(
+        &mut self,
+        c: &Container,
+        incident: Option<&str>,
+        beat: Millis,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let key = self.ctx.keys.lost(&c.worker);
+        let kept = self.ctx.coord.get_many(std::slice::from_ref(&key)).await?;
+        let Some(times) = kept
+            .into_iter()
+            .flatten()
+            .next()
+            .and_then(|t| IncidentTimes::decode(&t))
+        else {
+            return Ok(());
+        };
+        let p = times.phases(beat);
+        self.ctx.metrics.lost.add("restart", p.recovery, now);
+        self.ctx.metrics.lost.recovered(p.total());
+        self.ctx.coord.del(std::slice::from_ref(&key)).await?;
+        let about = About::worker(&c.worker, Verdict::Booting);
+        let about = match incident {
+            Some(id) => about.incident(id),
+            None => about,
+        };
+        self.note(now, about, Code::TimeLost, p.describe()).await
     }
 
     /// The record of a read, or why it cannot be read.
@@ -302,10 +350,11 @@ impl RestartPath<'_> {
                 }
             }
         }
-        let cfg = &self.ctx.cfg.policy;
+        let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
+        self.learn(tracked || marks.cooldown || in_gang, status.as_ref(), now);
+        let cfg = &*policy_rhythm::judged_by(&self.ctx.cfg.policy, self.rhythm, status.as_ref());
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
         let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
-        let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
         if in_gang {
             effects = policy::for_gang(effects, status.as_ref(), &marks, now, cfg);
         }
@@ -316,6 +365,7 @@ impl RestartPath<'_> {
             now,
             heartbeat: status.as_ref().and_then(|s| s.heartbeat),
             restarted: marks.restarted_at,
+            silence: status.as_ref().map(|s| policy::allowed_silence(s, cfg)),
         });
         let case = Case {
             c,

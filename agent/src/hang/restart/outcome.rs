@@ -8,7 +8,9 @@ use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::{CoordError, Op};
 use crate::hang::model::{Fruitless, Retry, WorkerStatus};
 use crate::hang::policy;
+use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless;
+use crate::hang::policy_lost::IncidentTimes;
 use crate::trail::Code;
 
 use super::{restart_failure, short, Act, RestartPath};
@@ -87,6 +89,7 @@ impl RestartPath<'_> {
         if act.gang.is_none() {
             self.settle_fruitless(w, verified, true).await;
         }
+        self.count_lost(act, started, verified).await?;
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let mut detail = format!(
@@ -113,6 +116,33 @@ impl RestartPath<'_> {
             detail.push_str(&format!(" (the restart call reported: {e})"));
         }
         self.note(done, act.about(), Code::Restarted, detail).await
+    }
+
+    /// The time the incident lost up to the new incarnation: counted now (the cause's and the
+    /// restart's), and kept for its first beat, which completes it (`end_booting`). Without the
+    /// store's clock after the restart there is no such instant: nothing is counted.
+    async fn count_lost(
+        &self,
+        act: &Act<'_>,
+        command: Millis,
+        verified: Option<Millis>,
+    ) -> Result<(), CoordError> {
+        let Some(incarnation) = verified else {
+            return Ok(());
+        };
+        let times = IncidentTimes {
+            since: act.since,
+            verdict: act.inc.started,
+            command,
+            incarnation,
+        };
+        let p = times.phases(incarnation);
+        let lost = &self.ctx.metrics.lost;
+        lost.add(cause_of(act.case.v), p.detection + p.decision, command);
+        lost.add("restart", p.restart, incarnation);
+        let ttl = self.ctx.cfg.policy.cooldown * 2;
+        let key = self.ctx.keys.lost(act.case.worker());
+        self.ctx.coord.set(&key, &times.encode(), ttl).await
     }
 
     /// The fruitless run's restart, seen done at `verified` (when the clock said): progress past
@@ -320,5 +350,13 @@ impl RestartPath<'_> {
             .del(&[k.escalated(w), k.error_since(w)])
             .await?;
         Ok(true)
+    }
+}
+
+/// The cause a restarted incident's time before the command is lost to.
+pub(super) fn cause_of(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Errored => "error",
+        _ => "hang",
     }
 }

@@ -1,0 +1,76 @@
+//! The node controller's share of the time lost (`crate::hang::policy_lost`): a maintenance or
+//! preemption from its notice to its end or the node's going, and each failed GPU while failed.
+//! The restart path counts the incidents' own.
+
+use crate::accel::gpu::model::{GpuHealth, GpuReport};
+use crate::clock::Millis;
+use crate::hang::policy_lost::Interrupted;
+use crate::maintenance::model::{Interruption, MaintenanceState};
+use crate::maintenance::policy::{interrupting, interruption_starts};
+use crate::trail::Code;
+
+use super::Controller;
+
+/// What is being lost now.
+#[derive(Debug, Default)]
+pub(super) struct Losses {
+    interrupted: Option<Interrupted>,
+    /// The failed GPUs at the last GPU report, and when it came.
+    failed_gpus: Option<(usize, Millis)>,
+}
+
+impl Controller {
+    /// A maintenance transition: an interruption begins, or one ends and its time is counted.
+    pub(super) async fn lose_to_transition(
+        &mut self,
+        prev: &MaintenanceState,
+        next: &MaintenanceState,
+        now: Millis,
+    ) {
+        if interruption_starts(prev.phase, next.phase) {
+            let cause = match next.interruption {
+                Some(Interruption::Preemption) => "preemption",
+                _ => "maintenance",
+            };
+            self.losses.interrupted = Some(Interrupted {
+                cause,
+                notice: now,
+                checkpoint: None,
+            });
+        } else if interrupting(prev.phase) && !interrupting(next.phase) {
+            self.end_interruption(now, "it ended").await;
+        }
+    }
+
+    /// A checkpoint round ended: the interruption under way has had its checkpoint.
+    pub(super) fn lose_to_round(&mut self, now: Millis) {
+        if let Some(i) = self.losses.interrupted.as_mut() {
+            i.checkpoint.get_or_insert(now);
+        }
+    }
+
+    /// The interruption under way ends at `now` (`how`): counted, and said in the trail.
+    pub(super) async fn end_interruption(&mut self, now: Millis, how: &str) {
+        let Some(i) = self.losses.interrupted.take() else {
+            return;
+        };
+        let (total, line) = i.ended(now, how);
+        self.metrics.lost.add(i.cause, total, now);
+        self.note(Code::TimeLost, line).await;
+    }
+
+    /// Each failed GPU of the last report lost the time since then (GPU-seconds).
+    pub(super) fn lose_to_gpus(&mut self, report: &GpuReport, now: Millis) {
+        if let Some((failed, at)) = self.losses.failed_gpus {
+            self.metrics
+                .lost
+                .add("gpu-failed", failed as Millis * (now - at).max(0), now);
+        }
+        let failed = report
+            .gpus
+            .iter()
+            .filter(|g| report.failures_known() && g.health == GpuHealth::Failed)
+            .count();
+        self.losses.failed_gpus = Some((failed, now));
+    }
+}

@@ -1,0 +1,98 @@
+//! Benchmark (figures, not a test): step-time traces of a training job replayed through the real
+//! verdict (`vigil::hang::replay`, simulated time), under the fixed `policy.stale_after` and
+//! under the silence learned from the worker's rhythm (`policy.learned`), at several poll
+//! intervals. For each: false suspects and false hangs over a simulated day of a healthy job,
+//! and how long after its last beat a hung job is confirmed `hung` (many hangs at random times).
+//!
+//! Run: `bash scripts/bench-rhythm.sh [HANGS]` (default 200).
+
+use std::time::Duration;
+
+use vigil::config::Config;
+use vigil::hang::replay::{replay, trace, Shape};
+
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 24 * HOUR;
+
+fn config(learned: bool, poll_s: u64) -> Config {
+    let mut c = Config::default();
+    c.policy.learned.enabled = learned;
+    c.poll_interval = Duration::from_secs(poll_s);
+    c
+}
+
+fn pct(sorted: &[i64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)] as f64 / 1000.0
+}
+
+fn main() {
+    let hangs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    println!("1 s steps (10 % jitter, 1 in 500 stalls 2-5 s), a 90 s evaluation every 1,000 steps, an announced 45 s checkpoint every 3,000");
+    println!("time from the last beat to `hung`, for hangs in training (the last beat in `processing`) and in an announced phase (an evaluation, a checkpoint)");
+    println!(
+        "{:<10} {:<8} {:<5} {:>12} {:>9} | {:>6} {:>8} {:>8} {:>8} | {:>6} {:>8} {:>8}",
+        "evaluation",
+        "silence",
+        "poll",
+        "suspects/day",
+        "hungs/day",
+        "n",
+        "p50 s",
+        "p95 s",
+        "max s",
+        "n",
+        "p50 s",
+        "max s"
+    );
+    for announced in [true, false] {
+        let shape = Shape::one_second_steps(announced);
+        let day = trace(&shape, 42, 0, DAY, None);
+        for poll_s in [15u64, 5, 2] {
+            for learned in [false, true] {
+                let c = config(learned, poll_s);
+                let poll = poll_s as i64 * 1000;
+                let calm = replay(&day, &c, poll, 0, DAY);
+                let (mut training, mut phase) = (Vec::new(), Vec::new());
+                for i in 0..hangs {
+                    // A hang at a random moment of the day, after an hour of learning.
+                    let at = HOUR + ((i * 7_919_993 + 12_345) as i64 % (DAY - 2 * HOUR));
+                    let beats = trace(&shape, 1000 + i, 0, at + HOUR, Some(at));
+                    let last = beats.last().expect("a beat");
+                    let out = replay(&beats, &c, poll, 0, at + HOUR);
+                    let took = out
+                        .hungs
+                        .iter()
+                        .find(|&&h| h > last.at)
+                        .map_or(HOUR, |h| h - last.at);
+                    if last.state == "processing" {
+                        training.push(took);
+                    } else {
+                        phase.push(took);
+                    }
+                }
+                training.sort_unstable();
+                phase.sort_unstable();
+                let phase = if phase.is_empty() { vec![0] } else { phase };
+                println!(
+                    "{:<10} {:<8} {:<5} {:>12} {:>9} | {:>6} {:>8.1} {:>8.1} {:>8.1} | {:>6} {:>8.1} {:>8.1}",
+                    if announced { "announced" } else { "silent" },
+                    if learned { "learned" } else { "fixed" },
+                    format!("{poll_s}s"),
+                    calm.suspects.len(),
+                    calm.hungs.len(),
+                    training.len(),
+                    pct(&training, 0.5),
+                    pct(&training, 0.95),
+                    pct(&training, 1.0),
+                    phase.len(),
+                    pct(&phase, 0.5),
+                    pct(&phase, 1.0),
+                );
+            }
+        }
+    }
+}
