@@ -1322,3 +1322,67 @@ async fn restarts_that_help_are_never_stopped() {
     assert_eq!(off.runtime.restarts("c1"), 3, "only the breaker stops it");
     assert_eq!(off.sink.count(AlertKind::Fruitless), 0);
 }
+
+/// One look by every agent, `after` the last: the clock moves, each agent runs one cycle.
+async fn look(w: &mut World, after: Duration) {
+    w.clock.advance(after);
+    for a in w.agents.iter_mut() {
+        a.cycle().await;
+    }
+}
+
+/// Issue 31, item 5: a worker that beats every 2 s is found hung 14 s after its last beat with
+/// `[policy.learned]` on (8 s learned, then the confirming look), two minutes sooner than the
+/// fixed rule; its restart still waits for the fixed `stale_after` (and `restart_delay`), never
+/// cancelled and retried in between.
+#[tokio::test]
+async fn a_learned_rhythm_finds_the_hang_sooner_and_the_restart_still_waits_for_the_fixed_rule() {
+    let mut w = World::new(|c| {
+        c.policy.learned.enabled = true;
+        c.policy.restart_delay = Duration::from_secs(30);
+    });
+    for _ in 0..40 {
+        w.beat("trainer-0", "processing", "step-1").await;
+        look(&mut w, Duration::from_secs(2)).await;
+    }
+    let text = w.agents[0].metrics().encode();
+    assert_eq!(
+        sample(
+            &text,
+            "vigil_worker_allowed_silence_seconds{worker=\"trainer-0\"}"
+        ),
+        Some(8.0),
+        "4 × the 2 s silences it came back from\n{text}"
+    );
+    let last = w.now() - 2_000;
+    while w.sink.count(AlertKind::Hung) == 0 && w.now() - last < 60_000 {
+        look(&mut w, Duration::from_secs(2)).await;
+    }
+    assert_eq!(
+        w.now() - last,
+        14_000,
+        "found hung 14 s after the last beat"
+    );
+    while w.now() - last <= 120_000 {
+        assert_eq!(
+            w.runtime.restarts("c1"),
+            0,
+            "not before the fixed rule, at {}",
+            w.now() - last
+        );
+        look(&mut w, Duration::from_secs(2)).await;
+    }
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "restarted once the fixed rule holds"
+    );
+    let d = w.decisions().await;
+    assert!(!d.iter().any(|x| x == "cancelled-recovered"), "{d:?}");
+    assert_eq!(
+        d.iter().filter(|x| *x == "timer-started").count(),
+        1,
+        "{d:?}"
+    );
+    assert_eq!(w.sink.count(AlertKind::Hung), 1);
+}

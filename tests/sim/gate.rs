@@ -311,12 +311,13 @@ impl SimCoord {
             if let Some(w) = c.worker_of_status_key(self.node, key) {
                 let cfg = c.cfg.clone();
                 let seen = c.workers[w].condemnable(c.now(), &cfg);
+                let suspectable = c.workers[w].suspectable(c.now(), &cfg);
                 let worker = c.workers[w].worker.clone();
                 let l = &mut c.insts[self.inst];
                 if l.lock_attempt.is_some() {
                     l.reads.insert(worker.clone(), seen);
                 }
-                l.last_read.insert(worker, seen);
+                l.last_read.insert(worker, suspectable);
             }
         }
         self.told(self.lies.hgetall(key, r))

@@ -73,9 +73,26 @@ impl WorkerTruth {
     /// Whether the record, as the worker last wrote it, makes it a restart candidate at `now`:
     /// a processing worker whose heartbeat is older than `stale_after`, or one in error.
     pub fn condemnable(&self, now: Millis, cfg: &Config) -> bool {
+        self.stale_past(now, ms(cfg.policy.stale_after))
+    }
+
+    /// Whether an incident may open for it at `now`: condemnable, or where the world learns
+    /// rhythms (`policy.learned`), silent past the shortest silence a rhythm can teach (its
+    /// floor). Its restart must still be condemnable by the fixed rule.
+    pub fn suspectable(&self, now: Millis, cfg: &Config) -> bool {
+        let l = &cfg.policy.learned;
+        let silence = if l.enabled {
+            ms(l.floor)
+        } else {
+            ms(cfg.policy.stale_after)
+        };
+        self.stale_past(now, silence)
+    }
+
+    fn stale_past(&self, now: Millis, silence: Millis) -> bool {
         match (self.state, self.last_beat) {
             ("error", Some(_)) => true,
-            ("processing", Some(hb)) => now - hb > ms(cfg.policy.stale_after),
+            ("processing", Some(hb)) => now - hb > silence,
             _ => false,
         }
     }
@@ -123,7 +140,7 @@ pub struct InstLog {
     pub lock_checked_at: Option<Millis>,
     /// Status reads since the lock attempt: worker → condemnable at the read.
     pub reads: HashMap<String, bool>,
-    /// The last status read of each worker (any time): condemnable at the read.
+    /// The last status read of each worker (any time): suspectable at the read.
     pub last_read: HashMap<String, bool>,
     /// The breaker day and fleet window of the units this pipeline took (from the keys it
     /// incremented): a restart counts in the day and window its unit was taken in, since a

@@ -104,6 +104,17 @@ fn sim_config(rng: &mut Rng) -> Config {
     cfg.metadata.settle = Duration::from_secs(5);
     // 0 (no limit) now and then; else restarts that do not help stop after 1 to 3.
     cfg.policy.max_fruitless_restarts = rng.range(0, 4) as u32;
+    // Half the worlds learn each worker's rhythm (issue 31, item 5), learned within seconds,
+    // with a restart delay short enough that the fixed stale_after, not the delay, is what
+    // holds a restart back: "restart only of a hung worker" (by the fixed rule) then checks
+    // that learning moves alerts and timers, never a restart.
+    if rng.chance(500) {
+        let l = &mut cfg.policy.learned;
+        l.enabled = true;
+        l.floor = Duration::from_secs(1);
+        l.min_samples = 5;
+        cfg.policy.restart_delay = Duration::from_secs(1);
+    }
     cfg
 }
 

@@ -398,7 +398,7 @@ pub(crate) fn plan(
         && marks
             .fruitless
             .as_ref()
-            .is_some_and(|f| crate::hang::policy_fruitless::progressed(f, status, marks))
+            .is_some_and(|f| crate::hang::policy_fruitless::progressed(f, status))
     {
         fx.push(Effect::ClearFruitless);
     }
@@ -592,6 +592,18 @@ pub(crate) fn condition_since(
         Verdict::Errored => marks.error_since.unwrap_or(incident_started),
         _ => status.and_then(|s| s.heartbeat).unwrap_or(incident_started),
     }
+}
+
+/// Whether a hang is one by the fixed `policy.stale_after` (or its grace) too, not only by the
+/// worker's learned rhythm (`crate::hang::policy_rhythm`): the restart waits for it. Any other
+/// verdict has no learned part.
+pub(crate) fn fixed_rule_holds(
+    v: Verdict,
+    status: Option<&WorkerStatus>,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> bool {
+    v != Verdict::Hung || status.is_some_and(|s| is_stale(s, now, cfg))
 }
 
 /// Whether the restart pipeline should run now for an incident that started at `started`.

@@ -37,7 +37,7 @@ fn step_of(marker: &str) -> Option<u64> {
 /// a beat of the new incarnation (newer than `last`, not in error), further than `past` — or,
 /// without a step to compare (`past` unknown), any such beat: a restart that brought it back
 /// helped, and only restarts after which it never beat again count.
-pub(crate) fn progressed(f: &Fruitless, status: Option<&WorkerStatus>, _marks: &Marks) -> bool {
+pub(crate) fn progressed(f: &Fruitless, status: Option<&WorkerStatus>) -> bool {
     let Some(s) = status else {
         return false;
     };
@@ -54,7 +54,7 @@ pub(crate) fn blocks(marks: &Marks, status: Option<&WorkerStatus>, max: u32) -> 
         && marks
             .fruitless
             .as_ref()
-            .is_some_and(|f| f.count >= max && !progressed(f, status, marks))
+            .is_some_and(|f| f.count >= max && !progressed(f, status))
 }
 
 /// The run after one more restart at `now` of a worker whose record says `status` (a run that
@@ -65,11 +65,7 @@ pub(crate) fn after_restart(
     now: Millis,
 ) -> Fruitless {
     let here = position(status);
-    match marks
-        .fruitless
-        .as_ref()
-        .filter(|f| !progressed(f, status, marks))
-    {
+    match marks.fruitless.as_ref().filter(|f| !progressed(f, status)) {
         Some(f) => Fruitless {
             count: f.count + 1,
             since: f.since,

@@ -401,9 +401,12 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         match incident {
             // NB: after a failed restart (of any incident) the worker waits for its backoff.
+            // NB: a hang found by the worker's learned rhythm is restarted only once the fixed
+            // rule finds it too: learning moves the alert, never a restart.
             Some(inc)
                 if restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
-                    && policy::retry_open(case.marks, now) =>
+                    && policy::retry_open(case.marks, now)
+                    && policy::fixed_rule_holds(case.v, case.status, now, &self.ctx.cfg.policy) =>
             {
                 let since = policy::condition_since(case.v, inc.started, case.marks, case.status);
                 let act = Act {
