@@ -406,6 +406,12 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
         None,
         "no verdict while NVML hangs"
     );
+    assert!(
+        !d.remove_taints
+            .contains(&"vigil.dev/gpu-failed".to_string()),
+        "the failed GPU's taint stays: {:?}",
+        d.remove_taints
+    );
     let cond = d
         .conditions
         .iter()

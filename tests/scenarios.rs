@@ -1386,3 +1386,38 @@ async fn a_learned_rhythm_finds_the_hang_sooner_and_the_restart_still_waits_for_
     );
     assert_eq!(w.sink.count(AlertKind::Hung), 1);
 }
+
+/// Issue 31, item 5, with two instances on the node that judge differently (one learned, one
+/// not: an HA pair, a rolling update, an agent just restarted): one incident, one alert, never
+/// closed by the instance whose fixed rule calls the same silence fresh, one restart.
+#[tokio::test]
+async fn an_instance_that_has_not_learned_never_closes_a_learned_incident() {
+    let mut w = World::new(|c| {
+        c.policy.learned.enabled = true;
+        c.policy.restart_delay = Duration::from_secs(30);
+    });
+    w.add_agent(config("gpu-1", |c| {
+        c.policy.restart_delay = Duration::from_secs(30);
+    }));
+    for _ in 0..40 {
+        w.beat("trainer-0", "processing", "step-1").await;
+        look(&mut w, Duration::from_secs(2)).await;
+    }
+    let last = w.now() - 2_000;
+    while w.now() - last <= 130_000 {
+        look(&mut w, Duration::from_secs(2)).await;
+    }
+    assert_eq!(w.runtime.restarts("c1"), 1);
+    let d = w.decisions().await;
+    assert_eq!(
+        d.iter().filter(|x| *x == "timer-started").count(),
+        1,
+        "{d:?}"
+    );
+    assert!(
+        !d.iter()
+            .any(|x| x == "recovered" || x == "cancelled-recovered"),
+        "{d:?}"
+    );
+    assert_eq!(w.sink.count(AlertKind::Hung), 1, "{:?}", w.sink.kinds());
+}

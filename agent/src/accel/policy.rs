@@ -35,6 +35,11 @@ pub trait Accelerator: Clone {
     fn settled(&self) -> bool {
         true
     }
+    /// Whether a failure the report holds still stands (the taint stays) though there is no
+    /// verdict now: by default only while monitoring.
+    fn failures_known(&self) -> bool {
+        self.monitoring()
+    }
     /// The kind's Node condition; `None`: the condition is removed.
     fn condition(&self) -> Option<NodeCondition>;
     /// Whether `self` differs from `other` in more than its reasons (published at once; reasons
@@ -70,7 +75,8 @@ pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d:
         format!("{p}{}", n.reasons_annotation),
         (on && !reasons.is_empty()).then_some(reasons),
     );
-    let failed = taint && on && report.health() == Health::Failed;
+    // NB: a failure outlives a monitor that stopped answering (a wedged NVML): the taint stays.
+    let failed = taint && report.failures_known() && report.health() == Health::Failed;
     failure_taint(d, format!("{p}{}", n.taint), failed);
     match report.condition() {
         Some(c) => d.conditions.push(c),

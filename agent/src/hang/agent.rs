@@ -64,6 +64,8 @@ pub struct Agent {
     /// Each watched worker's learned rhythm (`policy.learned`), by worker id; in memory only:
     /// an agent restart learns again, meanwhile the fixed rule judges.
     rhythms: HashMap<String, Rhythm>,
+    /// The node's previous record's time lost has been taken up (`seed_lost`).
+    lost_seeded: bool,
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -106,6 +108,7 @@ impl Agent {
             record: Default::default(),
             cycle: Cycle::default(),
             rhythms: HashMap::new(),
+            lost_seeded: false,
             ctx: Context {
                 cfg,
                 keys,
@@ -310,9 +313,24 @@ impl Agent {
         path.evaluate(c, read).await
     }
 
+    /// Take up the last day's time lost as the node's previous record kept it, once: until it
+    /// is read, this agent's record must not replace it.
+    async fn seed_lost(&mut self, now: crate::clock::Millis) -> Result<(), CoordError> {
+        if self.lost_seeded {
+            return Ok(());
+        }
+        let kept = self.ctx.coord.hgetall(&self.ctx.keys.agent()).await?;
+        if let Some(rec) = crate::fleet::view::NodeRecord::from_fields(&kept) {
+            self.ctx.metrics.lost.seed(&rec.lost_hours, now);
+        }
+        self.lost_seeded = true;
+        Ok(())
+    }
+
     /// Publish this node's record for the fleet view with the cycle's writes (see
     /// [`Cycle::publish`]).
     async fn publish(&mut self) -> Result<(), CoordError> {
+        self.seed_lost(self.cycle.now).await?;
         let maintenance = {
             let f = self.watch.facts.read().unwrap_or_else(|p| p.into_inner());
             f.maintenance.clone()
@@ -362,12 +380,7 @@ impl Agent {
         let Ok(now) = self.ctx.coord.time().await else {
             return;
         };
-        // The last day's time lost, as the node's previous record kept it.
-        if let Ok(kept) = self.ctx.coord.hgetall(&self.ctx.keys.agent()).await {
-            if let Some(rec) = crate::fleet::view::NodeRecord::from_fields(&kept) {
-                self.ctx.metrics.lost.seed(&rec.lost_hours, now);
-            }
-        }
+        let _ = self.seed_lost(now).await;
         let detail = format!(
             "agent {} started (dry_run={})",
             env!("CARGO_PKG_VERSION"),

@@ -458,9 +458,21 @@ fn suspect_effects(
     match (stale, status.and_then(|s| s.heartbeat), marks.suspect) {
         (true, Some(hb), Some((seen, _))) if seen == hb => None,
         (true, Some(hb), _) => Some(Effect::RecordSuspect { heartbeat: hb }),
-        (false, _, Some(_)) => Some(Effect::ClearSuspect),
+        (false, _, Some(_)) if !silence_unbroken(status, marks) => Some(Effect::ClearSuspect),
         _ => None,
     }
+}
+
+/// The worker has not beaten since the stale sighting recorded (by this or another instance):
+/// its silence is unbroken, so the sighting and the incident timer stand whatever this
+/// instance's own threshold says — instances may judge by different learned rhythms
+/// (`crate::hang::policy_rhythm`: one that has not learned, or an agent just restarted, judges
+/// by `stale_after`), and only the worker's data may end them.
+pub(crate) fn silence_unbroken(status: Option<&WorkerStatus>, marks: &Marks) -> bool {
+    let Some(s) = status.filter(|s| watched(&s.state)) else {
+        return false;
+    };
+    matches!((s.heartbeat, marks.suspect), (Some(hb), Some((seen, _))) if hb == seen)
 }
 
 /// The progress marker follows a fresh, processing record; anything else forgets it.
@@ -504,7 +516,8 @@ fn timer_end(
             // instance has not confirmed yet: another instance may be one observation ahead.
             let readable =
                 status.is_some_and(|s| s.state != WorkerState::Processing || s.heartbeat.is_some());
-            (!stale && !in_error && readable).then_some(TimerEnd::Recovered)
+            let recovered = !stale && !in_error && readable && !silence_unbroken(status, marks);
+            recovered.then_some(TimerEnd::Recovered)
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::clock::Millis;
 
 /// When each step of an incident happened (coordinator clock), as kept from the restart's
 /// verification to the first beat in `P:{N}:worker:W:lost`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct IncidentTimes {
     /// The last beat (a hang) or the start of the error.
     pub(crate) since: Millis,
@@ -25,6 +25,8 @@ pub(crate) struct IncidentTimes {
     pub(crate) command: Millis,
     /// The new incarnation seen running.
     pub(crate) incarnation: Millis,
+    /// The incident's id: only its own first beat completes it.
+    pub(crate) incident: String,
 }
 
 /// The four phases (ms), each at least zero, adding up to [`Phases::total`].
@@ -37,23 +39,26 @@ pub(crate) struct Phases {
 }
 
 impl IncidentTimes {
-    /// `since:verdict:command:incarnation`.
+    /// `since:verdict:command:incarnation:incident` (an incident id has no `:`).
     pub(crate) fn encode(&self) -> String {
         format!(
-            "{}:{}:{}:{}",
-            self.since, self.verdict, self.command, self.incarnation
+            "{}:{}:{}:{}:{}",
+            self.since, self.verdict, self.command, self.incarnation, self.incident
         )
     }
 
     pub(crate) fn decode(text: &str) -> Option<IncidentTimes> {
-        let mut p = text.split(':').map(|v| v.parse::<Millis>().ok());
-        let t = IncidentTimes {
-            since: p.next()??,
-            verdict: p.next()??,
-            command: p.next()??,
-            incarnation: p.next()??,
-        };
-        p.next().is_none().then_some(t)
+        let mut p = text.splitn(5, ':');
+        let mut n = || p.next()?.parse::<Millis>().ok();
+        let (since, verdict, command, incarnation) = (n()?, n()?, n()?, n()?);
+        let incident = p.next().filter(|i| !i.is_empty() && !i.contains(':'))?;
+        Some(IncidentTimes {
+            since,
+            verdict,
+            command,
+            incarnation,
+            incident: incident.to_string(),
+        })
     }
 
     /// The phases up to the first beat at `first`. Each step is taken no earlier than the one
@@ -163,6 +168,7 @@ mod tests {
             verdict: 131_000,
             command: 311_000,
             incarnation: 323_500,
+            incident: "i-1".into(),
         };
         let p = t.phases(353_500);
         assert_eq!(
@@ -173,7 +179,7 @@ mod tests {
         // A reader's clock a little behind another's: no phase below zero, the sum still holds.
         let skewed = IncidentTimes {
             incarnation: 310_990,
-            ..t
+            ..t.clone()
         };
         let p = skewed.phases(311_500);
         assert_eq!((p.restart, p.recovery), (0, 500));
@@ -188,9 +194,17 @@ mod tests {
             verdict: 2,
             command: 3,
             incarnation: 4,
+            incident: "1800000000000-ab12".into(),
         };
         assert_eq!(IncidentTimes::decode(&t.encode()), Some(t));
-        for bad in ["", "1:2:3", "1:2:3:4:5", "a:2:3:4", "1::3:4"] {
+        for bad in [
+            "",
+            "1:2:3:4",
+            "1:2:3:4:",
+            "1:2:3:4:a:b",
+            "a:2:3:4:i",
+            "1::3:4:i",
+        ] {
             assert_eq!(IncidentTimes::decode(bad), None, "{bad:?}");
         }
     }

@@ -1,8 +1,9 @@
 //! The learned silence: what is learned, what never is, and what it changes in the verdict.
 
 use super::*;
+use crate::hang::model::Incident;
 use crate::hang::model::Marks;
-use crate::hang::policy::{verdict, NodeContext, Verdict};
+use crate::hang::policy::{plan, verdict, Effect, NodeContext, TimerEnd, Verdict};
 use std::time::Duration;
 
 fn cfg() -> PolicyConfig {
@@ -183,5 +184,39 @@ fn a_learned_worker_is_suspect_then_hung_within_seconds() {
     assert_eq!(
         verdict(Some(&status), &seen, node, hb + 8_500, &c),
         Verdict::Healthy
+    );
+}
+
+#[test]
+fn an_instance_that_has_not_learned_never_ends_a_learned_incident_while_the_silence_lasts() {
+    // One instance learned 5 s and opened an incident; another (or this agent after a restart)
+    // judges by the fixed 2 m: the worker has not beaten since the sighting, so the sighting
+    // and the timer stand. A new beat ends both.
+    let fixed = PolicyConfig::default();
+    let hb = 1_000_000;
+    let status = rec(WorkerState::Processing, hb);
+    let marks = Marks {
+        suspect: Some((hb, hb + 6_000)),
+        incident: Some(Incident {
+            started: hb + 8_500,
+            id: "i-1".into(),
+        }),
+        ..Marks::default()
+    };
+    let now = hb + 20_000;
+    let v = verdict(Some(&status), &marks, NodeContext::default(), now, &fixed);
+    assert_eq!(v, Verdict::Healthy, "fresh by the fixed rule");
+    let fx = plan(v, Some(&status), &marks, now, &fixed);
+    assert!(
+        !fx.contains(&Effect::ClearSuspect)
+            && !fx.contains(&Effect::ClearIncident(TimerEnd::Recovered)),
+        "{fx:?}"
+    );
+    let beat = rec(WorkerState::Processing, hb + 19_000);
+    let fx = plan(v, Some(&beat), &marks, now, &fixed);
+    assert!(
+        fx.contains(&Effect::ClearSuspect)
+            && fx.contains(&Effect::ClearIncident(TimerEnd::Recovered)),
+        "{fx:?}"
     );
 }

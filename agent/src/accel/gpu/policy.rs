@@ -54,6 +54,9 @@ impl Accelerator for GpuReport {
     fn monitoring(&self) -> bool {
         GpuReport::monitoring(self)
     }
+    fn failures_known(&self) -> bool {
+        GpuReport::failures_known(self)
+    }
     fn health(&self) -> Health {
         self.node
     }

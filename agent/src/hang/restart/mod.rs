@@ -252,23 +252,23 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.lost(&c.worker);
         let kept = self.ctx.coord.get_many(std::slice::from_ref(&key)).await?;
-        let Some(times) = kept
-            .into_iter()
-            .flatten()
-            .next()
-            .and_then(|t| IncidentTimes::decode(&t))
+        let Some(raw) = kept.into_iter().flatten().next() else {
+            return Ok(());
+        };
+        // NB: compare-and-delete: of two instances that saw the first beat, one counts it. A
+        // record of another incident (ours, then someone else's restart) is dropped uncounted.
+        if !self.ctx.coord.del_if_owner(&key, &raw).await? {
+            return Ok(());
+        }
+        let Some(times) =
+            IncidentTimes::decode(&raw).filter(|t| Some(t.incident.as_str()) == incident)
         else {
             return Ok(());
         };
         let p = times.phases(beat);
         self.ctx.metrics.lost.add("restart", p.recovery, now);
         self.ctx.metrics.lost.recovered(p.total());
-        self.ctx.coord.del(std::slice::from_ref(&key)).await?;
-        let about = About::worker(&c.worker, Verdict::Booting);
-        let about = match incident {
-            Some(id) => about.incident(id),
-            None => about,
-        };
+        let about = About::worker(&c.worker, Verdict::Booting).incident(&times.incident);
         self.note(now, about, Code::TimeLost, p.describe()).await
     }
 

@@ -82,6 +82,9 @@ impl RestartPath<'_> {
             marks::claim(booted_after, &act.inc.id, c),
             marks::DONE
         );
+        // NB: the time lost is kept before the marker goes up: the first beat may be seen by
+        // another instance the moment it does.
+        self.count_lost(act, started, verified).await?;
         self.ctx
             .coord
             .set(&k.cooldown(w), &marker, cooldown)
@@ -89,7 +92,6 @@ impl RestartPath<'_> {
         if act.gang.is_none() {
             self.settle_fruitless(w, verified, true).await;
         }
-        self.count_lost(act, started, verified).await?;
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let mut detail = format!(
@@ -130,18 +132,31 @@ impl RestartPath<'_> {
         let Some(incarnation) = verified else {
             return Ok(());
         };
+        let key = self.ctx.keys.lost(act.case.worker());
+        // NB: a restart after one whose incarnation never beat counts from where that one's
+        // count ended (its verification), never again from the old incarnation's last beat.
+        let kept = self.ctx.coord.get_many(std::slice::from_ref(&key)).await?;
+        let counted_to = kept
+            .into_iter()
+            .flatten()
+            .next()
+            .and_then(|t| IncidentTimes::decode(&t))
+            .map(|t| t.incarnation)
+            .into_iter()
+            .chain(act.case.marks.restarted_at)
+            .max();
         let times = IncidentTimes {
-            since: act.since,
+            since: counted_to.map_or(act.since, |t| act.since.max(t)),
             verdict: act.inc.started,
             command,
             incarnation,
+            incident: act.inc.id.clone(),
         };
         let p = times.phases(incarnation);
         let lost = &self.ctx.metrics.lost;
         lost.add(cause_of(act.case.v), p.detection + p.decision, command);
         lost.add("restart", p.restart, incarnation);
         let ttl = self.ctx.cfg.policy.cooldown * 2;
-        let key = self.ctx.keys.lost(act.case.worker());
         self.ctx.coord.set(&key, &times.encode(), ttl).await
     }
 
