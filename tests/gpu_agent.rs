@@ -189,6 +189,21 @@ async fn xid_79_fails_the_gpu_taints_the_node_alerts_and_protects_its_worker() {
         "{text}"
     );
     assert!(text.contains("vigil_gpu_monitoring 1"));
+    // Issue 31, item 2: the failed GPU loses its time while failed, report after report.
+    let gpu_lost = || {
+        r.metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix("vigil_lost_seconds_total{cause=\"gpu-failed\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = gpu_lost();
+    assert!(
+        eventually(|| gpu_lost() > before).await,
+        "{}",
+        r.metrics.encode()
+    );
 }
 
 #[tokio::test]

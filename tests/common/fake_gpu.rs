@@ -81,15 +81,7 @@ impl FakeGpu {
 
     /// A critical XID event on this GPU (delivered to the waiting monitor at once).
     pub fn inject_xid(&self, index: u32, xid: u64) {
-        let mut st = self.state();
-        let uuid = st
-            .gpus
-            .get(&index)
-            .map(|g| g.uuid.clone())
-            .unwrap_or_default();
-        st.xids.push_back(XidEvent { index, uuid, xid });
-        drop(st);
-        self.shared.1.notify_all();
+        self.inject_xids(index, xid, 1);
     }
 
     /// Volatile (and aggregate) uncorrectable ECC errors.

@@ -252,6 +252,16 @@ impl<'a> dyn Coordinator + 'a {
         call!(self, Request::GetMany(keys.to_vec()), "MGET", Reply::Values(v) => v)
     }
 
+    /// One string key's value (`None` when absent): [`Self::get_many`] of one key.
+    pub async fn get(&self, key: &str) -> Result<Option<String>, CoordError> {
+        Ok(self
+            .get_many(&[key.to_string()])
+            .await?
+            .into_iter()
+            .flatten()
+            .next())
+    }
+
     pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
         let request = Request::SetNx {
             key: key.into(),

@@ -251,8 +251,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.lost(&c.worker);
-        let kept = self.ctx.coord.get_many(std::slice::from_ref(&key)).await?;
-        let Some(raw) = kept.into_iter().flatten().next() else {
+        let Some(raw) = self.ctx.coord.get(&key).await? else {
             return Ok(());
         };
         // NB: compare-and-delete: of two instances that saw the first beat, one counts it. A

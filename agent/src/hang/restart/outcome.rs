@@ -135,11 +135,11 @@ impl RestartPath<'_> {
         let key = self.ctx.keys.lost(act.case.worker());
         // NB: a restart after one whose incarnation never beat counts from where that one's
         // count ended (its verification), never again from the old incarnation's last beat.
-        let kept = self.ctx.coord.get_many(std::slice::from_ref(&key)).await?;
-        let counted_to = kept
-            .into_iter()
-            .flatten()
-            .next()
+        let counted_to = self
+            .ctx
+            .coord
+            .get(&key)
+            .await?
             .and_then(|t| IncidentTimes::decode(&t))
             .map(|t| t.incarnation)
             .into_iter()
@@ -172,14 +172,12 @@ impl RestartPath<'_> {
         take_past: bool,
     ) {
         let k = &self.ctx.keys;
-        let Ok(values) = self.ctx.coord.get_many(&[k.fruitless(worker)]).await else {
-            return;
-        };
-        let Some(mut run) = values
-            .into_iter()
-            .flatten()
-            .next()
-            .and_then(|t| Fruitless::decode(&t))
+        let Ok(Some(mut run)) = self
+            .ctx
+            .coord
+            .get(&k.fruitless(worker))
+            .await
+            .map(|v| v.and_then(|t| Fruitless::decode(&t)))
         else {
             return;
         };

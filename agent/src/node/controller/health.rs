@@ -42,8 +42,7 @@ impl Controller {
     /// A new GPU report: the failures it clears go in the trail, then it is applied.
     pub(crate) async fn apply_gpu(&mut self, report: GpuReport) {
         self.gpu_seen = Some(tokio::time::Instant::now());
-        let now = self.notes.now().await;
-        self.lose_to_gpus(&report, now);
+        self.lose_to_gpus(&report);
         self.note_cleared(&report).await;
         self.announce_episodes(&report).await;
         let was_hung = self.gpu.report().state == GpuMonitorState::NvmlHung;

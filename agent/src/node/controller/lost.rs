@@ -3,7 +3,7 @@
 //! The restart path counts the incidents' own.
 
 use crate::accel::gpu::model::{GpuHealth, GpuReport};
-use crate::clock::Millis;
+use crate::clock::{Clock, Millis, SystemClock};
 use crate::hang::policy_lost::Interrupted;
 use crate::maintenance::model::{Interruption, MaintenanceState};
 use crate::maintenance::policy::{interrupting, interruption_starts};
@@ -15,8 +15,9 @@ use super::Controller;
 #[derive(Debug, Default)]
 pub(super) struct Losses {
     interrupted: Option<Interrupted>,
-    /// The failed GPUs at the last GPU report, and when it came.
-    failed_gpus: Option<(usize, Millis)>,
+    /// The failed GPUs at the last GPU report, and when it came (monotonic: no clock read of
+    /// the coordinator on every report).
+    failed_gpus: Option<(usize, tokio::time::Instant)>,
 }
 
 impl Controller {
@@ -60,11 +61,14 @@ impl Controller {
     }
 
     /// Each failed GPU of the last report lost the time since then (GPU-seconds).
-    pub(super) fn lose_to_gpus(&mut self, report: &GpuReport, now: Millis) {
+    pub(super) fn lose_to_gpus(&mut self, report: &GpuReport) {
+        let now = tokio::time::Instant::now();
         if let Some((failed, at)) = self.losses.failed_gpus {
+            let ms = now.duration_since(at).as_millis().min(i64::MAX as u128) as Millis;
+            // The node's clock only places the time in the last day's hourly ledger.
             self.metrics
                 .lost
-                .add("gpu-failed", failed as Millis * (now - at).max(0), now);
+                .add("gpu-failed", failed as Millis * ms, SystemClock.now());
         }
         let failed = report
             .gpus
