@@ -250,6 +250,7 @@ fn every_redis_key_is_documented() {
         k.gang_incident("G"),
         k.gang_decision("G"),
         k.gang_restarted("G"),
+        k.gang_fruitless("G"),
         k.gang_lock("G"),
         k.gang_reader("G"),
         k.gang_breaker("G", "<YYYY-MM-DD>"),

@@ -155,6 +155,17 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
             .map_or(0, |v| v.parse::<i64>().unwrap());
     }
     assert_eq!(used, 1, "one fleet unit for the gang");
+    // The gang's run of restarts that do not help counts this one, where the collective stopped
+    // (`step-4`, as `vigil beat --progress` published it).
+    let run = redis_get(&redis, &format!("{prefix}:gang:{{{gang}}}:fruitless"))
+        .await
+        .unwrap_or_default();
+    let parts: Vec<&str> = run.split(':').collect();
+    assert_eq!(
+        (parts.first(), parts.last()),
+        (Some(&"1"), Some(&"4")),
+        "the gang's run: {run:?}"
+    );
 
     // `vigil status` shows the gang.
     let (code, out, err) = vigil(

@@ -37,6 +37,8 @@ struct Job {
     sink: RecordingSink,
     ranks: Vec<Rank>,
     size: usize,
+    /// The step the ranks' beats say (`step-N`), when they say one.
+    step: Option<u64>,
 }
 
 impl Job {
@@ -76,6 +78,7 @@ impl Job {
             sink,
             ranks,
             size,
+            step: None,
         }
     }
 
@@ -83,15 +86,20 @@ impl Job {
         self.clock.now()
     }
 
-    /// Rank `i` beats (working, at `step`), stamped `ago` ms before now.
+    /// Rank `i` beats (working, at the job's `step` when it has one), stamped `ago` ms before now.
     async fn beat(&self, i: usize, ago: Millis) {
         let size = self.size.to_string();
+        let step = self.step.map(|s| format!("step-{s}"));
+        let mut fields = vec![("gang", GANG), ("gang_size", &size), ("job", "llama")];
+        if let Some(s) = &step {
+            fields.push(("progress", s));
+        }
         write_record(
             self.store.as_ref(),
             &self.ranks[i].keys.status(&format!("rank-{i}")),
             "processing",
             self.now() - ago,
-            &[("gang", GANG), ("gang_size", &size), ("job", "llama")],
+            &fields,
         )
         .await;
     }
@@ -291,6 +299,71 @@ async fn a_restarted_gang_that_progresses_closes_its_incident_and_a_later_hang_i
         "{}",
         blocked[0].detail
     );
+}
+
+/// The ranks train from step `from` to `to` (one step per poll interval), then the collective
+/// stops there (rank 2 first).
+async fn train_and_stop(job: &mut Job, from: u64, to: u64) {
+    for s in from..=to {
+        job.step = Some(s);
+        job.beat_all().await;
+        job.tick().await;
+    }
+    for i in 0..job.ranks.len() {
+        job.beat(i, if i == 2 { 3_000 } else { 0 }).await;
+    }
+}
+
+#[tokio::test]
+async fn a_gang_whose_restarts_bring_no_rank_past_its_step_is_not_restarted_a_third_time() {
+    // The gang's breaker would allow more: the run of fruitless restarts is what stops the third.
+    let mut job = Job::new(4, 4, |c| c.gang.breaker_per_day = 10);
+    train_and_stop(&mut job, 41_195, 41_200).await;
+    job.run_for(Duration::from_secs(420)).await;
+    assert_eq!(job.restarts(), vec![1, 1, 1, 1]);
+    // Each restart resumes from the checkpoint at 41150 and stops at 41200 again.
+    train_and_stop(&mut job, 41_150, 41_200).await;
+    job.run_for(Duration::from_secs(420)).await;
+    assert_eq!(job.restarts(), vec![2, 2, 2, 2], "the second restart runs");
+    train_and_stop(&mut job, 41_150, 41_200).await;
+    job.run_for(Duration::from_secs(900)).await;
+    assert_eq!(
+        job.restarts(),
+        vec![2, 2, 2, 2],
+        "no third restart: {:?}",
+        job.sink.kinds()
+    );
+    let pages = job.sink.of(AlertKind::Fruitless);
+    assert_eq!(pages.len(), 1, "one page: {:?}", job.sink.kinds());
+    assert_eq!(pages[0].gang.as_deref(), Some(GANG));
+    assert!(
+        pages[0].detail.starts_with(
+            "restarts are not helping: 2 restart(s) of every member, no progress past step 41200 since"
+        ),
+        "{}",
+        pages[0].detail
+    );
+    assert_eq!(job.sink.count(AlertKind::Restarting), 2);
+    let day = utc_day(job.now());
+    let gang_breaker = job.ranks[0].keys.gang_breaker(GANG, &day);
+    assert_eq!(
+        job.counter(&gang_breaker).await,
+        2,
+        "no unit for the refusal"
+    );
+    assert_eq!(job.fleet_budget_used().await, 2);
+    let mut noted = 0;
+    for r in &job.ranks {
+        let trail = common::wiring::trail_decisions(job.store.as_ref(), &r.keys).await;
+        noted += trail.iter().filter(|d| *d == "skipped-fruitless").count();
+    }
+    assert_eq!(noted, 1, "the trail says it once");
+
+    // A person fixes the job: it gets past 41200, then hangs elsewhere — a restart helps again.
+    train_and_stop(&mut job, 41_150, 41_230).await;
+    job.run_for(Duration::from_secs(420)).await;
+    assert_eq!(job.restarts(), vec![3, 3, 3, 3], "{:?}", job.sink.kinds());
+    assert_eq!(job.sink.count(AlertKind::Fruitless), 1);
 }
 
 #[tokio::test]

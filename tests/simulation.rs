@@ -244,6 +244,8 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         ("escalations", stats.escalations),
         ("failovers", stats.failovers),
         ("node breakers spent", stats.breakers_spent),
+        ("gang fruitless pages", stats.fruitless_pages),
+        ("stuck jobs fixed by people", stats.fixed_by_people),
     ] {
         assert!(
             n > 0 || count < 50,
@@ -291,6 +293,14 @@ fn the_gang_harness_catches_pages_not_deduplicated() {
     gang_caught(
         sim::gang_mutant::GangMutant::AlertsNotDeduplicated,
         &["one page per incident"],
+    );
+}
+
+#[test]
+fn the_gang_harness_catches_restarts_that_do_not_help_repeated() {
+    gang_caught(
+        sim::gang_mutant::GangMutant::FruitlessForgotten,
+        &["restarts that do not help stop"],
     );
 }
 

@@ -3,7 +3,8 @@
 //! clock, their cycles interleaved in a seeded order, with faults: agents that crash (mid-wave
 //! too) and come back, a member's node standing down (its agent's SIGTERM), a node breaker spent
 //! by others, the coordinator gone for a while, a failover that forgets a gang's incident, decision
-//! and the locks, slow agents, stragglers, restarts that do not help. After every cycle the harness checks, against its own ground truth:
+//! and the locks, slow agents, stragglers, restarts that do not help (and a person who restarts a
+//! job stuck for 45 minutes). After every cycle the harness checks, against its own ground truth:
 //!
 //! - **once per incident**: a member is never restarted twice unless its gang progressed in
 //!   between, or `policy.cooldown` passed (the product's new incident);
@@ -11,7 +12,10 @@
 //!   its own agent's cycles — unless its node was faulted (stood down, crashed, the coordinator
 //!   gone, a failover) in that window: the residual window of docs/how-it-decides.md;
 //! - **one page per incident**: at most one `hung` alert for a gang per stop of its collective;
-//! - **never a moving collective**: no member is restarted while a member of its gang progresses.
+//! - **never a moving collective**: no member is restarted while a member of its gang progresses;
+//! - **restarts that do not help stop**: no restart of every member begins after
+//!   `policy.max_fruitless_restarts` in a row that brought the collective no further (each
+//!   restart resumes from a checkpoint and trains on, never beats, or stops again where it did).
 //!
 //! The cycle, not every coordinator call, is the unit of interleaving here (the single-worker
 //! simulation, `super::world`, interleaves every call): gang safety rests on the same per-member
@@ -33,6 +37,7 @@ use vigil::recording::RecordingSink;
 use vigil::runtime::sim::FakeRuntime;
 
 use super::gang_mutant::{Faulty, GangMutant};
+use super::gang_truth::{GangTruth, Phase};
 use super::rng::Rng;
 
 const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;
@@ -42,45 +47,6 @@ const NODES: usize = 4;
 const GANGS: [&str; 2] = ["ml/a", "ml/b"];
 /// Simulated time per seed.
 const TICKS: u64 = 480;
-
-/// The harness's truth about one gang.
-#[derive(Debug, Clone, PartialEq)]
-enum Phase {
-    /// Every member beats.
-    Running,
-    /// One member stopped at `at`; the others beat on until `until`, then stop too (a
-    /// collective blocks on its straggler) — or, with `until` `None`, the straggler resumes.
-    Straggling {
-        member: usize,
-        until: Option<Millis>,
-    },
-    /// The collective stopped at `at`.
-    Stopped { at: Millis },
-    /// Every member was restarted; it trains again from `at` (or never: a restart that does
-    /// not help).
-    Booting { at: Option<Millis> },
-}
-
-struct GangTruth {
-    phase: Phase,
-    /// When a member last progressed (beat while the collective moved).
-    progressed_at: Millis,
-    /// Restarts seen of each member (by node), and when each member was last restarted.
-    restarts: Vec<usize>,
-    last_restart: Vec<Option<Millis>>,
-    /// A restart wave: when its first member was restarted, and how many cycles each node's
-    /// agent had run then.
-    wave: Option<Millis>,
-    wave_cycles: Vec<u64>,
-    /// The members an excused partial wave left out: their node's agent may still carry out
-    /// the standing decision once the node is back (the restart completes late).
-    left_out: Vec<usize>,
-    /// `hung` alerts seen for this gang during the current stop, and when that stop began.
-    hung_pages: usize,
-    stopped_at: Millis,
-    /// When a failover last forgot this gang's incident and decision.
-    failover_at: Millis,
-}
 
 struct NodeSim {
     keys: Keys,
@@ -112,6 +78,8 @@ pub struct GangStats {
     pub escalations: u64,
     pub failovers: u64,
     pub breakers_spent: u64,
+    pub fruitless_pages: u64,
+    pub fixed_by_people: u64,
 }
 
 impl GangStats {
@@ -126,6 +94,8 @@ impl GangStats {
         self.escalations += o.escalations;
         self.failovers += o.failovers;
         self.breakers_spent += o.breakers_spent;
+        self.fruitless_pages += o.fruitless_pages;
+        self.fixed_by_people += o.fixed_by_people;
     }
 }
 
@@ -199,18 +169,7 @@ impl Sim {
         }
         let now = sim.now();
         for _ in GANGS {
-            sim.gangs.push(GangTruth {
-                phase: Phase::Running,
-                progressed_at: now,
-                restarts: vec![0; NODES],
-                last_restart: vec![None; NODES],
-                wave: None,
-                wave_cycles: vec![0; NODES],
-                left_out: Vec::new(),
-                hung_pages: 0,
-                stopped_at: 0,
-                failover_at: Millis::MIN / 2,
-            });
+            sim.gangs.push(GangTruth::new(now, NODES, 41_000));
         }
         sim
     }
@@ -256,6 +215,10 @@ impl Sim {
         let now = self.now();
         for (g, gang) in GANGS.iter().enumerate() {
             let beating: Vec<bool> = (0..NODES).map(|n| self.beats_now(g, n, now)).collect();
+            if beating.contains(&true) {
+                self.gangs[g].stepped();
+            }
+            let progress = format!("step-{}", self.gangs[g].step);
             for (n, beat) in beating.into_iter().enumerate() {
                 if beat {
                     let key = self.nodes[n].keys.status(&worker(g));
@@ -264,10 +227,21 @@ impl Sim {
                         ("heartbeat".to_string(), vigil::coord::heartbeat_value(now)),
                         ("gang".to_string(), gang.to_string()),
                         ("gang_size".to_string(), NODES.to_string()),
+                        ("progress".to_string(), progress.clone()),
                     ];
                     self.store.hset(&key, &fields, None).await.unwrap();
                     self.gangs[g].progressed_at = now;
                 }
+            }
+            let truth = &mut self.gangs[g];
+            if truth.stop_at.is_some_and(|s| truth.step >= s) {
+                truth.stop_at = None;
+                truth.phase = Phase::Stopped { at: now };
+                truth.hung_pages = 0;
+                truth.stopped_at = now;
+                self.log(format!(
+                    "gang {g}: the collective stops again at step {progress}, where it stopped before"
+                ));
             }
         }
     }
@@ -342,6 +316,20 @@ impl Sim {
                     self.gangs[g].stopped_at = now;
                 }
                 _ => {}
+            }
+        }
+        for g in 0..self.gangs.len() {
+            // A person looks at a gang stuck for 45 minutes (its restarts do not help, or are
+            // refused) and restarts the job, fixed: not Vigil's restart, no wave.
+            let stuck = now - self.gangs[g].progressed_at > 45 * 60_000;
+            if stuck && self.gangs[g].wave.is_none() && odds(&mut self.rng, 1, 40) {
+                self.stats.fixed_by_people += 1;
+                self.log(format!("gang {g}: a person restarts the job, fixed"));
+                let back = 1 + self.rng.below(40);
+                let truth = &mut self.gangs[g];
+                truth.resumed(back);
+                truth.stop_at = None;
+                truth.phase = Phase::Booting { at: Some(now) };
             }
         }
         for n in 0..NODES {
@@ -444,6 +432,13 @@ impl Sim {
                     continue;
                 }
                 if self.gangs[g].wave.is_none() {
+                    let max = Config::default().policy.max_fruitless_restarts;
+                    if let Err(detail) = self.gangs[g].wave_begins(max) {
+                        return self.fail(
+                            "restarts that do not help stop",
+                            format!("gang {g}: {detail}"),
+                        );
+                    }
                     self.stats.gang_restarts += 1;
                     self.gangs[g].wave = Some(now);
                     self.gangs[g].wave_cycles = self.cycles.clone();
@@ -454,9 +449,15 @@ impl Sim {
                 if all {
                     self.gangs[g].wave = None;
                     self.gangs[g].left_out.clear();
-                    // Whether the restart helps is the seed's choice.
-                    let at = odds(&mut self.rng, 3, 4)
-                        .then(|| now + self.rng.below(120) as Millis * 1_000);
+                    // Whether the restart helps is the seed's choice: it resumes from its last
+                    // checkpoint and trains on, or never beats again, or trains back to where it
+                    // stopped and stops there again.
+                    let back = 1 + self.rng.below(40);
+                    self.gangs[g].resumed(back);
+                    let pick = self.rng.below(4);
+                    let at = (pick != 0).then(|| now + self.rng.below(120) as Millis * 1_000);
+                    let high = self.gangs[g].high;
+                    self.gangs[g].stop_at = (pick == 1).then_some(high);
                     self.gangs[g].phase = Phase::Booting { at };
                 } else {
                     // NB: a failover that forgot the decision mid-wave leaves the rest to a new
@@ -516,6 +517,7 @@ impl Sim {
                 }
                 AlertKind::GangBlocked => self.stats.blocked_pages += 1,
                 AlertKind::Escalation => self.stats.escalations += 1,
+                AlertKind::Fruitless => self.stats.fruitless_pages += 1,
                 _ => {}
             }
         }

@@ -21,15 +21,18 @@ pub enum GangMutant {
     AlertsNotDeduplicated,
     /// The cooldown claim is invisible: a restarted member looks hung again at once.
     CooldownUnseen,
+    /// The gang's run of fruitless restarts reads as absent: restarts that do not help go on.
+    FruitlessForgotten,
 }
 
 impl GangMutant {
     #[allow(dead_code)]
-    pub const ALL: [GangMutant; 4] = [
+    pub const ALL: [GangMutant; 5] = [
         GangMutant::ProgressHidden,
         GangMutant::BlockersHidden,
         GangMutant::AlertsNotDeduplicated,
         GangMutant::CooldownUnseen,
+        GangMutant::FruitlessForgotten,
     ];
 }
 
@@ -43,6 +46,9 @@ pub struct Faulty {
 fn hides(mutant: Option<GangMutant>, key: &str) -> bool {
     match mutant {
         Some(GangMutant::CooldownUnseen) => key.ends_with(":cooldown"),
+        Some(GangMutant::FruitlessForgotten) => {
+            key.contains(":gang:{") && key.ends_with(":fruitless")
+        }
         _ => false,
     }
 }

@@ -167,6 +167,11 @@ impl Keys {
     pub fn gang_reader(&self, gang: &str) -> String {
         self.g(gang, "reader")
     }
+    /// The gang's restarts in a row that brought no member past where it stopped
+    /// (`crate::hang::policy_fruitless`; the shape of a worker's run), counted at each decision.
+    pub fn gang_fruitless(&self, gang: &str) -> String {
+        self.g(gang, "fruitless")
+    }
     /// The lock of the gang's decision (random token).
     pub fn gang_lock(&self, gang: &str) -> String {
         self.g(gang, "lock")

@@ -11,6 +11,7 @@ use crate::coord::{CoordError, Coordinator, Keys};
 #[cfg(test)]
 use crate::hang::model_gang::tag;
 use crate::hang::model_gang::{GangState, Member};
+use crate::hang::policy_fruitless;
 use crate::hang::policy_gang::{self as gp, Timing};
 
 /// A gang's view and state, in two round trips: every shard of its view, then its state keys.
@@ -42,7 +43,8 @@ pub(crate) async fn read_view(
         .collect())
 }
 
-/// The gang's incident, decision and last restart (one round trip, one slot).
+/// The gang's incident, decision, last restart and run of fruitless restarts (one round trip,
+/// one slot).
 pub(crate) async fn read_state(
     coord: &dyn Coordinator,
     keys: &Keys,
@@ -52,6 +54,7 @@ pub(crate) async fn read_state(
         keys.gang_incident(gang),
         keys.gang_decision(gang),
         keys.gang_restarted(gang),
+        keys.gang_fruitless(gang),
     ];
     Ok(GangState::decode(&coord.get_many(&state_keys).await?))
 }
@@ -101,10 +104,16 @@ pub(crate) async fn views(
             gp::GangVerdict::Straggler(ids) => (None, ids.clone()),
             gp::GangVerdict::Running => (None, vec![]),
         };
+        let mut blockers = gp::blockers(&members, size, now, t);
+        if let Some(run) = state.fruitless.as_ref().filter(|_| {
+            policy_fruitless::gang_blocks(state.fruitless.as_ref(), &members, t.max_fruitless)
+        }) {
+            blockers.insert(0, policy_fruitless::describe_gang(run, &gang));
+        }
         out.push(GangView {
             verdict: verdict.as_str(),
             members: members.len(),
-            blockers: gp::blockers(&members, size, now, t),
+            blockers,
             incident: state.incident.as_ref().map(|i| i.id.clone()),
             incident_since: state.incident.as_ref().map(|i| i.started),
             decided_at: state.current_decision().map(|d| d.decided),
@@ -185,5 +194,56 @@ mod tests {
         );
         assert!(text.contains("blocked: 1 of 4 members missing"), "{text}");
         assert_eq!(render(&[], 0), "");
+    }
+    #[tokio::test]
+    async fn a_gang_whose_restarts_do_not_help_says_so_first_among_its_blockers() {
+        use crate::clock::FakeClock;
+        use crate::coord::memory::MemoryCoordinator;
+        use std::sync::Arc;
+        let now = 10_000_000;
+        let coord: Arc<dyn Coordinator> =
+            Arc::new(MemoryCoordinator::new(Arc::new(FakeClock::at(now))));
+        let keys = Keys::new("vigil", "-");
+        let t = Timing::of(&crate::config::Config::default());
+        for node in ["gpu-0", "gpu-1"] {
+            let entry = serde_json::json!({"n": node, "w": "rank", "v": "hung", "s": "w",
+                "hb": now - 300_000, "p": 41_200, "ok": 120_000, "at": now - 1_000, "br": 3});
+            let field = format!("{node}/rank");
+            let shard = keys.gang_members("ml/a", gp::shard_of(node, 1));
+            coord
+                .hset(&shard, &[(field, entry.to_string())], None)
+                .await
+                .unwrap();
+        }
+        let run = "2:1000:9000000:41200";
+        coord
+            .set(
+                &keys.gang_fruitless("ml/a"),
+                run,
+                std::time::Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+        let v = views(coord.as_ref(), "vigil", &t, [tag("ml/a", Some(2))], now)
+            .await
+            .unwrap();
+        assert_eq!(v[0].verdict, "hung");
+        assert!(
+            v[0].blockers[0].starts_with(
+                "restarts are not helping: 2 restart(s) of every member, no progress past step 41200"
+            ),
+            "{:?}",
+            v[0].blockers
+        );
+        assert!(render(&v, now).contains("blocked: restarts are not helping"));
+        // With a limit of 3 there is one restart left: nothing blocks.
+        let three = Timing {
+            max_fruitless: 3,
+            ..t
+        };
+        let v = views(coord.as_ref(), "vigil", &three, [tag("ml/a", Some(2))], now)
+            .await
+            .unwrap();
+        assert!(v[0].blockers.is_empty(), "{:?}", v[0].blockers);
     }
 }

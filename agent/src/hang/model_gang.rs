@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Millis;
+use crate::hang::model::Fruitless;
 
 /// What a member is doing, as its record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +39,10 @@ pub(crate) struct Member {
     /// Its last heartbeat (the coordinator's clock): its last progress.
     #[serde(rename = "hb", default)]
     pub(crate) heartbeat: Option<Millis>,
+    /// How far it has got as of that heartbeat (`crate::hang::policy_fruitless::position`):
+    /// whether the gang's restarts help.
+    #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) step: Option<u64>,
     /// How long it may stay silent after that heartbeat (ms).
     #[serde(rename = "ok")]
     pub(crate) silence: Millis,
@@ -113,6 +118,8 @@ pub(crate) struct GangState {
     pub(crate) decision: Option<Decision>,
     /// When the gang was last restarted (a closed incident's decision).
     pub(crate) restarted: Option<Millis>,
+    /// The gang's restarts in a row that brought no member past where it stopped.
+    pub(crate) fruitless: Option<Fruitless>,
 }
 
 /// `"<ms>:<id>"`, the shape of the incident and the decision.
@@ -122,7 +129,7 @@ pub(crate) fn parse_stamp(v: &str) -> Option<(Millis, String)> {
 }
 
 impl GangState {
-    /// From the values of the incident, decision and restarted keys, in that order.
+    /// From the values of the incident, decision, restarted and fruitless keys, in that order.
     pub(crate) fn decode(values: &[Option<String>]) -> GangState {
         let at = |i: usize| values.get(i).and_then(|v| v.as_deref());
         GangState {
@@ -133,6 +140,7 @@ impl GangState {
                 .and_then(parse_stamp)
                 .map(|(decided, incident)| Decision { decided, incident }),
             restarted: at(2).and_then(|v| v.parse().ok()),
+            fruitless: at(3).and_then(Fruitless::decode),
         }
     }
 

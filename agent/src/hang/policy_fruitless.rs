@@ -7,6 +7,7 @@
 
 use crate::clock::{rfc3339, Millis};
 use crate::hang::model::{Fruitless, Marks, WorkerState, WorkerStatus};
+use crate::hang::model_gang::{Activity, Member};
 
 /// How far a worker has got: the larger of its numeric progress and its checkpoint step.
 pub(crate) fn position(status: Option<&WorkerStatus>) -> Option<u64> {
@@ -38,12 +39,22 @@ fn step_of(marker: &str) -> Option<u64> {
 /// without a step to compare (`past` unknown), any such beat: a restart that brought it back
 /// helped, and only restarts after which it never beat again count.
 pub(crate) fn progressed(f: &Fruitless, status: Option<&WorkerStatus>) -> bool {
-    let Some(s) = status else {
-        return false;
-    };
-    let fresh = s.heartbeat.is_some_and(|hb| hb > f.last) && s.state != WorkerState::Error;
+    status.is_some_and(|s| {
+        beat_past(
+            f,
+            s.heartbeat,
+            s.state == WorkerState::Error,
+            position(Some(s)),
+        )
+    })
+}
+
+/// One beat (`heartbeat`, at `step`) against the run: newer than its last restart, not in
+/// error, and past where it stopped (any such beat when the run knows no step).
+fn beat_past(f: &Fruitless, heartbeat: Option<Millis>, errored: bool, step: Option<u64>) -> bool {
+    let fresh = heartbeat.is_some_and(|hb| hb > f.last) && !errored;
     match f.past {
-        Some(past) => fresh && position(status).is_some_and(|p| p > past),
+        Some(past) => fresh && step.is_some_and(|p| p > past),
         None => fresh,
     }
 }
@@ -64,8 +75,13 @@ pub(crate) fn after_restart(
     status: Option<&WorkerStatus>,
     now: Millis,
 ) -> Fruitless {
-    let here = position(status);
-    match marks.fruitless.as_ref().filter(|f| !progressed(f, status)) {
+    let run = marks.fruitless.as_ref().filter(|f| !progressed(f, status));
+    extend(run, position(status), now)
+}
+
+/// `run` (one that has not progressed) after one more restart at `now` of something at `here`.
+fn extend(run: Option<&Fruitless>, here: Option<u64>, now: Millis) -> Fruitless {
+    match run {
         Some(f) => Fruitless {
             count: f.count + 1,
             since: f.since,
@@ -81,14 +97,54 @@ pub(crate) fn after_restart(
     }
 }
 
-/// `restarts are not helping: 2 restarts, no progress past step 41200 since 2026-…`.
+/// A gang's run (its restarts of every member, counted at each decision): over once any present
+/// member gets past where the gang stopped, in a beat newer than the last decision. One member
+/// is enough — a collective moves as a whole, and a member that moves is not stopped.
+pub(crate) fn gang_progressed(f: &Fruitless, members: &[Member]) -> bool {
+    members
+        .iter()
+        .any(|m| beat_past(f, m.heartbeat, m.activity == Activity::Error, m.step))
+}
+
+/// Whether the gang's run forbids another restart of every member (`max` 0: never).
+pub(crate) fn gang_blocks(run: Option<&Fruitless>, members: &[Member], max: u32) -> bool {
+    max > 0 && run.is_some_and(|f| f.count >= max && !gang_progressed(f, members))
+}
+
+/// The gang's run after one more decision at `now`: where it stopped is the furthest member.
+pub(crate) fn gang_after_restart(
+    run: Option<&Fruitless>,
+    members: &[Member],
+    now: Millis,
+) -> Fruitless {
+    let run = run.filter(|f| !gang_progressed(f, members));
+    let here = members.iter().filter_map(|m| m.step).max();
+    extend(run, here, now)
+}
+
+/// `restarts are not helping: 2 restart(s), no progress past step 41200 since 2026-…`.
 pub(crate) fn describe(f: &Fruitless) -> String {
+    format!(
+        "{}; not restarting it until it gets past that (or its fruitless mark is removed)",
+        account(f, "restart(s)")
+    )
+}
+
+/// The gang's: `restarts are not helping: 2 restart(s) of every member, no progress past …`.
+pub(crate) fn describe_gang(f: &Fruitless, gang: &str) -> String {
+    format!(
+        "{}; not restarting gang {gang} until a member gets past that (or the gang's fruitless mark is removed)",
+        account(f, "restart(s) of every member")
+    )
+}
+
+fn account(f: &Fruitless, restarts: &str) -> String {
     let past = match f.past {
         Some(p) => format!("no progress past step {p}"),
         None => "no progress".to_string(),
     };
     format!(
-        "restarts are not helping: {} restart(s), {past} since {}; not restarting it until it gets past that (or its fruitless mark is removed)",
+        "restarts are not helping: {} {restarts}, {past} since {}",
         f.count,
         rfc3339(f.since)
     )
@@ -200,5 +256,82 @@ mod tests {
         assert_eq!(Fruitless::decode(&f.encode()), Some(f));
         assert_eq!(Fruitless::decode("2:1:3:41200").unwrap().past, Some(41_200));
         assert_eq!(Fruitless::decode("junk"), None);
+    }
+    fn member(node: &str, hb: Millis, step: Option<u64>) -> Member {
+        serde_json::from_value(serde_json::json!({
+            "n": node, "w": "rank", "v": "hung", "s": "w", "hb": hb, "p": step, "ok": 1, "at": hb
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_gang_run_counts_decisions_until_any_member_gets_past_the_furthest_stop() {
+        // Stopped at 41200 (the furthest member), one rank behind at 41150.
+        let stopped = [
+            member("a", 900, Some(41_200)),
+            member("b", 800, Some(41_150)),
+        ];
+        let first = gang_after_restart(None, &stopped, 1_000);
+        assert_eq!(
+            (first.count, first.since, first.past),
+            (1, 1_000, Some(41_200))
+        );
+        // The new incarnations resumed from 41000 and stopped at 41200 again.
+        let again = [
+            member("a", 1_900, Some(41_200)),
+            member("b", 1_900, Some(41_180)),
+        ];
+        assert!(!gang_blocks(Some(&first), &again, 2), "one restart so far");
+        let second = gang_after_restart(Some(&first), &again, 2_000);
+        assert_eq!((second.count, second.since, second.last), (2, 1_000, 2_000));
+        assert!(
+            gang_blocks(Some(&second), &again, 2),
+            "the third is refused"
+        );
+        assert!(!gang_blocks(Some(&second), &again, 0), "0: no limit");
+        assert!(!gang_blocks(None, &again, 2));
+        // One member one step past, in a beat after the last decision: the run is over.
+        let past = [
+            member("a", 2_500, Some(41_201)),
+            member("b", 2_500, Some(41_190)),
+        ];
+        assert!(gang_progressed(&second, &past));
+        assert!(!gang_blocks(Some(&second), &past, 2));
+        let fresh = gang_after_restart(Some(&second), &past, 3_000);
+        assert_eq!(
+            (fresh.count, fresh.since, fresh.past),
+            (1, 3_000, Some(41_201))
+        );
+        // Past the step but in a beat before the decision (the old incarnation's): no progress.
+        let old = [member("a", 1_500, Some(41_300))];
+        assert!(gang_blocks(Some(&second), &old, 2));
+        // A member in error is no progress either.
+        let mut errored = member("a", 2_500, Some(41_300));
+        errored.activity = Activity::Error;
+        assert!(gang_blocks(Some(&second), &[errored], 2));
+        assert!(describe_gang(&second, "ml/llm").starts_with(
+            "restarts are not helping: 2 restart(s) of every member, no progress past step 41200 since"
+        ));
+        assert!(describe_gang(&second, "ml/llm").contains("not restarting gang ml/llm"));
+    }
+
+    #[test]
+    fn a_gang_that_publishes_no_step_progresses_by_any_beat_after_its_restart() {
+        let f = Fruitless {
+            count: 2,
+            since: 1_000,
+            last: 3_000,
+            past: None,
+        };
+        assert!(gang_blocks(Some(&f), &[member("a", 2_900, None)], 2));
+        assert!(!gang_blocks(
+            Some(&f),
+            &[member("a", 2_900, None), member("b", 3_100, None)],
+            2
+        ));
+        assert_eq!(
+            gang_after_restart(None, &[member("a", 1, None)], 5).past,
+            None
+        );
     }
 }

@@ -16,7 +16,8 @@ use crate::clock::{human, ms, Millis};
 use crate::config::{Config, GangAction, StragglerAction};
 use crate::hang::model_gang::{Activity, Decision, GangState, Member};
 
-/// The durations the gang's rules use, from the configuration.
+/// The durations the gang's rules use, from the configuration (and the one count: how many
+/// restarts in a row may bring no progress).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Timing {
     /// A member's agent that has not written its entry for this long is silent.
@@ -26,6 +27,8 @@ pub(crate) struct Timing {
     pub(crate) restart_delay: Millis,
     pub(crate) cooldown: Millis,
     pub(crate) escalate_after: Millis,
+    /// `policy.max_fruitless_restarts`, for the gang's own run.
+    pub(crate) max_fruitless: u32,
 }
 
 impl Timing {
@@ -39,6 +42,7 @@ impl Timing {
             restart_delay: ms(cfg.policy.restart_delay),
             cooldown: ms(cfg.policy.cooldown),
             escalate_after: ms(cfg.policy.escalate_after),
+            max_fruitless: cfg.policy.max_fruitless_restarts,
         }
     }
 

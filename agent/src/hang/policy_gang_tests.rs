@@ -23,6 +23,7 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
         verdict: verdict.into(),
         activity: Activity::Working,
         heartbeat: Some(hb),
+        step: None,
         silence: 120 * S,
         started: Some(0),
         at,

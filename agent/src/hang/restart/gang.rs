@@ -1,20 +1,21 @@
 //! The gang path: a member of a distributed job's collective is judged with its gang. Its agent
 //! reads the gang's fleet view (only while the member is stale, in error or booting), and carries
 //! out `crate::hang::policy_gang`'s steps: the gang incident (SET NX), its pages, the one
-//! decision (under the gang's lock: every member able to take part, one unit of the gang's
-//! breaker and one of the fleet budget), and this member's restart — through the ordinary
+//! decision (under the gang's lock: restarts so far that helped, every member able to take part,
+//! one unit of the gang's breaker and one of the fleet budget, one more in the gang's run of
+//! fruitless restarts), and this member's restart — through the ordinary
 //! pipeline, under this node's lock and breaker, revalidated against the decision at the last
 //! moment.
 
-use crate::alerts::AlertKind;
 use crate::clock::{human, ms, Millis};
 use crate::coord::caps::{breaker_day, Caps, BREAKER_TTL};
 use crate::coord::lease::Lease;
-use crate::coord::marks::MARK_TTL;
+use crate::coord::marks::{FRUITLESS_TTL, MARK_TTL};
 use crate::coord::CoordError;
-use crate::hang::model::{Gang, Incident, WorkerState};
+use crate::hang::model::{Fruitless, Gang, Incident, WorkerState};
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member, View};
 use crate::hang::policy::{self, Verdict};
+use crate::hang::policy_fruitless;
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
 use crate::trail::journal::About;
 use crate::trail::Code;
@@ -53,6 +54,7 @@ impl RestartPath<'_> {
             verdict: case.v.as_str().to_string(),
             activity,
             heartbeat: s.heartbeat,
+            step: policy_fruitless::position(Some(s)),
             silence: policy::allowed_silence(s, &self.ctx.cfg.policy),
             started: case.c.started_ms(),
             at: now,
@@ -183,6 +185,7 @@ impl RestartPath<'_> {
                     .current_decision()
                     .map(|d| d.decided)
                     .or(state.restarted),
+                fruitless: state.fruitless.clone(),
                 ..GangState::default()
             };
             self.remember_state(&g, &state);
@@ -360,6 +363,16 @@ impl RestartPath<'_> {
         if !matches!(gp::verdict(&members, now), GangVerdict::Hung { .. }) {
             return Ok(None);
         }
+        // NB: before the blockers: restarts that do not help is the standing finding, a missing
+        // member or a spent breaker a passing one.
+        let run = fresh.fruitless.as_ref();
+        if let Some(run) =
+            run.filter(|_| policy_fruitless::gang_blocks(run, &members, t.max_fruitless))
+        {
+            self.gang_fruitless(case, g, &inc, &members, run, now)
+                .await?;
+            return Ok(None);
+        }
         let why = gp::blockers(&members, g.size, now, &t);
         if !why.is_empty() {
             self.gang_blocked(case, g, &inc, &members, why, now).await?;
@@ -370,6 +383,12 @@ impl RestartPath<'_> {
                 .await?;
             return Ok(None);
         }
+        // NB: counted before the decision, as the breaker's unit is: a decision is never taken
+        // without its count (a run lost would let a restart that does not help run again).
+        if let Err(e) = self.count_gang_fruitless(g, run, &members, now).await {
+            self.refund_gang_caps(g, now).await;
+            return Err(e);
+        }
         let d = Decision {
             decided: now,
             incident: inc.id.clone(),
@@ -378,30 +397,12 @@ impl RestartPath<'_> {
         let value = format!("{}:{}", d.decided, d.incident);
         if !self.ctx.coord.set_nx(&dkey, &value, MARK_TTL).await? {
             self.refund_gang_caps(g, now).await;
+            self.restore_gang_fruitless(g, run).await;
             let ikey = self.ctx.keys.gang_incident(&g.id);
             let values = self.ctx.coord.get_many(&[ikey, dkey]).await?;
             return Ok(GangState::decode(&values).current_decision().cloned());
         }
-        let first = gp::first_stopped(&members, now);
-        let (kind, verb) = match self.ctx.cfg.dry_run {
-            true => (AlertKind::WouldRestart, "would restart"),
-            false => (AlertKind::Restarting, "restarting"),
-        };
-        let detail = format!(
-            "{verb} every member of gang {} together ({} members, each by its own node's agent within two poll intervals); one unit of the fleet budget and of the gang's breaker ({} per day). {}",
-            g.id,
-            members.len(),
-            self.ctx.cfg.gang.breaker_per_day,
-            super::gang_pages::describe_hang(g, &members, first, now)
-        );
-        let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
-        if self.claim_alert(&akey, now, MARK_TTL).await? {
-            let mut a = self.gang_alert(kind, g, &members, first, detail.clone());
-            a.incident = Some(inc.id.clone());
-            self.send_gang(g, &a).await;
-        }
-        let about = About::worker(case.worker(), case.v).incident(&inc.id);
-        self.note(now, about, Code::GangDecided, detail).await?;
+        self.announce_decision(case, g, &inc, &members, now).await?;
         Ok(Some(d))
     }
 
@@ -448,6 +449,35 @@ impl RestartPath<'_> {
                 Err(e)
             }
         }
+    }
+
+    /// The decision at `now` is one more restart of every member in the gang's run (a run that
+    /// progressed starts over). Observe mode restarts nobody and counts nothing.
+    async fn count_gang_fruitless(
+        &self,
+        g: &Gang,
+        run: Option<&Fruitless>,
+        members: &[Member],
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        if self.ctx.cfg.dry_run {
+            return Ok(());
+        }
+        let run = policy_fruitless::gang_after_restart(run, members, now);
+        let key = self.ctx.keys.gang_fruitless(&g.id);
+        self.ctx.coord.set(&key, &run.encode(), FRUITLESS_TTL).await
+    }
+
+    /// Another agent's decision stands: the run is as it was (under the gang's lock).
+    async fn restore_gang_fruitless(&self, g: &Gang, run: Option<&Fruitless>) {
+        if self.ctx.cfg.dry_run {
+            return;
+        }
+        let key = self.ctx.keys.gang_fruitless(&g.id);
+        let _ = match run {
+            Some(f) => self.ctx.coord.set(&key, &f.encode(), FRUITLESS_TTL).await,
+            None => self.ctx.coord.del(&[key]).await.map(|_| ()),
+        };
     }
 
     async fn refund_gang_caps(&self, g: &Gang, now: Millis) {

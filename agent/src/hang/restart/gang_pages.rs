@@ -1,13 +1,15 @@
 //! The gang's pages: `hung` placed at the member that stopped first, the escalation of a gang
-//! that hangs again, a straggler, a decision blocked (and why), each de-duplicated per incident in
-//! the coordinator, remembered by the agent that sent it and resolved by it.
+//! that hangs again, a straggler, a decision blocked (and why), restarts that do not help — each
+//! de-duplicated per incident in the coordinator, remembered by the agent that sent it and
+//! resolved by it.
 
 use crate::alerts::{Alert, AlertKind, Resolve};
 use crate::clock::{human, Millis};
 use crate::coord::marks::MARK_TTL;
 use crate::coord::CoordError;
-use crate::hang::model::Gang;
+use crate::hang::model::{Fruitless, Gang};
 use crate::hang::model_gang::{GangIncident, GangState, Member};
+use crate::hang::policy_fruitless;
 use crate::hang::policy_gang as gp;
 use crate::trail::journal::About;
 use crate::trail::Code;
@@ -162,6 +164,37 @@ impl RestartPath<'_> {
         self.note(now, about, Code::Straggler, detail).await
     }
 
+    /// The decision's `restarting` page (`would-restart` in observe mode) and its trail entry.
+    pub(super) async fn announce_decision(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        inc: &GangIncident,
+        members: &[Member],
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let first = gp::first_stopped(members, now);
+        let (kind, verb) = match self.ctx.cfg.dry_run {
+            true => (AlertKind::WouldRestart, "would restart"),
+            false => (AlertKind::Restarting, "restarting"),
+        };
+        let detail = format!(
+            "{verb} every member of gang {} together ({} members, each by its own node's agent within two poll intervals); one unit of the fleet budget and of the gang's breaker ({} per day). {}",
+            g.id,
+            members.len(),
+            self.ctx.cfg.gang.breaker_per_day,
+            describe_hang(g, members, first, now)
+        );
+        let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
+        if self.claim_alert(&akey, now, MARK_TTL).await? {
+            let mut a = self.gang_alert(kind, g, members, first, detail.clone());
+            a.incident = Some(inc.id.clone());
+            self.send_gang(g, &a).await;
+        }
+        let about = About::worker(case.worker(), case.v).incident(&inc.id);
+        self.note(now, about, Code::GangDecided, detail).await
+    }
+
     /// Nobody is restarted: one page per gang incident naming every blocking member and why.
     pub(super) async fn gang_blocked(
         &mut self,
@@ -177,18 +210,66 @@ impl RestartPath<'_> {
             g.id,
             why.join("; ")
         );
-        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "blocked");
+        let r = Refusal {
+            kind: AlertKind::GangBlocked,
+            code: Code::GangBlocked,
+            dedup: "blocked",
+            detail,
+        };
+        self.refuse(case, g, inc, members, r, now).await
+    }
+
+    /// The gang's restarts have not helped: one page per gang incident, the trail once.
+    pub(super) async fn gang_fruitless(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        inc: &GangIncident,
+        members: &[Member],
+        run: &Fruitless,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let r = Refusal {
+            kind: AlertKind::Fruitless,
+            code: Code::SkipFruitless,
+            dedup: "fruitless",
+            detail: policy_fruitless::describe_gang(run, &g.id),
+        };
+        self.refuse(case, g, inc, members, r, now).await
+    }
+
+    /// A decision refused: its page once per gang incident (placed at the member that stopped
+    /// first), its trail entry once.
+    async fn refuse(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        inc: &GangIncident,
+        members: &[Member],
+        r: Refusal,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, r.dedup);
         if self.claim_alert(&key, now, MARK_TTL).await? {
             let first = gp::first_stopped(members, now);
-            let mut a = self.gang_alert(AlertKind::GangBlocked, g, members, first, detail.clone());
+            let mut a = self.gang_alert(r.kind, g, members, first, r.detail.clone());
             a.incident = Some(inc.id.clone());
             self.send_gang(g, &a).await;
         }
         let about = About::worker(case.worker(), case.v)
             .incident(&inc.id)
             .once();
-        self.note(now, about, Code::GangBlocked, detail).await
+        self.note(now, about, r.code, r.detail).await
     }
+}
+
+/// Why a gang's decision was refused, as its page and its trail say it.
+struct Refusal {
+    kind: AlertKind,
+    code: Code,
+    /// The page's de-duplication kind (`P:gang:{G}:alert:<incident>:<dedup>`).
+    dedup: &'static str,
+    detail: String,
 }
 
 /// The page's account of a hung gang: how many members, who stopped first, where, and what its

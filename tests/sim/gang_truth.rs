@@ -1,0 +1,103 @@
+//! The gang simulation's ground truth (`super::gang`): what each gang's collective is doing, how
+//! far it has got, and the restarts the harness has seen of its members — what the agents'
+//! actions are judged against.
+
+use vigil::clock::Millis;
+
+/// What a gang's collective is doing.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Phase {
+    /// Every member beats.
+    Running,
+    /// One member stopped at `at`; the others beat on until `until`, then stop too (a
+    /// collective blocks on its straggler) — or, with `until` `None`, the straggler resumes.
+    Straggling {
+        member: usize,
+        until: Option<Millis>,
+    },
+    /// The collective stopped at `at`.
+    Stopped { at: Millis },
+    /// Every member was restarted; it trains again from `at` (or never: a restart that does
+    /// not help).
+    Booting { at: Option<Millis> },
+}
+
+pub(super) struct GangTruth {
+    pub(super) phase: Phase,
+    /// When a member last progressed (beat while the collective moved).
+    pub(super) progressed_at: Millis,
+    /// Restarts seen of each member (by node), and when each member was last restarted.
+    pub(super) restarts: Vec<usize>,
+    pub(super) last_restart: Vec<Option<Millis>>,
+    /// A restart wave: when its first member was restarted, and how many cycles each node's
+    /// agent had run then.
+    pub(super) wave: Option<Millis>,
+    pub(super) wave_cycles: Vec<u64>,
+    /// The members an excused partial wave left out: their node's agent may still carry out
+    /// the standing decision once the node is back (the restart completes late).
+    pub(super) left_out: Vec<usize>,
+    /// `hung` alerts seen for this gang during the current stop, and when that stop began.
+    pub(super) hung_pages: usize,
+    pub(super) stopped_at: Millis,
+    /// When a failover last forgot this gang's incident and decision.
+    pub(super) failover_at: Millis,
+    /// The collective's step (one further each tick its members beat) and the furthest it got.
+    pub(super) step: u64,
+    pub(super) high: u64,
+    /// Where the collective stops again: a restart that brings it back to the same hang.
+    pub(super) stop_at: Option<u64>,
+    /// The furthest step when the last restart wave began, and the waves in a row that began
+    /// without the collective getting further.
+    pub(super) high_at_wave: Option<u64>,
+    pub(super) fruitless: u32,
+}
+
+impl GangTruth {
+    pub(super) fn new(now: Millis, nodes: usize, step: u64) -> GangTruth {
+        GangTruth {
+            phase: Phase::Running,
+            progressed_at: now,
+            restarts: vec![0; nodes],
+            last_restart: vec![None; nodes],
+            wave: None,
+            wave_cycles: vec![0; nodes],
+            left_out: Vec::new(),
+            hung_pages: 0,
+            stopped_at: 0,
+            failover_at: Millis::MIN / 2,
+            step,
+            high: step,
+            stop_at: None,
+            high_at_wave: None,
+            fruitless: 0,
+        }
+    }
+
+    /// The collective moved one step.
+    pub(super) fn stepped(&mut self) {
+        self.step += 1;
+        self.high = self.high.max(self.step);
+    }
+
+    /// A restart wave of every member begins: refused (the invariant "restarts that do not help
+    /// stop") when `max` waves in a row already brought the collective no further than it had
+    /// got (`max` 0: no limit).
+    pub(super) fn wave_begins(&mut self, max: u32) -> Result<(), String> {
+        let helped = self.high_at_wave.is_none_or(|h| self.high > h);
+        if !helped && max > 0 && self.fruitless >= max {
+            return Err(format!(
+                "{} restarts of every member in a row brought no progress past step {}, and another began",
+                self.fruitless, self.high
+            ));
+        }
+        self.fruitless = if helped { 1 } else { self.fruitless + 1 };
+        self.high_at_wave = Some(self.high);
+        Ok(())
+    }
+
+    /// Every member restarted (by Vigil or by a person): the job resumes `back` steps before
+    /// where it stopped (its last checkpoint).
+    pub(super) fn resumed(&mut self, back: u64) {
+        self.step = self.step.saturating_sub(back);
+    }
+}
