@@ -5,7 +5,7 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use common::e2e::{decisions, worker_decisions, ConfigParts, Setup};
 use common::real::{
@@ -1057,6 +1057,11 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
     let s = Setup::new("e2e");
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
     let cfg_a = s.config(&hook.url, "");
     let s2 = s.second_process();
     let cfg_b = s2.config(&hook.url, "");
@@ -1075,6 +1080,35 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
         .iter()
         .position(|a| a.log_text().contains("restarting on node"))
         .unwrap_or_else(|| panic!("no agent announced the restart:\n{logs}"));
+    // NB: mid-command means the daemon has the command: the announcement comes a moment before
+    // it is sent, and an agent killed in between restarts nothing (the survivor then waits out
+    // the claim and restarts it itself, after this test's window). The stop's SIGTERM is the
+    // daemon's `kill` event; the grace (3 s) is the window to kill the agent in.
+    let stopping = poll(Duration::from_secs(15), || {
+        let until = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap();
+        let events = common::real::docker(&[
+            "events",
+            "--since",
+            &since,
+            "--until",
+            &format!("{}.{:09}", until.as_secs(), until.subsec_nanos()),
+            "--filter",
+            &format!("container={}", container.id),
+            "--filter",
+            "event=kill",
+            "--format",
+            "{{.Action}}",
+        ]);
+        async move { (!events.trim().is_empty()).then_some(()) }
+    })
+    .await;
+    assert!(
+        stopping.is_some(),
+        "the daemon never began the stop:\n{}",
+        agents[restarting].log_text()
+    );
     agents[restarting].kill_9();
     assert_eq!(
         container.started_at(),

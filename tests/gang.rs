@@ -359,11 +359,28 @@ async fn a_gang_whose_restarts_bring_no_rank_past_its_step_is_not_restarted_a_th
     }
     assert_eq!(noted, 1, "the trail says it once");
 
-    // A person fixes the job: it gets past 41200, then hangs elsewhere — a restart helps again.
-    train_and_stop(&mut job, 41_150, 41_230).await;
+    let run_key = job.ranks[0].keys.gang_fruitless(GANG);
+    let run = job.store.get(&run_key).await.unwrap().unwrap();
+    assert!(run.starts_with("2:") && run.ends_with(":41200"), "{run}");
+
+    // A person fixes the job: the run is over as soon as a rank gets past 41200, while it trains.
+    for s in 41_150..=41_202 {
+        job.step = Some(s);
+        job.beat_all().await;
+        job.tick().await;
+    }
+    assert_eq!(
+        job.store.get(&run_key).await.unwrap(),
+        None,
+        "the run ended"
+    );
+    // It hangs elsewhere: a restart helps again, the first of a new run.
+    train_and_stop(&mut job, 41_203, 41_230).await;
     job.run_for(Duration::from_secs(420)).await;
     assert_eq!(job.restarts(), vec![3, 3, 3, 3], "{:?}", job.sink.kinds());
     assert_eq!(job.sink.count(AlertKind::Fruitless), 1);
+    let run = job.store.get(&run_key).await.unwrap().unwrap();
+    assert!(run.starts_with("1:") && run.ends_with(":41230"), "{run}");
 }
 
 #[tokio::test]

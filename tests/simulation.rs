@@ -305,6 +305,14 @@ fn the_gang_harness_catches_restarts_that_do_not_help_repeated() {
 }
 
 #[test]
+fn the_gang_harness_catches_restarts_that_help_refused() {
+    gang_caught(
+        sim::gang_mutant::GangMutant::FruitlessNeverEnds,
+        &["restarts that help go on"],
+    );
+}
+
+#[test]
 fn the_gang_harness_catches_a_member_restarted_twice_in_one_incident() {
     gang_caught(
         sim::gang_mutant::GangMutant::CooldownUnseen,

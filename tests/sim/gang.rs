@@ -15,7 +15,8 @@
 //! - **never a moving collective**: no member is restarted while a member of its gang progresses;
 //! - **restarts that do not help stop**: no restart of every member begins after
 //!   `policy.max_fruitless_restarts` in a row that brought the collective no further (each
-//!   restart resumes from a checkpoint and trains on, never beats, or stops again where it did).
+//!   restart resumes from a checkpoint and trains on, never beats, or stops again where it did);
+//! - **restarts that help go on**: a gang is refused as fruitless only when that is so.
 //!
 //! The cycle, not every coordinator call, is the unit of interleaving here (the single-worker
 //! simulation, `super::world`, interleaves every call): gang safety rests on the same per-member
@@ -456,8 +457,8 @@ impl Sim {
                     self.gangs[g].resumed(back);
                     let pick = self.rng.below(4);
                     let at = (pick != 0).then(|| now + self.rng.below(120) as Millis * 1_000);
-                    let high = self.gangs[g].high;
-                    self.gangs[g].stop_at = (pick == 1).then_some(high);
+                    let stopped = self.gangs[g].at_wave;
+                    self.gangs[g].stop_at = (pick == 1).then_some(stopped);
                     self.gangs[g].phase = Phase::Booting { at };
                 } else {
                     // NB: a failover that forgot the decision mid-wave leaves the rest to a new
@@ -517,7 +518,19 @@ impl Sim {
                 }
                 AlertKind::GangBlocked => self.stats.blocked_pages += 1,
                 AlertKind::Escalation => self.stats.escalations += 1,
-                AlertKind::Fruitless => self.stats.fruitless_pages += 1,
+                AlertKind::Fruitless => {
+                    self.stats.fruitless_pages += 1;
+                    let max = Config::default().policy.max_fruitless_restarts;
+                    if !self.gangs[g].fruitless_now(max) {
+                        let t = &self.gangs[g];
+                        let detail = format!(
+                            "gang {g}: refused as fruitless after {} wave(s) in a row, though it got past step {:?} since: {}",
+                            t.fruitless, t.past, a.detail
+                        );
+                        self.seen_alerts = alerts.len();
+                        return self.fail("restarts that help go on", detail);
+                    }
+                }
                 _ => {}
             }
         }

@@ -23,16 +23,20 @@ pub enum GangMutant {
     CooldownUnseen,
     /// The gang's run of fruitless restarts reads as absent: restarts that do not help go on.
     FruitlessForgotten,
+    /// The gang's run reads as if its last restart were far in the future: no beat ever shows
+    /// progress, so restarts that help are refused too.
+    FruitlessNeverEnds,
 }
 
 impl GangMutant {
     #[allow(dead_code)]
-    pub const ALL: [GangMutant; 5] = [
+    pub const ALL: [GangMutant; 6] = [
         GangMutant::ProgressHidden,
         GangMutant::BlockersHidden,
         GangMutant::AlertsNotDeduplicated,
         GangMutant::CooldownUnseen,
         GangMutant::FruitlessForgotten,
+        GangMutant::FruitlessNeverEnds,
     ];
 }
 
@@ -46,11 +50,22 @@ pub struct Faulty {
 fn hides(mutant: Option<GangMutant>, key: &str) -> bool {
     match mutant {
         Some(GangMutant::CooldownUnseen) => key.ends_with(":cooldown"),
-        Some(GangMutant::FruitlessForgotten) => {
-            key.contains(":gang:{") && key.ends_with(":fruitless")
-        }
+        Some(GangMutant::FruitlessForgotten) => is_gang_run(key),
         _ => false,
     }
+}
+
+fn is_gang_run(key: &str) -> bool {
+    key.contains(":gang:{") && key.ends_with(":fruitless")
+}
+
+/// `<count>:<since>:<last>:<past>` with `last` far in the future.
+fn never_ends(run: &str) -> String {
+    let mut parts: Vec<String> = run.split(':').map(str::to_string).collect();
+    if let Some(last) = parts.get_mut(2) {
+        *last = (i64::MAX / 4).to_string();
+    }
+    parts.join(":")
 }
 
 #[async_trait]
@@ -81,6 +96,9 @@ impl Coordinator for Faulty {
                         for (k, val) in keys.iter().zip(v.iter_mut()) {
                             if hides(m, k) {
                                 *val = None;
+                            }
+                            if m == Some(GangMutant::FruitlessNeverEnds) && is_gang_run(k) {
+                                *val = val.as_deref().map(never_ends);
                             }
                         }
                         Ok(Reply::Values(v))

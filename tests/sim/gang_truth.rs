@@ -41,15 +41,18 @@ pub(super) struct GangTruth {
     pub(super) stopped_at: Millis,
     /// When a failover last forgot this gang's incident and decision.
     pub(super) failover_at: Millis,
-    /// The collective's step (one further each tick its members beat) and the furthest it got.
+    /// The collective's step: one further each tick its members beat.
     pub(super) step: u64,
-    pub(super) high: u64,
     /// Where the collective stops again: a restart that brings it back to the same hang.
     pub(super) stop_at: Option<u64>,
-    /// The furthest step when the last restart wave began, and the waves in a row that began
-    /// without the collective getting further.
-    pub(super) high_at_wave: Option<u64>,
+    /// The step when the last restart wave began.
+    pub(super) at_wave: u64,
+    /// The restart waves in a row that brought the collective no further than it was at any
+    /// of them (`past`, the furthest of those steps); `passed`: it got past that since the
+    /// last wave. The product's run, as the harness sees it.
     pub(super) fruitless: u32,
+    pub(super) past: Option<u64>,
+    pub(super) passed: bool,
 }
 
 impl GangTruth {
@@ -66,32 +69,47 @@ impl GangTruth {
             stopped_at: 0,
             failover_at: Millis::MIN / 2,
             step,
-            high: step,
             stop_at: None,
-            high_at_wave: None,
+            at_wave: step,
             fruitless: 0,
+            past: None,
+            passed: false,
         }
     }
 
     /// The collective moved one step.
     pub(super) fn stepped(&mut self) {
         self.step += 1;
-        self.high = self.high.max(self.step);
+        if self.past.is_some_and(|p| self.step > p) {
+            self.passed = true;
+        }
+    }
+
+    /// Whether the restarts so far forbid another (`max` 0: no limit): `max` waves in a row
+    /// and the collective not past where it stopped at any of them.
+    pub(super) fn fruitless_now(&self, max: u32) -> bool {
+        max > 0 && self.fruitless >= max && !self.passed
     }
 
     /// A restart wave of every member begins: refused (the invariant "restarts that do not help
-    /// stop") when `max` waves in a row already brought the collective no further than it had
-    /// got (`max` 0: no limit).
+    /// stop") when the restarts so far forbid it.
     pub(super) fn wave_begins(&mut self, max: u32) -> Result<(), String> {
-        let helped = self.high_at_wave.is_none_or(|h| self.high > h);
-        if !helped && max > 0 && self.fruitless >= max {
+        if self.fruitless_now(max) {
             return Err(format!(
                 "{} restarts of every member in a row brought no progress past step {}, and another began",
-                self.fruitless, self.high
+                self.fruitless,
+                self.past.unwrap_or_default()
             ));
         }
-        self.fruitless = if helped { 1 } else { self.fruitless + 1 };
-        self.high_at_wave = Some(self.high);
+        if self.fruitless == 0 || self.passed {
+            self.fruitless = 1;
+            self.past = Some(self.step);
+        } else {
+            self.fruitless += 1;
+            self.past = self.past.max(Some(self.step));
+        }
+        self.passed = false;
+        self.at_wave = self.step;
         Ok(())
     }
 

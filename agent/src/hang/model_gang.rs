@@ -176,4 +176,8 @@ pub(crate) struct GangCycle {
     /// alert named them. Kept across cycles: resolved when the incident closes or this agent's
     /// member is healthy again.
     pub(crate) sent: std::collections::BTreeMap<String, Vec<(String, String)>>,
+    /// The gangs' runs of fruitless restarts as this agent last read them (with the gang's
+    /// state, or written at its decision). Kept across cycles: the first member this agent sees
+    /// past where the gang stopped ends the run, in whatever cycle that is.
+    pub(crate) runs: std::collections::BTreeMap<String, Fruitless>,
 }

@@ -100,10 +100,15 @@ fn extend(run: Option<&Fruitless>, here: Option<u64>, now: Millis) -> Fruitless 
 /// A gang's run (its restarts of every member, counted at each decision): over once any present
 /// member gets past where the gang stopped, in a beat newer than the last decision. One member
 /// is enough — a collective moves as a whole, and a member that moves is not stopped.
+///
+/// NB: a member in `error` past that step counts: a collective that trained on and then failed
+/// as a whole (an NCCL watchdog puts every rank in error) was helped by its restart. Without a
+/// step, a beat in error is no sign that it did.
 pub(crate) fn gang_progressed(f: &Fruitless, members: &[Member]) -> bool {
-    members
-        .iter()
-        .any(|m| beat_past(f, m.heartbeat, m.activity == Activity::Error, m.step))
+    members.iter().any(|m| {
+        let errored = m.activity == Activity::Error && f.past.is_none();
+        beat_past(f, m.heartbeat, errored, m.step)
+    })
 }
 
 /// Whether the gang's run forbids another restart of every member (`max` 0: never).
@@ -305,10 +310,12 @@ mod tests {
         // Past the step but in a beat before the decision (the old incarnation's): no progress.
         let old = [member("a", 1_500, Some(41_300))];
         assert!(gang_blocks(Some(&second), &old, 2));
-        // A member in error is no progress either.
+        // A member in error past the step trained on before the collective failed: progress.
         let mut errored = member("a", 2_500, Some(41_300));
         errored.activity = Activity::Error;
-        assert!(gang_blocks(Some(&second), &[errored], 2));
+        assert!(!gang_blocks(Some(&second), &[errored.clone()], 2));
+        errored.step = Some(41_200);
+        assert!(gang_blocks(Some(&second), &[errored], 2), "not past it");
         assert!(describe_gang(&second, "ml/llm").starts_with(
             "restarts are not helping: 2 restart(s) of every member, no progress past step 41200 since"
         ));
@@ -329,6 +336,12 @@ mod tests {
             &[member("a", 2_900, None), member("b", 3_100, None)],
             2
         ));
+        let mut errored = member("b", 3_100, None);
+        errored.activity = Activity::Error;
+        assert!(
+            gang_blocks(Some(&f), &[errored], 2),
+            "back only to fail: no progress"
+        );
         assert_eq!(
             gang_after_restart(None, &[member("a", 1, None)], 5).past,
             None

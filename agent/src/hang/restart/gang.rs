@@ -74,6 +74,7 @@ impl RestartPath<'_> {
         if let Ok(json) = serde_json::to_string(&m) {
             self.gangs.entries.push((key, m.id(), json));
         }
+        self.end_gang_run(&g.id, &m).await;
         Some(m)
     }
 
@@ -126,6 +127,10 @@ impl RestartPath<'_> {
         let coord = self.ctx.coord.clone();
         let keys = &self.ctx.keys;
         let state = crate::fleet::gangs::read_state(coord.as_ref(), keys, &g.id).await?;
+        match &state.fruitless {
+            Some(run) => self.gangs.runs.insert(g.id.clone(), run.clone()),
+            None => self.gangs.runs.remove(&g.id),
+        };
         let reader = fresh || {
             let key = keys.gang_reader(&g.id);
             let ttl = self.ctx.cfg.poll_interval;
@@ -396,8 +401,8 @@ impl RestartPath<'_> {
         let dkey = self.ctx.keys.gang_decision(&g.id);
         let value = format!("{}:{}", d.decided, d.incident);
         if !self.ctx.coord.set_nx(&dkey, &value, MARK_TTL).await? {
+            // NB: the run keeps our count (see `count_gang_fruitless`).
             self.refund_gang_caps(g, now).await;
-            self.restore_gang_fruitless(g, run).await;
             let ikey = self.ctx.keys.gang_incident(&g.id);
             let values = self.ctx.coord.get_many(&[ikey, dkey]).await?;
             return Ok(GangState::decode(&values).current_decision().cloned());
@@ -453,8 +458,13 @@ impl RestartPath<'_> {
 
     /// The decision at `now` is one more restart of every member in the gang's run (a run that
     /// progressed starts over). Observe mode restarts nobody and counts nothing.
+    ///
+    /// NB: never given back. Should our decision's SET NX lose, the one that stands was taken
+    /// without the lock (its lease expired, a failover forgot it) and counted itself in the run
+    /// we read: writing the old run back would erase its count. One too many refuses one
+    /// restart early; one too few lets one more through.
     async fn count_gang_fruitless(
-        &self,
+        &mut self,
         g: &Gang,
         run: Option<&Fruitless>,
         members: &[Member],
@@ -465,19 +475,34 @@ impl RestartPath<'_> {
         }
         let run = policy_fruitless::gang_after_restart(run, members, now);
         let key = self.ctx.keys.gang_fruitless(&g.id);
-        self.ctx.coord.set(&key, &run.encode(), FRUITLESS_TTL).await
+        self.ctx
+            .coord
+            .set(&key, &run.encode(), FRUITLESS_TTL)
+            .await?;
+        self.gangs.runs.insert(g.id.clone(), run);
+        Ok(())
     }
 
-    /// Another agent's decision stands: the run is as it was (under the gang's lock).
-    async fn restore_gang_fruitless(&self, g: &Gang, run: Option<&Fruitless>) {
-        if self.ctx.cfg.dry_run {
+    /// This member got past where its gang stopped since the gang's last decision: the run is
+    /// over (compare-and-delete: a newer decision's run stands). Checked every cycle against the
+    /// run as this agent last read it, so progress is seen while the gang trains, not only at
+    /// its next hang. A failed delete is tried again next cycle.
+    async fn end_gang_run(&mut self, gang: &str, own: &Member) {
+        let Some(run) = self.gangs.runs.get(gang) else {
+            return;
+        };
+        if !policy_fruitless::gang_progressed(run, std::slice::from_ref(own)) {
             return;
         }
-        let key = self.ctx.keys.gang_fruitless(&g.id);
-        let _ = match run {
-            Some(f) => self.ctx.coord.set(&key, &f.encode(), FRUITLESS_TTL).await,
-            None => self.ctx.coord.del(&[key]).await.map(|_| ()),
-        };
+        let key = self.ctx.keys.gang_fruitless(gang);
+        match self.ctx.coord.del_if_owner(&key, &run.encode()).await {
+            Ok(_) => {
+                self.gangs.runs.remove(gang);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, gang, "could not end the gang's run of fruitless restarts; trying again next cycle")
+            }
+        }
     }
 
     async fn refund_gang_caps(&self, g: &Gang, now: Millis) {
