@@ -105,9 +105,8 @@ pub(crate) async fn views(
             gp::GangVerdict::Running => (None, vec![]),
         };
         let mut blockers = gp::blockers(&members, size, now, t);
-        if let Some(run) = state.fruitless.as_ref().filter(|_| {
-            policy_fruitless::gang_blocks(state.fruitless.as_ref(), &members, t.max_fruitless)
-        }) {
+        let run = state.fruitless.as_ref();
+        if let Some(run) = policy_fruitless::gang_refusal(run, &members, t.max_fruitless) {
             blockers.insert(0, policy_fruitless::describe_gang(run, &gang));
         }
         out.push(GangView {

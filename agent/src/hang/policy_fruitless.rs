@@ -111,9 +111,13 @@ pub(crate) fn gang_progressed(f: &Fruitless, members: &[Member]) -> bool {
     })
 }
 
-/// Whether the gang's run forbids another restart of every member (`max` 0: never).
-pub(crate) fn gang_blocks(run: Option<&Fruitless>, members: &[Member], max: u32) -> bool {
-    max > 0 && run.is_some_and(|f| f.count >= max && !gang_progressed(f, members))
+/// The gang's run, when it forbids another restart of every member (`max` 0: never).
+pub(crate) fn gang_refusal<'a>(
+    run: Option<&'a Fruitless>,
+    members: &[Member],
+    max: u32,
+) -> Option<&'a Fruitless> {
+    run.filter(|f| max > 0 && f.count >= max && !gang_progressed(f, members))
 }
 
 /// The gang's run after one more decision at `now`: where it stopped is the furthest member.
@@ -286,22 +290,28 @@ mod tests {
             member("a", 1_900, Some(41_200)),
             member("b", 1_900, Some(41_180)),
         ];
-        assert!(!gang_blocks(Some(&first), &again, 2), "one restart so far");
+        assert!(
+            gang_refusal(Some(&first), &again, 2).is_none(),
+            "one restart so far"
+        );
         let second = gang_after_restart(Some(&first), &again, 2_000);
         assert_eq!((second.count, second.since, second.last), (2, 1_000, 2_000));
         assert!(
-            gang_blocks(Some(&second), &again, 2),
+            gang_refusal(Some(&second), &again, 2).is_some(),
             "the third is refused"
         );
-        assert!(!gang_blocks(Some(&second), &again, 0), "0: no limit");
-        assert!(!gang_blocks(None, &again, 2));
+        assert!(
+            gang_refusal(Some(&second), &again, 0).is_none(),
+            "0: no limit"
+        );
+        assert!(gang_refusal(None, &again, 2).is_none());
         // One member one step past, in a beat after the last decision: the run is over.
         let past = [
             member("a", 2_500, Some(41_201)),
             member("b", 2_500, Some(41_190)),
         ];
         assert!(gang_progressed(&second, &past));
-        assert!(!gang_blocks(Some(&second), &past, 2));
+        assert!(gang_refusal(Some(&second), &past, 2).is_none());
         let fresh = gang_after_restart(Some(&second), &past, 3_000);
         assert_eq!(
             (fresh.count, fresh.since, fresh.past),
@@ -309,13 +319,16 @@ mod tests {
         );
         // Past the step but in a beat before the decision (the old incarnation's): no progress.
         let old = [member("a", 1_500, Some(41_300))];
-        assert!(gang_blocks(Some(&second), &old, 2));
+        assert!(gang_refusal(Some(&second), &old, 2).is_some());
         // A member in error past the step trained on before the collective failed: progress.
         let mut errored = member("a", 2_500, Some(41_300));
         errored.activity = Activity::Error;
-        assert!(!gang_blocks(Some(&second), &[errored.clone()], 2));
+        assert!(gang_refusal(Some(&second), &[errored.clone()], 2).is_none());
         errored.step = Some(41_200);
-        assert!(gang_blocks(Some(&second), &[errored], 2), "not past it");
+        assert!(
+            gang_refusal(Some(&second), &[errored], 2).is_some(),
+            "not past it"
+        );
         assert!(describe_gang(&second, "ml/llm").starts_with(
             "restarts are not helping: 2 restart(s) of every member, no progress past step 41200 since"
         ));
@@ -330,16 +343,17 @@ mod tests {
             last: 3_000,
             past: None,
         };
-        assert!(gang_blocks(Some(&f), &[member("a", 2_900, None)], 2));
-        assert!(!gang_blocks(
+        assert!(gang_refusal(Some(&f), &[member("a", 2_900, None)], 2).is_some());
+        assert!(gang_refusal(
             Some(&f),
             &[member("a", 2_900, None), member("b", 3_100, None)],
             2
-        ));
+        )
+        .is_none());
         let mut errored = member("b", 3_100, None);
         errored.activity = Activity::Error;
         assert!(
-            gang_blocks(Some(&f), &[errored], 2),
+            gang_refusal(Some(&f), &[errored], 2).is_some(),
             "back only to fail: no progress"
         );
         assert_eq!(

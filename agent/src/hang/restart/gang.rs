@@ -371,10 +371,8 @@ impl RestartPath<'_> {
         // NB: before the blockers: restarts that do not help is the standing finding, a missing
         // member or a spent breaker a passing one.
         let run = fresh.fruitless.as_ref();
-        if let Some(run) =
-            run.filter(|_| policy_fruitless::gang_blocks(run, &members, t.max_fruitless))
-        {
-            self.gang_fruitless(case, g, &inc, &members, run, now)
+        if let Some(refusing) = policy_fruitless::gang_refusal(run, &members, t.max_fruitless) {
+            self.gang_fruitless(case, g, &inc, &members, refusing, now)
                 .await?;
             return Ok(None);
         }
