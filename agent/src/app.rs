@@ -478,6 +478,7 @@ async fn start_servers(
         reviewer: None,
         procfs: Procfs::default(),
         max_grace: cfg.policy.max_grace,
+        reviews: WorkerApiState::review_budget(),
     };
     start_worker_api(cfg, worker_api, tracker, stop).await?;
     Ok(())

@@ -188,10 +188,11 @@ pub struct Alert {
     pub container: Option<String>,
     pub(crate) verdict: Option<&'static str>,
     pub job: Option<String>,
-    /// The distributed job the worker is a member of (its record's `gang`), and how many
-    /// members it says the gang has.
+    /// The distributed job the worker is a member of, how many members the gang has when that
+    /// is known (its labels or its members' records say), and how many members report.
     pub gang: Option<String>,
     pub gang_size: Option<u32>,
+    pub gang_members: Option<u32>,
     /// How long the condition has lasted, human-readable.
     #[serde(rename = "for")]
     pub(crate) duration: Option<String>,
@@ -218,6 +219,7 @@ impl Alert {
             job: None,
             gang: None,
             gang_size: None,
+            gang_members: None,
             duration: None,
             incident: None,
             detail: detail.into(),
@@ -255,8 +257,12 @@ impl Alert {
         }
         if let Some(g) = &self.gang {
             s.push_str(&format!(", gang {g}"));
-            if let Some(n) = self.gang_size {
-                s.push_str(&format!(" ({n} members)"));
+            // NB: an unknown size says so; the members that report are a count, not a size.
+            match (self.gang_size, self.gang_members.filter(|n| *n > 0)) {
+                (Some(n), _) => s.push_str(&format!(" ({n} members)")),
+                (None, Some(n)) => s.push_str(&format!(" (size unknown; {n} reporting)")),
+                (None, None) if self.gang_members.is_some() => s.push_str(" (size unknown)"),
+                (None, None) => {}
             }
         }
         s.push_str(": ");

@@ -93,4 +93,19 @@ fn the_summary_names_the_gang_and_its_size() {
     let body = a.webhook_body("<!here>");
     assert_eq!(body["vigil"]["gang"], "ml/run-1/0");
     assert_eq!(body["vigil"]["gang_size"], 64);
+    // Issue 41: an unknown size says so, never "(0 members)".
+    a.gang_size = None;
+    a.gang_members = Some(0);
+    assert!(
+        a.summary().contains(", gang ml/run-1/0 (size unknown): "),
+        "{}",
+        a.summary()
+    );
+    a.gang_members = Some(3);
+    assert!(
+        a.summary().contains(" (size unknown; 3 reporting): "),
+        "{}",
+        a.summary()
+    );
+    assert!(a.webhook_body("").get("vigil").unwrap()["gang_size"].is_null());
 }

@@ -20,6 +20,7 @@ pub mod policy;
 pub(crate) mod policy_fruitless;
 pub mod policy_gang;
 pub(crate) mod policy_lost;
+pub(crate) mod policy_membership;
 pub(crate) mod policy_pipeline;
 pub(crate) mod policy_rhythm;
 pub(crate) mod policy_table;

@@ -4,12 +4,14 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::{Extension, Router};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
+use crate::http::admission::{Admission, Admit, Slot, Tracked};
 use crate::worker_api::peer::Procfs;
 
 /// Who connected, as the kernel says: a TCP address, or a unix-socket peer's process and its
@@ -199,16 +201,21 @@ pub(crate) struct Limits {
     pub(crate) header_timeout: Duration,
     /// The largest request head (request line and headers) read; past it hyper answers 431.
     pub(crate) max_head: usize,
-    /// Connections served at once; the next waits in the kernel's backlog.
+    /// Connections held at once; past it the one idle the longest gives way to a newcomer
+    /// (`crate::http::admission`).
     pub(crate) max_connections: usize,
+    /// Connections one peer (a TCP address; a unix-socket peer's cgroup) holds at once; past it
+    /// that peer's own idle-longest connection gives way.
+    pub(crate) per_peer: usize,
     /// A connection is closed (gracefully, after its request in flight) when this old, so idle
     /// keep-alive connections cannot hold the slots for ever.
     pub(crate) max_age: Duration,
 }
 
 /// hyper directly rather than `axum::serve`, which sets no timer and so no header-read timeout:
-/// a client that connects and says nothing would hold its connection forever. Serves until
-/// `shutdown` fires, then lets requests in flight finish.
+/// a client that connects and says nothing would hold its connection forever. Every connection
+/// is accepted at once and admitted by [`Admission`] (no newcomer waits in the kernel's backlog
+/// behind idle junk). Serves until `shutdown` fires, then lets requests in flight finish.
 pub(crate) async fn serve_router<L: Listen>(
     mut listener: L,
     app: Router,
@@ -218,15 +225,11 @@ pub(crate) async fn serve_router<L: Listen>(
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
     let connections = tokio_util::task::TaskTracker::new();
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let table = Arc::new(Mutex::new(Admission::new(
+        limits.max_connections,
+        limits.per_peer,
+    )));
     loop {
-        let slot = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-        };
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -239,7 +242,21 @@ pub(crate) async fn serve_router<L: Listen>(
                 }
             },
         };
-        let service = TowerToHyperService::new(app.clone().layer(Extension(peer)));
+        let evict = CancellationToken::new();
+        let admitted = table.lock().unwrap_or_else(|p| p.into_inner()).admit(
+            &peer_key(&peer),
+            tokio::time::Instant::now(),
+            evict.clone(),
+        );
+        let Admit::Yes { id, .. } = admitted else {
+            tracing::debug!("server: every held connection is in a request; closing a newcomer");
+            continue;
+        };
+        let slot = Arc::new(Slot::new(id, table.clone()));
+        let service = Tracked {
+            inner: TowerToHyperService::new(app.clone().layer(Extension(peer))),
+            slot: slot.clone(),
+        };
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let _slot = slot;
@@ -251,6 +268,8 @@ pub(crate) async fn serve_router<L: Listen>(
             tokio::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,
+                // NB: it gave way to a newcomer while idle: dropped, nothing in flight.
+                _ = evict.cancelled() => return,
                 _ = shutdown.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
@@ -267,6 +286,16 @@ pub(crate) async fn serve_router<L: Listen>(
     }
     connections.close();
     connections.wait().await;
+}
+
+/// Whom a connection counts against: its TCP address, or the unix-socket peer's cgroup (its
+/// container; a host process by its pid).
+fn peer_key(peer: &Peer) -> String {
+    match peer {
+        Peer::Tcp(addr) => addr.ip().to_string(),
+        Peer::Unix { cgroup: Ok(c), .. } => c.lines().next().unwrap_or_default().to_string(),
+        Peer::Unix { pid, .. } => format!("pid {pid}"),
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +335,67 @@ mod tests {
         let pid = stream.peer_cred().unwrap().pid().unwrap();
         assert_eq!(pid, std::process::id() as i32);
         assert!(cgroup_of_peer(&stream, pid, &Procfs::default()).is_ok());
+    }
+
+    /// Issue 41, on the worker API's unix socket: 200 connections of one container (this
+    /// process) that never finish a head, and that same peer's real request is still served:
+    /// its own idle-longest connection gives way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_s_real_request_is_served_while_its_own_junk_holds_the_socket() {
+        use super::{serve_router, Limits, UnixPeers};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/worker.sock");
+        let listener = bind_unix(&path).unwrap();
+        let app = axum::Router::new().route("/ping", axum::routing::get(|| async { "pong" }));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let limits = Limits {
+            header_timeout: std::time::Duration::from_secs(60),
+            max_head: 32 * 1024,
+            max_connections: 128,
+            per_peer: 32,
+            max_age: std::time::Duration::from_secs(60),
+        };
+        let peers = UnixPeers {
+            listener,
+            procfs: Procfs::default(),
+        };
+        tokio::spawn(serve_router(peers, app, stop.clone(), limits));
+        let mut junk = Vec::new();
+        for _ in 0..200 {
+            let mut c = tokio::net::UnixStream::connect(&path).await.unwrap();
+            let _ = c.write_all(b"PUT /v1/workers/w/status HTTP/1.1\r\n").await;
+            junk.push(c);
+        }
+        for _ in 0..5 {
+            let mut c = tokio::net::UnixStream::connect(&path).await.unwrap();
+            c.write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut out = String::new();
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                c.read_to_string(&mut out),
+            )
+            .await;
+            assert!(read.is_ok(), "no answer while junk holds the socket");
+            assert!(out.contains("pong"), "{out}");
+        }
+        // The junk was closed as it gave way: most of it reads end-of-file now.
+        let mut closed = 0;
+        for c in junk.iter_mut() {
+            let mut b = [0u8; 1];
+            if let Ok(Ok(0)) =
+                tokio::time::timeout(std::time::Duration::from_millis(20), c.read(&mut b)).await
+            {
+                closed += 1;
+            }
+        }
+        assert!(
+            closed >= 200 - 32,
+            "only {closed} of the junk connections were closed"
+        );
+        stop.cancel();
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! HTTP: the read-only server Prometheus and the kubelet's probes reach (`server`), serving a
-//! router on a TCP or unix listener (`listen`), the loop's liveness behind `/healthz`
-//! (`health`), and one way to word a failed outbound call.
+//! router on a TCP or unix listener (`listen`) whose connections junk cannot hold
+//! (`admission`), the loop's liveness behind `/healthz` (`health`), and one way to word a failed
+//! outbound call.
 
+pub(crate) mod admission;
 pub mod health;
 pub(crate) mod listen;
 pub(crate) mod server;

@@ -21,14 +21,18 @@ use crate::metrics::Metrics;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A client that opened a connection and has not sent a whole request head in this long (a
-/// half-open or idle keep-alive connection) is dropped, so stuck clients cannot pile up.
-pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// half-open or idle keep-alive connection) is dropped, so stuck clients cannot pile up. A real
+/// client sends its head at once: a few seconds is plenty on any network.
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The metrics port serves Prometheus and the kubelet's probes: a few clients, small heads.
+/// The metrics port serves Prometheus and the kubelet's probes: a few clients, small heads. A
+/// peer holds at most 16 connections, the port 64; past either, the connection idle the longest
+/// gives way (`crate::http::admission`), so idle junk never keeps a probe out.
 const LIMITS: Limits = Limits {
     header_timeout: HEADER_READ_TIMEOUT,
     max_head: 16 * 1024,
-    max_connections: 32,
+    max_connections: 64,
+    per_peer: 16,
     max_age: Duration::from_secs(300),
 };
 
@@ -370,6 +374,41 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.status(), 200, "still serving");
+        stop.cancel();
+    }
+
+    /// Issue 41: 200 connections that send half a request head and then nothing, all from the
+    /// probes' own address, and more arriving while the probes run: `/healthz`, `/readyz` and
+    /// `/metrics` are still answered (the idle junk gives way), and what the server holds stays
+    /// within its bounds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn probes_are_answered_while_half_open_junk_holds_connections() {
+        let (addr, stop) = start(Duration::from_secs(30)).await;
+        let mut junk = Vec::new();
+        for _ in 0..200 {
+            let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let _ = c.write_all(b"GET /metrics HTTP/1.1\r\n").await;
+            junk.push(c);
+        }
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        for round in 0..10 {
+            for _ in 0..20 {
+                let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                let _ = c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x").await;
+                junk.push(c);
+            }
+            for path in ["/healthz", "/readyz", "/metrics"] {
+                let r = client.get(format!("http://{addr}{path}")).send().await;
+                let code = r.map(|r| r.status().as_u16());
+                assert!(
+                    matches!(code, Ok(200) | Ok(503)),
+                    "round {round}: {path} not answered while junk holds the port: {code:?}"
+                );
+            }
+        }
         stop.cancel();
     }
 

@@ -12,6 +12,7 @@ use crate::clock::{rfc3339, Millis};
 use crate::config::Config;
 use crate::coord::{Coordinator, Keys};
 use crate::hang::model::{gang_of, valid_worker_id, Gang};
+use crate::hang::policy_membership;
 use crate::maintenance::policy_round;
 use crate::maintenance::request::{self as checkpoint, Checkpointer, Outcome, WorkerResult};
 use crate::metrics::Metrics;
@@ -133,12 +134,10 @@ impl CheckpointRounds {
         let mut gangs: BTreeMap<String, (Gang, Vec<Container>)> = BTreeMap::new();
         let mut alone = Vec::new();
         for (i, c) in workers.into_iter().enumerate() {
+            // NB: the tenancy rule (`crate::hang::policy_membership`): a record can neither
+            // move its pod out of its labels' gang nor name another namespace's.
             let from_record = records.get(i).and_then(gang_of);
-            let from_pod = c.gang.as_ref().map(|g| Gang {
-                id: g.id.clone(),
-                size: g.size,
-            });
-            match from_record.or(from_pod) {
+            match policy_membership::of_container(&c, from_record.as_ref()).gang {
                 Some(g) => gangs
                     .entry(g.id.clone())
                     .or_insert_with(|| (g, Vec::new()))

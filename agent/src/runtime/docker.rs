@@ -371,8 +371,9 @@ impl ContainerRuntime for DockerRuntime {
             pod: None,
             kube_pod: kube_pod(&labels),
             alert_only: crate::runtime::container::alert_only(&labels, &self.label),
+            // NB: under a kubelet (cri-dockerd) the pod's namespace scopes its gang, as on CRI.
             gang: crate::runtime::container::gang_of_pod(
-                None,
+                kube_pod(&labels).map(|p| p.namespace).as_deref(),
                 &labels,
                 &Default::default(),
                 &self.label,

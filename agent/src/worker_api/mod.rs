@@ -9,6 +9,7 @@
 
 pub(crate) mod peer;
 pub(crate) mod policy;
+pub(crate) mod review_budget;
 pub(crate) mod token_review;
 
 use std::sync::Arc;
@@ -26,14 +27,17 @@ use tokio_util::sync::CancellationToken;
 use crate::config::WorkerAuth;
 use crate::coord::{write_status_as, Coordinator, Keys};
 use crate::hang::model::{
-    parse_gang_size, parse_grace, rank_field, valid_gang_id, valid_worker_id, MAX_GANG, MAX_RANKS,
+    parse_gang_size, parse_grace, rank_field, valid_gang_id, valid_worker_id, Gang, MAX_GANG,
+    MAX_RANKS,
 };
+use crate::hang::policy_membership::{self, Membership};
 use crate::http::listen::{serve_router, Limits, Listen, Peer};
 use crate::http::server::HEADER_READ_TIMEOUT;
 use crate::metrics::Metrics;
 use crate::runtime::container::Container;
 use crate::worker_api::peer::{container_of, within, Procfs};
 use crate::worker_api::policy::{authorize, token_node, Caller};
+use crate::worker_api::review_budget::{ReviewBudget, Throttled};
 use crate::worker_api::token_review::{Reviewed, TokenReviewer};
 
 /// A status body is a few short strings; anything bigger is a mistake.
@@ -58,12 +62,15 @@ pub(crate) const MAX_TOKEN: usize = 8 * 1024;
 /// grew the agent by 160 MiB). A head is a request line and a few headers, the token included:
 /// past 32 KiB hyper answers 431 without buffering more. A node's workers beat every few seconds
 /// over short connections: 128 at once is far above any node's ranks, and bounds what a flood
-/// holds to 128 heads and bodies (a few MiB). A connection lives at most a minute, so idle
-/// keep-alive connections cannot hold the slots.
+/// holds to 128 heads and bodies (a few MiB). A peer (an address: host-network pods share the
+/// node's; on the socket, a container) holds at most 32, and past either bound the connection
+/// idle the longest gives way (issue 41: idle junk never keeps a worker's beat out). A
+/// connection lives at most a minute.
 const LIMITS: Limits = Limits {
     header_timeout: HEADER_READ_TIMEOUT,
     max_head: 32 * 1024,
     max_connections: 128,
+    per_peer: 32,
     max_age: Duration::from_secs(60),
 };
 
@@ -91,6 +98,19 @@ pub(crate) struct WorkerApiState {
     pub(crate) procfs: Procfs,
     /// `policy.max_grace`: a longer grace is cut to it, and the answer says so.
     pub(crate) max_grace: Duration,
+    /// The reviews a source not known yet may cause, per address and for the node.
+    pub(crate) reviews: Arc<std::sync::Mutex<ReviewBudget>>,
+}
+
+impl WorkerApiState {
+    /// The review budget of a new server: [`review_budget::PER_PEER`] and
+    /// [`review_budget::PER_NODE`].
+    pub(crate) fn review_budget() -> Arc<std::sync::Mutex<ReviewBudget>> {
+        Arc::new(std::sync::Mutex::new(ReviewBudget::new(
+            review_budget::PER_PEER,
+            review_budget::PER_NODE,
+        )))
+    }
 }
 
 /// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
@@ -154,35 +174,56 @@ pub(crate) async fn serve<L: Listen>(
     serve_router(listener, router(state), shutdown, LIMITS).await;
 }
 
-/// An answer and the outcome label it is counted under.
-struct Answer(StatusCode, &'static str, String);
+/// An answer, the outcome label it is counted under, and when to try again (`Retry-After`).
+struct Answer(StatusCode, &'static str, String, Option<u64>);
 
 impl Answer {
+    fn ok(label: &'static str, text: String) -> Answer {
+        Answer(StatusCode::OK, label, text, None)
+    }
     fn unauthenticated(why: impl Into<String>) -> Answer {
-        Answer(StatusCode::UNAUTHORIZED, "unauthenticated", why.into())
+        Answer(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            why.into(),
+            None,
+        )
     }
     fn forbidden(why: impl Into<String>) -> Answer {
-        Answer(StatusCode::FORBIDDEN, "forbidden", why.into())
+        Answer(StatusCode::FORBIDDEN, "forbidden", why.into(), None)
     }
     fn unavailable(why: impl Into<String>) -> Answer {
-        Answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why.into())
+        Answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            why.into(),
+            Some(5),
+        )
     }
     fn invalid(code: StatusCode, why: impl Into<String>) -> Answer {
-        Answer(code, "invalid", why.into())
+        Answer(code, "invalid", why.into(), None)
+    }
+    fn throttled(t: Throttled) -> Answer {
+        let secs = t.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        let why = format!(
+            "too many tokens the API server refused came from {} lately: not reviewed; send a valid token again in {secs} s",
+            t.whose
+        );
+        Answer(StatusCode::TOO_MANY_REQUESTS, "throttled", why, Some(secs))
     }
 
     fn into_response(self) -> Response {
-        let Answer(code, _, text) = self;
+        let Answer(code, _, text, retry) = self;
         let body = format!("{}\n", text.trim_end());
-        match code {
-            StatusCode::UNAUTHORIZED => (
+        match (code, retry) {
+            (StatusCode::UNAUTHORIZED, _) => (
                 code,
                 [(header::WWW_AUTHENTICATE, "Bearer realm=\"vigil\"")],
                 body,
             )
                 .into_response(),
-            StatusCode::SERVICE_UNAVAILABLE => {
-                (code, [(header::RETRY_AFTER, "5")], body).into_response()
+            (_, Some(secs)) => {
+                (code, [(header::RETRY_AFTER, secs.to_string())], body).into_response()
             }
             _ => (code, body).into_response(),
         }
@@ -197,7 +238,7 @@ async fn put_status(
     body: Body,
 ) -> Response {
     let answer = match write(&s, &peer, &id, &headers, body).await {
-        Ok(text) => Answer(StatusCode::OK, "accepted", text),
+        Ok(text) => Answer::ok("accepted", text),
         Err(refused) => refused,
     };
     finish(&s, &peer, &id, answer)
@@ -212,7 +253,7 @@ async fn get_status(
     headers: HeaderMap,
 ) -> Response {
     let answer = match read(&s, &peer, &id, &headers).await {
-        Ok(text) => Answer(StatusCode::OK, "read", text),
+        Ok(text) => Answer::ok("read", text),
         Err(refused) => refused,
     };
     finish(&s, &peer, &id, answer)
@@ -252,9 +293,13 @@ async fn write(
         let why = format!("status body is limited to {MAX_STATUS_BODY} bytes");
         return Err(Answer::invalid(StatusCode::PAYLOAD_TOO_LARGE, why));
     }
-    admit(s, peer, id, headers).await?;
+    let carrier = admit(s, peer, id, headers).await?;
     let body = read_status_body(body).await?;
     let write = status_fields(&body).map_err(|(code, why)| Answer::invalid(code, why))?;
+    let membership = carrier.as_ref().map(|c| written_membership(c, &write));
+    if let Some(why) = membership.as_ref().and_then(|m| m.unusable.clone()) {
+        return Err(Answer::invalid(StatusCode::BAD_REQUEST, why));
+    }
     let heartbeat = rank_field("heartbeat", write.rank);
     let now = write_status_as(s.coord.as_ref(), &s.keys, id, &write.fields, &heartbeat)
         .await
@@ -267,8 +312,17 @@ async fn write(
         .unwrap_or_default();
     let mut answer = pending_checkpoint(&record, write.rank);
     answer.insert("heartbeat_ms".into(), serde_json::Value::from(now));
-    if let Some(w) = grace_warning(&write.fields, s.max_grace) {
-        answer.insert("warnings".into(), serde_json::json!([w]));
+    let mut warnings: Vec<String> = grace_warning(&write.fields, s.max_grace)
+        .into_iter()
+        .collect();
+    if let Some(m) = membership {
+        if let Some(g) = &m.gang {
+            answer.insert("gang".into(), serde_json::Value::from(g.id.clone()));
+        }
+        warnings.extend(m.notes);
+    }
+    if !warnings.is_empty() {
+        answer.insert("warnings".into(), serde_json::json!(warnings));
     }
     Ok(serde_json::Value::Object(answer).to_string())
 }
@@ -290,6 +344,17 @@ async fn read(
         .map(|(k, v)| (k, serde_json::Value::String(v)))
         .collect();
     Ok(serde_json::Value::Object(fields).to_string())
+}
+
+/// The gang the agent will take this write's worker to be a member of (the tenancy rule,
+/// `crate::hang::policy_membership`), when the write names a gang or its pod's labels do.
+fn written_membership(c: &Container, write: &StatusWrite) -> Membership {
+    let field = |k: &str| write.fields.iter().find(|(f, _)| f == k).map(|(_, v)| v);
+    let record = field("gang").map(|id| Gang {
+        id: id.trim().to_string(),
+        size: field("gang_size").and_then(|n| parse_gang_size(n)),
+    });
+    policy_membership::of_container(c, record.as_ref())
 }
 
 /// What the worker should hear about its grace: one longer than `policy.max_grace` is cut to it
@@ -338,7 +403,7 @@ async fn admit(
     peer: &Peer,
     id: &str,
     headers: &HeaderMap,
-) -> Result<(), Answer> {
+) -> Result<Option<Container>, Answer> {
     if !valid_worker_id(id) {
         return Err(Answer::invalid(
             StatusCode::BAD_REQUEST,
@@ -347,7 +412,7 @@ async fn admit(
     }
     let caller = authenticate(s, peer, headers).await?;
     if caller == Caller::Loopback {
-        return Ok(());
+        return Ok(None);
     }
     token_node(&caller, s.keys.node()).map_err(|r| Answer::forbidden(r.0))?;
     let listed = ask_runtime(s.directory.workers()).await?;
@@ -356,7 +421,7 @@ async fn admit(
     if let (Caller::Container { cgroup, .. }, Some(c)) = (&caller, carrier) {
         prove_container(s, cgroup, c).await?;
     }
-    Ok(())
+    Ok(carrier.cloned())
 }
 
 /// One call to the runtime, bounded by [`LIST_TIMEOUT`]; no answer is a 503.
@@ -419,12 +484,16 @@ async fn authenticate(
             WorkerAuth::None => Err(Answer::unauthenticated(
                 "unauthenticated writes are served on loopback only",
             )),
-            WorkerAuth::Kubernetes => review(s, headers).await,
+            WorkerAuth::Kubernetes => review(s, addr.ip(), headers).await,
         },
     }
 }
 
-async fn review(s: &WorkerApiState, headers: &HeaderMap) -> Result<Caller, Answer> {
+async fn review(
+    s: &WorkerApiState,
+    from: std::net::IpAddr,
+    headers: &HeaderMap,
+) -> Result<Caller, Answer> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -445,7 +514,11 @@ async fn review(s: &WorkerApiState, headers: &HeaderMap) -> Result<Caller, Answe
     let reviewer = s.reviewer.as_ref().ok_or_else(|| {
         Answer::unavailable("the Kubernetes API is not available to review tokens")
     })?;
-    match reviewer.review(token).await {
+    let reviewed = match reviewer.known(token) {
+        Some(known) => Ok(known),
+        None => reviewed_within_budget(s, reviewer.as_ref(), from, token).await?,
+    };
+    match reviewed {
         Ok(Reviewed::Pod {
             namespace,
             name,
@@ -461,6 +534,25 @@ async fn review(s: &WorkerApiState, headers: &HeaderMap) -> Result<Caller, Answe
         Ok(Reviewed::NotAPod(why)) => Err(Answer::forbidden(why)),
         Err(e) => Err(Answer::unavailable(e.to_string())),
     }
+}
+
+/// A review the cache cannot answer, charged to `from` and the node ([`ReviewBudget`]); given
+/// back when it proves a pod.
+async fn reviewed_within_budget(
+    s: &WorkerApiState,
+    reviewer: &dyn TokenReviewer,
+    from: std::net::IpAddr,
+    token: &str,
+) -> Result<Result<Reviewed, token_review::ReviewUnavailable>, Answer> {
+    let budget = || s.reviews.lock().unwrap_or_else(|p| p.into_inner());
+    budget()
+        .charge(from, tokio::time::Instant::now())
+        .map_err(Answer::throttled)?;
+    let reviewed = reviewer.review(token).await;
+    if matches!(reviewed, Ok(Reviewed::Pod { .. })) {
+        budget().refund(from);
+    }
+    Ok(reviewed)
 }
 
 /// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see

@@ -19,17 +19,29 @@ use crate::worker_api::token_review::{ReviewUnavailable, Reviewed, TokenReviewer
 
 /// Tokens the fake API server knows: token → answer; any other token is refused; `down` makes
 /// every review fail.
+/// With `remembers`, a pod's answer is known after its first review, as `CachedReviews` does.
 #[derive(Default)]
 struct FakeReviews {
     known: Vec<(String, Reviewed)>,
     down: Mutex<bool>,
     asked: std::sync::atomic::AtomicU32,
+    remembers: bool,
+    reviewed: Mutex<Vec<String>>,
 }
 
 #[async_trait::async_trait]
 impl TokenReviewer for FakeReviews {
+    fn known(&self, token: &str) -> Option<Reviewed> {
+        let reviewed = self.reviewed.lock().unwrap().iter().any(|t| t == token);
+        let answer = self.known.iter().find(|(t, _)| t == token);
+        answer
+            .filter(|_| self.remembers && reviewed)
+            .map(|(_, r)| r.clone())
+    }
+
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
         self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.reviewed.lock().unwrap().push(token.to_string());
         if *self.down.lock().unwrap() {
             return Err(ReviewUnavailable("connection refused".into()));
         }
@@ -111,6 +123,7 @@ async fn start(auth: WorkerAuth, listed: Vec<Container>, reviews: FakeReviews) -
         reviewer: Some(reviews.clone()),
         procfs: Procfs::default(),
         max_grace: Duration::from_secs(3600),
+        reviews: WorkerApiState::review_budget(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -234,6 +247,122 @@ async fn oversized_tokens_and_heads_are_refused_before_any_review() {
     assert_eq!(asked(), 1);
 }
 
+/// Issue 41: junk tokens under the size bound, each distinct, cost at most the address's burst
+/// of TokenReviews; the rest are answered 429 unreviewed, with Retry-After. A real worker's
+/// token, once reviewed, is known and never held back (nor did its review spend the budget).
+#[tokio::test]
+async fn junk_tokens_cost_a_bounded_number_of_reviews_and_real_workers_none() {
+    let listed = vec![pod_worker("trainer-0", "trainer-0", "uid-0")];
+    let reviews = FakeReviews {
+        known: vec![("tok-0".into(), pod_of("trainer-0", "uid-0"))],
+        remembers: true,
+        ..FakeReviews::default()
+    };
+    let api = start(WorkerAuth::Kubernetes, listed, reviews).await;
+    let beat = r#"{"state":"processing"}"#;
+    let asked = || api.reviews.asked.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(put(&api, "trainer-0", Some("tok-0"), beat).await.0, 200);
+    assert_eq!(asked(), 1);
+    let mut codes = Vec::new();
+    for i in 0..50 {
+        codes.push(put(&api, "trainer-0", Some(&format!("junk-{i}")), beat).await);
+    }
+    let burst = crate::worker_api::review_budget::PER_PEER.burst as u32;
+    assert!(
+        asked() <= 1 + burst + 1,
+        "{} reviews for 50 junk tokens",
+        asked()
+    );
+    let throttled: Vec<&(u16, String)> = codes.iter().filter(|(c, _)| *c == 429).collect();
+    assert!(throttled.len() >= 50 - burst as usize - 1, "{codes:?}");
+    assert!(
+        throttled[0].1.contains("not reviewed"),
+        "{}",
+        throttled[0].1
+    );
+    assert!(
+        codes.iter().all(|(c, _)| *c == 401 || *c == 429),
+        "{codes:?}"
+    );
+    let r = reqwest::Client::new()
+        .put(format!("{}/v1/workers/trainer-0/status", api.url))
+        .bearer_auth("junk-again")
+        .body(beat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    // The real worker goes on, answered from what is known.
+    let before = asked();
+    for _ in 0..5 {
+        assert_eq!(put(&api, "trainer-0", Some("tok-0"), beat).await.0, 200);
+    }
+    assert_eq!(asked(), before);
+    let text = api.metrics.encode();
+    assert!(text.contains("outcome=\"throttled\""), "{text}");
+}
+
+/// Issue 41: the answer names the gang the agent knows the worker by — a pod's labels win over
+/// the record, and a record's gang is of its own namespace — and says why when it differs.
+#[tokio::test]
+async fn the_answer_names_the_gang_the_agent_uses_and_why() {
+    let mut jobset = pod_worker("trainer-0", "trainer-0", "uid-0");
+    jobset.gang = Some(crate::runtime::container::PodGang {
+        id: "ml/jobset/train/0".into(),
+        size: None,
+        source: "jobset",
+    });
+    let imp = Container {
+        pod: Some(PodRef {
+            namespace: "research".into(),
+            ..jobset.pod.clone().unwrap()
+        }),
+        gang: None,
+        worker: "imp".into(),
+        id: "f".repeat(64),
+        ..jobset.clone()
+    };
+    let reviews = FakeReviews {
+        known: vec![
+            ("tok-0".into(), pod_of("trainer-0", "uid-0")),
+            (
+                "tok-imp".into(),
+                Reviewed::Pod {
+                    namespace: "research".into(),
+                    name: "trainer-0".into(),
+                    uid: "uid-0".into(),
+                    node: Some("node-a".into()),
+                },
+            ),
+        ],
+        ..FakeReviews::default()
+    };
+    let api = start(WorkerAuth::Kubernetes, vec![jobset, imp], reviews).await;
+    let answer = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
+    let body = r#"{"state":"processing","gang":"ml/jobset/train/0","gang_size":"3"}"#;
+    let (code, text) = put(&api, "imp", Some("tok-imp"), body).await;
+    assert_eq!(code, 200, "{text}");
+    let a = answer(&text);
+    assert_eq!(a["gang"], "research/ml/jobset/train/0", "{a}");
+    assert!(
+        a["warnings"][0].as_str().unwrap().contains("own namespace"),
+        "{a}"
+    );
+    // A JobSet pod cannot move itself into another gang, nor resize its own.
+    let body = r#"{"state":"processing","gang":"other","gang_size":"64"}"#;
+    let (code, text) = put(&api, "trainer-0", Some("tok-0"), body).await;
+    assert_eq!(code, 200, "{text}");
+    let a = answer(&text);
+    assert_eq!(a["gang"], "ml/jobset/train/0", "{a}");
+    assert_eq!(a["warnings"].as_array().unwrap().len(), 2, "{a}");
+    // A value that scoped to its namespace would be no gang id is refused, naming the rule.
+    let long = format!(r#"{{"gang":"{}"}}"#, "x".repeat(250));
+    let (code, text) = put(&api, "imp", Some("tok-imp"), &long).await;
+    assert_eq!(code, 400, "{text}");
+    assert!(text.contains("253"), "{text}");
+}
+
 #[tokio::test]
 async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
     let api = start(WorkerAuth::None, vec![], FakeReviews::default()).await;
@@ -354,6 +483,7 @@ fn socket_state(listing: Listing, procfs: Procfs) -> WorkerApiState {
         reviewer: None,
         procfs,
         max_grace: Duration::from_secs(3600),
+        reviews: WorkerApiState::review_budget(),
     }
 }
 

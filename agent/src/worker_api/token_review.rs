@@ -61,6 +61,10 @@ pub(crate) struct ReviewUnavailable(pub String);
 #[async_trait]
 pub(crate) trait TokenReviewer: Send + Sync {
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable>;
+    /// The answer already known for `token` (a cache), which costs the API server nothing.
+    fn known(&self, _token: &str) -> Option<Reviewed> {
+        None
+    }
 }
 
 /// Reads a TokenReview's status for `audience`.
@@ -198,6 +202,10 @@ impl<R: TokenReviewer> CachedReviews<R> {
 
 #[async_trait]
 impl<R: TokenReviewer> TokenReviewer for CachedReviews<R> {
+    fn known(&self, token: &str) -> Option<Reviewed> {
+        self.cached(&digest(token), Instant::now())
+    }
+
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
         let now = Instant::now();
         let key = digest(token);

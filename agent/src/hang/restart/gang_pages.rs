@@ -65,7 +65,8 @@ impl RestartPath<'_> {
         a.worker = first.map(|m| m.worker.clone());
         a.container = first.map(|m| m.container.clone());
         a.gang = Some(g.id.clone());
-        a.gang_size = g.size.or(Some(members.len() as u32));
+        a.gang_size = g.size;
+        a.gang_members = Some(members.len() as u32);
         a.dry_run = self.ctx.cfg.dry_run;
         a
     }

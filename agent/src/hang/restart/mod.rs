@@ -330,14 +330,10 @@ impl RestartPath<'_> {
         };
         let now = read.now;
         let (mut status, invalid) = self.status_of(&c.worker, &read);
-        // NB: a record that names no gang is its pod's labels' member (JobSet, Job, LWS).
-        if let (Some(s), Some(g)) = (status.as_mut(), c.gang.as_ref()) {
-            if s.gang.is_none() && crate::hang::model::valid_gang_id(&g.id) {
-                s.gang = Some(crate::hang::model::Gang {
-                    id: g.id.clone(),
-                    size: g.size,
-                });
-            }
+        // NB: the pod's labels win over the record, and a record names only a gang of its own
+        // namespace (`crate::hang::policy_membership`): no tenant joins another's job.
+        if let Some(s) = status.as_mut() {
+            s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
         }
         let decoded = marks::decode(&read.values);
         let mut marks = decoded.marks;

@@ -1,0 +1,280 @@
+//! Which connections a listener holds, and which one gives way to a newcomer, so that junk that
+//! connects and says nothing can never keep the kubelet's probes, Prometheus or a worker's beat
+//! out (issue 41).
+//!
+//! NB: a plain cap (a semaphore taken before `accept`) let 200 half-open connections hold the
+//! metrics port: 32 slots were held for the header timeout each, the rest queued in the kernel's
+//! backlog, and `/healthz` timed out in `connect` — the agent killed by its own liveness probe.
+//! Now every connection is accepted at once and counted by its peer (a TCP address; on the unix
+//! socket, the peer's cgroup: its container). A peer at its own bound, or a listener at its
+//! bound, makes room by closing the connection that has been *idle* the longest — one that has
+//! not sent a whole request head (or sits between keep-alive requests) — never one whose
+//! request is being served; only when every held connection is in a request is the newcomer
+//! closed. An idle connection costs a few kilobytes, and its head must arrive within the
+//! listener's header timeout anyway.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What one connection is doing now.
+#[derive(Debug)]
+struct Held {
+    peer: String,
+    /// Requests of it being served now (hyper serves one at a time on HTTP/1).
+    busy: u32,
+    /// When it last began or ended a request (or connected): the longest idle gives way first.
+    last_active: Instant,
+    /// Cancelled when it gives way: its task drops the connection.
+    evict: CancellationToken,
+}
+
+/// The table of held connections (pure decisions on it; the clock is passed in).
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    held: HashMap<u64, Held>,
+    next: u64,
+    max: usize,
+    per_peer: usize,
+}
+
+/// The answer to a newcomer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Serve it as connection `id`; `evicted` gave way to it.
+    Yes { id: u64, evicted: Option<u64> },
+    /// Every connection it could replace is in a request, and it would be past twice the
+    /// bound: close it.
+    No,
+}
+
+impl Admission {
+    pub(crate) fn new(max: usize, per_peer: usize) -> Admission {
+        Admission {
+            max: max.max(1),
+            per_peer: per_peer.max(1),
+            ..Admission::default()
+        }
+    }
+
+    /// A newcomer from `peer` at `now`; `evict` is what its task waits on to give way.
+    ///
+    /// NB: when every connection it could replace is in a request, the newcomer is still served
+    /// up to twice the bound (requests end within the body timeout: a burst of real scrapes
+    /// must not be cut off); past that it is closed.
+    pub(crate) fn admit(&mut self, peer: &str, now: Instant, evict: CancellationToken) -> Admit {
+        let of_peer = self.held.values().filter(|h| h.peer == peer).count();
+        let room = |held: usize, bound: usize, idle: Option<u64>| match idle {
+            _ if held < bound => Ok(None),
+            Some(id) => Ok(Some(id)),
+            None if held < bound * 2 => Ok(None),
+            None => Err(()),
+        };
+        let evicted = match room(of_peer, self.per_peer, self.longest_idle(Some(peer))) {
+            Ok(Some(id)) => Some(id),
+            Ok(None) => match room(self.held.len(), self.max, self.longest_idle(None)) {
+                Ok(v) => v,
+                Err(()) => return Admit::No,
+            },
+            Err(()) => return Admit::No,
+        };
+        if let Some(id) = evicted {
+            if let Some(h) = self.held.remove(&id) {
+                h.evict.cancel();
+            }
+        }
+        let id = self.next;
+        self.next += 1;
+        self.held.insert(
+            id,
+            Held {
+                peer: peer.to_string(),
+                busy: 0,
+                last_active: now,
+                evict,
+            },
+        );
+        Admit::Yes { id, evicted }
+    }
+
+    /// The connection idle the longest (of `peer`, when given); ties by age of the id.
+    fn longest_idle(&self, peer: Option<&str>) -> Option<u64> {
+        self.held
+            .iter()
+            .filter(|(_, h)| h.busy == 0 && peer.is_none_or(|p| h.peer == p))
+            .min_by_key(|(id, h)| (h.last_active, **id))
+            .map(|(id, _)| *id)
+    }
+
+    /// Connection `id` began (`true`) or ended a request at `now`.
+    pub(crate) fn request(&mut self, id: u64, begins: bool, now: Instant) {
+        if let Some(h) = self.held.get_mut(&id) {
+            h.busy = if begins {
+                h.busy + 1
+            } else {
+                h.busy.saturating_sub(1)
+            };
+            h.last_active = now;
+        }
+    }
+
+    /// Connection `id` is closed.
+    pub(crate) fn release(&mut self, id: u64) {
+        self.held.remove(&id);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.held.len()
+    }
+}
+
+/// A held connection's handle: marks its requests, and leaves the table when dropped.
+pub(crate) struct Slot {
+    pub(crate) id: u64,
+    table: Arc<Mutex<Admission>>,
+}
+
+impl Slot {
+    pub(crate) fn new(id: u64, table: Arc<Mutex<Admission>>) -> Slot {
+        Slot { id, table }
+    }
+
+    pub(crate) fn request(&self, begins: bool) {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.request(self.id, begins, Instant::now());
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.release(self.id);
+    }
+}
+
+/// The service of a held connection: each request marks the connection busy while it is served.
+#[derive(Clone)]
+pub(crate) struct Tracked<S> {
+    pub(crate) inner: S,
+    pub(crate) slot: Arc<Slot>,
+}
+
+impl<S, R> hyper::service::Service<R> for Tracked<S>
+where
+    S: hyper::service::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send + 'static>,
+    >;
+
+    fn call(&self, req: R) -> Self::Future {
+        self.slot.request(true);
+        let served = self.inner.call(req);
+        let slot = self.slot.clone();
+        Box::pin(async move {
+            let out = served.await;
+            slot.request(false);
+            out
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(t: &Instant, s: u64) -> Instant {
+        *t + Duration::from_secs(s)
+    }
+
+    #[test]
+    fn a_peer_at_its_bound_replaces_its_own_longest_idle_connection() {
+        let t0 = Instant::now();
+        let mut a = Admission::new(100, 3);
+        let tokens: Vec<CancellationToken> = (0..3).map(|_| CancellationToken::new()).collect();
+        for (i, tok) in tokens.iter().enumerate() {
+            assert!(matches!(
+                a.admit("junk", at(&t0, i as u64), tok.clone()),
+                Admit::Yes { evicted: None, .. }
+            ));
+        }
+        // Another peer is not touched by junk's bound.
+        assert!(matches!(
+            a.admit("probe", at(&t0, 3), CancellationToken::new()),
+            Admit::Yes { evicted: None, .. }
+        ));
+        // Junk's fourth replaces junk's oldest idle one.
+        let got = a.admit("junk", at(&t0, 4), CancellationToken::new());
+        assert_eq!(
+            got,
+            Admit::Yes {
+                id: 4,
+                evicted: Some(0)
+            }
+        );
+        assert!(tokens[0].is_cancelled() && !tokens[1].is_cancelled());
+        assert_eq!(a.len(), 4);
+    }
+
+    #[test]
+    fn a_full_listener_closes_the_longest_idle_and_never_a_request_being_served() {
+        let t0 = Instant::now();
+        let mut a = Admission::new(2, 10);
+        let first = CancellationToken::new();
+        let Admit::Yes { id: busy, .. } = a.admit("prom", t0, first.clone()) else {
+            panic!()
+        };
+        let _ = a.admit("junk", at(&t0, 1), CancellationToken::new());
+        a.request(busy, true, at(&t0, 2));
+        // The listener is full: junk (idle) gives way, the scrape in flight does not.
+        assert_eq!(
+            a.admit("probe", at(&t0, 3), CancellationToken::new()),
+            Admit::Yes {
+                id: 2,
+                evicted: Some(1)
+            }
+        );
+        assert!(!first.is_cancelled());
+        // Both held connections in requests: the newcomer is served beyond the bound, up to
+        // twice it; past that it is closed.
+        a.request(2, true, at(&t0, 4));
+        let Admit::Yes {
+            id: extra,
+            evicted: None,
+        } = a.admit("junk", at(&t0, 5), CancellationToken::new())
+        else {
+            panic!("a burst of real requests is served")
+        };
+        a.request(extra, true, at(&t0, 5));
+        let Admit::Yes { id: extra2, .. } = a.admit("junk", at(&t0, 5), CancellationToken::new())
+        else {
+            panic!()
+        };
+        a.request(extra2, true, at(&t0, 5));
+        assert_eq!(
+            a.admit("junk", at(&t0, 5), CancellationToken::new()),
+            Admit::No
+        );
+        a.release(extra);
+        a.release(extra2);
+        // A request ended: that connection is idle again, and the least recently active goes.
+        a.request(busy, false, at(&t0, 6));
+        let Admit::Yes { id: last, evicted } =
+            a.admit("junk", at(&t0, 7), CancellationToken::new())
+        else {
+            panic!()
+        };
+        assert_eq!(evicted, Some(busy));
+        assert!(first.is_cancelled());
+        a.release(last);
+        a.release(last);
+        assert_eq!(a.len(), 1);
+    }
+}
