@@ -10,4 +10,5 @@ mod e2e;
 mod e2e_cri;
 mod e2e_gang;
 mod e2e_maintenance;
+mod e2e_tenancy;
 mod podman;

@@ -300,7 +300,19 @@ impl Kubelet {
         annotations: &[(&str, &str)],
         containers: &[(&str, &str)],
     ) -> Pod {
-        self.run_pod_with(name, labels, annotations, containers, false)
+        self.run_pod_with("default", name, labels, annotations, containers, false)
+            .await
+    }
+
+    /// [`Kubelet::run_pod`] in namespace `ns` (tenants: issue 41).
+    pub async fn run_pod_in(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        containers: &[(&str, &str)],
+    ) -> Pod {
+        self.run_pod_with(ns, name, labels, &[], containers, false)
             .await
     }
 
@@ -313,12 +325,13 @@ impl Kubelet {
         annotations: &[(&str, &str)],
         containers: &[(&str, &str)],
     ) -> Pod {
-        self.run_pod_with(name, labels, annotations, containers, true)
+        self.run_pod_with("default", name, labels, annotations, containers, true)
             .await
     }
 
     async fn run_pod_with(
         &self,
+        ns: &str,
         name: &str,
         labels: &[(&str, &str)],
         annotations: &[(&str, &str)],
@@ -326,7 +339,6 @@ impl Kubelet {
         pod_network: bool,
     ) -> Pod {
         let uid = format!("uid-{name}-{:06x}", rand::random::<u32>() >> 8);
-        let ns = "default";
         let mut all_labels: HashMap<String, String> = labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -25,6 +25,8 @@ struct Held {
     peer: String,
     /// Requests of it being served now (hyper serves one at a time on HTTP/1).
     busy: u32,
+    /// Whether it ever sent a whole request head: a keep-alive connection of a real client.
+    served: bool,
     /// When it last began or ended a request (or connected): the longest idle gives way first.
     last_active: Instant,
     /// Cancelled when it gives way: its task drops the connection.
@@ -92,6 +94,7 @@ impl Admission {
             Held {
                 peer: peer.to_string(),
                 busy: 0,
+                served: false,
                 last_active: now,
                 evict,
             },
@@ -99,18 +102,21 @@ impl Admission {
         Admit::Yes { id, evicted }
     }
 
-    /// The connection idle the longest (of `peer`, when given); ties by age of the id.
+    /// The connection idle the longest (of `peer`, when given), one that never sent a whole
+    /// head before any keep-alive connection of a real client (which may be about to reuse it:
+    /// closing that one races its next request); ties by age of the id.
     fn longest_idle(&self, peer: Option<&str>) -> Option<u64> {
         self.held
             .iter()
             .filter(|(_, h)| h.busy == 0 && peer.is_none_or(|p| h.peer == p))
-            .min_by_key(|(id, h)| (h.last_active, **id))
+            .min_by_key(|(id, h)| (h.served, h.last_active, **id))
             .map(|(id, _)| *id)
     }
 
     /// Connection `id` began (`true`) or ended a request at `now`.
     pub(crate) fn request(&mut self, id: u64, begins: bool, now: Instant) {
         if let Some(h) = self.held.get_mut(&id) {
+            h.served = true;
             h.busy = if begins {
                 h.busy + 1
             } else {
@@ -221,6 +227,23 @@ mod tests {
         );
         assert!(tokens[0].is_cancelled() && !tokens[1].is_cancelled());
         assert_eq!(a.len(), 4);
+    }
+
+    #[test]
+    fn junk_that_never_sent_a_head_gives_way_before_a_real_client_s_keep_alive() {
+        let t0 = Instant::now();
+        let mut a = Admission::new(100, 2);
+        let real = CancellationToken::new();
+        let Admit::Yes { id: kept, .. } = a.admit("node", t0, real.clone()) else {
+            panic!()
+        };
+        a.request(kept, true, at(&t0, 1));
+        a.request(kept, false, at(&t0, 1));
+        let junk = CancellationToken::new();
+        let _ = a.admit("node", at(&t0, 2), junk.clone());
+        // Full for this peer: the junk goes, though the keep-alive has been idle longer.
+        let _ = a.admit("node", at(&t0, 3), CancellationToken::new());
+        assert!(junk.is_cancelled() && !real.is_cancelled());
     }
 
     #[test]

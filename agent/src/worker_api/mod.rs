@@ -63,14 +63,14 @@ pub(crate) const MAX_TOKEN: usize = 8 * 1024;
 /// past 32 KiB hyper answers 431 without buffering more. A node's workers beat every few seconds
 /// over short connections: 128 at once is far above any node's ranks, and bounds what a flood
 /// holds to 128 heads and bodies (a few MiB). A peer (an address: host-network pods share the
-/// node's; on the socket, a container) holds at most 32, and past either bound the connection
+/// node's; on the socket, a container) holds at most 64, and past either bound the connection
 /// idle the longest gives way (issue 41: idle junk never keeps a worker's beat out). A
 /// connection lives at most a minute.
 const LIMITS: Limits = Limits {
     header_timeout: HEADER_READ_TIMEOUT,
     max_head: 32 * 1024,
     max_connections: 128,
-    per_peer: 32,
+    per_peer: 64,
     max_age: Duration::from_secs(60),
 };
 
