@@ -261,8 +261,7 @@ impl Alert {
             match (self.gang_size, self.gang_members.filter(|n| *n > 0)) {
                 (Some(n), _) => s.push_str(&format!(" ({n} members)")),
                 (None, Some(n)) => s.push_str(&format!(" (size unknown; {n} reporting)")),
-                (None, None) if self.gang_members.is_some() => s.push_str(" (size unknown)"),
-                (None, None) => {}
+                (None, None) => s.push_str(" (size unknown)"),
             }
         }
         s.push_str(": ");

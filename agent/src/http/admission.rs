@@ -63,24 +63,29 @@ impl Admission {
 
     /// A newcomer from `peer` at `now`; `evict` is what its task waits on to give way.
     ///
-    /// NB: when every connection it could replace is in a request, the newcomer is still served
-    /// up to twice the bound (requests end within the body timeout: a burst of real scrapes
-    /// must not be cut off); past that it is closed.
+    /// NB: a peer at its own bound makes room among its own connections only; a full listener
+    /// takes its victim from the peer holding the most (a probe's lone connection is never the
+    /// one, whoever floods). When every connection it could replace is in a request, the
+    /// newcomer is still served up to twice the bound (requests end within the body timeout: a
+    /// burst of real scrapes must not be cut off), while the listener has room; past that it is
+    /// closed.
     pub(crate) fn admit(&mut self, peer: &str, now: Instant, evict: CancellationToken) -> Admit {
         let of_peer = self.held.values().filter(|h| h.peer == peer).count();
-        let room = |held: usize, bound: usize, idle: Option<u64>| match idle {
-            _ if held < bound => Ok(None),
-            Some(id) => Ok(Some(id)),
-            None if held < bound * 2 => Ok(None),
-            None => Err(()),
-        };
-        let evicted = match room(of_peer, self.per_peer, self.longest_idle(Some(peer))) {
-            Ok(Some(id)) => Some(id),
-            Ok(None) => match room(self.held.len(), self.max, self.longest_idle(None)) {
-                Ok(v) => v,
-                Err(()) => return Admit::No,
-            },
-            Err(()) => return Admit::No,
+        let held = self.held.len();
+        let evicted = if of_peer >= self.per_peer {
+            match self.longest_idle(Some(peer)) {
+                Some(id) => Some(id),
+                None if of_peer < self.per_peer * 2 && held < self.max => None,
+                None => return Admit::No,
+            }
+        } else if held >= self.max {
+            match self.biggest_holder_idle() {
+                Some(id) => Some(id),
+                None if held < self.max * 2 => None,
+                None => return Admit::No,
+            }
+        } else {
+            None
         };
         if let Some(id) = evicted {
             if let Some(h) = self.held.remove(&id) {
@@ -111,6 +116,20 @@ impl Admission {
             .filter(|(_, h)| h.busy == 0 && peer.is_none_or(|p| h.peer == p))
             .min_by_key(|(id, h)| (h.served, h.last_active, **id))
             .map(|(id, _)| *id)
+    }
+
+    /// The longest-idle connection of the peer that holds the most connections with an idle
+    /// one among them.
+    fn biggest_holder_idle(&self) -> Option<u64> {
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for h in self.held.values() {
+            *count.entry(h.peer.as_str()).or_default() += 1;
+        }
+        let mut peers: Vec<(&str, usize)> = count.into_iter().collect();
+        peers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        peers
+            .into_iter()
+            .find_map(|(p, _)| self.longest_idle(Some(p)))
     }
 
     /// Connection `id` began (`true`) or ended a request at `now`.
@@ -182,12 +201,21 @@ where
     fn call(&self, req: R) -> Self::Future {
         self.slot.request(true);
         let served = self.inner.call(req);
-        let slot = self.slot.clone();
+        // NB: the request ends when its future completes or is dropped (the client went away).
+        let done = Served(self.slot.clone());
         Box::pin(async move {
-            let out = served.await;
-            slot.request(false);
-            out
+            let _done = done;
+            served.await
         })
+    }
+}
+
+/// Marks its connection's request ended when dropped.
+struct Served(Arc<Slot>);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.0.request(false);
     }
 }
 
@@ -227,6 +255,32 @@ mod tests {
         );
         assert!(tokens[0].is_cancelled() && !tokens[1].is_cancelled());
         assert_eq!(a.len(), 4);
+    }
+
+    #[test]
+    fn a_full_listener_takes_its_victim_from_the_biggest_holder_never_a_lone_probe() {
+        let t0 = Instant::now();
+        let mut a = Admission::new(4, 10);
+        let probe = CancellationToken::new();
+        let _ = a.admit("kubelet", t0, probe.clone());
+        let junk: Vec<CancellationToken> = (0..3).map(|_| CancellationToken::new()).collect();
+        for (i, j) in junk.iter().enumerate() {
+            let _ = a.admit("junk", at(&t0, 1 + i as u64), j.clone());
+        }
+        // Full: a newcomer from a third address evicts junk's oldest, not the older probe.
+        let _ = a.admit("prometheus", at(&t0, 9), CancellationToken::new());
+        assert!(!probe.is_cancelled() && junk[0].is_cancelled());
+        // A peer over its own bound with nothing idle is not let past it at another's cost.
+        let mut b = Admission::new(100, 1);
+        let Admit::Yes { id, .. } = b.admit("tenant", t0, CancellationToken::new()) else {
+            panic!()
+        };
+        b.request(id, true, t0);
+        let Admit::Yes { id: second, .. } = b.admit("tenant", t0, CancellationToken::new()) else {
+            panic!("once past the bound, while the listener has room")
+        };
+        b.request(second, true, t0);
+        assert_eq!(b.admit("tenant", t0, CancellationToken::new()), Admit::No);
     }
 
     #[test]

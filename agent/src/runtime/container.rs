@@ -80,8 +80,16 @@ pub(crate) fn gang_of_pod(
     let gang = |id: String, size: Option<u32>, source| Some(PodGang { id, size, source });
     if let Some(g) = get(&format!("{worker_label}{GANG_SUFFIX}")) {
         let size = size_of(labels.get(&format!("{worker_label}{GANG_SIZE_SUFFIX}")));
+        // NB: the same scoping as a record's gang (`hang::policy_membership::scoped`): a value
+        // already of its namespace is kept, so a label and a record naming `ml/run-1` agree.
         let id = match namespace {
-            Some(ns) => format!("{}/{g}", if ns.is_empty() { "default" } else { ns }),
+            Some(ns) => {
+                let ns = if ns.is_empty() { "default" } else { ns };
+                match g.strip_prefix(ns).and_then(|r| r.strip_prefix('/')) {
+                    Some(rest) if !rest.is_empty() => g.to_string(),
+                    _ => format!("{ns}/{g}"),
+                }
+            }
             None => g.to_string(),
         };
         return gang(id, size, "label");

@@ -65,7 +65,16 @@ pub(crate) trait TokenReviewer: Send + Sync {
     fn known(&self, _token: &str) -> Option<Reviewed> {
         None
     }
+    /// `token` proved a pod lately (its answer may have left the cache since): reviewing it
+    /// again is a real worker's re-review, which no budget holds back.
+    fn vouched(&self, _token: &str) -> bool {
+        false
+    }
 }
+
+/// How long a token that proved a pod is vouched for: a projected token lives an hour by
+/// default and at most a day (`expirationSeconds`), and the kubelet rotates it before then.
+const VOUCHED_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// Reads a TokenReview's status for `audience`.
 pub(crate) fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed {
@@ -164,6 +173,8 @@ pub(crate) struct CachedReviews<R> {
     inner: R,
     ttl: Duration,
     answers: Mutex<HashMap<Digest, (Instant, Reviewed)>>,
+    /// Digests of tokens that proved a pod, and when (at most `MAX_CACHED`, 40 bytes each).
+    vouched: Mutex<HashMap<Digest, Instant>>,
 }
 
 impl<R: TokenReviewer> CachedReviews<R> {
@@ -172,6 +183,7 @@ impl<R: TokenReviewer> CachedReviews<R> {
             inner,
             ttl,
             answers: Mutex::new(HashMap::new()),
+            vouched: Mutex::new(HashMap::new()),
         }
     }
 
@@ -192,6 +204,14 @@ impl<R: TokenReviewer> CachedReviews<R> {
             }
         }
         answers.insert(key, (now, answer.clone()));
+        let mut vouched = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
+        if vouched.len() >= MAX_CACHED && !vouched.contains_key(&key) {
+            vouched.retain(|_, at| now.saturating_duration_since(*at) < VOUCHED_FOR);
+            if vouched.len() >= MAX_CACHED {
+                vouched.clear();
+            }
+        }
+        vouched.insert(key, now);
     }
 
     #[cfg(test)]
@@ -204,6 +224,13 @@ impl<R: TokenReviewer> CachedReviews<R> {
 impl<R: TokenReviewer> TokenReviewer for CachedReviews<R> {
     fn known(&self, token: &str) -> Option<Reviewed> {
         self.cached(&digest(token), Instant::now())
+    }
+
+    fn vouched(&self, token: &str) -> bool {
+        let vouched = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
+        vouched
+            .get(&digest(token))
+            .is_some_and(|at| Instant::now().saturating_duration_since(*at) < VOUCHED_FOR)
     }
 
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
@@ -359,6 +386,28 @@ mod tests {
         assert!(cache.review("t1").await.is_err());
         assert!(cache.review("t1").await.is_err());
         assert_eq!(down.0.load(Ordering::SeqCst), 2);
+    }
+
+    /// Issue 41: a token that proved a pod is vouched for after its answer left the cache (its
+    /// re-review is no stranger's); a refused one never is.
+    #[tokio::test(start_paused = true)]
+    async fn a_token_that_proved_a_pod_is_vouched_for_after_the_cache_forgets_it() {
+        let ok = Arc::new(Counting(AtomicU32::new(0), Ok(a_pod())));
+        let cache = CachedReviews::new(ok.clone(), Duration::from_secs(60));
+        assert!(!cache.vouched("t1"));
+        cache.review("t1").await.unwrap();
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(cache.known("t1"), None, "the answer expired");
+        assert!(cache.vouched("t1"));
+        tokio::time::advance(VOUCHED_FOR).await;
+        assert!(!cache.vouched("t1"), "not for ever");
+        let refused = Arc::new(Counting(
+            AtomicU32::new(0),
+            Ok(Reviewed::Refused("no".into())),
+        ));
+        let cache = CachedReviews::new(refused, Duration::from_secs(60));
+        cache.review("junk").await.unwrap();
+        assert!(!cache.vouched("junk"));
     }
 
     /// Issue 26: the cache holds digests, so its memory is bounded by its entry count whatever

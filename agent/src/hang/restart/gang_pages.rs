@@ -66,7 +66,7 @@ impl RestartPath<'_> {
         a.container = first.map(|m| m.container.clone());
         a.gang = Some(g.id.clone());
         a.gang_size = g.size;
-        a.gang_members = Some(members.len() as u32);
+        a.gang_members = (!members.is_empty()).then_some(members.len() as u32);
         a.dry_run = self.ctx.cfg.dry_run;
         a
     }

@@ -369,6 +369,7 @@ class ApiTransport(Transport):
         why = {
             401: "not authenticated (is the projected token with audience 'vigil' mounted, and VIGIL_TOKEN_FILE right?)",
             403: "refused: this caller is not this worker (does the pod/container carry the agent's opt-in label, runtime.worker_label, with this id?)",
+            429: "not reviewed: too many refused tokens came from this address (or node) lately; retrying after Retry-After",
             503: "the agent cannot check or store it now",
         }.get(status, "refused")
         permanent = status in (400, 404, 405, 413)
