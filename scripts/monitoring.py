@@ -19,8 +19,9 @@ in the .venv scripts/setup.sh makes).
                                                   an unknown field and a wrong type are caught
 
 The source is deploy/monitoring/rules/vigil.rules.yaml; generated from it:
-deploy/components/kube-prometheus/prometheusrule.yaml (Prometheus Operator) and
-deploy/components/gmp/clusterrules.yaml (Google Managed Prometheus).
+deploy/components/kube-prometheus/prometheusrule.yaml (Prometheus Operator),
+deploy/components/gmp/clusterrules.yaml (Google Managed Prometheus) and the Helm chart's
+deploy/helm/vigil/files/vigil.rules.yaml.
 """
 
 import copy
@@ -104,6 +105,9 @@ def generated(base=None):
     return {
         "deploy/components/kube-prometheus/prometheusrule.yaml": head + dump(prometheusrule),
         "deploy/components/gmp/clusterrules.yaml": head + dump(clusterrules),
+        # The Helm chart's copy (a chart reads no file outside its directory): its templates
+        # put these groups in the PrometheusRule or the ClusterRules.
+        "deploy/helm/vigil/files/vigil.rules.yaml": head + dump({"groups": groups}),
     }
 
 

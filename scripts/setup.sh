@@ -6,7 +6,8 @@
 # containerd, runc and containernetworking-plugins (the CRI tests run a private containerd, some
 # pods on a bridge pod network), podman (the Podman tests run a private `podman system service`),
 # jq, python3-venv; then the Python tools in a virtual environment of the repository, .venv (never
-# the system pip, which Debian and Ubuntu refuse): kubernetes-validate, PyYAML, jsonschema,
+# the system pip, which Debian and Ubuntu refuse): kubernetes-validate, helm-python-sdk (real Helm
+# for scripts/check-helm.sh), PyYAML, jsonschema,
 # pytest, redis (scripts/requirements.txt), the client clients/python (editable), and JAX + Orbax
 # for the training-loop test (scripts/requirements-ml.txt).
 # Used by scripts/test.sh, scripts/run.sh and .ci/run; safe to run again.

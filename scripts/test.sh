@@ -4,7 +4,8 @@
 #
 # Then it lints a live /metrics scrape with promtool, validates the rendered deploy/ manifests
 # and the worker manifests of deploy/examples (scripts/check-metrics.sh, scripts/check-deploy.sh,
-# scripts/check-examples.sh), checks the alert rules, their promtool tests, the dashboard and the
+# scripts/check-examples.sh), renders and lints the Helm chart with real Helm and checks it is the
+# overlays (scripts/check-helm.sh), checks the alert rules, their promtool tests, the dashboard and the
 # monitoring components (scripts/check-monitoring.sh), and runs the Python client's suite
 # (clients/python/tests: pytest against the `vigil` binary just built, a Redis of its own and the
 # Docker daemon).
@@ -52,6 +53,7 @@ cargo test --workspace --locked "$@"
 bash scripts/check-model.sh
 bash scripts/check-metrics.sh
 bash scripts/check-deploy.sh
+bash scripts/check-helm.sh
 bash scripts/check-examples.sh
 bash scripts/check-monitoring.sh
 # The binary `cargo test` built above (the integration tests build it).

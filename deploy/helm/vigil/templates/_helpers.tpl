@@ -1,0 +1,70 @@
+{{/* The release's name is every object's name (one release per namespace, like the overlays). */}}
+{{- define "vigil.fullname" -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The labels every object carries; the selector is app.kubernetes.io/name alone (as the overlays'). */}}
+{{- define "vigil.labels" -}}
+app.kubernetes.io/name: vigil
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* A TOML value: a string (JSON escapes are TOML's), a bool, a whole number, a list. */}}
+{{- define "vigil.tomlValue" -}}
+{{- if kindIs "string" . -}}{{ toJson . }}
+{{- else if kindIs "bool" . -}}{{ . }}
+{{- else if kindIs "float64" . -}}{{ if eq . (floor .) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- else if kindIs "slice" . -}}[{{ range $i, $e := . }}{{ if $i }}, {{ end }}{{ include "vigil.tomlValue" $e }}{{ end }}]
+{{- else -}}{{ . }}
+{{- end -}}
+{{- end -}}
+
+{{/* A TOML table: its keys, then its sub-tables ([prefix.key]); a null value is dropped. */}}
+{{- define "vigil.tomlTable" -}}
+{{- $t := .table -}}
+{{- $prefix := .prefix -}}
+{{- range $k := keys $t | sortAlpha }}
+{{- $v := index $t $k }}
+{{- if and (not (kindIs "map" $v)) (not (kindIs "invalid" $v)) }}
+{{ $k }} = {{ include "vigil.tomlValue" $v }}
+{{- end }}
+{{- end }}
+{{- range $k := keys $t | sortAlpha }}
+{{- $v := index $t $k }}
+{{- if kindIs "map" $v }}
+{{- $name := ternary $k (printf "%s.%s" $prefix $k) (eq $prefix "") }}
+[{{ $name }}]
+{{- include "vigil.tomlTable" (dict "prefix" $name "table" $v) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* vigil.toml: what the values choose, with .Values.config merged over it. */}}
+{{- define "vigil.config" -}}
+{{- $v := .Values -}}
+{{- $rt := dict "kind" $v.runtime.kind "worker_label" $v.runtime.workerLabel -}}
+{{- $c := dict "dry_run" $v.observe "runtime" $rt -}}
+{{- if eq $v.runtime.kind "cri" }}
+{{- $_ := set $rt "cri_socket" $v.runtime.cri.socket }}
+{{- if $v.runtime.cri.podResourcesDir }}
+{{- $_ := set $rt "pod_resources_socket" (printf "%s/kubelet.sock" $v.runtime.cri.podResourcesDir) }}
+{{- else }}
+{{- $_ := set $rt "pod_resources_socket" "" }}
+{{- end }}
+{{- else if eq $v.runtime.kind "docker" }}
+{{- $_ := set $c "docker" (dict "host" "unix:///host/var/run/docker.sock") }}
+{{- end }}
+{{- if eq $v.accelerator "nvidia" }}
+{{- $_ := set $c "gpu" (dict "library_path" $v.nvidia.libraryPath) }}
+{{- else if eq $v.accelerator "tpu" }}
+{{- $_ := set $c "gpu" (dict "enabled" "off") }}
+{{- $_ := set $c "tpu" (dict "enabled" "on" "device_dir" "/host/dev" "sys_dir" "/sys" "kernel_log" "") }}
+{{- end }}
+{{- $_ := set $c "server" (dict "listen" (printf "0.0.0.0:%v" $v.ports.metrics)) }}
+{{- $_ := set $c "worker_api" (dict "listen" (printf "0.0.0.0:%v" $v.ports.workerApi) "auth" "kubernetes") }}
+{{- $merged := mergeOverwrite $c (deepCopy ($v.config | default dict)) }}
+{{- include "vigil.tomlTable" (dict "prefix" "" "table" $merged) }}
+{{- end -}}
