@@ -288,12 +288,16 @@ async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_
     );
     let restarted = eventually(Duration::from_secs(20), || container.started_at() != before).await;
     assert!(restarted, "did not resume:\n{}", agent.log_text());
+    // NB: the trail's `restarted` line follows the command's return: the container can be seen
+    // restarted a moment before the agent has written it.
+    let recorded = |l: &str| l.split_whitespace().nth(3) == Some("restarted");
+    eventually(Duration::from_secs(10), || {
+        s.explain(&cfg, &redis).lines().any(recorded)
+    })
+    .await;
     let trail = s.explain(&cfg, &redis);
     let id = timer.split_once(':').unwrap().1;
-    let line = trail
-        .lines()
-        .find(|l| l.split_whitespace().nth(3) == Some("restarted"))
-        .unwrap_or_default();
+    let line = trail.lines().find(|l| recorded(l)).unwrap_or_default();
     assert!(line.contains(&format!("incident={id}")), "{trail}");
 }
 

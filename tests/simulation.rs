@@ -3,9 +3,11 @@
 //! runtime call by a seeded scheduler, with faults injected, and every invariant checked against
 //! the harness's own ground truth.
 //!
-//! `VIGIL_SIM_SEEDS=N` runs N seeds (10,000 by default); `VIGIL_SIM_SEED=S` replays one seed and
+//! `VIGIL_SIM_SEEDS=N` runs N seeds (2,000 by default: the test command's share; every mutant and
+//! every seed that once failed run in full whatever N); `VIGIL_SIM_SEED=S` replays one seed and
 //! prints its whole trace (`VIGIL_SIM_MUTANT=NoCompare` plants a mutant in the replay).
-//! `scripts/simulate.sh` wraps both.
+//! `scripts/simulate.sh` wraps both, release-built, 10,000 seeds by default (issue 43: the long
+//! sweeps belong there, not in every CI run).
 
 mod sim;
 
@@ -45,7 +47,7 @@ fn seeded_fleet_simulation_keeps_every_invariant() {
         }
         return;
     }
-    let count = env_u64("VIGIL_SIM_SEEDS").unwrap_or(10_000);
+    let count = env_u64("VIGIL_SIM_SEEDS").unwrap_or(2_000);
     let first = env_u64("VIGIL_SIM_FIRST_SEED").unwrap_or(0);
     let started = std::time::Instant::now();
     let stats = match run_seeds(first, count, &Options::default()) {
