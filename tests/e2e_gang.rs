@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use common::e2e::{decisions, ConfigParts, Setup};
 use common::real::{
-    beat, eventually, explain, poll, redis_get, shared_redis_url, unique, vigil, Receiver,
-    VigilProcess, WorkerContainer,
+    beat, eventually, explain, redis_get, shared_redis_url, unique, vigil, Receiver, VigilProcess,
+    WorkerContainer,
 };
 
 const RANKS: usize = 4;
@@ -191,9 +191,21 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
     assert_eq!(decisions(&trails, "restarted"), RANKS, "{trails}");
 }
 
+/// A rank's pod labels: the opt-in label and JobSet's, as its controller puts them on every pod
+/// of the set (restart attempt 0).
+pub(crate) fn jobset_labels<'a>(s: &'a Setup, jobset: &'a str) -> [(&'a str, &'a str); 5] {
+    [
+        (s.label.as_str(), s.worker.as_str()),
+        ("jobset.sigs.k8s.io/jobset-name", jobset),
+        ("jobset.sigs.k8s.io/restart-attempt", "0"),
+        ("jobset.sigs.k8s.io/replicatedjob-name", "workers"),
+        ("batch.kubernetes.io/job-completion-index", "0"),
+    ]
+}
+
 /// The agent of node `s` on the CRI socket `socket` (the test plays kubelet), the Kubernetes API
 /// off: the pods' labels are all it knows of the job.
-fn cri_config(s: &Setup, socket: &std::path::Path, hook: &str) -> PathBuf {
+pub(crate) fn cri_config(s: &Setup, socket: &std::path::Path, hook: &str) -> PathBuf {
     s.write_config(ConfigParts {
         runtime: &format!(
             "kind = \"cri\"\ncri_socket = \"{}\"\nallow_pod_replacement = true\npod_resources_socket = \"\"",
@@ -224,14 +236,7 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
         s.prefix = prefix.clone();
         s.worker = format!("rank-{i}");
         let cfg = cri_config(&s, &ctd.socket(), &hook.url);
-        // JobSet's labels, as its controller puts them on every pod of the set.
-        let labels = [
-            (s.label.as_str(), s.worker.as_str()),
-            ("jobset.sigs.k8s.io/jobset-name", jobset.as_str()),
-            ("jobset.sigs.k8s.io/restart-attempt", "0"),
-            ("jobset.sigs.k8s.io/replicatedjob-name", "workers"),
-            ("batch.kubernetes.io/job-completion-index", "0"),
-        ];
+        let labels = jobset_labels(&s, &jobset);
         let pod = kubelet
             .run_pod(
                 &format!("{jobset}-workers-{i}"),
@@ -242,13 +247,8 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
             .await;
         nodes.push((s, cfg, pod));
     }
-    let first: Vec<String> = {
-        let mut v = Vec::new();
-        for (_, _, pod) in &nodes {
-            v.push(kubelet.running(pod, "main").await.unwrap().0);
-        }
-        v
-    };
+    let pods: Vec<_> = nodes.iter().map(|n| n.2.clone()).collect();
+    let first = kubelet.running_ids(&pods, "main").await;
     // Records without a gang: `vigil beat` with no --gang. Rank 2 last beat first, the others
     // a moment later (inside confirm_after).
     for i in [2, 0, 1, 3] {
@@ -276,22 +276,9 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
             .collect::<Vec<_>>()
             .join("\n----\n")
     };
-    let restarted = poll(Duration::from_secs(90), || {
-        let k = kubelet.clone();
-        let pods: Vec<_> = nodes.iter().map(|n| n.2.clone()).collect();
-        let first = first.clone();
-        async move {
-            for (pod, id) in pods.iter().zip(&first) {
-                let now = k.running(pod, "main").await.map(|(now, _)| now);
-                if now.is_none_or(|now| now == *id) {
-                    return None;
-                }
-            }
-            Some(())
-        }
-    })
-    .await
-    .is_some();
+    let restarted = kubelet
+        .all_restarted(&pods, "main", &first, Duration::from_secs(90))
+        .await;
     assert!(restarted, "every rank restarted:\n{}", logs());
     tokio::time::sleep(Duration::from_secs(4)).await;
     for (_, _, pod) in &nodes {

@@ -23,23 +23,10 @@ use common::e2e::{ConfigParts, Setup};
 use common::fake_kube::FakeKube;
 use common::fake_metadata::FakeMetadata;
 use common::real::{
-    beat, eventually, poll, run_cli, shared_redis_url, unique, Receiver, VigilProcess, IGNORES_TERM,
+    beat, eventually, run_cli, shared_redis_url, unique, Receiver, VigilProcess, IGNORES_TERM,
 };
 
-/// A rank's agent: CRI, the Kubernetes API off (the pods' labels are all it knows of the job).
-fn rank_config(s: &Setup, socket: &Path, hook: &str) -> PathBuf {
-    s.write_config(ConfigParts {
-        runtime: &format!(
-            "kind = \"cri\"\ncri_socket = \"{}\"\nallow_pod_replacement = true\npod_resources_socket = \"\"",
-            socket.display()
-        ),
-        policy: "cooldown = \"60s\"\nescalate_after = \"120s\"",
-        tables: &format!(
-            "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{hook}\"\nattempts = 2\ntimeout = \"2s\"\n[kubernetes]\nenabled = \"off\"\n[gpu]\nenabled = \"off\"\n[metadata]\nenabled = \"off\"\n"
-        ),
-        ..ConfigParts::default()
-    })
-}
+use crate::e2e_gang::{cri_config, jobset_labels};
 
 /// The impostor's node: the worker API with TokenReview, and a metadata server whose notice
 /// the test sends. Its checkpoint budgets are the tightest of the three nodes.
@@ -109,14 +96,9 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
         let mut s = Setup::new("tenancy");
         s.prefix = prefix.clone();
         s.worker = format!("rank-{i}");
-        let cfg = rank_config(&s, &ctd.socket(), &hook.url);
-        let labels = [
-            (s.label.as_str(), s.worker.as_str()),
-            ("jobset.sigs.k8s.io/jobset-name", jobset.as_str()),
-            ("jobset.sigs.k8s.io/restart-attempt", "0"),
-            ("jobset.sigs.k8s.io/replicatedjob-name", "workers"),
-            ("batch.kubernetes.io/job-completion-index", "0"),
-        ];
+        // A rank's agent: CRI, the Kubernetes API off (the pods' labels are all it knows).
+        let cfg = cri_config(&s, &ctd.socket(), &hook.url);
+        let labels = jobset_labels(&s, &jobset);
         let name = format!("{jobset}-workers-{i}");
         let pod = kubelet
             .run_pod_in("ml", &name, &labels, &[("main", IGNORES_TERM)])
@@ -145,13 +127,8 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
         Some(&imp.node),
         &["vigil"],
     );
-    let first: Vec<String> = {
-        let mut v = Vec::new();
-        for (_, _, pod) in &ranks {
-            v.push(kubelet.running(pod, "main").await.unwrap().0);
-        }
-        v
-    };
+    let pods: Vec<Pod> = ranks.iter().map(|r| r.2.clone()).collect();
+    let first = kubelet.running_ids(&pods, "main").await;
     // ml's ranks beat once (no gang in their records: the labels name it), rank 1 first.
     for i in [1, 0] {
         let (s, cfg, _) = &ranks[i];
@@ -225,22 +202,9 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
     });
 
     // ml's ranks hang together: both are restarted at once, whatever the impostor beats.
-    let restarted = poll(Duration::from_secs(90), || {
-        let k = kubelet.clone();
-        let pods: Vec<Pod> = ranks.iter().map(|r| r.2.clone()).collect();
-        let first = first.clone();
-        async move {
-            for (pod, id) in pods.iter().zip(&first) {
-                let now = k.running(pod, "main").await.map(|(now, _)| now);
-                if now.is_none_or(|now| now == *id) {
-                    return None;
-                }
-            }
-            Some(())
-        }
-    })
-    .await
-    .is_some();
+    let restarted = kubelet
+        .all_restarted(&pods, "main", &first, Duration::from_secs(90))
+        .await;
     assert!(
         restarted,
         "both ranks restarted (kinds {:?}):\n{}",

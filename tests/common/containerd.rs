@@ -546,6 +546,37 @@ impl Kubelet {
             .map(|c| (c.0, c.2))
     }
 
+    /// The ids of container `name` of each of `pods` running now (`None` where it runs none).
+    pub async fn running_ids(&self, pods: &[Pod], name: &str) -> Vec<Option<String>> {
+        let mut out = Vec::new();
+        for pod in pods {
+            out.push(self.running(pod, name).await.map(|(id, _)| id));
+        }
+        out
+    }
+
+    /// Whether, within `within`, container `name` of every one of `pods` runs an id other than
+    /// its id in `first` (each pod's container restarted).
+    pub async fn all_restarted(
+        &self,
+        pods: &[Pod],
+        name: &str,
+        first: &[Option<String>],
+        within: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let now = self.running_ids(pods, name).await;
+            if now.iter().zip(first).all(|(n, f)| n.is_some() && n != f) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Stop a container as something outside Vigil would (a crash, an operator).
     pub async fn stop(&self, id: &str) {
         self.client
