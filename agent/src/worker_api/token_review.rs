@@ -242,6 +242,11 @@ impl<R: TokenReviewer> TokenReviewer for CachedReviews<R> {
         let answer = self.inner.review(token).await?;
         if matches!(answer, Reviewed::Pod { .. }) {
             self.remember(key, now, &answer);
+        } else {
+            // NB: a token that proved a pod and is refused now (revoked, its pod gone) is
+            // vouched for no more: repeating it must cost the sender's budget like any junk.
+            let mut vouched = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
+            vouched.remove(&key);
         }
         Ok(answer)
     }
@@ -408,6 +413,35 @@ mod tests {
         let cache = CachedReviews::new(refused, Duration::from_secs(60));
         cache.review("junk").await.unwrap();
         assert!(!cache.vouched("junk"));
+    }
+
+    /// A vouched token refused later (revoked) is vouched for no more: a leaked, revoked token
+    /// cannot cause reviews past its sender's budget.
+    #[tokio::test(start_paused = true)]
+    async fn a_vouched_token_refused_later_is_vouched_no_more() {
+        struct Flips(std::sync::Mutex<bool>);
+        #[async_trait]
+        impl TokenReviewer for Arc<Flips> {
+            async fn review(&self, _t: &str) -> Result<Reviewed, ReviewUnavailable> {
+                let revoked = *self.0.lock().unwrap();
+                Ok(if revoked {
+                    Reviewed::Refused("revoked".into())
+                } else {
+                    a_pod()
+                })
+            }
+        }
+        let inner = Arc::new(Flips(std::sync::Mutex::new(false)));
+        let cache = CachedReviews::new(inner.clone(), Duration::from_secs(60));
+        cache.review("t1").await.unwrap();
+        assert!(cache.vouched("t1"));
+        *inner.0.lock().unwrap() = true;
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(matches!(
+            cache.review("t1").await.unwrap(),
+            Reviewed::Refused(_)
+        ));
+        assert!(!cache.vouched("t1"));
     }
 
     /// Issue 26: the cache holds digests, so its memory is bounded by its entry count whatever
