@@ -164,11 +164,15 @@ def compare(overlay, files, vigil, out_dir, component=None, extra=None):
     chart_docs = render(values_of(files, merge(AS_THE_OVERLAYS, extra or {})))
     kust_docs = kustomize(overlay, component)
     name = overlay.replace("/", "-") + ("-" + component.split("/")[-1] if component else "")
+    as_users = render(values_of(files, extra))
     with open(os.path.join(out_dir, f"helm-{name}.yaml"), "w") as f:
-        yaml.safe_dump_all(render(values_of(files, extra)), f, sort_keys=False)
+        yaml.safe_dump_all(as_users, f, sort_keys=False)
     kust = {key(d): d for d in kust_docs}
     chart = {key(d): d for d in chart_docs}
     problems = []
+    # `helm upgrade` with the same values changes nothing: the rendering is deterministic.
+    if render(values_of(files, extra)) != as_users:
+        problems.append(f"{overlay}: two renderings of the same values differ")
     for k in sorted(set(kust) | set(chart), key=str):
         if k not in chart:
             problems.append(f"{overlay}: the chart renders no {k} (the overlay has it)")
@@ -212,9 +216,6 @@ def main():
         p, n = compare(overlay, files, vigil, out_dir)
         problems += p
         total += n
-        # `helm upgrade` with the same values changes nothing: the rendering is deterministic.
-        if render(values_of(files)) != render(values_of(files)):
-            problems.append(f"{overlay}: two renderings of the same values differ")
     for overlay, (component, extra) in WITH_COMPONENT.items():
         p, n = compare(overlay, DOCUMENTED[overlay], vigil, out_dir, component, extra)
         problems += p

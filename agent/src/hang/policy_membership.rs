@@ -19,7 +19,7 @@
 //!   taken as written (anyone who may start a worker container there is root on the node).
 
 use crate::hang::model::{valid_gang_id, Gang};
-use crate::runtime::container::{Container, PodGang};
+use crate::runtime::container::{scoped, Container, PodGang};
 
 /// A worker's gang, and what the agent did with the record's own words (for the worker API's
 /// answer: a worker learns the id it is known by).
@@ -105,18 +105,6 @@ pub(crate) fn membership(
 pub(crate) fn of_container(c: &Container, record: Option<&Gang>) -> Membership {
     let namespace = c.pod_identity().map(|p| p.namespace);
     membership(record, c.gang.as_ref(), namespace.as_deref())
-}
-
-/// `value` in namespace `ns`: `<ns>/<value>`, or `value` itself when it already is in `ns`.
-pub(crate) fn scoped(ns: &str, value: &str) -> String {
-    let ns = if ns.is_empty() { "default" } else { ns };
-    match value
-        .strip_prefix(ns)
-        .and_then(|rest| rest.strip_prefix('/'))
-    {
-        Some(rest) if !rest.is_empty() => value.to_string(),
-        _ => format!("{ns}/{value}"),
-    }
 }
 
 #[cfg(test)]

@@ -158,7 +158,7 @@ impl Admission {
 
 /// A held connection's handle: marks its requests, and leaves the table when dropped.
 pub(crate) struct Slot {
-    pub(crate) id: u64,
+    id: u64,
     table: Arc<Mutex<Admission>>,
 }
 

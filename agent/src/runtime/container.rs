@@ -80,16 +80,10 @@ pub(crate) fn gang_of_pod(
     let gang = |id: String, size: Option<u32>, source| Some(PodGang { id, size, source });
     if let Some(g) = get(&format!("{worker_label}{GANG_SUFFIX}")) {
         let size = size_of(labels.get(&format!("{worker_label}{GANG_SIZE_SUFFIX}")));
-        // NB: the same scoping as a record's gang (`hang::policy_membership::scoped`): a value
-        // already of its namespace is kept, so a label and a record naming `ml/run-1` agree.
+        // NB: the same scoping as a record's gang (`hang::policy_membership`), so a label and a
+        // record naming `ml/run-1` agree.
         let id = match namespace {
-            Some(ns) => {
-                let ns = if ns.is_empty() { "default" } else { ns };
-                match g.strip_prefix(ns).and_then(|r| r.strip_prefix('/')) {
-                    Some(rest) if !rest.is_empty() => g.to_string(),
-                    _ => format!("{ns}/{g}"),
-                }
-            }
+            Some(ns) => scoped(ns, g),
             None => g.to_string(),
         };
         return gang(id, size, "label");
@@ -114,6 +108,19 @@ pub(crate) fn gang_of_pod(
         return gang(format!("{ns}/job/{name}/{uid}"), None, "job");
     }
     None
+}
+
+/// `value` in namespace `ns` (`""` is Kubernetes' `default`): `<ns>/<value>`, or `value` itself
+/// when it already is in `ns`. A namespace has no `/`, so the first segment is always `ns`.
+pub(crate) fn scoped(ns: &str, value: &str) -> String {
+    let ns = if ns.is_empty() { "default" } else { ns };
+    match value
+        .strip_prefix(ns)
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
+        Some(rest) if !rest.is_empty() => value.to_string(),
+        _ => format!("{ns}/{value}"),
+    }
 }
 
 impl Container {

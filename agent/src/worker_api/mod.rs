@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::WorkerAuth;
 use crate::coord::{write_status_as, Coordinator, Keys};
 use crate::hang::model::{
-    parse_gang_size, parse_grace, rank_field, valid_gang_id, valid_worker_id, Gang, MAX_GANG,
+    gang_of, parse_gang_size, parse_grace, rank_field, valid_gang_id, valid_worker_id, MAX_GANG,
     MAX_RANKS,
 };
 use crate::hang::policy_membership::{self, Membership};
@@ -38,7 +38,7 @@ use crate::runtime::container::Container;
 use crate::worker_api::peer::{container_of, within, Procfs};
 use crate::worker_api::policy::{authorize, token_node, Caller};
 use crate::worker_api::review_budget::{ReviewBudget, Throttled};
-use crate::worker_api::token_review::{Reviewed, TokenReviewer};
+use crate::worker_api::token_review::{Reviewed, Standing, TokenReviewer};
 
 /// A status body is a few short strings; anything bigger is a mistake.
 pub(crate) const MAX_STATUS_BODY: usize = 64 * 1024;
@@ -349,12 +349,9 @@ async fn read(
 /// The gang the agent will take this write's worker to be a member of (the tenancy rule,
 /// `crate::hang::policy_membership`), when the write names a gang or its pod's labels do.
 fn written_membership(c: &Container, write: &StatusWrite) -> Membership {
-    let field = |k: &str| write.fields.iter().find(|(f, _)| f == k).map(|(_, v)| v);
-    let record = field("gang").map(|id| Gang {
-        id: id.trim().to_string(),
-        size: field("gang_size").and_then(|n| parse_gang_size(n)),
-    });
-    policy_membership::of_container(c, record.as_ref())
+    // NB: read as the agent reads the record (`gang_of`), from this write's fields.
+    let fields: std::collections::HashMap<String, String> = write.fields.iter().cloned().collect();
+    policy_membership::of_container(c, gang_of(&fields).as_ref())
 }
 
 /// What the worker should hear about its grace: one longer than `policy.max_grace` is cut to it
@@ -514,52 +511,44 @@ async fn review(
     let reviewer = s.reviewer.as_ref().ok_or_else(|| {
         Answer::unavailable("the Kubernetes API is not available to review tokens")
     })?;
-    let reviewed = match reviewer.known(token) {
-        Some(known) => Ok(known),
-        None => reviewed_within_budget(s, reviewer.as_ref(), from, token).await?,
+    // NB: a token the reviewer does not know is charged to its sender's address and to the
+    // node before the API server is asked ([`ReviewBudget`]); a vouched one (a real worker's
+    // re-review once its answer left the cache) never is, so junk never holds it back.
+    let (reviewed, charged) = match reviewer.standing(token) {
+        Standing::Known(known) => (Ok(known), false),
+        Standing::Vouched => (reviewer.review(token).await, false),
+        Standing::Stranger => {
+            budget(s)
+                .charge(from, tokio::time::Instant::now())
+                .map_err(Answer::throttled)?;
+            (reviewer.review(token).await, true)
+        }
     };
-    match reviewed {
+    let caller = match reviewed {
         Ok(Reviewed::Pod {
             namespace,
             name,
             uid,
             node,
-        }) => Ok(Caller::Pod {
+        }) => Caller::Pod {
             namespace,
             name,
             uid,
             node,
-        }),
-        Ok(Reviewed::Refused(why)) => Err(Answer::unauthenticated(why)),
-        Ok(Reviewed::NotAPod(why)) => Err(Answer::forbidden(why)),
-        Err(e) => Err(Answer::unavailable(e.to_string())),
+        },
+        Ok(Reviewed::Refused(why)) => return Err(Answer::unauthenticated(why)),
+        Ok(Reviewed::NotAPod(why)) => return Err(Answer::forbidden(why)),
+        Err(e) => return Err(Answer::unavailable(e.to_string())),
+    };
+    // Given back for a pod of this node only: a pod's token minted elsewhere is no worker here.
+    if charged && token_node(&caller, s.keys.node()).is_ok() {
+        budget(s).refund(from);
     }
+    Ok(caller)
 }
 
-/// A review the cache cannot answer, charged to `from` and the node ([`ReviewBudget`]); given
-/// back when it proves a pod.
-async fn reviewed_within_budget(
-    s: &WorkerApiState,
-    reviewer: &dyn TokenReviewer,
-    from: std::net::IpAddr,
-    token: &str,
-) -> Result<Result<Reviewed, token_review::ReviewUnavailable>, Answer> {
-    // NB: a token that proved a pod lately is a real worker's re-review (its answer left the
-    // cache): junk elsewhere on the node must never hold it back.
-    if reviewer.vouched(token) {
-        return Ok(reviewer.review(token).await);
-    }
-    let budget = || s.reviews.lock().unwrap_or_else(|p| p.into_inner());
-    budget()
-        .charge(from, tokio::time::Instant::now())
-        .map_err(Answer::throttled)?;
-    let reviewed = reviewer.review(token).await;
-    // Given back only for a pod of this node: a pod's token minted elsewhere is no worker here.
-    let here = |node: &Option<String>| node.as_deref().is_none_or(|n| n == s.keys.node());
-    if matches!(&reviewed, Ok(Reviewed::Pod { node, .. }) if here(node)) {
-        budget().refund(from);
-    }
-    Ok(reviewed)
+fn budget(s: &WorkerApiState) -> std::sync::MutexGuard<'_, ReviewBudget> {
+    s.reviews.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see

@@ -15,7 +15,7 @@ use crate::http::listen::{bind_unix, serve_router, UnixPeers};
 use crate::metrics::Metrics;
 use crate::runtime::container::{Container, PodRef};
 use crate::worker_api::peer::Procfs;
-use crate::worker_api::token_review::{ReviewUnavailable, Reviewed, TokenReviewer};
+use crate::worker_api::token_review::{ReviewUnavailable, Reviewed, Standing, TokenReviewer};
 
 /// Tokens the fake API server knows: token → answer; any other token is refused; `down` makes
 /// every review fail.
@@ -31,12 +31,13 @@ struct FakeReviews {
 
 #[async_trait::async_trait]
 impl TokenReviewer for FakeReviews {
-    fn known(&self, token: &str) -> Option<Reviewed> {
+    fn standing(&self, token: &str) -> Standing {
         let reviewed = self.reviewed.lock().unwrap().iter().any(|t| t == token);
         let answer = self.known.iter().find(|(t, _)| t == token);
-        answer
-            .filter(|_| self.remembers && reviewed)
-            .map(|(_, r)| r.clone())
+        match answer.filter(|_| self.remembers && reviewed) {
+            Some((_, r)) => Standing::Known(r.clone()),
+            None => Standing::Stranger,
+        }
     }
 
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {

@@ -61,15 +61,22 @@ pub(crate) struct ReviewUnavailable(pub String);
 #[async_trait]
 pub(crate) trait TokenReviewer: Send + Sync {
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable>;
-    /// The answer already known for `token` (a cache), which costs the API server nothing.
-    fn known(&self, _token: &str) -> Option<Reviewed> {
-        None
+    /// What is known of `token` already, without asking the API server.
+    fn standing(&self, _token: &str) -> Standing {
+        Standing::Stranger
     }
-    /// `token` proved a pod lately (its answer may have left the cache since): reviewing it
-    /// again is a real worker's re-review, which no budget holds back.
-    fn vouched(&self, _token: &str) -> bool {
-        false
-    }
+}
+
+/// What a reviewer knows of a token before reviewing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Its answer is cached: it costs the API server nothing.
+    Known(Reviewed),
+    /// It proved a pod lately (its answer has left the cache since): reviewing it again is a
+    /// real worker's re-review, which no budget holds back.
+    Vouched,
+    /// Never seen to prove a pod (or refused since).
+    Stranger,
 }
 
 /// How long a token that proved a pod is vouched for: a projected token lives an hour by
@@ -222,15 +229,16 @@ impl<R: TokenReviewer> CachedReviews<R> {
 
 #[async_trait]
 impl<R: TokenReviewer> TokenReviewer for CachedReviews<R> {
-    fn known(&self, token: &str) -> Option<Reviewed> {
-        self.cached(&digest(token), Instant::now())
-    }
-
-    fn vouched(&self, token: &str) -> bool {
+    fn standing(&self, token: &str) -> Standing {
+        let (key, now) = (digest(token), Instant::now());
+        if let Some(answer) = self.cached(&key, now) {
+            return Standing::Known(answer);
+        }
         let vouched = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
-        vouched
-            .get(&digest(token))
-            .is_some_and(|at| Instant::now().saturating_duration_since(*at) < VOUCHED_FOR)
+        match vouched.get(&key) {
+            Some(at) if now.saturating_duration_since(*at) < VOUCHED_FOR => Standing::Vouched,
+            _ => Standing::Stranger,
+        }
     }
 
     async fn review(&self, token: &str) -> Result<Reviewed, ReviewUnavailable> {
@@ -399,20 +407,24 @@ mod tests {
     async fn a_token_that_proved_a_pod_is_vouched_for_after_the_cache_forgets_it() {
         let ok = Arc::new(Counting(AtomicU32::new(0), Ok(a_pod())));
         let cache = CachedReviews::new(ok.clone(), Duration::from_secs(60));
-        assert!(!cache.vouched("t1"));
+        assert_eq!(cache.standing("t1"), Standing::Stranger);
         cache.review("t1").await.unwrap();
+        assert_eq!(cache.standing("t1"), Standing::Known(a_pod()));
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert_eq!(cache.known("t1"), None, "the answer expired");
-        assert!(cache.vouched("t1"));
+        assert_eq!(
+            cache.standing("t1"),
+            Standing::Vouched,
+            "the answer expired"
+        );
         tokio::time::advance(VOUCHED_FOR).await;
-        assert!(!cache.vouched("t1"), "not for ever");
+        assert_eq!(cache.standing("t1"), Standing::Stranger, "not for ever");
         let refused = Arc::new(Counting(
             AtomicU32::new(0),
             Ok(Reviewed::Refused("no".into())),
         ));
         let cache = CachedReviews::new(refused, Duration::from_secs(60));
         cache.review("junk").await.unwrap();
-        assert!(!cache.vouched("junk"));
+        assert_eq!(cache.standing("junk"), Standing::Stranger);
     }
 
     /// A vouched token refused later (revoked) is vouched for no more: a leaked, revoked token
@@ -434,14 +446,13 @@ mod tests {
         let inner = Arc::new(Flips(std::sync::Mutex::new(false)));
         let cache = CachedReviews::new(inner.clone(), Duration::from_secs(60));
         cache.review("t1").await.unwrap();
-        assert!(cache.vouched("t1"));
         *inner.0.lock().unwrap() = true;
         tokio::time::advance(Duration::from_secs(61)).await;
         assert!(matches!(
             cache.review("t1").await.unwrap(),
             Reviewed::Refused(_)
         ));
-        assert!(!cache.vouched("t1"));
+        assert_eq!(cache.standing("t1"), Standing::Stranger);
     }
 
     /// Issue 26: the cache holds digests, so its memory is bounded by its entry count whatever
