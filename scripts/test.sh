@@ -18,10 +18,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 
-bash scripts/setup.sh
-# The Python tools (kubernetes-validate, pytest, ...) live in the repository's .venv.
-export PATH="$PWD/.venv/bin:$PATH"
-for tool in cargo kubectl docker kubernetes-validate; do
+# NB: the suites wait on real processes far more than they compute (a full run used about one of
+# the two cores), so they run side by side: the Python tools install while the Rust build runs,
+# then the Rust tests run in one pool (cargo-nextest, .config/nextest.toml) beside the check
+# scripts and the Python suite (pytest-xdist), each of those into a log printed whole when it
+# ends. Without cargo-nextest, with arguments (passed to `cargo test`), or with
+# VIGIL_TEST_SERIAL=1, everything runs one after the other as `cargo test` would.
+serial=
+if [ "$#" -gt 0 ] || [ -n "${VIGIL_TEST_SERIAL:-}" ] || ! command -v cargo-nextest >/dev/null; then
+  serial=1
+fi
+logs=$(mktemp -d)
+redis_dir=$(mktemp -d)
+port=
+cleanup() {
+  [ -z "$port" ] || redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$redis_dir" "$logs"
+}
+trap cleanup EXIT
+
+bash scripts/setup.sh system
+for tool in cargo kubectl docker; do
   command -v "$tool" >/dev/null || {
     echo "scripts/test.sh: $tool is missing (cargo from rustup; kubectl ships with this machine image; docker from your distribution)" >&2
     exit 1
@@ -31,14 +48,8 @@ docker info >/dev/null || { echo "scripts/test.sh: the Docker daemon does not an
 
 # Redis on a free port, private to this run.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly no \
-  --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log"
-cleanup() {
-  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+redis-server --port "$port" --bind 127.0.0.1 --dir "$redis_dir" --save "" --appendonly no \
+  --daemonize yes --pidfile "$redis_dir/redis.pid" --logfile "$redis_dir/redis.log"
 for _ in $(seq 1 50); do
   redis-cli -p "$port" ping >/dev/null 2>&1 && break
   sleep 0.1
@@ -46,15 +57,42 @@ done
 export VIGIL_TEST_REDIS_URL="redis://127.0.0.1:$port"
 echo "scripts/test.sh: redis on $VIGIL_TEST_REDIS_URL"
 
+# The Python tools (kubernetes-validate, helm-python-sdk, pytest, JAX, ...) go into the
+# repository's .venv, beside the build unless serial.
+if [ -n "$serial" ]; then
+  bash scripts/setup.sh python
+else
+  bash scripts/setup.sh python >"$logs/setup.log" 2>&1 &
+  setup=$!
+fi
 # --locked: the README's `cargo install --locked --path agent` needs Cargo.lock current. (Not the
 # install itself: without the tests' tokio `test-util` feature it rebuilt half the dependency tree,
 # a minute of CI, for the same binary; the guide's test runs `scripts/run.sh` with this build's.)
-cargo test --workspace --locked "$@"
-bash scripts/check-model.sh
-bash scripts/check-metrics.sh
-bash scripts/check-deploy.sh
-bash scripts/check-helm.sh
-bash scripts/check-examples.sh
-bash scripts/check-monitoring.sh
-# The binary `cargo test` built above (the integration tests build it).
-VIGIL_BIN="$PWD/target/debug/vigil" python -m pytest clients/python/tests -q
+checks=(model metrics deploy helm examples monitoring)
+export PATH="$PWD/.venv/bin:$PATH"
+if [ -n "$serial" ]; then
+  cargo test --workspace --locked "$@"
+  for check in "${checks[@]}"; do bash "scripts/check-$check.sh"; done
+  # The binary `cargo test` built above (the integration tests build it).
+  VIGIL_BIN="$PWD/target/debug/vigil" python -m pytest clients/python/tests -q
+  exit 0
+fi
+cargo test --workspace --locked --no-run
+wait "$setup" || { cat "$logs/setup.log" >&2; echo "scripts/test.sh: scripts/setup.sh python failed" >&2; exit 1; }
+cat "$logs/setup.log"
+declare -A jobs=()
+(for check in "${checks[@]}"; do bash "scripts/check-$check.sh" || exit 1; done) >"$logs/checks.log" 2>&1 &
+jobs[checks]=$!
+# The binary built above (the integration tests build it).
+VIGIL_BIN="$PWD/target/debug/vigil" python -m pytest clients/python/tests -q -n 4 >"$logs/python.log" 2>&1 &
+jobs[python]=$!
+status=0
+cargo nextest run --workspace --locked || status=1
+# nextest runs no doc tests: the library's (none today) run here.
+cargo test --workspace --locked --doc -q || status=1
+for name in checks python; do
+  wait "${jobs[$name]}" || { status=1; echo "scripts/test.sh: the $name failed (log below)" >&2; }
+  echo "---- $name ----"
+  cat "$logs/$name.log"
+done
+exit "$status"
