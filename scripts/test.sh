@@ -78,6 +78,7 @@ if [ -n "$serial" ]; then
   exit 0
 fi
 cargo test --workspace --locked --no-run
+echo "scripts/test.sh: built at ${SECONDS}s"
 wait "$setup" || { cat "$logs/setup.log" >&2; echo "scripts/test.sh: scripts/setup.sh python failed" >&2; exit 1; }
 cat "$logs/setup.log"
 declare -A jobs=()
@@ -90,9 +91,10 @@ status=0
 cargo nextest run --workspace --locked || status=1
 # nextest runs no doc tests: the library's (none today) run here.
 cargo test --workspace --locked --doc -q || status=1
+echo "scripts/test.sh: the Rust tests ended at ${SECONDS}s"
 for name in checks python; do
   wait "${jobs[$name]}" || { status=1; echo "scripts/test.sh: the $name failed (log below)" >&2; }
-  echo "---- $name ----"
+  echo "---- $name (ended by ${SECONDS}s) ----"
   cat "$logs/$name.log"
 done
 exit "$status"

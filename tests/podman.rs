@@ -17,7 +17,8 @@ use vigil::runtime::{ContainerRuntime, RuntimeError};
 const LABEL: &str = "vigil.worker";
 
 /// The runtime on `podman`, the restart call bounded by `restart_deadline`, every other call
-/// by 2 s (shorter than the stop graces below: the workers ignore SIGTERM).
+/// by 5 s (shorter than the stop graces below: the workers ignore SIGTERM). NB: not less: the
+/// suites run side by side, and a loaded machine can keep Podman's answer past 2 s.
 fn runtime(podman: &Podman, restart_deadline: Duration) -> DockerRuntime {
     DockerRuntime::podman(
         podman.socket().to_str().unwrap(),
@@ -28,7 +29,7 @@ fn runtime(podman: &Podman, restart_deadline: Duration) -> DockerRuntime {
     )
 }
 
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
@@ -108,13 +109,13 @@ async fn a_worker_that_ignores_sigterm_is_killed_after_the_grace_and_restarted_o
     let c = rt.inspect(&id).await.unwrap().expect("a worker");
 
     // The stop grace is honoured, longer than every call's deadline: SIGTERM is ignored,
-    // SIGKILL comes after 4 s.
+    // SIGKILL comes after 6 s.
     let t0 = Instant::now();
-    rt.restart(&c, Duration::from_secs(4))
+    rt.restart(&c, Duration::from_secs(6))
         .await
         .expect("restart");
     let took = t0.elapsed();
-    assert!(took >= Duration::from_millis(3_900), "{took:?}");
+    assert!(took >= Duration::from_millis(5_900), "{took:?}");
     let after = rt.successor(&c).await.unwrap().expect("still there");
     assert_eq!(after.id, c.id, "restarted in place");
     assert!(after.running, "{after:?}");
@@ -124,7 +125,7 @@ async fn a_worker_that_ignores_sigterm_is_killed_after_the_grace_and_restarted_o
     // restart on its own (a client that went away does not cancel it), and only once.
     let short = runtime(&podman, Duration::from_secs(2));
     let err = short
-        .restart(&after, Duration::from_secs(5))
+        .restart(&after, Duration::from_secs(7))
         .await
         .unwrap_err();
     assert!(

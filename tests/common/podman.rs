@@ -119,13 +119,35 @@ runroot = "{d}/runroot"
             .spawn()
             .expect("podman system service starts");
         self.service = Some(child);
-        for _ in 0..200 {
-            if self.socket().exists() {
+        // NB: ready once it answers, not once its socket exists: a loaded machine (the suites
+        // run side by side) can keep the service's first answer past a test's 2 s call timeout.
+        for _ in 0..600 {
+            if self.socket().exists() && self.pings() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("podman did not create its socket; its log:\n{}", self.log());
+        panic!(
+            "podman did not answer on its socket; its log:\n{}",
+            self.log()
+        );
+    }
+
+    /// Whether the service answers `GET /_ping` on its socket within 5 s.
+    fn pings(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::os::unix::net::UnixStream::connect(self.socket()) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        if s.write_all(b"GET /_ping HTTP/1.1\r\nHost: podman\r\nConnection: close\r\n\r\n")
+            .is_err()
+        {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer.starts_with("HTTP/1.1 200")
     }
 
     /// Start a container running `script` under `sh -c`, with more `podman run` arguments
