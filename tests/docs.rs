@@ -282,7 +282,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
         window_end: Some("b".into()),
         ..MaintenanceState::default()
     };
-    let names = |d: &vigil::node::model::NodeDesired| -> BTreeSet<String> {
+    let names = |d: &vigil::vocab::node::NodeDesired| -> BTreeSet<String> {
         d.labels
             .keys()
             .chain(d.annotations.keys())

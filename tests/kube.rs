@@ -1304,13 +1304,13 @@ async fn cleanup_retries_a_conflict_and_keeps_a_taint_added_meanwhile() {
         {"key": "vigil.dev/termination-imminent", "value": "true", "effect": "NoSchedule"},
         {"key": "late.example.com/drain", "effect": "NoSchedule"}
     ]}}));
-    let keys = vigil::maintenance::policy::taint_keys(&vigil::config::KubernetesConfig::default());
+    let keys = vigil::vocab::node::taint_keys(&vigil::config::KubernetesConfig::default());
     let removed = api
         .cleanup(
             NODE,
             "vigil.dev/",
             &keys,
-            &vigil::maintenance::policy::CONDITIONS,
+            &vigil::vocab::node::CONDITIONS,
             &[],
             false,
         )

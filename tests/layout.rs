@@ -26,7 +26,7 @@ const FEATURES: [&str; 7] = [
 /// Everything agent/src holds at its top: the feature folders (`fleet` has no decisions of its
 /// own: it publishes and reads records), the shared infrastructure, the CLI and the crate's few
 /// root files. A new folder is a choice made here and in lib.rs's map, not by accident.
-const TOP: [&str; 23] = [
+const TOP: [&str; 24] = [
     "accel",
     "alerts",
     "app.rs",
@@ -49,11 +49,13 @@ const TOP: [&str; 23] = [
     "redact.rs",
     "runtime",
     "trail",
+    "vocab",
     "worker_api",
 ];
 
-/// Shared data decision code may name besides other decision code.
-const SHARED_DATA: [&str; 3] = ["clock", "config", "runtime::container"];
+/// Shared data decision code may name besides other decision code: the clock, the config, the
+/// container as the runtimes list it, and the Node's vocabulary.
+const SHARED_DATA: [&str; 4] = ["clock", "config", "runtime::container", "vocab"];
 
 /// Whether a file of agent/src (its path relative to it) is decision code: a feature's
 /// `model*`/`policy*` file (tests aside), or the shared data decision code reads.
@@ -66,6 +68,7 @@ fn is_decision(path: &str) -> bool {
         && (stem.starts_with("model") || stem.starts_with("policy"))
         && !stem.ends_with("_tests"))
         || path == "runtime/container.rs"
+        || path.starts_with("vocab/")
 }
 
 /// The module a decision file is (`accel/gpu/policy.rs` → `accel::gpu::policy`).
@@ -76,7 +79,7 @@ fn module_of(path: &str) -> String {
 }
 
 /// The `crate::…` paths the code of `text` names (comments and its `#[cfg(test)]` part left out).
-fn crate_paths(text: &str) -> Vec<String> {
+pub(crate) fn crate_paths(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for line in text.lines() {
         if line.trim_start().starts_with("#[cfg(test)]") {
@@ -374,7 +377,7 @@ fn every_redis_server_runs_in_a_directory_of_its_own() {
 
 /// Every source file of agent/src as its module path (`hang::restart::command`; a `mod.rs`
 /// is its folder's module), with the module paths its code (tests aside) names after `crate::`.
-fn module_references() -> Vec<(String, Vec<String>)> {
+pub(crate) fn module_references() -> Vec<(String, Vec<String>)> {
     sources()
         .into_iter()
         .map(|(path, text)| (module_of(&path), crate_paths(&text)))
@@ -450,7 +453,7 @@ fn no_import_circle_between_modules() {
 }
 
 /// Every `.rs` file under agent/src, with its path relative to it.
-fn sources() -> Vec<(String, String)> {
+pub(crate) fn sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut out = Vec::new();
     let mut stack = vec![root.clone()];

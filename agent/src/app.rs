@@ -21,6 +21,7 @@ use crate::coord::Coordinator;
 use crate::hang::agent::Agent;
 use crate::http::health::Warnings;
 use crate::http::listen::{bind_unix, UnixPeers};
+use crate::http::procfs::Procfs;
 use crate::http::server::{self, ServerState};
 use crate::kube::node::{KubeNodeApi, NodeApi};
 use crate::kube::node_source::{KubeNodeReader, NodeReader};
@@ -31,7 +32,6 @@ use crate::metrics::Metrics;
 use crate::node::controller::{Controller, SharedFacts};
 use crate::node::info::NodeInfoRx;
 use crate::runtime::ContainerRuntime;
-use crate::worker_api::peer::Procfs;
 use crate::worker_api::token_review::{CachedReviews, KubeTokenReview};
 use crate::worker_api::{self, WorkerApiState};
 

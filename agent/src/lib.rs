@@ -9,7 +9,9 @@
 //! Below them, the shared infrastructure: `coord` (Redis and in-process coordination: the clock,
 //! leases, the breaker and the budget), `runtime` (Docker, Podman, the CRI), `kube` (the Node,
 //! pods and PodResources APIs), `config`, `alerts`, `trail` (the decision trail), `metrics`,
-//! `http` (the read-only server). `cli` holds one file per command; `app` wires `vigil run`.
+//! `http` (the read-only server), and at the ground `vocab` (the Node's words the features and
+//! `kube` share: Vigil's taints, conditions and Node state, the Node as read). `cli` holds one
+//! file per command; `app` wires `vigil run`.
 //! `redact`, a leaf every module may use, keeps the secrets of the config out of every output.
 //! Root files: `clock` (the coordinator's time), `backoff` (every retry loop's), `recording` (the
 //! demo's recording sinks, feature `demo`), `fuzz` (the parsers' bounded fuzzing, tests only).
@@ -46,4 +48,5 @@ pub mod recording;
 pub mod redact;
 pub mod runtime;
 pub mod trail;
+pub mod vocab;
 pub mod worker_api;

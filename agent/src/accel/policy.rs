@@ -5,8 +5,7 @@
 
 use crate::accel::model::Health;
 use crate::config::KubernetesConfig;
-use crate::maintenance::policy::{failure_taint, truncate};
-use crate::node::model::{EventType, NodeCondition, NodeDesired};
+use crate::vocab::node::{failure_taint, truncate, EventType, NodeCondition, NodeDesired};
 
 /// A kind's names on the Node and in its Events (label, annotation and taint after the label
 /// prefix).

@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::kube::node_source::{KubeNodeReader, NodeReader};
 use crate::kube::pods::{KubePods, PodApi};
 use crate::maintenance::policy_budget::{budget_shortfalls, Shortfall, WorkerPod};
-use crate::node::model_info::Provisioning;
+use crate::vocab::node_info::Provisioning;
 
 /// What the check found for one node.
 pub(super) struct BudgetReport {

@@ -7,7 +7,8 @@
 use super::{failed, CliError};
 use crate::config::Config;
 use crate::kube::node::{Cleanup, KubeNodeApi, NodeError};
-use crate::maintenance::policy::{taint_keys, CONDITIONS, PERFORM_MAINTENANCE_LABEL};
+use crate::maintenance::policy::PERFORM_MAINTENANCE_LABEL;
+use crate::vocab::node::{taint_keys, CONDITIONS};
 
 pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Result<(), CliError> {
     let node = node.unwrap_or_else(|| cfg.node_name.clone());

@@ -12,38 +12,7 @@ use crate::coord::Coordinator;
 use crate::kube::node::KubeNodeApi;
 use crate::maintenance::metadata::MetadataClient;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Level {
-    Ok,
-    Warn,
-    Fail,
-}
-
-impl Level {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Level::Ok => "ok",
-            Level::Warn => "warn",
-            Level::Fail => "FAIL",
-        }
-    }
-}
-
-/// One check's result.
-#[derive(Debug, Clone)]
-pub(crate) struct Check {
-    pub(crate) name: &'static str,
-    pub(crate) level: Level,
-    pub(crate) detail: String,
-}
-
-pub(super) fn check(name: &'static str, level: Level, detail: impl Into<String>) -> Check {
-    Check {
-        name,
-        level,
-        detail: detail.into(),
-    }
-}
+use super::check::{check, render, Check, Level};
 
 /// Node clock skew against Redis above this is worth a warning (verdicts use Redis time, but
 /// log timestamps and Docker start times are the node's).
@@ -507,26 +476,6 @@ async fn rbac_rule(
     } else {
         check(name, Level::Ok, format!("may {all} {what}"))
     }
-}
-
-/// The report, one line per check.
-pub(crate) fn render(checks: &[Check]) -> String {
-    let mut s = String::new();
-    for c in checks {
-        s.push_str(&format!(
-            "{:<5} {:<12} {}\n",
-            c.level.as_str(),
-            c.name,
-            c.detail
-        ));
-    }
-    let worst = checks.iter().map(|c| c.level).max().unwrap_or(Level::Ok);
-    s.push_str(match worst {
-        Level::Ok => "\nall checks passed\n",
-        Level::Warn => "\nno failures; read the warnings\n",
-        Level::Fail => "\nsome checks FAILED: the agent cannot do its job until they are fixed\n",
-    });
-    s
 }
 
 /// `vigil doctor`: print the checks; a failed one fails the command.

@@ -2,7 +2,7 @@
 //! (`crate::maintenance::policy_idle`) answers now. A witness that cannot answer keeps the node busy for
 //! ever (unknown is not idle), so each gets its own line.
 
-use super::doctor::{check, Check, Level};
+use super::check::{check, Check, Level};
 use crate::config::{Config, Switch};
 use crate::kube::pods::{KubePods, PodApi};
 

@@ -4,6 +4,7 @@
 
 mod beat;
 mod budget;
+pub(crate) mod check;
 mod cleanup;
 mod config;
 #[cfg(feature = "demo")]

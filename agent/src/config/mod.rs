@@ -29,7 +29,7 @@ mod policy;
 mod redis;
 pub(crate) mod reload;
 mod removed;
-mod runtime;
+pub(crate) mod runtime;
 mod safety;
 mod server;
 /// A node name as Vigil takes it: at most 253 characters of `a-z A-Z 0-9 . - _` (a

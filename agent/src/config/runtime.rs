@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, ConfigError};
 
+/// Where the kubelet serves its PodResources API (`runtime.pod_resources_socket`'s default).
+pub(crate) const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
 /// Which container runtime the agent speaks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,7 +77,7 @@ impl Default for RuntimeConfig {
             restart_timeout: Duration::from_secs(90),
             call_timeout: Duration::from_secs(10),
             allow_pod_replacement: false,
-            pod_resources_socket: crate::kube::podresources::DEFAULT_SOCKET.into(),
+            pod_resources_socket: DEFAULT_POD_RESOURCES_SOCKET.into(),
         }
     }
 }

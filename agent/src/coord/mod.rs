@@ -6,16 +6,15 @@
 //! connection, with the commands and Lua scripts in redis/commands.rs) and `memory.rs` (one
 //! machine, no Redis). The coordination primitives built on the trait live here too, each in one
 //! place: `lease.rs` (the node lock, a pool's maintenance claim: claim, time left, release by
-//! compare-and-delete), `caps.rs` (the breaker and the fleet budget, their one owner: keys, rules, take, refund) and
-//! `marks.rs` (the codec of a worker's marks: the keys of its one-round-trip read, their order,
-//! and the formats of the marks). The engine (`crate::hang::restart`, opportunistic
+//! compare-and-delete) and `caps.rs` (the breaker and the fleet budget, their one owner: keys,
+//! rules, take, refund). A feature's own Redis schema lives with the feature (the hang path's
+//! marks: `crate::hang::marks`). The engine (`crate::hang::restart`, opportunistic
 //! maintenance) calls them, so the same behaviour — and the same test suite — covers both
 //! backends. Alert de-duplication is a SET NX claim made by `crate::alerts::gate`.
 
 pub(crate) mod caps;
 pub(crate) mod keys;
 pub(crate) mod lease;
-pub(crate) mod marks;
 pub mod memory;
 pub mod redis;
 

@@ -13,15 +13,15 @@ use tokio_util::sync::CancellationToken;
 use crate::accel::gpu::model::GpuReport;
 use crate::clock::Millis;
 use crate::coord::caps::Caps;
-use crate::coord::marks::MARK_TTL;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::fleet::view::{self as fleet, publish, NodeRecord};
 use crate::hang::context::Context;
+use crate::hang::marks::MARK_TTL;
 use crate::hang::model_gang::GangCycle;
 use crate::hang::policy_gang::Timing;
 use crate::maintenance::model::MaintenanceState;
-use crate::node::model_info::NodeInfo;
 use crate::node::policy_info::place;
+use crate::vocab::node_info::NodeInfo;
 
 /// The record the agent last published, and when, shared with [`heartbeat_loop`].
 pub(crate) type SharedRecord = Arc<Mutex<Option<(NodeRecord, tokio::time::Instant)>>>;

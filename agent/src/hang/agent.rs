@@ -22,10 +22,11 @@ use crate::alerts::gate::AlertGate;
 use crate::alerts::Notifier;
 use crate::config::reload;
 use crate::config::Config;
-use crate::coord::marks;
 use crate::coord::{CoordError, Coordinator, Keys};
 use crate::fleet::heartbeat::{Cycle, SharedRecord};
 use crate::hang::context::Context;
+use crate::hang::journal::{About, Journal};
+use crate::hang::marks;
 use crate::hang::outage::Outages;
 use crate::hang::policy::{NodeContext, Verdict};
 use crate::hang::policy_rhythm::Rhythm;
@@ -37,7 +38,6 @@ use crate::metrics::Metrics;
 use crate::node::controller::SharedFacts;
 use crate::node::info::NodeInfoRx;
 use crate::runtime::{Container, ContainerRuntime};
-use crate::trail::journal::{About, Journal};
 use crate::trail::{Code, Trail};
 
 pub struct Agent {

@@ -8,11 +8,15 @@
 //! collective: its fleet view, its verdict, one decision for every rank). The loop: `agent` (the cycle over the node's workers) takes them
 //! from the `roster` and hands each to `restart` (`RestartPath`: incident, command, limits,
 //! outcome) with the shared `context`; `stand_down` says what forbids restarts right now,
-//! `outage` tracks the coordinator's and the runtime's outages; `replay` runs step-time traces
+//! `outage` tracks the coordinator's and the runtime's outages, `journal` writes the
+//! decision trail as the cycle does (once per incident); `marks` is the hang path's Redis schema
+//! (the codec of a worker's marks and their one-round-trip read); `replay` runs step-time traces
 //! through the verdict (the learned-silence benchmark).
 
 pub mod agent;
 pub(crate) mod context;
+pub(crate) mod journal;
+pub(crate) mod marks;
 pub(crate) mod model;
 pub(crate) mod model_gang;
 pub(crate) mod outage;

@@ -215,7 +215,7 @@ pub(crate) fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Optio
 }
 
 /// Has a restarted worker come back? Yes once its record holds a heartbeat written after
-/// `after` (`crate::coord::marks::booted_after`: when its restart was verified or seen): its
+/// `after` (`crate::hang::marks::booted_after`: when its restart was verified or seen): its
 /// booting is over, and from then on it is judged like any other worker — a new hang is a new
 /// incident, bounded by the breaker, not something the cooldown hides for ten minutes.
 pub(crate) fn booted(after: Option<Millis>, status: Option<&WorkerStatus>) -> bool {

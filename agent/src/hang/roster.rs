@@ -8,13 +8,13 @@ use std::collections::{BTreeMap, HashSet};
 use crate::alerts::gate::AlertGate;
 use crate::alerts::{Alert, AlertKind};
 use crate::clock::Millis;
-use crate::coord::marks::MARK_TTL;
 use crate::coord::CoordError;
 use crate::hang::context::Context;
+use crate::hang::journal::{About, Journal};
+use crate::hang::marks::MARK_TTL;
 use crate::hang::model::valid_worker_id;
 use crate::hang::policy::Verdict;
 use crate::runtime::Container;
-use crate::trail::journal::{About, Journal};
 use crate::trail::Code;
 
 /// The containers of a worker id: one, or several claiming it.

@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
 use crate::http::admission::{Admission, Admit, Slot, Tracked};
-use crate::worker_api::peer::Procfs;
+use crate::http::procfs::Procfs;
 
 /// Who connected, as the kernel says: a TCP address, or a unix-socket peer's process and its
 /// cgroups (read once, at accept).
@@ -301,7 +301,7 @@ fn peer_key(peer: &Peer) -> String {
 #[cfg(test)]
 mod tests {
     use super::{bind_unix, cgroup_of_peer};
-    use crate::worker_api::peer::Procfs;
+    use crate::http::procfs::Procfs;
 
     /// Issue 26: `SO_PEERCRED`'s pid may belong to another process by the time it is read. A
     /// real peer (a python3 process) connects and exits before the accept; `/proc/<its pid>` is

@@ -1,11 +1,12 @@
 //! HTTP: the read-only server Prometheus and the kubelet's probes reach (`server`), serving a
 //! router on a TCP or unix listener (`listen`) whose connections junk cannot hold
-//! (`admission`), the loop's liveness behind `/healthz` (`health`), and one way to word a failed
-//! outbound call.
+//! (`admission`) and whose unix peers are read in `/proc` (`procfs`), the loop's liveness behind
+//! `/healthz` (`health`), and one way to word a failed outbound call.
 
 pub(crate) mod admission;
 pub mod health;
 pub(crate) mod listen;
+pub(crate) mod procfs;
 pub(crate) mod server;
 
 /// A failed HTTP call in words an operator can act on (refused, TLS, timeout: the whole chain of

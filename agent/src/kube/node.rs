@@ -42,7 +42,7 @@ use error::{is_conflict, is_not_found, Call};
 pub(crate) use patch::Cleanup;
 use patch::{cleanup_plan, conditions_patch, delete_conditions_patch, merge_patch};
 
-pub use crate::node::model::{EventType, NodeDesired, Taint};
+pub use crate::vocab::node::{EventType, NodeDesired, Taint};
 
 /// The field manager and the Events' `reportingController` Vigil writes as, so `kubectl get node
 /// -o yaml --show-managed-fields` and `kubectl get events` say who did it.

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
-use crate::node::model_info::{NodeTaint, RawNode};
+use crate::vocab::node_info::{NodeTaint, RawNode};
 
 /// The longest one read may take.
 pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);

@@ -44,15 +44,12 @@ pub mod proto {
 use proto::pod_resources_lister_client::PodResourcesListerClient;
 use proto::{ListPodResourcesRequest, ListPodResourcesResponse};
 
-/// Where the kubelet serves the API.
-pub(crate) const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
-
 /// Resource names whose devices are GPUs: every NVIDIA resource (`nvidia.com/gpu`, its renamed
 /// shared variants, MIG profiles).
 const GPU_RESOURCE_PREFIX: &str = "nvidia.com/";
 
 /// Cloud TPU chips, as GKE's TPU device plugin names them.
-use crate::accel::tpu::policy::TPU_RESOURCE;
+use crate::vocab::node_info::TPU_RESOURCE;
 
 /// Whether a resource name is an accelerator: every NVIDIA resource (whole GPUs, shared GPUs,
 /// MIG profiles) and Cloud TPU chips.

@@ -9,8 +9,11 @@ use crate::config::{CheckpointConfig, KubernetesConfig, MetadataConfig, Opportun
 use crate::maintenance::model::{
     Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, Source, UpcomingStatus,
 };
-use crate::node::model::{ConditionStatus, EventType, NodeCondition, NodeDesired, Taint};
-use crate::node::model_info::NodeInfo;
+use crate::vocab::node::{
+    problem_condition, EventType, NodeCondition, NodeDesired, Taint, MAINTENANCE_CONDITION,
+    TERMINATION_TAINT,
+};
+use crate::vocab::node_info::NodeInfo;
 
 /// The label GKE reads to start a rescheduleable maintenance now.
 pub const PERFORM_MAINTENANCE_LABEL: &str = "cloud.google.com/perform-maintenance";
@@ -188,57 +191,6 @@ pub fn node_desired(
     }
 }
 
-/// The taint (after the label prefix) while termination is imminent.
-pub(crate) const TERMINATION_TAINT: &str = "termination-imminent";
-/// The taint (after the label prefix) while a GPU has failed.
-pub(crate) const GPU_FAILED_TAINT: &str = "gpu-failed";
-/// The taint (after the label prefix) while the node's TPU chips have failed.
-pub(crate) const TPU_FAILED_TAINT: &str = "tpu-failed";
-
-/// The keys of every taint Vigil may set on its Node (`vigil cleanup` removes these, whatever
-/// their effect).
-pub fn taint_keys(k: &KubernetesConfig) -> Vec<String> {
-    let p = &k.label_prefix;
-    vec![
-        format!("{p}{TERMINATION_TAINT}"),
-        format!("{p}{GPU_FAILED_TAINT}"),
-        format!("{p}{TPU_FAILED_TAINT}"),
-    ]
-}
-
-/// The types of every Node condition Vigil sets (`vigil cleanup` removes these).
-pub const CONDITIONS: [&str; 3] = [MAINTENANCE_CONDITION, GPU_CONDITION, TPU_CONDITION];
-
-// NB: one polarity for every Vigil condition, node-problem-detector's and the kubelet's pressure
-// conditions': `True` means a problem (docs/kubernetes.md says why).
-
-/// The condition type of the maintenance state: True while a notice stands.
-pub(crate) const MAINTENANCE_CONDITION: &str = "VigilMaintenance";
-/// The condition type of the GPU health: True while a GPU has failed.
-pub(crate) const GPU_CONDITION: &str = "VigilGPUUnhealthy";
-/// The condition type of the TPU health: True while the TPU chips have failed.
-pub(crate) const TPU_CONDITION: &str = "VigilTPUUnhealthy";
-
-/// A condition in Vigil's polarity: `problem` Some(true) is `True`, Some(false) `False`, and
-/// `None` (no verdict) `Unknown`.
-pub(crate) fn problem_condition(
-    kind: &str,
-    problem: Option<bool>,
-    reason: &str,
-    message: String,
-) -> NodeCondition {
-    NodeCondition {
-        kind: kind.into(),
-        status: match problem {
-            Some(true) => ConditionStatus::True,
-            Some(false) => ConditionStatus::False,
-            None => ConditionStatus::Unknown,
-        },
-        reason: reason.into(),
-        message,
-    }
-}
-
 /// `VigilMaintenance`: True while any maintenance is scheduled or under way, with the phase as
 /// the reason (`None`, `Pending`, `Ongoing`, `Terminating`) — the same fact as the
 /// `maintenance` label.
@@ -266,29 +218,6 @@ pub(crate) fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
         reason,
         message,
     )
-}
-
-/// `s` cut to at most `max` bytes on a character boundary.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    let mut cut = s.len().min(max);
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s[..cut].to_string()
-}
-
-/// A hardware failure's `<key>=true:NoSchedule` taint on the Node while `on`, removed otherwise
-/// (the GPU and TPU failure taints).
-pub(crate) fn failure_taint(d: &mut NodeDesired, key: String, on: bool) {
-    if on {
-        d.add_taints.push(Taint {
-            key,
-            value: "true".into(),
-            effect: "NoSchedule".into(),
-        });
-    } else {
-        d.remove_taints.push(key);
-    }
 }
 
 /// The Event reason and type for entering a phase.
@@ -399,7 +328,7 @@ mod tests {
     /// away stands restarts down, naming why; Vigil's own taints do not.
     #[test]
     fn a_cordoned_or_departing_node_is_being_drained() {
-        use crate::node::model_info::NodeTaint;
+        use crate::vocab::node_info::NodeTaint;
         let taint = |key: &str| NodeTaint {
             key: key.into(),
             value: String::new(),

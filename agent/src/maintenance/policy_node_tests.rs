@@ -188,7 +188,7 @@ fn interruptions_count_once_per_episode() {
 #[test]
 fn the_gpu_condition_says_why_there_is_no_verdict() {
     use crate::accel::gpu::model::{GpuMonitorState as S, GpuReport};
-    use crate::node::model::ConditionStatus;
+    use crate::vocab::node::ConditionStatus;
     for (state, reason, says) in [
         (S::Off, "MonitoringOff", "gpu.enabled = off"),
         (S::NoGpu, "NoGpu", "no NVIDIA GPU"),
@@ -242,7 +242,7 @@ fn a_starting_gpu_monitor_leaves_the_nodes_gpu_fields_alone() {
 /// Issue 27: the agent's own SIGTERM asks for a checkpoint only when the node is going away.
 #[test]
 fn the_node_is_going_away_only_on_the_signals_that_say_so() {
-    use crate::node::model_info::{NodeInfo, NodeTaint};
+    use crate::vocab::node_info::{NodeInfo, NodeTaint};
     let taint = |key: &str| NodeInfo {
         taints: vec![NodeTaint {
             key: key.into(),

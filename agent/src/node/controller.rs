@@ -35,11 +35,11 @@ use crate::maintenance::policy_idle::gpu_witness;
 use crate::maintenance::request::{Outcome, WorkerResult};
 use crate::metrics::{Metrics, NodeInfoLabels};
 use crate::node::info::NodeInfoRx;
-use crate::node::model_info::NodeInfo;
 use crate::node::policy_info::{labels_state, merge, place};
 use crate::node::publisher::NodePublisher;
 use crate::runtime::ContainerRuntime;
 use crate::trail::{Code, Trail};
+use crate::vocab::node_info::NodeInfo;
 
 mod health;
 mod lost;

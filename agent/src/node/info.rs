@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kube::node_source::NodeReader;
 use crate::metrics::Metrics;
-use crate::node::model_info::NodeInfo;
 use crate::node::policy_info::parse;
+use crate::vocab::node_info::NodeInfo;
 
 /// What the Node source publishes: `None` until the Node was read once.
 pub(crate) type NodeInfoRx = watch::Receiver<Option<NodeInfo>>;
@@ -76,7 +76,7 @@ pub async fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::model_info::RawNode;
+    use crate::vocab::node_info::RawNode;
     use std::sync::Mutex;
 
     /// Answers from a script, then the last answer again.

@@ -7,11 +7,11 @@
 //! The keys, and where GKE documents them, are listed in docs/kubernetes.md ("GKE's node labels").
 
 use crate::accel::tpu::policy::allocatable_chips;
-pub(crate) use crate::accel::tpu::policy::TPU_RESOURCE;
 use crate::clock::{parse_rfc3339, rfc3339, Millis};
 use crate::config::FleetConfig;
 use crate::maintenance::model::{Interruption, MaintenanceState, Phase, Source};
-use crate::node::model_info::{GkeMaintenance, NodeInfo, Provisioning, RawNode, TpuTopology};
+use crate::vocab::node_info::TPU_RESOURCE;
+use crate::vocab::node_info::{GkeMaintenance, NodeInfo, Provisioning, RawNode, TpuTopology};
 
 /// The node pool.
 pub(crate) const POOL_LABEL: &str = "cloud.google.com/gke-nodepool";

@@ -1,5 +1,5 @@
 use super::*;
-use crate::node::model_info::NodeTaint;
+use crate::vocab::node_info::NodeTaint;
 
 fn raw(labels: &[(&str, &str)]) -> RawNode {
     RawNode {

@@ -26,7 +26,6 @@ use crate::config::{Config, RuntimeKind};
 use crate::http::server::Probe;
 use crate::kube::podresources::{DeviceSource, PodResourcesClient};
 use crate::kube::pods::PodApi;
-use crate::worker_api::WorkerDirectory;
 use cri::{CriRuntime, CriSettings};
 use docker::DockerRuntime;
 
@@ -364,20 +363,6 @@ impl Probe for Arc<dyn ContainerRuntime> {
 
     async fn ping(&self) -> Result<(), String> {
         ContainerRuntime::ping(&**self)
-            .await
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// The worker API looks up which container carries a worker through [`WorkerDirectory`].
-#[async_trait]
-impl WorkerDirectory for Arc<dyn ContainerRuntime> {
-    async fn workers(&self) -> Result<Vec<Container>, String> {
-        self.list_workers().await.map_err(|e| e.to_string())
-    }
-
-    async fn init_pid(&self, container: &str) -> Result<Option<i32>, String> {
-        ContainerRuntime::init_pid(&**self, container)
             .await
             .map_err(|e| e.to_string())
     }

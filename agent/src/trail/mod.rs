@@ -1,8 +1,6 @@
 //! The decision trail: every decision (acted, skipped and why, recovered) appended to a bounded
 //! per-node stream, so an operator can ask "why did / didn't it restart node X?" (`vigil explain`).
 
-pub(crate) mod journal;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 

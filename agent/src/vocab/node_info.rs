@@ -144,3 +144,6 @@ impl NodeInfo {
             .or(self.tpu_accelerator.as_deref())
     }
 }
+
+/// The extended resource GKE's TPU device plugin advertises, one per chip.
+pub(crate) const TPU_RESOURCE: &str = "google.com/tpu";

@@ -7,6 +7,7 @@
 //! container. Answers: 401 (no or bad proof), 403 (proven, but not that worker), 503 (the API
 //! server or the runtime cannot say: fail closed), 400/413/408 for a bad body.
 
+pub(crate) mod directory;
 pub(crate) mod peer;
 pub(crate) mod policy;
 pub(crate) mod review_budget;
@@ -32,10 +33,12 @@ use crate::hang::model::{
 };
 use crate::hang::policy_membership::{self, Membership};
 use crate::http::listen::{serve_router, Limits, Listen, Peer};
+use crate::http::procfs::Procfs;
 use crate::http::server::HEADER_READ_TIMEOUT;
 use crate::metrics::Metrics;
 use crate::runtime::container::Container;
-use crate::worker_api::peer::{container_of, within, Procfs};
+use crate::worker_api::directory::WorkerDirectory;
+use crate::worker_api::peer::{container_of, within};
 use crate::worker_api::policy::{authorize, token_node, Caller};
 use crate::worker_api::review_budget::{ReviewBudget, Throttled};
 use crate::worker_api::token_review::{Reviewed, Standing, TokenReviewer};
@@ -73,16 +76,6 @@ const LIMITS: Limits = Limits {
     per_peer: 64,
     max_age: Duration::from_secs(60),
 };
-
-/// The opted-in worker containers on this node now. observe/ asks only this of the runtime
-/// (runtime/ implements it), so the arrow between the two runs one way.
-#[async_trait::async_trait]
-pub(crate) trait WorkerDirectory: Send + Sync {
-    async fn workers(&self) -> Result<Vec<Container>, String>;
-    /// The host pid of the process the runtime started in `container`; `None` when it runs
-    /// none (or the runtime cannot say).
-    async fn init_pid(&self, container: &str) -> Result<Option<i32>, String>;
-}
 
 #[derive(Clone)]
 pub(crate) struct WorkerApiState {

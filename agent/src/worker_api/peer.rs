@@ -14,8 +14,6 @@
 //! The agent must see the peer's pid: on a plain host it does; in a container it needs the host's
 //! PID namespace (`hostPID`), or the kernel reports pid 0 and every write is refused.
 
-use std::path::PathBuf;
-
 /// The container id in a `/proc/<pid>/cgroup` text, or `None` for a process in no container.
 /// A claim, to be proven by [`within`].
 pub(crate) fn container_of(cgroup: &str) -> Option<String> {
@@ -87,52 +85,17 @@ fn container_id_in(component: &str) -> Option<String> {
     None
 }
 
-/// Where `/proc` is (the host's, in the agent's PID namespace).
-#[derive(Debug, Clone)]
-pub(crate) struct Procfs {
-    root: PathBuf,
-}
-
-impl Default for Procfs {
-    fn default() -> Self {
-        Procfs {
-            root: PathBuf::from("/proc"),
-        }
-    }
-}
-
-impl Procfs {
-    /// A procfs mounted at `root` (a fake tree in the tests).
-    #[cfg(test)]
-    pub(crate) fn at(root: &std::path::Path) -> Procfs {
-        Procfs {
-            root: root.to_path_buf(),
-        }
-    }
+#[cfg(test)]
+mod tests {
+    use super::{container_of, within};
+    use crate::http::procfs::Procfs;
 
     /// The container `pid` runs in, by the name of its cgroup: `Ok(None)` when it runs in
     /// none, `Err` when its cgroup cannot be read (the process is gone, or not visible from
     /// this PID namespace).
-    #[cfg(test)]
-    pub(crate) fn container_of_pid(&self, pid: i32) -> Result<Option<String>, String> {
-        Ok(container_of(&self.cgroup_of_pid(pid)?))
+    fn container_of_pid(proc: &Procfs, pid: i32) -> Result<Option<String>, String> {
+        Ok(container_of(&proc.cgroup_of_pid(pid)?))
     }
-
-    /// `/proc/<pid>/cgroup`, as this PID and cgroup namespace see it.
-    pub(crate) fn cgroup_of_pid(&self, pid: i32) -> Result<String, String> {
-        if pid <= 0 {
-            return Err(format!(
-                "the peer's pid is {pid}: it is not visible from the agent's PID namespace (run the agent with hostPID)"
-            ));
-        }
-        let path = self.root.join(pid.to_string()).join("cgroup");
-        std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{container_of, within, Procfs};
 
     const ID: &str = "6ed37ba8ec9fec0ce7670fc23a565b1560810e0ca46f53ce7af946197185cf5f";
 
@@ -243,12 +206,10 @@ mod tests {
         std::fs::create_dir(dir.path().join("42")).unwrap();
         std::fs::write(dir.path().join("42/cgroup"), format!("0::/docker/{ID}\n")).unwrap();
         let proc = Procfs::at(dir.path());
-        assert_eq!(proc.container_of_pid(42).unwrap().as_deref(), Some(ID));
-        assert!(proc.container_of_pid(43).is_err());
-        assert!(proc.container_of_pid(0).unwrap_err().contains("hostPID"));
+        assert_eq!(container_of_pid(&proc, 42).unwrap().as_deref(), Some(ID));
+        assert!(container_of_pid(&proc, 43).is_err());
+        assert!(container_of_pid(&proc, 0).unwrap_err().contains("hostPID"));
         // This test process is in whatever cgroup the machine gives it; reading works.
-        assert!(Procfs::default()
-            .container_of_pid(std::process::id() as i32)
-            .is_ok());
+        assert!(container_of_pid(&Procfs::default(), std::process::id() as i32).is_ok());
     }
 }

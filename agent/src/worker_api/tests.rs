@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{router, status_fields, WorkerApiState, WorkerDirectory, MAX_STATUS_BODY, MAX_TOKEN};
+use super::{router, status_fields, WorkerApiState, MAX_STATUS_BODY, MAX_TOKEN};
 use crate::clock::SystemClock;
 use crate::config::WorkerAuth;
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::{Coordinator, Keys};
 use crate::http::listen::{bind_unix, serve_router, UnixPeers};
+use crate::http::procfs::Procfs;
 use crate::metrics::Metrics;
 use crate::runtime::container::{Container, PodRef};
-use crate::worker_api::peer::Procfs;
+use crate::worker_api::directory::WorkerDirectory;
 use crate::worker_api::token_review::{ReviewUnavailable, Reviewed, Standing, TokenReviewer};
 
 /// Tokens the fake API server knows: token → answer; any other token is refused; `down` makes
@@ -265,17 +266,26 @@ async fn junk_tokens_cost_a_bounded_number_of_reviews_and_real_workers_none() {
     assert_eq!(put(&api, "trainer-0", Some("tok-0"), beat).await.0, 200);
     assert_eq!(asked(), 1);
     let mut codes = Vec::new();
+    let began = tokio::time::Instant::now();
     for i in 0..50 {
         codes.push(put(&api, "trainer-0", Some(&format!("junk-{i}")), beat).await);
     }
-    let burst = crate::worker_api::review_budget::PER_PEER.burst as u32;
+    // NB: the bucket refills in real time (one every 2 s), and a loaded machine can take
+    // seconds over the 50 requests: each refill the burst took may add a review.
+    let rate = crate::worker_api::review_budget::PER_PEER;
+    let refills = (began.elapsed().as_secs_f64() * rate.per_second).ceil() as u32;
+    let burst = rate.burst as u32;
     assert!(
-        asked() <= 1 + burst + 1,
-        "{} reviews for 50 junk tokens",
-        asked()
+        asked() <= 1 + burst + refills,
+        "{} reviews for 50 junk tokens in {:?}",
+        asked(),
+        began.elapsed()
     );
     let throttled: Vec<&(u16, String)> = codes.iter().filter(|(c, _)| *c == 429).collect();
-    assert!(throttled.len() >= 50 - burst as usize - 1, "{codes:?}");
+    assert!(
+        throttled.len() >= 50 - (burst + refills) as usize,
+        "{codes:?}"
+    );
     assert!(
         throttled[0].1.contains("not reviewed"),
         "{}",

@@ -37,8 +37,9 @@ use crate::accel::model::Health;
 use crate::accel::policy::{Accelerator, Names};
 use crate::clock::{human, ms, Millis};
 use crate::config::{GpuConfig, XidThreshold};
-use crate::maintenance::policy::{problem_condition, truncate, GPU_CONDITION, GPU_FAILED_TAINT};
-use crate::node::model::NodeCondition;
+use crate::vocab::node::{
+    problem_condition, truncate, NodeCondition, GPU_CONDITION, GPU_FAILED_TAINT,
+};
 
 /// The GPU's row of the accelerators' table.
 pub static GPU: Names = Names {

@@ -21,11 +21,11 @@ use crate::accel::tpu::model::{
     TpuReading, TpuReport,
 };
 use crate::clock::ms;
-use crate::maintenance::policy::{problem_condition, truncate, TPU_CONDITION, TPU_FAILED_TAINT};
-use crate::node::model::NodeCondition;
+use crate::vocab::node::{
+    problem_condition, truncate, NodeCondition, TPU_CONDITION, TPU_FAILED_TAINT,
+};
+use crate::vocab::node_info::TPU_RESOURCE;
 
-/// The extended resource GKE's TPU device plugin advertises, one per chip.
-pub(crate) const TPU_RESOURCE: &str = "google.com/tpu";
 /// The character-device major of Google's `accel` class (TPU v4 and older).
 pub(crate) const ACCEL_MAJOR: u32 = 121;
 /// At most this many device errors are kept, the newest, so an error storm cannot grow the

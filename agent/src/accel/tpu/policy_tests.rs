@@ -5,7 +5,7 @@ use super::*;
 use crate::accel::policy::{desired, event_for};
 use crate::accel::tpu::model::TpuHealth;
 use crate::config::KubernetesConfig;
-use crate::node::model::{ConditionStatus, EventType, NodeDesired};
+use crate::vocab::node::{ConditionStatus, EventType, NodeDesired};
 
 const NOW: i64 = 10_000_000;
 const WINDOW: Duration = Duration::from_secs(600);
@@ -378,9 +378,8 @@ fn every_condition_is_true_for_a_problem() {
     use crate::accel::gpu::model::{GpuHealth, GpuReport};
     use crate::accel::gpu::policy::gpu_condition;
     use crate::maintenance::model::{MaintenanceState, Phase};
-    use crate::maintenance::policy::{
-        maintenance_condition, CONDITIONS, GPU_CONDITION, MAINTENANCE_CONDITION,
-    };
+    use crate::maintenance::policy::maintenance_condition;
+    use crate::vocab::node::{CONDITIONS, GPU_CONDITION, MAINTENANCE_CONDITION};
     let gpu = |monitoring: bool, node| {
         gpu_condition(&GpuReport {
             state: if monitoring {

@@ -10,14 +10,14 @@
 use crate::clock::{human, ms, Millis};
 use crate::coord::caps::{breaker_day, Caps, BREAKER_TTL};
 use crate::coord::lease::Lease;
-use crate::coord::marks::{FRUITLESS_TTL, MARK_TTL};
 use crate::coord::CoordError;
+use crate::hang::journal::About;
+use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
 use crate::hang::model::{Fruitless, Gang, Incident, WorkerState};
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member, View};
 use crate::hang::policy::{self, Verdict};
 use crate::hang::policy_fruitless;
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
-use crate::trail::journal::About;
 use crate::trail::Code;
 
 use super::{Act, Case, GangOrder, RestartPath};

@@ -5,13 +5,13 @@
 
 use crate::alerts::{Alert, AlertKind, Resolve};
 use crate::clock::{human, Millis};
-use crate::coord::marks::MARK_TTL;
 use crate::coord::CoordError;
+use crate::hang::journal::About;
+use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Fruitless, Gang};
 use crate::hang::model_gang::{GangIncident, GangState, Member};
 use crate::hang::policy_fruitless;
 use crate::hang::policy_gang as gp;
-use crate::trail::journal::About;
 use crate::trail::Code;
 
 use super::{Case, RestartPath};

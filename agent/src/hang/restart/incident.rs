@@ -4,13 +4,13 @@
 
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
-use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::CoordError;
+use crate::hang::journal::About;
+use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::Episode;
 use crate::hang::model::Incident;
 use crate::hang::policy::{self, TimerEnd, Verdict};
 use crate::runtime::container::Container;
-use crate::trail::journal::About;
 use crate::trail::Code;
 
 use super::{random_token, short, Case, RestartPath};

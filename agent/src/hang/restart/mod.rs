@@ -34,9 +34,10 @@ mod pipeline;
 use crate::alerts::gate::AlertGate;
 use crate::alerts::{Alert, AlertKind};
 use crate::clock::{human, Millis};
-use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::{CoordError, WorkerRead};
 use crate::hang::context::Context;
+use crate::hang::journal::{About, Journal};
+use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Incident, Marks, WorkerStatus};
 use crate::hang::policy::{self, restart_due, Effect, NodeContext, Verdict};
 use crate::hang::policy_lost::IncidentTimes;
@@ -45,10 +46,9 @@ use crate::hang::policy_rhythm;
 use crate::hang::stand_down::NodeWatch;
 use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
-use crate::trail::journal::{About, Journal};
 use crate::trail::Code;
 
-pub use crate::coord::marks::worker_keys;
+pub use crate::hang::marks::worker_keys;
 
 impl Skip {
     /// The trail's code for this skip.

@@ -4,8 +4,8 @@
 
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
-use crate::coord::marks::{self, MARK_TTL};
 use crate::coord::{CoordError, Op};
+use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Fruitless, Retry, WorkerStatus};
 use crate::hang::policy;
 use crate::hang::policy::Verdict;

@@ -9,8 +9,8 @@ use crate::accel::policy::event_for;
 use crate::accel::tpu::model::TpuReport;
 use crate::accel::tracker::{HealthTracker, Tracked};
 use crate::alerts::Alert;
-use crate::node::model::EventType;
 use crate::trail::Code;
+use crate::vocab::node::EventType;
 
 use super::Controller;
 

@@ -1,0 +1,57 @@
+//! A check of the node as `vigil doctor` prints it: a name, `ok` / `warn` / `FAIL`, and what to do.
+//! The doctor's checks (`super::doctor`) and the ones it borrows (`super::idle`, `super::budget`)
+//! all speak this one type, so none of them imports another.
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        }
+    }
+}
+
+/// One check's result.
+#[derive(Debug, Clone)]
+pub(crate) struct Check {
+    pub(crate) name: &'static str,
+    pub(crate) level: Level,
+    pub(crate) detail: String,
+}
+
+pub(super) fn check(name: &'static str, level: Level, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        level,
+        detail: detail.into(),
+    }
+}
+
+/// The report, one line per check.
+pub(crate) fn render(checks: &[Check]) -> String {
+    let mut s = String::new();
+    for c in checks {
+        s.push_str(&format!(
+            "{:<5} {:<12} {}\n",
+            c.level.as_str(),
+            c.name,
+            c.detail
+        ));
+    }
+    let worst = checks.iter().map(|c| c.level).max().unwrap_or(Level::Ok);
+    s.push_str(match worst {
+        Level::Ok => "\nall checks passed\n",
+        Level::Warn => "\nno failures; read the warnings\n",
+        Level::Fail => "\nsome checks FAILED: the agent cannot do its job until they are fixed\n",
+    });
+    s
+}
