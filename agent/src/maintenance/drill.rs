@@ -28,7 +28,7 @@ use crate::maintenance::gang_round::{Asked, RoundIo};
 use crate::maintenance::model_round::{DrillResult, Round, DRILL_REASON};
 use crate::maintenance::policy_round::{drill_result, round_budget, verdict};
 use crate::maintenance::request::{acknowledges, new_id};
-use crate::metrics::Metrics;
+use crate::metrics::{DrillFigures, Metrics};
 use crate::trail::{Code, Decision};
 
 /// How long a drill's result is kept (and exported) after the drill.
@@ -367,7 +367,9 @@ pub(crate) async fn export_loop(
                 // NB: without the clock nothing is judged old (nothing removed).
                 let now = coord.time().await.ok();
                 let (drills, old) = current_drills(&fields, now);
-                metrics.drills.set(&drills);
+                metrics
+                    .drills
+                    .set(&drills.iter().map(figures).collect::<Vec<_>>());
                 if !old.is_empty() {
                     let op = Op::Hdel {
                         key: keys.drills(),
@@ -397,6 +399,18 @@ fn current_drills(
     }
     kept.sort_by(|a, b| a.target.cmp(&b.target));
     (kept, old)
+}
+
+/// A drill's result as its metric series show it.
+fn figures(d: &DrillResult) -> DrillFigures {
+    DrillFigures {
+        target: d.target.clone(),
+        at_ms: d.at,
+        p50: d.p50,
+        all: d.all,
+        fits_preemption: d.fits_preemption,
+        fits_maintenance: d.fits_maintenance,
+    }
 }
 
 #[cfg(test)]

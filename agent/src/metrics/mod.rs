@@ -35,7 +35,7 @@ pub use lost::Ledger as LostLedger;
 pub(crate) use lost::LostMetrics;
 pub use lost::CAUSES as LOST_CAUSES;
 pub(crate) use node::{
-    CheckpointMetrics, DrillMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels,
+    CheckpointMetrics, DrillFigures, DrillMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels,
     NodeInfoMetrics,
 };
 pub(crate) use tpu::TpuMetrics;

@@ -286,6 +286,21 @@ pub(crate) struct DrillTargetLabels {
     pub(crate) target: String,
 }
 
+/// What the drill series show of one target's last drill (`crate::maintenance::drill` fills it
+/// from the drill's result).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DrillFigures {
+    /// `gang:<id>`, `worker:<node>/<id>` or `node:<name>`.
+    pub(crate) target: String,
+    /// When it ran, ms since the epoch.
+    pub(crate) at_ms: i64,
+    /// Seconds to the median member's acknowledgement, and to the last one's.
+    pub(crate) p50: f64,
+    pub(crate) all: f64,
+    pub(crate) fits_preemption: bool,
+    pub(crate) fits_maintenance: bool,
+}
+
 /// The last checkpoint drill of each target whose first node this is (`vigil drill
 /// checkpoint`): as many series as targets drilled in the last 30 days.
 pub(crate) struct DrillMetrics {
@@ -323,23 +338,18 @@ impl DrillMetrics {
 
     /// One series in each family, for the docs' drift check.
     pub(crate) fn touch(&self) {
-        self.set(&[crate::maintenance::model_round::DrillResult {
+        self.set(&[DrillFigures {
             target: "gang:touched".into(),
-            at: 0,
-            asked: 1,
-            acked: 1,
+            at_ms: 0,
             p50: 1.0,
             all: 1.0,
-            preemption_budget: 25.0,
-            maintenance_budget: 50.0,
             fits_preemption: true,
             fits_maintenance: true,
-            missing: Vec::new(),
         }]);
     }
 
     /// Export exactly these drills (a target no longer stored loses its series).
-    pub(crate) fn set(&self, drills: &[crate::maintenance::model_round::DrillResult]) {
+    pub(crate) fn set(&self, drills: &[DrillFigures]) {
         self.seconds.clear();
         self.fits.clear();
         self.at.clear();
@@ -366,7 +376,7 @@ impl DrillMetrics {
             }
             self.at
                 .get_or_create(&DrillTargetLabels { target: target() })
-                .set(d.at / 1000);
+                .set(d.at_ms / 1000);
         }
     }
 }
