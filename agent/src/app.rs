@@ -464,7 +464,11 @@ async fn start_servers(
             runtime: Arc::new(a.runtime.clone()),
             max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
             keys: agent.keys().clone(),
-            gang_timing: crate::hang::policy_gang::Timing::of(cfg),
+            status: Arc::new(crate::fleet::view::StatusPage {
+                coord: a.coord.clone(),
+                prefix: agent.keys().prefix().to_string(),
+                timing: crate::hang::policy_gang::Timing::of(cfg),
+            }),
         };
         tracing::info!(%addr, "serving /metrics /healthz /readyz (read-only)");
         tracker.spawn(server::serve(listener, state, stop.clone()));

@@ -10,12 +10,14 @@
 #![allow(clippy::disallowed_types)]
 use std::time::{Duration, Instant};
 
+use crate::accel::gpu::metrics::GpuMetricsState;
 use crate::accel::gpu::model::GpuReport;
 use crate::accel::model::Health;
 use crate::accel::policy::Accelerator;
+use crate::accel::tpu::metrics::TpuMetricsState;
 use crate::accel::tpu::model::TpuReport;
 use crate::alerts::AlertKind;
-use crate::metrics::{GpuMetricsState, Metrics, TpuMetricsState};
+use crate::metrics::Metrics;
 use crate::trail::Code;
 
 /// What the engine needs of a kind beyond its pure rules.
@@ -39,7 +41,7 @@ impl Tracked for GpuReport {
     const ADVICE: &'static str =
         "a restart cannot fix hardware: drain the node and have the GPU checked";
     fn record(&self, metrics: &Metrics, seen: &mut GpuMetricsState) {
-        metrics.record_gpu(self, seen);
+        crate::accel::gpu::metrics::record(&metrics.gpu, self, seen);
     }
 }
 
@@ -50,7 +52,7 @@ impl Tracked for TpuReport {
     const ADVICE: &'static str =
         "a restart cannot fix hardware: drain the node and have its TPU chips checked";
     fn record(&self, metrics: &Metrics, seen: &mut TpuMetricsState) {
-        metrics.tpu.record(self, seen);
+        crate::accel::tpu::metrics::record(&metrics.tpu, self, seen);
     }
 }
 

@@ -53,7 +53,7 @@ pub(crate) use checkpoint::{CheckpointConfig, CheckpointMethod, OnSigterm, Signa
 pub(crate) use docker::DockerConfig;
 pub(crate) use fleet::FleetConfig;
 pub use gang::{GangAction, GangConfig, StragglerAction};
-pub use gpu::{GpuConfig, XidThreshold};
+pub use gpu::{GpuConfig, XidAction, XidThreshold};
 pub use kubernetes::KubernetesConfig;
 pub(crate) use log::{LogConfig, LogFormat};
 pub(crate) use metadata::MetadataConfig;

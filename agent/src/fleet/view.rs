@@ -226,6 +226,20 @@ pub(crate) async fn read(
     Ok((out, last_slice))
 }
 
+/// `/v1/status`'s answer on the agent's read-only port: [`report`] on this coordinator and prefix.
+pub(crate) struct StatusPage {
+    pub(crate) coord: std::sync::Arc<dyn Coordinator>,
+    pub(crate) prefix: String,
+    pub(crate) timing: Timing,
+}
+
+#[async_trait::async_trait]
+impl crate::http::server::StatusReport for StatusPage {
+    async fn report(&self, json: bool) -> Result<String, CoordError> {
+        report(self.coord.as_ref(), &self.prefix, json, &self.timing).await
+    }
+}
+
 /// `vigil status`, as text or as JSON (`{"at", "nodes", "slices", "gangs", "lost"}`): read from `coord`, which is
 /// Redis for the CLI and whatever the agent runs on (the embedded coordinator included) when the
 /// agent's server answers `GET /v1/status`.

@@ -12,7 +12,7 @@ use axum::routing::{any, get};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use crate::coord::{Coordinator, Keys};
+use crate::coord::{CoordError, Coordinator, Keys};
 use crate::http::health::Health;
 use crate::http::listen::{serve_router, Limits};
 use crate::metrics::Metrics;
@@ -47,6 +47,15 @@ pub(crate) trait Probe: Send + Sync {
     async fn ping(&self) -> Result<(), String>;
 }
 
+/// What `/v1/status` answers: the fleet view as `vigil status` words it. The fleet feature
+/// implements it (`crate::fleet::view::StatusPage`) and the wiring hands it in, so the server
+/// names no feature.
+#[async_trait::async_trait]
+pub(crate) trait StatusReport: Send + Sync {
+    /// The report as text, or as JSON; an error when the coordinator cannot be read.
+    async fn report(&self, json: bool) -> Result<String, CoordError>;
+}
+
 #[derive(Clone)]
 pub(crate) struct ServerState {
     pub(crate) metrics: Arc<Metrics>,
@@ -57,8 +66,8 @@ pub(crate) struct ServerState {
     pub(crate) max_cycle_age: Duration,
     /// This node's keys: whose trail `/v1/trail` shows, under which prefix `/v1/status` reads.
     pub(crate) keys: Keys,
-    /// The gang rules' durations, for the gangs `/v1/status` shows.
-    pub(crate) gang_timing: crate::hang::policy_gang::Timing,
+    /// What `/v1/status` shows.
+    pub(crate) status: Arc<dyn StatusReport>,
 }
 
 /// The most trail entries one `/v1/trail` answers with.
@@ -115,8 +124,7 @@ struct StatusQuery {
 /// `REDIS_URL`). Read-only, like everything on this port.
 async fn status(State(s): State<ServerState>, Query(q): Query<StatusQuery>) -> Response {
     let json = q.format.as_deref() == Some("json");
-    match crate::fleet::view::report(s.coord.as_ref(), s.keys.prefix(), json, &s.gang_timing).await
-    {
+    match s.status.report(json).await {
         Ok(text) => (StatusCode::OK, text).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
@@ -251,7 +259,11 @@ mod tests {
             runtime: Arc::new(Up),
             max_cycle_age: Duration::from_secs(60),
             keys: crate::coord::Keys::new("vigil", "node-a"),
-            gang_timing: crate::hang::policy_gang::Timing::of(&crate::config::Config::default()),
+            status: Arc::new(crate::fleet::view::StatusPage {
+                coord: Arc::new(MemoryCoordinator::new(Arc::new(SystemClock))),
+                prefix: "vigil".into(),
+                timing: crate::hang::policy_gang::Timing::of(&crate::config::Config::default()),
+            }),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -2,15 +2,11 @@
 //! clock-throttle reasons and XID events. Labelled by the GPU's index and UUID (bounded by the
 //! GPUs in one node) plus fixed names.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
-
-use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, GpuStatus};
 
 type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
@@ -84,18 +80,6 @@ pub(crate) struct GpuMetrics {
     pub(crate) remap_failure: Family<GpuLabels, Gauge>,
     pub(crate) throttle: Family<ThrottleLabels, Gauge>,
     pub(crate) xid_events: Family<XidLabels, Counter>,
-}
-
-/// What [`GpuMetrics::record`] already exported.
-#[derive(Debug, Default)]
-pub(crate) struct GpuMetricsState {
-    xids: BTreeMap<(String, u64), u64>,
-    throttled: BTreeSet<(String, &'static str)>,
-}
-
-/// A count as a gauge value, saturating at `i64::MAX`.
-fn saturating(v: u64) -> i64 {
-    v.min(i64::MAX as u64) as i64
 }
 
 impl GpuMetrics {
@@ -205,171 +189,49 @@ impl GpuMetrics {
         );
     }
 
-    /// Export one GPU report: gauges set from the latest samples, the XID counter advanced by
-    /// the occurrences since the last report (`seen` remembers what was already counted).
-    pub(crate) fn record(&self, report: &GpuReport, seen: &mut GpuMetricsState) {
-        self.monitoring.set(i64::from(report.monitoring()));
-        for state in GpuMonitorState::ALL {
-            self.monitor_state
-                .get_or_create(&MonitorStateLabels {
-                    state: state.as_str(),
-                })
-                .set(i64::from(state == report.state));
-        }
-        for g in &report.gpus {
-            let id = GpuLabels {
-                gpu: g.index,
-                uuid: g.uuid.clone(),
-            };
-            self.record_health(&id, g);
-            self.record_sample(&id, &g.sample);
-            self.record_memory_errors(&id, &g.sample);
-            self.record_throttle(&id, &g.sample, seen);
-            self.record_xids(&id, g, seen);
-        }
-    }
-
-    fn record_health(&self, id: &GpuLabels, g: &GpuStatus) {
-        for state in ["healthy", "degraded", "failed"] {
-            let labels = HealthLabels {
-                id: id.clone(),
-                state,
-            };
-            self.health
-                .get_or_create(&labels)
-                .set(i64::from(g.health.as_str() == state));
-        }
-    }
-
-    /// Temperature, power, utilisation and memory, each when the sample has it.
-    fn record_sample(&self, id: &GpuLabels, s: &GpuSample) {
-        if let Some(t) = s.temperature_c {
-            self.temperature.get_or_create(id).set(i64::from(t));
-        }
-        if let Some(p) = s.power_w {
-            self.power.get_or_create(id).set(p);
-        }
-        if let Some(u) = s.utilization {
-            self.utilization.get_or_create(id).set(u);
-        }
-        if let Some(m) = s.memory_used_bytes {
-            self.memory_used.get_or_create(id).set(saturating(m));
-        }
-        if let Some(m) = s.memory_total_bytes {
-            self.memory_total.get_or_create(id).set(saturating(m));
-        }
-    }
-
-    /// ECC counts, retired pages and remapped rows, each when the sample has them.
-    fn record_memory_errors(&self, id: &GpuLabels, s: &GpuSample) {
-        for (counter, severity, v) in [
-            ("volatile", "corrected", s.ecc_volatile_corrected),
-            ("volatile", "uncorrected", s.ecc_volatile_uncorrected),
-            ("aggregate", "corrected", s.ecc_aggregate_corrected),
-            ("aggregate", "uncorrected", s.ecc_aggregate_uncorrected),
-        ] {
-            if let Some(v) = v {
-                let labels = EccLabels {
-                    id: id.clone(),
-                    counter,
-                    severity,
-                };
-                self.ecc_errors.get_or_create(&labels).set(saturating(v));
-            }
-        }
-        if let Some(r) = s.retired_pages {
-            self.retired_pages.get_or_create(id).set(saturating(r));
-        }
-        if let Some(p) = s.retired_pages_pending {
-            self.retired_pages_pending
-                .get_or_create(id)
-                .set(i64::from(p));
-        }
-        if let Some(r) = s.remapped_rows {
-            for (kind, v) in [
-                ("correctable", r.correctable),
-                ("uncorrectable", r.uncorrectable),
-            ] {
-                let labels = RemapLabels {
-                    id: id.clone(),
-                    kind,
-                };
-                self.remapped_rows.get_or_create(&labels).set(i64::from(v));
-            }
-            self.remap_pending
-                .get_or_create(id)
-                .set(i64::from(r.pending));
-            self.remap_failure
-                .get_or_create(id)
-                .set(i64::from(r.failure));
-        }
-    }
-
-    /// Throttle reasons: 1 while active, back to 0 once they clear.
-    fn record_throttle(&self, id: &GpuLabels, s: &GpuSample, seen: &mut GpuMetricsState) {
-        for reason in &s.throttle_reasons {
-            seen.throttled.insert((id.uuid.clone(), *reason));
-        }
-        for (_, reason) in seen.throttled.iter().filter(|(u, _)| *u == id.uuid) {
-            let labels = ThrottleLabels {
-                id: id.clone(),
-                reason,
-            };
-            let active = s.throttle_reasons.contains(reason);
-            self.throttle.get_or_create(&labels).set(i64::from(active));
-        }
-    }
-
-    /// Advance each XID's counter by the occurrences since the last report.
-    fn record_xids(&self, id: &GpuLabels, g: &GpuStatus, seen: &mut GpuMetricsState) {
-        for (xid, count) in &g.xid_counts {
-            let before = seen
-                .xids
-                .insert((id.uuid.clone(), *xid), *count)
-                .unwrap_or(0);
-            if *count > before {
-                let labels = XidLabels {
-                    id: id.clone(),
-                    xid: *xid,
-                };
-                self.xid_events
-                    .get_or_create(&labels)
-                    .inc_by(count - before);
-            }
-        }
-    }
-
-    /// Record one healthy GPU with every sample set, so every GPU family has a series.
+    /// One series in every GPU family (see `Metrics::touch_all`), set here directly: the report
+    /// that fills them in a running agent is the feature's (`crate::accel::gpu::metrics`).
     pub(super) fn touch(&self) {
-        let sample = GpuSample {
-            index: 0,
+        let id = GpuLabels {
+            gpu: 0,
             uuid: "GPU-0".into(),
-            temperature_c: Some(40),
-            power_w: Some(70.0),
-            utilization: Some(0.5),
-            memory_used_bytes: Some(1),
-            memory_total_bytes: Some(2),
-            ecc_volatile_corrected: Some(0),
-            ecc_volatile_uncorrected: Some(0),
-            ecc_aggregate_corrected: Some(0),
-            ecc_aggregate_uncorrected: Some(0),
-            retired_pages: Some(0),
-            retired_pages_pending: Some(false),
-            remapped_rows: Some(Default::default()),
-            throttle_reasons: vec!["gpu-idle"],
-            ..Default::default()
         };
-        let report = GpuReport {
-            state: GpuMonitorState::On,
-            gpus: vec![GpuStatus {
-                index: 0,
-                uuid: "GPU-0".into(),
-                sample,
-                xid_counts: [(13, 1)].into(),
-                ..Default::default()
-            }],
-            ..Default::default()
+        self.monitoring.set(1);
+        self.monitor_state
+            .get_or_create(&MonitorStateLabels { state: "on" })
+            .set(1);
+        let health = HealthLabels {
+            id: id.clone(),
+            state: "healthy",
         };
-        self.record(&report, &mut GpuMetricsState::default());
+        self.health.get_or_create(&health).set(1);
+        self.temperature.get_or_create(&id).set(40);
+        self.power.get_or_create(&id).set(70.0);
+        self.utilization.get_or_create(&id).set(0.5);
+        self.memory_used.get_or_create(&id).set(1);
+        self.memory_total.get_or_create(&id).set(2);
+        let ecc = EccLabels {
+            id: id.clone(),
+            counter: "volatile",
+            severity: "corrected",
+        };
+        self.ecc_errors.get_or_create(&ecc).set(0);
+        self.retired_pages.get_or_create(&id).set(0);
+        self.retired_pages_pending.get_or_create(&id).set(0);
+        let remap = RemapLabels {
+            id: id.clone(),
+            kind: "correctable",
+        };
+        self.remapped_rows.get_or_create(&remap).set(0);
+        self.remap_pending.get_or_create(&id).set(0);
+        self.remap_failure.get_or_create(&id).set(0);
+        let throttle = ThrottleLabels {
+            id: id.clone(),
+            reason: "gpu-idle",
+        };
+        self.throttle.get_or_create(&throttle).set(1);
+        self.xid_events
+            .get_or_create(&XidLabels { id, xid: 13 })
+            .inc();
     }
 }

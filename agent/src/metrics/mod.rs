@@ -13,10 +13,10 @@
 mod classic;
 mod cycle;
 mod decisions;
-mod gpu;
+pub(crate) mod gpu;
 mod lost;
 mod node;
-mod tpu;
+pub(crate) mod tpu;
 mod worker_api;
 mod workers;
 
@@ -30,7 +30,6 @@ pub use classic::to_classic_text;
 pub(crate) use cycle::{BackendMetrics, BudgetMetrics, CycleMetrics};
 pub(crate) use decisions::DecisionMetrics;
 pub(crate) use gpu::GpuMetrics;
-pub(crate) use gpu::GpuMetricsState;
 pub use lost::Ledger as LostLedger;
 pub(crate) use lost::LostMetrics;
 pub use lost::CAUSES as LOST_CAUSES;
@@ -39,7 +38,6 @@ pub(crate) use node::{
     NodeInfoMetrics,
 };
 pub(crate) use tpu::TpuMetrics;
-pub(crate) use tpu::TpuMetricsState;
 pub(crate) use worker_api::WorkerApiMetrics;
 pub(crate) use workers::{WorkerMetrics, WorkerSample};
 
@@ -130,15 +128,6 @@ impl Metrics {
     }
     pub(crate) fn kube_error(&self, op: &'static str) {
         self.kube.error(op);
-    }
-
-    /// Export one GPU report: see [`GpuMetrics::record`].
-    pub(crate) fn record_gpu(
-        &self,
-        report: &crate::accel::gpu::model::GpuReport,
-        seen: &mut GpuMetricsState,
-    ) {
-        self.gpu.record(report, seen);
     }
 
     /// Create one series in every family, so an encoding lists them all (the docs drift

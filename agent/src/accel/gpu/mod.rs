@@ -1,8 +1,10 @@
 //! GPUs through NVML: `model` (samples, XID events, per-GPU status), `policy` (the health rules),
 //! `policy_xid` (what each XID calls for), `policy_episode` (a run of one XID is one episode), `policy_state` (failed GPUs kept across agent
 //! restarts, the pure part); `nvml` (the NVML adapter), `monitor` (the monitor thread),
-//! `start` (waiting for a driver that arrives late), `state` (the state file on disk).
+//! `start` (waiting for a driver that arrives late), `state` (the state file on disk), `metrics`
+//! (the report as metric series).
 
+pub(crate) mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod nvml;

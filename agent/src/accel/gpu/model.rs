@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::XidAction;
+
 /// One reading of one GPU.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuSample {
@@ -89,80 +91,6 @@ impl RecoveryAction {
             RecoveryAction::DrainAndReset => "NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET".into(),
             RecoveryAction::Other(n) => format!("recovery action {n}"),
         }
-    }
-}
-
-/// What an event on a GPU calls for, after NVIDIA's "Resolution Bucket (Immediate Action)".
-/// Only [`XidAction::fails`] actions make a GPU `failed`.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum XidAction {
-    /// Recorded (and counted) only.
-    #[default]
-    Informational,
-    /// The application must restart (RESTART_APP): the worker's restart is the fix, so it never
-    /// blocks one.
-    RestartApp,
-    /// The GPU needs a reset (RESET_GPU, `nvidia-smi -r`) before it is usable again.
-    ResetGpu,
-    /// Drain peer-to-peer traffic (and reset): stop the GPU's work first.
-    Drain,
-    /// The node must restart (RESTART_BM, RESTART_VM, NODE_REBOOT).
-    RebootNode,
-}
-
-impl XidAction {
-    pub const ALL: [XidAction; 5] = [
-        XidAction::Informational,
-        XidAction::RestartApp,
-        XidAction::ResetGpu,
-        XidAction::Drain,
-        XidAction::RebootNode,
-    ];
-
-    /// The config and docs spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            XidAction::Informational => "informational",
-            XidAction::RestartApp => "restart-app",
-            XidAction::ResetGpu => "reset-gpu",
-            XidAction::Drain => "drain",
-            XidAction::RebootNode => "reboot-node",
-        }
-    }
-
-    /// Whether the GPU is unusable until someone acts: `failed` (taint, no restarts on it).
-    pub(crate) fn fails(self) -> bool {
-        matches!(
-            self,
-            XidAction::ResetGpu | XidAction::Drain | XidAction::RebootNode
-        )
-    }
-
-    /// What an operator does about it, for reasons and alerts.
-    pub(crate) fn advice(self) -> &'static str {
-        match self {
-            XidAction::Informational => "no action",
-            XidAction::RestartApp => "restart the application",
-            XidAction::ResetGpu => "reset the GPU (nvidia-smi -r) or reboot the node",
-            XidAction::Drain => "drain the GPU's work, then reset it",
-            XidAction::RebootNode => "reboot the node",
-        }
-    }
-}
-
-impl std::str::FromStr for XidAction {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        XidAction::ALL
-            .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = XidAction::ALL.iter().map(|a| a.as_str()).collect();
-                format!("unknown action {s:?}; one of {}", names.join(", "))
-            })
     }
 }
 

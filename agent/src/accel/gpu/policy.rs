@@ -28,14 +28,14 @@ use std::collections::BTreeMap;
 pub(crate) use crate::accel::gpu::model::label;
 use crate::accel::gpu::model::{
     selects, EpisodeBegun, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample,
-    GpuStatus, ResetMarks, XidAction, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS,
-    MISSING_ROUNDS,
+    GpuStatus, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
 };
 use crate::accel::gpu::policy_episode;
 use crate::accel::gpu::policy_xid::{action_for, builtin, recovery_action};
 use crate::accel::model::Health;
 use crate::accel::policy::{Accelerator, Names};
 use crate::clock::{human, ms, Millis};
+use crate::config::XidAction;
 use crate::config::{GpuConfig, XidThreshold};
 use crate::vocab::node::{
     problem_condition, truncate, NodeCondition, GPU_CONDITION, GPU_FAILED_TAINT,

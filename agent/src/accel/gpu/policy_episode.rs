@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::accel::gpu::model::{label, EpisodeBegun, GpuReport, GpuStatus, XidAction, XidEpisode};
+use crate::accel::gpu::model::{label, EpisodeBegun, GpuReport, GpuStatus, XidEpisode};
 use crate::accel::gpu::policy_xid::{action_for, builtin};
 use crate::clock::ms;
+use crate::config::XidAction;
 use crate::config::XidThreshold;
 
 /// Add one event of `xid` at `now` to `g`'s episodes. `Some` with the new episode when the event

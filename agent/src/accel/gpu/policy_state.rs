@@ -10,8 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::accel::gpu::model::{Failure, GpuCleared, GpuSample, GpuStatus, ResetMarks, XidAction};
+use crate::accel::gpu::model::{Failure, GpuCleared, GpuSample, GpuStatus, ResetMarks};
 use crate::accel::gpu::policy::label;
+use crate::config::XidAction;
 
 /// The format version written; a file of another version is read as unreadable.
 pub(crate) const VERSION: u32 = 1;

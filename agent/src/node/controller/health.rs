@@ -1,7 +1,7 @@
 //! The node controller's accelerator health, one path for every kind: a GPU or TPU report folded
 //! into the Node (label, condition, taint), the trail, Events and alerts.
 
-use crate::accel::gpu::model::{GpuMonitorState, GpuReport, XidAction};
+use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
 use crate::accel::gpu::policy::{hung_line, new_cleared};
 use crate::accel::gpu::policy_episode::new_begun;
 use crate::accel::model::Health;
@@ -9,6 +9,7 @@ use crate::accel::policy::event_for;
 use crate::accel::tpu::model::TpuReport;
 use crate::accel::tracker::{HealthTracker, Tracked};
 use crate::alerts::Alert;
+use crate::config::XidAction;
 use crate::trail::Code;
 use crate::vocab::node::EventType;
 

@@ -1,0 +1,85 @@
+//! The TPU report as metric series: whether the chips are watched, their health, how many are
+//! present against the Node's allocatable, and the device errors counted, set on the families
+//! `crate::metrics` registers. Here, with the feature, so the metrics infrastructure names no TPU
+//! type.
+
+use crate::accel::tpu::model::TpuReport;
+use crate::metrics::tpu::{TpuChipLabels, TpuErrorLabels, TpuMetrics, TpuStateLabels};
+
+/// What [`record`] already counted: (error, fatal).
+#[derive(Debug, Default)]
+pub(crate) struct TpuMetricsState {
+    counted: (u64, u64),
+}
+
+/// Export one TPU report; the error counters advance by what `seen` has not counted yet.
+pub(crate) fn record(m: &TpuMetrics, r: &TpuReport, seen: &mut TpuMetricsState) {
+    m.monitoring.set(i64::from(r.monitoring));
+    for state in ["healthy", "degraded", "failed"] {
+        let on = r.monitoring && r.health.as_str() == state;
+        m.health
+            .get_or_create(&TpuStateLabels { state })
+            .set(i64::from(on));
+    }
+    let present = TpuChipLabels { kind: "present" };
+    let expected = TpuChipLabels { kind: "expected" };
+    m.chips.get_or_create(&present).set(i64::from(r.present));
+    match r.expected {
+        Some(n) => {
+            m.chips.get_or_create(&expected).set(i64::from(n));
+        }
+        None => {
+            m.chips.remove(&expected);
+        }
+    }
+    let (error, fatal) = r.errors_total;
+    for (severity, now, before) in [
+        ("error", error, &mut seen.counted.0),
+        ("fatal", fatal, &mut seen.counted.1),
+    ] {
+        if now > *before {
+            m.device_errors
+                .get_or_create(&TpuErrorLabels { severity })
+                .inc_by(now - *before);
+        }
+        *before = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accel::tpu::model::TpuHealth;
+    use crate::metrics::Metrics;
+
+    #[test]
+    fn a_report_sets_the_gauges_and_advances_the_counters_once() {
+        let m = Metrics::new();
+        let mut seen = TpuMetricsState::default();
+        let mut r = TpuReport {
+            monitoring: true,
+            present: 3,
+            expected: Some(4),
+            health: TpuHealth::Failed,
+            errors_total: (2, 1),
+            ..TpuReport::default()
+        };
+        record(&m.tpu, &r, &mut seen);
+        record(&m.tpu, &r, &mut seen);
+        r.errors_total = (3, 1);
+        r.expected = None;
+        record(&m.tpu, &r, &mut seen);
+        let text = m.encode();
+        for want in [
+            "vigil_tpu_monitoring 1",
+            "vigil_tpu_health{state=\"failed\"} 1",
+            "vigil_tpu_health{state=\"healthy\"} 0",
+            "vigil_tpu_chips{kind=\"present\"} 3",
+            "vigil_tpu_device_errors_total{severity=\"error\"} 3",
+            "vigil_tpu_device_errors_total{severity=\"fatal\"} 1",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        assert!(!text.contains("kind=\"expected\""), "unknown: no series");
+    }
+}
