@@ -1,5 +1,7 @@
-//! The layers, checked (issue 43): the shared infrastructure names no feature, and the map of
-//! agent/src in docs/development.md names every file.
+//! The layers, checked (issue 43): the shared infrastructure names no feature, no folders import
+//! one another round a circle but the engine's (which may only shrink), and the map of agent/src
+//! in docs/development.md names every file. Imports are read as `crate::` paths (`super::` paths
+//! and method calls across an `impl` split over files are not seen).
 
 use std::path::Path;
 
@@ -117,4 +119,129 @@ fn the_development_map_names_every_file() {
         missing.is_empty(),
         "docs/development.md's map does not name: {missing:?}"
     );
+}
+
+/// The folders of agent/src that import one another round a circle today, parent and child
+/// folders included: the engine's (issue 43, items 1 and 2: the hang path and its restart
+/// folder, the fleet record, maintenance and the Node controller call one another). No other
+/// circle may appear, and this one may only shrink.
+const FOLDER_CIRCLE_DEBT: [&str; 5] = ["fleet", "hang", "hang/restart", "maintenance", "node"];
+
+/// The folder of a source file (`hang/restart/command.rs` → `hang/restart`); a file at the top
+/// of agent/src is a folder of its own (`app.rs` → `app`).
+fn folder_of(path: &str) -> String {
+    match path.rsplit_once('/') {
+        Some((dir, _)) => dir.to_string(),
+        None => path.trim_end_matches(".rs").to_string(),
+    }
+}
+
+/// The strongly connected sets of more than one node of `edges` (Tarjan's algorithm), each
+/// sorted.
+fn circles(
+    edges: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        edges: &'a std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        index: std::collections::HashMap<&'a str, usize>,
+        low: std::collections::HashMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(w: &mut Walk<'a>, v: &'a str) {
+        let i = w.index.len();
+        w.index.insert(v, i);
+        w.low.insert(v, i);
+        w.stack.push(v);
+        for t in w.edges.get(v).into_iter().flatten() {
+            if !w.index.contains_key(t.as_str()) {
+                visit(w, t);
+                let l = w.low[v].min(w.low[t.as_str()]);
+                w.low.insert(v, l);
+            } else if w.stack.contains(&t.as_str()) {
+                let l = w.low[v].min(w.index[t.as_str()]);
+                w.low.insert(v, l);
+            }
+        }
+        if w.low[v] == w.index[v] {
+            let mut set = Vec::new();
+            while let Some(top) = w.stack.pop() {
+                set.push(top.to_string());
+                if top == v {
+                    break;
+                }
+            }
+            if set.len() > 1 {
+                set.sort();
+                w.out.push(set);
+            }
+        }
+    }
+    let mut w = Walk {
+        edges,
+        index: Default::default(),
+        low: Default::default(),
+        stack: Vec::new(),
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !w.index.contains_key(v.as_str()) {
+            visit(&mut w, v);
+        }
+    }
+    w.out
+}
+
+#[test]
+fn no_folder_circle_but_the_engine_s() {
+    let files = sources();
+    let folder_of_module: std::collections::BTreeMap<String, String> = files
+        .iter()
+        .map(|(p, _)| (crate::layout::module_of(p), folder_of(p)))
+        .collect();
+    let folder = |path: &str| -> Option<String> {
+        let parts: Vec<&str> = path.split("::").collect();
+        (1..=parts.len())
+            .rev()
+            .find_map(|k| folder_of_module.get(&parts[..k].join("::")).cloned())
+    };
+    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    // Test files (`*_tests.rs`, `tests.rs`) aside, as `#[cfg(test)]` parts are.
+    let is_test = |p: &str| p.ends_with("_tests.rs") || p.ends_with("/tests.rs");
+    for (path, text) in files.iter().filter(|(p, _)| !is_test(p)) {
+        let from = folder_of(path);
+        for r in crate_paths(text) {
+            if let Some(to) = folder(&r).filter(|to| *to != from) {
+                edges.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    let found = circles(&edges);
+    let debt: Vec<String> = FOLDER_CIRCLE_DEBT.iter().map(|s| s.to_string()).collect();
+    let other: Vec<&Vec<String>> = found
+        .iter()
+        .filter(|c| !c.iter().all(|f| debt.contains(f)))
+        .collect();
+    assert!(
+        other.is_empty(),
+        "folders import one another round a circle (parent and child folders count): {other:?}"
+    );
+    assert!(
+        found.contains(&debt),
+        "the engine's circle changed to {found:?}: shrink FOLDER_CIRCLE_DEBT to what is left"
+    );
+    // The search finds what it claims to: a planted back edge closes a circle.
+    let mut planted = edges.clone();
+    planted
+        .entry("kube".to_string())
+        .or_default()
+        .insert("accel/tpu".to_string());
+    planted
+        .entry("accel/tpu".to_string())
+        .or_default()
+        .insert("kube".to_string());
+    assert!(circles(&planted)
+        .iter()
+        .any(|c| c.contains(&"kube".to_string()) && c.contains(&"accel/tpu".to_string())));
 }

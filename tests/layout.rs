@@ -72,7 +72,7 @@ fn is_decision(path: &str) -> bool {
 }
 
 /// The module a decision file is (`accel/gpu/policy.rs` → `accel::gpu::policy`).
-fn module_of(path: &str) -> String {
+pub(crate) fn module_of(path: &str) -> String {
     path.trim_end_matches(".rs")
         .trim_end_matches("/mod")
         .replace('/', "::")

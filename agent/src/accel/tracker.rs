@@ -10,12 +10,8 @@
 #![allow(clippy::disallowed_types)]
 use std::time::{Duration, Instant};
 
-use crate::accel::gpu::metrics::GpuMetricsState;
-use crate::accel::gpu::model::GpuReport;
 use crate::accel::model::Health;
 use crate::accel::policy::Accelerator;
-use crate::accel::tpu::metrics::TpuMetricsState;
-use crate::accel::tpu::model::TpuReport;
 use crate::alerts::AlertKind;
 use crate::metrics::Metrics;
 use crate::trail::Code;
@@ -32,28 +28,6 @@ pub(crate) trait Tracked: Accelerator + Default + Send + 'static {
     const ADVICE: &'static str;
     /// Export the report's series.
     fn record(&self, metrics: &Metrics, seen: &mut Self::Seen);
-}
-
-impl Tracked for GpuReport {
-    type Seen = GpuMetricsState;
-    const ALERT: AlertKind = AlertKind::GpuFailed;
-    const TRAIL: Code = Code::GpuHealth;
-    const ADVICE: &'static str =
-        "a restart cannot fix hardware: drain the node and have the GPU checked";
-    fn record(&self, metrics: &Metrics, seen: &mut GpuMetricsState) {
-        crate::accel::gpu::metrics::record(&metrics.gpu, self, seen);
-    }
-}
-
-impl Tracked for TpuReport {
-    type Seen = TpuMetricsState;
-    const ALERT: AlertKind = AlertKind::TpuFailed;
-    const TRAIL: Code = Code::TpuHealth;
-    const ADVICE: &'static str =
-        "a restart cannot fix hardware: drain the node and have its TPU chips checked";
-    fn record(&self, metrics: &Metrics, seen: &mut TpuMetricsState) {
-        crate::accel::tpu::metrics::record(&metrics.tpu, self, seen);
-    }
 }
 
 /// A kind's health as last shown on the Node, and when.
@@ -118,8 +92,8 @@ impl<A: Tracked> HealthTracker<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accel::gpu::model::GpuMonitorState;
-    use crate::accel::tpu::model::TpuHealth;
+    use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
+    use crate::accel::tpu::model::{TpuHealth, TpuReport};
 
     fn gpu(state: GpuMonitorState, node: Health, reasons: &[&str]) -> GpuReport {
         GpuReport {

@@ -297,7 +297,7 @@ impl Agent {
             container_exited: !c.running && !c.paused,
             container_started: c.started_ms(),
         };
-        let now_mono = crate::accel::gpu::monitor::clock_ms();
+        let now_mono = crate::accel::clock_ms();
         let evidence = gpu_policy::evidence(&self.gpu, gpus, now_mono, &self.ctx.cfg.gpu);
         let mut path = RestartPath {
             ctx: &self.ctx,

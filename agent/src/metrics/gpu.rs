@@ -190,7 +190,7 @@ impl GpuMetrics {
     }
 
     /// One series in every GPU family (see `Metrics::touch_all`), set here directly: the report
-    /// that fills them in a running agent is the feature's (`crate::accel::gpu::metrics`).
+    /// that fills them in a running agent is the feature's (`crate::accel::gpu::tracked`).
     pub(super) fn touch(&self) {
         let id = GpuLabels {
             gpu: 0,

@@ -64,7 +64,7 @@ impl TpuMetrics {
     }
 
     /// Create one series in every family (see `Metrics::touch_all`), set here directly: the
-    /// report that fills them in a running agent is the feature's (`crate::accel::tpu::metrics`).
+    /// report that fills them in a running agent is the feature's (`crate::accel::tpu::tracked`).
     pub(crate) fn touch(&self) {
         self.monitoring.set(1);
         self.health

@@ -1,10 +1,9 @@
 //! GPUs through NVML: `model` (samples, XID events, per-GPU status), `policy` (the health rules),
 //! `policy_xid` (what each XID calls for), `policy_episode` (a run of one XID is one episode), `policy_state` (failed GPUs kept across agent
 //! restarts, the pure part); `nvml` (the NVML adapter), `monitor` (the monitor thread),
-//! `start` (waiting for a driver that arrives late), `state` (the state file on disk), `metrics`
-//! (the report as metric series).
+//! `start` (waiting for a driver that arrives late), `state` (the state file on disk), `tracked`
+//! (how the tracker publishes the report: alert, trail code, metric series).
 
-pub(crate) mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod nvml;
@@ -14,3 +13,4 @@ pub(crate) mod policy_state;
 pub mod policy_xid;
 pub mod start;
 pub mod state;
+pub(crate) mod tracked;

@@ -4,14 +4,15 @@
 //! `crate::accel::gpu::start::start` is the production wiring: it waits for the driver when the node has
 //! GPUs but NVML does not load yet.
 
-#![allow(clippy::disallowed_types)] // NB: a dedicated thread on real monotonic time (`clock_ms`).
-use std::sync::{Mutex, OnceLock};
+#![allow(clippy::disallowed_types)] // NB: a dedicated thread on real monotonic time.
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::accel::clock_ms;
 use crate::accel::gpu::model::{GpuCleared, GpuMonitorState, GpuReport, GpuSample, XidEvent};
 use crate::accel::gpu::nvml::GpuProbe;
 use crate::accel::gpu::policy::{rejudge, update};
@@ -21,14 +22,6 @@ use crate::accel::gpu::policy_xid::RECOVERY_ACTION_CHANGED;
 use crate::accel::gpu::state::StateStore;
 use crate::clock::human;
 use crate::config::GpuConfig;
-
-/// The monitor's clock: monotonic milliseconds since the first call in this process. The `now_ms`
-/// of every [`GpuReport`] the monitor computes; pass it to [`crate::accel::gpu::policy::evidence`].
-pub fn clock_ms() -> i64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    epoch.elapsed().as_millis().min(i64::MAX as u128) as i64
-}
 
 /// Longest single wait for XID events: also how quickly the monitor notices `stop`.
 const XID_WAIT: Duration = Duration::from_secs(1);

@@ -5,7 +5,7 @@
 //! XIDs into lines for a hang alert; [`worker_on_failed_gpu`] tells the restart policy that a
 //! restart cannot help. Failures kept across agent restarts are read and written by
 //! `crate::accel::gpu::policy_state`. No I/O and no clock reads: `now_ms` is handed in, on the monotonic
-//! millisecond clock of the GPU monitor (`crate::accel::gpu::monitor::clock_ms`).
+//! millisecond clock of the GPU monitor (`crate::accel::clock_ms`).
 //!
 //! The rules, worst first:
 //! - an XID whose action (`crate::accel::gpu::policy_xid`) is `reset-gpu`, `drain` or `reboot-node`, or the

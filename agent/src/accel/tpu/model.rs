@@ -31,7 +31,7 @@ impl ErrorSeverity {
 /// One device error about a TPU chip.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceError {
-    /// When, on the monitor's monotonic ms clock (`crate::accel::gpu::monitor::clock_ms`).
+    /// When, on the monitor's monotonic ms clock (`crate::accel::clock_ms`).
     pub(crate) at_ms: i64,
     pub(crate) severity: ErrorSeverity,
     /// The chip it is about: its PCI address (`0000:00:04.0`) or accel device (`accel0`).

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::accel::gpu::monitor::clock_ms;
+use crate::accel::clock_ms;
 use crate::accel::tpu::chips::{FsProbe, TpuError, TpuProbe};
 use crate::accel::tpu::model::TpuReport;
 use crate::accel::tpu::policy::{fold, TpuMemory};

@@ -1,14 +1,31 @@
-//! The GPU report as metric series: the monitor's state, each GPU's health, samples, memory
-//! errors, throttle reasons and XID counters, set on the families `crate::metrics` registers.
-//! Here, with the feature, so the metrics infrastructure names no GPU type.
+//! The GPU report as the tracker publishes it (`crate::accel::tracker::Tracked`): its alert,
+//! trail code and advice, and its metric series — the monitor's state, each GPU's health,
+//! samples, memory errors, throttle reasons and XID counters, set on the families
+//! `crate::metrics` registers. Here, with the kind, so neither the tracker nor the metrics
+//! infrastructure names a GPU type.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, GpuStatus};
+use crate::accel::tracker::Tracked;
+use crate::alerts::AlertKind;
 use crate::metrics::gpu::{
     EccLabels, GpuLabels, GpuMetrics, HealthLabels, MonitorStateLabels, RemapLabels,
     ThrottleLabels, XidLabels,
 };
+use crate::metrics::Metrics;
+use crate::trail::Code;
+
+impl Tracked for GpuReport {
+    type Seen = GpuMetricsState;
+    const ALERT: AlertKind = AlertKind::GpuFailed;
+    const TRAIL: Code = Code::GpuHealth;
+    const ADVICE: &'static str =
+        "a restart cannot fix hardware: drain the node and have the GPU checked";
+    fn record(&self, metrics: &Metrics, seen: &mut GpuMetricsState) {
+        record(&metrics.gpu, self, seen);
+    }
+}
 
 /// What [`record`] already exported.
 #[derive(Debug, Default)]

@@ -1,10 +1,26 @@
-//! The TPU report as metric series: whether the chips are watched, their health, how many are
-//! present against the Node's allocatable, and the device errors counted, set on the families
-//! `crate::metrics` registers. Here, with the feature, so the metrics infrastructure names no TPU
-//! type.
+//! The TPU report as the tracker publishes it (`crate::accel::tracker::Tracked`): its alert,
+//! trail code and advice, and its metric series — whether the chips are watched, their health,
+//! how many are present against the Node's allocatable, and the device errors counted, set on the
+//! families `crate::metrics` registers. Here, with the kind, so neither the tracker nor the
+//! metrics infrastructure names a TPU type.
 
 use crate::accel::tpu::model::TpuReport;
+use crate::accel::tracker::Tracked;
+use crate::alerts::AlertKind;
 use crate::metrics::tpu::{TpuChipLabels, TpuErrorLabels, TpuMetrics, TpuStateLabels};
+use crate::metrics::Metrics;
+use crate::trail::Code;
+
+impl Tracked for TpuReport {
+    type Seen = TpuMetricsState;
+    const ALERT: AlertKind = AlertKind::TpuFailed;
+    const TRAIL: Code = Code::TpuHealth;
+    const ADVICE: &'static str =
+        "a restart cannot fix hardware: drain the node and have its TPU chips checked";
+    fn record(&self, metrics: &Metrics, seen: &mut TpuMetricsState) {
+        record(&metrics.tpu, self, seen);
+    }
+}
 
 /// What [`record`] already counted: (error, fatal).
 #[derive(Debug, Default)]
