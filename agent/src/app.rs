@@ -465,8 +465,6 @@ async fn start_servers(
             max_cycle_age: cfg.poll_interval * 3 + cfg.safety.lock_ttl,
             keys: agent.keys().clone(),
             status: Arc::new(crate::fleet::view::StatusPage {
-                coord: a.coord.clone(),
-                prefix: agent.keys().prefix().to_string(),
                 timing: crate::hang::policy_gang::Timing::of(cfg),
             }),
         };

@@ -2,10 +2,11 @@
 //!
 //! `model` is the one health scale, `policy` the [`policy::Accelerator`] trait each kind
 //! implements (health, reasons, the Node's desired fields: a row of `policy::Names`), `tracker`
-//! the one generic tracker that publishes a kind's health, `clock_ms` the monitors' clock. Each kind is a folder: its data
-//! (`model`), its pure rules (`policy*`), its monitor loop (`monitor`), the adapter that reads
-//! the hardware (`gpu::nvml`, `tpu::chips`) and how the tracker publishes it (`tracked`: its
-//! alert, trail code and metric series). A third kind is one such folder and a row.
+//! the one generic tracker that publishes a kind's health, `clock_ms` the monitors' clock. Each
+//! kind is a folder: its data (`model`), its pure rules (`policy*`), its monitor loop
+//! (`monitor`), the adapter that reads the hardware (`gpu::nvml`, `tpu::chips`) and how the
+//! tracker publishes it (`tracked`: its alert, trail code and metric series). A third kind is one
+//! such folder and a row.
 
 pub mod gpu;
 pub mod model;

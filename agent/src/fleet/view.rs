@@ -226,17 +226,20 @@ pub(crate) async fn read(
     Ok((out, last_slice))
 }
 
-/// `/v1/status`'s answer on the agent's read-only port: [`report`] on this coordinator and prefix.
+/// `/v1/status`'s answer on the agent's read-only port: [`report`] with the gang rules' durations.
 pub(crate) struct StatusPage {
-    pub(crate) coord: std::sync::Arc<dyn Coordinator>,
-    pub(crate) prefix: String,
     pub(crate) timing: Timing,
 }
 
 #[async_trait::async_trait]
 impl crate::http::server::StatusReport for StatusPage {
-    async fn report(&self, json: bool) -> Result<String, CoordError> {
-        report(self.coord.as_ref(), &self.prefix, json, &self.timing).await
+    async fn report(
+        &self,
+        coord: &dyn Coordinator,
+        prefix: &str,
+        json: bool,
+    ) -> Result<String, CoordError> {
+        report(coord, prefix, json, &self.timing).await
     }
 }
 

@@ -47,13 +47,18 @@ pub(crate) trait Probe: Send + Sync {
     async fn ping(&self) -> Result<(), String>;
 }
 
-/// What `/v1/status` answers: the fleet view as `vigil status` words it. The fleet feature
-/// implements it (`crate::fleet::view::StatusPage`) and the wiring hands it in, so the server
-/// names no feature.
+/// What `/v1/status` answers: the fleet view as `vigil status` words it, read from the server's
+/// own coordinator under its prefix. The fleet feature implements it
+/// (`crate::fleet::view::StatusPage`) and the wiring hands it in, so the server names no feature.
 #[async_trait::async_trait]
 pub(crate) trait StatusReport: Send + Sync {
     /// The report as text, or as JSON; an error when the coordinator cannot be read.
-    async fn report(&self, json: bool) -> Result<String, CoordError>;
+    async fn report(
+        &self,
+        coord: &dyn Coordinator,
+        prefix: &str,
+        json: bool,
+    ) -> Result<String, CoordError>;
 }
 
 #[derive(Clone)]
@@ -124,7 +129,11 @@ struct StatusQuery {
 /// `REDIS_URL`). Read-only, like everything on this port.
 async fn status(State(s): State<ServerState>, Query(q): Query<StatusQuery>) -> Response {
     let json = q.format.as_deref() == Some("json");
-    match s.status.report(json).await {
+    match s
+        .status
+        .report(s.coord.as_ref(), s.keys.prefix(), json)
+        .await
+    {
         Ok(text) => (StatusCode::OK, text).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
@@ -260,8 +269,6 @@ mod tests {
             max_cycle_age: Duration::from_secs(60),
             keys: crate::coord::Keys::new("vigil", "node-a"),
             status: Arc::new(crate::fleet::view::StatusPage {
-                coord: Arc::new(MemoryCoordinator::new(Arc::new(SystemClock))),
-                prefix: "vigil".into(),
                 timing: crate::hang::policy_gang::Timing::of(&crate::config::Config::default()),
             }),
         };

@@ -35,8 +35,7 @@ use crate::accel::gpu::policy_xid::{action_for, builtin, recovery_action};
 use crate::accel::model::Health;
 use crate::accel::policy::{Accelerator, Names};
 use crate::clock::{human, ms, Millis};
-use crate::config::XidAction;
-use crate::config::{GpuConfig, XidThreshold};
+use crate::config::{GpuConfig, XidAction, XidThreshold};
 use crate::vocab::node::{
     problem_condition, truncate, NodeCondition, GPU_CONDITION, GPU_FAILED_TAINT,
 };

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 use crate::accel::gpu::model::{label, EpisodeBegun, GpuReport, GpuStatus, XidEpisode};
 use crate::accel::gpu::policy_xid::{action_for, builtin};
 use crate::clock::ms;
-use crate::config::XidAction;
-use crate::config::XidThreshold;
+use crate::config::{XidAction, XidThreshold};
 
 /// Add one event of `xid` at `now` to `g`'s episodes. `Some` with the new episode when the event
 /// begins one (its number taken from `seq`); an episode of the same XID whose window has passed

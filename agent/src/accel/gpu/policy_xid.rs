@@ -19,8 +19,7 @@
 use std::collections::BTreeMap;
 
 use crate::accel::gpu::model::RecoveryAction;
-use crate::config::GpuConfig;
-use crate::config::XidAction;
+use crate::config::{GpuConfig, XidAction};
 
 /// One XID: what it means, what NVIDIA says to do at once, what Vigil does.
 #[derive(Debug, Clone, PartialEq, Eq)]
