@@ -221,6 +221,41 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         );
     }
 
+    // Issue 43: a node's every worker in one read (the cycle's one round trip): each worker's
+    // record and marks in the order asked, a worker's unreadable record its own problem, and no
+    // worker at all still the clock.
+    let asked = |record: &str, marks: &[&str]| vigil::coord::WorkerKeys {
+        record: k(record),
+        keys: marks.iter().map(|m| k(m)).collect(),
+    };
+    let node = c
+        .read_workers(&[
+            asked("status", &["m2", "m1"]),
+            asked("fat", &[]),
+            asked("none", &["m1", "m1", "m2"]),
+        ])
+        .await
+        .unwrap();
+    assert!(node.now >= before);
+    assert_eq!(node.workers.len(), 3);
+    assert!(node.workers.iter().all(|w| w.now == node.now));
+    assert_eq!(
+        node.workers[0].record.as_ref().unwrap()["state"],
+        "processing"
+    );
+    assert_eq!(node.workers[0].values, vec![None, Some("x".to_string())]);
+    assert!(node.workers[1]
+        .record
+        .as_ref()
+        .unwrap_err()
+        .contains("over the"));
+    assert!(node.workers[1].values.is_empty());
+    assert_eq!(node.workers[2].record, Ok(Default::default()));
+    let x = Some("x".to_string());
+    assert_eq!(node.workers[2].values, vec![x.clone(), x, None]);
+    let clock_only = c.read_workers(&[]).await.unwrap();
+    assert!(clock_only.now >= node.now && clock_only.workers.is_empty());
+
     // A worker's own write lands in its record, stamped with the store's clock.
     let at = write_status(c, &keys, "w2", &[("state".into(), "processing".into())])
         .await
@@ -253,7 +288,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
                 key: k("bidx"),
                 member: "n".into(),
                 score: 5,
-                prune_before: 0,
+                prune_before: Some(0),
             },
             Op::Counter { key: k("counter") },
             // A fleet-wide key, in another hash slot (a cluster splits the batch per slot).
@@ -488,7 +523,8 @@ async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
 }
 
 /// One bad record — a key of the wrong Redis type where a worker's hash belongs, or bytes that
-/// are not UTF-8 — is that worker's problem only: it is unreachable with one alert naming the key
+/// are not UTF-8, read in the cycle's one read of the node with the others — is that worker's
+/// problem only: it is unreachable with one alert naming the key
 /// and the problem, the other workers are judged as usual, and Redis is not "down".
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_record_is_that_workers_problem_only() {

@@ -1421,3 +1421,116 @@ async fn an_instance_that_has_not_learned_never_closes_a_learned_incident() {
     );
     assert_eq!(w.sink.count(AlertKind::Hung), 1, "{:?}", w.sink.kinds());
 }
+
+/// Every request an agent makes, by its shape: `read N` (the clock and N workers), `batch`, or
+/// the request's name.
+struct Shapes {
+    inner: Arc<dyn Coordinator>,
+    seen: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Coordinator for Shapes {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    async fn execute(
+        &self,
+        request: vigil::coord::Request,
+    ) -> Result<vigil::coord::Reply, vigil::coord::CoordError> {
+        use vigil::coord::Request;
+        let shape = match &request {
+            Request::ReadWorkers(w) => format!("read {}", w.len()),
+            Request::Batch(_) => "batch".to_string(),
+            other => format!("{other:?}")
+                .split([' ', '(', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        };
+        self.seen.lock().unwrap().push(shape);
+        self.inner.execute(request).await
+    }
+}
+
+/// Issue 43: a healthy cycle is two round trips whatever the number of workers — the clock and
+/// every worker's record and marks in one read, the node's writes in one batch — and a worker
+/// evaluated after one that acted is read again on its own, never judged on the cycle's older
+/// read.
+#[tokio::test]
+async fn a_healthy_cycle_is_two_round_trips_and_a_worker_after_one_that_acted_is_read_again() {
+    let clock = FakeClock::at(DAY_START);
+    let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+    let shapes = Arc::new(Shapes {
+        inner: store.clone(),
+        seen: Default::default(),
+    });
+    let runtime = FakeRuntime::default();
+    let workers = ["a-hangs", "b-fine", "c-fine"];
+    for (i, w) in workers.iter().enumerate() {
+        runtime.add(&format!("c{i}"), w);
+    }
+    let cfg = config("gpu-1", |_| {});
+    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+    let metrics = Arc::new(Metrics::new());
+    let notifier = Notifier::new(None, metrics.clone());
+    let mut agent = Agent::new(cfg, shapes.clone(), Arc::new(runtime), notifier, metrics);
+    let beat = |w: &'static str| {
+        let (store, keys, clock) = (store.clone(), keys.clone(), clock.clone());
+        async move {
+            use vigil::clock::Clock;
+            let at = clock.now();
+            write_record(store.as_ref(), &keys.status(w), "processing", at, &[]).await;
+        }
+    };
+    // The first cycles record each incarnation (writes): not a steady state.
+    for _ in 0..2 {
+        for w in workers {
+            beat(w).await;
+        }
+        agent.cycle().await;
+        clock.advance(POLL);
+    }
+    for w in workers {
+        beat(w).await;
+    }
+    shapes.seen.lock().unwrap().clear();
+    let report = agent.cycle().await;
+    assert!(report.verdicts.iter().all(|(_, v)| *v == Verdict::Healthy));
+    assert_eq!(*shapes.seen.lock().unwrap(), ["read 3", "batch"]);
+
+    // `a-hangs` falls silent: the cycle that first sees it stale writes its suspect mark, and
+    // the two workers after it are read again, each on its own.
+    let mut acted = None;
+    for _ in 0..20 {
+        clock.advance(POLL);
+        beat("b-fine").await;
+        beat("c-fine").await;
+        shapes.seen.lock().unwrap().clear();
+        let report = agent.cycle().await;
+        let seen = shapes.seen.lock().unwrap().clone();
+        if seen != ["read 3", "batch"] {
+            acted = Some((report, seen));
+            break;
+        }
+    }
+    let (report, seen) = acted.expect("the hang is seen within 20 polls");
+    assert_eq!(seen.first().map(String::as_str), Some("read 3"), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("batch"), "{seen:?}");
+    let rereads = seen.iter().filter(|s| *s == "read 1").count();
+    assert_eq!(rereads, 2, "b and c read again after a acted: {seen:?}");
+    let first_reread = seen.iter().position(|s| s == "read 1").unwrap();
+    assert!(
+        seen[1..first_reread].iter().any(|s| s != "read 1"),
+        "a's own request came first: {seen:?}"
+    );
+    let verdict = |w: &str| {
+        report
+            .verdicts
+            .iter()
+            .find(|(x, _)| x == w)
+            .map(|(_, v)| *v)
+    };
+    assert_eq!(verdict("b-fine"), Some(Verdict::Healthy));
+    assert_eq!(verdict("c-fine"), Some(Verdict::Healthy));
+}

@@ -1,7 +1,7 @@
 //! Benchmark (figures, not a test): a fleet of N simulated nodes × W workers against one real
 //! `redis-server`, each node replaying exactly a healthy agent's cycle through the agent's own
-//! Redis coordinator code — the cycle's clock, one `read_worker` per worker (the same keys the
-//! agent reads), and the node's batch (record, fleet index, progress marks, counters) — at a
+//! Redis coordinator code — the cycle's one read (the clock and every worker's record and marks,
+//! the same keys the agent reads, in one script), and the node's batch (record, fleet index, progress marks, counters) — at a
 //! given poll interval, with random phases. It reports Redis's CPU (from `INFO cpu`), the latency
 //! of every round trip (p50/p99/p99.9), and late cycles (a cycle that started more than one poll
 //! interval after the previous one).
@@ -25,9 +25,9 @@ mod server;
 use server::Server;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys, Op};
-use vigil::fleet::view::{publish_ops, NodeRecord};
+use vigil::fleet::view::{publish_ops, NodeRecord, Upkeep};
 use vigil::hang::policy_gang::{shard_of, shards};
-use vigil::hang::restart::worker_keys;
+use vigil::hang::restart::worker_read_keys;
 
 /// Redis's own CPU seconds (user + sys).
 async fn redis_cpu(url: &str) -> f64 {
@@ -104,6 +104,13 @@ async fn node_loop(
     let name = format!("fleet-{node}");
     let keys = Keys::new("vigil", &name);
     let worker_names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
+    let asked: Vec<_> = worker_names
+        .iter()
+        .map(|w| worker_read_keys(&keys, w))
+        .collect();
+    // As the agent's cycle does (`fleet::heartbeat`): the node's place and the index's pruning
+    // with its first publication, then every ten minutes.
+    let mut upkept_at: Option<Instant> = None;
     let mut lat = Vec::new();
     // A random phase, so the fleet does not beat in step.
     let phase = Duration::from_millis((node as u64 * 7919) % poll.as_millis().max(1) as u64);
@@ -117,25 +124,17 @@ async fn node_loop(
         }
         step += 1;
         let timed = |t: Instant, lat: &mut Vec<u32>| lat.push(t.elapsed().as_micros() as u32);
+        // The cycle's one read: the clock and every worker's record and marks.
         let t = Instant::now();
-        let Ok(now) = coord.time().await else {
+        let Ok(read) = coord.read_workers(&asked).await else {
             figures.errors.fetch_add(1, Ordering::Relaxed);
             next += poll;
             continue;
         };
         timed(t, &mut lat);
+        let now = read.now;
         let mut ops = Vec::new();
         for w in &worker_names {
-            let t = Instant::now();
-            match coord
-                .read_worker(&keys.status(w), &worker_keys(&keys, w))
-                .await
-            {
-                Ok(_) => timed(t, &mut lat),
-                Err(_) => {
-                    figures.errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
             ops.push(Op::Set {
                 key: keys.progress(w),
                 value: format!("{now}:step {step}"),
@@ -158,7 +157,14 @@ async fn node_loop(
             updated_at: now,
             ..NodeRecord::default()
         };
-        let mut all = publish_ops(&keys, &rec, Duration::from_secs(90));
+        let upkeep = match upkept_at {
+            Some(at) if at.elapsed() < Duration::from_secs(600) => Upkeep::NONE,
+            _ => {
+                upkept_at = Some(Instant::now());
+                Upkeep::ALL
+            }
+        };
+        let mut all = publish_ops(&keys, &rec, Duration::from_secs(90), upkeep);
         all.extend(ops);
         all.push(Op::Counter {
             key: keys.breaker("2026-11-30"),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use vigil::coord::{
-    hgetall_many_by_parts, read_worker_by_parts, CoordError, Coordinator, Reply, Request,
+    hgetall_many_by_parts, read_workers_by_parts, CoordError, Coordinator, Reply, Request,
 };
 
 /// A bug planted in what the agents are told, to show the harness catches it.
@@ -83,9 +83,9 @@ impl Coordinator for Faulty {
         let m = self.mutant;
         match request {
             // By parts, so the lies below reach every read.
-            Request::ReadWorker { record, keys } => read_worker_by_parts(self, &record, &keys)
+            Request::ReadWorkers(workers) => read_workers_by_parts(self, &workers)
                 .await
-                .map(Reply::Worker),
+                .map(Reply::Workers),
             Request::HgetallMany(keys) => {
                 hgetall_many_by_parts(self, &keys).await.map(Reply::Hashes)
             }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use vigil::clock::{ms, Millis};
 use vigil::coord::{
-    hgetall_many_by_parts, read_worker_by_parts, CoordError, Coordinator, Op, Reply, Request,
+    hgetall_many_by_parts, read_workers_by_parts, CoordError, Coordinator, Op, Reply, Request,
     TrailEntry,
 };
 use vigil::runtime::sim::FakeRuntime;
@@ -183,8 +183,8 @@ impl Coordinator for SimCoord {
             }
             Request::IndexMembers(key) => Reply::Members(self.index_members(&key).await?),
             Request::Batch(ops) => Reply::Counters(self.batch(&ops).await?),
-            Request::ReadWorker { record, keys } => {
-                Reply::Worker(read_worker_by_parts(self, &record, &keys).await?)
+            Request::ReadWorkers(workers) => {
+                Reply::Workers(read_workers_by_parts(self, &workers).await?)
             }
         })
     }

@@ -468,14 +468,27 @@ impl World {
     }
 
     fn world_step(&mut self) {
-        let events = {
+        let (events, in_flight) = {
             let c = lock(&self.ctl);
+            let in_flight = self
+                .insts
+                .iter()
+                .any(|i| i.alive && c.insts[i.id].pending.is_some());
             if c.faults_on {
-                c.faults.events
+                (c.faults.events, in_flight)
             } else {
-                0
+                (0, false)
             }
         };
+        // NB: an agent that dies with its restart command in flight is the window the claim
+        // and the cooldown exist for, and it lasts a few steps: left to the ordinary events
+        // alone, a sweep of a couple of thousand seeds may never land in it. Aimed at while a
+        // command is in flight (the rest of the history draws no more from the seed).
+        if in_flight && self.chance(40) {
+            lock(&self.ctl).step += 1;
+            self.crash_instance();
+            return;
+        }
         if self.chance(events) {
             lock(&self.ctl).step += 1;
             self.event();

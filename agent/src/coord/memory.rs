@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{read_worker_by_parts, CoordError, Coordinator, Op, Reply, Request, TrailEntry};
+use super::{read_workers_by_parts, CoordError, Coordinator, Op, Reply, Request, TrailEntry};
 use crate::clock::{ms, Clock, Millis};
 
 enum Value {
@@ -146,8 +146,8 @@ impl Coordinator for MemoryCoordinator {
             Request::ReadRecent { key, count } => Reply::Entries(read_recent(self, &key, count)),
             Request::IndexMembers(key) => Reply::Members(index_members(self, &key)),
             Request::Batch(ops) => Reply::Counters(batch(self, &ops)),
-            Request::ReadWorker { record, keys } => {
-                Reply::Worker(read_worker_by_parts(self, &record, &keys).await?)
+            Request::ReadWorkers(workers) => {
+                Reply::Workers(read_workers_by_parts(self, &workers).await?)
             }
         })
     }
@@ -276,7 +276,10 @@ fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
                 member,
                 score,
                 prune_before,
-            } => MemoryCoordinator::touch_index(&mut data, key, member, *score, *prune_before),
+            } => {
+                let prune_before = prune_before.unwrap_or(Millis::MIN);
+                MemoryCoordinator::touch_index(&mut data, key, member, *score, prune_before)
+            }
             Op::Hdel { key, fields } => {
                 if let Some(Value::Hash(h)) = data.get_mut(key).map(|e| &mut e.value) {
                     for f in fields {

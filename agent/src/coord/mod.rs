@@ -1,6 +1,6 @@
 //! Coordination: the primitives the safeguards are built from — the shared clock, keys with a
-//! TTL, compare-and-delete, capped counters, hashes, one round trip per worker read, the decision
-//! trail — as one request type, [`Request`], run by the one method of [`Coordinator`].
+//! TTL, compare-and-delete, capped counters, hashes, a node's workers read in one round trip,
+//! the decision trail — as one request type, [`Request`], run by the one method of [`Coordinator`].
 //!
 //! Map: `keys.rs` names every key. Two backends implement the trait: `redis.rs` (a fleet; the
 //! connection, with the commands and Lua scripts in redis/commands.rs) and `memory.rs` (one
@@ -17,6 +17,7 @@ pub(crate) mod keys;
 pub(crate) mod lease;
 pub mod memory;
 pub mod redis;
+pub mod tally;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use async_trait::async_trait;
 use crate::clock::Millis;
 
 pub use keys::Keys;
+pub use tally::Tally;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CoordError {
@@ -70,7 +72,25 @@ pub(crate) fn oversized(record: &HashMap<String, String>) -> Option<String> {
     })
 }
 
-/// What one worker's verdict needs, read in one round trip (see [`Request::ReadWorker`]).
+/// One worker's keys in a [`Request::ReadWorkers`]: its status record and its string marks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerKeys {
+    /// The status record (a hash).
+    pub record: String,
+    /// The string keys read with it, in the order their values come back.
+    pub keys: Vec<String>,
+}
+
+/// What a node's cycle reads in one round trip (see [`Request::ReadWorkers`]): the store's
+/// clock and each worker's record and marks, in the order they were asked for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeRead {
+    /// The store's clock at the read.
+    pub now: Millis,
+    pub workers: Vec<WorkerRead>,
+}
+
+/// What one worker's verdict needs (see [`Request::ReadWorkers`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerRead {
     /// The store's clock at the read.
@@ -99,13 +119,15 @@ pub enum Op {
         fields: Vec<(String, String)>,
         ttl: Option<Duration>,
     },
-    /// Add or refresh `member` in a sorted-set index with `score` (ms), and drop members whose
-    /// score is below `prune_before`, so the index never needs `KEYS`/`SCAN`.
+    /// Add or refresh `member` in a sorted-set index with `score` (ms), and, with a
+    /// `prune_before`, drop members whose score is below it, so the index never needs
+    /// `KEYS`/`SCAN` (pruning is one more command: a writer that touches the index every cycle
+    /// prunes now and then).
     IndexTouch {
         key: String,
         member: String,
         score: Millis,
-        prune_before: Millis,
+        prune_before: Option<Millis>,
     },
     /// Read a counter (0 when absent); its value is returned by `batch`.
     Counter { key: String },
@@ -173,10 +195,11 @@ pub enum Request {
     /// Several writes (and counter reads) in one round trip, applied in order and not atomic:
     /// the node's once-per-cycle writes.
     Batch(Vec<Op>),
-    /// The clock, one worker's status record and several string keys of *one node* (one hash
-    /// slot), in one round trip: everything a worker's verdict needs. A record that cannot be
-    /// read is returned as such (`record: Err`); only a transport failure is an error.
-    ReadWorker { record: String, keys: Vec<String> },
+    /// The clock and, for each worker, its status record and several string keys, all of
+    /// *one node* (one hash slot), in one round trip: everything the node's verdicts need (a
+    /// cycle reads its whole node at once; an empty list reads the clock alone). A record that
+    /// cannot be read is returned as such (`record: Err`); only a transport failure is an error.
+    ReadWorkers(Vec<WorkerKeys>),
 }
 
 /// What a [`Request`] returns, one variant per request shape.
@@ -204,8 +227,8 @@ pub enum Reply {
     Members(Vec<(String, Millis)>),
     /// `Batch`: the values of its `Counter` ops, in order.
     Counters(Vec<u64>),
-    /// `ReadWorker`.
-    Worker(WorkerRead),
+    /// `ReadWorkers`.
+    Workers(NodeRead),
 }
 
 /// Shared storage: one method. A backend (Redis, in-process) answers every [`Request`]; a
@@ -353,16 +376,37 @@ impl<'a> dyn Coordinator + 'a {
         call!(self, Request::Batch(ops.to_vec()), "batch", Reply::Counters(c) => c)
     }
 
+    /// The clock and every listed worker's record and marks, in one round trip.
+    pub async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead, CoordError> {
+        let request = Request::ReadWorkers(workers.to_vec());
+        let read = call!(self, request, "workers read", Reply::Workers(r) => r)?;
+        if read.workers.len() != workers.len() {
+            let reply = Reply::Workers(read);
+            return Err(mismatch(
+                self,
+                "workers read (one answer per worker)",
+                reply,
+            ));
+        }
+        Ok(read)
+    }
+
+    /// One worker's clock, record and marks: [`Self::read_workers`] of one.
     pub async fn read_worker(
         &self,
         record: &str,
         keys: &[String],
     ) -> Result<WorkerRead, CoordError> {
-        let request = Request::ReadWorker {
+        let one = WorkerKeys {
             record: record.into(),
             keys: keys.to_vec(),
         };
-        call!(self, request, "worker read", Reply::Worker(w) => w)
+        let read = self.read_workers(std::slice::from_ref(&one)).await?;
+        Ok(read.workers.into_iter().next().unwrap_or(WorkerRead {
+            now: read.now,
+            record: Ok(HashMap::new()),
+            values: Vec::new(),
+        }))
     }
 
     /// Set unconditionally with a TTL.
@@ -402,7 +446,7 @@ impl<'a> dyn Coordinator + 'a {
             key: key.to_string(),
             member: member.to_string(),
             score,
-            prune_before,
+            prune_before: Some(prune_before),
         };
         self.batch(&[op]).await.map(drop)
     }
@@ -421,28 +465,34 @@ impl<'a> dyn Coordinator + 'a {
     }
 }
 
-/// [`Request::ReadWorker`] built from the single requests (three round trips), for a backend
-/// without a native one (the in-process store) and for a decorator that wants to see the parts
-/// (the simulation's fault gate).
-pub async fn read_worker_by_parts(
+/// [`Request::ReadWorkers`] built from the single requests (the clock, then a record and its
+/// marks per worker), for a backend without a native one (the in-process store) and for a
+/// decorator that wants to see the parts (the simulation's fault gate).
+pub async fn read_workers_by_parts(
     coord: &dyn Coordinator,
-    record: &str,
-    keys: &[String],
-) -> Result<WorkerRead, CoordError> {
+    workers: &[WorkerKeys],
+) -> Result<NodeRead, CoordError> {
     let now = coord.time().await?;
-    let record = match coord.hgetall(record).await {
-        Ok(fields) => match oversized(&fields) {
-            Some(why) => Err(why),
-            None => Ok(fields),
-        },
-        Err(CoordError::Command { source, .. }) => Err(source.to_string()),
-        Err(e) => return Err(e),
-    };
-    let values = coord.get_many(keys).await?;
-    Ok(WorkerRead {
+    let mut reads = Vec::with_capacity(workers.len());
+    for w in workers {
+        let record = match coord.hgetall(&w.record).await {
+            Ok(fields) => match oversized(&fields) {
+                Some(why) => Err(why),
+                None => Ok(fields),
+            },
+            Err(CoordError::Command { source, .. }) => Err(source.to_string()),
+            Err(e) => return Err(e),
+        };
+        let values = coord.get_many(&w.keys).await?;
+        reads.push(WorkerRead {
+            now,
+            record,
+            values,
+        });
+    }
+    Ok(NodeRead {
         now,
-        record,
-        values,
+        workers: reads,
     })
 }
 

@@ -14,7 +14,7 @@ use crate::accel::gpu::model::GpuReport;
 use crate::clock::Millis;
 use crate::coord::caps::Caps;
 use crate::coord::{CoordError, Coordinator, Keys, Op};
-use crate::fleet::view::{self as fleet, publish, NodeRecord};
+use crate::fleet::view::{self as fleet, publish, NodeRecord, Upkeep};
 use crate::hang::context::Context;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model_gang::GangCycle;
@@ -39,7 +39,16 @@ pub(crate) struct Cycle {
     pub(crate) now: Millis,
     /// The gang entries to write with the batch, the gang views read this cycle, the breaker.
     pub(crate) gangs: GangCycle,
+    /// The node's place as last written to the slice map, and when; when the fleet index was
+    /// last pruned (see [`Cycle::upkeep`]).
+    place_written: Option<(String, Millis)>,
+    pruned_at: Option<Millis>,
 }
+
+/// How often a cycle re-writes the node's unchanged place in the slice map (a map without a
+/// TTL: the write heals one lost to a failover) and prunes the fleet index (a node silent for a
+/// day leaves it within this much more).
+pub(crate) const UPKEEP_EVERY: Millis = 10 * 60 * 1000;
 
 impl Cycle {
     /// This node's record as of the cycle: its verdicts and places, the node's maintenance
@@ -100,7 +109,9 @@ impl Cycle {
         shared: &SharedRecord,
     ) -> Result<(), CoordError> {
         let (s, keys, now) = (&ctx.cfg.safety, &ctx.keys, self.now);
-        let mut ops = fleet::publish_ops(keys, &rec, ctx.cfg.fleet.heartbeat_ttl);
+        let place = fleet::place_value(&rec);
+        let upkeep = self.upkeep(&place, now);
+        let mut ops = fleet::publish_ops(keys, &rec, ctx.cfg.fleet.heartbeat_ttl, upkeep);
         ops.extend(self.deferred.drain(..).map(|(key, value)| Op::Set {
             key,
             value,
@@ -120,6 +131,12 @@ impl Cycle {
                 return Err(e);
             }
         };
+        if upkeep.place {
+            self.place_written = Some((place, now));
+        }
+        if upkeep.prune {
+            self.pruned_at = Some(now);
+        }
         if let Ok(mut shared) = shared.lock() {
             *shared = Some((rec, tokio::time::Instant::now()));
         }
@@ -138,6 +155,22 @@ impl Cycle {
 }
 
 impl Cycle {
+    /// What this cycle's publication writes besides the record: the node's place when it
+    /// changed (or was last written [`UPKEEP_EVERY`] ago, or never by this agent), the index's
+    /// pruning every [`UPKEEP_EVERY`]. NB: a healthy cycle needs neither; they were two of its
+    /// commands on every node every cycle.
+    fn upkeep(&self, place: &str, now: Millis) -> Upkeep {
+        // A clock that went back (a failover to another server) counts as time passed too.
+        let due = |at: Millis| now.abs_diff(at) >= UPKEEP_EVERY.unsigned_abs();
+        Upkeep {
+            place: match &self.place_written {
+                Some((written, at)) => written != place || due(*at),
+                None => true,
+            },
+            prune: self.pruned_at.is_none_or(due),
+        }
+    }
+
     /// The members' entries in their gangs' views: one hash write per gang shard, whatever the
     /// number of this node's members in it, with a TTL that outlives a silent agent's entries
     /// long enough to report them.
@@ -197,5 +230,31 @@ pub(crate) async fn heartbeat_loop(
             }
             Err(e) => tracing::debug!(error = %e, "heartbeat not published"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_place_and_the_pruning_are_written_when_due_not_every_cycle() {
+        let mut c = Cycle::default();
+        assert_eq!(
+            c.upkeep("[\"a\",\"\"]", 0),
+            Upkeep::ALL,
+            "first publication"
+        );
+        c.place_written = Some(("[\"a\",\"\"]".into(), 0));
+        c.pruned_at = Some(0);
+        assert_eq!(c.upkeep("[\"a\",\"\"]", 5_000), Upkeep::NONE);
+        let moved = c.upkeep("[\"b\",\"\"]", 5_000);
+        assert_eq!((moved.place, moved.prune), (true, false), "a new place");
+        assert_eq!(c.upkeep("[\"a\",\"\"]", UPKEEP_EVERY), Upkeep::ALL);
+        assert_eq!(
+            c.upkeep("[\"a\",\"\"]", -UPKEEP_EVERY),
+            Upkeep::ALL,
+            "clock back"
+        );
     }
 }

@@ -130,32 +130,64 @@ pub async fn publish(
     rec: &NodeRecord,
     ttl: Duration,
 ) -> Result<(), CoordError> {
-    coord.batch(&publish_ops(keys, rec, ttl)).await.map(drop)
+    coord
+        .batch(&publish_ops(keys, rec, ttl, Upkeep::ALL))
+        .await
+        .map(drop)
 }
 
-/// The writes that publish a node record: the record itself (with its TTL), the node's slice,
-/// and its entry in the fleet index (pruned of nodes silent past the retention).
-pub fn publish_ops(keys: &Keys, rec: &NodeRecord, ttl: Duration) -> Vec<Op> {
-    // The slice outlives the record, so a node that went silent still counts against it.
-    let place = serde_json::json!([rec.pool, rec.slice]).to_string();
-    vec![
-        Op::Hset {
-            key: keys.agent(),
-            fields: rec.fields(),
-            ttl: Some(ttl),
-        },
-        Op::Hset {
+/// What a publication writes besides the record and its index entry, when it is due: the
+/// node's place in the slice map and the pruning of the fleet index. Neither changes from one
+/// cycle to the next, so a cycle writes them now and then (`crate::fleet::heartbeat`), not 2
+/// of a healthy cycle's commands every time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upkeep {
+    /// Write the node's `[pool, slice]` in the slice map.
+    pub place: bool,
+    /// Drop the index's members silent past the retention.
+    pub prune: bool,
+}
+
+impl Upkeep {
+    pub const ALL: Upkeep = Upkeep {
+        place: true,
+        prune: true,
+    };
+    pub const NONE: Upkeep = Upkeep {
+        place: false,
+        prune: false,
+    };
+}
+
+/// The node's `[pool, slice]` as the slice map holds it.
+pub(crate) fn place_value(rec: &NodeRecord) -> String {
+    serde_json::json!([rec.pool, rec.slice]).to_string()
+}
+
+/// The writes that publish a node record: the record itself (with its TTL), its entry in the
+/// fleet index, and what `upkeep` says is due — the node's slice, the index's pruning of nodes
+/// silent past the retention.
+pub fn publish_ops(keys: &Keys, rec: &NodeRecord, ttl: Duration, upkeep: Upkeep) -> Vec<Op> {
+    let mut ops = vec![Op::Hset {
+        key: keys.agent(),
+        fields: rec.fields(),
+        ttl: Some(ttl),
+    }];
+    if upkeep.place {
+        // The slice outlives the record, so a node that went silent still counts against it.
+        ops.push(Op::Hset {
             key: keys.fleet_slices(),
-            fields: vec![(rec.node.clone(), place)],
+            fields: vec![(rec.node.clone(), place_value(rec))],
             ttl: None,
-        },
-        Op::IndexTouch {
-            key: keys.fleet_nodes(),
-            member: rec.node.clone(),
-            score: rec.updated_at,
-            prune_before: rec.updated_at - ms(INDEX_RETENTION),
-        },
-    ]
+        });
+    }
+    ops.push(Op::IndexTouch {
+        key: keys.fleet_nodes(),
+        member: rec.node.clone(),
+        score: rec.updated_at,
+        prune_before: upkeep.prune.then(|| rec.updated_at - ms(INDEX_RETENTION)),
+    });
+    ops
 }
 
 /// A node as the fleet view shows it.

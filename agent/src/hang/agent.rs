@@ -1,5 +1,8 @@
-//! The agent loop: every `poll_interval`, read the coordinator's clock, list the opted-in workers,
-//! evaluate each (see `crate::hang::restart`), and keep going whatever fails.
+//! The agent loop: every `poll_interval`, list the opted-in workers, read the coordinator's
+//! clock with every worker's record and marks (one round trip), evaluate each (see
+//! `crate::hang::restart`), publish the node's record with the cycle's writes (one more), and
+//! keep going whatever fails. A healthy cycle is those two round trips, whatever the number of
+//! workers.
 //!
 //! Fail closed: without the coordinator there is no lock and no breaker, so there is no restart —
 //! the cycle stops at the first coordinator error, says so once, counts it, and retries with
@@ -22,7 +25,7 @@ use crate::alerts::gate::AlertGate;
 use crate::alerts::Notifier;
 use crate::config::reload;
 use crate::config::Config;
-use crate::coord::{CoordError, Coordinator, Keys};
+use crate::coord::{CoordError, Coordinator, Keys, Tally, WorkerRead};
 use crate::fleet::heartbeat::{Cycle, SharedRecord};
 use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
@@ -66,6 +69,34 @@ pub struct Agent {
     rhythms: HashMap<String, Rhythm>,
     /// The node's previous record's time lost has been taken up (`seed_lost`).
     lost_seeded: bool,
+    /// Counts what the cycle asks of the coordinator (it is `ctx.coord`): a worker's part of
+    /// the cycle's one read is used only while nothing was asked since (see [`Prefetch`]).
+    tally: Arc<Tally>,
+}
+
+/// How long the cycle's one read of its node serves the workers evaluated after it. A healthy
+/// cycle evaluates every worker within microseconds; a worker after a slow one is read again.
+const PREFETCH_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The cycle's one read of its node (the clock, every worker's record and marks), handed to
+/// each worker's evaluation while it is as good as a read of its own: nothing asked of the
+/// coordinator since, by this cycle or anything sharing its coordinator, and younger than
+/// [`PREFETCH_FRESH_FOR`]. NB: a worker evaluated after one that acted (an incident's marks, a
+/// lock, a restart that takes minutes) is read again on its own, so no decision is ever made on
+/// a read older than the last thing the cycle did.
+struct Prefetch {
+    reads: HashMap<String, WorkerRead>,
+    requests: u64,
+    at: tokio::time::Instant,
+}
+
+impl Prefetch {
+    /// `worker`'s part of the read, if it is still as good as a read of its own.
+    fn take(&mut self, worker: &str, requests: u64) -> Option<WorkerRead> {
+        let read = self.reads.remove(worker)?;
+        let fresh = requests == self.requests && self.at.elapsed() < PREFETCH_FRESH_FOR;
+        fresh.then_some(read)
+    }
 }
 
 /// The result of one cycle, for tests and the loop's pacing.
@@ -85,6 +116,8 @@ impl Agent {
         metrics: Arc<Metrics>,
     ) -> Agent {
         let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
+        let tally = Arc::new(Tally::new(coord));
+        let coord: Arc<dyn Coordinator> = tally.clone();
         metrics.cycle.set_dry_run(cfg.dry_run);
         let instance = format!("{}-{:04x}", std::process::id(), rand::random::<u16>());
         let trail = Trail {
@@ -109,6 +142,7 @@ impl Agent {
             cycle: Cycle::default(),
             rhythms: HashMap::new(),
             lost_seeded: false,
+            tally,
             ctx: Context {
                 cfg,
                 keys,
@@ -237,21 +271,42 @@ impl Agent {
         self.cycle.gangs.entries.clear();
         self.cycle.gangs.views.clear();
         self.cycle.gangs.tags.clear();
-        let now = self.ctx.coord.time().await?;
-        self.cycle.now = now;
         let containers = match self.ctx.runtime.list_workers().await {
             Ok(c) => c,
             Err(e) => {
                 self.outages.runtime_failed(&self.ctx, &e).await;
                 report.runtime_error = Some(e.to_string());
+                // NB: the coordinator is still asked: its outage is alerted (and fails the
+                // cycle closed) whatever the runtime does.
+                self.cycle.now = self.ctx.coord.time().await?;
                 return Ok(false);
             }
         };
         self.outages.runtime_ok(&self.ctx);
         self.ctx.metrics.cycle.set_workers(containers.len());
         self.cycle.places.clear();
+        let groups = self.roster.group(&self.ctx, containers).await;
+        // NB: the clock and every worker's record and marks in one round trip, whatever the
+        // number of workers: a healthy cycle is this read and the batch that publishes it.
+        let single: Vec<&str> = groups
+            .iter()
+            .filter(|(_, list)| list.len() == 1)
+            .map(|(w, _)| w.as_str())
+            .collect();
+        let read = marks::read_node(self.ctx.coord.as_ref(), &self.ctx.keys, &single).await?;
+        let now = read.now;
+        self.cycle.now = now;
+        let mut prefetch = Prefetch {
+            reads: single
+                .iter()
+                .map(|w| w.to_string())
+                .zip(read.workers)
+                .collect(),
+            requests: self.tally.requests(),
+            at: tokio::time::Instant::now(),
+        };
         let mut present: HashSet<String> = HashSet::new();
-        for (worker, list) in self.roster.group(&self.ctx, containers).await {
+        for (worker, list) in groups {
             present.insert(worker.clone());
             if list.len() > 1 {
                 let (journal, alerts) = (&mut self.journal, &mut self.alerts);
@@ -262,7 +317,11 @@ impl Agent {
             }
             self.roster.unambiguous(&self.ctx, &worker).await?;
             self.cycle.places.insert(worker.clone(), list[0].display());
-            let v = self.evaluate_one(&list[0]).await?;
+            let read = match prefetch.take(&worker, self.tally.requests()) {
+                Some(read) => read,
+                None => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &worker).await?,
+            };
+            let v = self.evaluate_one(&list[0], read).await?;
             report.verdicts.push((worker, v));
         }
         // The per-worker series: only the workers with a verdict now (gone, or ambiguous: none).
@@ -277,12 +336,13 @@ impl Agent {
         Ok(true)
     }
 
-    /// One worker, with its own fresh clock and the node's state for it.
-    async fn evaluate_one(&mut self, c: &Container) -> Result<Verdict, CoordError> {
-        // NB: a fresh clock per worker (a restart of the previous worker can take minutes, and
-        // a stale `now` would stamp timers in the past), read with the record and the marks:
-        // one round trip per worker.
-        let read = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?;
+    /// One worker, with its read (the cycle's, or its own when the cycle's is no longer as good:
+    /// see [`Prefetch`]) and the node's state for it.
+    async fn evaluate_one(
+        &mut self,
+        c: &Container,
+        read: WorkerRead,
+    ) -> Result<Verdict, CoordError> {
         let now = read.now;
         self.cycle.now = now;
         // Each worker may run the restart pipeline (minutes at worst): the loop is alive.

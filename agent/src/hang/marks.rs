@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::clock::Millis;
-use crate::coord::{CoordError, Coordinator, Keys, WorkerRead};
+use crate::coord::{CoordError, Coordinator, Keys, NodeRead, WorkerKeys, WorkerRead};
 use crate::hang::model::{Episode, Fruitless, Incident, Marks, Retry};
 use crate::runtime::container::Container;
 
@@ -76,8 +76,27 @@ pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
     keys
 }
 
-/// The clock, the record and every
-/// mark of a worker, in one round trip.
+/// What one worker's read asks for: its record and its marks.
+pub fn worker_read_keys(k: &Keys, worker: &str) -> WorkerKeys {
+    WorkerKeys {
+        record: k.status(worker),
+        keys: worker_keys(k, worker),
+    }
+}
+
+/// The clock and every listed worker's record and marks, in one round trip: the cycle's read of
+/// its node, whatever the number of workers.
+pub(crate) async fn read_node(
+    coord: &dyn Coordinator,
+    k: &Keys,
+    workers: &[&str],
+) -> Result<NodeRead, CoordError> {
+    let asked: Vec<WorkerKeys> = workers.iter().map(|w| worker_read_keys(k, w)).collect();
+    coord.read_workers(&asked).await
+}
+
+/// The clock, the record and every mark of one worker, in one round trip (a worker read again
+/// on its own: see `crate::hang::agent`).
 pub(crate) async fn read(
     coord: &dyn Coordinator,
     k: &Keys,

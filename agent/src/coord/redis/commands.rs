@@ -13,7 +13,9 @@ use redis::{FromRedisValue, Pipeline, Script};
 
 use super::RedisCoordinator;
 use crate::clock::{ms, Millis};
-use crate::coord::{CoordError, Coordinator, Op, Reply, Request, TrailEntry, WorkerRead};
+use crate::coord::{
+    CoordError, Coordinator, NodeRead, Op, Reply, Request, TrailEntry, WorkerKeys, WorkerRead,
+};
 
 static OWNER_TTL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -52,29 +54,51 @@ return 0",
     )
 });
 
-// NB: a worker's clock, record and marks in one round trip. The record (KEYS[1]) is read under
-// pcall: a key of another type is that worker's problem, not a failed cycle. A record over the
-// bounds (ARGV[1] fields, ARGV[2] bytes: `crate::coord::MAX_RECORD_FIELDS` and
-// `MAX_RECORD_BYTES`) is that worker's problem too, and never leaves the server. All keys are
-// one node's, so one hash slot.
-static READ_WORKER: LazyLock<Script> = LazyLock::new(|| {
+// NB: a node's clock and every worker's record and marks in one round trip: the cycle's one
+// read, whatever the number of workers. ARGV[1] and ARGV[2] are the record bounds
+// (`crate::coord::MAX_RECORD_FIELDS` and `MAX_RECORD_BYTES`), then one count per worker: its
+// record is the next key, its marks the count keys after it. Each record is read under pcall: a
+// key of another type is that worker's problem, not a failed cycle; a record over the bounds is
+// that worker's problem too, and never leaves the server. The marks of every worker are one
+// MGET. All keys are one node's, so one hash slot.
+static READ_WORKERS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local t = redis.call('TIME')
-local ok, rec = pcall(redis.call, 'HGETALL', KEYS[1])
-if ok and #rec > 0 then
-  local bytes = 0
-  for j = 1, #rec do bytes = bytes + #rec[j] end
-  if #rec / 2 > tonumber(ARGV[1]) or bytes > tonumber(ARGV[2]) then
-    ok, rec = false, 'the record holds ' .. (#rec / 2) .. ' fields of ' .. bytes .. ' bytes, over the ' .. ARGV[1] .. ' fields and ' .. ARGV[2] .. ' bytes the agent reads'
-  end
+local maxf, maxb = tonumber(ARGV[1]), tonumber(ARGV[2])
+local marks, at, k = {}, {}, 1
+for w = 3, #ARGV do
+  local n = tonumber(ARGV[w])
+  at[w] = #marks
+  for j = 1, n do marks[#marks + 1] = KEYS[k + j] end
+  k = k + 1 + n
 end
-local marks = {}
-if #KEYS > 1 then marks = redis.call('MGET', unpack(KEYS, 2)) end
-if ok then return {t[1], t[2], 1, rec, marks} end
-local why = rec
-if type(rec) == 'table' then why = rec.err or rec['err'] end
-return {t[1], t[2], 0, tostring(why), marks}",
+local values = {}
+if #marks > 0 then values = redis.call('MGET', unpack(marks)) end
+local out = {t[1], t[2]}
+k = 1
+for w = 3, #ARGV do
+  local n = tonumber(ARGV[w])
+  local ok, rec = pcall(redis.call, 'HGETALL', KEYS[k])
+  if ok and #rec > 0 then
+    local bytes = 0
+    for j = 1, #rec do bytes = bytes + #rec[j] end
+    if #rec / 2 > maxf or bytes > maxb then
+      ok, rec = false, 'the record holds ' .. (#rec / 2) .. ' fields of ' .. bytes .. ' bytes, over the ' .. ARGV[1] .. ' fields and ' .. ARGV[2] .. ' bytes the agent reads'
+    end
+  end
+  local mine = {}
+  for j = 1, n do mine[j] = values[at[w] + j] end
+  if ok then
+    out[#out + 1] = {1, rec, mine}
+  else
+    local why = rec
+    if type(rec) == 'table' then why = rec.err or rec['err'] end
+    out[#out + 1] = {0, tostring(why), mine}
+  end
+  k = k + 1 + n
+end
+return out",
     )
 });
 
@@ -118,9 +142,7 @@ impl Coordinator for RedisCoordinator {
             }
             Request::IndexMembers(key) => Reply::Members(index_members(c, &key).await?),
             Request::Batch(ops) => Reply::Counters(batch(c, &ops).await?),
-            Request::ReadWorker { record, keys } => {
-                Reply::Worker(read_worker(c, &record, &keys).await?)
-            }
+            Request::ReadWorkers(workers) => Reply::Workers(read_workers(c, &workers).await?),
         })
     }
 }
@@ -225,30 +247,50 @@ async fn append(
     c.query::<()>(&cmd).await
 }
 
-async fn read_worker(
+async fn read_workers(
     c: &RedisCoordinator,
-    record: &str,
-    keys: &[String],
-) -> Result<WorkerRead, CoordError> {
-    let all: Vec<&str> = std::iter::once(record)
-        .chain(keys.iter().map(String::as_str))
-        .collect();
-    let args = [
+    workers: &[WorkerKeys],
+) -> Result<NodeRead, CoordError> {
+    let mut keys: Vec<&str> = Vec::new();
+    let mut args = vec![
         crate::coord::MAX_RECORD_FIELDS.to_string(),
         crate::coord::MAX_RECORD_BYTES.to_string(),
     ];
-    let raw: (i64, i64, i64, redis::Value, Vec<Option<String>>) =
-        c.script(&READ_WORKER, &all, &args).await?;
-    let (secs, micros, ok, rec, values) = raw;
-    let record = if ok == 1 {
-        record_fields(rec)
-    } else {
-        Err(String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into()))
+    for w in workers {
+        keys.push(&w.record);
+        keys.extend(w.keys.iter().map(String::as_str));
+        args.push(w.keys.len().to_string());
+    }
+    let raw: Vec<redis::Value> = c.script(&READ_WORKERS, &keys, &args).await?;
+    let bad = |what: &str| CoordError::Command {
+        addr: c.describe(),
+        source: format!("the workers read answered {what}").into(),
     };
-    Ok(WorkerRead {
-        now: secs * 1000 + micros / 1000,
-        record,
-        values,
+    let mut it = raw.into_iter();
+    let (Some(secs), Some(micros)) = (it.next(), it.next()) else {
+        return Err(bad("without the clock"));
+    };
+    let secs = i64::from_redis_value(&secs).map_err(|_| bad("a clock that is not a number"))?;
+    let micros = i64::from_redis_value(&micros).map_err(|_| bad("a clock that is not a number"))?;
+    let now = secs * 1000 + micros / 1000;
+    let mut reads = Vec::with_capacity(workers.len());
+    for one in it {
+        let (ok, rec, values): (i64, redis::Value, Vec<Option<String>>) =
+            FromRedisValue::from_redis_value(&one).map_err(|_| bad("a worker of another shape"))?;
+        let record = if ok == 1 {
+            record_fields(rec)
+        } else {
+            Err(String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into()))
+        };
+        reads.push(WorkerRead {
+            now,
+            record,
+            values,
+        });
+    }
+    Ok(NodeRead {
+        now,
+        workers: reads,
     })
 }
 
@@ -368,11 +410,13 @@ fn add_op(pipe: &mut Pipeline, op: &Op) {
             prune_before,
         } => {
             pipe.cmd("ZADD").arg(key).arg(*score).arg(member).ignore();
-            pipe.cmd("ZREMRANGEBYSCORE")
-                .arg(key)
-                .arg("-inf")
-                .arg(format!("({prune_before}"))
-                .ignore();
+            if let Some(before) = prune_before {
+                pipe.cmd("ZREMRANGEBYSCORE")
+                    .arg(key)
+                    .arg("-inf")
+                    .arg(format!("({before}"))
+                    .ignore();
+            }
         }
         Op::Counter { key } => {
             pipe.cmd("GET").arg(key);

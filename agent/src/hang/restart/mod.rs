@@ -48,7 +48,7 @@ use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
-pub use crate::hang::marks::worker_keys;
+pub use crate::hang::marks::{worker_keys, worker_read_keys};
 
 impl Skip {
     /// The trail's code for this skip.
