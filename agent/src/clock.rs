@@ -102,6 +102,54 @@ impl Clock for FakeClock {
     }
 }
 
+/// A time and what happened then, as the coordinator keeps a mark: `"<ms>:<rest>"` — a
+/// worker's incident timer, a gang's incident and restart decision, a progress or suspect mark,
+/// a cooldown marker, an alert claim. The one codec of that shape: the rest may hold `:` itself
+/// (a restart claim names an incarnation), the time never does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    pub at: Millis,
+    pub rest: String,
+}
+
+impl Stamp {
+    pub fn new(at: Millis, rest: impl Into<String>) -> Stamp {
+        Stamp {
+            at,
+            rest: rest.into(),
+        }
+    }
+
+    /// `None` for anything that is not a time, a `:` and the rest.
+    pub fn parse(s: &str) -> Option<Stamp> {
+        let (at, rest) = s.split_once(':')?;
+        Some(Stamp::new(at.parse().ok()?, rest))
+    }
+}
+
+impl std::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.at, self.rest)
+    }
+}
+
+#[cfg(test)]
+mod stamp_tests {
+    use super::Stamp;
+
+    #[test]
+    fn a_stamp_reads_back_what_it_wrote_and_nothing_else() {
+        let s = Stamp::new(1_800_000_000_025, "inc-1:c1:2026-12-01T00:00:00Z");
+        assert_eq!(s.to_string(), "1800000000025:inc-1:c1:2026-12-01T00:00:00Z");
+        assert_eq!(Stamp::parse(&s.to_string()), Some(s));
+        assert_eq!(Stamp::parse("-5:x"), Some(Stamp::new(-5, "x")));
+        assert_eq!(Stamp::parse("12:"), Some(Stamp::new(12, "")));
+        for junk in ["", "12", "x:12", ":12", "1.5:x"] {
+            assert_eq!(Stamp::parse(junk), None, "{junk:?}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod brief_tests {
     use super::brief;

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::clock::Millis;
+use crate::clock::{Millis, Stamp};
 use crate::coord::{CoordError, Coordinator};
 
 /// The claims of one agent instance, with the ones whose answer was lost.
@@ -50,7 +50,7 @@ impl AlertGate {
         let tried = self.unanswered.remove(key);
         let value = tried
             .clone()
-            .unwrap_or_else(|| format!("{now}:{}", self.instance));
+            .unwrap_or_else(|| Stamp::new(now, &self.instance).to_string());
         let taken = match coord.set_nx(key, &value, lease.min(ttl)).await {
             Ok(taken) => taken,
             Err(e) => {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::clock::Millis;
+use crate::clock::{Millis, Stamp};
 use crate::coord::{CoordError, Coordinator, Keys, NodeRead, WorkerKeys, WorkerRead};
 use crate::hang::model::{Episode, Fruitless, Incident, Marks, Retry};
 use crate::runtime::container::Container;
@@ -134,16 +134,14 @@ pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
         .collect();
     let marks = Marks {
         suspect: get(Slot::Suspect).and_then(|s| {
-            let (hb, seen) = split_pair(&s)?;
-            Some((hb, seen.parse().ok()?))
+            let s = Stamp::parse(&s)?;
+            Some((s.at, s.rest.parse().ok()?))
         }),
-        incident: get(Slot::Incident)
-            .and_then(|s| split_pair(&s))
-            .map(|(started, id)| Incident { started, id }),
+        incident: get(Slot::Incident).and_then(|s| Incident::decode(&s)),
         error_since: get(Slot::ErrorSince).and_then(|s| s.parse().ok()),
         progress: get(Slot::Progress)
-            .and_then(|s| split_pair(&s))
-            .map(|(since, value)| (value, since)),
+            .and_then(|s| Stamp::parse(&s))
+            .map(|s| (s.rest, s.at)),
         cooldown: get(Slot::Cooldown).is_some(),
         restarted_at: get(Slot::Restarted).and_then(|s| s.parse().ok()),
         escalated: get(Slot::Escalated).is_some(),
@@ -161,12 +159,6 @@ pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
         cooldown: get(Slot::Cooldown),
         locked: get(Slot::Lock).is_some(),
     }
-}
-
-/// `"<ms>:<rest>"`.
-pub(crate) fn split_pair(s: &str) -> Option<(Millis, String)> {
-    let (a, b) = s.split_once(':')?;
-    Some((a.parse().ok()?, b.to_string()))
 }
 
 /// The retry record: `"<incident_id>:<failures>:<not_before_ms>"`.
@@ -195,7 +187,7 @@ pub(crate) fn incarnation(c: &Container) -> String {
 /// incident `incident`: `"<ms>:<incident>:<incarnation>"`. The incarnation restarted is in it,
 /// so the next incarnation is known to be ours.
 pub(crate) fn claim(now: Millis, incident: &str, c: &Container) -> String {
-    format!("{now}:{incident}:{}", incarnation(c))
+    Stamp::new(now, format!("{incident}:{}", incarnation(c))).to_string()
 }
 
 /// Someone else's restart, as its cooldown marker says: `"<ms>:external"`.
@@ -209,7 +201,7 @@ pub(crate) fn booted_after(marker: &str) -> Option<Millis> {
     if !(marker.ends_with(DONE) || marker.ends_with(EXTERNAL)) {
         return None;
     }
-    marker.split(':').next()?.parse().ok()
+    Stamp::parse(marker).map(|s| s.at)
 }
 
 /// The incident a restart claim was made for.

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::clock::Millis;
+use crate::clock::{Millis, Stamp};
 
 /// What a worker says about itself: its status record (Redis hash or local status API).
 #[derive(Debug, Clone, PartialEq)]
@@ -316,10 +316,23 @@ pub(crate) struct Retry {
     pub(crate) not_before: Millis,
 }
 
+/// A worker's incident timer (`"<start_ms>:<incident_id>"`, a [`Stamp`]).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Incident {
     pub(crate) started: Millis,
     pub(crate) id: String,
+}
+
+impl Incident {
+    pub(crate) fn decode(s: &str) -> Option<Incident> {
+        Stamp::parse(s).map(|s| Incident {
+            started: s.at,
+            id: s.rest,
+        })
+    }
+    pub(crate) fn encode(&self) -> String {
+        Stamp::new(self.started, &self.id).to_string()
+    }
 }
 
 /// Alert-only conditions: each alerts once when it begins and closes when it ends.

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::clock::Millis;
+use crate::clock::{Millis, Stamp};
 use crate::hang::model::Fruitless;
 
 /// What a member is doing, as its record says.
@@ -122,10 +122,28 @@ pub(crate) struct GangState {
     pub(crate) fruitless: Option<Fruitless>,
 }
 
-/// `"<ms>:<id>"`, the shape of the incident and the decision.
-pub(crate) fn parse_stamp(v: &str) -> Option<(Millis, String)> {
-    let (t, id) = v.split_once(':')?;
-    Some((t.parse().ok()?, id.to_string()))
+impl GangIncident {
+    pub(crate) fn decode(s: &str) -> Option<GangIncident> {
+        Stamp::parse(s).map(|s| GangIncident {
+            started: s.at,
+            id: s.rest,
+        })
+    }
+    pub(crate) fn encode(&self) -> String {
+        Stamp::new(self.started, &self.id).to_string()
+    }
+}
+
+impl Decision {
+    pub(crate) fn decode(s: &str) -> Option<Decision> {
+        Stamp::parse(s).map(|s| Decision {
+            decided: s.at,
+            incident: s.rest,
+        })
+    }
+    pub(crate) fn encode(&self) -> String {
+        Stamp::new(self.decided, &self.incident).to_string()
+    }
 }
 
 impl GangState {
@@ -133,12 +151,8 @@ impl GangState {
     pub(crate) fn decode(values: &[Option<String>]) -> GangState {
         let at = |i: usize| values.get(i).and_then(|v| v.as_deref());
         GangState {
-            incident: at(0)
-                .and_then(parse_stamp)
-                .map(|(started, id)| GangIncident { started, id }),
-            decision: at(1)
-                .and_then(parse_stamp)
-                .map(|(decided, incident)| Decision { decided, incident }),
+            incident: at(0).and_then(GangIncident::decode),
+            decision: at(1).and_then(Decision::decode),
             restarted: at(2).and_then(|v| v.parse().ok()),
             fruitless: at(3).and_then(Fruitless::decode),
         }

@@ -4,7 +4,7 @@
 //! its skip (said in the trail).
 
 use crate::alerts::{AlertKind, Resolve};
-use crate::clock::{human, ms, Millis};
+use crate::clock::{human, ms, Millis, Stamp};
 use crate::config::LOCK_MARGIN;
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
@@ -311,7 +311,7 @@ impl RestartPath<'_> {
         // real restart would produce; but no restart record, so it never pages an escalation
         // for a restart that did not happen.
         let (k, w) = (&self.ctx.keys, act.case.worker());
-        let marker = format!("{now}:{}", act.inc.id);
+        let marker = Stamp::new(now, &act.inc.id).to_string();
         self.ctx
             .coord
             .set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown)

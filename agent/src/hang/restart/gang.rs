@@ -7,7 +7,7 @@
 //! pipeline, under this node's lock and breaker, revalidated against the decision at the last
 //! moment.
 
-use crate::clock::{human, ms, Millis};
+use crate::clock::{human, ms, Millis, Stamp};
 use crate::coord::caps::{breaker_day, Caps, BREAKER_TTL};
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
@@ -238,7 +238,7 @@ impl RestartPath<'_> {
     ) -> Result<GangIncident, CoordError> {
         let key = self.ctx.keys.gang_incident(&g.id);
         let id = format!("g{}", super::random_token());
-        let value = format!("{now}:{id}");
+        let value = Stamp::new(now, &id).to_string();
         if self.ctx.coord.set_nx(&key, &value, MARK_TTL).await? {
             let detail = format!(
                 "gang {} stopped as a whole: no member progresses; the first to stop was {first}",
@@ -265,7 +265,7 @@ impl RestartPath<'_> {
             return Ok(());
         };
         let k = &self.ctx.keys;
-        let value = format!("{}:{}", inc.started, inc.id);
+        let value = inc.encode();
         if !self
             .ctx
             .coord
@@ -361,7 +361,7 @@ impl RestartPath<'_> {
         if let Some(old) = fresh.decision.as_ref() {
             // A decision of another (closed) incident whose removal failed: incident ids are
             // unique, so it is stale; under the gang lock, removed (compare-and-delete).
-            let value = format!("{}:{}", old.decided, old.incident);
+            let value = old.encode();
             let dkey = self.ctx.keys.gang_decision(&g.id);
             self.ctx.coord.del_if_owner(&dkey, &value).await?;
         }
@@ -397,7 +397,7 @@ impl RestartPath<'_> {
             incident: inc.id.clone(),
         };
         let dkey = self.ctx.keys.gang_decision(&g.id);
-        let value = format!("{}:{}", d.decided, d.incident);
+        let value = d.encode();
         if !self.ctx.coord.set_nx(&dkey, &value, MARK_TTL).await? {
             // NB: the run keeps our count (see `count_gang_fruitless`).
             self.refund_gang_caps(g, now).await;
@@ -562,7 +562,7 @@ impl RestartPath<'_> {
     pub(super) async fn decision_stands(&self, order: &GangOrder) -> Result<bool, CoordError> {
         let key = self.ctx.keys.gang_decision(&order.gang);
         let values = self.ctx.coord.get_many(&[key]).await?;
-        let want = format!("{}:{}", order.decision.decided, order.decision.incident);
+        let want = order.decision.encode();
         Ok(values.first().and_then(|v| v.as_deref()) == Some(want.as_str()))
     }
 }

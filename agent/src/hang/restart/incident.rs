@@ -181,7 +181,7 @@ impl RestartPath<'_> {
         let won = self
             .ctx
             .coord
-            .set_nx(&key, &format!("{now}:{id}"), MARK_TTL)
+            .set_nx(&key, &Incident { started: now, id }.encode(), MARK_TTL)
             .await?;
         // Whoever won, everyone reads the same start time back.
         let incident = self
@@ -191,8 +191,7 @@ impl RestartPath<'_> {
             .await?
             .pop()
             .flatten()
-            .and_then(|s| marks::split_pair(&s))
-            .map(|(started, id)| Incident { started, id });
+            .and_then(|s| Incident::decode(&s));
         if let (true, Some(inc)) = (won, &incident) {
             let wait = policy::restart_wait(case.v, &self.ctx.cfg.policy);
             let detail = format!(

@@ -441,7 +441,7 @@ impl RestartPath<'_> {
                 // NB: written with the node's once-per-cycle batch, not a round trip per worker
                 // per cycle: progress feeds the stalled alert only, and a cycle that fails
                 // before the batch records it on the next.
-                let v = format!("{now}:{value}");
+                let v = crate::clock::Stamp::new(now, value).to_string();
                 self.deferred.push((k.progress(w), v));
                 Ok(())
             }
