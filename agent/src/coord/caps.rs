@@ -42,9 +42,21 @@ pub(crate) struct Caps<'a> {
     pub(crate) coord: &'a dyn Coordinator,
     pub(crate) keys: &'a Keys,
     pub(crate) safety: &'a SafetyConfig,
+    /// Whether a restart takes a unit of the fleet budget too: not a gang member's, whose
+    /// gang took one unit for all its members (the node's breaker is each member's own).
+    pub(crate) fleet: bool,
 }
 
 impl Caps<'_> {
+    /// The fleet budget this restart is held to: 0 (no fleet cap) outside its scope.
+    fn fleet_budget(&self) -> u32 {
+        if self.fleet {
+            self.safety.fleet_budget
+        } else {
+            0
+        }
+    }
+
     /// The breaker's counter for the day of `now`.
     pub(crate) fn breaker_key(&self, now: Millis) -> String {
         self.keys.breaker(&breaker_day(now))
@@ -62,7 +74,7 @@ impl Caps<'_> {
         let mut ops = vec![Op::Counter {
             key: self.breaker_key(now),
         }];
-        if self.safety.fleet_budget > 0 {
+        if self.fleet_budget() > 0 {
             ops.push(Op::Counter {
                 key: self.budget_key(now),
             });
@@ -93,7 +105,7 @@ impl Caps<'_> {
 
     /// Whether the fleet budget would let a restart through now; nothing is taken.
     pub(crate) async fn budget_free(&self, now: Millis) -> Result<bool, CoordError> {
-        if self.safety.fleet_budget == 0 {
+        if self.fleet_budget() == 0 {
             return Ok(true);
         }
         let used = self.coord.counter(&self.budget_key(now)).await?;
@@ -115,10 +127,10 @@ impl Caps<'_> {
     /// Take the fleet budget's unit; `false` when the budget refuses (nothing taken then).
     pub(crate) async fn take_budget(&self, now: Millis) -> Result<bool, CoordError> {
         let s = self.safety;
-        if s.fleet_budget == 0 {
+        if self.fleet_budget() == 0 {
             return Ok(true);
         }
-        let cap = u64::from(s.fleet_budget);
+        let cap = u64::from(self.fleet_budget());
         let key = self.budget_key(now);
         let taken = self
             .coord
@@ -139,7 +151,7 @@ impl Caps<'_> {
     /// (best-effort: a unit that stays taken only makes the caps stricter).
     pub(crate) async fn refund(&self, now: Millis) {
         let _ = self.refund_breaker(now).await;
-        if self.safety.fleet_budget > 0 {
+        if self.fleet_budget() > 0 {
             let _ = self.coord.decr(&self.budget_key(now)).await;
         }
     }
@@ -195,6 +207,7 @@ mod tests {
             coord: &coord,
             keys: &keys,
             safety: &s,
+            fleet: true,
         };
         let ops = caps.counter_ops(0);
         assert_eq!(ops[0].key(), caps.breaker_key(0));
@@ -210,5 +223,44 @@ mod tests {
         };
         assert_eq!(caps.counter_ops(0).len(), 1, "no fleet cap, no budget read");
         assert_eq!(caps.read(&[0]), ((0, false), (0, false)));
+    }
+
+    #[tokio::test]
+    async fn a_restart_outside_the_fleets_scope_takes_the_breaker_only() {
+        let keys = Keys::new("p", "n");
+        let coord = crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
+            crate::clock::FakeClock::at(0),
+        ));
+        let s = SafetyConfig {
+            breaker_per_day: 2,
+            fleet_budget: 1,
+            ..SafetyConfig::default()
+        };
+        let node_only = Caps {
+            coord: &coord,
+            keys: &keys,
+            safety: &s,
+            fleet: false,
+        };
+        let c: &dyn Coordinator = &coord;
+        // The fleet's one unit is spent: a gang member's restart still passes, on its breaker.
+        c.set(&node_only.budget_key(0), "1", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(node_only.budget_free(0).await.unwrap());
+        assert!(node_only.take_budget(0).await.unwrap());
+        assert!(node_only.take_breaker(0).await.unwrap());
+        node_only.refund(0).await;
+        assert_eq!(
+            c.counter(&node_only.budget_key(0)).await.unwrap(),
+            1,
+            "untouched"
+        );
+        assert_eq!(c.counter(&node_only.breaker_key(0)).await.unwrap(), 0);
+        let whole = Caps {
+            fleet: true,
+            ..node_only
+        };
+        assert!(!whole.budget_free(0).await.unwrap() && !whole.take_budget(0).await.unwrap());
     }
 }

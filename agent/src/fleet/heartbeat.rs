@@ -122,6 +122,7 @@ impl Cycle {
             coord: ctx.coord.as_ref(),
             keys,
             safety: s,
+            fleet: true,
         };
         ops.extend(caps.counter_ops(now));
         let counters = match ctx.coord.batch(&ops).await {

@@ -68,8 +68,13 @@ pub(crate) enum Skip {
 /// What a step found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Seen {
-    /// It passed: the next step may run.
+    /// It passed: the next step may run. At `Verify`: the container restarted (a new
+    /// incarnation running).
     Pass,
+    /// At `Verify`: the command ran and left no running new incarnation — a failed restart, a
+    /// first-class outcome (paged at once, retried after a backoff). Nothing is given back: the
+    /// command ran, and the breaker's unit was spent on it.
+    RestartFailed,
     /// It refused (and said why in the trail).
     Skip(Skip),
     /// The coordinator failed under it: the pass ends (fail closed).
@@ -108,6 +113,10 @@ pub(crate) fn next(step: Step, seen: Seen, dry_run: bool) -> Next {
             Step::Command => Next::Go(Step::Verify),
             Step::Observe | Step::Verify => Next::Stop(Undo::default()),
         };
+    }
+    if step == Step::Verify {
+        // After the command nothing is given back, whatever it did: it ran.
+        return Next::Stop(Undo::default());
     }
     Next::Stop(undo(step, seen))
 }
@@ -198,7 +207,11 @@ mod tests {
     #[test]
     fn every_refusal_and_failure_stops_the_pass() {
         for step in STEPS {
-            for seen in [Seen::Skip(Skip::NodeState), Seen::Failed] {
+            for seen in [
+                Seen::Skip(Skip::NodeState),
+                Seen::Failed,
+                Seen::RestartFailed,
+            ] {
                 for dry_run in [false, true] {
                     assert!(
                         matches!(next(step, seen, dry_run), Next::Stop(_)),
@@ -282,10 +295,14 @@ mod tests {
                 release_claim: true
             })
         );
-        // After the command, nothing is given back: it ran.
-        assert_eq!(
-            next(Step::Verify, Seen::Pass, false),
-            Next::Stop(Undo::default())
-        );
+        // After the command, nothing is given back, whether it restarted the container or
+        // not (two outcomes, one stop): it ran.
+        for seen in [Seen::Pass, Seen::RestartFailed, Seen::Failed] {
+            assert_eq!(
+                next(Step::Verify, seen, false),
+                Next::Stop(Undo::default()),
+                "{seen:?}"
+            );
+        }
     }
 }

@@ -436,6 +436,7 @@ impl RestartPath<'_> {
             coord: coord.as_ref(),
             keys: &self.ctx.keys,
             safety: &self.ctx.cfg.safety,
+            fleet: true,
         };
         match caps.take_budget(now).await {
             Ok(true) => Ok(None),
@@ -514,6 +515,7 @@ impl RestartPath<'_> {
                 coord: self.ctx.coord.as_ref(),
                 keys: &self.ctx.keys,
                 safety: &self.ctx.cfg.safety,
+                fleet: true,
             };
             let _ = self.ctx.coord.decr(&caps.budget_key(now)).await;
         }
@@ -541,12 +543,9 @@ impl RestartPath<'_> {
             _ => Verdict::Hung,
         };
         let member = Case { v, ..*case };
-        let mut safety = self.ctx.cfg.safety.clone();
-        safety.fleet_budget = 0;
         let order = GangOrder {
             gang: g.id.clone(),
             decision: d,
-            safety,
         };
         let since = case.status.and_then(|s| s.heartbeat).unwrap_or(inc.started);
         let act = Act {

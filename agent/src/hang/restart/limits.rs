@@ -15,7 +15,8 @@ impl RestartPath<'_> {
         Caps {
             coord: self.ctx.coord.as_ref(),
             keys: &self.ctx.keys,
-            safety: act.gang.map_or(&self.ctx.cfg.safety, |g| &g.safety),
+            safety: &self.ctx.cfg.safety,
+            fleet: act.gang.is_none(),
         }
     }
 

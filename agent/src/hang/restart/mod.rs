@@ -104,12 +104,11 @@ struct Act<'a> {
     gang: Option<&'a GangOrder>,
 }
 
-/// What a gang member's restart carries: the gang's decision (revalidated at the last moment)
-/// and the caps it takes — this node's breaker only: the fleet unit was the gang's.
+/// What a gang member's restart carries: the gang's decision (revalidated at the last moment).
+/// It takes this node's breaker only: the fleet unit was the gang's (`Caps::fleet`).
 struct GangOrder {
     gang: String,
     decision: crate::hang::model_gang::Decision,
-    safety: crate::config::SafetyConfig,
 }
 
 impl Act<'_> {

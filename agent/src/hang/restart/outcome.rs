@@ -34,12 +34,14 @@ impl RestartPath<'_> {
     }
 
     /// The restart's verification by the container's start time: restarted, or failed.
+    /// Whether the command restarted the container (a new incarnation running), with what
+    /// follows either way done: the cooldown and the trail, or the failure's page and backoff.
     pub(super) async fn verify(
         &mut self,
         act: &Act<'_>,
         call: Result<(), String>,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<bool, CoordError> {
         // NB: verify by the container's start time even when the call failed: a restart whose
         // reply was lost did happen, and treating it as failed would drop the cooldown and let
         // the next cycle restart the booting container again.
@@ -49,10 +51,12 @@ impl RestartPath<'_> {
             if (a.id != c.id || a.started_at != c.started_at) && a.running);
         let done = self.ctx.coord.time().await.ok();
         if restarted {
-            return self.restarted(act, call.err(), now, done).await;
+            self.restarted(act, call.err(), now, done).await?;
+            return Ok(true);
         }
         let why = restart_failure(call, after, c);
-        self.restart_failed(act, why, done.unwrap_or(now)).await
+        self.restart_failed(act, why, done.unwrap_or(now)).await?;
+        Ok(false)
     }
 
     pub(super) async fn restarted(

@@ -38,8 +38,7 @@ impl RestartPath<'_> {
         let result = loop {
             let ran = self.run_step(step, act, &mut pass).await;
             let seen = match &ran {
-                Ok(None) => Seen::Pass,
-                Ok(Some(skip)) => Seen::Skip(*skip),
+                Ok(seen) => *seen,
                 Err(_) => Seen::Failed,
             };
             match next(step, seen, dry_run) {
@@ -59,14 +58,14 @@ impl RestartPath<'_> {
         result
     }
 
-    /// Run one step. `Some(skip)`: it refused (and said why in the trail).
+    /// Run one step: what it found (a refusal said why in the trail).
     async fn run_step(
         &mut self,
         step: Step,
         act: &Act<'_>,
         pass: &mut Pass,
-    ) -> Result<Option<Skip>, CoordError> {
-        match step {
+    ) -> Result<Seen, CoordError> {
+        let refused = match step {
             Step::Decide => self.decide(act, pass.now).await,
             // Cheap: an open breaker collects no logs and posts no restart alert.
             Step::Peek => self.blocked_by_caps(act, pass.now, true).await,
@@ -100,11 +99,17 @@ impl RestartPath<'_> {
                 pass.call = Some(self.command(act).await);
                 Ok(None)
             }
+            // The command's two outcomes, each its own answer.
             Step::Verify => {
                 let call = pass.call.take().unwrap_or(Ok(()));
-                self.verify(act, call, pass.now).await.map(|()| None)
+                let restarted = self.verify(act, call, pass.now).await?;
+                return Ok(match restarted {
+                    true => Seen::Pass,
+                    false => Seen::RestartFailed,
+                });
             }
-        }
+        };
+        Ok(refused?.map_or(Seen::Pass, Seen::Skip))
     }
 
     /// Give back what a stopped pass holds (best-effort: what fails here expires by its TTL).
