@@ -37,17 +37,52 @@ pub(crate) fn budget_exhausted(used: u64, s: &SafetyConfig) -> bool {
     s.fleet_budget > 0 && used >= u64::from(s.fleet_budget)
 }
 
-/// The caps of one node, as the safety settings size them.
+/// Which breaker a restart counts against: a restart unit's own. One worker's restart takes a
+/// unit of its node's breaker; a gang's one decision, a unit of the gang's (and then each
+/// member's restart a unit of its own node's, [`Caps::fleet`] off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Breaker<'a> {
+    /// The node's: `safety.breaker_per_day` a UTC day, off with `safety.breaker_disabled`.
+    Node,
+    /// The gang `id`'s: `per_day` decisions a UTC day (`gang.breaker_per_day`).
+    Gang { id: &'a str, per_day: u32 },
+}
+
+/// The caps of one restart unit, as the safety settings size them.
 pub(crate) struct Caps<'a> {
     pub(crate) coord: &'a dyn Coordinator,
     pub(crate) keys: &'a Keys,
     pub(crate) safety: &'a SafetyConfig,
+    pub(crate) breaker: Breaker<'a>,
     /// Whether a restart takes a unit of the fleet budget too: not a gang member's, whose
     /// gang took one unit for all its members (the node's breaker is each member's own).
     pub(crate) fleet: bool,
 }
 
-impl Caps<'_> {
+impl<'a> Caps<'a> {
+    /// A node's caps: its breaker and the fleet budget.
+    pub(crate) fn node(
+        coord: &'a dyn Coordinator,
+        keys: &'a Keys,
+        safety: &'a SafetyConfig,
+    ) -> Self {
+        Caps {
+            coord,
+            keys,
+            safety,
+            breaker: Breaker::Node,
+            fleet: true,
+        }
+    }
+
+    /// The breaker's limit for a day, `None` when it is off.
+    fn per_day(&self) -> Option<u32> {
+        match self.breaker {
+            Breaker::Node => (!self.safety.breaker_disabled).then_some(self.safety.breaker_per_day),
+            Breaker::Gang { per_day, .. } => Some(per_day),
+        }
+    }
+
     /// The fleet budget this restart is held to: 0 (no fleet cap) outside its scope.
     fn fleet_budget(&self) -> u32 {
         if self.fleet {
@@ -59,7 +94,11 @@ impl Caps<'_> {
 
     /// The breaker's counter for the day of `now`.
     pub(crate) fn breaker_key(&self, now: Millis) -> String {
-        self.keys.breaker(&breaker_day(now))
+        let day = breaker_day(now);
+        match self.breaker {
+            Breaker::Node => self.keys.breaker(&day),
+            Breaker::Gang { id, .. } => self.keys.gang_breaker(id, &day),
+        }
     }
 
     /// The fleet budget's counter for the window of `now`.
@@ -96,11 +135,11 @@ impl Caps<'_> {
 
     /// Whether the breaker would let a restart through now; nothing is taken.
     pub(crate) async fn breaker_free(&self, now: Millis) -> Result<bool, CoordError> {
-        if self.safety.breaker_disabled {
+        let Some(cap) = self.per_day() else {
             return Ok(true);
-        }
+        };
         let used = self.coord.counter(&self.breaker_key(now)).await?;
-        Ok(!breaker_open(used, self.safety))
+        Ok(used < u64::from(cap))
     }
 
     /// Whether the fleet budget would let a restart through now; nothing is taken.
@@ -114,11 +153,10 @@ impl Caps<'_> {
 
     /// Take the breaker's unit; `false` when the breaker refuses (nothing taken then).
     pub(crate) async fn take_breaker(&self, now: Millis) -> Result<bool, CoordError> {
-        let s = self.safety;
-        if s.breaker_disabled {
+        let Some(cap) = self.per_day() else {
             return Ok(true);
-        }
-        let cap = u64::from(s.breaker_per_day);
+        };
+        let cap = u64::from(cap);
         let key = self.breaker_key(now);
         let taken = self.coord.incr_capped(&key, cap, BREAKER_TTL).await?;
         Ok(taken.is_some())
@@ -141,7 +179,7 @@ impl Caps<'_> {
 
     /// Give the breaker's unit back (a restart that will not run).
     pub(crate) async fn refund_breaker(&self, now: Millis) -> Result<(), CoordError> {
-        if self.safety.breaker_disabled {
+        if self.per_day().is_none() {
             return Ok(());
         }
         self.coord.decr(&self.breaker_key(now)).await
@@ -203,12 +241,7 @@ mod tests {
             fleet_budget: 5,
             ..SafetyConfig::default()
         };
-        let caps = Caps {
-            coord: &coord,
-            keys: &keys,
-            safety: &s,
-            fleet: true,
-        };
+        let caps = Caps::node(&coord, &keys, &s);
         let ops = caps.counter_ops(0);
         assert_eq!(ops[0].key(), caps.breaker_key(0));
         assert_eq!(ops[1].key(), caps.budget_key(0));
@@ -237,10 +270,8 @@ mod tests {
             ..SafetyConfig::default()
         };
         let node_only = Caps {
-            coord: &coord,
-            keys: &keys,
-            safety: &s,
             fleet: false,
+            ..Caps::node(&coord, &keys, &s)
         };
         let c: &dyn Coordinator = &coord;
         // The fleet's one unit is spent: a gang member's restart still passes, on its breaker.
@@ -262,5 +293,44 @@ mod tests {
             ..node_only
         };
         assert!(!whole.budget_free(0).await.unwrap() && !whole.take_budget(0).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_gangs_breaker_is_its_own_and_counts_whatever_the_nodes_setting() {
+        let keys = Keys::new("p", "n");
+        let coord = crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
+            crate::clock::FakeClock::at(0),
+        ));
+        let s = SafetyConfig {
+            breaker_disabled: true,
+            ..SafetyConfig::default()
+        };
+        let gang = Caps {
+            breaker: Breaker::Gang {
+                id: "ml/job",
+                per_day: 1,
+            },
+            ..Caps::node(&coord, &keys, &s)
+        };
+        assert_eq!(
+            gang.breaker_key(0),
+            keys.gang_breaker("ml/job", "1970-01-01")
+        );
+        assert!(gang.breaker_free(0).await.unwrap());
+        assert!(gang.take_breaker(0).await.unwrap());
+        assert!(!gang.breaker_free(0).await.unwrap() && !gang.take_breaker(0).await.unwrap());
+        gang.refund(0).await;
+        assert!(
+            gang.take_breaker(0).await.unwrap(),
+            "given back, taken again"
+        );
+        let c: &dyn Coordinator = &coord;
+        let node = Caps::node(&coord, &keys, &s);
+        assert_eq!(
+            c.counter(&node.breaker_key(0)).await.unwrap(),
+            0,
+            "not the node's"
+        );
+        assert!(node.take_breaker(0).await.unwrap(), "the node's is off");
     }
 }

@@ -118,12 +118,7 @@ impl Cycle {
             ttl: MARK_TTL,
         }));
         ops.extend(self.gang_ops(ctx));
-        let caps = Caps {
-            coord: ctx.coord.as_ref(),
-            keys,
-            safety: s,
-            fleet: true,
-        };
+        let caps = Caps::node(ctx.coord.as_ref(), keys, s);
         ops.extend(caps.counter_ops(now));
         let counters = match ctx.coord.batch(&ops).await {
             Ok(c) => c,

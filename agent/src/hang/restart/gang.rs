@@ -8,7 +8,7 @@
 //! moment.
 
 use crate::clock::{human, ms, Millis, Stamp};
-use crate::coord::caps::{breaker_day, Caps, BREAKER_TTL};
+use crate::coord::caps::{breaker_day, Breaker, Caps};
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
 use crate::hang::journal::About;
@@ -409,6 +409,22 @@ impl RestartPath<'_> {
         Ok(Some(d))
     }
 
+    /// The gang's caps: its own breaker (`gang.breaker_per_day`) and the fleet budget, through
+    /// the one owner of the caps (`crate::coord::caps`), as a worker's are.
+    fn gang_caps<'g>(&'g self, g: &'g Gang) -> Caps<'g> {
+        Caps {
+            breaker: Breaker::Gang {
+                id: &g.id,
+                per_day: self.ctx.cfg.gang.breaker_per_day,
+            },
+            ..Caps::node(
+                self.ctx.coord.as_ref(),
+                &self.ctx.keys,
+                &self.ctx.cfg.safety,
+            )
+        }
+    }
+
     /// One unit of the gang's breaker for the day, then one of the fleet budget (the breaker's
     /// given back when the budget refuses). `Some(why)`: refused. Observe mode takes nothing.
     async fn take_gang_caps(
@@ -419,29 +435,18 @@ impl RestartPath<'_> {
         if self.ctx.cfg.dry_run {
             return Ok(None);
         }
-        let per_day = self.ctx.cfg.gang.breaker_per_day;
-        let day = breaker_day(now);
-        let key = self.ctx.keys.gang_breaker(&g.id, &day);
-        let coord = self.ctx.coord.clone();
-        if coord
-            .incr_capped(&key, u64::from(per_day), BREAKER_TTL)
-            .await?
-            .is_none()
-        {
+        let caps = self.gang_caps(g);
+        if !caps.take_breaker(now).await? {
+            let per_day = self.ctx.cfg.gang.breaker_per_day;
+            let day = breaker_day(now);
             return Ok(Some(format!(
                 "the gang's breaker is open: {per_day} gang restart(s) already today (UTC {day}, gang.breaker_per_day)"
             )));
         }
-        let caps = Caps {
-            coord: coord.as_ref(),
-            keys: &self.ctx.keys,
-            safety: &self.ctx.cfg.safety,
-            fleet: true,
-        };
         match caps.take_budget(now).await {
             Ok(true) => Ok(None),
             Ok(false) => {
-                coord.decr(&key).await?;
+                caps.refund_breaker(now).await?;
                 Ok(Some(format!(
                     "the fleet restart budget is exhausted ({} per {})",
                     self.ctx.cfg.safety.fleet_budget,
@@ -449,7 +454,7 @@ impl RestartPath<'_> {
                 )))
             }
             Err(e) => {
-                let _ = coord.decr(&key).await;
+                let _ = caps.refund_breaker(now).await;
                 Err(e)
             }
         }
@@ -508,17 +513,7 @@ impl RestartPath<'_> {
         if self.ctx.cfg.dry_run {
             return;
         }
-        let key = self.ctx.keys.gang_breaker(&g.id, &breaker_day(now));
-        let _ = self.ctx.coord.decr(&key).await;
-        if self.ctx.cfg.safety.fleet_budget > 0 {
-            let caps = Caps {
-                coord: self.ctx.coord.as_ref(),
-                keys: &self.ctx.keys,
-                safety: &self.ctx.cfg.safety,
-                fleet: true,
-            };
-            let _ = self.ctx.coord.decr(&caps.budget_key(now)).await;
-        }
+        self.gang_caps(g).refund(now).await;
     }
 
     /// This member's restart as the gang's decision asks: the ordinary pipeline under this

@@ -13,10 +13,12 @@ impl RestartPath<'_> {
     /// restart the breaker only (the gang took the fleet unit for all its members).
     pub(super) fn caps<'s>(&'s self, act: &'s Act<'_>) -> Caps<'s> {
         Caps {
-            coord: self.ctx.coord.as_ref(),
-            keys: &self.ctx.keys,
-            safety: &self.ctx.cfg.safety,
             fleet: act.gang.is_none(),
+            ..Caps::node(
+                self.ctx.coord.as_ref(),
+                &self.ctx.keys,
+                &self.ctx.cfg.safety,
+            )
         }
     }
 
