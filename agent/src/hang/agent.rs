@@ -286,25 +286,8 @@ impl Agent {
         self.ctx.metrics.cycle.set_workers(containers.len());
         self.cycle.places.clear();
         let groups = self.roster.group(&self.ctx, containers).await;
-        // NB: the clock and every worker's record and marks in one round trip, whatever the
-        // number of workers: a healthy cycle is this read and the batch that publishes it.
-        let single: Vec<&str> = groups
-            .iter()
-            .filter(|(_, list)| list.len() == 1)
-            .map(|(w, _)| w.as_str())
-            .collect();
-        let read = marks::read_node(self.ctx.coord.as_ref(), &self.ctx.keys, &single).await?;
-        let now = read.now;
-        self.cycle.now = now;
-        let mut prefetch = Prefetch {
-            reads: single
-                .iter()
-                .map(|w| w.to_string())
-                .zip(read.workers)
-                .collect(),
-            requests: self.tally.requests(),
-            at: tokio::time::Instant::now(),
-        };
+        let mut prefetch = self.read_node(&groups).await?;
+        let now = self.cycle.now;
         let mut present: HashSet<String> = HashSet::new();
         for (worker, list) in groups {
             present.insert(worker.clone());
@@ -324,16 +307,46 @@ impl Agent {
             let v = self.evaluate_one(&list[0], read).await?;
             report.verdicts.push((worker, v));
         }
-        // The per-worker series: only the workers with a verdict now (gone, or ambiguous: none).
+        self.forget_the_gone(report, &present).await;
+        Ok(true)
+    }
+
+    /// The cycle's one read: the clock (the cycle's `now`) and every unambiguous worker's record
+    /// and marks, in one round trip whatever the number of workers — a healthy cycle is this
+    /// read and the batch that publishes it.
+    async fn read_node(
+        &mut self,
+        groups: &crate::hang::roster::ByWorker,
+    ) -> Result<Prefetch, CoordError> {
+        let single: Vec<&str> = groups
+            .iter()
+            .filter(|(_, list)| list.len() == 1)
+            .map(|(w, _)| w.as_str())
+            .collect();
+        let read = marks::read_node(self.ctx.coord.as_ref(), &self.ctx.keys, &single).await?;
+        self.cycle.now = read.now;
+        Ok(Prefetch {
+            reads: single
+                .iter()
+                .map(|w| w.to_string())
+                .zip(read.workers)
+                .collect(),
+            requests: self.tally.requests(),
+            at: tokio::time::Instant::now(),
+        })
+    }
+
+    /// What is kept per worker goes with the workers not judged this cycle (gone, or
+    /// ambiguous): their series, their rhythms, and the open alerts of those whose container
+    /// is gone (Alertmanager, PagerDuty), which resolve.
+    async fn forget_the_gone(&mut self, report: &CycleReport, present: &HashSet<String>) {
         let judged: HashSet<&str> = report.verdicts.iter().map(|(w, _)| w.as_str()).collect();
         self.ctx.metrics.workers.retain(|w| judged.contains(w));
         self.rhythms.retain(|w, _| judged.contains(w.as_str()));
-        // Open alerts (Alertmanager, PagerDuty) of a worker whose container is gone resolve.
         self.ctx
             .notifier
-            .retain(self.ctx.keys.node(), &present)
+            .retain(self.ctx.keys.node(), present)
             .await;
-        Ok(true)
     }
 
     /// One worker, with its read (the cycle's, or its own when the cycle's is no longer as good:
