@@ -1,8 +1,11 @@
-//! The restart pipeline as one state machine (pure): its steps in the brief's order —
-//! decide → lock → logs → revalidate → caps → claim → recheck → command → verify — and, after
-//! each, what comes next: the next step, or a stop with what must be given back. The engine
-//! (`crate::hang::restart::pipeline`) runs a step, tells [`next`] what it found, and does what
-//! it answers; nothing else orders the steps.
+//! The restart pipeline as one state machine (pure), for either restart unit ([`Unit`]): a
+//! worker's pass in the brief's order — decide → lock → logs → revalidate → caps → claim →
+//! recheck → command → verify — and a gang's one decision — lock → revalidate → caps → count →
+//! claim → announce (each member is then restarted by its own node's worker pass). After each
+//! step, what comes next: the next step, or a stop with what must be given back. The engine
+//! (`crate::hang::restart::pipeline`, and the gang's decision in `crate::hang::restart::gang`)
+//! runs a step, tells [`next`] what it found, and does what it answers; nothing else orders the
+//! steps.
 //!
 //! What a pass holds once a step has passed, and gives back when it stops later:
 //! the restart alert (announced with the logs: released so the restart that eventually runs
@@ -12,6 +15,16 @@
 //! the engine.
 
 use crate::hang::policy::Cancel;
+
+/// What a pass restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// One worker: its node's lock, breaker and the fleet budget, then the command.
+    Worker,
+    /// A gang's one decision: its lock, its breaker and the fleet budget, its run of fruitless
+    /// restarts, then the decision every member's agent carries out.
+    Gang,
+}
 
 /// A step of the restart pipeline, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -29,9 +42,13 @@ pub(crate) enum Step {
     Revalidate,
     /// Observe mode: everything but the command.
     Observe,
-    /// One unit of the node's breaker and of the fleet's budget, taken atomically.
+    /// One unit of the unit's breaker and of the fleet's budget, taken atomically.
     Caps,
-    /// The lock still covers the restart; the cooldown marker claimed (SET NX).
+    /// A gang's run of fruitless restarts counts the decision, before the decision is taken: a
+    /// decision is never taken without its count.
+    Count,
+    /// A worker: the lock still covers the restart; the cooldown marker claimed (SET NX). A
+    /// gang: the decision (SET NX: the first agent's stands).
     Claim,
     /// The node's state and the incarnation once more, right before the command.
     Recheck,
@@ -39,6 +56,8 @@ pub(crate) enum Step {
     Command,
     /// The container's start time says whether it restarted.
     Verify,
+    /// A gang's `restarting` page, once its decision stands.
+    Announce,
 }
 
 /// Why a pass stopped short of the command.
@@ -63,6 +82,11 @@ pub(crate) enum Skip {
     AlertOnly,
     /// Restarts in a row brought no progress past where the worker stopped.
     Fruitless,
+    /// A gang: a member cannot take part (its node stands down, it is alert-only, its node's
+    /// breaker is spent...), or the gang's caps refuse.
+    Blocked,
+    /// A gang: another member's agent decided this incident first; its decision stands.
+    Decided,
 }
 
 /// What a step found.
@@ -97,8 +121,49 @@ pub(crate) enum Next {
     Stop(Undo),
 }
 
-/// The one answer to "what next": from the step that ran, what it found, and the mode.
-pub(crate) fn next(step: Step, seen: Seen, dry_run: bool) -> Next {
+/// The step a pass of `unit` begins with.
+pub(crate) fn first(unit: Unit) -> Step {
+    match unit {
+        Unit::Worker => Step::Decide,
+        // The gang plan (`crate::hang::policy_gang`) decided to decide.
+        Unit::Gang => Step::Lock,
+    }
+}
+
+/// The one answer to "what next": from the unit, the step that ran, what it found, and the
+/// mode.
+pub(crate) fn next(unit: Unit, step: Step, seen: Seen, dry_run: bool) -> Next {
+    match unit {
+        Unit::Worker => next_worker(step, seen, dry_run),
+        Unit::Gang => next_gang(step, seen),
+    }
+}
+
+/// A gang's decision: lock → revalidate → caps → count → claim → announce. What it gives back:
+/// the units taken at `Caps` (a refusing `Caps` gave its own back) when it stops at the count
+/// or another agent's decision won the claim. NB: a claim that failed keeps them: the decision's
+/// write may have landed (its reply lost), and a decision is never left without its units.
+/// Observe mode runs the same steps; `Caps` and `Count` take nothing there.
+fn next_gang(step: Step, seen: Seen) -> Next {
+    if seen == Seen::Pass {
+        return match step {
+            Step::Lock => Next::Go(Step::Revalidate),
+            Step::Revalidate => Next::Go(Step::Caps),
+            Step::Caps => Next::Go(Step::Count),
+            Step::Count => Next::Go(Step::Claim),
+            Step::Claim => Next::Go(Step::Announce),
+            _ => Next::Stop(Undo::default()),
+        };
+    }
+    // The units are held from `Caps` on; a decision of ours may stand once `Claim` wrote it.
+    let lost = step == Step::Claim && matches!(seen, Seen::Skip(_));
+    Next::Stop(Undo {
+        refund_caps: step == Step::Count || lost,
+        ..Undo::default()
+    })
+}
+
+fn next_worker(step: Step, seen: Seen, dry_run: bool) -> Next {
     if seen == Seen::Pass {
         return match step {
             Step::Decide => Next::Go(Step::Peek),
@@ -111,7 +176,9 @@ pub(crate) fn next(step: Step, seen: Seen, dry_run: bool) -> Next {
             Step::Claim => Next::Go(Step::Recheck),
             Step::Recheck => Next::Go(Step::Command),
             Step::Command => Next::Go(Step::Verify),
-            Step::Observe | Step::Verify => Next::Stop(Undo::default()),
+            Step::Observe | Step::Verify | Step::Count | Step::Announce => {
+                Next::Stop(Undo::default())
+            }
         };
     }
     if step == Step::Verify {
@@ -165,7 +232,7 @@ mod tests {
     /// The steps a pass runs when every one passes.
     fn path(dry_run: bool) -> Vec<Step> {
         let mut out = vec![Step::Decide];
-        while let Next::Go(s) = next(*out.last().unwrap(), Seen::Pass, dry_run) {
+        while let Next::Go(s) = next(Unit::Worker, *out.last().unwrap(), Seen::Pass, dry_run) {
             out.push(s);
         }
         out
@@ -214,7 +281,7 @@ mod tests {
             ] {
                 for dry_run in [false, true] {
                     assert!(
-                        matches!(next(step, seen, dry_run), Next::Stop(_)),
+                        matches!(next(Unit::Worker, step, seen, dry_run), Next::Stop(_)),
                         "{step:?} {seen:?}"
                     );
                 }
@@ -236,7 +303,7 @@ mod tests {
         let seens = skips.map(Seen::Skip).into_iter().chain([Seen::Failed]);
         for seen in seens {
             for step in STEPS {
-                let Next::Stop(u) = next(step, seen, false) else {
+                let Next::Stop(u) = next(Unit::Worker, step, seen, false) else {
                     unreachable!()
                 };
                 let after = |s: Step| step >= s && step != Step::Observe;
@@ -273,7 +340,7 @@ mod tests {
         }
         // The claim may have been made by a write whose reply was lost: released.
         assert_eq!(
-            next(Step::Claim, Seen::Failed, false),
+            next(Unit::Worker, Step::Claim, Seen::Failed, false),
             Next::Stop(Undo {
                 release_alert: true,
                 refund_caps: true,
@@ -284,11 +351,11 @@ mod tests {
         // trail after a refusal): the incident's one "restarting" page stands; at the recheck
         // the claim and the units still go back.
         assert_eq!(
-            next(Step::Revalidate, Seen::Failed, false),
+            next(Unit::Worker, Step::Revalidate, Seen::Failed, false),
             Next::Stop(Undo::default())
         );
         assert_eq!(
-            next(Step::Recheck, Seen::Failed, false),
+            next(Unit::Worker, Step::Recheck, Seen::Failed, false),
             Next::Stop(Undo {
                 release_alert: false,
                 refund_caps: true,
@@ -299,10 +366,65 @@ mod tests {
         // not (two outcomes, one stop): it ran.
         for seen in [Seen::Pass, Seen::RestartFailed, Seen::Failed] {
             assert_eq!(
-                next(Step::Verify, seen, false),
+                next(Unit::Worker, Step::Verify, seen, false),
                 Next::Stop(Undo::default()),
                 "{seen:?}"
             );
         }
+    }
+
+    /// The steps a gang's decision runs when every one passes.
+    fn gang_path() -> Vec<Step> {
+        let mut out = vec![first(Unit::Gang)];
+        while let Next::Go(s) = next(Unit::Gang, *out.last().unwrap(), Seen::Pass, false) {
+            out.push(s);
+        }
+        out
+    }
+
+    #[test]
+    fn a_gangs_decision_runs_lock_revalidate_caps_count_claim_announce() {
+        use Step::*;
+        assert_eq!(first(Unit::Worker), Decide);
+        assert_eq!(
+            gang_path(),
+            [Lock, Revalidate, Caps, Count, Claim, Announce]
+        );
+        // The same in observe mode (its caps and count take nothing).
+        let mut out = vec![first(Unit::Gang)];
+        while let Next::Go(s) = next(Unit::Gang, *out.last().unwrap(), Seen::Pass, true) {
+            out.push(s);
+        }
+        assert_eq!(out, gang_path());
+    }
+
+    /// Exhaustively, for a gang's decision: every refusal and failure stops it, and a stop gives
+    /// back the units exactly when they were taken and no decision of ours may stand.
+    #[test]
+    fn a_gangs_stop_gives_back_its_units_only_when_its_decision_cannot_stand() {
+        let seens = [
+            Seen::Skip(Skip::LockHeld),
+            Seen::Skip(Skip::Blocked),
+            Seen::Skip(Skip::Decided),
+            Seen::Skip(Skip::Fruitless),
+            Seen::Skip(Skip::Cancelled(Cancel::Recovered)),
+            Seen::Failed,
+        ];
+        for step in gang_path() {
+            for seen in seens {
+                let Next::Stop(u) = next(Unit::Gang, step, seen, false) else {
+                    panic!("{step:?} {seen:?} did not stop");
+                };
+                assert!(!u.release_alert && !u.release_claim, "{step:?} {seen:?}");
+                let taken = step > Step::Caps;
+                let may_stand =
+                    step == Step::Announce || (step == Step::Claim && seen == Seen::Failed);
+                assert_eq!(u.refund_caps, taken && !may_stand, "{step:?} {seen:?}");
+            }
+        }
+        assert_eq!(
+            next(Unit::Gang, Step::Announce, Seen::Pass, false),
+            Next::Stop(Undo::default())
+        );
     }
 }

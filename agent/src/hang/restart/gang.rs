@@ -8,18 +8,18 @@
 //! moment.
 
 use crate::clock::{human, ms, Millis, Stamp};
-use crate::coord::caps::{breaker_day, Breaker, Caps};
-use crate::coord::lease::Lease;
+use crate::coord::caps::breaker_day;
 use crate::coord::CoordError;
 use crate::hang::journal::About;
-use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
-use crate::hang::model::{Fruitless, Gang, Incident, WorkerState};
+use crate::hang::marks::MARK_TTL;
+use crate::hang::model::{Gang, Incident, WorkerState};
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member, View};
 use crate::hang::policy::{self, Verdict};
 use crate::hang::policy_fruitless;
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
 use crate::trail::Code;
 
+use super::gang_decision::Deciding;
 use super::{Act, Case, GangOrder, RestartPath};
 
 impl RestartPath<'_> {
@@ -118,7 +118,12 @@ impl RestartPath<'_> {
     /// NB: while a gang of 1,000 nodes hangs, every member is suspect: each reading the whole
     /// view (8,000 entries, 2 MB) every cycle cost Redis a quarter of a core and 14 ms at p99
     /// (bench-fleet, `gang`); one reader per poll interval costs what a healthy gang does.
-    async fn read_gang(&mut self, g: &Gang, own: &Member, fresh: bool) -> Result<View, CoordError> {
+    pub(super) async fn read_gang(
+        &mut self,
+        g: &Gang,
+        own: &Member,
+        fresh: bool,
+    ) -> Result<View, CoordError> {
         if let Some(mut v) = self.gangs.views.get(&g.id).filter(|_| !fresh).cloned() {
             v.members.retain(|m| m.id() != own.id());
             v.members.push(own.clone());
@@ -211,7 +216,12 @@ impl RestartPath<'_> {
                 // `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
                 GangStep::RestartAlone => self.consider_restart(case, incident, now).await?,
                 GangStep::Decide => {
-                    if let Some(d) = self.decide_gang(case, &g, own, &state, now).await? {
+                    let deciding = Deciding {
+                        g: &g,
+                        own,
+                        state: &state,
+                    };
+                    if let Some(d) = self.decide_gang(case, &deciding, now).await? {
                         state.decision = Some(d.clone());
                         self.remember_state(&g, &state);
                         if gp::executable(&d, own, now, &t) {
@@ -307,186 +317,6 @@ impl RestartPath<'_> {
         self.note(now, about, Code::GangClosed, detail).await
     }
 
-    /// The gang's one decision, under its lock, from a fresh view: every member able to take
-    /// part, one unit of the gang's breaker and one of the fleet budget; then the `restarting`
-    /// page. `None`: no decision (another agent holds the lock, a blocker, a cap).
-    async fn decide_gang(
-        &mut self,
-        case: &Case<'_>,
-        g: &Gang,
-        own: &Member,
-        state: &GangState,
-        now: Millis,
-    ) -> Result<Option<Decision>, CoordError> {
-        let coord = self.ctx.coord.clone();
-        let key = self.ctx.keys.gang_lock(&g.id);
-        let ttl = self.ctx.cfg.safety.lock_ttl;
-        let Some(lease) = Lease::take(coord.as_ref(), key, Lease::random_token(), ttl).await?
-        else {
-            return Ok(None);
-        };
-        let decided = self.decide_locked(case, g, own, state, now).await;
-        if let Err(e) = lease.release(coord.as_ref()).await {
-            tracing::warn!(error = %e, gang = %g.id, "could not release the gang lock; it expires by its TTL");
-        }
-        decided
-    }
-
-    async fn decide_locked(
-        &mut self,
-        case: &Case<'_>,
-        g: &Gang,
-        own: &Member,
-        state: &GangState,
-        now: Millis,
-    ) -> Result<Option<Decision>, CoordError> {
-        let t = Timing::of(&self.ctx.cfg);
-        let View {
-            members: all,
-            state: fresh,
-            ..
-        } = self.read_gang(g, own, true).await?;
-        let now = self.ctx.coord.time().await?.max(now);
-        let members = gp::present(&all, now, &t);
-        let Some(inc) = fresh
-            .incident
-            .clone()
-            .filter(|i| Some(i) == state.incident.as_ref())
-        else {
-            return Ok(None);
-        };
-        if let Some(d) = fresh.current_decision() {
-            return Ok(Some(d.clone()));
-        }
-        if let Some(old) = fresh.decision.as_ref() {
-            // A decision of another (closed) incident whose removal failed: incident ids are
-            // unique, so it is stale; under the gang lock, removed (compare-and-delete).
-            let value = old.encode();
-            let dkey = self.ctx.keys.gang_decision(&g.id);
-            self.ctx.coord.del_if_owner(&dkey, &value).await?;
-        }
-        if !matches!(gp::verdict(&members, now), GangVerdict::Hung { .. }) {
-            return Ok(None);
-        }
-        // NB: before the blockers: restarts that do not help is the standing finding, a missing
-        // member or a spent breaker a passing one.
-        let run = fresh.fruitless.as_ref();
-        if let Some(refusing) = policy_fruitless::gang_refusal(run, &members, t.max_fruitless) {
-            self.gang_fruitless(case, g, &inc, &members, refusing, now)
-                .await?;
-            return Ok(None);
-        }
-        let why = gp::blockers(&members, g.size, now, &t);
-        if !why.is_empty() {
-            self.gang_blocked(case, g, &inc, &members, why, now).await?;
-            return Ok(None);
-        }
-        if let Some(refused) = self.take_gang_caps(g, now).await? {
-            self.gang_blocked(case, g, &inc, &members, vec![refused], now)
-                .await?;
-            return Ok(None);
-        }
-        // NB: counted before the decision, as the breaker's unit is: a decision is never taken
-        // without its count (a run lost would let a restart that does not help run again).
-        if let Err(e) = self.count_gang_fruitless(g, run, &members, now).await {
-            self.refund_gang_caps(g, now).await;
-            return Err(e);
-        }
-        let d = Decision {
-            decided: now,
-            incident: inc.id.clone(),
-        };
-        let dkey = self.ctx.keys.gang_decision(&g.id);
-        let value = d.encode();
-        if !self.ctx.coord.set_nx(&dkey, &value, MARK_TTL).await? {
-            // NB: the run keeps our count (see `count_gang_fruitless`).
-            self.refund_gang_caps(g, now).await;
-            let ikey = self.ctx.keys.gang_incident(&g.id);
-            let values = self.ctx.coord.get_many(&[ikey, dkey]).await?;
-            return Ok(GangState::decode(&values).current_decision().cloned());
-        }
-        self.announce_decision(case, g, &inc, &members, now).await?;
-        Ok(Some(d))
-    }
-
-    /// The gang's caps: its own breaker (`gang.breaker_per_day`) and the fleet budget, through
-    /// the one owner of the caps (`crate::coord::caps`), as a worker's are.
-    fn gang_caps<'g>(&'g self, g: &'g Gang) -> Caps<'g> {
-        Caps {
-            breaker: Breaker::Gang {
-                id: &g.id,
-                per_day: self.ctx.cfg.gang.breaker_per_day,
-            },
-            ..Caps::node(
-                self.ctx.coord.as_ref(),
-                &self.ctx.keys,
-                &self.ctx.cfg.safety,
-            )
-        }
-    }
-
-    /// One unit of the gang's breaker for the day, then one of the fleet budget (the breaker's
-    /// given back when the budget refuses). `Some(why)`: refused. Observe mode takes nothing.
-    async fn take_gang_caps(
-        &mut self,
-        g: &Gang,
-        now: Millis,
-    ) -> Result<Option<String>, CoordError> {
-        if self.ctx.cfg.dry_run {
-            return Ok(None);
-        }
-        let caps = self.gang_caps(g);
-        if !caps.take_breaker(now).await? {
-            let per_day = self.ctx.cfg.gang.breaker_per_day;
-            let day = breaker_day(now);
-            return Ok(Some(format!(
-                "the gang's breaker is open: {per_day} gang restart(s) already today (UTC {day}, gang.breaker_per_day)"
-            )));
-        }
-        match caps.take_budget(now).await {
-            Ok(true) => Ok(None),
-            Ok(false) => {
-                caps.refund_breaker(now).await?;
-                Ok(Some(format!(
-                    "the fleet restart budget is exhausted ({} per {})",
-                    self.ctx.cfg.safety.fleet_budget,
-                    humantime::format_duration(self.ctx.cfg.safety.fleet_window)
-                )))
-            }
-            Err(e) => {
-                let _ = caps.refund_breaker(now).await;
-                Err(e)
-            }
-        }
-    }
-
-    /// The decision at `now` is one more restart of every member in the gang's run (a run that
-    /// progressed starts over). Observe mode restarts nobody and counts nothing.
-    ///
-    /// NB: never given back. Should our decision's SET NX lose, the one that stands was taken
-    /// without the lock (its lease expired, a failover forgot it) and counted itself in the run
-    /// we read: writing the old run back would erase its count. One too many refuses one
-    /// restart early; one too few lets one more through.
-    async fn count_gang_fruitless(
-        &mut self,
-        g: &Gang,
-        run: Option<&Fruitless>,
-        members: &[Member],
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        if self.ctx.cfg.dry_run {
-            return Ok(());
-        }
-        let run = policy_fruitless::gang_after_restart(run, members, now);
-        let key = self.ctx.keys.gang_fruitless(&g.id);
-        self.ctx
-            .coord
-            .set(&key, &run.encode(), FRUITLESS_TTL)
-            .await?;
-        self.gangs.runs.insert(g.id.clone(), run);
-        Ok(())
-    }
-
     /// This member got past where its gang stopped since the gang's last decision: the run is
     /// over (compare-and-delete: a newer decision's run stands). Checked every cycle against the
     /// run as this agent last read it, so progress is seen while the gang trains, not only at
@@ -507,13 +337,6 @@ impl RestartPath<'_> {
                 tracing::warn!(error = %e, gang, "could not end the gang's run of fruitless restarts; trying again next cycle")
             }
         }
-    }
-
-    async fn refund_gang_caps(&self, g: &Gang, now: Millis) {
-        if self.ctx.cfg.dry_run {
-            return;
-        }
-        self.gang_caps(g).refund(now).await;
     }
 
     /// This member's restart as the gang's decision asks: the ordinary pipeline under this

@@ -25,6 +25,7 @@
 
 mod command;
 mod gang;
+mod gang_decision;
 mod gang_pages;
 mod incident;
 mod limits;
@@ -67,6 +68,8 @@ impl Skip {
             Skip::RetryPending => Code::SkipRetryPending,
             Skip::AlertOnly => Code::SkipAlertOnly,
             Skip::Fruitless => Code::SkipFruitless,
+            Skip::Blocked => Code::GangBlocked,
+            Skip::Decided => Code::GangDecided,
         }
     }
 }

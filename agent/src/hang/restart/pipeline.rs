@@ -6,7 +6,7 @@
 use crate::clock::Millis;
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
-use crate::hang::policy_pipeline::{next, Next, Seen, Skip, Step, Undo};
+use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Undo, Unit};
 
 use super::{Act, RestartPath};
 
@@ -34,14 +34,14 @@ impl RestartPath<'_> {
             lease: None,
             call: None,
         };
-        let mut step = Step::Decide;
+        let mut step = first(Unit::Worker);
         let result = loop {
             let ran = self.run_step(step, act, &mut pass).await;
             let seen = match &ran {
                 Ok(seen) => *seen,
                 Err(_) => Seen::Failed,
             };
-            match next(step, seen, dry_run) {
+            match next(Unit::Worker, step, seen, dry_run) {
                 Next::Go(s) => step = s,
                 Next::Stop(undo) => {
                     self.give_back(act, undo, pass.now).await;
@@ -108,6 +108,8 @@ impl RestartPath<'_> {
                     false => Seen::RestartFailed,
                 });
             }
+            // A gang's steps (`super::gang`): never in a worker's pass.
+            Step::Count | Step::Announce => Ok(None),
         };
         Ok(refused?.map_or(Seen::Pass, Seen::Skip))
     }

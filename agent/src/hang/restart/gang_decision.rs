@@ -1,0 +1,323 @@
+//! A gang's one restart decision, as steps of the restart pipeline's state machine
+//! (`crate::hang::policy_pipeline`, [`Unit::Gang`]): under the gang's lock, from a fresh view
+//! (revalidate: the incident still the one seen, not decided yet, still hung, restarts so far
+//! that helped, every member able to take part), one unit of the gang's breaker and of the fleet
+//! budget (caps), one more in the gang's run of fruitless restarts (count), the decision itself
+//! (claim: SET NX, the first agent's stands), then the `restarting` page (announce). What a stop
+//! gives back is the state machine's answer, as for a worker's pass. Each member's restart is
+//! then its own node's worker pass (`super::gang`, `super::pipeline`).
+
+use crate::clock::Millis;
+use crate::coord::caps::{breaker_day, Breaker, Caps};
+use crate::coord::lease::Lease;
+use crate::coord::CoordError;
+use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
+use crate::hang::model::{Fruitless, Gang};
+use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
+use crate::hang::policy::Cancel;
+use crate::hang::policy_fruitless;
+use crate::hang::policy_gang::{self as gp, GangVerdict, Timing};
+use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Unit};
+
+use super::{Case, RestartPath};
+
+/// What a gang's decision carries from one step to the next.
+pub(super) struct GangPass {
+    /// The coordinator's clock as the fresh view read it.
+    now: Millis,
+    /// The fresh view, from `Revalidate` on.
+    fresh: Option<Fresh>,
+    /// The decision that stands: ours from `Claim`, or another agent's found on the way.
+    decision: Option<Decision>,
+}
+
+/// The gang as `Revalidate` read it under the lock.
+struct Fresh {
+    inc: GangIncident,
+    /// The members present.
+    members: Vec<Member>,
+    /// The gang's run of fruitless restarts.
+    run: Option<Fruitless>,
+}
+
+/// The gang, the member whose agent decides, and the state the decision was planned on.
+pub(super) struct Deciding<'a> {
+    pub(super) g: &'a Gang,
+    pub(super) own: &'a Member,
+    pub(super) state: &'a GangState,
+}
+
+impl RestartPath<'_> {
+    /// The gang's one decision: the steps of [`Unit::Gang`] in one loop, what a stop gives back
+    /// given back, the gang's lock released whatever happened. `None`: no decision (another
+    /// agent holds the lock, a blocker, a cap, the incident over).
+    pub(super) async fn decide_gang(
+        &mut self,
+        case: &Case<'_>,
+        d: &Deciding<'_>,
+        now: Millis,
+    ) -> Result<Option<Decision>, CoordError> {
+        let mut pass = GangPass {
+            now,
+            fresh: None,
+            decision: None,
+        };
+        let mut lease = None;
+        let mut step = first(Unit::Gang);
+        let result = loop {
+            let ran = match step {
+                Step::Lock => self.take_gang_lock(d.g, &mut lease).await,
+                _ => self.gang_step(step, case, d, &mut pass).await,
+            };
+            let seen = match &ran {
+                Ok(seen) => *seen,
+                Err(_) => Seen::Failed,
+            };
+            match next(Unit::Gang, step, seen, self.ctx.cfg.dry_run) {
+                Next::Go(s) => step = s,
+                Next::Stop(undo) => {
+                    if undo.refund_caps {
+                        self.refund_gang_caps(d.g, pass.now).await;
+                    }
+                    break ran.map(|_| pass.decision.take());
+                }
+            }
+        };
+        if let Some(lease) = lease {
+            if let Err(e) = lease.release(self.ctx.coord.as_ref()).await {
+                tracing::warn!(error = %e, gang = %d.g.id, "could not release the gang lock; it expires by its TTL");
+            }
+        }
+        result
+    }
+
+    async fn take_gang_lock(
+        &mut self,
+        g: &Gang,
+        lease: &mut Option<Lease>,
+    ) -> Result<Seen, CoordError> {
+        let key = self.ctx.keys.gang_lock(&g.id);
+        let ttl = self.ctx.cfg.safety.lock_ttl;
+        *lease = Lease::take(self.ctx.coord.as_ref(), key, Lease::random_token(), ttl).await?;
+        Ok(match lease {
+            Some(_) => Seen::Pass,
+            None => Seen::Skip(Skip::LockHeld),
+        })
+    }
+
+    /// One step of the decision after the lock.
+    async fn gang_step(
+        &mut self,
+        step: Step,
+        case: &Case<'_>,
+        d: &Deciding<'_>,
+        pass: &mut GangPass,
+    ) -> Result<Seen, CoordError> {
+        if step == Step::Revalidate {
+            return self.revalidate_gang(case, d, pass).await;
+        }
+        let Some(f) = pass.fresh.as_ref() else {
+            return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
+        };
+        let (g, now) = (d.g, pass.now);
+        match step {
+            Step::Caps => match self.take_gang_caps(g, now).await? {
+                None => Ok(Seen::Pass),
+                Some(refused) => {
+                    self.gang_blocked(case, g, &f.inc, &f.members, vec![refused], now)
+                        .await?;
+                    Ok(Seen::Skip(Skip::Blocked))
+                }
+            },
+            Step::Count => {
+                let run = f.run.clone();
+                let members = f.members.clone();
+                self.count_gang_fruitless(g, run.as_ref(), &members, now)
+                    .await?;
+                Ok(Seen::Pass)
+            }
+            Step::Claim => {
+                let ours = Decision {
+                    decided: now,
+                    incident: f.inc.id.clone(),
+                };
+                let won = self.claim_gang_decision(g, &ours).await?;
+                pass.decision = match won {
+                    true => Some(ours),
+                    false => self.standing_decision(g).await?,
+                };
+                Ok(match won {
+                    true => Seen::Pass,
+                    // NB: the run keeps our count (see `count_gang_fruitless`).
+                    false => Seen::Skip(Skip::Decided),
+                })
+            }
+            Step::Announce => {
+                self.announce_decision(case, g, &f.inc, &f.members, now)
+                    .await?;
+                Ok(Seen::Pass)
+            }
+            // The worker's steps are never a gang's.
+            _ => Ok(Seen::Skip(Skip::NotRestartable)),
+        }
+    }
+
+    /// The gang again, under its lock and with a fresh clock: the incident still the one the
+    /// decision was planned on and not decided yet (another agent's decision is adopted), a
+    /// stale decision of a closed incident removed, still hung, restarts so far that helped,
+    /// every member able to take part. A refusal pages once.
+    async fn revalidate_gang(
+        &mut self,
+        case: &Case<'_>,
+        d: &Deciding<'_>,
+        pass: &mut GangPass,
+    ) -> Result<Seen, CoordError> {
+        let t = Timing::of(&self.ctx.cfg);
+        let fresh = self.read_gang(d.g, d.own, true).await?;
+        let now = self.ctx.coord.time().await?.max(pass.now);
+        pass.now = now;
+        let members = gp::present(&fresh.members, now, &t);
+        let state = fresh.state;
+        let Some(inc) = state
+            .incident
+            .clone()
+            .filter(|i| Some(i) == d.state.incident.as_ref())
+        else {
+            return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
+        };
+        if let Some(decided) = state.current_decision() {
+            pass.decision = Some(decided.clone());
+            return Ok(Seen::Skip(Skip::Decided));
+        }
+        if let Some(old) = state.decision.as_ref() {
+            // A decision of another (closed) incident whose removal failed: incident ids are
+            // unique, so it is stale; under the gang lock, removed (compare-and-delete).
+            let dkey = self.ctx.keys.gang_decision(&d.g.id);
+            self.ctx.coord.del_if_owner(&dkey, &old.encode()).await?;
+        }
+        if !matches!(gp::verdict(&members, now), GangVerdict::Hung { .. }) {
+            return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
+        }
+        // NB: before the blockers: restarts that do not help is the standing finding, a missing
+        // member or a spent breaker a passing one.
+        let run = state.fruitless.as_ref();
+        if let Some(refusing) = policy_fruitless::gang_refusal(run, &members, t.max_fruitless) {
+            self.gang_fruitless(case, d.g, &inc, &members, refusing, now)
+                .await?;
+            return Ok(Seen::Skip(Skip::Fruitless));
+        }
+        let why = gp::blockers(&members, d.g.size, now, &t);
+        if !why.is_empty() {
+            self.gang_blocked(case, d.g, &inc, &members, why, now)
+                .await?;
+            return Ok(Seen::Skip(Skip::Blocked));
+        }
+        pass.fresh = Some(Fresh {
+            inc,
+            members,
+            run: state.fruitless,
+        });
+        Ok(Seen::Pass)
+    }
+
+    /// The decision, first agent's wins (SET NX).
+    async fn claim_gang_decision(&self, g: &Gang, ours: &Decision) -> Result<bool, CoordError> {
+        let dkey = self.ctx.keys.gang_decision(&g.id);
+        self.ctx.coord.set_nx(&dkey, &ours.encode(), MARK_TTL).await
+    }
+
+    /// The decision that stands for the gang's open incident, as the store has it now.
+    async fn standing_decision(&self, g: &Gang) -> Result<Option<Decision>, CoordError> {
+        let keys = [
+            self.ctx.keys.gang_incident(&g.id),
+            self.ctx.keys.gang_decision(&g.id),
+        ];
+        let values = self.ctx.coord.get_many(&keys).await?;
+        Ok(GangState::decode(&values).current_decision().cloned())
+    }
+
+    /// The gang's caps: its own breaker (`gang.breaker_per_day`) and the fleet budget, through
+    /// the one owner of the caps (`crate::coord::caps`), as a worker's are.
+    fn gang_caps<'g>(&'g self, g: &'g Gang) -> Caps<'g> {
+        Caps {
+            breaker: Breaker::Gang {
+                id: &g.id,
+                per_day: self.ctx.cfg.gang.breaker_per_day,
+            },
+            ..Caps::node(
+                self.ctx.coord.as_ref(),
+                &self.ctx.keys,
+                &self.ctx.cfg.safety,
+            )
+        }
+    }
+
+    /// One unit of the gang's breaker for the day, then one of the fleet budget (the breaker's
+    /// given back when the budget refuses). `Some(why)`: refused. Observe mode takes nothing.
+    async fn take_gang_caps(
+        &mut self,
+        g: &Gang,
+        now: Millis,
+    ) -> Result<Option<String>, CoordError> {
+        if self.ctx.cfg.dry_run {
+            return Ok(None);
+        }
+        let caps = self.gang_caps(g);
+        if !caps.take_breaker(now).await? {
+            let per_day = self.ctx.cfg.gang.breaker_per_day;
+            let day = breaker_day(now);
+            return Ok(Some(format!(
+                "the gang's breaker is open: {per_day} gang restart(s) already today (UTC {day}, gang.breaker_per_day)"
+            )));
+        }
+        match caps.take_budget(now).await {
+            Ok(true) => Ok(None),
+            Ok(false) => {
+                caps.refund_breaker(now).await?;
+                Ok(Some(format!(
+                    "the fleet restart budget is exhausted ({} per {})",
+                    self.ctx.cfg.safety.fleet_budget,
+                    humantime::format_duration(self.ctx.cfg.safety.fleet_window)
+                )))
+            }
+            Err(e) => {
+                let _ = caps.refund_breaker(now).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The decision at `now` is one more restart of every member in the gang's run (a run that
+    /// progressed starts over). Observe mode restarts nobody and counts nothing.
+    ///
+    /// NB: never given back. Should our decision's SET NX lose, the one that stands was taken
+    /// without the lock (its lease expired, a failover forgot it) and counted itself in the run
+    /// we read: writing the old run back would erase its count. One too many refuses one
+    /// restart early; one too few lets one more through.
+    async fn count_gang_fruitless(
+        &mut self,
+        g: &Gang,
+        run: Option<&Fruitless>,
+        members: &[Member],
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        if self.ctx.cfg.dry_run {
+            return Ok(());
+        }
+        let run = policy_fruitless::gang_after_restart(run, members, now);
+        let key = self.ctx.keys.gang_fruitless(&g.id);
+        self.ctx
+            .coord
+            .set(&key, &run.encode(), FRUITLESS_TTL)
+            .await?;
+        self.gangs.runs.insert(g.id.clone(), run);
+        Ok(())
+    }
+
+    async fn refund_gang_caps(&self, g: &Gang, now: Millis) {
+        if self.ctx.cfg.dry_run {
+            return;
+        }
+        self.gang_caps(g).refund(now).await;
+    }
+}
