@@ -227,6 +227,10 @@ async fn per_worker_series_follow_the_verdict_and_leave_with_the_worker() {
     let worker = "{worker=\"trainer-0\"}";
     let hung = "vigil_worker_state{worker=\"trainer-0\",state=\"hung\"}";
     assert_eq!(sample(&text, hung), Some(1.0), "{text}");
+    // The cycle that restarts exports the stage it decided in; the next one the restart's.
+    let stage =
+        |s: &str| format!("vigil_worker_incident_stage{{worker=\"trainer-0\",stage=\"{s}\"}}");
+    assert_eq!(sample(&text, &stage("due")), Some(1.0), "{text}");
     let age = sample(
         &text,
         &format!("vigil_worker_heartbeat_age_seconds{worker}"),
@@ -240,6 +244,12 @@ async fn per_worker_series_follow_the_verdict_and_leave_with_the_worker() {
     let text = w.agents[0].metrics().encode();
     let booting = "vigil_worker_state{worker=\"trainer-0\",state=\"booting\"}";
     assert_eq!(sample(&text, booting), Some(1.0), "{text}");
+    assert_eq!(sample(&text, &stage("booting")), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, &stage("due")),
+        None,
+        "one stage series per worker: {text}"
+    );
     assert_eq!(
         sample(&text, hung),
         None,

@@ -95,5 +95,13 @@ pub(crate) fn render(cfg: &Config) -> String {
         humantime::format_duration(cfg.policy.escalate_after),
         if cfg.dry_run { "\nobserve mode (dry_run): restarts are never run" } else { "" },
     ));
+    out.push_str(
+        "\nan incident's stages (vigil_worker_incident_stage), each with what may follow it:\n",
+    );
+    for (from, to) in crate::hang::policy_life::table() {
+        let to: Vec<&str> = to.iter().map(|s| s.as_str()).collect();
+        out.push_str(&format!("  {:<12} -> {}\n", from.as_str(), to.join(", ")));
+    }
+    out.push_str("  (and every stage back to quiet: the worker is fine, or its marks expired or were lost)\n");
     out
 }

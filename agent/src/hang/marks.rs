@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::clock::{Millis, Stamp};
 use crate::coord::{CoordError, Coordinator, Keys, NodeRead, WorkerKeys, WorkerRead};
 use crate::hang::model::{Episode, Fruitless, Incident, Marks, Retry};
+use crate::hang::policy_life::Claim;
 use crate::runtime::container::Container;
 
 /// TTL of the per-worker marks: long enough to outlive any incident.
@@ -117,6 +118,17 @@ pub(crate) struct Decoded {
     pub(crate) cooldown: Option<String>,
     /// Whether the node lock is held (by anyone).
     pub(crate) locked: bool,
+}
+
+impl Decoded {
+    /// What the cooldown marker says of the restart it marks (`crate::hang::policy_life`).
+    pub(crate) fn claim(&self) -> Claim {
+        match self.cooldown.as_deref() {
+            None => Claim::None,
+            Some(m) if booted_after(m).is_some() => Claim::Done,
+            Some(_) => Claim::InFlight,
+        }
+    }
 }
 
 /// Decode the values of a [`worker_keys`] read.

@@ -23,6 +23,7 @@ pub(crate) mod outage;
 pub mod policy;
 pub(crate) mod policy_fruitless;
 pub mod policy_gang;
+pub(crate) mod policy_life;
 pub(crate) mod policy_lost;
 pub(crate) mod policy_membership;
 pub(crate) mod policy_pipeline;

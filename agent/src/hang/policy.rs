@@ -260,37 +260,7 @@ pub(crate) fn verdict(
         return Verdict::Unreachable;
     }
     match status.state {
-        WorkerState::Processing | WorkerState::Other(_) => {
-            let Some(hb) = status.heartbeat else {
-                return Verdict::Unreachable;
-            };
-            if is_stale(status, now, cfg) {
-                if node.gpu_failed {
-                    return Verdict::GpuFailed;
-                }
-                if node.tpu_failed {
-                    return Verdict::TpuFailed;
-                }
-                // Confirmed only by a second observation of the *same* stale heartbeat, made at
-                // least `confirm_after` after the first (by this or any other instance).
-                let confirmed = matches!(marks.suspect,
-                    Some((seen_hb, seen_at)) if seen_hb == hb && now - seen_at >= ms(cfg.confirm_after));
-                return if confirmed {
-                    Verdict::Hung
-                } else {
-                    Verdict::Suspect
-                };
-            }
-            // NB: a frozen marker is a stall only while processing: a long `compile` moves none.
-            let frozen = status.state == WorkerState::Processing
-                && matches!((&status.progress, &marks.progress),
-                (Some(p), Some((seen, since))) if p == seen && now - since >= ms(cfg.stalled_after));
-            if frozen {
-                Verdict::Stalled
-            } else {
-                Verdict::Healthy
-            }
-        }
+        WorkerState::Processing | WorkerState::Other(_) => working(status, marks, node, now, cfg),
         WorkerState::Error => {
             let errored = matches!(marks.error_since, Some(t) if now - t >= ms(cfg.error_for));
             match (errored, node.gpu_failed, node.tpu_failed) {
@@ -301,6 +271,46 @@ pub(crate) fn verdict(
             }
         }
         WorkerState::Idle => Verdict::Healthy,
+    }
+}
+
+/// The verdict on a working record (`processing`, or any state but `idle` and `error`): its
+/// silence and its progress.
+fn working(
+    status: &WorkerStatus,
+    marks: &Marks,
+    node: NodeContext,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Verdict {
+    let Some(hb) = status.heartbeat else {
+        return Verdict::Unreachable;
+    };
+    if is_stale(status, now, cfg) {
+        if node.gpu_failed {
+            return Verdict::GpuFailed;
+        }
+        if node.tpu_failed {
+            return Verdict::TpuFailed;
+        }
+        // Confirmed only by a second observation of the *same* stale heartbeat, made at least
+        // `confirm_after` after the first (by this or any other instance).
+        let confirmed = matches!(marks.suspect,
+            Some((seen_hb, seen_at)) if seen_hb == hb && now - seen_at >= ms(cfg.confirm_after));
+        return if confirmed {
+            Verdict::Hung
+        } else {
+            Verdict::Suspect
+        };
+    }
+    // NB: a frozen marker is a stall only while processing: a long `compile` moves none.
+    let frozen = status.state == WorkerState::Processing
+        && matches!((&status.progress, &marks.progress),
+        (Some(p), Some((seen, since))) if p == seen && now - since >= ms(cfg.stalled_after));
+    if frozen {
+        Verdict::Stalled
+    } else {
+        Verdict::Healthy
     }
 }
 

@@ -180,42 +180,59 @@ pub(crate) fn blockers(
         *on_node.entry(m.node.as_str()).or_default() += 1;
     }
     for m in members {
-        let id = m.id();
         let here = on_node.get(m.node.as_str()).copied().unwrap_or(1);
-        if now - m.at > t.silent_after {
-            why.push(format!(
-                "{id}: the agent on {} has been silent for {}",
-                m.node,
-                human(now - m.at)
-            ));
-        } else if let Some(sd) = &m.stand_down {
-            why.push(format!("{id}: {sd} on {}", m.node));
-        } else if m.breaker_left == Some(0) {
-            why.push(format!("{id}: the breaker of {} is open for today", m.node));
-        } else if let Some(left) = m.breaker_left.filter(|left| *left < here) {
-            // NB: each member's restart takes a unit of its own node's breaker.
-            why.push(format!(
-                "{id}: {} runs {here} members of the gang but its breaker allows {left} more restart(s) today",
-                m.node
-            ));
-        } else if m.activity == Activity::Idle {
-            why.push(format!(
-                "{id}: idle (not part of the stopped collective, and never restarted: a person decides)"
-            ));
-        } else if m.verdict == "booting" {
-            // NB: its own cooldown refuses the restart: deciding now would leave it out (the
-            // simulation's seed 1002: a member restarted late, then left out of the next wave).
-            why.push(format!(
-                "{id}: booting (restarted less than policy.cooldown ago; its cooldown refuses another restart)"
-            ));
-        } else if matches!(
-            m.verdict.as_str(),
-            "paused" | "exited" | "gpu-failed" | "tpu-failed" | "in-maintenance" | "unreachable"
-        ) {
-            why.push(format!("{id}: {}", m.verdict));
-        }
+        why.extend(member_blocker(m, here, now, t));
     }
     why
+}
+
+/// Why one member cannot take part in the gang's restart, if it cannot. `here`: the gang's
+/// members on its node (each takes a unit of that node's breaker).
+fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<String> {
+    let id = m.id();
+    if now - m.at > t.silent_after {
+        return Some(format!(
+            "{id}: the agent on {} has been silent for {}",
+            m.node,
+            human(now - m.at)
+        ));
+    }
+    if let Some(sd) = &m.stand_down {
+        return Some(format!("{id}: {sd} on {}", m.node));
+    }
+    if m.breaker_left == Some(0) {
+        return Some(format!("{id}: the breaker of {} is open for today", m.node));
+    }
+    if let Some(left) = m.breaker_left.filter(|left| *left < here) {
+        // NB: each member's restart takes a unit of its own node's breaker.
+        return Some(format!(
+            "{id}: {} runs {here} members of the gang but its breaker allows {left} more restart(s) today",
+            m.node
+        ));
+    }
+    if m.activity == Activity::Idle {
+        return Some(format!(
+            "{id}: idle (not part of the stopped collective, and never restarted: a person decides)"
+        ));
+    }
+    if m.verdict == "booting" {
+        // NB: its own cooldown refuses the restart: deciding now would leave it out (the
+        // simulation's seed 1002: a member restarted late, then left out of the next wave).
+        return Some(format!(
+            "{id}: booting (restarted less than policy.cooldown ago; its cooldown refuses another restart)"
+        ));
+    }
+    let cannot = [
+        "paused",
+        "exited",
+        "gpu-failed",
+        "tpu-failed",
+        "in-maintenance",
+        "unreachable",
+    ];
+    cannot
+        .contains(&m.verdict.as_str())
+        .then(|| format!("{id}: {}", m.verdict))
 }
 
 /// Whether the gang's open incident is over: its restart was decided and every member has beaten

@@ -42,19 +42,7 @@ pub(crate) fn membership(
     let mut notes = Vec::new();
     if let Some(l) = labels.filter(|l| valid_gang_id(&l.id)) {
         if let Some(r) = record {
-            let asked = namespace.map_or_else(|| r.id.clone(), |ns| scoped(ns, &r.id));
-            if asked != l.id {
-                notes.push(format!(
-                    "gang {:?} is not used: this pod's labels ({}) make it a member of {}, and a pod's labels (set by its controller) win over its record",
-                    r.id, l.source, l.id
-                ));
-            }
-            if let Some(n) = r.size.filter(|n| Some(*n) != l.size) {
-                let size = l.size.map_or("unknown".to_string(), |s| s.to_string());
-                notes.push(format!(
-                    "gang_size {n} is not used: the size of a gang named by its pod's labels comes from the labels only (here: {size})"
-                ));
-            }
+            notes = overruled(r, l, namespace);
         }
         return Membership {
             gang: Some(Gang {
@@ -99,6 +87,25 @@ pub(crate) fn membership(
         notes,
         unusable: None,
     }
+}
+
+/// What of a record's gang the pod's labels overrule, said to the worker.
+fn overruled(r: &Gang, l: &PodGang, namespace: Option<&str>) -> Vec<String> {
+    let mut notes = Vec::new();
+    let asked = namespace.map_or_else(|| r.id.clone(), |ns| scoped(ns, &r.id));
+    if asked != l.id {
+        notes.push(format!(
+            "gang {:?} is not used: this pod's labels ({}) make it a member of {}, and a pod's labels (set by its controller) win over its record",
+            r.id, l.source, l.id
+        ));
+    }
+    if let Some(n) = r.size.filter(|n| Some(*n) != l.size) {
+        let size = l.size.map_or("unknown".to_string(), |s| s.to_string());
+        notes.push(format!(
+            "gang_size {n} is not used: the size of a gang named by its pod's labels comes from the labels only (here: {size})"
+        ));
+    }
+    notes
 }
 
 /// The gang of container `c`'s worker, whose record names `record`.

@@ -156,6 +156,7 @@ impl Metrics {
         self.workers.observe(WorkerSample {
             worker: "touched",
             state: "healthy",
+            stage: "quiet",
             now: 1_000,
             heartbeat: Some(0),
             restarted: Some(0),
@@ -263,6 +264,7 @@ mod tests {
             "dry_run",
             "cycle_duration_seconds",
             "worker_state",
+            "worker_incident_stage",
             "worker_heartbeat_age_seconds",
             "worker_allowed_silence_seconds",
             "worker_last_restart_timestamp_seconds",

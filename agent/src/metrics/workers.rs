@@ -28,11 +28,20 @@ pub(crate) struct WorkerStateLabels {
     pub(crate) state: &'static str,
 }
 
+/// A worker's incident stage.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WorkerStageLabels {
+    pub(crate) worker: String,
+    pub(crate) stage: &'static str,
+}
+
 /// What is exported for one worker.
 #[derive(Debug, Default)]
 struct Exported {
     /// The verdict whose `vigil_worker_state` series exists.
     state: Option<&'static str>,
+    /// The stage whose `vigil_worker_incident_stage` series exists.
+    stage: Option<&'static str>,
     heartbeat: bool,
     silence: bool,
     /// The latest restart known (coordinator clock, ms).
@@ -42,6 +51,7 @@ struct Exported {
 #[derive(Default)]
 pub(crate) struct WorkerMetrics {
     pub(crate) state: Family<WorkerStateLabels, Gauge>,
+    pub(crate) stage: Family<WorkerStageLabels, Gauge>,
     pub(crate) heartbeat_age: Family<WorkerLabels, F64Gauge>,
     pub(crate) last_restart: Family<WorkerLabels, F64Gauge>,
     pub(crate) allowed_silence: Family<WorkerLabels, F64Gauge>,
@@ -54,6 +64,8 @@ pub(crate) struct WorkerSample<'a> {
     pub(crate) worker: &'a str,
     /// The verdict's name (`Verdict::as_str`).
     pub(crate) state: &'static str,
+    /// Where its incident stands (`crate::hang::policy_life::Stage::as_str`).
+    pub(crate) stage: &'static str,
     /// The coordinator's clock at the evaluation.
     pub(crate) now: Millis,
     /// The record's last heartbeat, when it has one.
@@ -76,6 +88,11 @@ impl WorkerMetrics {
             "worker_state",
             "1 for each watched worker's current verdict (state); one series per worker of this node",
             m.state.clone(),
+        );
+        reg.register(
+            "worker_incident_stage",
+            "1 for each watched worker's incident stage (quiet, suspect, confirmed, due, backing-off, deciding, restarting, booting, recovered, escalated); one series per worker of this node",
+            m.stage.clone(),
         );
         reg.register_with_unit(
             "worker_heartbeat_age",
@@ -121,6 +138,19 @@ impl WorkerMetrics {
             .get_or_create(&WorkerStateLabels {
                 worker: id.worker.clone(),
                 state: s.state,
+            })
+            .set(1);
+        if let Some(old) = e.stage.filter(|old| *old != s.stage) {
+            self.stage.remove(&WorkerStageLabels {
+                worker: id.worker.clone(),
+                stage: old,
+            });
+        }
+        e.stage = Some(s.stage);
+        self.stage
+            .get_or_create(&WorkerStageLabels {
+                worker: id.worker.clone(),
+                stage: s.stage,
             })
             .set(1);
         match s.heartbeat {
@@ -192,6 +222,12 @@ impl WorkerMetrics {
                     state,
                 });
             }
+            if let Some(stage) = e.stage {
+                self.stage.remove(&WorkerStageLabels {
+                    worker: worker.clone(),
+                    stage,
+                });
+            }
             self.heartbeat_age.remove(&id);
             self.allowed_silence.remove(&id);
             self.last_restart.remove(&id);
@@ -240,6 +276,7 @@ mod tests {
         WorkerSample {
             worker,
             state,
+            stage: "quiet",
             now: 200_000,
             heartbeat: Some(50_000),
             restarted: None,

@@ -22,6 +22,15 @@ use crate::trail::Code;
 use super::gang_decision::Deciding;
 use super::{Act, Case, GangOrder, RestartPath};
 
+/// Where a gang step runs: the gang, this agent's member (as the view has it), the members
+/// present, and the member's own incident (for a straggler restarted alone).
+struct Here<'a> {
+    g: &'a Gang,
+    own: &'a Member,
+    members: &'a [Member],
+    incident: &'a Option<Incident>,
+}
+
 impl RestartPath<'_> {
     fn rules(&self) -> Rules {
         let cfg = &self.ctx.cfg;
@@ -207,36 +216,54 @@ impl RestartPath<'_> {
         }
         let own = members.iter().find(|m| m.id() == own.id()).unwrap_or(own);
         for step in gp::plan(&verdict, &state, &members, own, now, &rules) {
-            match step {
-                GangStep::PageHung => self.page_gang_hung(&g, &state, &members, now).await?,
-                GangStep::PageEscalation { restarted } => {
-                    self.page_gang_again(&g, &members, restarted, now).await?
-                }
-                GangStep::PageStraggler => self.page_straggler(case, &g, own, now).await?,
-                // `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
-                GangStep::RestartAlone => self.consider_restart(case, incident, now).await?,
-                GangStep::Decide => {
-                    let deciding = Deciding {
-                        g: &g,
-                        own,
-                        state: &state,
-                    };
-                    if let Some(d) = self.decide_gang(case, &deciding, now).await? {
-                        state.decision = Some(d.clone());
-                        self.remember_state(&g, &state);
-                        if gp::executable(&d, own, now, &t) {
-                            self.execute(case, &g, &state, d, now).await?;
-                        }
-                    }
-                }
-                GangStep::Execute => {
-                    if let Some(d) = state.current_decision().cloned() {
-                        self.execute(case, &g, &state, d, now).await?;
-                    }
-                }
-            }
+            let here = Here {
+                g: &g,
+                own,
+                members: &members,
+                incident,
+            };
+            self.gang_step_of_plan(case, &here, &mut state, step, now)
+                .await?;
         }
         Ok(())
+    }
+
+    /// One step of the gang's plan, as this member's agent carries it out.
+    async fn gang_step_of_plan(
+        &mut self,
+        case: &Case<'_>,
+        here: &Here<'_>,
+        state: &mut GangState,
+        step: GangStep,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let (g, own, members) = (here.g, here.own, here.members);
+        let t = Timing::of(&self.ctx.cfg);
+        match step {
+            GangStep::PageHung => self.page_gang_hung(g, state, members, now).await,
+            GangStep::PageEscalation { restarted } => {
+                self.page_gang_again(g, members, restarted, now).await
+            }
+            GangStep::PageStraggler => self.page_straggler(case, g, own, now).await,
+            // `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
+            GangStep::RestartAlone => self.consider_restart(case, here.incident, now).await,
+            GangStep::Decide => {
+                let deciding = Deciding { g, own, state };
+                let Some(d) = self.decide_gang(case, &deciding, now).await? else {
+                    return Ok(());
+                };
+                state.decision = Some(d.clone());
+                self.remember_state(g, state);
+                if gp::executable(&d, own, now, &t) {
+                    self.execute(case, g, state, d, now).await?;
+                }
+                Ok(())
+            }
+            GangStep::Execute => match state.current_decision().cloned() {
+                Some(d) => self.execute(case, g, state, d, now).await,
+                None => Ok(()),
+            },
+        }
     }
 
     async fn open_gang_incident(

@@ -3,7 +3,7 @@
 //! runs (someone else's restart gets a cooldown of its own; ours is recognised by its claim).
 
 use crate::alerts::{AlertKind, Resolve};
-use crate::clock::{human, ms, Millis};
+use crate::clock::{human, ms, Millis, Stamp};
 use crate::coord::CoordError;
 use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
@@ -46,7 +46,7 @@ impl RestartPath<'_> {
         let key = self.ctx.keys.suspect(case.worker());
         self.ctx
             .coord
-            .set(&key, &format!("{hb}:{now}"), MARK_TTL)
+            .set(&key, &Stamp::new(hb, now.to_string()).to_string(), MARK_TTL)
             .await?;
         let detail = format!(
             "heartbeat {} old; waiting for a second observation",
@@ -304,22 +304,10 @@ impl RestartPath<'_> {
             return Ok(false);
         }
         if external {
-            // NB: anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets
-            // a full cooldown from its own start, even one that lands inside our cooldown. The
-            // marker goes in *before* the incarnation is recorded: a write that fails (or a
-            // crash) in between must leave the next cycle to find the new incarnation again,
-            // never a recorded incarnation without its cooldown.
-            let cooldown = self.ctx.cfg.policy.cooldown;
-            let marker = format!("{now}{}", marks::EXTERNAL);
-            self.ctx
-                .coord
-                .set(&k.cooldown(w), &marker, cooldown)
-                .await?;
-            self.ctx
-                .coord
-                .del(&[k.incident(w), k.suspect(w), k.error_since(w)])
-                .await?;
-            self.resolve_alerts(w, Resolve::IncidentCleared).await;
+            // NB: before the incarnation is recorded: a write that fails (or a crash) in between
+            // must leave the next cycle to find the new incarnation again, never a recorded
+            // incarnation without its cooldown.
+            self.cool_down_external(w, now).await?;
         }
         self.ctx
             .coord
@@ -335,6 +323,23 @@ impl RestartPath<'_> {
         }
         self.note_new_incarnation(c, now, claim).await?;
         Ok(true)
+    }
+
+    /// Anyone else's restart (an operator's, Docker's restart policy, kubelet's) gets a full
+    /// cooldown from its own start, even one that lands inside our cooldown, and the previous
+    /// incarnation's timers and alerts go.
+    async fn cool_down_external(&mut self, w: &str, now: Millis) -> Result<(), CoordError> {
+        let k = &self.ctx.keys;
+        let marker = format!("{now}{}", marks::EXTERNAL);
+        let cooldown = self.ctx.cfg.policy.cooldown;
+        self.ctx
+            .coord
+            .set(&k.cooldown(w), &marker, cooldown)
+            .await?;
+        let timers = [k.incident(w), k.suspect(w), k.error_since(w)];
+        self.ctx.coord.del(&timers).await?;
+        self.resolve_alerts(w, Resolve::IncidentCleared).await;
+        Ok(())
     }
 
     /// The trail entry for a new incarnation we did not verify ourselves: the restart of an

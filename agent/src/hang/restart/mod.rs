@@ -41,6 +41,7 @@ use crate::hang::journal::{About, Journal};
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Incident, Marks, WorkerStatus};
 use crate::hang::policy::{self, restart_due, Effect, NodeContext, Verdict};
+use crate::hang::policy_life::{self, Claim};
 use crate::hang::policy_lost::IncidentTimes;
 use crate::hang::policy_pipeline::Skip;
 use crate::hang::policy_rhythm;
@@ -95,6 +96,20 @@ impl Case<'_> {
     fn alert_only(&self) -> bool {
         self.c.alert_only || self.status.is_some_and(|s| s.alert_only)
     }
+}
+
+/// What one evaluation stands on (see `RestartPath::current`).
+struct Current {
+    now: Millis,
+    status: Option<WorkerStatus>,
+    /// Why the record could not be read, when it exists but is not a readable hash.
+    invalid: Option<String>,
+    marks: Marks,
+    /// What the cooldown marker says of its restart, and whether the node lock is held.
+    claim: Claim,
+    locked: bool,
+    /// A new incarnation was recorded this cycle.
+    tracked: bool,
 }
 
 /// An incident the restart path acts on.
@@ -322,6 +337,51 @@ impl RestartPath<'_> {
         c: &Container,
         read: WorkerRead,
     ) -> Result<Verdict, CoordError> {
+        let Current {
+            now,
+            status,
+            invalid,
+            marks,
+            claim,
+            locked,
+            tracked,
+        } = self.current(c, read).await?;
+        let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
+        self.learn(tracked || marks.cooldown || in_gang, status.as_ref(), now);
+        let cfg = &*policy_rhythm::judged_by(&self.ctx.cfg.policy, self.rhythm, status.as_ref());
+        let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
+        let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
+        if in_gang {
+            effects = policy::for_gang(effects, status.as_ref(), &marks, now, cfg);
+        }
+        // The stage this cycle leaves (its sighting, timer and escalation written).
+        let left = policy_life::project(&marks, &effects, now);
+        let stage = policy_life::stage(&left, claim, locked, v, now, cfg);
+        self.ctx.metrics.verdict(v.as_str());
+        self.ctx.metrics.workers.observe(WorkerSample {
+            worker: &c.worker,
+            state: v.as_str(),
+            stage: stage.as_str(),
+            now,
+            heartbeat: status.as_ref().and_then(|s| s.heartbeat),
+            restarted: marks.restarted_at,
+            silence: status.as_ref().map(|s| policy::allowed_silence(s, cfg)),
+        });
+        let case = Case {
+            c,
+            v,
+            status: status.as_ref(),
+            marks: &marks,
+            invalid: invalid.as_deref(),
+        };
+        self.carry_out(&case, effects, now).await?;
+        Ok(v)
+    }
+
+    /// What the evaluation stands on: the worker's record (its gang scoped by the tenancy rule)
+    /// and marks, read again when a new incarnation was just recorded, and a finished boot
+    /// ended.
+    async fn current(&mut self, c: &Container, read: WorkerRead) -> Result<Current, CoordError> {
         // A new incarnation changes the marks (its cooldown, dropped timers): read them again
         // (one more round trip, only then).
         let seen = marks::decode(&read.values);
@@ -338,6 +398,7 @@ impl RestartPath<'_> {
             s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
         }
         let decoded = marks::decode(&read.values);
+        let (claim, locked) = (decoded.claim(), decoded.locked);
         let mut marks = decoded.marks;
         // NB: only once the new incarnation is recorded (not in the cycle that records it).
         if !tracked && marks.cooldown {
@@ -347,46 +408,40 @@ impl RestartPath<'_> {
                 }
             }
         }
-        let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
-        self.learn(tracked || marks.cooldown || in_gang, status.as_ref(), now);
-        let cfg = &*policy_rhythm::judged_by(&self.ctx.cfg.policy, self.rhythm, status.as_ref());
-        let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
-        let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
-        if in_gang {
-            effects = policy::for_gang(effects, status.as_ref(), &marks, now, cfg);
-        }
-        self.ctx.metrics.verdict(v.as_str());
-        self.ctx.metrics.workers.observe(WorkerSample {
-            worker: &c.worker,
-            state: v.as_str(),
+        Ok(Current {
             now,
-            heartbeat: status.as_ref().and_then(|s| s.heartbeat),
-            restarted: marks.restarted_at,
-            silence: status.as_ref().map(|s| policy::allowed_silence(s, cfg)),
-        });
-        let case = Case {
-            c,
-            v,
-            status: status.as_ref(),
-            marks: &marks,
-            invalid: invalid.as_deref(),
-        };
-        let own = self.member_entry(&case, now).await;
-        if let (Some(g), false) = (&own_gang(&case), effects.contains(&Effect::Gang)) {
+            status,
+            invalid,
+            marks,
+            claim,
+            locked,
+            tracked,
+        })
+    }
+
+    /// The plan's effects in order; a gang member's gang step with its entry in the view.
+    async fn carry_out(
+        &mut self,
+        case: &Case<'_>,
+        effects: Vec<Effect>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let own = self.member_entry(case, now).await;
+        if let (Some(g), false) = (&own_gang(case), effects.contains(&Effect::Gang)) {
             // Its member is fine: the gang alerts this agent sent for it are over.
-            self.resolve_gang_alerts(g, Some(&c.worker)).await;
+            self.resolve_gang_alerts(g, Some(case.worker())).await;
         }
-        let mut incident = marks.incident.clone();
+        let mut incident = case.marks.incident.clone();
         for effect in effects {
             if effect == Effect::Gang {
                 if let Some(own) = &own {
-                    self.gang(&case, own, &incident, now).await?;
+                    self.gang(case, own, &incident, now).await?;
                 }
                 continue;
             }
-            self.apply(&case, effect, &mut incident, now).await?;
+            self.apply(case, effect, &mut incident, now).await?;
         }
-        Ok(v)
+        Ok(())
     }
 
     /// Run the pipeline for the worker's own incident if its restart is due.

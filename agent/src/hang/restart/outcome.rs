@@ -98,6 +98,20 @@ impl RestartPath<'_> {
         }
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
+        let detail = self.restarted_detail(act, call_error, started, done);
+        self.note(done, act.about(), Code::Restarted, detail).await
+    }
+
+    /// What the trail says of a verified restart: how long the hang and the restart took, and
+    /// why a restart waited out the whole stop grace.
+    fn restarted_detail(
+        &self,
+        act: &Act<'_>,
+        call_error: Option<String>,
+        started: Millis,
+        done: Millis,
+    ) -> String {
+        let c = act.case.c;
         let mut detail = format!(
             "restarted container {} ({}) after {}; the restart took {}; cooldown {}",
             c.name,
@@ -121,7 +135,7 @@ impl RestartPath<'_> {
         if let Some(e) = call_error {
             detail.push_str(&format!(" (the restart call reported: {e})"));
         }
-        self.note(done, act.about(), Code::Restarted, detail).await
+        detail
     }
 
     /// The time the incident lost up to the new incarnation: counted now (the cause's and the
@@ -233,30 +247,8 @@ impl RestartPath<'_> {
             human(ms(wait))
         );
         // NB: the page goes out even when the coordinator fails below: a failed restart is a
-        // person's business at once. Only the first failure of an incident pages; a failed
-        // claim (the coordinator is down) pages too, since a repeat beats silence.
-        let first = self
-            .claim_alert(
-                &k.alert_dedup(&act.inc.id, "restart-failed"),
-                done,
-                MARK_TTL,
-            )
-            .await
-            .unwrap_or(true);
-        let mut alert = self.alert_for(
-            AlertKind::RestartFailed,
-            act.case,
-            Some(act.since),
-            done,
-            detail,
-        );
-        alert.incident = Some(act.inc.id.clone());
-        alert.attempt = Some(failures);
-        if !first {
-            alert.page = false;
-            alert.update = true;
-        }
-        self.ctx.notifier.send(&alert).await;
+        // person's business at once.
+        self.page_restart_failed(act, failures, detail, done).await;
         let value = marks::encode_retry(&retry);
         self.ctx.coord.set(&k.retry(w), &value, MARK_TTL).await?;
         self.ctx
@@ -274,6 +266,34 @@ impl RestartPath<'_> {
             human(ms(wait))
         );
         self.note(done, act.about(), Code::RestartFailed, why).await
+    }
+
+    /// The `restart-failed` page: only the first failure of an incident pages, later ones
+    /// update it; a failed claim (the coordinator is down) pages too, since a repeat beats
+    /// silence.
+    async fn page_restart_failed(
+        &mut self,
+        act: &Act<'_>,
+        failures: u32,
+        detail: String,
+        done: Millis,
+    ) {
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart-failed");
+        let first = self.claim_alert(&key, done, MARK_TTL).await.unwrap_or(true);
+        let mut alert = self.alert_for(
+            AlertKind::RestartFailed,
+            act.case,
+            Some(act.since),
+            done,
+            detail,
+        );
+        alert.incident = Some(act.inc.id.clone());
+        alert.attempt = Some(failures);
+        if !first {
+            alert.page = false;
+            alert.update = true;
+        }
+        self.ctx.notifier.send(&alert).await;
     }
 
     /// Release the claim `write_restart_markers` made at `now` for a restart that will not run:

@@ -1,0 +1,405 @@
+//! The life of one worker's incident, in one type: [`Stage`]. What the worker's shared marks say
+//! it is now ([`stage`]), and which stage may follow which ([`follows`]: one step of the
+//! protocol), so the life of a hang reads in one place:
+//!
+//! quiet → suspect (a stale heartbeat seen once) → confirmed (the incident timer runs) → due
+//! (persistence satisfied) → deciding (a pass holds the node lock) → restarting (the claim
+//! written, the command in flight) → booting (the restart done, the new incarnation not beating
+//! yet) → recovered (beating again; the restart remembered for `escalate_after`) or escalated
+//! (still broken after it: a person paged once). Side branches: backing off (a failed restart's
+//! backoff holds a due restart), an incident that recovers before its restart, and every stage
+//! back to quiet (the data says the worker is fine, or the marks expired or were lost in a
+//! failover).
+//!
+//! Pure: the marks are decoded by `crate::hang::marks`, `now` is an argument. The stage is what
+//! `vigil_worker_incident_stage` exports for each worker; `vigil policy` prints the table.
+
+use crate::clock::Millis;
+use crate::config::PolicyConfig;
+use crate::hang::model::{Incident, Marks};
+use crate::hang::policy::{restart_due, retry_open, Effect, Verdict};
+
+/// Where a worker's incident stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Stage {
+    /// Nothing open.
+    Quiet,
+    /// A stale heartbeat seen once; the confirming observation has not come.
+    Suspect,
+    /// Confirmed hung (or errored): the incident timer runs; its restart is not due yet.
+    Confirmed,
+    /// The restart is due (`restart_delay` past the incident's start) and nothing holds it.
+    Due,
+    /// Due, but a failed restart's backoff holds the next try.
+    BackingOff,
+    /// Due, and the node lock is held: a pass on this node is deciding (this worker's, or
+    /// another worker's: one restart at a time on a node).
+    Deciding,
+    /// Our restart is claimed (the cooldown marker written before the command) and not yet
+    /// verified: the command is in flight, or its instance died mid-command.
+    Restarting,
+    /// A restart is done (ours verified, or someone else's seen) and the new incarnation has not
+    /// beaten since: the cooldown's "this is me".
+    Booting,
+    /// Beating again after our restart; the restart is remembered while `escalate_after` runs.
+    Recovered,
+    /// Still broken `escalate_after` after our restart: a person was paged.
+    Escalated,
+}
+
+/// What a worker's cooldown marker says of its restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// No marker, or one whose booting is over.
+    None,
+    /// A claim whose restart is not verified (no `:done`).
+    InFlight,
+    /// A verified restart (`:done`) or someone else's (`:external`).
+    Done,
+}
+
+impl Stage {
+    pub(crate) const ALL: [Stage; 10] = [
+        Stage::Quiet,
+        Stage::Suspect,
+        Stage::Confirmed,
+        Stage::Due,
+        Stage::BackingOff,
+        Stage::Deciding,
+        Stage::Restarting,
+        Stage::Booting,
+        Stage::Recovered,
+        Stage::Escalated,
+    ];
+
+    /// Stable name for metric labels and logs.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Stage::Quiet => "quiet",
+            Stage::Suspect => "suspect",
+            Stage::Confirmed => "confirmed",
+            Stage::Due => "due",
+            Stage::BackingOff => "backing-off",
+            Stage::Deciding => "deciding",
+            Stage::Restarting => "restarting",
+            Stage::Booting => "booting",
+            Stage::Recovered => "recovered",
+            Stage::Escalated => "escalated",
+        }
+    }
+}
+
+/// The stage the marks say, as a cycle reads them: `claim` from the cooldown marker (while
+/// `marks.cooldown` stands), `locked` whether the node lock is held, `v` the cycle's verdict
+/// (whose restart wait makes an incident due).
+pub(crate) fn stage(
+    marks: &Marks,
+    claim: Claim,
+    locked: bool,
+    v: Verdict,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Stage {
+    if marks.cooldown {
+        return match claim {
+            Claim::InFlight => Stage::Restarting,
+            Claim::Done | Claim::None => Stage::Booting,
+        };
+    }
+    if let Some(inc) = &marks.incident {
+        return match (
+            restart_due(v, inc.started, now, cfg),
+            retry_open(marks, now),
+        ) {
+            (false, _) => Stage::Confirmed,
+            (true, false) => Stage::BackingOff,
+            (true, true) if locked => Stage::Deciding,
+            (true, true) => Stage::Due,
+        };
+    }
+    if marks.escalated && marks.restarted_at.is_some() {
+        return Stage::Escalated;
+    }
+    if marks.suspect.is_some() {
+        return Stage::Suspect;
+    }
+    if marks.restarted_at.is_some() {
+        return Stage::Recovered;
+    }
+    Stage::Quiet
+}
+
+/// The marks as a cycle's bookkeeping effects leave them (the sighting, the timer, the
+/// restart's memory and its escalation): the stage a cycle exports is the one it leaves, not the
+/// one it read. The restart pipeline's own marks (`ConsiderRestart`) are the next cycle's to
+/// read: a cycle that restarts exports `due` (or `deciding`), the next one `booting`.
+pub(crate) fn project(marks: &Marks, effects: &[Effect], now: Millis) -> Marks {
+    let mut m = marks.clone();
+    for e in effects {
+        match e {
+            Effect::RecordSuspect { heartbeat } => m.suspect = Some((*heartbeat, now)),
+            Effect::ClearSuspect => m.suspect = None,
+            Effect::ClearIncident(_) => m.incident = None,
+            Effect::ForgetRestart => {
+                m.restarted_at = None;
+                m.escalated = false;
+            }
+            Effect::OpenIncident if m.incident.is_none() => {
+                // SET NX: an incident another agent opened first stands with its own start.
+                m.incident = Some(Incident {
+                    started: now,
+                    id: String::new(),
+                });
+            }
+            Effect::Escalate => m.escalated = true,
+            _ => {}
+        }
+    }
+    m
+}
+
+/// Whether `to` may follow `from` in one step of the protocol (staying is always one). The
+/// table of the life: each arm says which stages a stage moves on to, and why.
+pub(crate) fn follows(from: Stage, to: Stage) -> bool {
+    use Stage::*;
+    if from == to || to == Quiet {
+        // The data says it is fine, or the marks expired or were lost in a failover.
+        return true;
+    }
+    match from {
+        Quiet => matches!(to, Suspect | Confirmed | Booting),
+        // Confirmed by a second observation; an error confirms without a sighting.
+        Suspect => matches!(to, Confirmed),
+        // Persistence satisfied (held at once by a failed restart's backoff, when one runs).
+        Confirmed => matches!(to, Due | BackingOff),
+        // A pass takes the lock; the time-out of a failed restart's backoff is `BackingOff`.
+        Due => matches!(to, Deciding | BackingOff),
+        BackingOff => matches!(to, Due | Deciding),
+        // The claim, or a refusal (the lock released, the incident still due or backing off).
+        Deciding => matches!(to, Restarting | Due | BackingOff),
+        // Verified (booting), or failed (the claim released: due again, backing off).
+        Restarting => matches!(to, Booting | BackingOff | Due | Confirmed),
+        // The first beat (recovered); still broken `escalate_after` later (escalated); a new
+        // hang of the new incarnation (suspect, then a new incident).
+        Booting => matches!(to, Recovered | Escalated | Suspect | Confirmed),
+        // Broken again after our restart: paged (escalated), or a new incident.
+        Recovered => matches!(to, Escalated | Suspect | Confirmed),
+        // A new incident of the still-broken worker.
+        Escalated => matches!(to, Suspect | Confirmed),
+    }
+}
+
+/// The life as `vigil policy` prints it: each stage and the stages it moves on to (besides
+/// quiet, which every stage may return to), from [`follows`].
+pub(crate) fn table() -> Vec<(Stage, Vec<Stage>)> {
+    Stage::ALL
+        .iter()
+        .map(|&from| {
+            let to = Stage::ALL
+                .into_iter()
+                .filter(|&to| to != from && to != Stage::Quiet && follows(from, to))
+                .collect();
+            (from, to)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hang::model::{Incident, Retry};
+
+    const MIN: Millis = 60_000;
+
+    fn cfg() -> PolicyConfig {
+        PolicyConfig::default()
+    }
+
+    fn incident(started: Millis) -> Option<Incident> {
+        Some(Incident {
+            started,
+            id: "inc-1".into(),
+        })
+    }
+
+    #[test]
+    fn every_stage_has_a_name_of_its_own() {
+        let names: std::collections::BTreeSet<_> = Stage::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names.len(), Stage::ALL.len());
+    }
+
+    /// The life of one hang, mark by mark, as the protocol writes them.
+    #[test]
+    fn the_marks_decode_into_the_stage_of_the_life() {
+        let c = cfg();
+        let now = 100 * MIN;
+        let hung = Verdict::Hung;
+        let at = |m: &Marks, claim: Claim, locked: bool| stage(m, claim, locked, hung, now, &c);
+        let mut m = Marks::default();
+        assert_eq!(at(&m, Claim::None, false), Stage::Quiet);
+        m.suspect = Some((now - 3 * MIN, now - MIN));
+        assert_eq!(at(&m, Claim::None, false), Stage::Suspect);
+        m.incident = incident(now - MIN);
+        assert_eq!(
+            at(&m, Claim::None, false),
+            Stage::Confirmed,
+            "restart_delay is 3 min"
+        );
+        m.incident = incident(now - 3 * MIN);
+        assert_eq!(at(&m, Claim::None, false), Stage::Due);
+        assert_eq!(at(&m, Claim::None, true), Stage::Deciding);
+        m.retry = Some(Retry {
+            incident: "inc-1".into(),
+            failures: 1,
+            not_before: now + MIN,
+        });
+        assert_eq!(at(&m, Claim::None, true), Stage::BackingOff);
+        m.retry = None;
+        m.cooldown = true;
+        assert_eq!(at(&m, Claim::InFlight, true), Stage::Restarting);
+        m = Marks {
+            cooldown: true,
+            restarted_at: Some(now - MIN),
+            ..Marks::default()
+        };
+        assert_eq!(at(&m, Claim::Done, false), Stage::Booting);
+        m.cooldown = false;
+        assert_eq!(at(&m, Claim::None, false), Stage::Recovered);
+        m.escalated = true;
+        assert_eq!(at(&m, Claim::None, false), Stage::Escalated);
+        // An errored worker's incident is due at once.
+        let errored = Marks {
+            incident: incident(now),
+            ..Marks::default()
+        };
+        assert_eq!(
+            stage(&errored, Claim::None, false, Verdict::Errored, now, &c),
+            Stage::Due
+        );
+        // An incident this agent does not confirm (another one did) waits as confirmed.
+        assert_eq!(
+            stage(&errored, Claim::None, false, Verdict::Suspect, now, &c),
+            Stage::Confirmed
+        );
+    }
+
+    /// A hang walked through the real verdict and plan, one cycle at a time: the stage each
+    /// cycle leaves is the life's next step, never a jump the table does not allow.
+    #[test]
+    fn a_hang_walked_through_the_plan_moves_one_step_at_a_time() {
+        use crate::hang::model::{WorkerState, WorkerStatus};
+        use crate::hang::policy::{plan, verdict, NodeContext};
+        let c = cfg();
+        let status = WorkerStatus {
+            state: WorkerState::Processing,
+            heartbeat: Some(0),
+            job: None,
+            progress: None,
+            grace: None,
+            alert_only: false,
+            rank: None,
+            gang: None,
+            checkpoint_step: None,
+        };
+        let mut marks = Marks::default();
+        let mut seen = vec![Stage::Quiet];
+        for t in (0..=400).step_by(15) {
+            let now = t * 1000;
+            let v = verdict(Some(&status), &marks, NodeContext::default(), now, &c);
+            let effects = plan(v, Some(&status), &marks, now, &c);
+            marks = project(&marks, &effects, now);
+            let s = stage(&marks, Claim::None, false, v, now, &c);
+            let last = *seen.last().unwrap();
+            assert!(follows(last, s), "t={t}s: {last:?} -> {s:?} ({effects:?})");
+            if s != last {
+                seen.push(s);
+            }
+        }
+        assert_eq!(
+            seen,
+            [Stage::Quiet, Stage::Suspect, Stage::Confirmed, Stage::Due]
+        );
+    }
+
+    /// Exhaustively: the life's main line is a path of single steps, every stage can reach the
+    /// restart only through `Deciding` then `Restarting`, and `Booting` only through a restart
+    /// (ours, or someone else's seen from quiet).
+    #[test]
+    fn the_table_of_the_life_holds_its_shape() {
+        use Stage::*;
+        let line = [
+            Quiet, Suspect, Confirmed, Due, Deciding, Restarting, Booting, Recovered, Escalated,
+        ];
+        for pair in line.windows(2) {
+            assert!(follows(pair[0], pair[1]), "{:?} -> {:?}", pair[0], pair[1]);
+        }
+        for from in Stage::ALL {
+            assert!(follows(from, from) && follows(from, Quiet), "{from:?}");
+            for to in Stage::ALL {
+                if to == Restarting && from != to {
+                    assert_eq!(
+                        follows(from, to),
+                        from == Deciding,
+                        "{from:?} -> restarting"
+                    );
+                }
+                if to == Deciding && follows(from, to) && from != to {
+                    assert!(matches!(from, Due | BackingOff), "{from:?} -> deciding");
+                }
+                if to == Escalated && follows(from, to) && from != to {
+                    assert!(matches!(from, Booting | Recovered), "{from:?} -> escalated");
+                }
+                if to == Booting && follows(from, to) && from != to {
+                    assert!(matches!(from, Restarting | Quiet), "{from:?} -> booting");
+                }
+            }
+        }
+        // Nothing skips the persistence: no stage before `Due` moves to a restart at once.
+        for from in [Quiet, Suspect, Confirmed] {
+            for to in [Deciding, Restarting] {
+                assert!(!follows(from, to), "{from:?} -> {to:?}");
+            }
+        }
+    }
+
+    /// docs/how-it-decides.md's table of the life is this table: its stages in this order, each
+    /// with exactly the stages `follows` lets it move on to.
+    #[test]
+    fn the_documented_life_is_the_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/how-it-decides.md");
+        let text = std::fs::read_to_string(path).expect("docs/how-it-decides.md");
+        let section = text
+            .split("## The life of an incident")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("the section");
+        let ticked = |cell: &str| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        };
+        let rows: Vec<(String, Vec<String>)> = section
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').collect();
+                let stage = ticked(cells[1]).remove(0);
+                let mut to = ticked(cells[3]);
+                to.sort();
+                to.dedup();
+                (stage, to)
+            })
+            .collect();
+        let code: Vec<(String, Vec<String>)> = table()
+            .into_iter()
+            .map(|(from, to)| {
+                let mut to: Vec<String> = to.iter().map(|s| s.as_str().to_string()).collect();
+                to.sort();
+                (from.as_str().to_string(), to)
+            })
+            .collect();
+        assert_eq!(rows, code);
+    }
+}
