@@ -255,6 +255,28 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(node.workers[2].values, vec![x.clone(), x, None]);
     let clock_only = c.read_workers(&[]).await.unwrap();
     assert!(clock_only.now >= node.now && clock_only.workers.is_empty());
+    // A node of many workers: its marks are read in parts (Lua's unpack has a limit), each
+    // value where it belongs across the parts' borders.
+    let many: Vec<vigil::coord::WorkerKeys> = (0..3)
+        .map(|w| vigil::coord::WorkerKeys {
+            record: k(&format!("big{w}")),
+            keys: (0..700).map(|i| k(&format!("big{w}:m{i}"))).collect(),
+        })
+        .collect();
+    for (w, i) in [(0, 0), (1, 299), (1, 300), (2, 699)] {
+        let key = k(&format!("big{w}:m{i}"));
+        c.set(&key, &format!("{w}/{i}"), Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+    let big = c.read_workers(&many).await.unwrap();
+    for (w, read) in big.workers.iter().enumerate() {
+        assert_eq!(read.values.len(), 700);
+        for (i, v) in read.values.iter().enumerate() {
+            let set = matches!((w, i), (0, 0) | (1, 299) | (1, 300) | (2, 699));
+            assert_eq!(v.clone(), set.then(|| format!("{w}/{i}")), "{w}/{i}");
+        }
+    }
 
     // A worker's own write lands in its record, stamped with the store's clock.
     let at = write_status(c, &keys, "w2", &[("state".into(), "processing".into())])

@@ -80,10 +80,13 @@ const PREFETCH_FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1
 
 /// The cycle's one read of its node (the clock, every worker's record and marks), handed to
 /// each worker's evaluation while it is as good as a read of its own: nothing asked of the
-/// coordinator since, by this cycle or anything sharing its coordinator, and younger than
-/// [`PREFETCH_FRESH_FOR`]. NB: a worker evaluated after one that acted (an incident's marks, a
-/// lock, a restart that takes minutes) is read again on its own, so no decision is ever made on
-/// a read older than the last thing the cycle did.
+/// coordinator since by this cycle (its evaluations, its trail, its alerts' claims: everything
+/// through `ctx.coord`), and younger than [`PREFETCH_FRESH_FOR`]. NB: a worker evaluated after
+/// one that acted (an incident's marks, a lock, a restart that takes minutes) is read again on
+/// its own, so no decision is made on a read older than the last thing the cycle did. Writes of
+/// other tasks (a worker's beat through the worker API, the maintenance controller) are not
+/// counted: they are what any read may miss by a moment, and before any command the pipeline
+/// reads the worker afresh and takes the node lock itself.
 struct Prefetch {
     reads: HashMap<String, WorkerRead>,
     requests: u64,

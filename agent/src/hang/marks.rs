@@ -123,10 +123,15 @@ pub(crate) struct Decoded {
 impl Decoded {
     /// What the cooldown marker says of the restart it marks (`crate::hang::policy_life`).
     pub(crate) fn claim(&self) -> Claim {
-        match self.cooldown.as_deref() {
-            None => Claim::None,
-            Some(m) if booted_after(m).is_some() => Claim::Done,
-            Some(_) => Claim::InFlight,
+        let Some(m) = self.cooldown.as_deref() else {
+            return Claim::None;
+        };
+        // A claim names the incarnation it restarts (`<ms>:<incident>:<incarnation>`); observe
+        // mode's would-restart marker (`<ms>:<incident>`) names none: nothing is in flight.
+        let claims = Stamp::parse(m).is_some_and(|s| s.rest.contains(':'));
+        match booted_after(m) {
+            None if claims => Claim::InFlight,
+            _ => Claim::Done,
         }
     }
 }
@@ -281,6 +286,26 @@ mod tests {
         assert_eq!(d.cooldown.as_deref(), Some("600:inc-1:c1:t0"));
         assert!(d.locked);
         assert_eq!(decode(&[]), Decoded::default());
+    }
+
+    #[test]
+    fn a_marker_says_whether_its_restart_is_in_flight() {
+        let c = Container {
+            id: "c1".into(),
+            started_at: "2026-12-01T00:00:00Z".into(),
+            ..Container::default()
+        };
+        let with = |m: Option<String>| Decoded {
+            cooldown: m,
+            ..Decoded::default()
+        };
+        assert_eq!(with(None).claim(), Claim::None);
+        assert_eq!(with(Some(claim(7, "inc-1", &c))).claim(), Claim::InFlight);
+        let done = format!("{}{DONE}", claim(7, "inc-1", &c));
+        assert_eq!(with(Some(done)).claim(), Claim::Done);
+        assert_eq!(with(Some(format!("7{EXTERNAL}"))).claim(), Claim::Done);
+        // Observe mode's would-restart: nothing in flight, booting for the cooldown.
+        assert_eq!(with(Some("7:inc-1".into())).claim(), Claim::Done);
     }
 
     #[test]

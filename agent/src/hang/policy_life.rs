@@ -158,34 +158,41 @@ pub(crate) fn project(marks: &Marks, effects: &[Effect], now: Millis) -> Marks {
     m
 }
 
-/// Whether `to` may follow `from` in one step of the protocol (staying is always one). The
-/// table of the life: each arm says which stages a stage moves on to, and why.
+/// Whether `to` may follow `from` in one step of the protocol (staying is always one), as a
+/// reader of the marks sees it: a pass on this node runs lock → claim → command → verify in one
+/// cycle, so a due incident's next stage is usually `booting` (`deciding` and `restarting` show
+/// while a pass is in flight, or when its instance died mid-command); anyone else's restart
+/// (an operator's, kubelet's) marks any stage `booting`; an errored worker's incident is due at
+/// once. The table of the life: each arm says which stages a stage moves on to.
 pub(crate) fn follows(from: Stage, to: Stage) -> bool {
     use Stage::*;
     if from == to || to == Quiet {
         // The data says it is fine, or the marks expired or were lost in a failover.
         return true;
     }
+    if to == Booting {
+        // A restart done: ours (from a due incident) or anyone else's (from any stage).
+        return true;
+    }
     match from {
-        Quiet => matches!(to, Suspect | Confirmed | Booting),
-        // Confirmed by a second observation; an error confirms without a sighting.
-        Suspect => matches!(to, Confirmed),
+        // A stale sighting, an incident another agent confirmed, an error due at once.
+        Quiet => matches!(to, Suspect | Confirmed | Due),
+        // Confirmed by a second observation (an error's incident is due at once).
+        Suspect => matches!(to, Confirmed | Due),
         // Persistence satisfied (held at once by a failed restart's backoff, when one runs).
         Confirmed => matches!(to, Due | BackingOff),
-        // A pass takes the lock; the time-out of a failed restart's backoff is `BackingOff`.
-        Due => matches!(to, Deciding | BackingOff),
-        BackingOff => matches!(to, Due | Deciding),
-        // The claim, or a refusal (the lock released, the incident still due or backing off).
-        Deciding => matches!(to, Restarting | Due | BackingOff),
-        // Verified (booting), or failed (the claim released: due again, backing off).
-        Restarting => matches!(to, Booting | BackingOff | Due | Confirmed),
+        // A pass takes the node lock and claims the restart; a failed restart backs off.
+        Due | BackingOff | Deciding => matches!(to, Due | BackingOff | Deciding | Restarting),
+        // Failed: the claim released, the incident due (or backing off) again, or judged by
+        // an agent that has not confirmed it.
+        Restarting => matches!(to, Due | BackingOff | Confirmed),
         // The first beat (recovered); still broken `escalate_after` later (escalated); a new
-        // hang of the new incarnation (suspect, then a new incident).
-        Booting => matches!(to, Recovered | Escalated | Suspect | Confirmed),
+        // hang of the new incarnation.
+        Booting => matches!(to, Recovered | Escalated | Suspect | Confirmed | Due),
         // Broken again after our restart: paged (escalated), or a new incident.
-        Recovered => matches!(to, Escalated | Suspect | Confirmed),
+        Recovered => matches!(to, Escalated | Suspect | Confirmed | Due),
         // A new incident of the still-broken worker.
-        Escalated => matches!(to, Suspect | Confirmed),
+        Escalated => matches!(to, Suspect | Confirmed | Due),
     }
 }
 
@@ -321,9 +328,9 @@ mod tests {
         );
     }
 
-    /// Exhaustively: the life's main line is a path of single steps, every stage can reach the
-    /// restart only through `Deciding` then `Restarting`, and `Booting` only through a restart
-    /// (ours, or someone else's seen from quiet).
+    /// Exhaustively: the life's main line is a path of single steps; a claim (`restarting`) and
+    /// a pass in flight (`deciding`) follow only a due incident; a page for a restart that did
+    /// not help (`escalated`) follows only our restart; nothing before `due` moves to a claim.
     #[test]
     fn the_table_of_the_life_holds_its_shape() {
         use Stage::*;
@@ -333,28 +340,26 @@ mod tests {
         for pair in line.windows(2) {
             assert!(follows(pair[0], pair[1]), "{:?} -> {:?}", pair[0], pair[1]);
         }
+        assert!(follows(Due, Booting), "a pass runs whole within a cycle");
+        let due = |s: Stage| matches!(s, Due | BackingOff | Deciding);
         for from in Stage::ALL {
             assert!(follows(from, from) && follows(from, Quiet), "{from:?}");
+            assert!(follows(from, Booting), "anyone's restart: {from:?}");
             for to in Stage::ALL {
-                if to == Restarting && from != to {
-                    assert_eq!(
-                        follows(from, to),
-                        from == Deciding,
-                        "{from:?} -> restarting"
-                    );
+                if from == to || !follows(from, to) {
+                    continue;
                 }
-                if to == Deciding && follows(from, to) && from != to {
-                    assert!(matches!(from, Due | BackingOff), "{from:?} -> deciding");
+                if matches!(to, Restarting | Deciding) {
+                    assert!(due(from), "{from:?} -> {to:?}");
                 }
-                if to == Escalated && follows(from, to) && from != to {
+                if to == Escalated {
                     assert!(matches!(from, Booting | Recovered), "{from:?} -> escalated");
                 }
-                if to == Booting && follows(from, to) && from != to {
-                    assert!(matches!(from, Restarting | Quiet), "{from:?} -> booting");
+                if to == Recovered {
+                    assert_eq!(from, Booting, "recovered only from booting");
                 }
             }
         }
-        // Nothing skips the persistence: no stage before `Due` moves to a restart at once.
         for from in [Quiet, Suspect, Confirmed] {
             for to in [Deciding, Restarting] {
                 assert!(!follows(from, to), "{from:?} -> {to:?}");

@@ -60,7 +60,8 @@ return 0",
 // record is the next key, its marks the count keys after it. Each record is read under pcall: a
 // key of another type is that worker's problem, not a failed cycle; a record over the bounds is
 // that worker's problem too, and never leaves the server. The marks of every worker are one
-// MGET. All keys are one node's, so one hash slot.
+// MGET (of at most 1,000 keys each: Lua's unpack has a limit near 8,000, some 470 workers). All
+// keys are one node's, so one hash slot.
 static READ_WORKERS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -74,7 +75,10 @@ for w = 3, #ARGV do
   k = k + 1 + n
 end
 local values = {}
-if #marks > 0 then values = redis.call('MGET', unpack(marks)) end
+for i = 1, #marks, 1000 do
+  local part = redis.call('MGET', unpack(marks, i, math.min(i + 999, #marks)))
+  for j = 1, #part do values[#values + 1] = part[j] end
+end
 local out = {t[1], t[2]}
 k = 1
 for w = 3, #ARGV do

@@ -29,6 +29,8 @@ pub(super) struct GangPass {
     fresh: Option<Fresh>,
     /// The decision that stands: ours from `Claim`, or another agent's found on the way.
     decision: Option<Decision>,
+    /// A read that failed after the claim was lost: the pass's error once the units are back.
+    late: Option<CoordError>,
 }
 
 /// The gang as `Revalidate` read it under the lock.
@@ -61,6 +63,7 @@ impl RestartPath<'_> {
             now,
             fresh: None,
             decision: None,
+            late: None,
         };
         let mut lease = None;
         let mut step = first(Unit::Gang);
@@ -79,7 +82,10 @@ impl RestartPath<'_> {
                     if undo.refund_caps {
                         self.refund_gang_caps(d.g, pass.now).await;
                     }
-                    break ran.map(|_| pass.decision.take());
+                    break match (ran, pass.late.take()) {
+                        (Ok(_), Some(e)) => Err(e),
+                        (ran, _) => ran.map(|_| pass.decision.take()),
+                    };
                 }
             }
         };
@@ -141,16 +147,18 @@ impl RestartPath<'_> {
                     decided: now,
                     incident: f.inc.id.clone(),
                 };
-                let won = self.claim_gang_decision(g, &ours).await?;
-                pass.decision = match won {
-                    true => Some(ours),
-                    false => self.standing_decision(g).await?,
-                };
-                Ok(match won {
-                    true => Seen::Pass,
-                    // NB: the run keeps our count (see `count_gang_fruitless`).
-                    false => Seen::Skip(Skip::Decided),
-                })
+                if self.claim_gang_decision(g, &ours).await? {
+                    pass.decision = Some(ours);
+                    return Ok(Seen::Pass);
+                }
+                // NB: lost to another agent's decision: the units go back (the run keeps our
+                // count, see `count_gang_fruitless`), whether or not the one that stands can be
+                // read now.
+                match self.standing_decision(g).await {
+                    Ok(d) => pass.decision = d,
+                    Err(e) => pass.late = Some(e),
+                }
+                Ok(Seen::Skip(Skip::Decided))
             }
             Step::Announce => {
                 self.announce_decision(case, g, &f.inc, &f.members, now)
