@@ -20,8 +20,7 @@ use crate::hang::marks::MARK_TTL;
 use crate::hang::model_gang::GangCycle;
 use crate::hang::policy_gang::Timing;
 use crate::maintenance::model::MaintenanceState;
-use crate::node::policy_info::place;
-use crate::vocab::node_info::NodeInfo;
+use crate::vocab::node_info::{place, NodeInfo};
 
 /// The record the agent last published, and when, shared with [`heartbeat_loop`].
 pub(crate) type SharedRecord = Arc<Mutex<Option<(NodeRecord, tokio::time::Instant)>>>;

@@ -37,11 +37,11 @@ use crate::hang::restart::RestartPath;
 use crate::hang::roster::Roster;
 use crate::hang::stand_down::NodeWatch;
 use crate::http::health::Health;
+use crate::maintenance::policy::SharedFacts;
 use crate::metrics::Metrics;
-use crate::node::controller::SharedFacts;
-use crate::node::info::NodeInfoRx;
 use crate::runtime::{Container, ContainerRuntime};
 use crate::trail::{Code, Trail};
+use crate::vocab::node_info::NodeInfo;
 
 pub struct Agent {
     /// The configuration, the node's keys and the adapters, shared with the restart path.
@@ -204,7 +204,7 @@ impl Agent {
 
     /// Follow the Node source (`crate::node::info`): the record carries the pool, slice,
     /// provisioning model, accelerator and TPU topology it reads.
-    pub(crate) fn with_node_info(mut self, rx: NodeInfoRx) -> Self {
+    pub(crate) fn with_node_info(mut self, rx: watch::Receiver<Option<NodeInfo>>) -> Self {
         self.watch.node_info = Some(rx);
         self
     }

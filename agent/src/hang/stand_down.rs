@@ -9,9 +9,9 @@ use crate::accel::gpu::policy as gpu_policy;
 use crate::accel::tpu::model::{TpuHealth, TpuReport};
 use crate::clock::Millis;
 use crate::config::MetadataConfig;
-use crate::node::controller::SharedFacts;
-use crate::node::info::NodeInfoRx;
+use crate::maintenance::policy::SharedFacts;
 use crate::runtime::container::Container;
+use crate::vocab::node_info::NodeInfo;
 
 /// The agent's view of the node's state, fed by other tasks.
 #[derive(Default)]
@@ -25,7 +25,7 @@ pub(crate) struct NodeWatch {
     /// TPU reports from the TPU monitor.
     pub(crate) tpu: Option<watch::Receiver<TpuReport>>,
     /// The Node as last read (pool, provisioning, accelerator, TPU topology) for the record.
-    pub(crate) node_info: Option<NodeInfoRx>,
+    pub(crate) node_info: Option<watch::Receiver<Option<NodeInfo>>>,
 }
 
 impl NodeWatch {

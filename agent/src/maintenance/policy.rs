@@ -94,6 +94,26 @@ pub(crate) fn interrupting(phase: Phase) -> bool {
     matches!(phase, Phase::Ongoing | Phase::Terminating)
 }
 
+/// What the restart path needs to know about the node's maintenance (written by the node
+/// controller, read by the hang path at each worker's evaluation).
+#[derive(Debug, Clone, Default)]
+pub struct NodeFacts {
+    pub maintenance: MaintenanceState,
+    /// When the last interrupting phase (ongoing, terminating) ended, on the coordinator's
+    /// clock: restarts stay suppressed for `metadata.settle` after it.
+    pub interruption_ended: Option<Millis>,
+}
+
+impl NodeFacts {
+    /// Whether restarts stand down at `now` (see [`stands_down`]).
+    pub fn stands_down(&self, now: Millis, m: &MetadataConfig) -> bool {
+        stands_down(&self.maintenance, self.interruption_ended, now, m)
+    }
+}
+
+/// The node's facts as the controller and the agent share them.
+pub type SharedFacts = std::sync::Arc<std::sync::RwLock<NodeFacts>>;
+
 /// Whether restarts stand down at `now`, a pure function of the maintenance state and the clock,
 /// evaluated by the restart path at every cycle and again right before the command.
 ///

@@ -10,7 +10,7 @@
 //! - GPU and TPU publishing, one path (`crate::accel::tracker::HealthTracker`, node/health.rs);
 //! - the opt-in opportunistic maintenance claim (`crate::maintenance::opportunistic`).
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -21,7 +21,7 @@ use crate::accel::tpu::model::TpuReport;
 use crate::accel::tracker::HealthTracker;
 use crate::alerts::Notifier;
 use crate::clock::{Clock, Millis, SystemClock};
-use crate::config::{Config, MetadataConfig, OnSigterm};
+use crate::config::{Config, OnSigterm};
 use crate::coord::Coordinator;
 use crate::kube::node::{EventType, NodeApi};
 use crate::kube::node_source::NodeReader;
@@ -29,16 +29,17 @@ use crate::maintenance::checkpoint::CheckpointRounds;
 use crate::maintenance::model::{Interruption, MaintenanceState, Phase, RawMetadata, Source};
 use crate::maintenance::opportunistic::{ClaimStep, Opportunistic, PodWitnesses};
 use crate::maintenance::policy::{
-    checkpoint_for, derive, event_for, going_away, interrupting, interruption_starts, stands_down,
+    checkpoint_for, derive, event_for, going_away, interrupting, interruption_starts,
 };
 use crate::maintenance::policy_idle::gpu_witness;
 use crate::maintenance::request::{Outcome, WorkerResult};
 use crate::metrics::{Metrics, NodeInfoLabels};
 use crate::node::info::NodeInfoRx;
-use crate::node::policy_info::{labels_state, merge, place};
+use crate::node::policy_info::{labels_state, merge};
 use crate::node::publisher::NodePublisher;
 use crate::runtime::ContainerRuntime;
 use crate::trail::{Code, Trail};
+use crate::vocab::node_info::place;
 use crate::vocab::node_info::NodeInfo;
 
 mod health;
@@ -55,23 +56,8 @@ const RECENT_ROUND: Duration = Duration::from_secs(60);
 /// the trail, the annotation and the Event, and the last second is the drain's guard (`app.rs`).
 const RECORD_RESERVE: Duration = Duration::from_secs(2);
 
-/// What the restart path needs to know about the node's maintenance.
-#[derive(Debug, Clone, Default)]
-pub struct NodeFacts {
-    pub maintenance: MaintenanceState,
-    /// When the last interrupting phase (ongoing, terminating) ended, on the coordinator's
-    /// clock: restarts stay suppressed for `metadata.settle` after it.
-    pub interruption_ended: Option<Millis>,
-}
-
-impl NodeFacts {
-    /// Whether restarts stand down at `now` (see [`stands_down`]).
-    pub fn stands_down(&self, now: Millis, m: &MetadataConfig) -> bool {
-        stands_down(&self.maintenance, self.interruption_ended, now, m)
-    }
-}
-
-pub type SharedFacts = Arc<RwLock<NodeFacts>>;
+// The facts the restart path reads, maintenance's (re-exported: the controller writes them).
+pub use crate::maintenance::policy::{NodeFacts, SharedFacts};
 
 /// A checkpoint round's reason and per-worker results.
 type RoundResult = (&'static str, Vec<WorkerResult>);
@@ -643,7 +629,7 @@ async fn node_changed(rx: &mut Option<NodeInfoRx>) -> Option<NodeInfo> {
 
 /// The node as the trail notes it: `pool P (fleet.pool|Node label), slice S, provisioning …,
 /// accelerator …, TPU topology …`.
-fn describe(cfg: &Config, p: &crate::node::policy_info::Place, info: &NodeInfo) -> String {
+fn describe(cfg: &Config, p: &crate::vocab::node_info::Place, info: &NodeInfo) -> String {
     let or_dash = |s: &str| {
         if s.is_empty() {
             "-".to_string()

@@ -1,14 +1,13 @@
 //! The Node's labels as sources (pure): what GKE's labels, taints and allocatable resources say
 //! about the node ([`parse`]), the maintenance state GKE's own signals stand for
 //! ([`labels_state`]), how that state joins the metadata server's ([`merge`]: the worse of the
-//! two, so the label source never clears what the metadata source says), and the node's place in
-//! the fleet ([`place`]: `fleet.pool`/`fleet.slice` when set, else the labels).
+//! two, so the label source never clears what the metadata source says). The node's place in the
+//! fleet (`fleet.pool`/`fleet.slice` when set, else the labels) is `crate::vocab::node_info::place`.
 //!
 //! The keys, and where GKE documents them, are listed in docs/kubernetes.md ("GKE's node labels").
 
 use crate::accel::tpu::policy::allocatable_chips;
 use crate::clock::{parse_rfc3339, rfc3339, Millis};
-use crate::config::FleetConfig;
 use crate::maintenance::model::{Interruption, MaintenanceState, Phase, Source};
 use crate::vocab::node_info::TPU_RESOURCE;
 use crate::vocab::node_info::{GkeMaintenance, NodeInfo, Provisioning, RawNode, TpuTopology};
@@ -331,34 +330,6 @@ pub(crate) fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> M
         interruption: worse.interruption.or(other.interruption),
         sources,
     }
-}
-
-/// The node's pool and slice for the fleet view and opportunistic maintenance.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Place {
-    /// Empty when neither the config nor the Node names one.
-    pub(crate) pool: String,
-    /// Empty when the node belongs to no slice.
-    pub(crate) slice: String,
-}
-
-/// `fleet.pool` when set (an explicit override), else the Node's pool label; `fleet.slice` when
-/// set, else the pool when the node is one host of a multi-host TPU slice (GKE makes each such
-/// slice a node pool of its own), else none.
-pub(crate) fn place(fleet: &FleetConfig, info: Option<&NodeInfo>) -> Place {
-    let pool = if fleet.pool.is_empty() {
-        info.and_then(|i| i.pool.clone()).unwrap_or_default()
-    } else {
-        fleet.pool.clone()
-    };
-    let slice = if !fleet.slice.is_empty() {
-        fleet.slice.clone()
-    } else if info.is_some_and(|i| i.multi_host_tpu == Some(true)) {
-        pool.clone()
-    } else {
-        String::new()
-    };
-    Place { pool, slice }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 use super::*;
-use crate::vocab::node_info::NodeTaint;
+use crate::config::FleetConfig;
+use crate::vocab::node_info::{place, NodeTaint, Place};
 
 fn raw(labels: &[(&str, &str)]) -> RawNode {
     RawNode {

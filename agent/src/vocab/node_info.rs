@@ -147,3 +147,31 @@ impl NodeInfo {
 
 /// The extended resource GKE's TPU device plugin advertises, one per chip.
 pub(crate) const TPU_RESOURCE: &str = "google.com/tpu";
+
+/// The node's pool and slice for the fleet view and opportunistic maintenance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Place {
+    /// Empty when neither the config nor the Node names one.
+    pub(crate) pool: String,
+    /// Empty when the node belongs to no slice.
+    pub(crate) slice: String,
+}
+
+/// `fleet.pool` when set (an explicit override), else the Node's pool label; `fleet.slice` when
+/// set, else the pool when the node is one host of a multi-host TPU slice (GKE makes each such
+/// slice a node pool of its own), else none.
+pub(crate) fn place(fleet: &crate::config::FleetConfig, info: Option<&NodeInfo>) -> Place {
+    let pool = if fleet.pool.is_empty() {
+        info.and_then(|i| i.pool.clone()).unwrap_or_default()
+    } else {
+        fleet.pool.clone()
+    };
+    let slice = if !fleet.slice.is_empty() {
+        fleet.slice.clone()
+    } else if info.is_some_and(|i| i.multi_host_tpu == Some(true)) {
+        pool.clone()
+    } else {
+        String::new()
+    };
+    Place { pool, slice }
+}
