@@ -316,8 +316,9 @@ pub(crate) struct Retry {
     pub(crate) not_before: Millis,
 }
 
-/// A worker's incident timer (`"<start_ms>:<incident_id>"`, a [`Stamp`]).
-#[derive(Debug, Clone, PartialEq)]
+/// An incident timer (`"<start_ms>:<incident_id>"`, a [`Stamp`]): a worker's, or a gang's
+/// (`crate::hang::model_gang::GangIncident`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Incident {
     pub(crate) started: Millis,
     pub(crate) id: String,

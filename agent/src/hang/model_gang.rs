@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{Millis, Stamp};
-use crate::hang::model::Fruitless;
+use crate::hang::model::{Fruitless, Incident};
 
 /// What a member is doing, as its record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,12 +97,9 @@ pub(crate) fn tag(gang: &str, size: Option<u32>) -> String {
     }
 }
 
-/// A gang incident: the collective stopped (`"<start_ms>:<incident_id>"`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GangIncident {
-    pub(crate) started: Millis,
-    pub(crate) id: String,
-}
+/// A gang incident: the collective stopped. The same timer as a worker's incident
+/// (`"<start_ms>:<incident_id>"`), under the gang's key.
+pub(crate) type GangIncident = Incident;
 
 /// The gang's restart decision for an incident (`"<decided_ms>:<incident_id>"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,18 +117,6 @@ pub(crate) struct GangState {
     pub(crate) restarted: Option<Millis>,
     /// The gang's restarts in a row that brought no member past where it stopped.
     pub(crate) fruitless: Option<Fruitless>,
-}
-
-impl GangIncident {
-    pub(crate) fn decode(s: &str) -> Option<GangIncident> {
-        Stamp::parse(s).map(|s| GangIncident {
-            started: s.at,
-            id: s.rest,
-        })
-    }
-    pub(crate) fn encode(&self) -> String {
-        Stamp::new(self.started, &self.id).to_string()
-    }
 }
 
 impl Decision {

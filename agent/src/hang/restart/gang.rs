@@ -379,10 +379,7 @@ impl RestartPath<'_> {
         let Some(ginc) = &state.incident else {
             return Ok(());
         };
-        let inc = Incident {
-            started: ginc.started,
-            id: ginc.id.clone(),
-        };
+        let inc = ginc.clone();
         let v = match case.status.map(|s| &s.state) {
             Some(WorkerState::Error) => Verdict::Errored,
             _ => Verdict::Hung,
