@@ -86,16 +86,20 @@ impl RestartPath<'_> {
             marks::claim(booted_after, &act.inc.id, c),
             marks::DONE
         );
-        // NB: the time lost is kept before the marker goes up: the first beat may be seen by
-        // another instance the moment it does.
+        // NB: the time lost is kept, and the run of fruitless restarts settled (the old
+        // incarnation's last step taken in, the line drawn at the verification), before the
+        // marker goes up: the first beat may be seen by another instance the moment it does,
+        // and a marker whose write lost its reply leaves no later moment to settle the run in
+        // (the simulation's seed 89191: a run settled after the marker was never settled, and
+        // the new incarnation's beats short of the old one's last step ended it).
         self.count_lost(act, started, verified).await?;
+        if act.gang.is_none() {
+            self.settle_fruitless(w, verified, true).await;
+        }
         self.ctx
             .coord
             .set(&k.cooldown(w), &marker, cooldown)
             .await?;
-        if act.gang.is_none() {
-            self.settle_fruitless(w, verified, true).await;
-        }
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let detail = self.restarted_detail(act, call_error, started, done);
