@@ -1,6 +1,6 @@
 //! The restart caps, in one place: the node's circuit breaker for the UTC day and the fleet's
-//! budget for the window — their keys, their rules (pure: `breaker_open`, `budget_exhausted`,
-//! on the coordinator's clock) and their counters. Each unit is one atomic capped increment,
+//! budget for the window — their keys, their rules (pure: `Caps::breaker_open`,
+//! `Caps::budget_exhausted`, on the coordinator's clock) and their counters. Each unit is one atomic capped increment,
 //! taken immediately before the command (never at pipeline start: a run that fails earlier must
 //! not consume budget), and given back for a restart that did not run. The heartbeat reads both
 //! counters in its one batch ([`Caps::counter_ops`]) for the metrics.
@@ -25,16 +25,6 @@ pub(crate) fn breaker_day(now: Millis) -> String {
 /// The fleet budget's window number: windows of `window` length since the epoch.
 pub(crate) fn fleet_window(now: Millis, window: Duration) -> i64 {
     now.div_euclid(ms(window).max(1))
-}
-
-/// Whether `used` restarts today open the breaker.
-pub(crate) fn breaker_open(used: u64, s: &SafetyConfig) -> bool {
-    !s.breaker_disabled && used >= u64::from(s.breaker_per_day)
-}
-
-/// Whether the fleet budget of this window is used up (a budget of 0 means no fleet cap).
-pub(crate) fn budget_exhausted(used: u64, s: &SafetyConfig) -> bool {
-    s.fleet_budget > 0 && used >= u64::from(s.fleet_budget)
 }
 
 /// Which breaker a restart counts against: a restart unit's own. One worker's restart takes a
@@ -92,6 +82,17 @@ impl<'a> Caps<'a> {
         }
     }
 
+    /// Whether `used` restarts today open the breaker (never, when it is off).
+    pub(crate) fn breaker_open(&self, used: u64) -> bool {
+        self.per_day().is_some_and(|cap| used >= u64::from(cap))
+    }
+
+    /// Whether the fleet budget of this window is used up (a budget of 0 means no fleet cap).
+    pub(crate) fn budget_exhausted(&self, used: u64) -> bool {
+        let budget = self.fleet_budget();
+        budget > 0 && used >= u64::from(budget)
+    }
+
     /// The breaker's counter for the day of `now`.
     pub(crate) fn breaker_key(&self, now: Millis) -> String {
         let day = breaker_day(now);
@@ -124,22 +125,21 @@ impl<'a> Caps<'a> {
     /// The values of [`Caps::counter_ops`]: the breaker's (used, open) and the budget's (used,
     /// exhausted; `(0, false)` without a fleet cap).
     pub(crate) fn read(&self, values: &[u64]) -> ((u64, bool), (u64, bool)) {
-        let s = self.safety;
         let at = |i: usize| values.get(i).copied().unwrap_or(0);
         let (breaker, budget) = (at(0), at(1));
         (
-            (breaker, breaker_open(breaker, s)),
-            (budget, budget_exhausted(budget, s)),
+            (breaker, self.breaker_open(breaker)),
+            (budget, self.budget_exhausted(budget)),
         )
     }
 
     /// Whether the breaker would let a restart through now; nothing is taken.
     pub(crate) async fn breaker_free(&self, now: Millis) -> Result<bool, CoordError> {
-        let Some(cap) = self.per_day() else {
+        if self.per_day().is_none() {
             return Ok(true);
-        };
+        }
         let used = self.coord.counter(&self.breaker_key(now)).await?;
-        Ok(used < u64::from(cap))
+        Ok(!self.breaker_open(used))
     }
 
     /// Whether the fleet budget would let a restart through now; nothing is taken.
@@ -148,7 +148,7 @@ impl<'a> Caps<'a> {
             return Ok(true);
         }
         let used = self.coord.counter(&self.budget_key(now)).await?;
-        Ok(!budget_exhausted(used, self.safety))
+        Ok(!self.budget_exhausted(used))
     }
 
     /// Take the breaker's unit; `false` when the breaker refuses (nothing taken then).
@@ -220,14 +220,20 @@ mod tests {
             fleet_budget: 2,
             ..SafetyConfig::default()
         };
-        assert!(!breaker_open(2, &s) && breaker_open(3, &s));
-        assert!(!budget_exhausted(1, &s) && budget_exhausted(2, &s));
+        let keys = Keys::new("p", "n");
+        let coord = crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
+            crate::clock::FakeClock::at(0),
+        ));
+        let caps = Caps::node(&coord, &keys, &s);
+        assert!(!caps.breaker_open(2) && caps.breaker_open(3));
+        assert!(!caps.budget_exhausted(1) && caps.budget_exhausted(2));
         let off = SafetyConfig {
             breaker_disabled: true,
             fleet_budget: 0,
             ..s
         };
-        assert!(!breaker_open(100, &off) && !budget_exhausted(100, &off));
+        let caps = Caps::node(&coord, &keys, &off);
+        assert!(!caps.breaker_open(100) && !caps.budget_exhausted(100));
     }
 
     #[test]

@@ -402,11 +402,11 @@ impl<'a> dyn Coordinator + 'a {
             keys: keys.to_vec(),
         };
         let read = self.read_workers(std::slice::from_ref(&one)).await?;
-        Ok(read.workers.into_iter().next().unwrap_or(WorkerRead {
-            now: read.now,
-            record: Ok(HashMap::new()),
-            values: Vec::new(),
-        }))
+        // `read_workers` answered one read per worker asked, or failed.
+        read.workers
+            .into_iter()
+            .next()
+            .ok_or_else(|| mismatch(self, "worker read", Reply::Workers(NodeRead::default())))
     }
 
     /// Set unconditionally with a TTL.

@@ -123,6 +123,21 @@ impl WorkerStatus {
         Self::read(fields, None)
     }
 
+    /// A `processing` record with `heartbeat` and nothing else.
+    pub(crate) fn processing(heartbeat: Option<Millis>) -> WorkerStatus {
+        WorkerStatus {
+            state: WorkerState::Processing,
+            heartbeat,
+            job: None,
+            progress: None,
+            grace: None,
+            alert_only: false,
+            rank: None,
+            gang: None,
+            checkpoint_step: None,
+        }
+    }
+
     /// The ranks of a container whose processes each publish their own fields (`ranks = N`,
     /// then `state@r`, `heartbeat@r`, `progress@r`, `grace@r` for r in 0..N; `job` and
     /// `restarts` are the container's). `None` for an ordinary one-process record. A rank that
@@ -131,17 +146,7 @@ impl WorkerStatus {
         let n = ranks(fields)?;
         let mut out = Vec::with_capacity(n as usize);
         for r in 0..n {
-            let mut s = Self::read(fields, Some(r)).unwrap_or(WorkerStatus {
-                state: WorkerState::Processing,
-                heartbeat: None,
-                job: None,
-                progress: None,
-                grace: None,
-                alert_only: false,
-                rank: None,
-                gang: None,
-                checkpoint_step: None,
-            });
+            let mut s = Self::read(fields, Some(r)).unwrap_or(WorkerStatus::processing(None));
             s.job = s.job.or_else(|| Self::text(fields, "job"));
             s.alert_only |= Self::alert_only(fields);
             s.rank = Some((r, n));

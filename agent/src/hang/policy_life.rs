@@ -294,20 +294,10 @@ mod tests {
     /// cycle leaves is the life's next step, never a jump the table does not allow.
     #[test]
     fn a_hang_walked_through_the_plan_moves_one_step_at_a_time() {
-        use crate::hang::model::{WorkerState, WorkerStatus};
+        use crate::hang::model::WorkerStatus;
         use crate::hang::policy::{plan, verdict, NodeContext};
         let c = cfg();
-        let status = WorkerStatus {
-            state: WorkerState::Processing,
-            heartbeat: Some(0),
-            job: None,
-            progress: None,
-            grace: None,
-            alert_only: false,
-            rank: None,
-            gang: None,
-            checkpoint_step: None,
-        };
+        let status = WorkerStatus::processing(Some(0));
         let mut marks = Marks::default();
         let mut seen = vec![Stage::Quiet];
         for t in (0..=400).step_by(15) {

@@ -15,14 +15,7 @@ fn cfg() -> PolicyConfig {
 fn rec(state: WorkerState, hb: Millis) -> WorkerStatus {
     WorkerStatus {
         state,
-        heartbeat: Some(hb),
-        job: None,
-        progress: None,
-        grace: None,
-        alert_only: false,
-        rank: None,
-        gang: None,
-        checkpoint_step: None,
+        ..WorkerStatus::processing(Some(hb))
     }
 }
 
