@@ -279,6 +279,13 @@ impl CriRuntime {
             .containers)
     }
 
+    /// Whether the container is known to have exited (a failed read is not an exit).
+    async fn exited(&self, id: &str) -> bool {
+        let exited = ContainerState::ContainerExited as i32;
+        matches!(self.status(id, false).await,
+            Ok(Some(r)) if r.status.as_ref().is_some_and(|s| s.state == exited))
+    }
+
     /// The container's status (log path, host PID with `verbose`); `None` when it is gone.
     async fn status(
         &self,
@@ -588,9 +595,16 @@ impl ContainerRuntime for CriRuntime {
         // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
         // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
         let d = stop_grace + self.s.call_timeout.max(STOP_MARGIN);
-        within(d, self.client().stop_container(request(req, d)))
-            .await
-            .map_err(|e| self.classify_within("restart", &target.id, e, d))?;
+        if let Err(e) = within(d, self.client().stop_container(request(req, d))).await {
+            // NB: a worker that exits at once on SIGTERM can take its shim with it while
+            // containerd is still in the kill (`ttrpc: closed`): the call fails, yet the container
+            // stopped. What counts is the container's state, read again; kubelet's next attempt
+            // follows as after any stop.
+            if !self.exited(&target.id).await {
+                return Err(self.classify_within("restart", &target.id, e, d));
+            }
+            tracing::debug!(container = %target.id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
+        }
         loop {
             match self.successor(target).await? {
                 Some(next) if next.id != target.id && next.running => return Ok(()),
