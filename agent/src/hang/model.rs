@@ -373,6 +373,96 @@ impl Episode {
     }
 }
 
+/// The verdict on one worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Fresh heartbeat, or not processing: nothing to do.
+    Healthy,
+    /// Stale heartbeat seen once: wait for the confirming observation.
+    Suspect,
+    /// Stale heartbeat while processing, confirmed by a second observation.
+    Hung,
+    /// In state `error`, not yet for `error_for`.
+    ErrorPending,
+    /// In state `error` for at least `error_for`.
+    Errored,
+    /// No usable status record: alert only (the machine may be rebooting or off on purpose).
+    Unreachable,
+    /// Fresh heartbeat but the progress marker has not moved for `stalled_after`: alert only.
+    Stalled,
+    /// A cooldown marker exists: this is our own restart booting, not a new incident.
+    Booting,
+    /// The node has a maintenance or preemption notice: checkpoint path, never a restart.
+    InMaintenance,
+    /// Would be hung or errored, but the GPU under it has failed: a restart cannot fix hardware.
+    GpuFailed,
+    /// Would be hung or errored, but the node's TPU has failed: a restart cannot fix hardware.
+    TpuFailed,
+    /// The container is paused by someone (`docker pause`): their decision, alert only.
+    Paused,
+    /// The container has exited: alert once, never started by Vigil (someone stopped it, or the
+    /// runtime's restart policy decides).
+    Exited,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 13] = [
+        Verdict::Healthy,
+        Verdict::Suspect,
+        Verdict::Hung,
+        Verdict::ErrorPending,
+        Verdict::Errored,
+        Verdict::Unreachable,
+        Verdict::Stalled,
+        Verdict::Booting,
+        Verdict::InMaintenance,
+        Verdict::GpuFailed,
+        Verdict::TpuFailed,
+        Verdict::Paused,
+        Verdict::Exited,
+    ];
+
+    /// Stable name for logs, the trail and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Healthy => "healthy",
+            Verdict::Suspect => "suspect",
+            Verdict::Hung => "hung",
+            Verdict::ErrorPending => "error-pending",
+            Verdict::Errored => "errored",
+            Verdict::Unreachable => "unreachable",
+            Verdict::Stalled => "stalled",
+            Verdict::Booting => "booting",
+            Verdict::InMaintenance => "in-maintenance",
+            Verdict::GpuFailed => "gpu-failed",
+            Verdict::TpuFailed => "tpu-failed",
+            Verdict::Paused => "paused",
+            Verdict::Exited => "exited",
+        }
+    }
+
+    /// The verdict of a stable name ([`Verdict::as_str`]).
+    pub fn from_name(name: &str) -> Option<Verdict> {
+        Verdict::ALL.into_iter().find(|v| v.as_str() == name)
+    }
+
+    /// A verdict another agent wrote (a gang member's entry): a name this build does not know
+    /// (a newer agent's) reads as `Unreachable` — neither stopped nor booting, so it blocks a
+    /// gang restart rather than joining one it cannot judge.
+    pub(crate) fn read_lenient<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Verdict, D::Error> {
+        let name = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        Ok(Verdict::from_name(&name).unwrap_or(Verdict::Unreachable))
+    }
+}
+
+impl serde::Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

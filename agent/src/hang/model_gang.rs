@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{Millis, Stamp};
-use crate::hang::model::{Fruitless, Incident};
+use crate::hang::model::{Fruitless, Incident, Verdict};
 
 /// What a member is doing, as its record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,8 +32,8 @@ pub(crate) struct Member {
     #[serde(rename = "w")]
     pub(crate) worker: String,
     /// Its own agent's verdict on it (`hung`, `suspect`, `booting`…).
-    #[serde(rename = "v")]
-    pub(crate) verdict: String,
+    #[serde(rename = "v", deserialize_with = "Verdict::read_lenient")]
+    pub(crate) verdict: Verdict,
     #[serde(rename = "s")]
     pub(crate) activity: Activity,
     /// Its last heartbeat (the coordinator's clock): its last progress.

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
+pub use crate::hang::model::Verdict;
 use crate::hang::model::{Episode, Marks, WorkerState, WorkerStatus};
 
 /// Who acts on a verdict.
@@ -80,75 +81,6 @@ pub(crate) struct NodeContext {
     pub(crate) container_exited: bool,
     /// When the worker's container started (ms, the node's clock), when the runtime says.
     pub(crate) container_started: Option<Millis>,
-}
-
-/// The verdict on one worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verdict {
-    /// Fresh heartbeat, or not processing: nothing to do.
-    Healthy,
-    /// Stale heartbeat seen once: wait for the confirming observation.
-    Suspect,
-    /// Stale heartbeat while processing, confirmed by a second observation.
-    Hung,
-    /// In state `error`, not yet for `error_for`.
-    ErrorPending,
-    /// In state `error` for at least `error_for`.
-    Errored,
-    /// No usable status record: alert only (the machine may be rebooting or off on purpose).
-    Unreachable,
-    /// Fresh heartbeat but the progress marker has not moved for `stalled_after`: alert only.
-    Stalled,
-    /// A cooldown marker exists: this is our own restart booting, not a new incident.
-    Booting,
-    /// The node has a maintenance or preemption notice: checkpoint path, never a restart.
-    InMaintenance,
-    /// Would be hung or errored, but the GPU under it has failed: a restart cannot fix hardware.
-    GpuFailed,
-    /// Would be hung or errored, but the node's TPU has failed: a restart cannot fix hardware.
-    TpuFailed,
-    /// The container is paused by someone (`docker pause`): their decision, alert only.
-    Paused,
-    /// The container has exited: alert once, never started by Vigil (someone stopped it, or the
-    /// runtime's restart policy decides).
-    Exited,
-}
-
-impl Verdict {
-    pub const ALL: [Verdict; 13] = [
-        Verdict::Healthy,
-        Verdict::Suspect,
-        Verdict::Hung,
-        Verdict::ErrorPending,
-        Verdict::Errored,
-        Verdict::Unreachable,
-        Verdict::Stalled,
-        Verdict::Booting,
-        Verdict::InMaintenance,
-        Verdict::GpuFailed,
-        Verdict::TpuFailed,
-        Verdict::Paused,
-        Verdict::Exited,
-    ];
-
-    /// Stable name for logs, the trail and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Healthy => "healthy",
-            Verdict::Suspect => "suspect",
-            Verdict::Hung => "hung",
-            Verdict::ErrorPending => "error-pending",
-            Verdict::Errored => "errored",
-            Verdict::Unreachable => "unreachable",
-            Verdict::Stalled => "stalled",
-            Verdict::Booting => "booting",
-            Verdict::InMaintenance => "in-maintenance",
-            Verdict::GpuFailed => "gpu-failed",
-            Verdict::TpuFailed => "tpu-failed",
-            Verdict::Paused => "paused",
-            Verdict::Exited => "exited",
-        }
-    }
 }
 
 /// True when the record shows a working worker (any state but `idle` and `error`) whose

@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::clock::{human, ms, Millis};
 use crate::config::{Config, GangAction, StragglerAction};
 use crate::hang::model_gang::{Activity, Decision, GangState, Member};
+use crate::hang::policy::Verdict;
 
 /// The durations the gang's rules use, from the configuration (and the one count: how many
 /// restarts in a row may bring no progress).
@@ -97,7 +98,7 @@ impl GangVerdict {
 
 /// Its own agent confirmed it hung or errored.
 pub(crate) fn stopped(m: &Member) -> bool {
-    matches!(m.verdict.as_str(), "hung" | "errored")
+    matches!(m.verdict, Verdict::Hung | Verdict::Errored)
 }
 
 /// Working, with a heartbeat inside its allowed silence.
@@ -215,7 +216,7 @@ fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<Stri
             "{id}: idle (not part of the stopped collective, and never restarted: a person decides)"
         ));
     }
-    if m.verdict == "booting" {
+    if m.verdict == Verdict::Booting {
         // NB: its own cooldown refuses the restart: deciding now would leave it out (the
         // simulation's seed 1002: a member restarted late, then left out of the next wave).
         return Some(format!(
@@ -223,16 +224,16 @@ fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<Stri
         ));
     }
     let cannot = [
-        "paused",
-        "exited",
-        "gpu-failed",
-        "tpu-failed",
-        "in-maintenance",
-        "unreachable",
+        Verdict::Paused,
+        Verdict::Exited,
+        Verdict::GpuFailed,
+        Verdict::TpuFailed,
+        Verdict::InMaintenance,
+        Verdict::Unreachable,
     ];
     cannot
-        .contains(&m.verdict.as_str())
-        .then(|| format!("{id}: {}", m.verdict))
+        .contains(&m.verdict)
+        .then(|| format!("{id}: {}", m.verdict.as_str()))
 }
 
 /// Whether the gang's open incident is over: its restart was decided and every member has beaten
@@ -372,7 +373,7 @@ pub(crate) fn executable(d: &Decision, own: &Member, now: Millis, t: &Timing) ->
     // new incarnation never beat is booting until its cooldown ends, and must not then read as
     // still owed the same decision's restart (review: a second restart, alone).
     now - d.decided < t.cooldown
-        && own.verdict != "booting"
+        && own.verdict != Verdict::Booting
         && !progressing(own, now)
         && own.heartbeat.is_none_or(|hb| hb < d.decided)
 }

@@ -20,7 +20,7 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
     Member {
         node: n.into(),
         worker: "rank".into(),
-        verdict: verdict.into(),
+        verdict: Verdict::from_name(verdict).expect("a verdict's name"),
         activity: Activity::Working,
         heartbeat: Some(hb),
         step: None,
@@ -192,7 +192,7 @@ fn the_decision_waits_for_restart_delay_then_every_member_executes_once() {
     );
     // Restarted (booting), or beaten since the decision: never a second time.
     let mut booting = gang[1].clone();
-    booting.verdict = "booting".into();
+    booting.verdict = Verdict::Booting;
     assert!(!executable(
         decided.decision.as_ref().unwrap(),
         &booting,
@@ -370,4 +370,27 @@ fn entries_round_trip_in_their_short_form() {
         GangState::decode(&[Some("junk".into())]),
         GangState::default()
     );
+}
+
+#[test]
+fn a_member_s_verdict_is_typed_and_a_name_this_build_does_not_know_blocks() {
+    let now = 1_000 * S;
+    let t = timing();
+    let hung = m("a", "hung", now - 300 * S, now);
+    let text = serde_json::to_value(&hung).unwrap();
+    assert_eq!(text["v"], "hung", "written by its stable name");
+    let back: Member = serde_json::from_value(text.clone()).unwrap();
+    assert_eq!(back, hung);
+    // A newer agent's verdict: neither stopped nor booting, and it blocks the gang's restart.
+    let mut newer = text;
+    newer["v"] = "degraded-nvlink".into();
+    let newer: Member = serde_json::from_value(newer).unwrap();
+    assert_eq!(newer.verdict, Verdict::Unreachable);
+    assert!(!stopped(&newer));
+    let why = blockers(&[newer], Some(1), now, &t);
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert!(why[0].contains("unreachable"), "{why:?}");
+    for v in Verdict::ALL {
+        assert_eq!(Verdict::from_name(v.as_str()), Some(v));
+    }
 }

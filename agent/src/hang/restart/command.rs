@@ -35,7 +35,9 @@ impl RestartPath<'_> {
         // NB: not a gang member's: its restart is the gang's, and one member left out would
         // break the job's rendezvous (a gang's run is judged as the gang's).
         let max = self.ctx.cfg.policy.max_fruitless_restarts;
-        if act.gang.is_none() && policy_fruitless::blocks(act.case.marks, act.case.status, max) {
+        if act.mandate.decided_here()
+            && policy_fruitless::blocks(act.case.marks, act.case.status, max)
+        {
             self.fruitless(act, now).await?;
             return Ok(Some(Skip::Fruitless));
         }
@@ -176,7 +178,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         // A gang member's restart: the gang's `restarting` page went out with its decision.
-        if act.gang.is_some() {
+        if !act.mandate.decided_here() {
             return Ok(());
         }
         let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
@@ -211,7 +213,7 @@ impl RestartPath<'_> {
         let cfg = &self.ctx.cfg.policy;
         let now = fresh.now;
         let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
-        if let (Ok(()), Some(order)) = (checked, act.gang) {
+        if let (Ok(()), Some(order)) = (checked, act.mandate.order()) {
             // NB: the gang's decision, read again: a closed or replaced incident restarts nobody;
             // and a member already restarted since the decision is never restarted for it again.
             if marks

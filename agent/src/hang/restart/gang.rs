@@ -20,7 +20,7 @@ use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing}
 use crate::trail::Code;
 
 use super::gang_decision::Deciding;
-use super::{Act, Case, GangOrder, RestartPath};
+use super::{Act, Case, GangOrder, Mandate, RestartPath};
 
 /// Where a gang step runs: the gang, this agent's member (as the view has it), the members
 /// present, and the member's own incident (for a straggler restarted alone).
@@ -60,7 +60,7 @@ impl RestartPath<'_> {
         let m = Member {
             node: self.ctx.keys.node().to_string(),
             worker: case.c.worker.clone(),
-            verdict: case.v.as_str().to_string(),
+            verdict: case.v,
             activity,
             heartbeat: s.heartbeat,
             step: policy_fruitless::position(Some(s)),
@@ -394,7 +394,7 @@ impl RestartPath<'_> {
             case: &member,
             inc: &inc,
             since,
-            gang: Some(&order),
+            mandate: Mandate::Gang(&order),
         };
         self.run_pipeline(&act, now).await
     }

@@ -13,7 +13,7 @@ impl RestartPath<'_> {
     /// restart the breaker only (the gang took the fleet unit for all its members).
     pub(super) fn caps<'s>(&'s self, act: &'s Act<'_>) -> Caps<'s> {
         Caps {
-            fleet: act.gang.is_none(),
+            fleet: act.mandate.decided_here(),
             ..Caps::node(
                 self.ctx.coord.as_ref(),
                 &self.ctx.keys,

@@ -118,8 +118,36 @@ struct Act<'a> {
     inc: &'a Incident,
     /// When the broken condition began.
     since: Millis,
-    /// A gang member's restart: the gang's decision it carries out.
-    gang: Option<&'a GangOrder>,
+    /// Whose decision the pass carries out.
+    mandate: Mandate<'a>,
+}
+
+/// Whose decision a pass carries out, and so what it still owes. A worker's own incident decides
+/// its restart: the pass judges the worker's run of fruitless restarts, takes the fleet's unit
+/// beside the node's breaker, and sends the `restarting` page. A gang member carries out its
+/// gang's decision: the gang judged its run, took the fleet's unit and paged once for all its
+/// members, and the pass checks at the last moment that the decision still stands.
+#[derive(Clone, Copy)]
+enum Mandate<'a> {
+    Own,
+    Gang(&'a GangOrder),
+}
+
+impl<'a> Mandate<'a> {
+    /// The pass decided the restart itself: the worker's run of fruitless restarts, the fleet's
+    /// unit and the page are its own (a gang's are the gang's: a count left on a member would
+    /// follow its worker id into its next, unrelated job).
+    fn decided_here(self) -> bool {
+        matches!(self, Mandate::Own)
+    }
+
+    /// The decision to read again at the last moment, when it was taken elsewhere.
+    fn order(self) -> Option<&'a GangOrder> {
+        match self {
+            Mandate::Own => None,
+            Mandate::Gang(o) => Some(o),
+        }
+    }
 }
 
 /// What a gang member's restart carries: the gang's decision (revalidated at the last moment).
@@ -465,7 +493,7 @@ impl RestartPath<'_> {
                     case,
                     inc,
                     since,
-                    gang: None,
+                    mandate: Mandate::Own,
                 };
                 self.run_pipeline(&act, now).await
             }

@@ -93,7 +93,7 @@ impl RestartPath<'_> {
         // (the simulation's seed 89191: a run settled after the marker was never settled, and
         // the new incarnation's beats short of the old one's last step ended it).
         self.count_lost(act, started, verified).await?;
-        if act.gang.is_none() {
+        if act.mandate.decided_here() {
             self.settle_fruitless(w, verified, true).await;
         }
         self.ctx
@@ -319,7 +319,7 @@ impl RestartPath<'_> {
     /// run as it was before the claim. Best-effort: a count left too high stops restarts one
     /// early, never one late.
     pub(super) async fn restore_fruitless(&self, act: &Act<'_>) {
-        if act.gang.is_some() {
+        if !act.mandate.decided_here() {
             return;
         }
         let key = self.ctx.keys.fruitless(act.case.worker());
@@ -366,9 +366,7 @@ impl RestartPath<'_> {
         }];
         // NB: counted at the claim, like the restart record: a restart whose verification never
         // comes (we die mid-command) still counts, and one that does not run is given back.
-        // NB: not a gang member's: the gang's restarts are judged as the gang's, and a count
-        // left here would follow the worker id into its next, unrelated job.
-        if act.gang.is_none() {
+        if act.mandate.decided_here() {
             let mut run = policy_fruitless::after_restart(act.case.marks, act.case.status, now);
             // NB: a beat that counts as progress must be the new incarnation's; the old one may
             // beat until the command, which runs while the lock holds (the claim checked its
