@@ -553,7 +553,7 @@ async fn a_bad_record_is_that_workers_problem_only() {
     use common::fakes::{FakeRuntime, RecordingSink};
     use vigil::alerts::{AlertKind, Notifier};
     use vigil::config::Config;
-    use vigil::hang::agent::Agent;
+    use vigil::cycle::agent::Agent;
     use vigil::metrics::Metrics;
     let url = shared_redis_url();
     let prefix = unique("badrec");
@@ -687,7 +687,7 @@ async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
     use common::fakes::{FakeRuntime, RecordingSink};
     use vigil::alerts::Notifier;
     use vigil::config::{Config, RedisMode};
-    use vigil::hang::agent::Agent;
+    use vigil::cycle::agent::Agent;
     use vigil::metrics::Metrics;
     let s = Sentinel::start();
     let prefix = unique("fo");

@@ -21,7 +21,7 @@ use vigil::clock::{Clock, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::kube::podresources::PodResourcesClient;
 use vigil::kube::pods::{PodApi, RestartPolicy};
 use vigil::metrics::Metrics;

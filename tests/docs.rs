@@ -27,10 +27,10 @@ use vigil::config::{Config, KubernetesConfig};
 use vigil::coord::Keys;
 use vigil::hang::policy::Action;
 use vigil::hang::policy::Verdict;
-use vigil::maintenance::model::{MaintenanceState, Phase};
 use vigil::maintenance::policy::{event_for, node_desired};
 use vigil::metrics::{to_classic_text, Metrics};
 use vigil::trail::Code;
+use vigil::vocab::maintenance::{MaintenanceState, Phase};
 
 /// The repository's root.
 fn root() -> PathBuf {

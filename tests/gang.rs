@@ -16,7 +16,7 @@ use vigil::clock::{utc_day, Clock, FakeClock, Millis};
 use vigil::config::{Config, GangAction};
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::metrics::Metrics;
 
 const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;

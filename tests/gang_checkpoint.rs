@@ -17,11 +17,11 @@ use vigil::clock::{Clock, SystemClock};
 use vigil::config::Config;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::hang::agent::Agent;
-use vigil::maintenance::model::{Interruption, MaintenanceState, Phase};
+use vigil::cycle::agent::Agent;
 use vigil::maintenance::request::Outcome;
 use vigil::metrics::Metrics;
 use vigil::node::controller::{Controller, SharedFacts};
+use vigil::vocab::maintenance::{Interruption, MaintenanceState, Phase};
 
 const GANG: &str = "ml/llama-70b";
 

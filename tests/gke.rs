@@ -298,10 +298,10 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     use vigil::coord::Keys;
     use vigil::kube::node::KubeNodeApi;
     use vigil::kube::node_source::KubeNodeReader;
-    use vigil::maintenance::model::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
     use vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL;
     use vigil::metrics::Metrics;
     use vigil::node::controller::SharedFacts;
+    use vigil::vocab::maintenance::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
 
     let kube = FakeKube::start("gpu-1").await;
     let mut cfg = node_config("gpu-1");

@@ -18,7 +18,7 @@ use vigil::accel::gpu::model::GpuReport;
 use vigil::accel::gpu::monitor::spawn_monitor;
 use vigil::alerts::{AlertKind, Notifier};
 use vigil::coord::{Coordinator, Keys};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::hang::policy::Verdict;
 use vigil::metrics::Metrics;
 use vigil::node::controller::SharedFacts;

@@ -25,15 +25,15 @@ use vigil::alerts::Notifier;
 use vigil::config::{Config, Switch};
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::kube::node::KubeNodeApi;
 use vigil::kube::podresources::PodResourcesClient;
 use vigil::kube::pods::KubePods;
-use vigil::maintenance::model::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
 use vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL;
 use vigil::metrics::Metrics;
 use vigil::node::controller::Controller;
 use vigil::runtime::sim::FakeRuntime;
+use vigil::vocab::maintenance::{RawMetadata, UpcomingMaintenance, UpcomingStatus};
 
 const WORKER_LABEL: (&str, &str) = ("vigil.worker", "trainer-0");
 

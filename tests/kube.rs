@@ -786,9 +786,9 @@ async fn fake_events_api_is_faithful() {
 }
 
 /// Vigil's conditions from the policy for a maintenance state and a GPU report.
-fn with_conditions(phase: vigil::maintenance::model::Phase, failed: bool) -> NodeDesired {
+fn with_conditions(phase: vigil::vocab::maintenance::Phase, failed: bool) -> NodeDesired {
     use vigil::accel::gpu::model::{GpuHealth, GpuReport};
-    use vigil::maintenance::model::MaintenanceState;
+    use vigil::vocab::maintenance::MaintenanceState;
     let k = vigil::config::KubernetesConfig::default();
     let st = MaintenanceState {
         phase,
@@ -823,7 +823,7 @@ fn condition(node: &Value, kind: &str) -> Value {
 
 #[tokio::test]
 async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
-    use vigil::maintenance::model::Phase;
+    use vigil::vocab::maintenance::Phase;
     let (fake, api) = setup().await;
     api.reconcile(NODE, &with_conditions(Phase::Pending, false))
         .await
@@ -911,7 +911,7 @@ async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
 
 #[tokio::test]
 async fn a_missing_status_permission_names_the_rule() {
-    use vigil::maintenance::model::Phase;
+    use vigil::vocab::maintenance::Phase;
     let (fake, api) = setup().await;
     fake.forbid("patch nodes/status");
     let err = api
@@ -1056,7 +1056,7 @@ async fn fake_status_patch_deletes_one_condition_by_its_merge_key() {
 /// kubelet's `Ready` and a node-problem-detector condition.
 async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
     use vigil::accel::gpu::model::{GpuHealth, GpuReport};
-    use vigil::maintenance::model::{MaintenanceState, Phase};
+    use vigil::vocab::maintenance::{MaintenanceState, Phase};
     let (fake, api) = setup().await;
     let k = vigil::config::KubernetesConfig::default();
     let st = MaintenanceState {

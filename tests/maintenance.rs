@@ -15,12 +15,12 @@ use common::wiring::{agent_and_controller, memory_coordinator, node_config, writ
 use vigil::alerts::Notifier;
 use vigil::config::Config;
 use vigil::coord::{Coordinator, Keys};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::hang::policy::Verdict;
-use vigil::maintenance::model::{Interruption, MaintenanceState, Phase};
 use vigil::maintenance::request::Outcome;
 use vigil::metrics::Metrics;
 use vigil::node::controller::{Controller, SharedFacts};
+use vigil::vocab::maintenance::{Interruption, MaintenanceState, Phase};
 
 struct Rig {
     coord: Arc<dyn Coordinator>,
@@ -612,7 +612,7 @@ async fn an_http_worker_that_refuses_is_failed() {
 #[tokio::test]
 async fn a_second_notice_during_a_checkpoint_round_is_acted_on_at_once() {
     use tokio_util::sync::CancellationToken;
-    use vigil::maintenance::model::{MaintenanceEvent, RawMetadata};
+    use vigil::vocab::maintenance::{MaintenanceEvent, RawMetadata};
     let r = rig(|_| {});
     let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
@@ -717,7 +717,7 @@ impl vigil::kube::node::NodeApi for Flaky {
 #[tokio::test]
 async fn a_failed_node_write_is_retried_until_the_node_matches() {
     use tokio_util::sync::CancellationToken;
-    use vigil::maintenance::model::{MaintenanceEvent, RawMetadata};
+    use vigil::vocab::maintenance::{MaintenanceEvent, RawMetadata};
     let mut cfg = node_config("gpu-1");
     cfg.poll_interval = Duration::from_millis(100);
     cfg.fleet.heartbeat_ttl = Duration::from_secs(1);
@@ -773,7 +773,7 @@ async fn a_failed_node_write_is_retried_until_the_node_matches() {
 #[tokio::test(start_paused = true)]
 async fn sigterm_during_a_long_round_records_it_as_cut_short_before_the_grace_ends() {
     use tokio_util::sync::CancellationToken;
-    use vigil::maintenance::model::{MaintenanceEvent, RawMetadata};
+    use vigil::vocab::maintenance::{MaintenanceEvent, RawMetadata};
     let r = rig(|c| {
         c.checkpoint.grace = Duration::from_secs(10);
         c.checkpoint.maintenance_budget = Duration::from_secs(9);

@@ -17,9 +17,9 @@ use vigil::maintenance::metadata::{
     watch_with, MetadataClient, MetadataError, WatchConfig, MAINTENANCE_EVENT_PATH,
     UPCOMING_MAINTENANCE_PATH,
 };
-use vigil::maintenance::model::{Phase, RawMetadata};
 use vigil::maintenance::policy::derive;
 use vigil::metrics::Metrics;
+use vigil::vocab::maintenance::{Phase, RawMetadata};
 
 /// Short everything, so each test takes a few seconds at most.
 fn cfg() -> WatchConfig {

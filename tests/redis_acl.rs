@@ -22,7 +22,7 @@ use vigil::alerts::Notifier;
 use vigil::config::Config;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{write_status, Coordinator, Keys};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::hang::policy::Verdict;
 use vigil::metrics::Metrics;
 

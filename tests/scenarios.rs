@@ -15,7 +15,7 @@ use vigil::clock::{utc_day, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
-use vigil::hang::agent::{Agent, CycleReport};
+use vigil::cycle::agent::{Agent, CycleReport};
 use vigil::hang::policy::Verdict;
 use vigil::metrics::Metrics;
 

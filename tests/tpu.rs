@@ -26,7 +26,7 @@ use vigil::accel::tpu::monitor::run_monitor;
 use vigil::accel::tpu::policy::allocatable_chips;
 use vigil::alerts::{AlertKind, Notifier};
 use vigil::coord::Keys;
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::kube::node::KubeNodeApi;
 use vigil::metrics::Metrics;
 use vigil::node::controller::Controller;

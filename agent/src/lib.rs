@@ -10,8 +10,9 @@
 //! leases, the breaker and the budget), `runtime` (Docker, Podman, the CRI), `kube` (the Node,
 //! pods and PodResources APIs), `config`, `alerts`, `trail` (the decision trail), `metrics`,
 //! `http` (the read-only server), and at the ground `vocab` (the Node's words the features and
-//! `kube` share: Vigil's taints, conditions and Node state, the Node as read). `cli` holds one
-//! file per command; `app` wires `vigil run`.
+//! `kube` share: Vigil's taints, conditions and Node state, the Node as read, the maintenance
+//! state and what forbids restarts). Above the features, `cycle` (the node's cycle that drives
+//! them); `cli` holds one file per command; `app` wires `vigil run`.
 //! `redact`, a leaf every module may use, keeps the secrets of the config out of every output.
 //! Root files: `clock` (the coordinator's time), `backoff` (every retry loop's), `recording` (the
 //! demo's recording sinks, feature `demo`), `fuzz` (the parsers' bounded fuzzing, tests only).
@@ -34,6 +35,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod coord;
+pub mod cycle;
 pub mod fleet;
 #[cfg(test)]
 mod fuzz;

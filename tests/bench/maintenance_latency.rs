@@ -25,9 +25,9 @@ use vigil::alerts::Notifier;
 use vigil::coord::Keys;
 use vigil::kube::node::KubeNodeApi;
 use vigil::maintenance::metadata::{watch_with, MetadataClient, WatchConfig};
-use vigil::maintenance::model::RawMetadata;
 use vigil::metrics::Metrics;
 use vigil::node::controller::SharedFacts;
+use vigil::vocab::maintenance::RawMetadata;
 use wiring::{agent_and_controller, memory_coordinator, node_config};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

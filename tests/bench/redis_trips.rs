@@ -21,7 +21,7 @@ use vigil::alerts::Notifier;
 use vigil::config::Config;
 use vigil::coord::redis::RedisCoordinator;
 use vigil::coord::{heartbeat_value, CoordError, Coordinator, Keys, Reply, Request};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::metrics::Metrics;
 use vigil::runtime::sim::FakeRuntime;
 

@@ -13,7 +13,7 @@ use vigil::clock::{Millis, SystemClock};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::kube::node::NodeApi;
 use vigil::metrics::Metrics;
 use vigil::node::controller::{Controller, SharedFacts};

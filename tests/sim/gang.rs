@@ -32,7 +32,7 @@ use vigil::clock::{Clock, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
-use vigil::hang::agent::Agent;
+use vigil::cycle::agent::Agent;
 use vigil::metrics::Metrics;
 use vigil::recording::RecordingSink;
 use vigil::runtime::sim::FakeRuntime;

@@ -17,12 +17,12 @@ use vigil::clock::{ms, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
-use vigil::hang::agent::{Agent, CycleReport};
-use vigil::maintenance::model::Phase;
+use vigil::cycle::agent::{Agent, CycleReport};
 use vigil::metrics::Metrics;
 use vigil::node::controller::{NodeFacts, SharedFacts};
 use vigil::recording::RecordingSink;
 use vigil::runtime::sim::FakeRuntime;
+use vigil::vocab::maintenance::Phase;
 
 use super::gate::{lock, Shared, SimCoord, SimRuntime};
 use super::mutant::{Lies, Mutant};

@@ -13,12 +13,12 @@ use crate::clock::{hhmmss, Clock, FakeClock, Millis};
 use crate::config::Config;
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::{heartbeat_value, Coordinator, Keys};
-use crate::hang::agent::Agent;
-use crate::maintenance::model::{Interruption, MaintenanceState, Phase, Source};
+use crate::cycle::agent::Agent;
 use crate::metrics::Metrics;
 use crate::node::controller::{Controller, SharedFacts};
 use crate::recording::{RecordingNodeApi, RecordingSink};
 use crate::runtime::sim::FakeRuntime;
+use crate::vocab::maintenance::{Interruption, MaintenanceState, Phase, Source};
 
 /// 2026-11-30T02:00:00Z, the start of the night.
 const NIGHT: Millis = 1_796_004_000_000;

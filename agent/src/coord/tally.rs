@@ -1,7 +1,7 @@
 //! A coordinator that counts the requests it passes on: whoever holds it can tell whether
 //! anything was read or written since a moment it noted. The agent cycle reads its whole node
 //! in one round trip and hands each worker its part only while nothing has been asked of the
-//! coordinator since (`crate::hang::agent`): a worker evaluated after one that acted is read
+//! coordinator since (`crate::cycle::agent`): a worker evaluated after one that acted is read
 //! again, on its own.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -19,7 +19,7 @@ use crate::hang::context::Context;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model_gang::GangCycle;
 use crate::hang::policy_gang::Timing;
-use crate::maintenance::model::MaintenanceState;
+use crate::vocab::maintenance::MaintenanceState;
 use crate::vocab::node_info::{place, NodeInfo};
 
 /// The record the agent last published, and when, shared with [`heartbeat_loop`].

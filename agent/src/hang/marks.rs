@@ -97,7 +97,7 @@ pub(crate) async fn read_node(
 }
 
 /// The clock, the record and every mark of one worker, in one round trip (a worker read again
-/// on its own: see `crate::hang::agent`).
+/// on its own: see `crate::cycle::agent`).
 pub(crate) async fn read(
     coord: &dyn Coordinator,
     k: &Keys,

@@ -3,17 +3,17 @@
 //!
 //! Decisions (pure, `now` handed in): `model` (what a worker says about itself and what Vigil
 //! remembers about it), `policy` (the verdict and the plan), `policy_pipeline` (the restart
-//! pipeline's steps and what follows each: one state machine), `policy_rhythm` (each worker's learned silence), `policy_lost` (the time an incident lost), `policy_table` (the verdict →
+//! pipeline's steps and what follows each: one state machine), `policy_rhythm` (each worker's
+//! learned silence), `policy_lost` (the time an incident lost), `policy_table` (the verdict →
 //! action table `vigil policy` prints), `model_gang` and `policy_gang` (a distributed job's
-//! collective: its fleet view, its verdict, one decision for every rank). The loop: `agent` (the cycle over the node's workers) takes them
-//! from the `roster` and hands each to `restart` (`RestartPath`: incident, command, limits,
-//! outcome) with the shared `context`; `stand_down` says what forbids restarts right now,
-//! `outage` tracks the coordinator's and the runtime's outages, `journal` writes the
-//! decision trail as the cycle does (once per incident); `marks` is the hang path's Redis schema
-//! (the codec of a worker's marks and their one-round-trip read); `replay` runs step-time traces
-//! through the verdict (the learned-silence benchmark).
+//! collective: its fleet view, its verdict, one decision for every rank). The node's cycle
+//! (`crate::cycle::agent`) takes the workers from the `roster` and hands each to `restart`
+//! (`RestartPath`: incident, command, limits, outcome) with the shared `context`; `stand_down`
+//! watches what forbids restarts right now, `outage` tracks the coordinator's and the runtime's
+//! outages, `journal` writes the decision trail as the cycle does (once per incident); `marks`
+//! is the hang path's Redis schema (the codec of a worker's marks and their one-round-trip
+//! read); `replay` runs step-time traces through the verdict (the learned-silence benchmark).
 
-pub mod agent;
 pub(crate) mod context;
 pub(crate) mod journal;
 pub(crate) mod marks;

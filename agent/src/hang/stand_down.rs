@@ -9,9 +9,9 @@ use crate::accel::gpu::policy as gpu_policy;
 use crate::accel::tpu::model::{TpuHealth, TpuReport};
 use crate::clock::Millis;
 use crate::config::MetadataConfig;
-use crate::maintenance::policy::SharedFacts;
 use crate::runtime::container::Container;
 use crate::vocab::node_info::NodeInfo;
+use crate::vocab::stand_down::SharedFacts;
 
 /// The agent's view of the node's state, fed by other tasks.
 #[derive(Default)]
@@ -71,6 +71,6 @@ impl NodeWatch {
         }
         let node = self.node_info.as_ref()?;
         let info = node.borrow();
-        crate::maintenance::policy::being_drained(info.as_ref())
+        crate::vocab::stand_down::being_drained(info.as_ref())
     }
 }

@@ -3,7 +3,7 @@
 //! Map: [`MetadataClient`] speaks HTTP to the metadata server (one GET, long-poll optional);
 //! `parse_*` (metadata/parse.rs) turn the three watched keys into typed values; [`watch`]
 //! (metadata/watcher.rs) runs one long-poll loop per key and publishes
-//! `crate::maintenance::model::RawMetadata` on a `tokio::sync::watch` channel; the pure
+//! `crate::vocab::maintenance::RawMetadata` on a `tokio::sync::watch` channel; the pure
 //! `crate::maintenance::policy::derive` turns those raw values into a maintenance state.
 //!
 //! Facts about the server this module relies on (checked against public sources):

@@ -21,13 +21,13 @@ use crate::coord::{Coordinator, Keys};
 use crate::fleet::view as fleet;
 use crate::kube::podresources::DeviceSource;
 use crate::kube::pods::PodApi;
-use crate::maintenance::model::MaintenanceState;
 use crate::maintenance::policy::{opportunistic_due, reschedulable};
 use crate::maintenance::policy_idle::{
     idle_check, Busy, BusyReason, IdleInputs, PodKey, Witness, WorkerUse,
 };
 use crate::metrics::Metrics;
 use crate::runtime::ContainerRuntime;
+use crate::vocab::maintenance::MaintenanceState;
 
 /// What a tick changed about the claim.
 #[derive(Debug, Clone, PartialEq, Eq)]

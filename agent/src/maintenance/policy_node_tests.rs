@@ -4,6 +4,8 @@ use super::*;
 use crate::accel::gpu::model::GpuHealth;
 use crate::accel::gpu::policy::gpu_condition;
 use crate::accel::policy::desired;
+use crate::config::MetadataConfig;
+use crate::vocab::stand_down::{going_away, pending_near, stands_down, GOING_AWAY_TAINTS};
 
 fn st(phase: Phase, reasons: Vec<&'static str>) -> MaintenanceState {
     MaintenanceState {

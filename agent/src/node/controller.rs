@@ -26,11 +26,8 @@ use crate::coord::Coordinator;
 use crate::kube::node::{EventType, NodeApi};
 use crate::kube::node_source::NodeReader;
 use crate::maintenance::checkpoint::CheckpointRounds;
-use crate::maintenance::model::{Interruption, MaintenanceState, Phase, RawMetadata, Source};
 use crate::maintenance::opportunistic::{ClaimStep, Opportunistic, PodWitnesses};
-use crate::maintenance::policy::{
-    checkpoint_for, derive, event_for, going_away, interrupting, interruption_starts,
-};
+use crate::maintenance::policy::{checkpoint_for, derive, event_for, interruption_starts};
 use crate::maintenance::policy_idle::gpu_witness;
 use crate::maintenance::request::{Outcome, WorkerResult};
 use crate::metrics::{Metrics, NodeInfoLabels};
@@ -39,8 +36,10 @@ use crate::node::policy_info::{labels_state, merge};
 use crate::node::publisher::NodePublisher;
 use crate::runtime::ContainerRuntime;
 use crate::trail::{Code, Trail};
+use crate::vocab::maintenance::{Interruption, MaintenanceState, Phase, RawMetadata, Source};
 use crate::vocab::node_info::place;
 use crate::vocab::node_info::NodeInfo;
+use crate::vocab::stand_down::{going_away, interrupting};
 
 mod health;
 mod lost;
@@ -57,7 +56,7 @@ const RECENT_ROUND: Duration = Duration::from_secs(60);
 const RECORD_RESERVE: Duration = Duration::from_secs(2);
 
 // The facts the restart path reads, maintenance's (re-exported: the controller writes them).
-pub use crate::maintenance::policy::{NodeFacts, SharedFacts};
+pub use crate::vocab::stand_down::{NodeFacts, SharedFacts};
 
 /// A checkpoint round's reason and per-worker results.
 type RoundResult = (&'static str, Vec<WorkerResult>);

@@ -8,7 +8,7 @@
 
 use crate::accel::tpu::policy::allocatable_chips;
 use crate::clock::{parse_rfc3339, rfc3339, Millis};
-use crate::maintenance::model::{Interruption, MaintenanceState, Phase, Source};
+use crate::vocab::maintenance::{Interruption, MaintenanceState, Phase, Source};
 use crate::vocab::node_info::TPU_RESOURCE;
 use crate::vocab::node_info::{GkeMaintenance, NodeInfo, Provisioning, RawNode, TpuTopology};
 

@@ -371,7 +371,7 @@ fn far_labels() -> MaintenanceState {
 #[test]
 fn a_gke_label_stands_restarts_down_like_a_metadata_notice() {
     use crate::config::MetadataConfig;
-    use crate::maintenance::policy::stands_down;
+    use crate::vocab::stand_down::stands_down;
     let m = MetadataConfig::default(); // pending_horizon 1h
     let start = 1_796_032_800_000; // 2026-11-30T10:00:00Z
     let info = parse(&raw(&[(SCHEDULED_MAINTENANCE_LABEL, "1796032800")]));

@@ -10,9 +10,9 @@ use crate::accel::policy::desired;
 use crate::accel::tpu::model::TpuReport;
 use crate::config::Config;
 use crate::kube::node::{EventType, NodeApi};
-use crate::maintenance::model::MaintenanceState;
 use crate::maintenance::policy::node_desired;
 use crate::metrics::Metrics;
+use crate::vocab::maintenance::MaintenanceState;
 
 /// Longest wait on one Kubernetes call.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -8,7 +8,7 @@ use super::{
     snippet, MetadataError, MAINTENANCE_EVENT_PATH, NO_NOTIFICATIONS, PREEMPTED_PATH,
     UPCOMING_MAINTENANCE_PATH,
 };
-use crate::maintenance::model::{MaintenanceEvent, UpcomingMaintenance, UpcomingStatus};
+use crate::vocab::maintenance::{MaintenanceEvent, UpcomingMaintenance, UpcomingStatus};
 
 /// Parse `instance/maintenance-event`. Only the documented values are accepted: an unknown one
 /// must not be mistaken for `NONE` (a false "all clear") nor for an event.

@@ -20,8 +20,8 @@ use super::{
 };
 use crate::backoff::Backoff;
 use crate::http::health::Warnings;
-use crate::maintenance::model::{MaintenanceEvent, RawMetadata, UpcomingMaintenance};
 use crate::metrics::Metrics;
+use crate::vocab::maintenance::{MaintenanceEvent, RawMetadata, UpcomingMaintenance};
 
 /// Tuning of [`watch_with`]. The defaults suit production; tests shorten them.
 #[derive(Debug, Clone)]

@@ -5,9 +5,10 @@
 use crate::accel::gpu::model::{GpuHealth, GpuReport};
 use crate::clock::{Clock, Millis, SystemClock};
 use crate::hang::policy_lost::Interrupted;
-use crate::maintenance::model::{Interruption, MaintenanceState};
-use crate::maintenance::policy::{interrupting, interruption_starts};
+use crate::maintenance::policy::interruption_starts;
 use crate::trail::Code;
+use crate::vocab::maintenance::{Interruption, MaintenanceState};
+use crate::vocab::stand_down::interrupting;
 
 use super::Controller;
 

@@ -37,11 +37,11 @@ use crate::hang::restart::RestartPath;
 use crate::hang::roster::Roster;
 use crate::hang::stand_down::NodeWatch;
 use crate::http::health::Health;
-use crate::maintenance::policy::SharedFacts;
 use crate::metrics::Metrics;
 use crate::runtime::{Container, ContainerRuntime};
 use crate::trail::{Code, Trail};
 use crate::vocab::node_info::NodeInfo;
+use crate::vocab::stand_down::SharedFacts;
 
 pub struct Agent {
     /// The configuration, the node's keys and the adapters, shared with the restart path.
