@@ -11,7 +11,7 @@ use crate::coord::{CoordError, Coordinator, Keys};
 #[cfg(test)]
 use crate::hang::model_gang::tag;
 use crate::hang::model_gang::{GangState, Member};
-use crate::hang::policy_fruitless;
+use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::hang::policy_gang::{self as gp, Timing};
 
 /// A gang's view and state, in two round trips: every shard of its view, then its state keys.
@@ -106,8 +106,10 @@ pub(crate) async fn views(
         };
         let mut blockers = gp::blockers(&members, size, now, t);
         let run = state.fruitless.as_ref();
-        if let Some(run) = policy_fruitless::gang_refusal(run, &members, t.max_fruitless) {
-            blockers.insert(0, policy_fruitless::describe_gang(run, &gang));
+        if let Some(run) =
+            policy_fruitless::refusal(run, &Beat::of_members(&members), t.max_fruitless)
+        {
+            blockers.insert(0, policy_fruitless::describe(run, RunOf::Gang(&gang)));
         }
         out.push(GangView {
             verdict: verdict.as_str(),

@@ -14,6 +14,7 @@ use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
 pub use crate::hang::model::Verdict;
 use crate::hang::model::{Episode, Marks, WorkerState, WorkerStatus};
+use crate::hang::policy_fruitless::{self, Beat};
 
 /// Who acts on a verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -340,7 +341,7 @@ pub(crate) fn plan(
         && marks
             .fruitless
             .as_ref()
-            .is_some_and(|f| crate::hang::policy_fruitless::progressed(f, status))
+            .is_some_and(|f| policy_fruitless::progressed(f, Beat::of_worker(status).as_slice()))
     {
         fx.push(Effect::ClearFruitless);
     }

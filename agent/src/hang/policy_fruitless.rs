@@ -6,7 +6,7 @@
 //! worker that never beats again is still caught).
 
 use crate::clock::{rfc3339, Millis};
-use crate::hang::model::{Fruitless, Marks, WorkerState, WorkerStatus};
+use crate::hang::model::{Fruitless, WorkerState, WorkerStatus};
 use crate::hang::model_gang::{Activity, Member};
 
 /// How far a worker has got: the larger of its numeric progress and its checkpoint step.
@@ -34,54 +34,77 @@ fn step_of(marker: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Whether the worker got past where it stopped since the run of fruitless restarts began: in
-/// a beat of the new incarnation (newer than `last`, not in error), further than `past` — or,
-/// without a step to compare (`past` unknown), any such beat: a restart that brought it back
-/// helped, and only restarts after which it never beat again count.
-pub(crate) fn progressed(f: &Fruitless, status: Option<&WorkerStatus>) -> bool {
-    status.is_some_and(|s| {
-        beat_past(
-            f,
-            s.heartbeat,
-            s.state == WorkerState::Error,
-            position(Some(s)),
-        )
-    })
+/// One beat a run of restarts is judged by: a worker's record, or one member's entry in its
+/// gang's view. A worker's run and a gang's are one rule set over their beats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Beat {
+    /// When it beat (the coordinator's clock).
+    pub(crate) at: Option<Millis>,
+    /// How far it had got then ([`position`]).
+    pub(crate) step: Option<u64>,
+    /// It reported `error`.
+    pub(crate) in_error: bool,
 }
 
-/// One beat (`heartbeat`, at `step`) against the run: newer than its last restart, not in
-/// error, and past where it stopped (any such beat when the run knows no step).
-fn beat_past(f: &Fruitless, heartbeat: Option<Millis>, errored: bool, step: Option<u64>) -> bool {
-    let fresh = heartbeat.is_some_and(|hb| hb > f.last) && !errored;
-    match f.past {
-        Some(past) => fresh && step.is_some_and(|p| p > past),
-        None => fresh,
+impl Beat {
+    /// A worker's record as a beat (none without a record).
+    pub(crate) fn of_worker(status: Option<&WorkerStatus>) -> Option<Beat> {
+        status.map(|s| Beat {
+            at: s.heartbeat,
+            step: position(Some(s)),
+            in_error: s.state == WorkerState::Error,
+        })
+    }
+
+    /// Every member's entry as a beat.
+    pub(crate) fn of_members(members: &[Member]) -> Vec<Beat> {
+        members
+            .iter()
+            .map(|m| Beat {
+                at: m.heartbeat,
+                step: m.step,
+                in_error: m.activity == Activity::Error,
+            })
+            .collect()
+    }
+
+    /// Whether this beat shows the unit got past where it stopped: newer than the run's last
+    /// restart, and further than `past` — or, without a step to compare (`past` unknown), any
+    /// such beat not in error: a restart that brought it back helped, and only restarts after
+    /// which it never beat again count.
+    ///
+    /// NB: a beat in `error` past the step counts: what trained on and then failed (an NCCL
+    /// watchdog puts every rank in error) was helped by its restart. Without a step, a beat in
+    /// error is no sign that it was.
+    fn gets_past(&self, f: &Fruitless) -> bool {
+        let fresh = self.at.is_some_and(|hb| hb > f.last);
+        match f.past {
+            Some(past) => fresh && self.step.is_some_and(|p| p > past),
+            None => fresh && !self.in_error,
+        }
     }
 }
 
-/// Whether the run of fruitless restarts forbids another (`max` 0: never).
-pub(crate) fn blocks(marks: &Marks, status: Option<&WorkerStatus>, max: u32) -> bool {
-    max > 0
-        && marks
-            .fruitless
-            .as_ref()
-            .is_some_and(|f| f.count >= max && !progressed(f, status))
+/// Whether the unit got past where it stopped since the run began: one beat is enough (a
+/// collective moves as a whole, and a member that moves is not stopped).
+pub(crate) fn progressed(f: &Fruitless, beats: &[Beat]) -> bool {
+    beats.iter().any(|b| b.gets_past(f))
 }
 
-/// The run after one more restart at `now` of a worker whose record says `status` (a run that
-/// progressed starts over).
-pub(crate) fn after_restart(
-    marks: &Marks,
-    status: Option<&WorkerStatus>,
-    now: Millis,
-) -> Fruitless {
-    let run = marks.fruitless.as_ref().filter(|f| !progressed(f, status));
-    extend(run, position(status), now)
+/// The run, when it forbids another restart of the unit (`max` 0: never).
+pub(crate) fn refusal<'a>(
+    run: Option<&'a Fruitless>,
+    beats: &[Beat],
+    max: u32,
+) -> Option<&'a Fruitless> {
+    run.filter(|f| max > 0 && f.count >= max && !progressed(f, beats))
 }
 
-/// `run` (one that has not progressed) after one more restart at `now` of something at `here`.
-fn extend(run: Option<&Fruitless>, here: Option<u64>, now: Millis) -> Fruitless {
-    match run {
+/// The run after one more restart at `now` (a run that progressed starts over); where the unit
+/// stopped is its furthest beat's step.
+pub(crate) fn after_restart(run: Option<&Fruitless>, beats: &[Beat], now: Millis) -> Fruitless {
+    let here = beats.iter().filter_map(|b| b.step).max();
+    match run.filter(|f| !progressed(f, beats)) {
         Some(f) => Fruitless {
             count: f.count + 1,
             since: f.since,
@@ -97,63 +120,33 @@ fn extend(run: Option<&Fruitless>, here: Option<u64>, now: Millis) -> Fruitless 
     }
 }
 
-/// A gang's run (its restarts of every member, counted at each decision): over once any present
-/// member gets past where the gang stopped, in a beat newer than the last decision. One member
-/// is enough — a collective moves as a whole, and a member that moves is not stopped.
-///
-/// NB: a member in `error` past that step counts: a collective that trained on and then failed
-/// as a whole (an NCCL watchdog puts every rank in error) was helped by its restart. Without a
-/// step, a beat in error is no sign that it did.
-pub(crate) fn gang_progressed(f: &Fruitless, members: &[Member]) -> bool {
-    members.iter().any(|m| {
-        let errored = m.activity == Activity::Error && f.past.is_none();
-        beat_past(f, m.heartbeat, errored, m.step)
-    })
+/// Whose run a page speaks of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RunOf<'a> {
+    Worker,
+    Gang(&'a str),
 }
 
-/// The gang's run, when it forbids another restart of every member (`max` 0: never).
-pub(crate) fn gang_refusal<'a>(
-    run: Option<&'a Fruitless>,
-    members: &[Member],
-    max: u32,
-) -> Option<&'a Fruitless> {
-    run.filter(|f| max > 0 && f.count >= max && !gang_progressed(f, members))
-}
-
-/// The gang's run after one more decision at `now`: where it stopped is the furthest member.
-pub(crate) fn gang_after_restart(
-    run: Option<&Fruitless>,
-    members: &[Member],
-    now: Millis,
-) -> Fruitless {
-    let run = run.filter(|f| !gang_progressed(f, members));
-    let here = members.iter().filter_map(|m| m.step).max();
-    extend(run, here, now)
-}
-
-/// `restarts are not helping: 2 restart(s), no progress past step 41200 since 2026-…`.
-pub(crate) fn describe(f: &Fruitless) -> String {
-    format!(
-        "{}; not restarting it until it gets past that (or its fruitless mark is removed)",
-        account(f, "restart(s)")
-    )
-}
-
-/// The gang's: `restarts are not helping: 2 restart(s) of every member, no progress past …`.
-pub(crate) fn describe_gang(f: &Fruitless, gang: &str) -> String {
-    format!(
-        "{}; not restarting gang {gang} until a member gets past that (or the gang's fruitless mark is removed)",
-        account(f, "restart(s) of every member")
-    )
-}
-
-fn account(f: &Fruitless, restarts: &str) -> String {
+/// `restarts are not helping: 2 restart(s), no progress past step 41200 since 2026-…` (a
+/// gang's: `2 restart(s) of every member`), and what ends the refusal.
+pub(crate) fn describe(f: &Fruitless, whose: RunOf<'_>) -> String {
     let past = match f.past {
         Some(p) => format!("no progress past step {p}"),
         None => "no progress".to_string(),
     };
+    let (restarts, until) = match whose {
+        RunOf::Worker => (
+            "restart(s)",
+            "not restarting it until it gets past that (or its fruitless mark is removed)"
+                .to_string(),
+        ),
+        RunOf::Gang(gang) => (
+            "restart(s) of every member",
+            format!("not restarting gang {gang} until a member gets past that (or the gang's fruitless mark is removed)"),
+        ),
+    };
     format!(
-        "restarts are not helping: {} {restarts}, {past} since {}",
+        "restarts are not helping: {} {restarts}, {past} since {}; {until}",
         f.count,
         rfc3339(f.since)
     )
@@ -162,7 +155,41 @@ fn account(f: &Fruitless, restarts: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hang::model::WorkerState;
+    use crate::hang::model::{Marks, WorkerState};
+
+    // The worker's and the gang's calls, as the engine makes them.
+    fn blocks(m: &Marks, status: Option<&WorkerStatus>, max: u32) -> bool {
+        refusal(
+            m.fruitless.as_ref(),
+            Beat::of_worker(status).as_slice(),
+            max,
+        )
+        .is_some()
+    }
+
+    fn worker_after(m: &Marks, status: Option<&WorkerStatus>, now: Millis) -> Fruitless {
+        after_restart(
+            m.fruitless.as_ref(),
+            Beat::of_worker(status).as_slice(),
+            now,
+        )
+    }
+
+    fn gang_refusal<'a>(
+        run: Option<&'a Fruitless>,
+        m: &[Member],
+        max: u32,
+    ) -> Option<&'a Fruitless> {
+        refusal(run, &Beat::of_members(m), max)
+    }
+
+    fn gang_after_restart(run: Option<&Fruitless>, m: &[Member], now: Millis) -> Fruitless {
+        after_restart(run, &Beat::of_members(m), now)
+    }
+
+    fn gang_progressed(f: &Fruitless, m: &[Member]) -> bool {
+        progressed(f, &Beat::of_members(m))
+    }
 
     fn status(progress: &str, checkpoint_step: Option<u64>) -> WorkerStatus {
         WorkerStatus {
@@ -210,13 +237,13 @@ mod tests {
     #[test]
     fn two_restarts_without_progress_past_the_stop_block_the_third() {
         let hung = status("step-41200", None);
-        let first = after_restart(&marks(None, 0), Some(&hung), 1_000);
+        let first = worker_after(&marks(None, 0), Some(&hung), 1_000);
         assert_eq!((first.count, first.past), (1, Some(41_200)));
         // Resumed from the checkpoint at 41000 and stopped at 41200 again.
         let again = status("step-41200", None);
         let m = marks(Some(first), 2_000);
         assert!(!blocks(&m, Some(&again), 2));
-        let second = after_restart(&m, Some(&again), 3_000);
+        let second = worker_after(&m, Some(&again), 3_000);
         assert_eq!((second.count, second.since), (2, 1_000));
         let m = marks(Some(second.clone()), 4_000);
         assert!(blocks(&m, Some(&again), 2), "the third restart is refused");
@@ -224,7 +251,7 @@ mod tests {
         assert!(!blocks(&m, Some(&again), 3));
         // One step past where it stopped: the run is over.
         assert!(!blocks(&m, Some(&status("step-41201", None)), 2));
-        let fresh = after_restart(&m, Some(&status("step-41201", None)), 5_000);
+        let fresh = worker_after(&m, Some(&status("step-41201", None)), 5_000);
         assert_eq!(
             (fresh.count, fresh.since, fresh.past),
             (1, 5_000, Some(41_201))
@@ -233,7 +260,7 @@ mod tests {
         let mut old = status("step-41201", None);
         old.heartbeat = Some(2_500);
         assert!(blocks(&m, Some(&old), 2));
-        assert!(describe(&second).starts_with(
+        assert!(describe(&second, RunOf::Worker).starts_with(
             "restarts are not helping: 2 restart(s), no progress past step 41200 since"
         ));
     }
@@ -329,10 +356,10 @@ mod tests {
             gang_refusal(Some(&second), &[errored], 2).is_some(),
             "not past it"
         );
-        assert!(describe_gang(&second, "ml/llm").starts_with(
+        assert!(describe(&second, RunOf::Gang("ml/llm")).starts_with(
             "restarts are not helping: 2 restart(s) of every member, no progress past step 41200 since"
         ));
-        assert!(describe_gang(&second, "ml/llm").contains("not restarting gang ml/llm"));
+        assert!(describe(&second, RunOf::Gang("ml/llm")).contains("not restarting gang ml/llm"));
     }
 
     #[test]
@@ -360,5 +387,34 @@ mod tests {
             gang_after_restart(None, &[member("a", 1, None)], 5).past,
             None
         );
+    }
+
+    /// One rule set: a worker is judged as a gang of one. Past its step, a beat in error is
+    /// progress (it trained on, then failed); without a step, it is not.
+    #[test]
+    fn a_worker_is_judged_by_the_gang_s_rule() {
+        let run = Fruitless {
+            count: 2,
+            since: 1_000,
+            last: 3_000,
+            past: Some(41_200),
+        };
+        let m = marks(Some(run.clone()), 0);
+        let mut failed_on = status("step-41300", None);
+        failed_on.heartbeat = Some(3_500);
+        failed_on.state = WorkerState::Error;
+        assert!(
+            !blocks(&m, Some(&failed_on), 2),
+            "past its step, then error"
+        );
+        let mut rank = member("a", 3_500, Some(41_300));
+        rank.activity = Activity::Error;
+        assert_eq!(
+            Beat::of_worker(Some(&failed_on)),
+            Beat::of_members(&[rank]).first().copied()
+        );
+        failed_on.progress = Some("step-41200".into());
+        assert!(blocks(&m, Some(&failed_on), 2), "not past it");
+        assert!(blocks(&m, None, 2), "no record, no progress");
     }
 }

@@ -12,7 +12,7 @@ use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::Incident;
 use crate::hang::policy;
 use crate::hang::policy::Cancel;
-use crate::hang::policy_fruitless;
+use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
@@ -36,7 +36,12 @@ impl RestartPath<'_> {
         // break the job's rendezvous (a gang's run is judged as the gang's).
         let max = self.ctx.cfg.policy.max_fruitless_restarts;
         if act.mandate.decided_here()
-            && policy_fruitless::blocks(act.case.marks, act.case.status, max)
+            && policy_fruitless::refusal(
+                act.case.marks.fruitless.as_ref(),
+                Beat::of_worker(act.case.status).as_slice(),
+                max,
+            )
+            .is_some()
         {
             self.fruitless(act, now).await?;
             return Ok(Some(Skip::Fruitless));
@@ -60,7 +65,7 @@ impl RestartPath<'_> {
         let Some(f) = act.case.marks.fruitless.as_ref() else {
             return Ok(());
         };
-        let detail = policy_fruitless::describe(f);
+        let detail = policy_fruitless::describe(f, RunOf::Worker);
         let key = self.ctx.keys.alert_dedup(&act.inc.id, "fruitless");
         if self.claim_alert(&key, now, MARK_TTL).await? {
             let mut alert = self.alert_for(

@@ -15,7 +15,7 @@ use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, Incident, WorkerState};
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member, View};
 use crate::hang::policy::{self, Verdict};
-use crate::hang::policy_fruitless;
+use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
 use crate::trail::Code;
 
@@ -352,7 +352,7 @@ impl RestartPath<'_> {
         let Some(run) = self.gangs.runs.get(gang) else {
             return;
         };
-        if !policy_fruitless::gang_progressed(run, std::slice::from_ref(own)) {
+        if !policy_fruitless::progressed(run, &Beat::of_members(std::slice::from_ref(own))) {
             return;
         }
         let key = self.ctx.keys.gang_fruitless(gang);

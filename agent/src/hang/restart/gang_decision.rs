@@ -15,7 +15,7 @@ use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
 use crate::hang::model::{Fruitless, Gang};
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
 use crate::hang::policy::Cancel;
-use crate::hang::policy_fruitless;
+use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangVerdict, Timing};
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Unit};
 
@@ -209,7 +209,9 @@ impl RestartPath<'_> {
         // NB: before the blockers: restarts that do not help is the standing finding, a missing
         // member or a spent breaker a passing one.
         let run = state.fruitless.as_ref();
-        if let Some(refusing) = policy_fruitless::gang_refusal(run, &members, t.max_fruitless) {
+        if let Some(refusing) =
+            policy_fruitless::refusal(run, &Beat::of_members(&members), t.max_fruitless)
+        {
             self.gang_fruitless(case, d.g, &inc, &members, refusing, now)
                 .await?;
             return Ok(Seen::Skip(Skip::Fruitless));
@@ -312,7 +314,7 @@ impl RestartPath<'_> {
         if self.ctx.cfg.dry_run {
             return Ok(());
         }
-        let run = policy_fruitless::gang_after_restart(run, members, now);
+        let run = policy_fruitless::after_restart(run, &Beat::of_members(members), now);
         let key = self.ctx.keys.gang_fruitless(&g.id);
         self.ctx
             .coord

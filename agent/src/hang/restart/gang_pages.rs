@@ -10,7 +10,7 @@ use crate::hang::journal::About;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Fruitless, Gang};
 use crate::hang::model_gang::{GangIncident, GangState, Member};
-use crate::hang::policy_fruitless;
+use crate::hang::policy_fruitless::{self, RunOf};
 use crate::hang::policy_gang as gp;
 use crate::trail::Code;
 
@@ -234,7 +234,7 @@ impl RestartPath<'_> {
             kind: AlertKind::Fruitless,
             code: Code::SkipFruitless,
             dedup: "fruitless",
-            detail: policy_fruitless::describe_gang(run, &g.id),
+            detail: policy_fruitless::describe(run, RunOf::Gang(&g.id)),
         };
         self.refuse(case, g, inc, members, r, now).await
     }

@@ -9,7 +9,7 @@ use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Fruitless, Retry, WorkerStatus};
 use crate::hang::policy;
 use crate::hang::policy::Verdict;
-use crate::hang::policy_fruitless;
+use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_lost::IncidentTimes;
 use crate::trail::Code;
 
@@ -367,7 +367,11 @@ impl RestartPath<'_> {
         // NB: counted at the claim, like the restart record: a restart whose verification never
         // comes (we die mid-command) still counts, and one that does not run is given back.
         if act.mandate.decided_here() {
-            let mut run = policy_fruitless::after_restart(act.case.marks, act.case.status, now);
+            let mut run = policy_fruitless::after_restart(
+                act.case.marks.fruitless.as_ref(),
+                Beat::of_worker(act.case.status).as_slice(),
+                now,
+            );
             // NB: a beat that counts as progress must be the new incarnation's; the old one may
             // beat until the command, which runs while the lock holds (the claim checked its
             // TTL): until its verification says better (`settle_fruitless`), only later beats
