@@ -174,14 +174,9 @@ async fn a_gke_maintenance_label_stands_a_hung_workers_restart_down() {
     let worker = WorkerContainer::start(&r.s.label, &r.s.worker);
     let before = worker.started_at();
     let agent = r.agent(&cfg);
-    let (code, _, err) = beat(
-        &cfg,
-        &r.s.worker,
-        "processing",
-        &[],
-        &[("REDIS_URL", &r.redis)],
-    );
-    assert_eq!(code, 0, "{err}");
+    // NB: the worker beats once the label has reached the Node as Vigil's phase: its hang
+    // (stale in 2 s, due in ~5 s) must not race the agent's first read of the Node, which a
+    // loaded machine can delay that long (the test failed so once).
     assert!(
         eventually(Duration::from_secs(10), || r
             .label("vigil.dev/maintenance")
@@ -191,6 +186,14 @@ async fn a_gke_maintenance_label_stands_a_hung_workers_restart_down() {
         "GKE's label did not reach the Node as Vigil's phase:\n{}",
         agent.log_text()
     );
+    let (code, _, err) = beat(
+        &cfg,
+        &r.s.worker,
+        "processing",
+        &[],
+        &[("REDIS_URL", &r.redis)],
+    );
+    assert_eq!(code, 0, "{err}");
     // Stale after 2 s, confirmed and due after ~5 s, the stop grace 3 s: wait well past that.
     tokio::time::sleep(Duration::from_secs(9)).await;
     assert_eq!(
