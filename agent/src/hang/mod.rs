@@ -2,7 +2,9 @@
 //! ever becoming a restart storm.
 //!
 //! Decisions (pure, `now` handed in): `model` (what a worker says about itself and what Vigil
-//! remembers about it), `policy` (the verdict and the plan), `policy_pipeline` (the restart
+//! remembers about it), `policy` (the verdict and the plan), `policy_record` (what a record says:
+//! stale or not, its allowed silence), `policy_due` (when a restart is due, a failed one's
+//! backoff), `policy_pipeline` (the restart
 //! pipeline's steps and what follows each: one state machine), `policy_rhythm` (each worker's
 //! learned silence), `policy_lost` (the time an incident lost), `policy_table` (the verdict →
 //! action table `vigil policy` prints), `model_gang` and `policy_gang` (a distributed job's
@@ -21,12 +23,14 @@ pub(crate) mod model;
 pub(crate) mod model_gang;
 pub(crate) mod outage;
 pub mod policy;
+pub(crate) mod policy_due;
 pub(crate) mod policy_fruitless;
 pub mod policy_gang;
 pub(crate) mod policy_life;
 pub(crate) mod policy_lost;
 pub(crate) mod policy_membership;
 pub(crate) mod policy_pipeline;
+pub(crate) mod policy_record;
 pub(crate) mod policy_rhythm;
 pub(crate) mod policy_table;
 pub mod replay;

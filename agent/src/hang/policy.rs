@@ -8,13 +8,13 @@
 //! NB: detection and remediation are bound to the *same* predicate. The verdict that raises the
 //! "hung" alert is the verdict that makes the restart due; there is no second definition of a hang.
 
-use std::time::Duration;
-
 use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
 pub use crate::hang::model::Verdict;
 use crate::hang::model::{Episode, Marks, WorkerState, WorkerStatus};
+use crate::hang::policy_due::retry_open;
 use crate::hang::policy_fruitless::{self, Beat};
+use crate::hang::policy_record::{heartbeat_from_future, is_stale, watched, MAX_FUTURE};
 
 /// Who acts on a verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,77 +82,6 @@ pub(crate) struct NodeContext {
     pub(crate) container_exited: bool,
     /// When the worker's container started (ms, the node's clock), when the runtime says.
     pub(crate) container_started: Option<Millis>,
-}
-
-/// True when the record shows a working worker (any state but `idle` and `error`) whose
-/// heartbeat is older than the silence it is allowed ([`allowed_silence`]).
-/// NB: "older than" is strict — a heartbeat exactly that old is still fresh.
-pub(crate) fn is_stale(status: &WorkerStatus, now: Millis, cfg: &PolicyConfig) -> bool {
-    watched(&status.state)
-        && matches!(status.heartbeat, Some(hb) if now - hb > allowed_silence(status, cfg))
-}
-
-/// States whose silence is a hang: `processing` and every word but `idle` (no work to hang on)
-/// and `error` (its own timer). No state is "never hung" for ever: a worker stuck in `loading`
-/// is found like one stuck in `processing`.
-fn watched(state: &WorkerState) -> bool {
-    matches!(state, WorkerState::Processing | WorkerState::Other(_))
-}
-
-/// How long (ms) a worker may stay silent after its heartbeat: `stale_after`, or the grace it
-/// announced for a long operation when that is longer, never more than `max_grace`.
-pub(crate) fn allowed_silence(status: &WorkerStatus, cfg: &PolicyConfig) -> Millis {
-    let grace = status.grace.unwrap_or(0).min(ms(cfg.max_grace));
-    ms(cfg.stale_after).max(grace)
-}
-
-/// The status a record stands for. A container of several ranks (`ranks = N`, each rank's own
-/// fields: `crate::hang::model::WorkerStatus::ranks_from_fields`) is as healthy as its worst
-/// rank — one hung rank must not hide behind the others' beats: a rank in `error`, else the
-/// watched rank whose allowed silence runs out first (one that never beat first of all), else
-/// (all idle) rank 0.
-pub(crate) fn status_of_record(
-    fields: &std::collections::HashMap<String, String>,
-    cfg: &PolicyConfig,
-) -> Option<WorkerStatus> {
-    let Some(ranks) = WorkerStatus::ranks_from_fields(fields) else {
-        return WorkerStatus::from_fields(fields);
-    };
-    let deadline = |s: &WorkerStatus| {
-        s.heartbeat
-            .map_or(Millis::MIN, |hb| hb + allowed_silence(s, cfg))
-    };
-    ranks
-        .iter()
-        .find(|s| s.state == WorkerState::Error)
-        .or_else(|| {
-            ranks
-                .iter()
-                .filter(|s| watched(&s.state))
-                .min_by_key(|s| deadline(s))
-        })
-        .or(ranks.first())
-        .cloned()
-}
-
-/// How far ahead of the coordinator's clock a heartbeat may be before the record is taken for
-/// invalid (clock skew between a worker and Redis is seconds; milliseconds written where seconds
-/// belong are decades ahead).
-pub(crate) const MAX_FUTURE: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// How far ahead of `now` the record's heartbeat is, when it is beyond [`MAX_FUTURE`]: such a
-/// record cannot be trusted, it would look fresh for ever.
-pub(crate) fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Option<Millis> {
-    let hb = status.heartbeat?;
-    (hb - now > ms(MAX_FUTURE)).then_some(hb - now)
-}
-
-/// Has a restarted worker come back? Yes once its record holds a heartbeat written after
-/// `after` (`crate::hang::marks::booted_after`: when its restart was verified or seen): its
-/// booting is over, and from then on it is judged like any other worker — a new hang is a new
-/// incident, bounded by the breaker, not something the cooldown hides for ten minutes.
-pub(crate) fn booted(after: Option<Millis>, status: Option<&WorkerStatus>) -> bool {
-    matches!((after, status.and_then(|s| s.heartbeat)), (Some(t), Some(hb)) if hb > t)
 }
 
 /// The verdict, from the shared record and shared marks only.
@@ -292,7 +221,7 @@ pub(crate) enum Effect {
     Escalate,
     /// The incident alert (once per incident, de-duplicated in the coordinator).
     AlertIncident,
-    /// Run the restart pipeline if the incident is old enough (see [`restart_due`]).
+    /// Run the restart pipeline if the incident is old enough (see `crate::hang::policy_due::restart_due`).
     ConsiderRestart,
     /// A gang member: the gang decides (`crate::hang::policy_gang`), not the member alone.
     Gang,
@@ -524,78 +453,6 @@ pub(crate) fn revalidate(
     } else {
         Err(Cancel::Recovered)
     }
-}
-
-/// How long a confirmed incident waits before the restart: hangs wait `restart_delay`
-/// (persistence before action); an errored worker has already persisted for `error_for`.
-pub(crate) fn restart_wait(v: Verdict, cfg: &PolicyConfig) -> std::time::Duration {
-    if v == Verdict::Hung {
-        cfg.restart_delay
-    } else {
-        std::time::Duration::ZERO
-    }
-}
-
-/// When the broken condition began, for "how long" in alerts: the error clock for an errored
-/// worker, the last heartbeat for a hung one, else the incident's start.
-pub(crate) fn condition_since(
-    v: Verdict,
-    incident_started: Millis,
-    marks: &Marks,
-    status: Option<&WorkerStatus>,
-) -> Millis {
-    match v {
-        Verdict::Errored => marks.error_since.unwrap_or(incident_started),
-        _ => status.and_then(|s| s.heartbeat).unwrap_or(incident_started),
-    }
-}
-
-/// Whether a hang is one by the fixed `policy.stale_after` (or its grace) too, not only by the
-/// worker's learned rhythm (`crate::hang::policy_rhythm`): the restart waits for it. Any other
-/// verdict has no learned part.
-pub(crate) fn fixed_rule_holds(
-    v: Verdict,
-    status: Option<&WorkerStatus>,
-    now: Millis,
-    cfg: &PolicyConfig,
-) -> bool {
-    v != Verdict::Hung || status.is_some_and(|s| is_stale(s, now, cfg))
-}
-
-/// Whether the restart pipeline should run now for an incident that started at `started`.
-/// Hangs wait `restart_delay` (persistence before action); an errored worker has already
-/// persisted for `error_for`.
-pub(crate) fn restart_due(v: Verdict, started: Millis, now: Millis, cfg: &PolicyConfig) -> bool {
-    match v {
-        Verdict::Hung => now - started >= ms(cfg.restart_delay),
-        Verdict::Errored => true,
-        _ => false,
-    }
-}
-
-/// Whether a restart may be tried now: not before the `not_before` of the worker's last failed
-/// restart, whichever incident it was of (the incident only numbers the attempts, see
-/// `restart_failed`).
-///
-/// NB: the bar is the worker's, not the incident's: a container that ignores SIGTERM is still
-/// stopping whoever asks next. A failover that forgets the incident timer (or any other way to a
-/// second incident of the same hang) must not let a second command, and a second breaker unit,
-/// through within the stop grace (simulation seed 5054008).
-pub(crate) fn retry_open(marks: &Marks, now: Millis) -> bool {
-    marks.retry.as_ref().is_none_or(|r| now >= r.not_before)
-}
-
-/// How long after its `failures`-th failed restart an incident waits for the next try: the
-/// stop grace, doubled for each earlier failure, at most the cooldown (never less than the
-/// grace).
-///
-/// NB: a restart that failed still took its breaker unit (the unit counts at execution), and a
-/// worker that ignores SIGTERM takes the whole grace to stop: retrying every cycle spent a
-/// day's breaker in seconds and paged each time. Spaced this way, an incident takes at most one
-/// unit per stop grace.
-pub(crate) fn retry_backoff(failures: u32, stop_grace: Duration, cooldown: Duration) -> Duration {
-    let doubled = stop_grace.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    doubled.min(cooldown.max(stop_grace))
 }
 
 #[cfg(test)]

@@ -17,7 +17,8 @@
 use crate::clock::Millis;
 use crate::config::PolicyConfig;
 use crate::hang::model::{Incident, Marks};
-use crate::hang::policy::{restart_due, retry_open, Effect, Verdict};
+use crate::hang::policy::{Effect, Verdict};
+use crate::hang::policy_due::{restart_due, retry_open};
 
 /// Where a worker's incident stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

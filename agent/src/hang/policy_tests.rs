@@ -1,9 +1,9 @@
 //! Table-driven tests of the verdicts and the plan, with a fixed `now`.
 
 use super::*;
-use crate::hang::model::{Incident, Retry};
+use crate::hang::model::Incident;
+use crate::hang::policy_record::booted;
 use crate::hang::policy_table::table;
-use std::collections::HashMap;
 use std::time::Duration;
 
 const NOW: Millis = 1_800_000_000_000;
@@ -162,57 +162,6 @@ fn only_hung_and_errored_reach_the_restart_pipeline() {
             matches!(verdict, Verdict::Hung | Verdict::Errored),
             "{verdict:?}"
         );
-    }
-}
-
-#[test]
-fn a_failed_restart_bars_every_incident_of_its_worker_until_its_backoff() {
-    let retry = |incident: &str, not_before| Marks {
-        retry: Some(Retry {
-            incident: incident.into(),
-            failures: 1,
-            not_before,
-        }),
-        ..Marks::default()
-    };
-    assert!(retry_open(&Marks::default(), NOW), "no failure yet");
-    assert!(!retry_open(&retry("i1", NOW + 1), NOW));
-    assert!(retry_open(&retry("i1", NOW), NOW), "open at not_before");
-    assert!(
-        !retry_open(&retry("i0", NOW + 60 * S), NOW),
-        "another incident's failed restart bars too: the container may still be stopping"
-    );
-    assert!(retry_open(&retry("i0", NOW), NOW));
-}
-
-#[test]
-fn retries_back_off_from_the_stop_grace_to_the_cooldown() {
-    let grace = Duration::from_secs(30);
-    let cooldown = Duration::from_secs(600);
-    let waits: Vec<u64> = (1..=7)
-        .map(|n| retry_backoff(n, grace, cooldown).as_secs())
-        .collect();
-    assert_eq!(waits, vec![30, 60, 120, 240, 480, 600, 600]);
-    assert_eq!(retry_backoff(u32::MAX, grace, cooldown).as_secs(), 600);
-    // Never below the grace, even with a cooldown shorter than it.
-    let short = Duration::from_secs(10);
-    assert_eq!(retry_backoff(1, grace, short), grace);
-    assert_eq!(retry_backoff(5, grace, short), grace);
-}
-
-#[test]
-fn restart_is_due_exactly_at_the_end_of_the_delay() {
-    let c = cfg();
-    assert!(!restart_due(Verdict::Hung, NOW - 180 * S + 1, NOW, &c));
-    assert!(restart_due(Verdict::Hung, NOW - 180 * S, NOW, &c));
-    assert!(restart_due(Verdict::Errored, NOW, NOW, &c));
-    for v in [
-        Verdict::Suspect,
-        Verdict::Booting,
-        Verdict::Unreachable,
-        Verdict::Stalled,
-    ] {
-        assert!(!restart_due(v, 0, NOW, &c), "{v:?}");
     }
 }
 
@@ -400,29 +349,6 @@ fn error_and_progress_marks_follow_the_record() {
 }
 
 #[test]
-fn status_fields_parse_seconds_with_decimals() {
-    let f: HashMap<String, String> = [
-        ("state", "processing"),
-        ("heartbeat", "1800000000.25"),
-        ("job", "j"),
-        ("progress", ""),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let s = WorkerStatus::from_fields(&f).unwrap();
-    assert_eq!(s.heartbeat, Some(1_800_000_000_250));
-    assert_eq!(s.progress, None);
-    assert_eq!(WorkerStatus::from_fields(&HashMap::new()), None);
-    let only_checkpoint: HashMap<String, String> =
-        [("checkpoint_request".to_string(), "abc".to_string())].into();
-    assert_eq!(WorkerStatus::from_fields(&only_checkpoint), None);
-    let mut bad = f.clone();
-    bad.insert("heartbeat".into(), "yesterday".into());
-    assert_eq!(WorkerStatus::from_fields(&bad).unwrap().heartbeat, None);
-}
-
-#[test]
 fn table_covers_every_verdict_with_configured_thresholds() {
     let mut c = cfg();
     c.stale_after = Duration::from_secs(90);
@@ -485,127 +411,6 @@ fn a_paused_container_is_alert_only_and_drops_the_timer() {
     );
     assert!(p.contains(&Effect::ClearSuspect), "{p:?}");
     assert!(!p.contains(&Effect::ConsiderRestart) && !p.contains(&Effect::OpenIncident));
-}
-
-#[test]
-fn a_heartbeat_from_the_future_is_an_invalid_record() {
-    // Milliseconds written where seconds belong: decades ahead.
-    let mut r = rec("processing", 0);
-    r.heartbeat = Some(NOW * 1000);
-    assert_eq!(
-        verdict(
-            Some(&r),
-            &Marks::default(),
-            NodeContext::default(),
-            NOW,
-            &cfg()
-        ),
-        Verdict::Unreachable
-    );
-    assert!(heartbeat_from_future(&r, NOW).is_some());
-    // A little clock skew is fine.
-    r.heartbeat = Some(NOW + 60 * S);
-    assert_eq!(
-        verdict(
-            Some(&r),
-            &Marks::default(),
-            NodeContext::default(),
-            NOW,
-            &cfg()
-        ),
-        Verdict::Healthy
-    );
-}
-
-#[test]
-fn worker_supplied_fields_are_bounded() {
-    let big = "x".repeat(5 * 1024 * 1024);
-    let f: HashMap<String, String> = [
-        ("state", "processing"),
-        ("heartbeat", "1800000000"),
-        ("job", big.as_str()),
-        ("progress", big.as_str()),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let st = WorkerStatus::from_fields(&f).unwrap();
-    assert!(st.job.unwrap().len() <= crate::hang::model::MAX_FIELD + 3);
-    assert!(st.progress.unwrap().len() <= crate::hang::model::MAX_FIELD + 3);
-}
-
-#[test]
-fn every_working_state_is_watched_and_idle_is_not() {
-    // Stuck in `loading` or `compile` (or no state named) is found like `processing`.
-    for state in ["processing", "loading", "compile", "checkpoint", ""] {
-        assert_eq!(
-            v(Some(&rec(state, 120 * S)), &Marks::default()),
-            Verdict::Healthy,
-            "{state}"
-        );
-        assert_eq!(
-            v(Some(&rec(state, 120 * S + 1)), &Marks::default()),
-            Verdict::Suspect,
-            "{state}"
-        );
-    }
-    // Idle has no work to hang on; error has its own timer.
-    assert_eq!(
-        v(Some(&rec("idle", 9_999 * S)), &Marks::default()),
-        Verdict::Healthy
-    );
-    assert_eq!(
-        v(Some(&rec("error", 9_999 * S)), &Marks::default()),
-        Verdict::ErrorPending
-    );
-}
-
-#[test]
-fn an_announced_grace_holds_up_to_max_grace_and_then_the_worker_is_stale() {
-    let busy = |age: Millis, grace_s: Millis| WorkerStatus {
-        grace: Some(grace_s * S),
-        ..rec("compile", age)
-    };
-    // 20 minutes announced: fresh through them, stale one millisecond after.
-    assert_eq!(
-        v(Some(&busy(1_200 * S, 1_200)), &Marks::default()),
-        Verdict::Healthy
-    );
-    assert_eq!(
-        v(Some(&busy(1_200 * S + 1, 1_200)), &Marks::default()),
-        Verdict::Suspect
-    );
-    // A grace shorter than stale_after changes nothing.
-    assert_eq!(
-        v(Some(&busy(100 * S, 10)), &Marks::default()),
-        Verdict::Healthy
-    );
-    // Past max_grace (1 h by default) it is cut: a worker cannot announce forever.
-    assert_eq!(
-        v(Some(&busy(3_600 * S, 86_400)), &Marks::default()),
-        Verdict::Healthy
-    );
-    assert_eq!(
-        v(Some(&busy(3_600 * S + 1, 86_400)), &Marks::default()),
-        Verdict::Suspect
-    );
-    // Revalidation reads the same rule: still within its grace at the last moment = recovered.
-    assert_eq!(
-        revalidate(
-            Verdict::Hung,
-            Some(&busy(600 * S, 1_200)),
-            &Marks::default(),
-            NOW,
-            &cfg()
-        ),
-        Err(Cancel::Recovered)
-    );
-    // A frozen progress marker during a long operation is no stall.
-    let marks = Marks {
-        progress: Some(("step-10".into(), NOW - 7_200 * S)),
-        ..Marks::default()
-    };
-    assert_eq!(v(Some(&busy(10 * S, 1_200)), &marks), Verdict::Healthy);
 }
 
 /// Issue 27: booting ends at the first heartbeat written after the restart was verified (or

@@ -162,9 +162,9 @@ pub fn replay(beats: &[Beat], cfg: &Config, poll: Millis, start: Millis, end: Mi
             now,
             &judged,
         );
-        out.last_silence = status
-            .as_ref()
-            .map_or(0, |s| crate::hang::policy::allowed_silence(s, &judged));
+        out.last_silence = status.as_ref().map_or(0, |s| {
+            crate::hang::policy_record::allowed_silence(s, &judged)
+        });
         for e in plan(v, status.as_ref(), &marks, now, &judged) {
             match e {
                 Effect::RecordSuspect { heartbeat } => {

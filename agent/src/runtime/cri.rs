@@ -32,23 +32,11 @@ use k8s_cri::v1::{
 };
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use super::cri_sandbox::{addresses_the_pod, Sandbox};
+pub use super::cri_sandbox::{POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use super::{Container, ContainerRuntime, RuntimeError};
 use crate::kube::podresources::{DeviceSource, PodGpus};
 use crate::kube::pods::{PodApi, RestartPolicy};
-use crate::runtime::container::PodRef;
-
-/// The opt-in label's value that makes the pod's own name its worker id: pods of one
-/// Deployment, Job or JobSet template share their labels, and would otherwise all be one
-/// (ambiguous, never restarted) worker.
-pub const POD_NAME_ID: &str = "pod-name";
-
-/// The worker id of a pod opted in with [`POD_NAME_ID`]: `<namespace>.<pod>`.
-pub(crate) fn pod_name_id(namespace: &str, pod: &str) -> String {
-    format!("{namespace}.{pod}")
-}
-
-/// The pod annotation that names the worker's container in a pod with several.
-pub const WORKER_CONTAINER_ANNOTATION: &str = "vigil.dev/worker-container";
 
 /// Largest tail of a log file read for an alert: the last `log_lines` are in it.
 const LOG_TAIL_BYTES: u64 = 1 << 20;
@@ -302,126 +290,6 @@ impl CriRuntime {
             Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
             Err(st) => Err(self.classify("inspect", id, st)),
         }
-    }
-}
-
-/// What Vigil reads from an opted-in pod sandbox.
-#[derive(Debug, Clone)]
-struct Sandbox {
-    worker: String,
-    /// The container named by `vigil.dev/worker-container`, when the pod says.
-    container: Option<String>,
-    checkpoint: Option<String>,
-    alert_only: bool,
-    gang: Option<crate::runtime::container::PodGang>,
-    namespace: String,
-    pod: String,
-    uid: String,
-}
-
-impl Sandbox {
-    fn from_labels(
-        s: &CriSettings,
-        labels: HashMap<String, String>,
-        annotations: HashMap<String, String>,
-        meta: Option<k8s_cri::v1::PodSandboxMetadata>,
-    ) -> Option<Sandbox> {
-        // NB: a pod without the opt-in label is never a worker, whatever else it says.
-        let worker = labels.get(&s.worker_label).filter(|w| !w.is_empty())?;
-        let meta = meta.unwrap_or_default();
-        // Pods of one template share their labels: `pod-name` makes each its own worker.
-        // NB: with its namespace (`<namespace>.<pod>`: a namespace holds no dot), so that
-        // `dev/trainer-0` and `ml/trainer-0` on one node are two workers, not one ambiguous id.
-        let worker = if worker == POD_NAME_ID {
-            pod_name_id(&meta.namespace, &meta.name)
-        } else {
-            worker.clone()
-        };
-        Some(Sandbox {
-            worker,
-            container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
-            checkpoint: annotations.get(&s.checkpoint_annotation).cloned(),
-            alert_only: crate::runtime::container::alert_only(&labels, &s.worker_label),
-            gang: crate::runtime::container::gang_of_pod(
-                Some(&meta.namespace),
-                &labels,
-                &annotations,
-                &s.worker_label,
-            ),
-            namespace: meta.namespace,
-            pod: meta.name,
-            uid: meta.uid,
-        })
-    }
-
-    /// An HTTP checkpoint method at the host `pod` goes to this pod's IP (the agent on the host
-    /// network cannot reach a pod's 127.0.0.1); a host-network pod has no IP of its own and is
-    /// reached on the node's loopback.
-    fn resolve_pod_ip(&mut self, ip: &str) {
-        if let Some(method) = self.checkpoint.as_deref().filter(|m| addresses_the_pod(m)) {
-            self.checkpoint = Some(at_pod_ip(method, ip));
-        }
-    }
-
-    /// Whether `name` is this pod's worker container: the annotated one, or, without the
-    /// annotation, every container (several make the worker ambiguous, and it is never
-    /// restarted).
-    fn selects(&self, name: &str) -> bool {
-        self.container.as_deref().is_none_or(|c| c == name)
-    }
-
-    fn container(&self, c: &k8s_cri::v1::Container, sandbox_id: &str) -> Container {
-        let meta = c.metadata.clone().unwrap_or_default();
-        Container {
-            id: c.id.clone(),
-            name: format!("{}/{}/{}", self.namespace, self.pod, meta.name),
-            worker: self.worker.clone(),
-            // NB: every attempt is a new container, so the incarnation is the id; the creation
-            // time keeps the key the same shape as Docker's.
-            started_at: format!("attempt-{}@{}", meta.attempt, c.created_at),
-            running: c.state == ContainerState::ContainerRunning as i32,
-            paused: false,
-            checkpoint: self.checkpoint.clone(),
-            // Filled from the kubelet's PodResources API, when it is wired in.
-            gpus: None,
-            pod: Some(PodRef {
-                namespace: self.namespace.clone(),
-                pod: self.pod.clone(),
-                uid: self.uid.clone(),
-                sandbox: sandbox_id.to_string(),
-                container: meta.name,
-                attempt: meta.attempt,
-                log_path: None,
-            }),
-            kube_pod: None,
-            alert_only: self.alert_only,
-            gang: self.gang.clone(),
-        }
-    }
-}
-
-/// The host that stands for the pod's own IP in an HTTP checkpoint method
-/// (`http://pod:8080/checkpoint`).
-pub(crate) const POD_HOST: &str = "pod";
-
-fn addresses_the_pod(method: &str) -> bool {
-    reqwest::Url::parse(method)
-        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str() == Some(POD_HOST))
-}
-
-/// `method` with the host `pod` replaced by `ip` (127.0.0.1 when the pod has none).
-fn at_pod_ip(method: &str, ip: &str) -> String {
-    let Ok(mut url) = reqwest::Url::parse(method) else {
-        return method.to_string();
-    };
-    let host = match ip {
-        "" => "127.0.0.1".to_string(),
-        v6 if v6.contains(':') => format!("[{v6}]"),
-        v4 => v4.to_string(),
-    };
-    match url.set_host(Some(&host)) {
-        Ok(()) => url.to_string(),
-        Err(_) => method.to_string(),
     }
 }
 

@@ -2,29 +2,6 @@
 use super::*;
 
 #[test]
-fn the_host_pod_stands_for_the_pod_s_ip() {
-    let m = "http://pod:8080/checkpoint?x=1";
-    assert!(addresses_the_pod(m));
-    assert_eq!(
-        at_pod_ip(m, "10.4.0.17"),
-        "http://10.4.0.17:8080/checkpoint?x=1"
-    );
-    assert_eq!(at_pod_ip(m, ""), "http://127.0.0.1:8080/checkpoint?x=1");
-    assert_eq!(
-        at_pod_ip(m, "fd00::17"),
-        "http://[fd00::17]:8080/checkpoint?x=1"
-    );
-    for other in [
-        "http://podium:80/",
-        "http://10.0.0.1/pod",
-        "signal:SIGUSR1",
-        "record",
-    ] {
-        assert!(!addresses_the_pod(other), "{other}");
-    }
-}
-
-#[test]
 fn host_pid_comes_from_the_verbose_info() {
     let mut info = HashMap::new();
     assert_eq!(host_pid(&info), None);

@@ -14,9 +14,10 @@ use crate::hang::journal::About;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, Incident, WorkerState};
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member, View};
-use crate::hang::policy::{self, Verdict};
+use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
+use crate::hang::policy_record;
 use crate::trail::Code;
 
 use super::gang_decision::Deciding;
@@ -64,7 +65,7 @@ impl RestartPath<'_> {
             activity,
             heartbeat: s.heartbeat,
             step: policy_fruitless::position(Some(s)),
-            silence: policy::allowed_silence(s, &self.ctx.cfg.policy),
+            silence: policy_record::allowed_silence(s, &self.ctx.cfg.policy),
             started: case.c.started_ms(),
             at: now,
             stand_down: self.cannot_take_part(case, now).await,

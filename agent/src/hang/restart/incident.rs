@@ -9,7 +9,9 @@ use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::Episode;
 use crate::hang::model::Incident;
-use crate::hang::policy::{self, TimerEnd, Verdict};
+use crate::hang::policy::{TimerEnd, Verdict};
+use crate::hang::policy_due;
+use crate::hang::policy_record;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
@@ -134,7 +136,7 @@ impl RestartPath<'_> {
         }
         let ahead = case
             .status
-            .and_then(|s| policy::heartbeat_from_future(s, now));
+            .and_then(|s| policy_record::heartbeat_from_future(s, now));
         let future;
         let (kind, detail) = match e {
             Episode::Unreachable if case.invalid.is_some() => {
@@ -193,7 +195,7 @@ impl RestartPath<'_> {
             .flatten()
             .and_then(|s| Incident::decode(&s));
         if let (true, Some(inc)) = (won, &incident) {
-            let wait = policy::restart_wait(case.v, &self.ctx.cfg.policy);
+            let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
             let detail = format!(
                 "{} confirmed; restart due in {}",
                 case.v.as_str(),
@@ -241,8 +243,8 @@ impl RestartPath<'_> {
         } else {
             AlertKind::Hung
         };
-        let wait = policy::restart_wait(case.v, &self.ctx.cfg.policy);
-        let since = policy::condition_since(case.v, inc.started, case.marks, case.status);
+        let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
+        let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
         let detail = if case.alert_only() {
             "alert only: its restarts belong to its owner; Vigil will not restart it".to_string()
         } else {

@@ -40,10 +40,12 @@ use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Incident, Marks, WorkerStatus};
-use crate::hang::policy::{self, restart_due, Effect, NodeContext, Verdict};
+use crate::hang::policy::{self, Effect, NodeContext, Verdict};
+use crate::hang::policy_due::{self, restart_due};
 use crate::hang::policy_life::{self, Claim};
 use crate::hang::policy_lost::IncidentTimes;
 use crate::hang::policy_pipeline::Skip;
+use crate::hang::policy_record;
 use crate::hang::policy_rhythm;
 use crate::hang::stand_down::NodeWatch;
 use crate::metrics::WorkerSample;
@@ -256,7 +258,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<bool, CoordError> {
         let after = marks::booted_after(marker);
-        if !policy::booted(after, status) {
+        if !policy_record::booted(after, status) {
             return Ok(false);
         }
         let key = self.ctx.keys.cooldown(&c.worker);
@@ -322,7 +324,10 @@ impl RestartPath<'_> {
         // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
         // key and the problem), and the cycle goes on. Only a transport failure fails closed.
         match &read.record {
-            Ok(fields) => (policy::status_of_record(fields, &self.ctx.cfg.policy), None),
+            Ok(fields) => (
+                policy_record::status_of_record(fields, &self.ctx.cfg.policy),
+                None,
+            ),
             Err(detail) => {
                 let key = self.ctx.keys.status(worker);
                 let why = format!("the status record {key} cannot be read: {detail}");
@@ -393,7 +398,9 @@ impl RestartPath<'_> {
             now,
             heartbeat: status.as_ref().and_then(|s| s.heartbeat),
             restarted: marks.restarted_at,
-            silence: status.as_ref().map(|s| policy::allowed_silence(s, cfg)),
+            silence: status
+                .as_ref()
+                .map(|s| policy_record::allowed_silence(s, cfg)),
         });
         let case = Case {
             c,
@@ -485,10 +492,16 @@ impl RestartPath<'_> {
             // rule finds it too: learning moves the alert, never a restart.
             Some(inc)
                 if restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
-                    && policy::retry_open(case.marks, now)
-                    && policy::fixed_rule_holds(case.v, case.status, now, &self.ctx.cfg.policy) =>
+                    && policy_due::retry_open(case.marks, now)
+                    && policy_due::fixed_rule_holds(
+                        case.v,
+                        case.status,
+                        now,
+                        &self.ctx.cfg.policy,
+                    ) =>
             {
-                let since = policy::condition_since(case.v, inc.started, case.marks, case.status);
+                let since =
+                    policy_due::condition_since(case.v, inc.started, case.marks, case.status);
                 let act = Act {
                     case,
                     inc,

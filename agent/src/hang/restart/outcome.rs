@@ -7,8 +7,8 @@ use crate::clock::{human, ms, Millis};
 use crate::coord::{CoordError, Op};
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Fruitless, Retry, WorkerStatus};
-use crate::hang::policy;
 use crate::hang::policy::Verdict;
+use crate::hang::policy_due;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_lost::IncidentTimes;
 use crate::trail::Code;
@@ -79,7 +79,7 @@ impl RestartPath<'_> {
         // NB: the cooldown runs from the restart, not from the claim before it: a pause between
         // the two, or a slow restart, must not shorten it. Same marker, fresh TTL, and its time
         // is the verification's: a heartbeat after it is the new incarnation's first beat,
-        // which ends the booting (`policy::booted`).
+        // which ends the booting (`policy_record::booted`).
         let cooldown = self.ctx.cfg.policy.cooldown;
         let marker = format!(
             "{}{}",
@@ -224,7 +224,7 @@ impl RestartPath<'_> {
 
     /// A failed restart pages at once — the first of its incident; later ones update that
     /// page without paging again — and releases the dedup key and markers so that a later
-    /// cycle retries, after a backoff from the stop grace (see [`policy::retry_backoff`]).
+    /// cycle retries, after a backoff from the stop grace (see [`policy_due::retry_backoff`]).
     pub(super) async fn restart_failed(
         &mut self,
         act: &Act<'_>,
@@ -239,7 +239,7 @@ impl RestartPath<'_> {
             _ => 1,
         };
         let p = &self.ctx.cfg.policy;
-        let wait = policy::retry_backoff(failures, self.ctx.cfg.runtime.stop_grace, p.cooldown);
+        let wait = policy_due::retry_backoff(failures, self.ctx.cfg.runtime.stop_grace, p.cooldown);
         let retry = Retry {
             incident: act.inc.id.clone(),
             failures,
