@@ -329,7 +329,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
             "Event {reason} missing from docs/maintenance.md"
         );
     }
-    for reason in vigil::accel::gpu::policy::GPU.events {
+    for reason in vigil::accel::gpu::policy_node::GPU.events {
         assert!(
             gpu.contains(&format!("`{reason}`")),
             "Event {reason} missing from docs/gpu.md"

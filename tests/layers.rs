@@ -123,7 +123,7 @@ fn the_development_map_names_every_file() {
 }
 
 /// The folder of a source file (`hang/restart/command.rs` → `hang/restart`); a file at the top
-/// of agent/src is a folder of its own (`app.rs` → `app`).
+/// of agent/src is a folder of its own (`clock.rs` → `clock`).
 fn folder_of(path: &str) -> String {
     match path.rsplit_once('/') {
         Some((dir, _)) => dir.to_string(),

@@ -2,7 +2,7 @@
 //! claim.
 use super::*;
 use crate::accel::gpu::model::GpuHealth;
-use crate::accel::gpu::policy::gpu_condition;
+use crate::accel::gpu::policy_node::gpu_condition;
 use crate::accel::policy::desired;
 use crate::config::MetadataConfig;
 use crate::vocab::stand_down::{going_away, pending_near, stands_down, GOING_AWAY_TAINTS};

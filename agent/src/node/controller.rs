@@ -52,7 +52,7 @@ const FRESH_READ: Duration = Duration::from_secs(3);
 const RECENT_ROUND: Duration = Duration::from_secs(60);
 
 /// After SIGTERM the round must be over this long before `checkpoint.grace` ends: one second for
-/// the trail, the annotation and the Event, and the last second is the drain's guard (`app.rs`).
+/// the trail, the annotation and the Event, and the last second is the drain's guard (`crate::app`).
 const RECORD_RESERVE: Duration = Duration::from_secs(2);
 
 // The facts the restart path reads, maintenance's (re-exported: the controller writes them).

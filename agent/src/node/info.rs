@@ -5,7 +5,7 @@
 //! The channel holds `None` until the first read succeeds; a failed read keeps the last value
 //! (a Node that cannot be read has not changed as far as the agent knows) and is said once per
 //! outage. Whoever needs the Node's facts (the maintenance controller, the agent's record, the
-//! TPU health source) holds a receiver: see [`channel`] and `app.rs`.
+//! TPU health source) holds a receiver: see [`channel`] and `crate::app`.
 
 use std::sync::Arc;
 use std::time::Duration;

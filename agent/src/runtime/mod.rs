@@ -4,8 +4,8 @@
 //! `runtime.kind` (or from the sockets the node has). `docker.rs`: Docker, and Podman through its
 //! Docker-compatible API (`runtime.kind = podman`), with bollard. `cri.rs`: the Kubernetes CRI
 //! (containerd, CRI-O), which reads a pod's `restartPolicy` through `crate::kube::pods` and a
-//! container's GPUs through `crate::kube::podresources`; `cri_log.rs`: the CRI log format; `cri_sandbox.rs`: a pod sandbox as
-//! the CRI adapter reads it.
+//! container's GPUs through `crate::kube::podresources`; `cri_log.rs`: the CRI log format;
+//! `cri_sandbox.rs`: a pod sandbox as the CRI adapter reads it.
 //! `sim.rs`: the simulated runtime of the demo and the scenario tests.
 
 pub mod container;

@@ -1,6 +1,7 @@
 //! GPUs through NVML: `model` (samples, XID events, per-GPU status), `policy` (the health rules),
-//! `policy_xid` (what each XID calls for), `policy_episode` (a run of one XID is one episode), `policy_state` (failed GPUs kept across agent
-//! restarts, the pure part); `nvml` (the NVML adapter), `monitor` (the monitor thread),
+//! `policy_node` (the report as the Node shows it: the `GPU` row, its condition), `policy_xid`
+//! (what each XID calls for), `policy_episode` (a run of one XID is one episode), `policy_state`
+//! (failed GPUs kept across agent restarts, the pure part); `nvml` (the NVML adapter), `monitor` (the monitor thread),
 //! `start` (waiting for a driver that arrives late), `state` (the state file on disk), `tracked`
 //! (how the tracker publishes the report: alert, trail code, metric series).
 
@@ -9,6 +10,7 @@ pub mod monitor;
 pub mod nvml;
 pub mod policy;
 pub(crate) mod policy_episode;
+pub mod policy_node;
 pub(crate) mod policy_state;
 pub mod policy_xid;
 pub mod start;

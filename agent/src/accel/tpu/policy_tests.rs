@@ -376,7 +376,7 @@ fn fold_dates_errors_and_lets_them_age_out() {
 #[test]
 fn every_condition_is_true_for_a_problem() {
     use crate::accel::gpu::model::{GpuHealth, GpuReport};
-    use crate::accel::gpu::policy::gpu_condition;
+    use crate::accel::gpu::policy_node::gpu_condition;
     use crate::maintenance::policy::maintenance_condition;
     use crate::vocab::maintenance::{MaintenanceState, Phase};
     use crate::vocab::node::{CONDITIONS, GPU_CONDITION, MAINTENANCE_CONDITION};

@@ -2,8 +2,9 @@
 //! into the Node (label, condition, taint), the trail, Events and alerts.
 
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
-use crate::accel::gpu::policy::{hung_line, new_cleared};
+use crate::accel::gpu::policy::new_cleared;
 use crate::accel::gpu::policy_episode::new_begun;
+use crate::accel::gpu::policy_node::hung_line;
 use crate::accel::model::Health;
 use crate::accel::policy::event_for;
 use crate::accel::tpu::model::TpuReport;

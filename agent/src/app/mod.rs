@@ -1,7 +1,6 @@
 //! The wiring of `vigil run`: logging, signals, the production adapters, the engines and the
 //! server, and the drain at SIGTERM.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use crate::accel::tpu::model::TpuReport;
 use crate::alerts::alertmanager::AlertmanagerSink;
 use crate::alerts::{AlertSink, Fanout, Notifier, WebhookSink};
 use crate::clock::SystemClock;
-use crate::config::{Config, LogFormat, ProcessEnv, Switch, WorkerAuth};
+use crate::config::{Config, LogFormat, Switch, WorkerAuth};
 use crate::coord::memory::MemoryCoordinator;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
@@ -34,6 +33,12 @@ use crate::runtime::ContainerRuntime;
 use crate::vocab::maintenance::RawMetadata;
 use crate::worker_api::token_review::{CachedReviews, KubeTokenReview};
 use crate::worker_api::{self, WorkerApiState};
+
+mod memory;
+mod signals;
+
+use memory::release_start_up_code;
+pub(crate) use signals::{install_signals, Signals};
 
 /// How often the agent re-reads its drills (one HGETALL): a drill run from anywhere shows in
 /// the metrics within a minute.
@@ -58,89 +63,11 @@ fn init_logging(cfg: &Config) {
     };
 }
 
-/// The process's stop signals, as one token tree: `term` (SIGTERM/SIGINT) is a child of
-/// `stop`, so stopping everything also stops the restart loop, while a SIGTERM first stops only
-/// the restart loop and starts the checkpoint round.
-pub(crate) struct Signals {
-    /// Everything stops: watchers, server, heartbeat, GPU monitor.
-    pub(crate) stop: CancellationToken,
-    /// SIGTERM / SIGINT: no new restart; checkpoint the workers, then drain.
-    pub(crate) term: CancellationToken,
-    /// SIGHUP: new configurations (already validated).
-    pub(crate) reload: Option<tokio::sync::watch::Receiver<Config>>,
-}
-
-impl Signals {
-    /// Tokens without handlers (tests and embedders fire `term` themselves).
-    pub fn new() -> Signals {
-        let stop = CancellationToken::new();
-        Signals {
-            term: stop.child_token(),
-            stop,
-            reload: None,
-        }
-    }
-}
-
-impl Default for Signals {
-    fn default() -> Self {
-        Signals::new()
-    }
-}
-
 /// Why `vigil run` could not start, or did not drain in time, worded for the operator (the CLI
 /// exits 1 with it). Its own type, so the wiring does not import the CLI that calls it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct RunError(pub(crate) String);
-
-/// Install the handlers. SIGHUP re-reads `path` (and the environment); an invalid new config
-/// keeps the running one and says why.
-pub(crate) fn install_signals(
-    path: Option<PathBuf>,
-    first: &Config,
-    dry_run_flag: bool,
-) -> Result<Signals, RunError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let fail =
-        |what: &str, e: std::io::Error| RunError(format!("cannot install the {what} handler: {e}"));
-    let mut signals = Signals::new();
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| fail("SIGTERM", e))?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| fail("SIGINT", e))?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(|e| fail("SIGHUP", e))?;
-    let (term, stop) = (signals.term.clone(), signals.stop.clone());
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = sigterm.recv() => tracing::info!("SIGTERM: checkpointing workers, then exiting"),
-            _ = sigint.recv() => tracing::info!("SIGINT: checkpointing workers, then exiting"),
-            _ = stop.cancelled() => return,
-        }
-        term.cancel();
-    });
-    let (tx, rx) = tokio::sync::watch::channel(first.clone());
-    let stop = signals.stop.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                got = sighup.recv() => if got.is_none() { return },
-                _ = stop.cancelled() => return,
-            }
-            match Config::load(path.as_deref(), &ProcessEnv) {
-                Ok(mut cfg) => {
-                    // `--dry-run` on the command line stays in force across reloads.
-                    cfg.dry_run |= dry_run_flag;
-                    tracing::info!("SIGHUP: configuration re-read");
-                    let _ = tx.send(cfg);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: the new configuration is invalid; keeping the running one")
-                }
-            }
-        }
-    });
-    signals.reload = Some(rx);
-    Ok(signals)
-}
 
 /// The production adapters `vigil run` wires.
 struct Adapters {
@@ -561,58 +488,3 @@ async fn drain(
     tracing::info!("vigil exited cleanly");
     Ok(())
 }
-
-/// How long after start the start-up code's pages are let go: the adapters are connected and the
-/// first cycles have run by then.
-const START_UP: Duration = Duration::from_secs(20);
-
-/// NB: the binary is about 20 MiB of code, and the kernel brings it in in large pieces (read-ahead,
-/// large page-cache folios, mapping around each page run), so after start-up most of the agent's
-/// resident memory was code it ran once (config parsing, the clients' set-up) or never.
-/// `MADV_RANDOM` then `MADV_PAGEOUT` on the binary's own mappings, once start-up is over: those
-/// pages go, and from then on a page comes in when it runs, one at a time. Best-effort: where
-/// /proc cannot be read or the kernel refuses the advice, nothing changes.
-async fn release_start_up_code(stop: tokio_util::sync::CancellationToken) {
-    tokio::select! {
-        _ = stop.cancelled() => {}
-        _ = tokio::time::sleep(START_UP) => code_pages_on_demand(),
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn code_pages_on_demand() {
-    let (Ok(exe), Ok(maps)) = (
-        std::fs::read_link("/proc/self/exe"),
-        std::fs::read_to_string("/proc/self/maps"),
-    ) else {
-        return;
-    };
-    for line in maps.lines() {
-        // `start-end perms offset dev inode path`
-        let mut fields = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(path)) = (fields.next(), fields.next(), fields.nth(3))
-        else {
-            continue;
-        };
-        // Only the read-only mappings: a written page (relocated data) would be swapped, not let go.
-        if perms.contains('w') || std::path::Path::new(path.trim_start()) != exe {
-            continue;
-        }
-        let Some((Ok(start), Ok(end))) = range
-            .split_once('-')
-            .map(|(a, b)| (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)))
-        else {
-            continue;
-        };
-        let addr = start as *mut libc::c_void;
-        // SAFETY: advice on the process's own page-aligned, read-only file mapping as /proc lists
-        // it: it changes which pages are resident and how they are read in, never their contents.
-        unsafe {
-            libc::madvise(addr, end - start, libc::MADV_RANDOM);
-            libc::madvise(addr, end - start, libc::MADV_PAGEOUT);
-        }
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn code_pages_on_demand() {}

@@ -1,0 +1,124 @@
+//! The GPU report as the Node shows it (pure): the `GPU` row of the accelerators' table (its
+//! label, annotation, taint, condition and Events), the report read through the shared
+//! accelerator rules (`crate::accel::policy::Accelerator`), the `VigilGPUUnhealthy` condition and
+//! the line for a wedged driver.
+
+use crate::accel::gpu::model::{GpuHealth, GpuMonitorState, GpuReport};
+use crate::accel::model::Health;
+use crate::accel::policy::{Accelerator, Names};
+use crate::vocab::node::{
+    problem_condition, truncate, NodeCondition, GPU_CONDITION, GPU_FAILED_TAINT,
+};
+
+/// The GPU's row of the accelerators' table.
+pub static GPU: Names = Names {
+    label: "gpu-health",
+    reasons_annotation: "gpu-health-reasons",
+    taint: GPU_FAILED_TAINT,
+    condition: GPU_CONDITION,
+    events: ["VigilGpuHealthy", "VigilGpuDegraded", "VigilGpuFailed"],
+};
+
+impl Accelerator for GpuReport {
+    const NAMES: &'static Names = &GPU;
+    fn monitoring(&self) -> bool {
+        GpuReport::monitoring(self)
+    }
+    fn failures_known(&self) -> bool {
+        GpuReport::failures_known(self)
+    }
+    fn health(&self) -> Health {
+        self.node
+    }
+    fn reasons(&self) -> &[String] {
+        &self.node_reasons
+    }
+    fn reasons_mut(&mut self) -> &mut Vec<String> {
+        &mut self.node_reasons
+    }
+    fn settled(&self) -> bool {
+        self.state != GpuMonitorState::Starting
+    }
+    fn condition(&self) -> Option<NodeCondition> {
+        Some(gpu_condition(self))
+    }
+    // NB: the monitor's state too (starting → no GPU → waiting for the driver): the condition's
+    // reason says which.
+    fn differs(&self, other: &Self) -> bool {
+        self.state != other.state || self.node != other.node
+    }
+    // NB: a GPU's health is shown from the start (healthy until told otherwise), so a monitor
+    // that comes up healthy is no Event.
+    fn shown(&self) -> Option<Health> {
+        Some(self.node)
+    }
+    fn noted(&self, _prev: Option<Health>) -> bool {
+        GpuReport::monitoring(self)
+    }
+    fn detail(&self, prev: &Self) -> String {
+        if self.state == GpuMonitorState::NvmlHung {
+            return format!(
+                "GPU health {} → unknown: {}",
+                prev.node.as_str(),
+                hung_line(self)
+            );
+        }
+        let reasons = if self.node_reasons.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", self.node_reasons.join("; "))
+        };
+        format!(
+            "GPU health {} → {}{reasons}",
+            prev.node.as_str(),
+            self.node.as_str()
+        )
+    }
+}
+
+/// `VigilGPUUnhealthy`: True when a GPU failed, False when healthy or degraded (still usable;
+/// the reason and message say why), Unknown without GPU monitoring — the same fact as the
+/// `gpu-health` label.
+pub(crate) fn gpu_condition(report: &GpuReport) -> NodeCondition {
+    use crate::accel::gpu::model::GpuMonitorState as S;
+    let (problem, reason, message) = match (report.state, report.node) {
+        (S::On, GpuHealth::Healthy) => (Some(false), "Healthy", String::new()),
+        (S::On, GpuHealth::Degraded) => (Some(false), "Degraded", String::new()),
+        (S::On, GpuHealth::Failed) => (Some(true), "Failed", String::new()),
+        (S::Off, _) => (
+            None,
+            "MonitoringOff",
+            "GPU monitoring is off (gpu.enabled = off)".to_string(),
+        ),
+        (S::NoGpu, _) => (
+            None,
+            "NoGpu",
+            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device)"
+                .to_string(),
+        ),
+        (S::WaitingForDriver, _) => (
+            None,
+            "WaitingForDriver",
+            "waiting for the NVIDIA driver: the node has GPUs but NVML does not load yet"
+                .to_string(),
+        ),
+        (S::Starting, _) => (None, "Starting", "GPU monitoring is starting".to_string()),
+        (S::NvmlHung, _) => (None, "NvmlHung", hung_line(report)),
+    };
+    let message = if !message.is_empty() {
+        message
+    } else if report.node_reasons.is_empty() {
+        format!("GPU health {}", report.node.as_str())
+    } else {
+        truncate(&report.node_reasons.join("; "), 1000)
+    };
+    problem_condition(GPU_CONDITION, problem, reason, message)
+}
+
+/// Why a `nvml-hung` report has no verdict.
+pub(crate) fn hung_line(report: &GpuReport) -> String {
+    format!(
+        "an NVML call ({}): the NVIDIA driver may be wedged; GPU health is unknown until it answers",
+        report.hung.as_deref().unwrap_or("a call has not returned")
+    )
+}
