@@ -1,6 +1,7 @@
 //! The alert sinks' unit tests: summaries, bodies, retries and what a worker's text can and cannot do.
 
 use super::*;
+use std::time::Duration;
 
 #[test]
 fn pages_carry_the_mention_and_logs_are_fenced() {
