@@ -1,0 +1,144 @@
+//! The controller's checkpoint rounds: a notice's round recorded when it ends, a round asked
+//! directly (`vigil drill`, the scenarios), and SIGTERM's — the round under way waited for, or
+//! the workers asked when the node is going away — always recorded before the grace ends.
+
+use std::time::Duration;
+
+use crate::config::OnSigterm;
+use crate::maintenance::request::{Outcome, WorkerResult};
+use crate::trail::Code;
+use crate::vocab::node::EventType;
+use crate::vocab::node_info::NodeInfo;
+use crate::vocab::stand_down::going_away;
+
+use super::{Controller, RoundResult, Rounds};
+
+/// The longest the SIGTERM path waits to read the Node afresh (the grace period is running).
+const FRESH_READ: Duration = Duration::from_secs(3);
+
+/// A SIGTERM this soon after a checkpoint round does not ask the workers again: a preemption's
+/// own SIGTERM follows its checkpoint within seconds.
+const RECENT_ROUND: Duration = Duration::from_secs(60);
+
+/// After SIGTERM the round must be over this long before `checkpoint.grace` ends: one second for
+/// the trail, the annotation and the Event, and the last second is the drain's guard (`crate::app`).
+const RECORD_RESERVE: Duration = Duration::from_secs(2);
+
+impl Controller {
+    /// A round that ended: record it (a round that panicked is logged, not recorded).
+    pub(super) async fn round_done(&mut self, done: Result<RoundResult, tokio::task::JoinError>) {
+        match done {
+            Ok((reason, results)) => self.record_round(reason, &results).await,
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => tracing::error!(error = %e, "a checkpoint round failed"),
+        }
+    }
+
+    /// Ask every worker to checkpoint, wait, and record the outcome everywhere.
+    pub async fn checkpoint(&mut self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
+        let results = self.rounds.request(reason, budget).await;
+        self.record_round(reason, &results).await;
+        results
+    }
+
+    /// A finished round: the trail per worker, the Node's last-checkpoint annotation, an Event.
+    async fn record_round(&mut self, reason: &str, results: &[WorkerResult]) {
+        let now = self.notes.now().await;
+        self.last_round_ended = Some(tokio::time::Instant::now());
+        self.lose_to_round(now);
+        let record = self.rounds.finish(reason, results, now);
+        for (worker, code, detail) in record.lines {
+            self.notes
+                .note(self.state.phase, &worker, code, detail)
+                .await;
+        }
+        self.node.view.last_checkpoint = Some(record.summary.clone());
+        self.node.publish().await;
+        let kind = if record.all_acked {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        let message = format!("vigil: checkpoint requested ({})", record.summary);
+        self.node.event("VigilCheckpoint", &message, kind).await;
+    }
+
+    /// SIGTERM: a round under way (the notice's) is the checkpoint: wait for it and record
+    /// it; otherwise ask the workers, unless a round ended moments ago. Either way the round is
+    /// over [`RECORD_RESERVE`] before the grace period ends, so its outcome is always recorded:
+    /// a round still waiting then is cut short and recorded as such.
+    pub(super) async fn on_sigterm(&mut self, rounds: &mut Rounds) {
+        let (grace, on_sigterm, sigterm_budget) = {
+            let c = &self.cfg.checkpoint;
+            (c.grace, c.on_sigterm, c.sigterm_budget)
+        };
+        let record_by = tokio::time::Instant::now() + grace.saturating_sub(RECORD_RESERVE);
+        if !rounds.is_empty() {
+            loop {
+                match tokio::time::timeout_at(record_by, rounds.join_next()).await {
+                    Ok(Some(done)) => self.round_done(done).await,
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
+            }
+            rounds.abort_all();
+            tracing::error!("the checkpoint round under way did not finish before the grace period: recording it as cut short");
+            let cut = WorkerResult {
+                worker: "*".into(),
+                method: "none",
+                outcome: Outcome::TimedOut,
+                waited: grace.saturating_sub(RECORD_RESERVE),
+                detail: format!(
+                    "the round under way was cut short {}s before checkpoint.grace ({}) ended",
+                    RECORD_RESERVE.as_secs(),
+                    humantime::format_duration(grace)
+                ),
+                gang: None,
+            };
+            self.record_round("sigterm-cut-short", &[cut]).await;
+            return;
+        }
+        let recent = self
+            .last_round_ended
+            .is_some_and(|t| t.elapsed() < RECENT_ROUND);
+        let why = match on_sigterm {
+            OnSigterm::Never => None,
+            OnSigterm::Always => Some("checkpoint.on_sigterm = always".to_string()),
+            OnSigterm::NodeGoingAway => {
+                let info = self.fresh_node().await;
+                going_away(self.state.phase, info.as_ref())
+            }
+        };
+        match why {
+            Some(why) if !recent => {
+                let left = record_by.saturating_duration_since(tokio::time::Instant::now());
+                self.note(
+                    Code::AgentStopping,
+                    format!("asking the workers to checkpoint: {why}"),
+                )
+                .await;
+                self.checkpoint("agent-sigterm", sigterm_budget.min(left))
+                    .await;
+            }
+            _ => {
+                let detail = format!(
+                    "no checkpoint asked: the node is not going away (checkpoint.on_sigterm = {}; a rollout leaves the workers running)",
+                    on_sigterm.as_str()
+                );
+                self.note(Code::AgentStopping, detail).await;
+            }
+        }
+    }
+
+    /// The Node as it is now (a read bounded by a few seconds: the grace is running), else as
+    /// last read.
+    async fn fresh_node(&mut self) -> Option<NodeInfo> {
+        if let Some(reader) = &self.node_reader {
+            let read = tokio::time::timeout(FRESH_READ, reader.read(&self.cfg.node_name)).await;
+            if let Ok(Ok(raw)) = read {
+                return Some(crate::node::policy_info::parse(&raw));
+            }
+        }
+        self.last_info.clone()
+    }
+}
