@@ -7,11 +7,14 @@
 //! container. Answers: 401 (no or bad proof), 403 (proven, but not that worker), 503 (the API
 //! server or the runtime cannot say: fail closed), 400/413/408 for a bad body.
 
+pub(crate) mod body;
 pub(crate) mod directory;
 pub(crate) mod peer;
 pub(crate) mod policy;
 pub(crate) mod review_budget;
 pub(crate) mod token_review;
+
+pub(crate) use body::{status_fields, StatusWrite};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,15 +25,11 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 use axum::{Extension, Router};
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerAuth;
 use crate::coord::{write_status_as, Coordinator, Keys};
-use crate::hang::model::{
-    gang_of, parse_gang_size, parse_grace, rank_field, valid_gang_id, valid_worker_id, MAX_GANG,
-    MAX_RANKS,
-};
+use crate::hang::model::{gang_of, parse_grace, rank_field, valid_worker_id};
 use crate::hang::policy_membership::{self, Membership};
 use crate::http::listen::{serve_router, Limits, Listen, Peer};
 use crate::http::procfs::Procfs;
@@ -104,49 +103,6 @@ impl WorkerApiState {
             review_budget::PER_NODE,
         )))
     }
-}
-
-/// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
-/// optional, but at least one must be given.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct StatusBody {
-    #[serde(default)]
-    pub(crate) state: Option<String>,
-    #[serde(default)]
-    pub(crate) job: Option<String>,
-    /// The distributed job's collective this worker is a member of, and its expected size.
-    #[serde(default)]
-    pub(crate) gang: Option<String>,
-    #[serde(default)]
-    pub(crate) gang_size: Option<String>,
-    #[serde(default)]
-    pub(crate) progress: Option<String>,
-    /// Acknowledges a checkpoint request (ideally with its id).
-    #[serde(default)]
-    pub(crate) checkpoint_ack: Option<String>,
-    /// The step of the worker's last durable checkpoint: a restart that brings no progress
-    /// past it (nor past its progress) counts as fruitless.
-    #[serde(default)]
-    pub(crate) checkpoint_step: Option<String>,
-    /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
-    #[serde(default)]
-    pub(crate) grace: Option<String>,
-    /// One process of a container of several (torchrun: one per GPU): its rank, 0-based. Its
-    /// fields are its own (`state@3`…), and the container is as healthy as its worst rank.
-    #[serde(default)]
-    pub(crate) rank: Option<String>,
-    /// How many ranks the container runs (with `rank`).
-    #[serde(default)]
-    pub(crate) ranks: Option<String>,
-}
-
-/// A write, as stored: the record's fields, and the rank it is of (its heartbeat then goes in
-/// `heartbeat@<rank>`).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct StatusWrite {
-    pub(crate) fields: Vec<(String, String)>,
-    pub(crate) rank: Option<u32>,
 }
 
 pub(crate) fn router(state: WorkerApiState) -> Router {
@@ -578,102 +534,6 @@ async fn read_status_body(body: Body) -> Result<Bytes, Answer> {
             format!("status body is limited to {MAX_STATUS_BODY} bytes"),
         )),
         Ok(Ok((kept, _))) => Ok(Bytes::from(kept)),
-    }
-}
-
-/// The record fields of a status body (pure: fuzzed in `crate::fuzz`), or the answer that says
-/// what is wrong with it.
-pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, String)> {
-    let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"checkpoint_step\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
-        )
-    })?;
-    let rank = number(parsed.rank.as_deref(), "rank", 0)?;
-    let ranks = number(parsed.ranks.as_deref(), "ranks", 1)?;
-    match (rank, ranks) {
-        (Some(r), Some(n)) if r >= n => {
-            return Err(bad(format!("rank {r} is not below ranks {n}")));
-        }
-        (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
-        _ => {}
-    }
-    if let Some(g) = parsed.gang.as_deref().filter(|g| !valid_gang_id(g)) {
-        return Err(bad(format!(
-            "gang must be 1-253 characters of [A-Za-z0-9._/-]; got {:?}",
-            crate::hang::model::bounded(g, 64)
-        )));
-    }
-    if let Some(n) = parsed
-        .gang_size
-        .as_deref()
-        .filter(|n| parse_gang_size(n).is_none())
-    {
-        return Err(bad(format!(
-            "gang_size must be a whole number from 1 to {MAX_GANG}; got {:?}",
-            crate::hang::model::bounded(n, 64)
-        )));
-    }
-    if let Some(n) = parsed
-        .checkpoint_step
-        .as_deref()
-        .filter(|n| n.trim().parse::<u64>().is_err())
-    {
-        return Err(bad(format!(
-            "checkpoint_step must be a whole number (a step); got {:?}",
-            crate::hang::model::bounded(n, 64)
-        )));
-    }
-    // A rank's own fields carry its number; `job`, `gang` and `ranks` are the container's.
-    let own = |k: &str| rank_field(k, rank);
-    let mut fields: Vec<(String, String)> = [
-        (own("state"), parsed.state),
-        ("job".to_string(), parsed.job),
-        ("gang".to_string(), parsed.gang),
-        ("gang_size".to_string(), parsed.gang_size),
-        ("checkpoint_step".to_string(), parsed.checkpoint_step),
-        (own("progress"), parsed.progress),
-        (own("checkpoint_ack"), parsed.checkpoint_ack),
-        (own("grace"), parsed.grace.clone()),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.map(|v| (k, v)))
-    .collect();
-    if fields.is_empty() {
-        return Err((
-            StatusCode::BAD_REQUEST,
-            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, grace\n"
-                .to_string(),
-        ));
-    }
-    if let Some(n) = ranks {
-        fields.push(("ranks".into(), n.to_string()));
-    }
-    if let Some(g) = parsed.grace.as_deref() {
-        let zero = g.trim().parse::<f64>().is_ok_and(|v| v == 0.0);
-        if !zero && parse_grace(g).is_none() {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                format!("grace must be seconds (e.g. \"1200\"), or \"0\" to end it; got {g:?}\n"),
-            ));
-        }
-    }
-    Ok(StatusWrite { fields, rank })
-}
-
-fn bad(why: String) -> (StatusCode, String) {
-    (StatusCode::BAD_REQUEST, format!("{why}\n"))
-}
-
-/// A `rank` or `ranks` field: a whole number from `min` up to `MAX_RANKS`.
-fn number(v: Option<&str>, key: &str, min: u32) -> Result<Option<u32>, (StatusCode, String)> {
-    let Some(v) = v else { return Ok(None) };
-    match v.trim().parse::<u32>() {
-        Ok(n) if n >= min && n <= MAX_RANKS => Ok(Some(n)),
-        _ => Err(bad(format!(
-            "{key} must be a whole number from {min} to {MAX_RANKS}; got {v:?}"
-        ))),
     }
 }
 

@@ -1,0 +1,205 @@
+//! A status body as a worker sends it (`PUT /v1/workers/{id}/status`), parsed into the record's
+//! fields (pure, fuzzed in `crate::fuzz`): every field a string, a rank's own fields carrying its
+//! number, and each bad value refused with a 400 that names the rule.
+
+use axum::http::StatusCode;
+use serde::Deserialize;
+
+use crate::hang::model::{
+    parse_gang_size, parse_grace, rank_field, valid_gang_id, MAX_GANG, MAX_RANKS,
+};
+
+/// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
+/// optional, but at least one must be given.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StatusBody {
+    #[serde(default)]
+    pub(crate) state: Option<String>,
+    #[serde(default)]
+    pub(crate) job: Option<String>,
+    /// The distributed job's collective this worker is a member of, and its expected size.
+    #[serde(default)]
+    pub(crate) gang: Option<String>,
+    #[serde(default)]
+    pub(crate) gang_size: Option<String>,
+    #[serde(default)]
+    pub(crate) progress: Option<String>,
+    /// Acknowledges a checkpoint request (ideally with its id).
+    #[serde(default)]
+    pub(crate) checkpoint_ack: Option<String>,
+    /// The step of the worker's last durable checkpoint: a restart that brings no progress
+    /// past it (nor past its progress) counts as fruitless.
+    #[serde(default)]
+    pub(crate) checkpoint_step: Option<String>,
+    /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
+    #[serde(default)]
+    pub(crate) grace: Option<String>,
+    /// One process of a container of several (torchrun: one per GPU): its rank, 0-based. Its
+    /// fields are its own (`state@3`…), and the container is as healthy as its worst rank.
+    #[serde(default)]
+    pub(crate) rank: Option<String>,
+    /// How many ranks the container runs (with `rank`).
+    #[serde(default)]
+    pub(crate) ranks: Option<String>,
+}
+
+/// A write, as stored: the record's fields, and the rank it is of (its heartbeat then goes in
+/// `heartbeat@<rank>`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StatusWrite {
+    pub(crate) fields: Vec<(String, String)>,
+    pub(crate) rank: Option<u32>,
+}
+
+/// The record fields of a status body (pure: fuzzed in `crate::fuzz`), or the answer that says
+/// what is wrong with it.
+pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, String)> {
+    let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"checkpoint_step\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
+        )
+    })?;
+    let rank = number(parsed.rank.as_deref(), "rank", 0)?;
+    let ranks = number(parsed.ranks.as_deref(), "ranks", 1)?;
+    match (rank, ranks) {
+        (Some(r), Some(n)) if r >= n => {
+            return Err(bad(format!("rank {r} is not below ranks {n}")));
+        }
+        (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
+        _ => {}
+    }
+    if let Some(g) = parsed.gang.as_deref().filter(|g| !valid_gang_id(g)) {
+        return Err(bad(format!(
+            "gang must be 1-253 characters of [A-Za-z0-9._/-]; got {:?}",
+            crate::hang::model::bounded(g, 64)
+        )));
+    }
+    if let Some(n) = parsed
+        .gang_size
+        .as_deref()
+        .filter(|n| parse_gang_size(n).is_none())
+    {
+        return Err(bad(format!(
+            "gang_size must be a whole number from 1 to {MAX_GANG}; got {:?}",
+            crate::hang::model::bounded(n, 64)
+        )));
+    }
+    if let Some(n) = parsed
+        .checkpoint_step
+        .as_deref()
+        .filter(|n| n.trim().parse::<u64>().is_err())
+    {
+        return Err(bad(format!(
+            "checkpoint_step must be a whole number (a step); got {:?}",
+            crate::hang::model::bounded(n, 64)
+        )));
+    }
+    // A rank's own fields carry its number; `job`, `gang` and `ranks` are the container's.
+    let own = |k: &str| rank_field(k, rank);
+    let mut fields: Vec<(String, String)> = [
+        (own("state"), parsed.state),
+        ("job".to_string(), parsed.job),
+        ("gang".to_string(), parsed.gang),
+        ("gang_size".to_string(), parsed.gang_size),
+        ("checkpoint_step".to_string(), parsed.checkpoint_step),
+        (own("progress"), parsed.progress),
+        (own("checkpoint_ack"), parsed.checkpoint_ack),
+        (own("grace"), parsed.grace.clone()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k, v)))
+    .collect();
+    if fields.is_empty() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, grace\n"
+                .to_string(),
+        ));
+    }
+    if let Some(n) = ranks {
+        fields.push(("ranks".into(), n.to_string()));
+    }
+    if let Some(g) = parsed.grace.as_deref() {
+        let zero = g.trim().parse::<f64>().is_ok_and(|v| v == 0.0);
+        if !zero && parse_grace(g).is_none() {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("grace must be seconds (e.g. \"1200\"), or \"0\" to end it; got {g:?}\n"),
+            ));
+        }
+    }
+    Ok(StatusWrite { fields, rank })
+}
+
+fn bad(why: String) -> (StatusCode, String) {
+    (StatusCode::BAD_REQUEST, format!("{why}\n"))
+}
+
+/// A `rank` or `ranks` field: a whole number from `min` up to `MAX_RANKS`.
+fn number(v: Option<&str>, key: &str, min: u32) -> Result<Option<u32>, (StatusCode, String)> {
+    let Some(v) = v else { return Ok(None) };
+    match v.trim().parse::<u32>() {
+        Ok(n) if n >= min && n <= MAX_RANKS => Ok(Some(n)),
+        _ => Err(bad(format!(
+            "{key} must be a whole number from {min} to {MAX_RANKS}; got {v:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gang_is_the_container_s_field_and_a_bad_one_is_refused_naming_the_rule() {
+        let w = status_fields(
+            br#"{"state":"processing","gang":"ml/run-1/0","gang_size":"64","rank":"1","ranks":"2"}"#,
+        )
+        .expect("a valid gang");
+        for (k, v) in [
+            ("gang", "ml/run-1/0"),
+            ("gang_size", "64"),
+            ("state@1", "processing"),
+        ] {
+            assert!(
+                w.fields.contains(&(k.to_string(), v.to_string())),
+                "{k}: {:?}",
+                w.fields
+            );
+        }
+        for body in [
+            &br#"{"gang":"a:b"}"#[..],
+            br#"{"gang":"{tag}"}"#,
+            br#"{"gang":"g","gang_size":"0"}"#,
+            br#"{"gang":"g","gang_size":"65537"}"#,
+        ] {
+            let (code, why) = status_fields(body).expect_err("refused");
+            assert_eq!(code, axum::http::StatusCode::BAD_REQUEST);
+            assert!(why.starts_with("gang"), "{why}");
+        }
+    }
+
+    /// Issue 31: the step of the last durable checkpoint is the container's field; a value that is
+    /// no whole number is refused naming the rule.
+    #[test]
+    fn a_checkpoint_step_is_a_whole_number_of_the_container() {
+        let w =
+            status_fields(br#"{"checkpoint_step":"41200","rank":"0","ranks":"2"}"#).expect("valid");
+        assert!(w
+            .fields
+            .contains(&("checkpoint_step".to_string(), "41200".to_string())));
+        for body in [
+            &br#"{"checkpoint_step":"-1"}"#[..],
+            br#"{"checkpoint_step":"step-7"}"#,
+        ] {
+            let (code, why) = status_fields(body).expect_err("refused");
+            assert_eq!(code, axum::http::StatusCode::BAD_REQUEST);
+            assert!(
+                why.starts_with("checkpoint_step must be a whole number"),
+                "{why}"
+            );
+        }
+    }
+}
