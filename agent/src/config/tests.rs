@@ -1,0 +1,218 @@
+//! Unit tests of the configuration: defaults, layering, validation and the environment.
+
+use super::testing::{assert_names_keys, env, key_of, parse};
+use super::*;
+
+#[test]
+fn defaults_are_valid_and_match_the_brief() {
+    let c = parse("").unwrap();
+    assert_eq!(c.policy.stale_after, Duration::from_secs(120));
+    assert_eq!(c.policy.restart_delay, Duration::from_secs(180));
+    assert_eq!(c.policy.error_for, Duration::from_secs(1800));
+    assert_eq!(c.policy.cooldown, Duration::from_secs(600));
+    assert_eq!(c.policy.escalate_after, Duration::from_secs(600));
+    assert_eq!(c.safety.breaker_per_day, 3);
+    assert!(c.embedded());
+}
+
+#[test]
+fn yaml_is_accepted() {
+    let mut c = Config::parse(
+        "policy:\n  stale_after: 3m\nsafety:\n  breaker_per_day: 5\n",
+        Path::new("v.yaml"),
+    )
+    .unwrap();
+    c.apply_env(&env(&[("NODE_NAME", "n1")]));
+    c.validate().unwrap();
+    assert_eq!(c.policy.stale_after, Duration::from_secs(180));
+    assert_eq!(c.safety.breaker_per_day, 5);
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let err = parse("[policy]\nstale_afterr = \"2m\"\n").unwrap_err();
+    assert!(err.to_string().contains("stale_afterr"), "{err}");
+}
+
+#[test]
+fn bad_duration_is_named() {
+    let err = parse("[policy]\nstale_after = \"two minutes\"\n").unwrap_err();
+    assert!(
+        err.to_string().contains("key `policy.stale_after`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn short_lock_ttl_is_rejected() {
+    let r = parse("[safety]\nlock_ttl = \"30s\"\n");
+    assert_eq!(key_of(r), "safety.lock_ttl");
+}
+
+#[test]
+fn env_overrides_file() {
+    let mut c = Config::parse(
+        "node_name = \"file\"\n[redis]\nurl = \"redis://file:1\"\n",
+        Path::new("v.toml"),
+    )
+    .unwrap();
+    c.apply_env(&env(&[
+        ("NODE_NAME", "env-node"),
+        ("REDIS_URL", "redis://env:2"),
+        ("DOCKER_HOST", "tcp://127.0.0.1:2375"),
+    ]));
+    assert_eq!(c.node_name, "env-node");
+    assert_eq!(c.redis.url.expose(), "redis://env:2");
+    assert_eq!(c.docker.host, "tcp://127.0.0.1:2375");
+}
+
+#[test]
+fn alert_secrets_come_from_the_env() {
+    let mut c = Config::parse("[alerts.headers]\nX-Team = \"ml\"\n", Path::new("v.toml")).unwrap();
+    c.apply_env(&env(&[
+        ("VIGIL_ALERTMANAGER_URL", "http://am:pw@am:9093"),
+        ("VIGIL_PAGERDUTY_ROUTING_KEY", "rk"),
+        (
+            "VIGIL_WEBHOOK_HEADERS",
+            "Authorization: Bearer a:b\nX-Scope: org-1\n",
+        ),
+    ]));
+    assert_eq!(c.alerts.alertmanager_url.expose(), "http://am:pw@am:9093");
+    assert_eq!(c.alerts.routing_key.expose(), "rk");
+    let h: Vec<(&str, &str)> = c
+        .alerts
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.expose()))
+        .collect();
+    assert_eq!(
+        h,
+        [
+            ("Authorization", "Bearer a:b"),
+            ("X-Scope", "org-1"),
+            ("X-Team", "ml")
+        ]
+    );
+    c.validate().unwrap();
+}
+
+/// The keys of one section are in that section's tests; these are the top level's and the
+/// rules across sections.
+#[test]
+fn every_invalid_value_names_its_key() {
+    assert_names_keys(&[
+        ("poll_interval = \"0s\"", "poll_interval"),
+        (
+            "poll_interval = \"40s\"\n[fleet]\nheartbeat_ttl = \"1m\"",
+            "fleet.heartbeat_ttl",
+        ),
+        (
+            "[opportunistic]\nenabled = true\n[redis]\nurl = \"redis://r:6379\"",
+            "opportunistic.enabled",
+        ),
+        (
+            "[opportunistic]\nenabled = true\n[fleet]\npool = \"p\"",
+            "opportunistic.enabled",
+        ),
+    ]);
+}
+
+#[test]
+fn opportunistic_takes_its_pool_from_the_config_or_the_node() {
+    let redis = "[redis]\nurl = \"redis://r:6379\"\n";
+    let on = format!("{redis}[opportunistic]\nenabled = true\n");
+    assert_eq!(
+        key_of(parse(&on)),
+        "opportunistic.enabled",
+        "no pool anywhere"
+    );
+    assert!(parse(&format!("{on}[fleet]\npool = \"p\"\n")).is_ok());
+    // The Kubernetes API on: the pool is read from the Node's label at run time.
+    assert!(parse(&format!("{on}[kubernetes]\nenabled = \"on\"\n")).is_ok());
+    let text = format!("{on}[kubernetes]\nenabled = \"off\"\n");
+    assert_eq!(key_of(parse(&text)), "opportunistic.enabled");
+}
+
+#[test]
+fn zero_durations_are_named_before_any_other_problem() {
+    // Sections in order (redis before safety), but every zero duration before both.
+    let text = "[redis]\nkey_prefix = \"a:b\"\n[safety]\nbreaker_per_day = 0\n";
+    assert_eq!(key_of(parse(text)), "redis.key_prefix");
+    let text = format!("{text}[alerts]\ntimeout = \"0s\"\n");
+    assert_eq!(key_of(parse(&text)), "alerts.timeout");
+}
+
+#[test]
+fn typed_values_parse_at_the_boundary() {
+    let c = parse(
+        "[server]\nlisten = \"\"\n[log]\nformat = \"json\"\n[checkpoint]\nmethod = \"signal:usr2\"\nsignal = \"SIGHUP\"\n[gpu]\nenabled = \"off\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.server.listen, None, "empty disables the server");
+    assert_eq!(c.log.format, LogFormat::Json);
+    assert_eq!(
+        c.checkpoint.method,
+        CheckpointMethod::Signal(Some(Signal::Usr2))
+    );
+    assert_eq!(c.checkpoint.signal, Signal::Hup);
+    assert_eq!(c.gpu.enabled, Switch::Off);
+    let c = parse("[checkpoint]\nmethod = \"https://w:8080/ckpt\"\n").unwrap();
+    assert_eq!(
+        c.checkpoint.method,
+        CheckpointMethod::Http("https://w:8080/ckpt".into())
+    );
+}
+
+#[test]
+fn validation_does_no_io_and_load_checks_files() {
+    let mut c = Config {
+        node_name: "n1".into(),
+        ..Config::default()
+    };
+    c.redis.url = "rediss://r:6380".into();
+    c.redis.ca_file = "/nonexistent/vigil-ca.pem".into();
+    assert!(c.validate().is_ok(), "validate reads no file");
+    let err = c.check_files().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Invalid {
+                key: "redis.ca_file",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn node_names_are_kubernetes_node_names() {
+    let long = "n".repeat(254);
+    for bad in ["a:b", "a/b", "a\nb", "a b", "{n}", long.as_str()] {
+        let c = Config {
+            node_name: bad.into(),
+            ..Config::default()
+        };
+        assert_eq!(
+            key_of(c.validate().map(|()| c.clone())),
+            "node_name",
+            "{bad:?}"
+        );
+    }
+    let ok = Config {
+        node_name: "gke-pool-1-abcd.europe-west4-a_x".into(),
+        ..Config::default()
+    };
+    assert!(ok.validate().is_ok());
+}
+
+#[test]
+fn defaults_round_trip_through_toml() {
+    let text = Config::defaults_toml();
+    let c = Config::parse(&text, Path::new("d.toml")).unwrap();
+    assert_eq!(c.policy, PolicyConfig::default());
+    assert_eq!(c.safety, SafetyConfig::default());
+    assert_eq!(c.server, ServerConfig::default());
+    assert_eq!(c.checkpoint, CheckpointConfig::default());
+    assert_eq!(c.log, LogConfig::default());
+}
