@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::CliError;
+use super::{BeatArgs, CliError};
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::{heartbeat_value, write_status, Keys};
@@ -14,7 +14,33 @@ use crate::http::http_error;
 /// Where `scripts/run.sh` (scripts/local.toml) serves the worker API.
 const LOCAL_DEFAULT: &str = "http://127.0.0.1:9465";
 
-pub(super) async fn run(
+/// `vigil beat`: the fields given, sent to Redis or to an agent's worker API.
+pub(super) async fn command(args: BeatArgs) -> Result<(), CliError> {
+    let cfg = super::load(&args.config)?;
+    let fields: Vec<(String, String)> = [
+        ("state", args.state),
+        ("job", args.job),
+        ("gang", args.gang),
+        ("gang_size", args.gang_size),
+        ("progress", args.progress),
+        ("checkpoint_ack", args.checkpoint_ack),
+        ("checkpoint_step", args.checkpoint_step),
+        ("grace", args.grace),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+    .collect();
+    run(
+        &cfg,
+        &args.worker,
+        fields,
+        args.agent.as_deref(),
+        args.token_file.as_deref(),
+    )
+    .await
+}
+
+async fn run(
     cfg: &Config,
     worker: &str,
     fields: Vec<(String, String)>,

@@ -60,52 +60,7 @@ pub(crate) enum Command {
     },
     /// Publish a worker's status record (for shell workers); the heartbeat is stamped with the
     /// coordinator's clock.
-    Beat {
-        #[command(flatten)]
-        config: ConfigArg,
-        /// Worker id (the value of the container's opt-in label): 1-128 characters of
-        /// [A-Za-z0-9._-].
-        #[arg(long, value_parser = worker_id)]
-        worker: String,
-        /// idle | processing | error | any other word for a long operation (loading, compile:
-        /// watched like processing): 1-64 characters of [A-Za-z0-9._-].
-        #[arg(long, required_unless_present_any = ["checkpoint_ack", "grace"], value_parser = state_word)]
-        state: Option<String>,
-        /// What the worker is working on.
-        #[arg(long)]
-        job: Option<String>,
-        /// The distributed job this worker is one member of (every rank of it, on every node,
-        /// gives the same id): 1-253 characters of [A-Za-z0-9._/-].
-        #[arg(long, value_parser = gang_id)]
-        gang: Option<String>,
-        /// How many members the gang has (with --gang): 1 to 65536.
-        #[arg(long, requires = "gang", value_parser = gang_size)]
-        gang_size: Option<String>,
-        /// A progress marker that changes as work advances (step, batch, offset).
-        #[arg(long)]
-        progress: Option<String>,
-        /// Acknowledge a checkpoint request (give the request id from `checkpoint_request`).
-        #[arg(long, value_name = "ID")]
-        checkpoint_ack: Option<String>,
-        /// The step of the last durable checkpoint (a whole number): Vigil judges whether its
-        /// restarts help by progress past it.
-        #[arg(long, value_name = "STEP", value_parser = step)]
-        checkpoint_step: Option<String>,
-        /// A long operation ahead: the worker may stay silent this long after this beat
-        /// (e.g. 20m; honoured up to `policy.max_grace`); 0 ends it.
-        #[arg(long, value_name = "DURATION", value_parser = grace_seconds)]
-        grace: Option<String>,
-        /// Send the beat to an agent's worker API instead of Redis: `http://HOST:PORT` or
-        /// `unix:/run/vigil/worker.sock`. Without it: Redis when `REDIS_URL` is set, else this
-        /// node's worker API as configured in `[worker_api]`.
-        #[arg(long, value_name = "URL")]
-        agent: Option<String>,
-        /// A file holding the worker's projected ServiceAccount token (sent as a bearer token
-        /// to an agent with `worker_api.auth = "kubernetes"`); read afresh on every beat, as
-        /// the kubelet rotates it.
-        #[arg(long, value_name = "PATH", env = "VIGIL_TOKEN_FILE")]
-        token_file: Option<std::path::PathBuf>,
-    },
+    Beat(BeatArgs),
     /// Print the verdict → action table, generated from the policy code and the configured
     /// thresholds; `vigil policy gpu` prints the XID → action table (NVIDIA's immediate action,
     /// with the configured `gpu.xid_actions`).
@@ -329,6 +284,55 @@ async fn local_agent(cfg: &Config, path: &str) -> Result<String, CliError> {
     Ok(text)
 }
 
+/// `vigil beat`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct BeatArgs {
+    #[command(flatten)]
+    pub(crate) config: ConfigArg,
+    /// Worker id (the value of the container's opt-in label): 1-128 characters of
+    /// [A-Za-z0-9._-].
+    #[arg(long, value_parser = worker_id)]
+    pub(crate) worker: String,
+    /// idle | processing | error | any other word for a long operation (loading, compile:
+    /// watched like processing): 1-64 characters of [A-Za-z0-9._-].
+    #[arg(long, required_unless_present_any = ["checkpoint_ack", "grace"], value_parser = state_word)]
+    pub(crate) state: Option<String>,
+    /// What the worker is working on.
+    #[arg(long)]
+    pub(crate) job: Option<String>,
+    /// The distributed job this worker is one member of (every rank of it, on every node,
+    /// gives the same id): 1-253 characters of [A-Za-z0-9._/-].
+    #[arg(long, value_parser = gang_id)]
+    pub(crate) gang: Option<String>,
+    /// How many members the gang has (with --gang): 1 to 65536.
+    #[arg(long, requires = "gang", value_parser = gang_size)]
+    pub(crate) gang_size: Option<String>,
+    /// A progress marker that changes as work advances (step, batch, offset).
+    #[arg(long)]
+    pub(crate) progress: Option<String>,
+    /// Acknowledge a checkpoint request (give the request id from `checkpoint_request`).
+    #[arg(long, value_name = "ID")]
+    pub(crate) checkpoint_ack: Option<String>,
+    /// The step of the last durable checkpoint (a whole number): Vigil judges whether its
+    /// restarts help by progress past it.
+    #[arg(long, value_name = "STEP", value_parser = step)]
+    pub(crate) checkpoint_step: Option<String>,
+    /// A long operation ahead: the worker may stay silent this long after this beat
+    /// (e.g. 20m; honoured up to `policy.max_grace`); 0 ends it.
+    #[arg(long, value_name = "DURATION", value_parser = grace_seconds)]
+    pub(crate) grace: Option<String>,
+    /// Send the beat to an agent's worker API instead of Redis: `http://HOST:PORT` or
+    /// `unix:/run/vigil/worker.sock`. Without it: Redis when `REDIS_URL` is set, else this
+    /// node's worker API as configured in `[worker_api]`.
+    #[arg(long, value_name = "URL")]
+    pub(crate) agent: Option<String>,
+    /// A file holding the worker's projected ServiceAccount token (sent as a bearer token
+    /// to an agent with `worker_api.auth = "kubernetes"`); read afresh on every beat, as
+    /// the kubelet rotates it.
+    #[arg(long, value_name = "PATH", env = "VIGIL_TOKEN_FILE")]
+    pub(crate) token_file: Option<std::path::PathBuf>,
+}
+
 pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Run { config, dry_run } => {
@@ -337,43 +341,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             let signals = crate::app::install_signals(config.config.clone(), &cfg, dry_run)?;
             Ok(crate::app::run(cfg, signals).await?)
         }
-        Command::Beat {
-            config,
-            worker,
-            state,
-            job,
-            gang,
-            gang_size,
-            progress,
-            checkpoint_ack,
-            checkpoint_step,
-            grace,
-            agent,
-            token_file,
-        } => {
-            let cfg = load(&config)?;
-            let fields: Vec<(String, String)> = [
-                ("state", state),
-                ("job", job),
-                ("gang", gang),
-                ("gang_size", gang_size),
-                ("progress", progress),
-                ("checkpoint_ack", checkpoint_ack),
-                ("checkpoint_step", checkpoint_step),
-                ("grace", grace),
-            ]
-            .into_iter()
-            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
-            .collect();
-            beat::run(
-                &cfg,
-                &worker,
-                fields,
-                agent.as_deref(),
-                token_file.as_deref(),
-            )
-            .await
-        }
+        Command::Beat(args) => beat::command(args).await,
         Command::Policy { config, table } => {
             print!("{}", policy::table(&load(&config)?, table));
             Ok(())

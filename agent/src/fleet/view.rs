@@ -425,24 +425,32 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
             workers
         ));
     }
-    if !slices.is_empty() {
+    out.push_str(&slices_table(slices));
+    out
+}
+
+/// The slices' table under the nodes' (nothing without a slice).
+fn slices_table(slices: &[SliceView]) -> String {
+    let mut out = String::new();
+    if slices.is_empty() {
+        return out;
+    }
+    out.push_str(&format!(
+        "\n{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4}  available\n",
+        "SLICE", "POOL", "NODES", "HEALTHY", "UNHEALTHY", "MAINTENANCE", "DOWN"
+    ));
+    for s in slices {
         out.push_str(&format!(
-            "\n{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4}  available\n",
-            "SLICE", "POOL", "NODES", "HEALTHY", "UNHEALTHY", "MAINTENANCE", "DOWN"
+            "{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4}  {}\n",
+            s.slice,
+            or_dash(&s.pool),
+            s.nodes,
+            s.healthy,
+            s.unhealthy,
+            s.maintenance,
+            s.down,
+            if s.available { "yes" } else { "NO" }
         ));
-        for s in slices {
-            out.push_str(&format!(
-                "{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4}  {}\n",
-                s.slice,
-                or_dash(&s.pool),
-                s.nodes,
-                s.healthy,
-                s.unhealthy,
-                s.maintenance,
-                s.down,
-                if s.available { "yes" } else { "NO" }
-            ));
-        }
     }
     out
 }

@@ -351,23 +351,7 @@ impl ContainerRuntime for DockerRuntime {
                 && !state.and_then(|s| s.paused).unwrap_or(false),
             paused: state.and_then(|s| s.paused).unwrap_or(false),
             checkpoint: labels.get(&self.checkpoint_label).cloned(),
-            gpus: {
-                let ids: Option<Vec<String>> = info
-                    .host_config
-                    .as_ref()
-                    .and_then(|h| h.device_requests.as_ref())
-                    .map(|reqs| {
-                        reqs.iter()
-                            .flat_map(|r| r.device_ids.clone().unwrap_or_default())
-                            .collect()
-                    });
-                let env = info
-                    .config
-                    .as_ref()
-                    .and_then(|c| c.env.clone())
-                    .unwrap_or_default();
-                crate::runtime::container::visible_gpus(ids.as_deref(), &env)
-            },
+            gpus: gpus_of(&info),
             pod: None,
             kube_pod: kube_pod(&labels),
             alert_only: crate::runtime::container::alert_only(&labels, &self.label),
@@ -463,6 +447,25 @@ fn kube_pod(labels: &HashMap<String, String>) -> Option<PodIdentity> {
         name: get("io.kubernetes.pod.name")?,
         uid: get("io.kubernetes.pod.uid")?,
     })
+}
+
+/// The GPUs a container was given: its device requests' ids, or its `NVIDIA_VISIBLE_DEVICES`.
+fn gpus_of(info: &bollard::models::ContainerInspectResponse) -> Option<Vec<String>> {
+    let ids: Option<Vec<String>> = info
+        .host_config
+        .as_ref()
+        .and_then(|h| h.device_requests.as_ref())
+        .map(|reqs| {
+            reqs.iter()
+                .flat_map(|r| r.device_ids.clone().unwrap_or_default())
+                .collect()
+        });
+    let env = info
+        .config
+        .as_ref()
+        .and_then(|c| c.env.clone())
+        .unwrap_or_default();
+    crate::runtime::container::visible_gpus(ids.as_deref(), &env)
 }
 
 #[cfg(test)]

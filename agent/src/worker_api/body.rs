@@ -61,41 +61,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
             format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"checkpoint_step\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
         )
     })?;
-    let rank = number(parsed.rank.as_deref(), "rank", 0)?;
-    let ranks = number(parsed.ranks.as_deref(), "ranks", 1)?;
-    match (rank, ranks) {
-        (Some(r), Some(n)) if r >= n => {
-            return Err(bad(format!("rank {r} is not below ranks {n}")));
-        }
-        (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
-        _ => {}
-    }
-    if let Some(g) = parsed.gang.as_deref().filter(|g| !valid_gang_id(g)) {
-        return Err(bad(format!(
-            "gang must be 1-253 characters of [A-Za-z0-9._/-]; got {:?}",
-            crate::hang::model::bounded(g, 64)
-        )));
-    }
-    if let Some(n) = parsed
-        .gang_size
-        .as_deref()
-        .filter(|n| parse_gang_size(n).is_none())
-    {
-        return Err(bad(format!(
-            "gang_size must be a whole number from 1 to {MAX_GANG}; got {:?}",
-            crate::hang::model::bounded(n, 64)
-        )));
-    }
-    if let Some(n) = parsed
-        .checkpoint_step
-        .as_deref()
-        .filter(|n| n.trim().parse::<u64>().is_err())
-    {
-        return Err(bad(format!(
-            "checkpoint_step must be a whole number (a step); got {:?}",
-            crate::hang::model::bounded(n, 64)
-        )));
-    }
+    let (rank, ranks) = checked_numbers(&parsed)?;
     // A rank's own fields carry its number; `job`, `gang` and `ranks` are the container's.
     let own = |k: &str| rank_field(k, rank);
     let mut fields: Vec<(String, String)> = [
@@ -131,6 +97,48 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
         }
     }
     Ok(StatusWrite { fields, rank })
+}
+
+/// The body's rank and ranks, once every field that must be a number or a gang id is one.
+fn checked_numbers(
+    parsed: &StatusBody,
+) -> Result<(Option<u32>, Option<u32>), (StatusCode, String)> {
+    let rank = number(parsed.rank.as_deref(), "rank", 0)?;
+    let ranks = number(parsed.ranks.as_deref(), "ranks", 1)?;
+    match (rank, ranks) {
+        (Some(r), Some(n)) if r >= n => {
+            return Err(bad(format!("rank {r} is not below ranks {n}")));
+        }
+        (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
+        _ => {}
+    }
+    if let Some(g) = parsed.gang.as_deref().filter(|g| !valid_gang_id(g)) {
+        return Err(bad(format!(
+            "gang must be 1-253 characters of [A-Za-z0-9._/-]; got {:?}",
+            crate::hang::model::bounded(g, 64)
+        )));
+    }
+    if let Some(n) = parsed
+        .gang_size
+        .as_deref()
+        .filter(|n| parse_gang_size(n).is_none())
+    {
+        return Err(bad(format!(
+            "gang_size must be a whole number from 1 to {MAX_GANG}; got {:?}",
+            crate::hang::model::bounded(n, 64)
+        )));
+    }
+    if let Some(n) = parsed
+        .checkpoint_step
+        .as_deref()
+        .filter(|n| n.trim().parse::<u64>().is_err())
+    {
+        return Err(bad(format!(
+            "checkpoint_step must be a whole number (a step); got {:?}",
+            crate::hang::model::bounded(n, 64)
+        )));
+    }
+    Ok((rank, ranks))
 }
 
 fn bad(why: String) -> (StatusCode, String) {
