@@ -266,14 +266,7 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         &tracker,
         &stop,
     );
-    // NVML calls block: the monitor runs on its own thread and publishes reports.
-    let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
-    let (gpu_cfg, gpu_stop) = (cfg.gpu.clone(), stop.child_token());
-    let gpu_warnings = Some(agent.health.warnings.clone());
-    tracker.spawn(async move {
-        // NB: the monitor's thread is detached: a wedged NVML call must not hold the exit.
-        drop(crate::accel::gpu::start::start(&gpu_cfg, gpu_tx, gpu_stop, gpu_warnings).await);
-    });
+    let gpu_rx = gpu_monitor(&cfg, agent.health.warnings.clone(), &tracker, &stop);
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
     let (node_rx, node_reader) = node_source(&cfg, &a.metrics, &tracker, &stop).await;
@@ -304,6 +297,22 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     term.cancelled().await;
     let drained = drain(&cfg, &tracker, controller_done, &stop).await;
     drained
+}
+
+/// The GPU monitor. NVML calls block: it runs on its own thread and publishes reports.
+fn gpu_monitor(
+    cfg: &Config,
+    warnings: Warnings,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) -> watch::Receiver<GpuReport> {
+    let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
+    let (gpu_cfg, gpu_stop) = (cfg.gpu.clone(), stop.child_token());
+    tracker.spawn(async move {
+        // NB: the monitor's thread is detached: a wedged NVML call must not hold the exit.
+        drop(crate::accel::gpu::start::start(&gpu_cfg, gpu_tx, gpu_stop, Some(warnings)).await);
+    });
+    gpu_rx
 }
 
 /// The loops beside the cycle: the node record's own heartbeat and the drills' export.

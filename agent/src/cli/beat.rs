@@ -87,25 +87,7 @@ async fn to_agent(
         .into_iter()
         .map(|(k, v)| (k, serde_json::Value::String(v)))
         .collect();
-    let path = format!("/v1/workers/{worker}/status");
-    let builder = reqwest::Client::builder();
-    // NB: plain HTTP needs no CA roots, and a worker image may have none (loading them fails).
-    let builder = if agent.starts_with("https://") {
-        builder
-    } else {
-        builder.tls_certs_only([])
-    };
-    let (client, url) = match agent.strip_prefix("unix:") {
-        Some(socket) => (
-            builder.unix_socket(socket).build(),
-            format!("http://localhost{path}"),
-        ),
-        None => (
-            builder.build(),
-            format!("{}{path}", agent.trim_end_matches('/')),
-        ),
-    };
-    let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {}", http_error(e))))?;
+    let (client, url) = client_for(agent, &format!("/v1/workers/{worker}/status"))?;
     let mut req = client
         .put(&url)
         .timeout(Duration::from_secs(10))
@@ -143,4 +125,28 @@ async fn to_agent(
         println!("checkpoint_request={id} checkpoint_reason={reason}");
     }
     Ok(())
+}
+
+/// A client for the agent's address (`http(s)://…` or `unix:<socket>`) and the URL of `path`
+/// there.
+fn client_for(agent: &str, path: &str) -> Result<(reqwest::Client, String), CliError> {
+    let builder = reqwest::Client::builder();
+    // NB: plain HTTP needs no CA roots, and a worker image may have none (loading them fails).
+    let builder = if agent.starts_with("https://") {
+        builder
+    } else {
+        builder.tls_certs_only([])
+    };
+    let (client, url) = match agent.strip_prefix("unix:") {
+        Some(socket) => (
+            builder.unix_socket(socket).build(),
+            format!("http://localhost{path}"),
+        ),
+        None => (
+            builder.build(),
+            format!("{}{path}", agent.trim_end_matches('/')),
+        ),
+    };
+    let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {}", http_error(e))))?;
+    Ok((client, url))
 }

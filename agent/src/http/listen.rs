@@ -222,7 +222,6 @@ pub(crate) async fn serve_router<L: Listen>(
     shutdown: CancellationToken,
     limits: Limits,
 ) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
     let connections = tokio_util::task::TaskTracker::new();
     let table = Arc::new(Mutex::new(Admission::new(
@@ -257,35 +256,58 @@ pub(crate) async fn serve_router<L: Listen>(
             inner: TowerToHyperService::new(app.clone().layer(Extension(peer))),
             slot: slot.clone(),
         };
-        let shutdown = shutdown.clone();
-        connections.spawn(async move {
-            let _slot = slot;
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .max_buf_size(limits.max_head)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                // NB: it gave way to a newcomer while idle: dropped, nothing in flight.
-                _ = evict.cancelled() => return,
-                _ = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-                _ = tokio::time::sleep(limits.max_age) => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "server: connection ended with an error");
-            }
-        });
+        connections.spawn(serve_connection(
+            stream,
+            service,
+            slot,
+            evict,
+            shutdown.clone(),
+            limits,
+        ));
     }
     connections.close();
     connections.wait().await;
+}
+
+/// One admitted connection, served until it ends, gives way to a newcomer (`evict`), the server
+/// stops, or it reaches `max_age`; its slot is freed when this returns.
+async fn serve_connection<I, S>(
+    stream: I,
+    service: S,
+    slot: Arc<Slot>,
+    evict: CancellationToken,
+    shutdown: CancellationToken,
+    limits: Limits,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let _slot = slot;
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(limits.max_head)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        // NB: it gave way to a newcomer while idle: dropped, nothing in flight.
+        _ = evict.cancelled() => return,
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+        _ = tokio::time::sleep(limits.max_age) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "server: connection ended with an error");
+    }
 }
 
 /// Whom a connection counts against: its TCP address, or the unix-socket peer's cgroup (its

@@ -180,28 +180,7 @@ async fn members_of(
         worker: worker.to_string(),
     };
     match target {
-        Target::Gang(g) => {
-            // Every shard a gang of any size may use: the size is the members' to say.
-            let keys = Keys::new(prefix, &cfg.node_name);
-            let all = read_view(
-                coord,
-                &keys,
-                g,
-                Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD),
-            )
-            .await
-            .map_err(err)?;
-            let view = gp::present(&all, now, &Timing::of(cfg));
-            if view.is_empty() {
-                return Err(format!(
-                    "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
-                ));
-            }
-            let mut members: Vec<Asked> = view.iter().map(|m| asked(&m.node, &m.worker)).collect();
-            members.sort();
-            members.dedup();
-            Ok((members, view))
-        }
+        Target::Gang(g) => gang_members(coord, cfg, g, now).await,
         Target::Worker { node, worker } => {
             let rec = coord
                 .hgetall(&Keys::new(prefix, node).status(worker))
@@ -231,6 +210,43 @@ async fn members_of(
             Ok((workers.iter().map(|w| asked(node, w)).collect(), Vec::new()))
         }
     }
+}
+
+/// A gang's members as the fleet view has them now.
+async fn gang_members(
+    coord: &dyn Coordinator,
+    cfg: &Config,
+    g: &str,
+    now: Millis,
+) -> Result<(Vec<Asked>, Vec<Member>), String> {
+    let err = |e: crate::coord::CoordError| e.to_string();
+    let prefix = cfg.redis.key_prefix.as_str();
+    // Every shard a gang of any size may use: the size is the members' to say.
+    let keys = Keys::new(prefix, &cfg.node_name);
+    let all = read_view(
+        coord,
+        &keys,
+        g,
+        Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD),
+    )
+    .await
+    .map_err(err)?;
+    let view = gp::present(&all, now, &Timing::of(cfg));
+    if view.is_empty() {
+        return Err(format!(
+            "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
+        ));
+    }
+    let mut members: Vec<Asked> = view
+        .iter()
+        .map(|m| Asked {
+            node: m.node.clone(),
+            worker: m.worker.clone(),
+        })
+        .collect();
+    members.sort();
+    members.dedup();
+    Ok((members, view))
 }
 
 /// A member with a request of its own still unanswered (a real notice's, or another drill's)

@@ -58,21 +58,7 @@ impl Checkpointer {
         let started = Instant::now();
         let (view, view_read) = self.present_members(gang, now).await;
         let node = self.keys.node().to_string();
-        let own: Vec<Asked> = local
-            .iter()
-            .map(|c| Asked {
-                node: node.clone(),
-                worker: c.worker.clone(),
-            })
-            .collect();
-        let mut members: BTreeSet<Asked> = view
-            .iter()
-            .map(|m| Asked {
-                node: m.node.clone(),
-                worker: m.worker.clone(),
-            })
-            .collect();
-        members.extend(own.iter().cloned());
+        let (own, members) = asked(&node, local, &view);
         let budget = round_budget(budget, reason, &view);
         let fresh = Round {
             id: crate::maintenance::request::new_id(),
@@ -83,7 +69,6 @@ impl Checkpointer {
             drill: false,
         };
         let (round, opened) = self.open_or_join(&gang.id, fresh, now).await?;
-        let members: Vec<Asked> = members.into_iter().collect();
         let io = self.io();
         io.write_requests(&round, if opened { &members } else { &own })
             .await;
@@ -296,4 +281,24 @@ fn acked_a_later_round(rec: &std::collections::HashMap<String, String>, round: &
         .get("checkpoint_requested_at")
         .and_then(|t| t.parse().ok());
     at.is_some_and(|at| at >= round.at) && acknowledges(rec, id)
+}
+
+/// Who a round asks: this node's members (`own`), and every member, the view's and ours, once.
+fn asked(node: &str, local: &[Container], view: &[Member]) -> (Vec<Asked>, Vec<Asked>) {
+    let own: Vec<Asked> = local
+        .iter()
+        .map(|c| Asked {
+            node: node.to_string(),
+            worker: c.worker.clone(),
+        })
+        .collect();
+    let mut members: BTreeSet<Asked> = view
+        .iter()
+        .map(|m| Asked {
+            node: m.node.clone(),
+            worker: m.worker.clone(),
+        })
+        .collect();
+    members.extend(own.iter().cloned());
+    (own, members.into_iter().collect())
 }

@@ -217,23 +217,37 @@ impl Checkpointer {
         if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
             return result(label, Outcome::Failed, e);
         }
+        let (outcome, detail) = self
+            .acknowledged(&key, &id, &c.worker, budget, deadline)
+            .await;
+        result(label, outcome, detail)
+    }
+
+    /// Wait for the request's acknowledgement in the worker's record, until `deadline`.
+    async fn acknowledged(
+        &self,
+        key: &str,
+        id: &str,
+        worker: &str,
+        budget: Duration,
+        deadline: tokio::time::Instant,
+    ) -> (Outcome, String) {
         loop {
-            match self.coord.hgetall(&key).await {
-                Ok(rec) => {
-                    if acknowledges(&rec, &id) {
-                        return result(label, Outcome::Acked, format!("request {id} acknowledged"));
-                    }
+            match self.coord.hgetall(key).await {
+                Ok(rec) if acknowledges(&rec, id) => {
+                    return (Outcome::Acked, format!("request {id} acknowledged"));
                 }
+                Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, worker = %c.worker, "cannot read the acknowledgement yet")
+                    tracing::warn!(error = %e, worker = %worker, "cannot read the acknowledgement yet")
                 }
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return result(
-                    label,
+                let waited = crate::clock::brief(budget);
+                return (
                     Outcome::TimedOut,
-                    format!("no acknowledgement within {}", crate::clock::brief(budget)),
+                    format!("no acknowledgement within {waited}"),
                 );
             }
             // The last wait is shortened to the deadline, so the budget is used in full.

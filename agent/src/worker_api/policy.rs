@@ -113,18 +113,7 @@ pub(crate) fn authorize<'a>(
         _ => {}
     }
     token_node(caller, node)?;
-    let own = carriers.iter().copied().find(|c| match caller {
-        Caller::Pod {
-            namespace,
-            name,
-            uid,
-            ..
-        } => c
-            .pod_identity()
-            .is_some_and(|p| p.uid == *uid && p.namespace == *namespace && p.name == *name),
-        Caller::Container { id, .. } => same_container(&c.id, id),
-        Caller::Loopback | Caller::HostProcess { .. } => false,
-    });
+    let own = carriers.iter().copied().find(|c| is_caller(c, caller));
     own.map(Some).ok_or_else(|| {
         let who = match caller {
             Caller::Pod {
@@ -140,6 +129,23 @@ pub(crate) fn authorize<'a>(
             names(&carriers)
         ))
     })
+}
+
+/// Whether `c` is the caller's own container: its pod (namespace, name and uid), or its
+/// container id.
+fn is_caller(c: &Container, caller: &Caller) -> bool {
+    match caller {
+        Caller::Pod {
+            namespace,
+            name,
+            uid,
+            ..
+        } => c
+            .pod_identity()
+            .is_some_and(|p| p.uid == *uid && p.namespace == *namespace && p.name == *name),
+        Caller::Container { id, .. } => same_container(&c.id, id),
+        Caller::Loopback | Caller::HostProcess { .. } => false,
+    }
 }
 
 /// Runtimes give full 64-hex ids; a short id (12) of the same container matches.

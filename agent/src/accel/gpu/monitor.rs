@@ -313,20 +313,8 @@ fn monitor_loop(
     stop: &CancellationToken,
     calls: &Calls,
 ) {
-    let (keeper, report) = match store {
-        Some(store) => {
-            let (k, r) = Keeper::open(store, cfg);
-            (Some(k), r)
-        }
-        None => (None, rejudge(&GpuReport::default(), cfg)),
-    };
-    tx.send_replace(report.clone());
-    let mut v = Verdict {
-        cleared_seen: report.cleared.last().map_or(0, |c: &GpuCleared| c.seq),
-        begun_seen: 0,
-        report,
-        keeper,
-    };
+    let mut v = Verdict::start(store, cfg);
+    tx.send_replace(v.report.clone());
     let mut samples: Vec<GpuSample> = Vec::new();
     let mut sample_errors = Throttled::new();
     let mut xid_errors = Throttled::new();
@@ -373,6 +361,25 @@ fn monitor_loop(
                 // A probe that fails at once must not turn this loop into a busy loop.
                 std::thread::sleep(wait.saturating_sub(started.elapsed()));
             }
+        }
+    }
+}
+
+impl Verdict {
+    /// The first verdict: the failures kept across restarts (with a state file), rejudged.
+    fn start(store: Option<StateStore>, cfg: &GpuConfig) -> Verdict {
+        let (keeper, report) = match store {
+            Some(store) => {
+                let (k, r) = Keeper::open(store, cfg);
+                (Some(k), r)
+            }
+            None => (None, rejudge(&GpuReport::default(), cfg)),
+        };
+        Verdict {
+            cleared_seen: report.cleared.last().map_or(0, |c: &GpuCleared| c.seq),
+            begun_seen: 0,
+            report,
+            keeper,
         }
     }
 }

@@ -162,25 +162,8 @@ pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> Tp
         health = health.max(h);
         reasons.push(reason);
     };
-    let found = if obs.device_files.is_empty() {
-        "none".to_string()
-    } else {
-        obs.device_files.join(", ")
-    };
-    match expected {
-        Some(n) if present < n => worsen(
-            TpuHealth::Failed,
-            format!("{present} of {n} TPU chips have a device file (found: {found})"),
-        ),
-        Some(n) if present > n => worsen(
-            TpuHealth::Degraded,
-            format!(
-                "{present} TPU chips have a device file but the Node advertises {n} \
-                 {TPU_RESOURCE}: the device plugin withholds the others (unhealthy, or not yet \
-                 registered)"
-            ),
-        ),
-        _ => {}
+    if let Some((h, why)) = chip_count(obs) {
+        worsen(h, why);
     }
     let (recent_errors, by_chip) = recent_by_chip(&obs.errors, now_ms, window);
     let within = humantime::format_duration(window);
@@ -208,6 +191,31 @@ pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> Tp
         reasons,
         recent_errors,
         errors_total: (0, 0),
+    }
+}
+
+/// The chips with a device file against the chips the Node advertises, when they differ.
+fn chip_count(obs: &TpuObservation) -> Option<(TpuHealth, String)> {
+    let present = obs.device_files.len() as u32;
+    let found = if obs.device_files.is_empty() {
+        "none".to_string()
+    } else {
+        obs.device_files.join(", ")
+    };
+    match obs.expected {
+        Some(n) if present < n => Some((
+            TpuHealth::Failed,
+            format!("{present} of {n} TPU chips have a device file (found: {found})"),
+        )),
+        Some(n) if present > n => Some((
+            TpuHealth::Degraded,
+            format!(
+                "{present} TPU chips have a device file but the Node advertises {n} \
+                 {TPU_RESOURCE}: the device plugin withholds the others (unhealthy, or not yet \
+                 registered)"
+            ),
+        )),
+        _ => None,
     }
 }
 

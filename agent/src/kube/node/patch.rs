@@ -225,23 +225,7 @@ pub(crate) fn cleanup_plan(
     labels.sort();
     let mut annotations = keys("/metadata/annotations");
     annotations.sort();
-    let taints: Vec<String> = node
-        .pointer("/spec/taints")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|t| {
-            let key = t.get("key").and_then(Value::as_str)?;
-            if !taint_keys.iter().any(|k| k == key) {
-                return None;
-            }
-            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
-            Some(match t.get("value").and_then(Value::as_str) {
-                Some(v) if !v.is_empty() => format!("{key}={v}:{effect}"),
-                _ => format!("{key}:{effect}"),
-            })
-        })
-        .collect();
+    let taints = taints_of(node, taint_keys);
     let conditions: Vec<String> = node
         .pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -274,6 +258,26 @@ pub(crate) fn cleanup_plan(
         kept,
     };
     (plan, desired)
+}
+
+/// Vigil's taints on the Node, as `kubectl taint` writes them (`key[=value]:effect`).
+fn taints_of(node: &Value, taint_keys: &[String]) -> Vec<String> {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let key = t.get("key").and_then(Value::as_str)?;
+            if !taint_keys.iter().any(|k| k == key) {
+                return None;
+            }
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            Some(match t.get("value").and_then(Value::as_str) {
+                Some(v) if !v.is_empty() => format!("{key}={v}:{effect}"),
+                _ => format!("{key}:{effect}"),
+            })
+        })
+        .collect()
 }
 
 /// The strategic-merge patch of the Node's status that deletes the conditions of these types,
