@@ -246,19 +246,8 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     tracker.spawn(release_start_up_code(stop.clone()));
     let pods = pod_api(&cfg).await;
     let a = adapters(&cfg, pods.clone())?;
-    let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());
     let facts = SharedFacts::default();
-    let mut agent = Agent::new(
-        cfg.clone(),
-        a.coord.clone(),
-        a.runtime.clone(),
-        notifier,
-        a.metrics.clone(),
-    )
-    .with_facts(facts.clone());
-    if let Some(rx) = reload {
-        agent = agent.with_reload(rx);
-    }
+    let mut agent = new_agent(&cfg, &a, facts.clone(), reload);
     let meta_rx = metadata_watcher(
         &cfg,
         agent.health.warnings.clone(),
@@ -297,6 +286,28 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     term.cancelled().await;
     let drained = drain(&cfg, &tracker, controller_done, &stop).await;
     drained
+}
+
+/// The node's cycle, on the production adapters, reading the controller's facts.
+fn new_agent(
+    cfg: &Config,
+    a: &Adapters,
+    facts: SharedFacts,
+    reload: Option<watch::Receiver<Config>>,
+) -> Agent {
+    let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());
+    let agent = Agent::new(
+        cfg.clone(),
+        a.coord.clone(),
+        a.runtime.clone(),
+        notifier,
+        a.metrics.clone(),
+    )
+    .with_facts(facts);
+    match reload {
+        Some(rx) => agent.with_reload(rx),
+        None => agent,
+    }
 }
 
 /// The GPU monitor. NVML calls block: it runs on its own thread and publishes reports.

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ const NIGHT: Millis = 1_796_004_000_000;
 const TICK: Duration = Duration::from_secs(15);
 const NODE: &str = "gpu-node-7";
 const WORKER: &str = "trainer-0";
+const CONTAINER: &str = "c-3f2a9b1e";
 
 fn at(min: i64, sec: i64) -> Millis {
     NIGHT + (min * 60 + sec) * 1000
@@ -43,37 +45,31 @@ pub(crate) struct Summary {
 
 /// Replay the night, writing the timeline to `out`; `pace` is the real time per 15 s cycle.
 pub(crate) async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<Summary> {
-    let clock = FakeClock::at(NIGHT);
-    let coord: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
-    let runtime = FakeRuntime::default();
-    runtime.add("c-3f2a9b1e", WORKER);
-    let sink = RecordingSink::default();
-    let node_api = RecordingNodeApi::default();
-    let metrics = Arc::new(Metrics::new());
-    let cfg = Config {
-        node_name: NODE.into(),
-        ..Config::default()
-    };
-    let keys = Keys::new(&cfg.redis.key_prefix, NODE);
-    let facts = SharedFacts::default();
-    let mut agent = Agent::new(
-        cfg.clone(),
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()),
-        metrics.clone(),
-    )
-    .with_facts(facts.clone());
-    let mut controller = Controller::new(
-        cfg.clone(),
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        metrics.clone(),
-        agent.trail(),
-    )
-    .with_node_api(Arc::new(node_api.clone()))
-    .with_facts(facts);
+    let mut night = Night::new();
+    intro(out)?;
+    let acker = night.spawn_acker();
+    let end = at(47, 0);
+    while night.clock.now() < end {
+        let now = night.clock.now();
+        night.worker(out, now).await?;
+        night.notices(out, now).await?;
+        night.agent.cycle().await;
+        // Print what happened: decisions, alerts, Node changes.
+        night.print_decisions(out, now).await?;
+        night.print_alerts(out, now)?;
+        night.print_node(out, now)?;
+        night.clock.advance(TICK);
+        if !pace.is_zero() {
+            tokio::time::sleep(pace).await;
+        }
+    }
+    acker.abort();
+    night.summary.restarts = night.runtime.restarts(CONTAINER);
+    close(out, &night.summary)?;
+    Ok(night.summary)
+}
 
+fn intro(out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
         "vigil demo — the night of seed 000, replayed with the real policy and pipeline"
@@ -82,188 +78,10 @@ pub(crate) async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<
     writeln!(
         out,
         "(time is simulated: one line of the loop = 15 s; in the seed this took 6 hours)\n"
-    )?;
+    )
+}
 
-    // The worker process: acknowledges checkpoint requests while it is alive.
-    let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let acker = {
-        let coord = coord.clone();
-        let key = keys.status(WORKER);
-        let alive = alive.clone();
-        tokio::spawn(async move {
-            loop {
-                if alive.load(std::sync::atomic::Ordering::SeqCst) {
-                    if let Ok(rec) = coord.hgetall(&key).await {
-                        if let Some(req) = rec.get("checkpoint_request") {
-                            if rec.get("checkpoint_ack").is_none_or(|a| a.is_empty()) {
-                                let _ = coord
-                                    .hset(&key, &[("checkpoint_ack".into(), req.clone())], None)
-                                    .await;
-                            }
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
-
-    let mut summary = Summary {
-        hang_at: at(14, 0),
-        ..Summary::default()
-    };
-    let mut printed_trail = 0usize;
-    let mut printed_alerts = 0usize;
-    let mut step = 0u64;
-    let mut booted_at: Option<Millis> = None;
-    let mut last_labels: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let end = at(47, 0);
-    while clock.now() < end {
-        let now = clock.now();
-        // The worker: beats and makes progress until the heap corruption at 02:14; after our
-        // restart it loads its model for 90 s (no beats), then works again.
-        let restarted = runtime.restarts("c-3f2a9b1e") > 0;
-        if restarted && booted_at.is_none() {
-            booted_at = Some(now + 90_000);
-        }
-        let working = now < summary.hang_at || booted_at.is_some_and(|b| now >= b);
-        if working {
-            step += 1;
-            coord
-                .hset(
-                    &keys.status(WORKER),
-                    &[
-                        ("state".into(), "processing".into()),
-                        ("heartbeat".into(), heartbeat_value(now)),
-                        ("job".into(), "llm-finetune-042".into()),
-                        ("progress".into(), format!("step-{step}")),
-                    ],
-                    None,
-                )
-                .await
-                .map_err(std::io::Error::other)?;
-        }
-        alive.store(working, std::sync::atomic::Ordering::SeqCst);
-        if now == summary.hang_at {
-            writeln!(out, "{}  WORKER  heap corruption: the process freezes mid-job (state stays `processing`)", hhmmss(now))?;
-        }
-        if let Some(b) = booted_at.filter(|b| *b == now) {
-            writeln!(
-                out,
-                "{}  WORKER  model loaded after 90 s of booting; beating again",
-                hhmmss(b)
-            )?;
-        }
-        // The maintenance notice of the second act.
-        if now == at(40, 0) {
-            writeln!(
-                out,
-                "{}  GCE     upcoming-maintenance: PENDING (can_reschedule=true)",
-                hhmmss(now)
-            )?;
-            controller
-                .apply(MaintenanceState {
-                    phase: Phase::Pending,
-                    reasons: vec!["upcoming-pending"],
-                    can_reschedule: true,
-                    window_start: Some("2026-11-30T03:00:00Z".into()),
-                    window_end: Some("2026-11-30T04:00:00Z".into()),
-                    interruption: None,
-                    sources: vec![Source::Metadata],
-                })
-                .await;
-        }
-        if now == at(43, 0) {
-            writeln!(
-                out,
-                "{}  GCE     maintenance-event: TERMINATE_ON_HOST_MAINTENANCE",
-                hhmmss(now)
-            )?;
-            controller
-                .apply(MaintenanceState {
-                    phase: Phase::Terminating,
-                    reasons: vec!["terminate-on-host-maintenance"],
-                    interruption: Some(Interruption::HostMaintenance),
-                    sources: vec![Source::Metadata],
-                    ..MaintenanceState::default()
-                })
-                .await;
-        }
-
-        agent.cycle().await;
-
-        // Print what happened: decisions, alerts, Node changes.
-        let trail = coord
-            .read_recent(&keys.trail(), 10_000)
-            .await
-            .map_err(std::io::Error::other)?;
-        for (_, e) in trail.iter().rev().skip(printed_trail) {
-            let decision = e.get("decision").map(String::as_str).unwrap_or("");
-            if matches!(decision, "agent-started" | "suspect") {
-                continue;
-            }
-            let t = e.get("at").and_then(|a| a.parse().ok()).unwrap_or(now);
-            writeln!(
-                out,
-                "{}  DECIDE  {:<16} {:<22} {}",
-                hhmmss(t),
-                e.get("verdict").map(String::as_str).unwrap_or(""),
-                decision,
-                e.get("detail").map(String::as_str).unwrap_or("")
-            )?;
-            match decision {
-                "restarted" => summary.restarted_at = summary.restarted_at.or(Some(t)),
-                "recovered" => summary.recovered_at = summary.recovered_at.or(Some(t)),
-                _ => {}
-            }
-        }
-        printed_trail = trail.len();
-        let alerts = sink.0.lock().map(|a| a.clone()).unwrap_or_default();
-        for a in alerts.iter().skip(printed_alerts) {
-            writeln!(out, "{}  ALERT   {}", hhmmss(now), a.summary())?;
-            if a.kind == AlertKind::Hung {
-                summary.alerted_at = summary.alerted_at.or(Some(now));
-            }
-        }
-        printed_alerts = alerts.len();
-        let labels = node_api.last().labels;
-        if !labels.is_empty() && labels != last_labels {
-            let shown: Vec<String> = labels
-                .iter()
-                .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
-                .collect();
-            let taint = if node_api.last().add_taints.is_empty() {
-                String::new()
-            } else {
-                "  + taint vigil.dev/termination-imminent:NoSchedule".into()
-            };
-            writeln!(out, "{}  NODE    {}{taint}", hhmmss(now), shown.join(" "))?;
-            last_labels = labels;
-        }
-        if let Some(c) = node_api
-            .last()
-            .annotations
-            .get("vigil.dev/last-checkpoint")
-            .cloned()
-            .flatten()
-        {
-            if summary.checkpoint.as_deref() != Some(c.as_str()) {
-                writeln!(
-                    out,
-                    "{}  NODE    vigil.dev/last-checkpoint: {c}",
-                    hhmmss(now)
-                )?;
-                summary.checkpoint = Some(c);
-            }
-        }
-
-        clock.advance(TICK);
-        if !pace.is_zero() {
-            tokio::time::sleep(pace).await;
-        }
-    }
-    acker.abort();
-    summary.restarts = runtime.restarts("c-3f2a9b1e");
+fn close(out: &mut dyn Write, summary: &Summary) -> std::io::Result<()> {
     writeln!(out)?;
     let m = |t: Option<Millis>| t.map(hhmmss).unwrap_or_else(|| "never".into());
     writeln!(
@@ -284,8 +102,259 @@ pub(crate) async fn run(out: &mut dyn Write, pace: Duration) -> std::io::Result<
     writeln!(
         out,
         "ask it why: every line above marked DECIDE is in the decision trail (`vigil explain`)"
-    )?;
-    Ok(summary)
+    )
+}
+
+/// The night's world: the real agent and controller on the simulation adapters, the worker,
+/// and what has been printed so far.
+struct Night {
+    clock: FakeClock,
+    coord: Arc<dyn Coordinator>,
+    runtime: FakeRuntime,
+    sink: RecordingSink,
+    node_api: RecordingNodeApi,
+    keys: Keys,
+    agent: Agent,
+    controller: Controller,
+    /// The worker process is alive (it acknowledges checkpoint requests).
+    alive: Arc<AtomicBool>,
+    summary: Summary,
+    printed_trail: usize,
+    printed_alerts: usize,
+    step: u64,
+    booted_at: Option<Millis>,
+    last_labels: BTreeMap<String, Option<String>>,
+}
+
+impl Night {
+    fn new() -> Night {
+        let clock = FakeClock::at(NIGHT);
+        let coord: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
+        let runtime = FakeRuntime::default();
+        runtime.add(CONTAINER, WORKER);
+        let sink = RecordingSink::default();
+        let node_api = RecordingNodeApi::default();
+        let metrics = Arc::new(Metrics::new());
+        let cfg = Config {
+            node_name: NODE.into(),
+            ..Config::default()
+        };
+        let facts = SharedFacts::default();
+        let agent = Agent::new(
+            cfg.clone(),
+            coord.clone(),
+            Arc::new(runtime.clone()),
+            Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()),
+            metrics.clone(),
+        )
+        .with_facts(facts.clone());
+        let controller = Controller::new(
+            cfg.clone(),
+            coord.clone(),
+            Arc::new(runtime.clone()),
+            metrics,
+            agent.trail(),
+        )
+        .with_node_api(Arc::new(node_api.clone()))
+        .with_facts(facts);
+        Night {
+            keys: Keys::new(&cfg.redis.key_prefix, NODE),
+            clock,
+            coord,
+            runtime,
+            sink,
+            node_api,
+            agent,
+            controller,
+            alive: Arc::new(AtomicBool::new(true)),
+            summary: Summary {
+                hang_at: at(14, 0),
+                ..Summary::default()
+            },
+            printed_trail: 0,
+            printed_alerts: 0,
+            step: 0,
+            booted_at: None,
+            last_labels: BTreeMap::new(),
+        }
+    }
+
+    /// The worker process: acknowledges checkpoint requests while it is alive.
+    fn spawn_acker(&self) -> tokio::task::JoinHandle<()> {
+        let coord = self.coord.clone();
+        let key = self.keys.status(WORKER);
+        let alive = self.alive.clone();
+        tokio::spawn(async move {
+            loop {
+                if alive.load(Ordering::SeqCst) {
+                    if let Ok(rec) = coord.hgetall(&key).await {
+                        if let Some(req) = rec.get("checkpoint_request") {
+                            if rec.get("checkpoint_ack").is_none_or(|a| a.is_empty()) {
+                                let _ = coord
+                                    .hset(&key, &[("checkpoint_ack".into(), req.clone())], None)
+                                    .await;
+                            }
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    }
+
+    /// The worker: beats and makes progress until the heap corruption at 02:14; after our
+    /// restart it loads its model for 90 s (no beats), then works again.
+    async fn worker(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
+        let restarted = self.runtime.restarts(CONTAINER) > 0;
+        if restarted && self.booted_at.is_none() {
+            self.booted_at = Some(now + 90_000);
+        }
+        let working = now < self.summary.hang_at || self.booted_at.is_some_and(|b| now >= b);
+        if working {
+            self.step += 1;
+            let fields = [
+                ("state".into(), "processing".into()),
+                ("heartbeat".into(), heartbeat_value(now)),
+                ("job".into(), "llm-finetune-042".into()),
+                ("progress".into(), format!("step-{}", self.step)),
+            ];
+            self.coord
+                .hset(&self.keys.status(WORKER), &fields, None)
+                .await
+                .map_err(std::io::Error::other)?;
+        }
+        self.alive.store(working, Ordering::SeqCst);
+        if now == self.summary.hang_at {
+            writeln!(out, "{}  WORKER  heap corruption: the process freezes mid-job (state stays `processing`)", hhmmss(now))?;
+        }
+        if let Some(b) = self.booted_at.filter(|b| *b == now) {
+            writeln!(
+                out,
+                "{}  WORKER  model loaded after 90 s of booting; beating again",
+                hhmmss(b)
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The maintenance notices of the second act.
+    async fn notices(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
+        if now == at(40, 0) {
+            writeln!(
+                out,
+                "{}  GCE     upcoming-maintenance: PENDING (can_reschedule=true)",
+                hhmmss(now)
+            )?;
+            self.controller
+                .apply(MaintenanceState {
+                    phase: Phase::Pending,
+                    reasons: vec!["upcoming-pending"],
+                    can_reschedule: true,
+                    window_start: Some("2026-11-30T03:00:00Z".into()),
+                    window_end: Some("2026-11-30T04:00:00Z".into()),
+                    interruption: None,
+                    sources: vec![Source::Metadata],
+                })
+                .await;
+        }
+        if now == at(43, 0) {
+            writeln!(
+                out,
+                "{}  GCE     maintenance-event: TERMINATE_ON_HOST_MAINTENANCE",
+                hhmmss(now)
+            )?;
+            self.controller
+                .apply(MaintenanceState {
+                    phase: Phase::Terminating,
+                    reasons: vec!["terminate-on-host-maintenance"],
+                    interruption: Some(Interruption::HostMaintenance),
+                    sources: vec![Source::Metadata],
+                    ..MaintenanceState::default()
+                })
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The decision trail's new entries.
+    async fn print_decisions(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
+        let trail = self
+            .coord
+            .read_recent(&self.keys.trail(), 10_000)
+            .await
+            .map_err(std::io::Error::other)?;
+        for (_, e) in trail.iter().rev().skip(self.printed_trail) {
+            let decision = e.get("decision").map(String::as_str).unwrap_or("");
+            if matches!(decision, "agent-started" | "suspect") {
+                continue;
+            }
+            let t = e.get("at").and_then(|a| a.parse().ok()).unwrap_or(now);
+            writeln!(
+                out,
+                "{}  DECIDE  {:<16} {:<22} {}",
+                hhmmss(t),
+                e.get("verdict").map(String::as_str).unwrap_or(""),
+                decision,
+                e.get("detail").map(String::as_str).unwrap_or("")
+            )?;
+            let s = &mut self.summary;
+            match decision {
+                "restarted" => s.restarted_at = s.restarted_at.or(Some(t)),
+                "recovered" => s.recovered_at = s.recovered_at.or(Some(t)),
+                _ => {}
+            }
+        }
+        self.printed_trail = trail.len();
+        Ok(())
+    }
+
+    /// The alerts sent since the last cycle.
+    fn print_alerts(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
+        let alerts = self.sink.0.lock().map(|a| a.clone()).unwrap_or_default();
+        for a in alerts.iter().skip(self.printed_alerts) {
+            writeln!(out, "{}  ALERT   {}", hhmmss(now), a.summary())?;
+            if a.kind == AlertKind::Hung {
+                self.summary.alerted_at = self.summary.alerted_at.or(Some(now));
+            }
+        }
+        self.printed_alerts = alerts.len();
+        Ok(())
+    }
+
+    /// The Node's labels and taint when they changed, and its last checkpoint.
+    fn print_node(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
+        let last = self.node_api.last();
+        if !last.labels.is_empty() && last.labels != self.last_labels {
+            let shown: Vec<String> = last
+                .labels
+                .iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+                .collect();
+            let taint = if last.add_taints.is_empty() {
+                String::new()
+            } else {
+                "  + taint vigil.dev/termination-imminent:NoSchedule".into()
+            };
+            writeln!(out, "{}  NODE    {}{taint}", hhmmss(now), shown.join(" "))?;
+            self.last_labels = last.labels.clone();
+        }
+        let checkpoint = last
+            .annotations
+            .get("vigil.dev/last-checkpoint")
+            .cloned()
+            .flatten();
+        if let Some(c) = checkpoint {
+            if self.summary.checkpoint.as_deref() != Some(c.as_str()) {
+                writeln!(
+                    out,
+                    "{}  NODE    vigil.dev/last-checkpoint: {c}",
+                    hhmmss(now)
+                )?;
+                self.summary.checkpoint = Some(c);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

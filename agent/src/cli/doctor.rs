@@ -374,6 +374,42 @@ async fn metadata(cfg: &Config) -> Check {
     }
 }
 
+/// A rule the doctor checks with a SelfSubjectAccessReview.
+type Rule = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    &'static [&'static str],
+);
+
+/// (check, API group, resource, namespace, verbs): the writes the agent makes; `get` on the
+/// Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
+/// for a new one, `patch` to count a repeat.
+const RBAC_RULES: [Rule; 5] = [
+    ("rbac:nodes", "", "nodes", None, &["patch"]),
+    // The conditions VigilMaintenance / VigilGPUUnhealthy / VigilTPUUnhealthy.
+    ("rbac:status", "", "nodes/status", None, &["patch"]),
+    // A CRI restart reads the pod's restartPolicy; the idle check and the budget check list
+    // this node's pods.
+    ("rbac:pods", "", "pods", None, &["get", "list"]),
+    // The worker API's TokenReviews (worker_api.auth = "kubernetes").
+    (
+        "rbac:tokenreviews",
+        "authentication.k8s.io",
+        "tokenreviews",
+        None,
+        &["create"],
+    ),
+    (
+        "rbac:events",
+        "events.k8s.io",
+        "events",
+        Some("default"),
+        &["create", "patch"],
+    ),
+];
+
 async fn kubernetes(cfg: &Config) -> Vec<Check> {
     if !cfg.kubernetes_on() {
         return vec![check(
@@ -400,36 +436,9 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
         )),
         Err(e) => out.push(check("kubernetes", Level::Fail, e.to_string())),
     }
-    // (check, API group, resource, namespace, verbs): the writes the agent makes; `get` on the
-    // Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
-    // for a new one, `patch` to count a repeat.
-    type Rule<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, &'a [&'a str]);
-    let rules: [Rule; 5] = [
-        ("rbac:nodes", "", "nodes", None, &["patch"]),
-        // The conditions VigilMaintenance / VigilGPUUnhealthy / VigilTPUUnhealthy.
-        ("rbac:status", "", "nodes/status", None, &["patch"]),
-        // A CRI restart reads the pod's restartPolicy; the idle check and the budget check list
-        // this node's pods.
-        ("rbac:pods", "", "pods", None, &["get", "list"]),
-        // The worker API's TokenReviews (worker_api.auth = "kubernetes").
-        (
-            "rbac:tokenreviews",
-            "authentication.k8s.io",
-            "tokenreviews",
-            None,
-            &["create"],
-        ),
-        (
-            "rbac:events",
-            "events.k8s.io",
-            "events",
-            Some("default"),
-            &["create", "patch"],
-        ),
-    ];
     let reviews_tokens = cfg.worker_api.listen.is_some()
         && cfg.worker_api.auth == crate::config::WorkerAuth::Kubernetes;
-    for (name, group, resource, ns, verbs) in rules {
+    for (name, group, resource, ns, verbs) in RBAC_RULES {
         if name == "rbac:tokenreviews" && !reviews_tokens {
             continue;
         }

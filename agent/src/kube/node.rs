@@ -169,13 +169,7 @@ impl KubeNodeApi {
                 tracing::trace!(node, "node already as desired; nothing to write");
                 return Ok((planned, current));
             };
-            if patch.pointer("/spec/taints").is_some()
-                && patch.pointer("/metadata/resourceVersion").is_none()
-            {
-                return Err(NodeError::NoResourceVersion {
-                    node: node.to_string(),
-                });
-            }
+            guarded(node, &patch)?;
             match self.nodes.patch(node, &params, &Patch::Merge(&patch)).await {
                 Ok(patched) => {
                     tracing::info!(node, %patch, "{what}");
@@ -550,51 +544,18 @@ fn with_deadlines(config: &mut kube::Config, timeout: Duration) {
     config.write_timeout = Some(timeout);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn notes_fit_the_api_limit_on_a_char_boundary() {
-        assert_eq!(note("short"), "short");
-        let exact = "a".repeat(NOTE_LIMIT);
-        assert_eq!(note(&exact), exact);
-        let long = "é".repeat(NOTE_LIMIT);
-        let cut = note(&long);
-        assert!(cut.len() <= NOTE_LIMIT, "{}", cut.len());
-        assert!(cut.ends_with('…'));
-        assert!(cut.trim_end_matches('…').chars().all(|c| c == 'é'));
+/// A patch of the taints replaces the whole list: it must carry the `resourceVersion` it was
+/// planned from, so a concurrent writer's taint is never dropped (the API server answers 409).
+fn guarded(node: &str, patch: &Value) -> Result<(), NodeError> {
+    if patch.pointer("/spec/taints").is_some()
+        && patch.pointer("/metadata/resourceVersion").is_none()
+    {
+        return Err(NodeError::NoResourceVersion {
+            node: node.to_string(),
+        });
     }
-
-    #[test]
-    fn actions_are_short_and_never_empty() {
-        for reason in [
-            "VigilCheckpoint",
-            "VigilPerformMaintenance",
-            "VigilGpuFailed",
-            "",
-        ] {
-            let action = action_for(reason);
-            assert!(
-                !action.is_empty() && action.len() <= 128,
-                "{reason}: {action}"
-            );
-        }
-    }
-
-    #[tokio::test]
-    async fn bad_url_is_an_error_not_a_panic() {
-        assert!(matches!(
-            KubeNodeApi::from_url("not a url"),
-            Err(NodeError::Client { .. })
-        ));
-    }
-
-    #[test]
-    fn outside_a_runtime_is_an_error_not_a_panic() {
-        assert!(matches!(
-            KubeNodeApi::from_url("http://127.0.0.1:1"),
-            Err(NodeError::Client { .. })
-        ));
-    }
+    Ok(())
 }
+
+#[cfg(test)]
+mod tests;

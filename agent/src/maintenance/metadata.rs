@@ -258,30 +258,7 @@ impl MetadataClient {
             .await
             .map_err(|e| self.transport_error(key, deadline, e))?;
 
-        let status = resp.status();
-        let key_s = || key.to_string();
-        match status {
-            StatusCode::OK => {}
-            StatusCode::SERVICE_UNAVAILABLE => {
-                // The body distinguishes "no notifications yet" from a maintenance blip.
-                let body = resp.text().await.unwrap_or_default();
-                return Err(MetadataError::Unavailable {
-                    key: key_s(),
-                    body: snippet(&body),
-                });
-            }
-            StatusCode::TOO_MANY_REQUESTS => {
-                return Err(MetadataError::RateLimited { key: key_s() })
-            }
-            StatusCode::NOT_FOUND => return Err(MetadataError::NotFound { key: key_s() }),
-            StatusCode::FORBIDDEN => return Err(MetadataError::Forbidden { key: key_s() }),
-            other => {
-                return Err(MetadataError::Http {
-                    key: key_s(),
-                    status: other.as_u16(),
-                })
-            }
-        }
+        let resp = refused(key, resp).await?;
         if resp.headers().get("Metadata-Flavor") != Some(&HeaderValue::from_static("Google")) {
             return Err(MetadataError::malformed(
                 key,
@@ -321,6 +298,30 @@ impl MetadataClient {
                 source: e,
             }
         }
+    }
+}
+
+/// The answer when its status is 200; otherwise the error its status means.
+async fn refused(key: &str, resp: reqwest::Response) -> Result<reqwest::Response, MetadataError> {
+    let status = resp.status();
+    let key_s = || key.to_string();
+    match status {
+        StatusCode::OK => Ok(resp),
+        StatusCode::SERVICE_UNAVAILABLE => {
+            // The body distinguishes "no notifications yet" from a maintenance blip.
+            let body = resp.text().await.unwrap_or_default();
+            Err(MetadataError::Unavailable {
+                key: key_s(),
+                body: snippet(&body),
+            })
+        }
+        StatusCode::TOO_MANY_REQUESTS => Err(MetadataError::RateLimited { key: key_s() }),
+        StatusCode::NOT_FOUND => Err(MetadataError::NotFound { key: key_s() }),
+        StatusCode::FORBIDDEN => Err(MetadataError::Forbidden { key: key_s() }),
+        other => Err(MetadataError::Http {
+            key: key_s(),
+            status: other.as_u16(),
+        }),
     }
 }
 

@@ -386,6 +386,14 @@ impl Controller {
         }
     }
 
+    /// SIGTERM: the checkpoint (see `on_sigterm`), then the interruption under way ends.
+    async fn stopping(&mut self, rounds: &mut Rounds) {
+        self.on_sigterm(rounds).await;
+        let now = self.notes.now().await;
+        self.end_interruption(now, "the agent stops: the node is going away")
+            .await;
+    }
+
     /// Follow the metadata watcher (and the Node source, when given) until `term` (SIGTERM:
     /// checkpoint, then return) or `stop`.
     pub async fn run(
@@ -412,9 +420,7 @@ impl Controller {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = term.cancelled() => {
-                    self.on_sigterm(&mut rounds).await;
-                    let now = self.notes.now().await;
-                    self.end_interruption(now, "the agent stops: the node is going away").await;
+                    self.stopping(&mut rounds).await;
                     break;
                 }
                 Some(done) = rounds.join_next(), if !rounds.is_empty() => {

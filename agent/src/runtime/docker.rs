@@ -322,18 +322,7 @@ impl ContainerRuntime for DockerRuntime {
         let Some(worker) = labels.get(&self.label).filter(|w| !w.is_empty()) else {
             return Ok(None);
         };
-        // Replicas of one Compose service share their labels: `container-name` makes each
-        // its own worker.
-        let own_name = info
-            .name
-            .as_deref()
-            .unwrap_or_default()
-            .trim_start_matches('/');
-        let worker = if worker == CONTAINER_NAME_ID {
-            own_name.to_string()
-        } else {
-            worker.clone()
-        };
+        let worker = worker_id(worker, info.name.as_deref());
         let state = info.state.as_ref();
         Ok(Some(Container {
             id: info.id.clone().unwrap_or_else(|| id.to_string()),
@@ -447,6 +436,16 @@ fn kube_pod(labels: &HashMap<String, String>) -> Option<PodIdentity> {
         name: get("io.kubernetes.pod.name")?,
         uid: get("io.kubernetes.pod.uid")?,
     })
+}
+
+/// The worker id of a labelled container. Replicas of one Compose service share their labels:
+/// `container-name` makes each its own worker.
+fn worker_id(label: &str, name: Option<&str>) -> String {
+    if label == CONTAINER_NAME_ID {
+        name.unwrap_or_default().trim_start_matches('/').to_string()
+    } else {
+        label.to_string()
+    }
 }
 
 /// The GPUs a container was given: its device requests' ids, or its `NVIDIA_VISIBLE_DEVICES`.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::accel::clock_ms;
 use crate::accel::tpu::chips::{FsProbe, TpuError, TpuProbe};
-use crate::accel::tpu::model::TpuReport;
+use crate::accel::tpu::model::{TpuReading, TpuReport};
 use crate::accel::tpu::policy::{fold, TpuMemory};
 use crate::config::{Switch, TpuConfig};
 
@@ -51,19 +51,10 @@ pub async fn run_monitor(
             }
         }
         let want = *expected.borrow_and_update();
-        let read = tokio::task::spawn_blocking(move || {
-            let r = probe.read();
-            let log = probe.kernel_log_error();
-            (probe, r, log)
-        });
-        let Ok((p, reading, log_error)) = read.await else {
-            tracing::error!("the TPU probe panicked; TPU monitoring stops");
+        let Some((p, reading)) = read_chips(probe).await else {
             return;
         };
         probe = p;
-        if let Some(e) = log_error {
-            tracing::warn!(error = %e, "TPU device errors from the kernel log are not read");
-        }
         match reading {
             Ok(reading) => {
                 if std::mem::take(&mut failing) {
@@ -87,6 +78,26 @@ pub async fn run_monitor(
         }
     }
     tracing::debug!("TPU monitor stopped");
+}
+
+/// One reading of the chips, off the async threads (the probe reads files); `None` when the
+/// probe panicked (monitoring stops, said once).
+async fn read_chips(
+    mut probe: Box<dyn TpuProbe>,
+) -> Option<(Box<dyn TpuProbe>, Result<TpuReading, TpuError>)> {
+    let read = tokio::task::spawn_blocking(move || {
+        let r = probe.read();
+        let log = probe.kernel_log_error();
+        (probe, r, log)
+    });
+    let Ok((probe, reading, log_error)) = read.await else {
+        tracing::error!("the TPU probe panicked; TPU monitoring stops");
+        return None;
+    };
+    if let Some(e) = log_error {
+        tracing::warn!(error = %e, "TPU device errors from the kernel log are not read");
+    }
+    Some((probe, reading))
 }
 
 /// Production wiring: `tpu.enabled = off` → `None`, quietly, with `monitoring: false`

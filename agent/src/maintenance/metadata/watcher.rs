@@ -83,18 +83,43 @@ pub async fn watch_with(
     shutdown: CancellationToken,
     cfg: WatchConfig,
 ) {
+    let Some(first) = first_answer(&client, &metrics, &shutdown, &cfg).await else {
+        return;
+    };
+    let ctx = Ctx {
+        client: &client,
+        tx: &tx,
+        metrics: &metrics,
+        shutdown: &shutdown,
+        cfg: &cfg,
+    };
+    tokio::join!(
+        key_loop(ctx, Key::MaintenanceEvent, Some(first)),
+        key_loop(ctx, Key::UpcomingMaintenance, None),
+        key_loop(ctx, Key::Preempted, None),
+    );
+    tracing::debug!("metadata watcher stopped");
+}
+
+/// The first answer of the metadata server (`maintenance-event`), probed until it comes;
+/// `None` at shutdown.
+async fn first_answer(
+    client: &MetadataClient,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    cfg: &WatchConfig,
+) -> Option<Result<Fetched, MetadataError>> {
     let key = Key::MaintenanceEvent;
     let attempts = cfg.startup_attempts.max(1);
-    let mut first = None;
     let mut attempt = 0;
     // NB: a server that cannot be reached at start-up may only be late (the node's network comes
     // up after the agent): after the quick attempts, keep probing with backoff. The watcher is
     // off only when configured off.
     let mut probe = Backoff::jittered(cfg.backoff_initial, cfg.backoff_max);
-    while first.is_none() {
+    loop {
         attempt += 1;
         let res = tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return None,
             r = client.get(key.path(), None) => r,
         };
         let pause_for = match res {
@@ -116,28 +141,13 @@ pub async fn watch_with(
                 if attempt > attempts {
                     tracing::info!("GCE metadata server reachable now: watching");
                 }
-                first = Some(other);
-                continue;
+                return Some(other);
             }
         };
-        if !pause(&shutdown, pause_for).await {
-            return;
+        if !pause(shutdown, pause_for).await {
+            return None;
         }
     }
-
-    let ctx = Ctx {
-        client: &client,
-        tx: &tx,
-        metrics: &metrics,
-        shutdown: &shutdown,
-        cfg: &cfg,
-    };
-    tokio::join!(
-        key_loop(ctx, Key::MaintenanceEvent, first),
-        key_loop(ctx, Key::UpcomingMaintenance, None),
-        key_loop(ctx, Key::Preempted, None),
-    );
-    tracing::debug!("metadata watcher stopped");
 }
 
 /// The watched keys.

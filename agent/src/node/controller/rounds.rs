@@ -74,29 +74,7 @@ impl Controller {
         };
         let record_by = tokio::time::Instant::now() + grace.saturating_sub(RECORD_RESERVE);
         if !rounds.is_empty() {
-            loop {
-                match tokio::time::timeout_at(record_by, rounds.join_next()).await {
-                    Ok(Some(done)) => self.round_done(done).await,
-                    Ok(None) => return,
-                    Err(_) => break,
-                }
-            }
-            rounds.abort_all();
-            tracing::error!("the checkpoint round under way did not finish before the grace period: recording it as cut short");
-            let cut = WorkerResult {
-                worker: "*".into(),
-                method: "none",
-                outcome: Outcome::TimedOut,
-                waited: grace.saturating_sub(RECORD_RESERVE),
-                detail: format!(
-                    "the round under way was cut short {}s before checkpoint.grace ({}) ended",
-                    RECORD_RESERVE.as_secs(),
-                    humantime::format_duration(grace)
-                ),
-                gang: None,
-            };
-            self.record_round("sigterm-cut-short", &[cut]).await;
-            return;
+            return self.finish_round(rounds, grace, record_by).await;
         }
         let recent = self
             .last_round_ended
@@ -128,6 +106,38 @@ impl Controller {
                 self.note(Code::AgentStopping, detail).await;
             }
         }
+    }
+
+    /// SIGTERM during a round: it is the checkpoint. Wait for it until `record_by`, then record
+    /// it as cut short.
+    async fn finish_round(
+        &mut self,
+        rounds: &mut Rounds,
+        grace: Duration,
+        record_by: tokio::time::Instant,
+    ) {
+        loop {
+            match tokio::time::timeout_at(record_by, rounds.join_next()).await {
+                Ok(Some(done)) => self.round_done(done).await,
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        rounds.abort_all();
+        tracing::error!("the checkpoint round under way did not finish before the grace period: recording it as cut short");
+        let cut = WorkerResult {
+            worker: "*".into(),
+            method: "none",
+            outcome: Outcome::TimedOut,
+            waited: grace.saturating_sub(RECORD_RESERVE),
+            detail: format!(
+                "the round under way was cut short {}s before checkpoint.grace ({}) ended",
+                RECORD_RESERVE.as_secs(),
+                humantime::format_duration(grace)
+            ),
+            gang: None,
+        };
+        self.record_round("sigterm-cut-short", &[cut]).await;
     }
 
     /// The Node as it is now (a read bounded by a few seconds: the grace is running), else as
