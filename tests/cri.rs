@@ -23,7 +23,7 @@ use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::Agent;
 use vigil::kube::podresources::PodResourcesClient;
-use vigil::kube::pods::{PodApi, RestartPolicy};
+use vigil::kube::pods::{PodApi, PodError, RestartPolicy};
 use vigil::metrics::Metrics;
 use vigil::runtime::container::Container;
 use vigil::runtime::cri::{CriRuntime, CriSettings, POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
@@ -41,11 +41,13 @@ struct Policies(RestartPolicy);
 
 #[async_trait]
 impl PodApi for Policies {
-    async fn restart_policy(&self, _: &str, _: &str) -> Result<Option<RestartPolicy>, String> {
+    async fn restart_policy(&self, _: &str, _: &str) -> Result<Option<RestartPolicy>, PodError> {
         Ok(Some(self.0))
     }
-    async fn node_pods(&self, _: &str) -> Result<Vec<vigil::kube::pods::NodePod>, String> {
-        Err("this test's pods API serves restartPolicy only".into())
+    async fn node_pods(&self, _: &str) -> Result<Vec<vigil::kube::pods::NodePod>, PodError> {
+        Err(PodError::Unsupported(
+            "this test's pods API serves restartPolicy only",
+        ))
     }
 }
 

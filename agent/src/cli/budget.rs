@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::kube::node_source::{KubeNodeReader, NodeReader};
-use crate::kube::pods::{KubePods, PodApi};
+use crate::kube::pods::{KubePods, PodApi, PodError};
 use crate::maintenance::policy_budget::{budget_shortfalls, Shortfall, WorkerPod};
 use crate::vocab::node_info::Provisioning;
 
 /// What the check found for one node.
 pub(super) struct BudgetReport {
     /// The worker pods read; `None` off Kubernetes; `Err` when they could not be read.
-    pub(crate) pods: Option<Result<Vec<WorkerPod>, String>>,
+    pub(crate) pods: Option<Result<Vec<WorkerPod>, PodError>>,
     pub(crate) shortfalls: Vec<Shortfall>,
     pub(crate) worker_stop: Duration,
     /// The node's provisioning model from GKE's labels; `None` when unknown (off Kubernetes, the
@@ -67,7 +67,7 @@ async fn provisioning(cfg: &Config, node: &str) -> Option<Provisioning> {
     crate::node::policy_info::parse(&raw).provisioning
 }
 
-async fn worker_pods(cfg: &Config, node: &str) -> Result<Vec<WorkerPod>, String> {
+async fn worker_pods(cfg: &Config, node: &str) -> Result<Vec<WorkerPod>, PodError> {
     let api = KubePods::connect(&cfg.kubernetes.api_url).await?;
     let pods = api.node_pods(node).await?;
     Ok(pods

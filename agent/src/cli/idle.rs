@@ -22,7 +22,7 @@ async fn pods(cfg: &Config) -> Check {
     }
     let listed = match KubePods::connect(&cfg.kubernetes.api_url).await {
         Ok(api) => api.node_pods(&cfg.node_name).await,
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     };
     match listed {
         Ok(pods) => {

@@ -27,7 +27,7 @@ pub struct KubeNodeReader {
 
 impl KubeNodeReader {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
-    pub async fn connect(api_url: &str) -> Result<Self, String> {
+    pub async fn connect(api_url: &str) -> Result<Self, super::pods::ConnectError> {
         Ok(KubeNodeReader {
             client: super::pods::kube_client(api_url).await?,
         })

@@ -119,11 +119,53 @@ pub trait PodApi: Send + Sync {
         &self,
         namespace: &str,
         pod: &str,
-    ) -> Result<Option<RestartPolicy>, String>;
+    ) -> Result<Option<RestartPolicy>, PodError>;
 
     /// Every pod bound to `node`, in every namespace.
-    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, String>;
+    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, PodError>;
 }
+
+/// Why no client for the Kubernetes API could be made, the cause kept.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("no Kubernetes configuration (in-cluster or kubeconfig): {0}")]
+    Config(#[source] kube::config::InferConfigError),
+    #[error("kubernetes.api_url {url:?} is not a URL: {source}")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: crate::BoxError,
+    },
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+}
+
+/// Why the pods could not be read, worded for the operator, the cause kept.
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("the Kubernetes API did not answer within {}s", .0.as_secs())]
+    Timeout(std::time::Duration),
+    /// A refusal: the missing RBAC rule.
+    #[error("forbidden: the agent's ServiceAccount needs `{verb}` on `pods` (deploy/base/rbac.yaml): {message}")]
+    Forbidden { verb: &'static str, message: String },
+    #[error("cannot {verb} pods: {source}")]
+    Api {
+        verb: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("unknown restartPolicy {0:?}")]
+    UnknownPolicy(Option<String>),
+    /// What a stand-in for the API (a test's, a demo's) does not serve.
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+/// How long a pods call may take: the callers (a read before a restart, a token review before
+/// a worker's write) must not hang on a silent API server.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// [`PodApi`] through `kube`.
 pub struct KubePods {
@@ -132,7 +174,7 @@ pub struct KubePods {
 
 impl KubePods {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
-    pub async fn connect(api_url: &str) -> Result<Self, String> {
+    pub async fn connect(api_url: &str) -> Result<Self, ConnectError> {
         Ok(KubePods {
             client: kube_client(api_url).await?,
         })
@@ -142,15 +184,19 @@ impl KubePods {
 /// A client for `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the
 /// kubeconfig, with short deadlines: the callers (a read before a restart, a token review before
 /// a worker's write) must not hang on a silent API server for kube's default 295 s.
-pub(crate) async fn kube_client(api_url: &str) -> Result<kube::Client, String> {
+pub(crate) async fn kube_client(api_url: &str) -> Result<kube::Client, ConnectError> {
     let mut config = if api_url.is_empty() {
-        kube::Config::infer().await.map_err(|e| e.to_string())?
+        kube::Config::infer().await.map_err(ConnectError::Config)?
     } else {
-        kube::Config::new(api_url.parse().map_err(|e| format!("{api_url:?}: {e}"))?)
+        let url = api_url.parse().map_err(|e| ConnectError::BadUrl {
+            url: api_url.to_string(),
+            source: Box::new(e),
+        })?;
+        kube::Config::new(url)
     };
     config.connect_timeout = Some(std::time::Duration::from_secs(5));
-    config.read_timeout = Some(std::time::Duration::from_secs(10));
-    kube::Client::try_from(config).map_err(|e| e.to_string())
+    config.read_timeout = Some(CALL_TIMEOUT);
+    kube::Client::try_from(config).map_err(ConnectError::Client)
 }
 
 #[async_trait]
@@ -159,29 +205,30 @@ impl PodApi for KubePods {
         &self,
         namespace: &str,
         pod: &str,
-    ) -> Result<Option<RestartPolicy>, String> {
+    ) -> Result<Option<RestartPolicy>, PodError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let got = tokio::time::timeout(std::time::Duration::from_secs(10), api.get_opt(pod))
+        let got = tokio::time::timeout(CALL_TIMEOUT, api.get_opt(pod))
             .await
-            .map_err(|_| "the Kubernetes API did not answer within 10s".to_string())?;
+            .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
         match got {
             Ok(None) => Ok(None),
             Ok(Some(p)) => {
                 let policy = p.spec.and_then(|s| s.restart_policy);
-                RestartPolicy::parse(policy.as_deref())
-                    .map(Some)
-                    .ok_or_else(|| format!("unknown restartPolicy {policy:?}"))
+                match RestartPolicy::parse(policy.as_deref()) {
+                    Some(known) => Ok(Some(known)),
+                    None => Err(PodError::UnknownPolicy(policy)),
+                }
             }
             Err(e) => Err(api_error(e, "get")),
         }
     }
 
-    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, String> {
+    async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, PodError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let got = tokio::time::timeout(std::time::Duration::from_secs(10), api.list(&params))
+        let got = tokio::time::timeout(CALL_TIMEOUT, api.list(&params))
             .await
-            .map_err(|_| "the Kubernetes API did not answer within 10s".to_string())?;
+            .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
         match got {
             Ok(list) => Ok(list.items.iter().map(NodePod::from_pod).collect()),
             Err(e) => Err(api_error(e, "list")),
@@ -190,13 +237,13 @@ impl PodApi for KubePods {
 }
 
 /// An API error, worded for the operator; a refusal names the missing rule.
-fn api_error(e: kube::Error, verb: &str) -> String {
+fn api_error(e: kube::Error, verb: &'static str) -> PodError {
     match e {
-        kube::Error::Api(e) if e.code == 403 => format!(
-            "forbidden: the agent's ServiceAccount needs `{verb}` on `pods` (deploy/base/rbac.yaml): {}",
-            e.message
-        ),
-        e => e.to_string(),
+        kube::Error::Api(e) if e.code == 403 => PodError::Forbidden {
+            verb,
+            message: e.message,
+        },
+        source => PodError::Api { verb, source },
     }
 }
 

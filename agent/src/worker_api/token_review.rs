@@ -134,7 +134,10 @@ pub(crate) struct KubeTokenReview {
 
 impl KubeTokenReview {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
-    pub async fn connect(api_url: &str, audience: &str) -> Result<Self, String> {
+    pub async fn connect(
+        api_url: &str,
+        audience: &str,
+    ) -> Result<Self, crate::kube::pods::ConnectError> {
         Ok(KubeTokenReview {
             client: crate::kube::pods::kube_client(api_url).await?,
             audience: audience.to_string(),
