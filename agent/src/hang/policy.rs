@@ -457,4 +457,4 @@ pub(crate) fn revalidate(
 
 #[cfg(test)]
 #[path = "policy_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -86,13 +86,7 @@ pub(crate) fn retry_backoff(failures: u32, stop_grace: Duration, cooldown: Durat
 mod tests {
     use super::*;
     use crate::hang::model::Retry;
-
-    const NOW: Millis = 1_800_000_000_000;
-    const S: Millis = 1000;
-
-    fn cfg() -> PolicyConfig {
-        PolicyConfig::default()
-    }
+    use crate::hang::policy::tests::{cfg, NOW, S};
 
     #[test]
     fn a_failed_restart_bars_every_incident_of_its_worker_until_its_backoff() {

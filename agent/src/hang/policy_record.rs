@@ -86,32 +86,8 @@ mod tests {
 
     use super::*;
     use crate::hang::model::{Marks, Verdict};
+    use crate::hang::policy::tests::{cfg, rec, v, NOW, S};
     use crate::hang::policy::{revalidate, verdict, Cancel, NodeContext};
-
-    const NOW: Millis = 1_800_000_000_000;
-    const S: Millis = 1000;
-
-    fn cfg() -> PolicyConfig {
-        PolicyConfig::default()
-    }
-
-    fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
-        WorkerStatus {
-            state: WorkerState::parse(state),
-            heartbeat: Some(NOW - hb_age),
-            job: Some("job-7".into()),
-            progress: Some("step-10".into()),
-            grace: None,
-            alert_only: false,
-            rank: None,
-            gang: None,
-            checkpoint_step: None,
-        }
-    }
-
-    fn v(status: Option<&WorkerStatus>, marks: &Marks) -> Verdict {
-        verdict(status, marks, NodeContext::default(), NOW, &cfg())
-    }
 
     #[test]
     fn status_fields_parse_seconds_with_decimals() {

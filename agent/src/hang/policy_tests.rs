@@ -6,18 +6,20 @@ use crate::hang::policy_record::booted;
 use crate::hang::policy_table::table;
 use std::time::Duration;
 
-const NOW: Millis = 1_800_000_000_000;
-const S: Millis = 1000;
+/// The tests' `now`, and a second: shared with the hang path's other policy tests.
+pub(crate) const NOW: Millis = 1_800_000_000_000;
+pub(crate) const S: Millis = 1000;
 
 fn clears_timer(p: &[Effect]) -> bool {
     p.iter().any(|e| matches!(e, Effect::ClearIncident(_)))
 }
 
-fn cfg() -> PolicyConfig {
+pub(crate) fn cfg() -> PolicyConfig {
     PolicyConfig::default()
 }
 
-fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
+/// A record in `state` whose heartbeat is `hb_age` old at `NOW`.
+pub(crate) fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
     WorkerStatus {
         state: WorkerState::parse(state),
         heartbeat: Some(NOW - hb_age),
@@ -31,7 +33,8 @@ fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
     }
 }
 
-fn v(status: Option<&WorkerStatus>, marks: &Marks) -> Verdict {
+/// The verdict at `NOW` with the default policy.
+pub(crate) fn v(status: Option<&WorkerStatus>, marks: &Marks) -> Verdict {
     verdict(status, marks, NodeContext::default(), NOW, &cfg())
 }
 
