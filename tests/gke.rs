@@ -231,9 +231,19 @@ async fn a_gke_maintenance_label_stands_a_hung_workers_restart_down() {
         r.trail(&cfg),
         agent.log_text()
     );
+    // NB: the trail's `restarted` follows the new container's start (the restart is verified
+    // first): under load, moments later.
+    assert!(
+        eventually(Duration::from_secs(30), || decisions(
+            &r.trail(&cfg),
+            "restarted"
+        ) >= 1)
+        .await,
+        "no restarted entry:\n{}",
+        r.trail(&cfg)
+    );
     let trail = r.trail(&cfg);
     assert!(trail.contains("ongoing → none"), "{trail}");
-    assert!(decisions(&trail, "restarted") >= 1, "{trail}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -16,8 +16,27 @@ pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[async_trait]
 pub trait NodeReader: Send + Sync {
-    /// The Node `node` as the API server has it now; the error is worded for the operator.
-    async fn read(&self, node: &str) -> Result<RawNode, String>;
+    /// The Node `node` as the API server has it now.
+    async fn read(&self, node: &str) -> Result<RawNode, NodeReadError>;
+}
+
+/// Why the Node could not be read, worded for the operator, the cause kept.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeReadError {
+    #[error("the Kubernetes API did not answer a read of node {node:?} within {after:?}")]
+    Timeout { node: String, after: Duration },
+    #[error("forbidden: the agent's ServiceAccount needs `get` on `nodes` (deploy/base/rbac.yaml): {message}")]
+    Forbidden { message: String },
+    #[error(
+        "node {node:?} was not found; check that NODE_NAME is this machine's Node name: {message}"
+    )]
+    NotFound { node: String, message: String },
+    #[error("reading node {node:?}: {source}")]
+    Api {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// [`NodeReader`] through `kube`.
@@ -85,26 +104,27 @@ pub(crate) fn raw_node(node: &Node) -> RawNode {
 
 #[async_trait]
 impl NodeReader for KubeNodeReader {
-    async fn read(&self, node: &str) -> Result<RawNode, String> {
+    async fn read(&self, node: &str) -> Result<RawNode, NodeReadError> {
         let api: Api<Node> = Api::all(self.client.clone());
         let got = tokio::time::timeout(READ_TIMEOUT, api.get(node))
             .await
-            .map_err(|_| {
-                format!(
-                    "the Kubernetes API did not answer a read of node {node:?} within {READ_TIMEOUT:?}"
-                )
+            .map_err(|_| NodeReadError::Timeout {
+                node: node.to_string(),
+                after: READ_TIMEOUT,
             })?;
         match got {
             Ok(n) => Ok(raw_node(&n)),
-            Err(kube::Error::Api(e)) if e.code == 403 => Err(format!(
-                "forbidden: the agent's ServiceAccount needs `get` on `nodes` (deploy/base/rbac.yaml): {}",
-                e.message
-            )),
-            Err(kube::Error::Api(e)) if e.code == 404 => Err(format!(
-                "node {node:?} was not found; check that NODE_NAME is this machine's Node name: {}",
-                e.message
-            )),
-            Err(e) => Err(format!("reading node {node:?}: {e}")),
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                Err(NodeReadError::Forbidden { message: e.message })
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Err(NodeReadError::NotFound {
+                node: node.to_string(),
+                message: e.message,
+            }),
+            Err(source) => Err(NodeReadError::Api {
+                node: node.to_string(),
+                source,
+            }),
         }
     }
 }

@@ -76,6 +76,7 @@ pub async fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kube::node_source::NodeReadError;
     use crate::vocab::node_info::RawNode;
     use std::sync::Mutex;
 
@@ -84,13 +85,17 @@ mod tests {
 
     #[async_trait::async_trait]
     impl NodeReader for Scripted {
-        async fn read(&self, _node: &str) -> Result<RawNode, String> {
+        async fn read(&self, node: &str) -> Result<RawNode, NodeReadError> {
             let mut s = self.0.lock().unwrap();
-            if s.len() > 1 {
+            let answer = if s.len() > 1 {
                 s.remove(0)
             } else {
                 s[0].clone()
-            }
+            };
+            answer.map_err(|message| NodeReadError::NotFound {
+                node: node.to_string(),
+                message,
+            })
         }
     }
 

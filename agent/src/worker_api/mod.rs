@@ -372,7 +372,7 @@ async fn admit(
 
 /// One call to the runtime, bounded by [`LIST_TIMEOUT`]; no answer is a 503.
 async fn ask_runtime<T>(
-    call: impl std::future::Future<Output = Result<T, String>>,
+    call: impl std::future::Future<Output = Result<T, crate::runtime::RuntimeError>>,
 ) -> Result<T, Answer> {
     tokio::time::timeout(LIST_TIMEOUT, call)
         .await

@@ -67,11 +67,11 @@ impl Listing {
 
 #[async_trait::async_trait]
 impl WorkerDirectory for Listing {
-    async fn workers(&self) -> Result<Vec<Container>, String> {
+    async fn workers(&self) -> Result<Vec<Container>, crate::runtime::RuntimeError> {
         Ok(self.0.clone())
     }
 
-    async fn init_pid(&self, container: &str) -> Result<Option<i32>, String> {
+    async fn init_pid(&self, container: &str) -> Result<Option<i32>, crate::runtime::RuntimeError> {
         Ok(self.1.iter().find(|(c, _)| c == container).map(|(_, p)| *p))
     }
 }
