@@ -177,7 +177,7 @@ fn random_token() -> String {
 /// What was observed of a restart that did not leave a running new incarnation: the call's
 /// answer and what the container looked like afterwards, for the page and the trail.
 fn restart_failure(
-    call: Result<(), String>,
+    call: Result<(), crate::runtime::RuntimeError>,
     after: Result<Option<Container>, crate::runtime::RuntimeError>,
     decided: &Container,
 ) -> String {

@@ -14,23 +14,22 @@ use crate::hang::policy_lost::IncidentTimes;
 use crate::trail::Code;
 
 use super::{restart_failure, short, Act, RestartPath};
+use crate::runtime::RuntimeError;
 
 impl RestartPath<'_> {
     /// The restart call, bounded by `runtime.restart_timeout`: its answer, for `verify`.
-    pub(super) async fn command(&self, act: &Act<'_>) -> Result<(), String> {
+    pub(super) async fn command(&self, act: &Act<'_>) -> Result<(), RuntimeError> {
         let d = &self.ctx.cfg.runtime;
         let c = act.case.c;
-        let result =
-            tokio::time::timeout(d.restart_timeout, self.ctx.runtime.restart(c, d.stop_grace))
-                .await;
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!(
-                "no answer within {}",
-                humantime::format_duration(d.restart_timeout)
-            )),
-        }
+        tokio::time::timeout(d.restart_timeout, self.ctx.runtime.restart(c, d.stop_grace))
+            .await
+            .unwrap_or_else(|_| {
+                Err(RuntimeError::Timeout {
+                    op: "restart",
+                    container: c.id.clone(),
+                    timeout: d.restart_timeout,
+                })
+            })
     }
 
     /// The restart's verification by the container's start time: restarted, or failed.
@@ -39,7 +38,7 @@ impl RestartPath<'_> {
     pub(super) async fn verify(
         &mut self,
         act: &Act<'_>,
-        call: Result<(), String>,
+        call: Result<(), RuntimeError>,
         now: Millis,
     ) -> Result<bool, CoordError> {
         // NB: verify by the container's start time even when the call failed: a restart whose
@@ -51,7 +50,8 @@ impl RestartPath<'_> {
             if (a.id != c.id || a.started_at != c.started_at) && a.running);
         let done = self.ctx.coord.time().await.ok();
         if restarted {
-            self.restarted(act, call.err(), now, done).await?;
+            self.restarted(act, call.err().map(|e| e.to_string()), now, done)
+                .await?;
             return Ok(true);
         }
         let why = restart_failure(call, after, c);

@@ -17,7 +17,7 @@ struct Pass {
     /// The node lock, from `Lock` on.
     lease: Option<Lease>,
     /// The restart call's answer, from `Command` to `Verify`.
-    call: Option<Result<(), String>>,
+    call: Option<Result<(), crate::runtime::RuntimeError>>,
 }
 
 impl RestartPath<'_> {
