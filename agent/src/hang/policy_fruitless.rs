@@ -44,6 +44,12 @@ pub(crate) struct Beat {
     pub(crate) step: Option<u64>,
     /// It reported `error`.
     pub(crate) in_error: bool,
+    /// A beat in `error` past the step may show progress: a gang member's may (a collective
+    /// that trained on and then failed as a whole, as an NCCL watchdog fails every rank, was
+    /// helped by its restart); a worker's never does — its old incarnation may still beat in
+    /// error past the step between the claim and a slow command, and such a beat ended the run
+    /// and let one restart too many through (the simulation's seed 179499).
+    pub(crate) error_counts: bool,
 }
 
 impl Beat {
@@ -53,6 +59,7 @@ impl Beat {
             at: s.heartbeat,
             step: position(Some(s)),
             in_error: s.state == WorkerState::Error,
+            error_counts: false,
         })
     }
 
@@ -64,22 +71,24 @@ impl Beat {
                 at: m.heartbeat,
                 step: m.step,
                 in_error: m.activity == Activity::Error,
+                error_counts: true,
             })
             .collect()
     }
 
     /// Whether this beat shows the unit got past where it stopped: newer than the run's last
-    /// restart, and further than `past` — or, without a step to compare (`past` unknown), any
-    /// such beat not in error: a restart that brought it back helped, and only restarts after
-    /// which it never beat again count.
-    ///
-    /// NB: a beat in `error` past the step counts: what trained on and then failed (an NCCL
-    /// watchdog puts every rank in error) was helped by its restart. Without a step, a beat in
-    /// error is no sign that it was.
+    /// restart, not in error (but see [`Beat::error_counts`]), and further than `past` — or,
+    /// without a step to compare (`past` unknown), any such beat: a restart that brought it
+    /// back helped, and only restarts after which it never beat again count. Without a step, a
+    /// beat in error is never a sign that it helped.
     fn gets_past(&self, f: &Fruitless) -> bool {
         let fresh = self.at.is_some_and(|hb| hb > f.last);
         match f.past {
-            Some(past) => fresh && self.step.is_some_and(|p| p > past),
+            Some(past) => {
+                fresh
+                    && (!self.in_error || self.error_counts)
+                    && self.step.is_some_and(|p| p > past)
+            }
             None => fresh && !self.in_error,
         }
     }
@@ -389,10 +398,11 @@ mod tests {
         );
     }
 
-    /// One rule set: a worker is judged as a gang of one. Past its step, a beat in error is
-    /// progress (it trained on, then failed); without a step, it is not.
+    /// One rule set, one difference: past its step, a gang member's beat in error is progress
+    /// (the collective trained on, then failed as a whole); a worker's is not — its old
+    /// incarnation may beat in error past the step before a slow command (seed 179499).
     #[test]
-    fn a_worker_is_judged_by_the_gang_s_rule() {
+    fn past_the_step_an_error_beat_ends_a_gang_s_run_but_not_a_worker_s() {
         let run = Fruitless {
             count: 2,
             since: 1_000,
@@ -403,18 +413,12 @@ mod tests {
         let mut failed_on = status("step-41300", None);
         failed_on.heartbeat = Some(3_500);
         failed_on.state = WorkerState::Error;
-        assert!(
-            !blocks(&m, Some(&failed_on), 2),
-            "past its step, then error"
-        );
+        assert!(blocks(&m, Some(&failed_on), 2), "a worker's error beat");
         let mut rank = member("a", 3_500, Some(41_300));
         rank.activity = Activity::Error;
-        assert_eq!(
-            Beat::of_worker(Some(&failed_on)),
-            Beat::of_members(&[rank]).first().copied()
-        );
-        failed_on.progress = Some("step-41200".into());
-        assert!(blocks(&m, Some(&failed_on), 2), "not past it");
+        assert!(gang_refusal(Some(&run), &[rank], 2).is_none(), "a member's");
+        failed_on.state = WorkerState::Processing;
+        assert!(!blocks(&m, Some(&failed_on), 2), "past its step, working");
         assert!(blocks(&m, None, 2), "no record, no progress");
     }
 }
