@@ -12,7 +12,28 @@ use std::time::{Duration, Instant};
 
 pub const TEST_IMAGE: &str = "vigil-test-busybox:2";
 
+/// A free local port for a server a test starts, below the kernel's ephemeral range. NB: a port
+/// the kernel hands out (`bind` to port 0) is one it may hand out again at once to any outgoing
+/// connection of any test (to Redis, Docker, containerd) before the server binds it — CI saw
+/// "Address already in use" so. A port below the ephemeral range is only ever taken by a bind;
+/// picked at random among some 20,000 and checked free when picked, two tests rarely meet.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (first, span) = (10_000u16, low.saturating_sub(10_000).max(1_000));
+    let seed = std::collections::hash_map::RandomState::new();
+    for attempt in 0u64..2_000 {
+        let mut h = seed.build_hasher();
+        h.write_u64(attempt);
+        h.write_u32(std::process::id());
+        let port = first + (h.finish() % u64::from(span)) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
