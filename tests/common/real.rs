@@ -12,18 +12,19 @@ use std::time::{Duration, Instant};
 
 pub const TEST_IMAGE: &str = "vigil-test-busybox:2";
 
-/// A free local port for a server a test starts, below the kernel's ephemeral range. NB: a port
-/// the kernel hands out (`bind` to port 0) is one it may hand out again at once to any outgoing
-/// connection of any test (to Redis, Docker, containerd) before the server binds it — CI saw
-/// "Address already in use" so. A port below the ephemeral range is only ever taken by a bind;
-/// picked at random among some 20,000 and checked free when picked, two tests rarely meet.
+/// A free local port for a server a test starts, in 10000–19999: below the kernel's ephemeral
+/// range, and clear of the Redis Cluster bus ports (a node's port + 10000) of the clusters tests
+/// start. NB: a port the kernel hands out (`bind` to port 0) is one it may hand out again at once
+/// to any outgoing connection of any test (to Redis, Docker, containerd) before the server binds
+/// it — CI saw "Address already in use" so. A port of this range is only ever taken by a bind;
+/// picked at random among 10,000 and checked free when picked, two tests rarely meet.
 pub fn free_port() -> u16 {
     use std::hash::{BuildHasher, Hasher};
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
-    let (first, span) = (10_000u16, low.saturating_sub(10_000).max(1_000));
+    let (first, span) = (10_000u16, low.saturating_sub(10_000).clamp(1_000, 10_000));
     let seed = std::collections::hash_map::RandomState::new();
     for attempt in 0u64..2_000 {
         let mut h = seed.build_hasher();
