@@ -553,17 +553,18 @@ fn fn_lengths_are_measured_from_signature_to_closing_brace() {
     );
 }
 
-/// Functions outside tests fit on a screen: at most 60 lines (issue 43; test files are
-/// exempt).
+/// Functions outside tests fit on a screen: at most 60 lines (issue 43). `_tests.rs` files are
+/// exempt; a folder's `tests.rs` keeps the earlier bound of 80 lines.
 #[test]
 fn no_function_outside_tests_is_over_60_lines() {
     let mut long = Vec::new();
     for (path, text) in sources() {
-        if path.ends_with("_tests.rs") || path.ends_with("/tests.rs") {
+        if path.ends_with("_tests.rs") {
             continue;
         }
+        let most = if path.ends_with("/tests.rs") { 80 } else { 60 };
         for (name, n) in fn_lengths(&text) {
-            if n > 60 {
+            if n > most {
                 long.push(format!("{path}: {name} ({n} lines)"));
             }
         }

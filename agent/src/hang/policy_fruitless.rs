@@ -63,17 +63,19 @@ impl Beat {
         })
     }
 
+    /// A member's entry as a beat.
+    pub(crate) fn of_member(m: &Member) -> Beat {
+        Beat {
+            at: m.heartbeat,
+            step: m.step,
+            in_error: m.activity == Activity::Error,
+            error_counts: true,
+        }
+    }
+
     /// Every member's entry as a beat.
     pub(crate) fn of_members(members: &[Member]) -> Vec<Beat> {
-        members
-            .iter()
-            .map(|m| Beat {
-                at: m.heartbeat,
-                step: m.step,
-                in_error: m.activity == Activity::Error,
-                error_counts: true,
-            })
-            .collect()
+        members.iter().map(Beat::of_member).collect()
     }
 
     /// Whether this beat shows the unit got past where it stopped: newer than the run's last

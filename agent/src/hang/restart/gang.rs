@@ -353,7 +353,7 @@ impl RestartPath<'_> {
         let Some(run) = self.gangs.runs.get(gang) else {
             return;
         };
-        if !policy_fruitless::progressed(run, &Beat::of_members(std::slice::from_ref(own))) {
+        if !policy_fruitless::progressed(run, &[Beat::of_member(own)]) {
             return;
         }
         let key = self.ctx.keys.gang_fruitless(gang);

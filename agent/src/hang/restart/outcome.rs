@@ -11,10 +11,10 @@ use crate::hang::policy::Verdict;
 use crate::hang::policy_due;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_lost::IncidentTimes;
+use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
 use super::{restart_failure, short, Act, RestartPath};
-use crate::runtime::RuntimeError;
 
 impl RestartPath<'_> {
     /// The restart call, bounded by `runtime.restart_timeout`: its answer, for `verify`.
