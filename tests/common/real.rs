@@ -16,8 +16,10 @@ pub const TEST_IMAGE: &str = "vigil-test-busybox:2";
 /// range, and clear of the Redis Cluster bus ports (a node's port + 10000) of the clusters tests
 /// start. NB: a port the kernel hands out (`bind` to port 0) is one it may hand out again at once
 /// to any outgoing connection of any test (to Redis, Docker, containerd) before the server binds
-/// it — CI saw "Address already in use" so. A port of this range is only ever taken by a bind;
-/// picked at random among 10,000 and checked free when picked, two tests rarely meet.
+/// it — CI saw "Address already in use" so. A port of this range is only ever taken by a bind.
+/// And a port picked is *reserved* across the test processes (nextest runs each test in its own):
+/// checked free is not enough, a parallel test could pick the same free port in the seconds
+/// before the first one's server binds it (CI saw that too, twice); see [`reserve`].
 pub fn free_port() -> u16 {
     use std::hash::{BuildHasher, Hasher};
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -26,19 +28,43 @@ pub fn free_port() -> u16 {
         .unwrap_or(32_768);
     let (first, span) = (10_000u16, low.saturating_sub(10_000).clamp(1_000, 10_000));
     let seed = std::collections::hash_map::RandomState::new();
-    for attempt in 0u64..2_000 {
+    for attempt in 0u64..5_000 {
         let mut h = seed.build_hasher();
         h.write_u64(attempt);
         h.write_u32(std::process::id());
         let port = first + (h.finish() % u64::from(span)) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if reserve(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free local port")
+    panic!(
+        "no free port in {first}..{}: every one taken or reserved",
+        first + span
+    );
+}
+
+/// Reserve `port` for this test process among every test process of this machine: an
+/// exclusive `flock` on a file named for the port in a shared directory, held until this process
+/// exits (the servers it starts die with it). The kernel drops the lock with the process, so a
+/// crashed run leaves nothing to clean up; within one process a second pick of the same port
+/// fails too (a lock belongs to an open file, not to the process).
+fn reserve(port: u16) -> bool {
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("vigil-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+    else {
+        return false;
+    };
+    if file.try_lock().is_err() {
+        return false;
+    }
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).push(file);
+    true
 }
 
 /// Wait (up to 5 s) until something listens on the local `port`; false if nothing does.
