@@ -81,8 +81,8 @@ async fn rig() -> Rig {
     let controller =
         controller.with_notifier(Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()));
     let cancel = CancellationToken::new();
-    let (_meta_tx, meta_rx) = tokio::sync::watch::channel(Default::default());
-    std::mem::forget(_meta_tx);
+    // No metadata watcher (not on GCE): its channel closed, so restarts do not wait for it.
+    let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
     tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
     Rig {
         keys: Keys::new("vigil", "gpu-1"),

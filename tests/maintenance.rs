@@ -413,6 +413,101 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
     assert!(restarted);
 }
 
+/// An agent that has just started has not read its node yet: a restart due at its first cycle
+/// (an incident an earlier incarnation opened) waits for the metadata server's first answer —
+/// and with an ongoing maintenance in that answer, never runs. The controller runs its real loop
+/// on a metadata channel the test feeds; the worker is stale from the start.
+#[tokio::test]
+async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
+    use vigil::accel::gpu::model::GpuReport;
+    use vigil::vocab::maintenance::{MaintenanceEvent, RawMetadata};
+    let metrics = Arc::new(Metrics::new());
+    let mut cfg = node_config("gpu-1");
+    cfg.poll_interval = Duration::from_millis(10);
+    cfg.policy.stale_after = Duration::from_millis(200);
+    cfg.policy.confirm_after = Duration::from_millis(20);
+    cfg.policy.restart_delay = Duration::from_millis(50);
+    cfg.metadata.settle = Duration::ZERO;
+    let coord = memory_coordinator();
+    let runtime = FakeRuntime::default();
+    runtime.add("c1", "trainer-0");
+    let facts = vigil::vocab::stand_down::facts_at_start();
+    let (mut agent, controller) = agent_and_controller(
+        &cfg,
+        &coord,
+        &runtime,
+        Arc::new(RecordingNodeApi::default()),
+        Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone()),
+        &metrics,
+        facts.clone(),
+    );
+    agent = agent.with_facts(facts.clone());
+    let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
+    let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(GpuReport::default());
+    let (term, stop) = (
+        Default::default(),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let _stop = stop.clone().drop_guard();
+    tokio::spawn(controller.run(meta_rx, gpu_rx, term, stop));
+    let keys = Keys::new("vigil", "gpu-1");
+    let long_ago = coord.time().await.unwrap() - 10_000;
+    write_record(
+        coord.as_ref(),
+        &keys.status("trainer-0"),
+        "processing",
+        long_ago,
+        &[],
+    )
+    .await;
+    let mut verdicts = Vec::new();
+    for _ in 0..40 {
+        verdicts.push(agent.cycle().await.verdicts[0].1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(runtime.restarts("c1"), 0, "restarted before the first read");
+    assert!(
+        verdicts.contains(&Verdict::Hung),
+        "detection runs: {verdicts:?}"
+    );
+    let waiting = facts.read().unwrap().awaiting;
+    assert_eq!(waiting, Some("the metadata server's maintenance state"));
+    let trail = common::wiring::trail_decisions(coord.as_ref(), &keys).await;
+    assert!(
+        trail.iter().any(|d| d == "cancelled-node-state"),
+        "{trail:?}"
+    );
+    // The first answer: an ongoing maintenance. Read now, and still no restart.
+    meta_tx.send_modify(|raw| {
+        raw.maintenance_event = Some(MaintenanceEvent::MigrateOnHostMaintenance)
+    });
+    for _ in 0..20 {
+        agent.cycle().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(facts.read().unwrap().awaiting, None);
+    assert_eq!(
+        runtime.restarts("c1"),
+        0,
+        "restarted during the maintenance"
+    );
+    // The maintenance ends (the settle is off): the due restart runs.
+    meta_tx.send_modify(|raw| raw.maintenance_event = Some(MaintenanceEvent::None));
+    let mut restarted = false;
+    for _ in 0..50 {
+        agent.cycle().await;
+        if runtime.restarts("c1") == 1 {
+            restarted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        restarted,
+        "the restart runs once the node is read and clear"
+    );
+}
+
 #[tokio::test]
 async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
     use vigil::fleet::view::{publish, NodeRecord};

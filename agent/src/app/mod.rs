@@ -246,7 +246,8 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     tracker.spawn(release_start_up_code(stop.clone()));
     let pods = pod_api(&cfg).await;
     let a = adapters(&cfg, pods.clone())?;
-    let facts = SharedFacts::default();
+    // NB: restarts wait for the controller's first reads of the node (`first_reads`).
+    let facts = crate::vocab::stand_down::facts_at_start();
     let mut agent = new_agent(&cfg, &a, facts.clone(), reload);
     let meta_rx = metadata_watcher(
         &cfg,

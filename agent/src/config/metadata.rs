@@ -22,6 +22,10 @@ pub struct MetadataConfig {
     /// After a maintenance event ends, restarts stay suppressed this long.
     #[serde(with = "humantime_serde")]
     pub settle: Duration,
+    /// At start-up, restarts wait for the metadata server's first answer and the Node's first
+    /// read at most this long (`node::controller::first_reads`).
+    #[serde(with = "humantime_serde")]
+    pub first_read_wait: Duration,
 }
 
 impl Default for MetadataConfig {
@@ -32,6 +36,7 @@ impl Default for MetadataConfig {
             timeout_sec: 60,
             pending_horizon: Duration::from_secs(3600),
             settle: Duration::from_secs(300),
+            first_read_wait: Duration::from_secs(30),
         }
     }
 }
@@ -41,6 +46,11 @@ impl MetadataConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.timeout_sec == 0 || self.timeout_sec > 3600 {
             return bad("metadata.timeout_sec", "must be between 1 and 3600");
+        }
+        if self.first_read_wait > Duration::from_secs(600) {
+            // NB: a hung worker waits this long at every start of the agent when a source
+            // never answers; longer than ten minutes is a mistake, not a policy.
+            return bad("metadata.first_read_wait", "must be at most 10m");
         }
         Ok(())
     }
@@ -56,6 +66,14 @@ mod tests {
             ("[metadata]\nenabled = \"yes\"", "metadata.enabled"),
             ("[metadata]\ntimeout_sec = 0", "metadata.timeout_sec"),
             ("[metadata]\ntimeout_sec = 3601", "metadata.timeout_sec"),
+            (
+                "[metadata]\nfirst_read_wait = \"11m\"",
+                "metadata.first_read_wait",
+            ),
+            (
+                "[metadata]\nfirst_read_wait = \"soon\"",
+                "metadata.first_read_wait",
+            ),
         ]);
     }
 }

@@ -57,6 +57,16 @@ impl NodeWatch {
         if self.term.is_cancelled() {
             return Some("the agent is shutting down".into());
         }
+        let awaiting = self
+            .facts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .awaiting;
+        if let Some(what) = awaiting {
+            return Some(format!(
+                "the agent has not read {what} since it started (metadata.first_read_wait bounds the wait)"
+            ));
+        }
         if self.stands_down_at(now, md) {
             return Some("a maintenance notice arrived".into());
         }

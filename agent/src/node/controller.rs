@@ -40,9 +40,13 @@ use crate::vocab::node_info::place;
 use crate::vocab::node_info::NodeInfo;
 use crate::vocab::stand_down::interrupting;
 
+mod first_reads;
 mod health;
 mod lost;
 mod rounds;
+
+use first_reads::FirstReads;
+use tokio::time::Instant;
 
 // The facts the restart path reads, maintenance's (re-exported: the controller writes them).
 pub use crate::vocab::stand_down::{NodeFacts, SharedFacts};
@@ -404,18 +408,13 @@ impl Controller {
         stop: CancellationToken,
     ) {
         let mut rounds = Rounds::new();
-        // No TPU monitor: a channel whose sender is gone, so its branch closes at once.
-        let mut tpu_rx = self
-            .tpu_rx
-            .take()
-            .unwrap_or_else(|| watch::channel(TpuReport::default()).1);
+        let mut tpu_rx = self.tpu_rx.take().unwrap_or_else(no_tpu_monitor);
         let mut node_rx = self.node_info.take();
-        self.start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut node_rx, &mut rounds)
+        let mut reads = self
+            .start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut node_rx, &mut rounds)
             .await;
         let mut tick = tokio::time::interval(self.cfg.poll_interval);
-        let mut metadata_open = true;
-        let mut gpu_open = true;
-        let mut tpu_open = true;
+        let (mut metadata_open, mut gpu_open, mut tpu_open) = (true, true, true);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -429,12 +428,14 @@ impl Controller {
                 changed = rx.changed(), if metadata_open => {
                     // Closed: the watcher is off (not on GCE); keep serving SIGTERM checkpoints.
                     metadata_open = changed.is_ok();
+                    reads.metadata_read();
                     if metadata_open {
                         self.metadata_state = derive(&rx.borrow_and_update());
                         self.remerge(&mut rounds).await;
                     }
                 }
                 Some(info) = node_changed(&mut node_rx) => {
+                    reads.node_read();
                     self.take_node_info(&info).await;
                     self.remerge(&mut rounds).await;
                 }
@@ -454,10 +455,12 @@ impl Controller {
                 }
                 _ = tick.tick() => self.tick().await,
             }
+            reads.publish(&self.facts, node_rx.is_none(), Instant::now());
         }
     }
 
-    /// Bring the Node in line at start-up (clears what a previous run may have left).
+    /// Bring the Node in line at start-up (clears what a previous run may have left); what of
+    /// the node is read so far (restarts wait for the rest: `first_reads`).
     async fn start(
         &mut self,
         rx: &mut watch::Receiver<RawMetadata>,
@@ -465,7 +468,10 @@ impl Controller {
         tpu_rx: &mut watch::Receiver<TpuReport>,
         node_rx: &mut Option<NodeInfoRx>,
         rounds: &mut Rounds,
-    ) {
+    ) -> FirstReads {
+        // NB: before the channels below are marked seen.
+        let wait = self.cfg.metadata.first_read_wait;
+        let mut reads = FirstReads::at_start(rx, node_rx.as_ref(), wait, Instant::now());
         let gpu = gpu_rx.borrow_and_update().clone();
         self.gpu_seen = Some(tokio::time::Instant::now());
         self.note_cleared(&gpu).await;
@@ -489,7 +495,14 @@ impl Controller {
         } else {
             self.transition(first, rounds).await;
         }
+        reads.publish(&self.facts, false, Instant::now());
+        reads
     }
+}
+
+/// No TPU monitor: a channel whose sender is gone, so its branch of the run loop closes at once.
+fn no_tpu_monitor() -> watch::Receiver<TpuReport> {
+    watch::channel(TpuReport::default()).1
 }
 
 /// The next read of the Node source: `None` (pending forever) without one, or once it closed.

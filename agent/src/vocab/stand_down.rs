@@ -35,6 +35,11 @@ pub struct NodeFacts {
     /// When the last interrupting phase (ongoing, terminating) ended, on the coordinator's
     /// clock: restarts stay suppressed for `metadata.settle` after it.
     pub interruption_ended: Option<Millis>,
+    /// What the agent has not read yet since it started (see [`awaiting`]): until the first
+    /// answers come, "no maintenance" is only the default, and a restart due at start-up (an
+    /// incident an earlier incarnation opened) must not run on it. `None` (the default, for a
+    /// cycle with no controller) once everything was read or `metadata.first_read_wait` ran out.
+    pub awaiting: Option<&'static str>,
 }
 
 impl NodeFacts {
@@ -46,6 +51,26 @@ impl NodeFacts {
 
 /// The node's facts as the controller and the agent share them.
 pub type SharedFacts = std::sync::Arc<std::sync::RwLock<NodeFacts>>;
+
+/// The facts of an agent that has just started: both sources still to be read.
+pub fn facts_at_start() -> SharedFacts {
+    let facts = NodeFacts {
+        awaiting: awaiting(false, false),
+        ..NodeFacts::default()
+    };
+    std::sync::Arc::new(std::sync::RwLock::new(facts))
+}
+
+/// What restarts still wait for, given whether the metadata server has answered (or is off) and
+/// whether the Node was read (or there is none to read): `None` when nothing.
+pub fn awaiting(metadata_read: bool, node_read: bool) -> Option<&'static str> {
+    match (metadata_read, node_read) {
+        (true, true) => None,
+        (false, true) => Some("the metadata server's maintenance state"),
+        (true, false) => Some("the Node (its maintenance labels, cordon and taints)"),
+        (false, false) => Some("the metadata server's maintenance state and the Node"),
+    }
+}
 
 /// Whether restarts stand down at `now`, a pure function of the maintenance state and the clock,
 /// evaluated by the restart path at every cycle and again right before the command.

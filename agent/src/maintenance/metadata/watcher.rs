@@ -83,9 +83,14 @@ pub async fn watch_with(
     shutdown: CancellationToken,
     cfg: WatchConfig,
 ) {
-    let Some(first) = first_answer(&client, &metrics, &shutdown, &cfg).await else {
+    let Some(first) = first_answer(&client, &tx, &metrics, &shutdown, &cfg).await else {
         return;
     };
+    if first.is_err() {
+        // The start-up read is over without a value: tell the controller (an unchanged value,
+        // marked seen), so restarts do not wait for an answer that is not coming soon.
+        tx.send_modify(|_| {});
+    }
     let ctx = Ctx {
         client: &client,
         tx: &tx,
@@ -102,9 +107,11 @@ pub async fn watch_with(
 }
 
 /// The first answer of the metadata server (`maintenance-event`), probed until it comes;
-/// `None` at shutdown.
+/// `None` at shutdown. Once the quick attempts have all failed to connect, `tx` is marked
+/// changed (its value unchanged): the start-up read is over (`node::controller::first_reads`).
 async fn first_answer(
     client: &MetadataClient,
+    tx: &watch::Sender<RawMetadata>,
     metrics: &Metrics,
     shutdown: &CancellationToken,
     cfg: &WatchConfig,
@@ -129,6 +136,9 @@ async fn first_answer(
                     cfg.unavailable_retry.0
                 } else {
                     if attempt == attempts {
+                        // NB: read as "no maintenance" from here on: the controller is told
+                        // (an unchanged value, marked seen), so restarts stop waiting for it.
+                        tx.send_modify(|_| {});
                         tracing::info!(
                             "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (off GCE, set metadata.enabled = \"off\")",
                             chain(&e)
