@@ -1,373 +1,377 @@
-//! The pipeline's steps up to the command (see `super::pipeline` for their order): the decision
-//! that the worker is ours to restart, logs and the restart alert, revalidation and
-//! compare-and-restart, the lock check and the claim; each either passes or ends the pass with
-//! its skip (said in the trail).
+//! The restart command and how it ends: verified by the container's start time (restarted,
+//! with the cooldown from the restart), or failed (paged once per incident, retried after a
+//! backoff); and the claim written before the command, undone when the command does not run.
 
-use crate::alerts::{AlertKind, Resolve};
-use crate::clock::{human, ms, Millis, Stamp};
-use crate::config::LOCK_MARGIN;
-use crate::coord::lease::Lease;
-use crate::coord::CoordError;
+use crate::alerts::Resolve;
+use crate::clock::{human, ms, Millis};
+use crate::coord::{CoordError, Op};
 use crate::hang::marks::{self, MARK_TTL};
-use crate::hang::model::Incident;
-use crate::hang::policy;
-use crate::hang::policy::Cancel;
-use crate::hang::policy_fruitless::{self, Beat, RunOf};
-use crate::runtime::container::Container;
+use crate::hang::model::{Fruitless, Retry, WorkerStatus};
+use crate::hang::policy::Verdict;
+use crate::hang::policy_due;
+use crate::hang::policy_fruitless::{self, Beat};
+use crate::hang::policy_lost::IncidentTimes;
+use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
-use super::{short, Act, RestartPath};
-use crate::hang::policy_pipeline::Skip;
+use super::{restart_failure, short, Act, RestartPath};
 
 impl RestartPath<'_> {
-    /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
-    /// restarts belong to its owner, and nothing of the pipeline runs for it (no lock, no caps).
-    pub(super) async fn decide(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<Option<Skip>, CoordError> {
-        if act.case.alert_only() {
-            let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
-            self.skip(now, act, Skip::AlertOnly, detail, true).await?;
-            return Ok(Some(Skip::AlertOnly));
-        }
-        // NB: not a gang member's: its restart is the gang's, and one member left out would
-        // break the job's rendezvous (a gang's run is judged as the gang's).
-        let max = self.ctx.cfg.policy.max_fruitless_restarts;
-        if act.mandate.decided_here()
-            && policy_fruitless::refusal(
-                act.case.marks.fruitless.as_ref(),
-                Beat::of_worker(act.case.status).as_slice(),
-                max,
-            )
-            .is_some()
-        {
-            self.fruitless(act, now).await?;
-            return Ok(Some(Skip::Fruitless));
-        }
-        // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
-        // auto-repair or an upgrade) is a standing condition, said once per incident.
-        if let Some(why) = self.stand_down(act.case.c, now) {
-            let detail = format!("{why}; not restarting while it is");
-            self.skip(now, act, Skip::NodeState, detail, true).await?;
-            return Ok(Some(Skip::NodeState));
-        }
-        if let Err(why) = self.ctx.runtime.restartable(act.case.c).await {
-            self.not_restartable(act, now, why).await?;
-            return Ok(Some(Skip::NotRestartable));
-        }
-        Ok(None)
+    /// The restart call, bounded by `runtime.restart_timeout`: its answer, for `verify`.
+    pub(super) async fn command(&self, act: &Act<'_>) -> Result<(), RuntimeError> {
+        let d = &self.ctx.cfg.runtime;
+        let c = act.case.c;
+        tokio::time::timeout(d.restart_timeout, self.ctx.runtime.restart(c, d.stop_grace))
+            .await
+            .unwrap_or_else(|_| {
+                Err(RuntimeError::Timeout {
+                    op: "restart",
+                    container: c.id.clone(),
+                    timeout: d.restart_timeout,
+                })
+            })
     }
 
-    /// Restarts have not helped: page once per incident, say so in the trail once.
-    async fn fruitless(&mut self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
-        let Some(f) = act.case.marks.fruitless.as_ref() else {
+    /// The restart's verification by the container's start time: restarted, or failed.
+    /// Whether the command restarted the container (a new incarnation running), with what
+    /// follows either way done: the cooldown and the trail, or the failure's page and backoff.
+    pub(super) async fn verify(
+        &mut self,
+        act: &Act<'_>,
+        call: Result<(), RuntimeError>,
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        // NB: verify by the container's start time even when the call failed: a restart whose
+        // reply was lost did happen, and treating it as failed would drop the cooldown and let
+        // the next cycle restart the booting container again.
+        let c = act.case.c;
+        let after = self.ctx.runtime.successor(c).await;
+        let restarted = matches!(&after, Ok(Some(a))
+            if (a.id != c.id || a.started_at != c.started_at) && a.running);
+        let done = self.ctx.coord.time().await.ok();
+        if restarted {
+            self.restarted(act, call.err().map(|e| e.to_string()), now, done)
+                .await?;
+            return Ok(true);
+        }
+        let why = restart_failure(call, after, c);
+        self.restart_failed(act, why, done.unwrap_or(now)).await?;
+        Ok(false)
+    }
+
+    pub(super) async fn restarted(
+        &mut self,
+        act: &Act<'_>,
+        call_error: Option<String>,
+        started: Millis,
+        done: Option<Millis>,
+    ) -> Result<(), CoordError> {
+        // NB: the marker's time is the first instant a heartbeat can only be the new
+        // incarnation's. Without the store's clock after the restart there is no such instant
+        // (the decision's is before the old one was stopped): then none, and the worker boots
+        // for the whole cooldown, as before booting could end early.
+        let booted_after = done.unwrap_or(Millis::MAX);
+        let verified = done;
+        let done = done.unwrap_or(started);
+        let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
+        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        self.resolve_alerts(w, Resolve::IncidentCleared).await;
+        // NB: the cooldown runs from the restart, not from the claim before it: a pause between
+        // the two, or a slow restart, must not shorten it. Same marker, fresh TTL, and its time
+        // is the verification's: a heartbeat after it is the new incarnation's first beat,
+        // which ends the booting (`policy_record::booted`).
+        let cooldown = self.ctx.cfg.policy.cooldown;
+        let marker = format!(
+            "{}{}",
+            marks::claim(booted_after, &act.inc.id, c),
+            marks::DONE
+        );
+        // NB: the time lost is kept, and the run of fruitless restarts settled (the old
+        // incarnation's last step taken in, the line drawn at the verification), before the
+        // marker goes up: the first beat may be seen by another instance the moment it does,
+        // and a marker whose write lost its reply leaves no later moment to settle the run in
+        // (the simulation's seed 89191: a run settled after the marker was never settled, and
+        // the new incarnation's beats short of the old one's last step ended it).
+        self.count_lost(act, started, verified).await?;
+        if act.mandate.decided_here() {
+            self.settle_fruitless(w, verified, true).await;
+        }
+        self.ctx
+            .coord
+            .set(&k.cooldown(w), &marker, cooldown)
+            .await?;
+        self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
+        self.ctx.metrics.workers.restarted(w, started);
+        let detail = self.restarted_detail(act, call_error, started, done);
+        self.note(done, act.about(), Code::Restarted, detail).await
+    }
+
+    /// What the trail says of a verified restart: how long the hang and the restart took, and
+    /// why a restart waited out the whole stop grace.
+    fn restarted_detail(
+        &self,
+        act: &Act<'_>,
+        call_error: Option<String>,
+        started: Millis,
+        done: Millis,
+    ) -> String {
+        let c = act.case.c;
+        let mut detail = format!(
+            "restarted container {} ({}) after {}; the restart took {}; cooldown {}",
+            c.name,
+            short(&c.id),
+            human(started - act.since),
+            crate::clock::brief(std::time::Duration::from_millis(
+                (done - started).max(0) as u64
+            )),
+            humantime::format_duration(self.ctx.cfg.policy.cooldown)
+        );
+        // NB: a worker that does not exit on SIGTERM (Python or a shell as PID 1, a handler
+        // that waits on a stuck loop) holds every restart for the whole stop grace: say so where
+        // the operator reads the restart, with the fix.
+        let grace = self.ctx.cfg.runtime.stop_grace;
+        if done - started >= crate::clock::ms(grace) {
+            detail.push_str(&format!(
+                " (the worker did not exit on SIGTERM: its stop waited out runtime.stop_grace, {}, then SIGKILL; run it under an init, `docker run --init`, or let it exit on SIGTERM)",
+                humantime::format_duration(grace)
+            ));
+        }
+        if let Some(e) = call_error {
+            detail.push_str(&format!(" (the restart call reported: {e})"));
+        }
+        detail
+    }
+
+    /// The time the incident lost up to the new incarnation: counted now (the cause's and the
+    /// restart's), and kept for its first beat, which completes it (`end_booting`). Without the
+    /// store's clock after the restart there is no such instant: nothing is counted.
+    async fn count_lost(
+        &self,
+        act: &Act<'_>,
+        command: Millis,
+        verified: Option<Millis>,
+    ) -> Result<(), CoordError> {
+        let Some(incarnation) = verified else {
             return Ok(());
         };
-        let detail = policy_fruitless::describe(f, RunOf::Worker);
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "fruitless");
-        if self.claim_alert(&key, now, MARK_TTL).await? {
-            let mut alert = self.alert_for(
-                AlertKind::Fruitless,
-                act.case,
-                Some(act.since),
-                now,
-                detail.clone(),
-            );
-            alert.incident = Some(act.inc.id.clone());
-            self.ctx.notifier.send(&alert).await;
-        }
-        self.skip(now, act, Skip::Fruitless, detail, true).await
-    }
-
-    /// The runtime refuses this worker: page once per incident, say so in the trail once.
-    pub(super) async fn not_restartable(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-        why: String,
-    ) -> Result<(), CoordError> {
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "not-restartable");
-        if self.claim_alert(&key, now, MARK_TTL).await? {
-            let detail = format!("{why}; not restarting, a person must decide");
-            let mut alert = self.alert_for(
-                AlertKind::NotRestartable,
-                act.case,
-                Some(act.since),
-                now,
-                detail,
-            );
-            alert.incident = Some(act.inc.id.clone());
-            self.ctx.notifier.send(&alert).await;
-        }
-        self.skip(now, act, Skip::NotRestartable, why, true).await
-    }
-
-    /// Write a skip to the trail (with `once`, the first time per incident only).
-    pub(super) async fn skip(
-        &mut self,
-        at: Millis,
-        act: &Act<'_>,
-        skip: Skip,
-        detail: String,
-        once: bool,
-    ) -> Result<(), CoordError> {
-        let about = if once {
-            act.about().once()
-        } else {
-            act.about()
+        let key = self.ctx.keys.lost(act.case.worker());
+        // NB: a restart after one whose incarnation never beat counts from where that one's
+        // count ended (its verification), never again from the old incarnation's last beat.
+        let counted_to = self
+            .ctx
+            .coord
+            .get(&key)
+            .await?
+            .and_then(|t| IncidentTimes::decode(&t))
+            .map(|t| t.incarnation)
+            .into_iter()
+            .chain(act.case.marks.restarted_at)
+            .max();
+        let times = IncidentTimes {
+            since: counted_to.map_or(act.since, |t| act.since.max(t)),
+            verdict: act.inc.started,
+            command,
+            incarnation,
+            incident: act.inc.id.clone(),
         };
-        self.note(at, about, skip.code(), detail).await
+        let p = times.phases(incarnation);
+        let lost = &self.ctx.metrics.lost;
+        lost.add(cause_of(act.case.v), p.detection + p.decision, command);
+        lost.add("restart", p.restart, incarnation);
+        let ttl = self.ctx.cfg.policy.cooldown * 2;
+        self.ctx.coord.set(&key, &times.encode(), ttl).await
     }
 
-    /// Release the restart alert's dedup key after a skip, so the restart that eventually runs
-    /// for this incident alerts (with its logs) again.
-    pub(super) async fn release_restart_alert(&self, inc: &Incident) {
+    /// The fruitless run's restart, seen done at `verified` (when the clock said): progress past
+    /// where the worker stopped must come in a beat newer than that (the old incarnation may
+    /// have beaten between the claim and the command), and with `take_past`, where it stopped
+    /// is its record's last position before then. Best-effort: without it the claim's mark
+    /// stands (only beats after the lock's end count).
+    pub(super) async fn settle_fruitless(
+        &self,
+        worker: &str,
+        verified: Option<Millis>,
+        take_past: bool,
+    ) {
+        let k = &self.ctx.keys;
+        let Ok(Some(mut run)) = self
+            .ctx
+            .coord
+            .get(&k.fruitless(worker))
+            .await
+            .map(|v| v.and_then(|t| Fruitless::decode(&t)))
+        else {
+            return;
+        };
+        // NB: without the record, the verification's time alone still puts the old
+        // incarnation's beats (all before the command) behind the line.
+        if take_past {
+            if let Ok(fields) = self.ctx.coord.hgetall(&k.status(worker)).await {
+                let old = WorkerStatus::from_fields(&fields)
+                    .filter(|s| verified.is_none_or(|t| s.heartbeat.is_some_and(|hb| hb <= t)));
+                run.past = run.past.max(policy_fruitless::position(old.as_ref()));
+            }
+        }
+        if let Some(t) = verified {
+            run.last = t;
+        }
         let _ = self
             .ctx
             .coord
-            .del(&[self.ctx.keys.alert_dedup(&inc.id, "restart")])
+            .set(&k.fruitless(worker), &run.encode(), marks::FRUITLESS_TTL)
             .await;
     }
 
-    /// The container's last lines, then the restart alert with them. Logs first: a pass that
-    /// fails here must not consume the breaker.
-    pub(super) async fn logs_and_alert(
+    /// A failed restart pages at once — the first of its incident; later ones update that
+    /// page without paging again — and releases the dedup key and markers so that a later
+    /// cycle retries, after a backoff from the stop grace (see [`policy_due::retry_backoff`]).
+    pub(super) async fn restart_failed(
         &mut self,
         act: &Act<'_>,
-        now: Millis,
-    ) -> Result<Option<Skip>, CoordError> {
-        match self.collect_logs(act, now).await? {
-            Ok(logs) => self.announce_restart(act, logs, now).await.map(|()| None),
-            Err(skip) => Ok(Some(skip)),
-        }
-    }
-
-    /// The container's last lines for the alert. `Err(skip)`: collection failed, so there is
-    /// no restart this cycle (and no budget consumed).
-    pub(super) async fn collect_logs(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<Result<String, Skip>, CoordError> {
-        let d = &self.ctx.cfg.runtime;
-        let call = tokio::time::timeout(
-            d.log_timeout,
-            self.ctx.runtime.logs(&act.case.c.id, d.log_lines),
-        );
-        let why = match call.await {
-            Ok(Ok(logs)) => return Ok(Ok(logs)),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!(
-                "no answer within {}",
-                humantime::format_duration(d.log_timeout)
-            ),
-        };
-        self.ctx.metrics.backends.runtime_error();
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
-        if self.claim_alert(&key, now, MARK_TTL).await? {
-            let alert = self.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed"));
-            self.ctx.notifier.send(&alert).await;
-        }
-        let detail = format!("log collection failed: {why}");
-        self.skip(now, act, Skip::LogsFailed, detail, false).await?;
-        Ok(Err(Skip::LogsFailed))
-    }
-
-    /// The restart (or would-restart) alert with the logs, once per incident.
-    pub(super) async fn announce_restart(
-        &mut self,
-        act: &Act<'_>,
-        logs: String,
-        now: Millis,
+        why: String,
+        done: Millis,
     ) -> Result<(), CoordError> {
-        // A gang member's restart: the gang's `restarting` page went out with its decision.
-        if !act.mandate.decided_here() {
-            return Ok(());
-        }
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
-        if !self.claim_alert(&key, now, MARK_TTL).await? {
-            return Ok(());
-        }
-        let (kind, verb) = if self.ctx.cfg.dry_run {
-            (AlertKind::WouldRestart, "would restart")
-        } else {
-            (AlertKind::Restarting, "restarting")
+        self.ctx.metrics.backends.runtime_error();
+        self.ctx.metrics.restart(act.case.v.as_str(), "failed");
+        let (k, w) = (self.ctx.keys.clone(), act.case.worker());
+        let failures = match &act.case.marks.retry {
+            Some(r) if r.incident == act.inc.id => r.failures.saturating_add(1),
+            _ => 1,
         };
-        let c = act.case.c;
-        let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
-        let mut alert = self.alert_for(kind, act.case, Some(act.since), now, detail);
-        alert.logs = Some(logs);
-        alert.incident = Some(act.inc.id.clone());
-        self.ctx.notifier.send(&alert).await;
-        Ok(())
-    }
-
-    /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
-    /// (shutdown, maintenance, GPU) and the incarnation. `Some(skip)` ends the pass.
-    pub(super) async fn last_moment_checks(
-        &mut self,
-        act: &Act<'_>,
-    ) -> Result<Option<Skip>, CoordError> {
-        let w = act.case.worker();
-        // A fresh clock, record and marks, in one round trip.
-        let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
-        let (status, _) = self.status_of(w, &fresh);
-        let marks = marks::decode(&fresh.values).marks;
-        let cfg = &self.ctx.cfg.policy;
-        let now = fresh.now;
-        let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
-        if let (Ok(()), Some(order)) = (checked, act.mandate.order()) {
-            // NB: the gang's decision, read again: a closed or replaced incident restarts nobody;
-            // and a member already restarted since the decision is never restarted for it again.
-            if marks
-                .restarted_at
-                .is_some_and(|t| t >= order.decision.decided)
-            {
-                checked = Err(Cancel::CooldownAppeared);
-            } else if !self.decision_stands(order).await? {
-                checked = Err(Cancel::Recovered);
-            }
-        }
-        let (cancel, why) = match checked {
-            Ok(()) => return self.node_and_container_checks(act, now).await,
-            Err(Cancel::RetryPending) => {
-                // NB: the incident stands (it is still hung): only this pass ends, and the
-                // retry alerts again with its logs (the pipeline releases the alert).
-                let why = "a restart of this incident failed after our decision (another instance's); the retry waits for its backoff".to_string();
-                self.skip(now, act, Skip::RetryPending, why, false).await?;
-                return Ok(Some(Skip::RetryPending));
-            }
-            Err(c @ Cancel::CooldownAppeared) => (
-                c,
-                "a cooldown marker appeared: another instance already restarted it",
-            ),
-            Err(c @ Cancel::Recovered) => (
-                c,
-                "heartbeat fresh again between decision and command; incident closed",
-            ),
+        let p = &self.ctx.cfg.policy;
+        let wait = policy_due::retry_backoff(failures, self.ctx.cfg.runtime.stop_grace, p.cooldown);
+        let retry = Retry {
+            incident: act.inc.id.clone(),
+            failures,
+            not_before: done + ms(wait),
         };
-        let k = &self.ctx.keys;
-        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-        let end = match cancel {
-            Cancel::Recovered => Resolve::Recovered,
-            _ => Resolve::IncidentCleared,
-        };
-        self.resolve_alerts(w, end).await;
-        let skip = Skip::Cancelled(cancel);
-        self.skip(now, act, skip, why.into(), false).await?;
-        Ok(Some(skip))
-    }
-
-    /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after
-    /// revalidation, and again right before the command. `Some(skip)` ends the pass.
-    pub(super) async fn node_and_container_checks(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<Option<Skip>, CoordError> {
-        if let Some(why) = self.stand_down(act.case.c, now) {
-            let detail = format!("{why} between decision and command; not restarting");
-            self.skip(now, act, Skip::NodeState, detail, false).await?;
-            return Ok(Some(Skip::NodeState));
-        }
-        if let Some(skip) = self.compare(act.case.c).await {
-            let c = act.case.c;
-            let detail = match skip {
-                Skip::NotRunning => format!(
-                    "container {} ({}) is not running any more; not starting what someone stopped",
-                    c.display(),
-                    short(&c.id)
-                ),
-                _ => format!(
-                    "container {} is not the incarnation observed at decision time",
-                    short(&c.id)
-                ),
-            };
-            self.skip(now, act, skip, detail, false).await?;
-            return Ok(Some(skip));
-        }
-        Ok(None)
-    }
-
-    /// Compare-and-restart: the container is still the incarnation we decided on, and it is
-    /// running (a stopped or paused one is someone's decision). `Some(skip)` when it is not.
-    pub(super) async fn compare(&self, c: &Container) -> Option<Skip> {
-        match self.ctx.runtime.inspect(&c.id).await {
-            Ok(Some(cur)) if cur.id == c.id && cur.started_at == c.started_at => {
-                (!cur.running).then_some(Skip::NotRunning)
-            }
-            Ok(_) => Some(Skip::ContainerChanged),
-            Err(e) => {
-                self.ctx.metrics.backends.runtime_error();
-                tracing::warn!(error = %e, worker = %c.worker, "inspect before restart failed; not restarting");
-                Some(Skip::ContainerChanged)
-            }
-        }
-    }
-
-    /// Observe mode: everything a real restart would do except the command and the restart
-    /// record.
-    pub(super) async fn observe_only(&mut self, act: &Act<'_>) -> Result<Option<Skip>, CoordError> {
-        let now = self.ctx.coord.time().await?;
-        if let Some(skip) = self.blocked_by_caps(act, now, true).await? {
-            return Ok(Some(skip));
-        }
-        // Observe mode leaves the same "this is me" cooldown, so its timeline is the one a
-        // real restart would produce; but no restart record, so it never pages an escalation
-        // for a restart that did not happen.
-        let (k, w) = (&self.ctx.keys, act.case.worker());
-        let marker = Stamp::new(now, &act.inc.id).to_string();
+        let detail = format!(
+            "restart of container {} failed (attempt {failures} of this incident): {why}; retried in {} while it is hung and running",
+            act.case.c.name,
+            human(ms(wait))
+        );
+        // NB: the page goes out even when the coordinator fails below: a failed restart is a
+        // person's business at once.
+        self.page_restart_failed(act, failures, detail, done).await;
+        let value = marks::encode_retry(&retry);
+        self.ctx.coord.set(&k.retry(w), &value, MARK_TTL).await?;
         self.ctx
             .coord
-            .set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown)
+            .del(&[
+                k.alert_dedup(&act.inc.id, "restart"),
+                k.cooldown(w),
+                k.restarted(w),
+            ])
             .await?;
-        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-        self.resolve_alerts(w, Resolve::IncidentCleared).await;
-        self.ctx
-            .metrics
-            .restart(act.case.v.as_str(), "would-restart");
-        let c = act.case.c;
-        let detail = format!(
-            "would restart container {} ({}) now; observe mode",
-            c.name,
-            short(&c.id)
+        // NB: the fruitless run keeps this attempt: a restart verified as failed may still
+        // run later (a slow runtime), and a failed restart brought no progress either.
+        let why = format!(
+            "{why}; attempt {failures}, next not before {}",
+            human(ms(wait))
         );
-        self.note(now, act.about(), Code::WouldRestart, detail)
-            .await?;
-        Ok(None)
+        self.note(done, act.about(), Code::RestartFailed, why).await
     }
 
-    /// The lock must still be ours, with room for the whole restart; checked after every slow
-    /// step so the margin covers only the writes below. Then the markers go in — *before* the
-    /// command: the booting container will look hung for a minute or more, and the detector
-    /// must know that this is us. `Some(skip)`: nothing will run (the pipeline gives the units
-    /// back, and the claim when its write failed).
-    pub(super) async fn hold_lock_and_mark(
-        &mut self,
+    /// Release the claim `write_restart_markers` made at `now` for a restart that will not run:
+    /// our marker goes by compare-and-delete, never another instance's, and with it our restart
+    /// record. After a failed write (a lost reply may hide that the claim was made) a claim left
+    /// in place would read as our own restart booting for a cooldown and a lock TTL (the
+    /// incident timer dropped), though no restart ran (simulation seed 9006434). Best-effort:
+    /// if this fails too, the claim expires.
+    pub(super) async fn release_claim(&self, act: &Act<'_>, now: Millis) {
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        if let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await {
+            let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
+            self.restore_fruitless(act).await;
+        }
+    }
+
+    /// A restart that did not run (or failed) gives its count of the fruitless run back: the
+    /// run as it was before the claim. Best-effort: a count left too high stops restarts one
+    /// early, never one late.
+    pub(super) async fn restore_fruitless(&self, act: &Act<'_>) {
+        if !act.mandate.decided_here() {
+            return;
+        }
+        let key = self.ctx.keys.fruitless(act.case.worker());
+        let _ = match &act.case.marks.fruitless {
+            Some(f) => {
+                self.ctx
+                    .coord
+                    .set(&key, &f.encode(), marks::FRUITLESS_TTL)
+                    .await
+            }
+            None => self.ctx.coord.del(&[key]).await,
+        };
+    }
+
+    /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
+    pub(super) async fn write_restart_markers(
+        &self,
         act: &Act<'_>,
-        lease: &Lease,
         now: Millis,
-    ) -> Result<Option<Skip>, CoordError> {
-        let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
-        let left = lease.left(self.ctx.coord.as_ref()).await?;
-        if !crate::coord::lease::covers(left, needed) {
-            let detail = match left {
-                Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
-                None => "lock lost (expired or taken over)".into(),
-            };
-            self.skip(now, act, Skip::LockExpiring, detail, false)
-                .await?;
-            return Ok(Some(Skip::LockExpiring));
+    ) -> Result<bool, CoordError> {
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        // NB: a claim (SET NX), not a plain write. Revalidation saw no marker, so one here now
+        // is another instance's restart that got past a lost lock (TTL expiry in a pause, a
+        // failover that forgot it): the first claim wins, and at most one restart runs per
+        // cooldown whatever happened to the lock.
+        // NB: the claim outlives our lock. Should we die mid-command, the instance that finds
+        // the new incarnation once our lock has expired must still find the claim, or it would
+        // record our restart as someone else's. The cooldown proper runs from the verification,
+        // which rewrites the marker with the cooldown as its TTL.
+        let claim_ttl = self.ctx.cfg.policy.cooldown + self.ctx.cfg.safety.lock_ttl;
+        if !self
+            .ctx
+            .coord
+            .set_nx(&k.cooldown(w), &marker, claim_ttl)
+            .await?
+        {
+            return Ok(false);
         }
-        if self.write_restart_markers(act, now).await? {
-            return Ok(None);
+        let mut records = vec![Op::Set {
+            key: k.restarted(w),
+            value: now.to_string(),
+            ttl: MARK_TTL,
+        }];
+        // NB: counted at the claim, like the restart record: a restart whose verification never
+        // comes (we die mid-command) still counts, and one that does not run is given back.
+        if act.mandate.decided_here() {
+            let mut run = policy_fruitless::after_restart(
+                act.case.marks.fruitless.as_ref(),
+                Beat::of_worker(act.case.status).as_slice(),
+                now,
+            );
+            // NB: a beat that counts as progress must be the new incarnation's; the old one may
+            // beat until the command, which runs while the lock holds (the claim checked its
+            // TTL): until its verification says better (`settle_fruitless`), only later beats
+            // count.
+            run.last = now + ms(self.ctx.cfg.safety.lock_ttl);
+            records.push(Op::Set {
+                key: k.fruitless(w),
+                value: run.encode(),
+                ttl: marks::FRUITLESS_TTL,
+            });
         }
-        // The claim failed: another instance's marker appeared after our revalidation.
-        let skip = Skip::Cancelled(Cancel::CooldownAppeared);
-        let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
-        self.skip(now, act, skip, detail, false).await?;
-        Ok(Some(skip))
+        // NB: one round trip for both: the claim is followed by the command as closely as
+        // before the fruitless run was counted.
+        self.ctx.coord.batch(&records).await?;
+        // The error timer must not survive our restart, or a record still saying `error` after
+        // the cooldown would count as errored at once instead of after `error_for`.
+        self.ctx
+            .coord
+            .del(&[k.escalated(w), k.error_since(w)])
+            .await?;
+        Ok(true)
+    }
+}
+
+/// The cause a restarted incident's time before the command is lost to.
+pub(super) fn cause_of(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Errored => "error",
+        _ => "hang",
     }
 }

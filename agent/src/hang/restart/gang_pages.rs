@@ -1,7 +1,7 @@
 //! The gang's pages: `hung` placed at the member that stopped first, the escalation of a gang
 //! that hangs again, a straggler, a decision blocked (and why), restarts that do not help — each
-//! de-duplicated per incident in the coordinator, remembered by the agent that sent it and
-//! resolved by it.
+//! sent through `super::pages`' one way out (de-duplicated per incident in the coordinator,
+//! remembered by the agent that sent it), and resolved here by that agent.
 
 use crate::alerts::{Alert, AlertKind, Resolve};
 use crate::clock::{human, Millis};
@@ -12,6 +12,7 @@ use crate::hang::model::{Fruitless, Gang};
 use crate::hang::model_gang::{GangIncident, GangState, Member};
 use crate::hang::policy_fruitless::{self, RunOf};
 use crate::hang::policy_gang as gp;
+use crate::hang::policy_pipeline::Unit;
 use crate::trail::Code;
 
 use super::{Case, RestartPath};
@@ -38,17 +39,6 @@ impl RestartPath<'_> {
                 .resolve(&node, &worker, Resolve::Recovered)
                 .await;
         }
-    }
-
-    /// Send a gang alert, remembering it for its resolution.
-    pub(super) async fn send_gang(&mut self, g: &Gang, a: &Alert) {
-        if let Some(w) = &a.worker {
-            let sent = self.gangs.sent.entry(g.id.clone()).or_default();
-            if !sent.iter().any(|(n, x)| *n == a.node && x == w) {
-                sent.push((a.node.clone(), w.clone()));
-            }
-        }
-        self.ctx.notifier.send(a).await;
     }
 
     /// An alert about the gang, placed at `first` (the member to look at).
@@ -81,10 +71,6 @@ impl RestartPath<'_> {
         let Some(inc) = &state.incident else {
             return Ok(());
         };
-        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "hung");
-        if !self.claim_alert(&key, now, MARK_TTL).await? {
-            return Ok(());
-        }
         let first = gp::first_stopped(members, now);
         let mut detail = describe_hang(g, members, first, now);
         let owner = members.iter().find(|m| m.alert_only);
@@ -102,8 +88,10 @@ impl RestartPath<'_> {
         let mut a = self.gang_alert(AlertKind::Hung, g, members, first, detail);
         a.incident = Some(inc.id.clone());
         a.duration = first.and_then(|m| m.heartbeat).map(|hb| human(now - hb));
-        self.send_gang(g, &a).await;
-        Ok(())
+        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "hung");
+        self.page_once(&key, MARK_TTL, a, Unit::Gang, now)
+            .await
+            .map(drop)
     }
 
     pub(super) async fn page_gang_again(
@@ -117,9 +105,6 @@ impl RestartPath<'_> {
             .ctx
             .keys
             .gang_alert(&g.id, &restarted.to_string(), "escalation");
-        if !self.claim_alert(&key, now, MARK_TTL).await? {
-            return Ok(());
-        }
         let first = gp::first_stopped(members, now);
         let detail = format!(
             "gang {} hangs again {} after its restart of every member: the restart did not fix it; a person must look. {}",
@@ -128,8 +113,9 @@ impl RestartPath<'_> {
             describe_hang(g, members, first, now)
         );
         let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
-        self.send_gang(g, &a).await;
-        Ok(())
+        self.page_once(&key, MARK_TTL, a, Unit::Gang, now)
+            .await
+            .map(drop)
     }
 
     pub(super) async fn page_straggler(
@@ -144,9 +130,6 @@ impl RestartPath<'_> {
             .ctx
             .keys
             .gang_alert(&g.id, &format!("{}-{since}", own.id()), "straggler");
-        if !self.claim_alert(&key, now, MARK_TTL).await? {
-            return Ok(());
-        }
         let what = match self.ctx.cfg.gang.straggler {
             crate::config::StragglerAction::AlertOnly => {
                 "not restarted alone (gang.straggler = alert-only)"
@@ -160,7 +143,9 @@ impl RestartPath<'_> {
             g.id
         );
         let a = self.gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
-        self.send_gang(g, &a).await;
+        if !self.page_once(&key, MARK_TTL, a, Unit::Gang, now).await? {
+            return Ok(());
+        }
         let about = About::worker(case.worker(), case.v);
         self.note(now, about, Code::Straggler, detail).await
     }
@@ -187,11 +172,9 @@ impl RestartPath<'_> {
             describe_hang(g, members, first, now)
         );
         let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
-        if self.claim_alert(&akey, now, MARK_TTL).await? {
-            let mut a = self.gang_alert(kind, g, members, first, detail.clone());
-            a.incident = Some(inc.id.clone());
-            self.send_gang(g, &a).await;
-        }
+        let mut a = self.gang_alert(kind, g, members, first, detail.clone());
+        a.incident = Some(inc.id.clone());
+        self.page_once(&akey, MARK_TTL, a, Unit::Gang, now).await?;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
         self.note(now, about, Code::GangDecided, detail).await
     }
@@ -251,12 +234,10 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_alert(&g.id, &inc.id, r.dedup);
-        if self.claim_alert(&key, now, MARK_TTL).await? {
-            let first = gp::first_stopped(members, now);
-            let mut a = self.gang_alert(r.kind, g, members, first, r.detail.clone());
-            a.incident = Some(inc.id.clone());
-            self.send_gang(g, &a).await;
-        }
+        let first = gp::first_stopped(members, now);
+        let mut a = self.gang_alert(r.kind, g, members, first, r.detail.clone());
+        a.incident = Some(inc.id.clone());
+        self.page_once(&key, MARK_TTL, a, Unit::Gang, now).await?;
         let about = About::worker(case.worker(), case.v)
             .incident(&inc.id)
             .once();

@@ -1,8 +1,8 @@
-//! The incident half of the restart path: suspect sightings, the shared incident timer, the
-//! alerts of an incident and of alert-only episodes, escalation, and the incarnation a worker
-//! runs (someone else's restart gets a cooldown of its own; ours is recognised by its claim).
+//! The incident half of the restart path: suspect sightings, the shared incident timer and its
+//! end, and the incarnation a worker runs (someone else's restart gets a cooldown of its own;
+//! ours is recognised by its claim). Its pages (hung, episodes, escalation) are `super::pages`'.
 
-use crate::alerts::{AlertKind, Resolve};
+use crate::alerts::Resolve;
 use crate::clock::{human, ms, Millis, Stamp};
 use crate::coord::CoordError;
 use crate::hang::journal::About;
@@ -11,34 +11,12 @@ use crate::hang::model::Episode;
 use crate::hang::model::Incident;
 use crate::hang::policy::{TimerEnd, Verdict};
 use crate::hang::policy_due;
-use crate::hang::policy_record;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
 use super::{random_token, short, Case, RestartPath};
 
-/// The kind of an episode's alert.
-fn episode_kind(e: Episode) -> AlertKind {
-    match e {
-        Episode::Unreachable => AlertKind::Unreachable,
-        Episode::Stalled => AlertKind::Stalled,
-        Episode::GpuFailed => AlertKind::GpuFailed,
-        Episode::TpuFailed => AlertKind::TpuFailed,
-        Episode::Paused => AlertKind::Paused,
-        Episode::Exited => AlertKind::Exited,
-    }
-}
-
 impl RestartPath<'_> {
-    /// The worker's condition ended: the sinks that keep alerts open (Alertmanager) resolve
-    /// the alerts `end` covers.
-    pub(super) async fn resolve_alerts(&self, worker: &str, end: Resolve) {
-        self.ctx
-            .notifier
-            .resolve(self.ctx.keys.node(), worker, end)
-            .await;
-    }
-
     pub(super) async fn record_suspect(
         &mut self,
         case: &Case<'_>,
@@ -116,60 +94,14 @@ impl RestartPath<'_> {
             .coord
             .del(&[self.ctx.keys.episode(case.worker(), e.as_str())])
             .await?;
-        self.resolve_alerts(case.worker(), Resolve::Episode(episode_kind(e)))
-            .await;
+        self.resolve_alerts(
+            case.worker(),
+            Resolve::Episode(super::pages::episode_kind(e)),
+        )
+        .await;
         let detail = format!("{} condition ended", e.as_str());
         self.note(now, case.about(), Code::EpisodeClosed, detail)
             .await
-    }
-
-    pub(super) async fn open_episode(
-        &mut self,
-        case: &Case<'_>,
-        e: Episode,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        // The SET NX is the de-duplication: only the first observer alerts.
-        let key = self.ctx.keys.episode(case.worker(), e.as_str());
-        if !self.claim_alert(&key, now, MARK_TTL).await? {
-            return Ok(());
-        }
-        let ahead = case
-            .status
-            .and_then(|s| policy_record::heartbeat_from_future(s, now));
-        let future;
-        let (kind, detail) = match e {
-            Episode::Unreachable if case.invalid.is_some() => {
-                future = format!(
-                    "{}; alert only until the record is fixed (other workers are judged as usual)",
-                    case.invalid.unwrap_or_default()
-                );
-                (AlertKind::Unreachable, future.as_str())
-            }
-            Episode::Unreachable if ahead.is_some() => {
-                future = format!(
-                    "the record's heartbeat is {} ahead of the coordinator's clock (milliseconds written where seconds belong?): the record is invalid, alert only until the worker writes seconds since the epoch",
-                    human(ahead.unwrap_or_default())
-                );
-                (AlertKind::Unreachable, future.as_str())
-            }
-            Episode::Unreachable => (AlertKind::Unreachable, "status record missing or unreadable; alert only (the machine may be rebooting, partitioned or off on purpose)"),
-            Episode::Stalled => (AlertKind::Stalled, "heartbeat fresh but progress unchanged; alert only (long jobs legitimately look like this)"),
-            Episode::GpuFailed => (AlertKind::GpuFailed, "the GPU under this worker has failed; a restart cannot fix hardware"),
-            Episode::TpuFailed => (AlertKind::TpuFailed, "the node's TPU has failed; a restart cannot fix hardware"),
-            Episode::Paused => (AlertKind::Paused, "the container is paused (someone's decision); alert only, never restarted while paused"),
-            Episode::Exited => (AlertKind::Exited, "the container has exited and nothing runs in its place; alert only: Vigil never starts what someone stopped (a crash is for the runtime's restart policy)"),
-        };
-        let since = case
-            .marks
-            .progress
-            .as_ref()
-            .map(|(_, t)| *t)
-            .filter(|_| e == Episode::Stalled);
-        let alert = self.alert_for(kind, case, since, now, detail);
-        self.ctx.notifier.send(&alert).await;
-        let detail = format!("{} alert sent", kind.as_str());
-        self.note(now, case.about(), Code::Alerted, detail).await
     }
 
     /// Start the incident timer (first observer wins) and read back whoever's start time stands.
@@ -205,67 +137,6 @@ impl RestartPath<'_> {
             self.note(now, about, Code::TimerStarted, detail).await?;
         }
         Ok(incident)
-    }
-
-    pub(super) async fn escalate(
-        &mut self,
-        case: &Case<'_>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let key = self.ctx.keys.escalated(case.worker());
-        if !self.claim_alert(&key, now, MARK_TTL).await? {
-            return Ok(());
-        }
-        let restarted = case.marks.restarted_at.unwrap_or(now);
-        let detail = format!(
-            "still broken {} after our restart; the restart did not fix it, a person is needed",
-            human(now - restarted)
-        );
-        let alert = self.alert_for(AlertKind::Escalation, case, Some(restarted), now, detail);
-        self.ctx.notifier.send(&alert).await;
-        let detail = "paged: restart did not recover the worker".to_string();
-        self.note(now, case.about(), Code::Escalated, detail).await
-    }
-
-    /// The hung / errored alert, once per incident (de-duplicated in the coordinator).
-    pub(super) async fn alert_incident(
-        &mut self,
-        case: &Case<'_>,
-        inc: &Incident,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let key = self.ctx.keys.alert_dedup(&inc.id, case.v.as_str());
-        if !self.claim_alert(&key, now, MARK_TTL).await? {
-            return Ok(());
-        }
-        let kind = if case.v == Verdict::Errored {
-            AlertKind::Errored
-        } else {
-            AlertKind::Hung
-        };
-        let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
-        let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
-        let detail = if case.alert_only() {
-            "alert only: its restarts belong to its owner; Vigil will not restart it".to_string()
-        } else {
-            format!(
-                "restart due in {}",
-                human((inc.started + ms(wait) - now).max(0))
-            )
-        };
-        let mut alert = self.alert_for(kind, case, Some(since), now, detail);
-        alert.incident = Some(inc.id.clone());
-        if !self.gpu_evidence.is_empty() {
-            // Application XIDs on the worker's GPU do not make the hardware unhealthy, but
-            // they are the first thing a person wants to see next to a hang.
-            alert
-                .detail
-                .push_str(&format!("; GPU evidence: {}", self.gpu_evidence.join("; ")));
-        }
-        self.ctx.notifier.send(&alert).await;
-        let detail = format!("{} alert sent", kind.as_str());
-        let about = case.about().incident(&inc.id);
-        self.note(now, about, Code::Alerted, detail).await
     }
 
     /// A new incarnation of the container that we did not start (an operator's `docker

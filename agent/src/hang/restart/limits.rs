@@ -1,9 +1,8 @@
 //! The restart caps as the restart path meets them: the node's breaker and the fleet's budget
 //! (taken through `crate::coord::caps`), and the alerts and trail entries when one refuses.
 
-use crate::alerts::AlertKind;
 use crate::clock::Millis;
-use crate::coord::caps::{breaker_day, fleet_window, Caps, BREAKER_TTL};
+use crate::coord::caps::{breaker_day, Caps};
 use crate::coord::CoordError;
 
 use super::{Act, RestartPath, Skip};
@@ -63,13 +62,7 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let per_day = self.ctx.cfg.safety.breaker_per_day;
         let day = breaker_day(now);
-        let key = self.ctx.keys.breaker_alert(&day);
-        if self.claim_alert(&key, now, BREAKER_TTL).await? {
-            let alert = self.alert_for(AlertKind::BreakerOpen, act.case, None, now, format!(
-                "circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow"
-            ));
-            self.ctx.notifier.send(&alert).await;
-        }
+        self.page_breaker_open(act, now).await?;
         let detail = format!("breaker open: {per_day} restarts used today ({day})");
         self.skip(now, act, Skip::BreakerOpen, detail, true).await
     }
@@ -81,14 +74,7 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let s = &self.ctx.cfg.safety;
         let (budget, window) = (s.fleet_budget, s.fleet_window);
-        let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
-        if self.claim_alert(&key, now, window * 2).await? {
-            let alert = self.alert_for(AlertKind::BudgetExhausted, act.case, None, now, format!(
-                "fleet restart budget exhausted: {budget} restart(s) across the fleet in this {} window; no restart anywhere until it ends (a systemic cause is likely)",
-                humantime::format_duration(window)
-            ));
-            self.ctx.notifier.send(&alert).await;
-        }
+        self.page_budget_exhausted(act, now).await?;
         let detail = format!(
             "fleet budget of {budget} per {} exhausted",
             humantime::format_duration(window)

@@ -20,20 +20,21 @@
 //! [`Context`] and what the evaluation needs of the agent (the trail, alert de-duplication, the
 //! node's state). Map: `incident` (timers, alerts, episodes, incarnations), `pipeline` (the
 //! state machine's one loop: decide → lock → logs → revalidate → caps → claim → recheck →
-//! command → verify), `command` (its steps up to the claim), `limits` (breaker and budget),
-//! `outcome` (the command, its verification, failure, the claim).
+//! command → verify), `before_command` (its steps up to the command), `limits` (breaker and
+//! budget), `command` (the command, its verification, failure, the claim), `pages` (every page,
+//! the worker's and — through the same way out — the gang's `gang_pages`).
 
+mod before_command;
 mod command;
 mod gang;
 mod gang_decision;
 mod gang_pages;
 mod incident;
 mod limits;
-mod outcome;
+mod pages;
 mod pipeline;
 
 use crate::alerts::gate::AlertGate;
-use crate::alerts::{Alert, AlertKind};
 use crate::clock::{human, Millis};
 use crate::coord::{CoordError, WorkerRead};
 use crate::hang::context::Context;
@@ -230,19 +231,6 @@ impl RestartPath<'_> {
         self.journal.note(at, about, code, detail).await
     }
 
-    /// Take the right to send the alert behind `key` (see [`AlertGate::claim`]).
-    async fn claim_alert(
-        &mut self,
-        key: &str,
-        now: Millis,
-        ttl: std::time::Duration,
-    ) -> Result<bool, CoordError> {
-        let lease = self.ctx.cfg.safety.lock_ttl;
-        self.alerts
-            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease)
-            .await
-    }
-
     /// Why the node, as it is *now*, forbids a restart decided a moment ago.
     fn stand_down(&self, c: &Container, now: Millis) -> Option<String> {
         self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
@@ -334,32 +322,6 @@ impl RestartPath<'_> {
                 (None, Some(why))
             }
         }
-    }
-
-    fn alert_for(
-        &self,
-        kind: AlertKind,
-        case: &Case<'_>,
-        since: Option<Millis>,
-        now: Millis,
-        detail: impl Into<String>,
-    ) -> Alert {
-        let mut a = Alert::new(kind, self.ctx.keys.node(), detail);
-        if let Some((rank, of)) = case.status.and_then(|s| s.rank) {
-            // The one place to look in a container of several ranks.
-            a.detail = format!("rank {rank} of {of} (the container's worst): {}", a.detail);
-        }
-        a.worker = Some(case.c.worker.clone());
-        a.container = Some(case.c.display());
-        a.verdict = Some(case.v.as_str());
-        a.job = case.status.and_then(|s| s.job.clone());
-        if let Some(g) = case.status.and_then(|s| s.gang.as_ref()) {
-            a.gang = Some(g.id.clone());
-            a.gang_size = g.size;
-        }
-        a.duration = since.map(|t| human(now - t));
-        a.dry_run = self.ctx.cfg.dry_run;
-        a
     }
 
     /// Evaluate one worker and carry out the policy's effects in order. Coordinator errors abort

@@ -1,5 +1,5 @@
 //! The restart pipeline, run: the steps of `crate::hang::policy_pipeline` in one loop. Each step
-//! is one call below (the steps themselves are in `command`, `limits` and `outcome`); after each,
+//! is one call below (the steps themselves are in `before_command`, `limits` and `command`); after each,
 //! the policy's [`next`] says what follows, and a stop gives back what the policy says the pass
 //! holds. The node lock taken at `Lock` is released here, whatever happened.
 

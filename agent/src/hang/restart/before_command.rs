@@ -1,0 +1,317 @@
+//! The pipeline's steps up to the command (see `super::pipeline` for their order): the decision
+//! that the worker is ours to restart, logs and the restart alert, revalidation and
+//! compare-and-restart, the lock check and the claim; each either passes or ends the pass with
+//! its skip (said in the trail; the pages it sends are `super::pages`').
+
+use crate::alerts::Resolve;
+use crate::clock::{human, ms, Millis, Stamp};
+use crate::config::LOCK_MARGIN;
+use crate::coord::lease::Lease;
+use crate::coord::CoordError;
+use crate::hang::marks;
+use crate::hang::model::Incident;
+use crate::hang::policy;
+use crate::hang::policy::Cancel;
+use crate::hang::policy_fruitless::{self, Beat, RunOf};
+use crate::runtime::container::Container;
+use crate::trail::Code;
+
+use super::{short, Act, RestartPath};
+use crate::hang::policy_pipeline::Skip;
+
+impl RestartPath<'_> {
+    /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
+    /// restarts belong to its owner, and nothing of the pipeline runs for it (no lock, no caps).
+    pub(super) async fn decide(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Option<Skip>, CoordError> {
+        if act.case.alert_only() {
+            let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
+            self.skip(now, act, Skip::AlertOnly, detail, true).await?;
+            return Ok(Some(Skip::AlertOnly));
+        }
+        // NB: not a gang member's: its restart is the gang's, and one member left out would
+        // break the job's rendezvous (a gang's run is judged as the gang's).
+        let max = self.ctx.cfg.policy.max_fruitless_restarts;
+        if act.mandate.decided_here()
+            && policy_fruitless::refusal(
+                act.case.marks.fruitless.as_ref(),
+                Beat::of_worker(act.case.status).as_slice(),
+                max,
+            )
+            .is_some()
+        {
+            self.fruitless(act, now).await?;
+            return Ok(Some(Skip::Fruitless));
+        }
+        // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
+        // auto-repair or an upgrade) is a standing condition, said once per incident.
+        if let Some(why) = self.stand_down(act.case.c, now) {
+            let detail = format!("{why}; not restarting while it is");
+            self.skip(now, act, Skip::NodeState, detail, true).await?;
+            return Ok(Some(Skip::NodeState));
+        }
+        if let Err(why) = self.ctx.runtime.restartable(act.case.c).await {
+            self.not_restartable(act, now, why).await?;
+            return Ok(Some(Skip::NotRestartable));
+        }
+        Ok(None)
+    }
+
+    /// Restarts have not helped: page once per incident, say so in the trail once.
+    async fn fruitless(&mut self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
+        let Some(f) = act.case.marks.fruitless.as_ref() else {
+            return Ok(());
+        };
+        let detail = policy_fruitless::describe(f, RunOf::Worker);
+        self.page_fruitless(act, detail.clone(), now).await?;
+        self.skip(now, act, Skip::Fruitless, detail, true).await
+    }
+
+    /// The runtime refuses this worker: page once per incident, say so in the trail once.
+    pub(super) async fn not_restartable(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+        why: String,
+    ) -> Result<(), CoordError> {
+        self.page_not_restartable(act, &why, now).await?;
+        self.skip(now, act, Skip::NotRestartable, why, true).await
+    }
+
+    /// Write a skip to the trail (with `once`, the first time per incident only).
+    pub(super) async fn skip(
+        &mut self,
+        at: Millis,
+        act: &Act<'_>,
+        skip: Skip,
+        detail: String,
+        once: bool,
+    ) -> Result<(), CoordError> {
+        let about = if once {
+            act.about().once()
+        } else {
+            act.about()
+        };
+        self.note(at, about, skip.code(), detail).await
+    }
+
+    /// Release the restart alert's dedup key after a skip, so the restart that eventually runs
+    /// for this incident alerts (with its logs) again.
+    pub(super) async fn release_restart_alert(&self, inc: &Incident) {
+        let _ = self
+            .ctx
+            .coord
+            .del(&[self.ctx.keys.alert_dedup(&inc.id, "restart")])
+            .await;
+    }
+
+    /// The container's last lines, then the restart alert with them. Logs first: a pass that
+    /// fails here must not consume the breaker.
+    pub(super) async fn logs_and_alert(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Option<Skip>, CoordError> {
+        match self.collect_logs(act, now).await? {
+            Ok(logs) => self.announce_restart(act, logs, now).await.map(|()| None),
+            Err(skip) => Ok(Some(skip)),
+        }
+    }
+
+    /// The container's last lines for the alert. `Err(skip)`: collection failed, so there is
+    /// no restart this cycle (and no budget consumed).
+    pub(super) async fn collect_logs(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Result<String, Skip>, CoordError> {
+        let d = &self.ctx.cfg.runtime;
+        let call = tokio::time::timeout(
+            d.log_timeout,
+            self.ctx.runtime.logs(&act.case.c.id, d.log_lines),
+        );
+        let why = match call.await {
+            Ok(Ok(logs)) => return Ok(Ok(logs)),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "no answer within {}",
+                humantime::format_duration(d.log_timeout)
+            ),
+        };
+        self.ctx.metrics.backends.runtime_error();
+        self.page_logs_failed(act, &why, now).await?;
+        let detail = format!("log collection failed: {why}");
+        self.skip(now, act, Skip::LogsFailed, detail, false).await?;
+        Ok(Err(Skip::LogsFailed))
+    }
+
+    /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
+    /// (shutdown, maintenance, GPU) and the incarnation. `Some(skip)` ends the pass.
+    pub(super) async fn last_moment_checks(
+        &mut self,
+        act: &Act<'_>,
+    ) -> Result<Option<Skip>, CoordError> {
+        let w = act.case.worker();
+        // A fresh clock, record and marks, in one round trip.
+        let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
+        let (status, _) = self.status_of(w, &fresh);
+        let marks = marks::decode(&fresh.values).marks;
+        let cfg = &self.ctx.cfg.policy;
+        let now = fresh.now;
+        let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
+        if let (Ok(()), Some(order)) = (checked, act.mandate.order()) {
+            // NB: the gang's decision, read again: a closed or replaced incident restarts nobody;
+            // and a member already restarted since the decision is never restarted for it again.
+            if marks
+                .restarted_at
+                .is_some_and(|t| t >= order.decision.decided)
+            {
+                checked = Err(Cancel::CooldownAppeared);
+            } else if !self.decision_stands(order).await? {
+                checked = Err(Cancel::Recovered);
+            }
+        }
+        let (cancel, why) = match checked {
+            Ok(()) => return self.node_and_container_checks(act, now).await,
+            Err(Cancel::RetryPending) => {
+                // NB: the incident stands (it is still hung): only this pass ends, and the
+                // retry alerts again with its logs (the pipeline releases the alert).
+                let why = "a restart of this incident failed after our decision (another instance's); the retry waits for its backoff".to_string();
+                self.skip(now, act, Skip::RetryPending, why, false).await?;
+                return Ok(Some(Skip::RetryPending));
+            }
+            Err(c @ Cancel::CooldownAppeared) => (
+                c,
+                "a cooldown marker appeared: another instance already restarted it",
+            ),
+            Err(c @ Cancel::Recovered) => (
+                c,
+                "heartbeat fresh again between decision and command; incident closed",
+            ),
+        };
+        let k = &self.ctx.keys;
+        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        let end = match cancel {
+            Cancel::Recovered => Resolve::Recovered,
+            _ => Resolve::IncidentCleared,
+        };
+        self.resolve_alerts(w, end).await;
+        let skip = Skip::Cancelled(cancel);
+        self.skip(now, act, skip, why.into(), false).await?;
+        Ok(Some(skip))
+    }
+
+    /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after
+    /// revalidation, and again right before the command. `Some(skip)` ends the pass.
+    pub(super) async fn node_and_container_checks(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<Option<Skip>, CoordError> {
+        if let Some(why) = self.stand_down(act.case.c, now) {
+            let detail = format!("{why} between decision and command; not restarting");
+            self.skip(now, act, Skip::NodeState, detail, false).await?;
+            return Ok(Some(Skip::NodeState));
+        }
+        if let Some(skip) = self.compare(act.case.c).await {
+            let c = act.case.c;
+            let detail = match skip {
+                Skip::NotRunning => format!(
+                    "container {} ({}) is not running any more; not starting what someone stopped",
+                    c.display(),
+                    short(&c.id)
+                ),
+                _ => format!(
+                    "container {} is not the incarnation observed at decision time",
+                    short(&c.id)
+                ),
+            };
+            self.skip(now, act, skip, detail, false).await?;
+            return Ok(Some(skip));
+        }
+        Ok(None)
+    }
+
+    /// Compare-and-restart: the container is still the incarnation we decided on, and it is
+    /// running (a stopped or paused one is someone's decision). `Some(skip)` when it is not.
+    pub(super) async fn compare(&self, c: &Container) -> Option<Skip> {
+        match self.ctx.runtime.inspect(&c.id).await {
+            Ok(Some(cur)) if cur.id == c.id && cur.started_at == c.started_at => {
+                (!cur.running).then_some(Skip::NotRunning)
+            }
+            Ok(_) => Some(Skip::ContainerChanged),
+            Err(e) => {
+                self.ctx.metrics.backends.runtime_error();
+                tracing::warn!(error = %e, worker = %c.worker, "inspect before restart failed; not restarting");
+                Some(Skip::ContainerChanged)
+            }
+        }
+    }
+
+    /// Observe mode: everything a real restart would do except the command and the restart
+    /// record.
+    pub(super) async fn observe_only(&mut self, act: &Act<'_>) -> Result<Option<Skip>, CoordError> {
+        let now = self.ctx.coord.time().await?;
+        if let Some(skip) = self.blocked_by_caps(act, now, true).await? {
+            return Ok(Some(skip));
+        }
+        // Observe mode leaves the same "this is me" cooldown, so its timeline is the one a
+        // real restart would produce; but no restart record, so it never pages an escalation
+        // for a restart that did not happen.
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        let marker = Stamp::new(now, &act.inc.id).to_string();
+        self.ctx
+            .coord
+            .set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown)
+            .await?;
+        self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
+        self.resolve_alerts(w, Resolve::IncidentCleared).await;
+        self.ctx
+            .metrics
+            .restart(act.case.v.as_str(), "would-restart");
+        let c = act.case.c;
+        let detail = format!(
+            "would restart container {} ({}) now; observe mode",
+            c.name,
+            short(&c.id)
+        );
+        self.note(now, act.about(), Code::WouldRestart, detail)
+            .await?;
+        Ok(None)
+    }
+
+    /// The lock must still be ours, with room for the whole restart; checked after every slow
+    /// step so the margin covers only the writes below. Then the markers go in — *before* the
+    /// command: the booting container will look hung for a minute or more, and the detector
+    /// must know that this is us. `Some(skip)`: nothing will run (the pipeline gives the units
+    /// back, and the claim when its write failed).
+    pub(super) async fn hold_lock_and_mark(
+        &mut self,
+        act: &Act<'_>,
+        lease: &Lease,
+        now: Millis,
+    ) -> Result<Option<Skip>, CoordError> {
+        let needed = self.ctx.cfg.runtime.restart_timeout + LOCK_MARGIN;
+        let left = lease.left(self.ctx.coord.as_ref()).await?;
+        if !crate::coord::lease::covers(left, needed) {
+            let detail = match left {
+                Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
+                None => "lock lost (expired or taken over)".into(),
+            };
+            self.skip(now, act, Skip::LockExpiring, detail, false)
+                .await?;
+            return Ok(Some(Skip::LockExpiring));
+        }
+        if self.write_restart_markers(act, now).await? {
+            return Ok(None);
+        }
+        // The claim failed: another instance's marker appeared after our revalidation.
+        let skip = Skip::Cancelled(Cancel::CooldownAppeared);
+        let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
+        self.skip(now, act, skip, detail, false).await?;
+        Ok(Some(skip))
+    }
+}

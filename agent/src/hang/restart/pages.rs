@@ -1,0 +1,352 @@
+//! Every page a restart unit sends — a worker's and a gang's — and how each ends, through one
+//! way out: [`RestartPath::page_once`]. A page is claimed in the coordinator by its
+//! de-duplication key (SET NX: the agent that claims it first sends it, once per incident,
+//! episode, day or window), placed ([`RestartPath::alert_for`] at a worker of this node,
+//! [`RestartPath::gang_alert`] at the gang's member to look at) and sent; a page placed at a gang
+//! is remembered by the agent that sent it, which resolves it.
+//!
+//! A worker's: hung or errored (with the GPU evidence), its alert-only episodes, the escalation,
+//! restarts that do not help, a runtime that refuses it, failed log collection, `restarting`
+//! (with the logs), a failed restart, the breaker and the fleet budget. A gang's
+//! (`super::gang_pages`, through the same way out): hung, hung again, a straggler, the decision,
+//! a decision refused.
+
+use std::time::Duration;
+
+use crate::alerts::{Alert, AlertKind, Resolve};
+use crate::clock::{human, ms, Millis};
+use crate::coord::caps::{breaker_day, fleet_window, BREAKER_TTL};
+use crate::coord::CoordError;
+use crate::hang::marks::MARK_TTL;
+use crate::hang::model::{Episode, Incident};
+use crate::hang::policy::Verdict;
+use crate::hang::policy_due;
+use crate::hang::policy_pipeline::Unit;
+use crate::hang::policy_record;
+use crate::trail::Code;
+
+use super::{short, Act, Case, RestartPath};
+
+/// The kind of an episode's alert.
+pub(super) fn episode_kind(e: Episode) -> AlertKind {
+    match e {
+        Episode::Unreachable => AlertKind::Unreachable,
+        Episode::Stalled => AlertKind::Stalled,
+        Episode::GpuFailed => AlertKind::GpuFailed,
+        Episode::TpuFailed => AlertKind::TpuFailed,
+        Episode::Paused => AlertKind::Paused,
+        Episode::Exited => AlertKind::Exited,
+    }
+}
+
+/// An episode's page: what it says, and since when.
+fn episode_detail(case: &Case<'_>, e: Episode, now: Millis) -> String {
+    let ahead = case
+        .status
+        .and_then(|s| policy_record::heartbeat_from_future(s, now));
+    match e {
+        Episode::Unreachable if case.invalid.is_some() => format!(
+            "{}; alert only until the record is fixed (other workers are judged as usual)",
+            case.invalid.unwrap_or_default()
+        ),
+        Episode::Unreachable if ahead.is_some() => format!(
+            "the record's heartbeat is {} ahead of the coordinator's clock (milliseconds written where seconds belong?): the record is invalid, alert only until the worker writes seconds since the epoch",
+            human(ahead.unwrap_or_default())
+        ),
+        Episode::Unreachable => "status record missing or unreadable; alert only (the machine may be rebooting, partitioned or off on purpose)".into(),
+        Episode::Stalled => "heartbeat fresh but progress unchanged; alert only (long jobs legitimately look like this)".into(),
+        Episode::GpuFailed => "the GPU under this worker has failed; a restart cannot fix hardware".into(),
+        Episode::TpuFailed => "the node's TPU has failed; a restart cannot fix hardware".into(),
+        Episode::Paused => "the container is paused (someone's decision); alert only, never restarted while paused".into(),
+        Episode::Exited => "the container has exited and nothing runs in its place; alert only: Vigil never starts what someone stopped (a crash is for the runtime's restart policy)".into(),
+    }
+}
+
+impl RestartPath<'_> {
+    /// Send `alert` once: the agent that claims `key` first (for `ttl`) sends it; a page placed
+    /// at a gang (`Unit::Gang`) is remembered for its resolution. True when this agent sent it.
+    pub(super) async fn page_once(
+        &mut self,
+        key: &str,
+        ttl: Duration,
+        alert: Alert,
+        at: Unit,
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let lease = self.ctx.cfg.safety.lock_ttl;
+        let claimed = self
+            .alerts
+            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease);
+        if !claimed.await? {
+            return Ok(false);
+        }
+        if let (Unit::Gang, Some(gang), Some(w)) = (at, &alert.gang, &alert.worker) {
+            let sent = self.gangs.sent.entry(gang.clone()).or_default();
+            if !sent.iter().any(|(n, x)| *n == alert.node && x == w) {
+                sent.push((alert.node.clone(), w.clone()));
+            }
+        }
+        self.ctx.notifier.send(&alert).await;
+        Ok(true)
+    }
+
+    /// A page placed at a worker of this node: its rank, container, verdict, job and gang, and
+    /// how long its condition has lasted (since `since`).
+    pub(super) fn alert_for(
+        &self,
+        kind: AlertKind,
+        case: &Case<'_>,
+        since: Option<Millis>,
+        now: Millis,
+        detail: impl Into<String>,
+    ) -> Alert {
+        let mut a = Alert::new(kind, self.ctx.keys.node(), detail);
+        if let Some((rank, of)) = case.status.and_then(|s| s.rank) {
+            // The one place to look in a container of several ranks.
+            a.detail = format!("rank {rank} of {of} (the container's worst): {}", a.detail);
+        }
+        a.worker = Some(case.c.worker.clone());
+        a.container = Some(case.c.display());
+        a.verdict = Some(case.v.as_str());
+        a.job = case.status.and_then(|s| s.job.clone());
+        if let Some(g) = case.status.and_then(|s| s.gang.as_ref()) {
+            a.gang = Some(g.id.clone());
+            a.gang_size = g.size;
+        }
+        a.duration = since.map(|t| human(now - t));
+        a.dry_run = self.ctx.cfg.dry_run;
+        a
+    }
+
+    /// A page of an incident a pass acts on, placed at its worker.
+    fn act_alert(&self, kind: AlertKind, act: &Act<'_>, now: Millis, detail: String) -> Alert {
+        let mut a = self.alert_for(kind, act.case, Some(act.since), now, detail);
+        a.incident = Some(act.inc.id.clone());
+        a
+    }
+
+    /// The worker's condition ended: the sinks that keep alerts open (Alertmanager) resolve
+    /// the alerts `end` covers.
+    pub(super) async fn resolve_alerts(&self, worker: &str, end: Resolve) {
+        self.ctx
+            .notifier
+            .resolve(self.ctx.keys.node(), worker, end)
+            .await;
+    }
+
+    /// The hung / errored page, once per incident, with the GPU evidence beside it.
+    pub(super) async fn alert_incident(
+        &mut self,
+        case: &Case<'_>,
+        inc: &Incident,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let kind = match case.v {
+            Verdict::Errored => AlertKind::Errored,
+            _ => AlertKind::Hung,
+        };
+        let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
+        let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
+        let mut detail = if case.alert_only() {
+            "alert only: its restarts belong to its owner; Vigil will not restart it".to_string()
+        } else {
+            let due = (inc.started + ms(wait) - now).max(0);
+            format!("restart due in {}", human(due))
+        };
+        if !self.gpu_evidence.is_empty() {
+            // Application XIDs on the worker's GPU do not make the hardware unhealthy, but
+            // they are the first thing a person wants to see next to a hang.
+            let evidence = self.gpu_evidence.join("; ");
+            detail.push_str(&format!("; GPU evidence: {evidence}"));
+        }
+        let mut alert = self.alert_for(kind, case, Some(since), now, detail);
+        alert.incident = Some(inc.id.clone());
+        let key = self.ctx.keys.alert_dedup(&inc.id, case.v.as_str());
+        if !self
+            .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
+            .await?
+        {
+            return Ok(());
+        }
+        let detail = format!("{} alert sent", kind.as_str());
+        let about = case.about().incident(&inc.id);
+        self.note(now, about, Code::Alerted, detail).await
+    }
+
+    /// An alert-only episode's page: the key is the episode itself (the first observer pages).
+    pub(super) async fn open_episode(
+        &mut self,
+        case: &Case<'_>,
+        e: Episode,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let kind = episode_kind(e);
+        let since = case.marks.progress.as_ref().map(|(_, t)| *t);
+        let since = since.filter(|_| e == Episode::Stalled);
+        let alert = self.alert_for(kind, case, since, now, episode_detail(case, e, now));
+        let key = self.ctx.keys.episode(case.worker(), e.as_str());
+        if !self
+            .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
+            .await?
+        {
+            return Ok(());
+        }
+        let detail = format!("{} alert sent", kind.as_str());
+        self.note(now, case.about(), Code::Alerted, detail).await
+    }
+
+    /// Still broken `escalate_after` past our restart: a person is paged, once.
+    pub(super) async fn escalate(
+        &mut self,
+        case: &Case<'_>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let restarted = case.marks.restarted_at.unwrap_or(now);
+        let detail = format!(
+            "still broken {} after our restart; the restart did not fix it, a person is needed",
+            human(now - restarted)
+        );
+        let alert = self.alert_for(AlertKind::Escalation, case, Some(restarted), now, detail);
+        let key = self.ctx.keys.escalated(case.worker());
+        if !self
+            .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
+            .await?
+        {
+            return Ok(());
+        }
+        let detail = "paged: restart did not recover the worker".to_string();
+        self.note(now, case.about(), Code::Escalated, detail).await
+    }
+
+    /// Restarts have not helped (`detail` says how): once per incident.
+    pub(super) async fn page_fruitless(
+        &mut self,
+        act: &Act<'_>,
+        detail: String,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let alert = self.act_alert(AlertKind::Fruitless, act, now, detail);
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "fruitless");
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now)
+            .await
+            .map(drop)
+    }
+
+    /// The runtime refuses this worker (`why`): once per incident.
+    pub(super) async fn page_not_restartable(
+        &mut self,
+        act: &Act<'_>,
+        why: &str,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let detail = format!("{why}; not restarting, a person must decide");
+        let alert = self.act_alert(AlertKind::NotRestartable, act, now, detail);
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "not-restartable");
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now)
+            .await
+            .map(drop)
+    }
+
+    /// The container's logs could not be read (`why`), so no restart this cycle: once per
+    /// incident.
+    pub(super) async fn page_logs_failed(
+        &mut self,
+        act: &Act<'_>,
+        why: &str,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let detail = format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed");
+        let since = Some(act.since);
+        let alert = self.alert_for(AlertKind::LogsFailed, act.case, since, now, detail);
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now)
+            .await
+            .map(drop)
+    }
+
+    /// The restart (or would-restart) page with the logs, once per incident; a gang member's
+    /// restart has none of its own (the gang's `restarting` page went out with its decision).
+    pub(super) async fn announce_restart(
+        &mut self,
+        act: &Act<'_>,
+        logs: String,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        if !act.mandate.decided_here() {
+            return Ok(());
+        }
+        let (kind, verb) = match self.ctx.cfg.dry_run {
+            true => (AlertKind::WouldRestart, "would restart"),
+            false => (AlertKind::Restarting, "restarting"),
+        };
+        let c = act.case.c;
+        let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
+        let mut alert = self.act_alert(kind, act, now, detail);
+        alert.logs = Some(logs);
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now)
+            .await
+            .map(drop)
+    }
+
+    /// The `restart-failed` page: only the first failure of an incident pages, later ones
+    /// update it; a failed claim (the coordinator is down) pages too, since a repeat beats
+    /// silence.
+    pub(super) async fn page_restart_failed(
+        &mut self,
+        act: &Act<'_>,
+        failures: u32,
+        detail: String,
+        done: Millis,
+    ) {
+        let mut alert = self.act_alert(AlertKind::RestartFailed, act, done, detail);
+        alert.attempt = Some(failures);
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart-failed");
+        let sent = self.page_once(&key, MARK_TTL, alert.clone(), Unit::Worker, done);
+        match sent.await {
+            Ok(true) => {}
+            Ok(false) => {
+                alert.page = false;
+                alert.update = true;
+                self.ctx.notifier.send(&alert).await;
+            }
+            // NB: the coordinator is down: a repeat beats silence.
+            Err(_) => self.ctx.notifier.send(&alert).await,
+        }
+    }
+
+    /// The node's breaker is open: one page a UTC day.
+    pub(super) async fn page_breaker_open(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let per_day = self.ctx.cfg.safety.breaker_per_day;
+        let day = breaker_day(now);
+        let detail = format!("circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow");
+        let alert = self.alert_for(AlertKind::BreakerOpen, act.case, None, now, detail);
+        let key = self.ctx.keys.breaker_alert(&day);
+        self.page_once(&key, BREAKER_TTL, alert, Unit::Worker, now)
+            .await
+            .map(drop)
+    }
+
+    /// The fleet's budget is spent: one page a window.
+    pub(super) async fn page_budget_exhausted(
+        &mut self,
+        act: &Act<'_>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let s = &self.ctx.cfg.safety;
+        let (budget, window) = (s.fleet_budget, s.fleet_window);
+        let detail = format!(
+            "fleet restart budget exhausted: {budget} restart(s) across the fleet in this {} window; no restart anywhere until it ends (a systemic cause is likely)",
+            humantime::format_duration(window)
+        );
+        let alert = self.alert_for(AlertKind::BudgetExhausted, act.case, None, now, detail);
+        let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
+        self.page_once(&key, window * 2, alert, Unit::Worker, now)
+            .await
+            .map(drop)
+    }
+}
