@@ -9,33 +9,23 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::fakes::{FakeRuntime, RecordingSink};
-use common::wiring::{node_config, write_record};
-use vigil::alerts::{AlertKind, Notifier};
-use vigil::clock::{utc_day, Clock, FakeClock, Millis};
+use common::fakes::RecordingSink;
+use common::fleet::Fleet;
+use common::wiring::write_record;
+use vigil::alerts::AlertKind;
+use vigil::clock::{utc_day, Millis};
 use vigil::config::{Config, GangAction};
-use vigil::coord::memory::MemoryCoordinator;
-use vigil::coord::{Coordinator, Keys};
-use vigil::cycle::agent::Agent;
-use vigil::metrics::Metrics;
+use vigil::coord::Coordinator;
 
-const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;
 const POLL: Duration = Duration::from_secs(15);
 const GANG: &str = "ml/llama-70b";
 
-struct Rank {
-    keys: Keys,
-    runtime: FakeRuntime,
-    agent: Agent,
-    /// Its agent runs its cycles (false: the agent is silent).
-    alive: bool,
-}
-
+/// A job of `n` ranks, one on each node of the shared fleet harness (`gpu-0`…, rank `i` in
+/// container `c{i}`), every rank beating as a member of one gang of `size`.
 struct Job {
-    clock: FakeClock,
+    fleet: Fleet,
     store: Arc<dyn Coordinator>,
     sink: RecordingSink,
-    ranks: Vec<Rank>,
     size: usize,
     /// The step the ranks' beats say (`step-N`), when they say one.
     step: Option<u64>,
@@ -43,47 +33,26 @@ struct Job {
 
 impl Job {
     /// `n` ranks of one gang on nodes gpu-0.. (gang_size `size`), each with its own agent.
-    fn new(n: usize, size: usize, tweak: impl Fn(&mut Config)) -> Job {
-        let clock = FakeClock::at(DAY_START);
-        let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
-        let sink = RecordingSink::default();
-        let ranks = (0..n)
-            .map(|i| {
-                let mut cfg = node_config(&format!("gpu-{i}"));
-                tweak(&mut cfg);
-                cfg.validate().unwrap();
-                let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-                let runtime = FakeRuntime::default();
-                runtime.add(&format!("c{i}"), &format!("rank-{i}"));
-                let metrics = Arc::new(Metrics::new());
-                let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
-                let agent = Agent::new(
-                    cfg,
-                    store.clone(),
-                    Arc::new(runtime.clone()),
-                    notifier,
-                    metrics,
-                );
-                Rank {
-                    keys,
-                    runtime,
-                    agent,
-                    alive: true,
-                }
-            })
-            .collect();
+    fn new(n: usize, size: usize, tweak: impl Fn(&mut Config) + 'static) -> Job {
+        let fleet = Fleet::builder()
+            .nodes(n)
+            .poll(POLL)
+            .config(move |_, c| tweak(c))
+            .build();
+        for (i, node) in fleet.nodes.iter().enumerate() {
+            node.runtime.add(&format!("c{i}"), &format!("rank-{i}"));
+        }
         Job {
-            clock,
-            store,
-            sink,
-            ranks,
+            store: fleet.store.clone(),
+            sink: fleet.sink.clone(),
+            fleet,
             size,
             step: None,
         }
     }
 
     fn now(&self) -> Millis {
-        self.clock.now()
+        self.fleet.now()
     }
 
     /// Rank `i` beats (working, at the job's `step` when it has one), stamped `ago` ms before now.
@@ -96,7 +65,7 @@ impl Job {
         }
         write_record(
             self.store.as_ref(),
-            &self.ranks[i].keys.status(&format!("rank-{i}")),
+            &self.fleet.nodes[i].keys.status(&format!("rank-{i}")),
             "processing",
             self.now() - ago,
             &fields,
@@ -105,30 +74,25 @@ impl Job {
     }
 
     async fn beat_all(&self) {
-        for i in 0..self.ranks.len() {
+        for i in 0..self.fleet.nodes.len() {
             self.beat(i, 0).await;
         }
     }
 
     /// One poll interval, then one cycle of every live agent.
     async fn tick(&mut self) {
-        self.clock.advance(POLL);
-        for r in self.ranks.iter_mut().filter(|r| r.alive) {
-            let report = r.agent.cycle().await;
+        for report in self.fleet.tick().await {
             assert_eq!(report.coordinator_error, None);
         }
     }
 
     async fn run_for(&mut self, d: Duration) {
-        let end = self.now() + d.as_millis() as Millis;
-        while self.now() < end {
-            self.tick().await;
-        }
+        self.fleet.run_for(d).await
     }
 
     fn restarts(&self) -> Vec<usize> {
-        (0..self.ranks.len())
-            .map(|i| self.ranks[i].runtime.restarts(&format!("c{i}")))
+        (0..self.fleet.nodes.len())
+            .map(|i| self.fleet.nodes[i].runtime.restarts(&format!("c{i}")))
             .collect()
     }
 
@@ -138,7 +102,8 @@ impl Job {
 
     async fn fleet_budget_used(&self) -> u64 {
         let window = self.now().div_euclid(3_600_000);
-        self.counter(&self.ranks[0].keys.fleet_budget(window)).await
+        self.counter(&self.fleet.nodes[0].keys.fleet_budget(window))
+            .await
     }
 }
 
@@ -149,7 +114,7 @@ async fn collective_stops(job: &mut Job) {
         job.beat_all().await;
         job.tick().await;
     }
-    for i in 0..job.ranks.len() {
+    for i in 0..job.fleet.nodes.len() {
         job.beat(i, if i == 2 { 3_000 } else { 0 }).await;
     }
 }
@@ -207,9 +172,9 @@ async fn a_hung_collective_is_one_incident_one_decision_and_one_restart_of_every
         "one fleet unit for one gang restart"
     );
     let day = utc_day(job.now());
-    let gang_breaker = job.ranks[0].keys.gang_breaker(GANG, &day);
+    let gang_breaker = job.fleet.nodes[0].keys.gang_breaker(GANG, &day);
     assert_eq!(job.counter(&gang_breaker).await, 1);
-    for r in &job.ranks {
+    for r in &job.fleet.nodes {
         assert_eq!(
             job.counter(&r.keys.breaker(&day)).await,
             1,
@@ -221,7 +186,7 @@ async fn a_hung_collective_is_one_incident_one_decision_and_one_restart_of_every
 #[tokio::test]
 async fn pods_of_one_jobset_are_one_gang_without_a_gang_in_their_records() {
     let mut job = Job::new(3, 3, |_| {});
-    for (i, r) in job.ranks.iter().enumerate() {
+    for (i, r) in job.fleet.nodes.iter().enumerate() {
         r.runtime.set_pod_labels(
             &format!("c{i}"),
             "ml",
@@ -233,7 +198,7 @@ async fn pods_of_one_jobset_are_one_gang_without_a_gang_in_their_records() {
     }
     // The records name no gang: only the pods' labels do.
     let plain = |job: &Job, i: usize, ago: Millis| {
-        let key = job.ranks[i].keys.status(&format!("rank-{i}"));
+        let key = job.fleet.nodes[i].keys.status(&format!("rank-{i}"));
         let at = job.now() - ago;
         let store = job.store.clone();
         async move { write_record(store.as_ref(), &key, "processing", at, &[]).await }
@@ -312,7 +277,7 @@ async fn train_and_stop(job: &mut Job, from: u64, to: u64) {
         job.beat_all().await;
         job.tick().await;
     }
-    for i in 0..job.ranks.len() {
+    for i in 0..job.fleet.nodes.len() {
         job.beat(i, if i == 2 { 3_000 } else { 0 }).await;
     }
 }
@@ -348,7 +313,7 @@ async fn a_gang_whose_restarts_bring_no_rank_past_its_step_is_not_restarted_a_th
     );
     assert_eq!(job.sink.count(AlertKind::Restarting), 2);
     let day = utc_day(job.now());
-    let gang_breaker = job.ranks[0].keys.gang_breaker(GANG, &day);
+    let gang_breaker = job.fleet.nodes[0].keys.gang_breaker(GANG, &day);
     assert_eq!(
         job.counter(&gang_breaker).await,
         2,
@@ -356,13 +321,13 @@ async fn a_gang_whose_restarts_bring_no_rank_past_its_step_is_not_restarted_a_th
     );
     assert_eq!(job.fleet_budget_used().await, 2);
     let mut noted = 0;
-    for r in &job.ranks {
+    for r in &job.fleet.nodes {
         let trail = common::wiring::trail_decisions(job.store.as_ref(), &r.keys).await;
         noted += trail.iter().filter(|d| *d == "skipped-fruitless").count();
     }
     assert_eq!(noted, 1, "the trail says it once");
 
-    let run_key = job.ranks[0].keys.gang_fruitless(GANG);
+    let run_key = job.fleet.nodes[0].keys.gang_fruitless(GANG);
     let run = job.store.get(&run_key).await.unwrap().unwrap();
     assert!(run.starts_with("2:") && run.ends_with(":41200"), "{run}");
 
@@ -443,7 +408,7 @@ async fn a_member_whose_node_breaker_is_open_blocks_the_whole_gang() {
     for _ in 0..3 {
         job.store
             .incr_capped(
-                &job.ranks[3].keys.breaker(&day),
+                &job.fleet.nodes[3].keys.breaker(&day),
                 3,
                 Duration::from_secs(3600),
             )
@@ -470,7 +435,7 @@ async fn a_member_whose_node_breaker_is_open_blocks_the_whole_gang() {
 async fn a_silent_agent_or_a_missing_member_blocks_the_whole_gang() {
     let mut job = Job::new(3, 3, |_| {});
     collective_stops(&mut job).await;
-    job.ranks[1].alive = false;
+    job.fleet.nodes[1].alive = false;
     job.run_for(Duration::from_secs(600)).await;
     assert_eq!(job.restarts(), vec![0, 0, 0]);
     let blocked = job.sink.of(AlertKind::GangBlocked);
@@ -501,14 +466,9 @@ async fn a_member_whose_node_stands_down_blocks_the_whole_gang() {
     let mut job = Job::new(3, 3, |_| {});
     // Node gpu-1's agent is stopping (SIGTERM: the node is going away): it restarts nothing.
     let term = tokio_util::sync::CancellationToken::new();
-    let r = job.ranks.remove(1);
-    job.ranks.insert(
-        1,
-        Rank {
-            agent: r.agent.with_shutdown(term.clone()),
-            ..r
-        },
-    );
+    let node = &mut job.fleet.nodes[1];
+    let stopping = node.agents.remove(0).with_shutdown(term.clone());
+    node.agents.insert(0, stopping);
     term.cancel();
     collective_stops(&mut job).await;
     job.run_for(Duration::from_secs(600)).await;

@@ -9,9 +9,10 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::fakes::{FakeRuntime, RecordingNodeApi};
+use common::fakes::FakeRuntime;
+use common::fleet::Fleet;
 use common::real::{shared_redis_url, unique, vigil};
-use common::wiring::{agent_and_controller, memory_coordinator, node_config, write_record};
+use common::wiring::{node_config, write_record};
 use vigil::alerts::Notifier;
 use vigil::clock::{Clock, SystemClock};
 use vigil::config::Config;
@@ -20,65 +21,46 @@ use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::Agent;
 use vigil::maintenance::request::Outcome;
 use vigil::metrics::Metrics;
-use vigil::node::controller::{Controller, SharedFacts};
 use vigil::vocab::maintenance::{Interruption, MaintenanceState, Phase};
 
 const GANG: &str = "ml/llama-70b";
 
-struct Member {
-    keys: Keys,
-    node: RecordingNodeApi,
-    agent: Agent,
-    controller: Controller,
-}
-
+/// Two ranks of one gang on the shared fleet harness, one on each node, each node with its
+/// maintenance controller (on the system clock: the rounds wait in real time).
 struct Job {
+    fleet: Fleet,
     coord: Arc<dyn Coordinator>,
-    members: Vec<Member>,
 }
 
 impl Job {
     /// Two ranks of one gang on gpu-0 and gpu-1 (`tweak(i, cfg)` per node), both agents
     /// through one cycle so the gang's view holds both.
-    async fn new(tweak: impl Fn(usize, &mut Config)) -> Job {
-        let coord = memory_coordinator();
-        let mut members = Vec::new();
-        for i in 0..2 {
-            let mut cfg = node_config(&format!("gpu-{i}"));
-            tweak(i, &mut cfg);
-            cfg.validate().unwrap();
-            let runtime = FakeRuntime::default();
-            runtime.add(&format!("c{i}"), &format!("rank-{i}"));
-            let node = RecordingNodeApi::default();
-            let metrics = Arc::new(Metrics::new());
-            let (agent, controller) = agent_and_controller(
-                &cfg,
-                &coord,
-                &runtime,
-                Arc::new(node.clone()),
-                Notifier::new(None, metrics.clone()),
-                &metrics,
-                SharedFacts::default(),
-            );
-            members.push(Member {
-                keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
-                node,
-                agent,
-                controller,
-            });
+    async fn new(tweak: impl Fn(usize, &mut Config) + 'static) -> Job {
+        let fleet = Fleet::builder()
+            .nodes(2)
+            .system_clock()
+            .controllers()
+            .without_alerts()
+            .config(tweak)
+            .build();
+        for (i, node) in fleet.nodes.iter().enumerate() {
+            node.runtime.add(&format!("c{i}"), &format!("rank-{i}"));
         }
-        let mut job = Job { coord, members };
+        let mut job = Job {
+            coord: fleet.store.clone(),
+            fleet,
+        };
         for i in 0..2 {
             job.beat(i).await;
         }
-        for m in &mut job.members {
-            assert_eq!(m.agent.cycle().await.coordinator_error, None);
+        for report in job.fleet.tick().await {
+            assert_eq!(report.coordinator_error, None);
         }
         job
     }
 
     fn key(&self, i: usize) -> String {
-        self.members[i].keys.status(&format!("rank-{i}"))
+        self.fleet.nodes[i].keys.status(&format!("rank-{i}"))
     }
 
     async fn beat(&self, i: usize) {
@@ -97,7 +79,7 @@ impl Job {
     }
 
     fn last_checkpoint(&self, i: usize) -> String {
-        self.members[i].node.last().annotations["vigil.dev/last-checkpoint"]
+        self.fleet.nodes[i].node_api.last().annotations["vigil.dev/last-checkpoint"]
             .clone()
             .unwrap()
     }
@@ -144,8 +126,8 @@ async fn a_notice_on_one_node_asks_the_whole_gang_and_waits_for_every_rank() {
     let ranks: Vec<_> = (0..2)
         .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::from_millis(300)))
         .collect();
-    job.members[0]
-        .controller
+    job.fleet.nodes[0]
+        .controller()
         .apply(notice(Interruption::HostMaintenance))
         .await;
     ranks.iter().for_each(|r| r.abort());
@@ -162,7 +144,7 @@ async fn a_notice_on_one_node_asks_the_whole_gang_and_waits_for_every_rank() {
     assert!(last.contains("acked=1 timed-out=0"), "{last}");
     let trail = job
         .coord
-        .read_recent(&job.members[0].keys.trail(), 50)
+        .read_recent(&job.fleet.nodes[0].keys.trail(), 50)
         .await
         .unwrap();
     let acked = trail
@@ -171,7 +153,7 @@ async fn a_notice_on_one_node_asks_the_whole_gang_and_waits_for_every_rank() {
         .expect("the gang's round in node 0's trail");
     assert!(acked.1["detail"].contains("acked by 2/2"), "{:?}", acked.1);
     // The round ended acknowledged: its key is gone, and the next notice asks for a new save.
-    let round_key = job.members[0].keys.gang_checkpoint(GANG);
+    let round_key = job.fleet.nodes[0].keys.gang_checkpoint(GANG);
     assert_eq!(job.coord.get_many(&[round_key]).await.unwrap(), vec![None]);
 }
 
@@ -180,8 +162,8 @@ async fn a_stalled_rank_cuts_the_round_short_at_the_budget_and_is_named() {
     let mut job = Job::new(|_, c| c.checkpoint.maintenance_budget = Duration::from_secs(1)).await;
     let rank0 = saving_rank(job.coord.clone(), job.key(0), Duration::ZERO);
     let started = tokio::time::Instant::now();
-    job.members[0]
-        .controller
+    job.fleet.nodes[0]
+        .controller()
         .apply(notice(Interruption::HostMaintenance))
         .await;
     rank0.abort();
@@ -208,8 +190,8 @@ async fn an_earlier_round_s_ack_is_no_answer_to_this_one() {
     ];
     job.coord.hset(&job.key(1), &old, None).await.unwrap();
     let rank0 = saving_rank(job.coord.clone(), job.key(0), Duration::ZERO);
-    let results = job.members[0]
-        .controller
+    let results = job.fleet.nodes[0]
+        .controller()
         .checkpoint("host-maintenance", Duration::from_secs(1))
         .await;
     rank0.abort();
@@ -232,8 +214,8 @@ async fn the_tightest_member_budget_bounds_the_round() {
     })
     .await;
     let started = tokio::time::Instant::now();
-    job.members[0]
-        .controller
+    job.fleet.nodes[0]
+        .controller()
         .apply(notice(Interruption::Preemption))
         .await;
     assert!(
@@ -254,21 +236,20 @@ async fn a_second_member_s_notice_joins_the_open_round() {
     let ranks: Vec<_> = (0..2)
         .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::from_millis(500)))
         .collect();
-    let Job { coord, mut members } = job;
-    let (first, second) = members.split_at_mut(1);
+    let mut job = job;
+    let (first, second) = job.fleet.nodes.split_at_mut(1);
     let opened = first[0]
-        .controller
+        .controller()
         .apply(notice(Interruption::HostMaintenance));
     let joined = async {
         tokio::time::sleep(Duration::from_millis(150)).await;
         second[0]
-            .controller
+            .controller()
             .apply(notice(Interruption::HostMaintenance))
             .await
     };
     tokio::join!(opened, joined);
     ranks.iter().for_each(|r| r.abort());
-    let job = Job { coord, members };
     let (a, b) = (job.record(0).await, job.record(1).await);
     assert_eq!(a["checkpoint_request"], b["checkpoint_request"]);
     let (l0, l1) = (job.last_checkpoint(0), job.last_checkpoint(1));
@@ -529,7 +510,7 @@ async fn a_real_notice_replaces_a_drill_s_round() {
         "id": "d0d0d0d0d0d0", "reason": "drill", "at": SystemClock.now(),
         "until": SystemClock.now() + 60_000, "by": "laptop (vigil drill)", "drill": true,
     });
-    let key = job.members[0].keys.gang_checkpoint(GANG);
+    let key = job.fleet.nodes[0].keys.gang_checkpoint(GANG);
     job.coord
         .set(&key, &drill_round.to_string(), Duration::from_secs(60))
         .await
@@ -537,8 +518,8 @@ async fn a_real_notice_replaces_a_drill_s_round() {
     let ranks: Vec<_> = (0..2)
         .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
         .collect();
-    job.members[0]
-        .controller
+    job.fleet.nodes[0]
+        .controller()
         .apply(notice(Interruption::Preemption))
         .await;
     ranks.iter().for_each(|r| r.abort());
@@ -559,21 +540,20 @@ async fn a_preemption_replaces_a_maintenance_round_and_both_nodes_see_the_gang_s
     let ranks: Vec<_> = (0..2)
         .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::from_millis(400)))
         .collect();
-    let Job { coord, mut members } = job;
-    let (first, second) = members.split_at_mut(1);
+    let mut job = job;
+    let (first, second) = job.fleet.nodes.split_at_mut(1);
     let maintenance = first[0]
-        .controller
+        .controller()
         .apply(notice(Interruption::HostMaintenance));
     let preemption = async {
         tokio::time::sleep(Duration::from_millis(150)).await;
         second[0]
-            .controller
+            .controller()
             .apply(notice(Interruption::Preemption))
             .await
     };
     tokio::join!(maintenance, preemption);
     ranks.iter().for_each(|r| r.abort());
-    let job = Job { coord, members };
     let (a, b) = (job.record(0).await, job.record(1).await);
     assert_eq!(a["checkpoint_reason"], "preemption");
     assert_eq!(a["checkpoint_request"], b["checkpoint_request"]);
@@ -597,14 +577,14 @@ async fn a_member_gone_from_the_view_is_not_asked() {
     let long_ago = SystemClock.now() - 86_400_000;
     let gone = serde_json::json!({"n": "gpu-9", "w": "rank-9", "v": "healthy", "s": "w", "ok": 120_000,
                                   "at": long_ago, "hb": long_ago});
-    let shard = job.members[0].keys.gang_members(GANG, 0);
+    let shard = job.fleet.nodes[0].keys.gang_members(GANG, 0);
     let field = [("gpu-9/rank-9".to_string(), gone.to_string())];
     job.coord.hset(&shard, &field, None).await.unwrap();
     let ranks: Vec<_> = (0..2)
         .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
         .collect();
-    job.members[0]
-        .controller
+    job.fleet.nodes[0]
+        .controller()
         .apply(notice(Interruption::HostMaintenance))
         .await;
     ranks.iter().for_each(|r| r.abort());
@@ -626,8 +606,8 @@ async fn an_alert_only_gang_still_saves_on_a_notice() {
     let ranks: Vec<_> = (0..2)
         .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
         .collect();
-    job.members[0]
-        .controller
+    job.fleet.nodes[0]
+        .controller()
         .apply(notice(Interruption::Preemption))
         .await;
     ranks.iter().for_each(|r| r.abort());

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use common::fake_gpu::FakeGpu;
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
+use common::fleet::Fleet;
 use common::real::eventually_every;
-use common::wiring::{
-    agent_and_controller, memory_coordinator, node_config, trail_decisions, write_record,
-};
+use common::wiring::{trail_decisions, write_record};
 use tokio_util::sync::CancellationToken;
 use vigil::accel::gpu::model::GpuReport;
 use vigil::accel::gpu::monitor::spawn_monitor;
@@ -21,7 +20,6 @@ use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::Agent;
 use vigil::hang::policy::Verdict;
 use vigil::metrics::Metrics;
-use vigil::node::controller::SharedFacts;
 
 struct Rig {
     gpu: FakeGpu,
@@ -43,55 +41,57 @@ impl Drop for Rig {
     }
 }
 
+/// One node (`gpu-1`) of the shared fleet harness on the system clock, with its controller; the
+/// fake NVML (GPU 0 and GPU-bbbb) under the real monitor thread, whose reports reach the agent
+/// and the running controller; `trainer-0` on GPU 0, `trainer-1` on GPU-bbbb.
 async fn rig() -> Rig {
-    let mut cfg = node_config("gpu-1");
-    cfg.gpu.sample_interval = Duration::from_millis(50);
-    cfg.gpu.taint_on_failure = true;
-    cfg.gpu.call_deadline = Duration::from_secs(2);
-    cfg.policy.stale_after = Duration::from_millis(300);
-    cfg.policy.confirm_after = Duration::from_millis(20);
-    cfg.policy.restart_delay = Duration::from_millis(50);
+    let mut fleet = Fleet::builder()
+        .node("gpu-1")
+        .system_clock()
+        .controllers()
+        .unvalidated()
+        .config(|_, cfg| {
+            cfg.gpu.sample_interval = Duration::from_millis(50);
+            cfg.gpu.taint_on_failure = true;
+            cfg.gpu.call_deadline = Duration::from_secs(2);
+            cfg.policy.stale_after = Duration::from_millis(300);
+            cfg.policy.confirm_after = Duration::from_millis(20);
+            cfg.policy.restart_delay = Duration::from_millis(50);
+        })
+        .build();
+    let mut node = fleet.nodes.remove(0);
     let gpu = FakeGpu::new();
     gpu.add_gpu(0, "GPU-aaaa");
     gpu.add_gpu(1, "GPU-bbbb");
-    let coord = memory_coordinator();
-    let runtime = FakeRuntime::default();
-    runtime.add("c0", "trainer-0");
-    runtime.set_gpus("c0", &["0"]);
-    runtime.add("c1", "trainer-1");
-    runtime.set_gpus("c1", &["GPU-bbbb"]);
-    let node = RecordingNodeApi::default();
-    let sink = RecordingSink::default();
-    let metrics = Arc::new(Metrics::new());
+    node.runtime.add("c0", "trainer-0");
+    node.runtime.set_gpus("c0", &["0"]);
+    node.runtime.add("c1", "trainer-1");
+    node.runtime.set_gpus("c1", &["GPU-bbbb"]);
     let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
     let stop = CancellationToken::new();
-    spawn_monitor(Box::new(gpu.clone()), cfg.gpu.clone(), tx, stop.clone())
-        .expect("a monitor thread");
-    let facts = SharedFacts::default();
-    let (agent, controller) = agent_and_controller(
-        &cfg,
-        &coord,
-        &runtime,
-        Arc::new(node.clone()),
-        Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()),
-        &metrics,
-        facts.clone(),
-    );
-    let agent = agent.with_facts(facts).with_gpu(rx.clone());
-    let controller =
-        controller.with_notifier(Notifier::new(Some(Arc::new(sink.clone())), metrics.clone()));
+    spawn_monitor(
+        Box::new(gpu.clone()),
+        node.cfg.gpu.clone(),
+        tx,
+        stop.clone(),
+    )
+    .expect("a monitor thread");
+    let agent = node.agents.remove(0).with_gpu(rx.clone());
+    let notifier = Notifier::new(Some(Arc::new(fleet.sink.clone())), node.metrics.clone());
+    let controller = node.controller.take().expect("built with its controller");
+    let controller = controller.with_notifier(notifier);
     let cancel = CancellationToken::new();
     // No metadata watcher (not on GCE): its channel closed, so restarts do not wait for it.
     let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
     tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
     Rig {
-        keys: Keys::new("vigil", "gpu-1"),
+        keys: node.keys,
         gpu,
-        coord,
-        runtime,
-        node,
-        sink,
-        metrics,
+        coord: fleet.store,
+        runtime: node.runtime,
+        node: node.node_api,
+        sink: fleet.sink,
+        metrics: node.metrics,
         agent,
         stop,
         cancel,

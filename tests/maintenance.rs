@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink};
+use common::fleet::Fleet;
 use common::real::{free_port, serve};
 use common::wiring::{agent_and_controller, memory_coordinator, node_config, write_record};
 use vigil::alerts::Notifier;
@@ -33,34 +34,27 @@ struct Rig {
     cfg: Config,
 }
 
-fn rig(tweak: impl Fn(&mut Config)) -> Rig {
-    let mut cfg = node_config("gpu-1");
-    tweak(&mut cfg);
-    cfg.validate().unwrap();
-    let coord = memory_coordinator();
-    let runtime = FakeRuntime::default();
-    runtime.add("c1", "trainer-0");
-    let node = RecordingNodeApi::default();
-    let metrics = Arc::new(Metrics::new());
-    let facts = SharedFacts::default();
-    let (_agent, controller) = agent_and_controller(
-        &cfg,
-        &coord,
-        &runtime,
-        Arc::new(node.clone()),
-        Notifier::new(None, metrics.clone()),
-        &metrics,
-        facts.clone(),
-    );
+/// One node (`gpu-1`, worker `trainer-0` in `c1`) of the shared fleet harness, on the system
+/// clock, with its maintenance controller; the pieces the tests read, taken out of it.
+fn rig(tweak: impl Fn(&mut Config) + 'static) -> Rig {
+    let mut fleet = Fleet::builder()
+        .node("gpu-1")
+        .system_clock()
+        .controllers()
+        .without_alerts()
+        .config(move |_, c| tweak(c))
+        .build();
+    let node = fleet.nodes.remove(0);
+    node.runtime.add("c1", "trainer-0");
     Rig {
-        keys: Keys::new("vigil", "gpu-1"),
-        coord,
-        runtime,
-        node,
-        metrics,
-        facts,
-        controller,
-        cfg,
+        keys: node.keys,
+        coord: fleet.store,
+        runtime: node.runtime,
+        node: node.node_api,
+        metrics: node.metrics,
+        facts: node.facts,
+        controller: node.controller.expect("built with its controller"),
+        cfg: node.cfg,
     }
 }
 

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::fakes::{FakeRuntime, RecordingSink, Switchable};
+use common::fakes::{FakeRuntime, RecordingSink};
+use common::fleet::{Fleet, DAY_START};
 use common::wiring::{node_config, write_record};
 use vigil::alerts::{AlertKind, Notifier, Resolve};
 use vigil::clock::{utc_day, FakeClock, Millis};
@@ -19,16 +20,17 @@ use vigil::cycle::agent::{Agent, CycleReport};
 use vigil::hang::policy::Verdict;
 use vigil::metrics::Metrics;
 
-/// 2026-11-30T00:00:00Z: scenarios start at the beginning of a UTC day.
-const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;
 const POLL: Duration = Duration::from_secs(15);
 
+/// The one node (`gpu-1`) of the scenarios, on the shared fleet harness, with handles on what
+/// they read: the clock, the coordinator, the node's runtime and keys, the alert sink, the
+/// coordinator's off switch.
 struct World {
+    fleet: Fleet,
     clock: FakeClock,
     store: Arc<dyn Coordinator>,
     runtime: FakeRuntime,
     sink: RecordingSink,
-    agents: Vec<Agent>,
     keys: Keys,
     down: Arc<AtomicBool>,
 }
@@ -41,45 +43,40 @@ fn config(node: &str, tweak: impl Fn(&mut Config)) -> Config {
 }
 
 impl World {
-    fn new(tweak: impl Fn(&mut Config)) -> World {
+    fn new(tweak: impl Fn(&mut Config) + 'static) -> World {
         Self::with_agents(1, tweak)
     }
 
-    /// `n` agents watching the same node through the same coordinator and runtime.
-    fn with_agents(n: usize, tweak: impl Fn(&mut Config)) -> World {
-        let clock = FakeClock::at(DAY_START);
-        let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
-        let runtime = FakeRuntime::default();
-        let sink = RecordingSink::default();
-        let down = Arc::new(AtomicBool::new(false));
-        let cfg = config("gpu-1", &tweak);
-        let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-        let mut w = World {
-            clock,
-            store,
-            runtime,
-            sink,
-            agents: Vec::new(),
-            keys,
-            down,
-        };
-        for _ in 0..n {
-            w.add_agent(cfg.clone());
+    /// `n` agents watching the same node through the same coordinator and runtime, and the
+    /// node's one worker, `trainer-0` in container `c1`.
+    fn with_agents(n: usize, tweak: impl Fn(&mut Config) + 'static) -> World {
+        let fleet = Fleet::builder()
+            .node("gpu-1")
+            .agents_per_node(n)
+            .poll(POLL)
+            .config(move |_, c| tweak(c))
+            .build();
+        let node = &fleet.nodes[0];
+        node.runtime.add("c1", "trainer-0");
+        World {
+            clock: fleet.clock.clone(),
+            store: fleet.store.clone(),
+            runtime: node.runtime.clone(),
+            sink: fleet.sink.clone(),
+            keys: node.keys.clone(),
+            down: fleet.down.clone(),
+            fleet,
         }
-        w.runtime.add("c1", "trainer-0");
-        w
     }
 
+    /// The node's agents.
+    fn agents(&mut self) -> &mut Vec<Agent> {
+        &mut self.fleet.nodes[0].agents
+    }
+
+    /// Another agent on the node, with its own config (a rolling update's new instance).
     fn add_agent(&mut self, cfg: Config) {
-        let metrics = Arc::new(Metrics::new());
-        let coord: Arc<dyn Coordinator> = Arc::new(Switchable {
-            inner: self.store.clone(),
-            down: self.down.clone(),
-        });
-        let notifier = Notifier::new(Some(Arc::new(self.sink.clone())), metrics.clone());
-        let runtime = Arc::new(self.runtime.clone());
-        self.agents
-            .push(Agent::new(cfg, coord, runtime, notifier, metrics));
+        self.fleet.add_agent(0, cfg);
     }
 
     fn now(&self) -> Millis {
@@ -129,12 +126,7 @@ impl World {
 
     /// Advance the clock by one poll interval and run one cycle of every agent.
     async fn tick(&mut self) -> Vec<CycleReport> {
-        self.clock.advance(POLL);
-        let mut out = Vec::new();
-        for a in self.agents.iter_mut() {
-            out.push(a.cycle().await);
-        }
-        out
+        self.fleet.tick().await
     }
 
     /// Tick until `until` (absolute, from DAY_START) has passed.
@@ -145,19 +137,11 @@ impl World {
     }
 
     async fn run_for(&mut self, d: Duration) {
-        let end = self.now() + d.as_millis() as Millis;
-        while self.now() < end {
-            self.tick().await;
-        }
+        self.fleet.run_for(d).await
     }
 
     async fn get(&self, key: &str) -> Option<String> {
-        self.store
-            .get_many(&[key.to_string()])
-            .await
-            .unwrap()
-            .pop()
-            .flatten()
+        self.fleet.get(key).await
     }
 
     async fn decisions(&self) -> Vec<String> {
@@ -223,7 +207,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 async fn per_worker_series_follow_the_verdict_and_leave_with_the_worker() {
     let mut w = World::new(|_| {});
     hung_and_restarted(&mut w).await;
-    let text = w.agents[0].metrics().encode();
+    let text = w.agents()[0].metrics().encode();
     let worker = "{worker=\"trainer-0\"}";
     let hung = "vigil_worker_state{worker=\"trainer-0\",state=\"hung\"}";
     assert_eq!(sample(&text, hung), Some(1.0), "{text}");
@@ -241,7 +225,7 @@ async fn per_worker_series_follow_the_verdict_and_leave_with_the_worker() {
     assert_eq!(sample(&text, &restart), Some(at), "{text}");
 
     w.tick().await;
-    let text = w.agents[0].metrics().encode();
+    let text = w.agents()[0].metrics().encode();
     let booting = "vigil_worker_state{worker=\"trainer-0\",state=\"booting\"}";
     assert_eq!(sample(&text, booting), Some(1.0), "{text}");
     assert_eq!(sample(&text, &stage("booting")), Some(1.0), "{text}");
@@ -260,7 +244,7 @@ async fn per_worker_series_follow_the_verdict_and_leave_with_the_worker() {
     // The container loses its opt-in label: the worker is no longer watched here.
     w.runtime.add_unlabelled("c1");
     w.tick().await;
-    let text = w.agents[0].metrics().encode();
+    let text = w.agents()[0].metrics().encode();
     assert!(!text.contains("trainer-0"), "{text}");
 }
 
@@ -353,7 +337,7 @@ async fn a_restarted_hang_says_what_it_lost_phase_by_phase() {
         w.get(&w.keys.lost("trainer-0")).await.is_none(),
         "done with"
     );
-    let text = w.agents[0].metrics().encode();
+    let text = w.agents()[0].metrics().encode();
     for (series, want) in [
         ("vigil_lost_seconds_total{cause=\"hang\"}", 330.0),
         ("vigil_lost_seconds_total{cause=\"restart\"}", 45.0),
@@ -510,7 +494,7 @@ async fn scenario_d_fourth_hang_in_a_day_is_not_restarted_and_the_alert_says_why
         .decisions()
         .await
         .contains(&"skipped-breaker-open".to_string()));
-    let text = w.agents[0].metrics().encode();
+    let text = w.agents()[0].metrics().encode();
     assert!(text.contains("vigil_breaker_used 3"), "{text}");
     assert!(text.contains("vigil_breaker_open 1"), "{text}");
     assert!(text.contains("vigil_breaker_limit 3"), "{text}");
@@ -802,7 +786,7 @@ async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_al
     let b2 = w.store.counter(&keys2.breaker(&day)).await.unwrap();
     assert_eq!(b1 + b2, 1);
     // Every agent says so, for the fleet-budget alert rule.
-    for a in &w.agents {
+    for a in w.agents().iter() {
         let text = a.metrics().encode();
         for want in [
             "vigil_fleet_budget_used 1",
@@ -1336,7 +1320,7 @@ async fn restarts_that_help_are_never_stopped() {
 /// One look by every agent, `after` the last: the clock moves, each agent runs one cycle.
 async fn look(w: &mut World, after: Duration) {
     w.clock.advance(after);
-    for a in w.agents.iter_mut() {
+    for a in w.agents().iter_mut() {
         a.cycle().await;
     }
 }
@@ -1355,7 +1339,7 @@ async fn a_learned_rhythm_finds_the_hang_sooner_and_the_restart_still_waits_for_
         w.beat("trainer-0", "processing", "step-1").await;
         look(&mut w, Duration::from_secs(2)).await;
     }
-    let text = w.agents[0].metrics().encode();
+    let text = w.agents()[0].metrics().encode();
     assert_eq!(
         sample(
             &text,

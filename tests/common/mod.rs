@@ -12,6 +12,7 @@ pub mod fake_kube;
 pub mod fake_metadata;
 pub mod fake_podresources;
 pub mod fakes;
+pub mod fleet;
 pub mod podman;
 pub mod real;
 pub mod redis_ha;
