@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{brief, ms, Millis};
 use crate::config::Config;
-use crate::coord::{Coordinator, Keys, Op};
+use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::fleet::gangs::read_view;
 use crate::fleet::view::NodeRecord;
 use crate::hang::model_gang::{member_id, Member};
@@ -58,6 +58,23 @@ impl Target {
     }
 }
 
+/// Why a drill asked nothing, or cannot report what it measured.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DrillError {
+    /// The coordinator could not be read or written.
+    #[error(transparent)]
+    Coord(#[from] CoordError),
+    /// The target has nobody to ask (no record, no workers, no members in the view).
+    #[error("{0}")]
+    NothingToAsk(String),
+    /// A round or a request is open on the target: a drill never competes with a real one.
+    #[error("{0}")]
+    Busy(String),
+    /// A real notice came during the drill: the workers saved for it, nothing is recorded.
+    #[error("{0}")]
+    Interrupted(String),
+}
+
 /// Run a drill: ask, wait up to `wait` (default: the tightest maintenance budget among the
 /// members' nodes), measure, record. `Err` says why nothing was asked.
 pub(crate) async fn run(
@@ -65,10 +82,9 @@ pub(crate) async fn run(
     cfg: &Config,
     target: &Target,
     wait: Option<Duration>,
-) -> Result<DrillResult, String> {
+) -> Result<DrillResult, DrillError> {
     let prefix = cfg.redis.key_prefix.as_str();
-    let err = |e: crate::coord::CoordError| e.to_string();
-    let now = coord.time().await.map_err(err)?;
+    let now = coord.time().await?;
     let (members, view) = members_of(coord, cfg, target, now).await?;
     refuse_pending(coord, prefix, &members, now, cfg).await?;
     let preemption = round_budget(cfg.checkpoint.preemption_budget, "preemption", &view);
@@ -117,19 +133,18 @@ async fn claim_gang(
     round: &Round,
     wait: Duration,
     target: &Target,
-) -> Result<(), String> {
-    let err = |e: crate::coord::CoordError| e.to_string();
+) -> Result<(), DrillError> {
     let ttl = wait + Duration::from_secs(10);
-    if coord.set_nx(key, &round.encode(), ttl).await.map_err(err)? {
+    if coord.set_nx(key, &round.encode(), ttl).await? {
         return Ok(());
     }
-    let open = coord.get_many(&[key.to_string()]).await.map_err(err)?;
+    let open = coord.get_many(&[key.to_string()]).await?;
     let open = open
         .into_iter()
         .flatten()
         .next()
         .and_then(|t| Round::decode(&t));
-    Err(match open {
+    Err(DrillError::Busy(match open {
         Some(r) => format!(
             "{} has a checkpoint round open ({}, opened by {}): a drill never competes with a real round; try again when it ends",
             target.label(),
@@ -137,7 +152,7 @@ async fn claim_gang(
             r.by
         ),
         None => format!("{} has a checkpoint round open", target.label()),
-    })
+    }))
 }
 
 /// A real notice that came during the drill wrote its own request over the drill's: the
@@ -147,20 +162,20 @@ async fn superseded(
     prefix: &str,
     members: &[Asked],
     round: &Round,
-) -> Result<(), String> {
+) -> Result<(), DrillError> {
     let keys: Vec<String> = members
         .iter()
         .map(|m| Keys::new(prefix, &m.node).status(&m.worker))
         .collect();
-    let records = coord.hgetall_many(&keys).await.map_err(|e| e.to_string())?;
+    let records = coord.hgetall_many(&keys).await?;
     for (m, rec) in members.iter().zip(&records) {
         let request = rec.get("checkpoint_request").map_or("", String::as_str);
         if !request.is_empty() && request != round.id {
             let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
-            return Err(format!(
+            return Err(DrillError::Interrupted(format!(
                 "interrupted: {} was asked for a real checkpoint ({reason}) during the drill; the workers save for it, and the drill is not recorded",
                 member_id(&m.node, &m.worker)
-            ));
+            )));
         }
     }
     Ok(())
@@ -172,9 +187,8 @@ async fn members_of(
     cfg: &Config,
     target: &Target,
     now: Millis,
-) -> Result<(Vec<Asked>, Vec<Member>), String> {
+) -> Result<(Vec<Asked>, Vec<Member>), DrillError> {
     let prefix = cfg.redis.key_prefix.as_str();
-    let err = |e: crate::coord::CoordError| e.to_string();
     let asked = |node: &str, worker: &str| Asked {
         node: node.to_string(),
         worker: worker.to_string(),
@@ -184,28 +198,24 @@ async fn members_of(
         Target::Worker { node, worker } => {
             let rec = coord
                 .hgetall(&Keys::new(prefix, node).status(worker))
-                .await
-                .map_err(err)?;
+                .await?;
             if rec.is_empty() {
-                return Err(format!(
+                return Err(DrillError::NothingToAsk(format!(
                     "worker {} has no status record: it never beat, or the node or worker id is wrong",
                     member_id(node, worker)
-                ));
+                )));
             }
             Ok((vec![asked(node, worker)], Vec::new()))
         }
         Target::Node(node) => {
-            let fields = coord
-                .hgetall(&Keys::new(prefix, node).agent())
-                .await
-                .map_err(err)?;
+            let fields = coord.hgetall(&Keys::new(prefix, node).agent()).await?;
             let workers = NodeRecord::from_fields(&fields)
                 .map(|r| r.workers.into_keys().collect::<Vec<_>>())
                 .unwrap_or_default();
             if workers.is_empty() {
-                return Err(format!(
+                return Err(DrillError::NothingToAsk(format!(
                     "node {node} publishes no workers: its agent is not running, or no worker there opted in"
-                ));
+                )));
             }
             Ok((workers.iter().map(|w| asked(node, w)).collect(), Vec::new()))
         }
@@ -218,8 +228,7 @@ async fn gang_members(
     cfg: &Config,
     g: &str,
     now: Millis,
-) -> Result<(Vec<Asked>, Vec<Member>), String> {
-    let err = |e: crate::coord::CoordError| e.to_string();
+) -> Result<(Vec<Asked>, Vec<Member>), DrillError> {
     let prefix = cfg.redis.key_prefix.as_str();
     // Every shard a gang of any size may use: the size is the members' to say.
     let keys = Keys::new(prefix, &cfg.node_name);
@@ -229,13 +238,12 @@ async fn gang_members(
         g,
         Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD),
     )
-    .await
-    .map_err(err)?;
+    .await?;
     let view = gp::present(&all, now, &Timing::of(cfg));
     if view.is_empty() {
-        return Err(format!(
+        return Err(DrillError::NothingToAsk(format!(
             "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
-        ));
+        )));
     }
     let mut members: Vec<Asked> = view
         .iter()
@@ -257,12 +265,12 @@ async fn refuse_pending(
     members: &[Asked],
     now: Millis,
     cfg: &Config,
-) -> Result<(), String> {
+) -> Result<(), DrillError> {
     let keys: Vec<String> = members
         .iter()
         .map(|m| Keys::new(prefix, &m.node).status(&m.worker))
         .collect();
-    let records = coord.hgetall_many(&keys).await.map_err(|e| e.to_string())?;
+    let records = coord.hgetall_many(&keys).await?;
     let recent = ms(cfg.checkpoint.maintenance_budget + cfg.checkpoint.grace);
     for (m, rec) in members.iter().zip(&records) {
         let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) else {
@@ -274,11 +282,11 @@ async fn refuse_pending(
             .unwrap_or(0);
         if !acknowledges(rec, id) && now - at < recent {
             let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
-            return Err(format!(
+            return Err(DrillError::Busy(format!(
                 "{} has a checkpoint request pending ({reason}, {} ago, not acknowledged): a drill never competes with a real request; try again when it is answered",
                 member_id(&m.node, &m.worker),
                 brief(Duration::from_millis((now - at).max(0) as u64))
-            ));
+            )));
         }
     }
     Ok(())

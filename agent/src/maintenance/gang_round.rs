@@ -42,6 +42,17 @@ pub(crate) struct Asked {
     pub(crate) worker: String,
 }
 
+/// Why a gang's round could not be opened or joined (nobody was asked).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RoundError {
+    /// The coordinator could not be read or written.
+    #[error(transparent)]
+    Coord(#[from] crate::coord::CoordError),
+    /// Another agent changed the round key under every attempt.
+    #[error("the gang's round key {0} kept changing under three attempts to open or join it")]
+    Contended(String),
+}
+
 impl Checkpointer {
     /// Run (or join) `gang`'s round for a notice on this node, whose members here are `local`,
     /// within `budget` (cut to the members' tightest) and never past the caller's `until`.
@@ -53,8 +64,8 @@ impl Checkpointer {
         reason: &str,
         budget: Duration,
         until: Instant,
-    ) -> Result<GangRound, String> {
-        let now = self.coord.time().await.map_err(|e| e.to_string())?;
+    ) -> Result<GangRound, RoundError> {
+        let now = self.coord.time().await?;
         let started = Instant::now();
         let (view, view_read) = self.present_members(gang, now).await;
         let node = self.keys.node().to_string();
@@ -125,24 +136,14 @@ impl Checkpointer {
         gang: &str,
         fresh: Round,
         now: Millis,
-    ) -> Result<(Round, bool), String> {
+    ) -> Result<(Round, bool), RoundError> {
         let key = self.keys.gang_checkpoint(gang);
         let ttl = Duration::from_millis((fresh.until - fresh.at).max(0) as u64) + ROUND_MARGIN;
-        let err = |e: crate::coord::CoordError| e.to_string();
         for _ in 0..3 {
-            if self
-                .coord
-                .set_nx(&key, &fresh.encode(), ttl)
-                .await
-                .map_err(err)?
-            {
+            if self.coord.set_nx(&key, &fresh.encode(), ttl).await? {
                 return Ok((fresh, true));
             }
-            let current = self
-                .coord
-                .get_many(std::slice::from_ref(&key))
-                .await
-                .map_err(err)?;
+            let current = self.coord.get_many(std::slice::from_ref(&key)).await?;
             let Some(text) = current.into_iter().flatten().next() else {
                 continue; // gone meanwhile: try to open it again
             };
@@ -153,13 +154,11 @@ impl Checkpointer {
                     return Ok((r, false))
                 }
                 _ => {
-                    let _ = self.coord.del_if_owner(&key, &text).await.map_err(err)?;
+                    self.coord.del_if_owner(&key, &text).await?;
                 }
             }
         }
-        Err(format!(
-            "the gang's round key {key} kept changing under three attempts to open or join it"
-        ))
+        Err(RoundError::Contended(key))
     }
 
     fn io(&self) -> RoundIo<'_> {
