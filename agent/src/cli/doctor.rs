@@ -119,7 +119,7 @@ async fn redis(cfg: &Config) -> Check {
 async fn runtime(cfg: &Config) -> Vec<Check> {
     let (rt, why) = match crate::runtime::connect(cfg, None) {
         Ok(r) => r,
-        Err(e) => return vec![check("runtime", Level::Fail, e)],
+        Err(e) => return vec![check("runtime", Level::Fail, e.to_string())],
     };
     let found = check("runtime", Level::Ok, format!("{why}: {}", rt.describe()));
     if let Err(e) = rt.ping().await {

@@ -123,7 +123,7 @@ pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, St
 pub fn connect(
     cfg: &Config,
     pods: Option<Arc<dyn PodApi>>,
-) -> Result<(Arc<dyn ContainerRuntime>, String), String> {
+) -> Result<(Arc<dyn ContainerRuntime>, String), RuntimeError> {
     let exists = |p: &str| std::path::Path::new(p).exists();
     let (choice, why) = choose(cfg, exists);
     let r = &cfg.runtime;
@@ -154,7 +154,7 @@ pub fn connect(
                 allow_pod_replacement: r.allow_pod_replacement,
                 poll: Duration::from_millis(500),
             };
-            let rt = CriRuntime::new(s, pods).map_err(|e| e.to_string())?;
+            let rt = CriRuntime::new(s, pods)?;
             match devices(cfg) {
                 Some(d) => Arc::new(rt.with_devices(d)),
                 None => Arc::new(rt),
