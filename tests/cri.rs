@@ -13,13 +13,12 @@ use common::containerd::{Containerd, Kubelet, Pod};
 use common::fake_gpu::FakeGpu;
 use common::fake_podresources::FakePodResources;
 use common::fakes::RecordingSink;
+use common::fleet::Fleet;
 use common::wiring::{node_config, write_record};
 use tokio_util::sync::CancellationToken;
 use vigil::accel::gpu::model::{GpuHealth, GpuReport};
-use vigil::alerts::{AlertKind, Notifier};
+use vigil::alerts::AlertKind;
 use vigil::clock::{Clock, FakeClock, Millis};
-use vigil::config::Config;
-use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::Agent;
 use vigil::kube::podresources::PodResourcesClient;
@@ -82,27 +81,29 @@ struct Rig {
 }
 
 impl Rig {
+    /// One node (`gke-node-1`) of the shared fleet harness, its agent on `runtime` (the private
+    /// containerd), on the fake clock.
     fn new(runtime: Arc<dyn ContainerRuntime>) -> Rig {
-        let clock = FakeClock::at(START);
-        let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
-        let sink = RecordingSink::default();
-        let metrics = Arc::new(Metrics::new());
-        let mut cfg: Config = node_config("gke-node-1");
-        cfg.runtime.restart_timeout = Duration::from_secs(60);
-        // NB: longer than the runtime calls' deadline (2 s): the workers ignore SIGTERM, and a
-        // deadline shorter than the grace would cut every stop short (issue 16).
-        cfg.runtime.stop_grace = Duration::from_secs(4);
-        cfg.runtime.call_timeout = Duration::from_secs(2);
-        let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-        let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
-        let agent = Agent::new(cfg, store.clone(), runtime, notifier, metrics.clone());
+        let mut fleet = Fleet::builder()
+            .node("gke-node-1")
+            .start_at(START)
+            .runtime(runtime)
+            .config(|_, cfg| {
+                cfg.runtime.restart_timeout = Duration::from_secs(60);
+                // NB: longer than the runtime calls' deadline (2 s): the workers ignore SIGTERM,
+                // and a deadline shorter than the grace would cut every stop short (issue 16).
+                cfg.runtime.stop_grace = Duration::from_secs(4);
+                cfg.runtime.call_timeout = Duration::from_secs(2);
+            })
+            .build();
+        let mut node = fleet.nodes.remove(0);
         Rig {
-            clock,
-            store,
-            sink,
-            metrics,
-            agent,
-            keys,
+            clock: fleet.clock,
+            store: fleet.store,
+            sink: fleet.sink,
+            metrics: node.metrics,
+            agent: node.agents.remove(0),
+            keys: node.keys,
         }
     }
 
@@ -419,25 +420,16 @@ fn checkpoint_rig(
     Keys,
     vigil::node::controller::Controller,
 ) {
-    let clock = FakeClock::at(START);
-    let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
-    let cfg = node_config("gke-node-1");
-    let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-    let metrics = Arc::new(Metrics::new());
-    let agent = Agent::new(
-        cfg.clone(),
-        store.clone(),
-        runtime.clone(),
-        Notifier::new(None, metrics.clone()),
-        metrics.clone(),
-    );
-    let controller = vigil::node::controller::Controller::new(
-        cfg,
-        store.clone(),
-        runtime,
-        metrics,
-        agent.trail(),
-    );
+    let mut fleet = Fleet::builder()
+        .node("gke-node-1")
+        .start_at(START)
+        .runtime(runtime)
+        .controllers()
+        .without_alerts()
+        .build();
+    let mut node = fleet.nodes.remove(0);
+    let controller = node.controller.take().expect("built with its controller");
+    let (store, keys) = (fleet.store, node.keys);
     (store, keys, controller)
 }
 

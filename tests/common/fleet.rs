@@ -6,8 +6,11 @@
 //! in real time on the system clock for the suites whose controllers wait on real time.
 //!
 //! The suites keep only what is theirs: what a worker writes (a gang's rank, a container of
-//! several ranks) and their assertions. tests/scenarios.rs, tests/gang.rs and
-//! tests/gang_checkpoint.rs stand on it.
+//! several ranks) and their assertions. tests/scenarios.rs, tests/gang.rs,
+//! tests/gang_checkpoint.rs, tests/maintenance.rs, tests/gpu_agent.rs and tests/cri.rs (its
+//! agents on the private containerd) stand on it. The simulation keeps its own world: it
+//! interleaves the agents' coordinator calls under a seeded scheduler, with faulty and mutant
+//! adapters the fleet has no use for.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::{Agent, CycleReport};
 use vigil::metrics::Metrics;
 use vigil::node::controller::{Controller, SharedFacts};
+use vigil::runtime::ContainerRuntime;
 
 use super::fakes::{FakeRuntime, RecordingNodeApi, RecordingSink, Switchable};
 use super::wiring::{node_config, trail_decisions, write_record};
@@ -41,6 +45,8 @@ pub struct Builder {
     controllers: bool,
     alerts: bool,
     validate: bool,
+    start: Millis,
+    runtime: Option<Arc<dyn ContainerRuntime>>,
 }
 
 impl Builder {
@@ -94,6 +100,19 @@ impl Builder {
         self
     }
 
+    /// The fake clock starts at `at` (the start of a UTC day unless told).
+    pub fn start_at(mut self, at: Millis) -> Builder {
+        self.start = at;
+        self
+    }
+
+    /// Every agent and controller on this runtime (a real one: containerd through CRI) instead
+    /// of its node's fake one ([`Node::runtime`] is then unused).
+    pub fn runtime(mut self, rt: Arc<dyn ContainerRuntime>) -> Builder {
+        self.runtime = Some(rt);
+        self
+    }
+
     /// No alert sink (the agents' pages go nowhere).
     pub fn without_alerts(mut self) -> Builder {
         self.alerts = false;
@@ -101,7 +120,7 @@ impl Builder {
     }
 
     pub fn build(self) -> Fleet {
-        let clock = FakeClock::at(DAY_START);
+        let clock = FakeClock::at(self.start);
         let time: Arc<dyn Clock> = match self.system_clock {
             true => Arc::new(SystemClock),
             false => Arc::new(clock.clone()),
@@ -134,7 +153,10 @@ impl Builder {
 pub struct Node {
     pub cfg: Config,
     pub keys: Keys,
+    /// Its fake runtime (unused on a fleet built with [`Builder::runtime`]).
     pub runtime: FakeRuntime,
+    /// The runtime its agents and controller use: the fake one, or the builder's.
+    rt: Arc<dyn ContainerRuntime>,
     pub agents: Vec<Agent>,
     /// Its maintenance controller and the Node it writes (with [`Builder::controllers`]).
     pub controller: Option<Controller>,
@@ -185,13 +207,21 @@ impl Fleet {
             controllers: false,
             alerts: true,
             validate: true,
+            start: DAY_START,
+            runtime: None,
         }
     }
 
     fn node(&self, cfg: Config, b: &Builder) -> Node {
+        let runtime = FakeRuntime::default();
+        let rt: Arc<dyn ContainerRuntime> = match &b.runtime {
+            Some(rt) => rt.clone(),
+            None => Arc::new(runtime.clone()),
+        };
         let mut node = Node {
             keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
-            runtime: FakeRuntime::default(),
+            runtime,
+            rt,
             agents: Vec::new(),
             controller: None,
             node_api: RecordingNodeApi::default(),
@@ -205,7 +235,7 @@ impl Fleet {
                 0 => node.metrics.clone(),
                 _ => Arc::new(Metrics::new()),
             };
-            let agent = self.new_agent(node.cfg.clone(), &node.runtime, b.alerts, metrics);
+            let agent = self.new_agent(node.cfg.clone(), node.rt.clone(), b.alerts, metrics);
             node.agents.push(agent);
         }
         if b.controllers {
@@ -214,7 +244,7 @@ impl Fleet {
             let controller = Controller::new(
                 node.cfg.clone(),
                 self.store.clone(),
-                Arc::new(node.runtime.clone()),
+                node.rt.clone(),
                 node.metrics.clone(),
                 agent.trail(),
             )
@@ -231,7 +261,7 @@ impl Fleet {
     fn new_agent(
         &self,
         cfg: Config,
-        runtime: &FakeRuntime,
+        runtime: Arc<dyn ContainerRuntime>,
         alerts: bool,
         metrics: Arc<Metrics>,
     ) -> Agent {
@@ -241,13 +271,13 @@ impl Fleet {
         });
         let sink = alerts.then(|| Arc::new(self.sink.clone()) as _);
         let notifier = Notifier::new(sink, metrics.clone());
-        Agent::new(cfg, coord, Arc::new(runtime.clone()), notifier, metrics)
+        Agent::new(cfg, coord, runtime, notifier, metrics)
     }
 
     /// Another agent on node `i` (a rolling update's new instance), with its own config.
     pub fn add_agent(&mut self, i: usize, cfg: Config) {
         let metrics = Arc::new(Metrics::new());
-        let agent = self.new_agent(cfg, &self.nodes[i].runtime, true, metrics);
+        let agent = self.new_agent(cfg, self.nodes[i].rt.clone(), true, metrics);
         self.nodes[i].agents.push(agent);
     }
 
