@@ -484,6 +484,34 @@ async fn a_member_whose_node_stands_down_blocks_the_whole_gang() {
     );
 }
 
+/// A member's agent that has just started (its node's first reads not in) defers the gang's
+/// decision quietly: no `gang-blocked` page (which would spend the incident's one), no restart;
+/// once its reads are in, the whole gang is restarted once.
+#[tokio::test]
+async fn a_member_whose_agent_just_started_defers_the_gang_without_a_page() {
+    let mut job = Job::new(3, 3, |_| {});
+    // The fake clock does not move the process's monotonic clock: the bound stays far off.
+    let facts = vigil::node::controller::facts_at_start(Duration::from_secs(3600));
+    let node = &mut job.fleet.nodes[1];
+    let starting = node.agents.remove(0).with_facts(facts.clone());
+    node.agents.insert(0, starting);
+    collective_stops(&mut job).await;
+    job.run_for(Duration::from_secs(600)).await;
+    assert_eq!(job.restarts(), vec![0, 0, 0], "all or nothing, and not yet");
+    assert_eq!(
+        job.sink.count(AlertKind::GangBlocked),
+        0,
+        "{:?}",
+        job.sink.kinds()
+    );
+    assert_eq!(job.sink.count(AlertKind::Hung), 1, "the hang is paged");
+    // Its reads are in: the gang is restarted as a whole.
+    facts.write().unwrap().unread = None;
+    job.run_for(Duration::from_secs(120)).await;
+    assert_eq!(job.restarts(), vec![1, 1, 1]);
+    assert_eq!(job.sink.count(AlertKind::GangBlocked), 0);
+}
+
 #[tokio::test]
 async fn an_alert_only_gang_is_paged_once_and_never_restarted() {
     let mut job = Job::new(3, 3, |c| c.gang.action = GangAction::AlertOnly);

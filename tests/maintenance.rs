@@ -425,7 +425,7 @@ async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
     let coord = memory_coordinator();
     let runtime = FakeRuntime::default();
     runtime.add("c1", "trainer-0");
-    let facts = vigil::vocab::stand_down::facts_at_start();
+    let facts = vigil::node::controller::facts_at_start(Duration::from_secs(600));
     let (mut agent, controller) = agent_and_controller(
         &cfg,
         &coord,
@@ -464,22 +464,35 @@ async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
         verdicts.contains(&Verdict::Hung),
         "detection runs: {verdicts:?}"
     );
-    let waiting = facts.read().unwrap().awaiting;
+    let waiting = facts.read().unwrap().unread.map(|u| u.what);
     assert_eq!(waiting, Some("the metadata server's maintenance state"));
     let trail = common::wiring::trail_decisions(coord.as_ref(), &keys).await;
     assert!(
         trail.iter().any(|d| d == "cancelled-node-state"),
         "{trail:?}"
     );
-    // The first answer: an ongoing maintenance. Read now, and still no restart.
+    // One key answered (`preempted`), the others not yet (a 503 in host maintenance): not read.
+    meta_tx.send_modify(|raw| raw.preempted = Some(false));
+    for _ in 0..10 {
+        agent.cycle().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(facts.read().unwrap().unread.is_some(), "one key is no read");
+    assert_eq!(
+        runtime.restarts("c1"),
+        0,
+        "restarted before every key was read"
+    );
+    // Every key read: an ongoing maintenance. Read now, and still no restart.
     meta_tx.send_modify(|raw| {
-        raw.maintenance_event = Some(MaintenanceEvent::MigrateOnHostMaintenance)
+        raw.maintenance_event = Some(MaintenanceEvent::MigrateOnHostMaintenance);
+        raw.settled = true;
     });
     for _ in 0..20 {
         agent.cycle().await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(facts.read().unwrap().awaiting, None);
+    assert_eq!(facts.read().unwrap().unread, None);
     assert_eq!(
         runtime.restarts("c1"),
         0,

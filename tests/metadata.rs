@@ -326,6 +326,40 @@ async fn upcoming_unset_in_either_form_and_404_mean_nothing_scheduled() {
     w.stop().await;
 }
 
+/// The start-up read is over (`settled`) only once every key has answered — a 503 (sub-second
+/// in host maintenance) or a 429 is no answer, its value may be the notice itself — or said it
+/// is absent (404); and `settled` comes with the values, never before them.
+#[tokio::test]
+async fn the_start_up_read_settles_after_every_key_answered_never_on_a_503() {
+    let fake = FakeMetadata::start().await;
+    fake.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+        .await;
+    fake.fault("maintenance-event", "503", 3).await;
+    fake.fault("preempted", "404", 1000).await;
+    let mut w = spawn_watch(&fake.host);
+    let mut seen = w.rx.clone();
+    let early = tokio::time::timeout(WITHIN, async {
+        loop {
+            let raw = seen.borrow_and_update().clone();
+            if raw.settled {
+                return raw;
+            }
+            seen.changed().await.expect("the watcher runs");
+        }
+    })
+    .await
+    .expect("the start-up read settles");
+    assert_eq!(
+        early.maintenance_event.map(|e| e.as_str()),
+        Some("MIGRATE_ON_HOST_MAINTENANCE"),
+        "settled with the notice in, not on the 503s before it: {early:?}"
+    );
+    assert_eq!(early.preempted, None, "a 404 is absent, and read as such");
+    assert!(w.errors("maintenance-event", "unavailable") >= 1);
+    w.until("still settled", |r| r.settled).await;
+    w.stop().await;
+}
+
 #[tokio::test]
 async fn a_server_that_is_not_there_yet_is_probed_until_it_answers() {
     // A port that was just free: connection refused, as on a node whose network is not up yet
@@ -334,7 +368,15 @@ async fn a_server_that_is_not_there_yet_is_probed_until_it_answers() {
     let w = spawn_watch(&format!("127.0.0.1:{port}"));
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(!w.task.is_finished(), "the watcher is not switched off");
-    assert_eq!(*w.rx.borrow(), RawMetadata::default());
+    let not_on_gce = RawMetadata {
+        settled: true,
+        ..RawMetadata::default()
+    };
+    assert_eq!(
+        *w.rx.borrow(),
+        not_on_gce,
+        "no values, and the start-up read over: restarts stop waiting for it"
+    );
     let transport = {
         let text = w.metrics.encode();
         text.contains(r#"key="maintenance-event",kind="transport""#)

@@ -8,6 +8,10 @@ use std::time::Duration;
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
 
+/// A point on the process's monotonic clock, for bounds local to the process (the start-up wait
+/// for the first reads): tokio's, so the tests that pause time drive it too.
+pub type Monotonic = tokio::time::Instant;
+
 pub fn ms(d: Duration) -> Millis {
     d.as_millis().min(i64::MAX as u128) as Millis
 }

@@ -247,7 +247,7 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let pods = pod_api(&cfg).await;
     let a = adapters(&cfg, pods.clone())?;
     // NB: restarts wait for the controller's first reads of the node (`first_reads`).
-    let facts = crate::vocab::stand_down::facts_at_start();
+    let facts = crate::node::controller::facts_at_start(cfg.metadata.first_read_wait);
     let mut agent = new_agent(&cfg, &a, facts.clone(), reload);
     let meta_rx = metadata_watcher(
         &cfg,

@@ -55,6 +55,10 @@ pub(crate) struct Member {
     /// Why its node cannot restart it now (maintenance, shutdown, a failed accelerator).
     #[serde(rename = "sd", default, skip_serializing_if = "Option::is_none")]
     pub(crate) stand_down: Option<String>,
+    /// Its agent has just started and not read its node yet (`first_read_wait`): the gang's
+    /// decision waits for it, without a page (an older agent's entry has none: not starting).
+    #[serde(rename = "sw", default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) starting: bool,
     /// Restarts its node's breaker still allows today (`None`: no breaker).
     #[serde(rename = "br", default)]
     pub(crate) breaker_left: Option<u64>,

@@ -187,6 +187,18 @@ pub(crate) fn blockers(
     why
 }
 
+/// The members whose agent has just started and not read its node yet, if any: the gang's
+/// decision waits for them (at most `metadata.first_read_wait`), quietly — a wait of seconds is
+/// no reason to page `gang-blocked`, and a page would spend the incident's one.
+pub(crate) fn starting(members: &[Member]) -> Option<String> {
+    let ids: Vec<String> = members
+        .iter()
+        .filter(|m| m.starting)
+        .map(Member::id)
+        .collect();
+    (!ids.is_empty()).then(|| ids.join(", "))
+}
+
 /// Why one member cannot take part in the gang's restart, if it cannot. `here`: the gang's
 /// members on its node (each takes a unit of that node's breaker).
 fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<String> {

@@ -28,6 +28,7 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
         started: Some(0),
         at,
         stand_down: None,
+        starting: false,
         breaker_left: Some(3),
         container: format!("{n}-rank"),
         signals: vec![],
@@ -393,4 +394,29 @@ fn a_member_s_verdict_is_typed_and_a_name_this_build_does_not_know_blocks() {
     for v in Verdict::ALL {
         assert_eq!(Verdict::from_name(v.as_str()), Some(v));
     }
+}
+
+/// A member whose agent has just started (its first reads not in) defers the gang's decision
+/// without blocking it: no blocker (no page), and `starting` names who is awaited; an entry
+/// written by an older agent (no `sw`) is not starting.
+#[test]
+fn a_member_whose_agent_just_started_defers_the_decision_without_a_page() {
+    let now = 1_000 * S;
+    let t = timing();
+    let mut fresh = m("gpu-1", "hung", now - 300 * S, now);
+    fresh.starting = true;
+    let other = m("gpu-0", "hung", now - 300 * S, now);
+    let gang = [other.clone(), fresh];
+    assert!(
+        blockers(&gang, Some(2), now, &t).is_empty(),
+        "not a blocker"
+    );
+    let who = starting(&gang).expect("the decision waits");
+    assert!(who.contains("gpu-1"), "{who}");
+    assert_eq!(starting(&[other]), None);
+    let old: Member = serde_json::from_str(
+        r#"{"n":"gpu-2","w":"rank","v":"hung","s":"w","hb":1,"ok":120000,"at":1,"c":"x"}"#,
+    )
+    .expect("an older agent's entry");
+    assert!(!old.starting);
 }

@@ -57,15 +57,34 @@ impl NodeWatch {
         if self.term.is_cancelled() {
             return Some("the agent is shutting down".into());
         }
-        let awaiting = self
-            .facts
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .awaiting;
-        if let Some(what) = awaiting {
-            return Some(format!(
-                "the agent has not read {what} since it started (metadata.first_read_wait bounds the wait)"
-            ));
+        if let Some(why) = self.awaiting() {
+            return Some(why);
+        }
+        self.conditions(c, now, md)
+    }
+
+    /// Why restarts wait for the agent's first reads of the node, while they do (at most
+    /// `metadata.first_read_wait` after the start: the bound is read here, with the clock).
+    pub(crate) fn awaiting(&self) -> Option<String> {
+        let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
+        let what = f.unread_at(tokio::time::Instant::now())?;
+        Some(format!(
+            "the agent has not read {what} since it started (restarts wait for it, at most metadata.first_read_wait)"
+        ))
+    }
+
+    /// [`NodeWatch::stand_down`] without the wait for the first reads: the conditions that
+    /// last (the shutdown, a maintenance, a failed accelerator, a drain), which a gang member's
+    /// entry tells the other members' agents (a wait for the first reads only defers the
+    /// gang's decision: `crate::hang::policy_gang::starting`).
+    pub(crate) fn conditions(
+        &self,
+        c: &Container,
+        now: Millis,
+        md: &MetadataConfig,
+    ) -> Option<String> {
+        if self.term.is_cancelled() {
+            return Some("the agent is shutting down".into());
         }
         if self.stands_down_at(now, md) {
             return Some("a maintenance notice arrived".into());

@@ -248,6 +248,7 @@ mod tests {
                 ..Default::default()
             }),
             preempted,
+            settled: true,
         }
     }
 

@@ -45,6 +45,7 @@ mod health;
 mod lost;
 mod rounds;
 
+pub use first_reads::facts_at_start;
 use first_reads::FirstReads;
 use tokio::time::Instant;
 
@@ -428,14 +429,12 @@ impl Controller {
                 changed = rx.changed(), if metadata_open => {
                     // Closed: the watcher is off (not on GCE); keep serving SIGTERM checkpoints.
                     metadata_open = changed.is_ok();
-                    reads.metadata_read();
                     if metadata_open {
                         self.metadata_state = derive(&rx.borrow_and_update());
                         self.remerge(&mut rounds).await;
                     }
                 }
                 Some(info) = node_changed(&mut node_rx) => {
-                    reads.node_read();
                     self.take_node_info(&info).await;
                     self.remerge(&mut rounds).await;
                 }
@@ -455,7 +454,8 @@ impl Controller {
                 }
                 _ = tick.tick() => self.tick().await,
             }
-            reads.publish(&self.facts, node_rx.is_none(), Instant::now());
+            let read = (first_reads::metadata_read(&rx), node_read(&node_rx));
+            reads.publish(&self.facts, read.0, read.1, Instant::now());
         }
     }
 
@@ -469,9 +469,8 @@ impl Controller {
         node_rx: &mut Option<NodeInfoRx>,
         rounds: &mut Rounds,
     ) -> FirstReads {
-        // NB: before the channels below are marked seen.
         let wait = self.cfg.metadata.first_read_wait;
-        let mut reads = FirstReads::at_start(rx, node_rx.as_ref(), wait, Instant::now());
+        let mut reads = FirstReads::of(&self.facts, wait, Instant::now());
         let gpu = gpu_rx.borrow_and_update().clone();
         self.gpu_seen = Some(tokio::time::Instant::now());
         self.note_cleared(&gpu).await;
@@ -495,9 +494,15 @@ impl Controller {
         } else {
             self.transition(first, rounds).await;
         }
-        reads.publish(&self.facts, false, Instant::now());
+        let read = (first_reads::metadata_read(rx), node_read(node_rx));
+        reads.publish(&self.facts, read.0, read.1, Instant::now());
         reads
     }
+}
+
+/// Whether the Node source has given a Node (or there is none: see `first_reads::node_read`).
+fn node_read(rx: &Option<NodeInfoRx>) -> bool {
+    first_reads::node_read(rx.as_ref())
 }
 
 /// No TPU monitor: a channel whose sender is gone, so its branch of the run loop closes at once.

@@ -75,6 +75,11 @@ pub struct RawMetadata {
     pub upcoming: Option<UpcomingMaintenance>,
     /// `instance/preempted`: `TRUE` / `FALSE`.
     pub preempted: Option<bool>,
+    /// The watcher's start-up read is over: every key answered once (or said it is absent, or
+    /// refused), or the server could not be reached at all (not on GCE). Until then the values
+    /// above are not "no maintenance" but "not read yet": restarts wait
+    /// (`node::controller::first_reads`).
+    pub settled: bool,
 }
 
 /// A scheduled maintenance event, from `instance/upcoming-maintenance`.

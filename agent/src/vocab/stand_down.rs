@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::clock::{ms, parse_rfc3339, Millis};
+use crate::clock::{ms, parse_rfc3339, Millis, Monotonic};
 use crate::config::MetadataConfig;
 use crate::vocab::maintenance::{MaintenanceState, Phase};
 use crate::vocab::node_info::NodeInfo;
@@ -35,14 +35,29 @@ pub struct NodeFacts {
     /// When the last interrupting phase (ongoing, terminating) ended, on the coordinator's
     /// clock: restarts stay suppressed for `metadata.settle` after it.
     pub interruption_ended: Option<Millis>,
-    /// What the agent has not read yet since it started (see [`awaiting`]): until the first
-    /// answers come, "no maintenance" is only the default, and a restart due at start-up (an
-    /// incident an earlier incarnation opened) must not run on it. `None` (the default, for a
-    /// cycle with no controller) once everything was read or `metadata.first_read_wait` ran out.
-    pub awaiting: Option<&'static str>,
+    /// What the agent has not read yet since it started, and until when restarts wait for it
+    /// (see [`unread`]): until the first answers come, "no maintenance" is only the default,
+    /// and a restart due at start-up (an incident an earlier incarnation opened) must not run
+    /// on it. `None` (the default, for a cycle with no controller) once everything was read.
+    pub unread: Option<Unread>,
+}
+
+/// What restarts wait for at start-up, and the latest they wait (`metadata.first_read_wait`
+/// after the start): the bound holds here, where the restart path reads it, whatever the
+/// controller that clears it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unread {
+    pub what: &'static str,
+    /// On the monotonic clock of the process (not the coordinator's: a start-up bound).
+    pub until: Monotonic,
 }
 
 impl NodeFacts {
+    /// What restarts still wait for at `at` (`None` once read, or past the bound).
+    pub fn unread_at(&self, at: Monotonic) -> Option<&'static str> {
+        self.unread.filter(|u| at < u.until).map(|u| u.what)
+    }
+
     /// Whether restarts stand down at `now` (see [`stands_down`]).
     pub fn stands_down(&self, now: Millis, m: &MetadataConfig) -> bool {
         stands_down(&self.maintenance, self.interruption_ended, now, m)
@@ -52,18 +67,9 @@ impl NodeFacts {
 /// The node's facts as the controller and the agent share them.
 pub type SharedFacts = std::sync::Arc<std::sync::RwLock<NodeFacts>>;
 
-/// The facts of an agent that has just started: both sources still to be read.
-pub fn facts_at_start() -> SharedFacts {
-    let facts = NodeFacts {
-        awaiting: awaiting(false, false),
-        ..NodeFacts::default()
-    };
-    std::sync::Arc::new(std::sync::RwLock::new(facts))
-}
-
 /// What restarts still wait for, given whether the metadata server has answered (or is off) and
 /// whether the Node was read (or there is none to read): `None` when nothing.
-pub fn awaiting(metadata_read: bool, node_read: bool) -> Option<&'static str> {
+pub fn unread(metadata_read: bool, node_read: bool) -> Option<&'static str> {
     match (metadata_read, node_read) {
         (true, true) => None,
         (false, true) => Some("the metadata server's maintenance state"),

@@ -46,6 +46,13 @@ impl RestartPath<'_> {
             self.fruitless(act, now).await?;
             return Ok(Some(Skip::Fruitless));
         }
+        // NB: the wait for the agent's first reads passes within seconds: said each time, so
+        // that the once-per-incident note below stays free for a lasting condition.
+        if let Some(why) = self.watch.awaiting() {
+            let detail = format!("{why}; not restarting yet");
+            self.skip(now, act, Skip::NodeState, detail, false).await?;
+            return Ok(Some(Skip::NodeState));
+        }
         // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
         // auto-repair or an upgrade) is a standing condition, said once per incident.
         if let Some(why) = self.stand_down(act.case.c, now) {

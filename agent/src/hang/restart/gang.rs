@@ -69,6 +69,7 @@ impl RestartPath<'_> {
             started: case.c.started_ms(),
             at: now,
             stand_down: self.cannot_take_part(case, now).await,
+            starting: self.watch.awaiting().is_some(),
             breaker_left: self.breaker_left(now).await,
             container: case.c.display(),
             signals,
@@ -110,7 +111,9 @@ impl RestartPath<'_> {
     /// the member is in trouble: it may be a call to the runtime) the runtime refuses it (a CRI
     /// pod whose restartPolicy is Never).
     async fn cannot_take_part(&self, case: &Case<'_>, now: Millis) -> Option<String> {
-        if let Some(why) = self.stand_down(case.c, now) {
+        // NB: not the wait for the first reads: that defers the gang's decision (the entry's
+        // `starting`), it does not block it (a page).
+        if let Some(why) = self.watch.conditions(case.c, now, &self.ctx.cfg.metadata) {
             return Some(why);
         }
         if !matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored) {

@@ -216,6 +216,10 @@ impl RestartPath<'_> {
                 .await?;
             return Ok(Seen::Skip(Skip::Fruitless));
         }
+        if let Some(who) = gp::starting(&members) {
+            tracing::debug!(gang = %d.g.id, "the gang's decision waits for the first reads of {who}'s agent");
+            return Ok(Seen::Skip(Skip::Blocked));
+        }
         let why = gp::blockers(&members, d.g.size, now, &t);
         if !why.is_empty() {
             self.gang_blocked(case, d.g, &inc, &members, why, now)

@@ -4,6 +4,7 @@
 //! long-poll, the fast retries of a maintenance-time 503, the backoff, and the confirmation
 //! before a notice is cleared.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,14 +87,11 @@ pub async fn watch_with(
     let Some(first) = first_answer(&client, &tx, &metrics, &shutdown, &cfg).await else {
         return;
     };
-    if first.is_err() {
-        // The start-up read is over without a value: tell the controller (an unchanged value,
-        // marked seen), so restarts do not wait for an answer that is not coming soon.
-        tx.send_modify(|_| {});
-    }
+    let unsettled = AtomicUsize::new(3);
     let ctx = Ctx {
         client: &client,
         tx: &tx,
+        unsettled: &unsettled,
         metrics: &metrics,
         shutdown: &shutdown,
         cfg: &cfg,
@@ -107,8 +105,8 @@ pub async fn watch_with(
 }
 
 /// The first answer of the metadata server (`maintenance-event`), probed until it comes;
-/// `None` at shutdown. Once the quick attempts have all failed to connect, `tx` is marked
-/// changed (its value unchanged): the start-up read is over (`node::controller::first_reads`).
+/// `None` at shutdown. Once the quick attempts have all failed to connect, the start-up read is
+/// over (`RawMetadata::settled`: not on GCE).
 async fn first_answer(
     client: &MetadataClient,
     tx: &watch::Sender<RawMetadata>,
@@ -136,9 +134,9 @@ async fn first_answer(
                     cfg.unavailable_retry.0
                 } else {
                     if attempt == attempts {
-                        // NB: read as "no maintenance" from here on: the controller is told
-                        // (an unchanged value, marked seen), so restarts stop waiting for it.
-                        tx.send_modify(|_| {});
+                        // NB: read as "no maintenance" from here on (not on GCE): the start-up
+                        // read is over, and restarts stop waiting for it.
+                        tx.send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
                         tracing::info!(
                             "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (off GCE, set metadata.enabled = \"off\")",
                             chain(&e)
@@ -225,6 +223,8 @@ impl Parsed {
 struct Ctx<'a> {
     client: &'a MetadataClient,
     tx: &'a watch::Sender<RawMetadata>,
+    /// The keys whose start-up read is not over yet (see [`KeyState::settle`]).
+    unsettled: &'a AtomicUsize,
     metrics: &'a Metrics,
     shutdown: &'a CancellationToken,
     cfg: &'a WatchConfig,
@@ -241,6 +241,8 @@ struct KeyState {
     unavailable_streak: u32,
     /// A "nothing scheduled" answer seen once while a notice is published, not yet confirmed.
     clear_seen: bool,
+    /// Its start-up read is over (see [`KeyState::settle`]).
+    settled: bool,
 }
 
 /// One key: a plain read until one succeeds, then long-polls from the last ETag.
@@ -252,6 +254,7 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
         backoff: Backoff::jittered(ctx.cfg.backoff_initial, ctx.cfg.backoff_max),
         unavailable_streak: 0,
         clear_seen: false,
+        settled: false,
     };
     loop {
         let started = Instant::now();
@@ -301,6 +304,19 @@ fn nothing_scheduled(
 }
 
 impl KeyState {
+    /// This key's start-up read is over (its value published, or the key absent): once the
+    /// last of the three is, the published value says so (`RawMetadata::settled`), after the
+    /// values it carries.
+    fn settle(&mut self, ctx: Ctx<'_>) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        if ctx.unsettled.fetch_sub(1, Ordering::SeqCst) == 1 {
+            ctx.tx
+                .send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
+        }
+    }
+
     /// An answer with a body: publish it when it parses and changed; the pause before the next
     /// request.
     fn on_read(
@@ -324,6 +340,7 @@ impl KeyState {
                 self.read_once = true;
                 self.etag = fetched.etag;
                 let changed = ctx.tx.send_if_modified(|raw| parsed.apply(raw));
+                self.settle(ctx);
                 if changed {
                     // The node controller logs the phase this makes.
                     tracing::info!(
@@ -339,6 +356,8 @@ impl KeyState {
                 }
             }
             Err(e) => {
+                // An answer this build cannot read will not read better on the next try.
+                self.settle(ctx);
                 ctx.metrics.metadata_error(key.label(), e.kind());
                 tracing::warn!(key = key.label(), "{e}");
                 // NB: adopt the new ETag, or the next long-poll would return the same bad
@@ -355,6 +374,17 @@ impl KeyState {
     fn on_error(&mut self, ctx: Ctx<'_>, e: &MetadataError) -> Duration {
         let key = self.key;
         ctx.metrics.metadata_error(key.label(), e.kind());
+        // NB: a key the server does not have or refuses is as read as it will be; a 503 (sub-
+        // second during host maintenance), a 429 or a timeout is not: its value may be the
+        // notice itself.
+        if matches!(
+            e,
+            MetadataError::NotFound { .. }
+                | MetadataError::Forbidden { .. }
+                | MetadataError::BadHost { .. }
+        ) {
+            self.settle(ctx);
+        }
         match e {
             // NB: maintenance gives sub-second 503s, so retry fast at first; a 503 that
             // lasts is something else, and gets the backoff and a warning.

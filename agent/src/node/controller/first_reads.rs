@@ -13,12 +13,23 @@ use tokio::time::Instant;
 
 use crate::node::info::NodeInfoRx;
 use crate::vocab::maintenance::RawMetadata;
-use crate::vocab::stand_down::{awaiting, SharedFacts};
+use crate::vocab::stand_down::{unread, NodeFacts, SharedFacts, Unread};
 
-/// What has been read since start, and until when restarts wait for the rest.
+/// The facts of an agent that has just started: both sources still to be read, for at most
+/// `wait`.
+pub fn facts_at_start(wait: Duration) -> SharedFacts {
+    let facts = NodeFacts {
+        unread: unread(false, false).map(|what| Unread {
+            what,
+            until: Instant::now() + wait,
+        }),
+        ..NodeFacts::default()
+    };
+    std::sync::Arc::new(std::sync::RwLock::new(facts))
+}
+
+/// Until when restarts wait for the first reads, and whether the wait is over.
 pub(super) struct FirstReads {
-    metadata: bool,
-    node: bool,
     deadline: Instant,
     /// The wait is over (read, or given up): nothing more to say or write.
     over: bool,
@@ -33,43 +44,54 @@ pub(super) enum WaitEnded {
     GaveUp(&'static str),
 }
 
+/// Whether the metadata source's start-up read is over: its watcher is off (the channel
+/// closed), or it says so (`RawMetadata::settled`). A state, not a change: a value that came
+/// before the controller looked is as read as one that comes after.
+pub(super) fn metadata_read(rx: &watch::Receiver<RawMetadata>) -> bool {
+    rx.has_changed().is_err() || rx.borrow().settled
+}
+
+/// Whether the Node was read: there is no Node source (or it closed), or it holds a Node.
+pub(super) fn node_read(rx: Option<&NodeInfoRx>) -> bool {
+    rx.is_none_or(|r| r.has_changed().is_err() || r.borrow().is_some())
+}
+
 impl FirstReads {
-    /// From what is read at `now` already, waiting at most `wait` for the rest.
-    pub(super) fn new(metadata: bool, node: bool, wait: Duration, now: Instant) -> FirstReads {
+    /// Waiting until `deadline` at the latest.
+    pub(super) fn until(deadline: Instant) -> FirstReads {
         FirstReads {
-            metadata,
-            node,
-            deadline: now + wait,
+            deadline,
             over: false,
         }
     }
 
-    /// What is read already, before the controller marks the channels seen: an answer in, or a
-    /// closed channel (no watcher, no Node source), is a first read done.
-    pub(super) fn at_start(
-        rx: &watch::Receiver<RawMetadata>,
-        node_rx: Option<&NodeInfoRx>,
-        wait: Duration,
-        now: Instant,
-    ) -> FirstReads {
-        let node = node_rx.is_none_or(|r| r.has_changed().is_err() || r.borrow().is_some());
-        FirstReads::new(rx.has_changed().unwrap_or(true), node, wait, now)
+    /// The wait `facts` started with (`facts_at_start`), or one of `wait` from `now`.
+    pub(super) fn of(facts: &SharedFacts, wait: Duration, now: Instant) -> FirstReads {
+        let f = facts.read().unwrap_or_else(|p| p.into_inner());
+        FirstReads::until(f.unread.map_or(now + wait, |u| u.until))
     }
 
-    /// Tell the restart path (`facts`) what it still waits for at `now` (`node_gone`: the Node
-    /// source closed, nothing more to wait for from it), and say once how the wait ended.
-    pub(super) fn publish(&mut self, facts: &SharedFacts, node_gone: bool, now: Instant) {
+    /// Tell the restart path (`facts`) what it still waits for at `now`, given what is read,
+    /// and say once how the wait ended.
+    pub(super) fn publish(
+        &mut self,
+        facts: &SharedFacts,
+        metadata: bool,
+        node: bool,
+        now: Instant,
+    ) {
         if self.over {
             return;
         }
-        if node_gone {
-            self.node_read();
-        }
-        let (left, ended) = self.settle(now);
+        let (left, ended) = self.settle(metadata, node, now);
+        let left = left.map(|what| Unread {
+            what,
+            until: self.deadline,
+        });
         {
             let mut f = facts.write().unwrap_or_else(|p| p.into_inner());
-            if f.awaiting != left {
-                f.awaiting = left;
+            if f.unread != left {
+                f.unread = left;
             }
         }
         match ended {
@@ -83,23 +105,18 @@ impl FirstReads {
         }
     }
 
-    /// The metadata server answered, or its watcher is off.
-    pub(super) fn metadata_read(&mut self) {
-        self.metadata = true;
-    }
-
-    /// The Node was read, or its source is gone.
-    pub(super) fn node_read(&mut self) {
-        self.node = true;
-    }
-
-    /// What restarts still wait for at `now` (the value of `NodeFacts::awaiting`), and how the
-    /// wait ended when it ended with this call. Once over, always `(None, None)`.
-    pub(super) fn settle(&mut self, now: Instant) -> (Option<&'static str>, Option<WaitEnded>) {
+    /// What restarts still wait for at `now`, given what is read, and how the wait ended when
+    /// it ended with this call. Once over, always `(None, None)`.
+    pub(super) fn settle(
+        &mut self,
+        metadata: bool,
+        node: bool,
+        now: Instant,
+    ) -> (Option<&'static str>, Option<WaitEnded>) {
         if self.over {
             return (None, None);
         }
-        match awaiting(self.metadata, self.node) {
+        match unread(metadata, node) {
             None => {
                 self.over = true;
                 (None, Some(WaitEnded::Read))
@@ -117,49 +134,75 @@ impl FirstReads {
 mod tests {
     use super::*;
 
-    /// Every order of the two reads and the deadline: restarts wait while anything is unread
-    /// and the deadline has not passed; the end is said exactly once, and then nothing waits.
+    /// Every combination of the two reads, before and at the deadline: restarts wait while
+    /// anything is unread and the deadline has not passed; the end is said exactly once, and
+    /// then nothing waits.
     #[test]
     fn restarts_wait_for_both_reads_or_the_deadline_and_the_end_is_said_once() {
         let t0 = Instant::now();
         let wait = Duration::from_secs(30);
         for (metadata, node) in [(false, false), (true, false), (false, true), (true, true)] {
-            let mut r = FirstReads::new(metadata, node, wait, t0);
-            let (first, ended) = r.settle(t0);
-            assert_eq!(first, awaiting(metadata, node));
+            let mut r = FirstReads::until(t0 + wait);
+            let (left, ended) = r.settle(metadata, node, t0);
+            assert_eq!(left, unread(metadata, node));
             assert_eq!(ended.is_some(), metadata && node);
-            r.metadata_read();
-            let (left, ended) = r.settle(t0 + Duration::from_secs(1));
-            match (metadata, node) {
-                (true, true) => {
-                    assert_eq!((left, ended), (None, None), "said once");
-                    continue;
-                }
-                (false, true) => {
-                    assert_eq!((left, ended), (None, Some(WaitEnded::Read)));
-                    continue;
-                }
-                _ => assert_eq!((left, ended), (awaiting(true, false), None)),
+            if metadata && node {
+                assert_eq!(r.settle(false, false, t0), (None, None), "said once");
+                continue;
             }
-            let late = t0 + wait;
-            let (left, ended) = r.settle(late);
+            let (left, ended) = r.settle(metadata, node, t0 + wait);
             assert_eq!(left, None, "the deadline ends the wait");
-            assert_eq!(
-                ended,
-                Some(WaitEnded::GaveUp(awaiting(true, false).unwrap()))
-            );
-            r.node_read();
-            assert_eq!(r.settle(late), (None, None), "said once");
+            let what = unread(metadata, node).unwrap();
+            assert_eq!(ended, Some(WaitEnded::GaveUp(what)));
+            assert_eq!(r.settle(true, true, t0 + wait), (None, None), "said once");
         }
     }
 
-    /// The Node read last ends the wait before the deadline.
+    /// The last read ends the wait before the deadline.
     #[test]
     fn the_last_read_ends_the_wait() {
         let t0 = Instant::now();
-        let mut r = FirstReads::new(true, false, Duration::from_secs(30), t0);
-        assert!(r.settle(t0).0.unwrap().starts_with("the Node"));
-        r.node_read();
-        assert_eq!(r.settle(t0), (None, Some(WaitEnded::Read)));
+        let mut r = FirstReads::until(t0 + Duration::from_secs(30));
+        assert!(r.settle(true, false, t0).0.unwrap().starts_with("the Node"));
+        assert_eq!(r.settle(true, true, t0), (None, Some(WaitEnded::Read)));
+    }
+
+    /// What the controller publishes carries the deadline, and the facts stop waiting at it
+    /// even if nothing clears them (a controller that died): the bound holds where it is read.
+    #[test]
+    fn the_facts_stop_waiting_at_the_deadline_whatever_the_controller_does() {
+        let facts = facts_at_start(Duration::from_secs(30));
+        let t0 = Instant::now();
+        let mut r = FirstReads::of(&facts, Duration::from_secs(99), t0);
+        r.publish(&facts, true, false, t0);
+        let f = facts.read().unwrap().clone();
+        let u = f.unread.expect("the Node is awaited");
+        assert!(u.what.starts_with("the Node"));
+        assert!(
+            u.until <= t0 + Duration::from_secs(30),
+            "the start's bound, not a new one"
+        );
+        assert_eq!(f.unread_at(t0), Some(u.what));
+        assert_eq!(f.unread_at(u.until), None);
+    }
+
+    /// A metadata channel is read when its watcher says the start-up read is over, or is gone;
+    /// a value alone (the default, or a notice not yet settled) is not a read.
+    #[test]
+    fn the_metadata_is_read_when_settled_or_off() {
+        let (tx, rx) = watch::channel(RawMetadata::default());
+        assert!(!metadata_read(&rx));
+        tx.send_modify(|r| r.preempted = Some(false));
+        assert!(!metadata_read(&rx), "one key answered, not all");
+        tx.send_modify(|r| r.settled = true);
+        assert!(metadata_read(&rx));
+        let (tx, rx) = watch::channel(RawMetadata::default());
+        drop(tx);
+        assert!(metadata_read(&rx), "no watcher");
+        let (tx, rx) = crate::node::info::channel();
+        assert!(!node_read(Some(&rx)));
+        assert!(node_read(None));
+        tx.send_replace(Some(crate::vocab::node_info::NodeInfo::default()));
+        assert!(node_read(Some(&rx)));
     }
 }
