@@ -54,13 +54,10 @@ impl NodeWatch {
         now: Millis,
         md: &MetadataConfig,
     ) -> Option<String> {
-        if self.term.is_cancelled() {
-            return Some("the agent is shutting down".into());
-        }
-        if let Some(why) = self.awaiting() {
-            return Some(why);
-        }
-        self.conditions(c, now, md)
+        // NB: the shutdown first (`conditions` says it), then the wait, then the rest.
+        let shutting_down = self.term.is_cancelled();
+        let waiting = self.awaiting().filter(|_| !shutting_down);
+        waiting.or_else(|| self.conditions(c, now, md))
     }
 
     /// Why restarts wait for the agent's first reads of the node, while they do (at most
