@@ -515,6 +515,76 @@ async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
     );
 }
 
+/// The Node is awaited too (its cordon, taints and GKE's maintenance labels), and never longer
+/// than `metadata.first_read_wait`: with no metadata watcher (off) and a Node source that never
+/// gives a Node, the due restart waits, naming the Node, then runs once the bound has passed.
+#[tokio::test]
+async fn a_restart_waits_for_the_nodes_first_read_and_never_past_the_bound() {
+    use vigil::accel::gpu::model::GpuReport;
+    use vigil::vocab::maintenance::RawMetadata;
+    let wait = Duration::from_millis(1500);
+    let metrics = Arc::new(Metrics::new());
+    let mut cfg = node_config("gpu-1");
+    cfg.poll_interval = Duration::from_millis(10);
+    cfg.policy.stale_after = Duration::from_millis(200);
+    cfg.policy.confirm_after = Duration::from_millis(20);
+    cfg.policy.restart_delay = Duration::from_millis(50);
+    cfg.metadata.first_read_wait = wait;
+    let coord = memory_coordinator();
+    let runtime = FakeRuntime::default();
+    runtime.add("c1", "trainer-0");
+    let started = tokio::time::Instant::now();
+    let facts = vigil::node::controller::facts_at_start(wait);
+    let (agent, controller) = agent_and_controller(
+        &cfg,
+        &coord,
+        &runtime,
+        Arc::new(RecordingNodeApi::default()),
+        Notifier::new(None, metrics.clone()),
+        &metrics,
+        facts.clone(),
+    );
+    let mut agent = agent.with_facts(facts.clone());
+    // A Node source that has not read the Node (the API server slow to answer).
+    let (_node_tx, node_rx) = vigil::node::info::channel();
+    let controller = controller.with_node_info(node_rx, None);
+    // No metadata watcher (off GCE): its channel closed.
+    let (_, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
+    let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(GpuReport::default());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    tokio::spawn(controller.run(meta_rx, gpu_rx, Default::default(), stop));
+    let keys = Keys::new("vigil", "gpu-1");
+    let long_ago = coord.time().await.unwrap() - 10_000;
+    write_record(
+        coord.as_ref(),
+        &keys.status("trainer-0"),
+        "processing",
+        long_ago,
+        &[],
+    )
+    .await;
+    let mut restarted_after = None;
+    let mut named_the_node = false;
+    while started.elapsed() < Duration::from_secs(10) {
+        agent.cycle().await;
+        if let Some(u) = facts.read().unwrap().unread {
+            named_the_node |= u.what.starts_with("the Node");
+        }
+        if runtime.restarts("c1") > 0 {
+            restarted_after = Some(started.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(named_the_node, "the Node is what restarts wait for");
+    let after = restarted_after.expect("the restart runs once the bound has passed");
+    assert!(
+        after >= wait,
+        "restarted {after:?} after the start, before the bound"
+    );
+}
+
 #[tokio::test]
 async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
     use vigil::fleet::view::{publish, NodeRecord};
