@@ -43,60 +43,82 @@ impl NodeWatch {
         })
     }
 
-    /// Why the node, as it is *now*, forbids a restart: the agent is shutting down, a
-    /// maintenance notice arrived, the worker's GPU or the node's TPU failed, or the node is
-    /// being drained (cordoned, or going away: a restart would race the platform or a person).
-    /// Read when the restart is decided and again right before the command, because the
-    /// pipeline can take a minute (logs, alert retries).
+    /// Why the node, as it is *now*, forbids a restart: the agent is shutting down, it has not
+    /// read its node yet since it started, a maintenance notice arrived, the worker's GPU or the
+    /// node's TPU failed, or the node is being drained (cordoned, or going away: a restart would
+    /// race the platform or a person). Read when the restart is decided and again right before
+    /// the command, because the pipeline can take a minute (logs, alert retries).
     pub(crate) fn stand_down(
         &self,
         c: &Container,
         now: Millis,
         md: &MetadataConfig,
-    ) -> Option<String> {
-        // NB: the shutdown first (`conditions` says it), then the wait, then the rest.
-        let shutting_down = self.term.is_cancelled();
-        let waiting = self.awaiting().filter(|_| !shutting_down);
-        waiting.or_else(|| self.conditions(c, now, md))
-    }
-
-    /// Why restarts wait for the agent's first reads of the node, while they do (at most
-    /// `metadata.first_read_wait` after the start: the bound is read here, with the clock).
-    pub(crate) fn awaiting(&self) -> Option<String> {
-        let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
-        let what = f.unread_at(tokio::time::Instant::now())?;
-        Some(format!(
-            "the agent has not read {what} since it started (restarts wait for it, at most metadata.first_read_wait)"
-        ))
-    }
-
-    /// [`NodeWatch::stand_down`] without the wait for the first reads: the conditions that
-    /// last (the shutdown, a maintenance, a failed accelerator, a drain), which a gang member's
-    /// entry tells the other members' agents (a wait for the first reads only defers the
-    /// gang's decision: `crate::hang::policy_gang::starting`).
-    pub(crate) fn conditions(
-        &self,
-        c: &Container,
-        now: Millis,
-        md: &MetadataConfig,
-    ) -> Option<String> {
+    ) -> Option<StandDown> {
         if self.term.is_cancelled() {
-            return Some("the agent is shutting down".into());
+            return Some(StandDown::ShuttingDown);
+        }
+        // NB: the bound (`metadata.first_read_wait`) is read here, with the clock: it holds
+        // whatever the controller that clears the wait does.
+        let unread = {
+            let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
+            f.unread_at(tokio::time::Instant::now())
+        };
+        if let Some(what) = unread {
+            return Some(StandDown::Unread(what));
         }
         if self.stands_down_at(now, md) {
-            return Some("a maintenance notice arrived".into());
+            return Some(StandDown::Maintenance);
         }
         if let Some(rx) = &self.gpu {
             let gpu = rx.borrow();
             if gpu.failures_known() && gpu_policy::worker_on_failed_gpu(&gpu, c.gpus.as_deref()) {
-                return Some("the worker's GPU failed".into());
+                return Some(StandDown::GpuFailed);
             }
         }
         if self.tpu_failed() {
-            return Some("the node's TPU failed".into());
+            return Some(StandDown::TpuFailed);
         }
         let node = self.node_info.as_ref()?;
         let info = node.borrow();
-        crate::vocab::stand_down::being_drained(info.as_ref())
+        crate::vocab::stand_down::being_drained(info.as_ref()).map(StandDown::Drained)
+    }
+}
+
+/// Why the node forbids a restart right now (see [`NodeWatch::stand_down`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StandDown {
+    ShuttingDown,
+    /// The agent has not read this (its node's maintenance state, the Node) since it started.
+    Unread(&'static str),
+    Maintenance,
+    GpuFailed,
+    TpuFailed,
+    /// A cordon, or the node going away: why.
+    Drained(String),
+}
+
+impl StandDown {
+    /// It passes by itself within seconds (the start-up wait for the first reads): the trail
+    /// says it each time (its once-per-incident note stays free for a lasting condition), and a
+    /// gang member's wait defers its gang's decision instead of blocking it with a page
+    /// (`crate::hang::policy_gang::starting`).
+    pub(crate) fn passing(&self) -> bool {
+        matches!(self, StandDown::Unread(_))
+    }
+}
+
+impl std::fmt::Display for StandDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StandDown::ShuttingDown => f.write_str("the agent is shutting down"),
+            StandDown::Unread(what) => write!(
+                f,
+                "the agent has not read {what} since it started (restarts wait for it, at most metadata.first_read_wait)"
+            ),
+            StandDown::Maintenance => f.write_str("a maintenance notice arrived"),
+            StandDown::GpuFailed => f.write_str("the worker's GPU failed"),
+            StandDown::TpuFailed => f.write_str("the node's TPU failed"),
+            StandDown::Drained(why) => f.write_str(why),
+        }
     }
 }

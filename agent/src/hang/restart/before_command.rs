@@ -46,18 +46,15 @@ impl RestartPath<'_> {
             self.fruitless(act, now).await?;
             return Ok(Some(Skip::Fruitless));
         }
-        // NB: the wait for the agent's first reads passes within seconds: said each time, so
-        // that the once-per-incident note below stays free for a lasting condition.
-        if let Some(why) = self.watch.awaiting() {
-            let detail = format!("{why}; not restarting yet");
-            self.skip(now, act, Skip::NodeState, detail, false).await?;
-            return Ok(Some(Skip::NodeState));
-        }
         // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
-        // auto-repair or an upgrade) is a standing condition, said once per incident.
-        if let Some(why) = self.stand_down(act.case.c, now) {
-            let detail = format!("{why}; not restarting while it is");
-            self.skip(now, act, Skip::NodeState, detail, true).await?;
+        // auto-repair or an upgrade) is a standing condition, said once per incident; the wait
+        // for the agent's first reads passes within seconds, said each time.
+        if let Some(sd) = self.stand_down(act.case.c, now) {
+            let (detail, once) = match sd.passing() {
+                true => (format!("{sd}; not restarting yet"), false),
+                false => (format!("{sd}; not restarting while it is"), true),
+            };
+            self.skip(now, act, Skip::NodeState, detail, once).await?;
             return Ok(Some(Skip::NodeState));
         }
         if let Err(why) = self.ctx.runtime.restartable(act.case.c).await {

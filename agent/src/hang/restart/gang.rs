@@ -18,6 +18,7 @@ use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
 use crate::hang::policy_record;
+use crate::hang::stand_down::StandDown;
 use crate::trail::Code;
 
 use super::gang_decision::Deciding;
@@ -58,6 +59,7 @@ impl RestartPath<'_> {
         if self.node.tpu_failed {
             signals.push("the node's TPU failed".into());
         }
+        let sd = self.stand_down(case.c, now);
         let m = Member {
             node: self.ctx.keys.node().to_string(),
             worker: case.c.worker.clone(),
@@ -68,8 +70,8 @@ impl RestartPath<'_> {
             silence: policy_record::allowed_silence(s, &self.ctx.cfg.policy),
             started: case.c.started_ms(),
             at: now,
-            stand_down: self.cannot_take_part(case, now).await,
-            starting: self.watch.awaiting().is_some(),
+            stand_down: self.cannot_take_part(case, sd.as_ref()).await,
+            starting: sd.as_ref().is_some_and(StandDown::passing),
             breaker_left: self.breaker_left(now).await,
             container: case.c.display(),
             signals,
@@ -107,14 +109,14 @@ impl RestartPath<'_> {
         self.gangs.breaker_left
     }
 
-    /// Why this member's node cannot restart it now: the node stands down, or (asked only while
-    /// the member is in trouble: it may be a call to the runtime) the runtime refuses it (a CRI
-    /// pod whose restartPolicy is Never).
-    async fn cannot_take_part(&self, case: &Case<'_>, now: Millis) -> Option<String> {
+    /// Why this member's node cannot restart it now: the node stands down (`sd`), or (asked
+    /// only while the member is in trouble: it may be a call to the runtime) the runtime
+    /// refuses it (a CRI pod whose restartPolicy is Never).
+    async fn cannot_take_part(&self, case: &Case<'_>, sd: Option<&StandDown>) -> Option<String> {
         // NB: not the wait for the first reads: that defers the gang's decision (the entry's
         // `starting`), it does not block it (a page).
-        if let Some(why) = self.watch.conditions(case.c, now, &self.ctx.cfg.metadata) {
-            return Some(why);
+        if let Some(sd) = sd.filter(|sd| !sd.passing()) {
+            return Some(sd.to_string());
         }
         if !matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored) {
             return None;

@@ -48,7 +48,7 @@ use crate::hang::policy_lost::IncidentTimes;
 use crate::hang::policy_pipeline::Skip;
 use crate::hang::policy_record;
 use crate::hang::policy_rhythm;
-use crate::hang::stand_down::NodeWatch;
+use crate::hang::stand_down::{NodeWatch, StandDown};
 use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
 use crate::trail::Code;
@@ -232,7 +232,7 @@ impl RestartPath<'_> {
     }
 
     /// Why the node, as it is *now*, forbids a restart decided a moment ago.
-    fn stand_down(&self, c: &Container, now: Millis) -> Option<String> {
+    fn stand_down(&self, c: &Container, now: Millis) -> Option<StandDown> {
         self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
     }
 
