@@ -407,6 +407,55 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
     assert!(restarted);
 }
 
+/// A node whose agent has just started (`facts_at_start(wait)`, `metadata.first_read_wait =
+/// wait`), on timings compressed to milliseconds, and whose worker `trainer-0` (in `c1`) last
+/// beat 10 s ago: a restart is due at the first cycle. The controller is returned unstarted,
+/// for the test to run on the sources it feeds.
+struct JustStarted {
+    agent: Agent,
+    controller: Controller,
+    facts: SharedFacts,
+    runtime: FakeRuntime,
+    coord: Arc<dyn Coordinator>,
+    keys: Keys,
+}
+
+async fn just_started(wait: Duration, tweak: impl Fn(&mut Config)) -> JustStarted {
+    let metrics = Arc::new(Metrics::new());
+    let mut cfg = node_config("gpu-1");
+    cfg.poll_interval = Duration::from_millis(10);
+    cfg.policy.stale_after = Duration::from_millis(200);
+    cfg.policy.confirm_after = Duration::from_millis(20);
+    cfg.policy.restart_delay = Duration::from_millis(50);
+    cfg.metadata.first_read_wait = wait;
+    tweak(&mut cfg);
+    let coord = memory_coordinator();
+    let runtime = FakeRuntime::default();
+    runtime.add("c1", "trainer-0");
+    let facts = vigil::node::controller::facts_at_start(wait);
+    let (agent, controller) = agent_and_controller(
+        &cfg,
+        &coord,
+        &runtime,
+        Arc::new(RecordingNodeApi::default()),
+        Notifier::new(None, metrics.clone()),
+        &metrics,
+        facts.clone(),
+    );
+    let keys = Keys::new("vigil", "gpu-1");
+    let long_ago = coord.time().await.unwrap() - 10_000;
+    let status = keys.status("trainer-0");
+    write_record(coord.as_ref(), &status, "processing", long_ago, &[]).await;
+    JustStarted {
+        agent: agent.with_facts(facts.clone()),
+        controller,
+        facts,
+        runtime,
+        coord,
+        keys,
+    }
+}
+
 /// An agent that has just started has not read its node yet: a restart due at its first cycle
 /// (an incident an earlier incarnation opened) waits for the metadata server's first answer —
 /// and with an ongoing maintenance in that answer, never runs. The controller runs its real loop
@@ -415,45 +464,22 @@ async fn a_stale_worker_during_maintenance_is_not_restarted() {
 async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
     use vigil::accel::gpu::model::GpuReport;
     use vigil::vocab::maintenance::{MaintenanceEvent, RawMetadata};
-    let metrics = Arc::new(Metrics::new());
-    let mut cfg = node_config("gpu-1");
-    cfg.poll_interval = Duration::from_millis(10);
-    cfg.policy.stale_after = Duration::from_millis(200);
-    cfg.policy.confirm_after = Duration::from_millis(20);
-    cfg.policy.restart_delay = Duration::from_millis(50);
-    cfg.metadata.settle = Duration::ZERO;
-    let coord = memory_coordinator();
-    let runtime = FakeRuntime::default();
-    runtime.add("c1", "trainer-0");
-    let facts = vigil::node::controller::facts_at_start(Duration::from_secs(600));
-    let (mut agent, controller) = agent_and_controller(
-        &cfg,
-        &coord,
-        &runtime,
-        Arc::new(RecordingNodeApi::default()),
-        Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone()),
-        &metrics,
-        facts.clone(),
-    );
-    agent = agent.with_facts(facts.clone());
+    let JustStarted {
+        mut agent,
+        controller,
+        facts,
+        runtime,
+        coord,
+        keys,
+    } = just_started(Duration::from_secs(600), |c| {
+        c.metadata.settle = Duration::ZERO
+    })
+    .await;
     let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(GpuReport::default());
-    let (term, stop) = (
-        Default::default(),
-        tokio_util::sync::CancellationToken::new(),
-    );
+    let stop = tokio_util::sync::CancellationToken::new();
     let _stop = stop.clone().drop_guard();
-    tokio::spawn(controller.run(meta_rx, gpu_rx, term, stop));
-    let keys = Keys::new("vigil", "gpu-1");
-    let long_ago = coord.time().await.unwrap() - 10_000;
-    write_record(
-        coord.as_ref(),
-        &keys.status("trainer-0"),
-        "processing",
-        long_ago,
-        &[],
-    )
-    .await;
+    tokio::spawn(controller.run(meta_rx, gpu_rx, Default::default(), stop));
     let mut verdicts = Vec::new();
     for _ in 0..40 {
         verdicts.push(agent.cycle().await.verdicts[0].1);
@@ -523,28 +549,14 @@ async fn a_restart_waits_for_the_nodes_first_read_and_never_past_the_bound() {
     use vigil::accel::gpu::model::GpuReport;
     use vigil::vocab::maintenance::RawMetadata;
     let wait = Duration::from_millis(1500);
-    let metrics = Arc::new(Metrics::new());
-    let mut cfg = node_config("gpu-1");
-    cfg.poll_interval = Duration::from_millis(10);
-    cfg.policy.stale_after = Duration::from_millis(200);
-    cfg.policy.confirm_after = Duration::from_millis(20);
-    cfg.policy.restart_delay = Duration::from_millis(50);
-    cfg.metadata.first_read_wait = wait;
-    let coord = memory_coordinator();
-    let runtime = FakeRuntime::default();
-    runtime.add("c1", "trainer-0");
     let started = tokio::time::Instant::now();
-    let facts = vigil::node::controller::facts_at_start(wait);
-    let (agent, controller) = agent_and_controller(
-        &cfg,
-        &coord,
-        &runtime,
-        Arc::new(RecordingNodeApi::default()),
-        Notifier::new(None, metrics.clone()),
-        &metrics,
-        facts.clone(),
-    );
-    let mut agent = agent.with_facts(facts.clone());
+    let JustStarted {
+        mut agent,
+        controller,
+        facts,
+        runtime,
+        ..
+    } = just_started(wait, |_| {}).await;
     // A Node source that has not read the Node (the API server slow to answer).
     let (_node_tx, node_rx) = vigil::node::info::channel();
     let controller = controller.with_node_info(node_rx, None);
@@ -554,16 +566,6 @@ async fn a_restart_waits_for_the_nodes_first_read_and_never_past_the_bound() {
     let stop = tokio_util::sync::CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     tokio::spawn(controller.run(meta_rx, gpu_rx, Default::default(), stop));
-    let keys = Keys::new("vigil", "gpu-1");
-    let long_ago = coord.time().await.unwrap() - 10_000;
-    write_record(
-        coord.as_ref(),
-        &keys.status("trainer-0"),
-        "processing",
-        long_ago,
-        &[],
-    )
-    .await;
     let mut restarted_after = None;
     let mut named_the_node = false;
     while started.elapsed() < Duration::from_secs(10) {

@@ -170,11 +170,6 @@ pub struct Node {
 }
 
 impl Node {
-    /// Its first agent.
-    pub fn agent(&mut self) -> &mut Agent {
-        &mut self.agents[0]
-    }
-
     /// Its maintenance controller (a fleet built with [`Builder::controllers`]).
     pub fn controller(&mut self) -> &mut Controller {
         self.controller

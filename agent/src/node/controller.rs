@@ -454,8 +454,7 @@ impl Controller {
                 }
                 _ = tick.tick() => self.tick().await,
             }
-            let read = (first_reads::metadata_read(&rx), node_read(&node_rx));
-            reads.publish(&self.facts, read.0, read.1, Instant::now());
+            reads.observe(&self.facts, &rx, node_rx.as_ref(), Instant::now());
         }
     }
 
@@ -494,15 +493,9 @@ impl Controller {
         } else {
             self.transition(first, rounds).await;
         }
-        let read = (first_reads::metadata_read(rx), node_read(node_rx));
-        reads.publish(&self.facts, read.0, read.1, Instant::now());
+        reads.observe(&self.facts, rx, node_rx.as_ref(), Instant::now());
         reads
     }
-}
-
-/// Whether the Node source has given a Node (or there is none: see `first_reads::node_read`).
-fn node_read(rx: &Option<NodeInfoRx>) -> bool {
-    first_reads::node_read(rx.as_ref())
 }
 
 /// No TPU monitor: a channel whose sender is gone, so its branch of the run loop closes at once.

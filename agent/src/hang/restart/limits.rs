@@ -62,7 +62,7 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let per_day = self.ctx.cfg.safety.breaker_per_day;
         let day = breaker_day(now);
-        self.page_breaker_open(act, now).await?;
+        self.page_breaker_open(act, &day, now).await?;
         let detail = format!("breaker open: {per_day} restarts used today ({day})");
         self.skip(now, act, Skip::BreakerOpen, detail, true).await
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::alerts::{Alert, AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
-use crate::coord::caps::{breaker_day, fleet_window, BREAKER_TTL};
+use crate::coord::caps::{fleet_window, BREAKER_TTL};
 use crate::coord::CoordError;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Episode, Incident};
@@ -315,17 +315,17 @@ impl RestartPath<'_> {
         }
     }
 
-    /// The node's breaker is open: one page a UTC day.
+    /// The node's breaker is open for `day` (UTC): one page a day.
     pub(super) async fn page_breaker_open(
         &mut self,
         act: &Act<'_>,
+        day: &str,
         now: Millis,
     ) -> Result<(), CoordError> {
         let per_day = self.ctx.cfg.safety.breaker_per_day;
-        let day = breaker_day(now);
         let detail = format!("circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow");
         let alert = self.alert_for(AlertKind::BreakerOpen, act.case, None, now, detail);
-        let key = self.ctx.keys.breaker_alert(&day);
+        let key = self.ctx.keys.breaker_alert(day);
         self.page_once(&key, BREAKER_TTL, alert, Unit::Worker, now)
             .await
             .map(drop)

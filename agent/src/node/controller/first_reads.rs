@@ -47,12 +47,12 @@ pub(super) enum WaitEnded {
 /// Whether the metadata source's start-up read is over: its watcher is off (the channel
 /// closed), or it says so (`RawMetadata::settled`). A state, not a change: a value that came
 /// before the controller looked is as read as one that comes after.
-pub(super) fn metadata_read(rx: &watch::Receiver<RawMetadata>) -> bool {
+fn metadata_read(rx: &watch::Receiver<RawMetadata>) -> bool {
     rx.has_changed().is_err() || rx.borrow().settled
 }
 
 /// Whether the Node was read: there is no Node source (or it closed), or it holds a Node.
-pub(super) fn node_read(rx: Option<&NodeInfoRx>) -> bool {
+fn node_read(rx: Option<&NodeInfoRx>) -> bool {
     rx.is_none_or(|r| r.has_changed().is_err() || r.borrow().is_some())
 }
 
@@ -69,6 +69,20 @@ impl FirstReads {
     pub(super) fn of(facts: &SharedFacts, wait: Duration, now: Instant) -> FirstReads {
         let f = facts.read().unwrap_or_else(|p| p.into_inner());
         FirstReads::until(f.unread.map_or(now + wait, |u| u.until))
+    }
+
+    /// Tell the restart path (`facts`) what it still waits for at `now`, from what the metadata
+    /// channel and the Node source hold (nothing to look at once the wait is over).
+    pub(super) fn observe(
+        &mut self,
+        facts: &SharedFacts,
+        rx: &watch::Receiver<RawMetadata>,
+        node_rx: Option<&NodeInfoRx>,
+        now: Instant,
+    ) {
+        if !self.over {
+            self.publish(facts, metadata_read(rx), node_read(node_rx), now);
+        }
     }
 
     /// Tell the restart path (`facts`) what it still waits for at `now`, given what is read,
