@@ -27,6 +27,7 @@ use vigil::metrics::Metrics;
 use vigil::runtime::container::Container;
 use vigil::runtime::cri::{CriRuntime, CriSettings, POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use vigil::runtime::{ContainerRuntime, RuntimeError};
+use vigil::vocab::workload::Remediation;
 
 const START: Millis = 1_796_083_200_000;
 const POLL: Duration = Duration::from_secs(15);
@@ -302,8 +303,11 @@ impl ContainerRuntime for SlowLogs {
         );
         self.inner.logs(id, lines).await
     }
-    async fn restartable(&self, c: &Container) -> Result<(), String> {
-        self.inner.restartable(c).await
+    async fn remediation(&self, c: &Container) -> Remediation {
+        self.inner.remediation(c).await
+    }
+    async fn fail(&self, c: &Container) -> Result<(), RuntimeError> {
+        self.inner.fail(c).await
     }
     async fn restart(&self, c: &Container, grace: Duration) -> Result<(), RuntimeError> {
         self.inner.restart(c, grace).await
@@ -397,12 +401,18 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     // Without the Kubernetes API the policy is unknown: refused by default too.
     let blind = CriRuntime::new(settings(&ctd), None).unwrap();
     let c = blind.list_workers().await.unwrap().remove(0);
-    let why = blind.restartable(&c).await.unwrap_err();
-    assert!(why.contains("Kubernetes API is off"), "{why}");
+    let why = blind.remediation(&c).await;
+    assert!(
+        matches!(&why, Remediation::Refuse(w) if w.contains("Kubernetes API is off")),
+        "{why:?}"
+    );
     let mut allowed = settings(&ctd);
     allowed.allow_pod_replacement = true;
     let yes = CriRuntime::new(allowed, None).unwrap();
-    assert_eq!(yes.restartable(&c).await, Ok(()));
+    assert!(
+        matches!(yes.remediation(&c).await, Remediation::Replace { .. }),
+        "allow_pod_replacement: the pod is failed for its controller"
+    );
 }
 
 impl Rig {

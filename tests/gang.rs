@@ -216,7 +216,7 @@ async fn pods_of_one_jobset_are_one_gang_without_a_gang_in_their_records() {
     assert_eq!(job.restarts(), vec![1, 1, 1]);
     let hung = job.sink.of(AlertKind::Hung);
     assert_eq!(hung.len(), 1, "{:?}", job.sink.kinds());
-    assert_eq!(hung[0].gang.as_deref(), Some("ml/jobset/llama/0"));
+    assert_eq!(hung[0].gang.as_deref(), Some("ml/jobset/llama"));
     assert_eq!(hung[0].worker.as_deref(), Some("rank-1"));
     // Issue 41: no size on a JobSet's pods: unknown, and said so; the members seen are a count.
     assert_eq!(hung[0].gang_size, None);

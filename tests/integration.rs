@@ -6,6 +6,7 @@
 mod common;
 
 mod alertmanager;
+mod controllers;
 mod coordination;
 mod gang;
 mod gang_checkpoint;
@@ -15,6 +16,7 @@ mod gpu_agent;
 mod gpu_lifecycle;
 mod idle;
 mod kube;
+mod kube_workloads;
 mod maintenance;
 mod metadata;
 mod node_checks;

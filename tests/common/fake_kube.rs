@@ -64,6 +64,9 @@ pub const ROLE: &[(&str, &str, &str)] = &[
     ("", "nodes/status", "patch"),
     ("", "pods", "get"),
     ("", "pods", "list"),
+    ("batch", "jobs", "get"),
+    ("jobset.x-k8s.io", "jobsets", "get"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
@@ -106,6 +109,8 @@ struct World {
     tokens: Vec<Minted>,
     /// Pods, as stored after create (see `fake_pods`), in the order they were placed.
     pods: Vec<Value>,
+    /// Jobs, JobSets and LeaderWorkerSets: (API group, resource, object as stored).
+    objects: Vec<(String, String, Value)>,
 }
 
 /// A projected ServiceAccount token as the kubelet would have requested it for a pod.
@@ -168,6 +173,7 @@ impl FakeKube {
             uids: 1,
             tokens: Vec::new(),
             pods: Vec::new(),
+            objects: Vec::new(),
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
@@ -177,6 +183,16 @@ impl FakeKube {
             )
             .route("/api/v1/pods", get(list_pods))
             .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
+            .route("/api/v1/namespaces/{ns}/pods", get(list_namespaced_pods))
+            .route("/apis/batch/v1/namespaces/{ns}/jobs/{name}", get(get_job))
+            .route(
+                "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}",
+                get(get_jobset),
+            )
+            .route(
+                "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/{name}",
+                get(get_lws),
+            )
             .route(
                 "/apis/events.k8s.io/v1/namespaces/{ns}/events",
                 post(create_event),
@@ -343,6 +359,31 @@ impl FakeKube {
         let k = key(&pod);
         world.pods.retain(|p| key(p) != k);
         world.pods.push(pod);
+    }
+
+    /// Creates (or replaces) a Job (`batch`, `jobs`), JobSet (`jobset.x-k8s.io`, `jobsets`) or
+    /// LeaderWorkerSet (`leaderworkerset.x-k8s.io`, `leaderworkersets`), stored with a uid (where
+    /// it has none) and a resourceVersion, as the server would after create or a controller's
+    /// status write.
+    pub fn put_object(&self, group: &str, resource: &str, mut object: Value) {
+        let mut world = lock(&self.shared);
+        world.uids += 1;
+        let uid = world.uids;
+        object["metadata"]["resourceVersion"] = json!(world.next_revision());
+        if object["metadata"]["uid"].is_null() {
+            object["metadata"]["uid"] = json!(format!("5c2e0000-0000-4000-8000-{uid:012x}"));
+        }
+        let key = |o: &Value| {
+            (
+                o["metadata"]["namespace"].clone(),
+                o["metadata"]["name"].clone(),
+            )
+        };
+        let k = key(&object);
+        world
+            .objects
+            .retain(|(g, r, o)| (g.as_str(), r.as_str()) != (group, resource) || key(o) != k);
+        world.objects.push((group.into(), resource.into(), object));
     }
 
     /// Deletes a pod (gone at once, as after its grace period).
@@ -1471,6 +1512,113 @@ async fn list_pods(
             "items": items
         }),
     ))
+}
+
+/// `GET /api/v1/namespaces/{ns}/pods` with a `labelSelector` of equality terms
+/// (`key=value`, `key==value`, `key!=value`, comma-separated: what the agent sends for a Job's
+/// pods); anything else is refused with 400, as by [`list_pods`].
+async fn list_namespaced_pods(
+    State(shared): State<Shared>,
+    Path(ns): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if !world.allows("", "pods", "list") {
+        return respond(forbidden("list", "pods", "", None, Some(&ns)));
+    }
+    let mut terms: Vec<fake_pods::Term> = Vec::new();
+    for (key, value) in fake_pods::query_params(uri.query()) {
+        if key != "labelSelector" {
+            return respond(bad_request(format!(
+                "fake API server: the query parameter {key} is not implemented"
+            )));
+        }
+        for raw in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let (k, eq, v) = match (raw.split_once("!="), raw.split_once("==")) {
+                (Some((k, v)), _) => (k, false, v),
+                (None, Some((k, v))) => (k, true, v),
+                _ => match raw.split_once('=') {
+                    Some((k, v)) => (k, true, v),
+                    None => {
+                        return respond(bad_request(format!(
+                            "fake API server: the label selector term {raw:?} is not implemented"
+                        )))
+                    }
+                },
+            };
+            terms.push((k.trim().to_string(), eq, v.trim().to_string()));
+        }
+    }
+    let items: Vec<Value> = world
+        .pods
+        .iter()
+        .filter(|p| p["metadata"]["namespace"] == ns.as_str())
+        .filter(|p| {
+            terms.iter().all(|(k, eq, v)| {
+                (p["metadata"]["labels"][k.as_str()].as_str() == Some(v.as_str())) == *eq
+            })
+        })
+        .map(fake_pods::list_item)
+        .collect();
+    respond((
+        StatusCode::OK,
+        json!({
+            "kind": "PodList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": world.revision.to_string()},
+            "items": items
+        }),
+    ))
+}
+
+type ObjectPath = Path<(String, String)>;
+
+async fn get_job(st: State<Shared>, p: ObjectPath, m: Method, u: Uri, h: HeaderMap) -> Response {
+    get_object(st, p, &m, &u, &h, ("batch", "jobs"))
+}
+
+async fn get_jobset(st: State<Shared>, p: ObjectPath, m: Method, u: Uri, h: HeaderMap) -> Response {
+    get_object(st, p, &m, &u, &h, ("jobset.x-k8s.io", "jobsets"))
+}
+
+async fn get_lws(st: State<Shared>, p: ObjectPath, m: Method, u: Uri, h: HeaderMap) -> Response {
+    let what = ("leaderworkerset.x-k8s.io", "leaderworkersets");
+    get_object(st, p, &m, &u, &h, what)
+}
+
+/// `GET /apis/<group>/<version>/namespaces/{ns}/<resource>/{name}`: a Job, JobSet or
+/// LeaderWorkerSet; 404 NotFound for one not stored, 403 as RBAC says.
+fn get_object(
+    State(shared): State<Shared>,
+    Path((ns, name)): ObjectPath,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    (group, resource): (&str, &str),
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(method, uri, headers);
+    if !world.allows(group, resource, "get") {
+        return respond(forbidden("get", resource, group, Some(&name), Some(&ns)));
+    }
+    let found = world.objects.iter().find(|(g, r, o)| {
+        g == group
+            && r == resource
+            && o["metadata"]["namespace"] == ns.as_str()
+            && o["metadata"]["name"] == name.as_str()
+    });
+    match found {
+        Some((_, _, o)) => respond((StatusCode::OK, o.clone())),
+        None => respond(status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{resource}.{group} \"{name}\" not found"),
+            Some(json!({"name": name, "group": group, "kind": resource})),
+        )),
+    }
 }
 
 /// `GET /api/v1/namespaces/{ns}/pods/{name}`.

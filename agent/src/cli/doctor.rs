@@ -386,13 +386,23 @@ type Rule = (
 /// (check, API group, resource, namespace, verbs): the writes the agent makes; `get` on the
 /// Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
 /// for a new one, `patch` to count a repeat.
-const RBAC_RULES: [Rule; 5] = [
+const RBAC_RULES: [Rule; 8] = [
     ("rbac:nodes", "", "nodes", None, &["patch"]),
     // The conditions VigilMaintenance / VigilGPUUnhealthy / VigilTPUUnhealthy.
     ("rbac:status", "", "nodes/status", None, &["patch"]),
-    // A CRI restart reads the pod's restartPolicy; the idle check and the budget check list
+    // A CRI restart reads the pod and a Job's pods; the idle check and the budget check list
     // this node's pods.
     ("rbac:pods", "", "pods", None, &["get", "list"]),
+    // A CRI restart reads the pod's controllers (docs/controllers.md).
+    ("rbac:jobs", "batch", "jobs", None, &["get"]),
+    ("rbac:jobsets", "jobset.x-k8s.io", "jobsets", None, &["get"]),
+    (
+        "rbac:leaderworkersets",
+        "leaderworkerset.x-k8s.io",
+        "leaderworkersets",
+        None,
+        &["get"],
+    ),
     // The worker API's TokenReviews (worker_api.auth = "kubernetes").
     (
         "rbac:tokenreviews",

@@ -71,6 +71,14 @@ pub(crate) struct Member {
     /// Its restarts belong to someone else (`restarts = alert-only`).
     #[serde(rename = "ao", default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) alert_only: bool,
+    /// Its JobSet's `restart-attempt` (the gang's incarnation), when its pod says: the members
+    /// of an older attempt are its controller's to remove, and no longer the gang's.
+    #[serde(rename = "att", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) attempt: Option<u32>,
+    /// One member's restart restarts every member (its pod's controllers: a JobSet, a
+    /// LeaderWorkerSet group): the gang's decision names one member, not all.
+    #[serde(rename = "oa", default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) one_for_all: bool,
     /// Its agent runs in observe mode (`dry_run`).
     #[serde(rename = "dr", default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) dry_run: bool,
@@ -105,11 +113,16 @@ pub(crate) fn tag(gang: &str, size: Option<u32>) -> String {
 /// (`"<start_ms>:<incident_id>"`), under the gang's key.
 pub(crate) type GangIncident = Incident;
 
-/// The gang's restart decision for an incident (`"<decided_ms>:<incident_id>"`).
+/// The gang's restart decision for an incident (`"<decided_ms>:<incident_id>"`, and
+/// `"|<member id>"` when one member's restart restarts them all).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Decision {
     pub(crate) decided: Millis,
     pub(crate) incident: String,
+    /// The one member whose restart makes the job's controller restart every member (a
+    /// JobSet, a LeaderWorkerSet group: `crate::vocab::workload::Remediation::OneForAll`);
+    /// `None`: every member is restarted.
+    pub(crate) only: Option<String>,
 }
 
 /// The gang's shared state.
@@ -125,13 +138,22 @@ pub(crate) struct GangState {
 
 impl Decision {
     pub(crate) fn decode(s: &str) -> Option<Decision> {
-        Stamp::parse(s).map(|s| Decision {
+        let s = Stamp::parse(s)?;
+        let (incident, only) = match s.rest.split_once('|') {
+            Some((inc, m)) => (inc.to_string(), Some(m.to_string())),
+            None => (s.rest, None),
+        };
+        Some(Decision {
             decided: s.at,
-            incident: s.rest,
+            incident,
+            only,
         })
     }
     pub(crate) fn encode(&self) -> String {
-        Stamp::new(self.decided, &self.incident).to_string()
+        match &self.only {
+            Some(m) => Stamp::new(self.decided, format!("{}|{m}", self.incident)).to_string(),
+            None => Stamp::new(self.decided, &self.incident).to_string(),
+        }
     }
 }
 

@@ -108,9 +108,19 @@ pub(crate) fn progressing(m: &Member, now: Millis) -> bool {
 
 /// The entries that still stand for members (written within `gone_after`), in id order.
 pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member> {
+    let recent = |m: &&Member| now - m.at <= t.gone_after;
+    // NB: once a member of a JobSet's next attempt is seen, the last attempt's members are the
+    // controller's to remove (it deletes their pods): neither blockers nor stopped ranks of the
+    // gang its restart made.
+    let latest = members
+        .iter()
+        .filter(recent)
+        .filter_map(|m| m.attempt)
+        .max();
     let mut v: Vec<Member> = members
         .iter()
-        .filter(|m| now - m.at <= t.gone_after)
+        .filter(recent)
+        .filter(|m| m.attempt.is_none_or(|a| Some(a) >= latest))
         .cloned()
         .collect();
     v.sort_by_key(|m| m.id());
@@ -143,6 +153,15 @@ pub(crate) fn first_stopped(members: &[Member], now: Millis) -> Option<&Member> 
         .iter()
         .filter(|m| !progressing(m, now))
         .min_by_key(|m| (m.heartbeat.unwrap_or(Millis::MIN), m.id()))
+}
+
+/// When one member's restart restarts every member (its pod's controllers: a JobSet that
+/// restarts on a failed Job, a LeaderWorkerSet group), the member the decision names: the one
+/// that stopped first among those whose agents say so. `None`: every member is restarted.
+pub(crate) fn one_for_all(members: &[Member], now: Millis) -> Option<&Member> {
+    let those: Vec<Member> = members.iter().filter(|m| m.one_for_all).cloned().collect();
+    let first = first_stopped(&those, now)?.id();
+    members.iter().find(|m| m.id() == first)
 }
 
 /// Why the gang cannot be restarted as a whole now: each member whose node cannot take part,
@@ -384,7 +403,10 @@ pub(crate) fn executable(d: &Decision, own: &Member, now: Millis, t: &Timing) ->
     // NB: the decision stands for `policy.cooldown` (then the incident is over): a member whose
     // new incarnation never beat is booting until its cooldown ends, and must not then read as
     // still owed the same decision's restart (review: a second restart, alone).
+    // NB: a decision of one member for all (its controller restarts the rest) is that
+    // member's alone: the others' pods are its controller's to recreate.
     now - d.decided < t.cooldown
+        && d.only.as_ref().is_none_or(|m| *m == own.id())
         && own.verdict != Verdict::Booting
         && !progressing(own, now)
         && own.heartbeat.is_none_or(|hb| hb < d.decided)

@@ -33,6 +33,8 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
         container: format!("{n}-rank"),
         signals: vec![],
         alert_only: false,
+        attempt: None,
+        one_for_all: false,
         dry_run: false,
         preemption_budget: None,
         maintenance_budget: None,
@@ -186,6 +188,7 @@ fn the_decision_waits_for_restart_delay_then_every_member_executes_once() {
     decided.decision = Some(Decision {
         decided: now - S,
         incident: "g1".into(),
+        only: None,
     });
     assert_eq!(
         plan(&v, &decided, &gang, &gang[1], now, &rules()),
@@ -212,6 +215,7 @@ fn the_decision_waits_for_restart_delay_then_every_member_executes_once() {
     let stale = Decision {
         decided: now - t.cooldown,
         incident: "g1".into(),
+        only: None,
     };
     assert!(!executable(&stale, &gang[1], now, &t));
     assert!(executable(
@@ -286,6 +290,7 @@ fn a_gang_that_hangs_again_after_its_restart_escalates_once_per_restart() {
     still.decision = Some(Decision {
         decided: d,
         incident: "g1".into(),
+        only: None,
     });
     assert!(plan(&v, &still, &gang, &gang[0], now, &rules())
         .contains(&GangStep::PageEscalation { restarted: d }));
@@ -325,6 +330,7 @@ fn an_incident_ends_when_the_restart_took_or_the_collective_moves() {
     st.decision = Some(Decision {
         decided: d,
         incident: "g1".into(),
+        only: None,
     });
     let beat = [m("a", "healthy", d + 1, now), m("b", "healthy", d + 2, now)];
     let one_left = [m("a", "healthy", d + 1, now), m("b", "booting", d - 1, now)];
@@ -419,4 +425,73 @@ fn a_member_whose_agent_just_started_defers_the_decision_without_a_page() {
     )
     .expect("an older agent's entry");
     assert!(!old.starting);
+}
+
+/// A JobSet's gang: one member's failure restarts every member, so the decision names one —
+/// the rank that stopped first among those whose agents say so — and only that member's agent
+/// carries it out; the decision reads back from its stored form as it was written.
+#[test]
+fn a_decision_of_one_member_for_all_is_that_members_alone() {
+    let now = 1_000 * S;
+    let t = timing();
+    let mut gang = [
+        m("a", "hung", now - 200 * S, now),
+        m("b", "hung", now - 203 * S, now),
+        m("c", "hung", now - 201 * S, now),
+    ];
+    assert_eq!(one_for_all(&gang, now), None, "in place: every member");
+    for g in gang.iter_mut() {
+        g.one_for_all = true;
+    }
+    let only = one_for_all(&gang, now).map(Member::id);
+    assert_eq!(only.as_deref(), Some("b/rank"), "the first to stop");
+    let d = Decision {
+        decided: now - S,
+        incident: "g1".into(),
+        only,
+    };
+    assert_eq!(Decision::decode(&d.encode()), Some(d.clone()));
+    assert_eq!(
+        Decision::decode("5:g1"),
+        Some(Decision {
+            decided: 5,
+            incident: "g1".into(),
+            only: None
+        }),
+        "an older agent's decision: every member"
+    );
+    let carried: Vec<String> = gang
+        .iter()
+        .filter(|g| executable(&d, g, now, &t))
+        .map(Member::id)
+        .collect();
+    assert_eq!(carried, ["b/rank"]);
+}
+
+/// Once a member of a JobSet's next attempt writes its entry, the last attempt's members are
+/// no longer the gang's (their pods are the controller's to delete); members that say no
+/// attempt (a gang named by a label) are always counted.
+#[test]
+fn the_members_of_an_older_attempt_leave_the_gang_when_the_next_one_is_seen() {
+    let now = 1_000 * S;
+    let t = timing();
+    let at = |n: &str, attempt: Option<u32>| Member {
+        attempt,
+        ..m(n, "hung", now - 200 * S, now)
+    };
+    let old = [at("a", Some(1)), at("b", Some(1)), at("c", None)];
+    assert_eq!(present(&old, now, &t).len(), 3);
+    let mixed = [at("a", Some(2)), at("b", Some(1)), at("c", None)];
+    let ids: Vec<String> = present(&mixed, now, &t).iter().map(Member::id).collect();
+    assert_eq!(ids, ["a/rank", "c/rank"]);
+    // An entry gone silent does not hold the attempt up.
+    let gone = Member {
+        at: now - t.gone_after - 1,
+        ..at("d", Some(3))
+    };
+    let ids: Vec<String> = present(&[mixed[0].clone(), gone], now, &t)
+        .iter()
+        .map(Member::id)
+        .collect();
+    assert_eq!(ids, ["a/rank"]);
 }

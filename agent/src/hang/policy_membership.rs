@@ -130,6 +130,7 @@ mod tests {
             id: id.into(),
             size: None,
             source: "jobset",
+            attempt: None,
         }
     }
 
@@ -175,6 +176,7 @@ mod tests {
             id: "ml/lws/serve/0".into(),
             size: Some(4),
             source: "lws",
+            attempt: None,
         };
         let m = membership(Some(&gang("lws/serve/0", Some(4))), Some(&lws), Some("ml"));
         assert_eq!(m.gang, Some(gang("ml/lws/serve/0", Some(4))));
@@ -194,6 +196,7 @@ mod tests {
             id: "run-8".into(),
             size: None,
             source: "label",
+            attempt: None,
         };
         let m = membership(Some(&gang("run-7", None)), Some(&label), None);
         assert_eq!(m.gang.unwrap().id, "run-8");

@@ -46,9 +46,9 @@ pub struct KubeNodeReader {
 
 impl KubeNodeReader {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
-    pub async fn connect(api_url: &str) -> Result<Self, super::pods::ConnectError> {
+    pub async fn connect(api_url: &str) -> Result<Self, super::client::ConnectError> {
         Ok(KubeNodeReader {
-            client: super::pods::kube_client(api_url).await?,
+            client: super::client::kube_client(api_url).await?,
         })
     }
 }

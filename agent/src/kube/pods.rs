@@ -13,6 +13,8 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::{Api, ListParams};
 
+use crate::kube::client::{kube_client, CALL_TIMEOUT};
+pub use crate::kube::client::{ConnectError, PodError};
 use crate::kube::podresources::is_accelerator;
 
 /// The API server's default `terminationGracePeriodSeconds`, which it sets on create.
@@ -92,25 +94,8 @@ impl NodePod {
     }
 }
 
-/// A pod's `spec.restartPolicy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RestartPolicy {
-    Always,
-    OnFailure,
-    Never,
-}
-
-impl RestartPolicy {
-    /// The API's spelling; an empty or missing policy is the API default, `Always`.
-    pub(crate) fn parse(s: Option<&str>) -> Option<RestartPolicy> {
-        match s.unwrap_or("Always") {
-            "Always" | "" => Some(RestartPolicy::Always),
-            "OnFailure" => Some(RestartPolicy::OnFailure),
-            "Never" => Some(RestartPolicy::Never),
-            _ => None,
-        }
-    }
-}
+pub use crate::vocab::workload::RestartPolicy;
+use crate::vocab::workload::Workload;
 
 #[async_trait]
 pub trait PodApi: Send + Sync {
@@ -123,49 +108,20 @@ pub trait PodApi: Send + Sync {
 
     /// Every pod bound to `node`, in every namespace.
     async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, PodError>;
-}
 
-/// Why no client for the Kubernetes API could be made, the cause kept.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("no Kubernetes configuration (in-cluster or kubeconfig): {0}")]
-    Config(#[source] kube::config::InferConfigError),
-    #[error("kubernetes.api_url {url:?} is not a URL: {source}")]
-    BadUrl {
-        url: String,
-        #[source]
-        source: crate::BoxError,
-    },
-    #[error("cannot build the Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
+    /// The pod with its owners (`crate::kube::workloads`), for the choice of how a hung worker
+    /// of `container` is restarted; `Ok(None)` when the pod does not exist. A stand-in that
+    /// knows the restart policy only answers the bare pod.
+    async fn workload(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<Option<Workload>, PodError> {
+        let policy = self.restart_policy(namespace, pod).await?;
+        Ok(policy.map(|p| Workload::bare(&format!("{namespace}/{pod}"), container, p)))
+    }
 }
-
-/// Why the pods could not be read, worded for the operator, the cause kept.
-#[derive(Debug, thiserror::Error)]
-pub enum PodError {
-    #[error(transparent)]
-    Connect(#[from] ConnectError),
-    #[error("the Kubernetes API did not answer within {}s", .0.as_secs())]
-    Timeout(std::time::Duration),
-    /// A refusal: the missing RBAC rule.
-    #[error("forbidden: the agent's ServiceAccount needs `{verb}` on `pods` (deploy/base/rbac.yaml): {message}")]
-    Forbidden { verb: &'static str, message: String },
-    #[error("cannot {verb} pods: {source}")]
-    Api {
-        verb: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("unknown restartPolicy {0:?}")]
-    UnknownPolicy(Option<String>),
-    /// What a stand-in for the API (a test's, a demo's) does not serve.
-    #[error("{0}")]
-    Unsupported(&'static str),
-}
-
-/// How long a pods call may take: the callers (a read before a restart, a token review before
-/// a worker's write) must not hang on a silent API server.
-const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// [`PodApi`] through `kube`.
 pub struct KubePods {
@@ -179,24 +135,6 @@ impl KubePods {
             client: kube_client(api_url).await?,
         })
     }
-}
-
-/// A client for `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the
-/// kubeconfig, with short deadlines: the callers (a read before a restart, a token review before
-/// a worker's write) must not hang on a silent API server for kube's default 295 s.
-pub(crate) async fn kube_client(api_url: &str) -> Result<kube::Client, ConnectError> {
-    let mut config = if api_url.is_empty() {
-        kube::Config::infer().await.map_err(ConnectError::Config)?
-    } else {
-        let url = api_url.parse().map_err(|e| ConnectError::BadUrl {
-            url: api_url.to_string(),
-            source: Box::new(e),
-        })?;
-        kube::Config::new(url)
-    };
-    config.connect_timeout = Some(std::time::Duration::from_secs(5));
-    config.read_timeout = Some(CALL_TIMEOUT);
-    kube::Client::try_from(config).map_err(ConnectError::Client)
 }
 
 #[async_trait]
@@ -219,8 +157,17 @@ impl PodApi for KubePods {
                     None => Err(PodError::UnknownPolicy(policy)),
                 }
             }
-            Err(e) => Err(api_error(e, "get")),
+            Err(e) => Err(PodError::of(e, "get", "pods")),
         }
+    }
+
+    async fn workload(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<Option<Workload>, PodError> {
+        crate::kube::workloads::read(&self.client, namespace, pod, container).await
     }
 
     async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, PodError> {
@@ -231,19 +178,8 @@ impl PodApi for KubePods {
             .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
         match got {
             Ok(list) => Ok(list.items.iter().map(NodePod::from_pod).collect()),
-            Err(e) => Err(api_error(e, "list")),
+            Err(e) => Err(PodError::of(e, "list", "pods")),
         }
-    }
-}
-
-/// An API error, worded for the operator; a refusal names the missing rule.
-fn api_error(e: kube::Error, verb: &'static str) -> PodError {
-    match e {
-        kube::Error::Api(e) if e.code == 403 => PodError::Forbidden {
-            verb,
-            message: e.message,
-        },
-        source => PodError::Api { verb, source },
     }
 }
 

@@ -40,6 +40,10 @@ pub(crate) struct PodGang {
     pub(crate) size: Option<u32>,
     /// Which labels said so (`jobset`, `job`, `lws`, `label`), for the docs and the trail.
     pub(crate) source: &'static str,
+    /// A JobSet's `restart-attempt`: the gang's incarnation. The gang is the JobSet, across its
+    /// restarts (its breaker, its run of fruitless restarts, its time lost); the attempt tells
+    /// the members of its last restart from those of the one before.
+    pub(crate) attempt: Option<u32>,
 }
 
 /// The companion label of the opt-in label that names a worker's gang (`vigil.worker.gang`),
@@ -61,8 +65,8 @@ pub(crate) mod keys {
 
 /// The gang a pod's labels (and annotations) name, namespaced (`namespace` `None`: a container
 /// outside Kubernetes, whose explicit label is its gang id as it is): the explicit
-/// `<opt-in label>.gang` first, then a JobSet (`<ns>/jobset/<name>/<restart-attempt>`: a global
-/// restart makes a new gang), a LeaderWorkerSet group (`<ns>/lws/<name>/<group-index>`, its size
+/// `<opt-in label>.gang` first, then a JobSet (`<ns>/jobset/<name>`, the same gang across its
+/// restarts, its `restart-attempt` the gang's incarnation), a LeaderWorkerSet group (`<ns>/lws/<name>/<group-index>`, its size
 /// from the `size` annotation), an Indexed Job (`<ns>/job/<name>/<controller-uid prefix>`). A
 /// plain non-indexed Job is no gang (its pods are not ranks of one collective). The id is checked
 /// against the gang-id rule by the caller.
@@ -77,7 +81,14 @@ pub(crate) fn gang_of_pod(
         v.and_then(|n| n.trim().parse::<u32>().ok())
             .filter(|n| *n > 0)
     };
-    let gang = |id: String, size: Option<u32>, source| Some(PodGang { id, size, source });
+    let gang = |id: String, size: Option<u32>, source| {
+        Some(PodGang {
+            id,
+            size,
+            source,
+            attempt: None,
+        })
+    };
     if let Some(g) = get(&format!("{worker_label}{GANG_SUFFIX}")) {
         let size = size_of(labels.get(&format!("{worker_label}{GANG_SIZE_SUFFIX}")));
         // NB: the same scoping as a record's gang (`hang::policy_membership`), so a label and a
@@ -94,8 +105,9 @@ pub(crate) fn gang_of_pod(
         ns => ns,
     };
     if let Some(name) = get(keys::JOBSET_NAME) {
-        let attempt = get(keys::JOBSET_RESTART).unwrap_or("0");
-        return gang(format!("{ns}/jobset/{name}/{attempt}"), None, "jobset");
+        let attempt = get(keys::JOBSET_RESTART).and_then(|a| a.parse().ok());
+        return gang(format!("{ns}/jobset/{name}"), None, "jobset")
+            .map(|g| PodGang { attempt, ..g });
     }
     if let Some(name) = get(keys::LWS_NAME) {
         let group = get(keys::LWS_GROUP).unwrap_or("0");
@@ -288,8 +300,9 @@ mod gang_tests {
         ]);
         let g = gang_of_pod(Some("ml"), &jobset, &none, l).unwrap();
         assert_eq!(
-            (g.id.as_str(), g.size, g.source),
-            ("ml/jobset/llama/2", None, "jobset")
+            (g.id.as_str(), g.size, g.source, g.attempt),
+            ("ml/jobset/llama", None, "jobset", Some(2)),
+            "the JobSet across its restarts, the attempt its incarnation"
         );
         let lws = map(&[(keys::LWS_NAME, "serve"), (keys::LWS_GROUP, "3")]);
         let g = gang_of_pod(Some("ml"), &lws, &map(&[(keys::LWS_SIZE, "4")]), l).unwrap();

@@ -36,7 +36,8 @@ use super::cri_sandbox::{addresses_the_pod, Sandbox};
 pub use super::cri_sandbox::{POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use super::{Container, ContainerRuntime, RuntimeError};
 use crate::kube::podresources::{DeviceSource, PodGpus};
-use crate::kube::pods::{PodApi, RestartPolicy};
+use crate::kube::pods::PodApi;
+use crate::vocab::workload::{remediation, Remediation};
 
 /// Largest tail of a log file read for an alert: the last `log_lines` are in it.
 const LOG_TAIL_BYTES: u64 = 1 << 20;
@@ -427,52 +428,52 @@ impl ContainerRuntime for CriRuntime {
         Ok(super::cri_log::tail(&text, lines))
     }
 
-    async fn restartable(&self, c: &Container) -> Result<(), String> {
-        if self.s.allow_pod_replacement {
-            return Ok(());
-        }
-        let Some(p) = &c.pod else { return Ok(()) };
-        let Some(api) = &self.pods else {
-            return Err(format!(
-                "the restartPolicy of pod {}/{} is unknown (the Kubernetes API is off): a stop could end the pod instead of restarting it; enable kubernetes.enabled, or set runtime.allow_pod_replacement = true",
-                p.namespace, p.pod
-            ));
+    async fn remediation(&self, c: &Container) -> Remediation {
+        let Some(p) = &c.pod else {
+            return Remediation::InPlace {
+                kill: false,
+                how: String::new(),
+            };
         };
-        match api.restart_policy(&p.namespace, &p.pod).await {
-            Ok(Some(RestartPolicy::Always | RestartPolicy::OnFailure)) => Ok(()),
-            Ok(Some(RestartPolicy::Never)) => Err(format!(
-                "pod {}/{} has restartPolicy Never: stopping its container would end the pod, not restart it; its controller decides (set runtime.allow_pod_replacement = true to allow it)",
-                p.namespace, p.pod
+        let pod = format!("{}/{}", p.namespace, p.pod);
+        let read = match &self.pods {
+            Some(api) => api.workload(&p.namespace, &p.pod, &p.container).await,
+            None => Err(crate::kube::pods::PodError::Unsupported(
+                "the Kubernetes API is off",
             )),
-            Ok(None) => Err(format!("pod {}/{} is gone from the API", p.namespace, p.pod)),
-            Err(e) => Err(format!(
-                "cannot read the restartPolicy of pod {}/{}: {e}",
-                p.namespace, p.pod
-            )),
+        };
+        // NB: the operator's override covers what it always covered — a pod that a stop ends
+        // with nothing to bring it back, or whose controllers cannot be read — never a stop the
+        // table found would fail a Job (no Job: nothing counts it).
+        let (answer, overridable) = match read {
+            Ok(Some(w)) => (remediation(&w), w.job.is_none()),
+            Ok(None) => return Remediation::Refuse(format!("pod {pod} is gone from the API")),
+            Err(e) => (Remediation::Refuse(format!(
+                "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
+            )), true),
+        };
+        match answer {
+            Remediation::Refuse(why) if self.s.allow_pod_replacement && overridable => {
+                Remediation::Replace {
+                    how: format!(
+                        "runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's ({why})"
+                    ),
+                }
+            }
+            other => other,
         }
+    }
+
+    /// Fail it for its controller: `StopContainer` with no grace (SIGKILL, exit 137), no next
+    /// attempt awaited.
+    async fn fail(&self, target: &Container) -> Result<(), RuntimeError> {
+        self.stop(target, Duration::ZERO).await
     }
 
     /// `StopContainer` with the stop grace, then wait for kubelet's next attempt (the caller
     /// bounds the whole call by `restart_timeout`).
     async fn restart(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
-        let req = StopContainerRequest {
-            container_id: target.id.clone(),
-            timeout: stop_grace.as_secs().min(i64::MAX as u64) as i64,
-        };
-        // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
-        // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
-        // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
-        let d = stop_grace + self.s.call_timeout.max(STOP_MARGIN);
-        if let Err(e) = within(d, self.client().stop_container(request(req, d))).await {
-            // NB: a worker that exits at once on SIGTERM can take its shim with it while
-            // containerd is still in the kill (`ttrpc: closed`): the call fails, yet the container
-            // stopped. What counts is the container's state, read again; kubelet's next attempt
-            // follows as after any stop.
-            if !self.exited(&target.id).await {
-                return Err(self.classify_within("restart", &target.id, e, d));
-            }
-            tracing::debug!(container = %target.id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
-        }
+        self.stop(target, stop_grace).await?;
         loop {
             match self.successor(target).await? {
                 Some(next) if next.id != target.id && next.running => return Ok(()),
@@ -551,6 +552,29 @@ impl ContainerRuntime for CriRuntime {
 }
 
 impl CriRuntime {
+    /// `StopContainer` with `stop_grace` (0: SIGKILL at once).
+    async fn stop(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
+        let req = StopContainerRequest {
+            container_id: target.id.clone(),
+            timeout: stop_grace.as_secs().min(i64::MAX as u64) as i64,
+        };
+        // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
+        // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
+        // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
+        let d = stop_grace + self.s.call_timeout.max(STOP_MARGIN);
+        if let Err(e) = within(d, self.client().stop_container(request(req, d))).await {
+            // NB: a worker that exits at once on SIGTERM can take its shim with it while
+            // containerd is still in the kill (`ttrpc: closed`): the call fails, yet the container
+            // stopped. What counts is the container's state, read again; kubelet's next attempt
+            // follows as after any stop.
+            if !self.exited(&target.id).await {
+                return Err(self.classify_within("restart", &target.id, e, d));
+            }
+            tracing::debug!(container = %target.id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
+        }
+        Ok(())
+    }
+
     fn refused(&self, op: &'static str, id: &str, detail: &str) -> RuntimeError {
         RuntimeError::Refused {
             runtime: self.describe(),

@@ -28,6 +28,7 @@ use crate::config::{Config, RuntimeKind};
 use crate::http::server::Probe;
 use crate::kube::podresources::{DeviceSource, PodResourcesClient};
 use crate::kube::pods::PodApi;
+use crate::vocab::workload::Remediation;
 use cri::{CriRuntime, CriSettings};
 use docker::DockerRuntime;
 
@@ -330,14 +331,23 @@ pub trait ContainerRuntime: Send + Sync {
     async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError>;
     /// The last `lines` lines of its output (stdout and stderr interleaved).
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError>;
-    /// Why this container must not be restarted by Vigil at all (e.g. a pod that a restart
-    /// would end rather than restart); `Ok` when it may be.
-    async fn restartable(&self, _c: &Container) -> Result<(), String> {
-        Ok(())
+    /// How a hung worker of this container is restarted (`crate::vocab::workload`): in place
+    /// (Docker, Podman); on a CRI runtime, the way its pod's controllers restart it, read from
+    /// the Kubernetes API — or refused, with why.
+    async fn remediation(&self, _c: &Container) -> Remediation {
+        Remediation::InPlace {
+            kill: false,
+            how: String::new(),
+        }
     }
     /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start (Docker); stop it and wait for
-    /// kubelet's next attempt (CRI).
+    /// kubelet's next attempt (CRI). A zero grace is a SIGKILL at once.
     async fn restart(&self, c: &Container, stop_grace: Duration) -> Result<(), RuntimeError>;
+    /// Fail it for its controller: SIGKILL at once (exit 137), nothing awaited after (the
+    /// controller makes the next pod, a [`Remediation::ends_pod`]).
+    async fn fail(&self, c: &Container) -> Result<(), RuntimeError> {
+        self.kill(&c.id, "SIGKILL").await
+    }
     /// The incarnation that runs in `c`'s place now: the same container (Docker restarts in
     /// place, with a new start time) or the next attempt in its pod (CRI). The restart is
     /// verified by it.

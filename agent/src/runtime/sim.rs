@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::runtime::{Container, ContainerRuntime, RuntimeError};
+use crate::vocab::workload::Remediation;
 
 type Hook = Box<dyn Fn() + Send + Sync>;
 type SignalHook = Box<dyn Fn(&str) + Send + Sync>;
@@ -28,6 +29,10 @@ struct State {
     exit_after_restarts: usize,
     /// Containers without the opt-in label: inspectable, never listed.
     unlabelled: std::collections::HashSet<String>,
+    /// How each container's restart goes, where a test says (else in place).
+    remediations: HashMap<String, Remediation>,
+    /// Containers failed for their controller (`fail`), in order.
+    failed: Vec<String>,
 }
 
 /// A container runtime in memory. A restart changes the container's start time, as Docker does.
@@ -39,6 +44,17 @@ pub struct FakeRuntime {
 }
 
 impl FakeRuntime {
+    /// How `id`'s restart goes from now on (`ContainerRuntime::remediation`).
+    pub fn set_remediation(&self, id: &str, r: Remediation) {
+        let mut s = self.state.lock().unwrap();
+        s.remediations.insert(id.to_string(), r);
+    }
+
+    /// The containers failed for their controller so far, in order.
+    pub fn failed(&self) -> Vec<String> {
+        self.state.lock().unwrap().failed.clone()
+    }
+
     pub fn add(&self, id: &str, worker: &str) {
         let mut s = self.state.lock().unwrap();
         s.generation += 1;
@@ -261,6 +277,26 @@ impl ContainerRuntime for FakeRuntime {
                 timeout: Duration::from_secs(90),
             });
         }
+        Ok(())
+    }
+    async fn remediation(&self, c: &Container) -> Remediation {
+        let s = self.state.lock().unwrap();
+        s.remediations
+            .get(&c.id)
+            .cloned()
+            .unwrap_or(Remediation::InPlace {
+                kill: false,
+                how: String::new(),
+            })
+    }
+    /// A SIGKILL: the container stops, and nothing starts it again (its controller would).
+    async fn fail(&self, c: &Container) -> Result<(), RuntimeError> {
+        self.check_up()?;
+        let mut s = self.state.lock().unwrap();
+        if let Some(x) = s.containers.get_mut(&c.id) {
+            x.running = false;
+        }
+        s.failed.push(c.id.clone());
         Ok(())
     }
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {

@@ -3,7 +3,8 @@
 //! labels, taints and allocatable resources, and what Vigil makes of them (`node_info`); the
 //! node's maintenance state from the GCE metadata values (`maintenance`), and what forbids
 //! restarts right now — maintenance, a drain, the node going away (`stand_down`): the Node
-//! controller writes these facts, the restart path and the checkpoints read them.
+//! controller writes these facts, the restart path and the checkpoints read them; and a worker's
+//! pod as its job controllers define it, with how Vigil restarts it their way (`workload`).
 //!
 //! Pure data and pure functions: no I/O, no clock. A feature names these instead of another
 //! feature's policy, and `crate::kube` names these instead of any feature.
@@ -12,3 +13,4 @@ pub mod maintenance;
 pub mod node;
 pub mod node_info;
 pub mod stand_down;
+pub mod workload;

@@ -331,6 +331,7 @@ async fn the_answer_names_the_gang_the_agent_uses_and_why() {
         id: "ml/jobset/train/0".into(),
         size: None,
         source: "jobset",
+        attempt: None,
     });
     let imp = Container {
         pod: Some(PodRef {

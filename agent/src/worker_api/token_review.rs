@@ -137,9 +137,9 @@ impl KubeTokenReview {
     pub async fn connect(
         api_url: &str,
         audience: &str,
-    ) -> Result<Self, crate::kube::pods::ConnectError> {
+    ) -> Result<Self, crate::kube::client::ConnectError> {
         Ok(KubeTokenReview {
-            client: crate::kube::pods::kube_client(api_url).await?,
+            client: crate::kube::client::kube_client(api_url).await?,
             audience: audience.to_string(),
         })
     }

@@ -15,6 +15,7 @@ use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::runtime::container::Container;
 use crate::trail::Code;
+use crate::vocab::workload::Remediation;
 
 use super::{short, Act, RestartPath};
 use crate::hang::policy_pipeline::Skip;
@@ -22,15 +23,18 @@ use crate::hang::policy_pipeline::Skip;
 impl RestartPath<'_> {
     /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
     /// restarts belong to its owner, and nothing of the pipeline runs for it (no lock, no caps).
+    ///
+    /// What it answers, when it passes: how the runtime restarts the worker, the way its pod's
+    /// controllers restart it (`crate::vocab::workload`).
     pub(super) async fn decide(
         &mut self,
         act: &Act<'_>,
         now: Millis,
-    ) -> Result<Option<Skip>, CoordError> {
+    ) -> Result<Result<Remediation, Skip>, CoordError> {
         if act.case.alert_only() {
             let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
             self.skip(now, act, Skip::AlertOnly, detail, true).await?;
-            return Ok(Some(Skip::AlertOnly));
+            return Ok(Err(Skip::AlertOnly));
         }
         // NB: not a gang member's: its restart is the gang's, and one member left out would
         // break the job's rendezvous (a gang's run is judged as the gang's).
@@ -44,7 +48,7 @@ impl RestartPath<'_> {
             .is_some()
         {
             self.fruitless(act, now).await?;
-            return Ok(Some(Skip::Fruitless));
+            return Ok(Err(Skip::Fruitless));
         }
         // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
         // auto-repair or an upgrade) is a standing condition, said once per incident; the wait
@@ -55,13 +59,35 @@ impl RestartPath<'_> {
                 false => (format!("{sd}; not restarting while it is"), true),
             };
             self.skip(now, act, Skip::NodeState, detail, once).await?;
-            return Ok(Some(Skip::NodeState));
+            return Ok(Err(Skip::NodeState));
         }
-        if let Err(why) = self.ctx.runtime.restartable(act.case.c).await {
+        let how = self.ctx.runtime.remediation(act.case.c).await;
+        if let Some(why) = self.refusal(act, &how) {
             self.not_restartable(act, now, why).await?;
-            return Ok(Some(Skip::NotRestartable));
+            return Ok(Err(Skip::NotRestartable));
         }
-        Ok(None)
+        Ok(Ok(how))
+    }
+
+    /// Why this pass must not restart the worker the way its controllers would: they refuse
+    /// it, or their way is not this pass's — one member's stop restarts a whole gang, which
+    /// only the gang's decision may choose (and a gang's decision, taken for one way, is not
+    /// carried out another way: its controllers changed since).
+    fn refusal(&self, act: &Act<'_>, how: &Remediation) -> Option<String> {
+        let one_for_all = matches!(how, Remediation::OneForAll { .. });
+        match (how, act.mandate.order()) {
+            (Remediation::Refuse(why), _) => Some(why.clone()),
+            (_, Some(order)) if one_for_all != order.decision.only.is_some() => Some(format!(
+                "its controllers changed since gang {}'s decision (now: {}): the decision is not carried out another way",
+                order.gang,
+                how.how()
+            )),
+            (_, None) if one_for_all && super::own_gang(act.case).is_some() => Some(format!(
+                "restarting this member alone would restart its whole job ({})",
+                how.how()
+            )),
+            _ => None,
+        }
     }
 
     /// Restarts have not helped: page once per incident, say so in the trail once.

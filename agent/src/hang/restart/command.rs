@@ -15,13 +15,40 @@ use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
 use super::{restart_failure, short, Act, RestartPath};
+use crate::vocab::workload::Remediation;
+
+/// What the trail says of a restart besides its times: the call's error, the controllers'
+/// way, and whether the pod was failed for its controller.
+pub(super) struct Said {
+    pub(super) call_error: Option<String>,
+    pub(super) how: String,
+    pub(super) failed: bool,
+    /// The stop was a SIGKILL at once (no stop grace waited out).
+    pub(super) killed: bool,
+}
 
 impl RestartPath<'_> {
     /// The restart call, bounded by `runtime.restart_timeout`: its answer, for `verify`.
-    pub(super) async fn command(&self, act: &Act<'_>) -> Result<(), RuntimeError> {
+    /// The way the controllers want it (`how`): a SIGKILL where a restart rule or a Job must
+    /// see one, and where the controller makes the next pod, the pod failed and nothing awaited.
+    pub(super) async fn command(
+        &self,
+        act: &Act<'_>,
+        how: &Remediation,
+    ) -> Result<(), RuntimeError> {
         let d = &self.ctx.cfg.runtime;
-        let c = act.case.c;
-        tokio::time::timeout(d.restart_timeout, self.ctx.runtime.restart(c, d.stop_grace))
+        let (c, rt) = (act.case.c, &self.ctx.runtime);
+        let grace = match how.kills() {
+            true => std::time::Duration::ZERO,
+            false => d.stop_grace,
+        };
+        let call = async {
+            match how.ends_pod() {
+                true => rt.fail(c).await,
+                false => rt.restart(c, grace).await,
+            }
+        };
+        tokio::time::timeout(d.restart_timeout, call)
             .await
             .unwrap_or_else(|_| {
                 Err(RuntimeError::Timeout {
@@ -39,6 +66,7 @@ impl RestartPath<'_> {
         &mut self,
         act: &Act<'_>,
         call: Result<(), RuntimeError>,
+        how: &Remediation,
         now: Millis,
     ) -> Result<bool, CoordError> {
         // NB: verify by the container's start time even when the call failed: a restart whose
@@ -46,12 +74,25 @@ impl RestartPath<'_> {
         // the next cycle restart the booting container again.
         let c = act.case.c;
         let after = self.ctx.runtime.successor(c).await;
-        let restarted = matches!(&after, Ok(Some(a))
-            if (a.id != c.id || a.started_at != c.started_at) && a.running);
+        let restarted = match how.ends_pod() {
+            // Failed for its controller: the hung incarnation is no longer running; the next
+            // is the controller's (a new pod), verified by its beats.
+            true => {
+                matches!(&after, Ok(None))
+                    || matches!(&after, Ok(Some(a)) if !a.running || a.id != c.id || a.started_at != c.started_at)
+            }
+            false => matches!(&after, Ok(Some(a))
+                if (a.id != c.id || a.started_at != c.started_at) && a.running),
+        };
         let done = self.ctx.coord.time().await.ok();
         if restarted {
-            self.restarted(act, call.err().map(|e| e.to_string()), now, done)
-                .await?;
+            let said = Said {
+                call_error: call.err().map(|e| e.to_string()),
+                how: how.how().to_string(),
+                failed: how.ends_pod(),
+                killed: how.kills(),
+            };
+            self.restarted(act, said, now, done).await?;
             return Ok(true);
         }
         let why = restart_failure(call, after, c);
@@ -62,7 +103,7 @@ impl RestartPath<'_> {
     pub(super) async fn restarted(
         &mut self,
         act: &Act<'_>,
-        call_error: Option<String>,
+        said: Said,
         started: Millis,
         done: Option<Millis>,
     ) -> Result<(), CoordError> {
@@ -102,22 +143,20 @@ impl RestartPath<'_> {
             .await?;
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
-        let detail = self.restarted_detail(act, call_error, started, done);
+        let detail = self.restarted_detail(act, said, started, done);
         self.note(done, act.about(), Code::Restarted, detail).await
     }
 
     /// What the trail says of a verified restart: how long the hang and the restart took, and
     /// why a restart waited out the whole stop grace.
-    fn restarted_detail(
-        &self,
-        act: &Act<'_>,
-        call_error: Option<String>,
-        started: Millis,
-        done: Millis,
-    ) -> String {
+    fn restarted_detail(&self, act: &Act<'_>, said: Said, started: Millis, done: Millis) -> String {
         let c = act.case.c;
+        let verb = match said.failed {
+            true => "failed (SIGKILL, exit 137) for its controller",
+            false => "restarted",
+        };
         let mut detail = format!(
-            "restarted container {} ({}) after {}; the restart took {}; cooldown {}",
+            "{verb} container {} ({}) after {}; the restart took {}; cooldown {}",
             c.name,
             short(&c.id),
             human(started - act.since),
@@ -129,14 +168,17 @@ impl RestartPath<'_> {
         // NB: a worker that does not exit on SIGTERM (Python or a shell as PID 1, a handler
         // that waits on a stuck loop) holds every restart for the whole stop grace: say so where
         // the operator reads the restart, with the fix.
+        if !said.how.is_empty() {
+            detail.push_str(&format!(" ({})", said.how));
+        }
         let grace = self.ctx.cfg.runtime.stop_grace;
-        if done - started >= crate::clock::ms(grace) {
+        if !said.killed && done - started >= crate::clock::ms(grace) {
             detail.push_str(&format!(
                 " (the worker did not exit on SIGTERM: its stop waited out runtime.stop_grace, {}, then SIGKILL; run it under an init, `docker run --init`, or let it exit on SIGTERM)",
                 humantime::format_duration(grace)
             ));
         }
-        if let Some(e) = call_error {
+        if let Some(e) = said.call_error {
             detail.push_str(&format!(" (the restart call reported: {e})"));
         }
         detail

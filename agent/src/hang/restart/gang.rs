@@ -20,6 +20,7 @@ use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing}
 use crate::hang::policy_record;
 use crate::hang::stand_down::StandDown;
 use crate::trail::Code;
+use crate::vocab::workload::Remediation;
 
 use super::gang_decision::Deciding;
 use super::{Act, Case, GangOrder, Mandate, RestartPath};
@@ -60,6 +61,7 @@ impl RestartPath<'_> {
             signals.push("the node's TPU failed".into());
         }
         let sd = self.stand_down(case.c, now);
+        let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref()).await;
         let m = Member {
             node: self.ctx.keys.node().to_string(),
             worker: case.c.worker.clone(),
@@ -70,12 +72,19 @@ impl RestartPath<'_> {
             silence: policy_record::allowed_silence(s, &self.ctx.cfg.policy),
             started: case.c.started_ms(),
             at: now,
-            stand_down: self.cannot_take_part(case, sd.as_ref()).await,
+            stand_down,
             starting: sd.as_ref().is_some_and(StandDown::passing),
             breaker_left: self.breaker_left(now).await,
             container: case.c.display(),
             signals,
             alert_only: case.alert_only(),
+            attempt: case
+                .c
+                .gang
+                .as_ref()
+                .filter(|pg| pg.id == g.id)
+                .and_then(|pg| pg.attempt),
+            one_for_all,
             dry_run: self.ctx.cfg.dry_run,
             preemption_budget: Some(ms(self.ctx.cfg.checkpoint.preemption_budget)),
             maintenance_budget: Some(ms(self.ctx.cfg.checkpoint.maintenance_budget)),
@@ -110,19 +119,31 @@ impl RestartPath<'_> {
     }
 
     /// Why this member's node cannot restart it now: the node stands down (`sd`), or (asked
-    /// only while the member is in trouble: it may be a call to the runtime) the runtime
-    /// refuses it (a CRI pod whose restartPolicy is Never).
-    async fn cannot_take_part(&self, case: &Case<'_>, sd: Option<&StandDown>) -> Option<String> {
+    /// only while the member is in trouble: it may be a call to the runtime and the Kubernetes
+    /// API) its pod's controllers refuse it (a `Never` pod nothing brings back, a stop that
+    /// would fail a Job no JobSet restarts). And whether one member's restart restarts every
+    /// member (a JobSet, a LeaderWorkerSet group): the gang's decision then names one.
+    async fn cannot_take_part(
+        &self,
+        case: &Case<'_>,
+        sd: Option<&StandDown>,
+    ) -> (Option<String>, bool) {
         // NB: not the wait for the first reads: that defers the gang's decision (the entry's
         // `starting`), it does not block it (a page).
         if let Some(sd) = sd.filter(|sd| !sd.passing()) {
-            return Some(sd.to_string());
+            return (Some(sd.to_string()), false);
         }
         if !matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored) {
-            return None;
+            return (None, false);
         }
-        let refused = self.ctx.runtime.restartable(case.c).await.err()?;
-        Some(format!("it cannot be restarted by Vigil ({refused})"))
+        match self.ctx.runtime.remediation(case.c).await {
+            Remediation::Refuse(why) => (
+                Some(format!("it cannot be restarted by Vigil ({why})")),
+                false,
+            ),
+            Remediation::OneForAll { .. } => (None, true),
+            _ => (None, false),
+        }
     }
 
     /// The gang as this agent sees it this cycle: its state (one round trip), and — when this

@@ -146,6 +146,7 @@ impl RestartPath<'_> {
                 let ours = Decision {
                     decided: now,
                     incident: f.inc.id.clone(),
+                    only: gp::one_for_all(&f.members, now).map(|m| m.id()),
                 };
                 if self.claim_gang_decision(g, &ours).await? {
                     pass.decision = Some(ours);

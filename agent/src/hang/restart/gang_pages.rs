@@ -164,10 +164,24 @@ impl RestartPath<'_> {
             true => (AlertKind::WouldRestart, "would restart"),
             false => (AlertKind::Restarting, "restarting"),
         };
+        let how = match gp::one_for_all(members, now) {
+            // NB: the job's controller restarts every member once one fails (a JobSet, a
+            // LeaderWorkerSet group): one action, never N stops that fight it.
+            Some(m) => format!(
+                "{verb} gang {} the way its controller restarts it: one member, {} ({}), is stopped and its controller restarts all {} members",
+                g.id,
+                m.id(),
+                m.container,
+                members.len()
+            ),
+            None => format!(
+                "{verb} every member of gang {} together ({} members, each by its own node's agent within two poll intervals)",
+                g.id,
+                members.len()
+            ),
+        };
         let detail = format!(
-            "{verb} every member of gang {} together ({} members, each by its own node's agent within two poll intervals); one unit of the fleet budget and of the gang's breaker ({} per day). {}",
-            g.id,
-            members.len(),
+            "{how}; one unit of the fleet budget and of the gang's breaker ({} per day). {}",
             self.ctx.cfg.gang.breaker_per_day,
             describe_hang(g, members, first, now)
         );

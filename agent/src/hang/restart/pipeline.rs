@@ -9,6 +9,7 @@ use crate::coord::CoordError;
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Undo, Unit};
 
 use super::{Act, RestartPath};
+use crate::vocab::workload::Remediation;
 
 /// What a pass carries from one step to the next.
 struct Pass {
@@ -18,6 +19,8 @@ struct Pass {
     lease: Option<Lease>,
     /// The restart call's answer, from `Command` to `Verify`.
     call: Option<Result<(), crate::runtime::RuntimeError>>,
+    /// How the worker is restarted, as `Decide` found its controllers (in place where unset).
+    how: Remediation,
 }
 
 impl RestartPath<'_> {
@@ -33,6 +36,10 @@ impl RestartPath<'_> {
             now,
             lease: None,
             call: None,
+            how: Remediation::InPlace {
+                kill: false,
+                how: String::new(),
+            },
         };
         let mut step = first(Unit::Worker);
         let result = loop {
@@ -66,7 +73,13 @@ impl RestartPath<'_> {
         pass: &mut Pass,
     ) -> Result<Seen, CoordError> {
         let refused = match step {
-            Step::Decide => self.decide(act, pass.now).await,
+            Step::Decide => match self.decide(act, pass.now).await? {
+                Ok(how) => {
+                    pass.how = how;
+                    Ok(None)
+                }
+                Err(skip) => Ok(Some(skip)),
+            },
             // Cheap: an open breaker collects no logs and posts no restart alert.
             Step::Peek => self.blocked_by_caps(act, pass.now, true).await,
             Step::Lock => {
@@ -96,13 +109,13 @@ impl RestartPath<'_> {
             // the command.
             Step::Recheck => self.node_and_container_checks(act, pass.now).await,
             Step::Command => {
-                pass.call = Some(self.command(act).await);
+                pass.call = Some(self.command(act, &pass.how).await);
                 Ok(None)
             }
             // The command's two outcomes, each its own answer.
             Step::Verify => {
                 let call = pass.call.take().unwrap_or(Ok(()));
-                let restarted = self.verify(act, call, pass.now).await?;
+                let restarted = self.verify(act, call, &pass.how, pass.now).await?;
                 return Ok(match restarted {
                     true => Seen::Pass,
                     false => Seen::RestartFailed,

@@ -1,0 +1,322 @@
+//! A worker's pod and its owners from the Kubernetes API, as `crate::vocab::workload` reads
+//! them: the pod (its `restartPolicy`, the worker container's own policy and restart rules), the
+//! Job that controls it (its `backoffLimit`, `parallelism`, pod failure policy, and the retries
+//! its controller has counted: failed pods, and the container restarts of its running pods when
+//! they are `OnFailure`), the JobSet that controls that Job (its failure policy and restarts), or
+//! the LeaderWorkerSet the pod's labels name (its restart policy).
+//!
+//! RBAC: `get` on `pods`, `jobs` (batch), `jobsets` (jobset.x-k8s.io) and `leaderworkersets`
+//! (leaderworkerset.x-k8s.io); `list` on `pods` (a Job's pods, by its `controller-uid` label).
+//! Read right before a restart is decided, never per cycle. The parsers are pure (JSON in, facts
+//! out) and tested on the objects as the API serves them.
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use serde_json::Value;
+
+use crate::kube::client::{PodError, CALL_TIMEOUT};
+use crate::vocab::workload::{
+    ExitCodes, FailureRule, JobFacts, JobSetFacts, LwsFacts, PodFailureRule, RestartPolicy,
+    RestartRule, Workload,
+};
+
+/// The labels the controllers set (docs/research/gang-labels.md).
+const JOB_UID: &str = "batch.kubernetes.io/controller-uid";
+const REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+
+/// The API server's default `backoffLimit`.
+const DEFAULT_BACKOFF_LIMIT: u32 = 6;
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// What the API calls are about, for the errors.
+struct Kind {
+    api: ApiResource,
+    resource: &'static str,
+}
+
+fn pods() -> Kind {
+    Kind {
+        api: resource("", "v1", "Pod", "pods"),
+        resource: "pods",
+    }
+}
+fn jobs() -> Kind {
+    Kind {
+        api: resource("batch", "v1", "Job", "jobs"),
+        resource: "jobs",
+    }
+}
+fn jobsets() -> Kind {
+    Kind {
+        api: resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+        resource: "jobsets",
+    }
+}
+fn leaderworkersets() -> Kind {
+    Kind {
+        api: resource(
+            "leaderworkerset.x-k8s.io",
+            "v1",
+            "LeaderWorkerSet",
+            "leaderworkersets",
+        ),
+        resource: "leaderworkersets",
+    }
+}
+
+/// One object as JSON (`metadata`, `spec`, `status`); `None` when it does not exist.
+async fn get(
+    client: &kube::Client,
+    kind: &Kind,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Value>, PodError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api);
+    let got = tokio::time::timeout(CALL_TIMEOUT, api.get_opt(name))
+        .await
+        .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
+    match got {
+        Ok(o) => Ok(o.and_then(|o| serde_json::to_value(o).ok())),
+        Err(e) => Err(PodError::of(e, "get", kind.resource)),
+    }
+}
+
+/// A Job's pods, by its controller-uid label.
+async fn job_pods(client: &kube::Client, ns: &str, uid: &str) -> Result<Vec<Value>, PodError> {
+    let kind = pods();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api);
+    let params = ListParams::default().labels(&format!("{JOB_UID}={uid}"));
+    let got = tokio::time::timeout(CALL_TIMEOUT, api.list(&params))
+        .await
+        .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
+    match got {
+        Ok(list) => Ok(list
+            .items
+            .into_iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .collect()),
+        Err(e) => Err(PodError::of(e, "list", "pods")),
+    }
+}
+
+/// The worker's pod and its owners; `None` when the pod is gone.
+pub(crate) async fn read(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    container: &str,
+) -> Result<Option<Workload>, PodError> {
+    let Some(pod) = get(client, &pods(), ns, name).await? else {
+        return Ok(None);
+    };
+    let mut w = pod_facts(&pod, container)?;
+    if let Some(job_name) = controller(&pod, "Job") {
+        if let Some(job) = get(client, &jobs(), ns, &job_name).await? {
+            let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+            let members = job_pods(client, ns, uid).await?;
+            w.job = Some(job_facts(&job, w.policy, &members));
+            if let Some(js_name) = controller(&job, "JobSet") {
+                let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
+                if let Some(js) = get(client, &jobsets(), ns, &js_name).await? {
+                    w.jobset = Some(jobset_facts(&js, &rj));
+                }
+            }
+        }
+    }
+    if let Some(lws_name) = label(&pod, LWS_NAME) {
+        if let Some(lws) = get(client, &leaderworkersets(), ns, &lws_name).await? {
+            w.lws = Some(lws_facts(&lws));
+        }
+    }
+    Ok(Some(w))
+}
+
+/// The name of `o`'s controlling owner of `kind`.
+fn controller(o: &Value, kind: &str) -> Option<String> {
+    o["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["kind"] == kind && r["controller"] == true)
+        .and_then(|r| r["name"].as_str())
+        .map(str::to_string)
+}
+
+fn label(o: &Value, key: &str) -> Option<String> {
+    o["metadata"]["labels"][key].as_str().map(str::to_string)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn count(v: &Value) -> u32 {
+    count_or(v, 0)
+}
+
+fn count_or(v: &Value, default: u32) -> u32 {
+    v.as_u64()
+        .map_or(default, |n| n.min(u64::from(u32::MAX)) as u32)
+}
+
+fn exit_codes(v: &Value) -> Option<ExitCodes> {
+    let values = v["values"]
+        .as_array()?
+        .iter()
+        .filter_map(|n| n.as_i64().and_then(|n| i32::try_from(n).ok()))
+        .collect();
+    Some(ExitCodes {
+        within: v["operator"] != "NotIn",
+        values,
+    })
+}
+
+/// The pod's policy and the worker container's own policy and rules.
+pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodError> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let raw = pod["spec"]["restartPolicy"].as_str();
+    let policy =
+        RestartPolicy::parse(raw).ok_or(PodError::UnknownPolicy(raw.map(str::to_string)))?;
+    let mut w = Workload::bare(&format!("{ns}/{name}"), container, policy);
+    let spec = pod["spec"]["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == container));
+    if let Some(c) = spec {
+        w.container_policy = c["restartPolicy"]
+            .as_str()
+            .and_then(|p| RestartPolicy::parse(Some(p)));
+        w.rules = c["restartPolicyRules"]
+            .as_array()
+            .map(|rules| {
+                rules
+                    .iter()
+                    .map(|r| RestartRule {
+                        action: r["action"].as_str().unwrap_or_default().to_string(),
+                        exit_codes: exit_codes(&r["exitCodes"]),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+    Ok(w)
+}
+
+/// The Job's limits, pod failure policy and the retries its controller has counted, from the
+/// Job and its pods.
+pub(crate) fn job_facts(job: &Value, policy: RestartPolicy, pods: &[Value]) -> JobFacts {
+    let spec = &job["spec"];
+    // NB: the Job controller counts container restarts only of OnFailure pods still running or
+    // pending; a Never pod's failure is in status.failed.
+    let restarts: u32 = match policy {
+        RestartPolicy::OnFailure => pods
+            .iter()
+            .filter(|p| matches!(p["status"]["phase"].as_str(), Some("Running" | "Pending")))
+            .flat_map(|p| {
+                let st = &p["status"];
+                let all = st["containerStatuses"].as_array().into_iter().flatten();
+                all.chain(st["initContainerStatuses"].as_array().into_iter().flatten())
+                    .map(|c| count(&c["restartCount"]))
+                    .collect::<Vec<_>>()
+            })
+            .sum(),
+        _ => 0,
+    };
+    let pod_failure = spec["podFailurePolicy"]["rules"]
+        .as_array()
+        .map(|rules| {
+            rules
+                .iter()
+                .filter_map(|r| {
+                    let on = &r["onExitCodes"];
+                    Some(PodFailureRule {
+                        action: r["action"].as_str()?.to_string(),
+                        container: on["containerName"].as_str().map(str::to_string),
+                        exit_codes: exit_codes(on)?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    JobFacts {
+        name: job["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        backoff_limit: count_or(&spec["backoffLimit"], DEFAULT_BACKOFF_LIMIT),
+        parallelism: count_or(&spec["parallelism"], 1),
+        retries: count(&job["status"]["failed"]).saturating_add(restarts),
+        pod_failure,
+        per_index: spec["backoffLimitPerIndex"]
+            .as_u64()
+            .map(|_| count(&spec["backoffLimitPerIndex"])),
+    }
+}
+
+/// The JobSet's failure policy and the restarts it has spent.
+pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
+    let fp = &js["spec"]["failurePolicy"];
+    let status = &js["status"];
+    let rules = fp["rules"]
+        .as_array()
+        .map(|rules| {
+            rules
+                .iter()
+                .map(|r| FailureRule {
+                    name: r["name"].as_str().unwrap_or_default().to_string(),
+                    action: r["action"].as_str().unwrap_or_default().to_string(),
+                    reasons: strings(&r["onJobFailureReasons"]),
+                    targets: strings(&r["targetReplicatedJobs"]),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    JobSetFacts {
+        name: js["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        replicated_job: replicated_job.to_string(),
+        max_restarts: fp.is_object().then(|| count(&fp["maxRestarts"])),
+        rules,
+        // NB: restartsCountTowardsMax is what maxRestarts is checked against; an older
+        // controller writes restarts only.
+        restarts: match &status["restartsCountTowardsMax"] {
+            Value::Null => count(&status["restarts"]),
+            n => count(n),
+        },
+        strategy: fp["restartStrategy"]
+            .as_str()
+            .unwrap_or("Recreate")
+            .to_string(),
+    }
+}
+
+/// The LeaderWorkerSet's restart policy (`RecreateGroupOnPodRestart` where unset).
+pub(crate) fn lws_facts(lws: &Value) -> LwsFacts {
+    let policy = lws["spec"]["leaderWorkerTemplate"]["restartPolicy"]
+        .as_str()
+        .unwrap_or("RecreateGroupOnPodRestart");
+    LwsFacts {
+        name: lws["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        recreate_group: matches!(
+            policy,
+            "RecreateGroupOnPodRestart" | "RecreateGroupAfterStart"
+        ),
+    }
+}
+
+#[cfg(test)]
+#[path = "workloads_tests.rs"]
+mod tests;

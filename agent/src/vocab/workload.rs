@@ -1,0 +1,415 @@
+//! A worker's pod as its controllers define it — the pod's restart policy and its container's
+//! restart rules, the Job that owns it, the JobSet or LeaderWorkerSet above — and how Vigil
+//! restarts it the way those controllers restart it ([`remediation`]: one table, documented in
+//! docs/controllers.md). Pure: `crate::kube::workloads` reads the facts, the restart path acts
+//! on the answer.
+//!
+//! On Kubernetes a training job's restarts belong to its controller. A stop behind its back
+//! spends a Job's `backoffLimit` unseen, ends a `Never` pod instead of restarting it, and fights a
+//! JobSet that restarts the whole job anyway; so Vigil asks what a stop *does* under these
+//! controllers before it stops anything, and refuses when the answer is "fail the job".
+
+/// The exit code of a container stopped by SIGKILL (128 + 9): what a Job's pod failure policy
+/// and a container's restart rules see when Vigil fails a pod.
+pub const KILLED_EXIT: i32 = 137;
+
+/// A pod's (or a container's own) `restartPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+impl RestartPolicy {
+    /// The API's spelling; an empty or missing policy is the API default, `Always`.
+    pub(crate) fn parse(s: Option<&str>) -> Option<RestartPolicy> {
+        match s.unwrap_or("Always") {
+            "Always" | "" => Some(RestartPolicy::Always),
+            "OnFailure" => Some(RestartPolicy::OnFailure),
+            "Never" => Some(RestartPolicy::Never),
+            _ => None,
+        }
+    }
+}
+
+/// An exit-code requirement (`operator: In | NotIn`, `values`), as a Job's pod failure policy
+/// and a container's restart rules both write it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitCodes {
+    pub within: bool,
+    pub values: Vec<i32>,
+}
+
+impl ExitCodes {
+    pub(crate) fn matches(&self, code: i32) -> bool {
+        self.values.contains(&code) == self.within
+    }
+}
+
+/// A container's restart rule (KEP-5307; `RestartAllContainers` from KEP-5532).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartRule {
+    /// `Restart` (this container, in place) or `RestartAllContainers` (every container of the
+    /// pod, in place, keeping its sandbox, IP and devices); any other action is not a restart.
+    pub action: String,
+    pub exit_codes: Option<ExitCodes>,
+}
+
+/// A rule of a Job's `podFailurePolicy` that looks at exit codes (a rule on pod conditions
+/// matches a disruption, never a stop).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFailureRule {
+    /// `FailJob`, `FailIndex`, `Ignore` or `Count`.
+    pub action: String,
+    /// The container the rule is about (`None`: any).
+    pub container: Option<String>,
+    pub exit_codes: ExitCodes,
+}
+
+/// The Job that owns the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFacts {
+    pub name: String,
+    /// `spec.backoffLimit` (the API's default is 6).
+    pub backoff_limit: u32,
+    /// `spec.parallelism` (default 1): how many of its pods a gang restart may stop.
+    pub parallelism: u32,
+    /// What its controller has counted against `backoffLimit` so far: failed pods, and the
+    /// container restarts of its running `OnFailure` pods.
+    pub retries: u32,
+    pub pod_failure: Vec<PodFailureRule>,
+    /// `spec.backoffLimitPerIndex`, when set: an index's own limit, whose count Vigil does not
+    /// read (so a stop of such a Job's pod is refused rather than guessed).
+    pub per_index: Option<u32>,
+}
+
+/// A rule of a JobSet's `failurePolicy`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureRule {
+    pub name: String,
+    /// `FailJobSet`, `RestartJobSet` or `RestartJobSetAndIgnoreMaxRestarts`.
+    pub action: String,
+    /// The child Job failure reasons it matches (empty: any).
+    pub reasons: Vec<String>,
+    /// The replicated jobs it is about (empty: all).
+    pub targets: Vec<String>,
+}
+
+/// The JobSet above the Job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSetFacts {
+    pub name: String,
+    /// The replicated job the pod's Job belongs to.
+    pub replicated_job: String,
+    /// `spec.failurePolicy`: `None` when it has none (a failed child Job fails the JobSet).
+    pub max_restarts: Option<u32>,
+    pub rules: Vec<FailureRule>,
+    /// `status.restartsCountTowardsMax` (or `status.restarts` where the controller does not
+    /// write it): restarts spent against `maxRestarts`.
+    pub restarts: u32,
+    /// `spec.failurePolicy.restartStrategy` (`Recreate` where unset): `InPlaceRestart` has
+    /// JobSet's own agent restart the pods in place, and Vigil leaves it to it.
+    pub strategy: String,
+}
+
+/// The LeaderWorkerSet the pod is a member of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LwsFacts {
+    pub name: String,
+    /// `spec.leaderWorkerTemplate.restartPolicy` recreates the group when one of its pods
+    /// restarts: `RecreateGroupOnPodRestart` (the default) or `RecreateGroupAfterStart`.
+    pub recreate_group: bool,
+}
+
+/// The worker's pod and what owns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    pub policy: RestartPolicy,
+    /// The worker container's own `restartPolicy` (KEP-5307: it overrides the pod's).
+    pub container_policy: Option<RestartPolicy>,
+    /// The worker container's restart rules, in order.
+    pub rules: Vec<RestartRule>,
+    pub container: String,
+    pub job: Option<JobFacts>,
+    pub jobset: Option<JobSetFacts>,
+    pub lws: Option<LwsFacts>,
+}
+
+impl Workload {
+    /// A pod known by its restart policy only (no owner read).
+    pub fn bare(pod: &str, container: &str, policy: RestartPolicy) -> Workload {
+        Workload {
+            pod: pod.to_string(),
+            policy,
+            container_policy: None,
+            rules: Vec::new(),
+            container: container.to_string(),
+            job: None,
+            jobset: None,
+            lws: None,
+        }
+    }
+}
+
+/// How a hung worker of this pod is restarted, the way its controllers restart it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Remediation {
+    /// Each stopped container is started again in place by the kubelet. `kill`: the stop is a
+    /// SIGKILL (exit 137), so that a restart rule matches it or a Job never reads a polite exit
+    /// 0 as a success.
+    InPlace { kill: bool, how: String },
+    /// The pod is failed (SIGKILL, exit 137) and its Job replaces it: each member of a gang is
+    /// failed and replaced (each one counted against the Job's `backoffLimit`).
+    Replace { how: String },
+    /// One member's stop makes the controller restart every member (a JobSet recreates its
+    /// Jobs; a LeaderWorkerSet recreates the group): one member only, never N stops. `kill`:
+    /// the stop is a SIGKILL (a Job's pod).
+    OneForAll { kill: bool, how: String },
+    /// No stop restarts it without failing the job: Vigil does not act (and says why).
+    Refuse(String),
+}
+
+impl Remediation {
+    /// The stop is a SIGKILL.
+    pub fn kills(&self) -> bool {
+        match self {
+            Remediation::InPlace { kill, .. } | Remediation::OneForAll { kill, .. } => *kill,
+            Remediation::Replace { .. } => true,
+            Remediation::Refuse(_) => false,
+        }
+    }
+
+    /// After the stop, nothing of the stopped pod comes back in place: the controller makes the
+    /// next incarnation (a new pod), so no successor container is awaited.
+    pub fn ends_pod(&self) -> bool {
+        matches!(self, Remediation::Replace { .. })
+            || matches!(self, Remediation::OneForAll { kill: true, .. })
+    }
+
+    /// What the trail and the pages say of it.
+    pub fn how(&self) -> &str {
+        match self {
+            Remediation::InPlace { how, .. }
+            | Remediation::Replace { how }
+            | Remediation::OneForAll { how, .. }
+            | Remediation::Refuse(how) => how,
+        }
+    }
+}
+
+/// The one table: how a hung worker of `w` is restarted (docs/controllers.md, in this order):
+///
+/// 1. a LeaderWorkerSet that recreates its group on a pod restart: one member, the group follows;
+/// 2. a container restart rule that matches a SIGKILL (exit 137): a kill, restarted in place —
+///    the pod does not fail, no Job counts it;
+/// 3. a pod of a Job: a stop counts against `backoffLimit` (a failed `Never` pod, an `OnFailure`
+///    container's restart). While every pod of the Job can be stopped once within it: in place
+///    (`OnFailure`) or replaced (`Never`), by a kill. When a stop would fail the Job: one member,
+///    if its JobSet's failure policy restarts the JobSet on that failure; else refused;
+/// 4. `Always` (or `OnFailure` outside a Job): in place, as always;
+/// 5. `Never` with no controller that brings it back: refused.
+pub fn remediation(w: &Workload) -> Remediation {
+    if let Some(lws) = w.lws.as_ref().filter(|l| l.recreate_group) {
+        return Remediation::OneForAll {
+            kill: false,
+            how: format!(
+                "LeaderWorkerSet {} recreates the whole group when one of its pods restarts: one member is stopped, the group follows",
+                lws.name
+            ),
+        };
+    }
+    if let Some(rule) = restart_rule(w) {
+        return Remediation::InPlace {
+            kill: true,
+            how: format!(
+                "container {} of pod {} has the restart rule {} on exit code {KILLED_EXIT}: it is stopped with SIGKILL and restarted in place (the pod does not fail)",
+                w.container, w.pod, rule.action
+            ),
+        };
+    }
+    if let (RestartPolicy::Never, Some(own @ (RestartPolicy::Always | RestartPolicy::OnFailure))) =
+        (w.policy, w.container_policy)
+    {
+        return Remediation::InPlace {
+            kill: true,
+            how: format!(
+                "container {} of pod {} has restartPolicy {own:?} of its own: it is stopped with SIGKILL and restarted in place (the pod does not fail)",
+                w.container, w.pod
+            ),
+        };
+    }
+    match (&w.job, w.policy) {
+        (Some(job), RestartPolicy::OnFailure | RestartPolicy::Never) => of_job(w, job),
+        (_, RestartPolicy::Always | RestartPolicy::OnFailure) => Remediation::InPlace {
+            kill: false,
+            how: format!("pod {} is restarted in place by the kubelet", w.pod),
+        },
+        (_, RestartPolicy::Never) => Remediation::Refuse(format!(
+            "pod {} has restartPolicy Never and no controller that replaces it: stopping its container would end the pod, not restart it (set runtime.allow_pod_replacement = true to allow it)",
+            w.pod
+        )),
+    }
+}
+
+/// The worker container's restart rule for a SIGKILL's exit code, when it restarts in place:
+/// the first rule whose exit codes match decides (none: the container's `restartPolicy`).
+fn restart_rule(w: &Workload) -> Option<&RestartRule> {
+    w.rules
+        .iter()
+        .find(|r| {
+            r.exit_codes
+                .as_ref()
+                .is_some_and(|e| e.matches(KILLED_EXIT))
+        })
+        .filter(|r| matches!(r.action.as_str(), "Restart" | "RestartAllContainers"))
+}
+
+/// A pod of a Job: within `backoffLimit`, each pod once; past it, the JobSet's restart or none.
+fn of_job(w: &Workload, job: &JobFacts) -> Remediation {
+    let reason = match failure_rule(w, job) {
+        // An ignored failure is not counted: the pod is replaced, whatever the count.
+        Some(r) if r.action == "Ignore" => {
+            return Remediation::Replace {
+                how: format!(
+                    "Job {}'s pod failure policy ignores exit code {KILLED_EXIT}: the pod is failed (SIGKILL) and the Job replaces it, uncounted",
+                    job.name
+                ),
+            };
+        }
+        Some(r) if r.action == "FailJob" => Some("PodFailurePolicy"),
+        Some(r) if r.action == "FailIndex" => {
+            return Remediation::Refuse(format!(
+                "Job {}'s pod failure policy answers FailIndex to exit code {KILLED_EXIT}: the index would be failed, not restarted",
+                job.name
+            ));
+        }
+        _ => None,
+    };
+    if let Some(limit) = job.per_index {
+        return Remediation::Refuse(format!(
+            "Job {} limits retries per index (backoffLimitPerIndex {limit}), which Vigil does not count: a stop could fail the index",
+            job.name
+        ));
+    }
+    if reason.is_none() {
+        if let Some(r) = within_limit(w, job) {
+            return r;
+        }
+    }
+    let reason = reason.unwrap_or("BackoffLimitExceeded");
+    let fails = format!(
+        "a stop fails Job {} ({reason}: backoffLimit {}, {} used)",
+        job.name, job.backoff_limit, job.retries
+    );
+    let Some(js) = &w.jobset else {
+        return Remediation::Refuse(format!(
+            "{fails}, and no JobSet restarts it: its controller decides"
+        ));
+    };
+    match jobset_restarts(js, reason) {
+        Ok(why) => Remediation::OneForAll {
+            kill: true,
+            how: format!("{fails}; {why}: one member is failed, the JobSet recreates every Job"),
+        },
+        Err(why) => Remediation::Refuse(format!("{fails}, and {why}")),
+    }
+}
+
+/// While every pod of the Job can be stopped once within its `backoffLimit`: in place
+/// (`OnFailure`) or replaced (`Never`), counted. The Job controller fails a `Never` Job when its
+/// failed pods exceed the limit, an `OnFailure` one when its pods' container restarts reach it
+/// (exceed it, at 0).
+fn within_limit(w: &Workload, job: &JobFacts) -> Option<Remediation> {
+    let after = job.retries.saturating_add(job.parallelism.max(1));
+    let within = match w.policy {
+        RestartPolicy::OnFailure => after < job.backoff_limit,
+        _ => after <= job.backoff_limit,
+    };
+    if !within {
+        return None;
+    }
+    let counted = format!(
+        "counted against Job {}'s backoffLimit: {} of {} used, {} pod(s) at most this time",
+        job.name,
+        job.retries,
+        job.backoff_limit,
+        job.parallelism.max(1)
+    );
+    Some(match w.policy {
+        RestartPolicy::OnFailure => Remediation::InPlace {
+            kill: true,
+            how: format!("pod {} (OnFailure) is restarted in place, {counted}", w.pod),
+        },
+        _ => Remediation::Replace {
+            how: format!(
+                "pod {} (Never) is failed and replaced by its Job, {counted}",
+                w.pod
+            ),
+        },
+    })
+}
+
+/// The first rule of the Job's pod failure policy that a SIGKILL of the worker container
+/// matches.
+fn failure_rule<'a>(w: &Workload, job: &'a JobFacts) -> Option<&'a PodFailureRule> {
+    job.pod_failure.iter().find(|r| {
+        r.container.as_deref().is_none_or(|c| c == w.container) && r.exit_codes.matches(KILLED_EXIT)
+    })
+}
+
+/// Whether the JobSet restarts when its Job fails for `reason`, as its failure policy reads:
+/// the first rule that matches the reason and the replicated job decides; none matching is a
+/// restart counted against `maxRestarts`; no failure policy fails the JobSet. `Ok`: why it
+/// restarts; `Err`: why not.
+pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, String> {
+    let Some(max) = js.max_restarts else {
+        return Err(format!(
+            "JobSet {} has no failurePolicy: a failed Job fails the JobSet",
+            js.name
+        ));
+    };
+    if js.strategy == "InPlaceRestart" {
+        return Err(format!(
+            "JobSet {} restarts in place with its own agent (restartStrategy InPlaceRestart): Vigil leaves the restart to it",
+            js.name
+        ));
+    }
+    let rule = js.rules.iter().find(|r| {
+        (r.reasons.is_empty() || r.reasons.iter().any(|x| x == reason))
+            && (r.targets.is_empty() || r.targets.contains(&js.replicated_job))
+    });
+    let named = |r: &FailureRule| match r.name.as_str() {
+        "" => String::new(),
+        n => format!(" (rule {n})"),
+    };
+    match rule.map(|r| (r.action.as_str(), r)) {
+        Some(("RestartJobSetAndIgnoreMaxRestarts", r)) => Ok(format!(
+            "JobSet {} restarts on it{}, whatever its restarts",
+            js.name,
+            named(r)
+        )),
+        Some(("RestartJobSet", _)) | None if js.restarts < max => Ok(format!(
+            "JobSet {} restarts on it (restart {} of maxRestarts {max})",
+            js.name,
+            js.restarts + 1
+        )),
+        Some(("RestartJobSet", _)) | None => Err(format!(
+            "JobSet {}'s restarts are spent ({} of maxRestarts {max}): the next failure fails the JobSet",
+            js.name, js.restarts
+        )),
+        // FailJobSet; and RestartJob (alpha), which recreates the failed Job alone while the
+        // other Jobs' ranks stay hung.
+        Some((action, r)) => Err(format!(
+            "JobSet {}'s failure policy answers {action}{} to {reason}",
+            js.name,
+            named(r)
+        )),
+    }
+}
+
+#[cfg(test)]
+#[path = "workload_tests.rs"]
+mod tests;

@@ -1,0 +1,328 @@
+use super::*;
+
+fn pod(policy: RestartPolicy) -> Workload {
+    Workload::bare("ml/train-0", "trainer", policy)
+}
+
+fn job(backoff_limit: u32, retries: u32, parallelism: u32) -> JobFacts {
+    JobFacts {
+        name: "train-workers-0".into(),
+        backoff_limit,
+        parallelism,
+        retries,
+        pod_failure: Vec::new(),
+        per_index: None,
+    }
+}
+
+fn jobset(max_restarts: Option<u32>, restarts: u32) -> JobSetFacts {
+    JobSetFacts {
+        name: "train".into(),
+        replicated_job: "workers".into(),
+        max_restarts,
+        rules: Vec::new(),
+        restarts,
+        strategy: "Recreate".into(),
+    }
+}
+
+fn rule(action: &str, reasons: &[&str], targets: &[&str]) -> FailureRule {
+    FailureRule {
+        name: "r".into(),
+        action: action.into(),
+        reasons: reasons.iter().map(|s| s.to_string()).collect(),
+        targets: targets.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn codes(within: bool, values: &[i32]) -> ExitCodes {
+    ExitCodes {
+        within,
+        values: values.to_vec(),
+    }
+}
+
+/// The common JobSet shape: Never pods, `backoffLimit: 0`, a failure policy with restarts left.
+fn jobset_never(max: Option<u32>, restarts: u32) -> Workload {
+    Workload {
+        job: Some(job(0, 0, 4)),
+        jobset: Some(jobset(max, restarts)),
+        ..pod(RestartPolicy::Never)
+    }
+}
+
+fn kind(r: &Remediation) -> &'static str {
+    match r {
+        Remediation::InPlace { kill: false, .. } => "in-place",
+        Remediation::InPlace { kill: true, .. } => "in-place-kill",
+        Remediation::Replace { .. } => "replace",
+        Remediation::OneForAll { kill: false, .. } => "one-for-all",
+        Remediation::OneForAll { kill: true, .. } => "one-for-all-kill",
+        Remediation::Refuse(_) => "refuse",
+    }
+}
+
+#[test]
+fn plain_pods_are_restarted_in_place_and_never_pods_refused() {
+    assert_eq!(kind(&remediation(&pod(RestartPolicy::Always))), "in-place");
+    assert_eq!(
+        kind(&remediation(&pod(RestartPolicy::OnFailure))),
+        "in-place"
+    );
+    let r = remediation(&pod(RestartPolicy::Never));
+    assert_eq!(kind(&r), "refuse");
+    assert!(r.how().contains("restartPolicy Never"), "{}", r.how());
+}
+
+#[test]
+fn the_common_jobset_shape_fails_one_member_and_the_jobset_restarts() {
+    let r = remediation(&jobset_never(Some(3), 1));
+    assert_eq!(kind(&r), "one-for-all-kill", "{}", r.how());
+    assert!(
+        r.how().contains("restart 2 of maxRestarts 3"),
+        "{}",
+        r.how()
+    );
+    assert!(r.kills() && r.ends_pod());
+}
+
+#[test]
+fn a_jobset_whose_restarts_are_spent_or_that_has_no_policy_is_refused() {
+    let spent = remediation(&jobset_never(Some(3), 3));
+    assert_eq!(kind(&spent), "refuse");
+    assert!(
+        spent.how().contains("spent (3 of maxRestarts 3)"),
+        "{}",
+        spent.how()
+    );
+    let none = remediation(&jobset_never(None, 0));
+    assert_eq!(kind(&none), "refuse");
+    assert!(none.how().contains("no failurePolicy"), "{}", none.how());
+}
+
+#[test]
+fn the_jobsets_rules_are_read_in_order_first_match_wins() {
+    let with = |rules: Vec<FailureRule>, restarts| {
+        let mut w = jobset_never(Some(2), restarts);
+        w.jobset.as_mut().unwrap().rules = rules;
+        remediation(&w)
+    };
+    // FailJobSet on BackoffLimitExceeded: refused, named.
+    let r = with(vec![rule("FailJobSet", &["BackoffLimitExceeded"], &[])], 0);
+    assert_eq!(kind(&r), "refuse");
+    assert!(
+        r.how().contains("answers FailJobSet (rule r)"),
+        "{}",
+        r.how()
+    );
+    // A rule about another replicated job or reason does not match: the default restart.
+    let r = with(
+        vec![
+            rule("FailJobSet", &["BackoffLimitExceeded"], &["driver"]),
+            rule("FailJobSet", &["DeadlineExceeded"], &[]),
+        ],
+        0,
+    );
+    assert_eq!(kind(&r), "one-for-all-kill", "{}", r.how());
+    // The first matching rule decides, even with a FailJobSet after it.
+    let r = with(
+        vec![
+            rule("RestartJobSetAndIgnoreMaxRestarts", &[], &["workers"]),
+            rule("FailJobSet", &[], &[]),
+        ],
+        2,
+    );
+    assert_eq!(
+        kind(&r),
+        "one-for-all-kill",
+        "ignores maxRestarts: {}",
+        r.how()
+    );
+    // RestartJobSet counts against maxRestarts.
+    let r = with(vec![rule("RestartJobSet", &[], &[])], 2);
+    assert_eq!(kind(&r), "refuse");
+}
+
+#[test]
+fn a_pod_failure_policy_changes_what_a_kill_does() {
+    let with = |action: &str, container: Option<&str>, exit: ExitCodes| {
+        let mut w = jobset_never(Some(3), 0);
+        w.job.as_mut().unwrap().backoff_limit = 6;
+        w.job.as_mut().unwrap().pod_failure = vec![PodFailureRule {
+            action: action.into(),
+            container: container.map(str::to_string),
+            exit_codes: exit,
+        }];
+        remediation(&w)
+    };
+    // FailJob on 137: the Job fails at once (PodFailurePolicy), whatever its backoffLimit.
+    let r = with("FailJob", None, codes(true, &[137]));
+    assert_eq!(kind(&r), "one-for-all-kill", "{}", r.how());
+    assert!(r.how().contains("PodFailurePolicy"), "{}", r.how());
+    // Ignore on 137: replaced, uncounted.
+    assert_eq!(kind(&with("Ignore", None, codes(true, &[137]))), "replace");
+    // A rule about another container, or codes that exclude 137, does not match: counted.
+    let other = with("FailJob", Some("sidecar"), codes(true, &[137]));
+    assert_eq!(kind(&other), "replace", "{}", other.how());
+    assert_eq!(
+        kind(&with("FailJob", None, codes(false, &[137]))),
+        "replace"
+    );
+    assert_eq!(
+        kind(&with("FailJob", None, codes(false, &[1]))),
+        "one-for-all-kill"
+    );
+}
+
+#[test]
+fn a_jobs_backoff_limit_is_never_spent_unseen() {
+    let on_failure = |limit, retries, parallelism| {
+        remediation(&Workload {
+            job: Some(job(limit, retries, parallelism)),
+            ..pod(RestartPolicy::OnFailure)
+        })
+    };
+    // Room for every pod of the Job once: in place, by a kill (no polite exit 0 read as done).
+    let r = on_failure(6, 1, 4);
+    assert_eq!(kind(&r), "in-place-kill", "{}", r.how());
+    assert!(r.how().contains("1 of 6 used"), "{}", r.how());
+    // No room, and no JobSet: refused (the stop would fail the Job).
+    let r = on_failure(6, 3, 4);
+    assert_eq!(kind(&r), "refuse");
+    assert!(r.how().contains("BackoffLimitExceeded"), "{}", r.how());
+    assert_eq!(kind(&on_failure(0, 0, 1)), "refuse");
+    // backoffLimit 0 OnFailure in a JobSet that restarts: the same single path as Never.
+    let r = remediation(&Workload {
+        job: Some(job(0, 0, 2)),
+        jobset: Some(jobset(Some(1), 0)),
+        ..pod(RestartPolicy::OnFailure)
+    });
+    assert_eq!(kind(&r), "one-for-all-kill", "{}", r.how());
+    // Never pods of a Job with room: each one failed and replaced by the Job.
+    let r = remediation(&Workload {
+        job: Some(job(8, 0, 4)),
+        ..pod(RestartPolicy::Never)
+    });
+    assert_eq!(kind(&r), "replace", "{}", r.how());
+    assert!(r.ends_pod());
+}
+
+#[test]
+fn jobsets_own_in_place_agent_and_its_single_job_restarts_are_left_to_it() {
+    let mut w = jobset_never(Some(3), 0);
+    w.jobset.as_mut().unwrap().strategy = "InPlaceRestart".into();
+    let r = remediation(&w);
+    assert_eq!(kind(&r), "refuse");
+    assert!(r.how().contains("InPlaceRestart"), "{}", r.how());
+    let mut w = jobset_never(Some(3), 0);
+    w.jobset.as_mut().unwrap().rules = vec![rule("RestartJob", &[], &[])];
+    assert_eq!(kind(&remediation(&w)), "refuse");
+}
+
+#[test]
+fn a_containers_own_restart_policy_restarts_it_in_a_never_pod() {
+    let mut w = jobset_never(None, 0);
+    w.container_policy = Some(RestartPolicy::OnFailure);
+    let r = remediation(&w);
+    assert_eq!(kind(&r), "in-place-kill", "{}", r.how());
+    w.container_policy = Some(RestartPolicy::Never);
+    assert_eq!(kind(&remediation(&w)), "refuse");
+}
+
+#[test]
+fn restart_rules_restart_in_place_when_they_match_a_kill() {
+    let with = |action: &str, exit: ExitCodes| {
+        let mut w = jobset_never(None, 0);
+        w.rules = vec![RestartRule {
+            action: action.into(),
+            exit_codes: Some(exit),
+        }];
+        remediation(&w)
+    };
+    let r = with("Restart", codes(true, &[137, 143]));
+    assert_eq!(kind(&r), "in-place-kill", "{}", r.how());
+    assert!(!r.ends_pod());
+    assert_eq!(
+        kind(&with("RestartAllContainers", codes(false, &[0]))),
+        "in-place-kill"
+    );
+    // A rule that does not match 137 is not a restart: the Job's path decides (refused here:
+    // no failure policy).
+    assert_eq!(kind(&with("Restart", codes(true, &[42]))), "refuse");
+    // The first rule whose codes match decides: a rule that is no restart shadows a later one.
+    let mut w = jobset_never(None, 0);
+    w.rules = vec![
+        RestartRule {
+            action: "Stop".into(),
+            exit_codes: Some(codes(true, &[137])),
+        },
+        RestartRule {
+            action: "Restart".into(),
+            exit_codes: Some(codes(true, &[137])),
+        },
+    ];
+    assert_eq!(kind(&remediation(&w)), "refuse");
+}
+
+#[test]
+fn a_leaderworkerset_that_recreates_its_group_restarts_one_member() {
+    let w = Workload {
+        lws: Some(LwsFacts {
+            name: "serve".into(),
+            recreate_group: true,
+        }),
+        ..pod(RestartPolicy::Always)
+    };
+    let r = remediation(&w);
+    assert_eq!(kind(&r), "one-for-all", "{}", r.how());
+    assert!(!r.kills() && !r.ends_pod());
+    let mut w = w;
+    w.lws.as_mut().unwrap().recreate_group = false;
+    assert_eq!(kind(&remediation(&w)), "in-place");
+}
+
+/// Every shape, every fact: whatever the answer, a kill is chosen wherever a Job owns the pod
+/// (a polite exit 0 would complete it), and nothing but a refusal where a stop fails a Job no
+/// JobSet restarts.
+#[test]
+fn across_every_shape_a_jobs_pod_is_killed_and_a_failed_job_is_never_left_behind() {
+    use RestartPolicy::*;
+    for policy in [Always, OnFailure, Never] {
+        for limit in 0..3u32 {
+            for retries in 0..3u32 {
+                for parallelism in 1..3u32 {
+                    for js in [
+                        None,
+                        Some(jobset(None, 0)),
+                        Some(jobset(Some(1), 0)),
+                        Some(jobset(Some(1), 1)),
+                    ] {
+                        let w = Workload {
+                            job: (policy != Always).then(|| job(limit, retries, parallelism)),
+                            jobset: js.clone(),
+                            ..pod(policy)
+                        };
+                        let r = remediation(&w);
+                        let fails_job = match policy {
+                            Always => false,
+                            OnFailure => retries + parallelism >= limit,
+                            Never => retries + parallelism > limit,
+                        };
+                        let restarts = js
+                            .as_ref()
+                            .is_some_and(|j| j.max_restarts.is_some_and(|m| j.restarts < m));
+                        if policy != Always && !matches!(r, Remediation::Refuse(_)) {
+                            assert!(r.kills(), "{w:?}: {r:?}");
+                        }
+                        if fails_job && !restarts {
+                            assert_eq!(kind(&r), "refuse", "{w:?}: {r:?}");
+                        }
+                        if fails_job && restarts {
+                            assert_eq!(kind(&r), "one-for-all-kill", "{w:?}: {r:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

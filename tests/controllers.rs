@@ -1,0 +1,335 @@
+//! A job restarted the way its controller restarts it (issue 44), with the real agents and
+//! pipeline on the shared fleet harness: four agents (four node names) on one coordinator, one
+//! rank each, ranks that stop together. A JobSet stand-in follows JobSet's documented failure
+//! policy: a failed member fails its Job (`backoffLimit: 0`, `restartPolicy: Never`), the JobSet
+//! recreates every Job with `restart-attempt` + 1 while `restartsCountTowardsMax` is below
+//! `maxRestarts`, and is failed after. How each member's agent restarts is the production table
+//! (`vigil::vocab::workload::remediation`) on the JobSet's facts as they stand. The Kubernetes
+//! side over real HTTP is `tests/kube.rs`; on real containerd, `tests/e2e_cri.rs`.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::fleet::Fleet;
+use common::wiring::write_record;
+use vigil::alerts::AlertKind;
+use vigil::clock::utc_day;
+use vigil::vocab::workload::{
+    remediation, JobFacts, JobSetFacts, Remediation, RestartPolicy, Workload,
+};
+
+const POLL: Duration = Duration::from_secs(15);
+const GANG: &str = "ml/jobset/train";
+
+/// JobSet `ml/train` as its controller keeps it: one replicated job `workers` of four Jobs, one
+/// pod each, on nodes gpu-0…gpu-3; the pods of attempt `attempt` run as containers
+/// `a<attempt>-c<i>`.
+struct JobSet {
+    fleet: Fleet,
+    max_restarts: u32,
+    /// `status.restartsCountTowardsMax`.
+    restarts: u32,
+    attempt: u32,
+    failed: bool,
+}
+
+impl JobSet {
+    fn new(max_restarts: u32) -> JobSet {
+        let fleet = Fleet::builder().nodes(4).poll(POLL).build();
+        let mut js = JobSet {
+            fleet,
+            max_restarts,
+            restarts: 0,
+            attempt: 0,
+            failed: false,
+        };
+        js.create_pods();
+        js
+    }
+
+    fn container(&self, i: usize) -> String {
+        format!("a{}-c{i}", self.attempt)
+    }
+
+    /// A member pod's facts as the agent reads them from the API.
+    fn facts(&self, i: usize) -> Workload {
+        Workload {
+            job: Some(JobFacts {
+                name: format!("train-workers-{i}"),
+                backoff_limit: 0,
+                parallelism: 1,
+                retries: 0,
+                pod_failure: Vec::new(),
+                per_index: None,
+            }),
+            jobset: Some(JobSetFacts {
+                name: "train".into(),
+                replicated_job: "workers".into(),
+                max_restarts: Some(self.max_restarts),
+                rules: Vec::new(),
+                restarts: self.restarts,
+                strategy: "Recreate".into(),
+            }),
+            ..Workload::bare(
+                &format!("ml/train-workers-{i}-0"),
+                "trainer",
+                RestartPolicy::Never,
+            )
+        }
+    }
+
+    /// The attempt's pods, each with JobSet's labels and the production table's answer.
+    fn create_pods(&mut self) {
+        let attempt = self.attempt.to_string();
+        for i in 0..4 {
+            let (id, node) = (self.container(i), &self.fleet.nodes[i]);
+            node.runtime.add(&id, &format!("rank-{i}"));
+            node.runtime.set_pod_labels(
+                &id,
+                "ml",
+                &[
+                    ("jobset.sigs.k8s.io/jobset-name", "train"),
+                    ("jobset.sigs.k8s.io/replicatedjob-name", "workers"),
+                    ("jobset.sigs.k8s.io/restart-attempt", &attempt),
+                ],
+            );
+            node.runtime
+                .set_remediation(&id, remediation(&self.facts(i)));
+        }
+    }
+
+    /// What the controllers do after a cycle: a failed member's pod fails its Job
+    /// (`backoffLimit: 0`); the JobSet then restarts (every Job deleted, its pods with it, and
+    /// recreated with the next attempt) while its restarts last, else it fails.
+    fn reconcile(&mut self) {
+        let failed = (0..4).any(|i| {
+            let c = self.container(i);
+            self.fleet.nodes[i].runtime.failed().contains(&c)
+        });
+        if !failed || self.failed {
+            return;
+        }
+        for i in 0..4 {
+            let c = self.container(i);
+            self.fleet.nodes[i].runtime.remove(&c);
+        }
+        if self.restarts >= self.max_restarts {
+            self.failed = true;
+            return;
+        }
+        self.restarts += 1;
+        self.attempt += 1;
+        self.create_pods();
+    }
+
+    /// Rank `i` beats at `step`, `ago` ms before now.
+    async fn beat(&self, i: usize, step: u64, ago: i64) {
+        let key = self.fleet.nodes[i].keys.status(&format!("rank-{i}"));
+        let progress = format!("step-{step}");
+        let at = self.fleet.now() - ago;
+        let store = self.fleet.store.clone();
+        write_record(
+            store.as_ref(),
+            &key,
+            "processing",
+            at,
+            &[("progress", &progress)],
+        )
+        .await;
+    }
+
+    async fn tick(&mut self) {
+        for report in self.fleet.tick().await {
+            assert_eq!(report.coordinator_error, None);
+        }
+        self.reconcile();
+    }
+
+    /// Every rank trains for a minute up to `step`, then the collective stops there: rank 2
+    /// first, the others 3 s later.
+    async fn train_then_hang(&mut self, step: u64) {
+        for s in 0..4 {
+            for i in 0..4 {
+                self.beat(i, step - 3 + s, 0).await;
+            }
+            self.tick().await;
+        }
+        for i in 0..4 {
+            self.beat(i, step, if i == 2 { 3_000 } else { 0 }).await;
+        }
+    }
+
+    async fn run_for(&mut self, d: Duration) {
+        let end = self.fleet.now() + d.as_millis() as i64;
+        while self.fleet.now() < end {
+            self.tick().await;
+        }
+    }
+
+    /// Containers failed on each node so far, and in-place restarts.
+    fn failed(&self) -> Vec<Vec<String>> {
+        self.fleet
+            .nodes
+            .iter()
+            .map(|n| n.runtime.failed())
+            .collect()
+    }
+
+    fn in_place_restarts(&self) -> usize {
+        (0..4)
+            .map(|i| self.fleet.nodes[i].runtime.restarts(&self.container(i)))
+            .sum()
+    }
+
+    async fn gang_breaker(&self) -> u64 {
+        let day = utc_day(self.fleet.now());
+        let key = self.fleet.nodes[0].keys.gang_breaker(GANG, &day);
+        self.fleet.counter(&key).await
+    }
+}
+
+/// The issue's first test: a four-rank JobSet of Never pods hangs → one member failed (the
+/// rank that stopped first), one JobSet restart, one page, the new attempt beating and the
+/// incident closed on it, one unit of the gang's breaker; the gang is the JobSet across the
+/// attempt (its run of restarts is still there).
+#[tokio::test]
+async fn a_hung_jobset_has_one_member_failed_and_its_controller_restarts_every_member() {
+    let mut js = JobSet::new(3);
+    js.train_then_hang(100).await;
+    js.run_for(Duration::from_secs(600)).await;
+
+    let failed = js.failed();
+    assert_eq!(
+        failed,
+        vec![vec![], vec![], vec!["a0-c2".to_string()], vec![]],
+        "one member failed, the rank that stopped first; no stop of the others"
+    );
+    assert_eq!(js.restarts, 1, "one JobSet restart");
+    assert_eq!(js.attempt, 1);
+    assert_eq!(js.in_place_restarts(), 0, "nothing restarted in place");
+    let restarting = js.fleet.sink.of(AlertKind::Restarting);
+    assert_eq!(restarting.len(), 1, "{:?}", js.fleet.sink.kinds());
+    assert!(
+        restarting[0].detail.contains("one member, gpu-2/rank-2")
+            && restarting[0]
+                .detail
+                .contains("its controller restarts all 4 members"),
+        "{}",
+        restarting[0].detail
+    );
+    assert_eq!(js.fleet.sink.count(AlertKind::Hung), 1);
+    assert_eq!(js.fleet.sink.count(AlertKind::GangBlocked), 0);
+    assert_eq!(js.gang_breaker().await, 1, "one unit of the gang's breaker");
+    let day = utc_day(js.fleet.now());
+    for (i, n) in js.fleet.nodes.iter().enumerate() {
+        let want = u64::from(i == 2);
+        assert_eq!(
+            js.fleet.counter(&n.keys.breaker(&day)).await,
+            want,
+            "node {i}"
+        );
+    }
+    let decided = js.fleet.decisions(2).await;
+    assert!(
+        decided.iter().any(|d| d == "restarted"),
+        "the failure is the trail's restart: {decided:?}"
+    );
+
+    // The new attempt trains past where the last one stopped, then hangs again: the same gang
+    // (the JobSet, not the attempt) — its restart remembered, so the new hang's page is the
+    // escalation of that restart, and its second restart is the gang breaker's second unit.
+    for s in 0..8 {
+        for i in 0..4 {
+            js.beat(i, 200 + s, 0).await;
+        }
+        js.tick().await;
+    }
+    assert_eq!(
+        js.failed().concat().len(),
+        1,
+        "nobody touched while it trains"
+    );
+    js.train_then_hang(210).await;
+    js.run_for(Duration::from_secs(600)).await;
+    assert_eq!(js.restarts, 2, "a second JobSet restart");
+    assert_eq!(
+        js.failed()[2],
+        vec!["a0-c2".to_string(), "a1-c2".to_string()],
+        "again the rank that stopped first, of the new attempt"
+    );
+    assert_eq!(js.fleet.sink.count(AlertKind::Hung), 1);
+    assert_eq!(
+        js.fleet.sink.count(AlertKind::Escalation),
+        1,
+        "the hang after the JobSet's restart is that restart's escalation: {:?}",
+        js.fleet.sink.kinds()
+    );
+    assert_eq!(js.gang_breaker().await, 2);
+}
+
+/// A fruitless run carries across attempts: the new attempt stops where the last one did, and
+/// the gang — the JobSet, not the attempt — is refused after `max_fruitless_restarts`.
+#[tokio::test]
+async fn a_fruitless_run_of_restarts_carries_across_the_jobsets_attempts() {
+    let mut js = JobSet::new(10);
+    js.train_then_hang(100).await;
+    js.run_for(Duration::from_secs(600)).await;
+    assert_eq!(js.restarts, 1);
+    let run = js
+        .fleet
+        .get(&js.fleet.nodes[0].keys.gang_fruitless(GANG))
+        .await;
+    assert!(run.is_some(), "the run is the JobSet's");
+    // The new attempt resumes from its checkpoint (step 90) and stops at step 100 again.
+    for round in 0..4 {
+        js.train_then_hang(100).await;
+        js.run_for(Duration::from_secs(600)).await;
+        if js.fleet.sink.count(AlertKind::Fruitless) > 0 {
+            assert!(round >= 1, "refused after more than one fruitless restart");
+            break;
+        }
+    }
+    let fruitless = js.fleet.sink.of(AlertKind::Fruitless);
+    assert_eq!(fruitless.len(), 1, "{:?}", js.fleet.sink.kinds());
+    assert_eq!(fruitless[0].gang.as_deref(), Some(GANG));
+    let restarts = js.restarts;
+    js.run_for(Duration::from_secs(600)).await;
+    assert_eq!(js.restarts, restarts, "no restart after the refusal");
+}
+
+/// A JobSet whose restarts are spent: a failure would fail the JobSet, so nothing is stopped
+/// and one page says why.
+#[tokio::test]
+async fn a_jobset_whose_restarts_are_spent_is_left_alone_with_one_page() {
+    let mut js = JobSet::new(1);
+    js.restarts = 1;
+    js.create_pods_again();
+    js.train_then_hang(100).await;
+    js.run_for(Duration::from_secs(900)).await;
+    assert!(js.failed().concat().is_empty(), "{:?}", js.failed());
+    assert_eq!(js.in_place_restarts(), 0);
+    let blocked = js.fleet.sink.of(AlertKind::GangBlocked);
+    assert_eq!(blocked.len(), 1, "{:?}", js.fleet.sink.kinds());
+    assert!(
+        blocked[0]
+            .detail
+            .contains("restarts are spent (1 of maxRestarts 1)"),
+        "{}",
+        blocked[0].detail
+    );
+    assert_eq!(js.gang_breaker().await, 0, "no unit taken");
+    assert!(!js.failed);
+}
+
+impl JobSet {
+    /// The current attempt's pods read their facts again (the status changed under them).
+    fn create_pods_again(&mut self) {
+        for i in 0..4 {
+            let id = self.container(i);
+            let r = remediation(&self.facts(i));
+            assert!(matches!(r, Remediation::Refuse(_)) || self.restarts < self.max_restarts);
+            self.fleet.nodes[i].runtime.set_remediation(&id, r);
+        }
+    }
+}
