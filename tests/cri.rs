@@ -410,8 +410,11 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     allowed.allow_pod_replacement = true;
     let yes = CriRuntime::new(allowed, None).unwrap();
     assert!(
-        matches!(yes.remediation(&c).await, Remediation::Replace { .. }),
-        "allow_pod_replacement: the pod is failed for its controller"
+        matches!(
+            yes.remediation(&c).await,
+            Remediation::InPlace { kill: false, .. }
+        ),
+        "allow_pod_replacement: stopped as ever, its next attempt awaited"
     );
 }
 

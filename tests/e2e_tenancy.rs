@@ -90,7 +90,7 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
     kubelet.restart_loop(stop.clone());
     let prefix = unique("tenancy");
     let jobset = unique("train-");
-    let victim = format!("ml/jobset/{jobset}/0");
+    let victim = format!("ml/jobset/{jobset}");
     let mut ranks: Vec<(Setup, PathBuf, Pod)> = Vec::new();
     for i in 0..2 {
         let mut s = Setup::new("tenancy");

@@ -443,24 +443,29 @@ impl ContainerRuntime for CriRuntime {
             )),
         };
         // NB: the operator's override covers what it always covered — a pod that a stop ends
-        // with nothing to bring it back, or whose controllers cannot be read — never a stop the
-        // table found would fail a Job (no Job: nothing counts it).
-        let (answer, overridable) = match read {
-            Ok(Some(w)) => (remediation(&w), w.job.is_none()),
-            Ok(None) => return Remediation::Refuse(format!("pod {pod} is gone from the API")),
-            Err(e) => (Remediation::Refuse(format!(
-                "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
-            )), true),
-        };
-        match answer {
-            Remediation::Refuse(why) if self.s.allow_pod_replacement && overridable => {
-                Remediation::Replace {
+        // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
+        // be read (stopped as ever, its next attempt awaited) — never a stop the table found
+        // would fail a Job (no Job: nothing counts it).
+        let allow = self.s.allow_pod_replacement;
+        match read {
+            Ok(Some(w)) => match remediation(&w) {
+                Remediation::Refuse(_) if allow && w.job.is_none() => Remediation::Replace {
                     how: format!(
-                        "runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's ({why})"
+                        "runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's"
                     ),
-                }
-            }
-            other => other,
+                },
+                r => r,
+            },
+            Ok(None) => Remediation::Refuse(format!("pod {pod} is gone from the API")),
+            Err(e) if allow => Remediation::InPlace {
+                kill: false,
+                how: format!(
+                    "runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})"
+                ),
+            },
+            Err(e) => Remediation::Refuse(format!(
+                "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
+            )),
         }
     }
 
