@@ -85,6 +85,10 @@ impl JobSet {
         for i in 0..4 {
             let (id, node) = (self.container(i), &self.fleet.nodes[i]);
             node.runtime.add(&id, &format!("rank-{i}"));
+            // Its start, as a CRI runtime says it (a one-member decision is carried out only on
+            // a container that ran when it was taken).
+            let started = jiff::Timestamp::from_millisecond(self.fleet.now()).unwrap();
+            node.runtime.set_started_at(&id, &started.to_string());
             node.runtime.set_pod_labels(
                 &id,
                 "ml",

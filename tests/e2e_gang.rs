@@ -300,10 +300,7 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
         .collect();
     assert_eq!(hung.len(), 1, "{:?}", hook.kinds());
     assert_eq!(hung[0]["vigil"]["worker"], "rank-2", "{}", hung[0]);
-    assert_eq!(
-        hung[0]["vigil"]["gang"],
-        format!("default/jobset/{jobset}")
-    );
+    assert_eq!(hung[0]["vigil"]["gang"], format!("default/jobset/{jobset}"));
     assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
     stop.cancel();
 }

@@ -155,6 +155,13 @@ pub(crate) fn first_stopped(members: &[Member], now: Millis) -> Option<&Member> 
         .min_by_key(|m| (m.heartbeat.unwrap_or(Millis::MIN), m.id()))
 }
 
+/// The member's container ran when the decision was taken: the controller's next attempt (a
+/// new pod of the same worker on the same node) is never failed on the last attempt's
+/// decision. A start the runtime does not say is not known to be before.
+fn started_before(own: &Member, d: &Decision) -> bool {
+    own.started.is_some_and(|st| st <= d.decided)
+}
+
 /// When one member's restart restarts every member (its pod's controllers: a JobSet that
 /// restarts on a failed Job, a LeaderWorkerSet group), the member the decision names: the one
 /// that stopped first among those whose agents say so. `None`: every member is restarted.
@@ -406,7 +413,9 @@ pub(crate) fn executable(d: &Decision, own: &Member, now: Millis, t: &Timing) ->
     // NB: a decision of one member for all (its controller restarts the rest) is that
     // member's alone: the others' pods are its controller's to recreate.
     now - d.decided < t.cooldown
-        && d.only.as_ref().is_none_or(|m| *m == own.id())
+        && d.only
+            .as_ref()
+            .is_none_or(|m| *m == own.id() && started_before(own, d))
         && own.verdict != Verdict::Booting
         && !progressing(own, now)
         && own.heartbeat.is_none_or(|hb| hb < d.decided)

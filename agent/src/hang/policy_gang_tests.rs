@@ -466,6 +466,19 @@ fn a_decision_of_one_member_for_all_is_that_members_alone() {
         .map(Member::id)
         .collect();
     assert_eq!(carried, ["b/rank"]);
+    // The controller's next attempt on b's node (the same worker, a container started after
+    // the decision, its record still the old one's) is never failed on it; nor a container
+    // whose start the runtime does not say.
+    let next = Member {
+        started: Some(d.decided + 5 * S),
+        ..gang[1].clone()
+    };
+    assert!(!executable(&d, &next, now, &t));
+    let unknown = Member {
+        started: None,
+        ..gang[1].clone()
+    };
+    assert!(!executable(&d, &unknown, now, &t));
 }
 
 /// Once a member of a JobSet's next attempt writes its entry, the last attempt's members are

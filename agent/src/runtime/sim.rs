@@ -50,6 +50,14 @@ impl FakeRuntime {
         s.remediations.insert(id.to_string(), r);
     }
 
+    /// Say when `id`'s current incarnation started, in a form the runtimes use (e.g. RFC 3339):
+    /// the fake's own `gen-N` reads as a start the runtime does not say.
+    pub fn set_started_at(&self, id: &str, value: &str) {
+        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
+            c.started_at = value.to_string();
+        }
+    }
+
     /// The containers failed for their controller so far, in order.
     pub fn failed(&self) -> Vec<String> {
         self.state.lock().unwrap().failed.clone()

@@ -1,0 +1,316 @@
+//! End-to-end, a JobSet restarted its controller's way (issue 44): four `vigil run` processes
+//! (four node names, one Redis), each reading its node's Kubernetes API (the fake API server, one
+//! per node, holding the same pods, Jobs and JobSet), one rank each on a private real
+//! containerd, a shell as PID 1 that ignores SIGTERM. The test plays kubelet for `Never` pods (an
+//! exited container stays exited) and JobSet's controller as its failure policy documents it: a
+//! rank whose container exits non-zero fails its Job (`backoffLimit: 0`), and the JobSet, with
+//! restarts left, deletes every pod and creates the next attempt (`restart-attempt` + 1).
+//!
+//! What an operator sees: one rank failed by Vigil (the one that stopped first, exit 137), one
+//! JobSet restart, one `restarting` page saying so, the new attempt beating and nobody stopped
+//! again.
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::containerd::{Containerd, Kubelet, Pod};
+use common::e2e::{decisions, ConfigParts, Setup};
+use common::fake_kube::FakeKube;
+use common::real::{
+    beat, explain, poll, shared_redis_url, unique, Receiver, VigilProcess, IGNORES_TERM,
+};
+use serde_json::json;
+
+const RANKS: usize = 4;
+const KILLED: i32 = 137;
+
+/// A rank: its node's setup, agent config and API server.
+struct Rank {
+    s: Setup,
+    cfg: PathBuf,
+    kube: FakeKube,
+}
+
+/// The JobSet as its controller keeps it, shared with the controller's task.
+struct State {
+    jobset: String,
+    attempt: u32,
+    /// `status.restarts` (= `restartsCountTowardsMax`: no rule ignores the max).
+    restarts: u32,
+    /// The current attempt's pods, by rank.
+    pods: Vec<Pod>,
+    /// (rank, attempt, container id, exit code) of every container the controller found exited.
+    exited: Vec<(usize, u32, String, i32)>,
+}
+
+fn config(s: &Setup, ctd: &Containerd, kube: &FakeKube, hook: &str) -> PathBuf {
+    s.write_config(ConfigParts {
+        runtime: &format!(
+            "kind = \"cri\"\ncri_socket = \"{}\"\npod_resources_socket = \"\"",
+            ctd.socket().display()
+        ),
+        policy: "cooldown = \"60s\"\nescalate_after = \"120s\"",
+        tables: &format!(
+            "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{hook}\"\nattempts = 2\ntimeout = \"2s\"\n[kubernetes]\nenabled = \"on\"\napi_url = \"{}\"\n[gpu]\nenabled = \"off\"\n[metadata]\nenabled = \"off\"\n",
+            kube.url
+        ),
+        ..ConfigParts::default()
+    })
+}
+
+/// Rank `i`'s pod, Job and the JobSet of `attempt`, as the API serves them, in every node's API
+/// server.
+fn publish(ranks: &[Rank], st: &State, failed_rank: Option<usize>) {
+    let js = &st.jobset;
+    for r in ranks {
+        for (i, rank) in ranks.iter().enumerate() {
+            let job = format!("{js}-workers-{i}");
+            let uid = format!("{job}-uid-{}", st.attempt);
+            let phase = match failed_rank == Some(i) {
+                true => "Failed",
+                false => "Running",
+            };
+            let mut labels = json!({
+                "batch.kubernetes.io/controller-uid": uid,
+                "jobset.sigs.k8s.io/jobset-name": js,
+                "jobset.sigs.k8s.io/restart-attempt": st.attempt.to_string()
+            });
+            labels[rank.s.label.as_str()] = json!(rank.s.worker);
+            r.kube.put_pod(json!({
+                "metadata": {
+                    "name": format!("{job}-0"), "namespace": "default",
+                    "labels": labels,
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "controller": true}]
+                },
+                "spec": {"restartPolicy": "Never", "nodeName": rank.s.node, "containers": [{"name": "main", "image": "busybox"}]},
+                "status": {"phase": phase}
+            }));
+            r.kube.put_object("batch", "jobs", json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {
+                    "name": job, "namespace": "default", "uid": uid,
+                    "labels": {"jobset.sigs.k8s.io/replicatedjob-name": "workers"},
+                    "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": js, "uid": "js-uid", "controller": true}]
+                },
+                "spec": {"backoffLimit": 0, "parallelism": 1, "completions": 1, "completionMode": "Indexed"},
+                "status": {"active": 1}
+            }));
+        }
+        r.kube.put_object("jobset.x-k8s.io", "jobsets", json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": js, "namespace": "default", "uid": "js-uid"},
+            "spec": {"failurePolicy": {"maxRestarts": 3}, "replicatedJobs": [{"name": "workers", "replicas": RANKS}]},
+            "status": {"restarts": st.restarts, "restartsCountTowardsMax": st.restarts}
+        }));
+    }
+}
+
+/// The attempt's pods on containerd, one per rank, with JobSet's labels.
+async fn run_pods(kubelet: &Kubelet, ranks: &[Rank], st: &State) -> Vec<Pod> {
+    let mut pods = Vec::new();
+    let attempt = st.attempt.to_string();
+    for (i, r) in ranks.iter().enumerate() {
+        let labels = [
+            (r.s.label.as_str(), r.s.worker.as_str()),
+            ("jobset.sigs.k8s.io/jobset-name", st.jobset.as_str()),
+            ("jobset.sigs.k8s.io/restart-attempt", attempt.as_str()),
+            ("jobset.sigs.k8s.io/replicatedjob-name", "workers"),
+        ];
+        let name = format!("{}-workers-{i}-0", st.jobset);
+        pods.push(
+            kubelet
+                .run_pod(&name, &labels, &[], &[("main", IGNORES_TERM)])
+                .await,
+        );
+    }
+    pods
+}
+
+/// Every rank beats `processing`; rank 2 first, the others 200 ms later.
+async fn beat_all(ranks: &[Rank], redis: &str, step: &str) {
+    for i in [2, 0, 1, 3] {
+        if i == 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let r = &ranks[i];
+        let args = ["--job", "train", "--progress", step];
+        let (code, out, err) = beat(
+            &r.cfg,
+            &r.s.worker,
+            "processing",
+            &args,
+            &[("REDIS_URL", redis)],
+        );
+        assert_eq!(code, 0, "{out} {err}");
+    }
+}
+
+/// JobSet's controller and kubelet for `Never` pods, every 200 ms: a rank whose container
+/// exited fails its pod and Job; the JobSet restarts (every pod deleted, the next attempt
+/// created) while its restarts last.
+fn control(
+    kubelet: Kubelet,
+    ranks: Arc<Vec<Rank>>,
+    st: Arc<Mutex<State>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let (pods, attempt) = {
+                let s = st.lock().unwrap();
+                (s.pods.clone(), s.attempt)
+            };
+            let mut failed = None;
+            for (i, pod) in pods.iter().enumerate() {
+                let all = kubelet.containers(pod).await;
+                if let Some(c) = all.iter().find(|c| c.1 == "main" && !c.3) {
+                    let (code, _) = kubelet.exit(&c.0).await;
+                    st.lock()
+                        .unwrap()
+                        .exited
+                        .push((i, attempt, c.0.clone(), code));
+                    failed = Some(i);
+                    break;
+                }
+            }
+            let Some(i) = failed else { continue };
+            {
+                let s = st.lock().unwrap();
+                publish(&ranks, &s, Some(i));
+                if s.restarts >= 3 {
+                    return;
+                }
+            }
+            // The JobSet restarts: its Jobs deleted (their pods with them), then recreated.
+            for pod in &pods {
+                for c in kubelet.containers(pod).await.into_iter().filter(|c| c.3) {
+                    kubelet.stop(&c.0).await;
+                }
+            }
+            let next = {
+                let mut s = st.lock().unwrap();
+                s.restarts += 1;
+                s.attempt += 1;
+                State {
+                    jobset: s.jobset.clone(),
+                    attempt: s.attempt,
+                    restarts: s.restarts,
+                    pods: Vec::new(),
+                    exited: Vec::new(),
+                }
+            };
+            let new_pods = run_pods(&kubelet, &ranks, &next).await;
+            let mut s = st.lock().unwrap();
+            s.pods = new_pods;
+            publish(&ranks, &s, None);
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_jobset_on_containerd_has_one_rank_failed_and_restarts_as_a_whole() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let ctd = Containerd::start();
+    let kubelet = Kubelet::new(&ctd);
+    let prefix = unique("jobset-cri");
+    let mut ranks = Vec::new();
+    for i in 0..RANKS {
+        let mut s = Setup::new("jobset-cri");
+        s.prefix = prefix.clone();
+        s.worker = format!("rank-{i}");
+        let kube = FakeKube::start(&s.node).await;
+        let cfg = config(&s, &ctd, &kube, &hook.url);
+        ranks.push(Rank { s, cfg, kube });
+    }
+    let ranks = Arc::new(ranks);
+    let mut st = State {
+        jobset: unique("train-"),
+        attempt: 0,
+        restarts: 0,
+        pods: Vec::new(),
+        exited: Vec::new(),
+    };
+    st.pods = run_pods(&kubelet, &ranks, &st).await;
+    publish(&ranks, &st, None);
+    let gang = format!("default/jobset/{}", st.jobset);
+    let st = Arc::new(Mutex::new(st));
+    let controller = control(kubelet.clone(), ranks.clone(), st.clone());
+    beat_all(&ranks, &redis, "100").await;
+    let agents: Vec<VigilProcess> = ranks
+        .iter()
+        .map(|r| VigilProcess::spawn(&["run"], &r.cfg, &[("REDIS_URL", &redis)]))
+        .collect();
+    let logs = || {
+        agents
+            .iter()
+            .map(|a| a.log_text())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+
+    // The JobSet restarts once; the new attempt's ranks beat.
+    let restarted = poll(Duration::from_secs(90), || {
+        let st = st.clone();
+        async move { (st.lock().unwrap().restarts >= 1).then_some(()) }
+    })
+    .await;
+    assert!(restarted.is_some(), "the JobSet restarted:\n{}", logs());
+    beat_all(&ranks, &redis, "101").await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        beat_all(&ranks, &redis, "102").await;
+    }
+
+    let s = st.lock().unwrap();
+    assert_eq!(s.restarts, 1, "one JobSet restart:\n{}", logs());
+    assert_eq!(
+        s.exited.len(),
+        1,
+        "one rank's container exited before the JobSet acted: {:?}",
+        s.exited
+    );
+    let (rank, attempt, _, code) = &s.exited[0];
+    assert_eq!(
+        (*rank, *attempt, *code),
+        (2, 0, KILLED),
+        "rank 2 (first to stop), SIGKILL"
+    );
+    drop(s);
+    assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
+    let page = hook
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|b| b["vigil"]["kind"] == "restarting")
+        .cloned()
+        .unwrap();
+    assert_eq!(page["vigil"]["gang"], gang.as_str());
+    let text = page["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("its controller restarts all 4 members") && text.contains("rank-2"),
+        "{text}"
+    );
+    assert_eq!(hook.count("gang-blocked"), 0, "{:?}", hook.kinds());
+    assert_eq!(hook.count("not-restartable"), 0, "{:?}", hook.kinds());
+    let trails: String = ranks
+        .iter()
+        .map(|r| explain(&r.cfg, &r.s.node, &[], &[("REDIS_URL", &redis)]).1)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(decisions(&trails, "gang-decided"), 1, "{trails}");
+    assert_eq!(
+        decisions(&trails, "restarted"),
+        1,
+        "one rank failed by Vigil: {trails}"
+    );
+    assert!(
+        trails.contains("failed (SIGKILL, exit 137) for its controller"),
+        "{trails}"
+    );
+    controller.abort();
+}
