@@ -16,7 +16,7 @@ use common::wiring::write_record;
 use vigil::alerts::AlertKind;
 use vigil::clock::utc_day;
 use vigil::vocab::workload::{
-    remediation, JobFacts, JobSetFacts, Remediation, RestartPolicy, Workload,
+    remediation, JobFacts, JobSetFacts, Remediation, RestartPolicy, Stops, Workload,
 };
 
 const POLL: Duration = Duration::from_secs(15);
@@ -98,8 +98,7 @@ impl JobSet {
                     ("jobset.sigs.k8s.io/restart-attempt", &attempt),
                 ],
             );
-            node.runtime
-                .set_remediation(&id, remediation(&self.facts(i)));
+            node.runtime.set_remediation(&id, rem(&self.facts(i)));
         }
     }
 
@@ -331,9 +330,13 @@ impl JobSet {
     fn create_pods_again(&mut self) {
         for i in 0..4 {
             let id = self.container(i);
-            let r = remediation(&self.facts(i));
+            let r = rem(&self.facts(i));
             assert!(matches!(r, Remediation::Refuse(_)) || self.restarts < self.max_restarts);
             self.fleet.nodes[i].runtime.set_remediation(&id, r);
         }
     }
+}
+
+fn rem(w: &Workload) -> Remediation {
+    remediation(w, Stops::EveryPod)
 }

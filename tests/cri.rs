@@ -27,7 +27,7 @@ use vigil::metrics::Metrics;
 use vigil::runtime::container::Container;
 use vigil::runtime::cri::{CriRuntime, CriSettings, POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use vigil::runtime::{ContainerRuntime, RuntimeError};
-use vigil::vocab::workload::Remediation;
+use vigil::vocab::workload::{Remediation, Stops};
 
 const START: Millis = 1_796_083_200_000;
 const POLL: Duration = Duration::from_secs(15);
@@ -303,11 +303,11 @@ impl ContainerRuntime for SlowLogs {
         );
         self.inner.logs(id, lines).await
     }
-    async fn remediation(&self, c: &Container) -> Remediation {
-        self.inner.remediation(c).await
+    async fn remediation(&self, c: &Container, stops: Stops) -> Remediation {
+        self.inner.remediation(c, stops).await
     }
-    async fn fail(&self, c: &Container) -> Result<(), RuntimeError> {
-        self.inner.fail(c).await
+    async fn fail(&self, c: &Container, grace: Duration, whole: bool) -> Result<(), RuntimeError> {
+        self.inner.fail(c, grace, whole).await
     }
     async fn restart(&self, c: &Container, grace: Duration) -> Result<(), RuntimeError> {
         self.inner.restart(c, grace).await
@@ -401,7 +401,7 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     // Without the Kubernetes API the policy is unknown: refused by default too.
     let blind = CriRuntime::new(settings(&ctd), None).unwrap();
     let c = blind.list_workers().await.unwrap().remove(0);
-    let why = blind.remediation(&c).await;
+    let why = blind.remediation(&c, Stops::One).await;
     assert!(
         matches!(&why, Remediation::Refuse(w) if w.contains("Kubernetes API is off")),
         "{why:?}"
@@ -411,7 +411,7 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     let yes = CriRuntime::new(allowed, None).unwrap();
     assert!(
         matches!(
-            yes.remediation(&c).await,
+            yes.remediation(&c, Stops::One).await,
             Remediation::InPlace { kill: false, .. }
         ),
         "allow_pod_replacement: stopped as ever, its next attempt awaited"

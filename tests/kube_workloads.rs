@@ -10,7 +10,7 @@ use crate::common;
 use common::fake_kube::{FakeKube, ROLE};
 use serde_json::{json, Value};
 use vigil::kube::pods::{KubePods, PodApi, PodError};
-use vigil::vocab::workload::{remediation, Remediation};
+use vigil::vocab::workload::{remediation, Remediation, Stops};
 
 /// A pod of Job `job` (its controller), labelled as the Job controller labels it.
 fn job_pod(name: &str, job: &str, uid: &str, policy: &str, restarts: u32) -> Value {
@@ -64,7 +64,7 @@ async fn read(kube: &FakeKube, pod: &str) -> Result<Remediation, PodError> {
         .workload("ml", pod, "trainer")
         .await?
         .expect("the pod exists");
-    Ok(remediation(&w))
+    Ok(rem(&w))
 }
 
 #[tokio::test]
@@ -86,13 +86,12 @@ async fn the_common_jobset_shape_is_read_over_the_api_into_one_member_failed() {
     );
     assert!(
         r.how()
-            .contains("JobSet train restarts on it (restart 2 of maxRestarts 3)"),
+            .contains("JobSet ml/train restarts on it (restart 2 of maxRestarts 3)"),
         "{}",
         r.how()
     );
-    // What it asked: the pod, its Job, the Job's pods by label, the JobSet; nothing else.
-    // (The Job's pods are selected by its controller-uid label: the OnFailure test below has
-    // another Job's pod in the namespace that is not counted.)
+    // What it asked: the pod, its Job, the JobSet; nothing else (a Never Job's failures are
+    // its status: its pods are listed only for an OnFailure Job, below).
     let asked: Vec<String> = kube
         .requests()
         .into_iter()
@@ -103,7 +102,6 @@ async fn the_common_jobset_shape_is_read_over_the_api_into_one_member_failed() {
         [
             "GET /api/v1/namespaces/ml/pods/train-workers-0-0",
             "GET /apis/batch/v1/namespaces/ml/jobs/train-workers-0",
-            "GET /api/v1/namespaces/ml/pods",
             "GET /apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/train",
         ]
     );
@@ -162,7 +160,27 @@ async fn a_leaderworkerset_group_is_read_from_the_pods_labels() {
         matches!(r, Remediation::OneForAll { kill: false, .. }),
         "{r:?}"
     );
-    assert!(r.how().contains("LeaderWorkerSet serve"), "{}", r.how());
+    assert!(r.how().contains("LeaderWorkerSet ml/serve"), "{}", r.how());
+}
+
+#[tokio::test]
+async fn an_owner_the_api_does_not_have_is_a_refusal_not_an_in_place_stop() {
+    let kube = FakeKube::start("gpu-0").await;
+    kube.put_pod(job_pod("train-workers-0-0", "train-workers-0", "u-0", "Never", 0));
+    kube.put_object("batch", "jobs", job(0));
+    // The JobSet the Job names is not there (deleted, or its CRD missing).
+    let r = read(&kube, "train-workers-0-0").await.unwrap();
+    assert!(
+        matches!(&r, Remediation::Refuse(why) if why.contains("JobSet ml/train, which the API does not have")),
+        "{r:?}"
+    );
+    // A pod that names a LeaderWorkerSet the API does not have: the same.
+    kube.put_pod(json!({
+        "metadata": {"name": "serve-0", "namespace": "ml", "labels": {"leaderworkerset.sigs.k8s.io/name": "serve"}},
+        "spec": {"containers": [{"name": "trainer", "image": "t"}]}
+    }));
+    let r = read(&kube, "serve-0").await.unwrap();
+    assert!(matches!(r, Remediation::Refuse(_)), "{r:?}");
 }
 
 #[tokio::test]
@@ -228,4 +246,8 @@ fn the_fakes_role_is_the_deployed_cluster_role() {
     deployed.sort();
     fake.sort();
     assert_eq!(deployed, fake);
+}
+
+fn rem(w: &vigil::vocab::workload::Workload) -> Remediation {
+    remediation(w, Stops::EveryPod)
 }

@@ -75,10 +75,17 @@ pub(crate) struct Member {
     /// of an older attempt are its controller's to remove, and no longer the gang's.
     #[serde(rename = "att", default, skip_serializing_if = "Option::is_none")]
     pub(crate) attempt: Option<u32>,
-    /// One member's restart restarts every member (its pod's controllers: a JobSet, a
-    /// LeaderWorkerSet group): the gang's decision names one member, not all.
-    #[serde(rename = "oa", default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) one_for_all: bool,
+    /// One member's restart restarts every member, and what restarts (its pod's controllers:
+    /// `jobset:<ns>/<name>`, `lws:<ns>/<name>/<group>`): the gang's decision names one member
+    /// when every member names the same (else the gang is blocked: a mixed gang, or an agent
+    /// too old to say).
+    #[serde(rename = "oa", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) one_for_all: Option<String>,
+    /// Its JobSet's uid (the first 8 characters), with `attempt`: the incarnation is the
+    /// attempt of one JobSet (a JobSet deleted and created again under the same name starts
+    /// its attempts over).
+    #[serde(rename = "jsu", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) jobset_uid: Option<String>,
     /// Its agent runs in observe mode (`dry_run`).
     #[serde(rename = "dr", default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) dry_run: bool,

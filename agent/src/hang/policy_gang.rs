@@ -111,16 +111,25 @@ pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member
     let recent = |m: &&Member| now - m.at <= t.gone_after;
     // NB: once a member of a JobSet's next attempt is seen, the last attempt's members are the
     // controller's to remove (it deletes their pods): neither blockers nor stopped ranks of the
-    // gang its restart made.
-    let latest = members
-        .iter()
-        .filter(recent)
-        .filter_map(|m| m.attempt)
-        .max();
+    // gang its restart made. Attempts compare within one JobSet (its uid): one deleted and
+    // created again under the same name starts its attempts over.
+    let mut latest: BTreeMap<Option<&str>, u32> = BTreeMap::new();
+    for m in members.iter().filter(recent) {
+        if let Some(a) = m.attempt {
+            let top = latest.entry(m.jobset_uid.as_deref()).or_default();
+            *top = (*top).max(a);
+        }
+    }
+    let current = |m: &&Member| match m.attempt {
+        Some(a) => latest
+            .get(&m.jobset_uid.as_deref())
+            .is_none_or(|top| a >= *top),
+        None => true,
+    };
     let mut v: Vec<Member> = members
         .iter()
         .filter(recent)
-        .filter(|m| m.attempt.is_none_or(|a| Some(a) >= latest))
+        .filter(current)
         .cloned()
         .collect();
     v.sort_by_key(|m| m.id());
@@ -155,20 +164,53 @@ pub(crate) fn first_stopped(members: &[Member], now: Millis) -> Option<&Member> 
         .min_by_key(|m| (m.heartbeat.unwrap_or(Millis::MIN), m.id()))
 }
 
-/// The member's container ran when the decision was taken: the controller's next attempt (a
-/// new pod of the same worker on the same node) is never failed on the last attempt's
-/// decision. A start the runtime does not say is not known to be before.
+/// The member's container ran when the decision was taken: a controller's next incarnation (a
+/// new pod of the same worker on the same node, its record still the old one's) is never
+/// stopped on the last one's decision. A start the runtime does not say counts as before for a
+/// decision of every member (the runtimes that do not say restart in place), and as unknown —
+/// not carried out — for a decision of one member for all.
 fn started_before(own: &Member, d: &Decision) -> bool {
-    own.started.is_some_and(|st| st <= d.decided)
+    match d.only {
+        Some(_) => own.started.is_some_and(|st| st <= d.decided),
+        None => own.started.is_none_or(|st| st <= d.decided),
+    }
 }
 
 /// When one member's restart restarts every member (its pod's controllers: a JobSet that
-/// restarts on a failed Job, a LeaderWorkerSet group), the member the decision names: the one
-/// that stopped first among those whose agents say so. `None`: every member is restarted.
+/// restarts on a failed Job, a LeaderWorkerSet group) — every member names the same whole —
+/// the member the decision names: the one that stopped first. `None`: every member is
+/// restarted (or, with names that differ, none: [`blockers`]).
 pub(crate) fn one_for_all(members: &[Member], now: Millis) -> Option<&Member> {
-    let those: Vec<Member> = members.iter().filter(|m| m.one_for_all).cloned().collect();
-    let first = first_stopped(&those, now)?.id();
-    members.iter().find(|m| m.id() == first)
+    let whole = members.first()?.one_for_all.as_ref()?;
+    if members
+        .iter()
+        .any(|m| m.one_for_all.as_ref() != Some(whole))
+    {
+        return None;
+    }
+    first_stopped(members, now)
+}
+
+/// Members whose restarts differ: some restarted one for all (and of which whole), the others
+/// not, or for another whole. One decision cannot name one member for them all (a label-named
+/// gang over two groups, an agent too old to say).
+fn mixed_restarts(members: &[Member]) -> Option<String> {
+    let ways: BTreeMap<&str, Vec<String>> = members.iter().fold(BTreeMap::new(), |mut ways, m| {
+        let way = m.one_for_all.as_deref().unwrap_or("each in place");
+        ways.entry(way).or_default().push(m.id());
+        ways
+    });
+    if ways.len() < 2 || members.iter().all(|m| m.one_for_all.is_none()) {
+        return None;
+    }
+    let said: Vec<String> = ways
+        .iter()
+        .map(|(way, ids)| format!("{way}: {}", ids.join(", ")))
+        .collect();
+    Some(format!(
+        "the members are restarted different ways by their controllers ({}): one decision cannot restart them all",
+        said.join("; ")
+    ))
 }
 
 /// Why the gang cannot be restarted as a whole now: each member whose node cannot take part,
@@ -202,6 +244,7 @@ pub(crate) fn blockers(
             observing.join(", ")
         ));
     }
+    why.extend(mixed_restarts(members));
     let mut on_node: BTreeMap<&str, u64> = BTreeMap::new();
     for m in members {
         *on_node.entry(m.node.as_str()).or_default() += 1;

@@ -34,7 +34,8 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
         signals: vec![],
         alert_only: false,
         attempt: None,
-        one_for_all: false,
+        jobset_uid: None,
+        one_for_all: None,
         dry_run: false,
         preemption_budget: None,
         maintenance_budget: None,
@@ -441,7 +442,7 @@ fn a_decision_of_one_member_for_all_is_that_members_alone() {
     ];
     assert_eq!(one_for_all(&gang, now), None, "in place: every member");
     for g in gang.iter_mut() {
-        g.one_for_all = true;
+        g.one_for_all = Some("jobset:ml/train".into());
     }
     let only = one_for_all(&gang, now).map(Member::id);
     assert_eq!(only.as_deref(), Some("b/rank"), "the first to stop");
@@ -507,4 +508,49 @@ fn the_members_of_an_older_attempt_leave_the_gang_when_the_next_one_is_seen() {
         .map(Member::id)
         .collect();
     assert_eq!(ids, ["a/rank"]);
+}
+
+/// One decision names one member only when every member names the same whole (one JobSet, one
+/// group); members restarted different ways — a label-named gang over two groups, an agent too
+/// old to say — block the gang instead.
+#[test]
+fn members_restarted_different_ways_block_the_gang() {
+    let now = 1_000 * S;
+    let t = timing();
+    let with = |n: &str, whole: Option<&str>| Member {
+        one_for_all: whole.map(str::to_string),
+        ..m(n, "hung", now - 200 * S, now)
+    };
+    let same = [with("a", Some("lws:ml/s/0")), with("b", Some("lws:ml/s/0"))];
+    assert!(one_for_all(&same, now).is_some());
+    assert!(blockers(&same, None, now, &t).is_empty());
+    for mixed in [
+        [with("a", Some("lws:ml/s/0")), with("b", Some("lws:ml/s/1"))],
+        [with("a", Some("lws:ml/s/0")), with("b", None)],
+    ] {
+        assert_eq!(one_for_all(&mixed, now), None);
+        let why = blockers(&mixed, None, now, &t);
+        assert!(
+            why.iter().any(|w| w.contains("restarted different ways")),
+            "{why:?}"
+        );
+    }
+    let in_place = [with("a", None), with("b", None)];
+    assert!(blockers(&in_place, None, now, &t).is_empty());
+}
+
+/// Attempts compare within one JobSet: a JobSet deleted and created again under the same name
+/// (attempts from 0 again, another uid) is not hidden behind the old one's higher attempts.
+#[test]
+fn attempts_compare_within_one_jobset() {
+    let now = 1_000 * S;
+    let t = timing();
+    let at = |n: &str, uid: &str, attempt: u32| Member {
+        attempt: Some(attempt),
+        jobset_uid: Some(uid.into()),
+        ..m(n, "hung", now - 200 * S, now)
+    };
+    let members = [at("a", "old", 5), at("b", "new", 0), at("c", "new", 1)];
+    let ids: Vec<String> = present(&members, now, &t).iter().map(Member::id).collect();
+    assert_eq!(ids, ["a/rank", "c/rank"]);
 }

@@ -131,6 +131,7 @@ mod tests {
             size: None,
             source: "jobset",
             attempt: None,
+            jobset_uid: None,
         }
     }
 
@@ -177,6 +178,7 @@ mod tests {
             size: Some(4),
             source: "lws",
             attempt: None,
+            jobset_uid: None,
         };
         let m = membership(Some(&gang("lws/serve/0", Some(4))), Some(&lws), Some("ml"));
         assert_eq!(m.gang, Some(gang("ml/lws/serve/0", Some(4))));
@@ -197,6 +199,7 @@ mod tests {
             size: None,
             source: "label",
             attempt: None,
+            jobset_uid: None,
         };
         let m = membership(Some(&gang("run-7", None)), Some(&label), None);
         assert_eq!(m.gang.unwrap().id, "run-8");

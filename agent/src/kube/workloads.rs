@@ -7,7 +7,8 @@
 //!
 //! RBAC: `get` on `pods`, `jobs` (batch), `jobsets` (jobset.x-k8s.io) and `leaderworkersets`
 //! (leaderworkerset.x-k8s.io); `list` on `pods` (a Job's pods, by its `controller-uid` label).
-//! Read right before a restart is decided, never per cycle. The parsers are pure (JSON in, facts
+//! Read only while a worker is in trouble (suspect, hung or in error: once a cycle for a gang
+//! member's entry) and right before its restart, never for a healthy worker. The parsers are pure (JSON in, facts
 //! out) and tested on the objects as the API serves them.
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -23,6 +24,7 @@ use crate::vocab::workload::{
 const JOB_UID: &str = "batch.kubernetes.io/controller-uid";
 const REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
 
 /// The API server's default `backoffLimit`.
 const DEFAULT_BACKOFF_LIMIT: u32 = 6;
@@ -114,21 +116,35 @@ pub(crate) async fn read(
     };
     let mut w = pod_facts(&pod, container)?;
     if let Some(job_name) = controller(&pod, "Job") {
-        if let Some(job) = get(client, &jobs(), ns, &job_name).await? {
-            let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
-            let members = job_pods(client, ns, uid).await?;
-            w.job = Some(job_facts(&job, w.policy, &members));
-            if let Some(js_name) = controller(&job, "JobSet") {
-                let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
-                if let Some(js) = get(client, &jobsets(), ns, &js_name).await? {
-                    w.jobset = Some(jobset_facts(&js, &rj));
-                }
+        let Some(job) = get(client, &jobs(), ns, &job_name).await? else {
+            w.missing = Some(format!("its Job {ns}/{job_name}"));
+            return Ok(Some(w));
+        };
+        // NB: only an OnFailure Job counts its pods' container restarts (a Never pod's
+        // failures are the Job's status.failed): its pods are listed only then.
+        let members = match w.policy {
+            RestartPolicy::OnFailure => {
+                let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+                job_pods(client, ns, uid).await?
+            }
+            _ => Vec::new(),
+        };
+        w.job = Some(job_facts(&job, w.policy, &members));
+        if let Some(js_name) = controller(&job, "JobSet") {
+            let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
+            match get(client, &jobsets(), ns, &js_name).await? {
+                Some(js) => w.jobset = Some(jobset_facts(&js, &rj)),
+                None => w.missing = Some(format!("its Job's JobSet {ns}/{js_name}")),
             }
         }
     }
     if let Some(lws_name) = label(&pod, LWS_NAME) {
-        if let Some(lws) = get(client, &leaderworkersets(), ns, &lws_name).await? {
-            w.lws = Some(lws_facts(&lws));
+        match get(client, &leaderworkersets(), ns, &lws_name).await? {
+            Some(lws) => {
+                let group = label(&pod, LWS_GROUP).unwrap_or_default();
+                w.lws = Some(lws_facts(&lws, &group));
+            }
+            None => w.missing = Some(format!("the LeaderWorkerSet {ns}/{lws_name}")),
         }
     }
     Ok(Some(w))
@@ -142,6 +158,13 @@ fn controller(o: &Value, kind: &str) -> Option<String> {
         .find(|r| r["kind"] == kind && r["controller"] == true)
         .and_then(|r| r["name"].as_str())
         .map(str::to_string)
+}
+
+/// `namespace/name` of an object.
+fn qualified(o: &Value) -> String {
+    let m = &o["metadata"];
+    let (ns, name) = (m["namespace"].as_str(), m["name"].as_str());
+    format!("{}/{}", ns.unwrap_or("default"), name.unwrap_or_default())
 }
 
 fn label(o: &Value, key: &str) -> Option<String> {
@@ -275,15 +298,13 @@ pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
                     action: r["action"].as_str().unwrap_or_default().to_string(),
                     reasons: strings(&r["onJobFailureReasons"]),
                     targets: strings(&r["targetReplicatedJobs"]),
+                    on_message: !strings(&r["onJobFailureMessagePatterns"]).is_empty(),
                 })
                 .collect()
         })
         .unwrap_or_default();
     JobSetFacts {
-        name: js["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+        name: qualified(js),
         replicated_job: replicated_job.to_string(),
         max_restarts: fp.is_object().then(|| count(&fp["maxRestarts"])),
         rules,
@@ -301,15 +322,13 @@ pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
 }
 
 /// The LeaderWorkerSet's restart policy (`RecreateGroupOnPodRestart` where unset).
-pub(crate) fn lws_facts(lws: &Value) -> LwsFacts {
+pub(crate) fn lws_facts(lws: &Value, group: &str) -> LwsFacts {
     let policy = lws["spec"]["leaderWorkerTemplate"]["restartPolicy"]
         .as_str()
         .unwrap_or("RecreateGroupOnPodRestart");
     LwsFacts {
-        name: lws["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+        name: qualified(lws),
+        group: group.to_string(),
         recreate_group: matches!(
             policy,
             "RecreateGroupOnPodRestart" | "RecreateGroupAfterStart"

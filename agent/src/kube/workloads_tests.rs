@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::vocab::workload::{remediation, Remediation};
+use crate::vocab::workload::{remediation, Remediation, Stops};
 
 /// A JobSet's worker pod as the API serves it (the Job controller's owner reference, JobSet's
 /// labels), `restartPolicy: Never` as JobSet's failure policy wants it.
@@ -68,7 +68,7 @@ fn the_common_jobset_shape_reads_into_one_member_failed() {
     assert_eq!(facts.restarts, 1, "restartsCountTowardsMax, not restarts");
     assert_eq!(facts.rules[0].targets, ["driver"]);
     w.jobset = Some(facts);
-    let r = remediation(&w);
+    let r = rem(&w);
     assert!(
         matches!(r, Remediation::OneForAll { kill: true, .. }),
         "{r:?}"
@@ -92,13 +92,17 @@ fn absent_fields_take_the_api_defaults() {
         "an empty failurePolicy: maxRestarts 0"
     );
     assert_eq!(js.strategy, "Recreate");
-    let lws = lws_facts(&json!({"metadata": {"name": "s"}, "spec": {"leaderWorkerTemplate": {}}}));
+    let lws = lws_facts(
+        &json!({"metadata": {"name": "s"}, "spec": {"leaderWorkerTemplate": {}}}),
+        "0",
+    );
     assert!(
         lws.recreate_group,
         "RecreateGroupOnPodRestart is the default"
     );
     let lws = lws_facts(
         &json!({"metadata": {"name": "s"}, "spec": {"leaderWorkerTemplate": {"restartPolicy": "None"}}}),
+        "0",
     );
     assert!(!lws.recreate_group);
 }
@@ -153,4 +157,8 @@ fn an_unknown_restart_policy_is_an_error_not_a_guess() {
         pod_facts(&pod, "trainer"),
         Err(PodError::UnknownPolicy(_))
     ));
+}
+
+fn rem(w: &crate::vocab::workload::Workload) -> Remediation {
+    remediation(w, Stops::EveryPod)
 }

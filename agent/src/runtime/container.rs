@@ -44,6 +44,8 @@ pub(crate) struct PodGang {
     /// restarts (its breaker, its run of fruitless restarts, its time lost); the attempt tells
     /// the members of its last restart from those of the one before.
     pub(crate) attempt: Option<u32>,
+    /// The JobSet's uid (its first 8 characters): attempts compare within one JobSet.
+    pub(crate) jobset_uid: Option<String>,
 }
 
 /// The companion label of the opt-in label that names a worker's gang (`vigil.worker.gang`),
@@ -55,6 +57,7 @@ pub(crate) const GANG_SIZE_SUFFIX: &str = ".gang-size";
 pub(crate) mod keys {
     pub(crate) const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
     pub(crate) const JOBSET_RESTART: &str = "jobset.sigs.k8s.io/restart-attempt";
+    pub(crate) const JOBSET_UID: &str = "jobset.sigs.k8s.io/jobset-uid";
     pub(crate) const JOB_NAME: &str = "batch.kubernetes.io/job-name";
     pub(crate) const JOB_UID: &str = "batch.kubernetes.io/controller-uid";
     pub(crate) const JOB_INDEX: &str = "batch.kubernetes.io/job-completion-index";
@@ -87,6 +90,7 @@ pub(crate) fn gang_of_pod(
             size,
             source,
             attempt: None,
+            jobset_uid: None,
         })
     };
     if let Some(g) = get(&format!("{worker_label}{GANG_SUFFIX}")) {
@@ -106,8 +110,12 @@ pub(crate) fn gang_of_pod(
     };
     if let Some(name) = get(keys::JOBSET_NAME) {
         let attempt = get(keys::JOBSET_RESTART).and_then(|a| a.parse().ok());
-        return gang(format!("{ns}/jobset/{name}"), None, "jobset")
-            .map(|g| PodGang { attempt, ..g });
+        let jobset_uid = get(keys::JOBSET_UID).map(|u| u.chars().take(8).collect());
+        return gang(format!("{ns}/jobset/{name}"), None, "jobset").map(|g| PodGang {
+            attempt,
+            jobset_uid,
+            ..g
+        });
     }
     if let Some(name) = get(keys::LWS_NAME) {
         let group = get(keys::LWS_GROUP).unwrap_or("0");
@@ -186,6 +194,9 @@ pub(crate) struct PodRef {
     pub(crate) attempt: u32,
     /// The container's log file (CRI format), from its status.
     pub(crate) log_path: Option<String>,
+    /// The pod's labels name a Job (`batch.kubernetes.io/job-name`): a polite exit 0 would
+    /// complete its index, so a stop that cannot ask the API is a SIGKILL.
+    pub(crate) job: bool,
 }
 
 impl Container {

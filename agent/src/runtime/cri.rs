@@ -37,7 +37,7 @@ pub use super::cri_sandbox::{POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use super::{Container, ContainerRuntime, RuntimeError};
 use crate::kube::podresources::{DeviceSource, PodGpus};
 use crate::kube::pods::PodApi;
-use crate::vocab::workload::{remediation, Remediation};
+use crate::vocab::workload::{Remediation, Stops};
 
 /// Largest tail of a log file read for an alert: the last `log_lines` are in it.
 const LOG_TAIL_BYTES: u64 = 1 << 20;
@@ -428,51 +428,36 @@ impl ContainerRuntime for CriRuntime {
         Ok(super::cri_log::tail(&text, lines))
     }
 
-    async fn remediation(&self, c: &Container) -> Remediation {
-        let Some(p) = &c.pod else {
-            return Remediation::InPlace {
-                kill: false,
-                how: String::new(),
-            };
-        };
-        let pod = format!("{}/{}", p.namespace, p.pod);
-        let read = match &self.pods {
-            Some(api) => api.workload(&p.namespace, &p.pod, &p.container).await,
-            None => Err(crate::kube::pods::PodError::Unsupported(
-                "the Kubernetes API is off",
-            )),
-        };
-        // NB: the operator's override covers what it always covered — a pod that a stop ends
-        // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
-        // be read (stopped as ever, its next attempt awaited) — never a stop the table found
-        // would fail a Job (no Job: nothing counts it).
-        let allow = self.s.allow_pod_replacement;
-        match read {
-            Ok(Some(w)) => match remediation(&w) {
-                Remediation::Refuse(_) if allow && w.job.is_none() => Remediation::Replace {
-                    how: format!(
-                        "runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's"
-                    ),
-                },
-                r => r,
-            },
-            Ok(None) => Remediation::Refuse(format!("pod {pod} is gone from the API")),
-            Err(e) if allow => Remediation::InPlace {
-                kill: false,
-                how: format!(
-                    "runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})"
-                ),
-            },
-            Err(e) => Remediation::Refuse(format!(
-                "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
-            )),
-        }
+    async fn remediation(&self, c: &Container, stops: Stops) -> Remediation {
+        let pods = self.pods.as_deref();
+        super::cri_remediation::of(pods, self.s.allow_pod_replacement, c, stops).await
     }
 
-    /// Fail it for its controller: `StopContainer` with no grace (SIGKILL, exit 137), no next
-    /// attempt awaited.
-    async fn fail(&self, target: &Container) -> Result<(), RuntimeError> {
-        self.stop(target, Duration::ZERO).await
+    /// `StopContainer` with `grace` (0: SIGKILL, exit 137): the worker, then with `whole_pod`
+    /// every other running container of its sandbox; no next attempt awaited.
+    async fn fail(
+        &self,
+        target: &Container,
+        grace: Duration,
+        whole_pod: bool,
+    ) -> Result<(), RuntimeError> {
+        self.stop(target, grace).await?;
+        let Some(p) = target.pod.as_ref().filter(|_| whole_pod) else {
+            return Ok(());
+        };
+        let filter = ContainerFilter {
+            pod_sandbox_id: p.sandbox.clone(),
+            state: running(),
+            ..Default::default()
+        };
+        for other in self.containers(filter).await? {
+            let c = Container {
+                id: other.id,
+                ..Container::default()
+            };
+            self.stop(&c, grace).await?;
+        }
+        Ok(())
     }
 
     /// `StopContainer` with the stop grace, then wait for kubelet's next attempt (the caller

@@ -35,6 +35,8 @@ pub(super) struct Sandbox {
     pub(super) namespace: String,
     pub(super) pod: String,
     pub(super) uid: String,
+    /// Its labels name a Job.
+    pub(super) job: bool,
 }
 
 impl Sandbox {
@@ -66,6 +68,8 @@ impl Sandbox {
                 &annotations,
                 &s.worker_label,
             ),
+            job: labels.contains_key(crate::runtime::container::keys::JOB_NAME)
+                || labels.contains_key("job-name"),
             namespace: meta.namespace,
             pod: meta.name,
             uid: meta.uid,
@@ -110,6 +114,7 @@ impl Sandbox {
                 container: meta.name,
                 attempt: meta.attempt,
                 log_path: None,
+                job: self.job,
             }),
             kube_pod: None,
             alert_only: self.alert_only,

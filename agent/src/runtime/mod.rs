@@ -11,6 +11,7 @@
 pub mod container;
 pub mod cri;
 pub(crate) mod cri_log;
+mod cri_remediation;
 pub(crate) mod cri_sandbox;
 pub mod docker;
 #[cfg(feature = "demo")]
@@ -28,7 +29,7 @@ use crate::config::{Config, RuntimeKind};
 use crate::http::server::Probe;
 use crate::kube::podresources::{DeviceSource, PodResourcesClient};
 use crate::kube::pods::PodApi;
-use crate::vocab::workload::Remediation;
+use crate::vocab::workload::{Remediation, Stops};
 use cri::{CriRuntime, CriSettings};
 use docker::DockerRuntime;
 
@@ -334,7 +335,8 @@ pub trait ContainerRuntime: Send + Sync {
     /// How a hung worker of this container is restarted (`crate::vocab::workload`): in place
     /// (Docker, Podman); on a CRI runtime, the way its pod's controllers restart it, read from
     /// the Kubernetes API — or refused, with why.
-    async fn remediation(&self, _c: &Container) -> Remediation {
+    /// `stops`: how many pods of its Job the restart judged stops (`Stops`).
+    async fn remediation(&self, _c: &Container, _stops: Stops) -> Remediation {
         Remediation::InPlace {
             kill: false,
             how: String::new(),
@@ -343,9 +345,16 @@ pub trait ContainerRuntime: Send + Sync {
     /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start (Docker); stop it and wait for
     /// kubelet's next attempt (CRI). A zero grace is a SIGKILL at once.
     async fn restart(&self, c: &Container, stop_grace: Duration) -> Result<(), RuntimeError>;
-    /// Fail it for its controller: SIGKILL at once (exit 137), nothing awaited after (the
-    /// controller makes the next pod, a [`Remediation::ends_pod`]).
-    async fn fail(&self, c: &Container) -> Result<(), RuntimeError> {
+    /// Stop it for its controller, nothing awaited after (the controller makes the next
+    /// incarnation: [`Remediation::restarted_in_place`] is false): with `whole_pod`, every
+    /// container of its pod (a `Never` pod fails only once all have ended), the worker first;
+    /// a zero grace is a SIGKILL at once (exit 137).
+    async fn fail(
+        &self,
+        c: &Container,
+        _grace: Duration,
+        _whole_pod: bool,
+    ) -> Result<(), RuntimeError> {
         self.kill(&c.id, "SIGKILL").await
     }
     /// The incarnation that runs in `c`'s place now: the same container (Docker restarts in

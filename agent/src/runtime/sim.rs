@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::runtime::{Container, ContainerRuntime, RuntimeError};
-use crate::vocab::workload::Remediation;
+use crate::vocab::workload::{Remediation, Stops};
 
 type Hook = Box<dyn Fn() + Send + Sync>;
 type SignalHook = Box<dyn Fn(&str) + Send + Sync>;
@@ -287,7 +287,7 @@ impl ContainerRuntime for FakeRuntime {
         }
         Ok(())
     }
-    async fn remediation(&self, c: &Container) -> Remediation {
+    async fn remediation(&self, c: &Container, _stops: Stops) -> Remediation {
         let s = self.state.lock().unwrap();
         s.remediations
             .get(&c.id)
@@ -297,8 +297,13 @@ impl ContainerRuntime for FakeRuntime {
                 how: String::new(),
             })
     }
-    /// A SIGKILL: the container stops, and nothing starts it again (its controller would).
-    async fn fail(&self, c: &Container) -> Result<(), RuntimeError> {
+    /// A stop: the container ends, and nothing starts it again (its controller would).
+    async fn fail(
+        &self,
+        c: &Container,
+        _grace: Duration,
+        _whole_pod: bool,
+    ) -> Result<(), RuntimeError> {
         self.check_up()?;
         let mut s = self.state.lock().unwrap();
         if let Some(x) = s.containers.get_mut(&c.id) {

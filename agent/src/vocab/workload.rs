@@ -94,11 +94,15 @@ pub struct FailureRule {
     pub reasons: Vec<String>,
     /// The replicated jobs it is about (empty: all).
     pub targets: Vec<String>,
+    /// `onJobFailureMessagePatterns`: it matches the failure's message too, which Vigil cannot
+    /// know before the failure (such a rule that could match makes the answer unknown).
+    pub on_message: bool,
 }
 
 /// The JobSet above the Job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobSetFacts {
+    /// `namespace/name`.
     pub name: String,
     /// The replicated job the pod's Job belongs to.
     pub replicated_job: String,
@@ -116,7 +120,10 @@ pub struct JobSetFacts {
 /// The LeaderWorkerSet the pod is a member of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LwsFacts {
+    /// `namespace/name`.
     pub name: String,
+    /// The pod's group (`leaderworkerset.sigs.k8s.io/group-index`).
+    pub group: String,
     /// `spec.leaderWorkerTemplate.restartPolicy` recreates the group when one of its pods
     /// restarts: `RecreateGroupOnPodRestart` (the default) or `RecreateGroupAfterStart`.
     pub recreate_group: bool,
@@ -136,6 +143,9 @@ pub struct Workload {
     pub job: Option<JobFacts>,
     pub jobset: Option<JobSetFacts>,
     pub lws: Option<LwsFacts>,
+    /// An owner the pod names that the API does not have (a Job's JobSet, the LeaderWorkerSet
+    /// its labels name): how its controller restarts it is unknown.
+    pub missing: Option<String>,
 }
 
 impl Workload {
@@ -150,30 +160,47 @@ impl Workload {
             job: None,
             jobset: None,
             lws: None,
+            missing: None,
         }
     }
+}
+
+/// How many pods of a Job the restart being judged may stop: a gang's decision stops every
+/// member (`EveryPod`: room for each pod of the Job), a worker's pass stops its own (`One`: a
+/// gang's members are each asked again as they carry out a decision that reserved the room).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stops {
+    One,
+    EveryPod,
 }
 
 /// How a hung worker of this pod is restarted, the way its controllers restart it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Remediation {
-    /// Each stopped container is started again in place by the kubelet. `kill`: the stop is a
-    /// SIGKILL (exit 137), so that a restart rule matches it or a Job never reads a polite exit
-    /// 0 as a success.
+    /// The stopped container is started again in place by the kubelet (its next attempt is
+    /// awaited). `kill`: the stop is a SIGKILL (exit 137), so that a restart rule matches it or
+    /// a Job never reads a polite exit 0 as a success.
     InPlace { kill: bool, how: String },
-    /// The pod is failed (SIGKILL, exit 137) and its Job replaces it: each member of a gang is
-    /// failed and replaced (each one counted against the Job's `backoffLimit`).
+    /// The pod is failed (every container SIGKILLed, the worker's exit 137) and its Job replaces
+    /// it: each member of a gang is failed and replaced (each counted against `backoffLimit`).
     Replace { how: String },
     /// One member's stop makes the controller restart every member (a JobSet recreates its
-    /// Jobs; a LeaderWorkerSet recreates the group): one member only, never N stops. `kill`:
-    /// the stop is a SIGKILL (a Job's pod).
-    OneForAll { kill: bool, how: String },
-    /// No stop restarts it without failing the job: Vigil does not act (and says why).
+    /// Jobs; a LeaderWorkerSet recreates the group): one member only, never N stops, nothing
+    /// awaited after it. `kill`: the pod is failed by SIGKILL (a Job's pod); else the worker is
+    /// stopped as usual. `whole`: what restarts (`jobset:<ns>/<name>`,
+    /// `lws:<ns>/<name>/<group>`): a gang's members must all name the same.
+    OneForAll {
+        kill: bool,
+        how: String,
+        whole: String,
+    },
+    /// No stop restarts it without failing the job, or what a stop would do is unknown: Vigil
+    /// does not act (and says why).
     Refuse(String),
 }
 
 impl Remediation {
-    /// The stop is a SIGKILL.
+    /// The stop is a SIGKILL at once (no stop grace).
     pub fn kills(&self) -> bool {
         match self {
             Remediation::InPlace { kill, .. } | Remediation::OneForAll { kill, .. } => *kill,
@@ -182,11 +209,20 @@ impl Remediation {
         }
     }
 
-    /// After the stop, nothing of the stopped pod comes back in place: the controller makes the
-    /// next incarnation (a new pod), so no successor container is awaited.
-    pub fn ends_pod(&self) -> bool {
-        matches!(self, Remediation::Replace { .. })
-            || matches!(self, Remediation::OneForAll { kill: true, .. })
+    /// The kubelet starts the container's next attempt in the same pod, and the restart is
+    /// verified by it. Otherwise the controller makes the next incarnation (a new pod, a new
+    /// group): nothing is awaited, the restart is done once the stopped container is.
+    pub fn restarted_in_place(&self) -> bool {
+        matches!(self, Remediation::InPlace { .. })
+    }
+
+    /// The whole pod is failed (every container stopped), not only the worker's: a `Never`
+    /// pod fails only once all its containers have ended.
+    pub fn fails_pod(&self) -> bool {
+        matches!(
+            self,
+            Remediation::Replace { .. } | Remediation::OneForAll { kill: true, .. }
+        )
     }
 
     /// What the trail and the pages say of it.
@@ -200,18 +236,28 @@ impl Remediation {
     }
 }
 
-/// The one table: how a hung worker of `w` is restarted (docs/controllers.md, in this order):
+/// The one table: how a hung worker of `w` is restarted, stopping `stops` of its Job's pods
+/// (docs/controllers.md, in this order):
 ///
-/// 1. a LeaderWorkerSet that recreates its group on a pod restart: one member, the group follows;
-/// 2. a container restart rule that matches a SIGKILL (exit 137): a kill, restarted in place —
-///    the pod does not fail, no Job counts it;
-/// 3. a pod of a Job: a stop counts against `backoffLimit` (a failed `Never` pod, an `OnFailure`
-///    container's restart). While every pod of the Job can be stopped once within it: in place
-///    (`OnFailure`) or replaced (`Never`), by a kill. When a stop would fail the Job: one member,
-///    if its JobSet's failure policy restarts the JobSet on that failure; else refused;
-/// 4. `Always` (or `OnFailure` outside a Job): in place, as always;
-/// 5. `Never` with no controller that brings it back: refused.
-pub fn remediation(w: &Workload) -> Remediation {
+/// 1. an owner the pod names that the API does not have: refused (unknown);
+/// 2. a LeaderWorkerSet that recreates its group on a pod restart: one member, the group follows;
+/// 3. a container restart rule that matches a SIGKILL (exit 137), or the container's own
+///    `Always`/`OnFailure` in a `Never` pod: a kill, restarted in place — the pod does not fail
+///    (under an `OnFailure` Job's pod the restart is counted: row 5 decides);
+/// 4. the container's own `Never` in a pod that would restart it: refused (a stop ends it);
+/// 5. a pod of a Job: a stop counts against `backoffLimit` (a failed `Never` pod, an `OnFailure`
+///    container's restart). Within it: in place (`OnFailure`) or replaced (`Never`), by a kill.
+///    When a stop would fail the Job: one member, if its JobSet's failure policy restarts the
+///    JobSet on that failure; else refused;
+/// 6. `Always` (or `OnFailure` outside a Job): in place, as always;
+/// 7. `Never` with no controller that brings it back: refused.
+pub fn remediation(w: &Workload, stops: Stops) -> Remediation {
+    if let Some(what) = &w.missing {
+        return Remediation::Refuse(format!(
+            "pod {} names {what}, which the API does not have: how its controller restarts it is unknown",
+            w.pod
+        ));
+    }
     if let Some(lws) = w.lws.as_ref().filter(|l| l.recreate_group) {
         return Remediation::OneForAll {
             kill: false,
@@ -219,30 +265,27 @@ pub fn remediation(w: &Workload) -> Remediation {
                 "LeaderWorkerSet {} recreates the whole group when one of its pods restarts: one member is stopped, the group follows",
                 lws.name
             ),
+            whole: format!("lws:{}/{}", lws.name, lws.group),
         };
     }
-    if let Some(rule) = restart_rule(w) {
+    let counted = w.job.is_some() && w.policy == RestartPolicy::OnFailure;
+    if let Some(why) = in_place_uncounted(w).filter(|_| !counted) {
         return Remediation::InPlace {
             kill: true,
             how: format!(
-                "container {} of pod {} has the restart rule {} on exit code {KILLED_EXIT}: it is stopped with SIGKILL and restarted in place (the pod does not fail)",
-                w.container, w.pod, rule.action
-            ),
-        };
-    }
-    if let (RestartPolicy::Never, Some(own @ (RestartPolicy::Always | RestartPolicy::OnFailure))) =
-        (w.policy, w.container_policy)
-    {
-        return Remediation::InPlace {
-            kill: true,
-            how: format!(
-                "container {} of pod {} has restartPolicy {own:?} of its own: it is stopped with SIGKILL and restarted in place (the pod does not fail)",
+                "container {} of pod {} {why}: it is stopped with SIGKILL and restarted in place (the pod does not fail)",
                 w.container, w.pod
             ),
         };
     }
+    if w.container_policy == Some(RestartPolicy::Never) && w.policy != RestartPolicy::Never {
+        return Remediation::Refuse(format!(
+            "container {} of pod {} has restartPolicy Never of its own: a stop ends it, nothing restarts it",
+            w.container, w.pod
+        ));
+    }
     match (&w.job, w.policy) {
-        (Some(job), RestartPolicy::OnFailure | RestartPolicy::Never) => of_job(w, job),
+        (Some(job), RestartPolicy::OnFailure | RestartPolicy::Never) => of_job(w, job, stops),
         (_, RestartPolicy::Always | RestartPolicy::OnFailure) => Remediation::InPlace {
             kill: false,
             how: format!("pod {} is restarted in place by the kubelet", w.pod),
@@ -251,6 +294,23 @@ pub fn remediation(w: &Workload) -> Remediation {
             "pod {} has restartPolicy Never and no controller that replaces it: stopping its container would end the pod, not restart it (set runtime.allow_pod_replacement = true to allow it)",
             w.pod
         )),
+    }
+}
+
+/// Why the kubelet restarts the worker container in place after a SIGKILL without the pod
+/// failing: a restart rule on exit 137, or its own `Always`/`OnFailure` in a `Never` pod.
+fn in_place_uncounted(w: &Workload) -> Option<String> {
+    if let Some(rule) = restart_rule(w) {
+        return Some(format!(
+            "has the restart rule {} on exit code {KILLED_EXIT}",
+            rule.action
+        ));
+    }
+    match (w.policy, w.container_policy) {
+        (RestartPolicy::Never, Some(own @ (RestartPolicy::Always | RestartPolicy::OnFailure))) => {
+            Some(format!("has restartPolicy {own:?} of its own"))
+        }
+        _ => None,
     }
 }
 
@@ -268,7 +328,7 @@ fn restart_rule(w: &Workload) -> Option<&RestartRule> {
 }
 
 /// A pod of a Job: within `backoffLimit`, each pod once; past it, the JobSet's restart or none.
-fn of_job(w: &Workload, job: &JobFacts) -> Remediation {
+fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
     let reason = match failure_rule(w, job) {
         // An ignored failure is not counted: the pod is replaced, whatever the count.
         Some(r) if r.action == "Ignore" => {
@@ -295,7 +355,7 @@ fn of_job(w: &Workload, job: &JobFacts) -> Remediation {
         ));
     }
     if reason.is_none() {
-        if let Some(r) = within_limit(w, job) {
+        if let Some(r) = within_limit(w, job, stops) {
             return r;
         }
     }
@@ -313,6 +373,7 @@ fn of_job(w: &Workload, job: &JobFacts) -> Remediation {
         Ok(why) => Remediation::OneForAll {
             kill: true,
             how: format!("{fails}; {why}: one member is failed, the JobSet recreates every Job"),
+            whole: format!("jobset:{}", js.name),
         },
         Err(why) => Remediation::Refuse(format!("{fails}, and {why}")),
     }
@@ -322,8 +383,12 @@ fn of_job(w: &Workload, job: &JobFacts) -> Remediation {
 /// (`OnFailure`) or replaced (`Never`), counted. The Job controller fails a `Never` Job when its
 /// failed pods exceed the limit, an `OnFailure` one when its pods' container restarts reach it
 /// (exceed it, at 0).
-fn within_limit(w: &Workload, job: &JobFacts) -> Option<Remediation> {
-    let after = job.retries.saturating_add(job.parallelism.max(1));
+fn within_limit(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediation> {
+    let n = match stops {
+        Stops::One => 1,
+        Stops::EveryPod => job.parallelism.max(1),
+    };
+    let after = job.retries.saturating_add(n);
     let within = match w.policy {
         RestartPolicy::OnFailure => after < job.backoff_limit,
         _ => after <= job.backoff_limit,
@@ -332,11 +397,8 @@ fn within_limit(w: &Workload, job: &JobFacts) -> Option<Remediation> {
         return None;
     }
     let counted = format!(
-        "counted against Job {}'s backoffLimit: {} of {} used, {} pod(s) at most this time",
-        job.name,
-        job.retries,
-        job.backoff_limit,
-        job.parallelism.max(1)
+        "counted against Job {}'s backoffLimit: {} of {} used, {n} pod(s) at most this time",
+        job.name, job.retries, job.backoff_limit
     );
     Some(match w.policy {
         RestartPolicy::OnFailure => Remediation::InPlace {
@@ -381,6 +443,12 @@ pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, 
         (r.reasons.is_empty() || r.reasons.iter().any(|x| x == reason))
             && (r.targets.is_empty() || r.targets.contains(&js.replicated_job))
     });
+    if let Some(r) = rule.filter(|r| r.on_message) {
+        return Err(format!(
+            "JobSet {}'s failure policy rule {} also matches the failure's message, which is not known before the failure: what it does is unknown",
+            js.name, r.name
+        ));
+    }
     let named = |r: &FailureRule| match r.name.as_str() {
         "" => String::new(),
         n => format!(" (rule {n})"),

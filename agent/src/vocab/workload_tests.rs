@@ -1,5 +1,9 @@
 use super::*;
 
+fn rem(w: &Workload) -> Remediation {
+    remediation(w, Stops::EveryPod)
+}
+
 fn pod(policy: RestartPolicy) -> Workload {
     Workload::bare("ml/train-0", "trainer", policy)
 }
@@ -32,6 +36,7 @@ fn rule(action: &str, reasons: &[&str], targets: &[&str]) -> FailureRule {
         action: action.into(),
         reasons: reasons.iter().map(|s| s.to_string()).collect(),
         targets: targets.iter().map(|s| s.to_string()).collect(),
+        on_message: false,
     }
 }
 
@@ -64,38 +69,35 @@ fn kind(r: &Remediation) -> &'static str {
 
 #[test]
 fn plain_pods_are_restarted_in_place_and_never_pods_refused() {
-    assert_eq!(kind(&remediation(&pod(RestartPolicy::Always))), "in-place");
-    assert_eq!(
-        kind(&remediation(&pod(RestartPolicy::OnFailure))),
-        "in-place"
-    );
-    let r = remediation(&pod(RestartPolicy::Never));
+    assert_eq!(kind(&rem(&pod(RestartPolicy::Always))), "in-place");
+    assert_eq!(kind(&rem(&pod(RestartPolicy::OnFailure))), "in-place");
+    let r = rem(&pod(RestartPolicy::Never));
     assert_eq!(kind(&r), "refuse");
     assert!(r.how().contains("restartPolicy Never"), "{}", r.how());
 }
 
 #[test]
 fn the_common_jobset_shape_fails_one_member_and_the_jobset_restarts() {
-    let r = remediation(&jobset_never(Some(3), 1));
+    let r = rem(&jobset_never(Some(3), 1));
     assert_eq!(kind(&r), "one-for-all-kill", "{}", r.how());
     assert!(
         r.how().contains("restart 2 of maxRestarts 3"),
         "{}",
         r.how()
     );
-    assert!(r.kills() && r.ends_pod());
+    assert!(r.kills() && r.fails_pod() && !r.restarted_in_place());
 }
 
 #[test]
 fn a_jobset_whose_restarts_are_spent_or_that_has_no_policy_is_refused() {
-    let spent = remediation(&jobset_never(Some(3), 3));
+    let spent = rem(&jobset_never(Some(3), 3));
     assert_eq!(kind(&spent), "refuse");
     assert!(
         spent.how().contains("spent (3 of maxRestarts 3)"),
         "{}",
         spent.how()
     );
-    let none = remediation(&jobset_never(None, 0));
+    let none = rem(&jobset_never(None, 0));
     assert_eq!(kind(&none), "refuse");
     assert!(none.how().contains("no failurePolicy"), "{}", none.how());
 }
@@ -105,7 +107,7 @@ fn the_jobsets_rules_are_read_in_order_first_match_wins() {
     let with = |rules: Vec<FailureRule>, restarts| {
         let mut w = jobset_never(Some(2), restarts);
         w.jobset.as_mut().unwrap().rules = rules;
-        remediation(&w)
+        rem(&w)
     };
     // FailJobSet on BackoffLimitExceeded: refused, named.
     let r = with(vec![rule("FailJobSet", &["BackoffLimitExceeded"], &[])], 0);
@@ -153,7 +155,7 @@ fn a_pod_failure_policy_changes_what_a_kill_does() {
             container: container.map(str::to_string),
             exit_codes: exit,
         }];
-        remediation(&w)
+        rem(&w)
     };
     // FailJob on 137: the Job fails at once (PodFailurePolicy), whatever its backoffLimit.
     let r = with("FailJob", None, codes(true, &[137]));
@@ -177,7 +179,7 @@ fn a_pod_failure_policy_changes_what_a_kill_does() {
 #[test]
 fn a_jobs_backoff_limit_is_never_spent_unseen() {
     let on_failure = |limit, retries, parallelism| {
-        remediation(&Workload {
+        rem(&Workload {
             job: Some(job(limit, retries, parallelism)),
             ..pod(RestartPolicy::OnFailure)
         })
@@ -192,41 +194,41 @@ fn a_jobs_backoff_limit_is_never_spent_unseen() {
     assert!(r.how().contains("BackoffLimitExceeded"), "{}", r.how());
     assert_eq!(kind(&on_failure(0, 0, 1)), "refuse");
     // backoffLimit 0 OnFailure in a JobSet that restarts: the same single path as Never.
-    let r = remediation(&Workload {
+    let r = rem(&Workload {
         job: Some(job(0, 0, 2)),
         jobset: Some(jobset(Some(1), 0)),
         ..pod(RestartPolicy::OnFailure)
     });
     assert_eq!(kind(&r), "one-for-all-kill", "{}", r.how());
     // Never pods of a Job with room: each one failed and replaced by the Job.
-    let r = remediation(&Workload {
+    let r = rem(&Workload {
         job: Some(job(8, 0, 4)),
         ..pod(RestartPolicy::Never)
     });
     assert_eq!(kind(&r), "replace", "{}", r.how());
-    assert!(r.ends_pod());
+    assert!(r.fails_pod() && !r.restarted_in_place());
 }
 
 #[test]
 fn jobsets_own_in_place_agent_and_its_single_job_restarts_are_left_to_it() {
     let mut w = jobset_never(Some(3), 0);
     w.jobset.as_mut().unwrap().strategy = "InPlaceRestart".into();
-    let r = remediation(&w);
+    let r = rem(&w);
     assert_eq!(kind(&r), "refuse");
     assert!(r.how().contains("InPlaceRestart"), "{}", r.how());
     let mut w = jobset_never(Some(3), 0);
     w.jobset.as_mut().unwrap().rules = vec![rule("RestartJob", &[], &[])];
-    assert_eq!(kind(&remediation(&w)), "refuse");
+    assert_eq!(kind(&rem(&w)), "refuse");
 }
 
 #[test]
 fn a_containers_own_restart_policy_restarts_it_in_a_never_pod() {
     let mut w = jobset_never(None, 0);
     w.container_policy = Some(RestartPolicy::OnFailure);
-    let r = remediation(&w);
+    let r = rem(&w);
     assert_eq!(kind(&r), "in-place-kill", "{}", r.how());
     w.container_policy = Some(RestartPolicy::Never);
-    assert_eq!(kind(&remediation(&w)), "refuse");
+    assert_eq!(kind(&rem(&w)), "refuse");
 }
 
 #[test]
@@ -237,11 +239,11 @@ fn restart_rules_restart_in_place_when_they_match_a_kill() {
             action: action.into(),
             exit_codes: Some(exit),
         }];
-        remediation(&w)
+        rem(&w)
     };
     let r = with("Restart", codes(true, &[137, 143]));
     assert_eq!(kind(&r), "in-place-kill", "{}", r.how());
-    assert!(!r.ends_pod());
+    assert!(!r.fails_pod() && r.restarted_in_place());
     assert_eq!(
         kind(&with("RestartAllContainers", codes(false, &[0]))),
         "in-place-kill"
@@ -261,24 +263,26 @@ fn restart_rules_restart_in_place_when_they_match_a_kill() {
             exit_codes: Some(codes(true, &[137])),
         },
     ];
-    assert_eq!(kind(&remediation(&w)), "refuse");
+    assert_eq!(kind(&rem(&w)), "refuse");
 }
 
 #[test]
 fn a_leaderworkerset_that_recreates_its_group_restarts_one_member() {
     let w = Workload {
         lws: Some(LwsFacts {
-            name: "serve".into(),
+            name: "ml/serve".into(),
+            group: "0".into(),
             recreate_group: true,
         }),
         ..pod(RestartPolicy::Always)
     };
-    let r = remediation(&w);
+    let r = rem(&w);
     assert_eq!(kind(&r), "one-for-all", "{}", r.how());
-    assert!(!r.kills() && !r.ends_pod());
+    assert!(!r.kills() && !r.fails_pod() && !r.restarted_in_place());
+    assert!(matches!(&r, Remediation::OneForAll { whole, .. } if whole == "lws:ml/serve/0"));
     let mut w = w;
     w.lws.as_mut().unwrap().recreate_group = false;
-    assert_eq!(kind(&remediation(&w)), "in-place");
+    assert_eq!(kind(&rem(&w)), "in-place");
 }
 
 /// Every shape, every fact: whatever the answer, a kill is chosen wherever a Job owns the pod
@@ -302,7 +306,7 @@ fn across_every_shape_a_jobs_pod_is_killed_and_a_failed_job_is_never_left_behind
                             jobset: js.clone(),
                             ..pod(policy)
                         };
-                        let r = remediation(&w);
+                        let r = rem(&w);
                         let fails_job = match policy {
                             Always => false,
                             OnFailure => retries + parallelism >= limit,
@@ -325,4 +329,73 @@ fn across_every_shape_a_jobs_pod_is_killed_and_a_failed_job_is_never_left_behind
             }
         }
     }
+}
+
+/// A gang's decision reserves room in `backoffLimit` for every pod of the Job; each member, as
+/// it carries the decision out, needs room for itself only (the members stopped before it have
+/// already raised the count).
+#[test]
+fn a_member_carrying_out_a_decision_needs_room_for_itself_only() {
+    let w = |retries| Workload {
+        job: Some(job(4, retries, 4)),
+        ..pod(RestartPolicy::Never)
+    };
+    assert_eq!(kind(&remediation(&w(0), Stops::EveryPod)), "replace");
+    assert_eq!(kind(&remediation(&w(1), Stops::EveryPod)), "refuse");
+    for stopped in 0..4 {
+        let r = remediation(&w(stopped), Stops::One);
+        assert_eq!(kind(&r), "replace", "member {}: {}", stopped + 1, r.how());
+    }
+    assert_eq!(kind(&remediation(&w(4), Stops::One)), "refuse");
+}
+
+#[test]
+fn an_owner_the_api_does_not_have_or_a_rule_on_the_message_is_unknown_and_refused() {
+    let mut w = jobset_never(Some(3), 0);
+    w.missing = Some("JobSet ml/train".into());
+    let r = rem(&w);
+    assert!(
+        matches!(&r, Remediation::Refuse(why) if why.contains("which the API does not have")),
+        "{r:?}"
+    );
+    let mut w = jobset_never(Some(3), 0);
+    let mut on_message = rule("FailJobSet", &[], &[]);
+    on_message.on_message = true;
+    w.jobset.as_mut().unwrap().rules = vec![on_message];
+    let r = rem(&w);
+    assert!(
+        matches!(&r, Remediation::Refuse(why) if why.contains("message")),
+        "{r:?}"
+    );
+}
+
+/// A restart rule (or the container's own policy) restarts in place uncounted only where no
+/// Job counts the container's restarts: under an OnFailure Job's pod the Job's row decides.
+#[test]
+fn a_restart_rule_under_an_on_failure_job_is_still_counted() {
+    let w = Workload {
+        job: Some(job(1, 0, 1)),
+        rules: vec![RestartRule {
+            action: "Restart".into(),
+            exit_codes: Some(codes(true, &[137])),
+        }],
+        ..pod(RestartPolicy::OnFailure)
+    };
+    let r = rem(&w);
+    assert_eq!(
+        kind(&r),
+        "refuse",
+        "0 + 1 reaches backoffLimit 1: {}",
+        r.how()
+    );
+    // A container that will not be restarted in a pod that would be: a stop ends it.
+    let w = Workload {
+        container_policy: Some(RestartPolicy::Never),
+        ..pod(RestartPolicy::Always)
+    };
+    let r = rem(&w);
+    assert!(
+        matches!(&r, Remediation::Refuse(why) if why.contains("restartPolicy Never of its own")),
+        "{r:?}"
+    );
 }

@@ -181,6 +181,7 @@ mod tests {
                 container: "main".into(),
                 attempt: 0,
                 log_path: None,
+                job: false,
             }),
             ..Container::default()
         }

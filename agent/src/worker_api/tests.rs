@@ -90,6 +90,7 @@ fn pod_worker(worker: &str, pod: &str, uid: &str) -> Container {
             container: "main".into(),
             attempt: 0,
             log_path: None,
+            job: false,
         }),
         ..Container::default()
     }
@@ -332,6 +333,7 @@ async fn the_answer_names_the_gang_the_agent_uses_and_why() {
         size: None,
         source: "jobset",
         attempt: None,
+        jobset_uid: None,
     });
     let imp = Container {
         pod: Some(PodRef {

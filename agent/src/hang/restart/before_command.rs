@@ -15,7 +15,7 @@ use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::runtime::container::Container;
 use crate::trail::Code;
-use crate::vocab::workload::Remediation;
+use crate::vocab::workload::{Remediation, Stops};
 
 use super::{short, Act, RestartPath};
 use crate::hang::policy_pipeline::Skip;
@@ -61,7 +61,9 @@ impl RestartPath<'_> {
             self.skip(now, act, Skip::NodeState, detail, once).await?;
             return Ok(Err(Skip::NodeState));
         }
-        let how = self.ctx.runtime.remediation(act.case.c).await;
+        // NB: one pod: a gang's decision reserved room for every member's (`Stops::EveryPod`
+        // at its members' entries), and those stopped before this one have spent theirs.
+        let how = self.ctx.runtime.remediation(act.case.c, Stops::One).await;
         if let Some(why) = self.refusal(act, &how) {
             self.not_restartable(act, now, why).await?;
             return Ok(Err(Skip::NotRestartable));

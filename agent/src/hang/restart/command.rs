@@ -43,9 +43,9 @@ impl RestartPath<'_> {
             false => d.stop_grace,
         };
         let call = async {
-            match how.ends_pod() {
-                true => rt.fail(c).await,
-                false => rt.restart(c, grace).await,
+            match how.restarted_in_place() {
+                true => rt.restart(c, grace).await,
+                false => rt.fail(c, grace, how.fails_pod()).await,
             }
         };
         tokio::time::timeout(d.restart_timeout, call)
@@ -74,22 +74,23 @@ impl RestartPath<'_> {
         // the next cycle restart the booting container again.
         let c = act.case.c;
         let after = self.ctx.runtime.successor(c).await;
-        let restarted = match how.ends_pod() {
-            // Failed for its controller: the hung incarnation is no longer running; the next
-            // is the controller's (a new pod), verified by its beats.
-            true => {
+        let restarted = match how.restarted_in_place() {
+            true => matches!(&after, Ok(Some(a))
+                if (a.id != c.id || a.started_at != c.started_at) && a.running),
+            // Stopped for its controller: the hung incarnation no longer runs (gone, exited,
+            // or already followed by the kubelet's next attempt); the next incarnation is the
+            // controller's (a new pod, a new group), verified by its beats.
+            false => {
                 matches!(&after, Ok(None))
                     || matches!(&after, Ok(Some(a)) if !a.running || a.id != c.id || a.started_at != c.started_at)
             }
-            false => matches!(&after, Ok(Some(a))
-                if (a.id != c.id || a.started_at != c.started_at) && a.running),
         };
         let done = self.ctx.coord.time().await.ok();
         if restarted {
             let said = Said {
                 call_error: call.err().map(|e| e.to_string()),
                 how: how.how().to_string(),
-                failed: how.ends_pod(),
+                failed: how.fails_pod(),
                 killed: how.kills(),
             };
             self.restarted(act, said, now, done).await?;

@@ -20,7 +20,7 @@ use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing}
 use crate::hang::policy_record;
 use crate::hang::stand_down::StandDown;
 use crate::trail::Code;
-use crate::vocab::workload::Remediation;
+use crate::vocab::workload::{Remediation, Stops};
 
 use super::gang_decision::Deciding;
 use super::{Act, Case, GangOrder, Mandate, RestartPath};
@@ -62,6 +62,8 @@ impl RestartPath<'_> {
         }
         let sd = self.stand_down(case.c, now);
         let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref()).await;
+        // The JobSet's incarnation, when the gang is the one the pod's labels name.
+        let pod_gang = case.c.gang.as_ref().filter(|pg| pg.id == g.id);
         let m = Member {
             node: self.ctx.keys.node().to_string(),
             worker: case.c.worker.clone(),
@@ -78,12 +80,8 @@ impl RestartPath<'_> {
             container: case.c.display(),
             signals,
             alert_only: case.alert_only(),
-            attempt: case
-                .c
-                .gang
-                .as_ref()
-                .filter(|pg| pg.id == g.id)
-                .and_then(|pg| pg.attempt),
+            attempt: pod_gang.and_then(|pg| pg.attempt),
+            jobset_uid: pod_gang.and_then(|pg| pg.jobset_uid.clone()),
             one_for_all,
             dry_run: self.ctx.cfg.dry_run,
             preemption_budget: Some(ms(self.ctx.cfg.checkpoint.preemption_budget)),
@@ -121,28 +119,29 @@ impl RestartPath<'_> {
     /// Why this member's node cannot restart it now: the node stands down (`sd`), or (asked
     /// only while the member is in trouble: it may be a call to the runtime and the Kubernetes
     /// API) its pod's controllers refuse it (a `Never` pod nothing brings back, a stop that
-    /// would fail a Job no JobSet restarts). And whether one member's restart restarts every
-    /// member (a JobSet, a LeaderWorkerSet group): the gang's decision then names one.
+    /// would fail a Job no JobSet restarts). And, when one member's restart restarts every
+    /// member, what restarts (`jobset:<ns>/<name>`, `lws:<ns>/<name>/<group>`): the gang's
+    /// decision then names one member, if every member names the same.
     async fn cannot_take_part(
         &self,
         case: &Case<'_>,
         sd: Option<&StandDown>,
-    ) -> (Option<String>, bool) {
+    ) -> (Option<String>, Option<String>) {
         // NB: not the wait for the first reads: that defers the gang's decision (the entry's
         // `starting`), it does not block it (a page).
         if let Some(sd) = sd.filter(|sd| !sd.passing()) {
-            return (Some(sd.to_string()), false);
+            return (Some(sd.to_string()), None);
         }
         if !matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored) {
-            return (None, false);
+            return (None, None);
         }
-        match self.ctx.runtime.remediation(case.c).await {
+        match self.ctx.runtime.remediation(case.c, Stops::EveryPod).await {
             Remediation::Refuse(why) => (
                 Some(format!("it cannot be restarted by Vigil ({why})")),
-                false,
+                None,
             ),
-            Remediation::OneForAll { .. } => (None, true),
-            _ => (None, false),
+            Remediation::OneForAll { whole, .. } => (None, Some(whole)),
+            _ => (None, None),
         }
     }
 
