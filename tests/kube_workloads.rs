@@ -166,7 +166,13 @@ async fn a_leaderworkerset_group_is_read_from_the_pods_labels() {
 #[tokio::test]
 async fn an_owner_the_api_does_not_have_is_a_refusal_not_an_in_place_stop() {
     let kube = FakeKube::start("gpu-0").await;
-    kube.put_pod(job_pod("train-workers-0-0", "train-workers-0", "u-0", "Never", 0));
+    kube.put_pod(job_pod(
+        "train-workers-0-0",
+        "train-workers-0",
+        "u-0",
+        "Never",
+        0,
+    ));
     kube.put_object("batch", "jobs", job(0));
     // The JobSet the Job names is not there (deleted, or its CRD missing).
     let r = read(&kube, "train-workers-0-0").await.unwrap();

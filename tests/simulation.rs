@@ -257,6 +257,7 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         ("node breakers spent", stats.breakers_spent),
         ("gang fruitless pages", stats.fruitless_pages),
         ("stuck jobs fixed by people", stats.fixed_by_people),
+        ("one-for-all restarts (a JobSet's)", stats.one_for_all),
     ] {
         assert!(
             n > 0 || count < 50,
@@ -328,5 +329,15 @@ fn the_gang_harness_catches_a_member_restarted_twice_in_one_incident() {
     gang_caught(
         sim::gang_mutant::GangMutant::CooldownUnseen,
         &["once per incident"],
+    );
+}
+
+#[test]
+fn the_gang_harness_catches_one_member_for_all_carried_out_by_every_member() {
+    // A JobSet's gang: a decision that names one member, read by every agent as its own, stops
+    // a second member before the controller restarts the job.
+    gang_caught(
+        sim::gang_mutant::GangMutant::EveryMemberNamed,
+        &["one member for all"],
     );
 }

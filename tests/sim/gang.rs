@@ -16,7 +16,10 @@
 //! - **restarts that do not help stop**: no restart of every member begins after
 //!   `policy.max_fruitless_restarts` in a row that brought the collective no further (each
 //!   restart resumes from a checkpoint and trains on, never beats, or stops again where it did);
-//! - **restarts that help go on**: a gang is refused as fruitless only when that is so.
+//! - **restarts that help go on**: a gang is refused as fruitless only when that is so;
+//! - **one member for all** (gang `ml/b` is a JobSet's: one member's failure makes its
+//!   controller restart every member, a few ticks later): one member failed per restart of the
+//!   job, never a second before the controller acts, never one restarted in place.
 //!
 //! The cycle, not every coordinator call, is the unit of interleaving here (the single-worker
 //! simulation, `super::world`, interleaves every call): gang safety rests on the same per-member
@@ -46,6 +49,8 @@ const POLL: Duration = Duration::from_secs(15);
 const POLL_MS: Millis = 15_000;
 const NODES: usize = 4;
 const GANGS: [&str; 2] = ["ml/a", "ml/b"];
+/// The gang whose controller restarts every member once one fails (a JobSet's).
+const ONE_FOR_ALL: usize = 1;
 /// Simulated time per seed.
 const TICKS: u64 = 480;
 
@@ -81,6 +86,8 @@ pub struct GangStats {
     pub breakers_spent: u64,
     pub fruitless_pages: u64,
     pub fixed_by_people: u64,
+    /// Restarts of the one-for-all gang: one member failed, its controller restarting all.
+    pub one_for_all: u64,
 }
 
 impl GangStats {
@@ -97,6 +104,7 @@ impl GangStats {
         self.breakers_spent += o.breakers_spent;
         self.fruitless_pages += o.fruitless_pages;
         self.fixed_by_people += o.fixed_by_people;
+        self.one_for_all += o.one_for_all;
     }
 }
 
@@ -115,6 +123,13 @@ struct Sim {
     /// Cycles each node's agent has run.
     cycles: Vec<u64>,
     seen_alerts: usize,
+    /// The one-for-all gang's attempt (its controller's incarnation), the failures seen of its
+    /// members on each node, those since its controller last restarted it, and when its
+    /// controller acts on the last one.
+    attempt: u32,
+    failed_seen: Vec<usize>,
+    failed_this_attempt: usize,
+    recreate_at: Option<Millis>,
 }
 
 fn container(node: usize, gang: usize) -> String {
@@ -144,6 +159,10 @@ impl Sim {
             stats: GangStats::default(),
             cycles: vec![0; NODES],
             seen_alerts: 0,
+            attempt: 0,
+            failed_seen: vec![0; NODES],
+            failed_this_attempt: 0,
+            recreate_at: None,
         };
         for n in 0..NODES {
             let mut cfg = Config {
@@ -155,9 +174,7 @@ impl Sim {
             cfg.gang.breaker_per_day = 20;
             let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
             let runtime = FakeRuntime::default();
-            for g in 0..GANGS.len() {
-                runtime.add(&container(n, g), &worker(g));
-            }
+            runtime.add(&container(n, 0), &worker(0));
             sim.nodes.push(NodeSim {
                 keys,
                 runtime,
@@ -169,10 +186,116 @@ impl Sim {
             sim.start_agent(n, false);
         }
         let now = sim.now();
+        for n in 0..NODES {
+            sim.add_one_for_all_member(n);
+        }
         for _ in GANGS {
             sim.gangs.push(GangTruth::new(now, NODES, 41_000));
         }
         sim
+    }
+
+    /// The one-for-all gang's member on node `n`, of the current attempt.
+    fn member_container(&self, n: usize) -> String {
+        format!("c{n}-{ONE_FOR_ALL}-a{}", self.attempt)
+    }
+
+    /// Its controller's pod on node `n`: started now, restarted one for all.
+    fn add_one_for_all_member(&mut self, n: usize) {
+        let id = self.member_container(n);
+        let rt = &self.nodes[n].runtime;
+        rt.add(&id, &worker(ONE_FOR_ALL));
+        let started = jiff::Timestamp::from_millisecond(self.now()).expect("a time");
+        rt.set_started_at(&id, &started.to_string());
+        rt.set_remediation(
+            &id,
+            vigil::vocab::workload::Remediation::OneForAll {
+                kill: true,
+                how: "the simulation's JobSet restarts every member".into(),
+                whole: "jobset:ml/b".into(),
+            },
+        );
+    }
+
+    /// The one-for-all gang's controller, a few ticks after a member failed: every member's pod
+    /// deleted and created again (the next attempt), the job resuming from its checkpoint.
+    fn controller_restarts(&mut self, now: Millis) {
+        if self.recreate_at.is_none_or(|t| now < t) {
+            return;
+        }
+        self.recreate_at = None;
+        for n in 0..NODES {
+            let id = self.member_container(n);
+            self.nodes[n].runtime.remove(&id);
+        }
+        self.attempt += 1;
+        for n in 0..NODES {
+            self.add_one_for_all_member(n);
+            self.gangs[ONE_FOR_ALL].last_restart[n] = Some(now);
+        }
+        self.failed_this_attempt = 0;
+        self.log(format!(
+            "gang {ONE_FOR_ALL}: its controller restarts every member (attempt {})",
+            self.attempt
+        ));
+        let back = 1 + self.rng.below(40);
+        let truth = &mut self.gangs[ONE_FOR_ALL];
+        truth.resumed(back);
+        let pick = self.rng.below(4);
+        let at = (pick != 0).then(|| now + self.rng.below(120) as Millis * 1_000);
+        truth.stop_at = (pick == 1).then_some(truth.at_wave);
+        truth.phase = Phase::Booting { at };
+    }
+
+    /// What the agents did to the one-for-all gang since the last check.
+    fn check_one_for_all(&mut self, now: Millis, cooldown: Millis) -> Result<(), GangViolation> {
+        let g = ONE_FOR_ALL;
+        for n in 0..NODES {
+            let id = self.member_container(n);
+            if self.nodes[n].runtime.restarts(&id) > 0 {
+                return self.fail(
+                    "one member for all",
+                    format!("gang {g}: member {n} restarted in place ({id})"),
+                );
+            }
+            let failed = self.nodes[n].runtime.failed();
+            for c in failed.iter().skip(self.failed_seen[n]) {
+                self.log(format!("gang {g}: member {n} failed ({c})"));
+                let truth = &self.gangs[g];
+                if matches!(truth.phase, Phase::Running | Phase::Straggling { .. }) {
+                    return self.fail(
+                        "never a moving collective",
+                        format!("gang {g}: member {n} failed while the collective progressed"),
+                    );
+                }
+                if let Some(last) = truth.last_restart[n] {
+                    if truth.progressed_at <= last && now - last < cooldown {
+                        return self.fail("once per incident", format!("gang {g}: member {n} failed {} s after its job's last restart, the gang not having progressed", (now - last) / 1000));
+                    }
+                }
+                if self.failed_this_attempt > 0 {
+                    return self.fail(
+                        "one member for all",
+                        format!("gang {g}: member {n} failed too, before the controller restarted the job for the first"),
+                    );
+                }
+                let max = Config::default().policy.max_fruitless_restarts;
+                if let Err(detail) = self.gangs[g].wave_begins(max) {
+                    return self.fail(
+                        "restarts that do not help stop",
+                        format!("gang {g}: {detail}"),
+                    );
+                }
+                self.stats.gang_restarts += 1;
+                self.stats.one_for_all += 1;
+                self.failed_this_attempt += 1;
+                self.gangs[g].last_restart[n] = Some(now);
+                let delay = (1 + self.rng.below(3)) as Millis * POLL_MS;
+                self.recreate_at = Some(now + delay);
+            }
+            self.failed_seen[n] = failed.len();
+        }
+        Ok(())
     }
 
     fn now(&self) -> Millis {
@@ -193,6 +316,7 @@ impl Sim {
             inner: self.store.clone(),
             down: self.down.clone(),
             mutant: self.mutant,
+            node: node.cfg.node_name.clone(),
         });
         let metrics = Arc::new(Metrics::new());
         let notifier = Notifier::new(Some(Arc::new(self.sink.clone())), metrics.clone());
@@ -259,6 +383,7 @@ impl Sim {
     /// The seed's events for this tick.
     fn events(&mut self) {
         let now = self.now();
+        self.controller_restarts(now);
         if odds(&mut self.rng, 1, 900) {
             self.failover(now);
         }
@@ -401,7 +526,11 @@ impl Sim {
     fn check(&mut self) -> Result<(), GangViolation> {
         let now = self.now();
         let cooldown = vigil::clock::ms(Config::default().policy.cooldown);
+        self.check_one_for_all(now, cooldown)?;
         for g in 0..self.gangs.len() {
+            if g == ONE_FOR_ALL {
+                continue;
+            }
             for n in 0..NODES {
                 let seen = self.nodes[n].runtime.restarts(&container(n, g));
                 if seen == self.gangs[g].restarts[n] {

@@ -26,17 +26,21 @@ pub enum GangMutant {
     /// The gang's run reads as if its last restart were far in the future: no beat ever shows
     /// progress, so restarts that help are refused too.
     FruitlessNeverEnds,
+    /// A decision of one member for all reads, to every agent, as naming that agent's own
+    /// member: each carries it out (`executable` ignoring the decision's member).
+    EveryMemberNamed,
 }
 
 impl GangMutant {
     #[allow(dead_code)]
-    pub const ALL: [GangMutant; 6] = [
+    pub const ALL: [GangMutant; 7] = [
         GangMutant::ProgressHidden,
         GangMutant::BlockersHidden,
         GangMutant::AlertsNotDeduplicated,
         GangMutant::CooldownUnseen,
         GangMutant::FruitlessForgotten,
         GangMutant::FruitlessNeverEnds,
+        GangMutant::EveryMemberNamed,
     ];
 }
 
@@ -45,6 +49,18 @@ pub struct Faulty {
     pub inner: Arc<dyn Coordinator>,
     pub down: Arc<AtomicBool>,
     pub mutant: Option<GangMutant>,
+    /// The agent's node (`EveryMemberNamed` names its member).
+    pub node: String,
+}
+
+/// A one-member decision (`<ms>:<incident>|<node>/<worker>`) naming `node`'s member of the gang
+/// whose decision key `key` is: the gang's worker on that node (`rank-g<i>` for gang `ml/<x>`).
+fn named_here(key: &str, value: &str, node: &str) -> String {
+    let Some((decision, _)) = value.split_once('|') else {
+        return value.to_string();
+    };
+    let g = if key.contains("{ml/a}") { 0 } else { 1 };
+    format!("{decision}|{node}/rank-g{g}")
 }
 
 fn hides(mutant: Option<GangMutant>, key: &str) -> bool {
@@ -99,6 +115,12 @@ impl Coordinator for Faulty {
                             }
                             if m == Some(GangMutant::FruitlessNeverEnds) && is_gang_run(k) {
                                 *val = val.as_deref().map(never_ends);
+                            }
+                            if m == Some(GangMutant::EveryMemberNamed)
+                                && k.contains(":gang:{")
+                                && k.ends_with(":decision")
+                            {
+                                *val = val.as_deref().map(|v| named_here(k, v, &self.node));
                             }
                         }
                         Ok(Reply::Values(v))
