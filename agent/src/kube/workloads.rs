@@ -3,7 +3,8 @@
 //! Job that controls it (its `backoffLimit`, `parallelism`, pod failure policy, and the retries
 //! its controller has counted: failed pods, and the container restarts of its running pods when
 //! they are `OnFailure`), the JobSet that controls that Job (its failure policy and restarts), or
-//! the LeaderWorkerSet the pod's labels name (its restart policy).
+//! the LeaderWorkerSet the pod's labels name (its restart policy); and the worker container's
+//! devices the kubelet reports unhealthy (`allocatedResourcesStatus`).
 //!
 //! RBAC: `get` on `pods`, `jobs` (batch), `jobsets` (jobset.x-k8s.io) and `leaderworkersets`
 //! (leaderworkerset.x-k8s.io); `list` on `pods` (a Job's pods, by its `controller-uid` label).
@@ -230,7 +231,34 @@ pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodErr
             })
             .unwrap_or_default();
     }
+    w.unhealthy = unhealthy_devices(pod, container);
     Ok(w)
+}
+
+/// The worker container's allocated devices the kubelet reports `Unhealthy` (KEP-4680:
+/// `status.containerStatuses[].allocatedResourcesStatus[].resources[]`, beta in 1.36), each as
+/// `<resource> <device>` (`nvidia.com/gpu GPU-…`, or `claim:<claim>/<request> <driver>/<pool>/<device>`
+/// under DRA).
+pub(crate) fn unhealthy_devices(pod: &Value, container: &str) -> Vec<String> {
+    let statuses = pod["status"]["containerStatuses"].as_array();
+    let Some(st) = statuses.and_then(|cs| cs.iter().find(|c| c["name"] == container)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for res in st["allocatedResourcesStatus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = res["name"].as_str().unwrap_or_default();
+        for d in res["resources"].as_array().into_iter().flatten() {
+            if d["health"] == "Unhealthy" {
+                let id = d["resourceID"].as_str().unwrap_or_default();
+                out.push(format!("{name} {id}"));
+            }
+        }
+    }
+    out
 }
 
 /// The Job's limits, pod failure policy and the retries its controller has counted, from the

@@ -159,6 +159,38 @@ fn an_unknown_restart_policy_is_an_error_not_a_guess() {
     ));
 }
 
+#[test]
+fn the_kubelets_unhealthy_devices_are_read_and_refuse_the_restart() {
+    let mut pod = jobset_pod();
+    pod["status"]["containerStatuses"] = json!([
+        {"name": "sidecar", "allocatedResourcesStatus": [
+            {"name": "nvidia.com/gpu", "resources": [{"resourceID": "GPU-side", "health": "Unhealthy"}]}
+        ]},
+        {"name": "trainer", "restartCount": 0, "allocatedResourcesStatus": [
+            {"name": "nvidia.com/gpu", "resources": [
+                {"resourceID": "GPU-aaa", "health": "Healthy"},
+                {"resourceID": "GPU-bbb", "health": "Unhealthy"},
+                {"resourceID": "GPU-ccc", "health": "Unknown"}
+            ]}
+        ]}
+    ]);
+    let w = pod_facts(&pod, "trainer").unwrap();
+    assert_eq!(
+        w.unhealthy,
+        ["nvidia.com/gpu GPU-bbb"],
+        "the worker container's, Unhealthy only"
+    );
+    let r = rem(&w);
+    assert!(
+        matches!(&r, Remediation::Refuse(why) if why.contains("nvidia.com/gpu GPU-bbb Unhealthy")),
+        "{r:?}"
+    );
+    assert!(pod_facts(&jobset_pod(), "trainer")
+        .unwrap()
+        .unhealthy
+        .is_empty());
+}
+
 fn rem(w: &crate::vocab::workload::Workload) -> Remediation {
     remediation(w, Stops::EveryPod)
 }

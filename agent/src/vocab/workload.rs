@@ -146,6 +146,10 @@ pub struct Workload {
     /// An owner the pod names that the API does not have (a Job's JobSet, the LeaderWorkerSet
     /// its labels name): how its controller restarts it is unknown.
     pub missing: Option<String>,
+    /// The worker container's allocated devices the kubelet reports `Unhealthy`
+    /// (`allocatedResourcesStatus`, KEP-4680), as `<resource> <device id>`: a restart on them
+    /// cannot help.
+    pub unhealthy: Vec<String>,
 }
 
 impl Workload {
@@ -161,6 +165,7 @@ impl Workload {
             jobset: None,
             lws: None,
             missing: None,
+            unhealthy: Vec::new(),
         }
     }
 }
@@ -239,6 +244,7 @@ impl Remediation {
 /// The one table: how a hung worker of `w` is restarted, stopping `stops` of its Job's pods
 /// (docs/controllers.md, in this order):
 ///
+/// 0. a device of the worker the kubelet reports `Unhealthy`: refused (a failed GPU);
 /// 1. an owner the pod names that the API does not have: refused (unknown);
 /// 2. a LeaderWorkerSet that recreates its group on a pod restart: one member, the group follows;
 /// 3. a container restart rule that matches a SIGKILL (exit 137), or the container's own
@@ -252,6 +258,12 @@ impl Remediation {
 /// 6. `Always` (or `OnFailure` outside a Job): in place, as always;
 /// 7. `Never` with no controller that brings it back: refused.
 pub fn remediation(w: &Workload, stops: Stops) -> Remediation {
+    if !w.unhealthy.is_empty() {
+        return Remediation::Refuse(format!(
+            "the kubelet reports its device(s) {} Unhealthy (allocatedResourcesStatus): a restart on a failed device cannot help; the device must be fixed or the pod placed elsewhere",
+            w.unhealthy.join(", ")
+        ));
+    }
     if let Some(what) = &w.missing {
         return Remediation::Refuse(format!(
             "pod {} names {what}, which the API does not have: how its controller restarts it is unknown",
