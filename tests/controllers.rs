@@ -4,8 +4,10 @@
 //! policy: a failed member fails its Job (`backoffLimit: 0`, `restartPolicy: Never`), the JobSet
 //! recreates every Job with `restart-attempt` + 1 while `restartsCountTowardsMax` is below
 //! `maxRestarts`, and is failed after. How each member's agent restarts is the production table
-//! (`vigil::vocab::workload::remediation`) on the JobSet's facts as they stand. The Kubernetes
-//! side over real HTTP is `tests/kube.rs`; on real containerd, `tests/e2e_cri.rs`.
+//! (`vigil::vocab::workload::remediation`) on the JobSet's facts as they stand; `OnFailure` pods
+//! with `backoffLimit: 0` take the same path; a LeaderWorkerSet group has one member stopped and
+//! its controller recreates the group. The Kubernetes side over real HTTP is
+//! `tests/kube_workloads.rs`; on real containerd, `tests/e2e_jobset.rs`.
 
 use crate::common;
 
@@ -27,6 +29,8 @@ const GANG: &str = "ml/jobset/train";
 /// `a<attempt>-c<i>`.
 struct JobSet {
     fleet: Fleet,
+    /// The pods' `restartPolicy` (`Never`, or `OnFailure` with `backoffLimit: 0`).
+    policy: RestartPolicy,
     max_restarts: u32,
     /// `status.restartsCountTowardsMax`.
     restarts: u32,
@@ -36,9 +40,14 @@ struct JobSet {
 
 impl JobSet {
     fn new(max_restarts: u32) -> JobSet {
+        JobSet::of(RestartPolicy::Never, max_restarts)
+    }
+
+    fn of(policy: RestartPolicy, max_restarts: u32) -> JobSet {
         let fleet = Fleet::builder().nodes(4).poll(POLL).build();
         let mut js = JobSet {
             fleet,
+            policy,
             max_restarts,
             restarts: 0,
             attempt: 0,
@@ -71,11 +80,7 @@ impl JobSet {
                 restarts: self.restarts,
                 strategy: "Recreate".into(),
             }),
-            ..Workload::bare(
-                &format!("ml/train-workers-{i}-0"),
-                "trainer",
-                RestartPolicy::Never,
-            )
+            ..Workload::bare(&format!("ml/train-workers-{i}-0"), "trainer", self.policy)
         }
     }
 
@@ -233,6 +238,12 @@ async fn a_hung_jobset_has_one_member_failed_and_its_controller_restarts_every_m
             "node {i}"
         );
     }
+    let calls = js.fleet.nodes[2].runtime.fail_calls();
+    assert_eq!(
+        (calls[0].1, calls[0].2),
+        (Duration::ZERO, true),
+        "a SIGKILL of every container of its pod (a Never pod fails once all have ended)"
+    );
     let decided = js.fleet.decisions(2).await;
     assert!(
         decided.iter().any(|d| d == "restarted"),
@@ -339,4 +350,122 @@ impl JobSet {
 
 fn rem(w: &Workload) -> Remediation {
     remediation(w, Stops::EveryPod)
+}
+
+/// `backoffLimit: 0` with `OnFailure` pods: a stop would fail the Job (its one container
+/// restart reaches the limit), so the same single path as `Never` — one member failed, the
+/// JobSet restarts every member — never N in-place stops that each fail a Job.
+#[tokio::test]
+async fn a_jobset_of_on_failure_pods_with_backoff_limit_0_takes_the_same_single_path() {
+    let mut js = JobSet::of(RestartPolicy::OnFailure, 3);
+    js.train_then_hang(100).await;
+    js.run_for(Duration::from_secs(600)).await;
+    assert_eq!(
+        js.failed().concat(),
+        ["a0-c2"],
+        "{:?}",
+        js.fleet.sink.kinds()
+    );
+    assert_eq!(js.restarts, 1);
+    assert_eq!(js.in_place_restarts(), 0);
+    assert_eq!(js.fleet.sink.count(AlertKind::Restarting), 1);
+}
+
+/// A LeaderWorkerSet group (its default `RecreateGroupOnPodRestart`): one member stopped as
+/// any stop goes (SIGTERM, the stop grace), nothing awaited after it, and the group recreated by
+/// its controller; one page, one unit of the gang's breaker.
+#[tokio::test]
+async fn a_leaderworkerset_group_has_one_member_stopped_and_its_controller_recreates_it() {
+    use vigil::vocab::workload::LwsFacts;
+    const LWS_GANG: &str = "ml/lws/serve/0";
+    let mut fleet = Fleet::builder().nodes(4).poll(POLL).build();
+    let generation = std::cell::Cell::new(0u32);
+    let add = |fleet: &Fleet| {
+        let g = generation.get();
+        for (i, node) in fleet.nodes.iter().enumerate() {
+            let id = format!("g{g}-c{i}");
+            node.runtime.add(&id, &format!("rank-{i}"));
+            let started = jiff::Timestamp::from_millisecond(fleet.now()).unwrap();
+            node.runtime.set_started_at(&id, &started.to_string());
+            node.runtime.set_pod_labels(
+                &id,
+                "ml",
+                &[
+                    ("leaderworkerset.sigs.k8s.io/name", "serve"),
+                    ("leaderworkerset.sigs.k8s.io/group-index", "0"),
+                ],
+            );
+            let w = Workload {
+                lws: Some(LwsFacts {
+                    name: "ml/serve".into(),
+                    group: "0".into(),
+                    recreate_group: true,
+                }),
+                ..Workload::bare(&format!("ml/serve-0-{i}"), "trainer", RestartPolicy::Always)
+            };
+            node.runtime.set_remediation(&id, rem(&w));
+        }
+    };
+    add(&fleet);
+    let beat = |fleet: &Fleet, i: usize, step: u64, ago: i64| {
+        let key = fleet.nodes[i].keys.status(&format!("rank-{i}"));
+        let (store, at) = (fleet.store.clone(), fleet.now() - ago);
+        let progress = format!("step-{step}");
+        async move {
+            write_record(
+                store.as_ref(),
+                &key,
+                "processing",
+                at,
+                &[("progress", &progress)],
+            )
+            .await
+        }
+    };
+    for s in 0..4 {
+        for i in 0..4 {
+            beat(&fleet, i, 97 + s, 0).await;
+        }
+        fleet.tick().await;
+    }
+    for i in 0..4 {
+        beat(&fleet, i, 100, if i == 1 { 3_000 } else { 0 }).await;
+    }
+    let mut recreated = false;
+    let end = fleet.now() + 600_000;
+    while fleet.now() < end {
+        fleet.tick().await;
+        let g = generation.get();
+        let stopped = fleet.nodes.iter().any(|n| !n.runtime.failed().is_empty());
+        if stopped && !recreated {
+            // The group's pods deleted and created again by the LeaderWorkerSet controller.
+            for (i, n) in fleet.nodes.iter().enumerate() {
+                n.runtime.remove(&format!("g{g}-c{i}"));
+            }
+            generation.set(g + 1);
+            add(&fleet);
+            recreated = true;
+        }
+    }
+    let calls: Vec<_> = fleet.nodes.iter().map(|n| n.runtime.fail_calls()).collect();
+    let stopped: Vec<&(String, Duration, bool)> = calls.iter().flatten().collect();
+    assert_eq!(stopped.len(), 1, "one member stopped: {calls:?}");
+    let (id, grace, whole) = stopped[0];
+    assert_eq!(id, "g0-c1", "the member that stopped first");
+    let stop_grace = fleet.nodes[1].cfg.runtime.stop_grace;
+    assert_eq!(
+        (*grace, *whole),
+        (stop_grace, false),
+        "a stop as any, of the worker only"
+    );
+    let restarting = fleet.sink.of(AlertKind::Restarting);
+    assert_eq!(restarting.len(), 1, "{:?}", fleet.sink.kinds());
+    assert_eq!(restarting[0].gang.as_deref(), Some(LWS_GANG));
+    let day = utc_day(fleet.now());
+    let key = fleet.nodes[0].keys.gang_breaker(LWS_GANG, &day);
+    assert_eq!(fleet.counter(&key).await, 1);
+    assert!(fleet
+        .nodes
+        .iter()
+        .all(|n| n.runtime.restarts(&format!("g0-c{}", 0)) == 0));
 }

@@ -31,8 +31,8 @@ struct State {
     unlabelled: std::collections::HashSet<String>,
     /// How each container's restart goes, where a test says (else in place).
     remediations: HashMap<String, Remediation>,
-    /// Containers failed for their controller (`fail`), in order.
-    failed: Vec<String>,
+    /// Containers stopped for their controller (`fail`), in order: (id, grace, whole pod).
+    failed: Vec<(String, Duration, bool)>,
 }
 
 /// A container runtime in memory. A restart changes the container's start time, as Docker does.
@@ -58,8 +58,14 @@ impl FakeRuntime {
         }
     }
 
-    /// The containers failed for their controller so far, in order.
+    /// The containers stopped for their controller so far, in order.
     pub fn failed(&self) -> Vec<String> {
+        let s = self.state.lock().unwrap();
+        s.failed.iter().map(|f| f.0.clone()).collect()
+    }
+
+    /// How each was stopped: (id, stop grace, every container of its pod).
+    pub fn fail_calls(&self) -> Vec<(String, Duration, bool)> {
         self.state.lock().unwrap().failed.clone()
     }
 
@@ -301,15 +307,15 @@ impl ContainerRuntime for FakeRuntime {
     async fn fail(
         &self,
         c: &Container,
-        _grace: Duration,
-        _whole_pod: bool,
+        grace: Duration,
+        whole_pod: bool,
     ) -> Result<(), RuntimeError> {
         self.check_up()?;
         let mut s = self.state.lock().unwrap();
         if let Some(x) = s.containers.get_mut(&c.id) {
             x.running = false;
         }
-        s.failed.push(c.id.clone());
+        s.failed.push((c.id.clone(), grace, whole_pod));
         Ok(())
     }
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
