@@ -131,6 +131,8 @@ if pc in ("system-node-critical", "system-cluster-critical") and ns != "kube-sys
 
 # RBAC: exactly the rules the agent uses, bound to its ServiceAccount.
 want = {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes/status", "patch"), ("", "pods", "get"), ("", "pods", "list"),
+        ("batch", "jobs", "get"), ("jobset.x-k8s.io", "jobsets", "get"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
         ("authentication.k8s.io", "tokenreviews", "create"), ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")}
 roles = [r for r in of_kind("ClusterRole") if r["metadata"]["name"] == "vigil"]
 got = {(g, res, v) for r in roles for rule in r["rules"] for g in rule["apiGroups"]

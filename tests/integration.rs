@@ -8,6 +8,7 @@ mod common;
 mod alertmanager;
 mod controllers;
 mod coordination;
+mod dra;
 mod gang;
 mod gang_checkpoint;
 mod gke;

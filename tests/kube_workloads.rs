@@ -217,17 +217,15 @@ async fn a_missing_rbac_rule_is_named_and_nothing_is_guessed() {
     );
 }
 
-/// The fake authorizes exactly what deploy/base/rbac.yaml grants: a rule added to one and not
-/// the other fails here, so the fake never allows what a cluster would refuse.
-#[test]
-fn the_fakes_role_is_the_deployed_cluster_role() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/rbac.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
+/// The (group, resource, verb) triples of the ClusterRole in `path` (repository-relative).
+fn granted(path: &str) -> Vec<(String, String, String)> {
+    let path = format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
     let role: serde_yaml_ng::Value = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .find(|d: &serde_yaml_ng::Value| d["kind"] == "ClusterRole")
         .unwrap();
-    let mut deployed: Vec<(String, String, String)> = Vec::new();
+    let mut out = Vec::new();
     for rule in role["rules"].as_sequence().unwrap() {
         let list = |k: &str| -> Vec<String> {
             rule[k]
@@ -240,18 +238,34 @@ fn the_fakes_role_is_the_deployed_cluster_role() {
         for g in list("apiGroups") {
             for r in list("resources") {
                 for v in list("verbs") {
-                    deployed.push((g.clone(), r.clone(), v));
+                    out.push((g.clone(), r.clone(), v));
                 }
             }
         }
     }
-    let mut fake: Vec<(String, String, String)> = ROLE
+    out.sort();
+    out
+}
+
+fn triples(role: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    let mut out: Vec<_> = role
         .iter()
         .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
         .collect();
-    deployed.sort();
-    fake.sort();
-    assert_eq!(deployed, fake);
+    out.sort();
+    out
+}
+
+/// The fake authorizes exactly what deploy/base/rbac.yaml grants, and with the DRA device
+/// taints exactly what their component adds: a rule added to one and not the other fails here,
+/// so the fake never allows what a cluster would refuse.
+#[test]
+fn the_fakes_role_is_the_deployed_cluster_role() {
+    assert_eq!(granted("deploy/base/rbac.yaml"), triples(ROLE));
+    assert_eq!(
+        granted("deploy/components/dra-device-taints/rbac.yaml"),
+        triples(common::fake_kube::DRA_ROLE)
+    );
 }
 
 fn rem(w: &vigil::vocab::workload::Workload) -> Remediation {

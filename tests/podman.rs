@@ -228,6 +228,10 @@ async fn vigil_restarts_a_hung_podman_worker_exactly_once() {
             "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{}\"\nattempts = 2\ntimeout = \"2s\"\n",
             hook.url
         ),
+        // NB: Podman's service answers a listing in seconds on a loaded 2-core CI machine (a
+        // CI run saw every call past 2 s for 30 s: runtime-down, no restart); the restart call
+        // has its own deadline (runtime.restart_timeout + 5 s).
+        call_timeout: "10s",
         ..ConfigParts::default()
     });
     let opt_in = format!("{}={}", s.label, s.worker);

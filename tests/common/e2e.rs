@@ -22,6 +22,9 @@ pub struct ConfigParts<'a> {
     /// The `[worker_api]` table, whole; empty: the worker API on [`Setup::worker_listen`]
     /// (loopback) without authentication, as a single-user host runs it.
     pub worker_api: &'a str,
+    /// `runtime.call_timeout`; empty: 2s (a runtime that answers slower under a loaded CI
+    /// machine — Podman's service — takes more).
+    pub call_timeout: &'a str,
 }
 
 pub struct Setup {
@@ -89,7 +92,7 @@ worker_label = "{label}"
 log_timeout = "5s"
 # NB: a stop grace longer than every runtime call's deadline: the default worker ignores SIGTERM,
 # so a deadline shorter than the grace would cut every restart short (issue 16).
-call_timeout = "2s"
+call_timeout = "{call_timeout}"
 stop_grace = "3s"
 restart_timeout = "15s"
 [policy]
@@ -108,6 +111,11 @@ restart_delay = "2s"
             policy = own.policy,
             tables = own.tables,
             worker_api = worker_api,
+            call_timeout = if own.call_timeout.is_empty() {
+                "2s"
+            } else {
+                own.call_timeout
+            },
         );
         let path = self.dir.path().join("vigil.toml");
         std::fs::write(&path, text).unwrap();

@@ -54,6 +54,10 @@ use serde_json::{json, Map, Value};
 #[path = "fake_pods.rs"]
 pub mod fake_pods;
 
+/// The DRA part (ResourceSlices, DeviceTaintRules), in its own file.
+#[path = "fake_dra.rs"]
+pub mod fake_dra;
+
 /// The identity the fake pretends the agent's ServiceAccount has, for 403 messages.
 const USER: &str = "system:serviceaccount:vigil:vigil";
 
@@ -70,6 +74,14 @@ pub const ROLE: &[(&str, &str, &str)] = &[
     ("authentication.k8s.io", "tokenreviews", "create"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
+];
+
+/// What `deploy/components/dra-device-taints` grants on top (`gpu.device_taints`).
+pub const DRA_ROLE: &[(&str, &str, &str)] = &[
+    ("resource.k8s.io", "resourceslices", "list"),
+    ("resource.k8s.io", "devicetaintrules", "list"),
+    ("resource.k8s.io", "devicetaintrules", "create"),
+    ("resource.k8s.io", "devicetaintrules", "delete"),
 ];
 
 /// The events.k8s.io group and version Events are served under.
@@ -111,6 +123,9 @@ struct World {
     pods: Vec<Value>,
     /// Jobs, JobSets and LeaderWorkerSets: (API group, resource, object as stored).
     objects: Vec<(String, String, Value)>,
+    /// ResourceSlices, and DeviceTaintRules as stored.
+    slices: Vec<Value>,
+    taint_rules: Vec<Value>,
 }
 
 /// A projected ServiceAccount token as the kubelet would have requested it for a pod.
@@ -174,6 +189,8 @@ impl FakeKube {
             tokens: Vec::new(),
             pods: Vec::new(),
             objects: Vec::new(),
+            slices: Vec::new(),
+            taint_rules: Vec::new(),
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
@@ -185,6 +202,18 @@ impl FakeKube {
             .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
             .route("/api/v1/namespaces/{ns}/pods", get(list_namespaced_pods))
             .route("/apis/batch/v1/namespaces/{ns}/jobs/{name}", get(get_job))
+            .route(
+                "/apis/resource.k8s.io/{version}/resourceslices",
+                get(list_slices),
+            )
+            .route(
+                "/apis/resource.k8s.io/{version}/devicetaintrules",
+                get(list_taint_rules).post(create_taint_rule),
+            )
+            .route(
+                "/apis/resource.k8s.io/{version}/devicetaintrules/{name}",
+                axum::routing::delete(delete_taint_rule),
+            )
             .route(
                 "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}",
                 get(get_jobset),
@@ -386,6 +415,16 @@ impl FakeKube {
         world.objects.push((group.into(), resource.into(), object));
     }
 
+    /// Publishes a ResourceSlice (as a DRA driver's kubelet plugin does).
+    pub fn put_slice(&self, slice: Value) {
+        lock(&self.shared).slices.push(slice);
+    }
+
+    /// The DeviceTaintRules as stored.
+    pub fn taint_rules(&self) -> Vec<Value> {
+        lock(&self.shared).taint_rules.clone()
+    }
+
     /// Deletes a pod (gone at once, as after its grace period).
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         let mut world = lock(&self.shared);
@@ -437,7 +476,7 @@ fn lock(shared: &Shared) -> MutexGuard<'_, World> {
 impl World {
     /// Whether RBAC lets the agent `verb` the `resource` of API `group`.
     fn allows(&self, group: &str, resource: &str, verb: &str) -> bool {
-        ROLE.contains(&(group, resource, verb))
+        (ROLE.contains(&(group, resource, verb)) || DRA_ROLE.contains(&(group, resource, verb)))
             && !self.forbidden.contains(verb)
             && !self.forbidden.contains(&format!("{verb} {resource}"))
     }
@@ -1572,6 +1611,207 @@ async fn list_namespaced_pods(
             "items": items
         }),
     ))
+}
+
+/// 404 for a version of `resource.k8s.io` that serves no DeviceTaintRule.
+fn dra_version(version: &str) -> Result<(), Answer> {
+    match fake_dra::VERSIONS.contains(&version) {
+        true => Ok(()),
+        false => Err(status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource".into(),
+            None,
+        )),
+    }
+}
+
+/// The one query parameter a DRA list takes (`fieldSelector` or `labelSelector`), or a 400.
+fn only_param(uri: &Uri, name: &str) -> Result<String, Answer> {
+    let mut found = String::new();
+    for (k, v) in fake_pods::query_params(uri.query()) {
+        if k != name {
+            return Err(bad_request(format!(
+                "fake API server: the query parameter {k} is not implemented"
+            )));
+        }
+        found = v;
+    }
+    Ok(found)
+}
+
+/// `GET /apis/resource.k8s.io/{version}/resourceslices[?fieldSelector=…]`.
+async fn list_slices(
+    State(shared): State<Shared>,
+    Path(version): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if let Err(r) = dra_version(&version) {
+        return respond(r);
+    }
+    if !world.allows("resource.k8s.io", "resourceslices", "list") {
+        return respond(forbidden(
+            "list",
+            "resourceslices",
+            "resource.k8s.io",
+            None,
+            None,
+        ));
+    }
+    let selector = match only_param(&uri, "fieldSelector") {
+        Ok(s) => s,
+        Err(r) => return respond(r),
+    };
+    let mut items = Vec::new();
+    for s in &world.slices {
+        match fake_dra::slice_selected(s, &selector) {
+            Ok(true) => items.push(fake_dra::item(s)),
+            Ok(false) => {}
+            Err(message) => return respond(bad_request(message)),
+        }
+    }
+    let kind = json!({"kind": "ResourceSliceList", "apiVersion": format!("resource.k8s.io/{version}"),
+                      "metadata": {"resourceVersion": world.revision.to_string()}, "items": items});
+    respond((StatusCode::OK, kind))
+}
+
+/// `GET /apis/resource.k8s.io/{version}/devicetaintrules[?labelSelector=…]`.
+async fn list_taint_rules(
+    State(shared): State<Shared>,
+    Path(version): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if let Err(r) = dra_version(&version) {
+        return respond(r);
+    }
+    if !world.allows("resource.k8s.io", "devicetaintrules", "list") {
+        return respond(forbidden(
+            "list",
+            "devicetaintrules",
+            "resource.k8s.io",
+            None,
+            None,
+        ));
+    }
+    let selector = match only_param(&uri, "labelSelector") {
+        Ok(s) => s,
+        Err(r) => return respond(r),
+    };
+    let items: Vec<Value> = world
+        .taint_rules
+        .iter()
+        .filter(|r| fake_dra::labels_match(r, &selector))
+        .map(fake_dra::item)
+        .collect();
+    let list = json!({"kind": "DeviceTaintRuleList", "apiVersion": format!("resource.k8s.io/{version}"),
+                      "metadata": {"resourceVersion": world.revision.to_string()}, "items": items});
+    respond((StatusCode::OK, list))
+}
+
+/// `POST /apis/resource.k8s.io/{version}/devicetaintrules`.
+async fn create_taint_rule(
+    State(shared): State<Shared>,
+    Path(version): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if let Err(r) = dra_version(&version) {
+        return respond(r);
+    }
+    if !world.allows("resource.k8s.io", "devicetaintrules", "create") {
+        return respond(forbidden(
+            "create",
+            "devicetaintrules",
+            "resource.k8s.io",
+            None,
+            None,
+        ));
+    }
+    let rule: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return respond(bad_request(format!("error decoding body: {e}"))),
+    };
+    let name = rule["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if let Some((field, why)) = fake_dra::invalid(&rule) {
+        return respond(status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!("DeviceTaintRule.resource.k8s.io \"{name}\" is invalid: {field}: {why}"),
+            Some(json!({"name": name, "group": "resource.k8s.io", "kind": "DeviceTaintRule"})),
+        ));
+    }
+    if world
+        .taint_rules
+        .iter()
+        .any(|r| r["metadata"]["name"] == name.as_str())
+    {
+        return respond(status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("devicetaintrules.resource.k8s.io \"{name}\" already exists"),
+            Some(json!({"name": name, "group": "resource.k8s.io", "kind": "devicetaintrules"})),
+        ));
+    }
+    world.uids += 1;
+    let uid = world.uids;
+    let rv = world.next_revision();
+    let stored = fake_dra::stored(rule, uid, &rv);
+    world.taint_rules.push(stored.clone());
+    respond((StatusCode::CREATED, stored))
+}
+
+/// `DELETE /apis/resource.k8s.io/{version}/devicetaintrules/{name}`.
+async fn delete_taint_rule(
+    State(shared): State<Shared>,
+    Path((version, name)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if let Err(r) = dra_version(&version) {
+        return respond(r);
+    }
+    if !world.allows("resource.k8s.io", "devicetaintrules", "delete") {
+        return respond(forbidden(
+            "delete",
+            "devicetaintrules",
+            "resource.k8s.io",
+            Some(&name),
+            None,
+        ));
+    }
+    let Some(i) = world
+        .taint_rules
+        .iter()
+        .position(|r| r["metadata"]["name"] == name.as_str())
+    else {
+        return respond(status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("devicetaintrules.resource.k8s.io \"{name}\" not found"),
+            Some(json!({"name": name, "group": "resource.k8s.io", "kind": "devicetaintrules"})),
+        ));
+    };
+    let gone = world.taint_rules.remove(i);
+    world.next_revision();
+    respond((StatusCode::OK, gone))
 }
 
 type ObjectPath = Path<(String, String)>;

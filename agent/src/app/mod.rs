@@ -277,6 +277,9 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
     if let Some(api) = node_api(&cfg).await {
         controller = controller.with_node_api(api);
+        if let Some(taints) = device_taints(&cfg).await {
+            controller = controller.with_device_taints(taints);
+        }
     }
     let controller_done =
         tracker.spawn(controller.run(meta_rx, gpu_rx, term.clone(), stop.clone()));
@@ -508,4 +511,27 @@ async fn drain(
     }
     tracing::info!("vigil exited cleanly");
     Ok(())
+}
+
+/// With `gpu.device_taints`: the DRA client for a failed GPU's device taint (none, with the
+/// reason logged, when it cannot be made: `gpu.taint_on_failure`'s Node taint then stands in).
+async fn device_taints(
+    cfg: &Config,
+) -> Option<Arc<dyn crate::kube::device_taints::DeviceTaintApi>> {
+    if !cfg.gpu.device_taints {
+        return None;
+    }
+    let g = &cfg.gpu;
+    match crate::kube::device_taints::KubeDeviceTaints::connect(
+        &cfg.kubernetes.api_url,
+        &g.dra_api_version,
+    )
+    .await
+    {
+        Ok(api) => Some(Arc::new(api)),
+        Err(e) => {
+            tracing::error!(error = %e, "gpu.device_taints: no client for resource.k8s.io; failed GPUs are not tainted");
+            None
+        }
+    }
 }

@@ -386,7 +386,7 @@ type Rule = (
 /// (check, API group, resource, namespace, verbs): the writes the agent makes; `get` on the
 /// Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
 /// for a new one, `patch` to count a repeat.
-const RBAC_RULES: [Rule; 8] = [
+const RBAC_RULES: [Rule; 10] = [
     ("rbac:nodes", "", "nodes", None, &["patch"]),
     // The conditions VigilMaintenance / VigilGPUUnhealthy / VigilTPUUnhealthy.
     ("rbac:status", "", "nodes/status", None, &["patch"]),
@@ -404,6 +404,22 @@ const RBAC_RULES: [Rule; 8] = [
         &["get"],
     ),
     // The worker API's TokenReviews (worker_api.auth = "kubernetes").
+    // `gpu.device_taints`: a failed GPU's DRA device taint
+    // (deploy/components/dra-device-taints).
+    (
+        "rbac:resourceslices",
+        "resource.k8s.io",
+        "resourceslices",
+        None,
+        &["list"],
+    ),
+    (
+        "rbac:devicetaintrules",
+        "resource.k8s.io",
+        "devicetaintrules",
+        None,
+        &["list", "create", "delete"],
+    ),
     (
         "rbac:tokenreviews",
         "authentication.k8s.io",
@@ -450,6 +466,10 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
         && cfg.worker_api.auth == crate::config::WorkerAuth::Kubernetes;
     for (name, group, resource, ns, verbs) in RBAC_RULES {
         if name == "rbac:tokenreviews" && !reviews_tokens {
+            continue;
+        }
+        let dra = matches!(name, "rbac:resourceslices" | "rbac:devicetaintrules");
+        if dra && !cfg.gpu.device_taints {
             continue;
         }
         out.push(rbac_rule(&api, name, group, resource, ns, verbs).await);

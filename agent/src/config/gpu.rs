@@ -30,6 +30,17 @@ pub struct GpuConfig {
     pub evidence_window: Duration,
     /// Put a `NoSchedule` taint on the Node while a GPU has failed.
     pub taint_on_failure: bool,
+    /// On a cluster whose GPUs are allocated through DRA: a failed GPU becomes a
+    /// `DeviceTaintRule` for its device (the node's other GPUs stay schedulable), removed when
+    /// it recovers — instead of the Node taint (docs/gpu.md). Opt-in; needs the RBAC of
+    /// `deploy/components/dra-device-taints`.
+    pub device_taints: bool,
+    /// The DRA driver whose ResourceSlices list this node's GPUs (the device's `uuid` attribute
+    /// names the GPU).
+    pub dra_driver: String,
+    /// The version of `resource.k8s.io` the cluster serves `DeviceTaintRule` in: `v1alpha3`
+    /// (1.33–1.35, feature gate `DRADeviceTaints`), `v1beta2` (1.36), `v1` (1.37).
+    pub dra_api_version: String,
     /// Where failed GPUs are kept across agent restarts (JSON, with the node's boot id); empty
     /// = not kept.
     pub state_file: String,
@@ -71,6 +82,9 @@ impl Default for GpuConfig {
             evidence_xids: vec![43, 109],
             evidence_window: Duration::from_secs(30 * 60),
             taint_on_failure: false,
+            device_taints: false,
+            dra_driver: "gpu.nvidia.com".into(),
+            dra_api_version: "v1beta2".into(),
             state_file: "/var/lib/vigil/gpu-state.json".into(),
             xid_threshold: XidThreshold::default(),
             call_deadline: Duration::from_secs(30),
@@ -94,6 +108,21 @@ impl GpuConfig {
         // healthy driver wedged.
         if self.call_deadline < Duration::from_secs(2) {
             return bad("gpu.call_deadline", "must be at least 2s");
+        }
+        if !matches!(self.dra_api_version.as_str(), "v1alpha3" | "v1beta2" | "v1") {
+            return bad(
+                "gpu.dra_api_version",
+                format!(
+                    "{:?} is not a version of resource.k8s.io that serves DeviceTaintRule (v1alpha3, v1beta2 or v1)",
+                    self.dra_api_version
+                ),
+            );
+        }
+        if self.device_taints && self.dra_driver.trim().is_empty() {
+            return bad(
+                "gpu.dra_driver",
+                "must name the DRA driver of the GPUs when gpu.device_taints is on",
+            );
         }
         for k in self.xid_actions.keys() {
             if k.trim().parse::<u64>().is_err() {

@@ -3,6 +3,7 @@
 //! (`podresources`: which GPUs each container was given).
 
 pub mod client;
+pub mod device_taints;
 pub mod node;
 pub mod node_source;
 pub mod podresources;

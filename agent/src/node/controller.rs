@@ -172,6 +172,15 @@ impl Controller {
         self
     }
 
+    /// Taint a failed GPU's DRA device through `api` (`gpu.device_taints`) instead of the Node.
+    pub fn with_device_taints(
+        mut self,
+        api: Arc<dyn crate::kube::device_taints::DeviceTaintApi>,
+    ) -> Self {
+        self.node.device_taints = Some(api);
+        self
+    }
+
     /// Let the opportunistic idle check read this node's pods through the Kubernetes API and
     /// the kubelet's PodResources API (without them, on Kubernetes, it counts the node busy).
     pub fn with_pod_witnesses(

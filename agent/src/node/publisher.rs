@@ -5,10 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::accel::gpu::model::GpuHealth;
 use crate::accel::gpu::model::GpuReport;
-use crate::accel::policy::desired;
+use crate::accel::policy::{desired, Accelerator};
 use crate::accel::tpu::model::TpuReport;
 use crate::config::Config;
+use crate::kube::device_taints::{reconcile, DeviceTaintApi};
 use crate::kube::node::{EventType, NodeApi};
 use crate::maintenance::policy::node_desired;
 use crate::metrics::Metrics;
@@ -37,6 +39,9 @@ pub(crate) struct NodeView {
 
 pub(crate) struct NodePublisher {
     api: Option<Arc<dyn NodeApi>>,
+    /// With `gpu.device_taints`: a failed GPU is a DRA `DeviceTaintRule` for its device, not a
+    /// Node taint.
+    pub(crate) device_taints: Option<Arc<dyn DeviceTaintApi>>,
     cfg: Config,
     metrics: Arc<Metrics>,
     pub(crate) view: NodeView,
@@ -49,6 +54,7 @@ impl NodePublisher {
     pub fn new(cfg: &Config, api: Option<Arc<dyn NodeApi>>, metrics: Arc<Metrics>) -> Self {
         NodePublisher {
             api,
+            device_taints: None,
             cfg: cfg.clone(),
             metrics,
             view: NodeView::default(),
@@ -67,12 +73,15 @@ impl NodePublisher {
             v.last_checkpoint.as_deref(),
             v.perform_maintenance,
         );
-        desired(k, &v.gpu, self.cfg.gpu.taint_on_failure, &mut want);
+        // NB: with device taints, a failed GPU taints its device only, never the whole Node.
+        let node_taint = self.cfg.gpu.taint_on_failure && self.device_taints.is_none();
+        desired(k, &v.gpu, node_taint, &mut want);
         if let Some(tpu) = &v.tpu {
             desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
         }
-        let node = &self.cfg.node_name;
-        match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(node, &want)).await {
+        let (api, node) = (api.clone(), self.cfg.node_name.clone());
+        self.publish_device_taints().await;
+        match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&node, &want)).await {
             Ok(Ok(())) => {
                 if self.stale {
                     tracing::info!("the Node shows Vigil's state again");
@@ -95,6 +104,51 @@ impl NodePublisher {
                 if !self.stale {
                     tracing::error!("the Kubernetes API did not answer within {KUBE_TIMEOUT:?}; retrying every poll_interval until the Node matches");
                 }
+                self.stale = true;
+            }
+        }
+    }
+
+    /// Make this node's `DeviceTaintRule`s match its failed GPUs (`crate::kube::device_taints`).
+    /// Nothing while the GPU verdicts are not known (a wedged driver, no reading yet): a rule is
+    /// neither made nor removed on a guess. A failure marks the Node view stale (tried again next
+    /// tick).
+    async fn publish_device_taints(&mut self) {
+        let Some(api) = self.device_taints.clone() else {
+            return;
+        };
+        let gpu = &self.view.gpu;
+        if !gpu.settled() || !gpu.failures_known() {
+            return;
+        }
+        let failed: Vec<String> = gpu
+            .gpus
+            .iter()
+            .filter(|g| g.health == GpuHealth::Failed)
+            .map(|g| g.uuid.clone())
+            .collect();
+        let (node, g) = (&self.cfg.node_name, &self.cfg.gpu);
+        let call = reconcile(api.as_ref(), node, &g.dra_driver, &failed, self.cfg.dry_run);
+        match tokio::time::timeout(KUBE_TIMEOUT * 2, call).await {
+            Ok(Ok(plan)) => {
+                for r in &plan.create {
+                    tracing::warn!(gpu = %r.gpu, device = %r.device.name, rule = %r.name, effect = r.effect, "GPU failed: its DRA device is tainted");
+                }
+                for name in &plan.delete {
+                    tracing::info!(rule = %name, "GPU no longer failed: its device taint removed");
+                }
+                for gpu in &plan.unmatched {
+                    tracing::warn!(gpu = %gpu, driver = %g.dra_driver, "GPU failed, but no device of this node's ResourceSlices has its uuid: no device taint");
+                }
+            }
+            Ok(Err(e)) => {
+                self.metrics.kube_error("device-taint");
+                tracing::warn!(error = %e, "could not update the GPUs' DRA device taints; retrying next tick");
+                self.stale = true;
+            }
+            Err(_) => {
+                self.metrics.kube_error("device-taint");
+                tracing::warn!("the Kubernetes API did not answer for the DRA device taints; retrying next tick");
                 self.stale = true;
             }
         }

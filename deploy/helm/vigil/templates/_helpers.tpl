@@ -63,6 +63,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $c "gpu" (dict "enabled" "off") }}
 {{- $_ := set $c "tpu" (dict "enabled" "on" "device_dir" "/host/dev" "sys_dir" "/sys" "kernel_log" "") }}
 {{- end }}
+{{- if $v.draDeviceTaints }}
+{{- $gpu := (get $c "gpu") | default dict }}
+{{- $_ := set $gpu "device_taints" true }}
+{{- $_ := set $c "gpu" $gpu }}
+{{- end }}
 {{- $_ := set $c "server" (dict "listen" (printf "0.0.0.0:%v" $v.ports.metrics)) }}
 {{- $_ := set $c "worker_api" (dict "listen" (printf "0.0.0.0:%v" $v.ports.workerApi) "auth" "kubernetes") }}
 {{- $merged := mergeOverwrite $c (deepCopy ($v.config | default dict)) }}

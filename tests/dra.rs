@@ -1,0 +1,212 @@
+//! A failed GPU as a DRA device taint (issue 44, item 4; `gpu.device_taints`): the production
+//! client (`vigil::kube::device_taints`) over real HTTP against the fake API server's
+//! `resource.k8s.io` (ResourceSlices, DeviceTaintRules validated as the API validates them);
+//! and the whole path — the fake NVML under the real monitor thread, XID 79 on one of two GPUs,
+//! the running Node controller — tainting that device only, never the Node, and untainting it
+//! when the GPU is reset.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fake_gpu::FakeGpu;
+use common::fake_kube::FakeKube;
+use common::fleet::Fleet;
+use common::real::eventually_every;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use vigil::accel::gpu::model::GpuReport;
+use vigil::accel::gpu::monitor::spawn_monitor;
+use vigil::kube::device_taints::{reconcile, DeviceTaintApi, KubeDeviceTaints};
+use vigil::kube::pods::PodError;
+
+const NODE: &str = "gpu-1";
+const DRIVER: &str = "gpu.nvidia.com";
+
+/// This node's ResourceSlice as NVIDIA's DRA driver publishes it: `gpu-<index>`, pool the node,
+/// the GPU's UUID as the `uuid` attribute.
+fn slice(uuids: &[&str]) -> Value {
+    let devices: Vec<Value> = uuids
+        .iter()
+        .enumerate()
+        .map(|(i, u)| json!({"name": format!("gpu-{i}"), "attributes": {"uuid": {"string": u}, "index": {"int": i}}}))
+        .collect();
+    json!({
+        "apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{NODE}-gpu.nvidia.com-abcde")},
+        "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1}, "devices": devices}
+    })
+}
+
+async fn client(kube: &FakeKube) -> KubeDeviceTaints {
+    KubeDeviceTaints::connect(&kube.url, "v1beta2")
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_failed_gpu_is_one_rule_for_its_device_and_goes_when_it_recovers() {
+    let kube = FakeKube::start(NODE).await;
+    kube.put_slice(slice(&["GPU-aaaa", "GPU-bbbb"]));
+    // Another node's slice, and another driver's: never matched.
+    let mut other = slice(&["GPU-bbbb"]);
+    other["spec"]["nodeName"] = json!("gpu-2");
+    kube.put_slice(other);
+    let api = client(&kube).await;
+    let failed = vec!["GPU-bbbb".to_string()];
+    let plan = reconcile(&api, NODE, DRIVER, &failed, false).await.unwrap();
+    assert_eq!(plan.create.len(), 1);
+    let rules = kube.taint_rules();
+    assert_eq!(rules.len(), 1);
+    let r = &rules[0];
+    assert_eq!(r["metadata"]["name"], "vigil-gpu-1-gpu-1");
+    assert_eq!(r["metadata"]["labels"]["vigil.dev/node"], NODE);
+    assert_eq!(r["metadata"]["annotations"]["vigil.dev/gpu"], "GPU-bbbb");
+    assert_eq!(
+        r["spec"]["deviceSelector"],
+        json!({"driver": DRIVER, "pool": NODE, "device": "gpu-1"})
+    );
+    assert_eq!(r["spec"]["taint"]["effect"], "NoSchedule");
+    assert_eq!(r["spec"]["taint"]["key"], "vigil.dev/gpu-failed");
+    assert!(
+        r["spec"]["taint"]["timeAdded"].is_string(),
+        "set by the server"
+    );
+    // The same failure again: nothing written.
+    let again = reconcile(&api, NODE, DRIVER, &failed, false).await.unwrap();
+    assert!(again.create.is_empty() && again.delete.is_empty());
+    let posts = kube
+        .requests()
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p.ends_with("/devicetaintrules"))
+        .count();
+    assert_eq!(posts, 1);
+    // Recovered: the rule goes; an empty list reads no slices.
+    let healed = reconcile(&api, NODE, DRIVER, &[], false).await.unwrap();
+    assert_eq!(healed.delete, ["vigil-gpu-1-gpu-1"]);
+    assert!(kube.taint_rules().is_empty());
+}
+
+#[tokio::test]
+async fn observe_mode_shows_the_taint_and_a_gpu_no_device_stands_for_is_said() {
+    let kube = FakeKube::start(NODE).await;
+    kube.put_slice(slice(&["GPU-aaaa"]));
+    let api = client(&kube).await;
+    let failed = vec!["GPU-aaaa".to_string(), "GPU-zzzz".to_string()];
+    let plan = reconcile(&api, NODE, DRIVER, &failed, true).await.unwrap();
+    assert_eq!(plan.unmatched, ["GPU-zzzz"], "never a guessed device");
+    let rules = kube.taint_rules();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["spec"]["taint"]["effect"], "None", "observe mode");
+}
+
+#[tokio::test]
+async fn a_missing_rule_or_version_is_an_error_naming_it() {
+    let kube = FakeKube::start(NODE).await;
+    kube.put_slice(slice(&["GPU-aaaa"]));
+    kube.forbid("create devicetaintrules");
+    let api = client(&kube).await;
+    let failed = vec!["GPU-aaaa".to_string()];
+    let err = reconcile(&api, NODE, DRIVER, &failed, false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PodError::Forbidden {
+                verb: "create",
+                resource: "devicetaintrules",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A version the cluster does not serve.
+    let old = KubeDeviceTaints::connect(&kube.url, "v9").await.unwrap();
+    assert!(old.rules(NODE).await.is_err());
+    // The fake refuses what the API would: an effect that is no DRA taint effect (authorized
+    // first, as the server does).
+    kube.allow("create devicetaintrules");
+    let bad = reqwest::Client::new()
+        .post(format!(
+            "{}/apis/resource.k8s.io/v1beta2/devicetaintrules",
+            kube.url
+        ))
+        .json(
+            &json!({"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+                      "metadata": {"name": "x"}, "spec": {"deviceSelector": {"driver": DRIVER},
+                      "taint": {"key": "a/b", "effect": "PreferNoSchedule"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 422);
+}
+
+/// The whole path: XID 79 on GPU-bbbb fails it; the running controller taints its device and
+/// not the Node (with `gpu.taint_on_failure` on too: the device taint is instead); a GPU reset
+/// ends the failure and the rule goes.
+#[tokio::test]
+async fn the_controller_taints_a_failed_gpus_device_not_the_node() {
+    let kube = FakeKube::start(NODE).await;
+    kube.put_slice(slice(&["GPU-aaaa", "GPU-bbbb"]));
+    let mut fleet = Fleet::builder()
+        .node(NODE)
+        .system_clock()
+        .controllers()
+        .unvalidated()
+        .config(|_, cfg| {
+            cfg.gpu.sample_interval = Duration::from_millis(50);
+            cfg.gpu.taint_on_failure = true;
+            cfg.gpu.device_taints = true;
+            cfg.gpu.call_deadline = Duration::from_secs(2);
+        })
+        .build();
+    let mut node = fleet.nodes.remove(0);
+    let gpu = FakeGpu::new();
+    gpu.add_gpu(0, "GPU-aaaa");
+    gpu.add_gpu(1, "GPU-bbbb");
+    let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
+    let stop = CancellationToken::new();
+    spawn_monitor(
+        Box::new(gpu.clone()),
+        node.cfg.gpu.clone(),
+        tx,
+        stop.clone(),
+    )
+    .unwrap();
+    let api: Arc<dyn DeviceTaintApi> = Arc::new(client(&kube).await);
+    let controller = node.controller.take().unwrap().with_device_taints(api);
+    let cancel = CancellationToken::new();
+    let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
+    tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
+    let (limit, every) = (Duration::from_secs(5), Duration::from_millis(20));
+    gpu.inject_xid(1, 79);
+    let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1).await;
+    assert!(tainted, "{:?}", kube.taint_rules());
+    assert_eq!(
+        kube.taint_rules()[0]["spec"]["deviceSelector"]["device"],
+        "gpu-1"
+    );
+    let d = node.node_api.last();
+    assert!(
+        !d.add_taints.iter().any(|t| t.key == "vigil.dev/gpu-failed"),
+        "the Node is not tainted: {:?}",
+        d.add_taints
+    );
+    assert_eq!(
+        d.labels
+            .get("vigil.dev/gpu-health")
+            .cloned()
+            .flatten()
+            .as_deref(),
+        Some("failed"),
+        "the Node still shows the GPU's health"
+    );
+    gpu.reset_gpu(1);
+    let untainted = eventually_every(limit, every, || kube.taint_rules().is_empty()).await;
+    assert!(untainted, "{:?}", kube.taint_rules());
+    cancel.cancel();
+    stop.cancel();
+}
