@@ -60,7 +60,8 @@ async fn a_failed_gpu_is_one_rule_for_its_device_and_goes_when_it_recovers() {
     let rules = kube.taint_rules();
     assert_eq!(rules.len(), 1);
     let r = &rules[0];
-    assert_eq!(r["metadata"]["name"], "vigil-gpu-1-gpu-1");
+    let name = r["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(name.starts_with("vigil-gpu-1-gpu-1-"), "{name}");
     assert_eq!(r["metadata"]["labels"]["vigil.dev/node"], NODE);
     assert_eq!(r["metadata"]["annotations"]["vigil.dev/gpu"], "GPU-bbbb");
     assert_eq!(
@@ -84,8 +85,75 @@ async fn a_failed_gpu_is_one_rule_for_its_device_and_goes_when_it_recovers() {
     assert_eq!(posts, 1);
     // Recovered: the rule goes; an empty list reads no slices.
     let healed = reconcile(&api, NODE, DRIVER, &[], false).await.unwrap();
-    assert_eq!(healed.delete, ["vigil-gpu-1-gpu-1"]);
+    assert_eq!(healed.delete, [name]);
     assert!(kube.taint_rules().is_empty());
+}
+
+/// A rule of that name that is not this node's is said, never taken for ours; a Node's name
+/// too long for a label value is hashed (its rules still listed and removed); a cluster that
+/// serves the rules at `v1alpha3` lists its slices at `v1beta1`.
+#[tokio::test]
+async fn names_taken_long_node_names_and_the_alpha_api_are_handled() {
+    use vigil::vocab::device_taint::{rule_name, Device};
+    let kube = FakeKube::start(NODE).await;
+    kube.put_slice(slice(&["GPU-aaaa"]));
+    let api = client(&kube).await;
+    let device = Device {
+        driver: DRIVER.into(),
+        pool: NODE.into(),
+        name: "gpu-0".into(),
+        uuid: Some("GPU-aaaa".into()),
+        parent_uuid: None,
+    };
+    kube.put_taint_rule(json!({
+        "apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+        "metadata": {"name": rule_name(NODE, &device), "labels": {"team": "infra"}},
+        "spec": {"deviceSelector": {"driver": DRIVER}, "taint": {"key": "infra/hold", "effect": "NoSchedule"}}
+    }));
+    let failed = vec!["GPU-aaaa".to_string()];
+    let err = reconcile(&api, NODE, DRIVER, &failed, false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, PodError::Taken(_)) && err.to_string().contains("is not this node's"),
+        "{err}"
+    );
+
+    let long = format!("{}-{}", "n".repeat(100), NODE);
+    let mut s = slice(&["GPU-bbbb"]);
+    s["spec"]["nodeName"] = json!(long);
+    s["spec"]["pool"]["name"] = json!(long);
+    kube.put_slice(s);
+    let failed = vec!["GPU-bbbb".to_string()];
+    reconcile(&api, &long, DRIVER, &failed, false)
+        .await
+        .unwrap();
+    let mine: Vec<Value> = kube
+        .taint_rules()
+        .into_iter()
+        .filter(|r| r["metadata"]["annotations"]["vigil.dev/node-name"] == long.as_str())
+        .collect();
+    assert_eq!(mine.len(), 1);
+    let label = mine[0]["metadata"]["labels"]["vigil.dev/node"]
+        .as_str()
+        .unwrap();
+    assert!(label.starts_with("h-") && label.len() <= 63, "{label}");
+    let healed = reconcile(&api, &long, DRIVER, &[], false).await.unwrap();
+    assert_eq!(
+        healed.delete.len(),
+        1,
+        "listed by the hashed label, and removed"
+    );
+
+    let alpha = KubeDeviceTaints::connect(&kube.url, "v1alpha3")
+        .await
+        .unwrap();
+    assert_eq!(alpha.devices(NODE, DRIVER).await.unwrap().len(), 1);
+    let asked: Vec<String> = kube.requests().into_iter().map(|(_, p, _)| p).collect();
+    assert!(
+        asked.contains(&"/apis/resource.k8s.io/v1beta1/resourceslices".to_string()),
+        "{asked:?}"
+    );
 }
 
 #[tokio::test]
@@ -207,6 +275,58 @@ async fn the_controller_taints_a_failed_gpus_device_not_the_node() {
     gpu.reset_gpu(1);
     let untainted = eventually_every(limit, every, || kube.taint_rules().is_empty()).await;
     assert!(untainted, "{:?}", kube.taint_rules());
+    cancel.cancel();
+    stop.cancel();
+}
+
+/// A failed GPU no device of the node's slices stands for (the DRA driver's slices not there):
+/// the Node taint stands in, rather than nothing at all.
+#[tokio::test]
+async fn without_its_device_a_failed_gpu_keeps_the_node_taint() {
+    let kube = FakeKube::start(NODE).await;
+    kube.put_slice(slice(&["GPU-aaaa"]));
+    let mut fleet = Fleet::builder()
+        .node(NODE)
+        .system_clock()
+        .controllers()
+        .unvalidated()
+        .config(|_, cfg| {
+            cfg.gpu.sample_interval = Duration::from_millis(50);
+            cfg.gpu.taint_on_failure = true;
+            cfg.gpu.device_taints = true;
+            cfg.gpu.call_deadline = Duration::from_secs(2);
+        })
+        .build();
+    let mut node = fleet.nodes.remove(0);
+    let gpu = FakeGpu::new();
+    gpu.add_gpu(0, "GPU-aaaa");
+    gpu.add_gpu(1, "GPU-bbbb");
+    let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
+    let stop = CancellationToken::new();
+    spawn_monitor(
+        Box::new(gpu.clone()),
+        node.cfg.gpu.clone(),
+        tx,
+        stop.clone(),
+    )
+    .unwrap();
+    let api: Arc<dyn DeviceTaintApi> = Arc::new(client(&kube).await);
+    let controller = node.controller.take().unwrap().with_device_taints(api);
+    let cancel = CancellationToken::new();
+    let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
+    tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
+    gpu.inject_xid(1, 79);
+    let (limit, every) = (Duration::from_secs(5), Duration::from_millis(20));
+    let node_tainted = eventually_every(limit, every, || {
+        node.node_api
+            .last()
+            .add_taints
+            .iter()
+            .any(|t| t.key == "vigil.dev/gpu-failed")
+    })
+    .await;
+    assert!(node_tainted, "{:?}", node.node_api.last());
+    assert!(kube.taint_rules().is_empty());
     cancel.cancel();
     stop.cancel();
 }

@@ -1,8 +1,8 @@
 //! The DRA part of the fake Kubernetes API server (`fake_kube`): `resource.k8s.io`'s
 //! ResourceSlices (listed, cluster-scoped, with a `fieldSelector` on `spec.nodeName` or
 //! `spec.driver`) and DeviceTaintRules (listed with a `labelSelector`, created, read, deleted),
-//! served at the versions a cluster serves them (`v1alpha3`, `v1beta2`, `v1`), as the real server
-//! does it:
+//! served at the versions a cluster serves them (rules at `v1alpha3`, `v1beta2`, `v1`; slices at
+//! `v1beta1`, `v1beta2`, `v1`), as the real server does it:
 //! - a DeviceTaintRule is validated as the API validates it (KEP-5055, `resource/v1beta2`
 //!   `types.go` and its validation): `metadata.name` a DNS subdomain; `spec.deviceSelector`'s
 //!   `driver`, `pool`, `device` strings where set; `spec.taint` required, its `key` a qualified
@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 
 /// The versions of `resource.k8s.io` that serve DeviceTaintRule (1.33–1.35, 1.36, 1.37).
 pub const VERSIONS: &[&str] = &["v1alpha3", "v1beta2", "v1"];
+/// The versions that serve ResourceSlice (no `v1alpha3` any more: 1.32 moved it to `v1beta1`).
+pub const SLICE_VERSIONS: &[&str] = &["v1beta1", "v1beta2", "v1"];
 
 /// Why the server refuses a DeviceTaintRule: (field, message), for a 422 Invalid.
 pub fn invalid(rule: &Value) -> Option<(String, String)> {

@@ -80,6 +80,7 @@ pub const ROLE: &[(&str, &str, &str)] = &[
 pub const DRA_ROLE: &[(&str, &str, &str)] = &[
     ("resource.k8s.io", "resourceslices", "list"),
     ("resource.k8s.io", "devicetaintrules", "list"),
+    ("resource.k8s.io", "devicetaintrules", "get"),
     ("resource.k8s.io", "devicetaintrules", "create"),
     ("resource.k8s.io", "devicetaintrules", "delete"),
 ];
@@ -212,7 +213,7 @@ impl FakeKube {
             )
             .route(
                 "/apis/resource.k8s.io/{version}/devicetaintrules/{name}",
-                axum::routing::delete(delete_taint_rule),
+                get(get_taint_rule).delete(delete_taint_rule),
             )
             .route(
                 "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}",
@@ -423,6 +424,15 @@ impl FakeKube {
     /// The DeviceTaintRules as stored.
     pub fn taint_rules(&self) -> Vec<Value> {
         lock(&self.shared).taint_rules.clone()
+    }
+
+    /// Stores a DeviceTaintRule as someone else (a person, another controller) made it.
+    pub fn put_taint_rule(&self, rule: Value) {
+        let mut world = lock(&self.shared);
+        world.uids += 1;
+        let uid = world.uids;
+        let rv = world.next_revision();
+        world.taint_rules.push(fake_dra::stored(rule, uid, &rv));
     }
 
     /// Deletes a pod (gone at once, as after its grace period).
@@ -1613,9 +1623,9 @@ async fn list_namespaced_pods(
     ))
 }
 
-/// 404 for a version of `resource.k8s.io` that serves no DeviceTaintRule.
-fn dra_version(version: &str) -> Result<(), Answer> {
-    match fake_dra::VERSIONS.contains(&version) {
+/// 404 for a version of `resource.k8s.io` that does not serve `versions`' resource.
+fn dra_version(version: &str, versions: &[&str]) -> Result<(), Answer> {
+    match versions.contains(&version) {
         true => Ok(()),
         false => Err(status(
             StatusCode::NOT_FOUND,
@@ -1650,7 +1660,7 @@ async fn list_slices(
 ) -> Response {
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
-    if let Err(r) = dra_version(&version) {
+    if let Err(r) = dra_version(&version, fake_dra::SLICE_VERSIONS) {
         return respond(r);
     }
     if !world.allows("resource.k8s.io", "resourceslices", "list") {
@@ -1689,7 +1699,7 @@ async fn list_taint_rules(
 ) -> Response {
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
-    if let Err(r) = dra_version(&version) {
+    if let Err(r) = dra_version(&version, fake_dra::VERSIONS) {
         return respond(r);
     }
     if !world.allows("resource.k8s.io", "devicetaintrules", "list") {
@@ -1727,7 +1737,7 @@ async fn create_taint_rule(
 ) -> Response {
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
-    if let Err(r) = dra_version(&version) {
+    if let Err(r) = dra_version(&version, fake_dra::VERSIONS) {
         return respond(r);
     }
     if !world.allows("resource.k8s.io", "devicetaintrules", "create") {
@@ -1775,6 +1785,43 @@ async fn create_taint_rule(
     respond((StatusCode::CREATED, stored))
 }
 
+/// `GET /apis/resource.k8s.io/{version}/devicetaintrules/{name}`.
+async fn get_taint_rule(
+    State(shared): State<Shared>,
+    Path((version, name)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let mut world = lock(&shared);
+    world.record(&method, &uri, &headers);
+    if let Err(r) = dra_version(&version, fake_dra::VERSIONS) {
+        return respond(r);
+    }
+    if !world.allows("resource.k8s.io", "devicetaintrules", "get") {
+        return respond(forbidden(
+            "get",
+            "devicetaintrules",
+            "resource.k8s.io",
+            Some(&name),
+            None,
+        ));
+    }
+    match world
+        .taint_rules
+        .iter()
+        .find(|r| r["metadata"]["name"] == name.as_str())
+    {
+        Some(r) => respond((StatusCode::OK, r.clone())),
+        None => respond(status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("devicetaintrules.resource.k8s.io \"{name}\" not found"),
+            Some(json!({"name": name, "group": "resource.k8s.io", "kind": "devicetaintrules"})),
+        )),
+    }
+}
+
 /// `DELETE /apis/resource.k8s.io/{version}/devicetaintrules/{name}`.
 async fn delete_taint_rule(
     State(shared): State<Shared>,
@@ -1785,7 +1832,7 @@ async fn delete_taint_rule(
 ) -> Response {
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
-    if let Err(r) = dra_version(&version) {
+    if let Err(r) = dra_version(&version, fake_dra::VERSIONS) {
         return respond(r);
     }
     if !world.allows("resource.k8s.io", "devicetaintrules", "delete") {

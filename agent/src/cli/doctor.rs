@@ -403,7 +403,6 @@ const RBAC_RULES: [Rule; 10] = [
         None,
         &["get"],
     ),
-    // The worker API's TokenReviews (worker_api.auth = "kubernetes").
     // `gpu.device_taints`: a failed GPU's DRA device taint
     // (deploy/components/dra-device-taints).
     (
@@ -418,8 +417,9 @@ const RBAC_RULES: [Rule; 10] = [
         "resource.k8s.io",
         "devicetaintrules",
         None,
-        &["list", "create", "delete"],
+        &["list", "get", "create", "delete"],
     ),
+    // The worker API's TokenReviews (worker_api.auth = "kubernetes").
     (
         "rbac:tokenreviews",
         "authentication.k8s.io",

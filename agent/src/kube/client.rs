@@ -43,6 +43,9 @@ pub enum PodError {
     /// What a stand-in for the API (a test's, a demo's) does not serve.
     #[error("{0}")]
     Unsupported(&'static str),
+    /// An object Vigil would make exists and is someone else's (said whole).
+    #[error("{0}")]
+    Taken(String),
 }
 
 /// How long a pods call may take: the callers (a read before a restart, a token review before

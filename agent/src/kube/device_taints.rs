@@ -1,35 +1,39 @@
 //! DRA device taints through the Kubernetes API (`resource.k8s.io`, `gpu.device_taints`): this
 //! node's devices from its ResourceSlices (`list`, `fieldSelector=spec.nodeName=<node>`), Vigil's
-//! `DeviceTaintRule`s of this node (`list`, labelled `vigil.dev/node=<node>`), and the rules
-//! created and deleted as `crate::vocab::device_taint::plan` says. RBAC (the opt-in component
-//! `deploy/components/dra-device-taints`): `list` on `resourceslices`; `list`, `create`, `delete`
-//! on `devicetaintrules`.
+//! `DeviceTaintRule`s of this node (`list`, labelled `vigil.dev/node`), and the rules created and
+//! deleted as `crate::vocab::device_taint::plan` says. RBAC (the opt-in component
+//! `deploy/components/dra-device-taints`): `list` on `resourceslices`; `list`, `get`, `create`,
+//! `delete` on `devicetaintrules`.
 
 use async_trait::async_trait;
-use kube::api::PostParams;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+};
 use serde_json::{json, Value};
 
 use crate::kube::client::{kube_client, ConnectError, PodError, CALL_TIMEOUT};
-use crate::vocab::device_taint::{plan, Device, Plan, Rule, TAINT_KEY};
+use crate::vocab::device_taint::{node_label, plan, Device, Existing, Plan, Rule, TAINT_KEY};
 
-/// The label on every rule Vigil makes, with its node's name.
+/// The label on every rule Vigil makes: its node ([`node_label`]).
 pub const NODE_LABEL: &str = "vigil.dev/node";
+/// The annotations on every rule: the failed GPU's UUID, and the node's full name.
+pub const GPU_ANNOTATION: &str = "vigil.dev/gpu";
+pub const NODE_ANNOTATION: &str = "vigil.dev/node-name";
 
 /// The slice of the DRA API the device taints need.
 #[async_trait]
 pub trait DeviceTaintApi: Send + Sync {
     /// The devices of `driver` this node's ResourceSlices list.
     async fn devices(&self, node: &str, driver: &str) -> Result<Vec<Device>, PodError>;
-    /// The names of the rules Vigil made for this node.
-    async fn rules(&self, node: &str) -> Result<Vec<String>, PodError>;
+    /// The rules Vigil made for this node.
+    async fn rules(&self, node: &str) -> Result<Vec<Existing>, PodError>;
     async fn create(&self, node: &str, rule: &Rule) -> Result<(), PodError>;
     async fn delete(&self, name: &str) -> Result<(), PodError>;
 }
 
-/// Make this node's rules match its failed GPUs (`failed`, their UUIDs): the plan, carried out.
-/// What it did, for the log; a failed GPU that no device stands for is in the plan's
-/// `unmatched`.
+/// Make this node's rules match its failed GPUs (`failed`, their UUIDs): the plan, carried out
+/// (deletions first: a rule of another effect is replaced). What it did, for the log; a failed
+/// GPU that no device stands for is in the plan's `unmatched`.
 pub async fn reconcile(
     api: &dyn DeviceTaintApi,
     node: &str,
@@ -44,16 +48,18 @@ pub async fn reconcile(
         false => api.devices(node, driver).await?,
     };
     let p = plan(node, &devices, failed, &existing, dry_run);
-    for rule in &p.create {
-        api.create(node, rule).await?;
-    }
     for name in &p.delete {
         api.delete(name).await?;
+    }
+    for rule in &p.create {
+        api.create(node, rule).await?;
     }
     Ok(p)
 }
 
-/// [`DeviceTaintApi`] through `kube`, at the API version `resource.k8s.io/<version>`.
+/// [`DeviceTaintApi`] through `kube`: DeviceTaintRules at `resource.k8s.io/<version>`,
+/// ResourceSlices at the version a cluster that serves those rules serves them (`v1alpha3`
+/// rules: `v1beta1` slices, 1.33–1.35).
 pub struct KubeDeviceTaints {
     client: kube::Client,
     version: String,
@@ -67,12 +73,24 @@ impl KubeDeviceTaints {
         })
     }
 
-    fn api(&self, kind: &str, plural: &str) -> Api<DynamicObject> {
-        let gvk = GroupVersionKind::gvk("resource.k8s.io", &self.version, kind);
+    fn api(&self, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("resource.k8s.io", version, kind);
         Api::all_with(
             self.client.clone(),
             &ApiResource::from_gvk_with_plural(&gvk, plural),
         )
+    }
+
+    fn rules_api(&self) -> Api<DynamicObject> {
+        self.api(&self.version, "DeviceTaintRule", "devicetaintrules")
+    }
+
+    fn slices_api(&self) -> Api<DynamicObject> {
+        let version = match self.version.as_str() {
+            "v1alpha3" => "v1beta1",
+            v => v,
+        };
+        self.api(version, "ResourceSlice", "resourceslices")
     }
 }
 
@@ -88,44 +106,51 @@ async fn bounded<T>(
     }
 }
 
+fn value_of(o: DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or_default()
+}
+
 #[async_trait]
 impl DeviceTaintApi for KubeDeviceTaints {
     async fn devices(&self, node: &str, driver: &str) -> Result<Vec<Device>, PodError> {
-        let api = self.api("ResourceSlice", "resourceslices");
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let list = bounded(api.list(&params), "list", "resourceslices").await?;
-        let slices: Vec<Value> = list
-            .items
-            .into_iter()
-            .filter_map(|o| serde_json::to_value(o).ok())
-            .collect();
+        let list = bounded(self.slices_api().list(&params), "list", "resourceslices").await?;
+        let slices: Vec<Value> = list.items.into_iter().map(value_of).collect();
         Ok(devices_of(&slices, driver))
     }
 
-    async fn rules(&self, node: &str) -> Result<Vec<String>, PodError> {
-        let api = self.api("DeviceTaintRule", "devicetaintrules");
-        let params = ListParams::default().labels(&format!("{NODE_LABEL}={node}"));
-        let list = bounded(api.list(&params), "list", "devicetaintrules").await?;
+    async fn rules(&self, node: &str) -> Result<Vec<Existing>, PodError> {
+        let label = node_label(node);
+        let params = ListParams::default().labels(&format!("{NODE_LABEL}={label}"));
+        let list = bounded(self.rules_api().list(&params), "list", "devicetaintrules").await?;
         Ok(list
             .items
             .into_iter()
-            .filter_map(|o| o.metadata.name)
+            .map(|o| existing(&value_of(o)))
             .collect())
     }
 
     async fn create(&self, node: &str, rule: &Rule) -> Result<(), PodError> {
-        let api = self.api("DeviceTaintRule", "devicetaintrules");
-        let object: DynamicObject = serde_json::from_value(rule_object(
-            &format!("resource.k8s.io/{}", self.version),
-            node,
-            rule,
-        ))
-        .map_err(|_| PodError::Unsupported("a DeviceTaintRule that does not serialize"))?;
+        let api = self.rules_api();
+        let version = format!("resource.k8s.io/{}", self.version);
+        let object: DynamicObject = serde_json::from_value(rule_object(&version, node, rule))
+            .map_err(|_| PodError::Unsupported("a DeviceTaintRule that does not serialize"))?;
         match tokio::time::timeout(CALL_TIMEOUT, api.create(&PostParams::default(), &object)).await
         {
             Err(_) => Err(PodError::Timeout(CALL_TIMEOUT)),
-            // Made meanwhile (another incarnation of this agent): it stands.
-            Ok(Err(kube::Error::Api(e))) if e.code == 409 => Ok(()),
+            // A rule of that name exists: it stands if it is this node's (another incarnation
+            // of this agent made it meanwhile); else it is someone else's, and said.
+            Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
+                let theirs = bounded(api.get(&rule.name), "get", "devicetaintrules").await?;
+                let v = value_of(theirs);
+                match v["metadata"]["labels"][NODE_LABEL].as_str() == Some(&node_label(node)) {
+                    true => Ok(()),
+                    false => Err(PodError::Taken(format!(
+                        "a DeviceTaintRule named {} exists and is not this node's: the failed GPU {} is not tainted",
+                        rule.name, rule.gpu
+                    ))),
+                }
+            }
             Ok(r) => r
                 .map(drop)
                 .map_err(|e| PodError::of(e, "create", "devicetaintrules")),
@@ -133,7 +158,7 @@ impl DeviceTaintApi for KubeDeviceTaints {
     }
 
     async fn delete(&self, name: &str) -> Result<(), PodError> {
-        let api = self.api("DeviceTaintRule", "devicetaintrules");
+        let api = self.rules_api();
         match tokio::time::timeout(CALL_TIMEOUT, api.delete(name, &DeleteParams::default())).await {
             Err(_) => Err(PodError::Timeout(CALL_TIMEOUT)),
             // Gone already: what was wanted.
@@ -145,9 +170,19 @@ impl DeviceTaintApi for KubeDeviceTaints {
     }
 }
 
+/// A rule as listed: its name, the GPU it was made for, its effect.
+fn existing(rule: &Value) -> Existing {
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    Existing {
+        name: text(&rule["metadata"]["name"]).unwrap_or_default(),
+        gpu: text(&rule["metadata"]["annotations"][GPU_ANNOTATION]),
+        effect: text(&rule["spec"]["taint"]["effect"]),
+    }
+}
+
 /// The devices of `driver` in ResourceSlices as the API serves them (`spec.driver`,
-/// `spec.pool.name`, `spec.devices[].name`, the `uuid` attribute as `{"string": …}`; the
-/// v1beta1 shape nests them under `basic`).
+/// `spec.pool.name`, `spec.devices[].name`, the `uuid` and `parentUUID` attributes as
+/// `{"string": …}`; the v1beta1 shape nests them under `basic`).
 pub(crate) fn devices_of(slices: &[Value], driver: &str) -> Vec<Device> {
     let mut out = Vec::new();
     for s in slices.iter().filter(|s| s["spec"]["driver"] == driver) {
@@ -157,11 +192,13 @@ pub(crate) fn devices_of(slices: &[Value], driver: &str) -> Vec<Device> {
                 Value::Null => &d["basic"]["attributes"],
                 a => a,
             };
+            let attr = |k: &str| attrs[k]["string"].as_str().map(str::to_string);
             out.push(Device {
                 driver: driver.to_string(),
                 pool: pool.to_string(),
                 name: d["name"].as_str().unwrap_or_default().to_string(),
-                uuid: attrs["uuid"]["string"].as_str().map(str::to_string),
+                uuid: attr("uuid"),
+                parent_uuid: attr("parentUUID"),
             });
         }
     }
@@ -175,8 +212,8 @@ pub(crate) fn rule_object(api_version: &str, node: &str, rule: &Rule) -> Value {
         "kind": "DeviceTaintRule",
         "metadata": {
             "name": rule.name,
-            "labels": {NODE_LABEL: node},
-            "annotations": {"vigil.dev/gpu": rule.gpu},
+            "labels": {NODE_LABEL: node_label(node)},
+            "annotations": {GPU_ANNOTATION: rule.gpu, NODE_ANNOTATION: node},
         },
         "spec": {
             "deviceSelector": {
@@ -198,28 +235,31 @@ mod tests {
         let slices = [
             json!({"spec": {"driver": "gpu.nvidia.com", "nodeName": "n", "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
                 "devices": [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-a"}, "index": {"int": 0}}},
-                            {"name": "gpu-1", "basic": {"attributes": {"uuid": {"string": "GPU-b"}}}}]}}),
+                            {"name": "gpu-1", "basic": {"attributes": {"uuid": {"string": "GPU-b"}}}},
+                            {"name": "gpu-0-mig-1", "attributes": {"uuid": {"string": "MIG-x"}, "parentUUID": {"string": "GPU-a"}}}]}}),
             json!({"spec": {"driver": "other.example.com", "pool": {"name": "n"}, "devices": [{"name": "nic-0"}]}}),
         ];
         let d = devices_of(&slices, "gpu.nvidia.com");
-        assert_eq!(d.len(), 2);
+        assert_eq!(d.len(), 3);
         assert_eq!(
             (d[0].name.as_str(), d[0].uuid.as_deref()),
             ("gpu-0", Some("GPU-a"))
         );
         assert_eq!(d[1].uuid.as_deref(), Some("GPU-b"), "v1beta1's basic");
+        assert_eq!(d[2].parent_uuid.as_deref(), Some("GPU-a"), "a MIG device");
         assert_eq!(d[1].pool, "n");
     }
 
     #[test]
     fn a_rule_selects_one_device_and_says_whose_it_is() {
         let rule = Rule {
-            name: "vigil-n-gpu-3".into(),
+            name: "vigil-n-gpu-3-0000abcd".into(),
             device: Device {
                 driver: "gpu.nvidia.com".into(),
                 pool: "n".into(),
                 name: "gpu-3".into(),
                 uuid: Some("GPU-c".into()),
+                parent_uuid: None,
             },
             effect: "NoSchedule",
             gpu: "GPU-c".into(),
@@ -228,5 +268,7 @@ mod tests {
         assert_eq!(o["spec"]["deviceSelector"]["device"], "gpu-3");
         assert_eq!(o["spec"]["taint"]["effect"], "NoSchedule");
         assert_eq!(o["metadata"]["labels"][NODE_LABEL], "n");
+        assert_eq!(existing(&o).gpu.as_deref(), Some("GPU-c"));
+        assert_eq!(existing(&o).effect.as_deref(), Some("NoSchedule"));
     }
 }

@@ -174,6 +174,7 @@ fn the_kubelets_unhealthy_devices_are_read_and_refuse_the_restart() {
             ]}
         ]}
     ]);
+    pod["spec"]["restartPolicy"] = json!("Always");
     let w = pod_facts(&pod, "trainer").unwrap();
     assert_eq!(
         w.unhealthy,
@@ -183,8 +184,14 @@ fn the_kubelets_unhealthy_devices_are_read_and_refuse_the_restart() {
     let r = rem(&w);
     assert!(
         matches!(&r, Remediation::Refuse(why) if why.contains("nvidia.com/gpu GPU-bbb Unhealthy")),
-        "{r:?}"
+        "a restart in place keeps the device: {r:?}"
     );
+    // A pod its Job replaces gets another device: not refused for it.
+    let mut replaced = w.clone();
+    replaced.policy = RestartPolicy::Never;
+    replaced.job = Some(job_facts(&job(Some(6), None), RestartPolicy::Never, &[]));
+    let r = rem(&replaced);
+    assert!(matches!(r, Remediation::Replace { .. }), "{r:?}");
     assert!(pod_facts(&jobset_pod(), "trainer")
         .unwrap()
         .unhealthy

@@ -357,9 +357,10 @@ impl Controller {
     }
 
     /// One tick: the Node again if the last write failed (it must converge to the desired
-    /// state, not wait for the next change), then opportunistic maintenance.
+    /// state, not wait for the next change) or the DRA device taints are due their periodic
+    /// look, then opportunistic maintenance.
     async fn tick(&mut self) {
-        if self.node.stale {
+        if self.node.stale || self.node.device_taints_due() {
             self.node.publish().await;
         }
         self.opportunistic().await;

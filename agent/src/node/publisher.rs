@@ -19,6 +19,22 @@ use crate::vocab::maintenance::MaintenanceState;
 /// Longest wait on one Kubernetes call.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How often the DRA device taints are reconciled when nothing changed.
+const DEVICE_RECHECK: Duration = Duration::from_secs(300);
+
+/// Where the failed GPUs' DRA device taints stand after a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taints {
+    /// `gpu.device_taints` off.
+    Off,
+    /// Every failed GPU's device has its rule (or none failed).
+    Covered,
+    /// Not every failed GPU has one: not read yet, or a GPU no device stands for.
+    Uncovered,
+    /// The API failed: tried again next tick.
+    Failed,
+}
+
 /// What the Node should show.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeView {
@@ -42,6 +58,8 @@ pub(crate) struct NodePublisher {
     /// With `gpu.device_taints`: a failed GPU is a DRA `DeviceTaintRule` for its device, not a
     /// Node taint.
     pub(crate) device_taints: Option<Arc<dyn DeviceTaintApi>>,
+    /// When the device taints were last reconciled.
+    device_checked: Option<tokio::time::Instant>,
     cfg: Config,
     metrics: Arc<Metrics>,
     pub(crate) view: NodeView,
@@ -55,6 +73,7 @@ impl NodePublisher {
         NodePublisher {
             api,
             device_taints: None,
+            device_checked: None,
             cfg: cfg.clone(),
             metrics,
             view: NodeView::default(),
@@ -62,9 +81,11 @@ impl NodePublisher {
         }
     }
 
-    /// Make the Node show the view (no write when it already does).
+    /// Make the Node show the view (no write when it already does); with device taints, the
+    /// failed GPUs' DRA devices first.
     pub(crate) async fn publish(&mut self) {
-        let Some(api) = &self.api else { return };
+        let Some(api) = self.api.clone() else { return };
+        let taints = self.publish_device_taints().await;
         let v = &self.view;
         let k = &self.cfg.kubernetes;
         let mut want = node_desired(
@@ -73,14 +94,15 @@ impl NodePublisher {
             v.last_checkpoint.as_deref(),
             v.perform_maintenance,
         );
-        // NB: with device taints, a failed GPU taints its device only, never the whole Node.
-        let node_taint = self.cfg.gpu.taint_on_failure && self.device_taints.is_none();
+        // NB: with device taints a failed GPU taints its device, not the Node — while every
+        // failed GPU has its device's rule: a failed write or a GPU no device stands for leaves
+        // the Node taint standing in (`gpu.taint_on_failure`).
+        let node_taint = self.cfg.gpu.taint_on_failure && taints != Taints::Covered;
         desired(k, &v.gpu, node_taint, &mut want);
         if let Some(tpu) = &v.tpu {
             desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
         }
-        let (api, node) = (api.clone(), self.cfg.node_name.clone());
-        self.publish_device_taints().await;
+        let node = self.cfg.node_name.clone();
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&node, &want)).await {
             Ok(Ok(())) => {
                 if self.stale {
@@ -107,50 +129,71 @@ impl NodePublisher {
                 self.stale = true;
             }
         }
+        // NB: after the Node's write, which would clear it: a failed device taint is tried
+        // again next tick.
+        if taints == Taints::Failed {
+            self.stale = true;
+        }
+    }
+
+    /// Device taints on, and not reconciled for [`DEVICE_RECHECK`]: slices that came back, a
+    /// rule someone deleted, a device renumbered.
+    pub(crate) fn device_taints_due(&self) -> bool {
+        self.device_taints.is_some()
+            && self
+                .device_checked
+                .is_none_or(|t| t.elapsed() >= DEVICE_RECHECK)
     }
 
     /// Make this node's `DeviceTaintRule`s match its failed GPUs (`crate::kube::device_taints`).
-    /// Nothing while the GPU verdicts are not known (a wedged driver, no reading yet): a rule is
-    /// neither made nor removed on a guess. A failure marks the Node view stale (tried again next
-    /// tick).
-    async fn publish_device_taints(&mut self) {
+    /// Nothing while the GPUs have not been read (a rule is neither made nor removed on a
+    /// guess), nor in observe mode on `v1alpha3` (its `None` effect needs Kubernetes 1.35).
+    async fn publish_device_taints(&mut self) -> Taints {
         let Some(api) = self.device_taints.clone() else {
-            return;
+            return Taints::Off;
         };
         let gpu = &self.view.gpu;
         if !gpu.settled() || !gpu.failures_known() {
-            return;
+            return Taints::Uncovered;
         }
+        let g = &self.cfg.gpu;
+        if self.cfg.dry_run && g.dra_api_version == "v1alpha3" {
+            return Taints::Uncovered;
+        }
+        self.device_checked = Some(tokio::time::Instant::now());
         let failed: Vec<String> = gpu
             .gpus
             .iter()
             .filter(|g| g.health == GpuHealth::Failed)
             .map(|g| g.uuid.clone())
             .collect();
-        let (node, g) = (&self.cfg.node_name, &self.cfg.gpu);
+        let node = &self.cfg.node_name;
         let call = reconcile(api.as_ref(), node, &g.dra_driver, &failed, self.cfg.dry_run);
-        match tokio::time::timeout(KUBE_TIMEOUT * 2, call).await {
-            Ok(Ok(plan)) => {
-                for r in &plan.create {
-                    tracing::warn!(gpu = %r.gpu, device = %r.device.name, rule = %r.name, effect = r.effect, "GPU failed: its DRA device is tainted");
-                }
-                for name in &plan.delete {
-                    tracing::info!(rule = %name, "GPU no longer failed: its device taint removed");
-                }
-                for gpu in &plan.unmatched {
-                    tracing::warn!(gpu = %gpu, driver = %g.dra_driver, "GPU failed, but no device of this node's ResourceSlices has its uuid: no device taint");
-                }
-            }
+        let plan = match tokio::time::timeout(KUBE_TIMEOUT, call).await {
+            Ok(Ok(plan)) => plan,
             Ok(Err(e)) => {
                 self.metrics.kube_error("device-taint");
                 tracing::warn!(error = %e, "could not update the GPUs' DRA device taints; retrying next tick");
-                self.stale = true;
+                return Taints::Failed;
             }
             Err(_) => {
                 self.metrics.kube_error("device-taint");
-                tracing::warn!("the Kubernetes API did not answer for the DRA device taints; retrying next tick");
-                self.stale = true;
+                tracing::warn!("the Kubernetes API did not answer for the DRA device taints within {KUBE_TIMEOUT:?}; retrying next tick");
+                return Taints::Failed;
             }
+        };
+        for r in &plan.create {
+            tracing::warn!(gpu = %r.gpu, device = %r.device.name, rule = %r.name, effect = r.effect, "GPU failed: its DRA device is tainted");
+        }
+        for name in &plan.delete {
+            tracing::info!(rule = %name, "DRA device taint removed (its GPU no longer failed, or replaced)");
+        }
+        for gpu in &plan.unmatched {
+            tracing::warn!(gpu = %gpu, driver = %g.dra_driver, "GPU failed, but no device of this node's ResourceSlices is it: no device taint (the Node taint stands in)");
+        }
+        match plan.unmatched.is_empty() {
+            true => Taints::Covered,
+            false => Taints::Uncovered,
         }
     }
 

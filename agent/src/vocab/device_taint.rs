@@ -5,7 +5,7 @@
 //! the failed GPUs' UUIDs and the rules it made before. `crate::kube::device_taints` reads and
 //! writes them.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 /// A device as a ResourceSlice of this node lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,8 +13,18 @@ pub struct Device {
     pub driver: String,
     pub pool: String,
     pub name: String,
-    /// Its `uuid` attribute (NVIDIA's DRA driver publishes the GPU's UUID there).
+    /// Its `uuid` attribute (NVIDIA's DRA driver publishes the GPU's UUID there; a MIG
+    /// device's own).
     pub uuid: Option<String>,
+    /// Its `parentUUID` attribute: the GPU a MIG device is a slice of.
+    pub parent_uuid: Option<String>,
+}
+
+impl Device {
+    /// Whether the device is (or is a slice of) GPU `uuid`.
+    fn is_on(&self, uuid: &str) -> bool {
+        self.uuid.as_deref() == Some(uuid) || self.parent_uuid.as_deref() == Some(uuid)
+    }
 }
 
 /// A rule Vigil makes: its name, the device it selects, and the taint.
@@ -28,129 +38,125 @@ pub struct Rule {
     pub gpu: String,
 }
 
-/// What to change: rules to create, names of Vigil's rules of this node to delete, and failed
-/// GPUs no device of the node's slices stands for (said, never guessed).
+/// A rule Vigil made before, as listed: its name, the GPU it was made for (its annotation) and
+/// its effect.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Existing {
+    pub name: String,
+    pub gpu: Option<String>,
+    pub effect: Option<String>,
+}
+
+/// What to change: names of Vigil's rules of this node to delete (first), rules to create, and
+/// failed GPUs no device of the node's slices stands for (said, never guessed).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
-    pub create: Vec<Rule>,
     pub delete: Vec<String>,
+    pub create: Vec<Rule>,
     pub unmatched: Vec<String>,
 }
 
 /// The taint's key, on every rule Vigil makes.
 pub const TAINT_KEY: &str = "vigil.dev/gpu-failed";
 
-/// A rule's name: `vigil-<node>-<device>`, lowercased, anything outside `[a-z0-9.-]` as `-`, at
-/// most 253 characters (a DNS subdomain, as the API requires of a cluster-scoped object's name).
-pub fn rule_name(node: &str, device: &str) -> String {
-    let raw = format!("vigil-{node}-{device}").to_ascii_lowercase();
-    let mut name: String = raw
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '.' | '-' => c,
-            _ => '-',
-        })
-        .collect();
-    name.truncate(253);
-    name.trim_end_matches(['-', '.']).to_string()
+/// FNV-1a, 64 bits: a short, stable digest for names and label values.
+fn digest(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
-/// The rules this node wants: one per failed GPU that a device of its slices stands for (by the
-/// device's `uuid`), created where missing; its rules for GPUs no longer failed, deleted.
+/// `s` lowercased, anything outside `[a-z0-9-]` as `-`, at most `max` characters, no `-` at
+/// either end.
+fn dns_part(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    out.truncate(max);
+    out.trim_matches('-').to_string()
+}
+
+/// A rule's name: `vigil-<node>-<device>-<digest of driver/pool/device>` — readable, at most
+/// 253 characters (a DNS subdomain, as the API requires of a cluster-scoped object), and one
+/// device's name whatever the truncation or the dashes in node and device names.
+pub fn rule_name(node: &str, d: &Device) -> String {
+    let id = digest(&format!("{}/{}/{}", d.driver, d.pool, d.name));
+    format!(
+        "vigil-{}-{}-{:08x}",
+        dns_part(node, 150),
+        dns_part(&d.name, 80),
+        id as u32
+    )
+}
+
+/// The value of the `vigil.dev/node` label on this node's rules: the node's name when it is a
+/// valid label value (63 characters at most), else `h-` and a digest of it (a Node's name may
+/// be 253 characters; the full name is in an annotation).
+pub fn node_label(node: &str) -> String {
+    let valid = !node.is_empty()
+        && node.len() <= 63
+        && node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && node.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && node.ends_with(|c: char| c.is_ascii_alphanumeric());
+    match valid {
+        true => node.to_string(),
+        false => format!("h-{:016x}", digest(node)),
+    }
+}
+
+/// The rules this node wants: one per device of its slices that is (or is a slice of) a failed
+/// GPU, created where missing or of another effect; its other rules deleted — except a rule of
+/// a GPU still failed that no device stands for now (the slices gone for a moment, a driver
+/// restarting: the rule stands rather than a failed GPU going untainted).
 pub fn plan(
     node: &str,
     devices: &[Device],
     failed: &[String],
-    existing: &[String],
+    existing: &[Existing],
     dry_run: bool,
 ) -> Plan {
     let effect = if dry_run { "None" } else { "NoSchedule" };
     let mut plan = Plan::default();
-    let mut wanted = BTreeSet::new();
+    let mut wanted: BTreeMap<String, Rule> = BTreeMap::new();
     for gpu in failed {
-        let Some(d) = devices
-            .iter()
-            .find(|d| d.uuid.as_deref() == Some(gpu.as_str()))
-        else {
+        let on: Vec<&Device> = devices.iter().filter(|d| d.is_on(gpu)).collect();
+        if on.is_empty() {
             plan.unmatched.push(gpu.clone());
-            continue;
-        };
-        let name = rule_name(node, &d.name);
-        wanted.insert(name.clone());
-        if !existing.contains(&name) {
-            plan.create.push(Rule {
-                name,
+        }
+        for d in on {
+            let rule = Rule {
+                name: rule_name(node, d),
                 device: d.clone(),
                 effect,
                 gpu: gpu.clone(),
-            });
+            };
+            wanted.insert(rule.name.clone(), rule);
         }
     }
-    plan.delete = existing
-        .iter()
-        .filter(|n| !wanted.contains(*n))
-        .cloned()
+    for e in existing {
+        let kept = match wanted.get(&e.name) {
+            Some(_) => e.effect.as_deref() == Some(effect),
+            None => e.gpu.as_ref().is_some_and(|g| plan.unmatched.contains(g)),
+        };
+        if !kept {
+            plan.delete.push(e.name.clone());
+        }
+    }
+    plan.create = wanted
+        .into_values()
+        .filter(|r| {
+            !existing
+                .iter()
+                .any(|e| e.name == r.name && e.effect.as_deref() == Some(effect))
+        })
         .collect();
     plan
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn gpu(i: u32) -> Device {
-        Device {
-            driver: "gpu.nvidia.com".into(),
-            pool: "gpu-node-7".into(),
-            name: format!("gpu-{i}"),
-            uuid: Some(format!("GPU-{i:04}")),
-        }
-    }
-
-    #[test]
-    fn a_failed_gpu_is_one_rule_for_its_device_and_a_recovered_one_is_deleted() {
-        let devices: Vec<Device> = (0..8).map(gpu).collect();
-        let p = plan("gpu-node-7", &devices, &["GPU-0003".into()], &[], false);
-        assert_eq!(p.create.len(), 1);
-        assert_eq!(p.create[0].name, "vigil-gpu-node-7-gpu-3");
-        assert_eq!(p.create[0].device, gpu(3));
-        assert_eq!(p.create[0].effect, "NoSchedule");
-        assert!(p.delete.is_empty() && p.unmatched.is_empty());
-        // Already there: nothing to write.
-        let existing = ["vigil-gpu-node-7-gpu-3".to_string()];
-        let same = plan(
-            "gpu-node-7",
-            &devices,
-            &["GPU-0003".into()],
-            &existing,
-            false,
-        );
-        assert_eq!(same, Plan::default());
-        // Recovered: its rule goes.
-        let healed = plan("gpu-node-7", &devices, &[], &existing, false);
-        assert_eq!(healed.delete, existing);
-    }
-
-    #[test]
-    fn observe_mode_shows_the_taint_without_keeping_anything_off() {
-        let p = plan("n", &[gpu(0)], &["GPU-0000".into()], &[], true);
-        assert_eq!(p.create[0].effect, "None");
-    }
-
-    #[test]
-    fn a_failed_gpu_no_device_stands_for_is_said_not_guessed() {
-        let mut unnamed = gpu(1);
-        unnamed.uuid = None;
-        let p = plan("n", &[unnamed], &["GPU-0001".into()], &[], false);
-        assert!(p.create.is_empty());
-        assert_eq!(p.unmatched, ["GPU-0001"]);
-    }
-
-    #[test]
-    fn rule_names_are_dns_subdomains() {
-        assert_eq!(rule_name("GKE_Node.1", "gpu-0"), "vigil-gke-node.1-gpu-0");
-        assert_eq!(rule_name("n", "MIG 1g.10gb/0"), "vigil-n-mig-1g.10gb-0");
-        let long = rule_name(&"x".repeat(300), "gpu-0");
-        assert!(long.len() <= 253 && !long.ends_with('-'));
-    }
-}
+#[path = "device_taint_tests.rs"]
+mod tests;

@@ -244,7 +244,8 @@ impl Remediation {
 /// The one table: how a hung worker of `w` is restarted, stopping `stops` of its Job's pods
 /// (docs/controllers.md, in this order):
 ///
-/// 0. a device of the worker the kubelet reports `Unhealthy`: refused (a failed GPU);
+/// 0. a device of the worker the kubelet reports `Unhealthy`, and a restart in place: refused (a
+///    failed GPU; a pod replaced gets another device);
 /// 1. an owner the pod names that the API does not have: refused (unknown);
 /// 2. a LeaderWorkerSet that recreates its group on a pod restart: one member, the group follows;
 /// 3. a container restart rule that matches a SIGKILL (exit 137), or the container's own
@@ -258,12 +259,20 @@ impl Remediation {
 /// 6. `Always` (or `OnFailure` outside a Job): in place, as always;
 /// 7. `Never` with no controller that brings it back: refused.
 pub fn remediation(w: &Workload, stops: Stops) -> Remediation {
-    if !w.unhealthy.is_empty() {
+    let r = by_controllers(w, stops);
+    // NB: only a restart in place keeps the device: a pod failed for its controller is
+    // replaced, and a new pod is not given a device its kubelet reports unhealthy.
+    if !w.unhealthy.is_empty() && r.restarted_in_place() {
         return Remediation::Refuse(format!(
-            "the kubelet reports its device(s) {} Unhealthy (allocatedResourcesStatus): a restart on a failed device cannot help; the device must be fixed or the pod placed elsewhere",
+            "the kubelet reports its device(s) {} Unhealthy (allocatedResourcesStatus): a restart in place on a failed device cannot help; the device must be fixed or the pod placed elsewhere",
             w.unhealthy.join(", ")
         ));
     }
+    r
+}
+
+/// The table without the kubelet's device health (rows 1–11).
+fn by_controllers(w: &Workload, stops: Stops) -> Remediation {
     if let Some(what) = &w.missing {
         return Remediation::Refuse(format!(
             "pod {} names {what}, which the API does not have: how its controller restarts it is unknown",
