@@ -41,6 +41,10 @@ use vigil::recording::RecordingSink;
 use vigil::runtime::sim::FakeRuntime;
 
 use super::gang_mutant::{Faulty, GangMutant};
+
+/// The one-for-all gang's controller (a JobSet's), in its own file.
+#[path = "gang_controller.rs"]
+mod controller;
 use super::gang_truth::{GangTruth, Phase};
 use super::rng::Rng;
 
@@ -193,109 +197,6 @@ impl Sim {
             sim.gangs.push(GangTruth::new(now, NODES, 41_000));
         }
         sim
-    }
-
-    /// The one-for-all gang's member on node `n`, of the current attempt.
-    fn member_container(&self, n: usize) -> String {
-        format!("c{n}-{ONE_FOR_ALL}-a{}", self.attempt)
-    }
-
-    /// Its controller's pod on node `n`: started now, restarted one for all.
-    fn add_one_for_all_member(&mut self, n: usize) {
-        let id = self.member_container(n);
-        let rt = &self.nodes[n].runtime;
-        rt.add(&id, &worker(ONE_FOR_ALL));
-        let started = jiff::Timestamp::from_millisecond(self.now()).expect("a time");
-        rt.set_started_at(&id, &started.to_string());
-        rt.set_remediation(
-            &id,
-            vigil::vocab::workload::Remediation::OneForAll {
-                kill: true,
-                how: "the simulation's JobSet restarts every member".into(),
-                whole: "jobset:ml/b".into(),
-            },
-        );
-    }
-
-    /// The one-for-all gang's controller, a few ticks after a member failed: every member's pod
-    /// deleted and created again (the next attempt), the job resuming from its checkpoint.
-    fn controller_restarts(&mut self, now: Millis) {
-        if self.recreate_at.is_none_or(|t| now < t) {
-            return;
-        }
-        self.recreate_at = None;
-        for n in 0..NODES {
-            let id = self.member_container(n);
-            self.nodes[n].runtime.remove(&id);
-        }
-        self.attempt += 1;
-        for n in 0..NODES {
-            self.add_one_for_all_member(n);
-            self.gangs[ONE_FOR_ALL].last_restart[n] = Some(now);
-        }
-        self.failed_this_attempt = 0;
-        self.log(format!(
-            "gang {ONE_FOR_ALL}: its controller restarts every member (attempt {})",
-            self.attempt
-        ));
-        let back = 1 + self.rng.below(40);
-        let truth = &mut self.gangs[ONE_FOR_ALL];
-        truth.resumed(back);
-        let pick = self.rng.below(4);
-        let at = (pick != 0).then(|| now + self.rng.below(120) as Millis * 1_000);
-        truth.stop_at = (pick == 1).then_some(truth.at_wave);
-        truth.phase = Phase::Booting { at };
-    }
-
-    /// What the agents did to the one-for-all gang since the last check.
-    fn check_one_for_all(&mut self, now: Millis, cooldown: Millis) -> Result<(), GangViolation> {
-        let g = ONE_FOR_ALL;
-        for n in 0..NODES {
-            let id = self.member_container(n);
-            if self.nodes[n].runtime.restarts(&id) > 0 {
-                return self.fail(
-                    "one member for all",
-                    format!("gang {g}: member {n} restarted in place ({id})"),
-                );
-            }
-            let failed = self.nodes[n].runtime.failed();
-            for c in failed.iter().skip(self.failed_seen[n]) {
-                self.log(format!("gang {g}: member {n} failed ({c})"));
-                let truth = &self.gangs[g];
-                if matches!(truth.phase, Phase::Running | Phase::Straggling { .. }) {
-                    return self.fail(
-                        "never a moving collective",
-                        format!("gang {g}: member {n} failed while the collective progressed"),
-                    );
-                }
-                if let Some(last) = truth.last_restart[n] {
-                    if truth.progressed_at <= last && now - last < cooldown {
-                        return self.fail("once per incident", format!("gang {g}: member {n} failed {} s after its job's last restart, the gang not having progressed", (now - last) / 1000));
-                    }
-                }
-                if self.failed_this_attempt > 0 {
-                    return self.fail(
-                        "one member for all",
-                        format!("gang {g}: member {n} failed too, before the controller restarted the job for the first"),
-                    );
-                }
-                let max = Config::default().policy.max_fruitless_restarts;
-                if let Err(detail) = self.gangs[g].wave_begins(max) {
-                    return self.fail(
-                        "restarts that do not help stop",
-                        format!("gang {g}: {detail}"),
-                    );
-                }
-                self.stats.gang_restarts += 1;
-                self.stats.one_for_all += 1;
-                self.failed_this_attempt += 1;
-                self.gangs[g].last_restart[n] = Some(now);
-                let delay = (1 + self.rng.below(3)) as Millis * POLL_MS;
-                self.recreate_at = Some(now + delay);
-            }
-            self.failed_seen[n] = failed.len();
-        }
-        Ok(())
     }
 
     fn now(&self) -> Millis {
@@ -518,6 +419,48 @@ impl Sim {
             .expect("the in-process store deletes");
     }
 
+    /// Member `n` of gang `g` restarted (or failed for its controller) by Vigil now: never
+    /// while its collective moves, never twice in one incident.
+    fn judge_restart(
+        &self,
+        g: usize,
+        n: usize,
+        now: Millis,
+        cooldown: Millis,
+        what: &str,
+    ) -> Result<(), GangViolation> {
+        let truth = &self.gangs[g];
+        if matches!(truth.phase, Phase::Running | Phase::Straggling { .. }) {
+            return self.fail(
+                "never a moving collective",
+                format!(
+                    "gang {g}: member {n} {what} while the collective progressed ({:?})",
+                    truth.phase
+                ),
+            );
+        }
+        if let Some(last) = truth.last_restart[n] {
+            if truth.progressed_at <= last && now - last < cooldown {
+                return self.fail("once per incident", format!("gang {g}: member {n} {what} again {} s after its last restart, the gang not having progressed", (now - last) / 1000));
+            }
+        }
+        Ok(())
+    }
+
+    /// A restart of every member of gang `g` begins: refused when its restarts that did not
+    /// help forbid another.
+    fn wave_begins(&mut self, g: usize) -> Result<(), GangViolation> {
+        let max = Config::default().policy.max_fruitless_restarts;
+        if let Err(detail) = self.gangs[g].wave_begins(max) {
+            return self.fail(
+                "restarts that do not help stop",
+                format!("gang {g}: {detail}"),
+            );
+        }
+        self.stats.gang_restarts += 1;
+        Ok(())
+    }
+
     fn faulted_since(&self, n: usize, since: Millis) -> bool {
         self.nodes[n].faulted_at >= since || self.nodes[n].standing_down_until > since
     }
@@ -538,21 +481,7 @@ impl Sim {
                 }
                 self.gangs[g].restarts[n] = seen;
                 self.log(format!("gang {g}: member {n} restarted"));
-                let truth = &self.gangs[g];
-                if matches!(truth.phase, Phase::Running | Phase::Straggling { .. }) {
-                    return self.fail(
-                        "never a moving collective",
-                        format!(
-                            "gang {g}: member {n} restarted while the collective progressed ({:?})",
-                            truth.phase
-                        ),
-                    );
-                }
-                if let Some(last) = truth.last_restart[n] {
-                    if truth.progressed_at <= last && now - last < cooldown {
-                        return self.fail("once per incident", format!("gang {g}: member {n} restarted again {} s after its last restart, the gang not having progressed", (now - last) / 1000));
-                    }
-                }
+                self.judge_restart(g, n, now, cooldown, "restarted")?;
                 self.gangs[g].last_restart[n] = Some(now);
                 if let Some(i) = self.gangs[g].left_out.iter().position(|m| *m == n) {
                     self.log(format!(
@@ -562,14 +491,7 @@ impl Sim {
                     continue;
                 }
                 if self.gangs[g].wave.is_none() {
-                    let max = Config::default().policy.max_fruitless_restarts;
-                    if let Err(detail) = self.gangs[g].wave_begins(max) {
-                        return self.fail(
-                            "restarts that do not help stop",
-                            format!("gang {g}: {detail}"),
-                        );
-                    }
-                    self.stats.gang_restarts += 1;
+                    self.wave_begins(g)?;
                     self.gangs[g].wave = Some(now);
                     self.gangs[g].wave_cycles = self.cycles.clone();
                 }
