@@ -219,36 +219,7 @@ async fn a_missing_rule_or_version_is_an_error_naming_it() {
 async fn the_controller_taints_a_failed_gpus_device_not_the_node() {
     let kube = FakeKube::start(NODE).await;
     kube.put_slice(slice(&["GPU-aaaa", "GPU-bbbb"]));
-    let mut fleet = Fleet::builder()
-        .node(NODE)
-        .system_clock()
-        .controllers()
-        .unvalidated()
-        .config(|_, cfg| {
-            cfg.gpu.sample_interval = Duration::from_millis(50);
-            cfg.gpu.taint_on_failure = true;
-            cfg.gpu.device_taints = true;
-            cfg.gpu.call_deadline = Duration::from_secs(2);
-        })
-        .build();
-    let mut node = fleet.nodes.remove(0);
-    let gpu = FakeGpu::new();
-    gpu.add_gpu(0, "GPU-aaaa");
-    gpu.add_gpu(1, "GPU-bbbb");
-    let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
-    let stop = CancellationToken::new();
-    spawn_monitor(
-        Box::new(gpu.clone()),
-        node.cfg.gpu.clone(),
-        tx,
-        stop.clone(),
-    )
-    .unwrap();
-    let api: Arc<dyn DeviceTaintApi> = Arc::new(client(&kube).await);
-    let controller = node.controller.take().unwrap().with_device_taints(api);
-    let cancel = CancellationToken::new();
-    let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
-    tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
+    let (node, gpu, _running) = controller_on(&kube).await;
     let (limit, every) = (Duration::from_secs(5), Duration::from_millis(20));
     gpu.inject_xid(1, 79);
     let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1).await;
@@ -275,8 +246,6 @@ async fn the_controller_taints_a_failed_gpus_device_not_the_node() {
     gpu.reset_gpu(1);
     let untainted = eventually_every(limit, every, || kube.taint_rules().is_empty()).await;
     assert!(untainted, "{:?}", kube.taint_rules());
-    cancel.cancel();
-    stop.cancel();
 }
 
 /// A failed GPU no device of the node's slices stands for (the DRA driver's slices not there):
@@ -285,6 +254,34 @@ async fn the_controller_taints_a_failed_gpus_device_not_the_node() {
 async fn without_its_device_a_failed_gpu_keeps_the_node_taint() {
     let kube = FakeKube::start(NODE).await;
     kube.put_slice(slice(&["GPU-aaaa"]));
+    let (node, gpu, _running) = controller_on(&kube).await;
+    gpu.inject_xid(1, 79);
+    let (limit, every) = (Duration::from_secs(5), Duration::from_millis(20));
+    let node_tainted = eventually_every(limit, every, || {
+        node.node_api
+            .last()
+            .add_taints
+            .iter()
+            .any(|t| t.key == "vigil.dev/gpu-failed")
+    })
+    .await;
+    assert!(node_tainted, "{:?}", node.node_api.last());
+    assert!(kube.taint_rules().is_empty());
+}
+
+/// Cancels its tokens when dropped: the monitor thread and the controller stop with the test.
+struct Running(Vec<CancellationToken>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.iter().for_each(CancellationToken::cancel);
+    }
+}
+
+/// Node gpu-1 of the fleet harness with device taints on (and `gpu.taint_on_failure`), the
+/// fake NVML (GPU 0 `GPU-aaaa`, GPU 1 `GPU-bbbb`) under the real monitor thread, and its
+/// running controller, tainting through `kube`.
+async fn controller_on(kube: &FakeKube) -> (common::fleet::Node, FakeGpu, Running) {
     let mut fleet = Fleet::builder()
         .node(NODE)
         .system_clock()
@@ -303,30 +300,17 @@ async fn without_its_device_a_failed_gpu_keeps_the_node_taint() {
     gpu.add_gpu(1, "GPU-bbbb");
     let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
     let stop = CancellationToken::new();
-    spawn_monitor(
+    let monitor = spawn_monitor(
         Box::new(gpu.clone()),
         node.cfg.gpu.clone(),
         tx,
         stop.clone(),
-    )
-    .unwrap();
-    let api: Arc<dyn DeviceTaintApi> = Arc::new(client(&kube).await);
+    );
+    monitor.expect("a monitor thread");
+    let api: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
     let controller = node.controller.take().unwrap().with_device_taints(api);
     let cancel = CancellationToken::new();
     let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
     tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
-    gpu.inject_xid(1, 79);
-    let (limit, every) = (Duration::from_secs(5), Duration::from_millis(20));
-    let node_tainted = eventually_every(limit, every, || {
-        node.node_api
-            .last()
-            .add_taints
-            .iter()
-            .any(|t| t.key == "vigil.dev/gpu-failed")
-    })
-    .await;
-    assert!(node_tainted, "{:?}", node.node_api.last());
-    assert!(kube.taint_rules().is_empty());
-    cancel.cancel();
-    stop.cancel();
+    (node, gpu, Running(vec![stop, cancel]))
 }
