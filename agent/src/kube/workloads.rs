@@ -8,8 +8,9 @@
 //!
 //! RBAC: `get` on `pods`, `jobs` (batch), `jobsets` (jobset.x-k8s.io) and `leaderworkersets`
 //! (leaderworkerset.x-k8s.io); `list` on `pods` (a Job's pods, by its `controller-uid` label).
-//! Read only while a worker is in trouble (suspect, hung or in error: once a cycle for a gang
-//! member's entry) and right before its restart, never for a healthy worker. The parsers are pure (JSON in, facts
+//! Read only while a worker is in trouble (suspect, hung or in error: for a gang member's entry
+//! at most once a minute, `crate::runtime::cri_remediation`) and afresh right before its
+//! restart, never for a healthy worker. The parsers are pure (JSON in, facts
 //! out) and tested on the objects as the API serves them.
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};

@@ -72,6 +72,8 @@ pub struct CriRuntime {
     devices: Option<Arc<dyn DeviceSource>>,
     /// The device source failed last time (its failure is logged once, not every cycle).
     devices_failing: AtomicBool,
+    /// Pods and their owners read lately, for the gang members' entries.
+    reads: super::cri_remediation::Reads,
 }
 
 impl CriRuntime {
@@ -101,6 +103,7 @@ impl CriRuntime {
             pods,
             devices: None,
             devices_failing: AtomicBool::new(false),
+            reads: Default::default(),
         })
     }
 
@@ -429,8 +432,8 @@ impl ContainerRuntime for CriRuntime {
     }
 
     async fn remediation(&self, c: &Container, stops: Stops) -> Remediation {
-        let pods = self.pods.as_deref();
-        super::cri_remediation::of(pods, self.s.allow_pod_replacement, c, stops).await
+        let (pods, allow) = (self.pods.as_deref(), self.s.allow_pod_replacement);
+        super::cri_remediation::of(pods, &self.reads, allow, c, stops).await
     }
 
     /// `StopContainer` with `grace` (0: SIGKILL, exit 137): the worker, then with `whole_pod`

@@ -2,14 +2,60 @@
 //! Kubernetes API (`crate::kube::workloads`) into the table of `crate::vocab::workload`, with
 //! `runtime.allow_pod_replacement` where the answer is a refusal it covers.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::Container;
-use crate::kube::pods::PodApi;
-use crate::vocab::workload::{remediation, Remediation, Stops};
+use crate::kube::pods::{PodApi, PodError};
+use crate::vocab::workload::{remediation, Remediation, Stops, Workload};
+
+/// How long a pod's read serves a gang member's entry (`Stops::EveryPod`, once a cycle while
+/// its worker is in trouble): a hung 1,000-rank job would otherwise cost the API server three
+/// GETs per rank per poll interval. The read right before a restart (`Stops::One`) is always
+/// fresh.
+const ENTRY_READ_TTL: Duration = Duration::from_secs(60);
+
+/// Pods read for the members' entries, by `namespace/pod/container`.
+#[derive(Default)]
+pub(super) struct Reads(Mutex<HashMap<String, (Instant, Workload)>>);
+
+impl Reads {
+    /// The pod and its owners: from a read younger than [`ENTRY_READ_TTL`] for an entry, fresh
+    /// (and kept) otherwise. Errors are never kept.
+    async fn workload(
+        &self,
+        api: &dyn PodApi,
+        c: (&str, &str, &str),
+        stops: Stops,
+    ) -> Result<Option<Workload>, PodError> {
+        let key = format!("{}/{}/{}", c.0, c.1, c.2);
+        if stops == Stops::EveryPod {
+            let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, w)) = kept
+                .get(&key)
+                .filter(|(at, _)| at.elapsed() < ENTRY_READ_TTL)
+            {
+                return Ok(Some(w.clone()));
+            }
+        }
+        let read = api.workload(c.0, c.1, c.2).await?;
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|_, (at, _)| at.elapsed() < ENTRY_READ_TTL);
+        if let Some(w) = &read {
+            kept.insert(key, (Instant::now(), w.clone()));
+        }
+        Ok(read)
+    }
+}
 
 /// The answer for `c`, stopping `stops` of its Job's pods; `pods` the API (none: off), `allow`
-/// `runtime.allow_pod_replacement`.
+/// `runtime.allow_pod_replacement`, `reads` the pods read lately.
 pub(super) async fn of(
     pods: Option<&dyn PodApi>,
+    reads: &Reads,
     allow: bool,
     c: &Container,
     stops: Stops,
@@ -22,7 +68,10 @@ pub(super) async fn of(
     };
     let pod = format!("{}/{}", p.namespace, p.pod);
     let read = match &pods {
-        Some(api) => api.workload(&p.namespace, &p.pod, &p.container).await,
+        Some(api) => {
+            let which = (p.namespace.as_str(), p.pod.as_str(), p.container.as_str());
+            reads.workload(*api, which, stops).await
+        }
         None => Err(crate::kube::pods::PodError::Unsupported(
             "the Kubernetes API is off",
         )),

@@ -27,3 +27,79 @@ fn the_log_tail_starts_at_a_line() {
     assert!(tail.starts_with("2026-11-30T02:14:00Z"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A stand-in for the API that counts its reads: a JobSet's Never pod.
+struct Counting(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl PodApi for Counting {
+    async fn restart_policy(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<crate::kube::pods::RestartPolicy>, crate::kube::pods::PodError> {
+        Ok(Some(crate::kube::pods::RestartPolicy::Always))
+    }
+    async fn node_pods(
+        &self,
+        _: &str,
+    ) -> Result<Vec<crate::kube::pods::NodePod>, crate::kube::pods::PodError> {
+        Ok(Vec::new())
+    }
+    async fn workload(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<Option<crate::vocab::workload::Workload>, crate::kube::pods::PodError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let policy = crate::kube::pods::RestartPolicy::Always;
+        let pod = format!("{ns}/{pod}");
+        Ok(Some(crate::vocab::workload::Workload::bare(
+            &pod, container, policy,
+        )))
+    }
+}
+
+/// A gang member's entry, once a cycle while its worker is in trouble, reads its pod once a
+/// minute, not every cycle; the read right before its restart is always fresh.
+#[tokio::test]
+async fn a_members_entry_reuses_a_recent_read_and_a_restart_never_does() {
+    let api = Arc::new(Counting(std::sync::atomic::AtomicUsize::new(0)));
+    let settings = CriSettings {
+        socket: "/nonexistent/vigil-test.sock".into(),
+        worker_label: "vigil.worker".into(),
+        checkpoint_annotation: "vigil.checkpoint".into(),
+        call_timeout: Duration::from_secs(1),
+        allow_pod_replacement: false,
+        poll: Duration::from_millis(100),
+    };
+    let rt = CriRuntime::new(settings, Some(api.clone())).unwrap();
+    let c = Container {
+        id: "c1".into(),
+        worker: "rank-0".into(),
+        pod: Some(crate::runtime::container::PodRef {
+            namespace: "ml".into(),
+            pod: "train-0".into(),
+            uid: "u".into(),
+            sandbox: "s".into(),
+            container: "trainer".into(),
+            attempt: 0,
+            log_path: None,
+            job: false,
+        }),
+        ..Container::default()
+    };
+    for _ in 0..3 {
+        let r = rt.remediation(&c, Stops::EveryPod).await;
+        assert!(r.restarted_in_place(), "{r:?}");
+    }
+    assert_eq!(
+        api.0.load(Ordering::SeqCst),
+        1,
+        "one read for three entries"
+    );
+    rt.remediation(&c, Stops::One).await;
+    rt.remediation(&c, Stops::One).await;
+    assert_eq!(api.0.load(Ordering::SeqCst), 3, "a restart reads afresh");
+}
