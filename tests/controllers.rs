@@ -133,18 +133,7 @@ impl JobSet {
 
     /// Rank `i` beats at `step`, `ago` ms before now.
     async fn beat(&self, i: usize, step: u64, ago: i64) {
-        let key = self.fleet.nodes[i].keys.status(&format!("rank-{i}"));
-        let progress = format!("step-{step}");
-        let at = self.fleet.now() - ago;
-        let store = self.fleet.store.clone();
-        write_record(
-            store.as_ref(),
-            &key,
-            "processing",
-            at,
-            &[("progress", &progress)],
-        )
-        .await;
+        beat(&self.fleet, i, step, ago).await;
     }
 
     async fn tick(&mut self) {
@@ -407,21 +396,6 @@ async fn a_leaderworkerset_group_has_one_member_stopped_and_its_controller_recre
         }
     };
     add(&fleet);
-    let beat = |fleet: &Fleet, i: usize, step: u64, ago: i64| {
-        let key = fleet.nodes[i].keys.status(&format!("rank-{i}"));
-        let (store, at) = (fleet.store.clone(), fleet.now() - ago);
-        let progress = format!("step-{step}");
-        async move {
-            write_record(
-                store.as_ref(),
-                &key,
-                "processing",
-                at,
-                &[("progress", &progress)],
-            )
-            .await
-        }
-    };
     for s in 0..4 {
         for i in 0..4 {
             beat(&fleet, i, 97 + s, 0).await;
@@ -468,4 +442,13 @@ async fn a_leaderworkerset_group_has_one_member_stopped_and_its_controller_recre
         .nodes
         .iter()
         .all(|n| n.runtime.restarts(&format!("g0-c{}", 0)) == 0));
+}
+
+/// Rank `i` of `fleet` (worker `rank-<i>`) beats `processing` at `step`, `ago` ms before now.
+async fn beat(fleet: &Fleet, i: usize, step: u64, ago: i64) {
+    let key = fleet.nodes[i].keys.status(&format!("rank-{i}"));
+    let progress = format!("step-{step}");
+    let at = fleet.now() - ago;
+    let fields = [("progress", progress.as_str())];
+    write_record(fleet.store.as_ref(), &key, "processing", at, &fields).await;
 }

@@ -58,6 +58,15 @@ fn jobset(max_restarts: u32, restarts: u32) -> Value {
     })
 }
 
+/// The common JobSet shape in `kube`: pod `train-workers-0-0` (`Never`) of Job `train-workers-0`
+/// (`backoffLimit: 0`) of JobSet `train` (`maxRestarts: 3`, `restarts` spent).
+fn common_jobset(kube: &FakeKube, restarts: u32) {
+    let pod = job_pod("train-workers-0-0", "train-workers-0", "u-0", "Never", 0);
+    kube.put_pod(pod);
+    kube.put_object("batch", "jobs", job(0));
+    kube.put_object("jobset.x-k8s.io", "jobsets", jobset(3, restarts));
+}
+
 async fn read(kube: &FakeKube, pod: &str) -> Result<Remediation, PodError> {
     let api = KubePods::connect(&kube.url).await.unwrap();
     let w = api
@@ -70,15 +79,7 @@ async fn read(kube: &FakeKube, pod: &str) -> Result<Remediation, PodError> {
 #[tokio::test]
 async fn the_common_jobset_shape_is_read_over_the_api_into_one_member_failed() {
     let kube = FakeKube::start("gpu-0").await;
-    kube.put_pod(job_pod(
-        "train-workers-0-0",
-        "train-workers-0",
-        "u-0",
-        "Never",
-        0,
-    ));
-    kube.put_object("batch", "jobs", job(0));
-    kube.put_object("jobset.x-k8s.io", "jobsets", jobset(3, 1));
+    common_jobset(&kube, 1);
     let r = read(&kube, "train-workers-0-0").await.unwrap();
     assert!(
         matches!(r, Remediation::OneForAll { kill: true, .. }),
@@ -192,15 +193,7 @@ async fn an_owner_the_api_does_not_have_is_a_refusal_not_an_in_place_stop() {
 #[tokio::test]
 async fn a_missing_rbac_rule_is_named_and_nothing_is_guessed() {
     let kube = FakeKube::start("gpu-0").await;
-    kube.put_pod(job_pod(
-        "train-workers-0-0",
-        "train-workers-0",
-        "u-0",
-        "Never",
-        0,
-    ));
-    kube.put_object("batch", "jobs", job(0));
-    kube.put_object("jobset.x-k8s.io", "jobsets", jobset(3, 0));
+    common_jobset(&kube, 0);
     kube.forbid("get jobsets");
     let err = read(&kube, "train-workers-0-0").await.unwrap_err();
     let text = err.to_string();
