@@ -679,43 +679,12 @@ pub fn run_gang_seeds(
     count: u64,
     mutant: Option<GangMutant>,
 ) -> Result<GangStats, (u64, GangViolation)> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let results: Vec<Result<GangStats, (u64, GangViolation)>> = std::thread::scope(|s| {
-        (0..threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let mut total = GangStats::default();
-                    let mut seed = first + t;
-                    while seed < first + count {
-                        match run_gang_seed(seed, mutant) {
-                            Ok(st) => total.add(&st),
-                            Err(v) => return Err((seed, v)),
-                        }
-                        seed += threads;
-                    }
-                    Ok(total)
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|h| h.join().expect("a gang simulation thread panicked"))
-            .collect()
-    });
-    let mut total = GangStats::default();
-    let mut failure: Option<(u64, GangViolation)> = None;
-    for r in results {
-        match r {
-            Ok(s) => total.add(&s),
-            Err((seed, v)) if failure.as_ref().is_none_or(|(f, _)| seed < *f) => {
-                failure = Some((seed, v))
-            }
-            Err(_) => {}
-        }
-    }
-    match failure {
-        Some(f) => Err(f),
-        None => Ok(total),
-    }
+    super::spread(
+        first,
+        count,
+        |seed| run_gang_seed(seed, mutant),
+        GangStats::add,
+    )
 }
 
 /// True with probability `k` / `n`.

@@ -95,27 +95,37 @@ pub fn run_seeds(first: u64, count: u64, opts: &Options) -> Result<Stats, Box<Fa
 }
 
 fn run_seeds_with(first: u64, count: u64, opts: &Options) -> Result<Stats, Box<Failure>> {
+    spread(first, count, |seed| run_seed(seed, opts), Stats::add).map_err(|(_, f)| Box::new(f))
+}
+
+/// Seeds `first..first + count` on every core: the totals, or the failure of the lowest failing
+/// seed. A thread stops at the first failure any thread has found, but the seeds below it still
+/// run, so the seed reported is the lowest of the range whatever the interleaving (a mutant's
+/// catch is reported the same way on every machine, and costs only the seeds up to it).
+pub fn spread<S: Default + Send, E: Send>(
+    first: u64,
+    count: u64,
+    run: impl Fn(u64) -> Result<S, E> + Sync,
+    add: impl Fn(&mut S, &S) + Sync,
+) -> Result<S, (u64, E)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
     let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+        .map_or(1, |n| n.get())
         .min(count.max(1) as usize) as u64;
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let results: Vec<Result<Stats, Box<Failure>>> = std::thread::scope(|s| {
+    let lowest = AtomicU64::new(u64::MAX);
+    let results: Vec<Result<S, (u64, E)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let stop = &stop;
+                let (lowest, run, add) = (&lowest, &run, &add);
                 s.spawn(move || {
-                    let mut total = Stats::default();
+                    let mut total = S::default();
                     let mut seed = first + t;
-                    while seed < first + count {
-                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                            break;
-                        }
-                        match run_seed(seed, opts) {
-                            Ok(st) => total.add(&st),
-                            Err(f) => {
-                                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                                return Err(Box::new(f));
+                    while seed < first + count && seed < lowest.load(Ordering::SeqCst) {
+                        match run(seed) {
+                            Ok(st) => add(&mut total, &st),
+                            Err(e) => {
+                                lowest.fetch_min(seed, Ordering::SeqCst);
+                                return Err((seed, e));
                             }
                         }
                         seed += threads;
@@ -129,17 +139,16 @@ fn run_seeds_with(first: u64, count: u64, opts: &Options) -> Result<Stats, Box<F
             .map(|h| h.join().expect("a simulation thread panicked"))
             .collect()
     });
-    let mut total = Stats::default();
-    let mut failure: Option<Box<Failure>> = None;
+    let mut total = S::default();
+    let mut failure: Option<(u64, E)> = None;
     for r in results {
         match r {
-            Ok(st) => total.add(&st),
-            Err(f) if failure.as_ref().is_none_or(|g| f.seed < g.seed) => failure = Some(f),
+            Ok(st) => add(&mut total, &st),
+            Err((seed, e)) if failure.as_ref().is_none_or(|(f, _)| seed < *f) => {
+                failure = Some((seed, e))
+            }
             Err(_) => {}
         }
     }
-    match failure {
-        Some(f) => Err(f),
-        None => Ok(total),
-    }
+    failure.map_or(Ok(total), Err)
 }
