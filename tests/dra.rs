@@ -3,7 +3,9 @@
 //! `resource.k8s.io` (ResourceSlices, DeviceTaintRules validated as the API validates them);
 //! and the whole path — the fake NVML under the real monitor thread, XID 79 on one of two GPUs,
 //! the running Node controller — tainting that device only, never the Node, and untainting it
-//! when the GPU is reset.
+//! when the GPU is reset. And the kubelet's word (`allocatedResourcesStatus`,
+//! `vigil::accel::gpu::kubelet`): a GPU the kubelet reports `Unhealthy` to a pod is failed —
+//! its device tainted, the Node showing it — while the kubelet says so.
 
 use crate::common;
 
@@ -269,6 +271,61 @@ async fn without_its_device_a_failed_gpu_keeps_the_node_taint() {
     assert!(kube.taint_rules().is_empty());
 }
 
+/// A GPU NVML finds healthy but the kubelet reports `Unhealthy` to the pod that holds it (the
+/// device plugin's own health check, read from the node's pods over real HTTP): failed in
+/// Vigil's verdict — its device tainted, the Node's `gpu-health` label `failed` — until the
+/// kubelet reports it healthy again. Another node's pod, an ended pod and a TPU are not heard.
+#[tokio::test]
+async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_while_it_says_so() {
+    let kube = FakeKube::start(NODE).await;
+    kube.put_slice(slice(&["GPU-aaaa", "GPU-bbbb"]));
+    let trainer = |node: &str, name: &str, gpu: &str, health: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "ml", "name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "trainer"}]},
+            "status": {"phase": "Running", "containerStatuses": [{
+                "name": "main", "image": "trainer", "imageID": "", "ready": true, "restartCount": 0,
+                "allocatedResourcesStatus": [{"name": "nvidia.com/gpu",
+                    "resources": [{"resourceID": gpu, "health": health}]}]
+            }]}
+        })
+    };
+    // Another node's pod names GPU-aaaa: never this node's word.
+    kube.put_pod(trainer("gpu-2", "elsewhere", "GPU-aaaa", "Unhealthy"));
+    kube.put_pod(trainer(NODE, "trainer-0", "GPU-bbbb", "Unhealthy"));
+    let (node, _gpu, _running) = controller_with(&kube, true).await;
+    let (limit, every) = (Duration::from_secs(10), Duration::from_millis(20));
+    let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1).await;
+    assert!(tainted, "{:?}", kube.taint_rules());
+    assert_eq!(
+        kube.taint_rules()[0]["spec"]["deviceSelector"]["device"],
+        "gpu-1",
+        "GPU-bbbb's device only"
+    );
+    let health = || {
+        node.node_api
+            .last()
+            .labels
+            .get("vigil.dev/gpu-health")
+            .cloned()
+            .flatten()
+    };
+    assert_eq!(health().as_deref(), Some("failed"));
+    let listed = kube
+        .requests()
+        .iter()
+        .any(|(m, p, _)| m == "GET" && p == "/api/v1/pods");
+    assert!(listed, "the node's pods were listed");
+    // The kubelet reports it healthy again: no longer failed, the rule gone.
+    kube.put_pod(trainer(NODE, "trainer-0", "GPU-bbbb", "Healthy"));
+    let healed = eventually_every(limit, every, || {
+        kube.taint_rules().is_empty() && health().as_deref() == Some("healthy")
+    })
+    .await;
+    assert!(healed, "{:?} {:?}", kube.taint_rules(), health());
+}
+
 /// Cancels its tokens when dropped: the monitor thread and the controller stop with the test.
 struct Running(Vec<CancellationToken>);
 
@@ -282,6 +339,16 @@ impl Drop for Running {
 /// fake NVML (GPU 0 `GPU-aaaa`, GPU 1 `GPU-bbbb`) under the real monitor thread, and its
 /// running controller, tainting through `kube`.
 async fn controller_on(kube: &FakeKube) -> (common::fleet::Node, FakeGpu, Running) {
+    controller_with(kube, false).await
+}
+
+/// As [`controller_on`]; with `kubelet`, the monitor's reports pass through the kubelet's word
+/// (`vigil::accel::gpu::kubelet::follow`, listing the fake's pods every 200 ms, at once when NVML
+/// first lists GPUs) on their way to the controller.
+async fn controller_with(
+    kube: &FakeKube,
+    kubelet: bool,
+) -> (common::fleet::Node, FakeGpu, Running) {
     let mut fleet = Fleet::builder()
         .node(NODE)
         .system_clock()
@@ -310,6 +377,23 @@ async fn controller_on(kube: &FakeKube) -> (common::fleet::Node, FakeGpu, Runnin
     let api: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
     let controller = node.controller.take().unwrap().with_device_taints(api);
     let cancel = CancellationToken::new();
+    let rx = if kubelet {
+        let pods = vigil::kube::pods::KubePods::connect(&kube.url)
+            .await
+            .unwrap();
+        let (tx, merged) = tokio::sync::watch::channel(GpuReport::default());
+        tokio::spawn(vigil::accel::gpu::kubelet::follow(
+            rx,
+            tx,
+            Arc::new(pods),
+            NODE.into(),
+            Duration::from_millis(200),
+            cancel.clone(),
+        ));
+        merged
+    } else {
+        rx
+    };
     let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
     tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
     (node, gpu, Running(vec![stop, cancel]))

@@ -257,6 +257,7 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         &stop,
     );
     let gpu_rx = gpu_monitor(&cfg, agent.health.warnings.clone(), &tracker, &stop);
+    let gpu_rx = kubelet_device_health(&cfg, gpu_rx, pods.clone(), &tracker, &stop);
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
     let (node_rx, node_reader) = node_source(&cfg, &a.metrics, &tracker, &stop).await;
@@ -328,6 +329,31 @@ fn gpu_monitor(
         drop(crate::accel::gpu::start::start(&gpu_cfg, gpu_tx, gpu_stop, Some(warnings)).await);
     });
     gpu_rx
+}
+
+/// On Kubernetes (`gpu.kubelet_health_interval` not 0): the GPU reports as everything reads
+/// them, with the GPUs the kubelet reports `Unhealthy` failed (`crate::accel::gpu::kubelet`).
+fn kubelet_device_health(
+    cfg: &Config,
+    nvml: watch::Receiver<GpuReport>,
+    pods: Option<Arc<dyn PodApi>>,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) -> watch::Receiver<GpuReport> {
+    let every = cfg.gpu.kubelet_health_interval;
+    let Some(pods) = pods.filter(|_| !every.is_zero()) else {
+        return nvml;
+    };
+    let (tx, rx) = watch::channel(nvml.borrow().clone());
+    tracker.spawn(crate::accel::gpu::kubelet::follow(
+        nvml,
+        tx,
+        pods,
+        cfg.node_name.clone(),
+        every,
+        stop.clone(),
+    ));
+    rx
 }
 
 /// The loops beside the cycle: the node record's own heartbeat and the drills' export.

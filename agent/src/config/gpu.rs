@@ -41,6 +41,11 @@ pub struct GpuConfig {
     /// The version of `resource.k8s.io` the cluster serves `DeviceTaintRule` in: `v1alpha3`
     /// (1.33–1.35, feature gate `DRADeviceTaints`), `v1beta2` (1.36), `v1` (1.37).
     pub dra_api_version: String,
+    /// On Kubernetes, how often the node's pods are read for the GPUs the kubelet reports
+    /// `Unhealthy` to them (`allocatedResourcesStatus`, the device plugin's health check): such
+    /// a GPU is failed in Vigil's verdict while the kubelet says so. `0s` = not read.
+    #[serde(with = "humantime_serde")]
+    pub kubelet_health_interval: Duration,
     /// Where failed GPUs are kept across agent restarts (JSON, with the node's boot id); empty
     /// = not kept.
     pub state_file: String,
@@ -85,6 +90,7 @@ impl Default for GpuConfig {
             device_taints: false,
             dra_driver: "gpu.nvidia.com".into(),
             dra_api_version: "v1beta2".into(),
+            kubelet_health_interval: Duration::from_secs(30),
             state_file: "/var/lib/vigil/gpu-state.json".into(),
             xid_threshold: XidThreshold::default(),
             call_deadline: Duration::from_secs(30),
@@ -108,6 +114,16 @@ impl GpuConfig {
         // healthy driver wedged.
         if self.call_deadline < Duration::from_secs(2) {
             return bad("gpu.call_deadline", "must be at least 2s");
+        }
+        // NB: one list of the node's pods per interval per node: a fleet of 1,000 nodes at 5s
+        // would be 200 lists a second on the API server.
+        if !self.kubelet_health_interval.is_zero()
+            && self.kubelet_health_interval < Duration::from_secs(10)
+        {
+            return bad(
+                "gpu.kubelet_health_interval",
+                "must be 0s (not read) or at least 10s",
+            );
         }
         if !matches!(self.dra_api_version.as_str(), "v1alpha3" | "v1beta2" | "v1") {
             return bad(

@@ -3,14 +3,15 @@
 //!   Always / OnFailure). RBAC: `get` on `pods`;
 //! - the pods bound to this node ([`NodePod`]), for the opportunistic-maintenance idle check
 //!   (which of them request an accelerator) and the checkpoint-budget check (each worker pod's
-//!   `terminationGracePeriodSeconds`). RBAC: `list` on `pods`, with a `spec.nodeName` field
+//!   `terminationGracePeriodSeconds`), and the devices the kubelet reports `Unhealthy` to them
+//!   (`crate::accel::gpu::kubelet`). RBAC: `list` on `pods`, with a `spec.nodeName` field
 //!   selector, so the answer is one node's pods, not the cluster's.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
 
 use crate::kube::client::{kube_client, CALL_TIMEOUT};
@@ -40,6 +41,39 @@ pub struct NodePod {
     /// `spec.priority` at or above [`CRITICAL_PRIORITY`]: graceful node shutdown stops it
     /// in the critical pods' phase, after the others.
     pub(crate) critical: bool,
+    /// The devices the kubelet reports `Unhealthy` to its containers.
+    pub(crate) unhealthy: Vec<UnhealthyDevice>,
+}
+
+/// A device allocated to a container that the kubelet reports `Unhealthy` in the pod's status
+/// (KEP-4680, `status.containerStatuses[].allocatedResourcesStatus`, beta in 1.36): the device
+/// plugin's (or DRA driver's) own health check, seen by the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UnhealthyDevice {
+    pub container: String,
+    /// The resource (`nvidia.com/gpu`), or `claim:<claim>/<request>` under DRA.
+    pub resource: String,
+    /// The device plugin's id (`GPU-…`, `nvidia0`), or `<driver>/<pool>/<device>` under DRA.
+    pub device: String,
+}
+
+/// The devices of these container statuses the kubelet reports `Unhealthy`.
+fn unhealthy<'a>(statuses: impl Iterator<Item = &'a ContainerStatus>) -> Vec<UnhealthyDevice> {
+    let mut out = Vec::new();
+    for c in statuses {
+        for r in c.allocated_resources_status.iter().flatten() {
+            for d in r.resources.iter().flatten() {
+                if d.health.as_deref() == Some("Unhealthy") {
+                    out.push(UnhealthyDevice {
+                        container: c.name.clone(),
+                        resource: r.name.clone(),
+                        device: d.resource_id.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 impl NodePod {
@@ -61,20 +95,22 @@ impl NodePod {
         let grace = spec
             .and_then(|s| s.termination_grace_period_seconds)
             .map_or(DEFAULT_GRACE, |g| Duration::from_secs(g.max(0) as u64));
+        let status = p.status.as_ref();
+        let statuses = status.into_iter().flat_map(|s| {
+            let all = s.container_statuses.iter().flatten();
+            all.chain(s.init_container_statuses.iter().flatten())
+        });
         NodePod {
             namespace: p.metadata.namespace.clone().unwrap_or_default(),
             name: p.metadata.name.clone().unwrap_or_default(),
-            phase: p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default(),
+            phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
             labels: p.metadata.labels.clone().unwrap_or_default(),
             accelerators,
             grace,
             critical: spec
                 .and_then(|s| s.priority)
                 .is_some_and(|v| v >= CRITICAL_PRIORITY),
+            unhealthy: unhealthy(statuses),
         }
     }
 

@@ -42,7 +42,7 @@ impl Throttled {
         }
     }
 
-    fn warn(&mut self, what: &'static str, e: &dyn std::fmt::Display) {
+    pub(crate) fn warn(&mut self, what: &'static str, e: &dyn std::fmt::Display) {
         if self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
             self.suppressed += 1;
             return;
@@ -52,7 +52,7 @@ impl Throttled {
         self.suppressed = 0;
     }
 
-    fn ok(&mut self, what: &'static str) {
+    pub(crate) fn ok(&mut self, what: &'static str) {
         if self.last.take().is_some() {
             tracing::info!("{what}");
             self.suppressed = 0;

@@ -1,0 +1,158 @@
+//! The kubelet's device health beside NVML's (issue 44, item 4): every `gpu.kubelet_health`
+//! interval the node's pods are listed (the same `list` the idle check makes, one node's pods),
+//! the GPUs the kubelet reports `Unhealthy` to them collected, and every report of the NVML
+//! monitor passed on with those GPUs failed (`policy_kubelet::with_kubelet`). Between the
+//! monitor and everything that reads GPU health: the Node's taint and condition, the DRA device
+//! taint, the `gpu-failed` page, the metrics and the restart policy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::accel::gpu::model::GpuReport;
+use crate::accel::gpu::monitor::Throttled;
+use crate::accel::gpu::policy_kubelet::{with_kubelet, KubeletReport};
+use crate::kube::podresources::gpu_id;
+use crate::kube::pods::{NodePod, PodApi};
+
+/// The GPUs of these pods the kubelet reports `Unhealthy`, sorted: device-plugin GPUs
+/// (`nvidia.com/…` resources whose ids name a whole GPU). A pod that has ended holds nothing.
+pub(crate) fn reports_of(pods: &[NodePod]) -> Vec<KubeletReport> {
+    let mut out: Vec<KubeletReport> = pods
+        .iter()
+        .filter(|p| !p.terminal())
+        .flat_map(|p| {
+            p.unhealthy.iter().filter_map(move |d| {
+                if !d.resource.starts_with("nvidia.com/") {
+                    return None;
+                }
+                Some(KubeletReport {
+                    device: gpu_id(&d.device)?,
+                    pod: p.display(),
+                    container: d.container.clone(),
+                    resource: d.resource.clone(),
+                })
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Pass every report of `nvml` on to `tx` with the kubelet's word folded in, reading the
+/// node's pods every `every` (not while NVML lists no GPU: nothing to match). A failed read
+/// keeps the last word (logged once a minute): an API server that is briefly away neither
+/// fails nor heals a GPU.
+pub async fn follow(
+    mut nvml: watch::Receiver<GpuReport>,
+    tx: watch::Sender<GpuReport>,
+    pods: Arc<dyn PodApi>,
+    node: String,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut said: Vec<KubeletReport> = Vec::new();
+    let mut errors = Throttled::new();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut read = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = nvml.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                // The first GPUs listed (NVML loads after the agent starts): read at once
+                // rather than an interval later.
+                if !read && !nvml.borrow().gpus.is_empty() {
+                    tick.reset_immediately();
+                }
+            }
+            _ = tick.tick() => {
+                if nvml.borrow().gpus.is_empty() {
+                    continue;
+                }
+                read = true;
+                match pods.node_pods(&node).await {
+                    Ok(list) => {
+                        errors.ok("the node's pods are readable again: the kubelet's device health is read");
+                        let next = reports_of(&list);
+                        if next == said {
+                            continue;
+                        }
+                        log_change(&said, &next);
+                        said = next;
+                    }
+                    Err(e) => {
+                        errors.warn("cannot list the node's pods: the kubelet's device health last read stands", &e);
+                        continue;
+                    }
+                }
+            }
+        }
+        let merged = with_kubelet(&nvml.borrow_and_update(), &said);
+        tx.send_replace(merged);
+    }
+}
+
+/// One line for each GPU the kubelet begins or stops calling `Unhealthy`.
+fn log_change(was: &[KubeletReport], now: &[KubeletReport]) {
+    for r in now.iter().filter(|r| !was.contains(r)) {
+        tracing::warn!(gpu = %r.device, pod = %r.pod, container = %r.container,
+            "the kubelet reports GPU {} Unhealthy to pod {}: the GPU is failed while it says so", r.device, r.pod);
+    }
+    for r in was.iter().filter(|r| !now.contains(r)) {
+        tracing::info!(gpu = %r.device, pod = %r.pod,
+            "the kubelet no longer reports GPU {} Unhealthy to pod {}", r.device, r.pod);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    fn pod(name: &str, phase: &str, devices: serde_json::Value) -> NodePod {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"namespace": "ml", "name": name},
+            "status": {"phase": phase, "containerStatuses": [{
+                "name": "main", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                "allocatedResourcesStatus": devices,
+            }]}
+        }))
+        .unwrap();
+        NodePod::from_pod(&p)
+    }
+
+    #[test]
+    fn only_unhealthy_gpus_of_live_pods_are_reported() {
+        let devices = json!([
+            {"name": "nvidia.com/gpu", "resources": [
+                {"resourceID": "GPU-aaaa", "health": "Healthy"},
+                {"resourceID": "GPU-bbbb::2", "health": "Unhealthy"},
+                {"resourceID": "nvidia3", "health": "Unknown"}]},
+            {"name": "google.com/tpu", "resources": [{"resourceID": "0", "health": "Unhealthy"}]},
+            {"name": "claim:gpu/req", "resources": [{"resourceID": "gpu.nvidia.com/n/gpu-1", "health": "Unhealthy"}]},
+        ]);
+        let pods = [
+            pod("trainer-0", "Running", devices.clone()),
+            pod("done", "Succeeded", devices),
+        ];
+        let got = reports_of(&pods);
+        assert_eq!(
+            got,
+            [KubeletReport {
+                device: "GPU-bbbb".into(),
+                pod: "ml/trainer-0".into(),
+                container: "main".into(),
+                resource: "nvidia.com/gpu".into(),
+            }],
+            "a time-slicing replica names its GPU; Healthy, Unknown, TPUs, DRA claims and ended pods are not reports"
+        );
+    }
+}
