@@ -1,10 +1,11 @@
 //! End-to-end, a JobSet restarted its controller's way (issue 44): four `vigil run` processes
 //! (four node names, one Redis), each reading its node's Kubernetes API (the fake API server, one
 //! per node, holding the same pods, Jobs and JobSet), one rank each on a private real
-//! containerd, a shell as PID 1 that ignores SIGTERM. The test plays kubelet for `Never` pods (an
-//! exited container stays exited) and JobSet's controller as its failure policy documents it: a
-//! rank whose container exits non-zero fails its Job (`backoffLimit: 0`), and the JobSet, with
-//! restarts left, deletes every pod and creates the next attempt (`restart-attempt` + 1).
+//! containerd, a shell as PID 1 that ignores SIGTERM. The test plays kubelet (a `Never` pod's
+//! exited container stays exited; an `OnFailure` pod's is restarted in place unless it exited 0),
+//! Job's controller (`backoffLimit: 0`: a failed `Never` pod, or one counted restart of an
+//! `OnFailure` pod, fails the Job) and JobSet's as its failure policy documents it: with restarts
+//! left, it deletes every pod and creates the next attempt (`restart-attempt` + 1).
 //!
 //! What an operator sees: one rank failed by Vigil (the one that stopped first, exit 137), one
 //! JobSet restart, one `restarting` page saying so, the new attempt beating and nobody stopped
@@ -36,6 +37,9 @@ struct Rank {
 
 /// The JobSet as its controller keeps it, shared with the controller's task.
 struct State {
+    /// The pods' `restartPolicy`: `Never`, or `OnFailure` (kubelet restarts an exited container
+    /// in place, and the Job counts the restart against `backoffLimit`).
+    policy: &'static str,
     jobset: String,
     attempt: u32,
     /// `status.restarts` (= `restartsCountTowardsMax`: no rule ignores the max).
@@ -69,10 +73,13 @@ fn publish(ranks: &[Rank], st: &State, failed_rank: Option<usize>) {
         for (i, rank) in ranks.iter().enumerate() {
             let job = format!("{js}-workers-{i}");
             let uid = format!("{job}-uid-{}", st.attempt);
-            let phase = match failed_rank == Some(i) {
+            let failed = failed_rank == Some(i);
+            let phase = match failed && st.policy == "Never" {
                 true => "Failed",
                 false => "Running",
             };
+            // An OnFailure pod's container restarted in place by the kubelet: counted by the Job.
+            let restarts = u32::from(failed && st.policy == "OnFailure");
             let mut labels = json!({
                 "batch.kubernetes.io/controller-uid": uid,
                 "jobset.sigs.k8s.io/jobset-name": js,
@@ -85,8 +92,8 @@ fn publish(ranks: &[Rank], st: &State, failed_rank: Option<usize>) {
                     "labels": labels,
                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "controller": true}]
                 },
-                "spec": {"restartPolicy": "Never", "nodeName": rank.s.node, "containers": [{"name": "main", "image": "busybox"}]},
-                "status": {"phase": phase}
+                "spec": {"restartPolicy": st.policy, "nodeName": rank.s.node, "containers": [{"name": "main", "image": "busybox"}]},
+                "status": {"phase": phase, "containerStatuses": [{"name": "main", "image": "busybox", "imageID": "", "ready": !failed, "restartCount": restarts}]}
             }));
             r.kube.put_object("batch", "jobs", json!({
                 "apiVersion": "batch/v1", "kind": "Job",
@@ -148,9 +155,10 @@ async fn beat_all(ranks: &[Rank], redis: &str, step: &str) {
     }
 }
 
-/// JobSet's controller and kubelet for `Never` pods, every 200 ms: a rank whose container
-/// exited fails its pod and Job; the JobSet restarts (every pod deleted, the next attempt
-/// created) while its restarts last.
+/// JobSet's controller, Job's and kubelet, every 200 ms: a rank whose container exited fails
+/// its pod (`Never`) or is restarted in place by kubelet, which the Job counts (`OnFailure`:
+/// with `backoffLimit: 0` the first restart fails it); its Job fails; the JobSet restarts
+/// (every pod deleted, the next attempt created) while its restarts last.
 fn control(
     kubelet: Kubelet,
     ranks: Arc<Vec<Rank>>,
@@ -168,6 +176,9 @@ fn control(
                 let all = kubelet.containers(pod).await;
                 if let Some(c) = all.iter().find(|c| c.1 == "main" && !c.3) {
                     let (code, _) = kubelet.exit(&c.0).await;
+                    if st.lock().unwrap().policy == "OnFailure" && code != 0 {
+                        kubelet.start_attempt(pod, "main", c.2 + 1).await;
+                    }
                     st.lock()
                         .unwrap()
                         .exited
@@ -195,6 +206,7 @@ fn control(
                 s.restarts += 1;
                 s.attempt += 1;
                 State {
+                    policy: s.policy,
                     jobset: s.jobset.clone(),
                     attempt: s.attempt,
                     restarts: s.restarts,
@@ -212,6 +224,18 @@ fn control(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_jobset_on_containerd_has_one_rank_failed_and_restarts_as_a_whole() {
+    hung_jobset("Never").await;
+}
+
+/// `backoffLimit: 0` with `OnFailure` pods: an in-place restart would fail the Job, so the
+/// same single path — one rank killed (kubelet restarts it, the Job counts it and fails), one
+/// JobSet restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_failure_jobset_with_no_backoff_left_takes_the_same_single_path() {
+    hung_jobset("OnFailure").await;
+}
+
+async fn hung_jobset(policy: &'static str) {
     let redis = shared_redis_url();
     let hook = Receiver::start().await;
     let ctd = Containerd::start();
@@ -228,6 +252,7 @@ async fn a_hung_jobset_on_containerd_has_one_rank_failed_and_restarts_as_a_whole
     }
     let ranks = Arc::new(ranks);
     let mut st = State {
+        policy,
         jobset: unique("train-"),
         attempt: 0,
         restarts: 0,

@@ -264,12 +264,40 @@ pub struct Pod {
     pub commands: HashMap<String, Vec<String>>,
 }
 
+/// What kubelet does once a container of a pod has ended: the pod's `restartPolicy`, and the
+/// container's restart rules (KEP-5307, `restartPolicyRules`: `Restart` on the exit codes
+/// listed, which restarts it in place even in a `Never` pod).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Restarts {
+    /// Restarted whatever its exit (`Always`): the stand-in's default.
+    #[default]
+    Always,
+    /// Restarted unless it exited 0 (`OnFailure`): an exit 0 ends the container for good.
+    OnFailure,
+    /// Not restarted (`Never`: the pod ends Failed, or Succeeded on exit 0), unless a restart
+    /// rule names its exit code.
+    Never { rule_exit_codes: Vec<i32> },
+}
+
+impl Restarts {
+    /// Whether kubelet starts the next attempt of a container that exited with `code`.
+    pub fn restarts(&self, code: i32) -> bool {
+        match self {
+            Restarts::Always => true,
+            Restarts::OnFailure => code != 0,
+            Restarts::Never { rule_exit_codes } => rule_exit_codes.contains(&code),
+        }
+    }
+}
+
 /// Kubelet's part, over the real CRI API.
 #[derive(Clone)]
 pub struct Kubelet {
     client: RuntimeServiceClient<Channel>,
     pods_dir: PathBuf,
     pods: Arc<Mutex<Vec<Pod>>>,
+    /// Each pod's [`Restarts`] by sandbox id ([`Restarts::Always`] where unset).
+    restarts: Arc<Mutex<HashMap<String, Restarts>>>,
 }
 
 impl Kubelet {
@@ -288,7 +316,13 @@ impl Kubelet {
             client: RuntimeServiceClient::new(channel),
             pods_dir: containerd.pods_dir(),
             pods: Arc::default(),
+            restarts: Arc::default(),
         }
+    }
+
+    /// How [`Kubelet::restart_loop`] treats `pod`'s ended containers from now on.
+    pub fn set_restarts(&self, pod: &Pod, r: Restarts) {
+        self.restarts.lock().unwrap().insert(pod.sandbox.clone(), r);
     }
 
     /// A host-network pod with kubelet's labels plus `labels` and `annotations`, and its
@@ -589,8 +623,9 @@ impl Kubelet {
             .expect("StopContainer");
     }
 
-    /// Kubelet's restart loop (restartPolicy Always): every 100 ms, a container of a known pod
-    /// that has no running attempt gets the next one. Runs until `stop`.
+    /// Kubelet's restart loop: every 100 ms, a container of a known pod that has no running
+    /// attempt gets the next one, if its pod's [`Restarts`] restarts its last attempt's exit
+    /// code (`Always` unless [`Kubelet::set_restarts`] said otherwise). Runs until `stop`.
     pub fn restart_loop(&self, stop: CancellationToken) {
         let k = self.clone();
         tokio::spawn(async move {
@@ -601,6 +636,13 @@ impl Kubelet {
                 }
                 let pods = k.pods.lock().unwrap().clone();
                 for pod in pods {
+                    let policy = k
+                        .restarts
+                        .lock()
+                        .unwrap()
+                        .get(&pod.sandbox)
+                        .cloned()
+                        .unwrap_or_default();
                     for name in pod.commands.keys() {
                         // NB: containerd may be down (restarted by the test): try again later,
                         // as kubelet does.
@@ -608,17 +650,38 @@ impl Kubelet {
                             continue;
                         };
                         let mine: Vec<_> = all.iter().filter(|c| &c.1 == name).collect();
-                        let last = mine.iter().map(|c| c.2).max();
-                        if let Some(last) = last {
-                            if !mine.iter().any(|c| c.3) {
-                                // An error (containerd going down) is retried next round.
-                                let _ = k.try_start_attempt(&pod, name, last + 1).await;
-                            }
+                        let Some(last) = mine.iter().max_by_key(|c| c.2) else {
+                            continue;
+                        };
+                        if mine.iter().any(|c| c.3) {
+                            continue;
+                        }
+                        let Ok(code) = k.try_exit(&last.0).await else {
+                            continue;
+                        };
+                        if policy.restarts(code) {
+                            // An error (containerd going down) is retried next round.
+                            let _ = k.try_start_attempt(&pod, name, last.2 + 1).await;
                         }
                     }
                 }
             }
         });
+    }
+
+    /// A container's exit code, or the runtime's error.
+    async fn try_exit(&self, id: &str) -> Result<i32, tonic::Status> {
+        let st = self
+            .client
+            .clone()
+            .container_status(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status;
+        Ok(st.map_or(0, |s| s.exit_code))
     }
 }
 

@@ -256,7 +256,8 @@ impl Remediation {
 ///    container's restart). Within it: in place (`OnFailure`) or replaced (`Never`), by a kill.
 ///    When a stop would fail the Job: one member, if its JobSet's failure policy restarts the
 ///    JobSet on that failure; else refused;
-/// 6. `Always` (or `OnFailure` outside a Job): in place, as always;
+/// 6. `Always` (or `OnFailure` outside a Job): in place, as always (`OnFailure` by a kill: an
+///    exit 0 would not be restarted);
 /// 7. `Never` with no controller that brings it back: refused.
 pub fn remediation(w: &Workload, stops: Stops) -> Remediation {
     let r = by_controllers(w, stops);
@@ -307,14 +308,30 @@ fn by_controllers(w: &Workload, stops: Stops) -> Remediation {
     }
     match (&w.job, w.policy) {
         (Some(job), RestartPolicy::OnFailure | RestartPolicy::Never) => of_job(w, job, stops),
-        (_, RestartPolicy::Always | RestartPolicy::OnFailure) => Remediation::InPlace {
-            kill: false,
-            how: format!("pod {} is restarted in place by the kubelet", w.pod),
-        },
+        (_, RestartPolicy::Always | RestartPolicy::OnFailure) => in_place(w),
         (_, RestartPolicy::Never) => Remediation::Refuse(format!(
             "pod {} has restartPolicy Never and no controller that replaces it: stopping its container would end the pod, not restart it (set runtime.allow_pod_replacement = true to allow it)",
             w.pod
         )),
+    }
+}
+
+/// Row 6: restarted in place by the kubelet. Under `OnFailure` (the pod's, or the container's
+/// own) by a kill: a worker that exits 0 at SIGTERM (a polite trainer's handler) has succeeded
+/// in the kubelet's eyes, and its container would never come back.
+fn in_place(w: &Workload) -> Remediation {
+    if w.container_policy.unwrap_or(w.policy) == RestartPolicy::OnFailure {
+        return Remediation::InPlace {
+            kill: true,
+            how: format!(
+                "container {} of pod {} (restartPolicy OnFailure) is stopped with SIGKILL and restarted in place by the kubelet: an exit 0 at SIGTERM would be a success, never restarted",
+                w.container, w.pod
+            ),
+        };
+    }
+    Remediation::InPlace {
+        kill: false,
+        how: format!("pod {} is restarted in place by the kubelet", w.pod),
     }
 }
 

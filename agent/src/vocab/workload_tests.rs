@@ -70,7 +70,23 @@ fn kind(r: &Remediation) -> &'static str {
 #[test]
 fn plain_pods_are_restarted_in_place_and_never_pods_refused() {
     assert_eq!(kind(&rem(&pod(RestartPolicy::Always))), "in-place");
-    assert_eq!(kind(&rem(&pod(RestartPolicy::OnFailure))), "in-place");
+    // OnFailure by a kill: a worker that exits 0 at SIGTERM would never be restarted.
+    assert_eq!(kind(&rem(&pod(RestartPolicy::OnFailure))), "in-place-kill");
+    let mut own = pod(RestartPolicy::Always);
+    own.container_policy = Some(RestartPolicy::OnFailure);
+    assert_eq!(
+        kind(&rem(&own)),
+        "in-place-kill",
+        "the container's own policy"
+    );
+    assert_eq!(kind(&rem(&pod(RestartPolicy::Always))), "in-place");
+    own.policy = RestartPolicy::OnFailure;
+    own.container_policy = Some(RestartPolicy::Always);
+    assert_eq!(
+        kind(&rem(&own)),
+        "in-place",
+        "Always of its own in an OnFailure pod"
+    );
     let r = rem(&pod(RestartPolicy::Never));
     assert_eq!(kind(&r), "refuse");
     assert!(r.how().contains("restartPolicy Never"), "{}", r.how());
