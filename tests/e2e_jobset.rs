@@ -27,6 +27,8 @@ use serde_json::json;
 
 const RANKS: usize = 4;
 const KILLED: i32 = 137;
+/// The JobSet's `failurePolicy.maxRestarts`.
+const MAX_RESTARTS: u32 = 3;
 
 /// A rank: its node's setup, agent config and API server.
 struct Rank {
@@ -109,7 +111,7 @@ fn publish(ranks: &[Rank], st: &State, failed_rank: Option<usize>) {
         r.kube.put_object("jobset.x-k8s.io", "jobsets", json!({
             "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": js, "namespace": "default", "uid": "js-uid"},
-            "spec": {"failurePolicy": {"maxRestarts": 3}, "replicatedJobs": [{"name": "workers", "replicas": RANKS}]},
+            "spec": {"failurePolicy": {"maxRestarts": MAX_RESTARTS}, "replicatedJobs": [{"name": "workers", "replicas": RANKS}]},
             "status": {"restarts": st.restarts, "restartsCountTowardsMax": st.restarts}
         }));
     }
@@ -191,7 +193,7 @@ fn control(
             {
                 let s = st.lock().unwrap();
                 publish(&ranks, &s, Some(i));
-                if s.restarts >= 3 {
+                if s.restarts >= MAX_RESTARTS {
                     return;
                 }
             }
@@ -224,7 +226,7 @@ fn control(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_jobset_on_containerd_has_one_rank_failed_and_restarts_as_a_whole() {
-    hung_jobset("Never").await;
+    hung_jobset("Never", 0).await;
 }
 
 /// `backoffLimit: 0` with `OnFailure` pods: an in-place restart would fail the Job, so the
@@ -232,10 +234,18 @@ async fn a_hung_jobset_on_containerd_has_one_rank_failed_and_restarts_as_a_whole
 /// JobSet restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_on_failure_jobset_with_no_backoff_left_takes_the_same_single_path() {
-    hung_jobset("OnFailure").await;
+    hung_jobset("OnFailure", 0).await;
 }
 
-async fn hung_jobset(policy: &'static str) {
+/// The JobSet's restarts are spent: failing a member would fail the JobSet. Nothing is stopped;
+/// one `gang-blocked` page says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobset_whose_restarts_are_spent_is_left_alone_with_one_page() {
+    hung_jobset("Never", MAX_RESTARTS).await;
+}
+
+/// A hung four-rank JobSet of `policy` pods that has restarted `restarts` times already.
+async fn hung_jobset(policy: &'static str, restarts: u32) {
     let redis = shared_redis_url();
     let hook = Receiver::start().await;
     let ctd = Containerd::start();
@@ -254,8 +264,8 @@ async fn hung_jobset(policy: &'static str) {
     let mut st = State {
         policy,
         jobset: unique("train-"),
-        attempt: 0,
-        restarts: 0,
+        attempt: restarts,
+        restarts,
         pods: Vec::new(),
         exited: Vec::new(),
     };
@@ -277,6 +287,34 @@ async fn hung_jobset(policy: &'static str) {
             .join("\n----\n")
     };
 
+    if restarts >= MAX_RESTARTS {
+        let blocked = poll(Duration::from_secs(90), || {
+            let n = hook.count("gang-blocked");
+            async move { (n >= 1).then_some(()) }
+        })
+        .await;
+        assert!(blocked.is_some(), "{:?}\n{}", hook.kinds(), logs());
+        // A few more cycles: nothing stopped, no second page.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let s = st.lock().unwrap();
+        assert!(s.exited.is_empty(), "nothing stopped: {:?}", s.exited);
+        assert_eq!(s.restarts, restarts, "no JobSet restart");
+        drop(s);
+        assert_eq!(hook.count("gang-blocked"), 1, "{:?}", hook.kinds());
+        assert_eq!(hook.count("restarting"), 0, "{:?}", hook.kinds());
+        let page = hook
+            .bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|b| b["vigil"]["kind"] == "gang-blocked")
+            .cloned()
+            .unwrap();
+        let text = page["text"].as_str().unwrap_or_default();
+        assert!(text.contains("restarts are spent"), "{text}");
+        controller.abort();
+        return;
+    }
     // The JobSet restarts once; the new attempt's ranks beat.
     let restarted = poll(Duration::from_secs(90), || {
         let st = st.clone();
