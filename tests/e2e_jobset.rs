@@ -25,16 +25,16 @@ use common::real::{
 };
 use serde_json::json;
 
-const RANKS: usize = 4;
-const KILLED: i32 = 137;
+pub(crate) const RANKS: usize = 4;
+pub(crate) const KILLED: i32 = 137;
 /// The JobSet's `failurePolicy.maxRestarts`.
 const MAX_RESTARTS: u32 = 3;
 
 /// A rank: its node's setup, agent config and API server.
-struct Rank {
-    s: Setup,
-    cfg: PathBuf,
-    kube: FakeKube,
+pub(crate) struct Rank {
+    pub(crate) s: Setup,
+    pub(crate) cfg: PathBuf,
+    pub(crate) kube: FakeKube,
 }
 
 /// The JobSet as its controller keeps it, shared with the controller's task.
@@ -52,7 +52,7 @@ struct State {
     exited: Vec<(usize, u32, String, i32)>,
 }
 
-fn config(s: &Setup, ctd: &Containerd, kube: &FakeKube, hook: &str) -> PathBuf {
+pub(crate) fn config(s: &Setup, ctd: &Containerd, kube: &FakeKube, hook: &str) -> PathBuf {
     s.write_config(ConfigParts {
         runtime: &format!(
             "kind = \"cri\"\ncri_socket = \"{}\"\npod_resources_socket = \"\"",
@@ -139,7 +139,7 @@ async fn run_pods(kubelet: &Kubelet, ranks: &[Rank], st: &State) -> Vec<Pod> {
 }
 
 /// Every rank beats `processing`; rank 2 first, the others 200 ms later.
-async fn beat_all(ranks: &[Rank], redis: &str, step: &str) {
+pub(crate) async fn beat_all(ranks: &[Rank], redis: &str, step: &str) {
     for i in [2, 0, 1, 3] {
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(200)).await;
