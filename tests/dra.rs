@@ -214,6 +214,63 @@ async fn a_missing_rule_or_version_is_an_error_naming_it() {
     assert_eq!(bad.status().as_u16(), 422);
 }
 
+/// The fake holds a rule to Kubernetes' own schema of its version (vendored): what Vigil writes
+/// passes it at every version that serves DeviceTaintRule, and the schema refuses what the API
+/// would (a required field missing, a field it does not have, a wrong type).
+#[tokio::test]
+async fn the_rules_vigil_writes_pass_the_apis_own_schema_at_every_version() {
+    let kube = FakeKube::start(NODE).await;
+    kube.put_slice(slice(&["GPU-aaaa"]));
+    let failed = vec!["GPU-aaaa".to_string()];
+    for version in ["v1alpha3", "v1beta2", "v1"] {
+        let api = KubeDeviceTaints::connect(&kube.url, version).await.unwrap();
+        let plan = reconcile(&api, NODE, DRIVER, &failed, false).await;
+        assert_eq!(plan.unwrap().create.len(), 1, "{version}");
+        assert_eq!(kube.taint_rules().len(), 1, "{version}");
+        reconcile(&api, NODE, DRIVER, &[], false).await.unwrap();
+        assert!(kube.taint_rules().is_empty(), "{version}");
+    }
+    let post = |rule: Value| {
+        let url = format!("{}/apis/resource.k8s.io/v1beta2/devicetaintrules", kube.url);
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .json(&rule)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let rule = |taint: Value| {
+        json!({"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+               "metadata": {"name": "x"}, "spec": {"deviceSelector": {"driver": DRIVER}, "taint": taint}})
+    };
+    let (code, body) = post(rule(json!({"effect": "NoSchedule"}))).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("spec.taint.key: Required value"), "{body}");
+    let (code, body) = post(rule(
+        json!({"key": "a/b", "effect": "NoSchedule", "colour": "red"}),
+    ))
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("spec.taint.colour: strict decoding error: unknown field"),
+        "{body}"
+    );
+    let (code, body) = post(rule(json!({"key": "a/b", "effect": 1}))).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("spec.taint.effect: must be of type string"),
+        "{body}"
+    );
+    let mut wrong_version = rule(json!({"key": "a/b", "effect": "NoSchedule"}));
+    wrong_version["apiVersion"] = json!("resource.k8s.io/v1");
+    assert_eq!(post(wrong_version).await.0, 400);
+    let (code, body) = post(rule(json!({"key": "a/b", "effect": "NoSchedule"}))).await;
+    assert_eq!(code, 201, "{body}");
+}
+
 /// The whole path: XID 79 on GPU-bbbb fails it; the running controller taints its device and
 /// not the Node (with `gpu.taint_on_failure` on too: the device taint is instead); a GPU reset
 /// ends the failure and the rule goes.

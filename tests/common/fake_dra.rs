@@ -3,11 +3,15 @@
 //! `spec.driver`) and DeviceTaintRules (listed with a `labelSelector`, created, read, deleted),
 //! served at the versions a cluster serves them (rules at `v1alpha3`, `v1beta2`, `v1`; slices at
 //! `v1beta1`, `v1beta2`, `v1`), as the real server does it:
-//! - a DeviceTaintRule is validated as the API validates it (KEP-5055, `resource/v1beta2`
-//!   `types.go` and its validation): `metadata.name` a DNS subdomain; `spec.deviceSelector`'s
-//!   `driver`, `pool`, `device` strings where set; `spec.taint` required, its `key` a qualified
-//!   name, its `effect` `NoSchedule`, `NoExecute` or `None` (`PreferNoSchedule` is not one):
-//!   422 Invalid naming the field otherwise; a name taken is 409 AlreadyExists; the server sets
+//! - a DeviceTaintRule is validated against the API's own schema for its version, vendored from
+//!   Kubernetes' OpenAPI v3 spec (`tests/fixtures/kubernetes/devicetaintrule-openapi.json`: types,
+//!   required fields, and no field the schema does not name — as the server decodes with
+//!   `fieldValidation=Strict`, so a client that sends a field the API would drop fails here
+//!   rather than silently), its `apiVersion`/`kind` the request's; then as the API's validation
+//!   does what the schema only describes (KEP-5055): `metadata.name` a DNS subdomain;
+//!   `spec.taint.key` a qualified name, its `effect` `NoSchedule`, `NoExecute` or `None`
+//!   (`PreferNoSchedule` is not one); `deviceSelector.all` alone. 422 Invalid (400 for a schema
+//!   error) naming the field; a name taken is 409 AlreadyExists; the server sets
 //!   `spec.taint.timeAdded`, a uid and a resourceVersion;
 //! - a list's items carry no `kind`/`apiVersion`, a missing object is 404 NotFound, and a query
 //!   parameter this fake does not implement is 400, so a change in the client fails loudly.
@@ -19,7 +23,98 @@ pub const VERSIONS: &[&str] = &["v1alpha3", "v1beta2", "v1"];
 /// The versions that serve ResourceSlice (no `v1alpha3` any more: 1.32 moved it to `v1beta1`).
 pub const SLICE_VERSIONS: &[&str] = &["v1beta1", "v1beta2", "v1"];
 
-/// Why the server refuses a DeviceTaintRule: (field, message), for a 422 Invalid.
+/// Kubernetes' OpenAPI v3 schemas of DeviceTaintRule, by version (vendored: see the file's
+/// `source`).
+fn schemas() -> &'static Value {
+    static SCHEMAS: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        serde_json::from_str(include_str!(
+            "../fixtures/kubernetes/devicetaintrule-openapi.json"
+        ))
+        .expect("the vendored DeviceTaintRule schema is JSON")
+    })
+}
+
+/// Where `rule` breaks the schema of DeviceTaintRule at `version`: (field path, message).
+pub fn schema_error(rule: &Value, version: &str) -> Option<(String, String)> {
+    let v = &schemas()["versions"][version];
+    let root = v["root"].as_str()?;
+    let want = format!("resource.k8s.io/{version}");
+    if rule["apiVersion"] != want.as_str() || rule["kind"] != "DeviceTaintRule" {
+        return Some((
+            "apiVersion".into(),
+            format!(
+                "the object is {} {}, not DeviceTaintRule of {want}",
+                rule["apiVersion"], rule["kind"]
+            ),
+        ));
+    }
+    walk(&v["schemas"], &v["schemas"][root], rule, "").err()
+}
+
+/// `value` against `schema` (a `$ref`, an `allOf`, or a typed schema), at `path`.
+fn walk(all: &Value, schema: &Value, value: &Value, path: &str) -> Result<(), (String, String)> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/schemas/");
+        return walk(all, &all[name], value, path);
+    }
+    if let Some(parts) = schema["allOf"].as_array() {
+        return parts.iter().try_for_each(|p| walk(all, p, value, path));
+    }
+    let at = |f: &str| match path {
+        "" => f.to_string(),
+        p => format!("{p}.{f}"),
+    };
+    let wrong = |t: &str| {
+        Err((
+            path.to_string(),
+            format!("must be of type {t}, got {value}"),
+        ))
+    };
+    match schema["type"].as_str() {
+        Some("object") => {
+            let Some(obj) = value.as_object() else {
+                return wrong("object");
+            };
+            for req in schema["required"].as_array().into_iter().flatten() {
+                let f = req.as_str().unwrap_or_default();
+                if !obj.contains_key(f) {
+                    return Err((at(f), "Required value".into()));
+                }
+            }
+            // A schema with no properties (the ObjectMeta stand-in) takes any.
+            let Some(props) = schema["properties"].as_object() else {
+                return Ok(());
+            };
+            for (f, v) in obj {
+                match props.get(f) {
+                    Some(p) => walk(all, p, v, &at(f))?,
+                    None => {
+                        return Err((
+                            at(f),
+                            format!("strict decoding error: unknown field \"{}\"", at(f)),
+                        ))
+                    }
+                }
+            }
+            Ok(())
+        }
+        Some("array") => match value.as_array() {
+            Some(items) => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, v)| walk(all, &schema["items"], v, &format!("{path}[{i}]"))),
+            None => wrong("array"),
+        },
+        Some("string") if !value.is_string() => wrong("string"),
+        Some("boolean") if !value.is_boolean() => wrong("boolean"),
+        Some("integer") if !value.is_i64() && !value.is_u64() => wrong("integer"),
+        _ => Ok(()),
+    }
+}
+
+/// Why the server's validation refuses a DeviceTaintRule the schema takes: (field, message),
+/// for a 422 Invalid.
 pub fn invalid(rule: &Value) -> Option<(String, String)> {
     let name = rule["metadata"]["name"].as_str().unwrap_or_default();
     if !dns_subdomain(name) {
@@ -29,13 +124,15 @@ pub fn invalid(rule: &Value) -> Option<(String, String)> {
         ));
     }
     let sel = &rule["spec"]["deviceSelector"];
-    for f in ["driver", "pool", "device"] {
-        if !(sel[f].is_null() || sel[f].is_string()) {
-            return Some((
-                format!("spec.deviceSelector.{f}"),
-                "must be a string".into(),
-            ));
-        }
+    if sel["all"] == true
+        && ["driver", "pool", "device"]
+            .iter()
+            .any(|f| !sel[*f].is_null())
+    {
+        return Some((
+            "spec.deviceSelector.all".into(),
+            "Invalid value: true: may not be combined with driver, pool or device".into(),
+        ));
     }
     let taint = &rule["spec"]["taint"];
     if !taint.is_object() {

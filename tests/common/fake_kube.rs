@@ -1757,6 +1757,11 @@ async fn create_taint_rule(
         .as_str()
         .unwrap_or_default()
         .to_string();
+    if let Some((field, why)) = fake_dra::schema_error(&rule, &version) {
+        return respond(bad_request(format!(
+            "DeviceTaintRule in version \"{version}\" cannot be handled as a DeviceTaintRule: {field}: {why}"
+        )));
+    }
     if let Some((field, why)) = fake_dra::invalid(&rule) {
         return respond(status(
             StatusCode::UNPROCESSABLE_ENTITY,
