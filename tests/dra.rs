@@ -381,6 +381,21 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_while_it_says_so() {
     })
     .await;
     assert!(healed, "{:?} {:?}", kube.taint_rules(), health());
+
+    // A DRA claim's device (`<driver>/<pool>/<device>`): its GPU found in the node's slices.
+    let mut claim = trainer(NODE, "trainer-1", "", "Unhealthy");
+    claim["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = json!([{
+        "name": "claim:gpus/gpu",
+        "resources": [{"resourceID": format!("{DRIVER}/{NODE}/gpu-0"), "health": "Unhealthy"}]
+    }]);
+    kube.put_pod(claim);
+    let tainted = eventually_every(limit, every, || {
+        let rules = kube.taint_rules();
+        rules.len() == 1 && rules[0]["spec"]["deviceSelector"]["device"] == "gpu-0"
+    })
+    .await;
+    assert!(tainted, "GPU-aaaa's device: {:?}", kube.taint_rules());
+    assert_eq!(health().as_deref(), Some("failed"));
 }
 
 /// Cancels its tokens when dropped: the monitor thread and the controller stop with the test.
@@ -439,10 +454,12 @@ async fn controller_with(
             .await
             .unwrap();
         let (tx, merged) = tokio::sync::watch::channel(GpuReport::default());
+        let slices: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
         tokio::spawn(vigil::accel::gpu::kubelet::follow(
             rx,
             tx,
             Arc::new(pods),
+            Some(slices),
             NODE.into(),
             Duration::from_millis(200),
             cancel.clone(),

@@ -257,7 +257,9 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         &stop,
     );
     let gpu_rx = gpu_monitor(&cfg, agent.health.warnings.clone(), &tracker, &stop);
-    let gpu_rx = kubelet_device_health(&cfg, gpu_rx, pods.clone(), &tracker, &stop);
+    // NB: with `gpu.device_taints`, the ResourceSlices name the GPU of a DRA claim's device.
+    let dra = device_taints(&cfg).await;
+    let gpu_rx = kubelet_device_health(&cfg, gpu_rx, pods.clone(), dra.clone(), &tracker, &stop);
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
     let (node_rx, node_reader) = node_source(&cfg, &a.metrics, &tracker, &stop).await;
@@ -278,7 +280,7 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
     if let Some(api) = node_api(&cfg).await {
         controller = controller.with_node_api(api);
-        if let Some(taints) = device_taints(&cfg).await {
+        if let Some(taints) = dra {
             controller = controller.with_device_taints(taints);
         }
     }
@@ -337,6 +339,7 @@ fn kubelet_device_health(
     cfg: &Config,
     nvml: watch::Receiver<GpuReport>,
     pods: Option<Arc<dyn PodApi>>,
+    slices: Option<Arc<dyn crate::kube::device_taints::DeviceTaintApi>>,
     tracker: &TaskTracker,
     stop: &CancellationToken,
 ) -> watch::Receiver<GpuReport> {
@@ -349,6 +352,7 @@ fn kubelet_device_health(
         nvml,
         tx,
         pods,
+        slices,
         cfg.node_name.clone(),
         every,
         stop.clone(),

@@ -14,22 +14,29 @@ use tokio_util::sync::CancellationToken;
 use crate::accel::gpu::model::GpuReport;
 use crate::accel::gpu::monitor::Throttled;
 use crate::accel::gpu::policy_kubelet::{with_kubelet, KubeletReport};
+use crate::kube::device_taints::DeviceTaintApi;
 use crate::kube::podresources::gpu_id;
-use crate::kube::pods::{NodePod, PodApi};
+use crate::kube::pods::{NodePod, PodApi, PodError};
 
 /// The GPUs of these pods the kubelet reports `Unhealthy`, sorted: device-plugin GPUs
-/// (`nvidia.com/…` resources whose ids name a whole GPU). A pod that has ended holds nothing.
+/// (`nvidia.com/…` resources whose ids name a whole GPU), and the devices of DRA claims
+/// (`claim:<claim>/<request>`, named `<driver>/<pool>/<device>`: [`resolve`] finds their GPU). A
+/// pod that has ended holds nothing.
 pub(crate) fn reports_of(pods: &[NodePod]) -> Vec<KubeletReport> {
     let mut out: Vec<KubeletReport> = pods
         .iter()
         .filter(|p| !p.terminal())
         .flat_map(|p| {
             p.unhealthy.iter().filter_map(move |d| {
-                if !d.resource.starts_with("nvidia.com/") {
+                let device = if d.resource.starts_with("nvidia.com/") {
+                    gpu_id(&d.device)?
+                } else if d.resource.starts_with("claim:") && dra_id(&d.device).is_some() {
+                    d.device.clone()
+                } else {
                     return None;
-                }
+                };
                 Some(KubeletReport {
-                    device: gpu_id(&d.device)?,
+                    device,
                     pod: p.display(),
                     container: d.container.clone(),
                     resource: d.resource.clone(),
@@ -42,6 +49,52 @@ pub(crate) fn reports_of(pods: &[NodePod]) -> Vec<KubeletReport> {
     out
 }
 
+/// A DRA device's id as the kubelet reports it: (driver, pool, device). The driver is a DNS
+/// subdomain and the device a DNS label (no `/` in either); a pool name may hold `/`.
+fn dra_id(id: &str) -> Option<(&str, &str, &str)> {
+    let (driver, rest) = id.split_once('/')?;
+    let (pool, device) = rest.rsplit_once('/')?;
+    (!driver.is_empty() && !pool.is_empty() && !device.is_empty()).then_some((driver, pool, device))
+}
+
+/// The reports with each DRA device replaced by its GPU's UUID, from this node's ResourceSlices
+/// (the device's `uuid` attribute; a MIG device's `parentUUID`: its GPU). Without a client for
+/// the slices (`gpu.device_taints` off), or for a device no slice lists, the report is left out:
+/// never a guessed GPU.
+pub(crate) async fn resolve(
+    reports: Vec<KubeletReport>,
+    slices: Option<&dyn DeviceTaintApi>,
+    node: &str,
+) -> Result<Vec<KubeletReport>, PodError> {
+    let mut out = Vec::with_capacity(reports.len());
+    let mut listed: Vec<(String, Vec<crate::vocab::device_taint::Device>)> = Vec::new();
+    for mut r in reports {
+        if !r.resource.starts_with("claim:") {
+            out.push(r);
+            continue;
+        }
+        let (Some(api), Some((driver, pool, name))) = (slices, dra_id(&r.device)) else {
+            continue;
+        };
+        if !listed.iter().any(|(d, _)| d == driver) {
+            listed.push((driver.to_string(), api.devices(node, driver).await?));
+        }
+        let devices = listed.iter().find(|(d, _)| d == driver).map(|(_, d)| d);
+        let gpu = devices
+            .into_iter()
+            .flatten()
+            .find(|d| d.pool == pool && d.name == name)
+            .and_then(|d| d.parent_uuid.clone().or_else(|| d.uuid.clone()));
+        if let Some(uuid) = gpu {
+            r.device = uuid;
+            out.push(r);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// Pass every report of `nvml` on to `tx` with the kubelet's word folded in, reading the
 /// node's pods every `every` (not while NVML lists no GPU: nothing to match). A failed read
 /// keeps the last word (logged once a minute): an API server that is briefly away neither
@@ -50,6 +103,7 @@ pub async fn follow(
     mut nvml: watch::Receiver<GpuReport>,
     tx: watch::Sender<GpuReport>,
     pods: Arc<dyn PodApi>,
+    slices: Option<Arc<dyn DeviceTaintApi>>,
     node: String,
     every: Duration,
     stop: CancellationToken,
@@ -77,10 +131,13 @@ pub async fn follow(
                     continue;
                 }
                 read = true;
-                match pods.node_pods(&node).await {
-                    Ok(list) => {
+                let heard = match pods.node_pods(&node).await {
+                    Ok(list) => resolve(reports_of(&list), slices.as_deref(), &node).await,
+                    Err(e) => Err(e),
+                };
+                match heard {
+                    Ok(next) => {
                         errors.ok("the node's pods are readable again: the kubelet's device health is read");
-                        let next = reports_of(&list);
                         if next == said {
                             continue;
                         }
@@ -88,7 +145,7 @@ pub async fn follow(
                         said = next;
                     }
                     Err(e) => {
-                        errors.warn("cannot list the node's pods: the kubelet's device health last read stands", &e);
+                        errors.warn("cannot list the node's pods (or its ResourceSlices): the kubelet's device health last read stands", &e);
                         continue;
                     }
                 }
@@ -144,15 +201,25 @@ mod tests {
             pod("done", "Succeeded", devices),
         ];
         let got = reports_of(&pods);
+        let report = |device: &str, resource: &str| KubeletReport {
+            device: device.into(),
+            pod: "ml/trainer-0".into(),
+            container: "main".into(),
+            resource: resource.into(),
+        };
         assert_eq!(
             got,
-            [KubeletReport {
-                device: "GPU-bbbb".into(),
-                pod: "ml/trainer-0".into(),
-                container: "main".into(),
-                resource: "nvidia.com/gpu".into(),
-            }],
-            "a time-slicing replica names its GPU; Healthy, Unknown, TPUs, DRA claims and ended pods are not reports"
+            [
+                report("GPU-bbbb", "nvidia.com/gpu"),
+                report("gpu.nvidia.com/n/gpu-1", "claim:gpu/req"),
+            ],
+            "a time-slicing replica names its GPU, a DRA claim its device; Healthy, Unknown, TPUs and ended pods are not reports"
         );
+        assert_eq!(
+            dra_id("gpu.nvidia.com/pool/a/gpu-1"),
+            Some(("gpu.nvidia.com", "pool/a", "gpu-1")),
+            "a pool name may hold /"
+        );
+        assert_eq!(dra_id("gpu-1"), None);
     }
 }
