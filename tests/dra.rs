@@ -5,7 +5,7 @@
 //! the running Node controller — tainting that device only, never the Node, and untainting it
 //! when the GPU is reset. And the kubelet's word (`allocatedResourcesStatus`,
 //! `vigil::accel::gpu::kubelet`): a GPU the kubelet reports `Unhealthy` to a pod is failed —
-//! its device tainted, the Node showing it — while the kubelet says so.
+//! its device tainted, the Node showing it — until it is reset.
 
 use crate::common;
 
@@ -19,7 +19,7 @@ use common::real::eventually_every;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use vigil::accel::gpu::model::GpuReport;
-use vigil::accel::gpu::monitor::spawn_monitor;
+use vigil::accel::gpu::monitor::{spawn_monitor, spawn_monitor_hearing};
 use vigil::kube::device_taints::{reconcile, DeviceTaintApi, KubeDeviceTaints};
 use vigil::kube::pods::PodError;
 
@@ -330,10 +330,12 @@ async fn without_its_device_a_failed_gpu_keeps_the_node_taint() {
 
 /// A GPU NVML finds healthy but the kubelet reports `Unhealthy` to the pod that holds it (the
 /// device plugin's own health check, read from the node's pods over real HTTP): failed in
-/// Vigil's verdict — its device tainted, the Node's `gpu-health` label `failed` — until the
-/// kubelet reports it healthy again. Another node's pod, an ended pod and a TPU are not heard.
+/// Vigil's verdict — its device tainted, the Node's `gpu-health` label `failed` — and kept
+/// failed once the pod has gone (else its device would be handed out again), until the GPU is
+/// reset. Another node's pod and an ended pod are not heard; a DRA claim's device is matched
+/// through the node's ResourceSlices.
 #[tokio::test]
-async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_while_it_says_so() {
+async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_until_it_is_reset() {
     let kube = FakeKube::start(NODE).await;
     kube.put_slice(slice(&["GPU-aaaa", "GPU-bbbb"]));
     let trainer = |node: &str, name: &str, gpu: &str, health: &str| {
@@ -348,10 +350,13 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_while_it_says_so() {
             }]}
         })
     };
-    // Another node's pod names GPU-aaaa: never this node's word.
+    // Another node's pod, and an ended pod, name GPU-aaaa: never this node's word.
     kube.put_pod(trainer("gpu-2", "elsewhere", "GPU-aaaa", "Unhealthy"));
+    let mut ended = trainer(NODE, "ended", "GPU-aaaa", "Unhealthy");
+    ended["status"]["phase"] = json!("Succeeded");
+    kube.put_pod(ended);
     kube.put_pod(trainer(NODE, "trainer-0", "GPU-bbbb", "Unhealthy"));
-    let (node, _gpu, _running) = controller_with(&kube, true).await;
+    let (node, gpu, _running) = controller_with(&kube, true).await;
     let (limit, every) = (Duration::from_secs(10), Duration::from_millis(20));
     let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1).await;
     assert!(tainted, "{:?}", kube.taint_rules());
@@ -374,8 +379,13 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_while_it_says_so() {
         .iter()
         .any(|(m, p, _)| m == "GET" && p == "/api/v1/pods");
     assert!(listed, "the node's pods were listed");
-    // The kubelet reports it healthy again: no longer failed, the rule gone.
-    kube.put_pod(trainer(NODE, "trainer-0", "GPU-bbbb", "Healthy"));
+    // The pod ends (its status, and the kubelet's word, go with it): the GPU stays failed.
+    kube.remove_pod("ml", "trainer-0");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(kube.taint_rules().len(), 1, "kept after the pod");
+    assert_eq!(health().as_deref(), Some("failed"));
+    // The GPU is reset: the failure ends, the rule goes.
+    gpu.reset_gpu(1);
     let healed = eventually_every(limit, every, || {
         kube.taint_rules().is_empty() && health().as_deref() == Some("healthy")
     })
@@ -414,9 +424,9 @@ async fn controller_on(kube: &FakeKube) -> (common::fleet::Node, FakeGpu, Runnin
     controller_with(kube, false).await
 }
 
-/// As [`controller_on`]; with `kubelet`, the monitor's reports pass through the kubelet's word
+/// As [`controller_on`]; with `kubelet`, the monitor hears the kubelet's word
 /// (`vigil::accel::gpu::kubelet::follow`, listing the fake's pods every 200 ms, at once when NVML
-/// first lists GPUs) on their way to the controller.
+/// first lists GPUs).
 async fn controller_with(
     kube: &FakeKube,
     kubelet: bool,
@@ -439,35 +449,30 @@ async fn controller_with(
     gpu.add_gpu(1, "GPU-bbbb");
     let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
     let stop = CancellationToken::new();
-    let monitor = spawn_monitor(
-        Box::new(gpu.clone()),
-        node.cfg.gpu.clone(),
-        tx,
-        stop.clone(),
-    );
-    monitor.expect("a monitor thread");
-    let api: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
-    let controller = node.controller.take().unwrap().with_device_taints(api);
     let cancel = CancellationToken::new();
-    let rx = if kubelet {
+    let (cfg, probe) = (node.cfg.gpu.clone(), Box::new(gpu.clone()));
+    let monitor = if kubelet {
         let pods = vigil::kube::pods::KubePods::connect(&kube.url)
             .await
             .unwrap();
-        let (tx, merged) = tokio::sync::watch::channel(GpuReport::default());
+        let (heard_tx, heard) = tokio::sync::watch::channel(Vec::new());
         let slices: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
         tokio::spawn(vigil::accel::gpu::kubelet::follow(
-            rx,
-            tx,
+            rx.clone(),
+            heard_tx,
             Arc::new(pods),
             Some(slices),
             NODE.into(),
             Duration::from_millis(200),
             cancel.clone(),
         ));
-        merged
+        spawn_monitor_hearing(probe, cfg, tx, stop.clone(), heard)
     } else {
-        rx
+        spawn_monitor(probe, cfg, tx, stop.clone())
     };
+    monitor.expect("a monitor thread");
+    let api: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
+    let controller = node.controller.take().unwrap().with_device_taints(api);
     let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
     tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));
     (node, gpu, Running(vec![stop, cancel]))

@@ -21,7 +21,8 @@ use common::containerd::{Containerd, Kubelet, Pod};
 use common::e2e::{decisions, ConfigParts, Setup};
 use common::fake_kube::FakeKube;
 use common::real::{
-    beat, explain, poll, shared_redis_url, unique, Receiver, VigilProcess, IGNORES_TERM,
+    beat, explain, poll, shared_redis_url, unique, Receiver, VigilProcess, EXITS_ON_TERM,
+    IGNORES_TERM,
 };
 use serde_json::json;
 
@@ -117,8 +118,14 @@ fn publish(ranks: &[Rank], st: &State, failed_rank: Option<usize>) {
     }
 }
 
-/// The attempt's pods on containerd, one per rank, with JobSet's labels.
+/// The attempt's pods on containerd, one per rank, with JobSet's labels. `OnFailure` ranks exit
+/// 0 at SIGTERM (a polite trainer's handler: to the kubelet, a success never restarted), so that
+/// a stop other than a kill shows; `Never` ranks ignore it.
 async fn run_pods(kubelet: &Kubelet, ranks: &[Rank], st: &State) -> Vec<Pod> {
+    let script = match st.policy {
+        "OnFailure" => EXITS_ON_TERM,
+        _ => IGNORES_TERM,
+    };
     let mut pods = Vec::new();
     let attempt = st.attempt.to_string();
     for (i, r) in ranks.iter().enumerate() {
@@ -131,7 +138,7 @@ async fn run_pods(kubelet: &Kubelet, ranks: &[Rank], st: &State) -> Vec<Pod> {
         let name = format!("{}-workers-{i}-0", st.jobset);
         pods.push(
             kubelet
-                .run_pod(&name, &labels, &[], &[("main", IGNORES_TERM)])
+                .run_pod(&name, &labels, &[], &[("main", script)])
                 .await,
         );
     }
@@ -302,6 +309,12 @@ async fn hung_jobset(policy: &'static str, restarts: u32) {
         drop(s);
         assert_eq!(hook.count("gang-blocked"), 1, "{:?}", hook.kinds());
         assert_eq!(hook.count("restarting"), 0, "{:?}", hook.kinds());
+        let trails: String = ranks
+            .iter()
+            .map(|r| explain(&r.cfg, &r.s.node, &[], &[("REDIS_URL", &redis)]).1)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(decisions(&trails, "restarted"), 0, "{trails}");
         let page = hook
             .bodies
             .lock()

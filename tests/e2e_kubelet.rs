@@ -7,8 +7,9 @@
 //! handler does).
 //!
 //! What an operator sees:
-//! - a `Never` pod whose restart rule restarts exit 137: killed (no grace: a SIGTERM's exit would
-//!   not match the rule) and restarted in place by the rule; one `restarting` page;
+//! - a `Never` pod whose restart rule restarts exit 137: killed (no grace: its worker ends with
+//!   143 at SIGTERM, which the rule does not match) and restarted in place by the rule; one
+//!   `restarting` page;
 //! - an `OnFailure` pod whose worker exits 0 at SIGTERM: killed, not stopped politely (an exit
 //!   0 is a success to the kubelet: the container would never come back); restarted in place;
 //! - a `Never` pod whose rule restarts only exit 42: nothing stopped, a `not-restartable` page
@@ -29,6 +30,11 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 const KILLED: i32 = 137;
+
+/// A worker that ends with 143 at SIGTERM (a trainer's handler that exits with the signal's
+/// code): a restart rule on 137 matches only a kill.
+const EXITS_143_ON_TERM: &str =
+    "trap 'exit 143' TERM; i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done";
 
 fn config(s: &Setup, ctd: &Containerd, kube: &FakeKube, hook: &str) -> PathBuf {
     s.write_config(ConfigParts {
@@ -123,7 +129,7 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
         &kube,
         &s,
         "rule",
-        IGNORES_TERM,
+        EXITS_143_ON_TERM,
         "Never",
         Some(restart_on(&[KILLED])),
         Restarts::Never {

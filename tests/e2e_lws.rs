@@ -29,6 +29,8 @@ struct Group {
     pods: Vec<Pod>,
     /// (rank, generation, exit code) of every container the controller found ended.
     ended: Vec<(usize, u32, i32)>,
+    /// When the first of them ended (CRI's `finished_at`, ns since the epoch).
+    first_finished: Option<i64>,
 }
 
 /// The group's pods on containerd, one per rank, with the LeaderWorkerSet's labels and `size`.
@@ -106,12 +108,18 @@ fn control(
             let mut ended = None;
             for (i, pod) in pods.iter().enumerate() {
                 if let Some(c) = kubelet.containers(pod).await.into_iter().find(|c| !c.3) {
-                    ended = Some((i, kubelet.exit(&c.0).await.0));
+                    ended = Some((i, kubelet.exit(&c.0).await));
                     break;
                 }
             }
-            let Some((i, code)) = ended else { continue };
-            g.lock().unwrap().ended.push((i, generation, code));
+            let Some((i, (code, finished))) = ended else {
+                continue;
+            };
+            {
+                let mut g = g.lock().unwrap();
+                g.ended.push((i, generation, code));
+                g.first_finished.get_or_insert(finished);
+            }
             if generation >= 1 {
                 return;
             }
@@ -154,6 +162,7 @@ async fn a_hung_leaderworkerset_group_has_one_member_stopped_and_is_recreated() 
         generation: 0,
         pods,
         ended: Vec::new(),
+        first_finished: None,
     }));
     let controller = control(kubelet.clone(), ranks.clone(), g.clone());
     beat_all(&ranks, &redis, "100").await;
@@ -188,6 +197,27 @@ async fn a_hung_leaderworkerset_group_has_one_member_stopped_and_is_recreated() 
         logs()
     );
     assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
+    // The stop had its grace: the `restarting` page is sent (and answered) before the stop
+    // begins, and the worker, which ignores SIGTERM, ended only with the SIGKILL at the
+    // grace's end (3 s).
+    let paged = {
+        let bodies = hook.bodies.lock().unwrap();
+        let i = bodies
+            .iter()
+            .position(|b| b["vigil"]["kind"] == "restarting")
+            .unwrap();
+        hook.arrived.lock().unwrap()[i]
+    };
+    let paged_ns = paged
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let finished = g.lock().unwrap().first_finished.unwrap();
+    let waited = Duration::from_nanos((finished - paged_ns).max(0) as u64);
+    assert!(
+        waited >= Duration::from_millis(2_500),
+        "the member ended {waited:?} after the page: SIGTERM and the stop grace first, not a kill"
+    );
     let page = hook
         .bodies
         .lock()

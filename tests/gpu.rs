@@ -430,7 +430,7 @@ async fn start_off_does_nothing() {
         ..cfg()
     };
     let (tx, rx) = watch::channel(GpuReport::default());
-    assert!(start(&cfg, tx, CancellationToken::new(), None)
+    assert!(start(&cfg, tx, CancellationToken::new(), None, None)
         .await
         .is_none());
     assert!(!rx.borrow().monitoring());

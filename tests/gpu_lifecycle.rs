@@ -359,6 +359,7 @@ fn options(host: &Path, warnings: &Warnings) -> StartOptions {
         log_every: Duration::from_secs(600),
         no_gpu_recheck: Duration::from_millis(30),
         warnings: Some(warnings.clone()),
+        kubelet: None,
     }
 }
 

@@ -681,7 +681,10 @@ impl Kubelet {
             .await?
             .into_inner()
             .status;
-        Ok(st.map_or(0, |s| s.exit_code))
+        // NB: no status is no answer, never a success (under OnFailure an exit 0 would hide a
+        // container that is not restarted).
+        st.map(|s| s.exit_code)
+            .ok_or_else(|| tonic::Status::not_found("no container status"))
     }
 }
 

@@ -8,7 +8,6 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::accel::gpu::model::GpuReport;
 use crate::accel::tpu::model::TpuReport;
 use crate::alerts::alertmanager::AlertmanagerSink;
 use crate::alerts::{AlertSink, Fanout, Notifier, WebhookSink};
@@ -34,6 +33,7 @@ use crate::vocab::maintenance::RawMetadata;
 use crate::worker_api::token_review::{CachedReviews, KubeTokenReview};
 use crate::worker_api::{self, WorkerApiState};
 
+mod gpu;
 mod memory;
 mod signals;
 
@@ -256,10 +256,8 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         &tracker,
         &stop,
     );
-    let gpu_rx = gpu_monitor(&cfg, agent.health.warnings.clone(), &tracker, &stop);
-    // NB: with `gpu.device_taints`, the ResourceSlices name the GPU of a DRA claim's device.
-    let dra = device_taints(&cfg).await;
-    let gpu_rx = kubelet_device_health(&cfg, gpu_rx, pods.clone(), dra.clone(), &tracker, &stop);
+    let warnings = agent.health.warnings.clone();
+    let (gpu_rx, dra) = gpu::gpu_health(&cfg, pods.clone(), warnings, &tracker, &stop).await;
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
     let (node_rx, node_reader) = node_source(&cfg, &a.metrics, &tracker, &stop).await;
@@ -315,49 +313,6 @@ fn new_agent(
         Some(rx) => agent.with_reload(rx),
         None => agent,
     }
-}
-
-/// The GPU monitor. NVML calls block: it runs on its own thread and publishes reports.
-fn gpu_monitor(
-    cfg: &Config,
-    warnings: Warnings,
-    tracker: &TaskTracker,
-    stop: &CancellationToken,
-) -> watch::Receiver<GpuReport> {
-    let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
-    let (gpu_cfg, gpu_stop) = (cfg.gpu.clone(), stop.child_token());
-    tracker.spawn(async move {
-        // NB: the monitor's thread is detached: a wedged NVML call must not hold the exit.
-        drop(crate::accel::gpu::start::start(&gpu_cfg, gpu_tx, gpu_stop, Some(warnings)).await);
-    });
-    gpu_rx
-}
-
-/// On Kubernetes (`gpu.kubelet_health_interval` not 0): the GPU reports as everything reads
-/// them, with the GPUs the kubelet reports `Unhealthy` failed (`crate::accel::gpu::kubelet`).
-fn kubelet_device_health(
-    cfg: &Config,
-    nvml: watch::Receiver<GpuReport>,
-    pods: Option<Arc<dyn PodApi>>,
-    slices: Option<Arc<dyn crate::kube::device_taints::DeviceTaintApi>>,
-    tracker: &TaskTracker,
-    stop: &CancellationToken,
-) -> watch::Receiver<GpuReport> {
-    let every = cfg.gpu.kubelet_health_interval;
-    let Some(pods) = pods.filter(|_| !every.is_zero()) else {
-        return nvml;
-    };
-    let (tx, rx) = watch::channel(nvml.borrow().clone());
-    tracker.spawn(crate::accel::gpu::kubelet::follow(
-        nvml,
-        tx,
-        pods,
-        slices,
-        cfg.node_name.clone(),
-        every,
-        stop.clone(),
-    ));
-    rx
 }
 
 /// The loops beside the cycle: the node record's own heartbeat and the drills' export.
@@ -541,27 +496,4 @@ async fn drain(
     }
     tracing::info!("vigil exited cleanly");
     Ok(())
-}
-
-/// With `gpu.device_taints`: the DRA client for a failed GPU's device taint (none, with the
-/// reason logged, when it cannot be made: `gpu.taint_on_failure`'s Node taint then stands in).
-async fn device_taints(
-    cfg: &Config,
-) -> Option<Arc<dyn crate::kube::device_taints::DeviceTaintApi>> {
-    if !cfg.gpu.device_taints {
-        return None;
-    }
-    let g = &cfg.gpu;
-    match crate::kube::device_taints::KubeDeviceTaints::connect(
-        &cfg.kubernetes.api_url,
-        &g.dra_api_version,
-    )
-    .await
-    {
-        Ok(api) => Some(Arc::new(api)),
-        Err(e) => {
-            tracing::error!(error = %e, "gpu.device_taints: no client for resource.k8s.io; failed GPUs are not tainted");
-            None
-        }
-    }
 }

@@ -43,7 +43,7 @@ pub struct GpuConfig {
     pub dra_api_version: String,
     /// On Kubernetes, how often the node's pods are read for the GPUs the kubelet reports
     /// `Unhealthy` to them (`allocatedResourcesStatus`, the device plugin's health check): such
-    /// a GPU is failed in Vigil's verdict while the kubelet says so. `0s` = not read.
+    /// a GPU is failed in Vigil's verdict, as an XID's failure, until it is reset. `0s` = not read.
     #[serde(with = "humantime_serde")]
     pub kubelet_health_interval: Duration,
     /// Where failed GPUs are kept across agent restarts (JSON, with the node's boot id); empty

@@ -347,6 +347,33 @@ fn across_every_shape_a_jobs_pod_is_killed_and_a_failed_job_is_never_left_behind
     }
 }
 
+/// Outside a Job too: wherever the worker container's restart policy (its own, or its pod's) is
+/// `OnFailure`, a restart in place is a kill — an exit 0 at SIGTERM would never be restarted —
+/// and a `Never` container is restarted only by a rule or not at all.
+#[test]
+fn across_every_bare_pod_an_on_failure_container_is_killed() {
+    use RestartPolicy::*;
+    for policy in [Always, OnFailure, Never] {
+        for own in [None, Some(Always), Some(OnFailure), Some(Never)] {
+            let w = Workload {
+                container_policy: own,
+                ..pod(policy)
+            };
+            let r = rem(&w);
+            let effective = own.unwrap_or(policy);
+            if effective == OnFailure && r.restarted_in_place() {
+                assert!(r.kills(), "{w:?}: {r:?}");
+            }
+            if effective == Never {
+                assert_eq!(kind(&r), "refuse", "{w:?}: {r:?}");
+            }
+            if effective == Always {
+                assert!(r.restarted_in_place(), "{w:?}: {r:?}");
+            }
+        }
+    }
+}
+
 /// A gang's decision reserves room in `backoffLimit` for every pod of the Job; each member, as
 /// it carries the decision out, needs room for itself only (the members stopped before it have
 /// already raised the count).

@@ -1,9 +1,10 @@
-//! The kubelet's device health beside NVML's (issue 44, item 4): every `gpu.kubelet_health`
-//! interval the node's pods are listed (the same `list` the idle check makes, one node's pods),
-//! the GPUs the kubelet reports `Unhealthy` to them collected, and every report of the NVML
-//! monitor passed on with those GPUs failed (`policy_kubelet::with_kubelet`). Between the
-//! monitor and everything that reads GPU health: the Node's taint and condition, the DRA device
-//! taint, the `gpu-failed` page, the metrics and the restart policy.
+//! The kubelet's device health beside NVML's (issue 44, item 4): every
+//! `gpu.kubelet_health_interval` the node's pods are listed (the same `list` the idle check
+//! makes, one node's pods) and the GPUs the kubelet reports `Unhealthy` to them published to the
+//! GPU monitor, which fails a GPU newly reported (`policy_kubelet::hear`) and keeps that failure
+//! as an XID's: everything that reads GPU health follows (the Node's taint and condition, the
+//! DRA device taint, the `gpu-failed` page, the metrics, the restart policy). On the executor,
+//! apart from the monitor's thread: a slow API server never holds NVML's reports back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::accel::gpu::model::GpuReport;
 use crate::accel::gpu::monitor::Throttled;
-use crate::accel::gpu::policy_kubelet::{with_kubelet, KubeletReport};
+use crate::accel::gpu::policy_kubelet::KubeletReport;
 use crate::kube::device_taints::DeviceTaintApi;
 use crate::kube::podresources::gpu_id;
 use crate::kube::pods::{NodePod, PodApi, PodError};
@@ -60,12 +61,14 @@ fn dra_id(id: &str) -> Option<(&str, &str, &str)> {
 /// The reports with each DRA device replaced by its GPU's UUID, from this node's ResourceSlices
 /// (the device's `uuid` attribute; a MIG device's `parentUUID`: its GPU). Without a client for
 /// the slices (`gpu.device_taints` off), or for a device no slice lists, the report is left out:
-/// never a guessed GPU.
+/// never a guessed GPU. A driver's slices that cannot be read leave out its devices' reports
+/// only (the error is the caller's to say; the device plugin's reports stand).
 pub(crate) async fn resolve(
     reports: Vec<KubeletReport>,
     slices: Option<&dyn DeviceTaintApi>,
     node: &str,
-) -> Result<Vec<KubeletReport>, PodError> {
+) -> (Vec<KubeletReport>, Option<PodError>) {
+    let mut error = None;
     let mut out = Vec::with_capacity(reports.len());
     let mut listed: Vec<(String, Vec<crate::vocab::device_taint::Device>)> = Vec::new();
     for mut r in reports {
@@ -77,7 +80,14 @@ pub(crate) async fn resolve(
             continue;
         };
         if !listed.iter().any(|(d, _)| d == driver) {
-            listed.push((driver.to_string(), api.devices(node, driver).await?));
+            let devices = match api.devices(node, driver).await {
+                Ok(d) => d,
+                Err(e) => {
+                    error = Some(e);
+                    Vec::new()
+                }
+            };
+            listed.push((driver.to_string(), devices));
         }
         let devices = listed.iter().find(|(d, _)| d == driver).map(|(_, d)| d);
         let gpu = devices
@@ -92,24 +102,24 @@ pub(crate) async fn resolve(
     }
     out.sort();
     out.dedup();
-    Ok(out)
+    (out, error)
 }
 
-/// Pass every report of `nvml` on to `tx` with the kubelet's word folded in, reading the
-/// node's pods every `every` (not while NVML lists no GPU: nothing to match). A failed read
-/// keeps the last word (logged once a minute): an API server that is briefly away neither
-/// fails nor heals a GPU.
+/// Publish on `tx` the GPUs the kubelet reports `Unhealthy` on this node, reading its pods
+/// every `every` (not while NVML lists no GPU: nothing to match; at once when it first lists
+/// some). A failed read keeps the last word (logged once a minute): an API server that is briefly
+/// away neither fails nor heals a GPU.
 pub async fn follow(
     mut nvml: watch::Receiver<GpuReport>,
-    tx: watch::Sender<GpuReport>,
+    tx: watch::Sender<Vec<KubeletReport>>,
     pods: Arc<dyn PodApi>,
     slices: Option<Arc<dyn DeviceTaintApi>>,
     node: String,
     every: Duration,
     stop: CancellationToken,
 ) {
-    let mut said: Vec<KubeletReport> = Vec::new();
     let mut errors = Throttled::new();
+    let mut slice_errors = Throttled::new();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut read = false;
@@ -122,7 +132,7 @@ pub async fn follow(
                 }
                 // The first GPUs listed (NVML loads after the agent starts): read at once
                 // rather than an interval later.
-                if !read && !nvml.borrow().gpus.is_empty() {
+                if !read && !nvml.borrow_and_update().gpus.is_empty() {
                     tick.reset_immediately();
                 }
             }
@@ -131,28 +141,26 @@ pub async fn follow(
                     continue;
                 }
                 read = true;
-                let heard = match pods.node_pods(&node).await {
-                    Ok(list) => resolve(reports_of(&list), slices.as_deref(), &node).await,
-                    Err(e) => Err(e),
-                };
-                match heard {
-                    Ok(next) => {
-                        errors.ok("the node's pods are readable again: the kubelet's device health is read");
-                        if next == said {
-                            continue;
-                        }
-                        log_change(&said, &next);
-                        said = next;
-                    }
+                let list = match pods.node_pods(&node).await {
+                    Ok(list) => list,
                     Err(e) => {
-                        errors.warn("cannot list the node's pods (or its ResourceSlices): the kubelet's device health last read stands", &e);
+                        errors.warn("cannot list the node's pods: the kubelet's device health last read stands", &e);
                         continue;
                     }
+                };
+                errors.ok("the node's pods are readable again: the kubelet's device health is read");
+                let (next, error) = resolve(reports_of(&list), slices.as_deref(), &node).await;
+                match error {
+                    Some(e) => slice_errors.warn("cannot read the node's ResourceSlices: a DRA claim's device the kubelet reports Unhealthy is not matched to its GPU", &e),
+                    None => slice_errors.ok("the node's ResourceSlices are readable again"),
+                }
+                let said = tx.borrow().clone();
+                if next != said {
+                    log_change(&said, &next);
+                    tx.send_replace(next);
                 }
             }
         }
-        let merged = with_kubelet(&nvml.borrow_and_update(), &said);
-        tx.send_replace(merged);
     }
 }
 
@@ -160,7 +168,7 @@ pub async fn follow(
 fn log_change(was: &[KubeletReport], now: &[KubeletReport]) {
     for r in now.iter().filter(|r| !was.contains(r)) {
         tracing::warn!(gpu = %r.device, pod = %r.pod, container = %r.container,
-            "the kubelet reports GPU {} Unhealthy to pod {}: the GPU is failed while it says so", r.device, r.pod);
+            "the kubelet reports GPU {} Unhealthy to pod {}: the GPU is failed until it is reset", r.device, r.pod);
     }
     for r in was.iter().filter(|r| !now.contains(r)) {
         tracing::info!(gpu = %r.device, pod = %r.pod,

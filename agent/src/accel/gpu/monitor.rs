@@ -17,11 +17,15 @@ use crate::accel::gpu::model::{GpuCleared, GpuMonitorState, GpuReport, GpuSample
 use crate::accel::gpu::nvml::GpuProbe;
 use crate::accel::gpu::policy::{rejudge, update};
 use crate::accel::gpu::policy_episode::{ended, new_begun};
+use crate::accel::gpu::policy_kubelet::{hear, new_reports, KubeletReport};
 use crate::accel::gpu::policy_state::{needs_write, snapshot, StateFile};
 use crate::accel::gpu::policy_xid::RECOVERY_ACTION_CHANGED;
 use crate::accel::gpu::state::StateStore;
 use crate::clock::human;
 use crate::config::GpuConfig;
+
+/// The kubelet's reports of the GPUs it calls `Unhealthy` (`crate::accel::gpu::kubelet`).
+pub type Kubelet = watch::Receiver<Vec<KubeletReport>>;
 
 /// Longest single wait for XID events: also how quickly the monitor notices `stop`.
 const XID_WAIT: Duration = Duration::from_secs(1);
@@ -72,7 +76,19 @@ pub fn spawn_monitor(
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
 ) -> std::io::Result<JoinHandle<()>> {
-    spawn_thread(move || run_monitor(probe, &cfg, None, &tx, &stop))
+    spawn_thread(move || run_monitor(probe, &cfg, None, &tx, &stop, None))
+}
+
+/// As [`spawn_monitor`], hearing the kubelet's reports too (`crate::accel::gpu::kubelet`): a
+/// GPU it newly reports `Unhealthy` is failed until it is reset.
+pub fn spawn_monitor_hearing(
+    probe: Box<dyn GpuProbe>,
+    cfg: GpuConfig,
+    tx: watch::Sender<GpuReport>,
+    stop: CancellationToken,
+    kubelet: Kubelet,
+) -> std::io::Result<JoinHandle<()>> {
+    spawn_thread(move || run_monitor(probe, &cfg, None, &tx, &stop, Some(kubelet)))
 }
 
 /// As [`spawn_monitor`], with failed GPUs read from and written to `store`.
@@ -83,7 +99,7 @@ pub fn spawn_monitor_kept(
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
 ) -> std::io::Result<JoinHandle<()>> {
-    spawn_thread(move || run_monitor(probe, &cfg, Some(store), &tx, &stop))
+    spawn_thread(move || run_monitor(probe, &cfg, Some(store), &tx, &stop, None))
 }
 
 /// The monitor's own thread. An error when the OS refuses one (a container at its pids limit).
@@ -174,6 +190,7 @@ pub(crate) fn run_monitor(
     store: Option<StateStore>,
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
+    kubelet: Option<Kubelet>,
 ) {
     let calls = Calls::default();
     std::thread::scope(|scope| {
@@ -183,7 +200,7 @@ pub(crate) fn run_monitor(
         if let Err(e) = &watchdog {
             tracing::warn!(error = %e, "cannot start the NVML watchdog thread; a wedged driver would go unreported");
         }
-        monitor_loop(probe, cfg, store, tx, stop, &calls);
+        monitor_loop(probe, cfg, store, tx, stop, &calls, kubelet);
         calls.lock().done = true;
     });
     tracing::debug!("GPU monitor stopped");
@@ -271,6 +288,8 @@ struct Verdict {
     keeper: Option<Keeper>,
     cleared_seen: u64,
     begun_seen: u64,
+    /// The kubelet's reports as last heard.
+    heard: Vec<KubeletReport>,
 }
 
 impl Verdict {
@@ -312,6 +331,7 @@ fn monitor_loop(
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
     calls: &Calls,
+    mut kubelet: Option<Kubelet>,
 ) {
     let mut v = Verdict::start(store, cfg);
     tx.send_replace(v.report.clone());
@@ -338,6 +358,7 @@ fn monitor_loop(
         if stop.is_cancelled() {
             break;
         }
+        v.listen(kubelet.as_mut(), cfg, tx);
         let wait = next_sample
             .saturating_duration_since(Instant::now())
             .min(XID_WAIT);
@@ -348,8 +369,6 @@ fn monitor_loop(
             Ok(xids) if xids.is_empty() => {}
             Ok(xids) => {
                 xid_errors.ok("XID events readable again");
-                // NB: not a line per event: a storm of one XID is one episode, logged when it
-                // begins and when it ends (`log_episodes`).
                 tracing::debug!(events = xids.len(), "GPU XID events");
                 if xids.iter().any(|x| x.xid == RECOVERY_ACTION_CHANGED) {
                     next_sample = Instant::now();
@@ -380,7 +399,44 @@ impl Verdict {
             begun_seen: 0,
             report,
             keeper,
+            heard: Vec::new(),
         }
+    }
+
+    /// Hear the kubelet's reports when they changed (read between waits, each at most
+    /// `XID_WAIT`: the kubelet's reader runs on the executor, never holding the monitor loop);
+    /// not before the first GPUs are read (a report would match none and be spent).
+    fn listen(
+        &mut self,
+        kubelet: Option<&mut Kubelet>,
+        cfg: &GpuConfig,
+        tx: &watch::Sender<GpuReport>,
+    ) {
+        let listed = !self.report.gpus.is_empty();
+        if let Some(rx) = kubelet.filter(|rx| listed && rx.has_changed().unwrap_or(false)) {
+            let reports = rx.borrow_and_update().clone();
+            self.hear(reports, cfg, tx);
+        }
+    }
+
+    /// The kubelet's reports as they stand now: a GPU one newly names is failed (kept, and
+    /// published at once, as an XID's failure is).
+    fn hear(
+        &mut self,
+        reports: Vec<KubeletReport>,
+        cfg: &GpuConfig,
+        tx: &watch::Sender<GpuReport>,
+    ) {
+        let new = new_reports(&self.heard, &reports);
+        self.heard = reports;
+        if new.is_empty() || !self.report.monitoring() {
+            return;
+        }
+        self.report = hear(&self.report, &new, cfg);
+        if let Some(k) = self.keeper.as_mut() {
+            k.keep(&self.report, clock_ms());
+        }
+        tx.send_replace(self.report.clone());
     }
 }
 
@@ -398,7 +454,7 @@ fn answered(late: Option<Duration>, report: &GpuReport, tx: &watch::Sender<GpuRe
 }
 
 /// One line per XID episode that began (warn) and one per episode that ended (info), however
-/// many events each holds.
+/// many events each holds: never a line per event (a storm of one XID is one episode).
 fn log_episodes(prev: &GpuReport, next: &GpuReport, begun_seen: &mut u64) {
     for b in new_begun(next, begun_seen) {
         tracing::warn!(gpu = %b.gpu, xid = b.xid, "GPU XID episode began: {}", b.detail);

@@ -271,7 +271,7 @@ fn fold_xids(
 }
 
 /// Start or extend `g`'s failure; a new one takes the marks of the latest sample.
-fn add_cause(g: &mut GpuStatus, action: XidAction, cause: String) {
+pub(crate) fn add_cause(g: &mut GpuStatus, action: XidAction, cause: String) {
     let marks = marks_of(&g.sample, ResetMarks::default());
     let f = g.failure.get_or_insert_with(|| Failure {
         marks,

@@ -1,10 +1,14 @@
-//! The kubelet's word on a GPU (pure): a device the kubelet reports `Unhealthy` to a pod that
-//! holds it (KEP-4680, `allocatedResourcesStatus`: the device plugin's own health check) is a
-//! failed GPU in Vigil's verdict — the Node's taint (or the device's, under DRA), the
-//! `gpu-failed` page, `vigil_gpu_health` — beside what NVML says. It is a standing condition,
-//! not a kept failure: it lasts while the kubelet says so, and NVML alone never clears it.
+//! The kubelet's word on a GPU (pure): a device the kubelet newly reports `Unhealthy` to a pod
+//! that holds it (KEP-4680, `allocatedResourcesStatus`: the device plugin's own health check)
+//! fails the GPU in Vigil's verdict as an XID that calls for a reset does — the Node's taint (or
+//! the device's, under DRA), the `gpu-failed` page, `vigil_gpu_health`, no restart on it — and
+//! the failure is kept the same way: across agent restarts (`gpu.state_file`) and until the GPU
+//! shows it was reset (`crate::accel::gpu::policy::reset_evidence`), not merely until the pod
+//! that held it has gone (its status goes with it, and the device would be handed out again).
 
-use crate::accel::gpu::model::{label, selects, GpuHealth, GpuReport};
+use crate::accel::gpu::model::{selects, GpuReport};
+use crate::accel::gpu::policy::{add_cause, rejudge};
+use crate::config::{GpuConfig, XidAction};
 
 /// A device the kubelet reports `Unhealthy` to a container of a pod on this node.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -14,67 +18,61 @@ pub struct KubeletReport {
     /// `namespace/name` of the pod.
     pub pod: String,
     pub container: String,
-    /// The resource (`nvidia.com/gpu`).
+    /// The resource (`nvidia.com/gpu`, or `claim:<claim>/<request>` under DRA).
     pub resource: String,
 }
 
-/// `report` with every GPU the kubelet reports `Unhealthy` failed, saying which pod's status
-/// says so; the node's verdict and reasons follow. A report naming a GPU NVML does not list is
-/// left out (never a guessed GPU).
-pub fn with_kubelet(report: &GpuReport, reports: &[KubeletReport]) -> GpuReport {
-    let mut next = report.clone();
-    if reports.is_empty() {
-        return next;
+/// The reports of `now` that `before` did not have: only a report that appears fails a GPU (one
+/// still standing after the GPU's reset fails it again only once the kubelet reports it anew).
+pub fn new_reports(before: &[KubeletReport], now: &[KubeletReport]) -> Vec<KubeletReport> {
+    now.iter()
+        .filter(|r| !before.contains(r))
+        .cloned()
+        .collect()
+}
+
+/// `report` with each GPU that one of `new` names failed, the cause saying which pod's status
+/// says so. A report naming a GPU NVML does not list is left out (never a guessed GPU).
+pub fn hear(report: &GpuReport, new: &[KubeletReport], cfg: &GpuConfig) -> GpuReport {
+    if new.is_empty() {
+        return report.clone();
     }
+    let mut next = report.clone();
     for g in &mut next.gpus {
-        let holders: Vec<String> = reports
+        let causes: Vec<String> = new
             .iter()
             .filter(|r| selects(g, &r.device))
-            .map(|r| format!("{} (container {}, {})", r.pod, r.container, r.resource))
+            .map(|r| format!(
+                "the kubelet reports it Unhealthy to pod {} (container {}, {}: the device plugin's health check, allocatedResourcesStatus)",
+                r.pod, r.container, r.resource
+            ))
             .collect();
-        if holders.is_empty() {
-            continue;
+        for cause in causes {
+            add_cause(g, XidAction::ResetGpu, cause);
         }
-        g.health = GpuHealth::Failed;
-        g.reasons.push(format!(
-            "{}: the kubelet reports it Unhealthy to pod {} (the device plugin's health check, allocatedResourcesStatus); it stays failed while the kubelet says so",
-            label(g.index, &g.uuid),
-            holders.join(", ")
-        ));
     }
-    next.node = next.gpus.iter().map(|g| g.health).max().unwrap_or_default();
-    next.node_reasons = next
-        .gpus
-        .iter()
-        .flat_map(|g| g.reasons.iter().cloned())
-        .collect();
-    next
+    rejudge(&next, cfg)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accel::gpu::model::{GpuSample, GpuStatus};
+    use crate::accel::gpu::model::{GpuHealth, GpuSample};
+    use crate::accel::gpu::policy::update;
 
-    fn gpu(index: u32, uuid: &str, minor: u32) -> GpuStatus {
-        GpuStatus {
+    fn sample(index: u32, uuid: &str, minor: u32) -> GpuSample {
+        GpuSample {
             index,
             uuid: uuid.into(),
-            sample: GpuSample {
-                index,
-                uuid: uuid.into(),
-                minor_number: Some(minor),
-                ..GpuSample::default()
-            },
-            ..GpuStatus::default()
+            minor_number: Some(minor),
+            energy_mj: Some(1_000),
+            ..GpuSample::default()
         }
     }
 
-    fn report() -> GpuReport {
-        GpuReport {
-            gpus: vec![gpu(0, "GPU-aaaa", 0), gpu(1, "GPU-bbbb", 3)],
-            ..GpuReport::default()
-        }
+    fn report(cfg: &GpuConfig) -> GpuReport {
+        let samples = [sample(0, "GPU-aaaa", 0), sample(1, "GPU-bbbb", 3)];
+        update(&GpuReport::default(), &samples, &[], 0, cfg)
     }
 
     fn said(device: &str) -> KubeletReport {
@@ -88,35 +86,47 @@ mod tests {
 
     #[test]
     fn a_gpu_the_kubelet_calls_unhealthy_is_failed_saying_who_said_it() {
-        let r = with_kubelet(&report(), &[said("GPU-bbbb")]);
+        let cfg = GpuConfig::default();
+        let r = hear(&report(&cfg), &[said("GPU-bbbb")], &cfg);
         assert_eq!(r.gpus[0].health, GpuHealth::Healthy);
         assert_eq!(r.gpus[1].health, GpuHealth::Failed);
         assert_eq!(r.node, GpuHealth::Failed);
         let why = &r.node_reasons[0];
         assert!(
-            why.starts_with("GPU 1 (GPU-bbbb): the kubelet reports it Unhealthy to pod ml/trainer-0 (container main, nvidia.com/gpu)"),
+            why.starts_with("GPU 1 (GPU-bbbb): the kubelet reports it Unhealthy to pod ml/trainer-0 (container main, nvidia.com/gpu"),
             "{why}"
         );
         // GKE's device plugin names a GPU by its device file: the minor number, not the index.
-        let r = with_kubelet(&report(), &[said("nvidia3")]);
+        let r = hear(&report(&cfg), &[said("nvidia3")], &cfg);
         assert_eq!(r.gpus[1].health, GpuHealth::Failed);
         assert_eq!(r.gpus[0].health, GpuHealth::Healthy);
     }
 
     #[test]
-    fn nothing_said_or_a_gpu_nvml_does_not_list_changes_nothing() {
-        assert_eq!(with_kubelet(&report(), &[]), report());
-        assert_eq!(with_kubelet(&report(), &[said("GPU-zzzz")]), report());
+    fn the_failure_outlives_the_pod_and_ends_with_a_reset() {
+        let cfg = GpuConfig::default();
+        let failed = hear(&report(&cfg), &[said("GPU-bbbb")], &cfg);
+        // The pod is gone (nothing more heard), the GPU read again as it was: still failed.
+        let same = [sample(0, "GPU-aaaa", 0), sample(1, "GPU-bbbb", 3)];
+        let later = update(&failed, &same, &[], 1_000, &cfg);
+        assert_eq!(later.gpus[1].health, GpuHealth::Failed);
+        // The driver reloaded (the energy counter restarted): a reset, the failure cleared.
+        let mut reset = same.clone();
+        reset[1].energy_mj = Some(10);
+        let healed = update(&later, &reset, &[], 2_000, &cfg);
+        assert_eq!(healed.gpus[1].health, GpuHealth::Healthy);
+        assert_eq!(healed.cleared.len(), 1, "a cleared failure is said");
     }
 
     #[test]
-    fn nvml_reasons_stay_and_the_worst_verdict_wins() {
-        let mut prev = report();
-        prev.gpus[0].health = GpuHealth::Degraded;
-        prev.gpus[0].reasons = vec!["GPU 0 (GPU-aaaa): a row remap is pending".into()];
-        let r = with_kubelet(&prev, &[said("GPU-aaaa"), said("0")]);
-        assert_eq!(r.gpus[0].health, GpuHealth::Failed);
-        assert_eq!(r.gpus[0].reasons.len(), 2, "{:?}", r.gpus[0].reasons);
-        assert_eq!(r.node, GpuHealth::Failed);
+    fn only_new_reports_count_and_unknown_gpus_change_nothing() {
+        let cfg = GpuConfig::default();
+        let a = [said("GPU-aaaa")];
+        let both = [said("GPU-aaaa"), said("GPU-bbbb")];
+        assert_eq!(new_reports(&a, &both), [said("GPU-bbbb")]);
+        assert!(new_reports(&both, &a).is_empty());
+        assert_eq!(hear(&report(&cfg), &[], &cfg), report(&cfg));
+        let r = hear(&report(&cfg), &[said("GPU-zzzz")], &cfg);
+        assert_eq!(r.node, GpuHealth::Healthy);
     }
 }

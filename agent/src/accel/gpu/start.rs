@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
-use crate::accel::gpu::monitor::{run_monitor, spawn_thread};
+use crate::accel::gpu::monitor::{run_monitor, spawn_thread, Kubelet};
 use crate::accel::gpu::nvml::{gpus_present, GpuError, HostPaths, NvmlLoader, RealNvml};
 use crate::accel::gpu::state::{StateStore, BOOT_ID_PATH};
 use crate::backoff::Backoff;
@@ -48,6 +48,8 @@ pub struct StartOptions {
     pub no_gpu_recheck: Duration,
     /// `/readyz` shows "waiting for the driver" here while it lasts.
     pub warnings: Option<Warnings>,
+    /// The kubelet's reports of `Unhealthy` GPUs, when read (`crate::accel::gpu::kubelet`).
+    pub kubelet: Option<Kubelet>,
 }
 
 impl Default for StartOptions {
@@ -60,6 +62,7 @@ impl Default for StartOptions {
             log_every: Duration::from_secs(10 * 60),
             no_gpu_recheck: Duration::from_secs(5 * 60),
             warnings: None,
+            kubelet: None,
         }
     }
 }
@@ -144,12 +147,14 @@ pub async fn start(
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
     warnings: Option<Warnings>,
+    kubelet: Option<Kubelet>,
 ) -> Option<JoinHandle<()>> {
     let loader = RealNvml {
         library_path: cfg.library_path.clone(),
     };
     let opts = StartOptions {
         warnings,
+        kubelet,
         ..StartOptions::default()
     };
     start_with(cfg, Box::new(loader), opts, tx, stop).await
@@ -189,7 +194,7 @@ pub async fn start_with(
         let store = (!cfg.state_file.is_empty())
             .then(|| StateStore::new(&cfg.state_file, &opts.boot_id_path));
         tracing::info!("GPU monitoring on");
-        run_monitor(probe, &cfg, store, &tx, &stop);
+        run_monitor(probe, &cfg, store, &tx, &stop, opts.kubelet);
     });
     match spawned {
         Ok(thread) => Some(thread),
