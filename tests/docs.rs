@@ -256,6 +256,7 @@ fn every_redis_key_is_documented() {
         k.gang_breaker("G", "<YYYY-MM-DD>"),
         k.gang_alert("G", "<about>", "<kind>"),
         k.gang_checkpoint("G"),
+        k.gang_slow("G"),
     ];
     for key in &keys {
         assert!(

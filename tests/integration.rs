@@ -9,6 +9,7 @@ mod alertmanager;
 mod controllers;
 mod coordination;
 mod dra;
+mod fail_slow;
 mod gang;
 mod gang_checkpoint;
 mod gke;

@@ -71,11 +71,16 @@ pub enum AlertKind {
     /// Page: `policy.max_fruitless_restarts` restarts in a row brought no progress past where
     /// the worker stopped: Vigil stops restarting it.
     Fruitless,
+    /// A gang runs below its usual pace (fail-slow, `gang.pace`): the member it waits for, when
+    /// its evidence says so. Never a restart.
+    Slow,
+    /// A gang's slow episode is over: back at its pace.
+    SlowOver,
 }
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 23] = [
+    pub const ALL: [AlertKind; 25] = [
         AlertKind::Hung,
         AlertKind::Errored,
         AlertKind::Restarting,
@@ -99,6 +104,8 @@ impl AlertKind {
         AlertKind::GangBlocked,
         AlertKind::Straggler,
         AlertKind::Fruitless,
+        AlertKind::Slow,
+        AlertKind::SlowOver,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -126,6 +133,8 @@ impl AlertKind {
             AlertKind::GangBlocked => "gang-blocked",
             AlertKind::Straggler => "straggler",
             AlertKind::Fruitless => "fruitless",
+            AlertKind::Slow => "slow",
+            AlertKind::SlowOver => "slow-over",
         }
     }
 
@@ -140,6 +149,7 @@ impl AlertKind {
                 | AlertKind::TpuFailed
                 | AlertKind::Paused
                 | AlertKind::Exited
+                | AlertKind::Slow
         )
     }
 
@@ -150,7 +160,10 @@ impl AlertKind {
             "page"
         } else if matches!(
             self,
-            AlertKind::Restarting | AlertKind::WouldRestart | AlertKind::Paused
+            AlertKind::Restarting
+                | AlertKind::WouldRestart
+                | AlertKind::Paused
+                | AlertKind::SlowOver
         ) {
             "info"
         } else {

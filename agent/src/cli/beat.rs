@@ -25,6 +25,7 @@ pub(super) async fn command(args: BeatArgs) -> Result<(), CliError> {
         ("progress", args.progress),
         ("checkpoint_ack", args.checkpoint_ack),
         ("checkpoint_step", args.checkpoint_step),
+        ("compute_ms", args.compute_ms),
         ("grace", args.grace),
     ]
     .into_iter()

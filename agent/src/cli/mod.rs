@@ -213,6 +213,15 @@ fn step(s: &str) -> Result<String, String> {
         .map_err(|_| "a checkpoint step is a whole number".to_string())
 }
 
+/// `--compute-ms`: whole milliseconds, at most a day.
+fn compute_ms(s: &str) -> Result<String, String> {
+    crate::hang::model::parse_compute(s)
+        .map(|n| n.to_string())
+        .ok_or_else(|| {
+            "the compute time is whole milliseconds, at most a day (86400000)".to_string()
+        })
+}
+
 /// `--state`: one word.
 fn state_word(s: &str) -> Result<String, String> {
     if crate::hang::model::valid_state(s) {
@@ -317,6 +326,10 @@ pub struct BeatArgs {
     /// restarts help by progress past it.
     #[arg(long, value_name = "STEP", value_parser = step)]
     pub(crate) checkpoint_step: Option<String>,
+    /// How long the last step computed before its collective (whole milliseconds): in a gang
+    /// that slows down, the rank that computes longest is the one the others wait for.
+    #[arg(long, value_name = "MS", value_parser = compute_ms)]
+    pub(crate) compute_ms: Option<String>,
     /// A long operation ahead: the worker may stay silent this long after this beat
     /// (e.g. 20m; honoured up to `policy.max_grace`); 0 ends it.
     #[arg(long, value_name = "DURATION", value_parser = grace_seconds)]

@@ -1,6 +1,8 @@
 //! `[gang]`: what Vigil does when a distributed job's collective (a gang: every rank of one job,
 //! across nodes) stops as a whole — one decision, every rank restarted together — and when one
-//! member stops while the others go on (a straggler).
+//! member stops while the others go on (a straggler), or the whole gang slows down (its pace).
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +50,69 @@ pub struct GangConfig {
     pub breaker_per_day: u32,
     /// A member that stopped while its peers progress: `alert-only` (default) or `restart`.
     pub straggler: StragglerAction,
+    /// `[gang.pace]`: a gang that slows down (fail-slow): found, paged, never restarted.
+    pub pace: PaceConfig,
+}
+
+/// `[gang.pace]`: each gang member's steps per second against the baseline it has shown
+/// (`crate::hang::policy_pace`); a `slow` page when its gang runs below `slow_fraction` of it for
+/// `slow_for`, naming the member its evidence points to. Never a restart. Opt-in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PaceConfig {
+    pub enabled: bool,
+    /// A window closes after this long (and `min_steps` steps): its rate is one sample.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    pub min_steps: u32,
+    /// Windows that teach the baseline before any verdict.
+    pub learn_windows: u32,
+    /// Below this fraction of the baseline a window is slow.
+    pub slow_fraction: f64,
+    /// Slow windows in a row for this long: the gang is slow.
+    #[serde(with = "humantime_serde")]
+    pub slow_for: Duration,
+    /// A container younger than this (compile, warm-up after a restart) teaches nothing.
+    #[serde(with = "humantime_serde")]
+    pub warmup: Duration,
+}
+
+impl Default for PaceConfig {
+    fn default() -> Self {
+        PaceConfig {
+            enabled: false,
+            window: Duration::from_secs(60),
+            min_steps: 20,
+            learn_windows: 10,
+            slow_fraction: 0.85,
+            slow_for: Duration::from_secs(5 * 60),
+            warmup: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+impl PaceConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.slow_fraction > 0.0 && self.slow_fraction < 1.0) {
+            return bad(
+                "gang.pace.slow_fraction",
+                "must be above 0 and below 1 (0.85: slower than 85 % of the baseline)",
+            );
+        }
+        if self.window < Duration::from_secs(1) {
+            return bad("gang.pace.window", "must be at least 1s");
+        }
+        if self.min_steps == 0 || self.learn_windows == 0 {
+            return bad(
+                "gang.pace.min_steps",
+                "gang.pace.min_steps and gang.pace.learn_windows must be at least 1",
+            );
+        }
+        if self.slow_for < self.window {
+            return bad("gang.pace.slow_for", "must be at least gang.pace.window");
+        }
+        Ok(())
+    }
 }
 
 impl Default for GangConfig {
@@ -56,6 +121,7 @@ impl Default for GangConfig {
             action: GangAction::RestartAll,
             breaker_per_day: 2,
             straggler: StragglerAction::AlertOnly,
+            pace: PaceConfig::default(),
         }
     }
 }
@@ -68,7 +134,7 @@ impl GangConfig {
                 "0 is ambiguous: use gang.action = \"alert-only\" to never restart a gang",
             );
         }
-        Ok(())
+        self.pace.validate()
     }
 }
 

@@ -172,6 +172,13 @@ impl Keys {
     pub fn gang_fruitless(&self, gang: &str) -> String {
         self.g(gang, "fruitless")
     }
+    /// The gang's open slow episode (fail-slow, `gang.pace`):
+    /// `<since_ms>:<rate>:<baseline>|<node>/<worker>` (rates in thousandths of a step per second;
+    /// the member paged, or `-`), SET NX by the first member's agent to find the gang slow,
+    /// compare-and-deleted by the first back at its pace.
+    pub fn gang_slow(&self, gang: &str) -> String {
+        self.g(gang, "slow")
+    }
     /// The lock of the gang's decision (random token).
     pub fn gang_lock(&self, gang: &str) -> String {
         self.g(gang, "lock")

@@ -67,6 +67,8 @@ pub struct Agent {
     /// Each watched worker's learned rhythm (`policy.learned`), by worker id; in memory only:
     /// an agent restart learns again, meanwhile the fixed rule judges.
     rhythms: HashMap<String, Rhythm>,
+    /// Each watched gang member's pace (`gang.pace`), by worker id; in memory only.
+    paces: HashMap<String, crate::hang::policy_pace::Pace>,
     /// The node's previous record's time lost has been taken up (`seed_lost`).
     lost_seeded: bool,
     /// Counts what the cycle asks of the coordinator (it is `ctx.coord`): a worker's part of
@@ -144,6 +146,7 @@ impl Agent {
             record: Default::default(),
             cycle: Cycle::default(),
             rhythms: HashMap::new(),
+            paces: HashMap::new(),
             lost_seeded: false,
             tally,
             ctx: Context {
@@ -345,7 +348,9 @@ impl Agent {
     async fn forget_the_gone(&mut self, report: &CycleReport, present: &HashSet<String>) {
         let judged: HashSet<&str> = report.verdicts.iter().map(|(w, _)| w.as_str()).collect();
         self.ctx.metrics.workers.retain(|w| judged.contains(w));
+        self.ctx.metrics.pace.retain(|w| judged.contains(w));
         self.rhythms.retain(|w, _| judged.contains(w.as_str()));
+        self.paces.retain(|w, _| judged.contains(w.as_str()));
         self.ctx
             .notifier
             .retain(self.ctx.keys.node(), present)
@@ -375,6 +380,7 @@ impl Agent {
         };
         let now_mono = crate::accel::clock_ms();
         let evidence = gpu_policy::evidence(&self.gpu, gpus, now_mono, &self.ctx.cfg.gpu);
+        let slow = gpu_policy::slow_signals(&self.gpu, gpus);
         let mut path = RestartPath {
             ctx: &self.ctx,
             journal: &mut self.journal,
@@ -385,6 +391,8 @@ impl Agent {
             deferred: &mut self.cycle.deferred,
             gangs: &mut self.cycle.gangs,
             rhythm: self.rhythms.entry(c.worker.clone()).or_default(),
+            slow_signals: &slow,
+            pace: self.paces.entry(c.worker.clone()).or_default(),
         };
         path.evaluate(c, read).await
     }

@@ -6,7 +6,7 @@
 //! stale or not, its allowed silence), `policy_due` (when a restart is due, a failed one's
 //! backoff), `policy_pipeline` (the restart
 //! pipeline's steps and what follows each: one state machine), `policy_rhythm` (each worker's
-//! learned silence), `policy_lost` (the time an incident lost), `policy_table` (the verdict →
+//! learned silence), `policy_pace` (a gang member's pace: fail-slow), `policy_lost` (the time an incident lost), `policy_table` (the verdict →
 //! action table `vigil policy` prints), `model_gang` and `policy_gang` (a distributed job's
 //! collective: its fleet view, its verdict, one decision for every rank). The node's cycle
 //! (`crate::cycle::agent`) takes the workers from the `roster` and hands each to `restart`
@@ -29,6 +29,7 @@ pub mod policy_gang;
 pub(crate) mod policy_life;
 pub(crate) mod policy_lost;
 pub(crate) mod policy_membership;
+pub(crate) mod policy_pace;
 pub(crate) mod policy_pipeline;
 pub(crate) mod policy_record;
 pub(crate) mod policy_rhythm;

@@ -27,6 +27,10 @@ pub(crate) struct WorkerStatus {
     pub(crate) gang: Option<Gang>,
     /// The step of the worker's last durable checkpoint (its record's `checkpoint_step`).
     pub(crate) checkpoint_step: Option<u64>,
+    /// How long (ms) the worker's last step computed before its collective (its record's
+    /// `compute_ms`): in a slow gang the rank that computes longest is the one the others wait
+    /// for (fail-slow, `crate::hang::policy_pace`).
+    pub(crate) compute: Option<Millis>,
 }
 
 /// A distributed job's collective as a member's record names it: an id unique in the fleet and,
@@ -135,6 +139,7 @@ impl WorkerStatus {
             rank: None,
             gang: None,
             checkpoint_step: None,
+            compute: None,
         }
     }
 
@@ -196,8 +201,15 @@ impl WorkerStatus {
             rank: None,
             gang: gang_of(fields),
             checkpoint_step: checkpoint_step(fields),
+            compute: fields.get(&f("compute_ms")).and_then(|c| parse_compute(c)),
         })
     }
+}
+
+/// A record's `compute_ms`: whole milliseconds, at most a day.
+pub(crate) fn parse_compute(text: &str) -> Option<Millis> {
+    let n: Millis = text.trim().parse().ok()?;
+    (0..=86_400_000).contains(&n).then_some(n)
 }
 
 /// A record's `checkpoint_step`: the step of the worker's last durable checkpoint (the

@@ -95,6 +95,13 @@ pub(crate) struct Member {
     pub(crate) preemption_budget: Option<Millis>,
     #[serde(rename = "bm", default, skip_serializing_if = "Option::is_none")]
     pub(crate) maintenance_budget: Option<Millis>,
+    /// How long its last step computed before the collective (ms, its record's `compute_ms`):
+    /// a slow gang waits for the rank that computes longest (`crate::hang::policy_pace`).
+    #[serde(rename = "cmp", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) compute: Option<Millis>,
+    /// What its node shows that slows a rank down (a GPU clocked down: its throttle reasons).
+    #[serde(rename = "slw", default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) slow: Vec<String>,
 }
 
 impl Member {

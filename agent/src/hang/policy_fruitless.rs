@@ -213,6 +213,7 @@ mod tests {
             rank: None,
             gang: None,
             checkpoint_step,
+            compute: None,
         }
     }
 

@@ -39,6 +39,8 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
         dry_run: false,
         preemption_budget: None,
         maintenance_budget: None,
+        compute: None,
+        slow: Vec::new(),
     }
 }
 

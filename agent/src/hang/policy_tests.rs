@@ -30,6 +30,7 @@ pub(crate) fn rec(state: &str, hb_age: Millis) -> WorkerStatus {
         rank: None,
         gang: None,
         checkpoint_step: None,
+        compute: None,
     }
 }
 

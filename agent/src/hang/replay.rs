@@ -195,6 +195,7 @@ fn status_of(b: &Beat) -> WorkerStatus {
         rank: None,
         gang: None,
         checkpoint_step: None,
+        compute: None,
     }
 }
 

@@ -16,6 +16,7 @@ mod decisions;
 pub(crate) mod gpu;
 mod lost;
 mod node;
+mod pace;
 pub(crate) mod tpu;
 mod worker_api;
 mod workers;
@@ -37,6 +38,7 @@ pub(crate) use node::{
     CheckpointMetrics, DrillFigures, DrillMetrics, KubeMetrics, MaintenanceMetrics, NodeInfoLabels,
     NodeInfoMetrics,
 };
+pub(crate) use pace::PaceMetrics;
 pub(crate) use tpu::TpuMetrics;
 pub(crate) use worker_api::WorkerApiMetrics;
 pub(crate) use workers::{WorkerMetrics, WorkerSample};
@@ -51,6 +53,8 @@ pub struct Metrics {
     pub(crate) cycle: CycleMetrics,
     /// Each watched worker's verdict, heartbeat age and last restart.
     pub(crate) workers: WorkerMetrics,
+    /// Gangs' pace: step rates, baselines, slow episodes.
+    pub(crate) pace: PaceMetrics,
     /// Time lost, by cause, and the time to recovery.
     pub(crate) lost: LostMetrics,
     /// GCE metadata errors, interruptions and the maintenance phase.
@@ -81,6 +85,7 @@ impl Metrics {
         let backends = BackendMetrics::register(&mut registry);
         let cycle = CycleMetrics::register(&mut registry);
         let workers = WorkerMetrics::register(&mut registry);
+        let pace = PaceMetrics::register(&mut registry);
         let lost = LostMetrics::register(&mut registry);
         let maintenance = MaintenanceMetrics::register(&mut registry);
         let node_info = NodeInfoMetrics::register(&mut registry);
@@ -98,6 +103,7 @@ impl Metrics {
             backends,
             cycle,
             workers,
+            pace,
             lost,
             maintenance,
             node_info,
@@ -162,6 +168,8 @@ impl Metrics {
             restarted: Some(0),
             silence: Some(120_000),
         });
+        self.pace
+            .observe("touched", "touched", Some(1.0), Some(1.0));
     }
 
     /// OpenMetrics text.
@@ -268,6 +276,9 @@ mod tests {
             "worker_heartbeat_age_seconds",
             "worker_allowed_silence_seconds",
             "worker_last_restart_timestamp_seconds",
+            "gang_step_rate",
+            "gang_step_rate_baseline",
+            "gang_slow_episodes",
             "lost_seconds",
             "time_to_recovery_seconds",
             "metadata_errors",

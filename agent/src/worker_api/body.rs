@@ -32,6 +32,10 @@ pub(crate) struct StatusBody {
     /// past it (nor past its progress) counts as fruitless.
     #[serde(default)]
     pub(crate) checkpoint_step: Option<String>,
+    /// How long the last step computed before its collective (whole ms): the rank that
+    /// computes longest is the one a slow gang waits for.
+    #[serde(default)]
+    pub(crate) compute_ms: Option<String>,
     /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
     #[serde(default)]
     pub(crate) grace: Option<String>,
@@ -58,7 +62,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
         (
             StatusCode::BAD_REQUEST,
-            format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"checkpoint_step\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
+            format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"checkpoint_step\":..,\"compute_ms\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
         )
     })?;
     let (rank, ranks) = checked_numbers(&parsed)?;
@@ -73,6 +77,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
         (own("progress"), parsed.progress),
         (own("checkpoint_ack"), parsed.checkpoint_ack),
         (own("grace"), parsed.grace.clone()),
+        (own("compute_ms"), parsed.compute_ms.clone()),
     ]
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k, v)))
@@ -80,7 +85,7 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     if fields.is_empty() {
         return Err((
             StatusCode::BAD_REQUEST,
-            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, grace\n"
+            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, compute_ms, grace\n"
                 .to_string(),
         ));
     }
@@ -135,6 +140,16 @@ fn checked_numbers(
     {
         return Err(bad(format!(
             "checkpoint_step must be a whole number (a step); got {:?}",
+            crate::hang::model::bounded(n, 64)
+        )));
+    }
+    if let Some(n) = parsed
+        .compute_ms
+        .as_deref()
+        .filter(|n| crate::hang::model::parse_compute(n).is_none())
+    {
+        return Err(bad(format!(
+            "compute_ms must be whole milliseconds, at most a day; got {:?}",
             crate::hang::model::bounded(n, 64)
         )));
     }

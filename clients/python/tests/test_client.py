@@ -290,6 +290,24 @@ def test_a_saved_step_is_published_and_a_bad_one_refused() -> None:
                 w.saved(bad)  # type: ignore[arg-type]
 
 
+def test_the_compute_time_before_the_collective_goes_with_the_next_beat() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.01) as w:
+        with w.compute():
+            time.sleep(0.05)
+        w.progress(10)
+        assert w.flush()
+        took = int(t.sent()[-1]["compute_ms"])
+        assert 50 <= took < 2_000, took
+        w.compute_took(412)
+        w.progress(11)
+        assert w.flush()
+        assert t.sent()[-1]["compute_ms"] == "412"
+        for bad in (-1, "7", True, 1.5, 86_400_001):
+            with pytest.raises(ValueError):
+                w.compute_took(bad)  # type: ignore[arg-type]
+
+
 def test_a_request_round_trips_through_bytes() -> None:
     r = CheckpointRequest("abc", "preemption", "17", source="record", drill=True)
     assert CheckpointRequest.decode(r.encode()) == r

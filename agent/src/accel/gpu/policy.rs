@@ -467,6 +467,32 @@ pub fn evidence(
     lines
 }
 
+/// Throttle reasons that slow a GPU down (a clock cut by the hardware, heat or a power brake),
+/// as NVML names them (`crate::accel::gpu::nvml`). Not `sw-power-cap`: a GPU at full load sits
+/// at its power cap by design.
+const SLOWDOWNS: [&str; 4] = ["hw-slowdown", "hw-thermal", "sw-thermal", "hw-power-brake"];
+
+/// What slows a worker on these GPUs down now (indices or UUIDs; `None` or `all` = every GPU of
+/// the node): `GPU 0 (GPU-…) hw-slowdown`, one line per GPU clocked down.
+pub fn slow_signals(report: &GpuReport, gpus: Option<&[String]>) -> Vec<String> {
+    let all = all_gpus(gpus);
+    report
+        .gpus
+        .iter()
+        .filter(|g| all || gpus.unwrap_or_default().iter().any(|id| selects(g, id)))
+        .filter_map(|g| {
+            let why: Vec<&str> = g
+                .sample
+                .throttle_reasons
+                .iter()
+                .copied()
+                .filter(|r| SLOWDOWNS.contains(r))
+                .collect();
+            (!why.is_empty()).then(|| format!("{} {}", label(g.index, &g.uuid), why.join(", ")))
+        })
+        .collect()
+}
+
 /// Whether a worker on these GPUs (indices or UUIDs; `None` or `all` = any GPU of the node) sits on
 /// a failed GPU: a restart cannot fix hardware.
 pub fn worker_on_failed_gpu(report: &GpuReport, gpus: Option<&[String]>) -> bool {

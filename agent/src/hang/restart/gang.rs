@@ -86,6 +86,8 @@ impl RestartPath<'_> {
             dry_run: self.ctx.cfg.dry_run,
             preemption_budget: Some(ms(self.ctx.cfg.checkpoint.preemption_budget)),
             maintenance_budget: Some(ms(self.ctx.cfg.checkpoint.maintenance_budget)),
+            compute: s.compute,
+            slow: self.slow_signals.to_vec(),
         };
         let tag = crate::hang::model_gang::tag(&g.id, g.size);
         self.gangs.tags.insert(m.worker.clone(), tag);

@@ -28,6 +28,7 @@ mod before_command;
 mod command;
 mod gang;
 mod gang_decision;
+mod gang_pace;
 mod gang_pages;
 mod incident;
 mod limits;
@@ -217,6 +218,10 @@ pub(crate) struct RestartPath<'a> {
     pub(crate) gangs: &'a mut crate::hang::model_gang::GangCycle,
     /// What this agent has learned of the worker's rhythm (`crate::hang::policy_rhythm`).
     pub(crate) rhythm: &'a mut crate::hang::policy_rhythm::Rhythm,
+    /// What the node shows that slows the worker down (its GPUs' slowdown throttle reasons).
+    pub(crate) slow_signals: &'a [String],
+    /// What this agent has measured of the worker's pace (`crate::hang::policy_pace`).
+    pub(crate) pace: &'a mut crate::hang::policy_pace::Pace,
 }
 
 impl RestartPath<'_> {
@@ -424,6 +429,9 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let own = self.member_entry(case, now).await;
+        if let Some(own) = &own {
+            self.pace(case, own, now).await?;
+        }
         if let (Some(g), false) = (&own_gang(case), effects.contains(&Effect::Gang)) {
             // Its member is fine: the gang alerts this agent sent for it are over.
             self.resolve_gang_alerts(g, Some(case.worker())).await;

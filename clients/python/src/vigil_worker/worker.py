@@ -130,6 +130,7 @@ class Worker:
         self._grace: Optional[str] = None  # None: never used (not sent); "0": cleared
         self._ack: Optional[str] = None
         self._checkpoint_step: Optional[str] = None
+        self._compute_ms: Optional[str] = None
         self._version = 0
         self._delivered = 0
         self._urgent = False
@@ -240,6 +241,31 @@ class Worker:
                 marker = _field(step)
             self._update(progress=marker)
         self._dispatch()
+
+    @contextlib.contextmanager
+    def compute(self) -> Iterator["Worker"]:
+        """Time the step's own work, before its collective (the forward and backward pass,
+        before the gradients' all-reduce): published as the record's ``compute_ms`` with the
+        next beat. In a gang that slows down, the rank that computes longest is the one every
+        other rank waits for; Vigil names it in its ``slow`` page (``gang.pace``).
+
+        ``with w.compute(): loss = step_fn(batch)`` then the collective, then ``w.progress(step)``.
+        Cheap (no I/O here)."""
+        started = time.monotonic()
+        try:
+            yield self
+        finally:
+            took = max(0, round((time.monotonic() - started) * 1000))
+            with self._cond:
+                self._compute_ms = str(min(took, 86_400_000))
+
+    def compute_took(self, ms: int) -> None:
+        """The step's compute time measured elsewhere (a step callback), in whole
+        milliseconds: as :meth:`compute` publishes it."""
+        if isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms <= 86_400_000:
+            raise ValueError(f"invalid compute time {ms!r}: whole milliseconds, at most a day")
+        with self._cond:
+            self._compute_ms = str(ms)
 
     def state(self, state: str) -> None:
         """Publish a state word: ``processing``, ``idle``, ``error``, or any other (``loading``,
@@ -504,6 +530,8 @@ class Worker:
             fields["checkpoint_ack"] = self._ack
         if self._checkpoint_step is not None:
             fields["checkpoint_step"] = self._checkpoint_step
+        if self._compute_ms is not None:
+            fields["compute_ms"] = self._compute_ms
         return fields
 
     def _run(self) -> None:

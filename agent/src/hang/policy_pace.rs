@@ -1,0 +1,225 @@
+//! A gang member's pace (pure; issue 45, fail-slow): its steps per second against the baseline
+//! it has shown, so a job that slows down — every rank beating and progressing, but at a
+//! fraction of its speed, because one GPU clocks down or one host is starved — is found, and
+//! the member that slows it is named when its evidence says so (never a guess).
+//!
+//! What is measured: the worker's own step (`progress` as a step, or `checkpoint_step`) at each
+//! heartbeat, on the heartbeats' clock. A *window* closes once `gang.pace.window` has passed and
+//! the worker got `gang.pace.min_steps` steps further (or ten windows passed: a very slow job); its
+//! rate is steps over seconds. In a synchronous collective every rank runs at the slowest rank's
+//! pace, so each member's agent measures the gang's pace from its own member, with no read of
+//! the others.
+//!
+//! What is never a sample: a window in which the worker announced a grace (a long operation),
+//! left `processing`, was not healthy by its own agent's verdict (suspect, hung, booting...), its
+//! node stood down (maintenance, a checkpoint round, a shutdown), or its container started less
+//! than `gang.pace.warmup` ago (compile, warm-up after a restart); a window with no step at all
+//! (stopped is the hang path's, not slow). Such a window restarts the measure and ends a run of
+//! slow windows.
+//!
+//! The verdict: the first `learn_windows` rates teach the baseline (their mean), later rates at
+//! or above the recovery line move it (a tenth each); a rate below `slow_fraction` × baseline
+//! starts (or continues) a run of slow windows, and a run of `slow_for` is *slow*. Slow ends at a
+//! window at or above the recovery line, halfway between the slow line and the baseline. A slow
+//! rate never teaches the baseline.
+
+use std::collections::HashMap;
+
+use crate::clock::{ms, Millis};
+use crate::config::PaceConfig;
+use crate::hang::model_gang::Member;
+
+/// What this agent has measured of one worker's pace, in this process.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Pace {
+    /// The open window's start: (heartbeat, step).
+    anchor: Option<(Millis, u64)>,
+    /// The last closed window's rate, steps per second.
+    pub(crate) rate: Option<f64>,
+    /// The learned rate, steps per second, and how many windows taught it.
+    pub(crate) baseline: Option<f64>,
+    samples: u32,
+    /// Where the run of slow windows began (the first slow window's start).
+    pub(crate) slow_since: Option<Millis>,
+}
+
+/// Where a worker's pace stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum PaceVerdict {
+    /// Nothing measured yet, or still learning the baseline.
+    Learning,
+    /// At its pace (or slow for less than `slow_for`).
+    Steady,
+    /// Below `slow_fraction` of its baseline for `slow_for`, since `since`.
+    Slow {
+        since: Millis,
+        rate: f64,
+        baseline: f64,
+    },
+    /// Back at or above the recovery line in its last window.
+    Recovered { rate: f64, baseline: f64 },
+}
+
+/// One look at a worker: its step `step` at heartbeat `hb`; `held` when this window must not
+/// count (see the module).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Look {
+    pub(crate) hb: Millis,
+    pub(crate) step: u64,
+    pub(crate) held: bool,
+}
+
+impl Pace {
+    /// Fold one look in (`None`: no heartbeat or no step: nothing to measure).
+    pub(crate) fn observe(&mut self, look: Option<Look>, cfg: &PaceConfig) {
+        let Some(l) = look else {
+            self.anchor = None;
+            return;
+        };
+        let restart = |p: &mut Pace| {
+            p.anchor = Some((l.hb, l.step));
+            p.slow_since = None;
+        };
+        let Some((hb0, step0)) = self.anchor else {
+            restart(self);
+            return;
+        };
+        if l.held || l.step < step0 || l.hb < hb0 {
+            restart(self);
+            return;
+        }
+        let (dt, ds) = (l.hb - hb0, l.step - step0);
+        let window = ms(cfg.window);
+        if dt < window || (ds < u64::from(cfg.min_steps) && dt < 10 * window) {
+            return;
+        }
+        if ds == 0 {
+            // Stopped, not slow: the hang path's.
+            restart(self);
+            return;
+        }
+        let rate = ds as f64 / (dt as f64 / 1000.0);
+        self.anchor = Some((l.hb, l.step));
+        self.rate = Some(rate);
+        self.judge(rate, hb0, cfg);
+    }
+
+    fn judge(&mut self, rate: f64, window_start: Millis, cfg: &PaceConfig) {
+        let Some(base) = self.baseline.filter(|_| self.samples >= cfg.learn_windows) else {
+            let n = f64::from(self.samples);
+            self.baseline = Some((self.baseline.unwrap_or(0.0) * n + rate) / (n + 1.0));
+            self.samples += 1;
+            return;
+        };
+        if rate < cfg.slow_fraction * base {
+            self.slow_since.get_or_insert(window_start);
+            return;
+        }
+        self.slow_since = None;
+        if rate >= recovery_line(cfg.slow_fraction) * base {
+            self.baseline = Some(0.9 * base + 0.1 * rate);
+        }
+    }
+
+    /// The verdict at `now`.
+    pub(crate) fn verdict(&self, now: Millis, cfg: &PaceConfig) -> PaceVerdict {
+        let (Some(rate), Some(baseline)) = (self.rate, self.baseline) else {
+            return PaceVerdict::Learning;
+        };
+        if self.samples < cfg.learn_windows {
+            return PaceVerdict::Learning;
+        }
+        match self.slow_since {
+            Some(since) if now - since >= ms(cfg.slow_for) => PaceVerdict::Slow {
+                since,
+                rate,
+                baseline,
+            },
+            Some(_) => PaceVerdict::Steady,
+            None if rate >= recovery_line(cfg.slow_fraction) * baseline => {
+                PaceVerdict::Recovered { rate, baseline }
+            }
+            None => PaceVerdict::Steady,
+        }
+    }
+}
+
+/// Halfway between the slow line and the baseline: a slow episode ends only well clear of it.
+fn recovery_line(fraction: f64) -> f64 {
+    (1.0 + fraction) / 2.0
+}
+
+/// The member a slow gang waits for, and why — only where its evidence stands out: the rank
+/// that computes longest before each collective (its record's `compute_ms`: the others wait for
+/// it), a node signal of slowness only it shows (a GPU clocked down: throttle reasons), a step
+/// that lags the others'. `None` when nothing stands out: never a guess.
+pub(crate) fn suspect(members: &[Member]) -> Option<(&Member, Vec<String>)> {
+    let mut score: HashMap<String, (u32, Vec<String>)> = HashMap::new();
+    let mut add = |m: &Member, points: u32, why: String| {
+        let e = score.entry(m.id()).or_default();
+        e.0 += points;
+        e.1.push(why);
+    };
+    if let Some((m, why)) = computes_longest(members) {
+        add(m, 2, why);
+    }
+    let signalled: Vec<&Member> = members.iter().filter(|m| !m.slow.is_empty()).collect();
+    if !signalled.is_empty() && signalled.len() * 2 < members.len() {
+        for m in signalled {
+            add(m, 1, format!("its node shows {}", m.slow.join(", ")));
+        }
+    }
+    if let Some((m, why)) = lags(members) {
+        add(m, 1, why);
+    }
+    let best = score.values().map(|(p, _)| *p).max()?;
+    let mut top = score.iter().filter(|(_, (p, _))| *p == best);
+    let (id, (_, why)) = top.next()?;
+    if top.next().is_some() {
+        return None;
+    }
+    let m = members.iter().find(|m| &m.id() == id)?;
+    Some((m, why.clone()))
+}
+
+/// The member whose compute time before the collective is at least a fifth (and 20 ms) above
+/// the others' median.
+fn computes_longest(members: &[Member]) -> Option<(&Member, String)> {
+    let mut timed: Vec<(&Member, Millis)> = members
+        .iter()
+        .filter_map(|m| m.compute.map(|c| (m, c)))
+        .collect();
+    if timed.len() < 2 {
+        return None;
+    }
+    timed.sort_by_key(|(_, c)| *c);
+    let (m, top) = timed.pop()?;
+    let median = timed[timed.len() / 2].1;
+    (top * 5 >= median * 6 && top - median >= 20).then(|| {
+        (
+            m,
+            format!(
+                "it computes {top} ms before each collective, the others {median} ms (median): they wait for it"
+            ),
+        )
+    })
+}
+
+/// The member whose step lags every other's by at least 2 (a job that is not lock-step).
+fn lags(members: &[Member]) -> Option<(&Member, String)> {
+    let mut stepped: Vec<(&Member, u64)> = members
+        .iter()
+        .filter_map(|m| m.step.map(|s| (m, s)))
+        .collect();
+    if stepped.len() < 2 {
+        return None;
+    }
+    stepped.sort_by_key(|(_, s)| *s);
+    let (m, low) = stepped[0];
+    let next = stepped[1].1;
+    (next >= low + 2).then(|| (m, format!("its step {low} lags the others' (from {next})")))
+}
+
+#[cfg(test)]
+#[path = "policy_pace_tests.rs"]
+mod tests;

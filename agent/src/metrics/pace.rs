@@ -1,0 +1,104 @@
+//! Gangs' pace (fail-slow, `gang.pace`): each watched gang member's step rate and the baseline
+//! this agent learned of it (one series per member of this node, removed with the worker), and
+//! the slow episodes this agent opened.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// One member of a gang on this node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PaceLabels {
+    pub(crate) gang: String,
+    pub(crate) worker: String,
+}
+
+#[derive(Default)]
+pub(crate) struct PaceMetrics {
+    rate: Family<PaceLabels, F64Gauge>,
+    baseline: Family<PaceLabels, F64Gauge>,
+    episodes: Counter,
+    /// Worker → the gang its series are labelled with.
+    exported: Mutex<BTreeMap<String, String>>,
+}
+
+impl PaceMetrics {
+    pub(crate) fn register(reg: &mut Registry) -> Self {
+        let m = PaceMetrics::default();
+        reg.register(
+            "gang_step_rate",
+            "Steps per second of each watched gang member in its last measured window (gang.pace); one series per member of this node",
+            m.rate.clone(),
+        );
+        reg.register(
+            "gang_step_rate_baseline",
+            "The step rate this agent learned of each watched gang member (gang.pace): a slow episode is a rate below gang.pace.slow_fraction of it for gang.pace.slow_for",
+            m.baseline.clone(),
+        );
+        reg.register(
+            "gang_slow_episodes",
+            "Slow episodes of a gang this agent opened (the first member's agent to find its gang slow)",
+            m.episodes.clone(),
+        );
+        m
+    }
+
+    /// Export `worker`'s pace in `gang` (a series appears once it is measured).
+    pub(crate) fn observe(
+        &self,
+        worker: &str,
+        gang: &str,
+        rate: Option<f64>,
+        baseline: Option<f64>,
+    ) {
+        let id = PaceLabels {
+            gang: gang.to_string(),
+            worker: worker.to_string(),
+        };
+        let mut all = self.exported.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = all.get(worker).filter(|g| *g != gang) {
+            let old = PaceLabels {
+                gang: old.clone(),
+                worker: worker.to_string(),
+            };
+            self.rate.remove(&old);
+            self.baseline.remove(&old);
+        }
+        if let Some(r) = rate {
+            self.rate.get_or_create(&id).set(r);
+            all.insert(worker.to_string(), gang.to_string());
+        }
+        if let Some(b) = baseline {
+            self.baseline.get_or_create(&id).set(b);
+        }
+    }
+
+    /// A slow episode opened here.
+    pub(crate) fn episode(&self) {
+        self.episodes.inc();
+    }
+
+    /// Keep only the series of the workers `watched` says this node watches now.
+    pub(crate) fn retain(&self, watched: impl Fn(&str) -> bool) {
+        let mut all = self.exported.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|worker, gang| {
+            if watched(worker) {
+                return true;
+            }
+            let id = PaceLabels {
+                gang: gang.clone(),
+                worker: worker.clone(),
+            };
+            self.rate.remove(&id);
+            self.baseline.remove(&id);
+            false
+        });
+    }
+}

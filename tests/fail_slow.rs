@@ -1,0 +1,169 @@
+//! Fail-slow (issue 45, `gang.pace`): a four-rank gang on four agents (one Redis-like
+//! coordinator, a fake clock, no sleeps) learns its pace, then slows by a third because one rank
+//! computes longer before each collective: one `slow` page, placed at that rank and naming its
+//! evidence, opened once for the gang; nothing restarted; then back at its pace, one
+//! `slow-over`. And a healthy gang whose pace wobbles (a data-loader stall now and then, an
+//! announced evaluation at half speed) never pages `slow`.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::fleet::Fleet;
+use vigil::alerts::AlertKind;
+use vigil::clock::Millis;
+
+const POLL: Duration = Duration::from_secs(5);
+const GANG: &str = "ml/llama-70b";
+const RANKS: usize = 4;
+
+/// The gang's ranks, their step (as a float: fractions of a step per poll) and compute times.
+struct Gang {
+    fleet: Fleet,
+    step: f64,
+}
+
+impl Gang {
+    fn new(pace: bool) -> Gang {
+        let fleet = Fleet::builder()
+            .nodes(RANKS)
+            .poll(POLL)
+            .config(move |_, c| {
+                c.gang.pace.enabled = pace;
+            })
+            .build();
+        for (i, node) in fleet.nodes.iter().enumerate() {
+            node.runtime.add(&format!("c{i}"), &format!("rank-{i}"));
+        }
+        Gang { fleet, step: 0.0 }
+    }
+
+    /// `secs` seconds at `rate` steps per second, every rank beating each poll with its compute
+    /// time (`compute(i)`), `grace` announced when given.
+    async fn run(&mut self, rate: f64, secs: u64, compute: impl Fn(usize) -> u64, grace: bool) {
+        let ticks = secs / POLL.as_secs();
+        for _ in 0..ticks {
+            self.step += rate * POLL.as_secs_f64();
+            let step = format!("step-{}", self.step as u64);
+            let now: Millis = self.fleet.now();
+            for i in 0..RANKS {
+                let ms = compute(i).to_string();
+                let mut fields = vec![
+                    ("gang", GANG),
+                    ("gang_size", "4"),
+                    ("progress", step.as_str()),
+                    ("compute_ms", ms.as_str()),
+                ];
+                if grace {
+                    fields.push(("grace", "600"));
+                }
+                self.fleet
+                    .write(i, &format!("rank-{i}"), "processing", now, &fields)
+                    .await;
+            }
+            for report in self.fleet.tick().await {
+                assert_eq!(report.coordinator_error, None);
+            }
+        }
+    }
+
+    fn pages(&self, kind: AlertKind) -> Vec<vigil::alerts::Alert> {
+        self.fleet.sink.of(kind)
+    }
+
+    fn restarts(&self) -> usize {
+        (0..RANKS)
+            .map(|i| self.fleet.nodes[i].runtime.restarts(&format!("c{i}")))
+            .sum()
+    }
+}
+
+#[tokio::test]
+async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted() {
+    let mut g = Gang::new(true);
+    let even = |_: usize| 300;
+    // Learning (ten windows), then steady.
+    g.run(1.0, 20 * 60, even, false).await;
+    assert!(g.pages(AlertKind::Slow).is_empty());
+    // Rank 2 computes 450 ms where the others take 300: the gang slows to 0.7 steps/s.
+    let slow = |i: usize| if i == 2 { 450 } else { 300 };
+    g.run(0.7, 4 * 60, slow, false).await;
+    assert!(g.pages(AlertKind::Slow).is_empty(), "not before slow_for");
+    g.run(0.7, 4 * 60, slow, false).await;
+    let pages = g.pages(AlertKind::Slow);
+    assert_eq!(
+        pages.len(),
+        1,
+        "one page for the gang: {:?}",
+        g.fleet.sink.kinds()
+    );
+    let p = &pages[0];
+    assert_eq!(p.gang.as_deref(), Some(GANG));
+    assert_eq!(
+        p.worker.as_deref(),
+        Some("rank-2"),
+        "placed at the rank it waits for"
+    );
+    assert_eq!(p.node, "gpu-2");
+    for what in [
+        "0.70 steps/s",
+        "1.00 steps/s",
+        "computes 450 ms",
+        "others 300 ms",
+        "does not restart",
+    ] {
+        assert!(p.detail.contains(what), "{what}: {}", p.detail);
+    }
+    // Slow for an hour: still one page, nothing restarted, no hang.
+    g.run(0.7, 60 * 60, slow, false).await;
+    assert_eq!(g.pages(AlertKind::Slow).len(), 1);
+    assert_eq!(g.restarts(), 0, "never a restart for slowness");
+    assert!(g.pages(AlertKind::Hung).is_empty());
+    // Back at its pace: the episode ends, said once.
+    g.run(1.0, 3 * 60, even, false).await;
+    let over = g.pages(AlertKind::SlowOver);
+    assert_eq!(over.len(), 1, "{:?}", g.fleet.sink.kinds());
+    assert!(
+        over[0].detail.contains("back at its pace"),
+        "{}",
+        over[0].detail
+    );
+    assert_eq!(over[0].worker.as_deref(), Some("rank-2"));
+    let key = g.fleet.nodes[0].keys.gang_slow(GANG);
+    assert_eq!(g.fleet.get(&key).await, None, "the episode is closed");
+    // Slow again later: a new episode, a new page.
+    g.run(0.7, 8 * 60, slow, false).await;
+    assert_eq!(g.pages(AlertKind::Slow).len(), 2);
+}
+
+#[tokio::test]
+async fn a_healthy_gang_whose_pace_wobbles_is_never_slow() {
+    let mut g = Gang::new(true);
+    let even = |_: usize| 300;
+    g.run(2.0, 20 * 60, even, false).await;
+    for _ in 0..10 {
+        // A data-loader stall of half a minute, then a minute and a half at pace.
+        g.run(0.0, 30, even, false).await;
+        g.run(2.0, 90, even, false).await;
+    }
+    // An announced evaluation, at half speed for twenty minutes.
+    g.run(1.0, 20 * 60, even, true).await;
+    g.run(2.0, 10 * 60, even, false).await;
+    assert!(
+        g.pages(AlertKind::Slow).is_empty(),
+        "{:?}",
+        g.pages(AlertKind::Slow).first().map(|p| p.detail.clone())
+    );
+    assert_eq!(g.restarts(), 0);
+}
+
+#[tokio::test]
+async fn without_gang_pace_nothing_is_measured() {
+    // The default is off.
+    assert!(!vigil::config::Config::default().gang.pace.enabled);
+    let mut g = Gang::new(false);
+    g.run(1.0, 20 * 60, |_| 300, false).await;
+    g.run(0.5, 20 * 60, |i| if i == 2 { 600 } else { 300 }, false)
+        .await;
+    assert!(g.pages(AlertKind::Slow).is_empty());
+}
