@@ -40,20 +40,28 @@ impl Gang {
 
     /// `secs` seconds at `rate` steps per second, every rank beating each poll with its compute
     /// time (`compute(i)`), `grace` announced when given.
-    async fn run(&mut self, rate: f64, secs: u64, compute: impl Fn(usize) -> u64, grace: bool) {
+    async fn run(
+        &mut self,
+        rate: f64,
+        secs: u64,
+        compute: impl Fn(usize) -> Option<u64>,
+        grace: bool,
+    ) {
         let ticks = secs / POLL.as_secs();
         for _ in 0..ticks {
             self.step += rate * POLL.as_secs_f64();
             let step = format!("step-{}", self.step as u64);
             let now: Millis = self.fleet.now();
             for i in 0..RANKS {
-                let ms = compute(i).to_string();
+                let ms = compute(i).map(|c| c.to_string());
                 let mut fields = vec![
                     ("gang", GANG),
                     ("gang_size", "4"),
                     ("progress", step.as_str()),
-                    ("compute_ms", ms.as_str()),
                 ];
+                if let Some(ms) = &ms {
+                    fields.push(("compute_ms", ms.as_str()));
+                }
                 if grace {
                     fields.push(("grace", "600"));
                 }
@@ -71,6 +79,16 @@ impl Gang {
         self.fleet.sink.of(kind)
     }
 
+    /// A series of node `i`'s scrape (0 when absent).
+    fn metric(&self, i: usize, series: &str) -> f64 {
+        self.fleet.nodes[i]
+            .metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
     fn restarts(&self) -> usize {
         (0..RANKS)
             .map(|i| self.fleet.nodes[i].runtime.restarts(&format!("c{i}")))
@@ -81,12 +99,12 @@ impl Gang {
 #[tokio::test]
 async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted() {
     let mut g = Gang::new(true);
-    let even = |_: usize| 300;
+    let even = |_: usize| Some(300);
     // Learning (ten windows), then steady.
     g.run(1.0, 20 * 60, even, false).await;
     assert!(g.pages(AlertKind::Slow).is_empty());
     // Rank 2 computes 450 ms where the others take 300: the gang slows to 0.7 steps/s.
-    let slow = |i: usize| if i == 2 { 450 } else { 300 };
+    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
     g.run(0.7, 4 * 60, slow, false).await;
     assert!(g.pages(AlertKind::Slow).is_empty(), "not before slow_for");
     g.run(0.7, 4 * 60, slow, false).await;
@@ -118,6 +136,22 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
     g.run(0.7, 60 * 60, slow, false).await;
     assert_eq!(g.pages(AlertKind::Slow).len(), 1);
     assert_eq!(g.restarts(), 0, "never a restart for slowness");
+    // Each member lost its deficit: 30 % of the slow run (about 68 min): ~20 min apiece.
+    let lost = g.metric(1, "vigil_lost_seconds_total{cause=\"slow\"}");
+    assert!((1_000.0..1_500.0).contains(&lost), "{lost}");
+    let rate = g.metric(
+        1,
+        "vigil_gang_step_rate{gang=\"ml/llama-70b\",worker=\"rank-1\"}",
+    );
+    assert!((0.65..0.75).contains(&rate), "{rate}");
+    assert_eq!(
+        g.metric(0, "vigil_gang_slow_episodes_total")
+            + g.metric(1, "vigil_gang_slow_episodes_total")
+            + g.metric(2, "vigil_gang_slow_episodes_total")
+            + g.metric(3, "vigil_gang_slow_episodes_total"),
+        1.0,
+        "one opener"
+    );
     assert!(g.pages(AlertKind::Hung).is_empty());
     // Back at its pace: the episode ends, said once.
     g.run(1.0, 3 * 60, even, false).await;
@@ -130,7 +164,18 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
     );
     assert_eq!(over[0].worker.as_deref(), Some("rank-2"));
     let key = g.fleet.nodes[0].keys.gang_slow(GANG);
-    assert_eq!(g.fleet.get(&key).await, None, "the episode is closed");
+    assert_eq!(
+        g.fleet.get(&key).await.as_deref(),
+        Some("over"),
+        "the episode is closed, quiet for slow_for"
+    );
+    let resolved = g.fleet.sink.resolved();
+    assert!(
+        resolved
+            .iter()
+            .any(|(w, r)| w == "rank-2" && *r == vigil::alerts::Resolve::Episode(AlertKind::Slow)),
+        "the slow alert is resolved by the agent that sent it: {resolved:?}"
+    );
     // Slow again later: a new episode, a new page.
     g.run(0.7, 8 * 60, slow, false).await;
     assert_eq!(g.pages(AlertKind::Slow).len(), 2);
@@ -139,7 +184,7 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
 #[tokio::test]
 async fn a_healthy_gang_whose_pace_wobbles_is_never_slow() {
     let mut g = Gang::new(true);
-    let even = |_: usize| 300;
+    let even = |_: usize| Some(300);
     g.run(2.0, 20 * 60, even, false).await;
     for _ in 0..10 {
         // A data-loader stall of half a minute, then a minute and a half at pace.
@@ -162,8 +207,53 @@ async fn without_gang_pace_nothing_is_measured() {
     // The default is off.
     assert!(!vigil::config::Config::default().gang.pace.enabled);
     let mut g = Gang::new(false);
-    g.run(1.0, 20 * 60, |_| 300, false).await;
-    g.run(0.5, 20 * 60, |i| if i == 2 { 600 } else { 300 }, false)
-        .await;
+    g.run(1.0, 20 * 60, |_| Some(300), false).await;
+    g.run(
+        0.5,
+        20 * 60,
+        |i| Some(if i == 2 { 600 } else { 300 }),
+        false,
+    )
+    .await;
     assert!(g.pages(AlertKind::Slow).is_empty());
+}
+
+/// No rank publishes its compute time, but rank 2's node shows its GPU clocked down by the
+/// hardware (NVML's `hw-slowdown`): the page names rank 2 by that, and says so.
+#[tokio::test]
+async fn a_gpu_clocked_down_on_one_node_names_its_rank() {
+    use vigil::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, GpuStatus};
+    let mut g = Gang::new(true);
+    let clocked = GpuReport {
+        state: GpuMonitorState::On,
+        gpus: vec![GpuStatus {
+            index: 0,
+            uuid: "GPU-2222".into(),
+            sample: GpuSample {
+                index: 0,
+                uuid: "GPU-2222".into(),
+                throttle_reasons: vec!["sw-power-cap", "hw-slowdown"],
+                ..GpuSample::default()
+            },
+            ..GpuStatus::default()
+        }],
+        ..GpuReport::default()
+    };
+    let (_tx, rx) = tokio::sync::watch::channel(clocked);
+    let agent = g.fleet.nodes[2].agents.remove(0);
+    g.fleet.nodes[2].agents.insert(0, agent.with_gpu(rx));
+    let none = |_: usize| None;
+    g.run(1.0, 20 * 60, none, false).await;
+    g.run(0.7, 8 * 60, none, false).await;
+    let pages = g.pages(AlertKind::Slow);
+    assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
+    assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
+    assert!(
+        pages[0]
+            .detail
+            .contains("its node shows GPU 0 (GPU-2222) hw-slowdown")
+            && !pages[0].detail.contains("sw-power-cap"),
+        "{}",
+        pages[0].detail
+    );
 }

@@ -29,7 +29,7 @@ pub(crate) fn render(pools: &BTreeMap<String, BTreeMap<String, f64>>) -> String 
         return "\ntime lost in the last 24 h: none\n".into();
     }
     let mut out = format!(
-        "\ntime lost in the last 24 h (hang, error, restart: per worker; maintenance, preemption: per node; gpu-failed: per GPU)\n{:<16}",
+        "\ntime lost in the last 24 h (hang, error, restart: per worker; maintenance, preemption: per node; gpu-failed: per GPU; slow: per gang member)\n{:<16}",
         "POOL"
     );
     for cause in LOST_CAUSES {

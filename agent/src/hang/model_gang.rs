@@ -219,4 +219,8 @@ pub(crate) struct GangCycle {
     /// state, or written at its decision). Kept across cycles: the first member this agent sees
     /// past where the gang stopped ends the run, in whatever cycle that is.
     pub(crate) runs: std::collections::BTreeMap<String, Fruitless>,
+    /// The gangs whose slow episode this agent opened (and paged), by gang: the episode's key
+    /// value and where its `slow` alert was placed (node, worker). This agent ends the episode
+    /// and resolves the alert (a sink resolves only what its own process sent).
+    pub(crate) slow: std::collections::BTreeMap<String, (String, String, String)>,
 }

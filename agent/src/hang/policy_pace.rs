@@ -41,6 +41,15 @@ pub(crate) struct Pace {
     samples: u32,
     /// Where the run of slow windows began (the first slow window's start).
     pub(crate) slow_since: Option<Millis>,
+    /// Up to when the time a slow run lost has been counted.
+    counted: Option<Millis>,
+    /// Slow windows in the run: a run is slow only with enough of them (one long window, an
+    /// unannounced save, is not a run).
+    slow_windows: u32,
+    /// The gang measured: a worker id that moves to another job starts over.
+    gang: Option<String>,
+    /// This run's slow episode was seen open (by this agent or another): asked once per run.
+    pub(crate) episode_seen: bool,
 }
 
 /// Where a worker's pace stands.
@@ -70,15 +79,30 @@ pub(crate) struct Look {
 }
 
 impl Pace {
+    /// The gang measured is `gang`: a worker id now in another gang starts over.
+    pub(crate) fn follow(&mut self, gang: &str) {
+        if self.gang.as_deref() != Some(gang) {
+            *self = Pace {
+                gang: Some(gang.to_string()),
+                ..Pace::default()
+            };
+        }
+    }
+
     /// Fold one look in (`None`: no heartbeat or no step: nothing to measure).
     pub(crate) fn observe(&mut self, look: Option<Look>, cfg: &PaceConfig) {
         let Some(l) = look else {
             self.anchor = None;
+            self.rate = None;
             return;
         };
+        // NB: a held or restarted measure also forgets the last rate: a worker that is not
+        // measured now says nothing of the gang's pace (neither slow nor recovered).
         let restart = |p: &mut Pace| {
             p.anchor = Some((l.hb, l.step));
             p.slow_since = None;
+            p.slow_windows = 0;
+            p.rate = None;
         };
         let Some((hb0, step0)) = self.anchor else {
             restart(self);
@@ -113,12 +137,15 @@ impl Pace {
         };
         if rate < cfg.slow_fraction * base {
             self.slow_since.get_or_insert(window_start);
+            self.slow_windows += 1;
             return;
         }
         self.slow_since = None;
-        if rate >= recovery_line(cfg.slow_fraction) * base {
-            self.baseline = Some(0.9 * base + 0.1 * rate);
-        }
+        self.slow_windows = 0;
+        // Every window at pace teaches (none dropped: no bias upwards), clipped so that one
+        // burst (a checkpoint step jumping ahead) moves it little.
+        let taught = rate.min(1.2 * base);
+        self.baseline = Some(0.9 * base + 0.1 * taught);
     }
 
     /// The verdict at `now`.
@@ -129,18 +156,42 @@ impl Pace {
         if self.samples < cfg.learn_windows {
             return PaceVerdict::Learning;
         }
+        let windows = (ms(cfg.slow_for) / ms(cfg.window).max(1)).max(1) as u32;
         match self.slow_since {
-            Some(since) if now - since >= ms(cfg.slow_for) => PaceVerdict::Slow {
-                since,
-                rate,
-                baseline,
-            },
+            Some(since) if now - since >= ms(cfg.slow_for) && self.slow_windows >= windows => {
+                PaceVerdict::Slow {
+                    since,
+                    rate,
+                    baseline,
+                }
+            }
             Some(_) => PaceVerdict::Steady,
             None if rate >= recovery_line(cfg.slow_fraction) * baseline => {
                 PaceVerdict::Recovered { rate, baseline }
             }
             None => PaceVerdict::Steady,
         }
+    }
+}
+
+impl Pace {
+    /// The time lost to slowness since it was last counted (ms of the worker's time): while
+    /// slow, the deficit against the baseline — a worker at 70 % of its pace loses 0.3 s a
+    /// second — counted from the slow run's start; nothing otherwise.
+    pub(crate) fn deficit(&mut self, verdict: PaceVerdict, now: Millis) -> Millis {
+        let PaceVerdict::Slow {
+            since,
+            rate,
+            baseline,
+        } = verdict
+        else {
+            self.counted = None;
+            return 0;
+        };
+        let from = self.counted.unwrap_or(since).max(since);
+        self.counted = Some(now);
+        let share = (1.0 - rate / baseline).clamp(0.0, 1.0);
+        ((now - from).max(0) as f64 * share).round() as Millis
     }
 }
 
@@ -195,7 +246,11 @@ fn computes_longest(members: &[Member]) -> Option<(&Member, String)> {
     timed.sort_by_key(|(_, c)| *c);
     let (m, top) = timed.pop()?;
     let median = timed[timed.len() / 2].1;
-    (top * 5 >= median * 6 && top - median >= 20).then(|| {
+    let second = timed.last().map_or(median, |(_, c)| *c);
+    // NB: it must stand alone: among thousands of ranks the largest of one sample each is
+    // routinely a fifth above the median; the one the others wait for is far above the next.
+    let alone = top - second >= (top - median) / 2;
+    (top * 5 >= median * 6 && top - median >= 20 && alone).then(|| {
         (
             m,
             format!(
@@ -205,19 +260,22 @@ fn computes_longest(members: &[Member]) -> Option<(&Member, String)> {
     })
 }
 
-/// The member whose step lags every other's by at least 2 (a job that is not lock-step).
+/// The member whose step lags every other's by at least 2 although it beat no earlier than
+/// they did (entries are written at different times: an older entry's lower step is no lag).
 fn lags(members: &[Member]) -> Option<(&Member, String)> {
-    let mut stepped: Vec<(&Member, u64)> = members
+    let mut stepped: Vec<(&Member, u64, Millis)> = members
         .iter()
-        .filter_map(|m| m.step.map(|s| (m, s)))
+        .filter_map(|m| Some((m, m.step?, m.heartbeat?)))
         .collect();
     if stepped.len() < 2 {
         return None;
     }
-    stepped.sort_by_key(|(_, s)| *s);
-    let (m, low) = stepped[0];
+    stepped.sort_by_key(|(_, s, _)| *s);
+    let (m, low, hb) = stepped[0];
     let next = stepped[1].1;
-    (next >= low + 2).then(|| (m, format!("its step {low} lags the others' (from {next})")))
+    let latest_other = stepped[1..].iter().map(|(_, _, h)| *h).max()?;
+    (next >= low + 2 && hb >= latest_other)
+        .then(|| (m, format!("its step {low} lags the others' (from {next})")))
 }
 
 #[cfg(test)]

@@ -74,6 +74,28 @@ fn a_steady_gang_learns_its_pace_and_a_fifth_slower_is_slow_after_slow_for() {
 }
 
 #[test]
+fn a_slow_run_loses_its_deficit_against_the_baseline_counted_once() {
+    let mut p = Pace::default();
+    let slow = PaceVerdict::Slow {
+        since: 1_000,
+        rate: 0.7,
+        baseline: 1.0,
+    };
+    // Found slow at 301 s: the run's 300 s at 70 % lost 90 s.
+    assert_eq!(p.deficit(slow, 301_000), 90_000);
+    // Ten seconds later: 3 s more, never the run counted twice.
+    assert_eq!(p.deficit(slow, 311_000), 3_000);
+    assert_eq!(p.deficit(PaceVerdict::Steady, 321_000), 0);
+    // A new run counts from its own start.
+    let again = PaceVerdict::Slow {
+        since: 400_000,
+        rate: 0.5,
+        baseline: 1.0,
+    };
+    assert_eq!(p.deficit(again, 410_000), 5_000);
+}
+
+#[test]
 fn held_windows_stops_and_stalls_are_never_slow() {
     let (mut p, mut t, mut step) = (Pace::default(), 0, 0.0);
     run(&mut p, &mut t, &mut step, 2.0, 15 * 60, false);
@@ -98,6 +120,36 @@ fn held_windows_stops_and_stalls_are_never_slow() {
         matches!(p.verdict(t, &cfg()), PaceVerdict::Slow { .. }),
         "the same job, at a quarter of its pace"
     );
+}
+
+#[test]
+fn one_long_slow_window_is_not_a_run() {
+    let (mut p, mut t, mut step) = (Pace::default(), 0, 0.0);
+    run(&mut p, &mut t, &mut step, 1.0, 15 * 60, false);
+    // An unannounced save: no step for 7 minutes, then at pace. One window of 8 minutes at
+    // about 12 % of the pace closes, longer than slow_for: still no run.
+    run(&mut p, &mut t, &mut step, 0.0, 7 * 60, false);
+    run(&mut p, &mut t, &mut step, 1.0, 60, false);
+    assert!(
+        !matches!(p.verdict(t, &cfg()), PaceVerdict::Slow { .. }),
+        "{:?}",
+        p
+    );
+}
+
+#[test]
+fn a_worker_moved_to_another_gang_and_a_held_worker_say_nothing_of_the_pace() {
+    let (mut p, mut t, mut step) = (Pace::default(), 0, 0.0);
+    p.follow("a");
+    run(&mut p, &mut t, &mut step, 1.0, 15 * 60, false);
+    assert!(p.baseline.is_some());
+    run(&mut p, &mut t, &mut step, 1.0, 5, true);
+    assert_eq!(p.rate, None, "held: no rate");
+    assert_eq!(p.verdict(t, &cfg()), PaceVerdict::Learning);
+    p.follow("a");
+    assert!(p.baseline.is_some(), "the same gang");
+    p.follow("b");
+    assert_eq!(p.baseline, None, "another gang starts over");
 }
 
 #[test]
@@ -174,15 +226,31 @@ fn the_member_named_is_the_one_its_evidence_points_to_or_none() {
         member("n2", None, &["GPU 3 hw-power-brake"], 100),
     ];
     assert_eq!(suspect(&one).unwrap().0.node, "n2");
-    // A member that lags the others (a job that is not lock-step).
-    let lag = [
+    // A member that lags the others (a job that is not lock-step), although it beat last.
+    let mut lag = [
         member("n0", None, &[], 900),
         member("n1", None, &[], 1_000),
         member("n2", None, &[], 1_001),
     ];
+    lag[0].heartbeat = Some(2_000);
     let (m, why) = suspect(&lag).unwrap();
     assert_eq!(m.node, "n0");
     assert!(why[0].contains("its step 900 lags"), "{why:?}");
+    // An entry written earlier is behind only because it is older: no lag.
+    lag[0].heartbeat = Some(500);
+    assert!(suspect(&lag).is_none());
+    // Among many ranks the largest compute time must stand alone, not lead a crowd.
+    let crowd: Vec<Member> = (0..8)
+        .map(|i| {
+            member(
+                &format!("n{i}"),
+                Some(if i < 4 { 300 } else { 370 + i as i64 }),
+                &[],
+                100,
+            )
+        })
+        .collect();
+    assert!(suspect(&crowd).is_none());
     // Two equal scores: no name.
     let tie = [
         member("n0", None, &["GPU 0 hw-slowdown"], 100),

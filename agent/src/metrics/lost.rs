@@ -1,6 +1,6 @@
 //! Time lost, by cause: the counter and the time-to-recovery histogram a goodput dashboard reads,
 //! and an hourly ledger of the last day that the node record carries (`vigil status` sums it per
-//! pool). The causes are fixed words ([`CAUSES`]), so the cardinality is five series.
+//! pool). The causes are fixed words ([`CAUSES`]), so the cardinality is seven series.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -15,13 +15,14 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::clock::Millis;
 
 /// Every cause, in the order `vigil status` shows them.
-pub const CAUSES: [&str; 6] = [
+pub const CAUSES: [&str; 7] = [
     "hang",
     "error",
     "restart",
     "maintenance",
     "preemption",
     "gpu-failed",
+    "slow",
 ];
 
 const HOUR: Millis = 3_600_000;
@@ -55,7 +56,7 @@ impl LostMetrics {
         }
         reg.register_with_unit(
             "lost",
-            "Time lost, by cause: hang and error (a worker's last beat or error to the restart command), restart (the command to the new incarnation's first beat), maintenance and preemption (a notice to its end or the node's going), gpu-failed (each failed GPU, while failed)",
+            "Time lost, by cause: hang and error (a worker's last beat or error to the restart command), restart (the command to the new incarnation's first beat), maintenance and preemption (a notice to its end or the node's going), gpu-failed (each failed GPU, while failed), slow (a slow gang member's deficit against its pace)",
             Unit::Seconds,
             m.seconds.clone(),
         );

@@ -1,9 +1,12 @@
 //! A gang's pace at work (issue 45, fail-slow; `gang.pace`): each member's agent measures its
 //! own member's pace every cycle (`crate::hang::policy_pace`: in a synchronous collective every
-//! rank runs at the gang's pace); the first to find it slow opens the gang's slow episode (one
-//! SET NX), reads the gang's view once to name the member its evidence points to, and pages
-//! `slow` once; the first member back at its pace ends the episode (compare-and-delete) and says
-//! so once (`slow-over`). Never a restart, and no other mark of the gang's is touched.
+//! rank runs at the gang's pace). A member found slow asks once per run to open the gang's slow
+//! episode (one SET NX); the agent that opens it reads the gang's view once, names the member
+//! the evidence points to, and pages `slow` once. That agent — the opener — ends the episode
+//! when its own member is back at its pace (compare-and-delete, then a quiet mark for
+//! `slow_for` so that members a window behind do not open it again at once), resolves the alert
+//! it sent and says `slow-over` once. Never a restart, and no other mark of the gang's is
+//! touched; an episode whose opener is gone ends with its key's TTL.
 
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
@@ -19,29 +22,16 @@ use crate::hang::policy_pipeline::Unit;
 
 use super::{Case, RestartPath};
 
-/// An open slow episode as the gang's key holds it: `<since>:<rate>:<baseline>|<node>/<worker>`
-/// (rates in thousandths of a step per second; the member paged, or `-`).
-struct Episode {
-    since: Millis,
-    placed: Option<(String, String)>,
+/// The key's value while a member is being named: `<since>:<rate>:<baseline>|?`; once named,
+/// `…|<node>/<worker>` (the member paged; `-` for none). Rates in thousandths of a step per
+/// second.
+fn episode(since: Millis, rate: f64, baseline: f64, placed: &str) -> String {
+    let milli = |r: f64| (r * 1000.0).round() as i64;
+    format!("{since}:{}:{}|{placed}", milli(rate), milli(baseline))
 }
 
-impl Episode {
-    fn encode(since: Millis, rate: f64, baseline: f64, placed: Option<&Member>) -> String {
-        let at = placed.map_or("-".to_string(), |m| format!("{}/{}", m.node, m.worker));
-        let milli = |r: f64| (r * 1000.0).round() as i64;
-        format!("{since}:{}:{}|{at}", milli(rate), milli(baseline))
-    }
-
-    fn decode(v: &str) -> Option<Episode> {
-        let (head, at) = v.split_once('|')?;
-        let since = head.split(':').next()?.parse().ok()?;
-        let placed = at
-            .split_once('/')
-            .map(|(n, w)| (n.to_string(), w.to_string()));
-        Some(Episode { since, placed })
-    }
-}
+/// The key's value after an episode ended (for `slow_for`): nobody opens another meanwhile.
+const QUIET: &str = "over";
 
 /// The rate in words: `0.82 steps/s`.
 fn per_second(r: f64) -> String {
@@ -49,7 +39,8 @@ fn per_second(r: f64) -> String {
 }
 
 impl RestartPath<'_> {
-    /// This gang member's pace, measured and exported; the gang's slow episode opened or ended.
+    /// This gang member's pace, measured and exported (with the time a slow run loses); the
+    /// gang's slow episode opened, or — by its opener — ended.
     pub(super) async fn pace(
         &mut self,
         case: &Case<'_>,
@@ -79,46 +70,68 @@ impl RestartPath<'_> {
             (Some(hb), Some(step)) => Some(Look { hb, step, held }),
             _ => None,
         };
+        self.pace.follow(&g.id);
         self.pace.observe(look, &cfg);
+        let (rate, base) = (self.pace.rate, self.pace.baseline);
         self.ctx
             .metrics
             .pace
-            .observe(&case.c.worker, &g.id, self.pace.rate, self.pace.baseline);
-        match self.pace.verdict(now, &cfg) {
+            .observe(&case.c.worker, &g.id, rate, base);
+        let verdict = self.pace.verdict(now, &cfg);
+        let lost = self.pace.deficit(verdict, now);
+        self.ctx.metrics.lost.add("slow", lost, now);
+        match verdict {
             PaceVerdict::Slow {
                 since,
                 rate,
                 baseline,
-            } => self.slow_began(&g, since, rate, baseline, now).await,
+            } => self.slow_began(&g, own, since, rate, baseline, now).await,
             PaceVerdict::Recovered { rate, baseline } => {
+                self.pace.episode_seen = false;
                 self.slow_ended(&g, rate, baseline, now).await
             }
-            _ => Ok(()),
+            _ => {
+                self.pace.episode_seen = false;
+                self.slow_gone(&g).await
+            }
         }
     }
 
-    /// Open the gang's slow episode (once for the gang: SET NX), name its member from the
-    /// gang's view, page `slow` once.
+    /// Open the gang's slow episode (asked once per slow run; one SET NX for the gang), name its
+    /// member from the gang's view (read once, by the opener only), page `slow` once.
     async fn slow_began(
         &mut self,
         g: &Gang,
+        own: &Member,
         since: Millis,
         rate: f64,
         baseline: f64,
         now: Millis,
     ) -> Result<(), CoordError> {
+        if self.pace.episode_seen {
+            return self.slow_gone(g).await;
+        }
         let key = self.ctx.keys.gang_slow(&g.id);
-        if self.ctx.coord.get(&key).await?.is_some() {
+        let placeholder = episode(since, rate, baseline, "?");
+        if !self.ctx.coord.set_nx(&key, &placeholder, MARK_TTL).await? {
+            // Open (asked no more this run), or just ended: asked again once the quiet ends.
+            let held = self.ctx.coord.get(&key).await?;
+            self.pace.episode_seen = held.as_deref() != Some(QUIET);
             return Ok(());
         }
-        let coord = self.ctx.coord.clone();
-        let view = crate::fleet::gangs::read_view(coord.as_ref(), &self.ctx.keys, &g.id, g.size);
-        let members = present(&view.await?, now, &Timing::of(&self.ctx.cfg));
+        self.pace.episode_seen = true;
+        let view = self.read_gang(g, own, true).await?;
+        let members = present(&view.members, now, &Timing::of(&self.ctx.cfg));
         let named = suspect(&members);
-        let value = Episode::encode(since, rate, baseline, named.as_ref().map(|(m, _)| *m));
-        if !coord.set_nx(&key, &value, MARK_TTL).await? {
-            return Ok(());
-        }
+        // NB: with nobody named the alert is placed at this agent's own member (it must be
+        // placed somewhere to be resolved); its text says nobody stands out.
+        let at = named.as_ref().map_or(own, |(m, _)| *m);
+        let placed = match &named {
+            Some((m, _)) => format!("{}/{}", m.node, m.worker),
+            None => "-".to_string(),
+        };
+        let value = episode(since, rate, baseline, &placed);
+        self.ctx.coord.set(&key, &value, MARK_TTL).await?;
         self.ctx.metrics.pace.episode();
         let who = match &named {
             Some((m, why)) => format!(
@@ -137,16 +150,18 @@ impl RestartPath<'_> {
             100.0 * rate / baseline,
             human(now - since)
         );
-        let first = named.as_ref().map(|(m, _)| *m);
-        let a = self.gang_alert(AlertKind::Slow, g, &members, first, detail);
+        let a = self.gang_alert(AlertKind::Slow, g, &members, Some(at), detail);
+        self.gangs
+            .slow
+            .insert(g.id.clone(), (value, at.node.clone(), at.worker.clone()));
         let claim = self.ctx.keys.gang_alert(&g.id, &since.to_string(), "slow");
         self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
             .await
             .map(drop)
     }
 
-    /// End the gang's slow episode (the first member back at its pace: compare-and-delete) and
-    /// say so once.
+    /// The opener, its member back at its pace: end the episode (compare-and-delete, then the
+    /// quiet mark for `slow_for`), resolve the alert it sent, say `slow-over` once.
     async fn slow_ended(
         &mut self,
         g: &Gang,
@@ -154,39 +169,55 @@ impl RestartPath<'_> {
         baseline: f64,
         now: Millis,
     ) -> Result<(), CoordError> {
+        let Some((value, node, worker)) = self.gangs.slow.get(&g.id).cloned() else {
+            return Ok(());
+        };
         let key = self.ctx.keys.gang_slow(&g.id);
-        let Some(value) = self.ctx.coord.get(&key).await? else {
-            return Ok(());
-        };
         if !self.ctx.coord.del_if_owner(&key, &value).await? {
-            return Ok(());
+            return self.slow_gone(g).await;
         }
-        let Some(e) = Episode::decode(&value) else {
-            return Ok(());
-        };
-        if let Some((node, worker)) = &e.placed {
-            let end = Resolve::Episode(AlertKind::Slow);
-            self.ctx.notifier.resolve(node, worker, end).await;
-        }
+        let quiet = self.ctx.cfg.gang.pace.slow_for;
+        self.ctx.coord.set(&key, QUIET, quiet).await?;
+        self.gangs.slow.remove(&g.id);
+        let end = Resolve::Episode(AlertKind::Slow);
+        self.ctx.notifier.resolve(&node, &worker, end).await;
+        let since: Millis = value
+            .split(':')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(now);
         let detail = format!(
             "gang {} is back at its pace: {} against its usual {} — the slow episode lasted {}",
             g.id,
             per_second(rate),
             per_second(baseline),
-            human(now - e.since)
+            human(now - since)
         );
-        let placed = e.placed.as_ref().map(|(n, _)| n.as_str());
         let mut a = self.gang_alert(AlertKind::SlowOver, g, &[], None, detail);
-        if let (Some(node), Some((_, w))) = (placed, &e.placed) {
-            a.node = node.to_string();
-            a.worker = Some(w.clone());
-        }
+        a.node = node;
+        a.worker = Some(worker);
         let claim = self
             .ctx
             .keys
-            .gang_alert(&g.id, &e.since.to_string(), "slow-over");
+            .gang_alert(&g.id, &since.to_string(), "slow-over");
         self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
             .await
             .map(drop)
+    }
+
+    /// The opener whose episode ended otherwise (its key expired, or removed by a person):
+    /// the alert it sent is resolved.
+    async fn slow_gone(&mut self, g: &Gang) -> Result<(), CoordError> {
+        let Some((value, node, worker)) = self.gangs.slow.get(&g.id).cloned() else {
+            return Ok(());
+        };
+        let key = self.ctx.keys.gang_slow(&g.id);
+        if self.ctx.coord.get(&key).await?.as_deref() == Some(value.as_str()) {
+            return Ok(());
+        }
+        self.gangs.slow.remove(&g.id);
+        let end = Resolve::Episode(AlertKind::Slow);
+        self.ctx.notifier.resolve(&node, &worker, end).await;
+        Ok(())
     }
 }

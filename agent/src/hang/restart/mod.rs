@@ -429,9 +429,6 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let own = self.member_entry(case, now).await;
-        if let Some(own) = &own {
-            self.pace(case, own, now).await?;
-        }
         if let (Some(g), false) = (&own_gang(case), effects.contains(&Effect::Gang)) {
             // Its member is fine: the gang alerts this agent sent for it are over.
             self.resolve_gang_alerts(g, Some(case.worker())).await;
@@ -445,6 +442,13 @@ impl RestartPath<'_> {
                 continue;
             }
             self.apply(case, effect, &mut incident, now).await?;
+        }
+        // NB: after the hang path's effects, and never failing them: slowness is paged, and
+        // its bookkeeping waits for the next cycle when the coordinator does not answer.
+        if let Some(own) = &own {
+            if let Err(e) = self.pace(case, own, now).await {
+                tracing::warn!(worker = %case.c.worker, error = %e, "the gang's pace could not be judged this cycle");
+            }
         }
         Ok(())
     }
