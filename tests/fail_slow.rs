@@ -105,9 +105,9 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
     assert!(g.pages(AlertKind::Slow).is_empty());
     // Rank 2 computes 450 ms where the others take 300: the gang slows to 0.7 steps/s.
     let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(0.7, 4 * 60, slow, false).await;
+    g.run(0.7, 2 * 60, slow, false).await;
     assert!(g.pages(AlertKind::Slow).is_empty(), "not before slow_for");
-    g.run(0.7, 4 * 60, slow, false).await;
+    g.run(0.7, 6 * 60, slow, false).await;
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(
         pages.len(),

@@ -35,6 +35,7 @@ pub(crate) mod policy_record;
 pub(crate) mod policy_rhythm;
 pub(crate) mod policy_table;
 pub mod replay;
+pub mod replay_pace;
 pub mod restart;
 pub(crate) mod roster;
 pub(crate) mod stand_down;

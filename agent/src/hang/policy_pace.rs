@@ -13,9 +13,10 @@
 //! What is never a sample: a window in which the worker announced a grace (a long operation),
 //! left `processing`, was not healthy by its own agent's verdict (suspect, hung, booting...), its
 //! node stood down (maintenance, a checkpoint round, a shutdown), or its container started less
-//! than `gang.pace.warmup` ago (compile, warm-up after a restart); a window with no step at all
-//! (stopped is the hang path's, not slow). Such a window restarts the measure and ends a run of
-//! slow windows.
+//! than `gang.pace.warmup` ago (compile, warm-up after a restart): the measure starts again at
+//! the first look after it, and a run of slow windows is paused, not ended. A window with no
+//! step at all (stopped is the hang path's, not slow) and a step gone back (a restart) end the
+//! run.
 //!
 //! The verdict: the first `learn_windows` rates teach the baseline (their mean), later rates at
 //! or above the recovery line move it (a tenth each); a rate below `slow_fraction` × baseline
@@ -96,19 +97,26 @@ impl Pace {
             self.rate = None;
             return;
         };
-        // NB: a held or restarted measure also forgets the last rate: a worker that is not
-        // measured now says nothing of the gang's pace (neither slow nor recovered).
+        // NB: a restarted measure (a step gone back: a restart; a stop) also forgets the run and
+        // the last rate: a worker not measured now says nothing of the gang's pace.
         let restart = |p: &mut Pace| {
             p.anchor = Some((l.hb, l.step));
             p.slow_since = None;
             p.slow_windows = 0;
             p.rate = None;
         };
+        if l.held {
+            // NB: a held window is no sample and ends no run: the measure starts again at the
+            // first look after it (a checkpoint in the middle of a slow run pauses it).
+            self.anchor = None;
+            self.rate = None;
+            return;
+        }
         let Some((hb0, step0)) = self.anchor else {
-            restart(self);
+            self.anchor = Some((l.hb, l.step));
             return;
         };
-        if l.held || l.step < step0 || l.hb < hb0 {
+        if l.step < step0 || l.hb < hb0 {
             restart(self);
             return;
         }
