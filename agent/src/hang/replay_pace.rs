@@ -16,6 +16,7 @@ use crate::config::PaceConfig;
 use crate::hang::model::Verdict;
 use crate::hang::model_gang::{Activity, Member};
 use crate::hang::policy_pace::{suspect, Look, Pace, PaceVerdict};
+use crate::hang::replay::Rng;
 
 /// The shape of a gang's job.
 #[derive(Debug, Clone)]
@@ -75,24 +76,6 @@ pub struct PaceOutcome {
     pub episodes: Vec<Millis>,
     /// The rank the first episode named, if any.
     pub named: Option<usize>,
-}
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        ((0..4).map(|_| self.unit()).sum::<f64>() - 2.0) * 3f64.sqrt()
-    }
 }
 
 /// One step's end, as every rank's record says it: when, which step, whether announced, and
