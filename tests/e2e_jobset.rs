@@ -68,6 +68,39 @@ pub(crate) fn config(s: &Setup, ctd: &Containerd, kube: &FakeKube, hook: &str) -
     })
 }
 
+/// `RANKS` ranks (`rank-<i>`), each its own node name, agent config and API server, their
+/// Redis keys under one prefix starting with `name`.
+pub(crate) async fn ranks(name: &str, ctd: &Containerd, hook: &str) -> Vec<Rank> {
+    let prefix = unique(name);
+    let mut ranks = Vec::new();
+    for i in 0..RANKS {
+        let mut s = Setup::new(name);
+        s.prefix = prefix.clone();
+        s.worker = format!("rank-{i}");
+        let kube = FakeKube::start(&s.node).await;
+        let cfg = config(&s, ctd, &kube, hook);
+        ranks.push(Rank { s, cfg, kube });
+    }
+    ranks
+}
+
+/// A `vigil run` per rank, on `redis`.
+pub(crate) fn start_agents(ranks: &[Rank], redis: &str) -> Vec<VigilProcess> {
+    ranks
+        .iter()
+        .map(|r| VigilProcess::spawn(&["run"], &r.cfg, &[("REDIS_URL", redis)]))
+        .collect()
+}
+
+/// Every agent's log, one after the other.
+pub(crate) fn logs_of(agents: &[VigilProcess]) -> String {
+    agents
+        .iter()
+        .map(|a| a.log_text())
+        .collect::<Vec<_>>()
+        .join("\n----\n")
+}
+
 /// Rank `i`'s pod, Job and the JobSet of `attempt`, as the API serves them, in every node's API
 /// server.
 fn publish(ranks: &[Rank], st: &State, failed_rank: Option<usize>) {
@@ -257,17 +290,7 @@ async fn hung_jobset(policy: &'static str, restarts: u32) {
     let hook = Receiver::start().await;
     let ctd = Containerd::start();
     let kubelet = Kubelet::new(&ctd);
-    let prefix = unique("jobset-cri");
-    let mut ranks = Vec::new();
-    for i in 0..RANKS {
-        let mut s = Setup::new("jobset-cri");
-        s.prefix = prefix.clone();
-        s.worker = format!("rank-{i}");
-        let kube = FakeKube::start(&s.node).await;
-        let cfg = config(&s, &ctd, &kube, &hook.url);
-        ranks.push(Rank { s, cfg, kube });
-    }
-    let ranks = Arc::new(ranks);
+    let ranks = Arc::new(ranks("jobset-cri", &ctd, &hook.url).await);
     let mut st = State {
         policy,
         jobset: unique("train-"),
@@ -282,17 +305,8 @@ async fn hung_jobset(policy: &'static str, restarts: u32) {
     let st = Arc::new(Mutex::new(st));
     let controller = control(kubelet.clone(), ranks.clone(), st.clone());
     beat_all(&ranks, &redis, "100").await;
-    let agents: Vec<VigilProcess> = ranks
-        .iter()
-        .map(|r| VigilProcess::spawn(&["run"], &r.cfg, &[("REDIS_URL", &redis)]))
-        .collect();
-    let logs = || {
-        agents
-            .iter()
-            .map(|a| a.log_text())
-            .collect::<Vec<_>>()
-            .join("\n----\n")
-    };
+    let agents = start_agents(&ranks, &redis);
+    let logs = || logs_of(&agents);
 
     if restarts >= MAX_RESTARTS {
         let blocked = poll(Duration::from_secs(90), || {

@@ -17,11 +17,11 @@
 
 use crate::common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::e2e_jobset::config;
 use common::containerd::{Containerd, Kubelet, Pod, Restarts};
-use common::e2e::{worker_decisions, ConfigParts, Setup};
+use common::e2e::{worker_decisions, Setup};
 use common::fake_kube::FakeKube;
 use common::real::{
     beat, explain, poll, shared_redis_url, Receiver, VigilProcess, EXITS_ON_TERM, IGNORES_TERM,
@@ -35,21 +35,6 @@ const KILLED: i32 = 137;
 /// code): a restart rule on 137 matches only a kill.
 const EXITS_143_ON_TERM: &str =
     "trap 'exit 143' TERM; i=0; while true; do i=$((i+1)); echo step $i; sleep 1; done";
-
-fn config(s: &Setup, ctd: &Containerd, kube: &FakeKube, hook: &str) -> PathBuf {
-    s.write_config(ConfigParts {
-        runtime: &format!(
-            "kind = \"cri\"\ncri_socket = \"{}\"\npod_resources_socket = \"\"",
-            ctd.socket().display()
-        ),
-        policy: "cooldown = \"60s\"\nescalate_after = \"120s\"",
-        tables: &format!(
-            "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{hook}\"\nattempts = 2\ntimeout = \"2s\"\n[kubernetes]\nenabled = \"on\"\napi_url = \"{}\"\n[gpu]\nenabled = \"off\"\n[metadata]\nenabled = \"off\"\n",
-            kube.url
-        ),
-        ..ConfigParts::default()
-    })
-}
 
 /// One worker: its pod on containerd, as the API server holds it, and how kubelet treats it.
 struct Case {

@@ -13,12 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::containerd::{Containerd, Kubelet, Pod};
-use crate::common::e2e::{decisions, Setup};
-use crate::common::fake_kube::FakeKube;
-use crate::common::real::{
-    explain, poll, shared_redis_url, unique, Receiver, VigilProcess, IGNORES_TERM,
-};
-use crate::e2e_jobset::{beat_all, config, Rank, KILLED, RANKS};
+use crate::common::e2e::decisions;
+use crate::common::real::{explain, poll, shared_redis_url, unique, Receiver, IGNORES_TERM};
+use crate::e2e_jobset::{beat_all, logs_of, ranks, start_agents, Rank, KILLED, RANKS};
 use serde_json::json;
 
 /// The group as its controller keeps it, shared with the controller's task.
@@ -143,17 +140,7 @@ async fn a_hung_leaderworkerset_group_has_one_member_stopped_and_is_recreated() 
     let hook = Receiver::start().await;
     let ctd = Containerd::start();
     let kubelet = Kubelet::new(&ctd);
-    let prefix = unique("lws-cri");
-    let mut ranks = Vec::new();
-    for i in 0..RANKS {
-        let mut s = Setup::new("lws-cri");
-        s.prefix = prefix.clone();
-        s.worker = format!("rank-{i}");
-        let kube = FakeKube::start(&s.node).await;
-        let cfg = config(&s, &ctd, &kube, &hook.url);
-        ranks.push(Rank { s, cfg, kube });
-    }
-    let ranks = Arc::new(ranks);
+    let ranks = Arc::new(ranks("lws-cri", &ctd, &hook.url).await);
     let lws = unique("serve-");
     let pods = run_group(&kubelet, &ranks, &lws).await;
     publish(&ranks, &lws);
@@ -166,17 +153,8 @@ async fn a_hung_leaderworkerset_group_has_one_member_stopped_and_is_recreated() 
     }));
     let controller = control(kubelet.clone(), ranks.clone(), g.clone());
     beat_all(&ranks, &redis, "100").await;
-    let agents: Vec<VigilProcess> = ranks
-        .iter()
-        .map(|r| VigilProcess::spawn(&["run"], &r.cfg, &[("REDIS_URL", &redis)]))
-        .collect();
-    let logs = || {
-        agents
-            .iter()
-            .map(|a| a.log_text())
-            .collect::<Vec<_>>()
-            .join("\n----\n")
-    };
+    let agents = start_agents(&ranks, &redis);
+    let logs = || logs_of(&agents);
 
     let recreated = poll(Duration::from_secs(90), || {
         let g = g.clone();

@@ -105,6 +105,36 @@ pub(crate) struct Member {
 }
 
 impl Member {
+    /// A healthy, working member: `worker` of `node`, its last beat and its agent's write at
+    /// `at`, silent for up to 2 min, nothing else known (the base of replays and tests).
+    pub(crate) fn working(node: &str, worker: &str, at: Millis) -> Member {
+        Member {
+            node: node.into(),
+            worker: worker.into(),
+            verdict: Verdict::Healthy,
+            activity: Activity::Working,
+            heartbeat: Some(at),
+            step: None,
+            silence: 120_000,
+            started: None,
+            at,
+            stand_down: None,
+            starting: false,
+            breaker_left: None,
+            container: String::new(),
+            signals: Vec::new(),
+            alert_only: false,
+            attempt: None,
+            jobset_uid: None,
+            one_for_all: None,
+            dry_run: false,
+            preemption_budget: None,
+            maintenance_budget: None,
+            compute: None,
+            slow: Vec::new(),
+        }
+    }
+
     /// The member's id in its gang: `<node>/<worker>`.
     pub(crate) fn id(&self) -> String {
         member_id(&self.node, &self.worker)

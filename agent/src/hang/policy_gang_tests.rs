@@ -18,29 +18,13 @@ fn rules() -> Rules {
 /// A working member of node `n` whose last beat was at `hb`, seen by its agent at `at`.
 fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
     Member {
-        node: n.into(),
-        worker: "rank".into(),
         verdict: Verdict::from_name(verdict).expect("a verdict's name"),
-        activity: Activity::Working,
         heartbeat: Some(hb),
-        step: None,
         silence: 120 * S,
         started: Some(0),
-        at,
-        stand_down: None,
-        starting: false,
         breaker_left: Some(3),
         container: format!("{n}-rank"),
-        signals: vec![],
-        alert_only: false,
-        attempt: None,
-        jobset_uid: None,
-        one_for_all: None,
-        dry_run: false,
-        preemption_budget: None,
-        maintenance_budget: None,
-        compute: None,
-        slow: Vec::new(),
+        ..Member::working(n, "rank", at)
     }
 }
 

@@ -1,6 +1,4 @@
 use super::*;
-use crate::hang::model::Verdict;
-use crate::hang::model_gang::Activity;
 
 fn cfg() -> PaceConfig {
     PaceConfig {
@@ -164,29 +162,11 @@ fn a_slow_job_of_ten_second_steps_waits_for_enough_steps() {
 
 fn member(n: &str, compute: Option<Millis>, slow: &[&str], step: u64) -> Member {
     Member {
-        node: n.into(),
-        worker: "rank".into(),
-        verdict: Verdict::Healthy,
-        activity: Activity::Working,
-        heartbeat: Some(1_000),
         step: Some(step),
-        silence: 120_000,
-        started: None,
-        at: 1_000,
-        stand_down: None,
-        starting: false,
-        breaker_left: None,
         container: "c".into(),
-        signals: Vec::new(),
-        alert_only: false,
-        attempt: None,
-        jobset_uid: None,
-        one_for_all: None,
-        dry_run: false,
-        preemption_budget: None,
-        maintenance_budget: None,
         compute,
         slow: slow.iter().map(|s| s.to_string()).collect(),
+        ..Member::working(n, "rank", 1_000)
     }
 }
 

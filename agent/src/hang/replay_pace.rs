@@ -13,8 +13,7 @@
 
 use crate::clock::Millis;
 use crate::config::PaceConfig;
-use crate::hang::model::Verdict;
-use crate::hang::model_gang::{Activity, Member};
+use crate::hang::model_gang::Member;
 use crate::hang::policy_pace::{suspect, Look, Pace, PaceVerdict};
 use crate::hang::replay::Rng;
 
@@ -227,27 +226,7 @@ pub fn replay_gang(
 fn named(shape: &GangShape, slow: Option<Slowdown>, last: &StepEnd) -> Option<usize> {
     let members: Vec<Member> = (0..shape.ranks)
         .map(|r| Member {
-            node: format!("node-{r}"),
-            worker: format!("rank-{r}"),
-            verdict: Verdict::Healthy,
-            activity: Activity::Working,
-            heartbeat: Some(last.at),
             step: Some(last.step),
-            silence: 120_000,
-            started: None,
-            at: last.at,
-            stand_down: None,
-            starting: false,
-            breaker_left: None,
-            container: String::new(),
-            signals: Vec::new(),
-            alert_only: false,
-            attempt: None,
-            jobset_uid: None,
-            one_for_all: None,
-            dry_run: false,
-            preemption_budget: None,
-            maintenance_budget: None,
             compute: slow
                 .filter(|s| s.compute_published)
                 .map(|_| last.compute[r]),
@@ -255,6 +234,7 @@ fn named(shape: &GangShape, slow: Option<Slowdown>, last: &StepEnd) -> Option<us
                 Some(s) if s.signal && s.rank == r => vec!["GPU 0 hw-slowdown".into()],
                 _ => Vec::new(),
             },
+            ..Member::working(&format!("node-{r}"), &format!("rank-{r}"), last.at)
         })
         .collect();
     let (m, _) = suspect(&members)?;
