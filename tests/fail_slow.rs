@@ -25,13 +25,22 @@ struct Gang {
 
 impl Gang {
     fn new(pace: bool) -> Gang {
-        let fleet = Fleet::builder()
+        Gang::build(pace, false)
+    }
+
+    /// With `nodes`: each node's controller writes its Node (`VigilSlow`, opted into the taint).
+    fn build(pace: bool, nodes: bool) -> Gang {
+        let mut b = Fleet::builder()
             .nodes(RANKS)
             .poll(POLL)
             .config(move |_, c| {
                 c.gang.pace.enabled = pace;
-            })
-            .build();
+                c.gang.pace.taint = nodes;
+            });
+        if nodes {
+            b = b.controllers();
+        }
+        let fleet = b.build();
         for (i, node) in fleet.nodes.iter().enumerate() {
             node.runtime.add(&format!("c{i}"), &format!("rank-{i}"));
         }
@@ -87,6 +96,24 @@ impl Gang {
             .lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or(0.0)
+    }
+
+    /// Each node's controller ticks; what node `i`'s Node shows of the pace: the `VigilSlow`
+    /// condition (status, message; `None`, `""` before the Node's first write) and whether the
+    /// slow taint is on.
+    async fn slow_nodes(&mut self) -> Vec<(String, String, bool)> {
+        let mut out = Vec::new();
+        for node in self.fleet.nodes.iter_mut() {
+            node.controller().tick().await;
+            let d = node.node_api.last();
+            let tainted = d.add_taints.iter().any(|t| t.key == "vigil.dev/slow");
+            let shown = match d.conditions.iter().find(|c| c.kind == "VigilSlow") {
+                Some(c) => (c.status.as_str().to_string(), c.message.clone(), tainted),
+                None => ("None".to_string(), String::new(), tainted),
+            };
+            out.push(shown);
+        }
+        out
     }
 
     fn restarts(&self) -> usize {
@@ -256,4 +283,56 @@ async fn a_gpu_clocked_down_on_one_node_names_its_rank() {
         "{}",
         pages[0].detail
     );
+}
+
+#[tokio::test]
+async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint() {
+    let mut g = Gang::build(true, true);
+    let even = |_: usize| Some(300);
+    g.run(1.0, 20 * 60, even, false).await;
+    for (status, _, tainted) in g.slow_nodes().await {
+        assert_eq!(
+            (status.as_str(), tainted),
+            ("None", false),
+            "no change, no write"
+        );
+    }
+    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
+    g.run(0.7, 8 * 60, slow, false).await;
+    let shown = g.slow_nodes().await;
+    for (i, (status, message, tainted)) in shown.iter().enumerate() {
+        if i != 2 {
+            // Nobody names it: no change, no write (at start-up the controller writes False).
+            assert_eq!((status.as_str(), *tainted), ("None", false), "node {i}");
+            continue;
+        }
+        assert_eq!((status.as_str(), *tainted), ("True", true), "{message}");
+        for what in [
+            "gang ml/llama-70b runs at 0.70 steps/s",
+            "(70 %)",
+            "waits for rank-2 on this node",
+            "computes 450 ms",
+        ] {
+            assert!(message.contains(what), "{what}: {message}");
+        }
+    }
+    let node = &g.fleet.nodes[2].node_api;
+    let events = node.reasons();
+    assert_eq!(
+        events.iter().filter(|r| *r == "VigilSlow").count(),
+        1,
+        "one Event when the gang names the node: {events:?}"
+    );
+    assert!(!g.fleet.nodes[1]
+        .node_api
+        .reasons()
+        .contains(&"VigilSlow".to_string()));
+    // Back at its pace: the condition False again, the taint off; never a restart.
+    g.run(1.0, 3 * 60, even, false).await;
+    let shown = g.slow_nodes().await;
+    assert_eq!(
+        (shown[2].0.as_str(), shown[2].1.as_str(), shown[2].2),
+        ("False", "vigil: no slow gang names this node", false)
+    );
+    assert_eq!(g.restarts(), 0);
 }

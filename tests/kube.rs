@@ -1050,8 +1050,9 @@ async fn fake_status_patch_deletes_one_condition_by_its_merge_key() {
     assert_eq!(types(&fake.node()), ["Ready", "VigilMaintenance"]);
 }
 
-/// A Node with everything Vigil writes (maintenance labels and annotations, the termination and
-/// GPU taints, both conditions, from the real policy) next to foreign ones that look alike: a
+/// A Node with everything Vigil writes (maintenance labels and annotations, the termination,
+/// GPU and slow taints, three conditions, from the real policy) next to foreign ones that look
+/// alike: a
 /// foreign taint with Vigil's effect, keys under a prefix that merely starts like Vigil's,
 /// kubelet's `Ready` and a node-problem-detector condition.
 async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
@@ -1074,6 +1075,13 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
         ..GpuReport::default()
     };
     vigil::accel::policy::desired(&k, &report, true, &mut d);
+    let pace = vigil::config::PaceConfig {
+        enabled: true,
+        taint: true,
+        ..Default::default()
+    };
+    let named = [("ml/c".to_string(), "gang ml/c runs at 70 %".to_string())].into();
+    vigil::vocab::node::slow_desired(&k, &pace, &named, &mut d);
     fake.foreign_write(json!({
         "metadata": {
             "labels": {"team": "ml", "vigil.dev.example.com/x": "1", "notvigil.dev/y": "2"},
@@ -1092,8 +1100,8 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
         .await
         .expect("Vigil's fields written");
     let node = fake.node();
-    assert_eq!(taints(&node).len(), 4, "{node}");
-    assert_eq!(node["status"]["conditions"].as_array().unwrap().len(), 4);
+    assert_eq!(taints(&node).len(), 5, "{node}");
+    assert_eq!(node["status"]["conditions"].as_array().unwrap().len(), 5);
     (fake, api)
 }
 
@@ -1181,8 +1189,10 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
         "  annotation vigil.dev/maintenance-window-start",
         "  taint vigil.dev/termination-imminent=true:NoSchedule",
         "  taint vigil.dev/gpu-failed=true:NoSchedule",
+        "  taint vigil.dev/slow=true:NoSchedule",
         "  condition VigilMaintenance",
         "  condition VigilGPUUnhealthy",
+        "  condition VigilSlow",
     ] {
         assert!(out.contains(line), "{line:?} missing:\n{out}");
     }

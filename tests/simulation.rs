@@ -259,6 +259,9 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         ("gang fruitless pages", stats.fruitless_pages),
         ("stuck jobs fixed by people", stats.fixed_by_people),
         ("one-for-all restarts (a JobSet's)", stats.one_for_all),
+        ("slowdowns", stats.slowdowns),
+        ("slow pages", stats.slow_pages),
+        ("slow pages naming the member", stats.slow_named),
     ] {
         assert!(
             n > 0 || count < 50,
@@ -340,5 +343,32 @@ fn the_gang_harness_catches_one_member_for_all_carried_out_by_every_member() {
     gang_caught(
         sim::gang_mutant::GangMutant::EveryMemberNamed,
         &["one member for all"],
+    );
+}
+
+/// Issue 45: a `slow` page with no slowdown — jitter below a slow line drawn above the job's pace.
+#[test]
+fn the_gang_harness_catches_a_slow_page_without_a_slowdown() {
+    gang_caught(
+        sim::gang_mutant::GangMutant::SlowLineAbovePace,
+        &["no slow page without a slowdown"],
+    );
+}
+
+/// Issue 45: the compute times never reach the page: nobody (or the wrong rank) named.
+#[test]
+fn the_gang_harness_catches_a_slow_member_left_unnamed() {
+    gang_caught(
+        sim::gang_mutant::GangMutant::ComputeHidden,
+        &["the slow member named"],
+    );
+}
+
+/// Issue 45: a slow job taken for a hung one is restarted.
+#[test]
+fn the_gang_harness_catches_a_restart_for_slowness() {
+    gang_caught(
+        sim::gang_mutant::GangMutant::SlowTakenForHung,
+        &["never a restart for slowness"],
     );
 }

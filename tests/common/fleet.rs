@@ -235,7 +235,12 @@ impl Fleet {
         }
         if b.controllers {
             // The controller writes the facts its node's first agent reads, into its trail.
-            let agent = node.agents.remove(0).with_facts(node.facts.clone());
+            let (slow_tx, slow_rx) = tokio::sync::watch::channel(Default::default());
+            let agent = node
+                .agents
+                .remove(0)
+                .with_facts(node.facts.clone())
+                .with_slow_named(slow_tx);
             let controller = Controller::new(
                 node.cfg.clone(),
                 self.store.clone(),
@@ -244,7 +249,8 @@ impl Fleet {
                 agent.trail(),
             )
             .with_node_api(Arc::new(node.node_api.clone()))
-            .with_facts(node.facts.clone());
+            .with_facts(node.facts.clone())
+            .with_slow_named(slow_rx);
             node.agents.insert(0, agent);
             node.controller = Some(controller);
         }

@@ -19,7 +19,10 @@
 //! - **restarts that help go on**: a gang is refused as fruitless only when that is so;
 //! - **one member for all** (gang `ml/b` is a JobSet's: one member's failure makes its
 //!   controller restart every member, a few ticks later): one member failed per restart of the
-//!   job, never a second before the controller acts, never one restarted in place.
+//!   job, never a second before the controller acts, never one restarted in place;
+//! - with gang `ml/c`, a job that never stops but sometimes runs slow (`super::gang_slow`):
+//!   **no slow page without a slowdown**, **the slow member named** when it published its
+//!   evidence, **never a restart for slowness**.
 //!
 //! The cycle, not every coordinator call, is the unit of interleaving here (the single-worker
 //! simulation, `super::world`, interleaves every call): gang safety rests on the same per-member
@@ -41,6 +44,7 @@ use vigil::recording::RecordingSink;
 use vigil::runtime::sim::FakeRuntime;
 
 use super::gang_mutant::{Faulty, GangMutant};
+use super::gang_slow::{SlowGang, SlowSeen, SLOW_GANG, SLOW_INDEX};
 
 /// The one-for-all gang's controller (a JobSet's), in its own file.
 #[path = "gang_controller.rs"]
@@ -51,7 +55,7 @@ use super::rng::Rng;
 const DAY_START: Millis = 1_796_083_200_000 - 86_400_000;
 const POLL: Duration = Duration::from_secs(15);
 const POLL_MS: Millis = 15_000;
-const NODES: usize = 4;
+pub(super) const NODES: usize = 4;
 const GANGS: [&str; 2] = ["ml/a", "ml/b"];
 /// The gang whose controller restarts every member once one fails (a JobSet's).
 const ONE_FOR_ALL: usize = 1;
@@ -92,6 +96,10 @@ pub struct GangStats {
     pub fixed_by_people: u64,
     /// Restarts of the one-for-all gang: one member failed, its controller restarting all.
     pub one_for_all: u64,
+    /// The slow gang's slowdowns, its `slow` pages, and those that named the slow member.
+    pub slowdowns: u64,
+    pub slow_pages: u64,
+    pub slow_named: u64,
 }
 
 impl GangStats {
@@ -109,6 +117,9 @@ impl GangStats {
         self.fruitless_pages += o.fruitless_pages;
         self.fixed_by_people += o.fixed_by_people;
         self.one_for_all += o.one_for_all;
+        self.slowdowns += o.slowdowns;
+        self.slow_pages += o.slow_pages;
+        self.slow_named += o.slow_named;
     }
 }
 
@@ -134,6 +145,9 @@ struct Sim {
     failed_seen: Vec<usize>,
     failed_this_attempt: usize,
     recreate_at: Option<Millis>,
+    /// Gang `ml/c`: it never stops, it sometimes runs slow.
+    slow: SlowGang,
+    slow_seen: SlowSeen,
 }
 
 fn container(node: usize, gang: usize) -> String {
@@ -148,6 +162,7 @@ impl Sim {
     fn new(seed: u64, mutant: Option<GangMutant>) -> Sim {
         let mut rng = Rng::new(seed);
         let clock = FakeClock::at(DAY_START + rng.below(86_400) as Millis * 1_000);
+        let slow = SlowGang::new(seed, clock.now());
         let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
         let mut sim = Sim {
             rng,
@@ -167,6 +182,8 @@ impl Sim {
             failed_seen: vec![0; NODES],
             failed_this_attempt: 0,
             recreate_at: None,
+            slow,
+            slow_seen: SlowSeen::default(),
         };
         for n in 0..NODES {
             let mut cfg = Config {
@@ -176,9 +193,14 @@ impl Sim {
             cfg.safety.fleet_budget = 0;
             cfg.safety.breaker_per_day = 20;
             cfg.gang.breaker_per_day = 20;
+            cfg.gang.pace.enabled = true;
+            if mutant == Some(GangMutant::SlowLineAbovePace) {
+                cfg.gang.pace.slow_fraction = 1.1;
+            }
             let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
             let runtime = FakeRuntime::default();
             runtime.add(&container(n, 0), &worker(0));
+            runtime.add(&container(n, SLOW_INDEX), &worker(SLOW_INDEX));
             sim.nodes.push(NodeSim {
                 keys,
                 runtime,
@@ -272,6 +294,66 @@ impl Sim {
         }
     }
 
+    /// The slow gang's members write their records: every member beats, at the job's pace (its
+    /// slowest member's), with each rank's compute time when the job publishes it.
+    async fn slow_gang_beats(&mut self) {
+        let now = self.now();
+        let compute = self.slow.tick(NODES);
+        let progress = format!("step-{}", self.slow.step);
+        for (n, c) in compute.into_iter().enumerate() {
+            let key = self.nodes[n].keys.status(&worker(SLOW_INDEX));
+            let mut fields = vec![
+                ("state".to_string(), "processing".to_string()),
+                ("heartbeat".to_string(), vigil::coord::heartbeat_value(now)),
+                ("gang".to_string(), SLOW_GANG.to_string()),
+                ("gang_size".to_string(), NODES.to_string()),
+                ("progress".to_string(), progress.clone()),
+            ];
+            if let Some(c) = c {
+                fields.push(("compute_ms".to_string(), c.to_string()));
+            }
+            self.store.hset(&key, &fields, None).await.unwrap();
+        }
+    }
+
+    /// The slow gang against the truth: its members never restarted (it never stops), every
+    /// `slow` page (of any gang) true and naming the member that published its evidence.
+    fn check_slow(&mut self, alerts: &[vigil::alerts::Alert]) -> Result<(), GangViolation> {
+        let now = self.now();
+        for n in 0..NODES {
+            if self.nodes[n].runtime.restarts(&container(n, SLOW_INDEX)) == 0 {
+                continue;
+            }
+            let (invariant, why) = match self.slow.slow {
+                Some(s) => (
+                    "never a restart for slowness",
+                    format!("slowed by member {} to {} %", s.member, s.pct),
+                ),
+                None => ("never a moving collective", "at its pace".to_string()),
+            };
+            let detail =
+                format!("gang c: member {n} restarted, though the job never stopped ({why})");
+            return self.fail(invariant, detail);
+        }
+        for a in alerts
+            .iter()
+            .filter(|a| a.gang.as_deref() == Some(SLOW_GANG))
+        {
+            let line = format!("alert {} gang c: {}", a.kind.as_str(), a.detail);
+            self.trace.push(line);
+        }
+        let down_until = self.down_until;
+        let faulted = |n: usize, since: Millis| self.faulted_since(n, since) || down_until >= since;
+        let mut seen = self.slow_seen;
+        for a in alerts {
+            if let Err((invariant, detail)) = self.slow.judge_page(a, now, faulted, &mut seen) {
+                return self.fail(invariant, detail);
+            }
+        }
+        self.slow_seen = seen;
+        Ok(())
+    }
+
     fn beats_now(&self, g: usize, n: usize, now: Millis) -> bool {
         match &self.gangs[g].phase {
             Phase::Running => true,
@@ -285,6 +367,12 @@ impl Sim {
     fn events(&mut self) {
         let now = self.now();
         self.controller_restarts(now);
+        if let Some(line) = self.slow.events(now) {
+            if self.slow.slow.is_some() {
+                self.stats.slowdowns += 1;
+            }
+            self.log(line);
+        }
         if odds(&mut self.rng, 1, 900) {
             self.failover(now);
         }
@@ -544,6 +632,10 @@ impl Sim {
             }
         }
         let alerts = self.sink.0.lock().unwrap().clone();
+        if let Err(v) = self.check_slow(&alerts[self.seen_alerts..]) {
+            self.seen_alerts = alerts.len();
+            return Err(v);
+        }
         for a in &alerts[self.seen_alerts..] {
             let Some(g) = a
                 .gang
@@ -633,6 +725,7 @@ impl Sim {
             self.clock.advance(POLL);
             self.events();
             self.beats().await;
+            self.slow_gang_beats().await;
             let mut order: Vec<usize> = (0..NODES).collect();
             for i in (1..order.len()).rev() {
                 let j = self.rng.below(i as u64 + 1) as usize;
@@ -669,6 +762,8 @@ pub fn run_gang_seed(seed: u64, mutant: Option<GangMutant>) -> Result<GangStats,
     rt.block_on(async {
         let mut sim = Sim::new(seed, mutant);
         sim.run().await?;
+        sim.stats.slow_pages = sim.slow_seen.pages;
+        sim.stats.slow_named = sim.slow_seen.named;
         Ok(sim.stats)
     })
 }

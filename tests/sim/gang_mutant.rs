@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use vigil::coord::{
-    hgetall_many_by_parts, read_workers_by_parts, CoordError, Coordinator, Reply, Request,
+    hgetall_many_by_parts, read_workers_by_parts, CoordError, Coordinator, Keys, Reply, Request,
 };
 
 /// A bug planted in what the agents are told, to show the harness catches it.
@@ -29,11 +29,20 @@ pub enum GangMutant {
     /// A decision of one member for all reads, to every agent, as naming that agent's own
     /// member: each carries it out (`executable` ignoring the decision's member).
     EveryMemberNamed,
+    /// The slow line drawn above the job's pace (`gang.pace.slow_fraction` 1.1): jitter reads
+    /// as a slowdown.
+    SlowLineAbovePace,
+    /// Members' entries lose their compute time (`cmp`): the evidence that names the slow member
+    /// never reaches the page.
+    ComputeHidden,
+    /// While a gang's slow episode is open its members' heartbeats read as stopped when it
+    /// began: a slow job taken for a hung one.
+    SlowTakenForHung,
 }
 
 impl GangMutant {
     #[allow(dead_code)]
-    pub const ALL: [GangMutant; 7] = [
+    pub const ALL: [GangMutant; 10] = [
         GangMutant::ProgressHidden,
         GangMutant::BlockersHidden,
         GangMutant::AlertsNotDeduplicated,
@@ -41,6 +50,9 @@ impl GangMutant {
         GangMutant::FruitlessForgotten,
         GangMutant::FruitlessNeverEnds,
         GangMutant::EveryMemberNamed,
+        GangMutant::SlowLineAbovePace,
+        GangMutant::ComputeHidden,
+        GangMutant::SlowTakenForHung,
     ];
 }
 
@@ -82,6 +94,27 @@ fn never_ends(run: &str) -> String {
         *last = (i64::MAX / 4).to_string();
     }
     parts.join(":")
+}
+
+impl Faulty {
+    /// `SlowTakenForHung`: the slow gang member's record, its heartbeat frozen at the start of
+    /// the gang's open slow episode (`<since>:<rate>:<baseline>|…`).
+    async fn slow_taken_for_hung(&self, key: String) -> Result<Reply, CoordError> {
+        let slow = Keys::new("vigil", &self.node).gang_slow(super::gang_slow::SLOW_GANG);
+        let episode = self.inner.get(&slow).await?;
+        let since = episode
+            .as_deref()
+            .and_then(|v| v.split(':').next())
+            .and_then(|s| s.parse::<i64>().ok());
+        let reply = self.inner.execute(Request::Hgetall(key)).await?;
+        match (reply, since) {
+            (Reply::Hash(mut h), Some(since)) => {
+                h.insert("heartbeat".into(), vigil::coord::heartbeat_value(since));
+                Ok(Reply::Hash(h))
+            }
+            (other, _) => Ok(other),
+        }
+    }
 }
 
 #[async_trait]
@@ -129,9 +162,18 @@ impl Coordinator for Faulty {
                 }
             }
             Request::Hgetall(key)
+                if m == Some(GangMutant::SlowTakenForHung) && key.ends_with(":status:rank-g2") =>
+            {
+                self.slow_taken_for_hung(key).await
+            }
+            Request::Hgetall(key)
                 if matches!(
                     m,
-                    Some(GangMutant::BlockersHidden | GangMutant::ProgressHidden)
+                    Some(
+                        GangMutant::BlockersHidden
+                            | GangMutant::ProgressHidden
+                            | GangMutant::ComputeHidden
+                    )
                 ) && key.ends_with(":members") =>
             {
                 let reply = self.inner.execute(Request::Hgetall(key)).await?;
@@ -144,6 +186,7 @@ impl Coordinator for Faulty {
                                 if let Some(o) = e.as_object_mut() {
                                     let hide: &[&str] = match m {
                                         Some(GangMutant::ProgressHidden) => &["hb"],
+                                        Some(GangMutant::ComputeHidden) => &["cmp"],
                                         _ => &["sd", "br"],
                                     };
                                     for f in hide {

@@ -264,6 +264,8 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     agent = agent.with_node_info(node_rx.clone());
     let tpu_rx = tpu_monitor(&cfg, node_rx.clone(), &tracker, &stop);
     agent = agent.with_tpu(tpu_rx.clone());
+    let (slow_tx, slow_rx) = tokio::sync::watch::channel(Default::default());
+    agent = agent.with_slow_named(slow_tx);
     let mut controller = Controller::new(
         cfg.clone(),
         a.coord.clone(),
@@ -274,6 +276,7 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     .with_facts(facts)
     .with_pod_witnesses(pods, crate::runtime::devices(&cfg))
     .with_tpu(tpu_rx)
+    .with_slow_named(slow_rx)
     .with_node_info(node_rx, node_reader)
     .with_notifier(Notifier::new(a.sink.clone(), a.metrics.clone()));
     if let Some(api) = node_api(&cfg).await {

@@ -75,6 +75,9 @@ pub struct PaceConfig {
     /// A container younger than this (compile, warm-up after a restart) teaches nothing.
     #[serde(with = "humantime_serde")]
     pub warmup: Duration,
+    /// While a slow gang names this node's member, a `<label_prefix>slow=true:NoSchedule` taint
+    /// beside the `VigilSlow` condition, so the next placement avoids the node (opt-in).
+    pub taint: bool,
 }
 
 impl Default for PaceConfig {
@@ -90,6 +93,7 @@ impl Default for PaceConfig {
             // evaluations.
             slow_for: Duration::from_secs(3 * 60),
             warmup: Duration::from_secs(5 * 60),
+            taint: false,
         }
     }
 }

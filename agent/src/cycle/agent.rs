@@ -69,6 +69,8 @@ pub struct Agent {
     rhythms: HashMap<String, Rhythm>,
     /// Each watched gang member's pace (`gang.pace`), by worker id; in memory only.
     paces: HashMap<String, crate::hang::policy_pace::Pace>,
+    /// The slow gangs naming a member of this node, for the node controller (`VigilSlow`).
+    slow_named: Option<watch::Sender<crate::vocab::node::SlowNamed>>,
     /// The node's previous record's time lost has been taken up (`seed_lost`).
     lost_seeded: bool,
     /// Counts what the cycle asks of the coordinator (it is `ctx.coord`): a worker's part of
@@ -147,6 +149,7 @@ impl Agent {
             cycle: Cycle::default(),
             rhythms: HashMap::new(),
             paces: HashMap::new(),
+            slow_named: None,
             lost_seeded: false,
             tally,
             ctx: Context {
@@ -212,6 +215,12 @@ impl Agent {
         self
     }
 
+    /// Tell the node controller which slow gangs name a member of this node (`gang.pace`).
+    pub fn with_slow_named(mut self, tx: watch::Sender<crate::vocab::node::SlowNamed>) -> Self {
+        self.slow_named = Some(tx);
+        self
+    }
+
     /// Receive new configurations (SIGHUP reloads).
     pub(crate) fn with_reload(mut self, rx: watch::Receiver<Config>) -> Self {
         self.reload = Some(rx);
@@ -242,7 +251,10 @@ impl Agent {
             self.gpu = rx.borrow().clone();
         }
         match self.evaluate_all(&mut report).await {
-            Ok(true) => self.alerts.settle(self.ctx.coord.as_ref()).await,
+            Ok(true) => {
+                self.show_slow();
+                self.alerts.settle(self.ctx.coord.as_ref()).await
+            }
             Ok(false) => return report,
             Err(e) => {
                 self.outages.coordinator_failed(&self.ctx, &e).await;
@@ -340,6 +352,22 @@ impl Agent {
             requests: self.tally.requests(),
             at: tokio::time::Instant::now(),
         })
+    }
+
+    /// Tell the node controller which slow gangs name a member of this node (`VigilSlow`), when
+    /// that changed.
+    fn show_slow(&self) {
+        let Some(tx) = &self.slow_named else { return };
+        let named: crate::vocab::node::SlowNamed = self
+            .paces
+            .values()
+            .filter_map(|p| p.named.clone())
+            .collect();
+        tx.send_if_modified(|now| {
+            let changed = *now != named;
+            *now = named;
+            changed
+        });
     }
 
     /// What is kept per worker goes with the workers not judged this cycle (gone, or

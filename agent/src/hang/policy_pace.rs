@@ -51,6 +51,9 @@ pub(crate) struct Pace {
     gang: Option<String>,
     /// This run's slow episode was seen open (by this agent or another): asked once per run.
     pub(crate) episode_seen: bool,
+    /// The open slow episode names this worker as the member its gang waits for: (gang, one
+    /// line for the Node's `VigilSlow` condition).
+    pub(crate) named: Option<(String, String)>,
 }
 
 /// Where a worker's pace stands.

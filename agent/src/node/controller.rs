@@ -44,6 +44,7 @@ mod first_reads;
 mod health;
 mod lost;
 mod rounds;
+mod slow;
 
 pub use first_reads::facts_at_start;
 use first_reads::FirstReads;
@@ -104,6 +105,8 @@ pub struct Controller {
     tpu: HealthTracker<TpuReport>,
     /// The TPU monitor's reports, when one runs (see [`Controller::with_tpu`]).
     tpu_rx: Option<watch::Receiver<TpuReport>>,
+    /// The slow gangs naming a member of this node, from the cycle (`gang.pace`).
+    slow_rx: Option<watch::Receiver<crate::vocab::node::SlowNamed>>,
     /// The state the node acts on: the two sources' merged.
     state: MaintenanceState,
     /// The metadata server's state alone, and the Node labels' alone.
@@ -150,6 +153,7 @@ impl Controller {
             gpu_begun_seen: 0,
             tpu: HealthTracker::default(),
             tpu_rx: None,
+            slow_rx: None,
             facts: SharedFacts::default(),
             state: MaintenanceState::default(),
             metadata_state: MaintenanceState::default(),
@@ -201,6 +205,13 @@ impl Controller {
     /// Follow the TPU monitor's reports (`crate::accel::tpu::monitor`) in [`Controller::run`].
     pub fn with_tpu(mut self, rx: watch::Receiver<TpuReport>) -> Self {
         self.tpu_rx = Some(rx);
+        self
+    }
+
+    /// Follow the cycle's slow gangs (`gang.pace`): the Node's `VigilSlow` condition, and with
+    /// `gang.pace.taint` its taint, while one names a member of this node.
+    pub fn with_slow_named(mut self, rx: watch::Receiver<crate::vocab::node::SlowNamed>) -> Self {
+        self.slow_rx = Some(rx);
         self
     }
 
@@ -357,10 +368,11 @@ impl Controller {
     }
 
     /// One tick: the Node again if the last write failed (it must converge to the desired
-    /// state, not wait for the next change) or the DRA device taints are due their periodic
-    /// look, then opportunistic maintenance.
-    async fn tick(&mut self) {
-        if self.node.stale || self.node.device_taints_due() {
+    /// state, not wait for the next change), the DRA device taints are due their periodic look,
+    /// or the slow gangs naming this node changed; then opportunistic maintenance.
+    pub async fn tick(&mut self) {
+        let slow = self.take_slow().await;
+        if self.node.stale || self.node.device_taints_due() || slow {
             self.node.publish().await;
         }
         self.opportunistic().await;

@@ -15,6 +15,7 @@ use crate::kube::node::{EventType, NodeApi};
 use crate::maintenance::policy::node_desired;
 use crate::metrics::Metrics;
 use crate::vocab::maintenance::MaintenanceState;
+use crate::vocab::node::{slow_desired, SlowNamed};
 
 /// Longest wait on one Kubernetes call.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,6 +52,8 @@ pub(crate) struct NodeView {
     ///
     /// NB: only a label this node set is ever removed: an operator's own is left alone.
     pub(crate) perform_maintenance: Option<bool>,
+    /// The slow gangs naming a member of this node (`gang.pace`): the `VigilSlow` condition.
+    pub(crate) slow: SlowNamed,
 }
 
 pub(crate) struct NodePublisher {
@@ -102,6 +105,7 @@ impl NodePublisher {
         if let Some(tpu) = &v.tpu {
             desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
         }
+        slow_desired(k, &self.cfg.gang.pace, &v.slow, &mut want);
         let node = self.cfg.node_name.clone();
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&node, &want)).await {
             Ok(Ok(())) => {

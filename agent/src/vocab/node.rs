@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::KubernetesConfig;
+use crate::config::{KubernetesConfig, PaceConfig};
 
 /// A taint Vigil owns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub struct NodeDesired {
 
 /// The status of a Node condition, as Kubernetes spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ConditionStatus {
+pub enum ConditionStatus {
     True,
     False,
     Unknown,
@@ -63,10 +63,10 @@ impl ConditionStatus {
 pub struct NodeCondition {
     /// e.g. `VigilGPUUnhealthy`.
     pub kind: String,
-    pub(crate) status: ConditionStatus,
+    pub status: ConditionStatus,
     /// CamelCase, e.g. `Failed`, `Pending`.
-    pub(crate) reason: String,
-    pub(crate) message: String,
+    pub reason: String,
+    pub message: String,
 }
 
 /// `Normal` or `Warning`, as Kubernetes Events have.
@@ -92,6 +92,8 @@ pub(crate) const TERMINATION_TAINT: &str = "termination-imminent";
 pub(crate) const GPU_FAILED_TAINT: &str = "gpu-failed";
 /// The taint (after the label prefix) while the node's TPU chips have failed.
 pub(crate) const TPU_FAILED_TAINT: &str = "tpu-failed";
+/// The taint (after the label prefix) while a slow gang names this node (`gang.pace.taint`).
+pub(crate) const SLOW_TAINT: &str = "slow";
 
 /// The keys of every taint Vigil may set on its Node (`vigil cleanup` removes these, whatever
 /// their effect).
@@ -101,11 +103,17 @@ pub fn taint_keys(k: &KubernetesConfig) -> Vec<String> {
         format!("{p}{TERMINATION_TAINT}"),
         format!("{p}{GPU_FAILED_TAINT}"),
         format!("{p}{TPU_FAILED_TAINT}"),
+        format!("{p}{SLOW_TAINT}"),
     ]
 }
 
 /// The types of every Node condition Vigil sets (`vigil cleanup` removes these).
-pub const CONDITIONS: [&str; 3] = [MAINTENANCE_CONDITION, GPU_CONDITION, TPU_CONDITION];
+pub const CONDITIONS: [&str; 4] = [
+    MAINTENANCE_CONDITION,
+    GPU_CONDITION,
+    TPU_CONDITION,
+    SLOW_CONDITION,
+];
 
 // NB: one polarity for every Vigil condition, node-problem-detector's and the kubelet's pressure
 // conditions': `True` means a problem (docs/kubernetes.md says why).
@@ -116,6 +124,45 @@ pub(crate) const MAINTENANCE_CONDITION: &str = "VigilMaintenance";
 pub(crate) const GPU_CONDITION: &str = "VigilGPUUnhealthy";
 /// The condition type of the TPU health: True while the TPU chips have failed.
 pub(crate) const TPU_CONDITION: &str = "VigilTPUUnhealthy";
+/// The condition type of a gang's pace: True while a slow gang names this node's member as the
+/// one it waits for (`gang.pace`).
+pub(crate) const SLOW_CONDITION: &str = "VigilSlow";
+
+/// The slow gangs that name a member on this node, as its agent found them: gang id → one line
+/// saying how slow and why this node.
+pub type SlowNamed = BTreeMap<String, String>;
+
+/// The Node's `VigilSlow` condition and, with `gang.pace.taint`, its `NoSchedule` taint while a
+/// slow gang names this node; both off the Node when `gang.pace` is off.
+pub fn slow_desired(
+    k: &KubernetesConfig,
+    pace: &PaceConfig,
+    named: &SlowNamed,
+    d: &mut NodeDesired,
+) {
+    let key = format!("{}{SLOW_TAINT}", k.label_prefix);
+    if !pace.enabled {
+        d.remove_conditions.push(SLOW_CONDITION.into());
+        d.remove_taints.push(key);
+        return;
+    }
+    let slow = !named.is_empty();
+    let (reason, message) = match slow {
+        true => {
+            let lines: Vec<&str> = named.values().map(String::as_str).collect();
+            ("SlowGang", format!("vigil: {}", lines.join("; ")))
+        }
+        false => ("AtPace", "vigil: no slow gang names this node".to_string()),
+    };
+    let message = truncate(&message, 1024);
+    d.conditions.push(problem_condition(
+        SLOW_CONDITION,
+        Some(slow),
+        reason,
+        message,
+    ));
+    failure_taint(d, key, pace.taint && slow);
+}
 
 /// A condition in Vigil's polarity: `problem` Some(true) is `True`, Some(false) `False`, and
 /// `None` (no verdict) `Unknown`.
@@ -157,5 +204,70 @@ pub(crate) fn failure_taint(d: &mut NodeDesired, key: String, on: bool) {
         });
     } else {
         d.remove_taints.push(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slow_of(enabled: bool, taint: bool, named: &[(&str, &str)]) -> NodeDesired {
+        let k = KubernetesConfig::default();
+        let pace = PaceConfig {
+            enabled,
+            taint,
+            ..PaceConfig::default()
+        };
+        let named: SlowNamed = named
+            .iter()
+            .map(|(g, l)| (g.to_string(), l.to_string()))
+            .collect();
+        let mut d = NodeDesired::default();
+        slow_desired(&k, &pace, &named, &mut d);
+        d
+    }
+
+    #[test]
+    fn a_slow_gang_naming_the_node_sets_vigil_slow_and_only_opted_in_its_taint() {
+        let key = format!("{}slow", KubernetesConfig::default().label_prefix);
+        let d = slow_of(true, false, &[("ml/c", "gang ml/c runs at 82 %")]);
+        assert_eq!(d.conditions.len(), 1);
+        let c = &d.conditions[0];
+        assert_eq!(
+            (c.kind.as_str(), c.status, c.reason.as_str()),
+            ("VigilSlow", ConditionStatus::True, "SlowGang")
+        );
+        assert_eq!(c.message, "vigil: gang ml/c runs at 82 %");
+        assert!(d.add_taints.is_empty());
+        assert_eq!(d.remove_taints, vec![key.clone()]);
+
+        let d = slow_of(true, true, &[("ml/c", "x")]);
+        assert_eq!(d.add_taints.len(), 1);
+        assert_eq!(
+            (
+                d.add_taints[0].key.as_str(),
+                d.add_taints[0].effect.as_str()
+            ),
+            (key.as_str(), "NoSchedule")
+        );
+
+        // Nobody names it: False (node-problem-detector's polarity), the taint off.
+        let d = slow_of(true, true, &[]);
+        assert_eq!(d.conditions[0].status, ConditionStatus::False);
+        assert_eq!(d.conditions[0].reason, "AtPace");
+        assert_eq!(d.remove_taints, vec![key.clone()]);
+
+        // Pace off: neither stays on the Node.
+        let d = slow_of(false, true, &[("ml/c", "x")]);
+        assert!(d.conditions.is_empty());
+        assert_eq!(d.remove_conditions, vec!["VigilSlow".to_string()]);
+        assert_eq!(d.remove_taints, vec![key]);
+    }
+
+    #[test]
+    fn cleanup_knows_the_slow_condition_and_taint() {
+        let k = KubernetesConfig::default();
+        assert!(CONDITIONS.contains(&SLOW_CONDITION));
+        assert!(taint_keys(&k).contains(&format!("{}{SLOW_TAINT}", k.label_prefix)));
     }
 }

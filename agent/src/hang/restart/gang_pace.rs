@@ -23,11 +23,30 @@ use crate::hang::policy_pipeline::Unit;
 use super::{Case, RestartPath};
 
 /// The key's value while a member is being named: `<since>:<rate>:<baseline>|?`; once named,
-/// `…|<node>/<worker>` (the member paged; `-` for none). Rates in thousandths of a step per
-/// second.
+/// `…|<node>/<worker>|<why>` (the member paged and the evidence; `-` for none). Rates in
+/// thousandths of a step per second.
 fn episode(since: Millis, rate: f64, baseline: f64, placed: &str) -> String {
     let milli = |r: f64| (r * 1000.0).round() as i64;
     format!("{since}:{}:{}|{placed}", milli(rate), milli(baseline))
+}
+
+/// The episode `value` of gang `gang` names `own` as the member it waits for: one line for the
+/// Node's `VigilSlow` condition (how slow, which worker, why).
+fn named_here(value: &str, gang: &str, own: &Member) -> Option<String> {
+    let mut parts = value.splitn(3, '|');
+    let (head, placed, why) = (parts.next()?, parts.next()?, parts.next().unwrap_or(""));
+    if placed != format!("{}/{}", own.node, own.worker) {
+        return None;
+    }
+    let mut n = head.split(':').skip(1).map(|x| x.parse::<f64>().ok());
+    let (rate, base) = (n.next()?? / 1000.0, n.next()?? / 1000.0);
+    let pct = if base > 0.0 { 100.0 * rate / base } else { 0.0 };
+    Some(format!(
+        "gang {gang} runs at {} against its usual {} ({pct:.0} %) and waits for {} on this node: {why}",
+        per_second(rate),
+        per_second(base),
+        own.worker
+    ))
 }
 
 /// The key's value after an episode ended (for `slow_for`): nobody opens another meanwhile.
@@ -88,13 +107,23 @@ impl RestartPath<'_> {
             } => self.slow_began(&g, own, since, rate, baseline, now).await,
             PaceVerdict::Recovered { rate, baseline } => {
                 self.pace.episode_seen = false;
+                self.pace.named = None;
                 self.slow_ended(&g, rate, baseline, now).await
             }
-            _ => {
-                self.pace.episode_seen = false;
-                self.slow_gone(&g).await
-            }
+            _ => self.at_pace(&g).await,
         }
+    }
+
+    /// Not slow (learning, steady): nothing named here; an episode this agent opened that ended
+    /// elsewhere is resolved.
+    async fn at_pace(&mut self, g: &Gang) -> Result<(), CoordError> {
+        self.pace.episode_seen = false;
+        self.pace.named = None;
+        if !self.gangs.slow.contains_key(&g.id) {
+            return Ok(());
+        }
+        let held = self.ctx.coord.get(&self.ctx.keys.gang_slow(&g.id)).await?;
+        self.slow_gone(g, held.as_deref()).await
     }
 
     /// Open the gang's slow episode (asked once per slow run; one SET NX for the gang), name its
@@ -108,15 +137,20 @@ impl RestartPath<'_> {
         baseline: f64,
         now: Millis,
     ) -> Result<(), CoordError> {
-        if self.pace.episode_seen {
-            return self.slow_gone(g).await;
-        }
         let key = self.ctx.keys.gang_slow(&g.id);
+        // NB: once the episode is seen, one read a cycle while the run lasts: the member it
+        // names shows it on its Node (`VigilSlow`), whichever agent opened it.
+        if self.pace.episode_seen {
+            let held = self.ctx.coord.get(&key).await?;
+            self.hear_episode(g, own, held.as_deref());
+            return self.slow_gone(g, held.as_deref()).await;
+        }
         let placeholder = episode(since, rate, baseline, "?");
         if !self.ctx.coord.set_nx(&key, &placeholder, MARK_TTL).await? {
             // Open (asked no more this run), or just ended: asked again once the quiet ends.
             let held = self.ctx.coord.get(&key).await?;
             self.pace.episode_seen = held.as_deref() != Some(QUIET);
+            self.hear_episode(g, own, held.as_deref());
             return Ok(());
         }
         self.pace.episode_seen = true;
@@ -127,12 +161,40 @@ impl RestartPath<'_> {
         // placed somewhere to be resolved); its text says nobody stands out.
         let at = named.as_ref().map_or(own, |(m, _)| *m);
         let placed = match &named {
-            Some((m, _)) => format!("{}/{}", m.node, m.worker),
+            Some((m, why)) => format!("{}/{}|{}", m.node, m.worker, why.join("; ")),
             None => "-".to_string(),
         };
         let value = episode(since, rate, baseline, &placed);
         self.ctx.coord.set(&key, &value, MARK_TTL).await?;
+        self.hear_episode(g, own, Some(&value));
         self.ctx.metrics.pace.episode();
+        let a = self.slow_alert(g, &members, named, at, (since, rate, baseline), now);
+        self.gangs
+            .slow
+            .insert(g.id.clone(), (value, at.node.clone(), at.worker.clone()));
+        let claim = self.ctx.keys.gang_alert(&g.id, &since.to_string(), "slow");
+        self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
+            .await
+            .map(drop)
+    }
+
+    /// What the episode's value says of this worker: named, it shows on its Node.
+    fn hear_episode(&mut self, g: &Gang, own: &Member, held: Option<&str>) {
+        let here = held.and_then(|v| named_here(v, &g.id, own));
+        self.pace.named = here.map(|line| (g.id.clone(), line));
+    }
+
+    /// The `slow` page: the gang, its rate against its usual, for how long, the member named
+    /// and why (or that nobody stands out).
+    fn slow_alert(
+        &self,
+        g: &Gang,
+        members: &[Member],
+        named: Option<(&Member, Vec<String>)>,
+        at: &Member,
+        (since, rate, baseline): (Millis, f64, f64),
+        now: Millis,
+    ) -> crate::alerts::Alert {
         let who = match &named {
             Some((m, why)) => format!(
                 "the member it waits for is {} on node {}: {}",
@@ -150,14 +212,7 @@ impl RestartPath<'_> {
             100.0 * rate / baseline,
             human(now - since)
         );
-        let a = self.gang_alert(AlertKind::Slow, g, &members, Some(at), detail);
-        self.gangs
-            .slow
-            .insert(g.id.clone(), (value, at.node.clone(), at.worker.clone()));
-        let claim = self.ctx.keys.gang_alert(&g.id, &since.to_string(), "slow");
-        self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
-            .await
-            .map(drop)
+        self.gang_alert(AlertKind::Slow, g, members, Some(at), detail)
     }
 
     /// The opener, its member back at its pace: end the episode (compare-and-delete, then the
@@ -174,7 +229,8 @@ impl RestartPath<'_> {
         };
         let key = self.ctx.keys.gang_slow(&g.id);
         if !self.ctx.coord.del_if_owner(&key, &value).await? {
-            return self.slow_gone(g).await;
+            let held = self.ctx.coord.get(&key).await?;
+            return self.slow_gone(g, held.as_deref()).await;
         }
         let quiet = self.ctx.cfg.gang.pace.slow_for;
         self.ctx.coord.set(&key, QUIET, quiet).await?;
@@ -205,19 +261,47 @@ impl RestartPath<'_> {
             .map(drop)
     }
 
-    /// The opener whose episode ended otherwise (its key expired, or removed by a person):
-    /// the alert it sent is resolved.
-    async fn slow_gone(&mut self, g: &Gang) -> Result<(), CoordError> {
+    /// The opener whose episode ended otherwise (its key expired, or removed by a person;
+    /// `held`: the key's value now): the alert it sent is resolved.
+    async fn slow_gone(&mut self, g: &Gang, held: Option<&str>) -> Result<(), CoordError> {
         let Some((value, node, worker)) = self.gangs.slow.get(&g.id).cloned() else {
             return Ok(());
         };
-        let key = self.ctx.keys.gang_slow(&g.id);
-        if self.ctx.coord.get(&key).await?.as_deref() == Some(value.as_str()) {
+        if held == Some(value.as_str()) {
             return Ok(());
         }
         self.gangs.slow.remove(&g.id);
         let end = Resolve::Episode(AlertKind::Slow);
         self.ctx.notifier.resolve(&node, &worker, end).await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_member_an_episode_names_reads_it_for_its_node() {
+        let own = Member::working("gpu-3", "rank-3", 0);
+        let why = "it computes 571 ms before each collective, the others 400 ms (median): they wait for it";
+        let value = episode(1_000, 1.4, 2.0, &format!("gpu-3/rank-3|{why}"));
+        let line = named_here(&value, "ml/c", &own).expect("named");
+        assert_eq!(
+            line,
+            format!("gang ml/c runs at 1.40 steps/s against its usual 2.00 steps/s (70 %) and waits for rank-3 on this node: {why}")
+        );
+        // Another member, nobody, or not named yet: not this node's.
+        let other = Member::working("gpu-1", "rank-1", 0);
+        assert_eq!(named_here(&value, "ml/c", &other), None);
+        assert_eq!(
+            named_here(&episode(1_000, 1.4, 2.0, "-"), "ml/c", &own),
+            None
+        );
+        assert_eq!(
+            named_here(&episode(1_000, 1.4, 2.0, "?"), "ml/c", &own),
+            None
+        );
+        assert_eq!(named_here(QUIET, "ml/c", &own), None);
     }
 }
