@@ -336,3 +336,46 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
     );
     assert_eq!(g.restarts(), 0);
 }
+
+/// The fake NVML behind the real monitor thread: node 2's GPU starts retrying its PCIe link and
+/// its NVLinks while the gang slows (no rank publishes `compute_ms`): the rising counters name
+/// rank 2, and another node's busy GPU at full clock names nothing.
+#[tokio::test]
+async fn a_gpu_whose_links_start_retrying_names_its_rank() {
+    use common::fake_gpu::FakeGpu;
+    use vigil::accel::gpu::model::GpuReport;
+    use vigil::accel::gpu::monitor::spawn_monitor;
+    let mut g = Gang::new(true);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut gpus = Vec::new();
+    for i in [1, 2] {
+        let gpu = FakeGpu::new();
+        gpu.add_gpu(0, &format!("GPU-{i}{i}{i}{i}"));
+        gpu.set_sm_clock(0, 1_980, 0.98);
+        let mut cfg = g.fleet.nodes[i].cfg.gpu.clone();
+        cfg.sample_interval = Duration::from_millis(20);
+        let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
+        spawn_monitor(Box::new(gpu.clone()), cfg, tx, stop.clone()).expect("a monitor thread");
+        gpu.wait_samples(2, Duration::from_secs(30));
+        let agent = g.fleet.nodes[i].agents.remove(0);
+        g.fleet.nodes[i].agents.insert(0, agent.with_gpu(rx));
+        gpus.push(gpu);
+    }
+    let none = |_: usize| None;
+    g.run(1.0, 20 * 60, none, false).await;
+    gpus[1].set_link_errors(0, 400, 12);
+    gpus[1].wait_samples(3, Duration::from_secs(30));
+    g.run(0.7, 8 * 60, none, false).await;
+    stop.cancel();
+    let pages = g.pages(AlertKind::Slow);
+    assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
+    assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
+    assert!(
+        pages[0]
+            .detail
+            .contains("its node shows GPU 0 (GPU-2222) PCIe replays +400, NVLink errors +12"),
+        "{}",
+        pages[0].detail
+    );
+    assert_eq!(g.restarts(), 0);
+}

@@ -75,6 +75,10 @@ impl FakeGpu {
                 recovery_action: Some(RecoveryAction::None),
                 energy_mj: Some(1_000_000),
                 persistence_mode: Some(true),
+                pcie_replays: Some(0),
+                nvlink_errors: Some(0),
+                sm_clock_mhz: Some(1_980),
+                sm_clock_max_mhz: Some(1_980),
             },
         );
     }
@@ -127,6 +131,23 @@ impl FakeGpu {
                 r.pending = false;
             }
             g.recovery_action = Some(RecoveryAction::None);
+        });
+    }
+
+    /// The link counters since the driver loaded: PCIe replays and NVLink data-link errors
+    /// (summed over the links), as NVML reads them.
+    pub fn set_link_errors(&self, index: u32, pcie_replays: u64, nvlink_errors: u64) {
+        self.edit(index, |g| {
+            g.pcie_replays = Some(pcie_replays);
+            g.nvlink_errors = Some(nvlink_errors);
+        });
+    }
+
+    /// The SM clock (MHz) and how busy the GPU is (0.0–1.0).
+    pub fn set_sm_clock(&self, index: u32, mhz: u32, utilization: f64) {
+        self.edit(index, |g| {
+            g.sm_clock_mhz = Some(mhz);
+            g.utilization = Some(utilization);
         });
     }
 

@@ -178,6 +178,9 @@ impl Node {
     }
 }
 
+/// Where the fleet's agents read the host's pressure: nowhere (a deterministic fleet).
+const NO_PROCFS: &str = "/nonexistent/vigil-fleet-procfs";
+
 pub struct Fleet {
     /// The fake clock (moved by [`Fleet::tick`]; unused on the system clock).
     pub clock: FakeClock,
@@ -272,7 +275,8 @@ impl Fleet {
         });
         let sink = alerts.then(|| Arc::new(self.sink.clone()) as _);
         let notifier = Notifier::new(sink, metrics.clone());
-        Agent::new(cfg, coord, runtime, notifier, metrics)
+        // NB: the fleet's nodes share this machine, whose pressure is no node's own: none read.
+        Agent::new(cfg, coord, runtime, notifier, metrics).with_host_procfs(NO_PROCFS)
     }
 
     /// Another agent on node `i` (a rolling update's new instance), with its own config.

@@ -254,7 +254,8 @@ impl Sim {
             notifier,
             metrics,
         )
-        .with_shutdown(token);
+        .with_shutdown(token)
+        .with_host_procfs("/nonexistent/vigil-sim-procfs");
         node.agent = Some(agent);
     }
 

@@ -69,6 +69,10 @@ pub struct Agent {
     rhythms: HashMap<String, Rhythm>,
     /// Each watched gang member's pace (`gang.pace`), by worker id; in memory only.
     paces: HashMap<String, crate::hang::policy_pace::Pace>,
+    /// The host's pressure and steal (`gang.pace`'s evidence from the host), read once a cycle,
+    /// and what it says this cycle.
+    host: crate::hang::pressure::HostPressure,
+    host_signals: Vec<String>,
     /// The slow gangs naming a member of this node, for the node controller (`VigilSlow`).
     slow_named: Option<watch::Sender<crate::vocab::node::SlowNamed>>,
     /// The node's previous record's time lost has been taken up (`seed_lost`).
@@ -150,6 +154,8 @@ impl Agent {
             rhythms: HashMap::new(),
             paces: HashMap::new(),
             slow_named: None,
+            host: Default::default(),
+            host_signals: Vec::new(),
             lost_seeded: false,
             tally,
             ctx: Context {
@@ -212,6 +218,13 @@ impl Agent {
     /// provisioning model, accelerator and TPU topology it reads.
     pub(crate) fn with_node_info(mut self, rx: watch::Receiver<Option<NodeInfo>>) -> Self {
         self.watch.node_info = Some(rx);
+        self
+    }
+
+    /// Read the host's pressure and steal from procfs at `root` (`/proc` by default; tests
+    /// point it at files of their own, or at none).
+    pub fn with_host_procfs(mut self, root: impl Into<std::path::PathBuf>) -> Self {
+        self.host = crate::hang::pressure::HostPressure::at(root);
         self
     }
 
@@ -306,6 +319,10 @@ impl Agent {
         let groups = self.roster.group(&self.ctx, containers).await;
         let mut prefetch = self.read_node(&groups).await?;
         let now = self.cycle.now;
+        self.host_signals = match self.ctx.cfg.gang.pace.enabled {
+            true => self.host.signals(now),
+            false => Vec::new(),
+        };
         let mut present: HashSet<String> = HashSet::new();
         for (worker, list) in groups {
             present.insert(worker.clone());
@@ -408,7 +425,8 @@ impl Agent {
         };
         let now_mono = crate::accel::clock_ms();
         let evidence = gpu_policy::evidence(&self.gpu, gpus, now_mono, &self.ctx.cfg.gpu);
-        let slow = gpu_policy::slow_signals(&self.gpu, gpus);
+        let mut slow = crate::accel::gpu::policy_slow::slow_signals(&self.gpu, gpus);
+        slow.extend(self.host_signals.iter().cloned());
         let mut path = RestartPath {
             ctx: &self.ctx,
             journal: &mut self.journal,

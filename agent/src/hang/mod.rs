@@ -34,6 +34,7 @@ pub(crate) mod policy_pipeline;
 pub(crate) mod policy_record;
 pub(crate) mod policy_rhythm;
 pub(crate) mod policy_table;
+pub(crate) mod pressure;
 pub mod replay;
 pub mod replay_pace;
 pub mod restart;

@@ -1,8 +1,9 @@
 //! GPUs through NVML: `model` (samples, XID events, per-GPU status), `policy` (the health rules),
 //! `policy_node` (the report as the Node shows it: the `GPU` row, its condition), `policy_xid`
-//! (what each XID calls for), `policy_episode` (a run of one XID is one episode), `policy_state`
+//! (what each XID calls for), `policy_episode` (a run of one XID is one episode), `policy_slow` (what slows a job on a
+//! GPU: fail-slow's evidence), `policy_state`
 //! (failed GPUs kept across agent restarts, the pure part), `policy_kubelet` (a GPU the
-//! kubelet reports `Unhealthy` is failed); `kubelet` (reads that from the node's pods); `nvml` (the NVML adapter), `monitor` (the monitor thread),
+//! kubelet reports `Unhealthy` is failed); `kubelet` (reads that from the node's pods); `nvml` (the NVML adapter; `nvml_speed` its speed readings), `monitor` (the monitor thread),
 //! `start` (waiting for a driver that arrives late), `state` (the state file on disk), `tracked`
 //! (how the tracker publishes the report: alert, trail code, metric series).
 
@@ -10,10 +11,12 @@ pub mod kubelet;
 pub mod model;
 pub mod monitor;
 pub mod nvml;
+pub(crate) mod nvml_speed;
 pub mod policy;
 pub(crate) mod policy_episode;
 pub mod policy_kubelet;
 pub mod policy_node;
+pub mod policy_slow;
 pub(crate) mod policy_state;
 pub mod policy_xid;
 pub mod start;

@@ -47,6 +47,14 @@ pub struct GpuSample {
     /// Persistence mode. Without it the driver unloads when its last client exits, so the
     /// counters that restart with the driver restart without any reset too.
     pub persistence_mode: Option<bool>,
+    /// PCIe replays since the driver loaded (a link retrying transfers).
+    pub pcie_replays: Option<u64>,
+    /// NVLink data-link errors (replay, recovery, flit and data CRC) summed over the active
+    /// links; `None` without NVLink.
+    pub nvlink_errors: Option<u64>,
+    /// The SM clock now and its maximum, MHz.
+    pub sm_clock_mhz: Option<u32>,
+    pub sm_clock_max_mhz: Option<u32>,
 }
 
 /// The driver's own recovery action for a GPU (`nvmlDeviceGpuRecoveryAction_t`, read through
@@ -141,6 +149,17 @@ pub struct GpuStatus {
     pub failure: Option<Failure>,
     /// The XID episodes still open on this GPU, one per XID (`crate::accel::gpu::policy_episode`).
     pub episodes: Vec<XidEpisode>,
+    /// Error counters that rose lately (`crate::accel::gpu::policy_slow`): a slow job's evidence.
+    pub rises: Vec<Rise>,
+}
+
+/// An error counter of a GPU that rose: by how much since it began rising, and when it last did
+/// (on the monitor's monotonic ms clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rise {
+    pub what: &'static str,
+    pub by: u64,
+    pub at_ms: i64,
 }
 
 /// A run of one XID on one GPU: events less than `gpu.xid_threshold.window` apart. A storm of
@@ -354,4 +373,9 @@ pub(crate) fn selects(g: &GpuStatus, id: &str) -> bool {
     }
     id.parse::<u32>().is_ok_and(|i| i == g.index)
         || (!g.uuid.is_empty() && g.uuid.eq_ignore_ascii_case(id))
+}
+
+/// `None`, or a list containing `all`, means every GPU of the node.
+pub(crate) fn all_gpus(gpus: Option<&[String]>) -> bool {
+    gpus.is_none_or(|ids| ids.iter().any(|id| id.trim().eq_ignore_ascii_case("all")))
 }

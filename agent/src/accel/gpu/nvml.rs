@@ -175,7 +175,7 @@ pub(crate) fn throttle_names(r: ThrottleReasons) -> Vec<&'static str> {
 }
 
 /// A field that cannot be read is `None`, never a failed sample (ECC off, no sensor, old GPU).
-fn field<T>(index: u32, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
+pub(crate) fn field<T>(index: u32, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
     r.map_err(|e| tracing::debug!(gpu = index, field = what, error = %e, "GPU field not read"))
         .ok()
 }
@@ -255,7 +255,8 @@ impl NvmlProbe {
             .ok()?;
         let memory = field(index, "memory", d.memory_info());
         let retired = |cause| d.retired_pages(cause).map(|p| p.len() as u64);
-        Some(GpuSample {
+        let unc = MemoryError::Uncorrected;
+        let mut sample = GpuSample {
             index,
             uuid,
             minor_number: field(index, "minor_number", d.minor_number()),
@@ -269,12 +270,7 @@ impl NvmlProbe {
             ecc_volatile_corrected: ecc(index, d, MemoryError::Corrected, EccCounter::Volatile),
             ecc_volatile_uncorrected: ecc(index, d, MemoryError::Uncorrected, EccCounter::Volatile),
             ecc_aggregate_corrected: ecc(index, d, MemoryError::Corrected, EccCounter::Aggregate),
-            ecc_aggregate_uncorrected: ecc(
-                index,
-                d,
-                MemoryError::Uncorrected,
-                EccCounter::Aggregate,
-            ),
+            ecc_aggregate_uncorrected: ecc(index, d, unc, EccCounter::Aggregate),
             retired_pages: field(
                 index,
                 "retired_pages",
@@ -303,7 +299,10 @@ impl NvmlProbe {
             recovery_action: recovery_action(index, d),
             energy_mj: field(index, "energy", d.total_energy_consumption()),
             persistence_mode: field(index, "persistence_mode", d.is_in_persistent_mode()),
-        })
+            ..GpuSample::default()
+        };
+        super::nvml_speed::fill(index, d, &mut sample);
+        Some(sample)
     }
 }
 

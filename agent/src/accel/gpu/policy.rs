@@ -27,10 +27,12 @@ use std::collections::BTreeMap;
 
 pub(crate) use crate::accel::gpu::model::label;
 use crate::accel::gpu::model::{
-    selects, EpisodeBegun, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample,
-    GpuStatus, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
+    all_gpus, selects, EpisodeBegun, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport,
+    GpuSample, GpuStatus, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS,
+    MISSING_ROUNDS,
 };
 use crate::accel::gpu::policy_episode;
+use crate::accel::gpu::policy_slow;
 use crate::accel::gpu::policy_xid::{action_for, builtin, recovery_action};
 use crate::clock::{human, ms, Millis};
 use crate::config::{GpuConfig, XidAction, XidThreshold};
@@ -53,11 +55,6 @@ pub(crate) fn new_cleared(report: &GpuReport, seen: &mut u64) -> Vec<GpuCleared>
     new
 }
 
-/// `None`, or a list containing `all`, means every GPU of the node.
-fn all_gpus(gpus: Option<&[String]>) -> bool {
-    gpus.is_none_or(|ids| ids.iter().any(|id| id.trim().eq_ignore_ascii_case("all")))
-}
-
 /// Fold one round of observations into the report.
 ///
 /// `samples` is the latest complete reading of every GPU NVML can see (callers must not pass an
@@ -73,6 +70,10 @@ pub(crate) fn update(
     let overrides = cfg.xid_overrides();
     let mut cleared = prev.cleared.clone();
     let mut gpus = merge_samples(prev, samples, &mut cleared);
+    for g in gpus.iter_mut().filter(|g| !g.missing) {
+        let before = prev.gpus.iter().find(|p| same(p, g.index, &g.uuid));
+        policy_slow::follow_rises(g, before.map(|p| &p.sample), now_ms);
+    }
     let mut episodes = Episodes {
         seq: prev.episode_seq,
         begun: prev.begun.clone(),
@@ -465,32 +466,6 @@ pub fn evidence(
         }
     }
     lines
-}
-
-/// Throttle reasons that slow a GPU down (a clock cut by the hardware, heat or a power brake),
-/// as NVML names them (`crate::accel::gpu::nvml`). Not `sw-power-cap`: a GPU at full load sits
-/// at its power cap by design.
-const SLOWDOWNS: [&str; 4] = ["hw-slowdown", "hw-thermal", "sw-thermal", "hw-power-brake"];
-
-/// What slows a worker on these GPUs down now (indices or UUIDs; `None` or `all` = every GPU of
-/// the node): `GPU 0 (GPU-…) hw-slowdown`, one line per GPU clocked down.
-pub fn slow_signals(report: &GpuReport, gpus: Option<&[String]>) -> Vec<String> {
-    let all = all_gpus(gpus);
-    report
-        .gpus
-        .iter()
-        .filter(|g| all || gpus.unwrap_or_default().iter().any(|id| selects(g, id)))
-        .filter_map(|g| {
-            let why: Vec<&str> = g
-                .sample
-                .throttle_reasons
-                .iter()
-                .copied()
-                .filter(|r| SLOWDOWNS.contains(r))
-                .collect();
-            (!why.is_empty()).then(|| format!("{} {}", label(g.index, &g.uuid), why.join(", ")))
-        })
-        .collect()
 }
 
 /// Whether a worker on these GPUs (indices or UUIDs; `None` or `all` = any GPU of the node) sits on

@@ -1,0 +1,197 @@
+//! What of a GPU's state slows a job on it down (pure; issue 45, fail-slow): the evidence a slow
+//! gang's page names a member by (`crate::hang::policy_pace::suspect`, where a signal counts only
+//! when a minority of the members' nodes show it). Per GPU:
+//!
+//! - NVML's clock-event reasons that cut its clocks: `hw-slowdown`, `hw-thermal`, `sw-thermal`,
+//!   `hw-power-brake` (not `sw-power-cap`: a GPU at full load sits at its cap by design);
+//! - its SM clock below 70 % of its maximum while it is at least half busy (an idle GPU clocks
+//!   down by design);
+//! - a counter rising within the last five minutes: PCIe replays (a link retrying), NVLink
+//!   errors (replay, recovery and CRC, summed over the active links), corrected ECC errors;
+//! - an XID within `gpu.evidence_window`.
+
+use crate::accel::gpu::model::{all_gpus, label, selects, GpuReport, GpuSample, GpuStatus, Rise};
+
+/// Throttle reasons that slow a GPU down, as NVML names them (`crate::accel::gpu::nvml`).
+const SLOWDOWNS: [&str; 4] = ["hw-slowdown", "hw-thermal", "sw-thermal", "hw-power-brake"];
+
+/// How long a counter's rise stays evidence: a slow run is judged over minutes.
+pub(crate) const RISE_WINDOW_MS: i64 = 5 * 60_000;
+
+/// An SM clock below this share of its maximum, under load, is a slowdown.
+const LOW_CLOCK: f64 = 0.7;
+/// The load that makes a low clock a slowdown.
+const BUSY: f64 = 0.5;
+
+/// Fold the GPU's new sample (`g.sample`) into its rises, against its previous sample `prev`
+/// (none: a GPU first seen). A counter that went down (a reset, a driver reload) is no rise.
+pub(crate) fn follow_rises(g: &mut GpuStatus, prev: Option<&GpuSample>, now_ms: i64) {
+    g.rises.retain(|r| now_ms - r.at_ms <= RISE_WINDOW_MS);
+    let Some(p) = prev else { return };
+    let s = &g.sample;
+    let counters = [
+        ("PCIe replays", p.pcie_replays, s.pcie_replays),
+        ("NVLink errors", p.nvlink_errors, s.nvlink_errors),
+        (
+            "corrected ECC errors",
+            p.ecc_volatile_corrected,
+            s.ecc_volatile_corrected,
+        ),
+    ];
+    for (what, before, after) in counters {
+        let (Some(b), Some(a)) = (before, after) else {
+            continue;
+        };
+        if a <= b {
+            continue;
+        }
+        match g.rises.iter_mut().find(|r| r.what == what) {
+            Some(r) => {
+                r.by += a - b;
+                r.at_ms = now_ms;
+            }
+            None => g.rises.push(Rise {
+                what,
+                by: a - b,
+                at_ms: now_ms,
+            }),
+        }
+    }
+}
+
+/// Why one GPU slows a job down now, in words (empty: nothing does).
+fn why_slow(g: &GpuStatus) -> Vec<String> {
+    let s = &g.sample;
+    let mut why: Vec<String> = s
+        .throttle_reasons
+        .iter()
+        .filter(|r| SLOWDOWNS.contains(r))
+        .map(|r| r.to_string())
+        .collect();
+    if let (Some(sm), Some(max), Some(busy)) = (s.sm_clock_mhz, s.sm_clock_max_mhz, s.utilization) {
+        if max > 0 && busy >= BUSY && f64::from(sm) < LOW_CLOCK * f64::from(max) {
+            why.push(format!("SM clock {sm} of {max} MHz"));
+        }
+    }
+    why.extend(g.rises.iter().map(|r| format!("{} +{}", r.what, r.by)));
+    let mut xids: Vec<u64> = g.recent_xids.iter().map(|(x, _)| *x).collect();
+    xids.sort_unstable();
+    xids.dedup();
+    why.extend(xids.iter().map(|x| format!("XID {x}")));
+    why
+}
+
+/// What slows a worker on these GPUs down now (indices or UUIDs; `None` or `all` = every GPU of
+/// the node): `GPU 0 (GPU-…) hw-slowdown, PCIe replays +40`, one line per GPU.
+pub fn slow_signals(report: &GpuReport, gpus: Option<&[String]>) -> Vec<String> {
+    let all = all_gpus(gpus);
+    report
+        .gpus
+        .iter()
+        .filter(|g| all || gpus.unwrap_or_default().iter().any(|id| selects(g, id)))
+        .filter_map(|g| {
+            let why = why_slow(g);
+            (!why.is_empty()).then(|| format!("{} {}", label(g.index, &g.uuid), why.join(", ")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(sample: GpuSample) -> GpuStatus {
+        GpuStatus {
+            index: 0,
+            uuid: "GPU-a".into(),
+            sample,
+            ..GpuStatus::default()
+        }
+    }
+
+    fn report(g: GpuStatus) -> GpuReport {
+        GpuReport {
+            gpus: vec![g],
+            ..GpuReport::default()
+        }
+    }
+
+    #[test]
+    fn rising_counters_are_evidence_for_five_minutes_and_a_reset_is_not_a_rise() {
+        let s0 = GpuSample {
+            pcie_replays: Some(10),
+            nvlink_errors: Some(0),
+            ecc_volatile_corrected: Some(3),
+            ..GpuSample::default()
+        };
+        let mut g = gpu(s0.clone());
+        follow_rises(&mut g, None, 0);
+        assert!(
+            slow_signals(&report(g.clone()), None).is_empty(),
+            "first seen"
+        );
+        let s1 = GpuSample {
+            pcie_replays: Some(40),
+            nvlink_errors: Some(2),
+            ..s0.clone()
+        };
+        g.sample = s1.clone();
+        follow_rises(&mut g, Some(&s0), 10_000);
+        let s2 = GpuSample {
+            pcie_replays: Some(52),
+            ..s1.clone()
+        };
+        g.sample = s2.clone();
+        follow_rises(&mut g, Some(&s1), 20_000);
+        assert_eq!(
+            slow_signals(&report(g.clone()), None),
+            vec!["GPU 0 (GPU-a) PCIe replays +42, NVLink errors +2".to_string()]
+        );
+        // Quiet for five minutes: no longer evidence.
+        follow_rises(&mut g, Some(&s2), 20_000 + RISE_WINDOW_MS + 1);
+        assert!(slow_signals(&report(g.clone()), None).is_empty());
+        // A driver reload zeroes the counters: no rise.
+        let reloaded = GpuSample {
+            pcie_replays: Some(0),
+            nvlink_errors: Some(0),
+            ecc_volatile_corrected: Some(0),
+            ..s2.clone()
+        };
+        g.sample = reloaded;
+        follow_rises(&mut g, Some(&s2), 20_000 + RISE_WINDOW_MS + 2);
+        assert!(g.rises.is_empty());
+    }
+
+    #[test]
+    fn throttle_reasons_a_low_clock_under_load_and_recent_xids_slow_a_gpu() {
+        let busy_low = GpuSample {
+            throttle_reasons: vec!["hw-slowdown", "sw-power-cap"],
+            sm_clock_mhz: Some(1_110),
+            sm_clock_max_mhz: Some(1_980),
+            utilization: Some(0.97),
+            ..GpuSample::default()
+        };
+        let mut g = gpu(busy_low.clone());
+        g.recent_xids = vec![(13, 5), (13, 9), (31, 7)];
+        assert_eq!(
+            slow_signals(&report(g), None),
+            vec![
+                "GPU 0 (GPU-a) hw-slowdown, SM clock 1110 of 1980 MHz, XID 13, XID 31".to_string()
+            ]
+        );
+        // Idle and clocked down, at its power cap: nothing slows a job.
+        let idle = GpuSample {
+            throttle_reasons: vec!["sw-power-cap", "gpu-idle"],
+            utilization: Some(0.1),
+            ..busy_low
+        };
+        assert!(slow_signals(&report(gpu(idle)), None).is_empty());
+        // Another GPU than the worker's: not its evidence.
+        let hot = GpuSample {
+            throttle_reasons: vec!["hw-thermal"],
+            ..GpuSample::default()
+        };
+        let ids = vec!["1".to_string()];
+        assert!(slow_signals(&report(gpu(hot)), Some(&ids)).is_empty());
+    }
+}
