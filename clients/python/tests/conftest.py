@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -263,7 +263,8 @@ class Agent:
     def api_url(self) -> str:
         return f"http://{self.worker_listen}"
 
-    def write_config(self, checkpoint: str = "", policy: str = "", metadata: str = 'enabled = "off"') -> None:
+    def write_config(self, checkpoint: str = "", policy: str = "", metadata: str = 'enabled = "off"',
+                     extra: str = "") -> None:
         self.config.write_text(f'''node_name = "{self.node}"
 poll_interval = "300ms"
 [redis]
@@ -301,10 +302,13 @@ preemption_budget = "6s"
 listen = "{self.worker_listen}"
 auth = "none"
 socket = "{self.socket}"
+{extra}
 ''')
 
-    def start(self, checkpoint: str = "", policy: str = "", metadata: str = 'enabled = "off"') -> "Agent":
-        self.write_config(checkpoint=checkpoint, policy=policy, metadata=metadata)
+    def start(self, checkpoint: str = "", policy: str = "", metadata: str = 'enabled = "off"',
+              extra: str = "") -> "Agent":
+        """`extra`: more of the config, after the rest (whole tables, e.g. `[gang.pace]`)."""
+        self.write_config(checkpoint=checkpoint, policy=policy, metadata=metadata, extra=extra)
         env = dict(os.environ, REDIS_URL=self.redis_url, RUST_LOG="info")
         env.pop("NODE_NAME", None)
         with open(self.log_path, "wb") as log:
@@ -390,3 +394,18 @@ def worker_container(containers: Callable[..., Container], agent: Agent, script:
             "-v", f"{agent.socket_dir}:/run/vigil:ro", "-v", f"{state_dir}:/state",
             "-v", f"{script}:/opt/worker.py:ro", *python_mounts(), *extra]
     return containers(args, [host_python(), "/opt/worker.py"])
+
+
+@pytest.fixture
+def two_agents(vigil_bin: Path, redis_url: str, tmp_path: Path) -> Iterator[Tuple[Agent, Agent]]:
+    """Two agents of one fleet (one key prefix, two node names), each with its rank's worker."""
+    a = Agent(vigil_bin, redis_url, tmp_path / "a")
+    b = Agent(vigil_bin, redis_url, tmp_path / "b")
+    for i, agent in enumerate((a, b)):
+        agent.dir.mkdir()
+        agent.config, agent.log_path = agent.dir / "vigil.toml", agent.dir / "agent.log"
+        agent.worker = f"rank-{i}"
+    b.prefix = a.prefix
+    yield a, b
+    a.stop()
+    b.stop()

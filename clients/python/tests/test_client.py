@@ -308,6 +308,24 @@ def test_the_compute_time_before_the_collective_goes_with_the_next_beat() -> Non
                 w.compute_took(bad)  # type: ignore[arg-type]
 
 
+def test_the_steps_since_the_last_beat_send_their_mean_compute_time() -> None:
+    t = FakeTransport()
+    with Worker("w", transport=t, interval=0.01) as w:
+        # NB: a send needs an update (progress): these three steps all go with the next beat.
+        for ms in (10, 10, 40):
+            w.compute_took(ms)
+        w.progress()
+        assert w.flush()
+        assert t.sent()[-1]["compute_ms"] == "20", "one step alone is noise: their mean"
+        w.progress()
+        assert w.flush()
+        assert t.sent()[-1]["compute_ms"] == "20", "no step timed since: the last mean stands"
+        w.compute_took(7)
+        w.progress()
+        assert w.flush()
+        assert t.sent()[-1]["compute_ms"] == "7"
+
+
 def test_a_request_round_trips_through_bytes() -> None:
     r = CheckpointRequest("abc", "preemption", "17", source="record", drill=True)
     assert CheckpointRequest.decode(r.encode()) == r

@@ -32,21 +32,6 @@ def metadata() -> Iterator[FakeMetadata]:
     fake.close()
 
 
-@pytest.fixture
-def two_agents(vigil_bin: Path, redis_url: str, tmp_path: Path) -> Iterator[Tuple[Agent, Agent]]:
-    """Two agents of one fleet (one key prefix, two node names), each with its rank's worker."""
-    a = Agent(vigil_bin, redis_url, tmp_path / "a")
-    b = Agent(vigil_bin, redis_url, tmp_path / "b")
-    for i, agent in enumerate((a, b)):
-        agent.dir.mkdir()
-        agent.config, agent.log_path = agent.dir / "vigil.toml", agent.dir / "agent.log"
-        agent.worker = f"rank-{i}"
-    b.prefix = a.prefix
-    yield a, b
-    a.stop()
-    b.stop()
-
-
 def start_job(a: Agent, b: Agent, metadata: FakeMetadata, containers: Callable[..., object], ckpt: Path,
               budget: str, stall: bool = False) -> Tuple[List[subprocess.Popen], str]:  # type: ignore[type-arg]
     gang = unique("ml/jax-")

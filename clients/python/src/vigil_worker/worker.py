@@ -131,6 +131,9 @@ class Worker:
         self._ack: Optional[str] = None
         self._checkpoint_step: Optional[str] = None
         self._compute_ms: Optional[str] = None
+        # The steps' compute times since the last beat sent (their mean goes with the next).
+        self._compute_sum = 0
+        self._compute_n = 0
         self._version = 0
         self._delivered = 0
         self._urgent = False
@@ -245,9 +248,11 @@ class Worker:
     @contextlib.contextmanager
     def compute(self) -> Iterator["Worker"]:
         """Time the step's own work, before its collective (the forward and backward pass,
-        before the gradients' all-reduce): published as the record's ``compute_ms`` with the
-        next beat. In a gang that slows down, the rank that computes longest is the one every
-        other rank waits for; Vigil names it in its ``slow`` page (``gang.pace``).
+        before the gradients' all-reduce): the mean over the steps since the last beat is
+        published as the record's ``compute_ms`` with the next beat (one step's time alone is
+        noise: a page fault, a stop of the process). In a gang that slows down, the rank that
+        computes longest is the one every other rank waits for; Vigil names it in its ``slow``
+        page (``gang.pace``).
 
         ``with w.compute(): loss = step_fn(batch)`` then the collective, then ``w.progress(step)``.
         Cheap (no I/O here)."""
@@ -257,15 +262,18 @@ class Worker:
         finally:
             took = max(0, round((time.monotonic() - started) * 1000))
             with self._cond:
-                self._compute_ms = str(min(took, 86_400_000))
+                self._compute_sum += min(took, 86_400_000)
+                self._compute_n += 1
 
     def compute_took(self, ms: int) -> None:
-        """The step's compute time measured elsewhere (a step callback), in whole
-        milliseconds: as :meth:`compute` publishes it."""
+        """A step's compute time measured elsewhere (a step callback), in whole
+        milliseconds: counted as :meth:`compute` counts it (the mean of the steps since the
+        last beat is published)."""
         if isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms <= 86_400_000:
             raise ValueError(f"invalid compute time {ms!r}: whole milliseconds, at most a day")
         with self._cond:
-            self._compute_ms = str(ms)
+            self._compute_sum += ms
+            self._compute_n += 1
 
     def state(self, state: str) -> None:
         """Publish a state word: ``processing``, ``idle``, ``error``, or any other (``loading``,
@@ -515,6 +523,11 @@ class Worker:
             self._cond.notify_all()
 
     def _fields(self) -> Dict[str, str]:
+        """The record to send (under the lock, at a send): the steps' compute times since the
+        last send become one mean."""
+        if self._compute_n:
+            self._compute_ms = str(round(self._compute_sum / self._compute_n))
+            self._compute_sum, self._compute_n = 0, 0
         fields = {"state": self._state}
         if self._job is not None:
             fields["job"] = self._job
