@@ -28,14 +28,18 @@ impl Gang {
         Gang::build(pace, false)
     }
 
-    /// With `nodes`: each node's controller writes its Node (`VigilSlow`, opted into the taint).
+    /// With `nodes`: each node's controller writes its Node (`VigilSlow`, opted into the
+    /// `NoExecute` taint, held ten minutes after the node was last named).
     fn build(pace: bool, nodes: bool) -> Gang {
         let mut b = Fleet::builder()
             .nodes(RANKS)
             .poll(POLL)
             .config(move |_, c| {
                 c.gang.pace.enabled = pace;
-                c.gang.pace.taint = nodes;
+                if nodes {
+                    c.gang.pace.taint = vigil::config::SlowTaint::NoExecute;
+                    c.gang.pace.taint_for = Duration::from_secs(600);
+                }
             });
         if nodes {
             b = b.controllers();
@@ -106,7 +110,10 @@ impl Gang {
         for node in self.fleet.nodes.iter_mut() {
             node.controller().tick().await;
             let d = node.node_api.last();
-            let tainted = d.add_taints.iter().any(|t| t.key == "vigil.dev/slow");
+            let tainted = d
+                .add_taints
+                .iter()
+                .any(|t| t.key == "vigil.dev/slow" && t.effect == "NoExecute");
             let shown = match d.conditions.iter().find(|c| c.kind == "VigilSlow") {
                 Some(c) => (c.status.as_str().to_string(), c.message.clone(), tainted),
                 None => ("None".to_string(), String::new(), tainted),
@@ -132,9 +139,9 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
     assert!(g.pages(AlertKind::Slow).is_empty());
     // Rank 2 computes 450 ms where the others take 300: the gang slows to 0.7 steps/s.
     let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(0.7, 2 * 60, slow, false).await;
+    g.run(0.7, 90, slow, false).await;
     assert!(g.pages(AlertKind::Slow).is_empty(), "not before slow_for");
-    g.run(0.7, 6 * 60, slow, false).await;
+    g.run(0.7, 6 * 60 + 30, slow, false).await;
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(
         pages.len(),
@@ -150,9 +157,14 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
         "placed at the rank it waits for"
     );
     assert_eq!(p.node, "gpu-2");
+    // NB: the baseline is 1 step/s measured on whole steps: 0.99 or 1.00.
+    assert!(
+        p.detail.contains("usual 1.00 steps/s") || p.detail.contains("usual 0.99 steps/s"),
+        "{}",
+        p.detail
+    );
     for what in [
         "0.70 steps/s",
-        "1.00 steps/s",
         "computes 450 ms",
         "others 300 ms",
         "does not restart",
@@ -180,8 +192,8 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
         "one opener"
     );
     assert!(g.pages(AlertKind::Hung).is_empty());
-    // Back at its pace: the episode ends, said once.
-    g.run(1.0, 3 * 60, even, false).await;
+    // Back at its pace: the episode ends (a window or two later), said once.
+    g.run(1.0, 90, even, false).await;
     let over = g.pages(AlertKind::SlowOver);
     assert_eq!(over.len(), 1, "{:?}", g.fleet.sink.kinds());
     assert!(
@@ -327,13 +339,17 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
         .node_api
         .reasons()
         .contains(&"VigilSlow".to_string()));
-    // Back at its pace: the condition False again, the taint off; never a restart.
+    // Back at its pace: the condition False again; the taint held for taint_for (a replacement
+    // is not placed straight back on the node), then off. Never a restart.
     g.run(1.0, 3 * 60, even, false).await;
     let shown = g.slow_nodes().await;
     assert_eq!(
         (shown[2].0.as_str(), shown[2].1.as_str(), shown[2].2),
-        ("False", "vigil: no slow gang names this node", false)
+        ("False", "vigil: no slow gang names this node", true)
     );
+    g.run(1.0, 8 * 60, even, false).await;
+    let shown = g.slow_nodes().await;
+    assert_eq!((shown[2].0.as_str(), shown[2].2), ("False", false));
     assert_eq!(g.restarts(), 0);
 }
 

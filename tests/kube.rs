@@ -1077,11 +1077,11 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
     vigil::accel::policy::desired(&k, &report, true, &mut d);
     let pace = vigil::config::PaceConfig {
         enabled: true,
-        taint: true,
+        taint: vigil::config::SlowTaint::NoSchedule,
         ..Default::default()
     };
     let named = [("ml/c".to_string(), "gang ml/c runs at 70 %".to_string())].into();
-    vigil::vocab::node::slow_desired(&k, &pace, &named, &mut d);
+    vigil::vocab::node::slow_desired(&k, &pace, &named, true, &mut d);
     fake.foreign_write(json!({
         "metadata": {
             "labels": {"team": "ml", "vigil.dev.example.com/x": "1", "notvigil.dev/y": "2"},

@@ -8,6 +8,34 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, ConfigError};
 
+/// What the node a slow gang names gets besides its `VigilSlow` condition (`gang.pace.taint`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlowTaint {
+    /// No taint.
+    #[default]
+    #[serde(rename = "off")]
+    Off,
+    /// `<label_prefix>slow=true:NoSchedule`: the next placement avoids the node; what runs there
+    /// stays.
+    NoSchedule,
+    /// `<label_prefix>slow=true:NoExecute`: every pod on the node that does not tolerate it is
+    /// evicted — for jobs whose controller replaces a member on another node (a JobSet, an
+    /// elastic job). Never a restart by Vigil: the eviction is the cluster's, the replacement
+    /// the job's controller's.
+    NoExecute,
+}
+
+impl SlowTaint {
+    /// The taint's effect, as Kubernetes spells it (`None`: no taint).
+    pub fn effect(self) -> Option<&'static str> {
+        match self {
+            SlowTaint::Off => None,
+            SlowTaint::NoSchedule => Some("NoSchedule"),
+            SlowTaint::NoExecute => Some("NoExecute"),
+        }
+    }
+}
+
 /// Who restarts a hung gang.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -75,25 +103,31 @@ pub struct PaceConfig {
     /// A container younger than this (compile, warm-up after a restart) teaches nothing.
     #[serde(with = "humantime_serde")]
     pub warmup: Duration,
-    /// While a slow gang names this node's member, a `<label_prefix>slow=true:NoSchedule` taint
-    /// beside the `VigilSlow` condition, so the next placement avoids the node (opt-in).
-    pub taint: bool,
+    /// While a slow gang names this node's member, and `taint_for` after, a
+    /// `<label_prefix>slow=true` taint beside the `VigilSlow` condition (opt-in): `NoSchedule`,
+    /// or `NoExecute` for jobs that can replace a node.
+    pub taint: SlowTaint,
+    /// How long the taint stays after the node was last named (its member gone, or back at its
+    /// pace): a replacement is not placed straight back on it.
+    #[serde(with = "humantime_serde")]
+    pub taint_for: Duration,
 }
 
 impl Default for PaceConfig {
     fn default() -> Self {
         PaceConfig {
             enabled: false,
-            window: Duration::from_secs(60),
+            window: Duration::from_secs(30),
             min_steps: 20,
             learn_windows: 10,
             slow_fraction: 0.85,
-            // NB: scripts/bench-pace.sh: 3 min finds a 20 % slowdown at p50 3.6 min, p95 6 min,
-            // with no episode in 100 simulated healthy days; 2 min drew 3 in 50 days of silent
-            // evaluations.
-            slow_for: Duration::from_secs(3 * 60),
+            // NB: scripts/bench-pace.sh: 30 s windows and 2 min find a 20 % slowdown at p50
+            // 147 s, p95 282 s, with no episode in 100 simulated healthy days; 60 s windows and
+            // 2 min drew 3 in 50 days of silent evaluations, 60 s and 3 min took p95 342 s.
+            slow_for: Duration::from_secs(2 * 60),
             warmup: Duration::from_secs(5 * 60),
-            taint: false,
+            taint: SlowTaint::Off,
+            taint_for: Duration::from_secs(3600),
         }
     }
 }

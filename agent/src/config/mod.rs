@@ -52,7 +52,7 @@ pub use alerts::{AlertsConfig, WebhookFormat};
 pub(crate) use checkpoint::{CheckpointConfig, CheckpointMethod, OnSigterm, Signal};
 pub(crate) use docker::DockerConfig;
 pub(crate) use fleet::FleetConfig;
-pub use gang::{GangAction, GangConfig, PaceConfig, StragglerAction};
+pub use gang::{GangAction, GangConfig, PaceConfig, SlowTaint, StragglerAction};
 pub use gpu::{GpuConfig, XidAction, XidThreshold};
 pub use kubernetes::KubernetesConfig;
 pub(crate) use log::{LogConfig, LogFormat};

@@ -14,7 +14,8 @@
 //! left `processing`, was not healthy by its own agent's verdict (suspect, hung, booting...), its
 //! node stood down (maintenance, a checkpoint round, a shutdown), or its container started less
 //! than `gang.pace.warmup` ago (compile, warm-up after a restart): the measure starts again at
-//! the first look after it, and a run of slow windows is paused, not ended. A window with no
+//! the first look after it, and a run of slow windows is paused, not ended (the window open when
+//! the hold began is judged when it lasted half a window with `min_steps` steps). A window with no
 //! step at all (stopped is the hang path's, not slow) and a step gone back (a restart) end the
 //! run.
 //!
@@ -35,6 +36,8 @@ use crate::hang::model_gang::Member;
 pub(crate) struct Pace {
     /// The open window's start: (heartbeat, step).
     anchor: Option<(Millis, u64)>,
+    /// The open window's last look: (heartbeat, step).
+    last: Option<(Millis, u64)>,
     /// The last closed window's rate, steps per second.
     pub(crate) rate: Option<f64>,
     /// The learned rate, steps per second, and how many windows taught it.
@@ -110,8 +113,11 @@ impl Pace {
         };
         if l.held {
             // NB: a held window is no sample and ends no run: the measure starts again at the
-            // first look after it (a checkpoint in the middle of a slow run pauses it).
+            // first look after it (a checkpoint in the middle of a slow run pauses it). What
+            // the open window measured before it counts when it is half a window or more.
+            self.close_before_hold(cfg);
             self.anchor = None;
+            self.last = None;
             self.rate = None;
             return;
         }
@@ -126,6 +132,7 @@ impl Pace {
         let (dt, ds) = (l.hb - hb0, l.step - step0);
         let window = ms(cfg.window);
         if dt < window || (ds < u64::from(cfg.min_steps) && dt < 10 * window) {
+            self.last = Some((l.hb, l.step));
             return;
         }
         if ds == 0 {
@@ -135,8 +142,23 @@ impl Pace {
         }
         let rate = ds as f64 / (dt as f64 / 1000.0);
         self.anchor = Some((l.hb, l.step));
+        self.last = None;
         self.rate = Some(rate);
         self.judge(rate, hb0, cfg);
+    }
+
+    /// A hold begins: the open window, up to its last look, is judged when it lasted half a
+    /// window or more with `min_steps` steps (an announced checkpoint in a slow run then costs
+    /// the run only its own time, not the window before it too).
+    fn close_before_hold(&mut self, cfg: &PaceConfig) {
+        let (Some((hb0, step0)), Some((hb1, step1))) = (self.anchor, self.last) else {
+            return;
+        };
+        let (dt, ds) = (hb1 - hb0, step1.saturating_sub(step0));
+        if 2 * dt < ms(cfg.window) || ds < u64::from(cfg.min_steps).max(1) {
+            return;
+        }
+        self.judge(ds as f64 / (dt as f64 / 1000.0), hb0, cfg);
     }
 
     fn judge(&mut self, rate: f64, window_start: Millis, cfg: &PaceConfig) {

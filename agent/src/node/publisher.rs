@@ -54,6 +54,10 @@ pub(crate) struct NodeView {
     pub(crate) perform_maintenance: Option<bool>,
     /// The slow gangs naming a member of this node (`gang.pace`): the `VigilSlow` condition.
     pub(crate) slow: SlowNamed,
+    /// Until when the slow taint stands (coordinator ms: `gang.pace.taint_for` after the node
+    /// was last named), and whether it stands now.
+    pub(crate) slow_until: Option<crate::clock::Millis>,
+    pub(crate) slow_tainted: bool,
 }
 
 pub(crate) struct NodePublisher {
@@ -105,7 +109,7 @@ impl NodePublisher {
         if let Some(tpu) = &v.tpu {
             desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
         }
-        slow_desired(k, &self.cfg.gang.pace, &v.slow, &mut want);
+        slow_desired(k, &self.cfg.gang.pace, &v.slow, v.slow_tainted, &mut want);
         let node = self.cfg.node_name.clone();
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&node, &want)).await {
             Ok(Ok(())) => {

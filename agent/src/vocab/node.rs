@@ -132,12 +132,14 @@ pub(crate) const SLOW_CONDITION: &str = "VigilSlow";
 /// saying how slow and why this node.
 pub type SlowNamed = BTreeMap<String, String>;
 
-/// The Node's `VigilSlow` condition and, with `gang.pace.taint`, its `NoSchedule` taint while a
-/// slow gang names this node; both off the Node when `gang.pace` is off.
+/// The Node's `VigilSlow` condition while a slow gang names this node and, with `gang.pace.taint`,
+/// its taint while `tainted` (named, or named within `gang.pace.taint_for`); both off the Node
+/// when `gang.pace` is off.
 pub fn slow_desired(
     k: &KubernetesConfig,
     pace: &PaceConfig,
     named: &SlowNamed,
+    tainted: bool,
     d: &mut NodeDesired,
 ) {
     let key = format!("{}{SLOW_TAINT}", k.label_prefix);
@@ -161,7 +163,14 @@ pub fn slow_desired(
         reason,
         message,
     ));
-    failure_taint(d, key, pace.taint && slow);
+    match pace.taint.effect().filter(|_| tainted) {
+        Some(effect) => d.add_taints.push(Taint {
+            key,
+            value: "true".into(),
+            effect: effect.into(),
+        }),
+        None => d.remove_taints.push(key),
+    }
 }
 
 /// A condition in Vigil's polarity: `problem` Some(true) is `True`, Some(false) `False`, and
@@ -215,7 +224,10 @@ mod tests {
         let k = KubernetesConfig::default();
         let pace = PaceConfig {
             enabled,
-            taint,
+            taint: match taint {
+                true => crate::config::SlowTaint::NoSchedule,
+                false => crate::config::SlowTaint::Off,
+            },
             ..PaceConfig::default()
         };
         let named: SlowNamed = named
@@ -223,7 +235,8 @@ mod tests {
             .map(|(g, l)| (g.to_string(), l.to_string()))
             .collect();
         let mut d = NodeDesired::default();
-        slow_desired(&k, &pace, &named, &mut d);
+        let tainted = !named.is_empty();
+        slow_desired(&k, &pace, &named, tainted, &mut d);
         d
     }
 
@@ -262,6 +275,27 @@ mod tests {
         assert!(d.conditions.is_empty());
         assert_eq!(d.remove_conditions, vec!["VigilSlow".to_string()]);
         assert_eq!(d.remove_taints, vec![key]);
+    }
+
+    #[test]
+    fn a_node_that_can_be_replaced_is_tainted_no_execute_and_held_after_it_was_named() {
+        let k = KubernetesConfig::default();
+        let pace = PaceConfig {
+            enabled: true,
+            taint: crate::config::SlowTaint::NoExecute,
+            ..PaceConfig::default()
+        };
+        // No gang names it now, but one did within taint_for: the condition is False, the
+        // taint stays (a replacement is not placed straight back).
+        let mut d = NodeDesired::default();
+        slow_desired(&k, &pace, &SlowNamed::new(), true, &mut d);
+        assert_eq!(d.conditions[0].status, ConditionStatus::False);
+        assert_eq!(d.add_taints.len(), 1);
+        assert_eq!(d.add_taints[0].effect, "NoExecute");
+        let mut d = NodeDesired::default();
+        slow_desired(&k, &pace, &SlowNamed::new(), false, &mut d);
+        assert!(d.add_taints.is_empty());
+        assert_eq!(d.remove_taints.len(), 1);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The node controller's part of fail-slow (`gang.pace`): the slow gangs the cycle found naming
-//! a member of this node become the Node's `VigilSlow` condition (and, opt-in, its taint) and a
-//! Warning Event per gang that newly names it.
+//! a member of this node become the Node's `VigilSlow` condition and a Warning Event per gang
+//! that newly names it; with `gang.pace.taint`, the slow taint while one names it and
+//! `gang.pace.taint_for` after (on the coordinator's clock; an agent restarted forgets the hold).
 
+use crate::clock::ms;
 use crate::vocab::node::EventType;
 
 use super::Controller;
@@ -9,26 +11,43 @@ use super::Controller;
 impl Controller {
     /// A change of the slow gangs naming this node (read at each tick: the condition is
     /// minutes in the making, a poll interval more is nothing): into the view, and a Warning
-    /// Event for each gang that newly names it. Whether the Node must be written.
+    /// Event for each gang that newly names it; the taint's hold followed. Whether the Node must
+    /// be written.
     pub(super) async fn take_slow(&mut self) -> bool {
         let Some(rx) = self.slow_rx.as_mut() else {
             return false;
         };
-        if !rx.has_changed().unwrap_or(false) {
-            return false;
+        let changed = rx.has_changed().unwrap_or(false);
+        if changed {
+            let named = rx.borrow_and_update().clone();
+            let new: Vec<String> = named
+                .iter()
+                .filter(|(g, _)| !self.node.view.slow.contains_key(*g))
+                .map(|(_, line)| format!("vigil: {line}"))
+                .collect();
+            self.node.view.slow = named;
+            for message in new {
+                self.node
+                    .event("VigilSlow", &message, EventType::Warning)
+                    .await;
+            }
         }
-        let named = rx.borrow_and_update().clone();
-        let new: Vec<String> = named
-            .iter()
-            .filter(|(g, _)| !self.node.view.slow.contains_key(*g))
-            .map(|(_, line)| format!("vigil: {line}"))
-            .collect();
-        self.node.view.slow = named;
-        for message in new {
-            self.node
-                .event("VigilSlow", &message, EventType::Warning)
-                .await;
+        let pace = &self.cfg.gang.pace;
+        let v = &self.node.view;
+        if pace.taint.effect().is_none() || (v.slow.is_empty() && v.slow_until.is_none()) {
+            return changed;
         }
-        true
+        let now = self.notes.now().await;
+        let v = &mut self.node.view;
+        if !v.slow.is_empty() {
+            v.slow_until = Some(now + ms(pace.taint_for));
+        }
+        let tainted = v.slow_until.is_some_and(|until| now < until);
+        if !tainted {
+            v.slow_until = None;
+        }
+        let moved = tainted != v.slow_tainted;
+        v.slow_tainted = tainted;
+        changed || moved
     }
 }
