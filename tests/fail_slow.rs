@@ -9,7 +9,10 @@ use crate::common;
 
 use std::time::Duration;
 
+use common::fake_gpu::FakeGpu;
 use common::fleet::Fleet;
+use vigil::accel::gpu::model::GpuReport;
+use vigil::accel::gpu::monitor::spawn_monitor;
 use vigil::alerts::AlertKind;
 use vigil::clock::Millis;
 
@@ -121,6 +124,29 @@ impl Gang {
             out.push(shown);
         }
         out
+    }
+
+    /// A fake NVML with one GPU (`GPU-iiii`) behind a real monitor thread on each of `nodes`,
+    /// its reports read by that node's agent; the monitors stop with the token.
+    fn with_fake_gpus(
+        &mut self,
+        nodes: &[usize],
+    ) -> (tokio_util::sync::CancellationToken, Vec<FakeGpu>) {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut gpus = Vec::new();
+        for &i in nodes {
+            let gpu = FakeGpu::new();
+            gpu.add_gpu(0, &format!("GPU-{i}{i}{i}{i}"));
+            let mut cfg = self.fleet.nodes[i].cfg.gpu.clone();
+            cfg.sample_interval = Duration::from_millis(20);
+            let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
+            spawn_monitor(Box::new(gpu.clone()), cfg, tx, stop.clone()).expect("a monitor");
+            gpu.wait_samples(2, Duration::from_secs(30));
+            let agent = self.fleet.nodes[i].agents.remove(0);
+            self.fleet.nodes[i].agents.insert(0, agent.with_gpu(rx));
+            gpus.push(gpu);
+        }
+        (stop, gpus)
     }
 
     fn restarts(&self) -> usize {
@@ -261,29 +287,19 @@ async fn without_gang_pace_nothing_is_measured() {
 /// hardware (NVML's `hw-slowdown`): the page names rank 2 by that, and says so.
 #[tokio::test]
 async fn a_gpu_clocked_down_on_one_node_names_its_rank() {
-    use vigil::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, GpuStatus};
+    // The fake NVML behind the real monitor thread on every node; node 2's GPU reports
+    // `hw-slowdown` (and, like the others, `sw-power-cap`: a GPU at full load by design).
     let mut g = Gang::new(true);
-    let clocked = GpuReport {
-        state: GpuMonitorState::On,
-        gpus: vec![GpuStatus {
-            index: 0,
-            uuid: "GPU-2222".into(),
-            sample: GpuSample {
-                index: 0,
-                uuid: "GPU-2222".into(),
-                throttle_reasons: vec!["sw-power-cap", "hw-slowdown"],
-                ..GpuSample::default()
-            },
-            ..GpuStatus::default()
-        }],
-        ..GpuReport::default()
-    };
-    let (_tx, rx) = tokio::sync::watch::channel(clocked);
-    let agent = g.fleet.nodes[2].agents.remove(0);
-    g.fleet.nodes[2].agents.insert(0, agent.with_gpu(rx));
+    let (stop, gpus) = g.with_fake_gpus(&[0, 1, 2, 3]);
+    for gpu in &gpus {
+        gpu.set_throttle_reasons(0, vec!["sw-power-cap"]);
+    }
+    gpus[2].set_throttle_reasons(0, vec!["sw-power-cap", "hw-slowdown"]);
+    gpus[2].wait_samples(2, Duration::from_secs(30));
     let none = |_: usize| None;
     g.run(1.0, 20 * 60, none, false).await;
     g.run(0.7, 8 * 60, none, false).await;
+    stop.cancel();
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
     assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
@@ -358,24 +374,10 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
 /// rank 2, and another node's busy GPU at full clock names nothing.
 #[tokio::test]
 async fn a_gpu_whose_links_start_retrying_names_its_rank() {
-    use common::fake_gpu::FakeGpu;
-    use vigil::accel::gpu::model::GpuReport;
-    use vigil::accel::gpu::monitor::spawn_monitor;
     let mut g = Gang::new(true);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let mut gpus = Vec::new();
-    for i in [1, 2] {
-        let gpu = FakeGpu::new();
-        gpu.add_gpu(0, &format!("GPU-{i}{i}{i}{i}"));
+    let (stop, gpus) = g.with_fake_gpus(&[1, 2]);
+    for gpu in &gpus {
         gpu.set_sm_clock(0, 1_980, 0.98);
-        let mut cfg = g.fleet.nodes[i].cfg.gpu.clone();
-        cfg.sample_interval = Duration::from_millis(20);
-        let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
-        spawn_monitor(Box::new(gpu.clone()), cfg, tx, stop.clone()).expect("a monitor thread");
-        gpu.wait_samples(2, Duration::from_secs(30));
-        let agent = g.fleet.nodes[i].agents.remove(0);
-        g.fleet.nodes[i].agents.insert(0, agent.with_gpu(rx));
-        gpus.push(gpu);
     }
     let none = |_: usize| None;
     g.run(1.0, 20 * 60, none, false).await;

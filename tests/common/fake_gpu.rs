@@ -143,6 +143,11 @@ impl FakeGpu {
         });
     }
 
+    /// The active clock-event (throttle) reasons, as NVML's names read (`hw-slowdown`, …).
+    pub fn set_throttle_reasons(&self, index: u32, reasons: Vec<&'static str>) {
+        self.edit(index, |g| g.throttle_reasons = reasons);
+    }
+
     /// The SM clock (MHz) and how busy the GPU is (0.0–1.0).
     pub fn set_sm_clock(&self, index: u32, mhz: u32, utilization: f64) {
         self.edit(index, |g| {
