@@ -256,6 +256,15 @@ if kdir == "deploy/overlays/tpu":
     tols = pod.get("tolerations", [])
     check(any(t.get("operator") == "Exists" and t.get("key") in (None, "google.com/tpu") for t in tols),
           "the tpu overlay tolerates GKE's google.com/tpu taint")
+# The agent tolerates its own taints (`vigil::vocab::node::taint_keys`): the slow taint may be
+# NoExecute (gang.pace.taint), and an agent evicted by it would never lift it.
+prefix = cfg.get("kubernetes", {}).get("label_prefix", "vigil.dev/")
+own = [prefix + t for t in ("termination-imminent", "gpu-failed", "tpu-failed", "slow")]
+tols = pod.get("tolerations", [])
+untolerated = [k for k in own if not any(
+    t.get("operator") == "Exists" and t.get("key") in (None, k) for t in tols)]
+check(not untolerated, f"the agent does not tolerate Vigil's own taints {untolerated}: a NoExecute "
+      "slow taint would evict it, and nobody would lift the taint")
 # gpu.state_file outlives the pod only on a host path, written by the agent.
 if state_file and cfg["gpu"]["enabled"] != "off":
     holders = [p for p in host if state_file.startswith(p + "/")]

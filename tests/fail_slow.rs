@@ -78,9 +78,8 @@ impl Gang {
                 if let Some(ms) = &ms {
                     fields.push(("compute_ms", ms.as_str()));
                 }
-                if grace {
-                    fields.push(("grace", "600"));
-                }
+                // NB: as the client does, an announcement ends with `grace` "0" (no grace).
+                fields.push(("grace", if grace { "600" } else { "0" }));
                 self.fleet
                     .write(i, &format!("rank-{i}"), "processing", now, &fields)
                     .await;
@@ -355,6 +354,23 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
         .node_api
         .reasons()
         .contains(&"VigilSlow".to_string()));
+    // An announced operation in the slow run (a checkpoint: held windows) changes nothing: still
+    // named, no second Event.
+    g.run(0.7, 90, slow, true).await;
+    g.run(0.7, 30, slow, false).await;
+    let shown = g.slow_nodes().await;
+    assert_eq!(
+        (shown[2].0.as_str(), shown[2].2),
+        ("True", true),
+        "{}",
+        shown[2].1
+    );
+    let events = g.fleet.nodes[2].node_api.reasons();
+    assert_eq!(
+        events.iter().filter(|r| *r == "VigilSlow").count(),
+        1,
+        "{events:?}"
+    );
     // Back at its pace: the condition False again; the taint held for taint_for (a replacement
     // is not placed straight back on the node), then off. Never a restart.
     g.run(1.0, 3 * 60, even, false).await;

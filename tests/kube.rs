@@ -1080,8 +1080,16 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
         taint: vigil::config::SlowTaint::NoSchedule,
         ..Default::default()
     };
-    let named = [("ml/c".to_string(), "gang ml/c runs at 70 %".to_string())].into();
-    vigil::vocab::node::slow_desired(&k, &pace, &named, true, &mut d);
+    let n = vigil::vocab::node::Named {
+        line: "gang ml/c runs at 70 %".into(),
+        strong: true,
+    };
+    let named = [("ml/c".to_string(), n)].into();
+    let on = vigil::vocab::node::SlowTaintNow {
+        on: true,
+        evict: true,
+    };
+    vigil::vocab::node::slow_desired(&k, &pace, &named, on, &mut d);
     fake.foreign_write(json!({
         "metadata": {
             "labels": {"team": "ml", "vigil.dev.example.com/x": "1", "notvigil.dev/y": "2"},

@@ -25,7 +25,7 @@ const STEPS_PER_TICK: u64 = 30;
 /// A rank's compute time before each collective at the job's pace, ms.
 const COMPUTE_MS: u64 = 400;
 /// How late after a slowdown ends a page may still come: the verdict closes a window
-/// (`gang.pace.window`, 60 s) after the slowdown's end, and an agent may skip a cycle or two.
+/// (`gang.pace.window`, 30 s) after the slowdown's end, and an agent may skip a cycle or two.
 const PAGE_LAG: Millis = 150_000;
 
 /// One member slowed: from `since` to `until`, at `pct` % of the job's pace.

@@ -48,6 +48,8 @@ pub(crate) fn merge(old: &Config, new: Config) -> Option<Config> {
     keep!(checkpoint, "checkpoint.*");
     keep!(opportunistic, "opportunistic.*");
     keep!(gpu, "gpu.*");
+    // The node controller shows the pace's condition and taint from its start-up config.
+    keep!(gang.pace, "gang.pace.*");
     // The health check's age limit and the controller's tick were sized from it.
     keep!(poll_interval, "poll_interval");
     // The runtime client's own timeout was sized from it at start-up.

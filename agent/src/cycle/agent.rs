@@ -375,9 +375,11 @@ impl Agent {
     /// that changed.
     fn show_slow(&self) {
         let Some(tx) = &self.slow_named else { return };
+        let on = self.ctx.cfg.gang.pace.enabled;
         let named: crate::vocab::node::SlowNamed = self
             .paces
             .values()
+            .filter(|_| on)
             .filter_map(|p| p.named.clone())
             .collect();
         tx.send_if_modified(|now| {

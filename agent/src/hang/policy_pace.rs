@@ -54,9 +54,11 @@ pub(crate) struct Pace {
     gang: Option<String>,
     /// This run's slow episode was seen open (by this agent or another): asked once per run.
     pub(crate) episode_seen: bool,
-    /// The open slow episode names this worker as the member its gang waits for: (gang, one
-    /// line for the Node's `VigilSlow` condition).
-    pub(crate) named: Option<(String, String)>,
+    /// The open slow episode names this worker as the member its gang waits for: (gang, what
+    /// the Node's `VigilSlow` condition says).
+    pub(crate) named: Option<(String, crate::vocab::node::Named)>,
+    /// The episode's member was heard named (someone else): no more reads of it this run.
+    pub(crate) heard: bool,
 }
 
 /// Where a worker's pace stands.
@@ -86,6 +88,13 @@ pub(crate) struct Look {
 }
 
 impl Pace {
+    /// Nothing of a slow episode is this worker's (pace off, no gang): not named, not asked.
+    pub(crate) fn forget_episode(&mut self) {
+        self.episode_seen = false;
+        self.heard = false;
+        self.named = None;
+    }
+
     /// The gang measured is `gang`: a worker id now in another gang starts over.
     pub(crate) fn follow(&mut self, gang: &str) {
         if self.gang.as_deref() != Some(gang) {
@@ -100,6 +109,7 @@ impl Pace {
     pub(crate) fn observe(&mut self, look: Option<Look>, cfg: &PaceConfig) {
         let Some(l) = look else {
             self.anchor = None;
+            self.last = None;
             self.rate = None;
             return;
         };
@@ -107,6 +117,7 @@ impl Pace {
         // the last rate: a worker not measured now says nothing of the gang's pace.
         let restart = |p: &mut Pace| {
             p.anchor = Some((l.hb, l.step));
+            p.last = None;
             p.slow_since = None;
             p.slow_windows = 0;
             p.rate = None;
@@ -238,6 +249,15 @@ fn recovery_line(fraction: f64) -> f64 {
 /// it), a node signal of slowness only it shows (a GPU clocked down: throttle reasons), a step
 /// that lags the others'. `None` when nothing stands out: never a guess.
 pub(crate) fn suspect(members: &[Member]) -> Option<(&Member, Vec<String>)> {
+    suspect_scored(members).map(|(m, why, _)| (m, why))
+}
+
+/// Evidence that scores this much names a member firmly enough to evict its node's pods
+/// (`gang.pace.taint = "NoExecute"`): its compute time, or two signals that agree.
+pub(crate) const STRONG: u32 = 2;
+
+/// [`suspect`] with the evidence's score: compute time 2 points, a node signal or a lag 1 each.
+pub(crate) fn suspect_scored(members: &[Member]) -> Option<(&Member, Vec<String>, u32)> {
     let mut score: HashMap<String, (u32, Vec<String>)> = HashMap::new();
     let mut add = |m: &Member, points: u32, why: String| {
         let e = score.entry(m.id()).or_default();
@@ -258,12 +278,12 @@ pub(crate) fn suspect(members: &[Member]) -> Option<(&Member, Vec<String>)> {
     }
     let best = score.values().map(|(p, _)| *p).max()?;
     let mut top = score.iter().filter(|(_, (p, _))| *p == best);
-    let (id, (_, why)) = top.next()?;
+    let (id, (points, why)) = top.next()?;
     if top.next().is_some() {
         return None;
     }
     let m = members.iter().find(|m| &m.id() == id)?;
-    Some((m, why.clone()))
+    Some((m, why.clone(), *points))
 }
 
 /// The member whose compute time before the collective is at least a fifth (and 20 ms) above

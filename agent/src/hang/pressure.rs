@@ -70,8 +70,10 @@ impl HostPressure {
                 }
             }
         }
-        if let Some(t) = read("stat").and_then(|t| cpu_times(&t)) {
-            self.follow_steal(t, now);
+        match read("stat").and_then(|t| cpu_times(&t)) {
+            Some(t) => self.follow_steal(t, now),
+            // NB: a reading that cannot be renewed is no evidence any more.
+            None => (self.mark, self.steal) = (None, None),
         }
         if let Some(s) = self.steal.filter(|s| *s >= STEAL) {
             out.push(format!("host CPU steal {s:.0} % over the last minute"));

@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
 use crate::http::admission::{Admission, Admit, Slot, Tracked};
-use crate::http::procfs::Procfs;
+use crate::http::procfs::{CgroupUnknown, Procfs};
 
 /// Who connected, as the kernel says: a TCP address, or a unix-socket peer's process and its
 /// cgroups (read once, at accept).
@@ -22,7 +22,7 @@ pub(crate) enum Peer {
     Unix {
         pid: i32,
         /// The peer's `/proc/<pid>/cgroup`, or why it cannot be known.
-        cgroup: Result<String, String>,
+        cgroup: Result<String, CgroupUnknown>,
     },
 }
 
@@ -60,7 +60,7 @@ impl Listen for UnixPeers {
             }
             Err(e) => Peer::Unix {
                 pid: 0,
-                cgroup: Err(format!("no peer credentials: {e}")),
+                cgroup: Err(CgroupUnknown::NoCredentials(Arc::new(e))),
             },
         };
         Ok((stream, peer))
@@ -76,14 +76,12 @@ fn cgroup_of_peer(
     stream: &tokio::net::UnixStream,
     pid: i32,
     procfs: &Procfs,
-) -> Result<String, String> {
+) -> Result<String, CgroupUnknown> {
     use std::os::fd::AsRawFd;
     let pidfd = pidfd::of_peer(stream.as_raw_fd()).ok();
     let cgroup = procfs.cgroup_of_pid(pid)?;
     match pidfd {
-        Some(fd) if !pidfd::alive(&fd) => Err(format!(
-            "process {pid} exited before it could be identified (its pid may be another's now)"
-        )),
+        Some(fd) if !pidfd::alive(&fd) => Err(CgroupUnknown::Exited(pid)),
         _ => Ok(cgroup),
     }
 }
@@ -323,7 +321,7 @@ fn peer_key(peer: &Peer) -> String {
 #[cfg(test)]
 mod tests {
     use super::{bind_unix, cgroup_of_peer};
-    use crate::http::procfs::Procfs;
+    use crate::http::procfs::{CgroupUnknown, Procfs};
 
     /// Issue 26: `SO_PEERCRED`'s pid may belong to another process by the time it is read. A
     /// real peer (a python3 process) connects and exits before the accept; `/proc/<its pid>` is
@@ -350,7 +348,8 @@ mod tests {
         std::fs::write(proc.join(pid.to_string()).join("cgroup"), reused).unwrap();
         let got = cgroup_of_peer(&stream, pid, &Procfs::at(&proc));
         let why = got.unwrap_err();
-        assert!(why.contains("exited before"), "{why}");
+        assert!(matches!(why, CgroupUnknown::Exited(p) if p == pid), "{why}");
+        assert!(why.to_string().contains("exited before"), "{why}");
         // A live peer (this very process, connected to itself) is read as usual.
         let _me = tokio::net::UnixStream::connect(&path).await.unwrap();
         let (stream, _) = listener.accept().await.unwrap();

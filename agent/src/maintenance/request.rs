@@ -57,6 +57,24 @@ impl Method {
     }
 }
 
+/// Why a checkpoint request did not reach a worker by its method.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeliveryError {
+    /// The container's checkpoint label is no method (`checkpoint.method`'s syntax).
+    #[error("checkpoint label: {0}")]
+    Label(String),
+    /// The runtime refused the signal.
+    #[error("signal {signal}: {source}")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        source: crate::runtime::RuntimeError,
+    },
+    /// The POST failed, or was answered with an error status. `url` is shown redacted.
+    #[error("POST {url}: {why}")]
+    Post { url: String, why: String },
+}
+
 /// How one worker's checkpoint ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -161,11 +179,10 @@ impl Checkpointer {
         futures_util::future::join_all(futures).await
     }
 
-    pub(crate) fn method_for(&self, c: &Container) -> Result<Method, String> {
+    pub(crate) fn method_for(&self, c: &Container) -> Result<Method, DeliveryError> {
         match &c.checkpoint {
             None => Ok(self.default_method.clone()),
-            Some(label) => Method::parse(label, self.default_signal)
-                .map_err(|e| format!("checkpoint label: {e}")),
+            Some(label) => Method::parse(label, self.default_signal).map_err(DeliveryError::Label),
         }
     }
 
@@ -187,7 +204,7 @@ impl Checkpointer {
         };
         let method = match self.method_for(c) {
             Ok(m) => m,
-            Err(e) => return result("invalid", Outcome::Failed, e),
+            Err(e) => return result("invalid", Outcome::Failed, e.to_string()),
         };
         let label = method.label();
         let id = new_id();
@@ -215,7 +232,7 @@ impl Checkpointer {
             );
         }
         if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
-            return result(label, Outcome::Failed, e);
+            return result(label, Outcome::Failed, e.to_string());
         }
         let (outcome, detail) = self
             .acknowledged(&key, &id, &c.worker, budget, deadline)
@@ -262,14 +279,17 @@ impl Checkpointer {
         id: &str,
         reason: &str,
         budget: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeliveryError> {
         match method {
             Method::Record => Ok(()),
             Method::Signal(sig) => self
                 .runtime
                 .kill(&c.id, sig.as_str())
                 .await
-                .map_err(|e| format!("signal {}: {e}", sig.as_str())),
+                .map_err(|source| DeliveryError::Signal {
+                    signal: sig.as_str(),
+                    source,
+                }),
             Method::Http(url) => {
                 let body = serde_json::json!({
                     "request": id,
@@ -285,11 +305,17 @@ impl Checkpointer {
                     .json(&body)
                     .send()
                     .await
-                    .map_err(|e| format!("POST {url}: {}", crate::http::http_error(e)))?;
+                    .map_err(|e| DeliveryError::Post {
+                        url: url.to_string(),
+                        why: crate::http::http_error(e),
+                    })?;
                 if r.status().is_success() {
                     Ok(())
                 } else {
-                    Err(format!("POST {url}: HTTP {}", r.status()))
+                    Err(DeliveryError::Post {
+                        url: url.to_string(),
+                        why: format!("HTTP {}", r.status()),
+                    })
                 }
             }
         }

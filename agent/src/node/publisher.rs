@@ -15,7 +15,7 @@ use crate::kube::node::{EventType, NodeApi};
 use crate::maintenance::policy::node_desired;
 use crate::metrics::Metrics;
 use crate::vocab::maintenance::MaintenanceState;
-use crate::vocab::node::{slow_desired, SlowNamed};
+use crate::vocab::node::{slow_desired, SlowNamed, SlowTaintNow};
 
 /// Longest wait on one Kubernetes call.
 const KUBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,9 +55,11 @@ pub(crate) struct NodeView {
     /// The slow gangs naming a member of this node (`gang.pace`): the `VigilSlow` condition.
     pub(crate) slow: SlowNamed,
     /// Until when the slow taint stands (coordinator ms: `gang.pace.taint_for` after the node
-    /// was last named), and whether it stands now.
+    /// was last named), whether it stands now, and whether strong evidence named the node (it
+    /// may then be `NoExecute`).
     pub(crate) slow_until: Option<crate::clock::Millis>,
     pub(crate) slow_tainted: bool,
+    pub(crate) slow_evict: bool,
 }
 
 pub(crate) struct NodePublisher {
@@ -109,7 +111,12 @@ impl NodePublisher {
         if let Some(tpu) = &v.tpu {
             desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
         }
-        slow_desired(k, &self.cfg.gang.pace, &v.slow, v.slow_tainted, &mut want);
+        // NB: observe mode shows the condition and never taints (a NoExecute taint evicts).
+        let taint = SlowTaintNow {
+            on: v.slow_tainted && !self.cfg.dry_run,
+            evict: v.slow_evict,
+        };
+        slow_desired(k, &self.cfg.gang.pace, &v.slow, taint, &mut want);
         let node = self.cfg.node_name.clone();
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&node, &want)).await {
             Ok(Ok(())) => {

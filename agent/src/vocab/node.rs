@@ -128,9 +128,27 @@ pub(crate) const TPU_CONDITION: &str = "VigilTPUUnhealthy";
 /// one it waits for (`gang.pace`).
 pub(crate) const SLOW_CONDITION: &str = "VigilSlow";
 
-/// The slow gangs that name a member on this node, as its agent found them: gang id → one line
-/// saying how slow and why this node.
-pub type SlowNamed = BTreeMap<String, String>;
+/// The slow gangs that name a member on this node, as its agent found them: gang id → what the
+/// episode says.
+pub type SlowNamed = BTreeMap<String, Named>;
+
+/// A slow gang's episode naming a member on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    /// How slow, which worker, why: the `VigilSlow` condition's message.
+    pub line: String,
+    /// Its evidence is strong enough to evict (`crate::hang::policy_pace::STRONG`): its compute
+    /// time, or two signals.
+    pub strong: bool,
+}
+
+/// Whether the slow taint stands now (named, or within `gang.pace.taint_for`; never in observe
+/// mode) and whether it may be `NoExecute` (strong evidence named the node).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlowTaintNow {
+    pub on: bool,
+    pub evict: bool,
+}
 
 /// The Node's `VigilSlow` condition while a slow gang names this node and, with `gang.pace.taint`,
 /// its taint while `tainted` (named, or named within `gang.pace.taint_for`); both off the Node
@@ -139,7 +157,7 @@ pub fn slow_desired(
     k: &KubernetesConfig,
     pace: &PaceConfig,
     named: &SlowNamed,
-    tainted: bool,
+    taint: SlowTaintNow,
     d: &mut NodeDesired,
 ) {
     let key = format!("{}{SLOW_TAINT}", k.label_prefix);
@@ -151,7 +169,7 @@ pub fn slow_desired(
     let slow = !named.is_empty();
     let (reason, message) = match slow {
         true => {
-            let lines: Vec<&str> = named.values().map(String::as_str).collect();
+            let lines: Vec<&str> = named.values().map(|n| n.line.as_str()).collect();
             ("SlowGang", format!("vigil: {}", lines.join("; ")))
         }
         false => ("AtPace", "vigil: no slow gang names this node".to_string()),
@@ -163,14 +181,21 @@ pub fn slow_desired(
         reason,
         message,
     ));
-    match pace.taint.effect().filter(|_| tainted) {
-        Some(effect) => d.add_taints.push(Taint {
-            key,
+    // NB: NoExecute evicts: only on strong evidence; weaker evidence keeps placement away
+    // (NoSchedule). The key is listed for removal too, so a taint of another effect (the
+    // config changed) goes while this one stands.
+    let effect = match pace.taint {
+        crate::config::SlowTaint::NoExecute if !taint.evict => Some("NoSchedule"),
+        t => t.effect(),
+    };
+    if let Some(effect) = effect.filter(|_| taint.on) {
+        d.add_taints.push(Taint {
+            key: key.clone(),
             value: "true".into(),
             effect: effect.into(),
-        }),
-        None => d.remove_taints.push(key),
+        });
     }
+    d.remove_taints.push(key);
 }
 
 /// A condition in Vigil's polarity: `problem` Some(true) is `True`, Some(false) `False`, and
@@ -219,31 +244,42 @@ pub(crate) fn failure_taint(d: &mut NodeDesired, key: String, on: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::SlowTaint;
 
-    fn slow_of(enabled: bool, taint: bool, named: &[(&str, &str)]) -> NodeDesired {
+    fn named(list: &[(&str, &str, bool)]) -> SlowNamed {
+        list.iter()
+            .map(|(g, l, strong)| {
+                let n = Named {
+                    line: l.to_string(),
+                    strong: *strong,
+                };
+                (g.to_string(), n)
+            })
+            .collect()
+    }
+
+    fn slow_of(enabled: bool, taint: SlowTaint, n: &SlowNamed, now: SlowTaintNow) -> NodeDesired {
         let k = KubernetesConfig::default();
         let pace = PaceConfig {
             enabled,
-            taint: match taint {
-                true => crate::config::SlowTaint::NoSchedule,
-                false => crate::config::SlowTaint::Off,
-            },
+            taint,
             ..PaceConfig::default()
         };
-        let named: SlowNamed = named
-            .iter()
-            .map(|(g, l)| (g.to_string(), l.to_string()))
-            .collect();
         let mut d = NodeDesired::default();
-        let tainted = !named.is_empty();
-        slow_desired(&k, &pace, &named, tainted, &mut d);
+        slow_desired(&k, &pace, n, now, &mut d);
         d
     }
+
+    const ON: SlowTaintNow = SlowTaintNow {
+        on: true,
+        evict: true,
+    };
 
     #[test]
     fn a_slow_gang_naming_the_node_sets_vigil_slow_and_only_opted_in_its_taint() {
         let key = format!("{}slow", KubernetesConfig::default().label_prefix);
-        let d = slow_of(true, false, &[("ml/c", "gang ml/c runs at 82 %")]);
+        let one = named(&[("ml/c", "gang ml/c runs at 82 %", true)]);
+        let d = slow_of(true, SlowTaint::Off, &one, ON);
         assert_eq!(d.conditions.len(), 1);
         let c = &d.conditions[0];
         assert_eq!(
@@ -254,7 +290,7 @@ mod tests {
         assert!(d.add_taints.is_empty());
         assert_eq!(d.remove_taints, vec![key.clone()]);
 
-        let d = slow_of(true, true, &[("ml/c", "x")]);
+        let d = slow_of(true, SlowTaint::NoSchedule, &one, ON);
         assert_eq!(d.add_taints.len(), 1);
         assert_eq!(
             (
@@ -263,37 +299,40 @@ mod tests {
             ),
             (key.as_str(), "NoSchedule")
         );
-
-        // Nobody names it: False (node-problem-detector's polarity), the taint off.
-        let d = slow_of(true, true, &[]);
-        assert_eq!(d.conditions[0].status, ConditionStatus::False);
-        assert_eq!(d.conditions[0].reason, "AtPace");
+        // Listed for removal too: a taint of another effect (the config changed) goes.
         assert_eq!(d.remove_taints, vec![key.clone()]);
 
+        // Nobody names it: False (node-problem-detector's polarity), the taint off.
+        let off = SlowTaintNow::default();
+        let d = slow_of(true, SlowTaint::NoSchedule, &SlowNamed::new(), off);
+        assert_eq!(d.conditions[0].status, ConditionStatus::False);
+        assert_eq!(d.conditions[0].reason, "AtPace");
+        assert!(d.add_taints.is_empty());
+
         // Pace off: neither stays on the Node.
-        let d = slow_of(false, true, &[("ml/c", "x")]);
-        assert!(d.conditions.is_empty());
+        let d = slow_of(false, SlowTaint::NoSchedule, &one, ON);
+        assert!(d.conditions.is_empty() && d.add_taints.is_empty());
         assert_eq!(d.remove_conditions, vec!["VigilSlow".to_string()]);
         assert_eq!(d.remove_taints, vec![key]);
     }
 
     #[test]
-    fn a_node_that_can_be_replaced_is_tainted_no_execute_and_held_after_it_was_named() {
-        let k = KubernetesConfig::default();
-        let pace = PaceConfig {
-            enabled: true,
-            taint: crate::config::SlowTaint::NoExecute,
-            ..PaceConfig::default()
-        };
-        // No gang names it now, but one did within taint_for: the condition is False, the
-        // taint stays (a replacement is not placed straight back).
-        let mut d = NodeDesired::default();
-        slow_desired(&k, &pace, &SlowNamed::new(), true, &mut d);
+    fn no_execute_needs_strong_evidence_and_is_held_after_the_node_was_named() {
+        // Held (no gang names it now, one did within taint_for): the condition False, the
+        // taint stays.
+        let d = slow_of(true, SlowTaint::NoExecute, &SlowNamed::new(), ON);
         assert_eq!(d.conditions[0].status, ConditionStatus::False);
-        assert_eq!(d.add_taints.len(), 1);
         assert_eq!(d.add_taints[0].effect, "NoExecute");
-        let mut d = NodeDesired::default();
-        slow_desired(&k, &pace, &SlowNamed::new(), false, &mut d);
+        // Weak evidence (one signal): placement avoids the node, nothing is evicted.
+        let weak = named(&[("ml/c", "its node shows host CPU pressure 31 %", false)]);
+        let now = SlowTaintNow {
+            on: true,
+            evict: false,
+        };
+        let d = slow_of(true, SlowTaint::NoExecute, &weak, now);
+        assert_eq!(d.add_taints[0].effect, "NoSchedule");
+        // Not on (the hold over, or observe mode): no taint.
+        let d = slow_of(true, SlowTaint::NoExecute, &weak, SlowTaintNow::default());
         assert!(d.add_taints.is_empty());
         assert_eq!(d.remove_taints.len(), 1);
     }

@@ -93,7 +93,10 @@ mod tests {
     /// The container `pid` runs in, by the name of its cgroup: `Ok(None)` when it runs in
     /// none, `Err` when its cgroup cannot be read (the process is gone, or not visible from
     /// this PID namespace).
-    fn container_of_pid(proc: &Procfs, pid: i32) -> Result<Option<String>, String> {
+    fn container_of_pid(
+        proc: &Procfs,
+        pid: i32,
+    ) -> Result<Option<String>, crate::http::procfs::CgroupUnknown> {
         Ok(container_of(&proc.cgroup_of_pid(pid)?))
     }
 
@@ -208,7 +211,8 @@ mod tests {
         let proc = Procfs::at(dir.path());
         assert_eq!(container_of_pid(&proc, 42).unwrap().as_deref(), Some(ID));
         assert!(container_of_pid(&proc, 43).is_err());
-        assert!(container_of_pid(&proc, 0).unwrap_err().contains("hostPID"));
+        let invisible = container_of_pid(&proc, 0).unwrap_err();
+        assert!(invisible.to_string().contains("hostPID"), "{invisible}");
         // This test process is in whatever cgroup the machine gives it; reading works.
         assert!(container_of_pid(&Procfs::default(), std::process::id() as i32).is_ok());
     }

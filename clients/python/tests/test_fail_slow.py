@@ -22,7 +22,7 @@ from test_jax import _need_jax
 
 WORKER = Path(__file__).parent / "workers" / "jax_pace.py"
 
-# Small windows so the test learns and decides in seconds (the defaults: 60 s windows, 3 min).
+# Small windows so the test learns and decides in seconds (the defaults: 30 s windows, 2 min).
 PACE = """[gang.pace]
 enabled = true
 window = "2s"

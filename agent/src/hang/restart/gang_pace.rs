@@ -17,36 +17,50 @@ use crate::hang::model_gang::Member;
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::position;
 use crate::hang::policy_gang::{present, Timing};
-use crate::hang::policy_pace::{suspect, Look, PaceVerdict};
+use crate::hang::policy_pace::{suspect_scored, Look, PaceVerdict, STRONG};
 use crate::hang::policy_pipeline::Unit;
+use crate::vocab::node::Named;
 
 use super::{Case, RestartPath};
 
 /// The key's value while a member is being named: `<since>:<rate>:<baseline>|?`; once named,
-/// `…|<node>/<worker>|<why>` (the member paged and the evidence; `-` for none). Rates in
-/// thousandths of a step per second.
+/// `…|<node>/<worker>|<points>|<why>` (the member paged, its evidence's score and the evidence;
+/// `-` for none). Rates in thousandths of a step per second.
 fn episode(since: Millis, rate: f64, baseline: f64, placed: &str) -> String {
     let milli = |r: f64| (r * 1000.0).round() as i64;
     format!("{since}:{}:{}|{placed}", milli(rate), milli(baseline))
 }
 
-/// The episode `value` of gang `gang` names `own` as the member it waits for: one line for the
-/// Node's `VigilSlow` condition (how slow, which worker, why).
-fn named_here(value: &str, gang: &str, own: &Member) -> Option<String> {
-    let mut parts = value.splitn(3, '|');
-    let (head, placed, why) = (parts.next()?, parts.next()?, parts.next().unwrap_or(""));
+/// The episode `value` of gang `gang` names `own` as the member it waits for: what the Node's
+/// `VigilSlow` condition says (how slow, which worker, why) and whether the evidence is strong.
+fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
+    let mut parts = value.splitn(4, '|');
+    let (head, placed) = (parts.next()?, parts.next()?);
     if placed != format!("{}/{}", own.node, own.worker) {
         return None;
     }
+    let points: u32 = parts.next()?.parse().ok()?;
+    let why = parts.next().unwrap_or("");
     let mut n = head.split(':').skip(1).map(|x| x.parse::<f64>().ok());
     let (rate, base) = (n.next()?? / 1000.0, n.next()?? / 1000.0);
     let pct = if base > 0.0 { 100.0 * rate / base } else { 0.0 };
-    Some(format!(
+    let line = format!(
         "gang {gang} runs at {} against its usual {} ({pct:.0} %) and waits for {} on this node: {why}",
         per_second(rate),
         per_second(base),
         own.worker
-    ))
+    );
+    Some(Named {
+        line,
+        strong: points >= STRONG,
+    })
+}
+
+/// Whether an episode's value names its member yet (`?` while the opener reads the view).
+fn settled(value: &str) -> bool {
+    value
+        .split_once('|')
+        .is_some_and(|(_, placed)| placed != "?")
 }
 
 /// The key's value after an episode ended (for `slow_for`): nobody opens another meanwhile.
@@ -67,10 +81,13 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let cfg = self.ctx.cfg.gang.pace.clone();
+        // NB: pace off (a reload may turn it off) or no gang: nothing of an episode is its.
         let (Some(s), true) = (case.status, cfg.enabled) else {
+            self.pace.forget_episode();
             return Ok(());
         };
         let Some(g) = s.gang.clone() else {
+            self.pace.forget_episode();
             return Ok(());
         };
         // NB: a window teaches nothing while the worker announced a long operation, left
@@ -110,19 +127,25 @@ impl RestartPath<'_> {
                 self.pace.named = None;
                 self.slow_ended(&g, rate, baseline, now).await
             }
-            _ => self.at_pace(&g).await,
+            _ => self.at_pace(&g, own).await,
         }
     }
 
-    /// Not slow (learning, steady): nothing named here; an episode this agent opened that ended
-    /// elsewhere is resolved.
-    async fn at_pace(&mut self, g: &Gang) -> Result<(), CoordError> {
+    /// Not slow now (learning, steady, held): an episode this agent opened that ended elsewhere
+    /// is resolved. NB: a hold, a missing heartbeat or a window between the slow and the
+    /// recovery line is no end: while the episode still names this worker, it still does (read
+    /// once a cycle), until its member is back at its pace or the episode ends.
+    async fn at_pace(&mut self, g: &Gang, own: &Member) -> Result<(), CoordError> {
         self.pace.episode_seen = false;
-        self.pace.named = None;
-        if !self.gangs.slow.contains_key(&g.id) {
+        self.pace.heard = false;
+        let opener = self.gangs.slow.contains_key(&g.id);
+        if !opener && self.pace.named.is_none() {
             return Ok(());
         }
         let held = self.ctx.coord.get(&self.ctx.keys.gang_slow(&g.id)).await?;
+        if self.pace.named.is_some() {
+            self.hear_episode(g, own, held.as_deref());
+        }
         self.slow_gone(g, held.as_deref()).await
     }
 
@@ -138,9 +161,14 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
-        // NB: once the episode is seen, one read a cycle while the run lasts: the member it
-        // names shows it on its Node (`VigilSlow`), whichever agent opened it.
+        // NB: once the episode is seen, one read a cycle while the run lasts, until it names
+        // someone else: the member it names shows it on its Node (`VigilSlow`), whichever agent
+        // opened it, and the opener follows its end.
         if self.pace.episode_seen {
+            let opener = self.gangs.slow.contains_key(&g.id);
+            if self.pace.heard && !opener {
+                return Ok(());
+            }
             let held = self.ctx.coord.get(&key).await?;
             self.hear_episode(g, own, held.as_deref());
             return self.slow_gone(g, held.as_deref()).await;
@@ -156,14 +184,17 @@ impl RestartPath<'_> {
         self.pace.episode_seen = true;
         let view = self.read_gang(g, own, true).await?;
         let members = present(&view.members, now, &Timing::of(&self.ctx.cfg));
-        let named = suspect(&members);
+        let named = suspect_scored(&members);
         // NB: with nobody named the alert is placed at this agent's own member (it must be
         // placed somewhere to be resolved); its text says nobody stands out.
-        let at = named.as_ref().map_or(own, |(m, _)| *m);
+        let at = named.as_ref().map_or(own, |(m, _, _)| *m);
         let placed = match &named {
-            Some((m, why)) => format!("{}/{}|{}", m.node, m.worker, why.join("; ")),
+            Some((m, why, points)) => {
+                format!("{}/{}|{points}|{}", m.node, m.worker, why.join("; "))
+            }
             None => "-".to_string(),
         };
+        let named = named.map(|(m, why, _)| (m, why));
         let value = episode(since, rate, baseline, &placed);
         self.ctx.coord.set(&key, &value, MARK_TTL).await?;
         self.hear_episode(g, own, Some(&value));
@@ -178,10 +209,12 @@ impl RestartPath<'_> {
             .map(drop)
     }
 
-    /// What the episode's value says of this worker: named, it shows on its Node.
+    /// What the episode's value says of this worker: named, it shows on its Node; named
+    /// someone else, it is read no more this run.
     fn hear_episode(&mut self, g: &Gang, own: &Member, held: Option<&str>) {
         let here = held.and_then(|v| named_here(v, &g.id, own));
-        self.pace.named = here.map(|line| (g.id.clone(), line));
+        self.pace.heard = here.is_none() && held.is_some_and(settled);
+        self.pace.named = here.map(|n| (g.id.clone(), n));
     }
 
     /// The `slow` page: the gang, its rate against its usual, for how long, the member named
@@ -285,12 +318,17 @@ mod tests {
     fn the_member_an_episode_names_reads_it_for_its_node() {
         let own = Member::working("gpu-3", "rank-3", 0);
         let why = "it computes 571 ms before each collective, the others 400 ms (median): they wait for it";
-        let value = episode(1_000, 1.4, 2.0, &format!("gpu-3/rank-3|{why}"));
-        let line = named_here(&value, "ml/c", &own).expect("named");
+        let value = episode(1_000, 1.4, 2.0, &format!("gpu-3/rank-3|2|{why}"));
+        let n = named_here(&value, "ml/c", &own).expect("named");
         assert_eq!(
-            line,
+            n.line,
             format!("gang ml/c runs at 1.40 steps/s against its usual 2.00 steps/s (70 %) and waits for rank-3 on this node: {why}")
         );
+        assert!(n.strong, "compute time: strong");
+        let weak = episode(1_000, 1.4, 2.0, "gpu-3/rank-3|1|its node shows XID 13");
+        assert!(!named_here(&weak, "ml/c", &own).expect("named").strong);
+        assert!(settled(&value) && settled(&episode(1_000, 1.4, 2.0, "-")));
+        assert!(!settled(&episode(1_000, 1.4, 2.0, "?")) && !settled(QUIET));
         // Another member, nobody, or not named yet: not this node's.
         let other = Member::working("gpu-1", "rank-1", 0);
         assert_eq!(named_here(&value, "ml/c", &other), None);

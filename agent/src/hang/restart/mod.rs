@@ -445,10 +445,14 @@ impl RestartPath<'_> {
         }
         // NB: after the hang path's effects, and never failing them: slowness is paged, and
         // its bookkeeping waits for the next cycle when the coordinator does not answer.
-        if let Some(own) = &own {
-            if let Err(e) = self.pace(case, own, now).await {
-                tracing::warn!(worker = %case.c.worker, error = %e, "the gang's pace could not be judged this cycle");
+        match &own {
+            Some(own) => {
+                if let Err(e) = self.pace(case, own, now).await {
+                    tracing::warn!(worker = %case.c.worker, error = %e, "the gang's pace could not be judged this cycle");
+                }
             }
+            // No member now (no gang, no entry): nothing of a slow episode is this worker's.
+            None => self.pace.forget_episode(),
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ impl Controller {
             let new: Vec<String> = named
                 .iter()
                 .filter(|(g, _)| !self.node.view.slow.contains_key(*g))
-                .map(|(_, line)| format!("vigil: {line}"))
+                .map(|(_, n)| format!("vigil: {}", n.line))
                 .collect();
             self.node.view.slow = named;
             for message in new {
@@ -43,11 +43,17 @@ impl Controller {
             v.slow_until = Some(now + ms(pace.taint_for));
         }
         let tainted = v.slow_until.is_some_and(|until| now < until);
+        // NB: strong evidence is remembered through the hold; a hold that ends forgets it.
+        let evict = match (tainted, v.slow.is_empty()) {
+            (false, _) => false,
+            (true, false) => v.slow.values().any(|n| n.strong),
+            (true, true) => v.slow_evict,
+        };
         if !tainted {
             v.slow_until = None;
         }
-        let moved = tainted != v.slow_tainted;
-        v.slow_tainted = tainted;
+        let moved = (tainted, evict) != (v.slow_tainted, v.slow_evict);
+        (v.slow_tainted, v.slow_evict) = (tainted, evict);
         changed || moved
     }
 }
