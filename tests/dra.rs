@@ -357,7 +357,7 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_until_it_is_reset() {
     kube.put_pod(ended);
     kube.put_pod(trainer(NODE, "trainer-0", "GPU-bbbb", "Unhealthy"));
     let (node, gpu, _running) = controller_with(&kube, true).await;
-    let (limit, every) = (Duration::from_secs(10), Duration::from_millis(20));
+    let (limit, every) = (Duration::from_secs(30), Duration::from_millis(20));
     let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1).await;
     assert!(tainted, "{:?}", kube.taint_rules());
     assert_eq!(

@@ -62,14 +62,32 @@ pub const MAX_RECORD_FIELDS: usize = 256;
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 
 /// Why `record` is over [`MAX_RECORD_FIELDS`] or [`MAX_RECORD_BYTES`], if it is.
-pub(crate) fn oversized(record: &HashMap<String, String>) -> Option<String> {
+pub(crate) fn oversized(record: &HashMap<String, String>) -> Option<RecordUnreadable> {
     let bytes: usize = record.iter().map(|(k, v)| k.len() + v.len()).sum();
-    (record.len() > MAX_RECORD_FIELDS || bytes > MAX_RECORD_BYTES).then(|| {
-        format!(
-            "the record holds {} fields of {bytes} bytes, over the {MAX_RECORD_FIELDS} fields and {MAX_RECORD_BYTES} bytes the agent reads",
-            record.len()
-        )
-    })
+    (record.len() > MAX_RECORD_FIELDS || bytes > MAX_RECORD_BYTES).then_some(
+        RecordUnreadable::Oversized {
+            fields: record.len(),
+            bytes,
+        },
+    )
+}
+
+/// Why a worker's status record cannot be read: that worker's problem only (no record: it is
+/// `unreachable`, one alert naming the key and this), never the cycle's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordUnreadable {
+    /// More than the agent reads (a worker writing without bound).
+    #[error("the record holds {fields} fields of {bytes} bytes, over the {MAX_RECORD_FIELDS} fields and {MAX_RECORD_BYTES} bytes the agent reads")]
+    Oversized { fields: usize, bytes: usize },
+    /// Redis refused to read it as a hash (a key of another type: `WRONGTYPE …`).
+    #[error("{0}")]
+    Refused(String),
+    /// A reply of an unexpected shape.
+    #[error("unexpected reply: {0}")]
+    Reply(String),
+    /// A field or value that is not UTF-8.
+    #[error("a field is not UTF-8 ({0})")]
+    NotUtf8(#[source] std::string::FromUtf8Error),
 }
 
 /// One worker's keys in a [`Request::ReadWorkers`]: its status record and its string marks.
@@ -97,7 +115,7 @@ pub struct WorkerRead {
     pub now: Millis,
     /// The status record's fields, or why the record cannot be read (a key of another type,
     /// bytes that are not UTF-8): that worker's problem only.
-    pub record: Result<HashMap<String, String>, String>,
+    pub record: Result<HashMap<String, String>, RecordUnreadable>,
     /// The string keys asked for, in order (`None`: missing or expired).
     pub values: Vec<Option<String>>,
 }
@@ -480,7 +498,9 @@ pub async fn read_workers_by_parts(
                 Some(why) => Err(why),
                 None => Ok(fields),
             },
-            Err(CoordError::Command { source, .. }) => Err(source.to_string()),
+            Err(CoordError::Command { source, .. }) => {
+                Err(RecordUnreadable::Refused(source.to_string()))
+            }
             Err(e) => return Err(e),
         };
         let values = coord.get_many(&w.keys).await?;

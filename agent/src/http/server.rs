@@ -43,9 +43,13 @@ const LIMITS: Limits = Limits {
 pub(crate) trait Probe: Send + Sync {
     /// What it is, for the `/readyz` body.
     fn describe(&self) -> String;
-    /// One cheap call; `Err` says why it did not answer.
-    async fn ping(&self) -> Result<(), String>;
+    /// One cheap call; `Err` says why it did not answer (the dependency's own error, its cause
+    /// kept: the server names no runtime type).
+    async fn ping(&self) -> Result<(), ProbeError>;
 }
+
+/// Why a dependency did not answer a readiness probe.
+pub(crate) type ProbeError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What `/v1/status` answers: the fleet view as `vigil status` words it, read from the server's
 /// own coordinator under its prefix. The fleet feature implements it
@@ -254,7 +258,7 @@ mod tests {
         fn describe(&self) -> String {
             "test runtime".into()
         }
-        async fn ping(&self) -> Result<(), String> {
+        async fn ping(&self) -> Result<(), super::ProbeError> {
             Ok(())
         }
     }

@@ -382,10 +382,8 @@ impl Probe for Arc<dyn ContainerRuntime> {
         ContainerRuntime::describe(&**self)
     }
 
-    async fn ping(&self) -> Result<(), String> {
-        ContainerRuntime::ping(&**self)
-            .await
-            .map_err(|e| e.to_string())
+    async fn ping(&self) -> Result<(), crate::http::server::ProbeError> {
+        Ok(ContainerRuntime::ping(&**self).await?)
     }
 }
 

@@ -408,12 +408,12 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
         ));
     };
     match jobset_restarts(js, reason) {
-        Ok(why) => Remediation::OneForAll {
+        JobSetAnswer::Restarts(why) => Remediation::OneForAll {
             kill: true,
             how: format!("{fails}; {why}: one member is failed, the JobSet recreates every Job"),
             whole: format!("jobset:{}", js.name),
         },
-        Err(why) => Remediation::Refuse(format!("{fails}, and {why}")),
+        JobSetAnswer::Not(why) => Remediation::Refuse(format!("{fails}, and {why}")),
     }
 }
 
@@ -460,19 +460,27 @@ fn failure_rule<'a>(w: &Workload, job: &'a JobFacts) -> Option<&'a PodFailureRul
     })
 }
 
+/// What a JobSet's failure policy does when one of its Jobs fails, and why, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum JobSetAnswer {
+    /// It restarts (recreates every Job).
+    Restarts(String),
+    /// It does not: it fails, its restarts are spent, or what it does is unknown.
+    Not(String),
+}
+
 /// Whether the JobSet restarts when its Job fails for `reason`, as its failure policy reads:
 /// the first rule that matches the reason and the replicated job decides; none matching is a
-/// restart counted against `maxRestarts`; no failure policy fails the JobSet. `Ok`: why it
-/// restarts; `Err`: why not.
-pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, String> {
+/// restart counted against `maxRestarts`; no failure policy fails the JobSet.
+pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> JobSetAnswer {
     let Some(max) = js.max_restarts else {
-        return Err(format!(
+        return JobSetAnswer::Not(format!(
             "JobSet {} has no failurePolicy: a failed Job fails the JobSet",
             js.name
         ));
     };
     if js.strategy == "InPlaceRestart" {
-        return Err(format!(
+        return JobSetAnswer::Not(format!(
             "JobSet {} restarts in place with its own agent (restartStrategy InPlaceRestart): Vigil leaves the restart to it",
             js.name
         ));
@@ -482,7 +490,7 @@ pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, 
             && (r.targets.is_empty() || r.targets.contains(&js.replicated_job))
     });
     if let Some(r) = rule.filter(|r| r.on_message) {
-        return Err(format!(
+        return JobSetAnswer::Not(format!(
             "JobSet {}'s failure policy rule {} also matches the failure's message, which is not known before the failure: what it does is unknown",
             js.name, r.name
         ));
@@ -492,23 +500,23 @@ pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, 
         n => format!(" (rule {n})"),
     };
     match rule.map(|r| (r.action.as_str(), r)) {
-        Some(("RestartJobSetAndIgnoreMaxRestarts", r)) => Ok(format!(
+        Some(("RestartJobSetAndIgnoreMaxRestarts", r)) => JobSetAnswer::Restarts(format!(
             "JobSet {} restarts on it{}, whatever its restarts",
             js.name,
             named(r)
         )),
-        Some(("RestartJobSet", _)) | None if js.restarts < max => Ok(format!(
+        Some(("RestartJobSet", _)) | None if js.restarts < max => JobSetAnswer::Restarts(format!(
             "JobSet {} restarts on it (restart {} of maxRestarts {max})",
             js.name,
             js.restarts + 1
         )),
-        Some(("RestartJobSet", _)) | None => Err(format!(
+        Some(("RestartJobSet", _)) | None => JobSetAnswer::Not(format!(
             "JobSet {}'s restarts are spent ({} of maxRestarts {max}): the next failure fails the JobSet",
             js.name, js.restarts
         )),
         // FailJobSet; and RestartJob (alpha), which recreates the failed Job alone while the
         // other Jobs' ranks stay hung.
-        Some((action, r)) => Err(format!(
+        Some((action, r)) => JobSetAnswer::Not(format!(
             "JobSet {}'s failure policy answers {action}{} to {reason}",
             js.name,
             named(r)

@@ -13,6 +13,7 @@ use redis::{FromRedisValue, Pipeline, Script};
 
 use super::RedisCoordinator;
 use crate::clock::{ms, Millis};
+use crate::coord::RecordUnreadable;
 use crate::coord::{
     CoordError, Coordinator, NodeRead, Op, Reply, Request, TrailEntry, WorkerKeys, WorkerRead,
 };
@@ -284,7 +285,8 @@ async fn read_workers(
         let record = if ok == 1 {
             record_fields(rec)
         } else {
-            Err(String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into()))
+            let why = String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into());
+            Err(RecordUnreadable::Refused(why))
         };
         reads.push(WorkerRead {
             now,
@@ -434,10 +436,10 @@ fn add_op(pipe: &mut Pipeline, op: &Op) {
 }
 
 /// A hash's fields from HGETALL's flat reply; `Err` names what is not UTF-8.
-fn record_fields(v: redis::Value) -> Result<HashMap<String, String>, String> {
+fn record_fields(v: redis::Value) -> Result<HashMap<String, String>, RecordUnreadable> {
     let flat: Vec<Vec<u8>> =
-        Vec::from_redis_value(&v).map_err(|e| format!("unexpected reply: {e}"))?;
-    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| format!("a field is not UTF-8 ({e})"));
+        Vec::from_redis_value(&v).map_err(|e| RecordUnreadable::Reply(e.to_string()))?;
+    let text = |b: Vec<u8>| String::from_utf8(b).map_err(RecordUnreadable::NotUtf8);
     let mut fields = HashMap::new();
     let mut it = flat.into_iter();
     while let (Some(k), Some(v)) = (it.next(), it.next()) {
