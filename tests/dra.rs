@@ -281,7 +281,12 @@ async fn the_controller_taints_a_failed_gpus_device_not_the_node() {
     let (node, gpu, _running) = controller_on(&kube).await;
     let (limit, every) = (Duration::from_secs(5), Duration::from_millis(20));
     gpu.inject_xid(1, 79);
-    let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1).await;
+    // NB: the device's rule is written before the Node: wait for both.
+    let shown = || {
+        let d = node.node_api.last();
+        d.labels.get("vigil.dev/gpu-health").cloned().flatten() == Some("failed".into())
+    };
+    let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1 && shown()).await;
     assert!(tainted, "{:?}", kube.taint_rules());
     assert_eq!(
         kube.taint_rules()[0]["spec"]["deviceSelector"]["device"],
@@ -358,13 +363,6 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_until_it_is_reset() {
     kube.put_pod(trainer(NODE, "trainer-0", "GPU-bbbb", "Unhealthy"));
     let (node, gpu, _running) = controller_with(&kube, true).await;
     let (limit, every) = (Duration::from_secs(30), Duration::from_millis(20));
-    let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1).await;
-    assert!(tainted, "{:?}", kube.taint_rules());
-    assert_eq!(
-        kube.taint_rules()[0]["spec"]["deviceSelector"]["device"],
-        "gpu-1",
-        "GPU-bbbb's device only"
-    );
     let health = || {
         node.node_api
             .last()
@@ -373,7 +371,17 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_until_it_is_reset() {
             .cloned()
             .flatten()
     };
-    assert_eq!(health().as_deref(), Some("failed"));
+    // NB: the device's rule is written before the Node: wait for both.
+    let tainted = eventually_every(limit, every, || {
+        kube.taint_rules().len() == 1 && health().as_deref() == Some("failed")
+    })
+    .await;
+    assert!(tainted, "{:?} {:?}", kube.taint_rules(), health());
+    assert_eq!(
+        kube.taint_rules()[0]["spec"]["deviceSelector"]["device"],
+        "gpu-1",
+        "GPU-bbbb's device only"
+    );
     let listed = kube
         .requests()
         .iter()
@@ -401,11 +409,16 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_until_it_is_reset() {
     kube.put_pod(claim);
     let tainted = eventually_every(limit, every, || {
         let rules = kube.taint_rules();
-        rules.len() == 1 && rules[0]["spec"]["deviceSelector"]["device"] == "gpu-0"
+        let failed = health().as_deref() == Some("failed");
+        failed && rules.len() == 1 && rules[0]["spec"]["deviceSelector"]["device"] == "gpu-0"
     })
     .await;
-    assert!(tainted, "GPU-aaaa's device: {:?}", kube.taint_rules());
-    assert_eq!(health().as_deref(), Some("failed"));
+    assert!(
+        tainted,
+        "GPU-aaaa's device: {:?} {:?}",
+        kube.taint_rules(),
+        health()
+    );
 }
 
 /// Cancels its tokens when dropped: the monitor thread and the controller stop with the test.

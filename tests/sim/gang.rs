@@ -200,7 +200,9 @@ impl Sim {
             let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
             let runtime = FakeRuntime::default();
             runtime.add(&container(n, 0), &worker(0));
-            runtime.add(&container(n, SLOW_INDEX), &worker(SLOW_INDEX));
+            if sim.slow.on {
+                runtime.add(&container(n, SLOW_INDEX), &worker(SLOW_INDEX));
+            }
             sim.nodes.push(NodeSim {
                 keys,
                 runtime,
@@ -298,6 +300,9 @@ impl Sim {
     /// The slow gang's members write their records: every member beats, at the job's pace (its
     /// slowest member's), with each rank's compute time when the job publishes it.
     async fn slow_gang_beats(&mut self) {
+        if !self.slow.on {
+            return;
+        }
         let now = self.now();
         let compute = self.slow.tick(NODES);
         let progress = format!("step-{}", self.slow.step);
