@@ -229,6 +229,7 @@ fn every_redis_key_is_documented() {
         k.escalated("W"),
         k.fruitless("W"),
         k.lost("W"),
+        k.rhythm("W"),
         k.incarnation("W"),
         k.retry("W"),
         k.episode("W", "<kind>"),

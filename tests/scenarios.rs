@@ -1325,17 +1325,18 @@ async fn look(w: &mut World, after: Duration) {
     }
 }
 
-/// Issue 31, item 5: a worker that beats every 2 s is found hung 14 s after its last beat with
-/// `[policy.learned]` on (8 s learned, then the confirming look), two minutes sooner than the
-/// fixed rule; its restart still waits for the fixed `stale_after` (and `restart_delay`), never
-/// cancelled and retried in between.
+/// Issue 31, item 5: a worker that beats every 2 s is found hung 16 s after its last beat with
+/// `[policy.learned]` on (8.9 s learned: 4 × its 2 s silences, their bucket's bound; then the
+/// confirming look), two minutes sooner than the fixed rule; its restart still waits for the
+/// fixed `stale_after` (and `restart_delay`), never cancelled and retried in between. (70
+/// looks: an incarnation's first 30 silences only settle it, the next 30 are learned.)
 #[tokio::test]
 async fn a_learned_rhythm_finds_the_hang_sooner_and_the_restart_still_waits_for_the_fixed_rule() {
     let mut w = World::new(|c| {
         c.policy.learned.enabled = true;
         c.policy.restart_delay = Duration::from_secs(30);
     });
-    for _ in 0..40 {
+    for _ in 0..70 {
         w.beat("trainer-0", "processing", "step-1").await;
         look(&mut w, Duration::from_secs(2)).await;
     }
@@ -1345,7 +1346,7 @@ async fn a_learned_rhythm_finds_the_hang_sooner_and_the_restart_still_waits_for_
             &text,
             "vigil_worker_allowed_silence_seconds{worker=\"trainer-0\"}"
         ),
-        Some(8.0),
+        Some(8.916),
         "4 × the 2 s silences it came back from\n{text}"
     );
     let last = w.now() - 2_000;
@@ -1354,8 +1355,8 @@ async fn a_learned_rhythm_finds_the_hang_sooner_and_the_restart_still_waits_for_
     }
     assert_eq!(
         w.now() - last,
-        14_000,
-        "found hung 14 s after the last beat"
+        16_000,
+        "found hung 16 s after the last beat"
     );
     while w.now() - last <= 120_000 {
         assert_eq!(
@@ -1393,7 +1394,7 @@ async fn an_instance_that_has_not_learned_never_closes_a_learned_incident() {
     w.add_agent(config("gpu-1", |c| {
         c.policy.restart_delay = Duration::from_secs(30);
     }));
-    for _ in 0..40 {
+    for _ in 0..70 {
         w.beat("trainer-0", "processing", "step-1").await;
         look(&mut w, Duration::from_secs(2)).await;
     }
@@ -1414,6 +1415,71 @@ async fn an_instance_that_has_not_learned_never_closes_a_learned_incident() {
         "{d:?}"
     );
     assert_eq!(w.sink.count(AlertKind::Hung), 1, "{:?}", w.sink.kinds());
+}
+
+/// Issue 46: a worker beating every 2 s for 200 s (its history in the coordinator, written once
+/// a minute, past `history`), then hung: with `[policy.learned] restarts = true` it is restarted
+/// once its incident persisted for its usual silence (8.9 s: 4 × its 2 s silences), 26 s after
+/// its last beat, not after the fixed rule's two minutes.
+#[tokio::test]
+async fn a_learned_restart_comes_from_the_coordinators_history_within_seconds() {
+    let mut w = learning_world();
+    let last = learn_then_hang(&mut w).await;
+    let restarted = until_restarted(&mut w, last).await;
+    assert_eq!(restarted, Some(26_000), "{:?}", w.decisions().await);
+    assert_eq!(w.sink.count(AlertKind::Hung), 1);
+}
+
+/// Issue 46: the same worker, its history gone from the coordinator while it hangs (lost in a
+/// failover, evicted: gone at every look): what this agent learned in its own memory restarts
+/// nothing sooner — the fixed rule does, as without learning. (The agent writes what it learned
+/// back within a minute; from then on it is the shared copy again.)
+#[tokio::test]
+async fn a_learned_restart_never_stands_on_one_agents_memory() {
+    let mut w = learning_world();
+    let last = learn_then_hang(&mut w).await;
+    let key = w.keys.rhythm("trainer-0");
+    assert!(w.get(&key).await.is_some(), "the history was written");
+    let mut restarted = None;
+    while restarted.is_none() && w.now() - last < 180_000 {
+        w.store.del(std::slice::from_ref(&key)).await.unwrap();
+        look(&mut w, Duration::from_secs(2)).await;
+        restarted = (w.runtime.restarts("c1") > 0).then(|| w.now() - last);
+    }
+    assert!(
+        restarted.is_some_and(|t| t > 120_000),
+        "by the fixed rule: {restarted:?}"
+    );
+}
+
+fn learning_world() -> World {
+    World::new(|c| {
+        c.policy.learned.enabled = true;
+        c.policy.learned.restarts = true;
+        c.policy.learned.history = Duration::from_secs(60);
+        c.policy.restart_delay = Duration::from_secs(30);
+    })
+}
+
+/// 100 beats 2 s apart (the first 30 settle the incarnation, the rest are learned and written
+/// at 62 s, 122 s and 182 s), then silence; the last beat's time.
+async fn learn_then_hang(w: &mut World) -> Millis {
+    for _ in 0..100 {
+        w.beat("trainer-0", "processing", "step-1").await;
+        look(w, Duration::from_secs(2)).await;
+    }
+    w.now() - 2_000
+}
+
+/// Looks every 2 s until the worker is restarted (at most 3 minutes): how long after `last`.
+async fn until_restarted(w: &mut World, last: Millis) -> Option<Millis> {
+    while w.now() - last < 180_000 {
+        look(w, Duration::from_secs(2)).await;
+        if w.runtime.restarts("c1") > 0 {
+            return Some(w.now() - last);
+        }
+    }
+    None
 }
 
 /// Every request an agent makes, by its shape: `read N` (the clock and N workers), `batch`, or

@@ -58,7 +58,7 @@ pub use kubernetes::KubernetesConfig;
 pub(crate) use log::{LogConfig, LogFormat};
 pub(crate) use metadata::MetadataConfig;
 pub(crate) use opportunistic::OpportunisticConfig;
-pub(crate) use policy::{LearnedConfig, PolicyConfig};
+pub(crate) use policy::PolicyConfig;
 pub use redis::{RedisConfig, RedisMode, RedisUrls};
 pub(crate) use runtime::{RuntimeConfig, RuntimeKind};
 pub(crate) use safety::SafetyConfig;

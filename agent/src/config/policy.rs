@@ -65,8 +65,16 @@ pub struct LearnedConfig {
     /// The shortest learned silence.
     #[serde(with = "humantime_serde")]
     pub floor: Duration,
-    /// Silences observed before the learned one is used (5 to 256).
+    /// Silences observed before the learned one is used (5 to 256): in the worker's history,
+    /// and by this agent in its current incarnation.
     pub min_samples: u32,
+    /// A hang found by the learned silence is restarted once it persisted for that silence
+    /// again (at least `floor`), not after `restart_delay` and the fixed `stale_after`: only
+    /// when the history the coordinator holds spans `history`.
+    pub restarts: bool,
+    /// How long a worker's rhythm must have been learned before it restarts anything.
+    #[serde(with = "humantime_serde")]
+    pub history: Duration,
 }
 
 impl Default for LearnedConfig {
@@ -77,6 +85,8 @@ impl Default for LearnedConfig {
             quantile: 0.99,
             floor: Duration::from_secs(5),
             min_samples: 30,
+            restarts: false,
+            history: Duration::from_secs(6 * 3600),
         }
     }
 }
@@ -138,6 +148,18 @@ impl PolicyConfig {
         if !(5..=256).contains(&l.min_samples) {
             return bad("policy.learned.min_samples", "must be from 5 to 256");
         }
+        if l.restarts && !l.enabled {
+            return bad(
+                "policy.learned.restarts",
+                "needs policy.learned.enabled = true (a restart from a rhythm never learned)",
+            );
+        }
+        if l.history < Duration::from_secs(60) {
+            return bad(
+                "policy.learned.history",
+                "must be at least 1m (how long a rhythm is learned before it restarts anything)",
+            );
+        }
         Ok(())
     }
 }
@@ -185,6 +207,14 @@ mod tests {
             (
                 "[policy.learned]\nfloor = \"500ms\"",
                 "policy.learned.floor",
+            ),
+            (
+                "[policy.learned]\nrestarts = true",
+                "policy.learned.restarts",
+            ),
+            (
+                "[policy.learned]\nenabled = true\nhistory = \"10s\"",
+                "policy.learned.history",
             ),
             (
                 "[policy.learned]\nmin_samples = 1000",

@@ -50,6 +50,11 @@ impl Keys {
     pub fn fruitless(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:fruitless"))
     }
+    /// The silences the worker came back from, over its incarnations and agents,
+    /// `"<since_ms>|<bucket>:<count>,…"` (`crate::hang::model_rhythm::History`).
+    pub fn rhythm(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:rhythm"))
+    }
     /// When each step of a restarted incident happened, `"<since>:<verdict>:<command>:<new
     /// incarnation>"` (`crate::hang::policy_lost`), from the verification to the first beat.
     pub fn lost(&self, worker: &str) -> String {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::clock::{Millis, Stamp};
 use crate::coord::{CoordError, Coordinator, Keys, NodeRead, WorkerKeys, WorkerRead};
 use crate::hang::model::{Episode, Fruitless, Incident, Marks, Retry};
+use crate::hang::model_rhythm::History;
 use crate::hang::policy_life::Claim;
 use crate::runtime::container::Container;
 
@@ -23,7 +24,7 @@ pub(crate) const DONE: &str = ":done";
 
 /// The marks that one read of a worker returns, in order. NB: the order is the codec's alone:
 /// [`worker_keys`] and [`decode`] are built from this one list.
-const SLOTS: [Slot; 10] = [
+const SLOTS: [Slot; 11] = [
     Slot::Suspect,
     Slot::Incident,
     Slot::ErrorSince,
@@ -34,6 +35,7 @@ const SLOTS: [Slot; 10] = [
     Slot::Incarnation,
     Slot::Lock,
     Slot::Fruitless,
+    Slot::Rhythm,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,7 @@ enum Slot {
     Incarnation,
     Lock,
     Fruitless,
+    Rhythm,
 }
 
 impl Slot {
@@ -63,6 +66,7 @@ impl Slot {
             Slot::Incarnation => k.incarnation(worker),
             Slot::Lock => k.lock(),
             Slot::Fruitless => k.fruitless(worker),
+            Slot::Rhythm => k.rhythm(worker),
         }
     }
 }
@@ -169,6 +173,7 @@ pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
             .flatten()
             .and_then(|s| parse_retry(&s)),
         fruitless: get(Slot::Fruitless).and_then(|s| Fruitless::decode(&s)),
+        rhythm: get(Slot::Rhythm).and_then(|s| History::decode(&s)),
     };
     Decoded {
         marks,
@@ -262,6 +267,7 @@ mod tests {
                 _ if key == k.incarnation("w") => "c1:t0".into(),
                 _ if key == k.lock() => "token".into(),
                 _ if key == k.retry("w") => "inc-1:2:800".into(),
+                _ if key == k.rhythm("w") => "900|1000|8:3".into(),
                 _ if key == k.episode("w", Episode::ALL[0].as_str()) => "1".into(),
                 _ => return None,
             })
@@ -282,6 +288,11 @@ mod tests {
             ("inc-1", 2, 800)
         );
         assert_eq!(encode_retry(r), "inc-1:2:800");
+        let h = m.rhythm.as_ref().unwrap();
+        assert_eq!(
+            (h.since, h.total(), h.encode()),
+            (900, 3, "900|1000|8:3".into())
+        );
         assert_eq!(d.incarnation.as_deref(), Some("c1:t0"));
         assert_eq!(d.cooldown.as_deref(), Some("600:inc-1:c1:t0"));
         assert!(d.locked);

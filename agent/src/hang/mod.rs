@@ -7,7 +7,7 @@
 //! backoff), `policy_pipeline` (the restart
 //! pipeline's steps and what follows each: one state machine), `policy_rhythm` (each worker's
 //! learned silence), `policy_pace` (a gang member's pace: fail-slow), `policy_lost` (the time an incident lost), `policy_table` (the verdict →
-//! action table `vigil policy` prints), `model_gang` and `policy_gang` (a distributed job's
+//! action table `vigil policy` prints), `model_rhythm` (a worker's learned silences as the coordinator keeps them), `model_gang` and `policy_gang` (a distributed job's
 //! collective: its fleet view, its verdict, one decision for every rank). The node's cycle
 //! (`crate::cycle::agent`) takes the workers from the `roster` and hands each to `restart`
 //! (`RestartPath`: incident, command, limits, outcome) with the shared `context`; `stand_down`
@@ -21,6 +21,7 @@ pub(crate) mod journal;
 pub(crate) mod marks;
 pub(crate) mod model;
 pub(crate) mod model_gang;
+pub(crate) mod model_rhythm;
 pub(crate) mod outage;
 pub mod policy;
 pub(crate) mod policy_due;

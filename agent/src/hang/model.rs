@@ -285,6 +285,8 @@ pub(crate) struct Marks {
     pub(crate) retry: Option<Retry>,
     /// Our restarts in a row that brought no progress past where the worker stopped.
     pub(crate) fruitless: Option<Fruitless>,
+    /// The silences it came back from, as the coordinator keeps them (`policy.learned`).
+    pub(crate) rhythm: Option<crate::hang::model_rhythm::History>,
 }
 
 /// Restarts in a row that did not help (`crate::hang::policy_fruitless`), stored as

@@ -1,5 +1,7 @@
 //! Each worker's own rhythm (pure): a silence learned from the silences it has come back from,
-//! so a job that beats every second is found hung in seconds, not after `policy.stale_after`.
+//! so a job that beats every second is found hung in seconds, not after `policy.stale_after`,
+//! and — with `policy.learned.restarts` — restarted within a minute of its last beat, not after
+//! `policy.restart_delay`.
 //!
 //! What is learned, and why it cannot hide a hang: the agent sees a worker's record once a cycle.
 //! A *sample* is the longest silence (now − heartbeat) observed after one heartbeat, taken only
@@ -7,43 +9,66 @@
 //! never learned, so a hung worker never teaches Vigil that hanging is normal. Only silences in
 //! `processing` are learned; any other state word (`eval`, `loading`, a `busy(...)` phase) is
 //! judged by the fixed rule, and the silence after a record announcing a grace (`busy(...)`) is
-//! never a sample, whatever its state. A new incarnation (a restart) starts everything over: the
-//! rhythm of a new process may differ.
+//! never a sample, whatever its state. Nor are the first `min_samples` of an incarnation: its
+//! compile and warm-up are not the job's rhythm (they are judged by the fixed rule).
+//!
+//! The samples are the worker's, not one process's: a histogram of them
+//! (`crate::hang::model_rhythm::History`) is kept in the coordinator with the worker's marks,
+//! over all its incarnations and every agent that watched it, so an unannounced save or a silent
+//! evaluation the job survived yesterday, in another incarnation, is not a hang today. A new
+//! incarnation (a restart) keeps that history but is judged by the fixed rule until it has shown
+//! `min_samples` silences of its own to this agent (a compile, a warm-up, a new program with
+//! another rhythm, an agent just restarted: the fixed rule).
 //!
 //! The learned silence is `multiplier` × the `quantile` of the samples, at least `floor`, at
-//! least 1.5 × the longest silence the worker came back from in this incarnation (a long phase
-//! it does not announce is then not called hung twice), and never more than `stale_after`: it
-//! only ever finds a hang sooner. It holds for `processing` records without a grace, once
-//! `min_samples` samples are known. The confirming observation then comes after half of it (or
-//! `confirm_after`, when shorter). A restart still needs the fixed rule: the last-moment
-//! revalidation judges the worker with `stale_after` (`crate::hang::restart`), so learning moves
-//! the alert and the incident timer, never a restart before the fixed rule allows one.
+//! least 1.5 × the longest silence the worker ever came back from (a long phase it does not
+//! announce is then not called hung twice), and never more than `stale_after`: it only ever finds
+//! a hang sooner. It holds for `processing` records without a grace. The confirming observation
+//! then comes after half of it (or `confirm_after`, when shorter).
+//!
+//! A restart from it ([`restart_policy`]) asks more, and only of what the coordinator holds
+//! (never of what one process saw and did not write): `learned.restarts` on, the history learned
+//! for at least `learned.history` (a rare phase — an hourly save — is in it), and the silence
+//! computed from the coordinator's copy alone; then the incident persists for the worker's usual
+//! silence (`multiplier` × `quantile`, at least `floor`, at most `restart_delay`) before the
+//! restart, and the last-moment revalidation judges the fresh record by the same copy, read
+//! again. A restart so comes at the earliest when the silence is 1.5 × the longest the worker
+//! ever survived, plus the confirming observation, plus its usual silence. Anything short of that: the
+//! fixed rule, `stale_after` and `restart_delay`, as without learning.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::time::Duration;
 
 use crate::clock::{ms, Millis};
-use crate::config::{LearnedConfig, PolicyConfig};
+use crate::config::PolicyConfig;
 use crate::hang::model::{WorkerState, WorkerStatus};
+use crate::hang::model_rhythm::History;
 
-/// Samples kept per worker (the newest).
-pub(crate) const MAX_SAMPLES: usize = 256;
+/// How often an agent writes what it learned back to the coordinator (with its cycle's batch):
+/// at most this often per worker, and only when it learned something since.
+pub(crate) const WRITE_EVERY: Millis = 60_000;
 
-/// What has been learned of one worker's rhythm in this agent process.
+/// What has been learned of one worker's rhythm: the coordinator's history with this agent's
+/// samples merged in, and what this agent saw of the worker's current incarnation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Rhythm {
-    /// Silences the worker came back from (ms), newest last.
-    samples: VecDeque<Millis>,
+    /// Silences the worker came back from, in any incarnation (ours merged with the
+    /// coordinator's).
+    history: Option<History>,
+    /// Samples this agent learned in the worker's current incarnation.
+    fresh: u32,
     /// The last heartbeat seen, the longest silence observed after it so far, and whether the
     /// record was `processing` (only those silences are learned).
     open: Option<(Millis, Millis, bool)>,
-    /// The longest silence in `processing` the worker came back from in this incarnation.
-    longest: Millis,
+    /// When this agent last wrote the history back, and how many samples it held then.
+    written: Option<(Millis, u64)>,
 }
 
 impl Rhythm {
-    /// One look at the worker's record at `now` (coordinator clock).
-    pub(crate) fn observe(&mut self, status: Option<&WorkerStatus>, now: Millis) {
+    /// One look at the worker's record at `now` (coordinator clock). The first `settle`
+    /// samples of an incarnation only count towards its own (a compile, a warm-up: judged by
+    /// the fixed rule, and not the job's rhythm); the later ones are learned.
+    pub(crate) fn observe(&mut self, status: Option<&WorkerStatus>, now: Millis, settle: u32) {
         let Some(s) = status else {
             self.open = None;
             return;
@@ -63,7 +88,7 @@ impl Rhythm {
             Some((seen, longest, p)) if seen == hb => Some((hb, longest.max(age), p)),
             Some((seen, longest, p)) if hb > seen => {
                 if p {
-                    self.learn(longest);
+                    self.learn(longest, now, settle);
                 }
                 Some((hb, age, processing))
             }
@@ -72,40 +97,91 @@ impl Rhythm {
         };
     }
 
-    fn learn(&mut self, silence: Millis) {
-        self.samples.push_back(silence);
-        if self.samples.len() > MAX_SAMPLES {
-            self.samples.pop_front();
+    fn learn(&mut self, silence: Millis, now: Millis, settle: u32) {
+        if self.fresh >= settle {
+            self.history
+                .get_or_insert_with(|| History::new(now))
+                .add(silence);
         }
-        self.longest = self.longest.max(silence);
+        self.fresh = self.fresh.saturating_add(1);
     }
 
-    /// Forget everything (a new incarnation).
+    /// The coordinator's copy (read with the worker's marks this cycle) merged in.
+    pub(crate) fn adopt(&mut self, shared: Option<&History>) {
+        if let Some(theirs) = shared {
+            match &mut self.history {
+                Some(mine) => mine.merge(theirs),
+                None => self.history = Some(theirs.clone()),
+            }
+        }
+    }
+
+    /// A new incarnation (or our restart booting): its own samples start over, the worker's
+    /// history stays.
+    pub(crate) fn new_incarnation(&mut self) {
+        self.open = None;
+        self.fresh = 0;
+    }
+
+    /// Forget everything (a gang member: judged by the gang's fixed silences).
     pub(crate) fn reset(&mut self) {
         *self = Rhythm::default();
     }
 
-    /// How many silences are known.
+    /// How many silences are known, in any incarnation.
     #[cfg(test)]
-    pub(crate) fn samples(&self) -> usize {
-        self.samples.len()
+    pub(crate) fn samples(&self) -> u64 {
+        self.history.as_ref().map_or(0, History::total)
+    }
+
+    /// Samples this agent learned in the current incarnation.
+    pub(crate) fn fresh(&self) -> u32 {
+        self.fresh
     }
 
     /// The learned silence (ms) under `cfg`, once enough is known; `None`: the fixed rule.
     pub(crate) fn silence(&self, cfg: &PolicyConfig) -> Option<Millis> {
-        let l: &LearnedConfig = &cfg.learned;
-        if !l.enabled || self.samples.len() < l.min_samples as usize {
+        let l = &cfg.learned;
+        if !l.enabled || self.fresh < l.min_samples {
             return None;
         }
-        let mut sorted: Vec<Millis> = self.samples.iter().copied().collect();
-        sorted.sort_unstable();
-        let rank = ((sorted.len() as f64 * l.quantile).ceil() as usize).clamp(1, sorted.len());
-        let q = sorted[rank - 1];
-        let learned = ((q as f64 * l.multiplier) as Millis)
-            .max(ms(l.floor))
-            .max(self.longest + self.longest / 2);
-        Some(learned.min(ms(cfg.stale_after)))
+        learned_silence(self.history.as_ref()?, cfg)
     }
+
+    /// The history to write back with this cycle's batch (`P:{N}:worker:W:rhythm`): when this
+    /// agent learned something since it last wrote, at most every [`WRITE_EVERY`].
+    pub(crate) fn write_due(&mut self, now: Millis) -> Option<String> {
+        let h = self.history.as_ref()?;
+        let total = h.total();
+        let due = match self.written {
+            None => true,
+            Some((at, n)) => total > n && now - at >= WRITE_EVERY,
+        };
+        if !due {
+            return None;
+        }
+        self.written = Some((now, total));
+        Some(h.encode())
+    }
+}
+
+/// The silence `history` teaches under `cfg` (see the module's text); `None` while fewer than
+/// `min_samples` are known.
+pub(crate) fn learned_silence(history: &History, cfg: &PolicyConfig) -> Option<Millis> {
+    let usual = usual_silence(history, cfg)?;
+    let longest = history.longest();
+    Some(usual.max(longest + longest / 2).min(ms(cfg.stale_after)))
+}
+
+/// The worker's usual silence: `multiplier` × the `quantile` of its silences, at least `floor`
+/// (a learned hang's restart waits as long again: the persistence learned from its rhythm).
+fn usual_silence(history: &History, cfg: &PolicyConfig) -> Option<Millis> {
+    let l = &cfg.learned;
+    if history.total() < u64::from(l.min_samples) {
+        return None;
+    }
+    let q = history.quantile(l.quantile);
+    Some(((q as f64 * l.multiplier) as Millis).max(ms(l.floor)))
 }
 
 /// The policy a worker is judged by: `base`, with its learned silence (when there is one and
@@ -120,8 +196,45 @@ pub(crate) fn judged_by<'a>(
     match rhythm.silence(base).filter(|_| plain) {
         Some(t) if t < ms(base.stale_after) => {
             let mut c = base.clone();
-            c.stale_after = std::time::Duration::from_millis(t as u64);
+            c.stale_after = Duration::from_millis(t as u64);
             c.confirm_after = c.confirm_after.min(c.stale_after / 2);
+            Cow::Owned(c)
+        }
+        _ => Cow::Borrowed(base),
+    }
+}
+
+/// The policy a hang's restart is judged by: `base` (the fixed rule), or — when
+/// `learned.restarts` is on, the record is plain `processing`, this agent saw `min_samples`
+/// silences of the worker's current incarnation (`fresh`), and the coordinator's history
+/// (`shared`, read with the marks in this pass) spans `learned.history` and teaches a silence
+/// shorter than `stale_after` — that silence as `stale_after`, and the worker's usual silence
+/// (`multiplier` × `quantile`, at least `floor`, at most `restart_delay`) as `restart_delay`:
+/// the incident persists for it before the restart. Never slower than the fixed rule.
+///
+/// NB: only the coordinator's copy counts here, never this process's samples: a restart must
+/// stand on what every instance reads (an agent that learned alone and died, or a copy lost in
+/// a failover, leaves the fixed rule).
+pub(crate) fn restart_policy<'a>(
+    base: &'a PolicyConfig,
+    shared: Option<&History>,
+    fresh: u32,
+    status: Option<&WorkerStatus>,
+    now: Millis,
+) -> Cow<'a, PolicyConfig> {
+    let l = &base.learned;
+    let plain = status.is_some_and(|s| s.state == WorkerState::Processing && s.grace.is_none());
+    let trusted = l.enabled && l.restarts && plain && fresh >= l.min_samples;
+    let learned = shared
+        .filter(|_| trusted)
+        .filter(|h| now - h.since >= ms(l.history))
+        .and_then(|h| Some((learned_silence(h, base)?, usual_silence(h, base)?)));
+    match learned {
+        Some((silence, usual)) if silence < ms(base.stale_after) => {
+            let mut c = base.clone();
+            c.stale_after = Duration::from_millis(silence as u64);
+            c.confirm_after = c.confirm_after.min(c.stale_after / 2);
+            c.restart_delay = c.restart_delay.min(Duration::from_millis(usual as u64));
             Cow::Owned(c)
         }
         _ => Cow::Borrowed(base),

@@ -6,6 +6,13 @@ use crate::hang::model::Marks;
 use crate::hang::policy::{plan, verdict, Effect, NodeContext, TimerEnd, Verdict};
 use std::time::Duration;
 
+impl Rhythm {
+    /// A look that learns from the first sample on (the settling is tested on its own).
+    fn look(&mut self, status: Option<&WorkerStatus>, now: Millis) {
+        self.observe(status, now, 0);
+    }
+}
+
 fn cfg() -> PolicyConfig {
     let mut c = PolicyConfig::default();
     c.learned.enabled = true;
@@ -25,7 +32,7 @@ fn steady(r: &mut Rhythm, t0: Millis, every: Millis, poll: Millis, polls: i64) -
     let mut now = t0;
     for _ in 0..polls {
         let hb = now - now % every;
-        r.observe(Some(&rec(WorkerState::Processing, hb)), now);
+        r.look(Some(&rec(WorkerState::Processing, hb)), now);
         now += poll;
     }
     now - poll
@@ -55,7 +62,7 @@ fn a_silence_that_has_not_ended_is_never_learned() {
     // The worker stops beating: an hour of looks at the same heartbeat.
     let hb = last - last % 1000;
     for i in 1..1800 {
-        r.observe(Some(&rec(WorkerState::Processing, hb)), last + i * 2000);
+        r.look(Some(&rec(WorkerState::Processing, hb)), last + i * 2000);
     }
     assert_eq!((r.samples(), r.silence(&c)), before);
 }
@@ -69,12 +76,12 @@ fn only_processing_silences_are_learned_and_never_an_announced_one() {
     // A 90 s evaluation announced by its state word: not learned.
     let eval = last + 1000;
     for i in 0..45 {
-        r.observe(
+        r.look(
             Some(&rec(WorkerState::Other("eval".into()), eval)),
             eval + i * 2000,
         );
     }
-    r.observe(
+    r.look(
         Some(&rec(WorkerState::Processing, eval + 90_000)),
         eval + 90_500,
     );
@@ -83,9 +90,9 @@ fn only_processing_silences_are_learned_and_never_an_announced_one() {
     let mut busy = rec(WorkerState::Processing, eval + 91_000);
     busy.grace = Some(600_000);
     for i in 0..30 {
-        r.observe(Some(&busy), eval + 91_000 + i * 2000);
+        r.look(Some(&busy), eval + 91_000 + i * 2000);
     }
-    r.observe(
+    r.look(
         Some(&rec(WorkerState::Processing, eval + 200_000)),
         eval + 200_500,
     );
@@ -94,36 +101,181 @@ fn only_processing_silences_are_learned_and_never_an_announced_one() {
 
 #[test]
 fn a_long_silence_come_back_from_raises_it_and_stale_after_caps_it() {
+    use crate::hang::model_rhythm::{bucket, upper};
     let c = cfg();
     let mut r = Rhythm::default();
     let last = steady(&mut r, 1_000_000, 1000, 2000, 60);
     // An unannounced 20 s pause in `processing` that ended (last seen 18 s old): among 60
-    // samples the 0.99 quantile is the largest, so 4 × 18 s.
+    // samples the 0.99 quantile is the largest, so 4 × 18 s (its bucket's bound: within 20 %).
     let hb = last - last % 1000;
     for i in 0..10 {
-        r.observe(Some(&rec(WorkerState::Processing, hb)), hb + i * 2000);
+        r.look(Some(&rec(WorkerState::Processing, hb)), hb + i * 2000);
     }
-    r.observe(
+    r.look(
         Some(&rec(WorkerState::Processing, hb + 20_000)),
         hb + 20_000,
     );
-    assert_eq!(r.silence(&c), Some(72_000));
-    // However many short silences follow, it is never under 1.5 × 18 s in this incarnation.
+    let eighteen = upper(bucket(18_000));
+    assert_eq!(r.silence(&c), Some(4 * eighteen));
+    // However many short silences follow, it is never under 1.5 × 18 s: the worker survived it.
     let last = steady(&mut r, hb + 21_000, 1000, 2000, 300);
+    assert_eq!(r.silence(&c), Some(27_000));
+    // ... in a later incarnation too, once that one has shown its own rhythm.
+    r.new_incarnation();
+    assert_eq!(
+        r.silence(&c),
+        None,
+        "a new incarnation: the fixed rule first"
+    );
+    let last = steady(&mut r, last + 60_000, 1000, 2000, 31);
     assert_eq!(r.silence(&c), Some(27_000));
     let hb = last - last % 1000;
     // One of 100 s: capped by stale_after (2 m).
     for i in 0..50 {
-        r.observe(
+        r.look(
             Some(&rec(WorkerState::Processing, hb + 20_000)),
             hb + 20_000 + i * 2000,
         );
     }
-    r.observe(
+    r.look(
         Some(&rec(WorkerState::Processing, hb + 120_000)),
         hb + 120_000,
     );
     assert_eq!(r.silence(&c), Some(120_000));
+}
+
+#[test]
+fn the_coordinators_copy_is_merged_and_written_back_at_most_once_a_minute() {
+    let c = cfg();
+    let mut r = Rhythm::default();
+    assert_eq!(r.write_due(0), None, "nothing learned, nothing written");
+    let last = steady(&mut r, 1_000_000, 1000, 2000, 40);
+    let first = r.write_due(last).expect("the first samples go out at once");
+    let written = crate::hang::model_rhythm::History::decode(&first).unwrap();
+    assert_eq!(written.total(), r.samples());
+    let later = steady(&mut r, last + 2000, 1000, 2000, 10);
+    assert_eq!(r.write_due(later), None, "within the minute");
+    assert!(r.write_due(last + WRITE_EVERY).is_some());
+    assert_eq!(r.write_due(last + 3 * WRITE_EVERY), None, "nothing new");
+    // Another agent's copy (it saw a 30 s silence this one never did) raises the silence once
+    // this agent has seen the incarnation's rhythm itself.
+    let mut theirs = written.clone();
+    theirs.add(30_000);
+    let mut fresh = Rhythm::default();
+    fresh.adopt(Some(&theirs));
+    assert_eq!(
+        fresh.silence(&c),
+        None,
+        "an agent just started: the fixed rule"
+    );
+    steady(&mut fresh, 5_000_000, 1000, 2000, 31);
+    // (`steady` learns from the first sample; an agent settles first, see below.)
+    let thirty = crate::hang::model_rhythm::upper(crate::hang::model_rhythm::bucket(30_000));
+    assert_eq!(fresh.silence(&c), Some((4 * thirty).min(120_000)));
+}
+
+#[test]
+fn an_incarnations_first_silences_count_only_towards_its_own() {
+    let c = cfg();
+    let mut r = Rhythm::default();
+    // A 60 s compile after the first beat, then 1 s steps.
+    let start = 1_000_000;
+    r.observe(Some(&rec(WorkerState::Processing, start)), start, 30);
+    r.observe(
+        Some(&rec(WorkerState::Processing, start)),
+        start + 60_000,
+        30,
+    );
+    let mut now = start + 61_000;
+    for _ in 0..30 {
+        r.observe(Some(&rec(WorkerState::Processing, now - 500)), now, 30);
+        now += 2_000;
+    }
+    assert_eq!(
+        (r.fresh(), r.samples()),
+        (30, 0),
+        "the compile is not learned"
+    );
+    assert_eq!(r.silence(&c), None);
+    for _ in 0..30 {
+        r.observe(Some(&rec(WorkerState::Processing, now - 500)), now, 30);
+        now += 2_000;
+    }
+    assert_eq!((r.fresh(), r.samples()), (60, 30));
+    assert_eq!(
+        r.silence(&c),
+        Some(5_000),
+        "the steps' rhythm, at the floor"
+    );
+}
+
+#[test]
+fn a_restart_from_the_rhythm_stands_only_on_the_coordinators_copy_and_its_history() {
+    use crate::hang::model_rhythm::History;
+    let mut c = cfg();
+    c.learned.restarts = true;
+    let p = rec(WorkerState::Processing, 0);
+    let now = 100 * 3_600_000;
+    let mut old = History::new(now - 7 * 3_600_000);
+    for _ in 0..100 {
+        old.add(1_000);
+    }
+    old.add(8_000);
+    let silence = learned_silence(&old, &c).unwrap();
+    // 1.5 × the 8 s silence it survived; the usual: 4 × ~1 s (its bucket's bound), at least
+    // 5 s.
+    assert_eq!(silence, 12_000);
+    let usual =
+        (4 * crate::hang::model_rhythm::upper(crate::hang::model_rhythm::bucket(1_000))).max(5_000);
+    let fixed = |shared: Option<&History>, fresh: u32, cfg: &PolicyConfig| {
+        *restart_policy(cfg, shared, fresh, Some(&p), now) == *cfg
+    };
+    let got = restart_policy(&c, Some(&old), 30, Some(&p), now);
+    assert_eq!(got.stale_after, Duration::from_millis(silence as u64));
+    assert_eq!(
+        got.restart_delay,
+        Duration::from_millis(usual as u64),
+        "persists for its usual silence"
+    );
+    assert_eq!(got.confirm_after, got.stale_after / 2);
+    // Anything short of it: the fixed rule.
+    assert!(fixed(None, 30, &c), "no copy in the coordinator");
+    assert!(
+        fixed(Some(&old), 29, &c),
+        "too few samples of this incarnation"
+    );
+    let mut young = old.clone();
+    young.since = now - 3_600_000;
+    assert!(fixed(Some(&young), 30, &c), "history shorter than 6 h");
+    let mut off = c.clone();
+    off.learned.restarts = false;
+    assert!(fixed(Some(&old), 30, &off), "learned restarts off");
+    for other in [
+        rec(WorkerState::Other("eval".into()), 0),
+        WorkerStatus {
+            grace: Some(60_000),
+            ..p.clone()
+        },
+    ] {
+        assert_eq!(
+            *restart_policy(&c, Some(&old), 30, Some(&other), now),
+            c,
+            "{other:?}"
+        );
+    }
+    // The persistence is at least the floor, at most restart_delay.
+    let mut floor = c.clone();
+    floor.learned.floor = Duration::from_secs(12);
+    assert_eq!(
+        restart_policy(&floor, Some(&old), 30, Some(&p), now).restart_delay,
+        Duration::from_secs(12)
+    );
+    let mut short = c.clone();
+    short.restart_delay = Duration::from_secs(3);
+    assert_eq!(
+        restart_policy(&short, Some(&old), 30, Some(&p), now).restart_delay,
+        Duration::from_secs(3)
+    );
 }
 
 #[test]

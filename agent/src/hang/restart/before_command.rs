@@ -191,9 +191,13 @@ impl RestartPath<'_> {
         let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
         let (status, _) = self.status_of(w, &fresh);
         let marks = marks::decode(&fresh.values).marks;
-        let cfg = &self.ctx.cfg.policy;
         let now = fresh.now;
-        let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, cfg);
+        // NB: by the rule the restart was due under, from the coordinator's copy of the
+        // worker's rhythm as this read returns it (the fixed rule when that copy is gone).
+        let rules = self
+            .restart_rules(status.as_ref(), &marks, now)
+            .into_owned();
+        let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, &rules);
         if let (Ok(()), Some(order)) = (checked, act.mandate.order()) {
             // NB: the gang's decision, read again: a closed or replaced incident restarts nobody;
             // and a member already restarted since the decision is never restarted for it again.

@@ -201,6 +201,16 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
+/// What this look teaches of the worker's rhythm (`RestartPath::learn`).
+enum Learn<'s> {
+    /// A gang member: the gang's fixed silences judge it; nothing is learned.
+    Gang,
+    /// A new incarnation, or our restart booting: its own samples start over.
+    StartOver,
+    /// A look at its record.
+    Look(Option<&'s WorkerStatus>),
+}
+
 /// One worker's evaluation: the shared context, and what it needs of the agent for this pass.
 pub(crate) struct RestartPath<'a> {
     pub(crate) ctx: &'a Context,
@@ -270,15 +280,44 @@ impl RestartPath<'_> {
         Ok(true)
     }
 
-    /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`), or start over:
-    /// a new incarnation and our restart booting are learned anew, and a gang member is judged
-    /// by the gang's fixed silences (every member alike).
-    fn learn(&mut self, start_over: bool, status: Option<&WorkerStatus>, now: Millis) {
-        if start_over {
-            self.rhythm.reset();
-        } else {
-            self.rhythm.observe(status, now);
+    /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`): the
+    /// coordinator's copy merged in, a new incarnation and our restart booting start the
+    /// incarnation's own samples over (the worker's history stays), a gang member is judged by
+    /// the gang's fixed silences (every member alike); what was learned goes back with the
+    /// cycle's batch.
+    fn learn(&mut self, c: &Container, marks: &Marks, state: Learn, now: Millis) {
+        if !self.ctx.cfg.policy.learned.enabled {
+            return;
         }
+        self.rhythm.adopt(marks.rhythm.as_ref());
+        match state {
+            Learn::Gang => self.rhythm.reset(),
+            Learn::StartOver => self.rhythm.new_incarnation(),
+            Learn::Look(status) => {
+                let settle = self.ctx.cfg.policy.learned.min_samples;
+                self.rhythm.observe(status, now, settle)
+            }
+        }
+        if let Some(v) = self.rhythm.write_due(now) {
+            self.deferred.push((self.ctx.keys.rhythm(&c.worker), v));
+        }
+    }
+
+    /// The policy the worker's restart is judged by (`policy_rhythm::restart_policy`): the fixed
+    /// rule, or the learned one the coordinator's copy of its rhythm (`marks`) allows.
+    pub(super) fn restart_rules(
+        &self,
+        status: Option<&WorkerStatus>,
+        marks: &Marks,
+        now: Millis,
+    ) -> std::borrow::Cow<'_, crate::config::PolicyConfig> {
+        policy_rhythm::restart_policy(
+            &self.ctx.cfg.policy,
+            marks.rhythm.as_ref(),
+            self.rhythm.fresh(),
+            status,
+            now,
+        )
     }
 
     /// The first beat completes the time its incident lost (`crate::hang::policy_lost`): the
@@ -347,7 +386,12 @@ impl RestartPath<'_> {
             tracked,
         } = self.current(c, read).await?;
         let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
-        self.learn(tracked || marks.cooldown || in_gang, status.as_ref(), now);
+        let look = match () {
+            _ if in_gang => Learn::Gang,
+            _ if tracked || marks.cooldown => Learn::StartOver,
+            _ => Learn::Look(status.as_ref()),
+        };
+        self.learn(c, &marks, look, now);
         let cfg = &*policy_rhythm::judged_by(&self.ctx.cfg.policy, self.rhythm, status.as_ref());
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
         let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
@@ -467,16 +511,14 @@ impl RestartPath<'_> {
         match incident {
             // NB: after a failed restart (of any incident) the worker waits for its backoff.
             // NB: a hang found by the worker's learned rhythm is restarted only once the fixed
-            // rule finds it too: learning moves the alert, never a restart.
+            // rule finds it too, unless the rhythm the coordinator holds may restart it
+            // (`policy_rhythm::restart_policy`: `policy.learned.restarts`).
             Some(inc)
-                if restart_due(case.v, inc.started, now, &self.ctx.cfg.policy)
-                    && policy_due::retry_open(case.marks, now)
-                    && policy_due::fixed_rule_holds(
-                        case.v,
-                        case.status,
-                        now,
-                        &self.ctx.cfg.policy,
-                    ) =>
+                if policy_due::retry_open(case.marks, now) && {
+                    let rules = self.restart_rules(case.status, case.marks, now);
+                    restart_due(case.v, inc.started, now, &rules)
+                        && policy_due::fixed_rule_holds(case.v, case.status, now, &rules)
+                } =>
             {
                 let since =
                     policy_due::condition_since(case.v, inc.started, case.marks, case.status);
