@@ -64,8 +64,9 @@ pub struct Agent {
     /// The node record, re-published by the heartbeat task between cycles.
     record: SharedRecord,
     cycle: Cycle,
-    /// Each watched worker's learned rhythm (`policy.learned`), by worker id; in memory only:
-    /// an agent restart learns again, meanwhile the fixed rule judges.
+    /// Each watched worker's learned rhythm (`policy.learned`), by worker id: its history is
+    /// the coordinator's (`worker:W:rhythm`), what it saw of the current incarnation is this
+    /// process's (an agent restart sees it anew, meanwhile the fixed rule judges).
     rhythms: HashMap<String, Rhythm>,
     /// Each watched gang member's pace (`gang.pace`), by worker id; in memory only.
     paces: HashMap<String, crate::hang::policy_pace::Pace>,

@@ -17,8 +17,10 @@
 //! over all its incarnations and every agent that watched it, so an unannounced save or a silent
 //! evaluation the job survived yesterday, in another incarnation, is not a hang today. A new
 //! incarnation (a restart) keeps that history but is judged by the fixed rule until it has shown
-//! `min_samples` silences of its own to this agent (a compile, a warm-up, a new program with
-//! another rhythm, an agent just restarted: the fixed rule).
+//! this agent `min_samples` silences past its settling (a compile, a warm-up, a new program with
+//! another rhythm, an agent just restarted: the fixed rule), and a restart allows it at least
+//! 1.5 × the longest of those. A copy gone from the coordinator after this agent wrote one is
+//! gone for the agent too: the coordinator's copy is the history.
 //!
 //! The learned silence is `multiplier` × the `quantile` of the samples, at least `floor`, at
 //! least 1.5 × the longest silence the worker ever came back from (a long phase it does not
@@ -45,7 +47,8 @@ use crate::hang::model::{WorkerState, WorkerStatus};
 use crate::hang::model_rhythm::History;
 
 /// How often an agent writes what it learned back to the coordinator (with its cycle's batch):
-/// at most this often per worker, and only when it learned something since.
+/// at most this often per worker, and only when it learned something since — at once when the
+/// longest silence grew (the sample a restart most depends on).
 pub(crate) const WRITE_EVERY: Millis = 60_000;
 
 /// What has been learned of one worker's rhythm: the coordinator's history with this agent's
@@ -55,19 +58,32 @@ pub(crate) struct Rhythm {
     /// Silences the worker came back from, in any incarnation (ours merged with the
     /// coordinator's).
     history: Option<History>,
-    /// Samples this agent learned in the worker's current incarnation.
+    /// The incarnation the samples below are of (`crate::hang::marks::incarnation`).
+    incarnation: Option<String>,
+    /// Samples this agent took of the current incarnation (the settling ones too).
     fresh: u32,
+    /// Those it learned (past the settling), and the longest of them.
+    own: Own,
     /// The last heartbeat seen, the longest silence observed after it so far, and whether the
     /// record was `processing` (only those silences are learned).
     open: Option<(Millis, Millis, bool)>,
-    /// When this agent last wrote the history back, and how many samples it held then.
-    written: Option<(Millis, u64)>,
+    /// When this agent last wrote the history back, how many samples it held then and its
+    /// longest.
+    written: Option<(Millis, u64, Millis)>,
+}
+
+/// What one agent learned of a worker's current incarnation itself: how many silences (past
+/// its settling) and the longest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Own {
+    pub(crate) samples: u32,
+    pub(crate) longest: Millis,
 }
 
 impl Rhythm {
     /// One look at the worker's record at `now` (coordinator clock). The first `settle`
-    /// samples of an incarnation only count towards its own (a compile, a warm-up: judged by
-    /// the fixed rule, and not the job's rhythm); the later ones are learned.
+    /// samples of an incarnation only count towards its settling (a compile, a warm-up: judged
+    /// by the fixed rule, and not the job's rhythm); the later ones are learned.
     pub(crate) fn observe(&mut self, status: Option<&WorkerStatus>, now: Millis, settle: u32) {
         let Some(s) = status else {
             self.open = None;
@@ -102,17 +118,34 @@ impl Rhythm {
             self.history
                 .get_or_insert_with(|| History::new(now))
                 .add(silence);
+            self.own.samples = self.own.samples.saturating_add(1);
+            self.own.longest = self.own.longest.max(silence);
         }
         self.fresh = self.fresh.saturating_add(1);
     }
 
-    /// The coordinator's copy (read with the worker's marks this cycle) merged in.
+    /// The coordinator's copy (read with the worker's marks this cycle) merged in. NB: a copy
+    /// gone after this agent wrote one (deleted by an operator, lost in a failover, or a write
+    /// that failed) is gone for this agent too: the coordinator's copy is the worker's history,
+    /// and what this agent alone remembers must not bring it back.
     pub(crate) fn adopt(&mut self, shared: Option<&History>) {
-        if let Some(theirs) = shared {
-            match &mut self.history {
-                Some(mine) => mine.merge(theirs),
-                None => self.history = Some(theirs.clone()),
+        match (shared, &mut self.history) {
+            (None, _) if self.written.is_some() => {
+                self.history = None;
+                self.written = None;
             }
+            (None, _) => {}
+            (Some(theirs), Some(mine)) => mine.merge(theirs),
+            (Some(theirs), None) => self.history = Some(theirs.clone()),
+        }
+    }
+
+    /// The worker's incarnation at this look: a new one starts its own samples over (the
+    /// worker's history stays), whoever recorded it and whenever this agent first sees it.
+    pub(crate) fn see_incarnation(&mut self, incarnation: &str) {
+        if self.incarnation.as_deref() != Some(incarnation) {
+            self.new_incarnation();
+            self.incarnation = Some(incarnation.to_string());
         }
     }
 
@@ -121,6 +154,7 @@ impl Rhythm {
     pub(crate) fn new_incarnation(&mut self) {
         self.open = None;
         self.fresh = 0;
+        self.own = Own::default();
     }
 
     /// Forget everything (a gang member: judged by the gang's fixed silences).
@@ -134,33 +168,35 @@ impl Rhythm {
         self.history.as_ref().map_or(0, History::total)
     }
 
-    /// Samples this agent learned in the current incarnation.
-    pub(crate) fn fresh(&self) -> u32 {
-        self.fresh
+    /// What this agent learned of the current incarnation itself.
+    pub(crate) fn own(&self) -> Own {
+        self.own
     }
 
-    /// The learned silence (ms) under `cfg`, once enough is known; `None`: the fixed rule.
+    /// The learned silence (ms) under `cfg`, once enough is known (in the worker's history, and
+    /// by this agent of the current incarnation past its settling); `None`: the fixed rule.
     pub(crate) fn silence(&self, cfg: &PolicyConfig) -> Option<Millis> {
         let l = &cfg.learned;
-        if !l.enabled || self.fresh < l.min_samples {
+        if !l.enabled || self.own.samples < l.min_samples {
             return None;
         }
         learned_silence(self.history.as_ref()?, cfg)
     }
 
     /// The history to write back with this cycle's batch (`P:{N}:worker:W:rhythm`): when this
-    /// agent learned something since it last wrote, at most every [`WRITE_EVERY`].
+    /// agent learned something since it last wrote, at most every [`WRITE_EVERY`] — at once
+    /// when the longest silence grew.
     pub(crate) fn write_due(&mut self, now: Millis) -> Option<String> {
         let h = self.history.as_ref()?;
-        let total = h.total();
+        let (total, longest) = (h.total(), h.longest());
         let due = match self.written {
             None => true,
-            Some((at, n)) => total > n && now - at >= WRITE_EVERY,
+            Some((at, n, l)) => total > n && (now - at >= WRITE_EVERY || longest > l),
         };
         if !due {
             return None;
         }
-        self.written = Some((now, total));
+        self.written = Some((now, total, longest));
         Some(h.encode())
     }
 }
@@ -205,8 +241,9 @@ pub(crate) fn judged_by<'a>(
 }
 
 /// The policy a hang's restart is judged by: `base` (the fixed rule), or — when
-/// `learned.restarts` is on, the record is plain `processing`, this agent saw `min_samples`
-/// silences of the worker's current incarnation (`fresh`), and the coordinator's history
+/// `learned.restarts` is on, the record is plain `processing` (no grace, no gang), this agent
+/// learned `min_samples` silences of the worker's current incarnation past its settling
+/// (`own`: a new program with another rhythm shows it first), and the coordinator's history
 /// (`shared`, read with the marks in this pass) spans `learned.history` and teaches a silence
 /// shorter than `stale_after` — that silence as `stale_after`, and the worker's usual silence
 /// (`multiplier` × `quantile`, at least `floor`, at most `restart_delay`) as `restart_delay`:
@@ -218,26 +255,36 @@ pub(crate) fn judged_by<'a>(
 pub(crate) fn restart_policy<'a>(
     base: &'a PolicyConfig,
     shared: Option<&History>,
-    fresh: u32,
+    own: Own,
     status: Option<&WorkerStatus>,
     now: Millis,
 ) -> Cow<'a, PolicyConfig> {
     let l = &base.learned;
-    let plain = status.is_some_and(|s| s.state == WorkerState::Processing && s.grace.is_none());
-    let trusted = l.enabled && l.restarts && plain && fresh >= l.min_samples;
+    // NB: a gang member's silences are the gang's (judged by the fixed rule): its agent never
+    // learns it, and this says so again.
+    let plain = status.is_some_and(|s| {
+        s.state == WorkerState::Processing && s.grace.is_none() && s.gang.is_none()
+    });
+    let trusted = l.enabled && l.restarts && plain && own.samples >= l.min_samples;
     let learned = shared
         .filter(|_| trusted)
         .filter(|h| now - h.since >= ms(l.history))
         .and_then(|h| Some((learned_silence(h, base)?, usual_silence(h, base)?)));
     match learned {
-        Some((silence, usual)) if silence < ms(base.stale_after) => {
+        // At least 1.5 × the longest silence this incarnation came back from, whether or not
+        // the coordinator's copy holds it yet.
+        Some((silence, usual)) => {
+            let silence = silence.max(own.longest + own.longest / 2);
+            if silence >= ms(base.stale_after) {
+                return Cow::Borrowed(base);
+            }
             let mut c = base.clone();
             c.stale_after = Duration::from_millis(silence as u64);
             c.confirm_after = c.confirm_after.min(c.stale_after / 2);
             c.restart_delay = c.restart_delay.min(Duration::from_millis(usual as u64));
             Cow::Owned(c)
         }
-        _ => Cow::Borrowed(base),
+        None => Cow::Borrowed(base),
     }
 }
 

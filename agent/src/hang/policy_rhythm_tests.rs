@@ -13,6 +13,14 @@ impl Rhythm {
     }
 }
 
+/// What an agent learned of the current incarnation: `samples` silences of 1 s at most.
+fn own(samples: u32) -> Own {
+    Own {
+        samples,
+        longest: 1_000,
+    }
+}
+
 fn cfg() -> PolicyConfig {
     let mut c = PolicyConfig::default();
     c.learned.enabled = true;
@@ -192,16 +200,16 @@ fn an_incarnations_first_silences_count_only_towards_its_own() {
         now += 2_000;
     }
     assert_eq!(
-        (r.fresh(), r.samples()),
-        (30, 0),
-        "the compile is not learned"
+        (r.own().samples, r.samples()),
+        (0, 0),
+        "the compile and the warm-up are not learned"
     );
     assert_eq!(r.silence(&c), None);
     for _ in 0..30 {
         r.observe(Some(&rec(WorkerState::Processing, now - 500)), now, 30);
         now += 2_000;
     }
-    assert_eq!((r.fresh(), r.samples()), (60, 30));
+    assert_eq!((r.own().samples, r.samples()), (30, 30));
     assert_eq!(
         r.silence(&c),
         Some(5_000),
@@ -227,10 +235,10 @@ fn a_restart_from_the_rhythm_stands_only_on_the_coordinators_copy_and_its_histor
     assert_eq!(silence, 12_000);
     let usual =
         (4 * crate::hang::model_rhythm::upper(crate::hang::model_rhythm::bucket(1_000))).max(5_000);
-    let fixed = |shared: Option<&History>, fresh: u32, cfg: &PolicyConfig| {
-        *restart_policy(cfg, shared, fresh, Some(&p), now) == *cfg
+    let fixed = |shared: Option<&History>, samples: u32, cfg: &PolicyConfig| {
+        *restart_policy(cfg, shared, own(samples), Some(&p), now) == *cfg
     };
-    let got = restart_policy(&c, Some(&old), 30, Some(&p), now);
+    let got = restart_policy(&c, Some(&old), own(30), Some(&p), now);
     assert_eq!(got.stale_after, Duration::from_millis(silence as u64));
     assert_eq!(
         got.restart_delay,
@@ -258,7 +266,7 @@ fn a_restart_from_the_rhythm_stands_only_on_the_coordinators_copy_and_its_histor
         },
     ] {
         assert_eq!(
-            *restart_policy(&c, Some(&old), 30, Some(&other), now),
+            *restart_policy(&c, Some(&old), own(30), Some(&other), now),
             c,
             "{other:?}"
         );
@@ -267,13 +275,13 @@ fn a_restart_from_the_rhythm_stands_only_on_the_coordinators_copy_and_its_histor
     let mut floor = c.clone();
     floor.learned.floor = Duration::from_secs(12);
     assert_eq!(
-        restart_policy(&floor, Some(&old), 30, Some(&p), now).restart_delay,
+        restart_policy(&floor, Some(&old), own(30), Some(&p), now).restart_delay,
         Duration::from_secs(12)
     );
     let mut short = c.clone();
     short.restart_delay = Duration::from_secs(3);
     assert_eq!(
-        restart_policy(&short, Some(&old), 30, Some(&p), now).restart_delay,
+        restart_policy(&short, Some(&old), own(30), Some(&p), now).restart_delay,
         Duration::from_secs(3)
     );
 }
@@ -364,4 +372,95 @@ fn an_instance_that_has_not_learned_never_ends_a_learned_incident_while_the_sile
             && fx.contains(&Effect::ClearIncident(TimerEnd::Recovered)),
         "{fx:?}"
     );
+}
+
+#[test]
+fn a_new_program_is_restarted_by_its_own_rhythm_never_the_old_ones() {
+    use crate::hang::model_rhythm::History;
+    let mut c = cfg();
+    c.learned.restarts = true;
+    let now = 100 * 3_600_000;
+    let mut old = History::new(now - 7 * 3_600_000);
+    for _ in 0..100 {
+        old.add(1_000);
+    }
+    let p = rec(WorkerState::Processing, 0);
+    // The new incarnation steps every 45 s: past its settling, its own silences are 45 s, and
+    // a restart allows it 1.5 × that however short the old history's silence.
+    let slow = Own {
+        samples: 30,
+        longest: 45_000,
+    };
+    let got = restart_policy(&c, Some(&old), slow, Some(&p), now);
+    assert_eq!(got.stale_after, Duration::from_millis(67_500));
+    // Not yet past its settling: the fixed rule.
+    let settling = Own {
+        samples: 0,
+        longest: 0,
+    };
+    assert_eq!(*restart_policy(&c, Some(&old), settling, Some(&p), now), c);
+    // A gang member: the fixed rule, whatever was learned.
+    let member = WorkerStatus {
+        gang: Some(crate::hang::model::Gang {
+            id: "ns/job".into(),
+            size: Some(4),
+        }),
+        ..p.clone()
+    };
+    assert_eq!(
+        *restart_policy(&c, Some(&old), own(30), Some(&member), now),
+        c
+    );
+}
+
+#[test]
+fn a_copy_gone_from_the_coordinator_is_gone_for_the_agent_that_wrote_one() {
+    let c = cfg();
+    let mut r = Rhythm::default();
+    let last = steady(&mut r, 1_000_000, 1000, 2000, 40);
+    assert!(r.write_due(last).is_some());
+    assert!(r.silence(&c).is_some());
+    // Deleted (or lost in a failover): the agent drops what it learned instead of writing it
+    // back, and learns anew.
+    r.adopt(None);
+    assert_eq!((r.samples(), r.silence(&c)), (0, None));
+    let later = steady(&mut r, last + 2_000, 1000, 2000, 3);
+    let fresh = r.write_due(later).expect("the new history");
+    assert_eq!(
+        crate::hang::model_rhythm::History::decode(&fresh).map(|h| h.total()),
+        Some(3)
+    );
+    // An agent that never wrote keeps what it learned until it writes the first copy.
+    let mut other = Rhythm::default();
+    steady(&mut other, 1_000_000, 1000, 2000, 10);
+    other.adopt(None);
+    assert_eq!(other.samples(), 9);
+}
+
+#[test]
+fn a_longer_silence_is_written_at_once_and_an_incarnation_seen_late_starts_over() {
+    let c = cfg();
+    let mut r = Rhythm::default();
+    r.see_incarnation("c1:t0");
+    let last = steady(&mut r, 1_000_000, 1000, 2000, 40);
+    assert!(r.write_due(last).is_some());
+    // A 20 s silence come back from, seconds after the last write: written at once.
+    let hb = last - last % 1000;
+    r.look(Some(&rec(WorkerState::Processing, hb)), hb + 18_000);
+    r.look(
+        Some(&rec(WorkerState::Processing, hb + 20_000)),
+        hb + 20_000,
+    );
+    let raw = r.write_due(hb + 20_000).expect("the longest grew");
+    assert_eq!(
+        crate::hang::model_rhythm::History::decode(&raw).map(|h| h.longest()),
+        Some(18_000)
+    );
+    // Another incarnation, however this agent comes to see it: its own samples start over.
+    assert!(r.silence(&c).is_some());
+    r.see_incarnation("c1:t0");
+    assert!(r.silence(&c).is_some(), "the same one");
+    r.see_incarnation("c2:t1");
+    assert_eq!(r.silence(&c), None);
+    assert_eq!(r.own(), Own::default());
 }

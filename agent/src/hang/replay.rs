@@ -334,7 +334,7 @@ fn restart_if_due(
     let rules = restart_policy(
         &cfg.policy,
         marks.rhythm.as_ref(),
-        rhythm.fresh(),
+        rhythm.own(),
         status,
         now,
     );

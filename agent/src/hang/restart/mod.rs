@@ -290,6 +290,7 @@ impl RestartPath<'_> {
             return;
         }
         self.rhythm.adopt(marks.rhythm.as_ref());
+        self.rhythm.see_incarnation(&marks::incarnation(c));
         match state {
             Learn::Gang => self.rhythm.reset(),
             Learn::StartOver => self.rhythm.new_incarnation(),
@@ -314,7 +315,7 @@ impl RestartPath<'_> {
         policy_rhythm::restart_policy(
             &self.ctx.cfg.policy,
             marks.rhythm.as_ref(),
-            self.rhythm.fresh(),
+            self.rhythm.own(),
             status,
             now,
         )
