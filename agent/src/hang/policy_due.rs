@@ -34,9 +34,11 @@ pub(crate) fn condition_since(
     }
 }
 
-/// Whether a hang is one by the fixed `policy.stale_after` (or its grace) too, not only by the
-/// worker's learned rhythm (`crate::hang::policy_rhythm`): the restart waits for it. Any other
-/// verdict has no learned part.
+/// Whether a hang is one by `cfg.stale_after` (or its grace) too, not only by the worker's
+/// learned rhythm (`crate::hang::policy_rhythm`): the restart waits for it. `cfg` is the
+/// restart's rule (`policy_rhythm::restart_policy`): the fixed `policy.stale_after`, or the
+/// learned silence the coordinator's history allows a restart by. Any other verdict has no
+/// learned part.
 pub(crate) fn fixed_rule_holds(
     v: Verdict,
     status: Option<&WorkerStatus>,
