@@ -133,6 +133,10 @@ fn a_seed_replays_the_same_history() {
 ///   settled: its line stayed at the claim, short of the step the old incarnation reached before
 ///   the (slow) command, and the new incarnation's beats short of that step ended the run. The
 ///   product was wrong: the run is now settled before the marker goes up.
+/// - 190200 (liveness, issue 46's sweep): the harness was wrong. A node's breaker was spent on
+///   the day the calm began (its alert excused the hang), the UTC day rolled in the calm, and
+///   the calm ended 1.5 s past midnight with the new day's restart mid-pipeline. The calm now
+///   runs on for its length past a day's roll, as it does past a fleet budget's window.
 /// - 179499 (fruitless restarts, issue 43's sweep, before landing): a build that judged a
 ///   worker's run by the gang's rule counted its old incarnation's beat in `error` past the step
 ///   (written during a stall between the claim and the command) as progress, and ended the run:
@@ -143,7 +147,7 @@ fn the_seeds_that_once_failed_keep_every_invariant() {
     // only keep what they once exposed from coming back unnoticed; the bulk run asserts that the
     // paths they took (a calm begun with the budget spent, among others) are still reached.
     for seed in [
-        5_013_596, 5_042_020, 9_006_434, 5_054_008, 5_068_879, 9_012_377, 89_191, 179_499,
+        5_013_596, 5_042_020, 9_006_434, 5_054_008, 5_068_879, 9_012_377, 89_191, 179_499, 190_200,
     ] {
         if let Err(f) = run_seed(seed, &Options::default()) {
             panic!("{}", f.report(None));

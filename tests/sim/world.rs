@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use vigil::accel::gpu::model::{GpuHealth, GpuReport, GpuStatus};
 use vigil::alerts::{AlertKind, Notifier};
-use vigil::clock::{ms, FakeClock, Millis};
+use vigil::clock::{ms, utc_day, FakeClock, Millis};
 use vigil::config::Config;
 use vigil::coord::memory::MemoryCoordinator;
 use vigil::coord::{heartbeat_value, Coordinator, Keys};
@@ -373,8 +373,18 @@ impl World {
         let calm = self.begin_calm();
         let calm_len = self.calm_len();
         let mut end = calm.0 + calm_len;
-        let mut waits = 0;
+        let (mut waits, mut rolled) = (0, false);
         while !self.violated() {
+            if self.now() >= end && !rolled && utc_day(calm.0) != utc_day(self.now()) {
+                // NB: a UTC day rolled in the calm: a node breaker spent the day before (whose
+                // alert excused the hang then) allows restarts again from the roll, and the
+                // hang must be restarted from there, so the calm runs on for its length past
+                // the roll (seed 190200: it ended 1.5 s past midnight, the restart mid-pipeline).
+                rolled = true;
+                let now = self.now();
+                end = now - now.rem_euclid(86_400_000) + calm_len;
+                continue;
+            }
             if self.now() >= end {
                 // A budget spent in the calm (or before it, in the window it began in) holds a
                 // skipped hang until its window rolls: the calm runs on from there.
