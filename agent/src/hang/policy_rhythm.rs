@@ -230,14 +230,18 @@ pub(crate) fn judged_by<'a>(
 ) -> Cow<'a, PolicyConfig> {
     let plain = status.is_some_and(|s| s.state == WorkerState::Processing && s.grace.is_none());
     match rhythm.silence(base).filter(|_| plain) {
-        Some(t) if t < ms(base.stale_after) => {
-            let mut c = base.clone();
-            c.stale_after = Duration::from_millis(t as u64);
-            c.confirm_after = c.confirm_after.min(c.stale_after / 2);
-            Cow::Owned(c)
-        }
+        Some(t) if t < ms(base.stale_after) => Cow::Owned(stale_after(base, t)),
         _ => Cow::Borrowed(base),
     }
+}
+
+/// `base` judging by a learned silence of `t` ms: stale after it, the confirming observation
+/// after at most half of it.
+fn stale_after(base: &PolicyConfig, t: Millis) -> PolicyConfig {
+    let mut c = base.clone();
+    c.stale_after = Duration::from_millis(t as u64);
+    c.confirm_after = c.confirm_after.min(c.stale_after / 2);
+    c
 }
 
 /// The policy a hang's restart is judged by: `base` (the fixed rule), or — when
@@ -266,26 +270,25 @@ pub(crate) fn restart_policy<'a>(
         s.state == WorkerState::Processing && s.grace.is_none() && s.gang.is_none()
     });
     let trusted = l.enabled && l.restarts && plain && own.samples >= l.min_samples;
-    let learned = shared
+    let Some(h) = shared
         .filter(|_| trusted)
         .filter(|h| now - h.since >= ms(l.history))
-        .and_then(|h| Some((learned_silence(h, base)?, usual_silence(h, base)?)));
-    match learned {
-        // At least 1.5 × the longest silence this incarnation came back from, whether or not
-        // the coordinator's copy holds it yet.
-        Some((silence, usual)) => {
-            let silence = silence.max(own.longest + own.longest / 2);
-            if silence >= ms(base.stale_after) {
-                return Cow::Borrowed(base);
-            }
-            let mut c = base.clone();
-            c.stale_after = Duration::from_millis(silence as u64);
-            c.confirm_after = c.confirm_after.min(c.stale_after / 2);
-            c.restart_delay = c.restart_delay.min(Duration::from_millis(usual as u64));
-            Cow::Owned(c)
-        }
-        None => Cow::Borrowed(base),
+    else {
+        return Cow::Borrowed(base);
+    };
+    let Some(usual) = usual_silence(h, base) else {
+        return Cow::Borrowed(base);
+    };
+    // At least 1.5 × the longest silence this incarnation came back from, whether or not the
+    // coordinator's copy holds it yet.
+    let longest = h.longest().max(own.longest);
+    let silence = usual.max(longest + longest / 2);
+    if silence >= ms(base.stale_after) {
+        return Cow::Borrowed(base);
     }
+    let mut c = stale_after(base, silence);
+    c.restart_delay = c.restart_delay.min(Duration::from_millis(usual as u64));
+    Cow::Owned(c)
 }
 
 #[cfg(test)]
