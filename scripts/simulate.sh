@@ -8,6 +8,8 @@
 #   VIGIL_SIM_MUTANT=NoCompare VIGIL_SIM_SEED=7 bash scripts/simulate.sh   # replay with a mutant
 #
 #   VIGIL_SIM_GANG_SEEDS=5000 bash scripts/simulate.sh gang   # the gang simulation's seeds
+#   VIGIL_SIM_LEARNED_SEEDS=20000 bash scripts/simulate.sh learned   # worlds restarting on learned rhythms
+#   VIGIL_SIM_LEARNED=1 VIGIL_SIM_SEED=7 bash scripts/simulate.sh     # replay one of those
 #
 # A failing seed prints the invariant it broke, the last steps, and the command that replays it.
 # Release-built (a second build profile, built once: the sweep then runs about ten times faster
@@ -19,4 +21,8 @@ profile=(--release)
 export VIGIL_SIM_SEEDS="${VIGIL_SIM_SEEDS:-10000}"
 test=seeded_fleet_simulation_keeps_every_invariant
 [ "${1:-}" = gang ] && test=seeded_gang_simulation_keeps_every_invariant
+if [ "${1:-}" = learned ]; then
+  export VIGIL_SIM_LEARNED_SEEDS="${VIGIL_SIM_LEARNED_SEEDS:-10000}"
+  test=seeded_simulation_with_learned_restarts_keeps_every_invariant
+fi
 exec cargo test "${profile[@]}" --test simulation -- "$test" --exact --nocapture

@@ -11,6 +11,7 @@ mod e2e_cri;
 mod e2e_gang;
 mod e2e_jobset;
 mod e2e_kubelet;
+mod e2e_learned;
 mod e2e_lws;
 mod e2e_maintenance;
 mod e2e_tenancy;

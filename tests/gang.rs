@@ -34,10 +34,23 @@ struct Job {
 impl Job {
     /// `n` ranks of one gang on nodes gpu-0.. (gang_size `size`), each with its own agent.
     fn new(n: usize, size: usize, tweak: impl Fn(&mut Config) + 'static) -> Job {
+        Job::on_nodes(n, size, POLL, move |_, c| tweak(c))
+    }
+
+    /// The same, polled every `poll`, each node's agent configured by `tweak(node, config)`.
+    fn on_nodes(
+        n: usize,
+        size: usize,
+        poll: Duration,
+        tweak: impl Fn(usize, &mut Config) + 'static,
+    ) -> Job {
         let fleet = Fleet::builder()
             .nodes(n)
-            .poll(POLL)
-            .config(move |_, c| tweak(c))
+            .poll(poll)
+            .config(move |i, c| {
+                c.poll_interval = poll;
+                tweak(i, c)
+            })
             .build();
         for (i, node) in fleet.nodes.iter().enumerate() {
             node.runtime.add(&format!("c{i}"), &format!("rank-{i}"));
@@ -520,4 +533,84 @@ async fn an_alert_only_gang_is_paged_once_and_never_restarted() {
     assert_eq!(job.restarts(), vec![0, 0, 0]);
     assert_eq!(job.sink.count(AlertKind::Hung), 1);
     assert_eq!(job.sink.count(AlertKind::Restarting), 0);
+}
+
+/// Issue 46: a job of four ranks beating every 5 s, its rhythm learned by every member's agent
+/// (`[policy.learned] restarts = true`, kept in the coordinator) for six minutes; then the
+/// collective stops. `learned`: whether node `i`'s agent learns. The last beat's time.
+async fn learned_job(learned: impl Fn(usize) -> bool + 'static) -> (Job, Millis) {
+    let poll = Duration::from_secs(5);
+    let mut job = Job::on_nodes(4, 4, poll, move |i, c| {
+        c.policy.learned.enabled = learned(i);
+        c.policy.learned.restarts = learned(i);
+        c.policy.learned.history = Duration::from_secs(60);
+    });
+    for _ in 0..72 {
+        job.beat_all().await;
+        job.tick().await;
+    }
+    for i in 0..4 {
+        job.beat(i, if i == 2 { 3_000 } else { 0 }).await;
+    }
+    let last = job.now();
+    (job, last)
+}
+
+/// Ticks until every rank was restarted (at most 10 minutes): each one's restart, ms after
+/// `last`.
+async fn restarted_after(job: &mut Job, last: Millis) -> Vec<Option<Millis>> {
+    let mut at = vec![None; 4];
+    while job.now() - last < 600_000 && at.iter().any(Option::is_none) {
+        job.tick().await;
+        for (i, n) in job.restarts().iter().enumerate() {
+            if *n > 0 && at[i].is_none() {
+                at[i] = Some(job.now() - last);
+            }
+        }
+    }
+    at
+}
+
+/// Issue 46: every member's agent holds a learned rule from the coordinator's copy of its
+/// rank's rhythm, and every rank is silent past it: the gang is restarted on that evidence —
+/// once, every rank, within a minute of the last beat (not the fixed rule's five), with one
+/// page and one decision that says what it stood on.
+#[tokio::test]
+async fn a_gang_learned_by_every_members_agent_is_restarted_within_a_minute_of_its_last_beat() {
+    let (mut job, last) = learned_job(|_| true).await;
+    let at = restarted_after(&mut job, last).await;
+    assert_eq!(job.restarts(), vec![1, 1, 1, 1], "{at:?}");
+    for t in &at {
+        assert!(t.is_some_and(|t| t <= 60_000), "{at:?}");
+    }
+    // Never before every rank was silent past its learned silence (~22 s) and then for its wait.
+    assert!(at.iter().all(|t| t.is_some_and(|t| t >= 40_000)), "{at:?}");
+    assert_eq!(job.sink.count(AlertKind::Hung), 1, "{:?}", job.sink.kinds());
+    assert_eq!(job.sink.count(AlertKind::Restarting), 1);
+    let decided: Vec<String> = job
+        .sink
+        .of(AlertKind::Restarting)
+        .iter()
+        .map(|a| a.detail.clone())
+        .collect();
+    assert!(decided[0].contains("On the learned rhythm"), "{decided:?}");
+    assert_eq!(job.fleet_budget_used().await, 1);
+}
+
+/// Issue 46: one member's agent has learned nothing (learning off on its node, an agent just
+/// restarted, an older version): the other members' rules decide nothing; the whole gang is
+/// restarted by the fixed rule — once, every rank, never sooner than the fixed `stale_after`.
+#[tokio::test]
+async fn a_gang_with_one_member_judged_by_the_fixed_rule_is_restarted_by_the_fixed_rule() {
+    let (mut job, last) = learned_job(|i| i != 3).await;
+    let at = restarted_after(&mut job, last).await;
+    assert_eq!(job.restarts(), vec![1, 1, 1, 1], "{at:?}");
+    let fixed = (120 + 180) * 1_000;
+    assert!(at.iter().all(|t| t.is_some_and(|t| t >= fixed)), "{at:?}");
+    let decided = job.sink.of(AlertKind::Restarting);
+    assert!(
+        !decided[0].detail.contains("learned"),
+        "{}",
+        decided[0].detail
+    );
 }

@@ -36,6 +36,7 @@ fn seeded_fleet_simulation_keeps_every_invariant() {
         let opts = Options {
             mutant,
             full_trace: true,
+            learned: env_u64("VIGIL_SIM_LEARNED") == Some(1) || mutant.is_some_and(Mutant::learned),
             ..Options::default()
         };
         match run_seed(seed, &opts) {
@@ -91,6 +92,39 @@ fn seeded_fleet_simulation_keeps_every_invariant() {
         assert!(
             stats.crashes_mid_restart > 0 && stats.broken_lock_restarts > 0,
             "the lock-break and crash-mid-restart paths were never reached: {stats:#?}"
+        );
+    }
+}
+
+/// Issue 46: worlds that restart on learned rhythms (`sim/learned.rs`: every worker brings the
+/// rhythm of its earlier life in the coordinator, and every other hang begins with it lost),
+/// `VIGIL_SIM_LEARNED_SEEDS` seeds (300 by default; `scripts/simulate.sh learned` runs
+/// thousands): every invariant holds, a restart stands on the learned rule only by what the
+/// coordinator holds at its revalidation read, and the run reached learned restarts.
+#[test]
+fn seeded_simulation_with_learned_restarts_keeps_every_invariant() {
+    if env_u64("VIGIL_SIM_SEED").is_some() {
+        return; // replayed by the fleet test (`VIGIL_SIM_LEARNED=1`)
+    }
+    let count = env_u64("VIGIL_SIM_LEARNED_SEEDS").unwrap_or(300);
+    let first = env_u64("VIGIL_SIM_FIRST_SEED").unwrap_or(0);
+    let opts = Options {
+        learned: true,
+        ..Options::default()
+    };
+    let started = std::time::Instant::now();
+    let stats = match run_seeds(first, count, &opts) {
+        Ok(s) => s,
+        Err(f) => panic!("{}", f.report(None)),
+    };
+    println!(
+        "learned simulation: {count} seeds from {first}, 0 violations, {:.1} s\n{stats:#?}",
+        started.elapsed().as_secs_f64()
+    );
+    if count >= 100 {
+        assert!(
+            stats.learned_restarts > 0 && stats.rhythms_lost > 0 && stats.liveness_checked > 0,
+            "{count} seeds never reached a learned restart or a lost rhythm: {stats:#?}"
         );
     }
 }
@@ -160,6 +194,7 @@ fn the_seeds_that_once_failed_keep_every_invariant() {
 fn caught(mutant: Mutant, invariant: &str) {
     let opts = Options {
         mutant: Some(mutant),
+        learned: mutant.learned(),
         ..Options::default()
     };
     // NB: the seed that caught it last time first (`CATCHES`): a mutant caught late in the
@@ -215,6 +250,8 @@ const CATCHES: &[(&str, u64)] = &[
     ("NoRevalidation", 29),
     ("NoCompare", 11),
     ("NoLock", 6),
+    ("LearnedTooSoon", 187),
+    ("RhythmFromMemory", 11),
     ("gang:CooldownUnseen", 84),
     ("gang:ComputeHidden", 6),
 ];
@@ -263,6 +300,19 @@ fn the_harness_catches_restarts_that_do_not_help_repeated() {
     caught(Mutant::FruitlessForgotten, "fruitless restarts");
 }
 
+/// Issue 46: a learned restart persists for the worker's usual silence before it is taken.
+#[test]
+fn the_harness_catches_a_learned_restart_before_its_persistence() {
+    caught(Mutant::LearnedTooSoon, "restart only of a hung worker");
+}
+
+/// Issue 46: a learned restart stands on the coordinator's copy of the rhythm, never on what
+/// one process remembers of it.
+#[test]
+fn the_harness_catches_a_restart_from_a_rhythm_learned_in_one_process_only() {
+    caught(Mutant::RhythmFromMemory, "restart only of a hung worker");
+}
+
 /// The gang simulation (issue 29, docs/safety.md "Gangs"): `VIGIL_SIM_GANG_SEEDS` seeds (60 by
 /// default: each seed has a JobSet's gang too since issue 44; the release sweep of
 /// `scripts/simulate.sh gang` runs thousands) of four agents, two gangs sharing their nodes, with crashes, stand-downs, outages
@@ -308,6 +358,7 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         ("failovers", stats.failovers),
         ("node breakers spent", stats.breakers_spent),
         ("gang fruitless pages", stats.fruitless_pages),
+        ("gang restarts on the learned rhythm", stats.learned_waves),
         ("stuck jobs fixed by people", stats.fixed_by_people),
         ("one-for-all restarts (a JobSet's)", stats.one_for_all),
         ("slowdowns", stats.slowdowns),

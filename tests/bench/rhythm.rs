@@ -9,12 +9,18 @@
 //! and restarts in the healthy month, and how long after its last beat a hang is restarted,
 //! under the fixed rule and the learned one.
 //!
-//! Run: `bash scripts/bench-rhythm.sh [HANGS]` (default 200).
+//! Then a gang (`vigil::hang::replay_gang`): the same month for a collective of 64 ranks, each
+//! with its own agent — false `hung` pages and restarts of the healthy gang, and how long after
+//! its last beat a collective's hang is restarted, by the fixed rule and on learned evidence.
+//!
+//! Run: `bash scripts/bench-rhythm.sh [HANGS]` (default 200; `[HANGS] restarts` for the restart
+//! tables only, `[HANGS] gangs` for the gang's only).
 
 use std::time::Duration;
 
 use vigil::config::Config;
 use vigil::hang::replay::{replay, trace, Shape};
+use vigil::hang::replay_gang::{replay_gang, restarted_after};
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
@@ -36,11 +42,68 @@ fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(200);
-    // `restarts` as a second argument: only the restarts' figures.
-    if std::env::args().nth(2).as_deref() != Some("restarts") {
+    // `restarts` or `gangs` as a second argument: only those figures.
+    let only = std::env::args().nth(2);
+    if only.is_none() {
         confirmations(hangs);
     }
-    restarts(hangs);
+    if only.as_deref() != Some("gangs") {
+        restarts(hangs);
+    }
+    gangs((hangs / 4).max(10));
+}
+
+/// A collective of `ranks`: a healthy month, then `hangs` hangs at random moments 7 h to 31 h in.
+fn gangs(hangs: u64) {
+    println!();
+    println!("gangs (5 s poll, one agent per rank): a healthy month of the collective, then hangs at random moments 7 h to 31 h in");
+    println!(
+        "{:<34} {:>5} {:<16} | {:>6} {:>8} | {:>6} {:>8} {:>8} {:>8}",
+        "job", "ranks", "rule", "hungs", "restarts", "hangs", "p50 s", "p95 s", "max s"
+    );
+    let jobs = [
+        (
+            "1 s steps, stalls 5-15 s",
+            Shape::month(1_000, true, 10_000),
+        ),
+        (
+            "10 s steps, stalls 10-30 s",
+            Shape::month(10_000, true, 20_000),
+        ),
+    ];
+    for (name, shape) in jobs {
+        let month = trace(&shape, 42, 0, 30 * DAY, None);
+        for (rule, learned) in [("fixed", false), ("learned restarts", true)] {
+            let mut c = config(learned, 5);
+            c.policy.learned.restarts = learned;
+            let calm = replay_gang(&month, 64, &c, 5_000, 0, 30 * DAY);
+            let mut took: Vec<i64> = (0..hangs)
+                .filter_map(|i| {
+                    let at = 7 * HOUR + ((i * 7_919_993 + 12_345) as i64 % DAY);
+                    let beats = trace(&shape, 3000 + i, 0, at + HOUR / 2, Some(at));
+                    let last = beats.last().expect("a beat");
+                    if last.state != "processing" {
+                        return None;
+                    }
+                    let out = replay_gang(&beats, 64, &c, 5_000, 0, at + HOUR / 2);
+                    Some(restarted_after(&out, last.at).unwrap_or(HOUR))
+                })
+                .collect();
+            took.sort_unstable();
+            println!(
+                "{:<34} {:>5} {:<16} | {:>6} {:>8} | {:>6} {:>8.1} {:>8.1} {:>8.1}",
+                name,
+                64,
+                rule,
+                calm.hung.len(),
+                calm.restarts.len(),
+                took.len(),
+                pct(&took, 0.5),
+                pct(&took, 0.95),
+                pct(&took, 1.0),
+            );
+        }
+    }
 }
 
 /// Time from the last beat to the restart for `hangs` hangs of `shape`, each at a random moment

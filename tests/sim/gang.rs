@@ -20,6 +20,9 @@
 //! - **one member for all** (gang `ml/b` is a JobSet's: one member's failure makes its
 //!   controller restart every member, a few ticks later): one member failed per restart of the
 //!   job, never a second before the controller acts, never one restarted in place;
+//! - the odd seeds' agents learn their ranks' rhythms and restart on them (issue 46,
+//!   `policy.learned.restarts`): every invariant above holds for a gang decided on learned
+//!   evidence too;
 //! - with gang `ml/c`, a job that never stops but sometimes runs slow (`super::gang_slow`):
 //!   **no slow page without a slowdown**, **the slow member named** when it published its
 //!   evidence, **never a restart for slowness**.
@@ -100,6 +103,8 @@ pub struct GangStats {
     pub slowdowns: u64,
     pub slow_pages: u64,
     pub slow_named: u64,
+    /// Restarts of every member decided on the learned rhythm (issue 46, the odd seeds).
+    pub learned_waves: u64,
 }
 
 impl GangStats {
@@ -120,6 +125,7 @@ impl GangStats {
         self.slowdowns += o.slowdowns;
         self.slow_pages += o.slow_pages;
         self.slow_named += o.slow_named;
+        self.learned_waves += o.learned_waves;
     }
 }
 
@@ -194,6 +200,16 @@ impl Sim {
             cfg.safety.breaker_per_day = 20;
             cfg.gang.breaker_per_day = 20;
             cfg.gang.pace.enabled = true;
+            if learns(seed) {
+                // Issue 46: the members' agents learn their ranks' rhythm (a beat a tick: a
+                // 15 s silence, ~66 s learned) and may restart the gang on it (~2 min into a
+                // stop, not the fixed rule's 5).
+                let l = &mut cfg.policy.learned;
+                l.enabled = true;
+                l.restarts = true;
+                l.history = Duration::from_secs(60);
+                l.min_samples = 5;
+            }
             if mutant == Some(GangMutant::SlowLineAbovePace) {
                 cfg.gang.pace.slow_fraction = 1.1;
             }
@@ -665,6 +681,9 @@ impl Sim {
                         return self.fail("one page per incident", detail);
                     }
                 }
+                AlertKind::Restarting if a.detail.contains("On the learned rhythm") => {
+                    self.stats.learned_waves += 1
+                }
                 AlertKind::GangBlocked => self.stats.blocked_pages += 1,
                 AlertKind::Escalation => self.stats.escalations += 1,
                 AlertKind::Fruitless => {
@@ -757,6 +776,11 @@ impl Sim {
         }
         Ok(())
     }
+}
+
+/// Whether the seed's agents restart on learned rhythms (issue 46): the odd seeds.
+pub fn learns(seed: u64) -> bool {
+    !seed.is_multiple_of(2)
 }
 
 /// Run one seed of the gang simulation.

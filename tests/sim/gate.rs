@@ -310,7 +310,7 @@ impl SimCoord {
             let mut c = lock(&self.ctl);
             if let Some(w) = c.worker_of_status_key(self.node, key) {
                 let cfg = c.cfg.clone();
-                let seen = c.workers[w].condemnable(c.now(), &cfg);
+                let seen = c.condemnable(w, c.now());
                 let suspectable = c.workers[w].suspectable(c.now(), &cfg);
                 let worker = c.workers[w].worker.clone();
                 let l = &mut c.insts[self.inst];
@@ -364,7 +364,10 @@ impl SimCoord {
                     counters.push(self.told(self.lies.counter(self.is_breaker(key), cap, r))?);
                     continue;
                 }
-                Op::Set { .. } => "SET",
+                Op::Set { key, value, .. } => {
+                    self.lies.wrote(key, value);
+                    "SET"
+                }
                 Op::Hset { ttl: None, .. } => "HSET",
                 Op::Hset { ttl: Some(_), .. } => "HSET+EXPIRE",
                 Op::IndexTouch { .. } => "ZADD",

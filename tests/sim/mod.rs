@@ -9,6 +9,7 @@ pub mod gang_mutant;
 pub mod gang_slow;
 pub mod gang_truth;
 pub mod gate;
+pub mod learned;
 pub mod mutant;
 pub mod rng;
 pub mod truth;
@@ -29,6 +30,9 @@ pub struct Options {
     pub trace: bool,
     /// Keep the whole trace (a replay), not only its tail.
     pub full_trace: bool,
+    /// The world restarts on learned rhythms (`learned.rs`; `VIGIL_SIM_LEARNED=1`): a seed's
+    /// history otherwise the same draws.
+    pub learned: bool,
 }
 
 impl Default for Options {
@@ -38,6 +42,7 @@ impl Default for Options {
             mutant: None,
             trace: true,
             full_trace: false,
+            learned: false,
         }
     }
 }
@@ -50,6 +55,8 @@ pub struct Failure {
     pub trace: Vec<String>,
     /// Every step, when replaying.
     pub full_trace: Option<Vec<String>>,
+    /// Its world restarted on learned rhythms.
+    pub learned: bool,
 }
 
 impl Failure {
@@ -57,7 +64,10 @@ impl Failure {
     /// command that replays it.
     pub fn report(&self, mutant: Option<Mutant>) -> String {
         let v = &self.violation;
-        let mutant_env = mutant.map_or(String::new(), |m| format!("VIGIL_SIM_MUTANT={m:?} "));
+        let mut mutant_env = mutant.map_or(String::new(), |m| format!("VIGIL_SIM_MUTANT={m:?} "));
+        if self.learned {
+            mutant_env.push_str("VIGIL_SIM_LEARNED=1 ");
+        }
         format!(
             "seed {} broke \"{}\" at step {} (UTC day {}): {}\n--- last steps ---\n{}\n--- replay this seed with its whole trace ---\n  {mutant_env}VIGIL_SIM_SEED={} bash scripts/simulate.sh\n",
             self.seed,

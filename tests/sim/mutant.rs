@@ -39,10 +39,17 @@ pub enum Mutant {
     /// Restarts that did not help are forgotten: a worker's fruitless-restart run reads as
     /// absent.
     FruitlessForgotten,
+    /// A learned restart before its persistence (issue 46): a worker's incident timer reads as
+    /// started a minute earlier, so its restart is due as soon as it is confirmed (and the
+    /// compare-and-delete of that timer is given the real one).
+    LearnedTooSoon,
+    /// A restart from a rhythm learned in one process only (issue 46): a worker's rhythm the
+    /// coordinator does not hold reads as the one this instance last wrote.
+    RhythmFromMemory,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 9] = [
         Mutant::NoRevalidation,
         Mutant::NoCompare,
         Mutant::NoLock,
@@ -50,7 +57,14 @@ impl Mutant {
         Mutant::NoRetryBackoff,
         Mutant::BootEndsAtOnce,
         Mutant::FruitlessForgotten,
+        Mutant::LearnedTooSoon,
+        Mutant::RhythmFromMemory,
     ];
+
+    /// Whether it is planted in a world that restarts on learned rhythms (`learned.rs`).
+    pub fn learned(self) -> bool {
+        matches!(self, Mutant::LearnedTooSoon | Mutant::RhythmFromMemory)
+    }
 
     /// The mutant of that name (`VIGIL_SIM_MUTANT`).
     pub fn named(name: &str) -> Option<Mutant> {
@@ -79,6 +93,8 @@ struct Seen {
     markers: HashMap<String, String>,
     hashes: HashMap<String, HashMap<String, String>>,
     containers: HashMap<String, Container>,
+    /// The rhythms this instance wrote, by key.
+    rhythms: HashMap<String, String>,
 }
 
 /// An answer, and the lie told when it is not the real one.
@@ -261,6 +277,42 @@ impl Lies {
                 }
                 r => (r, None),
             },
+            Some(Mutant::LearnedTooSoon) => match real {
+                Ok(mut values) => {
+                    let mut lie = None;
+                    for (k, v) in keys.iter().zip(values.iter_mut()) {
+                        let Some(real) = v.as_ref().filter(|_| k.ends_with(":incident")) else {
+                            continue;
+                        };
+                        let Some((at, rest)) = real.split_once(':') else {
+                            continue;
+                        };
+                        let Ok(at) = at.parse::<Millis>() else {
+                            continue;
+                        };
+                        let told = format!("{}:{rest}", at - 60_000);
+                        self.seen().markers.insert(told.clone(), real.clone());
+                        lie = Some(format!("answered {k} as started a minute earlier"));
+                        *v = Some(told);
+                    }
+                    (Ok(values), lie)
+                }
+                r => (r, None),
+            },
+            Some(Mutant::RhythmFromMemory) => match real {
+                Ok(mut values) => {
+                    let mut lie = None;
+                    let seen = self.seen();
+                    for (k, v) in keys.iter().zip(values.iter_mut()) {
+                        if let (None, Some(mine)) = (v.as_ref(), seen.rhythms.get(k)) {
+                            lie = Some(format!("answered {k} as this instance last wrote it"));
+                            *v = Some(mine.clone());
+                        }
+                    }
+                    (Ok(values), lie)
+                }
+                r => (r, None),
+            },
             Some(Mutant::NoRevalidation) => {
                 let mut seen = self.seen();
                 if !seen.stale {
@@ -283,6 +335,15 @@ impl Lies {
                 }
             }
             _ => (real, None),
+        }
+    }
+
+    /// A write of this instance's batch.
+    pub fn wrote(&self, key: &str, value: &str) {
+        if self.is(Mutant::RhythmFromMemory) && key.ends_with(":rhythm") {
+            self.seen()
+                .rhythms
+                .insert(key.to_string(), value.to_string());
         }
     }
 

@@ -207,6 +207,11 @@ pub struct Stats {
     pub liveness_checked: u64,
     /// Calms that began with the fleet budget spent, and so ran on past its window's end.
     pub calm_budget_waits: u64,
+    /// Restart commands whose revalidation read was condemnable by the learned rule only
+    /// (`policy.learned.restarts`: before the fixed `stale_after`).
+    pub learned_restarts: u64,
+    /// Hangs whose rhythm the coordinator lost as they began (a failover, an eviction).
+    pub rhythms_lost: u64,
 }
 
 impl Stats {
@@ -239,7 +244,9 @@ impl Stats {
             broken_lock_restarts,
             races,
             liveness_checked,
-            calm_budget_waits
+            calm_budget_waits,
+            learned_restarts,
+            rhythms_lost
         );
     }
 }
@@ -443,9 +450,12 @@ impl Ctl {
     fn check_health(&mut self, inst: usize, w: usize, now: Millis) {
         let cfg = self.cfg.clone();
         let worker = self.workers[w].worker.clone();
-        let condemnable_now = self.workers[w].condemnable(now, &cfg);
+        let condemnable_now = self.condemnable(w, now);
         match self.insts[inst].reads.get(&worker).copied() {
             Some(true) if !condemnable_now => self.stats.races += 1,
+            Some(true) if !self.workers[w].condemnable(now, &cfg) => {
+                self.stats.learned_restarts += 1
+            }
             Some(true) => {}
             Some(false) => self.violate(
                 "restart only of a hung worker",

@@ -69,6 +69,9 @@ pub struct World {
     calm_alerts: usize,
 }
 
+/// How long a world that restarts on learned rhythms runs calm before its faults (`warm_up`).
+const WARM_UP: Millis = 15_000;
+
 /// The configuration every simulated node runs: the brief's durations scaled down so that a
 /// hang, its restart, the cooldown and the breaker all happen within a few hundred steps.
 fn sim_config(rng: &mut Rng) -> Config {
@@ -141,7 +144,12 @@ fn gpu_report(failed: bool) -> GpuReport {
 impl World {
     pub fn new(seed: u64, opts: &Options) -> World {
         let mut rng = Rng::new(seed);
-        let cfg = sim_config(&mut rng);
+        let mut cfg = sim_config(&mut rng);
+        // NB: after the configuration's draws: the same nodes, budgets and limits with or
+        // without learning.
+        if opts.learned {
+            super::learned::configure(&mut cfg);
+        }
         let start = DAY_START + rng.below(86_400) as Millis * 1000;
         let clock = FakeClock::at(start);
         let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
@@ -224,6 +232,15 @@ impl World {
             let (id, worker) = (format!("n{n}-c{i}"), format!("trainer-{i}"));
             node.rt.add(&id, &worker);
             let now = self.now();
+            if self.cfg.policy.learned.restarts {
+                // The rhythm it brings from its earlier life, in the coordinator.
+                let life = super::learned::earlier_life(now);
+                let ttl = Duration::from_secs(86_400);
+                let _ = self
+                    .store
+                    .set(&keys.rhythm(&worker), &life, ttl)
+                    .now_or_never();
+            }
             let mut c = lock(&self.ctl);
             c.workers.push(WorkerTruth {
                 node: n,
@@ -367,7 +384,11 @@ impl World {
             .build()
             .expect("tokio runtime");
         let _guard = rt.enter();
-        while lock(&self.ctl).step < self.fault_steps && !self.violated() {
+        if self.cfg.policy.learned.restarts {
+            self.warm_up();
+        }
+        let until = lock(&self.ctl).step + self.fault_steps;
+        while lock(&self.ctl).step < until && !self.violated() {
             self.step();
         }
         let calm = self.begin_calm();
@@ -412,14 +433,36 @@ impl World {
         let mut c = lock(&self.ctl);
         c.stats.steps = c.step;
         match c.violation.take() {
-            None => Ok(c.stats.clone()),
+            None => {
+                // A replay that passes prints its trace too when asked (`VIGIL_SIM_TRACE=1`).
+                if std::env::var("VIGIL_SIM_TRACE").is_ok_and(|v| v == "1") {
+                    for line in c.full_trace.iter().flatten() {
+                        println!("{line}");
+                    }
+                }
+                Ok(c.stats.clone())
+            }
             Some(v) => Err(Failure {
                 seed,
                 violation: v,
                 trace: c.trace.iter().cloned().collect(),
                 full_trace: c.full_trace.take(),
+                learned: c.cfg.policy.learned.restarts,
             }),
         }
+    }
+
+    /// A world that restarts on learned rhythms begins with its workers beating and its agents
+    /// looking, without faults or events, for `WARM_UP`: long enough for each agent to learn
+    /// its workers' current incarnations past their settling (`learned.min_samples` twice), so
+    /// the fault phase's hangs can meet a learned rule.
+    fn warm_up(&mut self) {
+        lock(&self.ctl).faults_on = false;
+        let end = self.now() + WARM_UP;
+        while self.now() < end && !self.violated() {
+            self.step();
+        }
+        lock(&self.ctl).faults_on = true;
     }
 
     fn violated(&self) -> bool {
@@ -537,11 +580,21 @@ impl World {
         }
         t.mode = mode;
         let name = t.worker.clone();
+        let node = t.node;
         match mode {
             Mode::Hung => c.stats.hangs += 1,
             _ => c.stats.recoveries += 1,
         }
         c.log(|| format!("world: {name} now {mode:?}"));
+        // NB: every other hang of a world that restarts on learned rhythms begins with the
+        // worker's rhythm lost by the coordinator (a failover, an eviction): what an agent
+        // alone remembers of it must restart nothing before the fixed rule.
+        if mode == Mode::Hung && c.cfg.policy.learned.restarts && c.stats.hangs.is_multiple_of(2) {
+            c.stats.rhythms_lost += 1;
+            let key = c.nodes[node].keys.rhythm(&name);
+            c.log(|| format!("world: the coordinator loses {key}"));
+            let _ = c.store.del(&[key]).now_or_never();
+        }
     }
 
     /// An operator's `docker restart` (or the runtime's restart policy).

@@ -37,6 +37,7 @@ pub(crate) mod policy_rhythm;
 pub(crate) mod policy_table;
 pub(crate) mod pressure;
 pub mod replay;
+pub mod replay_gang;
 pub mod replay_pace;
 pub mod restart;
 pub(crate) mod roster;

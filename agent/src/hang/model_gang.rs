@@ -43,9 +43,17 @@ pub(crate) struct Member {
     /// whether the gang's restarts help.
     #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
     pub(crate) step: Option<u64>,
-    /// How long it may stay silent after that heartbeat (ms).
+    /// How long it may stay silent after that heartbeat (ms): the fixed rule's silence (or
+    /// the grace it announced), or — with `learned` — the silence learned of its rhythm.
     #[serde(rename = "ok")]
     pub(crate) silence: Millis,
+    /// Its agent holds a learned restart rule for it (`crate::hang::policy_rhythm::
+    /// learned_rule`, from the coordinator's copy of its rhythm): `silence` is the learned one,
+    /// and this the wait (ms) a hang persists before a restart on it. `None` (and an older
+    /// agent's entry): the fixed rule. The gang restarts on learned evidence only when every
+    /// member has one (`crate::hang::policy_gang::restart_due`).
+    #[serde(rename = "lr", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) learned: Option<Millis>,
     /// When its container started (ms; the node's clock), when the runtime says.
     #[serde(rename = "st", default)]
     pub(crate) started: Option<Millis>,
@@ -116,6 +124,7 @@ impl Member {
             heartbeat: Some(at),
             step: None,
             silence: 120_000,
+            learned: None,
             started: None,
             at,
             stand_down: None,

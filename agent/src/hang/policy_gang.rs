@@ -26,6 +26,8 @@ pub(crate) struct Timing {
     /// An entry this old is no member any more (its pod moved, its agent is long gone).
     pub(crate) gone_after: Millis,
     pub(crate) restart_delay: Millis,
+    /// `policy.stale_after`: the fixed rule's silence, for members judged by a learned one.
+    pub(crate) stale_after: Millis,
     pub(crate) cooldown: Millis,
     pub(crate) escalate_after: Millis,
     /// `policy.max_fruitless_restarts`, for the gang's own run.
@@ -41,6 +43,7 @@ impl Timing {
             silent_after: ms(silent),
             gone_after: ms((silent * 4).max(cfg.policy.stale_after * 2)),
             restart_delay: ms(cfg.policy.restart_delay),
+            stale_after: ms(cfg.policy.stale_after),
             cooldown: ms(cfg.policy.cooldown),
             escalate_after: ms(cfg.policy.escalate_after),
             max_fruitless: cfg.policy.max_fruitless_restarts,
@@ -101,9 +104,16 @@ pub(crate) fn stopped(m: &Member) -> bool {
     matches!(m.verdict, Verdict::Hung | Verdict::Errored)
 }
 
-/// Working, with a heartbeat inside its allowed silence.
+/// Working, with a heartbeat inside its allowed silence — now, or, for a member judged by a
+/// learned silence, when its own agent last looked (`at`).
+///
+/// NB: a learned silence may be shorter than a poll interval, and another agent's entry is as
+/// of its own look: a member its agent saw within its silence then may have beaten since, and
+/// is progressing as far as the gang can know (seed 1 of the gang simulation with learning:
+/// entries a poll old read as a silent collective while it moved).
 pub(crate) fn progressing(m: &Member, now: Millis) -> bool {
-    m.activity == Activity::Working && m.heartbeat.is_some_and(|hb| now - hb <= m.silence)
+    let within = |t: Millis| m.heartbeat.is_some_and(|hb| t - hb <= m.silence);
+    m.activity == Activity::Working && (within(now) || (m.learned.is_some() && within(m.at)))
 }
 
 /// The entries that still stand for members (written within `gone_after`), in id order.
@@ -136,14 +146,16 @@ pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member
     v
 }
 
-/// The gang's verdict from its present members.
+/// The gang's verdict from its present members: hung when a member is confirmed stopped by its
+/// own agent and none progresses, or — on learned evidence ([`learned_stop`]) — when every
+/// member is silent past the silence learned of its rhythm.
 pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
     let stopped: Vec<String> = members
         .iter()
         .filter(|m| stopped(m))
         .map(Member::id)
         .collect();
-    if stopped.is_empty() {
+    if stopped.is_empty() && learned_stop(members, now).is_none() {
         return GangVerdict::Running;
     }
     if members.iter().any(|m| progressing(m, now)) {
@@ -153,6 +165,78 @@ pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
         Some(first) => GangVerdict::Hung { first: first.id() },
         None => GangVerdict::Running,
     }
+}
+
+/// The collective's learned evidence: every member's agent holds a learned rule for it
+/// (`Member::learned`: from the coordinator's copy of its rhythm, learned long enough), every
+/// member is a working one its agent calls healthy, suspect or hung, and every one is silent
+/// past its learned silence, as its own agent saw it (not [`progressing`]) — each far past its
+/// own rhythm. Then when the last of them passed it and the longest of their waits:
+/// `Some((since, wait))`. `None` (one member without a learned rule — too few samples, a new
+/// workload, an agent restarted, an agent too old to say — or one within its silence): the
+/// fixed rule alone.
+pub(crate) fn learned_stop(members: &[Member], now: Millis) -> Option<(Millis, Millis)> {
+    let mut since = Millis::MIN;
+    let mut wait = 0;
+    for m in members {
+        let ordinary = matches!(
+            m.verdict,
+            Verdict::Healthy | Verdict::Suspect | Verdict::Hung
+        );
+        let (Some(w), Some(hb), true, Activity::Working) =
+            (m.learned, m.heartbeat, ordinary, m.activity)
+        else {
+            return None;
+        };
+        if progressing(m, now) {
+            return None;
+        }
+        since = since.max(hb + m.silence);
+        wait = wait.max(w);
+    }
+    (!members.is_empty()).then_some((since, wait))
+}
+
+/// Whether the hung gang's restart is due: on learned evidence, once every member has been
+/// silent past its learned silence for the longest of their waits ([`learned_stop`]); else by
+/// the fixed rule, `restart_delay` past the incident's start — and, once any member is judged
+/// by a learned silence, past the moment a member stopped by the fixed rule (`stale_after`
+/// past its last beat, confirmed by its own agent): an incident opened on learned evidence
+/// that no longer holds (a member's agent lost its rule) is never restarted sooner than the
+/// fixed rule would.
+pub(crate) fn restart_due(started: Millis, members: &[Member], now: Millis, t: &Timing) -> bool {
+    if learned_stop(members, now).is_some_and(|(since, wait)| now - since >= wait) {
+        return true;
+    }
+    let from = match members.iter().any(|m| m.learned.is_some()) {
+        false => Some(started),
+        true => fixed_stop(members, t).map(|at| at.max(started)),
+    };
+    from.is_some_and(|from| now - from >= t.restart_delay)
+}
+
+/// Whether the gang may be decided now, on the fresh view its decision reads under the gang's
+/// lock: hung, and its restart due. NB: a decision planned on learned evidence stands on every
+/// member's entry as written now (a member whose agent lost its rule since leaves the gang to
+/// the fixed rule).
+pub(crate) fn decidable(started: Millis, members: &[Member], now: Millis, t: &Timing) -> bool {
+    matches!(verdict(members, now), GangVerdict::Hung { .. })
+        && restart_due(started, members, now, t)
+}
+
+/// The earliest moment a member stopped by the fixed rule: an errored one (its error persisted
+/// already) or a hung one `stale_after` (or its grace) past its last beat. `None`: no member is
+/// stopped by the fixed rule.
+fn fixed_stop(members: &[Member], t: &Timing) -> Option<Millis> {
+    members
+        .iter()
+        .filter(|m| stopped(m))
+        .map(|m| match (m.verdict, m.heartbeat) {
+            (Verdict::Hung, Some(hb)) if m.learned.is_some() => hb + t.stale_after,
+            (Verdict::Hung, Some(hb)) => hb + m.silence,
+            _ => Millis::MIN,
+        })
+        .min()
 }
 
 /// The member that stopped making progress first: the earliest last heartbeat among those not
@@ -435,7 +519,7 @@ fn verdict_steps(
                         Some(restarted) => GangStep::PageEscalation { restarted },
                         None => GangStep::PageHung,
                     }];
-                    if restart_all && now - inc.started >= t.restart_delay {
+                    if restart_all && restart_due(inc.started, members, now, t) {
                         v.push(GangStep::Decide);
                     }
                     v
@@ -467,3 +551,7 @@ pub(crate) fn executable(d: &Decision, own: &Member, now: Millis, t: &Timing) ->
 #[cfg(test)]
 #[path = "policy_gang_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "policy_gang_learned_tests.rs"]
+mod learned_tests;

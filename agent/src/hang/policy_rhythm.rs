@@ -73,11 +73,61 @@ pub(crate) struct Rhythm {
 }
 
 /// What one agent learned of a worker's current incarnation itself: how many silences (past
-/// its settling) and the longest.
+/// its settling), the longest, and how far apart the heartbeats it saw were.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Own {
     pub(crate) samples: u32,
     pub(crate) longest: Millis,
+    pub(crate) beats: Beats,
+}
+
+/// How far apart the heartbeats one agent saw were (a histogram on `model_rhythm`'s buckets).
+///
+/// NB: a silence is sampled as the agent sees it (the age of a heartbeat at its looks), which
+/// is short of the worker's real silence when the looks fall just after the beats: a worker
+/// beating every 15 s looked at every 15 s, in step, shows ages of a second. The time between
+/// two heartbeats seen one after the other is never shorter than the worker's real beat, so a
+/// learned silence is never under 1.5 × their median ([`Own::beat_margin`]): looks in step
+/// with the beats teach no silence the worker's next late beat would break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Beats {
+    counts: [u32; crate::hang::model_rhythm::BUCKETS],
+}
+
+impl Default for Beats {
+    fn default() -> Beats {
+        Beats {
+            counts: [0; crate::hang::model_rhythm::BUCKETS],
+        }
+    }
+}
+
+impl Beats {
+    fn add(&mut self, gap: Millis) {
+        let b = &mut self.counts[crate::hang::model_rhythm::bucket(gap.max(0))];
+        *b = b.saturating_add(1);
+    }
+
+    /// The median time between heartbeats (its bucket's bound); 0 when none was seen.
+    pub(crate) fn median(&self) -> Millis {
+        let total: u64 = self.counts.iter().map(|&c| u64::from(c)).sum();
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if total > 0 && seen * 2 >= total {
+                return crate::hang::model_rhythm::upper(i);
+            }
+        }
+        0
+    }
+}
+
+impl Own {
+    /// The least learned silence the beats this agent saw allow: 1.5 × their median gap.
+    pub(crate) fn beat_margin(&self) -> Millis {
+        let m = self.beats.median();
+        m + m / 2
+    }
 }
 
 impl Rhythm {
@@ -104,7 +154,7 @@ impl Rhythm {
             Some((seen, longest, p)) if seen == hb => Some((hb, longest.max(age), p)),
             Some((seen, longest, p)) if hb > seen => {
                 if p {
-                    self.learn(longest, now, settle);
+                    self.learn(longest, hb - seen, now, settle);
                 }
                 Some((hb, age, processing))
             }
@@ -113,13 +163,14 @@ impl Rhythm {
         };
     }
 
-    fn learn(&mut self, silence: Millis, now: Millis, settle: u32) {
+    fn learn(&mut self, silence: Millis, gap: Millis, now: Millis, settle: u32) {
         if self.fresh >= settle {
             self.history
                 .get_or_insert_with(|| History::new(now))
                 .add(silence);
             self.own.samples = self.own.samples.saturating_add(1);
             self.own.longest = self.own.longest.max(silence);
+            self.own.beats.add(gap);
         }
         self.fresh = self.fresh.saturating_add(1);
     }
@@ -157,11 +208,6 @@ impl Rhythm {
         self.own = Own::default();
     }
 
-    /// Forget everything (a gang member: judged by the gang's fixed silences).
-    pub(crate) fn reset(&mut self) {
-        *self = Rhythm::default();
-    }
-
     /// How many silences are known, in any incarnation.
     #[cfg(test)]
     pub(crate) fn samples(&self) -> u64 {
@@ -180,7 +226,8 @@ impl Rhythm {
         if !l.enabled || self.own.samples < l.min_samples {
             return None;
         }
-        learned_silence(self.history.as_ref()?, cfg)
+        let s = learned_silence(self.history.as_ref()?, cfg)?;
+        Some(s.max(self.own.beat_margin()).min(ms(cfg.stale_after)))
     }
 
     /// The history to write back with this cycle's batch (`P:{N}:worker:W:rhythm`): when this
@@ -244,18 +291,53 @@ fn stale_after(base: &PolicyConfig, t: Millis) -> PolicyConfig {
     c
 }
 
-/// The policy a hang's restart is judged by: `base` (the fixed rule), or — when
-/// `learned.restarts` is on, the record is plain `processing` (no grace, no gang), this agent
-/// learned `min_samples` silences of the worker's current incarnation past its settling
-/// (`own`: a new program with another rhythm shows it first), and the coordinator's history
-/// (`shared`, read with the marks in this pass) spans `learned.history` and teaches a silence
-/// shorter than `stale_after` — that silence as `stale_after`, and the worker's usual silence
-/// (`multiplier` × `quantile`, at least `floor`, at most `restart_delay`) as `restart_delay`:
-/// the incident persists for it before the restart. Never slower than the fixed rule.
+/// A learned restart rule: the worker is stale after `silence` (ms), and its incident persists
+/// for `wait` (ms) before the restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Learned {
+    pub(crate) silence: Millis,
+    pub(crate) wait: Millis,
+}
+
+/// The learned rule a hang's restart may stand on, if any: when `learned.restarts` is on, the
+/// record is plain `processing` (no grace), this agent learned `min_samples` silences of the
+/// worker's current incarnation past its settling (`own`: a new program with another rhythm
+/// shows it first), and the coordinator's history (`shared`, read with the marks in this pass)
+/// spans `learned.history` and teaches a silence shorter than `stale_after` — that silence, and
+/// the worker's usual silence (`multiplier` × `quantile`, at least `floor`, at most
+/// `restart_delay`) as the wait. `None`: the fixed rule. Never slower than it.
 ///
 /// NB: only the coordinator's copy counts here, never this process's samples: a restart must
 /// stand on what every instance reads (an agent that learned alone and died, or a copy lost in
 /// a failover, leaves the fixed rule).
+pub(crate) fn learned_rule(
+    base: &PolicyConfig,
+    shared: Option<&History>,
+    own: Own,
+    status: Option<&WorkerStatus>,
+    now: Millis,
+) -> Option<Learned> {
+    let l = &base.learned;
+    let plain = status.is_some_and(|s| s.state == WorkerState::Processing && s.grace.is_none());
+    let trusted = l.enabled && l.restarts && plain && own.samples >= l.min_samples;
+    let h = shared
+        .filter(|_| trusted)
+        .filter(|h| now - h.since >= ms(l.history))?;
+    let usual = usual_silence(h, base)?;
+    // At least 1.5 × the longest silence this incarnation came back from, whether or not the
+    // coordinator's copy holds it yet, and 1.5 × the time between its heartbeats (`Beats`).
+    let longest = h.longest().max(own.longest);
+    let silence = usual.max(longest + longest / 2).max(own.beat_margin());
+    (silence < ms(base.stale_after)).then(|| Learned {
+        silence,
+        wait: usual.min(ms(base.restart_delay)),
+    })
+}
+
+/// The policy a worker's own restart is judged by: `base` (the fixed rule), or its
+/// [`learned_rule`]. A gang member's restart is its gang's decision (`policy_gang::restart_due`:
+/// on learned evidence only when every member's agent holds a learned rule): judged alone (a
+/// straggler's), it keeps the fixed rule.
 pub(crate) fn restart_policy<'a>(
     base: &'a PolicyConfig,
     shared: Option<&History>,
@@ -263,31 +345,21 @@ pub(crate) fn restart_policy<'a>(
     status: Option<&WorkerStatus>,
     now: Millis,
 ) -> Cow<'a, PolicyConfig> {
-    let l = &base.learned;
-    // NB: a gang member's silences are the gang's (judged by the fixed rule): its agent never
-    // learns it, and this says so again.
-    let plain = status.is_some_and(|s| {
-        s.state == WorkerState::Processing && s.grace.is_none() && s.gang.is_none()
-    });
-    let trusted = l.enabled && l.restarts && plain && own.samples >= l.min_samples;
-    let Some(h) = shared
-        .filter(|_| trusted)
-        .filter(|h| now - h.since >= ms(l.history))
-    else {
+    let alone = status.is_some_and(|s| s.gang.is_none());
+    by_rule(
+        base,
+        learned_rule(base, shared, own, status, now).filter(|_| alone),
+    )
+}
+
+/// `base` under `rule`: its silence as `stale_after` (the confirming observation after at most
+/// half of it), its wait as `restart_delay`; `base` itself without one.
+pub(crate) fn by_rule(base: &PolicyConfig, rule: Option<Learned>) -> Cow<'_, PolicyConfig> {
+    let Some(r) = rule else {
         return Cow::Borrowed(base);
     };
-    let Some(usual) = usual_silence(h, base) else {
-        return Cow::Borrowed(base);
-    };
-    // At least 1.5 × the longest silence this incarnation came back from, whether or not the
-    // coordinator's copy holds it yet.
-    let longest = h.longest().max(own.longest);
-    let silence = usual.max(longest + longest / 2);
-    if silence >= ms(base.stale_after) {
-        return Cow::Borrowed(base);
-    }
-    let mut c = stale_after(base, silence);
-    c.restart_delay = c.restart_delay.min(Duration::from_millis(usual as u64));
+    let mut c = stale_after(base, r.silence);
+    c.restart_delay = Duration::from_millis(r.wait.max(0) as u64);
     Cow::Owned(c)
 }
 

@@ -18,6 +18,7 @@ fn own(samples: u32) -> Own {
     Own {
         samples,
         longest: 1_000,
+        ..Own::default()
     }
 }
 
@@ -390,14 +391,12 @@ fn a_new_program_is_restarted_by_its_own_rhythm_never_the_old_ones() {
     let slow = Own {
         samples: 30,
         longest: 45_000,
+        ..Own::default()
     };
     let got = restart_policy(&c, Some(&old), slow, Some(&p), now);
     assert_eq!(got.stale_after, Duration::from_millis(67_500));
     // Not yet past its settling: the fixed rule.
-    let settling = Own {
-        samples: 0,
-        longest: 0,
-    };
+    let settling = Own::default();
     assert_eq!(*restart_policy(&c, Some(&old), settling, Some(&p), now), c);
     // A gang member: the fixed rule, whatever was learned.
     let member = WorkerStatus {
@@ -463,4 +462,42 @@ fn a_longer_silence_is_written_at_once_and_an_incarnation_seen_late_starts_over(
     r.see_incarnation("c2:t1");
     assert_eq!(r.silence(&c), None);
     assert_eq!(r.own(), Own::default());
+}
+
+/// Looks in step with the beats (a worker beating every 15 s looked at every 15 s, just after
+/// each beat) see ages of a moment: the learned silence is never under 1.5 × the time between
+/// the heartbeats seen, so the next late beat is no hang — for the verdict and for a restart.
+#[test]
+fn looks_in_step_with_the_beats_never_teach_a_silence_under_the_beat() {
+    use crate::hang::model_rhythm::{bucket, upper};
+    let mut c = cfg();
+    c.learned.restarts = true;
+    let mut r = Rhythm::default();
+    let t0 = 1_000_000;
+    for i in 0..40 {
+        let hb = t0 + i * 15_000;
+        r.look(Some(&rec(WorkerState::Processing, hb)), hb + 200);
+    }
+    let beat = upper(bucket(15_000));
+    assert_eq!(r.own().beat_margin(), beat + beat / 2);
+    assert_eq!(
+        r.silence(&c),
+        Some(beat + beat / 2),
+        "not the 5 s floor the ages alone teach"
+    );
+    let now = t0 + 40 * 15_000;
+    let mut shared = crate::hang::model_rhythm::History::new(now - 7 * 3_600_000);
+    for _ in 0..100 {
+        shared.add(200);
+    }
+    let rule = learned_rule(
+        &c,
+        Some(&shared),
+        r.own(),
+        Some(&rec(WorkerState::Processing, now)),
+        now,
+    )
+    .expect("a learned rule");
+    assert_eq!(rule.silence, beat + beat / 2);
+    assert_eq!(rule.wait, 5_000, "the usual silence: the floor");
 }

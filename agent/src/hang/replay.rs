@@ -299,7 +299,7 @@ pub fn replay(beats: &[Beat], cfg: &Config, poll: Millis, start: Millis, end: Mi
 
 /// The agent's learning at one look (`RestartPath::learn`): the coordinator's copy merged in, a
 /// new run starting its own samples over, and what was learned written back.
-fn learn(
+pub(crate) fn learn(
     rhythm: &mut Rhythm,
     marks: &mut Marks,
     status: Option<&WorkerStatus>,
@@ -353,7 +353,7 @@ fn restart_if_due(
 }
 
 /// The marks an effect of the plan writes, as the coordinator would keep them.
-fn apply(marks: &mut Marks, e: Effect, now: Millis) {
+pub(crate) fn apply(marks: &mut Marks, e: Effect, now: Millis) {
     match e {
         Effect::RecordSuspect { heartbeat } => marks.suspect = Some((heartbeat, now)),
         Effect::ClearSuspect => marks.suspect = None,
@@ -368,7 +368,7 @@ fn apply(marks: &mut Marks, e: Effect, now: Millis) {
     }
 }
 
-fn status_of(b: &Beat) -> WorkerStatus {
+pub(crate) fn status_of(b: &Beat) -> WorkerStatus {
     WorkerStatus {
         state: WorkerState::parse(b.state),
         heartbeat: Some(b.at),

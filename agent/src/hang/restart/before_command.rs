@@ -193,10 +193,13 @@ impl RestartPath<'_> {
         let marks = marks::decode(&fresh.values).marks;
         let now = fresh.now;
         // NB: by the rule the restart was due under, from the coordinator's copy of the
-        // worker's rhythm as this read returns it (the fixed rule when that copy is gone).
-        let rules = self
-            .restart_rules(status.as_ref(), &marks, now)
-            .into_owned();
+        // worker's rhythm as this read returns it (the fixed rule when that copy is gone): a
+        // gang member's, the rule its entry carries (the gang may have decided on it).
+        let rules = match act.mandate.order() {
+            Some(_) => self.member_rules(status.as_ref(), &marks, now),
+            None => self.restart_rules(status.as_ref(), &marks, now),
+        }
+        .into_owned();
         let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, &rules);
         if let (Ok(()), Some(order)) = (checked, act.mandate.order()) {
             // NB: the gang's decision, read again: a closed or replaced incident restarts nobody;

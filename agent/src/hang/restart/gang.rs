@@ -18,6 +18,7 @@ use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
 use crate::hang::policy_record;
+use crate::hang::policy_rhythm;
 use crate::hang::stand_down::StandDown;
 use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
@@ -61,7 +62,9 @@ impl RestartPath<'_> {
             signals.push("the node's TPU failed".into());
         }
         let sd = self.stand_down(case.c, now);
-        let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref()).await;
+        let (rule, troubled) = self.member_standing(case, now);
+        let policy = &self.ctx.cfg.policy;
+        let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref(), troubled).await;
         // The JobSet's incarnation, when the gang is the one the pod's labels name.
         let pod_gang = case.c.gang.as_ref().filter(|pg| pg.id == g.id);
         let m = Member {
@@ -71,7 +74,8 @@ impl RestartPath<'_> {
             activity,
             heartbeat: s.heartbeat,
             step: policy_fruitless::position(Some(s)),
-            silence: policy_record::allowed_silence(s, &self.ctx.cfg.policy),
+            silence: policy_record::allowed_silence(s, &policy_rhythm::by_rule(policy, rule)),
+            learned: rule.map(|r| r.wait),
             started: case.c.started_ms(),
             at: now,
             stand_down,
@@ -128,13 +132,14 @@ impl RestartPath<'_> {
         &self,
         case: &Case<'_>,
         sd: Option<&StandDown>,
+        troubled: bool,
     ) -> (Option<String>, Option<String>) {
         // NB: not the wait for the first reads: that defers the gang's decision (the entry's
         // `starting`), it does not block it (a page).
         if let Some(sd) = sd.filter(|sd| !sd.passing()) {
             return (Some(sd.to_string()), None);
         }
-        if !matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored) {
+        if !troubled {
             return (None, None);
         }
         match self.ctx.runtime.remediation(case.c, Stops::EveryPod).await {

@@ -16,7 +16,7 @@ use crate::hang::model::{Fruitless, Gang};
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
 use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat};
-use crate::hang::policy_gang::{self as gp, GangVerdict, Timing};
+use crate::hang::policy_gang::{self as gp, Timing};
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Unit};
 
 use super::{Case, RestartPath};
@@ -204,7 +204,7 @@ impl RestartPath<'_> {
             let dkey = self.ctx.keys.gang_decision(&d.g.id);
             self.ctx.coord.del_if_owner(&dkey, &old.encode()).await?;
         }
-        if !matches!(gp::verdict(&members, now), GangVerdict::Hung { .. }) {
+        if !gp::decidable(inc.started, &members, now, &t) {
             return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
         }
         // NB: before the blockers: restarts that do not help is the standing finding, a missing

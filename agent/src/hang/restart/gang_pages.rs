@@ -180,8 +180,17 @@ impl RestartPath<'_> {
                 members.len()
             ),
         };
+        // NB: what the decision stood on, for the person reading the page at 3 a.m.
+        let evidence = match gp::learned_stop(members, now) {
+            Some((since, wait)) => format!(
+                " On the learned rhythm: every member silent past the silence learned of it, for {} (its learned wait {}).",
+                human(now - since),
+                human(wait)
+            ),
+            None => String::new(),
+        };
         let detail = format!(
-            "{how}; one unit of the fleet budget and of the gang's breaker ({} per day). {}",
+            "{how}; one unit of the fleet budget and of the gang's breaker ({} per day). {}{evidence}",
             self.ctx.cfg.gang.breaker_per_day,
             describe_hang(g, members, first, now)
         );

@@ -34,6 +34,7 @@ mod incident;
 mod limits;
 mod pages;
 mod pipeline;
+mod rhythm;
 
 use crate::alerts::gate::AlertGate;
 use crate::clock::{human, Millis};
@@ -48,11 +49,12 @@ use crate::hang::policy_life::{self, Claim};
 use crate::hang::policy_lost::IncidentTimes;
 use crate::hang::policy_pipeline::Skip;
 use crate::hang::policy_record;
-use crate::hang::policy_rhythm;
 use crate::hang::stand_down::{NodeWatch, StandDown};
 use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
 use crate::trail::Code;
+
+use rhythm::Learn;
 
 pub use crate::hang::marks::{worker_keys, worker_read_keys};
 
@@ -201,16 +203,6 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
-/// What this look teaches of the worker's rhythm (`RestartPath::learn`).
-enum Learn<'s> {
-    /// A gang member: the gang's fixed silences judge it; nothing is learned.
-    Gang,
-    /// A new incarnation, or our restart booting: its own samples start over.
-    StartOver,
-    /// A look at its record.
-    Look(Option<&'s WorkerStatus>),
-}
-
 /// One worker's evaluation: the shared context, and what it needs of the agent for this pass.
 pub(crate) struct RestartPath<'a> {
     pub(crate) ctx: &'a Context,
@@ -280,47 +272,6 @@ impl RestartPath<'_> {
         Ok(true)
     }
 
-    /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`): the
-    /// coordinator's copy merged in, a new incarnation and our restart booting start the
-    /// incarnation's own samples over (the worker's history stays), a gang member is judged by
-    /// the gang's fixed silences (every member alike); what was learned goes back with the
-    /// cycle's batch.
-    fn learn(&mut self, c: &Container, marks: &Marks, state: Learn, now: Millis) {
-        if !self.ctx.cfg.policy.learned.enabled {
-            return;
-        }
-        self.rhythm.adopt(marks.rhythm.as_ref());
-        self.rhythm.see_incarnation(&marks::incarnation(c));
-        match state {
-            Learn::Gang => self.rhythm.reset(),
-            Learn::StartOver => self.rhythm.new_incarnation(),
-            Learn::Look(status) => {
-                let settle = self.ctx.cfg.policy.learned.min_samples;
-                self.rhythm.observe(status, now, settle)
-            }
-        }
-        if let Some(v) = self.rhythm.write_due(now) {
-            self.deferred.push((self.ctx.keys.rhythm(&c.worker), v));
-        }
-    }
-
-    /// The policy the worker's restart is judged by (`policy_rhythm::restart_policy`): the fixed
-    /// rule, or the learned one the coordinator's copy of its rhythm (`marks`) allows.
-    pub(super) fn restart_rules(
-        &self,
-        status: Option<&WorkerStatus>,
-        marks: &Marks,
-        now: Millis,
-    ) -> std::borrow::Cow<'_, crate::config::PolicyConfig> {
-        policy_rhythm::restart_policy(
-            &self.ctx.cfg.policy,
-            marks.rhythm.as_ref(),
-            self.rhythm.own(),
-            status,
-            now,
-        )
-    }
-
     /// The first beat completes the time its incident lost (`crate::hang::policy_lost`): the
     /// recovery counted, the time to recovery observed, the whole in the trail (`time-lost`).
     async fn complete_lost(
@@ -387,17 +338,19 @@ impl RestartPath<'_> {
             tracked,
         } = self.current(c, read).await?;
         let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
-        let look = match () {
-            _ if in_gang => Learn::Gang,
-            _ if tracked || marks.cooldown => Learn::StartOver,
-            _ => Learn::Look(status.as_ref()),
+        let look = match tracked || marks.cooldown {
+            true => Learn::StartOver,
+            false => Learn::Look(status.as_ref()),
         };
         self.learn(c, &marks, look, now);
-        let cfg = &*policy_rhythm::judged_by(&self.ctx.cfg.policy, self.rhythm, status.as_ref());
+        let judged = self.verdict_rules(status.as_ref());
+        let cfg = &*judged;
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
         let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
         if in_gang {
-            effects = policy::for_gang(effects, status.as_ref(), &marks, now, cfg);
+            // The gang's turn comes once the member is stale by the rule its entry carries.
+            let within = self.member_rules(status.as_ref(), &marks, now);
+            effects = policy::for_gang(effects, status.as_ref(), &marks, now, &within);
         }
         // The stage this cycle leaves (its sighting, timer and escalation written).
         let left = policy_life::project(&marks, &effects, now);

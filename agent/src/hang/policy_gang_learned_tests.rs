@@ -1,0 +1,199 @@
+//! The gang's learned evidence (`learned_stop`, `restart_due`): a restart on it only when every
+//! member's agent holds a learned rule and every member is silent past it, for the longest of
+//! their waits; anything short of that is the fixed rule, never sooner than it.
+
+use super::*;
+
+const S: Millis = 1_000;
+
+fn timing() -> Timing {
+    Timing::of(&Config::default())
+}
+
+fn rules() -> Rules {
+    Rules {
+        action: GangAction::RestartAll,
+        straggler: StragglerAction::AlertOnly,
+        timing: timing(),
+    }
+}
+
+/// A member of node `n` its agent calls `verdict`, last beat at `hb`, judged by a learned
+/// silence of 6 s and a wait of `wait` (or the fixed 120 s without one).
+fn m(n: &str, verdict: Verdict, hb: Millis, wait: Option<Millis>) -> Member {
+    Member {
+        verdict,
+        heartbeat: Some(hb),
+        silence: if wait.is_some() { 6 * S } else { 120 * S },
+        learned: wait,
+        started: Some(0),
+        breaker_left: Some(3),
+        ..Member::working(n, "rank", hb)
+    }
+}
+
+/// The entries as their agents wrote them at `at` (each looked then).
+fn looked(gang: &[Member], at: Millis) -> Vec<Member> {
+    gang.iter().cloned().map(|m| Member { at, ..m }).collect()
+}
+
+fn open(started: Millis) -> GangState {
+    GangState {
+        incident: Some(crate::hang::model_gang::GangIncident {
+            started,
+            id: "g1".into(),
+        }),
+        ..GangState::default()
+    }
+}
+
+#[test]
+fn a_collective_silent_past_every_members_learned_silence_is_hung_then_due_after_the_longest_wait()
+{
+    let t = timing();
+    let hb = 1_000 * S;
+    // Ranks stop within a second of each other (the next all-reduce blocks them all).
+    let gang = [
+        m("a", Verdict::Suspect, hb, Some(4 * S)),
+        m("b", Verdict::Healthy, hb + S, Some(9 * S)),
+        m("c", Verdict::Suspect, hb - S, Some(5 * S)),
+    ];
+    // b passes its 6 s last, at hb + 7 s: not before.
+    let early = looked(&gang, hb + 7 * S);
+    assert_eq!(verdict(&early, hb + 7 * S), GangVerdict::Running);
+    assert_eq!(learned_stop(&early, hb + 7 * S), None);
+    let now = hb + 7 * S + 1;
+    let gang = looked(&gang, now);
+    assert_eq!(learned_stop(&gang, now), Some((hb + 7 * S, 9 * S)));
+    assert_eq!(
+        verdict(&gang, now),
+        GangVerdict::Hung {
+            first: "c/rank".into()
+        }
+    );
+    // Persistence: the longest wait (9 s) past the moment the last member passed its silence.
+    assert!(!restart_due(now, &gang, hb + 16 * S - 1, &t));
+    assert!(restart_due(now, &gang, hb + 16 * S, &t));
+    let state = open(now);
+    let at = hb + 16 * S;
+    let steps = plan(&verdict(&gang, at), &state, &gang, &gang[0], at, &rules());
+    assert_eq!(steps, vec![GangStep::PageHung, GangStep::Decide]);
+    // The same entries as their agents wrote them before they passed their silences (a poll
+    // earlier): each may have beaten since, as far as the gang can know — no evidence, however
+    // late the reader.
+    let lagging = looked(&gang, hb + 2 * S);
+    assert_eq!(learned_stop(&lagging, at), None);
+    assert!(!restart_due(now, &lagging, at + 60 * S, &t));
+}
+
+#[test]
+fn one_member_without_a_learned_rule_leaves_the_whole_gang_to_the_fixed_rule() {
+    let t = timing();
+    let hb = 1_000 * S;
+    let mut gang = [
+        m("a", Verdict::Suspect, hb, Some(4 * S)),
+        m("b", Verdict::Suspect, hb, Some(4 * S)),
+        m("c", Verdict::Suspect, hb, None),
+    ];
+    // Silent for a minute: past every learned silence, within c's fixed one.
+    let now = hb + 60 * S;
+    assert_eq!(learned_stop(&gang, now), None);
+    assert_eq!(verdict(&gang, now), GangVerdict::Running);
+    assert!(!restart_due(hb + 10 * S, &gang, now, &t));
+    // c is confirmed hung by the fixed rule at hb + 125 s; the incident is as old as that.
+    gang[2].verdict = Verdict::Hung;
+    let started = hb + 125 * S;
+    assert!(!restart_due(
+        started,
+        &gang,
+        started + t.restart_delay - 1,
+        &t
+    ));
+    assert!(restart_due(started, &gang, started + t.restart_delay, &t));
+}
+
+#[test]
+fn an_incident_opened_on_learned_evidence_that_no_longer_holds_waits_for_the_fixed_rule() {
+    let t = timing();
+    let hb = 1_000 * S;
+    let gang = [
+        m("a", Verdict::Suspect, hb, Some(4 * S)),
+        m("b", Verdict::Suspect, hb, Some(4 * S)),
+    ];
+    // Opened on learned evidence at hb + 7 s; then b's agent restarts and has no rule yet.
+    let started = hb + 7 * S;
+    let mut gang = looked(&gang, started);
+    assert!(matches!(verdict(&gang, started), GangVerdict::Hung { .. }));
+    gang[1].learned = None;
+    gang[1].silence = t.stale_after;
+    // a is confirmed hung by the fixed rule (its agent's verdict): the restart waits for
+    // `restart_delay` past the moment the fixed rule stopped it, not past the incident's start.
+    gang[0].verdict = Verdict::Hung;
+    let fixed = hb + t.stale_after;
+    assert!(!restart_due(started, &gang, started + t.restart_delay, &t));
+    assert!(!restart_due(
+        started,
+        &gang,
+        fixed + t.restart_delay - 1,
+        &t
+    ));
+    assert!(restart_due(started, &gang, fixed + t.restart_delay, &t));
+}
+
+#[test]
+fn a_member_within_its_learned_silence_or_not_an_ordinary_worker_is_no_learned_evidence() {
+    let hb = 1_000 * S;
+    let now = hb + 30 * S;
+    let beating = [
+        m("a", Verdict::Suspect, hb, Some(4 * S)),
+        m("b", Verdict::Healthy, now - S, Some(4 * S)),
+    ];
+    assert_eq!(learned_stop(&beating, now), None);
+    assert_eq!(
+        verdict(&beating, now),
+        GangVerdict::Running,
+        "one member silent past its learned silence beside a beating one is no straggler: only the fixed rule names one"
+    );
+    for v in [Verdict::Booting, Verdict::Paused, Verdict::InMaintenance] {
+        let gang = [
+            m("a", Verdict::Suspect, hb, Some(4 * S)),
+            m("b", v, hb, Some(4 * S)),
+        ];
+        assert_eq!(learned_stop(&gang, now), None, "{v:?}");
+    }
+    let mut idle = m("b", Verdict::Healthy, hb, Some(4 * S));
+    idle.activity = Activity::Idle;
+    assert_eq!(learned_stop(&[beating[0].clone(), idle], now), None);
+    assert_eq!(learned_stop(&[], now), None);
+}
+
+#[test]
+fn without_learned_rules_the_fixed_rule_is_exactly_as_before() {
+    let t = timing();
+    let hb = 1_000 * S;
+    let gang = [
+        m("a", Verdict::Hung, hb, None),
+        m("b", Verdict::Suspect, hb, None),
+    ];
+    // The incident's start alone, as before any learning (even one opened before the fixed
+    // silence ran out, as a test or a clock jump may).
+    let started = hb + 50 * S;
+    assert!(!restart_due(
+        started,
+        &gang,
+        started + t.restart_delay - 1,
+        &t
+    ));
+    assert!(restart_due(started, &gang, started + t.restart_delay, &t));
+}
+
+#[test]
+fn the_learned_rule_rides_in_the_entry_and_an_older_agents_entry_has_none() {
+    let e = m("a", Verdict::Suspect, 5, Some(7_000));
+    let json = serde_json::to_string(&e).unwrap();
+    assert!(json.contains("\"lr\":7000"), "{json}");
+    let back: Member = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.learned, Some(7_000));
+    let old = json.replace(",\"lr\":7000", "");
+    assert_eq!(serde_json::from_str::<Member>(&old).unwrap().learned, None);
+}

@@ -1,0 +1,123 @@
+//! What the restart path learns of a worker's rhythm, and the rules it judges by
+//! (`crate::hang::policy_rhythm`): each look at a worker's record teaches its rhythm (a gang
+//! member's too: its silences are the collective's), what was learned goes back to the
+//! coordinator with the cycle's batch, and the coordinator's copy decides which rule a restart
+//! stands on — the worker's own, or, for a gang member, the learned rule its entry in the gang's
+//! view carries (`crate::hang::policy_gang::restart_due`).
+
+use std::borrow::Cow;
+
+use crate::clock::Millis;
+use crate::config::PolicyConfig;
+use crate::hang::marks;
+use crate::hang::model::{Marks, WorkerStatus};
+use crate::hang::policy::Verdict;
+use crate::hang::policy_rhythm::{self, Learned};
+use crate::runtime::container::Container;
+
+use super::{Case, RestartPath};
+
+/// What this look teaches of the worker's rhythm (`RestartPath::learn`).
+pub(super) enum Learn<'s> {
+    /// A new incarnation, or our restart booting: its own samples start over.
+    StartOver,
+    /// A look at its record.
+    Look(Option<&'s WorkerStatus>),
+}
+
+impl<'a> RestartPath<'a> {
+    /// The rule the worker's verdict is judged by: its learned silence
+    /// (`policy_rhythm::judged_by`), or — for a gang member — the fixed rule.
+    ///
+    /// NB: a gang member's own verdict (its entry's `v`) keeps the fixed rule: one member
+    /// stopped on its learned silence beside members judged by the fixed one would read as a
+    /// straggler. Its learned rule rides in its entry (`Member::learned`), and the gang decides
+    /// on learned evidence only when every member's has one.
+    pub(super) fn verdict_rules(&self, status: Option<&WorkerStatus>) -> Cow<'a, PolicyConfig> {
+        let base = &self.ctx.cfg.policy;
+        match status.is_some_and(|s| s.gang.is_some()) {
+            true => Cow::Borrowed(base),
+            false => policy_rhythm::judged_by(base, self.rhythm, status),
+        }
+    }
+
+    /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`): the
+    /// coordinator's copy merged in, a new incarnation and our restart booting start the
+    /// incarnation's own samples over (the worker's history stays); what was learned goes back
+    /// with the cycle's batch.
+    pub(super) fn learn(&mut self, c: &Container, marks: &Marks, state: Learn, now: Millis) {
+        if !self.ctx.cfg.policy.learned.enabled {
+            return;
+        }
+        self.rhythm.adopt(marks.rhythm.as_ref());
+        self.rhythm.see_incarnation(&marks::incarnation(c));
+        match state {
+            Learn::StartOver => self.rhythm.new_incarnation(),
+            Learn::Look(status) => {
+                let settle = self.ctx.cfg.policy.learned.min_samples;
+                self.rhythm.observe(status, now, settle)
+            }
+        }
+        if let Some(v) = self.rhythm.write_due(now) {
+            self.deferred.push((self.ctx.keys.rhythm(&c.worker), v));
+        }
+    }
+
+    /// The policy the worker's own restart is judged by (`policy_rhythm::restart_policy`): the
+    /// fixed rule, or the learned one the coordinator's copy of its rhythm (`marks`) allows.
+    pub(super) fn restart_rules(
+        &self,
+        status: Option<&WorkerStatus>,
+        marks: &Marks,
+        now: Millis,
+    ) -> Cow<'_, PolicyConfig> {
+        policy_rhythm::restart_policy(
+            &self.ctx.cfg.policy,
+            marks.rhythm.as_ref(),
+            self.rhythm.own(),
+            status,
+            now,
+        )
+    }
+
+    /// A gang member's learned rule, from the coordinator's copy of its rhythm (`marks`): what
+    /// its entry in the gang's view says (`Member::learned`). `None`: not a member, or the fixed
+    /// rule.
+    pub(super) fn member_rule(
+        &self,
+        status: Option<&WorkerStatus>,
+        marks: &Marks,
+        now: Millis,
+    ) -> Option<Learned> {
+        status.and_then(|s| s.gang.as_ref())?;
+        policy_rhythm::learned_rule(
+            &self.ctx.cfg.policy,
+            marks.rhythm.as_ref(),
+            self.rhythm.own(),
+            status,
+            now,
+        )
+    }
+
+    /// A gang member's learned rule ([`Self::member_rule`]), and whether it is in trouble: its
+    /// own agent suspects it, or it is silent past its learned silence (the gang may decide on
+    /// that: what its controllers do must be in its entry by then).
+    pub(super) fn member_standing(&self, case: &Case<'_>, now: Millis) -> (Option<Learned>, bool) {
+        let rule = self.member_rule(case.status, case.marks, now);
+        let hb = case.status.and_then(|s| s.heartbeat);
+        let silent = |r: Learned| hb.is_some_and(|hb| now - hb > r.silence);
+        let suspected = matches!(case.v, Verdict::Suspect | Verdict::Hung | Verdict::Errored);
+        (rule, suspected || rule.is_some_and(silent))
+    }
+
+    /// The policy a gang member is judged by within its gang (its entry's silence, and whether
+    /// it is silent enough for the gang's turn): its learned rule, else the fixed one.
+    pub(super) fn member_rules(
+        &self,
+        status: Option<&WorkerStatus>,
+        marks: &Marks,
+        now: Millis,
+    ) -> Cow<'_, PolicyConfig> {
+        policy_rhythm::by_rule(&self.ctx.cfg.policy, self.member_rule(status, marks, now))
+    }
+}
