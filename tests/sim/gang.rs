@@ -200,7 +200,7 @@ impl Sim {
             cfg.safety.breaker_per_day = 20;
             cfg.gang.breaker_per_day = 20;
             cfg.gang.pace.enabled = true;
-            if learns(seed) {
+            if learns(seed, n) {
                 // Issue 46: the members' agents learn their ranks' rhythm (a beat a tick: a
                 // 15 s silence, ~66 s learned) and may restart the gang on it (~2 min into a
                 // stop, not the fixed rule's 5).
@@ -778,9 +778,11 @@ impl Sim {
     }
 }
 
-/// Whether the seed's agents restart on learned rhythms (issue 46): the odd seeds.
-pub fn learns(seed: u64) -> bool {
-    !seed.is_multiple_of(2)
+/// Whether node `n`'s agent restarts on learned rhythms (issue 46): the odd seeds' — but in one
+/// of four of them node 3's does not learn (learning off there: its members hold no learned
+/// rule, and the gang is judged by the fixed rule whatever the others learned).
+pub fn learns(seed: u64, n: usize) -> bool {
+    !seed.is_multiple_of(2) && !(n == 3 && (seed / 2).is_multiple_of(4))
 }
 
 /// Run one seed of the gang simulation.

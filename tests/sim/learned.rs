@@ -64,8 +64,11 @@ impl Ctl {
         let Some((since, longest)) = copy.as_deref().and_then(since_and_longest) else {
             return false;
         };
+        // The least silence a copy can teach, and the least wait (the usual silence, at least
+        // `floor`, at most `restart_delay`).
         let floor = ms(l.floor);
-        let least = floor.max(longest + longest / 2) + floor;
+        let wait = floor.min(ms(self.cfg.policy.restart_delay));
+        let least = floor.max(longest + longest / 2) + wait;
         now - since >= ms(l.history) && now - hb > least
     }
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Millis, Stamp};
 use crate::hang::model::{Fruitless, Incident, Verdict};
+use crate::hang::model_rhythm::Learned;
 
 /// What a member is doing, as its record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,17 +44,17 @@ pub(crate) struct Member {
     /// whether the gang's restarts help.
     #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
     pub(crate) step: Option<u64>,
-    /// How long it may stay silent after that heartbeat (ms): the fixed rule's silence (or
-    /// the grace it announced), or — with `learned` — the silence learned of its rhythm.
+    /// How long it may stay silent after that heartbeat (ms): the fixed rule's silence, or the
+    /// grace it announced.
     #[serde(rename = "ok")]
     pub(crate) silence: Millis,
-    /// Its agent holds a learned restart rule for it (`crate::hang::policy_rhythm::
-    /// learned_rule`, from the coordinator's copy of its rhythm): `silence` is the learned one,
-    /// and this the wait (ms) a hang persists before a restart on it. `None` (and an older
-    /// agent's entry): the fixed rule. The gang restarts on learned evidence only when every
-    /// member has one (`crate::hang::policy_gang::restart_due`).
+    /// The learned restart rule its agent holds for it (`crate::hang::policy_rhythm::
+    /// learned_rule`, from the coordinator's copy of its rhythm). `None` (and an older agent's
+    /// entry): the fixed rule. The gang restarts on learned evidence only when every member has
+    /// one (`crate::hang::policy_gang::learned_stop`); nothing else of the gang reads it, so an
+    /// agent that does not know it judges the entry exactly as before.
     #[serde(rename = "lr", default, skip_serializing_if = "Option::is_none")]
-    pub(crate) learned: Option<Millis>,
+    pub(crate) learned: Option<Learned>,
     /// When its container started (ms; the node's clock), when the runtime says.
     #[serde(rename = "st", default)]
     pub(crate) started: Option<Millis>,

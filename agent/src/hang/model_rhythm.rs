@@ -8,7 +8,20 @@
 //! worker (a failover, an agent restarted) merge theirs by the larger count of each bucket
 //! without counting a silence twice.
 
+use serde::{Deserialize, Serialize};
+
 use crate::clock::Millis;
+
+/// A learned restart rule (`crate::hang::policy_rhythm::learned_rule`): the worker is stale
+/// after `silence` (ms), and its incident persists for `wait` (ms) before the restart. A gang
+/// member's entry carries it (`lr`: `{"s": …, "w": …}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Learned {
+    #[serde(rename = "s")]
+    pub(crate) silence: Millis,
+    #[serde(rename = "w")]
+    pub(crate) wait: Millis,
+}
 
 /// Buckets of the histogram.
 pub(crate) const BUCKETS: usize = 48;

@@ -26,8 +26,8 @@ pub(crate) struct Timing {
     /// An entry this old is no member any more (its pod moved, its agent is long gone).
     pub(crate) gone_after: Millis,
     pub(crate) restart_delay: Millis,
-    /// `policy.stale_after`: the fixed rule's silence, for members judged by a learned one.
-    pub(crate) stale_after: Millis,
+    /// `policy.confirm_after`: the fixed rule's confirming look, for [`restart_due`]'s guard.
+    pub(crate) confirm_after: Millis,
     pub(crate) cooldown: Millis,
     pub(crate) escalate_after: Millis,
     /// `policy.max_fruitless_restarts`, for the gang's own run.
@@ -43,7 +43,7 @@ impl Timing {
             silent_after: ms(silent),
             gone_after: ms((silent * 4).max(cfg.policy.stale_after * 2)),
             restart_delay: ms(cfg.policy.restart_delay),
-            stale_after: ms(cfg.policy.stale_after),
+            confirm_after: ms(cfg.policy.confirm_after),
             cooldown: ms(cfg.policy.cooldown),
             escalate_after: ms(cfg.policy.escalate_after),
             max_fruitless: cfg.policy.max_fruitless_restarts,
@@ -104,16 +104,26 @@ pub(crate) fn stopped(m: &Member) -> bool {
     matches!(m.verdict, Verdict::Hung | Verdict::Errored)
 }
 
-/// Working, with a heartbeat inside its allowed silence — now, or, for a member judged by a
-/// learned silence, when its own agent last looked (`at`).
-///
-/// NB: a learned silence may be shorter than a poll interval, and another agent's entry is as
-/// of its own look: a member its agent saw within its silence then may have beaten since, and
-/// is progressing as far as the gang can know (seed 1 of the gang simulation with learning:
-/// entries a poll old read as a silent collective while it moved).
+/// Working, with a heartbeat inside its allowed silence (`ok`: the fixed rule's, or its grace).
 pub(crate) fn progressing(m: &Member, now: Millis) -> bool {
-    let within = |t: Millis| m.heartbeat.is_some_and(|hb| t - hb <= m.silence);
-    m.activity == Activity::Working && (within(now) || (m.learned.is_some() && within(m.at)))
+    m.activity == Activity::Working && m.heartbeat.is_some_and(|hb| now - hb <= m.silence)
+}
+
+/// Silent past the silence learned of its rhythm, as its own agent saw it at its last look
+/// (`at`); `None` without a learned rule.
+///
+/// NB: as its own agent saw it, not as `now` says: another agent's entry is as of its own look,
+/// up to a poll old, and a learned silence may be shorter than a poll, so a member beating on
+/// would read as silent.
+fn past_rhythm(m: &Member) -> Option<bool> {
+    let l = m.learned?;
+    Some(m.heartbeat.is_some_and(|hb| m.at - hb > l.silence))
+}
+
+/// Moving as far as its own agent can tell: within its allowed silence and, when its agent
+/// holds a learned rule for it, within that too.
+fn moving(m: &Member, now: Millis) -> bool {
+    progressing(m, now) && past_rhythm(m) != Some(true)
 }
 
 /// The entries that still stand for members (written within `gone_after`), in id order.
@@ -148,14 +158,21 @@ pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member
 
 /// The gang's verdict from its present members: hung when a member is confirmed stopped by its
 /// own agent and none progresses, or — on learned evidence ([`learned_stop`]) — when every
-/// member is silent past the silence learned of its rhythm.
+/// member is silent past the silence learned of its rhythm. Without learned evidence, exactly
+/// the fixed rule's verdict: a learned rule held for some members only changes nothing.
 pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
+    if learned_stop(members).is_some() {
+        return match first_stopped(members, now) {
+            Some(first) => GangVerdict::Hung { first: first.id() },
+            None => GangVerdict::Running,
+        };
+    }
     let stopped: Vec<String> = members
         .iter()
         .filter(|m| stopped(m))
         .map(Member::id)
         .collect();
-    if stopped.is_empty() && learned_stop(members, now).is_none() {
+    if stopped.is_empty() {
         return GangVerdict::Running;
     }
     if members.iter().any(|m| progressing(m, now)) {
@@ -170,12 +187,12 @@ pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
 /// The collective's learned evidence: every member's agent holds a learned rule for it
 /// (`Member::learned`: from the coordinator's copy of its rhythm, learned long enough), every
 /// member is a working one its agent calls healthy, suspect or hung, and every one is silent
-/// past its learned silence, as its own agent saw it (not [`progressing`]) — each far past its
-/// own rhythm. Then when the last of them passed it and the longest of their waits:
-/// `Some((since, wait))`. `None` (one member without a learned rule — too few samples, a new
-/// workload, an agent restarted, an agent too old to say — or one within its silence): the
-/// fixed rule alone.
-pub(crate) fn learned_stop(members: &[Member], now: Millis) -> Option<(Millis, Millis)> {
+/// past its learned silence as its own agent saw it — each far past its own rhythm. Then when
+/// the last of them passed it and the longest of their waits: `Some((since, wait))`. `None`
+/// (one member without a learned rule — too few samples, a new workload, an agent restarted,
+/// learning off on its node, an agent too old to say — or one within its silence): the fixed
+/// rule alone.
+pub(crate) fn learned_stop(members: &[Member]) -> Option<(Millis, Millis)> {
     let mut since = Millis::MIN;
     let mut wait = 0;
     for m in members {
@@ -183,36 +200,54 @@ pub(crate) fn learned_stop(members: &[Member], now: Millis) -> Option<(Millis, M
             m.verdict,
             Verdict::Healthy | Verdict::Suspect | Verdict::Hung
         );
-        let (Some(w), Some(hb), true, Activity::Working) =
-            (m.learned, m.heartbeat, ordinary, m.activity)
+        let (Some(l), Some(hb), true, Activity::Working, Some(true)) =
+            (m.learned, m.heartbeat, ordinary, m.activity, past_rhythm(m))
         else {
             return None;
         };
-        if progressing(m, now) {
-            return None;
-        }
-        since = since.max(hb + m.silence);
-        wait = wait.max(w);
+        since = since.max(hb + l.silence);
+        wait = wait.max(l.wait);
     }
     (!members.is_empty()).then_some((since, wait))
 }
 
-/// Whether the hung gang's restart is due: on learned evidence, once every member has been
-/// silent past its learned silence for the longest of their waits ([`learned_stop`]); else by
-/// the fixed rule, `restart_delay` past the incident's start — and, once any member is judged
-/// by a learned silence, past the moment a member stopped by the fixed rule (`stale_after`
-/// past its last beat, confirmed by its own agent): an incident opened on learned evidence
-/// that no longer holds (a member's agent lost its rule) is never restarted sooner than the
-/// fixed rule would.
-pub(crate) fn restart_due(started: Millis, members: &[Member], now: Millis, t: &Timing) -> bool {
-    if learned_stop(members, now).is_some_and(|(since, wait)| now - since >= wait) {
-        return true;
+/// What a gang's restart is due on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Basis {
+    /// Every member's learned rule ([`learned_stop`]).
+    Learned,
+    /// The fixed rule.
+    Fixed,
+}
+
+/// Whether the hung gang's restart is due, and on what: on learned evidence, once every member
+/// has been silent past its learned silence for the longest of their waits ([`learned_stop`];
+/// from the incident's start at the earliest); else by the fixed rule, `restart_delay` past the
+/// incident's start — and, once any member holds a learned rule, past the moment the fixed rule
+/// stopped a member (`stale_after`, or its grace, past its last beat, and the confirming look):
+/// an incident opened on learned evidence that no longer holds (a member's agent lost its rule)
+/// is never restarted sooner than the fixed rule would.
+pub(crate) fn due_on(
+    started: Millis,
+    members: &[Member],
+    now: Millis,
+    t: &Timing,
+) -> Option<Basis> {
+    let learned = learned_stop(members);
+    if learned.is_some_and(|(since, wait)| now - since.max(started) >= wait) {
+        return Some(Basis::Learned);
     }
     let from = match members.iter().any(|m| m.learned.is_some()) {
         false => Some(started),
         true => fixed_stop(members, t).map(|at| at.max(started)),
     };
-    from.is_some_and(|from| now - from >= t.restart_delay)
+    from.filter(|from| now - from >= t.restart_delay)
+        .map(|_| Basis::Fixed)
+}
+
+/// Whether the hung gang's restart is due ([`due_on`]).
+pub(crate) fn restart_due(started: Millis, members: &[Member], now: Millis, t: &Timing) -> bool {
+    due_on(started, members, now, t).is_some()
 }
 
 /// Whether the gang may be decided now, on the fresh view its decision reads under the gang's
@@ -225,26 +260,25 @@ pub(crate) fn decidable(started: Millis, members: &[Member], now: Millis, t: &Ti
 }
 
 /// The earliest moment a member stopped by the fixed rule: an errored one (its error persisted
-/// already) or a hung one `stale_after` (or its grace) past its last beat. `None`: no member is
-/// stopped by the fixed rule.
+/// already) or a hung one its allowed silence past its last beat and the confirming look later.
+/// `None`: no member is stopped by the fixed rule.
 fn fixed_stop(members: &[Member], t: &Timing) -> Option<Millis> {
     members
         .iter()
         .filter(|m| stopped(m))
         .map(|m| match (m.verdict, m.heartbeat) {
-            (Verdict::Hung, Some(hb)) if m.learned.is_some() => hb + t.stale_after,
-            (Verdict::Hung, Some(hb)) => hb + m.silence,
+            (Verdict::Hung, Some(hb)) => hb + m.silence + t.confirm_after,
             _ => Millis::MIN,
         })
         .min()
 }
 
 /// The member that stopped making progress first: the earliest last heartbeat among those not
-/// progressing (one that never beat first of all); ties by id.
+/// moving (one that never beat first of all); ties by id.
 pub(crate) fn first_stopped(members: &[Member], now: Millis) -> Option<&Member> {
     members
         .iter()
-        .filter(|m| !progressing(m, now))
+        .filter(|m| !moving(m, now))
         .min_by_key(|m| (m.heartbeat.unwrap_or(Millis::MIN), m.id()))
 }
 
@@ -403,16 +437,21 @@ fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<Stri
 
 /// Whether the gang's open incident is over: its restart was decided and every member has beaten
 /// since (or the cooldown has passed since the decision), or — before any decision — a member
-/// progresses again.
+/// progresses again: it beat since the incident began, within its allowed silence.
+///
+/// NB: a beat since, not only a silence within the allowed one: an incident opened on learned
+/// evidence is open while every member is still within the fixed rule's silence, and must not
+/// close on that (a build without this closed it, reopened it and paged `hung` twice).
 pub(crate) fn incident_over(
     state: &GangState,
     members: &[Member],
     now: Millis,
     t: &Timing,
 ) -> bool {
-    if state.incident.is_none() {
+    let Some(inc) = &state.incident else {
         return false;
-    }
+    };
+    let moved = |m: &Member| progressing(m, now) && m.heartbeat.is_some_and(|hb| hb > inc.started);
     match state.current_decision() {
         Some(d) => {
             let all_beat = !members.is_empty()
@@ -421,7 +460,7 @@ pub(crate) fn incident_over(
                     .all(|m| m.heartbeat.is_some_and(|hb| hb > d.decided));
             all_beat || now - d.decided >= t.cooldown
         }
-        None => members.iter().any(|m| progressing(m, now)),
+        None => members.iter().any(moved),
     }
 }
 
@@ -544,7 +583,7 @@ pub(crate) fn executable(d: &Decision, own: &Member, now: Millis, t: &Timing) ->
             .as_ref()
             .is_none_or(|m| *m == own.id() && started_before(own, d))
         && own.verdict != Verdict::Booting
-        && !progressing(own, now)
+        && !moving(own, now)
         && own.heartbeat.is_none_or(|hb| hb < d.decided)
 }
 

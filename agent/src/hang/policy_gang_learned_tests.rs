@@ -3,6 +3,8 @@
 //! their waits; anything short of that is the fixed rule, never sooner than it.
 
 use super::*;
+use crate::hang::model_gang::Decision;
+use crate::hang::model_rhythm::Learned;
 
 const S: Millis = 1_000;
 
@@ -18,14 +20,17 @@ fn rules() -> Rules {
     }
 }
 
-/// A member of node `n` its agent calls `verdict`, last beat at `hb`, judged by a learned
-/// silence of 6 s and a wait of `wait` (or the fixed 120 s without one).
+/// A member of node `n` its agent calls `verdict`, last beat at `hb`, allowed the fixed 120 s,
+/// and — with `wait` — a learned rule of a 6 s silence and that wait.
 fn m(n: &str, verdict: Verdict, hb: Millis, wait: Option<Millis>) -> Member {
     Member {
         verdict,
         heartbeat: Some(hb),
-        silence: if wait.is_some() { 6 * S } else { 120 * S },
-        learned: wait,
+        silence: 120 * S,
+        learned: wait.map(|wait| Learned {
+            silence: 6 * S,
+            wait,
+        }),
         started: Some(0),
         breaker_left: Some(3),
         ..Member::working(n, "rank", hb)
@@ -58,58 +63,107 @@ fn a_collective_silent_past_every_members_learned_silence_is_hung_then_due_after
         m("b", Verdict::Healthy, hb + S, Some(9 * S)),
         m("c", Verdict::Suspect, hb - S, Some(5 * S)),
     ];
-    // b passes its 6 s last, at hb + 7 s: not before.
+    // b passes its 6 s last, at hb + 7 s: not before, as its agent sees it.
     let early = looked(&gang, hb + 7 * S);
     assert_eq!(verdict(&early, hb + 7 * S), GangVerdict::Running);
-    assert_eq!(learned_stop(&early, hb + 7 * S), None);
+    assert_eq!(learned_stop(&early), None);
     let now = hb + 7 * S + 1;
     let gang = looked(&gang, now);
-    assert_eq!(learned_stop(&gang, now), Some((hb + 7 * S, 9 * S)));
+    assert_eq!(learned_stop(&gang), Some((hb + 7 * S, 9 * S)));
     assert_eq!(
         verdict(&gang, now),
         GangVerdict::Hung {
             first: "c/rank".into()
         }
     );
-    // Persistence: the longest wait (9 s) past the moment the last member passed its silence.
-    assert!(!restart_due(now, &gang, hb + 16 * S - 1, &t));
-    assert!(restart_due(now, &gang, hb + 16 * S, &t));
-    let state = open(now);
-    let at = hb + 16 * S;
-    let steps = plan(&verdict(&gang, at), &state, &gang, &gang[0], at, &rules());
+    // Persistence: the longest wait (9 s) past the moment the last member passed its silence
+    // (and past the incident's start, here a moment later).
+    let started = now;
+    assert!(!restart_due(started, &gang, started + 9 * S - 1, &t));
+    let at = started + 9 * S;
+    assert_eq!(due_on(started, &gang, at, &t), Some(Basis::Learned));
+    let steps = plan(
+        &verdict(&gang, at),
+        &open(started),
+        &gang,
+        &gang[0],
+        at,
+        &rules(),
+    );
     assert_eq!(steps, vec![GangStep::PageHung, GangStep::Decide]);
     // The same entries as their agents wrote them before they passed their silences (a poll
     // earlier): each may have beaten since, as far as the gang can know — no evidence, however
     // late the reader.
     let lagging = looked(&gang, hb + 2 * S);
-    assert_eq!(learned_stop(&lagging, at), None);
-    assert!(!restart_due(now, &lagging, at + 60 * S, &t));
+    assert_eq!(learned_stop(&lagging), None);
+    assert!(!restart_due(started, &lagging, at + 60 * S, &t));
+    // Each member's own restart under that decision: silent past its learned silence, though
+    // within the fixed one.
+    let d = Decision {
+        decided: at,
+        incident: "g1".into(),
+        only: None,
+    };
+    assert!(executable(&d, &looked(&gang, at)[0], at, &t));
 }
 
 #[test]
 fn one_member_without_a_learned_rule_leaves_the_whole_gang_to_the_fixed_rule() {
     let t = timing();
     let hb = 1_000 * S;
-    let mut gang = [
-        m("a", Verdict::Suspect, hb, Some(4 * S)),
-        m("b", Verdict::Suspect, hb, Some(4 * S)),
-        m("c", Verdict::Suspect, hb, None),
-    ];
-    // Silent for a minute: past every learned silence, within c's fixed one.
     let now = hb + 60 * S;
-    assert_eq!(learned_stop(&gang, now), None);
+    let mut gang = looked(
+        &[
+            m("a", Verdict::Suspect, hb, Some(4 * S)),
+            m("b", Verdict::Suspect, hb, Some(4 * S)),
+            m("c", Verdict::Suspect, hb, None),
+        ],
+        now,
+    );
+    // Silent for a minute: past every learned silence, within c's fixed one.
+    assert_eq!(learned_stop(&gang), None);
     assert_eq!(verdict(&gang, now), GangVerdict::Running);
     assert!(!restart_due(hb + 10 * S, &gang, now, &t));
-    // c is confirmed hung by the fixed rule at hb + 125 s; the incident is as old as that.
+    // c is confirmed hung by the fixed rule (its agent's second look, at hb + 130 s at the
+    // earliest): the restart waits `restart_delay` past that, whenever the incident opened.
     gang[2].verdict = Verdict::Hung;
-    let started = hb + 125 * S;
+    let fixed = hb + 120 * S + t.confirm_after;
     assert!(!restart_due(
-        started,
+        hb + 10 * S,
         &gang,
-        started + t.restart_delay - 1,
+        fixed + t.restart_delay - 1,
         &t
     ));
-    assert!(restart_due(started, &gang, started + t.restart_delay, &t));
+    assert_eq!(
+        due_on(hb + 10 * S, &gang, fixed + t.restart_delay, &t),
+        Some(Basis::Fixed)
+    );
+}
+
+/// A member its agent confirmed hung beside one silent past its learned silence but within the
+/// fixed one: a straggler, as without learning (the learned rule of some members only changes
+/// nothing: an older agent reading the same entries judges them the same).
+#[test]
+fn learned_rules_of_some_members_only_change_no_verdict() {
+    let hb = 1_000 * S;
+    let now = hb + 60 * S;
+    let gang = looked(
+        &[
+            m("a", Verdict::Hung, hb - 100 * S, None),
+            m("b", Verdict::Suspect, hb, Some(4 * S)),
+        ],
+        now,
+    );
+    assert_eq!(
+        verdict(&gang, now),
+        GangVerdict::Straggler(vec!["a/rank".into()])
+    );
+    let plain: Vec<Member> = gang
+        .iter()
+        .cloned()
+        .map(|m| Member { learned: None, ..m })
+        .collect();
+    assert_eq!(verdict(&plain, now), verdict(&gang, now));
 }
 
 #[test]
@@ -125,11 +179,10 @@ fn an_incident_opened_on_learned_evidence_that_no_longer_holds_waits_for_the_fix
     let mut gang = looked(&gang, started);
     assert!(matches!(verdict(&gang, started), GangVerdict::Hung { .. }));
     gang[1].learned = None;
-    gang[1].silence = t.stale_after;
     // a is confirmed hung by the fixed rule (its agent's verdict): the restart waits for
     // `restart_delay` past the moment the fixed rule stopped it, not past the incident's start.
     gang[0].verdict = Verdict::Hung;
-    let fixed = hb + t.stale_after;
+    let fixed = hb + 120 * S + t.confirm_after;
     assert!(!restart_due(started, &gang, started + t.restart_delay, &t));
     assert!(!restart_due(
         started,
@@ -144,27 +197,33 @@ fn an_incident_opened_on_learned_evidence_that_no_longer_holds_waits_for_the_fix
 fn a_member_within_its_learned_silence_or_not_an_ordinary_worker_is_no_learned_evidence() {
     let hb = 1_000 * S;
     let now = hb + 30 * S;
-    let beating = [
-        m("a", Verdict::Suspect, hb, Some(4 * S)),
-        m("b", Verdict::Healthy, now - S, Some(4 * S)),
-    ];
-    assert_eq!(learned_stop(&beating, now), None);
+    let beating = looked(
+        &[
+            m("a", Verdict::Suspect, hb, Some(4 * S)),
+            m("b", Verdict::Healthy, now - S, Some(4 * S)),
+        ],
+        now,
+    );
+    assert_eq!(learned_stop(&beating), None);
     assert_eq!(
         verdict(&beating, now),
         GangVerdict::Running,
         "one member silent past its learned silence beside a beating one is no straggler: only the fixed rule names one"
     );
     for v in [Verdict::Booting, Verdict::Paused, Verdict::InMaintenance] {
-        let gang = [
-            m("a", Verdict::Suspect, hb, Some(4 * S)),
-            m("b", v, hb, Some(4 * S)),
-        ];
-        assert_eq!(learned_stop(&gang, now), None, "{v:?}");
+        let gang = looked(
+            &[
+                m("a", Verdict::Suspect, hb, Some(4 * S)),
+                m("b", v, hb, Some(4 * S)),
+            ],
+            now,
+        );
+        assert_eq!(learned_stop(&gang), None, "{v:?}");
     }
-    let mut idle = m("b", Verdict::Healthy, hb, Some(4 * S));
+    let mut idle = looked(&[m("b", Verdict::Healthy, hb, Some(4 * S))], now).remove(0);
     idle.activity = Activity::Idle;
-    assert_eq!(learned_stop(&[beating[0].clone(), idle], now), None);
-    assert_eq!(learned_stop(&[], now), None);
+    assert_eq!(learned_stop(&[beating[0].clone(), idle]), None);
+    assert_eq!(learned_stop(&[]), None);
 }
 
 #[test]
@@ -191,9 +250,36 @@ fn without_learned_rules_the_fixed_rule_is_exactly_as_before() {
 fn the_learned_rule_rides_in_the_entry_and_an_older_agents_entry_has_none() {
     let e = m("a", Verdict::Suspect, 5, Some(7_000));
     let json = serde_json::to_string(&e).unwrap();
-    assert!(json.contains("\"lr\":7000"), "{json}");
+    assert!(json.contains("\"lr\":{\"s\":6000,\"w\":7000}"), "{json}");
     let back: Member = serde_json::from_str(&json).unwrap();
-    assert_eq!(back.learned, Some(7_000));
-    let old = json.replace(",\"lr\":7000", "");
+    assert_eq!(back.learned, e.learned);
+    let old = json.replace(",\"lr\":{\"s\":6000,\"w\":7000}", "");
     assert_eq!(serde_json::from_str::<Member>(&old).unwrap().learned, None);
+}
+
+/// An incident opened on learned evidence is open while every member is still within the fixed
+/// rule's silence: only a beat since the incident began ends it.
+#[test]
+fn an_incident_on_learned_evidence_ends_only_with_a_beat_since_it_began() {
+    let t = timing();
+    let hb = 1_000 * S;
+    let started = hb + 7 * S;
+    let mut gang = looked(
+        &[
+            m("a", Verdict::Suspect, hb, Some(4 * S)),
+            m("b", Verdict::Suspect, hb, Some(4 * S)),
+        ],
+        started,
+    );
+    let state = open(started);
+    assert!(progressing(&gang[1], started + 30 * S), "within 120 s");
+    assert!(!incident_over(&state, &gang, started + 30 * S, &t));
+    // b's agent restarts and holds no rule: still no beat since.
+    gang[1].learned = None;
+    gang[1].at = started + 30 * S;
+    assert!(!incident_over(&state, &gang, started + 30 * S, &t));
+    // b beats: the collective moves again.
+    gang[1].heartbeat = Some(started + 31 * S);
+    gang[1].at = started + 32 * S;
+    assert!(incident_over(&state, &gang, started + 32 * S, &t));
 }

@@ -45,6 +45,7 @@ use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
 use crate::hang::model::{WorkerState, WorkerStatus};
 use crate::hang::model_rhythm::History;
+pub(crate) use crate::hang::model_rhythm::Learned;
 
 /// How often an agent writes what it learned back to the coordinator (with its cycle's batch):
 /// at most this often per worker, and only when it learned something since — at once when the
@@ -289,14 +290,6 @@ fn stale_after(base: &PolicyConfig, t: Millis) -> PolicyConfig {
     c.stale_after = Duration::from_millis(t as u64);
     c.confirm_after = c.confirm_after.min(c.stale_after / 2);
     c
-}
-
-/// A learned restart rule: the worker is stale after `silence` (ms), and its incident persists
-/// for `wait` (ms) before the restart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Learned {
-    pub(crate) silence: Millis,
-    pub(crate) wait: Millis,
 }
 
 /// The learned rule a hang's restart may stand on, if any: when `learned.restarts` is on, the

@@ -130,8 +130,8 @@ fn look(a: &mut Agent, entry: &mut Member, beats: &[Beat], cfg: &Config, now: Mi
         _ => Activity::Working,
     };
     entry.heartbeat = s.heartbeat;
-    entry.silence = allowed_silence(s, &judged);
-    entry.learned = rule.map(|r| r.wait);
+    entry.silence = allowed_silence(s, base);
+    entry.learned = rule;
     entry.at = now;
     is_stale(s, now, &judged) || matches!(v, Verdict::Hung | Verdict::Errored)
 }
@@ -182,8 +182,8 @@ impl Gang {
             .last()
             .is_none_or(|&(r, _)| now - r >= self.t.cooldown);
         if cooled && gp::decidable(started, members, now, &self.t) {
-            let learned =
-                gp::learned_stop(members, now).is_some_and(|(since, wait)| now - since >= wait);
+            let on = gp::due_on(started, members, now, &self.t);
+            let learned = on == Some(gp::Basis::Learned);
             self.out.restarts.push((now, learned));
             self.state.incident = None;
         }

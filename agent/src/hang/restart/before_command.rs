@@ -9,7 +9,7 @@ use crate::config::LOCK_MARGIN;
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
 use crate::hang::marks;
-use crate::hang::model::Incident;
+use crate::hang::model::{Incident, Marks, WorkerStatus};
 use crate::hang::policy;
 use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
@@ -202,16 +202,7 @@ impl RestartPath<'_> {
         .into_owned();
         let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, &rules);
         if let (Ok(()), Some(order)) = (checked, act.mandate.order()) {
-            // NB: the gang's decision, read again: a closed or replaced incident restarts nobody;
-            // and a member already restarted since the decision is never restarted for it again.
-            if marks
-                .restarted_at
-                .is_some_and(|t| t >= order.decision.decided)
-            {
-                checked = Err(Cancel::CooldownAppeared);
-            } else if !self.decision_stands(order).await? {
-                checked = Err(Cancel::Recovered);
-            }
+            checked = self.order_stands(order, status.as_ref(), &marks).await?;
         }
         let (cancel, why) = match checked {
             Ok(()) => return self.node_and_container_checks(act, now).await,
@@ -241,6 +232,26 @@ impl RestartPath<'_> {
         let skip = Skip::Cancelled(cancel);
         self.skip(now, act, skip, why.into(), false).await?;
         Ok(Some(skip))
+    }
+
+    /// A gang member's restart against its gang's decision, read again: a closed or replaced
+    /// incident restarts nobody, and a member restarted since the decision, or that beat since
+    /// (whatever rule still calls it stale), is never restarted for it.
+    async fn order_stands(
+        &self,
+        order: &super::GangOrder,
+        status: Option<&WorkerStatus>,
+        marks: &Marks,
+    ) -> Result<Result<(), Cancel>, CoordError> {
+        let decided = order.decision.decided;
+        let beat = status.and_then(|s| s.heartbeat);
+        Ok(if marks.restarted_at.is_some_and(|t| t >= decided) {
+            Err(Cancel::CooldownAppeared)
+        } else if beat.is_some_and(|hb| hb > decided) || !self.decision_stands(order).await? {
+            Err(Cancel::Recovered)
+        } else {
+            Ok(())
+        })
     }
 
     /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after

@@ -18,7 +18,6 @@ use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
 use crate::hang::policy_record;
-use crate::hang::policy_rhythm;
 use crate::hang::stand_down::StandDown;
 use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
@@ -74,8 +73,8 @@ impl RestartPath<'_> {
             activity,
             heartbeat: s.heartbeat,
             step: policy_fruitless::position(Some(s)),
-            silence: policy_record::allowed_silence(s, &policy_rhythm::by_rule(policy, rule)),
-            learned: rule.map(|r| r.wait),
+            silence: policy_record::allowed_silence(s, policy),
+            learned: rule,
             started: case.c.started_ms(),
             at: now,
             stand_down,

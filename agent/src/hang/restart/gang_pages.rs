@@ -181,13 +181,17 @@ impl RestartPath<'_> {
             ),
         };
         // NB: what the decision stood on, for the person reading the page at 3 a.m.
-        let evidence = match gp::learned_stop(members, now) {
-            Some((since, wait)) => format!(
+        let t = gp::Timing::of(&self.ctx.cfg);
+        let evidence = match (
+            gp::due_on(inc.started, members, now, &t),
+            gp::learned_stop(members),
+        ) {
+            (Some(gp::Basis::Learned), Some((since, wait))) => format!(
                 " On the learned rhythm: every member silent past the silence learned of it, for {} (its learned wait {}).",
                 human(now - since),
                 human(wait)
             ),
-            None => String::new(),
+            _ => String::new(),
         };
         let detail = format!(
             "{how}; one unit of the fleet budget and of the gang's breaker ({} per day). {}{evidence}",

@@ -342,7 +342,11 @@ impl RestartPath<'_> {
             true => Learn::StartOver,
             false => Learn::Look(status.as_ref()),
         };
-        self.learn(c, &marks, look, now);
+        // NB: a gang member's rhythm serves only its learned restart rule (its own verdict is the
+        // fixed rule's): not learned, nor written to Redis, without `learned.restarts`.
+        if !in_gang || self.ctx.cfg.policy.learned.restarts {
+            self.learn(c, &marks, look, now);
+        }
         let judged = self.verdict_rules(status.as_ref());
         let cfg = &*judged;
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
