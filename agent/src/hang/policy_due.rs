@@ -34,12 +34,12 @@ pub(crate) fn condition_since(
     }
 }
 
-/// Whether a hang is one by `cfg.stale_after` (or its grace) too, not only by the worker's
-/// learned rhythm (`crate::hang::policy_rhythm`): the restart waits for it. `cfg` is the
-/// restart's rule (`policy_rhythm::restart_policy`): the fixed `policy.stale_after`, or the
-/// learned silence the coordinator's history allows a restart by. Any other verdict has no
-/// learned part.
-pub(crate) fn fixed_rule_holds(
+/// Whether a hang is one by the rule its restart is judged by (`cfg`:
+/// `policy_rhythm::restart_policy` — the fixed `policy.stale_after` or its grace, or the learned
+/// silence the coordinator's history allows a restart by), not only by the silence the verdict
+/// was judged by (which may be learned from this agent's own samples): the restart waits for
+/// it. Any other verdict has no learned part.
+pub(crate) fn stale_by_restart_rule(
     v: Verdict,
     status: Option<&WorkerStatus>,
     now: Millis,

@@ -227,8 +227,8 @@ impl Rhythm {
         if !l.enabled || self.own.samples < l.min_samples {
             return None;
         }
-        let s = learned_silence(self.history.as_ref()?, cfg)?;
-        Some(s.max(self.own.beat_margin()).min(ms(cfg.stale_after)))
+        let s = silence_of(self.history.as_ref()?, &self.own, cfg)?;
+        Some(s.min(ms(cfg.stale_after)))
     }
 
     /// The history to write back with this cycle's batch (`P:{N}:worker:W:rhythm`): when this
@@ -249,12 +249,16 @@ impl Rhythm {
     }
 }
 
-/// The silence `history` teaches under `cfg` (see the module's text); `None` while fewer than
-/// `min_samples` are known.
-pub(crate) fn learned_silence(history: &History, cfg: &PolicyConfig) -> Option<Millis> {
+/// The silence `history` teaches under `cfg` (see the module's text), with what this agent saw
+/// of the current incarnation (`own`): the usual silence, at least 1.5 × the longest silence the
+/// worker came back from (in the history or seen by this agent) and 1.5 × the time between the
+/// heartbeats this agent saw; uncapped (the verdict caps it at `stale_after`, a restart needs it
+/// under). `None` while fewer than `min_samples` are known. One rule for the verdict
+/// ([`Rhythm::silence`]) and the restart ([`learned_rule`]).
+pub(crate) fn silence_of(history: &History, own: &Own, cfg: &PolicyConfig) -> Option<Millis> {
     let usual = usual_silence(history, cfg)?;
-    let longest = history.longest();
-    Some(usual.max(longest + longest / 2).min(ms(cfg.stale_after)))
+    let longest = history.longest().max(own.longest);
+    Some(usual.max(longest + longest / 2).max(own.beat_margin()))
 }
 
 /// The worker's usual silence: `multiplier` × the `quantile` of its silences, at least `floor`
@@ -317,10 +321,8 @@ pub(crate) fn learned_rule(
         .filter(|_| trusted)
         .filter(|h| now - h.since >= ms(l.history))?;
     let usual = usual_silence(h, base)?;
-    // At least 1.5 × the longest silence this incarnation came back from, whether or not the
-    // coordinator's copy holds it yet, and 1.5 × the time between its heartbeats (`Beats`).
-    let longest = h.longest().max(own.longest);
-    let silence = usual.max(longest + longest / 2).max(own.beat_margin());
+    // NB: `own` counts whether or not the coordinator's copy holds its samples yet.
+    let silence = silence_of(h, &own, base)?;
     (silence < ms(base.stale_after)).then(|| Learned {
         silence,
         wait: usual.min(ms(base.restart_delay)),

@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::hang::model::{Incident, Marks, WorkerState, WorkerStatus};
 use crate::hang::model_rhythm::History;
 use crate::hang::policy::{plan, verdict, Effect, NodeContext, Verdict};
-use crate::hang::policy_due::{fixed_rule_holds, restart_due};
+use crate::hang::policy_due::{restart_due, stale_by_restart_rule};
 use crate::hang::policy_rhythm::{judged_by, restart_policy, Rhythm};
 
 /// One write of the worker's record.
@@ -344,7 +344,7 @@ fn restart_if_due(
         .is_none_or(|&r| now - r >= crate::clock::ms(cfg.policy.cooldown));
     if cooled
         && restart_due(v, inc.started, now, &rules)
-        && fixed_rule_holds(v, status, now, &rules)
+        && stale_by_restart_rule(v, status, now, &rules)
     {
         out.restarts.push(now);
         marks.incident = None;

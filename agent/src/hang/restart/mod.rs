@@ -475,7 +475,7 @@ impl RestartPath<'_> {
                 if policy_due::retry_open(case.marks, now) && {
                     let rules = self.restart_rules(case.status, case.marks, now);
                     restart_due(case.v, inc.started, now, &rules)
-                        && policy_due::fixed_rule_holds(case.v, case.status, now, &rules)
+                        && policy_due::stale_by_restart_rule(case.v, case.status, now, &rules)
                 } =>
             {
                 let since =
