@@ -24,7 +24,8 @@
 //!
 //! The learned silence is `multiplier` × the `quantile` of the samples, at least `floor`, at
 //! least 1.5 × the longest silence the worker ever came back from (a long phase it does not
-//! announce is then not called hung twice), and never more than `stale_after`: it only ever finds
+//! announce is then not called hung twice), at least 1.5 × the median time between the
+//! heartbeats this agent saw ([`Beats`]), and never more than `stale_after`: it only ever finds
 //! a hang sooner. It holds for `processing` records without a grace. The confirming observation
 //! then comes after half of it (or `confirm_after`, when shorter).
 //!
@@ -37,6 +38,10 @@
 //! again. A restart so comes at the earliest when the silence is 1.5 × the longest the worker
 //! ever survived, plus the confirming observation, plus its usual silence. Anything short of that: the
 //! fixed rule, `stale_after` and `restart_delay`, as without learning.
+//!
+//! A gang member is judged by the fixed rule for its own verdict; the learned rule its agent
+//! holds for it ([`learned_rule`]) rides in its entry of the gang's view, and the gang restarts
+//! on it only when every member's entry carries one (`crate::hang::policy_gang_learned`).
 
 use std::borrow::Cow;
 use std::time::Duration;

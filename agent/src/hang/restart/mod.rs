@@ -356,9 +356,11 @@ impl RestartPath<'_> {
             let within = self.member_rules(status.as_ref(), &marks, now);
             effects = policy::for_gang(effects, status.as_ref(), &marks, now, &within);
         }
-        // The stage this cycle leaves (its sighting, timer and escalation written).
+        // The stage this cycle leaves (its sighting, timer and escalation written), due by the
+        // rule its restart is judged by (learned or fixed).
         let left = policy_life::project(&marks, &effects, now);
-        let stage = policy_life::stage(&left, claim, locked, v, now, cfg);
+        let due_by = self.restart_rules(status.as_ref(), &marks, now);
+        let stage = policy_life::stage(&left, claim, locked, v, now, &due_by);
         self.ctx.metrics.verdict(v.as_str());
         self.ctx.metrics.workers.observe(WorkerSample {
             worker: &c.worker,
