@@ -254,6 +254,8 @@ const CATCHES: &[(&str, u64)] = &[
     ("RhythmFromMemory", 11),
     ("gang:CooldownUnseen", 84),
     ("gang:ComputeHidden", 6),
+    ("gang:ProgressHidden", 15),
+    ("gang:AgreementForged", 1),
 ];
 
 fn catches(mutant: &str) -> Option<u64> {
@@ -406,10 +408,17 @@ fn gang_caught(mutant: sim::gang_mutant::GangMutant, invariants: &[&str]) {
 fn the_gang_harness_catches_a_moving_collective_taken_for_hung() {
     // A moving collective taken for hung: a member restarted while its peers move, or, when the
     // peers block before their turn, left out of the restart because they beat after the
-    // decision.
+    // decision; or its bogus incident closed by the one entry the reader builds itself (its own
+    // member, whose beat since the incident shows) and opened again — a second `hung` page in
+    // one stop — or decided on that incident's clock soon after the collective really stopped.
     gang_caught(
         sim::gang_mutant::GangMutant::ProgressHidden,
-        &["never a moving collective", "all or nothing"],
+        &[
+            "never a moving collective",
+            "all or nothing",
+            "one page per incident",
+            "a gang's restart persists",
+        ],
     );
 }
 
@@ -487,5 +496,15 @@ fn the_gang_harness_catches_a_restart_for_slowness() {
     gang_caught(
         sim::gang_mutant::GangMutant::SlowTakenForHung,
         &["never a restart for slowness"],
+    );
+}
+
+/// Issue 46: a gang restarted on the learned rhythm though one member's agent holds no learned
+/// rule (the entries read as agreeing) is restarted sooner than the fixed rule allows.
+#[test]
+fn the_gang_harness_catches_agreement_on_learned_evidence_forged() {
+    gang_caught(
+        sim::gang_mutant::GangMutant::AgreementForged,
+        &["a gang's restart persists"],
     );
 }

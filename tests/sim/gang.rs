@@ -20,6 +20,9 @@
 //! - **one member for all** (gang `ml/b` is a JobSet's: one member's failure makes its
 //!   controller restart every member, a few ticks later): one member failed per restart of the
 //!   job, never a second before the controller acts, never one restarted in place;
+//! - **a gang's restart persists**: unless every node's agent learns, no restart of every member
+//!   begins sooner after its collective stopped than the fixed rule allows (`stale_after` and
+//!   `restart_delay`);
 //! - the odd seeds' agents learn their ranks' rhythms and restart on them (issue 46,
 //!   `policy.learned.restarts`; in one of four, node 3's does not, and its gangs keep the fixed
 //!   rule): every invariant above holds for a gang decided on learned evidence too;
@@ -154,6 +157,9 @@ struct Sim {
     /// Gang `ml/c`: it never stops, it sometimes runs slow.
     slow: SlowGang,
     slow_seen: SlowSeen,
+    /// Every node's agent restarts on learned rhythms (`learns`): a restart may come within
+    /// seconds of a stop. Else the fixed rule's persistence holds ("a gang's restart persists").
+    learned_all: bool,
 }
 
 fn container(node: usize, gang: usize) -> String {
@@ -190,6 +196,7 @@ impl Sim {
             recreate_at: None,
             slow,
             slow_seen: SlowSeen::default(),
+            learned_all: (0..NODES).all(|n| learns(seed, n)),
         };
         for n in 0..NODES {
             let mut cfg = Config {
@@ -560,6 +567,20 @@ impl Sim {
     /// A restart of every member of gang `g` begins: refused when its restarts that did not
     /// help forbid another.
     fn wave_begins(&mut self, g: usize) -> Result<(), GangViolation> {
+        // Unless every member's agent learns, the fixed rule: a member silent for `stale_after`
+        // and confirmed, then `restart_delay` (less two polls: the last beat a poll before the
+        // stop, the looks a poll apart).
+        if let (Phase::Stopped { at }, false) = (&self.gangs[g].phase, self.learned_all) {
+            let p = Config::default().policy;
+            let least = vigil::clock::ms(p.stale_after + p.restart_delay) - 2 * POLL_MS;
+            let after = self.now() - at;
+            if after < least {
+                return self.fail(
+                    "a gang's restart persists",
+                    format!("gang {g}: restarted {} s after its collective stopped, though a member's agent holds no learned rule (the fixed rule: {} s at the least)", after / 1000, least / 1000),
+                );
+            }
+        }
         let max = Config::default().policy.max_fruitless_restarts;
         if let Err(detail) = self.gangs[g].wave_begins(max) {
             return self.fail(

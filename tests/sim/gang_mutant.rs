@@ -1,6 +1,7 @@
 //! The gang simulation's coordinator (`super::gang`): the shared store behind an outage switch,
 //! and the planted mutants' lies — each breaks one gang invariant, to show the harness catches it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,11 +39,15 @@ pub enum GangMutant {
     /// While a gang's slow episode is open its members' heartbeats read as stopped when it
     /// began: a slow job taken for a hung one.
     SlowTakenForHung,
+    /// Issue 46: the members' agents read as agreeing on learned evidence when they do not —
+    /// an entry without a learned rule (`lr`) reads with another member's: a gang restarted on
+    /// the learned rhythm though one member's agent holds none.
+    AgreementForged,
 }
 
 impl GangMutant {
     #[allow(dead_code)]
-    pub const ALL: [GangMutant; 10] = [
+    pub const ALL: [GangMutant; 11] = [
         GangMutant::ProgressHidden,
         GangMutant::BlockersHidden,
         GangMutant::AlertsNotDeduplicated,
@@ -53,6 +58,7 @@ impl GangMutant {
         GangMutant::SlowLineAbovePace,
         GangMutant::ComputeHidden,
         GangMutant::SlowTakenForHung,
+        GangMutant::AgreementForged,
     ];
 }
 
@@ -94,6 +100,23 @@ fn never_ends(run: &str) -> String {
         *last = (i64::MAX / 4).to_string();
     }
     parts.join(":")
+}
+
+/// `AgreementForged`: the view's entries without a learned rule given another entry's.
+fn forge_agreement(h: HashMap<String, String>) -> HashMap<String, String> {
+    let parse = |v: &String| serde_json::from_str::<serde_json::Value>(v).unwrap_or_default();
+    let Some(lr) = h.values().map(parse).find_map(|e| e.get("lr").cloned()) else {
+        return h;
+    };
+    h.into_iter()
+        .map(|(f, v)| {
+            let mut e = parse(&v);
+            if let Some(o) = e.as_object_mut() {
+                o.entry("lr").or_insert(lr.clone());
+            }
+            (f, e.to_string())
+        })
+        .collect()
 }
 
 impl Faulty {
@@ -197,6 +220,14 @@ impl Coordinator for Faulty {
                             })
                             .collect(),
                     )),
+                    other => Ok(other),
+                }
+            }
+            Request::Hgetall(key)
+                if m == Some(GangMutant::AgreementForged) && key.ends_with(":members") =>
+            {
+                match self.inner.execute(Request::Hgetall(key)).await? {
+                    Reply::Hash(h) => Ok(Reply::Hash(forge_agreement(h))),
                     other => Ok(other),
                 }
             }

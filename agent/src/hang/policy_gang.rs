@@ -400,11 +400,14 @@ fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<Stri
 
 /// Whether the gang's open incident is over: its restart was decided and every member has beaten
 /// since (or the cooldown has passed since the decision), or — before any decision — a member
-/// progresses again: it beat since the incident began, within its allowed silence.
+/// beat working since the incident began: the collective moved.
 ///
-/// NB: a beat since, not only a silence within the allowed one: an incident opened on learned
+/// NB: a beat since, not a silence within the allowed one now. An incident opened on learned
 /// evidence is open while every member is still within the fixed rule's silence, and must not
-/// close on that (a build without this closed it, reopened it and paged `hung` twice).
+/// close on that (a build without this closed it, reopened it and paged `hung` twice). And the
+/// gang's turn comes only while a member is stale: an incident whose collective moved again
+/// unseen (a person restarted the job) is still open at its next stop, and must close then, not
+/// restart the new stop on the old one's clock (gang seed 6: 135 s after the stop).
 pub(crate) fn incident_over(
     state: &GangState,
     members: &[Member],
@@ -414,7 +417,9 @@ pub(crate) fn incident_over(
     let Some(inc) = &state.incident else {
         return false;
     };
-    let moved = |m: &Member| progressing(m, now) && m.heartbeat.is_some_and(|hb| hb > inc.started);
+    let moved = |m: &Member| {
+        m.activity == Activity::Working && m.heartbeat.is_some_and(|hb| hb > inc.started)
+    };
     match state.current_decision() {
         Some(d) => {
             let all_beat = !members.is_empty()

@@ -307,13 +307,17 @@ fn an_incident_ends_when_the_restart_took_or_the_collective_moves() {
     let now = 10_000 * S;
     let d = now - 60 * S;
     let mut st = open(now - 400 * S);
-    let stuck = [m("a", "hung", now - 300 * S, now)];
+    let stuck = [m("a", "hung", now - 500 * S, now)];
     let moving = [m("a", "healthy", now - S, now)];
     assert!(!incident_over(&st, &stuck, now, &t));
     assert!(
         incident_over(&st, &moving, now, &t),
         "recovered before a decision"
     );
+    // Moved since, unseen, and stopped again (a person restarted the job): that stop is over,
+    // and the next one is a new incident with its own clock.
+    let moved_and_stopped = [m("a", "hung", now - 300 * S, now)];
+    assert!(incident_over(&st, &moved_and_stopped, now, &t));
     st.decision = Some(Decision {
         decided: d,
         incident: "g1".into(),
