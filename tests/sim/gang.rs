@@ -654,7 +654,11 @@ impl Sim {
                     // over) to carry the decision out: a slow agent that skips cycles is late, not
                     // wrong.
                     let ran = |n: usize| self.cycles[n] - self.gangs[g].wave_cycles[n];
-                    let faulted = |n: usize| self.faulted_since(n, w - 2 * POLL_MS);
+                    // NB: faulted up to four polls before the wave: the entry the decision read
+                    // holds its node's breaker as the batch before its write read it, and a slow
+                    // agent skips cycles (seed 8166: its breaker spent 45 s before the wave, read
+                    // as open in an entry two skipped cycles old; the member then refused).
+                    let faulted = |n: usize| self.faulted_since(n, w - 4 * POLL_MS);
                     let overdue: Vec<usize> = missing
                         .iter()
                         .copied()
