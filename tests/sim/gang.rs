@@ -13,9 +13,10 @@
 //!   gone, a failover) in that window: the residual window of docs/how-it-decides.md;
 //! - **one page per incident**: at most one `hung` alert for a gang per stop of its collective;
 //! - **never a moving collective**: no member is restarted while a member of its gang progresses;
-//! - **restarts that do not help stop**: no restart of every member begins after
-//!   `policy.max_fruitless_restarts` in a row that brought the collective no further (each
-//!   restart resumes from a checkpoint and trains on, never beats, or stops again where it did);
+//! - **restarts that do not help stop**: no restart of every member is decided after
+//!   `policy.max_fruitless_restarts` decided in a row that brought the collective no further
+//!   (each restart resumes from a checkpoint and trains on, never beats, or stops again where it
+//!   did; a decision a member's node then refused counts, as the product counts it);
 //! - **restarts that help go on**: a gang is refused as fruitless only when that is so;
 //! - **one member for all** (gang `ml/b` is a JobSet's: one member's failure makes its
 //!   controller restart every member, a few ticks later): one member failed per restart of the
@@ -564,8 +565,8 @@ impl Sim {
         Ok(())
     }
 
-    /// A restart of every member of gang `g` begins: refused when its restarts that did not
-    /// help forbid another.
+    /// A restart of every member of gang `g` begins: never sooner after its stop than the rule
+    /// allows.
     fn wave_begins(&mut self, g: usize) -> Result<(), GangViolation> {
         // Unless every member's agent learns, the fixed rule: a member silent for `stale_after`
         // and confirmed, then `restart_delay` (less two polls: the last beat a poll before the
@@ -581,13 +582,7 @@ impl Sim {
                 );
             }
         }
-        let max = Config::default().policy.max_fruitless_restarts;
-        if let Err(detail) = self.gangs[g].wave_begins(max) {
-            return self.fail(
-                "restarts that do not help stop",
-                format!("gang {g}: {detail}"),
-            );
-        }
+        self.gangs[g].at_wave = self.gangs[g].step;
         self.stats.gang_restarts += 1;
         Ok(())
     }
@@ -706,8 +701,16 @@ impl Sim {
                         return self.fail("one page per incident", detail);
                     }
                 }
-                AlertKind::Restarting if a.detail.contains("On the learned rhythm") => {
-                    self.stats.learned_waves += 1
+                AlertKind::Restarting => {
+                    if a.detail.contains("On the learned rhythm") {
+                        self.stats.learned_waves += 1;
+                    }
+                    let max = Config::default().policy.max_fruitless_restarts;
+                    if let Err(detail) = self.gangs[g].decided(max) {
+                        self.seen_alerts = alerts.len();
+                        let detail = format!("gang {g}: {detail}");
+                        return self.fail("restarts that do not help stop", detail);
+                    }
                 }
                 AlertKind::GangBlocked => self.stats.blocked_pages += 1,
                 AlertKind::Escalation => self.stats.escalations += 1,

@@ -47,9 +47,9 @@ pub(super) struct GangTruth {
     pub(super) stop_at: Option<u64>,
     /// The step when the last restart wave began.
     pub(super) at_wave: u64,
-    /// The restart waves in a row that brought the collective no further than it was at any
-    /// of them (`past`, the furthest of those steps); `passed`: it got past that since the
-    /// last wave. The product's run, as the harness sees it.
+    /// The decisions in a row that brought the collective no further than it was at any of
+    /// them (`past`, the furthest of those steps); `passed`: it got past that since the last
+    /// one. The product's run, as the harness sees it.
     pub(super) fruitless: u32,
     pub(super) past: Option<u64>,
     pub(super) passed: bool,
@@ -91,12 +91,16 @@ impl GangTruth {
         max > 0 && self.fruitless >= max && !self.passed
     }
 
-    /// A restart wave of every member begins: refused (the invariant "restarts that do not help
-    /// stop") when the restarts so far forbid it.
-    pub(super) fn wave_begins(&mut self, max: u32) -> Result<(), String> {
+    /// The gang's restart of every member is decided (its `restarting` page): refused (the
+    /// invariant "restarts that do not help stop") when the restarts so far forbid it.
+    ///
+    /// NB: counted at the decision, as the product counts its run (a decision whose restart a
+    /// member's node then refused — it stood down on the decision's tick — is one the run
+    /// holds: gang seed 9165, counted at the waves, read a refusal after it as wrong).
+    pub(super) fn decided(&mut self, max: u32) -> Result<(), String> {
         if self.fruitless_now(max) {
             return Err(format!(
-                "{} restarts of every member in a row brought no progress past step {}, and another began",
+                "{} restarts of every member in a row brought no progress past step {}, and another was decided",
                 self.fruitless,
                 self.past.unwrap_or_default()
             ));
@@ -109,7 +113,6 @@ impl GangTruth {
             self.past = self.past.max(Some(self.step));
         }
         self.passed = false;
-        self.at_wave = self.step;
         Ok(())
     }
 
