@@ -2,23 +2,12 @@
 //! member's agent holds a learned rule and every member is silent past it, for the longest of
 //! their waits; anything short of that is the fixed rule, never sooner than it.
 
+use super::tests::{open, rules, timing};
 use super::*;
 use crate::hang::model_gang::Decision;
 use crate::hang::model_rhythm::Learned;
 
 const S: Millis = 1_000;
-
-fn timing() -> Timing {
-    Timing::of(&Config::default())
-}
-
-fn rules() -> Rules {
-    Rules {
-        action: GangAction::RestartAll,
-        straggler: StragglerAction::AlertOnly,
-        timing: timing(),
-    }
-}
 
 /// A member of node `n` its agent calls `verdict`, last beat at `hb`, allowed the fixed 120 s,
 /// and — with `wait` — a learned rule of a 6 s silence and that wait.
@@ -40,16 +29,6 @@ fn m(n: &str, verdict: Verdict, hb: Millis, wait: Option<Millis>) -> Member {
 /// The entries as their agents wrote them at `at` (each looked then).
 fn looked(gang: &[Member], at: Millis) -> Vec<Member> {
     gang.iter().cloned().map(|m| Member { at, ..m }).collect()
-}
-
-fn open(started: Millis) -> GangState {
-    GangState {
-        incident: Some(crate::hang::model_gang::GangIncident {
-            started,
-            id: "g1".into(),
-        }),
-        ..GangState::default()
-    }
 }
 
 #[test]

@@ -3,11 +3,11 @@ use crate::hang::model_gang::GangIncident;
 
 const S: Millis = 1_000;
 
-fn timing() -> Timing {
+pub(super) fn timing() -> Timing {
     Timing::of(&Config::default())
 }
 
-fn rules() -> Rules {
+pub(super) fn rules() -> Rules {
     Rules {
         action: GangAction::RestartAll,
         straggler: StragglerAction::AlertOnly,
@@ -28,7 +28,7 @@ fn m(n: &str, verdict: &str, hb: Millis, at: Millis) -> Member {
     }
 }
 
-fn open(started: Millis) -> GangState {
+pub(super) fn open(started: Millis) -> GangState {
     GangState {
         incident: Some(GangIncident {
             started,
