@@ -40,14 +40,21 @@ pub(crate) fn bucket(ms: Millis) -> usize {
         .unwrap_or(BUCKETS - 1)
 }
 
-/// The silences a worker came back from, and since when they are learned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The silences a worker came back from, and since when they are learned. (Also, in an agent's
+/// memory, the times between the heartbeats it saw: `crate::hang::policy_rhythm::Own::beats`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct History {
     /// When the first of them was learned (ms, the coordinator's clock).
     pub(crate) since: Millis,
     /// The longest of them, exactly (the margin over it is the rule's, not the rounding's).
     longest: Millis,
     counts: [u32; BUCKETS],
+}
+
+impl Default for History {
+    fn default() -> History {
+        History::new(0)
+    }
 }
 
 impl History {
@@ -180,7 +187,7 @@ mod tests {
         a.merge(&b);
         assert_eq!(a.total(), 11, "the ten silences both saw count once");
         assert_eq!((a.since, a.longest()), (50, 30_000));
-        let again = a.clone();
+        let again = a;
         a.merge(&again);
         assert_eq!(a, again, "merging is idempotent");
     }

@@ -25,7 +25,7 @@
 //! The learned silence is `multiplier` × the `quantile` of the samples, at least `floor`, at
 //! least 1.5 × the longest silence the worker ever came back from (a long phase it does not
 //! announce is then not called hung twice), at least 1.5 × the median time between the
-//! heartbeats this agent saw ([`Beats`]), and never more than `stale_after`: it only ever finds
+//! heartbeats this agent saw ([`Own::beats`]), and never more than `stale_after`: it only ever finds
 //! a hang sooner. It holds for `processing` records without a grace. The confirming observation
 //! then comes after half of it (or `confirm_after`, when shorter).
 //!
@@ -84,54 +84,21 @@ pub(crate) struct Rhythm {
 pub(crate) struct Own {
     pub(crate) samples: u32,
     pub(crate) longest: Millis,
-    pub(crate) beats: Beats,
-}
-
-/// How far apart the heartbeats one agent saw were (a histogram on `model_rhythm`'s buckets).
-///
-/// NB: a silence is sampled as the agent sees it (the age of a heartbeat at its looks), which
-/// is short of the worker's real silence when the looks fall just after the beats: a worker
-/// beating every 15 s looked at every 15 s, in step, shows ages of a second. The time between
-/// two heartbeats seen one after the other is never shorter than the worker's real beat, so a
-/// learned silence is never under 1.5 × their median ([`Own::beat_margin`]): looks in step
-/// with the beats teach no silence the worker's next late beat would break.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Beats {
-    counts: [u32; crate::hang::model_rhythm::BUCKETS],
-}
-
-impl Default for Beats {
-    fn default() -> Beats {
-        Beats {
-            counts: [0; crate::hang::model_rhythm::BUCKETS],
-        }
-    }
-}
-
-impl Beats {
-    fn add(&mut self, gap: Millis) {
-        let b = &mut self.counts[crate::hang::model_rhythm::bucket(gap.max(0))];
-        *b = b.saturating_add(1);
-    }
-
-    /// The median time between heartbeats (its bucket's bound); 0 when none was seen.
-    pub(crate) fn median(&self) -> Millis {
-        let total: u64 = self.counts.iter().map(|&c| u64::from(c)).sum();
-        let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
-            seen += u64::from(c);
-            if total > 0 && seen * 2 >= total {
-                return crate::hang::model_rhythm::upper(i);
-            }
-        }
-        0
-    }
+    /// How far apart the heartbeats it saw were, on the silences' histogram.
+    ///
+    /// NB: a silence is sampled as the agent sees it (the age of a heartbeat at its looks), which
+    /// is short of the worker's real silence when the looks fall just after the beats: a worker
+    /// beating every 15 s looked at every 15 s, in step, shows ages of a second. The time
+    /// between two heartbeats seen one after the other is never shorter than the worker's real
+    /// beat, so a learned silence is never under 1.5 × their median ([`Own::beat_margin`]):
+    /// looks in step with the beats teach no silence the worker's next late beat would break.
+    pub(crate) beats: History,
 }
 
 impl Own {
     /// The least learned silence the beats this agent saw allow: 1.5 × their median gap.
     pub(crate) fn beat_margin(&self) -> Millis {
-        let m = self.beats.median();
+        let m = self.beats.quantile(0.5);
         m + m / 2
     }
 }
@@ -193,7 +160,7 @@ impl Rhythm {
             }
             (None, _) => {}
             (Some(theirs), Some(mine)) => mine.merge(theirs),
-            (Some(theirs), None) => self.history = Some(theirs.clone()),
+            (Some(theirs), None) => self.history = Some(*theirs),
         }
     }
 

@@ -168,7 +168,7 @@ fn the_coordinators_copy_is_merged_and_written_back_at_most_once_a_minute() {
     assert_eq!(r.write_due(last + 3 * WRITE_EVERY), None, "nothing new");
     // Another agent's copy (it saw a 30 s silence this one never did) raises the silence once
     // this agent has seen the incarnation's rhythm itself.
-    let mut theirs = written.clone();
+    let mut theirs = written;
     theirs.add(30_000);
     let mut fresh = Rhythm::default();
     fresh.adopt(Some(&theirs));
@@ -253,7 +253,7 @@ fn a_restart_from_the_rhythm_stands_only_on_the_coordinators_copy_and_its_histor
         fixed(Some(&old), 29, &c),
         "too few samples of this incarnation"
     );
-    let mut young = old.clone();
+    let mut young = old;
     young.since = now - 3_600_000;
     assert!(fixed(Some(&young), 30, &c), "history shorter than 6 h");
     let mut off = c.clone();
