@@ -177,8 +177,9 @@ pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
 /// What a gang's restart is due on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Basis {
-    /// Every member's learned rule ([`learned_stop`]).
-    Learned,
+    /// Every member's learned rule ([`learned_stop`]): when the last member passed its learned
+    /// silence, and the longest of their waits.
+    Learned { since: Millis, wait: Millis },
     /// The fixed rule.
     Fixed,
 }
@@ -196,9 +197,10 @@ pub(crate) fn due_on(
     now: Millis,
     t: &Timing,
 ) -> Option<Basis> {
-    let learned = learned_stop(members);
-    if learned.is_some_and(|(since, wait)| now - since.max(started) >= wait) {
-        return Some(Basis::Learned);
+    if let Some((since, wait)) = learned_stop(members) {
+        if now - since.max(started) >= wait {
+            return Some(Basis::Learned { since, wait });
+        }
     }
     let from = match members.iter().any(|m| m.learned.is_some()) {
         false => Some(started),

@@ -60,7 +60,13 @@ fn a_collective_silent_past_every_members_learned_silence_is_hung_then_due_after
     let started = now;
     assert!(!restart_due(started, &gang, started + 9 * S - 1, &t));
     let at = started + 9 * S;
-    assert_eq!(due_on(started, &gang, at, &t), Some(Basis::Learned));
+    assert_eq!(
+        due_on(started, &gang, at, &t),
+        Some(Basis::Learned {
+            since: hb + 7 * S,
+            wait: 9 * S
+        })
+    );
     let steps = plan(
         &verdict(&gang, at),
         &open(started),

@@ -183,7 +183,7 @@ impl Gang {
             .is_none_or(|&(r, _)| now - r >= self.t.cooldown);
         if cooled && gp::decidable(started, members, now, &self.t) {
             let on = gp::due_on(started, members, now, &self.t);
-            let learned = on == Some(gp::Basis::Learned);
+            let learned = matches!(on, Some(gp::Basis::Learned { .. }));
             self.out.restarts.push((now, learned));
             self.state.incident = None;
         }

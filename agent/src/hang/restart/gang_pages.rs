@@ -182,11 +182,8 @@ impl RestartPath<'_> {
         };
         // NB: what the decision stood on, for the person reading the page at 3 a.m.
         let t = gp::Timing::of(&self.ctx.cfg);
-        let evidence = match (
-            gp::due_on(inc.started, members, now, &t),
-            gp::learned_stop(members),
-        ) {
-            (Some(gp::Basis::Learned), Some((since, wait))) => format!(
+        let evidence = match gp::due_on(inc.started, members, now, &t) {
+            Some(gp::Basis::Learned { since, wait }) => format!(
                 " On the learned rhythm: every member silent past the silence learned of it, for {} (its learned wait {}).",
                 human(now - since),
                 human(wait)
