@@ -413,3 +413,77 @@ async fn a_gpu_whose_links_start_retrying_names_its_rank() {
     );
     assert_eq!(g.restarts(), 0);
 }
+
+/// Which node's agent opened the gang's slow episodes (by its metrics), if one did.
+fn opener(g: &Gang) -> Option<usize> {
+    (0..RANKS).find(|&i| g.metric(i, "vigil_gang_slow_episodes_total") > 0.0)
+}
+
+/// Every agent restarted in the middle of a slow episode (a rolling update of the DaemonSet):
+/// each goes on from the pace its member's entry keeps — it does not learn the slow pace as the
+/// usual one — and the opener's new agent takes its episode back: no second page, one
+/// `slow-over` when the gang is back at its pace. Then an episode whose opener's node is gone for
+/// good lapses with its lease: the gang, still slow, is paged again by another member's agent.
+#[tokio::test]
+async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_opener_lapses() {
+    let mut g = Gang::new(true);
+    let even = |_: usize| Some(300);
+    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
+    g.run(1.0, 20 * 60, even, false).await;
+    g.run(0.7, 8 * 60, slow, false).await;
+    assert_eq!(g.pages(AlertKind::Slow).len(), 1);
+    let first = opener(&g).expect("an opener");
+    let slow_series = "vigil_gang_slow{gang=\"ml/llama-70b\",worker=\"rank-1\"}";
+    assert_eq!(g.metric(1, slow_series), 1.0, "rank 1 is slow");
+    for i in 0..RANKS {
+        g.fleet.restart_agents(i);
+    }
+    g.run(0.7, 6 * 60, slow, false).await;
+    let base = g.metric(
+        1,
+        "vigil_gang_step_rate_baseline{gang=\"ml/llama-70b\",worker=\"rank-1\"}",
+    );
+    assert!(
+        (0.95..1.05).contains(&base),
+        "the kept pace, not 0.7: {base}"
+    );
+    assert_eq!(
+        g.metric(1, slow_series),
+        1.0,
+        "still slow after the restart"
+    );
+    assert_eq!(
+        g.pages(AlertKind::Slow).len(),
+        1,
+        "the episode taken back, not paged again: {:?}",
+        g.fleet.sink.kinds()
+    );
+    g.run(1.0, 90, even, false).await;
+    assert_eq!(g.pages(AlertKind::SlowOver).len(), 1, "ended by its opener");
+    assert_eq!(g.metric(1, slow_series), 0.0);
+    let key = g.fleet.nodes[0].keys.gang_slow(GANG);
+    assert_eq!(g.fleet.get(&key).await.as_deref(), Some("over"));
+    // Slow again; once paged, the opener's node goes for good.
+    g.run(1.0, 5 * 60, even, false).await;
+    g.run(0.7, 8 * 60, slow, false).await;
+    assert_eq!(g.pages(AlertKind::Slow).len(), 2);
+    let second = opener(&g).expect("an opener");
+    g.fleet.nodes[second].alive = false;
+    // The lease (10 minutes from its last renewal) lapses, and a member still slow asks again
+    // within half a lease: paged again, by another agent.
+    g.run(0.7, 16 * 60, slow, false).await;
+    let pages = g.pages(AlertKind::Slow);
+    assert_eq!(pages.len(), 3, "{:?}", g.fleet.sink.kinds());
+    let third = (0..RANKS)
+        .filter(|&i| i != second)
+        .find(|&i| g.metric(i, "vigil_gang_slow_episodes_total") > 0.0);
+    assert!(third.is_some(), "another member's agent opened it");
+    assert_eq!(
+        pages[2].worker.as_deref(),
+        Some("rank-2"),
+        "{}",
+        pages[2].detail
+    );
+    assert_eq!(g.restarts(), 0, "never a restart for slowness");
+    let _ = first;
+}

@@ -286,6 +286,17 @@ impl Fleet {
         self.nodes[i].agents.push(agent);
     }
 
+    /// Node `i`'s agents restarted (a rolling update, a crash): one new agent on its config,
+    /// remembering nothing, counting in new metrics (the node's `metrics` from now on).
+    pub fn restart_agents(&mut self, i: usize) {
+        let metrics = Arc::new(Metrics::new());
+        let (cfg, rt) = (self.nodes[i].cfg.clone(), self.nodes[i].rt.clone());
+        let agent = self.new_agent(cfg, rt, true, metrics.clone());
+        let node = &mut self.nodes[i];
+        node.agents = vec![agent];
+        node.metrics = metrics;
+    }
+
     /// The coordinator's clock.
     pub fn now(&self) -> Millis {
         self.time.now()

@@ -111,6 +111,22 @@ pub(crate) struct Member {
     /// What its node shows that slows a rank down (a GPU clocked down: its throttle reasons).
     #[serde(rename = "slw", default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) slow: Vec<String>,
+    /// The pace its agent learned of it (`gang.pace`), kept here so that an agent restarted
+    /// goes on from it instead of learning again — one restarted in a slow run would learn the
+    /// slow pace as the usual one (`crate::hang::policy_pace::Pace::resume`).
+    #[serde(rename = "pb", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pace: Option<PaceKept>,
+}
+
+/// A learned pace as a member's entry keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PaceKept {
+    /// Steps per second, in millionths.
+    #[serde(rename = "r")]
+    pub(crate) micro: u64,
+    /// The windows that taught it.
+    #[serde(rename = "n")]
+    pub(crate) windows: u32,
 }
 
 impl Member {
@@ -142,6 +158,7 @@ impl Member {
             maintenance_budget: None,
             compute: None,
             slow: Vec::new(),
+            pace: None,
         }
     }
 
@@ -259,8 +276,19 @@ pub(crate) struct GangCycle {
     /// state, or written at its decision). Kept across cycles: the first member this agent sees
     /// past where the gang stopped ends the run, in whatever cycle that is.
     pub(crate) runs: std::collections::BTreeMap<String, Fruitless>,
-    /// The gangs whose slow episode this agent opened (and paged), by gang: the episode's key
-    /// value and where its `slow` alert was placed (node, worker). This agent ends the episode
-    /// and resolves the alert (a sink resolves only what its own process sent).
-    pub(crate) slow: std::collections::BTreeMap<String, (String, String, String)>,
+    /// The gangs whose slow episode this agent opened (and paged), by gang. This agent ends
+    /// the episode and resolves the alert (a sink resolves only what its own process sent).
+    pub(crate) slow: std::collections::BTreeMap<String, SlowOpened>,
+}
+
+/// A slow episode this agent opened (`crate::hang::restart::gang_pace`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SlowOpened {
+    /// The episode key's value.
+    pub(crate) value: String,
+    /// Where its `slow` alert was placed.
+    pub(crate) node: String,
+    pub(crate) worker: String,
+    /// When its lease was last renewed (the key's TTL: an episode whose opener is gone lapses).
+    pub(crate) renewed: Millis,
 }

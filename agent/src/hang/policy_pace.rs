@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use crate::clock::{ms, Millis};
 use crate::config::PaceConfig;
-use crate::hang::model_gang::Member;
+use crate::hang::model_gang::{Member, PaceKept};
 
 /// What this agent has measured of one worker's pace, in this process.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -52,13 +52,17 @@ pub(crate) struct Pace {
     slow_windows: u32,
     /// The gang measured: a worker id that moves to another job starts over.
     gang: Option<String>,
-    /// This run's slow episode was seen open (by this agent or another): asked once per run.
+    /// This run's slow episode was seen open (by this agent or another): asked again only
+    /// once half its lease passed since `asked` (an episode whose opener is gone lapses).
     pub(crate) episode_seen: bool,
+    pub(crate) asked: Millis,
     /// The open slow episode names this worker as the member its gang waits for: (gang, what
     /// the Node's `VigilSlow` condition says).
     pub(crate) named: Option<(String, crate::vocab::node::Named)>,
     /// The episode's member was heard named (someone else): no more reads of it this run.
     pub(crate) heard: bool,
+    /// The pace kept in the member's entry was asked for (once per gang followed).
+    pub(crate) resumed: bool,
 }
 
 /// Where a worker's pace stands.
@@ -102,6 +106,34 @@ impl Pace {
                 gang: Some(gang.to_string()),
                 ..Pace::default()
             };
+        }
+    }
+
+    /// The learned pace to keep in the member's entry: only a baseline its `learn_windows`
+    /// windows taught.
+    pub(crate) fn kept(&self, cfg: &PaceConfig) -> Option<PaceKept> {
+        let base = self
+            .baseline
+            .filter(|_| self.samples >= cfg.learn_windows)?;
+        let micro = (base * 1e6).round() as u64;
+        (micro > 0).then_some(PaceKept {
+            micro,
+            windows: self.samples,
+        })
+    }
+
+    /// Go on from the pace `kept` in the member's entry (an agent restarted, or a worker newly
+    /// watched on this node), once: only a learned one, and only before this agent learned
+    /// anything itself. Without it the first `learn_windows` windows teach the baseline — in
+    /// a slow run, the slow pace.
+    pub(crate) fn resume(&mut self, kept: Option<PaceKept>, cfg: &PaceConfig) {
+        self.resumed = true;
+        let Some(k) = kept.filter(|k| k.windows >= cfg.learn_windows && k.micro > 0) else {
+            return;
+        };
+        if self.samples == 0 {
+            self.baseline = Some(k.micro as f64 / 1e6);
+            self.samples = k.windows;
         }
     }
 

@@ -241,3 +241,52 @@ fn the_member_named_is_the_one_its_evidence_points_to_or_none() {
     ];
     assert!(suspect(&tie).is_none());
 }
+
+#[test]
+fn an_agent_restarted_in_a_slow_run_goes_on_from_the_kept_pace_instead_of_learning_the_slow_one() {
+    let (mut p, mut t, mut step) = (Pace::default(), 0, 0.0);
+    assert_eq!(p.kept(&cfg()), None, "nothing learned, nothing kept");
+    run(&mut p, &mut t, &mut step, 1.0, 3 * 60, false);
+    assert_eq!(
+        p.kept(&cfg()),
+        None,
+        "a baseline still learning is not kept"
+    );
+    run(&mut p, &mut t, &mut step, 1.0, 12 * 60, false);
+    let kept = p.kept(&cfg()).expect("learned");
+    assert!((kept.micro as f64 / 1e6 - 1.0).abs() < 0.05, "{kept:?}");
+    // The agent restarts in a slow run (0.7 steps/s). Going on from the kept pace: slow once
+    // the run lasts slow_for.
+    let (mut resumed, mut fresh) = (Pace::default(), Pace::default());
+    resumed.resume(Some(kept), &cfg());
+    fresh.resume(None, &cfg());
+    assert!(resumed.resumed && fresh.resumed, "asked once");
+    let (mut t2, mut s2) = (t, step);
+    run(&mut resumed, &mut t2, &mut s2, 0.7, 4 * 60, false);
+    assert!(
+        matches!(resumed.verdict(t2, &cfg()), PaceVerdict::Slow { .. }),
+        "{:?}",
+        resumed.verdict(t2, &cfg())
+    );
+    // Learning afresh, the slow pace is taught as the usual one: never slow.
+    let (mut t3, mut s3) = (t, step);
+    run(&mut fresh, &mut t3, &mut s3, 0.7, 20 * 60, false);
+    assert!(!matches!(
+        fresh.verdict(t3, &cfg()),
+        PaceVerdict::Slow { .. }
+    ));
+    assert!((fresh.baseline.unwrap() - 0.7).abs() < 0.05);
+    // Only a learned pace is taken, and only before this agent learned anything itself.
+    let young = PaceKept {
+        micro: 1_000_000,
+        windows: cfg().learn_windows - 1,
+    };
+    let mut p2 = Pace::default();
+    p2.resume(Some(young), &cfg());
+    assert_eq!(p2.baseline, None);
+    let mut p3 = Pace::default();
+    run(&mut p3, &mut t, &mut step, 0.5, 2 * 60, false);
+    let before = p3.baseline;
+    p3.resume(Some(kept), &cfg());
+    assert_eq!(p3.baseline, before, "its own windows stand");
+}

@@ -169,7 +169,7 @@ impl Metrics {
             silence: Some(120_000),
         });
         self.pace
-            .observe("touched", "touched", Some(1.0), Some(1.0));
+            .observe("touched", "touched", Some(1.0), Some(1.0), false);
     }
 
     /// OpenMetrics text.
@@ -278,6 +278,7 @@ mod tests {
             "worker_last_restart_timestamp_seconds",
             "gang_step_rate",
             "gang_step_rate_baseline",
+            "gang_slow",
             "gang_slow_episodes",
             "lost_seconds",
             "time_to_recovery_seconds",

@@ -1,6 +1,6 @@
-//! Gangs' pace (fail-slow, `gang.pace`): each watched gang member's step rate and the baseline
-//! this agent learned of it (one series per member of this node, removed with the worker), and
-//! the slow episodes this agent opened.
+//! Gangs' pace (fail-slow, `gang.pace`): each watched gang member's step rate, the baseline
+//! this agent learned of it and whether it is slow (one series per member of this node, removed
+//! with the worker), and the slow episodes this agent opened.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -24,6 +24,7 @@ pub(crate) struct PaceLabels {
 pub(crate) struct PaceMetrics {
     rate: Family<PaceLabels, F64Gauge>,
     baseline: Family<PaceLabels, F64Gauge>,
+    slow: Family<PaceLabels, Gauge>,
     episodes: Counter,
     /// Worker → the gang its series are labelled with.
     exported: Mutex<BTreeMap<String, String>>,
@@ -43,6 +44,11 @@ impl PaceMetrics {
             m.baseline.clone(),
         );
         reg.register(
+            "gang_slow",
+            "1 while a watched gang member runs below gang.pace.slow_fraction of its learned rate for gang.pace.slow_for (its gang is slow), else 0; one series per measured member of this node",
+            m.slow.clone(),
+        );
+        reg.register(
             "gang_slow_episodes",
             "Slow episodes of a gang this agent opened (the first member's agent to find its gang slow)",
             m.episodes.clone(),
@@ -50,13 +56,15 @@ impl PaceMetrics {
         m
     }
 
-    /// Export `worker`'s pace in `gang` (a series appears once it is measured).
+    /// Export `worker`'s pace in `gang` (a series appears once it is measured), and whether it
+    /// is `slow`.
     pub(crate) fn observe(
         &self,
         worker: &str,
         gang: &str,
         rate: Option<f64>,
         baseline: Option<f64>,
+        slow: bool,
     ) {
         let id = PaceLabels {
             gang: gang.to_string(),
@@ -70,10 +78,14 @@ impl PaceMetrics {
             };
             self.rate.remove(&old);
             self.baseline.remove(&old);
+            self.slow.remove(&old);
         }
         if let Some(r) = rate {
             self.rate.get_or_create(&id).set(r);
             all.insert(worker.to_string(), gang.to_string());
+        }
+        if rate.is_some() || slow {
+            self.slow.get_or_create(&id).set(i64::from(slow));
         }
         if let Some(b) = baseline {
             self.baseline.get_or_create(&id).set(b);
@@ -98,6 +110,7 @@ impl PaceMetrics {
             };
             self.rate.remove(&id);
             self.baseline.remove(&id);
+            self.slow.remove(&id);
             false
         });
     }

@@ -91,6 +91,7 @@ impl RestartPath<'_> {
             maintenance_budget: Some(ms(self.ctx.cfg.checkpoint.maintenance_budget)),
             compute: s.compute,
             slow: self.slow_signals.to_vec(),
+            pace: self.pace.kept(&self.ctx.cfg.gang.pace),
         };
         let tag = crate::hang::model_gang::tag(&g.id, g.size);
         self.gangs.tags.insert(m.worker.clone(), tag);

@@ -6,29 +6,73 @@
 //! when its own member is back at its pace (compare-and-delete, then a quiet mark for
 //! `slow_for` so that members a window behind do not open it again at once), resolves the alert
 //! it sent and says `slow-over` once. Never a restart, and no other mark of the gang's is
-//! touched; an episode whose opener is gone ends with its key's TTL.
+//! touched. The opener renews the episode's lease (its key's TTL) as it reads it: an opener
+//! restarted takes its episode back at its next slow look, and an episode whose opener is gone
+//! lapses, so that a gang still slow opens another. The learned pace is kept in the member's
+//! entry, and an agent restarted goes on from it.
+
+use std::time::Duration;
 
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
+use crate::config::PaceConfig;
 use crate::coord::CoordError;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, WorkerState};
-use crate::hang::model_gang::Member;
+use crate::hang::model_gang::{Member, PaceKept, SlowOpened};
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::position;
-use crate::hang::policy_gang::{present, Timing};
+use crate::hang::policy_gang::{self as gp, present, Timing};
 use crate::hang::policy_pace::{suspect_scored, Look, PaceVerdict, STRONG};
 use crate::hang::policy_pipeline::Unit;
 use crate::vocab::node::Named;
 
 use super::{Case, RestartPath};
 
-/// The key's value while a member is being named: `<since>:<rate>:<baseline>|?`; once named,
-/// `…|<node>/<worker>|<points>|<why>` (the member paged, its evidence's score and the evidence;
-/// `-` for none). Rates in thousandths of a step per second.
-fn episode(since: Millis, rate: f64, baseline: f64, placed: &str) -> String {
+/// The key's value while a member is being named: `<since>:<rate>:<baseline>:<opener>|?`;
+/// once named, `…|<node>/<worker>|<points>|<why>` (the member paged, its evidence's score and
+/// the evidence; `-` for none). Rates in thousandths of a step per second; `<opener>` is the
+/// member (`<node>/<worker>`) whose agent opened it.
+fn episode(since: Millis, rate: f64, baseline: f64, opener: &str, placed: &str) -> String {
     let milli = |r: f64| (r * 1000.0).round() as i64;
-    format!("{since}:{}:{}|{placed}", milli(rate), milli(baseline))
+    format!(
+        "{since}:{}:{}:{opener}|{placed}",
+        milli(rate),
+        milli(baseline)
+    )
+}
+
+/// The member whose agent opened the episode `value`.
+fn opener_of(value: &str) -> Option<&str> {
+    value.split_once('|')?.0.splitn(4, ':').nth(3)
+}
+
+/// The episode `value`'s name in its pages' claims: when its run began and who opened it (an
+/// episode opened again after its opener was lost is a new one: its page is sent).
+fn claim_id(value: &str) -> String {
+    let since = value.split(':').next().unwrap_or_default();
+    match opener_of(value) {
+        Some(o) => format!("{since}@{o}"),
+        None => since.to_string(),
+    }
+}
+
+/// Where the episode `value` placed its `slow` alert: the member named, else the opener's.
+fn placed_at(value: &str) -> Option<(String, String)> {
+    let (head, placed) = value.split_once('|')?;
+    let member = match placed.split('|').next()? {
+        "-" | "?" => head.splitn(4, ':').nth(3)?,
+        named => named,
+    };
+    let (node, worker) = member.split_once('/')?;
+    Some((node.to_string(), worker.to_string()))
+}
+
+/// How long an episode's key lives unless its opener renews it (at least 10 minutes, or five
+/// times `slow_for`): an episode whose opener is gone — its agent stopped for good, its member
+/// moved — lapses, and a gang still slow opens another, instead of none for a day.
+pub(crate) fn lease(cfg: &PaceConfig) -> Duration {
+    (cfg.slow_for * 5).max(Duration::from_secs(600))
 }
 
 /// The episode `value` of gang `gang` names `own` as the member it waits for: what the Node's
@@ -71,6 +115,28 @@ fn per_second(r: f64) -> String {
     format!("{r:.2} steps/s")
 }
 
+/// This cycle's look at the member's pace: its step at its heartbeat (`None` without either).
+/// NB: a window teaches nothing while the worker announced a long operation, left
+/// `processing`, is not healthy by its own verdict, its node stands down, or its container is
+/// warming up (compile, a restart's warm-up).
+fn look_at(case: &Case<'_>, own: &Member, cfg: &PaceConfig, now: Millis) -> Option<Look> {
+    let s = case.status?;
+    let warming = case
+        .c
+        .started_ms()
+        .is_some_and(|st| now - st < ms(cfg.warmup));
+    let held = s.grace.is_some()
+        || s.state != WorkerState::Processing
+        || case.v != Verdict::Healthy
+        || own.stand_down.is_some()
+        || warming;
+    Some(Look {
+        hb: s.heartbeat?,
+        step: position(Some(s))?,
+        held,
+    })
+}
+
 impl RestartPath<'_> {
     /// This gang member's pace, measured and exported (with the time a slow run loses); the
     /// gang's slow episode opened, or — by its opener — ended.
@@ -90,30 +156,20 @@ impl RestartPath<'_> {
             self.pace.forget_episode();
             return Ok(());
         };
-        // NB: a window teaches nothing while the worker announced a long operation, left
-        // `processing`, is not healthy by its own verdict, its node stands down, or its
-        // container is warming up (compile, a restart's warm-up).
-        let warming = case
-            .c
-            .started_ms()
-            .is_some_and(|st| now - st < ms(cfg.warmup));
-        let held = s.grace.is_some()
-            || s.state != WorkerState::Processing
-            || case.v != Verdict::Healthy
-            || own.stand_down.is_some()
-            || warming;
-        let look = match (s.heartbeat, position(Some(s))) {
-            (Some(hb), Some(step)) => Some(Look { hb, step, held }),
-            _ => None,
-        };
+        let look = look_at(case, own, &cfg, now);
         self.pace.follow(&g.id);
+        if !self.pace.resumed {
+            let kept = self.kept_pace(&g, own).await?;
+            self.pace.resume(kept, &cfg);
+        }
         self.pace.observe(look, &cfg);
+        let verdict = self.pace.verdict(now, &cfg);
         let (rate, base) = (self.pace.rate, self.pace.baseline);
+        let slow = matches!(verdict, PaceVerdict::Slow { .. });
         self.ctx
             .metrics
             .pace
-            .observe(&case.c.worker, &g.id, rate, base);
-        let verdict = self.pace.verdict(now, &cfg);
+            .observe(&case.c.worker, &g.id, rate, base, slow);
         let lost = self.pace.deficit(verdict, now);
         self.ctx.metrics.lost.add("slow", lost, now);
         match verdict {
@@ -127,15 +183,27 @@ impl RestartPath<'_> {
                 self.pace.named = None;
                 self.slow_ended(&g, rate, baseline, now).await
             }
-            _ => self.at_pace(&g, own).await,
+            _ => self.at_pace(&g, own, now).await,
         }
+    }
+
+    /// The pace this member's entry keeps (learned by an earlier agent of this node: this one
+    /// restarted, or the worker newly watched here), read once.
+    async fn kept_pace(&self, g: &Gang, own: &Member) -> Result<Option<PaceKept>, CoordError> {
+        let shard = gp::shard_of(&own.node, gp::shards(g.size));
+        let key = self.ctx.keys.gang_members(&g.id, shard);
+        let entries = self.ctx.coord.hgetall(&key).await?;
+        Ok(entries
+            .get(&own.id())
+            .and_then(|json| serde_json::from_str::<Member>(json).ok())
+            .and_then(|m| m.pace))
     }
 
     /// Not slow now (learning, steady, held): an episode this agent opened that ended elsewhere
     /// is resolved. NB: a hold, a missing heartbeat or a window between the slow and the
     /// recovery line is no end: while the episode still names this worker, it still does (read
     /// once a cycle), until its member is back at its pace or the episode ends.
-    async fn at_pace(&mut self, g: &Gang, own: &Member) -> Result<(), CoordError> {
+    async fn at_pace(&mut self, g: &Gang, own: &Member, now: Millis) -> Result<(), CoordError> {
         self.pace.episode_seen = false;
         self.pace.heard = false;
         let opener = self.gangs.slow.contains_key(&g.id);
@@ -146,7 +214,7 @@ impl RestartPath<'_> {
         if self.pace.named.is_some() {
             self.hear_episode(g, own, held.as_deref());
         }
-        self.slow_gone(g, held.as_deref()).await
+        self.follow_episode(g, held.as_deref(), now).await
     }
 
     /// Open the gang's slow episode (asked once per slow run; one SET NX for the gang), name its
@@ -161,6 +229,13 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
+        let lease = lease(&self.ctx.cfg.gang.pace);
+        // NB: asked again once half the lease passed: an episode whose opener is gone lapses,
+        // and a run that goes on opens the next.
+        if self.pace.episode_seen && now - self.pace.asked >= ms(lease) / 2 {
+            self.pace.episode_seen = false;
+            self.pace.heard = false;
+        }
         // NB: once the episode is seen, one read a cycle while the run lasts, until it names
         // someone else: the member it names shows it on its Node (`VigilSlow`), whichever agent
         // opened it, and the opener follows its end.
@@ -171,17 +246,31 @@ impl RestartPath<'_> {
             }
             let held = self.ctx.coord.get(&key).await?;
             self.hear_episode(g, own, held.as_deref());
-            return self.slow_gone(g, held.as_deref()).await;
+            return self.follow_episode(g, held.as_deref(), now).await;
         }
-        let placeholder = episode(since, rate, baseline, "?");
-        if !self.ctx.coord.set_nx(&key, &placeholder, MARK_TTL).await? {
+        self.pace.asked = now;
+        let placeholder = episode(since, rate, baseline, &own.id(), "?");
+        if !self.ctx.coord.set_nx(&key, &placeholder, lease).await? {
             // Open (asked no more this run), or just ended: asked again once the quiet ends.
             let held = self.ctx.coord.get(&key).await?;
             self.pace.episode_seen = held.as_deref() != Some(QUIET);
             self.hear_episode(g, own, held.as_deref());
-            return Ok(());
+            return self.take_back(g, own, held.as_deref(), now).await;
         }
         self.pace.episode_seen = true;
+        self.open_slow(g, own, (since, rate, baseline), now).await
+    }
+
+    /// This agent opened the episode: name its member from the gang's view (read once), write
+    /// it into the episode, page `slow` once.
+    async fn open_slow(
+        &mut self,
+        g: &Gang,
+        own: &Member,
+        (since, rate, baseline): (Millis, f64, f64),
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let key = self.ctx.keys.gang_slow(&g.id);
         let view = self.read_gang(g, own, true).await?;
         let members = present(&view.members, now, &Timing::of(&self.ctx.cfg));
         let named = suspect_scored(&members);
@@ -195,18 +284,55 @@ impl RestartPath<'_> {
             None => "-".to_string(),
         };
         let named = named.map(|(m, why, _)| (m, why));
-        let value = episode(since, rate, baseline, &placed);
-        self.ctx.coord.set(&key, &value, MARK_TTL).await?;
+        let value = episode(since, rate, baseline, &own.id(), &placed);
+        let lease = lease(&self.ctx.cfg.gang.pace);
+        self.ctx.coord.set(&key, &value, lease).await?;
         self.hear_episode(g, own, Some(&value));
         self.ctx.metrics.pace.episode();
         let a = self.slow_alert(g, &members, named, at, (since, rate, baseline), now);
-        self.gangs
-            .slow
-            .insert(g.id.clone(), (value, at.node.clone(), at.worker.clone()));
-        let claim = self.ctx.keys.gang_alert(&g.id, &since.to_string(), "slow");
+        let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(&value), "slow");
+        let opened = SlowOpened {
+            value,
+            node: at.node.clone(),
+            worker: at.worker.clone(),
+            renewed: now,
+        };
+        self.gangs.slow.insert(g.id.clone(), opened);
         self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
             .await
             .map(drop)
+    }
+
+    /// An episode this member's agent opened before it restarted (`held`, the key's value):
+    /// taken back, its lease renewed, so that it ends here as it would have — not a second page
+    /// once it lapses.
+    async fn take_back(
+        &mut self,
+        g: &Gang,
+        own: &Member,
+        held: Option<&str>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(value) = held.filter(|v| opener_of(v) == Some(own.id().as_str())) else {
+            return Ok(());
+        };
+        let (Some((node, worker)), false) = (placed_at(value), self.gangs.slow.contains_key(&g.id))
+        else {
+            return Ok(());
+        };
+        let key = self.ctx.keys.gang_slow(&g.id);
+        self.ctx
+            .coord
+            .set(&key, value, lease(&self.ctx.cfg.gang.pace))
+            .await?;
+        let opened = SlowOpened {
+            value: value.to_string(),
+            node,
+            worker,
+            renewed: now,
+        };
+        self.gangs.slow.insert(g.id.clone(), opened);
+        Ok(())
     }
 
     /// What the episode's value says of this worker: named, it shows on its Node; named
@@ -257,13 +383,19 @@ impl RestartPath<'_> {
         baseline: f64,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some((value, node, worker)) = self.gangs.slow.get(&g.id).cloned() else {
+        let Some(SlowOpened {
+            value,
+            node,
+            worker,
+            ..
+        }) = self.gangs.slow.get(&g.id).cloned()
+        else {
             return Ok(());
         };
         let key = self.ctx.keys.gang_slow(&g.id);
         if !self.ctx.coord.del_if_owner(&key, &value).await? {
             let held = self.ctx.coord.get(&key).await?;
-            return self.slow_gone(g, held.as_deref()).await;
+            return self.follow_episode(g, held.as_deref(), now).await;
         }
         let quiet = self.ctx.cfg.gang.pace.slow_for;
         self.ctx.coord.set(&key, QUIET, quiet).await?;
@@ -288,24 +420,41 @@ impl RestartPath<'_> {
         let claim = self
             .ctx
             .keys
-            .gang_alert(&g.id, &since.to_string(), "slow-over");
+            .gang_alert(&g.id, &claim_id(&value), "slow-over");
         self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
             .await
             .map(drop)
     }
 
-    /// The opener whose episode ended otherwise (its key expired, or removed by a person;
-    /// `held`: the key's value now): the alert it sent is resolved.
-    async fn slow_gone(&mut self, g: &Gang, held: Option<&str>) -> Result<(), CoordError> {
-        let Some((value, node, worker)) = self.gangs.slow.get(&g.id).cloned() else {
+    /// The opener, as it reads its episode (`held`: the key's value now): still its own, the
+    /// lease renewed when a fifth of it has passed; ended otherwise (its key lapsed, or removed
+    /// by a person), the alert it sent is resolved.
+    async fn follow_episode(
+        &mut self,
+        g: &Gang,
+        held: Option<&str>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(o) = self.gangs.slow.get(&g.id).cloned() else {
             return Ok(());
         };
-        if held == Some(value.as_str()) {
+        if held == Some(o.value.as_str()) {
+            let lease = lease(&self.ctx.cfg.gang.pace);
+            let since = now - o.renewed;
+            // NB: a key a minute from its end is let go, not renewed: between this read and
+            // the write it could lapse, and a new episode another member opened be overwritten.
+            if since >= ms(lease) / 5 && since < ms(lease) - 60_000 {
+                let key = self.ctx.keys.gang_slow(&g.id);
+                self.ctx.coord.set(&key, &o.value, lease).await?;
+                if let Some(e) = self.gangs.slow.get_mut(&g.id) {
+                    e.renewed = now;
+                }
+            }
             return Ok(());
         }
         self.gangs.slow.remove(&g.id);
         let end = Resolve::Episode(AlertKind::Slow);
-        self.ctx.notifier.resolve(&node, &worker, end).await;
+        self.ctx.notifier.resolve(&o.node, &o.worker, end).await;
         Ok(())
     }
 }
@@ -318,28 +467,66 @@ mod tests {
     fn the_member_an_episode_names_reads_it_for_its_node() {
         let own = Member::working("gpu-3", "rank-3", 0);
         let why = "it computes 571 ms before each collective, the others 400 ms (median): they wait for it";
-        let value = episode(1_000, 1.4, 2.0, &format!("gpu-3/rank-3|2|{why}"));
+        let value = episode(
+            1_000,
+            1.4,
+            2.0,
+            "gpu-0/rank-0",
+            &format!("gpu-3/rank-3|2|{why}"),
+        );
         let n = named_here(&value, "ml/c", &own).expect("named");
         assert_eq!(
             n.line,
             format!("gang ml/c runs at 1.40 steps/s against its usual 2.00 steps/s (70 %) and waits for rank-3 on this node: {why}")
         );
         assert!(n.strong, "compute time: strong");
-        let weak = episode(1_000, 1.4, 2.0, "gpu-3/rank-3|1|its node shows XID 13");
+        let weak = episode(
+            1_000,
+            1.4,
+            2.0,
+            "gpu-0/rank-0",
+            "gpu-3/rank-3|1|its node shows XID 13",
+        );
         assert!(!named_here(&weak, "ml/c", &own).expect("named").strong);
-        assert!(settled(&value) && settled(&episode(1_000, 1.4, 2.0, "-")));
-        assert!(!settled(&episode(1_000, 1.4, 2.0, "?")) && !settled(QUIET));
+        assert!(settled(&value) && settled(&episode(1_000, 1.4, 2.0, "gpu-0/rank-0", "-")));
+        assert!(!settled(&episode(1_000, 1.4, 2.0, "gpu-0/rank-0", "?")) && !settled(QUIET));
         // Another member, nobody, or not named yet: not this node's.
         let other = Member::working("gpu-1", "rank-1", 0);
         assert_eq!(named_here(&value, "ml/c", &other), None);
         assert_eq!(
-            named_here(&episode(1_000, 1.4, 2.0, "-"), "ml/c", &own),
+            named_here(&episode(1_000, 1.4, 2.0, "gpu-0/rank-0", "-"), "ml/c", &own),
             None
         );
         assert_eq!(
-            named_here(&episode(1_000, 1.4, 2.0, "?"), "ml/c", &own),
+            named_here(&episode(1_000, 1.4, 2.0, "gpu-0/rank-0", "?"), "ml/c", &own),
             None
         );
         assert_eq!(named_here(QUIET, "ml/c", &own), None);
+    }
+
+    #[test]
+    fn an_episode_says_who_opened_it_and_where_its_page_was_placed() {
+        let named = episode(
+            1_000,
+            1.4,
+            2.0,
+            "gpu-0/rank-0",
+            "gpu-3/rank-3|2|it computes",
+        );
+        assert_eq!(opener_of(&named), Some("gpu-0/rank-0"));
+        let at = |n: &str, w: &str| Some((n.to_string(), w.to_string()));
+        assert_eq!(placed_at(&named), at("gpu-3", "rank-3"));
+        // Nobody named, or not named yet: placed at the opener's own member.
+        for placed in ["-", "?"] {
+            let v = episode(1_000, 1.4, 2.0, "gpu-0/rank-0", placed);
+            assert_eq!(placed_at(&v), at("gpu-0", "rank-0"));
+        }
+        assert_eq!(claim_id(&named), "1000@gpu-0/rank-0");
+        assert_eq!(opener_of(QUIET), None);
+        assert_eq!(placed_at(QUIET), None);
+        // An episode written before the opener was kept (`<since>:<rate>:<base>|…`): nobody's.
+        assert_eq!(opener_of("1000:1400:2000|-"), None);
+        let cfg = PaceConfig::default();
+        assert_eq!(lease(&cfg), Duration::from_secs(600));
     }
 }
