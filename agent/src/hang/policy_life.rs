@@ -73,6 +73,13 @@ impl Stage {
         Stage::Escalated,
     ];
 
+    /// A pass runs the restart pipeline from this stage: the restart is due and nothing holds
+    /// it (`deciding`: another pass holds the node lock — the pipeline's lock step refuses, and
+    /// says so in the trail). The engine asks the life, not the marks.
+    pub(crate) fn runs_pipeline(self) -> bool {
+        matches!(self, Stage::Due | Stage::Deciding)
+    }
+
     /// Stable name for metric labels and logs.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -128,6 +135,23 @@ pub(crate) fn stage(
         return Stage::Recovered;
     }
     Stage::Quiet
+}
+
+/// The stage of `incident` as the cycle acts on it: the marks it read, with the incident its
+/// bookkeeping left (the one it read, opened now, or another agent's its SET NX found).
+pub(crate) fn acting(
+    marks: &Marks,
+    incident: &Incident,
+    (claim, locked): (Claim, bool),
+    v: Verdict,
+    now: Millis,
+    cfg: &PolicyConfig,
+) -> Stage {
+    let m = Marks {
+        incident: Some(incident.clone()),
+        ..marks.clone()
+    };
+    stage(&m, claim, locked, v, now, cfg)
 }
 
 /// The marks as a cycle's bookkeeping effects leave them (the sighting, the timer, the
@@ -356,6 +380,71 @@ mod tests {
                 assert!(!follows(from, to), "{from:?} -> {to:?}");
             }
         }
+    }
+
+    /// Exhaustively over the marks a cycle acts on (the incident's age, a failed restart's
+    /// backoff, the cooldown, the node lock, the verdict): the pipeline runs exactly when the
+    /// restart is due by the incident's age and no backoff holds it — the rule the engine read
+    /// from the marks before it asked the life.
+    #[test]
+    fn the_pipeline_runs_when_the_life_says_due_and_only_then() {
+        let c = cfg();
+        let now = 100 * MIN;
+        let verdicts = [
+            Verdict::Hung,
+            Verdict::Errored,
+            Verdict::Suspect,
+            Verdict::Healthy,
+        ];
+        let claims = [Claim::None, Claim::InFlight, Claim::Done];
+        for age in [0, MIN, 3 * MIN - 1, 3 * MIN, 10 * MIN] {
+            for backoff in [None, Some(now - 1), Some(now + MIN)] {
+                for (cooldown, locked, v, claim) in itertools_product(&verdicts, &claims) {
+                    let marks = Marks {
+                        cooldown,
+                        retry: backoff.map(|not_before| Retry {
+                            incident: "inc-1".into(),
+                            failures: 1,
+                            not_before,
+                        }),
+                        ..Marks::default()
+                    };
+                    let inc = incident(now - age).unwrap();
+                    let s = acting(&marks, &inc, (claim, locked), v, now, &c);
+                    let old = !cooldown
+                        && retry_open(&marks, now)
+                        && restart_due(v, inc.started, now, &c);
+                    assert_eq!(
+                        s.runs_pipeline(),
+                        old,
+                        "age {age} backoff {backoff:?} cooldown {cooldown} locked {locked} {v:?} {claim:?}: {s:?}"
+                    );
+                }
+            }
+        }
+        let running: Vec<Stage> = Stage::ALL
+            .into_iter()
+            .filter(|s| s.runs_pipeline())
+            .collect();
+        assert_eq!(running, [Stage::Due, Stage::Deciding]);
+    }
+
+    /// (cooldown, locked, verdict, claim) for every combination.
+    fn itertools_product(
+        verdicts: &[Verdict],
+        claims: &[Claim],
+    ) -> Vec<(bool, bool, Verdict, Claim)> {
+        let mut out = Vec::new();
+        for cooldown in [false, true] {
+            for locked in [false, true] {
+                for &v in verdicts {
+                    for &claim in claims {
+                        out.push((cooldown, locked, v, claim));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// docs/how-it-decides.md's table of the life is this table: its stages in this order, each

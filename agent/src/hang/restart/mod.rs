@@ -38,13 +38,14 @@ mod rhythm;
 
 use crate::alerts::gate::AlertGate;
 use crate::clock::{human, Millis};
+use crate::config::PolicyConfig;
 use crate::coord::{CoordError, WorkerRead};
 use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Incident, Marks, WorkerStatus};
 use crate::hang::policy::{self, Effect, NodeContext, Verdict};
-use crate::hang::policy_due::{self, restart_due};
+use crate::hang::policy_due;
 use crate::hang::policy_life::{self, Claim};
 use crate::hang::policy_lost::IncidentTimes;
 use crate::hang::policy_pipeline::Skip;
@@ -89,6 +90,9 @@ pub(crate) struct Case<'a> {
     pub(crate) marks: &'a Marks,
     /// Why the record could not be read, when it exists but is not a readable hash.
     pub(crate) invalid: Option<&'a str>,
+    /// What the cooldown marker said of a restart, and whether the node lock was held, as the
+    /// cycle read them: with the marks, the incident's stage (`crate::hang::policy_life`).
+    pub(crate) held: (Claim, bool),
 }
 
 impl Case<'_> {
@@ -356,32 +360,36 @@ impl RestartPath<'_> {
             let within = self.member_rules(status.as_ref(), &marks, now);
             effects = policy::for_gang(effects, status.as_ref(), &marks, now, &within);
         }
-        // The stage this cycle leaves (its sighting, timer and escalation written), due by the
-        // rule its restart is judged by (learned or fixed).
-        let left = policy_life::project(&marks, &effects, now);
-        let due_by = self.restart_rules(status.as_ref(), &marks, now);
-        let stage = policy_life::stage(&left, claim, locked, v, now, &due_by);
-        self.ctx.metrics.verdict(v.as_str());
-        self.ctx.metrics.workers.observe(WorkerSample {
-            worker: &c.worker,
-            state: v.as_str(),
-            stage: stage.as_str(),
-            now,
-            heartbeat: status.as_ref().and_then(|s| s.heartbeat),
-            restarted: marks.restarted_at,
-            silence: status
-                .as_ref()
-                .map(|s| policy_record::allowed_silence(s, cfg)),
-        });
         let case = Case {
             c,
             v,
             status: status.as_ref(),
             marks: &marks,
             invalid: invalid.as_deref(),
+            held: (claim, locked),
         };
+        self.export(&case, &effects, cfg, now);
         self.carry_out(&case, effects, now).await?;
         Ok(v)
+    }
+
+    /// The worker's verdict and the stage this cycle leaves it in (its sighting, timer and
+    /// escalation written), due by the rule its restart is judged by (learned or fixed).
+    fn export(&self, case: &Case<'_>, effects: &[Effect], cfg: &PolicyConfig, now: Millis) {
+        let left = policy_life::project(case.marks, effects, now);
+        let due_by = self.restart_rules(case.status, case.marks, now);
+        let (claim, locked) = case.held;
+        let stage = policy_life::stage(&left, claim, locked, case.v, now, &due_by);
+        self.ctx.metrics.verdict(case.v.as_str());
+        self.ctx.metrics.workers.observe(WorkerSample {
+            worker: &case.c.worker,
+            state: case.v.as_str(),
+            stage: stage.as_str(),
+            now,
+            heartbeat: case.status.and_then(|s| s.heartbeat),
+            restarted: case.marks.restarted_at,
+            silence: case.status.map(|s| policy_record::allowed_silence(s, cfg)),
+        });
     }
 
     /// What the evaluation stands on: the worker's record (its gang scoped by the tenancy rule)
@@ -461,37 +469,36 @@ impl RestartPath<'_> {
         Ok(())
     }
 
-    /// Run the pipeline for the worker's own incident if its restart is due.
+    /// Run the pipeline for the worker's own incident when its life says the restart is due
+    /// (`Stage::runs_pipeline`: by the incident's age under the restart's rule, learned or
+    /// fixed, and past a failed restart's backoff) and the worker is stale by that rule.
     async fn consider_restart(
         &mut self,
         case: &Case<'_>,
         incident: &Option<Incident>,
         now: Millis,
     ) -> Result<(), CoordError> {
-        match incident {
-            // NB: after a failed restart (of any incident) the worker waits for its backoff.
-            // NB: a hang found by the worker's learned rhythm is restarted only once the fixed
-            // rule finds it too, unless the rhythm the coordinator holds may restart it
-            // (`policy_rhythm::restart_policy`: `policy.learned.restarts`).
-            Some(inc)
-                if policy_due::retry_open(case.marks, now) && {
-                    let rules = self.restart_rules(case.status, case.marks, now);
-                    restart_due(case.v, inc.started, now, &rules)
-                        && policy_due::stale_by_restart_rule(case.v, case.status, now, &rules)
-                } =>
-            {
-                let since =
-                    policy_due::condition_since(case.v, inc.started, case.marks, case.status);
-                let act = Act {
-                    case,
-                    inc,
-                    since,
-                    mandate: Mandate::Own,
-                };
-                self.run_pipeline(&act, now).await
-            }
-            _ => Ok(()),
+        let Some(inc) = incident else {
+            return Ok(());
+        };
+        // NB: a hang found by the worker's learned rhythm is restarted only once the fixed rule
+        // finds it too, unless the rhythm the coordinator holds may restart it
+        // (`policy_rhythm::restart_policy`: `policy.learned.restarts`).
+        let rules = self.restart_rules(case.status, case.marks, now);
+        let stage = policy_life::acting(case.marks, inc, case.held, case.v, now, &rules);
+        if !stage.runs_pipeline()
+            || !policy_due::stale_by_restart_rule(case.v, case.status, now, &rules)
+        {
+            return Ok(());
         }
+        let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
+        let act = Act {
+            case,
+            inc,
+            since,
+            mandate: Mandate::Own,
+        };
+        self.run_pipeline(&act, now).await
     }
 
     /// One effect of the plan. `incident` is the shared timer as this cycle knows it (opened by
