@@ -76,6 +76,16 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         !c.del_if_owner(&k("lock"), "tok-2").await.unwrap(),
         "never release another's lock"
     );
+    // Compare-and-renew: the owner's lease is renewed; another's token renews nothing.
+    let ten = Duration::from_secs(10);
+    assert!(!c.renew_if_owner(&k("lock"), "tok-2", ten).await.unwrap());
+    let kept = c.owner_ttl(&k("lock"), "tok-1").await.unwrap().unwrap();
+    assert!(kept > 10_000, "not shortened by another's renewal: {kept}");
+    assert!(c.renew_if_owner(&k("lock"), "tok-1", ten).await.unwrap());
+    let renewed = c.owner_ttl(&k("lock"), "tok-1").await.unwrap().unwrap();
+    assert!(renewed > 5_000 && renewed <= 10_000, "{renewed}");
+    assert!(!c.renew_if_owner(&k("absent"), "tok-1", ten).await.unwrap());
+    assert!(c.get_many(&[k("absent")]).await.unwrap()[0].is_none());
     assert!(c.owner_ttl(&k("lock"), "tok-1").await.unwrap().is_some());
     assert!(c.del_if_owner(&k("lock"), "tok-1").await.unwrap());
     assert_eq!(c.owner_ttl(&k("lock"), "tok-1").await.unwrap(), None);

@@ -458,10 +458,15 @@ async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_
         "the episode taken back, not paged again: {:?}",
         g.fleet.sink.kinds()
     );
+    let key = g.fleet.nodes[0].keys.gang_slow(GANG);
+    let held = g.fleet.get(&key).await.expect("the episode stands");
+    assert!(
+        held.contains(&format!(":gpu-{first}/rank-{first}@")),
+        "its opener's new agent holds it: {held}"
+    );
     g.run(1.0, 90, even, false).await;
     assert_eq!(g.pages(AlertKind::SlowOver).len(), 1, "ended by its opener");
     assert_eq!(g.metric(1, slow_series), 0.0);
-    let key = g.fleet.nodes[0].keys.gang_slow(GANG);
     assert_eq!(g.fleet.get(&key).await.as_deref(), Some("over"));
     // Slow again; once paged, the opener's node goes for good.
     g.run(1.0, 5 * 60, even, false).await;
@@ -485,5 +490,30 @@ async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_
         pages[2].detail
     );
     assert_eq!(g.restarts(), 0, "never a restart for slowness");
-    let _ = first;
+}
+
+/// An agent that died between opening the gang's episode (its SET NX) and naming its member
+/// left an episode never paged: its agent, restarted, removes it rather than take it back, and
+/// the gang, slow, is paged.
+#[tokio::test]
+async fn an_episode_its_opener_never_named_is_opened_again_and_paged() {
+    let mut g = Gang::new(true);
+    let even = |_: usize| Some(300);
+    g.run(1.0, 20 * 60, even, false).await;
+    let key = g.fleet.nodes[0].keys.gang_slow(GANG);
+    let now = g.fleet.now();
+    let half_open = format!("{now}:700:1000:gpu-1/rank-1@{now}|?");
+    g.fleet
+        .store
+        .set(&key, &half_open, Duration::from_secs(600))
+        .await
+        .unwrap();
+    g.fleet.restart_agents(1);
+    g.run(0.7, 8 * 60, |i| Some(if i == 2 { 450 } else { 300 }), false)
+        .await;
+    let pages = g.pages(AlertKind::Slow);
+    assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
+    assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
+    let held = g.fleet.get(&key).await.expect("the episode");
+    assert!(held.contains("|gpu-2/rank-2|"), "named: {held}");
 }

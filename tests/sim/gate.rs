@@ -161,6 +161,10 @@ impl Coordinator for SimCoord {
             Request::DelIfOwner { key, token } => {
                 Reply::Done(self.del_if_owner(&key, &token).await?)
             }
+            Request::RenewIfOwner { key, token, ttl } => {
+                let store = self.store().renew_if_owner(&key, &token, ttl);
+                Reply::Done(self.around("RENEW IF OWNER", &key, true, store).await?)
+            }
             Request::IncrCapped { key, cap, ttl } => {
                 Reply::Taken(self.incr_capped(&key, cap, ttl).await?)
             }

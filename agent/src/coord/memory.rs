@@ -126,6 +126,14 @@ impl Coordinator for MemoryCoordinator {
                 }
                 Reply::Done(owned)
             }
+            Request::RenewIfOwner { key, token, ttl } => {
+                let (mut data, now) = self.live();
+                let owned = Self::get_str(&data, &key).as_deref() == Some(token.as_str());
+                if let (true, Some(e)) = (owned, data.get_mut(&key)) {
+                    e.expires = Some(now + ttl.as_millis() as Millis);
+                }
+                Reply::Done(owned)
+            }
             Request::IncrCapped { key, cap, ttl } => Reply::Taken(incr_capped(self, key, cap, ttl)),
             Request::Decr(key) => {
                 decr(self, &key);

@@ -186,6 +186,13 @@ pub enum Request {
     OwnerTtl { key: String, token: String },
     /// Compare-and-delete: remove `key` only if it still holds `token`.
     DelIfOwner { key: String, token: String },
+    /// Compare-and-renew: set `key`'s TTL to `ttl` only if it still holds `token` (a lease kept
+    /// by its owner, never one someone else took after it lapsed).
+    RenewIfOwner {
+        key: String,
+        token: String,
+        ttl: Duration,
+    },
     /// Increment a counter unless it already reached `cap`, atomically; the TTL is set when the
     /// counter is created. The new value, or `None` when the cap was reached.
     IncrCapped {
@@ -227,7 +234,7 @@ pub enum Reply {
     Time(Millis),
     /// `GetMany`.
     Values(Vec<Option<String>>),
-    /// `SetNx`, `DelIfOwner`.
+    /// `SetNx`, `DelIfOwner`, `RenewIfOwner`.
     Done(bool),
     /// `Del`, `Decr`, `Append`.
     Ok,
@@ -329,6 +336,20 @@ impl<'a> dyn Coordinator + 'a {
             token: token.into(),
         };
         call!(self, request, "compare-and-delete", Reply::Done(b) => b)
+    }
+
+    pub async fn renew_if_owner(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, CoordError> {
+        let request = Request::RenewIfOwner {
+            key: key.into(),
+            token: token.into(),
+            ttl,
+        };
+        call!(self, request, "compare-and-renew", Reply::Done(b) => b)
     }
 
     pub async fn incr_capped(

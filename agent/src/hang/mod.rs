@@ -23,6 +23,7 @@ pub(crate) mod marks;
 pub(crate) mod model;
 pub(crate) mod model_gang;
 pub(crate) mod model_rhythm;
+pub(crate) mod model_slow;
 pub(crate) mod outage;
 pub mod policy;
 pub(crate) mod policy_due;

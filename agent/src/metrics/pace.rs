@@ -84,11 +84,26 @@ impl PaceMetrics {
             self.rate.get_or_create(&id).set(r);
             all.insert(worker.to_string(), gang.to_string());
         }
-        if rate.is_some() || slow {
-            self.slow.get_or_create(&id).set(i64::from(slow));
-        }
+        // NB: the verdict of every look, held ones included (a hold is no measured window), so
+        // that a gang held, idle or hung never shows slow.
+        self.slow.get_or_create(&id).set(i64::from(slow));
+        all.insert(worker.to_string(), gang.to_string());
         if let Some(b) = baseline {
             self.baseline.get_or_create(&id).set(b);
+        }
+    }
+
+    /// `worker` is no gang member with its pace measured now (pace off, no gang): its series go.
+    pub(crate) fn forget(&self, worker: &str) {
+        let mut all = self.exported.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(gang) = all.remove(worker) {
+            let id = PaceLabels {
+                gang,
+                worker: worker.to_string(),
+            };
+            self.rate.remove(&id);
+            self.baseline.remove(&id);
+            self.slow.remove(&id);
         }
     }
 

@@ -34,6 +34,15 @@ return 0",
     )
 });
 
+// NB: compare and renew in one script: a lease that lapsed and was taken by another is theirs.
+static RENEW_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0",
+    )
+});
+
 // NB: check and increment in one script, so two agents can never both take the last unit.
 static INCR_CAPPED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -125,6 +134,9 @@ impl Coordinator for RedisCoordinator {
             }
             Request::OwnerTtl { key, token } => Reply::Ttl(owner_ttl(c, &key, &token).await?),
             Request::DelIfOwner { key, token } => Reply::Done(del_if_owner(c, &key, &token).await?),
+            Request::RenewIfOwner { key, token, ttl } => {
+                Reply::Done(renew_if_owner(c, &key, &token, ttl).await?)
+            }
             Request::IncrCapped { key, cap, ttl } => {
                 Reply::Taken(incr_capped(c, &key, cap, ttl).await?)
             }
@@ -210,6 +222,19 @@ async fn owner_ttl(
 async fn del_if_owner(c: &RedisCoordinator, key: &str, token: &str) -> Result<bool, CoordError> {
     let r: i64 = c
         .script(&DEL_IF_OWNER, &[key], &[token.to_string()])
+        .await?;
+    Ok(r == 1)
+}
+
+async fn renew_if_owner(
+    c: &RedisCoordinator,
+    key: &str,
+    token: &str,
+    ttl: Duration,
+) -> Result<bool, CoordError> {
+    let ms = ttl.as_millis().max(1).to_string();
+    let r: i64 = c
+        .script(&RENEW_IF_OWNER, &[key], &[token.to_string(), ms])
         .await?;
     Ok(r == 1)
 }

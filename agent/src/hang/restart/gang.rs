@@ -53,19 +53,15 @@ impl RestartPath<'_> {
             WorkerState::Error => crate::hang::model_gang::Activity::Error,
             _ => crate::hang::model_gang::Activity::Working,
         };
-        let mut signals: Vec<String> = self.gpu_evidence.to_vec();
-        if self.node.gpu_failed {
-            signals.push("its GPU failed".into());
-        }
-        if self.node.tpu_failed {
-            signals.push("the node's TPU failed".into());
-        }
+        let signals = self.member_signals();
         let sd = self.stand_down(case.c, now);
         let (rule, troubled) = self.member_standing(case, now);
         let policy = &self.ctx.cfg.policy;
         let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref(), troubled).await;
         // The JobSet's incarnation, when the gang is the one the pod's labels name.
         let pod_gang = case.c.gang.as_ref().filter(|pg| pg.id == g.id);
+        let jsu = pod_gang.and_then(|pg| pg.jobset_uid.as_deref());
+        let resumed = self.resume_pace(g, &case.c.worker, jsu, now).await;
         let m = Member {
             node: self.ctx.keys.node().to_string(),
             worker: case.c.worker.clone(),
@@ -97,11 +93,24 @@ impl RestartPath<'_> {
         self.gangs.tags.insert(m.worker.clone(), tag);
         let shard = gp::shard_of(&m.node, gp::shards(g.size));
         let key = self.ctx.keys.gang_members(&g.id, shard);
-        if let Ok(json) = serde_json::to_string(&m) {
+        // NB: not before the pace it keeps was read: it would be written over with nothing.
+        if let (Ok(json), true) = (serde_json::to_string(&m), resumed) {
             self.gangs.entries.push((key, m.id(), json));
         }
         self.end_gang_run(&g.id, &m).await;
         Some(m)
+    }
+
+    /// What this member's node knows that may explain a stop (a GPU XID, a failed GPU or TPU).
+    fn member_signals(&self) -> Vec<String> {
+        let mut signals: Vec<String> = self.gpu_evidence.to_vec();
+        if self.node.gpu_failed {
+            signals.push("its GPU failed".into());
+        }
+        if self.node.tpu_failed {
+            signals.push("the node's TPU failed".into());
+        }
+        signals
     }
 
     /// Restarts this node's breaker still allows today: as the cycle's batch last read it, or —

@@ -11,82 +11,34 @@
 //! lapses, so that a gang still slow opens another. The learned pace is kept in the member's
 //! entry, and an agent restarted goes on from it.
 
-use std::time::Duration;
-
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::config::PaceConfig;
 use crate::coord::CoordError;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, WorkerState};
-use crate::hang::model_gang::{Member, PaceKept, SlowOpened};
+use crate::hang::model_gang::{Member, SlowOpened};
+use crate::hang::model_slow::{claim_id, episode, lease, rates_of, settled, since_of, QUIET};
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::position;
-use crate::hang::policy_gang::{self as gp, present, Timing};
+use crate::hang::policy_gang::{present, Timing};
 use crate::hang::policy_pace::{suspect_scored, Look, PaceVerdict, STRONG};
 use crate::hang::policy_pipeline::Unit;
 use crate::vocab::node::Named;
 
 use super::{Case, RestartPath};
 
-/// The key's value while a member is being named: `<since>:<rate>:<baseline>:<opener>|?`;
-/// once named, `…|<node>/<worker>|<points>|<why>` (the member paged, its evidence's score and
-/// the evidence; `-` for none). Rates in thousandths of a step per second; `<opener>` is the
-/// member (`<node>/<worker>`) whose agent opened it.
-fn episode(since: Millis, rate: f64, baseline: f64, opener: &str, placed: &str) -> String {
-    let milli = |r: f64| (r * 1000.0).round() as i64;
-    format!(
-        "{since}:{}:{}:{opener}|{placed}",
-        milli(rate),
-        milli(baseline)
-    )
-}
-
-/// The member whose agent opened the episode `value`.
-fn opener_of(value: &str) -> Option<&str> {
-    value.split_once('|')?.0.splitn(4, ':').nth(3)
-}
-
-/// The episode `value`'s name in its pages' claims: when its run began and who opened it (an
-/// episode opened again after its opener was lost is a new one: its page is sent).
-fn claim_id(value: &str) -> String {
-    let since = value.split(':').next().unwrap_or_default();
-    match opener_of(value) {
-        Some(o) => format!("{since}@{o}"),
-        None => since.to_string(),
-    }
-}
-
-/// Where the episode `value` placed its `slow` alert: the member named, else the opener's.
-fn placed_at(value: &str) -> Option<(String, String)> {
-    let (head, placed) = value.split_once('|')?;
-    let member = match placed.split('|').next()? {
-        "-" | "?" => head.splitn(4, ':').nth(3)?,
-        named => named,
-    };
-    let (node, worker) = member.split_once('/')?;
-    Some((node.to_string(), worker.to_string()))
-}
-
-/// How long an episode's key lives unless its opener renews it (at least 10 minutes, or five
-/// times `slow_for`): an episode whose opener is gone — its agent stopped for good, its member
-/// moved — lapses, and a gang still slow opens another, instead of none for a day.
-pub(crate) fn lease(cfg: &PaceConfig) -> Duration {
-    (cfg.slow_for * 5).max(Duration::from_secs(600))
-}
-
 /// The episode `value` of gang `gang` names `own` as the member it waits for: what the Node's
 /// `VigilSlow` condition says (how slow, which worker, why) and whether the evidence is strong.
 fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
     let mut parts = value.splitn(4, '|');
-    let (head, placed) = (parts.next()?, parts.next()?);
+    let placed = parts.nth(1)?;
     if placed != format!("{}/{}", own.node, own.worker) {
         return None;
     }
     let points: u32 = parts.next()?.parse().ok()?;
     let why = parts.next().unwrap_or("");
-    let mut n = head.split(':').skip(1).map(|x| x.parse::<f64>().ok());
-    let (rate, base) = (n.next()?? / 1000.0, n.next()?? / 1000.0);
+    let (rate, base) = rates_of(value)?;
     let pct = if base > 0.0 { 100.0 * rate / base } else { 0.0 };
     let line = format!(
         "gang {gang} runs at {} against its usual {} ({pct:.0} %) and waits for {} on this node: {why}",
@@ -99,16 +51,6 @@ fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
         strong: points >= STRONG,
     })
 }
-
-/// Whether an episode's value names its member yet (`?` while the opener reads the view).
-fn settled(value: &str) -> bool {
-    value
-        .split_once('|')
-        .is_some_and(|(_, placed)| placed != "?")
-}
-
-/// The key's value after an episode ended (for `slow_for`): nobody opens another meanwhile.
-const QUIET: &str = "over";
 
 /// The rate in words: `0.82 steps/s`.
 fn per_second(r: f64) -> String {
@@ -148,20 +90,18 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let cfg = self.ctx.cfg.gang.pace.clone();
         // NB: pace off (a reload may turn it off) or no gang: nothing of an episode is its.
-        let (Some(s), true) = (case.status, cfg.enabled) else {
+        let Some(g) = case
+            .status
+            .and_then(|s| s.gang.clone())
+            .filter(|_| cfg.enabled)
+        else {
             self.pace.forget_episode();
-            return Ok(());
-        };
-        let Some(g) = s.gang.clone() else {
-            self.pace.forget_episode();
+            self.ctx.metrics.pace.forget(&case.c.worker);
             return Ok(());
         };
         let look = look_at(case, own, &cfg, now);
+        // NB: the pace its entry keeps was taken (`resume_pace`) before the entry was written.
         self.pace.follow(&g.id);
-        if !self.pace.resumed {
-            let kept = self.kept_pace(&g, own).await?;
-            self.pace.resume(kept, &cfg);
-        }
         self.pace.observe(look, &cfg);
         let verdict = self.pace.verdict(now, &cfg);
         let (rate, base) = (self.pace.rate, self.pace.baseline);
@@ -185,18 +125,6 @@ impl RestartPath<'_> {
             }
             _ => self.at_pace(&g, own, now).await,
         }
-    }
-
-    /// The pace this member's entry keeps (learned by an earlier agent of this node: this one
-    /// restarted, or the worker newly watched here), read once.
-    async fn kept_pace(&self, g: &Gang, own: &Member) -> Result<Option<PaceKept>, CoordError> {
-        let shard = gp::shard_of(&own.node, gp::shards(g.size));
-        let key = self.ctx.keys.gang_members(&g.id, shard);
-        let entries = self.ctx.coord.hgetall(&key).await?;
-        Ok(entries
-            .get(&own.id())
-            .and_then(|json| serde_json::from_str::<Member>(json).ok())
-            .and_then(|m| m.pace))
     }
 
     /// Not slow now (learning, steady, held): an episode this agent opened that ended elsewhere
@@ -249,13 +177,13 @@ impl RestartPath<'_> {
             return self.follow_episode(g, held.as_deref(), now).await;
         }
         self.pace.asked = now;
-        let placeholder = episode(since, rate, baseline, &own.id(), "?");
+        let placeholder = episode(since, (rate, baseline), (&own.id(), now), "?");
         if !self.ctx.coord.set_nx(&key, &placeholder, lease).await? {
             // Open (asked no more this run), or just ended: asked again once the quiet ends.
             let held = self.ctx.coord.get(&key).await?;
             self.pace.episode_seen = held.as_deref() != Some(QUIET);
             self.hear_episode(g, own, held.as_deref());
-            return self.take_back(g, own, held.as_deref(), now).await;
+            return Ok(());
         }
         self.pace.episode_seen = true;
         self.open_slow(g, own, (since, rate, baseline), now).await
@@ -284,7 +212,7 @@ impl RestartPath<'_> {
             None => "-".to_string(),
         };
         let named = named.map(|(m, why, _)| (m, why));
-        let value = episode(since, rate, baseline, &own.id(), &placed);
+        let value = episode(since, (rate, baseline), (&own.id(), now), &placed);
         let lease = lease(&self.ctx.cfg.gang.pace);
         self.ctx.coord.set(&key, &value, lease).await?;
         self.hear_episode(g, own, Some(&value));
@@ -301,38 +229,6 @@ impl RestartPath<'_> {
         self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
             .await
             .map(drop)
-    }
-
-    /// An episode this member's agent opened before it restarted (`held`, the key's value):
-    /// taken back, its lease renewed, so that it ends here as it would have — not a second page
-    /// once it lapses.
-    async fn take_back(
-        &mut self,
-        g: &Gang,
-        own: &Member,
-        held: Option<&str>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let Some(value) = held.filter(|v| opener_of(v) == Some(own.id().as_str())) else {
-            return Ok(());
-        };
-        let (Some((node, worker)), false) = (placed_at(value), self.gangs.slow.contains_key(&g.id))
-        else {
-            return Ok(());
-        };
-        let key = self.ctx.keys.gang_slow(&g.id);
-        self.ctx
-            .coord
-            .set(&key, value, lease(&self.ctx.cfg.gang.pace))
-            .await?;
-        let opened = SlowOpened {
-            value: value.to_string(),
-            node,
-            worker,
-            renewed: now,
-        };
-        self.gangs.slow.insert(g.id.clone(), opened);
-        Ok(())
     }
 
     /// What the episode's value says of this worker: named, it shows on its Node; named
@@ -402,11 +298,7 @@ impl RestartPath<'_> {
         self.gangs.slow.remove(&g.id);
         let end = Resolve::Episode(AlertKind::Slow);
         self.ctx.notifier.resolve(&node, &worker, end).await;
-        let since: Millis = value
-            .split(':')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(now);
+        let since = since_of(&value).unwrap_or(now);
         let detail = format!(
             "gang {} is back at its pace: {} against its usual {} — the slow episode lasted {}",
             g.id,
@@ -425,38 +317,6 @@ impl RestartPath<'_> {
             .await
             .map(drop)
     }
-
-    /// The opener, as it reads its episode (`held`: the key's value now): still its own, the
-    /// lease renewed when a fifth of it has passed; ended otherwise (its key lapsed, or removed
-    /// by a person), the alert it sent is resolved.
-    async fn follow_episode(
-        &mut self,
-        g: &Gang,
-        held: Option<&str>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let Some(o) = self.gangs.slow.get(&g.id).cloned() else {
-            return Ok(());
-        };
-        if held == Some(o.value.as_str()) {
-            let lease = lease(&self.ctx.cfg.gang.pace);
-            let since = now - o.renewed;
-            // NB: a key a minute from its end is let go, not renewed: between this read and
-            // the write it could lapse, and a new episode another member opened be overwritten.
-            if since >= ms(lease) / 5 && since < ms(lease) - 60_000 {
-                let key = self.ctx.keys.gang_slow(&g.id);
-                self.ctx.coord.set(&key, &o.value, lease).await?;
-                if let Some(e) = self.gangs.slow.get_mut(&g.id) {
-                    e.renewed = now;
-                }
-            }
-            return Ok(());
-        }
-        self.gangs.slow.remove(&g.id);
-        let end = Resolve::Episode(AlertKind::Slow);
-        self.ctx.notifier.resolve(&o.node, &o.worker, end).await;
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -467,66 +327,24 @@ mod tests {
     fn the_member_an_episode_names_reads_it_for_its_node() {
         let own = Member::working("gpu-3", "rank-3", 0);
         let why = "it computes 571 ms before each collective, the others 400 ms (median): they wait for it";
-        let value = episode(
-            1_000,
-            1.4,
-            2.0,
-            "gpu-0/rank-0",
-            &format!("gpu-3/rank-3|2|{why}"),
-        );
+        let at = |placed: &str| episode(1_000, (1.4, 2.0), ("gpu-0/rank-0", 1_000), placed);
+        let value = at(&format!("gpu-3/rank-3|2|{why}"));
         let n = named_here(&value, "ml/c", &own).expect("named");
         assert_eq!(
             n.line,
             format!("gang ml/c runs at 1.40 steps/s against its usual 2.00 steps/s (70 %) and waits for rank-3 on this node: {why}")
         );
         assert!(n.strong, "compute time: strong");
-        let weak = episode(
-            1_000,
-            1.4,
-            2.0,
-            "gpu-0/rank-0",
-            "gpu-3/rank-3|1|its node shows XID 13",
-        );
+        let weak = at("gpu-3/rank-3|1|its node shows XID 13");
         assert!(!named_here(&weak, "ml/c", &own).expect("named").strong);
-        assert!(settled(&value) && settled(&episode(1_000, 1.4, 2.0, "gpu-0/rank-0", "-")));
-        assert!(!settled(&episode(1_000, 1.4, 2.0, "gpu-0/rank-0", "?")) && !settled(QUIET));
         // Another member, nobody, or not named yet: not this node's.
         let other = Member::working("gpu-1", "rank-1", 0);
         assert_eq!(named_here(&value, "ml/c", &other), None);
-        assert_eq!(
-            named_here(&episode(1_000, 1.4, 2.0, "gpu-0/rank-0", "-"), "ml/c", &own),
-            None
-        );
-        assert_eq!(
-            named_here(&episode(1_000, 1.4, 2.0, "gpu-0/rank-0", "?"), "ml/c", &own),
-            None
-        );
+        assert_eq!(named_here(&at("-"), "ml/c", &own), None);
+        assert_eq!(named_here(&at("?"), "ml/c", &own), None);
         assert_eq!(named_here(QUIET, "ml/c", &own), None);
-    }
-
-    #[test]
-    fn an_episode_says_who_opened_it_and_where_its_page_was_placed() {
-        let named = episode(
-            1_000,
-            1.4,
-            2.0,
-            "gpu-0/rank-0",
-            "gpu-3/rank-3|2|it computes",
-        );
-        assert_eq!(opener_of(&named), Some("gpu-0/rank-0"));
-        let at = |n: &str, w: &str| Some((n.to_string(), w.to_string()));
-        assert_eq!(placed_at(&named), at("gpu-3", "rank-3"));
-        // Nobody named, or not named yet: placed at the opener's own member.
-        for placed in ["-", "?"] {
-            let v = episode(1_000, 1.4, 2.0, "gpu-0/rank-0", placed);
-            assert_eq!(placed_at(&v), at("gpu-0", "rank-0"));
-        }
-        assert_eq!(claim_id(&named), "1000@gpu-0/rank-0");
-        assert_eq!(opener_of(QUIET), None);
-        assert_eq!(placed_at(QUIET), None);
-        // An episode written before the opener was kept (`<since>:<rate>:<base>|…`): nobody's.
-        assert_eq!(opener_of("1000:1400:2000|-"), None);
-        let cfg = PaceConfig::default();
-        assert_eq!(lease(&cfg), Duration::from_secs(600));
+        // An older agent's value names it the same.
+        let old = format!("1000:1400:2000|gpu-3/rank-3|2|{why}");
+        assert!(named_here(&old, "ml/c", &own).is_some());
     }
 }

@@ -29,6 +29,7 @@ mod command;
 mod gang;
 mod gang_decision;
 mod gang_pace;
+mod gang_pace_kept;
 mod gang_pages;
 mod incident;
 mod limits;

@@ -1,0 +1,145 @@
+//! What a gang's pace keeps beyond one agent (issue 45, fail-slow; `gang.pace`): the pace an
+//! agent learned, in its member's entry, so that the agent that watches the member next (this
+//! one restarted, or the worker newly on this node) goes on from it — one restarted in a slow run
+//! would otherwise learn the slow pace as the usual one; and the slow episode's lease, which its
+//! opener renews (compare-and-renew) while its member is measured, so that an episode whose
+//! opener is gone lapses and a gang still slow opens the next, and an opener restarted takes its
+//! episode back instead of leaving it to lapse.
+
+use crate::clock::{ms, Millis};
+use crate::coord::CoordError;
+use crate::hang::model::Gang;
+use crate::hang::model_gang::{member_id, Member, PaceKept, SlowOpened};
+use crate::hang::model_slow::{lease, opener_of, placed_at, settled, since_of, MOST};
+use crate::hang::policy_gang::{self as gp, Timing};
+
+use super::RestartPath;
+
+impl RestartPath<'_> {
+    /// Once, as this agent starts watching `worker` of gang `g` (`jsu`: its JobSet's uid, when
+    /// its pod says): the pace its entry keeps, and the episode it opened. False when the
+    /// coordinator did not answer: the member's entry must not be written this cycle (it would
+    /// write over the kept pace with nothing).
+    pub(super) async fn resume_pace(
+        &mut self,
+        g: &Gang,
+        worker: &str,
+        jsu: Option<&str>,
+        now: Millis,
+    ) -> bool {
+        let cfg = self.ctx.cfg.gang.pace.clone();
+        if !cfg.enabled {
+            return true;
+        }
+        self.pace.follow(&g.id);
+        if self.pace.resumed {
+            return true;
+        }
+        let own = member_id(self.ctx.keys.node(), worker);
+        let kept = match self.kept(g, &own, jsu, now).await {
+            Ok(kept) => kept,
+            Err(e) => {
+                tracing::warn!(worker, error = %e, "the pace kept in the gang's view could not be read; the member's entry waits for it");
+                return false;
+            }
+        };
+        self.pace.resume(kept, &cfg);
+        // NB: an opener restarted takes its episode back whatever its member's pace now: back
+        // at it, the episode ends here (`slow-over`) instead of lapsing unsaid.
+        if let Err(e) = self.take_back(g, &own, now).await {
+            tracing::warn!(worker, error = %e, "a slow episode this member opened could not be taken back; it lapses with its lease");
+        }
+        true
+    }
+
+    /// The pace the member's entry keeps, when it is the same job's: an entry written within
+    /// `gone_after` (an older one is a departed worker's) of the same JobSet, when both say.
+    async fn kept(
+        &self,
+        g: &Gang,
+        own: &str,
+        jsu: Option<&str>,
+        now: Millis,
+    ) -> Result<Option<PaceKept>, CoordError> {
+        let node = self.ctx.keys.node();
+        let key = self
+            .ctx
+            .keys
+            .gang_members(&g.id, gp::shard_of(node, gp::shards(g.size)));
+        let entries = self.ctx.coord.hgetall(&key).await?;
+        let gone_after = Timing::of(&self.ctx.cfg).gone_after;
+        Ok(entries
+            .get(own)
+            .and_then(|json| serde_json::from_str::<Member>(json).ok())
+            .filter(|m| now - m.at <= gone_after)
+            .filter(|m| match (jsu, m.jobset_uid.as_deref()) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            })
+            .and_then(|m| m.pace))
+    }
+
+    /// The gang's open episode, when this member's agent opened it: followed from here on (its
+    /// lease renewed, its end said here). One only half opened (not yet named, so never paged)
+    /// is removed: the member still slow opens it again, and pages.
+    async fn take_back(&mut self, g: &Gang, own: &str, now: Millis) -> Result<(), CoordError> {
+        let key = self.ctx.keys.gang_slow(&g.id);
+        let Some(value) = self.ctx.coord.get(&key).await? else {
+            return Ok(());
+        };
+        if opener_of(&value) != Some(own) || self.gangs.slow.contains_key(&g.id) {
+            return Ok(());
+        }
+        if !settled(&value) {
+            return self.ctx.coord.del_if_owner(&key, &value).await.map(drop);
+        }
+        let Some((node, worker)) = placed_at(&value) else {
+            return Ok(());
+        };
+        let lease = lease(&self.ctx.cfg.gang.pace);
+        if self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
+            let opened = SlowOpened {
+                value,
+                node,
+                worker,
+                renewed: now,
+            };
+            self.gangs.slow.insert(g.id.clone(), opened);
+        }
+        Ok(())
+    }
+
+    /// The opener, as it reads its episode (`held`: the key's value now): still its own, its
+    /// lease renewed once a fifth of it passed while its member is measured (a member held,
+    /// idle or hung keeps no episode open), for at most a day from its run's start; ended
+    /// otherwise (lapsed, or removed by a person): the alert it sent is resolved.
+    pub(super) async fn follow_episode(
+        &mut self,
+        g: &Gang,
+        held: Option<&str>,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(o) = self.gangs.slow.get(&g.id).cloned() else {
+            return Ok(());
+        };
+        if held == Some(o.value.as_str()) {
+            let lease = lease(&self.ctx.cfg.gang.pace);
+            let young = since_of(&o.value).is_some_and(|since| now - since < MOST);
+            let measured = self.pace.rate.is_some();
+            if now - o.renewed >= ms(lease) / 5 && young && measured {
+                let key = self.ctx.keys.gang_slow(&g.id);
+                // NB: compare-and-renew: a lease that lapsed meanwhile is the next opener's.
+                if self.ctx.coord.renew_if_owner(&key, &o.value, lease).await? {
+                    if let Some(e) = self.gangs.slow.get_mut(&g.id) {
+                        e.renewed = now;
+                    }
+                }
+            }
+            return Ok(());
+        }
+        self.gangs.slow.remove(&g.id);
+        let end = crate::alerts::Resolve::Episode(crate::alerts::AlertKind::Slow);
+        self.ctx.notifier.resolve(&o.node, &o.worker, end).await;
+        Ok(())
+    }
+}
