@@ -78,6 +78,10 @@ struct NodeSim {
     faulted_at: Millis,
     /// Its agent stands down (SIGTERM) until this time.
     standing_down_until: Millis,
+    /// The end of its latest stand-down (kept once it is over).
+    held_until: Millis,
+    /// Its agent's metrics (which agent opened the slow gang's episode).
+    metrics: Option<Arc<Metrics>>,
 }
 
 pub struct GangViolation {
@@ -234,6 +238,8 @@ impl Sim {
                 cfg,
                 faulted_at: Millis::MIN / 2,
                 standing_down_until: 0,
+                held_until: 0,
+                metrics: None,
             });
             sim.start_agent(n, false);
         }
@@ -266,8 +272,10 @@ impl Sim {
             down: self.down.clone(),
             mutant: self.mutant,
             node: node.cfg.node_name.clone(),
+            read_slow: Default::default(),
         });
         let metrics = Arc::new(Metrics::new());
+        node.metrics = Some(metrics.clone());
         let notifier = Notifier::new(Some(Arc::new(self.sink.clone())), metrics.clone());
         let token = CancellationToken::new();
         if term {
@@ -374,9 +382,11 @@ impl Sim {
         }
         let down_until = self.down_until;
         let faulted = |n: usize, since: Millis| self.faulted_since(n, since) || down_until >= since;
+        let held = |since: Millis| self.nodes.iter().any(|n| n.held_until > since);
         let mut seen = self.slow_seen;
         for a in alerts {
-            if let Err((invariant, detail)) = self.slow.judge_page(a, now, faulted, &mut seen) {
+            let judged = self.slow.judge_page(a, now, (faulted, held), &mut seen);
+            if let Err((invariant, detail)) = judged {
                 return self.fail(invariant, detail);
             }
         }
@@ -402,6 +412,9 @@ impl Sim {
                 self.stats.slowdowns += 1;
             }
             self.log(line);
+        }
+        if self.slow.opener_crashes() {
+            self.crash_opener(now);
         }
         if odds(&mut self.rng, 1, 900) {
             self.failover(now);
@@ -493,6 +506,7 @@ impl Sim {
                     (until - DAY_START) / 1000
                 ));
                 self.nodes[n].standing_down_until = until;
+                self.nodes[n].held_until = until;
                 self.nodes[n].faulted_at = now;
                 self.start_agent(n, true);
             } else if self.nodes[n].standing_down_until != 0
@@ -513,6 +527,28 @@ impl Sim {
             self.log("the coordinator is back".into());
             self.down.store(false, Ordering::SeqCst);
         }
+    }
+
+    /// The agent that opened the slow gang's episode (by its metrics), if one did, crashes and
+    /// comes back.
+    fn crash_opener(&mut self, now: Millis) {
+        let opened = |m: &Arc<Metrics>| {
+            m.encode().lines().any(|l| {
+                l.strip_prefix("vigil_gang_slow_episodes_total ")
+                    .is_some_and(|v| v.trim() != "0")
+            })
+        };
+        let Some(n) = (0..NODES).find(|&n| self.nodes[n].metrics.as_ref().is_some_and(opened))
+        else {
+            return;
+        };
+        self.stats.crashes += 1;
+        self.log(format!(
+            "node {n}: agent crashes and comes back (it opened gang c's slow episode)"
+        ));
+        self.nodes[n].faulted_at = now;
+        let term = now < self.nodes[n].standing_down_until;
+        self.start_agent(n, term);
     }
 
     /// A failover to a replica that had not received the latest writes: one gang's lock,

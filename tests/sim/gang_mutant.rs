@@ -43,11 +43,16 @@ pub enum GangMutant {
     /// an entry without a learned rule (`lr`) reads with another member's: a gang restarted on
     /// the learned rhythm though one member's agent holds none.
     AgreementForged,
+    /// Issue 45: an agent starting over does not find the slow episode it opened — each
+    /// agent's first read of a gang's slow key answers nothing: its opener, restarted, never
+    /// takes the episode back, and the episode lapses and is paged again. (Each gang's key's
+    /// first read: an agent resumes each of its members.)
+    EpisodeNotFound,
 }
 
 impl GangMutant {
     #[allow(dead_code)]
-    pub const ALL: [GangMutant; 11] = [
+    pub const ALL: [GangMutant; 12] = [
         GangMutant::ProgressHidden,
         GangMutant::BlockersHidden,
         GangMutant::AlertsNotDeduplicated,
@@ -59,6 +64,7 @@ impl GangMutant {
         GangMutant::ComputeHidden,
         GangMutant::SlowTakenForHung,
         GangMutant::AgreementForged,
+        GangMutant::EpisodeNotFound,
     ];
 }
 
@@ -69,6 +75,8 @@ pub struct Faulty {
     pub mutant: Option<GangMutant>,
     /// The agent's node (`EveryMemberNamed` names its member).
     pub node: String,
+    /// `EpisodeNotFound`: the slow keys this agent has read once.
+    pub read_slow: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// A one-member decision (`<ms>:<incident>|<node>/<worker>`) naming `node`'s member of the gang
@@ -171,6 +179,16 @@ impl Coordinator for Faulty {
                             }
                             if m == Some(GangMutant::FruitlessNeverEnds) && is_gang_run(k) {
                                 *val = val.as_deref().map(never_ends);
+                            }
+                            if m == Some(GangMutant::EpisodeNotFound)
+                                && k.ends_with(":slow")
+                                && self
+                                    .read_slow
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .insert(k.clone())
+                            {
+                                *val = None;
                             }
                             if m == Some(GangMutant::EveryMemberNamed)
                                 && k.contains(":gang:{")

@@ -9,7 +9,10 @@
 //!   for a gang that stops and restarts (`ml/a`, `ml/b`), never for jitter;
 //! - **the slow member named**: when the job publishes each rank's compute time, the page names
 //!   the member that slows it (unless that member's node was faulted since: its entry is stale);
-//! - **never a restart for slowness**: no member of a job that only runs slow is restarted.
+//! - **never a restart for slowness**: no member of a job that only runs slow is restarted;
+//! - **one page per slowdown**: an agent that crashes and comes back (its opener's among them)
+//!   pages it no second time — unless a node stood down during it (a member held past the
+//!   episode's lease lets it lapse, and the gang, still slow, is paged again).
 
 use vigil::alerts::{Alert, AlertKind};
 use vigil::clock::Millis;
@@ -56,6 +59,8 @@ pub(super) struct SlowGang {
 pub(super) struct SlowSeen {
     pub(super) pages: u64,
     pub(super) named: u64,
+    /// The slowdown the last page was for (its start) and how many pages it had.
+    pub(super) per: Option<(Millis, u64)>,
 }
 
 impl SlowGang {
@@ -108,6 +113,13 @@ impl SlowGang {
         ))
     }
 
+    /// While the job runs slow, now and then (a tick in 40, from its own stream): the agent
+    /// that opened its slow episode crashes and comes back — an opener restarted in the
+    /// middle of an episode, which takes it back rather than page it twice.
+    pub(super) fn opener_crashes(&mut self) -> bool {
+        self.slow.is_some() && self.rng.below(40) == 0
+    }
+
     /// The job's steps this tick (its slowest member's pace, with a little jitter), and each
     /// member's compute time when the job publishes it: the slow member computes longer, the
     /// others wait for it at the collective.
@@ -128,12 +140,13 @@ impl SlowGang {
     }
 
     /// A `slow` page (any gang's) against the truth. `faulted(n, since)`: node `n`'s agent was
-    /// faulted (crashed, stood down, the coordinator gone) since `since`.
+    /// faulted (crashed, stood down, the coordinator gone) since `since`; `held(since)`: a node
+    /// stood down at some time since `since`.
     pub(super) fn judge_page(
         &self,
         a: &Alert,
         now: Millis,
-        faulted: impl Fn(usize, Millis) -> bool,
+        (faulted, held): (impl Fn(usize, Millis) -> bool, impl Fn(Millis) -> bool),
         seen: &mut SlowSeen,
     ) -> Result<(), (&'static str, String)> {
         if a.kind != AlertKind::Slow {
@@ -151,6 +164,20 @@ impl SlowGang {
             }
         };
         seen.pages += 1;
+        let count = match seen.per {
+            Some((at, n)) if at == truth.since => n + 1,
+            _ => 1,
+        };
+        seen.per = Some((truth.since, count));
+        if count > 1 && !held(truth.since) {
+            return Err((
+                "one page per slowdown",
+                format!(
+                    "gang c: the slowdown of member {} paged {count} times, no node stood down: {}",
+                    truth.member, a.detail
+                ),
+            ));
+        }
         let named = format!("on node gpu-{}:", truth.member);
         if a.detail.contains(&named) {
             seen.named += 1;
