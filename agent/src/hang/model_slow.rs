@@ -42,6 +42,11 @@ pub(crate) fn opener_of(value: &str) -> Option<&str> {
     opener_field(value).map(|f| f.split_once('@').map_or(f, |(who, _)| who))
 }
 
+/// When it was opened (`None`: an older agent's value).
+pub(crate) fn opened_of(value: &str) -> Option<Millis> {
+    opener_field(value)?.split_once('@')?.1.parse().ok()
+}
+
 /// When its run of slow windows began.
 pub(crate) fn since_of(value: &str) -> Option<Millis> {
     value.split(':').next()?.parse().ok()
@@ -88,8 +93,8 @@ pub(crate) fn lease(cfg: &PaceConfig) -> Duration {
     (cfg.slow_for * 5).max(Duration::from_secs(600))
 }
 
-/// The longest an episode is renewed, from its run's start: a gang slow and then never measured
-/// again (held, idle, hung) does not keep it, nor its node's `VigilSlow`, for ever.
+/// The longest an episode is renewed, from its opening: a gang slow for days is paged again once
+/// a day (its episode lapses, and is opened again), not once for ever.
 pub(crate) const MOST: Millis = 24 * 3_600_000;
 
 #[cfg(test)]
@@ -110,6 +115,7 @@ mod tests {
         );
         assert_eq!(opener_of(&named), Some("gpu-0/rank-0"));
         assert_eq!(since_of(&named), Some(1_000));
+        assert_eq!(opened_of(&named), Some(5_000));
         assert_eq!(rates_of(&named), Some((1.4, 2.0)));
         assert_eq!(claim_id(&named), "gpu-0/rank-0@5000");
         let at = |n: &str, w: &str| Some((n.to_string(), w.to_string()));
@@ -130,6 +136,7 @@ mod tests {
         // An older agent's value (`<since>:<rate>:<base>|…`): nobody's; its claim by its start.
         let old = "1000:1400:2000|gpu-3/rank-3|2|it computes";
         assert_eq!(opener_of(old), None);
+        assert_eq!(opened_of(old), None);
         assert_eq!(claim_id(old), "1000");
         assert_eq!(rates_of(old), Some((1.4, 2.0)));
         assert_eq!(lease(&PaceConfig::default()), Duration::from_secs(600));

@@ -10,7 +10,7 @@ use crate::clock::{ms, Millis};
 use crate::coord::CoordError;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{member_id, Member, PaceKept, SlowOpened};
-use crate::hang::model_slow::{lease, opener_of, placed_at, settled, since_of, MOST};
+use crate::hang::model_slow::{lease, opened_of, opener_of, placed_at, settled, MOST};
 use crate::hang::policy_gang::{self as gp, Timing};
 
 use super::RestartPath;
@@ -111,7 +111,7 @@ impl RestartPath<'_> {
 
     /// The opener, as it reads its episode (`held`: the key's value now): still its own, its
     /// lease renewed once a fifth of it passed while its member is measured (a member held,
-    /// idle or hung keeps no episode open), for at most a day from its run's start; ended
+    /// idle or hung keeps no episode open), for at most a day from its opening; ended
     /// otherwise (lapsed, or removed by a person): the alert it sent is resolved.
     pub(super) async fn follow_episode(
         &mut self,
@@ -124,7 +124,7 @@ impl RestartPath<'_> {
         };
         if held == Some(o.value.as_str()) {
             let lease = lease(&self.ctx.cfg.gang.pace);
-            let young = since_of(&o.value).is_some_and(|since| now - since < MOST);
+            let young = opened_of(&o.value).is_some_and(|at| now - at < MOST);
             let measured = self.pace.rate.is_some();
             if now - o.renewed >= ms(lease) / 5 && young && measured {
                 let key = self.ctx.keys.gang_slow(&g.id);
