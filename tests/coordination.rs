@@ -169,6 +169,10 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     .await
     .unwrap();
     assert_eq!(c.hgetall(&k("rec")).await.unwrap()["a"], "1");
+    // One field: the value, or nothing for a field or a hash that is not there.
+    assert_eq!(c.hget(&k("rec"), "a").await.unwrap().as_deref(), Some("1"));
+    assert_eq!(c.hget(&k("rec"), "b").await.unwrap(), None);
+    assert_eq!(c.hget(&k("nohash"), "a").await.unwrap(), None);
     time.pass(Duration::from_millis(300)).await;
     assert!(
         c.hgetall(&k("rec")).await.unwrap().is_empty(),

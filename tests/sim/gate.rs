@@ -173,6 +173,10 @@ impl Coordinator for SimCoord {
                 Reply::Ok
             }
             Request::Hgetall(key) => Reply::Hash(self.hgetall(&key).await?),
+            Request::Hget { key, field } => {
+                let store = self.store().hget(&key, &field);
+                Reply::Values(vec![self.around("HGET", &key, false, store).await?])
+            }
             Request::HgetallMany(keys) => Reply::Hashes(hgetall_many_by_parts(self, &keys).await?),
             Request::Append {
                 key,

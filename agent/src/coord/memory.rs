@@ -140,6 +140,7 @@ impl Coordinator for MemoryCoordinator {
                 Reply::Ok
             }
             Request::Hgetall(key) => Reply::Hash(hgetall(self, &key)),
+            Request::Hget { key, field } => Reply::Values(vec![hgetall(self, &key).remove(&field)]),
             Request::HgetallMany(keys) => {
                 Reply::Hashes(keys.iter().map(|k| hgetall(self, k)).collect())
             }

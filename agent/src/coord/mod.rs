@@ -186,8 +186,7 @@ pub enum Request {
     OwnerTtl { key: String, token: String },
     /// Compare-and-delete: remove `key` only if it still holds `token`.
     DelIfOwner { key: String, token: String },
-    /// Compare-and-renew: set `key`'s TTL to `ttl` only if it still holds `token` (a lease kept
-    /// by its owner, never one someone else took after it lapsed).
+    /// Compare-and-renew: `key`'s TTL set to `ttl` only if it still holds `token` (its owner's).
     RenewIfOwner {
         key: String,
         token: String,
@@ -204,6 +203,8 @@ pub enum Request {
     Decr(String),
     /// A hash's fields (empty when it is absent).
     Hgetall(String),
+    /// One field of a hash (`None` when the hash or the field is absent).
+    Hget { key: String, field: String },
     /// Several hashes at once (a missing one is empty): the fleet view reads every node's
     /// record in a few round trips, not one per node.
     HgetallMany(Vec<String>),
@@ -232,7 +233,7 @@ pub enum Request {
 pub enum Reply {
     /// `Time`.
     Time(Millis),
-    /// `GetMany`.
+    /// `GetMany`; `Hget` (one value).
     Values(Vec<Option<String>>),
     /// `SetNx`, `DelIfOwner`, `RenewIfOwner`.
     Done(bool),
@@ -368,6 +369,11 @@ impl<'a> dyn Coordinator + 'a {
 
     pub async fn decr(&self, key: &str) -> Result<(), CoordError> {
         call!(self, Request::Decr(key.into()), "DECR", Reply::Ok => ())
+    }
+
+    pub async fn hget(&self, key: &str, field: &str) -> Result<Option<String>, CoordError> {
+        let (key, field) = (key.into(), field.into());
+        call!(self, Request::Hget { key, field }, "HGET", Reply::Values(mut v) => v.pop().flatten())
     }
 
     pub async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {

@@ -393,6 +393,13 @@ mod tests {
         for r in raw {
             r.await.expect("no panic on junk");
         }
+        // NB: on new connections: one the scrapes left idle in the client's pool may have been
+        // closed by the server (its idle timeout, or given way to a newcomer), and reusing it
+        // races the close (hyper's IncompleteMessage, seen once under a loaded run).
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
         let r = client
             .get(format!("http://{addr}/healthz"))
             .send()

@@ -145,6 +145,9 @@ impl Coordinator for RedisCoordinator {
                 Reply::Ok
             }
             Request::Hgetall(key) => Reply::Hash(hgetall(c, &key).await?),
+            Request::Hget { key, field } => Reply::Values(vec![
+                c.query(redis::cmd("HGET").arg(&key).arg(&field)).await?,
+            ]),
             Request::HgetallMany(keys) => Reply::Hashes(hgetall_many(c, &keys).await?),
             Request::Append {
                 key,

@@ -66,11 +66,10 @@ impl RestartPath<'_> {
             .ctx
             .keys
             .gang_members(&g.id, gp::shard_of(node, gp::shards(g.size)));
-        let entries = self.ctx.coord.hgetall(&key).await?;
+        let entry = self.ctx.coord.hget(&key, own).await?;
         let gone_after = Timing::of(&self.ctx.cfg).gone_after;
-        Ok(entries
-            .get(own)
-            .and_then(|json| serde_json::from_str::<Member>(json).ok())
+        Ok(entry
+            .and_then(|json| serde_json::from_str::<Member>(&json).ok())
             .filter(|m| now - m.at <= gone_after)
             .filter(|m| match (jsu, m.jobset_uid.as_deref()) {
                 (Some(a), Some(b)) => a == b,
