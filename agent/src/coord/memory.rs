@@ -46,6 +46,11 @@ impl MemoryCoordinator {
         (data, now)
     }
 
+    /// `key` holds `token` (compare-and-delete, compare-and-renew).
+    fn holds(data: &HashMap<String, Entry>, key: &str, token: &str) -> bool {
+        Self::get_str(data, key).as_deref() == Some(token)
+    }
+
     fn get_str(data: &HashMap<String, Entry>, key: &str) -> Option<String> {
         match data.get(key).map(|e| &e.value) {
             Some(Value::Str(s)) => Some(s.clone()),
@@ -120,7 +125,7 @@ impl Coordinator for MemoryCoordinator {
             Request::OwnerTtl { key, token } => Reply::Ttl(owner_ttl(self, &key, &token)),
             Request::DelIfOwner { key, token } => {
                 let (mut data, _) = self.live();
-                let owned = Self::get_str(&data, &key).as_deref() == Some(token.as_str());
+                let owned = Self::holds(&data, &key, &token);
                 if owned {
                     data.remove(&key);
                 }
@@ -128,7 +133,7 @@ impl Coordinator for MemoryCoordinator {
             }
             Request::RenewIfOwner { key, token, ttl } => {
                 let (mut data, now) = self.live();
-                let owned = Self::get_str(&data, &key).as_deref() == Some(token.as_str());
+                let owned = Self::holds(&data, &key, &token);
                 if let (true, Some(e)) = (owned, data.get_mut(&key)) {
                     e.expires = Some(now + ttl.as_millis() as Millis);
                 }

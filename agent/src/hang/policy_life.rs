@@ -399,7 +399,7 @@ mod tests {
         let claims = [Claim::None, Claim::InFlight, Claim::Done];
         for age in [0, MIN, 3 * MIN - 1, 3 * MIN, 10 * MIN] {
             for backoff in [None, Some(now - 1), Some(now + MIN)] {
-                for (cooldown, locked, v, claim) in itertools_product(&verdicts, &claims) {
+                for (cooldown, locked, v, claim) in combinations(&verdicts, &claims) {
                     let marks = Marks {
                         cooldown,
                         retry: backoff.map(|not_before| Retry {
@@ -430,10 +430,7 @@ mod tests {
     }
 
     /// (cooldown, locked, verdict, claim) for every combination.
-    fn itertools_product(
-        verdicts: &[Verdict],
-        claims: &[Claim],
-    ) -> Vec<(bool, bool, Verdict, Claim)> {
+    fn combinations(verdicts: &[Verdict], claims: &[Claim]) -> Vec<(bool, bool, Verdict, Claim)> {
         let mut out = Vec::new();
         for cooldown in [false, true] {
             for locked in [false, true] {

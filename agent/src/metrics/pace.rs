@@ -56,8 +56,8 @@ impl PaceMetrics {
         m
     }
 
-    /// Export `worker`'s pace in `gang` (a series appears once it is measured), and whether it
-    /// is `slow`.
+    /// Export `worker`'s pace in `gang` (its rate and baseline once measured), and whether it is
+    /// `slow` (every look).
     pub(crate) fn observe(
         &self,
         worker: &str,
@@ -72,17 +72,10 @@ impl PaceMetrics {
         };
         let mut all = self.exported.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = all.get(worker).filter(|g| *g != gang) {
-            let old = PaceLabels {
-                gang: old.clone(),
-                worker: worker.to_string(),
-            };
-            self.rate.remove(&old);
-            self.baseline.remove(&old);
-            self.slow.remove(&old);
+            self.drop_series(old, worker);
         }
         if let Some(r) = rate {
             self.rate.get_or_create(&id).set(r);
-            all.insert(worker.to_string(), gang.to_string());
         }
         // NB: the verdict of every look, held ones included (a hold is no measured window), so
         // that a gang held, idle or hung never shows slow.
@@ -97,14 +90,19 @@ impl PaceMetrics {
     pub(crate) fn forget(&self, worker: &str) {
         let mut all = self.exported.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(gang) = all.remove(worker) {
-            let id = PaceLabels {
-                gang,
-                worker: worker.to_string(),
-            };
-            self.rate.remove(&id);
-            self.baseline.remove(&id);
-            self.slow.remove(&id);
+            self.drop_series(&gang, worker);
         }
+    }
+
+    /// `worker`'s series labelled with `gang`, gone.
+    fn drop_series(&self, gang: &str, worker: &str) {
+        let id = PaceLabels {
+            gang: gang.to_string(),
+            worker: worker.to_string(),
+        };
+        self.rate.remove(&id);
+        self.baseline.remove(&id);
+        self.slow.remove(&id);
     }
 
     /// A slow episode opened here.
@@ -119,13 +117,7 @@ impl PaceMetrics {
             if watched(worker) {
                 return true;
             }
-            let id = PaceLabels {
-                gang: gang.clone(),
-                worker: worker.clone(),
-            };
-            self.rate.remove(&id);
-            self.baseline.remove(&id);
-            self.slow.remove(&id);
+            self.drop_series(gang, worker);
             false
         });
     }
