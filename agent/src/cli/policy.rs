@@ -2,6 +2,7 @@
 //! thresholds; `vigil policy gpu`: the XID → action table (`crate::accel::gpu::policy_xid`).
 
 use crate::config::Config;
+use crate::hang::policy_pipeline::Unit;
 
 /// The table `vigil policy` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -98,10 +99,17 @@ pub(crate) fn render(cfg: &Config) -> String {
     out.push_str(
         "\nan incident's stages (vigil_worker_incident_stage), each with what may follow it:\n",
     );
-    for (from, to) in crate::hang::policy_life::table() {
+    life_table(&mut out, Unit::Worker);
+    out.push_str("  (and every stage back to quiet: the worker is fine, or its marks expired or were lost)\n");
+    out.push_str("\na gang's incident (one for the whole job; its members boot as their own agents see them):\n");
+    life_table(&mut out, Unit::Gang);
+    out
+}
+
+/// One unit's table of the life (`crate::hang::policy_life::table`).
+fn life_table(out: &mut String, unit: Unit) {
+    for (from, to) in crate::hang::policy_life::table(unit) {
         let to: Vec<&str> = to.iter().map(|s| s.as_str()).collect();
         out.push_str(&format!("  {:<12} -> {}\n", from.as_str(), to.join(", ")));
     }
-    out.push_str("  (and every stage back to quiet: the worker is fine, or its marks expired or were lost)\n");
-    out
 }

@@ -17,6 +17,7 @@ use crate::config::{Config, GangAction, StragglerAction};
 use crate::hang::model_gang::{Activity, Decision, GangState, Member};
 use crate::hang::policy::Verdict;
 pub(crate) use crate::hang::policy_gang_learned::{learned_stop, past_rhythm};
+use crate::hang::policy_life::Stage;
 
 /// The durations the gang's rules use, from the configuration (and the one count: how many
 /// restarts in a row may bring no progress).
@@ -459,8 +460,45 @@ pub(crate) struct Rules {
     pub(crate) timing: Timing,
 }
 
+/// The stage of the gang's incident in the life of a hang (`crate::hang::policy_life`), from the
+/// gang's shared state and its present members: `confirmed` while the incident waits, `due` once
+/// its restart is ([`restart_due`]), `restarting` while its decision stands (the members restart
+/// over several cycles), `escalated` once that decision is `escalate_after` old and no member
+/// progresses, `recovered` after a restart while the next incident would be "again".
+///
+/// NB: escalation looks at the data, not at the verdicts: restarted members boot (no member's
+/// agent calls them hung) while the gang may still be stuck.
+pub(crate) fn stage(state: &GangState, members: &[Member], now: Millis, t: &Timing) -> Stage {
+    let Some(inc) = &state.incident else {
+        return match again(state, now, t) {
+            Some(_) => Stage::Recovered,
+            None => Stage::Quiet,
+        };
+    };
+    match state.current_decision() {
+        Some(d)
+            if now - d.decided >= t.escalate_after
+                && !members.iter().any(|m| progressing(m, now)) =>
+        {
+            Stage::Escalated
+        }
+        Some(_) => Stage::Restarting,
+        None if restart_due(inc.started, members, now, t) => Stage::Due,
+        None => Stage::Confirmed,
+    }
+}
+
+/// The gang's last restart, while an incident beginning `at` is the same trouble again (its page
+/// an escalation, not `hung`).
+fn again(state: &GangState, at: Millis, t: &Timing) -> Option<Millis> {
+    state
+        .restarted
+        .filter(|r| at - r < t.cooldown + t.escalate_after)
+}
+
 /// The steps for `own` (this agent's member, its entry as of this cycle), given the gang's
-/// verdict and state (an open incident already opened when the gang is hung).
+/// verdict and state (an open incident already opened when the gang is hung): what the stage of
+/// its incident asks.
 pub(crate) fn plan(
     verdict: &GangVerdict,
     state: &GangState,
@@ -470,11 +508,10 @@ pub(crate) fn plan(
     rules: &Rules,
 ) -> Vec<GangStep> {
     let t = &rules.timing;
-    // NB: escalation looks at the data, not at the verdicts: restarted members boot (no
-    // member's agent calls them hung) while the gang may still be stuck.
-    let mut steps = Vec::new();
-    if let Some(d) = state.current_decision() {
-        if now - d.decided >= t.escalate_after && !members.iter().any(|m| progressing(m, now)) {
+    let stage = stage(state, members, now, t);
+    if let (Stage::Restarting | Stage::Escalated, Some(d)) = (stage, state.current_decision()) {
+        let mut steps = Vec::new();
+        if stage == Stage::Escalated {
             steps.push(GangStep::PageEscalation {
                 restarted: d.decided,
             });
@@ -487,19 +524,17 @@ pub(crate) fn plan(
         }
         return steps;
     }
-    steps.extend(verdict_steps(verdict, state, members, own, now, rules));
-    steps
+    verdict_steps(verdict, stage, state, members, own, rules)
 }
 
 fn verdict_steps(
     verdict: &GangVerdict,
+    stage: Stage,
     state: &GangState,
     members: &[Member],
     own: &Member,
-    now: Millis,
     rules: &Rules,
 ) -> Vec<GangStep> {
-    let t = &rules.timing;
     match verdict {
         GangVerdict::Running => vec![],
         GangVerdict::Straggler(ids) if ids.contains(&own.id()) => {
@@ -516,26 +551,17 @@ fn verdict_steps(
             };
             let restart_all =
                 rules.action == GangAction::RestartAll && !members.iter().any(|m| m.alert_only);
-            match state.current_decision() {
-                None => {
-                    // NB: from the incident's start, not from now: an incident's page is one
-                    // kind for its whole life (simulation: an escalation, then a `hung` page
-                    // for the same incident once `now` had moved on).
-                    let again = state
-                        .restarted
-                        .filter(|r| inc.started - r < t.cooldown + t.escalate_after);
-                    let mut v = vec![match again {
-                        Some(restarted) => GangStep::PageEscalation { restarted },
-                        None => GangStep::PageHung,
-                    }];
-                    if restart_all && restart_due(inc.started, members, now, t) {
-                        v.push(GangStep::Decide);
-                    }
-                    v
-                }
-                // Carried out by `plan`, whatever the verdict.
-                Some(_) => vec![],
+            // NB: from the incident's start, not from now: an incident's page is one kind for
+            // its whole life (simulation: an escalation, then a `hung` page for the same
+            // incident once `now` had moved on).
+            let mut v = vec![match again(state, inc.started, &rules.timing) {
+                Some(restarted) => GangStep::PageEscalation { restarted },
+                None => GangStep::PageHung,
+            }];
+            if restart_all && stage.runs_pipeline() {
+                v.push(GangStep::Decide);
             }
+            v
         }
     }
 }
@@ -564,3 +590,7 @@ mod tests;
 #[cfg(test)]
 #[path = "policy_gang_learned_tests.rs"]
 mod learned_tests;
+
+#[cfg(test)]
+#[path = "policy_gang_life_tests.rs"]
+mod life_tests;

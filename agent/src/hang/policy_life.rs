@@ -11,14 +11,22 @@
 //! back to quiet (the data says the worker is fine, or the marks expired or were lost in a
 //! failover).
 //!
+//! A gang's incident (one for a whole distributed job) lives the same life in the same type,
+//! without the stages its members' own agents hold (suspect, backing off, deciding, booting):
+//! confirmed → due → restarting (its decision stands while each member restarts, over several
+//! cycles) → recovered (every member beat since) or escalated. `crate::hang::policy_gang::stage`
+//! decodes it from the gang's shared state; [`follows`] holds both tables (by restart
+//! [`Unit`]).
+//!
 //! Pure: the marks are decoded by `crate::hang::marks`, `now` is an argument. The stage is what
-//! `vigil_worker_incident_stage` exports for each worker; `vigil policy` prints the table.
+//! `vigil_worker_incident_stage` exports for each worker; `vigil policy` prints the tables.
 
 use crate::clock::Millis;
 use crate::config::PolicyConfig;
 use crate::hang::model::{Incident, Marks};
 use crate::hang::policy::{Effect, Verdict};
 use crate::hang::policy_due::{restart_due, retry_open};
+use crate::hang::policy_pipeline::Unit;
 
 /// Where a worker's incident stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,6 +80,24 @@ impl Stage {
         Stage::Recovered,
         Stage::Escalated,
     ];
+
+    /// The stages a gang's incident takes: its members' agents hold the rest for each member.
+    pub(crate) const GANG: [Stage; 6] = [
+        Stage::Quiet,
+        Stage::Confirmed,
+        Stage::Due,
+        Stage::Restarting,
+        Stage::Recovered,
+        Stage::Escalated,
+    ];
+
+    /// The stages of `unit`'s life.
+    pub(crate) fn of(unit: Unit) -> &'static [Stage] {
+        match unit {
+            Unit::Worker => &Stage::ALL,
+            Unit::Gang => &Stage::GANG,
+        }
+    }
 
     /// A pass runs the restart pipeline from this stage: the restart is due and nothing holds
     /// it (`deciding`: another pass holds the node lock — the pipeline's lock step refuses, and
@@ -188,12 +214,19 @@ pub(crate) fn project(marks: &Marks, effects: &[Effect], now: Millis) -> Marks {
 /// cycle, so a due incident's next stage is usually `booting` (`deciding` and `restarting` show
 /// while a pass is in flight, or when its instance died mid-command); anyone else's restart
 /// (an operator's, kubelet's) marks any stage `booting`; an errored worker's incident is due at
-/// once. The table of the life: each arm says which stages a stage moves on to.
-pub(crate) fn follows(from: Stage, to: Stage) -> bool {
+/// once. The table of the life: each arm says which stages a stage moves on to. A gang's is
+/// [`gang_follows`].
+pub(crate) fn follows(unit: Unit, from: Stage, to: Stage) -> bool {
     use Stage::*;
+    if ![from, to].iter().all(|s| Stage::of(unit).contains(s)) {
+        return false;
+    }
     if from == to || to == Quiet {
         // The data says it is fine, or the marks expired or were lost in a failover.
         return true;
+    }
+    if unit == Unit::Gang {
+        return gang_follows(from, to);
     }
     if to == Booting {
         // A restart done: ours (from a due incident) or anyone else's (from any stage).
@@ -221,15 +254,42 @@ pub(crate) fn follows(from: Stage, to: Stage) -> bool {
     }
 }
 
-/// The life as `vigil policy` prints it: each stage and the stages it moves on to (besides
-/// quiet, which every stage may return to), from [`follows`].
-pub(crate) fn table() -> Vec<(Stage, Vec<Stage>)> {
-    Stage::ALL
+/// The gang's arm of the table, as the gang's reader sees its state each cycle. Its restart
+/// runs over several cycles (each member's agent restarts its own, under its node's lock), so
+/// `restarting` is seen, and `recovered` follows it without a `booting` of the gang's own.
+fn gang_follows(from: Stage, to: Stage) -> bool {
+    use Stage::*;
+    match from {
+        // The collective stopped: the incident opened (due at once on learned evidence).
+        Quiet => matches!(to, Confirmed | Due),
+        // Persistence satisfied.
+        Confirmed => matches!(to, Due),
+        // Decided under the gang's lock; or the learned evidence it was due on lost (a member's
+        // agent lost its rule): the fixed rule's wait.
+        Due => matches!(to, Restarting | Confirmed),
+        // Every member beat since the decision (recovered); none progresses `escalate_after`
+        // after it (escalated); the cooldown over with the gang still stopped: the incident
+        // closes and the next opens in the same cycle.
+        Restarting => matches!(to, Escalated | Recovered | Confirmed | Due),
+        // A member moving again for a while; every member beat since; the cooldown over.
+        Escalated => matches!(to, Restarting | Recovered | Confirmed | Due),
+        // A new incident, "again" while `cooldown + escalate_after` runs from the restart.
+        Recovered => matches!(to, Confirmed | Due),
+        Suspect | BackingOff | Deciding | Booting => false,
+    }
+}
+
+/// The life as `vigil policy` prints it: each of `unit`'s stages and the stages it moves on to
+/// (besides quiet, which every stage may return to), from [`follows`].
+pub(crate) fn table(unit: Unit) -> Vec<(Stage, Vec<Stage>)> {
+    let stages = Stage::of(unit);
+    stages
         .iter()
         .map(|&from| {
-            let to = Stage::ALL
-                .into_iter()
-                .filter(|&to| to != from && to != Stage::Quiet && follows(from, to))
+            let to = stages
+                .iter()
+                .copied()
+                .filter(|&to| to != from && to != Stage::Quiet && follows(unit, from, to))
                 .collect();
             (from, to)
         })
@@ -237,251 +297,5 @@ pub(crate) fn table() -> Vec<(Stage, Vec<Stage>)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::hang::model::{Incident, Retry};
-
-    const MIN: Millis = 60_000;
-
-    fn cfg() -> PolicyConfig {
-        PolicyConfig::default()
-    }
-
-    fn incident(started: Millis) -> Option<Incident> {
-        Some(Incident {
-            started,
-            id: "inc-1".into(),
-        })
-    }
-
-    #[test]
-    fn every_stage_has_a_name_of_its_own() {
-        let names: std::collections::BTreeSet<_> = Stage::ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(names.len(), Stage::ALL.len());
-    }
-
-    /// The life of one hang, mark by mark, as the protocol writes them.
-    #[test]
-    fn the_marks_decode_into_the_stage_of_the_life() {
-        let c = cfg();
-        let now = 100 * MIN;
-        let hung = Verdict::Hung;
-        let at = |m: &Marks, claim: Claim, locked: bool| stage(m, claim, locked, hung, now, &c);
-        let mut m = Marks::default();
-        assert_eq!(at(&m, Claim::None, false), Stage::Quiet);
-        m.suspect = Some((now - 3 * MIN, now - MIN));
-        assert_eq!(at(&m, Claim::None, false), Stage::Suspect);
-        m.incident = incident(now - MIN);
-        assert_eq!(
-            at(&m, Claim::None, false),
-            Stage::Confirmed,
-            "restart_delay is 3 min"
-        );
-        m.incident = incident(now - 3 * MIN);
-        assert_eq!(at(&m, Claim::None, false), Stage::Due);
-        assert_eq!(at(&m, Claim::None, true), Stage::Deciding);
-        m.retry = Some(Retry {
-            incident: "inc-1".into(),
-            failures: 1,
-            not_before: now + MIN,
-        });
-        assert_eq!(at(&m, Claim::None, true), Stage::BackingOff);
-        m.retry = None;
-        m.cooldown = true;
-        assert_eq!(at(&m, Claim::InFlight, true), Stage::Restarting);
-        m = Marks {
-            cooldown: true,
-            restarted_at: Some(now - MIN),
-            ..Marks::default()
-        };
-        assert_eq!(at(&m, Claim::Done, false), Stage::Booting);
-        m.cooldown = false;
-        assert_eq!(at(&m, Claim::None, false), Stage::Recovered);
-        m.escalated = true;
-        assert_eq!(at(&m, Claim::None, false), Stage::Escalated);
-        // An errored worker's incident is due at once.
-        let errored = Marks {
-            incident: incident(now),
-            ..Marks::default()
-        };
-        assert_eq!(
-            stage(&errored, Claim::None, false, Verdict::Errored, now, &c),
-            Stage::Due
-        );
-        // An incident this agent does not confirm (another one did) waits as confirmed.
-        assert_eq!(
-            stage(&errored, Claim::None, false, Verdict::Suspect, now, &c),
-            Stage::Confirmed
-        );
-    }
-
-    /// A hang walked through the real verdict and plan, one cycle at a time: the stage each
-    /// cycle leaves is the life's next step, never a jump the table does not allow.
-    #[test]
-    fn a_hang_walked_through_the_plan_moves_one_step_at_a_time() {
-        use crate::hang::model::WorkerStatus;
-        use crate::hang::policy::{plan, verdict, NodeContext};
-        let c = cfg();
-        let status = WorkerStatus::processing(Some(0));
-        let mut marks = Marks::default();
-        let mut seen = vec![Stage::Quiet];
-        for t in (0..=400).step_by(15) {
-            let now = t * 1000;
-            let v = verdict(Some(&status), &marks, NodeContext::default(), now, &c);
-            let effects = plan(v, Some(&status), &marks, now, &c);
-            marks = project(&marks, &effects, now);
-            let s = stage(&marks, Claim::None, false, v, now, &c);
-            let last = *seen.last().unwrap();
-            assert!(follows(last, s), "t={t}s: {last:?} -> {s:?} ({effects:?})");
-            if s != last {
-                seen.push(s);
-            }
-        }
-        assert_eq!(
-            seen,
-            [Stage::Quiet, Stage::Suspect, Stage::Confirmed, Stage::Due]
-        );
-    }
-
-    /// Exhaustively: the life's main line is a path of single steps; a claim (`restarting`) and
-    /// a pass in flight (`deciding`) follow only a due incident; a page for a restart that did
-    /// not help (`escalated`) follows only our restart; nothing before `due` moves to a claim.
-    #[test]
-    fn the_table_of_the_life_holds_its_shape() {
-        use Stage::*;
-        let line = [
-            Quiet, Suspect, Confirmed, Due, Deciding, Restarting, Booting, Recovered, Escalated,
-        ];
-        for pair in line.windows(2) {
-            assert!(follows(pair[0], pair[1]), "{:?} -> {:?}", pair[0], pair[1]);
-        }
-        assert!(follows(Due, Booting), "a pass runs whole within a cycle");
-        let due = |s: Stage| matches!(s, Due | BackingOff | Deciding);
-        for from in Stage::ALL {
-            assert!(follows(from, from) && follows(from, Quiet), "{from:?}");
-            assert!(follows(from, Booting), "anyone's restart: {from:?}");
-            for to in Stage::ALL {
-                if from == to || !follows(from, to) {
-                    continue;
-                }
-                if matches!(to, Restarting | Deciding) {
-                    assert!(due(from), "{from:?} -> {to:?}");
-                }
-                if to == Escalated {
-                    assert!(matches!(from, Booting | Recovered), "{from:?} -> escalated");
-                }
-                if to == Recovered {
-                    assert_eq!(from, Booting, "recovered only from booting");
-                }
-            }
-        }
-        for from in [Quiet, Suspect, Confirmed] {
-            for to in [Deciding, Restarting] {
-                assert!(!follows(from, to), "{from:?} -> {to:?}");
-            }
-        }
-    }
-
-    /// Exhaustively over the marks a cycle acts on (the incident's age, a failed restart's
-    /// backoff, the cooldown, the node lock, the verdict): the pipeline runs exactly when the
-    /// restart is due by the incident's age and no backoff holds it — the rule the engine read
-    /// from the marks before it asked the life.
-    #[test]
-    fn the_pipeline_runs_when_the_life_says_due_and_only_then() {
-        let c = cfg();
-        let now = 100 * MIN;
-        let verdicts = [
-            Verdict::Hung,
-            Verdict::Errored,
-            Verdict::Suspect,
-            Verdict::Healthy,
-        ];
-        let claims = [Claim::None, Claim::InFlight, Claim::Done];
-        for age in [0, MIN, 3 * MIN - 1, 3 * MIN, 10 * MIN] {
-            for backoff in [None, Some(now - 1), Some(now + MIN)] {
-                for (cooldown, locked, v, claim) in combinations(&verdicts, &claims) {
-                    let marks = Marks {
-                        cooldown,
-                        retry: backoff.map(|not_before| Retry {
-                            incident: "inc-1".into(),
-                            failures: 1,
-                            not_before,
-                        }),
-                        ..Marks::default()
-                    };
-                    let inc = incident(now - age).unwrap();
-                    let s = acting(&marks, &inc, (claim, locked), v, now, &c);
-                    let old = !cooldown
-                        && retry_open(&marks, now)
-                        && restart_due(v, inc.started, now, &c);
-                    assert_eq!(
-                        s.runs_pipeline(),
-                        old,
-                        "age {age} backoff {backoff:?} cooldown {cooldown} locked {locked} {v:?} {claim:?}: {s:?}"
-                    );
-                }
-            }
-        }
-        let running: Vec<Stage> = Stage::ALL
-            .into_iter()
-            .filter(|s| s.runs_pipeline())
-            .collect();
-        assert_eq!(running, [Stage::Due, Stage::Deciding]);
-    }
-
-    /// (cooldown, locked, verdict, claim) for every combination.
-    fn combinations(verdicts: &[Verdict], claims: &[Claim]) -> Vec<(bool, bool, Verdict, Claim)> {
-        let mut out = Vec::new();
-        for cooldown in [false, true] {
-            for locked in [false, true] {
-                for &v in verdicts {
-                    for &claim in claims {
-                        out.push((cooldown, locked, v, claim));
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// docs/how-it-decides.md's table of the life is this table: its stages in this order, each
-    /// with exactly the stages `follows` lets it move on to.
-    #[test]
-    fn the_documented_life_is_the_table() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/how-it-decides.md");
-        let text = std::fs::read_to_string(path).expect("docs/how-it-decides.md");
-        let section = text
-            .split("## The life of an incident")
-            .nth(1)
-            .and_then(|s| s.split("\n## ").next())
-            .expect("the section");
-        let ticked = |cell: &str| -> Vec<String> {
-            cell.split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_string)
-                .collect()
-        };
-        let rows: Vec<(String, Vec<String>)> = section
-            .lines()
-            .filter(|l| l.starts_with("| `"))
-            .map(|l| {
-                let cells: Vec<&str> = l.split('|').collect();
-                let stage = ticked(cells[1]).remove(0);
-                let mut to = ticked(cells[3]);
-                to.sort();
-                to.dedup();
-                (stage, to)
-            })
-            .collect();
-        let code: Vec<(String, Vec<String>)> = table()
-            .into_iter()
-            .map(|(from, to)| {
-                let mut to: Vec<String> = to.iter().map(|s| s.as_str().to_string()).collect();
-                to.sort();
-                (from.as_str().to_string(), to)
-            })
-            .collect();
-        assert_eq!(rows, code);
-    }
-}
+#[path = "policy_life_tests.rs"]
+mod tests;
