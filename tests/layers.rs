@@ -1,7 +1,8 @@
 //! The layers, checked (issue 43): the shared infrastructure names no feature, no folders import
 //! one another round a circle, and the map of agent/src
-//! in docs/development.md names every file. Imports are read as `crate::` paths (`super::` paths
-//! and method calls across an `impl` split over files are not seen).
+//! in docs/development.md names every file. Imports are read as `crate::` paths (a `super::` path
+//! stays within its folder or climbs to its parent: the module circles of tests/layout.rs read
+//! those too; method calls across an `impl` split over files are not seen).
 
 use std::path::Path;
 
@@ -212,6 +213,22 @@ fn no_folder_circle() {
             }
         }
     }
+    // The top folders as whole rooms too (a feature and its sub-folders one room): the gang's
+    // view read from `fleet` by `hang/restart`, while `fleet` reads `hang`'s model, was a circle
+    // no pair of folders showed.
+    let top = |f: &str| f.split('/').next().unwrap_or(f).to_string();
+    let mut rooms: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for (from, tos) in &edges {
+        for to in tos.iter().filter(|to| top(to) != top(from)) {
+            rooms.entry(top(from)).or_default().insert(top(to));
+        }
+    }
+    let found = circles(&rooms);
+    assert!(
+        found.is_empty(),
+        "top folders import one another round a circle: {found:?}"
+    );
     // NB: the engine's circle (hang, hang/restart, fleet, maintenance) closed in issue 43: the
     // node's cycle went above the features (`cycle`) and what forbids restarts below them
     // (`vocab::stand_down`, `vocab::maintenance`).

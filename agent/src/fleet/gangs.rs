@@ -8,56 +8,11 @@ use serde::Serialize;
 
 use crate::clock::{human, Millis};
 use crate::coord::{CoordError, Coordinator, Keys};
+use crate::hang::gang_marks::read;
 #[cfg(test)]
 use crate::hang::model_gang::tag;
-use crate::hang::model_gang::{GangState, Member};
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::hang::policy_gang::{self as gp, Timing};
-
-/// A gang's view and state, in two round trips: every shard of its view, then its state keys.
-pub(crate) async fn read(
-    coord: &dyn Coordinator,
-    keys: &Keys,
-    gang: &str,
-    size: Option<u32>,
-) -> Result<(Vec<Member>, GangState), CoordError> {
-    let members = read_view(coord, keys, gang, size).await?;
-    Ok((members, read_state(coord, keys, gang).await?))
-}
-
-/// Every member's entry: every shard of the gang's view (one pipelined round trip).
-pub(crate) async fn read_view(
-    coord: &dyn Coordinator,
-    keys: &Keys,
-    gang: &str,
-    size: Option<u32>,
-) -> Result<Vec<Member>, CoordError> {
-    let shards: Vec<String> = (0..gp::shards(size))
-        .map(|s| keys.gang_members(gang, s))
-        .collect();
-    let hashes = coord.hgetall_many(&shards).await?;
-    Ok(hashes
-        .iter()
-        .flat_map(|h| h.values())
-        .filter_map(|v| serde_json::from_str(v).ok())
-        .collect())
-}
-
-/// The gang's incident, decision, last restart and run of fruitless restarts (one round trip,
-/// one slot).
-pub(crate) async fn read_state(
-    coord: &dyn Coordinator,
-    keys: &Keys,
-    gang: &str,
-) -> Result<GangState, CoordError> {
-    let state_keys = [
-        keys.gang_incident(gang),
-        keys.gang_decision(gang),
-        keys.gang_restarted(gang),
-        keys.gang_fruitless(gang),
-    ];
-    Ok(GangState::decode(&coord.get_many(&state_keys).await?))
-}
 
 fn untag(tag: &str) -> (String, Option<u32>) {
     match tag.split_once('|') {

@@ -15,9 +15,10 @@
 //! watches what forbids restarts right now, `outage` tracks the coordinator's and the runtime's
 //! outages, `journal` writes the decision trail as the cycle does (once per incident); `marks`
 //! is the hang path's Redis schema (the codec of a worker's marks and their one-round-trip
-//! read); `replay` runs step-time traces through the verdict (the learned-silence benchmark).
+//! read), `gang_marks` a gang's (its view's shards and its state keys, read); `replay` runs step-time traces through the verdict (the learned-silence benchmark).
 
 pub(crate) mod context;
+pub(crate) mod gang_marks;
 pub(crate) mod journal;
 pub(crate) mod marks;
 pub(crate) mod model;

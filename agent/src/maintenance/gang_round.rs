@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::clock::{ms, Millis};
 use crate::coord::{Coordinator, Keys, Op};
-use crate::fleet::gangs::read_view;
+use crate::hang::gang_marks::read_view;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{member_id, Member};
 use crate::hang::policy_gang::present;

@@ -63,6 +63,13 @@ pub struct CriSettings {
     pub poll: Duration,
 }
 
+impl CriSettings {
+    /// What opts a pod in: its label, and the annotation of its checkpoint method.
+    fn opt_in(&self) -> (&str, &str) {
+        (&self.worker_label, &self.checkpoint_annotation)
+    }
+}
+
 pub struct CriRuntime {
     s: CriSettings,
     client: RuntimeServiceClient<Channel>,
@@ -200,7 +207,7 @@ impl CriRuntime {
         let mut out = HashMap::new();
         for p in items {
             let Some(mut sandbox) =
-                Sandbox::from_labels(&self.s, p.labels, p.annotations, p.metadata)
+                Sandbox::from_labels(self.s.opt_in(), p.labels, p.annotations, p.metadata)
             else {
                 continue;
             };
@@ -247,7 +254,7 @@ impl CriRuntime {
                     .map(|n| n.ip.clone())
                     .unwrap_or_default();
                 let mut sandbox =
-                    Sandbox::from_labels(&self.s, st.labels, st.annotations, st.metadata)?;
+                    Sandbox::from_labels(self.s.opt_in(), st.labels, st.annotations, st.metadata)?;
                 sandbox.resolve_pod_ip(&ip);
                 Some(sandbox)
             })),

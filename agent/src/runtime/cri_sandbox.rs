@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use k8s_cri::v1::ContainerState;
 
-use super::cri::CriSettings;
 use super::Container;
 use crate::runtime::container::PodRef;
 
@@ -40,14 +39,16 @@ pub(super) struct Sandbox {
 }
 
 impl Sandbox {
+    /// The sandbox of a pod opted in with `worker_label`, its checkpoint method in
+    /// `checkpoint_annotation` (the adapter's settings); `None` for any other pod.
     pub(super) fn from_labels(
-        s: &CriSettings,
+        (worker_label, checkpoint_annotation): (&str, &str),
         labels: HashMap<String, String>,
         annotations: HashMap<String, String>,
         meta: Option<k8s_cri::v1::PodSandboxMetadata>,
     ) -> Option<Sandbox> {
         // NB: a pod without the opt-in label is never a worker, whatever else it says.
-        let worker = labels.get(&s.worker_label).filter(|w| !w.is_empty())?;
+        let worker = labels.get(worker_label).filter(|w| !w.is_empty())?;
         let meta = meta.unwrap_or_default();
         // Pods of one template share their labels: `pod-name` makes each its own worker.
         // NB: with its namespace (`<namespace>.<pod>`: a namespace holds no dot), so that
@@ -60,13 +61,13 @@ impl Sandbox {
         Some(Sandbox {
             worker,
             container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
-            checkpoint: annotations.get(&s.checkpoint_annotation).cloned(),
-            alert_only: crate::runtime::container::alert_only(&labels, &s.worker_label),
+            checkpoint: annotations.get(checkpoint_annotation).cloned(),
+            alert_only: crate::runtime::container::alert_only(&labels, worker_label),
             gang: crate::runtime::container::gang_of_pod(
                 Some(&meta.namespace),
                 &labels,
                 &annotations,
-                &s.worker_label,
+                worker_label,
             ),
             job: labels.contains_key(crate::runtime::container::keys::JOB_NAME)
                 || labels.contains_key("job-name"),

@@ -41,6 +41,7 @@ use nvml_wrapper::{Device, EventSet, Nvml};
 use nvml_wrapper_sys::bindings::NvmlLib;
 
 use crate::accel::gpu::model::{GpuSample, RecoveryAction, RemappedRows, XidEvent};
+use crate::accel::gpu::nvml_fields::{field, fill_speed};
 
 /// Why GPU monitoring is off (said once at start-up).
 #[derive(Debug, thiserror::Error)]
@@ -174,12 +175,6 @@ pub(crate) fn throttle_names(r: ThrottleReasons) -> Vec<&'static str> {
         .collect()
 }
 
-/// A field that cannot be read is `None`, never a failed sample (ECC off, no sensor, old GPU).
-pub(crate) fn field<T>(index: u32, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
-    r.map_err(|e| tracing::debug!(gpu = index, field = what, error = %e, "GPU field not read"))
-        .ok()
-}
-
 /// [`GpuProbe`] over the real NVML.
 pub struct NvmlProbe {
     nvml: &'static Nvml,
@@ -301,7 +296,7 @@ impl NvmlProbe {
             persistence_mode: field(index, "persistence_mode", d.is_in_persistent_mode()),
             ..GpuSample::default()
         };
-        super::nvml_speed::fill(index, d, &mut sample);
+        fill_speed(index, d, &mut sample);
         Some(sample)
     }
 }

@@ -182,7 +182,7 @@ impl RestartPath<'_> {
         }
         let coord = self.ctx.coord.clone();
         let keys = &self.ctx.keys;
-        let state = crate::fleet::gangs::read_state(coord.as_ref(), keys, &g.id).await?;
+        let state = crate::hang::gang_marks::read_state(coord.as_ref(), keys, &g.id).await?;
         match &state.fruitless {
             Some(run) => self.gangs.runs.insert(g.id.clone(), run.clone()),
             None => self.gangs.runs.remove(&g.id),
@@ -193,7 +193,7 @@ impl RestartPath<'_> {
             coord.set_nx(&key, keys.node(), ttl).await?
         };
         let mut members = match reader {
-            true => crate::fleet::gangs::read_view(coord.as_ref(), keys, &g.id, g.size).await?,
+            true => crate::hang::gang_marks::read_view(coord.as_ref(), keys, &g.id, g.size).await?,
             false => Vec::new(),
         };
         members.retain(|m| m.id() != own.id());

@@ -1,20 +1,27 @@
-//! NVML's readings of a GPU's speed (issue 45, fail-slow; judged in
+//! A GPU's fields as NVML reads them: each `None` where it cannot be read ([`field`]), never a
+//! failed sample; and its speed (issue 45, fail-slow; judged in
 //! `crate::accel::gpu::policy_slow`): its SM clock against its maximum, PCIe replays and NVLink
-//! data-link errors. Each `None` where the GPU or its driver does not report it (no NVLink, an
-//! older driver, a MIG parent without the privilege).
+//! data-link errors ([`fill_speed`]) — `None` where the GPU or its driver does not report them
+//! (no NVLink, an older driver, a MIG parent without the privilege).
 
 use nvml_wrapper::enum_wrappers::device::Clock;
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Device;
 
 use super::model::GpuSample;
-use super::nvml::field;
 
 /// `NVML_NVLINK_MAX_LINKS` of the NVML headers (18 on Hopper).
 const MAX_LINKS: u32 = 18;
 
+/// A field that cannot be read is `None`, never a failed sample (ECC off, no sensor, old GPU).
+pub(crate) fn field<T>(index: u32, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
+    r.map_err(|e| tracing::debug!(gpu = index, field = what, error = %e, "GPU field not read"))
+        .ok()
+}
+
 /// Read GPU `index`'s speed into its sample.
-pub(crate) fn fill(index: u32, d: &Device<'_>, s: &mut GpuSample) {
+pub(crate) fn fill_speed(index: u32, d: &Device<'_>, s: &mut GpuSample) {
     s.pcie_replays = field(index, "pcie_replays", d.pcie_replay_counter()).map(u64::from);
     s.nvlink_errors = nvlink_errors(index, d);
     s.sm_clock_mhz = field(index, "sm_clock", d.clock_info(Clock::SM));

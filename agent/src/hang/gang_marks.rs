@@ -1,0 +1,53 @@
+//! A gang's Redis schema, read (the worker's is `crate::hang::marks`): every shard of its view
+//! (each member's entry, written by the member's own agent with its cycle's batch) and its state
+//! keys (incident, decision, last restart, run of fruitless restarts). Read by a member's agent
+//! (`crate::hang::restart::gang`), a checkpoint round, a drill, and `vigil status` / `explain`.
+
+use crate::coord::{CoordError, Coordinator, Keys};
+use crate::hang::model_gang::{GangState, Member};
+use crate::hang::policy_gang as gp;
+
+/// A gang's view and state, in two round trips: every shard of its view, then its state keys.
+pub(crate) async fn read(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    gang: &str,
+    size: Option<u32>,
+) -> Result<(Vec<Member>, GangState), CoordError> {
+    let members = read_view(coord, keys, gang, size).await?;
+    Ok((members, read_state(coord, keys, gang).await?))
+}
+
+/// Every member's entry: every shard of the gang's view (one pipelined round trip).
+pub(crate) async fn read_view(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    gang: &str,
+    size: Option<u32>,
+) -> Result<Vec<Member>, CoordError> {
+    let shards: Vec<String> = (0..gp::shards(size))
+        .map(|s| keys.gang_members(gang, s))
+        .collect();
+    let hashes = coord.hgetall_many(&shards).await?;
+    Ok(hashes
+        .iter()
+        .flat_map(|h| h.values())
+        .filter_map(|v| serde_json::from_str(v).ok())
+        .collect())
+}
+
+/// The gang's incident, decision, last restart and run of fruitless restarts (one round trip,
+/// one slot).
+pub(crate) async fn read_state(
+    coord: &dyn Coordinator,
+    keys: &Keys,
+    gang: &str,
+) -> Result<GangState, CoordError> {
+    let state_keys = [
+        keys.gang_incident(gang),
+        keys.gang_decision(gang),
+        keys.gang_restarted(gang),
+        keys.gang_fruitless(gang),
+    ];
+    Ok(GangState::decode(&coord.get_many(&state_keys).await?))
+}
