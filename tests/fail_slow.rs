@@ -517,3 +517,45 @@ async fn an_episode_its_opener_never_named_is_opened_again_and_paged() {
     let held = g.fleet.get(&key).await.expect("the episode");
     assert!(held.contains("|gpu-2/rank-2|"), "named: {held}");
 }
+
+/// An agent that died between naming its episode's member and claiming the page left an episode
+/// never paged: its agent, restarted, takes the episode back and pages it, naming the member the
+/// episode names and why — once (the page's claim), however often the agent restarts.
+#[tokio::test]
+async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() {
+    let mut g = Gang::new(true);
+    let even = |_: usize| Some(300);
+    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
+    g.run(1.0, 20 * 60, even, false).await;
+    let key = g.fleet.nodes[0].keys.gang_slow(GANG);
+    let now = g.fleet.now();
+    let since = now - 5 * 60_000;
+    let named = format!(
+        "{since}:700:1000:gpu-1/rank-1@{now}|gpu-2/rank-2|3|it computes 450 ms a step, the others 300 ms"
+    );
+    g.fleet
+        .store
+        .set(&key, &named, Duration::from_secs(600))
+        .await
+        .unwrap();
+    g.fleet.restart_agents(1);
+    g.run(0.7, 2 * 60, slow, false).await;
+    let pages = g.pages(AlertKind::Slow);
+    assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
+    assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
+    assert!(
+        pages[0].detail.contains("it computes 450 ms a step"),
+        "{}",
+        pages[0].detail
+    );
+    assert_eq!(g.fleet.get(&key).await.as_deref(), Some(named.as_str()));
+    g.fleet.restart_agents(1);
+    g.run(0.7, 2 * 60, slow, false).await;
+    assert_eq!(
+        g.pages(AlertKind::Slow).len(),
+        1,
+        "taken back again, not paged again: {:?}",
+        g.fleet.sink.kinds()
+    );
+    assert_eq!(g.restarts(), 0);
+}

@@ -79,6 +79,15 @@ pub(crate) fn placed_at(value: &str) -> Option<(String, String)> {
     Some((node.to_string(), worker.to_string()))
 }
 
+/// The evidence the episode `value` named its member by (`None`: nobody named, or not yet).
+pub(crate) fn why_of(value: &str) -> Option<&str> {
+    let mut placed = value.split_once('|')?.1.splitn(3, '|');
+    match placed.next()? {
+        "-" | "?" => None,
+        _ => placed.nth(1).filter(|why| !why.is_empty()),
+    }
+}
+
 /// Whether an episode's value names its member yet (`?` while the opener reads the view).
 pub(crate) fn settled(value: &str) -> bool {
     value
@@ -120,12 +129,14 @@ mod tests {
         assert_eq!(claim_id(&named), "gpu-0/rank-0@5000");
         let at = |n: &str, w: &str| Some((n.to_string(), w.to_string()));
         assert_eq!(placed_at(&named), at("gpu-3", "rank-3"));
+        assert_eq!(why_of(&named), Some("it computes"));
         assert!(settled(&named));
         // Nobody named, or not named yet: placed at the opener's own member.
         for placed in ["-", "?"] {
             let v = episode(1_000, (1.4, 2.0), ("gpu-0/rank-0", 5_000), placed);
             assert_eq!(placed_at(&v), at("gpu-0", "rank-0"));
             assert_eq!(settled(&v), placed == "-");
+            assert_eq!(why_of(&v), None);
         }
         // Opened again after it lapsed: another claim, paged again.
         let again = episode(1_000, (1.4, 2.0), ("gpu-0/rank-0", 900_000), "-");

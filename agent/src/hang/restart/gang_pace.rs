@@ -241,7 +241,7 @@ impl RestartPath<'_> {
 
     /// The `slow` page: the gang, its rate against its usual, for how long, the member named
     /// and why (or that nobody stands out).
-    fn slow_alert(
+    pub(super) fn slow_alert(
         &self,
         g: &Gang,
         members: &[Member],

@@ -8,10 +8,13 @@
 
 use crate::clock::{ms, Millis};
 use crate::coord::CoordError;
+use crate::hang::marks::MARK_TTL;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{member_id, Member, PaceKept, SlowOpened};
-use crate::hang::model_slow::{lease, opened_of, opener_of, placed_at, settled, MOST};
+use crate::hang::model_slow::{claim_id, lease, opened_of, opener_of, placed_at, settled};
+use crate::hang::model_slow::{rates_of, since_of, why_of, MOST};
 use crate::hang::policy_gang::{self as gp, Timing};
+use crate::hang::policy_pipeline::Unit;
 
 use super::RestartPath;
 
@@ -79,8 +82,8 @@ impl RestartPath<'_> {
     }
 
     /// The gang's open episode, when this member's agent opened it: followed from here on (its
-    /// lease renewed, its end said here). One only half opened (not yet named, so never paged)
-    /// is removed: the member still slow opens it again, and pages.
+    /// lease renewed, its end said here), and paged if it never was. One only half opened (not
+    /// yet named, so never paged) is removed: the member still slow opens it again, and pages.
     async fn take_back(&mut self, g: &Gang, own: &str, now: Millis) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let Some(value) = self.ctx.coord.get(&key).await? else {
@@ -96,16 +99,45 @@ impl RestartPath<'_> {
             return Ok(());
         };
         let lease = lease(&self.ctx.cfg.gang.pace);
-        if self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
-            let opened = SlowOpened {
-                value,
-                node,
-                worker,
-                renewed: now,
-            };
-            self.gangs.slow.insert(g.id.clone(), opened);
+        if !self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
+            return Ok(());
         }
-        Ok(())
+        let at = Member::working(&node, &worker, now);
+        let opened = SlowOpened {
+            value,
+            node,
+            worker,
+            renewed: now,
+        };
+        self.gangs.slow.insert(g.id.clone(), opened.clone());
+        self.page_taken_back(g, &opened.value, &at, now).await
+    }
+
+    /// The `slow` page of an episode taken back, from what its value says (its run, its rates,
+    /// the member named and why). NB: an opener that died between naming its episode and
+    /// claiming the page left it unpaged; the page's claim says whether it went, so a page
+    /// already sent is not sent again.
+    async fn page_taken_back(
+        &mut self,
+        g: &Gang,
+        value: &str,
+        at: &Member,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let (Some(since), Some(rates)) = (since_of(value), rates_of(value)) else {
+            return Ok(());
+        };
+        // NB: the claim lives a day (`MARK_TTL`), as an episode is renewed: one older than that
+        // may have been paged under a claim gone since, and lapses soon.
+        if opened_of(value).is_none_or(|at| now - at >= MOST) {
+            return Ok(());
+        }
+        let named = why_of(value).map(|why| (at, vec![why.to_string()]));
+        let a = self.slow_alert(g, &[], named, at, (since, rates.0, rates.1), now);
+        let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
+        self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
+            .await
+            .map(drop)
     }
 
     /// The opener, as it reads its episode (`held`: the key's value now): still its own, its

@@ -53,7 +53,9 @@ impl RestartPath<'_> {
         let node = first.map_or(self.ctx.keys.node(), |m| m.node.as_str());
         let mut a = Alert::new(kind, node, detail);
         a.worker = first.map(|m| m.worker.clone());
-        a.container = first.map(|m| m.container.clone());
+        // NB: an entry of an agent that does not say (and a page rebuilt from an episode's
+        // value) has no container: none, not an empty one.
+        a.container = first.map(|m| m.container.clone()).filter(|c| !c.is_empty());
         a.gang = Some(g.id.clone());
         a.gang_size = g.size;
         a.gang_members = (!members.is_empty()).then_some(members.len() as u32);
