@@ -18,7 +18,9 @@
 //!
 //! [`RestartPath`] is the object: built by the agent for one worker's evaluation from the shared
 //! [`Context`] and what the evaluation needs of the agent (the trail, alert de-duplication, the
-//! node's state). Map: `incident` (timers, alerts, episodes, incarnations), `pipeline` (the
+//! node's state). Map: `evaluate` (one worker's evaluation, top to bottom: what it stands on,
+//! verdict and plan, the stage exported, the effects carried out), `incident` (timers, alerts,
+//! episodes, incarnations), `pipeline` (the
 //! state machine's one loop: decide → lock → logs → revalidate → caps → claim → recheck →
 //! command → verify), `before_command` (its steps up to the command), `limits` (breaker and
 //! budget), `command` (the command, its verification, failure, the claim), `pages` (every page,
@@ -26,6 +28,7 @@
 
 mod before_command;
 mod command;
+mod evaluate;
 mod gang;
 mod gang_decision;
 mod gang_pace;
@@ -38,25 +41,17 @@ mod pipeline;
 mod rhythm;
 
 use crate::alerts::gate::AlertGate;
-use crate::clock::{human, Millis};
-use crate::config::PolicyConfig;
-use crate::coord::{CoordError, WorkerRead};
+use crate::clock::Millis;
+use crate::coord::CoordError;
 use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
-use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Incident, Marks, WorkerStatus};
-use crate::hang::policy::{self, Effect, NodeContext, Verdict};
-use crate::hang::policy_due;
-use crate::hang::policy_life::{self, Claim};
-use crate::hang::policy_lost::IncidentTimes;
+use crate::hang::policy::{NodeContext, Verdict};
+use crate::hang::policy_life::Claim;
 use crate::hang::policy_pipeline::Skip;
-use crate::hang::policy_record;
 use crate::hang::stand_down::{NodeWatch, StandDown};
-use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
 use crate::trail::Code;
-
-use rhythm::Learn;
 
 pub use crate::hang::marks::{worker_keys, worker_read_keys};
 
@@ -107,20 +102,6 @@ impl Case<'_> {
     fn alert_only(&self) -> bool {
         self.c.alert_only || self.status.is_some_and(|s| s.alert_only)
     }
-}
-
-/// What one evaluation stands on (see `RestartPath::current`).
-struct Current {
-    now: Millis,
-    status: Option<WorkerStatus>,
-    /// Why the record could not be read, when it exists but is not a readable hash.
-    invalid: Option<String>,
-    marks: Marks,
-    /// What the cooldown marker says of its restart, and whether the node lock is held.
-    claim: Claim,
-    locked: bool,
-    /// A new incarnation was recorded this cycle.
-    tracked: bool,
 }
 
 /// An incident the restart path acts on.
@@ -246,319 +227,5 @@ impl RestartPath<'_> {
     /// Why the node, as it is *now*, forbids a restart decided a moment ago.
     fn stand_down(&self, c: &Container, now: Millis) -> Option<StandDown> {
         self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
-    }
-
-    /// A restarted worker's first beat ends its booting: its cooldown marker goes
-    /// (compare-and-delete: never a newer claim), and the trail says so. True when it went.
-    async fn end_booting(
-        &mut self,
-        c: &Container,
-        marker: &str,
-        status: Option<&WorkerStatus>,
-        now: Millis,
-    ) -> Result<bool, CoordError> {
-        let after = marks::booted_after(marker);
-        if !policy_record::booted(after, status) {
-            return Ok(false);
-        }
-        let key = self.ctx.keys.cooldown(&c.worker);
-        if !self.ctx.coord.del_if_owner(&key, marker).await? {
-            return Ok(false);
-        }
-        let beat = status.and_then(|s| s.heartbeat).unwrap_or(now);
-        let detail = format!(
-            "first beat {} after the restart: booting over, watched as usual (a new hang is a new incident)",
-            human((beat - after.unwrap_or(beat)).max(0))
-        );
-        let about = About::worker(&c.worker, Verdict::Booting);
-        self.note(now, about, Code::Booted, detail).await?;
-        self.complete_lost(c, marks::claimed_incident(marker), beat, now)
-            .await?;
-        Ok(true)
-    }
-
-    /// The first beat completes the time its incident lost (`crate::hang::policy_lost`): the
-    /// recovery counted, the time to recovery observed, the whole in the trail (`time-lost`).
-    async fn complete_lost(
-        &mut self,
-        c: &Container,
-        incident: Option<&str>,
-        beat: Millis,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let key = self.ctx.keys.lost(&c.worker);
-        let Some(raw) = self.ctx.coord.get(&key).await? else {
-            return Ok(());
-        };
-        // NB: compare-and-delete: of two instances that saw the first beat, one counts it. A
-        // record of another incident (ours, then someone else's restart) is dropped uncounted.
-        if !self.ctx.coord.del_if_owner(&key, &raw).await? {
-            return Ok(());
-        }
-        let Some(times) =
-            IncidentTimes::decode(&raw).filter(|t| Some(t.incident.as_str()) == incident)
-        else {
-            return Ok(());
-        };
-        let p = times.phases(beat);
-        self.ctx.metrics.lost.add("restart", p.recovery, now);
-        self.ctx.metrics.lost.recovered(p.total());
-        let about = About::worker(&c.worker, Verdict::Booting).incident(&times.incident);
-        self.note(now, about, Code::TimeLost, p.describe()).await
-    }
-
-    /// The record of a read, or why it cannot be read.
-    fn status_of(&self, worker: &str, read: &WorkerRead) -> (Option<WorkerStatus>, Option<String>) {
-        // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
-        // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
-        // key and the problem), and the cycle goes on. Only a transport failure fails closed.
-        match &read.record {
-            Ok(fields) => (
-                policy_record::status_of_record(fields, &self.ctx.cfg.policy),
-                None,
-            ),
-            Err(detail) => {
-                let key = self.ctx.keys.status(worker);
-                let why = format!("the status record {key} cannot be read: {detail}");
-                (None, Some(why))
-            }
-        }
-    }
-
-    /// Evaluate one worker and carry out the policy's effects in order. Coordinator errors abort
-    /// the evaluation (fail closed): nothing after a failed read or write is done on stale
-    /// knowledge.
-    pub(crate) async fn evaluate(
-        &mut self,
-        c: &Container,
-        read: WorkerRead,
-    ) -> Result<Verdict, CoordError> {
-        let Current {
-            now,
-            status,
-            invalid,
-            marks,
-            claim,
-            locked,
-            tracked,
-        } = self.current(c, read).await?;
-        let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
-        let look = match tracked || marks.cooldown {
-            true => Learn::StartOver,
-            false => Learn::Look(status.as_ref()),
-        };
-        // NB: a gang member's rhythm serves only its learned restart rule (its own verdict is the
-        // fixed rule's): not learned, nor written to Redis, without `learned.restarts`.
-        if !in_gang || self.ctx.cfg.policy.learned.restarts {
-            self.learn(c, &marks, look, now);
-        }
-        let judged = self.verdict_rules(status.as_ref());
-        let cfg = &*judged;
-        let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
-        let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
-        if in_gang {
-            // The gang's turn comes once the member is stale by the rule its entry carries.
-            let within = self.member_rules(status.as_ref(), &marks, now);
-            effects = policy::for_gang(effects, status.as_ref(), &marks, now, &within);
-        }
-        let case = Case {
-            c,
-            v,
-            status: status.as_ref(),
-            marks: &marks,
-            invalid: invalid.as_deref(),
-            held: (claim, locked),
-        };
-        self.export(&case, &effects, cfg, now);
-        self.carry_out(&case, effects, now).await?;
-        Ok(v)
-    }
-
-    /// The worker's verdict and the stage this cycle leaves it in (its sighting, timer and
-    /// escalation written), due by the rule its restart is judged by (learned or fixed).
-    fn export(&self, case: &Case<'_>, effects: &[Effect], cfg: &PolicyConfig, now: Millis) {
-        let left = policy_life::project(case.marks, effects, now);
-        let due_by = self.restart_rules(case.status, case.marks, now);
-        let (claim, locked) = case.held;
-        let stage = policy_life::stage(&left, claim, locked, case.v, now, &due_by);
-        self.ctx.metrics.verdict(case.v.as_str());
-        self.ctx.metrics.workers.observe(WorkerSample {
-            worker: &case.c.worker,
-            state: case.v.as_str(),
-            stage: stage.as_str(),
-            now,
-            heartbeat: case.status.and_then(|s| s.heartbeat),
-            restarted: case.marks.restarted_at,
-            silence: case.status.map(|s| policy_record::allowed_silence(s, cfg)),
-        });
-    }
-
-    /// What the evaluation stands on: the worker's record (its gang scoped by the tenancy rule)
-    /// and marks, read again when a new incarnation was just recorded, and a finished boot
-    /// ended.
-    async fn current(&mut self, c: &Container, read: WorkerRead) -> Result<Current, CoordError> {
-        // A new incarnation changes the marks (its cooldown, dropped timers): read them again
-        // (one more round trip, only then).
-        let seen = marks::decode(&read.values);
-        let tracked = self.track_incarnation(c, read.now, seen).await?;
-        let read = match tracked {
-            true => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?,
-            false => read,
-        };
-        let now = read.now;
-        let (mut status, invalid) = self.status_of(&c.worker, &read);
-        // NB: the pod's labels win over the record, and a record names only a gang of its own
-        // namespace (`crate::hang::policy_membership`): no tenant joins another's job.
-        if let Some(s) = status.as_mut() {
-            s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
-        }
-        let decoded = marks::decode(&read.values);
-        let (claim, locked) = (decoded.claim(), decoded.locked);
-        let mut marks = decoded.marks;
-        // NB: only once the new incarnation is recorded (not in the cycle that records it).
-        if !tracked && marks.cooldown {
-            if let Some(marker) = decoded.cooldown.as_deref() {
-                if self.end_booting(c, marker, status.as_ref(), now).await? {
-                    marks.cooldown = false;
-                }
-            }
-        }
-        Ok(Current {
-            now,
-            status,
-            invalid,
-            marks,
-            claim,
-            locked,
-            tracked,
-        })
-    }
-
-    /// The plan's effects in order; a gang member's gang step with its entry in the view.
-    async fn carry_out(
-        &mut self,
-        case: &Case<'_>,
-        effects: Vec<Effect>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let own = self.member_entry(case, now).await;
-        if let (Some(g), false) = (&own_gang(case), effects.contains(&Effect::Gang)) {
-            // Its member is fine: the gang alerts this agent sent for it are over.
-            self.resolve_gang_alerts(g, Some(case.worker())).await;
-        }
-        let mut incident = case.marks.incident.clone();
-        for effect in effects {
-            if effect == Effect::Gang {
-                if let Some(own) = &own {
-                    self.gang(case, own, &incident, now).await?;
-                }
-                continue;
-            }
-            self.apply(case, effect, &mut incident, now).await?;
-        }
-        // NB: after the hang path's effects, and never failing them: slowness is paged, and
-        // its bookkeeping waits for the next cycle when the coordinator does not answer.
-        match &own {
-            Some(own) => {
-                if let Err(e) = self.pace(case, own, now).await {
-                    tracing::warn!(worker = %case.c.worker, error = %e, "the gang's pace could not be judged this cycle");
-                }
-            }
-            // No member now (no gang, no entry): nothing of a slow episode is this worker's.
-            None => self.pace.forget_episode(),
-        }
-        Ok(())
-    }
-
-    /// Run the pipeline for the worker's own incident when its life says the restart is due
-    /// (`Stage::runs_pipeline`: by the incident's age under the restart's rule, learned or
-    /// fixed, and past a failed restart's backoff) and the worker is stale by that rule.
-    async fn consider_restart(
-        &mut self,
-        case: &Case<'_>,
-        incident: &Option<Incident>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let Some(inc) = incident else {
-            return Ok(());
-        };
-        // NB: a hang found by the worker's learned rhythm is restarted only once the fixed rule
-        // finds it too, unless the rhythm the coordinator holds may restart it
-        // (`policy_rhythm::restart_policy`: `policy.learned.restarts`).
-        let rules = self.restart_rules(case.status, case.marks, now);
-        let stage = policy_life::acting(case.marks, inc, case.held, case.v, now, &rules);
-        if !stage.runs_pipeline()
-            || !policy_due::stale_by_restart_rule(case.v, case.status, now, &rules)
-        {
-            return Ok(());
-        }
-        let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
-        let act = Act {
-            case,
-            inc,
-            since,
-            mandate: Mandate::Own,
-        };
-        self.run_pipeline(&act, now).await
-    }
-
-    /// One effect of the plan. `incident` is the shared timer as this cycle knows it (opened by
-    /// `OpenIncident`, read by the alert and the restart).
-    async fn apply(
-        &mut self,
-        case: &Case<'_>,
-        effect: Effect,
-        incident: &mut Option<Incident>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let k = self.ctx.keys.clone();
-        let w = case.worker();
-        match effect {
-            Effect::RecordSuspect { heartbeat } => self.record_suspect(case, heartbeat, now).await,
-            Effect::ClearSuspect => self.ctx.coord.del(&[k.suspect(w)]).await,
-            Effect::MarkErrorSince => self
-                .ctx
-                .coord
-                .set_nx(&k.error_since(w), &now.to_string(), MARK_TTL)
-                .await
-                .map(drop),
-            Effect::ClearErrorSince => self.ctx.coord.del(&[k.error_since(w)]).await,
-            Effect::RecordProgress(value) => {
-                // NB: written with the node's once-per-cycle batch, not a round trip per worker
-                // per cycle: progress feeds the stalled alert only, and a cycle that fails
-                // before the batch records it on the next.
-                let v = crate::clock::Stamp::new(now, value).to_string();
-                self.deferred.push((k.progress(w), v));
-                Ok(())
-            }
-            Effect::ClearProgress => self.ctx.coord.del(&[k.progress(w)]).await,
-            Effect::ClearIncident(end) => self.clear_incident(case, end, now).await,
-            Effect::ForgetRestart => self.forget_restart(case, now).await,
-            // NB: only the run read this cycle: another instance's claim meanwhile wrote a
-            // newer one, which must stand.
-            Effect::ClearFruitless => match &case.marks.fruitless {
-                Some(f) => self
-                    .ctx
-                    .coord
-                    .del_if_owner(&k.fruitless(w), &f.encode())
-                    .await
-                    .map(drop),
-                None => Ok(()),
-            },
-            Effect::CloseEpisode(e) => self.close_episode(case, e, now).await,
-            Effect::OpenEpisode(e) => self.open_episode(case, e, now).await,
-            Effect::OpenIncident => {
-                *incident = self.open_incident(case, now).await?;
-                Ok(())
-            }
-            Effect::Escalate => self.escalate(case, now).await,
-            Effect::AlertIncident => match incident {
-                Some(inc) => self.alert_incident(case, inc, now).await,
-                None => Ok(()),
-            },
-            Effect::ConsiderRestart => self.consider_restart(case, incident, now).await,
-            // Carried out by `evaluate`, which holds the member's entry.
-            Effect::Gang => Ok(()),
-        }
     }
 }
