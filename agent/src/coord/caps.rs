@@ -38,6 +38,15 @@ pub(crate) enum Breaker<'a> {
     Gang { id: &'a str, per_day: u32 },
 }
 
+/// What a restart's caps say: both let it through, or which refuses (the breaker is asked
+/// first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Allowance {
+    Granted,
+    BreakerOpen,
+    BudgetExhausted,
+}
+
 /// The caps of one restart unit, as the safety settings size them.
 pub(crate) struct Caps<'a> {
     pub(crate) coord: &'a dyn Coordinator,
@@ -134,7 +143,7 @@ impl<'a> Caps<'a> {
     }
 
     /// Whether the breaker would let a restart through now; nothing is taken.
-    pub(crate) async fn breaker_free(&self, now: Millis) -> Result<bool, CoordError> {
+    async fn breaker_free(&self, now: Millis) -> Result<bool, CoordError> {
         if self.per_day().is_none() {
             return Ok(true);
         }
@@ -143,7 +152,7 @@ impl<'a> Caps<'a> {
     }
 
     /// Whether the fleet budget would let a restart through now; nothing is taken.
-    pub(crate) async fn budget_free(&self, now: Millis) -> Result<bool, CoordError> {
+    async fn budget_free(&self, now: Millis) -> Result<bool, CoordError> {
         if self.fleet_budget() == 0 {
             return Ok(true);
         }
@@ -152,7 +161,7 @@ impl<'a> Caps<'a> {
     }
 
     /// Take the breaker's unit; `false` when the breaker refuses (nothing taken then).
-    pub(crate) async fn take_breaker(&self, now: Millis) -> Result<bool, CoordError> {
+    async fn take_breaker(&self, now: Millis) -> Result<bool, CoordError> {
         let Some(cap) = self.per_day() else {
             return Ok(true);
         };
@@ -163,7 +172,7 @@ impl<'a> Caps<'a> {
     }
 
     /// Take the fleet budget's unit; `false` when the budget refuses (nothing taken then).
-    pub(crate) async fn take_budget(&self, now: Millis) -> Result<bool, CoordError> {
+    async fn take_budget(&self, now: Millis) -> Result<bool, CoordError> {
         let s = self.safety;
         if self.fleet_budget() == 0 {
             return Ok(true);
@@ -177,8 +186,40 @@ impl<'a> Caps<'a> {
         Ok(taken.is_some())
     }
 
+    /// Take one unit of the breaker, then one of the fleet budget, as one step: `Granted` holds
+    /// both; a refusal holds nothing — and neither does a budget that does not answer (the
+    /// breaker's unit goes back, best-effort: one that stays taken only makes the breaker
+    /// stricter, but a Redis blip must not cost a node one of its few restarts of the day).
+    pub(crate) async fn take(&self, now: Millis) -> Result<Allowance, CoordError> {
+        if !self.take_breaker(now).await? {
+            return Ok(Allowance::BreakerOpen);
+        }
+        match self.take_budget(now).await {
+            Ok(true) => Ok(Allowance::Granted),
+            Ok(false) => {
+                self.refund_breaker(now).await?;
+                Ok(Allowance::BudgetExhausted)
+            }
+            Err(e) => {
+                let _ = self.refund_breaker(now).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// What [`Caps::take`] would say now; nothing is taken.
+    pub(crate) async fn look(&self, now: Millis) -> Result<Allowance, CoordError> {
+        Ok(if !self.breaker_free(now).await? {
+            Allowance::BreakerOpen
+        } else if !self.budget_free(now).await? {
+            Allowance::BudgetExhausted
+        } else {
+            Allowance::Granted
+        })
+    }
+
     /// Give the breaker's unit back (a restart that will not run).
-    pub(crate) async fn refund_breaker(&self, now: Millis) -> Result<(), CoordError> {
+    async fn refund_breaker(&self, now: Millis) -> Result<(), CoordError> {
         if self.per_day().is_none() {
             return Ok(());
         }
@@ -299,6 +340,76 @@ mod tests {
             ..node_only
         };
         assert!(!whole.budget_free(0).await.unwrap() && !whole.take_budget(0).await.unwrap());
+    }
+
+    /// A coordinator whose capped increments of the fleet budget fail (the reply lost).
+    struct BudgetFails(crate::coord::memory::MemoryCoordinator);
+
+    #[async_trait::async_trait]
+    impl Coordinator for BudgetFails {
+        fn describe(&self) -> String {
+            "budget-fails".into()
+        }
+        async fn execute(
+            &self,
+            request: crate::coord::Request,
+        ) -> Result<crate::coord::Reply, CoordError> {
+            if let crate::coord::Request::IncrCapped { key, .. } = &request {
+                if key.contains("budget") {
+                    return Err(CoordError::Timeout {
+                        addr: "test".into(),
+                        timeout: Duration::from_millis(1),
+                    });
+                }
+            }
+            self.0.execute(request).await
+        }
+    }
+
+    /// Both units or none: a budget that refuses or does not answer leaves the breaker as it was.
+    #[tokio::test]
+    async fn taking_the_caps_holds_both_units_or_none() {
+        let keys = Keys::new("p", "n");
+        let memory = || {
+            crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
+                crate::clock::FakeClock::at(0),
+            ))
+        };
+        let s = SafetyConfig {
+            breaker_per_day: 2,
+            fleet_budget: 1,
+            ..SafetyConfig::default()
+        };
+        let coord = memory();
+        let caps = Caps::node(&coord, &keys, &s);
+        assert_eq!(caps.look(0).await.unwrap(), Allowance::Granted);
+        assert_eq!(caps.take(0).await.unwrap(), Allowance::Granted);
+        assert_eq!(caps.look(0).await.unwrap(), Allowance::BudgetExhausted);
+        assert_eq!(caps.take(0).await.unwrap(), Allowance::BudgetExhausted);
+        let c: &dyn Coordinator = &coord;
+        assert_eq!(
+            c.counter(&caps.breaker_key(0)).await.unwrap(),
+            1,
+            "given back"
+        );
+        let failing = BudgetFails(memory());
+        let caps = Caps::node(&failing, &keys, &s);
+        assert!(caps.take(0).await.is_err());
+        let c: &dyn Coordinator = &failing;
+        assert_eq!(
+            c.counter(&caps.breaker_key(0)).await.unwrap(),
+            0,
+            "given back"
+        );
+        let tight = SafetyConfig {
+            breaker_per_day: 1,
+            ..s
+        };
+        let coord = memory();
+        let caps = Caps::node(&coord, &keys, &tight);
+        assert_eq!(caps.take(0).await.unwrap(), Allowance::Granted);
+        assert_eq!(caps.take(1).await.unwrap(), Allowance::BreakerOpen);
+        assert_eq!(caps.look(1).await.unwrap(), Allowance::BreakerOpen);
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@
 //! then its own node's worker pass (`super::gang`, `super::pipeline`).
 
 use crate::clock::Millis;
-use crate::coord::caps::{breaker_day, Breaker, Caps};
+use crate::coord::caps::{breaker_day, Allowance, Breaker, Caps};
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
 use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
@@ -277,29 +277,20 @@ impl RestartPath<'_> {
         if self.ctx.cfg.dry_run {
             return Ok(None);
         }
-        let caps = self.gang_caps(g);
-        if !caps.take_breaker(now).await? {
-            let per_day = self.ctx.cfg.gang.breaker_per_day;
-            let day = breaker_day(now);
-            return Ok(Some(format!(
-                "the gang's breaker is open: {per_day} gang restart(s) already today (UTC {day}, gang.breaker_per_day)"
-            )));
-        }
-        match caps.take_budget(now).await {
-            Ok(true) => Ok(None),
-            Ok(false) => {
-                caps.refund_breaker(now).await?;
-                Ok(Some(format!(
-                    "the fleet restart budget is exhausted ({} per {})",
-                    self.ctx.cfg.safety.fleet_budget,
-                    humantime::format_duration(self.ctx.cfg.safety.fleet_window)
-                )))
-            }
-            Err(e) => {
-                let _ = caps.refund_breaker(now).await;
-                Err(e)
-            }
-        }
+        // NB: both units or none (`Caps::take`), as for a worker's restart.
+        Ok(match self.gang_caps(g).take(now).await? {
+            Allowance::Granted => None,
+            Allowance::BreakerOpen => Some(format!(
+                "the gang's breaker is open: {} gang restart(s) already today (UTC {}, gang.breaker_per_day)",
+                self.ctx.cfg.gang.breaker_per_day,
+                breaker_day(now)
+            )),
+            Allowance::BudgetExhausted => Some(format!(
+                "the fleet restart budget is exhausted ({} per {})",
+                self.ctx.cfg.safety.fleet_budget,
+                humantime::format_duration(self.ctx.cfg.safety.fleet_window)
+            )),
+        })
     }
 
     /// The decision at `now` is one more restart of every member in the gang's run (a run that

@@ -2,7 +2,7 @@
 //! (taken through `crate::coord::caps`), and the alerts and trail entries when one refuses.
 
 use crate::clock::Millis;
-use crate::coord::caps::{breaker_day, Caps};
+use crate::coord::caps::{breaker_day, Allowance, Caps};
 use crate::coord::CoordError;
 
 use super::{Act, RestartPath, Skip};
@@ -21,38 +21,30 @@ impl RestartPath<'_> {
         }
     }
 
-    /// The breaker, then the fleet budget. With `peek` (or in observe mode) only reads them;
-    /// otherwise takes one unit of each atomically (and gives the breaker's back when the budget
-    /// refuses).
+    /// The breaker, then the fleet budget (`crate::coord::caps::Caps::take`: both units or
+    /// none). With `peek` (or in observe mode) only reads them.
     pub(super) async fn blocked_by_caps(
         &mut self,
         act: &Act<'_>,
         now: Millis,
         peek: bool,
     ) -> Result<Option<Skip>, CoordError> {
-        let read_only = peek || self.ctx.cfg.dry_run;
         let caps = self.caps(act);
-        let breaker = match read_only {
-            true => caps.breaker_free(now).await?,
-            false => caps.take_breaker(now).await?,
+        let said = match peek || self.ctx.cfg.dry_run {
+            true => caps.look(now).await?,
+            false => caps.take(now).await?,
         };
-        if !breaker {
-            self.breaker_open(act, now).await?;
-            return Ok(Some(Skip::BreakerOpen));
+        match said {
+            Allowance::Granted => Ok(None),
+            Allowance::BreakerOpen => {
+                self.breaker_open(act, now).await?;
+                Ok(Some(Skip::BreakerOpen))
+            }
+            Allowance::BudgetExhausted => {
+                self.budget_exhausted(act, now).await?;
+                Ok(Some(Skip::BudgetExhausted))
+            }
         }
-        let budget = match read_only {
-            true => caps.budget_free(now).await?,
-            false => caps.take_budget(now).await?,
-        };
-        if budget {
-            return Ok(None);
-        }
-        if !read_only {
-            // The breaker unit was taken just above for a restart that will not run: give it back.
-            caps.refund_breaker(now).await?;
-        }
-        self.budget_exhausted(act, now).await?;
-        Ok(Some(Skip::BudgetExhausted))
     }
 
     pub(super) async fn breaker_open(
