@@ -519,8 +519,9 @@ async fn an_episode_its_opener_never_named_is_opened_again_and_paged() {
 }
 
 /// An agent that died between naming its episode's member and claiming the page left an episode
-/// never paged: its agent, restarted, takes the episode back and pages it, naming the member the
-/// episode names and why — once (the page's claim), however often the agent restarts.
+/// never paged: its agent, restarted, takes the episode back and pages it once it measures the
+/// gang slow itself, naming the member the episode names and why — once (the page's claim),
+/// however often the agent restarts.
 #[tokio::test]
 async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() {
     let mut g = Gang::new(true);
@@ -539,7 +540,7 @@ async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() 
         .await
         .unwrap();
     g.fleet.restart_agents(1);
-    g.run(0.7, 2 * 60, slow, false).await;
+    g.run(0.7, 8 * 60, slow, false).await;
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
     assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
@@ -558,4 +559,25 @@ async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() 
         g.fleet.sink.kinds()
     );
     assert_eq!(g.restarts(), 0);
+}
+
+/// The opener's page claim gets no answer (a Redis blip): the page is owed, and sent on a later
+/// cycle while the gang is still slow — once.
+#[tokio::test]
+async fn a_slow_page_whose_claim_got_no_answer_is_sent_on_a_later_cycle() {
+    let mut g = Gang::new(true);
+    let even = |_: usize| Some(300);
+    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
+    g.run(1.0, 20 * 60, even, false).await;
+    g.fleet.blip(":alert:");
+    g.run(0.7, 8 * 60, slow, false).await;
+    assert!(
+        g.fleet.blips.lock().unwrap().is_empty(),
+        "the claim was tried"
+    );
+    let pages = g.pages(AlertKind::Slow);
+    assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
+    assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
+    g.run(1.0, 90, even, false).await;
+    assert_eq!(g.pages(AlertKind::SlowOver).len(), 1);
 }

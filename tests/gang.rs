@@ -614,3 +614,49 @@ async fn a_gang_with_one_member_judged_by_the_fixed_rule_is_restarted_by_the_fix
         decided[0].detail
     );
 }
+
+/// A Redis blip at the gang's decision: its SET NX gets no answer. The decision is read back
+/// (not there: it never landed), the gang's units go back, and the next cycle decides once —
+/// one unit of the gang's breaker and one of the fleet budget for one restart of every rank.
+#[tokio::test]
+async fn a_decision_whose_write_got_no_answer_gives_its_units_back() {
+    let mut job = Job::new(4, 4, |_| {});
+    collective_stops(&mut job).await;
+    job.fleet.blip(":decision");
+    job.fleet.run_for(Duration::from_secs(600)).await;
+    assert!(
+        job.fleet.blips.lock().unwrap().is_empty(),
+        "the decision was tried"
+    );
+    assert_eq!(job.restarts(), vec![1, 1, 1, 1], "{:?}", job.sink.kinds());
+    let day = utc_day(job.now());
+    let gang_breaker = job.fleet.nodes[0].keys.gang_breaker(GANG, &day);
+    assert_eq!(
+        job.counter(&gang_breaker).await,
+        1,
+        "the lost decision's unit given back"
+    );
+    assert_eq!(job.fleet_budget_used().await, 1);
+    assert_eq!(job.sink.count(AlertKind::Restarting), 1);
+}
+
+/// A Redis blip at the gang's `restarting` page: its claim gets no answer. The decision stands
+/// and is never announced again, so the page is owed and sent by a later cycle — once.
+#[tokio::test]
+async fn a_gang_restart_whose_page_claim_got_no_answer_is_still_paged_once() {
+    let mut job = Job::new(4, 4, |_| {});
+    collective_stops(&mut job).await;
+    job.fleet.blip(":restart");
+    job.fleet.run_for(Duration::from_secs(600)).await;
+    assert!(
+        job.fleet.blips.lock().unwrap().is_empty(),
+        "the page was tried"
+    );
+    assert_eq!(job.restarts(), vec![1, 1, 1, 1], "{:?}", job.sink.kinds());
+    assert_eq!(
+        job.sink.count(AlertKind::Restarting),
+        1,
+        "{:?}",
+        job.sink.kinds()
+    );
+}

@@ -403,7 +403,7 @@ pub(crate) fn module_references() -> Vec<(String, Vec<String>)> {
 }
 
 /// The `super::…` paths the code of `text` (a file of module `module`) names, made whole
-/// (`super::nvml::field` in `accel::gpu::nvml_speed` is `accel::gpu::nvml::field`): siblings
+/// (`super::nvml::field` in `accel::gpu::probe` would be `accel::gpu::nvml::field`): siblings
 /// import each other that way, and a circle of two siblings is a circle.
 pub(crate) fn super_paths(module: &str, text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -437,7 +437,7 @@ pub(crate) fn super_paths(module: &str, text: &str) -> Vec<String> {
 fn super_paths_are_made_whole_from_the_module_that_names_them() {
     let text = "use super::nvml::field;\nuse super::{Container, Other};\nfn a() { super::super::clock::now(); }\n// super::gone in a comment\n#[cfg(test)]\nmod tests { use super::*; }\n";
     assert_eq!(
-        super_paths("accel::gpu::nvml_speed", text),
+        super_paths("accel::gpu::probe", text),
         ["accel::gpu::nvml::field", "accel::gpu", "accel::clock::now"]
     );
 }

@@ -17,15 +17,29 @@ pub use vigil::runtime::sim::FakeRuntime;
 pub struct Switchable {
     pub inner: Arc<dyn vigil::coord::Coordinator>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
+    /// Writes that fail once, unanswered (a Redis blip): the first SET NX or capped increment
+    /// of a key that holds one of these fails, and that one is used up.
+    pub blips: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Switchable {
-    fn check(&self) -> Result<(), vigil::coord::CoordError> {
+    fn check(&self, request: &vigil::coord::Request) -> Result<(), vigil::coord::CoordError> {
+        use vigil::coord::Request;
+        let unanswered = || vigil::coord::CoordError::Timeout {
+            addr: "switchable".into(),
+            timeout: Duration::from_secs(2),
+        };
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(vigil::coord::CoordError::Timeout {
-                addr: "switchable".into(),
-                timeout: Duration::from_secs(2),
-            });
+            return Err(unanswered());
+        }
+        let key = match request {
+            Request::SetNx { key, .. } | Request::IncrCapped { key, .. } => key,
+            _ => return Ok(()),
+        };
+        let mut blips = self.blips.lock().unwrap();
+        if let Some(i) = blips.iter().position(|part| key.contains(part.as_str())) {
+            blips.remove(i);
+            return Err(unanswered());
         }
         Ok(())
     }
@@ -40,7 +54,7 @@ impl vigil::coord::Coordinator for Switchable {
         &self,
         request: vigil::coord::Request,
     ) -> Result<vigil::coord::Reply, vigil::coord::CoordError> {
-        self.check()?;
+        self.check(&request)?;
         self.inner.execute(request).await
     }
 }

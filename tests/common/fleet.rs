@@ -133,6 +133,7 @@ impl Builder {
             store,
             sink: RecordingSink::default(),
             down: Arc::new(AtomicBool::new(false)),
+            blips: Default::default(),
             nodes: Vec::new(),
             poll: self.poll,
         };
@@ -190,6 +191,8 @@ pub struct Fleet {
     pub sink: RecordingSink,
     /// While set, every agent's coordinator fails (a Redis outage).
     pub down: Arc<AtomicBool>,
+    /// Writes that fail once (see `Switchable::blips`): [`Fleet::blip`].
+    pub blips: Arc<std::sync::Mutex<Vec<String>>>,
     pub nodes: Vec<Node>,
     poll: Duration,
 }
@@ -208,6 +211,11 @@ impl Fleet {
             start: DAY_START,
             runtime: None,
         }
+    }
+
+    /// The next SET NX or capped increment of a key holding `part` fails, unanswered.
+    pub fn blip(&self, part: &str) {
+        self.blips.lock().unwrap().push(part.to_string());
     }
 
     fn node(&self, cfg: Config, b: &Builder) -> Node {
@@ -272,6 +280,7 @@ impl Fleet {
         let coord: Arc<dyn Coordinator> = Arc::new(Switchable {
             inner: self.store.clone(),
             down: self.down.clone(),
+            blips: self.blips.clone(),
         });
         let sink = alerts.then(|| Arc::new(self.sink.clone()) as _);
         let notifier = Notifier::new(sink, metrics.clone());

@@ -11,8 +11,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::alerts::Alert;
 use crate::clock::{Millis, Stamp};
 use crate::coord::{CoordError, Coordinator};
+
+/// The most claims (and owed alerts) a gate remembers: a coordinator down for long leaves the
+/// rest to the next observer.
+const REMEMBERED: usize = 1_000;
 
 /// The claims of one agent instance, with the ones whose answer was lost.
 pub(crate) struct AlertGate {
@@ -22,6 +27,11 @@ pub(crate) struct AlertGate {
     unanswered: HashMap<String, String>,
     /// Claims won on a lease, whose alert has gone out since: key → (value, full TTL).
     won: HashMap<String, (String, Duration)>,
+    /// Alerts whose claim got no answer: key → (the alert, its claim's TTL). Tried again once a
+    /// cycle ([`AlertGate::owed`]) until the claim answers: a Redis blip at the claim must not
+    /// lose the page (the step that paged may never run again: a gang's decision, once taken,
+    /// is not announced twice).
+    owed: HashMap<String, (Alert, Duration)>,
 }
 
 impl AlertGate {
@@ -30,6 +40,7 @@ impl AlertGate {
             instance: instance.to_string(),
             unanswered: HashMap::new(),
             won: HashMap::new(),
+            owed: HashMap::new(),
         }
     }
 
@@ -54,7 +65,7 @@ impl AlertGate {
         let taken = match coord.set_nx(key, &value, lease.min(ttl)).await {
             Ok(taken) => taken,
             Err(e) => {
-                if self.unanswered.len() < 1_000 {
+                if self.unanswered.len() < REMEMBERED {
                     self.unanswered.insert(key.to_string(), value);
                 }
                 return Err(e);
@@ -71,10 +82,45 @@ impl AlertGate {
                 }
             }
         };
-        if won && lease < ttl && self.won.len() < 1_000 {
+        if won && lease < ttl && self.won.len() < REMEMBERED {
             self.won.insert(key.to_string(), (value, ttl));
         }
         Ok(won)
+    }
+
+    /// `alert`'s claim `key` got no answer: it is owed, and tried again by [`AlertGate::owed`].
+    pub(crate) fn owe(&mut self, key: &str, alert: Alert, ttl: Duration) {
+        if self.owed.len() < REMEMBERED {
+            self.owed.insert(key.to_string(), (alert, ttl));
+        }
+    }
+
+    /// The owed alerts whose claim is won now, to send (their claims settle with the cycle's).
+    /// One whose claim is another's now (or ours, found taken: sent) is owed no more; one whose
+    /// claim still gets no answer stays owed.
+    pub(crate) async fn owed(
+        &mut self,
+        coord: &dyn Coordinator,
+        now: Millis,
+        lease: Duration,
+    ) -> Vec<Alert> {
+        let mut due = Vec::new();
+        let keys: Vec<String> = self.owed.keys().cloned().collect();
+        for key in keys {
+            let Some(ttl) = self.owed.get(&key).map(|(_, ttl)| *ttl) else {
+                continue;
+            };
+            match self.claim(coord, &key, now, ttl, lease).await {
+                Ok(won) => {
+                    let (alert, _) = self.owed.remove(&key).expect("owed");
+                    if won {
+                        due.push(alert);
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        due
     }
 
     /// The alerts of the claims won this cycle have gone out: the claims still ours get their
@@ -157,6 +203,58 @@ mod tests {
             .claim(&*coord, "k", 0, DAY, LEASE)
             .await
             .unwrap());
+    }
+
+    /// A coordinator whose next SET NX gets no answer (and does not land).
+    struct Blip {
+        inner: MemoryCoordinator,
+        armed: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl Coordinator for Blip {
+        fn describe(&self) -> String {
+            "blip".into()
+        }
+        async fn execute(
+            &self,
+            request: crate::coord::Request,
+        ) -> Result<crate::coord::Reply, CoordError> {
+            let set_nx = matches!(request, crate::coord::Request::SetNx { .. });
+            if set_nx && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return Err(CoordError::Timeout {
+                    addr: "blip".into(),
+                    timeout: Duration::from_millis(1),
+                });
+            }
+            self.inner.execute(request).await
+        }
+    }
+
+    /// An alert whose claim got no answer is owed: the next cycle's try wins the claim and sends
+    /// it, once; one whose claim another instance took meanwhile is not sent by this one.
+    #[tokio::test]
+    async fn an_alert_whose_claim_got_no_answer_is_owed_and_sent_once() {
+        let clock = FakeClock::at(1_000_000);
+        let coord = Blip {
+            inner: MemoryCoordinator::new(Arc::new(clock.clone())),
+            armed: true.into(),
+        };
+        let mut a = AlertGate::new("a");
+        let alert = Alert::new(crate::alerts::AlertKind::Hung, "gpu-1", "stuck");
+        assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.is_err());
+        a.owe("k", alert.clone(), DAY);
+        let due = a.owed(&coord, 0, LEASE).await;
+        assert_eq!(due.len(), 1, "won now: sent");
+        assert!(a.owed(&coord, 0, LEASE).await.is_empty(), "once");
+        // Another instance's claim stands: owed no more, not sent here.
+        coord.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(a.claim(&coord, "k2", 0, DAY, LEASE).await.is_err());
+        a.owe("k2", alert, DAY);
+        let mut b = AlertGate::new("b");
+        assert!(b.claim(&coord, "k2", 0, DAY, LEASE).await.unwrap());
+        assert!(a.owed(&coord, 0, LEASE).await.is_empty());
+        assert!(a.owed.is_empty());
     }
 
     #[tokio::test]

@@ -103,6 +103,7 @@ pub(crate) fn render(cfg: &Config) -> String {
     out.push_str("  (and every stage back to quiet: the worker is fine, or its marks expired or were lost)\n");
     out.push_str("\na gang's incident (one for the whole job; its members boot as their own agents see them):\n");
     life_table(&mut out, Unit::Gang);
+    out.push_str("  (and every stage back to quiet: the collective moves, or its marks expired or were lost)\n");
     out
 }
 

@@ -187,9 +187,11 @@ impl<'a> Caps<'a> {
     }
 
     /// Take one unit of the breaker, then one of the fleet budget, as one step: `Granted` holds
-    /// both; a refusal holds nothing — and neither does a budget that does not answer (the
-    /// breaker's unit goes back, best-effort: one that stays taken only makes the breaker
-    /// stricter, but a Redis blip must not cost a node one of its few restarts of the day).
+    /// both; a refusal holds nothing, and a budget that does not answer gives the breaker's unit
+    /// back (best-effort: one that stays taken only makes the breaker stricter, but a Redis blip
+    /// must not cost a node one of its few restarts of the day). NB: the budget's own unit, when
+    /// its increment landed and only the reply was lost, stays taken: a blind decrement could
+    /// give back a unit that was never taken (the fleet's cap, stricter for one window).
     pub(crate) async fn take(&self, now: Millis) -> Result<Allowance, CoordError> {
         if !self.take_breaker(now).await? {
             return Ok(Allowance::BreakerOpen);

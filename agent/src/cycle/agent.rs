@@ -267,6 +267,7 @@ impl Agent {
         match self.evaluate_all(&mut report).await {
             Ok(true) => {
                 self.show_slow();
+                self.send_owed().await;
                 self.alerts.settle(self.ctx.coord.as_ref()).await
             }
             Ok(false) => return report,
@@ -295,6 +296,20 @@ impl Agent {
             }
         }
         report
+    }
+
+    /// The pages whose claim got no answer in an earlier cycle, sent once their claim is won
+    /// (`AlertGate::owed`).
+    async fn send_owed(&mut self) {
+        let lease = self.ctx.cfg.safety.lock_ttl;
+        let coord = self.ctx.coord.clone();
+        for alert in self
+            .alerts
+            .owed(coord.as_ref(), self.cycle.now, lease)
+            .await
+        {
+            self.ctx.notifier.send(&alert).await;
+        }
     }
 
     /// Evaluate every worker; `Ok(false)` when the runtime could not list them.

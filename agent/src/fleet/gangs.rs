@@ -1,6 +1,6 @@
-//! The gangs in the fleet view: each gang's members (from its sharded view), its verdict, its
-//! incident and its decision — read by a member's agent while one of its members is suspect,
-//! and by `vigil status` / `vigil explain` for the gangs the node records name.
+//! The gangs in the fleet view as `vigil status` / `vigil explain` show them, for the gangs the
+//! node records name: each gang's members (read through `crate::hang::gang_marks`), its verdict,
+//! its incident and its decision.
 
 use std::collections::BTreeMap;
 

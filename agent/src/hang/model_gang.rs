@@ -104,8 +104,9 @@ pub(crate) struct Member {
     pub(crate) preemption_budget: Option<Millis>,
     #[serde(rename = "bm", default, skip_serializing_if = "Option::is_none")]
     pub(crate) maintenance_budget: Option<Millis>,
-    /// How long its last step computed before the collective (ms, its record's `compute_ms`):
-    /// a slow gang waits for the rank that computes longest (`crate::hang::policy_pace`).
+    /// How long its steps compute before the collective (ms): the median of the last five
+    /// `compute_ms` its records said (`crate::hang::policy_pace::Pace::compute`). A slow gang
+    /// waits for the rank that computes longest (`crate::hang::policy_pace`).
     #[serde(rename = "cmp", default, skip_serializing_if = "Option::is_none")]
     pub(crate) compute: Option<Millis>,
     /// What its node shows that slows a rank down (a GPU clocked down: its throttle reasons).
@@ -291,4 +292,7 @@ pub(crate) struct SlowOpened {
     pub(crate) worker: String,
     /// When its lease was last renewed (the key's TTL: an episode whose opener is gone lapses).
     pub(crate) renewed: Millis,
+    /// Its `slow` page went out (or its claim says another process sent it): until then the
+    /// opener tries again each cycle it follows the episode (a claim that got no answer).
+    pub(crate) paged: bool,
 }

@@ -277,7 +277,8 @@ fn coded(unit: Unit) -> Rows {
 }
 
 /// Exhaustively: the gang's life takes only its own stages; its main line is a path of single
-/// steps; `restarting` follows only `due` (a decision is taken only when the restart is due);
+/// steps; `restarting` follows only `due` (a decision is taken only when the restart is due) or
+/// `escalated` (the same decision, a member moving again for a while);
 /// `escalated` follows only a standing decision; `recovered` only a decision; nothing before
 /// `due` moves to a decision; and every gang step the worker's table also has says the same
 /// thing where both see it (a new incident, every stage back to quiet).

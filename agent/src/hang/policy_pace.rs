@@ -63,7 +63,13 @@ pub(crate) struct Pace {
     pub(crate) heard: bool,
     /// The pace kept in the member's entry was asked for (once per gang followed).
     pub(crate) resumed: bool,
+    /// The worker's last compute times (ms), one per heartbeat its records said one with: the
+    /// entry carries their median ([`Pace::compute`]).
+    computes: Vec<(Millis, Millis)>,
 }
+
+/// How many of a worker's last compute times the median in its entry is of.
+pub(crate) const COMPUTES: usize = 5;
 
 /// Where a worker's pace stands.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -135,6 +141,34 @@ impl Pace {
             self.baseline = Some(k.micro as f64 / 1e6);
             self.samples = k.windows;
         }
+    }
+
+    /// The compute time (ms) the member's entry says: the median of the last [`COMPUTES`] its
+    /// records said (one per heartbeat), so that one noisy step — a pause, a collective that
+    /// caught a late rank — neither names the rank the gang waits for nor hides it (the
+    /// two-process JAX job named nobody once on one sample). `None` once the record says none.
+    pub(crate) fn compute(
+        &mut self,
+        hb: Option<Millis>,
+        compute: Option<Millis>,
+    ) -> Option<Millis> {
+        let Some(c) = compute else {
+            self.computes.clear();
+            return None;
+        };
+        match hb {
+            Some(hb) if self.computes.last().is_none_or(|(at, _)| *at != hb) => {
+                self.computes.push((hb, c));
+                if self.computes.len() > COMPUTES {
+                    self.computes.remove(0);
+                }
+            }
+            Some(_) => {}
+            None => return Some(c),
+        }
+        let mut values: Vec<Millis> = self.computes.iter().map(|(_, c)| *c).collect();
+        values.sort_unstable();
+        values.get(values.len() / 2).copied()
     }
 
     /// Fold one look in (`None`: no heartbeat or no step: nothing to measure).

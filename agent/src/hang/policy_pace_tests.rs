@@ -290,3 +290,40 @@ fn an_agent_restarted_in_a_slow_run_goes_on_from_the_kept_pace_instead_of_learni
     p3.resume(Some(kept), &cfg());
     assert_eq!(p3.baseline, before, "its own windows stand");
 }
+
+/// The entry's compute time is the median of the worker's last five, one per heartbeat: one
+/// noisy step neither names a rank nor hides the one the gang waits for.
+#[test]
+fn the_compute_time_in_the_entry_is_the_median_of_the_last_five() {
+    let mut p = Pace::default();
+    assert_eq!(p.compute(Some(1_000), Some(300)), Some(300));
+    assert_eq!(
+        p.compute(Some(1_000), Some(300)),
+        Some(300),
+        "one per heartbeat"
+    );
+    for (hb, c) in [(2_000, 310), (3_000, 1_200), (4_000, 290)] {
+        p.compute(Some(hb), Some(c));
+    }
+    assert_eq!(
+        p.compute(Some(5_000), Some(305)),
+        Some(305),
+        "a pause of one step is noise"
+    );
+    // The throttled rank: most of its steps compute longer, one did not.
+    for (hb, c) in [(6_000, 450), (7_000, 470), (8_000, 300), (9_000, 460)] {
+        p.compute(Some(hb), Some(c));
+    }
+    assert_eq!(p.compute(Some(10_000), Some(455)), Some(455));
+    assert_eq!(
+        p.compute(None, Some(700)),
+        Some(700),
+        "no heartbeat: as the record says"
+    );
+    assert_eq!(p.compute(Some(11_000), None), None, "no longer published");
+    assert_eq!(
+        p.compute(Some(12_000), Some(300)),
+        Some(300),
+        "started over"
+    );
+}

@@ -201,7 +201,7 @@ fn undo(step: Step, seen: Seen) -> Undo {
         step,
         Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck
     );
-    // The units were taken at `Caps` (a refusing or failing `Caps` gave its own back:
+    // The units were taken at `Caps` (a refusing or failing `Caps` gave the breaker's back:
     // `crate::coord::caps::Caps::take`): from `Claim` on they
     // are held, and so is the claim, which a failed write at `Claim` may have made unseen.
     let holds_caps = matches!(step, Step::Claim | Step::Recheck);

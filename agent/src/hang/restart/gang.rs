@@ -85,7 +85,7 @@ impl RestartPath<'_> {
             dry_run: self.ctx.cfg.dry_run,
             preemption_budget: Some(ms(self.ctx.cfg.checkpoint.preemption_budget)),
             maintenance_budget: Some(ms(self.ctx.cfg.checkpoint.maintenance_budget)),
-            compute: s.compute,
+            compute: self.pace.compute(s.heartbeat, s.compute),
             slow: self.slow_signals.to_vec(),
             pace: self.pace.kept(&self.ctx.cfg.gang.pace),
         };
@@ -345,6 +345,19 @@ impl RestartPath<'_> {
         };
         let k = &self.ctx.keys;
         let value = inc.encode();
+        if let (Some(d), false) = (state.current_decision(), self.ctx.cfg.dry_run) {
+            // NB: the restart remembered before the incident goes (any closer writes the same
+            // value): a close whose later write failed left the gang's next incident not
+            // "again" — a `hung` page where the escalation was due — and never closed again.
+            // As long as the incidents it marks as "again" may last (a day), not just the window
+            // that opens them: the simulation's seed 4 saw an incident blocked past that window
+            // page `hung` after its escalation.
+            let restarted = k.gang_restarted(&g.id);
+            self.ctx
+                .coord
+                .set(&restarted, &d.decided.to_string(), MARK_TTL)
+                .await?;
+        }
         if !self
             .ctx
             .coord
@@ -364,14 +377,6 @@ impl RestartPath<'_> {
                 )
             }
             Some(d) => {
-                let restarted = k.gang_restarted(&g.id);
-                // NB: as long as the incidents it marks as "again" may last (a day), not just the
-                // window that opens them: the simulation's seed 4 saw an incident blocked past
-                // that window page `hung` after its escalation.
-                self.ctx
-                    .coord
-                    .set(&restarted, &d.decided.to_string(), MARK_TTL)
-                    .await?;
                 self.ctx.coord.del(&[k.gang_decision(&g.id)]).await?;
                 format!(
                     "gang {}: incident over {} after its restart",

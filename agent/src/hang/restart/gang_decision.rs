@@ -148,7 +148,7 @@ impl RestartPath<'_> {
                     incident: f.inc.id.clone(),
                     only: gp::one_for_all(&f.members, now).map(|m| m.id()),
                 };
-                if self.claim_gang_decision(g, &ours).await? {
+                if self.claimed(g, &ours).await? {
                     pass.decision = Some(ours);
                     return Ok(Seen::Pass);
                 }
@@ -241,6 +241,20 @@ impl RestartPath<'_> {
         self.ctx.coord.set_nx(&dkey, &ours.encode(), MARK_TTL).await
     }
 
+    /// Whether our decision stands: its SET NX won, or — a write that got no answer may have
+    /// landed, and a decision that stands is every member's to carry out, so it is never taken
+    /// back — the store has it. Not there (or another's): lost, the units go back. A read that
+    /// fails too is the write's error: the units stay taken (fewer restarts, never more).
+    async fn claimed(&self, g: &Gang, ours: &Decision) -> Result<bool, CoordError> {
+        match self.claim_gang_decision(g, ours).await {
+            Ok(won) => Ok(won),
+            Err(e) => match self.standing_decision(g).await {
+                Ok(standing) => Ok(standing.as_ref() == Some(ours)),
+                Err(_) => Err(e),
+            },
+        }
+    }
+
     /// The decision that stands for the gang's open incident, as the store has it now.
     async fn standing_decision(&self, g: &Gang) -> Result<Option<Decision>, CoordError> {
         let keys = [
@@ -268,7 +282,8 @@ impl RestartPath<'_> {
     }
 
     /// One unit of the gang's breaker for the day, then one of the fleet budget (the breaker's
-    /// given back when the budget refuses). `Some(why)`: refused. Observe mode takes nothing.
+    /// given back when the budget refuses or does not answer: `Caps::take`). `Some(why)`: refused.
+    /// Observe mode takes nothing.
     async fn take_gang_caps(
         &mut self,
         g: &Gang,

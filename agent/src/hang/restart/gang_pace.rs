@@ -142,7 +142,7 @@ impl RestartPath<'_> {
         if self.pace.named.is_some() {
             self.hear_episode(g, own, held.as_deref());
         }
-        self.follow_episode(g, held.as_deref(), now).await
+        self.follow_episode(g, held.as_deref(), false, now).await
     }
 
     /// Open the gang's slow episode (asked once per slow run; one SET NX for the gang), name its
@@ -174,7 +174,7 @@ impl RestartPath<'_> {
             }
             let held = self.ctx.coord.get(&key).await?;
             self.hear_episode(g, own, held.as_deref());
-            return self.follow_episode(g, held.as_deref(), now).await;
+            return self.follow_episode(g, held.as_deref(), true, now).await;
         }
         self.pace.asked = now;
         let placeholder = episode(since, (rate, baseline), (&own.id(), now), "?");
@@ -224,11 +224,21 @@ impl RestartPath<'_> {
             node: at.node.clone(),
             worker: at.worker.clone(),
             renewed: now,
+            paged: false,
         };
         self.gangs.slow.insert(g.id.clone(), opened);
-        self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
-            .await
-            .map(drop)
+        // NB: a claim that gets no answer leaves the page owed: `follow_episode` tries again
+        // while the member is slow.
+        self.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
+        self.paged(g);
+        Ok(())
+    }
+
+    /// The `slow` page of the episode this agent opened went out.
+    pub(super) fn paged(&mut self, g: &Gang) {
+        if let Some(o) = self.gangs.slow.get_mut(&g.id) {
+            o.paged = true;
+        }
     }
 
     /// What the episode's value says of this worker: named, it shows on its Node; named
@@ -283,6 +293,7 @@ impl RestartPath<'_> {
             value,
             node,
             worker,
+            paged,
             ..
         }) = self.gangs.slow.get(&g.id).cloned()
         else {
@@ -291,11 +302,17 @@ impl RestartPath<'_> {
         let key = self.ctx.keys.gang_slow(&g.id);
         if !self.ctx.coord.del_if_owner(&key, &value).await? {
             let held = self.ctx.coord.get(&key).await?;
-            return self.follow_episode(g, held.as_deref(), now).await;
+            return self.follow_episode(g, held.as_deref(), false, now).await;
         }
         let quiet = self.ctx.cfg.gang.pace.slow_for;
         self.ctx.coord.set(&key, QUIET, quiet).await?;
         self.gangs.slow.remove(&g.id);
+        // NB: one taken back and not measured slow since was paged only if its claim says so
+        // (its opener died before paging it: nothing to say is over).
+        let page = self.ctx.keys.gang_alert(&g.id, &claim_id(&value), "slow");
+        if !paged && self.ctx.coord.get(&page).await?.is_none() {
+            return Ok(());
+        }
         let end = Resolve::Episode(AlertKind::Slow);
         self.ctx.notifier.resolve(&node, &worker, end).await;
         let since = since_of(&value).unwrap_or(now);

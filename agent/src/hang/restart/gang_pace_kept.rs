@@ -82,8 +82,9 @@ impl RestartPath<'_> {
     }
 
     /// The gang's open episode, when this member's agent opened it: followed from here on (its
-    /// lease renewed, its end said here), and paged if it never was. One only half opened (not
-    /// yet named, so never paged) is removed: the member still slow opens it again, and pages.
+    /// lease renewed, its end said here, its page sent if it never was). One only half opened
+    /// (not yet named, so never paged) is removed: the member still slow opens it again, and
+    /// pages.
     async fn take_back(&mut self, g: &Gang, own: &str, now: Millis) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let Some(value) = self.ctx.coord.get(&key).await? else {
@@ -102,21 +103,37 @@ impl RestartPath<'_> {
         if !self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
             return Ok(());
         }
-        let at = Member::working(&node, &worker, now);
         let opened = SlowOpened {
             value,
             node,
             worker,
             renewed: now,
+            paged: false,
         };
-        self.gangs.slow.insert(g.id.clone(), opened.clone());
-        self.page_taken_back(g, &opened.value, &at, now).await
+        // NB: its page is owed until this agent measures the member slow (`follow_episode`):
+        // not one sent late for a gang back at its pace while the agent was away.
+        self.gangs.slow.insert(g.id.clone(), opened);
+        Ok(())
     }
 
-    /// The `slow` page of an episode taken back, from what its value says (its run, its rates,
-    /// the member named and why). NB: an opener that died between naming its episode and
-    /// claiming the page left it unpaged; the page's claim says whether it went, so a page
-    /// already sent is not sent again.
+    /// The episode's `slow` page, when it has not gone out from this process: after its opener
+    /// took it back (an opener that died between naming it and claiming the page left it
+    /// unpaged), or after its claim got no answer. The page's claim says whether it went: a
+    /// page already sent is not sent again (at least once, as every page: an opener that died
+    /// after sending but before its cycle settled the claim, back after the claim's lease,
+    /// pages again).
+    async fn page_owed(&mut self, g: &Gang, o: &SlowOpened, now: Millis) -> Result<(), CoordError> {
+        if o.paged {
+            return Ok(());
+        }
+        let at = Member::working(&o.node, &o.worker, now);
+        self.page_taken_back(g, &o.value, &at, now).await?;
+        self.paged(g);
+        Ok(())
+    }
+
+    /// The `slow` page rebuilt from what the episode's value says (its run, its rates, the
+    /// member named and why).
     async fn page_taken_back(
         &mut self,
         g: &Gang,
@@ -142,12 +159,14 @@ impl RestartPath<'_> {
 
     /// The opener, as it reads its episode (`held`: the key's value now): still its own, its
     /// lease renewed once a fifth of it passed while its member is measured (a member held,
-    /// idle or hung keeps no episode open), for at most a day from its opening; ended
-    /// otherwise (lapsed, or removed by a person): the alert it sent is resolved.
+    /// idle or hung keeps no episode open), for at most a day from its opening, and its page
+    /// sent if it is owed and the member measured `slow` now; ended otherwise (lapsed, or
+    /// removed by a person): the alert it sent is resolved.
     pub(super) async fn follow_episode(
         &mut self,
         g: &Gang,
         held: Option<&str>,
+        slow: bool,
         now: Millis,
     ) -> Result<(), CoordError> {
         let Some(o) = self.gangs.slow.get(&g.id).cloned() else {
@@ -166,7 +185,10 @@ impl RestartPath<'_> {
                     }
                 }
             }
-            return Ok(());
+            return match slow {
+                true => self.page_owed(g, &o, now).await,
+                false => Ok(()),
+            };
         }
         self.gangs.slow.remove(&g.id);
         let end = crate::alerts::Resolve::Episode(crate::alerts::AlertKind::Slow);

@@ -76,18 +76,34 @@ impl RestartPath<'_> {
         let lease = self.ctx.cfg.safety.lock_ttl;
         let claimed = self
             .alerts
-            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease);
-        if !claimed.await? {
+            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease)
+            .await;
+        let won = match claimed {
+            Ok(won) => won,
+            Err(e) => {
+                // NB: owed, and sent by a later cycle once the claim answers: the step that
+                // paged may never run again (a gang's decision is announced once).
+                self.sent(at, &alert);
+                self.alerts.owe(key, alert, ttl);
+                return Err(e);
+            }
+        };
+        if !won {
             return Ok(false);
         }
+        self.sent(at, &alert);
+        self.ctx.notifier.send(&alert).await;
+        Ok(true)
+    }
+
+    /// A gang alert this agent sends (or owes): resolved by it when its incident closes.
+    fn sent(&mut self, at: Unit, alert: &Alert) {
         if let (Unit::Gang, Some(gang), Some(w)) = (at, &alert.gang, &alert.worker) {
             let sent = self.gangs.sent.entry(gang.clone()).or_default();
             if !sent.iter().any(|(n, x)| *n == alert.node && x == w) {
                 sent.push((alert.node.clone(), w.clone()));
             }
         }
-        self.ctx.notifier.send(&alert).await;
-        Ok(true)
     }
 
     /// A page placed at a worker of this node: its rank, container, verdict, job and gang, and
