@@ -17,13 +17,15 @@ pub use vigil::runtime::sim::FakeRuntime;
 pub struct Switchable {
     pub inner: Arc<dyn vigil::coord::Coordinator>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
-    /// Writes that fail once, unanswered (a Redis blip): the first SET NX or capped increment
-    /// of a key that holds one of these fails, and that one is used up.
+    /// Writes that fail once, unanswered (a Redis blip): the first SET NX, capped increment or
+    /// SET (a batch that sets it) of a key that holds one of these fails, and that one is used
+    /// up (`set:<part>`: a SET only; `landed:<part>`: the write lands, and its answer is lost).
     pub blips: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Switchable {
-    fn check(&self, request: &vigil::coord::Request) -> Result<(), vigil::coord::CoordError> {
+    /// `Err`: the request fails unanswered; `Ok(true)`: it lands and its answer is lost.
+    fn check(&self, request: &vigil::coord::Request) -> Result<bool, vigil::coord::CoordError> {
         use vigil::coord::Request;
         let unanswered = || vigil::coord::CoordError::Timeout {
             addr: "switchable".into(),
@@ -32,16 +34,37 @@ impl Switchable {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(unanswered());
         }
-        let key = match request {
-            Request::SetNx { key, .. } | Request::IncrCapped { key, .. } => key,
-            _ => return Ok(()),
+        // A part `set:<part>` is a plain SET's only (a batch that sets the key).
+        let (keys, set): (Vec<&String>, bool) = match request {
+            Request::SetNx { key, .. } | Request::IncrCapped { key, .. } => (vec![key], false),
+            Request::Batch(ops) => (
+                ops.iter()
+                    .filter_map(|op| match op {
+                        vigil::coord::Op::Set { key, .. } => Some(key),
+                        _ => None,
+                    })
+                    .collect(),
+                true,
+            ),
+            _ => return Ok(false),
         };
         let mut blips = self.blips.lock().unwrap();
-        if let Some(i) = blips.iter().position(|part| key.contains(part.as_str())) {
-            blips.remove(i);
-            return Err(unanswered());
+        let hit = |part: &String| {
+            let part = part.strip_prefix("landed:").unwrap_or(part);
+            let (only_set, part) = match part.strip_prefix("set:") {
+                Some(p) => (true, p),
+                None => (false, part),
+            };
+            (set || !only_set) && keys.iter().any(|key| key.contains(part))
+        };
+        if let Some(i) = blips.iter().position(hit) {
+            let part = blips.remove(i);
+            return match part.starts_with("landed:") {
+                true => Ok(true),
+                false => Err(unanswered()),
+            };
         }
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -54,7 +77,14 @@ impl vigil::coord::Coordinator for Switchable {
         &self,
         request: vigil::coord::Request,
     ) -> Result<vigil::coord::Reply, vigil::coord::CoordError> {
-        self.check(&request)?;
-        self.inner.execute(request).await
+        let landed = self.check(&request)?;
+        let reply = self.inner.execute(request).await;
+        match landed {
+            true => Err(vigil::coord::CoordError::Timeout {
+                addr: "switchable".into(),
+                timeout: Duration::from_secs(2),
+            }),
+            false => reply,
+        }
     }
 }

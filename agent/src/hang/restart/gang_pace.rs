@@ -18,7 +18,8 @@ use crate::coord::CoordError;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, WorkerState};
 use crate::hang::model_gang::{Member, SlowOpened};
-use crate::hang::model_slow::{claim_id, episode, lease, rates_of, settled, since_of, QUIET};
+use crate::hang::model_slow::{claim_id, episode, lease, opener_of, rates_of, settled};
+use crate::hang::model_slow::{since_of, QUIET};
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::position;
 use crate::hang::policy_gang::{present, Timing};
@@ -183,10 +184,21 @@ impl RestartPath<'_> {
             let held = self.ctx.coord.get(&key).await?;
             self.pace.episode_seen = held.as_deref() != Some(QUIET);
             self.hear_episode(g, own, held.as_deref());
+            // NB: ours, and not followed: its naming write got no answer but landed.
+            if held.as_deref().and_then(opener_of) == Some(own.id().as_str()) {
+                self.take_back(g, &own.id(), now).await?;
+            }
             return Ok(());
         }
         self.pace.episode_seen = true;
-        self.open_slow(g, own, (since, rate, baseline), now).await
+        let opened = self.open_slow(g, own, (since, rate, baseline), now).await;
+        if opened.is_err() && !self.gangs.slow.contains_key(&g.id) {
+            // NB: our placeholder, left half open by a read or write that failed, would hold
+            // every member off until its lease lapses: removed (best-effort), asked again.
+            let _ = self.ctx.coord.del_if_owner(&key, &placeholder).await;
+            self.pace.episode_seen = false;
+        }
+        opened
     }
 
     /// This agent opened the episode: name its member from the gang's view (read once), write
@@ -305,7 +317,10 @@ impl RestartPath<'_> {
             return self.follow_episode(g, held.as_deref(), false, now).await;
         }
         let quiet = self.ctx.cfg.gang.pace.slow_for;
-        self.ctx.coord.set(&key, QUIET, quiet).await?;
+        if let Err(e) = self.ctx.coord.set(&key, QUIET, quiet).await {
+            // NB: the episode is over all the same: `slow-over` still goes out.
+            tracing::warn!(gang = %g.id, error = %e, "the slow episode's quiet mark could not be written");
+        }
         self.gangs.slow.remove(&g.id);
         // NB: one taken back and not measured slow since was paged only if its claim says so
         // (its opener died before paging it: nothing to say is over).

@@ -85,7 +85,12 @@ impl RestartPath<'_> {
     /// lease renewed, its end said here, its page sent if it never was). One only half opened
     /// (not yet named, so never paged) is removed: the member still slow opens it again, and
     /// pages.
-    async fn take_back(&mut self, g: &Gang, own: &str, now: Millis) -> Result<(), CoordError> {
+    pub(super) async fn take_back(
+        &mut self,
+        g: &Gang,
+        own: &str,
+        now: Millis,
+    ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let Some(value) = self.ctx.coord.get(&key).await? else {
             return Ok(());
