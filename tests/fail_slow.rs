@@ -582,53 +582,32 @@ async fn a_slow_page_whose_claim_got_no_answer_is_sent_on_a_later_cycle() {
     assert_eq!(g.pages(AlertKind::SlowOver).len(), 1);
 }
 
-/// The opener's write naming the member gets no answer (a Redis blip after its SET NX won): its
-/// placeholder is removed rather than left to hold every member off for a lease, the episode is
-/// opened again, and paged once.
+/// The opener's write naming the member fails, unanswered (a Redis blip after its SET NX won):
+/// its placeholder is removed rather than left to hold every member off for a lease, and the
+/// episode is opened again. Or it lands and its answer is lost: the opener does not know it
+/// opened the episode, and its next ask finds its own episode there and takes it back. Either
+/// way the gang is paged once, in minutes (not after half the lease, when an agent would ask
+/// again), naming the member, and the episode is ended by its opener.
 #[tokio::test]
-async fn an_episode_whose_naming_write_got_no_answer_is_opened_again_and_paged_once() {
-    let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
-    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(1.0, 20 * 60, even, false).await;
-    g.fleet.blip("set::slow");
-    // Within a few minutes, not after half the episode's lease (5 minutes), when an agent
-    // would ask again.
-    g.run(0.7, 4 * 60, slow, false).await;
-    assert!(
-        g.fleet.blips.lock().unwrap().is_empty(),
-        "the write was tried"
-    );
-    let pages = g.pages(AlertKind::Slow);
-    assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
-    g.run(0.7, 4 * 60, slow, false).await;
-    assert_eq!(g.pages(AlertKind::Slow).len(), 1, "once");
-    assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
-    let key = g.fleet.nodes[0].keys.gang_slow(GANG);
-    let held = g.fleet.get(&key).await.expect("the episode");
-    assert!(held.contains("|gpu-2/rank-2|"), "named: {held}");
-}
-
-/// The opener's write naming the member lands but its answer is lost: the opener does not know
-/// it opened the episode. Its next ask finds its own episode there, takes it back and pages it —
-/// once, and in minutes, not after the lease.
-#[tokio::test]
-async fn an_episode_whose_naming_write_landed_unanswered_is_taken_back_and_paged_once() {
-    let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
-    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(1.0, 20 * 60, even, false).await;
-    g.fleet.blip("landed:set::slow");
-    g.run(0.7, 4 * 60, slow, false).await;
-    assert!(
-        g.fleet.blips.lock().unwrap().is_empty(),
-        "the write was tried"
-    );
-    let pages = g.pages(AlertKind::Slow);
-    assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
-    assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
-    g.run(0.7, 4 * 60, slow, false).await;
-    g.run(1.0, 90, even, false).await;
-    assert_eq!(g.pages(AlertKind::Slow).len(), 1, "once");
-    assert_eq!(g.pages(AlertKind::SlowOver).len(), 1, "ended by its opener");
+async fn an_episode_whose_naming_write_got_no_answer_is_paged_once_in_minutes() {
+    for blip in ["set::slow", "landed:set::slow"] {
+        let mut g = Gang::new(true);
+        let even = |_: usize| Some(300);
+        let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
+        g.run(1.0, 20 * 60, even, false).await;
+        g.fleet.blip(blip);
+        g.run(0.7, 4 * 60, slow, false).await;
+        assert!(g.fleet.blips.lock().unwrap().is_empty(), "{blip}: tried");
+        let pages = g.pages(AlertKind::Slow);
+        assert_eq!(pages.len(), 1, "{blip}: {:?}", g.fleet.sink.kinds());
+        assert_eq!(pages[0].worker.as_deref(), Some("rank-2"), "{blip}");
+        g.run(0.7, 4 * 60, slow, false).await;
+        g.run(1.0, 90, even, false).await;
+        assert_eq!(g.pages(AlertKind::Slow).len(), 1, "{blip}: once");
+        assert_eq!(
+            g.pages(AlertKind::SlowOver).len(),
+            1,
+            "{blip}: ended by its opener"
+        );
+    }
 }

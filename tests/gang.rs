@@ -615,29 +615,30 @@ async fn a_gang_with_one_member_judged_by_the_fixed_rule_is_restarted_by_the_fix
     );
 }
 
-/// A Redis blip at the gang's decision: its SET NX gets no answer. The decision is read back
-/// (not there: it never landed), the gang's units go back, and the next cycle decides once —
-/// one unit of the gang's breaker and one of the fleet budget for one restart of every rank.
+/// A Redis blip at the gang's decision: its SET NX gets no answer. The decision is read back:
+/// not there (it never landed), the gang's units go back and the next cycle decides; there and
+/// ours (it landed, its answer lost), it stands and is announced. Either way one unit of the
+/// gang's breaker and one of the fleet budget for one restart of every rank, paged once.
 #[tokio::test]
-async fn a_decision_whose_write_got_no_answer_gives_its_units_back() {
-    let mut job = Job::new(4, 4, |_| {});
-    collective_stops(&mut job).await;
-    job.fleet.blip(":decision");
-    job.fleet.run_for(Duration::from_secs(600)).await;
-    assert!(
-        job.fleet.blips.lock().unwrap().is_empty(),
-        "the decision was tried"
-    );
-    assert_eq!(job.restarts(), vec![1, 1, 1, 1], "{:?}", job.sink.kinds());
-    let day = utc_day(job.now());
-    let gang_breaker = job.fleet.nodes[0].keys.gang_breaker(GANG, &day);
-    assert_eq!(
-        job.counter(&gang_breaker).await,
-        1,
-        "the lost decision's unit given back"
-    );
-    assert_eq!(job.fleet_budget_used().await, 1);
-    assert_eq!(job.sink.count(AlertKind::Restarting), 1);
+async fn a_decision_whose_write_got_no_answer_is_read_back() {
+    for blip in [":decision", "landed::decision"] {
+        let mut job = Job::new(4, 4, |_| {});
+        collective_stops(&mut job).await;
+        job.fleet.blip(blip);
+        job.fleet.run_for(Duration::from_secs(600)).await;
+        assert!(job.fleet.blips.lock().unwrap().is_empty(), "{blip}: tried");
+        assert_eq!(
+            job.restarts(),
+            vec![1, 1, 1, 1],
+            "{blip}: {:?}",
+            job.sink.kinds()
+        );
+        let day = utc_day(job.now());
+        let gang_breaker = job.fleet.nodes[0].keys.gang_breaker(GANG, &day);
+        assert_eq!(job.counter(&gang_breaker).await, 1, "{blip}: one unit");
+        assert_eq!(job.fleet_budget_used().await, 1, "{blip}");
+        assert_eq!(job.sink.count(AlertKind::Restarting), 1, "{blip}");
+    }
 }
 
 /// A Redis blip at the gang's `restarting` page: its claim gets no answer. The decision stands

@@ -81,19 +81,33 @@ pub(crate) fn module_of(path: &str) -> String {
 
 /// The `crate::…` paths the code of `text` names (comments and its `#[cfg(test)]` part left out).
 pub(crate) fn crate_paths(text: &str) -> Vec<String> {
+    paths_after(text, "crate::")
+        .into_iter()
+        .map(|(_, path)| path)
+        .collect()
+}
+
+/// Each path the code of `text` names after `prefix` (comments and its `#[cfg(test)]` part left
+/// out): the text from the prefix on (to count `super::super::`), and the path after the
+/// prefixes.
+fn paths_after<'t>(text: &'t str, prefix: &str) -> Vec<(&'t str, String)> {
     let mut out = Vec::new();
     for line in text.lines() {
         if line.trim_start().starts_with("#[cfg(test)]") {
             break;
         }
         let mut rest = line.split("//").next().unwrap_or("");
-        while let Some(i) = rest.find("crate::") {
-            let tail = &rest[i + 7..];
+        while let Some(i) = rest.find(prefix) {
+            let from = &rest[i..];
+            let mut tail = &from[prefix.len()..];
+            while let Some(t) = tail.strip_prefix(prefix) {
+                tail = t;
+            }
             let path: String = tail
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
-            out.push(path.trim_end_matches(':').to_string());
+            out.push((from, path.trim_end_matches(':').to_string()));
             rest = tail;
         }
     }
@@ -407,28 +421,15 @@ pub(crate) fn module_references() -> Vec<(String, Vec<String>)> {
 /// import each other that way, and a circle of two siblings is a circle.
 pub(crate) fn super_paths(module: &str, text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("#[cfg(test)]") {
-            break;
+    for (mut from, path) in paths_after(text, "super::") {
+        // `super::super::x` climbs twice.
+        let mut base: Vec<&str> = module.split("::").collect();
+        while let Some(t) = from.strip_prefix("super::") {
+            base.pop();
+            from = t;
         }
-        let mut rest = line.split("//").next().unwrap_or("");
-        while let Some(i) = rest.find("super::") {
-            // `super::super::x` climbs twice.
-            let mut base: Vec<&str> = module.split("::").collect();
-            let mut tail = &rest[i..];
-            while let Some(t) = tail.strip_prefix("super::") {
-                base.pop();
-                tail = t;
-            }
-            let path: String = tail
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                .collect();
-            let path = path.trim_end_matches(':');
-            base.extend(path.split("::").filter(|p| !p.is_empty()));
-            out.push(base.join("::"));
-            rest = tail;
-        }
+        base.extend(path.split("::").filter(|p| !p.is_empty()));
+        out.push(base.join("::"));
     }
     out
 }

@@ -17,9 +17,9 @@ pub use vigil::runtime::sim::FakeRuntime;
 pub struct Switchable {
     pub inner: Arc<dyn vigil::coord::Coordinator>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
-    /// Writes that fail once, unanswered (a Redis blip): the first SET NX, capped increment or
-    /// SET (a batch that sets it) of a key that holds one of these fails, and that one is used
-    /// up (`set:<part>`: a SET only; `landed:<part>`: the write lands, and its answer is lost).
+    /// Writes that fail once, unanswered (a Redis blip): the first SET NX or capped increment of
+    /// a key that holds one of these fails, and that one is used up (`set:<part>`: a plain SET —
+    /// a batch that sets the key — instead; `landed:<part>`: the write lands, its answer lost).
     pub blips: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -55,7 +55,7 @@ impl Switchable {
                 Some(p) => (true, p),
                 None => (false, part),
             };
-            (set || !only_set) && keys.iter().any(|key| key.contains(part))
+            set == only_set && keys.iter().any(|key| key.contains(part))
         };
         if let Some(i) = blips.iter().position(hit) {
             let part = blips.remove(i);

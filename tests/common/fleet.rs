@@ -213,7 +213,8 @@ impl Fleet {
         }
     }
 
-    /// The next SET NX, capped increment or SET of a key holding `part` fails, unanswered.
+    /// The next SET NX or capped increment of a key holding `part` fails, unanswered (see
+    /// `Switchable::blips` for `set:` and `landed:`).
     pub fn blip(&self, part: &str) {
         self.blips.lock().unwrap().push(part.to_string());
     }

@@ -19,6 +19,18 @@ use crate::coord::{CoordError, Coordinator};
 /// rest to the next observer.
 const REMEMBERED: usize = 1_000;
 
+/// An alert owed: sent once its claim is won, while `stands` (key, value) still holds.
+#[derive(Debug, Clone)]
+pub(crate) struct Owed {
+    pub(crate) alert: Alert,
+    /// Its claim's TTL.
+    pub(crate) ttl: Duration,
+    /// When it was owed.
+    pub(crate) since: Millis,
+    /// What it announces, as a key and the value it holds while it stands (a gang's decision).
+    pub(crate) stands: (String, String),
+}
+
 /// The claims of one agent instance, with the ones whose answer was lost.
 pub(crate) struct AlertGate {
     /// Written into each claim: who took it.
@@ -27,11 +39,11 @@ pub(crate) struct AlertGate {
     unanswered: HashMap<String, String>,
     /// Claims won on a lease, whose alert has gone out since: key → (value, full TTL).
     won: HashMap<String, (String, Duration)>,
-    /// Alerts whose claim got no answer: key → (the alert, its claim's TTL). Tried again once a
-    /// cycle ([`AlertGate::owed`]) until the claim answers: a Redis blip at the claim must not
-    /// lose the page (the step that paged may never run again: a gang's decision, once taken,
-    /// is not announced twice).
-    owed: HashMap<String, (Alert, Duration)>,
+    /// Alerts whose claim got no answer, of a step that never runs again (a gang's decision is
+    /// announced once), by claim key. Tried again once a cycle ([`AlertGate::owed`]) until the
+    /// claim answers, while what it announces stands, for at most the claim's TTL. Other pages
+    /// are not owed: their step runs again next cycle and pages then.
+    owed: HashMap<String, Owed>,
 }
 
 impl AlertGate {
@@ -88,16 +100,17 @@ impl AlertGate {
         Ok(won)
     }
 
-    /// `alert`'s claim `key` got no answer: it is owed, and tried again by [`AlertGate::owed`].
-    pub(crate) fn owe(&mut self, key: &str, alert: Alert, ttl: Duration) {
+    /// The alert of claim `key` got no answer: it is owed, and tried again by
+    /// [`AlertGate::owed`].
+    pub(crate) fn owe(&mut self, key: &str, owed: Owed) {
         if self.owed.len() < REMEMBERED {
-            self.owed.insert(key.to_string(), (alert, ttl));
+            self.owed.insert(key.to_string(), owed);
         }
     }
 
     /// The owed alerts whose claim is won now, to send (their claims settle with the cycle's).
-    /// One whose claim is another's now (or ours, found taken: sent) is owed no more; one whose
-    /// claim still gets no answer stays owed.
+    /// One whose claim is another's now, or whose announcement no longer stands, is owed no
+    /// more; one whose read or claim still gets no answer stays owed.
     pub(crate) async fn owed(
         &mut self,
         coord: &dyn Coordinator,
@@ -105,19 +118,26 @@ impl AlertGate {
         lease: Duration,
     ) -> Vec<Alert> {
         let mut due = Vec::new();
-        let keys: Vec<String> = self.owed.keys().cloned().collect();
-        for key in keys {
-            let Some(ttl) = self.owed.get(&key).map(|(_, ttl)| *ttl) else {
-                continue;
-            };
-            match self.claim(coord, &key, now, ttl, lease).await {
-                Ok(won) => {
-                    let (alert, _) = self.owed.remove(&key).expect("owed");
-                    if won {
-                        due.push(alert);
-                    }
+        // NB: older than its claim's TTL, it would announce what is long over.
+        self.owed
+            .retain(|_, o| now - o.since < crate::clock::ms(o.ttl));
+        let owed: Vec<(String, Owed)> = self.owed.clone().into_iter().collect();
+        for (key, o) in owed {
+            // NB: what it announces is over (closed by any agent): owed no more. One whose
+            // read or claim fails stays owed; the others are tried all the same.
+            match coord.get(&o.stands.0).await {
+                Ok(v) if v.as_deref() == Some(o.stands.1.as_str()) => {}
+                Ok(_) => {
+                    self.owed.remove(&key);
+                    continue;
                 }
-                Err(_) => break,
+                Err(_) => continue,
+            }
+            if let Ok(won) = self.claim(coord, &key, now, o.ttl, lease).await {
+                self.owed.remove(&key);
+                if won {
+                    due.push(o.alert);
+                }
             }
         }
         due
@@ -232,7 +252,8 @@ mod tests {
     }
 
     /// An alert whose claim got no answer is owed: the next cycle's try wins the claim and sends
-    /// it, once; one whose claim another instance took meanwhile is not sent by this one.
+    /// it, once; not one whose claim another instance took meanwhile, whose announcement no
+    /// longer stands, or older than its claim's TTL.
     #[tokio::test]
     async fn an_alert_whose_claim_got_no_answer_is_owed_and_sent_once() {
         let clock = FakeClock::at(1_000_000);
@@ -240,19 +261,36 @@ mod tests {
             inner: MemoryCoordinator::new(Arc::new(clock.clone())),
             armed: true.into(),
         };
+        (&coord as &dyn Coordinator)
+            .set("decision", "d1", DAY)
+            .await
+            .unwrap();
+        let owed = |since| Owed {
+            alert: Alert::new(crate::alerts::AlertKind::Restarting, "gpu-1", "restarting"),
+            ttl: DAY,
+            since,
+            stands: ("decision".to_string(), "d1".to_string()),
+        };
         let mut a = AlertGate::new("a");
-        let alert = Alert::new(crate::alerts::AlertKind::Hung, "gpu-1", "stuck");
         assert!(a.claim(&coord, "k", 0, DAY, LEASE).await.is_err());
-        a.owe("k", alert.clone(), DAY);
-        let due = a.owed(&coord, 0, LEASE).await;
-        assert_eq!(due.len(), 1, "won now: sent");
+        a.owe("k", owed(0));
+        assert_eq!(a.owed(&coord, 0, LEASE).await.len(), 1, "won now: sent");
         assert!(a.owed(&coord, 0, LEASE).await.is_empty(), "once");
         // Another instance's claim stands: owed no more, not sent here.
         coord.armed.store(true, std::sync::atomic::Ordering::SeqCst);
         assert!(a.claim(&coord, "k2", 0, DAY, LEASE).await.is_err());
-        a.owe("k2", alert, DAY);
+        a.owe("k2", owed(0));
         let mut b = AlertGate::new("b");
         assert!(b.claim(&coord, "k2", 0, DAY, LEASE).await.unwrap());
+        assert!(a.owed(&coord, 0, LEASE).await.is_empty());
+        assert!(a.owed.is_empty());
+        // What it announces is over, or it is older than its claim's TTL: not sent.
+        a.owe("k3", owed(0));
+        a.owe("k4", owed(-crate::clock::ms(DAY)));
+        (&coord as &dyn Coordinator)
+            .set("decision", "d2", DAY)
+            .await
+            .unwrap();
         assert!(a.owed(&coord, 0, LEASE).await.is_empty());
         assert!(a.owed.is_empty());
     }

@@ -168,7 +168,8 @@ impl Pace {
         }
         let mut values: Vec<Millis> = self.computes.iter().map(|(_, c)| *c).collect();
         values.sort_unstable();
-        values.get(values.len() / 2).copied()
+        // The lower median: of two, the smaller (one noisy step names nobody).
+        values.get(values.len().saturating_sub(1) / 2).copied()
     }
 
     /// Fold one look in (`None`: no heartbeat or no step: nothing to measure).

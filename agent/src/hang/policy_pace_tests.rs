@@ -326,4 +326,9 @@ fn the_compute_time_in_the_entry_is_the_median_of_the_last_five() {
         Some(300),
         "started over"
     );
+    assert_eq!(
+        p.compute(Some(13_000), Some(900)),
+        Some(300),
+        "of two, the smaller"
+    );
 }

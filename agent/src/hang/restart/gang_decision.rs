@@ -161,11 +161,7 @@ impl RestartPath<'_> {
                 }
                 Ok(Seen::Skip(Skip::Decided))
             }
-            Step::Announce => {
-                self.announce_decision(case, g, &f.inc, &f.members, now)
-                    .await?;
-                Ok(Seen::Pass)
-            }
+            Step::Announce => self.announce(case, g, pass).await,
             // The worker's steps are never a gang's.
             _ => Ok(Seen::Skip(Skip::NotRestartable)),
         }
@@ -239,6 +235,20 @@ impl RestartPath<'_> {
     async fn claim_gang_decision(&self, g: &Gang, ours: &Decision) -> Result<bool, CoordError> {
         let dkey = self.ctx.keys.gang_decision(&g.id);
         self.ctx.coord.set_nx(&dkey, &ours.encode(), MARK_TTL).await
+    }
+
+    /// The `restarting` page of the decision that stands (ours, from `Claim`).
+    async fn announce(
+        &mut self,
+        case: &Case<'_>,
+        g: &Gang,
+        pass: &GangPass,
+    ) -> Result<Seen, CoordError> {
+        if let (Some(f), Some(d)) = (&pass.fresh, &pass.decision) {
+            self.announce_decision(case, g, (&f.inc, d), &f.members, pass.now)
+                .await?;
+        }
+        Ok(Seen::Pass)
     }
 
     /// Whether our decision stands: its SET NX won, or — a write that got no answer may have

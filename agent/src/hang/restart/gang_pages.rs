@@ -9,7 +9,7 @@ use crate::coord::CoordError;
 use crate::hang::journal::About;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Fruitless, Gang};
-use crate::hang::model_gang::{GangIncident, GangState, Member};
+use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
 use crate::hang::policy_fruitless::{self, RunOf};
 use crate::hang::policy_gang as gp;
 use crate::hang::policy_pipeline::Unit;
@@ -157,7 +157,7 @@ impl RestartPath<'_> {
         &mut self,
         case: &Case<'_>,
         g: &Gang,
-        inc: &GangIncident,
+        (inc, d): (&GangIncident, &Decision),
         members: &[Member],
         now: Millis,
     ) -> Result<(), CoordError> {
@@ -200,7 +200,9 @@ impl RestartPath<'_> {
         let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
         let mut a = self.gang_alert(kind, g, members, first, detail.clone());
         a.incident = Some(inc.id.clone());
-        self.page_once(&akey, MARK_TTL, a, Unit::Gang, now).await?;
+        // NB: owed while the decision stands: this step never runs again for it.
+        let stands = (self.ctx.keys.gang_decision(&g.id), d.encode());
+        self.page_once_owed(&akey, a, stands, now).await?;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
         self.note(now, about, Code::GangDecided, detail).await
     }

@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use crate::alerts::gate::Owed;
 use crate::alerts::{Alert, AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::coord::caps::{fleet_window, BREAKER_TTL};
@@ -78,22 +79,50 @@ impl RestartPath<'_> {
             .alerts
             .claim(self.ctx.coord.as_ref(), key, now, ttl, lease)
             .await;
-        let won = match claimed {
-            Ok(won) => won,
-            Err(e) => {
-                // NB: owed, and sent by a later cycle once the claim answers: the step that
-                // paged may never run again (a gang's decision is announced once).
-                self.sent(at, &alert);
-                self.alerts.owe(key, alert, ttl);
-                return Err(e);
-            }
-        };
-        if !won {
+        if !claimed? {
             return Ok(false);
         }
         self.sent(at, &alert);
         self.ctx.notifier.send(&alert).await;
         Ok(true)
+    }
+
+    /// [`Self::page_once`] for a page whose step never runs again (a gang's decision is
+    /// announced once): a claim that gets no answer leaves the page owed, sent by a later cycle
+    /// once the claim answers (`AlertGate::owed`), while `stands` (a key and the value it holds
+    /// while what the page announces stands) still holds.
+    pub(super) async fn page_once_owed(
+        &mut self,
+        key: &str,
+        alert: Alert,
+        stands: (String, String),
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let at = Unit::Gang;
+        let lease = self.ctx.cfg.safety.lock_ttl;
+        let claimed = self
+            .alerts
+            .claim(self.ctx.coord.as_ref(), key, now, MARK_TTL, lease)
+            .await;
+        match claimed {
+            Ok(false) => Ok(false),
+            Ok(true) => {
+                self.sent(at, &alert);
+                self.ctx.notifier.send(&alert).await;
+                Ok(true)
+            }
+            Err(e) => {
+                self.sent(at, &alert);
+                let owed = Owed {
+                    alert,
+                    ttl: MARK_TTL,
+                    since: now,
+                    stands,
+                };
+                self.alerts.owe(key, owed);
+                Err(e)
+            }
+        }
     }
 
     /// A gang alert this agent sends (or owes): resolved by it when its incident closes.
