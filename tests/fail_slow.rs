@@ -611,3 +611,28 @@ async fn an_episode_whose_naming_write_got_no_answer_is_paged_once_in_minutes() 
         );
     }
 }
+
+/// The opener's `slow-over` claim gets no answer after it ended the episode: the step never runs
+/// again for it (the episode is gone), so the page is owed while the quiet mark stands, and sent
+/// by a later cycle — once.
+#[tokio::test]
+async fn a_slow_over_whose_claim_got_no_answer_is_still_sent_once() {
+    let mut g = Gang::new(true);
+    let even = |_: usize| Some(300);
+    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
+    g.run(1.0, 20 * 60, even, false).await;
+    g.run(0.7, 8 * 60, slow, false).await;
+    assert_eq!(g.pages(AlertKind::Slow).len(), 1);
+    g.fleet.blip(":slow-over");
+    g.run(1.0, 3 * 60, even, false).await;
+    assert!(
+        g.fleet.blips.lock().unwrap().is_empty(),
+        "the claim was tried"
+    );
+    assert_eq!(
+        g.pages(AlertKind::SlowOver).len(),
+        1,
+        "{:?}",
+        g.fleet.sink.kinds()
+    );
+}

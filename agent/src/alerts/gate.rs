@@ -284,9 +284,12 @@ mod tests {
         assert!(b.claim(&coord, "k2", 0, DAY, LEASE).await.unwrap());
         assert!(a.owed(&coord, 0, LEASE).await.is_empty());
         assert!(a.owed.is_empty());
-        // What it announces is over, or it is older than its claim's TTL: not sent.
-        a.owe("k3", owed(0));
+        // Older than its claim's TTL (its decision still standing), or what it announces is
+        // over: not sent.
         a.owe("k4", owed(-crate::clock::ms(DAY)));
+        assert!(a.owed(&coord, 0, LEASE).await.is_empty());
+        assert!(a.owed.is_empty(), "aged out");
+        a.owe("k3", owed(0));
         (&coord as &dyn Coordinator)
             .set("decision", "d2", DAY)
             .await

@@ -143,10 +143,11 @@ impl Pace {
         }
     }
 
-    /// The compute time (ms) the member's entry says: the median of the last [`COMPUTES`] its
-    /// records said (one per heartbeat), so that one noisy step — a pause, a collective that
-    /// caught a late rank — neither names the rank the gang waits for nor hides it (the
-    /// two-process JAX job named nobody once on one sample). `None` once the record says none.
+    /// The compute time (ms) the member's entry says: the lower median of the last [`COMPUTES`]
+    /// its records said (one per heartbeat), so that one noisy step — a pause, a collective that
+    /// caught a late rank — names no rank, and one good step among slow ones hides none once
+    /// three are held (the two-process JAX job named nobody once on one sample). `None` once
+    /// the record says none.
     pub(crate) fn compute(
         &mut self,
         hb: Option<Millis>,

@@ -346,9 +346,9 @@ impl RestartPath<'_> {
             .ctx
             .keys
             .gang_alert(&g.id, &claim_id(&value), "slow-over");
-        self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
-            .await
-            .map(drop)
+        // NB: owed while the quiet mark stands: this step never runs again for the episode.
+        let stands = (key, QUIET.to_string());
+        self.page_once_owed(&claim, a, stands, now).await.map(drop)
     }
 }
 

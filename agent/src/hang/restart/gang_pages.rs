@@ -200,11 +200,13 @@ impl RestartPath<'_> {
         let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
         let mut a = self.gang_alert(kind, g, members, first, detail.clone());
         a.incident = Some(inc.id.clone());
-        // NB: owed while the decision stands: this step never runs again for it.
+        // NB: owed while the decision stands: this step never runs again for it, and the trail
+        // says the decision whatever became of its page.
         let stands = (self.ctx.keys.gang_decision(&g.id), d.encode());
-        self.page_once_owed(&akey, a, stands, now).await?;
+        let paged = self.page_once_owed(&akey, a, stands, now).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
-        self.note(now, about, Code::GangDecided, detail).await
+        self.note(now, about, Code::GangDecided, detail).await?;
+        paged.map(drop)
     }
 
     /// Nobody is restarted: one page per gang incident naming every blocking member and why.
