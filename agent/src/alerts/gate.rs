@@ -121,20 +121,24 @@ impl AlertGate {
         // NB: older than its claim's TTL, it would announce what is long over.
         self.owed
             .retain(|_, o| now - o.since < crate::clock::ms(o.ttl));
-        let owed: Vec<(String, Owed)> = self.owed.clone().into_iter().collect();
-        for (key, o) in owed {
+        let keys: Vec<String> = self.owed.keys().cloned().collect();
+        for key in keys {
+            let Some(((at, holds), ttl)) = self.owed.get(&key).map(|o| (o.stands.clone(), o.ttl))
+            else {
+                continue;
+            };
             // NB: what it announces is over (closed by any agent): owed no more. One whose
             // read or claim fails stays owed; the others are tried all the same.
-            match coord.get(&o.stands.0).await {
-                Ok(v) if v.as_deref() == Some(o.stands.1.as_str()) => {}
+            match coord.get(&at).await {
+                Ok(v) if v.as_deref() == Some(holds.as_str()) => {}
                 Ok(_) => {
                     self.owed.remove(&key);
                     continue;
                 }
                 Err(_) => continue,
             }
-            if let Ok(won) = self.claim(coord, &key, now, o.ttl, lease).await {
-                self.owed.remove(&key);
+            if let Ok(won) = self.claim(coord, &key, now, ttl, lease).await {
+                let o = self.owed.remove(&key).expect("owed");
                 if won {
                     due.push(o.alert);
                 }
@@ -225,41 +229,21 @@ mod tests {
             .unwrap());
     }
 
-    /// A coordinator whose next SET NX gets no answer (and does not land).
-    struct Blip {
-        inner: MemoryCoordinator,
-        armed: std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait::async_trait]
-    impl Coordinator for Blip {
-        fn describe(&self) -> String {
-            "blip".into()
-        }
-        async fn execute(
-            &self,
-            request: crate::coord::Request,
-        ) -> Result<crate::coord::Reply, CoordError> {
-            let set_nx = matches!(request, crate::coord::Request::SetNx { .. });
-            if set_nx && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                return Err(CoordError::Timeout {
-                    addr: "blip".into(),
-                    timeout: Duration::from_millis(1),
-                });
-            }
-            self.inner.execute(request).await
-        }
-    }
-
     /// An alert whose claim got no answer is owed: the next cycle's try wins the claim and sends
     /// it, once; not one whose claim another instance took meanwhile, whose announcement no
     /// longer stands, or older than its claim's TTL.
     #[tokio::test]
     async fn an_alert_whose_claim_got_no_answer_is_owed_and_sent_once() {
-        let clock = FakeClock::at(1_000_000);
-        let coord = Blip {
-            inner: MemoryCoordinator::new(Arc::new(clock.clone())),
-            armed: true.into(),
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // The next SET NX gets no answer (and does not land) while `armed`.
+        let armed = Arc::new(AtomicBool::new(true));
+        let blip = armed.clone();
+        let coord = crate::coord::memory::Failing {
+            inner: MemoryCoordinator::new(Arc::new(FakeClock::at(1_000_000))),
+            fails: Box::new(move |r| {
+                matches!(r, crate::coord::Request::SetNx { .. })
+                    && blip.swap(false, Ordering::SeqCst)
+            }),
         };
         (&coord as &dyn Coordinator)
             .set("decision", "d1", DAY)
@@ -277,7 +261,7 @@ mod tests {
         assert_eq!(a.owed(&coord, 0, LEASE).await.len(), 1, "won now: sent");
         assert!(a.owed(&coord, 0, LEASE).await.is_empty(), "once");
         // Another instance's claim stands: owed no more, not sent here.
-        coord.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        armed.store(true, Ordering::SeqCst);
         assert!(a.claim(&coord, "k2", 0, DAY, LEASE).await.is_err());
         a.owe("k2", owed(0));
         let mut b = AlertGate::new("b");

@@ -344,30 +344,6 @@ mod tests {
         assert!(!whole.budget_free(0).await.unwrap() && !whole.take_budget(0).await.unwrap());
     }
 
-    /// A coordinator whose capped increments of the fleet budget fail (the reply lost).
-    struct BudgetFails(crate::coord::memory::MemoryCoordinator);
-
-    #[async_trait::async_trait]
-    impl Coordinator for BudgetFails {
-        fn describe(&self) -> String {
-            "budget-fails".into()
-        }
-        async fn execute(
-            &self,
-            request: crate::coord::Request,
-        ) -> Result<crate::coord::Reply, CoordError> {
-            if let crate::coord::Request::IncrCapped { key, .. } = &request {
-                if key.contains("budget") {
-                    return Err(CoordError::Timeout {
-                        addr: "test".into(),
-                        timeout: Duration::from_millis(1),
-                    });
-                }
-            }
-            self.0.execute(request).await
-        }
-    }
-
     /// Both units or none: a budget that refuses or does not answer leaves the breaker as it was.
     #[tokio::test]
     async fn taking_the_caps_holds_both_units_or_none() {
@@ -394,7 +370,13 @@ mod tests {
             1,
             "given back"
         );
-        let failing = BudgetFails(memory());
+        // The fleet budget's capped increments get no answer.
+        let failing = crate::coord::memory::Failing {
+            inner: memory(),
+            fails: Box::new(
+                |r| matches!(r, crate::coord::Request::IncrCapped { key, .. } if key.contains("budget")),
+            ),
+        };
         let caps = Caps::node(&failing, &keys, &s);
         assert!(caps.take(0).await.is_err());
         let c: &dyn Coordinator = &failing;

@@ -313,3 +313,28 @@ fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
     }
     counters
 }
+
+/// The in-process coordinator failing the requests `fails` picks, unanswered and not applied:
+/// a Redis blip for unit tests.
+#[cfg(test)]
+pub(crate) struct Failing {
+    pub(crate) inner: MemoryCoordinator,
+    pub(crate) fails: Box<dyn Fn(&Request) -> bool + Send + Sync>,
+}
+
+#[cfg(test)]
+#[async_trait]
+impl Coordinator for Failing {
+    fn describe(&self) -> String {
+        "failing".into()
+    }
+    async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+        if (self.fails)(&request) {
+            return Err(CoordError::Timeout {
+                addr: "failing".into(),
+                timeout: Duration::from_millis(1),
+            });
+        }
+        self.inner.execute(request).await
+    }
+}

@@ -132,14 +132,14 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let at = Member::working(&o.node, &o.worker, now);
-        self.page_taken_back(g, &o.value, &at, now).await?;
+        self.page_from_episode(g, &o.value, &at, now).await?;
         self.paged(g);
         Ok(())
     }
 
     /// The `slow` page rebuilt from what the episode's value says (its run, its rates, the
     /// member named and why).
-    async fn page_taken_back(
+    async fn page_from_episode(
         &mut self,
         g: &Gang,
         value: &str,

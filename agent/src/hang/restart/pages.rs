@@ -98,31 +98,20 @@ impl RestartPath<'_> {
         stands: (String, String),
         now: Millis,
     ) -> Result<bool, CoordError> {
-        let at = Unit::Gang;
-        let lease = self.ctx.cfg.safety.lock_ttl;
-        let claimed = self
-            .alerts
-            .claim(self.ctx.coord.as_ref(), key, now, MARK_TTL, lease)
+        let sent = self
+            .page_once(key, MARK_TTL, alert.clone(), Unit::Gang, now)
             .await;
-        match claimed {
-            Ok(false) => Ok(false),
-            Ok(true) => {
-                self.sent(at, &alert);
-                self.ctx.notifier.send(&alert).await;
-                Ok(true)
-            }
-            Err(e) => {
-                self.sent(at, &alert);
-                let owed = Owed {
-                    alert,
-                    ttl: MARK_TTL,
-                    since: now,
-                    stands,
-                };
-                self.alerts.owe(key, owed);
-                Err(e)
-            }
+        if sent.is_err() {
+            self.sent(Unit::Gang, &alert);
+            let owed = Owed {
+                alert,
+                ttl: MARK_TTL,
+                since: now,
+                stands,
+            };
+            self.alerts.owe(key, owed);
         }
+        sent
     }
 
     /// A gang alert this agent sends (or owes): resolved by it when its incident closes.
