@@ -98,7 +98,9 @@ impl RestartPath<'_> {
             return Ok(());
         };
         let detail = policy_fruitless::describe(f, RunOf::Worker);
-        self.page_fruitless(act, detail.clone(), now).await?;
+        self.pager()
+            .page_fruitless(act, detail.clone(), now)
+            .await?;
         self.skip(now, act, Skip::Fruitless, detail, true).await
     }
 
@@ -109,7 +111,7 @@ impl RestartPath<'_> {
         now: Millis,
         why: String,
     ) -> Result<(), CoordError> {
-        self.page_not_restartable(act, &why, now).await?;
+        self.pager().page_not_restartable(act, &why, now).await?;
         self.skip(now, act, Skip::NotRestartable, why, true).await
     }
 
@@ -148,7 +150,11 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
         match self.collect_logs(act, now).await? {
-            Ok(logs) => self.announce_restart(act, logs, now).await.map(|()| None),
+            Ok(logs) => self
+                .pager()
+                .announce_restart(act, logs, now)
+                .await
+                .map(|()| None),
             Err(skip) => Ok(Some(skip)),
         }
     }
@@ -174,7 +180,7 @@ impl RestartPath<'_> {
             ),
         };
         self.ctx.metrics.backends.runtime_error();
-        self.page_logs_failed(act, &why, now).await?;
+        self.pager().page_logs_failed(act, &why, now).await?;
         let detail = format!("log collection failed: {why}");
         self.skip(now, act, Skip::LogsFailed, detail, false).await?;
         Ok(Err(Skip::LogsFailed))
@@ -228,7 +234,7 @@ impl RestartPath<'_> {
             Cancel::Recovered => Resolve::Recovered,
             _ => Resolve::IncidentCleared,
         };
-        self.resolve_alerts(w, end).await;
+        self.pager().resolve_alerts(w, end).await;
         let skip = Skip::Cancelled(cancel);
         self.skip(now, act, skip, why.into(), false).await?;
         Ok(Some(skip))
@@ -318,7 +324,9 @@ impl RestartPath<'_> {
             .set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown)
             .await?;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-        self.resolve_alerts(w, Resolve::IncidentCleared).await;
+        self.pager()
+            .resolve_alerts(w, Resolve::IncidentCleared)
+            .await;
         self.ctx
             .metrics
             .restart(act.case.v.as_str(), "would-restart");

@@ -117,7 +117,9 @@ impl RestartPath<'_> {
         let done = done.unwrap_or(started);
         let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-        self.resolve_alerts(w, Resolve::IncidentCleared).await;
+        self.pager()
+            .resolve_alerts(w, Resolve::IncidentCleared)
+            .await;
         // NB: the cooldown runs from the restart, not from the claim before it: a pause between
         // the two, or a slow restart, must not shorten it. Same marker, fresh TTL, and its time
         // is the verification's: a heartbeat after it is the new incarnation's first beat,
@@ -295,7 +297,9 @@ impl RestartPath<'_> {
         );
         // NB: the page goes out even when the coordinator fails below: a failed restart is a
         // person's business at once.
-        self.page_restart_failed(act, failures, detail, done).await;
+        self.pager()
+            .page_restart_failed(act, failures, detail, done)
+            .await;
         let value = marks::encode_retry(&retry);
         self.ctx.coord.set(&k.retry(w), &value, MARK_TTL).await?;
         self.ctx

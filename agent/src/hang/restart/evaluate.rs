@@ -237,7 +237,9 @@ impl RestartPath<'_> {
         let own = self.member_entry(case, now).await;
         if let (Some(g), false) = (&own_gang(case), effects.contains(&Effect::Gang)) {
             // Its member is fine: the gang alerts this agent sent for it are over.
-            self.resolve_gang_alerts(g, Some(case.worker())).await;
+            self.pager()
+                .resolve_gang_alerts(g, Some(case.worker()))
+                .await;
         }
         let mut incident = case.marks.incident.clone();
         for effect in effects {
@@ -253,7 +255,7 @@ impl RestartPath<'_> {
         // its bookkeeping waits for the next cycle when the coordinator does not answer.
         match &own {
             Some(own) => {
-                if let Err(e) = self.pace(case, own, now).await {
+                if let Err(e) = self.pace_watch().look(case, own, now).await {
                     tracing::warn!(worker = %case.c.worker, error = %e, "the gang's pace could not be judged this cycle");
                 }
             }

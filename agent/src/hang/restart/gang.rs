@@ -61,7 +61,7 @@ impl RestartPath<'_> {
         // The JobSet's incarnation, when the gang is the one the pod's labels name.
         let pod_gang = case.c.gang.as_ref().filter(|pg| pg.id == g.id);
         let jsu = pod_gang.and_then(|pg| pg.jobset_uid.as_deref());
-        let resumed = self.resume_pace(g, &case.c.worker, jsu, now).await;
+        let resumed = self.pace_watch().resume(g, &case.c.worker, jsu, now).await;
         let m = Member {
             node: self.ctx.keys.node().to_string(),
             worker: case.c.worker.clone(),
@@ -282,9 +282,11 @@ impl RestartPath<'_> {
         let (g, own, members) = (here.g, here.own, here.members);
         let t = Timing::of(&self.ctx.cfg);
         match step {
-            GangStep::PageHung => self.page_gang_hung(g, state, members, now).await,
+            GangStep::PageHung => self.pager().page_gang_hung(g, state, members, now).await,
             GangStep::PageEscalation { restarted } => {
-                self.page_gang_again(g, members, restarted, now).await
+                self.pager()
+                    .page_gang_again(g, members, restarted, now)
+                    .await
             }
             GangStep::PageStraggler => self.page_straggler(case, g, own, now).await,
             // `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
@@ -386,7 +388,7 @@ impl RestartPath<'_> {
             }
             None => format!("gang {}: the collective moves again; no restart", g.id),
         };
-        self.resolve_gang_alerts(&g.id, None).await;
+        self.pager().resolve_gang_alerts(&g.id, None).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
         self.note(now, about, Code::GangClosed, detail).await
     }

@@ -11,10 +11,14 @@
 //! lapses, so that a gang still slow opens another. The learned pace is kept in the member's
 //! entry, and an agent restarted goes on from it.
 
+use std::collections::BTreeMap;
+
 use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::config::PaceConfig;
 use crate::coord::CoordError;
+use crate::hang::context::Context;
+use crate::hang::gang_marks;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, WorkerState};
 use crate::hang::model_gang::{Member, SlowOpened};
@@ -23,11 +27,35 @@ use crate::hang::model_slow::{since_of, QUIET};
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::position;
 use crate::hang::policy_gang::{present, Timing};
-use crate::hang::policy_pace::{suspect_scored, Look, PaceVerdict, STRONG};
+use crate::hang::policy_pace::{suspect_scored, Look, Pace, PaceVerdict, STRONG};
 use crate::hang::policy_pipeline::Unit;
 use crate::vocab::node::Named;
 
+use super::pager::Pager;
 use super::{Case, RestartPath};
+
+/// A gang member's pace at work, for one cycle: what it takes of the worker's evaluation — the
+/// context, the pager, what this agent learned of the member's pace, and the slow episodes it
+/// opened (`GangCycle::slow`) — and nothing else.
+pub(super) struct PaceWatch<'a> {
+    pub(super) ctx: &'a Context,
+    pub(super) pager: Pager<'a>,
+    pub(super) pace: &'a mut Pace,
+    pub(super) slow: &'a mut BTreeMap<String, SlowOpened>,
+}
+
+impl RestartPath<'_> {
+    /// The member's pace watch for this cycle.
+    pub(super) fn pace_watch(&mut self) -> PaceWatch<'_> {
+        let pager = Pager::new(self.ctx, self.alerts, &mut self.gangs.sent);
+        PaceWatch {
+            ctx: self.ctx,
+            pager,
+            pace: self.pace,
+            slow: &mut self.gangs.slow,
+        }
+    }
+}
 
 /// The episode `value` of gang `gang` names `own` as the member it waits for: what the Node's
 /// `VigilSlow` condition says (how slow, which worker, why) and whether the evidence is strong.
@@ -80,10 +108,10 @@ fn look_at(case: &Case<'_>, own: &Member, cfg: &PaceConfig, now: Millis) -> Opti
     })
 }
 
-impl RestartPath<'_> {
+impl PaceWatch<'_> {
     /// This gang member's pace, measured and exported (with the time a slow run loses); the
     /// gang's slow episode opened, or — by its opener — ended.
-    pub(super) async fn pace(
+    pub(super) async fn look(
         &mut self,
         case: &Case<'_>,
         own: &Member,
@@ -135,7 +163,7 @@ impl RestartPath<'_> {
     async fn at_pace(&mut self, g: &Gang, own: &Member, now: Millis) -> Result<(), CoordError> {
         self.pace.episode_seen = false;
         self.pace.heard = false;
-        let opener = self.gangs.slow.contains_key(&g.id);
+        let opener = self.slow.contains_key(&g.id);
         if !opener && self.pace.named.is_none() {
             return Ok(());
         }
@@ -169,7 +197,7 @@ impl RestartPath<'_> {
         // someone else: the member it names shows it on its Node (`VigilSlow`), whichever agent
         // opened it, and the opener follows its end.
         if self.pace.episode_seen {
-            let opener = self.gangs.slow.contains_key(&g.id);
+            let opener = self.slow.contains_key(&g.id);
             if self.pace.heard && !opener {
                 return Ok(());
             }
@@ -192,7 +220,7 @@ impl RestartPath<'_> {
         }
         self.pace.episode_seen = true;
         let opened = self.open_slow(g, own, (since, rate, baseline), now).await;
-        if opened.is_err() && !self.gangs.slow.contains_key(&g.id) {
+        if opened.is_err() && !self.slow.contains_key(&g.id) {
             // NB: our placeholder, left half open by a read or write that failed, would hold
             // every member off until its lease lapses: removed (best-effort), asked again.
             let _ = self.ctx.coord.del_if_owner(&key, &placeholder).await;
@@ -211,8 +239,12 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
-        let view = self.read_gang(g, own, true).await?;
-        let members = present(&view.members, now, &Timing::of(&self.ctx.cfg));
+        let mut view =
+            gang_marks::read_view(self.ctx.coord.as_ref(), &self.ctx.keys, &g.id, g.size).await?;
+        // NB: this member as of now, in place of the entry its last batch wrote.
+        view.retain(|m| m.id() != own.id());
+        view.push(own.clone());
+        let members = present(&view, now, &Timing::of(&self.ctx.cfg));
         let named = suspect_scored(&members);
         // NB: with nobody named the alert is placed at this agent's own member (it must be
         // placed somewhere to be resolved); its text says nobody stands out.
@@ -238,17 +270,19 @@ impl RestartPath<'_> {
             renewed: now,
             paged: false,
         };
-        self.gangs.slow.insert(g.id.clone(), opened);
+        self.slow.insert(g.id.clone(), opened);
         // NB: a claim that gets no answer leaves the page owed: `follow_episode` tries again
         // while the member is slow.
-        self.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
+        self.pager
+            .page_once(&claim, MARK_TTL, a, Unit::Gang, now)
+            .await?;
         self.paged(g);
         Ok(())
     }
 
     /// The `slow` page of the episode this agent opened went out.
     pub(super) fn paged(&mut self, g: &Gang) {
-        if let Some(o) = self.gangs.slow.get_mut(&g.id) {
+        if let Some(o) = self.slow.get_mut(&g.id) {
             o.paged = true;
         }
     }
@@ -289,7 +323,8 @@ impl RestartPath<'_> {
             100.0 * rate / baseline,
             human(now - since)
         );
-        self.gang_alert(AlertKind::Slow, g, members, Some(at), detail)
+        self.pager
+            .gang_alert(AlertKind::Slow, g, members, Some(at), detail)
     }
 
     /// The opener, its member back at its pace: end the episode (compare-and-delete, then the
@@ -307,7 +342,7 @@ impl RestartPath<'_> {
             worker,
             paged,
             ..
-        }) = self.gangs.slow.get(&g.id).cloned()
+        }) = self.slow.get(&g.id).cloned()
         else {
             return Ok(());
         };
@@ -321,7 +356,7 @@ impl RestartPath<'_> {
             // NB: the episode is over all the same: `slow-over` still goes out.
             tracing::warn!(gang = %g.id, error = %e, "the slow episode's quiet mark could not be written");
         }
-        self.gangs.slow.remove(&g.id);
+        self.slow.remove(&g.id);
         // NB: one taken back and not measured slow since was paged only if its claim says so
         // (its opener died before paging it: nothing to say is over).
         // A read that fails says `slow-over` (one too many, rather than one lost).
@@ -339,16 +374,18 @@ impl RestartPath<'_> {
             per_second(baseline),
             human(now - since)
         );
-        let mut a = self.gang_alert(AlertKind::SlowOver, g, &[], None, detail);
+        let over = AlertKind::SlowOver;
+        let mut a = self.pager.gang_alert(over, g, &[], None, detail);
         a.node = node;
         a.worker = Some(worker);
-        let claim = self
-            .ctx
-            .keys
-            .gang_alert(&g.id, &claim_id(&value), "slow-over");
+        let claim = claim_id(&value);
+        let claim = self.ctx.keys.gang_alert(&g.id, &claim, "slow-over");
         // NB: owed while the quiet mark stands: this step never runs again for the episode.
         let stands = (key, QUIET.to_string());
-        self.page_once_owed(&claim, a, stands, now).await.map(drop)
+        self.pager
+            .page_once_owed(&claim, a, stands, now)
+            .await
+            .map(drop)
     }
 }
 

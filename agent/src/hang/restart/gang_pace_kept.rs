@@ -16,14 +16,14 @@ use crate::hang::model_slow::{rates_of, since_of, why_of, MOST};
 use crate::hang::policy_gang::{self as gp, Timing};
 use crate::hang::policy_pipeline::Unit;
 
-use super::RestartPath;
+use super::gang_pace::PaceWatch;
 
-impl RestartPath<'_> {
+impl PaceWatch<'_> {
     /// Once, as this agent starts watching `worker` of gang `g` (`jsu`: its JobSet's uid, when
     /// its pod says): the pace its entry keeps, and the episode it opened. False when the
     /// coordinator did not answer: the member's entry must not be written this cycle (it would
     /// write over the kept pace with nothing).
-    pub(super) async fn resume_pace(
+    pub(super) async fn resume(
         &mut self,
         g: &Gang,
         worker: &str,
@@ -95,7 +95,7 @@ impl RestartPath<'_> {
         let Some(value) = self.ctx.coord.get(&key).await? else {
             return Ok(());
         };
-        if opener_of(&value) != Some(own) || self.gangs.slow.contains_key(&g.id) {
+        if opener_of(&value) != Some(own) || self.slow.contains_key(&g.id) {
             return Ok(());
         }
         if !settled(&value) {
@@ -117,7 +117,7 @@ impl RestartPath<'_> {
         };
         // NB: its page is owed until this agent measures the member slow (`follow_episode`):
         // not one sent late for a gang back at its pace while the agent was away.
-        self.gangs.slow.insert(g.id.clone(), opened);
+        self.slow.insert(g.id.clone(), opened);
         Ok(())
     }
 
@@ -157,7 +157,8 @@ impl RestartPath<'_> {
         let named = why_of(value).map(|why| (at, vec![why.to_string()]));
         let a = self.slow_alert(g, &[], named, at, (since, rates.0, rates.1), now);
         let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
-        self.page_once(&claim, MARK_TTL, a, Unit::Gang, now)
+        self.pager
+            .page_once(&claim, MARK_TTL, a, Unit::Gang, now)
             .await
             .map(drop)
     }
@@ -174,7 +175,7 @@ impl RestartPath<'_> {
         slow: bool,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(o) = self.gangs.slow.get(&g.id).cloned() else {
+        let Some(o) = self.slow.get(&g.id).cloned() else {
             return Ok(());
         };
         if held == Some(o.value.as_str()) {
@@ -185,7 +186,7 @@ impl RestartPath<'_> {
                 let key = self.ctx.keys.gang_slow(&g.id);
                 // NB: compare-and-renew: a lease that lapsed meanwhile is the next opener's.
                 if self.ctx.coord.renew_if_owner(&key, &o.value, lease).await? {
-                    if let Some(e) = self.gangs.slow.get_mut(&g.id) {
+                    if let Some(e) = self.slow.get_mut(&g.id) {
                         e.renewed = now;
                     }
                 }
@@ -195,7 +196,7 @@ impl RestartPath<'_> {
                 false => Ok(()),
             };
         }
-        self.gangs.slow.remove(&g.id);
+        self.slow.remove(&g.id);
         let end = crate::alerts::Resolve::Episode(crate::alerts::AlertKind::Slow);
         self.ctx.notifier.resolve(&o.node, &o.worker, end).await;
         Ok(())

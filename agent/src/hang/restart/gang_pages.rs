@@ -1,9 +1,10 @@
 //! The gang's pages: `hung` placed at the member that stopped first, the escalation of a gang
 //! that hangs again, a straggler, a decision blocked (and why), restarts that do not help — each
-//! sent through `super::pages`' one way out (de-duplicated per incident in the coordinator,
-//! remembered by the agent that sent it), and resolved here by that agent.
+//! sent through `super::pager`'s one way out (de-duplicated per incident in the coordinator,
+//! remembered by the agent that sent it, which resolves it). The two that the trail does not
+//! note need the pager alone.
 
-use crate::alerts::{Alert, AlertKind, Resolve};
+use crate::alerts::AlertKind;
 use crate::clock::{human, Millis};
 use crate::coord::CoordError;
 use crate::hang::journal::About;
@@ -15,111 +16,10 @@ use crate::hang::policy_gang as gp;
 use crate::hang::policy_pipeline::Unit;
 use crate::trail::Code;
 
+use super::pager::Pager;
 use super::{Case, RestartPath};
 
 impl RestartPath<'_> {
-    /// Resolve the gang alerts this agent sent for `gang` (its incident closed, or its own
-    /// member is fine again).
-    pub(super) async fn resolve_gang_alerts(&mut self, gang: &str, fine: Option<&str>) {
-        let sent = self.gangs.sent.remove(gang).unwrap_or_default();
-        let here = self.ctx.keys.node().to_string();
-        // NB: a member that is fine ends the alerts placed at itself, and the gang's placed at
-        // other nodes (the gang moves again); not those at its siblings on this node (a
-        // straggler's page), which their own evaluation ends.
-        let (ended, kept): (Vec<_>, Vec<_>) = sent
-            .into_iter()
-            .partition(|(node, worker)| fine.is_none_or(|w| *node != here || worker == w));
-        if !kept.is_empty() {
-            self.gangs.sent.insert(gang.to_string(), kept);
-        }
-        for (node, worker) in ended {
-            // `Recovered`: escalations end too.
-            self.ctx
-                .notifier
-                .resolve(&node, &worker, Resolve::Recovered)
-                .await;
-        }
-    }
-
-    /// An alert about the gang, placed at `first` (the member to look at).
-    pub(super) fn gang_alert(
-        &self,
-        kind: AlertKind,
-        g: &Gang,
-        members: &[Member],
-        first: Option<&Member>,
-        detail: String,
-    ) -> Alert {
-        let node = first.map_or(self.ctx.keys.node(), |m| m.node.as_str());
-        let mut a = Alert::new(kind, node, detail);
-        a.worker = first.map(|m| m.worker.clone());
-        // NB: an entry of an agent that does not say (and a page rebuilt from an episode's
-        // value) has no container: none, not an empty one.
-        a.container = first.map(|m| m.container.clone()).filter(|c| !c.is_empty());
-        a.gang = Some(g.id.clone());
-        a.gang_size = g.size;
-        a.gang_members = (!members.is_empty()).then_some(members.len() as u32);
-        a.dry_run = self.ctx.cfg.dry_run;
-        a
-    }
-
-    pub(super) async fn page_gang_hung(
-        &mut self,
-        g: &Gang,
-        state: &GangState,
-        members: &[Member],
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let Some(inc) = &state.incident else {
-            return Ok(());
-        };
-        let first = gp::first_stopped(members, now);
-        let mut detail = describe_hang(g, members, first, now);
-        let owner = members.iter().find(|m| m.alert_only);
-        match (self.ctx.cfg.gang.action, owner) {
-            (crate::config::GangAction::AlertOnly, _) => detail.push_str(&format!(
-                "; gang.action = {}: Vigil restarts no member",
-                self.ctx.cfg.gang.action.as_str()
-            )),
-            (_, Some(m)) => detail.push_str(&format!(
-                "; {} is alert-only (its restarts belong to its owner): Vigil restarts no member",
-                m.id()
-            )),
-            _ => {}
-        }
-        let mut a = self.gang_alert(AlertKind::Hung, g, members, first, detail);
-        a.incident = Some(inc.id.clone());
-        a.duration = first.and_then(|m| m.heartbeat).map(|hb| human(now - hb));
-        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "hung");
-        self.page_once(&key, MARK_TTL, a, Unit::Gang, now)
-            .await
-            .map(drop)
-    }
-
-    pub(super) async fn page_gang_again(
-        &mut self,
-        g: &Gang,
-        members: &[Member],
-        restarted: Millis,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let key = self
-            .ctx
-            .keys
-            .gang_alert(&g.id, &restarted.to_string(), "escalation");
-        let first = gp::first_stopped(members, now);
-        let detail = format!(
-            "gang {} hangs again {} after its restart of every member: the restart did not fix it; a person must look. {}",
-            g.id,
-            human(now - restarted),
-            describe_hang(g, members, first, now)
-        );
-        let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
-        self.page_once(&key, MARK_TTL, a, Unit::Gang, now)
-            .await
-            .map(drop)
-    }
-
     pub(super) async fn page_straggler(
         &mut self,
         case: &Case<'_>,
@@ -144,8 +44,14 @@ impl RestartPath<'_> {
             own.container,
             g.id
         );
-        let a = self.gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
-        if !self.page_once(&key, MARK_TTL, a, Unit::Gang, now).await? {
+        let a = self
+            .pager()
+            .gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
+        if !self
+            .pager()
+            .page_once(&key, MARK_TTL, a, Unit::Gang, now)
+            .await?
+        {
             return Ok(());
         }
         let about = About::worker(case.worker(), case.v);
@@ -198,12 +104,14 @@ impl RestartPath<'_> {
             describe_hang(g, members, first, now)
         );
         let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
-        let mut a = self.gang_alert(kind, g, members, first, detail.clone());
+        let mut a = self
+            .pager()
+            .gang_alert(kind, g, members, first, detail.clone());
         a.incident = Some(inc.id.clone());
         // NB: owed while the decision stands: this step never runs again for it, and the trail
         // says the decision whatever became of its page.
         let stands = (self.ctx.keys.gang_decision(&g.id), d.encode());
-        let paged = self.page_once_owed(&akey, a, stands, now).await;
+        let paged = self.pager().page_once_owed(&akey, a, stands, now).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
         self.note(now, about, Code::GangDecided, detail).await?;
         paged.map(drop)
@@ -265,13 +173,76 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_alert(&g.id, &inc.id, r.dedup);
         let first = gp::first_stopped(members, now);
-        let mut a = self.gang_alert(r.kind, g, members, first, r.detail.clone());
+        let mut a = self
+            .pager()
+            .gang_alert(r.kind, g, members, first, r.detail.clone());
         a.incident = Some(inc.id.clone());
-        self.page_once(&key, MARK_TTL, a, Unit::Gang, now).await?;
+        self.pager()
+            .page_once(&key, MARK_TTL, a, Unit::Gang, now)
+            .await?;
         let about = About::worker(case.worker(), case.v)
             .incident(&inc.id)
             .once();
         self.note(now, about, r.code, r.detail).await
+    }
+}
+
+impl Pager<'_> {
+    pub(super) async fn page_gang_hung(
+        &mut self,
+        g: &Gang,
+        state: &GangState,
+        members: &[Member],
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let Some(inc) = &state.incident else {
+            return Ok(());
+        };
+        let first = gp::first_stopped(members, now);
+        let mut detail = describe_hang(g, members, first, now);
+        let owner = members.iter().find(|m| m.alert_only);
+        match (self.ctx.cfg.gang.action, owner) {
+            (crate::config::GangAction::AlertOnly, _) => detail.push_str(&format!(
+                "; gang.action = {}: Vigil restarts no member",
+                self.ctx.cfg.gang.action.as_str()
+            )),
+            (_, Some(m)) => detail.push_str(&format!(
+                "; {} is alert-only (its restarts belong to its owner): Vigil restarts no member",
+                m.id()
+            )),
+            _ => {}
+        }
+        let mut a = self.gang_alert(AlertKind::Hung, g, members, first, detail);
+        a.incident = Some(inc.id.clone());
+        a.duration = first.and_then(|m| m.heartbeat).map(|hb| human(now - hb));
+        let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "hung");
+        self.page_once(&key, MARK_TTL, a, Unit::Gang, now)
+            .await
+            .map(drop)
+    }
+
+    pub(super) async fn page_gang_again(
+        &mut self,
+        g: &Gang,
+        members: &[Member],
+        restarted: Millis,
+        now: Millis,
+    ) -> Result<(), CoordError> {
+        let key = self
+            .ctx
+            .keys
+            .gang_alert(&g.id, &restarted.to_string(), "escalation");
+        let first = gp::first_stopped(members, now);
+        let detail = format!(
+            "gang {} hangs again {} after its restart of every member: the restart did not fix it; a person must look. {}",
+            g.id,
+            human(now - restarted),
+            describe_hang(g, members, first, now)
+        );
+        let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
+        self.page_once(&key, MARK_TTL, a, Unit::Gang, now)
+            .await
+            .map(drop)
     }
 }
 

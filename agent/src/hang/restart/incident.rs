@@ -65,7 +65,7 @@ impl RestartPath<'_> {
             TimerEnd::Recovered => Resolve::Recovered,
             _ => Resolve::IncidentCleared,
         };
-        self.resolve_alerts(case.worker(), ended).await;
+        self.pager().resolve_alerts(case.worker(), ended).await;
         self.note(now, about, code, why.to_string()).await
     }
 
@@ -79,7 +79,7 @@ impl RestartPath<'_> {
             .coord
             .del(&[self.ctx.keys.restarted(w), self.ctx.keys.escalated(w)])
             .await?;
-        self.resolve_alerts(w, Resolve::Recovered).await;
+        self.pager().resolve_alerts(w, Resolve::Recovered).await;
         let detail = "worker healthy after our restart".to_string();
         self.note(now, case.about(), Code::Recovered, detail).await
     }
@@ -94,11 +94,12 @@ impl RestartPath<'_> {
             .coord
             .del(&[self.ctx.keys.episode(case.worker(), e.as_str())])
             .await?;
-        self.resolve_alerts(
-            case.worker(),
-            Resolve::Episode(super::pages::episode_kind(e)),
-        )
-        .await;
+        self.pager()
+            .resolve_alerts(
+                case.worker(),
+                Resolve::Episode(super::pages::episode_kind(e)),
+            )
+            .await;
         let detail = format!("{} condition ended", e.as_str());
         self.note(now, case.about(), Code::EpisodeClosed, detail)
             .await
@@ -211,7 +212,9 @@ impl RestartPath<'_> {
             .await?;
         let timers = [k.incident(w), k.suspect(w), k.error_since(w)];
         self.ctx.coord.del(&timers).await?;
-        self.resolve_alerts(w, Resolve::IncidentCleared).await;
+        self.pager()
+            .resolve_alerts(w, Resolve::IncidentCleared)
+            .await;
         Ok(())
     }
 

@@ -54,7 +54,7 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let per_day = self.ctx.cfg.safety.breaker_per_day;
         let day = breaker_day(now);
-        self.page_breaker_open(act, &day, now).await?;
+        self.pager().page_breaker_open(act, &day, now).await?;
         let detail = format!("breaker open: {per_day} restarts used today ({day})");
         self.skip(now, act, Skip::BreakerOpen, detail, true).await
     }
@@ -66,7 +66,7 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let s = &self.ctx.cfg.safety;
         let (budget, window) = (s.fleet_budget, s.fleet_window);
-        self.page_budget_exhausted(act, now).await?;
+        self.pager().page_budget_exhausted(act, now).await?;
         let detail = format!(
             "fleet budget of {budget} per {} exhausted",
             humantime::format_duration(window)

@@ -23,8 +23,10 @@
 //! episodes, incarnations), `pipeline` (the
 //! state machine's one loop: decide → lock → logs → revalidate → caps → claim → recheck →
 //! command → verify), `before_command` (its steps up to the command), `limits` (breaker and
-//! budget), `command` (the command, its verification, failure, the claim), `pages` (every page,
-//! the worker's and — through the same way out — the gang's `gang_pages`).
+//! budget), `command` (the command, its verification, failure, the claim), `pager` (every
+//! page's one way out: a step that pages takes a [`pager::Pager`], not the path), `pages` (the
+//! worker's pages; the gang's are `gang_pages`), `gang_pace` (a member's pace, by its own
+//! object: `PaceWatch`).
 
 mod before_command;
 mod command;
@@ -36,6 +38,7 @@ mod gang_pace_kept;
 mod gang_pages;
 mod incident;
 mod limits;
+mod pager;
 mod pages;
 mod pipeline;
 mod rhythm;
@@ -222,6 +225,12 @@ impl RestartPath<'_> {
         detail: String,
     ) -> Result<(), CoordError> {
         self.journal.note(at, about, code, detail).await
+    }
+
+    /// What a step that pages needs of the pass: the context, the alert gate and the gang
+    /// alerts this agent sent.
+    fn pager(&mut self) -> pager::Pager<'_> {
+        pager::Pager::new(self.ctx, self.alerts, &mut self.gangs.sent)
     }
 
     /// Why the node, as it is *now*, forbids a restart decided a moment ago.

@@ -1,20 +1,10 @@
-//! Every page a restart unit sends — a worker's and a gang's — and how each ends, through one
-//! way out: [`RestartPath::page_once`]. A page is claimed in the coordinator by its
-//! de-duplication key (SET NX: the agent that claims it first sends it, once per incident,
-//! episode, day or window), placed ([`RestartPath::alert_for`] at a worker of this node,
-//! [`RestartPath::gang_alert`] at the gang's member to look at) and sent; a page placed at a gang
-//! is remembered by the agent that sent it, which resolves it.
-//!
-//! A worker's: hung or errored (with the GPU evidence), its alert-only episodes, the escalation,
-//! restarts that do not help, a runtime that refuses it, failed log collection, `restarting`
-//! (with the logs), a failed restart, the breaker and the fleet budget. A gang's
-//! (`super::gang_pages`, through the same way out): hung, hung again, a straggler, the decision,
-//! a decision refused.
+//! A worker's pages, each sent through `super::pager`'s one way out: hung or errored (with the
+//! GPU evidence), its alert-only episodes, the escalation — the three a pass notes in the trail,
+//! so the path's — and restarts that do not help, a runtime that refuses it, failed log
+//! collection, `restarting` (with the logs), a failed restart, the breaker and the fleet budget,
+//! which need the pager alone. A gang's are `super::gang_pages`.
 
-use std::time::Duration;
-
-use crate::alerts::gate::Owed;
-use crate::alerts::{Alert, AlertKind, Resolve};
+use crate::alerts::AlertKind;
 use crate::clock::{human, ms, Millis};
 use crate::coord::caps::{fleet_window, BREAKER_TTL};
 use crate::coord::CoordError;
@@ -26,6 +16,7 @@ use crate::hang::policy_pipeline::Unit;
 use crate::hang::policy_record;
 use crate::trail::Code;
 
+use super::pager::Pager;
 use super::{short, Act, Case, RestartPath};
 
 /// The kind of an episode's alert.
@@ -64,110 +55,6 @@ fn episode_detail(case: &Case<'_>, e: Episode, now: Millis) -> String {
 }
 
 impl RestartPath<'_> {
-    /// Send `alert` once: the agent that claims `key` first (for `ttl`) sends it; a page placed
-    /// at a gang (`Unit::Gang`) is remembered for its resolution. True when this agent sent it.
-    pub(super) async fn page_once(
-        &mut self,
-        key: &str,
-        ttl: Duration,
-        alert: Alert,
-        at: Unit,
-        now: Millis,
-    ) -> Result<bool, CoordError> {
-        let lease = self.ctx.cfg.safety.lock_ttl;
-        let claimed = self
-            .alerts
-            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease)
-            .await;
-        if !claimed? {
-            return Ok(false);
-        }
-        self.sent(at, &alert);
-        self.ctx.notifier.send(&alert).await;
-        Ok(true)
-    }
-
-    /// [`Self::page_once`] for a page whose step never runs again (a gang's decision is
-    /// announced once): a claim that gets no answer leaves the page owed, sent by a later cycle
-    /// once the claim answers (`AlertGate::owed`), while `stands` (a key and the value it holds
-    /// while what the page announces stands) still holds.
-    pub(super) async fn page_once_owed(
-        &mut self,
-        key: &str,
-        alert: Alert,
-        stands: (String, String),
-        now: Millis,
-    ) -> Result<bool, CoordError> {
-        let sent = self
-            .page_once(key, MARK_TTL, alert.clone(), Unit::Gang, now)
-            .await;
-        if sent.is_err() {
-            self.sent(Unit::Gang, &alert);
-            let owed = Owed {
-                alert,
-                ttl: MARK_TTL,
-                since: now,
-                stands,
-            };
-            self.alerts.owe(key, owed);
-        }
-        sent
-    }
-
-    /// A gang alert this agent sends (or owes): resolved by it when its incident closes.
-    fn sent(&mut self, at: Unit, alert: &Alert) {
-        if let (Unit::Gang, Some(gang), Some(w)) = (at, &alert.gang, &alert.worker) {
-            let sent = self.gangs.sent.entry(gang.clone()).or_default();
-            if !sent.iter().any(|(n, x)| *n == alert.node && x == w) {
-                sent.push((alert.node.clone(), w.clone()));
-            }
-        }
-    }
-
-    /// A page placed at a worker of this node: its rank, container, verdict, job and gang, and
-    /// how long its condition has lasted (since `since`).
-    pub(super) fn alert_for(
-        &self,
-        kind: AlertKind,
-        case: &Case<'_>,
-        since: Option<Millis>,
-        now: Millis,
-        detail: impl Into<String>,
-    ) -> Alert {
-        let mut a = Alert::new(kind, self.ctx.keys.node(), detail);
-        if let Some((rank, of)) = case.status.and_then(|s| s.rank) {
-            // The one place to look in a container of several ranks.
-            a.detail = format!("rank {rank} of {of} (the container's worst): {}", a.detail);
-        }
-        a.worker = Some(case.c.worker.clone());
-        a.container = Some(case.c.display());
-        a.verdict = Some(case.v.as_str());
-        a.job = case.status.and_then(|s| s.job.clone());
-        if let Some(g) = case.status.and_then(|s| s.gang.as_ref()) {
-            a.gang = Some(g.id.clone());
-            a.gang_size = g.size;
-        }
-        a.duration = since.map(|t| human(now - t));
-        a.dry_run = self.ctx.cfg.dry_run;
-        a
-    }
-
-    /// A page of an incident a pass acts on, placed at its worker.
-    fn act_alert(&self, kind: AlertKind, act: &Act<'_>, now: Millis, detail: String) -> Alert {
-        let mut a = self.alert_for(kind, act.case, Some(act.since), now, detail);
-        a.incident = Some(act.inc.id.clone());
-        a
-    }
-
-    /// The worker's condition ended: the sinks that keep alerts open (Alertmanager) resolve
-    /// the alerts `end` covers.
-    pub(super) async fn resolve_alerts(&self, worker: &str, end: Resolve) {
-        self.ctx
-            .notifier
-            .resolve(self.ctx.keys.node(), worker, end)
-            .await;
-    }
-
     /// The hung / errored page, once per incident, with the GPU evidence beside it.
     pub(super) async fn alert_incident(
         &mut self,
@@ -193,10 +80,11 @@ impl RestartPath<'_> {
             let evidence = self.gpu_evidence.join("; ");
             detail.push_str(&format!("; GPU evidence: {evidence}"));
         }
-        let mut alert = self.alert_for(kind, case, Some(since), now, detail);
+        let mut alert = self.pager().alert_for(kind, case, Some(since), now, detail);
         alert.incident = Some(inc.id.clone());
         let key = self.ctx.keys.alert_dedup(&inc.id, case.v.as_str());
         if !self
+            .pager()
             .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
             .await?
         {
@@ -217,9 +105,12 @@ impl RestartPath<'_> {
         let kind = episode_kind(e);
         let since = case.marks.progress.as_ref().map(|(_, t)| *t);
         let since = since.filter(|_| e == Episode::Stalled);
-        let alert = self.alert_for(kind, case, since, now, episode_detail(case, e, now));
+        let alert = self
+            .pager()
+            .alert_for(kind, case, since, now, episode_detail(case, e, now));
         let key = self.ctx.keys.episode(case.worker(), e.as_str());
         if !self
+            .pager()
             .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
             .await?
         {
@@ -240,9 +131,12 @@ impl RestartPath<'_> {
             "still broken {} after our restart; the restart did not fix it, a person is needed",
             human(now - restarted)
         );
-        let alert = self.alert_for(AlertKind::Escalation, case, Some(restarted), now, detail);
+        let alert =
+            self.pager()
+                .alert_for(AlertKind::Escalation, case, Some(restarted), now, detail);
         let key = self.ctx.keys.escalated(case.worker());
         if !self
+            .pager()
             .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
             .await?
         {
@@ -251,7 +145,9 @@ impl RestartPath<'_> {
         let detail = "paged: restart did not recover the worker".to_string();
         self.note(now, case.about(), Code::Escalated, detail).await
     }
+}
 
+impl Pager<'_> {
     /// Restarts have not helped (`detail` says how): once per incident.
     pub(super) async fn page_fruitless(
         &mut self,

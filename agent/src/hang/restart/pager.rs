@@ -1,0 +1,196 @@
+//! The one way out for every page a restart unit sends, a worker's and a gang's:
+//! [`Pager::page_once`]. A page is claimed in the coordinator by its de-duplication key (SET NX:
+//! the agent that claims it first sends it, once per incident, episode, day or window), placed
+//! ([`Pager::alert_for`] at a worker of this node, [`Pager::gang_alert`] at the gang's member to
+//! look at) and sent; a page placed at a gang is remembered by the agent that sent it, which
+//! resolves it ([`Pager::resolve_gang_alerts`]).
+//!
+//! A step that pages takes a `Pager` — the shared context, the alert gate and the gang alerts
+//! this agent sent — and nothing else of the worker's evaluation (`super::RestartPath::pager`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::alerts::gate::{AlertGate, Owed};
+use crate::alerts::{Alert, AlertKind, Resolve};
+use crate::clock::{human, Millis};
+use crate::coord::CoordError;
+use crate::hang::context::Context;
+use crate::hang::marks::MARK_TTL;
+use crate::hang::model::Gang;
+use crate::hang::model_gang::Member;
+use crate::hang::policy_pipeline::Unit;
+
+use super::{Act, Case};
+
+/// The gang alerts this agent sent and has not resolved, by gang: (node, worker) as the alert
+/// named them (`GangCycle::sent`).
+pub(super) type Sent = BTreeMap<String, Vec<(String, String)>>;
+
+/// What a step needs to page: the context, the alert gate, the gang alerts this agent sent.
+pub(super) struct Pager<'a> {
+    pub(super) ctx: &'a Context,
+    alerts: &'a mut AlertGate,
+    sent: &'a mut Sent,
+}
+
+impl<'a> Pager<'a> {
+    pub(super) fn new(ctx: &'a Context, alerts: &'a mut AlertGate, sent: &'a mut Sent) -> Self {
+        Pager { ctx, alerts, sent }
+    }
+
+    /// Send `alert` once: the agent that claims `key` first (for `ttl`) sends it; a page placed
+    /// at a gang (`Unit::Gang`) is remembered for its resolution. True when this agent sent it.
+    pub(super) async fn page_once(
+        &mut self,
+        key: &str,
+        ttl: Duration,
+        alert: Alert,
+        at: Unit,
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let lease = self.ctx.cfg.safety.lock_ttl;
+        let claimed = self
+            .alerts
+            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease)
+            .await;
+        if !claimed? {
+            return Ok(false);
+        }
+        self.remember(at, &alert);
+        self.ctx.notifier.send(&alert).await;
+        Ok(true)
+    }
+
+    /// [`Self::page_once`] for a page whose step never runs again (a gang's decision is
+    /// announced once): a claim that gets no answer leaves the page owed, sent by a later cycle
+    /// once the claim answers (`AlertGate::owed`), while `stands` (a key and the value it holds
+    /// while what the page announces stands) still holds.
+    pub(super) async fn page_once_owed(
+        &mut self,
+        key: &str,
+        alert: Alert,
+        stands: (String, String),
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let sent = self
+            .page_once(key, MARK_TTL, alert.clone(), Unit::Gang, now)
+            .await;
+        if sent.is_err() {
+            self.remember(Unit::Gang, &alert);
+            let owed = Owed {
+                alert,
+                ttl: MARK_TTL,
+                since: now,
+                stands,
+            };
+            self.alerts.owe(key, owed);
+        }
+        sent
+    }
+
+    /// A gang alert this agent sends (or owes): resolved by it when its incident closes.
+    fn remember(&mut self, at: Unit, alert: &Alert) {
+        if let (Unit::Gang, Some(gang), Some(w)) = (at, &alert.gang, &alert.worker) {
+            let sent = self.sent.entry(gang.clone()).or_default();
+            if !sent.iter().any(|(n, x)| *n == alert.node && x == w) {
+                sent.push((alert.node.clone(), w.clone()));
+            }
+        }
+    }
+
+    /// The worker's condition ended: the sinks that keep alerts open (Alertmanager) resolve
+    /// the alerts `end` covers.
+    pub(super) async fn resolve_alerts(&self, worker: &str, end: Resolve) {
+        self.ctx
+            .notifier
+            .resolve(self.ctx.keys.node(), worker, end)
+            .await;
+    }
+
+    /// Resolve the gang alerts this agent sent for `gang` (its incident closed, or its own
+    /// member is fine again).
+    pub(super) async fn resolve_gang_alerts(&mut self, gang: &str, fine: Option<&str>) {
+        let sent = self.sent.remove(gang).unwrap_or_default();
+        let here = self.ctx.keys.node().to_string();
+        // NB: a member that is fine ends the alerts placed at itself, and the gang's placed at
+        // other nodes (the gang moves again); not those at its siblings on this node (a
+        // straggler's page), which their own evaluation ends.
+        let (ended, kept): (Vec<_>, Vec<_>) = sent
+            .into_iter()
+            .partition(|(node, worker)| fine.is_none_or(|w| *node != here || worker == w));
+        if !kept.is_empty() {
+            self.sent.insert(gang.to_string(), kept);
+        }
+        for (node, worker) in ended {
+            // `Recovered`: escalations end too.
+            self.ctx
+                .notifier
+                .resolve(&node, &worker, Resolve::Recovered)
+                .await;
+        }
+    }
+
+    /// A page placed at a worker of this node: its rank, container, verdict, job and gang, and
+    /// how long its condition has lasted (since `since`).
+    pub(super) fn alert_for(
+        &self,
+        kind: AlertKind,
+        case: &Case<'_>,
+        since: Option<Millis>,
+        now: Millis,
+        detail: impl Into<String>,
+    ) -> Alert {
+        let mut a = Alert::new(kind, self.ctx.keys.node(), detail);
+        if let Some((rank, of)) = case.status.and_then(|s| s.rank) {
+            // The one place to look in a container of several ranks.
+            a.detail = format!("rank {rank} of {of} (the container's worst): {}", a.detail);
+        }
+        a.worker = Some(case.c.worker.clone());
+        a.container = Some(case.c.display());
+        a.verdict = Some(case.v.as_str());
+        a.job = case.status.and_then(|s| s.job.clone());
+        if let Some(g) = case.status.and_then(|s| s.gang.as_ref()) {
+            a.gang = Some(g.id.clone());
+            a.gang_size = g.size;
+        }
+        a.duration = since.map(|t| human(now - t));
+        a.dry_run = self.ctx.cfg.dry_run;
+        a
+    }
+
+    /// A page of an incident a pass acts on, placed at its worker.
+    pub(super) fn act_alert(
+        &self,
+        kind: AlertKind,
+        act: &Act<'_>,
+        now: Millis,
+        detail: String,
+    ) -> Alert {
+        let mut a = self.alert_for(kind, act.case, Some(act.since), now, detail);
+        a.incident = Some(act.inc.id.clone());
+        a
+    }
+
+    /// An alert about the gang, placed at `first` (the member to look at).
+    pub(super) fn gang_alert(
+        &self,
+        kind: AlertKind,
+        g: &Gang,
+        members: &[Member],
+        first: Option<&Member>,
+        detail: String,
+    ) -> Alert {
+        let node = first.map_or(self.ctx.keys.node(), |m| m.node.as_str());
+        let mut a = Alert::new(kind, node, detail);
+        a.worker = first.map(|m| m.worker.clone());
+        // NB: an entry of an agent that does not say (and a page rebuilt from an episode's
+        // value) has no container: none, not an empty one.
+        a.container = first.map(|m| m.container.clone()).filter(|c| !c.is_empty());
+        a.gang = Some(g.id.clone());
+        a.gang_size = g.size;
+        a.gang_members = (!members.is_empty()).then_some(members.len() as u32);
+        a.dry_run = self.ctx.cfg.dry_run;
+        a
+    }
+}
