@@ -316,7 +316,7 @@ impl Agent {
     async fn evaluate_all(&mut self, report: &mut CycleReport) -> Result<bool, CoordError> {
         self.cycle.deferred.clear();
         self.cycle.gangs.entries.clear();
-        self.cycle.gangs.views.clear();
+        self.cycle.gangs.reads.views.clear();
         self.cycle.gangs.tags.clear();
         let containers = match self.ctx.runtime.list_workers().await {
             Ok(c) => c,

@@ -258,13 +258,24 @@ pub(crate) struct View {
     pub(crate) full: bool,
 }
 
+/// The gangs as this agent read them: this cycle's views, and their runs of fruitless restarts.
+#[derive(Debug, Default)]
+pub(crate) struct GangReads {
+    /// The views read this cycle, by gang id: a node of eight ranks reads its gang once.
+    pub(crate) views: std::collections::HashMap<String, View>,
+    /// The gangs' runs of fruitless restarts as this agent last read them (with the gang's
+    /// state, or written at its decision). Kept across cycles: the first member this agent sees
+    /// past where the gang stopped ends the run, in whatever cycle that is.
+    pub(crate) runs: std::collections::BTreeMap<String, Fruitless>,
+}
+
 /// What one cycle of an agent keeps for its gangs.
 #[derive(Debug, Default)]
 pub(crate) struct GangCycle {
     /// Entries to write with the cycle's batch: (view shard key, member id, entry as JSON).
     pub(crate) entries: Vec<(String, String, String)>,
-    /// The views read this cycle, by gang id: a node of eight ranks reads its gang once.
-    pub(crate) views: std::collections::HashMap<String, View>,
+    /// The gangs as this agent read them (`crate::hang::restart::gang_reads`).
+    pub(crate) reads: GangReads,
     /// Restarts this node's breaker still allows today, as the last batch read it.
     pub(crate) breaker_left: Option<u64>,
     /// Worker id → its gang's [`tag`], for the node record.
@@ -273,10 +284,6 @@ pub(crate) struct GangCycle {
     /// alert named them. Kept across cycles: resolved when the incident closes or this agent's
     /// member is healthy again.
     pub(crate) sent: std::collections::BTreeMap<String, Vec<(String, String)>>,
-    /// The gangs' runs of fruitless restarts as this agent last read them (with the gang's
-    /// state, or written at its decision). Kept across cycles: the first member this agent sees
-    /// past where the gang stopped ends the run, in whatever cycle that is.
-    pub(crate) runs: std::collections::BTreeMap<String, Fruitless>,
     /// The gangs whose slow episode this agent opened (and paged), by gang. This agent ends
     /// the episode and resolves the alert (a sink resolves only what its own process sent).
     pub(crate) slow: std::collections::BTreeMap<String, SlowOpened>,

@@ -13,7 +13,7 @@ use crate::coord::CoordError;
 use crate::hang::journal::About;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, Incident, WorkerState};
-use crate::hang::model_gang::{Decision, GangIncident, GangState, Member, View};
+use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
@@ -161,58 +161,6 @@ impl RestartPath<'_> {
         }
     }
 
-    /// The gang as this agent sees it this cycle: its state (one round trip), and — when this
-    /// agent is the gang's reader for this poll interval, or `fresh` (a decision) — every member's
-    /// entry (one more); this member's own entry as of now in place of the one its last batch
-    /// wrote. Read once per cycle.
-    ///
-    /// NB: while a gang of 1,000 nodes hangs, every member is suspect: each reading the whole
-    /// view (8,000 entries, 2 MB) every cycle cost Redis a quarter of a core and 14 ms at p99
-    /// (bench-fleet, `gang`); one reader per poll interval costs what a healthy gang does.
-    pub(super) async fn read_gang(
-        &mut self,
-        g: &Gang,
-        own: &Member,
-        fresh: bool,
-    ) -> Result<View, CoordError> {
-        if let Some(mut v) = self.gangs.views.get(&g.id).filter(|_| !fresh).cloned() {
-            v.members.retain(|m| m.id() != own.id());
-            v.members.push(own.clone());
-            return Ok(v);
-        }
-        let coord = self.ctx.coord.clone();
-        let keys = &self.ctx.keys;
-        let state = crate::hang::gang_marks::read_state(coord.as_ref(), keys, &g.id).await?;
-        match &state.fruitless {
-            Some(run) => self.gangs.runs.insert(g.id.clone(), run.clone()),
-            None => self.gangs.runs.remove(&g.id),
-        };
-        let reader = fresh || {
-            let key = keys.gang_reader(&g.id);
-            let ttl = self.ctx.cfg.poll_interval;
-            coord.set_nx(&key, keys.node(), ttl).await?
-        };
-        let mut members = match reader {
-            true => crate::hang::gang_marks::read_view(coord.as_ref(), keys, &g.id, g.size).await?,
-            false => Vec::new(),
-        };
-        members.retain(|m| m.id() != own.id());
-        members.push(own.clone());
-        let view = View {
-            members,
-            state,
-            full: reader,
-        };
-        self.gangs.views.insert(g.id.clone(), view.clone());
-        Ok(view)
-    }
-
-    fn remember_state(&mut self, g: &Gang, state: &GangState) {
-        if let Some(v) = self.gangs.views.get_mut(&g.id) {
-            v.state = state.clone();
-        }
-    }
-
     /// A gang member's turn: the gang's verdict, its incident, and the steps for this member.
     pub(super) async fn gang(
         &mut self,
@@ -226,7 +174,7 @@ impl RestartPath<'_> {
         };
         let rules = self.rules();
         let t = rules.timing;
-        let view = self.read_gang(&g, own, false).await?;
+        let view = self.gangs.reads.read(self.ctx, &g, own, false).await?;
         if !view.full {
             // Another member's agent reads the gang this poll interval and decides; this one
             // carries out a standing decision for its own member.
@@ -249,12 +197,12 @@ impl RestartPath<'_> {
                 fruitless: state.fruitless.clone(),
                 ..GangState::default()
             };
-            self.remember_state(&g, &state);
+            self.gangs.reads.remember(&g, &state);
         }
         let verdict = gp::verdict(&members, now);
         if let (GangVerdict::Hung { first }, None) = (&verdict, &state.incident) {
             state.incident = Some(self.open_gang_incident(case, &g, first, now).await?);
-            self.remember_state(&g, &state);
+            self.gangs.reads.remember(&g, &state);
         }
         let own = members.iter().find(|m| m.id() == own.id()).unwrap_or(own);
         for step in gp::plan(&verdict, &state, &members, own, now, &rules) {
@@ -293,11 +241,11 @@ impl RestartPath<'_> {
             GangStep::RestartAlone => self.consider_restart(case, here.incident, now).await,
             GangStep::Decide => {
                 let deciding = Deciding { g, own, state };
-                let Some(d) = self.decide_gang(case, &deciding, now).await? else {
+                let Some(d) = self.gang_decider().decide(case, &deciding, now).await? else {
                     return Ok(());
                 };
                 state.decision = Some(d.clone());
-                self.remember_state(g, state);
+                self.gangs.reads.remember(g, state);
                 if gp::executable(&d, own, now, &t) {
                     self.execute(case, g, state, d, now).await?;
                 }
@@ -398,7 +346,7 @@ impl RestartPath<'_> {
     /// run as this agent last read it, so progress is seen while the gang trains, not only at
     /// its next hang. A failed delete is tried again next cycle.
     async fn end_gang_run(&mut self, gang: &str, own: &Member) {
-        let Some(run) = self.gangs.runs.get(gang) else {
+        let Some(run) = self.gangs.reads.runs.get(gang) else {
             return;
         };
         if !policy_fruitless::progressed(run, &[Beat::of_member(own)]) {
@@ -407,7 +355,7 @@ impl RestartPath<'_> {
         let key = self.ctx.keys.gang_fruitless(gang);
         match self.ctx.coord.del_if_owner(&key, &run.encode()).await {
             Ok(_) => {
-                self.gangs.runs.remove(gang);
+                self.gangs.reads.runs.remove(gang);
             }
             Err(e) => {
                 tracing::warn!(error = %e, gang, "could not end the gang's run of fruitless restarts; trying again next cycle")

@@ -11,15 +11,39 @@ use crate::clock::Millis;
 use crate::coord::caps::{breaker_day, Allowance, Breaker, Caps};
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
+use crate::hang::context::Context;
+use crate::hang::journal::Journal;
 use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
 use crate::hang::model::{Fruitless, Gang};
-use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
+use crate::hang::model_gang::{Decision, GangIncident, GangReads, GangState, Member};
 use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, Timing};
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Unit};
 
+use super::pager::Pager;
 use super::{Case, RestartPath};
+
+/// A gang's decision, for one pass: what it takes of the worker's evaluation — the context, the
+/// pager, the trail and the gang's reads — and nothing else.
+pub(super) struct GangDecider<'a> {
+    pub(super) ctx: &'a Context,
+    pub(super) pager: Pager<'a>,
+    pub(super) journal: &'a mut Journal,
+    reads: &'a mut GangReads,
+}
+
+impl RestartPath<'_> {
+    /// The gang's decider for this pass.
+    pub(super) fn gang_decider(&mut self) -> GangDecider<'_> {
+        GangDecider {
+            ctx: self.ctx,
+            pager: Pager::new(self.ctx, self.alerts, &mut self.gangs.sent),
+            journal: self.journal,
+            reads: &mut self.gangs.reads,
+        }
+    }
+}
 
 /// What a gang's decision carries from one step to the next.
 pub(super) struct GangPass {
@@ -49,11 +73,11 @@ pub(super) struct Deciding<'a> {
     pub(super) state: &'a GangState,
 }
 
-impl RestartPath<'_> {
+impl GangDecider<'_> {
     /// The gang's one decision: the steps of [`Unit::Gang`] in one loop, what a stop gives back
     /// given back, the gang's lock released whatever happened. `None`: no decision (another
     /// agent holds the lock, a blocker, a cap, the incident over).
-    pub(super) async fn decide_gang(
+    pub(super) async fn decide(
         &mut self,
         case: &Case<'_>,
         d: &Deciding<'_>,
@@ -178,7 +202,7 @@ impl RestartPath<'_> {
         pass: &mut GangPass,
     ) -> Result<Seen, CoordError> {
         let t = Timing::of(&self.ctx.cfg);
-        let fresh = self.read_gang(d.g, d.own, true).await?;
+        let fresh = self.reads.read(self.ctx, d.g, d.own, true).await?;
         let now = self.ctx.coord.time().await?.max(pass.now);
         pass.now = now;
         let members = gp::present(&fresh.members, now, &t);
@@ -341,7 +365,7 @@ impl RestartPath<'_> {
             .coord
             .set(&key, &run.encode(), FRUITLESS_TTL)
             .await?;
-        self.gangs.runs.insert(g.id.clone(), run);
+        self.reads.runs.insert(g.id.clone(), run);
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use crate::hang::policy_gang as gp;
 use crate::hang::policy_pipeline::Unit;
 use crate::trail::Code;
 
+use super::gang_decision::GangDecider;
 use super::pager::Pager;
 use super::{Case, RestartPath};
 
@@ -57,7 +58,9 @@ impl RestartPath<'_> {
         let about = About::worker(case.worker(), case.v);
         self.note(now, about, Code::Straggler, detail).await
     }
+}
 
+impl GangDecider<'_> {
     /// The decision's `restarting` page (`would-restart` in observe mode) and its trail entry.
     pub(super) async fn announce_decision(
         &mut self,
@@ -105,15 +108,17 @@ impl RestartPath<'_> {
         );
         let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
         let mut a = self
-            .pager()
+            .pager
             .gang_alert(kind, g, members, first, detail.clone());
         a.incident = Some(inc.id.clone());
         // NB: owed while the decision stands: this step never runs again for it, and the trail
         // says the decision whatever became of its page.
         let stands = (self.ctx.keys.gang_decision(&g.id), d.encode());
-        let paged = self.pager().page_once_owed(&akey, a, stands, now).await;
+        let paged = self.pager.page_once_owed(&akey, a, stands, now).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
-        self.note(now, about, Code::GangDecided, detail).await?;
+        self.journal
+            .note(now, about, Code::GangDecided, detail)
+            .await?;
         paged.map(drop)
     }
 
@@ -174,16 +179,16 @@ impl RestartPath<'_> {
         let key = self.ctx.keys.gang_alert(&g.id, &inc.id, r.dedup);
         let first = gp::first_stopped(members, now);
         let mut a = self
-            .pager()
+            .pager
             .gang_alert(r.kind, g, members, first, r.detail.clone());
         a.incident = Some(inc.id.clone());
-        self.pager()
+        self.pager
             .page_once(&key, MARK_TTL, a, Unit::Gang, now)
             .await?;
         let about = About::worker(case.worker(), case.v)
             .incident(&inc.id)
             .once();
-        self.note(now, about, r.code, r.detail).await
+        self.journal.note(now, about, r.code, r.detail).await
     }
 }
 

@@ -26,7 +26,8 @@
 //! budget), `command` (the command, its verification, failure, the claim), `pager` (every
 //! page's one way out: a step that pages takes a [`pager::Pager`], not the path), `pages` (the
 //! worker's pages; the gang's are `gang_pages`), `gang_pace` (a member's pace, by its own
-//! object: `PaceWatch`).
+//! object: `PaceWatch`), `gang_decision` (a gang's one decision, by its own object:
+//! `GangDecider`), `gang_reads` (a gang read once a cycle).
 
 mod before_command;
 mod command;
@@ -36,6 +37,7 @@ mod gang_decision;
 mod gang_pace;
 mod gang_pace_kept;
 mod gang_pages;
+mod gang_reads;
 mod incident;
 mod limits;
 mod pager;
