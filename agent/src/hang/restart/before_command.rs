@@ -17,10 +17,11 @@ use crate::runtime::container::Container;
 use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
 
-use super::{short, Act, RestartPath};
+use super::pipeline::Pipeline;
+use super::{short, Act, GangOrder};
 use crate::hang::policy_pipeline::Skip;
 
-impl RestartPath<'_> {
+impl Pipeline<'_> {
     /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
     /// restarts belong to its owner, and nothing of the pipeline runs for it (no lock, no caps).
     ///
@@ -98,9 +99,7 @@ impl RestartPath<'_> {
             return Ok(());
         };
         let detail = policy_fruitless::describe(f, RunOf::Worker);
-        self.pager()
-            .page_fruitless(act, detail.clone(), now)
-            .await?;
+        self.pager.page_fruitless(act, detail.clone(), now).await?;
         self.skip(now, act, Skip::Fruitless, detail, true).await
     }
 
@@ -111,7 +110,7 @@ impl RestartPath<'_> {
         now: Millis,
         why: String,
     ) -> Result<(), CoordError> {
-        self.pager().page_not_restartable(act, &why, now).await?;
+        self.pager.page_not_restartable(act, &why, now).await?;
         self.skip(now, act, Skip::NotRestartable, why, true).await
     }
 
@@ -151,7 +150,7 @@ impl RestartPath<'_> {
     ) -> Result<Option<Skip>, CoordError> {
         match self.collect_logs(act, now).await? {
             Ok(logs) => self
-                .pager()
+                .pager
                 .announce_restart(act, logs, now)
                 .await
                 .map(|()| None),
@@ -180,7 +179,7 @@ impl RestartPath<'_> {
             ),
         };
         self.ctx.metrics.backends.runtime_error();
-        self.pager().page_logs_failed(act, &why, now).await?;
+        self.pager.page_logs_failed(act, &why, now).await?;
         let detail = format!("log collection failed: {why}");
         self.skip(now, act, Skip::LogsFailed, detail, false).await?;
         Ok(Err(Skip::LogsFailed))
@@ -195,15 +194,15 @@ impl RestartPath<'_> {
         let w = act.case.worker();
         // A fresh clock, record and marks, in one round trip.
         let fresh = marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, w).await?;
-        let (status, _) = self.status_of(w, &fresh);
+        let (status, _) = super::evaluate::status_of(self.ctx, w, &fresh);
         let marks = marks::decode(&fresh.values).marks;
         let now = fresh.now;
         // NB: by the rule the restart was due under, from the coordinator's copy of the
         // worker's rhythm as this read returns it (the fixed rule when that copy is gone): a
         // gang member's, the rule its entry carries (the gang may have decided on it).
         let rules = match act.mandate.order() {
-            Some(_) => self.member_rules(status.as_ref(), &marks, now),
-            None => self.restart_rules(status.as_ref(), &marks, now),
+            Some(_) => self.judge.member_rules(status.as_ref(), &marks, now),
+            None => self.judge.restart_rules(status.as_ref(), &marks, now),
         }
         .into_owned();
         let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, &rules);
@@ -234,7 +233,7 @@ impl RestartPath<'_> {
             Cancel::Recovered => Resolve::Recovered,
             _ => Resolve::IncidentCleared,
         };
-        self.pager().resolve_alerts(w, end).await;
+        self.pager.resolve_alerts(w, end).await;
         let skip = Skip::Cancelled(cancel);
         self.skip(now, act, skip, why.into(), false).await?;
         Ok(Some(skip))
@@ -324,9 +323,7 @@ impl RestartPath<'_> {
             .set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown)
             .await?;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-        self.pager()
-            .resolve_alerts(w, Resolve::IncidentCleared)
-            .await;
+        self.pager.resolve_alerts(w, Resolve::IncidentCleared).await;
         self.ctx
             .metrics
             .restart(act.case.v.as_str(), "would-restart");
@@ -371,5 +368,13 @@ impl RestartPath<'_> {
         let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
         self.skip(now, act, skip, detail, false).await?;
         Ok(Some(skip))
+    }
+
+    /// The last-moment check of a gang member's restart: the gang's decision still stands.
+    pub(super) async fn decision_stands(&self, order: &GangOrder) -> Result<bool, CoordError> {
+        let key = self.ctx.keys.gang_decision(&order.gang);
+        let values = self.ctx.coord.get_many(&[key]).await?;
+        let want = order.decision.encode();
+        Ok(values.first().and_then(|v| v.as_deref()) == Some(want.as_str()))
     }
 }

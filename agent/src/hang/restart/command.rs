@@ -14,7 +14,8 @@ use crate::hang::policy_lost::IncidentTimes;
 use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
-use super::{restart_failure, short, Act, RestartPath};
+use super::pipeline::Pipeline;
+use super::{restart_failure, short, Act};
 use crate::vocab::workload::Remediation;
 
 /// What the trail says of a restart besides its times: the call's error, the controllers'
@@ -27,7 +28,7 @@ pub(super) struct Said {
     pub(super) killed: bool,
 }
 
-impl RestartPath<'_> {
+impl Pipeline<'_> {
     /// The restart call, bounded by `runtime.restart_timeout`: its answer, for `verify`.
     /// The way the controllers want it (`how`): a SIGKILL where a restart rule or a Job must
     /// see one, and where the controller makes the next pod, the pod failed and nothing awaited.
@@ -117,9 +118,7 @@ impl RestartPath<'_> {
         let done = done.unwrap_or(started);
         let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-        self.pager()
-            .resolve_alerts(w, Resolve::IncidentCleared)
-            .await;
+        self.pager.resolve_alerts(w, Resolve::IncidentCleared).await;
         // NB: the cooldown runs from the restart, not from the claim before it: a pause between
         // the two, or a slow restart, must not shorten it. Same marker, fresh TTL, and its time
         // is the verification's: a heartbeat after it is the new incarnation's first beat,
@@ -297,7 +296,7 @@ impl RestartPath<'_> {
         );
         // NB: the page goes out even when the coordinator fails below: a failed restart is a
         // person's business at once.
-        self.pager()
+        self.pager
             .page_restart_failed(act, failures, detail, done)
             .await;
         let value = marks::encode_retry(&retry);

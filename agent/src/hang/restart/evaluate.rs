@@ -7,6 +7,7 @@
 use crate::clock::{human, Millis};
 use crate::config::PolicyConfig;
 use crate::coord::{CoordError, WorkerRead};
+use crate::hang::context::Context;
 use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
 use crate::hang::model::{Incident, Marks, WorkerStatus};
@@ -34,6 +35,28 @@ struct Current {
     locked: bool,
     /// A new incarnation was recorded this cycle.
     tracked: bool,
+}
+
+/// The record of a read, or why it cannot be read.
+pub(super) fn status_of(
+    ctx: &Context,
+    worker: &str,
+    read: &WorkerRead,
+) -> (Option<WorkerStatus>, Option<String>) {
+    // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
+    // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
+    // key and the problem), and the cycle goes on. Only a transport failure fails closed.
+    match &read.record {
+        Ok(fields) => (
+            policy_record::status_of_record(fields, &ctx.cfg.policy),
+            None,
+        ),
+        Err(detail) => {
+            let key = ctx.keys.status(worker);
+            let why = format!("the status record {key} cannot be read: {detail}");
+            (None, Some(why))
+        }
+    }
 }
 
 impl RestartPath<'_> {
@@ -96,28 +119,6 @@ impl RestartPath<'_> {
         self.note(now, about, Code::TimeLost, p.describe()).await
     }
 
-    /// The record of a read, or why it cannot be read.
-    pub(super) fn status_of(
-        &self,
-        worker: &str,
-        read: &WorkerRead,
-    ) -> (Option<WorkerStatus>, Option<String>) {
-        // NB: a record Redis refuses to read as a hash (a key of another type, bytes that are
-        // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
-        // key and the problem), and the cycle goes on. Only a transport failure fails closed.
-        match &read.record {
-            Ok(fields) => (
-                policy_record::status_of_record(fields, &self.ctx.cfg.policy),
-                None,
-            ),
-            Err(detail) => {
-                let key = self.ctx.keys.status(worker);
-                let why = format!("the status record {key} cannot be read: {detail}");
-                (None, Some(why))
-            }
-        }
-    }
-
     /// Evaluate one worker and carry out the policy's effects in order. Coordinator errors abort
     /// the evaluation (fail closed): nothing after a failed read or write is done on stale
     /// knowledge.
@@ -145,13 +146,13 @@ impl RestartPath<'_> {
         if !in_gang || self.ctx.cfg.policy.learned.restarts {
             self.learn(c, &marks, look, now);
         }
-        let judged = self.verdict_rules(status.as_ref());
+        let judged = self.judge().verdict_rules(status.as_ref());
         let cfg = &*judged;
         let v = policy::verdict(status.as_ref(), &marks, self.node, now, cfg);
         let mut effects = policy::plan(v, status.as_ref(), &marks, now, cfg);
         if in_gang {
             // The gang's turn comes once the member is stale by the rule its entry carries.
-            let within = self.member_rules(status.as_ref(), &marks, now);
+            let within = self.judge().member_rules(status.as_ref(), &marks, now);
             effects = policy::for_gang(effects, status.as_ref(), &marks, now, &within);
         }
         let case = Case {
@@ -171,7 +172,7 @@ impl RestartPath<'_> {
     /// escalation written), due by the rule its restart is judged by (learned or fixed).
     fn export(&self, case: &Case<'_>, effects: &[Effect], cfg: &PolicyConfig, now: Millis) {
         let left = policy_life::project(case.marks, effects, now);
-        let due_by = self.restart_rules(case.status, case.marks, now);
+        let due_by = self.judge().restart_rules(case.status, case.marks, now);
         let (claim, locked) = case.held;
         let stage = policy_life::stage(&left, claim, locked, case.v, now, &due_by);
         self.ctx.metrics.verdict(case.v.as_str());
@@ -199,7 +200,7 @@ impl RestartPath<'_> {
             false => read,
         };
         let now = read.now;
-        let (mut status, invalid) = self.status_of(&c.worker, &read);
+        let (mut status, invalid) = status_of(self.ctx, &c.worker, &read);
         // NB: the pod's labels win over the record, and a record names only a gang of its own
         // namespace (`crate::hang::policy_membership`): no tenant joins another's job.
         if let Some(s) = status.as_mut() {
@@ -280,7 +281,7 @@ impl RestartPath<'_> {
         // NB: a hang found by the worker's learned rhythm is restarted only once the fixed rule
         // finds it too, unless the rhythm the coordinator holds may restart it
         // (`policy_rhythm::restart_policy`: `policy.learned.restarts`).
-        let rules = self.restart_rules(case.status, case.marks, now);
+        let rules = self.judge().restart_rules(case.status, case.marks, now);
         let stage = policy_life::acting(case.marks, inc, case.held, case.v, now, &rules);
         if !stage.runs_pipeline()
             || !policy_due::stale_by_restart_rule(case.v, case.status, now, &rules)
@@ -294,7 +295,7 @@ impl RestartPath<'_> {
             since,
             mandate: Mandate::Own,
         };
-        self.run_pipeline(&act, now).await
+        self.pipeline().run(&act, now).await
     }
 
     /// One effect of the plan. `incident` is the shared timer as this cycle knows it (opened by

@@ -55,7 +55,7 @@ impl RestartPath<'_> {
         };
         let signals = self.member_signals();
         let sd = self.stand_down(case.c, now);
-        let (rule, troubled) = self.member_standing(case, now);
+        let (rule, troubled) = self.judge().member_standing(case, now);
         let policy = &self.ctx.cfg.policy;
         let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref(), troubled).await;
         // The JobSet's incarnation, when the gang is the one the pod's labels name.
@@ -393,14 +393,6 @@ impl RestartPath<'_> {
             since,
             mandate: Mandate::Gang(&order),
         };
-        self.run_pipeline(&act, now).await
-    }
-
-    /// The last-moment check of a gang member's restart: the gang's decision still stands.
-    pub(super) async fn decision_stands(&self, order: &GangOrder) -> Result<bool, CoordError> {
-        let key = self.ctx.keys.gang_decision(&order.gang);
-        let values = self.ctx.coord.get_many(&[key]).await?;
-        let want = order.decision.encode();
-        Ok(values.first().and_then(|v| v.as_deref()) == Some(want.as_str()))
+        self.pipeline().run(&act, now).await
     }
 }

@@ -129,7 +129,7 @@ impl PaceWatch<'_> {
             return Ok(());
         };
         let look = look_at(case, own, &cfg, now);
-        // NB: the pace its entry keeps was taken (`resume_pace`) before the entry was written.
+        // NB: the pace its entry keeps was taken (`PaceWatch::resume`) before the entry was written.
         self.pace.follow(&g.id);
         self.pace.observe(look, &cfg);
         let verdict = self.pace.verdict(now, &cfg);

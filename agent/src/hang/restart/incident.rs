@@ -193,7 +193,7 @@ impl RestartPath<'_> {
         let claim = cooling.as_deref().filter(|_| unfinished);
         if claim.is_some() {
             // Our restart, finished by whoever sees it: its fruitless run counts from here.
-            self.settle_fruitless(w, Some(now), false).await;
+            self.pipeline().settle_fruitless(w, Some(now), false).await;
         }
         self.note_new_incarnation(c, now, claim).await?;
         Ok(true)

@@ -5,9 +5,10 @@ use crate::clock::Millis;
 use crate::coord::caps::{breaker_day, Allowance, Caps};
 use crate::coord::CoordError;
 
-use super::{Act, RestartPath, Skip};
+use super::pipeline::Pipeline;
+use super::{Act, Skip};
 
-impl RestartPath<'_> {
+impl Pipeline<'_> {
     /// The caps a pass takes: the node's breaker and the fleet budget — for a gang member's
     /// restart the breaker only (the gang took the fleet unit for all its members).
     pub(super) fn caps<'s>(&'s self, act: &'s Act<'_>) -> Caps<'s> {
@@ -54,7 +55,7 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let per_day = self.ctx.cfg.safety.breaker_per_day;
         let day = breaker_day(now);
-        self.pager().page_breaker_open(act, &day, now).await?;
+        self.pager.page_breaker_open(act, &day, now).await?;
         let detail = format!("breaker open: {per_day} restarts used today ({day})");
         self.skip(now, act, Skip::BreakerOpen, detail, true).await
     }
@@ -66,7 +67,7 @@ impl RestartPath<'_> {
     ) -> Result<(), CoordError> {
         let s = &self.ctx.cfg.safety;
         let (budget, window) = (s.fleet_budget, s.fleet_window);
-        self.pager().page_budget_exhausted(act, now).await?;
+        self.pager.page_budget_exhausted(act, now).await?;
         let detail = format!(
             "fleet budget of {budget} per {} exhausted",
             humantime::format_duration(window)

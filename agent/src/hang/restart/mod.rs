@@ -16,18 +16,27 @@
 //! (`crate::coord::caps`); the coordination primitives are `crate::coord`'s (lease, caps, marks).
 //! This module only executes them.
 //!
-//! [`RestartPath`] is the object: built by the agent for one worker's evaluation from the shared
-//! [`Context`] and what the evaluation needs of the agent (the trail, alert de-duplication, the
-//! node's state). Map: `evaluate` (one worker's evaluation, top to bottom: what it stands on,
-//! verdict and plan, the stage exported, the effects carried out), `incident` (timers, alerts,
-//! episodes, incarnations), `pipeline` (the
-//! state machine's one loop: decide → lock → logs → revalidate → caps → claim → recheck →
-//! command → verify), `before_command` (its steps up to the command), `limits` (breaker and
-//! budget), `command` (the command, its verification, failure, the claim), `pager` (every
-//! page's one way out: a step that pages takes a [`pager::Pager`], not the path), `pages` (the
-//! worker's pages; the gang's are `gang_pages`), `gang_pace` (a member's pace, by its own
-//! object: `PaceWatch`), `gang_decision` (a gang's one decision, by its own object:
-//! `GangDecider`), `gang_reads` (a gang read once a cycle).
+//! [`RestartPath`] is one worker's evaluation, built by the agent from the shared [`Context`]
+//! and what the evaluation needs of the agent (the trail, alert de-duplication, the node's
+//! state, the cycle's gang reads, what it learned of the worker). Each part of the work that
+//! needs less is its own object, handed only what it takes:
+//!
+//! | object | what it does | what it takes |
+//! |---|---|---|
+//! | `pipeline::Pipeline` | one pass of the restart pipeline for a worker's incident (`before_command`, `limits`, `command`) | context, pager, trail, node watch, `Judge` |
+//! | `gang_decision::GangDecider` | a gang's one decision | context, pager, trail, gang reads |
+//! | `gang_pace::PaceWatch` | a gang member's pace, its slow episode | context, pager, the member's pace, the episodes it opened |
+//! | `pager::Pager` | every page's one way out | context, alert gate, the gang alerts sent |
+//! | `rhythm::Judge` | the rules a worker is judged by (pure) | the policy, what was learned of its rhythm |
+//!
+//! Map: `evaluate` (one worker's evaluation, top to bottom: what it stands on, verdict and plan,
+//! the stage exported, the effects carried out), `incident` (timers, alerts, episodes,
+//! incarnations), `pipeline` (the state machine's one loop: decide → lock → logs → revalidate →
+//! caps → claim → recheck → command → verify), `before_command` (its steps up to the command),
+//! `limits` (breaker and budget), `command` (the command, its verification, failure, the claim),
+//! `pager`, `pages` (the worker's pages; the gang's are `gang_pages`), `gang` (a member judged
+//! with its gang), `gang_reads` (a gang read once a cycle), `gang_decision`, `gang_pace` and
+//! `gang_pace_kept` (what outlives an agent), `rhythm` (what a look learns, and the `Judge`).
 
 mod before_command;
 mod command;

@@ -2,14 +2,53 @@
 //! is one call below (the steps themselves are in `before_command`, `limits` and `command`); after each,
 //! the policy's [`next`] says what follows, and a stop gives back what the policy says the pass
 //! holds. The node lock taken at `Lock` is released here, whatever happened.
+//!
+//! A pass is its own object, [`Pipeline`]: the steps take the context, the pager, the trail, what
+//! the node watches right before the command and the rules the worker is judged by — nothing
+//! else of the worker's evaluation.
 
 use crate::clock::Millis;
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Undo, Unit};
 
-use super::{Act, RestartPath};
+use crate::hang::context::Context;
+use crate::hang::journal::{About, Journal};
+use crate::hang::stand_down::{NodeWatch, StandDown};
+use crate::runtime::container::Container;
+use crate::trail::Code;
 use crate::vocab::workload::Remediation;
+
+use super::pager::Pager;
+use super::rhythm::Judge;
+use super::{Act, RestartPath};
+
+/// One pass of the restart pipeline for a worker's incident, and all its steps take.
+pub(super) struct Pipeline<'a> {
+    pub(super) ctx: &'a Context,
+    pub(super) pager: Pager<'a>,
+    pub(super) journal: &'a mut Journal,
+    /// Shutdown, maintenance and GPU state, read again right before the command.
+    pub(super) watch: &'a NodeWatch,
+    /// The rules the worker is judged by (its restart's, at the last moment).
+    pub(super) judge: Judge<'a, 'a>,
+}
+
+impl RestartPath<'_> {
+    /// The pipeline for a pass of this worker's evaluation.
+    pub(super) fn pipeline(&mut self) -> Pipeline<'_> {
+        Pipeline {
+            ctx: self.ctx,
+            pager: Pager::new(self.ctx, self.alerts, &mut self.gangs.sent),
+            journal: self.journal,
+            watch: self.watch,
+            judge: Judge {
+                policy: &self.ctx.cfg.policy,
+                rhythm: self.rhythm,
+            },
+        }
+    }
+}
 
 /// What a pass carries from one step to the next.
 struct Pass {
@@ -23,14 +62,26 @@ struct Pass {
     how: Remediation,
 }
 
-impl RestartPath<'_> {
+impl Pipeline<'_> {
+    /// Append a decision to the trail (see [`Journal::note`]).
+    pub(super) async fn note(
+        &mut self,
+        at: Millis,
+        about: About<'_>,
+        code: Code,
+        detail: String,
+    ) -> Result<(), CoordError> {
+        self.journal.note(at, about, code, detail).await
+    }
+
+    /// Why the node, as it is *now*, forbids a restart decided a moment ago.
+    pub(super) fn stand_down(&self, c: &Container, now: Millis) -> Option<StandDown> {
+        self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
+    }
+
     /// One pass of the pipeline for an incident whose restart is due. Coordinator errors end it
     /// (fail closed) after giving back what it holds.
-    pub(super) async fn run_pipeline(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
+    pub(super) async fn run(&mut self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
         let dry_run = self.ctx.cfg.dry_run;
         let mut pass = Pass {
             now,

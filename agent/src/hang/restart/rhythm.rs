@@ -12,7 +12,7 @@ use crate::config::PolicyConfig;
 use crate::hang::marks;
 use crate::hang::model::{Marks, WorkerStatus};
 use crate::hang::policy::Verdict;
-use crate::hang::policy_rhythm::{self, Learned};
+use crate::hang::policy_rhythm::{self, Learned, Rhythm};
 use crate::runtime::container::Container;
 
 use super::{Case, RestartPath};
@@ -25,7 +25,15 @@ pub(super) enum Learn<'s> {
     Look(Option<&'s WorkerStatus>),
 }
 
-impl<'a> RestartPath<'a> {
+/// The rules a worker is judged by: the fixed policy, and what this agent learned of the
+/// worker's rhythm. Pure: the same answers for the same reads.
+#[derive(Clone, Copy)]
+pub(super) struct Judge<'p, 'r> {
+    pub(super) policy: &'p PolicyConfig,
+    pub(super) rhythm: &'r Rhythm,
+}
+
+impl<'p> Judge<'p, '_> {
     /// The rule the worker's verdict is judged by: its learned silence
     /// (`policy_rhythm::judged_by`), or — for a gang member — the fixed rule.
     ///
@@ -33,33 +41,11 @@ impl<'a> RestartPath<'a> {
     /// stopped on its learned silence beside members judged by the fixed one would read as a
     /// straggler. Its learned rule rides in its entry (`Member::learned`), and the gang decides
     /// on learned evidence only when every member's has one.
-    pub(super) fn verdict_rules(&self, status: Option<&WorkerStatus>) -> Cow<'a, PolicyConfig> {
-        let base = &self.ctx.cfg.policy;
+    pub(super) fn verdict_rules(&self, status: Option<&WorkerStatus>) -> Cow<'p, PolicyConfig> {
+        let base = self.policy;
         match status.is_some_and(|s| s.gang.is_some()) {
             true => Cow::Borrowed(base),
             false => policy_rhythm::judged_by(base, self.rhythm, status),
-        }
-    }
-
-    /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`): the
-    /// coordinator's copy merged in, a new incarnation and our restart booting start the
-    /// incarnation's own samples over (the worker's history stays); what was learned goes back
-    /// with the cycle's batch.
-    pub(super) fn learn(&mut self, c: &Container, marks: &Marks, state: Learn, now: Millis) {
-        if !self.ctx.cfg.policy.learned.enabled {
-            return;
-        }
-        self.rhythm.adopt(marks.rhythm.as_ref());
-        self.rhythm.see_incarnation(&marks::incarnation(c));
-        match state {
-            Learn::StartOver => self.rhythm.new_incarnation(),
-            Learn::Look(status) => {
-                let settle = self.ctx.cfg.policy.learned.min_samples;
-                self.rhythm.observe(status, now, settle)
-            }
-        }
-        if let Some(v) = self.rhythm.write_due(now) {
-            self.deferred.push((self.ctx.keys.rhythm(&c.worker), v));
         }
     }
 
@@ -70,9 +56,9 @@ impl<'a> RestartPath<'a> {
         status: Option<&WorkerStatus>,
         marks: &Marks,
         now: Millis,
-    ) -> Cow<'_, PolicyConfig> {
+    ) -> Cow<'p, PolicyConfig> {
         policy_rhythm::restart_policy(
-            &self.ctx.cfg.policy,
+            self.policy,
             marks.rhythm.as_ref(),
             self.rhythm.own(),
             status,
@@ -91,7 +77,7 @@ impl<'a> RestartPath<'a> {
     ) -> Option<Learned> {
         status.and_then(|s| s.gang.as_ref())?;
         policy_rhythm::learned_rule(
-            &self.ctx.cfg.policy,
+            self.policy,
             marks.rhythm.as_ref(),
             self.rhythm.own(),
             status,
@@ -117,7 +103,39 @@ impl<'a> RestartPath<'a> {
         status: Option<&WorkerStatus>,
         marks: &Marks,
         now: Millis,
-    ) -> Cow<'_, PolicyConfig> {
-        policy_rhythm::by_rule(&self.ctx.cfg.policy, self.member_rule(status, marks, now))
+    ) -> Cow<'p, PolicyConfig> {
+        policy_rhythm::by_rule(self.policy, self.member_rule(status, marks, now))
+    }
+}
+
+impl<'a> RestartPath<'a> {
+    /// The rules this worker is judged by, as this agent learned its rhythm so far.
+    pub(super) fn judge(&self) -> Judge<'a, '_> {
+        Judge {
+            policy: &self.ctx.cfg.policy,
+            rhythm: self.rhythm,
+        }
+    }
+
+    /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`): the
+    /// coordinator's copy merged in, a new incarnation and our restart booting start the
+    /// incarnation's own samples over (the worker's history stays); what was learned goes back
+    /// with the cycle's batch.
+    pub(super) fn learn(&mut self, c: &Container, marks: &Marks, state: Learn, now: Millis) {
+        if !self.ctx.cfg.policy.learned.enabled {
+            return;
+        }
+        self.rhythm.adopt(marks.rhythm.as_ref());
+        self.rhythm.see_incarnation(&marks::incarnation(c));
+        match state {
+            Learn::StartOver => self.rhythm.new_incarnation(),
+            Learn::Look(status) => {
+                let settle = self.ctx.cfg.policy.learned.min_samples;
+                self.rhythm.observe(status, now, settle)
+            }
+        }
+        if let Some(v) = self.rhythm.write_due(now) {
+            self.deferred.push((self.ctx.keys.rhythm(&c.worker), v));
+        }
     }
 }
