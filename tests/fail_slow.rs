@@ -20,6 +20,16 @@ const POLL: Duration = Duration::from_secs(5);
 const GANG: &str = "ml/llama-70b";
 const RANKS: usize = 4;
 
+/// Every rank computes 300 ms a step.
+fn even(_: usize) -> Option<u64> {
+    Some(300)
+}
+
+/// Rank 2 computes 450 ms a step where the others take 300: the gang slows to 0.7 steps/s.
+fn rank_2_slow(i: usize) -> Option<u64> {
+    Some(if i == 2 { 450 } else { 300 })
+}
+
 /// The gang's ranks, their step (as a float: fractions of a step per poll) and compute times.
 struct Gang {
     fleet: Fleet,
@@ -90,6 +100,14 @@ impl Gang {
         }
     }
 
+    /// A gang with its pace watched that learned it: ten windows, then steady (20 minutes at
+    /// one step a second, every rank even).
+    async fn learned() -> Gang {
+        let mut g = Gang::new(true);
+        g.run(1.0, 20 * 60, even, false).await;
+        g
+    }
+
     fn pages(&self, kind: AlertKind) -> Vec<vigil::alerts::Alert> {
         self.fleet.sink.of(kind)
     }
@@ -157,16 +175,12 @@ impl Gang {
 
 #[tokio::test]
 async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted() {
-    let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
-    // Learning (ten windows), then steady.
-    g.run(1.0, 20 * 60, even, false).await;
+    let mut g = Gang::learned().await;
     assert!(g.pages(AlertKind::Slow).is_empty());
-    // Rank 2 computes 450 ms where the others take 300: the gang slows to 0.7 steps/s.
-    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(0.7, 90, slow, false).await;
+    // Rank 2 computes 450 ms where the others take 300 (`rank_2_slow`).
+    g.run(0.7, 90, rank_2_slow, false).await;
     assert!(g.pages(AlertKind::Slow).is_empty(), "not before slow_for");
-    g.run(0.7, 6 * 60 + 30, slow, false).await;
+    g.run(0.7, 6 * 60 + 30, rank_2_slow, false).await;
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(
         pages.len(),
@@ -197,7 +211,7 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
         assert!(p.detail.contains(what), "{what}: {}", p.detail);
     }
     // Slow for an hour: still one page, nothing restarted, no hang.
-    g.run(0.7, 60 * 60, slow, false).await;
+    g.run(0.7, 60 * 60, rank_2_slow, false).await;
     assert_eq!(g.pages(AlertKind::Slow).len(), 1);
     assert_eq!(g.restarts(), 0, "never a restart for slowness");
     // Each member lost its deficit: 30 % of the slow run (about 68 min): ~20 min apiece.
@@ -241,14 +255,13 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
         "the slow alert is resolved by the agent that sent it: {resolved:?}"
     );
     // Slow again later: a new episode, a new page.
-    g.run(0.7, 8 * 60, slow, false).await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
     assert_eq!(g.pages(AlertKind::Slow).len(), 2);
 }
 
 #[tokio::test]
 async fn a_healthy_gang_whose_pace_wobbles_is_never_slow() {
     let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
     g.run(2.0, 20 * 60, even, false).await;
     for _ in 0..10 {
         // A data-loader stall of half a minute, then a minute and a half at pace.
@@ -315,7 +328,6 @@ async fn a_gpu_clocked_down_on_one_node_names_its_rank() {
 #[tokio::test]
 async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint() {
     let mut g = Gang::build(true, true);
-    let even = |_: usize| Some(300);
     g.run(1.0, 20 * 60, even, false).await;
     for (status, _, tainted) in g.slow_nodes().await {
         assert_eq!(
@@ -324,8 +336,7 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
             "no change, no write"
         );
     }
-    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(0.7, 8 * 60, slow, false).await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
     let shown = g.slow_nodes().await;
     for (i, (status, message, tainted)) in shown.iter().enumerate() {
         if i != 2 {
@@ -356,8 +367,8 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
         .contains(&"VigilSlow".to_string()));
     // An announced operation in the slow run (a checkpoint: held windows) changes nothing: still
     // named, no second Event.
-    g.run(0.7, 90, slow, true).await;
-    g.run(0.7, 30, slow, false).await;
+    g.run(0.7, 90, rank_2_slow, true).await;
+    g.run(0.7, 30, rank_2_slow, false).await;
     let shown = g.slow_nodes().await;
     assert_eq!(
         (shown[2].0.as_str(), shown[2].2),
@@ -426,11 +437,8 @@ fn opener(g: &Gang) -> Option<usize> {
 /// good lapses with its lease: the gang, still slow, is paged again by another member's agent.
 #[tokio::test]
 async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_opener_lapses() {
-    let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
-    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(1.0, 20 * 60, even, false).await;
-    g.run(0.7, 8 * 60, slow, false).await;
+    let mut g = Gang::learned().await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
     assert_eq!(g.pages(AlertKind::Slow).len(), 1);
     let first = opener(&g).expect("an opener");
     let slow_series = "vigil_gang_slow{gang=\"ml/llama-70b\",worker=\"rank-1\"}";
@@ -438,7 +446,7 @@ async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_
     for i in 0..RANKS {
         g.fleet.restart_agents(i);
     }
-    g.run(0.7, 6 * 60, slow, false).await;
+    g.run(0.7, 6 * 60, rank_2_slow, false).await;
     let base = g.metric(
         1,
         "vigil_gang_step_rate_baseline{gang=\"ml/llama-70b\",worker=\"rank-1\"}",
@@ -470,13 +478,13 @@ async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_
     assert_eq!(g.fleet.get(&key).await.as_deref(), Some("over"));
     // Slow again; once paged, the opener's node goes for good.
     g.run(1.0, 5 * 60, even, false).await;
-    g.run(0.7, 8 * 60, slow, false).await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
     assert_eq!(g.pages(AlertKind::Slow).len(), 2);
     let second = opener(&g).expect("an opener");
     g.fleet.nodes[second].alive = false;
     // The lease (10 minutes from its last renewal) lapses, and a member still slow asks again
     // within half a lease: paged again, by another agent.
-    g.run(0.7, 16 * 60, slow, false).await;
+    g.run(0.7, 16 * 60, rank_2_slow, false).await;
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(pages.len(), 3, "{:?}", g.fleet.sink.kinds());
     let third = (0..RANKS)
@@ -497,9 +505,7 @@ async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_
 /// the gang, slow, is paged.
 #[tokio::test]
 async fn an_episode_its_opener_never_named_is_opened_again_and_paged() {
-    let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
-    g.run(1.0, 20 * 60, even, false).await;
+    let mut g = Gang::learned().await;
     let key = g.fleet.nodes[0].keys.gang_slow(GANG);
     let now = g.fleet.now();
     let half_open = format!("{now}:700:1000:gpu-1/rank-1@{now}|?");
@@ -524,10 +530,7 @@ async fn an_episode_its_opener_never_named_is_opened_again_and_paged() {
 /// however often the agent restarts.
 #[tokio::test]
 async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() {
-    let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
-    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(1.0, 20 * 60, even, false).await;
+    let mut g = Gang::learned().await;
     let key = g.fleet.nodes[0].keys.gang_slow(GANG);
     let now = g.fleet.now();
     let since = now - 5 * 60_000;
@@ -540,7 +543,7 @@ async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() 
         .await
         .unwrap();
     g.fleet.restart_agents(1);
-    g.run(0.7, 8 * 60, slow, false).await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
     assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
@@ -551,7 +554,7 @@ async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() 
     );
     assert_eq!(g.fleet.get(&key).await.as_deref(), Some(named.as_str()));
     g.fleet.restart_agents(1);
-    g.run(0.7, 2 * 60, slow, false).await;
+    g.run(0.7, 2 * 60, rank_2_slow, false).await;
     assert_eq!(
         g.pages(AlertKind::Slow).len(),
         1,
@@ -565,12 +568,9 @@ async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() 
 /// cycle while the gang is still slow — once.
 #[tokio::test]
 async fn a_slow_page_whose_claim_got_no_answer_is_sent_on_a_later_cycle() {
-    let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
-    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(1.0, 20 * 60, even, false).await;
+    let mut g = Gang::learned().await;
     g.fleet.blip(":alert:");
-    g.run(0.7, 8 * 60, slow, false).await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
     assert!(
         g.fleet.blips.lock().unwrap().is_empty(),
         "the claim was tried"
@@ -591,17 +591,14 @@ async fn a_slow_page_whose_claim_got_no_answer_is_sent_on_a_later_cycle() {
 #[tokio::test]
 async fn an_episode_whose_naming_write_got_no_answer_is_paged_once_in_minutes() {
     for blip in ["set::slow", "landed:set::slow"] {
-        let mut g = Gang::new(true);
-        let even = |_: usize| Some(300);
-        let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-        g.run(1.0, 20 * 60, even, false).await;
+        let mut g = Gang::learned().await;
         g.fleet.blip(blip);
-        g.run(0.7, 4 * 60, slow, false).await;
+        g.run(0.7, 4 * 60, rank_2_slow, false).await;
         assert!(g.fleet.blips.lock().unwrap().is_empty(), "{blip}: tried");
         let pages = g.pages(AlertKind::Slow);
         assert_eq!(pages.len(), 1, "{blip}: {:?}", g.fleet.sink.kinds());
         assert_eq!(pages[0].worker.as_deref(), Some("rank-2"), "{blip}");
-        g.run(0.7, 4 * 60, slow, false).await;
+        g.run(0.7, 4 * 60, rank_2_slow, false).await;
         g.run(1.0, 90, even, false).await;
         assert_eq!(g.pages(AlertKind::Slow).len(), 1, "{blip}: once");
         assert_eq!(
@@ -617,11 +614,8 @@ async fn an_episode_whose_naming_write_got_no_answer_is_paged_once_in_minutes() 
 /// by a later cycle — once.
 #[tokio::test]
 async fn a_slow_over_whose_claim_got_no_answer_is_still_sent_once() {
-    let mut g = Gang::new(true);
-    let even = |_: usize| Some(300);
-    let slow = |i: usize| Some(if i == 2 { 450 } else { 300 });
-    g.run(1.0, 20 * 60, even, false).await;
-    g.run(0.7, 8 * 60, slow, false).await;
+    let mut g = Gang::learned().await;
+    g.run(0.7, 8 * 60, rank_2_slow, false).await;
     assert_eq!(g.pages(AlertKind::Slow).len(), 1);
     g.fleet.blip(":slow-over");
     g.run(1.0, 3 * 60, even, false).await;

@@ -798,6 +798,38 @@ async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_al
     }
 }
 
+/// One failed cycle is a blip (a command that timed out once, a failover's moment): the cycle
+/// fails closed and no `coordinator-down` goes out; two failed in a row are an outage, said once.
+#[tokio::test]
+async fn one_failed_cycle_is_a_blip_and_two_in_a_row_an_outage_said_once() {
+    let mut f = Fleet::builder().build();
+    f.nodes[0].runtime.add("c0", "trainer-0");
+    let up = |f: &Fleet| {
+        let text = f.nodes[0].metrics.encode();
+        text.lines().any(|l| l == "vigil_coordinator_up 1")
+    };
+    for step in ["step-1", "step-2"] {
+        let now = f.now();
+        f.write(0, "trainer-0", "processing", now, &[("progress", step)])
+            .await;
+        f.down.store(true, Ordering::SeqCst);
+        let failed = f.tick().await;
+        assert!(failed[0].coordinator_error.is_some(), "fails closed");
+        assert!(!up(&f));
+        f.down.store(false, Ordering::SeqCst);
+        let next = f.tick().await;
+        assert_eq!(next[0].coordinator_error, None);
+        assert!(up(&f));
+    }
+    assert_eq!(f.sink.count(AlertKind::CoordinatorDown), 0, "blips only");
+    f.down.store(true, Ordering::SeqCst);
+    for _ in 0..4 {
+        f.tick().await;
+    }
+    assert_eq!(f.sink.count(AlertKind::CoordinatorDown), 1, "an outage");
+    assert_eq!(f.nodes[0].runtime.restarts("c0"), 0);
+}
+
 #[tokio::test]
 async fn scenario_l_coordinator_down_mid_incident_fails_closed_and_resumes_the_same_timer() {
     let mut w = World::new(|_| {});
