@@ -35,8 +35,10 @@ pub(crate) struct Owed {
 pub(crate) struct AlertGate {
     /// Written into each claim: who took it.
     instance: String,
-    /// Claims whose SET NX got no answer: key → the value we tried.
-    unanswered: HashMap<String, String>,
+    /// Claims whose SET NX got no answer: key → the value we tried, and when the key it may
+    /// have set expires (after that, nothing is there to read back: forgotten when room is
+    /// needed).
+    unanswered: HashMap<String, (String, Millis)>,
     /// Claims won on a lease, whose alert has gone out since: key → (value, full TTL).
     won: HashMap<String, (String, Duration)>,
     /// Alerts whose claim got no answer, of a step that never runs again (a gang's decision is
@@ -70,16 +72,16 @@ impl AlertGate {
         ttl: Duration,
         lease: Duration,
     ) -> Result<bool, CoordError> {
-        let tried = self.unanswered.remove(key);
+        let tried = self.unanswered.remove(key).map(|(value, _)| value);
         let value = tried
             .clone()
             .unwrap_or_else(|| Stamp::new(now, &self.instance).to_string());
-        let taken = match coord.set_nx(key, &value, lease.min(ttl)).await {
+        let held = lease.min(ttl);
+        let until = now + crate::clock::ms(held);
+        let taken = match coord.set_nx(key, &value, held).await {
             Ok(taken) => taken,
             Err(e) => {
-                if self.unanswered.len() < REMEMBERED {
-                    self.unanswered.insert(key.to_string(), value);
-                }
+                self.unanswered_claim(key, value, until, now);
                 return Err(e);
             }
         };
@@ -89,7 +91,7 @@ impl AlertGate {
             match coord.get_many(&[key.to_string()]).await {
                 Ok(mut v) => v.pop().flatten().as_deref() == Some(value.as_str()),
                 Err(e) => {
-                    self.unanswered.insert(key.to_string(), value);
+                    self.unanswered_claim(key, value, until, now);
                     return Err(e);
                 }
             }
@@ -98,6 +100,19 @@ impl AlertGate {
             self.won.insert(key.to_string(), (value, ttl));
         }
         Ok(won)
+    }
+
+    /// Remember a claim whose answer was lost, until the key it may have set expires. NB: when
+    /// full, the claims whose key expired are forgotten first — a gate that only ever filled up
+    /// (a claim of an incident that closed is never tried again) would end up remembering none,
+    /// and a lost answer whose write landed would then silence its page for good.
+    fn unanswered_claim(&mut self, key: &str, value: String, until: Millis, now: Millis) {
+        if self.unanswered.len() >= REMEMBERED {
+            self.unanswered.retain(|_, (_, at)| *at > now);
+        }
+        if self.unanswered.len() < REMEMBERED {
+            self.unanswered.insert(key.to_string(), (value, until));
+        }
     }
 
     /// The alert of claim `key` got no answer: it is owed, and tried again by
@@ -119,8 +134,13 @@ impl AlertGate {
     ) -> Vec<Alert> {
         let mut due = Vec::new();
         // NB: older than its claim's TTL, it would announce what is long over.
-        self.owed
-            .retain(|_, o| now - o.since < crate::clock::ms(o.ttl));
+        let old: Vec<String> = (self.owed.iter())
+            .filter(|(_, o)| now - o.since >= crate::clock::ms(o.ttl))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in old {
+            self.forget(&key);
+        }
         let keys: Vec<String> = self.owed.keys().cloned().collect();
         for key in keys {
             let Some(((at, holds), ttl)) = self.owed.get(&key).map(|o| (o.stands.clone(), o.ttl))
@@ -132,7 +152,7 @@ impl AlertGate {
             match coord.get(&at).await {
                 Ok(v) if v.as_deref() == Some(holds.as_str()) => {}
                 Ok(_) => {
-                    self.owed.remove(&key);
+                    self.forget(&key);
                     continue;
                 }
                 Err(_) => continue,
@@ -145,6 +165,12 @@ impl AlertGate {
             }
         }
         due
+    }
+
+    /// An owed alert given up: its claim, never tried again, is not remembered either.
+    fn forget(&mut self, key: &str) {
+        self.owed.remove(key);
+        self.unanswered.remove(key);
     }
 
     /// The alerts of the claims won this cycle have gone out: the claims still ours get their
@@ -273,6 +299,8 @@ mod tests {
         a.owe("k4", owed(-crate::clock::ms(DAY)));
         assert!(a.owed(&coord, 0, LEASE).await.is_empty());
         assert!(a.owed.is_empty(), "aged out");
+        armed.store(true, Ordering::SeqCst);
+        assert!(a.claim(&coord, "k3", 0, DAY, LEASE).await.is_err());
         a.owe("k3", owed(0));
         (&coord as &dyn Coordinator)
             .set("decision", "d2", DAY)
@@ -280,6 +308,49 @@ mod tests {
             .unwrap();
         assert!(a.owed(&coord, 0, LEASE).await.is_empty());
         assert!(a.owed.is_empty());
+        assert!(a.unanswered.is_empty(), "given up: not remembered either");
+    }
+
+    /// A gate full of claims whose answer was lost, all of keys long expired (incidents that
+    /// closed: never tried again), still remembers the next one, and reads it back as won.
+    #[tokio::test]
+    async fn a_gate_full_of_expired_unanswered_claims_still_remembers_the_next() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // Every SET NX fails unanswered while `down`; `landed`: the next lands, its answer lost.
+        let down = Arc::new(AtomicBool::new(true));
+        let landed = Arc::new(AtomicBool::new(false));
+        let clock = FakeClock::at(1_000_000);
+        let (d, l) = (down.clone(), landed.clone());
+        let coord = crate::coord::memory::Failing {
+            inner: MemoryCoordinator::new(Arc::new(clock.clone())),
+            fails: Box::new(move |r| {
+                let set_nx = matches!(r, crate::coord::Request::SetNx { .. });
+                set_nx && (d.load(Ordering::SeqCst) || l.swap(false, Ordering::SeqCst))
+            }),
+        };
+        let mut a = AlertGate::new("a");
+        for i in 0..REMEMBERED {
+            let key = format!("closed-{i}");
+            assert!(a.claim(&coord, &key, 0, DAY, LEASE).await.is_err());
+        }
+        assert_eq!(a.unanswered.len(), REMEMBERED);
+        down.store(false, Ordering::SeqCst);
+        let later = crate::clock::ms(LEASE) + 1;
+        clock.advance(LEASE + Duration::from_millis(1));
+        // The write lands and its answer is lost: the claim is ours, if remembered.
+        let value = Stamp::new(later, "a").to_string();
+        let inner: &dyn Coordinator = &coord.inner;
+        inner.set("k", &value, LEASE).await.unwrap();
+        landed.store(true, Ordering::SeqCst);
+        assert!(a.claim(&coord, "k", later, DAY, LEASE).await.is_err());
+        assert!(
+            a.claim(&coord, "k", later, DAY, LEASE).await.unwrap(),
+            "read back: ours"
+        );
+        assert!(
+            a.unanswered.len() < REMEMBERED,
+            "the expired ones forgotten"
+        );
     }
 
     #[tokio::test]
