@@ -238,12 +238,6 @@ impl RestartPath<'_> {
         self.journal.note(at, about, code, detail).await
     }
 
-    /// What a step that pages needs of the pass: the context, the alert gate and the gang
-    /// alerts this agent sent.
-    fn pager(&mut self) -> pager::Pager<'_> {
-        pager::Pager::new(self.ctx, self.alerts, &mut self.gangs.sent)
-    }
-
     /// Why the node, as it is *now*, forbids a restart decided a moment ago.
     fn stand_down(&self, c: &Container, now: Millis) -> Option<StandDown> {
         self.watch.stand_down(c, now, &self.ctx.cfg.metadata)

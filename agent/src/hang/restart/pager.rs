@@ -21,7 +21,7 @@ use crate::hang::model::Gang;
 use crate::hang::model_gang::Member;
 use crate::hang::policy_pipeline::Unit;
 
-use super::{Act, Case};
+use super::{Act, Case, RestartPath};
 
 /// The gang alerts this agent sent and has not resolved, by gang: (node, worker) as the alert
 /// named them (`GangCycle::sent`).
@@ -32,6 +32,14 @@ pub(super) struct Pager<'a> {
     pub(super) ctx: &'a Context,
     alerts: &'a mut AlertGate,
     sent: &'a mut Sent,
+}
+
+impl RestartPath<'_> {
+    /// What a step that pages needs of the pass: the context, the alert gate and the gang
+    /// alerts this agent sent.
+    pub(super) fn pager(&mut self) -> Pager<'_> {
+        Pager::new(self.ctx, self.alerts, &mut self.gangs.sent)
+    }
 }
 
 impl<'a> Pager<'a> {
