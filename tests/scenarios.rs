@@ -798,33 +798,46 @@ async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_al
     }
 }
 
-/// One failed cycle is a blip (a command that timed out once, a failover's moment): the cycle
-/// fails closed and no `coordinator-down` goes out; two failed in a row are an outage, said once.
-#[tokio::test]
-async fn one_failed_cycle_is_a_blip_and_two_in_a_row_an_outage_said_once() {
-    let mut f = Fleet::builder().build();
+/// One cycle of node 0's agent with the coordinator down or up, its worker beating: a cycle
+/// that fails closed exactly when the coordinator is down, and the gauge that says so at once.
+async fn coordinator_cycle(f: &mut Fleet, down: bool) {
+    f.down.store(down, Ordering::SeqCst);
+    let now = f.now();
+    let step = now.to_string();
+    f.write(
+        0,
+        "trainer-0",
+        "processing",
+        now,
+        &[("progress", step.as_str())],
+    )
+    .await;
+    let report = f.tick().await.remove(0);
+    assert_eq!(report.coordinator_error.is_some(), down);
+    let text = f.nodes[0].metrics.encode();
+    let up = text.lines().any(|l| l == "vigil_coordinator_up 1");
+    assert_eq!(up, !down, "the gauge moves at once");
+}
+
+/// One failed cycle alone is a blip (a command that timed out once, a failover's moment): the
+/// cycle fails closed and no `coordinator-down` goes out. A second within two poll intervals is
+/// an outage, said once — a coordinator that fails every other cycle is down, not blipping.
+#[tokio::test(start_paused = true)]
+async fn a_failed_cycle_alone_is_a_blip_and_one_failing_every_other_cycle_is_down() {
+    let mut f = Fleet::builder().poll(Duration::from_secs(15)).build();
     f.nodes[0].runtime.add("c0", "trainer-0");
-    let up = |f: &Fleet| {
-        let text = f.nodes[0].metrics.encode();
-        text.lines().any(|l| l == "vigil_coordinator_up 1")
-    };
-    for step in ["step-1", "step-2"] {
-        let now = f.now();
-        f.write(0, "trainer-0", "processing", now, &[("progress", step)])
-            .await;
-        f.down.store(true, Ordering::SeqCst);
-        let failed = f.tick().await;
-        assert!(failed[0].coordinator_error.is_some(), "fails closed");
-        assert!(!up(&f));
-        f.down.store(false, Ordering::SeqCst);
-        let next = f.tick().await;
-        assert_eq!(next[0].coordinator_error, None);
-        assert!(up(&f));
+    // Blips a minute apart (past two poll intervals): nothing said.
+    for _ in 0..3 {
+        coordinator_cycle(&mut f, true).await;
+        coordinator_cycle(&mut f, false).await;
+        tokio::time::advance(Duration::from_secs(60)).await;
     }
     assert_eq!(f.sink.count(AlertKind::CoordinatorDown), 0, "blips only");
-    f.down.store(true, Ordering::SeqCst);
-    for _ in 0..4 {
-        f.tick().await;
+    // Every other cycle: down, said once however long it goes on.
+    for _ in 0..6 {
+        coordinator_cycle(&mut f, true).await;
+        coordinator_cycle(&mut f, false).await;
+        tokio::time::advance(Duration::from_secs(15)).await;
     }
     assert_eq!(f.sink.count(AlertKind::CoordinatorDown), 1, "an outage");
     assert_eq!(f.nodes[0].runtime.restarts("c0"), 0);

@@ -3,9 +3,11 @@
 //! `*_up` gauges; after a coordinator error the loop retries sooner, with backoff.
 //!
 //! NB: the coordinator-down alert cannot be de-duplicated in the coordinator that is down: it is
-//! sent from this memory, once per outage, with hysteresis against flapping. One failed cycle is
-//! no outage (a command that timed out once, a failover's moment): the cycle fails closed and
-//! the next is tried in 250 ms; the outage — and its alert — is the second failed in a row.
+//! sent from this memory, once per outage, with hysteresis against flapping. One failed cycle
+//! alone is no outage (a command that timed out once, a failover's moment): the cycle fails
+//! closed and the next is tried after a short backoff; the outage — and its alert — is a second
+//! failed cycle within two poll intervals of the first, whatever went through between them (a
+//! coordinator that fails every other cycle is down, not blipping).
 
 use std::time::Duration;
 
@@ -18,14 +20,13 @@ use crate::runtime::RuntimeError;
 /// A coordinator that comes back must stay up this long before a new outage alerts again.
 const REALERT_AFTER: Duration = Duration::from_secs(300);
 
-/// Failed cycles in a row that make an outage: one is a blip, retried at once.
-const OUTAGE_AFTER: u32 = 2;
-
 /// What this agent knows of its dependencies' outages.
 pub(crate) struct Outages {
     coord_down: bool,
-    /// Cycles failed in a row since the coordinator last answered a whole cycle.
-    failed_in_a_row: u32,
+    /// When a cycle last failed at a coordinator error.
+    failed_at: Option<tokio::time::Instant>,
+    /// A failed cycle within this long of the last one makes an outage (two poll intervals).
+    outage_within: Duration,
     /// When the coordinator last came back (for the coordinator-down alert's hysteresis).
     up_since: Option<tokio::time::Instant>,
     runtime_down: bool,
@@ -38,7 +39,8 @@ impl Outages {
     pub fn new(poll_interval: Duration) -> Outages {
         Outages {
             coord_down: false,
-            failed_in_a_row: 0,
+            failed_at: None,
+            outage_within: poll_interval * 2,
             up_since: None,
             runtime_down: false,
             backoff: Backoff::new(Duration::from_millis(250), poll_interval),
@@ -66,25 +68,26 @@ impl Outages {
             self.up_since = Some(tokio::time::Instant::now());
         }
         self.coord_down = false;
-        self.failed_in_a_row = 0;
         self.backoff.reset();
         ctx.metrics.backends.set_coordinator_up(true);
     }
 
-    /// The cycle stopped at a coordinator error: fail closed; from the second failed cycle in a
-    /// row, an outage, alerted once.
+    /// The cycle stopped at a coordinator error: fail closed; with another failed cycle within
+    /// two poll intervals, an outage, alerted once.
     pub(crate) async fn coordinator_failed(&mut self, ctx: &Context, e: &CoordError) {
         ctx.metrics.backends.coordinator_error();
         ctx.metrics.backends.set_coordinator_up(false);
         // NB: hysteresis: an outage that flaps (up for a cycle, down again) is one outage, one
         // alert; a new alert needs the coordinator up for `REALERT_AFTER` first.
         let flapping = self.up_since.is_some_and(|t| t.elapsed() < REALERT_AFTER);
-        self.failed_in_a_row = self.failed_in_a_row.saturating_add(1);
+        let now = tokio::time::Instant::now();
+        let again = (self.failed_at).is_some_and(|t| now.duration_since(t) <= self.outage_within);
+        self.failed_at = Some(now);
         if self.coord_down {
             return;
         }
-        if self.failed_in_a_row < OUTAGE_AFTER {
-            tracing::warn!(error = %e, "coordinator error: this cycle fails closed (no restart); retrying at once");
+        if !again {
+            tracing::warn!(error = %e, "coordinator error: this cycle fails closed (no restart); the next is tried after a short backoff");
             return;
         }
         self.coord_down = true;

@@ -1,6 +1,7 @@
-//! A member's agent reads its gang once per cycle (`GangReads`, kept in the cycle's
-//! `GangCycle`): the gang's state every cycle, every member's entry only by the gang's reader for
-//! the poll interval or for a decision; the other members on this node read the cycle's copy.
+//! A member's agent reads its gang at most once per cycle (`GangReads`, kept in the cycle's
+//! `GangCycle`), when a member takes its gang step (stale, in error or booting): the gang's
+//! state, and every member's entry only by the gang's reader for the poll interval or for a
+//! decision (read apart, fresh); the other members on this node read the cycle's copy.
 
 use crate::coord::CoordError;
 use crate::hang::context::Context;

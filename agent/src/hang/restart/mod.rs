@@ -216,7 +216,8 @@ pub(crate) struct RestartPath<'a> {
     pub(crate) gpu_evidence: &'a [String],
     /// Progress marks to write with the cycle's batch: (key, value).
     pub(crate) deferred: &'a mut Vec<(String, String)>,
-    /// The cycle's gang entries, views and breaker reading.
+    /// What the agent keeps for its gangs: the cycle's entries, reads (the runs kept across
+    /// cycles) and breaker reading, the gang alerts it sent, the slow episodes it opened.
     pub(crate) gangs: &'a mut crate::hang::model_gang::GangCycle,
     /// What this agent has learned of the worker's rhythm (`crate::hang::policy_rhythm`).
     pub(crate) rhythm: &'a mut crate::hang::policy_rhythm::Rhythm,

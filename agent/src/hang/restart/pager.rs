@@ -6,7 +6,8 @@
 //! resolves it ([`Pager::resolve_gang_alerts`]).
 //!
 //! A step that pages takes a `Pager` — the shared context, the alert gate and the gang alerts
-//! this agent sent — and nothing else of the worker's evaluation (`super::RestartPath::pager`).
+//! this agent sent — and nothing else of the worker's evaluation (`RestartPath::pager`, or the
+//! one each object that pages is built with: `Pipeline`, `GangDecider`, `PaceWatch`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
