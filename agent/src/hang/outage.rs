@@ -6,8 +6,8 @@
 //! sent from this memory, once per outage, with hysteresis against flapping. One failed cycle
 //! alone is no outage (a command that timed out once, a failover's moment): the cycle fails
 //! closed and the next is tried after a short backoff; the outage — and its alert — is a second
-//! failed cycle within two poll intervals of the first, whatever went through between them (a
-//! coordinator that fails every other cycle is down, not blipping).
+//! failed cycle within two poll intervals of the first (a minute at least), whatever went through
+//! between them (a coordinator that fails every other cycle is down, not blipping).
 
 use std::time::Duration;
 
@@ -20,12 +20,17 @@ use crate::runtime::RuntimeError;
 /// A coordinator that comes back must stay up this long before a new outage alerts again.
 const REALERT_AFTER: Duration = Duration::from_secs(300);
 
+/// The shortest time within which a second failed cycle makes an outage: a failed cycle lasts
+/// its timeouts, and the retry waits a backoff up to the poll interval.
+const OUTAGE_WITHIN_AT_LEAST: Duration = Duration::from_secs(60);
+
 /// What this agent knows of its dependencies' outages.
 pub(crate) struct Outages {
     coord_down: bool,
     /// When a cycle last failed at a coordinator error.
     failed_at: Option<tokio::time::Instant>,
-    /// A failed cycle within this long of the last one makes an outage (two poll intervals).
+    /// A failed cycle within this long of the last one makes an outage (two poll intervals, at
+    /// least [`OUTAGE_WITHIN_AT_LEAST`]).
     outage_within: Duration,
     /// When the coordinator last came back (for the coordinator-down alert's hysteresis).
     up_since: Option<tokio::time::Instant>,
@@ -40,7 +45,7 @@ impl Outages {
         Outages {
             coord_down: false,
             failed_at: None,
-            outage_within: poll_interval * 2,
+            outage_within: (poll_interval * 2).max(OUTAGE_WITHIN_AT_LEAST),
             up_since: None,
             runtime_down: false,
             backoff: Backoff::new(Duration::from_millis(250), poll_interval),
@@ -73,7 +78,7 @@ impl Outages {
     }
 
     /// The cycle stopped at a coordinator error: fail closed; with another failed cycle within
-    /// two poll intervals, an outage, alerted once.
+    /// two poll intervals (a minute at least), an outage, alerted once.
     pub(crate) async fn coordinator_failed(&mut self, ctx: &Context, e: &CoordError) {
         ctx.metrics.backends.coordinator_error();
         ctx.metrics.backends.set_coordinator_up(false);
