@@ -272,7 +272,9 @@ impl Agent {
             }
             Ok(false) => return report,
             Err(e) => {
-                self.outages.coordinator_failed(&self.ctx, &e).await;
+                self.outages
+                    .coordinator_failed(&self.ctx, &e, started)
+                    .await;
                 report.coordinator_error = Some(e.to_string());
                 return report;
             }
@@ -291,7 +293,9 @@ impl Agent {
         match self.publish().await {
             Ok(()) => self.outages.coordinator_ok(&self.ctx),
             Err(e) => {
-                self.outages.coordinator_failed(&self.ctx, &e).await;
+                self.outages
+                    .coordinator_failed(&self.ctx, &e, started)
+                    .await;
                 report.coordinator_error = Some(e.to_string());
             }
         }

@@ -6,8 +6,10 @@
 //! sent from this memory, once per outage, with hysteresis against flapping. One failed cycle
 //! alone is no outage (a command that timed out once, a failover's moment): the cycle fails
 //! closed and the next is tried after a short backoff; the outage — and its alert — is a second
-//! failed cycle within two poll intervals of the first (a minute at least), whatever went through
-//! between them (a coordinator that fails every other cycle is down, not blipping).
+//! failed cycle that starts within three poll intervals (a minute at least) of the last failure,
+//! whatever went through between them (a coordinator that fails every other cycle is down, not
+//! blipping). NB: from the cycle's start, not its end: a failed cycle lasts its timeouts, which
+//! `redis.timeout` sets and nothing bounds.
 
 use std::time::Duration;
 
@@ -20,8 +22,7 @@ use crate::runtime::RuntimeError;
 /// A coordinator that comes back must stay up this long before a new outage alerts again.
 const REALERT_AFTER: Duration = Duration::from_secs(300);
 
-/// The shortest time within which a second failed cycle makes an outage: a failed cycle lasts
-/// its timeouts, and the retry waits a backoff up to the poll interval.
+/// The shortest time within which a second failed cycle makes an outage.
 const OUTAGE_WITHIN_AT_LEAST: Duration = Duration::from_secs(60);
 
 /// What this agent knows of its dependencies' outages.
@@ -29,8 +30,9 @@ pub(crate) struct Outages {
     coord_down: bool,
     /// When a cycle last failed at a coordinator error.
     failed_at: Option<tokio::time::Instant>,
-    /// A failed cycle within this long of the last one makes an outage (two poll intervals, at
-    /// least [`OUTAGE_WITHIN_AT_LEAST`]).
+    /// A failed cycle that starts within this long of the last failure makes an outage (three
+    /// poll intervals — a failure, a good cycle, a failure, with the waits between — at least
+    /// [`OUTAGE_WITHIN_AT_LEAST`]).
     outage_within: Duration,
     /// When the coordinator last came back (for the coordinator-down alert's hysteresis).
     up_since: Option<tokio::time::Instant>,
@@ -45,7 +47,7 @@ impl Outages {
         Outages {
             coord_down: false,
             failed_at: None,
-            outage_within: (poll_interval * 2).max(OUTAGE_WITHIN_AT_LEAST),
+            outage_within: (poll_interval * 3).max(OUTAGE_WITHIN_AT_LEAST),
             up_since: None,
             runtime_down: false,
             backoff: Backoff::new(Duration::from_millis(250), poll_interval),
@@ -77,17 +79,23 @@ impl Outages {
         ctx.metrics.backends.set_coordinator_up(true);
     }
 
-    /// The cycle stopped at a coordinator error: fail closed; with another failed cycle within
-    /// two poll intervals (a minute at least), an outage, alerted once.
-    pub(crate) async fn coordinator_failed(&mut self, ctx: &Context, e: &CoordError) {
+    /// The cycle that began at `started` stopped at a coordinator error: fail closed; begun
+    /// within three poll intervals (a minute at least) of the last failure, an outage, alerted
+    /// once.
+    pub(crate) async fn coordinator_failed(
+        &mut self,
+        ctx: &Context,
+        e: &CoordError,
+        started: tokio::time::Instant,
+    ) {
         ctx.metrics.backends.coordinator_error();
         ctx.metrics.backends.set_coordinator_up(false);
         // NB: hysteresis: an outage that flaps (up for a cycle, down again) is one outage, one
         // alert; a new alert needs the coordinator up for `REALERT_AFTER` first.
         let flapping = self.up_since.is_some_and(|t| t.elapsed() < REALERT_AFTER);
-        let now = tokio::time::Instant::now();
-        let again = (self.failed_at).is_some_and(|t| now.duration_since(t) <= self.outage_within);
-        self.failed_at = Some(now);
+        let since = |t| started.saturating_duration_since(t);
+        let again = (self.failed_at).is_some_and(|t| since(t) <= self.outage_within);
+        self.failed_at = Some(tokio::time::Instant::now());
         if self.coord_down {
             return;
         }
