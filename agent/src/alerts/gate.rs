@@ -72,13 +72,16 @@ impl AlertGate {
         ttl: Duration,
         lease: Duration,
     ) -> Result<bool, CoordError> {
-        let tried = self.unanswered.remove(key);
-        let value = (tried.as_ref().map(|(value, _)| value.clone()))
-            .unwrap_or_else(|| Stamp::new(now, &self.instance).to_string());
         let held = lease.min(ttl);
-        // NB: a retry with a shorter TTL does not shorten what the first write may hold.
-        let until = (now + crate::clock::ms(held)).max(tried.as_ref().map_or(0, |(_, u)| *u));
-        let tried = tried.map(|(value, _)| value);
+        let until = now + crate::clock::ms(held);
+        let tried = self.unanswered.remove(key);
+        let retry = tried.is_some();
+        // NB: a retry writes the value it tried before, and a shorter TTL does not shorten what
+        // that write may hold.
+        let (value, until) = match tried {
+            Some((value, before)) => (value, until.max(before)),
+            None => (Stamp::new(now, &self.instance).to_string(), until),
+        };
         let taken = match coord.set_nx(key, &value, held).await {
             Ok(taken) => taken,
             Err(e) => {
@@ -86,7 +89,7 @@ impl AlertGate {
                 return Err(e);
             }
         };
-        let won = if taken || tried.is_none() {
+        let won = if taken || !retry {
             taken
         } else {
             match coord.get_many(&[key.to_string()]).await {
@@ -106,7 +109,8 @@ impl AlertGate {
     /// Remember a claim whose answer was lost, until the key it may have set expires. NB: when
     /// full, the claims whose key expired are forgotten first — a gate that only ever filled up
     /// (a claim of an incident that closed is never tried again) would end up remembering none,
-    /// and a lost answer whose write landed would then silence its page for good.
+    /// and a lost answer whose write landed would then hold its page back until that write
+    /// expires.
     fn unanswered_claim(&mut self, key: &str, value: String, until: Millis, now: Millis) {
         if self.unanswered.len() >= REMEMBERED {
             self.unanswered.retain(|_, (_, at)| *at > now);
