@@ -241,9 +241,7 @@ impl PaceWatch<'_> {
         let key = self.ctx.keys.gang_slow(&g.id);
         let mut view =
             gang_marks::read_view(self.ctx.coord.as_ref(), &self.ctx.keys, &g.id, g.size).await?;
-        // NB: this member as of now, in place of the entry its last batch wrote.
-        view.retain(|m| m.id() != own.id());
-        view.push(own.clone());
+        super::gang_reads::with_own(&mut view, own);
         let members = present(&view, now, &Timing::of(&self.ctx.cfg));
         let named = suspect_scored(&members);
         // NB: with nobody named the alert is placed at this agent's own member (it must be

@@ -8,6 +8,12 @@ use crate::hang::context::Context;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{GangReads, GangState, Member, View};
 
+/// The gang's members with this member as of now, in place of the entry its last batch wrote.
+pub(super) fn with_own(members: &mut Vec<Member>, own: &Member) {
+    members.retain(|m| m.id() != own.id());
+    members.push(own.clone());
+}
+
 impl GangReads {
     /// The gang as this agent sees it this cycle: its state (one round trip), and — when this
     /// agent is the gang's reader for this poll interval, or `fresh` (a decision) — every member's
@@ -25,8 +31,7 @@ impl GangReads {
         fresh: bool,
     ) -> Result<View, CoordError> {
         if let Some(mut v) = self.views.get(&g.id).filter(|_| !fresh).cloned() {
-            v.members.retain(|m| m.id() != own.id());
-            v.members.push(own.clone());
+            with_own(&mut v.members, own);
             return Ok(v);
         }
         let coord = ctx.coord.clone();
@@ -45,8 +50,7 @@ impl GangReads {
             true => crate::hang::gang_marks::read_view(coord.as_ref(), keys, &g.id, g.size).await?,
             false => Vec::new(),
         };
-        members.retain(|m| m.id() != own.id());
-        members.push(own.clone());
+        with_own(&mut members, own);
         let view = View {
             members,
             state,
