@@ -624,7 +624,9 @@ async fn sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid() {
     let metrics = s.url("/metrics");
     let scrape = || async { reqwest::get(&metrics).await.ok()?.text().await.ok() };
     let up = poll(Duration::from_secs(5), || async {
-        scrape().await.filter(|m| m.contains("vigil_dry_run 1"))
+        scrape()
+            .await
+            .filter(|m| common::has_sample(m, "vigil_dry_run 1"))
     })
     .await
     .is_some();
@@ -647,7 +649,9 @@ async fn sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid() {
     std::fs::write(&cfg, good.replace("dry_run = true", "dry_run = false")).unwrap();
     hup();
     let applied = poll(Duration::from_secs(5), || async {
-        scrape().await.filter(|m| m.contains("vigil_dry_run 0"))
+        scrape()
+            .await
+            .filter(|m| common::has_sample(m, "vigil_dry_run 0"))
     })
     .await
     .is_some();
@@ -820,20 +824,22 @@ async fn a_read_only_replica_is_a_coordinator_fault() {
     let primary = RedisServer::start();
     let port = common::real::free_port();
     let dir = tempfile::tempdir().unwrap();
-    let mut replica = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
-        .args(["--replicaof", "127.0.0.1", &primary.port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server");
+    let _replica = common::real::KillOnDrop(
+        std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
+            .args(["--replicaof", "127.0.0.1", &primary.port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    );
     assert!(common::real::wait_listening(port));
     let url = format!("redis://127.0.0.1:{port}");
     let hook = Receiver::start().await;
@@ -853,9 +859,10 @@ async fn a_read_only_replica_is_a_coordinator_fault() {
         hook.kinds()
     );
     let metrics = s.metrics().await;
-    assert!(metrics.contains("vigil_coordinator_up 0"), "{metrics}");
-    let _ = replica.kill();
-    let _ = replica.wait();
+    assert!(
+        common::has_sample(&metrics, "vigil_coordinator_up 0"),
+        "{metrics}"
+    );
 }
 
 /// A Docker socket that accepts and never answers (a wedged daemon) is `runtime-down` within the

@@ -17,3 +17,10 @@ pub mod podman;
 pub mod real;
 pub mod redis_ha;
 pub mod wiring;
+
+/// Whether the Prometheus text `text` holds the sample line `sample` (`"vigil_runtime_up 1"`), a
+/// whole line. NB: not `text.contains(..)`: the HELP of a 0/1 gauge reads
+/// `# HELP vigil_runtime_up 1 when ...`, so `contains("vigil_runtime_up 1")` held whatever the value.
+pub fn has_sample(text: &str, sample: &str) -> bool {
+    text.lines().any(|l| l == sample)
+}

@@ -268,9 +268,22 @@ impl Agent {
             Ok(true) => {
                 self.show_slow();
                 self.send_owed().await;
-                self.alerts.settle(self.ctx.coord.as_ref()).await
+                self.alerts.settle(self.ctx.coord.as_ref()).await;
+                self.ctx
+                    .metrics
+                    .cycle
+                    .observe(started.elapsed().as_secs_f64());
+                self.cycle.verdicts = report
+                    .verdicts
+                    .iter()
+                    .map(|(w, v)| (w.clone(), v.as_str().to_string()))
+                    .collect();
             }
-            Ok(false) => return report,
+            // NB: the runtime is down: the record keeps the last verdicts it gave, and is
+            // published all the same — that write is what tells the coordinator is up (skipped,
+            // a blip left `vigil_coordinator_up` at 0 until the runtime returned, and
+            // VigilCoordinatorDown fired for a healthy Redis).
+            Ok(false) => {}
             Err(e) => {
                 self.outages
                     .coordinator_failed(&self.ctx, &e, started)
@@ -279,15 +292,6 @@ impl Agent {
                 return report;
             }
         }
-        self.ctx
-            .metrics
-            .cycle
-            .observe(started.elapsed().as_secs_f64());
-        self.cycle.verdicts = report
-            .verdicts
-            .iter()
-            .map(|(w, v)| (w.clone(), v.as_str().to_string()))
-            .collect();
         // NB: the coordinator counts as back only after a whole cycle, writes included: a
         // read-only replica answers reads, and must not look healthy.
         match self.publish().await {
