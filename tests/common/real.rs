@@ -160,6 +160,38 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// Stop the server when this test process exits. NB: a server kept in a `static` is never
+    /// dropped (nextest runs each test as a process of its own, so every one left a redis-server
+    /// behind): a watchdog shell polls this process and kills the server once it is gone.
+    fn outlive_no_test(&self) {
+        let pid = self.child.as_ref().expect("running").id();
+        let watch = format!(
+            "while kill -0 {} 2>/dev/null; do sleep 1; done; kill {pid}; rm -rf '{}'",
+            std::process::id(),
+            self.dir.path().display()
+        );
+        Command::new("sh")
+            .args(["-c", &watch])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh");
+    }
+}
+
+/// A child process killed (and reaped) when the test ends, passed or failed: a test's own
+/// server outlives a failed assertion otherwise.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -178,6 +210,7 @@ pub fn shared_redis_url() -> String {
             Ok(url) if !url.is_empty() => (url, None),
             _ => {
                 let s = RedisServer::start();
+                s.outlive_no_test();
                 (s.url(), Some(s))
             }
         });
