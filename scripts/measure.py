@@ -4,8 +4,8 @@ integration-test binaries and, where the `duplicates` tool is on PATH, repeated-
 
     python3 scripts/measure.py
 
-Production lines are the non-blank, non-comment lines of agent/src up to each file's first
-`#[cfg(test)]`, `_tests.rs` and `tests.rs` files left out. Functions are measured as tests/layout.rs measures them.
+Production lines are the non-blank, non-comment lines of agent/src outside its `#[cfg(test)]`
+items, `_tests.rs` and `tests.rs` files left out. Functions are measured as tests/layout.rs measures them.
 """
 import pathlib
 import re
@@ -16,12 +16,30 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "agent" / "src"
 
 
+STRINGS = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])\'')
+
+
 def production(text):
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith("#[cfg(test)]"):
-            return lines[:i]
-    return lines
+    """The file without its `#[cfg(test)]` items: a `mod tests { .. }`, a `mod testing;`, a
+    test-only `use` or helper, wherever they sit (NB: cutting at the first one dropped the
+    production code after a test-only item near a file's top from the count)."""
+    lines, out, i = text.splitlines(), [], 0
+    while i < len(lines):
+        if not lines[i].lstrip().startswith("#[cfg(test)]"):
+            out.append(lines[i])
+            i += 1
+            continue
+        i += 1
+        while i < len(lines) and lines[i].lstrip().startswith("#["):
+            i += 1
+        depth = 0
+        while i < len(lines):
+            code = STRINGS.sub("", lines[i].split("//")[0])
+            depth += code.count("{") - code.count("}")
+            i += 1
+            if depth <= 0 and ("{" in code or code.rstrip().endswith((";", "}"))):
+                break
+    return out
 
 
 def fn_lengths(lines):
