@@ -204,7 +204,7 @@ fn every_alert_kind_is_documented() {
 fn every_decision_code_is_documented() {
     let page = doc("docs/trail.md");
     let section = section(&page, "docs/trail.md", "# Decision trail");
-    for code in Code::ALL {
+    for &code in Code::ALL {
         let code = code.as_str();
         assert!(
             section.contains(&format!("`{code}`")),
@@ -418,7 +418,7 @@ fn the_readme_verdict_table_is_the_policy_table() {
         documented, code,
         "the README's verdict table lists other verdicts (or another order) than `vigil policy`"
     );
-    for (row, v) in rows.iter().zip(Verdict::ALL) {
+    for (row, v) in rows.iter().zip(Verdict::ALL.iter().copied()) {
         let who = row.last().unwrap();
         assert_eq!(
             who.contains("restart pipeline"),

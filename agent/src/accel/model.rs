@@ -1,7 +1,20 @@
 //! What every accelerator kind (GPU, TPU) has in common: one health scale.
 
 /// Health of one accelerator, or of a node's accelerators of one kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Health {
     #[default]
     Healthy,
@@ -13,10 +26,6 @@ pub enum Health {
 
 impl Health {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Health::Healthy => "healthy",
-            Health::Degraded => "degraded",
-            Health::Failed => "failed",
-        }
+        self.into()
     }
 }

@@ -20,6 +20,8 @@ pub use webhook::WebhookSink;
 /// What an alert is about. The names are stable: they appear in metrics and in the webhook body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum AlertKind {
     /// A confirmed hang; the persistence timer started.
     Hung,
@@ -80,62 +82,10 @@ pub enum AlertKind {
 
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
-    pub const ALL: [AlertKind; 25] = [
-        AlertKind::Hung,
-        AlertKind::Errored,
-        AlertKind::Restarting,
-        AlertKind::WouldRestart,
-        AlertKind::RestartFailed,
-        AlertKind::Escalation,
-        AlertKind::BreakerOpen,
-        AlertKind::BudgetExhausted,
-        AlertKind::Unreachable,
-        AlertKind::Stalled,
-        AlertKind::GpuFailed,
-        AlertKind::TpuFailed,
-        AlertKind::LogsFailed,
-        AlertKind::Ambiguous,
-        AlertKind::InvalidWorkerId,
-        AlertKind::CoordinatorDown,
-        AlertKind::RuntimeDown,
-        AlertKind::Paused,
-        AlertKind::Exited,
-        AlertKind::NotRestartable,
-        AlertKind::GangBlocked,
-        AlertKind::Straggler,
-        AlertKind::Fruitless,
-        AlertKind::Slow,
-        AlertKind::SlowOver,
-    ];
+    pub const ALL: &'static [AlertKind] = <AlertKind as strum::VariantArray>::VARIANTS;
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            AlertKind::Hung => "hung",
-            AlertKind::Errored => "errored",
-            AlertKind::Restarting => "restarting",
-            AlertKind::WouldRestart => "would-restart",
-            AlertKind::RestartFailed => "restart-failed",
-            AlertKind::Escalation => "escalation",
-            AlertKind::BreakerOpen => "breaker-open",
-            AlertKind::BudgetExhausted => "budget-exhausted",
-            AlertKind::Unreachable => "unreachable",
-            AlertKind::Stalled => "stalled",
-            AlertKind::GpuFailed => "gpu-failed",
-            AlertKind::TpuFailed => "tpu-failed",
-            AlertKind::LogsFailed => "logs-failed",
-            AlertKind::Ambiguous => "ambiguous",
-            AlertKind::InvalidWorkerId => "invalid-worker-id",
-            AlertKind::CoordinatorDown => "coordinator-down",
-            AlertKind::RuntimeDown => "runtime-down",
-            AlertKind::Paused => "paused",
-            AlertKind::Exited => "exited",
-            AlertKind::NotRestartable => "not-restartable",
-            AlertKind::GangBlocked => "gang-blocked",
-            AlertKind::Straggler => "straggler",
-            AlertKind::Fruitless => "fruitless",
-            AlertKind::Slow => "slow",
-            AlertKind::SlowOver => "slow-over",
-        }
+        self.into()
     }
 
     /// Alert-only episodes (alerts of a condition, not of an incident): they end with the

@@ -3,20 +3,20 @@
 //! all speak this one type, so none of them imports another.
 
 /// How a check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum Level {
     Ok,
     Warn,
+    #[strum(serialize = "FAIL")]
     Fail,
 }
 
 impl Level {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Level::Ok => "ok",
-            Level::Warn => "warn",
-            Level::Fail => "FAIL",
-        }
+        self.into()
     }
 }
 

@@ -12,41 +12,32 @@ use crate::redact::{self, Secret, Urls};
 /// they cannot be handled, so they can never checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
 pub(crate) enum Signal {
+    #[strum(serialize = "SIGUSR1")]
     Usr1,
+    #[strum(serialize = "SIGUSR2")]
     Usr2,
+    #[strum(serialize = "SIGTERM")]
     Term,
+    #[strum(serialize = "SIGINT")]
     Int,
+    #[strum(serialize = "SIGHUP")]
     Hup,
+    #[strum(serialize = "SIGQUIT")]
     Quit,
+    #[strum(serialize = "SIGWINCH")]
     Winch,
+    #[strum(serialize = "SIGPWR")]
     Pwr,
 }
 
 impl Signal {
-    const ALL: [Signal; 8] = [
-        Signal::Usr1,
-        Signal::Usr2,
-        Signal::Term,
-        Signal::Int,
-        Signal::Hup,
-        Signal::Quit,
-        Signal::Winch,
-        Signal::Pwr,
-    ];
+    const ALL: &'static [Signal] = <Signal as strum::VariantArray>::VARIANTS;
 
     /// The canonical name, e.g. `SIGUSR1` (what Docker's kill endpoint takes).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Signal::Usr1 => "SIGUSR1",
-            Signal::Usr2 => "SIGUSR2",
-            Signal::Term => "SIGTERM",
-            Signal::Int => "SIGINT",
-            Signal::Hup => "SIGHUP",
-            Signal::Quit => "SIGQUIT",
-            Signal::Winch => "SIGWINCH",
-            Signal::Pwr => "SIGPWR",
-        }
+        self.into()
     }
 }
 
@@ -57,7 +48,8 @@ impl std::str::FromStr for Signal {
         let upper = name.trim().to_ascii_uppercase();
         let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
         Signal::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|s| &s.as_str()[3..] == bare)
             .ok_or_else(|| {
                 format!("`{name}` is not a signal a worker can handle (SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGPWR)")
@@ -144,6 +136,8 @@ impl From<CheckpointMethod> for String {
 /// they are and a save asked of every worker of every node is a cost for nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum OnSigterm {
     /// Only when the node is going away: a termination or preemption notice, the Node being
     /// deleted, shutting down (the kubelet's graceful shutdown) or marked for removal
@@ -157,11 +151,7 @@ pub(crate) enum OnSigterm {
 
 impl OnSigterm {
     pub fn as_str(self) -> &'static str {
-        match self {
-            OnSigterm::NodeGoingAway => "node-going-away",
-            OnSigterm::Always => "always",
-            OnSigterm::Never => "never",
-        }
+        self.into()
     }
 }
 

@@ -39,6 +39,8 @@ impl SlowTaint {
 /// Who restarts a hung gang.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum GangAction {
     /// One decision for the gang, then every member restarted once by its own node's agent.
     RestartAll,
@@ -49,10 +51,7 @@ pub enum GangAction {
 
 impl GangAction {
     pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            GangAction::RestartAll => "restart-all",
-            GangAction::AlertOnly => "alert-only",
-        }
+        self.into()
     }
 }
 

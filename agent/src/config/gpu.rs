@@ -167,6 +167,8 @@ impl GpuConfig {
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum XidAction {
     /// Recorded (and counted) only.
     #[default]
@@ -183,23 +185,11 @@ pub enum XidAction {
 }
 
 impl XidAction {
-    pub const ALL: [XidAction; 5] = [
-        XidAction::Informational,
-        XidAction::RestartApp,
-        XidAction::ResetGpu,
-        XidAction::Drain,
-        XidAction::RebootNode,
-    ];
+    pub const ALL: &'static [XidAction] = <XidAction as strum::VariantArray>::VARIANTS;
 
     /// The config and docs spelling.
     pub fn as_str(self) -> &'static str {
-        match self {
-            XidAction::Informational => "informational",
-            XidAction::RestartApp => "restart-app",
-            XidAction::ResetGpu => "reset-gpu",
-            XidAction::Drain => "drain",
-            XidAction::RebootNode => "reboot-node",
-        }
+        self.into()
     }
 
     /// Whether the GPU is unusable until someone acts: `failed` (taint, no restarts on it).
@@ -226,7 +216,8 @@ impl std::str::FromStr for XidAction {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         XidAction::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|a| a.as_str() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = XidAction::ALL.iter().map(|a| a.as_str()).collect();

@@ -99,6 +99,8 @@ impl Env for HashMap<String, String> {
 /// `auto`, `on` or `off`, for the optional integrations (metadata server, Kubernetes, NVML).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Switch {
     /// On where the platform is detected; off, said once, elsewhere.
     Auto,
@@ -109,11 +111,7 @@ pub enum Switch {
 
 impl Switch {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Switch::Auto => "auto",
-            Switch::On => "on",
-            Switch::Off => "off",
-        }
+        self.into()
     }
 }
 

@@ -19,6 +19,8 @@ pub(crate) const MAX_REVIEW_CACHE: Duration = Duration::from_secs(600);
 /// How a write on the TCP listener proves who sent it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum WorkerAuth {
     /// A projected ServiceAccount token (audience `worker_api.audience`) bound to the worker's
     /// pod, checked with a TokenReview.
@@ -29,10 +31,7 @@ pub(crate) enum WorkerAuth {
 
 impl WorkerAuth {
     pub fn as_str(self) -> &'static str {
-        match self {
-            WorkerAuth::Kubernetes => "kubernetes",
-            WorkerAuth::None => "none",
-        }
+        self.into()
     }
 }
 

@@ -356,7 +356,8 @@ impl Incident {
 }
 
 /// Alert-only conditions: each alerts once when it begins and closes when it ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum Episode {
     Unreachable,
     Stalled,
@@ -367,28 +368,15 @@ pub(crate) enum Episode {
 }
 
 impl Episode {
-    pub const ALL: [Episode; 6] = [
-        Episode::Unreachable,
-        Episode::Stalled,
-        Episode::GpuFailed,
-        Episode::TpuFailed,
-        Episode::Paused,
-        Episode::Exited,
-    ];
+    pub const ALL: &'static [Episode] = <Episode as strum::VariantArray>::VARIANTS;
     pub fn as_str(self) -> &'static str {
-        match self {
-            Episode::Unreachable => "unreachable",
-            Episode::Stalled => "stalled",
-            Episode::GpuFailed => "gpu-failed",
-            Episode::TpuFailed => "tpu-failed",
-            Episode::Paused => "paused",
-            Episode::Exited => "exited",
-        }
+        self.into()
     }
 }
 
 /// The verdict on one worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Verdict {
     /// Fresh heartbeat, or not processing: nothing to do.
     Healthy,
@@ -420,44 +408,16 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 13] = [
-        Verdict::Healthy,
-        Verdict::Suspect,
-        Verdict::Hung,
-        Verdict::ErrorPending,
-        Verdict::Errored,
-        Verdict::Unreachable,
-        Verdict::Stalled,
-        Verdict::Booting,
-        Verdict::InMaintenance,
-        Verdict::GpuFailed,
-        Verdict::TpuFailed,
-        Verdict::Paused,
-        Verdict::Exited,
-    ];
+    pub const ALL: &'static [Verdict] = <Verdict as strum::VariantArray>::VARIANTS;
 
     /// Stable name for logs, the trail and metric labels.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Healthy => "healthy",
-            Verdict::Suspect => "suspect",
-            Verdict::Hung => "hung",
-            Verdict::ErrorPending => "error-pending",
-            Verdict::Errored => "errored",
-            Verdict::Unreachable => "unreachable",
-            Verdict::Stalled => "stalled",
-            Verdict::Booting => "booting",
-            Verdict::InMaintenance => "in-maintenance",
-            Verdict::GpuFailed => "gpu-failed",
-            Verdict::TpuFailed => "tpu-failed",
-            Verdict::Paused => "paused",
-            Verdict::Exited => "exited",
-        }
+        self.into()
     }
 
     /// The verdict of a stable name ([`Verdict::as_str`]).
     pub fn from_name(name: &str) -> Option<Verdict> {
-        Verdict::ALL.into_iter().find(|v| v.as_str() == name)
+        Verdict::ALL.iter().copied().find(|v| v.as_str() == name)
     }
 
     /// A verdict another agent wrote (a gang member's entry): a name this build does not know

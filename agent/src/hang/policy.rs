@@ -407,7 +407,8 @@ fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
     };
     let open = |e: &Episode| marks.episodes.contains(e);
     let closes = Episode::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|e| open(e) && Some(*e) != wanted)
         .map(Effect::CloseEpisode);
     let opens = wanted

@@ -388,7 +388,7 @@ fn a_member_s_verdict_is_typed_and_a_name_this_build_does_not_know_blocks() {
     let why = blockers(&[newer], Some(1), now, &t);
     assert_eq!(why.len(), 1, "{why:?}");
     assert!(why[0].contains("unreachable"), "{why:?}");
-    for v in Verdict::ALL {
+    for &v in Verdict::ALL {
         assert_eq!(Verdict::from_name(v.as_str()), Some(v));
     }
 }

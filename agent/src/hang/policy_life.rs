@@ -29,7 +29,19 @@ use crate::hang::policy_due::{restart_due, retry_open};
 use crate::hang::policy_pipeline::Unit;
 
 /// Where a worker's incident stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum Stage {
     /// Nothing open.
     Quiet,
@@ -68,18 +80,7 @@ pub(crate) enum Claim {
 }
 
 impl Stage {
-    pub(crate) const ALL: [Stage; 10] = [
-        Stage::Quiet,
-        Stage::Suspect,
-        Stage::Confirmed,
-        Stage::Due,
-        Stage::BackingOff,
-        Stage::Deciding,
-        Stage::Restarting,
-        Stage::Booting,
-        Stage::Recovered,
-        Stage::Escalated,
-    ];
+    pub(crate) const ALL: &'static [Stage] = <Stage as strum::VariantArray>::VARIANTS;
 
     /// The stages a gang's incident takes: its members' agents hold the rest for each member.
     pub(crate) const GANG: [Stage; 6] = [
@@ -108,18 +109,7 @@ impl Stage {
 
     /// Stable name for metric labels and logs.
     pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Stage::Quiet => "quiet",
-            Stage::Suspect => "suspect",
-            Stage::Confirmed => "confirmed",
-            Stage::Due => "due",
-            Stage::BackingOff => "backing-off",
-            Stage::Deciding => "deciding",
-            Stage::Restarting => "restarting",
-            Stage::Booting => "booting",
-            Stage::Recovered => "recovered",
-            Stage::Escalated => "escalated",
-        }
+        self.into()
     }
 }
 

@@ -130,7 +130,7 @@ fn the_table_of_the_life_holds_its_shape() {
         "a pass runs whole within a cycle"
     );
     let due = |s: Stage| matches!(s, Due | BackingOff | Deciding);
-    for from in Stage::ALL {
+    for &from in Stage::ALL {
         assert!(
             follows(Unit::Worker, from, from) && follows(Unit::Worker, from, Quiet),
             "{from:?}"
@@ -139,7 +139,7 @@ fn the_table_of_the_life_holds_its_shape() {
             follows(Unit::Worker, from, Booting),
             "anyone's restart: {from:?}"
         );
-        for to in Stage::ALL {
+        for &to in Stage::ALL {
             if from == to || !follows(Unit::Worker, from, to) {
                 continue;
             }
@@ -201,7 +201,8 @@ fn the_pipeline_runs_when_the_life_says_due_and_only_then() {
         }
     }
     let running: Vec<Stage> = Stage::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|s| s.runs_pipeline())
         .collect();
     assert_eq!(running, [Stage::Due, Stage::Deciding]);
@@ -298,11 +299,11 @@ fn the_gang_table_of_the_life_holds_its_shape() {
         follows(gang, Restarting, Recovered),
         "every member beat since"
     );
-    for from in Stage::ALL {
+    for &from in Stage::ALL {
         let own = Stage::GANG.contains(&from);
         assert_eq!(follows(gang, from, from), own, "{from:?}");
         assert_eq!(follows(gang, from, Quiet), own, "{from:?}");
-        for to in Stage::ALL {
+        for &to in Stage::ALL {
             if from == to || !follows(gang, from, to) {
                 continue;
             }

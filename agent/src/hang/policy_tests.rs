@@ -159,7 +159,7 @@ fn maintenance_and_gpu_failure_suppress_restarts() {
 
 #[test]
 fn only_hung_and_errored_reach_the_restart_pipeline() {
-    for verdict in Verdict::ALL {
+    for &verdict in Verdict::ALL {
         let restarts = verdict.action() == Action::RestartPipeline;
         assert_eq!(
             restarts,

@@ -268,7 +268,7 @@ impl Opportunistic {
             .as_ref()
             .map(|b| b.reasons.keys().copied().collect())
             .unwrap_or_default();
-        for r in BusyReason::ALL {
+        for &r in BusyReason::ALL {
             let now = busy.reasons.get(&r);
             self.metrics.maintenance.busy(r.as_str(), now.is_some());
             match (before.contains(&r), now) {
@@ -295,7 +295,7 @@ impl Opportunistic {
     /// The rescheduleable episode ended: the next one starts from scratch.
     fn episode_over(&mut self) {
         if self.last.take().is_some() {
-            for r in BusyReason::ALL {
+            for &r in BusyReason::ALL {
                 self.metrics.maintenance.busy(r.as_str(), false);
             }
         }

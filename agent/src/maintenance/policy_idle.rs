@@ -79,7 +79,19 @@ pub(crate) struct IdleInputs {
 }
 
 /// Why a node is not idle. The names are stable: the trail, logs and metric labels use them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum BusyReason {
     /// The runtime's list of workers, or a worker's record, cannot be read.
     WorkersUnknown,
@@ -100,26 +112,10 @@ pub(crate) enum BusyReason {
 
 impl BusyReason {
     /// Every reason, for the docs drift check and the metric's series.
-    pub const ALL: [BusyReason; 7] = [
-        BusyReason::WorkersUnknown,
-        BusyReason::WorkerNotIdle,
-        BusyReason::PodResourcesUnknown,
-        BusyReason::PodsUnknown,
-        BusyReason::AcceleratorPod,
-        BusyReason::NvmlUnknown,
-        BusyReason::GpuComputeProcess,
-    ];
+    pub const ALL: &'static [BusyReason] = <BusyReason as strum::VariantArray>::VARIANTS;
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            BusyReason::WorkersUnknown => "workers-unknown",
-            BusyReason::WorkerNotIdle => "worker-not-idle",
-            BusyReason::PodResourcesUnknown => "pod-resources-unknown",
-            BusyReason::PodsUnknown => "pods-unknown",
-            BusyReason::AcceleratorPod => "accelerator-pod",
-            BusyReason::NvmlUnknown => "nvml-unknown",
-            BusyReason::GpuComputeProcess => "gpu-compute-process",
-        }
+        self.into()
     }
 
     /// A witness that could not answer (as opposed to one that saw work).

@@ -76,7 +76,8 @@ pub(crate) enum DeliveryError {
 }
 
 /// How one worker's checkpoint ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Outcome {
     Acked,
     TimedOut,
@@ -85,11 +86,7 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Acked => "acked",
-            Outcome::TimedOut => "timed-out",
-            Outcome::Failed => "failed",
-        }
+        self.into()
     }
 }
 

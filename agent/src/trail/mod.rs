@@ -9,7 +9,8 @@ use crate::coord::{CoordError, Coordinator, Keys, TrailEntry};
 use crate::metrics::Metrics;
 
 /// Decision codes written to the trail (and the `decision` label of `vigil_decisions_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Code {
     /// A stale heartbeat was seen once; waiting for the confirming observation.
     Suspect,
@@ -40,26 +41,36 @@ pub enum Code {
     /// An alert-only condition (unreachable, stalled, GPU failed) ended.
     EpisodeClosed,
     /// Another instance holds the node lock; it acts.
+    #[strum(serialize = "skipped-lock-held")]
     SkipLockHeld,
     /// The daily circuit breaker is open.
+    #[strum(serialize = "skipped-breaker-open")]
     SkipBreakerOpen,
     /// The fleet restart budget of this window is used up.
+    #[strum(serialize = "skipped-budget-exhausted")]
     SkipBudgetExhausted,
     /// The lock was lost or had too little TTL left for the restart.
+    #[strum(serialize = "skipped-lock-expiring")]
     SkipLockExpiring,
     /// The container is not the incarnation observed at decision time.
+    #[strum(serialize = "skipped-container-changed")]
     SkipContainerChanged,
     /// The container decided on is no longer running (stopped, exited, replaced).
+    #[strum(serialize = "skipped-not-running")]
     SkipNotRunning,
     /// Several containers claim the worker id.
+    #[strum(serialize = "skipped-ambiguous")]
     SkipAmbiguous,
     /// The runtime says this worker must not be restarted (e.g. a pod with restartPolicy Never).
+    #[strum(serialize = "skipped-not-restartable")]
     SkipNotRestartable,
     /// Another instance's restart of this incident failed after our decision: its retry waits
     /// for the backoff.
+    #[strum(serialize = "skipped-retry-pending")]
     SkipRetryPending,
     /// The worker's restarts belong to another controller (`alert-only`): reported, not
     /// restarted.
+    #[strum(serialize = "skipped-alert-only")]
     SkipAlertOnly,
     /// Revalidation found the worker fresh (or a cooldown) right before the command.
     CancelledRecovered,
@@ -108,110 +119,17 @@ pub enum Code {
     /// A checkpoint drill (`vigil drill checkpoint`) asked this node's workers: its verdict.
     CheckpointDrill,
     /// Restarts in a row brought no progress past where the worker stopped: no more.
+    #[strum(serialize = "skipped-fruitless")]
     SkipFruitless,
 }
 
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
-    pub const ALL: [Code; 46] = [
-        Code::Suspect,
-        Code::TimerStarted,
-        Code::TimerCleared,
-        Code::Recovered,
-        Code::Booted,
-        Code::TimeLost,
-        Code::AgentStopping,
-        Code::Restarted,
-        Code::WouldRestart,
-        Code::RestartFailed,
-        Code::Escalated,
-        Code::Alerted,
-        Code::EpisodeClosed,
-        Code::SkipLockHeld,
-        Code::SkipBreakerOpen,
-        Code::SkipBudgetExhausted,
-        Code::SkipLockExpiring,
-        Code::SkipContainerChanged,
-        Code::SkipNotRunning,
-        Code::SkipAmbiguous,
-        Code::SkipNotRestartable,
-        Code::SkipRetryPending,
-        Code::SkipAlertOnly,
-        Code::CancelledRecovered,
-        Code::CancelledNodeState,
-        Code::AbortedLogsFailed,
-        Code::AgentStarted,
-        Code::ExternalRestart,
-        Code::Maintenance,
-        Code::CheckpointAcked,
-        Code::CheckpointTimedOut,
-        Code::CheckpointFailed,
-        Code::PerformMaintenance,
-        Code::IdleCheck,
-        Code::ConfigReloaded,
-        Code::GpuHealth,
-        Code::TpuHealth,
-        Code::GpuFailureCleared,
-        Code::NodeInfo,
-        Code::GangHung,
-        Code::GangDecided,
-        Code::GangBlocked,
-        Code::GangClosed,
-        Code::Straggler,
-        Code::CheckpointDrill,
-        Code::SkipFruitless,
-    ];
+    pub const ALL: &'static [Code] = <Code as strum::VariantArray>::VARIANTS;
 
     /// The stable name stored in the trail and used as the metric label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Code::Suspect => "suspect",
-            Code::TimerStarted => "timer-started",
-            Code::TimerCleared => "timer-cleared",
-            Code::Recovered => "recovered",
-            Code::Booted => "booted",
-            Code::TimeLost => "time-lost",
-            Code::GangHung => "gang-hung",
-            Code::GangDecided => "gang-decided",
-            Code::GangBlocked => "gang-blocked",
-            Code::GangClosed => "gang-closed",
-            Code::Straggler => "straggler",
-            Code::AgentStopping => "agent-stopping",
-            Code::Restarted => "restarted",
-            Code::WouldRestart => "would-restart",
-            Code::RestartFailed => "restart-failed",
-            Code::Escalated => "escalated",
-            Code::Alerted => "alerted",
-            Code::EpisodeClosed => "episode-closed",
-            Code::SkipLockHeld => "skipped-lock-held",
-            Code::SkipBreakerOpen => "skipped-breaker-open",
-            Code::SkipBudgetExhausted => "skipped-budget-exhausted",
-            Code::SkipLockExpiring => "skipped-lock-expiring",
-            Code::SkipContainerChanged => "skipped-container-changed",
-            Code::SkipNotRunning => "skipped-not-running",
-            Code::SkipAmbiguous => "skipped-ambiguous",
-            Code::SkipNotRestartable => "skipped-not-restartable",
-            Code::SkipRetryPending => "skipped-retry-pending",
-            Code::SkipAlertOnly => "skipped-alert-only",
-            Code::SkipFruitless => "skipped-fruitless",
-            Code::CancelledRecovered => "cancelled-recovered",
-            Code::CancelledNodeState => "cancelled-node-state",
-            Code::AbortedLogsFailed => "aborted-logs-failed",
-            Code::AgentStarted => "agent-started",
-            Code::ExternalRestart => "external-restart",
-            Code::Maintenance => "maintenance",
-            Code::CheckpointAcked => "checkpoint-acked",
-            Code::CheckpointTimedOut => "checkpoint-timed-out",
-            Code::CheckpointFailed => "checkpoint-failed",
-            Code::CheckpointDrill => "checkpoint-drill",
-            Code::PerformMaintenance => "perform-maintenance",
-            Code::IdleCheck => "idle-check",
-            Code::ConfigReloaded => "config-reloaded",
-            Code::GpuHealth => "gpu-health",
-            Code::TpuHealth => "tpu-health",
-            Code::GpuFailureCleared => "gpu-failure-cleared",
-            Code::NodeInfo => "node-info",
-        }
+        self.into()
     }
 }
 

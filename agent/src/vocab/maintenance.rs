@@ -6,6 +6,8 @@ use serde::Deserialize;
 /// The value of `instance/maintenance-event`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum MaintenanceEvent {
     /// No event.
     None,
@@ -18,11 +20,7 @@ pub enum MaintenanceEvent {
 impl MaintenanceEvent {
     /// The value as the metadata server writes it.
     pub fn as_str(self) -> &'static str {
-        match self {
-            MaintenanceEvent::None => "NONE",
-            MaintenanceEvent::MigrateOnHostMaintenance => "MIGRATE_ON_HOST_MAINTENANCE",
-            MaintenanceEvent::TerminateOnHostMaintenance => "TERMINATE_ON_HOST_MAINTENANCE",
-        }
+        self.into()
     }
 
     /// The documented values only: an unknown one must not be mistaken for `NONE` (a false
@@ -50,7 +48,8 @@ pub enum UpcomingStatus {
 }
 
 /// The kind of interruption, as GKE's `interruption_count` counts them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Interruption {
     Preemption,
     HostMaintenance,
@@ -59,10 +58,7 @@ pub enum Interruption {
 impl Interruption {
     /// Stable metric label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Interruption::Preemption => "preemption",
-            Interruption::HostMaintenance => "host-maintenance",
-        }
+        self.into()
     }
 }
 
@@ -101,7 +97,10 @@ pub struct UpcomingMaintenance {
 }
 
 /// The node's maintenance phase, derived purely from [`RawMetadata`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Phase {
     /// Nothing scheduled, nothing happening.
     #[default]
@@ -117,17 +116,24 @@ pub enum Phase {
 impl Phase {
     /// Stable lowercase name for labels and metrics.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::None => "none",
-            Phase::Pending => "pending",
-            Phase::Ongoing => "ongoing",
-            Phase::Terminating => "terminating",
-        }
+        self.into()
     }
 }
 
 /// Where a maintenance signal came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Source {
     /// The Compute Engine metadata server (`maintenance-event`, `upcoming-maintenance`,
     /// `preempted`).
@@ -140,10 +146,7 @@ pub enum Source {
 impl Source {
     /// Stable name for the record, the trail and metrics.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Metadata => "metadata",
-            Source::NodeLabels => "node-labels",
-        }
+        self.into()
     }
 }
 

@@ -39,7 +39,7 @@ pub struct NodeDesired {
 }
 
 /// The status of a Node condition, as Kubernetes spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
 pub enum ConditionStatus {
     True,
     False,
@@ -48,11 +48,7 @@ pub enum ConditionStatus {
 
 impl ConditionStatus {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ConditionStatus::True => "True",
-            ConditionStatus::False => "False",
-            ConditionStatus::Unknown => "Unknown",
-        }
+        self.into()
     }
 }
 
@@ -70,7 +66,7 @@ pub struct NodeCondition {
 }
 
 /// `Normal` or `Warning`, as Kubernetes Events have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
 pub enum EventType {
     Normal,
     Warning,
@@ -79,10 +75,7 @@ pub enum EventType {
 impl EventType {
     /// The Event's `type` field.
     pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
+        self.into()
     }
 }
 

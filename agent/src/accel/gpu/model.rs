@@ -251,7 +251,10 @@ pub struct GpuCleared {
 pub(crate) const MAX_CLEARED: usize = 16;
 
 /// Where the GPU monitor stands.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum GpuMonitorState {
     /// Not started yet.
     #[default]
@@ -272,25 +275,11 @@ pub enum GpuMonitorState {
 }
 
 impl GpuMonitorState {
-    pub const ALL: [GpuMonitorState; 6] = [
-        GpuMonitorState::Starting,
-        GpuMonitorState::Off,
-        GpuMonitorState::NoGpu,
-        GpuMonitorState::WaitingForDriver,
-        GpuMonitorState::On,
-        GpuMonitorState::NvmlHung,
-    ];
+    pub const ALL: &'static [GpuMonitorState] = <GpuMonitorState as strum::VariantArray>::VARIANTS;
 
     /// Stable name (metric label, doctor, heartbeat-free).
     pub fn as_str(self) -> &'static str {
-        match self {
-            GpuMonitorState::Starting => "starting",
-            GpuMonitorState::Off => "off",
-            GpuMonitorState::NoGpu => "no-gpu",
-            GpuMonitorState::WaitingForDriver => "waiting-for-driver",
-            GpuMonitorState::On => "on",
-            GpuMonitorState::NvmlHung => "nvml-hung",
-        }
+        self.into()
     }
 }
 

@@ -43,7 +43,7 @@ fn saturating(v: u64) -> i64 {
 /// the occurrences since the last report (`seen` remembers what was already counted).
 pub(crate) fn record(m: &GpuMetrics, report: &GpuReport, seen: &mut GpuMetricsState) {
     m.monitoring.set(i64::from(report.monitoring()));
-    for state in GpuMonitorState::ALL {
+    for &state in GpuMonitorState::ALL {
         m.monitor_state
             .get_or_create(&MonitorStateLabels {
                 state: state.as_str(),

@@ -10,7 +10,19 @@ use std::collections::BTreeMap;
 pub type TpuHealth = crate::accel::model::Health;
 
 /// How bad one device error is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum ErrorSeverity {
     /// An error the kernel logged about the chip (log level `err` or worse), or an uncorrectable
     /// non-fatal PCIe error: the chip may have recovered.
@@ -21,10 +33,7 @@ pub(crate) enum ErrorSeverity {
 
 impl ErrorSeverity {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorSeverity::Error => "error",
-            ErrorSeverity::Fatal => "fatal",
-        }
+        self.into()
     }
 }
 
