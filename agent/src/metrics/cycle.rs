@@ -7,6 +7,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 /// The coordinator (Redis) and the container runtime: errors, and whether the last call worked.
+#[derive(Default)]
 pub(crate) struct BackendMetrics {
     pub(crate) coordinator_errors: Counter,
     pub(crate) runtime_errors: Counter,
@@ -16,31 +17,13 @@ pub(crate) struct BackendMetrics {
 
 impl BackendMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = BackendMetrics {
-            coordinator_errors: Counter::default(),
-            runtime_errors: Counter::default(),
-            coordinator_up: Gauge::default(),
-            runtime_up: Gauge::default(),
-        };
-        reg.register(
-            "coordinator_errors",
-            "Coordinator (Redis) errors; restarts pause while it is unreachable",
-            m.coordinator_errors.clone(),
-        );
-        reg.register(
-            "runtime_errors",
-            "Container runtime (Docker) errors",
-            m.runtime_errors.clone(),
-        );
-        reg.register(
-            "coordinator_up",
-            "1 when the last coordinator call succeeded",
-            m.coordinator_up.clone(),
-        );
-        reg.register(
-            "runtime_up",
-            "1 when the last container runtime call succeeded",
-            m.runtime_up.clone(),
+        let m = BackendMetrics::default();
+        register!(reg;
+            "coordinator_errors" => m.coordinator_errors,
+                "Coordinator (Redis) errors; restarts pause while it is unreachable";
+            "runtime_errors" => m.runtime_errors, "Container runtime (Docker) errors";
+            "coordinator_up" => m.coordinator_up, "1 when the last coordinator call succeeded";
+            "runtime_up" => m.runtime_up, "1 when the last container runtime call succeeded";
         );
         m
     }
@@ -73,21 +56,11 @@ impl CycleMetrics {
             dry_run: Gauge::default(),
             cycle_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
         };
-        reg.register(
-            "workers",
-            "Opted-in worker containers seen in the last cycle",
-            m.workers.clone(),
-        );
-        reg.register(
-            "dry_run",
-            "1 when the agent runs in observe mode (restarts never run)",
-            m.dry_run.clone(),
-        );
-        reg.register_with_unit(
-            "cycle_duration",
-            "Duration of one evaluation cycle",
-            Unit::Seconds,
-            m.cycle_seconds.clone(),
+        register!(reg;
+            "workers" => m.workers, "Opted-in worker containers seen in the last cycle";
+            "dry_run" => m.dry_run, "1 when the agent runs in observe mode (restarts never run)";
+            "cycle_duration" in Unit::Seconds => m.cycle_seconds,
+                "Duration of one evaluation cycle";
         );
         m
     }
@@ -105,6 +78,7 @@ impl CycleMetrics {
 }
 
 /// The node's circuit breaker and the fleet budget, as the last cycle read them.
+#[derive(Default)]
 pub(crate) struct BudgetMetrics {
     pub(crate) breaker_used: Gauge,
     pub(crate) breaker_open: Gauge,
@@ -116,43 +90,20 @@ pub(crate) struct BudgetMetrics {
 
 impl BudgetMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = BudgetMetrics {
-            breaker_used: Gauge::default(),
-            breaker_open: Gauge::default(),
-            breaker_limit: Gauge::default(),
-            fleet_budget_used: Gauge::default(),
-            fleet_budget_limit: Gauge::default(),
-            fleet_budget_exhausted: Gauge::default(),
-        };
-        reg.register(
-            "breaker_used",
-            "Restarts used on this node in the current UTC day (the circuit breaker's count)",
-            m.breaker_used.clone(),
-        );
-        reg.register(
-            "breaker_open",
-            "1 when this node's breaker is open: no more restarts today, alerts only",
-            m.breaker_open.clone(),
-        );
-        reg.register(
-            "breaker_limit",
-            "Restarts allowed on this node per UTC day (safety.breaker_per_day; 0 when the breaker is disabled)",
-            m.breaker_limit.clone(),
-        );
-        reg.register(
-            "fleet_budget_used",
-            "Restarts used across the fleet in the current budget window",
-            m.fleet_budget_used.clone(),
-        );
-        reg.register(
-            "fleet_budget_limit",
-            "Restarts allowed across the fleet per budget window (safety.fleet_budget; 0 = no fleet cap)",
-            m.fleet_budget_limit.clone(),
-        );
-        reg.register(
-            "fleet_budget_exhausted",
-            "1 when the fleet budget of the current window is spent: no restart anywhere until the next window",
-            m.fleet_budget_exhausted.clone(),
+        let m = BudgetMetrics::default();
+        register!(reg;
+            "breaker_used" => m.breaker_used,
+                "Restarts used on this node in the current UTC day (the circuit breaker's count)";
+            "breaker_open" => m.breaker_open,
+                "1 when this node's breaker is open: no more restarts today, alerts only";
+            "breaker_limit" => m.breaker_limit,
+                "Restarts allowed on this node per UTC day (safety.breaker_per_day; 0 when the breaker is disabled)";
+            "fleet_budget_used" => m.fleet_budget_used,
+                "Restarts used across the fleet in the current budget window";
+            "fleet_budget_limit" => m.fleet_budget_limit,
+                "Restarts allowed across the fleet per budget window (safety.fleet_budget; 0 = no fleet cap)";
+            "fleet_budget_exhausted" => m.fleet_budget_exhausted,
+                "1 when the fleet budget of the current window is spent: no restart anywhere until the next window";
         );
         m
     }

@@ -29,6 +29,7 @@ pub(crate) struct AlertLabels {
     pub(crate) outcome: &'static str,
 }
 
+#[derive(Default)]
 pub(crate) struct DecisionMetrics {
     pub(crate) verdicts: Family<VerdictLabels, Counter>,
     pub(crate) decisions: Family<DecisionLabels, Counter>,
@@ -38,12 +39,7 @@ pub(crate) struct DecisionMetrics {
 
 impl DecisionMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = DecisionMetrics {
-            verdicts: Family::default(),
-            decisions: Family::default(),
-            restarts: Family::default(),
-            alerts: Family::default(),
-        };
+        let m = DecisionMetrics::default();
         // NB: at 0 from the start, so that the first failed restart of an agent's life is an
         // increase (the restart-failed alert rule takes `increase()`).
         for reason in ["hung", "errored"] {
@@ -51,25 +47,12 @@ impl DecisionMetrics {
                 let _ = m.restarts.get_or_create(&RestartLabels { reason, outcome });
             }
         }
-        reg.register(
-            "verdicts",
-            "Worker verdicts computed, by verdict",
-            m.verdicts.clone(),
-        );
-        reg.register(
-            "decisions",
-            "Decision trail entries written, by decision",
-            m.decisions.clone(),
-        );
-        reg.register(
-            "restarts",
-            "Restart attempts by reason (hung, errored) and outcome (restarted, failed, would-restart)",
-            m.restarts.clone(),
-        );
-        reg.register(
-            "alerts",
-            "Alerts by kind and delivery outcome (sent, failed, logged)",
-            m.alerts.clone(),
+        register!(reg;
+            "verdicts" => m.verdicts, "Worker verdicts computed, by verdict";
+            "decisions" => m.decisions, "Decision trail entries written, by decision";
+            "restarts" => m.restarts,
+                "Restart attempts by reason (hung, errored) and outcome (restarted, failed, would-restart)";
+            "alerts" => m.alerts, "Alerts by kind and delivery outcome (sent, failed, logged)";
         );
         m
     }

@@ -93,99 +93,48 @@ impl GpuMetrics {
     }
 
     fn register_state(&self, reg: &mut Registry) {
-        reg.register(
-            "gpu_monitoring",
-            "1 when NVML is loaded and GPUs are watched",
-            self.monitoring.clone(),
-        );
-        reg.register(
-            "gpu_monitor_state",
-            "1 for the GPU monitor's current state (starting, off, no-gpu, waiting-for-driver, on)",
-            self.monitor_state.clone(),
-        );
-        reg.register(
-            "gpu_health",
-            "1 for each GPU's current health (healthy, degraded, failed)",
-            self.health.clone(),
+        register!(reg;
+            "gpu_monitoring" => self.monitoring, "1 when NVML is loaded and GPUs are watched";
+            "gpu_monitor_state" => self.monitor_state,
+                "1 for the GPU monitor's current state (starting, off, no-gpu, waiting-for-driver, on)";
+            "gpu_health" => self.health,
+                "1 for each GPU's current health (healthy, degraded, failed)";
         );
     }
 
     fn register_samples(&self, reg: &mut Registry) {
-        reg.register_with_unit(
-            "gpu_temperature",
-            "GPU core temperature",
-            Unit::Celsius,
-            self.temperature.clone(),
-        );
-        reg.register_with_unit(
-            "gpu_power",
-            "GPU power draw",
-            Unit::Other("watts".into()),
-            self.power.clone(),
-        );
-        reg.register_with_unit(
-            "gpu_utilization",
-            "GPU utilisation, 0 to 1",
-            Unit::Other("ratio".into()),
-            self.utilization.clone(),
-        );
-        reg.register_with_unit(
-            "gpu_memory_used",
-            "GPU memory in use",
-            Unit::Bytes,
-            self.memory_used.clone(),
-        );
-        reg.register_with_unit(
-            "gpu_memory_total",
-            "GPU memory in total",
-            Unit::Bytes,
-            self.memory_total.clone(),
+        register!(reg;
+            "gpu_temperature" in Unit::Celsius => self.temperature, "GPU core temperature";
+            "gpu_power" in Unit::Other("watts".into()) => self.power, "GPU power draw";
+            "gpu_utilization" in Unit::Other("ratio".into()) => self.utilization,
+                "GPU utilisation, 0 to 1";
+            "gpu_memory_used" in Unit::Bytes => self.memory_used, "GPU memory in use";
+            "gpu_memory_total" in Unit::Bytes => self.memory_total, "GPU memory in total";
         );
     }
 
     fn register_memory_errors(&self, reg: &mut Registry) {
-        reg.register(
-            "gpu_ecc_errors",
-            "ECC error counts as NVML reports them, by counter (volatile since boot, aggregate lifetime) and severity",
-            self.ecc_errors.clone(),
-        );
-        reg.register(
-            "gpu_retired_pages",
-            "Retired memory pages (single- and double-bit causes)",
-            self.retired_pages.clone(),
-        );
-        reg.register(
-            "gpu_retired_pages_pending",
-            "1 when a page retirement waits for the next GPU reset",
-            self.retired_pages_pending.clone(),
-        );
-        reg.register(
-            "gpu_remapped_rows",
-            "Remapped memory rows by kind (correctable, uncorrectable)",
-            self.remapped_rows.clone(),
-        );
-        reg.register(
-            "gpu_remap_pending",
-            "1 when a row remap waits for the next GPU reset",
-            self.remap_pending.clone(),
-        );
-        reg.register(
-            "gpu_remap_failure",
-            "1 when a row remap failed (the GPU should be replaced)",
-            self.remap_failure.clone(),
+        register!(reg;
+            "gpu_ecc_errors" => self.ecc_errors,
+                "ECC error counts as NVML reports them, by counter (volatile since boot, aggregate lifetime) and severity";
+            "gpu_retired_pages" => self.retired_pages,
+                "Retired memory pages (single- and double-bit causes)";
+            "gpu_retired_pages_pending" => self.retired_pages_pending,
+                "1 when a page retirement waits for the next GPU reset";
+            "gpu_remapped_rows" => self.remapped_rows,
+                "Remapped memory rows by kind (correctable, uncorrectable)";
+            "gpu_remap_pending" => self.remap_pending,
+                "1 when a row remap waits for the next GPU reset";
+            "gpu_remap_failure" => self.remap_failure,
+                "1 when a row remap failed (the GPU should be replaced)";
         );
     }
 
     fn register_events(&self, reg: &mut Registry) {
-        reg.register(
-            "gpu_throttle",
-            "1 for each active clock-throttle reason",
-            self.throttle.clone(),
-        );
-        reg.register(
-            "gpu_xid_events",
-            "Critical XID events by GPU and XID (every occurrence counts)",
-            self.xid_events.clone(),
+        register!(reg;
+            "gpu_throttle" => self.throttle, "1 for each active clock-throttle reason";
+            "gpu_xid_events" => self.xid_events,
+                "Critical XID events by GPU and XID (every occurrence counts)";
         );
     }
 

@@ -54,17 +54,11 @@ impl LostMetrics {
         for cause in CAUSES {
             let _ = m.seconds.get_or_create(&CauseLabels { cause });
         }
-        reg.register_with_unit(
-            "lost",
-            "Time lost, by cause: hang and error (a worker's last beat or error to the restart command), restart (the command to the new incarnation's first beat), maintenance and preemption (a notice to its end or the node's going), gpu-failed (each failed GPU, while failed), slow (a slow gang member's deficit against its pace)",
-            Unit::Seconds,
-            m.seconds.clone(),
-        );
-        reg.register_with_unit(
-            "time_to_recovery",
-            "From a worker's last beat before a hang (or the start of its error) to the first beat of the incarnation Vigil's restart started",
-            Unit::Seconds,
-            m.recovery.clone(),
+        register!(reg;
+            "lost" in Unit::Seconds => m.seconds,
+                "Time lost, by cause: hang and error (a worker's last beat or error to the restart command), restart (the command to the new incarnation's first beat), maintenance and preemption (a notice to its end or the node's going), gpu-failed (each failed GPU, while failed), slow (a slow gang member's deficit against its pace)";
+            "time_to_recovery" in Unit::Seconds => m.recovery,
+                "From a worker's last beat before a hang (or the start of its error) to the first beat of the incarnation Vigil's restart started";
         );
         m
     }

@@ -10,6 +10,20 @@
 //!
 //! The groups register in a fixed order, and an encoding lists families in that order.
 
+/// Register metrics in the order given (a scrape lists the families in registration order):
+/// `register!(reg; "name" => m.field, "help"; "name" in Unit::Seconds => m.field, "help";)`.
+macro_rules! register {
+    ($reg:expr; $($name:literal $(in $unit:expr)? => $metric:expr, $help:expr;)+) => {
+        $(register!(@one $reg, $name, $help, $metric.clone() $(, $unit)?);)+
+    };
+    (@one $reg:expr, $name:expr, $help:expr, $metric:expr) => {
+        $reg.register($name, $help, $metric)
+    };
+    (@one $reg:expr, $name:expr, $help:expr, $metric:expr, $unit:expr) => {
+        $reg.register_with_unit($name, $help, $unit, $metric)
+    };
+}
+
 mod classic;
 mod cycle;
 mod decisions;

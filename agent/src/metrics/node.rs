@@ -33,6 +33,7 @@ pub(crate) struct BusyLabels {
     pub(crate) reason: &'static str,
 }
 
+#[derive(Default)]
 pub(crate) struct MaintenanceMetrics {
     pub(crate) metadata_errors: Family<MetadataErrorLabels, Counter>,
     pub(crate) interruptions: Family<InterruptionLabels, Counter>,
@@ -43,38 +44,18 @@ pub(crate) struct MaintenanceMetrics {
 
 impl MaintenanceMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = MaintenanceMetrics {
-            metadata_errors: Family::default(),
-            interruptions: Family::default(),
-            phases: Family::default(),
-            window_start: Gauge::default(),
-            busy: Family::default(),
-        };
-        reg.register(
-            "metadata_errors",
-            "GCE metadata server errors by key and kind (unavailable, rate-limited, not-found, timeout, malformed, transport)",
-            m.metadata_errors.clone(),
-        );
-        reg.register(
-            "interruptions",
-            "Interruptions seen, by type (preemption, host-maintenance) and reason, as GKE's interruption_count",
-            m.interruptions.clone(),
-        );
-        reg.register(
-            "maintenance_phase",
-            "1 for the node's current maintenance phase (none, pending, ongoing, terminating)",
-            m.phases.clone(),
-        );
-        reg.register_with_unit(
-            "maintenance_window_start_timestamp",
-            "Unix time the node's scheduled maintenance window starts (upcoming-maintenance); 0 when none is scheduled",
-            Unit::Seconds,
-            m.window_start.clone(),
-        );
-        reg.register(
-            "opportunistic_busy",
-            "1 for each reason the node was not idle at the last opportunistic-maintenance idle check (worker-not-idle, accelerator-pod, gpu-compute-process, and the *-unknown witnesses); checked only while a rescheduleable maintenance is pending",
-            m.busy.clone(),
+        let m = MaintenanceMetrics::default();
+        register!(reg;
+            "metadata_errors" => m.metadata_errors,
+                "GCE metadata server errors by key and kind (unavailable, rate-limited, not-found, timeout, malformed, transport)";
+            "interruptions" => m.interruptions,
+                "Interruptions seen, by type (preemption, host-maintenance) and reason, as GKE's interruption_count";
+            "maintenance_phase" => m.phases,
+                "1 for the node's current maintenance phase (none, pending, ongoing, terminating)";
+            "maintenance_window_start_timestamp" in Unit::Seconds => m.window_start,
+                "Unix time the node's scheduled maintenance window starts (upcoming-maintenance); 0 when none is scheduled";
+            "opportunistic_busy" => m.busy,
+                "1 for each reason the node was not idle at the last opportunistic-maintenance idle check (worker-not-idle, accelerator-pod, gpu-compute-process, and the *-unknown witnesses); checked only while a rescheduleable maintenance is pending";
         );
         m
     }
@@ -141,16 +122,11 @@ impl CheckpointMetrics {
                 .checkpoints
                 .get_or_create(&CheckpointLabels { method, outcome });
         }
-        reg.register(
-            "checkpoints",
-            "Checkpoint requests by method (signal, http, redis) and outcome (acked, timed-out, failed)",
-            m.checkpoints.clone(),
-        );
-        reg.register_with_unit(
-            "checkpoint_duration",
-            "Time from checkpoint request to acknowledgement (or give-up)",
-            Unit::Seconds,
-            m.checkpoint_seconds.clone(),
+        register!(reg;
+            "checkpoints" => m.checkpoints,
+                "Checkpoint requests by method (signal, http, redis) and outcome (acked, timed-out, failed)";
+            "checkpoint_duration" in Unit::Seconds => m.checkpoint_seconds,
+                "Time from checkpoint request to acknowledgement (or give-up)";
         );
         m
     }
@@ -174,19 +150,17 @@ pub(crate) struct KubeLabels {
     pub(crate) op: &'static str,
 }
 
+#[derive(Default)]
 pub(crate) struct KubeMetrics {
     pub(crate) kube_errors: Family<KubeLabels, Counter>,
 }
 
 impl KubeMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = KubeMetrics {
-            kube_errors: Family::default(),
-        };
-        reg.register(
-            "kube_errors",
-            "Kubernetes API errors by operation (get, patch, event)",
-            m.kube_errors.clone(),
+        let m = KubeMetrics::default();
+        register!(reg;
+            "kube_errors" => m.kube_errors,
+                "Kubernetes API errors by operation (get, patch, event)";
         );
         m
     }
@@ -232,15 +206,11 @@ impl NodeInfoMetrics {
         for source in ["metadata", "node-labels"] {
             let _ = m.sources.get_or_create(&SourceLabels { source });
         }
-        reg.register(
-            "node_info",
-            "Always 1: the node's pool, provisioning model, accelerator and TPU topology, as its Node's labels (or fleet.pool) say",
-            m.info.clone(),
-        );
-        reg.register(
-            "maintenance_source",
-            "1 while that source (metadata, node-labels) reports maintenance (a phase other than none)",
-            m.sources.clone(),
+        register!(reg;
+            "node_info" => m.info,
+                "Always 1: the node's pool, provisioning model, accelerator and TPU topology, as its Node's labels (or fleet.pool) say";
+            "maintenance_source" => m.sources,
+                "1 while that source (metadata, node-labels) reports maintenance (a phase other than none)";
         );
         m
     }
@@ -303,6 +273,7 @@ pub(crate) struct DrillFigures {
 
 /// The last checkpoint drill of each target whose first node this is (`vigil drill
 /// checkpoint`): as many series as targets drilled in the last 30 days.
+#[derive(Default)]
 pub(crate) struct DrillMetrics {
     seconds: Family<DrillSecondsLabels, F64Gauge>,
     fits: Family<DrillFitsLabels, Gauge>,
@@ -311,27 +282,14 @@ pub(crate) struct DrillMetrics {
 
 impl DrillMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = DrillMetrics {
-            seconds: Family::default(),
-            fits: Family::default(),
-            at: Family::default(),
-        };
-        reg.register_with_unit(
-            "checkpoint_drill",
-            "The last checkpoint drill of a target: seconds to the acknowledgements of the median member (quantile 0.5) and of the last (quantile 1; the drill's whole wait when a member never answered)",
-            Unit::Seconds,
-            m.seconds.clone(),
-        );
-        reg.register(
-            "checkpoint_drill_fits",
-            "Whether every member of the target acknowledged its last drill within the budget (preemption, maintenance): 1 yes, 0 no",
-            m.fits.clone(),
-        );
-        reg.register_with_unit(
-            "checkpoint_drill_timestamp",
-            "When the target's last drill ran (Unix time)",
-            Unit::Seconds,
-            m.at.clone(),
+        let m = DrillMetrics::default();
+        register!(reg;
+            "checkpoint_drill" in Unit::Seconds => m.seconds,
+                "The last checkpoint drill of a target: seconds to the acknowledgements of the median member (quantile 0.5) and of the last (quantile 1; the drill's whole wait when a member never answered)";
+            "checkpoint_drill_fits" => m.fits,
+                "Whether every member of the target acknowledged its last drill within the budget (preemption, maintenance): 1 yes, 0 no";
+            "checkpoint_drill_timestamp" in Unit::Seconds => m.at,
+                "When the target's last drill ran (Unix time)";
         );
         m
     }

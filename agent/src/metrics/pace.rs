@@ -33,25 +33,15 @@ pub(crate) struct PaceMetrics {
 impl PaceMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = PaceMetrics::default();
-        reg.register(
-            "gang_step_rate",
-            "Steps per second of each watched gang member in its last measured window (gang.pace); one series per member of this node",
-            m.rate.clone(),
-        );
-        reg.register(
-            "gang_step_rate_baseline",
-            "The step rate this agent learned of each watched gang member (gang.pace): a slow episode is a rate below gang.pace.slow_fraction of it for gang.pace.slow_for",
-            m.baseline.clone(),
-        );
-        reg.register(
-            "gang_slow",
-            "1 while a watched gang member runs below gang.pace.slow_fraction of its learned rate for gang.pace.slow_for (its gang is slow), else 0; one series per measured member of this node",
-            m.slow.clone(),
-        );
-        reg.register(
-            "gang_slow_episodes",
-            "Slow episodes of a gang this agent opened (the first member's agent to find its gang slow)",
-            m.episodes.clone(),
+        register!(reg;
+            "gang_step_rate" => m.rate,
+                "Steps per second of each watched gang member in its last measured window (gang.pace); one series per member of this node";
+            "gang_step_rate_baseline" => m.baseline,
+                "The step rate this agent learned of each watched gang member (gang.pace): a slow episode is a rate below gang.pace.slow_fraction of it for gang.pace.slow_for";
+            "gang_slow" => m.slow,
+                "1 while a watched gang member runs below gang.pace.slow_fraction of its learned rate for gang.pace.slow_for (its gang is slow), else 0; one series per measured member of this node";
+            "gang_slow_episodes" => m.episodes,
+                "Slow episodes of a gang this agent opened (the first member's agent to find its gang slow)";
         );
         m
     }

@@ -36,25 +36,14 @@ pub(crate) struct TpuMetrics {
 impl TpuMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = TpuMetrics::default();
-        reg.register(
-            "tpu_monitoring",
-            "1 when this is a TPU node and its chips are watched",
-            m.monitoring.clone(),
-        );
-        reg.register(
-            "tpu_health",
-            "1 for the node's current TPU health (healthy, degraded, failed)",
-            m.health.clone(),
-        );
-        reg.register(
-            "tpu_chips",
-            "TPU chips by kind: present (a device file) and expected (allocatable google.com/tpu; absent while unknown)",
-            m.chips.clone(),
-        );
-        reg.register(
-            "tpu_device_errors",
-            "Device errors of the TPU chips by severity (error, fatal), from the kernel log and the PCIe AER counters",
-            m.device_errors.clone(),
+        register!(reg;
+            "tpu_monitoring" => m.monitoring, "1 when this is a TPU node and its chips are watched";
+            "tpu_health" => m.health,
+                "1 for the node's current TPU health (healthy, degraded, failed)";
+            "tpu_chips" => m.chips,
+                "TPU chips by kind: present (a device file) and expected (allocatable google.com/tpu; absent while unknown)";
+            "tpu_device_errors" => m.device_errors,
+                "Device errors of the TPU chips by severity (error, fatal), from the kernel log and the PCIe AER counters";
         );
         // Alert rules take increase() of it: created at 0.
         for severity in ["error", "fatal"] {

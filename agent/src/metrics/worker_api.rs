@@ -14,19 +14,17 @@ pub(crate) struct WriteLabels {
     pub(crate) outcome: &'static str,
 }
 
+#[derive(Default)]
 pub(crate) struct WorkerApiMetrics {
     pub(crate) writes: Family<WriteLabels, Counter>,
 }
 
 impl WorkerApiMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = WorkerApiMetrics {
-            writes: Family::default(),
-        };
-        reg.register(
-            "worker_api_writes",
-            "Requests to the worker API by listener (tcp, unix) and outcome (accepted: a write stored, read: a record read, unauthenticated, forbidden, unavailable, invalid)",
-            m.writes.clone(),
+        let m = WorkerApiMetrics::default();
+        register!(reg;
+            "worker_api_writes" => m.writes,
+                "Requests to the worker API by listener (tcp, unix) and outcome (accepted: a write stored, read: a record read, unauthenticated, forbidden, unavailable, invalid)";
         );
         m
     }

@@ -84,33 +84,17 @@ fn seconds(ms: Millis) -> f64 {
 impl WorkerMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = WorkerMetrics::default();
-        reg.register(
-            "worker_state",
-            "1 for each watched worker's current verdict (state); one series per worker of this node",
-            m.state.clone(),
-        );
-        reg.register(
-            "worker_incident_stage",
-            "1 for each watched worker's incident stage (quiet, suspect, confirmed, due, backing-off, deciding, restarting, booting, recovered, escalated); one series per worker of this node",
-            m.stage.clone(),
-        );
-        reg.register_with_unit(
-            "worker_heartbeat_age",
-            "Age of each watched worker's last heartbeat at its last evaluation (coordinator clock)",
-            Unit::Seconds,
-            m.heartbeat_age.clone(),
-        );
-        reg.register_with_unit(
-            "worker_allowed_silence",
-            "The silence each watched worker was allowed at its last evaluation: policy.stale_after, the grace it announced, or the silence learned from its rhythm (policy.learned)",
-            Unit::Seconds,
-            m.allowed_silence.clone(),
-        );
-        reg.register_with_unit(
-            "worker_last_restart_timestamp",
-            "Unix time of each watched worker's last restart by Vigil, when one is known",
-            Unit::Seconds,
-            m.last_restart.clone(),
+        register!(reg;
+            "worker_state" => m.state,
+                "1 for each watched worker's current verdict (state); one series per worker of this node";
+            "worker_incident_stage" => m.stage,
+                "1 for each watched worker's incident stage (quiet, suspect, confirmed, due, backing-off, deciding, restarting, booting, recovered, escalated); one series per worker of this node";
+            "worker_heartbeat_age" in Unit::Seconds => m.heartbeat_age,
+                "Age of each watched worker's last heartbeat at its last evaluation (coordinator clock)";
+            "worker_allowed_silence" in Unit::Seconds => m.allowed_silence,
+                "The silence each watched worker was allowed at its last evaluation: policy.stale_after, the grace it announced, or the silence learned from its rhythm (policy.learned)";
+            "worker_last_restart_timestamp" in Unit::Seconds => m.last_restart,
+                "Unix time of each watched worker's last restart by Vigil, when one is known";
         );
         m
     }
@@ -248,24 +232,12 @@ mod tests {
 
     fn scrape(m: &WorkerMetrics) -> String {
         let mut reg = Registry::with_prefix("vigil");
-        reg.register("worker_state", "", m.state.clone());
-        reg.register_with_unit(
-            "worker_heartbeat_age",
-            "",
-            Unit::Seconds,
-            m.heartbeat_age.clone(),
-        );
-        reg.register_with_unit(
-            "worker_allowed_silence",
-            "The silence each watched worker was allowed at its last evaluation: policy.stale_after, the grace it announced, or the silence learned from its rhythm (policy.learned)",
-            Unit::Seconds,
-            m.allowed_silence.clone(),
-        );
-        reg.register_with_unit(
-            "worker_last_restart_timestamp",
-            "",
-            Unit::Seconds,
-            m.last_restart.clone(),
+        register!(reg;
+            "worker_state" => m.state, "";
+            "worker_heartbeat_age" in Unit::Seconds => m.heartbeat_age, "";
+            "worker_allowed_silence" in Unit::Seconds => m.allowed_silence,
+                "The silence each watched worker was allowed at its last evaluation: policy.stale_after, the grace it announced, or the silence learned from its rhythm (policy.learned)";
+            "worker_last_restart_timestamp" in Unit::Seconds => m.last_restart, "";
         );
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
