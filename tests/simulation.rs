@@ -129,20 +129,26 @@ fn seeded_simulation_with_learned_restarts_keeps_every_invariant() {
     }
 }
 
+/// A seed is its history, run after run. NB: 3151: its alert gate owed two pages of one
+/// incident and retried them in a HashMap's order, which differs per map (and per process):
+/// the coordinator's faults met other writes, and about one run in two took another course
+/// (1,771 steps or 1,788). Five runs each, so such an order is all but sure to show.
 #[test]
 fn a_seed_replays_the_same_history() {
     let opts = Options {
         full_trace: true,
         ..Options::default()
     };
-    for seed in [3, 41] {
-        let a = run_seed(seed, &opts);
-        let b = run_seed(seed, &opts);
-        let steps = |r: &Result<sim::Stats, sim::Failure>| match r {
-            Ok(s) => format!("{s:?}"),
-            Err(f) => f.violation.detail.clone(),
-        };
-        assert_eq!(steps(&a), steps(&b), "seed {seed} is not deterministic");
+    let steps = |r: &Result<sim::Stats, sim::Failure>| match r {
+        Ok(s) => format!("{s:?}"),
+        Err(f) => f.violation.detail.clone(),
+    };
+    for seed in [3, 41, 3151] {
+        let first = steps(&run_seed(seed, &opts));
+        for _ in 0..4 {
+            let again = steps(&run_seed(seed, &opts));
+            assert_eq!(first, again, "seed {seed} is not deterministic");
+        }
     }
 }
 

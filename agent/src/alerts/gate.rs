@@ -8,7 +8,7 @@
 //! another instance alerts. Without the lease a breaker's alert claimed just before a SIGTERM was
 //! never sent that day (simulation seed 5068879).
 
-use std::collections::HashMap;
+use indexmap::IndexMap;
 use std::time::Duration;
 
 use crate::alerts::Alert;
@@ -31,30 +31,32 @@ pub(crate) struct Owed {
     pub(crate) stands: (String, String),
 }
 
-/// The claims of one agent instance, with the ones whose answer was lost.
+/// The claims of one agent instance, with the ones whose answer was lost. NB: kept in the order
+/// they were taken (a HashMap's order differs per process: a seeded simulation run did not
+/// repeat, its claims retried in another order).
 pub(crate) struct AlertGate {
     /// Written into each claim: who took it.
     instance: String,
     /// Claims whose SET NX got no answer: key → the value we tried, and when the key it may
     /// have set expires (after that, nothing is there to read back: forgotten when room is
     /// needed).
-    unanswered: HashMap<String, (String, Millis)>,
+    unanswered: IndexMap<String, (String, Millis)>,
     /// Claims won on a lease, whose alert has gone out since: key → (value, full TTL).
-    won: HashMap<String, (String, Duration)>,
+    won: IndexMap<String, (String, Duration)>,
     /// Alerts whose claim got no answer, of a step that never runs again (a gang's decision is
     /// announced once), by claim key. Tried again once a cycle ([`AlertGate::owed`]) until the
     /// claim answers, while what it announces stands, for at most the claim's TTL. Other pages
     /// are not owed: their step runs again next cycle and pages then.
-    owed: HashMap<String, Owed>,
+    owed: IndexMap<String, Owed>,
 }
 
 impl AlertGate {
     pub fn new(instance: &str) -> AlertGate {
         AlertGate {
             instance: instance.to_string(),
-            unanswered: HashMap::new(),
-            won: HashMap::new(),
-            owed: HashMap::new(),
+            unanswered: IndexMap::new(),
+            won: IndexMap::new(),
+            owed: IndexMap::new(),
         }
     }
 
@@ -74,7 +76,7 @@ impl AlertGate {
     ) -> Result<bool, CoordError> {
         let held = lease.min(ttl);
         let until = now + crate::clock::ms(held);
-        let tried = self.unanswered.remove(key);
+        let tried = self.unanswered.shift_remove(key);
         let retry = tried.is_some();
         // NB: a retry writes the value it tried before, and a shorter TTL does not shorten what
         // that write may hold.
@@ -163,7 +165,7 @@ impl AlertGate {
                 Err(_) => continue,
             }
             if let Ok(won) = self.claim(coord, &key, now, ttl, lease).await {
-                let o = self.owed.remove(&key).expect("owed");
+                let o = self.owed.shift_remove(&key).expect("owed");
                 if won {
                     due.push(o.alert);
                 }
@@ -174,8 +176,8 @@ impl AlertGate {
 
     /// An owed alert given up: its claim, never tried again, is not remembered either.
     fn forget(&mut self, key: &str) {
-        self.owed.remove(key);
-        self.unanswered.remove(key);
+        self.owed.shift_remove(key);
+        self.unanswered.shift_remove(key);
     }
 
     /// The alerts of the claims won this cycle have gone out: the claims still ours get their
@@ -191,7 +193,7 @@ impl AlertGate {
             return;
         };
         for (key, value) in keys.into_iter().zip(values) {
-            let Some((ours, ttl)) = self.won.remove(&key) else {
+            let Some((ours, ttl)) = self.won.shift_remove(&key) else {
                 continue;
             };
             if value.as_deref() != Some(ours.as_str()) {
