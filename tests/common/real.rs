@@ -164,6 +164,8 @@ impl RedisServer {
     /// Stop the server when this test process exits. NB: a server kept in a `static` is never
     /// dropped (nextest runs each test as a process of its own, so every one left a redis-server
     /// behind): a watchdog shell polls this process and kills the server once it is gone.
+    // NB: the watchdog is never waited for: it must outlive this process (init reaps it).
+    #[allow(clippy::zombie_processes)]
     fn outlive_no_test(&self) {
         let pid = self.child.as_ref().expect("running").id();
         let watch = format!(

@@ -95,7 +95,7 @@ impl Stage {
     /// The stages of `unit`'s life.
     pub(crate) fn of(unit: Unit) -> &'static [Stage] {
         match unit {
-            Unit::Worker => &Stage::ALL,
+            Unit::Worker => Stage::ALL,
             Unit::Gang => &Stage::GANG,
         }
     }
