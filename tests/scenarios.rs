@@ -877,6 +877,11 @@ async fn the_coordinator_comes_back_during_a_runtime_outage() {
     assert!(common::has_sample(&text, "vigil_runtime_up 0"), "{text}");
     assert_eq!(f.sink.count(AlertKind::CoordinatorDown), 0, "one blip");
     assert_eq!(f.sink.count(AlertKind::RuntimeDown), 1);
+    // The record written in the outage is the node's, as the runtime last showed it.
+    let key = f.nodes[0].keys.agent();
+    let record = f.store.hgetall(&key).await.unwrap();
+    assert_eq!(record["updated_at"], f.now().to_string());
+    assert_eq!(record["workers"], r#"{"trainer-0":"healthy"}"#);
 }
 
 #[tokio::test]

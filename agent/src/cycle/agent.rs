@@ -325,7 +325,6 @@ impl Agent {
         self.cycle.deferred.clear();
         self.cycle.gangs.entries.clear();
         self.cycle.gangs.reads.views.clear();
-        self.cycle.gangs.tags.clear();
         let containers = match self.ctx.runtime.list_workers().await {
             Ok(c) => c,
             Err(e) => {
@@ -339,7 +338,10 @@ impl Agent {
         };
         self.outages.runtime_ok(&self.ctx);
         self.ctx.metrics.cycle.set_workers(containers.len());
+        // NB: what the record says of the workers is cleared only once they are listed: a
+        // runtime outage publishes the last verdicts, places and gangs.
         self.cycle.places.clear();
+        self.cycle.gangs.tags.clear();
         let groups = self.roster.group(&self.ctx, containers).await;
         let mut prefetch = self.read_node(&groups).await?;
         let now = self.cycle.now;
