@@ -22,7 +22,8 @@ impl BackendMetrics {
             "coordinator_errors" => m.coordinator_errors,
                 "Coordinator (Redis) errors; restarts pause while it is unreachable";
             "runtime_errors" => m.runtime_errors, "Container runtime (Docker) errors";
-            "coordinator_up" => m.coordinator_up, "1 when the last coordinator call succeeded";
+            "coordinator_up" => m.coordinator_up,
+                "1 when the last cycle went through at the coordinator, its writes included";
             "runtime_up" => m.runtime_up, "1 when the last container runtime call succeeded";
         );
         m
