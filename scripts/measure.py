@@ -5,7 +5,7 @@ integration-test binaries and, where the `duplicates` tool is on PATH, repeated-
     python3 scripts/measure.py
 
 Production lines are the non-blank, non-comment lines of agent/src outside its `#[cfg(test)]`
-items, `_tests.rs` and `tests.rs` files left out. Functions are measured as tests/layout.rs measures them.
+items, `_tests.rs` and `tests.rs` files and the files of `#[cfg(test)] mod x;` left out. Functions are measured as tests/layout.rs measures them.
 """
 import pathlib
 import re
@@ -68,13 +68,28 @@ def fn_lengths(lines):
     return out
 
 
+def test_only_files():
+    """The files of modules declared under `#[cfg(test)]` (`mod fuzz;` in lib.rs): test code."""
+    out = set()
+    for path in SRC.rglob("*.rs"):
+        lines = path.read_text().splitlines()
+        for above, line in zip(lines, lines[1:]):
+            m = re.match(r"\s*(?:pub(?:\([a-z]+\))? )?mod (\w+);", line)
+            if m and above.strip() == "#[cfg(test)]":
+                folder = path.parent if path.name in ("lib.rs", "mod.rs") else path.with_suffix("")
+                for f in (folder / f"{m.group(1)}.rs", folder / m.group(1) / "mod.rs"):
+                    out.add(f.relative_to(SRC).as_posix())
+    return out
+
+
 def main():
     code_lines, files, fns, pubs = 0, [], [], 0
+    tests_only = test_only_files()
     for path in sorted(SRC.rglob("*.rs")):
         rel = path.relative_to(SRC).as_posix()
         text = path.read_text()
         files.append((len(text.splitlines()), rel))
-        if rel.endswith("_tests.rs") or rel.endswith("/tests.rs"):
+        if rel.endswith("_tests.rs") or rel.endswith("/tests.rs") or rel in tests_only:
             continue
         prod = production(text)
         code_lines += sum(
