@@ -268,22 +268,12 @@ impl Agent {
             Ok(true) => {
                 self.show_slow();
                 self.send_owed().await;
-                self.alerts.settle(self.ctx.coord.as_ref()).await;
-                self.ctx
-                    .metrics
-                    .cycle
-                    .observe(started.elapsed().as_secs_f64());
-                self.cycle.verdicts = report
-                    .verdicts
-                    .iter()
-                    .map(|(w, v)| (w.clone(), v.as_str().to_string()))
-                    .collect();
+                self.alerts.settle(self.ctx.coord.as_ref()).await
             }
-            // NB: the runtime is down: the record keeps the last verdicts it gave, and is
-            // published all the same — that write is what tells the coordinator is up (skipped,
-            // a blip left `vigil_coordinator_up` at 0 until the runtime returned, and
-            // VigilCoordinatorDown fired for a healthy Redis).
-            Ok(false) => {}
+            Ok(false) => {
+                self.republish(started, &mut report).await;
+                return report;
+            }
             Err(e) => {
                 self.outages
                     .coordinator_failed(&self.ctx, &e, started)
@@ -292,6 +282,15 @@ impl Agent {
                 return report;
             }
         }
+        self.ctx
+            .metrics
+            .cycle
+            .observe(started.elapsed().as_secs_f64());
+        self.cycle.verdicts = report
+            .verdicts
+            .iter()
+            .map(|(w, v)| (w.clone(), v.as_str().to_string()))
+            .collect();
         // NB: the coordinator counts as back only after a whole cycle, writes included: a
         // read-only replica answers reads, and must not look healthy.
         match self.publish().await {
@@ -304,6 +303,35 @@ impl Agent {
             }
         }
         report
+    }
+
+    /// The runtime is down: the record this agent last published goes out again, stamped now,
+    /// as the heartbeat task would send it. NB: that write is what tells the coordinator is up
+    /// (without it, a blip left `vigil_coordinator_up` at 0 until the runtime returned, and
+    /// VigilCoordinatorDown fired for a healthy Redis). Not the cycle's own record: its workers,
+    /// places and gangs are what a failed cycle may have left half-built. An agent that has
+    /// published nothing yet writes nothing.
+    async fn republish(&mut self, started: tokio::time::Instant, report: &mut CycleReport) {
+        let last = self.record.lock().ok().and_then(|r| r.clone());
+        let Some((mut rec, _)) = last else {
+            return;
+        };
+        rec.updated_at = self.cycle.now;
+        let (ttl, coord) = (self.ctx.cfg.fleet.heartbeat_ttl, self.ctx.coord.as_ref());
+        match crate::fleet::view::publish(coord, &self.ctx.keys, &rec, ttl).await {
+            Ok(()) => {
+                if let Ok(mut shared) = self.record.lock() {
+                    *shared = Some((rec, tokio::time::Instant::now()));
+                }
+                self.outages.coordinator_ok(&self.ctx);
+            }
+            Err(e) => {
+                self.outages
+                    .coordinator_failed(&self.ctx, &e, started)
+                    .await;
+                report.coordinator_error = Some(e.to_string());
+            }
+        }
     }
 
     /// The pages whose claim got no answer in an earlier cycle, sent once their claim is won
@@ -325,6 +353,7 @@ impl Agent {
         self.cycle.deferred.clear();
         self.cycle.gangs.entries.clear();
         self.cycle.gangs.reads.views.clear();
+        self.cycle.gangs.tags.clear();
         let containers = match self.ctx.runtime.list_workers().await {
             Ok(c) => c,
             Err(e) => {
@@ -338,10 +367,7 @@ impl Agent {
         };
         self.outages.runtime_ok(&self.ctx);
         self.ctx.metrics.cycle.set_workers(containers.len());
-        // NB: what the record says of the workers is cleared only once they are listed: a
-        // runtime outage publishes the last verdicts, places and gangs.
         self.cycle.places.clear();
-        self.cycle.gangs.tags.clear();
         let groups = self.roster.group(&self.ctx, containers).await;
         let mut prefetch = self.read_node(&groups).await?;
         let now = self.cycle.now;
