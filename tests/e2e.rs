@@ -110,14 +110,20 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
 
     let metrics = s.metrics().await;
     assert!(
-        metrics.contains("vigil_restarts_total{reason=\"hung\",outcome=\"restarted\"} 1"),
+        common::has_sample(
+            &metrics,
+            "vigil_restarts_total{reason=\"hung\",outcome=\"restarted\"} 1"
+        ),
         "{metrics}"
     );
     // The per-worker series the alert rules read: the worker booting after our restart, and
     // when that restart was.
     let worker = format!("{{worker=\"{}\"", s.worker);
     assert!(
-        metrics.contains(&format!("vigil_worker_state{worker},state=\"booting\"}} 1")),
+        common::has_sample(
+            &metrics,
+            &format!("vigil_worker_state{worker},state=\"booting\"}} 1")
+        ),
         "{metrics}"
     );
     assert!(

@@ -343,7 +343,10 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     assert!(trail.contains("checkpoint-acked"), "{trail}");
     let metrics = r.s.metrics().await;
     assert!(
-        metrics.contains("vigil_checkpoints_total{method=\"signal\",outcome=\"acked\"} 2"),
+        common::has_sample(
+            &metrics,
+            "vigil_checkpoints_total{method=\"signal\",outcome=\"acked\"} 2"
+        ),
         "{metrics}"
     );
     assert!(

@@ -217,7 +217,10 @@ async fn a_gke_maintenance_label_stands_a_hung_workers_restart_down() {
     );
     let metrics = r.s.metrics().await;
     assert!(
-        metrics.contains("vigil_maintenance_source{source=\"node-labels\"} 1"),
+        common::has_sample(
+            &metrics,
+            "vigil_maintenance_source{source=\"node-labels\"} 1"
+        ),
         "{metrics}"
     );
     // GKE takes its label off: the stand-down ends (after `metadata.settle`, 1 s) and the
@@ -289,7 +292,7 @@ async fn gke_s_impending_termination_taint_stands_restarts_down_and_reaches_the_
     assert_eq!(rec["provisioning"], "spot");
     let metrics = r.s.metrics().await;
     assert!(
-        metrics.contains("vigil_interruptions_total{type=\"preemption\",reason=\"gke-impending-node-termination\"} 1"),
+        common::has_sample(&metrics, "vigil_interruptions_total{type=\"preemption\",reason=\"gke-impending-node-termination\"} 1"),
         "{metrics}"
     );
     // GKE's own taint is GKE's: Vigil adds its own and leaves GKE's exactly as it was.

@@ -134,11 +134,17 @@ async fn termination_notice_taints_the_node_and_checkpoints_acking_workers() {
     assert!(r.node.reasons().contains(&"VigilCheckpoint".to_string()));
     let text = r.metrics.encode();
     assert!(
-        text.contains("vigil_checkpoints_total{method=\"record\",outcome=\"acked\"} 1"),
+        common::has_sample(
+            &text,
+            "vigil_checkpoints_total{method=\"record\",outcome=\"acked\"} 1"
+        ),
         "{text}"
     );
-    assert!(text.contains("vigil_interruptions_total{type=\"host-maintenance\",reason=\"terminate-on-host-maintenance\"} 1"), "{text}");
-    assert!(text.contains("vigil_maintenance_phase{phase=\"terminating\"} 1"));
+    assert!(common::has_sample(&text, "vigil_interruptions_total{type=\"host-maintenance\",reason=\"terminate-on-host-maintenance\"} 1"), "{text}");
+    assert!(common::has_sample(
+        &text,
+        "vigil_maintenance_phase{phase=\"terminating\"} 1"
+    ));
     let trail = r.coord.read_recent(&r.keys.trail(), 50).await.unwrap();
     assert!(trail
         .iter()
