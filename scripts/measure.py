@@ -29,12 +29,15 @@ def production(text):
             out.append(lines[i])
             i += 1
             continue
+        if lines[i].rstrip().endswith(";"):  # `#[cfg(test)] mod x;` on one line
+            i += 1
+            continue
         i += 1
         while i < len(lines) and lines[i].lstrip().startswith("#["):
             i += 1
         depth = 0
         while i < len(lines):
-            code = STRINGS.sub("", lines[i].split("//")[0])
+            code = STRINGS.sub("", lines[i]).split("//")[0]
             depth += code.count("{") - code.count("}")
             i += 1
             if depth <= 0 and ("{" in code or code.rstrip().endswith((";", "}"))):
