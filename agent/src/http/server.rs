@@ -124,7 +124,6 @@ async fn metrics(State(s): State<ServerState>, headers: axum::http::HeaderMap) -
 
 #[derive(Debug, serde::Deserialize)]
 struct StatusQuery {
-    #[serde(default)]
     format: Option<String>,
 }
 
@@ -145,7 +144,6 @@ async fn status(State(s): State<ServerState>, Query(q): Query<StatusQuery>) -> R
 
 #[derive(Debug, serde::Deserialize)]
 struct TrailQuery {
-    #[serde(default)]
     limit: Option<usize>,
 }
 

@@ -145,10 +145,8 @@ impl KubeNodeApi {
         what: &str,
         mut plan: impl FnMut(&Value) -> (T, Option<Value>),
     ) -> Result<(T, Value), NodeError> {
-        let params = PatchParams {
-            field_manager: Some(COMPONENT.into()),
-            ..PatchParams::default()
-        };
+        // NB: `PatchParams::apply` only names the field manager (not a server-side apply).
+        let params = PatchParams::apply(COMPONENT);
         let decode = |source| NodeError::Decode {
             node: node.to_string(),
             source,
@@ -210,10 +208,7 @@ impl KubeNodeApi {
         let Some(patch) = conditions_patch(current, desired, &now) else {
             return Ok(());
         };
-        let params = PatchParams {
-            field_manager: Some(COMPONENT.into()),
-            ..PatchParams::default()
-        };
+        let params = PatchParams::apply(COMPONENT);
         self.nodes
             .patch_status(node, &params, &Patch::Strategic(&patch))
             .await
@@ -250,10 +245,7 @@ impl KubeNodeApi {
                 (plan, patch)
             })
             .await?;
-        let params = PatchParams {
-            field_manager: Some(COMPONENT.into()),
-            ..PatchParams::default()
-        };
+        let params = PatchParams::apply(COMPONENT);
         if !dry_run {
             if let Some(patch) = delete_conditions_patch(&plan.conditions) {
                 self.nodes

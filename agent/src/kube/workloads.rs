@@ -31,43 +31,22 @@ const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
 /// The API server's default `backoffLimit`.
 const DEFAULT_BACKOFF_LIMIT: u32 = 6;
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
+/// What the API calls are about: group, version, kind and plural (the resource errors name).
+struct Kind(&'static str, &'static str, &'static str, &'static str);
 
-/// What the API calls are about, for the errors.
-struct Kind {
-    api: ApiResource,
-    resource: &'static str,
-}
+const PODS: Kind = Kind("", "v1", "Pod", "pods");
+const JOBS: Kind = Kind("batch", "v1", "Job", "jobs");
+const JOBSETS: Kind = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets");
+const LWS: Kind = Kind(
+    "leaderworkerset.x-k8s.io",
+    "v1",
+    "LeaderWorkerSet",
+    "leaderworkersets",
+);
 
-fn pods() -> Kind {
-    Kind {
-        api: resource("", "v1", "Pod", "pods"),
-        resource: "pods",
-    }
-}
-fn jobs() -> Kind {
-    Kind {
-        api: resource("batch", "v1", "Job", "jobs"),
-        resource: "jobs",
-    }
-}
-fn jobsets() -> Kind {
-    Kind {
-        api: resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
-        resource: "jobsets",
-    }
-}
-fn leaderworkersets() -> Kind {
-    Kind {
-        api: resource(
-            "leaderworkerset.x-k8s.io",
-            "v1",
-            "LeaderWorkerSet",
-            "leaderworkersets",
-        ),
-        resource: "leaderworkersets",
+impl Kind {
+    fn api(&self) -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(self.0, self.1, self.2), self.3)
     }
 }
 
@@ -78,20 +57,20 @@ async fn get(
     ns: &str,
     name: &str,
 ) -> Result<Option<Value>, PodError> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api());
     let got = tokio::time::timeout(CALL_TIMEOUT, api.get_opt(name))
         .await
         .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
     match got {
         Ok(o) => Ok(o.and_then(|o| serde_json::to_value(o).ok())),
-        Err(e) => Err(PodError::of(e, "get", kind.resource)),
+        Err(e) => Err(PodError::of(e, "get", kind.3)),
     }
 }
 
 /// A Job's pods, by its controller-uid label.
 async fn job_pods(client: &kube::Client, ns: &str, uid: &str) -> Result<Vec<Value>, PodError> {
-    let kind = pods();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api);
+    let kind = PODS;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api());
     let params = ListParams::default().labels(&format!("{JOB_UID}={uid}"));
     let got = tokio::time::timeout(CALL_TIMEOUT, api.list(&params))
         .await
@@ -113,12 +92,12 @@ pub(crate) async fn read(
     name: &str,
     container: &str,
 ) -> Result<Option<Workload>, PodError> {
-    let Some(pod) = get(client, &pods(), ns, name).await? else {
+    let Some(pod) = get(client, &PODS, ns, name).await? else {
         return Ok(None);
     };
     let mut w = pod_facts(&pod, container)?;
     if let Some(job_name) = controller(&pod, "Job") {
-        let Some(job) = get(client, &jobs(), ns, &job_name).await? else {
+        let Some(job) = get(client, &JOBS, ns, &job_name).await? else {
             w.missing = Some(format!("its Job {ns}/{job_name}"));
             return Ok(Some(w));
         };
@@ -134,14 +113,14 @@ pub(crate) async fn read(
         w.job = Some(job_facts(&job, w.policy, &members));
         if let Some(js_name) = controller(&job, "JobSet") {
             let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
-            match get(client, &jobsets(), ns, &js_name).await? {
+            match get(client, &JOBSETS, ns, &js_name).await? {
                 Some(js) => w.jobset = Some(jobset_facts(&js, &rj)),
                 None => w.missing = Some(format!("its Job's JobSet {ns}/{js_name}")),
             }
         }
     }
     if let Some(lws_name) = label(&pod, LWS_NAME) {
-        match get(client, &leaderworkersets(), ns, &lws_name).await? {
+        match get(client, &LWS, ns, &lws_name).await? {
             Some(lws) => {
                 let group = label(&pod, LWS_GROUP).unwrap_or_default();
                 w.lws = Some(lws_facts(&lws, &group));

@@ -14,37 +14,26 @@ use crate::hang::model::{
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct StatusBody {
-    #[serde(default)]
     pub(crate) state: Option<String>,
-    #[serde(default)]
     pub(crate) job: Option<String>,
     /// The distributed job's collective this worker is a member of, and its expected size.
-    #[serde(default)]
     pub(crate) gang: Option<String>,
-    #[serde(default)]
     pub(crate) gang_size: Option<String>,
-    #[serde(default)]
     pub(crate) progress: Option<String>,
     /// Acknowledges a checkpoint request (ideally with its id).
-    #[serde(default)]
     pub(crate) checkpoint_ack: Option<String>,
     /// The step of the worker's last durable checkpoint: a restart that brings no progress
     /// past it (nor past its progress) counts as fruitless.
-    #[serde(default)]
     pub(crate) checkpoint_step: Option<String>,
     /// How long the last step computed before its collective (whole ms): the rank that
     /// computes longest is the one a slow gang waits for.
-    #[serde(default)]
     pub(crate) compute_ms: Option<String>,
     /// Seconds the worker may stay silent after this beat (a long operation); "0" ends it.
-    #[serde(default)]
     pub(crate) grace: Option<String>,
     /// One process of a container of several (torchrun: one per GPU): its rank, 0-based. Its
     /// fields are its own (`state@3`…), and the container is as healthy as its worst rank.
-    #[serde(default)]
     pub(crate) rank: Option<String>,
     /// How many ranks the container runs (with `rank`).
-    #[serde(default)]
     pub(crate) ranks: Option<String>,
 }
 
