@@ -27,20 +27,10 @@ use crate::hang::model::{Incident, Marks};
 use crate::hang::policy::{Effect, Verdict};
 use crate::hang::policy_due::{restart_due, retry_open};
 use crate::hang::policy_pipeline::Unit;
+use strum::{IntoStaticStr, VariantArray};
 
 /// Where a worker's incident stands.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub(crate) enum Stage {
     /// Nothing open.

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use crate::accel::gpu::model::{selects, GpuMonitorState, GpuReport, GpuStatus};
 use crate::config::{GpuConfig, Switch};
+use strum::{IntoStaticStr, VariantArray};
 
 /// A GPU report older than this many sampling intervals is no answer: NVML reads have been
 /// failing (the monitor keeps the last report) and the processes may have changed.
@@ -79,18 +80,7 @@ pub(crate) struct IdleInputs {
 }
 
 /// Why a node is not idle. The names are stable: the trail, logs and metric labels use them.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub(crate) enum BusyReason {
     /// The runtime's list of workers, or a worker's record, cannot be read.

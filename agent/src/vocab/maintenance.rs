@@ -2,11 +2,12 @@
 //! maintenance state derived from them (`crate::maintenance::policy::derive`).
 
 use serde::Deserialize;
+use strum::{IntoStaticStr, VariantArray};
 
 /// The value of `instance/maintenance-event`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[derive(IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum MaintenanceEvent {
     /// No event.
@@ -48,7 +49,7 @@ pub enum UpcomingStatus {
 }
 
 /// The kind of interruption, as GKE's `interruption_count` counts them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Interruption {
     Preemption,
@@ -97,9 +98,7 @@ pub struct UpcomingMaintenance {
 }
 
 /// The node's maintenance phase, derived purely from [`RawMetadata`].
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Phase {
     /// Nothing scheduled, nothing happening.
@@ -121,18 +120,7 @@ impl Phase {
 }
 
 /// Where a maintenance signal came from.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Source {
     /// The Compute Engine metadata server (`maintenance-event`, `upcoming-maintenance`,

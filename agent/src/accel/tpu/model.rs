@@ -3,6 +3,7 @@
 //! other are in `crate::accel::tpu::policy`; docs/tpu.md says where each fact comes from.
 
 use std::collections::BTreeMap;
+use strum::{IntoStaticStr, VariantArray};
 
 /// Health of the node's TPU chips: the accelerators' one scale (degraded: a recoverable device
 /// error, more chips present than the device plugin advertises; failed: a chip is gone or
@@ -10,18 +11,7 @@ use std::collections::BTreeMap;
 pub type TpuHealth = crate::accel::model::Health;
 
 /// How bad one device error is.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub(crate) enum ErrorSeverity {
     /// An error the kernel logged about the chip (log level `err` or worse), or an uncorrectable
