@@ -1382,6 +1382,55 @@ async fn restarts_that_bring_no_progress_stop_after_two_and_page_once() {
     );
 }
 
+/// The fleet simulation's seed 171192 (this sweep): a restart that ran, but that the
+/// agent saw fail (its reply lost, the runtime then unreachable for the check), while in the
+/// slow runtime's window — past the claim's line, the lock's TTL — the old incarnation beat
+/// past where it stopped. Those beats came before the restart: no progress of it. The new incarnation hangs at once: with one fruitless
+/// restart allowed, no second restart (those beats ended the run, and it was restarted again).
+#[tokio::test]
+async fn beats_of_the_old_incarnation_during_a_restart_seen_failed_are_no_progress() {
+    let mut w = World::new(|c| c.policy.max_fruitless_restarts = 1);
+    let (store, key, clock, rt) = (
+        w.store.clone(),
+        w.keys.status("trainer-0"),
+        w.clock.clone(),
+        w.runtime.clone(),
+    );
+    let once = AtomicBool::new(true);
+    w.runtime.on_restart(move || {
+        use vigil::clock::Clock;
+        if !once.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        clock.advance(Duration::from_secs(200));
+        let fields = [
+            ("state".to_string(), "processing".to_string()),
+            ("heartbeat".to_string(), heartbeat_value(clock.now())),
+            ("progress".to_string(), "step-101".to_string()),
+        ];
+        futures_block(store.hset(&key, &fields, None)).unwrap();
+        rt.set_down(true);
+    });
+    w.runtime.lose_next_restart_replies(1);
+    w.beat("trainer-0", "processing", "step-100").await;
+    assert!(hung_until_restarts(&mut w, 1, mins(8)).await);
+    assert_eq!(w.sink.count(AlertKind::RestartFailed), 1, "seen failed");
+    w.runtime.set_down(false);
+    w.run_for(mins(60)).await;
+    assert_eq!(
+        w.runtime.restarts("c1"),
+        1,
+        "no second restart: {:?}",
+        w.decisions().await
+    );
+    assert_eq!(
+        w.sink.count(AlertKind::Fruitless),
+        1,
+        "{:?}",
+        w.sink.kinds()
+    );
+}
+
 /// A restart that helps (the worker trains past where it stopped) never counts towards the
 /// limit, however many hangs a day brings; `max_fruitless_restarts = 0` turns the limit off.
 #[tokio::test]

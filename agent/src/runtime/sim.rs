@@ -40,6 +40,7 @@ struct State {
 pub struct FakeRuntime {
     state: Arc<Mutex<State>>,
     on_logs: Arc<Mutex<Option<Hook>>>,
+    on_restart: Arc<Mutex<Option<Hook>>>,
     on_signal: Arc<Mutex<Option<SignalHook>>>,
 }
 
@@ -164,6 +165,11 @@ impl FakeRuntime {
     pub fn on_logs(&self, hook: impl Fn() + Send + Sync + 'static) {
         *self.on_logs.lock().unwrap() = Some(Box::new(hook));
     }
+    /// Run `hook` when a restart begins, before the container restarts (a slow runtime's
+    /// window: the old incarnation still runs).
+    pub fn on_restart(&self, hook: impl Fn() + Send + Sync + 'static) {
+        *self.on_restart.lock().unwrap() = Some(Box::new(hook));
+    }
     /// Signals delivered so far: (container id, signal).
     pub fn signals(&self) -> Vec<(String, String)> {
         self.state.lock().unwrap().signals.clone()
@@ -262,6 +268,9 @@ impl ContainerRuntime for FakeRuntime {
     async fn restart(&self, target: &Container, _grace: Duration) -> Result<(), RuntimeError> {
         let id = target.id.as_str();
         self.check_up()?;
+        if let Some(h) = self.on_restart.lock().unwrap().as_ref() {
+            h();
+        }
         let mut s = self.state.lock().unwrap();
         if s.fail_restarts > 0 {
             s.fail_restarts -= 1;

@@ -310,7 +310,14 @@ impl Pipeline<'_> {
             ])
             .await?;
         // NB: the fruitless run keeps this attempt: a restart verified as failed may still
-        // run later (a slow runtime), and a failed restart brought no progress either.
+        // run later (a slow runtime), and a failed restart brought no progress either. Its line
+        // is drawn here, the old incarnation's last step taken in: a restart that failed only
+        // to our eyes (its reply lost, the check refused) may have run, and the old
+        // incarnation's beats in the slow runtime's window then read as its progress (the
+        // simulation's seed 171192: the run ended, and a fruitless restart went through).
+        if act.mandate.decided_here() {
+            self.settle_fruitless(w, Some(done), true).await;
+        }
         let why = format!(
             "{why}; attempt {failures}, next not before {}",
             human(ms(wait))
