@@ -181,6 +181,11 @@ fn a_seed_replays_the_same_history() {
 ///   worker's run by the gang's rule counted its old incarnation's beat in `error` past the step
 ///   (written during a stall between the claim and the command) as progress, and ended the run:
 ///   one restart too many. A worker's error beat is no progress again.
+/// - 171192 (fruitless restarts, issue 43's sweep, a build that published the node's record in
+///   a runtime outage): a restart ran but was seen failed (reply lost, its check refused); the
+///   old incarnation had beaten past where it stopped in the slow runtime's window, and those
+///   beats ended the run. The product was wrong: a restart seen failed now settles the run too
+///   (`tests/scenarios.rs`: `beats_of_the_old_incarnation_during_a_restart_seen_failed_...`).
 #[test]
 fn the_seeds_that_once_failed_keep_every_invariant() {
     // NB: each seed's history moves with any change to the calls the agent makes, so these
@@ -188,6 +193,7 @@ fn the_seeds_that_once_failed_keep_every_invariant() {
     // paths they took (a calm begun with the budget spent, among others) are still reached.
     for seed in [
         5_013_596, 5_042_020, 9_006_434, 5_054_008, 5_068_879, 9_012_377, 89_191, 179_499, 190_200,
+        171_192,
     ] {
         if let Err(f) = run_seed(seed, &Options::default()) {
             panic!("{}", f.report(None));
