@@ -882,6 +882,19 @@ async fn the_coordinator_comes_back_during_a_runtime_outage() {
     let record = f.store.hgetall(&key).await.unwrap();
     assert_eq!(record["updated_at"], f.now().to_string());
     assert_eq!(record["workers"], r#"{"trainer-0":"healthy"}"#);
+    // An agent started in the outage writes too: its predecessor's workers, the gauge at 1.
+    f.restart_agents(0);
+    tokio::time::advance(Duration::from_secs(15)).await;
+    let report = f.tick().await.remove(0);
+    assert!(report.runtime_error.is_some() && report.coordinator_error.is_none());
+    let text = f.nodes[0].metrics.encode();
+    assert!(
+        common::has_sample(&text, "vigil_coordinator_up 1"),
+        "{text}"
+    );
+    let record = f.store.hgetall(&key).await.unwrap();
+    assert_eq!(record["updated_at"], f.now().to_string());
+    assert_eq!(record["workers"], r#"{"trainer-0":"healthy"}"#);
 }
 
 #[tokio::test]

@@ -305,26 +305,16 @@ impl Agent {
         report
     }
 
-    /// The runtime is down: the record this agent last published goes out again, stamped now,
-    /// as the heartbeat task would send it. NB: that write is what tells the coordinator is up
-    /// (without it, a blip left `vigil_coordinator_up` at 0 until the runtime returned, and
-    /// VigilCoordinatorDown fired for a healthy Redis). Not the cycle's own record: its workers,
-    /// places and gangs are what a failed cycle may have left half-built. An agent that has
-    /// published nothing yet writes nothing.
+    /// The runtime is down: the node's record goes out all the same, its node-level facts
+    /// (maintenance, GPU health, Node info) as of now, its workers, places and gangs as last
+    /// shown (this agent's last record, else its predecessor's in the coordinator). NB: that
+    /// write is what tells the coordinator is up (without it, a blip left
+    /// `vigil_coordinator_up` at 0 until the runtime returned, and VigilCoordinatorDown fired
+    /// for a healthy Redis); not the cycle's own workers: a cycle that failed at the coordinator
+    /// after listing them left them half-built.
     async fn republish(&mut self, started: tokio::time::Instant, report: &mut CycleReport) {
-        let last = self.record.lock().ok().and_then(|r| r.clone());
-        let Some((mut rec, _)) = last else {
-            return;
-        };
-        rec.updated_at = self.cycle.now;
-        let (ttl, coord) = (self.ctx.cfg.fleet.heartbeat_ttl, self.ctx.coord.as_ref());
-        match crate::fleet::view::publish(coord, &self.ctx.keys, &rec, ttl).await {
-            Ok(()) => {
-                if let Ok(mut shared) = self.record.lock() {
-                    *shared = Some((rec, tokio::time::Instant::now()));
-                }
-                self.outages.coordinator_ok(&self.ctx);
-            }
+        match self.republish_record().await {
+            Ok(()) => self.outages.coordinator_ok(&self.ctx),
             Err(e) => {
                 self.outages
                     .coordinator_failed(&self.ctx, &e, started)
@@ -332,6 +322,27 @@ impl Agent {
                 report.coordinator_error = Some(e.to_string());
             }
         }
+    }
+
+    async fn republish_record(&mut self) -> Result<(), CoordError> {
+        self.seed_lost(self.cycle.now).await?;
+        let mut rec = self.fresh_record();
+        let shown = match self.record.lock().ok().and_then(|r| r.clone()) {
+            Some((shown, _)) => Some(shown),
+            None => {
+                let kept = self.ctx.coord.hgetall(&self.ctx.keys.agent()).await?;
+                crate::fleet::view::NodeRecord::from_fields(&kept)
+            }
+        };
+        if let Some(shown) = shown {
+            (rec.workers, rec.places, rec.gangs) = (shown.workers, shown.places, shown.gangs);
+        }
+        let (ttl, coord) = (self.ctx.cfg.fleet.heartbeat_ttl, self.ctx.coord.as_ref());
+        crate::fleet::view::publish(coord, &self.ctx.keys, &rec, ttl).await?;
+        if let Ok(mut shared) = self.record.lock() {
+            *shared = Some((rec, tokio::time::Instant::now()));
+        }
+        Ok(())
     }
 
     /// The pages whose claim got no answer in an earlier cycle, sent once their claim is won
@@ -515,6 +526,12 @@ impl Agent {
     /// [`Cycle::publish`]).
     async fn publish(&mut self) -> Result<(), CoordError> {
         self.seed_lost(self.cycle.now).await?;
+        let rec = self.fresh_record();
+        self.cycle.publish(&self.ctx, rec, &self.record).await
+    }
+
+    /// This node's record as of the cycle (see [`Cycle::record`]).
+    fn fresh_record(&self) -> crate::fleet::view::NodeRecord {
         let maintenance = {
             let f = self.watch.facts.read().unwrap_or_else(|p| p.into_inner());
             f.maintenance.clone()
@@ -524,10 +541,8 @@ impl Agent {
             .node_info
             .as_ref()
             .and_then(|rx| rx.borrow().clone());
-        let rec = self
-            .cycle
-            .record(&self.ctx, &maintenance, &self.gpu, info.as_ref());
-        self.cycle.publish(&self.ctx, rec, &self.record).await
+        self.cycle
+            .record(&self.ctx, &maintenance, &self.gpu, info.as_ref())
     }
 
     /// Run until `shutdown` fires. Each cycle is paced by `poll_interval`; after a coordinator
