@@ -28,6 +28,16 @@ pub(super) struct Said {
     pub(super) killed: bool,
 }
 
+/// Where a settled fruitless run's line goes: beats newer than it may show progress.
+pub(super) enum Line {
+    /// The claim's line stands.
+    Kept,
+    /// The restart's verification: the new incarnation runs from here.
+    At(Millis),
+    /// A failure seen here: the line moves no earlier than the claim's.
+    NotBefore(Millis),
+}
+
 impl Pipeline<'_> {
     /// The restart call, bounded by `runtime.restart_timeout`: its answer, for `verify`.
     /// The way the controllers want it (`how`): a SIGKILL where a restart rule or a Job must
@@ -137,7 +147,8 @@ impl Pipeline<'_> {
         // the new incarnation's beats short of the old one's last step ended it).
         self.count_lost(act, started, verified).await?;
         if act.mandate.decided_here() {
-            self.settle_fruitless(w, verified, true).await;
+            self.settle_fruitless(w, verified.map_or(Line::Kept, Line::At), true)
+                .await;
         }
         self.ctx
             .coord
@@ -226,17 +237,12 @@ impl Pipeline<'_> {
         self.ctx.coord.set(&key, &times.encode(), ttl).await
     }
 
-    /// The fruitless run's restart, seen done at `verified` (when the clock said): progress past
-    /// where the worker stopped must come in a beat newer than that (the old incarnation may
-    /// have beaten between the claim and the command), and with `take_past`, where it stopped
-    /// is its record's last position before then. Best-effort: without it the claim's mark
-    /// stands (only beats after the lock's end count).
-    pub(super) async fn settle_fruitless(
-        &self,
-        worker: &str,
-        verified: Option<Millis>,
-        take_past: bool,
-    ) {
+    /// The fruitless run's restart, seen done or failed: progress past where the worker stopped
+    /// must come in a beat newer than the run's `line` (the old incarnation may have beaten
+    /// between the claim and the command), and with `take_past`, where it stopped is its
+    /// record's last position before then. Best-effort: without it the claim's mark stands
+    /// (only beats after the lock's end count).
+    pub(super) async fn settle_fruitless(&self, worker: &str, line: Line, take_past: bool) {
         let k = &self.ctx.keys;
         let Ok(Some(mut run)) = self
             .ctx
@@ -247,18 +253,24 @@ impl Pipeline<'_> {
         else {
             return;
         };
-        // NB: without the record, the verification's time alone still puts the old
-        // incarnation's beats (all before the command) behind the line.
+        let upto = match line {
+            Line::Kept => None,
+            Line::At(t) | Line::NotBefore(t) => Some(t),
+        };
+        // NB: without the record, the line's time alone still puts the old incarnation's
+        // beats (all before the command) behind it.
         if take_past {
             if let Ok(fields) = self.ctx.coord.hgetall(&k.status(worker)).await {
                 let old = WorkerStatus::from_fields(&fields)
-                    .filter(|s| verified.is_none_or(|t| s.heartbeat.is_some_and(|hb| hb <= t)));
+                    .filter(|s| upto.is_none_or(|t| s.heartbeat.is_some_and(|hb| hb <= t)));
                 run.past = run.past.max(policy_fruitless::position(old.as_ref()));
             }
         }
-        if let Some(t) = verified {
-            run.last = t;
-        }
+        run.last = match line {
+            Line::Kept => run.last,
+            Line::At(t) => t,
+            Line::NotBefore(t) => run.last.max(t),
+        };
         let _ = self
             .ctx
             .coord
@@ -310,13 +322,14 @@ impl Pipeline<'_> {
             ])
             .await?;
         // NB: the fruitless run keeps this attempt: a restart verified as failed may still
-        // run later (a slow runtime), and a failed restart brought no progress either. Its line
-        // is drawn here, the old incarnation's last step taken in: a restart that failed only
-        // to our eyes (its reply lost, the check refused) may have run, and the old
-        // incarnation's beats in the slow runtime's window then read as its progress (the
+        // run later (a slow runtime), and a failed restart brought no progress either. The old
+        // incarnation's last step is taken in, and the line moves to the failure if that is
+        // later than the claim's, never earlier: a restart that failed only to our eyes (its
+        // reply lost, the check refused) may have run, or may run yet, and the old
+        // incarnation's beats in the slow runtime's window would read as its progress (the
         // simulation's seed 171192: the run ended, and a fruitless restart went through).
         if act.mandate.decided_here() {
-            self.settle_fruitless(w, Some(done), true).await;
+            self.settle_fruitless(w, Line::NotBefore(done), true).await;
         }
         let why = format!(
             "{why}; attempt {failures}, next not before {}",

@@ -193,7 +193,8 @@ impl RestartPath<'_> {
         let claim = cooling.as_deref().filter(|_| unfinished);
         if claim.is_some() {
             // Our restart, finished by whoever sees it: its fruitless run counts from here.
-            self.pipeline().settle_fruitless(w, Some(now), false).await;
+            let line = super::command::Line::At(now);
+            self.pipeline().settle_fruitless(w, line, false).await;
         }
         self.note_new_incarnation(c, now, claim).await?;
         Ok(true)
