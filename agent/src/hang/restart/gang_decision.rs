@@ -359,11 +359,7 @@ impl GangDecider<'_> {
         if self.ctx.cfg.dry_run {
             return Ok(());
         }
-        let mut run = policy_fruitless::after_restart(run, &Beat::of_members(members), now);
-        // NB: a beat that counts as progress must be a new incarnation's: a member's old one
-        // may beat until its own restart, which runs while the decision holds (its lease, the
-        // lock's TTL) — a slow runtime, a reply lost — as a worker's claim draws its line.
-        run.last = now + crate::clock::ms(self.ctx.cfg.safety.lock_ttl);
+        let run = policy_fruitless::after_restart(run, &Beat::of_members(members), now);
         let key = self.ctx.keys.gang_fruitless(&g.id);
         self.ctx
             .coord
