@@ -271,7 +271,8 @@ impl Agent {
                 self.alerts.settle(self.ctx.coord.as_ref()).await
             }
             Ok(false) => {
-                self.republish(started, &mut report).await;
+                let wrote = self.republish().await;
+                self.outage_or_not(wrote, started, &mut report).await;
                 return report;
             }
             Err(e) => {
@@ -293,7 +294,19 @@ impl Agent {
             .collect();
         // NB: the coordinator counts as back only after a whole cycle, writes included: a
         // read-only replica answers reads, and must not look healthy.
-        match self.publish().await {
+        let wrote = self.publish().await;
+        self.outage_or_not(wrote, started, &mut report).await;
+        report
+    }
+
+    /// The cycle's writes went through (the coordinator is up), or failed (a failed cycle).
+    async fn outage_or_not(
+        &mut self,
+        wrote: Result<(), CoordError>,
+        started: tokio::time::Instant,
+        report: &mut CycleReport,
+    ) {
+        match wrote {
             Ok(()) => self.outages.coordinator_ok(&self.ctx),
             Err(e) => {
                 self.outages
@@ -302,7 +315,6 @@ impl Agent {
                 report.coordinator_error = Some(e.to_string());
             }
         }
-        report
     }
 
     /// The runtime is down: the node's record goes out all the same, its node-level facts
@@ -312,19 +324,7 @@ impl Agent {
     /// `vigil_coordinator_up` at 0 until the runtime returned, and VigilCoordinatorDown fired
     /// for a healthy Redis); not the cycle's own workers: a cycle that failed at the coordinator
     /// after listing them left them half-built.
-    async fn republish(&mut self, started: tokio::time::Instant, report: &mut CycleReport) {
-        match self.republish_record().await {
-            Ok(()) => self.outages.coordinator_ok(&self.ctx),
-            Err(e) => {
-                self.outages
-                    .coordinator_failed(&self.ctx, &e, started)
-                    .await;
-                report.coordinator_error = Some(e.to_string());
-            }
-        }
-    }
-
-    async fn republish_record(&mut self) -> Result<(), CoordError> {
+    async fn republish(&mut self) -> Result<(), CoordError> {
         self.seed_lost(self.cycle.now).await?;
         let mut rec = self.fresh_record();
         let shown = match self.record.lock().ok().and_then(|r| r.clone()) {
