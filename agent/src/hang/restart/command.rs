@@ -253,9 +253,12 @@ impl Pipeline<'_> {
         else {
             return;
         };
-        let upto = match line {
-            Line::Kept => None,
-            Line::At(t) | Line::NotBefore(t) => Some(t),
+        // The old incarnation's beats up to `upto` are where it stopped; newer ones than `last`
+        // may show progress.
+        let (upto, last) = match line {
+            Line::Kept => (None, run.last),
+            Line::At(t) => (Some(t), t),
+            Line::NotBefore(t) => (Some(t), run.last.max(t)),
         };
         // NB: without the record, the line's time alone still puts the old incarnation's
         // beats (all before the command) behind it.
@@ -266,11 +269,7 @@ impl Pipeline<'_> {
                 run.past = run.past.max(policy_fruitless::position(old.as_ref()));
             }
         }
-        run.last = match line {
-            Line::Kept => run.last,
-            Line::At(t) => t,
-            Line::NotBefore(t) => run.last.max(t),
-        };
+        run.last = last;
         let _ = self
             .ctx
             .coord
