@@ -228,6 +228,7 @@ fn every_redis_key_is_documented() {
         k.restarted("W"),
         k.escalated("W"),
         k.fruitless("W"),
+        k.gang_line("W"),
         k.lost("W"),
         k.rhythm("W"),
         k.incarnation("W"),

@@ -364,6 +364,59 @@ async fn a_gang_whose_restarts_bring_no_rank_past_its_step_is_not_restarted_a_th
     assert!(run.starts_with("1:") && run.ends_with(":41230"), "{run}");
 }
 
+/// A member's old incarnation may still beat while its own restart runs (a slow runtime): a beat
+/// past the step then is the old incarnation's, not progress its restart brought, and it must not
+/// end the gang's run of fruitless restarts (a worker's run draws that line at its restart's
+/// verification; the gang's is drawn per member, the same way).
+#[tokio::test]
+async fn beats_of_a_members_old_incarnation_during_its_slow_restart_are_no_progress() {
+    use futures_util::FutureExt;
+    use vigil::clock::Clock;
+    let mut job = Job::new(2, 2, |c| c.policy.max_fruitless_restarts = 1);
+    let (store, key, clock) = (
+        job.store.clone(),
+        job.fleet.nodes[1].keys.status("rank-1"),
+        job.fleet.clock.clone(),
+    );
+    let once = std::sync::atomic::AtomicBool::new(true);
+    job.fleet.nodes[1].runtime.on_restart(move |_| {
+        if !once.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        // 30 s into rank 1's restart, its old incarnation beats one step past the stop.
+        clock.advance(Duration::from_secs(30));
+        let fields = [
+            ("gang", GANG),
+            ("gang_size", "2"),
+            ("job", "llama"),
+            ("progress", "step-41201"),
+        ];
+        let beat = write_record(store.as_ref(), &key, "processing", clock.now(), &fields);
+        assert!(
+            beat.now_or_never().is_some(),
+            "the in-process store answers at once"
+        );
+    });
+    train_and_stop(&mut job, 41_195, 41_200).await;
+    job.run_for(Duration::from_secs(420)).await;
+    assert_eq!(job.restarts(), vec![1, 1]);
+    // The new incarnations resume from the checkpoint at 41150 and stop at 41200 again.
+    train_and_stop(&mut job, 41_150, 41_200).await;
+    job.run_for(Duration::from_secs(900)).await;
+    assert_eq!(
+        job.restarts(),
+        vec![1, 1],
+        "no second restart: {:?}",
+        job.sink.kinds()
+    );
+    assert_eq!(
+        job.sink.count(AlertKind::Fruitless),
+        1,
+        "{:?}",
+        job.sink.kinds()
+    );
+}
+
 #[tokio::test]
 async fn a_gang_that_hangs_again_right_after_its_restart_escalates_once_and_is_not_restarted_twice()
 {

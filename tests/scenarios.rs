@@ -1408,7 +1408,7 @@ async fn beats_of_the_old_incarnation_during_a_restart_seen_failed_are_no_progre
         w.runtime.clone(),
     );
     let once = AtomicBool::new(true);
-    w.runtime.on_restart(move || {
+    w.runtime.on_restart(move |_| {
         use vigil::clock::Clock;
         if !once.swap(false, Ordering::SeqCst) {
             return;

@@ -268,6 +268,7 @@ const CATCHES: &[(&str, u64)] = &[
     ("gang:ComputeHidden", 6),
     ("gang:ProgressHidden", 15),
     ("gang:AgreementForged", 1),
+    ("gang:LineUnseen", 2),
 ];
 
 fn catches(mutant: &str) -> Option<u64> {
@@ -378,6 +379,7 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         ("slowdowns", stats.slowdowns),
         ("slow pages", stats.slow_pages),
         ("slow pages naming the member", stats.slow_named),
+        ("late beats in slow restarts", stats.late_beats),
     ] {
         assert!(
             n > 0 || count < 50,
@@ -518,6 +520,16 @@ fn the_gang_harness_catches_a_slowdown_paged_twice() {
     gang_caught(
         sim::gang_mutant::GangMutant::EpisodeNotFound,
         &["one page per slowdown"],
+    );
+}
+
+/// A member's old incarnation beats past the step during its own slow restart: with the member's
+/// line unseen, that beat ends the gang's run and a restart that does not help goes through.
+#[test]
+fn the_gang_harness_catches_a_late_beat_taken_for_progress() {
+    gang_caught(
+        sim::gang_mutant::GangMutant::LineUnseen,
+        &["restarts that do not help stop"],
     );
 }
 

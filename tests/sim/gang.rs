@@ -107,6 +107,8 @@ pub struct GangStats {
     pub fixed_by_people: u64,
     /// Restarts of the one-for-all gang: one member failed, its controller restarting all.
     pub one_for_all: u64,
+    /// Old incarnations' beats past the step during their members' slow restarts.
+    pub late_beats: u64,
     /// The slow gang's slowdowns, its `slow` pages, and those that named the slow member.
     pub slowdowns: u64,
     pub slow_pages: u64,
@@ -130,6 +132,7 @@ impl GangStats {
         self.fruitless_pages += o.fruitless_pages;
         self.fixed_by_people += o.fixed_by_people;
         self.one_for_all += o.one_for_all;
+        self.late_beats += o.late_beats;
         self.slowdowns += o.slowdowns;
         self.slow_pages += o.slow_pages;
         self.slow_named += o.slow_named;
@@ -165,6 +168,8 @@ struct Sim {
     /// Every node's agent restarts on learned rhythms (`learns`): a restart may come within
     /// seconds of a stop. Else the fixed rule's persistence holds ("a gang's restart persists").
     learned_all: bool,
+    /// Beats of old incarnations in slow restarts (`super::gang_restart`), counted by the hooks.
+    late_beats: Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn container(node: usize, gang: usize) -> String {
@@ -202,6 +207,7 @@ impl Sim {
             slow,
             slow_seen: SlowSeen::default(),
             learned_all: (0..NODES).all(|n| learns(seed, n)),
+            late_beats: Arc::default(),
         };
         for n in 0..NODES {
             let mut cfg = Config {
@@ -228,6 +234,15 @@ impl Sim {
             let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
             let runtime = FakeRuntime::default();
             runtime.add(&container(n, 0), &worker(0));
+            super::gang_restart::slow_now_and_then(
+                seed ^ ((n as u64) << 40),
+                &runtime,
+                container(n, 0),
+                keys.status(&worker(0)),
+                sim.store.clone(),
+                sim.clock.clone(),
+                sim.late_beats.clone(),
+            );
             if sim.slow.on {
                 runtime.add(&container(n, SLOW_INDEX), &worker(SLOW_INDEX));
             }
@@ -862,6 +877,7 @@ pub fn run_gang_seed(seed: u64, mutant: Option<GangMutant>) -> Result<GangStats,
         sim.run().await?;
         sim.stats.slow_pages = sim.slow_seen.pages;
         sim.stats.slow_named = sim.slow_seen.named;
+        sim.stats.late_beats = sim.late_beats.load(std::sync::atomic::Ordering::Relaxed);
         Ok(sim.stats)
     })
 }

@@ -48,11 +48,15 @@ pub enum GangMutant {
     /// takes the episode back, and the episode lapses and is paged again. (Each gang's key's
     /// first read: an agent resumes each of its members.)
     EpisodeNotFound,
+    /// A member's own restart's line (`gang-line`) reads as absent: its old incarnation's beat
+    /// in a slow restart (`super::gang_restart`) reads as the gang's progress, ends its run of
+    /// fruitless restarts, and one restart too many goes through.
+    LineUnseen,
 }
 
 impl GangMutant {
     #[allow(dead_code)]
-    pub const ALL: [GangMutant; 12] = [
+    pub const ALL: [GangMutant; 13] = [
         GangMutant::ProgressHidden,
         GangMutant::BlockersHidden,
         GangMutant::AlertsNotDeduplicated,
@@ -65,6 +69,7 @@ impl GangMutant {
         GangMutant::SlowTakenForHung,
         GangMutant::AgreementForged,
         GangMutant::EpisodeNotFound,
+        GangMutant::LineUnseen,
     ];
 }
 
@@ -93,6 +98,7 @@ fn hides(mutant: Option<GangMutant>, key: &str) -> bool {
     match mutant {
         Some(GangMutant::CooldownUnseen) => key.ends_with(":cooldown"),
         Some(GangMutant::FruitlessForgotten) => is_gang_run(key),
+        Some(GangMutant::LineUnseen) => key.ends_with(":gang-line"),
         _ => false,
     }
 }

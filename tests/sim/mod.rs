@@ -6,6 +6,7 @@
 
 pub mod gang;
 pub mod gang_mutant;
+pub mod gang_restart;
 pub mod gang_slow;
 pub mod gang_truth;
 pub mod gate;

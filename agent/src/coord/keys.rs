@@ -50,6 +50,12 @@ impl Keys {
     pub fn fruitless(&self, worker: &str) -> String {
         self.n(&format!("worker:{worker}:fruitless"))
     }
+    /// Its last gang restart's line (ms): its beats up to then may be its old incarnation's, so
+    /// they never end its gang's run of fruitless restarts (`crate::hang::policy_fruitless`).
+    /// The claim plus the lock's TTL, lowered to the restart's verification, raised to a failure.
+    pub fn gang_line(&self, worker: &str) -> String {
+        self.n(&format!("worker:{worker}:gang-line"))
+    }
     /// The silences the worker came back from, over its incarnations and agents,
     /// `"<since_ms>|<bucket>:<count>,…"` (`crate::hang::model_rhythm::History`).
     pub fn rhythm(&self, worker: &str) -> String {

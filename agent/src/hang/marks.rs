@@ -24,7 +24,7 @@ pub(crate) const DONE: &str = ":done";
 
 /// The marks that one read of a worker returns, in order. NB: the order is the codec's alone:
 /// [`worker_keys`] and [`decode`] are built from this one list.
-const SLOTS: [Slot; 11] = [
+const SLOTS: [Slot; 12] = [
     Slot::Suspect,
     Slot::Incident,
     Slot::ErrorSince,
@@ -36,6 +36,7 @@ const SLOTS: [Slot; 11] = [
     Slot::Lock,
     Slot::Fruitless,
     Slot::Rhythm,
+    Slot::GangLine,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,7 @@ enum Slot {
     Lock,
     Fruitless,
     Rhythm,
+    GangLine,
 }
 
 impl Slot {
@@ -67,6 +69,7 @@ impl Slot {
             Slot::Lock => k.lock(),
             Slot::Fruitless => k.fruitless(worker),
             Slot::Rhythm => k.rhythm(worker),
+            Slot::GangLine => k.gang_line(worker),
         }
     }
 }
@@ -174,6 +177,7 @@ pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
             .and_then(|s| parse_retry(&s)),
         fruitless: get(Slot::Fruitless).and_then(|s| Fruitless::decode(&s)),
         rhythm: get(Slot::Rhythm).and_then(|s| History::decode(&s)),
+        gang_line: get(Slot::GangLine).and_then(|s| s.parse().ok()),
     };
     Decoded {
         marks,
@@ -268,6 +272,7 @@ mod tests {
                 _ if key == k.lock() => "token".into(),
                 _ if key == k.retry("w") => "inc-1:2:800".into(),
                 _ if key == k.rhythm("w") => "900|1000|8:3".into(),
+                _ if key == k.gang_line("w") => "950".into(),
                 _ if key == k.episode("w", Episode::ALL[0].as_str()) => "1".into(),
                 _ => return None,
             })
@@ -281,6 +286,7 @@ mod tests {
         assert_eq!(m.progress, Some(("step-9".into(), 500)));
         assert!(m.cooldown && m.escalated);
         assert_eq!(m.restarted_at, Some(700));
+        assert_eq!(m.gang_line, Some(950));
         assert_eq!(m.episodes, vec![Episode::ALL[0]]);
         let r = m.retry.as_ref().unwrap();
         assert_eq!(

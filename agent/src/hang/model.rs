@@ -287,6 +287,9 @@ pub(crate) struct Marks {
     pub(crate) fruitless: Option<Fruitless>,
     /// The silences it came back from, as the coordinator keeps them (`policy.learned`).
     pub(crate) rhythm: Option<crate::hang::model_rhythm::History>,
+    /// Its last gang restart's line: its beats up to then never end the gang's run of
+    /// fruitless restarts (`crate::coord::Keys::gang_line`).
+    pub(crate) gang_line: Option<Millis>,
 }
 
 /// Restarts in a row that did not help (`crate::hang::policy_fruitless`), stored as

@@ -44,6 +44,11 @@ pub(crate) struct Member {
     /// whether the gang's restarts help.
     #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
     pub(crate) step: Option<u64>,
+    /// Its last restart's line (the coordinator's clock): a beat up to then may be its old
+    /// incarnation's (its restart was slow, or seen failed), and never shows that the gang's
+    /// restarts help (`crate::hang::policy_fruitless`). An older agent's entry has none.
+    #[serde(rename = "ln", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) line: Option<Millis>,
     /// How long it may stay silent after that heartbeat (ms): the fixed rule's silence, or the
     /// grace it announced.
     #[serde(rename = "ok")]
@@ -141,6 +146,7 @@ impl Member {
             activity: Activity::Working,
             heartbeat: Some(at),
             step: None,
+            line: None,
             silence: 120_000,
             learned: None,
             started: None,

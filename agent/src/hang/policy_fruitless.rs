@@ -40,6 +40,9 @@ fn step_of(marker: &str) -> Option<u64> {
 pub(crate) struct Beat {
     /// When it beat (the coordinator's clock).
     pub(crate) at: Option<Millis>,
+    /// Its own line, past the run's: a gang member's beats up to its own restart's line may be
+    /// its old incarnation's (`Member::line`). A worker's run holds its line itself.
+    pub(crate) after: Option<Millis>,
     /// How far it had got then ([`position`]).
     pub(crate) step: Option<u64>,
     /// It reported `error`.
@@ -57,6 +60,7 @@ impl Beat {
     pub(crate) fn of_worker(status: Option<&WorkerStatus>) -> Option<Beat> {
         status.map(|s| Beat {
             at: s.heartbeat,
+            after: None,
             step: position(Some(s)),
             in_error: s.state == WorkerState::Error,
             error_counts: false,
@@ -67,6 +71,7 @@ impl Beat {
     pub(crate) fn of_member(m: &Member) -> Beat {
         Beat {
             at: m.heartbeat,
+            after: m.line,
             step: m.step,
             in_error: m.activity == Activity::Error,
             error_counts: true,
@@ -79,12 +84,13 @@ impl Beat {
     }
 
     /// Whether this beat shows the unit got past where it stopped: newer than the run's last
-    /// restart, not in error (but see [`Beat::error_counts`]), and further than `past` — or,
+    /// restart (and than the member's own line), not in error (but see [`Beat::error_counts`]), and further than `past` — or,
     /// without a step to compare (`past` unknown), any such beat: a restart that brought it
     /// back helped, and only restarts after which it never beat again count. Without a step, a
     /// beat in error is never a sign that it helped.
     fn gets_past(&self, f: &Fruitless) -> bool {
-        let fresh = self.at.is_some_and(|hb| hb > f.last);
+        let line = self.after.map_or(f.last, |a| a.max(f.last));
+        let fresh = self.at.is_some_and(|hb| hb > line);
         match f.past {
             Some(past) => {
                 fresh
@@ -398,6 +404,40 @@ mod tests {
         assert_eq!(
             gang_after_restart(None, &[member("a", 1, None)], 5).past,
             None
+        );
+    }
+
+    /// A member's beats up to its own restart's line (`Member::line`: its claim plus the lock's
+    /// TTL, its verification, its failure) may be its old incarnation's, beating on while its
+    /// restart was slow: they never end the gang's run, whatever their step; its later beats
+    /// do, and other members' beats are judged by the run's line alone.
+    #[test]
+    fn a_members_beats_up_to_its_own_line_are_no_progress() {
+        let run = Fruitless {
+            count: 1,
+            since: 1_000,
+            last: 1_000,
+            past: Some(41_200),
+        };
+        let mut slow = member("a", 1_030, Some(41_201));
+        slow.line = Some(1_090);
+        assert!(
+            !gang_progressed(&run, &[slow.clone()]),
+            "the old incarnation's"
+        );
+        assert!(gang_refusal(Some(&run), &[slow.clone()], 1).is_some());
+        slow.heartbeat = Some(1_090);
+        assert!(!gang_progressed(&run, &[slow.clone()]), "at the line");
+        slow.heartbeat = Some(1_091);
+        assert!(gang_progressed(&run, &[slow.clone()]), "after it");
+        // A line older than the run's (an earlier restart's) changes nothing.
+        let mut other = member("b", 1_030, Some(41_201));
+        other.line = Some(500);
+        assert!(gang_progressed(&run, &[other]));
+        let stale = Fruitless { last: 2_000, ..run };
+        assert!(
+            !gang_progressed(&stale, &[slow]),
+            "the run's line still holds"
         );
     }
 

@@ -13,7 +13,8 @@ use crate::runtime::{Container, ContainerRuntime, RuntimeError};
 use crate::vocab::workload::{Remediation, Stops};
 
 type Hook = Box<dyn Fn() + Send + Sync>;
-type SignalHook = Box<dyn Fn(&str) + Send + Sync>;
+/// A hook told which container.
+type ContainerHook = Box<dyn Fn(&str) + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -40,8 +41,8 @@ struct State {
 pub struct FakeRuntime {
     state: Arc<Mutex<State>>,
     on_logs: Arc<Mutex<Option<Hook>>>,
-    on_restart: Arc<Mutex<Option<Hook>>>,
-    on_signal: Arc<Mutex<Option<SignalHook>>>,
+    on_restart: Arc<Mutex<Option<ContainerHook>>>,
+    on_signal: Arc<Mutex<Option<ContainerHook>>>,
 }
 
 impl FakeRuntime {
@@ -165,9 +166,9 @@ impl FakeRuntime {
     pub fn on_logs(&self, hook: impl Fn() + Send + Sync + 'static) {
         *self.on_logs.lock().unwrap() = Some(Box::new(hook));
     }
-    /// Run `hook` when a restart begins, before the container restarts (a slow runtime's
-    /// window: the old incarnation still runs).
-    pub fn on_restart(&self, hook: impl Fn() + Send + Sync + 'static) {
+    /// Run `hook(container_id)` when a restart begins, before the container restarts (a slow
+    /// runtime's window: the old incarnation still runs).
+    pub fn on_restart(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
         *self.on_restart.lock().unwrap() = Some(Box::new(hook));
     }
     /// Signals delivered so far: (container id, signal).
@@ -269,7 +270,7 @@ impl ContainerRuntime for FakeRuntime {
         let id = target.id.as_str();
         self.check_up()?;
         if let Some(h) = self.on_restart.lock().unwrap().as_ref() {
-            h();
+            h(id);
         }
         let mut s = self.state.lock().unwrap();
         if s.fail_restarts > 0 {

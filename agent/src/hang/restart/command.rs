@@ -15,7 +15,7 @@ use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
 use super::pipeline::Pipeline;
-use super::{restart_failure, short, Act};
+use super::{restart_failure, short, Act, Mandate};
 use crate::vocab::workload::Remediation;
 
 /// What the trail says of a restart besides its times: the call's error, the controllers'
@@ -29,6 +29,7 @@ pub(super) struct Said {
 }
 
 /// Where a settled fruitless run's line goes: beats newer than it may show progress.
+#[derive(Clone, Copy)]
 pub(super) enum Line {
     /// The claim's line stands.
     Kept,
@@ -146,10 +147,8 @@ impl Pipeline<'_> {
         // (the simulation's seed 89191: a run settled after the marker was never settled, and
         // the new incarnation's beats short of the old one's last step ended it).
         self.count_lost(act, started, verified).await?;
-        if act.mandate.decided_here() {
-            self.settle_fruitless(w, verified.map_or(Line::Kept, Line::At), true)
-                .await;
-        }
+        self.settle_run(act, verified.map_or(Line::Kept, Line::At))
+            .await;
         self.ctx
             .coord
             .set(&k.cooldown(w), &marker, cooldown)
@@ -235,6 +234,39 @@ impl Pipeline<'_> {
         lost.add("restart", p.restart, incarnation);
         let ttl = self.ctx.cfg.policy.cooldown * 2;
         self.ctx.coord.set(&key, &times.encode(), ttl).await
+    }
+
+    /// The restart seen done or failed, for the run of fruitless restarts it belongs to: the
+    /// worker's own, or — a gang member's — the member's line in its gang's run.
+    async fn settle_run(&self, act: &Act<'_>, line: Line) {
+        let w = act.case.worker();
+        match act.mandate {
+            Mandate::Own => self.settle_fruitless(w, line, true).await,
+            Mandate::Gang(_) => self.settle_gang_line(w, line).await,
+        }
+    }
+
+    /// A gang member's line, where its restart was seen done or failed (`Keys::gang_line`): its
+    /// old incarnation may beat until the command runs, and a beat of it past the gang's step
+    /// ended the gang's run. Only a line its claim drew is moved. Best-effort: without it the
+    /// claim's line stands (only beats after the lock's end count).
+    pub(super) async fn settle_gang_line(&self, worker: &str, line: Line) {
+        let (Line::At(t) | Line::NotBefore(t)) = line else {
+            return;
+        };
+        let key = self.ctx.keys.gang_line(worker);
+        let Ok(Some(held)) = self.ctx.coord.get(&key).await else {
+            return;
+        };
+        let to = match (line, held.parse::<Millis>()) {
+            (Line::NotBefore(_), Ok(held)) => held.max(t),
+            _ => t,
+        };
+        let _ = self
+            .ctx
+            .coord
+            .set(&key, &to.to_string(), marks::FRUITLESS_TTL)
+            .await;
     }
 
     /// The fruitless run's restart, seen done or failed: progress past where the worker stopped
@@ -327,9 +359,7 @@ impl Pipeline<'_> {
         // reply lost, the check refused) may have run, or may run yet, and the old
         // incarnation's beats in the slow runtime's window would read as its progress (the
         // simulation's seed 171192: the run ended, and a fruitless restart went through).
-        if act.mandate.decided_here() {
-            self.settle_fruitless(w, Line::NotBefore(done), true).await;
-        }
+        self.settle_run(act, Line::NotBefore(done)).await;
         let why = format!(
             "{why}; attempt {failures}, next not before {}",
             human(ms(wait))
@@ -355,20 +385,47 @@ impl Pipeline<'_> {
     /// A restart that did not run (or failed) gives its count of the fruitless run back: the
     /// run as it was before the claim. Best-effort: a count left too high stops restarts one
     /// early, never one late.
+    /// A gang member's line goes back the same way: its old incarnation runs on.
     pub(super) async fn restore_fruitless(&self, act: &Act<'_>) {
-        if !act.mandate.decided_here() {
-            return;
-        }
-        let key = self.ctx.keys.fruitless(act.case.worker());
-        let _ = match &act.case.marks.fruitless {
-            Some(f) => {
-                self.ctx
-                    .coord
-                    .set(&key, &f.encode(), marks::FRUITLESS_TTL)
-                    .await
-            }
+        let (k, w, m) = (&self.ctx.keys, act.case.worker(), act.case.marks);
+        let (key, before) = match act.mandate {
+            Mandate::Own => (k.fruitless(w), m.fruitless.as_ref().map(Fruitless::encode)),
+            Mandate::Gang(_) => (k.gang_line(w), m.gang_line.map(|t| t.to_string())),
+        };
+        let _ = match before {
+            Some(v) => self.ctx.coord.set(&key, &v, marks::FRUITLESS_TTL).await,
             None => self.ctx.coord.del(&[key]).await,
         };
+    }
+
+    /// The run of fruitless restarts as the claim at `now` leaves it. NB: counted at the claim,
+    /// like the restart record: a restart whose verification never comes (we die mid-command)
+    /// still counts, and one that does not run is given back.
+    fn claimed_run(&self, act: &Act<'_>, now: Millis) -> Op {
+        let (k, w) = (&self.ctx.keys, act.case.worker());
+        // NB: a beat that counts as progress must be the new incarnation's; the old one may
+        // beat until the command, which runs while the lock holds (the claim checked its TTL):
+        // until its verification says better (`settle_run`), only later beats count — the
+        // worker's own run's, or this member's in its gang's run (a gang's run is counted at its
+        // decision, before any member's restart runs).
+        let line = now + ms(self.ctx.cfg.safety.lock_ttl);
+        let (key, value) = match act.mandate {
+            Mandate::Own => {
+                let mut run = policy_fruitless::after_restart(
+                    act.case.marks.fruitless.as_ref(),
+                    Beat::of_worker(act.case.status).as_slice(),
+                    now,
+                );
+                run.last = line;
+                (k.fruitless(w), run.encode())
+            }
+            Mandate::Gang(_) => (k.gang_line(w), line.to_string()),
+        };
+        Op::Set {
+            key,
+            value,
+            ttl: marks::FRUITLESS_TTL,
+        }
     }
 
     /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
@@ -401,25 +458,7 @@ impl Pipeline<'_> {
             value: now.to_string(),
             ttl: MARK_TTL,
         }];
-        // NB: counted at the claim, like the restart record: a restart whose verification never
-        // comes (we die mid-command) still counts, and one that does not run is given back.
-        if act.mandate.decided_here() {
-            let mut run = policy_fruitless::after_restart(
-                act.case.marks.fruitless.as_ref(),
-                Beat::of_worker(act.case.status).as_slice(),
-                now,
-            );
-            // NB: a beat that counts as progress must be the new incarnation's; the old one may
-            // beat until the command, which runs while the lock holds (the claim checked its
-            // TTL): until its verification says better (`settle_fruitless`), only later beats
-            // count.
-            run.last = now + ms(self.ctx.cfg.safety.lock_ttl);
-            records.push(Op::Set {
-                key: k.fruitless(w),
-                value: run.encode(),
-                ttl: marks::FRUITLESS_TTL,
-            });
-        }
+        records.push(self.claimed_run(act, now));
         // NB: one round trip for both: the claim is followed by the command as closely as
         // before the fruitless run was counted.
         self.ctx.coord.batch(&records).await?;

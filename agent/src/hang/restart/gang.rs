@@ -69,6 +69,7 @@ impl RestartPath<'_> {
             activity,
             heartbeat: s.heartbeat,
             step: policy_fruitless::position(Some(s)),
+            line: case.marks.gang_line,
             silence: policy_record::allowed_silence(s, policy),
             learned: rule,
             started: case.c.started_ms(),
