@@ -118,9 +118,15 @@ pub(crate) fn refusal<'a>(
 }
 
 /// The run after one more restart at `now` (a run that progressed starts over); where the unit
-/// stopped is its furthest beat's step.
+/// stopped is its furthest beat's step — a member's beats up to its own line left out: its old
+/// incarnation's, in its last restart's window, say nothing of where the collective stopped.
 pub(crate) fn after_restart(run: Option<&Fruitless>, beats: &[Beat], now: Millis) -> Fruitless {
-    let here = beats.iter().filter_map(|b| b.step).max();
+    let old = |b: &&Beat| b.after.is_some_and(|a| b.at.is_none_or(|hb| hb <= a));
+    let here = beats
+        .iter()
+        .filter(|b| !old(b))
+        .filter_map(|b| b.step)
+        .max();
     match run.filter(|f| !progressed(f, beats)) {
         Some(f) => Fruitless {
             count: f.count + 1,
@@ -436,9 +442,14 @@ mod tests {
         assert!(gang_progressed(&run, &[other]));
         let stale = Fruitless { last: 2_000, ..run };
         assert!(
-            !gang_progressed(&stale, &[slow]),
+            !gang_progressed(&stale, &[slow.clone()]),
             "the run's line still holds"
         );
+        // Nor is its step where the gang stopped, at the next decision.
+        slow.heartbeat = Some(1_030);
+        let b = member("b", 1_500, Some(41_190));
+        let next = gang_after_restart(Some(&run), &[slow, b], 3_000);
+        assert_eq!((next.count, next.past), (2, Some(41_200)));
     }
 
     /// One rule set, one difference: past its step, a gang member's beat in error is progress

@@ -242,15 +242,16 @@ impl Pipeline<'_> {
         let w = act.case.worker();
         match act.mandate {
             Mandate::Own => self.settle_fruitless(w, line, true).await,
-            Mandate::Gang(_) => self.settle_gang_line(w, line).await,
+            Mandate::Gang(_) => self.settle_gang_line(w, line, Millis::MIN).await,
         }
     }
 
     /// A gang member's line, where its restart was seen done or failed (`Keys::gang_line`): its
     /// old incarnation may beat until the command runs, and a beat of it past the gang's step
-    /// ended the gang's run. Only a line its claim drew is moved. Best-effort: without it the
-    /// claim's line stands (only beats after the lock's end count).
-    pub(super) async fn settle_gang_line(&self, worker: &str, line: Line) {
+    /// ended the gang's run. Only a line drawn by the claim (at `claimed` or later: an older
+    /// restart's is left as it is) is moved. Best-effort: without it the claim's line stands
+    /// (only beats after the lock's end count).
+    pub(super) async fn settle_gang_line(&self, worker: &str, line: Line, claimed: Millis) {
         let (Line::At(t) | Line::NotBefore(t)) = line else {
             return;
         };
@@ -258,8 +259,12 @@ impl Pipeline<'_> {
         let Ok(Some(held)) = self.ctx.coord.get(&key).await else {
             return;
         };
-        let to = match (line, held.parse::<Millis>()) {
-            (Line::NotBefore(_), Ok(held)) => held.max(t),
+        let held = held.parse::<Millis>().unwrap_or(Millis::MIN);
+        if held < claimed {
+            return;
+        }
+        let to = match line {
+            Line::NotBefore(_) => held.max(t),
             _ => t,
         };
         let _ = self

@@ -191,12 +191,13 @@ impl RestartPath<'_> {
             return Ok(true);
         }
         let claim = cooling.as_deref().filter(|_| unfinished);
-        if claim.is_some() {
+        if let Some(claim) = claim {
             // Our restart, finished by whoever sees it: its fruitless run counts from here (a
             // worker's own, or its line in its gang's: whichever the claim drew).
             let line = super::command::Line::At(now);
             self.pipeline().settle_fruitless(w, line, false).await;
-            self.pipeline().settle_gang_line(w, line).await;
+            let at = Stamp::parse(claim).map_or(Millis::MAX, |s| s.at);
+            self.pipeline().settle_gang_line(w, line, at).await;
         }
         self.note_new_incarnation(c, now, claim).await?;
         Ok(true)
