@@ -866,6 +866,8 @@ async fn the_coordinator_comes_back_during_a_runtime_outage() {
     let report = f.tick().await.remove(0);
     assert!(report.runtime_error.is_some() && report.coordinator_error.is_some());
     f.down.store(false, Ordering::SeqCst);
+    let since = written_in_the_outage(&mut f).await;
+    assert_eq!(since, f.now(), "down since the first cycle that wrote it");
     written_in_the_outage(&mut f).await;
     assert!(common::has_sample(
         &f.nodes[0].metrics.encode(),
@@ -875,13 +877,23 @@ async fn the_coordinator_comes_back_during_a_runtime_outage() {
     assert_eq!(f.sink.count(AlertKind::RuntimeDown), 1);
     // An agent started in the outage writes too: its predecessor's workers, the gauge at 1.
     f.restart_agents(0);
-    written_in_the_outage(&mut f).await;
+    assert_eq!(
+        written_in_the_outage(&mut f).await,
+        f.now(),
+        "its own first"
+    );
+    // The runtime is back: the record says so, with the workers as they are.
+    f.nodes[0].runtime.set_down(false);
+    tokio::time::advance(Duration::from_secs(15)).await;
+    assert_eq!(f.tick().await.remove(0).runtime_error, None);
+    let record = f.store.hgetall(&f.nodes[0].keys.agent()).await.unwrap();
+    assert_eq!(record["runtime_down"], "");
 }
 
 /// One cycle of node 0 in a runtime outage, its coordinator up: the cycle goes through at the
 /// coordinator (the gauge at 1), and the record it writes is stamped now, with the workers as
-/// the runtime last showed them.
-async fn written_in_the_outage(f: &mut Fleet) {
+/// the runtime last showed them and since when the runtime is down (returned).
+async fn written_in_the_outage(f: &mut Fleet) -> Millis {
     tokio::time::advance(Duration::from_secs(15)).await;
     let report = f.tick().await.remove(0);
     assert!(report.runtime_error.is_some() && report.coordinator_error.is_none());
@@ -893,6 +905,7 @@ async fn written_in_the_outage(f: &mut Fleet) {
     let record = f.store.hgetall(&f.nodes[0].keys.agent()).await.unwrap();
     assert_eq!(record["updated_at"], f.now().to_string());
     assert_eq!(record["workers"], r#"{"trainer-0":"healthy"}"#);
+    record["runtime_down"].parse().expect("the runtime is down")
 }
 
 #[tokio::test]

@@ -327,6 +327,7 @@ impl Agent {
     async fn republish(&mut self) -> Result<(), CoordError> {
         self.seed_lost(self.cycle.now).await?;
         let mut rec = self.fresh_record();
+        rec.runtime_down = Some(self.outages.runtime_down_since(self.cycle.now));
         let shown = match self.record.lock().ok().and_then(|r| r.clone()) {
             Some((shown, _)) => Some(shown),
             None => {

@@ -86,6 +86,7 @@ impl Cycle {
             } else {
                 "unknown".into()
             },
+            runtime_down: None,
             workers: self.verdicts.clone(),
             places: self.places.clone(),
             gangs: self.gangs.tags.clone(),

@@ -39,6 +39,10 @@ pub struct NodeRecord {
     pub maintenance_source: String,
     /// GPU health: healthy, degraded, failed, or unknown (no NVML).
     pub gpu: String,
+    /// Since when the container runtime cannot list the workers (the coordinator's clock, as
+    /// this agent first saw it); `None` while it can. While it is down, `workers`, `places` and
+    /// `gangs` are as last shown: nothing is known of them now.
+    pub runtime_down: Option<Millis>,
     /// Worker id → verdict.
     pub workers: BTreeMap<String, String>,
     /// Worker id → where it runs: `namespace/pod/container` on Kubernetes nodes, the container
@@ -70,6 +74,10 @@ impl NodeRecord {
             ("maintenance".into(), self.maintenance.clone()),
             ("maintenance_source".into(), self.maintenance_source.clone()),
             ("gpu".into(), self.gpu.clone()),
+            (
+                "runtime_down".into(),
+                self.runtime_down.map(|t| t.to_string()).unwrap_or_default(),
+            ),
             (
                 "workers".into(),
                 serde_json::to_string(&self.workers).unwrap_or_else(|_| "{}".into()),
@@ -111,6 +119,7 @@ impl NodeRecord {
                 .cloned()
                 .unwrap_or_else(|| "none".into()),
             gpu: f.get("gpu").cloned().unwrap_or_else(|| "unknown".into()),
+            runtime_down: get("runtime_down").parse().ok(),
             workers: serde_json::from_str(&get("workers")).unwrap_or_default(),
             places: serde_json::from_str(&get("places")).unwrap_or_default(),
             gangs: serde_json::from_str(&get("gangs")).unwrap_or_default(),
@@ -207,6 +216,9 @@ pub(crate) fn health(rec: Option<&NodeRecord>) -> &'static str {
     match rec {
         None => "down",
         Some(r) if r.maintenance != "none" => "maintenance",
+        // NB: its workers are as last seen, not as they are: never counted healthy (an idle
+        // node's opportunistic maintenance counts its pool's healthy nodes).
+        Some(r) if r.runtime_down.is_some() => "unhealthy",
         Some(r) if r.gpu == "failed" => "unhealthy",
         Some(r)
             if r.workers
@@ -408,7 +420,11 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
             None => unknown,
         };
         let [pool, slice, prov, accel, topo, maint, source, gpu] = cells.map(or_dash);
-        let workers = v.record.as_ref().map(workers_cell).unwrap_or_default();
+        let workers = v
+            .record
+            .as_ref()
+            .map(|r| workers_cell(r, now))
+            .unwrap_or_default();
         out.push_str(&format!(
             "{:<24} {:<12} {:<12} {:<12} {:<18} {:<9} {:<12} {:<12} {:<21} {:<9} {:<10} {}\n",
             v.node,
@@ -455,16 +471,25 @@ fn slices_table(slices: &[SliceView]) -> String {
     out
 }
 
-/// `worker=verdict@place …` of a record.
-fn workers_cell(r: &NodeRecord) -> String {
-    r.workers
+/// `worker=verdict@place …` of a record; while its runtime is down, said first, the verdicts
+/// being as last seen.
+fn workers_cell(r: &NodeRecord, now: Millis) -> String {
+    let down = r.runtime_down.map(|t| {
+        format!(
+            "(runtime down for {}; as last seen:) ",
+            human(now.saturating_sub(t))
+        )
+    });
+    let cell = r
+        .workers
         .iter()
         .map(|(w, v)| match r.places.get(w) {
             Some(place) => format!("{w}={v}@{place}"),
             None => format!("{w}={v}"),
         })
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(" ");
+    format!("{}{cell}", down.unwrap_or_default())
 }
 
 fn or_dash(s: &str) -> &str {
@@ -476,121 +501,5 @@ fn or_dash(s: &str) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(node: &str, slice: &str, maint: &str, gpu: &str, verdict: &str) -> NodeRecord {
-        NodeRecord {
-            node: node.into(),
-            pool: "p".into(),
-            slice: slice.into(),
-            provisioning: "spot".into(),
-            accelerator: "tpu-v5p-slice".into(),
-            tpu_topology: "2x2x4".into(),
-            maintenance: maint.into(),
-            maintenance_source: if maint == "none" {
-                String::new()
-            } else {
-                "node-labels".into()
-            },
-            gpu: gpu.into(),
-            workers: [("w".to_string(), verdict.to_string())].into(),
-            places: Default::default(),
-            gangs: Default::default(),
-            version: "0.1.0".into(),
-            dry_run: false,
-            updated_at: 1000,
-            ..NodeRecord::default()
-        }
-    }
-
-    fn view(r: NodeRecord) -> NodeView {
-        NodeView {
-            node: r.node.clone(),
-            health: health(Some(&r)),
-            last_seen: r.updated_at,
-            record: Some(r),
-        }
-    }
-
-    #[test]
-    fn record_round_trips_through_fields() {
-        let r = rec("n1", "s1", "none", "healthy", "healthy");
-        let map = r.fields().into_iter().collect();
-        assert_eq!(NodeRecord::from_fields(&map), Some(r));
-    }
-
-    #[test]
-    fn a_slice_is_available_only_when_every_node_is_healthy() {
-        let views = vec![
-            view(rec("a1", "A", "none", "healthy", "healthy")),
-            view(rec("a2", "A", "none", "unknown", "booting")),
-            view(rec("b1", "B", "none", "healthy", "healthy")),
-            view(rec("b2", "B", "pending", "healthy", "healthy")),
-            view(rec("c1", "C", "none", "failed", "healthy")),
-            view(rec("d1", "D", "none", "healthy", "hung")),
-        ];
-        let s = slices(&views, &Places::new());
-        let avail: Vec<_> = s.iter().map(|s| (s.slice.as_str(), s.available)).collect();
-        assert_eq!(
-            avail,
-            vec![("A", true), ("B", false), ("C", false), ("D", false)]
-        );
-        assert_eq!(s[1].maintenance, 1);
-    }
-
-    #[test]
-    fn the_table_shows_what_the_node_labels_said_and_the_maintenance_source() {
-        let views = vec![
-            view(rec("a1", "A", "ongoing", "healthy", "in-maintenance")),
-            view(NodeRecord {
-                provisioning: String::new(),
-                accelerator: String::new(),
-                tpu_topology: String::new(),
-                ..rec("b1", "", "none", "unknown", "healthy")
-            }),
-        ];
-        let text = render(&views, &slices(&views, &Places::new()), 5000);
-        let header = text.lines().next().unwrap();
-        for col in [
-            "PROVISIONING",
-            "ACCELERATOR",
-            "TOPOLOGY",
-            "MAINTENANCE",
-            "SOURCE",
-        ] {
-            assert!(header.contains(col), "{header}");
-        }
-        let a1 = text.lines().find(|l| l.starts_with("a1")).unwrap();
-        for cell in ["spot", "tpu-v5p-slice", "2x2x4", "ongoing", "node-labels"] {
-            assert!(a1.contains(cell), "{cell}: {a1}");
-        }
-        let b1: Vec<&str> = text
-            .lines()
-            .find(|l| l.starts_with("b1"))
-            .unwrap()
-            .split_whitespace()
-            .collect();
-        // node pool slice provisioning accelerator topology health maintenance source
-        assert_eq!(
-            b1[..9],
-            ["b1", "p", "-", "-", "-", "-", "healthy", "none", "-"]
-        );
-    }
-
-    #[test]
-    fn a_down_node_makes_its_slice_unavailable() {
-        let mut views = vec![view(rec("a1", "A", "none", "healthy", "healthy"))];
-        views.push(NodeView {
-            node: "a2".into(),
-            health: health(None),
-            last_seen: 10,
-            record: None,
-        });
-        let last = [("a2".to_string(), ("p".to_string(), "A".to_string()))].into();
-        let s = slices(&views, &last);
-        assert_eq!(s.len(), 1);
-        assert_eq!((s[0].down, s[0].available), (1, false));
-        assert!(render(&views, &s, 5000).contains("down"));
-    }
-}
+#[path = "view_tests.rs"]
+mod tests;

@@ -37,6 +37,8 @@ pub(crate) struct Outages {
     /// When the coordinator last came back (for the coordinator-down alert's hysteresis).
     up_since: Option<tokio::time::Instant>,
     runtime_down: bool,
+    /// Since when the runtime is down, as the node's record says (the coordinator's clock).
+    runtime_since: Option<crate::clock::Millis>,
     /// Pause before the next cycle after a coordinator error.
     backoff: Backoff,
 }
@@ -50,6 +52,7 @@ impl Outages {
             outage_within: (poll_interval * 3).max(OUTAGE_WITHIN_AT_LEAST),
             up_since: None,
             runtime_down: false,
+            runtime_since: None,
             backoff: Backoff::new(Duration::from_millis(250), poll_interval),
         }
     }
@@ -119,7 +122,14 @@ impl Outages {
             tracing::info!(runtime = %ctx.runtime.describe(), "container runtime reachable again");
         }
         self.runtime_down = false;
+        self.runtime_since = None;
         ctx.metrics.backends.set_runtime_up(true);
+    }
+
+    /// Since when the runtime is down, for the node's record: the first cycle's `now` that
+    /// found it down (this agent's: one started in the outage says when it started).
+    pub(crate) fn runtime_down_since(&mut self, now: crate::clock::Millis) -> crate::clock::Millis {
+        *self.runtime_since.get_or_insert(now)
     }
 
     /// The runtime could not list the workers: alert once per outage.
