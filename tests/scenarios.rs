@@ -879,8 +879,8 @@ async fn the_coordinator_comes_back_during_a_runtime_outage() {
     f.restart_agents(0);
     assert_eq!(
         written_in_the_outage(&mut f).await,
-        f.now(),
-        "its own first"
+        since,
+        "its predecessor's"
     );
     // The runtime is back: the record says so, with the workers as they are.
     f.nodes[0].runtime.set_down(false);

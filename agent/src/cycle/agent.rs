@@ -327,7 +327,6 @@ impl Agent {
     async fn republish(&mut self) -> Result<(), CoordError> {
         self.seed_lost(self.cycle.now).await?;
         let mut rec = self.fresh_record();
-        rec.runtime_down = Some(self.outages.runtime_down_since(self.cycle.now));
         let shown = match self.record.lock().ok().and_then(|r| r.clone()) {
             Some((shown, _)) => Some(shown),
             None => {
@@ -335,6 +334,8 @@ impl Agent {
                 crate::fleet::view::NodeRecord::from_fields(&kept)
             }
         };
+        let was = shown.as_ref().and_then(|s| s.runtime_down);
+        rec.runtime_down = Some(self.outages.runtime_down_since(was, self.cycle.now));
         if let Some(shown) = shown {
             (rec.workers, rec.places, rec.gangs) = (shown.workers, shown.places, shown.gangs);
         }
@@ -378,6 +379,7 @@ impl Agent {
             }
         };
         self.outages.runtime_ok(&self.ctx);
+        crate::fleet::heartbeat::runtime_back(&self.record);
         self.ctx.metrics.cycle.set_workers(containers.len());
         self.cycle.places.clear();
         let groups = self.roster.group(&self.ctx, containers).await;

@@ -203,7 +203,8 @@ pub fn publish_ops(keys: &Keys, rec: &NodeRecord, ttl: Duration, upkeep: Upkeep)
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct NodeView {
     pub(crate) node: String,
-    /// healthy, unhealthy, maintenance, or down (no live heartbeat record).
+    /// healthy, unhealthy, maintenance, unknown (its runtime cannot list its workers), or down
+    /// (no live heartbeat record).
     pub(crate) health: &'static str,
     pub(crate) last_seen: Millis,
     pub(crate) record: Option<NodeRecord>,
@@ -216,10 +217,11 @@ pub(crate) fn health(rec: Option<&NodeRecord>) -> &'static str {
     match rec {
         None => "down",
         Some(r) if r.maintenance != "none" => "maintenance",
-        // NB: its workers are as last seen, not as they are: never counted healthy (an idle
-        // node's opportunistic maintenance counts its pool's healthy nodes).
-        Some(r) if r.runtime_down.is_some() => "unhealthy",
         Some(r) if r.gpu == "failed" => "unhealthy",
+        // NB: its workers are as last seen, not as they are: never counted healthy (an idle
+        // node's opportunistic maintenance counts its pool's healthy nodes), nor unhealthy (its
+        // slice stays available: Vigil lost sight of the training, the training did not stop).
+        Some(r) if r.runtime_down.is_some() => "unknown",
         Some(r)
             if r.workers
                 .values()
@@ -335,7 +337,9 @@ pub(crate) struct SliceView {
     pub(crate) unhealthy: usize,
     pub(crate) maintenance: usize,
     pub(crate) down: usize,
-    /// Every node healthy and none in maintenance.
+    /// Nodes whose runtime cannot list their workers.
+    pub(crate) unknown: usize,
+    /// Every node healthy (or unknown) and none in maintenance.
     pub(crate) available: bool,
 }
 
@@ -366,6 +370,7 @@ pub(crate) fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
                 unhealthy: 0,
                 maintenance: 0,
                 down: 0,
+                unknown: 0,
                 available: false,
             });
         e.nodes += 1;
@@ -373,12 +378,13 @@ pub(crate) fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
             "healthy" => e.healthy += 1,
             "maintenance" => e.maintenance += 1,
             "down" => e.down += 1,
+            "unknown" => e.unknown += 1,
             _ => e.unhealthy += 1,
         }
     }
     by.into_values()
         .map(|mut s| {
-            s.available = s.healthy == s.nodes;
+            s.available = s.healthy + s.unknown == s.nodes;
             s
         })
         .collect()
@@ -452,12 +458,12 @@ fn slices_table(slices: &[SliceView]) -> String {
         return out;
     }
     out.push_str(&format!(
-        "\n{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4}  available\n",
-        "SLICE", "POOL", "NODES", "HEALTHY", "UNHEALTHY", "MAINTENANCE", "DOWN"
+        "\n{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4} {:>7}  available\n",
+        "SLICE", "POOL", "NODES", "HEALTHY", "UNHEALTHY", "MAINTENANCE", "DOWN", "UNKNOWN"
     ));
     for s in slices {
         out.push_str(&format!(
-            "{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4}  {}\n",
+            "{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4} {:>7}  {}\n",
             s.slice,
             or_dash(&s.pool),
             s.nodes,
@@ -465,6 +471,7 @@ fn slices_table(slices: &[SliceView]) -> String {
             s.unhealthy,
             s.maintenance,
             s.down,
+            s.unknown,
             if s.available { "yes" } else { "NO" }
         ));
     }

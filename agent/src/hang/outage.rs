@@ -126,10 +126,15 @@ impl Outages {
         ctx.metrics.backends.set_runtime_up(true);
     }
 
-    /// Since when the runtime is down, for the node's record: the first cycle's `now` that
-    /// found it down (this agent's: one started in the outage says when it started).
-    pub(crate) fn runtime_down_since(&mut self, now: crate::clock::Millis) -> crate::clock::Millis {
-        *self.runtime_since.get_or_insert(now)
+    /// Since when the runtime is down, for the node's record: as the record last shown said
+    /// (`shown`: this agent's, or its predecessor's when it started in the outage), else the
+    /// first cycle's `now` that wrote it.
+    pub(crate) fn runtime_down_since(
+        &mut self,
+        shown: Option<crate::clock::Millis>,
+        now: crate::clock::Millis,
+    ) -> crate::clock::Millis {
+        *self.runtime_since.get_or_insert(shown.unwrap_or(now))
     }
 
     /// The runtime could not list the workers: alert once per outage.
