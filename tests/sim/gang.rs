@@ -170,6 +170,8 @@ struct Sim {
     learned_all: bool,
     /// Beats of old incarnations in slow restarts (`super::gang_restart`), counted by the hooks.
     late_beats: Arc<std::sync::atomic::AtomicU64>,
+    /// When this tick began: a slow restart moves the clock within a tick.
+    tick_at: Millis,
 }
 
 fn container(node: usize, gang: usize) -> String {
@@ -208,6 +210,7 @@ impl Sim {
             slow_seen: SlowSeen::default(),
             learned_all: (0..NODES).all(|n| learns(seed, n)),
             late_beats: Arc::default(),
+            tick_at: 0,
         };
         for n in 0..NODES {
             let mut cfg = Config {
@@ -669,7 +672,11 @@ impl Sim {
                 }
                 if self.gangs[g].wave.is_none() {
                     self.wave_begins(g)?;
-                    self.gangs[g].wave = Some(now);
+                    // NB: from the tick's start: a member restarted earlier in this tick, before
+                    // a slow restart moved the clock, is of this wave (gang seed 2583: a member
+                    // left out of the last wave, restarted by a new decision 1.3 s before its
+                    // peers, read as out of the new wave).
+                    self.gangs[g].wave = Some(self.tick_at);
                     self.gangs[g].wave_cycles = self.cycles.clone();
                 }
             }
@@ -827,6 +834,7 @@ impl Sim {
     async fn run(&mut self) -> Result<(), GangViolation> {
         for _ in 0..TICKS {
             self.clock.advance(POLL);
+            self.tick_at = self.now();
             self.events();
             self.beats().await;
             self.slow_gang_beats().await;
