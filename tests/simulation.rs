@@ -357,8 +357,10 @@ fn seeded_gang_simulation_keeps_every_invariant() {
     for seed in GANG_ONCE_FAILED {
         if let Err(v) = run_gang_seed(*seed, None) {
             panic!(
-                "once-failed gang seed {seed} broke \"{}\": {}",
-                v.invariant, v.detail
+                "once-failed gang seed {seed} broke \"{}\": {}\n{}",
+                v.invariant,
+                v.detail,
+                v.trace.join("\n")
             );
         }
     }

@@ -668,15 +668,25 @@ impl Sim {
                         "gang {g}: member {n} completes the partial restart"
                     ));
                     self.gangs[g].left_out.remove(i);
+                    // The earliest of the completions in the last four polls.
+                    let recent = self.gangs[g]
+                        .completed_at
+                        .filter(|t| now - t <= 4 * POLL_MS);
+                    self.gangs[g].completed_at = Some(recent.map_or(now, |t| t.min(now)));
                     continue;
                 }
                 if self.gangs[g].wave.is_none() {
                     self.wave_begins(g)?;
-                    // NB: from the tick's start: a member restarted earlier in this tick, before
-                    // a slow restart moved the clock, is of this wave (gang seed 2583: a member
-                    // left out of the last wave, restarted by a new decision 1.3 s before its
-                    // peers, read as out of the new wave).
-                    self.gangs[g].wave = Some(self.tick_at);
+                    // NB: from the tick's start, or from a left-out member's completion of the
+                    // last wave up to four polls before: the new decision may be what restarted
+                    // it, before its peers' agents ran (gang seed 2583: a member left out of the
+                    // last wave, restarted by a new decision 1.3 s before its peers in one tick —
+                    // a slow restart moves the clock — read as out of the new wave).
+                    let recent = self.gangs[g]
+                        .completed_at
+                        .filter(|t| self.tick_at - t <= 4 * POLL_MS);
+                    self.gangs[g].wave = Some(recent.map_or(self.tick_at, |t| t.min(self.tick_at)));
+                    self.gangs[g].completed_at = None;
                     self.gangs[g].wave_cycles = self.cycles.clone();
                 }
             }

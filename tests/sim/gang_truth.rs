@@ -36,6 +36,9 @@ pub(super) struct GangTruth {
     /// The members an excused partial wave left out: their node's agent may still carry out
     /// the standing decision once the node is back (the restart completes late).
     pub(super) left_out: Vec<usize>,
+    /// When the last member left out completed the partial restart: a new wave that begins
+    /// soon after may be the one it was restarted for (`super::gang`'s check).
+    pub(super) completed_at: Option<Millis>,
     /// `hung` alerts seen for this gang during the current stop, and when that stop began.
     pub(super) hung_pages: usize,
     pub(super) stopped_at: Millis,
@@ -65,6 +68,7 @@ impl GangTruth {
             wave: None,
             wave_cycles: vec![0; nodes],
             left_out: Vec::new(),
+            completed_at: None,
             hung_pages: 0,
             stopped_at: 0,
             failover_at: Millis::MIN / 2,

@@ -82,7 +82,8 @@ pub(crate) enum Command {
         limit: usize,
     },
     /// The fleet: every agent's node record and a per-slice summary (a slice is available only
-    /// when all its nodes are healthy and none is in maintenance).
+    /// when all its nodes are healthy, or unknown — their runtime down — and none is in
+    /// maintenance).
     Status {
         #[command(flatten)]
         config: ConfigArg,

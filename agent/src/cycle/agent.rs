@@ -327,14 +327,17 @@ impl Agent {
     async fn republish(&mut self) -> Result<(), CoordError> {
         self.seed_lost(self.cycle.now).await?;
         let mut rec = self.fresh_record();
-        let shown = match self.record.lock().ok().and_then(|r| r.clone()) {
-            Some((shown, _)) => Some(shown),
+        // NB: since when: this agent's own count (never its last record's: an outage that
+        // ended may still be in it until its next publication), or a predecessor's.
+        let (shown, was) = match self.record.lock().ok().and_then(|r| r.clone()) {
+            Some((shown, _)) => (Some(shown), None),
             None => {
                 let kept = self.ctx.coord.hgetall(&self.ctx.keys.agent()).await?;
-                crate::fleet::view::NodeRecord::from_fields(&kept)
+                let kept = crate::fleet::view::NodeRecord::from_fields(&kept);
+                let was = kept.as_ref().and_then(|k| k.runtime_down);
+                (kept, was)
             }
         };
-        let was = shown.as_ref().and_then(|s| s.runtime_down);
         rec.runtime_down = Some(self.outages.runtime_down_since(was, self.cycle.now));
         if let Some(shown) = shown {
             (rec.workers, rec.places, rec.gangs) = (shown.workers, shown.places, shown.gangs);
@@ -379,7 +382,6 @@ impl Agent {
             }
         };
         self.outages.runtime_ok(&self.ctx);
-        crate::fleet::heartbeat::runtime_back(&self.record);
         self.ctx.metrics.cycle.set_workers(containers.len());
         self.cycle.places.clear();
         let groups = self.roster.group(&self.ctx, containers).await;

@@ -25,17 +25,6 @@ use crate::vocab::node_info::{place, NodeInfo};
 /// The record the agent last published, and when, shared with [`heartbeat_loop`].
 pub(crate) type SharedRecord = Arc<Mutex<Option<(NodeRecord, tokio::time::Instant)>>>;
 
-/// The runtime lists the workers again: the record the heartbeat re-sends between cycles stops
-/// saying it is down (a first cycle that restarts a worker may take minutes before it publishes
-/// its own), its workers still as last seen until then.
-pub(crate) fn runtime_back(shared: &SharedRecord) {
-    if let Ok(mut held) = shared.lock() {
-        if let Some((rec, _)) = held.as_mut() {
-            rec.runtime_down = None;
-        }
-    }
-}
-
 /// What one cycle gathers for the node's record and batch.
 #[derive(Default)]
 pub(crate) struct Cycle {

@@ -218,10 +218,8 @@ pub(crate) fn health(rec: Option<&NodeRecord>) -> &'static str {
         None => "down",
         Some(r) if r.maintenance != "none" => "maintenance",
         Some(r) if r.gpu == "failed" => "unhealthy",
-        // NB: its workers are as last seen, not as they are: never counted healthy (an idle
-        // node's opportunistic maintenance counts its pool's healthy nodes), nor unhealthy (its
-        // slice stays available: Vigil lost sight of the training, the training did not stop).
-        Some(r) if r.runtime_down.is_some() => "unknown",
+        // NB: a worker last seen hung stays a reason (its restart may be what wedged the
+        // runtime).
         Some(r)
             if r.workers
                 .values()
@@ -229,6 +227,10 @@ pub(crate) fn health(rec: Option<&NodeRecord>) -> &'static str {
         {
             "unhealthy"
         }
+        // NB: its workers are as last seen, not as they are: never counted healthy (an idle
+        // node's opportunistic maintenance counts its pool's healthy nodes), nor unhealthy (its
+        // slice stays available: Vigil lost sight of the training, the training did not stop).
+        Some(r) if r.runtime_down.is_some() => "unknown",
         Some(_) => "healthy",
     }
 }

@@ -120,11 +120,11 @@ fn a_down_node_makes_its_slice_unavailable() {
 /// A node whose runtime cannot list its workers shows their verdicts as last seen: said so in
 /// the table, and the node is `unknown` — never counted healthy (its pool's healthy count lets
 /// an idle node go to maintenance), nor unhealthy (its slice stays available: Vigil lost sight of
-/// the training, the training did not stop); a failed GPU, a fresh fact, still makes it
-/// unhealthy.
+/// the training, the training did not stop); a failed GPU, a fresh fact, or a worker last seen
+/// hung still makes it unhealthy.
 #[test]
 fn a_node_whose_runtime_is_down_is_unknown_and_says_its_verdicts_are_as_last_seen() {
-    let mut r = rec("n1", "s1", "none", "healthy", "hung");
+    let mut r = rec("n1", "s1", "none", "healthy", "healthy");
     r.runtime_down = Some(1_000);
     let map = r.fields().into_iter().collect();
     assert_eq!(NodeRecord::from_fields(&map), Some(r.clone()));
@@ -134,10 +134,13 @@ fn a_node_whose_runtime_is_down_is_unknown_and_says_its_verdicts_are_as_last_see
     assert_eq!((s[0].unknown, s[0].healthy, s[0].available), (1, 0, true));
     let table = render(&[v], &s, 121_000);
     assert!(
-        table.contains("(runtime down for 2m; as last seen:) w=hung"),
+        table.contains("(runtime down for 2m; as last seen:) w=healthy"),
         "{table}"
     );
     assert!(table.contains("UNKNOWN"), "{table}");
+    let mut hung = r.clone();
+    hung.workers = [("w".to_string(), "hung".to_string())].into();
+    assert_eq!(view(hung).health, "unhealthy");
     r.gpu = "failed".into();
     assert_eq!(view(r).health, "unhealthy");
     let up = view(rec("n2", "s1", "none", "healthy", "healthy"));

@@ -126,9 +126,9 @@ impl Outages {
         ctx.metrics.backends.set_runtime_up(true);
     }
 
-    /// Since when the runtime is down, for the node's record: as the record last shown said
-    /// (`shown`: this agent's, or its predecessor's when it started in the outage), else the
-    /// first cycle's `now` that wrote it.
+    /// Since when the runtime is down, for the node's record: as its predecessor's record said
+    /// (`shown`, for an agent started in the outage), else the first cycle's `now` that wrote
+    /// it.
     pub(crate) fn runtime_down_since(
         &mut self,
         shown: Option<crate::clock::Millis>,
