@@ -39,8 +39,8 @@ pub struct NodeRecord {
     pub maintenance_source: String,
     /// GPU health: healthy, degraded, failed, or unknown (no NVML).
     pub gpu: String,
-    /// Since when the container runtime cannot list the workers (the coordinator's clock, as
-    /// this agent first saw it); `None` while it can. While it is down, `workers`, `places` and
+    /// Since when the container runtime cannot list the workers (the coordinator's clock: the
+    /// agent's first outage cycle that reached it, or its predecessor's); `None` while it can. While it is down, `workers`, `places` and
     /// `gangs` are as last shown: nothing is known of them now.
     pub runtime_down: Option<Millis>,
     /// Worker id → verdict.

@@ -84,10 +84,11 @@ impl Beat {
     }
 
     /// Whether this beat shows the unit got past where it stopped: newer than the run's last
-    /// restart (and than the member's own line), not in error (but see [`Beat::error_counts`]), and further than `past` — or,
-    /// without a step to compare (`past` unknown), any such beat: a restart that brought it
-    /// back helped, and only restarts after which it never beat again count. Without a step, a
-    /// beat in error is never a sign that it helped.
+    /// restart (and than the member's own line), not in error (but see
+    /// [`Beat::error_counts`]), and further than `past` — or, without a step to compare (`past`
+    /// unknown), any such beat: a restart that brought it back helped, and only restarts after
+    /// which it never beat again count. Without a step, a beat in error is never a sign that it
+    /// helped.
     fn gets_past(&self, f: &Fruitless) -> bool {
         let line = self.after.map_or(f.last, |a| a.max(f.last));
         let fresh = self.at.is_some_and(|hb| hb > line);
