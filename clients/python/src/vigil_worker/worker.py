@@ -123,7 +123,8 @@ class Worker:
 
         self._cond = threading.Condition(threading.RLock())
         # What the loop last said. `_version` counts the loop's updates; `_delivered` is the
-        # version the transport last stored.
+        # last version done with (stored, or dropped: too old, or refused for good); `_stored`
+        # the last the transport stored.
         self._state = state
         self._job: Optional[str] = _field(job) if job is not None else None
         self._progress: Optional[str] = None
@@ -136,6 +137,7 @@ class Worker:
         self._compute_n = 0
         self._version = 0
         self._delivered = 0
+        self._stored = 0
         self._urgent = False
         self._produced_at = 0.0
         self._last_send = float("-inf")
@@ -493,7 +495,9 @@ class Worker:
                 if left <= 0 or (self._attempts > attempts and self._failing):
                     break
                 self._cond.wait(left)
-            return self._delivered >= target
+            # NB: stored, not merely done with: an update dropped as too old (a backoff that
+            # outlasted `retry_for`) or refused for good was never stored.
+            return self._stored >= target
 
     def _update(
         self,
@@ -604,6 +608,7 @@ class Worker:
         with self._cond:
             self._attempts += 1
             self._delivered = max(self._delivered, version)
+            self._stored = max(self._stored, version)
             if self._ack is not None and fields.get("checkpoint_ack") == self._ack:
                 self._ack = None  # stored: later beats need not carry it
             self._succeeded()
