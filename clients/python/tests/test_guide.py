@@ -34,9 +34,12 @@ def guide_docker_run() -> List[str]:
 
 
 def local_config(tmp: Path) -> Path:
-    """scripts/local.toml as shipped, plus the durations of this suite (a hang found in seconds)
-    and a stop grace long enough that a worker holding it would show."""
+    """scripts/local.toml as shipped, plus the durations of this suite (a hang found in seconds:
+    the 15 s poll interval alone made it 45 s, and a loaded machine pushed it past the test's
+    minute) and a stop grace long enough that a worker holding it would show."""
     text = (ROOT / "scripts" / "local.toml").read_text()
+    # NB: a top-level key goes before the file's first table.
+    text = "poll_interval = \"2s\"\n" + text
     text += (
         "\n[policy]\nstale_after = \"2s\"\nconfirm_after = \"500ms\"\nrestart_delay = \"2s\"\n"
         "cooldown = \"30s\"\n[runtime]\nstop_grace = \"20s\"\nrestart_timeout = \"40s\"\n"
@@ -94,7 +97,8 @@ def test_the_guide_s_single_machine_path_restarts_a_hung_worker(run_sh: Path, vi
         explain = lambda: subprocess.run([str(vigil_bin), "explain", "-c", str(run_sh)],  # noqa: E731
                                          capture_output=True, text=True, timeout=30)
         # It beats through the socket (its container is its identity), hangs, is restarted.
-        assert eventually(lambda: c.started_at() != started, 60), (explain().stdout, c.logs())
+        agent_log = lambda: (tmp_path / "agent.log").read_text()[-6000:]  # noqa: E731
+        assert eventually(lambda: c.started_at() != started, 60), (explain().stdout, c.logs(), agent_log())
         assert eventually(lambda: "restarted" in explain().stdout, 20), explain()
         trail = explain().stdout
         assert worker in trail, trail
