@@ -329,8 +329,8 @@ impl Agent {
         let mut rec = self.fresh_record();
         // NB: since when: this agent's own count (never its last record's: an outage that
         // ended may still be in it until its next publication), or a predecessor's.
-        let (shown, was) = match self.record.lock().ok().and_then(|r| r.clone()) {
-            Some((shown, _)) => (Some(shown), None),
+        let (shown, was) = match self.record.last().await {
+            Some(shown) => (Some(shown), None),
             None => {
                 let kept = self.ctx.coord.hgetall(&self.ctx.keys.agent()).await?;
                 let kept = crate::fleet::view::NodeRecord::from_fields(&kept);
@@ -343,11 +343,8 @@ impl Agent {
             (rec.workers, rec.places, rec.gangs) = (shown.workers, shown.places, shown.gangs);
         }
         let (ttl, coord) = (self.ctx.cfg.fleet.heartbeat_ttl, self.ctx.coord.as_ref());
-        crate::fleet::view::publish(coord, &self.ctx.keys, &rec, ttl).await?;
-        if let Ok(mut shared) = self.record.lock() {
-            *shared = Some((rec, tokio::time::Instant::now()));
-        }
-        Ok(())
+        let write = crate::fleet::view::publish(coord, &self.ctx.keys, &rec, ttl);
+        self.record.publish(&rec, write).await
     }
 
     /// The pages whose claim got no answer in an earlier cycle, sent once their claim is won

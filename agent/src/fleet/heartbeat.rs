@@ -5,7 +5,8 @@
 //! cycle publishes, once.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -22,8 +23,32 @@ use crate::hang::policy_gang::Timing;
 use crate::vocab::maintenance::MaintenanceState;
 use crate::vocab::node_info::{place, NodeInfo};
 
-/// The record the agent last published, and when, shared with [`heartbeat_loop`].
-pub(crate) type SharedRecord = Arc<Mutex<Option<(NodeRecord, tokio::time::Instant)>>>;
+/// The record the agent last published, and when, shared with [`heartbeat_loop`]. Every write
+/// of the record holds its lock from the write to the note of it: the heartbeat's re-publication
+/// of a record a cycle has since replaced, landing after the cycle's, showed the old record (a
+/// runtime outage that had ended, verdicts since changed) until the next cycle.
+#[derive(Clone, Default)]
+pub(crate) struct SharedRecord(Arc<tokio::sync::Mutex<Option<(NodeRecord, tokio::time::Instant)>>>);
+
+impl SharedRecord {
+    /// The record last published, if any.
+    pub(crate) async fn last(&self) -> Option<NodeRecord> {
+        self.0.lock().await.as_ref().map(|(rec, _)| rec.clone())
+    }
+
+    /// Run `write` (a publication of `rec`, alone or in a cycle's batch) and, when it succeeds,
+    /// keep `rec` as the record published now; no re-publication runs in between.
+    pub(crate) async fn publish<T, E>(
+        &self,
+        rec: &NodeRecord,
+        write: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let mut last = self.0.lock().await;
+        let out = write.await?;
+        *last = Some((rec.clone(), tokio::time::Instant::now()));
+        Ok(out)
+    }
+}
 
 /// What one cycle gathers for the node's record and batch.
 #[derive(Default)]
@@ -120,7 +145,7 @@ impl Cycle {
         ops.extend(self.gang_ops(ctx));
         let caps = Caps::node(ctx.coord.as_ref(), keys, s);
         ops.extend(caps.counter_ops(now));
-        let counters = match ctx.coord.batch(&ops).await {
+        let counters = match shared.publish(&rec, ctx.coord.batch(&ops)).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "heartbeat not published");
@@ -132,9 +157,6 @@ impl Cycle {
         }
         if upkeep.prune {
             self.pruned_at = Some(now);
-        }
-        if let Ok(mut shared) = shared.lock() {
-            *shared = Some((rec, tokio::time::Instant::now()));
         }
         let budgets = &ctx.metrics.budgets;
         budgets.set_limits(
@@ -204,8 +226,10 @@ pub(crate) async fn heartbeat_loop(
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let rec = record.lock().map(|r| r.clone()).unwrap_or(None);
-        let Some((mut rec, published)) = rec else {
+        // NB: the lock is held to the end: a cycle's publication waits for this one, never
+        // lands before it.
+        let mut last = record.0.lock().await;
+        let Some((mut rec, published)) = last.clone() else {
             continue;
         };
         if published.elapsed() < every {
@@ -216,14 +240,7 @@ pub(crate) async fn heartbeat_loop(
         };
         rec.updated_at = now;
         match publish(coord.as_ref(), &keys, &rec, ttl).await {
-            Ok(()) => {
-                if let Ok(mut shared) = record.lock() {
-                    let newer = shared.as_ref().is_some_and(|(_, t)| *t > published);
-                    if !newer {
-                        *shared = Some((rec, tokio::time::Instant::now()));
-                    }
-                }
-            }
+            Ok(()) => *last = Some((rec, tokio::time::Instant::now())),
             Err(e) => tracing::debug!(error = %e, "heartbeat not published"),
         }
     }
@@ -232,6 +249,90 @@ pub(crate) async fn heartbeat_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::SystemClock;
+    use crate::coord::memory::MemoryCoordinator;
+    use crate::coord::{Reply, Request};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::Notify;
+
+    /// A coordinator whose first clock read waits to be released (after saying it began): the
+    /// heartbeat caught between taking the record and writing it.
+    struct Held {
+        inner: MemoryCoordinator,
+        first: AtomicBool,
+        entered: Notify,
+        release: Notify,
+    }
+
+    #[async_trait::async_trait]
+    impl Coordinator for Held {
+        fn describe(&self) -> String {
+            "held".into()
+        }
+        async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
+            if matches!(request, Request::Time) && self.first.swap(false, Ordering::SeqCst) {
+                self.entered.notify_one();
+                self.release.notified().await;
+            }
+            self.inner.execute(request).await
+        }
+    }
+
+    fn record(verdict: &str) -> NodeRecord {
+        let rec = NodeRecord::from_fields(&[("node".to_string(), "n1".to_string())].into());
+        let mut rec = rec.expect("a record with a node");
+        rec.workers.insert("w".into(), verdict.into());
+        rec
+    }
+
+    /// The heartbeat took the record ("healthy") and a cycle then published a newer one
+    /// ("hung"): the heartbeat's write must not land after the cycle's.
+    #[tokio::test]
+    async fn the_heartbeat_never_writes_an_older_record_over_a_cycle_s() {
+        let held = Arc::new(Held {
+            inner: MemoryCoordinator::new(Arc::new(SystemClock)),
+            first: AtomicBool::new(true),
+            entered: Notify::new(),
+            release: Notify::new(),
+        });
+        let coord: Arc<dyn Coordinator> = held.clone();
+        let (keys, ttl) = (Keys::new("p", "n1"), Duration::from_secs(60));
+        let shared = SharedRecord::default();
+        let old = record("healthy");
+        let noted = shared.publish(&old, async { Ok::<_, CoordError>(()) });
+        noted.await.unwrap();
+        let stop = CancellationToken::new();
+        let every = Duration::from_millis(20);
+        let beat = heartbeat_loop(
+            coord.clone(),
+            keys.clone(),
+            shared.clone(),
+            every,
+            ttl,
+            stop.clone(),
+        );
+        let beat = tokio::spawn(beat);
+        held.entered.notified().await;
+        let (c, k, s) = (coord.clone(), keys.clone(), shared.clone());
+        let cycle = tokio::spawn(async move {
+            let new = record("hung");
+            s.publish(&new, publish(c.as_ref(), &k, &new, ttl)).await
+        });
+        for _ in 0..20 {
+            tokio::task::yield_now().await; // the cycle's write, were it not held back
+        }
+        held.release.notify_one();
+        cycle.await.unwrap().unwrap();
+        stop.cancel();
+        beat.await.unwrap();
+        let stored = coord.hgetall(&keys.agent()).await.unwrap();
+        let stored = NodeRecord::from_fields(&stored).unwrap();
+        assert_eq!(
+            stored.workers["w"], "hung",
+            "the cycle's record, not the heartbeat's older one"
+        );
+        assert_eq!(shared.last().await.unwrap().workers["w"], "hung");
+    }
 
     #[test]
     fn the_place_and_the_pruning_are_written_when_due_not_every_cycle() {
