@@ -255,7 +255,7 @@ fn caught(mutant: Mutant, invariant: &str) {
 /// (fleet `Mutant`s by name, gang `GangMutant`s as `gang:<name>`), tried first by `caught` and
 /// `gang_caught`: the lowest seed of the sweep from 0, as the sweep reports it.
 const CATCHES: &[(&str, u64)] = &[
-    ("NoRetryBackoff", 705),
+    ("NoRetryBackoff", 744),
     ("BreakerIgnored", 70),
     ("FruitlessForgotten", 54),
     ("BootEndsAtOnce", 36),
@@ -263,12 +263,13 @@ const CATCHES: &[(&str, u64)] = &[
     ("NoCompare", 67),
     ("NoLock", 6),
     ("LearnedTooSoon", 187),
-    ("RhythmFromMemory", 11),
+    ("RhythmFromMemory", 2),
     ("gang:CooldownUnseen", 84),
     ("gang:ComputeHidden", 6),
     ("gang:ProgressHidden", 15),
     ("gang:AgreementForged", 1),
     ("gang:LineUnseen", 2),
+    ("gang:FruitlessNeverEnds", 2),
 ];
 
 fn catches(mutant: &str) -> Option<u64> {
