@@ -383,15 +383,15 @@ impl Pipeline<'_> {
         let marker = marks::claim(now, &act.inc.id, act.case.c);
         if let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await {
             let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
-            self.restore_fruitless(act).await;
+            self.restore_run(act).await;
         }
     }
 
-    /// A restart that did not run (or failed) gives its count of the fruitless run back: the
-    /// run as it was before the claim. Best-effort: a count left too high stops restarts one
-    /// early, never one late.
-    /// A gang member's line goes back the same way: its old incarnation runs on.
-    pub(super) async fn restore_fruitless(&self, act: &Act<'_>) {
+    /// A restart that did not run (or failed) gives back what its claim drew: the worker's run
+    /// of fruitless restarts as it was before the claim (best-effort: a count left too high
+    /// stops restarts one early, never one late), or a gang member's own line (its old
+    /// incarnation runs on).
+    pub(super) async fn restore_run(&self, act: &Act<'_>) {
         let (k, w, m) = (&self.ctx.keys, act.case.worker(), act.case.marks);
         let (key, before) = match act.mandate {
             Mandate::Own => (k.fruitless(w), m.fruitless.as_ref().map(Fruitless::encode)),
