@@ -636,7 +636,7 @@ async fn a_bad_record_is_that_workers_problem_only() {
 #[tokio::test]
 async fn primitives_on_a_redis_cluster() {
     let cluster = Cluster::start();
-    let c = RedisCoordinator::cluster(&cluster.url(), Duration::from_secs(2)).unwrap();
+    let c = RedisCoordinator::cluster(&cluster.url(), None, Duration::from_secs(2)).unwrap();
     suite(&c, Time::Real, &unique("t")).await;
 }
 

@@ -14,13 +14,17 @@ use std::marker::PhantomData;
 /// What a hidden part is replaced with.
 pub(crate) const MASK: &str = "***";
 
-/// A URL with its password and query values hidden; scheme, user, host, port, path and fragment
-/// kept: `redis://user:***@host:6379/0`, `unix:///run/redis.sock?db=0&pass=***`,
+/// A URL with its password, query values and fragment hidden; scheme, user, host, port, path
+/// and a `#insecure` fragment kept: `redis://user:***@host:6379/0`, `unix:///run/redis.sock?db=0&pass=***`,
 /// `http://w:8080/ckpt?token=***`. A user name without a password is hidden too (it may be a
 /// token: `https://TOKEN@host`).
 pub(crate) fn url(text: &str) -> String {
     let (scheme, rest) = split_scheme(text);
     let (userinfo, after) = split_userinfo(rest);
+    let (after, fragment) = match after.split_once('#') {
+        Some((a, f)) => (a, Some(f)),
+        None => (after, None),
+    };
     let (before_query, query) = match after.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (after, None),
@@ -33,29 +37,26 @@ pub(crate) fn url(text: &str) -> String {
     }
     out.push_str(before_query);
     if let Some(q) = query {
-        // The fragment (`#insecure` on a rediss:// URL) is kept: it is never a credential.
-        let (q, fragment) = match q.split_once('#') {
-            Some((q, f)) => (q, Some(f)),
-            None => (q, None),
-        };
         out.push('?');
         out.push_str(&mask_query(q));
-        if let Some(f) = fragment {
-            out.push('#');
-            out.push_str(f);
-        }
+    }
+    if let Some(f) = fragment {
+        // `#insecure` (a rediss:// URL's) is kept; any other fragment may be a credential.
+        out.push('#');
+        out.push_str(if f == "insecure" { f } else { MASK });
     }
     out
 }
 
-/// Each URL of a comma-separated list (`redis.url` in cluster or sentinel mode), as [`url`].
-/// A piece without `://` belongs to the one before it (a raw comma in a password), so it is
-/// hidden with it.
-pub(crate) fn urls(text: &str) -> String {
+/// The URLs of a comma-separated list (`redis.url` in cluster or sentinel mode). A piece
+/// without `://` belongs to the one before it (a raw comma in a password), a blank one to
+/// nobody (a trailing comma): the agent connects to the URLs this splits, and [`urls`] hides
+/// them the same way.
+pub(crate) fn split_urls(text: &str) -> Vec<String> {
     let mut pieces: Vec<String> = Vec::new();
     for piece in text.split(',') {
         match pieces.last_mut() {
-            Some(last) if !piece.contains("://") => {
+            Some(last) if !piece.contains("://") && !piece.trim().is_empty() => {
                 last.push(',');
                 last.push_str(piece);
             }
@@ -63,6 +64,11 @@ pub(crate) fn urls(text: &str) -> String {
         }
     }
     pieces
+}
+
+/// Each URL of a comma-separated list ([`split_urls`]), as [`url`].
+pub(crate) fn urls(text: &str) -> String {
+    split_urls(text)
         .iter()
         .map(|p| {
             let lead = &p[..p.len() - p.trim_start().len()];
@@ -263,7 +269,10 @@ impl<R: Redaction> serde::Serialize for Secret<R> {
 
 impl<'de, R: Redaction> serde::Deserialize<'de> for Secret<R> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(Secret::new)
+        // NB: serde's own error quotes a value of the wrong type (`routing_key = 12345`).
+        String::deserialize(d)
+            .map(Secret::new)
+            .map_err(|_| serde::de::Error::custom("must be a string (the value is not shown)"))
     }
 }
 
@@ -300,6 +309,19 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_of_the_wrong_type_is_not_quoted() {
+        #[derive(serde::Deserialize)]
+        struct S {
+            #[allow(dead_code)]
+            key: Secret<Hidden>,
+        }
+        let e = toml::from_str::<S>("key = 123456789")
+            .err()
+            .expect("an integer is refused");
+        assert!(!e.message().contains("123456789"), "{}", e.message());
+    }
+
+    #[test]
     fn query_values_are_hidden_and_their_names_kept() {
         assert_eq!(
             url("unix:///run/redis.sock?db=1&pass=s3cret"),
@@ -307,7 +329,17 @@ mod tests {
         );
         assert_eq!(
             url("http://w:8080/ckpt?token=s3cret&flag#frag"),
-            "http://w:8080/ckpt?token=***&***#frag"
+            "http://w:8080/ckpt?token=***&***#***"
+        );
+        // A fragment may be a credential too; only a rediss:// URL's `#insecure` is kept.
+        assert_eq!(
+            url("unix:///s.sock?pass=ab#cd"),
+            "unix:///s.sock?pass=***#***"
+        );
+        assert_eq!(url("http://w/hook#t0ken"), "http://w/hook#***");
+        assert_eq!(
+            url("rediss://r:6380?db=0#insecure"),
+            "rediss://r:6380?db=***#insecure"
         );
         assert_eq!(url("http://w:8080/ckpt?"), "http://w:8080/ckpt?");
     }

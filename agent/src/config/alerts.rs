@@ -30,7 +30,7 @@ pub struct AlertsConfig {
     pub(crate) alertmanager_url: Secret<Webhook>,
     /// How often a worker's open alert is re-posted to Alertmanager; keep it below
     /// Alertmanager's `resolve_timeout` (5m by default), or the alert resolves itself.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) alertmanager_repost: Duration,
     /// The webhook's body: `slack` (Slack-compatible `text`, and `vigil`), `pagerduty` (an
     /// Events API v2 event: trigger, then resolve when the incident ends) or `json` (the alert's
@@ -45,7 +45,7 @@ pub struct AlertsConfig {
     pub(crate) headers: BTreeMap<String, Secret<Hidden>>,
     /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
     pub(crate) page_mention: String,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub timeout: Duration,
     /// Attempts per alert, with exponential backoff between them.
     pub attempts: u32,
@@ -73,6 +73,10 @@ pub(crate) fn alert_backoff(attempt: u32) -> Duration {
     crate::backoff::nth_delay(Duration::from_millis(500), Duration::from_secs(8), attempt)
 }
 
+/// The most attempts per alert and sink. NB: unbounded, `attempts = 1000000` hung `config
+/// check` adding up the backoffs (`Config::lock_needed`).
+const MAX_ATTEMPTS: u32 = 10;
+
 impl AlertsConfig {
     /// The durations that must be above zero.
     pub(super) fn nonzero(&self) -> [(&'static str, Duration); 2] {
@@ -85,8 +89,11 @@ impl AlertsConfig {
     /// At least one attempt, and a webhook that is an HTTP URL (or none).
     pub fn validate(&self) -> Result<(), ConfigError> {
         super::nonzero(&self.nonzero())?;
-        if self.attempts == 0 {
-            return bad("alerts.attempts", "must be at least 1");
+        if !(1..=MAX_ATTEMPTS).contains(&self.attempts) {
+            return bad(
+                "alerts.attempts",
+                format!("must be 1 to {MAX_ATTEMPTS}: every attempt and its backoff are held inside the node lock (safety.lock_ttl)"),
+            );
         }
         let url = self.webhook_url.expose();
         if !url.is_empty() && !has_scheme(url, &["http://", "https://"]) {
@@ -134,6 +141,7 @@ mod tests {
     fn every_invalid_value_names_its_key() {
         assert_names_keys(&[
             ("[alerts]\nattempts = 0", "alerts.attempts"),
+            ("[alerts]\nattempts = 1000000", "alerts.attempts"),
             ("[alerts]\nwebhook_url = \"slack\"", "alerts.webhook_url"),
             ("[alerts]\ntimeout = \"0s\"", "alerts.timeout"),
             (

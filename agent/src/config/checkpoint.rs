@@ -166,23 +166,23 @@ pub struct CheckpointConfig {
     /// Signal sent by the `signal` method without an explicit one.
     pub(crate) signal: Signal,
     /// Budget on the agent's own SIGTERM/SIGINT (must end before the pod's grace period).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub sigterm_budget: Duration,
     /// Budget on a Spot/preemptible preemption notice (GCE gives 30 s in total).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub preemption_budget: Duration,
     /// Budget on a host-maintenance notice (GCE warns 60 s ahead).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub maintenance_budget: Duration,
     /// The pod's termination grace period; the agent exits before it ends.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub grace: Duration,
     /// When the agent's own SIGTERM/SIGINT asks the workers to checkpoint.
     pub(crate) on_sigterm: OnSigterm,
     /// What a worker needs after its checkpoint to exit. A budget plus this must fit in what the
     /// platform gives the worker (its pod's grace period, GCE's notice, GKE's node shutdown):
     /// `vigil doctor` and `vigil explain` say when it does not.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) worker_stop: Duration,
 }
 

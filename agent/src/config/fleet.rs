@@ -14,7 +14,7 @@ pub struct FleetConfig {
     /// Slice (a group of nodes that train together, e.g. a TPU slice); env `VIGIL_SLICE`.
     pub(crate) slice: String,
     /// The agent's heartbeat record expires after this; a node silent longer is "down".
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub heartbeat_ttl: Duration,
 }
 

@@ -89,7 +89,7 @@ pub struct GangConfig {
 pub struct PaceConfig {
     pub enabled: bool,
     /// A window closes after this long (and `min_steps` steps): its rate is one sample.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub window: Duration,
     pub min_steps: u32,
     /// Windows that teach the baseline before any verdict.
@@ -97,10 +97,10 @@ pub struct PaceConfig {
     /// Below this fraction of the baseline a window is slow.
     pub slow_fraction: f64,
     /// Slow windows in a row for this long: the gang is slow.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub slow_for: Duration,
     /// A container younger than this (compile, warm-up after a restart) teaches nothing.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub warmup: Duration,
     /// While a slow gang names this node's member, and `taint_for` after, a
     /// `<label_prefix>slow=true` taint beside the `VigilSlow` condition (opt-in): `NoSchedule`,
@@ -108,7 +108,7 @@ pub struct PaceConfig {
     pub taint: SlowTaint,
     /// How long the taint stays after the node was last named (its member gone, or back at its
     /// pace): a replacement is not placed straight back on it.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub taint_for: Duration,
 }
 

@@ -18,7 +18,7 @@ pub struct GpuConfig {
     /// Path of `libnvidia-ml.so`; empty = the loader's search path.
     pub library_path: String,
     /// How often every GPU is read (XID events are waited for continuously).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub sample_interval: Duration,
     /// Per-XID overrides of NVIDIA's immediate action (`"79" = "reboot-node"`); the rest follow
     /// the built-in table (`vigil policy gpu`).
@@ -26,7 +26,7 @@ pub struct GpuConfig {
     /// XIDs attached to a hang alert of a worker on that GPU, as evidence.
     pub evidence_xids: Vec<u64>,
     /// How far back an evidence XID is attached to a hang alert.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub evidence_window: Duration,
     /// Put a `NoSchedule` taint on the Node while a GPU has failed.
     pub taint_on_failure: bool,
@@ -44,7 +44,7 @@ pub struct GpuConfig {
     /// On Kubernetes, how often the node's pods are read for the GPUs the kubelet reports
     /// `Unhealthy` to them (`allocatedResourcesStatus`, the device plugin's health check): such
     /// a GPU is failed in Vigil's verdict, as an XID's failure, until it is reset. `0s` = not read.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub kubelet_health_interval: Duration,
     /// Where failed GPUs are kept across agent restarts (JSON, with the node's boot id); empty
     /// = not kept.
@@ -53,7 +53,7 @@ pub struct GpuConfig {
     pub xid_threshold: XidThreshold,
     /// How long one NVML call may take before the driver counts as wedged: the GPUs' health is
     /// then unknown until it answers.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub call_deadline: Duration,
 }
 
@@ -64,7 +64,7 @@ pub struct GpuConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct XidThreshold {
     pub count: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub window: Duration,
 }
 

@@ -19,7 +19,7 @@ pub struct KubernetesConfig {
     pub(crate) taint_on_termination: bool,
     /// How often the agent reads its Node (GKE's labels, taints and allocatable resources: the
     /// pool, the provisioning model, the accelerator, GKE's maintenance signals).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) read_interval: Duration,
 }
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::{bad, ConfigError};
 
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,10 +31,16 @@ impl Default for LogConfig {
 }
 
 impl LogConfig {
-    /// No rule of its own: `format` is checked as it is parsed; a `level` the logger cannot read
-    /// falls back to `info` there.
+    /// A `level` the logger can read (`format` is checked as it is parsed). NB: one it could not
+    /// read fell back to `info` without a word, so `vigil=dbug` hid the debug lines asked for.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        Ok(())
+        match tracing_subscriber::EnvFilter::try_new(&self.level) {
+            Ok(_) => Ok(()),
+            Err(e) => bad(
+                "log.level",
+                format!("is not a tracing filter (such as `info` or `vigil=debug,info`): {e}"),
+            ),
+        }
     }
 }
 
@@ -44,6 +50,9 @@ mod tests {
 
     #[test]
     fn every_invalid_value_names_its_key() {
-        assert_names_keys(&[("[log]\nformat = \"xml\"", "log.format")]);
+        assert_names_keys(&[
+            ("[log]\nformat = \"xml\"", "log.format"),
+            ("[log]\nlevel = \"vigil=dbug\"", "log.level"),
+        ]);
     }
 }

@@ -17,14 +17,14 @@ pub struct MetadataConfig {
     pub(crate) timeout_sec: u32,
     /// A PENDING notice stands restarts down only once its window starts within this long
     /// (GCE posts them days ahead).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) pending_horizon: Duration,
     /// After a maintenance event ends, restarts stay suppressed this long.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub settle: Duration,
     /// At start-up, restarts wait for the metadata server's first answer and the Node's first
     /// read at most this long (`node::controller::first_reads`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub first_read_wait: Duration,
 }
 

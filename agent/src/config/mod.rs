@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 mod alerts;
 mod checkpoint;
 mod docker;
+mod duration;
 mod fleet;
 mod gang;
 mod gpu;
@@ -129,7 +130,7 @@ pub struct Config {
     /// Observe mode: decide everything, run no restart.
     pub dry_run: bool,
     /// How often the worker records are evaluated.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "duration")]
     pub poll_interval: Duration,
     pub redis: RedisConfig,
     pub runtime: RuntimeConfig,
@@ -197,6 +198,47 @@ fn nonzero(durations: &[(&'static str, Duration)]) -> Result<(), ConfigError> {
     }
 }
 
+/// Every line of `VIGIL_WEBHOOK_HEADERS` is `Name: value` (or blank). NB: one without a colon
+/// was dropped without a word (a pasted `Bearer …` sent no credential); the line is not shown.
+fn env_headers_valid(env: &dyn Env) -> Result<(), ConfigError> {
+    let text = env.get("VIGIL_WEBHOOK_HEADERS").unwrap_or_default();
+    match text
+        .lines()
+        .position(|l| !l.trim().is_empty() && !l.contains(':'))
+    {
+        Some(i) => bad(
+            "VIGIL_WEBHOOK_HEADERS",
+            format!(
+                "line {} is not `Name: value` (the line is not shown: it may hold a secret)",
+                i + 1
+            ),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// A TOML syntax error as where and what, never the line itself: toml's own text quotes the
+/// line, and a line that does not parse is often the one with a password in it (an unquoted
+/// `url = redis://:pw@host`, a quote inside the password).
+fn toml_syntax(text: &str, e: &toml::de::Error) -> String {
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
+        return format!("TOML syntax: {}", e.message().trim());
+    };
+    let before = text.get(..at).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .count()
+        + 1;
+    format!(
+        "TOML syntax at line {line}, column {column}: {} (the line is not shown: it may hold a secret)",
+        e.message().trim()
+    )
+}
+
 /// Whether `s` starts with one of `schemes` (`"https://"`).
 fn has_scheme(s: &str, schemes: &[&str]) -> bool {
     schemes.iter().any(|p| s.starts_with(p))
@@ -225,7 +267,7 @@ impl Config {
             match toml::Deserializer::parse(text) {
                 Ok(de) => serde_path_to_error::deserialize::<_, Config>(de)
                     .map_err(|e| located(e.path().to_string(), e.inner().message().to_string())),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(toml_syntax(text, &e)),
             }
         };
         parsed.map_err(|problem| ConfigError::File {
@@ -246,6 +288,7 @@ impl Config {
             }
             None => Config::default(),
         };
+        env_headers_valid(env)?;
         cfg.apply_env(env);
         cfg.validate()?;
         cfg.check_files()?;
@@ -319,9 +362,10 @@ impl Config {
         self.docker.validate()?;
         self.runtime.validate()?;
         self.policy.validate()?;
+        // NB: the alerts first: the lock's rule adds up their attempts.
+        self.alerts.validate()?;
         self.validate_lock_ttl()?;
         self.safety.validate()?;
-        self.alerts.validate()?;
         self.gpu.validate()?;
         self.tpu.validate()?;
         self.metadata.validate()?;

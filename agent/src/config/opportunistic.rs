@@ -12,12 +12,12 @@ pub struct OpportunisticConfig {
     /// Opt-in: label the node `cloud.google.com/perform-maintenance=true` when it is idle.
     pub enabled: bool,
     /// Every worker idle at least this long.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub idle_for: Duration,
     /// Other healthy nodes of the pool that must remain.
     pub min_nodes: u32,
     /// The pool claim's TTL (one node of a pool at a time).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) claim_ttl: Duration,
 }
 

@@ -11,35 +11,35 @@ use super::{bad, ConfigError};
 pub struct PolicyConfig {
     /// A working worker (any state but `idle` and `error`) whose heartbeat is older than this
     /// (or than the grace it announced) is stale.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub stale_after: Duration,
     /// Minimum gap between the two observations that confirm a hang.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub confirm_after: Duration,
     /// A confirmed hang must persist this long before a restart.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub restart_delay: Duration,
     /// A worker in state `error` this long is restarted.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub error_for: Duration,
     /// Fresh heartbeat with an unchanged progress marker this long: alert (no restart).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) stalled_after: Duration,
     /// After a restart, the worker is "booting" for this long (or until its first beat): no new
     /// incident.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub cooldown: Duration,
     /// A container that started this recently and has not written a record of its own yet (no
     /// record, or one older than the container) is "booting", not "unreachable": a trainer
     /// imports its framework and loads its data before its first beat.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) start_grace: Duration,
     /// Still hung this long after a restart: page a person, once.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub escalate_after: Duration,
     /// The longest silence a worker may announce for a long operation (its record's `grace`:
     /// a compile, a checkpoint save); a longer grace is cut to this.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) max_grace: Duration,
     /// Restarts in a row that brought no progress past where the worker stopped (its numeric
     /// `progress`, or its `checkpoint_step`), after which Vigil stops restarting it and pages
@@ -63,7 +63,7 @@ pub struct LearnedConfig {
     /// The quantile of the silences the worker came back from (0.5 to 1).
     pub quantile: f64,
     /// The shortest learned silence.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub floor: Duration,
     /// Silences observed before the learned one is used (5 to 256): in the worker's history,
     /// and by this agent in its current incarnation.
@@ -73,7 +73,7 @@ pub struct LearnedConfig {
     /// when the history the coordinator holds spans `history`.
     pub restarts: bool,
     /// How long a worker's rhythm must have been learned before it restarts anything.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub history: Duration,
 }
 

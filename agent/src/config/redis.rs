@@ -26,7 +26,7 @@ pub struct RedisConfig {
     /// First component of every key Vigil writes.
     pub key_prefix: String,
     /// Per-command timeout; a slower Redis counts as unreachable (and restarts pause).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) timeout: Duration,
     /// Entries kept in each node's decision trail stream.
     pub(crate) trail_max_len: usize,
@@ -61,11 +61,14 @@ impl std::fmt::Debug for RedisUrls {
 }
 
 impl RedisUrls {
-    /// `redis://a:1, redis://b:2` → each URL, trimmed; empty entries are dropped.
+    /// `redis://a:1, redis://b:2` → each URL, trimmed; empty entries are dropped. A piece
+    /// without `://` is the one before it's (a raw comma in a password), as the redacted form
+    /// reads it: split apart, the password's first half went into an error unredacted.
     pub(crate) fn parse(text: &str) -> RedisUrls {
         RedisUrls(
-            text.split(',')
-                .map(str::trim)
+            redact::split_urls(text)
+                .iter()
+                .map(|u| u.trim())
                 .filter(|u| !u.is_empty())
                 .map(str::to_string)
                 .collect(),
@@ -136,6 +139,12 @@ impl RedisConfig {
                 "is only used with a rediss:// (TLS) redis.url",
             );
         }
+        if !self.ca_file.is_empty() && self.mode == RedisMode::Sentinel {
+            return bad(
+                "redis.ca_file",
+                "is not used with redis.mode = sentinel (the Sentinels and the master are verified against the system's roots): remove it, or use a certificate those roots sign",
+            );
+        }
         if self.trail_max_len == 0 {
             return bad("redis.trail_max_len", "must be at least 1");
         }
@@ -204,6 +213,10 @@ mod tests {
             ("[redis]\ntrail_max_len = 0", "redis.trail_max_len"),
             ("[redis]\nurl = \"redis://host:notaport\"", "redis.url"),
             ("[redis]\ntimeout = \"0s\"", "redis.timeout"),
+            (
+                "[redis]\nmode = \"sentinel\"\nsentinel_service = \"m\"\nurl = \"rediss://s:26379\"\nca_file = \"/ca.pem\"",
+                "redis.ca_file",
+            ),
         ]);
     }
 
@@ -217,6 +230,11 @@ mod tests {
         );
         let c = parse("[redis]\nurl = \"redis://a:1\"\n").unwrap();
         assert_eq!(c.redis.urls().as_slice(), ["redis://a:1"]);
+        // A raw comma in a password stays in its URL, as the redacted form reads it.
+        assert_eq!(
+            RedisUrls::parse("redis://:pa,ss@h1:6379,redis://h2").into_vec(),
+            vec!["redis://:pa,ss@h1:6379", "redis://h2"]
+        );
     }
 
     #[test]
@@ -234,6 +252,11 @@ mod tests {
         }
         let urls = RedisUrls::parse("redis://:s3cret@a:1");
         assert_eq!(format!("{urls:?}"), "[\"redis://:***@a:1\"]");
+        // A raw comma in a cluster's password: its first half was a URL of its own once.
+        let text =
+            "[redis]\nmode = \"cluster\"\nurl = \"redis://:s3c,ret@a:1,redis://b:notaport\"\n";
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains("redis.url") && !err.contains("s3c"), "{err}");
     }
 
     #[test]

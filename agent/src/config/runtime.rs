@@ -42,19 +42,19 @@ pub struct RuntimeConfig {
     /// Log lines collected before a restart and attached to the alert.
     pub(crate) log_lines: usize,
     /// Time allowed for log collection.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub log_timeout: Duration,
     /// Grace between SIGTERM and SIGKILL when a worker is restarted.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub stop_grace: Duration,
     /// Time allowed for the whole restart (on CRI: until kubelet's next attempt runs); must
     /// exceed `stop_grace + call_timeout`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub restart_timeout: Duration,
     /// Deadline of every runtime call but the restart (list, inspect, logs, signal, ping): a
     /// runtime that accepts and never answers is noticed this soon. The restart's stop is never
     /// bound by it: it gets the whole stop grace plus this margin.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub call_timeout: Duration,
     /// CRI: also restart pods whose restartPolicy is Never (which ends the pod), or whose policy
     /// cannot be read (no Kubernetes API).

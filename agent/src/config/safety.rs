@@ -13,7 +13,7 @@ pub(crate) const LOCK_MARGIN: Duration = Duration::from_secs(5);
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyConfig {
     /// TTL of the per-node execution lock.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub lock_ttl: Duration,
     /// Restarts allowed per node per UTC day (the circuit breaker).
     pub breaker_per_day: u32,
@@ -21,7 +21,7 @@ pub struct SafetyConfig {
     pub(crate) breaker_disabled: bool,
     /// Restarts allowed across the whole fleet per `fleet_window`; 0 disables the fleet cap.
     pub fleet_budget: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub fleet_window: Duration,
 }
 

@@ -94,6 +94,28 @@ fn alert_secrets_come_from_the_env() {
         ]
     );
     c.validate().unwrap();
+    // A line that is not `Name: value` is refused by its number, never shown.
+    let pasted = env(&[
+        ("NODE_NAME", "n1"),
+        ("VIGIL_WEBHOOK_HEADERS", "X-Scope: org-1\nBearer s3cret\n"),
+    ]);
+    let e = Config::load(None, &pasted).unwrap_err().to_string();
+    assert!(
+        e.contains("VIGIL_WEBHOOK_HEADERS") && e.contains("line 2"),
+        "{e}"
+    );
+    assert!(!e.contains("s3cret"), "{e}");
+}
+
+/// A TOML syntax error says where, never the line: it is often the one with the password.
+#[test]
+fn a_toml_syntax_error_never_shows_its_line() {
+    let text = "node_name = \"n1\"\n[redis]\nurl = redis://:s3cret@h:6379\n";
+    let e = Config::parse(text, Path::new("v.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 3"), "{e}");
+    assert!(!e.contains("s3cret"), "{e}");
 }
 
 /// The keys of one section are in that section's tests; these are the top level's and the

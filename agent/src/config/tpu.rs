@@ -20,10 +20,10 @@ pub struct TpuConfig {
     /// The kernel log, read as `/dev/kmsg` records (a file of such lines in tests); empty = off.
     pub(crate) kernel_log: String,
     /// How often the chips are read.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub sample_interval: Duration,
     /// How long a device error keeps the chips degraded (or failed, for a fatal one).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) error_window: Duration,
     /// Put a `NoSchedule` taint on the Node while the TPU chips have failed.
     pub taint_on_failure: bool,

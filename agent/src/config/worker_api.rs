@@ -52,7 +52,7 @@ pub struct WorkerApiConfig {
     /// The audience a worker's projected token must be minted for.
     pub(crate) audience: String,
     /// How long a TokenReview's answer is reused (at most 10m).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub(crate) review_cache: Duration,
 }
 

@@ -84,6 +84,34 @@ pub struct RedisCoordinator {
     stale: AtomicBool,
 }
 
+/// The TLS of a Sentinel's master: the Sentinels' own (a rediss:// URL, `#insecure` or not).
+/// NB: with none, the master's password went over plain TCP beside TLS Sentinels.
+fn master_tls(sentinel: &redis::ConnectionAddr) -> Option<redis::TlsMode> {
+    match sentinel {
+        redis::ConnectionAddr::TcpTls { insecure: true, .. } => Some(redis::TlsMode::Insecure),
+        redis::ConnectionAddr::TcpTls { .. } => Some(redis::TlsMode::Secure),
+        _ => None,
+    }
+}
+
+/// The root certificate of `redis.ca_file`, when one is set.
+fn read_ca(
+    ca_file: Option<&str>,
+    addr: &str,
+) -> Result<Option<redis::TlsCertificates>, CoordError> {
+    let Some(path) = ca_file.filter(|f| !f.is_empty()) else {
+        return Ok(None);
+    };
+    let root = std::fs::read(path).map_err(|e| CoordError::Command {
+        addr: addr.to_string(),
+        source: format!("cannot read redis.ca_file {path}: {e}").into(),
+    })?;
+    Ok(Some(redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(root),
+    }))
+}
+
 impl RedisCoordinator {
     /// Parse the URL; no connection is made until the first command (so a Redis that is down at
     /// start-up does not stop the agent: it fails closed and retries).
@@ -96,23 +124,30 @@ impl RedisCoordinator {
         use crate::config::RedisMode;
         match r.mode {
             RedisMode::Single => Self::with_ca(r.url.expose(), Some(&r.ca_file), r.timeout),
-            RedisMode::Cluster => Self::cluster(r.url.expose(), r.timeout),
+            RedisMode::Cluster => Self::cluster(r.url.expose(), Some(&r.ca_file), r.timeout),
             RedisMode::Sentinel => Self::sentinel(r.url.expose(), &r.sentinel_service, r.timeout),
         }
     }
 
-    /// A Redis Cluster, from a comma-separated list of seed nodes (`redis://h1:6379,...`).
-    pub fn cluster(urls: &str, timeout: Duration) -> Result<Self, CoordError> {
+    /// A Redis Cluster, from a comma-separated list of seed nodes (`redis://h1:6379,...`), its
+    /// TLS verified against `ca_file` when one is given.
+    pub fn cluster(
+        urls: &str,
+        ca_file: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Self, CoordError> {
         let nodes = RedisUrls::parse(urls).into_vec();
         let addr = format!("cluster {}", redact::urls(urls));
-        let client = ClusterClient::builder(nodes.clone())
+        let mut builder = ClusterClient::builder(nodes.clone())
             .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .build()
-            .map_err(|source| CoordError::Unreachable {
-                addr: addr.clone(),
-                source,
-            })?;
+            .response_timeout(timeout);
+        if let Some(certs) = read_ca(ca_file, &addr)? {
+            builder = builder.certs(certs);
+        }
+        let client = builder.build().map_err(|source| CoordError::Unreachable {
+            addr: addr.clone(),
+            source,
+        })?;
         Ok(Self::from_target(Target::Cluster(client), addr, timeout))
     }
 
@@ -132,7 +167,7 @@ impl RedisCoordinator {
             .into_connection_info()
             .map_err(unreachable)?;
         let master = SentinelNodeConnectionInfo {
-            tls_mode: None,
+            tls_mode: master_tls(&first.addr),
             redis_connection_info: Some(first.redis.clone()),
         };
         let client = SentinelClient::build(
@@ -171,19 +206,9 @@ impl RedisCoordinator {
             addr: addr.clone(),
             source,
         };
-        let client = match ca_file.filter(|f| !f.is_empty()) {
+        let client = match read_ca(ca_file, &addr)? {
             None => redis::Client::open(url).map_err(unreachable)?,
-            Some(path) => {
-                let root = std::fs::read(path).map_err(|e| CoordError::Command {
-                    addr: addr.clone(),
-                    source: format!("cannot read redis.ca_file {path}: {e}").into(),
-                })?;
-                let certs = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root),
-                };
-                redis::Client::build_with_tls(url, certs).map_err(unreachable)?
-            }
+            Some(certs) => redis::Client::build_with_tls(url, certs).map_err(unreachable)?,
         };
         Ok(Self::from_target(Target::Single(client), addr, timeout))
     }
@@ -369,9 +394,21 @@ mod tests {
         assert_eq!(c.addr, "redis://:***@redis.vigil:6379/0");
         let c = RedisCoordinator::cluster(
             "redis://u:s3cret@a:1,redis://u:s3cret@b:2",
+            None,
             Duration::from_secs(1),
         )
         .unwrap();
         assert_eq!(c.addr, "cluster redis://u:***@a:1,redis://u:***@b:2");
+    }
+
+    #[test]
+    fn a_sentinel_s_master_is_reached_as_the_sentinels_are() {
+        let tls = |url: &str| master_tls(&url.into_connection_info().unwrap().addr);
+        assert!(
+            tls("redis://:pw@s:26379").is_none(),
+            "plain Sentinels, plain master"
+        );
+        assert!(tls("rediss://:pw@s:26379") == Some(redis::TlsMode::Secure));
+        assert!(tls("rediss://:pw@s:26379/#insecure") == Some(redis::TlsMode::Insecure));
     }
 }
