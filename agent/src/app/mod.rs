@@ -290,10 +290,13 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     start_servers(&cfg, &a, &agent, &tracker, &stop).await?;
     background_loops(&cfg, &a, &agent, &tracker, &stop);
     // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
-    tracker.spawn(agent.run(term.clone()));
-    term.cancelled().await;
+    let cycle = tracker.spawn(agent.run(term.clone()));
+    let died = signals::until_term_or_end(cycle, &term).await;
     let drained = drain(&cfg, &tracker, controller_done, &stop).await;
-    drained
+    match died {
+        Some(why) => Err(RunError(why)),
+        None => drained,
+    }
 }
 
 /// The node's cycle, on the production adapters, reading the controller's facts.

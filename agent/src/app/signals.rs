@@ -85,3 +85,63 @@ pub(crate) fn install_signals(
     signals.reload = Some(rx);
     Ok(signals)
 }
+
+/// Wait for `term`, or for the restart loop (`cycle`) to end without it: a panic in a cycle
+/// ended the loop's task alone, and the agent served its API and probes on, restarting nothing,
+/// until someone read `/healthz`. Then `term` is fired (the drain and checkpoint round run as
+/// for a SIGTERM) and the reason is returned, so the process exits non-zero and its
+/// supervisor (the DaemonSet, systemd) starts it again.
+pub(crate) async fn until_term_or_end(
+    cycle: tokio::task::JoinHandle<()>,
+    term: &CancellationToken,
+) -> Option<String> {
+    let ended = tokio::select! {
+        biased;
+        () = term.cancelled() => return None,
+        ended = cycle => ended,
+    };
+    let why = match ended {
+        // NB: the loop's own way out: it ends at `term`, which may have fired meanwhile.
+        Ok(()) if term.is_cancelled() => return None,
+        Err(e) if e.is_panic() => {
+            let panic = e.into_panic();
+            let text = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            format!("the restart loop panicked ({text}): exiting, so the agent is started again")
+        }
+        _ => "the restart loop ended without a SIGTERM: exiting, so the agent is started again"
+            .into(),
+    };
+    tracing::error!("{why}");
+    term.cancel();
+    Some(why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_restart_loop_that_dies_stops_the_agent_with_its_reason() {
+        let term = CancellationToken::new();
+        let cycle = tokio::spawn(async { panic!("index out of bounds") });
+        let why = until_term_or_end(cycle, &term)
+            .await
+            .expect("the loop died");
+        assert!(why.contains("index out of bounds"), "{why}");
+        assert!(term.is_cancelled(), "the drain runs as for a SIGTERM");
+    }
+
+    #[tokio::test]
+    async fn a_sigterm_is_no_failure() {
+        let term = CancellationToken::new();
+        let (t, stopped) = (term.clone(), term.clone());
+        let cycle = tokio::spawn(async move { t.cancelled().await });
+        stopped.cancel();
+        tokio::task::yield_now().await; // the loop has ended too: both are ready
+        assert_eq!(until_term_or_end(cycle, &term).await, None);
+    }
+}
