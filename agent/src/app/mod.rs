@@ -293,10 +293,7 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let cycle = tracker.spawn(agent.run(term.clone()));
     let died = signals::until_term_or_end(cycle, &term).await;
     let drained = drain(&cfg, &tracker, controller_done, &stop).await;
-    match died {
-        Some(why) => Err(RunError(why)),
-        None => drained,
-    }
+    died.map_or(drained, |why| Err(RunError(why)))
 }
 
 /// The node's cycle, on the production adapters, reading the controller's facts.
