@@ -42,6 +42,8 @@ def local_config(tmp: Path) -> Path:
     text = "poll_interval = \"2s\"\n" + text
     text += (
         "\n[policy]\nstale_after = \"2s\"\nconfirm_after = \"500ms\"\nrestart_delay = \"2s\"\n"
+        # A worker the agent never heard from shows in the trail (unreachable) within the test.
+        "start_grace = \"10s\"\n"
         "cooldown = \"30s\"\n[runtime]\nstop_grace = \"20s\"\nrestart_timeout = \"40s\"\n"
         "[safety]\nlock_ttl = \"120s\"\n"
     )
