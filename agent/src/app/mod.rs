@@ -291,9 +291,10 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     background_loops(&cfg, &a, &agent, &tracker, &stop);
     // The restart loop stops at SIGTERM; the controller then checkpoints the workers.
     let cycle = tracker.spawn(agent.run(term.clone()));
-    let died = signals::until_term_or_end(cycle, &term).await;
-    let drained = drain(&cfg, &tracker, controller_done, &stop).await;
-    died.map_or(drained, |why| Err(RunError(why)))
+    if let Some(why) = signals::until_term_or_end(cycle, &term).await {
+        return Err(RunError(why));
+    }
+    drain(&cfg, &tracker, controller_done, &stop).await
 }
 
 /// The node's cycle, on the production adapters, reading the controller's facts.

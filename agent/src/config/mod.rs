@@ -322,7 +322,7 @@ impl Config {
             self.alerts.routing_key = v.into();
         }
         if let Some(v) = env.get("VIGIL_WEBHOOK_HEADERS") {
-            for line in v.lines() {
+            for line in v.lines().filter(|l| !l.trim_start().starts_with('#')) {
                 if let Some((name, value)) = line.split_once(':') {
                     self.alerts
                         .headers

@@ -74,7 +74,7 @@ fn alert_secrets_come_from_the_env() {
         ("VIGIL_PAGERDUTY_ROUTING_KEY", "rk"),
         (
             "VIGIL_WEBHOOK_HEADERS",
-            "Authorization: Bearer a:b\nX-Scope: org-1\n",
+            "# from the Secret: rotate monthly\nAuthorization: Bearer a:b\nX-Scope: org-1\n",
         ),
     ]));
     assert_eq!(c.alerts.alertmanager_url.expose(), "http://am:pw@am:9093");

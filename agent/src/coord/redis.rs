@@ -141,7 +141,9 @@ impl RedisCoordinator {
         let mut builder = ClusterClient::builder(nodes.clone())
             .connection_timeout(timeout)
             .response_timeout(timeout);
-        if let Some(certs) = read_ca(ca_file, &addr)? {
+        // NB: `certs` turns verification on: a `#insecure` cluster verifies nothing, as before.
+        let insecure = nodes.first().is_some_and(|u| u.ends_with("#insecure"));
+        if let Some(certs) = read_ca(ca_file.filter(|_| !insecure), &addr)? {
             builder = builder.certs(certs);
         }
         let client = builder.build().map_err(|source| CoordError::Unreachable {

@@ -226,16 +226,23 @@ pub(crate) async fn heartbeat_loop(
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        // NB: the lock is held to the end: a cycle's publication waits for this one, never
-        // lands before it.
-        let mut last = record.0.lock().await;
-        let Some((mut rec, published)) = last.clone() else {
-            continue;
+        // NB: only a record no cycle published for `every` is re-published (a healthy node's
+        // heartbeat costs nothing); the clock is read outside the lock, then the record is
+        // taken again under it, held to the write: a cycle's publication waits for this one's
+        // write, never lands before it, and one that landed meanwhile is not written over.
+        let stale = |last: &Option<(NodeRecord, tokio::time::Instant)>| {
+            last.as_ref()
+                .filter(|(_, at)| at.elapsed() >= every)
+                .cloned()
         };
-        if published.elapsed() < every {
+        if stale(&*record.0.lock().await).is_none() {
             continue;
         }
         let Ok(now) = coord.time().await else {
+            continue;
+        };
+        let mut last = record.0.lock().await;
+        let Some((mut rec, _)) = stale(&last) else {
             continue;
         };
         rec.updated_at = now;

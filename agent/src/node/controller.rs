@@ -442,7 +442,11 @@ impl Controller {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = term.cancelled() => {
-                    self.stopping(&mut rounds).await;
+                    // NB: `stop` fires `term` too (its child): everything stopping at once (the
+                    // restart loop died) is no SIGTERM, and asks no checkpoint.
+                    if !stop.is_cancelled() {
+                        self.stopping(&mut rounds).await;
+                    }
                     break;
                 }
                 Some(done) = rounds.join_next(), if !rounds.is_empty() => {
