@@ -79,7 +79,9 @@ pub(super) async fn of(
     // NB: the operator's override covers what it always covered — a pod that a stop ends
     // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
     // be read (stopped as ever, its next attempt awaited) — never a stop the table found
-    // would fail a Job (no Job: nothing counts it).
+    // would fail a Job (no Job: nothing counts it), nor a Job's pod whose read failed on an
+    // API that is on (429, 500, a timeout, a missing rule): the next cycle reads again, where
+    // a stop on a guess could spend the Job's backoffLimit unseen.
     match read {
         Ok(Some(w)) => match remediation(&w, stops) {
             Remediation::Refuse(_) if allow && w.job.is_none() => Remediation::Replace {
@@ -92,7 +94,7 @@ pub(super) async fn of(
         Ok(None) => Remediation::Refuse(format!("pod {pod} is gone from the API")),
         // NB: a Job's pod is stopped by SIGKILL: a worker that exits 0 on SIGTERM would
         // read to its Job as a completed index.
-        Err(e) if allow => Remediation::InPlace {
+        Err(e) if allow && !(p.job && pods.is_some()) => Remediation::InPlace {
             kill: p.job,
             how: format!(
                 "runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})"
@@ -101,5 +103,71 @@ pub(super) async fn of(
         Err(e) => Remediation::Refuse(format!(
             "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::pods::{NodePod, PodError, RestartPolicy};
+
+    /// An API that is on and answers every read with a 500.
+    struct Failing;
+
+    #[async_trait::async_trait]
+    impl PodApi for Failing {
+        async fn restart_policy(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> Result<Option<RestartPolicy>, PodError> {
+            Err(PodError::Unsupported("500 Internal Server Error"))
+        }
+        async fn node_pods(&self, _: &str) -> Result<Vec<NodePod>, PodError> {
+            Err(PodError::Unsupported("500 Internal Server Error"))
+        }
+        async fn workload(&self, _: &str, _: &str, _: &str) -> Result<Option<Workload>, PodError> {
+            Err(PodError::Unsupported("500 Internal Server Error"))
+        }
+    }
+
+    fn container(job: bool) -> Container {
+        Container {
+            id: "c1".into(),
+            pod: Some(crate::runtime::container::PodRef {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                uid: "u".into(),
+                sandbox: "s".into(),
+                container: "trainer".into(),
+                attempt: 0,
+                log_path: None,
+                job,
+            }),
+            ..Container::default()
+        }
+    }
+
+    /// `allow_pod_replacement` stops a pod whose controllers cannot be read, but a Job's pod
+    /// only where the API is off: on an API that fails, a stop could spend its backoffLimit.
+    #[tokio::test]
+    async fn a_job_s_pod_is_not_stopped_on_a_guess_while_the_api_fails() {
+        let reads = Reads::default();
+        let failing: &dyn PodApi = &Failing;
+        let job = of(Some(failing), &reads, true, &container(true), Stops::One).await;
+        assert!(
+            matches!(&job, Remediation::Refuse(w) if w.contains("500")),
+            "{job:?}"
+        );
+        let bare = of(Some(failing), &reads, true, &container(false), Stops::One).await;
+        assert!(
+            matches!(bare, Remediation::InPlace { kill: false, .. }),
+            "{bare:?}"
+        );
+        let off = of(None, &reads, true, &container(true), Stops::One).await;
+        assert!(
+            matches!(off, Remediation::InPlace { kill: true, .. }),
+            "the API off: {off:?}"
+        );
     }
 }
