@@ -460,14 +460,19 @@ impl ContainerRuntime for CriRuntime {
             state: running(),
             ..Default::default()
         };
+        // NB: every one is asked, whatever one answers: a container left running keeps a
+        // `Never` pod from failing, and its controller from replacing it.
+        let mut first_error = None;
         for other in self.containers(filter).await? {
             let c = Container {
                 id: other.id,
                 ..Container::default()
             };
-            self.stop(&c, grace).await?;
+            if let Err(e) = self.stop(&c, grace).await {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// `StopContainer` with the stop grace, then wait for kubelet's next attempt (the caller

@@ -452,11 +452,15 @@ fn within_limit(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediatio
     })
 }
 
-/// The first rule of the Job's pod failure policy that a SIGKILL of the worker container
-/// matches.
+/// The first rule of the Job's pod failure policy that the stop matches. NB: whatever container
+/// a rule names: a pod failure policy needs `restartPolicy: Never`, whose pod Vigil fails whole
+/// (every container SIGKILLed, all exit 137: `Remediation::fails_pod`), so a rule about the
+/// data loader beside the worker matches too.
 fn failure_rule<'a>(w: &Workload, job: &'a JobFacts) -> Option<&'a PodFailureRule> {
+    let whole = w.policy != RestartPolicy::OnFailure;
     job.pod_failure.iter().find(|r| {
-        r.container.as_deref().is_none_or(|c| c == w.container) && r.exit_codes.matches(KILLED_EXIT)
+        (whole || r.container.as_deref().is_none_or(|c| c == w.container))
+            && r.exit_codes.matches(KILLED_EXIT)
     })
 }
 

@@ -179,9 +179,12 @@ fn a_pod_failure_policy_changes_what_a_kill_does() {
     assert!(r.how().contains("PodFailurePolicy"), "{}", r.how());
     // Ignore on 137: replaced, uncounted.
     assert_eq!(kind(&with("Ignore", None, codes(true, &[137]))), "replace");
-    // A rule about another container, or codes that exclude 137, does not match: counted.
-    let other = with("FailJob", Some("sidecar"), codes(true, &[137]));
-    assert_eq!(kind(&other), "replace", "{}", other.how());
+    // A rule about another container matches too: the pod is failed whole, every container
+    // SIGKILLed (137), the data loader's as the worker's.
+    let other = with("FailJob", Some("loader"), codes(true, &[137]));
+    assert_eq!(kind(&other), "one-for-all-kill", "{}", other.how());
+    assert!(other.how().contains("PodFailurePolicy"), "{}", other.how());
+    // Codes that exclude 137 do not match: counted.
     assert_eq!(
         kind(&with("FailJob", None, codes(false, &[137]))),
         "replace"
