@@ -135,8 +135,14 @@ async fn an_on_failure_jobs_retries_are_counted_from_its_pods_and_never_spent_un
     kube.put_pod(job_pod("p-1", "train-workers-0", "u-0", "OnFailure", 1));
     let r = read(&kube, "p-0").await.unwrap();
     assert!(
+        matches!(&r, Remediation::Refuse(why) if why.contains("would fail it partway")),
+        "2 + 4 reaches 6 (2 + 1 does not): refused: {r:?}"
+    );
+    kube.put_pod(job_pod("p-1", "train-workers-0", "u-0", "OnFailure", 4));
+    let r = read(&kube, "p-0").await.unwrap();
+    assert!(
         matches!(&r, Remediation::Refuse(why) if why.contains("a stop fails Job train-workers-0")),
-        "2 + 4 reaches 6, and no JobSet: {r:?}"
+        "5 + 1 reaches 6, and no JobSet: {r:?}"
     );
 }
 

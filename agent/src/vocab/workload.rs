@@ -396,6 +396,14 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
         if let Some(r) = within_limit(w, job, stops) {
             return r;
         }
+        // NB: no room for every pod, but room for one: one member's stop does not fail the Job,
+        // so no JobSet restart follows it, and stopping them all fails it partway.
+        if stops == Stops::EveryPod && within_limit(w, job, Stops::One).is_some() {
+            return Remediation::Refuse(format!(
+                "stopping every pod of Job {} would fail it partway (backoffLimit {}, {} used, parallelism {}), and one pod's stop does not fail it: no one stop restarts the whole; its controller decides",
+                job.name, job.backoff_limit, job.retries, job.parallelism
+            ));
+        }
     }
     let reason = reason.unwrap_or("BackoffLimitExceeded");
     let fails = format!(

@@ -207,8 +207,12 @@ fn a_jobs_backoff_limit_is_never_spent_unseen() {
     let r = on_failure(6, 1, 4);
     assert_eq!(kind(&r), "in-place-kill", "{}", r.how());
     assert!(r.how().contains("1 of 6 used"), "{}", r.how());
-    // No room, and no JobSet: refused (the stop would fail the Job).
+    // No room for every pod, room for one: refused (stopping them all fails it partway).
     let r = on_failure(6, 3, 4);
+    assert_eq!(kind(&r), "refuse");
+    assert!(r.how().contains("partway"), "{}", r.how());
+    // No room for one, and no JobSet: refused (the stop would fail the Job).
+    let r = on_failure(6, 5, 4);
     assert_eq!(kind(&r), "refuse");
     assert!(r.how().contains("BackoffLimitExceeded"), "{}", r.how());
     assert_eq!(kind(&on_failure(0, 0, 1)), "refuse");
@@ -326,11 +330,17 @@ fn across_every_shape_a_jobs_pod_is_killed_and_a_failed_job_is_never_left_behind
                             ..pod(policy)
                         };
                         let r = rem(&w);
-                        let fails_job = match policy {
+                        let fails = |stops: u32| match policy {
                             Always => false,
-                            OnFailure => retries + parallelism >= limit,
-                            Never => retries + parallelism > limit,
+                            OnFailure => retries + stops >= limit,
+                            Never => retries + stops > limit,
                         };
+                        // One stop fails the Job (a JobSet may restart it all), or only all of
+                        // them would, partway: refused.
+                        let fails_job = fails(1);
+                        if fails(parallelism) && !fails_job {
+                            assert_eq!(kind(&r), "refuse", "{w:?}: {r:?}");
+                        }
                         let restarts = js
                             .as_ref()
                             .is_some_and(|j| j.max_restarts.is_some_and(|m| j.restarts < m));
