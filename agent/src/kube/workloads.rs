@@ -292,11 +292,14 @@ pub(crate) fn job_facts(job: &Value, policy: RestartPolicy, pods: &[Value]) -> J
     }
 }
 
+/// The JobSet failure policy's action that restarts it without counting against `maxRestarts`.
+const IGNORES_MAX: &str = "RestartJobSetAndIgnoreMaxRestarts";
+
 /// The JobSet's failure policy and the restarts it has spent.
 pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
     let fp = &js["spec"]["failurePolicy"];
     let status = &js["status"];
-    let rules = fp["rules"]
+    let rules: Vec<FailureRule> = fp["rules"]
         .as_array()
         .map(|rules| {
             rules
@@ -311,17 +314,21 @@ pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
                 .collect()
         })
         .unwrap_or_default();
+    // NB: restartsCountTowardsMax is what maxRestarts is checked against; an older
+    // controller writes restarts only. Both are `omitempty`: absent is 0 where a rule
+    // restarts without counting (that controller knows the field), else `restarts` (the
+    // same count, or an older controller's): a preemption's restarts never spend the max.
+    let restarts = match &status["restartsCountTowardsMax"] {
+        Value::Null if !rules.iter().any(|r| r.action == IGNORES_MAX) => count(&status["restarts"]),
+        Value::Null => 0,
+        n => count(n),
+    };
     JobSetFacts {
         name: qualified(js),
         replicated_job: replicated_job.to_string(),
         max_restarts: fp.is_object().then(|| count(&fp["maxRestarts"])),
         rules,
-        // NB: restartsCountTowardsMax is what maxRestarts is checked against; an older
-        // controller writes restarts only.
-        restarts: match &status["restartsCountTowardsMax"] {
-            Value::Null => count(&status["restarts"]),
-            n => count(n),
-        },
+        restarts,
         strategy: fp["restartStrategy"]
             .as_str()
             .unwrap_or("Recreate")

@@ -67,6 +67,19 @@ fn the_common_jobset_shape_reads_into_one_member_failed() {
     assert_eq!(facts.max_restarts, Some(3));
     assert_eq!(facts.restarts, 1, "restartsCountTowardsMax, not restarts");
     assert_eq!(facts.rules[0].targets, ["driver"]);
+    // Both counts are `omitempty`: four preemption restarts that did not count leave
+    // restartsCountTowardsMax absent, which is 0, not the 4 of restarts.
+    let preempted = json!({
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"failurePolicy": {"maxRestarts": 3, "rules": [
+            {"action": "RestartJobSetAndIgnoreMaxRestarts", "onJobFailureReasons": ["PodFailurePolicy"]}
+        ]}},
+        "status": {"restarts": 4}
+    });
+    assert_eq!(jobset_facts(&preempted, "workers").restarts, 0);
+    // Without such a rule the two counts are one: an older controller's `restarts` is read.
+    let older = json!({"metadata": {"name": "t"}, "spec": {"failurePolicy": {"maxRestarts": 3}}, "status": {"restarts": 2}});
+    assert_eq!(jobset_facts(&older, "workers").restarts, 2);
     w.jobset = Some(facts);
     let r = rem(&w);
     assert!(

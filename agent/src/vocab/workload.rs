@@ -109,8 +109,8 @@ pub struct JobSetFacts {
     /// `spec.failurePolicy`: `None` when it has none (a failed child Job fails the JobSet).
     pub max_restarts: Option<u32>,
     pub rules: Vec<FailureRule>,
-    /// `status.restartsCountTowardsMax` (or `status.restarts` where the controller does not
-    /// write it): restarts spent against `maxRestarts`.
+    /// `status.restartsCountTowardsMax` (absent: 0 where a rule restarts without counting,
+    /// else `status.restarts`): restarts spent against `maxRestarts`.
     pub restarts: u32,
     /// `spec.failurePolicy.restartStrategy` (`Recreate` where unset): `InPlaceRestart` has
     /// JobSet's own agent restart the pods in place, and Vigil leaves it to it.
