@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::Container;
 use crate::kube::pods::{PodApi, PodError};
-use crate::vocab::workload::{remediation, Remediation, Stops, Workload};
+use crate::vocab::workload::{remediation, replaceable_on_request, Remediation, Stops, Workload};
 
 /// How long a pod's read serves a gang member's entry (`Stops::EveryPod`, once a cycle while
 /// its worker is in trouble): a hung 1,000-rank job would otherwise cost the API server three
@@ -84,7 +84,7 @@ pub(super) async fn of(
     // a stop on a guess could spend the Job's backoffLimit unseen.
     match read {
         Ok(Some(w)) => match remediation(&w, stops) {
-            Remediation::Refuse(_) if allow && w.job.is_none() => Remediation::Replace {
+            Remediation::Refuse(_) if allow && replaceable_on_request(&w) => Remediation::Replace {
                 how: format!(
                     "runtime.allow_pod_replacement: pod {pod} is failed, and what follows is its controller's"
                 ),
@@ -113,6 +113,59 @@ mod tests {
 
     /// An API that is on and answers every read with a 500.
     struct Failing;
+
+    /// An API that reads the pod as `.0`.
+    struct Serving(Workload);
+
+    #[async_trait::async_trait]
+    impl PodApi for Serving {
+        async fn restart_policy(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> Result<Option<RestartPolicy>, PodError> {
+            Ok(Some(self.0.policy))
+        }
+        async fn node_pods(&self, _: &str) -> Result<Vec<NodePod>, PodError> {
+            Ok(Vec::new())
+        }
+        async fn workload(&self, _: &str, _: &str, _: &str) -> Result<Option<Workload>, PodError> {
+            Ok(Some(self.0.clone()))
+        }
+    }
+
+    /// The override replaces a `Never` pod nothing else replaces (row 11), and no other
+    /// refusal: a failed device under an `Always` pod (row 0), a container whose own policy is
+    /// `Never` (row 4), a controller the API does not have (row 1).
+    #[tokio::test]
+    async fn allow_pod_replacement_overrides_row_11_only() {
+        let answer = |w: Workload| async move {
+            let api = Serving(w);
+            of(
+                Some(&api),
+                &Reads::default(),
+                true,
+                &container(false),
+                Stops::One,
+            )
+            .await
+        };
+        let never = Workload::bare("ml/train-0", "trainer", RestartPolicy::Never);
+        assert!(matches!(
+            answer(never.clone()).await,
+            Remediation::Replace { .. }
+        ));
+        let mut sick = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
+        sick.unhealthy = vec!["nvidia.com/gpu=GPU-0".into()];
+        let mut own = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
+        own.container_policy = Some(RestartPolicy::Never);
+        let mut missing = never;
+        missing.missing = Some("LeaderWorkerSet lws".into());
+        for (w, row) in [(sick, "row 0"), (own, "row 4"), (missing, "row 1")] {
+            let r = answer(w).await;
+            assert!(matches!(r, Remediation::Refuse(_)), "{row}: {r:?}");
+        }
+    }
 
     #[async_trait::async_trait]
     impl PodApi for Failing {

@@ -272,6 +272,13 @@ pub fn remediation(w: &Workload, stops: Stops) -> Remediation {
     r
 }
 
+/// Row 11, the one refusal `runtime.allow_pod_replacement` overrides: a `Never` pod that no
+/// controller replaces (a stop ends it; the operator asked for that). Never a Job's pod, a
+/// controller the API does not have (row 1), or a container whose own policy refuses (row 4).
+pub fn replaceable_on_request(w: &Workload) -> bool {
+    w.policy == RestartPolicy::Never && w.job.is_none() && w.missing.is_none()
+}
+
 /// The table without the kubelet's device health (rows 1–11).
 fn by_controllers(w: &Workload, stops: Stops) -> Remediation {
     if let Some(what) = &w.missing {
