@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The seeded simulation of the restart protocol (tests/simulation.rs, docs/safety.md).
 #
-#   bash scripts/simulate.sh                   # 10,000 seeds (CI's test command runs 2,000)
+#   bash scripts/simulate.sh                   # 10,000 seeds (CI's test command runs 1,200)
 #   VIGIL_SIM_SEEDS=200000 bash scripts/simulate.sh
 #   VIGIL_SIM_FIRST_SEED=1000000 VIGIL_SIM_SEEDS=50000 bash scripts/simulate.sh
 #   VIGIL_SIM_SEED=1234 bash scripts/simulate.sh   # replay one seed, whole trace printed

@@ -19,14 +19,30 @@ const LABEL: &str = "vigil.worker";
 /// The runtime on `podman`, the restart call bounded by `restart_deadline`, every other call
 /// by 5 s (shorter than the stop graces below: the workers ignore SIGTERM). NB: not less: the
 /// suites run side by side, and a loaded machine can keep Podman's answer past 2 s.
-fn runtime(podman: &Podman, restart_deadline: Duration) -> DockerRuntime {
-    DockerRuntime::podman(
+async fn runtime(podman: &Podman, restart_deadline: Duration) -> DockerRuntime {
+    let rt = DockerRuntime::podman(
         podman.socket().to_str().unwrap(),
         LABEL,
         "vigil.checkpoint",
         restart_deadline,
         CALL_TIMEOUT,
-    )
+    );
+    connected(&rt).await;
+    rt
+}
+
+/// Once `rt` holds its connection: its first call negotiates the API version, which a loaded
+/// machine (the suites run side by side) kept past the 5 s deadline now and then (CI failed
+/// on it); the calls the tests time come after, on the connection kept.
+async fn connected(rt: &DockerRuntime) {
+    let mut last = None;
+    for _ in 0..6 {
+        match rt.ping().await {
+            Ok(()) => return,
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("podman never answered within 6 tries: {last:?}");
 }
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,7 +57,7 @@ async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
     );
     let other_label = podman.run(&["--label", "team.worker=x"], STUBBORN);
     let unlabelled = podman.run(&[], STUBBORN);
-    let rt = runtime(&podman, Duration::from_secs(30));
+    let rt = runtime(&podman, Duration::from_secs(30)).await;
     assert_eq!(
         rt.describe(),
         format!("podman at unix://{}", podman.socket().display())
@@ -93,6 +109,7 @@ async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
         Duration::from_secs(30),
         CALL_TIMEOUT,
     );
+    connected(&as_docker).await;
     assert_eq!(as_docker.list_workers().await.unwrap().len(), 1);
     assert!(
         as_docker.describe().starts_with("podman at "),
@@ -105,7 +122,7 @@ async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
 async fn a_worker_that_ignores_sigterm_is_killed_after_the_grace_and_restarted_once() {
     let podman = Podman::start();
     let id = podman.run(&["--label", "vigil.worker=trainer-0"], STUBBORN);
-    let rt = runtime(&podman, Duration::from_secs(20));
+    let rt = runtime(&podman, Duration::from_secs(20)).await;
     let c = rt.inspect(&id).await.unwrap().expect("a worker");
 
     // The stop grace is honoured, longer than every call's deadline: SIGTERM is ignored,
@@ -123,7 +140,7 @@ async fn a_worker_that_ignores_sigterm_is_killed_after_the_grace_and_restarted_o
 
     // A stop grace longer than the call's own deadline: the call gives up, Podman finishes the
     // restart on its own (a client that went away does not cancel it), and only once.
-    let short = runtime(&podman, Duration::from_secs(2));
+    let short = runtime(&podman, Duration::from_secs(2)).await;
     let err = short
         .restart(&after, Duration::from_secs(7))
         .await
@@ -157,7 +174,7 @@ async fn podman_events_keep_the_listing_cache_true() {
     let id = podman.run(&["--label", "vigil.worker=trainer-0"], STUBBORN);
     // Past the one second of events the stream replays (its start would drop the entry).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let rt = runtime(&podman, Duration::from_secs(30));
+    let rt = runtime(&podman, Duration::from_secs(30)).await;
     let first = rt.list_workers().await.unwrap();
     assert_eq!(first.len(), 1);
     for _ in 0..3 {

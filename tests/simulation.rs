@@ -3,7 +3,7 @@
 //! runtime call by a seeded scheduler, with faults injected, and every invariant checked against
 //! the harness's own ground truth.
 //!
-//! `VIGIL_SIM_SEEDS=N` runs N seeds (2,000 by default: the test command's share; every mutant and
+//! `VIGIL_SIM_SEEDS=N` runs N seeds (1,200 by default: the test command's share; every mutant and
 //! every seed that once failed run in full whatever N); `VIGIL_SIM_SEED=S` replays one seed and
 //! prints its whole trace (`VIGIL_SIM_MUTANT=NoCompare` plants a mutant in the replay).
 //! `scripts/simulate.sh` wraps both, release-built, 10,000 seeds by default (issue 43: the long
@@ -48,7 +48,9 @@ fn seeded_fleet_simulation_keeps_every_invariant() {
         }
         return;
     }
-    let count = env_u64("VIGIL_SIM_SEEDS").unwrap_or(2_000);
+    // NB: 1,200, not 2,000: the fleet simulation was CI's longest test (353 s on a slow day,
+    // the run's last to end); the coverage check below holds from 1,000.
+    let count = env_u64("VIGIL_SIM_SEEDS").unwrap_or(1_200);
     let first = env_u64("VIGIL_SIM_FIRST_SEED").unwrap_or(0);
     let started = std::time::Instant::now();
     let stats = match run_seeds(first, count, &Options::default()) {
@@ -333,7 +335,7 @@ fn the_harness_catches_a_restart_from_a_rhythm_learned_in_one_process_only() {
 /// peers, in one tick, as out of their wave: a slow restart moves the clock within a tick).
 const GANG_ONCE_FAILED: &[u64] = &[2583];
 
-/// The gang simulation (issue 29, docs/safety.md "Gangs"): `VIGIL_SIM_GANG_SEEDS` seeds (60 by
+/// The gang simulation (issue 29, docs/safety.md "Gangs"): `VIGIL_SIM_GANG_SEEDS` seeds (50 by
 /// default: each seed has a JobSet's gang too since issue 44; the release sweep of
 /// `scripts/simulate.sh gang` runs thousands) of four agents, two gangs sharing their nodes, with crashes, stand-downs, outages
 /// and stragglers; every invariant checked after every cycle.
@@ -351,10 +353,10 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         }
         return;
     }
-    let count = env_u64("VIGIL_SIM_GANG_SEEDS").unwrap_or(60);
+    let count = env_u64("VIGIL_SIM_GANG_SEEDS").unwrap_or(50);
     let first = env_u64("VIGIL_SIM_FIRST_SEED").unwrap_or(0);
     let started = std::time::Instant::now();
-    // The gang seeds a sweep once caught (outside the 60), replayed every run.
+    // The gang seeds a sweep once caught (outside the 50), replayed every run.
     for seed in GANG_ONCE_FAILED {
         if let Err(v) = run_gang_seed(*seed, None) {
             panic!(
