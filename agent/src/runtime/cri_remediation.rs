@@ -100,6 +100,9 @@ pub(super) async fn of(
                 "runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})"
             ),
         },
+        Err(e) if allow => Remediation::Refuse(format!(
+            "how Job pod {pod}'s controllers restart it is unknown ({e}): refused until a read answers, since a stop could spend its Job's backoffLimit unseen (runtime.allow_pod_replacement covers a Job's pod only with the Kubernetes API off)"
+        )),
         Err(e) => Remediation::Refuse(format!(
             "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
         )),
@@ -159,9 +162,20 @@ mod tests {
         sick.unhealthy = vec!["nvidia.com/gpu=GPU-0".into()];
         let mut own = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
         own.container_policy = Some(RestartPolicy::Never);
-        let mut missing = never;
+        let mut missing = never.clone();
         missing.missing = Some("LeaderWorkerSet lws".into());
-        for (w, row) in [(sick, "row 0"), (own, "row 4"), (missing, "row 1")] {
+        // Row 0 under a Never pod: the worker's own Always restarts it in place (row 3), on a
+        // device the kubelet reports unhealthy: refused, and no override fails the pod.
+        let mut sick_never = never;
+        sick_never.container_policy = Some(RestartPolicy::Always);
+        sick_never.unhealthy = vec!["nvidia.com/gpu=GPU-0".into()];
+        let cases = [
+            (sick, "row 0"),
+            (own, "row 4"),
+            (missing, "row 1"),
+            (sick_never, "row 0 (Never)"),
+        ];
+        for (w, row) in cases {
             let r = answer(w).await;
             assert!(matches!(r, Remediation::Refuse(_)), "{row}: {r:?}");
         }

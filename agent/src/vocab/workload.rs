@@ -255,7 +255,9 @@ impl Remediation {
 /// 5. a pod of a Job: a stop counts against `backoffLimit` (a failed `Never` pod, an `OnFailure`
 ///    container's restart). Within it: in place (`OnFailure`) or replaced (`Never`), by a kill.
 ///    When a stop would fail the Job: one member, if its JobSet's failure policy restarts the
-///    JobSet on that failure; else refused;
+///    JobSet on that failure; else refused. Refused too: a gang's stop of every pod that would
+///    fail the Job partway (one pod's would not), and a pod failure policy rule on another
+///    container that a kill may match;
 /// 6. `Always` (or `OnFailure` outside a Job): in place, as always (`OnFailure` by a kill: an
 ///    exit 0 would not be restarted);
 /// 7. `Never` with no controller that brings it back: refused.
@@ -276,7 +278,10 @@ pub fn remediation(w: &Workload, stops: Stops) -> Remediation {
 /// controller replaces (a stop ends it; the operator asked for that). Never a Job's pod, a
 /// controller the API does not have (row 1), or a container whose own policy refuses (row 4).
 pub fn replaceable_on_request(w: &Workload) -> bool {
-    w.policy == RestartPolicy::Never && w.job.is_none() && w.missing.is_none()
+    w.policy == RestartPolicy::Never
+        && w.job.is_none()
+        && w.missing.is_none()
+        && in_place_uncounted(w).is_none()
 }
 
 /// The table without the kubelet's device health (rows 1–11).
@@ -374,6 +379,9 @@ fn restart_rule(w: &Workload) -> Option<&RestartRule> {
 
 /// A pod of a Job: within `backoffLimit`, each pod once; past it, the JobSet's restart or none.
 fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
+    if let Some(refused) = other_container_rule(w, job) {
+        return refused;
+    }
     let reason = match failure_rule(w, job) {
         // An ignored failure is not counted: the pod is replaced, whatever the count.
         Some(r) if r.action == "Ignore" => {
@@ -400,16 +408,8 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
         ));
     }
     if reason.is_none() {
-        if let Some(r) = within_limit(w, job, stops) {
+        if let Some(r) = room(w, job, stops) {
             return r;
-        }
-        // NB: no room for every pod, but room for one: one member's stop does not fail the Job,
-        // so no JobSet restart follows it, and stopping them all fails it partway.
-        if stops == Stops::EveryPod && within_limit(w, job, Stops::One).is_some() {
-            return Remediation::Refuse(format!(
-                "stopping every pod of Job {} would fail it partway (backoffLimit {}, {} used, parallelism {}), and one pod's stop does not fail it: no one stop restarts the whole; its controller decides",
-                job.name, job.backoff_limit, job.retries, job.parallelism
-            ));
         }
     }
     let reason = reason.unwrap_or("BackoffLimitExceeded");
@@ -430,6 +430,21 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
         },
         JobSetAnswer::Not(why) => Remediation::Refuse(format!("{fails}, and {why}")),
     }
+}
+
+/// The answer while the stops fit within the Job's `backoffLimit` ([`within_limit`]), or a
+/// refusal where every pod's would not but one pod's would. NB: then one member's stop does not
+/// fail the Job, so no JobSet restart follows it, and stopping them all fails it partway.
+fn room(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediation> {
+    if let Some(r) = within_limit(w, job, stops) {
+        return Some(r);
+    }
+    (stops == Stops::EveryPod && within_limit(w, job, Stops::One).is_some()).then(|| {
+        Remediation::Refuse(format!(
+            "stopping every pod of Job {} would fail it partway (backoffLimit {}, {} used, parallelism {}), and one pod's stop does not fail it: no one stop restarts the whole; its controller decides",
+            job.name, job.backoff_limit, job.retries, job.parallelism
+        ))
+    })
 }
 
 /// While every pod of the Job can be stopped once within its `backoffLimit`: in place
@@ -467,16 +482,30 @@ fn within_limit(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediatio
     })
 }
 
-/// The first rule of the Job's pod failure policy that the stop matches. NB: whatever container
-/// a rule names: a pod failure policy needs `restartPolicy: Never`, whose pod Vigil fails whole
-/// (every container SIGKILLed, all exit 137: `Remediation::fails_pod`), so a rule about the
-/// data loader beside the worker matches too.
+/// The first rule of the Job's pod failure policy that a SIGKILL of the worker container
+/// matches.
 fn failure_rule<'a>(w: &Workload, job: &'a JobFacts) -> Option<&'a PodFailureRule> {
-    let whole = w.policy != RestartPolicy::OnFailure;
     job.pod_failure.iter().find(|r| {
-        (whole || r.container.as_deref().is_none_or(|c| c == w.container))
-            && r.exit_codes.matches(KILLED_EXIT)
+        r.container.as_deref().is_none_or(|c| c == w.container) && r.exit_codes.matches(KILLED_EXIT)
     })
+}
+
+/// The refusal where a rule of the Job's pod failure policy is about another of the pod's
+/// containers and a SIGKILL would match it. NB: Vigil fails a Job's pod whole (a pod failure policy needs
+/// `restartPolicy: Never`): a sidecar or data loader it stops exits 137 too, and its rule may
+/// fail the Job; but an init container that finished (exit 0, skipped) or one that ended on its
+/// own keeps its code, which Vigil does not read: what the rule does is unknown.
+fn other_container_rule(w: &Workload, job: &JobFacts) -> Option<Remediation> {
+    let r = job.pod_failure.iter().find(|r| {
+        r.container.as_deref().is_some_and(|c| c != w.container)
+            && r.exit_codes.matches(KILLED_EXIT)
+    })?;
+    Some(Remediation::Refuse(format!(
+        "Job {}'s pod failure policy has a {} rule on container {}, which a stop of the whole pod may or may not match (its exit code is unknown): its controller decides",
+        job.name,
+        r.action,
+        r.container.as_deref().unwrap_or_default()
+    )))
 }
 
 /// What a JobSet's failure policy does when one of its Jobs fails, and why, in words.

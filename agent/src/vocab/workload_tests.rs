@@ -179,11 +179,28 @@ fn a_pod_failure_policy_changes_what_a_kill_does() {
     assert!(r.how().contains("PodFailurePolicy"), "{}", r.how());
     // Ignore on 137: replaced, uncounted.
     assert_eq!(kind(&with("Ignore", None, codes(true, &[137]))), "replace");
-    // A rule about another container matches too: the pod is failed whole, every container
-    // SIGKILLed (137), the data loader's as the worker's.
-    let other = with("FailJob", Some("loader"), codes(true, &[137]));
-    assert_eq!(kind(&other), "one-for-all-kill", "{}", other.how());
-    assert!(other.how().contains("PodFailurePolicy"), "{}", other.how());
+    // A rule about another container that a kill may match: the pod is failed whole, but
+    // whether that container exits 137 (a sidecar) or keeps its own code (an init container
+    // that finished) is unknown: refused, whatever the rule says (an Ignore as a FailJob).
+    for action in ["FailJob", "Ignore"] {
+        let other = with(action, Some("loader"), codes(true, &[137]));
+        assert_eq!(kind(&other), "refuse", "{action}: {}", other.how());
+        assert!(other.how().contains("container loader"), "{}", other.how());
+    }
+    // One about another container that a kill cannot match: as if absent, counted.
+    assert_eq!(
+        kind(&with("FailJob", Some("loader"), codes(true, &[1]))),
+        "replace"
+    );
+    // A FailJob reason goes to the JobSet even where every pod would fit in the limit.
+    let mut w = jobset_never(Some(3), 0);
+    w.job.as_mut().unwrap().backoff_limit = 4;
+    w.job.as_mut().unwrap().pod_failure = vec![PodFailureRule {
+        action: "FailJob".into(),
+        container: None,
+        exit_codes: codes(true, &[137]),
+    }];
+    assert_eq!(kind(&rem(&w)), "one-for-all-kill", "{}", rem(&w).how());
     // Codes that exclude 137 do not match: counted.
     assert_eq!(
         kind(&with("FailJob", None, codes(false, &[137]))),
@@ -352,6 +369,11 @@ fn across_every_shape_a_jobs_pod_is_killed_and_a_failed_job_is_never_left_behind
                         }
                         if fails_job && restarts {
                             assert_eq!(kind(&r), "one-for-all-kill", "{w:?}: {r:?}");
+                        }
+                        // Room for every pod: never refused (counted, by a kill).
+                        if policy != Always && !fails(parallelism) {
+                            let k = kind(&r);
+                            assert!(k == "in-place-kill" || k == "replace", "{w:?}: {r:?}");
                         }
                     }
                 }
