@@ -198,20 +198,26 @@ fn nonzero(durations: &[(&'static str, Duration)]) -> Result<(), ConfigError> {
     }
 }
 
-/// Every line of `VIGIL_WEBHOOK_HEADERS` is `Name: value` (or blank). NB: one without a colon
-/// was dropped without a word (a pasted `Bearer …` sent no credential); the line is not shown.
+/// The lines of `VIGIL_WEBHOOK_HEADERS` that say something (numbered from 1): not blank, not a
+/// `#` comment.
+fn header_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let said = |l: &str| !l.trim().is_empty() && !l.trim_start().starts_with('#');
+    text.lines()
+        .enumerate()
+        .filter(move |(_, l)| said(l))
+        .map(|(i, l)| (i + 1, l))
+}
+
+/// Every line of `VIGIL_WEBHOOK_HEADERS` that says something is `Name: value`. NB: one without
+/// a colon was dropped without a word (a pasted `Bearer …` sent no credential); the line is not
+/// shown. (A name that is no header name is refused by `alerts.headers`'s rule.)
 fn env_headers_valid(env: &dyn Env) -> Result<(), ConfigError> {
     let text = env.get("VIGIL_WEBHOOK_HEADERS").unwrap_or_default();
-    match text
-        .lines()
-        .position(|l| !l.trim().is_empty() && !l.contains(':'))
-    {
-        Some(i) => bad(
+    let unsaid = header_lines(&text).find(|(_, l)| !l.contains(':'));
+    match unsaid.map(|(n, _)| n) {
+        Some(n) => bad(
             "VIGIL_WEBHOOK_HEADERS",
-            format!(
-                "line {} is not `Name: value` (the line is not shown: it may hold a secret)",
-                i + 1
-            ),
+            format!("line {n} is not `Name: value` (the line is not shown: it may hold a secret)"),
         ),
         None => Ok(()),
     }
@@ -322,7 +328,7 @@ impl Config {
             self.alerts.routing_key = v.into();
         }
         if let Some(v) = env.get("VIGIL_WEBHOOK_HEADERS") {
-            for line in v.lines().filter(|l| !l.trim_start().starts_with('#')) {
+            for (_, line) in header_lines(&v) {
                 if let Some((name, value)) = line.split_once(':') {
                     self.alerts
                         .headers

@@ -94,6 +94,11 @@ fn alert_secrets_come_from_the_env() {
         ]
     );
     c.validate().unwrap();
+    // A `#` comment (colon or none) and a blank line are nothing.
+    let commented = "# rotate monthly\n\nX-Scope: org-1\n";
+    let fine = env(&[("NODE_NAME", "n1"), ("VIGIL_WEBHOOK_HEADERS", commented)]);
+    let loaded = Config::load(None, &fine).expect("a comment without a colon is a comment");
+    assert_eq!(loaded.alerts.headers.len(), 1);
     // A line that is not `Name: value` is refused by its number, never shown.
     let pasted = env(&[
         ("NODE_NAME", "n1"),
