@@ -84,10 +84,11 @@ pub struct RedisCoordinator {
     stale: AtomicBool,
 }
 
-/// The TLS of a Sentinel's master: the Sentinels' own (a rediss:// URL, `#insecure` or not).
-/// NB: with none, the master's password went over plain TCP beside TLS Sentinels.
-fn master_tls(sentinel: &redis::ConnectionAddr) -> Option<redis::TlsMode> {
-    match sentinel {
+/// The TLS an address asks for (a rediss:// URL, `#insecure` or not); `None`: plain. A
+/// Sentinel's master is reached with the Sentinels' (with none, its password went over plain
+/// TCP beside TLS Sentinels), and a cluster's seeds say whether `redis.ca_file` applies.
+fn tls_of(addr: &redis::ConnectionAddr) -> Option<redis::TlsMode> {
+    match addr {
         redis::ConnectionAddr::TcpTls { insecure: true, .. } => Some(redis::TlsMode::Insecure),
         redis::ConnectionAddr::TcpTls { .. } => Some(redis::TlsMode::Secure),
         _ => None,
@@ -142,7 +143,10 @@ impl RedisCoordinator {
             .connection_timeout(timeout)
             .response_timeout(timeout);
         // NB: `certs` turns verification on: a `#insecure` cluster verifies nothing, as before.
-        let insecure = nodes.first().is_some_and(|u| u.ends_with("#insecure"));
+        let first = nodes
+            .first()
+            .and_then(|u| u.as_str().into_connection_info().ok());
+        let insecure = first.is_some_and(|i| tls_of(&i.addr) == Some(redis::TlsMode::Insecure));
         if let Some(certs) = read_ca(ca_file.filter(|_| !insecure), &addr)? {
             builder = builder.certs(certs);
         }
@@ -169,7 +173,7 @@ impl RedisCoordinator {
             .into_connection_info()
             .map_err(unreachable)?;
         let master = SentinelNodeConnectionInfo {
-            tls_mode: master_tls(&first.addr),
+            tls_mode: tls_of(&first.addr),
             redis_connection_info: Some(first.redis.clone()),
         };
         let client = SentinelClient::build(
@@ -405,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_sentinel_s_master_is_reached_as_the_sentinels_are() {
-        let tls = |url: &str| master_tls(&url.into_connection_info().unwrap().addr);
+        let tls = |url: &str| tls_of(&url.into_connection_info().unwrap().addr);
         assert!(
             tls("redis://:pw@s:26379").is_none(),
             "plain Sentinels, plain master"

@@ -231,18 +231,19 @@ pub(crate) async fn heartbeat_loop(
         // taken again under it, held to the write: a cycle's publication waits for this one's
         // write, never lands before it, and one that landed meanwhile is not written over.
         let stale = |last: &Option<(NodeRecord, tokio::time::Instant)>| {
-            last.as_ref()
-                .filter(|(_, at)| at.elapsed() >= every)
-                .cloned()
+            last.as_ref().is_some_and(|(_, at)| at.elapsed() >= every)
         };
-        if stale(&*record.0.lock().await).is_none() {
+        if !stale(&*record.0.lock().await) {
             continue;
         }
         let Ok(now) = coord.time().await else {
             continue;
         };
         let mut last = record.0.lock().await;
-        let Some((mut rec, _)) = stale(&last) else {
+        if !stale(&last) {
+            continue;
+        }
+        let Some((mut rec, _)) = last.clone() else {
             continue;
         };
         rec.updated_at = now;

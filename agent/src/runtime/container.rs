@@ -246,6 +246,26 @@ fn split_ids(v: &str) -> Vec<String> {
         .collect()
 }
 
+/// A container `c1` of pod `ml/train-0` (container `trainer`, attempt 0), its labels naming a
+/// Job or not: the CRI tests' worker.
+#[cfg(test)]
+pub(crate) fn in_pod(job: bool) -> Container {
+    Container {
+        id: "c1".into(),
+        pod: Some(PodRef {
+            namespace: "ml".into(),
+            pod: "train-0".into(),
+            uid: "u".into(),
+            sandbox: "s".into(),
+            container: "trainer".into(),
+            attempt: 0,
+            log_path: None,
+            job,
+        }),
+        ..Container::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{visible_gpus, Container};

@@ -117,6 +117,23 @@ mod tests {
     /// An API that is on and answers every read with a 500.
     struct Failing;
 
+    #[async_trait::async_trait]
+    impl PodApi for Failing {
+        async fn restart_policy(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> Result<Option<RestartPolicy>, PodError> {
+            Err(PodError::Unsupported("500 Internal Server Error"))
+        }
+        async fn node_pods(&self, _: &str) -> Result<Vec<NodePod>, PodError> {
+            Err(PodError::Unsupported("500 Internal Server Error"))
+        }
+        async fn workload(&self, _: &str, _: &str, _: &str) -> Result<Option<Workload>, PodError> {
+            Err(PodError::Unsupported("500 Internal Server Error"))
+        }
+    }
+
     /// An API that reads the pod as `.0`.
     struct Serving(Workload);
 
@@ -181,38 +198,8 @@ mod tests {
         }
     }
 
-    #[async_trait::async_trait]
-    impl PodApi for Failing {
-        async fn restart_policy(
-            &self,
-            _: &str,
-            _: &str,
-        ) -> Result<Option<RestartPolicy>, PodError> {
-            Err(PodError::Unsupported("500 Internal Server Error"))
-        }
-        async fn node_pods(&self, _: &str) -> Result<Vec<NodePod>, PodError> {
-            Err(PodError::Unsupported("500 Internal Server Error"))
-        }
-        async fn workload(&self, _: &str, _: &str, _: &str) -> Result<Option<Workload>, PodError> {
-            Err(PodError::Unsupported("500 Internal Server Error"))
-        }
-    }
-
     fn container(job: bool) -> Container {
-        Container {
-            id: "c1".into(),
-            pod: Some(crate::runtime::container::PodRef {
-                namespace: "ml".into(),
-                pod: "train-0".into(),
-                uid: "u".into(),
-                sandbox: "s".into(),
-                container: "trainer".into(),
-                attempt: 0,
-                log_path: None,
-                job,
-            }),
-            ..Container::default()
-        }
+        crate::runtime::container::in_pod(job)
     }
 
     /// `allow_pod_replacement` stops a pod whose controllers cannot be read, but a Job's pod
@@ -223,7 +210,7 @@ mod tests {
         let failing: &dyn PodApi = &Failing;
         let job = of(Some(failing), &reads, true, &container(true), Stops::One).await;
         assert!(
-            matches!(&job, Remediation::Refuse(w) if w.contains("500")),
+            matches!(&job, Remediation::Refuse(w) if w.contains("500") && w.contains("backoffLimit")),
             "{job:?}"
         );
         let bare = of(Some(failing), &reads, true, &container(false), Stops::One).await;

@@ -76,19 +76,8 @@ async fn a_members_entry_reuses_a_recent_read_and_a_restart_never_does() {
     };
     let rt = CriRuntime::new(settings, Some(api.clone())).unwrap();
     let c = Container {
-        id: "c1".into(),
         worker: "rank-0".into(),
-        pod: Some(crate::runtime::container::PodRef {
-            namespace: "ml".into(),
-            pod: "train-0".into(),
-            uid: "u".into(),
-            sandbox: "s".into(),
-            container: "trainer".into(),
-            attempt: 0,
-            log_path: None,
-            job: false,
-        }),
-        ..Container::default()
+        ..crate::runtime::container::in_pod(false)
     };
     for _ in 0..3 {
         let r = rt.remediation(&c, Stops::EveryPod).await;
