@@ -25,44 +25,28 @@ struct Alertmanager {
 
 impl Alertmanager {
     fn start() -> Alertmanager {
-        require(
-            &[BIN],
-            "the Alertmanager tests (scripts/setup.sh installs it)",
-        );
+        require(&[BIN], "the Alertmanager tests (scripts/setup.sh installs it)");
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("alertmanager.yml");
-        std::fs::write(
-            &config,
-            "route:\n  receiver: 'null'\nreceivers:\n  - name: 'null'\n",
-        )
-        .unwrap();
+        std::fs::write(&config, "route:\n  receiver: 'null'\nreceivers:\n  - name: 'null'\n")
+            .unwrap();
         let port = free_port();
         let child = Command::new(BIN)
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--cluster.listen-address=")
-            .arg(format!(
-                "--storage.path={}",
-                dir.path().join("data").display()
-            ))
+            .arg(format!("--storage.path={}", dir.path().join("data").display()))
             .arg(format!("--config.file={}", config.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("prometheus-alertmanager starts");
-        let am = Alertmanager {
-            child,
-            port,
-            _dir: dir,
-        };
+        let am = Alertmanager { child, port, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if ready(am.port) {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "Alertmanager did not become ready"
-            );
+            assert!(Instant::now() < deadline, "Alertmanager did not become ready");
             std::thread::sleep(Duration::from_millis(100));
         }
         am
@@ -134,24 +118,15 @@ async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
     // The alert appears, with its labels and annotations.
     let hung = alert(AlertKind::Hung, "trainer-0", "inc-1");
     sink.send(&hung).await.unwrap();
-    eventually("the alert is active", async || {
-        am.active("trainer-0").await.len() == 1
-    })
-    .await;
+    eventually("the alert is active", async || am.active("trainer-0").await.len() == 1).await;
     let got = am.active("trainer-0").await.remove(0);
     assert_eq!(got["labels"]["alertname"], "vigil_hung");
     assert_eq!(got["labels"]["node"], "gpu-node-1");
     assert_eq!(got["labels"]["severity"], "warning");
     assert_eq!(got["labels"]["incident"], "inc-1");
     let summary = got["annotations"]["summary"].as_str().unwrap();
-    assert!(
-        summary.contains("hung on node gpu-node-1, worker trainer-0"),
-        "{summary}"
-    );
-    assert!(got["annotations"]["description"]
-        .as_str()
-        .unwrap()
-        .contains("step 42"));
+    assert!(summary.contains("hung on node gpu-node-1, worker trainer-0"), "{summary}");
+    assert!(got["annotations"]["description"].as_str().unwrap().contains("step 42"));
     let starts = got["startsAt"].clone();
 
     // The same alert again (an update) and a page for the same incident: one alert of each.
@@ -162,63 +137,36 @@ async fn alerts_appear_deduplicate_are_reposted_and_resolve() {
     failed.update = true;
     failed.attempt = Some(2);
     sink.send(&failed).await.unwrap();
-    eventually("two alerts, de-duplicated", async || {
-        am.active("trainer-0").await.len() == 2
-    })
-    .await;
+    eventually("two alerts, de-duplicated", async || am.active("trainer-0").await.len() == 2).await;
     let now = am.active("trainer-0").await;
-    let hung_now = now
-        .iter()
-        .find(|a| a["labels"]["alertname"] == "vigil_hung")
-        .unwrap();
+    let hung_now = now.iter().find(|a| a["labels"]["alertname"] == "vigil_hung").unwrap();
     assert_eq!(hung_now["startsAt"], starts, "the start is kept");
-    let page = now
-        .iter()
-        .find(|a| a["labels"]["alertname"] == "vigil_restart_failed")
-        .unwrap();
+    let page = now.iter().find(|a| a["labels"]["alertname"] == "vigil_restart_failed").unwrap();
     assert_eq!(page["labels"]["severity"], "page");
-    assert_eq!(
-        page["annotations"]["attempt"], "2",
-        "the update's annotations"
-    );
+    assert_eq!(page["annotations"]["attempt"], "2", "the update's annotations");
 
     // Another worker's alert, which stays open.
-    sink.send(&alert(AlertKind::Stalled, "trainer-1", "inc-2"))
-        .await
-        .unwrap();
+    sink.send(&alert(AlertKind::Stalled, "trainer-1", "inc-2")).await.unwrap();
 
     // Open alerts are re-posted (updatedAt moves) while nothing ends them.
     let updated = hung_now["updatedAt"].clone();
     eventually("the open alert is re-posted", async || {
         let a = am.active("trainer-0").await;
-        a.iter()
-            .any(|a| a["labels"]["alertname"] == "vigil_hung" && a["updatedAt"] != updated)
+        a.iter().any(|a| a["labels"]["alertname"] == "vigil_hung" && a["updatedAt"] != updated)
     })
     .await;
 
     // An episode's end is not the incident's: nothing of trainer-0 resolves.
-    sink.resolve(
-        "gpu-node-1",
-        "trainer-0",
-        Resolve::Episode(AlertKind::Stalled),
-    )
-    .await;
+    sink.resolve("gpu-node-1", "trainer-0", Resolve::Episode(AlertKind::Stalled)).await;
     assert_eq!(am.active("trainer-0").await.len(), 2);
 
     // The incident ends: both of its alerts resolve, and stay resolved (no re-post).
-    sink.resolve("gpu-node-1", "trainer-0", Resolve::Recovered)
+    sink.resolve("gpu-node-1", "trainer-0", Resolve::Recovered).await;
+    eventually("the incident's alerts resolve", async || am.active("trainer-0").await.is_empty())
         .await;
-    eventually("the incident's alerts resolve", async || {
-        am.active("trainer-0").await.is_empty()
-    })
-    .await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(am.active("trainer-0").await.is_empty(), "not re-opened");
-    assert_eq!(
-        am.active("trainer-1").await.len(),
-        1,
-        "the other worker's alert is still open"
-    );
+    assert_eq!(am.active("trainer-1").await.len(), 1, "the other worker's alert is still open");
     assert_eq!(sink.open(), 1);
 }
 
@@ -265,19 +213,11 @@ async fn a_hung_workers_alert_reaches_alertmanager_and_resolves_after_the_restar
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let hung = seen.unwrap_or_else(|| {
-        panic!(
-            "no vigil_hung in Alertmanager; agent log:\n{}",
-            agent.log_text()
-        )
+        panic!("no vigil_hung in Alertmanager; agent log:\n{}", agent.log_text())
     });
     assert_eq!(hung["labels"]["node"], s.node.as_str());
     assert_eq!(hung["labels"]["severity"], "warning");
-    assert!(
-        hung["labels"]["incident"]
-            .as_str()
-            .is_some_and(|i| !i.is_empty()),
-        "{hung}"
-    );
+    assert!(hung["labels"]["incident"].as_str().is_some_and(|i| !i.is_empty()), "{hung}");
 
     let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
     assert!(restarted, "no restart; agent log:\n{}", agent.log_text());

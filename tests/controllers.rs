@@ -45,14 +45,7 @@ impl JobSet {
 
     fn of(policy: RestartPolicy, max_restarts: u32) -> JobSet {
         let fleet = Fleet::builder().nodes(4).poll(POLL).build();
-        let mut js = JobSet {
-            fleet,
-            policy,
-            max_restarts,
-            restarts: 0,
-            attempt: 0,
-            failed: false,
-        };
+        let mut js = JobSet { fleet, policy, max_restarts, restarts: 0, attempt: 0, failed: false };
         js.create_pods();
         js
     }
@@ -166,17 +159,11 @@ impl JobSet {
 
     /// Containers failed on each node so far, and in-place restarts.
     fn failed(&self) -> Vec<Vec<String>> {
-        self.fleet
-            .nodes
-            .iter()
-            .map(|n| n.runtime.failed())
-            .collect()
+        self.fleet.nodes.iter().map(|n| n.runtime.failed()).collect()
     }
 
     fn in_place_restarts(&self) -> usize {
-        (0..4)
-            .map(|i| self.fleet.nodes[i].runtime.restarts(&self.container(i)))
-            .sum()
+        (0..4).map(|i| self.fleet.nodes[i].runtime.restarts(&self.container(i))).sum()
     }
 
     async fn gang_breaker(&self) -> u64 {
@@ -209,9 +196,7 @@ async fn a_hung_jobset_has_one_member_failed_and_its_controller_restarts_every_m
     assert_eq!(restarting.len(), 1, "{:?}", js.fleet.sink.kinds());
     assert!(
         restarting[0].detail.contains("one member, gpu-2/rank-2")
-            && restarting[0]
-                .detail
-                .contains("its controller restarts all 4 members"),
+            && restarting[0].detail.contains("its controller restarts all 4 members"),
         "{}",
         restarting[0].detail
     );
@@ -221,11 +206,7 @@ async fn a_hung_jobset_has_one_member_failed_and_its_controller_restarts_every_m
     let day = utc_day(js.fleet.now());
     for (i, n) in js.fleet.nodes.iter().enumerate() {
         let want = u64::from(i == 2);
-        assert_eq!(
-            js.fleet.counter(&n.keys.breaker(&day)).await,
-            want,
-            "node {i}"
-        );
+        assert_eq!(js.fleet.counter(&n.keys.breaker(&day)).await, want, "node {i}");
     }
     let calls = js.fleet.nodes[2].runtime.fail_calls();
     assert_eq!(
@@ -248,11 +229,7 @@ async fn a_hung_jobset_has_one_member_failed_and_its_controller_restarts_every_m
         }
         js.tick().await;
     }
-    assert_eq!(
-        js.failed().concat().len(),
-        1,
-        "nobody touched while it trains"
-    );
+    assert_eq!(js.failed().concat().len(), 1, "nobody touched while it trains");
     js.train_then_hang(210).await;
     js.run_for(Duration::from_secs(600)).await;
     assert_eq!(js.restarts, 2, "a second JobSet restart");
@@ -279,10 +256,7 @@ async fn a_fruitless_run_of_restarts_carries_across_the_jobsets_attempts() {
     js.train_then_hang(100).await;
     js.run_for(Duration::from_secs(600)).await;
     assert_eq!(js.restarts, 1);
-    let run = js
-        .fleet
-        .get(&js.fleet.nodes[0].keys.gang_fruitless(GANG))
-        .await;
+    let run = js.fleet.get(&js.fleet.nodes[0].keys.gang_fruitless(GANG)).await;
     assert!(run.is_some(), "the run is the JobSet's");
     // The new attempt resumes from its checkpoint (step 90) and stops at step 100 again.
     for round in 0..4 {
@@ -315,9 +289,7 @@ async fn a_jobset_whose_restarts_are_spent_is_left_alone_with_one_page() {
     let blocked = js.fleet.sink.of(AlertKind::GangBlocked);
     assert_eq!(blocked.len(), 1, "{:?}", js.fleet.sink.kinds());
     assert!(
-        blocked[0]
-            .detail
-            .contains("restarts are spent (1 of maxRestarts 1)"),
+        blocked[0].detail.contains("restarts are spent (1 of maxRestarts 1)"),
         "{}",
         blocked[0].detail
     );
@@ -349,12 +321,7 @@ async fn a_jobset_of_on_failure_pods_with_backoff_limit_0_takes_the_same_single_
     let mut js = JobSet::of(RestartPolicy::OnFailure, 3);
     js.train_then_hang(100).await;
     js.run_for(Duration::from_secs(600)).await;
-    assert_eq!(
-        js.failed().concat(),
-        ["a0-c2"],
-        "{:?}",
-        js.fleet.sink.kinds()
-    );
+    assert_eq!(js.failed().concat(), ["a0-c2"], "{:?}", js.fleet.sink.kinds());
     assert_eq!(js.restarts, 1);
     assert_eq!(js.in_place_restarts(), 0);
     assert_eq!(js.fleet.sink.count(AlertKind::Restarting), 1);
@@ -427,21 +394,14 @@ async fn a_leaderworkerset_group_has_one_member_stopped_and_its_controller_recre
     let (id, grace, whole) = stopped[0];
     assert_eq!(id, "g0-c1", "the member that stopped first");
     let stop_grace = fleet.nodes[1].cfg.runtime.stop_grace;
-    assert_eq!(
-        (*grace, *whole),
-        (stop_grace, false),
-        "a stop as any, of the worker only"
-    );
+    assert_eq!((*grace, *whole), (stop_grace, false), "a stop as any, of the worker only");
     let restarting = fleet.sink.of(AlertKind::Restarting);
     assert_eq!(restarting.len(), 1, "{:?}", fleet.sink.kinds());
     assert_eq!(restarting[0].gang.as_deref(), Some(LWS_GANG));
     let day = utc_day(fleet.now());
     let key = fleet.nodes[0].keys.gang_breaker(LWS_GANG, &day);
     assert_eq!(fleet.counter(&key).await, 1);
-    assert!(fleet
-        .nodes
-        .iter()
-        .all(|n| n.runtime.restarts(&format!("g0-c{}", 0)) == 0));
+    assert!(fleet.nodes.iter().all(|n| n.runtime.restarts(&format!("g0-c{}", 0)) == 0));
 }
 
 /// Rank `i` of `fleet` (worker `rank-<i>`) beats `processing` at `step`, `ago` ms before now.

@@ -37,45 +37,29 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert!(t > 1_700_000_000_000, "time is epoch ms: {t}");
 
     // SET NX: first writer wins, the value is never replaced.
-    assert!(c
-        .set_nx(&k("timer"), "100:a", Duration::from_secs(60))
-        .await
-        .unwrap());
-    assert!(!c
-        .set_nx(&k("timer"), "200:b", Duration::from_secs(60))
-        .await
-        .unwrap());
+    assert!(c.set_nx(&k("timer"), "100:a", Duration::from_secs(60)).await.unwrap());
+    assert!(!c.set_nx(&k("timer"), "200:b", Duration::from_secs(60)).await.unwrap());
     assert_eq!(
         c.get_many(&[k("timer"), k("absent")]).await.unwrap(),
         vec![Some("100:a".to_string()), None]
     );
 
     // TTLs expire.
-    c.set(&k("short"), "x", Duration::from_millis(100))
-        .await
-        .unwrap();
+    c.set(&k("short"), "x", Duration::from_millis(100)).await.unwrap();
     assert!(c.get_many(&[k("short")]).await.unwrap()[0].is_some());
     time.pass(Duration::from_millis(250)).await;
     assert!(c.get_many(&[k("short")]).await.unwrap()[0].is_none());
     assert!(
-        c.set_nx(&k("short"), "y", Duration::from_secs(5))
-            .await
-            .unwrap(),
+        c.set_nx(&k("short"), "y", Duration::from_secs(5)).await.unwrap(),
         "free again after expiry"
     );
 
     // The lock: owner TTL, compare-and-delete.
-    assert!(c
-        .set_nx(&k("lock"), "tok-1", Duration::from_secs(30))
-        .await
-        .unwrap());
+    assert!(c.set_nx(&k("lock"), "tok-1", Duration::from_secs(30)).await.unwrap());
     let ttl = c.owner_ttl(&k("lock"), "tok-1").await.unwrap().unwrap();
     assert!(ttl > 25_000 && ttl <= 30_000, "{ttl}");
     assert_eq!(c.owner_ttl(&k("lock"), "tok-2").await.unwrap(), None);
-    assert!(
-        !c.del_if_owner(&k("lock"), "tok-2").await.unwrap(),
-        "never release another's lock"
-    );
+    assert!(!c.del_if_owner(&k("lock"), "tok-2").await.unwrap(), "never release another's lock");
     // Compare-and-renew: the owner's lease is renewed; another's token renews nothing.
     let ten = Duration::from_secs(10);
     assert!(!c.renew_if_owner(&k("lock"), "tok-2", ten).await.unwrap());
@@ -99,20 +83,11 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     .into_iter()
     .map(|r| r.unwrap())
     .collect();
-    assert_eq!(
-        results.iter().filter(|r| r.is_some()).count(),
-        3,
-        "{results:?}"
-    );
+    assert_eq!(results.iter().filter(|r| r.is_some()).count(), 3, "{results:?}");
     assert_eq!(c.counter(&k("breaker")).await.unwrap(), 3);
     c.decr(&k("breaker")).await.unwrap();
     assert_eq!(c.counter(&k("breaker")).await.unwrap(), 2);
-    assert_eq!(
-        c.incr_capped(&k("breaker"), 3, Duration::from_secs(60))
-            .await
-            .unwrap(),
-        Some(3)
-    );
+    assert_eq!(c.incr_capped(&k("breaker"), 3, Duration::from_secs(60)).await.unwrap(), Some(3));
     c.decr(&k("never")).await.unwrap();
     assert_eq!(c.counter(&k("never")).await.unwrap(), 0, "never below zero");
     // The counter's TTL is set at creation and not extended by later increments.
@@ -127,31 +102,18 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     // Hashes (status records) and the status writer's server-clock heartbeat.
     let keys = Keys::new(p, "n");
     let before = c.time().await.unwrap();
-    write_status(c, &keys, "w1", &[("state".into(), "processing".into())])
-        .await
-        .unwrap();
+    write_status(c, &keys, "w1", &[("state".into(), "processing".into())]).await.unwrap();
     let rec = c.hgetall(&keys.status("w1")).await.unwrap();
     assert_eq!(rec["state"], "processing");
     let hb: f64 = rec["heartbeat"].parse().unwrap();
-    assert!(
-        (hb * 1000.0) as i64 >= before - 1,
-        "heartbeat on the store clock"
-    );
-    c.hset(&keys.status("w1"), &[("job".into(), "j".into())], None)
-        .await
-        .unwrap();
-    assert_eq!(
-        c.hgetall(&keys.status("w1")).await.unwrap().len(),
-        3,
-        "fields merge"
-    );
+    assert!((hb * 1000.0) as i64 >= before - 1, "heartbeat on the store clock");
+    c.hset(&keys.status("w1"), &[("job".into(), "j".into())], None).await.unwrap();
+    assert_eq!(c.hgetall(&keys.status("w1")).await.unwrap().len(), 3, "fields merge");
     assert!(c.hgetall(&k("nohash")).await.unwrap().is_empty());
 
     // The trail: bounded, newest first.
     for i in 0..30 {
-        c.append(&k("trail"), &[("n".into(), i.to_string())], 10)
-            .await
-            .unwrap();
+        c.append(&k("trail"), &[("n".into(), i.to_string())], 10).await.unwrap();
     }
     let recent = c.read_recent(&k("trail"), 5).await.unwrap();
     assert_eq!(recent.len(), 5);
@@ -161,23 +123,14 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(all.len(), 10, "bounded at max_len");
 
     // Records with a TTL, and the index that lists them without SCAN.
-    c.hset(
-        &k("rec"),
-        &[("a".into(), "1".into())],
-        Some(Duration::from_millis(150)),
-    )
-    .await
-    .unwrap();
+    c.hset(&k("rec"), &[("a".into(), "1".into())], Some(Duration::from_millis(150))).await.unwrap();
     assert_eq!(c.hgetall(&k("rec")).await.unwrap()["a"], "1");
     // One field: the value, or nothing for a field or a hash that is not there.
     assert_eq!(c.hget(&k("rec"), "a").await.unwrap().as_deref(), Some("1"));
     assert_eq!(c.hget(&k("rec"), "b").await.unwrap(), None);
     assert_eq!(c.hget(&k("nohash"), "a").await.unwrap(), None);
     time.pass(Duration::from_millis(300)).await;
-    assert!(
-        c.hgetall(&k("rec")).await.unwrap().is_empty(),
-        "the record expired"
-    );
+    assert!(c.hgetall(&k("rec")).await.unwrap().is_empty(), "the record expired");
     c.index_touch(&k("idx"), "n1", 100, 0).await.unwrap();
     c.index_touch(&k("idx"), "n2", 200, 0).await.unwrap();
     c.index_touch(&k("idx"), "n1", 300, 0).await.unwrap();
@@ -193,21 +146,13 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     );
 
     c.del(&[k("timer"), k("short")]).await.unwrap();
-    assert_eq!(
-        c.get_many(&[k("timer"), k("short")]).await.unwrap(),
-        vec![None, None]
-    );
+    assert_eq!(c.get_many(&[k("timer"), k("short")]).await.unwrap(), vec![None, None]);
 
     // A worker's clock, record and marks in one read; the node's writes in one batch.
     let before = c.time().await.unwrap();
     c.set(&k("m1"), "x", Duration::from_secs(60)).await.unwrap();
-    c.hset(&k("status"), &[("state".into(), "processing".into())], None)
-        .await
-        .unwrap();
-    let read = c
-        .read_worker(&k("status"), &[k("m1"), k("m2")])
-        .await
-        .unwrap();
+    c.hset(&k("status"), &[("state".into(), "processing".into())], None).await.unwrap();
+    let read = c.read_worker(&k("status"), &[k("m1"), k("m2")]).await.unwrap();
     assert!(read.now >= before);
     assert_eq!(read.record.unwrap()["state"], "processing");
     assert_eq!(read.values, vec![Some("x".to_string()), None]);
@@ -217,22 +162,15 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     // Issue 26: a record over the bounds (junk written with a worker's Redis credentials) is
     // that worker's problem: read as unreadable, its bytes never sent to the agent.
     let junk = "j".repeat(vigil::coord::MAX_RECORD_BYTES);
-    c.hset(&k("fat"), &[("job".into(), junk)], None)
-        .await
-        .unwrap();
-    let many: Vec<(String, String)> = (0..=vigil::coord::MAX_RECORD_FIELDS)
-        .map(|i| (format!("f{i}"), "v".to_string()))
-        .collect();
+    c.hset(&k("fat"), &[("job".into(), junk)], None).await.unwrap();
+    let many: Vec<(String, String)> =
+        (0..=vigil::coord::MAX_RECORD_FIELDS).map(|i| (format!("f{i}"), "v".to_string())).collect();
     c.hset(&k("wide"), &many, None).await.unwrap();
     for key in ["fat", "wide"] {
         let read = c.read_worker(&k(key), &[k("m1")]).await.unwrap();
         let why = read.record.unwrap_err().to_string();
         assert!(why.contains("over the"), "{key}: {why}");
-        assert_eq!(
-            read.values,
-            vec![Some("x".to_string())],
-            "the marks still read"
-        );
+        assert_eq!(read.values, vec![Some("x".to_string())], "the marks still read");
     }
 
     // Issue 43: a node's every worker in one read (the cycle's one round trip): each worker's
@@ -253,10 +191,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert!(node.now >= before);
     assert_eq!(node.workers.len(), 3);
     assert!(node.workers.iter().all(|w| w.now == node.now));
-    assert_eq!(
-        node.workers[0].record.as_ref().unwrap()["state"],
-        "processing"
-    );
+    assert_eq!(node.workers[0].record.as_ref().unwrap()["state"], "processing");
     assert_eq!(node.workers[0].values, vec![None, Some("x".to_string())]);
     let why = node.workers[1].record.as_ref().unwrap_err().to_string();
     assert!(why.contains("over the"), "{why}");
@@ -276,9 +211,7 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         .collect();
     for (w, i) in [(0, 0), (1, 299), (1, 300), (2, 699)] {
         let key = k(&format!("big{w}:m{i}"));
-        c.set(&key, &format!("{w}/{i}"), Duration::from_secs(60))
-            .await
-            .unwrap();
+        c.set(&key, &format!("{w}/{i}"), Duration::from_secs(60)).await.unwrap();
     }
     let big = c.read_workers(&many).await.unwrap();
     for (w, read) in big.workers.iter().enumerate() {
@@ -290,39 +223,22 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     }
 
     // A worker's own write lands in its record, stamped with the store's clock.
-    let at = write_status(c, &keys, "w2", &[("state".into(), "processing".into())])
-        .await
-        .unwrap();
+    let at = write_status(c, &keys, "w2", &[("state".into(), "processing".into())]).await.unwrap();
     let read = c.read_worker(&keys.status("w2"), &[]).await.unwrap();
     let rec = read.record.unwrap();
     assert_eq!(rec["state"], "processing");
     assert_eq!(rec["heartbeat"], vigil::coord::heartbeat_value(at));
-    c.set(&k("counter"), "3", Duration::from_secs(60))
-        .await
-        .unwrap();
+    c.set(&k("counter"), "3", Duration::from_secs(60)).await.unwrap();
     let counters = c
         .batch(&[
-            Op::Set {
-                key: k("b1"),
-                value: "v".into(),
-                ttl: Duration::from_secs(60),
-            },
+            Op::Set { key: k("b1"), value: "v".into(), ttl: Duration::from_secs(60) },
             Op::Hset {
                 key: k("b2"),
                 fields: vec![("f".into(), "1".into())],
                 ttl: Some(Duration::from_secs(60)),
             },
-            Op::Hset {
-                key: k("b3"),
-                fields: vec![("g".into(), "2".into())],
-                ttl: None,
-            },
-            Op::IndexTouch {
-                key: k("bidx"),
-                member: "n".into(),
-                score: 5,
-                prune_before: Some(0),
-            },
+            Op::Hset { key: k("b3"), fields: vec![("g".into(), "2".into())], ttl: None },
+            Op::IndexTouch { key: k("bidx"), member: "n".into(), score: 5, prune_before: Some(0) },
             Op::Counter { key: k("counter") },
             // A fleet-wide key, in another hash slot (a cluster splits the batch per slot).
             Op::Hset {
@@ -335,34 +251,20 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
         .await
         .unwrap();
     assert_eq!(counters, vec![3, 0]);
-    assert_eq!(
-        c.get_many(&[k("b1")]).await.unwrap(),
-        vec![Some("v".into())]
-    );
+    assert_eq!(c.get_many(&[k("b1")]).await.unwrap(), vec![Some("v".into())]);
     assert_eq!(c.hgetall(&k("b2")).await.unwrap()["f"], "1");
     assert_eq!(c.hgetall(&k("b3")).await.unwrap()["g"], "2");
     assert_eq!(c.hgetall(&format!("{p}:fleet:b4")).await.unwrap()["h"], "3");
-    assert_eq!(
-        c.index_members(&k("bidx")).await.unwrap(),
-        vec![("n".to_string(), 5)]
-    );
-    let many = c
-        .hgetall_many(&[k("b2"), k("absent"), format!("{p}:fleet:b4"), k("b3")])
-        .await
-        .unwrap();
+    assert_eq!(c.index_members(&k("bidx")).await.unwrap(), vec![("n".to_string(), 5)]);
+    let many =
+        c.hgetall_many(&[k("b2"), k("absent"), format!("{p}:fleet:b4"), k("b3")]).await.unwrap();
     assert_eq!(many.len(), 4);
     assert_eq!(many[0]["f"], "1");
     assert!(many[1].is_empty());
     assert_eq!(many[2]["h"], "3");
     assert_eq!(many[3]["g"], "2");
     // HDEL: some fields, then the last one (the hash goes with it); absent ones are no error.
-    c.hset(
-        &k("hd"),
-        &[("a".into(), "1".into()), ("b".into(), "2".into())],
-        None,
-    )
-    .await
-    .unwrap();
+    c.hset(&k("hd"), &[("a".into(), "1".into()), ("b".into(), "2".into())], None).await.unwrap();
     let hdel = |fields: &[&str]| Op::Hdel {
         key: k("hd"),
         fields: fields.iter().map(|f| f.to_string()).collect(),
@@ -390,11 +292,8 @@ async fn primitives_on_real_redis() {
 async fn unreachable_redis_is_a_clear_error_not_a_hang() {
     let port = free_port();
     let c: Box<dyn Coordinator> = Box::new(
-        RedisCoordinator::new(
-            &format!("redis://127.0.0.1:{port}"),
-            Duration::from_millis(500),
-        )
-        .unwrap(),
+        RedisCoordinator::new(&format!("redis://127.0.0.1:{port}"), Duration::from_millis(500))
+            .unwrap(),
     );
     let err = c.time().await.unwrap_err().to_string();
     assert!(err.contains("restarts are paused"), "{err}");
@@ -444,11 +343,7 @@ fn crc16_slot(key: &str) -> i64 {
     for b in tagged {
         crc ^= (*b as u16) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
         }
     }
     i64::from(crc % 16384)
@@ -513,26 +408,9 @@ async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
     let port = free_port();
     let p = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
     let server = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .args([
-            "--tls-cert-file",
-            &p("server.pem"),
-            "--tls-key-file",
-            &p("server.key"),
-        ])
-        .args([
-            "--tls-ca-cert-file",
-            &p("ca.pem"),
-            "--tls-auth-clients",
-            "no",
-        ])
+        .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--tls-cert-file", &p("server.pem"), "--tls-key-file", &p("server.key")])
+        .args(["--tls-ca-cert-file", &p("ca.pem"), "--tls-auth-clients", "no"])
         .args(["--save", "", "--appendonly", "no", "--dir", &p("")])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -549,10 +427,7 @@ async fn rediss_with_a_configured_ca_works_and_without_it_is_refused() {
     drop(server);
     assert!(t.is_ok(), "TLS with the CA: {t:?}");
     let err = refused.unwrap_err().to_string();
-    assert!(
-        err.contains("restarts are paused"),
-        "an untrusted server is refused: {err}"
-    );
+    assert!(err.contains("restarts are paused"), "an untrusted server is refused: {err}");
 }
 
 /// One bad record — a key of the wrong Redis type where a worker's hash belongs, or bytes that
@@ -568,10 +443,7 @@ async fn a_bad_record_is_that_workers_problem_only() {
     use vigil::metrics::Metrics;
     let url = shared_redis_url();
     let prefix = unique("badrec");
-    let mut cfg = Config {
-        node_name: "n1".into(),
-        ..Config::default()
-    };
+    let mut cfg = Config { node_name: "n1".into(), ..Config::default() };
     cfg.redis.url = url.clone().into();
     cfg.redis.key_prefix = prefix.clone();
     let coord: Arc<dyn Coordinator> =
@@ -596,14 +468,9 @@ async fn a_bad_record_is_that_workers_problem_only() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    write_status(
-        coord.as_ref(),
-        &keys,
-        "c-fine",
-        &[("state".to_string(), "idle".to_string())],
-    )
-    .await
-    .unwrap();
+    write_status(coord.as_ref(), &keys, "c-fine", &[("state".to_string(), "idle".to_string())])
+        .await
+        .unwrap();
     let sink = RecordingSink::default();
     let metrics = Arc::new(Metrics::new());
     let notifier = Notifier::new(Some(Arc::new(sink.clone())), metrics.clone());
@@ -621,14 +488,9 @@ async fn a_bad_record_is_that_workers_problem_only() {
             .any(|a| a.detail.contains(&keys.status("a-wrong-type"))
                 && a.detail.contains("WRONGTYPE"))
     );
-    assert!(unreachable
-        .iter()
-        .any(|a| a.detail.contains(&keys.status("b-not-utf8"))));
+    assert!(unreachable.iter().any(|a| a.detail.contains(&keys.status("b-not-utf8"))));
     assert_eq!(sink.count(AlertKind::CoordinatorDown), 0, "Redis is fine");
-    assert!(common::has_sample(
-        &metrics.encode(),
-        "vigil_coordinator_up 1"
-    ));
+    assert!(common::has_sample(&metrics.encode(), "vigil_coordinator_up 1"));
 }
 
 /// The same primitives on a real Redis Cluster of three masters: every script and multi-key
@@ -653,10 +515,7 @@ async fn primitives_through_sentinel_and_across_a_failover() {
 
     let p = unique("f");
     let lock = format!("{p}:{{n}}:lock");
-    assert!(c
-        .set_nx(&lock, "token-a", Duration::from_secs(120))
-        .await
-        .unwrap());
+    assert!(c.set_nx(&lock, "token-a", Duration::from_secs(120)).await.unwrap());
     s.sync();
     s.failover();
     let after = format!("{p}:{{n}}:after");
@@ -675,19 +534,13 @@ async fn primitives_through_sentinel_and_across_a_failover() {
             }
         }
     }
-    assert_eq!(
-        s.get(s.replica, &after),
-        "1",
-        "the write went to the new master"
-    );
+    assert_eq!(s.get(s.replica, &after), "1", "the write went to the new master");
     assert!(
         failed >= 1,
         "the demoted master's READONLY was an error (fail closed), then the agent reconnected"
     );
     assert!(
-        !c.set_nx(&lock, "token-b", Duration::from_secs(60))
-            .await
-            .unwrap(),
+        !c.set_nx(&lock, "token-b", Duration::from_secs(60)).await.unwrap(),
         "the lock came across: nobody else takes it"
     );
     assert!(c.owner_ttl(&lock, "token-a").await.unwrap().is_some());
@@ -705,10 +558,7 @@ async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
     use vigil::metrics::Metrics;
     let s = Sentinel::start();
     let prefix = unique("fo");
-    let mut cfg = Config {
-        node_name: "n1".into(),
-        ..Config::default()
-    };
+    let mut cfg = Config { node_name: "n1".into(), ..Config::default() };
     cfg.redis.url = s.url().into();
     cfg.redis.mode = RedisMode::Sentinel;
     cfg.redis.sentinel_service = SERVICE.into();
@@ -723,23 +573,12 @@ async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
     let keys = Keys::new(&prefix, "n1");
     let runtime = FakeRuntime::default();
     runtime.add("c1", "w1");
-    write_status(
-        coord.as_ref(),
-        &keys,
-        "w1",
-        &[("state".to_string(), "processing".to_string())],
-    )
-    .await
-    .unwrap();
+    write_status(coord.as_ref(), &keys, "w1", &[("state".to_string(), "processing".to_string())])
+        .await
+        .unwrap();
     let metrics = Arc::new(Metrics::new());
     let notifier = Notifier::new(Some(Arc::new(RecordingSink::default())), metrics.clone());
-    let mut agent = Agent::new(
-        cfg,
-        coord.clone(),
-        Arc::new(runtime.clone()),
-        notifier,
-        metrics,
-    );
+    let mut agent = Agent::new(cfg, coord.clone(), Arc::new(runtime.clone()), notifier, metrics);
     let incident = loop {
         agent.cycle().await;
         if let Some(v) = coord.get_many(&[keys.incident("w1")]).await.unwrap()[0].clone() {
@@ -759,17 +598,10 @@ async fn an_incident_survives_a_sentinel_failover_and_ends_in_one_restart() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let _s = failover.await.unwrap();
-    assert_eq!(
-        runtime.restarts("c1"),
-        0,
-        "no restart while the master switched"
-    );
+    assert_eq!(runtime.restarts("c1"), 0, "no restart while the master switched");
     let started = std::time::Instant::now();
     while runtime.restarts("c1") == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the incident did not resume"
-        );
+        assert!(started.elapsed() < Duration::from_secs(30), "the incident did not resume");
         let r = agent.cycle().await;
         failed_closed += usize::from(r.coordinator_error.is_some());
         tokio::time::sleep(Duration::from_millis(300)).await;

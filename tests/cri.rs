@@ -45,20 +45,14 @@ impl PodApi for Policies {
         Ok(Some(self.0))
     }
     async fn node_pods(&self, _: &str) -> Result<Vec<vigil::kube::pods::NodePod>, PodError> {
-        Err(PodError::Unsupported(
-            "this test's pods API serves restartPolicy only",
-        ))
+        Err(PodError::Unsupported("this test's pods API serves restartPolicy only"))
     }
 }
 
 /// The runtime on `ctd`, with a Kubernetes API whose pods all restart Always (kubelet here
 /// restarts every container).
 fn kubelet_runtime(ctd: &Containerd) -> CriRuntime {
-    CriRuntime::new(
-        settings(ctd),
-        Some(Arc::new(Policies(RestartPolicy::Always))),
-    )
-    .unwrap()
+    CriRuntime::new(settings(ctd), Some(Arc::new(Policies(RestartPolicy::Always)))).unwrap()
 }
 
 fn settings(ctd: &Containerd) -> CriSettings {
@@ -143,9 +137,7 @@ impl Rig {
 }
 
 async fn worker_pod(kubelet: &Kubelet, name: &str) -> Pod {
-    kubelet
-        .run_pod(name, &[("vigil.worker", WORKER)], &[], &[("main", LOOP)])
-        .await
+    kubelet.run_pod(name, &[("vigil.worker", WORKER)], &[], &[("main", LOOP)]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,19 +162,11 @@ async fn a_hang_is_one_stop_and_kubelet_runs_the_next_attempt_with_the_logs_in_t
     let d = rig.decisions().await;
     assert_eq!(d.iter().filter(|x| *x == "restarted").count(), 1, "{d:?}");
     let alerts = rig.sink.0.lock().unwrap().clone();
-    let restarting = alerts
-        .iter()
-        .find(|a| a.kind == AlertKind::Restarting)
-        .expect("a restarting alert");
-    assert_eq!(
-        restarting.container.as_deref(),
-        Some("default/trainer-a/main")
-    );
+    let restarting =
+        alerts.iter().find(|a| a.kind == AlertKind::Restarting).expect("a restarting alert");
+    assert_eq!(restarting.container.as_deref(), Some("default/trainer-a/main"));
     let logs = restarting.logs.clone().unwrap_or_default();
-    assert!(
-        logs.contains("stdout step 1"),
-        "CRI log lines, parsed: {logs}"
-    );
+    assert!(logs.contains("stdout step 1"), "CRI log lines, parsed: {logs}");
 
     // The booting attempt is ours: no second restart through the cooldown, whatever the record.
     for _ in 0..30 {
@@ -198,17 +182,10 @@ async fn unlabeled_pods_and_other_containers_are_never_touched() {
     let kubelet = Kubelet::new(&ctd);
     let stop = CancellationToken::new();
     kubelet.restart_loop(stop.clone());
-    let bystander = kubelet
-        .run_pod("bystander", &[("app", "web")], &[], &[("main", LOOP)])
-        .await;
+    let bystander = kubelet.run_pod("bystander", &[("app", "web")], &[], &[("main", LOOP)]).await;
     // Two containers and no annotation: which one is the worker is ambiguous.
     let two = kubelet
-        .run_pod(
-            "two",
-            &[("vigil.worker", "trainer-9")],
-            &[],
-            &[("main", LOOP), ("sidecar", LOOP)],
-        )
+        .run_pod("two", &[("vigil.worker", "trainer-9")], &[], &[("main", LOOP), ("sidecar", LOOP)])
         .await;
     // Two containers, the annotation names the worker's.
     let named = kubelet
@@ -223,20 +200,12 @@ async fn unlabeled_pods_and_other_containers_are_never_touched() {
     let listed = runtime.list_workers().await.unwrap();
     let names: Vec<_> = listed.iter().map(|c| c.display()).collect();
     assert_eq!(
-        names
-            .iter()
-            .filter(|n| n.starts_with("default/two/"))
-            .count(),
+        names.iter().filter(|n| n.starts_with("default/two/")).count(),
         2,
         "both containers of the unannotated pod claim the worker: {names:?}"
     );
-    assert!(
-        names.contains(&"default/named/main".to_string()),
-        "{names:?}"
-    );
-    assert!(!names
-        .iter()
-        .any(|n| n.contains("bystander") || n == "default/named/sidecar"));
+    assert!(names.contains(&"default/named/main".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("bystander") || n == "default/named/sidecar"));
 
     let mut rig = Rig::new(Arc::new(runtime));
     let key = rig.keys.status("trainer-9");
@@ -249,16 +218,8 @@ async fn unlabeled_pods_and_other_containers_are_never_touched() {
     );
     // The named worker was restarted; nothing else was stopped.
     let named_now = kubelet.containers(&named).await;
-    assert!(
-        named_now.iter().any(|c| c.1 == "main" && c.2 == 1 && c.3),
-        "{named_now:?}"
-    );
-    assert!(
-        named_now
-            .iter()
-            .any(|c| c.1 == "sidecar" && c.2 == 0 && c.3),
-        "{named_now:?}"
-    );
+    assert!(named_now.iter().any(|c| c.1 == "main" && c.2 == 1 && c.3), "{named_now:?}");
+    assert!(named_now.iter().any(|c| c.1 == "sidecar" && c.2 == 0 && c.3), "{named_now:?}");
     for pod in [&two, &bystander] {
         let all = kubelet.containers(pod).await;
         assert!(all.iter().all(|c| c.2 == 0 && c.3), "untouched: {all:?}");
@@ -296,11 +257,7 @@ impl ContainerRuntime for SlowLogs {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert_eq!(
-            next.map(|n| n.1),
-            Some(1),
-            "kubelet started the next attempt"
-        );
+        assert_eq!(next.map(|n| n.1), Some(1), "kubelet started the next attempt");
         self.inner.logs(id, lines).await
     }
     async fn remediation(&self, c: &Container, stops: Stops) -> Remediation {
@@ -331,11 +288,7 @@ async fn a_stale_decision_never_stops_the_new_attempt() {
     kubelet.restart_loop(stop.clone());
     let pod = worker_pod(&kubelet, "trainer-b").await;
     let inner = kubelet_runtime(&ctd);
-    let runtime = SlowLogs {
-        inner,
-        kubelet: kubelet.clone(),
-        pod: pod.clone(),
-    };
+    let runtime = SlowLogs { inner, kubelet: kubelet.clone(), pod: pod.clone() };
     let mut rig = Rig::new(Arc::new(runtime));
     rig.beat_at(rig.now()).await;
     // Up to the first restart attempt (the log step restarts the container behind Vigil's back).
@@ -362,21 +315,14 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     let ctd = Containerd::start();
     let kubelet = Kubelet::new(&ctd);
     let pod = worker_pod(&kubelet, "job-once").await;
-    let runtime = CriRuntime::new(
-        settings(&ctd),
-        Some(Arc::new(Policies(RestartPolicy::Never))),
-    )
-    .unwrap();
+    let runtime =
+        CriRuntime::new(settings(&ctd), Some(Arc::new(Policies(RestartPolicy::Never)))).unwrap();
     let mut rig = Rig::new(Arc::new(runtime));
     rig.hang_until_restart_window().await;
     for _ in 0..5 {
         rig.tick().await;
     }
-    assert_eq!(
-        rig.sink.count(AlertKind::NotRestartable),
-        1,
-        "one page per incident"
-    );
+    assert_eq!(rig.sink.count(AlertKind::NotRestartable), 1, "one page per incident");
     let page = rig
         .sink
         .0
@@ -386,16 +332,9 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
         .find(|a| a.kind == AlertKind::NotRestartable)
         .cloned()
         .unwrap();
-    assert!(
-        page.detail.contains("restartPolicy Never"),
-        "{}",
-        page.detail
-    );
+    assert!(page.detail.contains("restartPolicy Never"), "{}", page.detail);
     let all = kubelet.containers(&pod).await;
-    assert!(
-        all.iter().all(|c| c.2 == 0 && c.3),
-        "never stopped: {all:?}"
-    );
+    assert!(all.iter().all(|c| c.2 == 0 && c.3), "never stopped: {all:?}");
     assert_eq!(rig.agent_breaker_used().await, 0, "no breaker unit taken");
 
     // Without the Kubernetes API the policy is unknown: refused by default too.
@@ -410,10 +349,7 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     allowed.allow_pod_replacement = true;
     let yes = CriRuntime::new(allowed, None).unwrap();
     assert!(
-        matches!(
-            yes.remediation(&c, Stops::One).await,
-            Remediation::InPlace { kill: false, .. }
-        ),
+        matches!(yes.remediation(&c, Stops::One).await, Remediation::InPlace { kill: false, .. }),
         "allow_pod_replacement: stopped as ever, its next attempt awaited"
     );
 }
@@ -428,11 +364,7 @@ impl Rig {
 /// The node controller of a checkpoint round over `runtime`, its store and its keys.
 fn checkpoint_rig(
     runtime: Arc<CriRuntime>,
-) -> (
-    Arc<dyn Coordinator>,
-    Keys,
-    vigil::node::controller::Controller,
-) {
+) -> (Arc<dyn Coordinator>, Keys, vigil::node::controller::Controller) {
     let mut fleet = Fleet::builder()
         .node("gke-node-1")
         .start_at(START)
@@ -461,12 +393,7 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
         )
         .await;
     kubelet
-        .run_pod(
-            "ckpt-redis",
-            &[("vigil.worker", "redis-worker")],
-            &[],
-            &[("main", LOOP)],
-        )
+        .run_pod("ckpt-redis", &[("vigil.worker", "redis-worker")], &[], &[("main", LOOP)])
         .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let runtime = Arc::new(kubelet_runtime(&ctd));
@@ -498,17 +425,12 @@ async fn checkpoint_requests_reach_cri_workers_by_record_and_by_signal() {
     };
     let results = controller.checkpoint("test", Duration::from_secs(10)).await;
     acker.abort();
-    let mut by: Vec<_> = results
-        .iter()
-        .map(|r| (r.worker.as_str(), r.method, r.outcome.as_str()))
-        .collect();
+    let mut by: Vec<_> =
+        results.iter().map(|r| (r.worker.as_str(), r.method, r.outcome.as_str())).collect();
     by.sort();
     assert_eq!(
         by,
-        vec![
-            ("redis-worker", "record", "acked"),
-            ("signal-worker", "signal", "acked")
-        ],
+        vec![("redis-worker", "record", "acked"), ("signal-worker", "signal", "acked")],
         "{results:?}"
     );
 }
@@ -522,10 +444,7 @@ async fn containerd_down_is_one_runtime_down_alert_then_recovery() {
     let mut rig = Rig::new(Arc::new(runtime));
     rig.beat_at(rig.now()).await;
     rig.tick().await;
-    assert!(common::has_sample(
-        &rig.metrics.encode(),
-        "vigil_runtime_up 1"
-    ));
+    assert!(common::has_sample(&rig.metrics.encode(), "vigil_runtime_up 1"));
     ctd.stop();
     for _ in 0..3 {
         rig.beat_at(rig.now()).await;
@@ -534,10 +453,7 @@ async fn containerd_down_is_one_runtime_down_alert_then_recovery() {
         assert!(report.runtime_error.is_some(), "{report:?}");
     }
     assert_eq!(rig.sink.count(AlertKind::RuntimeDown), 1, "once per outage");
-    assert!(common::has_sample(
-        &rig.metrics.encode(),
-        "vigil_runtime_up 0"
-    ));
+    assert!(common::has_sample(&rig.metrics.encode(), "vigil_runtime_up 0"));
     ctd.restart();
     let mut recovered = false;
     for _ in 0..50 {
@@ -551,10 +467,7 @@ async fn containerd_down_is_one_runtime_down_alert_then_recovery() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(recovered, "the same adapter reconnects: {}", ctd.log());
-    assert!(common::has_sample(
-        &rig.metrics.encode(),
-        "vigil_runtime_up 1"
-    ));
+    assert!(common::has_sample(&rig.metrics.encode(), "vigil_runtime_up 1"));
 }
 
 /// A CRI socket that accepts connections and never answers (a wedged containerd): every call
@@ -598,17 +511,11 @@ async fn a_cri_socket_that_never_answers_is_an_error_within_the_deadline() {
 
 /// The CRI adapter reading the workers' GPUs from this (fake) kubelet.
 fn with_kubelet_gpus(runtime: CriRuntime, socket: &str) -> CriRuntime {
-    runtime.with_devices(Arc::new(PodResourcesClient::new(
-        socket,
-        Duration::from_secs(1),
-    )))
+    runtime.with_devices(Arc::new(PodResourcesClient::new(socket, Duration::from_secs(1))))
 }
 
 fn gpus_by_worker(listed: &[Container]) -> Vec<(String, Option<Vec<String>>)> {
-    let mut by: Vec<_> = listed
-        .iter()
-        .map(|c| (c.worker.clone(), c.gpus.clone()))
-        .collect();
+    let mut by: Vec<_> = listed.iter().map(|c| (c.worker.clone(), c.gpus.clone())).collect();
     by.sort();
     by
 }
@@ -621,14 +528,8 @@ fn ids(ids: &[&str]) -> Option<Vec<String>> {
 async fn each_worker_pod_gets_the_gpus_the_kubelet_gave_it() {
     let ctd = Containerd::start();
     let kubelet = Kubelet::new(&ctd);
-    for (pod, worker) in [
-        ("gpu-a", "trainer-a"),
-        ("gpu-b", "trainer-b"),
-        ("cpu-c", "trainer-c"),
-    ] {
-        kubelet
-            .run_pod(pod, &[("vigil.worker", worker)], &[], &[("main", LOOP)])
-            .await;
+    for (pod, worker) in [("gpu-a", "trainer-a"), ("gpu-b", "trainer-b"), ("cpu-c", "trainer-c")] {
+        kubelet.run_pod(pod, &[("vigil.worker", worker)], &[], &[("main", LOOP)]).await;
     }
     let kr = FakePodResources::start().await;
     // NVIDIA's device plugin: GPUs by UUID (a time-sliced replica of the second one).
@@ -646,10 +547,8 @@ async fn each_worker_pod_gets_the_gpus_the_kubelet_gave_it() {
     );
     // Listed by the kubelet, given no GPU: unknown, so every GPU.
     kr.set_pod("default", "cpu-c", vec![("main", vec![])]);
-    let runtime = with_kubelet_gpus(
-        CriRuntime::new(settings(&ctd), None).unwrap(),
-        &kr.socket_str(),
-    );
+    let runtime =
+        with_kubelet_gpus(CriRuntime::new(settings(&ctd), None).unwrap(), &kr.socket_str());
     let listed = runtime.list_workers().await.unwrap();
     assert_eq!(
         gpus_by_worker(&listed),
@@ -687,26 +586,18 @@ async fn without_the_kubelet_answer_every_worker_counts_as_on_every_gpu() {
 
     let kr = FakePodResources::start().await;
     kr.set_gpu_pod("default", "gpu-a", "main", &["nvidia3"]);
-    let runtime = with_kubelet_gpus(
-        CriRuntime::new(settings(&ctd), None).unwrap(),
-        &kr.socket_str(),
-    );
+    let runtime =
+        with_kubelet_gpus(CriRuntime::new(settings(&ctd), None).unwrap(), &kr.socket_str());
     assert_eq!(
         gpus_by_worker(&runtime.list_workers().await.unwrap()),
         vec![(WORKER.into(), ids(&["nvidia3"]))]
     );
     kr.refuse(true);
-    assert_eq!(
-        gpus_by_worker(&runtime.list_workers().await.unwrap()),
-        vec![(WORKER.into(), None)]
-    );
+    assert_eq!(gpus_by_worker(&runtime.list_workers().await.unwrap()), vec![(WORKER.into(), None)]);
     kr.refuse(false);
     kr.hang(true);
     let started = std::time::Instant::now();
-    assert_eq!(
-        gpus_by_worker(&runtime.list_workers().await.unwrap()),
-        vec![(WORKER.into(), None)]
-    );
+    assert_eq!(gpus_by_worker(&runtime.list_workers().await.unwrap()), vec![(WORKER.into(), None)]);
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "bounded by the call's deadline, took {:?}",
@@ -729,22 +620,10 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
     let kubelet = Kubelet::new(&ctd);
     let stop = CancellationToken::new();
     kubelet.restart_loop(stop.clone());
-    let on0 = kubelet
-        .run_pod(
-            "gke-a",
-            &[("vigil.worker", "trainer-a")],
-            &[],
-            &[("main", LOOP)],
-        )
-        .await;
-    let on1 = kubelet
-        .run_pod(
-            "gke-b",
-            &[("vigil.worker", "trainer-b")],
-            &[],
-            &[("main", LOOP)],
-        )
-        .await;
+    let on0 =
+        kubelet.run_pod("gke-a", &[("vigil.worker", "trainer-a")], &[], &[("main", LOOP)]).await;
+    let on1 =
+        kubelet.run_pod("gke-b", &[("vigil.worker", "trainer-b")], &[], &[("main", LOOP)]).await;
     let kr = FakePodResources::start().await;
     kr.set_gpu_pod("default", "gke-a", "main", &["nvidia0"]);
     kr.set_gpu_pod("default", "gke-b", "main", &["nvidia1"]);
@@ -760,10 +639,7 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
         .expect("a monitor thread");
     gpu.inject_xid(0, 79);
     let failed = |r: &GpuReport| {
-        r.gpus
-            .iter()
-            .map(|g| (g.index, g.health))
-            .collect::<Vec<_>>()
+        r.gpus.iter().map(|g| (g.index, g.health)).collect::<Vec<_>>()
             == vec![(0, GpuHealth::Failed), (1, GpuHealth::Healthy)]
     };
     let mut seen = false;
@@ -788,22 +664,12 @@ async fn a_failed_gpu_stands_down_only_the_worker_on_it() {
     }
     let d = rig.decisions().await;
     assert_eq!(
-        kubelet
-            .containers(&on0)
-            .await
-            .iter()
-            .map(|c| (c.2, c.3))
-            .collect::<Vec<_>>(),
+        kubelet.containers(&on0).await.iter().map(|c| (c.2, c.3)).collect::<Vec<_>>(),
         vec![(0, true)],
         "the worker on the failed GPU is never stopped: {d:?}"
     );
     assert_eq!(
-        kubelet
-            .containers(&on1)
-            .await
-            .iter()
-            .map(|c| (c.2, c.3))
-            .collect::<Vec<_>>(),
+        kubelet.containers(&on1).await.iter().map(|c| (c.2, c.3)).collect::<Vec<_>>(),
         vec![(0, false), (1, true)],
         "the worker on the healthy GPU is restarted: {d:?}"
     );
@@ -822,39 +688,21 @@ async fn pods_of_one_template_are_distinct_workers_by_their_names() {
     let stop = CancellationToken::new();
     kubelet.restart_loop(stop.clone());
     let template = [("vigil.worker", POD_NAME_ID), ("app", "trainer")];
-    let a = kubelet
-        .run_pod("trainer-7f9c-a", &template, &[], &[("main", LOOP)])
-        .await;
-    let b = kubelet
-        .run_pod("trainer-7f9c-b", &template, &[], &[("main", LOOP)])
-        .await;
+    let a = kubelet.run_pod("trainer-7f9c-a", &template, &[], &[("main", LOOP)]).await;
+    let b = kubelet.run_pod("trainer-7f9c-b", &template, &[], &[("main", LOOP)]).await;
     let runtime = kubelet_runtime(&ctd);
-    let mut ids: Vec<String> = runtime
-        .list_workers()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| c.worker)
-        .collect();
+    let mut ids: Vec<String> =
+        runtime.list_workers().await.unwrap().into_iter().map(|c| c.worker).collect();
     ids.sort();
     // Issue 26: with the pod's namespace, so pods of one name in two namespaces stay two.
-    assert_eq!(
-        ids,
-        vec!["default.trainer-7f9c-a", "default.trainer-7f9c-b"]
-    );
+    assert_eq!(ids, vec!["default.trainer-7f9c-a", "default.trainer-7f9c-b"]);
 
     let mut rig = Rig::new(Arc::new(runtime));
     // Pod a hangs (one beat, never again); pod b beats every cycle.
     let keys = rig.keys.clone();
     let key = |w: &str| keys.status(w);
-    write_record(
-        rig.store.as_ref(),
-        &key("default.trainer-7f9c-a"),
-        "processing",
-        rig.now(),
-        &[],
-    )
-    .await;
+    write_record(rig.store.as_ref(), &key("default.trainer-7f9c-a"), "processing", rig.now(), &[])
+        .await;
     for _ in 0..24 {
         let (k, now) = (key("default.trainer-7f9c-b"), rig.now());
         write_record(rig.store.as_ref(), &k, "processing", now, &[]).await;
@@ -866,11 +714,7 @@ async fn pods_of_one_template_are_distinct_workers_by_their_names() {
         async move { kubelet.containers(&p).await.len() }
     };
     assert_eq!(attempts(&a).await, 2, "the hung pod was restarted once");
-    assert_eq!(
-        attempts(&b).await,
-        1,
-        "the healthy pod of the same template is untouched"
-    );
+    assert_eq!(attempts(&b).await, 1, "the healthy pod of the same template is untouched");
     let d = rig.decisions().await;
     assert!(!d.iter().any(|x| x == "ambiguous"), "{d:?}");
     stop.cancel();
@@ -885,13 +729,8 @@ async fn an_alert_only_pod_is_reported_and_never_stopped() {
     let kubelet = Kubelet::new(&ctd);
     let stop = CancellationToken::new();
     kubelet.restart_loop(stop.clone());
-    let labels = [
-        ("vigil.worker", WORKER),
-        ("vigil.worker.restarts", "alert-only"),
-    ];
-    let pod = kubelet
-        .run_pod("jobset-0", &labels, &[], &[("main", LOOP)])
-        .await;
+    let labels = [("vigil.worker", WORKER), ("vigil.worker.restarts", "alert-only")];
+    let pod = kubelet.run_pod("jobset-0", &labels, &[], &[("main", LOOP)]).await;
     let runtime = kubelet_runtime(&ctd);
     let listed = runtime.list_workers().await.unwrap();
     assert!(listed.iter().all(|c| c.alert_only), "{listed:?}");
@@ -899,11 +738,7 @@ async fn an_alert_only_pod_is_reported_and_never_stopped() {
     rig.hang_until_restart_window().await;
     assert_eq!(kubelet.containers(&pod).await.len(), 1, "never stopped");
     let d = rig.decisions().await;
-    assert_eq!(
-        d.iter().filter(|x| *x == "skipped-alert-only").count(),
-        1,
-        "{d:?}"
-    );
+    assert_eq!(d.iter().filter(|x| *x == "skipped-alert-only").count(), 1, "{d:?}");
     assert_eq!(rig.sink.count(AlertKind::Hung), 1);
     stop.cancel();
 }
@@ -949,10 +784,7 @@ async fn an_http_checkpoint_reaches_a_pod_on_the_pod_network_at_its_ip() {
                     let logs = runtime.logs(&list[0].id, 50).await.unwrap();
                     if logs.contains("got-checkpoint") && logs.contains(id.as_str()) {
                         let ack = vec![("checkpoint_ack".into(), id.clone())];
-                        store
-                            .hset(&keys.status("http-worker"), &ack, None)
-                            .await
-                            .unwrap();
+                        store.hset(&keys.status("http-worker"), &ack, None).await.unwrap();
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -961,10 +793,8 @@ async fn an_http_checkpoint_reaches_a_pod_on_the_pod_network_at_its_ip() {
     };
     let results = controller.checkpoint("test", Duration::from_secs(10)).await;
     acker.abort();
-    let by: Vec<_> = results
-        .iter()
-        .map(|r| (r.worker.as_str(), r.method, r.outcome.as_str()))
-        .collect();
+    let by: Vec<_> =
+        results.iter().map(|r| (r.worker.as_str(), r.method, r.outcome.as_str())).collect();
     assert_eq!(by, vec![("http-worker", "http", "acked")], "{results:?}");
     drop(pod);
 }

@@ -91,12 +91,7 @@ fn rows(section: &str) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = section
         .lines()
         .filter(|l| l.starts_with('|'))
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .map(|c| c.trim().to_string())
-                .collect()
-        })
+        .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
         .filter(|cells: &Vec<String>| !cells[0].starts_with("---"))
         .collect();
     if !rows.is_empty() {
@@ -130,10 +125,7 @@ fn every_config_key_is_documented_and_every_documented_key_exists() {
     let code = config_keys();
     let missing: Vec<_> = code.difference(&documented).collect();
     let stale: Vec<_> = documented.difference(&code).collect();
-    assert!(
-        missing.is_empty(),
-        "config keys missing from docs/configuration.md: {missing:?}"
-    );
+    assert!(missing.is_empty(), "config keys missing from docs/configuration.md: {missing:?}");
     assert!(
         stale.is_empty(),
         "docs/configuration.md documents keys the code does not have: {stale:?}"
@@ -170,10 +162,7 @@ fn every_metric_is_documented_and_every_documented_metric_exists() {
     assert!(first.iter().all(|n| n.starts_with("vigil_")), "{first:?}");
     let missing: Vec<_> = code.difference(&documented).collect();
     let stale: Vec<_> = documented.difference(&code).collect();
-    assert!(
-        missing.is_empty(),
-        "metrics missing from docs/metrics.md: {missing:?}"
-    );
+    assert!(missing.is_empty(), "metrics missing from docs/metrics.md: {missing:?}");
     assert!(
         stale.is_empty(),
         "docs/metrics.md documents metrics the code does not have: {stale:?}"
@@ -184,15 +173,9 @@ fn every_metric_is_documented_and_every_documented_metric_exists() {
 fn every_alert_kind_is_documented() {
     let page = doc("docs/alerts.md");
     let documented = first_cells(section(&page, "docs/alerts.md", "# Alerts"));
-    let code: BTreeSet<String> = AlertKind::ALL
-        .iter()
-        .map(|k| k.as_str().to_string())
-        .collect();
+    let code: BTreeSet<String> = AlertKind::ALL.iter().map(|k| k.as_str().to_string()).collect();
     let missing: Vec<_> = code.difference(&documented).collect();
-    assert!(
-        missing.is_empty(),
-        "alert kinds missing from docs/alerts.md: {missing:?}"
-    );
+    assert!(missing.is_empty(), "alert kinds missing from docs/alerts.md: {missing:?}");
     let stale: Vec<_> = documented.difference(&code).collect();
     assert!(
         stale.is_empty(),
@@ -261,10 +244,7 @@ fn every_redis_key_is_documented() {
         k.gang_slow("G"),
     ];
     for key in &keys {
-        assert!(
-            documented.contains(key),
-            "Redis key {key} missing from docs/redis-keys.md"
-        );
+        assert!(documented.contains(key), "Redis key {key} missing from docs/redis-keys.md");
     }
     assert_eq!(
         documented.len(),
@@ -308,35 +288,21 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
     let mentions =
         |page: &str, n: &str| page.contains(&format!("`{n}`")) || page.contains(&format!("`{n}="));
     for n in &maintenance_names {
-        assert!(
-            mentions(&maintenance, n),
-            "{n} missing from docs/maintenance.md"
-        );
+        assert!(mentions(&maintenance, n), "{n} missing from docs/maintenance.md");
     }
     for n in &gpu_names {
         assert!(mentions(&gpu, n), "{n} missing from docs/gpu.md");
     }
-    let maintenance_events = [
-        Phase::None,
-        Phase::Pending,
-        Phase::Ongoing,
-        Phase::Terminating,
-    ]
-    .map(|p| event_for(p).0);
-    for reason in maintenance_events
-        .iter()
-        .chain(&["VigilCheckpoint", "VigilPerformMaintenance"])
-    {
+    let maintenance_events =
+        [Phase::None, Phase::Pending, Phase::Ongoing, Phase::Terminating].map(|p| event_for(p).0);
+    for reason in maintenance_events.iter().chain(&["VigilCheckpoint", "VigilPerformMaintenance"]) {
         assert!(
             maintenance.contains(&format!("`{reason}`")),
             "Event {reason} missing from docs/maintenance.md"
         );
     }
     for reason in vigil::accel::gpu::policy_node::GPU.events {
-        assert!(
-            gpu.contains(&format!("`{reason}`")),
-            "Event {reason} missing from docs/gpu.md"
-        );
+        assert!(gpu.contains(&format!("`{reason}`")), "Event {reason} missing from docs/gpu.md");
     }
 
     // TPU: every field it adds, its condition and every Event of a health change.
@@ -362,10 +328,7 @@ fn every_node_label_annotation_taint_and_event_is_documented() {
         );
     }
     for reason in vigil::accel::tpu::policy::TPU.events {
-        assert!(
-            tpu.contains(&format!("`{reason}`")),
-            "Event {reason} missing from docs/tpu.md"
-        );
+        assert!(tpu.contains(&format!("`{reason}`")), "Event {reason} missing from docs/tpu.md");
     }
 }
 
@@ -494,16 +457,8 @@ fn check_links(file: &str) -> Vec<PathBuf> {
     let mut linked = Vec::new();
     for link in relative_links(&text) {
         let (path, anchor) = link.split_once('#').unwrap_or((link.as_str(), ""));
-        let target = if path.is_empty() {
-            root().join(file)
-        } else {
-            dir.join(path)
-        };
-        assert!(
-            target.exists(),
-            "{file} links to {link}, and {} does not exist",
-            target.display()
-        );
+        let target = if path.is_empty() { root().join(file) } else { dir.join(path) };
+        assert!(target.exists(), "{file} links to {link}, and {} does not exist", target.display());
         if !anchor.is_empty() {
             let headings = anchors(&std::fs::read_to_string(&target).unwrap());
             assert!(
@@ -531,14 +486,9 @@ fn docs_pages() -> Vec<String> {
 fn every_docs_page_linked_from_the_readme_exists_and_every_page_is_linked() {
     let linked = check_links("README.md");
     let readme = doc("README.md");
-    let docs_links: Vec<_> = relative_links(&readme)
-        .into_iter()
-        .filter(|l| l.starts_with("docs/"))
-        .collect();
-    assert!(
-        !docs_links.is_empty(),
-        "the README links to no page of docs/"
-    );
+    let docs_links: Vec<_> =
+        relative_links(&readme).into_iter().filter(|l| l.starts_with("docs/")).collect();
+    assert!(!docs_links.is_empty(), "the README links to no page of docs/");
     for page in docs_pages() {
         let path = root().join(&page).canonicalize().unwrap();
         assert!(linked.contains(&path), "README.md does not link to {page}");

@@ -42,9 +42,7 @@ fn slice(uuids: &[&str]) -> Value {
 }
 
 async fn client(kube: &FakeKube) -> KubeDeviceTaints {
-    KubeDeviceTaints::connect(&kube.url, "v1beta2")
-        .await
-        .unwrap()
+    KubeDeviceTaints::connect(&kube.url, "v1beta2").await.unwrap()
 }
 
 #[tokio::test]
@@ -72,10 +70,7 @@ async fn a_failed_gpu_is_one_rule_for_its_device_and_goes_when_it_recovers() {
     );
     assert_eq!(r["spec"]["taint"]["effect"], "NoSchedule");
     assert_eq!(r["spec"]["taint"]["key"], "vigil.dev/gpu-failed");
-    assert!(
-        r["spec"]["taint"]["timeAdded"].is_string(),
-        "set by the server"
-    );
+    assert!(r["spec"]["taint"]["timeAdded"].is_string(), "set by the server");
     // The same failure again: nothing written.
     let again = reconcile(&api, NODE, DRIVER, &failed, false).await.unwrap();
     assert!(again.create.is_empty() && again.delete.is_empty());
@@ -113,9 +108,7 @@ async fn names_taken_long_node_names_and_the_alpha_api_are_handled() {
         "spec": {"deviceSelector": {"driver": DRIVER}, "taint": {"key": "infra/hold", "effect": "NoSchedule"}}
     }));
     let failed = vec!["GPU-aaaa".to_string()];
-    let err = reconcile(&api, NODE, DRIVER, &failed, false)
-        .await
-        .unwrap_err();
+    let err = reconcile(&api, NODE, DRIVER, &failed, false).await.unwrap_err();
     assert!(
         matches!(err, PodError::Taken(_)) && err.to_string().contains("is not this node's"),
         "{err}"
@@ -127,29 +120,19 @@ async fn names_taken_long_node_names_and_the_alpha_api_are_handled() {
     s["spec"]["pool"]["name"] = json!(long);
     kube.put_slice(s);
     let failed = vec!["GPU-bbbb".to_string()];
-    reconcile(&api, &long, DRIVER, &failed, false)
-        .await
-        .unwrap();
+    reconcile(&api, &long, DRIVER, &failed, false).await.unwrap();
     let mine: Vec<Value> = kube
         .taint_rules()
         .into_iter()
         .filter(|r| r["metadata"]["annotations"]["vigil.dev/node-name"] == long.as_str())
         .collect();
     assert_eq!(mine.len(), 1);
-    let label = mine[0]["metadata"]["labels"]["vigil.dev/node"]
-        .as_str()
-        .unwrap();
+    let label = mine[0]["metadata"]["labels"]["vigil.dev/node"].as_str().unwrap();
     assert!(label.starts_with("h-") && label.len() <= 63, "{label}");
     let healed = reconcile(&api, &long, DRIVER, &[], false).await.unwrap();
-    assert_eq!(
-        healed.delete.len(),
-        1,
-        "listed by the hashed label, and removed"
-    );
+    assert_eq!(healed.delete.len(), 1, "listed by the hashed label, and removed");
 
-    let alpha = KubeDeviceTaints::connect(&kube.url, "v1alpha3")
-        .await
-        .unwrap();
+    let alpha = KubeDeviceTaints::connect(&kube.url, "v1alpha3").await.unwrap();
     assert_eq!(alpha.devices(NODE, DRIVER).await.unwrap().len(), 1);
     let asked: Vec<String> = kube.requests().into_iter().map(|(_, p, _)| p).collect();
     assert!(
@@ -178,18 +161,9 @@ async fn a_missing_rule_or_version_is_an_error_naming_it() {
     kube.forbid("create devicetaintrules");
     let api = client(&kube).await;
     let failed = vec!["GPU-aaaa".to_string()];
-    let err = reconcile(&api, NODE, DRIVER, &failed, false)
-        .await
-        .unwrap_err();
+    let err = reconcile(&api, NODE, DRIVER, &failed, false).await.unwrap_err();
     assert!(
-        matches!(
-            err,
-            PodError::Forbidden {
-                verb: "create",
-                resource: "devicetaintrules",
-                ..
-            }
-        ),
+        matches!(err, PodError::Forbidden { verb: "create", resource: "devicetaintrules", .. }),
         "{err}"
     );
     // A version the cluster does not serve.
@@ -199,15 +173,10 @@ async fn a_missing_rule_or_version_is_an_error_naming_it() {
     // first, as the server does).
     kube.allow("create devicetaintrules");
     let bad = reqwest::Client::new()
-        .post(format!(
-            "{}/apis/resource.k8s.io/v1beta2/devicetaintrules",
-            kube.url
-        ))
-        .json(
-            &json!({"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+        .post(format!("{}/apis/resource.k8s.io/v1beta2/devicetaintrules", kube.url))
+        .json(&json!({"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
                       "metadata": {"name": "x"}, "spec": {"deviceSelector": {"driver": DRIVER},
-                      "taint": {"key": "a/b", "effect": "PreferNoSchedule"}}}),
-        )
+                      "taint": {"key": "a/b", "effect": "PreferNoSchedule"}}}))
         .send()
         .await
         .unwrap();
@@ -233,12 +202,7 @@ async fn the_rules_vigil_writes_pass_the_apis_own_schema_at_every_version() {
     let post = |rule: Value| {
         let url = format!("{}/apis/resource.k8s.io/v1beta2/devicetaintrules", kube.url);
         async move {
-            let r = reqwest::Client::new()
-                .post(url)
-                .json(&rule)
-                .send()
-                .await
-                .unwrap();
+            let r = reqwest::Client::new().post(url).json(&rule).send().await.unwrap();
             (r.status().as_u16(), r.text().await.unwrap())
         }
     };
@@ -249,21 +213,13 @@ async fn the_rules_vigil_writes_pass_the_apis_own_schema_at_every_version() {
     let (code, body) = post(rule(json!({"effect": "NoSchedule"}))).await;
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("spec.taint.key: Required value"), "{body}");
-    let (code, body) = post(rule(
-        json!({"key": "a/b", "effect": "NoSchedule", "colour": "red"}),
-    ))
-    .await;
+    let (code, body) =
+        post(rule(json!({"key": "a/b", "effect": "NoSchedule", "colour": "red"}))).await;
     assert_eq!(code, 400, "{body}");
-    assert!(
-        body.contains("spec.taint.colour: strict decoding error: unknown field"),
-        "{body}"
-    );
+    assert!(body.contains("spec.taint.colour: strict decoding error: unknown field"), "{body}");
     let (code, body) = post(rule(json!({"key": "a/b", "effect": 1}))).await;
     assert_eq!(code, 400, "{body}");
-    assert!(
-        body.contains("spec.taint.effect: must be of type string"),
-        "{body}"
-    );
+    assert!(body.contains("spec.taint.effect: must be of type string"), "{body}");
     let mut wrong_version = rule(json!({"key": "a/b", "effect": "NoSchedule"}));
     wrong_version["apiVersion"] = json!("resource.k8s.io/v1");
     assert_eq!(post(wrong_version).await.0, 400);
@@ -288,10 +244,7 @@ async fn the_controller_taints_a_failed_gpus_device_not_the_node() {
     };
     let tainted = eventually_every(limit, every, || kube.taint_rules().len() == 1 && shown()).await;
     assert!(tainted, "{:?}", kube.taint_rules());
-    assert_eq!(
-        kube.taint_rules()[0]["spec"]["deviceSelector"]["device"],
-        "gpu-1"
-    );
+    assert_eq!(kube.taint_rules()[0]["spec"]["deviceSelector"]["device"], "gpu-1");
     let d = node.node_api.last();
     assert!(
         !d.add_taints.iter().any(|t| t.key == "vigil.dev/gpu-failed"),
@@ -299,11 +252,7 @@ async fn the_controller_taints_a_failed_gpus_device_not_the_node() {
         d.add_taints
     );
     assert_eq!(
-        d.labels
-            .get("vigil.dev/gpu-health")
-            .cloned()
-            .flatten()
-            .as_deref(),
+        d.labels.get("vigil.dev/gpu-health").cloned().flatten().as_deref(),
         Some("failed"),
         "the Node still shows the GPU's health"
     );
@@ -322,11 +271,7 @@ async fn without_its_device_a_failed_gpu_keeps_the_node_taint() {
     gpu.inject_xid(1, 79);
     let (limit, every) = (Duration::from_secs(5), Duration::from_millis(20));
     let node_tainted = eventually_every(limit, every, || {
-        node.node_api
-            .last()
-            .add_taints
-            .iter()
-            .any(|t| t.key == "vigil.dev/gpu-failed")
+        node.node_api.last().add_taints.iter().any(|t| t.key == "vigil.dev/gpu-failed")
     })
     .await;
     assert!(node_tainted, "{:?}", node.node_api.last());
@@ -363,14 +308,7 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_until_it_is_reset() {
     kube.put_pod(trainer(NODE, "trainer-0", "GPU-bbbb", "Unhealthy"));
     let (node, gpu, _running) = controller_with(&kube, true).await;
     let (limit, every) = (Duration::from_secs(30), Duration::from_millis(20));
-    let health = || {
-        node.node_api
-            .last()
-            .labels
-            .get("vigil.dev/gpu-health")
-            .cloned()
-            .flatten()
-    };
+    let health = || node.node_api.last().labels.get("vigil.dev/gpu-health").cloned().flatten();
     // NB: the device's rule is written before the Node: wait for both.
     let tainted = eventually_every(limit, every, || {
         kube.taint_rules().len() == 1 && health().as_deref() == Some("failed")
@@ -382,10 +320,7 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_until_it_is_reset() {
         "gpu-1",
         "GPU-bbbb's device only"
     );
-    let listed = kube
-        .requests()
-        .iter()
-        .any(|(m, p, _)| m == "GET" && p == "/api/v1/pods");
+    let listed = kube.requests().iter().any(|(m, p, _)| m == "GET" && p == "/api/v1/pods");
     assert!(listed, "the node's pods were listed");
     // The pod ends (its status, and the kubelet's word, go with it): the GPU stays failed.
     kube.remove_pod("ml", "trainer-0");
@@ -413,12 +348,7 @@ async fn a_gpu_the_kubelet_reports_unhealthy_is_failed_until_it_is_reset() {
         failed && rules.len() == 1 && rules[0]["spec"]["deviceSelector"]["device"] == "gpu-0"
     })
     .await;
-    assert!(
-        tainted,
-        "GPU-aaaa's device: {:?} {:?}",
-        kube.taint_rules(),
-        health()
-    );
+    assert!(tainted, "GPU-aaaa's device: {:?} {:?}", kube.taint_rules(), health());
 }
 
 /// Cancels its tokens when dropped: the monitor thread and the controller stop with the test.
@@ -465,9 +395,7 @@ async fn controller_with(
     let cancel = CancellationToken::new();
     let (cfg, probe) = (node.cfg.gpu.clone(), Box::new(gpu.clone()));
     let monitor = if kubelet {
-        let pods = vigil::kube::pods::KubePods::connect(&kube.url)
-            .await
-            .unwrap();
+        let pods = vigil::kube::pods::KubePods::connect(&kube.url).await.unwrap();
         let (heard_tx, heard) = tokio::sync::watch::channel(Vec::new());
         let slices: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
         tokio::spawn(vigil::accel::gpu::kubelet::follow(

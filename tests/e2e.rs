@@ -53,10 +53,7 @@ timeout = "2s"
 
     /// The Redis key of one of the worker's markers, spelt out as an operator reads it.
     fn worker_key(&self, marker: &str) -> String {
-        format!(
-            "{}:{{{}}}:worker:{}:{marker}",
-            self.prefix, self.node, self.worker
-        )
+        format!("{}:{{{}}}:worker:{}:{marker}", self.prefix, self.node, self.worker)
     }
 }
 
@@ -78,24 +75,13 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
 
     // Scenario (a): the booting container with its stale record is left alone in cooldown.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(
-        container.started_at(),
-        after,
-        "restarted twice:\n{}",
-        agent.log_text()
-    );
+    assert_eq!(container.started_at(), after, "restarted twice:\n{}", agent.log_text());
 
     assert_eq!(hook.count("hung"), 1, "{:?}", hook.kinds());
     assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
     let bodies = hook.bodies.lock().unwrap().clone();
-    let restarting = bodies
-        .iter()
-        .find(|b| b["vigil"]["kind"] == "restarting")
-        .unwrap();
-    assert!(
-        restarting["text"].as_str().unwrap().contains("step "),
-        "logs attached: {restarting}"
-    );
+    let restarting = bodies.iter().find(|b| b["vigil"]["kind"] == "restarting").unwrap();
+    assert!(restarting["text"].as_str().unwrap().contains("step "), "logs attached: {restarting}");
     assert_eq!(restarting["vigil"]["job"], "job-42");
 
     let trail = s.explain(&cfg, &redis);
@@ -120,23 +106,15 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
     // when that restart was.
     let worker = format!("{{worker=\"{}\"", s.worker);
     assert!(
-        common::has_sample(
-            &metrics,
-            &format!("vigil_worker_state{worker},state=\"booting\"}} 1")
-        ),
+        common::has_sample(&metrics, &format!("vigil_worker_state{worker},state=\"booting\"}} 1")),
         "{metrics}"
     );
     assert!(
-        metrics.contains(&format!(
-            "vigil_worker_last_restart_timestamp_seconds{worker}}} "
-        )),
+        metrics.contains(&format!("vigil_worker_last_restart_timestamp_seconds{worker}}} ")),
         "{metrics}"
     );
     let cooldown = s.worker_key("cooldown");
-    assert!(
-        redis_get(&redis, &cooldown).await.is_some(),
-        "cooldown marker set"
-    );
+    assert!(redis_get(&redis, &cooldown).await.is_some(), "cooldown marker set");
     let health = s.get("/healthz").await;
     assert!(health.status().is_success());
 
@@ -145,9 +123,7 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
     // millisecond on the heartbeats, and to the test's own wall clock within the beats' spawn.
     let status = format!("{}:{{{}}}:status:{}", s.prefix, s.node, s.worker);
     let heartbeat = || async {
-        let hb = redis_hget(&redis, &status, "heartbeat")
-            .await
-            .expect("a heartbeat");
+        let hb = redis_hget(&redis, &status, "heartbeat").await.expect("a heartbeat");
         (hb.parse::<f64>().expect("seconds") * 1000.0).round() as i64
     };
     let last = heartbeat().await;
@@ -158,11 +134,7 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
         decisions(&s.explain(&cfg, &redis), "time-lost") == 1
     })
     .await;
-    assert!(
-        recovered,
-        "no time-lost entry:\n{}",
-        s.explain(&cfg, &redis)
-    );
+    assert!(recovered, "no time-lost entry:\n{}", s.explain(&cfg, &redis));
     let metrics = s.metrics().await;
     let value = |series: &str| -> f64 {
         metrics
@@ -174,14 +146,8 @@ async fn stale_worker_is_restarted_exactly_once_with_alert_trail_and_metrics() {
     let phases = value("vigil_lost_seconds_total{cause=\"hang\"}")
         + value("vigil_lost_seconds_total{cause=\"restart\"}");
     let seen = (first - last) as f64 / 1000.0;
-    assert!(
-        (total - seen).abs() < 0.002,
-        "{total} s counted, {seen} s between the beats"
-    );
-    assert!(
-        (phases - total).abs() < 0.002,
-        "the phases ({phases} s) add up to {total} s"
-    );
+    assert!((total - seen).abs() < 0.002, "{total} s counted, {seen} s between the beats");
+    assert!((phases - total).abs() < 0.002, "the phases ({phases} s) add up to {total} s");
     assert!(
         (total - wall.as_secs_f64()).abs() < 2.0,
         "{total} s counted, {:?} on the test's clock",
@@ -249,41 +215,19 @@ async fn mid_incident(redis: &str) -> MidIncident {
     let key = s.worker_key("incident");
     let timer = poll(Duration::from_secs(10), || redis_get(redis, &key)).await;
     let timer = timer.unwrap_or_else(|| panic!("no incident timer:\n{}", agent.log_text()));
-    MidIncident {
-        hook,
-        s,
-        cfg,
-        container,
-        before,
-        agent,
-        key,
-        timer,
-    }
+    MidIncident { hook, s, cfg, container, before, agent, key, timer }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_timer() {
     let mut server = RedisServer::start();
     let redis = server.url();
-    let MidIncident {
-        hook,
-        s,
-        cfg,
-        container,
-        before,
-        agent,
-        key,
-        timer,
-    } = mid_incident(&redis).await;
+    let MidIncident { hook, s, cfg, container, before, agent, key, timer } =
+        mid_incident(&redis).await;
 
     server.stop();
     tokio::time::sleep(Duration::from_secs(8)).await; // past restart_delay
-    assert_eq!(
-        container.started_at(),
-        before,
-        "restarted without Redis:\n{}",
-        agent.log_text()
-    );
+    assert_eq!(container.started_at(), before, "restarted without Redis:\n{}", agent.log_text());
     assert_eq!(hook.count("coordinator-down"), 1, "{:?}", hook.kinds());
 
     server.restart();
@@ -297,10 +241,7 @@ async fn scenario_l_redis_stopped_mid_incident_no_restart_then_resumes_original_
     // NB: the trail's `restarted` line follows the command's return: the container can be seen
     // restarted a moment before the agent has written it.
     let recorded = |l: &str| l.split_whitespace().nth(3) == Some("restarted");
-    eventually(Duration::from_secs(10), || {
-        s.explain(&cfg, &redis).lines().any(recorded)
-    })
-    .await;
+    eventually(Duration::from_secs(10), || s.explain(&cfg, &redis).lines().any(recorded)).await;
     let trail = s.explain(&cfg, &redis);
     let id = timer.split_once(':').unwrap().1;
     let line = trail.lines().find(|l| recorded(l)).unwrap_or_default();
@@ -326,22 +267,11 @@ async fn embedded_mode_works_without_redis_through_the_local_worker_api() {
     assert_eq!(code, 0, "{out}{err}");
     let restarted = eventually(Duration::from_secs(30), || container.started_at() != before).await;
     assert!(restarted, "{}", agent.log_text());
-    assert!(
-        agent.log_text().contains("embedded coordinator"),
-        "said once at start-up"
-    );
+    assert!(agent.log_text().contains("embedded coordinator"), "said once at start-up");
     // Issue 27: a log file is plain text, no terminal colour codes.
-    assert!(
-        !agent.log_text().contains('\u{1b}'),
-        "ANSI codes in a log file"
-    );
+    assert!(!agent.log_text().contains('\u{1b}'), "ANSI codes in a log file");
     // No NVIDIA driver on this machine: the agent runs with GPU monitoring off and says so once.
-    assert_eq!(
-        agent.log_text().matches("GPU monitoring off").count(),
-        1,
-        "{}",
-        agent.log_text()
-    );
+    assert_eq!(agent.log_text().matches("GPU monitoring off").count(), 1, "{}", agent.log_text());
     // Issue 27: `status` and `explain` work without Redis, from the config the agent runs with
     // (they ask the agent, which serves them read-only on its HTTP port).
     let c = cfg.to_str().unwrap();
@@ -369,10 +299,8 @@ async fn embedded_mode_works_without_redis_through_the_local_worker_api() {
     assert!(err.contains("no agent answers"), "{err}");
     let agent = VigilProcess::spawn(&["run"], &cfg, &[]);
     assert!(
-        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(
-            &s.worker_listen
-        )
-        .is_ok())
+        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(&s.worker_listen)
+            .is_ok())
         .await,
         "{}",
         agent.log_text()
@@ -405,19 +333,14 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
         ("[policy]\nstale_aftr = \"1m\"\n", "stale_aftr"),
         ("poll_interval = \"soon\"\n", "poll_interval"),
         // Unauthenticated writes off loopback: refused at start-up (issue 18).
-        (
-            "[worker_api]\nlisten = \"0.0.0.0:9465\"\nauth = \"none\"\n",
-            "worker_api.auth",
-        ),
+        ("[worker_api]\nlisten = \"0.0.0.0:9465\"\nauth = \"none\"\n", "worker_api.auth"),
         ("this is not toml", "vigil.toml"),
     ];
     for (text, key) in cases {
         let path = dir.path().join("vigil.toml");
         std::fs::write(&path, text).unwrap();
-        let (code, _, err) = vigil(
-            &["run", "--config", path.to_str().unwrap()],
-            &[("NODE_NAME", "n1")],
-        );
+        let (code, _, err) =
+            vigil(&["run", "--config", path.to_str().unwrap()], &[("NODE_NAME", "n1")]);
         assert_eq!(code, 2, "{text:?}: {err}");
         assert!(err.contains(key), "{text:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
@@ -432,9 +355,8 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
 fn help_is_complete_for_every_command() {
     let (code, out, _) = vigil(&["--help"], &[]);
     assert_eq!(code, 0);
-    for cmd in [
-        "run", "beat", "policy", "explain", "status", "doctor", "cleanup", "demo", "config",
-    ] {
+    for cmd in ["run", "beat", "policy", "explain", "status", "doctor", "cleanup", "demo", "config"]
+    {
         assert!(out.contains(cmd), "{cmd} missing from --help:\n{out}");
         let (code, sub, err) = vigil(&[cmd, "--help"], &[]);
         assert_eq!(code, 0, "{cmd} --help: {err}");
@@ -446,24 +368,16 @@ fn help_is_complete_for_every_command() {
         "{cleanup}"
     );
     let (_, run, _) = vigil(&["run", "--help"], &[]);
-    assert!(
-        run.contains("--dry-run") && run.contains("--config"),
-        "{run}"
-    );
+    assert!(run.contains("--dry-run") && run.contains("--config"), "{run}");
     let (code, policy, _) = vigil(&["policy"], &[("NODE_NAME", "n1")]);
     assert_eq!(code, 0);
-    assert!(
-        policy.contains("hung") && policy.contains("restart pipeline"),
-        "{policy}"
-    );
+    assert!(policy.contains("hung") && policy.contains("restart pipeline"), "{policy}");
     // The XID table, with an override from the config file.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("vigil.toml");
     std::fs::write(&file, "[gpu.xid_actions]\n\"92\" = \"reset-gpu\"\n").unwrap();
-    let (code, gpu, err) = vigil(
-        &["policy", "gpu", "--config", file.to_str().unwrap()],
-        &[("NODE_NAME", "n1")],
-    );
+    let (code, gpu, err) =
+        vigil(&["policy", "gpu", "--config", file.to_str().unwrap()], &[("NODE_NAME", "n1")]);
     assert_eq!(code, 0, "{err}");
     let line = |xid: &str| {
         gpu.lines()
@@ -471,15 +385,9 @@ fn help_is_complete_for_every_command() {
             .unwrap_or_default()
             .to_string()
     };
-    assert!(
-        line("79").contains("RESTART_BM") && line("79").contains("reboot-node"),
-        "{gpu}"
-    );
+    assert!(line("79").contains("RESTART_BM") && line("79").contains("reboot-node"), "{gpu}");
     assert!(line("94").contains("restart-app"), "{gpu}");
-    assert!(
-        line("92").contains("reset-gpu") && line("92").contains("config"),
-        "{gpu}"
-    );
+    assert!(line("92").contains("reset-gpu") && line("92").contains("config"), "{gpu}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -525,16 +433,9 @@ async fn webhook_is_retried_until_it_accepts() {
     let url = format!("http://{addr}/hook");
     let alert = Alert::new(AlertKind::Hung, "n1", "test");
     let sink = WebhookSink::new(&url, "<!here>", Duration::from_secs(2), 3);
-    sink.send(&alert)
-        .await
-        .expect("delivered on the third attempt");
+    sink.send(&alert).await.expect("delivered on the third attempt");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
-    let short = WebhookSink::new(
-        &url.replace("/hook", "/nope"),
-        "",
-        Duration::from_secs(2),
-        3,
-    );
+    let short = WebhookSink::new(&url.replace("/hook", "/nope"), "", Duration::from_secs(2), 3);
     let err = short.send(&alert).await.unwrap_err();
     assert_eq!(err.attempts, 1, "a 404 is final: {err}");
 }
@@ -572,27 +473,17 @@ async fn status_lists_the_fleet_and_which_slices_are_available() {
         rec("c-2", "slice-c", "none", "healthy"),
     ];
     for r in &nodes {
-        let ttl = if r.node == "c-2" {
-            Duration::from_millis(300)
-        } else {
-            Duration::from_secs(60)
-        };
-        publish(&*coord, &Keys::new(&prefix, &r.node), r, ttl)
-            .await
-            .unwrap();
+        let ttl =
+            if r.node == "c-2" { Duration::from_millis(300) } else { Duration::from_secs(60) };
+        publish(&*coord, &Keys::new(&prefix, &r.node), r, ttl).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(500)).await; // c-2's heartbeat expires: down
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("v.toml");
-    std::fs::write(
-        &cfg,
-        format!("node_name = \"x\"\n[redis]\nkey_prefix = \"{prefix}\"\n"),
-    )
-    .unwrap();
-    let (code, out, err) = vigil(
-        &["status", "--json", "--config", cfg.to_str().unwrap()],
-        &[("REDIS_URL", &redis)],
-    );
+    std::fs::write(&cfg, format!("node_name = \"x\"\n[redis]\nkey_prefix = \"{prefix}\"\n"))
+        .unwrap();
+    let (code, out, err) =
+        vigil(&["status", "--json", "--config", cfg.to_str().unwrap()], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["nodes"].as_array().unwrap().len(), 6);
@@ -600,26 +491,16 @@ async fn status_lists_the_fleet_and_which_slices_are_available() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| {
-            (
-                s["slice"].as_str().unwrap().to_string(),
-                s["available"].as_bool().unwrap(),
-            )
-        })
+        .map(|s| (s["slice"].as_str().unwrap().to_string(), s["available"].as_bool().unwrap()))
         .collect();
     assert!(avail["slice-a"]);
     assert!(!avail["slice-b"], "a node in maintenance");
     assert!(!avail["slice-c"], "a node is down");
-    let (code, table, _) = vigil(
-        &["status", "--config", cfg.to_str().unwrap()],
-        &[("REDIS_URL", &redis)],
-    );
+    let (code, table, _) =
+        vigil(&["status", "--config", cfg.to_str().unwrap()], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0);
     assert!(table.contains("c-2") && table.contains("down"), "{table}");
-    assert!(
-        table.contains("slice-a") && table.contains("yes"),
-        "{table}"
-    );
+    assert!(table.contains("slice-a") && table.contains("yes"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -630,9 +511,7 @@ async fn sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid() {
     let metrics = s.url("/metrics");
     let scrape = || async { reqwest::get(&metrics).await.ok()?.text().await.ok() };
     let up = poll(Duration::from_secs(5), || async {
-        scrape()
-            .await
-            .filter(|m| common::has_sample(m, "vigil_dry_run 1"))
+        scrape().await.filter(|m| common::has_sample(m, "vigil_dry_run 1"))
     })
     .await
     .is_some();
@@ -640,24 +519,17 @@ async fn sighup_reloads_a_valid_config_and_keeps_the_old_one_when_invalid() {
     let hup = || agent.signal("-HUP");
     // An invalid file: the running config stays, and the log says why.
     let good = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(
-        &cfg,
-        good.replace("stale_after = \"2s\"", "stale_after = \"0s\""),
-    )
-    .unwrap();
+    std::fs::write(&cfg, good.replace("stale_after = \"2s\"", "stale_after = \"0s\"")).unwrap();
     hup();
-    let said = eventually(Duration::from_secs(5), || {
-        agent.log_text().contains("keeping the running one")
-    })
-    .await;
+    let said =
+        eventually(Duration::from_secs(5), || agent.log_text().contains("keeping the running one"))
+            .await;
     assert!(said, "{}", agent.log_text());
     // A valid change is applied.
     std::fs::write(&cfg, good.replace("dry_run = true", "dry_run = false")).unwrap();
     hup();
     let applied = poll(Duration::from_secs(5), || async {
-        scrape()
-            .await
-            .filter(|m| common::has_sample(m, "vigil_dry_run 0"))
+        scrape().await.filter(|m| common::has_sample(m, "vigil_dry_run 0"))
     })
     .await
     .is_some();
@@ -710,12 +582,7 @@ async fn a_paused_worker_is_one_alert_and_no_restart() {
     // Well past stale_after + restart_delay: nothing happens to the paused container.
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(container.started_at(), before, "{}", agent.log_text());
-    assert_eq!(
-        hook.count("paused"),
-        1,
-        "once per episode: {:?}",
-        hook.kinds()
-    );
+    assert_eq!(hook.count("paused"), 1, "once per episode: {:?}", hook.kinds());
     assert_eq!(hook.count("restarting"), 0, "{:?}", hook.kinds());
     let state = common::real::docker(&["inspect", "-f", "{{.State.Paused}}", &container.id]);
     assert_eq!(state, "true");
@@ -740,17 +607,12 @@ async fn a_new_container_is_booting_for_its_start_grace_then_unreachable() {
     let _container = WorkerContainer::start(&s.label, &s.worker);
     let started = std::time::Instant::now();
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
-    let up = eventually(Duration::from_secs(5), || {
-        std::net::TcpStream::connect(&s.listen).is_ok()
-    })
-    .await;
+    let up = eventually(Duration::from_secs(5), || std::net::TcpStream::connect(&s.listen).is_ok())
+        .await;
     assert!(up, "{}", agent.log_text());
     let mut booting = false;
     while !booting && started.elapsed() < Duration::from_secs(5) {
-        booting = s
-            .metrics()
-            .await
-            .contains(&format!("worker=\"{}\",state=\"booting\"", s.worker));
+        booting = s.metrics().await.contains(&format!("worker=\"{}\",state=\"booting\"", s.worker));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(booting, "{}", agent.log_text());
@@ -796,10 +658,7 @@ fn beat_refuses_a_bad_worker_id_or_state_naming_the_flag() {
     let envs = [("NODE_NAME", "n1"), ("REDIS_URL", "redis://127.0.0.1:1")];
     for (args, flag) in [
         (["beat", "--worker", "a:b", "--state", "idle"], "--worker"),
-        (
-            ["beat", "--worker", "w1", "--state", "not a word"],
-            "--state",
-        ),
+        (["beat", "--worker", "w1", "--state", "not a word"], "--state"),
     ] {
         let (code, _, err) = vigil(&args, &envs);
         assert_eq!(code, 2, "{args:?}: {err}");
@@ -832,14 +691,7 @@ async fn a_read_only_replica_is_a_coordinator_fault() {
     let dir = tempfile::tempdir().unwrap();
     let _replica = common::real::KillOnDrop(
         std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--dir", dir.path().to_str().unwrap()])
             .args(["--replicaof", "127.0.0.1", &primary.port.to_string()])
             .stdout(std::process::Stdio::null())
@@ -852,23 +704,12 @@ async fn a_read_only_replica_is_a_coordinator_fault() {
     let s = Setup::new("e2e");
     let cfg = s.config(&hook.url, "");
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &url)]);
-    let alerted = eventually(Duration::from_secs(20), || {
-        hook.count("coordinator-down") >= 1
-    })
-    .await;
+    let alerted = eventually(Duration::from_secs(20), || hook.count("coordinator-down") >= 1).await;
     assert!(alerted, "{:?}\n{}", hook.kinds(), agent.log_text());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        hook.count("coordinator-down"),
-        1,
-        "once per outage: {:?}",
-        hook.kinds()
-    );
+    assert_eq!(hook.count("coordinator-down"), 1, "once per outage: {:?}", hook.kinds());
     let metrics = s.metrics().await;
-    assert!(
-        common::has_sample(&metrics, "vigil_coordinator_up 0"),
-        "{metrics}"
-    );
+    assert!(common::has_sample(&metrics, "vigil_coordinator_up 0"), "{metrics}");
 }
 
 /// A Docker socket that accepts and never answers (a wedged daemon) is `runtime-down` within the
@@ -894,11 +735,7 @@ async fn a_daemon_that_never_answers_is_noticed_quickly_and_readyz_never_blocks(
     assert!(alerted, "{:?}\n{}", hook.kinds(), agent.log_text());
     let asked = std::time::Instant::now();
     let ready = s.get("/readyz").await;
-    assert!(
-        asked.elapsed() < Duration::from_secs(5),
-        "readyz took {:?}",
-        asked.elapsed()
-    );
+    assert!(asked.elapsed() < Duration::from_secs(5), "readyz took {:?}", asked.elapsed());
     assert_eq!(ready.status().as_u16(), 503);
     assert!(ready.text().await.unwrap().contains("runtime:"));
 }
@@ -912,14 +749,7 @@ async fn a_daemon_that_never_answers_is_noticed_quickly_and_readyz_never_blocks(
 async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
     let mut server = RedisServer::start();
     let redis = server.url();
-    let MidIncident {
-        hook,
-        s,
-        container,
-        before,
-        mut agent,
-        ..
-    } = mid_incident(&redis).await;
+    let MidIncident { hook, s, container, before, mut agent, .. } = mid_incident(&redis).await;
 
     server.signal("STOP");
     tokio::time::sleep(Duration::from_secs(8)).await; // past restart_delay and redis.timeout
@@ -933,11 +763,7 @@ async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
     );
     assert_eq!(frozen_alerts, 1, "{:?}", hook.kinds());
     let resumed = eventually(Duration::from_secs(20), || container.started_at() != before).await;
-    assert!(
-        resumed,
-        "the incident did not resume:\n{}",
-        agent.log_text()
-    );
+    assert!(resumed, "the incident did not resume:\n{}", agent.log_text());
     let after = container.started_at();
 
     server.restart_empty();
@@ -947,11 +773,7 @@ async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
         async move { redis_exists(&redis, &key).await.filter(|e| *e) }
     })
     .await;
-    assert!(
-        back.is_some(),
-        "heartbeat record not back:\n{}",
-        agent.log_text()
-    );
+    assert!(back.is_some(), "heartbeat record not back:\n{}", agent.log_text());
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         container.started_at(),
@@ -960,11 +782,7 @@ async fn redis_frozen_then_restarted_empty_fails_closed_and_recovers() {
         agent.log_text()
     );
     let exited = agent.child.try_wait().unwrap();
-    assert!(
-        exited.is_none(),
-        "the agent survived:\n{}",
-        agent.log_text()
-    );
+    assert!(exited.is_none(), "the agent survived:\n{}", agent.log_text());
 }
 
 /// Issue 16: the three ways a worker meets a restart, on the real Docker daemon, through the
@@ -979,10 +797,9 @@ async fn hung_workers_of_every_kind_are_each_restarted_exactly_once() {
     let s = Setup::new("e2e");
     let cfg = s.config(&hook.url, "");
     // Room for a duplicate to show: it would take a fourth unit, not hit the cap.
-    let text = std::fs::read_to_string(&cfg).unwrap().replace(
-        "lock_ttl = \"30s\"",
-        "lock_ttl = \"30s\"\nbreaker_per_day = 5",
-    );
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("lock_ttl = \"30s\"", "lock_ttl = \"30s\"\nbreaker_per_day = 5");
     std::fs::write(&cfg, text).unwrap();
     let label = |w: &str| format!("{}={w}", s.label);
     let ignores = format!("{}-ignores", s.worker);
@@ -1011,11 +828,7 @@ async fn hung_workers_of_every_kind_are_each_restarted_exactly_once() {
         starts.iter().all(|s| s.len() > 1)
     })
     .await;
-    assert!(
-        all,
-        "not every worker restarted: {starts:?}\n{}",
-        agent.log_text()
-    );
+    assert!(all, "not every worker restarted: {starts:?}\n{}", agent.log_text());
     // Past the restarts: still exactly one each (the booting ones are in cooldown).
     for _ in 0..20 {
         for (c, seen) in workers.iter().zip(starts.iter_mut()) {
@@ -1038,20 +851,11 @@ async fn hung_workers_of_every_kind_are_each_restarted_exactly_once() {
             .iter()
             .filter(|b| b["vigil"]["kind"] == "restarting" && b["vigil"]["worker"] == **w)
             .collect();
-        assert_eq!(
-            alerts.len(),
-            1,
-            "{w}: one restarting alert: {:?}",
-            hook.kinds()
-        );
+        assert_eq!(alerts.len(), 1, "{w}: one restarting alert: {:?}", hook.kinds());
         let text = alerts[0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("step 1"), "{w}: its log lines in the alert: {text}");
         assert!(
-            text.contains("step 1"),
-            "{w}: its log lines in the alert: {text}"
-        );
-        assert!(
-            log.lines()
-                .any(|l| l.contains("restarting on node") && l.contains(w.as_str())),
+            log.lines().any(|l| l.contains("restarting on node") && l.contains(w.as_str())),
             "{w}: the agent's log says so:\n{log}"
         );
     }
@@ -1074,11 +878,8 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
     let s = Setup::new("e2e");
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
-    let since = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string();
+    let since =
+        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs().to_string();
     let cfg_a = s.config(&hook.url, "");
     let s2 = s.second_process();
     let cfg_b = s2.config(&hook.url, "");
@@ -1102,9 +903,7 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
     // the claim and restarts it itself, after this test's window). The stop's SIGTERM is the
     // daemon's `kill` event; the grace (3 s) is the window to kill the agent in.
     let stopping = poll(Duration::from_secs(15), || {
-        let until = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap();
+        let until = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap();
         let events = common::real::docker(&[
             "events",
             "--since",
@@ -1127,11 +926,7 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
         agents[restarting].log_text()
     );
     agents[restarting].kill_9();
-    assert_eq!(
-        container.started_at(),
-        before,
-        "killed mid-command, before the restart completed"
-    );
+    assert_eq!(container.started_at(), before, "killed mid-command, before the restart completed");
     let survivor = &agents[1 - restarting];
 
     // The daemon finishes the restart on its own; the survivor records it after the dead
@@ -1143,11 +938,7 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
     })
     .await
     .unwrap_or_else(|| panic!("nothing recorded:\n{}", survivor.log_text()));
-    assert_ne!(
-        container.started_at(),
-        before,
-        "the daemon finished the restart"
-    );
+    assert_ne!(container.started_at(), before, "the daemon finished the restart");
     assert_eq!(decisions(&trail, "external-restart"), 0, "{trail}");
     assert_eq!(decisions(&trail, "restarted"), 1, "{trail}");
     let incident = trail
@@ -1156,10 +947,7 @@ async fn a_restart_whose_agent_died_mid_command_is_recorded_as_vigils_by_the_sur
         .and_then(|l| l.split("incident=").nth(1))
         .and_then(|r| r.split_whitespace().next())
         .unwrap_or_else(|| panic!("no incident: {trail}"));
-    let restarted = trail
-        .lines()
-        .find(|l| decisions(l, "restarted") == 1)
-        .unwrap();
+    let restarted = trail.lines().find(|l| decisions(l, "restarted") == 1).unwrap();
     assert!(
         restarted.contains(&format!("incident={incident}")),
         "the incident is kept: {restarted}"
@@ -1182,15 +970,11 @@ struct NamedCgroup {
 
 impl NamedCgroup {
     fn new(name: &str) -> NamedCgroup {
-        let parent = [
-            "/sys/fs/cgroup/systemd",
-            "/sys/fs/cgroup/unified",
-            "/sys/fs/cgroup",
-        ]
-        .into_iter()
-        .map(Path::new)
-        .find(|h| h.join("cgroup.procs").exists())
-        .expect("a cgroup hierarchy under /sys/fs/cgroup");
+        let parent = ["/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(Path::new)
+            .find(|h| h.join("cgroup.procs").exists())
+            .expect("a cgroup hierarchy under /sys/fs/cgroup");
         let dir = parent.join(unique("vigil-impostor-")).join(name);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| {
             panic!("cannot make {} (the test runs as root): {e}", dir.display())
@@ -1297,13 +1081,8 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
     let (code, out) = beat_from(&bystander, &w0, "error");
     assert_ne!(code, 0);
     assert!(out.contains("403"), "{out}");
-    let (code, out, err) = beat(
-        &cfg,
-        &w0,
-        "error",
-        &["--agent", &format!("unix:{}", socket.display())],
-        &[],
-    );
+    let (code, out, err) =
+        beat(&cfg, &w0, "error", &["--agent", &format!("unix:{}", socket.display())], &[]);
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("403") && err.contains("host process"), "{err}");
     // Issue 26, finding 1: a host process in a cgroup named like the worker's container (a node
@@ -1314,15 +1093,9 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
         env!("CARGO_BIN_EXE_vigil"),
         socket.display()
     ));
-    assert!(
-        out.contains(&mine.id),
-        "the impostor's cgroup names the container: {out}"
-    );
+    assert!(out.contains(&mine.id), "the impostor's cgroup names the container: {out}");
     assert_ne!(code, 0, "{out}");
-    assert!(
-        out.contains("403") && out.contains("not where the runtime runs it"),
-        "{out}"
-    );
+    assert!(out.contains("403") && out.contains("not where the runtime runs it"), "{out}");
     // And a worker cannot touch the socket's directory (mounted read-only).
     let out = std::process::Command::new("docker")
         .args([
@@ -1334,10 +1107,7 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
         ])
         .output()
         .unwrap();
-    assert!(
-        !out.status.success(),
-        "a worker wrote the socket's directory"
-    );
+    assert!(!out.status.success(), "a worker wrote the socket's directory");
     assert!(socket.exists() && !run.join("junk").exists());
     // The metrics port: the issue's two lines.
     for body in [r#"{"state":"error"}"#, r#"{"checkpoint_ack":"x"}"#] {
@@ -1351,29 +1121,13 @@ async fn on_a_docker_host_only_the_worker_s_own_container_may_write_its_status()
     }
     let record = common::real::run_cli(
         "redis-cli",
-        &[
-            "-u",
-            &redis,
-            "hget",
-            &format!("{}:{{{}}}:status:{w0}", s.prefix, s.node),
-            "state",
-        ],
+        &["-u", &redis, "hget", &format!("{}:{{{}}}:status:{w0}", s.prefix, s.node), "state"],
         None,
     );
-    assert_eq!(
-        record.trim(),
-        "processing",
-        "the refused writes changed nothing"
-    );
+    assert_eq!(record.trim(), "processing", "the refused writes changed nothing");
     let metrics = s.metrics().await;
-    assert!(
-        metrics.contains("listener=\"unix\",outcome=\"accepted\""),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("listener=\"unix\",outcome=\"forbidden\""),
-        "{metrics}"
-    );
+    assert!(metrics.contains("listener=\"unix\",outcome=\"accepted\""), "{metrics}");
+    assert!(metrics.contains("listener=\"unix\",outcome=\"forbidden\""), "{metrics}");
 }
 
 /// The agent's config on a Docker node under a kubelet: the worker API on TCP with projected
@@ -1439,17 +1193,8 @@ async fn on_docker_under_a_kubelet_a_pod_s_token_writes_its_own_worker() {
         req.send()
     };
     let r = put(&w0, Some(&token0)).await.unwrap();
-    assert_eq!(
-        r.status().as_u16(),
-        200,
-        "{} {}",
-        r.text().await.unwrap(),
-        agent.log_text()
-    );
-    assert_eq!(
-        put(&w1, Some(&token0)).await.unwrap().status().as_u16(),
-        403
-    );
+    assert_eq!(r.status().as_u16(), 200, "{} {}", r.text().await.unwrap(), agent.log_text());
+    assert_eq!(put(&w1, Some(&token0)).await.unwrap().status().as_u16(), 403);
     assert_eq!(put(&w0, None).await.unwrap().status().as_u16(), 401);
 }
 
@@ -1503,18 +1248,11 @@ async fn a_flood_of_junk_tokens_neither_grows_the_agent_nor_stops_real_writes() 
         assert_eq!(r.status().as_u16(), 200, "{}", agent.log_text());
     }
     let before = rss();
-    let reviews_before = kube
-        .requests()
-        .iter()
-        .filter(|(_, path, _)| path.contains("tokenreviews"))
-        .count();
+    let reviews_before =
+        kube.requests().iter().filter(|(_, path, _)| path.contains("tokenreviews")).count();
     let junk = |i: usize, size: usize| format!("{i:08}{}", "j".repeat(size - 8));
     let jobs = (0..800).map(|i| {
-        let t = if i < 400 {
-            junk(i, 300 * 1024)
-        } else {
-            junk(i, 7 * 1024)
-        };
+        let t = if i < 400 { junk(i, 300 * 1024) } else { junk(i, 7 * 1024) };
         let real = (i % 10 == 0).then(|| token.clone());
         let put = &put;
         async move {
@@ -1527,10 +1265,7 @@ async fn a_flood_of_junk_tokens_neither_grows_the_agent_nor_stops_real_writes() 
         }
     });
     let flood_began = std::time::Instant::now();
-    let results: Vec<_> = futures_util::stream::iter(jobs)
-        .buffer_unordered(32)
-        .collect()
-        .await;
+    let results: Vec<_> = futures_util::stream::iter(jobs).buffer_unordered(32).collect().await;
     let flood_secs = flood_began.elapsed().as_secs();
     // Issue 41: 200 half-open connections on each listener (a request line, then nothing), and
     // the kubelet's probes and the real worker's beats keep being answered.
@@ -1543,28 +1278,17 @@ async fn a_flood_of_junk_tokens_neither_grows_the_agent_nor_stops_real_writes() 
             half_open.push(c);
         }
     }
-    let probe = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap();
+    let probe = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
     for round in 0..5 {
         for path in ["/healthz", "/readyz"] {
-            let code = probe
-                .get(s.url(path))
-                .send()
-                .await
-                .map(|r| r.status().as_u16());
+            let code = probe.get(s.url(path)).send().await.map(|r| r.status().as_u16());
             assert!(
                 matches!(code, Ok(200) | Ok(503)),
                 "round {round}: {path} not answered behind half-open junk: {code:?}"
             );
         }
         let r = put(token.clone()).await.map(|r| r.status().as_u16());
-        assert_eq!(
-            r.ok(),
-            Some(200),
-            "round {round}: a real beat behind half-open junk"
-        );
+        assert_eq!(r.ok(), Some(200), "round {round}: a real beat behind half-open junk");
     }
     drop(half_open);
     let after = rss();
@@ -1574,19 +1298,12 @@ async fn a_flood_of_junk_tokens_neither_grows_the_agent_nor_stops_real_writes() 
             "junk was not refused: {refused:?}"
         );
         if let Some(real) = real {
-            assert_eq!(
-                real.as_ref().ok(),
-                Some(&200),
-                "a real beat failed: {real:?}"
-            );
+            assert_eq!(real.as_ref().ok(), Some(&200), "a real beat failed: {real:?}");
         }
     }
-    let reviews = kube
-        .requests()
-        .iter()
-        .filter(|(_, path, _)| path.contains("tokenreviews"))
-        .count()
-        - reviews_before;
+    let reviews =
+        kube.requests().iter().filter(|(_, path, _)| path.contains("tokenreviews")).count()
+            - reviews_before;
     println!(
         "flood: resident {before} MiB -> {after} MiB; {reviews} TokenReviews for 800 junk writes"
     );
@@ -1597,10 +1314,7 @@ async fn a_flood_of_junk_tokens_neither_grows_the_agent_nor_stops_real_writes() 
         reviews as u64 <= budget,
         "{reviews} TokenReviews for the junk in {flood_secs} s (budget {budget})"
     );
-    assert!(
-        after <= before + 16,
-        "resident memory grew from {before} MiB to {after} MiB"
-    );
+    assert!(after <= before + 16, "resident memory grew from {before} MiB to {after} MiB");
     assert!(agent.log_text().contains("serving the worker API"));
 }
 
@@ -1617,23 +1331,16 @@ async fn a_grace_holds_then_expires_and_no_state_is_never_hung() {
     let loading_id = format!("{}-loading", s.worker);
     let loading = WorkerContainer::start(&s.label, &loading_id);
     let (before, before_loading) = (compiling.started_at(), loading.started_at());
-    let (code, out, err) = beat(
-        &cfg,
-        &s.worker,
-        "compile",
-        &["--grace", "8s"],
-        &[("REDIS_URL", &redis)],
-    );
+    let (code, out, err) =
+        beat(&cfg, &s.worker, "compile", &["--grace", "8s"], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = beat(&cfg, &loading_id, "loading", &[], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "{out}{err}");
     let started = std::time::Instant::now();
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
     // `loading` without a grace: stale after 2 s, restarted after the 2 s delay.
-    let restarted = eventually(Duration::from_secs(30), || {
-        loading.started_at() != before_loading
-    })
-    .await;
+    let restarted =
+        eventually(Duration::from_secs(30), || loading.started_at() != before_loading).await;
     assert!(restarted, "{}", agent.log_text());
     // The compile is within its 8 s: untouched so far.
     if started.elapsed() < Duration::from_secs(7) {
@@ -1662,9 +1369,7 @@ async fn replicas_with_one_label_are_distinct_workers_by_their_names() {
         Duration::from_secs(30),
         Duration::from_secs(5),
     );
-    let listed = vigil::runtime::ContainerRuntime::list_workers(&runtime)
-        .await
-        .unwrap();
+    let listed = vigil::runtime::ContainerRuntime::list_workers(&runtime).await.unwrap();
     let mut got: Vec<(String, String)> = listed.into_iter().map(|c| (c.id, c.worker)).collect();
     got.sort();
     let name = |id: &str| {

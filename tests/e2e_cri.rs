@@ -62,13 +62,8 @@ enabled = "off"
 
     /// `vigil beat` for `worker`, once.
     fn beat_as(&self, config: &Path, redis: &str, worker: &str, state: &str) {
-        let (code, out, err) = beat(
-            config,
-            worker,
-            state,
-            &["--job", "job-42"],
-            &[("REDIS_URL", redis)],
-        );
+        let (code, out, err) =
+            beat(config, worker, state, &["--job", "job-42"], &[("REDIS_URL", redis)]);
         assert_eq!(code, 0, "vigil beat failed: {out} {err}");
     }
 
@@ -81,19 +76,12 @@ enabled = "off"
 
 /// The worker's pod, opted in with the Setup's label.
 async fn worker_pod(kubelet: &Kubelet, s: &Setup, pod: &str, worker: &str, script: &str) -> Pod {
-    kubelet
-        .run_pod(pod, &[(s.label.as_str(), worker)], &[], &[("main", script)])
-        .await
+    kubelet.run_pod(pod, &[(s.label.as_str(), worker)], &[], &[("main", script)]).await
 }
 
 /// (attempt, running) of each container of `pod`.
 async fn attempts(kubelet: &Kubelet, pod: &Pod) -> Vec<(u32, bool)> {
-    kubelet
-        .containers(pod)
-        .await
-        .iter()
-        .map(|c| (c.2, c.3))
-        .collect()
+    kubelet.containers(pod).await.iter().map(|c| (c.2, c.3)).collect()
 }
 
 /// The `restarting` alerts of `worker`.
@@ -121,11 +109,7 @@ async fn hung_workers_on_containerd_are_each_restarted_exactly_once() {
     // (a) a shell as PID 1: SIGTERM is ignored (no handler), only SIGKILL ends it.
     // (b) a worker with a SIGTERM handler, frozen with SIGSTOP: the SIGTERM stays pending.
     // (c) a worker that exits at once on SIGTERM.
-    let kinds = [
-        ("ignores", IGNORES_TERM),
-        ("frozen", EXITS_ON_TERM),
-        ("exits", EXITS_ON_TERM),
-    ];
+    let kinds = [("ignores", IGNORES_TERM), ("frozen", EXITS_ON_TERM), ("exits", EXITS_ON_TERM)];
     let mut workers = Vec::new();
     for (kind, script) in kinds {
         let worker = format!("{}-{kind}", s.worker);
@@ -189,14 +173,8 @@ async fn hung_workers_on_containerd_are_each_restarted_exactly_once() {
         let alerts = restarting_alert(&hook, worker);
         assert_eq!(alerts.len(), 1, "worker {kind}: {:?}", hook.kinds());
         let text = alerts[0]["text"].as_str().unwrap_or_default();
-        assert!(
-            text.contains("step "),
-            "worker {kind}: logs attached: {text}"
-        );
-        assert_eq!(
-            alerts[0]["vigil"]["container"],
-            format!("default/pod-{kind}/main")
-        );
+        assert!(text.contains("step "), "worker {kind}: logs attached: {text}");
+        assert_eq!(alerts[0]["vigil"]["container"], format!("default/pod-{kind}/main"));
         assert!(
             log.lines().any(|l| l.contains("restarted")
                 && l.contains(worker.as_str())
@@ -268,9 +246,8 @@ impl BindMount {
 
 impl Drop for BindMount {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .args(["-l", self.0.to_str().unwrap()])
-            .status();
+        let _ =
+            std::process::Command::new("umount").args(["-l", self.0.to_str().unwrap()]).status();
     }
 }
 
@@ -302,18 +279,14 @@ async fn a_containerd_restart_under_a_running_agent_is_survived() {
     let mut agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
     let pid = agent.child.id();
 
-    let ready = poll(Duration::from_secs(20), || async {
-        readyz(&s).await.filter(|r| r.0 == 200)
-    })
-    .await;
+    let ready =
+        poll(Duration::from_secs(20), || async { readyz(&s).await.filter(|r| r.0 == 200) }).await;
     assert!(ready.is_some(), "ready at first:\n{}", agent.log_text());
 
     // containerd dies (its containers' shims live on): the agent says the runtime is down.
     ctd.stop();
-    let down = poll(Duration::from_secs(20), || async {
-        readyz(&s).await.filter(|r| r.0 == 503)
-    })
-    .await;
+    let down =
+        poll(Duration::from_secs(20), || async { readyz(&s).await.filter(|r| r.0 == 503) }).await;
     let (_, body) = down.unwrap_or_else(|| panic!("not ready while down:\n{}", agent.log_text()));
     assert!(body.contains("runtime:"), "{body}");
     let alerted = eventually(Duration::from_secs(20), || hook.count("runtime-down") == 1).await;
@@ -321,10 +294,8 @@ async fn a_containerd_restart_under_a_running_agent_is_survived() {
 
     // It comes back on the same root and a new socket file: the same agent reconnects.
     ctd.restart();
-    let back = poll(Duration::from_secs(30), || async {
-        readyz(&s).await.filter(|r| r.0 == 200)
-    })
-    .await;
+    let back =
+        poll(Duration::from_secs(30), || async { readyz(&s).await.filter(|r| r.0 == 200) }).await;
     assert!(
         back.is_some(),
         "ready again by itself: {:?}\n{}\ncontainerd:\n{}",
@@ -332,21 +303,11 @@ async fn a_containerd_restart_under_a_running_agent_is_survived() {
         agent.log_text(),
         ctd.log()
     );
-    assert!(
-        agent.child.try_wait().unwrap().is_none(),
-        "the agent never exited"
-    );
+    assert!(agent.child.try_wait().unwrap().is_none(), "the agent never exited");
     assert_eq!(agent.child.id(), pid);
-    assert_eq!(
-        hook.count("runtime-down"),
-        1,
-        "once per outage: {:?}",
-        hook.kinds()
-    );
+    assert_eq!(hook.count("runtime-down"), 1, "once per outage: {:?}", hook.kinds());
     let said = eventually(Duration::from_secs(10), || {
-        agent
-            .log_text()
-            .contains("container runtime reachable again")
+        agent.log_text().contains("container runtime reachable again")
     })
     .await;
     assert!(said, "the cycle saw it back:\n{}", agent.log_text());
@@ -366,19 +327,10 @@ async fn a_containerd_restart_under_a_running_agent_is_survived() {
         agent.log_text()
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(
-        attempts(&kubelet, &pod).await,
-        vec![(0, false), (1, true)],
-        "exactly once"
-    );
+    assert_eq!(attempts(&kubelet, &pod).await, vec![(0, false), (1, true)], "exactly once");
     let trail = s.trail(&cfg, &redis);
     assert_eq!(worker_decisions(&trail, &worker, "restarted"), 1, "{trail}");
-    assert_eq!(
-        restarting_alert(&hook, &worker).len(),
-        1,
-        "{:?}",
-        hook.kinds()
-    );
+    assert_eq!(restarting_alert(&hook, &worker).len(), 1, "{:?}", hook.kinds());
     assert_eq!(hook.count("restart-failed"), 0, "{:?}", hook.kinds());
     stop.cancel();
 }
@@ -437,12 +389,7 @@ async fn only_a_worker_s_own_pod_may_write_its_status() {
     let token_b = kube.mint(&ns, Some((&name_b, &uid_b)), Some(&s.node), &["vigil"]);
     let api_audience = kube.mint(&ns, Some((&name_a, &uid_a)), Some(&s.node), &[]);
     let legacy = kube.mint(&ns, None, None, &["vigil"]);
-    let elsewhere = kube.mint(
-        &ns,
-        Some((&name_a, &uid_a)),
-        Some("another-node"),
-        &["vigil"],
-    );
+    let elsewhere = kube.mint(&ns, Some((&name_a, &uid_a)), Some("another-node"), &["vigil"]);
     let revoked = kube.mint(&ns, Some((&name_a, &uid_a)), Some(&s.node), &["vigil"]);
     kube.revoke(&revoked);
 
@@ -493,12 +440,7 @@ async fn only_a_worker_s_own_pod_may_write_its_status() {
         &cfg,
         &a,
         "processing",
-        &[
-            "--agent",
-            &url,
-            "--token-file",
-            token_file.to_str().unwrap(),
-        ],
+        &["--agent", &url, "--token-file", token_file.to_str().unwrap()],
         &[],
     );
     assert_eq!(code, 0, "{out}{err}");
@@ -506,20 +448,12 @@ async fn only_a_worker_s_own_pod_may_write_its_status() {
     let status = |w: &str| {
         run_cli(
             "redis-cli",
-            &[
-                "-u",
-                &redis,
-                "hgetall",
-                &format!("{}:{{{}}}:status:{w}", s.prefix, s.node),
-            ],
+            &["-u", &redis, "hgetall", &format!("{}:{{{}}}:status:{w}", s.prefix, s.node)],
             None,
         )
     };
     let rec_a = status(&a);
-    assert!(
-        rec_a.contains("req-1") && rec_a.contains("processing"),
-        "{rec_a}"
-    );
+    assert!(rec_a.contains("req-1") && rec_a.contains("processing"), "{rec_a}");
     assert!(!status(&b).contains("error"), "{}", status(&b));
 
     // The API server goes away: a token never reviewed is refused (503), never let through.

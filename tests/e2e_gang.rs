@@ -39,16 +39,7 @@ fn beat_rank(r: &Rank, gang: &str, redis: &str, step: &str) {
         &r.cfg,
         &r.s.worker,
         "processing",
-        &[
-            "--gang",
-            gang,
-            "--gang-size",
-            "4",
-            "--progress",
-            step,
-            "--job",
-            "llama",
-        ],
+        &["--gang", gang, "--gang-size", "4", "--progress", step, "--job", "llama"],
         &[("REDIS_URL", redis)],
     );
     assert_eq!(code, 0, "vigil beat failed: {out} {err}");
@@ -68,25 +59,15 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
             let cfg = config(&s, &hook.url);
             let container = WorkerContainer::start(&s.label, &s.worker);
             let before = container.started_at();
-            Rank {
-                s,
-                cfg,
-                container,
-                before,
-            }
+            Rank { s, cfg, container, before }
         })
         .collect();
     let agents: Vec<VigilProcess> = ranks
         .iter()
         .map(|r| VigilProcess::spawn(&["run"], &r.cfg, &[("REDIS_URL", &redis)]))
         .collect();
-    let logs = || -> String {
-        agents
-            .iter()
-            .map(|a| a.log_text())
-            .collect::<Vec<_>>()
-            .join("\n----\n")
-    };
+    let logs =
+        || -> String { agents.iter().map(|a| a.log_text()).collect::<Vec<_>>().join("\n----\n") };
     // The job trains for a few seconds, then rank 2 stops first and the others block in the
     // next all-reduce 300 ms later (inside confirm_after: no straggler in between).
     for step in 0..4 {
@@ -130,10 +111,7 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
 
     // One hung page, naming the job and rank 2; one restarting; nothing per rank.
     let bodies = hook.bodies.lock().unwrap().clone();
-    let hung: Vec<_> = bodies
-        .iter()
-        .filter(|b| b["vigil"]["kind"] == "hung")
-        .collect();
+    let hung: Vec<_> = bodies.iter().filter(|b| b["vigil"]["kind"] == "hung").collect();
     assert_eq!(hung.len(), 1, "{:?}\n{}", hook.kinds(), logs());
     assert_eq!(hung[0]["vigil"]["gang"], gang.as_str());
     assert_eq!(hung[0]["vigil"]["worker"], "rank-2", "{}", hung[0]);
@@ -143,51 +121,32 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
 
     // One unit of the fleet budget (windows of an hour on Redis's clock; the test may straddle
     // two).
-    let hour = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    let hour = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() as i64
         / 3_600_000;
     let mut used = 0;
     for w in [hour - 1, hour, hour + 1] {
         let key = format!("{prefix}:fleet:budget:{w}");
-        used += redis_get(&redis, &key)
-            .await
-            .map_or(0, |v| v.parse::<i64>().unwrap());
+        used += redis_get(&redis, &key).await.map_or(0, |v| v.parse::<i64>().unwrap());
     }
     assert_eq!(used, 1, "one fleet unit for the gang");
     // The gang's run of restarts that do not help counts this one, where the collective stopped
     // (`step-4`, as `vigil beat --progress` published it).
-    let run = redis_get(&redis, &format!("{prefix}:gang:{{{gang}}}:fruitless"))
-        .await
-        .unwrap_or_default();
+    let run =
+        redis_get(&redis, &format!("{prefix}:gang:{{{gang}}}:fruitless")).await.unwrap_or_default();
     let parts: Vec<&str> = run.split(':').collect();
-    assert_eq!(
-        (parts.first(), parts.last()),
-        (Some(&"1"), Some(&"4")),
-        "the gang's run: {run:?}"
-    );
+    assert_eq!((parts.first(), parts.last()), (Some(&"1"), Some(&"4")), "the gang's run: {run:?}");
 
     // `vigil status` shows the gang.
-    let (code, out, err) = vigil(
-        &["status", "--config", ranks[0].cfg.to_str().unwrap()],
-        &[("REDIS_URL", &redis)],
-    );
+    let (code, out, err) =
+        vigil(&["status", "--config", ranks[0].cfg.to_str().unwrap()], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("gangs:") && out.contains(&gang), "{out}");
     // `vigil explain` of a rank's node: its gang, and the gang's decisions in the trails.
-    let (code, out, err) = explain(
-        &ranks[0].cfg,
-        &ranks[0].s.node,
-        &[],
-        &[("REDIS_URL", &redis)],
-    );
+    let (code, out, err) = explain(&ranks[0].cfg, &ranks[0].s.node, &[], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("gangs:") && out.contains(&gang), "{out}");
-    let trails: String = ranks
-        .iter()
-        .map(|r| explain(&r.cfg, &r.s.node, &[], &[("REDIS_URL", &redis)]).1)
-        .collect();
+    let trails: String =
+        ranks.iter().map(|r| explain(&r.cfg, &r.s.node, &[], &[("REDIS_URL", &redis)]).1).collect();
     assert_eq!(trails.matches("gang-decided").count(), 1, "{trails}");
     assert_eq!(decisions(&trails, "restarted"), RANKS, "{trails}");
 }
@@ -197,13 +156,7 @@ fn incidents(logs: &str, decision: &str) -> Vec<String> {
     let code = format!("decision=\"{decision}\"");
     logs.lines()
         .filter(|l| l.contains(&code))
-        .filter_map(|l| {
-            l.split("incident=\"")
-                .nth(1)?
-                .split('"')
-                .next()
-                .map(String::from)
-        })
+        .filter_map(|l| l.split("incident=\"").nth(1)?.split('"').next().map(String::from))
         .collect()
 }
 
@@ -272,39 +225,21 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
         if i == 0 {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let (code, out, err) = beat(
-            cfg,
-            &s.worker,
-            "processing",
-            &["--job", "llama"],
-            &[("REDIS_URL", &redis)],
-        );
+        let (code, out, err) =
+            beat(cfg, &s.worker, "processing", &["--job", "llama"], &[("REDIS_URL", &redis)]);
         assert_eq!(code, 0, "{out} {err}");
     }
     let agents: Vec<VigilProcess> = nodes
         .iter()
         .map(|(_, cfg, _)| VigilProcess::spawn(&["run"], cfg, &[("REDIS_URL", &redis)]))
         .collect();
-    let logs = || {
-        agents
-            .iter()
-            .map(|a| a.log_text())
-            .collect::<Vec<_>>()
-            .join("\n----\n")
-    };
-    let restarted = kubelet
-        .all_restarted(&pods, "main", &first, Duration::from_secs(90))
-        .await;
+    let logs = || agents.iter().map(|a| a.log_text()).collect::<Vec<_>>().join("\n----\n");
+    let restarted = kubelet.all_restarted(&pods, "main", &first, Duration::from_secs(90)).await;
     assert!(restarted, "every rank restarted:\n{}", logs());
     tokio::time::sleep(Duration::from_secs(4)).await;
     for (_, _, pod) in &nodes {
         let attempts: Vec<u32> = kubelet.containers(pod).await.iter().map(|c| c.2).collect();
-        assert_eq!(
-            attempts,
-            vec![0, 1],
-            "one new attempt per rank:\n{}",
-            logs()
-        );
+        assert_eq!(attempts, vec![0, 1], "one new attempt per rank:\n{}", logs());
     }
     let hung: Vec<_> = hook
         .bodies

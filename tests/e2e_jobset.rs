@@ -86,19 +86,12 @@ pub(crate) async fn ranks(name: &str, ctd: &Containerd, hook: &str) -> Vec<Rank>
 
 /// A `vigil run` per rank, on `redis`.
 pub(crate) fn start_agents(ranks: &[Rank], redis: &str) -> Vec<VigilProcess> {
-    ranks
-        .iter()
-        .map(|r| VigilProcess::spawn(&["run"], &r.cfg, &[("REDIS_URL", redis)]))
-        .collect()
+    ranks.iter().map(|r| VigilProcess::spawn(&["run"], &r.cfg, &[("REDIS_URL", redis)])).collect()
 }
 
 /// Every agent's log, one after the other.
 pub(crate) fn logs_of(agents: &[VigilProcess]) -> String {
-    agents
-        .iter()
-        .map(|a| a.log_text())
-        .collect::<Vec<_>>()
-        .join("\n----\n")
+    agents.iter().map(|a| a.log_text()).collect::<Vec<_>>().join("\n----\n")
 }
 
 /// Rank `i`'s pod, Job and the JobSet of `attempt`, as the API serves them, in every node's API
@@ -169,11 +162,7 @@ async fn run_pods(kubelet: &Kubelet, ranks: &[Rank], st: &State) -> Vec<Pod> {
             ("jobset.sigs.k8s.io/replicatedjob-name", "workers"),
         ];
         let name = format!("{}-workers-{i}-0", st.jobset);
-        pods.push(
-            kubelet
-                .run_pod(&name, &labels, &[], &[("main", script)])
-                .await,
-        );
+        pods.push(kubelet.run_pod(&name, &labels, &[], &[("main", script)]).await);
     }
     pods
 }
@@ -186,13 +175,8 @@ pub(crate) async fn beat_all(ranks: &[Rank], redis: &str, step: &str) {
         }
         let r = &ranks[i];
         let args = ["--job", "train", "--progress", step];
-        let (code, out, err) = beat(
-            &r.cfg,
-            &r.s.worker,
-            "processing",
-            &args,
-            &[("REDIS_URL", redis)],
-        );
+        let (code, out, err) =
+            beat(&r.cfg, &r.s.worker, "processing", &args, &[("REDIS_URL", redis)]);
         assert_eq!(code, 0, "{out} {err}");
     }
 }
@@ -221,10 +205,7 @@ fn control(
                     if st.lock().unwrap().policy == "OnFailure" && code != 0 {
                         kubelet.start_attempt(pod, "main", c.2 + 1).await;
                     }
-                    st.lock()
-                        .unwrap()
-                        .exited
-                        .push((i, attempt, c.0.clone(), code));
+                    st.lock().unwrap().exited.push((i, attempt, c.0.clone(), code));
                     failed = Some(i);
                     break;
                 }
@@ -364,11 +345,7 @@ async fn hung_jobset(policy: &'static str, restarts: u32) {
         s.exited
     );
     let (rank, attempt, _, code) = &s.exited[0];
-    assert_eq!(
-        (*rank, *attempt, *code),
-        (2, 0, KILLED),
-        "rank 2 (first to stop), SIGKILL"
-    );
+    assert_eq!((*rank, *attempt, *code), (2, 0, KILLED), "rank 2 (first to stop), SIGKILL");
     drop(s);
     assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
     let page = hook
@@ -393,14 +370,7 @@ async fn hung_jobset(policy: &'static str, restarts: u32) {
         .collect::<Vec<_>>()
         .join("\n");
     assert_eq!(decisions(&trails, "gang-decided"), 1, "{trails}");
-    assert_eq!(
-        decisions(&trails, "restarted"),
-        1,
-        "one rank failed by Vigil: {trails}"
-    );
-    assert!(
-        trails.contains("failed (SIGKILL, exit 137) for its controller"),
-        "{trails}"
-    );
+    assert_eq!(decisions(&trails, "restarted"), 1, "one rank failed by Vigil: {trails}");
+    assert!(trails.contains("failed (SIGKILL, exit 137) for its controller"), "{trails}");
     controller.abort();
 }

@@ -59,14 +59,8 @@ async fn case(
 ) -> Case {
     let worker = format!("{}-{kind}", s.worker);
     let name = format!("pod-{kind}");
-    let pod = kubelet
-        .run_pod(
-            &name,
-            &[(s.label.as_str(), &worker)],
-            &[],
-            &[("main", script)],
-        )
-        .await;
+    let pod =
+        kubelet.run_pod(&name, &[(s.label.as_str(), &worker)], &[], &[("main", script)]).await;
     kubelet.set_restarts(&pod, restarts);
     let mut main = json!({"name": "main", "image": "busybox"});
     if let Some(r) = rules {
@@ -87,12 +81,8 @@ fn restart_on(codes: &[i32]) -> Value {
 
 /// (attempt, running) of each container of `pod`.
 async fn attempts(kubelet: &Kubelet, pod: &Pod) -> Vec<(u32, bool)> {
-    let mut all: Vec<(u32, bool)> = kubelet
-        .containers(pod)
-        .await
-        .iter()
-        .map(|c| (c.2, c.3))
-        .collect();
+    let mut all: Vec<(u32, bool)> =
+        kubelet.containers(pod).await.iter().map(|c| (c.2, c.3)).collect();
     all.sort();
     all
 }
@@ -117,22 +107,12 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
         EXITS_143_ON_TERM,
         "Never",
         Some(restart_on(&[KILLED])),
-        Restarts::Never {
-            rule_exit_codes: vec![KILLED],
-        },
+        Restarts::Never { rule_exit_codes: vec![KILLED] },
     )
     .await;
-    let polite = case(
-        &kubelet,
-        &kube,
-        &s,
-        "polite",
-        EXITS_ON_TERM,
-        "OnFailure",
-        None,
-        Restarts::OnFailure,
-    )
-    .await;
+    let polite =
+        case(&kubelet, &kube, &s, "polite", EXITS_ON_TERM, "OnFailure", None, Restarts::OnFailure)
+            .await;
     let other = case(
         &kubelet,
         &kube,
@@ -141,9 +121,7 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
         IGNORES_TERM,
         "Never",
         Some(restart_on(&[42])),
-        Restarts::Never {
-            rule_exit_codes: vec![42],
-        },
+        Restarts::Never { rule_exit_codes: vec![42] },
     )
     .await;
     let first = kubelet.running(&rule.pod, "main").await.unwrap().0;
@@ -152,13 +130,7 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
     // Each beats once, as processing, and never again: stale in 2 s, all three hung.
     for c in [&rule, &polite, &other] {
         let args = ["--job", "job-42"];
-        let (code, out, err) = beat(
-            &cfg,
-            &c.worker,
-            "processing",
-            &args,
-            &[("REDIS_URL", &redis)],
-        );
+        let (code, out, err) = beat(&cfg, &c.worker, "processing", &args, &[("REDIS_URL", &redis)]);
         assert_eq!(code, 0, "{out} {err}");
     }
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
@@ -182,12 +154,7 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
         async move { (n >= 1).then_some(()) }
     })
     .await;
-    assert!(
-        refused.is_some(),
-        "{:?}\n{}",
-        hook.kinds(),
-        agent.log_text()
-    );
+    assert!(refused.is_some(), "{:?}\n{}", hook.kinds(), agent.log_text());
     // Nothing more: the restarted attempts boot within their cooldown.
     tokio::time::sleep(Duration::from_secs(4)).await;
 
@@ -198,11 +165,7 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
             "{kind}: killed, so that the kubelet restarts it"
         );
     }
-    assert_eq!(
-        attempts(&kubelet, &other.pod).await,
-        [(0, true)],
-        "other: nothing stopped"
-    );
+    assert_eq!(attempts(&kubelet, &other.pod).await, [(0, true)], "other: nothing stopped");
     let (code, trail, err) = explain(&cfg, &s.node, &[], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "{err}");
     for c in [&rule, &polite] {
@@ -215,23 +178,14 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
         assert_eq!(attempts(&kubelet, &c.pod).await, [(0, false), (1, true)]);
     }
     assert_eq!(worker_decisions(&trail, &other.worker, "restarted"), 0);
-    assert!(
-        trail.contains("has the restart rule Restart on exit code 137"),
-        "{trail}"
-    );
+    assert!(trail.contains("has the restart rule Restart on exit code 137"), "{trail}");
     let pages = hook.bodies.lock().unwrap().clone();
-    let refusal = pages
-        .iter()
-        .find(|b| b["vigil"]["kind"] == "not-restartable")
-        .unwrap();
+    let refusal = pages.iter().find(|b| b["vigil"]["kind"] == "not-restartable").unwrap();
     assert_eq!(refusal["vigil"]["worker"], other.worker.as_str());
     let text = refusal["text"].as_str().unwrap_or_default();
     assert!(text.contains("restartPolicy Never"), "{text}");
     assert_eq!(
-        pages
-            .iter()
-            .filter(|b| b["vigil"]["kind"] == "restarting")
-            .count(),
+        pages.iter().filter(|b| b["vigil"]["kind"] == "restarting").count(),
         2,
         "{:?}",
         hook.kinds()

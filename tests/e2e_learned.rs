@@ -61,13 +61,8 @@ impl Rank {
     fn beat(&self, gang: &str, redis: &str, step: u64) {
         let step = format!("step-{step}");
         let extra = ["--gang", gang, "--gang-size", "4", "--progress", &step];
-        let (code, out, err) = beat(
-            &self.cfg,
-            &self.s.worker,
-            "processing",
-            &extra,
-            &[("REDIS_URL", redis)],
-        );
+        let (code, out, err) =
+            beat(&self.cfg, &self.s.worker, "processing", &extra, &[("REDIS_URL", redis)]);
         assert_eq!(code, 0, "vigil beat failed: {out} {err}");
     }
 }
@@ -75,10 +70,8 @@ impl Rank {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "minutes long: run by scripts/e2e-learned-gang.sh"]
 async fn a_gang_with_a_learned_rhythm_is_restarted_within_a_minute_of_its_last_beat() {
-    let learn = std::env::var("VIGIL_E2E_LEARN_S")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(180u64);
+    let learn =
+        std::env::var("VIGIL_E2E_LEARN_S").ok().and_then(|v| v.parse().ok()).unwrap_or(180u64);
     let redis = shared_redis_url();
     let prefix = unique("learned");
     let gang = unique("ml/llama-");
@@ -142,18 +135,12 @@ async fn a_gang_with_a_learned_rhythm_is_restarted_within_a_minute_of_its_last_b
     println!("(the fixed rule with these defaults: stale_after 2m + confirm_after 10s + restart_delay 3m, about 310 s)");
     let text = logs();
     assert!(
-        restarted
-            .iter()
-            .all(|t| t.is_some_and(|t| t <= Duration::from_secs(60))),
+        restarted.iter().all(|t| t.is_some_and(|t| t <= Duration::from_secs(60))),
         "not every rank restarted within a minute of its last beat: {restarted:?}\n{text}"
     );
     assert!(
         text.contains("On the learned rhythm"),
         "the decision stood on the learned rhythm:\n{text}"
     );
-    assert_eq!(
-        text.matches("decision=\"gang-decided\"").count(),
-        1,
-        "one decision:\n{text}"
-    );
+    assert_eq!(text.matches("decision=\"gang-decided\"").count(), 1, "one decision:\n{text}");
 }

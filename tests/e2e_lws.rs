@@ -45,11 +45,7 @@ async fn run_group(kubelet: &Kubelet, ranks: &[Rank], lws: &str) -> Vec<Pod> {
             0 => format!("{lws}-0"),
             _ => format!("{lws}-0-{i}"),
         };
-        pods.push(
-            kubelet
-                .run_pod(&name, &labels, &annotations, &[("main", IGNORES_TERM)])
-                .await,
-        );
+        pods.push(kubelet.run_pod(&name, &labels, &annotations, &[("main", IGNORES_TERM)]).await);
     }
     pods
 }
@@ -180,16 +176,10 @@ async fn a_hung_leaderworkerset_group_has_one_member_stopped_and_is_recreated() 
     // grace's end (3 s).
     let paged = {
         let bodies = hook.bodies.lock().unwrap();
-        let i = bodies
-            .iter()
-            .position(|b| b["vigil"]["kind"] == "restarting")
-            .unwrap();
+        let i = bodies.iter().position(|b| b["vigil"]["kind"] == "restarting").unwrap();
         hook.arrived.lock().unwrap()[i]
     };
-    let paged_ns = paged
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64;
+    let paged_ns = paged.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
     let finished = g.lock().unwrap().first_finished.unwrap();
     let waited = Duration::from_nanos((finished - paged_ns).max(0) as u64);
     assert!(
@@ -204,10 +194,7 @@ async fn a_hung_leaderworkerset_group_has_one_member_stopped_and_is_recreated() 
         .find(|b| b["vigil"]["kind"] == "restarting")
         .cloned()
         .unwrap();
-    assert_eq!(
-        page["vigil"]["gang"],
-        format!("default/lws/{lws}/0").as_str()
-    );
+    assert_eq!(page["vigil"]["gang"], format!("default/lws/{lws}/0").as_str());
     assert_eq!(hook.count("gang-blocked"), 0, "{:?}", hook.kinds());
     let trails: String = ranks
         .iter()

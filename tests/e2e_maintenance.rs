@@ -39,11 +39,9 @@ impl Rig {
 
     fn config(&self, extra_checkpoint: &str) -> PathBuf {
         let mut extra = extra_checkpoint.to_string();
-        for (key, value) in [
-            ("sigterm_budget", "3s"),
-            ("preemption_budget", "3s"),
-            ("maintenance_budget", "6s"),
-        ] {
+        for (key, value) in
+            [("sigterm_budget", "3s"), ("preemption_budget", "3s"), ("maintenance_budget", "6s")]
+        {
             if !extra.contains(key) {
                 extra.push_str(&format!("\n{key} = \"{value}\""));
             }
@@ -99,9 +97,7 @@ grace = "8s"
     /// the worker learns it from the answer to a beat, and acknowledges that id (issue 26: any
     /// other value is no acknowledgement).
     fn acking_worker(&self) -> WorkerContainer {
-        let url = self
-            .s
-            .worker_url(&format!("/v1/workers/{}/status", self.s.worker));
+        let url = self.s.worker_url(&format!("/v1/workers/{}/status", self.s.worker));
         let post = |body: &str| {
             format!("wget -q -O- --header \"Content-Type: application/json\" --post-data '{body}' {url}")
         };
@@ -129,10 +125,8 @@ grace = "8s"
     async fn started_agent(&self, cfg: &Path) -> VigilProcess {
         let agent = self.agent(cfg);
         assert!(
-            eventually(Duration::from_secs(15), || self
-                .label("vigil.dev/maintenance")
-                .is_some())
-            .await,
+            eventually(Duration::from_secs(15), || self.label("vigil.dev/maintenance").is_some())
+                .await,
             "start-up state not published:\n{}",
             agent.log_text()
         );
@@ -141,18 +135,14 @@ grace = "8s"
 
     /// Whether the Node's maintenance label reads `value` within `limit`.
     async fn phase_label_becomes(&self, limit: Duration, value: &str) -> bool {
-        eventually(limit, || {
-            self.label("vigil.dev/maintenance").as_deref() == Some(value)
-        })
-        .await
+        eventually(limit, || self.label("vigil.dev/maintenance").as_deref() == Some(value)).await
     }
 
     /// Wait (up to 10 s) for the Node's maintenance label to read `value`; panics with the
     /// agent's log if it does not.
     async fn expect_phase(&self, agent: &VigilProcess, value: &str) {
         assert!(
-            self.phase_label_becomes(Duration::from_secs(10), value)
-                .await,
+            self.phase_label_becomes(Duration::from_secs(10), value).await,
             "{}",
             agent.log_text()
         );
@@ -172,10 +162,7 @@ grace = "8s"
 
     /// Whether the Node's last-checkpoint annotation mentions `needle` within `limit`.
     async fn checkpoint_reads(&self, limit: Duration, needle: &str) -> bool {
-        eventually(limit, || {
-            self.last_checkpoint().is_some_and(|a| a.contains(needle))
-        })
-        .await
+        eventually(limit, || self.last_checkpoint().is_some_and(|a| a.contains(needle))).await
     }
 
     fn taints(&self) -> Vec<String> {
@@ -187,20 +174,12 @@ grace = "8s"
     }
 
     fn event_reasons(&self) -> Vec<String> {
-        self.kube
-            .events()
-            .iter()
-            .filter_map(|e| e["reason"].as_str().map(str::to_string))
-            .collect()
+        self.kube.events().iter().filter_map(|e| e["reason"].as_str().map(str::to_string)).collect()
     }
 
     fn trail(&self, cfg: &Path) -> String {
-        let (_, out, _) = explain(
-            cfg,
-            &self.s.node,
-            &["--limit", "200"],
-            &[("REDIS_URL", &self.redis)],
-        );
+        let (_, out, _) =
+            explain(cfg, &self.s.node, &["--limit", "200"], &[("REDIS_URL", &self.redis)]);
         out
     }
 }
@@ -223,14 +202,11 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
         log()
     );
 
-    r.meta
-        .set("upcoming-maintenance", &upcoming_json("PENDING", true))
-        .await;
+    r.meta.set("upcoming-maintenance", &upcoming_json("PENDING", true)).await;
     r.expect_phase(&agent, "pending").await;
     assert_eq!(r.label("vigil.dev/can-reschedule").as_deref(), Some("true"));
     assert_eq!(
-        r.annotation("vigil.dev/maintenance-window-start")
-            .as_deref(),
+        r.annotation("vigil.dev/maintenance-window-start").as_deref(),
         Some("2030-01-01T19:00:00Z")
     );
     assert!(!r.termination_tainted());
@@ -242,9 +218,7 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(r.label("vigil.dev/maintenance").as_deref(), Some("pending"));
 
-    r.meta
-        .set("upcoming-maintenance", &upcoming_json("ONGOING", false))
-        .await;
+    r.meta.set("upcoming-maintenance", &upcoming_json("ONGOING", false)).await;
     r.expect_phase(&agent, "ongoing").await;
     // The checkpoint request reaches the container, and its acknowledgement is recorded.
     assert!(
@@ -256,9 +230,7 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
     );
     assert!(worker.logs().contains("checkpoint"));
 
-    r.meta
-        .set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        .await;
+    r.meta.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE").await;
     r.expect_phase(&agent, "terminating").await;
     assert!(eventually(Duration::from_secs(5), || r.termination_tainted()).await);
 
@@ -291,18 +263,11 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
         "VigilTerminationImminent",
         "VigilMaintenanceCleared",
     ] {
-        assert!(
-            reasons.contains(&want.to_string()),
-            "{want} missing: {reasons:?}"
-        );
+        assert!(reasons.contains(&want.to_string()), "{want} missing: {reasons:?}");
     }
     // NB: a round runs on its own, so the termination's may be recorded after the clearance.
     let two_rounds = eventually(Duration::from_secs(10), || {
-        r.event_reasons()
-            .iter()
-            .filter(|r| *r == "VigilCheckpoint")
-            .count()
-            == 2
+        r.event_reasons().iter().filter(|r| *r == "VigilCheckpoint").count() == 2
     })
     .await;
     assert!(
@@ -319,23 +284,13 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
         assert_eq!(e["regarding"]["name"], r.s.node.as_str(), "{e}");
         assert_eq!(e["reportingController"], "vigil", "{e}");
         assert_eq!(e["reportingInstance"], r.s.node.as_str(), "{e}");
-        assert!(
-            e["note"].as_str().is_some_and(|n| n.starts_with("vigil: ")),
-            "{e}"
-        );
-        assert!(
-            e.get("message").is_none() && e.get("involvedObject").is_none(),
-            "{e}"
-        );
+        assert!(e["note"].as_str().is_some_and(|n| n.starts_with("vigil: ")), "{e}");
+        assert!(e.get("message").is_none() && e.get("involvedObject").is_none(), "{e}");
     }
     assert!(
-        r.kube
-            .requests()
-            .iter()
-            .filter(|(_, path, _)| path.contains("/events"))
-            .all(
-                |(_, path, _)| path.starts_with("/apis/events.k8s.io/v1/namespaces/default/events")
-            ),
+        r.kube.requests().iter().filter(|(_, path, _)| path.contains("/events")).all(
+            |(_, path, _)| path.starts_with("/apis/events.k8s.io/v1/namespaces/default/events")
+        ),
         "{:?}",
         r.kube.requests()
     );
@@ -349,10 +304,7 @@ async fn scripted_maintenance_sequence_reaches_the_node_and_the_worker() {
         ),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("vigil_interruptions_total{type=\"host-maintenance\""),
-        "{metrics}"
-    );
+    assert!(metrics.contains("vigil_interruptions_total{type=\"host-maintenance\""), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -363,8 +315,7 @@ async fn preemption_with_a_silent_worker_times_out_and_sigterm_exits_within_the_
     let mut agent = r.started_agent(&cfg).await;
     r.meta.set("preempted", "TRUE").await;
     assert!(
-        r.checkpoint_reads(Duration::from_secs(10), "preemption: acked=0 timed-out=1")
-            .await,
+        r.checkpoint_reads(Duration::from_secs(10), "preemption: acked=0 timed-out=1").await,
         "{:?}\n{}",
         r.last_checkpoint(),
         agent.log_text()
@@ -372,31 +323,18 @@ async fn preemption_with_a_silent_worker_times_out_and_sigterm_exits_within_the_
     assert!(r.termination_tainted());
     // preempted=FALSE does not clear the termination... because it is the same key here; a
     // pending TERMINATE_ON_HOST_MAINTENANCE must survive preempted=FALSE:
-    r.meta
-        .set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        .await;
+    r.meta.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE").await;
     r.meta.set("preempted", "FALSE").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        r.label("vigil.dev/maintenance").as_deref(),
-        Some("terminating")
-    );
+    assert_eq!(r.label("vigil.dev/maintenance").as_deref(), Some("terminating"));
 
     // The preemption's own SIGTERM follows: the workers were just asked, so the agent exits
     // at once instead of asking them again.
     let started = std::time::Instant::now();
     let status = agent.sigterm_and_wait(Duration::from_secs(8)).await;
     assert!(status.success(), "{status:?}\n{}", agent.log_text());
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{}",
-        agent.log_text()
-    );
-    assert!(
-        !r.trail(&cfg).contains("agent-sigterm"),
-        "{}",
-        r.trail(&cfg)
-    );
+    assert!(started.elapsed() < Duration::from_secs(2), "{}", agent.log_text());
+    assert!(!r.trail(&cfg).contains("agent-sigterm"), "{}", r.trail(&cfg));
 }
 
 /// The node going away (here: the cluster autoscaler's taint, written by another writer just
@@ -420,13 +358,9 @@ async fn sigterm_checkpoints_a_silent_worker_and_exits_within_the_grace() {
         agent.log_text()
     );
     let trail = r.trail(&cfg);
+    assert!(trail.contains("checkpoint-timed-out") && trail.contains("agent-sigterm"), "{trail}");
     assert!(
-        trail.contains("checkpoint-timed-out") && trail.contains("agent-sigterm"),
-        "{trail}"
-    );
-    assert!(
-        r.last_checkpoint()
-            .is_some_and(|a| a.contains("agent-sigterm: acked=0 timed-out=1")),
+        r.last_checkpoint().is_some_and(|a| a.contains("agent-sigterm: acked=0 timed-out=1")),
         "{:?}",
         r.last_checkpoint()
     );
@@ -442,15 +376,10 @@ async fn a_rollout_s_sigterm_asks_no_checkpoint() {
     let mut agent = r.started_agent(&cfg).await;
     let started = std::time::Instant::now();
     agent.signal("-TERM");
-    let status = agent
-        .wait_exit(started, Duration::from_secs(3), "slow exit")
-        .await;
+    let status = agent.wait_exit(started, Duration::from_secs(3), "slow exit").await;
     assert!(status.success());
     let trail = r.trail(&cfg);
-    assert!(
-        trail.contains("agent-stopping") && trail.contains("no checkpoint asked"),
-        "{trail}"
-    );
+    assert!(trail.contains("agent-stopping") && trail.contains("no checkpoint asked"), "{trail}");
     assert!(!trail.contains("checkpoint-acked"), "{trail}");
     assert!(!worker.logs().contains("checkpoint"), "{}", worker.logs());
     assert_eq!(r.last_checkpoint(), None);
@@ -463,9 +392,7 @@ async fn sigterm_while_idle_exits_promptly() {
     let mut agent = r.started_agent(&cfg).await;
     let started = std::time::Instant::now();
     agent.signal("-TERM");
-    let status = agent
-        .wait_exit(started, Duration::from_secs(5), "slow exit")
-        .await;
+    let status = agent.wait_exit(started, Duration::from_secs(5), "slow exit").await;
     assert!(status.success());
 }
 
@@ -475,26 +402,13 @@ async fn a_worker_that_goes_stale_during_maintenance_is_not_restarted() {
     let cfg = r.config("maintenance_budget = \"1s\"");
     let worker = r.worker();
     let before = worker.started_at();
-    r.meta
-        .set("upcoming-maintenance", &upcoming_json("ONGOING", false))
-        .await;
+    r.meta.set("upcoming-maintenance", &upcoming_json("ONGOING", false)).await;
     let agent = r.agent(&cfg);
-    let (code, _, err) = beat(
-        &cfg,
-        &r.s.worker,
-        "processing",
-        &[],
-        &[("REDIS_URL", &r.redis)],
-    );
+    let (code, _, err) = beat(&cfg, &r.s.worker, "processing", &[], &[("REDIS_URL", &r.redis)]);
     assert_eq!(code, 0, "{err}");
     // Stale after 2 s, confirmed and due after ~5 s: wait well past that.
     tokio::time::sleep(Duration::from_secs(8)).await;
-    assert_eq!(
-        worker.started_at(),
-        before,
-        "restarted during maintenance:\n{}",
-        agent.log_text()
-    );
+    assert_eq!(worker.started_at(), before, "restarted during maintenance:\n{}", agent.log_text());
     let trail = r.trail(&cfg);
     assert!(!trail.contains("timer-started"), "{trail}");
     let _: Value = r.kube.node();
@@ -527,23 +441,14 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
             .to_string()
     };
     assert!(line("redis").starts_with("ok"), "{out}");
-    assert!(
-        line("runtime").starts_with("ok") && out.contains(&r.s.worker),
-        "{out}"
-    );
+    assert!(line("runtime").starts_with("ok") && out.contains(&r.s.worker), "{out}");
     // No NVIDIA GPU on this machine (no device file, no NVIDIA PCI function): not a warning.
     assert!(
         line("nvml").starts_with("ok") && line("nvml").contains("no NVIDIA GPU on this node"),
         "{out}"
     );
-    assert!(
-        !out.contains("gpu-state"),
-        "no GPU, no state file check: {out}"
-    );
-    assert!(
-        line("metadata").starts_with("ok") && line("metadata").contains("NONE"),
-        "{out}"
-    );
+    assert!(!out.contains("gpu-state"), "no GPU, no state file check: {out}");
+    assert!(line("metadata").starts_with("ok") && line("metadata").contains("NONE"), "{out}");
     assert!(line("kubernetes").starts_with("ok"), "{out}");
     assert!(
         line("rbac:nodes").starts_with("ok")
@@ -559,10 +464,7 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
     let (code, out, _) = run(&[]);
     assert_eq!(code, 1, "{out}");
     let rbac = out.lines().find(|l| l.contains("rbac:nodes")).unwrap();
-    assert!(
-        rbac.starts_with("FAIL") && rbac.contains("deploy/base/rbac.yaml"),
-        "{out}"
-    );
+    assert!(rbac.starts_with("FAIL") && rbac.contains("deploy/base/rbac.yaml"), "{out}");
     // The Recorder needs `patch` on events.k8s.io events to count a repeat.
     assert!(
         line_of(&out, "rbac:events").starts_with("FAIL")
@@ -586,11 +488,7 @@ async fn doctor_checks_every_dependency_and_names_what_to_fix() {
         &[("REDIS_URL", &format!("redis://127.0.0.1:{}", free_port()))],
     );
     assert_eq!(code, 1);
-    assert!(
-        out.lines()
-            .any(|l| l.starts_with("FAIL") && l.contains("redis")),
-        "{out}"
-    );
+    assert!(out.lines().any(|l| l.starts_with("FAIL") && l.contains("redis")), "{out}");
     drop(worker);
 }
 
@@ -608,11 +506,7 @@ async fn sigterm_with_the_metadata_server_gone_or_redis_frozen_exits_within_the_
     let started = std::time::Instant::now();
     agent.signal("-TERM");
     agent
-        .wait_exit(
-            started,
-            Duration::from_secs(8),
-            "past the grace with the metadata server gone",
-        )
+        .wait_exit(started, Duration::from_secs(8), "past the grace with the metadata server gone")
         .await;
 
     let server = RedisServer::start();
@@ -625,13 +519,7 @@ async fn sigterm_with_the_metadata_server_gone_or_redis_frozen_exits_within_the_
     tokio::time::sleep(Duration::from_secs(3)).await;
     let started = std::time::Instant::now();
     agent.signal("-TERM");
-    agent
-        .wait_exit(
-            started,
-            Duration::from_secs(8),
-            "past the grace with Redis frozen",
-        )
-        .await;
+    agent.wait_exit(started, Duration::from_secs(8), "past the grace with Redis frozen").await;
     server.signal("CONT");
 }
 
@@ -644,23 +532,19 @@ async fn a_preemption_inside_a_host_maintenance_round_reaches_the_node_at_once()
     let cfg = r.config("preemption_budget = \"3s\"");
     let _worker = r.silent_worker();
     let agent = r.started_agent(&cfg).await;
-    r.meta
-        .set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-        .await;
+    r.meta.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE").await;
     r.expect_phase(&agent, "ongoing").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let sent = std::time::Instant::now();
     r.meta.set("preempted", "TRUE").await;
     assert!(
-        r.phase_label_becomes(Duration::from_secs(3), "terminating")
-            .await,
+        r.phase_label_becomes(Duration::from_secs(3), "terminating").await,
         "the Node did not show the preemption within 3 s:\n{}",
         agent.log_text()
     );
     assert!(r.termination_tainted());
     assert!(
-        r.checkpoint_reads(Duration::from_secs(6), "preemption: acked=0 timed-out=1")
-            .await,
+        r.checkpoint_reads(Duration::from_secs(6), "preemption: acked=0 timed-out=1").await,
         "{:?}\n{}",
         r.last_checkpoint(),
         agent.log_text()

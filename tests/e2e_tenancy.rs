@@ -100,9 +100,7 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
         let cfg = cri_config(&s, &ctd.socket(), &hook.url);
         let labels = jobset_labels(&s, &jobset);
         let name = format!("{jobset}-workers-{i}");
-        let pod = kubelet
-            .run_pod_in("ml", &name, &labels, &[("main", IGNORES_TERM)])
-            .await;
+        let pod = kubelet.run_pod_in("ml", &name, &labels, &[("main", IGNORES_TERM)]).await;
         ranks.push((s, cfg, pod));
     }
     // The impostor: its own namespace, its own node, its own pod and token.
@@ -113,50 +111,25 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
     let meta = FakeMetadata::start().await;
     let imp_cfg = imp_config(&imp, &ctd.socket(), &hook.url, &kube, &meta);
     let imp_pod = kubelet
-        .run_pod_in(
-            "research",
-            "imp",
-            &[(imp.label.as_str(), "imp")],
-            &[("main", IGNORES_TERM)],
-        )
+        .run_pod_in("research", "imp", &[(imp.label.as_str(), "imp")], &[("main", IGNORES_TERM)])
         .await;
     let m = imp_pod.config.metadata.clone().unwrap();
-    let token = kube.mint(
-        "research",
-        Some((&m.name, &m.uid)),
-        Some(&imp.node),
-        &["vigil"],
-    );
+    let token = kube.mint("research", Some((&m.name, &m.uid)), Some(&imp.node), &["vigil"]);
     let pods: Vec<Pod> = ranks.iter().map(|r| r.2.clone()).collect();
     let first = kubelet.running_ids(&pods, "main").await;
     // ml's ranks beat once (no gang in their records: the labels name it), rank 1 first.
     for i in [1, 0] {
         let (s, cfg, _) = &ranks[i];
-        let (code, out, err) = beat(
-            cfg,
-            &s.worker,
-            "processing",
-            &["--job", "train"],
-            &[("REDIS_URL", &redis)],
-        );
+        let (code, out, err) =
+            beat(cfg, &s.worker, "processing", &["--job", "train"], &[("REDIS_URL", &redis)]);
         assert_eq!(code, 0, "{out} {err}");
     }
     let mut agents: Vec<VigilProcess> = ranks
         .iter()
         .map(|(_, cfg, _)| VigilProcess::spawn(&["run"], cfg, &[("REDIS_URL", &redis)]))
         .collect();
-    agents.push(VigilProcess::spawn(
-        &["run"],
-        &imp_cfg,
-        &[("REDIS_URL", &redis)],
-    ));
-    let logs = || {
-        agents
-            .iter()
-            .map(|a| a.log_text())
-            .collect::<Vec<_>>()
-            .join("\n----\n")
-    };
+    agents.push(VigilProcess::spawn(&["run"], &imp_cfg, &[("REDIS_URL", &redis)]));
+    let logs = || agents.iter().map(|a| a.log_text()).collect::<Vec<_>>().join("\n----\n");
     let up = eventually(Duration::from_secs(20), || {
         std::net::TcpStream::connect(&imp.worker_listen).is_ok()
     })
@@ -202,38 +175,20 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
     });
 
     // ml's ranks hang together: both are restarted at once, whatever the impostor beats.
-    let restarted = kubelet
-        .all_restarted(&pods, "main", &first, Duration::from_secs(90))
-        .await;
-    assert!(
-        restarted,
-        "both ranks restarted (kinds {:?}):\n{}",
-        hook.kinds(),
-        logs()
-    );
+    let restarted = kubelet.all_restarted(&pods, "main", &first, Duration::from_secs(90)).await;
+    assert!(restarted, "both ranks restarted (kinds {:?}):\n{}", hook.kinds(), logs());
     // Joining and blocking: ml's view holds ml's two members only; the impostor is in a gang of
     // its own namespace, alone.
     let view = hgetall(&redis, &format!("{prefix}:gang:{{{victim}#0}}:members"));
-    assert!(
-        view.contains("/rank-0") && view.contains("/rank-1"),
-        "{view}"
-    );
-    assert!(
-        !view.contains("imp"),
-        "the impostor joined ml's gang: {view}"
-    );
-    let own = hgetall(
-        &redis,
-        &format!("{prefix}:gang:{{research/{victim}#0}}:members"),
-    );
+    assert!(view.contains("/rank-0") && view.contains("/rank-1"), "{view}");
+    assert!(!view.contains("imp"), "the impostor joined ml's gang: {view}");
+    let own = hgetall(&redis, &format!("{prefix}:gang:{{research/{victim}#0}}:members"));
     assert!(own.contains("/imp"), "{own}");
     // The pages: one `hung`, placed at an ml rank, naming ml's gang; no straggler, nothing
     // blocked by a missing third member.
     let bodies = hook.bodies.lock().unwrap().clone();
-    let hung: Vec<&serde_json::Value> = bodies
-        .iter()
-        .filter(|b| b["vigil"]["kind"] == "hung")
-        .collect();
+    let hung: Vec<&serde_json::Value> =
+        bodies.iter().filter(|b| b["vigil"]["kind"] == "hung").collect();
     assert_eq!(hung.len(), 1, "{:?}", hook.kinds());
     assert_eq!(hung[0]["vigil"]["gang"], victim.as_str());
     assert_eq!(hung[0]["vigil"]["worker"], "rank-1", "{}", hung[0]);
@@ -241,22 +196,16 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
     for kind in ["straggler", "gang-blocked"] {
         assert_eq!(hook.count(kind), 0, "{kind}: {:?}", hook.kinds());
     }
-    assert!(
-        !hung[0].to_string().contains("(0 members)"),
-        "an unknown size says so: {}",
-        hung[0]
-    );
+    assert!(!hung[0].to_string().contains("(0 members)"), "an unknown size says so: {}", hung[0]);
 
     // A termination notice on the impostor's node opens a round for its own gang only: ml's
     // ranks are not asked (and its 2 s budget is no member budget of ml's round).
-    meta.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        .await;
+    meta.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE").await;
     let status =
         |s: &Setup, w: &str| hgetall(&redis, &format!("{prefix}:{{{}}}:status:{w}", s.node));
-    let asked = eventually(Duration::from_secs(30), || {
-        status(&imp, "imp").contains("checkpoint_request")
-    })
-    .await;
+    let asked =
+        eventually(Duration::from_secs(30), || status(&imp, "imp").contains("checkpoint_request"))
+            .await;
     assert!(asked, "the impostor's own round:\n{}", logs());
     for (s, _, _) in &ranks {
         let rec = status(s, &s.worker);

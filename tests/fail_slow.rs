@@ -44,16 +44,13 @@ impl Gang {
     /// With `nodes`: each node's controller writes its Node (`VigilSlow`, opted into the
     /// `NoExecute` taint, held ten minutes after the node was last named).
     fn build(pace: bool, nodes: bool) -> Gang {
-        let mut b = Fleet::builder()
-            .nodes(RANKS)
-            .poll(POLL)
-            .config(move |_, c| {
-                c.gang.pace.enabled = pace;
-                if nodes {
-                    c.gang.pace.taint = vigil::config::SlowTaint::NoExecute;
-                    c.gang.pace.taint_for = Duration::from_secs(600);
-                }
-            });
+        let mut b = Fleet::builder().nodes(RANKS).poll(POLL).config(move |_, c| {
+            c.gang.pace.enabled = pace;
+            if nodes {
+                c.gang.pace.taint = vigil::config::SlowTaint::NoExecute;
+                c.gang.pace.taint_for = Duration::from_secs(600);
+            }
+        });
         if nodes {
             b = b.controllers();
         }
@@ -80,19 +77,14 @@ impl Gang {
             let now: Millis = self.fleet.now();
             for i in 0..RANKS {
                 let ms = compute(i).map(|c| c.to_string());
-                let mut fields = vec![
-                    ("gang", GANG),
-                    ("gang_size", "4"),
-                    ("progress", step.as_str()),
-                ];
+                let mut fields =
+                    vec![("gang", GANG), ("gang_size", "4"), ("progress", step.as_str())];
                 if let Some(ms) = &ms {
                     fields.push(("compute_ms", ms.as_str()));
                 }
                 // NB: as the client does, an announcement ends with `grace` "0" (no grace).
                 fields.push(("grace", if grace { "600" } else { "0" }));
-                self.fleet
-                    .write(i, &format!("rank-{i}"), "processing", now, &fields)
-                    .await;
+                self.fleet.write(i, &format!("rank-{i}"), "processing", now, &fields).await;
             }
             for report in self.fleet.tick().await {
                 assert_eq!(report.coordinator_error, None);
@@ -130,10 +122,8 @@ impl Gang {
         for node in self.fleet.nodes.iter_mut() {
             node.controller().tick().await;
             let d = node.node_api.last();
-            let tainted = d
-                .add_taints
-                .iter()
-                .any(|t| t.key == "vigil.dev/slow" && t.effect == "NoExecute");
+            let tainted =
+                d.add_taints.iter().any(|t| t.key == "vigil.dev/slow" && t.effect == "NoExecute");
             let shown = match d.conditions.iter().find(|c| c.kind == "VigilSlow") {
                 Some(c) => (c.status.as_str().to_string(), c.message.clone(), tainted),
                 None => ("None".to_string(), String::new(), tainted),
@@ -167,9 +157,7 @@ impl Gang {
     }
 
     fn restarts(&self) -> usize {
-        (0..RANKS)
-            .map(|i| self.fleet.nodes[i].runtime.restarts(&format!("c{i}")))
-            .sum()
+        (0..RANKS).map(|i| self.fleet.nodes[i].runtime.restarts(&format!("c{i}"))).sum()
     }
 }
 
@@ -182,19 +170,10 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
     assert!(g.pages(AlertKind::Slow).is_empty(), "not before slow_for");
     g.run(0.7, 6 * 60 + 30, rank_2_slow, false).await;
     let pages = g.pages(AlertKind::Slow);
-    assert_eq!(
-        pages.len(),
-        1,
-        "one page for the gang: {:?}",
-        g.fleet.sink.kinds()
-    );
+    assert_eq!(pages.len(), 1, "one page for the gang: {:?}", g.fleet.sink.kinds());
     let p = &pages[0];
     assert_eq!(p.gang.as_deref(), Some(GANG));
-    assert_eq!(
-        p.worker.as_deref(),
-        Some("rank-2"),
-        "placed at the rank it waits for"
-    );
+    assert_eq!(p.worker.as_deref(), Some("rank-2"), "placed at the rank it waits for");
     assert_eq!(p.node, "gpu-2");
     // NB: the baseline is 1 step/s measured on whole steps: 0.99 or 1.00.
     assert!(
@@ -202,12 +181,7 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
         "{}",
         p.detail
     );
-    for what in [
-        "0.70 steps/s",
-        "computes 450 ms",
-        "others 300 ms",
-        "does not restart",
-    ] {
+    for what in ["0.70 steps/s", "computes 450 ms", "others 300 ms", "does not restart"] {
         assert!(p.detail.contains(what), "{what}: {}", p.detail);
     }
     // Slow for an hour: still one page, nothing restarted, no hang.
@@ -217,10 +191,7 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
     // Each member lost its deficit: 30 % of the slow run (about 68 min): ~20 min apiece.
     let lost = g.metric(1, "vigil_lost_seconds_total{cause=\"slow\"}");
     assert!((1_000.0..1_500.0).contains(&lost), "{lost}");
-    let rate = g.metric(
-        1,
-        "vigil_gang_step_rate{gang=\"ml/llama-70b\",worker=\"rank-1\"}",
-    );
+    let rate = g.metric(1, "vigil_gang_step_rate{gang=\"ml/llama-70b\",worker=\"rank-1\"}");
     assert!((0.65..0.75).contains(&rate), "{rate}");
     assert_eq!(
         g.metric(0, "vigil_gang_slow_episodes_total")
@@ -235,11 +206,7 @@ async fn a_gang_slowed_by_one_rank_is_paged_once_naming_it_and_never_restarted()
     g.run(1.0, 90, even, false).await;
     let over = g.pages(AlertKind::SlowOver);
     assert_eq!(over.len(), 1, "{:?}", g.fleet.sink.kinds());
-    assert!(
-        over[0].detail.contains("back at its pace"),
-        "{}",
-        over[0].detail
-    );
+    assert!(over[0].detail.contains("back at its pace"), "{}", over[0].detail);
     assert_eq!(over[0].worker.as_deref(), Some("rank-2"));
     let key = g.fleet.nodes[0].keys.gang_slow(GANG);
     assert_eq!(
@@ -285,13 +252,7 @@ async fn without_gang_pace_nothing_is_measured() {
     assert!(!vigil::config::Config::default().gang.pace.enabled);
     let mut g = Gang::new(false);
     g.run(1.0, 20 * 60, |_| Some(300), false).await;
-    g.run(
-        0.5,
-        20 * 60,
-        |i| Some(if i == 2 { 600 } else { 300 }),
-        false,
-    )
-    .await;
+    g.run(0.5, 20 * 60, |i| Some(if i == 2 { 600 } else { 300 }), false).await;
     assert!(g.pages(AlertKind::Slow).is_empty());
 }
 
@@ -316,9 +277,7 @@ async fn a_gpu_clocked_down_on_one_node_names_its_rank() {
     assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
     assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
     assert!(
-        pages[0]
-            .detail
-            .contains("its node shows GPU 0 (GPU-2222) hw-slowdown")
+        pages[0].detail.contains("its node shows GPU 0 (GPU-2222) hw-slowdown")
             && !pages[0].detail.contains("sw-power-cap"),
         "{}",
         pages[0].detail
@@ -330,11 +289,7 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
     let mut g = Gang::build(true, true);
     g.run(1.0, 20 * 60, even, false).await;
     for (status, _, tainted) in g.slow_nodes().await {
-        assert_eq!(
-            (status.as_str(), tainted),
-            ("None", false),
-            "no change, no write"
-        );
+        assert_eq!((status.as_str(), tainted), ("None", false), "no change, no write");
     }
     g.run(0.7, 8 * 60, rank_2_slow, false).await;
     let shown = g.slow_nodes().await;
@@ -361,27 +316,15 @@ async fn the_node_a_slow_gang_waits_for_shows_vigil_slow_and_its_opted_in_taint(
         1,
         "one Event when the gang names the node: {events:?}"
     );
-    assert!(!g.fleet.nodes[1]
-        .node_api
-        .reasons()
-        .contains(&"VigilSlow".to_string()));
+    assert!(!g.fleet.nodes[1].node_api.reasons().contains(&"VigilSlow".to_string()));
     // An announced operation in the slow run (a checkpoint: held windows) changes nothing: still
     // named, no second Event.
     g.run(0.7, 90, rank_2_slow, true).await;
     g.run(0.7, 30, rank_2_slow, false).await;
     let shown = g.slow_nodes().await;
-    assert_eq!(
-        (shown[2].0.as_str(), shown[2].2),
-        ("True", true),
-        "{}",
-        shown[2].1
-    );
+    assert_eq!((shown[2].0.as_str(), shown[2].2), ("True", true), "{}", shown[2].1);
     let events = g.fleet.nodes[2].node_api.reasons();
-    assert_eq!(
-        events.iter().filter(|r| *r == "VigilSlow").count(),
-        1,
-        "{events:?}"
-    );
+    assert_eq!(events.iter().filter(|r| *r == "VigilSlow").count(), 1, "{events:?}");
     // Back at its pace: the condition False again; the taint held for taint_for (a replacement
     // is not placed straight back on the node), then off. Never a restart.
     g.run(1.0, 3 * 60, even, false).await;
@@ -447,19 +390,10 @@ async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_
         g.fleet.restart_agents(i);
     }
     g.run(0.7, 6 * 60, rank_2_slow, false).await;
-    let base = g.metric(
-        1,
-        "vigil_gang_step_rate_baseline{gang=\"ml/llama-70b\",worker=\"rank-1\"}",
-    );
-    assert!(
-        (0.95..1.05).contains(&base),
-        "the kept pace, not 0.7: {base}"
-    );
-    assert_eq!(
-        g.metric(1, slow_series),
-        1.0,
-        "still slow after the restart"
-    );
+    let base =
+        g.metric(1, "vigil_gang_step_rate_baseline{gang=\"ml/llama-70b\",worker=\"rank-1\"}");
+    assert!((0.95..1.05).contains(&base), "the kept pace, not 0.7: {base}");
+    assert_eq!(g.metric(1, slow_series), 1.0, "still slow after the restart");
     assert_eq!(
         g.pages(AlertKind::Slow).len(),
         1,
@@ -491,12 +425,7 @@ async fn agents_restarted_in_a_slow_episode_go_on_from_the_kept_pace_and_a_lost_
         .filter(|&i| i != second)
         .find(|&i| g.metric(i, "vigil_gang_slow_episodes_total") > 0.0);
     assert!(third.is_some(), "another member's agent opened it");
-    assert_eq!(
-        pages[2].worker.as_deref(),
-        Some("rank-2"),
-        "{}",
-        pages[2].detail
-    );
+    assert_eq!(pages[2].worker.as_deref(), Some("rank-2"), "{}", pages[2].detail);
     assert_eq!(g.restarts(), 0, "never a restart for slowness");
 }
 
@@ -509,14 +438,9 @@ async fn an_episode_its_opener_never_named_is_opened_again_and_paged() {
     let key = g.fleet.nodes[0].keys.gang_slow(GANG);
     let now = g.fleet.now();
     let half_open = format!("{now}:700:1000:gpu-1/rank-1@{now}|?");
-    g.fleet
-        .store
-        .set(&key, &half_open, Duration::from_secs(600))
-        .await
-        .unwrap();
+    g.fleet.store.set(&key, &half_open, Duration::from_secs(600)).await.unwrap();
     g.fleet.restart_agents(1);
-    g.run(0.7, 8 * 60, |i| Some(if i == 2 { 450 } else { 300 }), false)
-        .await;
+    g.run(0.7, 8 * 60, |i| Some(if i == 2 { 450 } else { 300 }), false).await;
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
     assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
@@ -537,21 +461,13 @@ async fn an_episode_its_opener_named_but_never_paged_is_paged_when_taken_back() 
     let named = format!(
         "{since}:700:1000:gpu-1/rank-1@{now}|gpu-2/rank-2|3|it computes 450 ms a step, the others 300 ms"
     );
-    g.fleet
-        .store
-        .set(&key, &named, Duration::from_secs(600))
-        .await
-        .unwrap();
+    g.fleet.store.set(&key, &named, Duration::from_secs(600)).await.unwrap();
     g.fleet.restart_agents(1);
     g.run(0.7, 8 * 60, rank_2_slow, false).await;
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
     assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
-    assert!(
-        pages[0].detail.contains("it computes 450 ms a step"),
-        "{}",
-        pages[0].detail
-    );
+    assert!(pages[0].detail.contains("it computes 450 ms a step"), "{}", pages[0].detail);
     assert_eq!(g.fleet.get(&key).await.as_deref(), Some(named.as_str()));
     g.fleet.restart_agents(1);
     g.run(0.7, 2 * 60, rank_2_slow, false).await;
@@ -571,10 +487,7 @@ async fn a_slow_page_whose_claim_got_no_answer_is_sent_on_a_later_cycle() {
     let mut g = Gang::learned().await;
     g.fleet.blip(":alert:");
     g.run(0.7, 8 * 60, rank_2_slow, false).await;
-    assert!(
-        g.fleet.blips.lock().unwrap().is_empty(),
-        "the claim was tried"
-    );
+    assert!(g.fleet.blips.lock().unwrap().is_empty(), "the claim was tried");
     let pages = g.pages(AlertKind::Slow);
     assert_eq!(pages.len(), 1, "{:?}", g.fleet.sink.kinds());
     assert_eq!(pages[0].worker.as_deref(), Some("rank-2"));
@@ -601,11 +514,7 @@ async fn an_episode_whose_naming_write_got_no_answer_is_paged_once_in_minutes() 
         g.run(0.7, 4 * 60, rank_2_slow, false).await;
         g.run(1.0, 90, even, false).await;
         assert_eq!(g.pages(AlertKind::Slow).len(), 1, "{blip}: once");
-        assert_eq!(
-            g.pages(AlertKind::SlowOver).len(),
-            1,
-            "{blip}: ended by its opener"
-        );
+        assert_eq!(g.pages(AlertKind::SlowOver).len(), 1, "{blip}: ended by its opener");
     }
 }
 
@@ -619,14 +528,6 @@ async fn a_slow_over_whose_claim_got_no_answer_is_still_sent_once() {
     assert_eq!(g.pages(AlertKind::Slow).len(), 1);
     g.fleet.blip(":slow-over");
     g.run(1.0, 3 * 60, even, false).await;
-    assert!(
-        g.fleet.blips.lock().unwrap().is_empty(),
-        "the claim was tried"
-    );
-    assert_eq!(
-        g.pages(AlertKind::SlowOver).len(),
-        1,
-        "{:?}",
-        g.fleet.sink.kinds()
-    );
+    assert!(g.fleet.blips.lock().unwrap().is_empty(), "the claim was tried");
+    assert_eq!(g.pages(AlertKind::SlowOver).len(), 1, "{:?}", g.fleet.sink.kinds());
 }

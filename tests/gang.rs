@@ -55,13 +55,7 @@ impl Job {
         for (i, node) in fleet.nodes.iter().enumerate() {
             node.runtime.add(&format!("c{i}"), &format!("rank-{i}"));
         }
-        Job {
-            store: fleet.store.clone(),
-            sink: fleet.sink.clone(),
-            fleet,
-            size,
-            step: None,
-        }
+        Job { store: fleet.store.clone(), sink: fleet.sink.clone(), fleet, size, step: None }
     }
 
     fn now(&self) -> Millis {
@@ -115,8 +109,7 @@ impl Job {
 
     async fn fleet_budget_used(&self) -> u64 {
         let window = self.now().div_euclid(3_600_000);
-        self.counter(&self.fleet.nodes[0].keys.fleet_budget(window))
-            .await
+        self.counter(&self.fleet.nodes[0].keys.fleet_budget(window)).await
     }
 }
 
@@ -146,17 +139,10 @@ async fn a_hung_collective_is_one_incident_one_decision_and_one_restart_of_every
             }
         }
     }
-    assert_eq!(
-        job.restarts(),
-        vec![1, 1, 1, 1],
-        "every rank restarted exactly once"
-    );
+    assert_eq!(job.restarts(), vec![1, 1, 1, 1], "every rank restarted exactly once");
     let times: Vec<Millis> = first_restart.iter().map(|t| t.unwrap()).collect();
     let spread = times.iter().max().unwrap() - times.iter().min().unwrap();
-    assert!(
-        spread <= 2 * POLL.as_millis() as Millis,
-        "restarts {spread} ms apart"
-    );
+    assert!(spread <= 2 * POLL.as_millis() as Millis, "restarts {spread} ms apart");
 
     let hung = job.sink.of(AlertKind::Hung);
     assert_eq!(
@@ -166,24 +152,12 @@ async fn a_hung_collective_is_one_incident_one_decision_and_one_restart_of_every
         job.sink.kinds()
     );
     assert_eq!(hung[0].gang.as_deref(), Some(GANG));
-    assert_eq!(
-        hung[0].worker.as_deref(),
-        Some("rank-2"),
-        "the rank that stopped first"
-    );
+    assert_eq!(hung[0].worker.as_deref(), Some("rank-2"), "the rank that stopped first");
     assert_eq!(hung[0].node, "gpu-2");
-    assert!(
-        hung[0].detail.contains("first to stop was rank-2"),
-        "{}",
-        hung[0].detail
-    );
+    assert!(hung[0].detail.contains("first to stop was rank-2"), "{}", hung[0].detail);
     assert_eq!(job.sink.count(AlertKind::Restarting), 1);
     assert_eq!(job.sink.count(AlertKind::Escalation), 0);
-    assert_eq!(
-        job.fleet_budget_used().await,
-        1,
-        "one fleet unit for one gang restart"
-    );
+    assert_eq!(job.fleet_budget_used().await, 1, "one fleet unit for one gang restart");
     let day = utc_day(job.now());
     let gang_breaker = job.fleet.nodes[0].keys.gang_breaker(GANG, &day);
     assert_eq!(job.counter(&gang_breaker).await, 1);
@@ -234,11 +208,7 @@ async fn pods_of_one_jobset_are_one_gang_without_a_gang_in_their_records() {
     // Issue 41: no size on a JobSet's pods: unknown, and said so; the members seen are a count.
     assert_eq!(hung[0].gang_size, None);
     assert_eq!(hung[0].gang_members, Some(3));
-    assert!(
-        hung[0].summary().contains("(size unknown; 3 reporting)"),
-        "{}",
-        hung[0].summary()
-    );
+    assert!(hung[0].summary().contains("(size unknown; 3 reporting)"), "{}", hung[0].summary());
 }
 
 #[tokio::test]
@@ -275,11 +245,7 @@ async fn a_restarted_gang_that_progresses_closes_its_incident_and_a_later_hang_i
     assert_eq!(job.restarts(), vec![2, 2, 2]);
     let blocked = job.sink.of(AlertKind::GangBlocked);
     assert_eq!(blocked.len(), 1);
-    assert!(
-        blocked[0].detail.contains("gang's breaker is open"),
-        "{}",
-        blocked[0].detail
-    );
+    assert!(blocked[0].detail.contains("gang's breaker is open"), "{}", blocked[0].detail);
 }
 
 /// The ranks train from step `from` to `to` (one step per poll interval), then the collective
@@ -308,12 +274,7 @@ async fn a_gang_whose_restarts_bring_no_rank_past_its_step_is_not_restarted_a_th
     assert_eq!(job.restarts(), vec![2, 2, 2, 2], "the second restart runs");
     train_and_stop(&mut job, 41_150, 41_200).await;
     job.run_for(Duration::from_secs(900)).await;
-    assert_eq!(
-        job.restarts(),
-        vec![2, 2, 2, 2],
-        "no third restart: {:?}",
-        job.sink.kinds()
-    );
+    assert_eq!(job.restarts(), vec![2, 2, 2, 2], "no third restart: {:?}", job.sink.kinds());
     let pages = job.sink.of(AlertKind::Fruitless);
     assert_eq!(pages.len(), 1, "one page: {:?}", job.sink.kinds());
     assert_eq!(pages[0].gang.as_deref(), Some(GANG));
@@ -327,11 +288,7 @@ async fn a_gang_whose_restarts_bring_no_rank_past_its_step_is_not_restarted_a_th
     assert_eq!(job.sink.count(AlertKind::Restarting), 2);
     let day = utc_day(job.now());
     let gang_breaker = job.fleet.nodes[0].keys.gang_breaker(GANG, &day);
-    assert_eq!(
-        job.counter(&gang_breaker).await,
-        2,
-        "no unit for the refusal"
-    );
+    assert_eq!(job.counter(&gang_breaker).await, 2, "no unit for the refusal");
     assert_eq!(job.fleet_budget_used().await, 2);
     let mut noted = 0;
     for r in &job.fleet.nodes {
@@ -350,11 +307,7 @@ async fn a_gang_whose_restarts_bring_no_rank_past_its_step_is_not_restarted_a_th
         job.beat_all().await;
         job.tick().await;
     }
-    assert_eq!(
-        job.store.get(&run_key).await.unwrap(),
-        None,
-        "the run ended"
-    );
+    assert_eq!(job.store.get(&run_key).await.unwrap(), None, "the run ended");
     // It hangs elsewhere: a restart helps again, the first of a new run.
     train_and_stop(&mut job, 41_203, 41_230).await;
     job.run_for(Duration::from_secs(420)).await;
@@ -373,11 +326,8 @@ async fn beats_of_a_members_old_incarnation_during_its_slow_restart_are_no_progr
     use futures_util::FutureExt;
     use vigil::clock::Clock;
     let mut job = Job::new(2, 2, |c| c.policy.max_fruitless_restarts = 1);
-    let (store, key, clock) = (
-        job.store.clone(),
-        job.fleet.nodes[1].keys.status("rank-1"),
-        job.fleet.clock.clone(),
-    );
+    let (store, key, clock) =
+        (job.store.clone(), job.fleet.nodes[1].keys.status("rank-1"), job.fleet.clock.clone());
     let once = std::sync::atomic::AtomicBool::new(true);
     job.fleet.nodes[1].runtime.on_restart(move |_| {
         if !once.swap(false, std::sync::atomic::Ordering::SeqCst) {
@@ -385,17 +335,10 @@ async fn beats_of_a_members_old_incarnation_during_its_slow_restart_are_no_progr
         }
         // 30 s into rank 1's restart, its old incarnation beats one step past the stop.
         clock.advance(Duration::from_secs(30));
-        let fields = [
-            ("gang", GANG),
-            ("gang_size", "2"),
-            ("job", "llama"),
-            ("progress", "step-41201"),
-        ];
+        let fields =
+            [("gang", GANG), ("gang_size", "2"), ("job", "llama"), ("progress", "step-41201")];
         let beat = write_record(store.as_ref(), &key, "processing", clock.now(), &fields);
-        assert!(
-            beat.now_or_never().is_some(),
-            "the in-process store answers at once"
-        );
+        assert!(beat.now_or_never().is_some(), "the in-process store answers at once");
     });
     train_and_stop(&mut job, 41_195, 41_200).await;
     job.run_for(Duration::from_secs(420)).await;
@@ -403,18 +346,8 @@ async fn beats_of_a_members_old_incarnation_during_its_slow_restart_are_no_progr
     // The new incarnations resume from the checkpoint at 41150 and stop at 41200 again.
     train_and_stop(&mut job, 41_150, 41_200).await;
     job.run_for(Duration::from_secs(900)).await;
-    assert_eq!(
-        job.restarts(),
-        vec![1, 1],
-        "no second restart: {:?}",
-        job.sink.kinds()
-    );
-    assert_eq!(
-        job.sink.count(AlertKind::Fruitless),
-        1,
-        "{:?}",
-        job.sink.kinds()
-    );
+    assert_eq!(job.restarts(), vec![1, 1], "no second restart: {:?}", job.sink.kinds());
+    assert_eq!(job.sink.count(AlertKind::Fruitless), 1, "{:?}", job.sink.kinds());
 }
 
 #[tokio::test]
@@ -426,28 +359,14 @@ async fn a_gang_that_hangs_again_right_after_its_restart_escalates_once_and_is_n
     // escalation `escalate_after` (10 min) later; never a second restart in that incident.
     job.run_for(Duration::from_secs(1_100)).await;
     assert_eq!(job.restarts(), vec![1, 1], "not twice in one gang incident");
-    assert_eq!(
-        job.sink.count(AlertKind::Escalation),
-        1,
-        "{:?}",
-        job.sink.kinds()
-    );
+    assert_eq!(job.sink.count(AlertKind::Escalation), 1, "{:?}", job.sink.kinds());
     // Past the cooldown the incident is over, as a single worker's booting is: a new incident,
     // restarted again (the gang's breaker bounds this), and no second escalation for the
     // same restart.
     job.run_for(Duration::from_secs(600)).await;
     assert_eq!(job.restarts(), vec![2, 2]);
-    assert_eq!(
-        job.sink.count(AlertKind::Escalation),
-        1,
-        "{:?}",
-        job.sink.kinds()
-    );
-    assert_eq!(
-        job.sink.count(AlertKind::Hung),
-        1,
-        "the second stop's page is the escalation"
-    );
+    assert_eq!(job.sink.count(AlertKind::Escalation), 1, "{:?}", job.sink.kinds());
+    assert_eq!(job.sink.count(AlertKind::Hung), 1, "the second stop's page is the escalation");
 }
 
 #[tokio::test]
@@ -473,11 +392,7 @@ async fn a_member_whose_node_breaker_is_open_blocks_the_whole_gang() {
     let day = utc_day(job.now());
     for _ in 0..3 {
         job.store
-            .incr_capped(
-                &job.fleet.nodes[3].keys.breaker(&day),
-                3,
-                Duration::from_secs(3600),
-            )
+            .incr_capped(&job.fleet.nodes[3].keys.breaker(&day), 3, Duration::from_secs(3600))
             .await
             .unwrap();
     }
@@ -487,9 +402,7 @@ async fn a_member_whose_node_breaker_is_open_blocks_the_whole_gang() {
     let blocked = job.sink.of(AlertKind::GangBlocked);
     assert_eq!(blocked.len(), 1);
     assert!(
-        blocked[0]
-            .detail
-            .contains("gpu-3/rank-3: the breaker of gpu-3 is open"),
+        blocked[0].detail.contains("gpu-3/rank-3: the breaker of gpu-3 is open"),
         "{}",
         blocked[0].detail
     );
@@ -507,9 +420,7 @@ async fn a_silent_agent_or_a_missing_member_blocks_the_whole_gang() {
     let blocked = job.sink.of(AlertKind::GangBlocked);
     assert_eq!(blocked.len(), 1);
     assert!(
-        blocked[0]
-            .detail
-            .contains("the agent on gpu-1 has been silent"),
+        blocked[0].detail.contains("the agent on gpu-1 has been silent"),
         "{}",
         blocked[0].detail
     );
@@ -520,11 +431,7 @@ async fn a_silent_agent_or_a_missing_member_blocks_the_whole_gang() {
     assert_eq!(job.restarts(), vec![0, 0, 0]);
     let blocked = job.sink.of(AlertKind::GangBlocked);
     assert_eq!(blocked.len(), 1);
-    assert!(
-        blocked[0].detail.contains("1 of 4 members missing"),
-        "{}",
-        blocked[0].detail
-    );
+    assert!(blocked[0].detail.contains("1 of 4 members missing"), "{}", blocked[0].detail);
 }
 
 #[tokio::test]
@@ -542,9 +449,7 @@ async fn a_member_whose_node_stands_down_blocks_the_whole_gang() {
     let blocked = job.sink.of(AlertKind::GangBlocked);
     assert_eq!(blocked.len(), 1, "{:?}", job.sink.kinds());
     assert!(
-        blocked[0]
-            .detail
-            .contains("gpu-1/rank-1: the agent is shutting down on gpu-1"),
+        blocked[0].detail.contains("gpu-1/rank-1: the agent is shutting down on gpu-1"),
         "{}",
         blocked[0].detail
     );
@@ -564,12 +469,7 @@ async fn a_member_whose_agent_just_started_defers_the_gang_without_a_page() {
     collective_stops(&mut job).await;
     job.run_for(Duration::from_secs(600)).await;
     assert_eq!(job.restarts(), vec![0, 0, 0], "all or nothing, and not yet");
-    assert_eq!(
-        job.sink.count(AlertKind::GangBlocked),
-        0,
-        "{:?}",
-        job.sink.kinds()
-    );
+    assert_eq!(job.sink.count(AlertKind::GangBlocked), 0, "{:?}", job.sink.kinds());
     assert_eq!(job.sink.count(AlertKind::Hung), 1, "the hang is paged");
     // Its reads are in: the gang is restarted as a whole.
     facts.write().unwrap().unread = None;
@@ -640,12 +540,8 @@ async fn a_gang_learned_by_every_members_agent_is_restarted_within_a_minute_of_i
     assert!(at.iter().all(|t| t.is_some_and(|t| t >= 40_000)), "{at:?}");
     assert_eq!(job.sink.count(AlertKind::Hung), 1, "{:?}", job.sink.kinds());
     assert_eq!(job.sink.count(AlertKind::Restarting), 1);
-    let decided: Vec<String> = job
-        .sink
-        .of(AlertKind::Restarting)
-        .iter()
-        .map(|a| a.detail.clone())
-        .collect();
+    let decided: Vec<String> =
+        job.sink.of(AlertKind::Restarting).iter().map(|a| a.detail.clone()).collect();
     assert!(decided[0].contains("On the learned rhythm"), "{decided:?}");
     assert_eq!(job.fleet_budget_used().await, 1);
 }
@@ -661,11 +557,7 @@ async fn a_gang_with_one_member_judged_by_the_fixed_rule_is_restarted_by_the_fix
     let fixed = (120 + 180) * 1_000;
     assert!(at.iter().all(|t| t.is_some_and(|t| t >= fixed)), "{at:?}");
     let decided = job.sink.of(AlertKind::Restarting);
-    assert!(
-        !decided[0].detail.contains("learned"),
-        "{}",
-        decided[0].detail
-    );
+    assert!(!decided[0].detail.contains("learned"), "{}", decided[0].detail);
 }
 
 /// A Redis blip at the gang's decision: its SET NX gets no answer. The decision is read back:
@@ -680,12 +572,7 @@ async fn a_decision_whose_write_got_no_answer_is_read_back() {
         job.fleet.blip(blip);
         job.fleet.run_for(Duration::from_secs(600)).await;
         assert!(job.fleet.blips.lock().unwrap().is_empty(), "{blip}: tried");
-        assert_eq!(
-            job.restarts(),
-            vec![1, 1, 1, 1],
-            "{blip}: {:?}",
-            job.sink.kinds()
-        );
+        assert_eq!(job.restarts(), vec![1, 1, 1, 1], "{blip}: {:?}", job.sink.kinds());
         let day = utc_day(job.now());
         let gang_breaker = job.fleet.nodes[0].keys.gang_breaker(GANG, &day);
         assert_eq!(job.counter(&gang_breaker).await, 1, "{blip}: one unit");
@@ -702,15 +589,7 @@ async fn a_gang_restart_whose_page_claim_got_no_answer_is_still_paged_once() {
     collective_stops(&mut job).await;
     job.fleet.blip(":restart");
     job.fleet.run_for(Duration::from_secs(600)).await;
-    assert!(
-        job.fleet.blips.lock().unwrap().is_empty(),
-        "the page was tried"
-    );
+    assert!(job.fleet.blips.lock().unwrap().is_empty(), "the page was tried");
     assert_eq!(job.restarts(), vec![1, 1, 1, 1], "{:?}", job.sink.kinds());
-    assert_eq!(
-        job.sink.count(AlertKind::Restarting),
-        1,
-        "{:?}",
-        job.sink.kinds()
-    );
+    assert_eq!(job.sink.count(AlertKind::Restarting), 1, "{:?}", job.sink.kinds());
 }

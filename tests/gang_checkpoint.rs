@@ -46,10 +46,7 @@ impl Job {
         for (i, node) in fleet.nodes.iter().enumerate() {
             node.runtime.add(&format!("c{i}"), &format!("rank-{i}"));
         }
-        let mut job = Job {
-            coord: fleet.store.clone(),
-            fleet,
-        };
+        let mut job = Job { coord: fleet.store.clone(), fleet };
         for i in 0..2 {
             job.beat(i).await;
         }
@@ -126,10 +123,7 @@ async fn a_notice_on_one_node_asks_the_whole_gang_and_waits_for_every_rank() {
     let ranks: Vec<_> = (0..2)
         .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::from_millis(300)))
         .collect();
-    job.fleet.nodes[0]
-        .controller()
-        .apply(notice(Interruption::HostMaintenance))
-        .await;
+    job.fleet.nodes[0].controller().apply(notice(Interruption::HostMaintenance)).await;
     ranks.iter().for_each(|r| r.abort());
     let (a, b) = (job.record(0).await, job.record(1).await);
     assert_eq!(
@@ -142,11 +136,7 @@ async fn a_notice_on_one_node_asks_the_whole_gang_and_waits_for_every_rank() {
     assert!(last.contains(&format!("gang {GANG} round")), "{last}");
     assert!(last.contains("acked by 2/2"), "{last}");
     assert!(last.contains("acked=1 timed-out=0"), "{last}");
-    let trail = job
-        .coord
-        .read_recent(&job.fleet.nodes[0].keys.trail(), 50)
-        .await
-        .unwrap();
+    let trail = job.coord.read_recent(&job.fleet.nodes[0].keys.trail(), 50).await.unwrap();
     let acked = trail
         .iter()
         .find(|(_, f)| f["decision"] == "checkpoint-acked")
@@ -162,15 +152,9 @@ async fn a_stalled_rank_cuts_the_round_short_at_the_budget_and_is_named() {
     let mut job = Job::new(|_, c| c.checkpoint.maintenance_budget = Duration::from_secs(1)).await;
     let rank0 = saving_rank(job.coord.clone(), job.key(0), Duration::ZERO);
     let started = tokio::time::Instant::now();
-    job.fleet.nodes[0]
-        .controller()
-        .apply(notice(Interruption::HostMaintenance))
-        .await;
+    job.fleet.nodes[0].controller().apply(notice(Interruption::HostMaintenance)).await;
     rank0.abort();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "bounded by the budget"
-    );
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded by the budget");
     let last = job.last_checkpoint(0);
     assert!(last.contains("acked by 1/2"), "{last}");
     assert!(last.contains("no answer from gpu-1/rank-1"), "{last}");
@@ -198,10 +182,7 @@ async fn an_earlier_round_s_ack_is_no_answer_to_this_one() {
     assert_eq!(results.len(), 1, "{results:?}");
     assert_eq!(results[0].outcome, Outcome::TimedOut, "{results:?}");
     assert_eq!(results[0].method, "gang");
-    assert!(
-        results[0].detail.contains("no answer from gpu-1/rank-1"),
-        "{results:?}"
-    );
+    assert!(results[0].detail.contains("no answer from gpu-1/rank-1"), "{results:?}");
     assert_eq!(job.record(1).await["checkpoint_ack"], "0123456789ab");
 }
 
@@ -214,10 +195,7 @@ async fn the_tightest_member_budget_bounds_the_round() {
     })
     .await;
     let started = tokio::time::Instant::now();
-    job.fleet.nodes[0]
-        .controller()
-        .apply(notice(Interruption::Preemption))
-        .await;
+    job.fleet.nodes[0].controller().apply(notice(Interruption::Preemption)).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "waited {:?}: the member's 1 s budget was not used",
@@ -238,15 +216,10 @@ async fn a_second_member_s_notice_joins_the_open_round() {
         .collect();
     let mut job = job;
     let (first, second) = job.fleet.nodes.split_at_mut(1);
-    let opened = first[0]
-        .controller()
-        .apply(notice(Interruption::HostMaintenance));
+    let opened = first[0].controller().apply(notice(Interruption::HostMaintenance));
     let joined = async {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        second[0]
-            .controller()
-            .apply(notice(Interruption::HostMaintenance))
-            .await
+        second[0].controller().apply(notice(Interruption::HostMaintenance)).await
     };
     tokio::join!(opened, joined);
     ranks.iter().for_each(|r| r.abort());
@@ -308,10 +281,8 @@ async fn redis_gang(gang: &str) -> (Arc<dyn Coordinator>, Vec<Keys>, tempfile::T
 /// meanwhile).
 async fn drill(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
     let cfg = dir.join("vigil.toml").to_string_lossy().to_string();
-    let mut argv: Vec<String> = ["drill", "checkpoint", "-c", &cfg]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut argv: Vec<String> =
+        ["drill", "checkpoint", "-c", &cfg].iter().map(|s| s.to_string()).collect();
     argv.extend(args.iter().map(|s| s.to_string()));
     let url = shared_redis_url();
     tokio::task::spawn_blocking(move || {
@@ -331,29 +302,15 @@ async fn a_drill_measures_the_gang_against_both_budgets_and_records_its_verdict(
     let gang = unique("ml/drill-");
     let (coord, keys, dir) = redis_gang(&gang).await;
     let ranks = [
-        saving_rank(
-            coord.clone(),
-            keys[0].status("rank-0"),
-            Duration::from_millis(100),
-        ),
-        saving_rank(
-            coord.clone(),
-            keys[1].status("rank-1"),
-            Duration::from_millis(1_500),
-        ),
+        saving_rank(coord.clone(), keys[0].status("rank-0"), Duration::from_millis(100)),
+        saving_rank(coord.clone(), keys[1].status("rank-1"), Duration::from_millis(1_500)),
     ];
     let (code, out) = drill(dir.path(), &["--gang", &gang, "--require", "maintenance"]).await;
     ranks.iter().for_each(|r| r.abort());
     assert_eq!(code, 0, "{out}");
-    assert!(
-        out.contains(&format!("gang:{gang}: 2/2 acknowledged")),
-        "{out}"
-    );
+    assert!(out.contains(&format!("gang:{gang}: 2/2 acknowledged")), "{out}");
     assert!(out.contains("fits the 1 s preemption budget: no"), "{out}");
-    assert!(
-        out.contains("fits the 4 s maintenance budget: yes"),
-        "{out}"
-    );
+    assert!(out.contains("fits the 4 s maintenance budget: yes"), "{out}");
     let rec = coord.hgetall(&keys[1].status("rank-1")).await.unwrap();
     assert_eq!(rec["checkpoint_reason"], "drill");
     assert_eq!(rec["checkpoint_drill"], "1");
@@ -364,10 +321,7 @@ async fn a_drill_measures_the_gang_against_both_budgets_and_records_its_verdict(
             .iter()
             .find(|(_, f)| f["decision"] == "checkpoint-drill")
             .unwrap_or_else(|| panic!("no drill in gpu-{i}'s trail: {trail:?}"));
-        assert!(
-            line.1["detail"].contains("preemption budget: no"),
-            "{line:?}"
-        );
+        assert!(line.1["detail"].contains("preemption budget: no"), "{line:?}");
     }
     let stored = coord.hgetall(&keys[0].drills()).await.unwrap();
     let result: serde_json::Value = serde_json::from_str(&stored[&format!("gang:{gang}")]).unwrap();
@@ -375,16 +329,9 @@ async fn a_drill_measures_the_gang_against_both_budgets_and_records_its_verdict(
     assert_eq!(result["fits_maintenance"], true);
     assert!(coord.hgetall(&keys[1].drills()).await.unwrap().is_empty());
     let index = coord.hgetall(&keys[0].fleet_drills()).await.unwrap();
-    assert_eq!(
-        index[&format!("gang:{gang}")],
-        "gpu-0",
-        "the fleet's index names its exporter"
-    );
+    assert_eq!(index[&format!("gang:{gang}")], "gpu-0", "the fleet's index names its exporter");
     // The round's key is gone: a real notice later opens its own round.
-    let round = coord
-        .get_many(&[keys[0].gang_checkpoint(&gang)])
-        .await
-        .unwrap();
+    let round = coord.get_many(&[keys[0].gang_checkpoint(&gang)]).await.unwrap();
     assert_eq!(round, vec![None]);
 }
 
@@ -401,32 +348,20 @@ async fn a_drill_refuses_beside_a_pending_request_and_names_a_silent_rank() {
         ("checkpoint_reason".to_string(), "preemption".to_string()),
         ("checkpoint_requested_at".to_string(), now),
     ];
-    coord
-        .hset(&keys[1].status("rank-1"), &pending, None)
-        .await
-        .unwrap();
+    coord.hset(&keys[1].status("rank-1"), &pending, None).await.unwrap();
     let (code, out) = drill(dir.path(), &["--gang", &gang]).await;
     assert_eq!(code, 3, "refused: {out}");
-    assert!(
-        out.contains("gpu-1/rank-1 has a checkpoint request pending (preemption"),
-        "{out}"
-    );
+    assert!(out.contains("gpu-1/rank-1 has a checkpoint request pending (preemption"), "{out}");
     let rec0 = coord.hgetall(&keys[0].status("rank-0")).await.unwrap();
     assert!(!rec0.contains_key("checkpoint_request"), "{rec0:?}");
 
     // Answered: the drill runs; rank 0 answers it, rank 1 does not.
     let ack = [("checkpoint_ack".to_string(), "feedfacecafe".to_string())];
-    coord
-        .hset(&keys[1].status("rank-1"), &ack, None)
-        .await
-        .unwrap();
+    coord.hset(&keys[1].status("rank-1"), &ack, None).await.unwrap();
     let rank0 = saving_rank(coord.clone(), keys[0].status("rank-0"), Duration::ZERO);
     let (code, out) = drill(dir.path(), &["--worker", "gpu-1/rank-1", "--wait", "1s"]).await;
     assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains("worker:gpu-1/rank-1: 0/1 acknowledged"),
-        "{out}"
-    );
+    assert!(out.contains("worker:gpu-1/rank-1: 0/1 acknowledged"), "{out}");
     assert!(out.contains("no answer from gpu-1/rank-1"), "{out}");
     let (code, out) = drill(dir.path(), &["--node", "gpu-0", "--wait", "3s"]).await;
     rank0.abort();
@@ -435,16 +370,9 @@ async fn a_drill_refuses_beside_a_pending_request_and_names_a_silent_rank() {
     let (code, out) = drill(dir.path(), &["--gang", "ml/no-such-job"]).await;
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("no members in the fleet view"), "{out}");
-    for bad in [
-        ["--node", "gpu-{0}"],
-        ["--worker", "gpu-}/rank-0"],
-        ["--wait", "400d"],
-    ] {
+    for bad in [["--node", "gpu-{0}"], ["--worker", "gpu-}/rank-0"], ["--wait", "400d"]] {
         let (code, out) = drill(dir.path(), &bad).await;
-        assert!(
-            code == 1 || code == 2,
-            "{bad:?} is refused before anything is asked: {out}"
-        );
+        assert!(code == 1 || code == 2, "{bad:?} is refused before anything is asked: {out}");
     }
 }
 
@@ -454,16 +382,9 @@ async fn a_drill_refuses_beside_a_pending_request_and_names_a_silent_rank() {
 async fn a_drill_can_gate_on_a_budget_and_a_real_request_interrupts_it() {
     let gang = unique("ml/drill-");
     let (coord, keys, dir) = redis_gang(&gang).await;
-    let slow = saving_rank(
-        coord.clone(),
-        keys[0].status("rank-0"),
-        Duration::from_millis(1_300),
-    );
-    let (code, out) = drill(
-        dir.path(),
-        &["--worker", "gpu-0/rank-0", "--require", "preemption"],
-    )
-    .await;
+    let slow = saving_rank(coord.clone(), keys[0].status("rank-0"), Duration::from_millis(1_300));
+    let (code, out) =
+        drill(dir.path(), &["--worker", "gpu-0/rank-0", "--require", "preemption"]).await;
     slow.abort();
     assert_eq!(code, 1, "{out}");
     assert!(
@@ -494,11 +415,7 @@ async fn a_drill_can_gate_on_a_budget_and_a_real_request_interrupts_it() {
         "{out}"
     );
     let after = coord.hgetall(&keys[0].drills()).await.unwrap();
-    assert_eq!(
-        before.get("node:gpu-0"),
-        after.get("node:gpu-0"),
-        "nothing recorded"
-    );
+    assert_eq!(before.get("node:gpu-0"), after.get("node:gpu-0"), "nothing recorded");
 }
 
 /// A real notice never joins a drill's round: its ranks must save for the notice, with a round
@@ -511,17 +428,10 @@ async fn a_real_notice_replaces_a_drill_s_round() {
         "until": SystemClock.now() + 60_000, "by": "laptop (vigil drill)", "drill": true,
     });
     let key = job.fleet.nodes[0].keys.gang_checkpoint(GANG);
-    job.coord
-        .set(&key, &drill_round.to_string(), Duration::from_secs(60))
-        .await
-        .unwrap();
-    let ranks: Vec<_> = (0..2)
-        .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
-        .collect();
-    job.fleet.nodes[0]
-        .controller()
-        .apply(notice(Interruption::Preemption))
-        .await;
+    job.coord.set(&key, &drill_round.to_string(), Duration::from_secs(60)).await.unwrap();
+    let ranks: Vec<_> =
+        (0..2).map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO)).collect();
+    job.fleet.nodes[0].controller().apply(notice(Interruption::Preemption)).await;
     ranks.iter().for_each(|r| r.abort());
     let rec = job.record(1).await;
     assert_ne!(rec["checkpoint_request"], "d0d0d0d0d0d0");
@@ -542,15 +452,10 @@ async fn a_preemption_replaces_a_maintenance_round_and_both_nodes_see_the_gang_s
         .collect();
     let mut job = job;
     let (first, second) = job.fleet.nodes.split_at_mut(1);
-    let maintenance = first[0]
-        .controller()
-        .apply(notice(Interruption::HostMaintenance));
+    let maintenance = first[0].controller().apply(notice(Interruption::HostMaintenance));
     let preemption = async {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        second[0]
-            .controller()
-            .apply(notice(Interruption::Preemption))
-            .await
+        second[0].controller().apply(notice(Interruption::Preemption)).await
     };
     tokio::join!(maintenance, preemption);
     ranks.iter().for_each(|r| r.abort());
@@ -558,14 +463,8 @@ async fn a_preemption_replaces_a_maintenance_round_and_both_nodes_see_the_gang_s
     assert_eq!(a["checkpoint_reason"], "preemption");
     assert_eq!(a["checkpoint_request"], b["checkpoint_request"]);
     let (l0, l1) = (job.last_checkpoint(0), job.last_checkpoint(1));
-    assert!(
-        l0.contains("host-maintenance") && l0.contains("acked by 2/2"),
-        "{l0}"
-    );
-    assert!(
-        l1.contains("preemption") && l1.contains("acked by 2/2"),
-        "{l1}"
-    );
+    assert!(l0.contains("host-maintenance") && l0.contains("acked by 2/2"), "{l0}");
+    assert!(l1.contains("preemption") && l1.contains("acked by 2/2"), "{l1}");
     assert!(!l1.contains("opened by"), "its own round: {l1}");
 }
 
@@ -580,21 +479,14 @@ async fn a_member_gone_from_the_view_is_not_asked() {
     let shard = job.fleet.nodes[0].keys.gang_members(GANG, 0);
     let field = [("gpu-9/rank-9".to_string(), gone.to_string())];
     job.coord.hset(&shard, &field, None).await.unwrap();
-    let ranks: Vec<_> = (0..2)
-        .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
-        .collect();
-    job.fleet.nodes[0]
-        .controller()
-        .apply(notice(Interruption::HostMaintenance))
-        .await;
+    let ranks: Vec<_> =
+        (0..2).map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO)).collect();
+    job.fleet.nodes[0].controller().apply(notice(Interruption::HostMaintenance)).await;
     ranks.iter().for_each(|r| r.abort());
     let last = job.last_checkpoint(0);
     assert!(last.contains("acked by 2/2"), "{last}");
     let stray = Keys::new("vigil", "gpu-9").status("rank-9");
-    assert!(
-        job.coord.hgetall(&stray).await.unwrap().is_empty(),
-        "no record made for it"
-    );
+    assert!(job.coord.hgetall(&stray).await.unwrap().is_empty(), "no record made for it");
 }
 
 /// A gang whose restarts are someone else's (`[gang] action = "alert-only"`: JobSet's failure
@@ -603,13 +495,9 @@ async fn a_member_gone_from_the_view_is_not_asked() {
 #[tokio::test]
 async fn an_alert_only_gang_still_saves_on_a_notice() {
     let mut job = Job::new(|_, c| c.gang.action = vigil::config::GangAction::AlertOnly).await;
-    let ranks: Vec<_> = (0..2)
-        .map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO))
-        .collect();
-    job.fleet.nodes[0]
-        .controller()
-        .apply(notice(Interruption::Preemption))
-        .await;
+    let ranks: Vec<_> =
+        (0..2).map(|i| saving_rank(job.coord.clone(), job.key(i), Duration::ZERO)).collect();
+    job.fleet.nodes[0].controller().apply(notice(Interruption::Preemption)).await;
     ranks.iter().for_each(|r| r.abort());
     let last = job.last_checkpoint(0);
     assert!(last.contains("acked by 2/2"), "{last}");

@@ -28,11 +28,7 @@ struct Rig {
 impl Rig {
     async fn new() -> Rig {
         let s = Setup::new("gke");
-        Rig {
-            kube: FakeKube::start(&s.node).await,
-            redis: shared_redis_url(),
-            s,
-        }
+        Rig { kube: FakeKube::start(&s.node).await, redis: shared_redis_url(), s }
     }
 
     /// No metadata server (the label source alone), the Node read every second, restarts on, and
@@ -84,12 +80,8 @@ grace = "8s"
     }
 
     fn trail(&self, cfg: &Path) -> String {
-        let (_, out, _) = explain(
-            cfg,
-            &self.s.node,
-            &["--limit", "300"],
-            &[("REDIS_URL", &self.redis)],
-        );
+        let (_, out, _) =
+            explain(cfg, &self.s.node, &["--limit", "300"], &[("REDIS_URL", &self.redis)]);
         out
     }
 
@@ -110,9 +102,7 @@ async fn the_record_carries_the_pool_and_slice_from_the_node_labels_without_flee
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
         "cloud.google.com/gke-tpu-topology": "2x2x4"
     }}}));
-    let node = r
-        .kube
-        .kubelet_status(json!({"allocatable": {"google.com/tpu": 4, "cpu": "207"}}));
+    let node = r.kube.kubelet_status(json!({"allocatable": {"google.com/tpu": 4, "cpu": "207"}}));
     assert_eq!(
         node["status"]["allocatable"]["google.com/tpu"], "4",
         "a quantity is stored as a string"
@@ -126,25 +116,17 @@ async fn the_record_carries_the_pool_and_slice_from_the_node_labels_without_flee
     })
     .await
     .unwrap_or_else(|| panic!("no record with the label's pool:\n{}", agent.log_text()));
-    assert_eq!(
-        rec["slice"], "tpu-v5p-pool",
-        "a multi-host TPU pool is a slice"
-    );
+    assert_eq!(rec["slice"], "tpu-v5p-pool", "a multi-host TPU pool is a slice");
     assert_eq!(rec["provisioning"], "spot");
     assert_eq!(rec["accelerator"], "tpu-v5p-slice");
     assert_eq!(rec["tpu_topology"], "2x2x4");
     assert_eq!(rec["maintenance"], "none");
     assert_eq!(rec["maintenance_source"], "");
     // The table shows the same, and the slice summary counts the node under its pool.
-    let (code, table, err) = vigil(
-        &["status", "--config", cfg.to_str().unwrap()],
-        &[("REDIS_URL", &r.redis)],
-    );
+    let (code, table, err) =
+        vigil(&["status", "--config", cfg.to_str().unwrap()], &[("REDIS_URL", &r.redis)]);
     assert_eq!(code, 0, "{err}");
-    let row = table
-        .lines()
-        .find(|l| l.starts_with(&r.s.node))
-        .unwrap_or_else(|| panic!("{table}"));
+    let row = table.lines().find(|l| l.starts_with(&r.s.node)).unwrap_or_else(|| panic!("{table}"));
     for cell in ["tpu-v5p-pool", "spot", "tpu-v5p-slice", "2x2x4"] {
         assert!(row.contains(cell), "{cell} missing: {row}");
     }
@@ -178,21 +160,13 @@ async fn a_gke_maintenance_label_stands_a_hung_workers_restart_down() {
     // (stale in 2 s, due in ~5 s) must not race the agent's first read of the Node, which a
     // loaded machine can delay that long (the test failed so once).
     assert!(
-        eventually(Duration::from_secs(10), || r
-            .label("vigil.dev/maintenance")
-            .as_deref()
+        eventually(Duration::from_secs(10), || r.label("vigil.dev/maintenance").as_deref()
             == Some("ongoing"))
         .await,
         "GKE's label did not reach the Node as Vigil's phase:\n{}",
         agent.log_text()
     );
-    let (code, _, err) = beat(
-        &cfg,
-        &r.s.worker,
-        "processing",
-        &[],
-        &[("REDIS_URL", &r.redis)],
-    );
+    let (code, _, err) = beat(&cfg, &r.s.worker, "processing", &[], &[("REDIS_URL", &r.redis)]);
     assert_eq!(code, 0, "{err}");
     // Stale after 2 s, confirmed and due after ~5 s, the stop grace 3 s: wait well past that.
     tokio::time::sleep(Duration::from_secs(9)).await;
@@ -217,10 +191,7 @@ async fn a_gke_maintenance_label_stands_a_hung_workers_restart_down() {
     );
     let metrics = r.s.metrics().await;
     assert!(
-        common::has_sample(
-            &metrics,
-            "vigil_maintenance_source{source=\"node-labels\"} 1"
-        ),
+        common::has_sample(&metrics, "vigil_maintenance_source{source=\"node-labels\"} 1"),
         "{metrics}"
     );
     // GKE takes its label off: the stand-down ends (after `metadata.settle`, 1 s) and the
@@ -237,11 +208,7 @@ async fn a_gke_maintenance_label_stands_a_hung_workers_restart_down() {
     // NB: the trail's `restarted` follows the new container's start (the restart is verified
     // first): under load, moments later.
     assert!(
-        eventually(Duration::from_secs(30), || decisions(
-            &r.trail(&cfg),
-            "restarted"
-        ) >= 1)
-        .await,
+        eventually(Duration::from_secs(30), || decisions(&r.trail(&cfg), "restarted") >= 1).await,
         "no restarted entry:\n{}",
         r.trail(&cfg)
     );
@@ -262,18 +229,10 @@ async fn gke_s_impending_termination_taint_stands_restarts_down_and_reaches_the_
     let worker = WorkerContainer::start(&r.s.label, &r.s.worker);
     let before = worker.started_at();
     let agent = r.agent(&cfg);
-    let (code, _, err) = beat(
-        &cfg,
-        &r.s.worker,
-        "processing",
-        &[],
-        &[("REDIS_URL", &r.redis)],
-    );
+    let (code, _, err) = beat(&cfg, &r.s.worker, "processing", &[], &[("REDIS_URL", &r.redis)]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        eventually(Duration::from_secs(10), || r
-            .label("vigil.dev/maintenance")
-            .as_deref()
+        eventually(Duration::from_secs(10), || r.label("vigil.dev/maintenance").as_deref()
             == Some("terminating"))
         .await,
         "{}",
@@ -283,10 +242,7 @@ async fn gke_s_impending_termination_taint_stands_restarts_down_and_reaches_the_
     assert_eq!(worker.started_at(), before, "{}", agent.log_text());
     let rec = r.record(&cfg).expect("a record");
     assert_eq!(
-        (
-            rec["maintenance"].as_str(),
-            rec["maintenance_source"].as_str()
-        ),
+        (rec["maintenance"].as_str(), rec["maintenance_source"].as_str()),
         (Some("terminating"), Some("node-labels"))
     );
     assert_eq!(rec["provisioning"], "spot");
@@ -339,14 +295,7 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     let runtime = FakeRuntime::default();
     runtime.add("c1", "trainer-0");
     let keys = Keys::new("vigil", "gpu-1");
-    coord
-        .hset(
-            &keys.status("trainer-0"),
-            &[("state".into(), "idle".into())],
-            None,
-        )
-        .await
-        .unwrap();
+    coord.hset(&keys.status("trainer-0"), &[("state".into(), "idle".into())], None).await.unwrap();
     let metrics = Arc::new(Metrics::new());
     let api = Arc::new(KubeNodeApi::from_url(&kube.url).unwrap());
     let (_agent, controller) = agent_and_controller(
@@ -380,9 +329,7 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     });
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
     // The idle check lists this node's pods (none hold an accelerator here).
-    let pods = vigil::kube::pods::KubePods::connect(&kube.url)
-        .await
-        .unwrap();
+    let pods = vigil::kube::pods::KubePods::connect(&kube.url).await.unwrap();
     let controller = controller.with_pod_witnesses(Some(Arc::new(pods)), None);
     tokio::spawn(controller.with_node_info(node_rx, None).run(
         meta_rx,
@@ -392,8 +339,7 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
     ));
     let label = |k: &str| fake_kube::label(&kube.node(), k);
     assert!(
-        eventually(Duration::from_secs(5), || label("vigil.dev/maintenance")
-            .as_deref()
+        eventually(Duration::from_secs(5), || label("vigil.dev/maintenance").as_deref()
             == Some("pending"))
         .await
     );
@@ -407,17 +353,13 @@ async fn opportunistic_maintenance_claims_for_the_pool_the_node_names_and_not_be
         "cloud.google.com/gke-nodepool": "gpu-pool"
     }}}));
     assert!(
-        eventually(Duration::from_secs(5), || label(PERFORM_MAINTENANCE_LABEL)
-            .as_deref()
+        eventually(Duration::from_secs(5), || label(PERFORM_MAINTENANCE_LABEL).as_deref()
             == Some("true"))
         .await,
         "no claim once the pool was known"
     );
     let held = coord.get_many(&claim_key("gpu-pool")).await.unwrap();
-    assert!(
-        held[0].as_deref().is_some_and(|t| t.starts_with("gpu-1:")),
-        "{held:?}"
-    );
+    assert!(held[0].as_deref().is_some_and(|t| t.starts_with("gpu-1:")), "{held:?}");
     stop.cancel();
 }
 
@@ -435,20 +377,12 @@ async fn a_cordoned_node_stands_restarts_down_and_says_why() {
     let worker = WorkerContainer::start(&r.s.label, &r.s.worker);
     let before = worker.started_at();
     let agent = r.agent(&cfg);
-    let (code, _, err) = beat(
-        &cfg,
-        &r.s.worker,
-        "processing",
-        &[],
-        &[("REDIS_URL", &r.redis)],
-    );
+    let (code, _, err) = beat(&cfg, &r.s.worker, "processing", &[], &[("REDIS_URL", &r.redis)]);
     assert_eq!(code, 0, "{err}");
     // Stale after 2 s, confirmed and due after ~5 s: wait well past that.
     assert!(
-        eventually(Duration::from_secs(20), || r
-            .trail(&cfg)
-            .contains("the node is cordoned"))
-        .await,
+        eventually(Duration::from_secs(20), || r.trail(&cfg).contains("the node is cordoned"))
+            .await,
         "{}\n{}",
         r.trail(&cfg),
         agent.log_text()
@@ -456,15 +390,10 @@ async fn a_cordoned_node_stands_restarts_down_and_says_why() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(worker.started_at(), before, "{}", agent.log_text());
     let trail = r.trail(&cfg);
-    assert_eq!(
-        trail.matches("the node is cordoned").count(),
-        1,
-        "said once per incident: {trail}"
-    );
+    assert_eq!(trail.matches("the node is cordoned").count(), 1, "said once per incident: {trail}");
     assert_eq!(decisions(&trail, "restarted"), 0, "{trail}");
     // Uncordoned (the drain was called off; a JSON merge patch replaces the list).
-    r.kube
-        .foreign_write(json!({"spec": {"unschedulable": null, "taints": []}}));
+    r.kube.foreign_write(json!({"spec": {"unschedulable": null, "taints": []}}));
     assert!(
         eventually(Duration::from_secs(30), || worker.started_at() != before).await,
         "not restarted once uncordoned:\n{}\n{}",

@@ -54,12 +54,7 @@ impl Monitor {
         let stop = CancellationToken::new();
         let thread =
             spawn_monitor(Box::new(fake.clone()), cfg, tx, stop.clone()).expect("a monitor thread");
-        let m = Monitor {
-            fake,
-            rx,
-            stop,
-            thread: Some(thread),
-        };
+        let m = Monitor { fake, rx, stop, thread: Some(thread) };
         m.wait_for("both GPUs healthy", |r| {
             r.monitoring() && r.gpus.len() == 2 && r.node == GpuHealth::Healthy
         });
@@ -74,10 +69,7 @@ impl Monitor {
             if pred(&r) {
                 return r;
             }
-            assert!(
-                Instant::now() < deadline,
-                "never saw: {what}; last report: {r:#?}"
-            );
+            assert!(Instant::now() < deadline, "never saw: {what}; last report: {r:#?}");
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -91,8 +83,7 @@ impl Monitor {
         self.fake.inject_xid(index, xid);
         let id = index.to_string();
         self.wait_for(&format!("XID {xid} counted"), |r| {
-            r.gpu(&id)
-                .is_some_and(|g| g.xid_counts.get(&xid) == Some(&1))
+            r.gpu(&id).is_some_and(|g| g.xid_counts.get(&xid) == Some(&1))
         })
     }
 
@@ -138,11 +129,9 @@ fn hardware_xid_fails_the_gpu_and_the_node_for_good() {
     assert_eq!(health(&r, "1"), Some(GpuHealth::Healthy));
     assert_eq!(r.gpu("0").unwrap().xid_counts.get(&79), Some(&1));
     assert!(
-        r.node_reasons
-            .iter()
-            .any(|s| s.contains("XID 79 (GPU has fallen off the bus)")
-                && s.contains(UUID0)
-                && s.contains("reboot the node")),
+        r.node_reasons.iter().any(|s| s.contains("XID 79 (GPU has fallen off the bus)")
+            && s.contains(UUID0)
+            && s.contains("reboot the node")),
         "{:?}",
         r.node_reasons
     );
@@ -181,15 +170,9 @@ fn evidence_xid_is_recorded_and_attached_to_hang_alerts() {
     let cfg = cfg();
     let lines = evidence(&r, Some(&["0".to_string()]), clock_ms(), &cfg);
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(
-        lines[0].starts_with(&format!("XID 43 on GPU 0 ({UUID0}) ")),
-        "{lines:?}"
-    );
+    assert!(lines[0].starts_with(&format!("XID 43 on GPU 0 ({UUID0}) ")), "{lines:?}");
     assert!(lines[0].ends_with(" ago"), "{lines:?}");
-    assert_eq!(
-        evidence(&r, Some(&[UUID0.to_string()]), clock_ms(), &cfg),
-        lines
-    );
+    assert_eq!(evidence(&r, Some(&[UUID0.to_string()]), clock_ms(), &cfg), lines);
     assert_eq!(evidence(&r, None, clock_ms(), &cfg), lines);
     assert!(evidence(&r, Some(&["1".to_string()]), clock_ms(), &cfg).is_empty());
     assert!(!worker_on_failed_gpu(&r, None));
@@ -202,16 +185,10 @@ fn uncorrectable_ecc_degrades_the_gpu() {
     m.fake.set_ecc_uncorrected(1, 2);
     let r = m.wait_health("GPU 1 degraded", "1", GpuHealth::Degraded);
     assert_eq!(r.node, GpuHealth::Degraded);
-    assert!(
-        has_reason(&r, "2 uncorrectable ECC"),
-        "{:?}",
-        r.node_reasons
-    );
+    assert!(has_reason(&r, "2 uncorrectable ECC"), "{:?}", r.node_reasons);
     assert!(!worker_on_failed_gpu(&r, None), "degraded is not failed");
     m.fake.set_ecc_uncorrected(1, 0);
-    m.wait_for("healthy again after the counters reset", |r| {
-        r.node == GpuHealth::Healthy
-    });
+    m.wait_for("healthy again after the counters reset", |r| r.node == GpuHealth::Healthy);
     m.stop();
 }
 
@@ -226,40 +203,14 @@ fn pending_retirement_and_a_pending_remap_degrade_and_a_remap_failure_fails() {
 
     m.fake.set_remap(
         1,
-        RemappedRows {
-            correctable: 1,
-            uncorrectable: 3,
-            pending: false,
-            failure: true,
-        },
+        RemappedRows { correctable: 1, uncorrectable: 3, pending: false, failure: true },
     );
     let r = m.wait_health("GPU 1 failed", "1", GpuHealth::Failed);
-    assert!(
-        has_reason(&r, "row remapping failed"),
-        "{:?}",
-        r.node_reasons
-    );
-    assert_eq!(
-        r.gpu("1")
-            .unwrap()
-            .sample
-            .remapped_rows
-            .map(|x| x.uncorrectable),
-        Some(3)
-    );
-    m.fake.set_remap(
-        1,
-        RemappedRows {
-            pending: true,
-            ..RemappedRows::default()
-        },
-    );
+    assert!(has_reason(&r, "row remapping failed"), "{:?}", r.node_reasons);
+    assert_eq!(r.gpu("1").unwrap().sample.remapped_rows.map(|x| x.uncorrectable), Some(3));
+    m.fake.set_remap(1, RemappedRows { pending: true, ..RemappedRows::default() });
     let r = m.wait_for("remap pending", |r| has_reason(r, "row remap is pending"));
-    assert_eq!(
-        r.node,
-        GpuHealth::Degraded,
-        "survivable until the next reset"
-    );
+    assert_eq!(r.node, GpuHealth::Degraded, "survivable until the next reset");
     assert!(has_reason(&r, "reset it at the next convenient time"));
     assert!(!worker_on_failed_gpu(&r, None));
     m.stop();
@@ -306,43 +257,27 @@ fn failed_reads_keep_the_last_verdict_and_xids_still_arrive() {
     m.fake.wait_samples(2, LIMIT);
     let r = m.now();
     assert_eq!(r.gpus.len(), 2);
-    assert!(
-        r.gpus.iter().all(|g| !g.missing),
-        "a failed read is not 'every GPU is gone'"
-    );
+    assert!(r.gpus.iter().all(|g| !g.missing), "a failed read is not 'every GPU is gone'");
     assert_eq!(r.node, GpuHealth::Healthy);
     m.fake.inject_xid(1, 95);
     let r = m.wait_health("XID folded in while reads fail", "1", GpuHealth::Failed);
     assert!(r.gpus.iter().all(|g| !g.missing));
     m.fake.fail_samples(false);
     m.fake.wait_samples(1, LIMIT);
-    assert_eq!(
-        m.wait_for("reads again", |r| r.node == GpuHealth::Failed)
-            .gpus
-            .len(),
-        2
-    );
+    assert_eq!(m.wait_for("reads again", |r| r.node == GpuHealth::Failed).gpus.len(), 2);
     m.stop();
 }
 
 #[test]
 fn a_wedged_driver_is_reported_once_as_unknown_and_the_verdict_returns_when_it_answers() {
-    let m = Monitor::start_with(GpuConfig {
-        call_deadline: Duration::from_secs(2),
-        ..cfg()
-    });
+    let m = Monitor::start_with(GpuConfig { call_deadline: Duration::from_secs(2), ..cfg() });
     m.fake.inject_xid(1, 95);
     m.wait_health("GPU 1 failed", "1", GpuHealth::Failed);
     let before = m.fake.samples_taken();
     m.fake.wedge(true);
-    let r = m.wait_for("the wedged call reported", |r| {
-        r.state == GpuMonitorState::NvmlHung
-    });
+    let r = m.wait_for("the wedged call reported", |r| r.state == GpuMonitorState::NvmlHung);
     assert!(!r.monitoring(), "no verdict while NVML does not answer");
-    assert_eq!(
-        r.hung.as_deref(),
-        Some("reading the GPUs has not returned within 2s")
-    );
+    assert_eq!(r.hung.as_deref(), Some("reading the GPUs has not returned within 2s"));
     assert_eq!(
         health(&r, "1"),
         Some(GpuHealth::Failed),
@@ -364,8 +299,7 @@ fn a_storm_of_one_xid_is_one_episode() {
     let m = Monitor::start();
     m.fake.inject_xids(0, 13, 5000);
     let r = m.wait_for("every event counted", |r| {
-        r.gpu("0")
-            .is_some_and(|g| g.xid_counts.get(&13) == Some(&5000))
+        r.gpu("0").is_some_and(|g| g.xid_counts.get(&13) == Some(&5000))
     });
     assert_eq!(r.begun.len(), 1, "{:?}", r.begun);
     assert_eq!(
@@ -375,8 +309,7 @@ fn a_storm_of_one_xid_is_one_episode() {
     assert_eq!(r.gpu("0").unwrap().episodes[0].count, 5000);
     m.fake.inject_xids(0, 13, 10);
     let r = m.wait_for("more of the same", |r| {
-        r.gpu("0")
-            .is_some_and(|g| g.xid_counts.get(&13) == Some(&5010))
+        r.gpu("0").is_some_and(|g| g.xid_counts.get(&13) == Some(&5010))
     });
     assert_eq!(r.begun.len(), 1, "still the same episode");
     m.stop();
@@ -405,13 +338,8 @@ fn nvml_probe_on_this_machine() {
             let n = probe.gpu_count().expect("device count");
             let samples = probe.sample().expect("sample");
             assert_eq!(samples.len() as u32, n, "{samples:#?}");
-            assert!(
-                samples.iter().all(|s| s.uuid.starts_with("GPU-")),
-                "{samples:#?}"
-            );
-            let xids = probe
-                .wait_xids(Duration::from_millis(50))
-                .expect("wait for XIDs");
+            assert!(samples.iter().all(|s| s.uuid.starts_with("GPU-")), "{samples:#?}");
+            let xids = probe.wait_xids(Duration::from_millis(50)).expect("wait for XIDs");
             assert!(xids.is_empty(), "unexpected XIDs on this machine: {xids:?}");
         }
         Err(e) => {
@@ -425,14 +353,9 @@ fn nvml_probe_on_this_machine() {
 
 #[tokio::test]
 async fn start_off_does_nothing() {
-    let cfg = GpuConfig {
-        enabled: Switch::Off,
-        ..cfg()
-    };
+    let cfg = GpuConfig { enabled: Switch::Off, ..cfg() };
     let (tx, rx) = watch::channel(GpuReport::default());
-    assert!(start(&cfg, tx, CancellationToken::new(), None, None)
-        .await
-        .is_none());
+    assert!(start(&cfg, tx, CancellationToken::new(), None, None).await.is_none());
     assert!(!rx.borrow().monitoring());
     assert_eq!(rx.borrow().state, GpuMonitorState::Off);
 }

@@ -69,13 +69,8 @@ async fn rig() -> Rig {
     node.runtime.set_gpus("c1", &["GPU-bbbb"]);
     let (tx, rx) = tokio::sync::watch::channel(GpuReport::default());
     let stop = CancellationToken::new();
-    spawn_monitor(
-        Box::new(gpu.clone()),
-        node.cfg.gpu.clone(),
-        tx,
-        stop.clone(),
-    )
-    .expect("a monitor thread");
+    spawn_monitor(Box::new(gpu.clone()), node.cfg.gpu.clone(), tx, stop.clone())
+        .expect("a monitor thread");
     let agent = node.agents.remove(0).with_gpu(rx.clone());
     let notifier = Notifier::new(Some(Arc::new(fleet.sink.clone())), node.metrics.clone());
     let controller = node.controller.take().expect("built with its controller");
@@ -105,25 +100,13 @@ async fn eventually(cond: impl FnMut() -> bool) -> bool {
 
 impl Rig {
     fn gpu_label(&self) -> Option<String> {
-        self.node
-            .last()
-            .labels
-            .get("vigil.dev/gpu-health")
-            .cloned()
-            .flatten()
+        self.node.last().labels.get("vigil.dev/gpu-health").cloned().flatten()
     }
 
     async fn stale(&self, worker: &str) {
         let now = self.coord.time().await.unwrap();
         let key = self.keys.status(worker);
-        write_record(
-            self.coord.as_ref(),
-            &key,
-            "processing",
-            now - 10_000,
-            &[("job", "j")],
-        )
-        .await;
+        write_record(self.coord.as_ref(), &key, "processing", now - 10_000, &[("job", "j")]).await;
     }
 
     async fn fresh(&self, worker: &str) {
@@ -158,9 +141,7 @@ async fn xid_79_fails_the_gpu_taints_the_node_alerts_and_protects_its_worker() {
         .add_taints
         .iter()
         .any(|t| t.key == "vigil.dev/gpu-failed" && t.effect == "NoSchedule"));
-    let reasons = d.annotations["vigil.dev/gpu-health-reasons"]
-        .clone()
-        .unwrap();
+    let reasons = d.annotations["vigil.dev/gpu-health-reasons"].clone().unwrap();
     assert!(reasons.contains("79"), "{reasons}");
     assert!(r.node.reasons().contains(&"VigilGpuFailed".to_string()));
     assert!(eventually(|| r.sink.count(AlertKind::GpuFailed) >= 1).await);
@@ -170,15 +151,8 @@ async fn xid_79_fails_the_gpu_taints_the_node_alerts_and_protects_its_worker() {
     r.stale("trainer-1").await;
     let verdicts = r.cycles(25).await;
     assert_eq!(r.runtime.restarts("c0"), 0, "a restart cannot fix hardware");
-    assert_eq!(
-        r.runtime.restarts("c1"),
-        1,
-        "the healthy GPU's worker is still looked after"
-    );
-    assert!(
-        verdicts.contains(&("trainer-0".to_string(), Verdict::GpuFailed)),
-        "{verdicts:?}"
-    );
+    assert_eq!(r.runtime.restarts("c1"), 1, "the healthy GPU's worker is still looked after");
+    assert!(verdicts.contains(&("trainer-0".to_string(), Verdict::GpuFailed)), "{verdicts:?}");
     let text = r.metrics.encode();
     assert!(
         common::has_sample(
@@ -194,10 +168,7 @@ async fn xid_79_fails_the_gpu_taints_the_node_alerts_and_protects_its_worker() {
         ),
         "{text}"
     );
-    assert!(
-        common::has_sample(&text, "vigil_gpu_monitoring 1"),
-        "{text}"
-    );
+    assert!(common::has_sample(&text, "vigil_gpu_monitoring 1"), "{text}");
     // Issue 31, item 2: the failed GPU loses its time while failed, report after report.
     let gpu_lost = || {
         r.metrics
@@ -208,11 +179,7 @@ async fn xid_79_fails_the_gpu_taints_the_node_alerts_and_protects_its_worker() {
             .unwrap_or(0.0)
     };
     let before = gpu_lost();
-    assert!(
-        eventually(|| gpu_lost() > before).await,
-        "{}",
-        r.metrics.encode()
-    );
+    assert!(eventually(|| gpu_lost() > before).await, "{}", r.metrics.encode());
 }
 
 #[tokio::test]
@@ -249,19 +216,12 @@ async fn ecc_errors_and_pending_retirement_degrade() {
     r.gpu.set_ecc_uncorrected(0, 2);
     assert!(eventually(|| r.gpu_label().as_deref() == Some("degraded")).await);
     assert!(reasons(&r).contains("uncorrectable ECC"), "{}", reasons(&r));
-    assert!(
-        r.node.last().add_taints.is_empty(),
-        "degraded is not tainted"
-    );
+    assert!(r.node.last().add_taints.is_empty(), "degraded is not tainted");
     r.gpu.set_ecc_uncorrected(0, 0);
     assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
     r.gpu.set_pending_retirement(1, true);
     assert!(eventually(|| r.gpu_label().as_deref() == Some("degraded")).await);
-    assert!(
-        reasons(&r).contains("pending retirement"),
-        "{}",
-        reasons(&r)
-    );
+    assert!(reasons(&r).contains("pending retirement"), "{}", reasons(&r));
 }
 
 #[tokio::test]
@@ -274,16 +234,8 @@ async fn an_application_xid_is_evidence_on_the_hang_alert() {
     r.cycles(10).await;
     let hung = r.sink.of(AlertKind::Hung);
     assert_eq!(hung.len(), 1, "{:?}", r.sink.kinds());
-    assert!(
-        hung[0].detail.contains("XID 43 on GPU 0"),
-        "{}",
-        hung[0].detail
-    );
-    assert_eq!(
-        r.runtime.restarts("c0"),
-        1,
-        "an application XID does not block the restart"
-    );
+    assert!(hung[0].detail.contains("XID 43 on GPU 0"), "{}", hung[0].detail);
+    assert_eq!(r.runtime.restarts("c0"), 1, "an application XID does not block the restart");
 }
 
 #[tokio::test]
@@ -294,11 +246,7 @@ async fn a_gpu_reset_clears_the_failure_in_the_trail_and_its_worker_is_looked_af
     assert!(eventually(|| r.gpu_label().as_deref() == Some("failed")).await);
     r.stale("trainer-0").await;
     r.cycles(10).await;
-    assert_eq!(
-        r.runtime.restarts("c0"),
-        0,
-        "stood down while the GPU needs a reset"
-    );
+    assert_eq!(r.runtime.restarts("c0"), 0, "stood down while the GPU needs a reset");
     // The GPU is reset: its energy counter and volatile counts start again.
     r.gpu.reset_gpu(0);
     assert!(eventually(|| r.gpu_label().as_deref() == Some("healthy")).await);
@@ -317,24 +265,14 @@ async fn a_gpu_reset_clears_the_failure_in_the_trail_and_its_worker_is_looked_af
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(
-        cleared.len(),
-        1,
-        "{:?}",
-        trail_decisions(coord.as_ref(), &keys).await
-    );
+    assert_eq!(cleared.len(), 1, "{:?}", trail_decisions(coord.as_ref(), &keys).await);
     assert!(
         cleared[0].contains("GPU 0 (GPU-aaaa): failure cleared: the energy counter restarted")
             && cleared[0].contains("XID 95 (uncontained ECC error)"),
         "{}",
         cleared[0]
     );
-    assert!(!r
-        .node
-        .last()
-        .add_taints
-        .iter()
-        .any(|t| t.key == "vigil.dev/gpu-failed"));
+    assert!(!r.node.last().add_taints.iter().any(|t| t.key == "vigil.dev/gpu-failed"));
     // The worker is looked after again.
     r.stale("trainer-0").await;
     r.cycles(25).await;
@@ -351,11 +289,7 @@ async fn a_contained_ecc_error_is_the_applications_and_its_worker_is_restarted()
     r.fresh("trainer-1").await;
     r.stale("trainer-0").await;
     r.cycles(25).await;
-    assert_eq!(
-        r.runtime.restarts("c0"),
-        1,
-        "restart-app: the restart is the fix"
-    );
+    assert_eq!(r.runtime.restarts("c0"), 1, "restart-app: the restart is the fix");
     assert!(!r.node.reasons().contains(&"VigilGpuFailed".to_string()));
 }
 
@@ -374,18 +308,8 @@ async fn an_xid_storm_is_one_event_not_one_per_xid() {
     );
     r.gpu.inject_xids(0, 13, 500);
     r.gpu.inject_xid(1, 13);
-    let xid_events = || {
-        r.node
-            .reasons()
-            .iter()
-            .filter(|e| *e == "VigilGpuXid")
-            .count()
-    };
-    assert!(
-        eventually(|| xid_events() == 2).await,
-        "{:?}",
-        r.node.reasons()
-    );
+    let xid_events = || r.node.reasons().iter().filter(|e| *e == "VigilGpuXid").count();
+    assert!(eventually(|| xid_events() == 2).await, "{:?}", r.node.reasons());
     // Settled: the rest of the storm on GPU 0 is the same episode.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(xid_events(), 2, "{:?}", r.node.reasons());
@@ -399,17 +323,9 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
     assert!(eventually(|| r.gpu_label().as_deref() == Some("failed")).await);
     r.gpu.wedge(true);
     let node = r.node.clone();
-    let hung = move || {
-        node.reasons()
-            .iter()
-            .filter(|e| *e == "VigilGpuNvmlHung")
-            .count()
-    };
+    let hung = move || node.reasons().iter().filter(|e| *e == "VigilGpuNvmlHung").count();
     assert!(
-        eventually_every(Duration::from_secs(10), Duration::from_millis(50), || hung(
-        )
-            == 1)
-        .await,
+        eventually_every(Duration::from_secs(10), Duration::from_millis(50), || hung() == 1).await,
         "{:?}",
         r.node.reasons()
     );
@@ -419,11 +335,7 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
     r.stale("trainer-1").await;
     r.cycles(25).await;
     assert_eq!(r.runtime.restarts("c1"), 1);
-    assert_eq!(
-        r.runtime.restarts("c0"),
-        0,
-        "a failure outlives a wedged driver"
-    );
+    assert_eq!(r.runtime.restarts("c0"), 0, "a failure outlives a wedged driver");
     let d = r.node.last();
     assert_eq!(
         d.labels.get("vigil.dev/gpu-health").cloned().flatten(),
@@ -431,8 +343,7 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
         "no verdict while NVML hangs"
     );
     assert!(
-        !d.remove_taints
-            .contains(&"vigil.dev/gpu-failed".to_string()),
+        !d.remove_taints.contains(&"vigil.dev/gpu-failed".to_string()),
         "the failed GPU's taint stays: {:?}",
         d.remove_taints
     );
@@ -442,10 +353,7 @@ async fn a_wedged_driver_is_one_event_an_unknown_health_and_never_stops_the_cycl
         .find(|c| c.kind == "VigilGPUUnhealthy")
         .map(|c| format!("{c:?}"))
         .expect("the GPU condition");
-    assert!(
-        cond.contains("Unknown") && cond.contains("\"NvmlHung\""),
-        "{cond}"
-    );
+    assert!(cond.contains("Unknown") && cond.contains("\"NvmlHung\""), "{cond}");
     r.gpu.wedge(false);
     assert!(eventually(|| r.gpu_label().as_deref() == Some("failed")).await);
     assert_eq!(hung(), 1, "reported once");

@@ -53,9 +53,7 @@ struct Node {
 
 impl Node {
     fn new() -> Node {
-        let n = Node {
-            dir: tempfile::tempdir().unwrap(),
-        };
+        let n = Node { dir: tempfile::tempdir().unwrap() };
         n.boot("boot-1");
         n
     }
@@ -84,11 +82,7 @@ impl Node {
             stop.clone(),
         )
         .expect("a monitor thread");
-        Agent {
-            rx,
-            stop,
-            thread: Some(thread),
-        }
+        Agent { rx, stop, thread: Some(thread) }
     }
 }
 
@@ -127,10 +121,7 @@ fn wait_for(
         if pred(&r) {
             return r;
         }
-        assert!(
-            Instant::now() < deadline,
-            "never saw: {what}; last report: {r:#?}"
-        );
+        assert!(Instant::now() < deadline, "never saw: {what}; last report: {r:#?}");
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -151,16 +142,10 @@ fn a_failed_gpu_stays_failed_across_agent_restarts_until_the_node_reboots() {
     let a = node.agent(&fake);
     a.wait_for("both sampled", sampled);
     fake.inject_xid(0, 95);
-    a.wait_for("GPU 0 failed", |r| {
-        health(r, "0") == Some(GpuHealth::Failed)
-    });
+    a.wait_for("GPU 0 failed", |r| health(r, "0") == Some(GpuHealth::Failed));
     let deadline = Instant::now() + LIMIT;
     while !node.state_text().contains(UUID0) {
-        assert!(
-            Instant::now() < deadline,
-            "never written: {}",
-            node.state_text()
-        );
+        assert!(Instant::now() < deadline, "never written: {}", node.state_text());
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(node.state_text().contains("XID 95"));
@@ -171,18 +156,11 @@ fn a_failed_gpu_stays_failed_across_agent_restarts_until_the_node_reboots() {
     // and after samples.
     let a = node.agent(&fake);
     let r = a.wait_for("both sampled", sampled);
-    assert_eq!(
-        health(&r, "0"),
-        Some(GpuHealth::Failed),
-        "{:?}",
-        r.node_reasons
-    );
+    assert_eq!(health(&r, "0"), Some(GpuHealth::Failed), "{:?}", r.node_reasons);
     assert_eq!(health(&r, "1"), Some(GpuHealth::Healthy));
     assert!(worker_on_failed_gpu(&r, Some(&["0".to_string()])));
     assert!(
-        r.node_reasons
-            .iter()
-            .any(|s| s.contains("XID 95") && s.contains(UUID0)),
+        r.node_reasons.iter().any(|s| s.contains("XID 95") && s.contains(UUID0)),
         "{:?}",
         r.node_reasons
     );
@@ -197,9 +175,7 @@ fn a_failed_gpu_stays_failed_across_agent_restarts_until_the_node_reboots() {
     assert_eq!(r.cleared.len(), 1, "{:?}", r.cleared);
     assert!(r.cleared[0].why.contains("rebooted"), "{:?}", r.cleared);
     assert!(r.cleared[0].gpu.contains(UUID0));
-    a.wait_for("the file forgets it", |_| {
-        !node.state_text().contains(UUID0)
-    });
+    a.wait_for("the file forgets it", |_| !node.state_text().contains(UUID0));
     a.stop();
 }
 
@@ -210,23 +186,12 @@ fn a_gpu_reset_while_the_agent_runs_clears_the_failure_and_says_why() {
     let a = node.agent(&fake);
     a.wait_for("both sampled", sampled);
     fake.inject_xid(1, 79);
-    a.wait_for("GPU 1 failed", |r| {
-        health(r, "1") == Some(GpuHealth::Failed)
-    });
+    a.wait_for("GPU 1 failed", |r| health(r, "1") == Some(GpuHealth::Failed));
     fake.reset_gpu(1);
-    let r = a.wait_for("GPU 1 healthy again", |r| {
-        health(r, "1") == Some(GpuHealth::Healthy)
-    });
+    let r = a.wait_for("GPU 1 healthy again", |r| health(r, "1") == Some(GpuHealth::Healthy));
     assert_eq!(r.cleared.len(), 1);
-    assert!(
-        r.cleared[0].why.contains("energy counter restarted"),
-        "{:?}",
-        r.cleared
-    );
-    assert_eq!(
-        r.cleared[0].causes,
-        vec!["XID 79 (GPU has fallen off the bus)"]
-    );
+    assert!(r.cleared[0].why.contains("energy counter restarted"), "{:?}", r.cleared);
+    assert_eq!(r.cleared[0].causes, vec!["XID 79 (GPU has fallen off the bus)"]);
     a.wait_for("the file forgets it", |_| {
         let t = node.state_text();
         !t.is_empty() && !t.contains(UUID1)
@@ -244,9 +209,7 @@ fn a_gpu_reset_while_the_agent_was_away_clears_it_with_persistence_mode_only() {
         let a = node.agent(&fake);
         a.wait_for("both sampled", sampled);
         fake.inject_xid(0, 48);
-        a.wait_for("GPU 0 failed", |r| {
-            health(r, "0") == Some(GpuHealth::Failed)
-        });
+        a.wait_for("GPU 0 failed", |r| health(r, "0") == Some(GpuHealth::Failed));
         a.wait_for("written", |_| node.state_text().contains(UUID0));
         a.stop();
         // The operator stops the agent, resets the GPU (nvidia-smi -r wants no NVML client on
@@ -256,17 +219,10 @@ fn a_gpu_reset_while_the_agent_was_away_clears_it_with_persistence_mode_only() {
         let a = node.agent(&fake);
         let r = a.wait_for("both sampled", sampled);
         if persistence {
-            assert_eq!(
-                health(&r, "0"),
-                Some(GpuHealth::Healthy),
-                "{:?}",
-                r.node_reasons
-            );
+            assert_eq!(health(&r, "0"), Some(GpuHealth::Healthy), "{:?}", r.node_reasons);
             assert_eq!(r.cleared.len(), 1);
             assert!(
-                r.cleared[0]
-                    .why
-                    .contains("ECC counts went back from 2 to 0"),
+                r.cleared[0].why.contains("ECC counts went back from 2 to 0"),
                 "{:?}",
                 r.cleared
             );
@@ -292,17 +248,9 @@ fn a_corrupt_state_file_keeps_the_gpus_it_names_failed() {
     let fake = two_gpus();
     let a = node.agent(&fake);
     let r = a.wait_for("both sampled", sampled);
-    assert_eq!(
-        health(&r, "1"),
-        Some(GpuHealth::Failed),
-        "{:?}",
-        r.node_reasons
-    );
+    assert_eq!(health(&r, "1"), Some(GpuHealth::Failed), "{:?}", r.node_reasons);
     assert_eq!(health(&r, "0"), Some(GpuHealth::Healthy));
-    assert!(r
-        .node_reasons
-        .iter()
-        .any(|s| s.contains("unreadable state file")));
+    assert!(r.node_reasons.iter().any(|s| s.contains("unreadable state file")));
     // It is rewritten whole.
     a.wait_for("rewritten", |_| {
         serde_json::from_str::<serde_json::Value>(&node.state_text()).is_ok()
@@ -319,9 +267,7 @@ fn late_loader(
     move || {
         let k = attempts.fetch_add(1, Ordering::SeqCst);
         if k < n {
-            Err(GpuError::NoLibrary(
-                "libnvidia-ml.so.1: cannot open shared object file".into(),
-            ))
+            Err(GpuError::NoLibrary("libnvidia-ml.so.1: cannot open shared object file".into()))
         } else {
             Ok(Box::new(fake.clone()) as Box<dyn GpuProbe>)
         }
@@ -349,10 +295,7 @@ async fn finish(start: tokio::task::JoinHandle<Option<JoinHandle<()>>>) {
 
 fn options(host: &Path, warnings: &Warnings) -> StartOptions {
     StartOptions {
-        host: HostPaths {
-            dev: host.join("dev"),
-            pci_devices: host.join("sys/bus/pci/devices"),
-        },
+        host: HostPaths { dev: host.join("dev"), pci_devices: host.join("sys/bus/pci/devices") },
         boot_id_path: host.join("boot_id"),
         retry_first: Duration::from_millis(5),
         retry_max: Duration::from_millis(40),
@@ -375,37 +318,21 @@ async fn nvml_that_arrives_late_starts_monitoring_without_a_restart() {
     let stop = CancellationToken::new();
     let cfg = cfg(&host.path().join("state.json"));
     let loader = late_loader(4, fake.clone(), attempts.clone());
-    let thread = spawn_start(
-        &cfg,
-        Box::new(loader),
-        options(host.path(), &warnings),
-        tx,
-        stop.clone(),
-    );
-    wait_for(&rx, "waiting for the driver", |r| {
-        r.state == GpuMonitorState::WaitingForDriver
-    });
+    let thread =
+        spawn_start(&cfg, Box::new(loader), options(host.path(), &warnings), tx, stop.clone());
+    wait_for(&rx, "waiting for the driver", |r| r.state == GpuMonitorState::WaitingForDriver);
     assert!(
-        warnings
-            .lines()
-            .iter()
-            .any(|l| l.starts_with("gpu: waiting for the NVIDIA driver")),
+        warnings.lines().iter().any(|l| l.starts_with("gpu: waiting for the NVIDIA driver")),
         "{:?}",
         warnings.lines()
     );
     let r = wait_for(&rx, "monitoring", |r| r.monitoring() && r.gpus.len() == 2);
     assert_eq!(r.state, GpuMonitorState::On);
-    assert_eq!(
-        attempts.load(Ordering::SeqCst),
-        5,
-        "four failures, then the load"
-    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 5, "four failures, then the load");
     assert!(warnings.lines().is_empty(), "{:?}", warnings.lines());
     // The monitor runs: a failing XID arrives.
     fake.inject_xid(0, 95);
-    wait_for(&rx, "GPU 0 failed", |r| {
-        health(r, "0") == Some(GpuHealth::Failed)
-    });
+    wait_for(&rx, "GPU 0 failed", |r| health(r, "0") == Some(GpuHealth::Failed));
     stop.cancel();
     finish(thread).await;
 }
@@ -419,20 +346,11 @@ async fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
     let stop = CancellationToken::new();
     let cfg = cfg(&host.path().join("state.json"));
     let loader = late_loader(0, two_gpus(), attempts.clone());
-    let thread = spawn_start(
-        &cfg,
-        Box::new(loader),
-        options(host.path(), &warnings),
-        tx,
-        stop.clone(),
-    );
+    let thread =
+        spawn_start(&cfg, Box::new(loader), options(host.path(), &warnings), tx, stop.clone());
     wait_for(&rx, "no GPU", |r| r.state == GpuMonitorState::NoGpu);
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(
-        attempts.load(Ordering::SeqCst),
-        0,
-        "NVML is not tried without a GPU"
-    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 0, "NVML is not tried without a GPU");
     assert!(warnings.lines().is_empty(), "no GPU is not a warning");
     // The driver installer ran after all: a PCI NVIDIA 3D controller shows up.
     let pci = host.path().join("sys/bus/pci/devices/0000:00:04.0");
@@ -447,21 +365,11 @@ async fn a_node_without_gpus_is_not_waited_on_until_one_shows() {
     let host = tempfile::tempdir().unwrap();
     let (tx, rx) = watch::channel(GpuReport::default());
     let stop = CancellationToken::new();
-    let on = GpuConfig {
-        enabled: Switch::On,
-        ..cfg.clone()
-    };
+    let on = GpuConfig { enabled: Switch::On, ..cfg.clone() };
     let loader = late_loader(u32::MAX, two_gpus(), Arc::new(AtomicU32::new(0)));
-    let thread = spawn_start(
-        &on,
-        Box::new(loader),
-        options(host.path(), &warnings),
-        tx,
-        stop.clone(),
-    );
-    wait_for(&rx, "waiting", |r| {
-        r.state == GpuMonitorState::WaitingForDriver
-    });
+    let thread =
+        spawn_start(&on, Box::new(loader), options(host.path(), &warnings), tx, stop.clone());
+    wait_for(&rx, "waiting", |r| r.state == GpuMonitorState::WaitingForDriver);
     // `stop` ends the wait promptly.
     stop.cancel();
     finish(thread).await;

@@ -97,13 +97,7 @@ async fn rig(idle_for: Duration, before: Before) -> Rig {
     let kubelet = FakePodResources::start().await;
     let cfg = config(&node, &kube, &kubelet, idle_for);
     // The worker: its pod holds GPU 0 by every account, and its record says idle.
-    kube.put_pod(pod_json(
-        "ml",
-        "trainer-0",
-        &node,
-        &[WORKER_LABEL],
-        &[("nvidia.com/gpu", "1")],
-    ));
+    kube.put_pod(pod_json("ml", "trainer-0", &node, &[WORKER_LABEL], &[("nvidia.com/gpu", "1")]));
     kubelet.set_gpu_pod("ml", "trainer-0", "main", &["nvidia0"]);
     let runtime = FakeRuntime::default();
     runtime.add("c1", "trainer-0");
@@ -117,14 +111,7 @@ async fn rig(idle_for: Duration, before: Before) -> Rig {
     let coord: Arc<dyn Coordinator> =
         Arc::new(RedisCoordinator::new(&shared_redis_url(), Duration::from_secs(2)).unwrap());
     let keys = Keys::new(&cfg.redis.key_prefix, &node);
-    coord
-        .hset(
-            &keys.status("trainer-0"),
-            &[("state".into(), "idle".into())],
-            None,
-        )
-        .await
-        .unwrap();
+    coord.hset(&keys.status("trainer-0"), &[("state".into(), "idle".into())], None).await.unwrap();
     let metrics = Arc::new(Metrics::new());
     let agent = Agent::new(
         cfg.clone(),
@@ -156,17 +143,7 @@ async fn rig(idle_for: Duration, before: Before) -> Rig {
     .expect("a monitor thread");
     let (meta_tx, meta_rx) = watch::channel(reschedulable());
     tokio::spawn(controller.run(meta_rx, gpu_rx, stop.child_token(), stop.clone()));
-    Rig {
-        kube,
-        kubelet,
-        gpus,
-        metrics,
-        coord,
-        keys,
-        node,
-        stop,
-        _meta: meta_tx,
-    }
+    Rig { kube, kubelet, gpus, metrics, coord, keys, node, stop, _meta: meta_tx }
 }
 
 impl Rig {
@@ -183,11 +160,7 @@ impl Rig {
 
     /// The trail's idle-check details, oldest first.
     async fn idle_checks(&self) -> Vec<String> {
-        let entries = self
-            .coord
-            .read_recent(&self.keys.trail(), 1000)
-            .await
-            .unwrap();
+        let entries = self.coord.read_recent(&self.keys.trail(), 1000).await.unwrap();
         entries
             .iter()
             .rev()
@@ -224,13 +197,7 @@ const LIMIT: Duration = Duration::from_secs(15);
 
 /// A training job that never opted in, on GPU 1, by every witness's account.
 fn foreign_job(node: &str, kube: &FakeKube, kubelet: &FakePodResources, gpus: &FakeGpu) {
-    kube.put_pod(pod_json(
-        "team",
-        "train",
-        node,
-        &[],
-        &[("nvidia.com/gpu", "1")],
-    ));
+    kube.put_pod(pod_json("team", "train", node, &[], &[("nvidia.com/gpu", "1")]));
     kubelet.set_gpu_pod("team", "train", "main", &["nvidia1"]);
     gpus.set_compute_processes(1, Some(1));
 }
@@ -249,9 +216,7 @@ fn all_unknown(_: &str, kube: &FakeKube, kubelet: &FakePodResources, gpus: &Fake
 async fn a_gpu_job_that_never_opted_in_keeps_the_node_from_asking_and_its_end_lets_it() {
     let r = rig(Duration::from_millis(300), foreign_job).await;
     assert!(
-        eventually(LIMIT, || r.busy("accelerator-pod")
-            && r.busy("gpu-compute-process"))
-        .await,
+        eventually(LIMIT, || r.busy("accelerator-pod") && r.busy("gpu-compute-process")).await,
         "{}",
         r.metrics.encode()
     );
@@ -267,17 +232,10 @@ async fn a_gpu_job_that_never_opted_in_keeps_the_node_from_asking_and_its_end_le
             && last.contains("gpu-compute-process: GPU 1 (GPU-1)"),
         "{last}"
     );
-    assert!(
-        !last.contains("trainer-0"),
-        "the idle worker's own pod and GPU are allowed: {last}"
-    );
+    assert!(!last.contains("trainer-0"), "the idle worker's own pod and GPU are allowed: {last}");
 
     r.remove_foreign_job();
-    assert!(
-        eventually(LIMIT, || r.asked()).await,
-        "{}",
-        r.metrics.encode()
-    );
+    assert!(eventually(LIMIT, || r.asked()).await, "{}", r.metrics.encode());
     assert!(!r.busy("accelerator-pod") && !r.busy("gpu-compute-process"));
     let checks = r.idle_checks().await;
     assert!(checks.last().unwrap().starts_with("idle"), "{checks:?}");
@@ -288,24 +246,12 @@ async fn each_witness_alone_sees_the_job() {
     // idle_for is long: this test reads the verdict, never the claim.
     let r = rig(Duration::from_secs(3600), nothing).await;
     // Admitted to the node but not started: only the API server knows.
-    r.kube.put_pod(pod_json(
-        "team",
-        "pending",
-        &r.node,
-        &[],
-        &[("google.com/tpu", "4")],
-    ));
+    r.kube.put_pod(pod_json("team", "pending", &r.node, &[], &[("google.com/tpu", "4")]));
     assert!(eventually(LIMIT, || r.busy("accelerator-pod")).await);
     r.kube.remove_pod("team", "pending");
     assert!(eventually(LIMIT, || !r.busy("accelerator-pod")).await);
     // A pod on another node is none of this node's business (the field selector).
-    r.kube.put_pod(pod_json(
-        "team",
-        "elsewhere",
-        "other-node",
-        &[],
-        &[("nvidia.com/gpu", "8")],
-    ));
+    r.kube.put_pod(pod_json("team", "elsewhere", "other-node", &[], &[("nvidia.com/gpu", "8")]));
     // Only the kubelet: a pod the API server no longer lists (deleted there while its containers
     // still run).
     r.kubelet.set_gpu_pod("team", "devs", "main", &["nvidia1"]);
@@ -343,11 +289,7 @@ async fn a_witness_that_cannot_answer_counts_as_busy() {
     r.kube.allow("list pods");
     r.kubelet.refuse(false);
     r.gpus.set_compute_processes(1, Some(0));
-    assert!(
-        eventually(LIMIT, || r.asked()).await,
-        "{}",
-        r.metrics.encode()
-    );
+    assert!(eventually(LIMIT, || r.asked()).await, "{}", r.metrics.encode());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

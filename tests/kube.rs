@@ -29,10 +29,7 @@ async fn setup() -> (FakeKube, KubeNodeApi) {
 }
 
 fn keys(pairs: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect()
 }
 
 fn maintenance_taint() -> Taint {
@@ -57,10 +54,7 @@ fn maintenance_label(value: &str) -> NodeDesired {
 
 /// How many PATCHes the server has seen.
 fn patches(fake: &FakeKube) -> usize {
-    fake.requests()
-        .into_iter()
-        .filter(|(m, _, _)| m == "PATCH")
-        .count()
+    fake.requests().into_iter().filter(|(m, _, _)| m == "PATCH").count()
 }
 
 #[tokio::test]
@@ -78,10 +72,7 @@ async fn labels_and_annotations_set_then_removed_while_foreign_keys_survive() {
     };
     api.reconcile(NODE, &set).await.expect("set");
     let node = fake.node();
-    assert_eq!(
-        label(&node, "vigil.dev/maintenance").as_deref(),
-        Some("pending")
-    );
+    assert_eq!(label(&node, "vigil.dev/maintenance").as_deref(), Some("pending"));
     assert_eq!(
         annotation(&node, "vigil.dev/window-start").as_deref(),
         Some("2025-06-01T10:00:00Z")
@@ -98,15 +89,9 @@ async fn labels_and_annotations_set_then_removed_while_foreign_keys_survive() {
     assert_eq!(annotation(&node, "vigil.dev/window-start"), None);
     // Everyone else's keys, including the server-set ones, are exactly as they were.
     assert_eq!(label(&node, "team").as_deref(), Some("ml"));
-    assert_eq!(
-        label(&node, "kubernetes.io/hostname").as_deref(),
-        Some(NODE)
-    );
+    assert_eq!(label(&node, "kubernetes.io/hostname").as_deref(), Some(NODE));
     assert_eq!(annotation(&node, "owner").as_deref(), Some("infra"));
-    assert_eq!(
-        annotation(&node, "node.alpha.kubernetes.io/ttl").as_deref(),
-        Some("0")
-    );
+    assert_eq!(annotation(&node, "node.alpha.kubernetes.io/ttl").as_deref(), Some("0"));
     assert_eq!(node["spec"]["podCIDR"], "10.0.0.0/24");
 }
 
@@ -116,10 +101,7 @@ async fn maintenance_taint_added_next_to_foreign_taint_then_removed() {
     let foreign = json!({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"});
     fake.foreign_write(json!({"spec": {"taints": [foreign.clone()]}}));
 
-    let add = NodeDesired {
-        add_taints: vec![maintenance_taint()],
-        ..NodeDesired::default()
-    };
+    let add = NodeDesired { add_taints: vec![maintenance_taint()], ..NodeDesired::default() };
     api.reconcile(NODE, &add).await.expect("add taint");
     assert_eq!(
         taints(&fake.node()),
@@ -145,22 +127,11 @@ async fn taint_patches_carry_the_resource_version_they_were_computed_from() {
     fake.race_next_get(json!({"spec": {"taints": [
         {"key": "example.com/drain", "effect": "NoExecute"}
     ]}}));
-    let add = NodeDesired {
-        add_taints: vec![maintenance_taint()],
-        ..NodeDesired::default()
-    };
-    api.reconcile(NODE, &add)
-        .await
-        .expect("add taint despite the race");
+    let add = NodeDesired { add_taints: vec![maintenance_taint()], ..NodeDesired::default() };
+    api.reconcile(NODE, &add).await.expect("add taint despite the race");
 
-    let keys: Vec<Value> = taints(&fake.node())
-        .iter()
-        .map(|t| t["key"].clone())
-        .collect();
-    assert_eq!(
-        keys,
-        vec![json!("example.com/drain"), json!("vigil.dev/maintenance")]
-    );
+    let keys: Vec<Value> = taints(&fake.node()).iter().map(|t| t["key"].clone()).collect();
+    assert_eq!(keys, vec![json!("example.com/drain"), json!("vigil.dev/maintenance")]);
     // GET, PATCH (409: stale), GET, PATCH (ok).
     assert_eq!(
         fake.requests(),
@@ -183,14 +154,8 @@ async fn conflict_with_a_concurrent_label_writer_is_retried_and_both_labels_surv
     let desired = maintenance_label("ongoing");
     api.reconcile(NODE, &desired).await.expect("retried");
     let node = fake.node();
-    assert_eq!(
-        label(&node, "cloud.google.com/gke-spot").as_deref(),
-        Some("true")
-    );
-    assert_eq!(
-        label(&node, "vigil.dev/maintenance").as_deref(),
-        Some("ongoing")
-    );
+    assert_eq!(label(&node, "cloud.google.com/gke-spot").as_deref(), Some("true"));
+    assert_eq!(label(&node, "vigil.dev/maintenance").as_deref(), Some("ongoing"));
     assert_eq!(patches(&fake), 2, "one refused, one accepted");
 }
 
@@ -201,10 +166,7 @@ async fn endless_conflicts_give_up_after_the_configured_attempts() {
     fake.conflict_next(100);
     let desired = maintenance_label("ongoing");
     let err = api.reconcile(NODE, &desired).await.expect_err("gives up");
-    assert!(
-        matches!(err, NodeError::Conflict { attempts: 3, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, NodeError::Conflict { attempts: 3, .. }), "{err:?}");
     assert_eq!(err.op(), "patch");
     assert_eq!(patches(&fake), 3);
 }
@@ -213,10 +175,7 @@ async fn endless_conflicts_give_up_after_the_configured_attempts() {
 async fn reconciling_the_same_desired_state_twice_writes_once() {
     let (fake, api) = setup().await;
     let desired = NodeDesired {
-        labels: keys(&[
-            ("vigil.dev/maintenance", Some("pending")),
-            ("vigil.dev/gone", None),
-        ]),
+        labels: keys(&[("vigil.dev/maintenance", Some("pending")), ("vigil.dev/gone", None)]),
         annotations: keys(&[("vigil.dev/can-reschedule", Some("true"))]),
         add_taints: vec![maintenance_taint()],
         remove_taints: vec!["vigil.dev/old".into()],
@@ -243,21 +202,12 @@ async fn reconciling_the_same_desired_state_twice_writes_once() {
 async fn a_missing_node_is_not_found_and_points_at_node_name() {
     let (fake, api) = setup().await;
     let desired = maintenance_label("pending");
-    let err = api
-        .reconcile("no-such-node", &desired)
-        .await
-        .expect_err("404");
+    let err = api.reconcile("no-such-node", &desired).await.expect_err("404");
     assert!(matches!(err, NodeError::NotFound { .. }), "{err:?}");
     assert_eq!(err.op(), "get");
     let msg = err.to_string();
-    assert!(
-        msg.contains("no-such-node") && msg.contains("NODE_NAME"),
-        "{msg}"
-    );
-    assert_eq!(
-        fake.requests(),
-        vec![seen("GET", "/api/v1/nodes/no-such-node", "")]
-    );
+    assert!(msg.contains("no-such-node") && msg.contains("NODE_NAME"), "{msg}");
+    assert_eq!(fake.requests(), vec![seen("GET", "/api/v1/nodes/no-such-node", "")]);
 }
 
 #[tokio::test]
@@ -276,14 +226,8 @@ async fn forbidden_calls_name_the_missing_rbac_rule() {
         let err = match resource {
             "events" => {
                 // A repeat is what the Recorder PATCHes: the first one went through.
-                let kind = if verb == "patch" {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                };
-                api.event(NODE, "MaintenancePending", "m", kind)
-                    .await
-                    .expect_err("forbidden event")
+                let kind = if verb == "patch" { EventType::Warning } else { EventType::Normal };
+                api.event(NODE, "MaintenancePending", "m", kind).await.expect_err("forbidden event")
             }
             _ => api.reconcile(NODE, &desired).await.expect_err("forbidden"),
         };
@@ -313,10 +257,7 @@ async fn forbidden_calls_name_the_missing_rbac_rule() {
     }
     let events = fake.events();
     assert_eq!(events.len(), 1, "{events:?}");
-    assert!(
-        events[0].get("series").is_none(),
-        "the refused count left no trace"
-    );
+    assert!(events[0].get("series").is_none(), "the refused count left no trace");
     assert_eq!(label(&fake.node(), "vigil.dev/maintenance"), None);
 }
 
@@ -324,9 +265,7 @@ async fn forbidden_calls_name_the_missing_rbac_rule() {
 async fn events_are_events_k8s_io_events_about_the_node() {
     let (fake, api) = setup().await;
     // A reconcile first, so the agent knows the Node's uid.
-    api.reconcile(NODE, &NodeDesired::default())
-        .await
-        .expect("read");
+    api.reconcile(NODE, &NodeDesired::default()).await.expect("read");
     api.event(
         NODE,
         "MaintenanceTerminating",
@@ -348,24 +287,15 @@ async fn events_are_events_k8s_io_events_about_the_node() {
     // The Recorder's name: the regarding object's name, a dot, the time in hex nanoseconds.
     let name = e["metadata"]["name"].as_str().expect("name");
     let suffix = name.strip_prefix("gpu-node-1.").expect(name);
-    assert!(
-        !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
-        "{name}"
-    );
+    assert!(!suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
     assert_ne!(events[1]["metadata"]["name"], e["metadata"]["name"]);
     assert_eq!(e["regarding"]["apiVersion"], "v1");
     assert_eq!(e["regarding"]["kind"], "Node");
     assert_eq!(e["regarding"]["name"], NODE);
     assert_eq!(e["regarding"]["uid"], fake.node()["metadata"]["uid"]);
-    assert!(
-        e["regarding"].get("namespace").is_none(),
-        "a Node is cluster-scoped"
-    );
+    assert!(e["regarding"].get("namespace").is_none(), "a Node is cluster-scoped");
     assert_eq!(e["reason"], "MaintenanceTerminating");
-    assert_eq!(
-        e["note"],
-        "host maintenance will terminate this VM; checkpointing workers"
-    );
+    assert_eq!(e["note"], "host maintenance will terminate this VM; checkpointing workers");
     assert_eq!(e["type"], "Warning");
     assert_eq!(e["action"], "UpdateNode");
     assert_eq!(e["reportingController"], "vigil");
@@ -387,11 +317,7 @@ async fn events_are_events_k8s_io_events_about_the_node() {
     assert_eq!(events[1]["type"], "Normal");
     assert_eq!(events[1]["note"], "back to normal");
 
-    let writes: Vec<_> = fake
-        .requests()
-        .into_iter()
-        .filter(|(m, _, _)| m != "GET")
-        .collect();
+    let writes: Vec<_> = fake.requests().into_iter().filter(|(m, _, _)| m != "GET").collect();
     assert_eq!(
         writes,
         vec![
@@ -407,9 +333,7 @@ async fn events_are_events_k8s_io_events_about_the_node() {
 async fn a_repeated_event_is_counted_on_the_first_not_stored_again() {
     let (fake, api) = setup().await;
     for _ in 0..3 {
-        api.event(NODE, "VigilGpuDegraded", "GPU 0: ECC", EventType::Warning)
-            .await
-            .expect("event");
+        api.event(NODE, "VigilGpuDegraded", "GPU 0: ECC", EventType::Warning).await.expect("event");
     }
     let events = fake.events();
     assert_eq!(events.len(), 1, "{events:?}");
@@ -432,9 +356,7 @@ async fn a_repeated_event_is_counted_on_the_first_not_stored_again() {
     api.event(NODE, "VigilGpuDegraded", "GPU 1: ECC", EventType::Warning)
         .await
         .expect("other note");
-    api.event(NODE, "VigilGpuDegraded", "GPU 0: ECC", EventType::Normal)
-        .await
-        .expect("other type");
+    api.event(NODE, "VigilGpuDegraded", "GPU 0: ECC", EventType::Normal).await.expect("other type");
     api.event(NODE, "VigilGpuFailed", "GPU 0: ECC", EventType::Warning)
         .await
         .expect("other reason");
@@ -457,10 +379,7 @@ async fn a_repeated_event_is_counted_on_the_first_not_stored_again() {
     let tail: Vec<_> = fake.requests().into_iter().rev().take(2).collect();
     assert_eq!(
         tail,
-        vec![
-            seen("POST", EVENTS_PATH, "application/json"),
-            seen("PATCH", &patch_path, MERGE),
-        ],
+        vec![seen("POST", EVENTS_PATH, "application/json"), seen("PATCH", &patch_path, MERGE),],
         "a 404 on the count, then a new Event"
     );
 }
@@ -483,10 +402,7 @@ async fn the_wire_requests_are_a_get_then_a_merge_patch_of_that_node() {
     let (fake, api) = setup().await;
     let desired = maintenance_label("pending");
     api.reconcile(NODE, &desired).await.expect("reconcile");
-    assert_eq!(
-        fake.requests(),
-        vec![seen("GET", NODE_PATH, ""), seen("PATCH", NODE_PATH, MERGE)]
-    );
+    assert_eq!(fake.requests(), vec![seen("GET", NODE_PATH, ""), seen("PATCH", NODE_PATH, MERGE)]);
     // A label-only patch carries no resourceVersion, so it never conflicts needlessly: the
     // fake bumped the version on its own write only.
     assert_eq!(fake.node()["metadata"]["resourceVersion"], "2");
@@ -507,14 +423,8 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
         .await
         .expect("foreign_write");
     assert_eq!(r.status(), 200);
-    let node: Value = http
-        .get(url("/fake/node"))
-        .send()
-        .await
-        .expect("node")
-        .json()
-        .await
-        .expect("json");
+    let node: Value =
+        http.get(url("/fake/node")).send().await.expect("node").json().await.expect("json");
     assert_eq!(node["metadata"]["labels"]["team"], "ml");
     assert_eq!(node["metadata"]["resourceVersion"], "2");
 
@@ -536,10 +446,7 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
     // strategic merge patch with a directive or a list that merges by key.
     for (media, body) in [
         ("application/json-patch+json", json!([])),
-        (
-            "application/strategic-merge-patch+json",
-            json!({"spec": {"podCIDRs": ["10.0.1.0/24"]}}),
-        ),
+        ("application/strategic-merge-patch+json", json!({"spec": {"podCIDRs": ["10.0.1.0/24"]}})),
         (
             "application/strategic-merge-patch+json",
             json!({"spec": {"taints": [{"key": "a", "effect": "NoSchedule", "$patch": "delete"}]}}),
@@ -577,11 +484,7 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
     }
     let r = http.get(url(NODE_PATH)).send().await.expect("get");
     assert_eq!(r.status(), 403);
-    let r = http
-        .post(url("/fake/allow/get"))
-        .send()
-        .await
-        .expect("allow");
+    let r = http.post(url("/fake/allow/get")).send().await.expect("allow");
     assert!(r.status().is_success());
     let r = http
         .patch(url(NODE_PATH))
@@ -592,14 +495,8 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
         .expect("patch");
     assert_eq!(r.status(), 409, "conflict_next over HTTP");
 
-    let requests: Value = http
-        .get(url("/fake/requests"))
-        .send()
-        .await
-        .expect("requests")
-        .json()
-        .await
-        .expect("json");
+    let requests: Value =
+        http.get(url("/fake/requests")).send().await.expect("requests").json().await.expect("json");
     // The hooks themselves are not API requests and are not recorded.
     assert_eq!(
         requests,
@@ -613,14 +510,8 @@ async fn fake_hooks_over_http_and_faithful_refusals() {
             ["PATCH", NODE_PATH, MERGE],
         ])
     );
-    let events: Value = http
-        .get(url("/fake/events"))
-        .send()
-        .await
-        .expect("events")
-        .json()
-        .await
-        .expect("json");
+    let events: Value =
+        http.get(url("/fake/events")).send().await.expect("events").json().await.expect("json");
     assert_eq!(events, json!([]));
 }
 
@@ -644,12 +535,10 @@ async fn fake_events_api_is_faithful() {
         "type": "Normal"
     });
     let post = |ns: &str, body: &Value| {
-        http.post(url(&format!(
-            "/apis/events.k8s.io/v1/namespaces/{ns}/events"
-        )))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
+        http.post(url(&format!("/apis/events.k8s.io/v1/namespaces/{ns}/events")))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
     };
     let r = post("default", &event).await.expect("post");
     assert_eq!(r.status(), 201);
@@ -671,21 +560,14 @@ async fn fake_events_api_is_faithful() {
     // What events.k8s.io/v1 requires, and the core/v1 fields it refuses.
     let mut bare = event.clone();
     bare["metadata"]["name"] = json!("bare");
-    for field in [
-        "action",
-        "reportingController",
-        "reportingInstance",
-        "eventTime",
-    ] {
+    for field in ["action", "reportingController", "reportingInstance", "eventTime"] {
         bare.as_object_mut().unwrap().remove(field);
     }
     bare["deprecatedCount"] = json!(1);
     let r = post("default", &bare).await.expect("post");
     assert_eq!(r.status(), 422);
-    let msg = r.json::<Value>().await.expect("status")["message"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let msg =
+        r.json::<Value>().await.expect("status")["message"].as_str().unwrap_or("").to_string();
     for want in [
         "action: Required value",
         "reportingController: Required value",
@@ -697,12 +579,10 @@ async fn fake_events_api_is_faithful() {
     }
 
     let patch = |name: &str, body: Value| {
-        http.patch(url(&format!(
-            "/apis/events.k8s.io/v1/namespaces/default/events/{name}"
-        )))
-        .header("content-type", MERGE)
-        .body(body.to_string())
-        .send()
+        http.patch(url(&format!("/apis/events.k8s.io/v1/namespaces/default/events/{name}")))
+            .header("content-type", MERGE)
+            .body(body.to_string())
+            .send()
     };
     // A series may be added (a real merge: the rest stays) ...
     let r = patch(
@@ -730,9 +610,7 @@ async fn fake_events_api_is_faithful() {
     let r = patch("missing", json!({})).await.expect("patch");
     assert_eq!(r.status(), 404);
     let r = http
-        .patch(url(
-            "/apis/events.k8s.io/v1/namespaces/default/events/gpu-node-1.abc",
-        ))
+        .patch(url("/apis/events.k8s.io/v1/namespaces/default/events/gpu-node-1.abc"))
         .header("content-type", "application/strategic-merge-patch+json")
         .body("{}")
         .send()
@@ -749,18 +627,12 @@ async fn fake_events_api_is_faithful() {
         .await
         .expect("post");
     assert_eq!(r.status(), 404);
-    let r = http
-        .post(url("/fake/forbid/patch%20events"))
-        .send()
-        .await
-        .expect("forbid");
+    let r = http.post(url("/fake/forbid/patch%20events")).send().await.expect("forbid");
     assert!(r.status().is_success());
     let r = patch("gpu-node-1.abc", json!({})).await.expect("patch");
     assert_eq!(r.status(), 403);
-    let msg = r.json::<Value>().await.expect("status")["message"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let msg =
+        r.json::<Value>().await.expect("status")["message"].as_str().unwrap_or("").to_string();
     assert!(
         msg.starts_with("events.events.k8s.io \"gpu-node-1.abc\" is forbidden")
             && msg.contains("in API group \"events.k8s.io\" in the namespace \"default\""),
@@ -776,11 +648,7 @@ async fn fake_events_api_is_faithful() {
         .expect("patch");
     assert_eq!(r.status(), 200);
 
-    let r = http
-        .post(url("/fake/expire_events"))
-        .send()
-        .await
-        .expect("expire");
+    let r = http.post(url("/fake/expire_events")).send().await.expect("expire");
     assert!(r.status().is_success());
     assert!(fake.events().is_empty());
 }
@@ -798,11 +666,7 @@ fn with_conditions(phase: vigil::vocab::maintenance::Phase, failed: bool) -> Nod
     let mut d = vigil::maintenance::policy::node_desired(&k, &st, None, None);
     let report = GpuReport {
         state: vigil::accel::gpu::model::GpuMonitorState::On,
-        node: if failed {
-            GpuHealth::Failed
-        } else {
-            GpuHealth::Healthy
-        },
+        node: if failed { GpuHealth::Failed } else { GpuHealth::Healthy },
         node_reasons: if failed {
             vec!["GPU 0: XID 79 (fallen off the bus)".into()]
         } else {
@@ -825,26 +689,14 @@ fn condition(node: &Value, kind: &str) -> Value {
 async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
     use vigil::vocab::maintenance::Phase;
     let (fake, api) = setup().await;
-    api.reconcile(NODE, &with_conditions(Phase::Pending, false))
-        .await
-        .expect("first write");
+    api.reconcile(NODE, &with_conditions(Phase::Pending, false)).await.expect("first write");
     let node = fake.node();
     let m = condition(&node, "VigilMaintenance");
-    assert_eq!(
-        (m["status"].as_str(), m["reason"].as_str()),
-        (Some("True"), Some("Pending"))
-    );
+    assert_eq!((m["status"].as_str(), m["reason"].as_str()), (Some("True"), Some("Pending")));
     // One polarity: True is the problem, so a healthy GPU is False.
     let g = condition(&node, "VigilGPUUnhealthy");
-    assert_eq!(
-        (g["status"].as_str(), g["reason"].as_str()),
-        (Some("False"), Some("Healthy"))
-    );
-    assert_eq!(
-        condition(&node, "Ready")["status"],
-        "True",
-        "kubelet's condition survives"
-    );
+    assert_eq!((g["status"].as_str(), g["reason"].as_str()), (Some("False"), Some("Healthy")));
+    assert_eq!(condition(&node, "Ready")["status"], "True", "kubelet's condition survives");
     assert_eq!(
         label(&node, "vigil.dev/maintenance").as_deref(),
         Some("pending"),
@@ -863,33 +715,19 @@ async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
     assert_eq!(status_patches(&fake), 1);
 
     // A steady state writes nothing.
-    api.reconcile(NODE, &with_conditions(Phase::Pending, false))
-        .await
-        .unwrap();
-    assert_eq!(
-        status_patches(&fake),
-        1,
-        "no write when the conditions match"
-    );
+    api.reconcile(NODE, &with_conditions(Phase::Pending, false)).await.unwrap();
+    assert_eq!(status_patches(&fake), 1, "no write when the conditions match");
 
     // The GPU fails: its condition flips, with a new transition time; the maintenance
     // condition's transition time stays.
     let before = condition(&fake.node(), "VigilMaintenance")["lastTransitionTime"].clone();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    api.reconcile(NODE, &with_conditions(Phase::Pending, true))
-        .await
-        .unwrap();
+    api.reconcile(NODE, &with_conditions(Phase::Pending, true)).await.unwrap();
     let node = fake.node();
     let g = condition(&node, "VigilGPUUnhealthy");
-    assert_eq!(
-        (g["status"].as_str(), g["reason"].as_str()),
-        (Some("True"), Some("Failed"))
-    );
+    assert_eq!((g["status"].as_str(), g["reason"].as_str()), (Some("True"), Some("Failed")));
     assert!(g["message"].as_str().unwrap().contains("XID 79"), "{g}");
-    assert_eq!(
-        condition(&node, "VigilMaintenance")["lastTransitionTime"],
-        before
-    );
+    assert_eq!(condition(&node, "VigilMaintenance")["lastTransitionTime"], before);
     assert_eq!(condition(&node, "Ready")["status"], "True");
 
     // As an operator reads it: kubectl against the same API server.
@@ -899,11 +737,7 @@ async fn node_conditions_follow_the_labels_and_leave_kubelets_alone() {
         .output()
         .await
         .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(condition(&seen, "VigilGPUUnhealthy")["reason"], "Failed");
     assert_eq!(condition(&seen, "VigilMaintenance")["reason"], "Pending");
@@ -914,15 +748,9 @@ async fn a_missing_status_permission_names_the_rule() {
     use vigil::vocab::maintenance::Phase;
     let (fake, api) = setup().await;
     fake.forbid("patch nodes/status");
-    let err = api
-        .reconcile(NODE, &with_conditions(Phase::Ongoing, false))
-        .await
-        .unwrap_err();
+    let err = api.reconcile(NODE, &with_conditions(Phase::Ongoing, false)).await.unwrap_err();
     let text = err.to_string();
-    assert!(
-        text.contains("nodes/status") && text.contains("patch"),
-        "{text}"
-    );
+    assert!(text.contains("nodes/status") && text.contains("patch"), "{text}");
     assert!(matches!(err, NodeError::Forbidden { .. }), "{err:?}");
     assert_eq!(
         label(&fake.node(), "vigil.dev/maintenance").as_deref(),
@@ -960,20 +788,12 @@ async fn a_silent_or_absent_api_server_is_an_error_within_the_deadline() {
         l.local_addr().unwrap().port()
     });
     let api = KubeNodeApi::from_url_with_timeout(&gone, Duration::from_secs(1)).unwrap();
-    let err = api
-        .reconcile(NODE, &maintenance_label("pending"))
-        .await
-        .unwrap_err();
+    let err = api.reconcile(NODE, &maintenance_label("pending")).await.unwrap_err();
     assert!(!err.to_string().is_empty());
 
     let (fake, api) = setup().await;
-    api.reconcile(NODE, &maintenance_label("pending"))
-        .await
-        .unwrap();
-    assert_eq!(
-        label(&fake.node(), "vigil.dev/maintenance").as_deref(),
-        Some("pending")
-    );
+    api.reconcile(NODE, &maintenance_label("pending")).await.unwrap();
+    assert_eq!(label(&fake.node(), "vigil.dev/maintenance").as_deref(), Some("pending"));
 }
 
 const STRATEGIC: &str = "application/strategic-merge-patch+json";
@@ -1012,15 +832,8 @@ async fn fake_status_patch_deletes_one_condition_by_its_merge_key() {
     assert_eq!(r.status(), 200);
     let node = fake.node();
     assert_eq!(types(&node), ["Ready", "KernelDeadlock"]);
-    assert_eq!(
-        condition(&node, "Ready")["reason"],
-        "KubeletReady",
-        "untouched"
-    );
-    assert!(
-        !node.to_string().contains("$patch"),
-        "a directive is never stored: {node}"
-    );
+    assert_eq!(condition(&node, "Ready")["reason"], "KubeletReady", "untouched");
+    assert!(!node.to_string().contains("$patch"), "a directive is never stored: {node}");
 
     // Again: nothing to delete, no error, nothing else moves.
     let r = status_patch(delete_gpu).await.unwrap();
@@ -1080,15 +893,9 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
         taint: vigil::config::SlowTaint::NoSchedule,
         ..Default::default()
     };
-    let n = vigil::vocab::node::Named {
-        line: "gang ml/c runs at 70 %".into(),
-        strong: true,
-    };
+    let n = vigil::vocab::node::Named { line: "gang ml/c runs at 70 %".into(), strong: true };
     let named = [("ml/c".to_string(), n)].into();
-    let on = vigil::vocab::node::SlowTaintNow {
-        on: true,
-        evict: true,
-    };
+    let on = vigil::vocab::node::SlowTaintNow { on: true, evict: true };
     vigil::vocab::node::slow_desired(&k, &pace, &named, on, &mut d);
     fake.foreign_write(json!({
         "metadata": {
@@ -1104,9 +911,7 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
             {"type": "KernelDeadlock", "status": "False", "reason": "KernelHasNoDeadlock"}
         ]}
     }));
-    api.reconcile(NODE, &d)
-        .await
-        .expect("Vigil's fields written");
+    api.reconcile(NODE, &d).await.expect("Vigil's fields written");
     let node = fake.node();
     assert_eq!(taints(&node).len(), 5, "{node}");
     assert_eq!(node["status"]["conditions"].as_array().unwrap().len(), 5);
@@ -1117,10 +922,7 @@ async fn node_with_vigil_and_foreign_fields() -> (FakeKube, KubeNodeApi) {
 fn without_vigil(node: &Value) -> Value {
     let mut n = node.clone();
     for map in ["labels", "annotations"] {
-        n["metadata"][map]
-            .as_object_mut()
-            .unwrap()
-            .retain(|k, _| !k.starts_with("vigil.dev/"));
+        n["metadata"][map].as_object_mut().unwrap().retain(|k, _| !k.starts_with("vigil.dev/"));
     }
     n["spec"]["taints"]
         .as_array_mut()
@@ -1179,12 +981,8 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
             )
         }
     };
-    let writes = |fake: &FakeKube| {
-        fake.requests()
-            .into_iter()
-            .filter(|(m, _, _)| m == "PATCH")
-            .count()
-    };
+    let writes =
+        |fake: &FakeKube| fake.requests().into_iter().filter(|(m, _, _)| m == "PATCH").count();
     let writes_before = writes(&fake);
 
     let (code, out, err) = cleanup(&["--dry-run"]).await;
@@ -1230,17 +1028,10 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
         Some("true")
     );
     let after = fake.node();
-    assert_eq!(
-        ignoring_version(&after),
-        without_vigil(&before),
-        "only Vigil's fields went"
-    );
+    assert_eq!(ignoring_version(&after), without_vigil(&before), "only Vigil's fields went");
     assert!(!after.to_string().contains("\"vigil.dev/"), "{after}");
     assert_eq!(condition(&after, "Ready")["reason"], "KubeletReady");
-    assert_eq!(
-        condition(&after, "KernelDeadlock")["reason"],
-        "KernelHasNoDeadlock"
-    );
+    assert_eq!(condition(&after, "KernelDeadlock")["reason"], "KernelHasNoDeadlock");
     assert_eq!(
         taints(&after),
         vec![
@@ -1282,10 +1073,7 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
     fake.forbid("get nodes");
     let (code, _, err) = cleanup(&["--dry-run"]).await;
     assert_eq!(code, Some(1));
-    assert!(
-        err.contains("{apiGroups: [\"\"], resources: [\"nodes\"], verbs: [\"get\"]}"),
-        "{err}"
-    );
+    assert!(err.contains("{apiGroups: [\"\"], resources: [\"nodes\"], verbs: [\"get\"]}"), "{err}");
     fake.allow("get nodes");
 
     // Conflicts on every attempt: a clear failure, and the next run finishes the job.
@@ -1296,16 +1084,10 @@ async fn vigil_cleanup_removes_only_vigils_fields_and_is_idempotent() {
     fake.conflict_next(5);
     let (code, _, err) = cleanup(&[]).await;
     assert_eq!(code, Some(1));
-    assert!(
-        err.contains("409 Conflict") && err.contains("run it again"),
-        "{err}"
-    );
+    assert!(err.contains("409 Conflict") && err.contains("run it again"), "{err}");
     let (code, out, err) = cleanup(&[]).await;
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(
-        out.contains("  taint vigil.dev/gpu-failed=true:NoSchedule"),
-        "{out}"
-    );
+    assert!(out.contains("  taint vigil.dev/gpu-failed=true:NoSchedule"), "{out}");
     assert!(!fake.node().to_string().contains("\"vigil.dev/"));
 }
 
@@ -1324,34 +1106,15 @@ async fn cleanup_retries_a_conflict_and_keeps_a_taint_added_meanwhile() {
     ]}}));
     let keys = vigil::vocab::node::taint_keys(&vigil::config::KubernetesConfig::default());
     let removed = api
-        .cleanup(
-            NODE,
-            "vigil.dev/",
-            &keys,
-            &vigil::vocab::node::CONDITIONS,
-            &[],
-            false,
-        )
+        .cleanup(NODE, "vigil.dev/", &keys, &vigil::vocab::node::CONDITIONS, &[], false)
         .await
         .expect("cleanup");
     assert_eq!(removed.taints.len(), 2);
-    let keys: Vec<_> = taints(&fake.node())
-        .iter()
-        .map(|t| t["key"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(
-        keys,
-        [
-            "nvidia.com/gpu",
-            "example.com/dedicated",
-            "late.example.com/drain"
-        ]
-    );
-    let node_patches = fake
-        .requests()
-        .iter()
-        .filter(|r| **r == seen("PATCH", NODE_PATH, MERGE))
-        .count();
+    let keys: Vec<_> =
+        taints(&fake.node()).iter().map(|t| t["key"].as_str().unwrap().to_string()).collect();
+    assert_eq!(keys, ["nvidia.com/gpu", "example.com/dedicated", "late.example.com/drain"]);
+    let node_patches =
+        fake.requests().iter().filter(|r| **r == seen("PATCH", NODE_PATH, MERGE)).count();
     // The reconcile that set the scene wrote once; cleanup twice: refused (409), then done.
     assert_eq!(node_patches, 3, "{:?}", fake.requests());
 }
@@ -1363,15 +1126,10 @@ async fn cleanup_retries_a_conflict_and_keeps_a_taint_added_meanwhile() {
 async fn the_documented_kubectl_uninstall_removes_only_vigils_fields() {
     let (fake, _api) = node_with_vigil_and_foreign_fields().await;
     let before = fake.node();
-    let page = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/kubernetes.md"
-    ))
-    .unwrap();
-    let section = page
-        .split("## Uninstall")
-        .nth(1)
-        .expect("an Uninstall section");
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md"))
+            .unwrap();
+    let section = page.split("## Uninstall").nth(1).expect("an Uninstall section");
     let script = section
         .split("```sh\n")
         .nth(2)

@@ -69,10 +69,7 @@ fn common_jobset(kube: &FakeKube, restarts: u32) {
 
 async fn read(kube: &FakeKube, pod: &str) -> Result<Remediation, PodError> {
     let api = KubePods::connect(&kube.url).await.unwrap();
-    let w = api
-        .workload("ml", pod, "trainer")
-        .await?
-        .expect("the pod exists");
+    let w = api.workload("ml", pod, "trainer").await?.expect("the pod exists");
     Ok(rem(&w))
 }
 
@@ -81,23 +78,16 @@ async fn the_common_jobset_shape_is_read_over_the_api_into_one_member_failed() {
     let kube = FakeKube::start("gpu-0").await;
     common_jobset(&kube, 1);
     let r = read(&kube, "train-workers-0-0").await.unwrap();
+    assert!(matches!(r, Remediation::OneForAll { kill: true, .. }), "{r:?}");
     assert!(
-        matches!(r, Remediation::OneForAll { kill: true, .. }),
-        "{r:?}"
-    );
-    assert!(
-        r.how()
-            .contains("JobSet ml/train restarts on it (restart 2 of maxRestarts 3)"),
+        r.how().contains("JobSet ml/train restarts on it (restart 2 of maxRestarts 3)"),
         "{}",
         r.how()
     );
     // What it asked: the pod, its Job, the JobSet; nothing else (a Never Job's failures are
     // its status: its pods are listed only for an OnFailure Job, below).
-    let asked: Vec<String> = kube
-        .requests()
-        .into_iter()
-        .map(|(m, p, _)| format!("{m} {p}"))
-        .collect();
+    let asked: Vec<String> =
+        kube.requests().into_iter().map(|(m, p, _)| format!("{m} {p}")).collect();
     assert_eq!(
         asked,
         [
@@ -127,10 +117,7 @@ async fn an_on_failure_jobs_retries_are_counted_from_its_pods_and_never_spent_un
     kube.put_pod(job_pod("other", "other", "u-9", "OnFailure", 5));
     let r = read(&kube, "p-0").await.unwrap();
     // 1 retry + 4 pods < 6: in place, by a kill.
-    assert!(
-        matches!(r, Remediation::InPlace { kill: true, .. }),
-        "{r:?}"
-    );
+    assert!(matches!(r, Remediation::InPlace { kill: true, .. }), "{r:?}");
     assert!(r.how().contains("1 of 6 used"), "{}", r.how());
     kube.put_pod(job_pod("p-1", "train-workers-0", "u-0", "OnFailure", 1));
     let r = read(&kube, "p-0").await.unwrap();
@@ -163,23 +150,14 @@ async fn a_leaderworkerset_group_is_read_from_the_pods_labels() {
                "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 4}}}),
     );
     let r = read(&kube, "serve-0-1").await.unwrap();
-    assert!(
-        matches!(r, Remediation::OneForAll { kill: false, .. }),
-        "{r:?}"
-    );
+    assert!(matches!(r, Remediation::OneForAll { kill: false, .. }), "{r:?}");
     assert!(r.how().contains("LeaderWorkerSet ml/serve"), "{}", r.how());
 }
 
 #[tokio::test]
 async fn an_owner_the_api_does_not_have_is_a_refusal_not_an_in_place_stop() {
     let kube = FakeKube::start("gpu-0").await;
-    kube.put_pod(job_pod(
-        "train-workers-0-0",
-        "train-workers-0",
-        "u-0",
-        "Never",
-        0,
-    ));
+    kube.put_pod(job_pod("train-workers-0-0", "train-workers-0", "u-0", "Never", 0));
     kube.put_object("batch", "jobs", job(0));
     // The JobSet the Job names is not there (deleted, or its CRD missing).
     let r = read(&kube, "train-workers-0-0").await.unwrap();
@@ -204,14 +182,8 @@ async fn a_missing_rbac_rule_is_named_and_nothing_is_guessed() {
     let err = read(&kube, "train-workers-0-0").await.unwrap_err();
     let text = err.to_string();
     assert!(
-        matches!(
-            err,
-            PodError::Forbidden {
-                verb: "get",
-                resource: "jobsets",
-                ..
-            }
-        ) && text.contains("needs `get` on `jobsets`"),
+        matches!(err, PodError::Forbidden { verb: "get", resource: "jobsets", .. })
+            && text.contains("needs `get` on `jobsets`"),
         "{text}"
     );
 }
@@ -227,12 +199,7 @@ fn granted(path: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     for rule in role["rules"].as_sequence().unwrap() {
         let list = |k: &str| -> Vec<String> {
-            rule[k]
-                .as_sequence()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_string())
-                .collect()
+            rule[k].as_sequence().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
         };
         for g in list("apiGroups") {
             for r in list("resources") {
@@ -247,10 +214,8 @@ fn granted(path: &str) -> Vec<(String, String, String)> {
 }
 
 fn triples(role: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
-    let mut out: Vec<_> = role
-        .iter()
-        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
-        .collect();
+    let mut out: Vec<_> =
+        role.iter().map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string())).collect();
     out.sort();
     out
 }

@@ -29,15 +29,8 @@ const INFRASTRUCTURE: [&str; 13] = [
 ];
 
 /// The feature folders (what `INFRASTRUCTURE` must not name).
-const FEATURE_FOLDERS: [&str; 7] = [
-    "accel",
-    "cycle",
-    "fleet",
-    "hang",
-    "maintenance",
-    "node",
-    "worker_api",
-];
+const FEATURE_FOLDERS: [&str; 7] =
+    ["accel", "cycle", "fleet", "hang", "maintenance", "node", "worker_api"];
 
 #[test]
 fn infrastructure_never_imports_a_feature() {
@@ -117,10 +110,7 @@ fn the_development_map_names_every_file() {
             missing.push(path);
         }
     }
-    assert!(
-        missing.is_empty(),
-        "docs/development.md's map does not name: {missing:?}"
-    );
+    assert!(missing.is_empty(), "docs/development.md's map does not name: {missing:?}");
 }
 
 /// The folder of a source file (`hang/restart/command.rs` → `hang/restart`); a file at the top
@@ -191,15 +181,11 @@ fn circles(
 #[test]
 fn no_folder_circle() {
     let files = sources();
-    let folder_of_module: std::collections::BTreeMap<String, String> = files
-        .iter()
-        .map(|(p, _)| (crate::layout::module_of(p), folder_of(p)))
-        .collect();
+    let folder_of_module: std::collections::BTreeMap<String, String> =
+        files.iter().map(|(p, _)| (crate::layout::module_of(p), folder_of(p))).collect();
     let folder = |path: &str| -> Option<String> {
         let parts: Vec<&str> = path.split("::").collect();
-        (1..=parts.len())
-            .rev()
-            .find_map(|k| folder_of_module.get(&parts[..k].join("::")).cloned())
+        (1..=parts.len()).rev().find_map(|k| folder_of_module.get(&parts[..k].join("::")).cloned())
     };
     let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
         Default::default();
@@ -225,10 +211,7 @@ fn no_folder_circle() {
         }
     }
     let found = circles(&rooms);
-    assert!(
-        found.is_empty(),
-        "top folders import one another round a circle: {found:?}"
-    );
+    assert!(found.is_empty(), "top folders import one another round a circle: {found:?}");
     // NB: the engine's circle (hang, hang/restart, fleet, maintenance) closed in issue 43: the
     // node's cycle went above the features (`cycle`) and what forbids restarts below them
     // (`vocab::stand_down`, `vocab::maintenance`).
@@ -239,29 +222,19 @@ fn no_folder_circle() {
     );
     // The search finds what it claims to: a planted back edge closes a circle.
     let mut planted = edges.clone();
-    planted
-        .entry("kube".to_string())
-        .or_default()
-        .insert("accel/tpu".to_string());
-    planted
-        .entry("accel/tpu".to_string())
-        .or_default()
-        .insert("kube".to_string());
+    planted.entry("kube".to_string()).or_default().insert("accel/tpu".to_string());
+    planted.entry("accel/tpu".to_string()).or_default().insert("kube".to_string());
     assert!(circles(&planted)
         .iter()
         .any(|c| c.contains(&"kube".to_string()) && c.contains(&"accel/tpu".to_string())));
     // And the circle that was closed: the hang folder driving its restart folder again (the
     // cycle back in `hang`) is one, the restart folder naming `hang` being real.
     assert!(
-        edges
-            .get("hang/restart")
-            .is_some_and(|t| t.contains("hang")),
+        edges.get("hang/restart").is_some_and(|t| t.contains("hang")),
         "the restart folder reads the hang folder's model: {edges:?}"
     );
     let mut back = edges.clone();
-    back.entry("hang".to_string())
-        .or_default()
-        .insert("hang/restart".to_string());
+    back.entry("hang".to_string()).or_default().insert("hang/restart".to_string());
     assert!(circles(&back)
         .iter()
         .any(|c| c.contains(&"hang".to_string()) && c.contains(&"hang/restart".to_string())));

@@ -13,15 +13,8 @@
 use std::path::Path;
 
 /// The features, each a folder of agent/src holding its decisions (`model*.rs`, `policy*.rs`).
-const FEATURES: [&str; 7] = [
-    "hang",
-    "maintenance",
-    "accel",
-    "accel/gpu",
-    "accel/tpu",
-    "node",
-    "worker_api",
-];
+const FEATURES: [&str; 7] =
+    ["hang", "maintenance", "accel", "accel/gpu", "accel/tpu", "node", "worker_api"];
 
 /// Everything agent/src holds at its top: the feature folders (`fleet` has no decisions of its
 /// own: it publishes and reads records), the shared infrastructure, the CLI and the crate's few
@@ -74,17 +67,12 @@ fn is_decision(path: &str) -> bool {
 
 /// The module a decision file is (`accel/gpu/policy.rs` → `accel::gpu::policy`).
 pub(crate) fn module_of(path: &str) -> String {
-    path.trim_end_matches(".rs")
-        .trim_end_matches("/mod")
-        .replace('/', "::")
+    path.trim_end_matches(".rs").trim_end_matches("/mod").replace('/', "::")
 }
 
 /// The `crate::…` paths the code of `text` names (comments and its `#[cfg(test)]` part left out).
 pub(crate) fn crate_paths(text: &str) -> Vec<String> {
-    paths_after(text, "crate::")
-        .into_iter()
-        .map(|(_, path)| path)
-        .collect()
+    paths_after(text, "crate::").into_iter().map(|(_, path)| path).collect()
 }
 
 /// Each path the code of `text` names after `prefix` (comments and its `#[cfg(test)]` part left
@@ -142,10 +130,7 @@ fn every_feature_holds_its_decisions_beside_its_loop() {
             .map(|(p, _)| p)
             .filter(|p| p.starts_with(&format!("{feature}/")) && is_decision(p))
             .collect();
-        assert!(
-            !decisions.is_empty(),
-            "{feature}/ has no decision file (model*.rs, policy*.rs)"
-        );
+        assert!(!decisions.is_empty(), "{feature}/ has no decision file (model*.rs, policy*.rs)");
     }
 }
 
@@ -177,12 +162,7 @@ fn effects_in(text: &str) -> Vec<String> {
             break;
         }
         let code = line.split("//").next().unwrap_or("");
-        out.extend(
-            EFFECTS
-                .iter()
-                .filter(|e| code.contains(*e))
-                .map(|e| format!("{}: {e}", n + 1)),
-        );
+        out.extend(EFFECTS.iter().filter(|e| code.contains(*e)).map(|e| format!("{}: {e}", n + 1)));
     }
     out
 }
@@ -203,11 +183,8 @@ fn the_checks_see_io_clock_reads_and_imports_and_skip_comments_and_tests() {
 #[test]
 fn decision_functions_do_no_io_and_take_now() {
     let files = sources();
-    let decisions: Vec<String> = files
-        .iter()
-        .filter(|(p, _)| is_decision(p))
-        .map(|(p, _)| module_of(p))
-        .collect();
+    let decisions: Vec<String> =
+        files.iter().filter(|(p, _)| is_decision(p)).map(|(p, _)| module_of(p)).collect();
     let allowed = |path: &str| {
         SHARED_DATA
             .iter()
@@ -227,10 +204,7 @@ fn decision_functions_do_no_io_and_take_now() {
                 .map(|p| format!("{path}: crate::{p}")),
         );
     }
-    assert!(
-        bad.is_empty(),
-        "decision code with effects or adapters: {bad:?}"
-    );
+    assert!(bad.is_empty(), "decision code with effects or adapters: {bad:?}");
 }
 
 #[test]
@@ -259,10 +233,7 @@ fn the_wiring_never_imports_the_cli() {
         );
     }
     assert!(read >= 3, "app/ holds the wiring's files");
-    assert!(
-        bad.is_empty(),
-        "app/ imports the CLI that calls it: {bad:?}"
-    );
+    assert!(bad.is_empty(), "app/ imports the CLI that calls it: {bad:?}");
 }
 
 /// The paths agent/Cargo.toml declares for `[[kind]]` targets, relative to the workspace root.
@@ -296,19 +267,13 @@ fn rust_files(dir: &str) -> Vec<String> {
 /// (`mod name;`) of a declared file.
 fn run_nowhere(dir: &str, declared: &[String]) -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let texts: Vec<String> = declared
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(root.join(f)).ok())
-        .collect();
+    let texts: Vec<String> =
+        declared.iter().filter_map(|f| std::fs::read_to_string(root.join(f)).ok()).collect();
     rust_files(dir)
         .into_iter()
         .filter(|f| !declared.contains(f))
         .filter(|f| {
-            let stem = Path::new(f)
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .to_string();
+            let stem = Path::new(f).file_stem().unwrap().to_string_lossy().to_string();
             let line = format!("mod {stem};");
             !texts.iter().any(|t| t.lines().any(|l| l.trim() == line))
         })
@@ -359,9 +324,7 @@ fn every_redis_server_runs_in_a_directory_of_its_own() {
         let text = std::fs::read_to_string(&p).unwrap();
         let rust = p.extension().is_some_and(|x| x == "rs");
         let starts: Vec<usize> = if rust {
-            text.match_indices("Command::new(\"redis-server\")")
-                .map(|(i, _)| i)
-                .collect()
+            text.match_indices("Command::new(\"redis-server\")").map(|(i, _)| i).collect()
         } else {
             text.match_indices("redis-server --")
                 .map(|(i, _)| i)
@@ -451,17 +414,12 @@ fn no_import_circle_between_modules() {
     let names: std::collections::BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
     let owner = |path: &str| -> Option<String> {
         let parts: Vec<&str> = path.split("::").collect();
-        (1..=parts.len())
-            .rev()
-            .map(|k| parts[..k].join("::"))
-            .find(|c| names.contains(c))
+        (1..=parts.len()).rev().map(|k| parts[..k].join("::")).find(|c| names.contains(c))
     };
     let related =
         |a: &str, b: &str| a.starts_with(&format!("{b}::")) || b.starts_with(&format!("{a}::"));
-    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = names
-        .iter()
-        .map(|n| (n.clone(), Default::default()))
-        .collect();
+    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        names.iter().map(|n| (n.clone(), Default::default())).collect();
     for (m, refs) in &files {
         for r in refs {
             if let Some(t) = owner(r).filter(|t| t != m && !related(t, m)) {
@@ -502,11 +460,7 @@ fn no_import_circle_between_modules() {
     for n in edges.keys() {
         if state.get(n.as_str()).copied().unwrap_or(0) == 0 {
             let circle = visit(n, &edges, &mut state, &mut Vec::new());
-            assert!(
-                circle.is_none(),
-                "import circle: {}",
-                circle.unwrap().join(" -> ")
-            );
+            assert!(circle.is_none(), "import circle: {}", circle.unwrap().join(" -> "));
         }
     }
 }
@@ -568,10 +522,7 @@ fn fn_lengths(text: &str) -> Vec<(String, usize)> {
             i += 1;
             continue;
         };
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
         let mut j = i;
         let mut body = false;
         while j < end {
@@ -596,10 +547,7 @@ fn fn_lengths(text: &str) -> Vec<(String, usize)> {
 #[test]
 fn fn_lengths_are_measured_from_signature_to_closing_brace() {
     let text = "fn a() {}\npub async fn b(\n    x: u8,\n) -> u8 {\n    x\n}\n    fn c(&self);\n#[cfg(test)]\nfn t() {\n}\n";
-    assert_eq!(
-        fn_lengths(text),
-        vec![("a".into(), 1), ("b".into(), 5), ("c".into(), 1)]
-    );
+    assert_eq!(fn_lengths(text), vec![("a".into(), 1), ("b".into(), 5), ("c".into(), 1)]);
 }
 
 /// Functions outside tests fit on a screen: at most 60 lines (issue 43). `_tests.rs` files are

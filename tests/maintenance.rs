@@ -66,9 +66,7 @@ impl Rig {
         reasons: Vec<&'static str>,
         interruption: Option<Interruption>,
     ) {
-        self.controller
-            .apply(state(phase, reasons, interruption))
-            .await;
+        self.controller.apply(state(phase, reasons, interruption)).await;
     }
 }
 
@@ -77,12 +75,7 @@ fn state(
     reasons: Vec<&'static str>,
     interruption: Option<Interruption>,
 ) -> MaintenanceState {
-    MaintenanceState {
-        phase,
-        reasons,
-        interruption,
-        ..MaintenanceState::default()
-    }
+    MaintenanceState { phase, reasons, interruption, ..MaintenanceState::default() }
 }
 
 /// The termination notice of a host maintenance event.
@@ -102,10 +95,7 @@ fn acking_worker(coord: Arc<dyn Coordinator>, key: String) -> tokio::task::JoinH
             let rec = coord.hgetall(&key).await.unwrap();
             if let Some(id) = rec.get("checkpoint_request") {
                 if rec.get("checkpoint_ack").is_none_or(|a| a.is_empty()) {
-                    coord
-                        .hset(&key, &[("checkpoint_ack".into(), id.clone())], None)
-                        .await
-                        .unwrap();
+                    coord.hset(&key, &[("checkpoint_ack".into(), id.clone())], None).await.unwrap();
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -121,34 +111,20 @@ async fn termination_notice_taints_the_node_and_checkpoints_acking_workers() {
     worker.abort();
     let d = r.node.last();
     assert_eq!(d.add_taints.len(), 1, "{d:?}");
-    assert_eq!(
-        d.labels["vigil.dev/maintenance"].as_deref(),
-        Some("terminating")
-    );
+    assert_eq!(d.labels["vigil.dev/maintenance"].as_deref(), Some("terminating"));
     let last = d.annotations["vigil.dev/last-checkpoint"].clone().unwrap();
     assert!(last.contains("acked=1 timed-out=0 failed=0"), "{last}");
-    assert!(r
-        .node
-        .reasons()
-        .contains(&"VigilTerminationImminent".to_string()));
+    assert!(r.node.reasons().contains(&"VigilTerminationImminent".to_string()));
     assert!(r.node.reasons().contains(&"VigilCheckpoint".to_string()));
     let text = r.metrics.encode();
     assert!(
-        common::has_sample(
-            &text,
-            "vigil_checkpoints_total{method=\"record\",outcome=\"acked\"} 1"
-        ),
+        common::has_sample(&text, "vigil_checkpoints_total{method=\"record\",outcome=\"acked\"} 1"),
         "{text}"
     );
     assert!(common::has_sample(&text, "vigil_interruptions_total{type=\"host-maintenance\",reason=\"terminate-on-host-maintenance\"} 1"), "{text}");
-    assert!(common::has_sample(
-        &text,
-        "vigil_maintenance_phase{phase=\"terminating\"} 1"
-    ));
+    assert!(common::has_sample(&text, "vigil_maintenance_phase{phase=\"terminating\"} 1"));
     let trail = r.coord.read_recent(&r.keys.trail(), 50).await.unwrap();
-    assert!(trail
-        .iter()
-        .any(|(_, f)| f["decision"] == "checkpoint-acked"));
+    assert!(trail.iter().any(|(_, f)| f["decision"] == "checkpoint-acked"));
 }
 
 #[tokio::test]
@@ -156,23 +132,10 @@ async fn preemption_with_a_silent_worker_times_out_within_the_budget() {
     let mut r = rig(|c| c.checkpoint.preemption_budget = Duration::from_secs(1));
     r.runtime.set_checkpoint_label("c1", "signal:SIGUSR1");
     let started = tokio::time::Instant::now();
-    r.apply(
-        Phase::Terminating,
-        vec!["preempted"],
-        Some(Interruption::Preemption),
-    )
-    .await;
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "bounded by the budget"
-    );
-    assert_eq!(
-        r.runtime.signals(),
-        vec![("c1".to_string(), "SIGUSR1".to_string())]
-    );
-    let last = r.node.last().annotations["vigil.dev/last-checkpoint"]
-        .clone()
-        .unwrap();
+    r.apply(Phase::Terminating, vec!["preempted"], Some(Interruption::Preemption)).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "bounded by the budget");
+    assert_eq!(r.runtime.signals(), vec![("c1".to_string(), "SIGUSR1".to_string())]);
+    let last = r.node.last().annotations["vigil.dev/last-checkpoint"].clone().unwrap();
     assert!(last.contains("preemption: acked=0 timed-out=1"), "{last}");
     let rec = r.coord.hgetall(&r.keys.status("trainer-0")).await.unwrap();
     assert_eq!(rec["checkpoint_reason"], "preemption");
@@ -188,10 +151,7 @@ fn on_signal_ack(r: &mut Rig, ack: fn(&str) -> String) {
         tokio::spawn(async move {
             let rec = coord.hgetall(&key).await.unwrap();
             let value = ack(&rec["checkpoint_request"]);
-            coord
-                .hset(&key, &[("checkpoint_ack".into(), value)], None)
-                .await
-                .unwrap();
+            coord.hset(&key, &[("checkpoint_ack".into(), value)], None).await.unwrap();
         });
     });
 }
@@ -201,10 +161,7 @@ async fn a_signal_the_worker_acknowledges_is_acked() {
     let mut r = rig(|_| {});
     r.runtime.set_checkpoint_label("c1", "signal:SIGUSR2");
     on_signal_ack(&mut r, |id| id.to_string());
-    let results = r
-        .controller
-        .checkpoint("agent-sigterm", Duration::from_secs(2))
-        .await;
+    let results = r.controller.checkpoint("agent-sigterm", Duration::from_secs(2)).await;
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].outcome, Outcome::Acked);
     assert_eq!(results[0].method, "signal");
@@ -215,17 +172,13 @@ async fn a_signal_the_worker_acknowledges_is_acked() {
 /// until its budget, and it ends timed out, never acked.
 #[tokio::test]
 async fn an_ack_of_another_id_is_no_acknowledgement() {
-    for ack in [
-        (|_: &str| "ok".to_string()) as fn(&str) -> String,
-        |id: &str| format!("{id}-earlier"),
-    ] {
+    for ack in
+        [(|_: &str| "ok".to_string()) as fn(&str) -> String, |id: &str| format!("{id}-earlier")]
+    {
         let mut r = rig(|_| {});
         r.runtime.set_checkpoint_label("c1", "signal:SIGUSR2");
         on_signal_ack(&mut r, ack);
-        let results = r
-            .controller
-            .checkpoint("agent-sigterm", Duration::from_millis(600))
-            .await;
+        let results = r.controller.checkpoint("agent-sigterm", Duration::from_millis(600)).await;
         assert_eq!(results[0].outcome, Outcome::TimedOut, "{results:?}");
     }
 }
@@ -237,26 +190,14 @@ async fn a_label_that_is_no_worker_id_is_never_asked() {
     let mut r = rig(|_| {});
     r.runtime.add("c2", "x}:status:trainer-0");
     let worker = acking_worker(r.coord.clone(), r.keys.status("trainer-0"));
-    let results = r
-        .controller
-        .checkpoint("test", Duration::from_secs(2))
-        .await;
+    let results = r.controller.checkpoint("test", Duration::from_secs(2)).await;
     worker.abort();
-    let bad = results
-        .iter()
-        .find(|w| w.worker.starts_with("x}"))
-        .expect("reported");
+    let bad = results.iter().find(|w| w.worker.starts_with("x}")).expect("reported");
     assert_eq!(bad.outcome, Outcome::Failed);
     assert!(bad.detail.contains("not a worker id"), "{}", bad.detail);
-    let written = r
-        .coord
-        .hgetall(&r.keys.status("x}:status:trainer-0"))
-        .await
-        .unwrap();
+    let written = r.coord.hgetall(&r.keys.status("x}:status:trainer-0")).await.unwrap();
     assert!(written.is_empty(), "{written:?}");
-    assert!(results
-        .iter()
-        .any(|w| w.worker == "trainer-0" && w.outcome == Outcome::Acked));
+    assert!(results.iter().any(|w| w.worker == "trainer-0" && w.outcome == Outcome::Acked));
 }
 
 #[tokio::test]
@@ -265,15 +206,10 @@ async fn a_bad_checkpoint_label_fails_that_worker_only() {
     r.runtime.add("c2", "trainer-1");
     r.runtime.set_checkpoint_label("c2", "carrier-pigeon");
     let worker = acking_worker(r.coord.clone(), r.keys.status("trainer-0"));
-    let results = r
-        .controller
-        .checkpoint("test", Duration::from_secs(2))
-        .await;
+    let results = r.controller.checkpoint("test", Duration::from_secs(2)).await;
     worker.abort();
-    let by: std::collections::HashMap<_, _> = results
-        .iter()
-        .map(|w| (w.worker.as_str(), w.outcome))
-        .collect();
+    let by: std::collections::HashMap<_, _> =
+        results.iter().map(|w| (w.worker.as_str(), w.outcome)).collect();
     assert_eq!(by["trainer-0"], Outcome::Acked);
     assert_eq!(by["trainer-1"], Outcome::Failed);
 }
@@ -293,40 +229,18 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
         })
         .await;
     let d = r.node.last();
-    assert_eq!(
-        d.labels["vigil.dev/maintenance"].as_deref(),
-        Some("pending")
-    );
-    assert_eq!(
-        d.labels["vigil.dev/can-reschedule"].as_deref(),
-        Some("true")
-    );
+    assert_eq!(d.labels["vigil.dev/maintenance"].as_deref(), Some("pending"));
+    assert_eq!(d.labels["vigil.dev/can-reschedule"].as_deref(), Some("true"));
     assert_eq!(
         d.annotations["vigil.dev/maintenance-window-start"].as_deref(),
         Some("2026-11-30T10:00:00Z")
     );
     let text = r.metrics.encode();
-    assert!(
-        text.contains("vigil_maintenance_window_start_timestamp_seconds 1796032800"),
-        "{text}"
-    );
-    assert!(r
-        .node
-        .reasons()
-        .ends_with(&["VigilMaintenancePending".to_string()]));
-    r.apply(
-        Phase::Ongoing,
-        vec!["upcoming-ongoing"],
-        Some(Interruption::HostMaintenance),
-    )
-    .await;
+    assert!(text.contains("vigil_maintenance_window_start_timestamp_seconds 1796032800"), "{text}");
+    assert!(r.node.reasons().ends_with(&["VigilMaintenancePending".to_string()]));
+    r.apply(Phase::Ongoing, vec!["upcoming-ongoing"], Some(Interruption::HostMaintenance)).await;
     r.controller.apply(host_termination()).await;
-    let checkpoints = r
-        .node
-        .reasons()
-        .iter()
-        .filter(|x| *x == "VigilCheckpoint")
-        .count();
+    let checkpoints = r.node.reasons().iter().filter(|x| *x == "VigilCheckpoint").count();
     assert_eq!(
         checkpoints,
         2,
@@ -339,14 +253,9 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
     let d = r.node.last();
     assert_eq!(d.labels["vigil.dev/maintenance"].as_deref(), Some("none"));
     assert!(d.add_taints.is_empty());
-    assert!(d
-        .remove_taints
-        .contains(&"vigil.dev/termination-imminent".to_string()));
+    assert!(d.remove_taints.contains(&"vigil.dev/termination-imminent".to_string()));
     assert_eq!(d.annotations["vigil.dev/maintenance-window-start"], None);
-    assert!(r
-        .node
-        .reasons()
-        .ends_with(&["VigilMaintenanceCleared".to_string()]));
+    assert!(r.node.reasons().ends_with(&["VigilMaintenanceCleared".to_string()]));
     // The settle period keeps restarts away a while longer.
     let now = r.coord.time().await.unwrap();
     assert!(r.facts.read().unwrap().stands_down(now, &r.cfg.metadata));
@@ -357,10 +266,7 @@ async fn pending_to_ongoing_to_clear_checkpoints_once_and_clears_everything() {
         ),
         "{text}"
     );
-    assert!(
-        text.contains("vigil_maintenance_window_start_timestamp_seconds 0"),
-        "{text}"
-    );
+    assert!(text.contains("vigil_maintenance_window_start_timestamp_seconds 0"), "{text}");
     let _ = r.cfg;
 }
 
@@ -452,14 +358,7 @@ async fn just_started(wait: Duration, tweak: impl Fn(&mut Config)) -> JustStarte
     let long_ago = coord.time().await.unwrap() - 10_000;
     let status = keys.status("trainer-0");
     write_record(coord.as_ref(), &status, "processing", long_ago, &[]).await;
-    JustStarted {
-        agent: agent.with_facts(facts.clone()),
-        controller,
-        facts,
-        runtime,
-        coord,
-        keys,
-    }
+    JustStarted { agent: agent.with_facts(facts.clone()), controller, facts, runtime, coord, keys }
 }
 
 /// An agent that has just started has not read its node yet: a restart due at its first cycle
@@ -470,17 +369,8 @@ async fn just_started(wait: Duration, tweak: impl Fn(&mut Config)) -> JustStarte
 async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
     use vigil::accel::gpu::model::GpuReport;
     use vigil::vocab::maintenance::{MaintenanceEvent, RawMetadata};
-    let JustStarted {
-        mut agent,
-        controller,
-        facts,
-        runtime,
-        coord,
-        keys,
-    } = just_started(Duration::from_secs(600), |c| {
-        c.metadata.settle = Duration::ZERO
-    })
-    .await;
+    let JustStarted { mut agent, controller, facts, runtime, coord, keys } =
+        just_started(Duration::from_secs(600), |c| c.metadata.settle = Duration::ZERO).await;
     let (meta_tx, meta_rx) = tokio::sync::watch::channel(RawMetadata::default());
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(GpuReport::default());
     let stop = tokio_util::sync::CancellationToken::new();
@@ -492,17 +382,11 @@ async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(runtime.restarts("c1"), 0, "restarted before the first read");
-    assert!(
-        verdicts.contains(&Verdict::Hung),
-        "detection runs: {verdicts:?}"
-    );
+    assert!(verdicts.contains(&Verdict::Hung), "detection runs: {verdicts:?}");
     let waiting = facts.read().unwrap().unread.map(|u| u.what);
     assert_eq!(waiting, Some("the metadata server's maintenance state"));
     let trail = common::wiring::trail_decisions(coord.as_ref(), &keys).await;
-    assert!(
-        trail.iter().any(|d| d == "cancelled-node-state"),
-        "{trail:?}"
-    );
+    assert!(trail.iter().any(|d| d == "cancelled-node-state"), "{trail:?}");
     // One key answered (`preempted`), the others not yet (a 503 in host maintenance): not read.
     meta_tx.send_modify(|raw| raw.preempted = Some(false));
     for _ in 0..10 {
@@ -510,11 +394,7 @@ async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(facts.read().unwrap().unread.is_some(), "one key is no read");
-    assert_eq!(
-        runtime.restarts("c1"),
-        0,
-        "restarted before every key was read"
-    );
+    assert_eq!(runtime.restarts("c1"), 0, "restarted before every key was read");
     // Every key read: an ongoing maintenance. Read now, and still no restart.
     meta_tx.send_modify(|raw| {
         raw.maintenance_event = Some(MaintenanceEvent::MigrateOnHostMaintenance);
@@ -525,11 +405,7 @@ async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(facts.read().unwrap().unread, None);
-    assert_eq!(
-        runtime.restarts("c1"),
-        0,
-        "restarted during the maintenance"
-    );
+    assert_eq!(runtime.restarts("c1"), 0, "restarted during the maintenance");
     // The maintenance ends (the settle is off): the due restart runs.
     meta_tx.send_modify(|raw| raw.maintenance_event = Some(MaintenanceEvent::None));
     let mut restarted = false;
@@ -541,10 +417,7 @@ async fn a_restart_due_at_start_up_waits_for_the_first_metadata_answer() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(
-        restarted,
-        "the restart runs once the node is read and clear"
-    );
+    assert!(restarted, "the restart runs once the node is read and clear");
 }
 
 /// The Node is awaited too (its cordon, taints and GKE's maintenance labels), and never longer
@@ -556,13 +429,8 @@ async fn a_restart_waits_for_the_nodes_first_read_and_never_past_the_bound() {
     use vigil::vocab::maintenance::RawMetadata;
     let wait = Duration::from_millis(1500);
     let started = tokio::time::Instant::now();
-    let JustStarted {
-        mut agent,
-        controller,
-        facts,
-        runtime,
-        ..
-    } = just_started(wait, |_| {}).await;
+    let JustStarted { mut agent, controller, facts, runtime, .. } =
+        just_started(wait, |_| {}).await;
     // A Node source that has not read the Node (the API server slow to answer).
     let (_node_tx, node_rx) = vigil::node::info::channel();
     let controller = controller.with_node_info(node_rx, None);
@@ -587,10 +455,7 @@ async fn a_restart_waits_for_the_nodes_first_read_and_never_past_the_bound() {
     }
     assert!(named_the_node, "the Node is what restarts wait for");
     let after = restarted_after.expect("the restart runs once the bound has passed");
-    assert!(
-        after >= wait,
-        "restarted {after:?} after the start, before the bound"
-    );
+    assert!(after >= wait, "restarted {after:?} after the start, before the bound");
 }
 
 #[tokio::test]
@@ -626,15 +491,9 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
             updated_at: now,
             ..NodeRecord::default()
         };
-        publish(coord.as_ref(), &keys, &rec, Duration::from_secs(60))
-            .await
-            .unwrap();
+        publish(coord.as_ref(), &keys, &rec, Duration::from_secs(60)).await.unwrap();
         coord
-            .hset(
-                &keys.status("trainer-0"),
-                &[("state".into(), "idle".into())],
-                None,
-            )
+            .hset(&keys.status("trainer-0"), &[("state".into(), "idle".into())], None)
             .await
             .unwrap();
         let api = RecordingNodeApi::default();
@@ -662,14 +521,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
     // other nodes' records as none to leave room in the pool.
     for node in ["n1", "n2", "n3"] {
         let keys = Keys::new("vigil", node);
-        coord
-            .hset(
-                &keys.agent(),
-                &[("maintenance".into(), "none".into())],
-                None,
-            )
-            .await
-            .unwrap();
+        coord.hset(&keys.agent(), &[("maintenance".into(), "none".into())], None).await.unwrap();
     }
     for _ in 0..5 {
         for c in controllers.iter_mut() {
@@ -680,9 +532,7 @@ async fn opportunistic_maintenance_lets_only_one_idle_node_of_a_pool_go() {
     let labelled: Vec<_> = apis
         .iter()
         .filter(|a| {
-            a.last()
-                .labels
-                .get(vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL)
+            a.last().labels.get(vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL)
                 == Some(&Some("true".to_string()))
         })
         .collect();
@@ -700,11 +550,7 @@ async fn a_busy_node_never_asks_for_maintenance() {
         c.redis.url = "redis://127.0.0.1:1".into();
     });
     r.coord
-        .hset(
-            &r.keys.status("trainer-0"),
-            &[("state".into(), "processing".into())],
-            None,
-        )
+        .hset(&r.keys.status("trainer-0"), &[("state".into(), "processing".into())], None)
         .await
         .unwrap();
     r.controller
@@ -719,10 +565,7 @@ async fn a_busy_node_never_asks_for_maintenance() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        r.node
-            .last()
-            .labels
-            .get(vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL),
+        r.node.last().labels.get(vigil::maintenance::policy::PERFORM_MAINTENANCE_LABEL),
         None,
         "a label this node never set is not touched"
     );
@@ -745,21 +588,14 @@ async fn an_http_worker_gets_a_post_and_acknowledges_in_its_record() {
                 let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
                 let id = v["request"].as_str().unwrap().to_string();
                 seen.lock().unwrap().push(v);
-                coord
-                    .hset(&key, &[("checkpoint_ack".into(), id)], None)
-                    .await
-                    .unwrap();
+                coord.hset(&key, &[("checkpoint_ack".into(), id)], None).await.unwrap();
                 "saving"
             }
         }),
     );
     let addr = serve(app).await;
-    r.runtime
-        .set_checkpoint_label("c1", &format!("http://{addr}/checkpoint"));
-    let results = r
-        .controller
-        .checkpoint("host-maintenance", Duration::from_secs(3))
-        .await;
+    r.runtime.set_checkpoint_label("c1", &format!("http://{addr}/checkpoint"));
+    let results = r.controller.checkpoint("host-maintenance", Duration::from_secs(3)).await;
     assert_eq!(results[0].outcome, Outcome::Acked, "{results:?}");
     assert_eq!(results[0].method, "http");
     let b = bodies.lock().unwrap()[0].clone();
@@ -776,12 +612,8 @@ async fn an_http_worker_gets_a_post_and_acknowledges_in_its_record() {
 async fn an_http_worker_that_refuses_is_failed() {
     let mut r = rig(|_| {});
     let port = free_port();
-    r.runtime
-        .set_checkpoint_label("c1", &format!("http://127.0.0.1:{port}/checkpoint"));
-    let results = r
-        .controller
-        .checkpoint("test", Duration::from_secs(2))
-        .await;
+    r.runtime.set_checkpoint_label("c1", &format!("http://127.0.0.1:{port}/checkpoint"));
+    let results = r.controller.checkpoint("test", Duration::from_secs(2)).await;
     assert_eq!(results[0].outcome, Outcome::Failed);
     assert!(results[0].detail.contains("POST"), "{}", results[0].detail);
 }
@@ -798,18 +630,10 @@ async fn a_second_notice_during_a_checkpoint_round_is_acted_on_at_once() {
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
     let stop = CancellationToken::new();
     let task =
-        tokio::spawn(
-            r.controller
-                .run(meta_rx, gpu_rx, CancellationToken::new(), stop.clone()),
-        );
+        tokio::spawn(r.controller.run(meta_rx, gpu_rx, CancellationToken::new(), stop.clone()));
     let status = r.keys.status("trainer-0");
     let reason = |coord: Arc<dyn Coordinator>, key: String| async move {
-        coord
-            .hgetall(&key)
-            .await
-            .unwrap()
-            .get("checkpoint_reason")
-            .cloned()
+        coord.hgetall(&key).await.unwrap().get("checkpoint_reason").cloned()
     };
     meta_tx.send_replace(RawMetadata {
         maintenance_event: Some(MaintenanceEvent::MigrateOnHostMaintenance),
@@ -835,16 +659,9 @@ async fn a_second_notice_during_a_checkpoint_round_is_acted_on_at_once() {
     })
     .await;
     let took = sent.elapsed();
+    assert!(preemption.is_some(), "the preemption round asked the worker");
     assert!(
-        preemption.is_some(),
-        "the preemption round asked the worker"
-    );
-    assert!(
-        r.node
-            .last()
-            .add_taints
-            .iter()
-            .any(|t| t.key == "vigil.dev/termination-imminent"),
+        r.node.last().add_taints.iter().any(|t| t.key == "vigil.dev/termination-imminent"),
         "the Node shows the termination"
     );
     assert!(
@@ -874,10 +691,7 @@ impl vigil::kube::node::NodeApi for Flaky {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
-            return Err(vigil::kube::node::NodeError::Conflict {
-                node: node.into(),
-                attempts: 5,
-            });
+            return Err(vigil::kube::node::NodeError::Conflict { node: node.into(), attempts: 5 });
         }
         self.inner.reconcile(node, desired).await
     }
@@ -905,10 +719,8 @@ async fn a_failed_node_write_is_retried_until_the_node_matches() {
     let runtime = FakeRuntime::default();
     let metrics = Arc::new(Metrics::new());
     let recorded = RecordingNodeApi::default();
-    let flaky = Arc::new(Flaky {
-        refuse: std::sync::atomic::AtomicUsize::new(3),
-        inner: recorded.clone(),
-    });
+    let flaky =
+        Arc::new(Flaky { refuse: std::sync::atomic::AtomicUsize::new(3), inner: recorded.clone() });
     let (_agent, controller) = agent_and_controller(
         &cfg,
         &coord,
@@ -938,10 +750,7 @@ async fn a_failed_node_write_is_retried_until_the_node_matches() {
         }
     })
     .await;
-    assert!(
-        shown.is_some(),
-        "the Node converged after the refused writes"
-    );
+    assert!(shown.is_some(), "the Node converged after the refused writes");
     stop.cancel();
     let _ = task.await;
 }
@@ -964,10 +773,7 @@ async fn sigterm_during_a_long_round_records_it_as_cut_short_before_the_grace_en
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
     let term = CancellationToken::new();
     let task =
-        tokio::spawn(
-            r.controller
-                .run(meta_rx, gpu_rx, term.clone(), CancellationToken::new()),
-        );
+        tokio::spawn(r.controller.run(meta_rx, gpu_rx, term.clone(), CancellationToken::new()));
     meta_tx.send_replace(RawMetadata {
         maintenance_event: Some(MaintenanceEvent::MigrateOnHostMaintenance),
         ..RawMetadata::default()
@@ -986,25 +792,14 @@ async fn sigterm_during_a_long_round_records_it_as_cut_short_before_the_grace_en
         .await
         .expect("the controller returned before the drain's guard (grace - 1 s)")
         .unwrap();
-    assert!(
-        signalled.elapsed() <= Duration::from_secs(8),
-        "{:?}",
-        signalled.elapsed()
-    );
-    let last = r.node.last().annotations["vigil.dev/last-checkpoint"]
-        .clone()
-        .unwrap();
-    assert!(
-        last.contains("sigterm-cut-short: acked=0 timed-out=1"),
-        "{last}"
-    );
+    assert!(signalled.elapsed() <= Duration::from_secs(8), "{:?}", signalled.elapsed());
+    let last = r.node.last().annotations["vigil.dev/last-checkpoint"].clone().unwrap();
+    assert!(last.contains("sigterm-cut-short: acked=0 timed-out=1"), "{last}");
     assert!(r.node.reasons().contains(&"VigilCheckpoint".to_string()));
     let trail = r.coord.read_recent(&r.keys.trail(), 50).await.unwrap();
     assert!(
-        trail
-            .iter()
-            .any(|(_, f)| f["decision"] == "checkpoint-timed-out"
-                && f.get("detail").is_some_and(|d| d.contains("cut short"))),
+        trail.iter().any(|(_, f)| f["decision"] == "checkpoint-timed-out"
+            && f.get("detail").is_some_and(|d| d.contains("cut short"))),
         "{trail:?}"
     );
 }
@@ -1024,12 +819,7 @@ async fn a_maintenance_says_what_it_lost_when_it_ends() {
     )
     .await;
     let notice = r.coord.time().await.unwrap();
-    r.apply(
-        Phase::Ongoing,
-        vec!["upcoming-ongoing"],
-        Some(Interruption::HostMaintenance),
-    )
-    .await;
+    r.apply(Phase::Ongoing, vec!["upcoming-ongoing"], Some(Interruption::HostMaintenance)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     r.controller.apply(MaintenanceState::default()).await;
     let end = r.coord.time().await.unwrap();
@@ -1055,8 +845,5 @@ async fn a_maintenance_says_what_it_lost_when_it_ends() {
         .and_then(|v| v.parse().ok())
         .expect("the counter");
     let wall = (end - notice) as f64 / 1000.0;
-    assert!(
-        (0.3..=wall).contains(&counted),
-        "{counted} s counted, {wall} s seen"
-    );
+    assert!((0.3..=wall).contains(&counted), "{counted} s counted, {wall} s seen");
 }

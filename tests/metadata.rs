@@ -53,13 +53,7 @@ fn spawn_watch(host: &str) -> Running {
     let (tx, rx) = watch::channel(RawMetadata::default());
     let metrics = Arc::new(Metrics::new());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(watch_with(
-        client(host),
-        tx,
-        metrics.clone(),
-        shutdown.clone(),
-        cfg(),
-    ));
+    let task = tokio::spawn(watch_with(client(host), tx, metrics.clone(), shutdown.clone(), cfg()));
     let phases = Arc::new(Mutex::new(vec![Phase::None]));
     let (mut rec_rx, rec) = (rx.clone(), phases.clone());
     tokio::spawn(async move {
@@ -71,13 +65,7 @@ fn spawn_watch(host: &str) -> Running {
             }
         }
     });
-    Running {
-        rx,
-        metrics,
-        shutdown,
-        task,
-        phases,
-    }
+    Running { rx, metrics, shutdown, task, phases }
 }
 
 /// The fake server, and the watcher following it.
@@ -90,17 +78,14 @@ async fn started() -> (FakeMetadata, Running) {
 /// [`started`], once the watcher has seen a pending maintenance.
 async fn started_pending() -> (FakeMetadata, Running) {
     let (fake, mut w) = started().await;
-    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
-        .await;
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false)).await;
     w.until_phase(Phase::Pending).await;
     (fake, w)
 }
 
 impl Running {
     async fn until(&mut self, what: &str, f: impl FnMut(&RawMetadata) -> bool) {
-        let seen = tokio::time::timeout(WITHIN, self.rx.wait_for(f))
-            .await
-            .map(|r| r.map(|_| ()));
+        let seen = tokio::time::timeout(WITHIN, self.rx.wait_for(f)).await.map(|r| r.map(|_| ()));
         match seen {
             Ok(Ok(())) => {}
             Ok(Err(_)) => panic!("watch channel closed while waiting for {what}"),
@@ -109,8 +94,7 @@ impl Running {
     }
 
     async fn until_phase(&mut self, phase: Phase) {
-        self.until(phase.as_str(), |r| derive(r).phase == phase)
-            .await;
+        self.until(phase.as_str(), |r| derive(r).phase == phase).await;
     }
 
     fn phase(&self) -> Phase {
@@ -149,48 +133,30 @@ async fn startup_read_publishes_initial_values() {
     .await;
     assert!(fake.requests("maintenance-event").await >= 1);
     assert!(fake.requests("upcoming-maintenance").await >= 1);
-    assert_eq!(
-        w.rx.borrow().upcoming,
-        None,
-        "503 'no notifications' is nothing scheduled"
-    );
+    assert_eq!(w.rx.borrow().upcoming, None, "503 'no notifications' is nothing scheduled");
     assert_eq!(w.phase(), Phase::None);
-    assert_eq!(
-        fake.refused().await,
-        0,
-        "the watcher always sends the header"
-    );
+    assert_eq!(fake.refused().await, 0, "the watcher always sends the header");
     w.stop().await;
 }
 
 #[tokio::test]
 async fn scripted_sequence_is_seen_in_order_through_long_polls() {
     let (fake, mut w) = started().await;
-    w.until("start-up read", |r| r.maintenance_event.is_some())
-        .await;
+    w.until("start-up read", |r| r.maintenance_event.is_some()).await;
 
-    fake.set("upcoming-maintenance", &upcoming_json("PENDING", true))
-        .await;
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", true)).await;
     w.until_phase(Phase::Pending).await;
     {
         let s = derive(&w.rx.borrow());
-        assert!(
-            s.can_reschedule,
-            "can_reschedule arrives as the string \"true\""
-        );
+        assert!(s.can_reschedule, "can_reschedule arrives as the string \"true\"");
         assert_eq!(s.window_start.as_deref(), Some("2030-01-01T19:00:00Z"));
         assert_eq!(s.window_end.as_deref(), Some("2030-01-01T21:00:00Z"));
     }
-    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false))
-        .await;
+    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false)).await;
     w.until_phase(Phase::Ongoing).await;
-    fake.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        .await;
+    fake.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE").await;
     w.until_phase(Phase::Terminating).await;
-    assert_eq!(
-        derive(&w.rx.borrow()).interruption.map(|i| i.as_str()),
-        Some("host-maintenance")
-    );
+    assert_eq!(derive(&w.rx.borrow()).interruption.map(|i| i.as_str()), Some("host-maintenance"));
     fake.set("upcoming-maintenance", "").await;
     w.until("upcoming cleared", |r| r.upcoming.is_none()).await;
     assert_eq!(w.phase(), Phase::Terminating, "the event still stands");
@@ -199,27 +165,15 @@ async fn scripted_sequence_is_seen_in_order_through_long_polls() {
 
     assert_eq!(
         w.phases(),
-        vec![
-            Phase::None,
-            Phase::Pending,
-            Phase::Ongoing,
-            Phase::Terminating,
-            Phase::None
-        ]
+        vec![Phase::None, Phase::Pending, Phase::Ongoing, Phase::Terminating, Phase::None]
     );
 
     // Idle: long-polls with timeout_sec=1 are about one request per key per second, not a spin.
     let before = fake.total_requests().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = fake.total_requests().await - before;
-    assert!(
-        idle < 20,
-        "{idle} requests in 3 s of idle: polling, not long-polling"
-    );
-    assert!(
-        idle >= 3,
-        "{idle} requests in 3 s: the loops stopped polling"
-    );
+    assert!(idle < 20, "{idle} requests in 3 s of idle: polling, not long-polling");
+    assert!(idle >= 3, "{idle} requests in 3 s: the loops stopped polling");
     w.stop().await;
 }
 
@@ -261,15 +215,10 @@ async fn faults_never_crash_the_watcher_nor_flip_the_phase() {
         assert!(w.errors(key, "rate-limited") >= 2, "{key} 429s counted");
         assert!(w.errors(key, "malformed") >= 3, "{key} garbage counted");
     }
-    assert_eq!(
-        w.phases(),
-        vec![Phase::None, Phase::Pending],
-        "no false transition"
-    );
+    assert_eq!(w.phases(), vec![Phase::None, Phase::Pending], "no false transition");
 
     // Still alive and listening.
-    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false))
-        .await;
+    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false)).await;
     w.until_phase(Phase::Ongoing).await;
     assert!(!w.task.is_finished());
     w.stop().await;
@@ -278,27 +227,17 @@ async fn faults_never_crash_the_watcher_nor_flip_the_phase() {
 #[tokio::test]
 async fn preempted_false_after_terminate_keeps_terminating() {
     let (fake, mut w) = started().await;
-    fake.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
-        .await;
+    fake.set("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE").await;
     w.until_phase(Phase::Terminating).await;
 
     fake.set("preempted", "TRUE").await;
-    w.until("preempted TRUE", |r| r.preempted == Some(true))
-        .await;
-    assert_eq!(
-        derive(&w.rx.borrow()).interruption.map(|i| i.as_str()),
-        Some("preemption")
-    );
+    w.until("preempted TRUE", |r| r.preempted == Some(true)).await;
+    assert_eq!(derive(&w.rx.borrow()).interruption.map(|i| i.as_str()), Some("preemption"));
 
     fake.set("preempted", "FALSE").await;
-    w.until("preempted FALSE", |r| r.preempted == Some(false))
-        .await;
+    w.until("preempted FALSE", |r| r.preempted == Some(false)).await;
     let s = derive(&w.rx.borrow());
-    assert_eq!(
-        s.phase,
-        Phase::Terminating,
-        "FALSE must not clear the termination"
-    );
+    assert_eq!(s.phase, Phase::Terminating, "FALSE must not clear the termination");
     assert_eq!(s.interruption.map(|i| i.as_str()), Some("host-maintenance"));
     assert_eq!(w.phases(), vec![Phase::None, Phase::Terminating]);
     w.stop().await;
@@ -312,17 +251,12 @@ async fn upcoming_unset_in_either_form_and_404_mean_nothing_scheduled() {
     fake.set("upcoming-maintenance", "").await;
     w.until_phase(Phase::None).await;
 
-    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
-        .await;
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false)).await;
     w.until_phase(Phase::Pending).await;
     // Two 404s in a row: nothing scheduled (one alone is a blip, see below).
     fake.fault("upcoming-maintenance", "404", 2).await;
     w.until_phase(Phase::None).await;
-    assert_eq!(
-        w.errors("upcoming-maintenance", "not-found"),
-        0,
-        "404 is not an error here"
-    );
+    assert_eq!(w.errors("upcoming-maintenance", "not-found"), 0, "404 is not an error here");
     w.stop().await;
 }
 
@@ -332,8 +266,7 @@ async fn upcoming_unset_in_either_form_and_404_mean_nothing_scheduled() {
 #[tokio::test]
 async fn the_start_up_read_settles_after_every_key_answered_never_on_a_503() {
     let fake = FakeMetadata::start().await;
-    fake.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-        .await;
+    fake.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE").await;
     fake.fault("maintenance-event", "503", 3).await;
     fake.fault("preempted", "404", 1000).await;
     let mut w = spawn_watch(&fake.host);
@@ -368,10 +301,7 @@ async fn a_server_that_is_not_there_yet_is_probed_until_it_answers() {
     let w = spawn_watch(&format!("127.0.0.1:{port}"));
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(!w.task.is_finished(), "the watcher is not switched off");
-    let not_on_gce = RawMetadata {
-        settled: true,
-        ..RawMetadata::default()
-    };
+    let not_on_gce = RawMetadata { settled: true, ..RawMetadata::default() };
     assert_eq!(
         *w.rx.borrow(),
         not_on_gce,
@@ -383,13 +313,11 @@ async fn a_server_that_is_not_there_yet_is_probed_until_it_answers() {
     };
     assert!(transport, "the failed start-up reads are counted");
     // The server comes up: the watcher finds it and watches.
-    let fake = FakeMetadata::start_on(&format!("127.0.0.1:{port}"))
-        .await
-        .expect("the port is still free");
+    let fake =
+        FakeMetadata::start_on(&format!("127.0.0.1:{port}")).await.expect("the port is still free");
     fake.set("preempted", "TRUE").await;
     let mut w = w;
-    w.until("preempted seen", |r| r.preempted == Some(true))
-        .await;
+    w.until("preempted seen", |r| r.preempted == Some(true)).await;
     w.stop().await;
 }
 
@@ -403,10 +331,7 @@ async fn shutdown_interrupts_a_held_long_poll() {
         tx,
         Arc::new(Metrics::new()),
         shutdown.clone(),
-        WatchConfig {
-            timeout_sec: 30,
-            ..cfg()
-        },
+        WatchConfig { timeout_sec: 30, ..cfg() },
     ));
     rx.wait_for(|r| r.preempted.is_some()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -420,10 +345,7 @@ async fn shutdown_interrupts_a_held_long_poll() {
 #[tokio::test]
 async fn fake_refuses_requests_without_the_header_or_with_forwarded_for() {
     let fake = FakeMetadata::start().await;
-    let url = format!(
-        "{}/computeMetadata/v1/{MAINTENANCE_EVENT_PATH}",
-        fake.base_url()
-    );
+    let url = format!("{}/computeMetadata/v1/{MAINTENANCE_EVENT_PATH}", fake.base_url());
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
 
     let r = http.get(&url).send().await.unwrap();
@@ -439,12 +361,7 @@ async fn fake_refuses_requests_without_the_header_or_with_forwarded_for() {
     assert_eq!(fake.refused().await, 2);
     assert_eq!(fake.requests("maintenance-event").await, 0);
 
-    let r = http
-        .get(&url)
-        .header("Metadata-Flavor", "Google")
-        .send()
-        .await
-        .unwrap();
+    let r = http.get(&url).header("Metadata-Flavor", "Google").send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["Metadata-Flavor"], "Google");
     assert!(r.headers().contains_key("ETag"));
@@ -462,24 +379,15 @@ async fn client_long_poll_follows_etags() {
 
     // A stale ETag returns at once with the current value.
     let t = tokio::time::Instant::now();
-    let r = c
-        .get(MAINTENANCE_EVENT_PATH, Some(("stale", 5)))
-        .await
-        .unwrap();
+    let r = c.get(MAINTENANCE_EVENT_PATH, Some(("stale", 5))).await.unwrap();
     assert_eq!(r, first);
     assert!(t.elapsed() < Duration::from_secs(3));
 
     // The current ETag is held until timeout_sec, then the current value comes back.
     let t = tokio::time::Instant::now();
-    let r = c
-        .get(MAINTENANCE_EVENT_PATH, Some((&etag, 1)))
-        .await
-        .unwrap();
+    let r = c.get(MAINTENANCE_EVENT_PATH, Some((&etag, 1))).await.unwrap();
     assert_eq!(r, first);
-    assert!(
-        t.elapsed() >= Duration::from_millis(900),
-        "held for timeout_sec"
-    );
+    assert!(t.elapsed() >= Duration::from_millis(900), "held for timeout_sec");
 
     // A change wakes the held request.
     let held = tokio::spawn({
@@ -488,8 +396,7 @@ async fn client_long_poll_follows_etags() {
         async move { c.get(MAINTENANCE_EVENT_PATH, Some((&etag, 10))).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    fake.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-        .await;
+    fake.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE").await;
     let r = tokio::time::timeout(Duration::from_secs(5), held)
         .await
         .expect("woken by the change")
@@ -525,10 +432,7 @@ async fn a_metadata_server_without_maintenance_event_is_a_standing_warning_not_n
         tx,
         Arc::new(Metrics::new()),
         shutdown.clone(),
-        WatchConfig {
-            warnings: Some(warnings.clone()),
-            ..cfg()
-        },
+        WatchConfig { warnings: Some(warnings.clone()), ..cfg() },
     ));
     let seen = common::real::eventually(WITHIN, || !warnings.lines().is_empty()).await;
     assert!(seen, "the 404 is reported");
@@ -554,15 +458,11 @@ async fn a_metadata_server_without_maintenance_event_is_a_standing_warning_not_n
 async fn one_empty_answer_between_pending_answers_is_not_a_clearance() {
     let (fake, mut w) = started_pending().await;
     fake.set("upcoming-maintenance", "").await;
-    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
-        .await;
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false)).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let phases = w.phases.lock().unwrap().clone();
     assert!(
-        !phases
-            .iter()
-            .skip_while(|p| **p != Phase::Pending)
-            .any(|p| *p == Phase::None),
+        !phases.iter().skip_while(|p| **p != Phase::Pending).any(|p| *p == Phase::None),
         "no flip to none: {phases:?}"
     );
     // A real clearance: the key stays empty.
@@ -602,10 +502,7 @@ async fn hangs_empty_answers_etag_resets_and_a_restart_never_flip_the_phase() {
     let before = fake.requests("preempted").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let polls = fake.requests("preempted").await - before;
-    assert!(
-        polls <= 10,
-        "{polls} requests in 2 s with 1 s long polls: the watcher spins"
-    );
+    assert!(polls <= 10, "{polls} requests in 2 s with 1 s long polls: the watcher spins");
 
     // The server restarts on the same address: connections refused for a moment, then a fresh
     // server whose ETags are all new.
@@ -613,20 +510,15 @@ async fn hangs_empty_answers_etag_resets_and_a_restart_never_flip_the_phase() {
     drop(fake);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let fake = FakeMetadata::start_on(&addr).await.expect("rebind");
-    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false))
-        .await;
+    fake.set("upcoming-maintenance", &upcoming_json("PENDING", false)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         w.phases(),
         vec![Phase::None, Phase::Pending],
         "no false transition across the restart"
     );
-    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false))
-        .await;
+    fake.set("upcoming-maintenance", &upcoming_json("ONGOING", false)).await;
     w.until_phase(Phase::Ongoing).await;
-    assert!(
-        !w.task.is_finished(),
-        "recovered without restarting the agent"
-    );
+    assert!(!w.task.is_finished(), "recovered without restarting the agent");
     w.stop().await;
 }

@@ -43,11 +43,7 @@ impl Rig {
         let mut done = worker_pod("finished", &node, Some(1));
         done["status"]["phase"] = json!("Succeeded");
         kube.put_pod(done);
-        Rig {
-            kube,
-            node,
-            dir: tempfile::tempdir().unwrap(),
-        }
+        Rig { kube, node, dir: tempfile::tempdir().unwrap() }
     }
 
     /// A config file for this node; `extra` is appended (TOML tables).
@@ -83,10 +79,8 @@ api_url = "{url}"
 async fn run(args: &[&str], cfg: &Path, envs: &[(&str, &str)]) -> (i32, String) {
     let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     all.extend(["--config".to_string(), cfg.to_str().unwrap().to_string()]);
-    let envs: Vec<(String, String)> = envs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let envs: Vec<(String, String)> =
+        envs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = all.iter().map(String::as_str).collect();
         let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -99,9 +93,7 @@ async fn run(args: &[&str], cfg: &Path, envs: &[(&str, &str)]) -> (i32, String) 
 
 /// The doctor lines of check `name`.
 fn lines_of<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
-    out.lines()
-        .filter(|l| l.split_whitespace().nth(1) == Some(name))
-        .collect()
+    out.lines().filter(|l| l.split_whitespace().nth(1) == Some(name)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -148,10 +140,7 @@ async fn doctor_says_which_worker_pod_a_budget_does_not_fit() {
     );
     let (_, out) = run(&["doctor"], &past, &[]).await;
     let all = lines_of(&out, "budget").join("\n");
-    assert!(
-        all.contains("[preemption-notice]") && all.contains("[maintenance-notice]"),
-        "{all}"
-    );
+    assert!(all.contains("[preemption-notice]") && all.contains("[maintenance-notice]"), "{all}");
 
     // GKE's label says the node is on-demand: no preemption comes, so its limits are not
     // checked; the SIGTERM budget still meets each worker pod's grace.
@@ -201,10 +190,7 @@ async fn explain_ends_with_whether_the_budgets_fit_the_nodes_worker_pods() {
         tail.starts_with("checkpoint budget: CANNOT be met (2 worker pod(s) read, shortest terminationGracePeriodSeconds 10s; checkpoint.worker_stop = 5s)"),
         "{tail}"
     );
-    assert!(
-        tail.contains("  [pod-grace] ") && tail.contains("  [gke-node-shutdown] "),
-        "{tail}"
-    );
+    assert!(tail.contains("  [pod-grace] ") && tail.contains("  [gke-node-shutdown] "), "{tail}");
     // Off Kubernetes only GCE's notices are checked, and it says so.
     let off = r.config(&format!(
         "[redis]\nkey_prefix = \"{}\"\n[worker_api]\nauth = \"none\"",
@@ -225,13 +211,7 @@ async fn explain_ends_with_whether_the_budgets_fit_the_nodes_worker_pods() {
 #[tokio::test(flavor = "multi_thread")]
 async fn doctor_asks_each_witness_of_the_idle_check() {
     let r = Rig::new().await;
-    r.kube.put_pod(pod_json(
-        "team",
-        "train",
-        &r.node,
-        &[],
-        &[("nvidia.com/gpu", "1")],
-    ));
+    r.kube.put_pod(pod_json("team", "train", &r.node, &[], &[("nvidia.com/gpu", "1")]));
     let kubelet = FakePodResources::start().await;
     kubelet.set_gpu_pod("team", "train", "main", &["nvidia0"]);
     let cfg = r.config_with(
@@ -253,10 +233,7 @@ async fn doctor_asks_each_witness_of_the_idle_check() {
             && kubelet_line[0].contains("pods holding accelerators: team/train"),
         "{out}"
     );
-    assert!(
-        lines_of(&out, "idle:nvml")[0].contains("not a witness (gpu.enabled = off)"),
-        "{out}"
-    );
+    assert!(lines_of(&out, "idle:nvml")[0].contains("not a witness (gpu.enabled = off)"), "{out}");
 
     // Witnesses that cannot answer: warned, with what that means.
     r.kube.forbid("list pods");

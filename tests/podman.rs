@@ -51,26 +51,17 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
     let podman = Podman::start();
     let gpus = "NVIDIA_VISIBLE_DEVICES=1,3";
-    let worker = podman.run(
-        &["--label", "vigil.worker=trainer-0", "--env", gpus],
-        STUBBORN,
-    );
+    let worker = podman.run(&["--label", "vigil.worker=trainer-0", "--env", gpus], STUBBORN);
     let other_label = podman.run(&["--label", "team.worker=x"], STUBBORN);
     let unlabelled = podman.run(&[], STUBBORN);
     let rt = runtime(&podman, Duration::from_secs(30)).await;
-    assert_eq!(
-        rt.describe(),
-        format!("podman at unix://{}", podman.socket().display())
-    );
+    assert_eq!(rt.describe(), format!("podman at unix://{}", podman.socket().display()));
     rt.ping().await.expect("ping");
 
     let listed = rt.list_workers().await.expect("list");
     assert_eq!(listed.len(), 1, "{listed:?}");
     let w = &listed[0];
-    assert_eq!(
-        (w.id.as_str(), w.worker.as_str()),
-        (worker.as_str(), "trainer-0")
-    );
+    assert_eq!((w.id.as_str(), w.worker.as_str()), (worker.as_str(), "trainer-0"));
     assert!(w.running && !w.paused, "{w:?}");
     // Podman reports no Docker device requests: the GPUs come from the environment.
     assert_eq!(w.gpus, Some(vec!["1".to_string(), "3".to_string()]));
@@ -81,10 +72,8 @@ async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
     assert!(rt.inspect("no-such-container").await.unwrap().is_none());
 
     assert!(
-        eventually(Duration::from_secs(10), || podman
-            .cli(&["logs", &worker])
-            .contains("step 3"))
-        .await
+        eventually(Duration::from_secs(10), || podman.cli(&["logs", &worker]).contains("step 3"))
+            .await
     );
     let logs = rt.logs(&worker, 2).await.expect("logs");
     let lines: Vec<&str> = logs.lines().collect();
@@ -92,13 +81,7 @@ async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
     assert!(lines.iter().all(|l| l.starts_with("step ")), "{logs:?}");
     // A checkpoint request by signal reaches it (PID 1 without a handler ignores it).
     rt.kill(&worker, "SIGUSR1").await.expect("kill");
-    assert!(
-        rt.inspect(&worker)
-            .await
-            .unwrap()
-            .expect("a worker")
-            .running
-    );
+    assert!(rt.inspect(&worker).await.unwrap().expect("a worker").running);
 
     // Podman's socket where Docker's would be (`runtime.kind = docker`): recognised by its
     // `/version`, and named so.
@@ -111,11 +94,7 @@ async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
     );
     connected(&as_docker).await;
     assert_eq!(as_docker.list_workers().await.unwrap().len(), 1);
-    assert!(
-        as_docker.describe().starts_with("podman at "),
-        "{}",
-        as_docker.describe()
-    );
+    assert!(as_docker.describe().starts_with("podman at "), "{}", as_docker.describe());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,9 +107,7 @@ async fn a_worker_that_ignores_sigterm_is_killed_after_the_grace_and_restarted_o
     // The stop grace is honoured, longer than every call's deadline: SIGTERM is ignored,
     // SIGKILL comes after 6 s.
     let t0 = Instant::now();
-    rt.restart(&c, Duration::from_secs(6))
-        .await
-        .expect("restart");
+    rt.restart(&c, Duration::from_secs(6)).await.expect("restart");
     let took = t0.elapsed();
     assert!(took >= Duration::from_millis(5_900), "{took:?}");
     let after = rt.successor(&c).await.unwrap().expect("still there");
@@ -141,23 +118,11 @@ async fn a_worker_that_ignores_sigterm_is_killed_after_the_grace_and_restarted_o
     // A stop grace longer than the call's own deadline: the call gives up, Podman finishes the
     // restart on its own (a client that went away does not cancel it), and only once.
     let short = runtime(&podman, Duration::from_secs(2)).await;
-    let err = short
-        .restart(&after, Duration::from_secs(7))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, RuntimeError::Timeout { op: "restart", .. }),
-        "{err}"
-    );
-    let restarted = eventually(Duration::from_secs(15), || {
-        podman.started_at(&id) != after.started_at
-    })
-    .await;
-    assert!(
-        restarted,
-        "Podman did not finish the restart:\n{}",
-        podman.log()
-    );
+    let err = short.restart(&after, Duration::from_secs(7)).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::Timeout { op: "restart", .. }), "{err}");
+    let restarted =
+        eventually(Duration::from_secs(15), || podman.started_at(&id) != after.started_at).await;
+    assert!(restarted, "Podman did not finish the restart:\n{}", podman.log());
     let third = podman.started_at(&id);
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(podman.started_at(&id), third, "restarted twice");
@@ -218,11 +183,7 @@ async fn podman_events_keep_the_listing_cache_true() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(running, "the unpause was seen");
-    assert!(
-        rt.listing_inspects() <= 10,
-        "{} inspects",
-        rt.listing_inspects()
-    );
+    assert!(rt.listing_inspects() <= 10, "{} inspects", rt.listing_inspects());
 }
 
 /// The binary with `runtime.kind = podman`: a worker that stops beating (and ignores SIGTERM)
@@ -254,13 +215,8 @@ async fn vigil_restarts_a_hung_podman_worker_exactly_once() {
     let opt_in = format!("{}={}", s.label, s.worker);
     let id = podman.run(&["--label", &opt_in], STUBBORN);
     let before = podman.started_at(&id);
-    let (code, out, err) = beat(
-        &cfg,
-        &s.worker,
-        "processing",
-        &["--job", "job-7"],
-        &[("REDIS_URL", &redis)],
-    );
+    let (code, out, err) =
+        beat(&cfg, &s.worker, "processing", &["--job", "job-7"], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "vigil beat failed: {out} {err}");
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
 
@@ -269,23 +225,12 @@ async fn vigil_restarts_a_hung_podman_worker_exactly_once() {
     let after = podman.started_at(&id);
     // The booting container with its stale record is left alone (cooldown).
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(
-        podman.started_at(&id),
-        after,
-        "restarted twice:\n{}",
-        agent.log_text()
-    );
+    assert_eq!(podman.started_at(&id), after, "restarted twice:\n{}", agent.log_text());
 
     assert_eq!(hook.count("restarting"), 1, "{:?}", hook.kinds());
     let bodies = hook.bodies.lock().unwrap().clone();
-    let restarting = bodies
-        .iter()
-        .find(|b| b["vigil"]["kind"] == "restarting")
-        .unwrap();
-    assert!(
-        restarting["text"].as_str().unwrap().contains("step "),
-        "logs attached: {restarting}"
-    );
+    let restarting = bodies.iter().find(|b| b["vigil"]["kind"] == "restarting").unwrap();
+    assert!(restarting["text"].as_str().unwrap().contains("step "), "logs attached: {restarting}");
     let (code, trail, err) = explain(&cfg, &s.node, &[], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "vigil explain failed: {err}");
     assert_eq!(decisions(&trail, "restarted"), 1, "{trail}");

@@ -54,12 +54,8 @@ fn worker_password(node: &str, worker: &str) -> String {
 }
 
 /// The workers given a user of their own: (node, worker id).
-const WORKERS: [(&str, &str); 4] = [
-    (NODE, "trainer-0"),
-    (NODE, "trainer-1"),
-    (NODE, "both"),
-    (OTHER, "trainer-0"),
-];
+const WORKERS: [(&str, &str); 4] =
+    [(NODE, "trainer-0"), (NODE, "trainer-1"), (NODE, "both"), (OTHER, "trainer-0")];
 
 const AGENT_PASSWORD: &str = "agent-secret";
 
@@ -97,15 +93,8 @@ impl AclRedis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (scripts/setup.sh installs it)");
-        assert!(
-            wait_listening(port),
-            "redis-server did not start with the documented users.acl"
-        );
-        AclRedis {
-            child,
-            port,
-            _dir: dir,
-        }
+        assert!(wait_listening(port), "redis-server did not start with the documented users.acl");
+        AclRedis { child, port, _dir: dir }
     }
 
     /// As the default user (the test's own view of the data).
@@ -123,18 +112,11 @@ impl AclRedis {
     }
 
     fn agent_url(&self) -> String {
-        format!(
-            "redis://vigil-agent:{AGENT_PASSWORD}@127.0.0.1:{}",
-            self.port
-        )
+        format!("redis://vigil-agent:{AGENT_PASSWORD}@127.0.0.1:{}", self.port)
     }
 
     async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
+        redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
     }
 
     async fn admin(&self) -> redis::aio::MultiplexedConnection {
@@ -154,11 +136,8 @@ impl AclRedis {
     /// What the server has executed, and the error replies it sent, since the last
     /// `CONFIG RESETSTAT`: `["auth", "time", …]` (sorted), and the count of error replies.
     async fn commands(&self) -> (Vec<String>, u64) {
-        let info: String = redis::cmd("INFO")
-            .arg("all")
-            .query_async(&mut self.admin().await)
-            .await
-            .unwrap();
+        let info: String =
+            redis::cmd("INFO").arg("all").query_async(&mut self.admin().await).await.unwrap();
         let mut names: Vec<String> = info
             .lines()
             .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
@@ -184,14 +163,10 @@ impl AclRedis {
 
     /// What the ACL log holds: each refusal's user, reason and command or key.
     async fn refusals(&self) -> Vec<String> {
-        let entries: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
-            .arg("LOG")
-            .query_async(&mut self.admin().await)
-            .await
-            .unwrap();
+        let entries: Vec<std::collections::HashMap<String, redis::Value>> =
+            redis::cmd("ACL").arg("LOG").query_async(&mut self.admin().await).await.unwrap();
         let text = |v: Option<&redis::Value>| {
-            v.and_then(|v| redis::from_redis_value::<String>(v).ok())
-                .unwrap_or_default()
+            v.and_then(|v| redis::from_redis_value::<String>(v).ok()).unwrap_or_default()
         };
         entries
             .iter()
@@ -267,30 +242,16 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
     redis.reset_log().await;
     redis.reset_stats().await;
     let (code, out, err) = vigil(
-        &[
-            "beat",
-            "--worker",
-            "trainer-0",
-            "--state",
-            "processing",
-            "--progress",
-            "step-1",
-        ],
-        &[
-            ("REDIS_URL", &redis.worker_url(NODE, "trainer-0")),
-            ("NODE_NAME", NODE),
-        ],
+        &["beat", "--worker", "trainer-0", "--state", "processing", "--progress", "step-1"],
+        &[("REDIS_URL", &redis.worker_url(NODE, "trainer-0")), ("NODE_NAME", NODE)],
     );
     assert_eq!(code, 0, "vigil beat as the worker user: {out}{err}");
     assert!(out.contains(&keys.status("trainer-0")), "{out}");
     let (sent, errors) = redis.commands().await;
     assert_eq!(sent, ["auth", "hset", "time"], "what `vigil beat` sends");
     assert_eq!(errors, 0, "and none of it is refused");
-    let rec: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(keys.status("trainer-0"))
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let rec: std::collections::HashMap<String, String> =
+        redis::cmd("HGETALL").arg(keys.status("trainer-0")).query_async(&mut admin).await.unwrap();
     assert_eq!(rec["state"], "processing");
     assert_eq!(rec["progress"], "step-1");
     assert!(rec.contains_key("heartbeat"));
@@ -299,14 +260,9 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
         RedisCoordinator::new(&redis.worker_url(NODE, "trainer-0"), Duration::from_secs(2))
             .unwrap(),
     );
-    write_status(
-        &*as_worker,
-        &keys,
-        "trainer-0",
-        &[("checkpoint_ack".into(), "req-1".into())],
-    )
-    .await
-    .unwrap();
+    write_status(&*as_worker, &keys, "trainer-0", &[("checkpoint_ack".into(), "req-1".into())])
+        .await
+        .unwrap();
     let mine = as_worker.hgetall(&keys.status("trainer-0")).await.unwrap();
     assert_eq!(mine["checkpoint_ack"], "req-1", "it reads its own record");
     assert_eq!(
@@ -325,10 +281,7 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
     // restart, `restarts=alert-only` take its protection away).
     foreign.push(("a neighbour's status", keys.status("trainer-1")));
     for (name, key) in &foreign {
-        let read = redis::cmd("HGETALL")
-            .arg(key)
-            .query_async::<redis::Value>(&mut w)
-            .await;
+        let read = redis::cmd("HGETALL").arg(key).query_async::<redis::Value>(&mut w).await;
         let e = refusal(&format!("HGETALL {name} {key}"), read);
         assert!(e.contains("key"), "refused for the key: {e}");
         let write = redis::cmd("HSET")
@@ -351,45 +304,30 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
         redis::cmd("KEYS").arg("*").clone(),
         redis::cmd("CONFIG").arg("GET").arg("*").clone(),
     ] {
-        refusal(
-            "another command",
-            cmd.query_async::<redis::Value>(&mut w).await,
-        );
+        refusal("another command", cmd.query_async::<redis::Value>(&mut w).await);
     }
     // Through the coordinator the refusals are errors, never lost in a pipeline.
-    let taken = as_worker
-        .set_nx(&keys.lock(), "me", Duration::from_secs(30))
-        .await;
+    let taken = as_worker.set_nx(&keys.lock(), "me", Duration::from_secs(30)).await;
     assert!(format!("{taken:?}").contains("NOPERM"), "{taken:?}");
-    let set = as_worker
-        .set(&keys.cooldown("trainer-0"), "x", Duration::from_secs(30))
-        .await;
+    let set = as_worker.set(&keys.cooldown("trainer-0"), "x", Duration::from_secs(30)).await;
     assert!(format!("{set:?}").contains("NOPERM"), "{set:?}");
-    let breaker = as_worker
-        .incr_capped(&keys.breaker("2026-11-30"), 3, Duration::from_secs(60))
-        .await;
+    let breaker =
+        as_worker.incr_capped(&keys.breaker("2026-11-30"), 3, Duration::from_secs(60)).await;
     assert!(format!("{breaker:?}").contains("NOPERM"), "{breaker:?}");
 
     // Node B's worker user is refused on node A's records.
     let mut b = AclRedis::conn(&redis.worker_url(OTHER, "trainer-0")).await;
-    let read = redis::cmd("HGETALL")
-        .arg(&own)
-        .query_async::<redis::Value>(&mut b)
-        .await;
+    let read = redis::cmd("HGETALL").arg(&own).query_async::<redis::Value>(&mut b).await;
     refusal("node B's worker on node A's record", read);
     // (The ACL log does record refusals: the checks of "nothing refused" above are not vacuous.)
     let log = redis.refusals().await;
     assert!(
-        log.iter()
-            .any(|l| l.starts_with(&format!("vigil-worker-{NODE}-trainer-0 refused key"))),
+        log.iter().any(|l| l.starts_with(&format!("vigil-worker-{NODE}-trainer-0 refused key"))),
         "{log:?}"
     );
     let (code, _, err) = vigil(
         &["beat", "--worker", "trainer-0", "--state", "processing"],
-        &[
-            ("REDIS_URL", &redis.worker_url(OTHER, "trainer-0")),
-            ("NODE_NAME", NODE),
-        ],
+        &[("REDIS_URL", &redis.worker_url(OTHER, "trainer-0")), ("NODE_NAME", NODE)],
     );
     assert_ne!(code, 0, "node B's worker user cannot beat for node A");
     assert!(err.contains("NOPERM"), "{err}");
@@ -397,10 +335,7 @@ async fn a_worker_user_beats_and_is_refused_on_every_agent_key() {
 
 /// A config for an agent of [`NODE`] that restarts a hung worker within seconds.
 fn fast_config(url: &str) -> Config {
-    let mut cfg = Config {
-        node_name: NODE.into(),
-        ..Config::default()
-    };
+    let mut cfg = Config { node_name: NODE.into(), ..Config::default() };
     cfg.redis.url = url.into();
     cfg.policy.stale_after = Duration::from_secs(2);
     cfg.policy.confirm_after = Duration::from_millis(500);
@@ -419,10 +354,7 @@ async fn cycle_until(agent: &mut Agent, mut done: impl FnMut(&[(String, Verdict)
         if done(&r.verdicts) {
             return;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "not done in 30 s: {r:?}"
-        );
+        assert!(started.elapsed() < Duration::from_secs(30), "not done in 30 s: {r:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -450,14 +382,9 @@ async fn the_agent_user_runs_whole_cycles_through_a_restart() {
     );
     redis.reset_log().await;
     // The worker beats once, as the worker user, then hangs.
-    write_status(
-        &*as_worker,
-        &keys,
-        "trainer-0",
-        &[("state".into(), "processing".into())],
-    )
-    .await
-    .unwrap();
+    write_status(&*as_worker, &keys, "trainer-0", &[("state".into(), "processing".into())])
+        .await
+        .unwrap();
     cycle_until(&mut agent, |_| runtime.restarts("c1") == 1).await;
     for _ in 0..3 {
         let r = agent.cycle().await;
@@ -465,10 +392,7 @@ async fn the_agent_user_runs_whole_cycles_through_a_restart() {
     }
     assert_eq!(runtime.restarts("c1"), 1);
     let trail = coord.read_recent(&keys.trail(), 100).await.unwrap();
-    assert!(
-        trail.iter().any(|(_, f)| f["decision"] == "restarted"),
-        "{trail:?}"
-    );
+    assert!(trail.iter().any(|(_, f)| f["decision"] == "restarted"), "{trail:?}");
     // The operator's commands, with the agent user.
     let env = [("REDIS_URL", redis.agent_url()), ("NODE_NAME", NODE.into())];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();

@@ -110,10 +110,7 @@ impl World {
             (format!("heartbeat@{rank}"), hb),
             (format!("progress@{rank}"), progress.to_string()),
         ];
-        self.store
-            .hset(&self.keys.status(worker), &fields, None)
-            .await
-            .unwrap();
+        self.store.hset(&self.keys.status(worker), &fields, None).await.unwrap();
     }
 
     /// `n` times: `trainer-0` beats (alive, in `state`, at `progress`), then one tick.
@@ -149,10 +146,7 @@ impl World {
     }
 
     async fn breaker(&self) -> u64 {
-        self.store
-            .counter(&self.keys.breaker(&utc_day(self.now())))
-            .await
-            .unwrap()
+        self.store.counter(&self.keys.breaker(&utc_day(self.now()))).await.unwrap()
     }
 }
 
@@ -165,11 +159,7 @@ fn mins(m: u64) -> Duration {
 async fn hung_and_restarted(w: &mut World) {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "one restart at the end of the delay"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "one restart at the end of the delay");
 }
 
 #[tokio::test]
@@ -199,8 +189,7 @@ async fn hang_is_restarted_exactly_once_after_the_delay_with_alert_and_trail() {
 
 /// The value of the one sample of `series` (name and labels, as encoded) in a scrape.
 fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 #[tokio::test]
@@ -215,10 +204,7 @@ async fn per_worker_series_follow_the_verdict_and_leave_with_the_worker() {
     let stage =
         |s: &str| format!("vigil_worker_incident_stage{{worker=\"trainer-0\",stage=\"{s}\"}}");
     assert_eq!(sample(&text, &stage("due")), Some(1.0), "{text}");
-    let age = sample(
-        &text,
-        &format!("vigil_worker_heartbeat_age_seconds{worker}"),
-    );
+    let age = sample(&text, &format!("vigil_worker_heartbeat_age_seconds{worker}"));
     assert_eq!(age, Some(330.0), "beat at t=0, judged at t=330: {text}");
     let restart = format!("vigil_worker_last_restart_timestamp_seconds{worker}");
     let at = (DAY_START + 330_000) as f64 / 1000.0;
@@ -229,16 +215,8 @@ async fn per_worker_series_follow_the_verdict_and_leave_with_the_worker() {
     let booting = "vigil_worker_state{worker=\"trainer-0\",state=\"booting\"}";
     assert_eq!(sample(&text, booting), Some(1.0), "{text}");
     assert_eq!(sample(&text, &stage("booting")), Some(1.0), "{text}");
-    assert_eq!(
-        sample(&text, &stage("due")),
-        None,
-        "one stage series per worker: {text}"
-    );
-    assert_eq!(
-        sample(&text, hung),
-        None,
-        "one state series per worker: {text}"
-    );
+    assert_eq!(sample(&text, &stage("due")), None, "one stage series per worker: {text}");
+    assert_eq!(sample(&text, hung), None, "one state series per worker: {text}");
     assert_eq!(sample(&text, &restart), Some(at), "{text}");
 
     // The container loses its opt-in label: the worker is no longer watched here.
@@ -254,22 +232,11 @@ async fn scenario_a_booting_container_is_not_restarted_during_cooldown() {
     hung_and_restarted(&mut w).await;
     // The old record still says processing with a stale heartbeat for the whole cooldown.
     w.run_for(mins(10) - POLL).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "no second restart while booting"
-    );
-    assert!(
-        w.get(&w.keys.incident("trainer-0")).await.is_none(),
-        "no timer while booting"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "no second restart while booting");
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none(), "no timer while booting");
     assert!(w.get(&w.keys.suspect("trainer-0")).await.is_none());
     let verdicts = w.tick().await;
-    assert_ne!(
-        verdicts[0].verdicts[0].1,
-        Verdict::Booting,
-        "cooldown ends after 10 min"
-    );
+    assert_ne!(verdicts[0].verdicts[0].1, Verdict::Booting, "cooldown ends after 10 min");
 }
 
 /// Issue 27: booting ends at the restarted worker's first beat, not at the end of the 10 min
@@ -282,11 +249,7 @@ async fn booting_ends_at_the_first_beat_and_a_new_hang_is_a_new_incident() {
     hung_and_restarted(&mut w).await; // restarted at t = 330 s
     w.run_for(Duration::from_secs(30)).await;
     let verdicts = w.tick().await;
-    assert_eq!(
-        verdicts[0].verdicts[0].1,
-        Verdict::Booting,
-        "silent: still booting"
-    );
+    assert_eq!(verdicts[0].verdicts[0].1, Verdict::Booting, "silent: still booting");
     // The new incarnation's first beat (at t = 375 s), then nothing: hung again.
     w.beat("trainer-0", "processing", "step-2").await;
     let verdicts = w.tick().await;
@@ -298,11 +261,7 @@ async fn booting_ends_at_the_first_beat_and_a_new_hang_is_a_new_incident() {
     w.run_for(Duration::from_secs(330)).await;
     assert_eq!(w.runtime.restarts("c1"), 2, "the new hang is restarted");
     assert!(w.now() - t0 < 930_000, "at {} ms", w.now() - t0);
-    assert_eq!(
-        w.sink.count(AlertKind::Hung),
-        2,
-        "one hung alert per incident"
-    );
+    assert_eq!(w.sink.count(AlertKind::Hung), 2, "one hung alert per incident");
     assert_eq!(w.breaker().await, 2, "each restart takes a breaker unit");
 }
 
@@ -333,10 +292,7 @@ async fn a_restarted_hang_says_what_it_lost_phase_by_phase() {
         e.get("decision").map(String::as_str) == Some("restarted")
             && e.get("incident") == Some(incident)
     }));
-    assert!(
-        w.get(&w.keys.lost("trainer-0")).await.is_none(),
-        "done with"
-    );
+    assert!(w.get(&w.keys.lost("trainer-0")).await.is_none(), "done with");
     let text = w.agents()[0].metrics().encode();
     for (series, want) in [
         ("vigil_lost_seconds_total{cause=\"hang\"}", 330.0),
@@ -363,15 +319,10 @@ async fn one_hung_rank_is_not_hidden_by_the_others_beats() {
     let mut step = 0;
     while w.runtime.restarts("c1") == 0 && step < 60 {
         step += 1;
-        w.beat_rank("trainer-0", 0, 2, &format!("step-{step}"))
-            .await;
+        w.beat_rank("trainer-0", 0, 2, &format!("step-{step}")).await;
         w.tick().await;
     }
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "the container of the hung rank is restarted"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "the container of the hung rank is restarted");
     let hung = w.sink.of(AlertKind::Hung);
     assert_eq!(hung.len(), 1);
     assert!(hung[0].detail.contains("rank 1 of 2"), "{}", hung[0].detail);
@@ -384,8 +335,7 @@ async fn ranks_that_all_beat_are_healthy_and_a_silent_one_is_not() {
     let mut w = World::new(|_| {});
     for step in 0..20 {
         for r in 0..4 {
-            w.beat_rank("trainer-0", r, 4, &format!("step-{step}"))
-                .await;
+            w.beat_rank("trainer-0", r, 4, &format!("step-{step}")).await;
         }
         let v = w.tick().await;
         assert_eq!(v[0].verdicts[0].1, Verdict::Healthy, "step {step}");
@@ -393,11 +343,7 @@ async fn ranks_that_all_beat_are_healthy_and_a_silent_one_is_not() {
     let mut w = World::new(|_| {});
     w.beat_rank("trainer-0", 0, 2, "step-1").await;
     let v = w.tick().await;
-    assert_eq!(
-        v[0].verdicts[0].1,
-        Verdict::Unreachable,
-        "rank 1 has written nothing"
-    );
+    assert_eq!(v[0].verdicts[0].1, Verdict::Unreachable, "rank 1 has written nothing");
 }
 
 /// A restarted worker that never beats is booting for the whole cooldown, as before: without a
@@ -417,11 +363,7 @@ async fn scenario_b_two_agents_on_one_node_restart_once() {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330) + mins(5)).await;
     assert_eq!(w.runtime.restarts("c1"), 1);
-    assert_eq!(
-        w.sink.count(AlertKind::Hung),
-        1,
-        "one alert per incident, not per agent"
-    );
+    assert_eq!(w.sink.count(AlertKind::Hung), 1, "one alert per incident, not per agent");
     assert_eq!(w.sink.count(AlertKind::Restarting), 1);
     assert_eq!(w.breaker().await, 1);
 }
@@ -440,25 +382,16 @@ async fn scenario_c_fresh_heartbeat_before_the_command_cancels_and_cleans_up() {
         let hb = heartbeat_value(clock.now());
         // The hook runs inside the agent's task; the in-memory store's hset completes at once.
         futures_block(async move {
-            store
-                .hset(&key, &[("heartbeat".to_string(), hb)], None)
-                .await
-                .unwrap()
+            store.hset(&key, &[("heartbeat".to_string(), hb)], None).await.unwrap()
         });
     });
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
     assert_eq!(w.runtime.restarts("c1"), 0);
-    assert!(
-        w.get(&w.keys.incident("trainer-0")).await.is_none(),
-        "timer cleaned"
-    );
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none(), "timer cleaned");
     assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_none());
     assert_eq!(w.breaker().await, 0, "nothing ran, nothing consumed");
-    assert!(w
-        .decisions()
-        .await
-        .contains(&"cancelled-recovered".to_string()));
+    assert!(w.decisions().await.contains(&"cancelled-recovered".to_string()));
 }
 
 /// Drive a future that never waits (the in-memory store) to completion from sync code.
@@ -485,15 +418,8 @@ async fn scenario_d_fourth_hang_in_a_day_is_not_restarted_and_the_alert_says_why
     assert_eq!(w.breaker().await, 3);
     let open = w.sink.of(AlertKind::BreakerOpen);
     assert_eq!(open.len(), 1, "one breaker alert, not one per cycle");
-    assert!(
-        open[0].detail.contains("circuit breaker open"),
-        "{}",
-        open[0].detail
-    );
-    assert!(w
-        .decisions()
-        .await
-        .contains(&"skipped-breaker-open".to_string()));
+    assert!(open[0].detail.contains("circuit breaker open"), "{}", open[0].detail);
+    assert!(w.decisions().await.contains(&"skipped-breaker-open".to_string()));
     let text = w.agents()[0].metrics().encode();
     assert!(common::has_sample(&text, "vigil_breaker_used 3"), "{text}");
     assert!(common::has_sample(&text, "vigil_breaker_open 1"), "{text}");
@@ -506,19 +432,12 @@ async fn breaker_resets_at_midnight_utc() {
     // Start 40 minutes before midnight: the hang restarts at 23:25 + 5.5 min...
     w.clock.set(DAY_START + 86_400_000 - 40 * 60_000);
     let day = utc_day(w.now());
-    w.store
-        .set(&w.keys.breaker(&day), "3", Duration::from_secs(3600 * 48))
-        .await
-        .unwrap();
+    w.store.set(&w.keys.breaker(&day), "3", Duration::from_secs(3600 * 48)).await.unwrap();
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_for(mins(35)).await;
     assert_eq!(w.runtime.restarts("c1"), 0, "yesterday's breaker is full");
     w.run_for(mins(10)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "a new UTC day has a new breaker"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "a new UTC day has a new breaker");
     assert_ne!(utc_day(w.now()), day);
 }
 
@@ -587,16 +506,11 @@ async fn a_removed_workers_open_alerts_resolve() {
     let mut w = World::new(|_| {});
     w.run_for(mins(60)).await;
     assert_eq!(w.sink.count(AlertKind::Unreachable), 1);
-    assert!(!w
-        .sink
-        .resolved()
-        .contains(&("trainer-0".into(), Resolve::Gone)));
+    assert!(!w.sink.resolved().contains(&("trainer-0".into(), Resolve::Gone)));
     w.runtime.remove("c1");
     w.tick().await;
     assert!(
-        w.sink
-            .resolved()
-            .contains(&("trainer-0".into(), Resolve::Gone)),
+        w.sink.resolved().contains(&("trainer-0".into(), Resolve::Gone)),
         "its container is gone: {:?}",
         w.sink.resolved()
     );
@@ -626,18 +540,10 @@ async fn scenario_g_failed_restart_pages_at_once_and_retries_next_cycle() {
     // NB: not the next cycle (15 s later): a worker that ignores SIGTERM takes the whole stop
     // grace (30 s) to stop, and each try takes a breaker unit.
     w.tick().await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        0,
-        "no retry before the stop grace"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 0, "no retry before the stop grace");
     assert_eq!(w.breaker().await, 1);
     w.tick().await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "retried once the stop grace passed"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "retried once the stop grace passed");
     assert_eq!(
         w.sink.count(AlertKind::Restarting),
         2,
@@ -663,12 +569,7 @@ async fn failed_restarts_back_off_and_page_once_per_incident() {
     for _ in 0..3 {
         w.tick().await;
     }
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        0,
-        "backed off: {:?}",
-        w.sink.kinds()
-    );
+    assert_eq!(w.runtime.restarts("c1"), 0, "backed off: {:?}", w.sink.kinds());
     assert_eq!(w.breaker().await, 2, "no unit taken while backing off");
     w.tick().await;
     assert_eq!(w.runtime.restarts("c1"), 1);
@@ -676,27 +577,16 @@ async fn failed_restarts_back_off_and_page_once_per_incident() {
 
     let failed = w.sink.of(AlertKind::RestartFailed);
     assert_eq!(failed.len(), 2, "{:?}", w.sink.kinds());
-    assert!(
-        failed[0].page && !failed[0].update,
-        "the first failure pages"
-    );
+    assert!(failed[0].page && !failed[0].update, "the first failure pages");
     assert!(
         !failed[1].page && failed[1].update,
         "the second updates the page without paging again"
     );
     assert_eq!(failed[0].incident, failed[1].incident, "one incident");
     assert_eq!((failed[0].attempt, failed[1].attempt), (Some(1), Some(2)));
-    assert!(
-        failed[1].detail.contains("retried in 1m"),
-        "{}",
-        failed[1].detail
-    );
+    assert!(failed[1].detail.contains("retried in 1m"), "{}", failed[1].detail);
     let trail = w.decisions().await;
-    assert_eq!(
-        trail.iter().filter(|d| *d == "restart-failed").count(),
-        2,
-        "{trail:?}"
-    );
+    assert_eq!(trail.iter().filter(|d| *d == "restart-failed").count(), 2, "{trail:?}");
     assert_eq!(trail.iter().filter(|d| *d == "restarted").count(), 1);
 }
 
@@ -713,9 +603,7 @@ async fn scenario_h_missing_record_alerts_once_and_never_restarts() {
     w.tick().await;
     assert_eq!(w.sink.count(AlertKind::Unreachable), 2);
     assert!(
-        w.sink
-            .resolved()
-            .contains(&("trainer-0".into(), Resolve::Episode(AlertKind::Unreachable))),
+        w.sink.resolved().contains(&("trainer-0".into(), Resolve::Episode(AlertKind::Unreachable))),
         "the episode's end resolves its alert: {:?}",
         w.sink.resolved()
     );
@@ -745,10 +633,7 @@ async fn scenario_j_errored_for_error_for_restarts_through_the_same_breaker() {
 async fn errored_worker_is_blocked_by_a_breaker_that_hangs_filled() {
     let mut w = World::new(|_| {});
     let day = utc_day(w.now());
-    w.store
-        .set(&w.keys.breaker(&day), "3", Duration::from_secs(3600))
-        .await
-        .unwrap();
+    w.store.set(&w.keys.breaker(&day), "3", Duration::from_secs(3600)).await.unwrap();
     w.beat_and_tick(40 * 4, "error", "step-1").await;
     assert_eq!(w.runtime.restarts("c1"), 0);
     assert_eq!(w.sink.count(AlertKind::BreakerOpen), 1);
@@ -764,22 +649,11 @@ async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_al
     // Both agents share the fake runtime; give node 2 its own container.
     w.runtime.add("c2", "trainer-9");
     w.beat("trainer-0", "processing", "step-1").await;
-    write_record(
-        w.store.as_ref(),
-        &keys2.status("trainer-9"),
-        "processing",
-        w.now(),
-        &[],
-    )
-    .await;
+    write_record(w.store.as_ref(), &keys2.status("trainer-9"), "processing", w.now(), &[]).await;
     w.run_for(mins(20)).await;
     let total = w.runtime.restarts("c1") + w.runtime.restarts("c2");
     assert_eq!(total, 1, "one restart in the whole fleet this window");
-    assert_eq!(
-        w.sink.count(AlertKind::BudgetExhausted),
-        1,
-        "one alert, fleet-wide"
-    );
+    assert_eq!(w.sink.count(AlertKind::BudgetExhausted), 1, "one alert, fleet-wide");
     // The node that was refused did not keep a breaker unit it never used.
     let day = utc_day(w.now());
     let b1 = w.store.counter(&w.keys.breaker(&day)).await.unwrap();
@@ -793,10 +667,7 @@ async fn scenario_k_fleet_budget_exhausted_stops_restarts_everywhere_with_one_al
             "vigil_fleet_budget_limit 1",
             "vigil_fleet_budget_exhausted 1",
         ] {
-            assert!(
-                common::has_sample(&text, want),
-                "{want} missing from\n{text}"
-            );
+            assert!(common::has_sample(&text, want), "{want} missing from\n{text}");
         }
     }
 }
@@ -807,14 +678,7 @@ async fn coordinator_cycle(f: &mut Fleet, down: bool) {
     f.down.store(down, Ordering::SeqCst);
     let now = f.now();
     let step = now.to_string();
-    f.write(
-        0,
-        "trainer-0",
-        "processing",
-        now,
-        &[("progress", step.as_str())],
-    )
-    .await;
+    f.write(0, "trainer-0", "processing", now, &[("progress", step.as_str())]).await;
     let report = f.tick().await.remove(0);
     assert_eq!(report.coordinator_error.is_some(), down);
     let text = f.nodes[0].metrics.encode();
@@ -869,19 +733,12 @@ async fn the_coordinator_comes_back_during_a_runtime_outage() {
     let since = written_in_the_outage(&mut f).await;
     assert_eq!(since, f.now(), "down since the first cycle that wrote it");
     written_in_the_outage(&mut f).await;
-    assert!(common::has_sample(
-        &f.nodes[0].metrics.encode(),
-        "vigil_runtime_up 0"
-    ));
+    assert!(common::has_sample(&f.nodes[0].metrics.encode(), "vigil_runtime_up 0"));
     assert_eq!(f.sink.count(AlertKind::CoordinatorDown), 0, "one blip");
     assert_eq!(f.sink.count(AlertKind::RuntimeDown), 1);
     // An agent started in the outage writes too: its predecessor's workers, the gauge at 1.
     f.restart_agents(0);
-    assert_eq!(
-        written_in_the_outage(&mut f).await,
-        since,
-        "its predecessor's"
-    );
+    assert_eq!(written_in_the_outage(&mut f).await, since, "its predecessor's");
     // The runtime is back: the record says so, with the workers as they are.
     f.nodes[0].runtime.set_down(false);
     tokio::time::advance(Duration::from_secs(15)).await;
@@ -898,10 +755,7 @@ async fn written_in_the_outage(f: &mut Fleet) -> Millis {
     let report = f.tick().await.remove(0);
     assert!(report.runtime_error.is_some() && report.coordinator_error.is_none());
     let text = f.nodes[0].metrics.encode();
-    assert!(
-        common::has_sample(&text, "vigil_coordinator_up 1"),
-        "{text}"
-    );
+    assert!(common::has_sample(&text, "vigil_coordinator_up 1"), "{text}");
     let record = f.store.hgetall(&f.nodes[0].keys.agent()).await.unwrap();
     assert_eq!(record["updated_at"], f.now().to_string());
     assert_eq!(record["workers"], r#"{"trainer-0":"healthy"}"#);
@@ -913,33 +767,15 @@ async fn scenario_l_coordinator_down_mid_incident_fails_closed_and_resumes_the_s
     let mut w = World::new(|_| {});
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(200)).await;
-    let timer = w
-        .get(&w.keys.incident("trainer-0"))
-        .await
-        .expect("timer started");
+    let timer = w.get(&w.keys.incident("trainer-0")).await.expect("timer started");
     w.down.store(true, Ordering::SeqCst);
     w.run_until(Duration::from_secs(600)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        0,
-        "no lock, no breaker, no restart"
-    );
-    assert_eq!(
-        w.sink.count(AlertKind::CoordinatorDown),
-        1,
-        "said once per outage"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 0, "no lock, no breaker, no restart");
+    assert_eq!(w.sink.count(AlertKind::CoordinatorDown), 1, "said once per outage");
     w.down.store(false, Ordering::SeqCst);
-    assert_eq!(
-        w.get(&w.keys.incident("trainer-0")).await,
-        Some(timer.clone())
-    );
+    assert_eq!(w.get(&w.keys.incident("trainer-0")).await, Some(timer.clone()));
     w.tick().await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "the incident resumes with its original start time"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "the incident resumes with its original start time");
     let restarted = w.store.read_recent(&w.keys.trail(), 1).await.unwrap();
     let incident_id = timer.split_once(':').unwrap().1;
     assert_eq!(restarted[0].1["incident"], incident_id);
@@ -953,11 +789,7 @@ async fn dry_run_decides_everything_but_never_restarts() {
     assert_eq!(w.runtime.restarts("c1"), 0);
     let would = w.sink.of(AlertKind::WouldRestart);
     assert_eq!(would.len(), 1);
-    assert!(
-        would[0].summary().contains("would restart"),
-        "{}",
-        would[0].summary()
-    );
+    assert!(would[0].summary().contains("would restart"), "{}", would[0].summary());
     assert!(w.decisions().await.contains(&"would-restart".to_string()));
     assert_eq!(w.breaker().await, 0, "observe mode consumes no budget");
     assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_some());
@@ -966,19 +798,12 @@ async fn dry_run_decides_everything_but_never_restarts() {
 #[tokio::test]
 async fn another_holder_of_the_lock_means_skip() {
     let mut w = World::new(|_| {});
-    w.store
-        .set(&w.keys.lock(), "someone-else", Duration::from_secs(3600))
-        .await
-        .unwrap();
+    w.store.set(&w.keys.lock(), "someone-else", Duration::from_secs(3600)).await.unwrap();
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(600)).await;
     assert_eq!(w.runtime.restarts("c1"), 0);
     let d = w.decisions().await;
-    assert_eq!(
-        d.iter().filter(|x| *x == "skipped-lock-held").count(),
-        1,
-        "{d:?}"
-    );
+    assert_eq!(d.iter().filter(|x| *x == "skipped-lock-held").count(), 1, "{d:?}");
     assert_eq!(
         w.get(&w.keys.lock()).await.as_deref(),
         Some("someone-else"),
@@ -995,10 +820,7 @@ async fn a_new_incarnation_is_never_hit_by_a_stale_decision() {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
     assert_eq!(w.runtime.restarts("c1"), 0);
-    assert!(w
-        .decisions()
-        .await
-        .contains(&"skipped-container-changed".to_string()));
+    assert!(w.decisions().await.contains(&"skipped-container-changed".to_string()));
     assert_eq!(w.breaker().await, 0);
 }
 
@@ -1032,15 +854,8 @@ async fn a_restart_outside_vigil_counts_as_booting() {
     // An operator runs `docker restart` in the middle of the delay.
     w.runtime.add("c1", "trainer-0");
     w.run_until(Duration::from_secs(200) + mins(9)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        0,
-        "the booting container is left alone"
-    );
-    assert!(w
-        .decisions()
-        .await
-        .contains(&"external-restart".to_string()));
+    assert_eq!(w.runtime.restarts("c1"), 0, "the booting container is left alone");
+    assert!(w.decisions().await.contains(&"external-restart".to_string()));
 }
 
 #[tokio::test]
@@ -1050,16 +865,9 @@ async fn a_restart_whose_reply_was_lost_is_still_a_restart() {
     w.beat("trainer-0", "processing", "step-1").await;
     w.run_until(Duration::from_secs(330)).await;
     assert_eq!(w.runtime.restarts("c1"), 1);
-    assert!(
-        w.get(&w.keys.cooldown("trainer-0")).await.is_some(),
-        "cooldown kept"
-    );
+    assert!(w.get(&w.keys.cooldown("trainer-0")).await.is_some(), "cooldown kept");
     w.run_for(mins(5)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "the booting container is not restarted again"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "the booting container is not restarted again");
     assert_eq!(w.sink.count(AlertKind::RestartFailed), 0);
 }
 
@@ -1101,10 +909,7 @@ async fn an_operator_restart_inside_our_cooldown_gets_a_full_cooldown() {
         "still booting past our cooldown's end: the new incarnation's own cooldown runs to 1230 s"
     );
     assert_eq!(w.runtime.restarts("c1"), 1, "ours only");
-    assert!(w
-        .decisions()
-        .await
-        .contains(&"external-restart".to_string()));
+    assert!(w.decisions().await.contains(&"external-restart".to_string()));
     w.run_until(Duration::from_secs(1245)).await;
     let r = w.tick().await;
     assert_ne!(r[0].verdicts[0].1, Verdict::Booting, "and then it ends");
@@ -1117,15 +922,8 @@ async fn our_own_restart_keeps_its_cooldown() {
     hung_and_restarted(&mut w).await; // at 330 s
     w.run_until(Duration::from_secs(935)).await;
     let r = w.tick().await;
-    assert_ne!(
-        r[0].verdicts[0].1,
-        Verdict::Booting,
-        "ten minutes, not more"
-    );
-    assert!(!w
-        .decisions()
-        .await
-        .contains(&"external-restart".to_string()));
+    assert_ne!(r[0].verdicts[0].1, Verdict::Booting, "ten minutes, not more");
+    assert!(!w.decisions().await.contains(&"external-restart".to_string()));
 }
 
 /// A paused worker is an operator's decision: one alert, no timer, no restart while paused;
@@ -1139,18 +937,11 @@ async fn a_paused_worker_is_alerted_once_and_never_restarted() {
     w.run_until(mins(30)).await;
     assert_eq!(w.runtime.restarts("c1"), 0);
     assert_eq!(w.sink.count(AlertKind::Paused), 1, "once per episode");
-    assert!(
-        w.get(&w.keys.incident("trainer-0")).await.is_none(),
-        "no timer"
-    );
+    assert!(w.get(&w.keys.incident("trainer-0")).await.is_none(), "no timer");
     w.runtime.set_paused("c1", false);
     // Still stale once unpaused: suspect, confirmed, then the full restart delay.
     w.run_for(Duration::from_secs(150)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        0,
-        "a new incident waits its delay"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 0, "a new incident waits its delay");
     w.run_for(Duration::from_secs(200)).await;
     assert_eq!(w.runtime.restarts("c1"), 1);
 }
@@ -1163,20 +954,10 @@ async fn an_invalid_worker_id_is_one_alert_and_never_a_worker() {
     w.runtime.add("c9", "trainer-0:incarnation");
     hung_and_restarted(&mut w).await;
     w.run_for(mins(5)).await;
-    assert_eq!(
-        w.sink.count(AlertKind::InvalidWorkerId),
-        1,
-        "once per container"
-    );
+    assert_eq!(w.sink.count(AlertKind::InvalidWorkerId), 1, "once per container");
     assert_eq!(w.runtime.restarts("c9"), 0);
     let r = w.tick().await;
-    assert!(
-        r[0].verdicts
-            .iter()
-            .all(|(worker, _)| worker == "trainer-0"),
-        "{:?}",
-        r[0].verdicts
-    );
+    assert!(r[0].verdicts.iter().all(|(worker, _)| worker == "trainer-0"), "{:?}", r[0].verdicts);
 }
 
 /// A worker that writes milliseconds where seconds belong looks fresh for ever unless its
@@ -1184,26 +965,14 @@ async fn an_invalid_worker_id_is_one_alert_and_never_a_worker() {
 #[tokio::test]
 async fn a_heartbeat_from_the_future_is_one_alert_that_says_why() {
     let mut w = World::new(|_| {});
-    write_record(
-        w.store.as_ref(),
-        &w.keys.status("trainer-0"),
-        "processing",
-        w.now() * 1000,
-        &[],
-    )
-    .await;
+    write_record(w.store.as_ref(), &w.keys.status("trainer-0"), "processing", w.now() * 1000, &[])
+        .await;
     let r = w.tick().await;
     assert_eq!(r[0].verdicts[0].1, Verdict::Unreachable);
     w.run_for(mins(10)).await;
     let alerts = w.sink.of(AlertKind::Unreachable);
     assert_eq!(alerts.len(), 1, "once per episode");
-    assert!(
-        alerts[0]
-            .detail
-            .contains("ahead of the coordinator's clock"),
-        "{}",
-        alerts[0].detail
-    );
+    assert!(alerts[0].detail.contains("ahead of the coordinator's clock"), "{}", alerts[0].detail);
     assert_eq!(w.runtime.restarts("c1"), 0);
 }
 
@@ -1216,11 +985,7 @@ async fn two_agents_report_an_ambiguous_worker_once_for_the_node() {
     w.run_for(mins(5)).await;
     assert_eq!(w.sink.count(AlertKind::Ambiguous), 1, "once per node");
     let d = w.decisions().await;
-    assert_eq!(
-        d.iter().filter(|x| *x == "skipped-ambiguous").count(),
-        1,
-        "{d:?}"
-    );
+    assert_eq!(d.iter().filter(|x| *x == "skipped-ambiguous").count(), 1, "{d:?}");
     assert_eq!(w.runtime.restarts("c1") + w.runtime.restarts("c2"), 0);
 }
 
@@ -1243,11 +1008,7 @@ async fn an_exited_worker_is_reported_once_and_never_started() {
         vec![("trainer-0".to_string(), Verdict::Booting)],
         "one worker, its new incarnation booting"
     );
-    assert_eq!(
-        w.sink.count(AlertKind::Ambiguous),
-        0,
-        "history is not a second claim"
-    );
+    assert_eq!(w.sink.count(AlertKind::Ambiguous), 0, "history is not a second claim");
 }
 
 #[tokio::test]
@@ -1267,11 +1028,7 @@ async fn a_restart_after_which_the_container_exits_again_says_so() {
         failed[0].detail
     );
     w.run_for(mins(15)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "an exited container is never started by Vigil"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "an exited container is never started by Vigil");
     assert_eq!(w.sink.count(AlertKind::Exited), 1, "reported once");
 }
 
@@ -1286,10 +1043,7 @@ async fn a_restart_whose_agent_died_mid_command_is_found_by_the_next_agent() {
     let before = format!("c1:{}", w.runtime.started_at("c1"));
     // What the dead agent left: its claim, and the restart that ran without it.
     let claim = format!("{}:inc-1:{before}", w.now());
-    w.store
-        .set(&w.keys.cooldown("trainer-0"), &claim, mins(10))
-        .await
-        .unwrap();
+    w.store.set(&w.keys.cooldown("trainer-0"), &claim, mins(10)).await.unwrap();
     w.runtime.restart_externally("c1");
     w.tick().await;
     let entries = w.store.read_recent(&w.keys.trail(), 100).await.unwrap();
@@ -1300,10 +1054,7 @@ async fn a_restart_whose_agent_died_mid_command_is_found_by_the_next_agent() {
         .expect("the restart is in the trail");
     assert!(found.contains("did not record its outcome"), "{found}");
     let marker = w.get(&w.keys.cooldown("trainer-0")).await.unwrap();
-    assert!(
-        marker.ends_with(":external"),
-        "a full cooldown of its own: {marker}"
-    );
+    assert!(marker.ends_with(":external"), "a full cooldown of its own: {marker}");
     w.run_for(mins(9)).await;
     assert_eq!(w.runtime.restarts("c1"), 0, "booting, left alone");
 }
@@ -1329,15 +1080,8 @@ async fn an_alert_only_worker_is_reported_and_never_restarted() {
     assert_eq!(hung.len(), 1, "one alert for the incident");
     assert!(hung[0].detail.contains("alert only"), "{}", hung[0].detail);
     let d = w.decisions().await;
-    assert_eq!(
-        d.iter().filter(|x| *x == "skipped-alert-only").count(),
-        1,
-        "{d:?}"
-    );
-    assert!(
-        !d.iter().any(|x| x == "restarted" || x == "would-restart"),
-        "{d:?}"
-    );
+    assert_eq!(d.iter().filter(|x| *x == "skipped-alert-only").count(), 1, "{d:?}");
+    assert!(!d.iter().any(|x| x == "restarted" || x == "would-restart"), "{d:?}");
 }
 
 /// Tick (no beat: the worker is hung) until `trainer-0` has been restarted `n` times in all,
@@ -1353,8 +1097,7 @@ async fn hung_until_restarts(w: &mut World, n: usize, within: Duration) -> bool 
 /// The worker resumes from its checkpoint at step `from` and trains to step `to`, a step a tick.
 async fn trains(w: &mut World, from: u64, to: u64) {
     for step in from..=to {
-        w.beat("trainer-0", "processing", &format!("step-{step}"))
-            .await;
+        w.beat("trainer-0", "processing", &format!("step-{step}")).await;
         w.tick().await;
     }
 }
@@ -1372,11 +1115,7 @@ async fn restarts_that_bring_no_progress_stop_after_two_and_page_once() {
     assert!(hung_until_restarts(&mut w, 2, mins(8)).await);
     trains(&mut w, 90, 100).await;
     w.run_for(mins(40)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        2,
-        "no third restart that cannot help"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 2, "no third restart that cannot help");
     assert_eq!(w.breaker().await, 2, "the breaker's last unit is kept");
     let pages = w.sink.of(AlertKind::Fruitless);
     assert_eq!(pages.len(), 1, "one page: {:?}", w.sink.kinds());
@@ -1389,21 +1128,11 @@ async fn restarts_that_bring_no_progress_stop_after_two_and_page_once() {
         pages[0].detail
     );
     let d = w.decisions().await;
-    assert_eq!(
-        d.iter().filter(|x| *x == "skipped-fruitless").count(),
-        1,
-        "{d:?}"
-    );
+    assert_eq!(d.iter().filter(|x| *x == "skipped-fruitless").count(), 1, "{d:?}");
     // It goes on (a person restarted it, or it was slow): step 101 is past where it stopped.
     trains(&mut w, 100, 101).await;
-    assert!(
-        w.get(&w.keys.fruitless("trainer-0")).await.is_none(),
-        "the run is over"
-    );
-    assert!(
-        hung_until_restarts(&mut w, 3, mins(8)).await,
-        "the next hang is restarted"
-    );
+    assert!(w.get(&w.keys.fruitless("trainer-0")).await.is_none(), "the run is over");
+    assert!(hung_until_restarts(&mut w, 3, mins(8)).await, "the next hang is restarted");
 }
 
 /// The fleet simulation's seed 171192 (this issue's sweep): a restart that ran, but that the
@@ -1414,12 +1143,8 @@ async fn restarts_that_bring_no_progress_stop_after_two_and_page_once() {
 #[tokio::test]
 async fn beats_of_the_old_incarnation_during_a_restart_seen_failed_are_no_progress() {
     let mut w = World::new(|c| c.policy.max_fruitless_restarts = 1);
-    let (store, key, clock, rt) = (
-        w.store.clone(),
-        w.keys.status("trainer-0"),
-        w.clock.clone(),
-        w.runtime.clone(),
-    );
+    let (store, key, clock, rt) =
+        (w.store.clone(), w.keys.status("trainer-0"), w.clock.clone(), w.runtime.clone());
     let once = AtomicBool::new(true);
     w.runtime.on_restart(move |_| {
         use vigil::clock::Clock;
@@ -1441,18 +1166,8 @@ async fn beats_of_the_old_incarnation_during_a_restart_seen_failed_are_no_progre
     assert_eq!(w.sink.count(AlertKind::RestartFailed), 1, "seen failed");
     w.runtime.set_down(false);
     w.run_for(mins(60)).await;
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "no second restart: {:?}",
-        w.decisions().await
-    );
-    assert_eq!(
-        w.sink.count(AlertKind::Fruitless),
-        1,
-        "{:?}",
-        w.sink.kinds()
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "no second restart: {:?}", w.decisions().await);
+    assert_eq!(w.sink.count(AlertKind::Fruitless), 1, "{:?}", w.sink.kinds());
 }
 
 /// A restart that helps (the worker trains past where it stopped) never counts towards the
@@ -1461,8 +1176,7 @@ async fn beats_of_the_old_incarnation_during_a_restart_seen_failed_are_no_progre
 async fn restarts_that_help_are_never_stopped() {
     let mut w = World::new(|c| c.safety.breaker_per_day = 10);
     let mut at = 100;
-    w.beat("trainer-0", "processing", &format!("step-{at}"))
-        .await;
+    w.beat("trainer-0", "processing", &format!("step-{at}")).await;
     for n in 1..=4 {
         assert!(hung_until_restarts(&mut w, n, mins(8)).await, "restart {n}");
         trains(&mut w, at - 5, at + 10).await;
@@ -1501,10 +1215,7 @@ async fn a_learned_rhythm_finds_the_hang_sooner_and_the_restart_still_waits_for_
     }
     let text = w.agents()[0].metrics().encode();
     assert_eq!(
-        sample(
-            &text,
-            "vigil_worker_allowed_silence_seconds{worker=\"trainer-0\"}"
-        ),
+        sample(&text, "vigil_worker_allowed_silence_seconds{worker=\"trainer-0\"}"),
         Some(8.916),
         "4 × the 2 s silences it came back from\n{text}"
     );
@@ -1512,32 +1223,15 @@ async fn a_learned_rhythm_finds_the_hang_sooner_and_the_restart_still_waits_for_
     while w.sink.count(AlertKind::Hung) == 0 && w.now() - last < 60_000 {
         look(&mut w, Duration::from_secs(2)).await;
     }
-    assert_eq!(
-        w.now() - last,
-        16_000,
-        "found hung 16 s after the last beat"
-    );
+    assert_eq!(w.now() - last, 16_000, "found hung 16 s after the last beat");
     while w.now() - last <= 120_000 {
-        assert_eq!(
-            w.runtime.restarts("c1"),
-            0,
-            "not before the fixed rule, at {}",
-            w.now() - last
-        );
+        assert_eq!(w.runtime.restarts("c1"), 0, "not before the fixed rule, at {}", w.now() - last);
         look(&mut w, Duration::from_secs(2)).await;
     }
-    assert_eq!(
-        w.runtime.restarts("c1"),
-        1,
-        "restarted once the fixed rule holds"
-    );
+    assert_eq!(w.runtime.restarts("c1"), 1, "restarted once the fixed rule holds");
     let d = w.decisions().await;
     assert!(!d.iter().any(|x| x == "cancelled-recovered"), "{d:?}");
-    assert_eq!(
-        d.iter().filter(|x| *x == "timer-started").count(),
-        1,
-        "{d:?}"
-    );
+    assert_eq!(d.iter().filter(|x| *x == "timer-started").count(), 1, "{d:?}");
     assert_eq!(w.sink.count(AlertKind::Hung), 1);
 }
 
@@ -1563,16 +1257,8 @@ async fn an_instance_that_has_not_learned_never_closes_a_learned_incident() {
     }
     assert_eq!(w.runtime.restarts("c1"), 1);
     let d = w.decisions().await;
-    assert_eq!(
-        d.iter().filter(|x| *x == "timer-started").count(),
-        1,
-        "{d:?}"
-    );
-    assert!(
-        !d.iter()
-            .any(|x| x == "recovered" || x == "cancelled-recovered"),
-        "{d:?}"
-    );
+    assert_eq!(d.iter().filter(|x| *x == "timer-started").count(), 1, "{d:?}");
+    assert!(!d.iter().any(|x| x == "recovered" || x == "cancelled-recovered"), "{d:?}");
     assert_eq!(w.sink.count(AlertKind::Hung), 1, "{:?}", w.sink.kinds());
 }
 
@@ -1605,10 +1291,7 @@ async fn a_learned_restart_never_stands_on_one_agents_memory() {
         look(&mut w, Duration::from_secs(2)).await;
         restarted = (w.runtime.restarts("c1") > 0).then(|| w.now() - last);
     }
-    assert!(
-        restarted.is_some_and(|t| t > 120_000),
-        "by the fixed rule: {restarted:?}"
-    );
+    assert!(restarted.is_some_and(|t| t > 120_000), "by the fixed rule: {restarted:?}");
 }
 
 fn learning_world() -> World {
@@ -1661,11 +1344,9 @@ impl Coordinator for Shapes {
         let shape = match &request {
             Request::ReadWorkers(w) => format!("read {}", w.len()),
             Request::Batch(_) => "batch".to_string(),
-            other => format!("{other:?}")
-                .split([' ', '(', '{'])
-                .next()
-                .unwrap_or_default()
-                .to_string(),
+            other => {
+                format!("{other:?}").split([' ', '(', '{']).next().unwrap_or_default().to_string()
+            }
         };
         self.seen.lock().unwrap().push(shape);
         self.inner.execute(request).await
@@ -1680,10 +1361,7 @@ impl Coordinator for Shapes {
 async fn a_healthy_cycle_is_two_round_trips_and_a_worker_after_one_that_acted_is_read_again() {
     let clock = FakeClock::at(DAY_START);
     let store: Arc<dyn Coordinator> = Arc::new(MemoryCoordinator::new(Arc::new(clock.clone())));
-    let shapes = Arc::new(Shapes {
-        inner: store.clone(),
-        seen: Default::default(),
-    });
+    let shapes = Arc::new(Shapes { inner: store.clone(), seen: Default::default() });
     let runtime = FakeRuntime::default();
     let workers = ["a-hangs", "b-fine", "c-fine"];
     for (i, w) in workers.iter().enumerate() {
@@ -1743,13 +1421,7 @@ async fn a_healthy_cycle_is_two_round_trips_and_a_worker_after_one_that_acted_is
         seen[1..first_reread].iter().any(|s| s != "read 1"),
         "a's own request came first: {seen:?}"
     );
-    let verdict = |w: &str| {
-        report
-            .verdicts
-            .iter()
-            .find(|(x, _)| x == w)
-            .map(|(_, v)| *v)
-    };
+    let verdict = |w: &str| report.verdicts.iter().find(|(x, _)| x == w).map(|(_, v)| *v);
     assert_eq!(verdict("b-fine"), Some(Verdict::Healthy));
     assert_eq!(verdict("c-fine"), Some(Verdict::Healthy));
 }

@@ -59,10 +59,7 @@ fn assert_clean(what: &str, text: &str) {
 
 /// [`assert_clean`] for `secrets`.
 fn assert_clean_of(secrets: &[&str], what: &str, text: &str) {
-    assert!(
-        !text.trim().is_empty(),
-        "{what}: empty, so it proves nothing"
-    );
+    assert!(!text.trim().is_empty(), "{what}: empty, so it proves nothing");
     for secret in secrets {
         let tail = &secret[secret.len() - 7..];
         assert!(
@@ -90,20 +87,12 @@ impl Sink {
                 async move {
                     let target = uri.path_and_query().map(|p| p.to_string());
                     let body = String::from_utf8_lossy(&body).to_string();
-                    kept.lock()
-                        .unwrap()
-                        .push((target.unwrap_or_default(), body));
-                    (
-                        axum::http::StatusCode::from_u16(status).unwrap(),
-                        "sink says no",
-                    )
+                    kept.lock().unwrap().push((target.unwrap_or_default(), body));
+                    (axum::http::StatusCode::from_u16(status).unwrap(), "sink says no")
                 }
             });
         let addr = serve(app).await;
-        Sink {
-            port: addr.port(),
-            seen,
-        }
+        Sink { port: addr.port(), seen }
     }
 
     /// The webhook URL to it, with every webhook secret planted: userinfo password, path token,
@@ -116,12 +105,7 @@ impl Sink {
     }
 
     fn bodies(&self) -> Vec<String> {
-        self.seen
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, b)| b.clone())
-            .collect()
+        self.seen.lock().unwrap().iter().map(|(_, b)| b.clone()).collect()
     }
 
     /// Whether a request came with the secret path (the webhook was really used).
@@ -154,15 +138,8 @@ impl AuthRedis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
-        assert!(
-            wait_listening(port),
-            "redis-server did not listen on {port}"
-        );
-        AuthRedis {
-            port,
-            _dir: dir,
-            child,
-        }
+        assert!(wait_listening(port), "redis-server did not listen on {port}");
+        AuthRedis { port, _dir: dir, child }
     }
 
     fn url(&self, password: &str) -> String {
@@ -174,30 +151,17 @@ impl AuthRedis {
     async fn dump(&self) -> String {
         let client = redis::Client::open(self.url(REDIS_PASSWORD)).unwrap();
         let mut c = client.get_multiplexed_async_connection().await.unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg("*")
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut c).await.unwrap();
         let mut out = String::new();
         for key in keys {
-            let kind: String = redis::cmd("TYPE")
-                .arg(&key)
-                .query_async(&mut c)
-                .await
-                .unwrap();
+            let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut c).await.unwrap();
             let cmd = match kind.as_str() {
                 "string" => redis::cmd("GET").arg(&key).clone(),
                 "hash" => redis::cmd("HGETALL").arg(&key).clone(),
                 "stream" => redis::cmd("XRANGE").arg(&key).arg("-").arg("+").clone(),
                 "list" => redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).clone(),
                 "set" => redis::cmd("SMEMBERS").arg(&key).clone(),
-                "zset" => redis::cmd("ZRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .clone(),
+                "zset" => redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).arg("WITHSCORES").clone(),
                 other => panic!("key {key} of type {other}: dump it too"),
             };
             let value: redis::Value = cmd.query_async(&mut c).await.unwrap();
@@ -287,14 +251,9 @@ fn cli(args: &[&str], cfg: &Path, envs: &[(&str, &str)]) -> (i32, String) {
 /// The agent's `/metrics`, `/healthz`, `/readyz`, `/v1/status` and `/v1/trail`, as text.
 async fn served(s: &Setup) -> String {
     let mut out = String::new();
-    for path in [
-        "/metrics",
-        "/healthz",
-        "/readyz",
-        "/v1/status",
-        "/v1/status?format=json",
-        "/v1/trail",
-    ] {
+    for path in
+        ["/metrics", "/healthz", "/readyz", "/v1/status", "/v1/status?format=json", "/v1/trail"]
+    {
         let text = s.get(path).await.text().await.unwrap();
         out.push_str(&format!("{path}:\n{text}\n"));
     }
@@ -318,10 +277,9 @@ async fn failures_are_reported_without_a_secret() {
     let refused = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:{}/0", free_port());
     let env = [("REDIS_URL", refused.as_str()), DEBUG];
     let agent = VigilProcess::spawn(&["run"], &cfg, &env);
-    let said = eventually(Duration::from_secs(20), || {
-        agent.log_text().contains("alert delivery failed")
-    })
-    .await;
+    let said =
+        eventually(Duration::from_secs(20), || agent.log_text().contains("alert delivery failed"))
+            .await;
     let log = agent.log_text();
     assert!(said, "the alert delivery failed and says so:\n{log}");
     assert!(log.contains("coordinator unavailable"), "{log}");
@@ -357,17 +315,13 @@ async fn failures_are_reported_without_a_secret() {
     let wrong = auth.url(WRONG_PASSWORD);
     let env = [("REDIS_URL", wrong.as_str()), DEBUG];
     let agent = VigilProcess::spawn(&["run"], &cfg, &env);
-    let said = eventually(Duration::from_secs(20), || {
-        agent.log_text().contains("alert delivery failed")
-    })
-    .await;
+    let said =
+        eventually(Duration::from_secs(20), || agent.log_text().contains("alert delivery failed"))
+            .await;
     let log = agent.log_text();
     assert!(said, "{log}");
     assert!(log.contains("HTTP 500"), "{log}");
-    assert!(
-        log.contains("authentication failed"),
-        "the AUTH failure is said:\n{log}"
-    );
+    assert!(log.contains("authentication failed"), "the AUTH failure is said:\n{log}");
     assert_clean("agent log, Redis AUTH refused, webhook 500", &log);
     drop(agent);
     assert!(plain.used_the_secret_url(), "the webhook was really called");
@@ -431,10 +385,7 @@ async fn a_running_agent_writes_no_secret_anywhere() {
     let s = Setup::new("sec");
     let kube = FakeKube::start(&s.node).await;
     let kubeconfig = kubeconfig(s.dir.path(), &kube.url);
-    let checkpoint = format!(
-        "https://127.0.0.1:{}/ckpt?token={CHECKPOINT_TOKEN}",
-        hook.port
-    );
+    let checkpoint = format!("https://127.0.0.1:{}/ckpt?token={CHECKPOINT_TOKEN}", hook.port);
     let worker_api = format!(
         "[worker_api]\nlisten = \"{}\"\nauth = \"kubernetes\"\naudience = \"vigil\"\n",
         s.worker_listen
@@ -448,36 +399,18 @@ async fn a_running_agent_writes_no_secret_anywhere() {
     );
     // Worker tokens the API server knows but that may not write this worker: one for another
     // audience, one bound to a pod that is not the worker's.
-    let wrong_audience = kube.mint(
-        "default",
-        Some(("trainer", "uid-1")),
-        Some(&s.node),
-        &["other"],
-    );
-    let other_pod = kube.mint(
-        "default",
-        Some(("someone", "uid-2")),
-        Some(&s.node),
-        &["vigil"],
-    );
+    let wrong_audience =
+        kube.mint("default", Some(("trainer", "uid-1")), Some(&s.node), &["other"]);
+    let other_pod = kube.mint("default", Some(("someone", "uid-2")), Some(&s.node), &["vigil"]);
     let mut secrets = SECRETS.to_vec();
     secrets.extend([wrong_audience.as_str(), other_pod.as_str()]);
     let clean = |what: &str, text: &str| assert_clean_of(&secrets, what, text);
     let right = auth.url(REDIS_PASSWORD);
-    let env = [
-        ("REDIS_URL", right.as_str()),
-        ("KUBECONFIG", kubeconfig.to_str().unwrap()),
-        DEBUG,
-    ];
+    let env = [("REDIS_URL", right.as_str()), ("KUBECONFIG", kubeconfig.to_str().unwrap()), DEBUG];
     let container = WorkerContainer::start(&s.label, &s.worker);
     let before = container.started_at();
-    let (code, out, err) = beat(
-        &cfg,
-        &s.worker,
-        "processing",
-        &["--job", "job-42"],
-        &[("REDIS_URL", &right)],
-    );
+    let (code, out, err) =
+        beat(&cfg, &s.worker, "processing", &["--job", "job-42"], &[("REDIS_URL", &right)]);
     assert_eq!(code, 0, "{out}{err}");
     let mut agent = VigilProcess::spawn(&["run"], &cfg, &env);
     let restarted = eventually(Duration::from_secs(40), || container.started_at() != before).await;
@@ -488,11 +421,9 @@ async fn a_running_agent_writes_no_secret_anywhere() {
     // Writes with a token that may not write this worker are refused; the refusal names no
     // token.
     let put = s.worker_url(&format!("/v1/workers/{}/status", s.worker));
-    for (token, code) in [
-        (BOGUS_WORKER_TOKEN, 401),
-        (wrong_audience.as_str(), 401),
-        (other_pod.as_str(), 403),
-    ] {
+    for (token, code) in
+        [(BOGUS_WORKER_TOKEN, 401), (wrong_audience.as_str(), 401), (other_pod.as_str(), 403)]
+    {
         let r = reqwest::Client::new()
             .put(&put)
             .bearer_auth(token)
@@ -525,10 +456,7 @@ async fn a_running_agent_writes_no_secret_anywhere() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(decisions(&trail, "restarted"), 1, "{trail}");
     let ckpt = format!("POST https://127.0.0.1:{}/ckpt?token=***", hook.port);
-    assert!(
-        trail.contains(&ckpt),
-        "the failed checkpoint, redacted:\n{trail}"
-    );
+    assert!(trail.contains(&ckpt), "the failed checkpoint, redacted:\n{trail}");
     clean("explain", &trail);
     let stored = auth.dump().await;
     assert!(stored.contains(&ckpt), "{stored}");
@@ -541,10 +469,7 @@ async fn a_running_agent_writes_no_secret_anywhere() {
 
     assert!(hook.used_the_secret_url(), "the webhook was really called");
     let bodies = hook.bodies().join("\n");
-    assert!(
-        bodies.contains("\"hung\"") && bodies.contains("\"restarting\""),
-        "{bodies}"
-    );
+    assert!(bodies.contains("\"hung\"") && bodies.contains("\"restarting\""), "{bodies}");
     clean("webhook bodies", &bodies);
 
     for cmd in [&["config", "check"][..], &["doctor"]] {

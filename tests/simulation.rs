@@ -21,11 +21,7 @@ fn env_u64(name: &str) -> Option<u64> {
 fn mutant_from_env() -> Option<Mutant> {
     let name = std::env::var("VIGIL_SIM_MUTANT").ok()?;
     let found = Mutant::named(&name);
-    assert!(
-        found.is_some(),
-        "VIGIL_SIM_MUTANT={name}: not one of {:?}",
-        Mutant::ALL
-    );
+    assert!(found.is_some(), "VIGIL_SIM_MUTANT={name}: not one of {:?}", Mutant::ALL);
     found
 }
 
@@ -82,10 +78,7 @@ fn seeded_fleet_simulation_keeps_every_invariant() {
         ("maintenance notices", stats.maintenance),
         ("GPU failures", stats.gpu_failures),
         ("liveness checks", stats.liveness_checked),
-        (
-            "calms begun with the fleet budget spent",
-            stats.calm_budget_waits,
-        ),
+        ("calms begun with the fleet budget spent", stats.calm_budget_waits),
     ];
     if count >= 1_000 {
         for (what, n) in exercised {
@@ -110,10 +103,7 @@ fn seeded_simulation_with_learned_restarts_keeps_every_invariant() {
     }
     let count = env_u64("VIGIL_SIM_LEARNED_SEEDS").unwrap_or(300);
     let first = env_u64("VIGIL_SIM_FIRST_SEED").unwrap_or(0);
-    let opts = Options {
-        learned: true,
-        ..Options::default()
-    };
+    let opts = Options { learned: true, ..Options::default() };
     let started = std::time::Instant::now();
     let stats = match run_seeds(first, count, &opts) {
         Ok(s) => s,
@@ -137,10 +127,7 @@ fn seeded_simulation_with_learned_restarts_keeps_every_invariant() {
 /// (1,771 steps or 1,788). Five runs each, so such an order is all but sure to show.
 #[test]
 fn a_seed_replays_the_same_history() {
-    let opts = Options {
-        full_trace: true,
-        ..Options::default()
-    };
+    let opts = Options { full_trace: true, ..Options::default() };
     let steps = |r: &Result<sim::Stats, sim::Failure>| match r {
         Ok(s) => format!("{s:?}"),
         Err(f) => f.violation.detail.clone(),
@@ -206,11 +193,7 @@ fn the_seeds_that_once_failed_keep_every_invariant() {
 /// The harness must be able to fail: each planted bug is caught within a few thousand seeds,
 /// by the invariant it breaks.
 fn caught(mutant: Mutant, invariant: &str) {
-    let opts = Options {
-        mutant: Some(mutant),
-        learned: mutant.learned(),
-        ..Options::default()
-    };
+    let opts = Options { mutant: Some(mutant), learned: mutant.learned(), ..Options::default() };
     // NB: the seed that caught it last time first (`CATCHES`): a mutant caught late in the
     // sweep cost CI minutes of seeds that only pass. When that seed no longer catches it (any
     // change to the agent's calls moves a seed's history), the sweep from 0 still decides, and
@@ -223,10 +206,7 @@ fn caught(mutant: Mutant, invariant: &str) {
                 "{mutant:?} caught by another invariant:\n{}",
                 f.report(Some(mutant))
             );
-            println!(
-                "{mutant:?} caught at its seed {seed}: {}",
-                f.violation.detail
-            );
+            println!("{mutant:?} caught at its seed {seed}: {}", f.violation.detail);
             return;
         }
         println!("{mutant:?} not caught at seed {seed} any more: sweeping from 0");
@@ -240,15 +220,8 @@ fn caught(mutant: Mutant, invariant: &str) {
                 "{mutant:?} caught by another invariant:\n{}",
                 f.report(Some(mutant))
             );
-            let hint = if f.seed > 1 {
-                " (add it to CATCHES)"
-            } else {
-                ""
-            };
-            println!(
-                "{mutant:?} caught at seed {}{hint}: {}",
-                f.seed, f.violation.detail
-            );
+            let hint = if f.seed > 1 { " (add it to CATCHES)" } else { "" };
+            println!("{mutant:?} caught at seed {}{hint}: {}", f.seed, f.violation.detail);
         }
     }
 }
@@ -275,10 +248,7 @@ const CATCHES: &[(&str, u64)] = &[
 ];
 
 fn catches(mutant: &str) -> Option<u64> {
-    CATCHES
-        .iter()
-        .find(|(name, _)| *name == mutant)
-        .map(|(_, seed)| *seed)
+    CATCHES.iter().find(|(name, _)| *name == mutant).map(|(_, seed)| *seed)
 }
 
 #[test]
@@ -399,10 +369,7 @@ fn seeded_gang_simulation_keeps_every_invariant() {
         ("slow pages naming the member", stats.slow_named),
         ("late beats in slow restarts", stats.late_beats),
     ] {
-        assert!(
-            n > 0 || count < 50,
-            "{count} seeds never exercised {what}: {stats:#?}"
-        );
+        assert!(n > 0 || count < 50, "{count} seeds never exercised {what}: {stats:#?}");
     }
 }
 
@@ -456,18 +423,12 @@ fn the_gang_harness_catches_a_moving_collective_taken_for_hung() {
 
 #[test]
 fn the_gang_harness_catches_blockers_hidden_from_the_decision() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::BlockersHidden,
-        &["all or nothing"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::BlockersHidden, &["all or nothing"]);
 }
 
 #[test]
 fn the_gang_harness_catches_pages_not_deduplicated() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::AlertsNotDeduplicated,
-        &["one page per incident"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::AlertsNotDeduplicated, &["one page per incident"]);
 }
 
 #[test]
@@ -480,28 +441,19 @@ fn the_gang_harness_catches_restarts_that_do_not_help_repeated() {
 
 #[test]
 fn the_gang_harness_catches_restarts_that_help_refused() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::FruitlessNeverEnds,
-        &["restarts that help go on"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::FruitlessNeverEnds, &["restarts that help go on"]);
 }
 
 #[test]
 fn the_gang_harness_catches_a_member_restarted_twice_in_one_incident() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::CooldownUnseen,
-        &["once per incident"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::CooldownUnseen, &["once per incident"]);
 }
 
 #[test]
 fn the_gang_harness_catches_one_member_for_all_carried_out_by_every_member() {
     // A JobSet's gang: a decision that names one member, read by every agent as its own, stops
     // a second member before the controller restarts the job.
-    gang_caught(
-        sim::gang_mutant::GangMutant::EveryMemberNamed,
-        &["one member for all"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::EveryMemberNamed, &["one member for all"]);
 }
 
 /// Issue 45: a `slow` page with no slowdown — jitter below a slow line drawn above the job's pace.
@@ -516,47 +468,32 @@ fn the_gang_harness_catches_a_slow_page_without_a_slowdown() {
 /// Issue 45: the compute times never reach the page: nobody (or the wrong rank) named.
 #[test]
 fn the_gang_harness_catches_a_slow_member_left_unnamed() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::ComputeHidden,
-        &["the slow member named"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::ComputeHidden, &["the slow member named"]);
 }
 
 /// Issue 45: a slow job taken for a hung one is restarted.
 #[test]
 fn the_gang_harness_catches_a_restart_for_slowness() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::SlowTakenForHung,
-        &["never a restart for slowness"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::SlowTakenForHung, &["never a restart for slowness"]);
 }
 
 /// Issue 45: an opener's agent, restarted, that does not take its episode back lets it lapse,
 /// and the gang, still slow, is paged a second time for one slowdown.
 #[test]
 fn the_gang_harness_catches_a_slowdown_paged_twice() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::EpisodeNotFound,
-        &["one page per slowdown"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::EpisodeNotFound, &["one page per slowdown"]);
 }
 
 /// A member's old incarnation beats past the step during its own slow restart: with the member's
 /// line unseen, that beat ends the gang's run and a restart that does not help goes through.
 #[test]
 fn the_gang_harness_catches_a_late_beat_taken_for_progress() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::LineUnseen,
-        &["restarts that do not help stop"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::LineUnseen, &["restarts that do not help stop"]);
 }
 
 /// Issue 46: a gang restarted on the learned rhythm though one member's agent holds no learned
 /// rule (the entries read as agreeing) is restarted sooner than the fixed rule allows.
 #[test]
 fn the_gang_harness_catches_agreement_on_learned_evidence_forged() {
-    gang_caught(
-        sim::gang_mutant::GangMutant::AgreementForged,
-        &["a gang's restart persists"],
-    );
+    gang_caught(sim::gang_mutant::GangMutant::AgreementForged, &["a gang's restart persists"]);
 }

@@ -34,12 +34,7 @@ use vigil::node::controller::Controller;
 const NODE: &str = "gke-tpu-v5e-1";
 /// The kernel's clock in the fake uptime file, and the timestamp of every record written.
 const UPTIME_S: u64 = 5_000;
-const CHIPS: [&str; 4] = [
-    "0000:00:04.0",
-    "0000:00:05.0",
-    "0000:00:06.0",
-    "0000:00:07.0",
-];
+const CHIPS: [&str; 4] = ["0000:00:04.0", "0000:00:05.0", "0000:00:06.0", "0000:00:07.0"];
 
 /// A TPU v5e host as the agent's container sees it: four VFIO groups, four Google PCI functions
 /// (device 0x0063) with AER statistics, an empty kernel log.
@@ -81,18 +76,11 @@ impl Tree {
         let f = self.sys().join("bus/pci/devices").join(addr);
         let text = format!("Undefined 0\nDLP 0\nTOTAL_ERR_FATAL {fatal}\n");
         std::fs::write(f.join("aer_dev_fatal"), text).unwrap();
-        std::fs::write(
-            f.join("aer_dev_nonfatal"),
-            "Undefined 0\nTOTAL_ERR_NONFATAL 0\n",
-        )
-        .unwrap();
+        std::fs::write(f.join("aer_dev_nonfatal"), "Undefined 0\nTOTAL_ERR_NONFATAL 0\n").unwrap();
     }
     /// Appends one `/dev/kmsg` record (with its dictionary) stamped now on the kernel's clock.
     fn kernel(&self, level: u8, text: &str, dict: &[&str]) {
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.kmsg())
-            .unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(self.kmsg()).unwrap();
         let mut record = format!("{level},{},{},-;{text}\n", rand_seq(), UPTIME_S * 1_000_000);
         for kv in dict {
             record.push_str(&format!(" {kv}\n"));
@@ -168,13 +156,7 @@ async fn the_node_follows_the_tpu_tree() {
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     let probe = FsProbe::new(tree.dev(), tree.sys(), Some(&tree.kmsg()), tree.uptime());
-    tokio::spawn(run_monitor(
-        Box::new(probe),
-        cfg.tpu.clone(),
-        expected_rx,
-        tpu_tx,
-        stop.clone(),
-    ));
+    tokio::spawn(run_monitor(Box::new(probe), cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
     let api = KubeNodeApi::from_url(&fake.url).unwrap();
     let controller = Controller::new(
         cfg.clone(),
@@ -197,44 +179,22 @@ async fn the_node_follows_the_tpu_tree() {
     // All four chips: healthy; the retired condition is gone, the new GPU one has taken its place.
     let node = until_label(&fake, "healthy").await;
     let c = condition(&node, "VigilTPUUnhealthy");
-    assert_eq!(
-        (c["status"].as_str(), c["reason"].as_str()),
-        (Some("False"), Some("Healthy"))
-    );
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("Healthy")));
     assert!(
-        c["message"]
-            .as_str()
-            .unwrap()
-            .contains("4 chip(s) present, allocatable google.com/tpu 4"),
+        c["message"].as_str().unwrap().contains("4 chip(s) present, allocatable google.com/tpu 4"),
         "{c}"
     );
     assert_eq!(condition(&node, "VigilGPUUnhealthy")["status"], "Unknown");
-    assert_eq!(
-        condition(&node, "Ready")["status"],
-        "True",
-        "kubelet's condition untouched"
-    );
+    assert_eq!(condition(&node, "Ready")["status"], "True", "kubelet's condition untouched");
 
     // A chip disappears: failed, tainted, an Event, an alert, a trail entry.
     std::fs::remove_file(tree.dev().join("vfio/3")).unwrap();
     let node = until_label(&fake, "failed").await;
     let c = condition(&node, "VigilTPUUnhealthy");
-    assert_eq!(
-        (c["status"].as_str(), c["reason"].as_str()),
-        (Some("True"), Some("Failed"))
-    );
-    assert!(
-        c["message"]
-            .as_str()
-            .unwrap()
-            .contains("3 of 4 TPU chips have a device file"),
-        "{c}"
-    );
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("True"), Some("Failed")));
+    assert!(c["message"].as_str().unwrap().contains("3 of 4 TPU chips have a device file"), "{c}");
     let taints: Vec<String> = common::fake_kube::taint_keys(&node);
-    assert!(
-        taints.contains(&"vigil.dev/tpu-failed".to_string()),
-        "{taints:?}"
-    );
+    assert!(taints.contains(&"vigil.dev/tpu-failed".to_string()), "{taints:?}");
     let failed_event = poll(Duration::from_secs(5), || {
         let events = fake.events();
         async move { events.into_iter().find(|e| e["reason"] == "VigilTpuFailed") }
@@ -243,9 +203,7 @@ async fn the_node_follows_the_tpu_tree() {
     .expect("a VigilTpuFailed Event");
     assert_eq!(failed_event["type"], "Warning");
     assert_eq!(sink.count(AlertKind::TpuFailed), 1);
-    assert!(trail_decisions(coord.as_ref(), &keys)
-        .await
-        .contains(&"tpu-health".to_string()));
+    assert!(trail_decisions(coord.as_ref(), &keys).await.contains(&"tpu-health".to_string()));
 
     // It comes back: healthy again, untainted.
     std::fs::write(tree.dev().join("vfio/3"), "").unwrap();
@@ -260,22 +218,13 @@ async fn the_node_follows_the_tpu_tree() {
     );
     let node = until_label(&fake, "degraded").await;
     let c = condition(&node, "VigilTPUUnhealthy");
-    assert_eq!(
-        (c["status"].as_str(), c["reason"].as_str()),
-        (Some("False"), Some("Degraded"))
-    );
-    assert!(
-        vigil_annotation(&node).contains("error device error(s) on 0000:00:05.0"),
-        "{node:#}"
-    );
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("Degraded")));
+    assert!(vigil_annotation(&node).contains("error device error(s) on 0000:00:05.0"), "{node:#}");
 
     // A fatal AER count on another chip: failed.
     tree.set_aer(CHIPS[2], 1);
     let node = until_label(&fake, "failed").await;
-    assert!(
-        vigil_annotation(&node).contains("fatal device error(s) on 0000:00:06.0"),
-        "{node:#}"
-    );
+    assert!(vigil_annotation(&node).contains("fatal device error(s) on 0000:00:06.0"), "{node:#}");
 
     // The kubelet now advertises three chips (the device plugin holds one back): the monitor
     // hears it at once, and the reasons say so.
@@ -284,18 +233,13 @@ async fn the_node_follows_the_tpu_tree() {
     let seen = poll(Duration::from_secs(15), || {
         let node = fake.node();
         async move {
-            let m = condition(&node, "VigilTPUUnhealthy")["message"]
-                .as_str()?
-                .to_string();
+            let m = condition(&node, "VigilTPUUnhealthy")["message"].as_str()?.to_string();
             m.contains("allocatable google.com/tpu 3").then_some(m)
         }
     })
     .await;
     let message = seen.expect("the condition follows the allocatable");
-    assert!(
-        message.contains("the Node advertises 3 google.com/tpu"),
-        "{message}"
-    );
+    assert!(message.contains("the Node advertises 3 google.com/tpu"), "{message}");
 
     let metrics_text = metrics.encode();
     assert!(
@@ -332,24 +276,12 @@ async fn a_node_without_tpus_carries_no_tpu_fields() {
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     let probe = FsProbe::new(dir.path().join("dev"), dir.path(), None, Path::new("/none"));
-    tokio::spawn(run_monitor(
-        Box::new(probe),
-        cfg.tpu.clone(),
-        expected_rx,
-        tpu_tx,
-        stop.clone(),
-    ));
+    tokio::spawn(run_monitor(Box::new(probe), cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
     let metrics = Arc::new(Metrics::new());
     let coord = memory_coordinator();
     let runtime = Arc::new(FakeRuntime::default());
     let notifier = Notifier::new(None, metrics.clone());
-    let agent = Agent::new(
-        cfg.clone(),
-        coord.clone(),
-        runtime.clone(),
-        notifier,
-        metrics.clone(),
-    );
+    let agent = Agent::new(cfg.clone(), coord.clone(), runtime.clone(), notifier, metrics.clone());
     let controller = Controller::new(cfg.clone(), coord, runtime, metrics, agent.trail())
         .with_node_api(Arc::new(KubeNodeApi::from_url(&fake.url).unwrap()))
         .with_tpu(tpu_rx);
@@ -407,10 +339,7 @@ async fn a_restarting_agent_leaves_the_tpu_fields_until_its_first_reading() {
     })
     .await
     .expect("the controller's first write");
-    assert_eq!(
-        label(&written, "vigil.dev/tpu-health").as_deref(),
-        Some("failed")
-    );
+    assert_eq!(label(&written, "vigil.dev/tpu-health").as_deref(), Some("failed"));
     let c = condition(&written, "VigilTPUUnhealthy");
     assert_eq!(c["lastTransitionTime"], "2026-01-01T00:00:00Z", "{c}");
 }
@@ -442,13 +371,7 @@ async fn a_hung_worker_on_a_failed_tpu_is_alerted_never_restarted() {
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     let probe = FsProbe::new(tree.dev(), tree.sys(), Some(&tree.kmsg()), tree.uptime());
-    tokio::spawn(run_monitor(
-        Box::new(probe),
-        cfg.tpu.clone(),
-        expected_rx,
-        tpu_tx,
-        stop.clone(),
-    ));
+    tokio::spawn(run_monitor(Box::new(probe), cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
     let mut agent = Agent::new(
         cfg.clone(),
         coord.clone(),
@@ -463,9 +386,8 @@ async fn a_hung_worker_on_a_failed_tpu_is_alerted_never_restarted() {
     // A chip disappears: the TPU fails.
     std::fs::remove_file(tree.dev().join("vfio/3")).unwrap();
     assert!(
-        common::real::eventually(Duration::from_secs(5), || health(&tpu_rx)
-            == TpuHealth::Failed)
-        .await
+        common::real::eventually(Duration::from_secs(5), || health(&tpu_rx) == TpuHealth::Failed)
+            .await
     );
     let now = coord.time().await.unwrap();
     let key = keys.status("trainer-0");
@@ -477,18 +399,13 @@ async fn a_hung_worker_on_a_failed_tpu_is_alerted_never_restarted() {
     }
     assert_eq!(runtime.restarts("c0"), 0, "a restart cannot fix hardware");
     assert_eq!(last, vec![("trainer-0".to_string(), Verdict::TpuFailed)]);
-    assert_eq!(
-        sink.count(AlertKind::TpuFailed),
-        1,
-        "one alert for the episode"
-    );
+    assert_eq!(sink.count(AlertKind::TpuFailed), 1, "one alert for the episode");
 
     // The chip is back: healthy again, and the same hang is restarted.
     std::fs::write(tree.dev().join("vfio/3"), "").unwrap();
     assert!(
-        common::real::eventually(Duration::from_secs(5), || health(&tpu_rx)
-            == TpuHealth::Healthy)
-        .await
+        common::real::eventually(Duration::from_secs(5), || health(&tpu_rx) == TpuHealth::Healthy)
+            .await
     );
     for _ in 0..25 {
         agent.cycle().await;
@@ -497,9 +414,5 @@ async fn a_hung_worker_on_a_failed_tpu_is_alerted_never_restarted() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(
-        runtime.restarts("c0"),
-        1,
-        "a healthy TPU's hung worker is restarted"
-    );
+    assert_eq!(runtime.restarts("c0"), 1, "a healthy TPU's hung worker is restarted");
 }

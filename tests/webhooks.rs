@@ -28,26 +28,21 @@ impl Sink {
         let kept = got.clone();
         let app = axum::Router::new().route(
             "/hook",
-            axum::routing::post(
-                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-                    let kept = kept.clone();
-                    async move {
-                        let h = headers
-                            .iter()
-                            .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("").to_string()))
-                            .collect();
-                        let v = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                        kept.lock().unwrap().push((h, v));
-                        "ok"
-                    }
-                },
-            ),
+            axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let h = headers
+                        .iter()
+                        .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("").to_string()))
+                        .collect();
+                    let v = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    kept.lock().unwrap().push((h, v));
+                    "ok"
+                }
+            }),
         );
         let addr = common::real::serve(app).await;
-        Sink {
-            url: format!("http://{addr}/hook"),
-            got,
-        }
+        Sink { url: format!("http://{addr}/hook"), got }
     }
 
     fn got(&self) -> Vec<Request> {
@@ -57,11 +52,7 @@ impl Sink {
     async fn wait_for(&self, n: usize) -> Vec<Request> {
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.got().len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "{} requests of {n}",
-                self.got().len()
-            );
+            assert!(Instant::now() < deadline, "{} requests of {n}", self.got().len());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.got()
@@ -106,24 +97,14 @@ async fn pagerduty_triggers_per_incident_and_resolves_when_it_ends() {
         .unwrap()
         .starts_with("[vigil] hung on node gpu-node-1, worker trainer-0"));
     let failed = &got[1].1;
-    assert_eq!(
-        failed["dedup_key"], "vigil/inc-1",
-        "the same PagerDuty incident"
-    );
+    assert_eq!(failed["dedup_key"], "vigil/inc-1", "the same PagerDuty incident");
     assert_eq!(failed["payload"]["severity"], "critical");
 
     // Another worker's end resolves nothing; an episode's end does not resolve the incident.
-    pd.resolve("gpu-node-1", "trainer-9", Resolve::Recovered)
-        .await;
-    pd.resolve(
-        "gpu-node-1",
-        "trainer-0",
-        Resolve::Episode(AlertKind::Stalled),
-    )
-    .await;
+    pd.resolve("gpu-node-1", "trainer-9", Resolve::Recovered).await;
+    pd.resolve("gpu-node-1", "trainer-0", Resolve::Episode(AlertKind::Stalled)).await;
     // The incident ends: one resolve for its dedup key.
-    pd.resolve("gpu-node-1", "trainer-0", Resolve::Recovered)
-        .await;
+    pd.resolve("gpu-node-1", "trainer-0", Resolve::Recovered).await;
     let got = rx.wait_for(3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(rx.got().len(), 3, "one resolve: {:?}", rx.got());
@@ -132,8 +113,7 @@ async fn pagerduty_triggers_per_incident_and_resolves_when_it_ends() {
     assert_eq!(resolve["dedup_key"], "vigil/inc-1");
     assert_eq!(resolve["routing_key"], "rk-s3cret");
     // Nothing left to resolve.
-    pd.resolve("gpu-node-1", "trainer-0", Resolve::Recovered)
-        .await;
+    pd.resolve("gpu-node-1", "trainer-0", Resolve::Recovered).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(rx.got().len(), 3);
 }
@@ -141,14 +121,8 @@ async fn pagerduty_triggers_per_incident_and_resolves_when_it_ends() {
 #[tokio::test]
 async fn json_and_slack_bodies_carry_the_alert_and_the_headers() {
     let rx = Sink::start().await;
-    sink(&rx.url, WebhookFormat::Json)
-        .send(&alert(AlertKind::Escalation))
-        .await
-        .unwrap();
-    sink(&rx.url, WebhookFormat::Slack)
-        .send(&alert(AlertKind::Escalation))
-        .await
-        .unwrap();
+    sink(&rx.url, WebhookFormat::Json).send(&alert(AlertKind::Escalation)).await.unwrap();
+    sink(&rx.url, WebhookFormat::Slack).send(&alert(AlertKind::Escalation)).await.unwrap();
     let got = rx.wait_for(2).await;
     let (headers, json) = &got[0];
     assert_eq!(headers["authorization"], "Bearer tok-s3cret");
@@ -157,17 +131,11 @@ async fn json_and_slack_bodies_carry_the_alert_and_the_headers() {
     assert_eq!(json["severity"], "page");
     assert_eq!(json["worker"], "trainer-0");
     assert_eq!(json["incident"], "inc-1");
-    assert!(json["summary"]
-        .as_str()
-        .unwrap()
-        .contains("escalation on node gpu-node-1"));
+    assert!(json["summary"].as_str().unwrap().contains("escalation on node gpu-node-1"));
     assert_eq!(json["logs"], "step 41\nstep 42");
     let (headers, slack) = &got[1];
     assert_eq!(headers["x-team"], "ml");
-    assert!(slack["text"]
-        .as_str()
-        .unwrap()
-        .starts_with("<!here> [vigil] escalation"));
+    assert!(slack["text"].as_str().unwrap().starts_with("<!here> [vigil] escalation"));
     assert_eq!(slack["vigil"]["kind"], "escalation");
 }
 
@@ -182,8 +150,5 @@ fn the_routing_key_and_header_values_are_never_shown() {
     assert_eq!(cfg.alerts.routing_key.expose(), "rk-s3cret");
     let shown = format!("{cfg:?} {}", toml::to_string(&cfg).unwrap());
     assert!(!shown.contains("s3cret"), "{shown}");
-    assert!(
-        shown.contains("Authorization"),
-        "the header's name is shown: {shown}"
-    );
+    assert!(shown.contains("Authorization"), "the header's name is shown: {shown}");
 }

@@ -31,11 +31,7 @@ impl Backoff {
     }
 
     fn with(builder: ExponentialBuilder, max: Duration) -> Backoff {
-        Backoff {
-            steps: builder.build(),
-            builder,
-            max,
-        }
+        Backoff { steps: builder.build(), builder, max }
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {
@@ -90,10 +86,7 @@ mod tests {
         let mut b = Backoff::jittered(100 * MS, 800 * MS);
         for step in [100u32, 200, 400, 800, 800, 800] {
             let d = b.next_delay();
-            assert!(
-                d >= step * MS && d < 2 * step * MS,
-                "{d:?} for step {step}ms"
-            );
+            assert!(d >= step * MS && d < 2 * step * MS, "{d:?} for step {step}ms");
         }
     }
 

@@ -30,17 +30,12 @@ fn timestamp(now: Millis) -> Option<jiff::Timestamp> {
 /// `HH:MM:SS` (UTC) of a timestamp, for compact timelines (`vigil demo`'s).
 #[cfg_attr(not(feature = "demo"), allow(dead_code))]
 pub(crate) fn hhmmss(now: Millis) -> String {
-    timestamp(now)
-        .map(|t| t.strftime("%H:%M:%S").to_string())
-        .unwrap_or_default()
+    timestamp(now).map(|t| t.strftime("%H:%M:%S").to_string()).unwrap_or_default()
 }
 
 /// Milliseconds of an RFC 3339 timestamp (any offset), or `None` when it is not one.
 pub(crate) fn parse_rfc3339(text: &str) -> Option<Millis> {
-    text.trim()
-        .parse::<jiff::Timestamp>()
-        .ok()
-        .map(|t| t.as_millisecond())
+    text.trim().parse::<jiff::Timestamp>().ok().map(|t| t.as_millisecond())
 }
 
 /// RFC 3339 rendering for alerts and the trail.
@@ -118,10 +113,7 @@ pub struct Stamp {
 
 impl Stamp {
     pub fn new(at: Millis, rest: impl Into<String>) -> Stamp {
-        Stamp {
-            at,
-            rest: rest.into(),
-        }
+        Stamp { at, rest: rest.into() }
     }
 
     /// `None` for anything that is not a time, a `:` and the rest.

@@ -25,10 +25,8 @@ use crate::runtime::cri_log;
 use crate::worker_api::status_fields;
 
 fn runner() -> Runner {
-    let cases = std::env::var("VIGIL_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000);
+    let cases =
+        std::env::var("VIGIL_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000);
     Runner {
         cases,
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
@@ -40,18 +38,14 @@ fn runner() -> Runner {
 
 /// The committed corpus of `target`, one input per file.
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz-corpus")
-        .join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz-corpus").join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
         .map(|e| e.expect("corpus entry").path())
         .collect();
     files.sort();
-    let inputs: Vec<Vec<u8>> = files
-        .iter()
-        .map(|f| std::fs::read(f).expect("corpus file"))
-        .collect();
+    let inputs: Vec<Vec<u8>> =
+        files.iter().map(|f| std::fs::read(f).expect("corpus file")).collect();
     assert!(!inputs.is_empty(), "empty corpus {}", dir.display());
     inputs
 }
@@ -85,11 +79,7 @@ fn mutate(seeds: &[Vec<u8>], pick: usize, other: usize, edits: &[Edit]) -> Vec<u
 /// Corpus-based mutations, and plain random bytes.
 fn input(target: &str) -> BoxedStrategy<Vec<u8>> {
     let seeds = corpus(target);
-    let mutated = (
-        any::<usize>(),
-        any::<usize>(),
-        prop::collection::vec(any::<Edit>(), 0..12),
-    )
+    let mutated = (any::<usize>(), any::<usize>(), prop::collection::vec(any::<Edit>(), 0..12))
         .prop_map(move |(pick, other, edits)| mutate(&seeds, pick, other, &edits));
     prop_oneof![
         4 => mutated,
@@ -199,20 +189,10 @@ fn fuzz_status_api_bodies() {
         match status_fields(&b) {
             Ok(write) => {
                 prop_assert!(!write.fields.is_empty());
-                let known = [
-                    "state",
-                    "job",
-                    "progress",
-                    "checkpoint_ack",
-                    "grace",
-                    "ranks",
-                ];
+                let known = ["state", "job", "progress", "checkpoint_ack", "grace", "ranks"];
                 // A rank's own fields carry its number (`state@3`).
                 let name = |k: &str| k.split('@').next().unwrap_or_default().to_string();
-                prop_assert!(write
-                    .fields
-                    .iter()
-                    .all(|(k, _)| known.contains(&name(k).as_str())));
+                prop_assert!(write.fields.iter().all(|(k, _)| known.contains(&name(k).as_str())));
             }
             Err((code, why)) => {
                 prop_assert_eq!(code.as_u16(), 400);

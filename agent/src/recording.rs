@@ -19,37 +19,16 @@ pub struct RecordingSink(
 impl RecordingSink {
     /// The resolves the engine asked for, in order: (worker, end).
     pub fn resolved(&self) -> Vec<(String, Resolve)> {
-        self.1
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, w, e)| (w.clone(), *e))
-            .collect()
+        self.1.lock().unwrap().iter().map(|(_, w, e)| (w.clone(), *e)).collect()
     }
     pub fn count(&self, kind: AlertKind) -> usize {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.kind == kind)
-            .count()
+        self.0.lock().unwrap().iter().filter(|a| a.kind == kind).count()
     }
     pub fn of(&self, kind: AlertKind) -> Vec<Alert> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.kind == kind)
-            .cloned()
-            .collect()
+        self.0.lock().unwrap().iter().filter(|a| a.kind == kind).cloned().collect()
     }
     pub fn kinds(&self) -> Vec<&'static str> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|a| a.kind.as_str())
-            .collect()
+        self.0.lock().unwrap().iter().map(|a| a.kind.as_str()).collect()
     }
 }
 
@@ -83,10 +62,7 @@ impl AlertSink for RecordingSink {
     }
 
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
-        self.1
-            .lock()
-            .unwrap()
-            .push((node.to_string(), worker.to_string(), end));
+        self.1.lock().unwrap().push((node.to_string(), worker.to_string(), end));
     }
 }
 
@@ -100,20 +76,10 @@ pub struct RecordingNodeApi {
 
 impl RecordingNodeApi {
     pub fn last(&self) -> NodeDesired {
-        self.desired
-            .lock()
-            .unwrap()
-            .last()
-            .cloned()
-            .unwrap_or_default()
+        self.desired.lock().unwrap().last().cloned().unwrap_or_default()
     }
     pub fn reasons(&self) -> Vec<String> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|e| e.0.clone())
-            .collect()
+        self.events.lock().unwrap().iter().map(|e| e.0.clone()).collect()
     }
 }
 
@@ -130,10 +96,7 @@ impl NodeApi for RecordingNodeApi {
         message: &str,
         kind: EventType,
     ) -> Result<(), NodeError> {
-        self.events
-            .lock()
-            .unwrap()
-            .push((reason.to_string(), message.to_string(), kind));
+        self.events.lock().unwrap().push((reason.to_string(), message.to_string(), kind));
         Ok(())
     }
 }

@@ -196,10 +196,7 @@ pub struct Secret<R: Redaction> {
 
 impl<R: Redaction> Secret<R> {
     pub fn new(text: impl Into<String>) -> Self {
-        Secret {
-            text: text.into(),
-            shown: PhantomData,
-        }
+        Secret { text: text.into(), shown: PhantomData }
     }
 
     /// The value itself, for the client that connects with it; never for an output.
@@ -283,25 +280,13 @@ mod tests {
     #[test]
     fn url_passwords_are_hidden_and_the_address_kept() {
         for (given, shown) in [
-            (
-                "redis://:s3cret@redis.vigil:6379/0",
-                "redis://:***@redis.vigil:6379/0",
-            ),
-            (
-                "redis://vigil:s3cret@10.0.0.3:6379/2",
-                "redis://vigil:***@10.0.0.3:6379/2",
-            ),
-            (
-                "rediss://u:p@r:6380/#insecure",
-                "rediss://u:***@r:6380/#insecure",
-            ),
+            ("redis://:s3cret@redis.vigil:6379/0", "redis://:***@redis.vigil:6379/0"),
+            ("redis://vigil:s3cret@10.0.0.3:6379/2", "redis://vigil:***@10.0.0.3:6379/2"),
+            ("rediss://u:p@r:6380/#insecure", "rediss://u:***@r:6380/#insecure"),
             ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
             ("redis://[::1]:6379", "redis://[::1]:6379"),
             ("redis://s3cret@host:6379", "redis://***@host:6379"),
-            (
-                "https://TOKEN@api.example.com/x",
-                "https://***@api.example.com/x",
-            ),
+            ("https://TOKEN@api.example.com/x", "https://***@api.example.com/x"),
             ("", ""),
         ] {
             assert_eq!(url(given), shown, "{given}");
@@ -315,9 +300,7 @@ mod tests {
             #[allow(dead_code)]
             key: Secret<Hidden>,
         }
-        let e = toml::from_str::<S>("key = 123456789")
-            .err()
-            .expect("an integer is refused");
+        let e = toml::from_str::<S>("key = 123456789").err().expect("an integer is refused");
         assert!(!e.message().contains("123456789"), "{}", e.message());
     }
 
@@ -332,15 +315,9 @@ mod tests {
             "http://w:8080/ckpt?token=***&***#***"
         );
         // A fragment may be a credential too; only a rediss:// URL's `#insecure` is kept.
-        assert_eq!(
-            url("unix:///s.sock?pass=ab#cd"),
-            "unix:///s.sock?pass=***#***"
-        );
+        assert_eq!(url("unix:///s.sock?pass=ab#cd"), "unix:///s.sock?pass=***#***");
         assert_eq!(url("http://w/hook#t0ken"), "http://w/hook#***");
-        assert_eq!(
-            url("rediss://r:6380?db=0#insecure"),
-            "rediss://r:6380?db=***#insecure"
-        );
+        assert_eq!(url("rediss://r:6380?db=0#insecure"), "rediss://r:6380?db=***#insecure");
         assert_eq!(url("http://w:8080/ckpt?"), "http://w:8080/ckpt?");
     }
 
@@ -378,18 +355,12 @@ mod tests {
     #[test]
     fn webhooks_keep_scheme_host_and_port_only() {
         for (given, shown) in [
-            (
-                "https://hooks.slack.com/services/T000/B000/s3cret",
-                "https://hooks.slack.com/***",
-            ),
+            ("https://hooks.slack.com/services/T000/B000/s3cret", "https://hooks.slack.com/***"),
             (
                 "https://alerts.example.com:8443/hook?token=s3cret",
                 "https://alerts.example.com:8443/***",
             ),
-            (
-                "https://u:s3cret@alerts.example.com/",
-                "https://***@alerts.example.com/***",
-            ),
+            ("https://u:s3cret@alerts.example.com/", "https://***@alerts.example.com/***"),
             ("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
             ("https://h?token=s3cret", "https://h/***"),
             ("", ""),
@@ -404,10 +375,7 @@ mod tests {
         assert_eq!(s.expose(), "https://hooks.slack.com/services/T/B/s3cret");
         assert_eq!(s.to_string(), "https://hooks.slack.com/***");
         assert_eq!(format!("{s:?}"), "\"https://hooks.slack.com/***\"");
-        assert_eq!(
-            serde_json::to_string(&s).unwrap(),
-            "\"https://hooks.slack.com/***\""
-        );
+        assert_eq!(serde_json::to_string(&s).unwrap(), "\"https://hooks.slack.com/***\"");
         let back: Secret<Webhook> = serde_json::from_str("\"https://h/s3cret\"").unwrap();
         assert_eq!(back.expose(), "https://h/s3cret");
         assert_eq!(back, Secret::new("https://h/s3cret"));

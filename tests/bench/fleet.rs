@@ -33,11 +33,7 @@ use vigil::hang::restart::worker_read_keys;
 async fn redis_cpu(url: &str) -> f64 {
     let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut c).await.unwrap();
     info.lines()
         .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
         .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
@@ -48,16 +44,8 @@ async fn redis_cpu(url: &str) -> f64 {
 async fn redis_info(url: &str, section: &str, field: &str) -> String {
     let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .unwrap_or("?")
-        .trim()
-        .to_string()
+    let info: String = redis::cmd("INFO").arg(section).query_async(&mut c).await.unwrap();
+    info.lines().find_map(|l| l.strip_prefix(field)).unwrap_or("?").trim().to_string()
 }
 
 #[derive(Default)]
@@ -104,10 +92,7 @@ async fn node_loop(
     let name = format!("fleet-{node}");
     let keys = Keys::new("vigil", &name);
     let worker_names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
-    let asked: Vec<_> = worker_names
-        .iter()
-        .map(|w| worker_read_keys(&keys, w))
-        .collect();
+    let asked: Vec<_> = worker_names.iter().map(|w| worker_read_keys(&keys, w)).collect();
     // As the agent's cycle does (`fleet::heartbeat`): the node's place and the index's pruning
     // with its first publication, then every ten minutes.
     let mut upkept_at: Option<Instant> = None;
@@ -147,10 +132,7 @@ async fn node_loop(
             slice: String::new(),
             maintenance: "none".into(),
             gpu: "unknown".into(),
-            workers: worker_names
-                .iter()
-                .map(|w| (w.clone(), "healthy".to_string()))
-                .collect(),
+            workers: worker_names.iter().map(|w| (w.clone(), "healthy".to_string())).collect(),
             places: Default::default(),
             version: "bench".into(),
             dry_run: false,
@@ -166,12 +148,8 @@ async fn node_loop(
         };
         let mut all = publish_ops(&keys, &rec, Duration::from_secs(90), upkeep);
         all.extend(ops);
-        all.push(Op::Counter {
-            key: keys.breaker("2026-11-30"),
-        });
-        all.push(Op::Counter {
-            key: keys.fleet_budget(now / 3_600_000),
-        });
+        all.push(Op::Counter { key: keys.breaker("2026-11-30") });
+        all.push(Op::Counter { key: keys.fleet_budget(now / 3_600_000) });
         let members = match gang {
             GangMode::None => 0,
             GangMode::Healthy { members } | GangMode::Hung { members } => members,
@@ -191,11 +169,8 @@ async fn node_loop(
         if node < members && matches!(gang, GangMode::Hung { .. }) {
             // As an agent of a suspect member does: the gang's state, the reader's lease for
             // this poll interval, and — for the one agent that wins it — the whole view.
-            let state = [
-                keys.gang_incident(GANG),
-                keys.gang_decision(GANG),
-                keys.gang_restarted(GANG),
-            ];
+            let state =
+                [keys.gang_incident(GANG), keys.gang_decision(GANG), keys.gang_restarted(GANG)];
             let t = Instant::now();
             match coord.get_many(&state).await {
                 Ok(_) => timed(t, &mut lat),
@@ -207,9 +182,8 @@ async fn node_loop(
             let reader = coord.set_nx(&keys.gang_reader(GANG), &name, poll).await;
             timed(t, &mut lat);
             if reader.unwrap_or(false) {
-                let views: Vec<String> = (0..shards(Some(size)))
-                    .map(|s| keys.gang_members(GANG, s))
-                    .collect();
+                let views: Vec<String> =
+                    (0..shards(Some(size))).map(|s| keys.gang_members(GANG, s)).collect();
                 let t = Instant::now();
                 match coord.hgetall_many(&views).await {
                     Ok(_) => timed(t, &mut lat),
@@ -318,18 +292,12 @@ async fn run(
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let nodes = args.first().copied().unwrap_or(10_000) as usize;
     let workers = args.get(1).copied().unwrap_or(8) as usize;
     let secs = args.get(2).copied().unwrap_or(30);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         let server = Server::start(&["--maxclients", "20000"]);
         let url = server.url();
@@ -341,11 +309,8 @@ fn main() {
             // Issue 29: the same fleet without and with a gang of 1,000 nodes (or all of them).
             let members = nodes.min(1_000);
             let poll = Duration::from_secs(15);
-            for mode in [
-                GangMode::None,
-                GangMode::Healthy { members },
-                GangMode::Hung { members },
-            ] {
+            for mode in [GangMode::None, GangMode::Healthy { members }, GangMode::Hung { members }]
+            {
                 run(&url, nodes, workers, poll, secs, 64, mode).await;
             }
             return;

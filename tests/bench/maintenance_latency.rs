@@ -51,10 +51,7 @@ fn report(name: &str, mut v: Vec<Duration>) {
 
 #[tokio::main]
 async fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(20);
+    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(20);
     let node = "bench-node";
     let meta = fake_metadata::FakeMetadata::start().await;
     let kube = fake_kube::FakeKube::start(node).await;
@@ -79,10 +76,7 @@ async fn main() {
     let stop = CancellationToken::new();
     let (tx, rx) = tokio::sync::watch::channel(RawMetadata::default());
     let client = MetadataClient::new(&meta.host, Duration::from_secs(5)).expect("client");
-    let wcfg = WatchConfig {
-        timeout_sec: 30,
-        ..WatchConfig::default()
-    };
+    let wcfg = WatchConfig { timeout_sec: 30, ..WatchConfig::default() };
     tokio::spawn(watch_with(client, tx, metrics.clone(), stop.clone(), wcfg));
     let (_gpu_tx, gpu_rx) = tokio::sync::watch::channel(Default::default());
     tokio::spawn(controller.run(rx, gpu_rx, CancellationToken::new(), stop.clone()));
@@ -98,12 +92,7 @@ async fn main() {
     let mut to_patch = Vec::new();
     let mut to_request = Vec::new();
     for _ in 0..n {
-        let before = coord
-            .hgetall(&status)
-            .await
-            .unwrap()
-            .get("checkpoint_request")
-            .cloned();
+        let before = coord.hgetall(&status).await.unwrap().get("checkpoint_request").cloned();
         let t0 = Instant::now();
         meta.set("preempted", "TRUE").await;
         let (mut patched, mut requested) = (None, None);
@@ -148,8 +137,7 @@ async fn main() {
     };
     let (mut to_patch, mut to_request) = (Vec::new(), Vec::new());
     for i in 0..n {
-        meta.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-            .await;
+        meta.set("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE").await;
         while reason(&coord.hgetall(&status).await.unwrap()) != "host-maintenance" {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }

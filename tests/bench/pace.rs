@@ -20,16 +20,10 @@ fn pct(sorted: &[i64], p: f64) -> f64 {
 }
 
 fn main() {
-    let runs: u64 = std::env::args()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(200);
+    let runs: u64 = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(200);
     // NB: `SLOW_FOR=<seconds>` and `WINDOW=<seconds>` try other `gang.pace.slow_for` and
     // `gang.pace.window` (the defaults are what the figures in the README are for).
-    let mut cfg = PaceConfig {
-        enabled: true,
-        ..PaceConfig::default()
-    };
+    let mut cfg = PaceConfig { enabled: true, ..PaceConfig::default() };
     if let Some(s) = std::env::var("SLOW_FOR").ok().and_then(|s| s.parse().ok()) {
         cfg.slow_for = std::time::Duration::from_secs(s);
     }
@@ -60,13 +54,7 @@ fn main() {
             // NB: somewhere in the job's third hour, on any rank.
             let at = 2 * HOUR + (seed as i64 * 7_919) % HOUR;
             let rank = (seed % 8) as usize;
-            let slow = Slowdown {
-                at,
-                factor,
-                rank,
-                compute_published: compute,
-                signal,
-            };
+            let slow = Slowdown { at, factor, rank, compute_published: compute, signal };
             let out = replay_gang(&shape, Some(slow), seed + 1, at + HOUR, poll, &cfg);
             if let Some(first) = out.episodes.iter().find(|&&e| e > at) {
                 found.push(first - at);
@@ -89,24 +77,15 @@ fn main() {
         );
     }
     println!();
-    println!(
-        "{:<36} {:>5} {:>10}",
-        "a healthy job, simulated days", "days", "episodes"
-    );
+    println!("{:<36} {:>5} {:>10}", "a healthy job, simulated days", "days", "episodes");
     for announced in [true, false] {
         let days = runs.min(50);
         let mut episodes = 0;
         for seed in 0..days {
             let shape = GangShape::one_second_steps(8, announced);
-            episodes += replay_gang(&shape, None, 1_000 + seed, DAY, poll, &cfg)
-                .episodes
-                .len();
+            episodes += replay_gang(&shape, None, 1_000 + seed, DAY, poll, &cfg).episodes.len();
         }
-        let what = if announced {
-            "evaluations announced"
-        } else {
-            "evaluations silent"
-        };
+        let what = if announced { "evaluations announced" } else { "evaluations silent" };
         println!("{what:<36} {days:>5} {episodes:>10}");
     }
 }

@@ -54,11 +54,7 @@ impl Coordinator for Counting {
 async fn commandstats(url: &str) -> HashMap<String, u64> {
     let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut c).await.unwrap();
     info.lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
@@ -71,11 +67,7 @@ async fn commandstats(url: &str) -> HashMap<String, u64> {
 async fn reset(url: &str) {
     let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut c).await.unwrap();
 }
 
 async fn one_size(url: &str, workers: usize, cycles: u64, gang: bool) {
@@ -88,10 +80,7 @@ async fn one_size(url: &str, workers: usize, cycles: u64, gang: bool) {
     for i in 0..workers {
         runtime.add(&format!("c{i}"), &format!("w{i}"));
     }
-    let cfg = Config {
-        node_name: node.clone(),
-        ..Config::default()
-    };
+    let cfg = Config { node_name: node.clone(), ..Config::default() };
     let keys = Keys::new(&cfg.redis.key_prefix, &node);
     let metrics = Arc::new(Metrics::new());
     let mut agent = Agent::new(
@@ -118,10 +107,7 @@ async fn one_size(url: &str, workers: usize, cycles: u64, gang: bool) {
                     fields.push(("gang".to_string(), "bench/job".to_string()));
                     fields.push(("gang_size".to_string(), "1024".to_string()));
                 }
-                redis
-                    .hset(&keys.status(&format!("w{i}")), &fields, None)
-                    .await
-                    .unwrap();
+                redis.hset(&keys.status(&format!("w{i}")), &fields, None).await.unwrap();
             }
         }
     };
@@ -163,10 +149,7 @@ async fn one_size(url: &str, workers: usize, cycles: u64, gang: bool) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let cycles: u64 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
+    let cycles: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5);
     let server = Server::start(&[]);
     let url = server.url();
     println!("a healthy node's cost per cycle (steady state; the last of {cycles} cycles; one private redis-server)");

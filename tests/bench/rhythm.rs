@@ -38,10 +38,7 @@ fn pct(sorted: &[i64], p: f64) -> f64 {
 }
 
 fn main() {
-    let hangs: u64 = std::env::args()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(200);
+    let hangs: u64 = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(200);
     // `restarts` or `gangs` as a second argument: only those figures.
     let only = std::env::args().nth(2);
     if only.is_none() {
@@ -62,14 +59,8 @@ fn gangs(hangs: u64) {
         "job", "ranks", "rule", "hungs", "restarts", "hangs", "p50 s", "p95 s", "max s"
     );
     let jobs = [
-        (
-            "1 s steps, stalls 5-15 s",
-            Shape::month(1_000, true, 10_000),
-        ),
-        (
-            "10 s steps, stalls 10-30 s",
-            Shape::month(10_000, true, 20_000),
-        ),
+        ("1 s steps, stalls 5-15 s", Shape::month(1_000, true, 10_000)),
+        ("10 s steps, stalls 10-30 s", Shape::month(10_000, true, 20_000)),
     ];
     for (name, shape) in jobs {
         let month = trace(&shape, 42, 0, 30 * DAY, None);
@@ -120,12 +111,7 @@ fn hang_to_restart(shape: &Shape, c: &Config, poll: i64, hangs: u64) -> Vec<i64>
                 return None;
             }
             let out = replay(&beats, c, poll, 0, at + HOUR);
-            Some(
-                out.restarts
-                    .iter()
-                    .find(|&&r| r > last.at)
-                    .map_or(HOUR, |r| r - last.at),
-            )
+            Some(out.restarts.iter().find(|&&r| r > last.at).map_or(HOUR, |r| r - last.at))
         })
         .collect();
     took.sort_unstable();
@@ -141,26 +127,11 @@ fn restarts(hangs: u64) {
         "job", "rule", "suspects", "hungs", "restarts", "hangs", "p50 s", "p95 s", "max s"
     );
     let jobs = [
-        (
-            "1 s steps, stalls 5-15 s",
-            Shape::month(1_000, true, 10_000),
-        ),
-        (
-            "1 s steps, stalls 10-30 s",
-            Shape::month(1_000, true, 20_000),
-        ),
-        (
-            "1 s steps, stalls 20-60 s",
-            Shape::month(1_000, true, 40_000),
-        ),
-        (
-            "1 s steps, evaluations silent",
-            Shape::month(1_000, false, 10_000),
-        ),
-        (
-            "10 s steps, stalls 10-30 s",
-            Shape::month(10_000, true, 20_000),
-        ),
+        ("1 s steps, stalls 5-15 s", Shape::month(1_000, true, 10_000)),
+        ("1 s steps, stalls 10-30 s", Shape::month(1_000, true, 20_000)),
+        ("1 s steps, stalls 20-60 s", Shape::month(1_000, true, 40_000)),
+        ("1 s steps, evaluations silent", Shape::month(1_000, false, 10_000)),
+        ("10 s steps, stalls 10-30 s", Shape::month(10_000, true, 20_000)),
     ];
     for (name, shape) in jobs {
         let month = trace(&shape, 42, 0, 30 * DAY, None);
@@ -223,11 +194,8 @@ fn confirmations(hangs: u64) {
                     let beats = trace(&shape, 1000 + i, 0, at + HOUR, Some(at));
                     let last = beats.last().expect("a beat");
                     let out = replay(&beats, &c, poll, 0, at + HOUR);
-                    let took = out
-                        .hungs
-                        .iter()
-                        .find(|&&h| h > last.at)
-                        .map_or(HOUR, |h| h - last.at);
+                    let took =
+                        out.hungs.iter().find(|&&h| h > last.at).map_or(HOUR, |h| h - last.at);
                     if last.state == "processing" {
                         training.push(took);
                     } else {

@@ -13,11 +13,7 @@ pub struct Server {
 impl Server {
     /// Started with persistence off and `extra` arguments (e.g. `--maxclients`).
     pub fn start(extra: &[&str]) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::tempdir().expect("a temp dir for redis-server");
         let mut child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -29,11 +25,7 @@ impl Server {
             .expect("redis-server (scripts/setup.sh installs it)");
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Server {
-                    child,
-                    port,
-                    _dir: dir,
-                };
+                return Server { child, port, _dir: dir };
             }
             std::thread::sleep(Duration::from_millis(50));
         }

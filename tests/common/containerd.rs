@@ -42,10 +42,7 @@ pub struct Containerd {
 impl Containerd {
     /// Start it and import the test image. Panics with what to install when a binary is missing.
     pub fn start() -> Containerd {
-        require(
-            &["containerd", "runc", "ctr"],
-            "the CRI tests (apt-get install containerd runc)",
-        );
+        require(&["containerd", "runc", "ctr"], "the CRI tests (apt-get install containerd runc)");
         let dir = tempfile::tempdir().expect("temp dir");
         let d = dir.path();
         for sub in ["cni-bin", "cni-conf", "pods"] {
@@ -76,11 +73,7 @@ state = "{root}/state"
         );
         std::fs::write(d.join("config.toml"), config).unwrap();
         let bridge = pod_network(d);
-        let mut c = Containerd {
-            dir,
-            child: None,
-            bridge,
-        };
+        let mut c = Containerd { dir, child: None, bridge };
         c.spawn();
         c.import_image();
         c
@@ -197,10 +190,7 @@ impl Drop for Containerd {
         if std::thread::panicking() {
             let log = self.log();
             let tail: Vec<_> = log.lines().rev().take(30).collect();
-            eprintln!(
-                "containerd log (last lines, newest first):\n{}",
-                tail.join("\n")
-            );
+            eprintln!("containerd log (last lines, newest first):\n{}", tail.join("\n"));
         }
         self.cleanup();
     }
@@ -228,25 +218,13 @@ fn image_tarball() -> PathBuf {
     let rootfs = dir.join("rootfs.tar");
     run_cli(
         "tar",
-        &[
-            "-C",
-            dir.join("rootfs").to_str().unwrap(),
-            "-cf",
-            rootfs.to_str().unwrap(),
-            ".",
-        ],
+        &["-C", dir.join("rootfs").to_str().unwrap(), "-cf", rootfs.to_str().unwrap(), "."],
         None,
     );
     let tag = CRI_IMAGE.trim_start_matches("docker.io/");
     run_cli(
         "docker",
-        &[
-            "import",
-            "-c",
-            r#"CMD ["/bin/sleep","2147483647"]"#,
-            rootfs.to_str().unwrap(),
-            tag,
-        ],
+        &["import", "-c", r#"CMD ["/bin/sleep","2147483647"]"#, rootfs.to_str().unwrap(), tag],
         None,
     );
     let tar = dir.join("image.tar");
@@ -334,8 +312,7 @@ impl Kubelet {
         annotations: &[(&str, &str)],
         containers: &[(&str, &str)],
     ) -> Pod {
-        self.run_pod_with("default", name, labels, annotations, containers, false)
-            .await
+        self.run_pod_with("default", name, labels, annotations, containers, false).await
     }
 
     /// [`Kubelet::run_pod`] in namespace `ns` (tenants: issue 41).
@@ -346,8 +323,7 @@ impl Kubelet {
         labels: &[(&str, &str)],
         containers: &[(&str, &str)],
     ) -> Pod {
-        self.run_pod_with(ns, name, labels, &[], containers, false)
-            .await
+        self.run_pod_with(ns, name, labels, &[], containers, false).await
     }
 
     /// [`Kubelet::run_pod`] on the pod network: its own network namespace and IP from the
@@ -359,8 +335,7 @@ impl Kubelet {
         annotations: &[(&str, &str)],
         containers: &[(&str, &str)],
     ) -> Pod {
-        self.run_pod_with("default", name, labels, annotations, containers, true)
-            .await
+        self.run_pod_with("default", name, labels, annotations, containers, true).await
     }
 
     async fn run_pod_with(
@@ -373,10 +348,8 @@ impl Kubelet {
         pod_network: bool,
     ) -> Pod {
         let uid = format!("uid-{name}-{:06x}", rand::random::<u32>() >> 8);
-        let mut all_labels: HashMap<String, String> = labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let mut all_labels: HashMap<String, String> =
+            labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         all_labels.insert("io.kubernetes.pod.name".into(), name.into());
         all_labels.insert("io.kubernetes.pod.namespace".into(), ns.into());
         all_labels.insert("io.kubernetes.pod.uid".into(), uid.clone());
@@ -393,10 +366,7 @@ impl Kubelet {
             hostname: String::new(),
             log_directory: log_dir.to_str().unwrap().into(),
             labels: all_labels,
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             linux: Some(LinuxPodSandboxConfig {
                 security_context: Some(LinuxSandboxSecurityContext {
                     // NB: on the host network the sandbox needs no CNI plugin.
@@ -418,11 +388,7 @@ impl Kubelet {
             .expect("RunPodSandbox")
             .into_inner()
             .pod_sandbox_id;
-        let mut pod = Pod {
-            sandbox,
-            config,
-            commands: HashMap::new(),
-        };
+        let mut pod = Pod { sandbox, config, commands: HashMap::new() };
         for (cname, script) in containers {
             let cmd = vec!["/bin/sh".to_string(), "-c".to_string(), script.to_string()];
             pod.commands.insert(cname.to_string(), cmd);
@@ -450,22 +416,13 @@ impl Kubelet {
         let labels = HashMap::from([
             ("io.kubernetes.container.name".to_string(), name.to_string()),
             ("io.kubernetes.pod.name".to_string(), meta.name.clone()),
-            (
-                "io.kubernetes.pod.namespace".to_string(),
-                meta.namespace.clone(),
-            ),
+            ("io.kubernetes.pod.namespace".to_string(), meta.namespace.clone()),
             ("io.kubernetes.pod.uid".to_string(), meta.uid.clone()),
         ]);
         std::fs::create_dir_all(Path::new(&pod.config.log_directory).join(name)).unwrap();
         let config = ContainerConfig {
-            metadata: Some(ContainerMetadata {
-                name: name.into(),
-                attempt,
-            }),
-            image: Some(ImageSpec {
-                image: CRI_IMAGE.into(),
-                ..Default::default()
-            }),
+            metadata: Some(ContainerMetadata { name: name.into(), attempt }),
+            image: Some(ImageSpec { image: CRI_IMAGE.into(), ..Default::default() }),
             command: pod.commands[name].clone(),
             labels,
             log_path: format!("{name}/{attempt}.log"),
@@ -493,10 +450,7 @@ impl Kubelet {
             .await?
             .into_inner()
             .container_id;
-        c.start_container(StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await?;
+        c.start_container(StartContainerRequest { container_id: id.clone() }).await?;
         Ok(id)
     }
 
@@ -541,10 +495,7 @@ impl Kubelet {
         let st = self
             .client
             .clone()
-            .container_status(ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: false,
-            })
+            .container_status(ContainerStatusRequest { container_id: id.into(), verbose: false })
             .await
             .expect("ContainerStatus")
             .into_inner()
@@ -559,10 +510,7 @@ impl Kubelet {
         let info = self
             .client
             .clone()
-            .container_status(ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: true,
-            })
+            .container_status(ContainerStatusRequest { container_id: id.into(), verbose: true })
             .await
             .expect("ContainerStatus")
             .into_inner()
@@ -573,11 +521,7 @@ impl Kubelet {
 
     /// The running container `name` of `pod`: (id, attempt).
     pub async fn running(&self, pod: &Pod, name: &str) -> Option<(String, u32)> {
-        self.containers(pod)
-            .await
-            .into_iter()
-            .find(|c| c.1 == name && c.3)
-            .map(|c| (c.0, c.2))
+        self.containers(pod).await.into_iter().find(|c| c.1 == name && c.3).map(|c| (c.0, c.2))
     }
 
     /// The ids of container `name` of each of `pods` running now (`None` where it runs none).
@@ -615,10 +559,7 @@ impl Kubelet {
     pub async fn stop(&self, id: &str) {
         self.client
             .clone()
-            .stop_container(StopContainerRequest {
-                container_id: id.into(),
-                timeout: 0,
-            })
+            .stop_container(StopContainerRequest { container_id: id.into(), timeout: 0 })
             .await
             .expect("StopContainer");
     }
@@ -636,13 +577,8 @@ impl Kubelet {
                 }
                 let pods = k.pods.lock().unwrap().clone();
                 for pod in pods {
-                    let policy = k
-                        .restarts
-                        .lock()
-                        .unwrap()
-                        .get(&pod.sandbox)
-                        .cloned()
-                        .unwrap_or_default();
+                    let policy =
+                        k.restarts.lock().unwrap().get(&pod.sandbox).cloned().unwrap_or_default();
                     for name in pod.commands.keys() {
                         // NB: containerd may be down (restarted by the test): try again later,
                         // as kubelet does.
@@ -674,17 +610,13 @@ impl Kubelet {
         let st = self
             .client
             .clone()
-            .container_status(ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: false,
-            })
+            .container_status(ContainerStatusRequest { container_id: id.into(), verbose: false })
             .await?
             .into_inner()
             .status;
         // NB: no status is no answer, never a success (under OnFailure an exit 0 would hide a
         // container that is not restarted).
-        st.map(|s| s.exit_code)
-            .ok_or_else(|| tonic::Status::not_found("no container status"))
+        st.map(|s| s.exit_code).ok_or_else(|| tonic::Status::not_found("no container status"))
     }
 }
 
@@ -693,11 +625,7 @@ impl Kubelet {
 /// arranges without shareProcessNamespace), the pod's IPC.
 fn namespaces(pod_network: bool) -> NamespaceOption {
     NamespaceOption {
-        network: if pod_network {
-            NamespaceMode::Pod as i32
-        } else {
-            NamespaceMode::Node as i32
-        },
+        network: if pod_network { NamespaceMode::Pod as i32 } else { NamespaceMode::Node as i32 },
         pid: NamespaceMode::Container as i32,
         ipc: NamespaceMode::Pod as i32,
         ..Default::default()
@@ -745,10 +673,6 @@ fn pod_network(root: &Path) -> String {
             },
         }],
     });
-    std::fs::write(
-        root.join("cni-conf/10-vigil-test.conflist"),
-        conf.to_string(),
-    )
-    .unwrap();
+    std::fs::write(root.join("cni-conf/10-vigil-test.conflist"), conf.to_string()).unwrap();
     format!("vgl{tag:06x}")
 }

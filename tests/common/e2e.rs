@@ -69,15 +69,10 @@ impl Setup {
     /// Write the agent's `vigil.toml`: these names, the restart pipeline compressed to seconds,
     /// and the suite's own keys; its path.
     pub fn write_config(&self, own: ConfigParts) -> PathBuf {
-        let loopback_api = format!(
-            "[worker_api]\nlisten = \"{}\"\nauth = \"none\"\n",
-            self.worker_listen
-        );
-        let worker_api = if own.worker_api.is_empty() {
-            loopback_api.as_str()
-        } else {
-            own.worker_api
-        };
+        let loopback_api =
+            format!("[worker_api]\nlisten = \"{}\"\nauth = \"none\"\n", self.worker_listen);
+        let worker_api =
+            if own.worker_api.is_empty() { loopback_api.as_str() } else { own.worker_api };
         let text = format!(
             r#"node_name = "{node}"
 poll_interval = "300ms"
@@ -111,11 +106,7 @@ restart_delay = "2s"
             policy = own.policy,
             tables = own.tables,
             worker_api = worker_api,
-            call_timeout = if own.call_timeout.is_empty() {
-                "2s"
-            } else {
-                own.call_timeout
-            },
+            call_timeout = if own.call_timeout.is_empty() { "2s" } else { own.call_timeout },
         );
         let path = self.dir.path().join("vigil.toml");
         std::fs::write(&path, text).unwrap();
@@ -145,10 +136,7 @@ restart_delay = "2s"
 
 /// How many lines of a `vigil explain` trail carry `decision` (its fourth column).
 pub fn decisions(trail: &str, decision: &str) -> usize {
-    trail
-        .lines()
-        .filter(|l| l.split_whitespace().nth(3) == Some(decision))
-        .count()
+    trail.lines().filter(|l| l.split_whitespace().nth(3) == Some(decision)).count()
 }
 
 /// How many lines of `worker` (the second column) carry `decision`.

@@ -28,10 +28,8 @@ pub const SLICE_VERSIONS: &[&str] = &["v1beta1", "v1beta2", "v1"];
 fn schemas() -> &'static Value {
     static SCHEMAS: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     SCHEMAS.get_or_init(|| {
-        serde_json::from_str(include_str!(
-            "../fixtures/kubernetes/devicetaintrule-openapi.json"
-        ))
-        .expect("the vendored DeviceTaintRule schema is JSON")
+        serde_json::from_str(include_str!("../fixtures/kubernetes/devicetaintrule-openapi.json"))
+            .expect("the vendored DeviceTaintRule schema is JSON")
     })
 }
 
@@ -65,12 +63,7 @@ fn walk(all: &Value, schema: &Value, value: &Value, path: &str) -> Result<(), (S
         "" => f.to_string(),
         p => format!("{p}.{f}"),
     };
-    let wrong = |t: &str| {
-        Err((
-            path.to_string(),
-            format!("must be of type {t}, got {value}"),
-        ))
-    };
+    let wrong = |t: &str| Err((path.to_string(), format!("must be of type {t}, got {value}")));
     match schema["type"].as_str() {
         Some("object") => {
             let Some(obj) = value.as_object() else {
@@ -124,11 +117,7 @@ pub fn invalid(rule: &Value) -> Option<(String, String)> {
         ));
     }
     let sel = &rule["spec"]["deviceSelector"];
-    if sel["all"] == true
-        && ["driver", "pool", "device"]
-            .iter()
-            .any(|f| !sel[*f].is_null())
-    {
+    if sel["all"] == true && ["driver", "pool", "device"].iter().any(|f| !sel[*f].is_null()) {
         return Some((
             "spec.deviceSelector.all".into(),
             "Invalid value: true: may not be combined with driver, pool or device".into(),
@@ -165,20 +154,13 @@ pub fn stored(mut rule: Value, uid: u64, resource_version: &str) -> Value {
 
 /// Whether every `k=v` / `k!=v` term of a label selector holds for `o`.
 pub fn labels_match(o: &Value, selector: &str) -> bool {
-    selector
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .all(|t| match t.split_once("!=") {
-            Some((k, v)) => o["metadata"]["labels"][k.trim()].as_str() != Some(v.trim()),
-            None => {
-                let (k, v) = t
-                    .split_once("==")
-                    .or_else(|| t.split_once('='))
-                    .unwrap_or((t, ""));
-                o["metadata"]["labels"][k.trim()].as_str() == Some(v.trim())
-            }
-        })
+    selector.split(',').map(str::trim).filter(|t| !t.is_empty()).all(|t| match t.split_once("!=") {
+        Some((k, v)) => o["metadata"]["labels"][k.trim()].as_str() != Some(v.trim()),
+        None => {
+            let (k, v) = t.split_once("==").or_else(|| t.split_once('=')).unwrap_or((t, ""));
+            o["metadata"]["labels"][k.trim()].as_str() == Some(v.trim())
+        }
+    })
 }
 
 /// Whether a slice matches a field selector on `spec.nodeName` / `spec.driver`; `Err` names a
@@ -213,8 +195,7 @@ fn dns_subdomain(s: &str) -> bool {
         && s.len() <= 253
         && s.split('.').all(|l| {
             !l.is_empty()
-                && l.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         })
@@ -228,9 +209,7 @@ fn qualified_name(s: &str) -> bool {
     prefix.is_none_or(dns_subdomain)
         && !name.is_empty()
         && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }

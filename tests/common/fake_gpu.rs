@@ -41,10 +41,8 @@ impl FakeGpu {
 
     fn edit(&self, index: u32, f: impl FnOnce(&mut GpuSample)) {
         let mut st = self.state();
-        let gpu = st
-            .gpus
-            .get_mut(&index)
-            .unwrap_or_else(|| panic!("fake GPU {index} was never added"));
+        let gpu =
+            st.gpus.get_mut(&index).unwrap_or_else(|| panic!("fake GPU {index} was never added"));
         f(gpu);
     }
 
@@ -179,17 +177,9 @@ impl FakeGpu {
     /// `n` events of one XID on this GPU at once (a storm), delivered together.
     pub fn inject_xids(&self, index: u32, xid: u64, n: usize) {
         let mut st = self.state();
-        let uuid = st
-            .gpus
-            .get(&index)
-            .map(|g| g.uuid.clone())
-            .unwrap_or_default();
+        let uuid = st.gpus.get(&index).map(|g| g.uuid.clone()).unwrap_or_default();
         for _ in 0..n {
-            st.xids.push_back(XidEvent {
-                index,
-                uuid: uuid.clone(),
-                xid,
-            });
+            st.xids.push_back(XidEvent { index, uuid: uuid.clone(), xid });
         }
         drop(st);
         self.shared.1.notify_all();
@@ -206,10 +196,7 @@ impl FakeGpu {
         let target = self.samples_taken() + n;
         let deadline = Instant::now() + limit;
         while self.samples_taken() < target {
-            assert!(
-                Instant::now() < deadline,
-                "the monitor did not read the fake GPUs"
-            );
+            assert!(Instant::now() < deadline, "the monitor did not read the fake GPUs");
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -219,9 +206,7 @@ impl GpuProbe for FakeGpu {
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
         let (lock, cv) = &*self.shared;
         let st = lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut st = cv
-            .wait_while(st, |st| st.wedged)
-            .unwrap_or_else(|p| p.into_inner());
+        let mut st = cv.wait_while(st, |st| st.wedged).unwrap_or_else(|p| p.into_inner());
         st.samples_taken += 1;
         if st.fail_samples {
             return Err(GpuError::Call("fake: NVML_ERROR_UNKNOWN".into()));

@@ -195,18 +195,12 @@ impl FakeKube {
         }));
         let app = Router::new()
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
-            .route(
-                "/api/v1/nodes/{name}/status",
-                get(get_node).patch(patch_node_status),
-            )
+            .route("/api/v1/nodes/{name}/status", get(get_node).patch(patch_node_status))
             .route("/api/v1/pods", get(list_pods))
             .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
             .route("/api/v1/namespaces/{ns}/pods", get(list_namespaced_pods))
             .route("/apis/batch/v1/namespaces/{ns}/jobs/{name}", get(get_job))
-            .route(
-                "/apis/resource.k8s.io/{version}/resourceslices",
-                get(list_slices),
-            )
+            .route("/apis/resource.k8s.io/{version}/resourceslices", get(list_slices))
             .route(
                 "/apis/resource.k8s.io/{version}/devicetaintrules",
                 get(list_taint_rules).post(create_taint_rule),
@@ -215,30 +209,15 @@ impl FakeKube {
                 "/apis/resource.k8s.io/{version}/devicetaintrules/{name}",
                 get(get_taint_rule).delete(delete_taint_rule),
             )
-            .route(
-                "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}",
-                get(get_jobset),
-            )
+            .route("/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}", get(get_jobset))
             .route(
                 "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/{name}",
                 get(get_lws),
             )
-            .route(
-                "/apis/events.k8s.io/v1/namespaces/{ns}/events",
-                post(create_event),
-            )
-            .route(
-                "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}",
-                patch(patch_event),
-            )
-            .route(
-                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                post(access_review),
-            )
-            .route(
-                "/apis/authentication.k8s.io/v1/tokenreviews",
-                post(token_review),
-            )
+            .route("/apis/events.k8s.io/v1/namespaces/{ns}/events", post(create_event))
+            .route("/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}", patch(patch_event))
+            .route("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", post(access_review))
+            .route("/apis/authentication.k8s.io/v1/tokenreviews", post(token_review))
             // Legacy discovery, so that `kubectl label/annotate/patch node` find the resource.
             .route("/api", get(discovery_versions))
             .route("/apis", get(discovery_groups))
@@ -255,18 +234,13 @@ impl FakeKube {
             .route("/fake/expire_events", post(hook_expire_events))
             .fallback(unknown)
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind fake kube API");
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake kube API");
         let addr = listener.local_addr().expect("local addr");
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        FakeKube {
-            url: format!("http://{addr}"),
-            shared,
-            task,
-        }
+        FakeKube { url: format!("http://{addr}"), shared, task }
     }
 
     /// The stored Node, as a GET would return it.
@@ -380,12 +354,7 @@ impl FakeKube {
         let uid = world.uids;
         let rv = world.next_revision();
         let pod = fake_pods::stored(pod, uid, &rv).unwrap_or_else(|e| panic!("put_pod: {e}"));
-        let key = |p: &Value| {
-            (
-                p["metadata"]["namespace"].clone(),
-                p["metadata"]["name"].clone(),
-            )
-        };
+        let key = |p: &Value| (p["metadata"]["namespace"].clone(), p["metadata"]["name"].clone());
         let k = key(&pod);
         world.pods.retain(|p| key(p) != k);
         world.pods.push(pod);
@@ -403,12 +372,7 @@ impl FakeKube {
         if object["metadata"]["uid"].is_null() {
             object["metadata"]["uid"] = json!(format!("5c2e0000-0000-4000-8000-{uid:012x}"));
         }
-        let key = |o: &Value| {
-            (
-                o["metadata"]["namespace"].clone(),
-                o["metadata"]["name"].clone(),
-            )
-        };
+        let key = |o: &Value| (o["metadata"]["namespace"].clone(), o["metadata"]["name"].clone());
         let k = key(&object);
         world
             .objects
@@ -452,25 +416,17 @@ pub fn label(node: &Value, key: &str) -> Option<String> {
 
 /// An annotation of a Node.
 pub fn annotation(node: &Value, key: &str) -> Option<String> {
-    node["metadata"]["annotations"][key]
-        .as_str()
-        .map(str::to_string)
+    node["metadata"]["annotations"][key].as_str().map(str::to_string)
 }
 
 /// A Node's taints, as stored.
 pub fn taints(node: &Value) -> Vec<Value> {
-    node["spec"]["taints"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    node["spec"]["taints"].as_array().cloned().unwrap_or_default()
 }
 
 /// The keys of a Node's taints.
 pub fn taint_keys(node: &Value) -> Vec<String> {
-    taints(node)
-        .iter()
-        .filter_map(|t| t["key"].as_str().map(str::to_string))
-        .collect()
+    taints(node).iter().filter_map(|t| t["key"].as_str().map(str::to_string)).collect()
 }
 
 impl Drop for FakeKube {
@@ -497,8 +453,7 @@ impl World {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
-        self.requests
-            .push((method.to_string(), uri.path().to_string(), content_type));
+        self.requests.push((method.to_string(), uri.path().to_string(), content_type));
     }
 
     fn next_revision(&mut self) -> String {
@@ -540,14 +495,10 @@ impl World {
             let Some(items) = value.as_array() else {
                 return Err(bad_request("status.conditions must be a list".into()));
             };
-            let mut conditions = next["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
+            let mut conditions =
+                next["status"]["conditions"].as_array().cloned().unwrap_or_default();
             // `{"$patch": "replace"}` as an element: the list becomes the patch's other elements.
-            let replace = items
-                .iter()
-                .any(|i| i.get("$patch") == Some(&json!("replace")));
+            let replace = items.iter().any(|i| i.get("$patch") == Some(&json!("replace")));
             if replace {
                 conditions.clear();
             }
@@ -581,10 +532,7 @@ impl World {
                     conditions.retain(|c| c["type"].as_str() != Some(kind.as_str()));
                     continue;
                 }
-                match conditions
-                    .iter_mut()
-                    .find(|c| c["type"].as_str() == Some(kind.as_str()))
-                {
+                match conditions.iter_mut().find(|c| c["type"].as_str() == Some(kind.as_str())) {
                     Some(existing) => merge(existing, &item),
                     None => conditions.push(item),
                 }
@@ -672,9 +620,7 @@ impl World {
         }
         let name = match (
             event.pointer("/metadata/name").and_then(Value::as_str),
-            event
-                .pointer("/metadata/generateName")
-                .and_then(Value::as_str),
+            event.pointer("/metadata/generateName").and_then(Value::as_str),
         ) {
             (Some(n), _) if !n.is_empty() => n.to_string(),
             (_, Some(g)) if !g.is_empty() => format!("{g}{:05x}", self.uids & 0xfffff),
@@ -857,9 +803,7 @@ fn event_time(event: &Value) -> Result<Option<jiff::Timestamp>, Answer> {
     match event.get("eventTime") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => s.parse().map(Some).map_err(|e| {
-            bad_request(format!(
-                "parsing time {s:?} as \"2006-01-02T15:04:05.000000Z07:00\": {e}"
-            ))
+            bad_request(format!("parsing time {s:?} as \"2006-01-02T15:04:05.000000Z07:00\": {e}"))
         }),
         Some(other) => Err(bad_request(format!(
             "json: cannot unmarshal {other} into Go struct field Event.eventTime of type string"
@@ -872,10 +816,7 @@ fn event_time(event: &Value) -> Result<Option<jiff::Timestamp>, Answer> {
 fn validate_event(ns: &str, event: &Value) -> Vec<String> {
     let text = |field: &str| event.get(field).and_then(Value::as_str).unwrap_or("");
     let mut causes = Vec::new();
-    let regarding_ns = event
-        .pointer("/regarding/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let regarding_ns = event.pointer("/regarding/namespace").and_then(Value::as_str).unwrap_or("");
     if regarding_ns.is_empty() && ns != "default" && ns != "kube-system" {
         causes.push(
             "involvedObject.namespace: Invalid value: \"\": does not match event.namespace".into(),
@@ -885,18 +826,15 @@ fn validate_event(ns: &str, event: &Value) -> Vec<String> {
     if controller.is_empty() {
         causes.push("reportingController: Required value".into());
     } else if let Some(why) = qualified_name_error(controller) {
-        causes.push(format!(
-            "reportingController: Invalid value: \"{controller}\": {why}"
-        ));
+        causes.push(format!("reportingController: Invalid value: \"{controller}\": {why}"));
     }
     for (field, limit) in [("reportingInstance", 128), ("action", 128), ("reason", 128)] {
         let value = text(field);
         if value.is_empty() {
             causes.push(format!("{field}: Required value"));
         } else if value.len() > limit {
-            causes.push(format!(
-                "{field}: Invalid value: \"\": can have at most {limit} characters"
-            ));
+            causes
+                .push(format!("{field}: Invalid value: \"\": can have at most {limit} characters"));
         }
     }
     if text("note").len() > 1024 {
@@ -904,9 +842,7 @@ fn validate_event(ns: &str, event: &Value) -> Vec<String> {
     }
     match text("type") {
         "Normal" | "Warning" => {}
-        other => causes.push(format!(
-            "type: Invalid value: \"\": has invalid value: {other}"
-        )),
+        other => causes.push(format!("type: Invalid value: \"\": has invalid value: {other}")),
     }
     causes
 }
@@ -932,9 +868,7 @@ fn dns_subdomain_error(name: &str) -> Option<String> {
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
     let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    let labels_ok = name
-        .split('.')
-        .all(|l| alnum(l.bytes().next()) && alnum(l.bytes().last()));
+    let labels_ok = name.split('.').all(|l| alnum(l.bytes().next()) && alnum(l.bytes().last()));
     if name.len() > 253 {
         Some("must be no more than 253 characters".into())
     } else if !(ok_chars && labels_ok) {
@@ -962,9 +896,7 @@ fn qualified_name_error(value: &str) -> Option<String> {
         && name.len() <= 63
         && edge(name.bytes().next())
         && edge(name.bytes().last())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
     (!ok).then(|| {
         "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and \
          end with an alphanumeric character (at most 63 characters)"
@@ -973,10 +905,7 @@ fn qualified_name_error(value: &str) -> Option<String> {
 }
 
 fn immutable(path: &str, value: Option<&Value>) -> String {
-    format!(
-        "{path}: Invalid value: {}: field is immutable",
-        value.unwrap_or(&Value::Null)
-    )
+    format!("{path}: Invalid value: {}: field is immutable", value.unwrap_or(&Value::Null))
 }
 
 /// 422 for an Event, one cause or several as the real server lists them.
@@ -1037,11 +966,7 @@ fn validate(name: &str, node: &Value) -> Result<(), Answer> {
         let key = t.get("key").and_then(Value::as_str).unwrap_or("");
         let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
         if key.is_empty() {
-            return Err(invalid(
-                "Node",
-                name,
-                &format!("spec.taints[{i}].key: Required value"),
-            ));
+            return Err(invalid("Node", name, &format!("spec.taints[{i}].key: Required value")));
         }
         if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
             return Err(invalid(
@@ -1093,11 +1018,9 @@ fn quantities(node: &mut Value) -> Result<(), Answer> {
 }
 
 fn normalise(node: &mut Value) {
-    for (section, field) in [
-        ("metadata", "labels"),
-        ("metadata", "annotations"),
-        ("spec", "taints"),
-    ] {
+    for (section, field) in
+        [("metadata", "labels"), ("metadata", "annotations"), ("spec", "taints")]
+    {
         if let Some(obj) = node.get_mut(section).and_then(Value::as_object_mut) {
             let empty = match obj.get(field) {
                 Some(Value::Object(m)) => m.is_empty(),
@@ -1190,11 +1113,8 @@ fn forbidden(
     name: Option<&str>,
     ns: Option<&str>,
 ) -> Answer {
-    let qualified = if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    };
+    let qualified =
+        if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
     let subject = match name {
         Some(n) => format!("{qualified} \"{n}\""),
         None => qualified,
@@ -1215,12 +1135,7 @@ fn forbidden(
 }
 
 fn respond((code, body): Answer) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 /// `code` with the object, or the refusal.
@@ -1364,16 +1279,10 @@ async fn access_review(
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
     let Ok(mut review) = serde_json::from_slice::<Value>(&body) else {
-        return respond(bad_request(
-            "the body is not a SelfSubjectAccessReview".into(),
-        ));
+        return respond(bad_request("the body is not a SelfSubjectAccessReview".into()));
     };
-    let attribute = |name: &str| {
-        review["spec"]["resourceAttributes"][name]
-            .as_str()
-            .unwrap_or("")
-            .to_string()
-    };
+    let attribute =
+        |name: &str| review["spec"]["resourceAttributes"][name].as_str().unwrap_or("").to_string();
     let resource = match attribute("subresource").as_str() {
         "" => attribute("resource"),
         sub => format!("{}/{sub}", attribute("resource")),
@@ -1398,13 +1307,7 @@ async fn token_review(
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
     if !world.allows("authentication.k8s.io", "tokenreviews", "create") {
-        return respond(forbidden(
-            "create",
-            "tokenreviews",
-            "authentication.k8s.io",
-            None,
-            None,
-        ));
+        return respond(forbidden("create", "tokenreviews", "authentication.k8s.io", None, None));
     }
     let Ok(mut review) = serde_json::from_slice::<Value>(&body) else {
         return respond(bad_request("the body is not a TokenReview".into()));
@@ -1417,10 +1320,9 @@ async fn token_review(
     }
     let token = review["spec"]["token"].as_str().unwrap_or("").to_string();
     let wanted: Vec<String> = match review["spec"]["audiences"].as_array() {
-        Some(a) if !a.is_empty() => a
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect(),
+        Some(a) if !a.is_empty() => {
+            a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
+        }
         _ => vec![API_AUDIENCE.to_string()],
     };
     let minted = world.tokens.iter().find(|t| t.token == token).cloned();
@@ -1440,17 +1342,11 @@ async fn token_review(
             } else {
                 let mut extra = serde_json::Map::new();
                 if let Some((name, uid)) = &m.pod {
-                    extra.insert(
-                        "authentication.kubernetes.io/pod-name".into(),
-                        json!([name]),
-                    );
+                    extra.insert("authentication.kubernetes.io/pod-name".into(), json!([name]));
                     extra.insert("authentication.kubernetes.io/pod-uid".into(), json!([uid]));
                 }
                 if let Some(node) = &m.node {
-                    extra.insert(
-                        "authentication.kubernetes.io/node-name".into(),
-                        json!([node]),
-                    );
+                    extra.insert("authentication.kubernetes.io/node-name".into(), json!([node]));
                 }
                 json!({
                     "authenticated": true,
@@ -1498,13 +1394,7 @@ async fn patch_event(
     let mut world = lock(&shared);
     world.record(&method, &uri, &headers);
     if !world.allows(EVENTS_GROUP, "events", "patch") {
-        return respond(forbidden(
-            "patch",
-            "events",
-            EVENTS_GROUP,
-            Some(&name),
-            Some(&ns),
-        ));
+        return respond(forbidden("patch", "events", EVENTS_GROUP, Some(&name), Some(&ns)));
     }
     if media_type(&headers) != "application/merge-patch+json" {
         return respond(unsupported_media_type(
@@ -1664,13 +1554,7 @@ async fn list_slices(
         return respond(r);
     }
     if !world.allows("resource.k8s.io", "resourceslices", "list") {
-        return respond(forbidden(
-            "list",
-            "resourceslices",
-            "resource.k8s.io",
-            None,
-            None,
-        ));
+        return respond(forbidden("list", "resourceslices", "resource.k8s.io", None, None));
     }
     let selector = match only_param(&uri, "fieldSelector") {
         Ok(s) => s,
@@ -1703,13 +1587,7 @@ async fn list_taint_rules(
         return respond(r);
     }
     if !world.allows("resource.k8s.io", "devicetaintrules", "list") {
-        return respond(forbidden(
-            "list",
-            "devicetaintrules",
-            "resource.k8s.io",
-            None,
-            None,
-        ));
+        return respond(forbidden("list", "devicetaintrules", "resource.k8s.io", None, None));
     }
     let selector = match only_param(&uri, "labelSelector") {
         Ok(s) => s,
@@ -1741,22 +1619,13 @@ async fn create_taint_rule(
         return respond(r);
     }
     if !world.allows("resource.k8s.io", "devicetaintrules", "create") {
-        return respond(forbidden(
-            "create",
-            "devicetaintrules",
-            "resource.k8s.io",
-            None,
-            None,
-        ));
+        return respond(forbidden("create", "devicetaintrules", "resource.k8s.io", None, None));
     }
     let rule: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return respond(bad_request(format!("error decoding body: {e}"))),
     };
-    let name = rule["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let name = rule["metadata"]["name"].as_str().unwrap_or_default().to_string();
     if let Some((field, why)) = fake_dra::schema_error(&rule, &version) {
         return respond(bad_request(format!(
             "DeviceTaintRule in version \"{version}\" cannot be handled as a DeviceTaintRule: {field}: {why}"
@@ -1770,11 +1639,7 @@ async fn create_taint_rule(
             Some(json!({"name": name, "group": "resource.k8s.io", "kind": "DeviceTaintRule"})),
         ));
     }
-    if world
-        .taint_rules
-        .iter()
-        .any(|r| r["metadata"]["name"] == name.as_str())
-    {
+    if world.taint_rules.iter().any(|r| r["metadata"]["name"] == name.as_str()) {
         return respond(status(
             StatusCode::CONFLICT,
             "AlreadyExists",
@@ -1804,19 +1669,9 @@ async fn get_taint_rule(
         return respond(r);
     }
     if !world.allows("resource.k8s.io", "devicetaintrules", "get") {
-        return respond(forbidden(
-            "get",
-            "devicetaintrules",
-            "resource.k8s.io",
-            Some(&name),
-            None,
-        ));
+        return respond(forbidden("get", "devicetaintrules", "resource.k8s.io", Some(&name), None));
     }
-    match world
-        .taint_rules
-        .iter()
-        .find(|r| r["metadata"]["name"] == name.as_str())
-    {
+    match world.taint_rules.iter().find(|r| r["metadata"]["name"] == name.as_str()) {
         Some(r) => respond((StatusCode::OK, r.clone())),
         None => respond(status(
             StatusCode::NOT_FOUND,
@@ -1849,10 +1704,7 @@ async fn delete_taint_rule(
             None,
         ));
     }
-    let Some(i) = world
-        .taint_rules
-        .iter()
-        .position(|r| r["metadata"]["name"] == name.as_str())
+    let Some(i) = world.taint_rules.iter().position(|r| r["metadata"]["name"] == name.as_str())
     else {
         return respond(status(
             StatusCode::NOT_FOUND,
@@ -1964,9 +1816,7 @@ async fn unknown(
 fn strategic_is_merge(patch: &Value) -> bool {
     fn no_directive(v: &Value) -> bool {
         match v {
-            Value::Object(m) => m
-                .iter()
-                .all(|(k, v)| !k.starts_with('$') && no_directive(v)),
+            Value::Object(m) => m.iter().all(|(k, v)| !k.starts_with('$') && no_directive(v)),
             Value::Array(items) => items.iter().all(no_directive),
             _ => true,
         }
@@ -1991,10 +1841,7 @@ async fn discovery_versions() -> Response {
 
 /// `GET /apis`: no named group is discoverable (kubectl needs none for nodes).
 async fn discovery_groups() -> Response {
-    respond((
-        StatusCode::OK,
-        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
-    ))
+    respond((StatusCode::OK, json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})))
 }
 
 /// `GET /api/v1`: the core resources this fake serves, with the verbs it implements.
@@ -2021,11 +1868,8 @@ async fn hook_events(State(shared): State<Shared>) -> Response {
 }
 
 async fn hook_requests(State(shared): State<Shared>) -> Response {
-    let seen: Vec<Value> = lock(&shared)
-        .requests
-        .iter()
-        .map(|(m, p, c)| json!([m, p, c]))
-        .collect();
+    let seen: Vec<Value> =
+        lock(&shared).requests.iter().map(|(m, p, c)| json!([m, p, c])).collect();
     respond((StatusCode::OK, Value::Array(seen)))
 }
 

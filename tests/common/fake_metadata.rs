@@ -182,11 +182,8 @@ impl FakeMetadata {
 
     /// Start on a given address (the demo uses a fixed port).
     pub async fn start_on(addr: &str) -> std::io::Result<FakeMetadata> {
-        let mut inner = Inner {
-            keys: HashMap::new(),
-            refused: 0,
-            unset_mode: UnsetMode::NoNotifications503,
-        };
+        let mut inner =
+            Inner { keys: HashMap::new(), refused: 0, unset_mode: UnsetMode::NoNotifications503 };
         for (name, value) in [
             ("maintenance-event", Some("NONE")),
             ("upcoming-maintenance", None),
@@ -204,10 +201,7 @@ impl FakeMetadata {
             );
             inner.refresh_etag(name);
         }
-        let shared = Arc::new(Shared {
-            inner: Mutex::new(inner),
-            changed: Notify::new(),
-        });
+        let shared = Arc::new(Shared { inner: Mutex::new(inner), changed: Notify::new() });
         let app = Router::new()
             .route("/computeMetadata/v1/{*path}", get(metadata))
             .route("/fake/value/{*key}", put(set_value))
@@ -224,10 +218,7 @@ impl FakeMetadata {
             host: addr.to_string(),
             addr,
             shared,
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .expect("build a reqwest client"),
+            http: reqwest::Client::builder().no_proxy().build().expect("build a reqwest client"),
             task,
         })
     }
@@ -240,23 +231,15 @@ impl FakeMetadata {
     /// Set a key's value over the control API (empty unsets `upcoming-maintenance`).
     pub async fn set(&self, key: &str, value: &str) {
         let url = format!("{}/fake/value/{key}", self.base_url());
-        let resp = self
-            .http
-            .put(url)
-            .body(value.to_string())
-            .send()
-            .await
-            .expect("PUT /fake/value");
+        let resp =
+            self.http.put(url).body(value.to_string()).send().await.expect("PUT /fake/value");
         assert!(resp.status().is_success(), "set {key}: {}", resp.status());
     }
 
     /// Make the next `count` answers for `key` a fault: `503`, `429`, `garbage`, `404`, `403`,
     /// `hang`, `empty`, `reset-etag`.
     pub async fn fault(&self, key: &str, kind: &str, count: usize) {
-        let url = format!(
-            "{}/fake/fault/{key}?kind={kind}&count={count}",
-            self.base_url()
-        );
+        let url = format!("{}/fake/fault/{key}?kind={kind}&count={count}", self.base_url());
         let resp = self.http.post(url).send().await.expect("POST /fake/fault");
         assert!(resp.status().is_success(), "fault {key}: {}", resp.status());
     }
@@ -268,12 +251,7 @@ impl FakeMetadata {
             UnsetMode::EmptyObject => "empty",
         };
         let url = format!("{}/fake/upcoming-unset?mode={mode}", self.base_url());
-        let resp = self
-            .http
-            .put(url)
-            .send()
-            .await
-            .expect("PUT /fake/upcoming-unset");
+        let resp = self.http.put(url).send().await.expect("PUT /fake/upcoming-unset");
         assert!(resp.status().is_success(), "unset mode: {}", resp.status());
     }
 
@@ -295,9 +273,7 @@ impl FakeMetadata {
         let body: serde_json::Value = resp.json().await.expect("JSON from /fake/requests");
         body.as_object()
             .map(|o| {
-                o.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_u64()? as usize)))
-                    .collect()
+                o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()? as usize))).collect()
             })
             .unwrap_or_default()
     }
@@ -305,9 +281,7 @@ impl FakeMetadata {
     /// Sum of accepted requests over the three keys.
     pub async fn total_requests(&self) -> usize {
         let counts = self.request_counts().await;
-        KEYS.iter()
-            .map(|k| counts.get(*k).copied().unwrap_or(0))
-            .sum()
+        KEYS.iter().map(|k| counts.get(*k).copied().unwrap_or(0)).sum()
     }
 }
 
@@ -393,9 +367,7 @@ async fn metadata(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let flavor_ok = headers
-        .get("Metadata-Flavor")
-        .is_some_and(|v| v.as_bytes() == b"Google");
+    let flavor_ok = headers.get("Metadata-Flavor").is_some_and(|v| v.as_bytes() == b"Google");
     if headers.contains_key("X-Forwarded-For") || !flavor_ok {
         shared.lock().refused += 1;
         let why = if flavor_ok {
@@ -421,10 +393,7 @@ async fn metadata(
     };
     if wait {
         // Hold unless the client's ETag is already stale.
-        let last = q
-            .get("last_etag")
-            .cloned()
-            .unwrap_or_else(|| arrival_etag.clone());
+        let last = q.get("last_etag").cloned().unwrap_or_else(|| arrival_etag.clone());
         let hold = q
             .get("timeout_sec")
             .and_then(|t| t.parse::<u64>().ok())
@@ -466,11 +435,8 @@ async fn metadata(
     let Some(k) = inner.key(key) else {
         return plain(StatusCode::NOT_FOUND, "Not Found\n");
     };
-    let content_type = if key == "upcoming-maintenance" {
-        "application/json"
-    } else {
-        "application/text"
-    };
+    let content_type =
+        if key == "upcoming-maintenance" { "application/json" } else { "application/text" };
     if let Some(fault) = k.faults.pop_front() {
         return match fault {
             Fault::Unavailable => plain(StatusCode::SERVICE_UNAVAILABLE, "Service Unavailable\n"),
@@ -580,10 +546,7 @@ async fn set_unset_mode(State(shared): State<Arc<Shared>>, uri: Uri) -> (StatusC
         Some("503") => UnsetMode::NoNotifications503,
         Some("empty") | Some("{}") | Some("{ }") => UnsetMode::EmptyObject,
         other => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("mode must be 503 or empty, not {other:?}\n"),
-            )
+            return (StatusCode::BAD_REQUEST, format!("mode must be 503 or empty, not {other:?}\n"))
         }
     };
     let changed = {
@@ -606,9 +569,6 @@ async fn request_counts(State(shared): State<Arc<Shared>>) -> Response {
     }
     out.insert("refused".to_string(), inner.refused.into());
     let mut resp = serde_json::Value::Object(out).to_string().into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }

@@ -77,9 +77,7 @@ impl PodResourcesLister for Service {
                             .map(|(resource, ids)| ContainerDevices {
                                 resource_name: resource.to_string(),
                                 device_ids: ids.clone(),
-                                topology: Some(TopologyInfo {
-                                    nodes: vec![NumaNode { id: 0 }],
-                                }),
+                                topology: Some(TopologyInfo { nodes: vec![NumaNode { id: 0 }] }),
                             })
                             .collect(),
                         cpu_ids: vec![],
@@ -128,22 +126,13 @@ impl FakePodResources {
     /// Place a pod on the node with these containers and their devices.
     pub fn set_pod(&self, namespace: &str, pod: &str, containers: Vec<FakeContainer>) {
         let key = (namespace.to_string(), pod.to_string());
-        self.service
-            .state
-            .lock()
-            .unwrap()
-            .pods
-            .insert(key, containers);
+        self.service.state.lock().unwrap().pods.insert(key, containers);
     }
 
     /// A pod with one container given these GPUs (`nvidia.com/gpu`).
     pub fn set_gpu_pod(&self, namespace: &str, pod: &str, container: &'static str, ids: &[&str]) {
         let ids = ids.iter().map(|s| s.to_string()).collect();
-        self.set_pod(
-            namespace,
-            pod,
-            vec![(container, vec![("nvidia.com/gpu", ids)])],
-        );
+        self.set_pod(namespace, pod, vec![(container, vec![("nvidia.com/gpu", ids)])]);
     }
 
     pub fn remove_pod(&self, namespace: &str, pod: &str) {

@@ -78,9 +78,7 @@ pub fn field_selector(sel: &str) -> Result<Vec<Term>, String> {
         } else if let Some((f, v)) = raw.split_once('=') {
             (f, true, v)
         } else {
-            return Err(format!(
-                "invalid selector: '{sel}'; can't understand '{raw}'"
-            ));
+            return Err(format!("invalid selector: '{sel}'; can't understand '{raw}'"));
         };
         let field = field.trim();
         if !POD_FIELDS.contains(&field) {
@@ -103,9 +101,7 @@ fn field_value(pod: &Value, field: &str) -> String {
 
 /// Whether `pod` satisfies every term.
 pub fn selected(pod: &Value, terms: &[Term]) -> bool {
-    terms
-        .iter()
-        .all(|(field, eq, value)| (field_value(pod, field) == *value) == *eq)
+    terms.iter().all(|(field, eq, value)| (field_value(pod, field) == *value) == *eq)
 }
 
 /// The pod as the API server stores it after create (see the module header); `Err` names what
@@ -162,14 +158,10 @@ pub fn pod_json(
     labels: &[(&str, &str)],
     resources: &[(&str, &str)],
 ) -> Value {
-    let labels: serde_json::Map<String, Value> = labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    let quantities: serde_json::Map<String, Value> = resources
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
+    let labels: serde_json::Map<String, Value> =
+        labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let quantities: serde_json::Map<String, Value> =
+        resources.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
     json!({
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {

@@ -173,9 +173,7 @@ pub struct Node {
 impl Node {
     /// Its maintenance controller (a fleet built with [`Builder::controllers`]).
     pub fn controller(&mut self) -> &mut Controller {
-        self.controller
-            .as_mut()
-            .expect("a fleet built with controllers()")
+        self.controller.as_mut().expect("a fleet built with controllers()")
     }
 }
 
@@ -248,11 +246,8 @@ impl Fleet {
         if b.controllers {
             // The controller writes the facts its node's first agent reads, into its trail.
             let (slow_tx, slow_rx) = tokio::sync::watch::channel(Default::default());
-            let agent = node
-                .agents
-                .remove(0)
-                .with_facts(node.facts.clone())
-                .with_slow_named(slow_tx);
+            let agent =
+                node.agents.remove(0).with_facts(node.facts.clone()).with_slow_named(slow_tx);
             let controller = Controller::new(
                 node.cfg.clone(),
                 self.store.clone(),

@@ -89,10 +89,7 @@ runroot = "{d}/runroot"
     fn command(&self) -> Command {
         let mut c = Command::new("podman");
         c.env("CONTAINERS_CONF", self.dir.path().join("containers.conf"))
-            .env(
-                "CONTAINERS_STORAGE_CONF",
-                self.dir.path().join("storage.conf"),
-            );
+            .env("CONTAINERS_STORAGE_CONF", self.dir.path().join("storage.conf"));
         c
     }
 
@@ -127,10 +124,7 @@ runroot = "{d}/runroot"
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!(
-            "podman did not answer on its socket; its log:\n{}",
-            self.log()
-        );
+        panic!("podman did not answer on its socket; its log:\n{}", self.log());
     }
 
     /// Whether the service answers `GET /_ping` on its socket within 5 s.
@@ -140,8 +134,7 @@ runroot = "{d}/runroot"
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        if s.write_all(b"GET /_ping HTTP/1.1\r\nHost: podman\r\nConnection: close\r\n\r\n")
-            .is_err()
+        if s.write_all(b"GET /_ping HTTP/1.1\r\nHost: podman\r\nConnection: close\r\n\r\n").is_err()
         {
             return false;
         }
@@ -154,16 +147,7 @@ runroot = "{d}/runroot"
     /// (`--label vigil.worker=w0` opts it in); its id.
     pub fn run(&self, args: &[&str], script: &str) -> String {
         let name = unique("vigil-podman-");
-        let mut all = vec![
-            "run",
-            "-d",
-            "--name",
-            &name,
-            "--network",
-            "none",
-            "--ipc",
-            "none",
-        ];
+        let mut all = vec!["run", "-d", "--name", &name, "--network", "none", "--ipc", "none"];
         all.extend_from_slice(args);
         all.extend_from_slice(&[PODMAN_IMAGE, "/bin/sh", "-c", script]);
         self.cli(&all)

@@ -37,10 +37,7 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
-    panic!(
-        "no free port in {first}..{}: every one taken or reserved",
-        first + span
-    );
+    panic!("no free port in {first}..{}: every one taken or reserved", first + span);
 }
 
 /// Reserve `port` for this test process among every test process of this machine: an
@@ -94,11 +91,7 @@ pub struct RedisServer {
 impl RedisServer {
     pub fn start() -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut s = RedisServer {
-            port: free_port(),
-            dir,
-            child: None,
-        };
+        let mut s = RedisServer { port: free_port(), dir, child: None };
         s.spawn();
         s
     }
@@ -141,10 +134,7 @@ impl RedisServer {
     /// answers nothing, like a Redis stuck in a long fork or on a dead disk.
     pub fn signal(&self, sig: &str) {
         let pid = self.child.as_ref().expect("running").id().to_string();
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &pid])
-            .status()
-            .expect("kill");
+        let ok = Command::new("kill").args([&format!("-{sig}"), &pid]).status().expect("kill");
         assert!(ok.success(), "kill -{sig} {pid}");
     }
 
@@ -231,23 +221,14 @@ pub async fn redis_get(url: &str, key: &str) -> Option<String> {
 pub async fn redis_hget(url: &str, key: &str, field: &str) -> Option<String> {
     let client = redis::Client::open(url).ok()?;
     let mut c = client.get_multiplexed_async_connection().await.ok()?;
-    redis::cmd("HGET")
-        .arg(key)
-        .arg(field)
-        .query_async(&mut c)
-        .await
-        .ok()?
+    redis::cmd("HGET").arg(key).arg(field).query_async(&mut c).await.ok()?
 }
 
 /// Whether `key` exists on the Redis at `url` (None when Redis cannot be reached).
 pub async fn redis_exists(url: &str, key: &str) -> Option<bool> {
     let client = redis::Client::open(url).ok()?;
     let mut c = client.get_multiplexed_async_connection().await.ok()?;
-    let n: i64 = redis::cmd("EXISTS")
-        .arg(key)
-        .query_async(&mut c)
-        .await
-        .ok()?;
+    let n: i64 = redis::cmd("EXISTS").arg(key).query_async(&mut c).await.ok()?;
     Some(n == 1)
 }
 
@@ -255,11 +236,7 @@ pub async fn redis_exists(url: &str, key: &str) -> Option<bool> {
 pub async fn redis_pttl(url: &str, key: &str) -> i64 {
     let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut c)
-        .await
-        .unwrap()
+    redis::cmd("PTTL").arg(key).query_async(&mut c).await.unwrap()
 }
 
 /// Run a CLI (in `dir`, if given) that must succeed; its stdout, trimmed. A failure panics with
@@ -270,9 +247,7 @@ pub fn run_cli(program: &str, args: &[&str], dir: Option<&Path>) -> String {
     if let Some(dir) = dir {
         cmd.current_dir(dir);
     }
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("the {program} CLI must be installed: {e}"));
+    let out = cmd.output().unwrap_or_else(|e| panic!("the {program} CLI must be installed: {e}"));
     assert!(
         out.status.success(),
         "{program} {args:?} failed: {}",
@@ -283,11 +258,8 @@ pub fn run_cli(program: &str, args: &[&str], dir: Option<&Path>) -> String {
 
 /// A finished command's exit code (-1 if a signal ended it) and its stdout and stderr, joined.
 pub fn code_and_output(out: &std::process::Output) -> (i32, String) {
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -346,13 +318,7 @@ pub fn busybox_rootfs_tar(dir: &Path) -> PathBuf {
     }
     let tar = dir.join("rootfs.tar");
     let rootfs = dir.join("rootfs");
-    let args = [
-        "-C",
-        rootfs.to_str().unwrap(),
-        "-cf",
-        tar.to_str().unwrap(),
-        "bin",
-    ];
+    let args = ["-C", rootfs.to_str().unwrap(), "-cf", tar.to_str().unwrap(), "bin"];
     run_cli("tar", &args, None);
     tar
 }
@@ -491,11 +457,7 @@ impl Receiver {
             }),
         );
         let addr = serve(app).await;
-        Receiver {
-            url: format!("http://{addr}/hook"),
-            bodies,
-            arrived,
-        }
+        Receiver { url: format!("http://{addr}/hook"), bodies, arrived }
     }
 
     pub fn kinds(&self) -> Vec<String> {
@@ -534,10 +496,7 @@ impl VigilProcess {
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        VigilProcess {
-            child: cmd.spawn().expect("spawn vigil"),
-            log,
-        }
+        VigilProcess { child: cmd.spawn().expect("spawn vigil"), log }
     }
 
     pub fn log_text(&self) -> String {
@@ -552,10 +511,7 @@ impl VigilProcess {
 
     /// Send a signal (`-TERM`, `-HUP`) with `kill`, as an operator or the kubelet would.
     pub fn signal(&self, sig: &str) {
-        Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap();
+        Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap();
     }
 
     /// Its exit status, once it exits; panics with `what` and the log if it is still running
@@ -574,8 +530,7 @@ impl VigilProcess {
     pub async fn sigterm_and_wait(&mut self, limit: Duration) -> ExitStatus {
         let started = Instant::now();
         self.signal("-TERM");
-        self.wait_exit(started, limit, "still running after the grace period")
-            .await
+        self.wait_exit(started, limit, "still running after the grace period").await
     }
 }
 
@@ -589,10 +544,7 @@ impl Drop for VigilProcess {
 /// Run `vigil` to completion and return (exit code, stdout, stderr).
 pub fn vigil(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vigil"));
-    cmd.args(args)
-        .env_remove("REDIS_URL")
-        .env_remove("NODE_NAME")
-        .env_remove("VIGIL_CONFIG");
+    cmd.args(args).env_remove("REDIS_URL").env_remove("NODE_NAME").env_remove("VIGIL_CONFIG");
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -612,15 +564,8 @@ pub fn beat(
     extra: &[&str],
     envs: &[(&str, &str)],
 ) -> (i32, String, String) {
-    let mut args = vec![
-        "beat",
-        "--config",
-        config.to_str().unwrap(),
-        "--worker",
-        worker,
-        "--state",
-        state,
-    ];
+    let mut args =
+        vec!["beat", "--config", config.to_str().unwrap(), "--worker", worker, "--state", state];
     args.extend_from_slice(extra);
     vigil(&args, envs)
 }
@@ -671,9 +616,7 @@ pub async fn eventually_every(
     every: Duration,
     mut cond: impl FnMut() -> bool,
 ) -> bool {
-    poll_every(limit, every, || std::future::ready(cond().then_some(())))
-        .await
-        .is_some()
+    poll_every(limit, every, || std::future::ready(cond().then_some(()))).await.is_some()
 }
 
 /// Wait until `cond` holds, polling every 100 ms; false on timeout (then the caller's assertion

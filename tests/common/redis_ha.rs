@@ -102,20 +102,12 @@ impl Cluster {
                 cli(*p, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
             });
         }
-        Cluster {
-            ports,
-            _procs: procs,
-            _dir: dir,
-        }
+        Cluster { ports, _procs: procs, _dir: dir }
     }
 
     /// The seed nodes, comma-separated (`redis.url` with `redis.mode = "cluster"`).
     pub fn url(&self) -> String {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -160,22 +152,12 @@ impl Sentinel {
             ),
         )
         .unwrap();
-        procs
-            .0
-            .push(spawn(&[conf.to_str().unwrap(), "--sentinel"], dir.path()));
+        procs.0.push(spawn(&[conf.to_str().unwrap(), "--sentinel"], dir.path()));
         assert!(wait_listening(sentinel), "sentinel did not listen");
-        let s = Sentinel {
-            master,
-            replica,
-            sentinel,
-            _procs: procs,
-            _dir: dir,
-        };
-        until(
-            Duration::from_secs(20),
-            "the sentinel sees the replica",
-            || cli(sentinel, &["SENTINEL", "REPLICAS", SERVICE]).contains(&replica.to_string()),
-        );
+        let s = Sentinel { master, replica, sentinel, _procs: procs, _dir: dir };
+        until(Duration::from_secs(20), "the sentinel sees the replica", || {
+            cli(sentinel, &["SENTINEL", "REPLICAS", SERVICE]).contains(&replica.to_string())
+        });
         s
     }
 
@@ -186,14 +168,8 @@ impl Sentinel {
 
     /// The port Sentinel names as the master now.
     pub fn master_port(&self) -> u16 {
-        let out = cli(
-            self.sentinel,
-            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE],
-        );
-        out.lines()
-            .nth(1)
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or(0)
+        let out = cli(self.sentinel, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
+        out.lines().nth(1).and_then(|p| p.trim().parse().ok()).unwrap_or(0)
     }
 
     /// Wait until the replica has every write the master acknowledged so far.

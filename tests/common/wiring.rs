@@ -21,10 +21,7 @@ use vigil::runtime::sim::FakeRuntime;
 
 /// The defaults, on node `node`.
 pub fn node_config(node: &str) -> Config {
-    Config {
-        node_name: node.into(),
-        ..Config::default()
-    }
+    Config { node_name: node.into(), ..Config::default() }
 }
 
 /// The in-process coordinator on the system clock.
@@ -35,11 +32,7 @@ pub fn memory_coordinator() -> Arc<dyn Coordinator> {
 /// The trail's decisions, oldest first.
 pub async fn trail_decisions(store: &dyn Coordinator, keys: &vigil::coord::Keys) -> Vec<String> {
     let entries = store.read_recent(&keys.trail(), 10_000).await.unwrap();
-    entries
-        .iter()
-        .rev()
-        .map(|(_, f)| f["decision"].clone())
-        .collect()
+    entries.iter().rev().map(|(_, f)| f["decision"].clone()).collect()
 }
 
 /// The agent (alerting through `notifier`) and the maintenance controller (writing the Node

@@ -213,10 +213,7 @@ impl Sim {
             tick_at: 0,
         };
         for n in 0..NODES {
-            let mut cfg = Config {
-                node_name: format!("gpu-{n}"),
-                ..Config::default()
-            };
+            let mut cfg = Config { node_name: format!("gpu-{n}"), ..Config::default() };
             cfg.safety.fleet_budget = 0;
             cfg.safety.breaker_per_day = 20;
             cfg.gang.breaker_per_day = 20;
@@ -299,15 +296,10 @@ impl Sim {
         if term {
             token.cancel();
         }
-        let agent = Agent::new(
-            node.cfg.clone(),
-            coord,
-            Arc::new(node.runtime.clone()),
-            notifier,
-            metrics,
-        )
-        .with_shutdown(token)
-        .with_host_procfs("/nonexistent/vigil-sim-procfs");
+        let agent =
+            Agent::new(node.cfg.clone(), coord, Arc::new(node.runtime.clone()), notifier, metrics)
+                .with_shutdown(token)
+                .with_host_procfs("/nonexistent/vigil-sim-procfs");
         node.agent = Some(agent);
     }
 
@@ -391,10 +383,7 @@ impl Sim {
                 format!("gang c: member {n} restarted, though the job never stopped ({why})");
             return self.fail(invariant, detail);
         }
-        for a in alerts
-            .iter()
-            .filter(|a| a.gang.as_deref() == Some(SLOW_GANG))
-        {
+        for a in alerts.iter().filter(|a| a.gang.as_deref() == Some(SLOW_GANG)) {
             let line = format!("alert {} gang c: {}", a.kind.as_str(), a.detail);
             self.trace.push(line);
         }
@@ -445,9 +434,7 @@ impl Sim {
             let cap = u64::from(self.nodes[n].cfg.safety.breaker_per_day);
             futures_util::FutureExt::now_or_never(async move {
                 for _ in 0..cap {
-                    let _ = store
-                        .incr_capped(&key, cap, Duration::from_secs(48 * 3600))
-                        .await;
+                    let _ = store.incr_capped(&key, cap, Duration::from_secs(48 * 3600)).await;
                 }
             });
             self.stats.breakers_spent += 1;
@@ -479,10 +466,7 @@ impl Sim {
                     self.log(format!("gang {g}: the others block on the straggler"));
                     self.gangs[g].phase = Phase::Stopped { at: now };
                 }
-                Phase::Straggling {
-                    member,
-                    until: None,
-                } if odds(&mut self.rng, 1, 20) => {
+                Phase::Straggling { member, until: None } if odds(&mut self.rng, 1, 20) => {
                     self.log(format!("gang {g}: member {member} resumes"));
                     self.gangs[g].phase = Phase::Running;
                 }
@@ -519,10 +503,7 @@ impl Sim {
             if odds(&mut self.rng, 1, 1500) {
                 self.stats.stand_downs += 1;
                 let until = now + self.rng.below(600) as Millis * 1_000;
-                self.log(format!(
-                    "node {n}: stands down until {}",
-                    (until - DAY_START) / 1000
-                ));
+                self.log(format!("node {n}: stands down until {}", (until - DAY_START) / 1000));
                 self.nodes[n].standing_down_until = until;
                 self.nodes[n].held_until = until;
                 self.nodes[n].faulted_at = now;
@@ -552,8 +533,7 @@ impl Sim {
     fn crash_opener(&mut self, now: Millis) {
         let opened = |m: &Arc<Metrics>| {
             m.encode().lines().any(|l| {
-                l.strip_prefix("vigil_gang_slow_episodes_total ")
-                    .is_some_and(|v| v.trim() != "0")
+                l.strip_prefix("vigil_gang_slow_episodes_total ").is_some_and(|v| v.trim() != "0")
             })
         };
         let Some(n) = (0..NODES).find(|&n| self.nodes[n].metrics.as_ref().is_some_and(opened))
@@ -574,17 +554,12 @@ impl Sim {
     fn failover(&mut self, now: Millis) {
         let g = self.rng.below(GANGS.len() as u64) as usize;
         let k = &self.nodes[0].keys;
-        let mut gone = vec![
-            k.gang_lock(GANGS[g]),
-            k.gang_incident(GANGS[g]),
-            k.gang_decision(GANGS[g]),
-        ];
+        let mut gone =
+            vec![k.gang_lock(GANGS[g]), k.gang_incident(GANGS[g]), k.gang_decision(GANGS[g])];
         gone.extend(self.nodes.iter().map(|n| n.keys.lock()));
         self.stats.failovers += 1;
         self.gangs[g].failover_at = now;
-        self.log(format!(
-            "FAILOVER forgets gang {g}'s incident and decision, and the locks"
-        ));
+        self.log(format!("FAILOVER forgets gang {g}'s incident and decision, and the locks"));
         let store = self.store.clone();
         futures_util::FutureExt::now_or_never(async move { store.del(&gone).await })
             .expect("the in-process store answers at once")
@@ -664,14 +639,10 @@ impl Sim {
                 self.judge_restart(g, n, now, cooldown, "restarted")?;
                 self.gangs[g].last_restart[n] = Some(now);
                 if let Some(i) = self.gangs[g].left_out.iter().position(|m| *m == n) {
-                    self.log(format!(
-                        "gang {g}: member {n} completes the partial restart"
-                    ));
+                    self.log(format!("gang {g}: member {n} completes the partial restart"));
                     self.gangs[g].left_out.remove(i);
                     // The earliest of the completions in the last four polls.
-                    let recent = self.gangs[g]
-                        .completed_at
-                        .filter(|t| now - t <= 4 * POLL_MS);
+                    let recent = self.gangs[g].completed_at.filter(|t| now - t <= 4 * POLL_MS);
                     self.gangs[g].completed_at = Some(recent.map_or(now, |t| t.min(now)));
                     continue;
                 }
@@ -682,9 +653,8 @@ impl Sim {
                     // it, before its peers' agents ran (gang seed 2583: a member left out of the
                     // last wave, restarted by a new decision 1.3 s before its peers in one tick —
                     // a slow restart moves the clock — read as out of the new wave).
-                    let recent = self.gangs[g]
-                        .completed_at
-                        .filter(|t| self.tick_at - t <= 4 * POLL_MS);
+                    let recent =
+                        self.gangs[g].completed_at.filter(|t| self.tick_at - t <= 4 * POLL_MS);
                     self.gangs[g].wave = Some(recent.map_or(self.tick_at, |t| t.min(self.tick_at)));
                     self.gangs[g].completed_at = None;
                     self.gangs[g].wave_cycles = self.cycles.clone();
@@ -722,11 +692,8 @@ impl Sim {
                     // agent skips cycles (seed 8166: its breaker spent 45 s before the wave, read
                     // as open in an entry two skipped cycles old; the member then refused).
                     let faulted = |n: usize| self.faulted_since(n, w - 4 * POLL_MS);
-                    let overdue: Vec<usize> = missing
-                        .iter()
-                        .copied()
-                        .filter(|n| !faulted(*n) && ran(*n) >= 4)
-                        .collect();
+                    let overdue: Vec<usize> =
+                        missing.iter().copied().filter(|n| !faulted(*n) && ran(*n) >= 4).collect();
                     if !excused && !overdue.is_empty() {
                         return self.fail("all or nothing", format!("gang {g}: the restart that began {} s ago left members {overdue:?} out", (now - w) / 1000));
                     }
@@ -747,10 +714,7 @@ impl Sim {
             return Err(v);
         }
         for a in &alerts[self.seen_alerts..] {
-            let Some(g) = a
-                .gang
-                .as_deref()
-                .and_then(|id| GANGS.iter().position(|x| *x == id))
+            let Some(g) = a.gang.as_deref().and_then(|id| GANGS.iter().position(|x| *x == id))
             else {
                 continue;
             };
@@ -812,17 +776,9 @@ impl Sim {
                 futures_util::FutureExt::now_or_never(
                     async move { store.read_recent(&key, 200).await },
                 );
-            for (_, f) in entries
-                .and_then(Result::ok)
-                .unwrap_or_default()
-                .iter()
-                .rev()
-            {
+            for (_, f) in entries.and_then(Result::ok).unwrap_or_default().iter().rev() {
                 let code = f.get("decision").cloned().unwrap_or_default();
-                let at = f
-                    .get("at")
-                    .and_then(|t| t.parse::<Millis>().ok())
-                    .unwrap_or(0);
+                let at = f.get("at").and_then(|t| t.parse::<Millis>().ok()).unwrap_or(0);
                 let recent = self.now() - at < 10 * POLL_MS;
                 if code.starts_with("gang") || code == "straggler" || recent {
                     let detail = f.get("detail").cloned().unwrap_or_default();
@@ -834,11 +790,7 @@ impl Sim {
                 }
             }
         }
-        Err(GangViolation {
-            invariant,
-            detail,
-            trace,
-        })
+        Err(GangViolation { invariant, detail, trace })
     }
 
     async fn run(&mut self) -> Result<(), GangViolation> {
@@ -862,9 +814,8 @@ impl Sim {
                 let report = agent.cycle().await;
                 self.cycles[n] += 1;
                 self.nodes[n].agent = Some(agent);
-                if let Some(e) = report
-                    .coordinator_error
-                    .filter(|_| !self.down.load(Ordering::SeqCst))
+                if let Some(e) =
+                    report.coordinator_error.filter(|_| !self.down.load(Ordering::SeqCst))
                 {
                     self.log(format!("node {n}: cycle failed: {e}"));
                 }
@@ -886,10 +837,7 @@ pub fn learns(seed: u64, n: usize) -> bool {
 
 /// Run one seed of the gang simulation.
 pub fn run_gang_seed(seed: u64, mutant: Option<GangMutant>) -> Result<GangStats, GangViolation> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     rt.block_on(async {
         let mut sim = Sim::new(seed, mutant);
         sim.run().await?;
@@ -906,12 +854,7 @@ pub fn run_gang_seeds(
     count: u64,
     mutant: Option<GangMutant>,
 ) -> Result<GangStats, (u64, GangViolation)> {
-    super::spread(
-        first,
-        count,
-        |seed| run_gang_seed(seed, mutant),
-        GangStats::add,
-    )
+    super::spread(first, count, |seed| run_gang_seed(seed, mutant), GangStats::add)
 }
 
 /// True with probability `k` / `n`.

@@ -169,9 +169,9 @@ impl Coordinator for Faulty {
         let m = self.mutant;
         match request {
             // By parts, so the lies below reach every read.
-            Request::ReadWorkers(workers) => read_workers_by_parts(self, &workers)
-                .await
-                .map(Reply::Workers),
+            Request::ReadWorkers(workers) => {
+                read_workers_by_parts(self, &workers).await.map(Reply::Workers)
+            }
             Request::HgetallMany(keys) => {
                 hgetall_many_by_parts(self, &keys).await.map(Reply::Hashes)
             }
@@ -261,9 +261,7 @@ impl Coordinator for Faulty {
                     && key.contains(":alert:"))
                     || (m == Some(GangMutant::CooldownUnseen) && key.ends_with(":cooldown")) =>
             {
-                self.inner
-                    .execute(Request::SetNx { key, value, ttl })
-                    .await?;
+                self.inner.execute(Request::SetNx { key, value, ttl }).await?;
                 Ok(Reply::Done(true))
             }
             other => self.inner.execute(other).await,

@@ -87,10 +87,7 @@ impl SlowGang {
         if let Some(s) = self.slow.filter(|s| now >= s.until) {
             self.slow = None;
             self.last = Some(s);
-            return Some(format!(
-                "gang c: member {} back at the job's pace",
-                s.member
-            ));
+            return Some(format!("gang c: member {} back at the job's pace", s.member));
         }
         let settled = now - self.started > 20 * 60_000
             && self.last.is_none_or(|l| now - l.until > 10 * 60_000);

@@ -11,10 +11,7 @@ pub(super) enum Phase {
     Running,
     /// One member stopped at `at`; the others beat on until `until`, then stop too (a
     /// collective blocks on its straggler) — or, with `until` `None`, the straggler resumes.
-    Straggling {
-        member: usize,
-        until: Option<Millis>,
-    },
+    Straggling { member: usize, until: Option<Millis> },
     /// The collective stopped at `at`.
     Stopped { at: Millis },
     /// Every member was restarted; it trains again from `at` (or never: a restart that does

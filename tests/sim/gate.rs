@@ -64,10 +64,7 @@ enum Fate {
 }
 
 fn timeout() -> CoordError {
-    CoordError::Timeout {
-        addr: "sim".into(),
-        timeout: Duration::from_secs(1),
-    }
+    CoordError::Timeout { addr: "sim".into(), timeout: Duration::from_secs(1) }
 }
 
 /// One agent instance's coordinator.
@@ -178,11 +175,7 @@ impl Coordinator for SimCoord {
                 Reply::Values(vec![self.around("HGET", &key, false, store).await?])
             }
             Request::HgetallMany(keys) => Reply::Hashes(hgetall_many_by_parts(self, &keys).await?),
-            Request::Append {
-                key,
-                fields,
-                max_len,
-            } => {
+            Request::Append { key, fields, max_len } => {
                 self.append(&key, &fields, max_len).await?;
                 Reply::Ok
             }
@@ -208,30 +201,22 @@ impl SimCoord {
     }
     async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
         let first = keys.first().cloned().unwrap_or_default();
-        let r = self
-            .around("MGET", &first, false, self.store().get_many(keys))
-            .await;
+        let r = self.around("MGET", &first, false, self.store().get_many(keys)).await;
         let retry = |k: &str| {
             let c = lock(&self.ctl);
             let keys = &c.nodes[self.node].keys;
-            c.workers
-                .iter()
-                .any(|w| w.node == self.node && keys.retry(&w.worker) == k)
+            c.workers.iter().any(|w| w.node == self.node && keys.retry(&w.worker) == k)
         };
         let cooldown = |k: &str| {
             let c = lock(&self.ctl);
             let keys = &c.nodes[self.node].keys;
-            c.workers
-                .iter()
-                .any(|w| w.node == self.node && keys.cooldown(&w.worker) == k)
+            c.workers.iter().any(|w| w.node == self.node && keys.cooldown(&w.worker) == k)
         };
         self.told(self.lies.get_many(keys, retry, cooldown, r))
     }
     async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
         let is_lock = self.is_lock(key);
-        let r = self
-            .around("SET NX", key, true, self.store().set_nx(key, value, ttl))
-            .await;
+        let r = self.around("SET NX", key, true, self.store().set_nx(key, value, ttl)).await;
         let mut c = lock(&self.ctl);
         if is_lock {
             // A new pipeline: what it reads and inspects from here on is its last look.
@@ -256,13 +241,10 @@ impl SimCoord {
     }
     async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
         let first = keys.first().cloned().unwrap_or_default();
-        self.around("DEL", &first, true, self.store().del(keys))
-            .await
+        self.around("DEL", &first, true, self.store().del(keys)).await
     }
     async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
-        let r = self
-            .around("OWNER TTL", key, false, self.store().owner_ttl(key, token))
-            .await;
+        let r = self.around("OWNER TTL", key, false, self.store().owner_ttl(key, token)).await;
         if r.is_ok() && self.is_lock(key) {
             let mut c = lock(&self.ctl);
             let now = c.now();
@@ -273,13 +255,7 @@ impl SimCoord {
     }
     async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
         let token = self.lies.del_if_owner(self.is_lock(key), token);
-        self.around(
-            "DEL IF OWNER",
-            key,
-            true,
-            self.store().del_if_owner(key, &token),
-        )
-        .await
+        self.around("DEL IF OWNER", key, true, self.store().del_if_owner(key, &token)).await
     }
     async fn incr_capped(
         &self,
@@ -287,14 +263,8 @@ impl SimCoord {
         cap: u64,
         ttl: Duration,
     ) -> Result<Option<u64>, CoordError> {
-        let r = self
-            .around(
-                "INCR CAPPED",
-                key,
-                true,
-                self.store().incr_capped(key, cap, ttl),
-            )
-            .await;
+        let r =
+            self.around("INCR CAPPED", key, true, self.store().incr_capped(key, cap, ttl)).await;
         if matches!(r, Ok(Some(_))) {
             let mut c = lock(&self.ctl);
             let keys = c.nodes[self.node].keys.clone();
@@ -311,9 +281,7 @@ impl SimCoord {
         self.around("DECR", key, true, self.store().decr(key)).await
     }
     async fn hgetall(&self, key: &str) -> Result<HashMap<String, String>, CoordError> {
-        let r = self
-            .around("HGETALL", key, false, self.store().hgetall(key))
-            .await;
+        let r = self.around("HGETALL", key, false, self.store().hgetall(key)).await;
         if r.is_ok() {
             let mut c = lock(&self.ctl);
             if let Some(w) = c.worker_of_status_key(self.node, key) {
@@ -341,21 +309,13 @@ impl SimCoord {
             .find(|(k, _)| k == "decision")
             .map_or(String::new(), |(_, v)| format!(" {v}"));
         let op = format!("XADD{what}");
-        self.around(&op, key, true, self.store().append(key, fields, max_len))
-            .await
+        self.around(&op, key, true, self.store().append(key, fields, max_len)).await
     }
     async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
-        self.around(
-            "XREVRANGE",
-            key,
-            false,
-            self.store().read_recent(key, count),
-        )
-        .await
+        self.around("XREVRANGE", key, false, self.store().read_recent(key, count)).await
     }
     async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
-        self.around("ZRANGE", key, false, self.store().index_members(key))
-            .await
+        self.around("ZRANGE", key, false, self.store().index_members(key)).await
     }
     /// One scheduling step per op (a pipeline's commands interleave with other instances'),
     /// stopping at the first that fails. A single `set`, `hset`, `index_touch` or `counter`
@@ -391,10 +351,7 @@ impl SimCoord {
 /// decision was made on.
 fn check_incident_opened(c: &mut Ctl, inst: usize, node: usize, key: &str) {
     let keys = &c.nodes[node].keys;
-    let Some(w) = c
-        .workers
-        .iter()
-        .position(|w| w.node == node && keys.incident(&w.worker) == key)
+    let Some(w) = c.workers.iter().position(|w| w.node == node && keys.incident(&w.worker) == key)
     else {
         return;
     };

@@ -38,13 +38,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            fault_steps: 800,
-            mutant: None,
-            trace: true,
-            full_trace: false,
-            learned: false,
-        }
+        Options { fault_steps: 800, mutant: None, trace: true, full_trace: false, learned: false }
     }
 }
 
@@ -90,10 +84,7 @@ pub fn run_seed(seed: u64, opts: &Options) -> Result<Stats, Failure> {
 /// Run `count` seeds from `first` on every core, without traces; the totals, or the first
 /// failure (lowest seed), run once more with its trace for the report.
 pub fn run_seeds(first: u64, count: u64, opts: &Options) -> Result<Stats, Box<Failure>> {
-    let bulk = Options {
-        trace: false,
-        ..opts.clone()
-    };
+    let bulk = Options { trace: false, ..opts.clone() };
     match run_seeds_with(first, count, &bulk) {
         Ok(s) => Ok(s),
         Err(f) => match run_seed(f.seed, opts) {
@@ -146,10 +137,7 @@ pub fn spread<S: Default + Send, E: Send>(
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a simulation thread panicked"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("a simulation thread panicked")).collect()
     });
     let mut total = S::default();
     let mut failure: Option<(u64, E)> = None;

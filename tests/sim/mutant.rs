@@ -68,9 +68,7 @@ impl Mutant {
 
     /// The mutant of that name (`VIGIL_SIM_MUTANT`).
     pub fn named(name: &str) -> Option<Mutant> {
-        Mutant::ALL
-            .into_iter()
-            .find(|m| format!("{m:?}") == name.trim())
+        Mutant::ALL.into_iter().find(|m| format!("{m:?}") == name.trim())
     }
 }
 
@@ -102,10 +100,7 @@ pub type Told<T> = (T, Option<String>);
 
 impl Lies {
     pub fn new(mutant: Option<Mutant>) -> Lies {
-        Lies {
-            mutant,
-            seen: Mutex::new(Seen::default()),
-        }
+        Lies { mutant, seen: Mutex::new(Seen::default()) }
     }
 
     fn is(&self, m: Mutant) -> bool {
@@ -122,10 +117,9 @@ impl Lies {
             return (real, None);
         }
         let (answer, lie) = match real {
-            Ok(false) if self.is(Mutant::NoLock) => (
-                Ok(true),
-                Some("the lock is another's; answered taken".into()),
-            ),
+            Ok(false) if self.is(Mutant::NoLock) => {
+                (Ok(true), Some("the lock is another's; answered taken".into()))
+            }
             r => (r, None),
         };
         self.seen().stale = matches!(answer, Ok(true));
@@ -156,11 +150,7 @@ impl Lies {
         if lock {
             self.seen().stale = false;
         }
-        self.seen()
-            .markers
-            .get(token)
-            .cloned()
-            .unwrap_or_else(|| token.to_string())
+        self.seen().markers.get(token).cloned().unwrap_or_else(|| token.to_string())
     }
 
     /// A capped increment; `breaker`: of this node's breaker.
@@ -171,10 +161,9 @@ impl Lies {
         real: Result<Option<u64>, E>,
     ) -> Told<Result<Option<u64>, E>> {
         match real {
-            Ok(None) if breaker && self.is(Mutant::BreakerIgnored) => (
-                Ok(Some(cap + 1)),
-                Some("the breaker refused; answered taken".into()),
-            ),
+            Ok(None) if breaker && self.is(Mutant::BreakerIgnored) => {
+                (Ok(Some(cap + 1)), Some("the breaker refused; answered taken".into()))
+            }
             r => (r, None),
         }
     }
@@ -341,9 +330,7 @@ impl Lies {
     /// A write of this instance's batch.
     pub fn wrote(&self, key: &str, value: &str) {
         if self.is(Mutant::RhythmFromMemory) && key.ends_with(":rhythm") {
-            self.seen()
-                .rhythms
-                .insert(key.to_string(), value.to_string());
+            self.seen().rhythms.insert(key.to_string(), value.to_string());
         }
     }
 
@@ -379,10 +366,7 @@ impl Lies {
         match seen.containers.get(id) {
             Some(before) => {
                 let lie = (!matches!(&real, Ok(Some(c)) if c == before)).then(|| {
-                    format!(
-                        "answered {id} as seen before the lock ({})",
-                        before.started_at
-                    )
+                    format!("answered {id} as seen before the lock ({})", before.started_at)
                 });
                 (Ok(Some(before.clone())), lie)
             }

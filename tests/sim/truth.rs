@@ -81,11 +81,7 @@ impl WorkerTruth {
     /// floor). Its restart must still be condemnable by the fixed rule.
     pub fn suspectable(&self, now: Millis, cfg: &Config) -> bool {
         let l = &cfg.policy.learned;
-        let silence = if l.enabled {
-            ms(l.floor)
-        } else {
-            ms(cfg.policy.stale_after)
-        };
+        let silence = if l.enabled { ms(l.floor) } else { ms(cfg.policy.stale_after) };
         self.stale_past(now, silence)
     }
 
@@ -321,27 +317,18 @@ impl Ctl {
     pub fn violate(&mut self, invariant: &'static str, detail: String) {
         self.log(|| format!("VIOLATION {invariant}: {detail}"));
         if self.violation.is_none() {
-            self.violation = Some(Violation {
-                invariant,
-                detail,
-                step: self.step,
-                at: self.now(),
-            });
+            self.violation = Some(Violation { invariant, detail, step: self.step, at: self.now() });
         }
     }
 
     pub fn worker_idx(&self, node: usize, worker: &str) -> Option<usize> {
-        self.workers
-            .iter()
-            .position(|w| w.node == node && w.worker == worker)
+        self.workers.iter().position(|w| w.node == node && w.worker == worker)
     }
 
     /// The worker a status key belongs to, on `node`.
     pub fn worker_of_status_key(&self, node: usize, key: &str) -> Option<usize> {
         let keys = &self.nodes[node].keys;
-        self.workers
-            .iter()
-            .position(|w| w.node == node && keys.status(&w.worker) == key)
+        self.workers.iter().position(|w| w.node == node && keys.status(&w.worker) == key)
     }
 
     /// Every check of a restart command, at the moment it is issued. Returns the command, to be
@@ -404,11 +391,7 @@ impl Ctl {
     /// attempt (compare-and-restart), else the lock attempt itself.
     fn last_look(&self, inst: usize, container: &str) -> (u64, Millis) {
         let l = &self.insts[inst];
-        l.inspects
-            .get(container)
-            .copied()
-            .or(l.lock_attempt)
-            .unwrap_or((0, 0))
+        l.inspects.get(container).copied().or(l.lock_attempt).unwrap_or((0, 0))
     }
 
     /// True when someone else acted on the container inside the window between the last
@@ -433,10 +416,9 @@ impl Ctl {
         }
         let what = match &actual {
             None => "a container that no longer exists".to_string(),
-            Some(a) if a.started_at != target.started_at => format!(
-                "incarnation {} while {} was decided on",
-                a.started_at, target.started_at
-            ),
+            Some(a) if a.started_at != target.started_at => {
+                format!("incarnation {} while {} was decided on", a.started_at, target.started_at)
+            }
             Some(a) if a.paused => "a paused container".into(),
             Some(_) => "a stopped container".into(),
         };
@@ -479,10 +461,7 @@ impl Ctl {
         let t = &self.workers[w];
         let paused = t.last_restart_paused;
         let booted = t.beat_since_restart;
-        if let Some(last) = t
-            .last_vigil_restart
-            .filter(|l| !booted && now - l < cooldown)
-        {
+        if let Some(last) = t.last_vigil_restart.filter(|l| !booted && now - l < cooldown) {
             if paused {
                 self.stats.races += 1;
                 return;
@@ -494,9 +473,8 @@ impl Ctl {
                 cooldown
             );
             self.violate("cooldown", detail);
-        } else if let Some(ext) = t
-            .last_external
-            .filter(|e| !raced && !t.beat_since_external && now - e < cooldown)
+        } else if let Some(ext) =
+            t.last_external.filter(|e| !raced && !t.beat_since_external && now - e < cooldown)
         {
             let detail = format!(
                 "{}: restarted {} ms after someone else's restart: an operator's restart gets a full cooldown",
@@ -534,19 +512,12 @@ impl Ctl {
     fn units(&self, inst: usize, now: Millis) -> (String, i64) {
         let l = &self.insts[inst];
         let window = now.div_euclid(ms(self.cfg.safety.fleet_window));
-        (
-            l.breaker_unit.clone().unwrap_or_else(|| utc_day(now)),
-            l.budget_unit.unwrap_or(window),
-        )
+        (l.breaker_unit.clone().unwrap_or_else(|| utc_day(now)), l.budget_unit.unwrap_or(window))
     }
 
     fn check_caps(&mut self, node: usize, day: &str, this: i64) {
         let s = self.cfg.safety.clone();
-        let today = self.nodes[node]
-            .commands
-            .iter()
-            .filter(|d| *d == day)
-            .count();
+        let today = self.nodes[node].commands.iter().filter(|d| *d == day).count();
         if today + 1 > s.breaker_per_day as usize {
             let detail = format!(
                 "node {}: restart {} today (UTC {day}), breaker_per_day {}",
@@ -620,9 +591,7 @@ impl Ctl {
     /// The lock's value in the store right now.
     pub fn lock_holder(&self, key: &str) -> Option<String> {
         let read = self.store.get_many(&[key.to_string()]).now_or_never();
-        read.and_then(Result::ok)
-            .and_then(|mut v| v.pop())
-            .flatten()
+        read.and_then(Result::ok).and_then(|mut v| v.pop()).flatten()
     }
 }
 
@@ -649,10 +618,7 @@ pub fn apply_restart(ctl: &mut Ctl, rt: &FakeRuntime, p: &Pending) {
     let boot = ctl.rng.range(500, 6_000) as Millis;
     let fixes = ctl.calm || ctl.rng.chance(700);
     let now = ctl.now();
-    let new = rt
-        .container(&target.id)
-        .map(|c| c.started_at)
-        .unwrap_or_default();
+    let new = rt.container(&target.id).map(|c| c.started_at).unwrap_or_default();
     ctl.log(|| format!("runtime: {} restarted, now {new}", target.id));
     check_fruitless(ctl, &target.id);
     if let Some(w) = ctl.workers.iter_mut().find(|w| w.container == target.id) {
@@ -679,11 +645,7 @@ fn check_fruitless(ctl: &mut Ctl, container: &str) {
         w.fr_count = 0;
     }
     let (count, past, worker) = (w.fr_count, w.fr_past, w.worker.clone());
-    w.fr_past = if count == 0 {
-        w.progress
-    } else {
-        past.max(w.progress)
-    };
+    w.fr_past = if count == 0 { w.progress } else { past.max(w.progress) };
     w.fr_count += 1;
     if max > 0 && count >= max {
         ctl.violate(

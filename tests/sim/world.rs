@@ -75,10 +75,7 @@ const WARM_UP: Millis = 15_000;
 /// The configuration every simulated node runs: the brief's durations scaled down so that a
 /// hang, its restart, the cooldown and the breaker all happen within a few hundred steps.
 fn sim_config(rng: &mut Rng) -> Config {
-    let mut cfg = Config {
-        poll_interval: Duration::from_secs(1),
-        ..Config::default()
-    };
+    let mut cfg = Config { poll_interval: Duration::from_secs(1), ..Config::default() };
     let p = &mut cfg.policy;
     p.stale_after = Duration::from_secs(4);
     p.confirm_after = Duration::from_secs(1);
@@ -98,11 +95,7 @@ fn sim_config(rng: &mut Rng) -> Config {
     let s = &mut cfg.safety;
     s.lock_ttl = Duration::from_secs(15);
     s.breaker_per_day = rng.range(2, 6) as u32;
-    s.fleet_budget = if rng.chance(300) {
-        0
-    } else {
-        rng.range(2, 6) as u32
-    };
+    s.fleet_budget = if rng.chance(300) { 0 } else { rng.range(2, 6) as u32 };
     s.fleet_window = Duration::from_secs(60);
     cfg.metadata.settle = Duration::from_secs(5);
     // 0 (no limit) now and then; else restarts that do not help stop after 1 to 3.
@@ -122,19 +115,10 @@ fn sim_config(rng: &mut Rng) -> Config {
 }
 
 fn gpu_report(failed: bool) -> GpuReport {
-    let health = if failed {
-        GpuHealth::Failed
-    } else {
-        GpuHealth::Healthy
-    };
+    let health = if failed { GpuHealth::Failed } else { GpuHealth::Healthy };
     GpuReport {
         state: vigil::accel::gpu::model::GpuMonitorState::On,
-        gpus: vec![GpuStatus {
-            index: 0,
-            uuid: "GPU-sim-0".into(),
-            health,
-            ..Default::default()
-        }],
+        gpus: vec![GpuStatus { index: 0, uuid: "GPU-sim-0".into(), health, ..Default::default() }],
         node: health,
         node_reasons: Vec::new(),
         ..GpuReport::default()
@@ -236,10 +220,7 @@ impl World {
                 // The rhythm it brings from its earlier life, in the coordinator.
                 let life = super::learned::earlier_life(now);
                 let ttl = Duration::from_secs(86_400);
-                let _ = self
-                    .store
-                    .set(&keys.rhythm(&worker), &life, ttl)
-                    .now_or_never();
+                let _ = self.store.set(&keys.rhythm(&worker), &life, ttl).now_or_never();
             }
             let mut c = lock(&self.ctl);
             c.workers.push(WorkerTruth {
@@ -287,10 +268,7 @@ impl World {
     fn add_instance(&mut self, node: usize) {
         let id = {
             let mut c = lock(&self.ctl);
-            c.insts.push(InstLog {
-                node,
-                ..Default::default()
-            });
+            c.insts.push(InstLog { node, ..Default::default() });
             let id = c.insts.len() - 1;
             c.log(|| format!("start instance i{id} on gpu-{node}"));
             id
@@ -504,11 +482,7 @@ impl World {
         if let Poll::Ready((agent, report)) = fut.as_mut().poll(&mut cx) {
             inst.cycle = None;
             inst.agent = Some(agent);
-            let pause = if report.coordinator_error.is_some() {
-                250
-            } else {
-                poll
-            };
+            let pause = if report.coordinator_error.is_some() { 250 } else { poll };
             inst.next_at = now + pause;
             if inst.term.is_cancelled() {
                 // SIGTERM: the process exits after its cycle; its replacement starts.
@@ -523,10 +497,7 @@ impl World {
     fn world_step(&mut self) {
         let (events, in_flight) = {
             let c = lock(&self.ctl);
-            let in_flight = self
-                .insts
-                .iter()
-                .any(|i| i.alive && c.insts[i.id].pending.is_some());
+            let in_flight = self.insts.iter().any(|i| i.alive && c.insts[i.id].pending.is_some());
             if c.faults_on {
                 (c.faults.events, in_flight)
             } else {
@@ -633,10 +604,7 @@ impl World {
     /// A restart command issued by an instance and not yet carried out (Docker serialises
     /// operations on one container, so the operator's waits for it).
     fn restart_in_flight(&self, id: &str) -> bool {
-        lock(&self.ctl)
-            .insts
-            .iter()
-            .any(|l| l.pending.as_ref().is_some_and(|p| p.target.id == id))
+        lock(&self.ctl).insts.iter().any(|l| l.pending.as_ref().is_some_and(|p| p.target.id == id))
     }
 
     fn operator_stop_or_pause(&mut self, w: usize) {
@@ -688,15 +656,9 @@ impl World {
         let mut c = lock(&self.ctl);
         let step = c.step;
         if f.maintenance.phase == Phase::None {
-            f.maintenance.phase = if c.rng.chance(500) {
-                Phase::Ongoing
-            } else {
-                Phase::Terminating
-            };
-            c.nodes[n].maintenance.push(Interval {
-                on_step: step,
-                off: None,
-            });
+            f.maintenance.phase =
+                if c.rng.chance(500) { Phase::Ongoing } else { Phase::Terminating };
+            c.nodes[n].maintenance.push(Interval { on_step: step, off: None });
             c.stats.maintenance += 1;
             c.log(|| format!("world: maintenance notice on gpu-{n}"));
         } else {
@@ -722,19 +684,14 @@ impl World {
             }
             c.log(|| format!("world: GPU healthy again on gpu-{n}"));
         } else {
-            c.nodes[n].gpu_failed.push(Interval {
-                on_step: step,
-                off: None,
-            });
+            c.nodes[n].gpu_failed.push(Interval { on_step: step, off: None });
             c.stats.gpu_failures += 1;
             c.log(|| format!("world: GPU failed on gpu-{n}"));
         }
     }
 
     fn alive(&self) -> Vec<usize> {
-        (0..self.insts.len())
-            .filter(|i| self.insts[*i].alive)
-            .collect()
+        (0..self.insts.len()).filter(|i| self.insts[*i].alive).collect()
     }
 
     /// An instance dies at whatever call it is at (its memory with it) and starts again.
@@ -744,11 +701,7 @@ impl World {
         // the window is short, and the next agent must find that restart.
         let mid_restart: Vec<usize> = {
             let c = lock(&self.ctl);
-            alive
-                .iter()
-                .copied()
-                .filter(|i| c.insts[self.insts[*i].id].pending.is_some())
-                .collect()
+            alive.iter().copied().filter(|i| c.insts[self.insts[*i].id].pending.is_some()).collect()
         };
         let i = if !mid_restart.is_empty() && self.chance(500) {
             mid_restart[self.rng(mid_restart.len() as u64) as usize]
@@ -824,11 +777,8 @@ impl World {
     /// A rolling update: a second instance on a node, or one fewer.
     fn scale(&mut self) {
         let n = self.rng(self.nodes.len() as u64) as usize;
-        let on_node: Vec<usize> = self
-            .alive()
-            .into_iter()
-            .filter(|i| self.insts[*i].node == n)
-            .collect();
+        let on_node: Vec<usize> =
+            self.alive().into_iter().filter(|i| self.insts[*i].node == n).collect();
         if on_node.len() < 2 {
             self.add_instance(n);
         } else {
@@ -865,12 +815,8 @@ impl World {
         let mut c = lock(&self.ctl);
         c.faults_on = false;
         c.calm = true;
-        let paused: Vec<(usize, String)> = c
-            .workers
-            .iter()
-            .filter(|w| w.paused)
-            .map(|w| (w.node, w.container.clone()))
-            .collect();
+        let paused: Vec<(usize, String)> =
+            c.workers.iter().filter(|w| w.paused).map(|w| (w.node, w.container.clone())).collect();
         for (node, id) in paused {
             self.nodes[node].rt.set_paused(&id, false);
         }
@@ -1002,15 +948,10 @@ impl World {
             let fruitless = runs.get(&w).is_some_and(|(count, _, incident)| {
                 max > 0
                     && *count >= max
-                    && before
-                        .iter()
-                        .chain(alerts)
-                        .filter(on_node)
-                        .filter(about)
-                        .any(|a| {
-                            a.kind == AlertKind::Fruitless
-                                && a.incident.as_deref() == Some(incident.as_str())
-                        })
+                    && before.iter().chain(alerts).filter(on_node).filter(about).any(|a| {
+                        a.kind == AlertKind::Fruitless
+                            && a.incident.as_deref() == Some(incident.as_str())
+                    })
             });
             // NB: not the count of restarts that ran: a unit taken by an increment whose reply
             // was lost stays taken (fail safe), so the breaker can open before the count does.

@@ -65,10 +65,7 @@ pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d:
     }
     let (n, p) = (A::NAMES, &k.label_prefix);
     let on = report.monitoring();
-    d.labels.insert(
-        format!("{p}{}", n.label),
-        on.then(|| report.health().as_str().to_string()),
-    );
+    d.labels.insert(format!("{p}{}", n.label), on.then(|| report.health().as_str().to_string()));
     let reasons = truncate(&report.reasons().join("; "), 1000);
     d.annotations.insert(
         format!("{p}{}", n.reasons_annotation),

@@ -70,9 +70,7 @@ impl<A: Tracked> HealthTracker<A> {
         let first = !std::mem::replace(&mut self.seeded, true);
         let headline = first || report.differs(&self.report);
         let reasons_due = report.reasons() != self.report.reasons()
-            && self
-                .published_at
-                .is_none_or(|t| t.elapsed() >= Self::REASONS_EVERY);
+            && self.published_at.is_none_or(|t| t.elapsed() >= Self::REASONS_EVERY);
         if !headline && !reasons_due {
             // Keep the previous reasons: they are what the Node shows.
             let reasons = std::mem::take(self.report.reasons_mut());
@@ -82,10 +80,7 @@ impl<A: Tracked> HealthTracker<A> {
         }
         self.published_at = Some(Instant::now());
         let prev = std::mem::replace(&mut self.report, report);
-        Some(Change {
-            prev: prev.shown(),
-            detail: self.report.detail(&prev),
-        })
+        Some(Change { prev: prev.shown(), detail: self.report.detail(&prev) })
     }
 }
 
@@ -110,10 +105,7 @@ mod tests {
         let mut t = HealthTracker::<GpuReport>::default();
         t.seed(gpu(GpuMonitorState::On, Health::Healthy, &[]), &m);
         let c = t
-            .fold(
-                gpu(GpuMonitorState::On, Health::Failed, &["GPU 0: XID 79"]),
-                &m,
-            )
+            .fold(gpu(GpuMonitorState::On, Health::Failed, &["GPU 0: XID 79"]), &m)
             .expect("a failure shows at once");
         assert_eq!(c.prev, Some(Health::Healthy));
         assert_eq!(c.detail, "GPU health healthy → failed: GPU 0: XID 79");
@@ -131,32 +123,19 @@ mod tests {
         t.seed(GpuReport::in_state(GpuMonitorState::Starting), &m);
         let c = t.fold(GpuReport::in_state(GpuMonitorState::NoGpu), &m);
         assert!(c.is_some(), "the Node's condition must say NoGpu");
-        assert!(
-            !t.report().noted(c.unwrap().prev),
-            "no trail entry without a verdict"
-        );
+        assert!(!t.report().noted(c.unwrap().prev), "no trail entry without a verdict");
     }
 
     #[test]
     fn a_tpu_report_first_shows_and_its_chip_counts_are_headline() {
         let m = Metrics::new();
         let mut t = HealthTracker::<TpuReport>::default();
-        let r = TpuReport {
-            monitoring: true,
-            present: 4,
-            expected: Some(4),
-            ..TpuReport::default()
-        };
-        let c = t
-            .fold(r.clone(), &m)
-            .expect("the first report always shows");
+        let r =
+            TpuReport { monitoring: true, present: 4, expected: Some(4), ..TpuReport::default() };
+        let c = t.fold(r.clone(), &m).expect("the first report always shows");
         assert_eq!(c.prev, None);
         assert!(c.detail.ends_with("(was unknown)"), "{}", c.detail);
-        let fewer = TpuReport {
-            present: 3,
-            health: TpuHealth::Failed,
-            ..r
-        };
+        let fewer = TpuReport { present: 3, health: TpuHealth::Failed, ..r };
         let c = t.fold(fewer, &m).expect("a chip gone shows at once");
         assert_eq!(c.prev, Some(TpuHealth::Healthy));
     }

@@ -144,10 +144,7 @@ async fn repost_loop(inner: Weak<Inner>, every: Duration) {
         tokio::time::sleep(every).await;
         let Some(inner) = inner.upgrade() else { return };
         let body: Vec<Value> = match inner.open.lock() {
-            Ok(open) => open
-                .values()
-                .map(|o| payload(&o.alert, o.starts_at, None))
-                .collect(),
+            Ok(open) => open.values().map(|o| payload(&o.alert, o.starts_at, None)).collect(),
             Err(_) => return,
         };
         if body.is_empty() {
@@ -165,12 +162,7 @@ impl Inner {
     }
 
     fn error(&self, attempts: u32, last: String) -> AlertError {
-        AlertError {
-            sink: "alertmanager",
-            url: self.url.redacted(),
-            attempts,
-            last,
-        }
+        AlertError { sink: "alertmanager", url: self.url.redacted(), attempts, last }
     }
 
     async fn post(&self, body: &[Value]) -> Result<(), AlertError> {
@@ -203,14 +195,13 @@ impl AlertSink for AlertmanagerSink {
         let starts_at = if alert.worker.is_some() {
             // Kept open (re-posted) until resolved; the same labels again is the same alert,
             // its annotations updated and its start kept.
-            let mut open = self.inner.open.lock().map_err(|_| {
-                self.inner
-                    .error(0, "alert state poisoned by a panic".to_string())
-            })?;
-            let entry = open.entry(key(alert)).or_insert_with(|| Open {
-                alert: alert.clone(),
-                starts_at: now,
-            });
+            let mut open =
+                self.inner.open.lock().map_err(|_| {
+                    self.inner.error(0, "alert state poisoned by a panic".to_string())
+                })?;
+            let entry = open
+                .entry(key(alert))
+                .or_insert_with(|| Open { alert: alert.clone(), starts_at: now });
             entry.alert = alert.clone();
             entry.starts_at
         } else {
@@ -253,10 +244,8 @@ impl AlertSink for AlertmanagerSink {
             return;
         }
         let now = SystemTime::now();
-        let body: Vec<Value> = ended
-            .iter()
-            .map(|o| payload(&o.alert, o.starts_at, Some(now)))
-            .collect();
+        let body: Vec<Value> =
+            ended.iter().map(|o| payload(&o.alert, o.starts_at, Some(now))).collect();
         // NB: in the background: the engine resolves from inside the restart path, under the
         // node lock, whose TTL is sized for one alert's delivery, not for this one too.
         let inner = self.inner.clone();
@@ -301,11 +290,7 @@ mod tests {
         let summary = p["annotations"]["summary"].as_str().unwrap();
         assert!(summary.starts_with("[vigil] restart-failed on node gpu-7, worker trainer-0"));
         let d = p["annotations"]["description"].as_str().unwrap();
-        assert!(
-            d.ends_with("THE END") && d.len() < 2300,
-            "logs truncated: {}",
-            d.len()
-        );
+        assert!(d.ends_with("THE END") && d.len() < 2300, "logs truncated: {}", d.len());
         assert_eq!(p["annotations"]["attempt"], "2");
         assert_eq!(p["annotations"]["container"], "trainer");
         let r = payload(&hung(), t0, Some(t0 + Duration::from_secs(90)));
@@ -316,10 +301,7 @@ mod tests {
     fn labels_leave_out_what_is_unknown_and_severity_follows_the_kind() {
         let a = Alert::new(AlertKind::BreakerOpen, "n", "x");
         let l = labels(&a);
-        assert_eq!(
-            l.keys().copied().collect::<Vec<_>>(),
-            ["alertname", "node", "severity"]
-        );
+        assert_eq!(l.keys().copied().collect::<Vec<_>>(), ["alertname", "node", "severity"]);
         assert_eq!(l["severity"], "warning");
         assert_eq!(AlertKind::Escalation.severity(), "page");
         assert_eq!(AlertKind::Restarting.severity(), "info");
@@ -344,18 +326,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_post_says_why_without_the_credentials() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().port();
         let url = format!("http://am:pw-s3cret@127.0.0.1:{port}/p-s3cret?t=q-s3cret");
         let sink = AlertmanagerSink::new(&url, Duration::from_secs(2), 1, Duration::from_secs(60));
         let err = sink.send(&hung()).await.unwrap_err().to_string();
         assert!(!err.contains("s3cret"), "{err}");
-        assert!(
-            err.starts_with("alertmanager http://***@127.0.0.1:"),
-            "{err}"
-        );
+        assert!(err.starts_with("alertmanager http://***@127.0.0.1:"), "{err}");
         assert_eq!(sink.open(), 1, "kept open: re-posted once it is reachable");
         assert_eq!(sink.open_workers("gpu-7"), ["trainer-0"]);
         assert!(sink.open_workers("gpu-8").is_empty());

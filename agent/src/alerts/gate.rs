@@ -256,10 +256,7 @@ mod tests {
         assert!(a.claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
         coord.del(&["k".to_string()]).await.unwrap();
         a.settle(&*coord).await;
-        assert!(AlertGate::new("b")
-            .claim(&*coord, "k", 0, DAY, LEASE)
-            .await
-            .unwrap());
+        assert!(AlertGate::new("b").claim(&*coord, "k", 0, DAY, LEASE).await.unwrap());
     }
 
     /// An alert whose claim got no answer is owed: the next cycle's try wins the claim and sends
@@ -278,10 +275,7 @@ mod tests {
                     && blip.swap(false, Ordering::SeqCst)
             }),
         };
-        (&coord as &dyn Coordinator)
-            .set("decision", "d1", DAY)
-            .await
-            .unwrap();
+        (&coord as &dyn Coordinator).set("decision", "d1", DAY).await.unwrap();
         let owed = |since| Owed {
             alert: Alert::new(crate::alerts::AlertKind::Restarting, "gpu-1", "restarting"),
             ttl: DAY,
@@ -309,10 +303,7 @@ mod tests {
         armed.store(true, Ordering::SeqCst);
         assert!(a.claim(&coord, "k3", 0, DAY, LEASE).await.is_err());
         a.owe("k3", owed(0));
-        (&coord as &dyn Coordinator)
-            .set("decision", "d2", DAY)
-            .await
-            .unwrap();
+        (&coord as &dyn Coordinator).set("decision", "d2", DAY).await.unwrap();
         assert!(a.owed(&coord, 0, LEASE).await.is_empty());
         assert!(a.owed.is_empty());
         assert!(a.unanswered.is_empty(), "given up: not remembered either");
@@ -352,10 +343,7 @@ mod tests {
         inner.set("k", &value, LEASE).await.unwrap();
         landed.store(true, Ordering::SeqCst);
         assert!(a.claim(&coord, "k", later, DAY, LEASE).await.is_err());
-        assert!(
-            a.claim(&coord, "k", later, DAY, LEASE).await.unwrap(),
-            "read back: ours"
-        );
+        assert!(a.claim(&coord, "k", later, DAY, LEASE).await.unwrap(), "read back: ours");
         assert_eq!(a.unanswered.len(), 1, "the expired ones forgotten");
         assert!(a.unanswered.contains_key("open"), "the one still held kept");
     }
@@ -368,9 +356,6 @@ mod tests {
         assert!(a.claim(&*coord, "k", 0, short, LEASE).await.unwrap());
         assert!(a.won.is_empty());
         clock.advance(short + Duration::from_secs(1));
-        assert!(AlertGate::new("b")
-            .claim(&*coord, "k", 0, short, LEASE)
-            .await
-            .unwrap());
+        assert!(AlertGate::new("b").claim(&*coord, "k", 0, short, LEASE).await.unwrap());
     }
 }

@@ -191,11 +191,7 @@ impl Alert {
     /// The one-line human summary (also the log line).
     pub fn summary(&self) -> String {
         let update = if self.update { " (update)" } else { "" };
-        let mut s = format!(
-            "[vigil] {}{update} on node {}",
-            self.kind.as_str(),
-            self.node
-        );
+        let mut s = format!("[vigil] {}{update} on node {}", self.kind.as_str(), self.node);
         if let Some(w) = &self.worker {
             s.push_str(&format!(", worker {w}"));
         }
@@ -252,9 +248,7 @@ impl Alert {
 
 /// Slack's three control characters, escaped as its formatting reference asks.
 fn slack_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// The end of `s`, at most `max` bytes, cut on a character boundary.

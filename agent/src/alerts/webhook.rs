@@ -114,12 +114,7 @@ async fn post_json(
             Err(e) => last = crate::http::http_error(e),
         }
     }
-    Err(AlertError {
-        sink: "webhook",
-        url: url.redacted(),
-        attempts,
-        last,
-    })
+    Err(AlertError { sink: "webhook", url: url.redacted(), attempts, last })
 }
 
 #[async_trait]
@@ -139,11 +134,7 @@ impl AlertSink for WebhookSink {
 
     fn open_workers(&self, node: &str) -> Vec<String> {
         match self.open.lock() {
-            Ok(open) => open
-                .keys()
-                .filter(|(n, _)| n == node)
-                .map(|(_, w)| w.clone())
-                .collect(),
+            Ok(open) => open.keys().filter(|(n, _)| n == node).map(|(_, w)| w.clone()).collect(),
             Err(_) => Vec::new(),
         }
     }
@@ -181,10 +172,8 @@ impl AlertSink for WebhookSink {
         // node lock, whose TTL is sized for one alert's delivery.
         let to = (self.http.clone(), self.url.clone(), self.headers.clone());
         let (attempts, worker) = (self.attempts, worker.to_string());
-        let bodies: Vec<_> = keys
-            .iter()
-            .map(|k| pagerduty_resolve(k, self.routing_key.expose()))
-            .collect();
+        let bodies: Vec<_> =
+            keys.iter().map(|k| pagerduty_resolve(k, self.routing_key.expose())).collect();
         let post = async move {
             for body in bodies {
                 if let Err(e) = post_json(to.clone(), attempts, &body).await {

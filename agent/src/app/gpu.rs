@@ -21,10 +21,7 @@ pub(super) async fn gpu_health(
     warnings: Warnings,
     tracker: &TaskTracker,
     stop: &CancellationToken,
-) -> (
-    watch::Receiver<GpuReport>,
-    Option<Arc<dyn crate::kube::device_taints::DeviceTaintApi>>,
-) {
+) -> (watch::Receiver<GpuReport>, Option<Arc<dyn crate::kube::device_taints::DeviceTaintApi>>) {
     let dra = match pods.is_some() {
         true => device_taints(cfg).await,
         false => None,

@@ -22,10 +22,9 @@ pub(super) async fn release_start_up_code(stop: tokio_util::sync::CancellationTo
 
 #[cfg(target_os = "linux")]
 fn code_pages_on_demand() {
-    let (Ok(exe), Ok(maps)) = (
-        std::fs::read_link("/proc/self/exe"),
-        std::fs::read_to_string("/proc/self/maps"),
-    ) else {
+    let (Ok(exe), Ok(maps)) =
+        (std::fs::read_link("/proc/self/exe"), std::fs::read_to_string("/proc/self/maps"))
+    else {
         return;
     };
     for line in maps.lines() {

@@ -104,14 +104,9 @@ fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, Run
     if !cfg.alerts.webhook_url.is_empty() {
         let a = &cfg.alerts;
         sinks.push(Arc::new(
-            WebhookSink::new(
-                a.webhook_url.expose(),
-                &a.page_mention,
-                a.timeout,
-                a.attempts,
-            )
-            .with_format(a.format, a.routing_key.expose())
-            .with_headers(a.headers.iter().map(|(n, v)| (n.as_str(), v.expose()))),
+            WebhookSink::new(a.webhook_url.expose(), &a.page_mention, a.timeout, a.attempts)
+                .with_format(a.format, a.routing_key.expose())
+                .with_headers(a.headers.iter().map(|(n, v)| (n.as_str(), v.expose()))),
         ));
     }
     if !cfg.alerts.alertmanager_url.is_empty() {
@@ -127,12 +122,7 @@ fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, Run
         1 => sinks.pop(),
         _ => Some(Arc::new(Fanout(sinks))),
     };
-    Ok(Adapters {
-        coord,
-        runtime,
-        metrics: Arc::new(Metrics::new()),
-        sink,
-    })
+    Ok(Adapters { coord, runtime, metrics: Arc::new(Metrics::new()), sink })
 }
 
 async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
@@ -223,13 +213,7 @@ fn metadata_watcher(
         warnings: Some(warnings),
         ..WatchConfig::default()
     };
-    tracker.spawn(watch_with(
-        client,
-        tx,
-        metrics.clone(),
-        stop.clone(),
-        watch_cfg,
-    ));
+    tracker.spawn(watch_with(client, tx, metrics.clone(), stop.clone(), watch_cfg));
     rx
 }
 
@@ -249,13 +233,8 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     // NB: restarts wait for the controller's first reads of the node (`first_reads`).
     let facts = crate::node::controller::facts_at_start(cfg.metadata.first_read_wait);
     let mut agent = new_agent(&cfg, &a, facts.clone(), reload);
-    let meta_rx = metadata_watcher(
-        &cfg,
-        agent.health.warnings.clone(),
-        &a.metrics,
-        &tracker,
-        &stop,
-    );
+    let meta_rx =
+        metadata_watcher(&cfg, agent.health.warnings.clone(), &a.metrics, &tracker, &stop);
     let warnings = agent.health.warnings.clone();
     let (gpu_rx, dra) = gpu::gpu_health(&cfg, pods.clone(), warnings, &tracker, &stop).await;
     agent = agent.with_gpu(gpu_rx.clone());
@@ -305,14 +284,9 @@ fn new_agent(
     reload: Option<watch::Receiver<Config>>,
 ) -> Agent {
     let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());
-    let agent = Agent::new(
-        cfg.clone(),
-        a.coord.clone(),
-        a.runtime.clone(),
-        notifier,
-        a.metrics.clone(),
-    )
-    .with_facts(facts);
+    let agent =
+        Agent::new(cfg.clone(), a.coord.clone(), a.runtime.clone(), notifier, a.metrics.clone())
+            .with_facts(facts);
     match reload {
         Some(rx) => agent.with_reload(rx),
         None => agent,
@@ -455,16 +429,10 @@ async fn start_worker_api(
     }
     if !api.socket.as_os_str().is_empty() {
         let listener = bind_unix(&api.socket).map_err(|e| {
-            RunError(format!(
-                "worker_api.socket {}: cannot listen: {e}",
-                api.socket.display()
-            ))
+            RunError(format!("worker_api.socket {}: cannot listen: {e}", api.socket.display()))
         })?;
         tracing::info!(socket = %api.socket.display(), "serving the worker API to this host's containers");
-        let peers = UnixPeers {
-            listener,
-            procfs: Procfs::default(),
-        };
+        let peers = UnixPeers { listener, procfs: Procfs::default() };
         tracker.spawn(worker_api::serve(peers, state, stop.clone()));
     }
     Ok(())

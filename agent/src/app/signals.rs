@@ -24,11 +24,7 @@ impl Signals {
     /// Tokens without handlers (tests and embedders fire `term` themselves).
     pub fn new() -> Signals {
         let stop = CancellationToken::new();
-        Signals {
-            term: stop.child_token(),
-            stop,
-            reload: None,
-        }
+        Signals { term: stop.child_token(), stop, reload: None }
     }
 }
 
@@ -129,14 +125,9 @@ mod tests {
     async fn a_restart_loop_that_dies_stops_the_agent_with_its_reason() {
         let term = CancellationToken::new();
         let cycle = tokio::spawn(async { panic!("index out of bounds") });
-        let why = until_term_or_end(cycle, &term)
-            .await
-            .expect("the loop died");
+        let why = until_term_or_end(cycle, &term).await.expect("the loop died");
         assert!(why.contains("index out of bounds"), "{why}");
-        assert!(
-            !term.is_cancelled(),
-            "no checkpoint round: the node is not going away"
-        );
+        assert!(!term.is_cancelled(), "no checkpoint round: the node is not going away");
     }
 
     #[tokio::test]

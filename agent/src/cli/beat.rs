@@ -31,14 +31,7 @@ pub(super) async fn command(args: BeatArgs) -> Result<(), CliError> {
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
     .collect();
-    run(
-        &cfg,
-        &args.worker,
-        fields,
-        args.agent.as_deref(),
-        args.token_file.as_deref(),
-    )
-    .await
+    run(&cfg, &args.worker, fields, args.agent.as_deref(), args.token_file.as_deref()).await
 }
 
 async fn run(
@@ -84,15 +77,10 @@ async fn to_agent(
     fields: Vec<(String, String)>,
     token_file: Option<&Path>,
 ) -> Result<(), CliError> {
-    let body: serde_json::Map<String, serde_json::Value> = fields
-        .into_iter()
-        .map(|(k, v)| (k, serde_json::Value::String(v)))
-        .collect();
+    let body: serde_json::Map<String, serde_json::Value> =
+        fields.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect();
     let (client, url) = client_for(agent, &format!("/v1/workers/{worker}/status"))?;
-    let mut req = client
-        .put(&url)
-        .timeout(Duration::from_secs(10))
-        .json(&body);
+    let mut req = client.put(&url).timeout(Duration::from_secs(10)).json(&body);
     if let Some(file) = token_file {
         let token = std::fs::read_to_string(file)
             .map_err(|e| CliError::Failed(format!("token file {}: {e}", file.display())))?;
@@ -101,10 +89,7 @@ async fn to_agent(
     // NB: what is printed of the address: a URL could carry credentials.
     let agent = &crate::redact::url(agent);
     let resp = req.send().await.map_err(|e| {
-        CliError::Failed(format!(
-            "the agent at {agent} did not answer: {}",
-            http_error(e)
-        ))
+        CliError::Failed(format!("the agent at {agent} did not answer: {}", http_error(e)))
     })?;
     if !resp.status().is_success() {
         let status = resp.status();
@@ -119,10 +104,7 @@ async fn to_agent(
     // then acknowledges exactly this id with `--checkpoint-ack <id>`.
     let answer: serde_json::Value = resp.json().await.unwrap_or_default();
     if let Some(id) = answer.get("checkpoint_request").and_then(|v| v.as_str()) {
-        let reason = answer
-            .get("checkpoint_reason")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default();
+        let reason = answer.get("checkpoint_reason").and_then(|v| v.as_str()).unwrap_or_default();
         println!("checkpoint_request={id} checkpoint_reason={reason}");
     }
     Ok(())
@@ -133,20 +115,10 @@ async fn to_agent(
 fn client_for(agent: &str, path: &str) -> Result<(reqwest::Client, String), CliError> {
     let builder = reqwest::Client::builder();
     // NB: plain HTTP needs no CA roots, and a worker image may have none (loading them fails).
-    let builder = if agent.starts_with("https://") {
-        builder
-    } else {
-        builder.tls_certs_only([])
-    };
+    let builder = if agent.starts_with("https://") { builder } else { builder.tls_certs_only([]) };
     let (client, url) = match agent.strip_prefix("unix:") {
-        Some(socket) => (
-            builder.unix_socket(socket).build(),
-            format!("http://localhost{path}"),
-        ),
-        None => (
-            builder.build(),
-            format!("{}{path}", agent.trim_end_matches('/')),
-        ),
+        Some(socket) => (builder.unix_socket(socket).build(), format!("http://localhost{path}")),
+        None => (builder.build(), format!("{}{path}", agent.trim_end_matches('/'))),
     };
     let client = client.map_err(|e| CliError::Failed(format!("HTTP client: {}", http_error(e))))?;
     Ok((client, url))

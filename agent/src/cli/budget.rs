@@ -23,28 +23,15 @@ pub(super) struct BudgetReport {
 
 /// Read `node`'s worker pods (on Kubernetes) and check the budgets against them.
 pub(super) async fn check(cfg: &Config, node: &str) -> BudgetReport {
-    let pods = if cfg.kubernetes_on() {
-        Some(worker_pods(cfg, node).await)
-    } else {
-        None
-    };
-    let provisioning = if cfg.kubernetes_on() {
-        provisioning(cfg, node).await
-    } else {
-        None
-    };
+    let pods = if cfg.kubernetes_on() { Some(worker_pods(cfg, node).await) } else { None };
+    let provisioning = if cfg.kubernetes_on() { provisioning(cfg, node).await } else { None };
     let read = pods.as_ref().and_then(|p| p.as_ref().ok());
     let shortfalls = budget_shortfalls(
         &cfg.checkpoint,
         read.map_or(&[], Vec::as_slice),
         preemptible(provisioning.as_ref()),
     );
-    BudgetReport {
-        pods,
-        shortfalls,
-        worker_stop: cfg.checkpoint.worker_stop,
-        provisioning,
-    }
+    BudgetReport { pods, shortfalls, worker_stop: cfg.checkpoint.worker_stop, provisioning }
 }
 
 /// Whether preemptions can come: Spot and preemptible VMs yes, on-demand (`standard`) no;
@@ -60,9 +47,7 @@ fn preemptible(p: Option<&Provisioning>) -> Option<bool> {
 /// The node's provisioning model from its Node's GKE labels; `None` when it cannot be read (the
 /// check then assumes preemptions can come).
 async fn provisioning(cfg: &Config, node: &str) -> Option<Provisioning> {
-    let reader = KubeNodeReader::connect(&cfg.kubernetes.api_url)
-        .await
-        .ok()?;
+    let reader = KubeNodeReader::connect(&cfg.kubernetes.api_url).await.ok()?;
     let raw = reader.read(node).await.ok()?;
     crate::node::policy_info::parse(&raw).provisioning
 }
@@ -73,11 +58,7 @@ async fn worker_pods(cfg: &Config, node: &str) -> Result<Vec<WorkerPod>, PodErro
     Ok(pods
         .iter()
         .filter(|p| p.is_worker(&cfg.runtime.worker_label))
-        .map(|p| WorkerPod {
-            pod: p.display(),
-            grace: p.grace,
-            critical: p.critical,
-        })
+        .map(|p| WorkerPod { pod: p.display(), grace: p.grace, critical: p.critical })
         .collect())
 }
 

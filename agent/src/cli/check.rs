@@ -29,23 +29,14 @@ pub(crate) struct Check {
 }
 
 pub(super) fn check(name: &'static str, level: Level, detail: impl Into<String>) -> Check {
-    Check {
-        name,
-        level,
-        detail: detail.into(),
-    }
+    Check { name, level, detail: detail.into() }
 }
 
 /// The report, one line per check.
 pub(crate) fn render(checks: &[Check]) -> String {
     let mut s = String::new();
     for c in checks {
-        s.push_str(&format!(
-            "{:<5} {:<12} {}\n",
-            c.level.as_str(),
-            c.name,
-            c.detail
-        ));
+        s.push_str(&format!("{:<5} {:<12} {}\n", c.level.as_str(), c.name, c.detail));
     }
     let worst = checks.iter().map(|c| c.level).max().unwrap_or(Level::Ok);
     s.push_str(match worst {

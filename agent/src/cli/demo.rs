@@ -94,10 +94,7 @@ fn close(out: &mut dyn Write, summary: &Summary) -> std::io::Result<()> {
         summary.restarts
     )?;
     if let Some(c) = &summary.checkpoint {
-        writeln!(
-            out,
-            "maintenance: the worker checkpointed before termination ({c})"
-        )?;
+        writeln!(out, "maintenance: the worker checkpointed before termination ({c})")?;
     }
     writeln!(
         out,
@@ -135,10 +132,7 @@ impl Night {
         let sink = RecordingSink::default();
         let node_api = RecordingNodeApi::default();
         let metrics = Arc::new(Metrics::new());
-        let cfg = Config {
-            node_name: NODE.into(),
-            ..Config::default()
-        };
+        let cfg = Config { node_name: NODE.into(), ..Config::default() };
         let facts = SharedFacts::default();
         let agent = Agent::new(
             cfg.clone(),
@@ -167,10 +161,7 @@ impl Night {
             agent,
             controller,
             alive: Arc::new(AtomicBool::new(true)),
-            summary: Summary {
-                hang_at: at(14, 0),
-                ..Summary::default()
-            },
+            summary: Summary { hang_at: at(14, 0), ..Summary::default() },
             printed_trail: 0,
             printed_alerts: 0,
             step: 0,
@@ -338,18 +329,10 @@ impl Night {
             writeln!(out, "{}  NODE    {}{taint}", hhmmss(now), shown.join(" "))?;
             self.last_labels = last.labels.clone();
         }
-        let checkpoint = last
-            .annotations
-            .get("vigil.dev/last-checkpoint")
-            .cloned()
-            .flatten();
+        let checkpoint = last.annotations.get("vigil.dev/last-checkpoint").cloned().flatten();
         if let Some(c) = checkpoint {
             if self.summary.checkpoint.as_deref() != Some(c.as_str()) {
-                writeln!(
-                    out,
-                    "{}  NODE    vigil.dev/last-checkpoint: {c}",
-                    hhmmss(now)
-                )?;
+                writeln!(out, "{}  NODE    vigil.dev/last-checkpoint: {c}", hhmmss(now))?;
                 self.summary.checkpoint = Some(c);
             }
         }
@@ -362,30 +345,16 @@ mod tests {
     #[tokio::test]
     async fn the_night_ends_with_one_restart_a_recovery_and_a_checkpoint() {
         let mut out = Vec::new();
-        let s = super::run(&mut out, std::time::Duration::ZERO)
-            .await
-            .unwrap();
+        let s = super::run(&mut out, std::time::Duration::ZERO).await.unwrap();
         let text = String::from_utf8(out).unwrap();
         assert_eq!(s.restarts, 1, "{text}");
-        let (alert, restart, healthy) = (
-            s.alerted_at.unwrap(),
-            s.restarted_at.unwrap(),
-            s.recovered_at.unwrap(),
-        );
-        assert!(
-            s.hang_at < alert && alert < restart && restart < healthy,
-            "{text}"
-        );
+        let (alert, restart, healthy) =
+            (s.alerted_at.unwrap(), s.restarted_at.unwrap(), s.recovered_at.unwrap());
+        assert!(s.hang_at < alert && alert < restart && restart < healthy, "{text}");
         // 120 s stale + confirmation + 3 min persistence: the restart is due ~5 min after.
-        assert!(
-            restart - s.hang_at >= 300_000 && restart - s.hang_at <= 360_000,
-            "{text}"
-        );
+        assert!(restart - s.hang_at >= 300_000 && restart - s.hang_at <= 360_000, "{text}");
         assert!(s.checkpoint.unwrap().contains("acked=1"), "{text}");
-        assert!(
-            text.contains("timer-started") && text.contains("restarted"),
-            "{text}"
-        );
+        assert!(text.contains("timer-started") && text.contains("restarted"), "{text}");
         assert!(text.contains("vigil.dev/maintenance=terminating"), "{text}");
     }
 }

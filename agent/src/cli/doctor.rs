@@ -83,13 +83,7 @@ async fn redis(cfg: &Config) -> Check {
     }
     let coord = match RedisCoordinator::from_config(&cfg.redis) {
         Ok(c) => Box::new(c) as Box<dyn Coordinator>,
-        Err(e) => {
-            return check(
-                "redis",
-                Level::Fail,
-                format!("{e}; fix redis.url / REDIS_URL"),
-            )
-        }
+        Err(e) => return check("redis", Level::Fail, format!("{e}; fix redis.url / REDIS_URL")),
     };
     match coord.time().await {
         Ok(t) => {
@@ -173,11 +167,7 @@ async fn gpus_of_workers(cfg: &Config) -> Check {
         Ok(g) => check(
             "pod-resources",
             Level::Ok,
-            format!(
-                "{} answers; {} container(s) with GPUs",
-                src.describe(),
-                g.len()
-            ),
+            format!("{} answers; {} container(s) with GPUs", src.describe(), g.len()),
         ),
         Err(e) => check(
             "pod-resources",
@@ -190,11 +180,7 @@ async fn gpus_of_workers(cfg: &Config) -> Check {
 fn nvml(cfg: &Config) -> Check {
     use crate::accel::gpu::nvml::{gpus_present, GpuProbe, HostPaths, NvmlProbe};
     if cfg.gpu.enabled == Switch::Off {
-        return check(
-            "nvml",
-            Level::Ok,
-            "GPU monitoring disabled (gpu.enabled = off)",
-        );
+        return check("nvml", Level::Ok, "GPU monitoring disabled (gpu.enabled = off)");
     }
     if cfg.gpu.enabled == Switch::Auto && !gpus_present(&HostPaths::default()) {
         return check(
@@ -206,24 +192,12 @@ fn nvml(cfg: &Config) -> Check {
     let path = (!cfg.gpu.library_path.is_empty()).then_some(cfg.gpu.library_path.as_str());
     match NvmlProbe::new(path) {
         Ok(mut p) => match p.sample() {
-            Ok(gpus) => check(
-                "nvml",
-                Level::Ok,
-                format!("NVML loaded; {} GPU(s)", gpus.len()),
-            ),
-            Err(e) => check(
-                "nvml",
-                Level::Warn,
-                format!("NVML loaded, but reading failed: {e}"),
-            ),
+            Ok(gpus) => check("nvml", Level::Ok, format!("NVML loaded; {} GPU(s)", gpus.len())),
+            Err(e) => check("nvml", Level::Warn, format!("NVML loaded, but reading failed: {e}")),
         },
         Err(e) => check(
             "nvml",
-            if cfg.gpu.enabled == Switch::On {
-                Level::Fail
-            } else {
-                Level::Warn
-            },
+            if cfg.gpu.enabled == Switch::On { Level::Fail } else { Level::Warn },
             format!(
                 "waiting for the driver: this node has NVIDIA GPUs but {e}; the agent keeps trying \
                  (5s doubling to 5m) and starts GPU monitoring when NVML loads, with no restart"
@@ -237,22 +211,14 @@ fn tpu(cfg: &Config) -> Check {
     use crate::accel::tpu::chips::{FsProbe, TpuProbe};
     let t = &cfg.tpu;
     if t.enabled == Switch::Off {
-        return check(
-            "tpu",
-            Level::Ok,
-            "TPU monitoring disabled (tpu.enabled = off)",
-        );
+        return check("tpu", Level::Ok, "TPU monitoring disabled (tpu.enabled = off)");
     }
     let log = Some(std::path::Path::new(&t.kernel_log)).filter(|_| !t.kernel_log.is_empty());
     let mut probe = FsProbe::new(&t.device_dir, &t.sys_dir, log, "/proc/uptime");
     let reading = match probe.read() {
         Ok(r) => r,
         Err(e) => {
-            let level = if t.enabled == Switch::On {
-                Level::Fail
-            } else {
-                Level::Warn
-            };
+            let level = if t.enabled == Switch::On { Level::Fail } else { Level::Warn };
             return check("tpu", level, e.to_string());
         }
     };
@@ -260,11 +226,7 @@ fn tpu(cfg: &Config) -> Check {
     let log_error = probe.kernel_log_error();
     let found = reading.device_files.len();
     if found == 0 && reading.chips.pci.is_empty() {
-        let level = if t.enabled == Switch::On {
-            Level::Warn
-        } else {
-            Level::Ok
-        };
+        let level = if t.enabled == Switch::On { Level::Warn } else { Level::Ok };
         return check("tpu", level, format!("no TPU chip in {}", t.device_dir));
     }
     let mut text = format!(
@@ -312,16 +274,9 @@ fn gpu_state(cfg: &Config) -> Check {
         "gpu-state",
         Level::Ok,
         if failed.is_empty() {
-            format!(
-                "{}: no GPU kept failed on this boot",
-                store.path().display()
-            )
+            format!("{}: no GPU kept failed on this boot", store.path().display())
         } else {
-            format!(
-                "{}: kept failed on this boot: {}",
-                store.path().display(),
-                failed.join(", ")
-            )
+            format!("{}: kept failed on this boot: {}", store.path().display(), failed.join(", "))
         },
     )
 }
@@ -347,10 +302,7 @@ async fn metadata(cfg: &Config) -> Check {
         Ok(Ok(v)) => check(
             "metadata",
             Level::Ok,
-            format!(
-                "GCE metadata server answers; maintenance-event = {}",
-                v.value.trim()
-            ),
+            format!("GCE metadata server answers; maintenance-event = {}", v.value.trim()),
         ),
         Ok(Err(crate::maintenance::metadata::MetadataError::NotFound { .. })) => check(
             "metadata",
@@ -359,11 +311,7 @@ async fn metadata(cfg: &Config) -> Check {
         ),
         Ok(Err(e)) => check(
             "metadata",
-            if cfg.metadata.enabled == Switch::On {
-                Level::Fail
-            } else {
-                Level::Warn
-            },
+            if cfg.metadata.enabled == Switch::On { Level::Fail } else { Level::Warn },
             format!("{e}; off GCE this is expected (set metadata.enabled = off to silence)"),
         ),
         Err(_) => check(
@@ -375,13 +323,8 @@ async fn metadata(cfg: &Config) -> Check {
 }
 
 /// A rule the doctor checks with a SelfSubjectAccessReview.
-type Rule = (
-    &'static str,
-    &'static str,
-    &'static str,
-    Option<&'static str>,
-    &'static [&'static str],
-);
+type Rule =
+    (&'static str, &'static str, &'static str, Option<&'static str>, &'static [&'static str]);
 
 /// (check, API group, resource, namespace, verbs): the writes the agent makes; `get` on the
 /// Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
@@ -396,22 +339,10 @@ const RBAC_RULES: [Rule; 10] = [
     // A CRI restart reads the pod's controllers (docs/controllers.md).
     ("rbac:jobs", "batch", "jobs", None, &["get"]),
     ("rbac:jobsets", "jobset.x-k8s.io", "jobsets", None, &["get"]),
-    (
-        "rbac:leaderworkersets",
-        "leaderworkerset.x-k8s.io",
-        "leaderworkersets",
-        None,
-        &["get"],
-    ),
+    ("rbac:leaderworkersets", "leaderworkerset.x-k8s.io", "leaderworkersets", None, &["get"]),
     // `gpu.device_taints`: a failed GPU's DRA device taint
     // (deploy/components/dra-device-taints).
-    (
-        "rbac:resourceslices",
-        "resource.k8s.io",
-        "resourceslices",
-        None,
-        &["list"],
-    ),
+    ("rbac:resourceslices", "resource.k8s.io", "resourceslices", None, &["list"]),
     (
         "rbac:devicetaintrules",
         "resource.k8s.io",
@@ -420,20 +351,8 @@ const RBAC_RULES: [Rule; 10] = [
         &["list", "get", "create", "delete"],
     ),
     // The worker API's TokenReviews (worker_api.auth = "kubernetes").
-    (
-        "rbac:tokenreviews",
-        "authentication.k8s.io",
-        "tokenreviews",
-        None,
-        &["create"],
-    ),
-    (
-        "rbac:events",
-        "events.k8s.io",
-        "events",
-        Some("default"),
-        &["create", "patch"],
-    ),
+    ("rbac:tokenreviews", "authentication.k8s.io", "tokenreviews", None, &["create"]),
+    ("rbac:events", "events.k8s.io", "events", Some("default"), &["create", "patch"]),
 ];
 
 async fn kubernetes(cfg: &Config) -> Vec<Check> {
@@ -455,11 +374,9 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
     };
     let mut out = Vec::new();
     match api.get_node(&cfg.node_name).await {
-        Ok(()) => out.push(check(
-            "kubernetes",
-            Level::Ok,
-            format!("node {} readable", cfg.node_name),
-        )),
+        Ok(()) => {
+            out.push(check("kubernetes", Level::Ok, format!("node {} readable", cfg.node_name)))
+        }
         Err(e) => out.push(check("kubernetes", Level::Fail, e.to_string())),
     }
     let reviews_tokens = cfg.worker_api.listen.is_some()
@@ -486,11 +403,7 @@ async fn rbac_rule(
     ns: Option<&str>,
     verbs: &[&str],
 ) -> Check {
-    let what = if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    };
+    let what = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
     let mut denied = Vec::new();
     let mut unknown = None;
     for verb in verbs {
@@ -522,9 +435,7 @@ pub(super) async fn command(cfg: &Config) -> Result<(), super::CliError> {
     let checks = run(cfg).await;
     print!("{}", render(&checks));
     if checks.iter().any(|c| c.level == Level::Fail) {
-        return Err(super::CliError::Failed(
-            "doctor found failures (see above)".into(),
-        ));
+        return Err(super::CliError::Failed("doctor found failures (see above)".into()));
     }
     Ok(())
 }

@@ -71,15 +71,10 @@ fn target(cfg: &Config, d: &CheckpointDrill) -> Result<Target, CliError> {
         return Ok(Target::Gang(g.clone()));
     }
     if let Some(w) = &d.worker {
-        let (node, worker) = w
-            .split_once('/')
-            .unwrap_or((cfg.node_name.as_str(), w.as_str()));
+        let (node, worker) = w.split_once('/').unwrap_or((cfg.node_name.as_str(), w.as_str()));
         super::worker_id(worker).map_err(|e| CliError::Failed(format!("--worker {w}: {e}")))?;
         node_name("--worker", node)?;
-        return Ok(Target::Worker {
-            node: node.to_string(),
-            worker: worker.to_string(),
-        });
+        return Ok(Target::Worker { node: node.to_string(), worker: worker.to_string() });
     }
     let node = d.node.clone().unwrap_or_else(|| cfg.node_name.clone());
     node_name("--node", &node)?;

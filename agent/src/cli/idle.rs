@@ -37,11 +37,7 @@ async fn pods(cfg: &Config) -> Check {
                 format!(
                     "{} pod(s) on this node; requesting accelerators: {}",
                     pods.len(),
-                    if held.is_empty() {
-                        "none".into()
-                    } else {
-                        held.join(", ")
-                    }
+                    if held.is_empty() { "none".into() } else { held.join(", ") }
                 ),
             )
         }
@@ -60,22 +56,14 @@ async fn pod_resources(cfg: &Config) -> Check {
     };
     match src.gpus().await {
         Ok(g) => {
-            let held: Vec<String> = g
-                .holders()
-                .iter()
-                .map(|(ns, p)| format!("{ns}/{p}"))
-                .collect();
+            let held: Vec<String> = g.holders().iter().map(|(ns, p)| format!("{ns}/{p}")).collect();
             check(
                 "idle:pod-res",
                 Level::Ok,
                 format!(
                     "{} answers; pods holding accelerators: {}",
                     src.describe(),
-                    if held.is_empty() {
-                        "none".into()
-                    } else {
-                        held.join(", ")
-                    }
+                    if held.is_empty() { "none".into() } else { held.join(", ") }
                 ),
             )
         }
@@ -103,11 +91,7 @@ fn nvml(cfg: &Config) -> Check {
                 .map(|g| format!("GPU {}: {}", g.index, g.compute_processes.unwrap_or(0)))
                 .collect();
             if unread.is_empty() {
-                let busy = if busy.is_empty() {
-                    "none".into()
-                } else {
-                    busy.join(", ")
-                };
+                let busy = if busy.is_empty() { "none".into() } else { busy.join(", ") };
                 check(
                     "idle:nvml",
                     Level::Ok,

@@ -216,11 +216,9 @@ fn step(s: &str) -> Result<String, String> {
 
 /// `--compute-ms`: whole milliseconds, at most a day.
 fn compute_ms(s: &str) -> Result<String, String> {
-    crate::hang::model::parse_compute(s)
-        .map(|n| n.to_string())
-        .ok_or_else(|| {
-            "the compute time is whole milliseconds, at most a day (86400000)".to_string()
-        })
+    crate::hang::model::parse_compute(s).map(|n| n.to_string()).ok_or_else(|| {
+        "the compute time is whole milliseconds, at most a day (86400000)".to_string()
+    })
 }
 
 /// `--state`: one word.
@@ -360,18 +358,14 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
             print!("{}", policy::table(&load(&config)?, table));
             Ok(())
         }
-        Command::Explain {
-            config,
-            node,
-            limit,
-        } => explain::run(&load(&config)?, node, limit).await,
+        Command::Explain { config, node, limit } => {
+            explain::run(&load(&config)?, node, limit).await
+        }
         Command::Status { config, json } => status::run(&load(&config)?, json).await,
         Command::Doctor { config } => doctor::command(&load(&config)?).await,
-        Command::Cleanup {
-            config,
-            node,
-            dry_run,
-        } => cleanup::run(&load(&config)?, node, dry_run).await,
+        Command::Cleanup { config, node, dry_run } => {
+            cleanup::run(&load(&config)?, node, dry_run).await
+        }
         #[cfg(feature = "demo")]
         Command::Demo { pace } => {
             let mut stdout = std::io::stdout();

@@ -16,23 +16,11 @@ pub(crate) enum Table {
 /// The XID → action table as printed by `vigil policy gpu`, with the configured overrides.
 pub(crate) fn render_gpu(cfg: &Config) -> String {
     let rows = crate::accel::gpu::policy_xid::table(&cfg.gpu);
-    let w1 = rows
-        .iter()
-        .map(|r| r.meaning.len())
-        .max()
-        .unwrap_or(7)
-        .max(7);
-    let w2 = rows
-        .iter()
-        .map(|r| r.nvidia.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
+    let w1 = rows.iter().map(|r| r.meaning.len()).max().unwrap_or(7).max(7);
+    let w2 = rows.iter().map(|r| r.nvidia.len()).max().unwrap_or(6).max(6);
     let w3 = "informational".len();
-    let mut out = format!(
-        "{:>4}  {:<w1$}  {:<w2$}  {:<w3$}  source\n",
-        "xid", "meaning", "NVIDIA", "vigil"
-    );
+    let mut out =
+        format!("{:>4}  {:<w1$}  {:<w2$}  {:<w3$}  source\n", "xid", "meaning", "NVIDIA", "vigil");
     for r in &rows {
         out.push_str(&format!(
             "{:>4}  {:<w1$}  {:<w2$}  {:<w3$}  {}\n",
@@ -63,25 +51,12 @@ pub(crate) fn table(cfg: &Config, which: Table) -> String {
 
 pub(crate) fn render(cfg: &Config) -> String {
     let rows = crate::hang::policy_table::table(&cfg.policy);
-    let w0 = rows
-        .iter()
-        .map(|r| r.verdict.len())
-        .max()
-        .unwrap_or(7)
-        .max(7);
+    let w0 = rows.iter().map(|r| r.verdict.len()).max().unwrap_or(7).max(7);
     let w1 = rows.iter().map(|r| r.predicate.len()).max().unwrap_or(9);
     let mut out = format!("{:<w0$}  {:<w1$}  action\n", "verdict", "predicate");
-    out.push_str(&format!(
-        "{}  {}  {}\n",
-        "-".repeat(w0),
-        "-".repeat(w1),
-        "-".repeat(6)
-    ));
+    out.push_str(&format!("{}  {}  {}\n", "-".repeat(w0), "-".repeat(w1), "-".repeat(6)));
     for r in rows {
-        out.push_str(&format!(
-            "{:<w0$}  {:<w1$}  {}\n",
-            r.verdict, r.predicate, r.action
-        ));
+        out.push_str(&format!("{:<w0$}  {:<w1$}  {}\n", r.verdict, r.predicate, r.action));
     }
     out.push_str(&format!(
         "\nrestart pipeline: hang persists {} → node lock → logs → alert → revalidate → lock TTL check → \

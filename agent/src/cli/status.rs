@@ -16,9 +16,7 @@ pub(super) async fn run(cfg: &Config, json: bool) -> Result<(), CliError> {
     }
     let coord = RedisCoordinator::from_config(&cfg.redis).map_err(failed)?;
     let timing = crate::hang::policy_gang::Timing::of(cfg);
-    let text = fleet::report(&coord, &cfg.redis.key_prefix, json, &timing)
-        .await
-        .map_err(failed)?;
+    let text = fleet::report(&coord, &cfg.redis.key_prefix, json, &timing).await.map_err(failed)?;
     print!("{text}");
     Ok(())
 }

@@ -80,10 +80,7 @@ const MAX_ATTEMPTS: u32 = 10;
 impl AlertsConfig {
     /// The durations that must be above zero.
     pub(super) fn nonzero(&self) -> [(&'static str, Duration); 2] {
-        [
-            ("alerts.timeout", self.timeout),
-            ("alerts.alertmanager_repost", self.alertmanager_repost),
-        ]
+        [("alerts.timeout", self.timeout), ("alerts.alertmanager_repost", self.alertmanager_repost)]
     }
 
     /// At least one attempt, and a webhook that is an HTTP URL (or none).
@@ -110,10 +107,7 @@ impl AlertsConfig {
         }
         for (name, value) in &self.headers {
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return bad(
-                    "alerts.headers",
-                    "a header name is not a valid HTTP header name",
-                );
+                return bad("alerts.headers", "a header name is not a valid HTTP header name");
             }
             if reqwest::header::HeaderValue::from_str(value.expose()).is_err() {
                 return bad(

@@ -14,9 +14,7 @@ pub struct DockerConfig {
 
 impl Default for DockerConfig {
     fn default() -> Self {
-        DockerConfig {
-            host: "unix:///var/run/docker.sock".into(),
-        }
+        DockerConfig { host: "unix:///var/run/docker.sock".into() }
     }
 }
 
@@ -29,10 +27,7 @@ impl DockerConfig {
         {
             return bad(
                 "docker.host",
-                format!(
-                    "`{}` is not a unix://, tcp:// or http:// address",
-                    self.host
-                ),
+                format!("`{}` is not a unix://, tcp:// or http:// address", self.host),
             );
         }
         Ok(())
@@ -58,9 +53,7 @@ mod tests {
             "stop_grace = \"5s\"",
             "restart_timeout = \"2m\"",
         ] {
-            let err = parse(&format!("[docker]\n{key}\n"))
-                .unwrap_err()
-                .to_string();
+            let err = parse(&format!("[docker]\n{key}\n")).unwrap_err().to_string();
             let name = key.split(' ').next().unwrap();
             assert!(
                 err.contains(&format!("docker.{name} was removed: use runtime.{name}")),

@@ -35,10 +35,7 @@ mod tests {
         assert_names_keys(&[
             ("poll_interval = \"10000000000000000000s\"", "poll_interval"),
             ("[redis]\ntimeout = \"400d\"", "redis.timeout"),
-            (
-                "[alerts]\ntimeout = \"18446744073709551615s\"",
-                "alerts.timeout",
-            ),
+            ("[alerts]\ntimeout = \"18446744073709551615s\"", "alerts.timeout"),
         ]);
     }
 }

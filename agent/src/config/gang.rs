@@ -191,13 +191,7 @@ mod tests {
         let c = parse("[gang]\naction = \"alert-only\"\nstraggler = \"restart\"\n").unwrap();
         assert_eq!(c.gang.action.as_str(), "alert-only");
         assert_eq!(c.gang.straggler, StragglerAction::Restart);
-        assert_eq!(
-            key_of(parse("[gang]\naction = \"sometimes\"\n")),
-            "gang.action"
-        );
-        assert_eq!(
-            key_of(parse("[gang]\nbreaker_per_day = 0\n")),
-            "gang.breaker_per_day"
-        );
+        assert_eq!(key_of(parse("[gang]\naction = \"sometimes\"\n")), "gang.action");
+        assert_eq!(key_of(parse("[gang]\nbreaker_per_day = 0\n")), "gang.breaker_per_day");
     }
 }

@@ -70,10 +70,7 @@ pub struct XidThreshold {
 
 impl Default for XidThreshold {
     fn default() -> Self {
-        XidThreshold {
-            count: 1,
-            window: Duration::from_secs(30 * 60),
-        }
+        XidThreshold { count: 1, window: Duration::from_secs(30 * 60) }
     }
 }
 
@@ -120,10 +117,7 @@ impl GpuConfig {
         if !self.kubelet_health_interval.is_zero()
             && self.kubelet_health_interval < Duration::from_secs(10)
         {
-            return bad(
-                "gpu.kubelet_health_interval",
-                "must be 0s (not read) or at least 10s",
-            );
+            return bad("gpu.kubelet_health_interval", "must be 0s (not read) or at least 10s");
         }
         if !matches!(self.dra_api_version.as_str(), "v1alpha3" | "v1beta2" | "v1") {
             return bad(
@@ -194,10 +188,7 @@ impl XidAction {
 
     /// Whether the GPU is unusable until someone acts: `failed` (taint, no restarts on it).
     pub(crate) fn fails(self) -> bool {
-        matches!(
-            self,
-            XidAction::ResetGpu | XidAction::Drain | XidAction::RebootNode
-        )
+        matches!(self, XidAction::ResetGpu | XidAction::Drain | XidAction::RebootNode)
     }
 
     /// What an operator does about it, for reasons and alerts.
@@ -215,14 +206,10 @@ impl XidAction {
 impl std::str::FromStr for XidAction {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        XidAction::ALL
-            .iter()
-            .copied()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = XidAction::ALL.iter().map(|a| a.as_str()).collect();
-                format!("unknown action {s:?}; one of {}", names.join(", "))
-            })
+        XidAction::ALL.iter().copied().find(|a| a.as_str() == s).ok_or_else(|| {
+            let names: Vec<_> = XidAction::ALL.iter().map(|a| a.as_str()).collect();
+            format!("unknown action {s:?}; one of {}", names.join(", "))
+        })
     }
 }
 
@@ -237,19 +224,10 @@ mod tests {
             ("[gpu]\nenabled = \"maybe\"", "gpu.enabled"),
             ("[gpu]\nsample_interval = \"500ms\"", "gpu.sample_interval"),
             ("[gpu.xid_threshold]\ncount = 0", "gpu.xid_threshold.count"),
-            (
-                "[gpu.xid_threshold]\nwindow = \"0s\"",
-                "gpu.xid_threshold.window",
-            ),
+            ("[gpu.xid_threshold]\nwindow = \"0s\"", "gpu.xid_threshold.window"),
             ("[gpu]\ncall_deadline = \"1s\"", "gpu.call_deadline"),
-            (
-                "[gpu.xid_actions]\n\"79\" = \"panic\"",
-                "gpu.xid_actions.79",
-            ),
-            (
-                "[gpu.xid_actions]\nseventy = \"reset-gpu\"",
-                "gpu.xid_actions",
-            ),
+            ("[gpu.xid_actions]\n\"79\" = \"panic\"", "gpu.xid_actions.79"),
+            ("[gpu.xid_actions]\nseventy = \"reset-gpu\"", "gpu.xid_actions"),
         ]);
     }
 
@@ -261,13 +239,8 @@ mod tests {
         assert_eq!(o.get(&92), Some(&XidAction::ResetGpu));
         assert_eq!(o.get(&13), Some(&XidAction::Informational));
         for key in ["hardware_xids", "application_xids"] {
-            let err = parse(&format!("[gpu]\n{key} = [63]"))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains(&format!("gpu.{key} was removed: use gpu.xid_actions")),
-                "{err}"
-            );
+            let err = parse(&format!("[gpu]\n{key} = [63]")).unwrap_err().to_string();
+            assert!(err.contains(&format!("gpu.{key} was removed: use gpu.xid_actions")), "{err}");
         }
     }
 

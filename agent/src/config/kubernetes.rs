@@ -67,9 +67,7 @@ fn valid_prefix(p: &str) -> bool {
         && domain.split('.').all(|part| {
             !part.is_empty()
                 && part.len() <= 63
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         })
@@ -84,14 +82,8 @@ mod tests {
     fn every_invalid_value_names_its_key() {
         assert_names_keys(&[
             ("[kubernetes]\napi_url = \"k8s:443\"", "kubernetes.api_url"),
-            (
-                "[kubernetes]\nlabel_prefix = \"vigil\"",
-                "kubernetes.label_prefix",
-            ),
-            (
-                "[kubernetes]\nread_interval = \"500ms\"",
-                "kubernetes.read_interval",
-            ),
+            ("[kubernetes]\nlabel_prefix = \"vigil\"", "kubernetes.label_prefix"),
+            ("[kubernetes]\nread_interval = \"500ms\"", "kubernetes.read_interval"),
         ]);
     }
 

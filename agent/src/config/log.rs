@@ -23,10 +23,7 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig {
-            format: LogFormat::Text,
-            level: "info".into(),
-        }
+        LogConfig { format: LogFormat::Text, level: "info".into() }
     }
 }
 

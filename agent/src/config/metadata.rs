@@ -66,14 +66,8 @@ mod tests {
             ("[metadata]\nenabled = \"yes\"", "metadata.enabled"),
             ("[metadata]\ntimeout_sec = 0", "metadata.timeout_sec"),
             ("[metadata]\ntimeout_sec = 3601", "metadata.timeout_sec"),
-            (
-                "[metadata]\nfirst_read_wait = \"11m\"",
-                "metadata.first_read_wait",
-            ),
-            (
-                "[metadata]\nfirst_read_wait = \"soon\"",
-                "metadata.first_read_wait",
-            ),
+            ("[metadata]\nfirst_read_wait = \"11m\"", "metadata.first_read_wait"),
+            ("[metadata]\nfirst_read_wait = \"soon\"", "metadata.first_read_wait"),
         ]);
     }
 }

@@ -38,9 +38,7 @@ mod server;
 pub(crate) fn valid_node_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
 }
 
 #[cfg(test)]
@@ -184,10 +182,7 @@ impl Default for Config {
 
 /// A validation error naming `key`.
 fn bad(key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError> {
-    Err(ConfigError::Invalid {
-        key,
-        problem: problem.into(),
-    })
+    Err(ConfigError::Invalid { key, problem: problem.into() })
 }
 
 /// The first of `durations` that is zero, named by its key.
@@ -202,10 +197,7 @@ fn nonzero(durations: &[(&'static str, Duration)]) -> Result<(), ConfigError> {
 /// `#` comment.
 fn header_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     let said = |l: &str| !l.trim().is_empty() && !l.trim_start().starts_with('#');
-    text.lines()
-        .enumerate()
-        .filter(move |(_, l)| said(l))
-        .map(|(i, l)| (i + 1, l))
+    text.lines().enumerate().filter(move |(_, l)| said(l)).map(|(i, l)| (i + 1, l))
 }
 
 /// Every line of `VIGIL_WEBHOOK_HEADERS` that says something is `Name: value`. NB: one without
@@ -232,13 +224,7 @@ fn toml_syntax(text: &str, e: &toml::de::Error) -> String {
     };
     let before = text.get(..at).unwrap_or_default();
     let line = before.matches('\n').count() + 1;
-    let column = before
-        .rsplit('\n')
-        .next()
-        .unwrap_or_default()
-        .chars()
-        .count()
-        + 1;
+    let column = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
     format!(
         "TOML syntax at line {line}, column {column}: {} (the line is not shown: it may hold a secret)",
         e.message().trim()
@@ -253,10 +239,7 @@ fn has_scheme(s: &str, schemes: &[&str]) -> bool {
 impl Config {
     /// Parse a file's text; the format follows the extension (`.yaml`/`.yml`, else TOML).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let yaml = matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml") | Some("yml")
-        );
+        let yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml") | Some("yml"));
         // serde_path_to_error keeps the dotted key path, so the error can name the key.
         fn located(path: String, msg: String) -> String {
             if path.is_empty() || path == "." {
@@ -330,9 +313,7 @@ impl Config {
         if let Some(v) = env.get("VIGIL_WEBHOOK_HEADERS") {
             for (_, line) in header_lines(&v) {
                 if let Some((name, value)) = line.split_once(':') {
-                    self.alerts
-                        .headers
-                        .insert(name.trim().to_string(), value.trim().into());
+                    self.alerts.headers.insert(name.trim().to_string(), value.trim().into());
                 }
             }
         }
@@ -417,10 +398,7 @@ impl Config {
 
     fn validate_node_name(&self) -> Result<(), ConfigError> {
         if self.node_name.trim().is_empty() {
-            return bad(
-                "node_name",
-                "is empty and no NODE_NAME or host name was found",
-            );
+            return bad("node_name", "is empty and no NODE_NAME or host name was found");
         }
         // NB: the node name goes into Redis keys (inside a hash tag), labels of the fleet view
         // and Kubernetes calls: a Kubernetes node name is a DNS subdomain.
@@ -485,19 +463,15 @@ impl Config {
 
     /// The defaults, as a commented TOML file (`vigil config defaults`).
     pub fn defaults_toml() -> String {
-        let cfg = Config {
-            node_name: "my-node".into(),
-            ..Config::default()
-        };
+        let cfg = Config { node_name: "my-node".into(), ..Config::default() };
         toml::to_string_pretty(&cfg).unwrap_or_default()
     }
 
     /// The longest the lock must be held in one pass: logs, the restart alert (every attempt and
     /// its backoff), the restart itself, and a margin.
     pub(crate) fn lock_needed(&self) -> Duration {
-        let alert: Duration = (0..self.alerts.attempts)
-            .map(|a| self.alerts.timeout + alert_backoff(a))
-            .sum();
+        let alert: Duration =
+            (0..self.alerts.attempts).map(|a| self.alerts.timeout + alert_backoff(a)).sum();
         self.runtime.log_timeout + alert + self.runtime.restart_timeout + LOCK_MARGIN
     }
 

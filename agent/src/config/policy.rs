@@ -130,10 +130,7 @@ impl PolicyConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         super::nonzero(&self.nonzero())?;
         if self.confirm_after >= self.stale_after {
-            return bad(
-                "policy.confirm_after",
-                "must be shorter than policy.stale_after",
-            );
+            return bad("policy.confirm_after", "must be shorter than policy.stale_after");
         }
         let l = &self.learned;
         if !(l.multiplier.is_finite() && l.multiplier >= 1.5) {
@@ -179,10 +176,7 @@ mod tests {
 
     #[test]
     fn zero_stale_threshold_is_rejected() {
-        assert_eq!(
-            key_of(parse("[policy]\nstale_after = \"0s\"\n")),
-            "policy.stale_after"
-        );
+        assert_eq!(key_of(parse("[policy]\nstale_after = \"0s\"\n")), "policy.stale_after");
     }
 
     #[test]
@@ -192,34 +186,13 @@ mod tests {
             ("[policy]\ncooldown = \"0s\"", "policy.cooldown"),
             ("[policy]\nrestart_delay = \"0s\"", "policy.restart_delay"),
             ("[policy]\nconfirm_after = \"0s\"", "policy.confirm_after"),
-            (
-                "[policy.learned]\nmultiplier = 1.0",
-                "policy.learned.multiplier",
-            ),
-            (
-                "[policy.learned]\nquantile = 0.5",
-                "policy.learned.quantile",
-            ),
-            (
-                "[policy.learned]\nquantile = 1.5",
-                "policy.learned.quantile",
-            ),
-            (
-                "[policy.learned]\nfloor = \"500ms\"",
-                "policy.learned.floor",
-            ),
-            (
-                "[policy.learned]\nrestarts = true",
-                "policy.learned.restarts",
-            ),
-            (
-                "[policy.learned]\nenabled = true\nhistory = \"10s\"",
-                "policy.learned.history",
-            ),
-            (
-                "[policy.learned]\nmin_samples = 1000",
-                "policy.learned.min_samples",
-            ),
+            ("[policy.learned]\nmultiplier = 1.0", "policy.learned.multiplier"),
+            ("[policy.learned]\nquantile = 0.5", "policy.learned.quantile"),
+            ("[policy.learned]\nquantile = 1.5", "policy.learned.quantile"),
+            ("[policy.learned]\nfloor = \"500ms\"", "policy.learned.floor"),
+            ("[policy.learned]\nrestarts = true", "policy.learned.restarts"),
+            ("[policy.learned]\nenabled = true\nhistory = \"10s\"", "policy.learned.history"),
+            ("[policy.learned]\nmin_samples = 1000", "policy.learned.min_samples"),
         ]);
     }
 }

@@ -54,9 +54,7 @@ pub struct RedisUrls(Vec<String>);
 
 impl std::fmt::Debug for RedisUrls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.0.iter().map(|u| redact::url(u)))
-            .finish()
+        f.debug_list().entries(self.0.iter().map(|u| redact::url(u))).finish()
     }
 }
 
@@ -121,10 +119,7 @@ impl RedisConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         super::nonzero(&self.nonzero())?;
         if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ':']) {
-            return bad(
-                "redis.key_prefix",
-                "must be non-empty without braces or colons",
-            );
+            return bad("redis.key_prefix", "must be non-empty without braces or colons");
         }
         self.validate_urls()?;
         if self.mode == RedisMode::Sentinel && self.sentinel_service.trim().is_empty() {
@@ -134,10 +129,7 @@ impl RedisConfig {
             );
         }
         if !self.ca_file.is_empty() && !self.url.expose().starts_with("rediss://") {
-            return bad(
-                "redis.ca_file",
-                "is only used with a rediss:// (TLS) redis.url",
-            );
+            return bad("redis.ca_file", "is only used with a rediss:// (TLS) redis.url");
         }
         if !self.ca_file.is_empty() && self.mode == RedisMode::Sentinel {
             return bad(
@@ -164,17 +156,11 @@ impl RedisConfig {
             if !has_scheme(url, &["redis://", "rediss://", "unix://"]) {
                 return bad(
                     "redis.url",
-                    format!(
-                        "`{}` is not a redis://, rediss:// or unix:// URL",
-                        redact::url(url)
-                    ),
+                    format!("`{}` is not a redis://, rediss:// or unix:// URL", redact::url(url)),
                 );
             }
             if let Err(e) = ::redis::Client::open(url.as_str()) {
-                return bad(
-                    "redis.url",
-                    format!("`{}` does not parse: {e}", redact::url(url)),
-                );
+                return bad("redis.url", format!("`{}` does not parse: {e}", redact::url(url)));
             }
         }
         if self.mode != RedisMode::Single && urls.is_empty() {

@@ -9,9 +9,7 @@ use crate::config::Config;
 /// The new configuration from SIGHUP, if one arrived since the last look.
 pub(crate) fn take(rx: &mut Option<watch::Receiver<Config>>) -> Option<Config> {
     let rx = rx.as_mut()?;
-    rx.has_changed()
-        .unwrap_or(false)
-        .then(|| rx.borrow_and_update().clone())
+    rx.has_changed().unwrap_or(false).then(|| rx.borrow_and_update().clone())
 }
 
 /// `new` with the keys that cannot change without a restart set back to their values in `old`,
@@ -34,10 +32,7 @@ pub(crate) fn merge(old: &Config, new: Config) -> Option<Config> {
     keep!(runtime.kind, "runtime.kind");
     keep!(runtime.cri_socket, "runtime.cri_socket");
     keep!(runtime.worker_label, "runtime.worker_label");
-    keep!(
-        runtime.allow_pod_replacement,
-        "runtime.allow_pod_replacement"
-    );
+    keep!(runtime.allow_pod_replacement, "runtime.allow_pod_replacement");
     keep!(runtime.pod_resources_socket, "runtime.pod_resources_socket");
     keep!(server, "server.*");
     keep!(alerts, "alerts.*");
@@ -72,10 +67,7 @@ mod tests {
 
     #[test]
     fn keys_that_need_a_restart_keep_their_running_values() {
-        let old = Config {
-            node_name: "n1".into(),
-            ..Config::default()
-        };
+        let old = Config { node_name: "n1".into(), ..Config::default() };
         let mut new = old.clone();
         new.node_name = "another".into();
         new.poll_interval = old.poll_interval * 2;
@@ -90,10 +82,7 @@ mod tests {
 
     #[test]
     fn an_invalid_reload_keeps_the_running_config() {
-        let old = Config {
-            node_name: "n1".into(),
-            ..Config::default()
-        };
+        let old = Config { node_name: "n1".into(), ..Config::default() };
         let mut new = old.clone();
         new.policy.stale_after = Duration::ZERO;
         assert!(merge(&old, new).is_none());

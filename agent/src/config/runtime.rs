@@ -125,19 +125,13 @@ impl RuntimeConfig {
         if !self.podman_socket.starts_with('/') {
             return bad(
                 "runtime.podman_socket",
-                format!(
-                    "`{}` is not an absolute path to a unix socket",
-                    self.podman_socket
-                ),
+                format!("`{}` is not an absolute path to a unix socket", self.podman_socket),
             );
         }
         if !self.cri_socket.is_empty() && !self.cri_socket.starts_with('/') {
             return bad(
                 "runtime.cri_socket",
-                format!(
-                    "`{}` is not an absolute path to a unix socket",
-                    self.cri_socket
-                ),
+                format!("`{}` is not an absolute path to a unix socket", self.cri_socket),
             );
         }
         let pr = &self.pod_resources_socket;
@@ -161,10 +155,7 @@ mod tests {
             parse("[runtime]\nstop_grace = \"45s\"\nrestart_timeout = \"50s\"\n").unwrap_err();
         let text = err.to_string();
         assert!(text.contains("runtime.restart_timeout"), "{text}");
-        assert!(
-            text.contains("stop_grace + runtime.call_timeout = 55s"),
-            "{text}"
-        );
+        assert!(text.contains("stop_grace + runtime.call_timeout = 55s"), "{text}");
         assert!(text.contains("ignores SIGTERM"), "{text}");
         // The default grace and call deadline fit the default restart timeout with room.
         assert!(parse("[runtime]\nstop_grace = \"45s\"\nrestart_timeout = \"56s\"\n").is_ok());
@@ -185,18 +176,9 @@ mod tests {
             ),
             ("[runtime]\ncall_timeout = \"0s\"", "runtime.call_timeout"),
             ("[runtime]\nkind = \"rkt\"", "runtime.kind"),
-            (
-                "[runtime]\npodman_socket = \"podman.sock\"",
-                "runtime.podman_socket",
-            ),
-            (
-                "[runtime]\ncri_socket = \"containerd.sock\"",
-                "runtime.cri_socket",
-            ),
-            (
-                "[runtime]\npod_resources_socket = \"kubelet.sock\"",
-                "runtime.pod_resources_socket",
-            ),
+            ("[runtime]\npodman_socket = \"podman.sock\"", "runtime.podman_socket"),
+            ("[runtime]\ncri_socket = \"containerd.sock\"", "runtime.cri_socket"),
+            ("[runtime]\npod_resources_socket = \"kubelet.sock\"", "runtime.pod_resources_socket"),
         ]);
     }
 }

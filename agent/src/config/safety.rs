@@ -66,19 +66,13 @@ mod tests {
 
     #[test]
     fn breaker_zero_needs_explicit_disable() {
-        assert_eq!(
-            key_of(parse("[safety]\nbreaker_per_day = 0\n")),
-            "safety.breaker_per_day"
-        );
+        assert_eq!(key_of(parse("[safety]\nbreaker_per_day = 0\n")), "safety.breaker_per_day");
         assert!(parse("[safety]\nbreaker_per_day = 0\nbreaker_disabled = true\n").is_ok());
     }
 
     #[test]
     fn a_fleet_budget_needs_a_window() {
-        assert_eq!(
-            key_of(parse("[safety]\nfleet_window = \"500ms\"\n")),
-            "safety.fleet_window"
-        );
+        assert_eq!(key_of(parse("[safety]\nfleet_window = \"500ms\"\n")), "safety.fleet_window");
         assert!(parse("[safety]\nfleet_budget = 0\nfleet_window = \"0s\"\n").is_ok());
     }
 }

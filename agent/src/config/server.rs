@@ -14,9 +14,7 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig {
-            listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9464))),
-        }
+        ServerConfig { listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9464))) }
     }
 }
 
@@ -70,9 +68,6 @@ mod tests {
 
     #[test]
     fn empty_disables_the_server() {
-        assert_eq!(
-            parse("[server]\nlisten = \"\"\n").unwrap().server.listen,
-            None
-        );
+        assert_eq!(parse("[server]\nlisten = \"\"\n").unwrap().server.listen, None);
     }
 }

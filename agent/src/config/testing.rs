@@ -6,10 +6,7 @@ use std::path::Path;
 use super::{Config, ConfigError};
 
 pub(super) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 /// A TOML file's text, parsed and validated, on node `n1`.

@@ -37,10 +37,7 @@ fn unknown_key_is_named() {
 #[test]
 fn bad_duration_is_named() {
     let err = parse("[policy]\nstale_after = \"two minutes\"\n").unwrap_err();
-    assert!(
-        err.to_string().contains("key `policy.stale_after`"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("key `policy.stale_after`"), "{err}");
 }
 
 #[test]
@@ -79,20 +76,9 @@ fn alert_secrets_come_from_the_env() {
     ]));
     assert_eq!(c.alerts.alertmanager_url.expose(), "http://am:pw@am:9093");
     assert_eq!(c.alerts.routing_key.expose(), "rk");
-    let h: Vec<(&str, &str)> = c
-        .alerts
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.expose()))
-        .collect();
-    assert_eq!(
-        h,
-        [
-            ("Authorization", "Bearer a:b"),
-            ("X-Scope", "org-1"),
-            ("X-Team", "ml")
-        ]
-    );
+    let h: Vec<(&str, &str)> =
+        c.alerts.headers.iter().map(|(n, v)| (n.as_str(), v.expose())).collect();
+    assert_eq!(h, [("Authorization", "Bearer a:b"), ("X-Scope", "org-1"), ("X-Team", "ml")]);
     c.validate().unwrap();
     // A `#` comment (colon or none) and a blank line are nothing.
     let commented = "# rotate monthly\n\nX-Scope: org-1\n";
@@ -100,15 +86,10 @@ fn alert_secrets_come_from_the_env() {
     let loaded = Config::load(None, &fine).expect("a comment without a colon is a comment");
     assert_eq!(loaded.alerts.headers.len(), 1);
     // A line that is not `Name: value` is refused by its number, never shown.
-    let pasted = env(&[
-        ("NODE_NAME", "n1"),
-        ("VIGIL_WEBHOOK_HEADERS", "X-Scope: org-1\nBearer s3cret\n"),
-    ]);
+    let pasted =
+        env(&[("NODE_NAME", "n1"), ("VIGIL_WEBHOOK_HEADERS", "X-Scope: org-1\nBearer s3cret\n")]);
     let e = Config::load(None, &pasted).unwrap_err().to_string();
-    assert!(
-        e.contains("VIGIL_WEBHOOK_HEADERS") && e.contains("line 2"),
-        "{e}"
-    );
+    assert!(e.contains("VIGIL_WEBHOOK_HEADERS") && e.contains("line 2"), "{e}");
     assert!(!e.contains("s3cret"), "{e}");
 }
 
@@ -116,9 +97,7 @@ fn alert_secrets_come_from_the_env() {
 #[test]
 fn a_toml_syntax_error_never_shows_its_line() {
     let text = "node_name = \"n1\"\n[redis]\nurl = redis://:s3cret@h:6379\n";
-    let e = Config::parse(text, Path::new("v.toml"))
-        .unwrap_err()
-        .to_string();
+    let e = Config::parse(text, Path::new("v.toml")).unwrap_err().to_string();
     assert!(e.contains("line 3"), "{e}");
     assert!(!e.contains("s3cret"), "{e}");
 }
@@ -129,18 +108,12 @@ fn a_toml_syntax_error_never_shows_its_line() {
 fn every_invalid_value_names_its_key() {
     assert_names_keys(&[
         ("poll_interval = \"0s\"", "poll_interval"),
-        (
-            "poll_interval = \"40s\"\n[fleet]\nheartbeat_ttl = \"1m\"",
-            "fleet.heartbeat_ttl",
-        ),
+        ("poll_interval = \"40s\"\n[fleet]\nheartbeat_ttl = \"1m\"", "fleet.heartbeat_ttl"),
         (
             "[opportunistic]\nenabled = true\n[redis]\nurl = \"redis://r:6379\"",
             "opportunistic.enabled",
         ),
-        (
-            "[opportunistic]\nenabled = true\n[fleet]\npool = \"p\"",
-            "opportunistic.enabled",
-        ),
+        ("[opportunistic]\nenabled = true\n[fleet]\npool = \"p\"", "opportunistic.enabled"),
     ]);
 }
 
@@ -148,11 +121,7 @@ fn every_invalid_value_names_its_key() {
 fn opportunistic_takes_its_pool_from_the_config_or_the_node() {
     let redis = "[redis]\nurl = \"redis://r:6379\"\n";
     let on = format!("{redis}[opportunistic]\nenabled = true\n");
-    assert_eq!(
-        key_of(parse(&on)),
-        "opportunistic.enabled",
-        "no pool anywhere"
-    );
+    assert_eq!(key_of(parse(&on)), "opportunistic.enabled", "no pool anywhere");
     assert!(parse(&format!("{on}[fleet]\npool = \"p\"\n")).is_ok());
     // The Kubernetes API on: the pool is read from the Node's label at run time.
     assert!(parse(&format!("{on}[kubernetes]\nenabled = \"on\"\n")).is_ok());
@@ -177,59 +146,31 @@ fn typed_values_parse_at_the_boundary() {
     .unwrap();
     assert_eq!(c.server.listen, None, "empty disables the server");
     assert_eq!(c.log.format, LogFormat::Json);
-    assert_eq!(
-        c.checkpoint.method,
-        CheckpointMethod::Signal(Some(Signal::Usr2))
-    );
+    assert_eq!(c.checkpoint.method, CheckpointMethod::Signal(Some(Signal::Usr2)));
     assert_eq!(c.checkpoint.signal, Signal::Hup);
     assert_eq!(c.gpu.enabled, Switch::Off);
     let c = parse("[checkpoint]\nmethod = \"https://w:8080/ckpt\"\n").unwrap();
-    assert_eq!(
-        c.checkpoint.method,
-        CheckpointMethod::Http("https://w:8080/ckpt".into())
-    );
+    assert_eq!(c.checkpoint.method, CheckpointMethod::Http("https://w:8080/ckpt".into()));
 }
 
 #[test]
 fn validation_does_no_io_and_load_checks_files() {
-    let mut c = Config {
-        node_name: "n1".into(),
-        ..Config::default()
-    };
+    let mut c = Config { node_name: "n1".into(), ..Config::default() };
     c.redis.url = "rediss://r:6380".into();
     c.redis.ca_file = "/nonexistent/vigil-ca.pem".into();
     assert!(c.validate().is_ok(), "validate reads no file");
     let err = c.check_files().unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ConfigError::Invalid {
-                key: "redis.ca_file",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, ConfigError::Invalid { key: "redis.ca_file", .. }), "{err}");
 }
 
 #[test]
 fn node_names_are_kubernetes_node_names() {
     let long = "n".repeat(254);
     for bad in ["a:b", "a/b", "a\nb", "a b", "{n}", long.as_str()] {
-        let c = Config {
-            node_name: bad.into(),
-            ..Config::default()
-        };
-        assert_eq!(
-            key_of(c.validate().map(|()| c.clone())),
-            "node_name",
-            "{bad:?}"
-        );
+        let c = Config { node_name: bad.into(), ..Config::default() };
+        assert_eq!(key_of(c.validate().map(|()| c.clone())), "node_name", "{bad:?}");
     }
-    let ok = Config {
-        node_name: "gke-pool-1-abcd.europe-west4-a_x".into(),
-        ..Config::default()
-    };
+    let ok = Config { node_name: "gke-pool-1-abcd.europe-west4-a_x".into(), ..Config::default() };
     assert!(ok.validate().is_ok());
 }
 

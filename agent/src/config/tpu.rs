@@ -54,10 +54,7 @@ impl TpuConfig {
             return bad("tpu.sys_dir", "must be an absolute path");
         }
         if !self.kernel_log.is_empty() && !self.kernel_log.starts_with('/') {
-            return bad(
-                "tpu.kernel_log",
-                "must be an absolute path, or empty for off",
-            );
+            return bad("tpu.kernel_log", "must be an absolute path, or empty for off");
         }
         if self.sample_interval < Duration::from_secs(1) {
             return bad("tpu.sample_interval", "must be at least 1s");
@@ -82,10 +79,7 @@ mod tests {
             ("[tpu]\nsys_dir = \"\"", "tpu.sys_dir"),
             ("[tpu]\nkernel_log = \"kmsg\"", "tpu.kernel_log"),
             ("[tpu]\nsample_interval = \"500ms\"", "tpu.sample_interval"),
-            (
-                "[tpu]\nsample_interval = \"30s\"\nerror_window = \"10s\"",
-                "tpu.error_window",
-            ),
+            ("[tpu]\nsample_interval = \"30s\"\nerror_window = \"10s\"", "tpu.error_window"),
             ("[tpu]\nfoo = 1", "tpu.foo"),
         ]);
     }

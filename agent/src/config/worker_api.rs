@@ -109,24 +109,12 @@ mod tests {
     fn every_invalid_value_names_its_key() {
         assert_names_keys(&[
             ("[worker_api]\nlisten = \"nope\"", "worker_api.listen"),
-            (
-                "[worker_api]\nlisten = \"0.0.0.0:9465\"\nauth = \"none\"",
-                "worker_api.auth",
-            ),
-            (
-                "[worker_api]\nlisten = \"10.0.0.7:9465\"\nauth = \"none\"",
-                "worker_api.auth",
-            ),
+            ("[worker_api]\nlisten = \"0.0.0.0:9465\"\nauth = \"none\"", "worker_api.auth"),
+            ("[worker_api]\nlisten = \"10.0.0.7:9465\"\nauth = \"none\"", "worker_api.auth"),
             ("[worker_api]\nauth = \"maybe\"", "worker_api.auth"),
             ("[worker_api]\naudience = \" \"", "worker_api.audience"),
-            (
-                "[worker_api]\nreview_cache = \"1h\"",
-                "worker_api.review_cache",
-            ),
-            (
-                "[worker_api]\nreview_cache = \"0s\"",
-                "worker_api.review_cache",
-            ),
+            ("[worker_api]\nreview_cache = \"1h\"", "worker_api.review_cache"),
+            ("[worker_api]\nreview_cache = \"0s\"", "worker_api.review_cache"),
             ("[worker_api]\nsocket = \"run/w.sock\"", "worker_api.socket"),
         ]);
     }

@@ -65,13 +65,7 @@ impl<'a> Caps<'a> {
         keys: &'a Keys,
         safety: &'a SafetyConfig,
     ) -> Self {
-        Caps {
-            coord,
-            keys,
-            safety,
-            breaker: Breaker::Node,
-            fleet: true,
-        }
+        Caps { coord, keys, safety, breaker: Breaker::Node, fleet: true }
     }
 
     /// The breaker's limit for a day, `None` when it is off.
@@ -113,20 +107,15 @@ impl<'a> Caps<'a> {
 
     /// The fleet budget's counter for the window of `now`.
     pub(crate) fn budget_key(&self, now: Millis) -> String {
-        self.keys
-            .fleet_budget(fleet_window(now, self.safety.fleet_window))
+        self.keys.fleet_budget(fleet_window(now, self.safety.fleet_window))
     }
 
     /// The counter reads of the heartbeat's batch: the breaker's, then the budget's (when there
     /// is a fleet cap). [`Caps::read`] turns their values into (used, open) pairs.
     pub(crate) fn counter_ops(&self, now: Millis) -> Vec<Op> {
-        let mut ops = vec![Op::Counter {
-            key: self.breaker_key(now),
-        }];
+        let mut ops = vec![Op::Counter { key: self.breaker_key(now) }];
         if self.fleet_budget() > 0 {
-            ops.push(Op::Counter {
-                key: self.budget_key(now),
-            });
+            ops.push(Op::Counter { key: self.budget_key(now) });
         }
         ops
     }
@@ -136,10 +125,7 @@ impl<'a> Caps<'a> {
     pub(crate) fn read(&self, values: &[u64]) -> ((u64, bool), (u64, bool)) {
         let at = |i: usize| values.get(i).copied().unwrap_or(0);
         let (breaker, budget) = (at(0), at(1));
-        (
-            (breaker, self.breaker_open(breaker)),
-            (budget, self.budget_exhausted(budget)),
-        )
+        ((breaker, self.breaker_open(breaker)), (budget, self.budget_exhausted(budget)))
     }
 
     /// Whether the breaker would let a restart through now; nothing is taken.
@@ -179,10 +165,7 @@ impl<'a> Caps<'a> {
         }
         let cap = u64::from(self.fleet_budget());
         let key = self.budget_key(now);
-        let taken = self
-            .coord
-            .incr_capped(&key, cap, s.fleet_window * 2)
-            .await?;
+        let taken = self.coord.incr_capped(&key, cap, s.fleet_window * 2).await?;
         Ok(taken.is_some())
     }
 
@@ -248,21 +231,13 @@ mod tests {
         assert_eq!(fleet_window(0, hour), 0);
         assert_eq!(fleet_window(3_599_999, hour), 0);
         assert_eq!(fleet_window(3_600_000, hour), 1);
-        assert_eq!(
-            fleet_window(5, Duration::ZERO),
-            5,
-            "a zero window cannot divide by zero"
-        );
+        assert_eq!(fleet_window(5, Duration::ZERO), 5, "a zero window cannot divide by zero");
         assert_eq!(breaker_day(0), "1970-01-01");
     }
 
     #[test]
     fn caps_open_at_their_limit() {
-        let s = SafetyConfig {
-            breaker_per_day: 3,
-            fleet_budget: 2,
-            ..SafetyConfig::default()
-        };
+        let s = SafetyConfig { breaker_per_day: 3, fleet_budget: 2, ..SafetyConfig::default() };
         let keys = Keys::new("p", "n");
         let coord = crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
             crate::clock::FakeClock::at(0),
@@ -270,11 +245,7 @@ mod tests {
         let caps = Caps::node(&coord, &keys, &s);
         assert!(!caps.breaker_open(2) && caps.breaker_open(3));
         assert!(!caps.budget_exhausted(1) && caps.budget_exhausted(2));
-        let off = SafetyConfig {
-            breaker_disabled: true,
-            fleet_budget: 0,
-            ..s
-        };
+        let off = SafetyConfig { breaker_disabled: true, fleet_budget: 0, ..s };
         let caps = Caps::node(&coord, &keys, &off);
         assert!(!caps.breaker_open(100) && !caps.budget_exhausted(100));
     }
@@ -285,24 +256,14 @@ mod tests {
         let coord = crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
             crate::clock::FakeClock::at(0),
         ));
-        let s = SafetyConfig {
-            breaker_per_day: 2,
-            fleet_budget: 5,
-            ..SafetyConfig::default()
-        };
+        let s = SafetyConfig { breaker_per_day: 2, fleet_budget: 5, ..SafetyConfig::default() };
         let caps = Caps::node(&coord, &keys, &s);
         let ops = caps.counter_ops(0);
         assert_eq!(ops[0].key(), caps.breaker_key(0));
         assert_eq!(ops[1].key(), caps.budget_key(0));
         assert_eq!(caps.read(&[2, 1]), ((2, true), (1, false)));
-        let none = SafetyConfig {
-            fleet_budget: 0,
-            ..s
-        };
-        let caps = Caps {
-            safety: &none,
-            ..caps
-        };
+        let none = SafetyConfig { fleet_budget: 0, ..s };
+        let caps = Caps { safety: &none, ..caps };
         assert_eq!(caps.counter_ops(0).len(), 1, "no fleet cap, no budget read");
         assert_eq!(caps.read(&[0]), ((0, false), (0, false)));
     }
@@ -313,34 +274,18 @@ mod tests {
         let coord = crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
             crate::clock::FakeClock::at(0),
         ));
-        let s = SafetyConfig {
-            breaker_per_day: 2,
-            fleet_budget: 1,
-            ..SafetyConfig::default()
-        };
-        let node_only = Caps {
-            fleet: false,
-            ..Caps::node(&coord, &keys, &s)
-        };
+        let s = SafetyConfig { breaker_per_day: 2, fleet_budget: 1, ..SafetyConfig::default() };
+        let node_only = Caps { fleet: false, ..Caps::node(&coord, &keys, &s) };
         let c: &dyn Coordinator = &coord;
         // The fleet's one unit is spent: a gang member's restart still passes, on its breaker.
-        c.set(&node_only.budget_key(0), "1", Duration::from_secs(60))
-            .await
-            .unwrap();
+        c.set(&node_only.budget_key(0), "1", Duration::from_secs(60)).await.unwrap();
         assert!(node_only.budget_free(0).await.unwrap());
         assert!(node_only.take_budget(0).await.unwrap());
         assert!(node_only.take_breaker(0).await.unwrap());
         node_only.refund(0).await;
-        assert_eq!(
-            c.counter(&node_only.budget_key(0)).await.unwrap(),
-            1,
-            "untouched"
-        );
+        assert_eq!(c.counter(&node_only.budget_key(0)).await.unwrap(), 1, "untouched");
         assert_eq!(c.counter(&node_only.breaker_key(0)).await.unwrap(), 0);
-        let whole = Caps {
-            fleet: true,
-            ..node_only
-        };
+        let whole = Caps { fleet: true, ..node_only };
         assert!(!whole.budget_free(0).await.unwrap() && !whole.take_budget(0).await.unwrap());
     }
 
@@ -353,11 +298,7 @@ mod tests {
                 crate::clock::FakeClock::at(0),
             ))
         };
-        let s = SafetyConfig {
-            breaker_per_day: 2,
-            fleet_budget: 1,
-            ..SafetyConfig::default()
-        };
+        let s = SafetyConfig { breaker_per_day: 2, fleet_budget: 1, ..SafetyConfig::default() };
         let coord = memory();
         let caps = Caps::node(&coord, &keys, &s);
         assert_eq!(caps.look(0).await.unwrap(), Allowance::Granted);
@@ -365,11 +306,7 @@ mod tests {
         assert_eq!(caps.look(0).await.unwrap(), Allowance::BudgetExhausted);
         assert_eq!(caps.take(0).await.unwrap(), Allowance::BudgetExhausted);
         let c: &dyn Coordinator = &coord;
-        assert_eq!(
-            c.counter(&caps.breaker_key(0)).await.unwrap(),
-            1,
-            "given back"
-        );
+        assert_eq!(c.counter(&caps.breaker_key(0)).await.unwrap(), 1, "given back");
         // The fleet budget's capped increments get no answer.
         let failing = crate::coord::memory::Failing {
             inner: memory(),
@@ -380,15 +317,8 @@ mod tests {
         let caps = Caps::node(&failing, &keys, &s);
         assert!(caps.take(0).await.is_err());
         let c: &dyn Coordinator = &failing;
-        assert_eq!(
-            c.counter(&caps.breaker_key(0)).await.unwrap(),
-            0,
-            "given back"
-        );
-        let tight = SafetyConfig {
-            breaker_per_day: 1,
-            ..s
-        };
+        assert_eq!(c.counter(&caps.breaker_key(0)).await.unwrap(), 0, "given back");
+        let tight = SafetyConfig { breaker_per_day: 1, ..s };
         let coord = memory();
         let caps = Caps::node(&coord, &keys, &tight);
         assert_eq!(caps.take(0).await.unwrap(), Allowance::Granted);
@@ -402,36 +332,20 @@ mod tests {
         let coord = crate::coord::memory::MemoryCoordinator::new(std::sync::Arc::new(
             crate::clock::FakeClock::at(0),
         ));
-        let s = SafetyConfig {
-            breaker_disabled: true,
-            ..SafetyConfig::default()
-        };
+        let s = SafetyConfig { breaker_disabled: true, ..SafetyConfig::default() };
         let gang = Caps {
-            breaker: Breaker::Gang {
-                id: "ml/job",
-                per_day: 1,
-            },
+            breaker: Breaker::Gang { id: "ml/job", per_day: 1 },
             ..Caps::node(&coord, &keys, &s)
         };
-        assert_eq!(
-            gang.breaker_key(0),
-            keys.gang_breaker("ml/job", "1970-01-01")
-        );
+        assert_eq!(gang.breaker_key(0), keys.gang_breaker("ml/job", "1970-01-01"));
         assert!(gang.breaker_free(0).await.unwrap());
         assert!(gang.take_breaker(0).await.unwrap());
         assert!(!gang.breaker_free(0).await.unwrap() && !gang.take_breaker(0).await.unwrap());
         gang.refund(0).await;
-        assert!(
-            gang.take_breaker(0).await.unwrap(),
-            "given back, taken again"
-        );
+        assert!(gang.take_breaker(0).await.unwrap(), "given back, taken again");
         let c: &dyn Coordinator = &coord;
         let node = Caps::node(&coord, &keys, &s);
-        assert_eq!(
-            c.counter(&node.breaker_key(0)).await.unwrap(),
-            0,
-            "not the node's"
-        );
+        assert_eq!(c.counter(&node.breaker_key(0)).await.unwrap(), 0, "not the node's");
         assert!(node.take_breaker(0).await.unwrap(), "the node's is off");
     }
 }

@@ -19,10 +19,7 @@ pub struct Keys {
 
 impl Keys {
     pub fn new(prefix: &str, node: &str) -> Keys {
-        Keys {
-            prefix: prefix.to_string(),
-            node: node.to_string(),
-        }
+        Keys { prefix: prefix.to_string(), node: node.to_string() }
     }
 
     pub(crate) fn node(&self) -> &str {
@@ -230,13 +227,7 @@ mod tests {
     #[test]
     fn node_keys_share_one_hash_tag() {
         let k = Keys::new("vigil", "gpu-7");
-        for key in [
-            k.status("w"),
-            k.incident("w"),
-            k.lock(),
-            k.breaker("2026-11-30"),
-            k.trail(),
-        ] {
+        for key in [k.status("w"), k.incident("w"), k.lock(), k.breaker("2026-11-30"), k.trail()] {
             assert!(key.starts_with("vigil:{gpu-7}:"), "{key}");
         }
         assert_eq!(k.status("trainer-0"), "vigil:{gpu-7}:status:trainer-0");

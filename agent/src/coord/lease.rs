@@ -26,10 +26,7 @@ pub(crate) struct Lease {
 impl Lease {
     /// The lease `key` under `token`, as its owner would hold it (nothing is written).
     pub fn new(key: impl Into<String>, token: impl Into<String>) -> Lease {
-        Lease {
-            key: key.into(),
-            token: token.into(),
-        }
+        Lease { key: key.into(), token: token.into() }
     }
 
     /// Take `key` for `ttl` under `token`; `Ok(None)` when someone else holds it.

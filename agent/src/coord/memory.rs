@@ -32,10 +32,7 @@ pub struct MemoryCoordinator {
 
 impl MemoryCoordinator {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        MemoryCoordinator {
-            clock,
-            data: Mutex::new(HashMap::new()),
-        }
+        MemoryCoordinator { clock, data: Mutex::new(HashMap::new()) }
     }
 
     /// The map with expired keys already gone, as Redis would show it.
@@ -60,10 +57,9 @@ impl MemoryCoordinator {
 
     /// Merge `fields` into the hash at `key` (a key of another type is replaced).
     fn merge_hash(data: &mut HashMap<String, Entry>, key: &str, fields: &[(String, String)]) {
-        let entry = data.entry(key.into()).or_insert_with(|| Entry {
-            value: Value::Hash(HashMap::new()),
-            expires: None,
-        });
+        let entry = data
+            .entry(key.into())
+            .or_insert_with(|| Entry { value: Value::Hash(HashMap::new()), expires: None });
         if !matches!(entry.value, Value::Hash(_)) {
             entry.value = Value::Hash(HashMap::new());
         }
@@ -83,10 +79,9 @@ impl MemoryCoordinator {
         score: Millis,
         prune_before: Millis,
     ) {
-        let entry = data.entry(key.into()).or_insert_with(|| Entry {
-            value: Value::Index(HashMap::new()),
-            expires: None,
-        });
+        let entry = data
+            .entry(key.into())
+            .or_insert_with(|| Entry { value: Value::Index(HashMap::new()), expires: None });
         if !matches!(entry.value, Value::Index(_)) {
             entry.value = Value::Index(HashMap::new());
         }
@@ -149,11 +144,7 @@ impl Coordinator for MemoryCoordinator {
             Request::HgetallMany(keys) => {
                 Reply::Hashes(keys.iter().map(|k| hgetall(self, k)).collect())
             }
-            Request::Append {
-                key,
-                fields,
-                max_len,
-            } => {
+            Request::Append { key, fields, max_len } => {
                 append(self, key, fields, max_len);
                 Reply::Ok
             }
@@ -173,56 +164,35 @@ fn set_nx(c: &MemoryCoordinator, key: String, value: String, ttl: Duration) -> b
         return false;
     }
     let expires = Some(now + ms(ttl));
-    data.insert(
-        key,
-        Entry {
-            value: Value::Str(value),
-            expires,
-        },
-    );
+    data.insert(key, Entry { value: Value::Str(value), expires });
     true
 }
 
 fn owner_ttl(c: &MemoryCoordinator, key: &str, token: &str) -> Option<Millis> {
     let (data, now) = c.live();
     match data.get(key) {
-        Some(Entry {
-            value: Value::Str(v),
-            expires,
-        }) if v == token => Some(expires.map_or(Millis::MAX, |t| t - now)),
+        Some(Entry { value: Value::Str(v), expires }) if v == token => {
+            Some(expires.map_or(Millis::MAX, |t| t - now))
+        }
         _ => None,
     }
 }
 
 fn incr_capped(c: &MemoryCoordinator, key: String, cap: u64, ttl: Duration) -> Option<u64> {
     let (mut data, now) = c.live();
-    let cur: u64 = MemoryCoordinator::get_str(&data, &key)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let cur: u64 =
+        MemoryCoordinator::get_str(&data, &key).and_then(|s| s.parse().ok()).unwrap_or(0);
     if cur >= cap {
         return None;
     }
-    let expires = data
-        .get(&key)
-        .and_then(|e| e.expires)
-        .or(Some(now + ms(ttl)));
-    data.insert(
-        key,
-        Entry {
-            value: Value::Str((cur + 1).to_string()),
-            expires,
-        },
-    );
+    let expires = data.get(&key).and_then(|e| e.expires).or(Some(now + ms(ttl)));
+    data.insert(key, Entry { value: Value::Str((cur + 1).to_string()), expires });
     Some(cur + 1)
 }
 
 fn decr(c: &MemoryCoordinator, key: &str) {
     let (mut data, _) = c.live();
-    if let Some(Entry {
-        value: Value::Str(s),
-        ..
-    }) = data.get_mut(key)
-    {
+    if let Some(Entry { value: Value::Str(s), .. }) = data.get_mut(key) {
         let cur: u64 = s.parse().unwrap_or(0);
         *s = cur.saturating_sub(1).to_string();
     }
@@ -238,10 +208,9 @@ fn hgetall(c: &MemoryCoordinator, key: &str) -> HashMap<String, String> {
 
 fn append(c: &MemoryCoordinator, key: String, fields: Vec<(String, String)>, max_len: usize) {
     let (mut data, now) = c.live();
-    let entry = data.entry(key).or_insert_with(|| Entry {
-        value: Value::Stream(VecDeque::new(), 0),
-        expires: None,
-    });
+    let entry = data
+        .entry(key)
+        .or_insert_with(|| Entry { value: Value::Stream(VecDeque::new(), 0), expires: None });
     if let Value::Stream(q, seq) = &mut entry.value {
         *seq += 1;
         q.push_back((format!("{now}-{seq}"), fields.into_iter().collect()));
@@ -285,12 +254,7 @@ fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
                     e.expires = Some(now + ms(*ttl));
                 }
             }
-            Op::IndexTouch {
-                key,
-                member,
-                score,
-                prune_before,
-            } => {
+            Op::IndexTouch { key, member, score, prune_before } => {
                 let prune_before = prune_before.unwrap_or(Millis::MIN);
                 MemoryCoordinator::touch_index(&mut data, key, member, *score, prune_before)
             }
@@ -305,9 +269,7 @@ fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
                 }
             }
             Op::Counter { key } => counters.push(
-                MemoryCoordinator::get_str(&data, key)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0),
+                MemoryCoordinator::get_str(&data, key).and_then(|s| s.parse().ok()).unwrap_or(0),
             ),
         }
     }

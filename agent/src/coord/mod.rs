@@ -64,12 +64,8 @@ pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 /// Why `record` is over [`MAX_RECORD_FIELDS`] or [`MAX_RECORD_BYTES`], if it is.
 pub(crate) fn oversized(record: &HashMap<String, String>) -> Option<RecordUnreadable> {
     let bytes: usize = record.iter().map(|(k, v)| k.len() + v.len()).sum();
-    (record.len() > MAX_RECORD_FIELDS || bytes > MAX_RECORD_BYTES).then_some(
-        RecordUnreadable::Oversized {
-            fields: record.len(),
-            bytes,
-        },
-    )
+    (record.len() > MAX_RECORD_FIELDS || bytes > MAX_RECORD_BYTES)
+        .then_some(RecordUnreadable::Oversized { fields: record.len(), bytes })
 }
 
 /// Why a worker's status record cannot be read: that worker's problem only (no record: it is
@@ -125,28 +121,15 @@ pub struct WorkerRead {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     /// Set a string key with a TTL.
-    Set {
-        key: String,
-        value: String,
-        ttl: Duration,
-    },
+    Set { key: String, value: String, ttl: Duration },
     /// Write a hash's fields (merged with those it has) and, with a `ttl`, (re)set its TTL:
     /// records that vanish when their writer stops.
-    Hset {
-        key: String,
-        fields: Vec<(String, String)>,
-        ttl: Option<Duration>,
-    },
+    Hset { key: String, fields: Vec<(String, String)>, ttl: Option<Duration> },
     /// Add or refresh `member` in a sorted-set index with `score` (ms), and, with a
     /// `prune_before`, drop members whose score is below it, so the index never needs
     /// `KEYS`/`SCAN` (pruning is one more command: a writer that touches the index every cycle
     /// prunes now and then).
-    IndexTouch {
-        key: String,
-        member: String,
-        score: Millis,
-        prune_before: Option<Millis>,
-    },
+    IndexTouch { key: String, member: String, score: Millis, prune_before: Option<Millis> },
     /// Read a counter (0 when absent); its value is returned by `batch`.
     Counter { key: String },
     /// Remove fields of a hash (absent ones are no error; the hash goes with its last field).
@@ -175,11 +158,7 @@ pub enum Request {
     /// Values of several string keys at once (missing or expired keys are `None`).
     GetMany(Vec<String>),
     /// Set only if absent (first writer wins); true when this call set it.
-    SetNx {
-        key: String,
-        value: String,
-        ttl: Duration,
-    },
+    SetNx { key: String, value: String, ttl: Duration },
     /// Remove the keys (absent ones are no error).
     Del(Vec<String>),
     /// Remaining TTL in ms when `key` still holds `token`; `None` when it is gone or someone else's.
@@ -187,18 +166,10 @@ pub enum Request {
     /// Compare-and-delete: remove `key` only if it still holds `token`.
     DelIfOwner { key: String, token: String },
     /// Compare-and-renew: `key`'s TTL set to `ttl` only if it still holds `token` (its owner's).
-    RenewIfOwner {
-        key: String,
-        token: String,
-        ttl: Duration,
-    },
+    RenewIfOwner { key: String, token: String, ttl: Duration },
     /// Increment a counter unless it already reached `cap`, atomically; the TTL is set when the
     /// counter is created. The new value, or `None` when the cap was reached.
-    IncrCapped {
-        key: String,
-        cap: u64,
-        ttl: Duration,
-    },
+    IncrCapped { key: String, cap: u64, ttl: Duration },
     /// Give back one unit of a counter (never below zero).
     Decr(String),
     /// A hash's fields (empty when it is absent).
@@ -209,11 +180,7 @@ pub enum Request {
     /// record in a few round trips, not one per node.
     HgetallMany(Vec<String>),
     /// Append to a bounded stream (oldest entries trimmed past `max_len`).
-    Append {
-        key: String,
-        fields: Vec<(String, String)>,
-        max_len: usize,
-    },
+    Append { key: String, fields: Vec<(String, String)>, max_len: usize },
     /// The newest `count` entries of a stream, newest first.
     ReadRecent { key: String, count: usize },
     /// Members of an index with their scores, oldest first.
@@ -302,20 +269,11 @@ impl<'a> dyn Coordinator + 'a {
 
     /// One string key's value (`None` when absent): [`Self::get_many`] of one key.
     pub async fn get(&self, key: &str) -> Result<Option<String>, CoordError> {
-        Ok(self
-            .get_many(&[key.to_string()])
-            .await?
-            .into_iter()
-            .flatten()
-            .next())
+        Ok(self.get_many(&[key.to_string()]).await?.into_iter().flatten().next())
     }
 
     pub async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
-        let request = Request::SetNx {
-            key: key.into(),
-            value: value.into(),
-            ttl,
-        };
+        let request = Request::SetNx { key: key.into(), value: value.into(), ttl };
         call!(self, request, "SET NX", Reply::Done(b) => b)
     }
 
@@ -324,18 +282,12 @@ impl<'a> dyn Coordinator + 'a {
     }
 
     pub async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
-        let request = Request::OwnerTtl {
-            key: key.into(),
-            token: token.into(),
-        };
+        let request = Request::OwnerTtl { key: key.into(), token: token.into() };
         call!(self, request, "owner TTL", Reply::Ttl(t) => t)
     }
 
     pub async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
-        let request = Request::DelIfOwner {
-            key: key.into(),
-            token: token.into(),
-        };
+        let request = Request::DelIfOwner { key: key.into(), token: token.into() };
         call!(self, request, "compare-and-delete", Reply::Done(b) => b)
     }
 
@@ -345,11 +297,7 @@ impl<'a> dyn Coordinator + 'a {
         token: &str,
         ttl: Duration,
     ) -> Result<bool, CoordError> {
-        let request = Request::RenewIfOwner {
-            key: key.into(),
-            token: token.into(),
-            ttl,
-        };
+        let request = Request::RenewIfOwner { key: key.into(), token: token.into(), ttl };
         call!(self, request, "compare-and-renew", Reply::Done(b) => b)
     }
 
@@ -359,11 +307,7 @@ impl<'a> dyn Coordinator + 'a {
         cap: u64,
         ttl: Duration,
     ) -> Result<Option<u64>, CoordError> {
-        let request = Request::IncrCapped {
-            key: key.into(),
-            cap,
-            ttl,
-        };
+        let request = Request::IncrCapped { key: key.into(), cap, ttl };
         call!(self, request, "capped INCR", Reply::Taken(v) => v)
     }
 
@@ -393,11 +337,7 @@ impl<'a> dyn Coordinator + 'a {
         fields: &[(String, String)],
         max_len: usize,
     ) -> Result<(), CoordError> {
-        let request = Request::Append {
-            key: key.into(),
-            fields: fields.to_vec(),
-            max_len,
-        };
+        let request = Request::Append { key: key.into(), fields: fields.to_vec(), max_len };
         call!(self, request, "XADD", Reply::Ok => ())
     }
 
@@ -406,10 +346,7 @@ impl<'a> dyn Coordinator + 'a {
         key: &str,
         count: usize,
     ) -> Result<Vec<TrailEntry>, CoordError> {
-        let request = Request::ReadRecent {
-            key: key.into(),
-            count,
-        };
+        let request = Request::ReadRecent { key: key.into(), count };
         call!(self, request, "XREVRANGE", Reply::Entries(e) => e)
     }
 
@@ -427,11 +364,7 @@ impl<'a> dyn Coordinator + 'a {
         let read = call!(self, request, "workers read", Reply::Workers(r) => r)?;
         if read.workers.len() != workers.len() {
             let reply = Reply::Workers(read);
-            return Err(mismatch(
-                self,
-                "workers read (one answer per worker)",
-                reply,
-            ));
+            return Err(mismatch(self, "workers read (one answer per worker)", reply));
         }
         Ok(read)
     }
@@ -442,10 +375,7 @@ impl<'a> dyn Coordinator + 'a {
         record: &str,
         keys: &[String],
     ) -> Result<WorkerRead, CoordError> {
-        let one = WorkerKeys {
-            record: record.into(),
-            keys: keys.to_vec(),
-        };
+        let one = WorkerKeys { record: record.into(), keys: keys.to_vec() };
         let read = self.read_workers(std::slice::from_ref(&one)).await?;
         // `read_workers` answered one read per worker asked, or failed.
         read.workers
@@ -456,11 +386,7 @@ impl<'a> dyn Coordinator + 'a {
 
     /// Set unconditionally with a TTL.
     pub async fn set(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CoordError> {
-        let op = Op::Set {
-            key: key.to_string(),
-            value: value.to_string(),
-            ttl,
-        };
+        let op = Op::Set { key: key.to_string(), value: value.to_string(), ttl };
         self.batch(&[op]).await.map(drop)
     }
 
@@ -471,11 +397,7 @@ impl<'a> dyn Coordinator + 'a {
         fields: &[(String, String)],
         ttl: Option<Duration>,
     ) -> Result<(), CoordError> {
-        let op = Op::Hset {
-            key: key.to_string(),
-            fields: fields.to_vec(),
-            ttl,
-        };
+        let op = Op::Hset { key: key.to_string(), fields: fields.to_vec(), ttl };
         self.batch(&[op]).await.map(drop)
     }
 
@@ -498,9 +420,7 @@ impl<'a> dyn Coordinator + 'a {
 
     /// Read a counter (0 when absent).
     pub async fn counter(&self, key: &str) -> Result<u64, CoordError> {
-        let op = Op::Counter {
-            key: key.to_string(),
-        };
+        let op = Op::Counter { key: key.to_string() };
         Ok(self.batch(&[op]).await?.first().copied().unwrap_or(0))
     }
 
@@ -531,16 +451,9 @@ pub async fn read_workers_by_parts(
             Err(e) => return Err(e),
         };
         let values = coord.get_many(&w.keys).await?;
-        reads.push(WorkerRead {
-            now,
-            record,
-            values,
-        });
+        reads.push(WorkerRead { now, record, values });
     }
-    Ok(NodeRead {
-        now,
-        workers: reads,
-    })
+    Ok(NodeRead { now, workers: reads })
 }
 
 /// [`Request::HgetallMany`] as one `Hgetall` per key, for a backend without a pipeline.

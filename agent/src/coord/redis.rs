@@ -107,10 +107,7 @@ fn read_ca(
         addr: addr.to_string(),
         source: format!("cannot read redis.ca_file {path}: {e}").into(),
     })?;
-    Ok(Some(redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(root),
-    }))
+    Ok(Some(redis::TlsCertificates { client_tls: None, root_cert: Some(root) }))
 }
 
 impl RedisCoordinator {
@@ -143,17 +140,14 @@ impl RedisCoordinator {
             .connection_timeout(timeout)
             .response_timeout(timeout);
         // NB: `certs` turns verification on: a `#insecure` cluster verifies nothing, as before.
-        let first = nodes
-            .first()
-            .and_then(|u| u.as_str().into_connection_info().ok());
+        let first = nodes.first().and_then(|u| u.as_str().into_connection_info().ok());
         let insecure = first.is_some_and(|i| tls_of(&i.addr) == Some(redis::TlsMode::Insecure));
         if let Some(certs) = read_ca(ca_file.filter(|_| !insecure), &addr)? {
             builder = builder.certs(certs);
         }
-        let client = builder.build().map_err(|source| CoordError::Unreachable {
-            addr: addr.clone(),
-            source,
-        })?;
+        let client = builder
+            .build()
+            .map_err(|source| CoordError::Unreachable { addr: addr.clone(), source })?;
         Ok(Self::from_target(Target::Cluster(client), addr, timeout))
     }
 
@@ -162,10 +156,7 @@ impl RedisCoordinator {
     pub fn sentinel(urls: &str, service: &str, timeout: Duration) -> Result<Self, CoordError> {
         let nodes = RedisUrls::parse(urls).into_vec();
         let addr = format!("sentinel {} ({service})", redact::urls(urls));
-        let unreachable = |source| CoordError::Unreachable {
-            addr: addr.clone(),
-            source,
-        };
+        let unreachable = |source| CoordError::Unreachable { addr: addr.clone(), source };
         let first = nodes
             .first()
             .cloned()
@@ -183,11 +174,7 @@ impl RedisCoordinator {
             SentinelServerType::Master,
         )
         .map_err(unreachable)?;
-        Ok(Self::from_target(
-            Target::Sentinel(Mutex::new(client)),
-            addr,
-            timeout,
-        ))
+        Ok(Self::from_target(Target::Sentinel(Mutex::new(client)), addr, timeout))
     }
 
     fn from_target(target: Target, addr: String, timeout: Duration) -> Self {
@@ -208,10 +195,7 @@ impl RedisCoordinator {
         timeout: Duration,
     ) -> Result<Self, CoordError> {
         let addr = redact::urls(url);
-        let unreachable = |source| CoordError::Unreachable {
-            addr: addr.clone(),
-            source,
-        };
+        let unreachable = |source| CoordError::Unreachable { addr: addr.clone(), source };
         let client = match read_ca(ca_file, &addr)? {
             None => redis::Client::open(url).map_err(unreachable)?,
             Some(certs) => redis::Client::build_with_tls(url, certs).map_err(unreachable)?,
@@ -231,10 +215,7 @@ impl RedisCoordinator {
         let c = match made {
             Ok(Ok(c)) => c,
             Ok(Err(source)) => {
-                return Err(CoordError::Unreachable {
-                    addr: self.addr.clone(),
-                    source,
-                })
+                return Err(CoordError::Unreachable { addr: self.addr.clone(), source })
             }
             Err(_) => return Err(self.timed_out()),
         };
@@ -306,10 +287,7 @@ impl RedisCoordinator {
         if matches!(self.target, Target::Sentinel(_)) {
             self.stale.store(true, Ordering::SeqCst);
         }
-        CoordError::Timeout {
-            addr: self.addr.clone(),
-            timeout: self.timeout,
-        }
+        CoordError::Timeout { addr: self.addr.clone(), timeout: self.timeout }
     }
 
     fn map_err(&self, source: redis::RedisError) -> CoordError {
@@ -325,15 +303,9 @@ impl RedisCoordinator {
             self.stale.store(true, Ordering::SeqCst);
         }
         if transport || demoted {
-            CoordError::Unreachable {
-                addr: self.addr.clone(),
-                source,
-            }
+            CoordError::Unreachable { addr: self.addr.clone(), source }
         } else {
-            CoordError::Command {
-                addr: self.addr.clone(),
-                source: source.into(),
-            }
+            CoordError::Command { addr: self.addr.clone(), source: source.into() }
         }
     }
 
@@ -379,11 +351,7 @@ pub(crate) fn slot(key: &str) -> u16 {
     for &byte in tagged.unwrap_or(b) {
         crc ^= u16::from(byte) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
         }
     }
     crc % 16384
@@ -410,10 +378,7 @@ mod tests {
     #[test]
     fn a_sentinel_s_master_is_reached_as_the_sentinels_are() {
         let tls = |url: &str| tls_of(&url.into_connection_info().unwrap().addr);
-        assert!(
-            tls("redis://:pw@s:26379").is_none(),
-            "plain Sentinels, plain master"
-        );
+        assert!(tls("redis://:pw@s:26379").is_none(), "plain Sentinels, plain master");
         assert!(tls("rediss://:pw@s:26379") == Some(redis::TlsMode::Secure));
         assert!(tls("rediss://:pw@s:26379/#insecure") == Some(redis::TlsMode::Insecure));
     }

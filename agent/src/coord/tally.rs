@@ -18,10 +18,7 @@ pub struct Tally {
 
 impl Tally {
     pub fn new(inner: Arc<dyn Coordinator>) -> Tally {
-        Tally {
-            inner,
-            requests: AtomicU64::new(0),
-        }
+        Tally { inner, requests: AtomicU64::new(0) }
     }
 
     /// How many requests were passed on so far (failed ones too).
@@ -58,10 +55,7 @@ mod tests {
         assert!(tally.single_node());
         let coord: &dyn Coordinator = &tally;
         assert_eq!(coord.time().await.unwrap(), 5_000);
-        coord
-            .set("k", "v", std::time::Duration::from_secs(1))
-            .await
-            .unwrap();
+        coord.set("k", "v", std::time::Duration::from_secs(1)).await.unwrap();
         assert_eq!(tally.requests(), 2);
         assert_eq!(inner.get("k").await.unwrap().as_deref(), Some("v"));
     }

@@ -159,14 +159,7 @@ impl Agent {
             host_signals: Vec::new(),
             lost_seeded: false,
             tally,
-            ctx: Context {
-                cfg,
-                keys,
-                coord,
-                runtime,
-                notifier,
-                metrics,
-            },
+            ctx: Context { cfg, keys, coord, runtime, notifier, metrics },
         }
     }
 
@@ -276,22 +269,14 @@ impl Agent {
                 return report;
             }
             Err(e) => {
-                self.outages
-                    .coordinator_failed(&self.ctx, &e, started)
-                    .await;
+                self.outages.coordinator_failed(&self.ctx, &e, started).await;
                 report.coordinator_error = Some(e.to_string());
                 return report;
             }
         }
-        self.ctx
-            .metrics
-            .cycle
-            .observe(started.elapsed().as_secs_f64());
-        self.cycle.verdicts = report
-            .verdicts
-            .iter()
-            .map(|(w, v)| (w.clone(), v.as_str().to_string()))
-            .collect();
+        self.ctx.metrics.cycle.observe(started.elapsed().as_secs_f64());
+        self.cycle.verdicts =
+            report.verdicts.iter().map(|(w, v)| (w.clone(), v.as_str().to_string())).collect();
         // NB: the coordinator counts as back only after a whole cycle, writes included: a
         // read-only replica answers reads, and must not look healthy.
         let wrote = self.publish().await;
@@ -309,9 +294,7 @@ impl Agent {
         match wrote {
             Ok(()) => self.outages.coordinator_ok(&self.ctx),
             Err(e) => {
-                self.outages
-                    .coordinator_failed(&self.ctx, &e, started)
-                    .await;
+                self.outages.coordinator_failed(&self.ctx, &e, started).await;
                 report.coordinator_error = Some(e.to_string());
             }
         }
@@ -352,11 +335,7 @@ impl Agent {
     async fn send_owed(&mut self) {
         let lease = self.ctx.cfg.safety.lock_ttl;
         let coord = self.ctx.coord.clone();
-        for alert in self
-            .alerts
-            .owed(coord.as_ref(), self.cycle.now, lease)
-            .await
-        {
+        for alert in self.alerts.owed(coord.as_ref(), self.cycle.now, lease).await {
             self.ctx.notifier.send(&alert).await;
         }
     }
@@ -393,9 +372,7 @@ impl Agent {
             present.insert(worker.clone());
             if list.len() > 1 {
                 let (journal, alerts) = (&mut self.journal, &mut self.alerts);
-                self.roster
-                    .ambiguous(&self.ctx, journal, alerts, &worker, &list, now)
-                    .await?;
+                self.roster.ambiguous(&self.ctx, journal, alerts, &worker, &list, now).await?;
                 continue;
             }
             self.roster.unambiguous(&self.ctx, &worker).await?;
@@ -418,19 +395,12 @@ impl Agent {
         &mut self,
         groups: &crate::hang::roster::ByWorker,
     ) -> Result<Prefetch, CoordError> {
-        let single: Vec<&str> = groups
-            .iter()
-            .filter(|(_, list)| list.len() == 1)
-            .map(|(w, _)| w.as_str())
-            .collect();
+        let single: Vec<&str> =
+            groups.iter().filter(|(_, list)| list.len() == 1).map(|(w, _)| w.as_str()).collect();
         let read = marks::read_node(self.ctx.coord.as_ref(), &self.ctx.keys, &single).await?;
         self.cycle.now = read.now;
         Ok(Prefetch {
-            reads: single
-                .iter()
-                .map(|w| w.to_string())
-                .zip(read.workers)
-                .collect(),
+            reads: single.iter().map(|w| w.to_string()).zip(read.workers).collect(),
             requests: self.tally.requests(),
             at: tokio::time::Instant::now(),
         })
@@ -441,12 +411,8 @@ impl Agent {
     fn show_slow(&self) {
         let Some(tx) = &self.slow_named else { return };
         let on = self.ctx.cfg.gang.pace.enabled;
-        let named: crate::vocab::node::SlowNamed = self
-            .paces
-            .values()
-            .filter(|_| on)
-            .filter_map(|p| p.named.clone())
-            .collect();
+        let named: crate::vocab::node::SlowNamed =
+            self.paces.values().filter(|_| on).filter_map(|p| p.named.clone()).collect();
         tx.send_if_modified(|now| {
             let changed = *now != named;
             *now = named;
@@ -463,10 +429,7 @@ impl Agent {
         self.ctx.metrics.pace.retain(|w| judged.contains(w));
         self.rhythms.retain(|w, _| judged.contains(w.as_str()));
         self.paces.retain(|w, _| judged.contains(w.as_str()));
-        self.ctx
-            .notifier
-            .retain(self.ctx.keys.node(), present)
-            .await;
+        self.ctx.notifier.retain(self.ctx.keys.node(), present).await;
     }
 
     /// One worker, with its read (the cycle's, or its own when the cycle's is no longer as good:
@@ -538,13 +501,8 @@ impl Agent {
             let f = self.watch.facts.read().unwrap_or_else(|p| p.into_inner());
             f.maintenance.clone()
         };
-        let info = self
-            .watch
-            .node_info
-            .as_ref()
-            .and_then(|rx| rx.borrow().clone());
-        self.cycle
-            .record(&self.ctx, &maintenance, &self.gpu, info.as_ref())
+        let info = self.watch.node_info.as_ref().and_then(|rx| rx.borrow().clone());
+        self.cycle.record(&self.ctx, &maintenance, &self.gpu, info.as_ref())
     }
 
     /// Run until `shutdown` fires. Each cycle is paced by `poll_interval`; after a coordinator
@@ -588,9 +546,6 @@ impl Agent {
             self.ctx.cfg.dry_run
         );
         let about = About::worker("-", Verdict::Healthy);
-        let _ = self
-            .journal
-            .note(now, about, Code::AgentStarted, detail)
-            .await;
+        let _ = self.journal.note(now, about, Code::AgentStarted, detail).await;
     }
 }

@@ -104,10 +104,7 @@ pub(crate) fn render(gangs: &[GangView], now: Millis) -> String {
             s.push_str(&format!("; incident {id} for {}", human(now - t)));
         }
         if let Some(d) = g.decided_at {
-            s.push_str(&format!(
-                "; restart of every member decided {} ago",
-                human(now - d)
-            ));
+            s.push_str(&format!("; restart of every member decided {} ago", human(now - d)));
         }
         s.push('\n');
         if g.verdict == "hung" && g.decided_at.is_none() {
@@ -166,23 +163,14 @@ mod tests {
                 "hb": now - 300_000, "p": 41_200, "ok": 120_000, "at": now - 1_000, "br": 3});
             let field = format!("{node}/rank");
             let shard = keys.gang_members("ml/a", gp::shard_of(node, 1));
-            coord
-                .hset(&shard, &[(field, entry.to_string())], None)
-                .await
-                .unwrap();
+            coord.hset(&shard, &[(field, entry.to_string())], None).await.unwrap();
         }
         let run = "2:1000:9000000:41200";
         coord
-            .set(
-                &keys.gang_fruitless("ml/a"),
-                run,
-                std::time::Duration::from_secs(60),
-            )
+            .set(&keys.gang_fruitless("ml/a"), run, std::time::Duration::from_secs(60))
             .await
             .unwrap();
-        let v = views(coord.as_ref(), "vigil", &t, [tag("ml/a", Some(2))], now)
-            .await
-            .unwrap();
+        let v = views(coord.as_ref(), "vigil", &t, [tag("ml/a", Some(2))], now).await.unwrap();
         assert_eq!(v[0].verdict, "hung");
         assert!(
             v[0].blockers[0].starts_with(
@@ -193,13 +181,8 @@ mod tests {
         );
         assert!(render(&v, now).contains("blocked: restarts are not helping"));
         // With a limit of 3 there is one restart left: nothing blocks.
-        let three = Timing {
-            max_fruitless: 3,
-            ..t
-        };
-        let v = views(coord.as_ref(), "vigil", &three, [tag("ml/a", Some(2))], now)
-            .await
-            .unwrap();
+        let three = Timing { max_fruitless: 3, ..t };
+        let v = views(coord.as_ref(), "vigil", &three, [tag("ml/a", Some(2))], now).await.unwrap();
         assert!(v[0].blockers.is_empty(), "{:?}", v[0].blockers);
     }
 }

@@ -96,21 +96,14 @@ impl Cycle {
                 .and_then(|i| i.provisioning.as_ref())
                 .map(|p| p.as_str().to_string())
                 .unwrap_or_default(),
-            accelerator: info
-                .and_then(NodeInfo::accelerator)
-                .unwrap_or_default()
-                .to_string(),
+            accelerator: info.and_then(NodeInfo::accelerator).unwrap_or_default().to_string(),
             tpu_topology: info
                 .and_then(|i| i.tpu_topology.as_ref())
                 .map(|t| t.text.clone())
                 .unwrap_or_default(),
             maintenance: maintenance.phase.as_str().to_string(),
             maintenance_source: maintenance.sources_str(),
-            gpu: if gpu.monitoring() {
-                gpu.node.as_str().into()
-            } else {
-                "unknown".into()
-            },
+            gpu: if gpu.monitoring() { gpu.node.as_str().into() } else { "unknown".into() },
             runtime_down: None,
             workers: self.verdicts.clone(),
             places: self.places.clone(),
@@ -159,10 +152,7 @@ impl Cycle {
             self.pruned_at = Some(now);
         }
         let budgets = &ctx.metrics.budgets;
-        budgets.set_limits(
-            (!s.breaker_disabled).then_some(s.breaker_per_day),
-            s.fleet_budget,
-        );
+        budgets.set_limits((!s.breaker_disabled).then_some(s.breaker_per_day), s.fleet_budget);
         let ((used, open), (spent, exhausted)) = caps.read(&counters);
         budgets.set_breaker(used, open);
         self.gangs.breaker_left =
@@ -198,14 +188,7 @@ impl Cycle {
         for (key, field, value) in self.gangs.entries.drain(..) {
             by_key.entry(key).or_default().push((field, value));
         }
-        by_key
-            .into_iter()
-            .map(|(key, fields)| Op::Hset {
-                key,
-                fields,
-                ttl: Some(ttl),
-            })
-            .collect()
+        by_key.into_iter().map(|(key, fields)| Op::Hset { key, fields, ttl: Some(ttl) }).collect()
     }
 }
 
@@ -311,14 +294,8 @@ mod tests {
         noted.await.unwrap();
         let stop = CancellationToken::new();
         let every = Duration::from_millis(20);
-        let beat = heartbeat_loop(
-            coord.clone(),
-            keys.clone(),
-            shared.clone(),
-            every,
-            ttl,
-            stop.clone(),
-        );
+        let beat =
+            heartbeat_loop(coord.clone(), keys.clone(), shared.clone(), every, ttl, stop.clone());
         let beat = tokio::spawn(beat);
         held.entered.notified().await;
         let (c, k, s) = (coord.clone(), keys.clone(), shared.clone());
@@ -345,21 +322,13 @@ mod tests {
     #[test]
     fn the_place_and_the_pruning_are_written_when_due_not_every_cycle() {
         let mut c = Cycle::default();
-        assert_eq!(
-            c.upkeep("[\"a\",\"\"]", 0),
-            Upkeep::ALL,
-            "first publication"
-        );
+        assert_eq!(c.upkeep("[\"a\",\"\"]", 0), Upkeep::ALL, "first publication");
         c.place_written = Some(("[\"a\",\"\"]".into(), 0));
         c.pruned_at = Some(0);
         assert_eq!(c.upkeep("[\"a\",\"\"]", 5_000), Upkeep::NONE);
         let moved = c.upkeep("[\"b\",\"\"]", 5_000);
         assert_eq!((moved.place, moved.prune), (true, false), "a new place");
         assert_eq!(c.upkeep("[\"a\",\"\"]", UPKEEP_EVERY), Upkeep::ALL);
-        assert_eq!(
-            c.upkeep("[\"a\",\"\"]", -UPKEEP_EVERY),
-            Upkeep::ALL,
-            "clock back"
-        );
+        assert_eq!(c.upkeep("[\"a\",\"\"]", -UPKEEP_EVERY), Upkeep::ALL, "clock back");
     }
 }

@@ -74,29 +74,17 @@ impl NodeRecord {
             ("maintenance".into(), self.maintenance.clone()),
             ("maintenance_source".into(), self.maintenance_source.clone()),
             ("gpu".into(), self.gpu.clone()),
-            (
-                "runtime_down".into(),
-                self.runtime_down.map(|t| t.to_string()).unwrap_or_default(),
-            ),
+            ("runtime_down".into(), self.runtime_down.map(|t| t.to_string()).unwrap_or_default()),
             (
                 "workers".into(),
                 serde_json::to_string(&self.workers).unwrap_or_else(|_| "{}".into()),
             ),
-            (
-                "places".into(),
-                serde_json::to_string(&self.places).unwrap_or_else(|_| "{}".into()),
-            ),
-            (
-                "gangs".into(),
-                serde_json::to_string(&self.gangs).unwrap_or_else(|_| "{}".into()),
-            ),
+            ("places".into(), serde_json::to_string(&self.places).unwrap_or_else(|_| "{}".into())),
+            ("gangs".into(), serde_json::to_string(&self.gangs).unwrap_or_else(|_| "{}".into())),
             ("version".into(), self.version.clone()),
             ("dry_run".into(), self.dry_run.to_string()),
             ("updated_at".into(), self.updated_at.to_string()),
-            (
-                "lost".into(),
-                serde_json::to_string(&self.lost).unwrap_or_else(|_| "{}".into()),
-            ),
+            ("lost".into(), serde_json::to_string(&self.lost).unwrap_or_else(|_| "{}".into())),
             (
                 "lost_hours".into(),
                 serde_json::to_string(&self.lost_hours).unwrap_or_else(|_| "{}".into()),
@@ -114,10 +102,7 @@ impl NodeRecord {
             accelerator: get("accelerator"),
             tpu_topology: get("tpu_topology"),
             maintenance_source: get("maintenance_source"),
-            maintenance: f
-                .get("maintenance")
-                .cloned()
-                .unwrap_or_else(|| "none".into()),
+            maintenance: f.get("maintenance").cloned().unwrap_or_else(|| "none".into()),
             gpu: f.get("gpu").cloned().unwrap_or_else(|| "unknown".into()),
             runtime_down: get("runtime_down").parse().ok(),
             workers: serde_json::from_str(&get("workers")).unwrap_or_default(),
@@ -139,10 +124,7 @@ pub async fn publish(
     rec: &NodeRecord,
     ttl: Duration,
 ) -> Result<(), CoordError> {
-    coord
-        .batch(&publish_ops(keys, rec, ttl, Upkeep::ALL))
-        .await
-        .map(drop)
+    coord.batch(&publish_ops(keys, rec, ttl, Upkeep::ALL)).await.map(drop)
 }
 
 /// What a publication writes besides the record and its index entry, when it is due: the
@@ -158,14 +140,8 @@ pub struct Upkeep {
 }
 
 impl Upkeep {
-    pub const ALL: Upkeep = Upkeep {
-        place: true,
-        prune: true,
-    };
-    pub const NONE: Upkeep = Upkeep {
-        place: false,
-        prune: false,
-    };
+    pub const ALL: Upkeep = Upkeep { place: true, prune: true };
+    pub const NONE: Upkeep = Upkeep { place: false, prune: false };
 }
 
 /// The node's `[pool, slice]` as the slice map holds it.
@@ -177,11 +153,7 @@ pub(crate) fn place_value(rec: &NodeRecord) -> String {
 /// fleet index, and what `upkeep` says is due — the node's slice, the index's pruning of nodes
 /// silent past the retention.
 pub fn publish_ops(keys: &Keys, rec: &NodeRecord, ttl: Duration, upkeep: Upkeep) -> Vec<Op> {
-    let mut ops = vec![Op::Hset {
-        key: keys.agent(),
-        fields: rec.fields(),
-        ttl: Some(ttl),
-    }];
+    let mut ops = vec![Op::Hset { key: keys.agent(), fields: rec.fields(), ttl: Some(ttl) }];
     if upkeep.place {
         // The slice outlives the record, so a node that went silent still counts against it.
         ops.push(Op::Hset {
@@ -220,13 +192,7 @@ pub(crate) fn health(rec: Option<&NodeRecord>) -> &'static str {
         Some(r) if r.gpu == "failed" => "unhealthy",
         // NB: a worker last seen hung stays a reason (its restart may be what wedged the
         // runtime).
-        Some(r)
-            if r.workers
-                .values()
-                .any(|v| BAD_VERDICTS.contains(&v.as_str())) =>
-        {
-            "unhealthy"
-        }
+        Some(r) if r.workers.values().any(|v| BAD_VERDICTS.contains(&v.as_str())) => "unhealthy",
         // NB: its workers are as last seen, not as they are: never counted healthy (an idle
         // node's opportunistic maintenance counts its pool's healthy nodes), nor unhealthy (its
         // slice stays available: Vigil lost sight of the training, the training did not stop).
@@ -255,20 +221,13 @@ pub(crate) async fn read(
         })
         .collect();
     let members = coord.index_members(&index).await?;
-    let record_keys: Vec<String> = members
-        .iter()
-        .map(|(node, _)| Keys::new(prefix, node).agent())
-        .collect();
+    let record_keys: Vec<String> =
+        members.iter().map(|(node, _)| Keys::new(prefix, node).agent()).collect();
     let records = coord.hgetall_many(&record_keys).await?;
     let mut out = Vec::with_capacity(members.len());
     for ((node, last_seen), fields) in members.into_iter().zip(records) {
         let rec = NodeRecord::from_fields(&fields);
-        out.push(NodeView {
-            health: health(rec.as_ref()),
-            node,
-            last_seen,
-            record: rec,
-        });
+        out.push(NodeView { health: health(rec.as_ref()), node, last_seen, record: rec });
     }
     out.sort_by(|a, b| a.node.cmp(&b.node));
     Ok((out, last_slice))
@@ -303,25 +262,17 @@ pub(crate) async fn report(
     let now = coord.time().await?;
     let (views, last_slice) = read(coord, prefix).await?;
     let slices = slices(&views, &last_slice);
-    let tags = views
-        .iter()
-        .filter_map(|v| v.record.as_ref())
-        .flat_map(|r| r.gangs.values().cloned());
+    let tags =
+        views.iter().filter_map(|v| v.record.as_ref()).flat_map(|r| r.gangs.values().cloned());
     let gangs = gangs::views(coord, prefix, timing, tags, now).await?;
     let lost = crate::fleet::lost::by_pool(
-        views
-            .iter()
-            .filter_map(|v| v.record.as_ref())
-            .map(|r| (r.pool.as_str(), &r.lost)),
+        views.iter().filter_map(|v| v.record.as_ref()).map(|r| (r.pool.as_str(), &r.lost)),
     );
     Ok(if json {
         let body = serde_json::json!({
             "at": now, "nodes": views, "slices": slices, "gangs": gangs, "lost": lost
         });
-        format!(
-            "{}\n",
-            serde_json::to_string_pretty(&body).unwrap_or_default()
-        )
+        format!("{}\n", serde_json::to_string_pretty(&body).unwrap_or_default())
     } else {
         render(&views, &slices, now)
             + &crate::fleet::lost::render(&lost)
@@ -354,27 +305,22 @@ pub(crate) fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
     for v in views {
         let (pool, slice) = match &v.record {
             Some(r) => (r.pool.clone(), r.slice.clone()),
-            None => places
-                .get(&v.node)
-                .cloned()
-                .unwrap_or_else(|| (String::new(), "-".into())),
+            None => places.get(&v.node).cloned().unwrap_or_else(|| (String::new(), "-".into())),
         };
         if slice.is_empty() {
             continue;
         }
-        let e = by
-            .entry((pool.clone(), slice.clone()))
-            .or_insert_with(|| SliceView {
-                slice,
-                pool,
-                nodes: 0,
-                healthy: 0,
-                unhealthy: 0,
-                maintenance: 0,
-                down: 0,
-                unknown: 0,
-                available: false,
-            });
+        let e = by.entry((pool.clone(), slice.clone())).or_insert_with(|| SliceView {
+            slice,
+            pool,
+            nodes: 0,
+            healthy: 0,
+            unhealthy: 0,
+            maintenance: 0,
+            down: 0,
+            unknown: 0,
+            available: false,
+        });
         e.nodes += 1;
         match v.health {
             "healthy" => e.healthy += 1,
@@ -428,11 +374,7 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
             None => unknown,
         };
         let [pool, slice, prov, accel, topo, maint, source, gpu] = cells.map(or_dash);
-        let workers = v
-            .record
-            .as_ref()
-            .map(|r| workers_cell(r, now))
-            .unwrap_or_default();
+        let workers = v.record.as_ref().map(|r| workers_cell(r, now)).unwrap_or_default();
         out.push_str(&format!(
             "{:<24} {:<12} {:<12} {:<12} {:<18} {:<9} {:<12} {:<12} {:<21} {:<9} {:<10} {}\n",
             v.node,
@@ -483,12 +425,9 @@ fn slices_table(slices: &[SliceView]) -> String {
 /// `worker=verdict@place …` of a record; while its runtime is down, said first, the verdicts
 /// being as last seen.
 fn workers_cell(r: &NodeRecord, now: Millis) -> String {
-    let down = r.runtime_down.map(|t| {
-        format!(
-            "(runtime down for {}; as last seen:) ",
-            human(now.saturating_sub(t))
-        )
-    });
+    let down = r
+        .runtime_down
+        .map(|t| format!("(runtime down for {}; as last seen:) ", human(now.saturating_sub(t))));
     let cell = r
         .workers
         .iter()

@@ -11,11 +11,7 @@ fn rec(node: &str, slice: &str, maint: &str, gpu: &str, verdict: &str) -> NodeRe
         accelerator: "tpu-v5p-slice".into(),
         tpu_topology: "2x2x4".into(),
         maintenance: maint.into(),
-        maintenance_source: if maint == "none" {
-            String::new()
-        } else {
-            "node-labels".into()
-        },
+        maintenance_source: if maint == "none" { String::new() } else { "node-labels".into() },
         gpu: gpu.into(),
         workers: [("w".to_string(), verdict.to_string())].into(),
         places: Default::default(),
@@ -55,10 +51,7 @@ fn a_slice_is_available_only_when_every_node_is_healthy() {
     ];
     let s = slices(&views, &Places::new());
     let avail: Vec<_> = s.iter().map(|s| (s.slice.as_str(), s.available)).collect();
-    assert_eq!(
-        avail,
-        vec![("A", true), ("B", false), ("C", false), ("D", false)]
-    );
+    assert_eq!(avail, vec![("A", true), ("B", false), ("C", false), ("D", false)]);
     assert_eq!(s[1].maintenance, 1);
 }
 
@@ -75,41 +68,23 @@ fn the_table_shows_what_the_node_labels_said_and_the_maintenance_source() {
     ];
     let text = render(&views, &slices(&views, &Places::new()), 5000);
     let header = text.lines().next().unwrap();
-    for col in [
-        "PROVISIONING",
-        "ACCELERATOR",
-        "TOPOLOGY",
-        "MAINTENANCE",
-        "SOURCE",
-    ] {
+    for col in ["PROVISIONING", "ACCELERATOR", "TOPOLOGY", "MAINTENANCE", "SOURCE"] {
         assert!(header.contains(col), "{header}");
     }
     let a1 = text.lines().find(|l| l.starts_with("a1")).unwrap();
     for cell in ["spot", "tpu-v5p-slice", "2x2x4", "ongoing", "node-labels"] {
         assert!(a1.contains(cell), "{cell}: {a1}");
     }
-    let b1: Vec<&str> = text
-        .lines()
-        .find(|l| l.starts_with("b1"))
-        .unwrap()
-        .split_whitespace()
-        .collect();
+    let b1: Vec<&str> =
+        text.lines().find(|l| l.starts_with("b1")).unwrap().split_whitespace().collect();
     // node pool slice provisioning accelerator topology health maintenance source
-    assert_eq!(
-        b1[..9],
-        ["b1", "p", "-", "-", "-", "-", "healthy", "none", "-"]
-    );
+    assert_eq!(b1[..9], ["b1", "p", "-", "-", "-", "-", "healthy", "none", "-"]);
 }
 
 #[test]
 fn a_down_node_makes_its_slice_unavailable() {
     let mut views = vec![view(rec("a1", "A", "none", "healthy", "healthy"))];
-    views.push(NodeView {
-        node: "a2".into(),
-        health: health(None),
-        last_seen: 10,
-        record: None,
-    });
+    views.push(NodeView { node: "a2".into(), health: health(None), last_seen: 10, record: None });
     let last = [("a2".to_string(), ("p".to_string(), "A".to_string()))].into();
     let s = slices(&views, &last);
     assert_eq!(s.len(), 1);
@@ -133,10 +108,7 @@ fn a_node_whose_runtime_is_down_is_unknown_and_says_its_verdicts_are_as_last_see
     let s = slices(std::slice::from_ref(&v), &Places::new());
     assert_eq!((s[0].unknown, s[0].healthy, s[0].available), (1, 0, true));
     let table = render(&[v], &s, 121_000);
-    assert!(
-        table.contains("(runtime down for 2m; as last seen:) w=healthy"),
-        "{table}"
-    );
+    assert!(table.contains("(runtime down for 2m; as last seen:) w=healthy"), "{table}");
     assert!(table.contains("UNKNOWN"), "{table}");
     let mut hung = r.clone();
     hung.workers = [("w".to_string(), "hung".to_string())].into();

@@ -25,9 +25,7 @@ pub(crate) async fn read_view(
     gang: &str,
     size: Option<u32>,
 ) -> Result<Vec<Member>, CoordError> {
-    let shards: Vec<String> = (0..gp::shards(size))
-        .map(|s| keys.gang_members(gang, s))
-        .collect();
+    let shards: Vec<String> = (0..gp::shards(size)).map(|s| keys.gang_members(gang, s)).collect();
     let hashes = coord.hgetall_many(&shards).await?;
     Ok(hashes
         .iter()

@@ -20,18 +20,10 @@ pub(crate) struct About<'a> {
 
 impl<'a> About<'a> {
     pub(crate) fn worker(worker: &'a str, verdict: Verdict) -> Self {
-        About {
-            worker,
-            verdict,
-            incident: None,
-            once: false,
-        }
+        About { worker, verdict, incident: None, once: false }
     }
     pub(crate) fn incident(self, id: &'a str) -> Self {
-        About {
-            incident: Some(id),
-            ..self
-        }
+        About { incident: Some(id), ..self }
     }
     pub(crate) fn once(self) -> Self {
         About { once: true, ..self }
@@ -46,10 +38,7 @@ pub(crate) struct Journal {
 
 impl Journal {
     pub fn new(trail: Trail) -> Journal {
-        Journal {
-            trail,
-            noted: HashSet::new(),
-        }
+        Journal { trail, noted: HashSet::new() }
     }
 
     /// Append a decision to the trail, log it and count it. With `about.once`, the same
@@ -62,19 +51,12 @@ impl Journal {
         code: Code,
         detail: String,
     ) -> Result<(), CoordError> {
-        let key = format!(
-            "{}|{}|{}",
-            about.worker,
-            code.as_str(),
-            about.incident.unwrap_or("-")
-        );
+        let key = format!("{}|{}|{}", about.worker, code.as_str(), about.incident.unwrap_or("-"));
         if about.once && self.noted.contains(&key) {
             return Ok(());
         }
         let verdict = about.verdict.as_str();
-        self.trail
-            .record(at, about.worker, verdict, code, detail, about.incident)
-            .await?;
+        self.trail.record(at, about.worker, verdict, code, detail, about.incident).await?;
         if about.once {
             // Remembered only once stored: an entry lost to an outage is written again.
             if self.noted.len() > 10_000 {

@@ -86,10 +86,7 @@ pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
 
 /// What one worker's read asks for: its record and its marks.
 pub fn worker_read_keys(k: &Keys, worker: &str) -> WorkerKeys {
-    WorkerKeys {
-        record: k.status(worker),
-        keys: worker_keys(k, worker),
-    }
+    WorkerKeys { record: k.status(worker), keys: worker_keys(k, worker) }
 }
 
 /// The clock and every listed worker's record and marks, in one round trip: the cycle's read of
@@ -110,9 +107,7 @@ pub(crate) async fn read(
     k: &Keys,
     worker: &str,
 ) -> Result<WorkerRead, CoordError> {
-    coord
-        .read_worker(&k.status(worker), &worker_keys(k, worker))
-        .await
+    coord.read_worker(&k.status(worker), &worker_keys(k, worker)).await
 }
 
 /// A worker's read, decoded.
@@ -163,18 +158,12 @@ pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
         }),
         incident: get(Slot::Incident).and_then(|s| Incident::decode(&s)),
         error_since: get(Slot::ErrorSince).and_then(|s| s.parse().ok()),
-        progress: get(Slot::Progress)
-            .and_then(|s| Stamp::parse(&s))
-            .map(|s| (s.rest, s.at)),
+        progress: get(Slot::Progress).and_then(|s| Stamp::parse(&s)).map(|s| (s.rest, s.at)),
         cooldown: get(Slot::Cooldown).is_some(),
         restarted_at: get(Slot::Restarted).and_then(|s| s.parse().ok()),
         escalated: get(Slot::Escalated).is_some(),
         episodes,
-        retry: v
-            .get(retry_at)
-            .cloned()
-            .flatten()
-            .and_then(|s| parse_retry(&s)),
+        retry: v.get(retry_at).cloned().flatten().and_then(|s| parse_retry(&s)),
         fruitless: get(Slot::Fruitless).and_then(|s| Fruitless::decode(&s)),
         rhythm: get(Slot::Rhythm).and_then(|s| History::decode(&s)),
         gang_line: get(Slot::GangLine).and_then(|s| s.parse().ok()),
@@ -197,11 +186,7 @@ fn parse_retry(s: &str) -> Option<Retry> {
     let incident = parts.next()?.to_string();
     let failures = parts.next()?.parse().ok()?;
     let not_before = parts.next()?.parse().ok()?;
-    Some(Retry {
-        incident,
-        failures,
-        not_before,
-    })
+    Some(Retry { incident, failures, not_before })
 }
 
 /// The key of an incarnation: the container id and its start time.
@@ -289,16 +274,10 @@ mod tests {
         assert_eq!(m.gang_line, Some(950));
         assert_eq!(m.episodes, vec![Episode::ALL[0]]);
         let r = m.retry.as_ref().unwrap();
-        assert_eq!(
-            (r.incident.as_str(), r.failures, r.not_before),
-            ("inc-1", 2, 800)
-        );
+        assert_eq!((r.incident.as_str(), r.failures, r.not_before), ("inc-1", 2, 800));
         assert_eq!(encode_retry(r), "inc-1:2:800");
         let h = m.rhythm.as_ref().unwrap();
-        assert_eq!(
-            (h.since, h.total(), h.encode()),
-            (900, 3, "900|1000|8:3".into())
-        );
+        assert_eq!((h.since, h.total(), h.encode()), (900, 3, "900|1000|8:3".into()));
         assert_eq!(d.incarnation.as_deref(), Some("c1:t0"));
         assert_eq!(d.cooldown.as_deref(), Some("600:inc-1:c1:t0"));
         assert!(d.locked);
@@ -312,10 +291,7 @@ mod tests {
             started_at: "2026-12-01T00:00:00Z".into(),
             ..Container::default()
         };
-        let with = |m: Option<String>| Decoded {
-            cooldown: m,
-            ..Decoded::default()
-        };
+        let with = |m: Option<String>| Decoded { cooldown: m, ..Decoded::default() };
         assert_eq!(with(None).claim(), Claim::None);
         assert_eq!(with(Some(claim(7, "inc-1", &c))).claim(), Claim::InFlight);
         let done = format!("{}{DONE}", claim(7, "inc-1", &c));

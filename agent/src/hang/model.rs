@@ -60,10 +60,7 @@ pub(crate) fn parse_gang_size(text: &str) -> Option<u32> {
 /// NB: a record written straight to Redis is not checked where it enters: an invalid id is no
 /// gang, never a key name; the worker API, `vigil beat` and the Python client refuse one.
 pub(crate) fn gang_of(fields: &HashMap<String, String>) -> Option<Gang> {
-    let id = fields
-        .get("gang")
-        .map(|g| g.trim())
-        .filter(|g| valid_gang_id(g))?;
+    let id = fields.get("gang").map(|g| g.trim()).filter(|g| valid_gang_id(g))?;
     Some(Gang {
         id: id.to_string(),
         size: fields.get("gang_size").and_then(|n| parse_gang_size(n)),
@@ -165,16 +162,11 @@ impl WorkerStatus {
     fn text(fields: &HashMap<String, String>, k: &str) -> Option<String> {
         // NB: worker-supplied text goes into log lines, alerts and webhooks: bounded, so a
         // 5 MB `job` field costs nothing downstream.
-        fields
-            .get(k)
-            .filter(|v| !v.is_empty())
-            .map(|v| bounded(v, MAX_FIELD))
+        fields.get(k).filter(|v| !v.is_empty()).map(|v| bounded(v, MAX_FIELD))
     }
 
     fn alert_only(fields: &HashMap<String, String>) -> bool {
-        fields
-            .get("restarts")
-            .is_some_and(|v| v.trim() == crate::runtime::container::ALERT_ONLY)
+        fields.get("restarts").is_some_and(|v| v.trim() == crate::runtime::container::ALERT_ONLY)
     }
 
     /// One process's status: the container's one, or rank `rank`'s (its fields `state@r`...).
@@ -321,12 +313,7 @@ impl Fruitless {
             "-" => None,
             p => Some(p.parse().ok()?),
         };
-        Some(Fruitless {
-            count,
-            since,
-            last,
-            past,
-        })
+        Some(Fruitless { count, since, last, past })
     }
 }
 
@@ -348,10 +335,7 @@ pub(crate) struct Incident {
 
 impl Incident {
     pub(crate) fn decode(s: &str) -> Option<Incident> {
-        Stamp::parse(s).map(|s| Incident {
-            started: s.at,
-            id: s.rest,
-        })
+        Stamp::parse(s).map(|s| Incident { started: s.at, id: s.rest })
     }
     pub(crate) fn encode(&self) -> String {
         Stamp::new(self.started, &self.id).to_string()
@@ -445,10 +429,7 @@ mod tests {
     use super::*;
 
     fn record(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -461,17 +442,11 @@ mod tests {
         assert_eq!(gang(&[]), None);
         assert_eq!(
             gang(&[("gang", "ml/llama-70b/0"), ("gang_size", "64")]),
-            Some(Gang {
-                id: "ml/llama-70b/0".into(),
-                size: Some(64)
-            })
+            Some(Gang { id: "ml/llama-70b/0".into(), size: Some(64) })
         );
         // A size out of bounds is no size; an id that could name another key is no gang.
         for size in ["0", "65537", "-1", "x", ""] {
-            assert_eq!(
-                gang(&[("gang", "g"), ("gang_size", size)]).unwrap().size,
-                None
-            );
+            assert_eq!(gang(&[("gang", "g"), ("gang_size", size)]).unwrap().size, None);
         }
         for id in ["", "a:b", "{tag}", "a b", &"x".repeat(254)] {
             assert_eq!(gang(&[("gang", id)]), None, "{id:?}");
@@ -491,10 +466,7 @@ mod tests {
         let ranks = WorkerStatus::ranks_from_fields(&fields).unwrap();
         assert_eq!(ranks.len(), 2);
         for r in ranks {
-            assert_eq!(
-                r.gang.as_ref().map(|g| (g.id.as_str(), g.size)),
-                Some(("job-1", Some(16)))
-            );
+            assert_eq!(r.gang.as_ref().map(|g| (g.id.as_str(), g.size)), Some(("job-1", Some(16))));
         }
     }
 }

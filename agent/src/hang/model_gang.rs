@@ -221,11 +221,7 @@ impl Decision {
             Some((inc, m)) => (inc.to_string(), Some(m.to_string())),
             None => (s.rest, None),
         };
-        Some(Decision {
-            decided: s.at,
-            incident,
-            only,
-        })
+        Some(Decision { decided: s.at, incident, only })
     }
     pub(crate) fn encode(&self) -> String {
         match &self.only {

@@ -35,9 +35,7 @@ pub(crate) fn upper(i: usize) -> Millis {
 
 /// The bucket of a silence of `ms`.
 pub(crate) fn bucket(ms: Millis) -> usize {
-    (0..BUCKETS)
-        .find(|&i| ms <= upper(i))
-        .unwrap_or(BUCKETS - 1)
+    (0..BUCKETS).find(|&i| ms <= upper(i)).unwrap_or(BUCKETS - 1)
 }
 
 /// The silences a worker came back from, and since when they are learned. (Also, in an agent's
@@ -59,11 +57,7 @@ impl Default for History {
 
 impl History {
     pub(crate) fn new(since: Millis) -> History {
-        History {
-            since,
-            longest: 0,
-            counts: [0; BUCKETS],
-        }
+        History { since, longest: 0, counts: [0; BUCKETS] }
     }
 
     /// One more silence come back from.
@@ -199,15 +193,9 @@ mod tests {
         h.add(900);
         h.add(45_000);
         let raw = h.encode();
-        assert_eq!(
-            raw,
-            format!("1700000000000|45000|{}:2,{}:1", bucket(900), bucket(45_000))
-        );
+        assert_eq!(raw, format!("1700000000000|45000|{}:2,{}:1", bucket(900), bucket(45_000)));
         assert_eq!(History::decode(&raw), Some(h));
-        assert_eq!(
-            History::decode("7|0|").map(|h| (h.since, h.total())),
-            Some((7, 0))
-        );
+        assert_eq!(History::decode("7|0|").map(|h| (h.since, h.total())), Some((7, 0)));
         for bad in [
             "", "x|0|1:1", "7", "7|0", "7|0|1", "7|0|99:1", "7|0|1:-1", "7|0|a:1", "7|-1|", "7|1:1",
         ] {

@@ -25,11 +25,7 @@ pub(crate) fn episode(
     placed: &str,
 ) -> String {
     let milli = |r: f64| (r * 1000.0).round() as i64;
-    format!(
-        "{since}:{}:{}:{opener}@{opened}|{placed}",
-        milli(rate),
-        milli(baseline)
-    )
+    format!("{since}:{}:{}:{opener}@{opened}|{placed}", milli(rate), milli(baseline))
 }
 
 /// The value's opener field: `<node>/<worker>@<opened>`.
@@ -90,9 +86,7 @@ pub(crate) fn why_of(value: &str) -> Option<&str> {
 
 /// Whether an episode's value names its member yet (`?` while the opener reads the view).
 pub(crate) fn settled(value: &str) -> bool {
-    value
-        .split_once('|')
-        .is_some_and(|(_, placed)| placed != "?")
+    value.split_once('|').is_some_and(|(_, placed)| placed != "?")
 }
 
 /// How long an episode's key lives unless its opener renews it (at least 10 minutes, or five
@@ -112,16 +106,9 @@ mod tests {
 
     #[test]
     fn an_episode_says_who_opened_it_when_and_where_its_page_was_placed() {
-        let named = episode(
-            1_000,
-            (1.4, 2.0),
-            ("gpu-0/rank-0", 5_000),
-            "gpu-3/rank-3|2|it computes",
-        );
-        assert_eq!(
-            named,
-            "1000:1400:2000:gpu-0/rank-0@5000|gpu-3/rank-3|2|it computes"
-        );
+        let named =
+            episode(1_000, (1.4, 2.0), ("gpu-0/rank-0", 5_000), "gpu-3/rank-3|2|it computes");
+        assert_eq!(named, "1000:1400:2000:gpu-0/rank-0@5000|gpu-3/rank-3|2|it computes");
         assert_eq!(opener_of(&named), Some("gpu-0/rank-0"));
         assert_eq!(since_of(&named), Some(1_000));
         assert_eq!(opened_of(&named), Some(5_000));

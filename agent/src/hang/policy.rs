@@ -159,11 +159,7 @@ fn working(
         // `confirm_after` after the first (by this or any other instance).
         let confirmed = matches!(marks.suspect,
             Some((seen_hb, seen_at)) if seen_hb == hb && now - seen_at >= ms(cfg.confirm_after));
-        return if confirmed {
-            Verdict::Hung
-        } else {
-            Verdict::Suspect
-        };
+        return if confirmed { Verdict::Hung } else { Verdict::Suspect };
     }
     // NB: a frozen marker is a stall only while processing: a long `compile` moves none.
     let frozen = status.state == WorkerState::Processing
@@ -304,10 +300,7 @@ pub(crate) fn for_gang(
     let mut fx: Vec<Effect> = effects
         .into_iter()
         .filter(|e| {
-            !matches!(
-                e,
-                Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate
-            )
+            !matches!(e, Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate)
         })
         .collect();
     if stale || in_error || marks.cooldown {
@@ -378,11 +371,9 @@ fn timer_end(
     }
     match action {
         Action::RestartPipeline => None,
-        Action::SuppressAndClear | Action::Checkpoint => Some(if v == Verdict::Booting {
-            TimerEnd::Booting
-        } else {
-            TimerEnd::Maintenance
-        }),
+        Action::SuppressAndClear | Action::Checkpoint => {
+            Some(if v == Verdict::Booting { TimerEnd::Booting } else { TimerEnd::Maintenance })
+        }
         Action::Observe | Action::AlertOnly | Action::AlertNoRestart | Action::None => {
             // Timers are cleared only when the *data* says the worker is fine, never because this
             // instance has not confirmed yet: another instance may be one observation ahead.
@@ -411,10 +402,7 @@ fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
         .copied()
         .filter(|e| open(e) && Some(*e) != wanted)
         .map(Effect::CloseEpisode);
-    let opens = wanted
-        .filter(|e| !open(e))
-        .map(Effect::OpenEpisode)
-        .into_iter();
+    let opens = wanted.filter(|e| !open(e)).map(Effect::OpenEpisode).into_iter();
     closes.chain(opens).collect()
 }
 

@@ -93,11 +93,7 @@ mod tests {
     #[test]
     fn a_failed_restart_bars_every_incident_of_its_worker_until_its_backoff() {
         let retry = |incident: &str, not_before| Marks {
-            retry: Some(Retry {
-                incident: incident.into(),
-                failures: 1,
-                not_before,
-            }),
+            retry: Some(Retry { incident: incident.into(), failures: 1, not_before }),
             ..Marks::default()
         };
         assert!(retry_open(&Marks::default(), NOW), "no failure yet");
@@ -114,9 +110,8 @@ mod tests {
     fn retries_back_off_from_the_stop_grace_to_the_cooldown() {
         let grace = Duration::from_secs(30);
         let cooldown = Duration::from_secs(600);
-        let waits: Vec<u64> = (1..=7)
-            .map(|n| retry_backoff(n, grace, cooldown).as_secs())
-            .collect();
+        let waits: Vec<u64> =
+            (1..=7).map(|n| retry_backoff(n, grace, cooldown).as_secs()).collect();
         assert_eq!(waits, vec![30, 60, 120, 240, 480, 600, 600]);
         assert_eq!(retry_backoff(u32::MAX, grace, cooldown).as_secs(), 600);
         // Never below the grace, even with a cooldown shorter than it.
@@ -131,12 +126,7 @@ mod tests {
         assert!(!restart_due(Verdict::Hung, NOW - 180 * S + 1, NOW, &c));
         assert!(restart_due(Verdict::Hung, NOW - 180 * S, NOW, &c));
         assert!(restart_due(Verdict::Errored, NOW, NOW, &c));
-        for v in [
-            Verdict::Suspect,
-            Verdict::Booting,
-            Verdict::Unreachable,
-            Verdict::Stalled,
-        ] {
+        for v in [Verdict::Suspect, Verdict::Booting, Verdict::Unreachable, Verdict::Stalled] {
             assert!(!restart_due(v, 0, NOW, &c), "{v:?}");
         }
     }

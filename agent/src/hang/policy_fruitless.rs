@@ -123,24 +123,12 @@ pub(crate) fn refusal<'a>(
 /// incarnation's, in its last restart's window, say nothing of where the collective stopped.
 pub(crate) fn after_restart(run: Option<&Fruitless>, beats: &[Beat], now: Millis) -> Fruitless {
     let old = |b: &&Beat| b.after.is_some_and(|a| b.at.is_none_or(|hb| hb <= a));
-    let here = beats
-        .iter()
-        .filter(|b| !old(b))
-        .filter_map(|b| b.step)
-        .max();
+    let here = beats.iter().filter(|b| !old(b)).filter_map(|b| b.step).max();
     match run.filter(|f| !progressed(f, beats)) {
-        Some(f) => Fruitless {
-            count: f.count + 1,
-            since: f.since,
-            last: now,
-            past: f.past.max(here),
-        },
-        None => Fruitless {
-            count: 1,
-            since: now,
-            last: now,
-            past: here,
-        },
+        Some(f) => {
+            Fruitless { count: f.count + 1, since: f.since, last: now, past: f.past.max(here) }
+        }
+        None => Fruitless { count: 1, since: now, last: now, past: here },
     }
 }
 
@@ -183,20 +171,11 @@ mod tests {
 
     // The worker's and the gang's calls, as the engine makes them.
     fn blocks(m: &Marks, status: Option<&WorkerStatus>, max: u32) -> bool {
-        refusal(
-            m.fruitless.as_ref(),
-            Beat::of_worker(status).as_slice(),
-            max,
-        )
-        .is_some()
+        refusal(m.fruitless.as_ref(), Beat::of_worker(status).as_slice(), max).is_some()
     }
 
     fn worker_after(m: &Marks, status: Option<&WorkerStatus>, now: Millis) -> Fruitless {
-        after_restart(
-            m.fruitless.as_ref(),
-            Beat::of_worker(status).as_slice(),
-            now,
-        )
+        after_restart(m.fruitless.as_ref(), Beat::of_worker(status).as_slice(), now)
     }
 
     fn gang_refusal<'a>(
@@ -231,11 +210,7 @@ mod tests {
     }
 
     fn marks(f: Option<Fruitless>, progress_since: Millis) -> Marks {
-        Marks {
-            fruitless: f,
-            progress: Some(("x".into(), progress_since)),
-            ..Marks::default()
-        }
+        Marks { fruitless: f, progress: Some(("x".into(), progress_since)), ..Marks::default() }
     }
 
     #[test]
@@ -244,16 +219,7 @@ mod tests {
         assert_eq!(position(Some(&status("step-41200", None))), Some(41_200));
         assert_eq!(position(Some(&status("Step 5", None))), Some(5));
         assert_eq!(position(Some(&status("step-7", Some(9)))), Some(9));
-        for no_step in [
-            "warmup",
-            "epoch3-batch10",
-            "v2",
-            "beat-7",
-            "5/10",
-            "loss=0.25",
-            "-5",
-            "",
-        ] {
+        for no_step in ["warmup", "epoch3-batch10", "v2", "beat-7", "5/10", "loss=0.25", "-5", ""] {
             assert_eq!(position(Some(&status(no_step, None))), None, "{no_step}");
         }
         assert_eq!(position(None), None);
@@ -277,10 +243,7 @@ mod tests {
         // One step past where it stopped: the run is over.
         assert!(!blocks(&m, Some(&status("step-41201", None)), 2));
         let fresh = worker_after(&m, Some(&status("step-41201", None)), 5_000);
-        assert_eq!(
-            (fresh.count, fresh.since, fresh.past),
-            (1, 5_000, Some(41_201))
-        );
+        assert_eq!((fresh.count, fresh.since, fresh.past), (1, 5_000, Some(41_201)));
         // The old incarnation's last record (written before the restart) is no progress.
         let mut old = status("step-41201", None);
         old.heartbeat = Some(2_500);
@@ -292,28 +255,14 @@ mod tests {
 
     #[test]
     fn without_a_step_any_beat_of_the_new_incarnation_is_progress() {
-        let f = Fruitless {
-            count: 2,
-            since: 1_000,
-            last: 3_000,
-            past: None,
-        };
+        let f = Fruitless { count: 2, since: 1_000, last: 3_000, past: None };
         let mut warm = status("warmup", None);
         warm.heartbeat = Some(2_500);
-        assert!(
-            blocks(&marks(Some(f.clone()), 0), Some(&warm), 2),
-            "no beat since"
-        );
+        assert!(blocks(&marks(Some(f.clone()), 0), Some(&warm), 2), "no beat since");
         warm.heartbeat = Some(3_500);
-        assert!(
-            !blocks(&marks(Some(f.clone()), 0), Some(&warm), 2),
-            "it came back"
-        );
+        assert!(!blocks(&marks(Some(f.clone()), 0), Some(&warm), 2), "it came back");
         warm.state = WorkerState::Error;
-        assert!(
-            blocks(&marks(Some(f.clone()), 0), Some(&warm), 2),
-            "in error is no progress"
-        );
+        assert!(blocks(&marks(Some(f.clone()), 0), Some(&warm), 2), "in error is no progress");
         assert_eq!(Fruitless::decode(&f.encode()), Some(f));
         assert_eq!(Fruitless::decode("2:1:3:41200").unwrap().past, Some(41_200));
         assert_eq!(Fruitless::decode("junk"), None);
@@ -328,47 +277,23 @@ mod tests {
     #[test]
     fn a_gang_run_counts_decisions_until_any_member_gets_past_the_furthest_stop() {
         // Stopped at 41200 (the furthest member), one rank behind at 41150.
-        let stopped = [
-            member("a", 900, Some(41_200)),
-            member("b", 800, Some(41_150)),
-        ];
+        let stopped = [member("a", 900, Some(41_200)), member("b", 800, Some(41_150))];
         let first = gang_after_restart(None, &stopped, 1_000);
-        assert_eq!(
-            (first.count, first.since, first.past),
-            (1, 1_000, Some(41_200))
-        );
+        assert_eq!((first.count, first.since, first.past), (1, 1_000, Some(41_200)));
         // The new incarnations resumed from 41000 and stopped at 41200 again.
-        let again = [
-            member("a", 1_900, Some(41_200)),
-            member("b", 1_900, Some(41_180)),
-        ];
-        assert!(
-            gang_refusal(Some(&first), &again, 2).is_none(),
-            "one restart so far"
-        );
+        let again = [member("a", 1_900, Some(41_200)), member("b", 1_900, Some(41_180))];
+        assert!(gang_refusal(Some(&first), &again, 2).is_none(), "one restart so far");
         let second = gang_after_restart(Some(&first), &again, 2_000);
         assert_eq!((second.count, second.since, second.last), (2, 1_000, 2_000));
-        assert!(
-            gang_refusal(Some(&second), &again, 2).is_some(),
-            "the third is refused"
-        );
-        assert!(
-            gang_refusal(Some(&second), &again, 0).is_none(),
-            "0: no limit"
-        );
+        assert!(gang_refusal(Some(&second), &again, 2).is_some(), "the third is refused");
+        assert!(gang_refusal(Some(&second), &again, 0).is_none(), "0: no limit");
         assert!(gang_refusal(None, &again, 2).is_none());
         // One member one step past, in a beat after the last decision: the run is over.
-        let past = [
-            member("a", 2_500, Some(41_201)),
-            member("b", 2_500, Some(41_190)),
-        ];
+        let past = [member("a", 2_500, Some(41_201)), member("b", 2_500, Some(41_190))];
         assert!(gang_progressed(&second, &past));
         assert!(gang_refusal(Some(&second), &past, 2).is_none());
         let fresh = gang_after_restart(Some(&second), &past, 3_000);
-        assert_eq!(
-            (fresh.count, fresh.since, fresh.past),
-            (1, 3_000, Some(41_201))
-        );
+        assert_eq!((fresh.count, fresh.since, fresh.past), (1, 3_000, Some(41_201)));
         // Past the step but in a beat before the decision (the old incarnation's): no progress.
         let old = [member("a", 1_500, Some(41_300))];
         assert!(gang_refusal(Some(&second), &old, 2).is_some());
@@ -377,10 +302,7 @@ mod tests {
         errored.activity = Activity::Error;
         assert!(gang_refusal(Some(&second), &[errored.clone()], 2).is_none());
         errored.step = Some(41_200);
-        assert!(
-            gang_refusal(Some(&second), &[errored], 2).is_some(),
-            "not past it"
-        );
+        assert!(gang_refusal(Some(&second), &[errored], 2).is_some(), "not past it");
         assert!(describe(&second, RunOf::Gang("ml/llm")).starts_with(
             "restarts are not helping: 2 restart(s) of every member, no progress past step 41200 since"
         ));
@@ -389,29 +311,14 @@ mod tests {
 
     #[test]
     fn a_gang_that_publishes_no_step_progresses_by_any_beat_after_its_restart() {
-        let f = Fruitless {
-            count: 2,
-            since: 1_000,
-            last: 3_000,
-            past: None,
-        };
+        let f = Fruitless { count: 2, since: 1_000, last: 3_000, past: None };
         assert!(gang_refusal(Some(&f), &[member("a", 2_900, None)], 2).is_some());
-        assert!(gang_refusal(
-            Some(&f),
-            &[member("a", 2_900, None), member("b", 3_100, None)],
-            2
-        )
-        .is_none());
+        assert!(gang_refusal(Some(&f), &[member("a", 2_900, None), member("b", 3_100, None)], 2)
+            .is_none());
         let mut errored = member("b", 3_100, None);
         errored.activity = Activity::Error;
-        assert!(
-            gang_refusal(Some(&f), &[errored], 2).is_some(),
-            "back only to fail: no progress"
-        );
-        assert_eq!(
-            gang_after_restart(None, &[member("a", 1, None)], 5).past,
-            None
-        );
+        assert!(gang_refusal(Some(&f), &[errored], 2).is_some(), "back only to fail: no progress");
+        assert_eq!(gang_after_restart(None, &[member("a", 1, None)], 5).past, None);
     }
 
     /// A member's beats up to its own restart's line (`Member::line`: its claim plus the lock's
@@ -420,18 +327,10 @@ mod tests {
     /// do, and other members' beats are judged by the run's line alone.
     #[test]
     fn a_members_beats_up_to_its_own_line_are_no_progress() {
-        let run = Fruitless {
-            count: 1,
-            since: 1_000,
-            last: 1_000,
-            past: Some(41_200),
-        };
+        let run = Fruitless { count: 1, since: 1_000, last: 1_000, past: Some(41_200) };
         let mut slow = member("a", 1_030, Some(41_201));
         slow.line = Some(1_090);
-        assert!(
-            !gang_progressed(&run, &[slow.clone()]),
-            "the old incarnation's"
-        );
+        assert!(!gang_progressed(&run, &[slow.clone()]), "the old incarnation's");
         assert!(gang_refusal(Some(&run), &[slow.clone()], 1).is_some());
         slow.heartbeat = Some(1_090);
         assert!(!gang_progressed(&run, &[slow.clone()]), "at the line");
@@ -442,10 +341,7 @@ mod tests {
         other.line = Some(500);
         assert!(gang_progressed(&run, &[other]));
         let stale = Fruitless { last: 2_000, ..run };
-        assert!(
-            !gang_progressed(&stale, &[slow.clone()]),
-            "the run's line still holds"
-        );
+        assert!(!gang_progressed(&stale, &[slow.clone()]), "the run's line still holds");
         // Nor is its step where the gang stopped, at the next decision.
         slow.heartbeat = Some(1_030);
         let b = member("b", 1_500, Some(41_190));
@@ -458,12 +354,7 @@ mod tests {
     /// incarnation may beat in error past the step before a slow command (seed 179499).
     #[test]
     fn past_the_step_an_error_beat_ends_a_gang_s_run_but_not_a_worker_s() {
-        let run = Fruitless {
-            count: 2,
-            since: 1_000,
-            last: 3_000,
-            past: Some(41_200),
-        };
+        let run = Fruitless { count: 2, since: 1_000, last: 3_000, past: Some(41_200) };
         let m = marks(Some(run.clone()), 0);
         let mut failed_on = status("step-41300", None);
         failed_on.heartbeat = Some(3_500);

@@ -132,17 +132,10 @@ pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member
         }
     }
     let current = |m: &&Member| match m.attempt {
-        Some(a) => latest
-            .get(&m.jobset_uid.as_deref())
-            .is_none_or(|top| a >= *top),
+        Some(a) => latest.get(&m.jobset_uid.as_deref()).is_none_or(|top| a >= *top),
         None => true,
     };
-    let mut v: Vec<Member> = members
-        .iter()
-        .filter(recent)
-        .filter(current)
-        .cloned()
-        .collect();
+    let mut v: Vec<Member> = members.iter().filter(recent).filter(current).cloned().collect();
     v.sort_by_key(|m| m.id());
     v
 }
@@ -158,11 +151,7 @@ pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
             None => GangVerdict::Running,
         };
     }
-    let stopped: Vec<String> = members
-        .iter()
-        .filter(|m| stopped(m))
-        .map(Member::id)
-        .collect();
+    let stopped: Vec<String> = members.iter().filter(|m| stopped(m)).map(Member::id).collect();
     if stopped.is_empty() {
         return GangVerdict::Running;
     }
@@ -207,8 +196,7 @@ pub(crate) fn due_on(
         false => Some(started),
         true => fixed_stop(members, t).map(|at| at.max(started)),
     };
-    from.filter(|from| now - from >= t.restart_delay)
-        .map(|_| Basis::Fixed)
+    from.filter(|from| now - from >= t.restart_delay).map(|_| Basis::Fixed)
 }
 
 /// Whether the hung gang's restart is due ([`due_on`]).
@@ -266,10 +254,7 @@ fn started_before(own: &Member, d: &Decision) -> bool {
 /// restarted (or, with names that differ, none: [`blockers`]).
 pub(crate) fn one_for_all(members: &[Member], now: Millis) -> Option<&Member> {
     let whole = members.first()?.one_for_all.as_ref()?;
-    if members
-        .iter()
-        .any(|m| m.one_for_all.as_ref() != Some(whole))
-    {
+    if members.iter().any(|m| m.one_for_all.as_ref() != Some(whole)) {
         return None;
     }
     first_stopped(members, now)
@@ -287,10 +272,8 @@ fn mixed_restarts(members: &[Member]) -> Option<String> {
     if ways.len() < 2 || members.iter().all(|m| m.one_for_all.is_none()) {
         return None;
     }
-    let said: Vec<String> = ways
-        .iter()
-        .map(|(way, ids)| format!("{way}: {}", ids.join(", ")))
-        .collect();
+    let said: Vec<String> =
+        ways.iter().map(|(way, ids)| format!("{way}: {}", ids.join(", "))).collect();
     Some(format!(
         "the members are restarted different ways by their controllers ({}): one decision cannot restart them all",
         said.join("; ")
@@ -318,11 +301,7 @@ pub(crate) fn blockers(
     // NB: one decision key for agents in both modes would restart for real on an observing
     // agent's decision (no unit taken), or leave the observing agents' members out.
     if members.iter().any(|m| m.dry_run) && members.iter().any(|m| !m.dry_run) {
-        let observing: Vec<String> = members
-            .iter()
-            .filter(|m| m.dry_run)
-            .map(Member::id)
-            .collect();
+        let observing: Vec<String> = members.iter().filter(|m| m.dry_run).map(Member::id).collect();
         why.push(format!(
             "the members' agents disagree on observe mode (dry_run on {}): one mode for the whole gang",
             observing.join(", ")
@@ -344,11 +323,7 @@ pub(crate) fn blockers(
 /// decision waits for them (at most `metadata.first_read_wait`), quietly — a wait of seconds is
 /// no reason to page `gang-blocked`, and a page would spend the incident's one.
 pub(crate) fn starting(members: &[Member]) -> Option<String> {
-    let ids: Vec<String> = members
-        .iter()
-        .filter(|m| m.starting)
-        .map(Member::id)
-        .collect();
+    let ids: Vec<String> = members.iter().filter(|m| m.starting).map(Member::id).collect();
     (!ids.is_empty()).then(|| ids.join(", "))
 }
 
@@ -396,9 +371,7 @@ fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<Stri
         Verdict::InMaintenance,
         Verdict::Unreachable,
     ];
-    cannot
-        .contains(&m.verdict)
-        .then(|| format!("{id}: {}", m.verdict.as_str()))
+    cannot.contains(&m.verdict).then(|| format!("{id}: {}", m.verdict.as_str()))
 }
 
 /// Whether the gang's open incident is over: its restart was decided and every member has beaten
@@ -426,9 +399,7 @@ pub(crate) fn incident_over(
     match state.current_decision() {
         Some(d) => {
             let all_beat = !members.is_empty()
-                && members
-                    .iter()
-                    .all(|m| m.heartbeat.is_some_and(|hb| hb > d.decided));
+                && members.iter().all(|m| m.heartbeat.is_some_and(|hb| hb > d.decided));
             all_beat || now - d.decided >= t.cooldown
         }
         None => members.iter().any(moved),
@@ -491,9 +462,7 @@ pub(crate) fn stage(state: &GangState, members: &[Member], now: Millis, t: &Timi
 /// The gang's last restart, while an incident beginning `at` is the same trouble again (its page
 /// an escalation, not `hung`).
 fn again(state: &GangState, at: Millis, t: &Timing) -> Option<Millis> {
-    state
-        .restarted
-        .filter(|r| at - r < t.cooldown + t.escalate_after)
+    state.restarted.filter(|r| at - r < t.cooldown + t.escalate_after)
 }
 
 /// The steps for `own` (this agent's member, its entry as of this cycle), given the gang's
@@ -512,9 +481,7 @@ pub(crate) fn plan(
     if let (Stage::Restarting | Stage::Escalated, Some(d)) = (stage, state.current_decision()) {
         let mut steps = Vec::new();
         if stage == Stage::Escalated {
-            steps.push(GangStep::PageEscalation {
-                restarted: d.decided,
-            });
+            steps.push(GangStep::PageEscalation { restarted: d.decided });
         }
         // NB: a standing decision is carried out whatever the verdict now: the members already
         // restarted boot (no agent calls them hung), and this one may be only suspect again
@@ -575,9 +542,7 @@ pub(crate) fn executable(d: &Decision, own: &Member, now: Millis, t: &Timing) ->
     // NB: a decision of one member for all (its controller restarts the rest) is that
     // member's alone: the others' pods are its controller's to recreate.
     now - d.decided < t.cooldown
-        && d.only
-            .as_ref()
-            .is_none_or(|m| *m == own.id() && started_before(own, d))
+        && d.only.as_ref().is_none_or(|m| *m == own.id() && started_before(own, d))
         && own.verdict != Verdict::Booting
         && !moving(own, now)
         && own.heartbeat.is_none_or(|hb| hb < d.decided)

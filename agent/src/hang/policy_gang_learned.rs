@@ -30,10 +30,7 @@ pub(crate) fn learned_stop(members: &[Member]) -> Option<(Millis, Millis)> {
     let mut since = Millis::MIN;
     let mut wait = 0;
     for m in members {
-        let ordinary = matches!(
-            m.verdict,
-            Verdict::Healthy | Verdict::Suspect | Verdict::Hung
-        );
+        let ordinary = matches!(m.verdict, Verdict::Healthy | Verdict::Suspect | Verdict::Hung);
         let (Some(l), Some(hb), true, Activity::Working, Some(true)) =
             (m.learned, m.heartbeat, ordinary, m.activity, past_rhythm(m))
         else {

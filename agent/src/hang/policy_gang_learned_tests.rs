@@ -16,10 +16,7 @@ fn m(n: &str, verdict: Verdict, hb: Millis, wait: Option<Millis>) -> Member {
         verdict,
         heartbeat: Some(hb),
         silence: 120 * S,
-        learned: wait.map(|wait| Learned {
-            silence: 6 * S,
-            wait,
-        }),
+        learned: wait.map(|wait| Learned { silence: 6 * S, wait }),
         started: Some(0),
         breaker_left: Some(3),
         ..Member::working(n, "rank", hb)
@@ -49,12 +46,7 @@ fn a_collective_silent_past_every_members_learned_silence_is_hung_then_due_after
     let now = hb + 7 * S + 1;
     let gang = looked(&gang, now);
     assert_eq!(learned_stop(&gang), Some((hb + 7 * S, 9 * S)));
-    assert_eq!(
-        verdict(&gang, now),
-        GangVerdict::Hung {
-            first: "c/rank".into()
-        }
-    );
+    assert_eq!(verdict(&gang, now), GangVerdict::Hung { first: "c/rank".into() });
     // Persistence: the longest wait (9 s) past the moment the last member passed its silence
     // (and past the incident's start, here a moment later).
     let started = now;
@@ -62,19 +54,9 @@ fn a_collective_silent_past_every_members_learned_silence_is_hung_then_due_after
     let at = started + 9 * S;
     assert_eq!(
         due_on(started, &gang, at, &t),
-        Some(Basis::Learned {
-            since: hb + 7 * S,
-            wait: 9 * S
-        })
+        Some(Basis::Learned { since: hb + 7 * S, wait: 9 * S })
     );
-    let steps = plan(
-        &verdict(&gang, at),
-        &open(started),
-        &gang,
-        &gang[0],
-        at,
-        &rules(),
-    );
+    let steps = plan(&verdict(&gang, at), &open(started), &gang, &gang[0], at, &rules());
     assert_eq!(steps, vec![GangStep::PageHung, GangStep::Decide]);
     // The same entries as their agents wrote them before they passed their silences (a poll
     // earlier): each may have beaten since, as far as the gang can know — no evidence, however
@@ -84,11 +66,7 @@ fn a_collective_silent_past_every_members_learned_silence_is_hung_then_due_after
     assert!(!restart_due(started, &lagging, at + 60 * S, &t));
     // Each member's own restart under that decision: silent past its learned silence, though
     // within the fixed one.
-    let d = Decision {
-        decided: at,
-        incident: "g1".into(),
-        only: None,
-    };
+    let d = Decision { decided: at, incident: "g1".into(), only: None };
     assert!(executable(&d, &looked(&gang, at)[0], at, &t));
 }
 
@@ -113,16 +91,8 @@ fn one_member_without_a_learned_rule_leaves_the_whole_gang_to_the_fixed_rule() {
     // earliest): the restart waits `restart_delay` past that, whenever the incident opened.
     gang[2].verdict = Verdict::Hung;
     let fixed = hb + 120 * S + t.confirm_after;
-    assert!(!restart_due(
-        hb + 10 * S,
-        &gang,
-        fixed + t.restart_delay - 1,
-        &t
-    ));
-    assert_eq!(
-        due_on(hb + 10 * S, &gang, fixed + t.restart_delay, &t),
-        Some(Basis::Fixed)
-    );
+    assert!(!restart_due(hb + 10 * S, &gang, fixed + t.restart_delay - 1, &t));
+    assert_eq!(due_on(hb + 10 * S, &gang, fixed + t.restart_delay, &t), Some(Basis::Fixed));
 }
 
 /// A member its agent confirmed hung beside one silent past its learned silence but within the
@@ -133,21 +103,11 @@ fn learned_rules_of_some_members_only_change_no_verdict() {
     let hb = 1_000 * S;
     let now = hb + 60 * S;
     let gang = looked(
-        &[
-            m("a", Verdict::Hung, hb - 100 * S, None),
-            m("b", Verdict::Suspect, hb, Some(4 * S)),
-        ],
+        &[m("a", Verdict::Hung, hb - 100 * S, None), m("b", Verdict::Suspect, hb, Some(4 * S))],
         now,
     );
-    assert_eq!(
-        verdict(&gang, now),
-        GangVerdict::Straggler(vec!["a/rank".into()])
-    );
-    let plain: Vec<Member> = gang
-        .iter()
-        .cloned()
-        .map(|m| Member { learned: None, ..m })
-        .collect();
+    assert_eq!(verdict(&gang, now), GangVerdict::Straggler(vec!["a/rank".into()]));
+    let plain: Vec<Member> = gang.iter().cloned().map(|m| Member { learned: None, ..m }).collect();
     assert_eq!(verdict(&plain, now), verdict(&gang, now));
 }
 
@@ -155,10 +115,8 @@ fn learned_rules_of_some_members_only_change_no_verdict() {
 fn an_incident_opened_on_learned_evidence_that_no_longer_holds_waits_for_the_fixed_rule() {
     let t = timing();
     let hb = 1_000 * S;
-    let gang = [
-        m("a", Verdict::Suspect, hb, Some(4 * S)),
-        m("b", Verdict::Suspect, hb, Some(4 * S)),
-    ];
+    let gang =
+        [m("a", Verdict::Suspect, hb, Some(4 * S)), m("b", Verdict::Suspect, hb, Some(4 * S))];
     // Opened on learned evidence at hb + 7 s; then b's agent restarts and has no rule yet.
     let started = hb + 7 * S;
     let mut gang = looked(&gang, started);
@@ -169,12 +127,7 @@ fn an_incident_opened_on_learned_evidence_that_no_longer_holds_waits_for_the_fix
     gang[0].verdict = Verdict::Hung;
     let fixed = hb + 120 * S + t.confirm_after;
     assert!(!restart_due(started, &gang, started + t.restart_delay, &t));
-    assert!(!restart_due(
-        started,
-        &gang,
-        fixed + t.restart_delay - 1,
-        &t
-    ));
+    assert!(!restart_due(started, &gang, fixed + t.restart_delay - 1, &t));
     assert!(restart_due(started, &gang, fixed + t.restart_delay, &t));
 }
 
@@ -196,13 +149,8 @@ fn a_member_within_its_learned_silence_or_not_an_ordinary_worker_is_no_learned_e
         "one member silent past its learned silence beside a beating one is no straggler: only the fixed rule names one"
     );
     for v in [Verdict::Booting, Verdict::Paused, Verdict::InMaintenance] {
-        let gang = looked(
-            &[
-                m("a", Verdict::Suspect, hb, Some(4 * S)),
-                m("b", v, hb, Some(4 * S)),
-            ],
-            now,
-        );
+        let gang =
+            looked(&[m("a", Verdict::Suspect, hb, Some(4 * S)), m("b", v, hb, Some(4 * S))], now);
         assert_eq!(learned_stop(&gang), None, "{v:?}");
     }
     let mut idle = looked(&[m("b", Verdict::Healthy, hb, Some(4 * S))], now).remove(0);
@@ -215,19 +163,11 @@ fn a_member_within_its_learned_silence_or_not_an_ordinary_worker_is_no_learned_e
 fn without_learned_rules_the_fixed_rule_is_exactly_as_before() {
     let t = timing();
     let hb = 1_000 * S;
-    let gang = [
-        m("a", Verdict::Hung, hb, None),
-        m("b", Verdict::Suspect, hb, None),
-    ];
+    let gang = [m("a", Verdict::Hung, hb, None), m("b", Verdict::Suspect, hb, None)];
     // The incident's start alone, as before any learning (even one opened before the fixed
     // silence ran out, as a test or a clock jump may).
     let started = hb + 50 * S;
-    assert!(!restart_due(
-        started,
-        &gang,
-        started + t.restart_delay - 1,
-        &t
-    ));
+    assert!(!restart_due(started, &gang, started + t.restart_delay - 1, &t));
     assert!(restart_due(started, &gang, started + t.restart_delay, &t));
 }
 
@@ -250,10 +190,7 @@ fn an_incident_on_learned_evidence_ends_only_with_a_beat_since_it_began() {
     let hb = 1_000 * S;
     let started = hb + 7 * S;
     let mut gang = looked(
-        &[
-            m("a", Verdict::Suspect, hb, Some(4 * S)),
-            m("b", Verdict::Suspect, hb, Some(4 * S)),
-        ],
+        &[m("a", Verdict::Suspect, hb, Some(4 * S)), m("b", Verdict::Suspect, hb, Some(4 * S))],
         started,
     );
     let state = open(started);

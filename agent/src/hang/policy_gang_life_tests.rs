@@ -60,10 +60,7 @@ fn walk(w: World, rules: &Rules, minutes: i64) -> (Vec<Stage>, Vec<GangStep>) {
     let t = rules.timing;
     let mut ranks: Vec<Rank> = ["a", "b", "c"]
         .iter()
-        .map(|n| Rank {
-            entry: Member::working(n, "rank", 0),
-            restarted: None,
-        })
+        .map(|n| Rank { entry: Member::working(n, "rank", 0), restarted: None })
         .collect();
     let mut state = GangState::default();
     let mut seen = vec![Stage::Quiet];
@@ -75,27 +72,17 @@ fn walk(w: World, rules: &Rules, minutes: i64) -> (Vec<Stage>, Vec<GangStep>) {
         let members: Vec<Member> = ranks.iter().map(|r| r.entry.clone()).collect();
         if incident_over(&state, &members, now, &t) {
             state = GangState {
-                restarted: state
-                    .current_decision()
-                    .map(|d| d.decided)
-                    .or(state.restarted),
+                restarted: state.current_decision().map(|d| d.decided).or(state.restarted),
                 ..GangState::default()
             };
         }
         let v = verdict(&members, now);
         if let (GangVerdict::Hung { .. }, None) = (&v, &state.incident) {
-            state.incident = Some(GangIncident {
-                started: now,
-                id: format!("g{now}"),
-            });
+            state.incident = Some(GangIncident { started: now, id: format!("g{now}") });
         }
         let s = stage(&state, &members, now, &t);
         let last = *seen.last().unwrap();
-        assert!(
-            follows(Unit::Gang, last, s),
-            "{}s: {last:?} -> {s:?} ({state:?})",
-            now / S
-        );
+        assert!(follows(Unit::Gang, last, s), "{}s: {last:?} -> {s:?} ({state:?})", now / S);
         if s != last {
             seen.push(s);
         }
@@ -108,11 +95,7 @@ fn walk(w: World, rules: &Rules, minutes: i64) -> (Vec<Stage>, Vec<GangStep>) {
                     GangStep::Decide => {
                         assert_eq!(s, Stage::Due, "a decision only when due");
                         let inc = state.incident.as_ref().unwrap().id.clone();
-                        state.decision = Some(Decision {
-                            decided: now,
-                            incident: inc,
-                            only: None,
-                        });
+                        state.decision = Some(Decision { decided: now, incident: inc, only: None });
                         ranks[i].restarted = Some(now);
                     }
                     GangStep::Execute => {
@@ -137,11 +120,7 @@ fn rules_with(cooldown_min: i64, escalate_min: i64) -> Rules {
 #[test]
 fn a_gang_restart_that_helps_is_one_pass_through_the_life() {
     use Stage::*;
-    let w = World {
-        stop: 60 * S,
-        resume: None,
-        restart_helps: true,
-    };
+    let w = World { stop: 60 * S, resume: None, restart_helps: true };
     let (seen, pages) = walk(w, &rules_with(10, 10), 40);
     assert_eq!(
         seen,
@@ -157,38 +136,23 @@ fn a_gang_restart_that_helps_is_one_pass_through_the_life() {
 #[test]
 fn a_gang_restart_that_does_not_help_escalates_and_opens_the_next_incident_again() {
     use Stage::*;
-    let w = World {
-        stop: 60 * S,
-        resume: None,
-        restart_helps: false,
-    };
+    let w = World { stop: 60 * S, resume: None, restart_helps: false };
     // `escalate_after` shorter than the cooldown: the standing decision escalates.
     let (seen, pages) = walk(w, &rules_with(10, 5), 30);
-    assert_eq!(
-        &seen[..6],
-        [Quiet, Confirmed, Due, Restarting, Escalated, Confirmed]
-    );
-    assert!(pages
-        .iter()
-        .any(|p| matches!(p, GangStep::PageEscalation { .. })));
+    assert_eq!(&seen[..6], [Quiet, Confirmed, Due, Restarting, Escalated, Confirmed]);
+    assert!(pages.iter().any(|p| matches!(p, GangStep::PageEscalation { .. })));
     // The defaults (both 10 min): the cooldown closes the incident first; the next one is the
     // same trouble again, paged as an escalation, not `hung`.
     let (seen, pages) = walk(w, &rules_with(10, 10), 30);
     assert_eq!(&seen[..5], [Quiet, Confirmed, Due, Restarting, Confirmed]);
-    let again = pages
-        .iter()
-        .filter(|p| matches!(p, GangStep::PageEscalation { .. }));
+    let again = pages.iter().filter(|p| matches!(p, GangStep::PageEscalation { .. }));
     assert!(again.count() > 0, "{pages:?}");
 }
 
 #[test]
 fn a_collective_that_moves_before_its_restart_goes_back_to_quiet() {
     use Stage::*;
-    let w = World {
-        stop: 60 * S,
-        resume: Some(300 * S),
-        restart_helps: true,
-    };
+    let w = World { stop: 60 * S, resume: Some(300 * S), restart_helps: true };
     let (seen, _) = walk(w, &rules_with(10, 10), 10);
     assert_eq!(seen, [Quiet, Confirmed, Quiet]);
 }
@@ -199,11 +163,7 @@ fn no_gang_is_decided_before_its_restart_is_due() {
     for (cooldown, escalate) in [(10, 10), (10, 5), (5, 10), (1, 1)] {
         for helps in [true, false] {
             for resume in [None, Some(200 * S), Some(400 * S)] {
-                let w = World {
-                    stop: 45 * S,
-                    resume,
-                    restart_helps: helps,
-                };
+                let w = World { stop: 45 * S, resume, restart_helps: helps };
                 let (seen, _) = walk(w, &rules_with(cooldown, escalate), 45);
                 let first = seen.iter().position(|s| *s == Stage::Restarting);
                 let due = seen.iter().position(|s| *s == Stage::Due);

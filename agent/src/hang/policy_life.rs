@@ -121,10 +121,7 @@ pub(crate) fn stage(
         };
     }
     if let Some(inc) = &marks.incident {
-        return match (
-            restart_due(v, inc.started, now, cfg),
-            retry_open(marks, now),
-        ) {
+        return match (restart_due(v, inc.started, now, cfg), retry_open(marks, now)) {
             (false, _) => Stage::Confirmed,
             (true, false) => Stage::BackingOff,
             (true, true) if locked => Stage::Deciding,
@@ -153,10 +150,7 @@ pub(crate) fn acting(
     now: Millis,
     cfg: &PolicyConfig,
 ) -> Stage {
-    let m = Marks {
-        incident: Some(incident.clone()),
-        ..marks.clone()
-    };
+    let m = Marks { incident: Some(incident.clone()), ..marks.clone() };
     stage(&m, claim, locked, v, now, cfg)
 }
 
@@ -177,10 +171,7 @@ pub(crate) fn project(marks: &Marks, effects: &[Effect], now: Millis) -> Marks {
             }
             Effect::OpenIncident if m.incident.is_none() => {
                 // SET NX: an incident another agent opened first stands with its own start.
-                m.incident = Some(Incident {
-                    started: now,
-                    id: String::new(),
-                });
+                m.incident = Some(Incident { started: now, id: String::new() });
             }
             Effect::Escalate => m.escalated = true,
             _ => {}

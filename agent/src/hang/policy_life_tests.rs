@@ -10,10 +10,7 @@ fn cfg() -> PolicyConfig {
 }
 
 fn incident(started: Millis) -> Option<Incident> {
-    Some(Incident {
-        started,
-        id: "inc-1".into(),
-    })
+    Some(Incident { started, id: "inc-1".into() })
 }
 
 #[test]
@@ -34,47 +31,26 @@ fn the_marks_decode_into_the_stage_of_the_life() {
     m.suspect = Some((now - 3 * MIN, now - MIN));
     assert_eq!(at(&m, Claim::None, false), Stage::Suspect);
     m.incident = incident(now - MIN);
-    assert_eq!(
-        at(&m, Claim::None, false),
-        Stage::Confirmed,
-        "restart_delay is 3 min"
-    );
+    assert_eq!(at(&m, Claim::None, false), Stage::Confirmed, "restart_delay is 3 min");
     m.incident = incident(now - 3 * MIN);
     assert_eq!(at(&m, Claim::None, false), Stage::Due);
     assert_eq!(at(&m, Claim::None, true), Stage::Deciding);
-    m.retry = Some(Retry {
-        incident: "inc-1".into(),
-        failures: 1,
-        not_before: now + MIN,
-    });
+    m.retry = Some(Retry { incident: "inc-1".into(), failures: 1, not_before: now + MIN });
     assert_eq!(at(&m, Claim::None, true), Stage::BackingOff);
     m.retry = None;
     m.cooldown = true;
     assert_eq!(at(&m, Claim::InFlight, true), Stage::Restarting);
-    m = Marks {
-        cooldown: true,
-        restarted_at: Some(now - MIN),
-        ..Marks::default()
-    };
+    m = Marks { cooldown: true, restarted_at: Some(now - MIN), ..Marks::default() };
     assert_eq!(at(&m, Claim::Done, false), Stage::Booting);
     m.cooldown = false;
     assert_eq!(at(&m, Claim::None, false), Stage::Recovered);
     m.escalated = true;
     assert_eq!(at(&m, Claim::None, false), Stage::Escalated);
     // An errored worker's incident is due at once.
-    let errored = Marks {
-        incident: incident(now),
-        ..Marks::default()
-    };
-    assert_eq!(
-        stage(&errored, Claim::None, false, Verdict::Errored, now, &c),
-        Stage::Due
-    );
+    let errored = Marks { incident: incident(now), ..Marks::default() };
+    assert_eq!(stage(&errored, Claim::None, false, Verdict::Errored, now, &c), Stage::Due);
     // An incident this agent does not confirm (another one did) waits as confirmed.
-    assert_eq!(
-        stage(&errored, Claim::None, false, Verdict::Suspect, now, &c),
-        Stage::Confirmed
-    );
+    assert_eq!(stage(&errored, Claim::None, false, Verdict::Suspect, now, &c), Stage::Confirmed);
 }
 
 /// A hang walked through the real verdict and plan, one cycle at a time: the stage each
@@ -94,18 +70,12 @@ fn a_hang_walked_through_the_plan_moves_one_step_at_a_time() {
         marks = project(&marks, &effects, now);
         let s = stage(&marks, Claim::None, false, v, now, &c);
         let last = *seen.last().unwrap();
-        assert!(
-            follows(Unit::Worker, last, s),
-            "t={t}s: {last:?} -> {s:?} ({effects:?})"
-        );
+        assert!(follows(Unit::Worker, last, s), "t={t}s: {last:?} -> {s:?} ({effects:?})");
         if s != last {
             seen.push(s);
         }
     }
-    assert_eq!(
-        seen,
-        [Stage::Quiet, Stage::Suspect, Stage::Confirmed, Stage::Due]
-    );
+    assert_eq!(seen, [Stage::Quiet, Stage::Suspect, Stage::Confirmed, Stage::Due]);
 }
 
 /// Exhaustively: the life's main line is a path of single steps; a claim (`restarting`) and
@@ -114,31 +84,19 @@ fn a_hang_walked_through_the_plan_moves_one_step_at_a_time() {
 #[test]
 fn the_table_of_the_life_holds_its_shape() {
     use Stage::*;
-    let line = [
-        Quiet, Suspect, Confirmed, Due, Deciding, Restarting, Booting, Recovered, Escalated,
-    ];
+    let line =
+        [Quiet, Suspect, Confirmed, Due, Deciding, Restarting, Booting, Recovered, Escalated];
     for pair in line.windows(2) {
-        assert!(
-            follows(Unit::Worker, pair[0], pair[1]),
-            "{:?} -> {:?}",
-            pair[0],
-            pair[1]
-        );
+        assert!(follows(Unit::Worker, pair[0], pair[1]), "{:?} -> {:?}", pair[0], pair[1]);
     }
-    assert!(
-        follows(Unit::Worker, Due, Booting),
-        "a pass runs whole within a cycle"
-    );
+    assert!(follows(Unit::Worker, Due, Booting), "a pass runs whole within a cycle");
     let due = |s: Stage| matches!(s, Due | BackingOff | Deciding);
     for &from in Stage::ALL {
         assert!(
             follows(Unit::Worker, from, from) && follows(Unit::Worker, from, Quiet),
             "{from:?}"
         );
-        assert!(
-            follows(Unit::Worker, from, Booting),
-            "anyone's restart: {from:?}"
-        );
+        assert!(follows(Unit::Worker, from, Booting), "anyone's restart: {from:?}");
         for &to in Stage::ALL {
             if from == to || !follows(Unit::Worker, from, to) {
                 continue;
@@ -169,12 +127,7 @@ fn the_table_of_the_life_holds_its_shape() {
 fn the_pipeline_runs_when_the_life_says_due_and_only_then() {
     let c = cfg();
     let now = 100 * MIN;
-    let verdicts = [
-        Verdict::Hung,
-        Verdict::Errored,
-        Verdict::Suspect,
-        Verdict::Healthy,
-    ];
+    let verdicts = [Verdict::Hung, Verdict::Errored, Verdict::Suspect, Verdict::Healthy];
     let claims = [Claim::None, Claim::InFlight, Claim::Done];
     for age in [0, MIN, 3 * MIN - 1, 3 * MIN, 10 * MIN] {
         for backoff in [None, Some(now - 1), Some(now + MIN)] {
@@ -200,11 +153,7 @@ fn the_pipeline_runs_when_the_life_says_due_and_only_then() {
             }
         }
     }
-    let running: Vec<Stage> = Stage::ALL
-        .iter()
-        .copied()
-        .filter(|s| s.runs_pipeline())
-        .collect();
+    let running: Vec<Stage> = Stage::ALL.iter().copied().filter(|s| s.runs_pipeline()).collect();
     assert_eq!(running, [Stage::Due, Stage::Deciding]);
 }
 
@@ -235,9 +184,7 @@ fn the_documented_life_is_the_table() {
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
         .expect("the section");
-    let (worker, gang) = section
-        .split_once("### A gang's incident")
-        .expect("the gang's part");
+    let (worker, gang) = section.split_once("### A gang's incident").expect("the gang's part");
     assert_eq!(documented(worker), coded(Unit::Worker));
     assert_eq!(documented(gang), coded(Unit::Gang));
 }
@@ -247,11 +194,7 @@ type Rows = Vec<(String, Vec<String>)>;
 /// The rows of a markdown table of the life: each stage, and the stages its last cell names.
 fn documented(text: &str) -> Rows {
     let ticked = |cell: &str| -> Vec<String> {
-        cell.split('`')
-            .skip(1)
-            .step_by(2)
-            .map(str::to_string)
-            .collect()
+        cell.split('`').skip(1).step_by(2).map(str::to_string).collect()
     };
     text.lines()
         .filter(|l| l.starts_with("| `"))
@@ -288,17 +231,9 @@ fn the_gang_table_of_the_life_holds_its_shape() {
     use Stage::*;
     let gang = Unit::Gang;
     for pair in [Quiet, Confirmed, Due, Restarting, Escalated, Recovered].windows(2) {
-        assert!(
-            follows(gang, pair[0], pair[1]),
-            "{:?} -> {:?}",
-            pair[0],
-            pair[1]
-        );
+        assert!(follows(gang, pair[0], pair[1]), "{:?} -> {:?}", pair[0], pair[1]);
     }
-    assert!(
-        follows(gang, Restarting, Recovered),
-        "every member beat since"
-    );
+    assert!(follows(gang, Restarting, Recovered), "every member beat since");
     for &from in Stage::ALL {
         let own = Stage::GANG.contains(&from);
         assert_eq!(follows(gang, from, from), own, "{from:?}");
@@ -315,10 +250,7 @@ fn the_gang_table_of_the_life_holds_its_shape() {
                 assert_eq!(from, Restarting, "escalated only from a standing decision");
             }
             if to == Recovered {
-                assert!(
-                    matches!(from, Restarting | Escalated),
-                    "{from:?} -> recovered"
-                );
+                assert!(matches!(from, Restarting | Escalated), "{from:?} -> recovered");
             }
         }
     }

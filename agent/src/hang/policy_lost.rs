@@ -52,13 +52,7 @@ impl IncidentTimes {
         let mut n = || p.next()?.parse::<Millis>().ok();
         let (since, verdict, command, incarnation) = (n()?, n()?, n()?, n()?);
         let incident = p.next().filter(|i| !i.is_empty() && !i.contains(':'))?;
-        Some(IncidentTimes {
-            since,
-            verdict,
-            command,
-            incarnation,
-            incident: incident.to_string(),
-        })
+        Some(IncidentTimes { since, verdict, command, incarnation, incident: incident.to_string() })
     }
 
     /// The phases up to the first beat at `first`. Each step is taken no earlier than the one
@@ -177,10 +171,7 @@ mod tests {
         );
         assert_eq!(p.total(), 352_500);
         // A reader's clock a little behind another's: no phase below zero, the sum still holds.
-        let skewed = IncidentTimes {
-            incarnation: 310_990,
-            ..t.clone()
-        };
+        let skewed = IncidentTimes { incarnation: 310_990, ..t.clone() };
         let p = skewed.phases(311_500);
         assert_eq!((p.restart, p.recovery), (0, 500));
         assert_eq!(p.total(), 311_500 - 1_000);
@@ -197,25 +188,14 @@ mod tests {
             incident: "1800000000000-ab12".into(),
         };
         assert_eq!(IncidentTimes::decode(&t.encode()), Some(t));
-        for bad in [
-            "",
-            "1:2:3:4",
-            "1:2:3:4:",
-            "1:2:3:4:a:b",
-            "a:2:3:4:i",
-            "1::3:4:i",
-        ] {
+        for bad in ["", "1:2:3:4", "1:2:3:4:", "1:2:3:4:a:b", "a:2:3:4:i", "1::3:4:i"] {
             assert_eq!(IncidentTimes::decode(bad), None, "{bad:?}");
         }
     }
 
     #[test]
     fn an_interruption_loses_the_notice_to_its_end() {
-        let i = Interrupted {
-            cause: "preemption",
-            notice: 10_000,
-            checkpoint: Some(22_500),
-        };
+        let i = Interrupted { cause: "preemption", notice: 10_000, checkpoint: Some(22_500) };
         assert_eq!(
             i.ended(110_000, "the node is going away"),
             (
@@ -223,15 +203,9 @@ mod tests {
                 "preemption: lost 1m 40s = notice → checkpoint 12.5s + → end 1m 27.5s (the node is going away)".to_string()
             )
         );
-        let none = Interrupted {
-            checkpoint: None,
-            ..i
-        };
+        let none = Interrupted { checkpoint: None, ..i };
         assert_eq!(none.ended(5_000, "it ended").0, 0, "never negative");
-        assert!(none
-            .ended(20_000, "it ended")
-            .1
-            .contains("no checkpoint round"));
+        assert!(none.ended(20_000, "it ended").1.contains("no checkpoint round"));
     }
 
     #[test]
@@ -249,12 +223,7 @@ mod tests {
 
     #[test]
     fn the_description_names_every_phase() {
-        let p = Phases {
-            detection: 130_000,
-            decision: 180_000,
-            restart: 12_500,
-            recovery: 30_000,
-        };
+        let p = Phases { detection: 130_000, decision: 180_000, restart: 12_500, recovery: 30_000 };
         assert_eq!(
             p.describe(),
             "lost 5m 52.5s = detection 2m 10s (last beat → verdict) + decision 3m (→ restart command) + restart 12.5s (→ new incarnation) + recovery 30s (→ first beat)"

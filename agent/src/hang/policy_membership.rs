@@ -45,10 +45,7 @@ pub(crate) fn membership(
             notes = overruled(r, l, namespace);
         }
         return Membership {
-            gang: Some(Gang {
-                id: l.id.clone(),
-                size: l.size,
-            }),
+            gang: Some(Gang { id: l.id.clone(), size: l.size }),
             notes,
             unusable: None,
         };
@@ -57,11 +54,7 @@ pub(crate) fn membership(
         return Membership::default();
     };
     let Some(ns) = namespace else {
-        return Membership {
-            gang: Some(r.clone()),
-            notes,
-            unusable: None,
-        };
+        return Membership { gang: Some(r.clone()), notes, unusable: None };
     };
     let id = scoped(ns, &r.id);
     if !valid_gang_id(&id) {
@@ -70,11 +63,7 @@ pub(crate) fn membership(
             r.id,
             id.len()
         );
-        return Membership {
-            gang: None,
-            notes,
-            unusable: Some(why),
-        };
+        return Membership { gang: None, notes, unusable: Some(why) };
     }
     if id != r.id {
         notes.push(format!(
@@ -82,11 +71,7 @@ pub(crate) fn membership(
             r.id
         ));
     }
-    Membership {
-        gang: Some(Gang { id, size: r.size }),
-        notes,
-        unusable: None,
-    }
+    Membership { gang: Some(Gang { id, size: r.size }), notes, unusable: None }
 }
 
 /// What of a record's gang the pod's labels overrule, said to the worker.
@@ -119,30 +104,17 @@ mod tests {
     use super::*;
 
     fn gang(id: &str, size: Option<u32>) -> Gang {
-        Gang {
-            id: id.into(),
-            size,
-        }
+        Gang { id: id.into(), size }
     }
 
     fn jobset(id: &str) -> PodGang {
-        PodGang {
-            id: id.into(),
-            size: None,
-            source: "jobset",
-            attempt: None,
-            jobset_uid: None,
-        }
+        PodGang { id: id.into(), size: None, source: "jobset", attempt: None, jobset_uid: None }
     }
 
     /// The attack: a research pod's record names ml's JobSet gang.
     #[test]
     fn a_record_names_only_a_gang_of_its_own_namespace() {
-        let m = membership(
-            Some(&gang("ml/jobset/train/0", Some(3))),
-            None,
-            Some("research"),
-        );
+        let m = membership(Some(&gang("ml/jobset/train/0", Some(3))), None, Some("research"));
         let g = m.gang.clone().unwrap();
         assert_eq!(g.id, "research/ml/jobset/train/0");
         assert_eq!(g.size, Some(3));

@@ -79,11 +79,7 @@ pub(crate) enum PaceVerdict {
     /// At its pace (or slow for less than `slow_for`).
     Steady,
     /// Below `slow_fraction` of its baseline for `slow_for`, since `since`.
-    Slow {
-        since: Millis,
-        rate: f64,
-        baseline: f64,
-    },
+    Slow { since: Millis, rate: f64, baseline: f64 },
     /// Back at or above the recovery line in its last window.
     Recovered { rate: f64, baseline: f64 },
 }
@@ -108,24 +104,16 @@ impl Pace {
     /// The gang measured is `gang`: a worker id now in another gang starts over.
     pub(crate) fn follow(&mut self, gang: &str) {
         if self.gang.as_deref() != Some(gang) {
-            *self = Pace {
-                gang: Some(gang.to_string()),
-                ..Pace::default()
-            };
+            *self = Pace { gang: Some(gang.to_string()), ..Pace::default() };
         }
     }
 
     /// The learned pace to keep in the member's entry: only a baseline its `learn_windows`
     /// windows taught.
     pub(crate) fn kept(&self, cfg: &PaceConfig) -> Option<PaceKept> {
-        let base = self
-            .baseline
-            .filter(|_| self.samples >= cfg.learn_windows)?;
+        let base = self.baseline.filter(|_| self.samples >= cfg.learn_windows)?;
         let micro = (base * 1e6).round() as u64;
-        (micro > 0).then_some(PaceKept {
-            micro,
-            windows: self.samples,
-        })
+        (micro > 0).then_some(PaceKept { micro, windows: self.samples })
     }
 
     /// Go on from the pace `kept` in the member's entry (an agent restarted, or a worker newly
@@ -271,11 +259,7 @@ impl Pace {
         let windows = (ms(cfg.slow_for) / ms(cfg.window).max(1)).max(1) as u32;
         match self.slow_since {
             Some(since) if now - since >= ms(cfg.slow_for) && self.slow_windows >= windows => {
-                PaceVerdict::Slow {
-                    since,
-                    rate,
-                    baseline,
-                }
+                PaceVerdict::Slow { since, rate, baseline }
             }
             Some(_) => PaceVerdict::Steady,
             None if rate >= recovery_line(cfg.slow_fraction) * baseline => {
@@ -291,12 +275,7 @@ impl Pace {
     /// slow, the deficit against the baseline — a worker at 70 % of its pace loses 0.3 s a
     /// second — counted from the slow run's start; nothing otherwise.
     pub(crate) fn deficit(&mut self, verdict: PaceVerdict, now: Millis) -> Millis {
-        let PaceVerdict::Slow {
-            since,
-            rate,
-            baseline,
-        } = verdict
-        else {
+        let PaceVerdict::Slow { since, rate, baseline } = verdict else {
             self.counted = None;
             return 0;
         };
@@ -357,10 +336,8 @@ pub(crate) fn suspect_scored(members: &[Member]) -> Option<(&Member, Vec<String>
 /// The member whose compute time before the collective is at least a fifth (and 20 ms) above
 /// the others' median.
 fn computes_longest(members: &[Member]) -> Option<(&Member, String)> {
-    let mut timed: Vec<(&Member, Millis)> = members
-        .iter()
-        .filter_map(|m| m.compute.map(|c| (m, c)))
-        .collect();
+    let mut timed: Vec<(&Member, Millis)> =
+        members.iter().filter_map(|m| m.compute.map(|c| (m, c))).collect();
     if timed.len() < 2 {
         return None;
     }
@@ -384,10 +361,8 @@ fn computes_longest(members: &[Member]) -> Option<(&Member, String)> {
 /// The member whose step lags every other's by at least 2 although it beat no earlier than
 /// they did (entries are written at different times: an older entry's lower step is no lag).
 fn lags(members: &[Member]) -> Option<(&Member, String)> {
-    let mut stepped: Vec<(&Member, u64, Millis)> = members
-        .iter()
-        .filter_map(|m| Some((m, m.step?, m.heartbeat?)))
-        .collect();
+    let mut stepped: Vec<(&Member, u64, Millis)> =
+        members.iter().filter_map(|m| Some((m, m.step?, m.heartbeat?))).collect();
     if stepped.len() < 2 {
         return None;
     }

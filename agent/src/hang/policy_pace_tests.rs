@@ -1,10 +1,7 @@
 use super::*;
 
 fn cfg() -> PaceConfig {
-    PaceConfig {
-        enabled: true,
-        ..PaceConfig::default()
-    }
+    PaceConfig { enabled: true, ..PaceConfig::default() }
 }
 
 /// A worker beating once a second at `rate` steps per second from `t` for `secs` seconds,
@@ -13,11 +10,7 @@ fn run(p: &mut Pace, t: &mut Millis, step: &mut f64, rate: f64, secs: u32, held:
     for _ in 0..secs {
         *t += 1_000;
         *step += rate;
-        let look = Look {
-            hb: *t,
-            step: *step as u64,
-            held,
-        };
+        let look = Look { hb: *t, step: *step as u64, held };
         p.observe(Some(look), &cfg());
     }
 }
@@ -26,16 +19,9 @@ fn run(p: &mut Pace, t: &mut Millis, step: &mut f64, rate: f64, secs: u32, held:
 fn a_steady_gang_learns_its_pace_and_a_fifth_slower_is_slow_after_slow_for() {
     let (mut p, mut t, mut step) = (Pace::default(), 0, 0.0);
     run(&mut p, &mut t, &mut step, 1.0, 5 * 60, false);
-    assert_eq!(
-        p.verdict(t, &cfg()),
-        PaceVerdict::Learning,
-        "ten windows teach"
-    );
+    assert_eq!(p.verdict(t, &cfg()), PaceVerdict::Learning, "ten windows teach");
     run(&mut p, &mut t, &mut step, 1.0, 10 * 60, false);
-    assert!(matches!(
-        p.verdict(t, &cfg()),
-        PaceVerdict::Recovered { .. } | PaceVerdict::Steady
-    ));
+    assert!(matches!(p.verdict(t, &cfg()), PaceVerdict::Recovered { .. } | PaceVerdict::Steady));
     let base = p.baseline.unwrap();
     assert!((base - 1.0).abs() < 0.05, "{base}");
     // 20 % slower: slow once the run of slow windows lasts `slow_for` (3 min).
@@ -43,53 +29,31 @@ fn a_steady_gang_learns_its_pace_and_a_fifth_slower_is_slow_after_slow_for() {
     run(&mut p, &mut t, &mut step, 0.8, 2 * 60, false);
     assert_eq!(p.verdict(t, &cfg()), PaceVerdict::Steady, "not yet");
     run(&mut p, &mut t, &mut step, 0.8, 3 * 60, false);
-    let PaceVerdict::Slow {
-        since,
-        rate,
-        baseline,
-    } = p.verdict(t, &cfg())
-    else {
+    let PaceVerdict::Slow { since, rate, baseline } = p.verdict(t, &cfg()) else {
         panic!("slow: {:?}", p.verdict(t, &cfg()));
     };
-    assert!(
-        since >= slowed && since - slowed <= 60_000,
-        "{since} {slowed}"
-    );
+    assert!(since >= slowed && since - slowed <= 60_000, "{since} {slowed}");
     assert!((rate - 0.8).abs() < 0.05 && (baseline - 1.0).abs() < 0.05);
-    assert!(
-        t - slowed <= 5 * 60_000,
-        "found within 5 minutes of the slowdown"
-    );
+    assert!(t - slowed <= 5 * 60_000, "found within 5 minutes of the slowdown");
     let during = p.baseline;
     run(&mut p, &mut t, &mut step, 0.8, 3 * 60, false);
     assert_eq!(p.baseline, during, "a slow rate teaches nothing");
     // Back at pace: recovered at the first window at or above the recovery line.
     run(&mut p, &mut t, &mut step, 1.0, 61, false);
-    assert!(matches!(
-        p.verdict(t, &cfg()),
-        PaceVerdict::Recovered { .. }
-    ));
+    assert!(matches!(p.verdict(t, &cfg()), PaceVerdict::Recovered { .. }));
 }
 
 #[test]
 fn a_slow_run_loses_its_deficit_against_the_baseline_counted_once() {
     let mut p = Pace::default();
-    let slow = PaceVerdict::Slow {
-        since: 1_000,
-        rate: 0.7,
-        baseline: 1.0,
-    };
+    let slow = PaceVerdict::Slow { since: 1_000, rate: 0.7, baseline: 1.0 };
     // Found slow at 301 s: the run's 300 s at 70 % lost 90 s.
     assert_eq!(p.deficit(slow, 301_000), 90_000);
     // Ten seconds later: 3 s more, never the run counted twice.
     assert_eq!(p.deficit(slow, 311_000), 3_000);
     assert_eq!(p.deficit(PaceVerdict::Steady, 321_000), 0);
     // A new run counts from its own start.
-    let again = PaceVerdict::Slow {
-        since: 400_000,
-        rate: 0.5,
-        baseline: 1.0,
-    };
+    let again = PaceVerdict::Slow { since: 400_000, rate: 0.5, baseline: 1.0 };
     assert_eq!(p.deficit(again, 410_000), 5_000);
 }
 
@@ -128,11 +92,7 @@ fn one_long_slow_window_is_not_a_run() {
     // about 12 % of the pace closes, longer than slow_for: still no run.
     run(&mut p, &mut t, &mut step, 0.0, 7 * 60, false);
     run(&mut p, &mut t, &mut step, 1.0, 60, false);
-    assert!(
-        !matches!(p.verdict(t, &cfg()), PaceVerdict::Slow { .. }),
-        "{:?}",
-        p
-    );
+    assert!(!matches!(p.verdict(t, &cfg()), PaceVerdict::Slow { .. }), "{:?}", p);
 }
 
 #[test]
@@ -181,16 +141,10 @@ fn the_member_named_is_the_one_its_evidence_points_to_or_none() {
     let (m, why) = suspect(&gang).unwrap();
     assert_eq!(m.node, "n2");
     assert_eq!(why.len(), 2, "{why:?}");
-    assert!(
-        why[0].contains("computes 420 ms") && why[0].contains("305 ms"),
-        "{why:?}"
-    );
+    assert!(why[0].contains("computes 420 ms") && why[0].contains("305 ms"), "{why:?}");
     assert!(why[1].contains("hw-slowdown"), "{why:?}");
     // Nothing stands out: no name.
-    let even = [
-        member("n0", Some(300), &[], 100),
-        member("n1", Some(310), &[], 100),
-    ];
+    let even = [member("n0", Some(300), &[], 100), member("n1", Some(310), &[], 100)];
     assert!(suspect(&even).is_none());
     let silent = [member("n0", None, &[], 100), member("n1", None, &[], 100)];
     assert!(suspect(&silent).is_none());
@@ -221,14 +175,7 @@ fn the_member_named_is_the_one_its_evidence_points_to_or_none() {
     assert!(suspect(&lag).is_none());
     // Among many ranks the largest compute time must stand alone, not lead a crowd.
     let crowd: Vec<Member> = (0..8)
-        .map(|i| {
-            member(
-                &format!("n{i}"),
-                Some(if i < 4 { 300 } else { 370 + i as i64 }),
-                &[],
-                100,
-            )
-        })
+        .map(|i| member(&format!("n{i}"), Some(if i < 4 { 300 } else { 370 + i as i64 }), &[], 100))
         .collect();
     assert!(suspect(&crowd).is_none());
     // Two equal scores: no name.
@@ -247,11 +194,7 @@ fn an_agent_restarted_in_a_slow_run_goes_on_from_the_kept_pace_instead_of_learni
     let (mut p, mut t, mut step) = (Pace::default(), 0, 0.0);
     assert_eq!(p.kept(&cfg()), None, "nothing learned, nothing kept");
     run(&mut p, &mut t, &mut step, 1.0, 3 * 60, false);
-    assert_eq!(
-        p.kept(&cfg()),
-        None,
-        "a baseline still learning is not kept"
-    );
+    assert_eq!(p.kept(&cfg()), None, "a baseline still learning is not kept");
     run(&mut p, &mut t, &mut step, 1.0, 12 * 60, false);
     let kept = p.kept(&cfg()).expect("learned");
     assert!((kept.micro as f64 / 1e6 - 1.0).abs() < 0.05, "{kept:?}");
@@ -271,16 +214,10 @@ fn an_agent_restarted_in_a_slow_run_goes_on_from_the_kept_pace_instead_of_learni
     // Learning afresh, the slow pace is taught as the usual one: never slow.
     let (mut t3, mut s3) = (t, step);
     run(&mut fresh, &mut t3, &mut s3, 0.7, 20 * 60, false);
-    assert!(!matches!(
-        fresh.verdict(t3, &cfg()),
-        PaceVerdict::Slow { .. }
-    ));
+    assert!(!matches!(fresh.verdict(t3, &cfg()), PaceVerdict::Slow { .. }));
     assert!((fresh.baseline.unwrap() - 0.7).abs() < 0.05);
     // Only a learned pace is taken, and only before this agent learned anything itself.
-    let young = PaceKept {
-        micro: 1_000_000,
-        windows: cfg().learn_windows - 1,
-    };
+    let young = PaceKept { micro: 1_000_000, windows: cfg().learn_windows - 1 };
     let mut p2 = Pace::default();
     p2.resume(Some(young), &cfg());
     assert_eq!(p2.baseline, None);
@@ -297,38 +234,18 @@ fn an_agent_restarted_in_a_slow_run_goes_on_from_the_kept_pace_instead_of_learni
 fn the_compute_time_in_the_entry_is_the_median_of_the_last_five() {
     let mut p = Pace::default();
     assert_eq!(p.compute(Some(1_000), Some(300)), Some(300));
-    assert_eq!(
-        p.compute(Some(1_000), Some(300)),
-        Some(300),
-        "one per heartbeat"
-    );
+    assert_eq!(p.compute(Some(1_000), Some(300)), Some(300), "one per heartbeat");
     for (hb, c) in [(2_000, 310), (3_000, 1_200), (4_000, 290)] {
         p.compute(Some(hb), Some(c));
     }
-    assert_eq!(
-        p.compute(Some(5_000), Some(305)),
-        Some(305),
-        "a pause of one step is noise"
-    );
+    assert_eq!(p.compute(Some(5_000), Some(305)), Some(305), "a pause of one step is noise");
     // The throttled rank: most of its steps compute longer, one did not.
     for (hb, c) in [(6_000, 450), (7_000, 470), (8_000, 300), (9_000, 460)] {
         p.compute(Some(hb), Some(c));
     }
     assert_eq!(p.compute(Some(10_000), Some(455)), Some(455));
-    assert_eq!(
-        p.compute(None, Some(700)),
-        Some(700),
-        "no heartbeat: as the record says"
-    );
+    assert_eq!(p.compute(None, Some(700)), Some(700), "no heartbeat: as the record says");
     assert_eq!(p.compute(Some(11_000), None), None, "no longer published");
-    assert_eq!(
-        p.compute(Some(12_000), Some(300)),
-        Some(300),
-        "started over"
-    );
-    assert_eq!(
-        p.compute(Some(13_000), Some(900)),
-        Some(300),
-        "of two, the smaller"
-    );
+    assert_eq!(p.compute(Some(12_000), Some(300)), Some(300), "started over");
+    assert_eq!(p.compute(Some(13_000), Some(900)), Some(300), "of two, the smaller");
 }

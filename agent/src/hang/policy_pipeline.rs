@@ -157,10 +157,7 @@ fn next_gang(step: Step, seen: Seen) -> Next {
     }
     // The units are held from `Caps` on; a decision of ours may stand once `Claim` wrote it.
     let lost = step == Step::Claim && matches!(seen, Seen::Skip(_));
-    Next::Stop(Undo {
-        refund_caps: step == Step::Count || lost,
-        ..Undo::default()
-    })
+    Next::Stop(Undo { refund_caps: step == Step::Count || lost, ..Undo::default() })
 }
 
 fn next_worker(step: Step, seen: Seen, dry_run: bool) -> Next {
@@ -197,10 +194,7 @@ fn undo(step: Step, seen: Seen) -> Undo {
     // claim: that pass is undone whole.
     let closed = step == Step::Revalidate && matches!(seen, Seen::Skip(Skip::Cancelled(_)));
     let refused = matches!(seen, Seen::Skip(_));
-    let announced = matches!(
-        step,
-        Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck
-    );
+    let announced = matches!(step, Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck);
     // The units were taken at `Caps` (a refusing or failing `Caps` gave the breaker's back:
     // `crate::coord::caps::Caps::take`): from `Claim` on they
     // are held, and so is the claim, which a failed write at `Claim` may have made unseen.
@@ -254,17 +248,9 @@ mod tests {
         for dry_run in [false, true] {
             let p = path(dry_run);
             if let Some(i) = p.iter().position(|s| *s == Step::Command) {
-                for needed in [
-                    Step::Lock,
-                    Step::Revalidate,
-                    Step::Caps,
-                    Step::Claim,
-                    Step::Recheck,
-                ] {
-                    let at = p
-                        .iter()
-                        .position(|s| *s == needed)
-                        .expect("every safeguard runs");
+                for needed in [Step::Lock, Step::Revalidate, Step::Caps, Step::Claim, Step::Recheck]
+                {
+                    let at = p.iter().position(|s| *s == needed).expect("every safeguard runs");
                     assert!(at < i, "{needed:?} after the command");
                 }
                 assert!(!dry_run, "observe mode ran the command");
@@ -275,11 +261,7 @@ mod tests {
     #[test]
     fn every_refusal_and_failure_stops_the_pass() {
         for step in STEPS {
-            for seen in [
-                Seen::Skip(Skip::NodeState),
-                Seen::Failed,
-                Seen::RestartFailed,
-            ] {
+            for seen in [Seen::Skip(Skip::NodeState), Seen::Failed, Seen::RestartFailed] {
                 for dry_run in [false, true] {
                     assert!(
                         matches!(next(Unit::Worker, step, seen, dry_run), Next::Stop(_)),
@@ -304,24 +286,15 @@ mod tests {
         let seens = skips.map(Seen::Skip).into_iter().chain([Seen::Failed]);
         for seen in seens {
             for step in STEPS {
-                let Next::Stop(u) = next(Unit::Worker, step, seen, false) else {
-                    unreachable!()
-                };
+                let Next::Stop(u) = next(Unit::Worker, step, seen, false) else { unreachable!() };
                 let after = |s: Step| step >= s && step != Step::Observe;
                 // Units only once taken, never after the command ran.
-                assert_eq!(
-                    u.refund_caps,
-                    matches!(step, Step::Claim | Step::Recheck),
-                    "{step:?}"
-                );
+                assert_eq!(u.refund_caps, matches!(step, Step::Claim | Step::Recheck), "{step:?}");
                 if u.release_claim {
                     assert!(after(Step::Claim) && step < Step::Command, "{step:?}");
                 }
                 if u.release_alert {
-                    assert!(
-                        after(Step::Revalidate) && step < Step::Command,
-                        "{step:?} {seen:?}"
-                    );
+                    assert!(after(Step::Revalidate) && step < Step::Command, "{step:?} {seen:?}");
                     let closed = matches!(seen, Seen::Skip(Skip::Cancelled(_)));
                     assert!(!(closed && step == Step::Revalidate), "{seen:?}");
                 }
@@ -330,10 +303,7 @@ mod tests {
                     !(step == Step::Revalidate && matches!(seen, Seen::Skip(Skip::Cancelled(_))));
                 if matches!(seen, Seen::Skip(_))
                     && still_open
-                    && matches!(
-                        step,
-                        Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck
-                    )
+                    && matches!(step, Step::Revalidate | Step::Caps | Step::Claim | Step::Recheck)
                 {
                     assert!(u.release_alert, "{step:?} {seen:?}");
                 }
@@ -342,11 +312,7 @@ mod tests {
         // The claim may have been made by a write whose reply was lost: released.
         assert_eq!(
             next(Unit::Worker, Step::Claim, Seen::Failed, false),
-            Next::Stop(Undo {
-                release_alert: true,
-                refund_caps: true,
-                release_claim: true
-            })
+            Next::Stop(Undo { release_alert: true, refund_caps: true, release_claim: true })
         );
         // A coordinator failure after the alert keeps it (the pass may have failed writing the
         // trail after a refusal): the incident's one "restarting" page stands; at the recheck
@@ -357,11 +323,7 @@ mod tests {
         );
         assert_eq!(
             next(Unit::Worker, Step::Recheck, Seen::Failed, false),
-            Next::Stop(Undo {
-                release_alert: false,
-                refund_caps: true,
-                release_claim: true
-            })
+            Next::Stop(Undo { release_alert: false, refund_caps: true, release_claim: true })
         );
         // After the command, nothing is given back, whether it restarted the container or
         // not (two outcomes, one stop): it ran.
@@ -387,10 +349,7 @@ mod tests {
     fn a_gangs_decision_runs_lock_revalidate_caps_count_claim_announce() {
         use Step::*;
         assert_eq!(first(Unit::Worker), Decide);
-        assert_eq!(
-            gang_path(),
-            [Lock, Revalidate, Caps, Count, Claim, Announce]
-        );
+        assert_eq!(gang_path(), [Lock, Revalidate, Caps, Count, Claim, Announce]);
         // The same in observe mode (its caps and count take nothing).
         let mut out = vec![first(Unit::Gang)];
         while let Next::Go(s) = next(Unit::Gang, *out.last().unwrap(), Seen::Pass, true) {

@@ -43,19 +43,12 @@ pub(crate) fn status_of_record(
     let Some(ranks) = WorkerStatus::ranks_from_fields(fields) else {
         return WorkerStatus::from_fields(fields);
     };
-    let deadline = |s: &WorkerStatus| {
-        s.heartbeat
-            .map_or(Millis::MIN, |hb| hb + allowed_silence(s, cfg))
-    };
+    let deadline =
+        |s: &WorkerStatus| s.heartbeat.map_or(Millis::MIN, |hb| hb + allowed_silence(s, cfg));
     ranks
         .iter()
         .find(|s| s.state == WorkerState::Error)
-        .or_else(|| {
-            ranks
-                .iter()
-                .filter(|s| watched(&s.state))
-                .min_by_key(|s| deadline(s))
-        })
+        .or_else(|| ranks.iter().filter(|s| watched(&s.state)).min_by_key(|s| deadline(s)))
         .or(ranks.first())
         .cloned()
 }
@@ -118,26 +111,14 @@ mod tests {
         let mut r = rec("processing", 0);
         r.heartbeat = Some(NOW * 1000);
         assert_eq!(
-            verdict(
-                Some(&r),
-                &Marks::default(),
-                NodeContext::default(),
-                NOW,
-                &cfg()
-            ),
+            verdict(Some(&r), &Marks::default(), NodeContext::default(), NOW, &cfg()),
             Verdict::Unreachable
         );
         assert!(heartbeat_from_future(&r, NOW).is_some());
         // A little clock skew is fine.
         r.heartbeat = Some(NOW + 60 * S);
         assert_eq!(
-            verdict(
-                Some(&r),
-                &Marks::default(),
-                NodeContext::default(),
-                NOW,
-                &cfg()
-            ),
+            verdict(Some(&r), &Marks::default(), NodeContext::default(), NOW, &cfg()),
             Verdict::Healthy
         );
     }
@@ -175,14 +156,8 @@ mod tests {
             );
         }
         // Idle has no work to hang on; error has its own timer.
-        assert_eq!(
-            v(Some(&rec("idle", 9_999 * S)), &Marks::default()),
-            Verdict::Healthy
-        );
-        assert_eq!(
-            v(Some(&rec("error", 9_999 * S)), &Marks::default()),
-            Verdict::ErrorPending
-        );
+        assert_eq!(v(Some(&rec("idle", 9_999 * S)), &Marks::default()), Verdict::Healthy);
+        assert_eq!(v(Some(&rec("error", 9_999 * S)), &Marks::default()), Verdict::ErrorPending);
     }
 
     #[test]
@@ -192,44 +167,21 @@ mod tests {
             ..rec("compile", age)
         };
         // 20 minutes announced: fresh through them, stale one millisecond after.
-        assert_eq!(
-            v(Some(&busy(1_200 * S, 1_200)), &Marks::default()),
-            Verdict::Healthy
-        );
-        assert_eq!(
-            v(Some(&busy(1_200 * S + 1, 1_200)), &Marks::default()),
-            Verdict::Suspect
-        );
+        assert_eq!(v(Some(&busy(1_200 * S, 1_200)), &Marks::default()), Verdict::Healthy);
+        assert_eq!(v(Some(&busy(1_200 * S + 1, 1_200)), &Marks::default()), Verdict::Suspect);
         // A grace shorter than stale_after changes nothing.
-        assert_eq!(
-            v(Some(&busy(100 * S, 10)), &Marks::default()),
-            Verdict::Healthy
-        );
+        assert_eq!(v(Some(&busy(100 * S, 10)), &Marks::default()), Verdict::Healthy);
         // Past max_grace (1 h by default) it is cut: a worker cannot announce forever.
-        assert_eq!(
-            v(Some(&busy(3_600 * S, 86_400)), &Marks::default()),
-            Verdict::Healthy
-        );
-        assert_eq!(
-            v(Some(&busy(3_600 * S + 1, 86_400)), &Marks::default()),
-            Verdict::Suspect
-        );
+        assert_eq!(v(Some(&busy(3_600 * S, 86_400)), &Marks::default()), Verdict::Healthy);
+        assert_eq!(v(Some(&busy(3_600 * S + 1, 86_400)), &Marks::default()), Verdict::Suspect);
         // Revalidation reads the same rule: still within its grace at the last moment = recovered.
         assert_eq!(
-            revalidate(
-                Verdict::Hung,
-                Some(&busy(600 * S, 1_200)),
-                &Marks::default(),
-                NOW,
-                &cfg()
-            ),
+            revalidate(Verdict::Hung, Some(&busy(600 * S, 1_200)), &Marks::default(), NOW, &cfg()),
             Err(Cancel::Recovered)
         );
         // A frozen progress marker during a long operation is no stall.
-        let marks = Marks {
-            progress: Some(("step-10".into(), NOW - 7_200 * S)),
-            ..Marks::default()
-        };
+        let marks =
+            Marks { progress: Some(("step-10".into(), NOW - 7_200 * S)), ..Marks::default() };
         assert_eq!(v(Some(&busy(10 * S, 1_200)), &marks), Verdict::Healthy);
     }
 }

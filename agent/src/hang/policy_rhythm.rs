@@ -138,9 +138,7 @@ impl Rhythm {
 
     fn learn(&mut self, silence: Millis, gap: Millis, now: Millis, settle: u32) {
         if self.fresh >= settle {
-            self.history
-                .get_or_insert_with(|| History::new(now))
-                .add(silence);
+            self.history.get_or_insert_with(|| History::new(now)).add(silence);
             self.own.samples = self.own.samples.saturating_add(1);
             self.own.longest = self.own.longest.max(silence);
             self.own.beats.add(gap);
@@ -289,16 +287,12 @@ pub(crate) fn learned_rule(
     let l = &base.learned;
     let plain = status.is_some_and(|s| s.state == WorkerState::Processing && s.grace.is_none());
     let trusted = l.enabled && l.restarts && plain && own.samples >= l.min_samples;
-    let h = shared
-        .filter(|_| trusted)
-        .filter(|h| now - h.since >= ms(l.history))?;
+    let h = shared.filter(|_| trusted).filter(|h| now - h.since >= ms(l.history))?;
     let usual = usual_silence(h, base)?;
     // NB: `own` counts whether or not the coordinator's copy holds its samples yet.
     let silence = silence_of(h, &own, base)?;
-    (silence < ms(base.stale_after)).then(|| Learned {
-        silence,
-        wait: usual.min(ms(base.restart_delay)),
-    })
+    (silence < ms(base.stale_after))
+        .then(|| Learned { silence, wait: usual.min(ms(base.restart_delay)) })
 }
 
 /// The policy a worker's own restart is judged by: `base` (the fixed rule), or its
@@ -313,10 +307,7 @@ pub(crate) fn restart_policy<'a>(
     now: Millis,
 ) -> Cow<'a, PolicyConfig> {
     let alone = status.is_some_and(|s| s.gang.is_none());
-    by_rule(
-        base,
-        learned_rule(base, shared, own, status, now).filter(|_| alone),
-    )
+    by_rule(base, learned_rule(base, shared, own, status, now).filter(|_| alone))
 }
 
 /// `base` under `rule`: its silence as `stale_after` (the confirming observation after at most

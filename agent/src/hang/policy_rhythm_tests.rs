@@ -15,11 +15,7 @@ impl Rhythm {
 
 /// What an agent learned of the current incarnation: `samples` silences of 1 s at most.
 fn own(samples: u32) -> Own {
-    Own {
-        samples,
-        longest: 1_000,
-        ..Own::default()
-    }
+    Own { samples, longest: 1_000, ..Own::default() }
 }
 
 fn cfg() -> PolicyConfig {
@@ -29,10 +25,7 @@ fn cfg() -> PolicyConfig {
 }
 
 fn rec(state: WorkerState, hb: Millis) -> WorkerStatus {
-    WorkerStatus {
-        state,
-        ..WorkerStatus::processing(Some(hb))
-    }
+    WorkerStatus { state, ..WorkerStatus::processing(Some(hb)) }
 }
 
 /// A worker beating every `every` ms looked at every `poll` ms for `polls` looks, starting at
@@ -85,15 +78,9 @@ fn only_processing_silences_are_learned_and_never_an_announced_one() {
     // A 90 s evaluation announced by its state word: not learned.
     let eval = last + 1000;
     for i in 0..45 {
-        r.look(
-            Some(&rec(WorkerState::Other("eval".into()), eval)),
-            eval + i * 2000,
-        );
+        r.look(Some(&rec(WorkerState::Other("eval".into()), eval)), eval + i * 2000);
     }
-    r.look(
-        Some(&rec(WorkerState::Processing, eval + 90_000)),
-        eval + 90_500,
-    );
+    r.look(Some(&rec(WorkerState::Processing, eval + 90_000)), eval + 90_500);
     assert_eq!(r.silence(&c), learned);
     // A busy phase (a grace), even in `processing`: its silence is not learned.
     let mut busy = rec(WorkerState::Processing, eval + 91_000);
@@ -101,10 +88,7 @@ fn only_processing_silences_are_learned_and_never_an_announced_one() {
     for i in 0..30 {
         r.look(Some(&busy), eval + 91_000 + i * 2000);
     }
-    r.look(
-        Some(&rec(WorkerState::Processing, eval + 200_000)),
-        eval + 200_500,
-    );
+    r.look(Some(&rec(WorkerState::Processing, eval + 200_000)), eval + 200_500);
     assert_eq!(r.silence(&c), learned);
 }
 
@@ -120,10 +104,7 @@ fn a_long_silence_come_back_from_raises_it_and_stale_after_caps_it() {
     for i in 0..10 {
         r.look(Some(&rec(WorkerState::Processing, hb)), hb + i * 2000);
     }
-    r.look(
-        Some(&rec(WorkerState::Processing, hb + 20_000)),
-        hb + 20_000,
-    );
+    r.look(Some(&rec(WorkerState::Processing, hb + 20_000)), hb + 20_000);
     let eighteen = upper(bucket(18_000));
     assert_eq!(r.silence(&c), Some(4 * eighteen));
     // However many short silences follow, it is never under 1.5 × 18 s: the worker survived it.
@@ -131,25 +112,15 @@ fn a_long_silence_come_back_from_raises_it_and_stale_after_caps_it() {
     assert_eq!(r.silence(&c), Some(27_000));
     // ... in a later incarnation too, once that one has shown its own rhythm.
     r.new_incarnation();
-    assert_eq!(
-        r.silence(&c),
-        None,
-        "a new incarnation: the fixed rule first"
-    );
+    assert_eq!(r.silence(&c), None, "a new incarnation: the fixed rule first");
     let last = steady(&mut r, last + 60_000, 1000, 2000, 31);
     assert_eq!(r.silence(&c), Some(27_000));
     let hb = last - last % 1000;
     // One of 100 s: capped by stale_after (2 m).
     for i in 0..50 {
-        r.look(
-            Some(&rec(WorkerState::Processing, hb + 20_000)),
-            hb + 20_000 + i * 2000,
-        );
+        r.look(Some(&rec(WorkerState::Processing, hb + 20_000)), hb + 20_000 + i * 2000);
     }
-    r.look(
-        Some(&rec(WorkerState::Processing, hb + 120_000)),
-        hb + 120_000,
-    );
+    r.look(Some(&rec(WorkerState::Processing, hb + 120_000)), hb + 120_000);
     assert_eq!(r.silence(&c), Some(120_000));
 }
 
@@ -172,11 +143,7 @@ fn the_coordinators_copy_is_merged_and_written_back_at_most_once_a_minute() {
     theirs.add(30_000);
     let mut fresh = Rhythm::default();
     fresh.adopt(Some(&theirs));
-    assert_eq!(
-        fresh.silence(&c),
-        None,
-        "an agent just started: the fixed rule"
-    );
+    assert_eq!(fresh.silence(&c), None, "an agent just started: the fixed rule");
     steady(&mut fresh, 5_000_000, 1000, 2000, 31);
     // (`steady` learns from the first sample; an agent settles first, see below.)
     let thirty = crate::hang::model_rhythm::upper(crate::hang::model_rhythm::bucket(30_000));
@@ -190,11 +157,7 @@ fn an_incarnations_first_silences_count_only_towards_its_own() {
     // A 60 s compile after the first beat, then 1 s steps.
     let start = 1_000_000;
     r.observe(Some(&rec(WorkerState::Processing, start)), start, 30);
-    r.observe(
-        Some(&rec(WorkerState::Processing, start)),
-        start + 60_000,
-        30,
-    );
+    r.observe(Some(&rec(WorkerState::Processing, start)), start + 60_000, 30);
     let mut now = start + 61_000;
     for _ in 0..30 {
         r.observe(Some(&rec(WorkerState::Processing, now - 500)), now, 30);
@@ -211,11 +174,7 @@ fn an_incarnations_first_silences_count_only_towards_its_own() {
         now += 2_000;
     }
     assert_eq!((r.own().samples, r.samples()), (30, 30));
-    assert_eq!(
-        r.silence(&c),
-        Some(5_000),
-        "the steps' rhythm, at the floor"
-    );
+    assert_eq!(r.silence(&c), Some(5_000), "the steps' rhythm, at the floor");
 }
 
 #[test]
@@ -249,10 +208,7 @@ fn a_restart_from_the_rhythm_stands_only_on_the_coordinators_copy_and_its_histor
     assert_eq!(got.confirm_after, got.stale_after / 2);
     // Anything short of it: the fixed rule.
     assert!(fixed(None, 30, &c), "no copy in the coordinator");
-    assert!(
-        fixed(Some(&old), 29, &c),
-        "too few samples of this incarnation"
-    );
+    assert!(fixed(Some(&old), 29, &c), "too few samples of this incarnation");
     let mut young = old;
     young.since = now - 3_600_000;
     assert!(fixed(Some(&young), 30, &c), "history shorter than 6 h");
@@ -261,16 +217,9 @@ fn a_restart_from_the_rhythm_stands_only_on_the_coordinators_copy_and_its_histor
     assert!(fixed(Some(&old), 30, &off), "learned restarts off");
     for other in [
         rec(WorkerState::Other("eval".into()), 0),
-        WorkerStatus {
-            grace: Some(60_000),
-            ..p.clone()
-        },
+        WorkerStatus { grace: Some(60_000), ..p.clone() },
     ] {
-        assert_eq!(
-            *restart_policy(&c, Some(&old), own(30), Some(&other), now),
-            c,
-            "{other:?}"
-        );
+        assert_eq!(*restart_policy(&c, Some(&old), own(30), Some(&other), now), c, "{other:?}");
     }
     // The persistence is at least the floor, at most restart_delay.
     let mut floor = c.clone();
@@ -298,10 +247,7 @@ fn the_learned_silence_judges_only_plain_processing_records() {
     assert_eq!(j.confirm_after, Duration::from_millis(2500));
     for other in [
         rec(WorkerState::Other("eval".into()), 0),
-        WorkerStatus {
-            grace: Some(60_000),
-            ..p.clone()
-        },
+        WorkerStatus { grace: Some(60_000), ..p.clone() },
     ] {
         assert_eq!(*judged_by(&c, &r, Some(&other)), c, "{other:?}");
     }
@@ -318,27 +264,13 @@ fn a_learned_worker_is_suspect_then_hung_within_seconds() {
     let j = judged_by(&c, &r, Some(&status));
     let node = NodeContext::default();
     let at = |t: Millis, marks: &Marks| verdict(Some(&status), marks, node, hb + t, &j);
-    assert_eq!(
-        at(5_000, &Marks::default()),
-        Verdict::Healthy,
-        "exactly 5 s"
-    );
+    assert_eq!(at(5_000, &Marks::default()), Verdict::Healthy, "exactly 5 s");
     assert_eq!(at(6_000, &Marks::default()), Verdict::Suspect);
-    let seen = Marks {
-        suspect: Some((hb, hb + 6_000)),
-        ..Marks::default()
-    };
-    assert_eq!(
-        at(8_000, &seen),
-        Verdict::Suspect,
-        "confirmation after 2.5 s"
-    );
+    let seen = Marks { suspect: Some((hb, hb + 6_000)), ..Marks::default() };
+    assert_eq!(at(8_000, &seen), Verdict::Suspect, "confirmation after 2.5 s");
     assert_eq!(at(8_500, &seen), Verdict::Hung);
     // The fixed rule would still call it healthy.
-    assert_eq!(
-        verdict(Some(&status), &seen, node, hb + 8_500, &c),
-        Verdict::Healthy
-    );
+    assert_eq!(verdict(Some(&status), &seen, node, hb + 8_500, &c), Verdict::Healthy);
 }
 
 #[test]
@@ -351,10 +283,7 @@ fn an_instance_that_has_not_learned_never_ends_a_learned_incident_while_the_sile
     let status = rec(WorkerState::Processing, hb);
     let marks = Marks {
         suspect: Some((hb, hb + 6_000)),
-        incident: Some(Incident {
-            started: hb + 8_500,
-            id: "i-1".into(),
-        }),
+        incident: Some(Incident { started: hb + 8_500, id: "i-1".into() }),
         ..Marks::default()
     };
     let now = hb + 20_000;
@@ -388,11 +317,7 @@ fn a_new_program_is_restarted_by_its_own_rhythm_never_the_old_ones() {
     let p = rec(WorkerState::Processing, 0);
     // The new incarnation steps every 45 s: past its settling, its own silences are 45 s, and
     // a restart allows it 1.5 × that however short the old history's silence.
-    let slow = Own {
-        samples: 30,
-        longest: 45_000,
-        ..Own::default()
-    };
+    let slow = Own { samples: 30, longest: 45_000, ..Own::default() };
     let got = restart_policy(&c, Some(&old), slow, Some(&p), now);
     assert_eq!(got.stale_after, Duration::from_millis(67_500));
     // Not yet past its settling: the fixed rule.
@@ -400,16 +325,10 @@ fn a_new_program_is_restarted_by_its_own_rhythm_never_the_old_ones() {
     assert_eq!(*restart_policy(&c, Some(&old), settling, Some(&p), now), c);
     // A gang member: the fixed rule, whatever was learned.
     let member = WorkerStatus {
-        gang: Some(crate::hang::model::Gang {
-            id: "ns/job".into(),
-            size: Some(4),
-        }),
+        gang: Some(crate::hang::model::Gang { id: "ns/job".into(), size: Some(4) }),
         ..p.clone()
     };
-    assert_eq!(
-        *restart_policy(&c, Some(&old), own(30), Some(&member), now),
-        c
-    );
+    assert_eq!(*restart_policy(&c, Some(&old), own(30), Some(&member), now), c);
 }
 
 #[test]
@@ -425,10 +344,7 @@ fn a_copy_gone_from_the_coordinator_is_gone_for_the_agent_that_wrote_one() {
     assert_eq!((r.samples(), r.silence(&c)), (0, None));
     let later = steady(&mut r, last + 2_000, 1000, 2000, 3);
     let fresh = r.write_due(later).expect("the new history");
-    assert_eq!(
-        crate::hang::model_rhythm::History::decode(&fresh).map(|h| h.total()),
-        Some(3)
-    );
+    assert_eq!(crate::hang::model_rhythm::History::decode(&fresh).map(|h| h.total()), Some(3));
     // An agent that never wrote keeps what it learned until it writes the first copy.
     let mut other = Rhythm::default();
     steady(&mut other, 1_000_000, 1000, 2000, 10);
@@ -446,15 +362,9 @@ fn a_longer_silence_is_written_at_once_and_an_incarnation_seen_late_starts_over(
     // A 20 s silence come back from, seconds after the last write: written at once.
     let hb = last - last % 1000;
     r.look(Some(&rec(WorkerState::Processing, hb)), hb + 18_000);
-    r.look(
-        Some(&rec(WorkerState::Processing, hb + 20_000)),
-        hb + 20_000,
-    );
+    r.look(Some(&rec(WorkerState::Processing, hb + 20_000)), hb + 20_000);
     let raw = r.write_due(hb + 20_000).expect("the longest grew");
-    assert_eq!(
-        crate::hang::model_rhythm::History::decode(&raw).map(|h| h.longest()),
-        Some(18_000)
-    );
+    assert_eq!(crate::hang::model_rhythm::History::decode(&raw).map(|h| h.longest()), Some(18_000));
     // Another incarnation, however this agent comes to see it: its own samples start over.
     assert!(r.silence(&c).is_some());
     r.see_incarnation("c1:t0");
@@ -480,24 +390,15 @@ fn looks_in_step_with_the_beats_never_teach_a_silence_under_the_beat() {
     }
     let beat = upper(bucket(15_000));
     assert_eq!(r.own().beat_margin(), beat + beat / 2);
-    assert_eq!(
-        r.silence(&c),
-        Some(beat + beat / 2),
-        "not the 5 s floor the ages alone teach"
-    );
+    assert_eq!(r.silence(&c), Some(beat + beat / 2), "not the 5 s floor the ages alone teach");
     let now = t0 + 40 * 15_000;
     let mut shared = crate::hang::model_rhythm::History::new(now - 7 * 3_600_000);
     for _ in 0..100 {
         shared.add(200);
     }
-    let rule = learned_rule(
-        &c,
-        Some(&shared),
-        r.own(),
-        Some(&rec(WorkerState::Processing, now)),
-        now,
-    )
-    .expect("a learned rule");
+    let rule =
+        learned_rule(&c, Some(&shared), r.own(), Some(&rec(WorkerState::Processing, now)), now)
+            .expect("a learned rule");
     assert_eq!(rule.silence, beat + beat / 2);
     assert_eq!(rule.wait, 5_000, "the usual silence: the floor");
 }

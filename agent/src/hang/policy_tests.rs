@@ -61,10 +61,7 @@ fn hang_needs_a_second_observation_of_the_same_heartbeat() {
         (Some((hb - 5 * S, NOW - 60 * S)), Verdict::Suspect),
     ];
     for (suspect, want) in cases {
-        let m = Marks {
-            suspect: *suspect,
-            ..Marks::default()
-        };
+        let m = Marks { suspect: *suspect, ..Marks::default() };
         assert_eq!(v(Some(&r), &m), *want, "suspect={suspect:?}");
     }
 }
@@ -72,10 +69,7 @@ fn hang_needs_a_second_observation_of_the_same_heartbeat() {
 #[test]
 fn error_state_becomes_errored_at_exactly_error_for() {
     let r = rec("error", 1);
-    let at = |since| Marks {
-        error_since: Some(since),
-        ..Marks::default()
-    };
+    let at = |since| Marks { error_since: Some(since), ..Marks::default() };
     assert_eq!(v(Some(&r), &Marks::default()), Verdict::ErrorPending);
     assert_eq!(v(Some(&r), &at(NOW - 1800 * S + 1)), Verdict::ErrorPending);
     assert_eq!(v(Some(&r), &at(NOW - 1800 * S)), Verdict::Errored);
@@ -92,30 +86,17 @@ fn missing_or_unreadable_record_is_unreachable() {
 #[test]
 fn frozen_progress_with_fresh_heartbeat_is_stalled_not_hung() {
     let r = rec("processing", 5 * S);
-    let m = |since| Marks {
-        progress: Some(("step-10".into(), since)),
-        ..Marks::default()
-    };
+    let m = |since| Marks { progress: Some(("step-10".into(), since)), ..Marks::default() };
     assert_eq!(v(Some(&r), &m(NOW - 1800 * S)), Verdict::Stalled);
     assert_eq!(v(Some(&r), &m(NOW - 1800 * S + 1)), Verdict::Healthy);
-    let moved = Marks {
-        progress: Some(("step-9".into(), NOW - 3600 * S)),
-        ..Marks::default()
-    };
+    let moved = Marks { progress: Some(("step-9".into(), NOW - 3600 * S)), ..Marks::default() };
     assert_eq!(v(Some(&r), &moved), Verdict::Healthy);
 }
 
 #[test]
 fn cooldown_wins_over_everything() {
-    let m = Marks {
-        cooldown: true,
-        ..Marks::default()
-    };
-    for r in [
-        None,
-        Some(rec("processing", 900 * S)),
-        Some(rec("error", 0)),
-    ] {
+    let m = Marks { cooldown: true, ..Marks::default() };
+    for r in [None, Some(rec("processing", 900 * S)), Some(rec("error", 0))] {
         assert_eq!(v(r.as_ref(), &m), Verdict::Booting);
     }
 }
@@ -124,36 +105,18 @@ fn cooldown_wins_over_everything() {
 fn maintenance_and_gpu_failure_suppress_restarts() {
     let r = rec("processing", 900 * S);
     let hb = r.heartbeat.unwrap();
-    let m = Marks {
-        suspect: Some((hb, NOW - 60 * S)),
-        ..Marks::default()
-    };
-    let maint = NodeContext {
-        in_maintenance: true,
-        ..NodeContext::default()
-    };
-    let gpu = NodeContext {
-        gpu_failed: true,
-        ..NodeContext::default()
-    };
-    assert_eq!(
-        verdict(Some(&r), &m, maint, NOW, &cfg()),
-        Verdict::InMaintenance
-    );
+    let m = Marks { suspect: Some((hb, NOW - 60 * S)), ..Marks::default() };
+    let maint = NodeContext { in_maintenance: true, ..NodeContext::default() };
+    let gpu = NodeContext { gpu_failed: true, ..NodeContext::default() };
+    assert_eq!(verdict(Some(&r), &m, maint, NOW, &cfg()), Verdict::InMaintenance);
     assert_eq!(verdict(Some(&r), &m, gpu, NOW, &cfg()), Verdict::GpuFailed);
     assert_ne!(Verdict::GpuFailed.action(), Action::RestartPipeline);
-    let tpu = NodeContext {
-        tpu_failed: true,
-        ..NodeContext::default()
-    };
+    let tpu = NodeContext { tpu_failed: true, ..NodeContext::default() };
     assert_eq!(verdict(Some(&r), &m, tpu, NOW, &cfg()), Verdict::TpuFailed);
     assert_eq!(Verdict::TpuFailed.action(), Action::AlertNoRestart);
     // A failed TPU changes nothing for a healthy worker.
     let fresh = rec("processing", 0);
-    assert_eq!(
-        verdict(Some(&fresh), &Marks::default(), tpu, NOW, &cfg()),
-        Verdict::Healthy
-    );
+    assert_eq!(verdict(Some(&fresh), &Marks::default(), tpu, NOW, &cfg()), Verdict::Healthy);
     assert_ne!(Verdict::InMaintenance.action(), Action::RestartPipeline);
 }
 
@@ -161,11 +124,7 @@ fn maintenance_and_gpu_failure_suppress_restarts() {
 fn only_hung_and_errored_reach_the_restart_pipeline() {
     for &verdict in Verdict::ALL {
         let restarts = verdict.action() == Action::RestartPipeline;
-        assert_eq!(
-            restarts,
-            matches!(verdict, Verdict::Hung | Verdict::Errored),
-            "{verdict:?}"
-        );
+        assert_eq!(restarts, matches!(verdict, Verdict::Hung | Verdict::Errored), "{verdict:?}");
     }
 }
 
@@ -174,40 +133,19 @@ fn plan_for_first_stale_sighting_records_it() {
     let r = rec("processing", 200 * S);
     let m = Marks::default();
     let p = plan(Verdict::Suspect, Some(&r), &m, NOW, &cfg());
-    assert_eq!(
-        p,
-        vec![Effect::RecordSuspect {
-            heartbeat: r.heartbeat.unwrap()
-        }]
-    );
+    assert_eq!(p, vec![Effect::RecordSuspect { heartbeat: r.heartbeat.unwrap() }]);
 }
 
 #[test]
 fn plan_for_confirmed_hang_opens_the_timer_once() {
     let r = rec("processing", 200 * S);
     let hb = r.heartbeat.unwrap();
-    let mut m = Marks {
-        suspect: Some((hb, NOW - 30 * S)),
-        ..Marks::default()
-    };
+    let mut m = Marks { suspect: Some((hb, NOW - 30 * S)), ..Marks::default() };
     let p = plan(Verdict::Hung, Some(&r), &m, NOW, &cfg());
-    assert_eq!(
-        p,
-        vec![
-            Effect::OpenIncident,
-            Effect::AlertIncident,
-            Effect::ConsiderRestart
-        ]
-    );
-    m.incident = Some(Incident {
-        started: NOW - 10 * S,
-        id: "i1".into(),
-    });
+    assert_eq!(p, vec![Effect::OpenIncident, Effect::AlertIncident, Effect::ConsiderRestart]);
+    m.incident = Some(Incident { started: NOW - 10 * S, id: "i1".into() });
     let p = plan(Verdict::Hung, Some(&r), &m, NOW, &cfg());
-    assert!(
-        !p.contains(&Effect::OpenIncident),
-        "an existing timer is never reset"
-    );
+    assert!(!p.contains(&Effect::OpenIncident), "an existing timer is never reset");
 }
 
 #[test]
@@ -216,10 +154,7 @@ fn unconfirmed_instance_never_clears_anothers_timer() {
     // already confirmed and opened the timer: B must leave it alone.
     let r = rec("processing", 200 * S);
     let m = Marks {
-        incident: Some(Incident {
-            started: NOW - 60 * S,
-            id: "i1".into(),
-        }),
+        incident: Some(Incident { started: NOW - 60 * S, id: "i1".into() }),
         ..Marks::default()
     };
     let p = plan(Verdict::Suspect, Some(&r), &m, NOW, &cfg());
@@ -230,10 +165,7 @@ fn unconfirmed_instance_never_clears_anothers_timer() {
 fn fresh_heartbeat_clears_the_timer() {
     let r = rec("processing", S);
     let m = Marks {
-        incident: Some(Incident {
-            started: NOW - 60 * S,
-            id: "i1".into(),
-        }),
+        incident: Some(Incident { started: NOW - 60 * S, id: "i1".into() }),
         suspect: Some((NOW - 300 * S, NOW - 100 * S)),
         ..Marks::default()
     };
@@ -247,21 +179,12 @@ fn cooldown_clears_the_persistence_timer_and_records_no_sighting() {
     let r = rec("processing", 900 * S);
     let m = Marks {
         cooldown: true,
-        incident: Some(Incident {
-            started: NOW - 600 * S,
-            id: "i1".into(),
-        }),
+        incident: Some(Incident { started: NOW - 600 * S, id: "i1".into() }),
         suspect: Some((NOW - 900 * S, NOW - 700 * S)),
         ..Marks::default()
     };
     let p = plan(Verdict::Booting, Some(&r), &m, NOW, &cfg());
-    assert_eq!(
-        p,
-        vec![
-            Effect::ClearSuspect,
-            Effect::ClearIncident(TimerEnd::Booting)
-        ]
-    );
+    assert_eq!(p, vec![Effect::ClearSuspect, Effect::ClearIncident(TimerEnd::Booting)]);
 }
 
 #[test]
@@ -274,35 +197,14 @@ fn escalation_exactly_once_after_escalate_after() {
         ..Marks::default()
     };
     let c = cfg();
-    let p = plan(
-        Verdict::Booting,
-        Some(&r),
-        &restarted(NOW - 600 * S + 1, false),
-        NOW,
-        &c,
-    );
+    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 600 * S + 1, false), NOW, &c);
     assert!(!p.contains(&Effect::Escalate));
-    let p = plan(
-        Verdict::Booting,
-        Some(&r),
-        &restarted(NOW - 600 * S, false),
-        NOW,
-        &c,
-    );
+    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 600 * S, false), NOW, &c);
     assert!(p.contains(&Effect::Escalate));
-    let p = plan(
-        Verdict::Booting,
-        Some(&r),
-        &restarted(NOW - 900 * S, true),
-        NOW,
-        &c,
-    );
+    let p = plan(Verdict::Booting, Some(&r), &restarted(NOW - 900 * S, true), NOW, &c);
     assert!(!p.contains(&Effect::Escalate), "already paged");
     let fresh = rec("processing", S);
-    let m = Marks {
-        restarted_at: Some(NOW - 900 * S),
-        ..Marks::default()
-    };
+    let m = Marks { restarted_at: Some(NOW - 900 * S), ..Marks::default() };
     let p = plan(Verdict::Healthy, Some(&fresh), &m, NOW, &c);
     assert!(
         p.contains(&Effect::ForgetRestart) && !p.contains(&Effect::Escalate),
@@ -314,10 +216,7 @@ fn escalation_exactly_once_after_escalate_after() {
 fn episodes_open_once_and_close_when_the_condition_ends() {
     let p = plan(Verdict::Unreachable, None, &Marks::default(), NOW, &cfg());
     assert_eq!(p, vec![Effect::OpenEpisode(Episode::Unreachable)]);
-    let open = Marks {
-        episodes: vec![Episode::Unreachable],
-        ..Marks::default()
-    };
+    let open = Marks { episodes: vec![Episode::Unreachable], ..Marks::default() };
     let p = plan(Verdict::Unreachable, None, &open, NOW, &cfg());
     assert!(p.is_empty(), "alert once, not once per cycle");
     let r = rec("processing", S);
@@ -328,13 +227,7 @@ fn episodes_open_once_and_close_when_the_condition_ends() {
 #[test]
 fn error_and_progress_marks_follow_the_record() {
     let r = rec("error", 1);
-    let p = plan(
-        Verdict::ErrorPending,
-        Some(&r),
-        &Marks::default(),
-        NOW,
-        &cfg(),
-    );
+    let p = plan(Verdict::ErrorPending, Some(&r), &Marks::default(), NOW, &cfg());
     assert_eq!(p, vec![Effect::MarkErrorSince]);
     let ok = rec("processing", S);
     let m = Marks {
@@ -343,13 +236,7 @@ fn error_and_progress_marks_follow_the_record() {
         ..Marks::default()
     };
     let p = plan(Verdict::Healthy, Some(&ok), &m, NOW, &cfg());
-    assert_eq!(
-        p,
-        vec![
-            Effect::ClearErrorSince,
-            Effect::RecordProgress("step-10".into())
-        ]
-    );
+    assert_eq!(p, vec![Effect::ClearErrorSince, Effect::RecordProgress("step-10".into())]);
 }
 
 #[test]
@@ -368,10 +255,7 @@ fn an_unreadable_heartbeat_never_clears_the_timer() {
     let mut r = rec("processing", 0);
     r.heartbeat = None;
     let m = Marks {
-        incident: Some(Incident {
-            started: NOW - 60 * S,
-            id: "i1".into(),
-        }),
+        incident: Some(Incident { started: NOW - 60 * S, id: "i1".into() }),
         ..Marks::default()
     };
     let p = plan(Verdict::Unreachable, Some(&r), &m, NOW, &cfg());
@@ -381,10 +265,7 @@ fn an_unreadable_heartbeat_never_clears_the_timer() {
 #[test]
 fn no_error_clock_starts_while_booting() {
     let r = rec("error", 1);
-    let m = Marks {
-        cooldown: true,
-        ..Marks::default()
-    };
+    let m = Marks { cooldown: true, ..Marks::default() };
     let p = plan(Verdict::Booting, Some(&r), &m, NOW, &cfg());
     assert!(!p.contains(&Effect::MarkErrorSince));
 }
@@ -392,15 +273,9 @@ fn no_error_clock_starts_while_booting() {
 #[test]
 fn a_paused_container_is_alert_only_and_drops_the_timer() {
     let r = rec("processing", 900 * S);
-    let paused = NodeContext {
-        container_paused: true,
-        ..NodeContext::default()
-    };
+    let paused = NodeContext { container_paused: true, ..NodeContext::default() };
     let m = Marks {
-        incident: Some(Incident {
-            started: NOW - 600 * S,
-            id: "i1".into(),
-        }),
+        incident: Some(Incident { started: NOW - 600 * S, id: "i1".into() }),
         suspect: Some((NOW - 900 * S, NOW - 700 * S)),
         ..Marks::default()
     };
@@ -409,10 +284,7 @@ fn a_paused_container_is_alert_only_and_drops_the_timer() {
     assert_eq!(v.action(), Action::AlertOnly);
     let p = plan(v, Some(&r), &m, NOW, &cfg());
     assert!(p.contains(&Effect::OpenEpisode(Episode::Paused)), "{p:?}");
-    assert!(
-        p.contains(&Effect::ClearIncident(TimerEnd::Paused)),
-        "{p:?}"
-    );
+    assert!(p.contains(&Effect::ClearIncident(TimerEnd::Paused)), "{p:?}");
     assert!(p.contains(&Effect::ClearSuspect), "{p:?}");
     assert!(!p.contains(&Effect::ConsiderRestart) && !p.contains(&Effect::OpenIncident));
 }
@@ -424,22 +296,13 @@ fn booting_ends_at_a_heartbeat_after_the_restart() {
     let restart = NOW - 60 * S;
     let beat = |age| rec("processing", age);
     assert!(booted(Some(restart), Some(&beat(10 * S))));
-    assert!(
-        !booted(Some(restart), Some(&beat(60 * S))),
-        "at the restart: not after it"
-    );
-    assert!(
-        !booted(Some(restart), Some(&beat(300 * S))),
-        "the old incarnation's"
-    );
+    assert!(!booted(Some(restart), Some(&beat(60 * S))), "at the restart: not after it");
+    assert!(!booted(Some(restart), Some(&beat(300 * S))), "the old incarnation's");
     let mut none = beat(0);
     none.heartbeat = None;
     assert!(!booted(Some(restart), Some(&none)));
     assert!(!booted(Some(restart), None), "no record");
-    assert!(
-        !booted(None, Some(&beat(0))),
-        "a claim in flight never ends early"
-    );
+    assert!(!booted(None, Some(&beat(0))), "a claim in flight never ends early");
 }
 
 /// Issue 27: a container that has just started and has not written its own record yet is
@@ -447,10 +310,8 @@ fn booting_ends_at_a_heartbeat_after_the_restart() {
 /// predecessor's. After the grace, or with a record of its own, the usual verdicts.
 #[test]
 fn a_new_container_has_a_start_grace_before_it_is_unreachable() {
-    let started = |ago: Millis| NodeContext {
-        container_started: Some(NOW - ago),
-        ..NodeContext::default()
-    };
+    let started =
+        |ago: Millis| NodeContext { container_started: Some(NOW - ago), ..NodeContext::default() };
     let at = |node: NodeContext, status: Option<&WorkerStatus>| {
         verdict(status, &Marks::default(), node, NOW, &cfg())
     };
@@ -475,10 +336,7 @@ fn a_gang_member_leaves_its_page_restart_and_escalation_to_the_gang() {
     let hung = rec("processing", 300 * S);
     let marks = Marks {
         suspect: Some((NOW - 300 * S, NOW - 200 * S)),
-        incident: Some(Incident {
-            started: NOW - 400 * S,
-            id: "i".into(),
-        }),
+        incident: Some(Incident { started: NOW - 400 * S, id: "i".into() }),
         restarted_at: Some(NOW - 3_600 * S),
         ..Marks::default()
     };
@@ -487,23 +345,13 @@ fn a_gang_member_leaves_its_page_restart_and_escalation_to_the_gang() {
     assert!(alone.contains(&Effect::ConsiderRestart) && alone.contains(&Effect::Escalate));
     let gang = for_gang(alone, Some(&hung), &marks, NOW, &cfg());
     assert_eq!(gang.last(), Some(&Effect::Gang));
-    assert!(!gang.iter().any(|e| matches!(
-        e,
-        Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate
-    )));
+    assert!(!gang
+        .iter()
+        .any(|e| matches!(e, Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate)));
     let fresh = rec("processing", S);
-    let fx = plan(
-        Verdict::Healthy,
-        Some(&fresh),
-        &Marks::default(),
-        NOW,
-        &cfg(),
-    );
+    let fx = plan(Verdict::Healthy, Some(&fresh), &Marks::default(), NOW, &cfg());
     assert!(!for_gang(fx, Some(&fresh), &Marks::default(), NOW, &cfg()).contains(&Effect::Gang));
-    let booting = Marks {
-        cooldown: true,
-        ..Marks::default()
-    };
+    let booting = Marks { cooldown: true, ..Marks::default() };
     let fx = plan(Verdict::Booting, Some(&fresh), &booting, NOW, &cfg());
     assert!(for_gang(fx, Some(&fresh), &booting, NOW, &cfg()).contains(&Effect::Gang));
 }

@@ -47,11 +47,7 @@ impl Default for HostPressure {
 impl HostPressure {
     /// Reading procfs at `root` (`/proc`; a directory of the same files in tests).
     pub(crate) fn at(root: impl Into<PathBuf>) -> Self {
-        HostPressure {
-            root: root.into(),
-            mark: None,
-            steal: None,
-        }
+        HostPressure { root: root.into(), mark: None, steal: None }
     }
 
     /// What of the host slows its workers down now (`now`: the cycle's clock), e.g.
@@ -59,10 +55,8 @@ impl HostPressure {
     pub(crate) fn signals(&mut self, now: Millis) -> Vec<String> {
         let read = |p: &str| std::fs::read_to_string(self.root.join(p)).ok();
         let mut out = Vec::new();
-        let psi = [
-            ("pressure/cpu", "CPU", CPU_PRESSURE),
-            ("pressure/memory", "memory", MEMORY_PRESSURE),
-        ];
+        let psi =
+            [("pressure/cpu", "CPU", CPU_PRESSURE), ("pressure/memory", "memory", MEMORY_PRESSURE)];
         for (file, what, line) in psi {
             if let Some(v) = read(file).and_then(|t| psi_some_avg60(&t)) {
                 if v >= line {
@@ -99,26 +93,17 @@ impl HostPressure {
 /// `some avg60` of a PSI file (`some avg10=0.00 avg60=31.20 avg300=… total=…`).
 pub(crate) fn psi_some_avg60(text: &str) -> Option<f64> {
     let some = text.lines().find(|l| l.starts_with("some "))?;
-    some.split_whitespace()
-        .find_map(|f| f.strip_prefix("avg60="))?
-        .parse()
-        .ok()
+    some.split_whitespace().find_map(|f| f.strip_prefix("avg60="))?.parse().ok()
 }
 
 /// The `cpu` line of `/proc/stat`: user nice system idle iowait irq softirq steal …
 pub(crate) fn cpu_times(text: &str) -> Option<CpuTimes> {
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
+    let f: Vec<u64> =
+        line.split_whitespace().skip(1).map(|x| x.parse().ok()).collect::<Option<_>>()?;
     // NB: guest and guest_nice (fields 9 and 10) are already counted in user and nice.
     let total = f.iter().take(8).sum();
-    Some(CpuTimes {
-        total,
-        steal: *f.get(7)?,
-    })
+    Some(CpuTimes { total, steal: *f.get(7)? })
 }
 
 #[cfg(test)]
@@ -175,10 +160,7 @@ mod tests {
     #[test]
     fn psi_and_stat_lines_are_read_as_the_kernel_writes_them() {
         assert_eq!(psi_some_avg60(QUIET_CPU), Some(2.5));
-        assert_eq!(
-            psi_some_avg60("full avg10=1 avg60=2 avg300=3 total=4\n"),
-            None
-        );
+        assert_eq!(psi_some_avg60("full avg10=1 avg60=2 avg300=3 total=4\n"), None);
         assert_eq!(psi_some_avg60(""), None);
         let t = cpu_times("cpu  10 1 5 100 2 0 1 7 3 0\n").unwrap();
         assert_eq!((t.total, t.steal), (126, 7));

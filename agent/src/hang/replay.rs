@@ -173,12 +173,7 @@ fn one_run(
 ) -> Millis {
     let mut push = |at: Millis, state: &'static str, grace: Option<Millis>| {
         if at <= stop {
-            beats.push(Beat {
-                at,
-                state,
-                grace,
-                incarnation: run,
-            });
+            beats.push(Beat { at, state, grace, incarnation: run });
         }
     };
     push(t, "processing", None);
@@ -253,27 +248,13 @@ pub fn replay(beats: &[Beat], cfg: &Config, poll: Millis, start: Millis, end: Mi
         let status = beat.map(status_of);
         if cfg.policy.learned.enabled {
             let this_run = beat.map(|b| b.incarnation);
-            learn(
-                &mut rhythm,
-                &mut marks,
-                status.as_ref(),
-                run != this_run,
-                cfg,
-                now,
-            );
+            learn(&mut rhythm, &mut marks, status.as_ref(), run != this_run, cfg, now);
             run = this_run;
         }
         let judged = judged_by(&cfg.policy, &rhythm, status.as_ref());
-        let v = verdict(
-            status.as_ref(),
-            &marks,
-            NodeContext::default(),
-            now,
-            &judged,
-        );
-        out.last_silence = status.as_ref().map_or(0, |s| {
-            crate::hang::policy_record::allowed_silence(s, &judged)
-        });
+        let v = verdict(status.as_ref(), &marks, NodeContext::default(), now, &judged);
+        out.last_silence =
+            status.as_ref().map_or(0, |s| crate::hang::policy_record::allowed_silence(s, &judged));
         for e in plan(v, status.as_ref(), &marks, now, &judged) {
             if matches!(e, Effect::RecordSuspect { .. }) {
                 out.suspects.push(now);
@@ -284,14 +265,7 @@ pub fn replay(beats: &[Beat], cfg: &Config, poll: Millis, start: Millis, end: Mi
             out.hungs.push(now);
         }
         was_hung = v == Verdict::Hung;
-        restart_if_due(
-            &mut out,
-            &mut marks,
-            (v, status.as_ref()),
-            &rhythm,
-            cfg,
-            now,
-        );
+        restart_if_due(&mut out, &mut marks, (v, status.as_ref()), &rhythm, cfg, now);
         now += poll;
     }
     out
@@ -331,17 +305,9 @@ fn restart_if_due(
     let Some(inc) = marks.incident.as_ref().filter(|_| v == Verdict::Hung) else {
         return;
     };
-    let rules = restart_policy(
-        &cfg.policy,
-        marks.rhythm.as_ref(),
-        rhythm.own(),
-        status,
-        now,
-    );
-    let cooled = out
-        .restarts
-        .last()
-        .is_none_or(|&r| now - r >= crate::clock::ms(cfg.policy.cooldown));
+    let rules = restart_policy(&cfg.policy, marks.rhythm.as_ref(), rhythm.own(), status, now);
+    let cooled =
+        out.restarts.last().is_none_or(|&r| now - r >= crate::clock::ms(cfg.policy.cooldown));
     if cooled
         && restart_due(v, inc.started, now, &rules)
         && stale_by_restart_rule(v, status, now, &rules)
@@ -358,10 +324,7 @@ pub(crate) fn apply(marks: &mut Marks, e: Effect, now: Millis) {
         Effect::RecordSuspect { heartbeat } => marks.suspect = Some((heartbeat, now)),
         Effect::ClearSuspect => marks.suspect = None,
         Effect::OpenIncident => {
-            marks.incident = Some(Incident {
-                started: now,
-                id: format!("replay-{now}"),
-            })
+            marks.incident = Some(Incident { started: now, id: format!("replay-{now}") })
         }
         Effect::ClearIncident(_) => marks.incident = None,
         _ => {}
@@ -413,11 +376,7 @@ mod tests {
         let (fixed, poll) = cfg(false, 5);
         let (learned, _) = cfg(true, 5);
         let shape = Shape::one_second_steps(true);
-        for (seed, hang) in [
-            (1, 2 * HOUR + 17_321),
-            (2, 5 * HOUR + 3_777),
-            (3, 9 * HOUR + 1),
-        ] {
+        for (seed, hang) in [(1, 2 * HOUR + 17_321), (2, 5 * HOUR + 3_777), (3, 9 * HOUR + 1)] {
             let beats = trace(&shape, seed, 0, DAY, Some(hang));
             let last = beats.last().unwrap().at;
             let out = replay(&beats, &learned, poll, 0, hang + HOUR);
@@ -426,10 +385,7 @@ mod tests {
             assert_eq!(before.len(), 1, "seed {seed}: {out:?}");
             let took = out.hungs[0] - last;
             assert!(took <= 20_000, "seed {seed}: {took} ms");
-            assert!(
-                out.suspects.iter().all(|&s| s > last),
-                "no false suspect first"
-            );
+            assert!(out.suspects.iter().all(|&s| s > last), "no false suspect first");
             let out = replay(&beats, &fixed, poll, 0, hang + HOUR);
             assert!(out.hungs[0] - last > 120_000, "the fixed rule");
         }
@@ -441,11 +397,7 @@ mod tests {
         let beats = trace(&Shape::one_second_steps(false), 11, 0, 6 * HOUR, None);
         let out = replay(&beats, &c, poll, 0, 6 * HOUR);
         assert_eq!(out.suspects.len(), 1, "{:?}", out.suspects);
-        assert_eq!(
-            out.hungs.len(),
-            1,
-            "called hung once, during the first evaluation"
-        );
+        assert_eq!(out.hungs.len(), 1, "called hung once, during the first evaluation");
         // ... and from then on it is allowed the fixed silence (1.5 × ~90 s, capped).
         assert_eq!(out.last_silence, 120_000);
     }
@@ -470,30 +422,17 @@ mod tests {
         let calm = trace(&shape, 5, 0, week, None);
         assert!(calm.iter().any(|b| b.incarnation == 2), "two restarts");
         let out = replay(&calm, &learned, poll, 0, week);
-        assert_eq!(
-            out.restarts,
-            Vec::<Millis>::new(),
-            "no restart of a healthy job"
-        );
+        assert_eq!(out.restarts, Vec::<Millis>::new(), "no restart of a healthy job");
         for (seed, hang) in [(1, DAY + 17_321), (2, 4 * DAY + 3_777)] {
             let beats = trace(&shape, seed, 0, hang + HOUR, Some(hang));
             let last = beats.last().unwrap().at;
             let out = replay(&beats, &learned, poll, 0, hang + HOUR);
             let took = out.restarts.iter().find(|&&r| r > last).map(|r| r - last);
-            assert!(
-                took.is_some_and(|t| t <= 60_000),
-                "seed {seed}: {took:?} {out:?}"
-            );
-            assert!(
-                out.restarts.iter().all(|&r| r > last),
-                "none before the hang"
-            );
+            assert!(took.is_some_and(|t| t <= 60_000), "seed {seed}: {took:?} {out:?}");
+            assert!(out.restarts.iter().all(|&r| r > last), "none before the hang");
             let out = replay(&beats, &fixed, poll, 0, hang + HOUR);
             let took = out.restarts.iter().find(|&&r| r > last).map(|r| r - last);
-            assert!(
-                took.is_some_and(|t| t > 300_000),
-                "the fixed rule: {took:?}"
-            );
+            assert!(took.is_some_and(|t| t > 300_000), "the fixed rule: {took:?}");
         }
     }
 

@@ -63,9 +63,8 @@ pub fn replay_gang(
             phase: (r as Millis * 104_729) % poll.max(1),
         })
         .collect();
-    let mut entries: Vec<Member> = (0..ranks)
-        .map(|r| Member::working(&format!("gpu-{r}"), "rank", start))
-        .collect();
+    let mut entries: Vec<Member> =
+        (0..ranks).map(|r| Member::working(&format!("gpu-{r}"), "rank", start)).collect();
     let mut order: Vec<usize> = (0..ranks).collect();
     order.sort_by_key(|&r| agents[r].phase);
     let mut gang = Gang::new(cfg);
@@ -91,20 +90,13 @@ fn look(a: &mut Agent, entry: &mut Member, beats: &[Beat], cfg: &Config, now: Mi
     while a.next < beats.len() && beats[a.next].at + a.skew <= now {
         a.next += 1;
     }
-    let status = a.next.checked_sub(1).map(|i| WorkerStatus {
-        heartbeat: Some(beats[i].at + a.skew),
-        ..status_of(&beats[i])
-    });
+    let status = a
+        .next
+        .checked_sub(1)
+        .map(|i| WorkerStatus { heartbeat: Some(beats[i].at + a.skew), ..status_of(&beats[i]) });
     let this_run = a.next.checked_sub(1).map(|i| beats[i].incarnation);
     if cfg.policy.learned.enabled {
-        learn(
-            &mut a.rhythm,
-            &mut a.marks,
-            status.as_ref(),
-            a.run != this_run,
-            cfg,
-            now,
-        );
+        learn(&mut a.rhythm, &mut a.marks, status.as_ref(), a.run != this_run, cfg, now);
     }
     a.run = this_run;
     let base = &cfg.policy;
@@ -112,13 +104,7 @@ fn look(a: &mut Agent, entry: &mut Member, beats: &[Beat], cfg: &Config, now: Mi
     for e in plan(v, status.as_ref(), &a.marks, now, base) {
         apply(&mut a.marks, e, now);
     }
-    let rule = learned_rule(
-        base,
-        a.marks.rhythm.as_ref(),
-        a.rhythm.own(),
-        status.as_ref(),
-        now,
-    );
+    let rule = learned_rule(base, a.marks.rhythm.as_ref(), a.rhythm.own(), status.as_ref(), now);
     let judged = by_rule(base, rule);
     let Some(s) = status.as_ref() else {
         return false;
@@ -165,10 +151,7 @@ impl Gang {
             return;
         }
         let Some(inc) = self.state.incident.clone() else {
-            self.state.incident = Some(GangIncident {
-                started: now,
-                id: format!("replay-{now}"),
-            });
+            self.state.incident = Some(GangIncident { started: now, id: format!("replay-{now}") });
             self.out.hung.push(now);
             return self.decide_due(members, now, now);
         };
@@ -176,11 +159,7 @@ impl Gang {
     }
 
     fn decide_due(&mut self, members: &[Member], started: Millis, now: Millis) {
-        let cooled = self
-            .out
-            .restarts
-            .last()
-            .is_none_or(|&(r, _)| now - r >= self.t.cooldown);
+        let cooled = self.out.restarts.last().is_none_or(|&(r, _)| now - r >= self.t.cooldown);
         if cooled && gp::decidable(started, members, now, &self.t) {
             let on = gp::due_on(started, members, now, &self.t);
             let learned = matches!(on, Some(gp::Basis::Learned { .. }));
@@ -193,10 +172,7 @@ impl Gang {
 /// The replay's reading of a restart: how long after `last` (the collective's last beat) the
 /// first restart after it came (`None`: none within the replay).
 pub fn restarted_after(out: &GangOutcome, last: Millis) -> Option<Millis> {
-    out.restarts
-        .iter()
-        .find(|&&(r, _)| r > last)
-        .map(|&(r, _)| r - last)
+    out.restarts.iter().find(|&&(r, _)| r > last).map(|&(r, _)| r - last)
 }
 
 #[cfg(test)]
@@ -230,10 +206,7 @@ mod tests {
             assert!(out.restarts[0].1, "on learned evidence");
             let fixed = replay_gang(&beats, 8, &cfg(false), 5_000, 0, hang + HOUR / 2);
             let took = restarted_after(&fixed, last);
-            assert!(
-                took.is_some_and(|t| t > 300_000),
-                "the fixed rule: {took:?}"
-            );
+            assert!(took.is_some_and(|t| t > 300_000), "the fixed rule: {took:?}");
             assert!(!fixed.restarts[0].1);
         }
     }

@@ -117,23 +117,14 @@ fn one_step(
 /// The gang's step ends from 0 to `end`.
 fn steps(shape: &GangShape, slow: Option<Slowdown>, seed: u64, end: Millis) -> Vec<StepEnd> {
     let mut rng = Rng(seed.max(1));
-    let mut out = vec![StepEnd {
-        at: shape.compile,
-        step: 0,
-        held: true,
-        compute: vec![0; shape.ranks],
-    }];
+    let mut out =
+        vec![StepEnd { at: shape.compile, step: 0, held: true, compute: vec![0; shape.ranks] }];
     let (mut t, mut step) = (shape.compile, 0u64);
     while t < end {
         step += 1;
         let (len, compute) = one_step(shape, slow, t, &mut rng);
         t += len;
-        out.push(StepEnd {
-            at: t,
-            step,
-            held: false,
-            compute,
-        });
+        out.push(StepEnd { at: t, step, held: false, compute });
         // NB: an announced phase writes its state (a grace) as it begins, `processing` as it
         // ends; a silent evaluation writes nothing until the next step.
         let phases = [
@@ -144,22 +135,12 @@ fn steps(shape: &GangShape, slow: Option<Slowdown>, seed: u64, end: Millis) -> V
             if every > 0 && step.is_multiple_of(every) {
                 let last = out.last().map(|s| s.compute.clone()).unwrap_or_default();
                 if announced {
-                    let held = StepEnd {
-                        at: t + 1,
-                        step,
-                        held: true,
-                        compute: last.clone(),
-                    };
+                    let held = StepEnd { at: t + 1, step, held: true, compute: last.clone() };
                     out.push(held);
                 }
                 t += long;
                 if announced {
-                    out.push(StepEnd {
-                        at: t,
-                        step,
-                        held: false,
-                        compute: last,
-                    });
+                    out.push(StepEnd { at: t, step, held: false, compute: last });
                 }
             }
         }
@@ -190,19 +171,13 @@ pub fn replay_gang(
             now += poll;
             continue;
         };
-        let look = Look {
-            hb: last.at,
-            step: last.step,
-            held: last.held,
-        };
+        let look = Look { hb: last.at, step: last.step, held: last.held };
         let mut verdicts = Vec::with_capacity(shape.ranks);
         for p in paces.iter_mut() {
             p.observe(Some(look), cfg);
             verdicts.push(p.verdict(now, cfg));
         }
-        let slow_now = verdicts
-            .iter()
-            .any(|v| matches!(v, PaceVerdict::Slow { .. }));
+        let slow_now = verdicts.iter().any(|v| matches!(v, PaceVerdict::Slow { .. }));
         if slow_now && !open {
             open = true;
             out.episodes.push(now);
@@ -210,11 +185,7 @@ pub fn replay_gang(
                 out.named = named(shape, slow, last);
             }
         }
-        if open
-            && verdicts
-                .iter()
-                .any(|v| matches!(v, PaceVerdict::Recovered { .. }))
-        {
+        if open && verdicts.iter().any(|v| matches!(v, PaceVerdict::Recovered { .. })) {
             open = false;
         }
         now += poll;
@@ -227,9 +198,7 @@ fn named(shape: &GangShape, slow: Option<Slowdown>, last: &StepEnd) -> Option<us
     let members: Vec<Member> = (0..shape.ranks)
         .map(|r| Member {
             step: Some(last.step),
-            compute: slow
-                .filter(|s| s.compute_published)
-                .map(|_| last.compute[r]),
+            compute: slow.filter(|s| s.compute_published).map(|_| last.compute[r]),
             slow: match slow {
                 Some(s) if s.signal && s.rank == r => vec!["GPU 0 hw-slowdown".into()],
                 _ => Vec::new(),
@@ -248,30 +217,17 @@ mod tests {
     const HOUR: Millis = 3_600_000;
 
     fn cfg() -> PaceConfig {
-        PaceConfig {
-            enabled: true,
-            ..PaceConfig::default()
-        }
+        PaceConfig { enabled: true, ..PaceConfig::default() }
     }
 
     #[test]
     fn a_fifth_slower_is_found_within_ten_minutes_and_its_rank_named() {
         let shape = GangShape::one_second_steps(8, true);
         let at = 2 * HOUR;
-        let slow = Slowdown {
-            at,
-            factor: 0.8,
-            rank: 3,
-            compute_published: true,
-            signal: false,
-        };
+        let slow = Slowdown { at, factor: 0.8, rank: 3, compute_published: true, signal: false };
         let out = replay_gang(&shape, Some(slow), 7, 3 * HOUR, 5_000, &cfg());
         let first = out.episodes.first().copied().expect("found");
-        assert!(
-            first > at && first - at <= 10 * 60_000,
-            "{}",
-            (first - at) / 1000
-        );
+        assert!(first > at && first - at <= 10 * 60_000, "{}", (first - at) / 1000);
         assert_eq!(out.named, Some(3));
     }
 

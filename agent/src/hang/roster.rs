@@ -37,10 +37,7 @@ impl Roster {
         for c in self.only_valid_ids(ctx, containers).await {
             by_worker.entry(c.worker.clone()).or_default().push(c);
         }
-        by_worker
-            .into_iter()
-            .map(|(w, list)| (w, current_of(list)))
-            .collect()
+        by_worker.into_iter().map(|(w, list)| (w, current_of(list))).collect()
     }
 
     /// Containers whose opt-in label breaks the worker-id rule are never workers: their id would
@@ -50,11 +47,9 @@ impl Roster {
         ctx: &Context,
         containers: Vec<Container>,
     ) -> Vec<Container> {
-        let (valid, invalid): (Vec<_>, Vec<_>) = containers
-            .into_iter()
-            .partition(|c| valid_worker_id(&c.worker));
-        self.invalid
-            .retain(|id| invalid.iter().any(|c| &c.id == id));
+        let (valid, invalid): (Vec<_>, Vec<_>) =
+            containers.into_iter().partition(|c| valid_worker_id(&c.worker));
+        self.invalid.retain(|id| invalid.iter().any(|c| &c.id == id));
         for c in invalid {
             if !self.invalid.insert(c.id.clone()) {
                 continue;
@@ -90,16 +85,7 @@ impl Roster {
         // NB: de-duplicated per node, not per agent: two agents on one node (a rolling update)
         // send one alert and write one trail entry.
         let key = dedup_key(ctx, worker);
-        if !alerts
-            .claim(
-                ctx.coord.as_ref(),
-                &key,
-                now,
-                MARK_TTL,
-                ctx.cfg.safety.lock_ttl,
-            )
-            .await?
-        {
+        if !alerts.claim(ctx.coord.as_ref(), &key, now, MARK_TTL, ctx.cfg.safety.lock_ttl).await? {
             return Ok(());
         }
         let names: Vec<_> = list.iter().map(|c| c.display()).collect();
@@ -134,8 +120,7 @@ impl Roster {
 
 /// The de-duplication key of a worker id's ambiguity alert.
 fn dedup_key(ctx: &Context, worker: &str) -> String {
-    ctx.keys
-        .alert_dedup(&format!("ambiguous-{worker}"), "ambiguous")
+    ctx.keys.alert_dedup(&format!("ambiguous-{worker}"), "ambiguous")
 }
 
 /// The containers that speak for a worker: the running (or paused) ones; when none is, the one
@@ -146,9 +131,5 @@ fn current_of(list: Vec<Container>) -> Vec<Container> {
     if !live.is_empty() {
         return live;
     }
-    exited
-        .into_iter()
-        .max_by(|a, b| a.started_at.cmp(&b.started_at))
-        .into_iter()
-        .collect()
+    exited.into_iter().max_by(|a, b| a.started_at.cmp(&b.started_at)).into_iter().collect()
 }

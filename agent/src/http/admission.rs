@@ -54,11 +54,7 @@ pub(crate) enum Admit {
 
 impl Admission {
     pub(crate) fn new(max: usize, per_peer: usize) -> Admission {
-        Admission {
-            max: max.max(1),
-            per_peer: per_peer.max(1),
-            ..Admission::default()
-        }
+        Admission { max: max.max(1), per_peer: per_peer.max(1), ..Admission::default() }
     }
 
     /// A newcomer from `peer` at `now`; `evict` is what its task waits on to give way.
@@ -96,13 +92,7 @@ impl Admission {
         self.next += 1;
         self.held.insert(
             id,
-            Held {
-                peer: peer.to_string(),
-                busy: 0,
-                served: false,
-                last_active: now,
-                evict,
-            },
+            Held { peer: peer.to_string(), busy: 0, served: false, last_active: now, evict },
         );
         Admit::Yes { id, evicted }
     }
@@ -127,20 +117,14 @@ impl Admission {
         }
         let mut peers: Vec<(&str, usize)> = count.into_iter().collect();
         peers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        peers
-            .into_iter()
-            .find_map(|(p, _)| self.longest_idle(Some(p)))
+        peers.into_iter().find_map(|(p, _)| self.longest_idle(Some(p)))
     }
 
     /// Connection `id` began (`true`) or ended a request at `now`.
     pub(crate) fn request(&mut self, id: u64, begins: bool, now: Instant) {
         if let Some(h) = self.held.get_mut(&id) {
             h.served = true;
-            h.busy = if begins {
-                h.busy + 1
-            } else {
-                h.busy.saturating_sub(1)
-            };
+            h.busy = if begins { h.busy + 1 } else { h.busy.saturating_sub(1) };
             h.last_active = now;
         }
     }
@@ -246,13 +230,7 @@ mod tests {
         ));
         // Junk's fourth replaces junk's oldest idle one.
         let got = a.admit("junk", at(&t0, 4), CancellationToken::new());
-        assert_eq!(
-            got,
-            Admit::Yes {
-                id: 4,
-                evicted: Some(0)
-            }
-        );
+        assert_eq!(got, Admit::Yes { id: 4, evicted: Some(0) });
         assert!(tokens[0].is_cancelled() && !tokens[1].is_cancelled());
         assert_eq!(a.len(), 4);
     }
@@ -288,9 +266,7 @@ mod tests {
         let t0 = Instant::now();
         let mut a = Admission::new(100, 2);
         let real = CancellationToken::new();
-        let Admit::Yes { id: kept, .. } = a.admit("node", t0, real.clone()) else {
-            panic!()
-        };
+        let Admit::Yes { id: kept, .. } = a.admit("node", t0, real.clone()) else { panic!() };
         a.request(kept, true, at(&t0, 1));
         a.request(kept, false, at(&t0, 1));
         let junk = CancellationToken::new();
@@ -305,27 +281,20 @@ mod tests {
         let t0 = Instant::now();
         let mut a = Admission::new(2, 10);
         let first = CancellationToken::new();
-        let Admit::Yes { id: busy, .. } = a.admit("prom", t0, first.clone()) else {
-            panic!()
-        };
+        let Admit::Yes { id: busy, .. } = a.admit("prom", t0, first.clone()) else { panic!() };
         let _ = a.admit("junk", at(&t0, 1), CancellationToken::new());
         a.request(busy, true, at(&t0, 2));
         // The listener is full: junk (idle) gives way, the scrape in flight does not.
         assert_eq!(
             a.admit("probe", at(&t0, 3), CancellationToken::new()),
-            Admit::Yes {
-                id: 2,
-                evicted: Some(1)
-            }
+            Admit::Yes { id: 2, evicted: Some(1) }
         );
         assert!(!first.is_cancelled());
         // Both held connections in requests: the newcomer is served beyond the bound, up to
         // twice it; past that it is closed.
         a.request(2, true, at(&t0, 4));
-        let Admit::Yes {
-            id: extra,
-            evicted: None,
-        } = a.admit("junk", at(&t0, 5), CancellationToken::new())
+        let Admit::Yes { id: extra, evicted: None } =
+            a.admit("junk", at(&t0, 5), CancellationToken::new())
         else {
             panic!("a burst of real requests is served")
         };
@@ -335,10 +304,7 @@ mod tests {
             panic!()
         };
         a.request(extra2, true, at(&t0, 5));
-        assert_eq!(
-            a.admit("junk", at(&t0, 5), CancellationToken::new()),
-            Admit::No
-        );
+        assert_eq!(a.admit("junk", at(&t0, 5), CancellationToken::new()), Admit::No);
         a.release(extra);
         a.release(extra2);
         // A request ended: that connection is idle again, and the least recently active goes.

@@ -53,15 +53,9 @@ impl Listen for UnixPeers {
         let peer = match stream.peer_cred() {
             Ok(cred) => {
                 let pid = cred.pid().unwrap_or(0);
-                Peer::Unix {
-                    pid,
-                    cgroup: cgroup_of_peer(&stream, pid, &self.procfs),
-                }
+                Peer::Unix { pid, cgroup: cgroup_of_peer(&stream, pid, &self.procfs) }
             }
-            Err(e) => Peer::Unix {
-                pid: 0,
-                cgroup: Err(CgroupUnknown::NoCredentials(Arc::new(e))),
-            },
+            Err(e) => Peer::Unix { pid: 0, cgroup: Err(CgroupUnknown::NoCredentials(Arc::new(e))) },
         };
         Ok((stream, peer))
     }
@@ -150,18 +144,12 @@ pub(crate) fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::U
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .ok_or_else(|| refuse("the socket needs a directory of its own".into()))?;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
     if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
         return Err(refuse(format!("{} is a directory", path.display())));
     }
-    let private = dir.join(format!(
-        ".vigil-bind-{}-{:08x}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
+    let private =
+        dir.join(format!(".vigil-bind-{}-{:08x}", std::process::id(), rand::random::<u32>()));
     std::fs::DirBuilder::new().mode(0o700).create(&private)?;
     let bound = (|| {
         // NB: the private directory was made by this process, so its owner is the agent's user.
@@ -222,10 +210,7 @@ pub(crate) async fn serve_router<L: Listen>(
 ) {
     use hyper_util::service::TowerToHyperService;
     let connections = tokio_util::task::TaskTracker::new();
-    let table = Arc::new(Mutex::new(Admission::new(
-        limits.max_connections,
-        limits.per_peer,
-    )));
+    let table = Arc::new(Mutex::new(Admission::new(limits.max_connections, limits.per_peer)));
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -254,14 +239,7 @@ pub(crate) async fn serve_router<L: Listen>(
             inner: TowerToHyperService::new(app.clone().layer(Extension(peer))),
             slot: slot.clone(),
         };
-        connections.spawn(serve_connection(
-            stream,
-            service,
-            slot,
-            evict,
-            shutdown.clone(),
-            limits,
-        ));
+        connections.spawn(serve_connection(stream, service, slot, evict, shutdown.clone(), limits));
     }
     connections.close();
     connections.wait().await;
@@ -377,10 +355,7 @@ mod tests {
             per_peer: 32,
             max_age: std::time::Duration::from_secs(60),
         };
-        let peers = UnixPeers {
-            listener,
-            procfs: Procfs::default(),
-        };
+        let peers = UnixPeers { listener, procfs: Procfs::default() };
         tokio::spawn(serve_router(peers, app, stop.clone(), limits));
         let mut junk = Vec::new();
         for _ in 0..200 {
@@ -415,15 +390,9 @@ mod tests {
                 _ => false,
             }
         });
-        let closed = futures_util::future::join_all(reads)
-            .await
-            .into_iter()
-            .filter(|&eof| eof)
-            .count();
-        assert!(
-            closed >= 200 - 32,
-            "only {closed} of the junk connections were closed"
-        );
+        let closed =
+            futures_util::future::join_all(reads).await.into_iter().filter(|&eof| eof).count();
+        assert!(closed >= 200 - 32, "only {closed} of the junk connections were closed");
         stop.cancel();
     }
 
@@ -433,10 +402,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run/vigil");
         let path = run.join("worker.sock");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             drop(bind_unix(&path).unwrap());
             // The socket file outlives its listener; a second start replaces it.
@@ -458,10 +424,7 @@ mod tests {
             bind_unix(&path).unwrap();
             let host = std::fs::metadata(&host_file).unwrap();
             assert_eq!(host.permissions().mode() & 0o777, 0o600);
-            assert!(std::fs::symlink_metadata(&path)
-                .unwrap()
-                .file_type()
-                .is_socket());
+            assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_socket());
             // No staging directory is left behind.
             let left: Vec<_> = std::fs::read_dir(&run).unwrap().collect();
             assert_eq!(left.len(), 1, "{left:?}");
@@ -473,10 +436,7 @@ mod tests {
             std::fs::create_dir(&open).unwrap();
             std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
             let err = bind_unix(&open.join("worker.sock")).unwrap_err();
-            assert!(
-                err.to_string().contains("writable by group or others"),
-                "{err}"
-            );
+            assert!(err.to_string().contains("writable by group or others"), "{err}");
         });
     }
 }

@@ -33,9 +33,7 @@ pub(crate) struct Procfs {
 
 impl Default for Procfs {
     fn default() -> Self {
-        Procfs {
-            root: PathBuf::from("/proc"),
-        }
+        Procfs { root: PathBuf::from("/proc") }
     }
 }
 
@@ -43,9 +41,7 @@ impl Procfs {
     /// A procfs mounted at `root` (a fake tree in the tests).
     #[cfg(test)]
     pub(crate) fn at(root: &std::path::Path) -> Procfs {
-        Procfs {
-            root: root.to_path_buf(),
-        }
+        Procfs { root: root.to_path_buf() }
     }
 
     /// `/proc/<pid>/cgroup`, as this PID and cgroup namespace see it.

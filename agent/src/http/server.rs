@@ -103,19 +103,13 @@ async fn metrics(State(s): State<ServerState>, headers: axum::http::HeaderMap) -
     let text = s.metrics.encode();
     if wants_openmetrics {
         (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
+            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
             text,
         )
             .into_response()
     } else {
         (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
             crate::metrics::to_classic_text(&text),
         )
             .into_response()
@@ -132,11 +126,7 @@ struct StatusQuery {
 /// `REDIS_URL`). Read-only, like everything on this port.
 async fn status(State(s): State<ServerState>, Query(q): Query<StatusQuery>) -> Response {
     let json = q.format.as_deref() == Some("json");
-    match s
-        .status
-        .report(s.coord.as_ref(), s.keys.prefix(), json)
-        .await
-    {
+    match s.status.report(s.coord.as_ref(), s.keys.prefix(), json).await {
         Ok(text) => (StatusCode::OK, text).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
@@ -151,11 +141,9 @@ struct TrailQuery {
 async fn trail(State(s): State<ServerState>, Query(q): Query<TrailQuery>) -> Response {
     let limit = q.limit.unwrap_or(50).clamp(1, MAX_TRAIL);
     match s.coord.read_recent(&s.keys.trail(), limit).await {
-        Ok(entries) => (
-            StatusCode::OK,
-            crate::trail::render(s.keys.node(), &entries),
-        )
-            .into_response(),
+        Ok(entries) => {
+            (StatusCode::OK, crate::trail::render(s.keys.node(), &entries)).into_response()
+        }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
 }
@@ -204,11 +192,7 @@ async fn readyz(State(s): State<ServerState>) -> Response {
         (StatusCode::OK, body).into_response()
     } else {
         problems.extend(warnings.into_iter().map(|w| format!("warning: {w}")));
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{}\n", problems.join("\n")),
-        )
-            .into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", problems.join("\n"))).into_response()
     }
 }
 
@@ -281,10 +265,7 @@ mod tests {
             listener,
             router(state),
             stop.clone(),
-            Limits {
-                header_timeout,
-                ..LIMITS
-            },
+            Limits { header_timeout, ..LIMITS },
         ));
         (addr.to_string(), stop)
     }
@@ -322,17 +303,9 @@ mod tests {
             let r = client.post(&url).body(body).send().await.unwrap();
             assert_eq!(r.status(), 403);
         }
-        let r = client
-            .post(format!("http://{addr}/metrics"))
-            .send()
-            .await
-            .unwrap();
+        let r = client.post(format!("http://{addr}/metrics")).send().await.unwrap();
         assert_eq!(r.status(), 405, "GET only");
-        let r = client
-            .get(format!("http://{addr}/metrics"))
-            .send()
-            .await
-            .unwrap();
+        let r = client.get(format!("http://{addr}/metrics")).send().await.unwrap();
         assert_eq!(r.status(), 200);
         stop.cancel();
     }
@@ -394,21 +367,10 @@ mod tests {
         // NB: on new connections: one the scrapes left idle in the client's pool may have been
         // closed by the server (its idle timeout, or given way to a newcomer), and reusing it
         // races the close (hyper's IncompleteMessage, seen once under a loaded run).
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .build()
-            .unwrap();
-        let r = client
-            .get(format!("http://{addr}/healthz"))
-            .send()
-            .await
-            .unwrap();
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        let r = client.get(format!("http://{addr}/healthz")).send().await.unwrap();
         assert!(r.status().is_success() || r.status().as_u16() == 503);
-        let r = client
-            .get(format!("http://{addr}/metrics"))
-            .send()
-            .await
-            .unwrap();
+        let r = client.get(format!("http://{addr}/metrics")).send().await.unwrap();
         assert_eq!(r.status(), 200, "still serving");
         stop.cancel();
     }

@@ -26,11 +26,7 @@ pub enum PodError {
     Timeout(std::time::Duration),
     /// A refusal: the missing RBAC rule.
     #[error("forbidden: the agent's ServiceAccount needs `{verb}` on `{resource}` (deploy/base/rbac.yaml): {message}")]
-    Forbidden {
-        verb: &'static str,
-        resource: &'static str,
-        message: String,
-    },
+    Forbidden { verb: &'static str, resource: &'static str, message: String },
     #[error("cannot {verb} {resource}: {source}")]
     Api {
         verb: &'static str,
@@ -56,16 +52,10 @@ impl PodError {
     /// An API error, worded for the operator; a refusal names the missing rule.
     pub(crate) fn of(e: kube::Error, verb: &'static str, resource: &'static str) -> PodError {
         match e {
-            kube::Error::Api(e) if e.code == 403 => PodError::Forbidden {
-                verb,
-                resource,
-                message: e.message,
-            },
-            source => PodError::Api {
-                verb,
-                resource,
-                source,
-            },
+            kube::Error::Api(e) if e.code == 403 => {
+                PodError::Forbidden { verb, resource, message: e.message }
+            }
+            source => PodError::Api { verb, resource, source },
         }
     }
 }
@@ -77,10 +67,9 @@ pub(crate) async fn kube_client(api_url: &str) -> Result<kube::Client, ConnectEr
     let mut config = if api_url.is_empty() {
         kube::Config::infer().await.map_err(ConnectError::Config)?
     } else {
-        let url = api_url.parse().map_err(|e| ConnectError::BadUrl {
-            url: api_url.to_string(),
-            source: Box::new(e),
-        })?;
+        let url = api_url
+            .parse()
+            .map_err(|e| ConnectError::BadUrl { url: api_url.to_string(), source: Box::new(e) })?;
         kube::Config::new(url)
     };
     config.connect_timeout = Some(std::time::Duration::from_secs(5));

@@ -67,18 +67,12 @@ pub struct KubeDeviceTaints {
 
 impl KubeDeviceTaints {
     pub async fn connect(api_url: &str, version: &str) -> Result<Self, ConnectError> {
-        Ok(KubeDeviceTaints {
-            client: kube_client(api_url).await?,
-            version: version.to_string(),
-        })
+        Ok(KubeDeviceTaints { client: kube_client(api_url).await?, version: version.to_string() })
     }
 
     fn api(&self, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
         let gvk = GroupVersionKind::gvk("resource.k8s.io", version, kind);
-        Api::all_with(
-            self.client.clone(),
-            &ApiResource::from_gvk_with_plural(&gvk, plural),
-        )
+        Api::all_with(self.client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural))
     }
 
     fn rules_api(&self) -> Api<DynamicObject> {
@@ -123,11 +117,7 @@ impl DeviceTaintApi for KubeDeviceTaints {
         let label = node_label(node);
         let params = ListParams::default().labels(&format!("{NODE_LABEL}={label}"));
         let list = bounded(self.rules_api().list(&params), "list", "devicetaintrules").await?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(|o| existing(&value_of(o)))
-            .collect())
+        Ok(list.items.into_iter().map(|o| existing(&value_of(o))).collect())
     }
 
     async fn create(&self, node: &str, rule: &Rule) -> Result<(), PodError> {
@@ -151,9 +141,7 @@ impl DeviceTaintApi for KubeDeviceTaints {
                     ))),
                 }
             }
-            Ok(r) => r
-                .map(drop)
-                .map_err(|e| PodError::of(e, "create", "devicetaintrules")),
+            Ok(r) => r.map(drop).map_err(|e| PodError::of(e, "create", "devicetaintrules")),
         }
     }
 
@@ -163,9 +151,7 @@ impl DeviceTaintApi for KubeDeviceTaints {
             Err(_) => Err(PodError::Timeout(CALL_TIMEOUT)),
             // Gone already: what was wanted.
             Ok(Err(kube::Error::Api(e))) if e.code == 404 => Ok(()),
-            Ok(r) => r
-                .map(drop)
-                .map_err(|e| PodError::of(e, "delete", "devicetaintrules")),
+            Ok(r) => r.map(drop).map_err(|e| PodError::of(e, "delete", "devicetaintrules")),
         }
     }
 }
@@ -241,10 +227,7 @@ mod tests {
         ];
         let d = devices_of(&slices, "gpu.nvidia.com");
         assert_eq!(d.len(), 3);
-        assert_eq!(
-            (d[0].name.as_str(), d[0].uuid.as_deref()),
-            ("gpu-0", Some("GPU-a"))
-        );
+        assert_eq!((d[0].name.as_str(), d[0].uuid.as_deref()), ("gpu-0", Some("GPU-a")));
         assert_eq!(d[1].uuid.as_deref(), Some("GPU-b"), "v1beta1's basic");
         assert_eq!(d[2].parent_uuid.as_deref(), Some("GPU-a"), "a MIG device");
         assert_eq!(d[1].pool, "n");

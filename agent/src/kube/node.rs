@@ -99,8 +99,7 @@ struct RecorderSlot {
 
 impl RecorderSlot {
     fn holds_event(&self, now: Instant) -> bool {
-        self.last_ok
-            .is_some_and(|t| now.saturating_duration_since(t) < RECORDER_TTL)
+        self.last_ok.is_some_and(|t| now.saturating_duration_since(t) < RECORDER_TTL)
     }
 }
 
@@ -128,9 +127,7 @@ impl KubeNodeApi {
         desired: &NodeDesired,
     ) -> Result<Value, NodeError> {
         let ((), node_now) = self
-            .patch_metadata(node, "patched node", |current| {
-                ((), merge_patch(current, desired))
-            })
+            .patch_metadata(node, "patched node", |current| ((), merge_patch(current, desired)))
             .await?;
         Ok(node_now)
     }
@@ -147,19 +144,12 @@ impl KubeNodeApi {
     ) -> Result<(T, Value), NodeError> {
         // NB: `PatchParams::apply` only names the field manager (not a server-side apply).
         let params = PatchParams::apply(COMPONENT);
-        let decode = |source| NodeError::Decode {
-            node: node.to_string(),
-            source,
-        };
+        let decode = |source| NodeError::Decode { node: node.to_string(), source };
         let mut attempt = 1;
         // Agents that conflicted with each other must not retry in lockstep: jittered.
         let mut backoff = Backoff::jittered(self.backoff_base, self.backoff_base * 64);
         loop {
-            let current = self
-                .nodes
-                .get(node)
-                .await
-                .map_err(|e| Call::GetNode.error(node, e))?;
+            let current = self.nodes.get(node).await.map_err(|e| Call::GetNode.error(node, e))?;
             self.remember_uid(node, current.metadata.uid.as_deref());
             let current = serde_json::to_value(&current).map_err(decode)?;
             let (planned, patch) = plan(&current);
@@ -185,10 +175,7 @@ impl KubeNodeApi {
                     attempt += 1;
                 }
                 Err(e) if is_conflict(&e) => {
-                    return Err(NodeError::Conflict {
-                        node: node.to_string(),
-                        attempts: attempt,
-                    })
+                    return Err(NodeError::Conflict { node: node.to_string(), attempts: attempt })
                 }
                 Err(e) => return Err(Call::PatchNode.error(node, e)),
             }
@@ -202,9 +189,7 @@ impl KubeNodeApi {
         current: &Value,
         desired: &NodeDesired,
     ) -> Result<(), NodeError> {
-        let now = jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
+        let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
         let Some(patch) = conditions_patch(current, desired, &now) else {
             return Ok(());
         };
@@ -305,10 +290,8 @@ impl KubeNodeApi {
                 source: "not called from within a Tokio runtime".into(),
             });
         }
-        let client = kube::Client::try_from(config).map_err(|e| NodeError::Client {
-            context: context.to_string(),
-            source: Box::new(e),
-        })?;
+        let client = kube::Client::try_from(config)
+            .map_err(|e| NodeError::Client { context: context.to_string(), source: Box::new(e) })?;
         Ok(Self {
             nodes: Api::all_with(client.clone(), &ApiResource::erase::<Node>(&())),
             recorders: Mutex::new(HashMap::new()),
@@ -352,23 +335,18 @@ impl KubeNodeApi {
             ..SelfSubjectAccessReview::default()
         };
         let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
-        let answer = api
-            .create(&kube::api::PostParams::default(), &review)
-            .await
-            .map_err(|e| NodeError::Client {
+        let answer = api.create(&kube::api::PostParams::default(), &review).await.map_err(|e| {
+            NodeError::Client {
                 context: format!("access review of {verb} {resource} ({group:?})"),
                 source: Box::new(e),
-            })?;
+            }
+        })?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }
 
     /// Read the Node (for `vigil doctor`): its name and labels count, or the error.
     pub(crate) async fn get_node(&self, node: &str) -> Result<(), NodeError> {
-        self.nodes
-            .get(node)
-            .await
-            .map(|_| ())
-            .map_err(|e| Call::GetNode.error(node, e))
+        self.nodes.get(node).await.map(|_| ()).map_err(|e| Call::GetNode.error(node, e))
     }
 
     fn remember_uid(&self, node: &str, uid: Option<&str>) {
@@ -394,18 +372,13 @@ impl KubeNodeApi {
         if fresh {
             recorders.remove(key);
         }
-        let slot = recorders
-            .entry(key.clone())
-            .or_insert_with(|| RecorderSlot {
-                recorder: kev::Recorder::new(
-                    self.client.clone(),
-                    kev::Reporter {
-                        controller: COMPONENT.into(),
-                        instance: Some(key.0.clone()),
-                    },
-                ),
-                last_ok: None,
-            });
+        let slot = recorders.entry(key.clone()).or_insert_with(|| RecorderSlot {
+            recorder: kev::Recorder::new(
+                self.client.clone(),
+                kev::Reporter { controller: COMPONENT.into(), instance: Some(key.0.clone()) },
+            ),
+            last_ok: None,
+        });
         (slot.recorder.clone(), slot.holds_event(now))
     }
 
@@ -487,12 +460,7 @@ impl NodeApi for KubeNodeApi {
         kind: EventType,
     ) -> Result<(), NodeError> {
         let note = note(message);
-        let key: EventKey = (
-            node.to_string(),
-            kind.as_str(),
-            reason.to_string(),
-            note.clone(),
-        );
+        let key: EventKey = (node.to_string(), kind.as_str(), reason.to_string(), note.clone());
         let event = kev::Event {
             type_: match kind {
                 EventType::Normal => kev::EventType::Normal,
@@ -512,11 +480,7 @@ impl NodeApi for KubeNodeApi {
         };
         let result = match self.publish(&key, false, &event, &regarding).await {
             Err((Call::PatchEvent, e)) if is_not_found(&e) => {
-                tracing::debug!(
-                    node,
-                    reason,
-                    "the Event to count on is gone; recording anew"
-                );
+                tracing::debug!(node, reason, "the Event to count on is gone; recording anew");
                 self.publish(&key, true, &event, &regarding).await
             }
             other => other,
@@ -542,9 +506,7 @@ fn guarded(node: &str, patch: &Value) -> Result<(), NodeError> {
     if patch.pointer("/spec/taints").is_some()
         && patch.pointer("/metadata/resourceVersion").is_none()
     {
-        return Err(NodeError::NoResourceVersion {
-            node: node.to_string(),
-        });
+        return Err(NodeError::NoResourceVersion { node: node.to_string() });
     }
     Ok(())
 }

@@ -47,9 +47,7 @@ pub struct KubeNodeReader {
 impl KubeNodeReader {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
     pub async fn connect(api_url: &str) -> Result<Self, super::client::ConnectError> {
-        Ok(KubeNodeReader {
-            client: super::client::kube_client(api_url).await?,
-        })
+        Ok(KubeNodeReader { client: super::client::kube_client(api_url).await? })
     }
 }
 
@@ -82,10 +80,7 @@ pub(crate) fn raw_node(node: &Node) -> RawNode {
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.type_ == "Ready" && c.status == "False")
-        })
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "False"))
         .and_then(|c| {
             [c.reason.as_deref(), c.message.as_deref()]
                 .into_iter()
@@ -108,23 +103,16 @@ impl NodeReader for KubeNodeReader {
         let api: Api<Node> = Api::all(self.client.clone());
         let got = tokio::time::timeout(READ_TIMEOUT, api.get(node))
             .await
-            .map_err(|_| NodeReadError::Timeout {
-                node: node.to_string(),
-                after: READ_TIMEOUT,
-            })?;
+            .map_err(|_| NodeReadError::Timeout { node: node.to_string(), after: READ_TIMEOUT })?;
         match got {
             Ok(n) => Ok(raw_node(&n)),
             Err(kube::Error::Api(e)) if e.code == 403 => {
                 Err(NodeReadError::Forbidden { message: e.message })
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => Err(NodeReadError::NotFound {
-                node: node.to_string(),
-                message: e.message,
-            }),
-            Err(source) => Err(NodeReadError::Api {
-                node: node.to_string(),
-                source,
-            }),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                Err(NodeReadError::NotFound { node: node.to_string(), message: e.message })
+            }
+            Err(source) => Err(NodeReadError::Api { node: node.to_string(), source }),
         }
     }
 }
@@ -151,19 +139,10 @@ mod tests {
             }))
         };
         let shutting = ready("False", "KubeletNotReady", "node is shutting down");
-        assert_eq!(
-            shutting.shutting_down.as_deref(),
-            Some("node is shutting down")
-        );
+        assert_eq!(shutting.shutting_down.as_deref(), Some("node is shutting down"));
         assert!(!shutting.deleting);
-        assert_eq!(
-            ready("False", "KubeletNotReady", "PLEG is not healthy").shutting_down,
-            None
-        );
-        assert_eq!(
-            ready("True", "KubeletReady", "node is shutting down").shutting_down,
-            None
-        );
+        assert_eq!(ready("False", "KubeletNotReady", "PLEG is not healthy").shutting_down, None);
+        assert_eq!(ready("True", "KubeletReady", "node is shutting down").shutting_down, None);
     }
 
     #[test]

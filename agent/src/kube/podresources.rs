@@ -113,10 +113,7 @@ impl PodGpus {
                 by_container.insert(key, gpus);
             }
         }
-        PodGpus {
-            by_container,
-            holders,
-        }
+        PodGpus { by_container, holders }
     }
 
     /// The pods (namespace, name) with a container given an accelerator device.
@@ -126,11 +123,7 @@ impl PodGpus {
 
     /// The GPUs of this container; `None` = unknown, which the GPU policy reads as every GPU.
     pub fn get(&self, namespace: &str, pod: &str, container: &str) -> Option<Vec<String>> {
-        let key = (
-            namespace.to_string(),
-            pod.to_string(),
-            container.to_string(),
-        );
+        let key = (namespace.to_string(), pod.to_string(), container.to_string());
         self.by_container.get(&key).cloned()
     }
 
@@ -202,17 +195,14 @@ impl DeviceSource for PodResourcesClient {
 
     async fn gpus(&self) -> Result<PodGpus, DeviceError> {
         if !Path::new(&self.socket).exists() {
-            return Err(DeviceError::Absent {
-                socket: self.socket.clone(),
-            });
+            return Err(DeviceError::Absent { socket: self.socket.clone() });
         }
         let mut client = self.client.clone();
         let call = client.list(ListPodResourcesRequest {});
         match tokio::time::timeout(self.timeout, call).await {
-            Err(_) => Err(DeviceError::Timeout {
-                socket: self.socket.clone(),
-                timeout: self.timeout,
-            }),
+            Err(_) => {
+                Err(DeviceError::Timeout { socket: self.socket.clone(), timeout: self.timeout })
+            }
             Ok(Err(st)) => Err(DeviceError::Failed {
                 socket: self.socket.clone(),
                 detail: format!("{:?}: {}", st.code(), st.message()),
@@ -274,31 +264,19 @@ mod tests {
                 containers: vec![
                     container(
                         "main",
-                        &[
-                            ("nvidia.com/gpu", &["GPU-b", "GPU-a"]),
-                            ("example.com/nic", &["eth1"]),
-                        ],
+                        &[("nvidia.com/gpu", &["GPU-b", "GPU-a"]), ("example.com/nic", &["eth1"])],
                     ),
                     container("sidecar", &[("example.com/nic", &["eth2"])]),
                     container("mig", &[("nvidia.com/mig-1g.10gb", &["MIG-1"])]),
-                    container(
-                        "shared",
-                        &[("nvidia.com/gpu", &["nvidia2/vgpu0", "nvidia2/vgpu1"])],
-                    ),
+                    container("shared", &[("nvidia.com/gpu", &["nvidia2/vgpu0", "nvidia2/vgpu1"])]),
                 ],
             }],
         };
         let g = PodGpus::from_list(&list);
-        assert_eq!(
-            g.get("ml", "trainer-0", "main"),
-            Some(vec!["GPU-a".into(), "GPU-b".into()])
-        );
+        assert_eq!(g.get("ml", "trainer-0", "main"), Some(vec!["GPU-a".into(), "GPU-b".into()]));
         assert_eq!(g.get("ml", "trainer-0", "sidecar"), None, "no GPU: unknown");
         assert_eq!(g.get("ml", "trainer-0", "mig"), None, "MIG: unknown");
-        assert_eq!(
-            g.get("ml", "trainer-0", "shared"),
-            Some(vec!["nvidia2".into()])
-        );
+        assert_eq!(g.get("ml", "trainer-0", "shared"), Some(vec!["nvidia2".into()]));
         assert_eq!(g.get("other", "trainer-0", "main"), None);
         assert_eq!(g.len(), 2);
     }
@@ -312,39 +290,16 @@ mod tests {
         };
         let list = ListPodResourcesResponse {
             pod_resources: vec![
-                pod(
-                    "ml",
-                    "gpu",
-                    vec![container("main", &[("nvidia.com/gpu", &["GPU-a"])])],
-                ),
-                pod(
-                    "ml",
-                    "mig",
-                    vec![container("m", &[("nvidia.com/mig-1g.10gb", &["MIG-1"])])],
-                ),
-                pod(
-                    "tpu",
-                    "slice-0",
-                    vec![container("t", &[("google.com/tpu", &["0", "1"])])],
-                ),
-                pod(
-                    "net",
-                    "nic",
-                    vec![container("n", &[("example.com/nic", &["eth1"])])],
-                ),
-                pod(
-                    "ml",
-                    "empty",
-                    vec![container("e", &[("nvidia.com/gpu", &[])])],
-                ),
+                pod("ml", "gpu", vec![container("main", &[("nvidia.com/gpu", &["GPU-a"])])]),
+                pod("ml", "mig", vec![container("m", &[("nvidia.com/mig-1g.10gb", &["MIG-1"])])]),
+                pod("tpu", "slice-0", vec![container("t", &[("google.com/tpu", &["0", "1"])])]),
+                pod("net", "nic", vec![container("n", &[("example.com/nic", &["eth1"])])]),
+                pod("ml", "empty", vec![container("e", &[("nvidia.com/gpu", &[])])]),
                 pod("web", "cpu", vec![container("c", &[])]),
             ],
         };
-        let holders: Vec<_> = PodGpus::from_list(&list)
-            .holders()
-            .iter()
-            .map(|(ns, p)| format!("{ns}/{p}"))
-            .collect();
+        let holders: Vec<_> =
+            PodGpus::from_list(&list).holders().iter().map(|(ns, p)| format!("{ns}/{p}")).collect();
         assert_eq!(holders, vec!["ml/gpu", "ml/mig", "tpu/slice-0"]);
         assert!(is_accelerator("google.com/tpu"));
         assert!(!is_accelerator("google.com/tpu-v5"));
@@ -356,9 +311,6 @@ mod tests {
         let c = PodResourcesClient::new("/nonexistent/kubelet.sock", Duration::from_secs(1));
         let e = c.gpus().await.unwrap_err();
         assert!(matches!(e, DeviceError::Absent { .. }), "{e}");
-        assert!(
-            e.to_string().contains("/var/lib/kubelet/pod-resources"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("/var/lib/kubelet/pod-resources"), "{e}");
     }
 }

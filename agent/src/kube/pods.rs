@@ -83,8 +83,7 @@ impl NodePod {
         let wants = |c: &Container| {
             c.resources.as_ref().is_some_and(|r| {
                 let named = |m: &Option<BTreeMap<String, _>>| {
-                    m.as_ref()
-                        .is_some_and(|m| m.keys().any(|k| is_accelerator(k)))
+                    m.as_ref().is_some_and(|m| m.keys().any(|k| is_accelerator(k)))
                 };
                 named(&r.requests) || named(&r.limits)
             })
@@ -107,9 +106,7 @@ impl NodePod {
             labels: p.metadata.labels.clone().unwrap_or_default(),
             accelerators,
             grace,
-            critical: spec
-                .and_then(|s| s.priority)
-                .is_some_and(|v| v >= CRITICAL_PRIORITY),
+            critical: spec.and_then(|s| s.priority).is_some_and(|v| v >= CRITICAL_PRIORITY),
             unhealthy: unhealthy(statuses),
         }
     }
@@ -167,9 +164,7 @@ pub struct KubePods {
 impl KubePods {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
     pub async fn connect(api_url: &str) -> Result<Self, ConnectError> {
-        Ok(KubePods {
-            client: kube_client(api_url).await?,
-        })
+        Ok(KubePods { client: kube_client(api_url).await? })
     }
 }
 
@@ -227,14 +222,8 @@ mod tests {
     fn policies_parse_with_the_api_default() {
         assert_eq!(RestartPolicy::parse(None), Some(RestartPolicy::Always));
         assert_eq!(RestartPolicy::parse(Some("")), Some(RestartPolicy::Always));
-        assert_eq!(
-            RestartPolicy::parse(Some("OnFailure")),
-            Some(RestartPolicy::OnFailure)
-        );
-        assert_eq!(
-            RestartPolicy::parse(Some("Never")),
-            Some(RestartPolicy::Never)
-        );
+        assert_eq!(RestartPolicy::parse(Some("OnFailure")), Some(RestartPolicy::OnFailure));
+        assert_eq!(RestartPolicy::parse(Some("Never")), Some(RestartPolicy::Never));
         assert_eq!(RestartPolicy::parse(Some("Sometimes")), None);
     }
 
@@ -290,10 +279,7 @@ mod tests {
         }));
         assert_eq!(p.grace, Duration::from_secs(10));
         assert!(p.critical && p.terminal());
-        assert!(
-            !p.is_worker("vigil.worker"),
-            "a finished pod is no one's worker"
-        );
+        assert!(!p.is_worker("vigil.worker"), "a finished pod is no one's worker");
         assert_eq!(p.labels.get("vigil.worker").map(String::as_str), Some("w0"));
     }
 }

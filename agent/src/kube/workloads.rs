@@ -37,12 +37,7 @@ struct Kind(&'static str, &'static str, &'static str, &'static str);
 const PODS: Kind = Kind("", "v1", "Pod", "pods");
 const JOBS: Kind = Kind("batch", "v1", "Job", "jobs");
 const JOBSETS: Kind = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets");
-const LWS: Kind = Kind(
-    "leaderworkerset.x-k8s.io",
-    "v1",
-    "LeaderWorkerSet",
-    "leaderworkersets",
-);
+const LWS: Kind = Kind("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets");
 
 impl Kind {
     fn api(&self) -> ApiResource {
@@ -76,11 +71,9 @@ async fn job_pods(client: &kube::Client, ns: &str, uid: &str) -> Result<Vec<Valu
         .await
         .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
     match got {
-        Ok(list) => Ok(list
-            .items
-            .into_iter()
-            .filter_map(|o| serde_json::to_value(o).ok())
-            .collect()),
+        Ok(list) => {
+            Ok(list.items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect())
+        }
         Err(e) => Err(PodError::of(e, "list", "pods")),
     }
 }
@@ -154,11 +147,7 @@ fn label(o: &Value, key: &str) -> Option<String> {
 
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
         .unwrap_or_default()
 }
 
@@ -167,8 +156,7 @@ fn count(v: &Value) -> u32 {
 }
 
 fn count_or(v: &Value, default: u32) -> u32 {
-    v.as_u64()
-        .map_or(default, |n| n.min(u64::from(u32::MAX)) as u32)
+    v.as_u64().map_or(default, |n| n.min(u64::from(u32::MAX)) as u32)
 }
 
 fn exit_codes(v: &Value) -> Option<ExitCodes> {
@@ -177,10 +165,7 @@ fn exit_codes(v: &Value) -> Option<ExitCodes> {
         .iter()
         .filter_map(|n| n.as_i64().and_then(|n| i32::try_from(n).ok()))
         .collect();
-    Some(ExitCodes {
-        within: v["operator"] != "NotIn",
-        values,
-    })
+    Some(ExitCodes { within: v["operator"] != "NotIn", values })
 }
 
 /// The pod's policy and the worker container's own policy and rules.
@@ -195,9 +180,8 @@ pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodErr
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["name"] == container));
     if let Some(c) = spec {
-        w.container_policy = c["restartPolicy"]
-            .as_str()
-            .and_then(|p| RestartPolicy::parse(Some(p)));
+        w.container_policy =
+            c["restartPolicy"].as_str().and_then(|p| RestartPolicy::parse(Some(p)));
         w.rules = c["restartPolicyRules"]
             .as_array()
             .map(|rules| {
@@ -225,11 +209,7 @@ pub(crate) fn unhealthy_devices(pod: &Value, container: &str) -> Vec<String> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for res in st["allocatedResourcesStatus"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    for res in st["allocatedResourcesStatus"].as_array().into_iter().flatten() {
         let name = res["name"].as_str().unwrap_or_default();
         for d in res["resources"].as_array().into_iter().flatten() {
             if d["health"] == "Unhealthy" {
@@ -278,10 +258,7 @@ pub(crate) fn job_facts(job: &Value, policy: RestartPolicy, pods: &[Value]) -> J
         })
         .unwrap_or_default();
     JobFacts {
-        name: job["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+        name: job["metadata"]["name"].as_str().unwrap_or_default().to_string(),
         backoff_limit: count_or(&spec["backoffLimit"], DEFAULT_BACKOFF_LIMIT),
         parallelism: count_or(&spec["parallelism"], 1),
         retries: count(&job["status"]["failed"]).saturating_add(restarts),
@@ -329,10 +306,7 @@ pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
         max_restarts: fp.is_object().then(|| count(&fp["maxRestarts"])),
         rules,
         restarts,
-        strategy: fp["restartStrategy"]
-            .as_str()
-            .unwrap_or("Recreate")
-            .to_string(),
+        strategy: fp["restartStrategy"].as_str().unwrap_or("Recreate").to_string(),
     }
 }
 
@@ -344,10 +318,7 @@ pub(crate) fn lws_facts(lws: &Value, group: &str) -> LwsFacts {
     LwsFacts {
         name: qualified(lws),
         group: group.to_string(),
-        recreate_group: matches!(
-            policy,
-            "RecreateGroupOnPodRestart" | "RecreateGroupAfterStart"
-        ),
+        recreate_group: matches!(policy, "RecreateGroupOnPodRestart" | "RecreateGroupAfterStart"),
     }
 }
 

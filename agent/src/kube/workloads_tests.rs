@@ -48,10 +48,7 @@ fn the_common_jobset_shape_reads_into_one_member_failed() {
     let mut w = pod_facts(&jobset_pod(), "trainer").unwrap();
     assert_eq!(w.pod, "ml/train-workers-0-0-abcde");
     assert_eq!(w.policy, RestartPolicy::Never);
-    assert_eq!(
-        controller(&jobset_pod(), "Job").as_deref(),
-        Some("train-workers-0")
-    );
+    assert_eq!(controller(&jobset_pod(), "Job").as_deref(), Some("train-workers-0"));
     let j = job(Some(0), None);
     w.job = Some(job_facts(&j, w.policy, &[]));
     assert_eq!(controller(&j, "JobSet").as_deref(), Some("train"));
@@ -82,10 +79,7 @@ fn the_common_jobset_shape_reads_into_one_member_failed() {
     assert_eq!(jobset_facts(&older, "workers").restarts, 2);
     w.jobset = Some(facts);
     let r = rem(&w);
-    assert!(
-        matches!(r, Remediation::OneForAll { kill: true, .. }),
-        "{r:?}"
-    );
+    assert!(matches!(r, Remediation::OneForAll { kill: true, .. }), "{r:?}");
 }
 
 #[test]
@@ -95,24 +89,12 @@ fn absent_fields_take_the_api_defaults() {
     assert_eq!((f.backoff_limit, f.parallelism, f.retries), (6, 4, 0));
     let js = jobset_facts(&json!({"metadata": {"name": "t"}, "spec": {}}), "w");
     assert_eq!(js.max_restarts, None, "no failurePolicy");
-    let js = jobset_facts(
-        &json!({"metadata": {"name": "t"}, "spec": {"failurePolicy": {}}}),
-        "w",
-    );
-    assert_eq!(
-        js.max_restarts,
-        Some(0),
-        "an empty failurePolicy: maxRestarts 0"
-    );
+    let js = jobset_facts(&json!({"metadata": {"name": "t"}, "spec": {"failurePolicy": {}}}), "w");
+    assert_eq!(js.max_restarts, Some(0), "an empty failurePolicy: maxRestarts 0");
     assert_eq!(js.strategy, "Recreate");
-    let lws = lws_facts(
-        &json!({"metadata": {"name": "s"}, "spec": {"leaderWorkerTemplate": {}}}),
-        "0",
-    );
-    assert!(
-        lws.recreate_group,
-        "RecreateGroupOnPodRestart is the default"
-    );
+    let lws =
+        lws_facts(&json!({"metadata": {"name": "s"}, "spec": {"leaderWorkerTemplate": {}}}), "0");
+    assert!(lws.recreate_group, "RecreateGroupOnPodRestart is the default");
     let lws = lws_facts(
         &json!({"metadata": {"name": "s"}, "spec": {"leaderWorkerTemplate": {"restartPolicy": "None"}}}),
         "0",
@@ -143,21 +125,14 @@ fn a_containers_rules_and_a_jobs_pod_failure_policy_are_read() {
     assert_eq!(w.rules.len(), 1);
     assert!(w.rules[0].exit_codes.as_ref().unwrap().matches(137));
     let other = pod_facts(&pod, "sidecar").unwrap();
-    assert!(
-        other.rules.is_empty(),
-        "the rules are the worker container's"
-    );
+    assert!(other.rules.is_empty(), "the rules are the worker container's");
     let mut j = job(Some(0), None);
     j["spec"]["podFailurePolicy"] = json!({"rules": [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
         {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "NotIn", "values": [0]}}
     ]});
     let f = job_facts(&j, RestartPolicy::Never, &[]);
-    assert_eq!(
-        f.pod_failure.len(),
-        1,
-        "a rule on pod conditions is no exit-code rule"
-    );
+    assert_eq!(f.pod_failure.len(), 1, "a rule on pod conditions is no exit-code rule");
     assert_eq!(f.pod_failure[0].action, "FailJob");
     assert!(f.pod_failure[0].exit_codes.matches(137));
 }
@@ -166,10 +141,7 @@ fn a_containers_rules_and_a_jobs_pod_failure_policy_are_read() {
 fn an_unknown_restart_policy_is_an_error_not_a_guess() {
     let mut pod = jobset_pod();
     pod["spec"]["restartPolicy"] = json!("Sometimes");
-    assert!(matches!(
-        pod_facts(&pod, "trainer"),
-        Err(PodError::UnknownPolicy(_))
-    ));
+    assert!(matches!(pod_facts(&pod, "trainer"), Err(PodError::UnknownPolicy(_))));
 }
 
 #[test]
@@ -189,11 +161,7 @@ fn the_kubelets_unhealthy_devices_are_read_and_refuse_the_restart() {
     ]);
     pod["spec"]["restartPolicy"] = json!("Always");
     let w = pod_facts(&pod, "trainer").unwrap();
-    assert_eq!(
-        w.unhealthy,
-        ["nvidia.com/gpu GPU-bbb"],
-        "the worker container's, Unhealthy only"
-    );
+    assert_eq!(w.unhealthy, ["nvidia.com/gpu GPU-bbb"], "the worker container's, Unhealthy only");
     let r = rem(&w);
     assert!(
         matches!(&r, Remediation::Refuse(why) if why.contains("nvidia.com/gpu GPU-bbb Unhealthy")),
@@ -205,10 +173,7 @@ fn the_kubelets_unhealthy_devices_are_read_and_refuse_the_restart() {
     replaced.job = Some(job_facts(&job(Some(6), None), RestartPolicy::Never, &[]));
     let r = rem(&replaced);
     assert!(matches!(r, Remediation::Replace { .. }), "{r:?}");
-    assert!(pod_facts(&jobset_pod(), "trainer")
-        .unwrap()
-        .unhealthy
-        .is_empty());
+    assert!(pod_facts(&jobset_pod(), "trainer").unwrap().unhealthy.is_empty());
 }
 
 fn rem(w: &crate::vocab::workload::Workload) -> Remediation {

@@ -52,11 +52,7 @@ impl CheckpointRounds {
             http: reqwest::Client::new(),
             timing: crate::hang::policy_gang::Timing::of(cfg),
         };
-        CheckpointRounds {
-            checkpointer,
-            runtime,
-            metrics,
-        }
+        CheckpointRounds { checkpointer, runtime, metrics }
     }
 
     /// Deliver the requests and wait for the acknowledgements, all within `budget` (listing the
@@ -122,10 +118,8 @@ impl CheckpointRounds {
         workers: Vec<Container>,
         within: Duration,
     ) -> (BTreeMap<String, (Gang, Vec<Container>)>, Vec<Container>) {
-        let keys: Vec<String> = workers
-            .iter()
-            .map(|c| self.checkpointer.keys.status(&c.worker))
-            .collect();
+        let keys: Vec<String> =
+            workers.iter().map(|c| self.checkpointer.keys.status(&c.worker)).collect();
         let records = tokio::time::timeout(within, self.checkpointer.coord.hgetall_many(&keys))
             .await
             .ok()
@@ -138,11 +132,7 @@ impl CheckpointRounds {
             // move its pod out of its labels' gang nor name another namespace's.
             let from_record = records.get(i).and_then(gang_of);
             match policy_membership::of_container(&c, from_record.as_ref()).gang {
-                Some(g) => gangs
-                    .entry(g.id.clone())
-                    .or_insert_with(|| (g, Vec::new()))
-                    .1
-                    .push(c),
+                Some(g) => gangs.entry(g.id.clone()).or_insert_with(|| (g, Vec::new())).1.push(c),
                 None => alone.push(c),
             }
         }
@@ -159,17 +149,12 @@ impl CheckpointRounds {
         deadline: tokio::time::Instant,
     ) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
-        let round = self
-            .checkpointer
-            .gang_round(g, local, reason, budget, deadline);
+        let round = self.checkpointer.gang_round(g, local, reason, budget, deadline);
         let (outcome, detail, described) = match tokio::time::timeout_at(deadline, round).await {
             Ok(Ok(r)) => {
                 let d = policy_round::describe(&r);
-                let outcome = if policy_round::acknowledged(&r) {
-                    Outcome::Acked
-                } else {
-                    Outcome::TimedOut
-                };
+                let outcome =
+                    if policy_round::acknowledged(&r) { Outcome::Acked } else { Outcome::TimedOut };
                 (outcome, d.clone(), Some(d))
             }
             Ok(Err(e)) => (
@@ -227,11 +212,7 @@ impl CheckpointRounds {
         // A gang's round is said once, however many of its members run here.
         let mut gangs: Vec<&str> = results.iter().filter_map(|r| r.gang.as_deref()).collect();
         gangs.dedup();
-        let mut summary = format!(
-            "{} {reason}: {}",
-            rfc3339(now),
-            checkpoint::summary(results)
-        );
+        let mut summary = format!("{} {reason}: {}", rfc3339(now), checkpoint::summary(results));
         for g in gangs {
             summary.push_str("; ");
             summary.push_str(g);

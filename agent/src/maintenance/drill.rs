@@ -105,16 +105,10 @@ pub(crate) async fn run(
     if let Some(key) = &gang_key {
         claim_gang(coord, key, &round, wait, target).await?;
     }
-    let io = RoundIo {
-        coord,
-        prefix,
-        poll: Duration::from_millis(200),
-    };
+    let io = RoundIo { coord, prefix, poll: Duration::from_millis(200) };
     let started = Instant::now();
     io.write_requests(&round, &members).await;
-    let acks = io
-        .wait_acks(&round, &members, now, started, started + wait)
-        .await;
+    let acks = io.wait_acks(&round, &members, now, started, started + wait).await;
     if let Some(key) = &gang_key {
         let _ = coord.del_if_owner(key, &round.encode()).await;
     }
@@ -139,11 +133,7 @@ async fn claim_gang(
         return Ok(());
     }
     let open = coord.get_many(&[key.to_string()]).await?;
-    let open = open
-        .into_iter()
-        .flatten()
-        .next()
-        .and_then(|t| Round::decode(&t));
+    let open = open.into_iter().flatten().next().and_then(|t| Round::decode(&t));
     Err(DrillError::Busy(match open {
         Some(r) => format!(
             "{} has a checkpoint round open ({}, opened by {}): a drill never competes with a real round; try again when it ends",
@@ -163,10 +153,8 @@ async fn superseded(
     members: &[Asked],
     round: &Round,
 ) -> Result<(), DrillError> {
-    let keys: Vec<String> = members
-        .iter()
-        .map(|m| Keys::new(prefix, &m.node).status(&m.worker))
-        .collect();
+    let keys: Vec<String> =
+        members.iter().map(|m| Keys::new(prefix, &m.node).status(&m.worker)).collect();
     let records = coord.hgetall_many(&keys).await?;
     for (m, rec) in members.iter().zip(&records) {
         let request = rec.get("checkpoint_request").map_or("", String::as_str);
@@ -189,16 +177,12 @@ async fn members_of(
     now: Millis,
 ) -> Result<(Vec<Asked>, Vec<Member>), DrillError> {
     let prefix = cfg.redis.key_prefix.as_str();
-    let asked = |node: &str, worker: &str| Asked {
-        node: node.to_string(),
-        worker: worker.to_string(),
-    };
+    let asked =
+        |node: &str, worker: &str| Asked { node: node.to_string(), worker: worker.to_string() };
     match target {
         Target::Gang(g) => gang_members(coord, cfg, g, now).await,
         Target::Worker { node, worker } => {
-            let rec = coord
-                .hgetall(&Keys::new(prefix, node).status(worker))
-                .await?;
+            let rec = coord.hgetall(&Keys::new(prefix, node).status(worker)).await?;
             if rec.is_empty() {
                 return Err(DrillError::NothingToAsk(format!(
                     "worker {} has no status record: it never beat, or the node or worker id is wrong",
@@ -232,26 +216,15 @@ async fn gang_members(
     let prefix = cfg.redis.key_prefix.as_str();
     // Every shard a gang of any size may use: the size is the members' to say.
     let keys = Keys::new(prefix, &cfg.node_name);
-    let all = read_view(
-        coord,
-        &keys,
-        g,
-        Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD),
-    )
-    .await?;
+    let all = read_view(coord, &keys, g, Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD)).await?;
     let view = gp::present(&all, now, &Timing::of(cfg));
     if view.is_empty() {
         return Err(DrillError::NothingToAsk(format!(
             "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
         )));
     }
-    let mut members: Vec<Asked> = view
-        .iter()
-        .map(|m| Asked {
-            node: m.node.clone(),
-            worker: m.worker.clone(),
-        })
-        .collect();
+    let mut members: Vec<Asked> =
+        view.iter().map(|m| Asked { node: m.node.clone(), worker: m.worker.clone() }).collect();
     members.sort();
     members.dedup();
     Ok((members, view))
@@ -266,20 +239,16 @@ async fn refuse_pending(
     now: Millis,
     cfg: &Config,
 ) -> Result<(), DrillError> {
-    let keys: Vec<String> = members
-        .iter()
-        .map(|m| Keys::new(prefix, &m.node).status(&m.worker))
-        .collect();
+    let keys: Vec<String> =
+        members.iter().map(|m| Keys::new(prefix, &m.node).status(&m.worker)).collect();
     let records = coord.hgetall_many(&keys).await?;
     let recent = ms(cfg.checkpoint.maintenance_budget + cfg.checkpoint.grace);
     for (m, rec) in members.iter().zip(&records) {
         let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) else {
             continue;
         };
-        let at: Millis = rec
-            .get("checkpoint_requested_at")
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(0);
+        let at: Millis =
+            rec.get("checkpoint_requested_at").and_then(|t| t.parse().ok()).unwrap_or(0);
         if !acknowledges(rec, id) && now - at < recent {
             let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
             return Err(DrillError::Busy(format!(
@@ -304,10 +273,7 @@ async fn record(coord: &dyn Coordinator, cfg: &Config, members: &[Asked], r: &Dr
     let by = format!("vigil drill on {}", cfg.node_name);
     for node in &nodes {
         let worker = match members.iter().filter(|m| m.node == *node).count() {
-            1 => members
-                .iter()
-                .find(|m| m.node == *node)
-                .map_or("*", |m| m.worker.as_str()),
+            1 => members.iter().find(|m| m.node == *node).map_or("*", |m| m.worker.as_str()),
             _ => "*",
         };
         let d = Decision {
@@ -321,10 +287,7 @@ async fn record(coord: &dyn Coordinator, cfg: &Config, members: &[Asked], r: &Dr
             dry_run: false,
         };
         let key = Keys::new(prefix, node).trail();
-        if let Err(e) = coord
-            .append(&key, &d.fields(), cfg.redis.trail_max_len)
-            .await
-        {
+        if let Err(e) = coord.append(&key, &d.fields(), cfg.redis.trail_max_len).await {
             tracing::warn!(node, error = %e, "cannot write the drill to this node's trail");
         }
     }
@@ -339,25 +302,14 @@ async fn record(coord: &dyn Coordinator, cfg: &Config, members: &[Asked], r: &Dr
 async fn store(coord: &dyn Coordinator, prefix: &str, owner: &str, r: &DrillResult) {
     let keys = Keys::new(prefix, owner);
     let index = keys.fleet_drills();
-    let former = coord
-        .hgetall(&index)
-        .await
-        .ok()
-        .and_then(|mut i| i.remove(&r.target));
+    let former = coord.hgetall(&index).await.ok().and_then(|mut i| i.remove(&r.target));
     let mut ops = vec![
         Op::Hset {
             key: keys.drills(),
-            fields: vec![(
-                r.target.clone(),
-                serde_json::to_string(r).unwrap_or_default(),
-            )],
+            fields: vec![(r.target.clone(), serde_json::to_string(r).unwrap_or_default())],
             ttl: Some(KEPT),
         },
-        Op::Hset {
-            key: index,
-            fields: vec![(r.target.clone(), owner.to_string())],
-            ttl: None,
-        },
+        Op::Hset { key: index, fields: vec![(r.target.clone(), owner.to_string())], ttl: None },
     ];
     if let Some(former) = former.filter(|n| n != owner) {
         ops.push(Op::Hdel {
@@ -391,14 +343,9 @@ pub(crate) async fn export_loop(
                 // NB: without the clock nothing is judged old (nothing removed).
                 let now = coord.time().await.ok();
                 let (drills, old) = current_drills(&fields, now);
-                metrics
-                    .drills
-                    .set(&drills.iter().map(figures).collect::<Vec<_>>());
+                metrics.drills.set(&drills.iter().map(figures).collect::<Vec<_>>());
                 if !old.is_empty() {
-                    let op = Op::Hdel {
-                        key: keys.drills(),
-                        fields: old,
-                    };
+                    let op = Op::Hdel { key: keys.drills(), fields: old };
                     let _ = coord.batch(&[op]).await;
                 }
             }
@@ -501,10 +448,7 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
-        assert!(
-            !text.contains("node:gone") && !text.contains("worker:x/y"),
-            "{text}"
-        );
+        assert!(!text.contains("node:gone") && !text.contains("worker:x/y"), "{text}");
         // The old and the unreadable are removed from the node's drills.
         let left = coord.hgetall(&keys.drills()).await.unwrap();
         assert_eq!(left.keys().collect::<Vec<_>>(), vec!["gang:ml/llm"]);

@@ -81,8 +81,7 @@ impl Checkpointer {
         };
         let (round, opened) = self.open_or_join(&gang.id, fresh, now).await?;
         let io = self.io();
-        io.write_requests(&round, if opened { &members } else { &own })
-            .await;
+        io.write_requests(&round, if opened { &members } else { &own }).await;
         for c in local {
             if let Ok(method) = self.method_for(c) {
                 if let Err(e) = self.deliver(&method, c, &round.id, reason, budget).await {
@@ -162,11 +161,7 @@ impl Checkpointer {
     }
 
     fn io(&self) -> RoundIo<'_> {
-        RoundIo {
-            coord: &*self.coord,
-            prefix: self.keys.prefix(),
-            poll: self.poll,
-        }
+        RoundIo { coord: &*self.coord, prefix: self.keys.prefix(), poll: self.poll }
     }
 }
 
@@ -190,10 +185,7 @@ impl RoundIo<'_> {
                 ("checkpoint_request".to_string(), round.id.clone()),
                 ("checkpoint_reason".to_string(), round.reason.clone()),
                 ("checkpoint_requested_at".to_string(), round.at.to_string()),
-                (
-                    "checkpoint_drill".to_string(),
-                    if round.drill { "1" } else { "" }.to_string(),
-                ),
+                ("checkpoint_drill".to_string(), if round.drill { "1" } else { "" }.to_string()),
             ];
             by_node.entry(&m.node).or_default().push(Op::Hset {
                 key: keys.status(&m.worker),
@@ -221,20 +213,13 @@ impl RoundIo<'_> {
     ) -> Vec<MemberAck> {
         let mut acks: Vec<MemberAck> = members
             .iter()
-            .map(|m| MemberAck {
-                member: member_id(&m.node, &m.worker),
-                acked: None,
-                state: None,
-            })
+            .map(|m| MemberAck { member: member_id(&m.node, &m.worker), acked: None, state: None })
             .collect();
         // A large gang is read less often: 8,000 records every 200 ms would be Redis's whole day.
-        let poll = self
-            .poll
-            .max(Duration::from_millis(members.len() as u64 / 10));
+        let poll = self.poll.max(Duration::from_millis(members.len() as u64 / 10));
         loop {
-            let pending: Vec<usize> = (0..acks.len())
-                .filter(|&i| acks[i].acked.is_none())
-                .collect();
+            let pending: Vec<usize> =
+                (0..acks.len()).filter(|&i| acks[i].acked.is_none()).collect();
             if pending.is_empty() {
                 break;
             }
@@ -270,34 +255,20 @@ impl RoundIo<'_> {
 /// preemption's round replacing a maintenance round): its save is newer than this round asked
 /// for. An earlier round's ack never counts.
 fn acked_a_later_round(rec: &std::collections::HashMap<String, String>, round: &Round) -> bool {
-    let Some(id) = rec
-        .get("checkpoint_request")
-        .filter(|r| !r.is_empty() && **r != round.id)
+    let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty() && **r != round.id)
     else {
         return false;
     };
-    let at: Option<Millis> = rec
-        .get("checkpoint_requested_at")
-        .and_then(|t| t.parse().ok());
+    let at: Option<Millis> = rec.get("checkpoint_requested_at").and_then(|t| t.parse().ok());
     at.is_some_and(|at| at >= round.at) && acknowledges(rec, id)
 }
 
 /// Who a round asks: this node's members (`own`), and every member, the view's and ours, once.
 fn asked(node: &str, local: &[Container], view: &[Member]) -> (Vec<Asked>, Vec<Asked>) {
-    let own: Vec<Asked> = local
-        .iter()
-        .map(|c| Asked {
-            node: node.to_string(),
-            worker: c.worker.clone(),
-        })
-        .collect();
-    let mut members: BTreeSet<Asked> = view
-        .iter()
-        .map(|m| Asked {
-            node: m.node.clone(),
-            worker: m.worker.clone(),
-        })
-        .collect();
+    let own: Vec<Asked> =
+        local.iter().map(|c| Asked { node: node.to_string(), worker: c.worker.clone() }).collect();
+    let mut members: BTreeSet<Asked> =
+        view.iter().map(|m| Asked { node: m.node.clone(), worker: m.worker.clone() }).collect();
     members.extend(own.iter().cloned());
     (own, members.into_iter().collect())
 }

@@ -122,10 +122,7 @@ pub enum MetadataError {
 
 impl MetadataError {
     fn malformed(key: &str, detail: String) -> Self {
-        MetadataError::Malformed {
-            key: key.to_string(),
-            detail,
-        }
+        MetadataError::Malformed { key: key.to_string(), detail }
     }
 
     /// Fixed metric label for this error: one of `unavailable`, `rate-limited`, `not-found`,
@@ -178,10 +175,7 @@ impl MetadataClient {
     /// `GCE_METADATA_HOST` (a leading `http://` is tolerated). `request_timeout_extra` is the
     /// deadline of a plain read and the margin added to `timeout_sec` for a long-poll.
     pub fn new(host: &str, request_timeout_extra: Duration) -> Result<Self, MetadataError> {
-        let bad = |detail: String| MetadataError::BadHost {
-            host: host.to_string(),
-            detail,
-        };
+        let bad = |detail: String| MetadataError::BadHost { host: host.to_string(), detail };
         let h = host.trim();
         let h = h.strip_prefix("http://").unwrap_or(h).trim_end_matches('/');
         if h.is_empty() || h.contains(['/', '?', '#', '@', ' ']) {
@@ -197,12 +191,7 @@ impl MetadataClient {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| bad(format!("cannot build the HTTP client: {e}")))?;
-        Ok(MetadataClient {
-            host: h.to_string(),
-            base,
-            http,
-            request_timeout_extra,
-        })
+        Ok(MetadataClient { host: h.to_string(), base, http, request_timeout_extra })
     }
 
     /// Client for `metadata.host` (`GCE_METADATA_HOST`); empty = `metadata.google.internal`.
@@ -210,9 +199,7 @@ impl MetadataClient {
         host: &str,
         request_timeout_extra: Duration,
     ) -> Result<Self, MetadataError> {
-        let host = Some(host.trim())
-            .filter(|h| !h.is_empty())
-            .unwrap_or(DEFAULT_HOST);
+        let host = Some(host.trim()).filter(|h| !h.is_empty()).unwrap_or(DEFAULT_HOST);
         Self::new(host, request_timeout_extra)
     }
 
@@ -273,30 +260,18 @@ impl MetadataClient {
             .and_then(|v| v.to_str().ok())
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
-        let value = resp
-            .text()
-            .await
-            .map_err(|e| self.transport_error(key, deadline, e))?;
+        let value = resp.text().await.map_err(|e| self.transport_error(key, deadline, e))?;
         Ok(Fetched { value, etag })
     }
 
     fn transport_error(&self, key: &str, after: Duration, e: reqwest::Error) -> MetadataError {
         // NB: connect first: a connect timeout is "unreachable" (not on GCE), not a slow answer.
         if e.is_connect() || e.is_dns() {
-            MetadataError::Unreachable {
-                host: self.host.clone(),
-                source: e,
-            }
+            MetadataError::Unreachable { host: self.host.clone(), source: e }
         } else if e.is_timeout() {
-            MetadataError::Timeout {
-                key: key.to_string(),
-                after,
-            }
+            MetadataError::Timeout { key: key.to_string(), after }
         } else {
-            MetadataError::Transport {
-                key: key.to_string(),
-                source: e,
-            }
+            MetadataError::Transport { key: key.to_string(), source: e }
         }
     }
 }
@@ -310,18 +285,12 @@ async fn refused(key: &str, resp: reqwest::Response) -> Result<reqwest::Response
         StatusCode::SERVICE_UNAVAILABLE => {
             // The body distinguishes "no notifications yet" from a maintenance blip.
             let body = resp.text().await.unwrap_or_default();
-            Err(MetadataError::Unavailable {
-                key: key_s(),
-                body: snippet(&body),
-            })
+            Err(MetadataError::Unavailable { key: key_s(), body: snippet(&body) })
         }
         StatusCode::TOO_MANY_REQUESTS => Err(MetadataError::RateLimited { key: key_s() }),
         StatusCode::NOT_FOUND => Err(MetadataError::NotFound { key: key_s() }),
         StatusCode::FORBIDDEN => Err(MetadataError::Forbidden { key: key_s() }),
-        other => Err(MetadataError::Http {
-            key: key_s(),
-            status: other.as_u16(),
-        }),
+        other => Err(MetadataError::Http { key: key_s(), status: other.as_u16() }),
     }
 }
 
@@ -349,10 +318,7 @@ mod tests {
     #[test]
     fn client_urls() {
         let c = MetadataClient::new("metadata.google.internal", Duration::from_secs(1)).unwrap();
-        assert_eq!(
-            c.base_url().as_str(),
-            "http://metadata.google.internal/computeMetadata/v1/"
-        );
+        assert_eq!(c.base_url().as_str(), "http://metadata.google.internal/computeMetadata/v1/");
         let c = MetadataClient::new("127.0.0.1:8080", Duration::from_secs(1)).unwrap();
         assert_eq!(
             c.url(MAINTENANCE_EVENT_PATH, None).unwrap().as_str(),
@@ -394,31 +360,13 @@ mod tests {
     fn error_kinds_are_fixed_labels() {
         let k = || "instance/preempted".to_string();
         let cases = [
-            (
-                MetadataError::Unavailable {
-                    key: k(),
-                    body: String::new(),
-                },
-                "unavailable",
-            ),
+            (MetadataError::Unavailable { key: k(), body: String::new() }, "unavailable"),
             (MetadataError::RateLimited { key: k() }, "rate-limited"),
             (MetadataError::NotFound { key: k() }, "not-found"),
             (MetadataError::Forbidden { key: k() }, "forbidden"),
-            (
-                MetadataError::Timeout {
-                    key: k(),
-                    after: Duration::from_secs(1),
-                },
-                "timeout",
-            ),
+            (MetadataError::Timeout { key: k(), after: Duration::from_secs(1) }, "timeout"),
             (MetadataError::malformed("k", "d".into()), "malformed"),
-            (
-                MetadataError::Http {
-                    key: k(),
-                    status: 500,
-                },
-                "transport",
-            ),
+            (MetadataError::Http { key: k(), status: 500 }, "transport"),
         ];
         for (e, kind) in cases {
             assert_eq!(e.kind(), kind, "{e}");
@@ -429,11 +377,9 @@ mod tests {
                 .into(),
         };
         assert!(none.is_no_notifications_yet());
-        assert!(!MetadataError::Unavailable {
-            key: k(),
-            body: "busy".into()
-        }
-        .is_no_notifications_yet());
+        assert!(
+            !MetadataError::Unavailable { key: k(), body: "busy".into() }.is_no_notifications_yet()
+        );
     }
 
     #[test]

@@ -189,12 +189,7 @@ impl Opportunistic {
         let day = Duration::from_secs(24 * 3600);
         let _ = self.coord.set_nx(&idle_key, &now.to_string(), day).await;
         let stored = self.coord.get_many(&[idle_key]).await.ok()?;
-        let since = stored
-            .into_iter()
-            .flatten()
-            .next()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(now);
+        let since = stored.into_iter().flatten().next().and_then(|s| s.parse().ok()).unwrap_or(now);
         Some((now, since))
     }
 
@@ -225,12 +220,7 @@ impl Opportunistic {
     /// The pods the kubelet gave accelerator devices; off without Kubernetes or without a
     /// PodResources socket (`runtime.pod_resources_socket = ""`).
     async fn pod_resources(&self) -> Witness<BTreeSet<PodKey>> {
-        let Some(src) = self
-            .witnesses
-            .devices
-            .as_ref()
-            .filter(|_| self.cfg.kubernetes_on())
-        else {
+        let Some(src) = self.witnesses.devices.as_ref().filter(|_| self.cfg.kubernetes_on()) else {
             return Witness::Off;
         };
         match src.gpus().await {
@@ -263,11 +253,8 @@ impl Opportunistic {
     /// Keep the verdict: the metric, a log line when a witness stops or starts answering, a
     /// trail note when the verdict changes.
     fn record(&mut self, busy: Busy) {
-        let before: BTreeSet<BusyReason> = self
-            .last
-            .as_ref()
-            .map(|b| b.reasons.keys().copied().collect())
-            .unwrap_or_default();
+        let before: BTreeSet<BusyReason> =
+            self.last.as_ref().map(|b| b.reasons.keys().copied().collect()).unwrap_or_default();
         for &r in BusyReason::ALL {
             let now = busy.reasons.get(&r);
             self.metrics.maintenance.busy(r.as_str(), now.is_some());
@@ -304,9 +291,7 @@ impl Opportunistic {
     /// Healthy nodes of this node's pool, this one left out.
     async fn others_healthy(&self) -> Option<usize> {
         let pool = &self.pool;
-        let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix)
-            .await
-            .ok()?;
+        let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix).await.ok()?;
         let healthy = views
             .iter()
             .filter(|v| v.node != self.cfg.node_name)

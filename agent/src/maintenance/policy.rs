@@ -63,11 +63,7 @@ pub fn derive(raw: &RawMetadata) -> MaintenanceState {
 
     let upcoming = raw.upcoming.as_ref();
     MaintenanceState {
-        sources: if phase == Phase::None {
-            vec![]
-        } else {
-            vec![Source::Metadata]
-        },
+        sources: if phase == Phase::None { vec![] } else { vec![Source::Metadata] },
         phase,
         window_start: upcoming.and_then(|u| u.window_start.clone()),
         window_end: upcoming.and_then(|u| u.window_end.clone()),
@@ -104,19 +100,10 @@ pub fn node_desired(
     let p = &k.label_prefix;
     let mut labels = BTreeMap::new();
     let mut annotations = BTreeMap::new();
-    labels.insert(
-        format!("{p}maintenance"),
-        Some(st.phase.as_str().to_string()),
-    );
+    labels.insert(format!("{p}maintenance"), Some(st.phase.as_str().to_string()));
     let scheduled = st.window_start.is_some() || st.window_end.is_some() || st.phase != Phase::None;
-    labels.insert(
-        format!("{p}can-reschedule"),
-        scheduled.then(|| st.can_reschedule.to_string()),
-    );
-    annotations.insert(
-        format!("{p}maintenance-window-start"),
-        st.window_start.clone(),
-    );
+    labels.insert(format!("{p}can-reschedule"), scheduled.then(|| st.can_reschedule.to_string()));
+    annotations.insert(format!("{p}maintenance-window-start"), st.window_start.clone());
     annotations.insert(format!("{p}maintenance-window-end"), st.window_end.clone());
     annotations.insert(
         format!("{p}maintenance-reasons"),
@@ -126,21 +113,11 @@ pub fn node_desired(
         annotations.insert(format!("{p}last-checkpoint"), Some(c.to_string()));
     }
     if let Some(on) = perform_maintenance {
-        labels.insert(
-            PERFORM_MAINTENANCE_LABEL.to_string(),
-            on.then(|| "true".to_string()),
-        );
+        labels.insert(PERFORM_MAINTENANCE_LABEL.to_string(), on.then(|| "true".to_string()));
     }
     let taint_key = format!("{p}{TERMINATION_TAINT}");
     let (add_taints, remove_taints) = if k.taint_on_termination && st.phase == Phase::Terminating {
-        (
-            vec![Taint {
-                key: taint_key,
-                value: "true".into(),
-                effect: "NoSchedule".into(),
-            }],
-            vec![],
-        )
+        (vec![Taint { key: taint_key, value: "true".into(), effect: "NoSchedule".into() }], vec![])
     } else {
         (vec![], vec![taint_key])
     };
@@ -175,12 +152,7 @@ pub(crate) fn maintenance_condition(st: &MaintenanceState) -> NodeCondition {
             st.window_end.as_deref().unwrap_or("-"),
         )
     };
-    problem_condition(
-        MAINTENANCE_CONDITION,
-        Some(st.phase != Phase::None),
-        reason,
-        message,
-    )
+    problem_condition(MAINTENANCE_CONDITION, Some(st.phase != Phase::None), reason, message)
 }
 
 /// The Event reason and type for entering a phase.
@@ -299,10 +271,7 @@ mod tests {
         assert_eq!(s.window_end.as_deref(), Some("2024-12-01T21:00:01Z"));
         assert!(s.can_reschedule);
         let s = derive(&raw(Some(NONE), None, Some(false)));
-        assert_eq!(
-            (s.window_start, s.window_end, s.can_reschedule),
-            (None, None, false)
-        );
+        assert_eq!((s.window_start, s.window_end, s.can_reschedule), (None, None, false));
     }
 
     #[test]

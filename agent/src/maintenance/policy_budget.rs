@@ -173,11 +173,7 @@ mod tests {
     }
 
     fn pod(grace: u64, critical: bool) -> WorkerPod {
-        WorkerPod {
-            pod: "ml/trainer-0".into(),
-            grace: s(grace),
-            critical,
-        }
+        WorkerPod { pod: "ml/trainer-0".into(), grace: s(grace), critical }
     }
 
     fn cfg(preemption: u64, sigterm: u64, maintenance: u64, stop: u64) -> CheckpointConfig {
@@ -191,10 +187,7 @@ mod tests {
     }
 
     fn codes(c: &CheckpointConfig, pods: &[WorkerPod]) -> Vec<(&'static str, &'static str)> {
-        budget_shortfalls(c, pods, None)
-            .iter()
-            .map(|f| (f.code, f.key))
-            .collect()
+        budget_shortfalls(c, pods, None).iter().map(|f| (f.code, f.key)).collect()
     }
 
     #[test]
@@ -211,12 +204,7 @@ mod tests {
     }
 
     /// (what, config, worker pods, the (code, key) of each shortfall).
-    type Case = (
-        &'static str,
-        CheckpointConfig,
-        Vec<WorkerPod>,
-        Vec<(&'static str, &'static str)>,
-    );
+    type Case = (&'static str, CheckpointConfig, Vec<WorkerPod>, Vec<(&'static str, &'static str)>);
 
     #[test]
     fn each_limit_alone() {
@@ -273,35 +261,16 @@ mod tests {
     #[test]
     fn every_pod_is_checked_and_named() {
         let pods = [
-            WorkerPod {
-                pod: "ml/a".into(),
-                grace: s(10),
-                critical: false,
-            },
-            WorkerPod {
-                pod: "ml/b".into(),
-                grace: s(60),
-                critical: false,
-            },
+            WorkerPod { pod: "ml/a".into(), grace: s(10), critical: false },
+            WorkerPod { pod: "ml/b".into(), grace: s(60), critical: false },
         ];
         let f = budget_shortfalls(&CheckpointConfig::default(), &pods, None);
-        let named: Vec<_> = f
-            .iter()
-            .map(|x| (x.code, x.pod.as_deref().unwrap_or("")))
-            .collect();
+        let named: Vec<_> = f.iter().map(|x| (x.code, x.pod.as_deref().unwrap_or(""))).collect();
         assert_eq!(
             named,
-            vec![
-                ("pod-grace", "ml/a"),
-                ("pod-grace", "ml/a"),
-                ("gke-node-shutdown", "ml/b")
-            ]
+            vec![("pod-grace", "ml/a"), ("pod-grace", "ml/a"), ("gke-node-shutdown", "ml/b")]
         );
-        assert!(
-            f[0].detail.contains("ml/a is killed 10s after its SIGTERM"),
-            "{}",
-            f[0].detail
-        );
+        assert!(f[0].detail.contains("ml/a is killed 10s after its SIGTERM"), "{}", f[0].detail);
         assert_eq!((f[2].needed, f[2].given), (s(30), s(15)));
     }
 
@@ -322,9 +291,6 @@ mod tests {
         );
         // On-demand: no preemption comes; the SIGTERM budget still meets the pod's grace.
         let on_demand = budget_shortfalls(&c, &[pod(30, false)], Some(false));
-        assert_eq!(
-            codes_of(&on_demand),
-            vec![("pod-grace", "checkpoint.sigterm_budget")]
-        );
+        assert_eq!(codes_of(&on_demand), vec![("pod-grace", "checkpoint.sigterm_budget")]);
     }
 }

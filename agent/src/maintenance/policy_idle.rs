@@ -60,9 +60,7 @@ pub(crate) struct WorkerUse {
 
 impl WorkerUse {
     fn idle(&self) -> bool {
-        self.state
-            .as_deref()
-            .is_some_and(|s| s.trim().eq_ignore_ascii_case("idle"))
+        self.state.as_deref().is_some_and(|s| s.trim().eq_ignore_ascii_case("idle"))
     }
 }
 
@@ -170,10 +168,7 @@ pub(crate) fn idle_check(i: &IdleInputs) -> Busy {
     };
     for w in workers.iter().filter(|w| !w.idle()) {
         let state = w.state.as_deref().unwrap_or("no record");
-        busy.add(
-            BusyReason::WorkerNotIdle,
-            format!("{} is {state}", w.worker),
-        );
+        busy.add(BusyReason::WorkerNotIdle, format!("{} is {state}", w.worker));
     }
     let allowed = idle_pods(workers);
     for (witness, unknown, source) in [
@@ -182,11 +177,7 @@ pub(crate) fn idle_check(i: &IdleInputs) -> Busy {
             BusyReason::PodResourcesUnknown,
             "holds accelerator devices (kubelet PodResources)",
         ),
-        (
-            &i.pods,
-            BusyReason::PodsUnknown,
-            "requests accelerators (Kubernetes API)",
-        ),
+        (&i.pods, BusyReason::PodsUnknown, "requests accelerators (Kubernetes API)"),
     ] {
         match witness {
             Witness::Off => {}
@@ -253,10 +244,7 @@ fn idle_pods(workers: &[WorkerUse]) -> BTreeSet<&PodKey> {
             *all_idle &= w.idle();
         }
     }
-    pods.into_iter()
-        .filter(|(_, idle)| *idle)
-        .map(|(p, _)| p)
-        .collect()
+    pods.into_iter().filter(|(_, idle)| *idle).map(|(p, _)| p).collect()
 }
 
 /// One GPU's compute processes: allowed only on a GPU an idle worker was given by name.
@@ -268,20 +256,14 @@ fn gpu_use(g: &GpuStatus, workers: &[WorkerUse], busy: &mut Busy) {
     }
     let n = match g.sample.compute_processes {
         None => {
-            busy.add(
-                BusyReason::NvmlUnknown,
-                format!("{name}: compute processes unreadable"),
-            );
+            busy.add(BusyReason::NvmlUnknown, format!("{name}: compute processes unreadable"));
             return;
         }
         Some(0) => return,
         Some(n) => n,
     };
     let held_by_idle_worker = workers.iter().any(|w| {
-        w.idle()
-            && w.gpus
-                .as_ref()
-                .is_some_and(|ids| ids.iter().any(|id| selects(g, id)))
+        w.idle() && w.gpus.as_ref().is_some_and(|ids| ids.iter().any(|id| selects(g, id)))
     });
     if !held_by_idle_worker {
         busy.add(

@@ -44,12 +44,7 @@ fn holders(pods: &[(&str, &str)]) -> Witness<BTreeSet<PodKey>> {
 /// Every witness answers and sees nothing: one idle worker in pod ml/w0 on GPU 0.
 fn quiet() -> IdleInputs {
     IdleInputs {
-        workers: Witness::Known(vec![worker(
-            "w0",
-            Some("idle"),
-            Some(("ml", "w0")),
-            Some(&["0"]),
-        )]),
+        workers: Witness::Known(vec![worker("w0", Some("idle"), Some(("ml", "w0")), Some(&["0"]))]),
         pod_resources: holders(&[("ml", "w0")]),
         pods: holders(&[("ml", "w0")]),
         gpus: Witness::Known(vec![gpu(0, Some(0)), gpu(1, Some(0))]),
@@ -169,10 +164,7 @@ fn a_node_without_opted_in_workers_is_busy_when_a_pod_holds_a_gpu() {
         ]
     );
     let d = b.detail();
-    assert!(
-        d.starts_with("not idle: accelerator-pod: team/train"),
-        "{d}"
-    );
+    assert!(d.starts_with("not idle: accelerator-pod: team/train"), "{d}");
 }
 
 #[test]
@@ -185,10 +177,7 @@ fn witnesses_that_do_not_apply_are_not_asked() {
         gpus: Witness::Off,
     };
     assert!(idle_check(&i).idle());
-    let none = IdleInputs {
-        workers: Witness::Off,
-        ..i
-    };
+    let none = IdleInputs { workers: Witness::Off, ..i };
     assert!(idle_check(&none).idle());
 }
 
@@ -201,10 +190,7 @@ fn a_busy_workers_pod_may_not_hold_a_gpu_and_one_busy_worker_spoils_its_pod() {
     ]);
     let b = idle_check(&i);
     assert_eq!(b.names(), vec!["worker-not-idle", "accelerator-pod"]);
-    assert_eq!(
-        b.reasons[&BusyReason::WorkerNotIdle],
-        vec!["w0b is processing".to_string()]
-    );
+    assert_eq!(b.reasons[&BusyReason::WorkerNotIdle], vec!["w0b is processing".to_string()]);
 }
 
 #[test]
@@ -212,10 +198,7 @@ fn unknown_workers_allow_no_pod_and_no_gpu() {
     let mut i = quiet();
     i.workers = Witness::Unknown("redis down".into());
     i.gpus = Witness::Known(vec![gpu(0, Some(1))]);
-    assert_eq!(
-        reasons(&i),
-        vec!["workers-unknown", "accelerator-pod", "gpu-compute-process"]
-    );
+    assert_eq!(reasons(&i), vec!["workers-unknown", "accelerator-pod", "gpu-compute-process"]);
 }
 
 #[test]
@@ -223,12 +206,8 @@ fn compute_processes_are_allowed_only_on_a_gpu_an_idle_worker_was_given_by_name(
     // GPU ids as runtimes and device plugins give them: index, UUID, device file.
     for id in ["0", "GPU-0", "gpu-0", "nvidia0"] {
         let mut i = quiet();
-        i.workers = Witness::Known(vec![worker(
-            "w0",
-            Some("idle"),
-            Some(("ml", "w0")),
-            Some(&[id]),
-        )]);
+        i.workers =
+            Witness::Known(vec![worker("w0", Some("idle"), Some(("ml", "w0")), Some(&[id]))]);
         i.gpus = Witness::Known(vec![gpu(0, Some(3)), gpu(1, Some(0))]);
         assert!(idle_check(&i).idle(), "{id}");
     }
@@ -243,23 +222,14 @@ fn compute_processes_are_allowed_only_on_a_gpu_an_idle_worker_was_given_by_name(
     let b = idle_check(&i);
     assert_eq!(
         b.reasons[&BusyReason::GpuComputeProcess],
-        vec![
-            "GPU 1 (GPU-1): 1 compute process(es), on no GPU an idle worker was given".to_string()
-        ]
+        vec!["GPU 1 (GPU-1): 1 compute process(es), on no GPU an idle worker was given".to_string()]
     );
     // The worker on GPU 0 is busy: its processes count (and its record says so).
     let mut i = quiet();
-    i.workers = Witness::Known(vec![worker(
-        "w0",
-        Some("processing"),
-        Some(("ml", "w0")),
-        Some(&["0"]),
-    )]);
+    i.workers =
+        Witness::Known(vec![worker("w0", Some("processing"), Some(("ml", "w0")), Some(&["0"]))]);
     i.gpus = Witness::Known(vec![gpu(0, Some(1))]);
-    assert_eq!(
-        reasons(&i),
-        vec!["worker-not-idle", "accelerator-pod", "gpu-compute-process"]
-    );
+    assert_eq!(reasons(&i), vec!["worker-not-idle", "accelerator-pod", "gpu-compute-process"]);
 }
 
 #[test]
@@ -273,12 +243,7 @@ fn every_witness_unknown_names_every_unknown_reason() {
     let b = idle_check(&i);
     assert_eq!(
         b.names(),
-        vec![
-            "workers-unknown",
-            "pod-resources-unknown",
-            "pods-unknown",
-            "nvml-unknown"
-        ]
+        vec!["workers-unknown", "pod-resources-unknown", "pods-unknown", "nvml-unknown"]
     );
     assert!(b.reasons.keys().all(|r| r.is_unknown()));
 }
@@ -294,13 +259,9 @@ fn names_are_stable_and_distinct() {
 
 #[test]
 fn a_worker_state_is_read_as_workers_write_it() {
-    for (state, idle) in [
-        ("idle", true),
-        ("IDLE", true),
-        (" idle ", true),
-        ("processing", false),
-        ("", false),
-    ] {
+    for (state, idle) in
+        [("idle", true), ("IDLE", true), (" idle ", true), ("processing", false), ("", false)]
+    {
         let w = worker("w", Some(state), None, None);
         assert_eq!(w.idle(), idle, "{state:?}");
     }
@@ -318,34 +279,22 @@ fn nvml_is_a_witness_only_where_gpus_are_watched_and_fresh() {
     };
     let cfg = GpuConfig::default(); // auto, 15 s
     let fresh = Some(Duration::from_secs(45));
-    assert_eq!(
-        gpu_witness(&cfg, &on, fresh),
-        Witness::Known(on.gpus.clone())
-    );
+    assert_eq!(gpu_witness(&cfg, &on, fresh), Witness::Known(on.gpus.clone()));
     let stale = Some(Duration::from_secs(46));
     assert!(matches!(gpu_witness(&cfg, &on, stale), Witness::Unknown(_)));
     assert!(matches!(gpu_witness(&cfg, &on, None), Witness::Unknown(_)));
     // Not loaded yet: the node has GPUs, their processes cannot be seen.
     for state in [GpuMonitorState::Starting, GpuMonitorState::WaitingForDriver] {
-        let r = GpuReport {
-            state,
-            ..GpuReport::default()
-        };
+        let r = GpuReport { state, ..GpuReport::default() };
         match gpu_witness(&cfg, &r, fresh) {
             Witness::Unknown(why) => assert!(why.contains(state.as_str()), "{why}"),
             w => panic!("{state:?}: {w:?}"),
         }
     }
     // No NVIDIA GPU on the node: no compute process can exist.
-    let none = GpuReport {
-        state: GpuMonitorState::NoGpu,
-        ..GpuReport::default()
-    };
+    let none = GpuReport { state: GpuMonitorState::NoGpu, ..GpuReport::default() };
     assert_eq!(gpu_witness(&cfg, &none, None), Witness::Off);
     let off = GpuReport::default();
-    let disabled = GpuConfig {
-        enabled: Switch::Off,
-        ..GpuConfig::default()
-    };
+    let disabled = GpuConfig { enabled: Switch::Off, ..GpuConfig::default() };
     assert_eq!(gpu_witness(&disabled, &off, None), Witness::Off);
 }

@@ -25,28 +25,15 @@ fn terminating_sets_the_taint_and_everything_else_removes_it() {
     assert_eq!(d.add_taints.len(), 1);
     assert_eq!(d.add_taints[0].key, "vigil.dev/termination-imminent");
     assert_eq!(d.add_taints[0].effect, "NoSchedule");
-    assert_eq!(
-        d.labels["vigil.dev/maintenance"].as_deref(),
-        Some("terminating")
-    );
-    assert_eq!(
-        d.annotations["vigil.dev/maintenance-reasons"].as_deref(),
-        Some("preempted")
-    );
+    assert_eq!(d.labels["vigil.dev/maintenance"].as_deref(), Some("terminating"));
+    assert_eq!(d.annotations["vigil.dev/maintenance-reasons"].as_deref(), Some("preempted"));
     for phase in [Phase::None, Phase::Pending, Phase::Ongoing] {
         let d = node_desired(&k, &st(phase, vec![]), None, None);
         assert!(d.add_taints.is_empty());
         assert_eq!(d.remove_taints, vec!["vigil.dev/termination-imminent"]);
     }
-    let off = KubernetesConfig {
-        taint_on_termination: false,
-        ..KubernetesConfig::default()
-    };
-    assert!(
-        node_desired(&off, &st(Phase::Terminating, vec![]), None, None)
-            .add_taints
-            .is_empty()
-    );
+    let off = KubernetesConfig { taint_on_termination: false, ..KubernetesConfig::default() };
+    assert!(node_desired(&off, &st(Phase::Terminating, vec![]), None, None).add_taints.is_empty());
 }
 
 #[test]
@@ -57,10 +44,7 @@ fn clearing_removes_window_and_reasons() {
     assert_eq!(d.labels["vigil.dev/can-reschedule"], None);
     assert_eq!(d.annotations["vigil.dev/maintenance-window-start"], None);
     assert_eq!(d.annotations["vigil.dev/maintenance-reasons"], None);
-    assert_eq!(
-        d.annotations["vigil.dev/last-checkpoint"].as_deref(),
-        Some("x")
-    );
+    assert_eq!(d.annotations["vigil.dev/last-checkpoint"].as_deref(), Some("x"));
     assert_eq!(d.labels[PERFORM_MAINTENANCE_LABEL], None);
 }
 
@@ -74,18 +58,9 @@ fn a_pending_notice_stands_restarts_down_only_near_its_window() {
         window_start: Some("2026-11-30T10:00:00Z".into()),
         ..MaintenanceState::default()
     };
-    assert!(
-        !pending_near(&pending, start - 3_600_001, hour),
-        "days ahead: restarts go on"
-    );
-    assert!(
-        pending_near(&pending, start - 3_600_000, hour),
-        "within the horizon"
-    );
-    let unknown = MaintenanceState {
-        window_start: None,
-        ..pending.clone()
-    };
+    assert!(!pending_near(&pending, start - 3_600_001, hour), "days ahead: restarts go on");
+    assert!(pending_near(&pending, start - 3_600_000, hour), "within the horizon");
+    let unknown = MaintenanceState { window_start: None, ..pending.clone() };
     assert!(pending_near(&unknown, 0, hour), "no date: caution wins");
 }
 
@@ -111,11 +86,7 @@ fn the_same_pending_notice_stands_down_as_its_window_approaches() {
         }
         now += 60_000;
     }
-    assert_eq!(
-        first,
-        Some(start - 3_600_000),
-        "exactly one horizon before the window"
-    );
+    assert_eq!(first, Some(start - 3_600_000), "exactly one horizon before the window");
 }
 
 #[test]
@@ -127,10 +98,7 @@ fn settle_keeps_restarts_suppressed_after_maintenance() {
     assert!(!stands_down(&none, Some(ended), ended + 300_000, &m));
     assert!(!stands_down(&none, None, ended, &m));
     for phase in [Phase::Ongoing, Phase::Terminating] {
-        let st = MaintenanceState {
-            phase,
-            ..MaintenanceState::default()
-        };
+        let st = MaintenanceState { phase, ..MaintenanceState::default() };
         assert!(stands_down(&st, None, 0, &m), "{phase:?}");
     }
 }
@@ -152,10 +120,7 @@ fn checkpoints_once_per_ongoing_episode_and_on_every_termination() {
         checkpoint_for(Phase::Ongoing, &preempted, true, &c),
         Some(("preemption", c.preemption_budget))
     );
-    assert_eq!(
-        checkpoint_for(Phase::Terminating, &preempted, true, &c),
-        None
-    );
+    assert_eq!(checkpoint_for(Phase::Terminating, &preempted, true, &c), None);
     let none = MaintenanceState::default();
     assert_eq!(checkpoint_for(Phase::Terminating, &none, true, &c), None);
 }
@@ -173,10 +138,7 @@ fn opportunistic_needs_idle_time_and_spare_nodes() {
         ..MaintenanceState::default()
     };
     assert!(reschedulable(&pending));
-    assert!(!reschedulable(&MaintenanceState {
-        can_reschedule: false,
-        ..pending
-    }));
+    assert!(!reschedulable(&MaintenanceState { can_reschedule: false, ..pending }));
 }
 
 #[test]
@@ -194,19 +156,12 @@ fn the_gpu_condition_says_why_there_is_no_verdict() {
     for (state, reason, says) in [
         (S::Off, "MonitoringOff", "gpu.enabled = off"),
         (S::NoGpu, "NoGpu", "no NVIDIA GPU"),
-        (
-            S::WaitingForDriver,
-            "WaitingForDriver",
-            "waiting for the NVIDIA driver",
-        ),
+        (S::WaitingForDriver, "WaitingForDriver", "waiting for the NVIDIA driver"),
         (S::Starting, "Starting", "starting"),
     ] {
         // A failed verdict left over from before is no verdict now.
-        let c = gpu_condition(&GpuReport {
-            state,
-            node: GpuHealth::Failed,
-            ..GpuReport::default()
-        });
+        let c =
+            gpu_condition(&GpuReport { state, node: GpuHealth::Failed, ..GpuReport::default() });
         assert_eq!(c.status, ConditionStatus::Unknown, "{state:?}");
         assert_eq!(c.reason, reason);
         assert!(c.message.contains(says), "{state:?}: {}", c.message);
@@ -218,26 +173,12 @@ fn a_starting_gpu_monitor_leaves_the_nodes_gpu_fields_alone() {
     use crate::accel::gpu::model::{GpuMonitorState as S, GpuReport};
     let k = KubernetesConfig::default();
     let mut d = NodeDesired::default();
-    let starting = GpuReport {
-        state: S::Starting,
-        ..GpuReport::default()
-    };
+    let starting = GpuReport { state: S::Starting, ..GpuReport::default() };
     desired(&k, &starting, true, &mut d);
-    assert_eq!(
-        d,
-        NodeDesired::default(),
-        "nothing to write before the first report"
-    );
-    let off = GpuReport {
-        state: S::Off,
-        ..GpuReport::default()
-    };
+    assert_eq!(d, NodeDesired::default(), "nothing to write before the first report");
+    let off = GpuReport { state: S::Off, ..GpuReport::default() };
     desired(&k, &off, true, &mut d);
-    assert_eq!(
-        d.labels.get("vigil.dev/gpu-health"),
-        Some(&None),
-        "off: the label goes"
-    );
+    assert_eq!(d.labels.get("vigil.dev/gpu-health"), Some(&None), "off: the label goes");
     assert_eq!(d.remove_taints, vec!["vigil.dev/gpu-failed".to_string()]);
 }
 
@@ -255,20 +196,11 @@ fn the_node_is_going_away_only_on_the_signals_that_say_so() {
     };
     let away = |phase, info: Option<&NodeInfo>| going_away(phase, info);
     assert!(away(Phase::Terminating, None).unwrap().contains("notice"));
-    let deleting = NodeInfo {
-        deleting: true,
-        ..NodeInfo::default()
-    };
-    assert!(away(Phase::None, Some(&deleting))
-        .unwrap()
-        .contains("deleted"));
-    let shutting = NodeInfo {
-        shutting_down: Some("node is shutting down".into()),
-        ..NodeInfo::default()
-    };
-    assert!(away(Phase::None, Some(&shutting))
-        .unwrap()
-        .contains("kubelet"));
+    let deleting = NodeInfo { deleting: true, ..NodeInfo::default() };
+    assert!(away(Phase::None, Some(&deleting)).unwrap().contains("deleted"));
+    let shutting =
+        NodeInfo { shutting_down: Some("node is shutting down".into()), ..NodeInfo::default() };
+    assert!(away(Phase::None, Some(&shutting)).unwrap().contains("kubelet"));
     for (key, _) in GOING_AWAY_TAINTS {
         assert!(away(Phase::None, Some(&taint(key))).unwrap().contains(key));
     }
@@ -280,12 +212,6 @@ fn the_node_is_going_away_only_on_the_signals_that_say_so() {
     assert_eq!(away(Phase::None, Some(&NodeInfo::default())), None);
     assert_eq!(away(Phase::Pending, None), None);
     assert_eq!(away(Phase::Ongoing, None), None);
-    assert_eq!(
-        away(
-            Phase::None,
-            Some(&taint("node.kubernetes.io/unschedulable"))
-        ),
-        None
-    );
+    assert_eq!(away(Phase::None, Some(&taint("node.kubernetes.io/unschedulable"))), None);
     assert_eq!(away(Phase::None, None), None);
 }

@@ -42,12 +42,7 @@ pub(crate) fn acknowledged(r: &GangRound) -> bool {
 }
 
 fn names(ids: &[&str]) -> String {
-    let mut s = ids
-        .iter()
-        .take(NAMED)
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut s = ids.iter().take(NAMED).copied().collect::<Vec<_>>().join(", ");
     if ids.len() > NAMED {
         s.push_str(&format!(" and {} more", ids.len() - NAMED));
     }
@@ -64,11 +59,7 @@ pub(crate) fn describe(r: &GangRound) -> String {
         "gang {} round {}{}: acked by {acked}/{total}",
         r.gang,
         r.round.id,
-        if r.opened {
-            String::new()
-        } else {
-            format!(" (opened by {})", r.round.by)
-        }
+        if r.opened { String::new() } else { format!(" (opened by {})", r.round.by) }
     );
     let silent: Vec<String> = r
         .members
@@ -122,11 +113,8 @@ pub(crate) fn drill_result(
     maintenance: Duration,
 ) -> DrillResult {
     let mut times: Vec<Millis> = acks.iter().map(|a| a.acked.unwrap_or(waited)).collect();
-    let missing: Vec<String> = acks
-        .iter()
-        .filter(|a| a.acked.is_none())
-        .map(|a| a.member.clone())
-        .collect();
+    let missing: Vec<String> =
+        acks.iter().filter(|a| a.acked.is_none()).map(|a| a.member.clone()).collect();
     let all = times.iter().copied().max().unwrap_or(waited);
     let p50 = median(&mut times).unwrap_or(waited);
     let secs = |ms: Millis| ms.max(0) as f64 / 1000.0;
@@ -208,11 +196,7 @@ mod tests {
 
     #[test]
     fn a_round_is_acknowledged_only_when_every_member_of_the_gang_answered() {
-        let all = round(
-            vec![ack("a/w", Some(10)), ack("b/w", Some(20))],
-            Some(2),
-            true,
-        );
+        let all = round(vec![ack("a/w", Some(10)), ack("b/w", Some(20))], Some(2), true);
         assert!(acknowledged(&all));
         assert_eq!(describe(&all), "gang ml/llm round r1: acked by 2/2");
         let one = round(vec![ack("a/w", Some(10)), ack("b/w", None)], Some(2), false);
@@ -230,11 +214,7 @@ mod tests {
         let mut blind = round(vec![ack("a/w", Some(10))], None, true);
         blind.view_read = false;
         assert!(!acknowledged(&blind));
-        assert!(
-            describe(&blind).contains("view could not be read"),
-            "{}",
-            describe(&blind)
-        );
+        assert!(describe(&blind).contains("view could not be read"), "{}", describe(&blind));
         // A worker's state is bounded before it reaches the Node.
         let mut long = ack("b/w", None);
         long.state = Some("x".repeat(500));
@@ -257,10 +237,7 @@ mod tests {
         };
         let own = Duration::from_secs(25);
         let members = [m(Some(20_000)), m(None), m(Some(28_000))];
-        assert_eq!(
-            round_budget(own, "preemption", &members),
-            Duration::from_secs(20)
-        );
+        assert_eq!(round_budget(own, "preemption", &members), Duration::from_secs(20));
         assert_eq!(round_budget(own, "host-maintenance", &members), own);
         assert_eq!(round_budget(own, "sigterm", &members), own);
         assert_eq!(round_budget(own, "preemption", &[m(Some(0))]), own);
@@ -268,11 +245,7 @@ mod tests {
 
     #[test]
     fn a_drill_fits_a_budget_when_every_ack_came_within_it() {
-        let acks = [
-            ack("a/w", Some(12_000)),
-            ack("b/w", Some(41_000)),
-            ack("c/w", Some(52_000)),
-        ];
+        let acks = [ack("a/w", Some(12_000)), ack("b/w", Some(41_000)), ack("c/w", Some(52_000))];
         let d = drill_result(
             "gang:g".into(),
             0,

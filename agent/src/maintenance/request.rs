@@ -222,18 +222,12 @@ impl Checkpointer {
             // Without the record there is nothing to acknowledge into, but a signal or a POST
             // may still let the worker save: deliver anyway, then report the failure.
             let _ = self.deliver(&method, c, &id, reason, budget).await;
-            return result(
-                label,
-                Outcome::Failed,
-                format!("cannot write the request: {e}"),
-            );
+            return result(label, Outcome::Failed, format!("cannot write the request: {e}"));
         }
         if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
             return result(label, Outcome::Failed, e.to_string());
         }
-        let (outcome, detail) = self
-            .acknowledged(&key, &id, &c.worker, budget, deadline)
-            .await;
+        let (outcome, detail) = self.acknowledged(&key, &id, &c.worker, budget, deadline).await;
         result(label, outcome, detail)
     }
 
@@ -259,10 +253,7 @@ impl Checkpointer {
             let now = tokio::time::Instant::now();
             if now >= deadline {
                 let waited = crate::clock::brief(budget);
-                return (
-                    Outcome::TimedOut,
-                    format!("no acknowledgement within {waited}"),
-                );
+                return (Outcome::TimedOut, format!("no acknowledgement within {waited}"));
             }
             // The last wait is shortened to the deadline, so the budget is used in full.
             tokio::time::sleep(self.poll.min(deadline - now)).await;
@@ -283,10 +274,7 @@ impl Checkpointer {
                 .runtime
                 .kill(&c.id, sig.as_str())
                 .await
-                .map_err(|source| DeliveryError::Signal {
-                    signal: sig.as_str(),
-                    source,
-                }),
+                .map_err(|source| DeliveryError::Signal { signal: sig.as_str(), source }),
             Method::Http(url) => {
                 let body = serde_json::json!({
                     "request": id,
@@ -328,32 +316,18 @@ mod tests {
     #[test]
     fn every_rank_must_acknowledge_the_request_s_id() {
         let rec = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
         };
         assert!(acknowledges(&rec(&[("checkpoint_ack", "r1")]), "r1"));
         assert!(!acknowledges(&rec(&[("checkpoint_ack", "ok")]), "r1"));
         assert!(!acknowledges(&rec(&[("checkpoint_ack", "")]), ""));
         let two = [("ranks", "2"), ("checkpoint_ack@0", "r1")];
         assert!(!acknowledges(&rec(&two), "r1"));
-        let both = [
-            ("ranks", "2"),
-            ("checkpoint_ack@0", "r1"),
-            ("checkpoint_ack@1", "r1"),
-        ];
+        let both = [("ranks", "2"), ("checkpoint_ack@0", "r1"), ("checkpoint_ack@1", "r1")];
         assert!(acknowledges(&rec(&both), "r1"));
-        let stale = [
-            ("ranks", "2"),
-            ("checkpoint_ack@0", "r1"),
-            ("checkpoint_ack@1", "r0"),
-        ];
+        let stale = [("ranks", "2"), ("checkpoint_ack@0", "r1"), ("checkpoint_ack@1", "r0")];
         assert!(!acknowledges(&rec(&stale), "r1"));
-        assert!(acknowledges(
-            &rec(&[("ranks", "2"), ("checkpoint_ack", "r1")]),
-            "r1"
-        ));
+        assert!(acknowledges(&rec(&[("ranks", "2"), ("checkpoint_ack", "r1")]), "r1"));
     }
 
     #[test]
@@ -362,10 +336,7 @@ mod tests {
         assert_eq!(Method::parse("record", usr1), Ok(Method::Record));
         assert!(Method::parse("redis", usr1).unwrap_err().contains("record"));
         assert_eq!(Method::parse("signal", usr1), Ok(Method::Signal(usr1)));
-        assert_eq!(
-            Method::parse("signal:SIGUSR2", usr1),
-            Ok(Method::Signal(Signal::Usr2))
-        );
+        assert_eq!(Method::parse("signal:SIGUSR2", usr1), Ok(Method::Signal(Signal::Usr2)));
         assert_eq!(
             Method::parse("http://127.0.0.1:8080/ckpt", usr1),
             Ok(Method::Http("http://127.0.0.1:8080/ckpt".into()))

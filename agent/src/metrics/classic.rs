@@ -17,9 +17,7 @@ pub fn to_classic_text(openmetrics: &str) -> String {
         let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
             let rest = line.strip_prefix(prefix)?;
             let (name, tail) = rest.split_once(' ')?;
-            counters
-                .contains(name)
-                .then(|| format!("{prefix}{name}_total {tail}"))
+            counters.contains(name).then(|| format!("{prefix}{name}_total {tail}"))
         });
         match renamed {
             Some(l) => out.push_str(&l),

@@ -58,23 +58,15 @@ impl DecisionMetrics {
     }
 
     pub(crate) fn verdict(&self, verdict: &'static str) {
-        self.verdicts
-            .get_or_create(&VerdictLabels { verdict })
-            .inc();
+        self.verdicts.get_or_create(&VerdictLabels { verdict }).inc();
     }
     pub(crate) fn decision(&self, decision: &'static str) {
-        self.decisions
-            .get_or_create(&DecisionLabels { decision })
-            .inc();
+        self.decisions.get_or_create(&DecisionLabels { decision }).inc();
     }
     pub(crate) fn restart(&self, reason: &'static str, outcome: &'static str) {
-        self.restarts
-            .get_or_create(&RestartLabels { reason, outcome })
-            .inc();
+        self.restarts.get_or_create(&RestartLabels { reason, outcome }).inc();
     }
     pub(crate) fn alert(&self, kind: &'static str, outcome: &'static str) {
-        self.alerts
-            .get_or_create(&AlertLabels { kind, outcome })
-            .inc();
+        self.alerts.get_or_create(&AlertLabels { kind, outcome }).inc();
     }
 }

@@ -141,46 +141,26 @@ impl GpuMetrics {
     /// One series in every GPU family (see `Metrics::touch_all`), set here directly: the report
     /// that fills them in a running agent is the feature's (`crate::accel::gpu::tracked`).
     pub(super) fn touch(&self) {
-        let id = GpuLabels {
-            gpu: 0,
-            uuid: "GPU-0".into(),
-        };
+        let id = GpuLabels { gpu: 0, uuid: "GPU-0".into() };
         self.monitoring.set(1);
-        self.monitor_state
-            .get_or_create(&MonitorStateLabels { state: "on" })
-            .set(1);
-        let health = HealthLabels {
-            id: id.clone(),
-            state: "healthy",
-        };
+        self.monitor_state.get_or_create(&MonitorStateLabels { state: "on" }).set(1);
+        let health = HealthLabels { id: id.clone(), state: "healthy" };
         self.health.get_or_create(&health).set(1);
         self.temperature.get_or_create(&id).set(40);
         self.power.get_or_create(&id).set(70.0);
         self.utilization.get_or_create(&id).set(0.5);
         self.memory_used.get_or_create(&id).set(1);
         self.memory_total.get_or_create(&id).set(2);
-        let ecc = EccLabels {
-            id: id.clone(),
-            counter: "volatile",
-            severity: "corrected",
-        };
+        let ecc = EccLabels { id: id.clone(), counter: "volatile", severity: "corrected" };
         self.ecc_errors.get_or_create(&ecc).set(0);
         self.retired_pages.get_or_create(&id).set(0);
         self.retired_pages_pending.get_or_create(&id).set(0);
-        let remap = RemapLabels {
-            id: id.clone(),
-            kind: "correctable",
-        };
+        let remap = RemapLabels { id: id.clone(), kind: "correctable" };
         self.remapped_rows.get_or_create(&remap).set(0);
         self.remap_pending.get_or_create(&id).set(0);
         self.remap_failure.get_or_create(&id).set(0);
-        let throttle = ThrottleLabels {
-            id: id.clone(),
-            reason: "gpu-idle",
-        };
+        let throttle = ThrottleLabels { id: id.clone(), reason: "gpu-idle" };
         self.throttle.get_or_create(&throttle).set(1);
-        self.xid_events
-            .get_or_create(&XidLabels { id, xid: 13 })
-            .inc();
+        self.xid_events.get_or_create(&XidLabels { id, xid: 13 }).inc();
     }
 }

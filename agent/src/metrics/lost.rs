@@ -15,15 +15,8 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::clock::Millis;
 
 /// Every cause, in the order `vigil status` shows them.
-pub const CAUSES: [&str; 7] = [
-    "hang",
-    "error",
-    "restart",
-    "maintenance",
-    "preemption",
-    "gpu-failed",
-    "slow",
-];
+pub const CAUSES: [&str; 7] =
+    ["hang", "error", "restart", "maintenance", "preemption", "gpu-failed", "slow"];
 
 const HOUR: Millis = 3_600_000;
 /// Hours the ledger keeps: the last day and the hour under way.
@@ -73,14 +66,9 @@ impl LostMetrics {
             return;
         }
         let secs = ms as f64 / 1000.0;
-        self.seconds
-            .get_or_create(&CauseLabels { cause })
-            .inc_by(secs);
+        self.seconds.get_or_create(&CauseLabels { cause }).inc_by(secs);
         let mut l = self.ledger();
-        *l.entry(at.div_euclid(HOUR))
-            .or_default()
-            .entry(cause.to_string())
-            .or_default() += secs;
+        *l.entry(at.div_euclid(HOUR)).or_default().entry(cause.to_string()).or_default() += secs;
         let oldest = at.div_euclid(HOUR) - HOURS;
         l.retain(|&h, _| h > oldest);
     }
@@ -167,9 +155,7 @@ mod tests {
         m.seed(&kept, T);
         assert_eq!(m.last_day(T).get("hang"), Some(&10.0));
         let mut old = Ledger::new();
-        old.entry(T / HOUR - 40)
-            .or_default()
-            .insert("hang".into(), 99.0);
+        old.entry(T / HOUR - 40).or_default().insert("hang".into(), 99.0);
         m.seed(&old, T);
         assert_eq!(m.hours().len(), 1, "older than a day: not taken");
     }

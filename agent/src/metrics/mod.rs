@@ -182,8 +182,7 @@ impl Metrics {
             restarted: Some(0),
             silence: Some(120_000),
         });
-        self.pace
-            .observe("touched", "touched", Some(1.0), Some(1.0), false);
+        self.pace.observe("touched", "touched", Some(1.0), Some(1.0), false);
     }
 
     /// OpenMetrics text.
@@ -210,11 +209,7 @@ struct BuildLabels {
 /// format (promtool, older scrapers) read it too.
 fn register_build_info(registry: &mut Registry) {
     let build: Family<BuildLabels, Gauge> = Family::default();
-    build
-        .get_or_create(&BuildLabels {
-            version: env!("CARGO_PKG_VERSION"),
-        })
-        .set(1);
+    build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
     registry.register("build_info", "Build information (always 1)", build);
 }
 

@@ -62,20 +62,14 @@ impl MaintenanceMetrics {
 
     /// Set one idle-check reason's series.
     pub(crate) fn busy(&self, reason: &'static str, present: bool) {
-        self.busy
-            .get_or_create(&BusyLabels { reason })
-            .set(i64::from(present));
+        self.busy.get_or_create(&BusyLabels { reason }).set(i64::from(present));
     }
 
     pub(crate) fn metadata_error(&self, key: &'static str, kind: &'static str) {
-        self.metadata_errors
-            .get_or_create(&MetadataErrorLabels { key, kind })
-            .inc();
+        self.metadata_errors.get_or_create(&MetadataErrorLabels { key, kind }).inc();
     }
     pub(crate) fn interruption(&self, r#type: &'static str, reason: &'static str) {
-        self.interruptions
-            .get_or_create(&InterruptionLabels { r#type, reason })
-            .inc();
+        self.interruptions.get_or_create(&InterruptionLabels { r#type, reason }).inc();
     }
     /// The scheduled window's start (ms since the epoch), `None` when nothing is scheduled.
     pub(crate) fn window_start(&self, at: Option<crate::clock::Millis>) {
@@ -83,9 +77,7 @@ impl MaintenanceMetrics {
     }
     /// Set one phase's series: 1 for the current phase, 0 for the others.
     pub(crate) fn phase(&self, phase: &'static str, current: bool) {
-        self.phases
-            .get_or_create(&PhaseLabels { phase })
-            .set(i64::from(current));
+        self.phases.get_or_create(&PhaseLabels { phase }).set(i64::from(current));
     }
 }
 
@@ -112,15 +104,11 @@ impl CheckpointMetrics {
         // round cut short at the grace period (`none`) and the worker whose method is invalid.
         for method in ["record", "signal", "http", "gang"] {
             for outcome in ["acked", "timed-out", "failed"] {
-                let _ = m
-                    .checkpoints
-                    .get_or_create(&CheckpointLabels { method, outcome });
+                let _ = m.checkpoints.get_or_create(&CheckpointLabels { method, outcome });
             }
         }
         for (method, outcome) in [("none", "timed-out"), ("invalid", "failed")] {
-            let _ = m
-                .checkpoints
-                .get_or_create(&CheckpointLabels { method, outcome });
+            let _ = m.checkpoints.get_or_create(&CheckpointLabels { method, outcome });
         }
         register!(reg;
             "checkpoints" => m.checkpoints,
@@ -133,9 +121,7 @@ impl CheckpointMetrics {
 
     /// Count one request by method and outcome.
     pub fn count(&self, method: &'static str, outcome: &'static str) {
-        self.checkpoints
-            .get_or_create(&CheckpointLabels { method, outcome })
-            .inc();
+        self.checkpoints.get_or_create(&CheckpointLabels { method, outcome }).inc();
     }
     /// One request, counted, and the `seconds` it waited.
     pub(crate) fn record(&self, method: &'static str, outcome: &'static str, seconds: f64) {
@@ -229,9 +215,7 @@ impl NodeInfoMetrics {
 
     /// Whether `source` reports maintenance now.
     pub(crate) fn source(&self, source: &'static str, reporting: bool) {
-        self.sources
-            .get_or_create(&SourceLabels { source })
-            .set(i64::from(reporting));
+        self.sources.get_or_create(&SourceLabels { source }).set(i64::from(reporting));
     }
 }
 
@@ -315,26 +299,17 @@ impl DrillMetrics {
             let target = || d.target.clone();
             for (quantile, v) in [("0.5", d.p50), ("1", d.all)] {
                 self.seconds
-                    .get_or_create(&DrillSecondsLabels {
-                        target: target(),
-                        quantile,
-                    })
+                    .get_or_create(&DrillSecondsLabels { target: target(), quantile })
                     .set(v);
             }
-            for (budget, fits) in [
-                ("preemption", d.fits_preemption),
-                ("maintenance", d.fits_maintenance),
-            ] {
+            for (budget, fits) in
+                [("preemption", d.fits_preemption), ("maintenance", d.fits_maintenance)]
+            {
                 self.fits
-                    .get_or_create(&DrillFitsLabels {
-                        target: target(),
-                        budget,
-                    })
+                    .get_or_create(&DrillFitsLabels { target: target(), budget })
                     .set(i64::from(fits));
             }
-            self.at
-                .get_or_create(&DrillTargetLabels { target: target() })
-                .set(d.at_ms / 1000);
+            self.at.get_or_create(&DrillTargetLabels { target: target() }).set(d.at_ms / 1000);
         }
     }
 }

@@ -56,10 +56,7 @@ impl PaceMetrics {
         baseline: Option<f64>,
         slow: bool,
     ) {
-        let id = PaceLabels {
-            gang: gang.to_string(),
-            worker: worker.to_string(),
-        };
+        let id = PaceLabels { gang: gang.to_string(), worker: worker.to_string() };
         let mut all = self.exported.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = all.get(worker).filter(|g| *g != gang) {
             self.drop_series(old, worker);
@@ -86,10 +83,7 @@ impl PaceMetrics {
 
     /// `worker`'s series labelled with `gang`, gone.
     fn drop_series(&self, gang: &str, worker: &str) {
-        let id = PaceLabels {
-            gang: gang.to_string(),
-            worker: worker.to_string(),
-        };
+        let id = PaceLabels { gang: gang.to_string(), worker: worker.to_string() };
         self.rate.remove(&id);
         self.baseline.remove(&id);
         self.slow.remove(&id);

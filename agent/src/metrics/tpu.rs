@@ -56,14 +56,8 @@ impl TpuMetrics {
     /// report that fills them in a running agent is the feature's (`crate::accel::tpu::tracked`).
     pub(crate) fn touch(&self) {
         self.monitoring.set(1);
-        self.health
-            .get_or_create(&TpuStateLabels { state: "healthy" })
-            .set(1);
-        self.chips
-            .get_or_create(&TpuChipLabels { kind: "expected" })
-            .set(4);
-        self.device_errors
-            .get_or_create(&TpuErrorLabels { severity: "error" })
-            .inc_by(0);
+        self.health.get_or_create(&TpuStateLabels { state: "healthy" }).set(1);
+        self.chips.get_or_create(&TpuChipLabels { kind: "expected" }).set(4);
+        self.device_errors.get_or_create(&TpuErrorLabels { severity: "error" }).inc_by(0);
     }
 }

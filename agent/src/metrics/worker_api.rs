@@ -30,8 +30,6 @@ impl WorkerApiMetrics {
     }
 
     pub(crate) fn write(&self, listener: &'static str, outcome: &'static str) {
-        self.writes
-            .get_or_create(&WriteLabels { listener, outcome })
-            .inc();
+        self.writes.get_or_create(&WriteLabels { listener, outcome }).inc();
     }
 }

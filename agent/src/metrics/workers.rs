@@ -108,40 +108,24 @@ impl WorkerMetrics {
     pub(crate) fn observe(&self, s: WorkerSample<'_>) {
         let mut all = self.exported();
         let e = all.entry(s.worker.to_string()).or_default();
-        let id = WorkerLabels {
-            worker: s.worker.to_string(),
-        };
+        let id = WorkerLabels { worker: s.worker.to_string() };
         if let Some(old) = e.state.filter(|old| *old != s.state) {
-            self.state.remove(&WorkerStateLabels {
-                worker: id.worker.clone(),
-                state: old,
-            });
+            self.state.remove(&WorkerStateLabels { worker: id.worker.clone(), state: old });
         }
         e.state = Some(s.state);
         self.state
-            .get_or_create(&WorkerStateLabels {
-                worker: id.worker.clone(),
-                state: s.state,
-            })
+            .get_or_create(&WorkerStateLabels { worker: id.worker.clone(), state: s.state })
             .set(1);
         if let Some(old) = e.stage.filter(|old| *old != s.stage) {
-            self.stage.remove(&WorkerStageLabels {
-                worker: id.worker.clone(),
-                stage: old,
-            });
+            self.stage.remove(&WorkerStageLabels { worker: id.worker.clone(), stage: old });
         }
         e.stage = Some(s.stage);
         self.stage
-            .get_or_create(&WorkerStageLabels {
-                worker: id.worker.clone(),
-                stage: s.stage,
-            })
+            .get_or_create(&WorkerStageLabels { worker: id.worker.clone(), stage: s.stage })
             .set(1);
         match s.heartbeat {
             Some(hb) => {
-                self.heartbeat_age
-                    .get_or_create(&id)
-                    .set(seconds((s.now - hb).max(0)));
+                self.heartbeat_age.get_or_create(&id).set(seconds((s.now - hb).max(0)));
                 e.heartbeat = true;
             }
             None if e.heartbeat => {
@@ -170,9 +154,7 @@ impl WorkerMetrics {
     pub(crate) fn restarted(&self, worker: &str, at: Millis) {
         let mut all = self.exported();
         let e = all.entry(worker.to_string()).or_default();
-        let id = WorkerLabels {
-            worker: worker.to_string(),
-        };
+        let id = WorkerLabels { worker: worker.to_string() };
         Self::set_restart(&self.last_restart, e, &id, at);
     }
 
@@ -197,20 +179,12 @@ impl WorkerMetrics {
             if watched(worker) {
                 return true;
             }
-            let id = WorkerLabels {
-                worker: worker.clone(),
-            };
+            let id = WorkerLabels { worker: worker.clone() };
             if let Some(state) = e.state {
-                self.state.remove(&WorkerStateLabels {
-                    worker: worker.clone(),
-                    state,
-                });
+                self.state.remove(&WorkerStateLabels { worker: worker.clone(), state });
             }
             if let Some(stage) = e.stage {
-                self.stage.remove(&WorkerStageLabels {
-                    worker: worker.clone(),
-                    stage,
-                });
+                self.stage.remove(&WorkerStageLabels { worker: worker.clone(), stage });
             }
             self.heartbeat_age.remove(&id);
             self.allowed_silence.remove(&id);
@@ -260,23 +234,11 @@ mod tests {
     fn one_state_series_per_worker_and_its_values() {
         let m = WorkerMetrics::default();
         m.observe(sample("w1", "healthy"));
-        m.observe(WorkerSample {
-            restarted: Some(100_500),
-            ..sample("w1", "hung")
-        });
+        m.observe(WorkerSample { restarted: Some(100_500), ..sample("w1", "hung") });
         let text = scrape(&m);
-        assert!(
-            text.contains("vigil_worker_state{worker=\"w1\",state=\"hung\"} 1"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("state=\"healthy\""),
-            "the old verdict's series is removed: {text}"
-        );
-        assert!(
-            text.contains("vigil_worker_heartbeat_age_seconds{worker=\"w1\"} 150.0"),
-            "{text}"
-        );
+        assert!(text.contains("vigil_worker_state{worker=\"w1\",state=\"hung\"} 1"), "{text}");
+        assert!(!text.contains("state=\"healthy\""), "the old verdict's series is removed: {text}");
+        assert!(text.contains("vigil_worker_heartbeat_age_seconds{worker=\"w1\"} 150.0"), "{text}");
         assert!(
             text.contains("vigil_worker_last_restart_timestamp_seconds{worker=\"w1\"} 100.5"),
             "{text}"
@@ -287,10 +249,7 @@ mod tests {
     fn a_restart_is_kept_after_its_mark_is_forgotten_and_never_goes_back() {
         let m = WorkerMetrics::default();
         m.restarted("w1", 300_000);
-        m.observe(WorkerSample {
-            restarted: Some(100_000),
-            ..sample("w1", "booting")
-        });
+        m.observe(WorkerSample { restarted: Some(100_000), ..sample("w1", "booting") });
         m.observe(sample("w1", "healthy"));
         let text = scrape(&m);
         assert!(
@@ -303,25 +262,16 @@ mod tests {
     fn a_record_without_heartbeat_has_no_age() {
         let m = WorkerMetrics::default();
         m.observe(sample("w1", "healthy"));
-        m.observe(WorkerSample {
-            heartbeat: None,
-            ..sample("w1", "unreachable")
-        });
+        m.observe(WorkerSample { heartbeat: None, ..sample("w1", "unreachable") });
         let text = scrape(&m);
-        assert!(
-            !text.contains("vigil_worker_heartbeat_age_seconds{"),
-            "{text}"
-        );
+        assert!(!text.contains("vigil_worker_heartbeat_age_seconds{"), "{text}");
         assert!(text.contains("state=\"unreachable\"} 1"), "{text}");
     }
 
     #[test]
     fn a_worker_that_disappears_takes_its_series_with_it() {
         let m = WorkerMetrics::default();
-        m.observe(WorkerSample {
-            restarted: Some(1_000),
-            ..sample("gone", "hung")
-        });
+        m.observe(WorkerSample { restarted: Some(1_000), ..sample("gone", "hung") });
         m.observe(sample("kept", "healthy"));
         m.retain(|w| w == "kept");
         let text = scrape(&m);

@@ -75,10 +75,7 @@ impl Notes {
 
     async fn note(&self, phase: Phase, worker: &str, code: Code, detail: String) {
         let at = self.now().await;
-        let recorded = self
-            .trail
-            .record(at, worker, phase.as_str(), code, detail, None)
-            .await;
+        let recorded = self.trail.record(at, worker, phase.as_str(), code, detail, None).await;
         if let Err(e) = recorded {
             tracing::warn!(error = %e, decision = code.as_str(), "decision not stored in the trail");
         }
@@ -234,12 +231,7 @@ impl Controller {
     }
 
     fn set_phase_metric(&self, phase: Phase) {
-        for p in [
-            Phase::None,
-            Phase::Pending,
-            Phase::Ongoing,
-            Phase::Terminating,
-        ] {
+        for p in [Phase::None, Phase::Pending, Phase::Ongoing, Phase::Terminating] {
             self.metrics.maintenance.phase(p.as_str(), p == phase);
         }
     }
@@ -273,11 +265,7 @@ impl Controller {
             pool: p.pool.clone(),
             provisioning: info.provisioning.as_ref().map_or("", |v| v.metric_label()),
             accelerator: info.accelerator().unwrap_or_default().to_string(),
-            tpu_topology: info
-                .tpu_topology
-                .as_ref()
-                .map(|t| t.text.clone())
-                .unwrap_or_default(),
+            tpu_topology: info.tpu_topology.as_ref().map(|t| t.text.clone()).unwrap_or_default(),
         });
         let described = describe(&self.cfg, &p, info);
         if self.noted_info.as_deref() != Some(described.as_str()) {
@@ -302,18 +290,11 @@ impl Controller {
         self.record_transition(&prev, &next).await;
         // The pool claim ends with the episode it was taken for.
         if next.phase == Phase::None {
-            let step = self
-                .claim
-                .release("maintenance done; pool claim released")
-                .await;
+            let step = self.claim.release("maintenance done; pool claim released").await;
             self.claim_changed(step).await;
         }
-        let round = checkpoint_for(
-            prev.phase,
-            &next,
-            self.checkpointed_episode,
-            &self.cfg.checkpoint,
-        );
+        let round =
+            checkpoint_for(prev.phase, &next, self.checkpointed_episode, &self.cfg.checkpoint);
         // NB: the checkpoint requests go out first, alongside the Node update: on Spot the whole
         // budget is 30 s, and a slow API server must not eat into it.
         if let Some((reason, budget)) = round {
@@ -323,9 +304,7 @@ impl Controller {
         }
         self.node.view.maintenance = next.clone();
         let detail = transition_detail(&prev, &next);
-        self.notes
-            .note(next.phase, "-", Code::Maintenance, detail.clone())
-            .await;
+        self.notes.note(next.phase, "-", Code::Maintenance, detail.clone()).await;
         self.node.publish().await;
         if prev.phase != next.phase {
             let (reason, kind) = event_for(next.phase);
@@ -353,10 +332,7 @@ impl Controller {
         let start = window.and_then(crate::clock::parse_rfc3339);
         self.metrics.maintenance.window_start(start);
         if interruption_starts(prev.phase, next.phase) {
-            let kind = next
-                .interruption
-                .unwrap_or(Interruption::HostMaintenance)
-                .as_str();
+            let kind = next.interruption.unwrap_or(Interruption::HostMaintenance).as_str();
             for reason in &next.reasons {
                 self.metrics.maintenance.interruption(kind, reason);
             }
@@ -417,8 +393,7 @@ impl Controller {
     async fn stopping(&mut self, rounds: &mut Rounds) {
         self.on_sigterm(rounds).await;
         let now = self.notes.now().await;
-        self.end_interruption(now, "the agent stops: the node is going away")
-            .await;
+        self.end_interruption(now, "the agent stops: the node is going away").await;
     }
 
     /// Follow the metadata watcher (and the Node source, when given) until `term` (SIGTERM:
@@ -433,9 +408,8 @@ impl Controller {
         let mut rounds = Rounds::new();
         let mut tpu_rx = self.tpu_rx.take().unwrap_or_else(no_tpu_monitor);
         let mut node_rx = self.node_info.take();
-        let mut reads = self
-            .start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut node_rx, &mut rounds)
-            .await;
+        let mut reads =
+            self.start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut node_rx, &mut rounds).await;
         let mut tick = tokio::time::interval(self.cfg.poll_interval);
         let (mut metadata_open, mut gpu_open, mut tpu_open) = (true, true, true);
         loop {
@@ -575,16 +549,8 @@ fn transition_detail(prev: &MaintenanceState, next: &MaintenanceState) -> String
         "{} → {} (reasons: {}; sources: {}; window {} – {}; can_reschedule={})",
         prev.phase.as_str(),
         next.phase.as_str(),
-        if next.reasons.is_empty() {
-            "none".to_string()
-        } else {
-            next.reasons.join(",")
-        },
-        if next.sources.is_empty() {
-            "none".to_string()
-        } else {
-            next.sources_str()
-        },
+        if next.reasons.is_empty() { "none".to_string() } else { next.reasons.join(",") },
+        if next.sources.is_empty() { "none".to_string() } else { next.sources_str() },
         next.window_start.as_deref().unwrap_or("-"),
         next.window_end.as_deref().unwrap_or("-"),
         next.can_reschedule

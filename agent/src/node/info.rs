@@ -87,15 +87,8 @@ mod tests {
     impl NodeReader for Scripted {
         async fn read(&self, node: &str) -> Result<RawNode, NodeReadError> {
             let mut s = self.0.lock().unwrap();
-            let answer = if s.len() > 1 {
-                s.remove(0)
-            } else {
-                s[0].clone()
-            };
-            answer.map_err(|message| NodeReadError::NotFound {
-                node: node.to_string(),
-                message,
-            })
+            let answer = if s.len() > 1 { s.remove(0) } else { s[0].clone() };
+            answer.map_err(|message| NodeReadError::NotFound { node: node.to_string(), message })
         }
     }
 
@@ -119,31 +112,16 @@ mod tests {
         let (tx, mut rx) = channel();
         let stop = CancellationToken::new();
         let every = Duration::from_secs(30);
-        let task = tokio::spawn(follow(
-            reader,
-            "n".into(),
-            every,
-            tx,
-            metrics.clone(),
-            stop.clone(),
-        ));
+        let task =
+            tokio::spawn(follow(reader, "n".into(), every, tx, metrics.clone(), stop.clone()));
         rx.changed().await.unwrap();
-        assert_eq!(
-            rx.borrow_and_update().as_ref().unwrap().pool.as_deref(),
-            Some("a")
-        );
+        assert_eq!(rx.borrow_and_update().as_ref().unwrap().pool.as_deref(), Some("a"));
         // The error and the unchanged read publish nothing; the next change does.
         rx.changed().await.unwrap();
-        assert_eq!(
-            rx.borrow_and_update().as_ref().unwrap().pool.as_deref(),
-            Some("b")
-        );
+        assert_eq!(rx.borrow_and_update().as_ref().unwrap().pool.as_deref(), Some("b"));
         stop.cancel();
         task.await.unwrap();
         let text = metrics.encode();
-        assert!(
-            text.contains("vigil_kube_errors_total{op=\"get\"} 2"),
-            "{text}"
-        );
+        assert!(text.contains("vigil_kube_errors_total{op=\"get\"} 2"), "{text}");
     }
 }

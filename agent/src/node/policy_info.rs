@@ -55,9 +55,8 @@ fn flag(raw: &RawNode, key: &str, problems: &mut Vec<String>) -> bool {
         None | Some("false") => false,
         Some("true") => true,
         Some(other) => {
-            problems.push(format!(
-                "label {key}={other:?} is neither \"true\" nor \"false\"; ignored"
-            ));
+            problems
+                .push(format!("label {key}={other:?} is neither \"true\" nor \"false\"; ignored"));
             false
         }
     }
@@ -122,10 +121,7 @@ fn topology(raw: &RawNode, problems: &mut Vec<String>) -> Option<TpuTopology> {
         acc.checked_mul(n)
     });
     match chips {
-        Some(chips) if text.contains('x') => Some(TpuTopology {
-            text: text.to_string(),
-            chips,
-        }),
+        Some(chips) if text.contains('x') => Some(TpuTopology { text: text.to_string(), chips }),
         _ => {
             problems.push(format!(
                 "label {TPU_TOPOLOGY_LABEL}={text:?} is not a topology like 2x2x4; ignored"
@@ -177,10 +173,7 @@ fn maintenance(raw: &RawNode, problems: &mut Vec<String>) -> GkeMaintenance {
         scheduled: scheduled_text.is_some(),
         scheduled_at,
         active,
-        terminating: raw
-            .taints
-            .iter()
-            .any(|t| t.key == IMPENDING_TERMINATION_TAINT),
+        terminating: raw.taints.iter().any(|t| t.key == IMPENDING_TERMINATION_TAINT),
     }
 }
 
@@ -251,11 +244,7 @@ pub(crate) fn labels_state(info: &NodeInfo) -> MaintenanceState {
         can_reschedule: false,
         reasons,
         interruption,
-        sources: if phase == Phase::None {
-            vec![]
-        } else {
-            vec![Source::NodeLabels]
-        },
+        sources: if phase == Phase::None { vec![] } else { vec![Source::NodeLabels] },
     }
 }
 
@@ -271,10 +260,7 @@ fn rank(p: Phase) -> u8 {
 /// A pending window's start for comparison: a start that is unknown or not a time is the
 /// nearest of all (caution wins, as in `pending_near`).
 fn start_key(st: &MaintenanceState) -> Millis {
-    st.window_start
-        .as_deref()
-        .and_then(parse_rfc3339)
-        .unwrap_or(Millis::MIN)
+    st.window_start.as_deref().and_then(parse_rfc3339).unwrap_or(Millis::MIN)
 }
 
 /// The one state the node acts on, from the metadata server's and the labels': the worse of the
@@ -296,11 +282,7 @@ pub(crate) fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> M
             labels.phase == Phase::Pending && start_key(labels) < start_key(metadata)
         }
     };
-    let (worse, other) = if labels_worse {
-        (labels, metadata)
-    } else {
-        (metadata, labels)
-    };
+    let (worse, other) = if labels_worse { (labels, metadata) } else { (metadata, labels) };
     let mut reasons = metadata.reasons.clone();
     for r in &labels.reasons {
         if !reasons.contains(r) {
@@ -316,11 +298,7 @@ pub(crate) fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> M
     // NB: a pending notice without a date keeps none (it is the nearest of all): only an
     // ongoing or terminating phase, which stands down whatever its window, shows the other's.
     let has_window = worse.window_start.is_some() || worse.window_end.is_some();
-    let window = if has_window || worse.phase == Phase::Pending {
-        worse
-    } else {
-        other
-    };
+    let window = if has_window || worse.phase == Phase::Pending { worse } else { other };
     MaintenanceState {
         phase: worse.phase,
         window_start: window.window_start.clone(),

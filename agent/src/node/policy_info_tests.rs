@@ -4,10 +4,7 @@ use crate::vocab::node_info::{place, NodeTaint, Place};
 
 fn raw(labels: &[(&str, &str)]) -> RawNode {
     RawNode {
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         ..RawNode::default()
     }
 }
@@ -19,11 +16,7 @@ fn with_tpu(labels: &[(&str, &str)], chips: &str) -> RawNode {
 }
 
 fn taint(key: &str, effect: &str) -> NodeTaint {
-    NodeTaint {
-        key: key.into(),
-        value: String::new(),
-        effect: effect.into(),
-    }
+    NodeTaint { key: key.into(), value: String::new(), effect: effect.into() }
 }
 
 /// The problems of one parse, each checked to name its key.
@@ -46,22 +39,11 @@ fn a_node_without_gke_labels_says_nothing() {
 #[test]
 fn pool_and_accelerators_present_absent_empty() {
     for (key, get) in [
-        (
-            POOL_LABEL,
-            (|i: &NodeInfo| i.pool.clone()) as fn(&NodeInfo) -> Option<String>,
-        ),
-        (GPU_ACCELERATOR_LABEL, |i: &NodeInfo| {
-            i.gpu_accelerator.clone()
-        }),
-        (TPU_ACCELERATOR_LABEL, |i: &NodeInfo| {
-            i.tpu_accelerator.clone()
-        }),
+        (POOL_LABEL, (|i: &NodeInfo| i.pool.clone()) as fn(&NodeInfo) -> Option<String>),
+        (GPU_ACCELERATOR_LABEL, |i: &NodeInfo| i.gpu_accelerator.clone()),
+        (TPU_ACCELERATOR_LABEL, |i: &NodeInfo| i.tpu_accelerator.clone()),
     ] {
-        assert_eq!(
-            get(&parse(&raw(&[(key, "x-1")]))),
-            Some("x-1".into()),
-            "{key}"
-        );
+        assert_eq!(get(&parse(&raw(&[(key, "x-1")]))), Some("x-1".into()), "{key}");
         assert_eq!(get(&parse(&raw(&[]))), None, "{key}");
         let empty = raw(&[(key, "")]);
         assert_eq!(get(&parse(&empty)), None, "{key}");
@@ -102,12 +84,7 @@ fn provisioning_table() {
     for (i, (labels, want, problems)) in table.iter().enumerate() {
         let info = parse(&raw(labels));
         assert_eq!(&info.provisioning, want, "row {i}");
-        assert_eq!(
-            info.problems.len(),
-            *problems,
-            "row {i}: {:?}",
-            info.problems
-        );
+        assert_eq!(info.problems.len(), *problems, "row {i}: {:?}", info.problems);
     }
     assert_eq!(Provisioning::Other("x".into()).as_str(), "x");
     assert_eq!(Provisioning::Other("x".into()).metric_label(), "other");
@@ -127,25 +104,12 @@ fn tpu_topology_and_hosts() {
     assert_eq!(topo("2x2", "4").multi_host_tpu, Some(false));
     assert_eq!(topo("2x2x1", "4").multi_host_tpu, Some(false));
     assert_eq!(topo("1x1", "1").multi_host_tpu, Some(false));
-    for bad in [
-        "",
-        "2",
-        "2x",
-        "x2",
-        "2x0",
-        "2xa",
-        "2x-1",
-        "2 x2",
-        "99999999999x99999999999",
-    ] {
+    for bad in ["", "2", "2x", "x2", "2x0", "2xa", "2x-1", "2 x2", "99999999999x99999999999"] {
         let info = topo(bad, "4");
         assert_eq!(info.tpu_topology, None, "{bad:?}");
         assert_eq!(info.multi_host_tpu, None, "{bad:?}");
         assert_eq!(
-            problems_of(
-                &with_tpu(&[(TPU_TOPOLOGY_LABEL, bad)], "4"),
-                TPU_TOPOLOGY_LABEL
-            ),
+            problems_of(&with_tpu(&[(TPU_TOPOLOGY_LABEL, bad)], "4"), TPU_TOPOLOGY_LABEL),
             1
         );
     }
@@ -188,18 +152,13 @@ fn gke_maintenance_signals_present_absent_malformed() {
     }
     for effect in ["NoSchedule", "NoExecute"] {
         let mut r = raw(&[]);
-        r.taints = vec![
-            taint("other/taint", "NoSchedule"),
-            taint(IMPENDING_TERMINATION_TAINT, effect),
-        ];
+        r.taints =
+            vec![taint("other/taint", "NoSchedule"), taint(IMPENDING_TERMINATION_TAINT, effect)];
         assert!(m(&r).terminating, "{effect}");
         assert_eq!(parse(&r).taints.len(), 2);
     }
     let mut r = raw(&[]);
-    r.taints = vec![taint(
-        "cloud.google.com/impending-node-termination-x",
-        "NoSchedule",
-    )];
+    r.taints = vec![taint("cloud.google.com/impending-node-termination-x", "NoSchedule")];
     assert!(!m(&r).terminating, "only the exact key");
 }
 
@@ -224,10 +183,7 @@ fn labels_state_table() {
     );
     assert!(!s.can_reschedule && s.interruption.is_none());
     let s = st(&[sched, active], false);
-    assert_eq!(
-        (s.phase, s.interruption),
-        (Phase::Ongoing, Some(Interruption::HostMaintenance))
-    );
+    assert_eq!((s.phase, s.interruption), (Phase::Ongoing, Some(Interruption::HostMaintenance)));
     assert_eq!(s.reasons, vec![REASON_ACTIVE, REASON_SCHEDULED]);
     let s = st(&[active], true);
     assert_eq!(
@@ -235,19 +191,12 @@ fn labels_state_table() {
         (Phase::Terminating, Some(Interruption::HostMaintenance))
     );
     let s = st(&[spot], true);
-    assert_eq!(
-        (s.phase, s.interruption),
-        (Phase::Terminating, Some(Interruption::Preemption))
-    );
+    assert_eq!((s.phase, s.interruption), (Phase::Terminating, Some(Interruption::Preemption)));
     assert_eq!(s.reasons, vec![REASON_TERMINATION]);
     let s = st(&[spot], false);
     assert_eq!(s, MaintenanceState::default(), "Spot alone is no notice");
     let s = st(&[(SCHEDULED_MAINTENANCE_LABEL, "soon")], false);
-    assert_eq!(
-        (s.phase, s.window_start),
-        (Phase::Pending, None),
-        "no date: caution wins"
-    );
+    assert_eq!((s.phase, s.window_start), (Phase::Pending, None), "no date: caution wins");
 }
 
 fn state(
@@ -261,18 +210,10 @@ fn state(
         window_start: window.map(str::to_string),
         window_end: window.map(|_| "2026-12-01T00:00:00Z".to_string()),
         can_reschedule: source == Source::Metadata,
-        reasons: if phase == Phase::None {
-            vec![]
-        } else {
-            vec![reason]
-        },
+        reasons: if phase == Phase::None { vec![] } else { vec![reason] },
         interruption: matches!(phase, Phase::Ongoing | Phase::Terminating)
             .then_some(Interruption::HostMaintenance),
-        sources: if phase == Phase::None {
-            vec![]
-        } else {
-            vec![source]
-        },
+        sources: if phase == Phase::None { vec![] } else { vec![source] },
     }
 }
 
@@ -282,24 +223,12 @@ fn merge_takes_the_worse_phase_and_never_lowers_the_metadata_one() {
     let phases = [Phase::None, Pending, Ongoing, Terminating];
     for m in phases {
         for l in phases {
-            let meta = state(
-                m,
-                Source::Metadata,
-                Some("2026-11-30T10:00:00Z"),
-                "upcoming-pending",
-            );
-            let labels = state(
-                l,
-                Source::NodeLabels,
-                Some("2026-11-30T10:00:00Z"),
-                REASON_SCHEDULED,
-            );
+            let meta = state(m, Source::Metadata, Some("2026-11-30T10:00:00Z"), "upcoming-pending");
+            let labels =
+                state(l, Source::NodeLabels, Some("2026-11-30T10:00:00Z"), REASON_SCHEDULED);
             let got = merge(&meta, &labels);
             assert_eq!(rank(got.phase), rank(m).max(rank(l)), "{m:?} + {l:?}");
-            assert!(
-                rank(got.phase) >= rank(meta.phase),
-                "the labels never lower metadata"
-            );
+            assert!(rank(got.phase) >= rank(meta.phase), "the labels never lower metadata");
             assert_eq!(got.can_reschedule, meta.can_reschedule, "metadata's alone");
             let mut want_sources = meta.sources.clone();
             want_sources.extend(labels.sources.clone());
@@ -317,12 +246,8 @@ fn merge_takes_the_worse_phase_and_never_lowers_the_metadata_one() {
 
 #[test]
 fn merge_of_two_pending_notices_keeps_the_nearer_window() {
-    let far = state(
-        Phase::Pending,
-        Source::Metadata,
-        Some("2026-12-05T10:00:00Z"),
-        "upcoming-pending",
-    );
+    let far =
+        state(Phase::Pending, Source::Metadata, Some("2026-12-05T10:00:00Z"), "upcoming-pending");
     let near = state(
         Phase::Pending,
         Source::NodeLabels,
@@ -330,10 +255,7 @@ fn merge_of_two_pending_notices_keeps_the_nearer_window() {
         REASON_SCHEDULED,
     );
     let got = merge(&far, &near);
-    assert_eq!(
-        got.window_start.as_deref(),
-        Some("2026-11-30T10:00:00.000Z")
-    );
+    assert_eq!(got.window_start.as_deref(), Some("2026-11-30T10:00:00.000Z"));
     assert!(got.can_reschedule, "still the metadata's");
     let got = merge(&near_meta(), &far_labels());
     assert_eq!(got.window_start.as_deref(), Some("2026-11-30T10:00:00Z"));
@@ -350,21 +272,11 @@ fn merge_of_two_pending_notices_keeps_the_nearer_window() {
 }
 
 fn near_meta() -> MaintenanceState {
-    state(
-        Phase::Pending,
-        Source::Metadata,
-        Some("2026-11-30T10:00:00Z"),
-        "upcoming-pending",
-    )
+    state(Phase::Pending, Source::Metadata, Some("2026-11-30T10:00:00Z"), "upcoming-pending")
 }
 
 fn far_labels() -> MaintenanceState {
-    state(
-        Phase::Pending,
-        Source::NodeLabels,
-        Some("2026-12-05T10:00:00Z"),
-        REASON_SCHEDULED,
-    )
+    state(Phase::Pending, Source::NodeLabels, Some("2026-12-05T10:00:00Z"), REASON_SCHEDULED)
 }
 
 /// The label source stands restarts down through the very rule the metadata source uses.
@@ -376,14 +288,8 @@ fn a_gke_label_stands_restarts_down_like_a_metadata_notice() {
     let start = 1_796_032_800_000; // 2026-11-30T10:00:00Z
     let info = parse(&raw(&[(SCHEDULED_MAINTENANCE_LABEL, "1796032800")]));
     let st = merge(&MaintenanceState::default(), &labels_state(&info));
-    assert!(
-        !stands_down(&st, None, start - 3_600_001, &m),
-        "days ahead: restarts go on"
-    );
-    assert!(
-        stands_down(&st, None, start - 3_600_000, &m),
-        "within the horizon"
-    );
+    assert!(!stands_down(&st, None, start - 3_600_001, &m), "days ahead: restarts go on");
+    assert!(stands_down(&st, None, start - 3_600_000, &m), "within the horizon");
     let info = parse(&raw(&[(ACTIVE_MAINTENANCE_LABEL, "ONGOING")]));
     assert!(stands_down(&labels_state(&info), None, 0, &m));
 }
@@ -396,25 +302,12 @@ fn place_prefers_the_config_then_the_labels() {
         ..FleetConfig::default()
     };
     let gpu = parse(&raw(&[(POOL_LABEL, "gpu-pool")]));
-    let tpu = parse(&with_tpu(
-        &[(POOL_LABEL, "tpu-pool"), (TPU_TOPOLOGY_LABEL, "2x2x4")],
-        "4",
-    ));
-    let single = parse(&with_tpu(
-        &[(POOL_LABEL, "v5e"), (TPU_TOPOLOGY_LABEL, "2x2")],
-        "4",
-    ));
-    let p = |pool: &str, slice: &str| Place {
-        pool: pool.into(),
-        slice: slice.into(),
-    };
+    let tpu = parse(&with_tpu(&[(POOL_LABEL, "tpu-pool"), (TPU_TOPOLOGY_LABEL, "2x2x4")], "4"));
+    let single = parse(&with_tpu(&[(POOL_LABEL, "v5e"), (TPU_TOPOLOGY_LABEL, "2x2")], "4"));
+    let p = |pool: &str, slice: &str| Place { pool: pool.into(), slice: slice.into() };
     assert_eq!(place(&cfg("", ""), None), p("", ""), "not read yet: none");
     assert_eq!(place(&cfg("", ""), Some(&gpu)), p("gpu-pool", ""));
-    assert_eq!(
-        place(&cfg("mine", ""), Some(&gpu)),
-        p("mine", ""),
-        "config wins"
-    );
+    assert_eq!(place(&cfg("mine", ""), Some(&gpu)), p("mine", ""), "config wins");
     assert_eq!(place(&cfg("mine", ""), None), p("mine", ""));
     assert_eq!(
         place(&cfg("", ""), Some(&tpu)),
@@ -426,10 +319,6 @@ fn place_prefers_the_config_then_the_labels() {
         p("v5e", ""),
         "a single-host slice is no fleet slice"
     );
-    assert_eq!(
-        place(&cfg("", "s1"), Some(&tpu)),
-        p("tpu-pool", "s1"),
-        "config wins"
-    );
+    assert_eq!(place(&cfg("", "s1"), Some(&tpu)), p("tpu-pool", "s1"), "config wins");
     assert_eq!(place(&cfg("over", ""), Some(&tpu)), p("over", "over"));
 }

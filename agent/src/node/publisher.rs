@@ -97,12 +97,8 @@ impl NodePublisher {
         let taints = self.publish_device_taints().await;
         let v = &self.view;
         let k = &self.cfg.kubernetes;
-        let mut want = node_desired(
-            k,
-            &v.maintenance,
-            v.last_checkpoint.as_deref(),
-            v.perform_maintenance,
-        );
+        let mut want =
+            node_desired(k, &v.maintenance, v.last_checkpoint.as_deref(), v.perform_maintenance);
         // NB: with device taints a failed GPU taints its device, not the Node — while every
         // failed GPU has its device's rule: a failed write or a GPU no device stands for leaves
         // the Node taint standing in (`gpu.taint_on_failure`).
@@ -112,10 +108,7 @@ impl NodePublisher {
             desired(k, tpu, self.cfg.tpu.taint_on_failure, &mut want);
         }
         // NB: observe mode shows the condition and never taints (a NoExecute taint evicts).
-        let taint = SlowTaintNow {
-            on: v.slow_tainted && !self.cfg.dry_run,
-            evict: v.slow_evict,
-        };
+        let taint = SlowTaintNow { on: v.slow_tainted && !self.cfg.dry_run, evict: v.slow_evict };
         slow_desired(k, &self.cfg.gang.pace, &v.slow, taint, &mut want);
         let node = self.cfg.node_name.clone();
         match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&node, &want)).await {
@@ -155,9 +148,7 @@ impl NodePublisher {
     /// rule someone deleted, a device renumbered.
     pub(crate) fn device_taints_due(&self) -> bool {
         self.device_taints.is_some()
-            && self
-                .device_checked
-                .is_none_or(|t| t.elapsed() >= DEVICE_RECHECK)
+            && self.device_checked.is_none_or(|t| t.elapsed() >= DEVICE_RECHECK)
     }
 
     /// Make this node's `DeviceTaintRule`s match its failed GPUs (`crate::kube::device_taints`).
@@ -225,10 +216,7 @@ impl NodePublisher {
             }
             Err(_) => {
                 self.metrics.kube_error("event");
-                tracing::warn!(
-                    reason,
-                    "the Kubernetes API did not answer; Event not recorded"
-                );
+                tracing::warn!(reason, "the Kubernetes API did not answer; Event not recorded");
             }
         }
     }

@@ -80,18 +80,10 @@ pub(crate) fn gang_of_pod(
     worker_label: &str,
 ) -> Option<PodGang> {
     let get = |k: &str| labels.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-    let size_of = |v: Option<&String>| {
-        v.and_then(|n| n.trim().parse::<u32>().ok())
-            .filter(|n| *n > 0)
-    };
+    let size_of =
+        |v: Option<&String>| v.and_then(|n| n.trim().parse::<u32>().ok()).filter(|n| *n > 0);
     let gang = |id: String, size: Option<u32>, source| {
-        Some(PodGang {
-            id,
-            size,
-            source,
-            attempt: None,
-            jobset_uid: None,
-        })
+        Some(PodGang { id, size, source, attempt: None, jobset_uid: None })
     };
     if let Some(g) = get(&format!("{worker_label}{GANG_SUFFIX}")) {
         let size = size_of(labels.get(&format!("{worker_label}{GANG_SIZE_SUFFIX}")));
@@ -134,10 +126,7 @@ pub(crate) fn gang_of_pod(
 /// when it already is in `ns`. A namespace has no `/`, so the first segment is always `ns`.
 pub(crate) fn scoped(ns: &str, value: &str) -> String {
     let ns = if ns.is_empty() { "default" } else { ns };
-    match value
-        .strip_prefix(ns)
-        .and_then(|rest| rest.strip_prefix('/'))
-    {
+    match value.strip_prefix(ns).and_then(|rest| rest.strip_prefix('/')) {
         Some(rest) if !rest.is_empty() => value.to_string(),
         _ => format!("{ns}/{value}"),
     }
@@ -167,9 +156,7 @@ pub(crate) fn alert_only(
     labels: &std::collections::HashMap<String, String>,
     worker_label: &str,
 ) -> bool {
-    labels
-        .get(&format!("{worker_label}{RESTARTS_SUFFIX}"))
-        .is_some_and(|v| v.trim() == ALERT_ONLY)
+    labels.get(&format!("{worker_label}{RESTARTS_SUFFIX}")).is_some_and(|v| v.trim() == ALERT_ONLY)
 }
 
 /// A pod by namespace, name and uid (a uid tells two incarnations of one name apart).
@@ -228,9 +215,7 @@ pub(crate) fn visible_gpus(device_ids: Option<&[String]>, env: &[String]) -> Opt
     if let Some(ids) = device_ids.filter(|ids| !ids.is_empty()) {
         return Some(ids.iter().flat_map(|i| split_ids(i)).collect());
     }
-    let value = env
-        .iter()
-        .find_map(|e| e.strip_prefix("NVIDIA_VISIBLE_DEVICES="))?;
+    let value = env.iter().find_map(|e| e.strip_prefix("NVIDIA_VISIBLE_DEVICES="))?;
     match value.trim() {
         "all" => None,
         // The NVIDIA runtime's "no GPU" values: a CPU-only worker is on no GPU at all.
@@ -240,10 +225,7 @@ pub(crate) fn visible_gpus(device_ids: Option<&[String]>, env: &[String]) -> Opt
 }
 
 fn split_ids(v: &str) -> Vec<String> {
-    v.split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
+    v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
 }
 
 /// A container `c1` of pod `ml/train-0` (container `trainer`, attempt 0), its labels naming a
@@ -272,17 +254,8 @@ mod tests {
 
     #[test]
     fn a_start_time_is_read_from_docker_and_cri_and_never_guessed() {
-        let at = |s: &str| {
-            Container {
-                started_at: s.into(),
-                ..Container::default()
-            }
-            .started_ms()
-        };
-        assert_eq!(
-            at("2026-12-02T07:00:00.123456789Z"),
-            Some(1_796_194_800_123)
-        );
+        let at = |s: &str| Container { started_at: s.into(), ..Container::default() }.started_ms();
+        assert_eq!(at("2026-12-02T07:00:00.123456789Z"), Some(1_796_194_800_123));
         assert_eq!(at("attempt-2@1796194800123456789"), Some(1_796_194_800_123));
         assert_eq!(at("0001-01-01T00:00:00Z"), None, "Docker's never started");
         assert_eq!(at("gen-3"), None);
@@ -291,17 +264,11 @@ mod tests {
 
     #[test]
     fn gpus_come_from_device_requests_then_the_environment() {
-        let env = vec![
-            "PATH=/bin".to_string(),
-            "NVIDIA_VISIBLE_DEVICES=2,3".to_string(),
-        ];
+        let env = vec!["PATH=/bin".to_string(), "NVIDIA_VISIBLE_DEVICES=2,3".to_string()];
         assert_eq!(visible_gpus(None, &env), Some(vec!["2".into(), "3".into()]));
         let ids = vec!["GPU-aaa".to_string()];
         assert_eq!(visible_gpus(Some(&ids), &env), Some(vec!["GPU-aaa".into()]));
-        assert_eq!(
-            visible_gpus(None, &["NVIDIA_VISIBLE_DEVICES=all".into()]),
-            None
-        );
+        assert_eq!(visible_gpus(None, &["NVIDIA_VISIBLE_DEVICES=all".into()]), None);
         assert_eq!(visible_gpus(None, &[]), None);
         let none = ["NVIDIA_VISIBLE_DEVICES=none".to_string()];
         assert_eq!(visible_gpus(None, &none), Some(vec![]));
@@ -314,9 +281,7 @@ mod gang_tests {
     use std::collections::HashMap;
 
     fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -338,37 +303,21 @@ mod gang_tests {
         let lws = map(&[(keys::LWS_NAME, "serve"), (keys::LWS_GROUP, "3")]);
         let g = gang_of_pod(Some("ml"), &lws, &map(&[(keys::LWS_SIZE, "4")]), l).unwrap();
         assert_eq!((g.id.as_str(), g.size), ("ml/lws/serve/3", Some(4)));
-        let job = map(&[
-            (keys::JOB_NAME, "pt"),
-            (keys::JOB_UID, "0123456789ab"),
-            (keys::JOB_INDEX, "0"),
-        ]);
-        assert_eq!(
-            gang_of_pod(Some(""), &job, &none, l).unwrap().id,
-            "default/job/pt/01234567"
-        );
+        let job =
+            map(&[(keys::JOB_NAME, "pt"), (keys::JOB_UID, "0123456789ab"), (keys::JOB_INDEX, "0")]);
+        assert_eq!(gang_of_pod(Some(""), &job, &none, l).unwrap().id, "default/job/pt/01234567");
         let plain = map(&[(keys::JOB_NAME, "pt"), (keys::JOB_UID, "0123456789ab")]);
-        assert_eq!(
-            gang_of_pod(Some("ml"), &plain, &none, l),
-            None,
-            "a plain Job is no gang"
-        );
+        assert_eq!(gang_of_pod(Some("ml"), &plain, &none, l), None, "a plain Job is no gang");
         let explicit = map(&[
             ("vigil.worker.gang", "run-7"),
             ("vigil.worker.gang-size", "16"),
             (keys::JOBSET_NAME, "x"),
         ]);
         let g = gang_of_pod(Some("ml"), &explicit, &none, l).unwrap();
-        assert_eq!(
-            (g.id.as_str(), g.size, g.source),
-            ("ml/run-7", Some(16), "label")
-        );
+        assert_eq!((g.id.as_str(), g.size, g.source), ("ml/run-7", Some(16), "label"));
         assert_eq!(gang_of_pod(Some("ml"), &none, &none, l), None);
         let docker = map(&[("vigil.worker.gang", "run-7"), (keys::JOBSET_NAME, "x")]);
         assert_eq!(gang_of_pod(None, &docker, &none, l).unwrap().id, "run-7");
-        assert_eq!(
-            gang_of_pod(None, &map(&[(keys::JOBSET_NAME, "x")]), &none, l),
-            None
-        );
+        assert_eq!(gang_of_pod(None, &map(&[(keys::JOBSET_NAME, "x")]), &none, l), None);
     }
 }

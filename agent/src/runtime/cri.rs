@@ -168,11 +168,9 @@ impl CriRuntime {
         match st.code() {
             Code::Unavailable => self.unreachable(st),
             Code::Unknown if st.message().contains("transport") => self.unreachable(st),
-            Code::DeadlineExceeded | Code::Cancelled => RuntimeError::Timeout {
-                op,
-                container: id.to_string(),
-                timeout: deadline,
-            },
+            Code::DeadlineExceeded | Code::Cancelled => {
+                RuntimeError::Timeout { op, container: id.to_string(), timeout: deadline }
+            }
             _ => RuntimeError::Refused {
                 runtime: self.describe(),
                 op,
@@ -183,19 +181,14 @@ impl CriRuntime {
     }
 
     fn unreachable(&self, e: impl Into<crate::BoxError>) -> RuntimeError {
-        RuntimeError::Unreachable {
-            runtime: self.describe(),
-            source: e.into(),
-        }
+        RuntimeError::Unreachable { runtime: self.describe(), source: e.into() }
     }
 
     /// Ready sandboxes that opted in, by sandbox id.
     async fn opted_in_sandboxes(&self) -> Result<HashMap<String, Sandbox>, RuntimeError> {
         let req = ListPodSandboxRequest {
             filter: Some(PodSandboxFilter {
-                state: Some(PodSandboxStateValue {
-                    state: PodSandboxState::SandboxReady as i32,
-                }),
+                state: Some(PodSandboxStateValue { state: PodSandboxState::SandboxReady as i32 }),
                 ..Default::default()
             }),
         };
@@ -224,35 +217,21 @@ impl CriRuntime {
 
     /// The pod's IP from its sandbox status (empty on the host network).
     async fn sandbox_ip(&self, id: &str) -> Result<String, RuntimeError> {
-        let req = PodSandboxStatusRequest {
-            pod_sandbox_id: id.to_string(),
-            verbose: false,
-        };
+        let req = PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false };
         let (req, d) = self.req(req);
         match within(d, self.client().pod_sandbox_status(req)).await {
-            Ok(r) => Ok(r
-                .status
-                .and_then(|st| st.network)
-                .map(|n| n.ip)
-                .unwrap_or_default()),
+            Ok(r) => Ok(r.status.and_then(|st| st.network).map(|n| n.ip).unwrap_or_default()),
             Err(st) if st.code() == tonic::Code::NotFound => Ok(String::new()),
             Err(st) => Err(self.classify("inspect", id, st)),
         }
     }
 
     async fn sandbox(&self, id: &str) -> Result<Option<Sandbox>, RuntimeError> {
-        let req = PodSandboxStatusRequest {
-            pod_sandbox_id: id.to_string(),
-            verbose: false,
-        };
+        let req = PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false };
         let (req, d) = self.req(req);
         match within(d, self.client().pod_sandbox_status(req)).await {
             Ok(r) => Ok(r.status.and_then(|st| {
-                let ip = st
-                    .network
-                    .as_ref()
-                    .map(|n| n.ip.clone())
-                    .unwrap_or_default();
+                let ip = st.network.as_ref().map(|n| n.ip.clone()).unwrap_or_default();
                 let mut sandbox =
                     Sandbox::from_labels(self.s.opt_in(), st.labels, st.annotations, st.metadata)?;
                 sandbox.resolve_pod_ip(&ip);
@@ -268,9 +247,7 @@ impl CriRuntime {
         filter: ContainerFilter,
     ) -> Result<Vec<k8s_cri::v1::Container>, RuntimeError> {
         let id = filter.id.clone();
-        let req = ListContainersRequest {
-            filter: Some(filter),
-        };
+        let req = ListContainersRequest { filter: Some(filter) };
         let (req, d) = self.req(req);
         Ok(within(d, self.client().list_containers(req))
             .await
@@ -291,10 +268,7 @@ impl CriRuntime {
         id: &str,
         verbose: bool,
     ) -> Result<Option<k8s_cri::v1::ContainerStatusResponse>, RuntimeError> {
-        let req = ContainerStatusRequest {
-            container_id: id.to_string(),
-            verbose,
-        };
+        let req = ContainerStatusRequest { container_id: id.to_string(), verbose };
         let (req, d) = self.req(req);
         match within(d, self.client().container_status(req)).await {
             Ok(r) => Ok(Some(r)),
@@ -334,9 +308,7 @@ fn fill_gpus(c: &mut Container, gpus: &PodGpus) {
 }
 
 fn running() -> Option<ContainerStateValue> {
-    Some(ContainerStateValue {
-        state: ContainerState::ContainerRunning as i32,
-    })
+    Some(ContainerStateValue { state: ContainerState::ContainerRunning as i32 })
 }
 
 /// The last `LOG_TAIL_BYTES` of a file (from a line start), lossily decoded.
@@ -374,10 +346,7 @@ impl ContainerRuntime for CriRuntime {
         if sandboxes.is_empty() {
             return Ok(Vec::new());
         }
-        let filter = ContainerFilter {
-            state: running(),
-            ..Default::default()
-        };
+        let filter = ContainerFilter { state: running(), ..Default::default() };
         let mut out = Vec::new();
         for c in self.containers(filter).await? {
             let Some(sb) = sandboxes.get(&c.pod_sandbox_id) else {
@@ -400,10 +369,7 @@ impl ContainerRuntime for CriRuntime {
     }
 
     async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
-        let filter = ContainerFilter {
-            id: id.to_string(),
-            ..Default::default()
-        };
+        let filter = ContainerFilter { id: id.to_string(), ..Default::default() };
         let Some(c) = self.containers(filter).await?.into_iter().next() else {
             return Ok(None);
         };
@@ -464,10 +430,7 @@ impl ContainerRuntime for CriRuntime {
         // `Never` pod from failing, and its controller from replacing it.
         let mut first_error = None;
         for other in self.containers(filter).await? {
-            let c = Container {
-                id: other.id,
-                ..Container::default()
-            };
+            let c = Container { id: other.id, ..Container::default() };
             if let Err(e) = self.stop(&c, grace).await {
                 first_error.get_or_insert(e);
             }
@@ -502,9 +465,7 @@ impl ContainerRuntime for CriRuntime {
             .await?
             .into_iter()
             .filter(|x| {
-                x.metadata
-                    .as_ref()
-                    .is_some_and(|m| m.name == p.container && m.attempt >= p.attempt)
+                x.metadata.as_ref().is_some_and(|m| m.name == p.container && m.attempt >= p.attempt)
             })
             .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt));
         let Some(x) = newest else { return Ok(None) };
@@ -538,16 +499,11 @@ impl ContainerRuntime for CriRuntime {
     }
 
     async fn init_pid(&self, id: &str) -> Result<Option<i32>, RuntimeError> {
-        Ok(self
-            .status(id, true)
-            .await?
-            .and_then(|resp| host_pid(&resp.info)))
+        Ok(self.status(id, true).await?.and_then(|resp| host_pid(&resp.info)))
     }
 
     async fn ping(&self) -> Result<(), RuntimeError> {
-        let req = VersionRequest {
-            version: "v1".into(),
-        };
+        let req = VersionRequest { version: "v1".into() };
         let (req, d) = self.req(req);
         within(d, self.client().version(req))
             .await

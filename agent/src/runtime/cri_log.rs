@@ -28,12 +28,7 @@ pub(crate) fn parse_line(line: &str) -> Option<Record<'_>> {
         "P" => false,
         _ => return None,
     };
-    Some(Record {
-        time,
-        stream,
-        full,
-        message,
-    })
+    Some(Record { time, stream, full, message })
 }
 
 /// The last `lines` logical lines of a CRI log file's text, partial records joined, each as
@@ -77,16 +72,10 @@ mod tests {
     fn records_parse_with_their_tag() {
         let r = parse_line("2026-11-30T02:14:00.123456789Z stdout F step 41 done").unwrap();
         assert_eq!(r.time, "2026-11-30T02:14:00.123456789Z");
-        assert_eq!(
-            (r.stream, r.full, r.message),
-            ("stdout", true, "step 41 done")
-        );
+        assert_eq!((r.stream, r.full, r.message), ("stdout", true, "step 41 done"));
         let p = parse_line("2026-11-30T02:14:00Z stderr P half a").unwrap();
         assert!(!p.full);
-        assert_eq!(
-            parse_line("2026-11-30T02:14:00Z stdout F").unwrap().message,
-            ""
-        );
+        assert_eq!(parse_line("2026-11-30T02:14:00Z stdout F").unwrap().message, "");
         for bad in ["", "hello world", "t stdout X msg", "t stdweird F msg"] {
             assert!(parse_line(bad).is_none(), "{bad:?}");
         }

@@ -34,10 +34,7 @@ impl Reads {
         let key = format!("{}/{}/{}", c.0, c.1, c.2);
         if stops == Stops::EveryPod {
             let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, w)) = kept
-                .get(&key)
-                .filter(|(at, _)| at.elapsed() < ENTRY_READ_TTL)
-            {
+            if let Some((_, w)) = kept.get(&key).filter(|(at, _)| at.elapsed() < ENTRY_READ_TTL) {
                 return Ok(Some(w.clone()));
             }
         }
@@ -61,10 +58,7 @@ pub(super) async fn of(
     stops: Stops,
 ) -> Remediation {
     let Some(p) = &c.pod else {
-        return Remediation::InPlace {
-            kill: false,
-            how: String::new(),
-        };
+        return Remediation::InPlace { kill: false, how: String::new() };
     };
     let pod = format!("{}/{}", p.namespace, p.pod);
     let read = match &pods {
@@ -72,9 +66,7 @@ pub(super) async fn of(
             let which = (p.namespace.as_str(), p.pod.as_str(), p.container.as_str());
             reads.workload(*api, which, stops).await
         }
-        None => Err(crate::kube::pods::PodError::Unsupported(
-            "the Kubernetes API is off",
-        )),
+        None => Err(crate::kube::pods::PodError::Unsupported("the Kubernetes API is off")),
     };
     // NB: the operator's override covers what it always covered — a pod that a stop ends
     // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
@@ -161,20 +153,10 @@ mod tests {
     async fn allow_pod_replacement_overrides_row_11_only() {
         let answer = |w: Workload| async move {
             let api = Serving(w);
-            of(
-                Some(&api),
-                &Reads::default(),
-                true,
-                &container(false),
-                Stops::One,
-            )
-            .await
+            of(Some(&api), &Reads::default(), true, &container(false), Stops::One).await
         };
         let never = Workload::bare("ml/train-0", "trainer", RestartPolicy::Never);
-        assert!(matches!(
-            answer(never.clone()).await,
-            Remediation::Replace { .. }
-        ));
+        assert!(matches!(answer(never.clone()).await, Remediation::Replace { .. }));
         let mut sick = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
         sick.unhealthy = vec!["nvidia.com/gpu=GPU-0".into()];
         let mut own = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
@@ -186,12 +168,8 @@ mod tests {
         let mut sick_never = never;
         sick_never.container_policy = Some(RestartPolicy::Always);
         sick_never.unhealthy = vec!["nvidia.com/gpu=GPU-0".into()];
-        let cases = [
-            (sick, "row 0"),
-            (own, "row 4"),
-            (missing, "row 1"),
-            (sick_never, "row 0 (Never)"),
-        ];
+        let cases =
+            [(sick, "row 0"), (own, "row 4"), (missing, "row 1"), (sick_never, "row 0 (Never)")];
         for (w, row) in cases {
             let r = answer(w).await;
             assert!(matches!(r, Remediation::Refuse(_)), "{row}: {r:?}");
@@ -214,14 +192,8 @@ mod tests {
             "{job:?}"
         );
         let bare = of(Some(failing), &reads, true, &container(false), Stops::One).await;
-        assert!(
-            matches!(bare, Remediation::InPlace { kill: false, .. }),
-            "{bare:?}"
-        );
+        assert!(matches!(bare, Remediation::InPlace { kill: false, .. }), "{bare:?}");
         let off = of(None, &reads, true, &container(true), Stops::One).await;
-        assert!(
-            matches!(off, Remediation::InPlace { kill: true, .. }),
-            "the API off: {off:?}"
-        );
+        assert!(matches!(off, Remediation::InPlace { kill: true, .. }), "the API off: {off:?}");
     }
 }

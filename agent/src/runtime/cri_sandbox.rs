@@ -157,21 +157,10 @@ mod tests {
     fn the_host_pod_stands_for_the_pod_s_ip() {
         let m = "http://pod:8080/checkpoint?x=1";
         assert!(addresses_the_pod(m));
-        assert_eq!(
-            at_pod_ip(m, "10.4.0.17"),
-            "http://10.4.0.17:8080/checkpoint?x=1"
-        );
+        assert_eq!(at_pod_ip(m, "10.4.0.17"), "http://10.4.0.17:8080/checkpoint?x=1");
         assert_eq!(at_pod_ip(m, ""), "http://127.0.0.1:8080/checkpoint?x=1");
-        assert_eq!(
-            at_pod_ip(m, "fd00::17"),
-            "http://[fd00::17]:8080/checkpoint?x=1"
-        );
-        for other in [
-            "http://podium:80/",
-            "http://10.0.0.1/pod",
-            "signal:SIGUSR1",
-            "record",
-        ] {
+        assert_eq!(at_pod_ip(m, "fd00::17"), "http://[fd00::17]:8080/checkpoint?x=1");
+        for other in ["http://podium:80/", "http://10.0.0.1/pod", "signal:SIGUSR1", "record"] {
             assert!(!addresses_the_pod(other), "{other}");
         }
     }

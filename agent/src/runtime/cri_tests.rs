@@ -5,10 +5,7 @@ use super::*;
 fn host_pid_comes_from_the_verbose_info() {
     let mut info = HashMap::new();
     assert_eq!(host_pid(&info), None);
-    info.insert(
-        "info".to_string(),
-        r#"{"pid": 4242, "sandboxID": "x"}"#.to_string(),
-    );
+    info.insert("info".to_string(), r#"{"pid": 4242, "sandboxID": "x"}"#.to_string());
     assert_eq!(host_pid(&info), Some(4242));
     info.insert("info".to_string(), "not json".to_string());
     assert_eq!(host_pid(&info), None);
@@ -55,9 +52,7 @@ impl PodApi for Counting {
         self.0.fetch_add(1, Ordering::SeqCst);
         let policy = crate::kube::pods::RestartPolicy::Always;
         let pod = format!("{ns}/{pod}");
-        Ok(Some(crate::vocab::workload::Workload::bare(
-            &pod, container, policy,
-        )))
+        Ok(Some(crate::vocab::workload::Workload::bare(&pod, container, policy)))
     }
 }
 
@@ -75,19 +70,12 @@ async fn a_members_entry_reuses_a_recent_read_and_a_restart_never_does() {
         poll: Duration::from_millis(100),
     };
     let rt = CriRuntime::new(settings, Some(api.clone())).unwrap();
-    let c = Container {
-        worker: "rank-0".into(),
-        ..crate::runtime::container::in_pod(false)
-    };
+    let c = Container { worker: "rank-0".into(), ..crate::runtime::container::in_pod(false) };
     for _ in 0..3 {
         let r = rt.remediation(&c, Stops::EveryPod).await;
         assert!(r.restarted_in_place(), "{r:?}");
     }
-    assert_eq!(
-        api.0.load(Ordering::SeqCst),
-        1,
-        "one read for three entries"
-    );
+    assert_eq!(api.0.load(Ordering::SeqCst), 1, "one read for three entries");
     rt.remediation(&c, Stops::One).await;
     rt.remediation(&c, Stops::One).await;
     assert_eq!(api.0.load(Ordering::SeqCst), 3, "a restart reads afresh");

@@ -165,11 +165,7 @@ impl DockerRuntime {
         if !self.podman.load(Ordering::Relaxed) {
             filters.insert("label".to_string(), vec![self.label.clone()]);
         }
-        let opts = EventsOptions {
-            since: Some(since),
-            until: None,
-            filters: Some(filters),
-        };
+        let opts = EventsOptions { since: Some(since), until: None, filters: Some(filters) };
         let cache = self.cache.clone();
         cache.forget(None);
         cache.live.store(true, Ordering::SeqCst);
@@ -196,18 +192,11 @@ impl DockerRuntime {
         let c = Docker::connect_with_host(&self.host)
             .map_err(|e| self.unreachable(e))?
             .with_timeout(self.call_timeout);
-        let c = c
-            .negotiate_version()
-            .await
-            .map_err(|e| self.unreachable(e))?;
+        let c = c.negotiate_version().await.map_err(|e| self.unreachable(e))?;
         if !self.podman.load(Ordering::Relaxed) {
             // Podman names itself among the components of its version (`Podman Engine`).
             let components = c.version().await.ok().and_then(|v| v.components);
-            if components
-                .unwrap_or_default()
-                .iter()
-                .any(|k| k.name.starts_with("Podman"))
-            {
+            if components.unwrap_or_default().iter().any(|k| k.name.starts_with("Podman")) {
                 tracing::info!(host = %self.host, "the Docker API at this address is Podman's");
                 self.podman.store(true, Ordering::Relaxed);
             }
@@ -217,10 +206,7 @@ impl DockerRuntime {
     }
 
     fn unreachable(&self, e: impl Into<crate::BoxError>) -> RuntimeError {
-        RuntimeError::Unreachable {
-            runtime: self.describe(),
-            source: e.into(),
-        }
+        RuntimeError::Unreachable { runtime: self.describe(), source: e.into() }
     }
 
     /// Map a bollard error: transport problems mean the daemon is unreachable (and the cached
@@ -242,11 +228,7 @@ impl DockerRuntime {
             E::RequestTimeoutError => RuntimeError::Timeout {
                 op,
                 container: id.to_string(),
-                timeout: if op == "restart" {
-                    self.timeout
-                } else {
-                    self.call_timeout
-                },
+                timeout: if op == "restart" { self.timeout } else { self.call_timeout },
             },
             other => {
                 *self.client.lock().await = None;
@@ -303,21 +285,14 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
         let c = self.client().await?;
-        let info = match c
-            .inspect_container(id, None::<InspectContainerOptions>)
-            .await
-        {
+        let info = match c.inspect_container(id, None::<InspectContainerOptions>).await {
             Ok(i) => i,
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => return Ok(None),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                return Ok(None)
+            }
             Err(e) => return Err(self.classify("inspect", id, e).await),
         };
-        let labels = info
-            .config
-            .as_ref()
-            .and_then(|c| c.labels.clone())
-            .unwrap_or_default();
+        let labels = info.config.as_ref().and_then(|c| c.labels.clone()).unwrap_or_default();
         // NB: a container without the opt-in label is never returned, whatever its status says.
         let Some(worker) = labels.get(&self.label).filter(|w| !w.is_empty()) else {
             return Ok(None);
@@ -326,12 +301,7 @@ impl ContainerRuntime for DockerRuntime {
         let state = info.state.as_ref();
         Ok(Some(Container {
             id: info.id.clone().unwrap_or_else(|| id.to_string()),
-            name: info
-                .name
-                .clone()
-                .unwrap_or_default()
-                .trim_start_matches('/')
-                .to_string(),
+            name: info.name.clone().unwrap_or_default().trim_start_matches('/').to_string(),
             worker,
             started_at: state.and_then(|s| s.started_at.clone()).unwrap_or_default(),
             // NB: Docker says a paused container is running; for Vigil it is not (it must not be
@@ -388,9 +358,7 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
         let c = self.client().await?;
-        let opts = KillContainerOptions {
-            signal: signal.to_string(),
-        };
+        let opts = KillContainerOptions { signal: signal.to_string() };
         match c.kill_container(id, Some(opts)).await {
             Ok(()) => Ok(()),
             Err(e) => Err(self.classify("kill", id, e).await),
@@ -399,19 +367,16 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn init_pid(&self, id: &str) -> Result<Option<i32>, RuntimeError> {
         let c = self.client().await?;
-        match c
-            .inspect_container(id, None::<InspectContainerOptions>)
-            .await
-        {
+        match c.inspect_container(id, None::<InspectContainerOptions>).await {
             // Docker and Podman say pid 0 for a container that is not running.
             Ok(info) => Ok(info
                 .state
                 .and_then(|s| s.pid)
                 .and_then(|p| i32::try_from(p).ok())
                 .filter(|p| *p > 0)),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => Ok(None),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                Ok(None)
+            }
             Err(e) => Err(self.classify("inspect", id, e).await),
         }
     }
@@ -450,20 +415,11 @@ fn worker_id(label: &str, name: Option<&str>) -> String {
 
 /// The GPUs a container was given: its device requests' ids, or its `NVIDIA_VISIBLE_DEVICES`.
 fn gpus_of(info: &bollard::models::ContainerInspectResponse) -> Option<Vec<String>> {
-    let ids: Option<Vec<String>> = info
-        .host_config
-        .as_ref()
-        .and_then(|h| h.device_requests.as_ref())
-        .map(|reqs| {
-            reqs.iter()
-                .flat_map(|r| r.device_ids.clone().unwrap_or_default())
-                .collect()
+    let ids: Option<Vec<String>> =
+        info.host_config.as_ref().and_then(|h| h.device_requests.as_ref()).map(|reqs| {
+            reqs.iter().flat_map(|r| r.device_ids.clone().unwrap_or_default()).collect()
         });
-    let env = info
-        .config
-        .as_ref()
-        .and_then(|c| c.env.clone())
-        .unwrap_or_default();
+    let env = info.config.as_ref().and_then(|c| c.env.clone()).unwrap_or_default();
     crate::runtime::container::visible_gpus(ids.as_deref(), &env)
 }
 
@@ -479,11 +435,7 @@ mod tests {
 
     fn docker(args: &[&str]) -> String {
         let out = Command::new("docker").args(args).output().expect("docker");
-        assert!(
-            out.status.success(),
-            "docker {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
@@ -514,9 +466,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(ok.success());
-        let _ = Command::new("docker")
-            .args(["import", tar.to_str().unwrap(), IMAGE])
-            .output();
+        let _ = Command::new("docker").args(["import", tar.to_str().unwrap(), IMAGE]).output();
     }
 
     /// Against the real daemon: a listing inspects each container once per incarnation, and
@@ -526,15 +476,7 @@ mod tests {
     async fn the_listing_inspects_once_per_incarnation_and_events_invalidate() {
         ensure_image();
         let label = format!("vigil.unit.{}", std::process::id());
-        let id = docker(&[
-            "run",
-            "-d",
-            "--label",
-            &format!("{label}=w0"),
-            IMAGE,
-            "sleep",
-            "300",
-        ]);
+        let id = docker(&["run", "-d", "--label", &format!("{label}=w0"), IMAGE, "sleep", "300"]);
         // Past the one second of events the stream replays (its start would drop the entry).
         tokio::time::sleep(Duration::from_millis(2_500)).await;
         let rt = DockerRuntime::new(
@@ -562,10 +504,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(
-            seen.is_some(),
-            "the restart's events made the new incarnation visible"
-        );
+        assert!(seen.is_some(), "the restart's events made the new incarnation visible");
 
         docker(&["pause", &id]);
         let mut paused = false;
@@ -578,10 +517,6 @@ mod tests {
         }
         let _ = Command::new("docker").args(["rm", "-f", &id]).output();
         assert!(paused, "the pause was seen");
-        assert!(
-            rt.listing_inspects() <= 6,
-            "{} inspects",
-            rt.listing_inspects()
-        );
+        assert!(rt.listing_inspects() <= 6, "{} inspects", rt.listing_inspects());
     }
 }

@@ -60,9 +60,7 @@ pub(crate) enum Choice {
 /// NB: never "no runtime": when the socket is not there (yet), the agent still starts, fails
 /// closed and reports `runtime-down` every cycle until it appears, rather than crash-looping.
 pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
-    let docker = Choice::Docker {
-        host: cfg.docker.host.clone(),
-    };
+    let docker = Choice::Docker { host: cfg.docker.host.clone() };
     let docker_socket = cfg.docker.host.strip_prefix("unix://");
     let cri_candidates: Vec<&str> = if cfg.runtime.cri_socket.is_empty() {
         CRI_SOCKETS.to_vec()
@@ -71,12 +69,8 @@ pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, St
     };
     let found_cri = cri_candidates.iter().find(|p| exists(p));
     let podman_socket = cfg.runtime.podman_socket.as_str();
-    let podman = Choice::Podman {
-        socket: podman_socket.to_string(),
-    };
-    let cri = |socket: &str| Choice::Cri {
-        socket: socket.to_string(),
-    };
+    let podman = Choice::Podman { socket: podman_socket.to_string() };
+    let cri = |socket: &str| Choice::Cri { socket: socket.to_string() };
     match cfg.runtime.kind {
         RuntimeKind::Docker => (docker, "runtime.kind = docker".into()),
         RuntimeKind::Podman if exists(podman_socket) => (podman, "runtime.kind = podman".into()),
@@ -190,20 +184,10 @@ mod choose_tests {
         let (c, _) = choose(&cfg, only(&["/var/run/docker.sock", CRI_SOCKETS[0]]));
         assert!(matches!(c, Choice::Docker { .. }));
         let (c, why) = choose(&cfg, only(&[CRI_SOCKETS[0], CRI_SOCKETS[1]]));
-        assert_eq!(
-            c,
-            Choice::Cri {
-                socket: CRI_SOCKETS[0].into()
-            }
-        );
+        assert_eq!(c, Choice::Cri { socket: CRI_SOCKETS[0].into() });
         assert!(why.contains("no Docker socket"), "{why}");
         let (c, _) = choose(&cfg, only(&[CRI_SOCKETS[1]]));
-        assert_eq!(
-            c,
-            Choice::Cri {
-                socket: CRI_SOCKETS[1].into()
-            }
-        );
+        assert_eq!(c, Choice::Cri { socket: CRI_SOCKETS[1].into() });
         let (c, why) = choose(&cfg, only(&[]));
         assert!(matches!(c, Choice::Docker { .. }), "started, reported down");
         assert!(why.contains("none of the runtime sockets"), "{why}");
@@ -215,18 +199,10 @@ mod choose_tests {
     #[test]
     fn auto_takes_rootful_podman_after_docker_and_before_cri() {
         let cfg = Config::default();
-        let (c, _) = choose(
-            &cfg,
-            only(&["/var/run/docker.sock", PODMAN, CRI_SOCKETS[0]]),
-        );
+        let (c, _) = choose(&cfg, only(&["/var/run/docker.sock", PODMAN, CRI_SOCKETS[0]]));
         assert!(matches!(c, Choice::Docker { .. }), "Docker's socket first");
         let (c, why) = choose(&cfg, only(&[PODMAN, CRI_SOCKETS[0], CRI_SOCKETS[1]]));
-        assert_eq!(
-            c,
-            Choice::Podman {
-                socket: PODMAN.into()
-            }
-        );
+        assert_eq!(c, Choice::Podman { socket: PODMAN.into() });
         assert_eq!(
             why,
             format!("runtime.kind = auto: no Docker socket, Podman socket {PODMAN} found")
@@ -234,10 +210,7 @@ mod choose_tests {
         let mut cfg = Config::default();
         cfg.runtime.podman_socket = "/srv/podman/api.sock".into();
         let (c, _) = choose(&cfg, only(&[PODMAN, CRI_SOCKETS[0]]));
-        assert!(
-            matches!(c, Choice::Cri { .. }),
-            "only the configured Podman socket counts"
-        );
+        assert!(matches!(c, Choice::Cri { .. }), "only the configured Podman socket counts");
     }
 
     #[test]
@@ -245,25 +218,11 @@ mod choose_tests {
         let mut cfg = Config::default();
         cfg.runtime.kind = RuntimeKind::Podman;
         let (c, why) = choose(&cfg, only(&["/var/run/docker.sock", PODMAN]));
-        assert_eq!(
-            c,
-            Choice::Podman {
-                socket: PODMAN.into()
-            }
-        );
+        assert_eq!(c, Choice::Podman { socket: PODMAN.into() });
         assert_eq!(why, "runtime.kind = podman");
         let (c, why) = choose(&cfg, only(&["/var/run/docker.sock"]));
-        assert_eq!(
-            c,
-            Choice::Podman {
-                socket: PODMAN.into()
-            },
-            "reported per cycle when down"
-        );
-        assert!(
-            why.contains(&format!("no Podman socket at {PODMAN}")),
-            "{why}"
-        );
+        assert_eq!(c, Choice::Podman { socket: PODMAN.into() }, "reported per cycle when down");
+        assert!(why.contains(&format!("no Podman socket at {PODMAN}")), "{why}");
     }
 
     #[test]
@@ -271,30 +230,14 @@ mod choose_tests {
         let mut cfg = Config::default();
         cfg.runtime.kind = RuntimeKind::Docker;
         let (c, _) = choose(&cfg, |_| false);
-        assert!(
-            matches!(c, Choice::Docker { .. }),
-            "reported per cycle when down"
-        );
+        assert!(matches!(c, Choice::Docker { .. }), "reported per cycle when down");
         cfg.runtime.kind = RuntimeKind::Cri;
         cfg.runtime.cri_socket = "/tmp/x/containerd.sock".into();
         let (c, why) = choose(&cfg, |_| false);
-        assert_eq!(
-            c,
-            Choice::Cri {
-                socket: "/tmp/x/containerd.sock".into()
-            }
-        );
-        assert!(
-            why.contains("no CRI socket at /tmp/x/containerd.sock"),
-            "{why}"
-        );
+        assert_eq!(c, Choice::Cri { socket: "/tmp/x/containerd.sock".into() });
+        assert!(why.contains("no CRI socket at /tmp/x/containerd.sock"), "{why}");
         let (c, why) = choose(&cfg, |p| p == "/tmp/x/containerd.sock");
-        assert_eq!(
-            c,
-            Choice::Cri {
-                socket: "/tmp/x/containerd.sock".into()
-            }
-        );
+        assert_eq!(c, Choice::Cri { socket: "/tmp/x/containerd.sock".into() });
         assert_eq!(why, "runtime.kind = cri");
     }
 }
@@ -308,18 +251,9 @@ pub enum RuntimeError {
         source: crate::BoxError,
     },
     #[error("{runtime} refused `{op}` on container {container}: {detail}")]
-    Refused {
-        runtime: String,
-        op: &'static str,
-        container: String,
-        detail: String,
-    },
+    Refused { runtime: String, op: &'static str, container: String, detail: String },
     #[error("`{op}` on container {container} did not finish within {timeout:?}")]
-    Timeout {
-        op: &'static str,
-        container: String,
-        timeout: Duration,
-    },
+    Timeout { op: &'static str, container: String, timeout: Duration },
 }
 
 #[async_trait]
@@ -337,10 +271,7 @@ pub trait ContainerRuntime: Send + Sync {
     /// the Kubernetes API — or refused, with why.
     /// `stops`: how many pods of its Job the restart judged stops (`Stops`).
     async fn remediation(&self, _c: &Container, _stops: Stops) -> Remediation {
-        Remediation::InPlace {
-            kill: false,
-            how: String::new(),
-        }
+        Remediation::InPlace { kill: false, how: String::new() }
     }
     /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start (Docker); stop it and wait for
     /// kubelet's next attempt (CRI). A zero grace is a SIGKILL at once.
@@ -403,9 +334,7 @@ mod error_tests {
             "docker at unix:///var/run/docker.sock is unreachable: connection refused"
         );
         let cause = std::error::Error::source(&e).expect("the cause is kept");
-        let io = cause
-            .downcast_ref::<std::io::Error>()
-            .expect("as its own type");
+        let io = cause.downcast_ref::<std::io::Error>().expect("as its own type");
         assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
     }
 }

@@ -198,10 +198,8 @@ impl FakeRuntime {
     /// Give a container the pod labels of a job controller: `labels` as the pod in `namespace`
     /// carries them (the gang comes from them as on a CRI node).
     pub fn set_pod_labels(&self, id: &str, namespace: &str, labels: &[(&str, &str)]) {
-        let labels: std::collections::HashMap<String, String> = labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let labels: std::collections::HashMap<String, String> =
+            labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let gang = crate::runtime::container::gang_of_pod(
             Some(namespace),
             &labels,
@@ -237,12 +235,8 @@ impl ContainerRuntime for FakeRuntime {
     async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
         self.check_up()?;
         let s = self.state.lock().unwrap();
-        let mut v: Vec<_> = s
-            .containers
-            .values()
-            .filter(|c| !s.unlabelled.contains(&c.id))
-            .cloned()
-            .collect();
+        let mut v: Vec<_> =
+            s.containers.values().filter(|c| !s.unlabelled.contains(&c.id)).cloned().collect();
         drop(s);
         v.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(v)
@@ -308,10 +302,7 @@ impl ContainerRuntime for FakeRuntime {
         s.remediations
             .get(&c.id)
             .cloned()
-            .unwrap_or(Remediation::InPlace {
-                kill: false,
-                how: String::new(),
-            })
+            .unwrap_or(Remediation::InPlace { kill: false, how: String::new() })
     }
     /// A stop: the container ends, and nothing starts it again (its controller would).
     async fn fail(
@@ -330,11 +321,7 @@ impl ContainerRuntime for FakeRuntime {
     }
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
         self.check_up()?;
-        self.state
-            .lock()
-            .unwrap()
-            .signals
-            .push((id.to_string(), signal.to_string()));
+        self.state.lock().unwrap().signals.push((id.to_string(), signal.to_string()));
         if let Some(h) = self.on_signal.lock().unwrap().as_ref() {
             h(id);
         }

@@ -209,9 +209,7 @@ impl Trail {
             agent: &self.instance,
             dry_run: self.dry_run,
         };
-        self.coord
-            .append(&self.keys.trail(), &d.fields(), self.max_len)
-            .await
+        self.coord.append(&self.keys.trail(), &d.fields(), self.max_len).await
     }
 }
 
@@ -223,19 +221,9 @@ pub(crate) fn render(node: &str, entries: &[TrailEntry]) -> String {
     let get = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
     let mut out = format!("decision trail of node {node} (oldest first)\n");
     for (_, e) in entries.iter().rev() {
-        let at = get(e, "at")
-            .parse::<Millis>()
-            .map(rfc3339)
-            .unwrap_or_else(|_| "?".into());
-        let dry = if e.get("dry_run").is_some() {
-            " [dry run]"
-        } else {
-            ""
-        };
-        let incident = e
-            .get("incident")
-            .map(|i| format!(" incident={i}"))
-            .unwrap_or_default();
+        let at = get(e, "at").parse::<Millis>().map(rfc3339).unwrap_or_else(|_| "?".into());
+        let dry = if e.get("dry_run").is_some() { " [dry run]" } else { "" };
+        let incident = e.get("incident").map(|i| format!(" incident={i}")).unwrap_or_default();
         out.push_str(&format!(
             "{at}  {:<14} {:<14} {:<26} {}{incident}{dry}  (agent {})\n",
             get(e, "worker"),
@@ -292,20 +280,14 @@ mod tests {
                 dry_run: dry,
             }
             .fields();
-            (
-                at.to_string(),
-                fields.into_iter().collect::<HashMap<_, _>>(),
-            )
+            (at.to_string(), fields.into_iter().collect::<HashMap<_, _>>())
         };
         let entries = vec![
             d(1_800_000_060_000, Code::WouldRestart, true),
             d(1_800_000_000_000, Code::TimerStarted, false),
         ];
         let text = render("gpu-7", &entries);
-        assert!(
-            !text.contains("time lost"),
-            "no time-lost entry, no summary"
-        );
+        assert!(!text.contains("time lost"), "no time-lost entry, no summary");
         let first = text.find("timer-started").unwrap();
         let second = text.find("would-restart").unwrap();
         assert!(first < second, "{text}");
@@ -327,9 +309,6 @@ mod tests {
         with.insert(0, ("x".into(), lost.into_iter().collect()));
         let text = render("gpu-7", &with);
         let summary = text.split("time lost, by incident").nth(1).expect(&text);
-        assert!(
-            summary.contains("i-1") && summary.contains("lost 5m = detection"),
-            "{summary}"
-        );
+        assert!(summary.contains("i-1") && summary.contains("lost 5m = detection"), "{summary}");
     }
 }

@@ -61,9 +61,7 @@ pub const TAINT_KEY: &str = "vigil.dev/gpu-failed";
 
 /// FNV-1a, 64 bits: a short, stable digest for names and label values.
 fn digest(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// `s` lowercased, anything outside `[a-z0-9-]` as `-`, at most `max` characters, no `-` at
@@ -83,12 +81,7 @@ fn dns_part(s: &str, max: usize) -> String {
 /// device's name whatever the truncation or the dashes in node and device names.
 pub fn rule_name(node: &str, d: &Device) -> String {
     let id = digest(&format!("{}/{}/{}", d.driver, d.pool, d.name));
-    format!(
-        "vigil-{}-{}-{:08x}",
-        dns_part(node, 150),
-        dns_part(&d.name, 80),
-        id as u32
-    )
+    format!("vigil-{}-{}-{:08x}", dns_part(node, 150), dns_part(&d.name, 80), id as u32)
 }
 
 /// The value of the `vigil.dev/node` label on this node's rules: the node's name when it is a
@@ -97,9 +90,7 @@ pub fn rule_name(node: &str, d: &Device) -> String {
 pub fn node_label(node: &str) -> String {
     let valid = !node.is_empty()
         && node.len() <= 63
-        && node
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && node.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         && node.starts_with(|c: char| c.is_ascii_alphanumeric())
         && node.ends_with(|c: char| c.is_ascii_alphanumeric());
     match valid {
@@ -128,12 +119,8 @@ pub fn plan(
             plan.unmatched.push(gpu.clone());
         }
         for d in on {
-            let rule = Rule {
-                name: rule_name(node, d),
-                device: d.clone(),
-                effect,
-                gpu: gpu.clone(),
-            };
+            let rule =
+                Rule { name: rule_name(node, d), device: d.clone(), effect, gpu: gpu.clone() };
             wanted.insert(rule.name.clone(), rule);
         }
     }
@@ -149,9 +136,7 @@ pub fn plan(
     plan.create = wanted
         .into_values()
         .filter(|r| {
-            !existing
-                .iter()
-                .any(|e| e.name == r.name && e.effect.as_deref() == Some(effect))
+            !existing.iter().any(|e| e.name == r.name && e.effect.as_deref() == Some(effect))
         })
         .collect();
     plan

@@ -11,11 +11,7 @@ fn gpu(i: u32) -> Device {
 }
 
 fn existing(name: &str, gpu: &str, effect: &str) -> Existing {
-    Existing {
-        name: name.into(),
-        gpu: Some(gpu.into()),
-        effect: Some(effect.into()),
-    }
+    Existing { name: name.into(), gpu: Some(gpu.into()), effect: Some(effect.into()) }
 }
 
 #[test]
@@ -78,13 +74,7 @@ fn every_mig_device_of_a_failed_gpu_is_tainted() {
         parent_uuid: Some("GPU-0000".into()),
         ..gpu(0)
     };
-    let p = plan(
-        "n",
-        &[mig(0), mig(1), gpu(1)],
-        &["GPU-0000".into()],
-        &[],
-        false,
-    );
+    let p = plan("n", &[mig(0), mig(1), gpu(1)], &["GPU-0000".into()], &[], false);
     let names: Vec<&str> = p.create.iter().map(|r| r.device.name.as_str()).collect();
     assert_eq!(names, ["gpu-0-mig-0", "gpu-0-mig-1"]);
 }
@@ -95,14 +85,8 @@ fn names_and_label_values_stay_within_the_apis_limits_and_never_collide() {
     let n = rule_name(&long, &gpu(0));
     assert!(n.len() <= 253, "{}", n.len());
     // Dashes cannot make two devices one name.
-    let a = Device {
-        name: "b-c".into(),
-        ..gpu(0)
-    };
-    let b = Device {
-        name: "c".into(),
-        ..gpu(0)
-    };
+    let a = Device { name: "b-c".into(), ..gpu(0) };
+    let b = Device { name: "c".into(), ..gpu(0) };
     assert_ne!(rule_name("a", &a), rule_name("a-b", &b));
     assert_eq!(node_label("gpu-node-7"), "gpu-node-7");
     let hashed = node_label(&long);

@@ -101,12 +101,8 @@ pub fn taint_keys(k: &KubernetesConfig) -> Vec<String> {
 }
 
 /// The types of every Node condition Vigil sets (`vigil cleanup` removes these).
-pub const CONDITIONS: [&str; 4] = [
-    MAINTENANCE_CONDITION,
-    GPU_CONDITION,
-    TPU_CONDITION,
-    SLOW_CONDITION,
-];
+pub const CONDITIONS: [&str; 4] =
+    [MAINTENANCE_CONDITION, GPU_CONDITION, TPU_CONDITION, SLOW_CONDITION];
 
 // NB: one polarity for every Vigil condition, node-problem-detector's and the kubelet's pressure
 // conditions': `True` means a problem (docs/kubernetes.md says why).
@@ -168,12 +164,7 @@ pub fn slow_desired(
         false => ("AtPace", "vigil: no slow gang names this node".to_string()),
     };
     let message = truncate(&message, 1024);
-    d.conditions.push(problem_condition(
-        SLOW_CONDITION,
-        Some(slow),
-        reason,
-        message,
-    ));
+    d.conditions.push(problem_condition(SLOW_CONDITION, Some(slow), reason, message));
     // NB: NoExecute evicts: only on strong evidence; weaker evidence keeps placement away
     // (NoSchedule). The key is listed for removal too, so a taint of another effect (the
     // config changed) goes while this one stands.
@@ -182,11 +173,7 @@ pub fn slow_desired(
         t => t.effect(),
     };
     if let Some(effect) = effect.filter(|_| taint.on) {
-        d.add_taints.push(Taint {
-            key: key.clone(),
-            value: "true".into(),
-            effect: effect.into(),
-        });
+        d.add_taints.push(Taint { key: key.clone(), value: "true".into(), effect: effect.into() });
     }
     d.remove_taints.push(key);
 }
@@ -224,11 +211,7 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
 /// (the GPU and TPU failure taints).
 pub(crate) fn failure_taint(d: &mut NodeDesired, key: String, on: bool) {
     if on {
-        d.add_taints.push(Taint {
-            key,
-            value: "true".into(),
-            effect: "NoSchedule".into(),
-        });
+        d.add_taints.push(Taint { key, value: "true".into(), effect: "NoSchedule".into() });
     } else {
         d.remove_taints.push(key);
     }
@@ -242,10 +225,7 @@ mod tests {
     fn named(list: &[(&str, &str, bool)]) -> SlowNamed {
         list.iter()
             .map(|(g, l, strong)| {
-                let n = Named {
-                    line: l.to_string(),
-                    strong: *strong,
-                };
+                let n = Named { line: l.to_string(), strong: *strong };
                 (g.to_string(), n)
             })
             .collect()
@@ -253,20 +233,13 @@ mod tests {
 
     fn slow_of(enabled: bool, taint: SlowTaint, n: &SlowNamed, now: SlowTaintNow) -> NodeDesired {
         let k = KubernetesConfig::default();
-        let pace = PaceConfig {
-            enabled,
-            taint,
-            ..PaceConfig::default()
-        };
+        let pace = PaceConfig { enabled, taint, ..PaceConfig::default() };
         let mut d = NodeDesired::default();
         slow_desired(&k, &pace, n, now, &mut d);
         d
     }
 
-    const ON: SlowTaintNow = SlowTaintNow {
-        on: true,
-        evict: true,
-    };
+    const ON: SlowTaintNow = SlowTaintNow { on: true, evict: true };
 
     #[test]
     fn a_slow_gang_naming_the_node_sets_vigil_slow_and_only_opted_in_its_taint() {
@@ -286,10 +259,7 @@ mod tests {
         let d = slow_of(true, SlowTaint::NoSchedule, &one, ON);
         assert_eq!(d.add_taints.len(), 1);
         assert_eq!(
-            (
-                d.add_taints[0].key.as_str(),
-                d.add_taints[0].effect.as_str()
-            ),
+            (d.add_taints[0].key.as_str(), d.add_taints[0].effect.as_str()),
             (key.as_str(), "NoSchedule")
         );
         // Listed for removal too: a taint of another effect (the config changed) goes.
@@ -318,10 +288,7 @@ mod tests {
         assert_eq!(d.add_taints[0].effect, "NoExecute");
         // Weak evidence (one signal): placement avoids the node, nothing is evicted.
         let weak = named(&[("ml/c", "its node shows host CPU pressure 31 %", false)]);
-        let now = SlowTaintNow {
-            on: true,
-            evict: false,
-        };
+        let now = SlowTaintNow { on: true, evict: false };
         let d = slow_of(true, SlowTaint::NoExecute, &weak, now);
         assert_eq!(d.add_taints[0].effect, "NoSchedule");
         // Not on (the hold over, or observe mode): no taint.

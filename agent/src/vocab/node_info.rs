@@ -139,9 +139,7 @@ pub struct NodeInfo {
 impl NodeInfo {
     /// The accelerator type: the GPU's, else the TPU's.
     pub(crate) fn accelerator(&self) -> Option<&str> {
-        self.gpu_accelerator
-            .as_deref()
-            .or(self.tpu_accelerator.as_deref())
+        self.gpu_accelerator.as_deref().or(self.tpu_accelerator.as_deref())
     }
 }
 

@@ -100,15 +100,9 @@ pub fn stands_down(
 
 /// Taints that say the node is being removed, and what each means.
 pub(crate) const GOING_AWAY_TAINTS: [(&str, &str); 3] = [
-    (
-        "ToBeDeletedByClusterAutoscaler",
-        "the cluster autoscaler is removing it",
-    ),
+    ("ToBeDeletedByClusterAutoscaler", "the cluster autoscaler is removing it"),
     ("karpenter.sh/disrupted", "Karpenter is removing it"),
-    (
-        "node.kubernetes.io/out-of-service",
-        "it was marked out of service",
-    ),
+    ("node.kubernetes.io/out-of-service", "it was marked out of service"),
 ];
 
 /// The taint the node lifecycle controller sets on a cordoned Node (`spec.unschedulable`):
@@ -172,20 +166,11 @@ mod tests {
         info.taints = vec![taint("vigil.dev/termination-imminent")];
         assert_eq!(being_drained(Some(&info)), None, "Vigil's own taint");
         info.taints.push(taint(CORDON_TAINT));
-        assert!(being_drained(Some(&info))
-            .unwrap()
-            .starts_with("the node is cordoned"));
-        let mut away = NodeInfo {
-            deleting: true,
-            ..NodeInfo::default()
-        };
-        assert!(being_drained(Some(&away))
-            .unwrap()
-            .contains("being deleted"));
+        assert!(being_drained(Some(&info)).unwrap().starts_with("the node is cordoned"));
+        let mut away = NodeInfo { deleting: true, ..NodeInfo::default() };
+        assert!(being_drained(Some(&away)).unwrap().contains("being deleted"));
         away.deleting = false;
         away.taints = vec![taint("ToBeDeletedByClusterAutoscaler")];
-        assert!(being_drained(Some(&away))
-            .unwrap()
-            .contains("cluster autoscaler"));
+        assert!(being_drained(Some(&away)).unwrap().contains("cluster autoscaler"));
     }
 }

@@ -194,11 +194,7 @@ pub enum Remediation {
     /// awaited after it. `kill`: the pod is failed by SIGKILL (a Job's pod); else the worker is
     /// stopped as usual. `whole`: what restarts (`jobset:<ns>/<name>`,
     /// `lws:<ns>/<name>/<group>`): a gang's members must all name the same.
-    OneForAll {
-        kill: bool,
-        how: String,
-        whole: String,
-    },
+    OneForAll { kill: bool, how: String, whole: String },
     /// No stop restarts it without failing the job, or what a stop would do is unknown: Vigil
     /// does not act (and says why).
     Refuse(String),
@@ -224,10 +220,7 @@ impl Remediation {
     /// The whole pod is failed (every container stopped), not only the worker's: a `Never`
     /// pod fails only once all its containers have ended.
     pub fn fails_pod(&self) -> bool {
-        matches!(
-            self,
-            Remediation::Replace { .. } | Remediation::OneForAll { kill: true, .. }
-        )
+        matches!(self, Remediation::Replace { .. } | Remediation::OneForAll { kill: true, .. })
     }
 
     /// What the trail and the pages say of it.
@@ -351,10 +344,7 @@ fn in_place(w: &Workload) -> Remediation {
 /// failing: a restart rule on exit 137, or its own `Always`/`OnFailure` in a `Never` pod.
 fn in_place_uncounted(w: &Workload) -> Option<String> {
     if let Some(rule) = restart_rule(w) {
-        return Some(format!(
-            "has the restart rule {} on exit code {KILLED_EXIT}",
-            rule.action
-        ));
+        return Some(format!("has the restart rule {} on exit code {KILLED_EXIT}", rule.action));
     }
     match (w.policy, w.container_policy) {
         (RestartPolicy::Never, Some(own @ (RestartPolicy::Always | RestartPolicy::OnFailure))) => {
@@ -369,11 +359,7 @@ fn in_place_uncounted(w: &Workload) -> Option<String> {
 fn restart_rule(w: &Workload) -> Option<&RestartRule> {
     w.rules
         .iter()
-        .find(|r| {
-            r.exit_codes
-                .as_ref()
-                .is_some_and(|e| e.matches(KILLED_EXIT))
-        })
+        .find(|r| r.exit_codes.as_ref().is_some_and(|e| e.matches(KILLED_EXIT)))
         .filter(|r| matches!(r.action.as_str(), "Restart" | "RestartAllContainers"))
 }
 
@@ -474,10 +460,7 @@ fn within_limit(w: &Workload, job: &JobFacts, stops: Stops) -> Option<Remediatio
             how: format!("pod {} (OnFailure) is restarted in place, {counted}", w.pod),
         },
         _ => Remediation::Replace {
-            how: format!(
-                "pod {} (Never) is failed and replaced by its Job, {counted}",
-                w.pod
-            ),
+            how: format!("pod {} (Never) is failed and replaced by its Job, {counted}", w.pod),
         },
     })
 }

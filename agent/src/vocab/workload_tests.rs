@@ -41,10 +41,7 @@ fn rule(action: &str, reasons: &[&str], targets: &[&str]) -> FailureRule {
 }
 
 fn codes(within: bool, values: &[i32]) -> ExitCodes {
-    ExitCodes {
-        within,
-        values: values.to_vec(),
-    }
+    ExitCodes { within, values: values.to_vec() }
 }
 
 /// The common JobSet shape: Never pods, `backoffLimit: 0`, a failure policy with restarts left.
@@ -74,19 +71,11 @@ fn plain_pods_are_restarted_in_place_and_never_pods_refused() {
     assert_eq!(kind(&rem(&pod(RestartPolicy::OnFailure))), "in-place-kill");
     let mut own = pod(RestartPolicy::Always);
     own.container_policy = Some(RestartPolicy::OnFailure);
-    assert_eq!(
-        kind(&rem(&own)),
-        "in-place-kill",
-        "the container's own policy"
-    );
+    assert_eq!(kind(&rem(&own)), "in-place-kill", "the container's own policy");
     assert_eq!(kind(&rem(&pod(RestartPolicy::Always))), "in-place");
     own.policy = RestartPolicy::OnFailure;
     own.container_policy = Some(RestartPolicy::Always);
-    assert_eq!(
-        kind(&rem(&own)),
-        "in-place",
-        "Always of its own in an OnFailure pod"
-    );
+    assert_eq!(kind(&rem(&own)), "in-place", "Always of its own in an OnFailure pod");
     let r = rem(&pod(RestartPolicy::Never));
     assert_eq!(kind(&r), "refuse");
     assert!(r.how().contains("restartPolicy Never"), "{}", r.how());
@@ -96,11 +85,7 @@ fn plain_pods_are_restarted_in_place_and_never_pods_refused() {
 fn the_common_jobset_shape_fails_one_member_and_the_jobset_restarts() {
     let r = rem(&jobset_never(Some(3), 1));
     assert_eq!(kind(&r), "one-for-all-kill", "{}", r.how());
-    assert!(
-        r.how().contains("restart 2 of maxRestarts 3"),
-        "{}",
-        r.how()
-    );
+    assert!(r.how().contains("restart 2 of maxRestarts 3"), "{}", r.how());
     assert!(r.kills() && r.fails_pod() && !r.restarted_in_place());
 }
 
@@ -108,11 +93,7 @@ fn the_common_jobset_shape_fails_one_member_and_the_jobset_restarts() {
 fn a_jobset_whose_restarts_are_spent_or_that_has_no_policy_is_refused() {
     let spent = rem(&jobset_never(Some(3), 3));
     assert_eq!(kind(&spent), "refuse");
-    assert!(
-        spent.how().contains("spent (3 of maxRestarts 3)"),
-        "{}",
-        spent.how()
-    );
+    assert!(spent.how().contains("spent (3 of maxRestarts 3)"), "{}", spent.how());
     let none = rem(&jobset_never(None, 0));
     assert_eq!(kind(&none), "refuse");
     assert!(none.how().contains("no failurePolicy"), "{}", none.how());
@@ -128,11 +109,7 @@ fn the_jobsets_rules_are_read_in_order_first_match_wins() {
     // FailJobSet on BackoffLimitExceeded: refused, named.
     let r = with(vec![rule("FailJobSet", &["BackoffLimitExceeded"], &[])], 0);
     assert_eq!(kind(&r), "refuse");
-    assert!(
-        r.how().contains("answers FailJobSet (rule r)"),
-        "{}",
-        r.how()
-    );
+    assert!(r.how().contains("answers FailJobSet (rule r)"), "{}", r.how());
     // A rule about another replicated job or reason does not match: the default restart.
     let r = with(
         vec![
@@ -150,12 +127,7 @@ fn the_jobsets_rules_are_read_in_order_first_match_wins() {
         ],
         2,
     );
-    assert_eq!(
-        kind(&r),
-        "one-for-all-kill",
-        "ignores maxRestarts: {}",
-        r.how()
-    );
+    assert_eq!(kind(&r), "one-for-all-kill", "ignores maxRestarts: {}", r.how());
     // RestartJobSet counts against maxRestarts.
     let r = with(vec![rule("RestartJobSet", &[], &[])], 2);
     assert_eq!(kind(&r), "refuse");
@@ -188,10 +160,7 @@ fn a_pod_failure_policy_changes_what_a_kill_does() {
         assert!(other.how().contains("container loader"), "{}", other.how());
     }
     // One about another container that a kill cannot match: as if absent, counted.
-    assert_eq!(
-        kind(&with("FailJob", Some("loader"), codes(true, &[1]))),
-        "replace"
-    );
+    assert_eq!(kind(&with("FailJob", Some("loader"), codes(true, &[1]))), "replace");
     // A FailJob reason goes to the JobSet even where every pod would fit in the limit.
     let mut w = jobset_never(Some(3), 0);
     w.job.as_mut().unwrap().backoff_limit = 4;
@@ -202,14 +171,8 @@ fn a_pod_failure_policy_changes_what_a_kill_does() {
     }];
     assert_eq!(kind(&rem(&w)), "one-for-all-kill", "{}", rem(&w).how());
     // Codes that exclude 137 do not match: counted.
-    assert_eq!(
-        kind(&with("FailJob", None, codes(false, &[137]))),
-        "replace"
-    );
-    assert_eq!(
-        kind(&with("FailJob", None, codes(false, &[1]))),
-        "one-for-all-kill"
-    );
+    assert_eq!(kind(&with("FailJob", None, codes(false, &[137]))), "replace");
+    assert_eq!(kind(&with("FailJob", None, codes(false, &[1]))), "one-for-all-kill");
 }
 
 #[test]
@@ -241,10 +204,7 @@ fn a_jobs_backoff_limit_is_never_spent_unseen() {
     });
     assert_eq!(kind(&r), "one-for-all-kill", "{}", r.how());
     // Never pods of a Job with room: each one failed and replaced by the Job.
-    let r = rem(&Workload {
-        job: Some(job(8, 0, 4)),
-        ..pod(RestartPolicy::Never)
-    });
+    let r = rem(&Workload { job: Some(job(8, 0, 4)), ..pod(RestartPolicy::Never) });
     assert_eq!(kind(&r), "replace", "{}", r.how());
     assert!(r.fails_pod() && !r.restarted_in_place());
 }
@@ -275,33 +235,21 @@ fn a_containers_own_restart_policy_restarts_it_in_a_never_pod() {
 fn restart_rules_restart_in_place_when_they_match_a_kill() {
     let with = |action: &str, exit: ExitCodes| {
         let mut w = jobset_never(None, 0);
-        w.rules = vec![RestartRule {
-            action: action.into(),
-            exit_codes: Some(exit),
-        }];
+        w.rules = vec![RestartRule { action: action.into(), exit_codes: Some(exit) }];
         rem(&w)
     };
     let r = with("Restart", codes(true, &[137, 143]));
     assert_eq!(kind(&r), "in-place-kill", "{}", r.how());
     assert!(!r.fails_pod() && r.restarted_in_place());
-    assert_eq!(
-        kind(&with("RestartAllContainers", codes(false, &[0]))),
-        "in-place-kill"
-    );
+    assert_eq!(kind(&with("RestartAllContainers", codes(false, &[0]))), "in-place-kill");
     // A rule that does not match 137 is not a restart: the Job's path decides (refused here:
     // no failure policy).
     assert_eq!(kind(&with("Restart", codes(true, &[42]))), "refuse");
     // The first rule whose codes match decides: a rule that is no restart shadows a later one.
     let mut w = jobset_never(None, 0);
     w.rules = vec![
-        RestartRule {
-            action: "Stop".into(),
-            exit_codes: Some(codes(true, &[137])),
-        },
-        RestartRule {
-            action: "Restart".into(),
-            exit_codes: Some(codes(true, &[137])),
-        },
+        RestartRule { action: "Stop".into(), exit_codes: Some(codes(true, &[137])) },
+        RestartRule { action: "Restart".into(), exit_codes: Some(codes(true, &[137])) },
     ];
     assert_eq!(kind(&rem(&w)), "refuse");
 }
@@ -309,11 +257,7 @@ fn restart_rules_restart_in_place_when_they_match_a_kill() {
 #[test]
 fn a_leaderworkerset_that_recreates_its_group_restarts_one_member() {
     let w = Workload {
-        lws: Some(LwsFacts {
-            name: "ml/serve".into(),
-            group: "0".into(),
-            recreate_group: true,
-        }),
+        lws: Some(LwsFacts { name: "ml/serve".into(), group: "0".into(), recreate_group: true }),
         ..pod(RestartPolicy::Always)
     };
     let r = rem(&w);
@@ -390,10 +334,7 @@ fn across_every_bare_pod_an_on_failure_container_is_killed() {
     use RestartPolicy::*;
     for policy in [Always, OnFailure, Never] {
         for own in [None, Some(Always), Some(OnFailure), Some(Never)] {
-            let w = Workload {
-                container_policy: own,
-                ..pod(policy)
-            };
+            let w = Workload { container_policy: own, ..pod(policy) };
             let r = rem(&w);
             let effective = own.unwrap_or(policy);
             if effective == OnFailure && r.restarted_in_place() {
@@ -414,10 +355,7 @@ fn across_every_bare_pod_an_on_failure_container_is_killed() {
 /// already raised the count).
 #[test]
 fn a_member_carrying_out_a_decision_needs_room_for_itself_only() {
-    let w = |retries| Workload {
-        job: Some(job(4, retries, 4)),
-        ..pod(RestartPolicy::Never)
-    };
+    let w = |retries| Workload { job: Some(job(4, retries, 4)), ..pod(RestartPolicy::Never) };
     assert_eq!(kind(&remediation(&w(0), Stops::EveryPod)), "replace");
     assert_eq!(kind(&remediation(&w(1), Stops::EveryPod)), "refuse");
     for stopped in 0..4 {
@@ -441,10 +379,7 @@ fn an_owner_the_api_does_not_have_or_a_rule_on_the_message_is_unknown_and_refuse
     on_message.on_message = true;
     w.jobset.as_mut().unwrap().rules = vec![on_message];
     let r = rem(&w);
-    assert!(
-        matches!(&r, Remediation::Refuse(why) if why.contains("message")),
-        "{r:?}"
-    );
+    assert!(matches!(&r, Remediation::Refuse(why) if why.contains("message")), "{r:?}");
 }
 
 /// A restart rule (or the container's own policy) restarts in place uncounted only where no
@@ -460,17 +395,9 @@ fn a_restart_rule_under_an_on_failure_job_is_still_counted() {
         ..pod(RestartPolicy::OnFailure)
     };
     let r = rem(&w);
-    assert_eq!(
-        kind(&r),
-        "refuse",
-        "0 + 1 reaches backoffLimit 1: {}",
-        r.how()
-    );
+    assert_eq!(kind(&r), "refuse", "0 + 1 reaches backoffLimit 1: {}", r.how());
     // A container that will not be restarted in a pod that would be: a stop ends it.
-    let w = Workload {
-        container_policy: Some(RestartPolicy::Never),
-        ..pod(RestartPolicy::Always)
-    };
+    let w = Workload { container_policy: Some(RestartPolicy::Never), ..pod(RestartPolicy::Always) };
     let r = rem(&w);
     assert!(
         matches!(&r, Remediation::Refuse(why) if why.contains("restartPolicy Never of its own")),

@@ -112,30 +112,21 @@ fn checked_numbers(
             crate::hang::model::bounded(g, 64)
         )));
     }
-    if let Some(n) = parsed
-        .gang_size
-        .as_deref()
-        .filter(|n| parse_gang_size(n).is_none())
-    {
+    if let Some(n) = parsed.gang_size.as_deref().filter(|n| parse_gang_size(n).is_none()) {
         return Err(bad(format!(
             "gang_size must be a whole number from 1 to {MAX_GANG}; got {:?}",
             crate::hang::model::bounded(n, 64)
         )));
     }
-    if let Some(n) = parsed
-        .checkpoint_step
-        .as_deref()
-        .filter(|n| n.trim().parse::<u64>().is_err())
+    if let Some(n) = parsed.checkpoint_step.as_deref().filter(|n| n.trim().parse::<u64>().is_err())
     {
         return Err(bad(format!(
             "checkpoint_step must be a whole number (a step); got {:?}",
             crate::hang::model::bounded(n, 64)
         )));
     }
-    if let Some(n) = parsed
-        .compute_ms
-        .as_deref()
-        .filter(|n| crate::hang::model::parse_compute(n).is_none())
+    if let Some(n) =
+        parsed.compute_ms.as_deref().filter(|n| crate::hang::model::parse_compute(n).is_none())
     {
         return Err(bad(format!(
             "compute_ms must be whole milliseconds, at most a day; got {:?}",
@@ -154,9 +145,7 @@ fn number(v: Option<&str>, key: &str, min: u32) -> Result<Option<u32>, (StatusCo
     let Some(v) = v else { return Ok(None) };
     match v.trim().parse::<u32>() {
         Ok(n) if n >= min && n <= MAX_RANKS => Ok(Some(n)),
-        _ => Err(bad(format!(
-            "{key} must be a whole number from {min} to {MAX_RANKS}; got {v:?}"
-        ))),
+        _ => Err(bad(format!("{key} must be a whole number from {min} to {MAX_RANKS}; got {v:?}"))),
     }
 }
 
@@ -170,16 +159,8 @@ mod tests {
             br#"{"state":"processing","gang":"ml/run-1/0","gang_size":"64","rank":"1","ranks":"2"}"#,
         )
         .expect("a valid gang");
-        for (k, v) in [
-            ("gang", "ml/run-1/0"),
-            ("gang_size", "64"),
-            ("state@1", "processing"),
-        ] {
-            assert!(
-                w.fields.contains(&(k.to_string(), v.to_string())),
-                "{k}: {:?}",
-                w.fields
-            );
+        for (k, v) in [("gang", "ml/run-1/0"), ("gang_size", "64"), ("state@1", "processing")] {
+            assert!(w.fields.contains(&(k.to_string(), v.to_string())), "{k}: {:?}", w.fields);
         }
         for body in [
             &br#"{"gang":"a:b"}"#[..],
@@ -199,19 +180,11 @@ mod tests {
     fn a_checkpoint_step_is_a_whole_number_of_the_container() {
         let w =
             status_fields(br#"{"checkpoint_step":"41200","rank":"0","ranks":"2"}"#).expect("valid");
-        assert!(w
-            .fields
-            .contains(&("checkpoint_step".to_string(), "41200".to_string())));
-        for body in [
-            &br#"{"checkpoint_step":"-1"}"#[..],
-            br#"{"checkpoint_step":"step-7"}"#,
-        ] {
+        assert!(w.fields.contains(&("checkpoint_step".to_string(), "41200".to_string())));
+        for body in [&br#"{"checkpoint_step":"-1"}"#[..], br#"{"checkpoint_step":"step-7"}"#] {
             let (code, why) = status_fields(body).expect_err("refused");
             assert_eq!(code, axum::http::StatusCode::BAD_REQUEST);
-            assert!(
-                why.starts_with("checkpoint_step must be a whole number"),
-                "{why}"
-            );
+            assert!(why.starts_with("checkpoint_step must be a whole number"), "{why}");
         }
     }
 }

@@ -107,10 +107,7 @@ impl WorkerApiState {
 
 pub(crate) fn router(state: WorkerApiState) -> Router {
     Router::new()
-        .route(
-            "/v1/workers/{id}/status",
-            put(put_status).post(put_status).get(get_status),
-        )
+        .route("/v1/workers/{id}/status", put(put_status).post(put_status).get(get_status))
         .with_state(state)
 }
 
@@ -131,23 +128,13 @@ impl Answer {
         Answer(StatusCode::OK, label, text, None)
     }
     fn unauthenticated(why: impl Into<String>) -> Answer {
-        Answer(
-            StatusCode::UNAUTHORIZED,
-            "unauthenticated",
-            why.into(),
-            None,
-        )
+        Answer(StatusCode::UNAUTHORIZED, "unauthenticated", why.into(), None)
     }
     fn forbidden(why: impl Into<String>) -> Answer {
         Answer(StatusCode::FORBIDDEN, "forbidden", why.into(), None)
     }
     fn unavailable(why: impl Into<String>) -> Answer {
-        Answer(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            why.into(),
-            Some(5),
-        )
+        Answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why.into(), Some(5))
     }
     fn invalid(code: StatusCode, why: impl Into<String>) -> Answer {
         Answer(code, "invalid", why.into(), None)
@@ -165,12 +152,9 @@ impl Answer {
         let Answer(code, _, text, retry) = self;
         let body = format!("{}\n", text.trim_end());
         match (code, retry) {
-            (StatusCode::UNAUTHORIZED, _) => (
-                code,
-                [(header::WWW_AUTHENTICATE, "Bearer realm=\"vigil\"")],
-                body,
-            )
-                .into_response(),
+            (StatusCode::UNAUTHORIZED, _) => {
+                (code, [(header::WWW_AUTHENTICATE, "Bearer realm=\"vigil\"")], body).into_response()
+            }
             (_, Some(secs)) => {
                 (code, [(header::RETRY_AFTER, secs.to_string())], body).into_response()
             }
@@ -254,16 +238,10 @@ async fn write(
         .await
         .map_err(|e| Answer::unavailable(e.to_string()))?;
     // NB: best effort: the beat is stored; a failed read only leaves the request for the next.
-    let record = s
-        .coord
-        .hgetall(&s.keys.status(id))
-        .await
-        .unwrap_or_default();
+    let record = s.coord.hgetall(&s.keys.status(id)).await.unwrap_or_default();
     let mut answer = pending_checkpoint(&record, write.rank);
     answer.insert("heartbeat_ms".into(), serde_json::Value::from(now));
-    let mut warnings: Vec<String> = grace_warning(&write.fields, s.max_grace)
-        .into_iter()
-        .collect();
+    let mut warnings: Vec<String> = grace_warning(&write.fields, s.max_grace).into_iter().collect();
     if let Some(m) = membership {
         if let Some(g) = &m.gang {
             answer.insert("gang".into(), serde_json::Value::from(g.id.clone()));
@@ -288,10 +266,8 @@ async fn read(
         .hgetall(&s.keys.status(id))
         .await
         .map_err(|e| Answer::unavailable(e.to_string()))?;
-    let fields: serde_json::Map<String, serde_json::Value> = record
-        .into_iter()
-        .map(|(k, v)| (k, serde_json::Value::String(v)))
-        .collect();
+    let fields: serde_json::Map<String, serde_json::Value> =
+        record.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect();
     Ok(serde_json::Value::Object(fields).to_string())
 }
 
@@ -330,12 +306,9 @@ fn pending_checkpoint(
     if record.get(&rank_field("checkpoint_ack", rank)) == Some(request) {
         return out;
     }
-    for key in [
-        "checkpoint_request",
-        "checkpoint_reason",
-        "checkpoint_requested_at",
-        "checkpoint_drill",
-    ] {
+    for key in
+        ["checkpoint_request", "checkpoint_reason", "checkpoint_requested_at", "checkpoint_drill"]
+    {
         if let Some(v) = record.get(key).filter(|v| !v.is_empty()) {
             out.insert(key.into(), serde_json::Value::String(v.clone()));
         }
@@ -383,14 +356,12 @@ async fn ask_runtime<T>(
 /// A unix-socket peer whose cgroup is named after `c` is in `c` only when its cgroups are those
 /// of the runtime's init process for `c`, or below them (`crate::worker_api::peer::within`).
 async fn prove_container(s: &WorkerApiState, cgroup: &str, c: &Container) -> Result<(), Answer> {
-    let pid = ask_runtime(s.directory.init_pid(&c.id))
-        .await?
-        .ok_or_else(|| {
-            Answer::unavailable(format!(
-                "the container runtime names no process for {}: cannot prove the caller is in it",
-                c.display()
-            ))
-        })?;
+    let pid = ask_runtime(s.directory.init_pid(&c.id)).await?.ok_or_else(|| {
+        Answer::unavailable(format!(
+            "the container runtime names no process for {}: cannot prove the caller is in it",
+            c.display()
+        ))
+    })?;
     let init = s
         .procfs
         .cgroup_of_pid(pid)
@@ -414,10 +385,7 @@ async fn authenticate(
     match peer {
         Peer::Unix { pid, cgroup } => match cgroup {
             Ok(cgroup) => Ok(match container_of(cgroup) {
-                Some(id) => Caller::Container {
-                    id,
-                    cgroup: cgroup.clone(),
-                },
+                Some(id) => Caller::Container { id, cgroup: cgroup.clone() },
                 None => Caller::HostProcess { pid: *pid },
             }),
             Err(why) => Err(Answer::unauthenticated(format!(
@@ -427,9 +395,9 @@ async fn authenticate(
         Peer::Tcp(addr) => match s.tcp_auth {
             // NB: config validation refuses `none` off loopback; this holds if it ever did not.
             WorkerAuth::None if addr.ip().is_loopback() => Ok(Caller::Loopback),
-            WorkerAuth::None => Err(Answer::unauthenticated(
-                "unauthenticated writes are served on loopback only",
-            )),
+            WorkerAuth::None => {
+                Err(Answer::unauthenticated("unauthenticated writes are served on loopback only"))
+            }
             WorkerAuth::Kubernetes => review(s, addr.ip(), headers).await,
         },
     }
@@ -467,24 +435,14 @@ async fn review(
         Standing::Known(known) => (Ok(known), false),
         Standing::Vouched => (reviewer.review(token).await, false),
         Standing::Stranger => {
-            budget(s)
-                .charge(from, tokio::time::Instant::now())
-                .map_err(Answer::throttled)?;
+            budget(s).charge(from, tokio::time::Instant::now()).map_err(Answer::throttled)?;
             (reviewer.review(token).await, true)
         }
     };
     let caller = match reviewed {
-        Ok(Reviewed::Pod {
-            namespace,
-            name,
-            uid,
-            node,
-        }) => Caller::Pod {
-            namespace,
-            name,
-            uid,
-            node,
-        },
+        Ok(Reviewed::Pod { namespace, name, uid, node }) => {
+            Caller::Pod { namespace, name, uid, node }
+        }
         Ok(Reviewed::Refused(why)) => return Err(Answer::unauthenticated(why)),
         Ok(Reviewed::NotAPod(why)) => return Err(Answer::forbidden(why)),
         Err(e) => return Err(Answer::unavailable(e.to_string())),

@@ -40,17 +40,13 @@ fn hierarchies(cgroup: &str) -> impl Iterator<Item = (&str, &str)> {
 pub(crate) fn within(peer: &str, init: &str, id: &str) -> bool {
     let mut named = false;
     for (hierarchy, path) in hierarchies(init) {
-        named |= path
-            .rsplit('/')
-            .any(|c| container_id_in(c).is_some_and(|c| c == id));
+        named |= path.rsplit('/').any(|c| container_id_in(c).is_some_and(|c| c == id));
         let Some((_, theirs)) = hierarchies(peer).find(|(h, _)| *h == hierarchy) else {
             return false;
         };
         let below = theirs == path
             || path == "/"
-            || theirs
-                .strip_prefix(path)
-                .is_some_and(|rest| rest.starts_with('/'));
+            || theirs.strip_prefix(path).is_some_and(|rest| rest.starts_with('/'));
         if !below {
             return false;
         }
@@ -65,11 +61,7 @@ fn container_id_in(component: &str) -> Option<String> {
     }
     let bytes = component.as_bytes();
     let mut start = None;
-    for (i, b) in bytes
-        .iter()
-        .enumerate()
-        .chain(std::iter::once((bytes.len(), &b'/')))
-    {
+    for (i, b) in bytes.iter().enumerate().chain(std::iter::once((bytes.len(), &b'/'))) {
         let hex = b.is_ascii_digit() || (b'a'..=b'f').contains(b);
         match (hex, start) {
             (true, None) => start = Some(i),
@@ -143,18 +135,8 @@ mod tests {
         let init_v2 = v2(&format!("/system.slice/docker-{ID}.scope"));
         let init_v1 = v1(&format!("/docker/{ID}"));
         let cases: &[(String, &String, bool, &str)] = &[
-            (
-                init_v2.clone(),
-                &init_v2,
-                true,
-                "the container's own cgroup",
-            ),
-            (
-                v2(&format!("/system.slice/docker-{ID}.scope/sub")),
-                &init_v2,
-                true,
-                "a child of it",
-            ),
+            (init_v2.clone(), &init_v2, true, "the container's own cgroup"),
+            (v2(&format!("/system.slice/docker-{ID}.scope/sub")), &init_v2, true, "a child of it"),
             (
                 v2(&format!("/user.slice/user-1000.slice/docker-{ID}.scope")),
                 &init_v2,
@@ -174,12 +156,7 @@ mod tests {
                 "a sibling whose name starts the same",
             ),
             (v2("/"), &init_v2, false, "the root"),
-            (
-                init_v1.clone(),
-                &init_v1,
-                true,
-                "v1: every hierarchy the container's",
-            ),
+            (init_v1.clone(), &init_v1, true, "v1: every hierarchy the container's"),
             (
                 format!(
                     "9:name=systemd:/user.slice/docker-{ID}.scope\n8:pids:/\n4:memory:/\n0::/\n"

@@ -40,9 +40,7 @@ impl Caller {
     pub(crate) fn describe(&self) -> String {
         match self {
             Caller::Loopback => "a loopback client".into(),
-            Caller::Pod {
-                namespace, name, ..
-            } => format!("pod {namespace}/{name}"),
+            Caller::Pod { namespace, name, .. } => format!("pod {namespace}/{name}"),
             Caller::Container { id, .. } => format!("container {}", short(id)),
             Caller::HostProcess { pid } => format!("host process {pid} (in no container)"),
         }
@@ -57,12 +55,7 @@ pub(crate) struct Refusal(pub String);
 /// replayed token costs this node no listing.
 pub(crate) fn token_node(caller: &Caller, node: &str) -> Result<(), Refusal> {
     match caller {
-        Caller::Pod {
-            namespace,
-            name,
-            node: Some(n),
-            ..
-        } if n != node => Err(Refusal(format!(
+        Caller::Pod { namespace, name, node: Some(n), .. } if n != node => Err(Refusal(format!(
             "the token of pod {namespace}/{name} was issued on node {n}, not on {node}"
         ))),
         _ => Ok(()),
@@ -84,11 +77,8 @@ pub(crate) fn authorize<'a>(
     containers: &'a [Container],
 ) -> Result<Option<&'a Container>, Refusal> {
     let carriers: Vec<&Container> = containers.iter().filter(|c| c.worker == worker).collect();
-    let live: Vec<&Container> = carriers
-        .iter()
-        .copied()
-        .filter(|c| c.running || c.paused)
-        .collect();
+    let live: Vec<&Container> =
+        carriers.iter().copied().filter(|c| c.running || c.paused).collect();
     match caller {
         Caller::Loopback => return Ok(None),
         Caller::HostProcess { .. } => {
@@ -116,18 +106,12 @@ pub(crate) fn authorize<'a>(
     let own = carriers.iter().copied().find(|c| is_caller(c, caller));
     own.map(Some).ok_or_else(|| {
         let who = match caller {
-            Caller::Pod {
-                namespace,
-                name,
-                uid,
-                ..
-            } => format!("pod {namespace}/{name} (uid {uid})"),
+            Caller::Pod { namespace, name, uid, .. } => {
+                format!("pod {namespace}/{name} (uid {uid})")
+            }
             _ => caller.describe(),
         };
-        Refusal(format!(
-            "worker {worker} is {}, not {who}",
-            names(&carriers)
-        ))
+        Refusal(format!("worker {worker} is {}, not {who}", names(&carriers)))
     })
 }
 
@@ -135,12 +119,7 @@ pub(crate) fn authorize<'a>(
 /// container id.
 fn is_caller(c: &Container, caller: &Caller) -> bool {
     match caller {
-        Caller::Pod {
-            namespace,
-            name,
-            uid,
-            ..
-        } => c
+        Caller::Pod { namespace, name, uid, .. } => c
             .pod_identity()
             .is_some_and(|p| p.uid == *uid && p.namespace == *namespace && p.name == *name),
         Caller::Container { id, .. } => same_container(&c.id, id),
@@ -206,10 +185,7 @@ mod tests {
             pod_container(B, "trainer-1", "ml", "trainer-1", "uid-1"),
         ];
         let me = pod("ml", "trainer-0", "uid-0", Some("gpu-7"));
-        assert_eq!(
-            authorize(&me, "trainer-0", "gpu-7", &listed),
-            Ok(Some(&listed[0]))
-        );
+        assert_eq!(authorize(&me, "trainer-0", "gpu-7", &listed), Ok(Some(&listed[0])));
         // Someone else's worker, a worker that is not here, a token from another node.
         let other = authorize(&me, "trainer-1", "gpu-7", &listed).unwrap_err();
         assert!(other.0.contains("ml/trainer-1/main"), "{other:?}");
@@ -217,28 +193,13 @@ mod tests {
         let elsewhere = pod("ml", "trainer-0", "uid-0", Some("gpu-8"));
         assert!(authorize(&elsewhere, "trainer-0", "gpu-7", &listed).is_err());
         // A pod of the same name from before (another uid) or in another namespace is not it.
-        assert!(authorize(
-            &pod("ml", "trainer-0", "uid-old", None),
-            "trainer-0",
-            "gpu-7",
-            &listed
-        )
-        .is_err());
-        assert!(authorize(
-            &pod("dev", "trainer-0", "uid-0", None),
-            "trainer-0",
-            "gpu-7",
-            &listed
-        )
-        .is_err());
+        assert!(authorize(&pod("ml", "trainer-0", "uid-old", None), "trainer-0", "gpu-7", &listed)
+            .is_err());
+        assert!(authorize(&pod("dev", "trainer-0", "uid-0", None), "trainer-0", "gpu-7", &listed)
+            .is_err());
         // Without the node in the token, the local runtime's listing is the proof.
-        assert!(authorize(
-            &pod("ml", "trainer-0", "uid-0", None),
-            "trainer-0",
-            "gpu-7",
-            &listed
-        )
-        .is_ok());
+        assert!(authorize(&pod("ml", "trainer-0", "uid-0", None), "trainer-0", "gpu-7", &listed)
+            .is_ok());
     }
 
     #[test]
@@ -260,11 +221,8 @@ mod tests {
         assert!(authorize(&pod("ml", "w0", "u", None), "w0", "n", &listed).is_err());
         // ... but speaks for one a kubelet created for that pod (cri-dockerd's labels).
         let mut kubelets = w.clone();
-        kubelets.kube_pod = Some(PodIdentity {
-            namespace: "ml".into(),
-            name: "w0".into(),
-            uid: "u".into(),
-        });
+        kubelets.kube_pod =
+            Some(PodIdentity { namespace: "ml".into(), name: "w0".into(), uid: "u".into() });
         assert!(authorize(&pod("ml", "w0", "u", None), "w0", "n", &[kubelets.clone()]).is_ok());
         assert!(authorize(&pod("ml", "w0", "u2", None), "w0", "n", &[kubelets]).is_err());
         w.worker = "w1".into();
@@ -272,10 +230,7 @@ mod tests {
     }
 
     fn container(id: &str) -> Caller {
-        Caller::Container {
-            id: id.into(),
-            cgroup: format!("0::/docker/{id}\n"),
-        }
+        Caller::Container { id: id.into(), cgroup: format!("0::/docker/{id}\n") }
     }
 
     #[test]
@@ -294,13 +249,9 @@ mod tests {
         let both = [mine.clone(), copy.clone()];
         let refused = authorize(&me, "trainer-0", "gpu-7", &both).unwrap_err();
         assert!(refused.0.contains("ambiguous"), "{refused:?}");
-        assert!(authorize(
-            &pod("dev", "copycat", "uid-9", None),
-            "trainer-0",
-            "gpu-7",
-            &both
-        )
-        .is_err());
+        assert!(
+            authorize(&pod("dev", "copycat", "uid-9", None), "trainer-0", "gpu-7", &both).is_err()
+        );
         assert!(authorize(&container(A), "trainer-0", "gpu-7", &both).is_err());
         let mut gone = copy;
         gone.running = false;
@@ -310,10 +261,7 @@ mod tests {
     #[test]
     fn a_token_from_another_node_is_refused_before_any_listing() {
         let elsewhere = pod("ml", "trainer-0", "uid-0", Some("gpu-8"));
-        assert!(token_node(&elsewhere, "gpu-7")
-            .unwrap_err()
-            .0
-            .contains("gpu-8"));
+        assert!(token_node(&elsewhere, "gpu-7").unwrap_err().0.contains("gpu-8"));
         assert!(token_node(&pod("ml", "t", "u", Some("gpu-7")), "gpu-7").is_ok());
         assert!(token_node(&pod("ml", "t", "u", None), "gpu-7").is_ok());
         assert!(token_node(&container(A), "gpu-7").is_ok());

@@ -23,17 +23,11 @@ pub(crate) struct Rate {
 
 /// A peer's bucket: 10 reviews, then one every 2 s. A worker's first beats cost one review,
 /// answered from the cache for `worker_api.review_cache` after that.
-pub(crate) const PER_PEER: Rate = Rate {
-    burst: 10.0,
-    per_second: 0.5,
-};
+pub(crate) const PER_PEER: Rate = Rate { burst: 10.0, per_second: 0.5 };
 
 /// The node's bucket, all peers together: 64 reviews at once (every rank of a 64-GPU node
 /// starting with a fresh token), then 5 a second.
-pub(crate) const PER_NODE: Rate = Rate {
-    burst: 64.0,
-    per_second: 5.0,
-};
+pub(crate) const PER_NODE: Rate = Rate { burst: 64.0, per_second: 5.0 };
 
 /// Peers tracked at most.
 pub(crate) const MAX_PEERS: usize = 4096;
@@ -46,10 +40,7 @@ struct Bucket {
 
 impl Bucket {
     fn full(rate: Rate, now: Instant) -> Bucket {
-        Bucket {
-            tokens: rate.burst,
-            at: now,
-        }
+        Bucket { tokens: rate.burst, at: now }
     }
 
     fn refill(&mut self, rate: Rate, now: Instant) {
@@ -86,12 +77,7 @@ pub(crate) struct Throttled {
 
 impl ReviewBudget {
     pub(crate) fn new(peer_rate: Rate, node_rate: Rate) -> ReviewBudget {
-        ReviewBudget {
-            peer_rate,
-            node_rate,
-            peers: HashMap::new(),
-            node: None,
-        }
+        ReviewBudget { peer_rate, node_rate, peers: HashMap::new(), node: None }
     }
 
     /// Take one review for `peer` at `now`, or say how long to wait.
@@ -102,21 +88,12 @@ impl ReviewBudget {
         if !self.peers.contains_key(&peer) && self.peers.len() >= MAX_PEERS {
             self.forget_one(now);
         }
-        let p = self
-            .peers
-            .entry(peer)
-            .or_insert_with(|| Bucket::full(peer_rate, now));
+        let p = self.peers.entry(peer).or_insert_with(|| Bucket::full(peer_rate, now));
         p.refill(peer_rate, now);
         let verdict = if p.tokens < 1.0 {
-            Err(Throttled {
-                whose: "this address",
-                retry_after: p.wait(peer_rate),
-            })
+            Err(Throttled { whose: "this address", retry_after: p.wait(peer_rate) })
         } else if node.tokens < 1.0 {
-            Err(Throttled {
-                whose: "this node",
-                retry_after: node.wait(node_rate),
-            })
+            Err(Throttled { whose: "this node", retry_after: node.wait(node_rate) })
         } else {
             p.tokens -= 1.0;
             node.tokens -= 1.0;
@@ -181,10 +158,7 @@ mod tests {
         assert!(b.charge(ip(2), t0).is_ok());
         // 10 s later: 5 more.
         let later = t0 + Duration::from_secs(10);
-        assert_eq!(
-            (0..100).filter(|_| b.charge(ip(1), later).is_ok()).count(),
-            5
-        );
+        assert_eq!((0..100).filter(|_| b.charge(ip(1), later).is_ok()).count(), 5);
     }
 
     #[test]
@@ -213,13 +187,7 @@ mod tests {
     #[test]
     fn the_table_of_peers_is_bounded() {
         let t0 = Instant::now();
-        let mut b = ReviewBudget::new(
-            PER_PEER,
-            Rate {
-                burst: 1e9,
-                per_second: 0.0,
-            },
-        );
+        let mut b = ReviewBudget::new(PER_PEER, Rate { burst: 1e9, per_second: 0.0 });
         for i in 0..(MAX_PEERS as u32 + 500) {
             let _ = b.charge(ip(i), t0);
         }

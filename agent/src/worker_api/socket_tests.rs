@@ -38,12 +38,8 @@ async fn a_peer_in_a_cgroup_named_like_a_worker_s_container_is_refused() {
         std::fs::write(proc.join(pid.to_string()).join("cgroup"), cgroup).unwrap();
     };
     stage(INIT, &format!("0::/system.slice/docker-{ID}.scope\n"));
-    let worker = Container {
-        id: ID.into(),
-        worker: "w0".into(),
-        running: true,
-        ..Container::default()
-    };
+    let worker =
+        Container { id: ID.into(), worker: "w0".into(), running: true, ..Container::default() };
     let procfs = Procfs::at(&proc);
     let listing = || Listing(vec![worker.clone()], vec![(ID.to_string(), INIT)]);
     let cases = [
@@ -57,16 +53,8 @@ async fn a_peer_in_a_cgroup_named_like_a_worker_s_container_is_refused() {
             403,
             "a child cgroup of another container",
         ),
-        (
-            format!("0::/system.slice/docker-{ID}.scope\n"),
-            200,
-            "the container's own cgroup",
-        ),
-        (
-            format!("0::/system.slice/docker-{ID}.scope/worker\n"),
-            200,
-            "below it",
-        ),
+        (format!("0::/system.slice/docker-{ID}.scope\n"), 200, "the container's own cgroup"),
+        (format!("0::/system.slice/docker-{ID}.scope/worker\n"), 200, "below it"),
     ];
     for (i, (cgroup, code, what)) in cases.iter().enumerate() {
         stage(me, cgroup);
@@ -75,10 +63,7 @@ async fn a_peer_in_a_cgroup_named_like_a_worker_s_container_is_refused() {
         let (got, text) = beat_over_socket(&path, state, procfs.clone()).await;
         assert_eq!(got, *code, "{what}: {text}");
         if *code == 403 {
-            assert!(
-                text.contains("not where the runtime runs it"),
-                "{what}: {text}"
-            );
+            assert!(text.contains("not where the runtime runs it"), "{what}: {text}");
         }
     }
     // A runtime that names no init process: the claim cannot be proven, so it is not taken.
@@ -110,20 +95,9 @@ async fn beat_over_socket(
     procfs: Procfs,
 ) -> (u16, String) {
     let stop = CancellationToken::new();
-    let peers = UnixPeers {
-        listener: bind_unix(path).unwrap(),
-        procfs,
-    };
-    tokio::spawn(serve_router(
-        peers,
-        router(state),
-        stop.clone(),
-        crate::worker_api::LIMITS,
-    ));
-    let client = reqwest::Client::builder()
-        .unix_socket(path.to_path_buf())
-        .build()
-        .unwrap();
+    let peers = UnixPeers { listener: bind_unix(path).unwrap(), procfs };
+    tokio::spawn(serve_router(peers, router(state), stop.clone(), crate::worker_api::LIMITS));
+    let client = reqwest::Client::builder().unix_socket(path.to_path_buf()).build().unwrap();
     let r = client
         .put("http://vigil/v1/workers/w0/status")
         .body(r#"{"state":"processing"}"#)
@@ -165,10 +139,7 @@ async fn a_beat_answers_with_the_pending_checkpoint_request() {
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(answer["checkpoint_request"], "req-7", "{answer}");
     assert_eq!(answer["checkpoint_reason"], "preemption");
-    assert!(
-        answer.get("checkpoint_drill").is_none(),
-        "a notice's request: {answer}"
-    );
+    assert!(answer.get("checkpoint_drill").is_none(), "a notice's request: {answer}");
     // A drill's request says so.
     let drill = [("checkpoint_drill".to_string(), "1".to_string())];
     api.coord.hset(&key, &drill, None).await.unwrap();
@@ -190,13 +161,7 @@ async fn a_beat_answers_with_the_pending_checkpoint_request() {
     assert_eq!(get("trainer-1", "tok-0").await.unwrap().status(), 403);
     assert_eq!(get("trainer-0", "nope").await.unwrap().status(), 401);
     // Acknowledged: no longer pending.
-    let (_, text) = put(
-        &api,
-        "trainer-0",
-        Some("tok-0"),
-        r#"{"checkpoint_ack":"req-7"}"#,
-    )
-    .await;
+    let (_, text) = put(&api, "trainer-0", Some("tok-0"), r#"{"checkpoint_ack":"req-7"}"#).await;
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(answer.get("checkpoint_request").is_none(), "{answer}");
 }

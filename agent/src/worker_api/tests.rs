@@ -131,19 +131,8 @@ async fn start(auth: WorkerAuth, listed: Vec<Container>, reviews: FakeReviews) -
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
-    tokio::spawn(serve_router(
-        listener,
-        router(state),
-        stop.clone(),
-        super::LIMITS,
-    ));
-    Api {
-        url,
-        coord,
-        metrics,
-        reviews,
-        _stop: stop.drop_guard(),
-    }
+    tokio::spawn(serve_router(listener, router(state), stop.clone(), super::LIMITS));
+    Api { url, coord, metrics, reviews, _stop: stop.drop_guard() }
 }
 
 async fn put(api: &Api, worker: &str, token: Option<&str>, body: &str) -> (u16, String) {
@@ -166,10 +155,7 @@ async fn a_pod_token_writes_its_own_worker_and_nothing_else() {
     let reviews = FakeReviews {
         known: vec![
             ("tok-0".into(), pod_of("trainer-0", "uid-0")),
-            (
-                "tok-secret".into(),
-                Reviewed::NotAPod("not bound to a pod".into()),
-            ),
+            ("tok-secret".into(), Reviewed::NotAPod("not bound to a pod".into())),
         ],
         ..FakeReviews::default()
     };
@@ -178,11 +164,8 @@ async fn a_pod_token_writes_its_own_worker_and_nothing_else() {
 
     let (code, text) = put(&api, "trainer-0", Some("tok-0"), beat).await;
     assert_eq!(code, 200, "{text}");
-    let record = api
-        .coord
-        .hgetall(&Keys::new("vigil", "node-a").status("trainer-0"))
-        .await
-        .unwrap();
+    let record =
+        api.coord.hgetall(&Keys::new("vigil", "node-a").status("trainer-0")).await.unwrap();
     assert_eq!(record.get("progress").map(String::as_str), Some("12"));
     assert!(record.contains_key("heartbeat"));
 
@@ -194,22 +177,12 @@ async fn a_pod_token_writes_its_own_worker_and_nothing_else() {
     assert_eq!(code, 401);
     // A token the API server does not know; a token bound to no pod; another pod's worker.
     assert_eq!(put(&api, "trainer-0", Some("forged"), beat).await.0, 401);
-    assert_eq!(
-        put(&api, "trainer-0", Some("tok-secret"), beat).await.0,
-        403
-    );
+    assert_eq!(put(&api, "trainer-0", Some("tok-secret"), beat).await.0, 403);
     let (code, text) = put(&api, "trainer-1", Some("tok-0"), r#"{"state":"error"}"#).await;
     assert_eq!(code, 403, "{text}");
     assert!(text.contains("ml/trainer-1/main"), "{text}");
-    let other = api
-        .coord
-        .hgetall(&Keys::new("vigil", "node-a").status("trainer-1"))
-        .await
-        .unwrap();
-    assert!(
-        other.is_empty(),
-        "nothing written for the refused writes: {other:?}"
-    );
+    let other = api.coord.hgetall(&Keys::new("vigil", "node-a").status("trainer-1")).await.unwrap();
+    assert!(other.is_empty(), "nothing written for the refused writes: {other:?}");
     // A refused caller's body is never parsed: a junk body still gets 401, not 400.
     assert_eq!(put(&api, "trainer-0", None, "junk").await.0, 401);
 
@@ -283,19 +256,9 @@ async fn junk_tokens_cost_a_bounded_number_of_reviews_and_real_workers_none() {
         began.elapsed()
     );
     let throttled: Vec<&(u16, String)> = codes.iter().filter(|(c, _)| *c == 429).collect();
-    assert!(
-        throttled.len() >= 50 - (burst + refills) as usize,
-        "{codes:?}"
-    );
-    assert!(
-        throttled[0].1.contains("not reviewed"),
-        "{}",
-        throttled[0].1
-    );
-    assert!(
-        codes.iter().all(|(c, _)| *c == 401 || *c == 429),
-        "{codes:?}"
-    );
+    assert!(throttled.len() >= 50 - (burst + refills) as usize, "{codes:?}");
+    assert!(throttled[0].1.contains("not reviewed"), "{}", throttled[0].1);
+    assert!(codes.iter().all(|(c, _)| *c == 401 || *c == 429), "{codes:?}");
     // NB: the bucket refills one every 2 s: a slow machine may see one more 401 first.
     let mut throttled_again = None;
     for i in 0..5 {
@@ -336,10 +299,7 @@ async fn the_answer_names_the_gang_the_agent_uses_and_why() {
         jobset_uid: None,
     });
     let imp = Container {
-        pod: Some(PodRef {
-            namespace: "research".into(),
-            ..jobset.pod.clone().unwrap()
-        }),
+        pod: Some(PodRef { namespace: "research".into(), ..jobset.pod.clone().unwrap() }),
         gang: None,
         worker: "imp".into(),
         id: "f".repeat(64),
@@ -367,10 +327,7 @@ async fn the_answer_names_the_gang_the_agent_uses_and_why() {
     assert_eq!(code, 200, "{text}");
     let a = answer(&text);
     assert_eq!(a["gang"], "research/ml/jobset/train/0", "{a}");
-    assert!(
-        a["warnings"][0].as_str().unwrap().contains("own namespace"),
-        "{a}"
-    );
+    assert!(a["warnings"][0].as_str().unwrap().contains("own namespace"), "{a}");
     // A JobSet pod cannot move itself into another gang, nor resize its own.
     let body = r#"{"state":"processing","gang":"other","gang_size":"64"}"#;
     let (code, text) = put(&api, "trainer-0", Some("tok-0"), body).await;
@@ -388,10 +345,7 @@ async fn the_answer_names_the_gang_the_agent_uses_and_why() {
 #[tokio::test]
 async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
     let api = start(WorkerAuth::None, vec![], FakeReviews::default()).await;
-    assert_eq!(
-        put(&api, "w", None, r#"{"state":"processing"}"#).await.0,
-        200
-    );
+    assert_eq!(put(&api, "w", None, r#"{"state":"processing"}"#).await.0, 200);
     assert_eq!(put(&api, "w", None, r#"{"stat":1}"#).await.0, 400);
     assert_eq!(put(&api, "a:b", None, r#"{"state":"x"}"#).await.0, 400);
     // Issue 27: a grace past policy.max_grace is cut, and the answer says so.
@@ -399,10 +353,7 @@ async fn loopback_without_auth_accepts_and_bodies_are_still_checked() {
     assert_eq!(code, 200, "{text}");
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
     let warning = answer["warnings"][0].as_str().unwrap_or_default();
-    assert!(
-        warning.contains("max_grace") && warning.contains("1h"),
-        "{answer}"
-    );
+    assert!(warning.contains("max_grace") && warning.contains("1h"), "{answer}");
     let (_, text) = put(&api, "w", None, r#"{"state":"compile","grace":"1200"}"#).await;
     assert!(!text.contains("warnings"), "{text}");
     let big = format!("{{\"state\":\"{}\"}}", "x".repeat(10 * 1024 * 1024));

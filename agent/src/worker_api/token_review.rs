@@ -41,12 +41,7 @@ fn digest(token: &str) -> Digest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reviewed {
     /// A ServiceAccount token bound to this pod, for Vigil's audience.
-    Pod {
-        namespace: String,
-        name: String,
-        uid: String,
-        node: Option<String>,
-    },
+    Pod { namespace: String, name: String, uid: String, node: Option<String> },
     /// Not a valid token for Vigil (HTTP 401): why, without the token.
     Refused(String),
     /// Valid, but not bound to a pod (a legacy Secret token, a user's token): HTTP 403.
@@ -96,10 +91,7 @@ pub(crate) fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed 
     // NB: an empty `status.audiences` means "valid for the API server's own audience": an
     // ordinary ServiceAccount token, which the pod's every container and anyone it leaked to
     // holds. Only a token minted for Vigil's audience is a worker's word.
-    let for_us = status
-        .audiences
-        .as_ref()
-        .is_some_and(|a| a.iter().any(|x| x == audience));
+    let for_us = status.audiences.as_ref().is_some_and(|a| a.iter().any(|x| x == audience));
     if !for_us {
         return Reviewed::Refused(format!(
             "the token is not for audience {audience:?}: mount a projected ServiceAccount token with `audience: {audience}`"
@@ -156,12 +148,12 @@ impl TokenReviewer for KubeTokenReview {
             },
             ..TokenReview::default()
         };
-        let answer = tokio::time::timeout(
-            Duration::from_secs(10),
-            api.create(&PostParams::default(), &ask),
-        )
-        .await
-        .map_err(|_| ReviewUnavailable("the Kubernetes API did not answer within 10s".into()))?;
+        let answer =
+            tokio::time::timeout(Duration::from_secs(10), api.create(&PostParams::default(), &ask))
+                .await
+                .map_err(|_| {
+                    ReviewUnavailable("the Kubernetes API did not answer within 10s".into())
+                })?;
         match answer {
             Ok(review) => Ok(interpret(
                 &review.status.unwrap_or_default(),
@@ -301,11 +293,7 @@ mod tests {
         let s = status(
             true,
             &["vigil"],
-            &[
-                (POD_NAME, "trainer-0"),
-                (POD_UID, "u-1"),
-                (NODE_NAME, "gpu-7"),
-            ],
+            &[(POD_NAME, "trainer-0"), (POD_UID, "u-1"), (NODE_NAME, "gpu-7")],
         );
         assert_eq!(
             interpret(&s, "vigil"),
@@ -321,34 +309,19 @@ mod tests {
     #[test]
     fn unauthenticated_other_audiences_and_unbound_tokens_are_not_a_worker() {
         let bound = [(POD_NAME, "trainer-0"), (POD_UID, "u-1")];
-        assert!(matches!(
-            interpret(&status(false, &[], &bound), "vigil"),
-            Reviewed::Refused(_)
-        ));
+        assert!(matches!(interpret(&status(false, &[], &bound), "vigil"), Reviewed::Refused(_)));
         // The API server's own audience (empty), or another one.
+        assert!(matches!(interpret(&status(true, &[], &bound), "vigil"), Reviewed::Refused(_)));
         assert!(matches!(
-            interpret(&status(true, &[], &bound), "vigil"),
-            Reviewed::Refused(_)
-        ));
-        assert!(matches!(
-            interpret(
-                &status(true, &["https://kubernetes.default.svc"], &bound),
-                "vigil"
-            ),
+            interpret(&status(true, &["https://kubernetes.default.svc"], &bound), "vigil"),
             Reviewed::Refused(_)
         ));
         // A Secret-based token carries no pod.
-        assert!(matches!(
-            interpret(&status(true, &["vigil"], &[]), "vigil"),
-            Reviewed::NotAPod(_)
-        ));
+        assert!(matches!(interpret(&status(true, &["vigil"], &[]), "vigil"), Reviewed::NotAPod(_)));
         let mut user = status(true, &["vigil"], &bound);
         user.user.as_mut().unwrap().username = Some("alice@example.com".into());
         assert!(matches!(interpret(&user, "vigil"), Reviewed::NotAPod(_)));
-        assert!(matches!(
-            interpret(&TokenReviewStatus::default(), "vigil"),
-            Reviewed::Refused(_)
-        ));
+        assert!(matches!(interpret(&TokenReviewStatus::default(), "vigil"), Reviewed::Refused(_)));
     }
 
     struct Counting(AtomicU32, Result<Reviewed, ReviewUnavailable>);
@@ -384,20 +357,14 @@ mod tests {
         assert_eq!(ok.0.load(Ordering::SeqCst), 3);
 
         // Issue 26: a transient `authenticated: false` is asked again at the next write.
-        let refused = Arc::new(Counting(
-            AtomicU32::new(0),
-            Ok(Reviewed::Refused("x".into())),
-        ));
+        let refused = Arc::new(Counting(AtomicU32::new(0), Ok(Reviewed::Refused("x".into()))));
         let cache = CachedReviews::new(refused.clone(), Duration::from_secs(60));
         cache.review("t1").await.unwrap();
         cache.review("t1").await.unwrap();
         assert_eq!(refused.0.load(Ordering::SeqCst), 2);
         assert_eq!(cache.len(), 0);
 
-        let down = Arc::new(Counting(
-            AtomicU32::new(0),
-            Err(ReviewUnavailable("down".into())),
-        ));
+        let down = Arc::new(Counting(AtomicU32::new(0), Err(ReviewUnavailable("down".into()))));
         let cache = CachedReviews::new(down.clone(), Duration::from_secs(60));
         assert!(cache.review("t1").await.is_err());
         assert!(cache.review("t1").await.is_err());
@@ -414,17 +381,10 @@ mod tests {
         cache.review("t1").await.unwrap();
         assert_eq!(cache.standing("t1"), Standing::Known(a_pod()));
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert_eq!(
-            cache.standing("t1"),
-            Standing::Vouched,
-            "the answer expired"
-        );
+        assert_eq!(cache.standing("t1"), Standing::Vouched, "the answer expired");
         tokio::time::advance(VOUCHED_FOR).await;
         assert_eq!(cache.standing("t1"), Standing::Stranger, "not for ever");
-        let refused = Arc::new(Counting(
-            AtomicU32::new(0),
-            Ok(Reviewed::Refused("no".into())),
-        ));
+        let refused = Arc::new(Counting(AtomicU32::new(0), Ok(Reviewed::Refused("no".into()))));
         let cache = CachedReviews::new(refused, Duration::from_secs(60));
         cache.review("junk").await.unwrap();
         assert_eq!(cache.standing("junk"), Standing::Stranger);
@@ -439,11 +399,7 @@ mod tests {
         impl TokenReviewer for Arc<Flips> {
             async fn review(&self, _t: &str) -> Result<Reviewed, ReviewUnavailable> {
                 let revoked = *self.0.lock().unwrap();
-                Ok(if revoked {
-                    Reviewed::Refused("revoked".into())
-                } else {
-                    a_pod()
-                })
+                Ok(if revoked { Reviewed::Refused("revoked".into()) } else { a_pod() })
             }
         }
         let inner = Arc::new(Flips(std::sync::Mutex::new(false)));
@@ -451,10 +407,7 @@ mod tests {
         cache.review("t1").await.unwrap();
         *inner.0.lock().unwrap() = true;
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert!(matches!(
-            cache.review("t1").await.unwrap(),
-            Reviewed::Refused(_)
-        ));
+        assert!(matches!(cache.review("t1").await.unwrap(), Reviewed::Refused(_)));
         assert_eq!(cache.standing("t1"), Standing::Stranger);
     }
 

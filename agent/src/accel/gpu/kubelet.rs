@@ -204,10 +204,8 @@ mod tests {
             {"name": "google.com/tpu", "resources": [{"resourceID": "0", "health": "Unhealthy"}]},
             {"name": "claim:gpu/req", "resources": [{"resourceID": "gpu.nvidia.com/n/gpu-1", "health": "Unhealthy"}]},
         ]);
-        let pods = [
-            pod("trainer-0", "Running", devices.clone()),
-            pod("done", "Succeeded", devices),
-        ];
+        let pods =
+            [pod("trainer-0", "Running", devices.clone()), pod("done", "Succeeded", devices)];
         let got = reports_of(&pods);
         let report = |device: &str, resource: &str| KubeletReport {
             device: device.into(),

@@ -326,10 +326,7 @@ impl GpuReport {
 
     /// A report in `state` with no GPU.
     pub(crate) fn in_state(state: GpuMonitorState) -> GpuReport {
-        GpuReport {
-            state,
-            ..GpuReport::default()
-        }
+        GpuReport { state, ..GpuReport::default() }
     }
 
     /// The GPU with this index or UUID (`GPU-…`, case-insensitive).
@@ -351,10 +348,7 @@ pub(crate) fn label(index: u32, uuid: &str) -> String {
 /// device plugin names GPUs).
 pub(crate) fn selects(g: &GpuStatus, id: &str) -> bool {
     let id = id.trim();
-    if let Some(n) = id
-        .strip_prefix("nvidia")
-        .and_then(|n| n.parse::<u32>().ok())
-    {
+    if let Some(n) = id.strip_prefix("nvidia").and_then(|n| n.parse::<u32>().ok()) {
         // NB: `nvidiaN` is /dev/nvidiaN, whose N is the minor number, not the NVML index (which
         // follows the PCI bus order). They agree on most machines; where NVML gave no minor
         // number (a GPU known only from an XID event) the index stands in.

@@ -40,10 +40,7 @@ impl Throttled {
     const EVERY: Duration = Duration::from_secs(60);
 
     pub fn new() -> Throttled {
-        Throttled {
-            last: None,
-            suppressed: 0,
-        }
+        Throttled { last: None, suppressed: 0 }
     }
 
     pub(crate) fn warn(&mut self, what: &'static str, e: &dyn std::fmt::Display) {
@@ -104,9 +101,7 @@ pub fn spawn_monitor_kept(
 
 /// The monitor's own thread. An error when the OS refuses one (a container at its pids limit).
 pub(crate) fn spawn_thread(run: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("vigil-gpu".into())
-        .spawn(run)
+    std::thread::Builder::new().name("vigil-gpu".into()).spawn(run)
 }
 
 /// The state file as the monitor keeps it: what was last written, and when.
@@ -130,17 +125,9 @@ impl Keeper {
         for c in &restored.cleared {
             tracing::info!(gpu = %c.gpu, "GPU failure cleared: {}", c.why);
         }
-        let seed = GpuReport {
-            gpus: restored.gpus,
-            cleared: restored.cleared,
-            ..GpuReport::default()
-        };
-        let keeper = Keeper {
-            store,
-            last: None,
-            last_at: 0,
-            errors: Throttled::new(),
-        };
+        let seed =
+            GpuReport { gpus: restored.gpus, cleared: restored.cleared, ..GpuReport::default() };
+        let keeper = Keeper { store, last: None, last_at: 0, errors: Throttled::new() };
         (keeper, rejudge(&seed, cfg))
     }
 
@@ -229,10 +216,7 @@ impl Calls {
     /// it late (the monitor then says it answered and publishes its verdict again).
     fn run<T>(&self, what: &'static str, f: impl FnOnce() -> T) -> (T, Option<Duration>) {
         let started = Instant::now();
-        *self.lock() = CallState {
-            call: Some((what, started)),
-            ..CallState::default()
-        };
+        *self.lock() = CallState { call: Some((what, started)), ..CallState::default() };
         let out = f();
         let mut st = self.lock();
         st.call = None;
@@ -265,10 +249,7 @@ fn watchdog(
             continue;
         }
         st.reported = true;
-        let hung = format!(
-            "{what} has not returned within {}",
-            human(deadline.as_millis() as i64)
-        );
+        let hung = format!("{what} has not returned within {}", human(deadline.as_millis() as i64));
         tracing::error!(
             call = what,
             "an NVML call {hung}: the NVIDIA driver may be wedged; GPU health is unknown until it answers (failed GPUs stay failed)"
@@ -359,9 +340,7 @@ fn monitor_loop(
             break;
         }
         v.listen(kubelet.as_mut(), cfg, tx);
-        let wait = next_sample
-            .saturating_duration_since(Instant::now())
-            .min(XID_WAIT);
+        let wait = next_sample.saturating_duration_since(Instant::now()).min(XID_WAIT);
         let started = Instant::now();
         let (waited, late) = calls.run("waiting for XID events", || probe.wait_xids(wait));
         answered(late, &v.report, tx);

@@ -117,9 +117,7 @@ impl RemapReader {
         // SAFETY: the library is already loaded and initialised by `Nvml` (its initialisers have
         // run); loading it again only takes another reference and resolves symbols.
         let lib = unsafe { NvmlLib::new(path) }.ok()?;
-        lib.nvmlDeviceGetRemappedRows
-            .is_ok()
-            .then_some(RemapReader { lib })
+        lib.nvmlDeviceGetRemappedRows.is_ok().then_some(RemapReader { lib })
     }
 
     /// `Ok(None)` where the GPU has no row remapper (pre-Ampere).
@@ -130,15 +128,7 @@ impl RemapReader {
         let (mut corr, mut unc, mut pending, mut failure) = (0, 0, 0, 0);
         // SAFETY: `device` is a live handle of the same (leaked, never shut down) NVML instance;
         // the four out-pointers are valid, distinct `c_uint`s on this stack frame.
-        let ret = unsafe {
-            sym(
-                device.handle(),
-                &mut corr,
-                &mut unc,
-                &mut pending,
-                &mut failure,
-            )
-        };
+        let ret = unsafe { sym(device.handle(), &mut corr, &mut unc, &mut pending, &mut failure) };
         match nvml_try(ret) {
             Ok(()) => Ok(Some(RemappedRows {
                 correctable: corr,
@@ -156,10 +146,7 @@ impl RemapReader {
 pub(crate) fn throttle_names(r: ThrottleReasons) -> Vec<&'static str> {
     const NAMES: [(ThrottleReasons, &str); 9] = [
         (ThrottleReasons::GPU_IDLE, "gpu-idle"),
-        (
-            ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
-            "applications-clocks-setting",
-        ),
+        (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "applications-clocks-setting"),
         (ThrottleReasons::SW_POWER_CAP, "sw-power-cap"),
         (ThrottleReasons::HW_SLOWDOWN, "hw-slowdown"),
         (ThrottleReasons::SYNC_BOOST, "sync-boost"),
@@ -168,11 +155,7 @@ pub(crate) fn throttle_names(r: ThrottleReasons) -> Vec<&'static str> {
         (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw-power-brake"),
         (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display-clocks"),
     ];
-    NAMES
-        .iter()
-        .filter(|(flag, _)| r.contains(*flag))
-        .map(|&(_, name)| name)
-        .collect()
+    NAMES.iter().filter(|(flag, _)| r.contains(*flag)).map(|&(_, name)| name).collect()
 }
 
 /// [`GpuProbe`] over the real NVML.
@@ -202,9 +185,7 @@ impl NvmlProbe {
         let count = nvml.device_count().map_err(init_error)?;
         let candidates: Vec<u32> = (0..count)
             .filter(|&i| {
-                let supported = nvml
-                    .device_by_index(i)
-                    .and_then(|d| d.supported_event_types());
+                let supported = nvml.device_by_index(i).and_then(|d| d.supported_event_types());
                 match supported {
                     Ok(t) => t.contains(EventTypes::CRITICAL_XID_ERROR),
                     Err(e) => {
@@ -232,9 +213,7 @@ impl NvmlProbe {
 
     /// How many GPUs NVML lists now.
     pub fn gpu_count(&self) -> Result<u32, GpuError> {
-        self.nvml
-            .device_count()
-            .map_err(|e| GpuError::Call(e.to_string()))
+        self.nvml.device_count().map_err(|e| GpuError::Call(e.to_string()))
     }
 
     /// The GPUs whose critical XID events are watched.
@@ -358,10 +337,8 @@ fn event_set(nvml: &'static Nvml, mut gpus: Vec<u32>) -> (Option<EventSet<'stati
 
 impl GpuProbe for NvmlProbe {
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
-        let count = self
-            .nvml
-            .device_count()
-            .map_err(|e| GpuError::Call(format!("listing GPUs: {e}")))?;
+        let count =
+            self.nvml.device_count().map_err(|e| GpuError::Call(format!("listing GPUs: {e}")))?;
         let mut samples = Vec::with_capacity(count as usize);
         for index in 0..count {
             match self.nvml.device_by_index(index) {
@@ -454,10 +431,7 @@ pub struct HostPaths {
 
 impl Default for HostPaths {
     fn default() -> Self {
-        HostPaths {
-            dev: "/dev".into(),
-            pci_devices: "/sys/bus/pci/devices".into(),
-        }
+        HostPaths { dev: "/dev".into(), pci_devices: "/sys/bus/pci/devices".into() }
     }
 }
 
@@ -524,18 +498,9 @@ mod tests {
 
     #[test]
     fn init_errors_map_to_what_an_operator_can_do() {
-        assert!(matches!(
-            init_error(NvmlError::DriverNotLoaded),
-            GpuError::NoLibrary(_)
-        ));
-        assert!(matches!(
-            init_error(NvmlError::LibraryNotFound),
-            GpuError::NoLibrary(_)
-        ));
-        assert!(matches!(
-            init_error(NvmlError::NoPermission),
-            GpuError::NoPermission(_)
-        ));
+        assert!(matches!(init_error(NvmlError::DriverNotLoaded), GpuError::NoLibrary(_)));
+        assert!(matches!(init_error(NvmlError::LibraryNotFound), GpuError::NoLibrary(_)));
+        assert!(matches!(init_error(NvmlError::NoPermission), GpuError::NoPermission(_)));
         assert!(matches!(init_error(NvmlError::Unknown), GpuError::Call(_)));
         assert!(matches!(
             init_error(NvmlError::FailedToLoadSymbol("nvmlInit_v2".into())),
@@ -546,10 +511,7 @@ mod tests {
     #[test]
     fn gpus_are_present_by_device_file_or_pci_function() {
         let dir = tempfile::tempdir().unwrap();
-        let h = HostPaths {
-            dev: dir.path().join("dev"),
-            pci_devices: dir.path().join("pci"),
-        };
+        let h = HostPaths { dev: dir.path().join("dev"), pci_devices: dir.path().join("pci") };
         assert!(!gpus_present(&h), "no directories at all");
         std::fs::create_dir_all(&h.dev).unwrap();
         for f in ["nvidiactl", "nvidia-uvm", "nvidia", "null"] {

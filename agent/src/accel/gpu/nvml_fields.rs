@@ -16,8 +16,7 @@ const MAX_LINKS: u32 = 18;
 
 /// A field that cannot be read is `None`, never a failed sample (ECC off, no sensor, old GPU).
 pub(crate) fn field<T>(index: u32, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
-    r.map_err(|e| tracing::debug!(gpu = index, field = what, error = %e, "GPU field not read"))
-        .ok()
+    r.map_err(|e| tracing::debug!(gpu = index, field = what, error = %e, "GPU field not read")).ok()
 }
 
 /// Read GPU `index`'s speed into its sample.

@@ -43,12 +43,7 @@ use crate::config::{GpuConfig, XidAction, XidThreshold};
 /// NB: sequence numbers restart with the monitor, and a report keeps the last few, so a reader
 /// that misses reports (a `watch` keeps only the latest) still sees every clearing.
 pub(crate) fn new_cleared(report: &GpuReport, seen: &mut u64) -> Vec<GpuCleared> {
-    let new: Vec<GpuCleared> = report
-        .cleared
-        .iter()
-        .filter(|c| c.seq > *seen)
-        .cloned()
-        .collect();
+    let new: Vec<GpuCleared> = report.cleared.iter().filter(|c| c.seq > *seen).cloned().collect();
     if let Some(last) = report.cleared.last() {
         *seen = (*seen).max(last.seq);
     }
@@ -74,11 +69,8 @@ pub(crate) fn update(
         let before = prev.gpus.iter().find(|p| same(p, g.index, &g.uuid));
         policy_slow::follow_rises(g, before.map(|p| &p.sample), now_ms);
     }
-    let mut episodes = Episodes {
-        seq: prev.episode_seq,
-        begun: prev.begun.clone(),
-        th: &cfg.xid_threshold,
-    };
+    let mut episodes =
+        Episodes { seq: prev.episode_seq, begun: prev.begun.clone(), th: &cfg.xid_threshold };
     fold_xids(&mut gpus, xids, now_ms, &overrides, &mut episodes);
     let window = ms(cfg.evidence_window);
     for g in &mut gpus {
@@ -131,10 +123,7 @@ pub(crate) fn rejudge(prev: &GpuReport, cfg: &GpuConfig) -> GpuReport {
 /// The report of these GPUs: the node's verdict is the worst GPU's.
 pub(crate) fn report_of(gpus: Vec<GpuStatus>, mut cleared: Vec<GpuCleared>) -> GpuReport {
     let node = gpus.iter().map(|g| g.health).max().unwrap_or_default();
-    let node_reasons = gpus
-        .iter()
-        .flat_map(|g| g.reasons.iter().cloned())
-        .collect();
+    let node_reasons = gpus.iter().flat_map(|g| g.reasons.iter().cloned()).collect();
     if cleared.len() > MAX_CLEARED {
         let extra = cleared.len() - MAX_CLEARED;
         cleared.drain(..extra);
@@ -169,12 +158,7 @@ pub(crate) fn clear(g: &mut GpuStatus, why: String, cleared: &mut Vec<GpuCleared
         causes.push(LOST.to_string());
     }
     let seq = cleared.last().map_or(1, |c| c.seq + 1);
-    cleared.push(GpuCleared {
-        seq,
-        gpu: label(g.index, &g.uuid),
-        why,
-        causes,
-    });
+    cleared.push(GpuCleared { seq, gpu: label(g.index, &g.uuid), why, causes });
 }
 
 const LOST: &str = "no longer visible to NVML (fell off the bus?)";
@@ -188,12 +172,8 @@ fn merge_samples(
 ) -> Vec<GpuStatus> {
     let mut gpus: Vec<GpuStatus> = Vec::with_capacity(samples.len().max(prev.gpus.len()));
     for s in samples {
-        let mut g = prev
-            .gpus
-            .iter()
-            .find(|p| same(p, s.index, &s.uuid))
-            .cloned()
-            .unwrap_or_default();
+        let mut g =
+            prev.gpus.iter().find(|p| same(p, s.index, &s.uuid)).cloned().unwrap_or_default();
         g.index = s.index;
         g.uuid = s.uuid.clone();
         g.sample = s.clone();
@@ -274,10 +254,7 @@ fn fold_xids(
 /// Start or extend `g`'s failure; a new one takes the marks of the latest sample.
 pub(crate) fn add_cause(g: &mut GpuStatus, action: XidAction, cause: String) {
     let marks = marks_of(&g.sample, ResetMarks::default());
-    let f = g.failure.get_or_insert_with(|| Failure {
-        marks,
-        ..Failure::default()
-    });
+    let f = g.failure.get_or_insert_with(|| Failure { marks, ..Failure::default() });
     f.action = f.action.max(action);
     if !f.causes.contains(&cause) {
         f.causes.push(cause);
@@ -374,11 +351,7 @@ fn judge(g: &GpuStatus, overrides: &BTreeMap<u64, XidAction>) -> (GpuHealth, Vec
         reasons.push(why);
     };
     if let Some(f) = &g.failure {
-        let kept = if f.kept {
-            " (kept from before the agent restarted)"
-        } else {
-            ""
-        };
+        let kept = if f.kept { " (kept from before the agent restarted)" } else { "" };
         let mut causes = f.causes.clone();
         if f.lost {
             causes.push(LOST.into());
@@ -457,11 +430,7 @@ pub fn evidence(
         for &(xid, at) in &g.recent_xids {
             let age: Millis = now_ms - at;
             if cfg.evidence_xids.contains(&xid) && (0..=window).contains(&age) {
-                lines.push(format!(
-                    "XID {xid} on {} {} ago",
-                    label(g.index, &g.uuid),
-                    human(age)
-                ));
+                lines.push(format!("XID {xid} on {} {} ago", label(g.index, &g.uuid), human(age)));
             }
         }
     }
@@ -476,11 +445,7 @@ pub fn worker_on_failed_gpu(report: &GpuReport, gpus: Option<&[String]>) -> bool
         return report.gpus.iter().any(|g| failed(&g));
     }
     let ids = gpus.unwrap_or_default();
-    report
-        .gpus
-        .iter()
-        .filter(failed)
-        .any(|g| ids.iter().any(|id| selects(g, id)))
+    report.gpus.iter().filter(failed).any(|g| ids.iter().any(|id| selects(g, id)))
 }
 
 #[cfg(test)]

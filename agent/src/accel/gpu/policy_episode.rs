@@ -23,11 +23,7 @@ pub(crate) fn add(
 ) -> Option<XidEpisode> {
     let window = ms(th.window);
     let keep = th.count.max(1) as usize;
-    if let Some(e) = g
-        .episodes
-        .iter_mut()
-        .find(|e| e.xid == xid && now - e.last_ms <= window)
-    {
+    if let Some(e) = g.episodes.iter_mut().find(|e| e.xid == xid && now - e.last_ms <= window) {
         e.count = e.count.saturating_add(1);
         e.last_ms = e.last_ms.max(now);
         e.recent.push(now);
@@ -81,11 +77,7 @@ pub(crate) fn begun(
 /// The episodes open in `prev` and no longer in `next`, with their GPU's label: for the
 /// monitor's one line per episode that ended.
 pub(crate) fn ended(prev: &GpuReport, next: &GpuReport) -> Vec<(String, XidEpisode)> {
-    let open = |seq: u64| {
-        next.gpus
-            .iter()
-            .any(|g| g.episodes.iter().any(|e| e.seq == seq))
-    };
+    let open = |seq: u64| next.gpus.iter().any(|g| g.episodes.iter().any(|e| e.seq == seq));
     prev.gpus
         .iter()
         .flat_map(|g| g.episodes.iter().map(move |e| (g, e)))
@@ -101,12 +93,7 @@ pub(crate) fn new_begun(report: &GpuReport, seen: &mut u64) -> Vec<EpisodeBegun>
         // A new monitor numbers from zero again.
         *seen = 0;
     }
-    let new = report
-        .begun
-        .iter()
-        .filter(|b| b.seq > *seen)
-        .cloned()
-        .collect();
+    let new = report.begun.iter().filter(|b| b.seq > *seen).cloned().collect();
     *seen = (*seen).max(report.episode_seq);
     new
 }
@@ -117,10 +104,7 @@ mod tests {
     use std::time::Duration;
 
     fn th(count: u32, window_s: u64) -> XidThreshold {
-        XidThreshold {
-            count,
-            window: Duration::from_secs(window_s),
-        }
+        XidThreshold { count, window: Duration::from_secs(window_s) }
     }
 
     #[test]
@@ -178,26 +162,15 @@ mod tests {
         assert!(add(&mut a, 13, 0, &t, &mut seq).is_some());
         assert!(add(&mut a, 95, 0, &t, &mut seq).is_some());
         assert!(add(&mut a, 13, 1, &t, &mut seq).is_none());
-        let mut b = GpuStatus {
-            index: 1,
-            ..GpuStatus::default()
-        };
+        let mut b = GpuStatus { index: 1, ..GpuStatus::default() };
         assert!(add(&mut b, 13, 1, &t, &mut seq).is_some());
         assert_eq!(seq, 3);
     }
 
     #[test]
     fn the_begun_line_says_what_the_xid_is_and_what_to_do() {
-        let g = GpuStatus {
-            index: 0,
-            uuid: "GPU-a".into(),
-            ..GpuStatus::default()
-        };
-        let e = |xid| XidEpisode {
-            seq: 7,
-            xid,
-            ..XidEpisode::default()
-        };
+        let g = GpuStatus { index: 0, uuid: "GPU-a".into(), ..GpuStatus::default() };
+        let e = |xid| XidEpisode { seq: 7, xid, ..XidEpisode::default() };
         let none = BTreeMap::new();
         let b = begun(&g, &e(95), &none);
         assert_eq!(

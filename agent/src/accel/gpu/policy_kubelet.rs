@@ -25,10 +25,7 @@ pub struct KubeletReport {
 /// The reports of `now` that `before` did not have: only a report that appears fails a GPU (one
 /// still standing after the GPU's reset fails it again only once the kubelet reports it anew).
 pub fn new_reports(before: &[KubeletReport], now: &[KubeletReport]) -> Vec<KubeletReport> {
-    now.iter()
-        .filter(|r| !before.contains(r))
-        .cloned()
-        .collect()
+    now.iter().filter(|r| !before.contains(r)).cloned().collect()
 }
 
 /// `report` with each GPU that one of `new` names failed, the cause saying which pod's status

@@ -57,22 +57,14 @@ impl Accelerator for GpuReport {
     }
     fn detail(&self, prev: &Self) -> String {
         if self.state == GpuMonitorState::NvmlHung {
-            return format!(
-                "GPU health {} → unknown: {}",
-                prev.node.as_str(),
-                hung_line(self)
-            );
+            return format!("GPU health {} → unknown: {}", prev.node.as_str(), hung_line(self));
         }
         let reasons = if self.node_reasons.is_empty() {
             String::new()
         } else {
             format!(": {}", self.node_reasons.join("; "))
         };
-        format!(
-            "GPU health {} → {}{reasons}",
-            prev.node.as_str(),
-            self.node.as_str()
-        )
+        format!("GPU health {} → {}{reasons}", prev.node.as_str(), self.node.as_str())
     }
 }
 
@@ -85,11 +77,9 @@ pub(crate) fn gpu_condition(report: &GpuReport) -> NodeCondition {
         (S::On, GpuHealth::Healthy) => (Some(false), "Healthy", String::new()),
         (S::On, GpuHealth::Degraded) => (Some(false), "Degraded", String::new()),
         (S::On, GpuHealth::Failed) => (Some(true), "Failed", String::new()),
-        (S::Off, _) => (
-            None,
-            "MonitoringOff",
-            "GPU monitoring is off (gpu.enabled = off)".to_string(),
-        ),
+        (S::Off, _) => {
+            (None, "MonitoringOff", "GPU monitoring is off (gpu.enabled = off)".to_string())
+        }
         (S::NoGpu, _) => (
             None,
             "NoGpu",

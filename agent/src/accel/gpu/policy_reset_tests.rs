@@ -8,13 +8,7 @@ use crate::accel::gpu::model::{RecoveryAction, RemappedRows, MAX_CLEARED};
 
 fn failed_with(s0: GpuSample, xid_no: u64) -> GpuReport {
     let cfg = cfg();
-    let r = update(
-        &GpuReport::default(),
-        std::slice::from_ref(&s0),
-        &[],
-        T0,
-        &cfg,
-    );
+    let r = update(&GpuReport::default(), std::slice::from_ref(&s0), &[], T0, &cfg);
     update(&r, &[s0], &[xid(0, xid_no)], T0 + 1, &cfg)
 }
 
@@ -26,41 +20,21 @@ fn a_failure_outlives_normal_samples_and_clears_on_evidence_of_a_reset() {
         ("nothing changes", |_| {}, |_| {}, false, ""),
         (
             "remap applied",
-            |s| {
-                s.remapped_rows = Some(RemappedRows {
-                    pending: true,
-                    ..Default::default()
-                })
-            },
+            |s| s.remapped_rows = Some(RemappedRows { pending: true, ..Default::default() }),
             |s| s.remapped_rows = Some(RemappedRows::default()),
             true,
             "pending row remap was applied",
         ),
         (
             "remap still pending",
-            |s| {
-                s.remapped_rows = Some(RemappedRows {
-                    pending: true,
-                    ..Default::default()
-                })
-            },
-            |s| {
-                s.remapped_rows = Some(RemappedRows {
-                    pending: true,
-                    ..Default::default()
-                })
-            },
+            |s| s.remapped_rows = Some(RemappedRows { pending: true, ..Default::default() }),
+            |s| s.remapped_rows = Some(RemappedRows { pending: true, ..Default::default() }),
             false,
             "",
         ),
         (
             "remap unreadable now",
-            |s| {
-                s.remapped_rows = Some(RemappedRows {
-                    pending: true,
-                    ..Default::default()
-                })
-            },
+            |s| s.remapped_rows = Some(RemappedRows { pending: true, ..Default::default() }),
             |s| s.remapped_rows = None,
             false,
             "",
@@ -136,15 +110,9 @@ fn a_failure_outlives_normal_samples_and_clears_on_evidence_of_a_reset() {
         let r = update(&r, &[s1], &[], T0 + 3, &cfg);
         if *clears {
             assert_eq!(r.cleared.len(), 1, "{name}: {:?}", r.node_reasons);
+            assert!(r.cleared[0].why.contains(why), "{name}: {}", r.cleared[0].why);
             assert!(
-                r.cleared[0].why.contains(why),
-                "{name}: {}",
-                r.cleared[0].why
-            );
-            assert!(
-                r.cleared[0]
-                    .causes
-                    .contains(&"XID 95 (uncontained ECC error)".to_string()),
+                r.cleared[0].causes.contains(&"XID 95 (uncontained ECC error)".to_string()),
                 "{name}: {:?}",
                 r.cleared[0].causes
             );
@@ -166,15 +134,7 @@ fn marks_follow_the_samples_while_failed() {
     let mut s = sample(0);
     s.ecc_volatile_uncorrected = Some(1);
     let r = update(&r, &[s.clone()], &[], T0 + 2, &cfg);
-    assert_eq!(
-        r.gpus[0]
-            .failure
-            .as_ref()
-            .unwrap()
-            .marks
-            .ecc_volatile_uncorrected,
-        Some(1)
-    );
+    assert_eq!(r.gpus[0].failure.as_ref().unwrap().marks.ecc_volatile_uncorrected, Some(1));
     s.ecc_volatile_uncorrected = Some(0);
     let r = update(&r, &[s], &[], T0 + 3, &cfg);
     assert_eq!(r.cleared.len(), 1, "{:?}", r.node_reasons);
@@ -185,16 +145,8 @@ fn the_drivers_recovery_action_fails_the_gpu_by_itself() {
     let cfg = cfg();
     // (action, expected Vigil action, advice fragment)
     for (a, want, advice) in [
-        (
-            RecoveryAction::GpuReset,
-            XidAction::ResetGpu,
-            "reset the GPU",
-        ),
-        (
-            RecoveryAction::NodeReboot,
-            XidAction::RebootNode,
-            "reboot the node",
-        ),
+        (RecoveryAction::GpuReset, XidAction::ResetGpu, "reset the GPU"),
+        (RecoveryAction::NodeReboot, XidAction::RebootNode, "reboot the node"),
         (RecoveryAction::DrainP2p, XidAction::Drain, "drain"),
         (RecoveryAction::DrainAndReset, XidAction::Drain, "drain"),
     ] {
@@ -220,11 +172,7 @@ fn restart_app_and_informational_xids_never_stand_a_worker_down() {
         let r = failed_with(sample(0), x);
         assert!(!worker_on_failed_gpu(&r, None), "XID {x}");
         assert_eq!(r.gpus[0].failure, None, "XID {x}");
-        assert_eq!(
-            r.gpus[0].xid_counts.get(&x),
-            Some(&1),
-            "XID {x} still counted"
-        );
+        assert_eq!(r.gpus[0].xid_counts.get(&x), Some(&1), "XID {x} still counted");
     }
     let r = failed_with(sample(0), 95);
     assert!(worker_on_failed_gpu(&r, None));
@@ -235,26 +183,15 @@ fn restart_app_and_informational_xids_never_stand_a_worker_down() {
 fn overrides_change_the_class() {
     let mut cfg = cfg();
     cfg.xid_actions.insert("94".into(), XidAction::ResetGpu);
-    cfg.xid_actions
-        .insert("79".into(), XidAction::Informational);
+    cfg.xid_actions.insert("79".into(), XidAction::Informational);
     let r = update(&GpuReport::default(), &[sample(0)], &[xid(0, 94)], T0, &cfg);
     assert_eq!(r.node, GpuHealth::Failed);
     let r = update(&GpuReport::default(), &[sample(0)], &[xid(0, 79)], T0, &cfg);
     assert_eq!(r.node, GpuHealth::Healthy);
     // An XID outside the table, given an action: a known class, not "unknown".
     cfg.xid_actions.insert("999".into(), XidAction::RestartApp);
-    let r = update(
-        &GpuReport::default(),
-        &[sample(0)],
-        &[xid(0, 999)],
-        T0,
-        &cfg,
-    );
-    assert_eq!(
-        r.node,
-        GpuHealth::Healthy,
-        "a known class now, not 'unknown'"
-    );
+    let r = update(&GpuReport::default(), &[sample(0)], &[xid(0, 999)], T0, &cfg);
+    assert_eq!(r.node, GpuHealth::Healthy, "a known class now, not 'unknown'");
 }
 
 /// A failure read from the state file: `kept`, with marks from the last process.
@@ -309,10 +246,7 @@ fn across_an_agent_restart_counters_count_only_with_persistence_mode() {
         }
     }
     // A flag that cleared needs no persistence mode.
-    let seed = kept(ResetMarks {
-        remap_pending: Some(true),
-        ..ResetMarks::default()
-    });
+    let seed = kept(ResetMarks { remap_pending: Some(true), ..ResetMarks::default() });
     let r = update(&seed, &[sample(0)], &[], T0, &cfg);
     assert_eq!(r.cleared.len(), 1);
 }
@@ -348,8 +282,5 @@ fn clearings_are_numbered_and_bounded() {
     assert_eq!(r.cleared.len(), MAX_CLEARED);
     let seqs: Vec<u64> = r.cleared.iter().map(|c| c.seq).collect();
     let first = MAX_CLEARED as u64 + 4 - MAX_CLEARED as u64 + 1;
-    assert_eq!(
-        seqs,
-        (first..first + MAX_CLEARED as u64).collect::<Vec<_>>()
-    );
+    assert_eq!(seqs, (first..first + MAX_CLEARED as u64).collect::<Vec<_>>());
 }

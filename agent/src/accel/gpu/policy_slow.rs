@@ -32,11 +32,7 @@ pub(crate) fn follow_rises(g: &mut GpuStatus, prev: Option<&GpuSample>, now_ms: 
     let counters = [
         ("PCIe replays", p.pcie_replays, s.pcie_replays),
         ("NVLink errors", p.nvlink_errors, s.nvlink_errors),
-        (
-            "corrected ECC errors",
-            p.ecc_volatile_corrected,
-            s.ecc_volatile_corrected,
-        ),
+        ("corrected ECC errors", p.ecc_volatile_corrected, s.ecc_volatile_corrected),
     ];
     for (what, before, after) in counters {
         let (Some(b), Some(a)) = (before, after) else {
@@ -50,11 +46,7 @@ pub(crate) fn follow_rises(g: &mut GpuStatus, prev: Option<&GpuSample>, now_ms: 
                 r.by += a - b;
                 r.at_ms = now_ms;
             }
-            None => g.rises.push(Rise {
-                what,
-                by: a - b,
-                at_ms: now_ms,
-            }),
+            None => g.rises.push(Rise { what, by: a - b, at_ms: now_ms }),
         }
     }
 }
@@ -101,19 +93,11 @@ mod tests {
     use super::*;
 
     fn gpu(sample: GpuSample) -> GpuStatus {
-        GpuStatus {
-            index: 0,
-            uuid: "GPU-a".into(),
-            sample,
-            ..GpuStatus::default()
-        }
+        GpuStatus { index: 0, uuid: "GPU-a".into(), sample, ..GpuStatus::default() }
     }
 
     fn report(g: GpuStatus) -> GpuReport {
-        GpuReport {
-            gpus: vec![g],
-            ..GpuReport::default()
-        }
+        GpuReport { gpus: vec![g], ..GpuReport::default() }
     }
 
     #[test]
@@ -126,21 +110,11 @@ mod tests {
         };
         let mut g = gpu(s0.clone());
         follow_rises(&mut g, None, 0);
-        assert!(
-            slow_signals(&report(g.clone()), None).is_empty(),
-            "first seen"
-        );
-        let s1 = GpuSample {
-            pcie_replays: Some(40),
-            nvlink_errors: Some(2),
-            ..s0.clone()
-        };
+        assert!(slow_signals(&report(g.clone()), None).is_empty(), "first seen");
+        let s1 = GpuSample { pcie_replays: Some(40), nvlink_errors: Some(2), ..s0.clone() };
         g.sample = s1.clone();
         follow_rises(&mut g, Some(&s0), 10_000);
-        let s2 = GpuSample {
-            pcie_replays: Some(52),
-            ..s1.clone()
-        };
+        let s2 = GpuSample { pcie_replays: Some(52), ..s1.clone() };
         g.sample = s2.clone();
         follow_rises(&mut g, Some(&s1), 20_000);
         assert_eq!(
@@ -175,9 +149,7 @@ mod tests {
         g.recent_xids = vec![(13, 5), (13, 9), (31, 7)];
         assert_eq!(
             slow_signals(&report(g), None),
-            vec![
-                "GPU 0 (GPU-a) hw-slowdown, SM clock 1110 of 1980 MHz, XID 13, XID 31".to_string()
-            ]
+            vec!["GPU 0 (GPU-a) hw-slowdown, SM clock 1110 of 1980 MHz, XID 13, XID 31".to_string()]
         );
         // Idle and clocked down, at its power cap: nothing slows a job.
         let idle = GpuSample {
@@ -187,10 +159,7 @@ mod tests {
         };
         assert!(slow_signals(&report(gpu(idle)), None).is_empty());
         // Another GPU than the worker's: not its evidence.
-        let hot = GpuSample {
-            throttle_reasons: vec!["hw-thermal"],
-            ..GpuSample::default()
-        };
+        let hot = GpuSample { throttle_reasons: vec!["hw-thermal"], ..GpuSample::default() };
         let ids = vec!["1".to_string()];
         assert!(slow_signals(&report(gpu(hot)), Some(&ids)).is_empty());
     }

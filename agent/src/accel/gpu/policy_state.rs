@@ -142,11 +142,7 @@ fn from_file(f: StateFile, boot_id: &str) -> Restored {
         let mut g = GpuStatus {
             index: k.index,
             uuid: k.uuid.clone(),
-            sample: GpuSample {
-                index: k.index,
-                uuid: k.uuid,
-                ..GpuSample::default()
-            },
+            sample: GpuSample { index: k.index, uuid: k.uuid, ..GpuSample::default() },
             ..GpuStatus::default()
         };
         let mut causes = k.causes.clone();
@@ -190,15 +186,10 @@ fn salvage(text: &str, boot_id: &str, path: &str, error: &str) -> Restored {
         out.gpus.push(GpuStatus {
             index: u32::try_from(i).unwrap_or(u32::MAX),
             uuid: uuid.clone(),
-            sample: GpuSample {
-                uuid: uuid.clone(),
-                ..GpuSample::default()
-            },
+            sample: GpuSample { uuid: uuid.clone(), ..GpuSample::default() },
             failure: Some(Failure {
                 action: XidAction::ResetGpu,
-                causes: vec![format!(
-                    "listed as failed in the unreadable state file {path}"
-                )],
+                causes: vec![format!("listed as failed in the unreadable state file {path}")],
                 kept: true,
                 ..Failure::default()
             }),
@@ -219,10 +210,8 @@ fn uuids_in(text: &str) -> Vec<String> {
     let mut rest = text;
     while let Some(i) = rest.find("GPU-") {
         let tail = &rest[i + 4..];
-        let body: String = tail
-            .chars()
-            .take_while(|c| c.is_ascii_hexdigit() || *c == '-')
-            .collect();
+        let body: String =
+            tail.chars().take_while(|c| c.is_ascii_hexdigit() || *c == '-').collect();
         if body.len() >= 8 {
             let uuid = format!("GPU-{body}");
             if !out.contains(&uuid) {
@@ -270,11 +259,7 @@ mod tests {
         let text = text_of(&[failed(UUID, false), GpuStatus::default()], BOOT);
         let r = restore(Loaded::Text(text), BOOT, "/s.json");
         assert!(r.warning.is_none() && r.cleared.is_empty());
-        assert_eq!(
-            r.gpus.len(),
-            1,
-            "only GPUs with a failure (and a UUID) are kept"
-        );
+        assert_eq!(r.gpus.len(), 1, "only GPUs with a failure (and a UUID) are kept");
         let f = r.gpus[0].failure.as_ref().unwrap();
         assert!(f.kept);
         assert_eq!(f.action, XidAction::ResetGpu);
@@ -297,11 +282,7 @@ mod tests {
     fn no_file_is_a_clean_start_and_an_unreadable_one_a_warning() {
         let r = restore(Loaded::Missing, BOOT, "/s.json");
         assert!(r.gpus.is_empty() && r.warning.is_none());
-        let r = restore(
-            Loaded::Unreadable("permission denied".into()),
-            BOOT,
-            "/s.json",
-        );
+        let r = restore(Loaded::Unreadable("permission denied".into()), BOOT, "/s.json");
         assert!(r.gpus.is_empty());
         assert!(r.warning.unwrap().contains("permission denied"));
     }
@@ -313,10 +294,7 @@ mod tests {
         let r = restore(Loaded::Text(torn.into()), BOOT, "/s.json");
         assert_eq!(r.gpus.len(), 1, "{:?}", r.warning);
         assert_eq!(r.gpus[0].uuid, UUID);
-        assert_eq!(
-            r.gpus[0].failure.as_ref().map(|f| f.action),
-            Some(XidAction::ResetGpu)
-        );
+        assert_eq!(r.gpus[0].failure.as_ref().map(|f| f.action), Some(XidAction::ResetGpu));
         let w = r.warning.unwrap();
         assert!(w.contains("corrupt") && w.contains(UUID), "{w}");
         // Of another boot: a reboot cleared it anyway.

@@ -8,10 +8,7 @@ use std::time::Duration;
 const T0: i64 = 1_000_000;
 
 fn cfg() -> GpuConfig {
-    GpuConfig {
-        evidence_window: Duration::from_secs(600),
-        ..GpuConfig::default()
-    }
+    GpuConfig { evidence_window: Duration::from_secs(600), ..GpuConfig::default() }
 }
 
 fn sample(index: u32) -> GpuSample {
@@ -27,11 +24,7 @@ fn sample(index: u32) -> GpuSample {
 }
 
 fn xid(index: u32, xid: u64) -> XidEvent {
-    XidEvent {
-        index,
-        uuid: format!("GPU-{index}"),
-        xid,
-    }
+    XidEvent { index, uuid: format!("GPU-{index}"), xid }
 }
 
 fn ids(v: &[&str]) -> Vec<String> {
@@ -68,27 +61,15 @@ fn xid_rules() {
     let cfg = cfg();
     for (xids, want, why) in table {
         let events: Vec<_> = xids.iter().map(|&x| xid(0, x)).collect();
-        let r = update(
-            &GpuReport::default(),
-            &[sample(0), sample(1)],
-            &events,
-            T0,
-            &cfg,
-        );
+        let r = update(&GpuReport::default(), &[sample(0), sample(1)], &events, T0, &cfg);
         let g = &r.gpus[0];
         assert_eq!(g.health, *want, "xids {xids:?}");
         assert_eq!(r.node, *want, "node, xids {xids:?}");
-        assert_eq!(
-            r.gpus[1].health,
-            GpuHealth::Healthy,
-            "other GPU, xids {xids:?}"
-        );
+        assert_eq!(r.gpus[1].health, GpuHealth::Healthy, "other GPU, xids {xids:?}");
         match why {
-            Some(why) => assert!(
-                g.reasons.iter().any(|r| r.contains(why)),
-                "{xids:?}: {:?}",
-                g.reasons
-            ),
+            Some(why) => {
+                assert!(g.reasons.iter().any(|r| r.contains(why)), "{xids:?}: {:?}", g.reasons)
+            }
             None => assert!(g.reasons.is_empty(), "{xids:?}: {:?}", g.reasons),
         }
         for x in *xids {
@@ -106,10 +87,7 @@ fn hardware_xid_is_sticky_past_the_window() {
     let later = T0 + ms(cfg.evidence_window) * 10;
     let r = update(&r, &[sample(0)], &[], later, &cfg);
     assert_eq!(r.gpus[0].health, GpuHealth::Failed);
-    assert!(
-        r.gpus[0].recent_xids.is_empty(),
-        "trimmed from the recent list"
-    );
+    assert!(r.gpus[0].recent_xids.is_empty(), "trimmed from the recent list");
     assert_eq!(r.gpus[0].xid_counts.get(&79), Some(&1), "but still counted");
 }
 
@@ -117,13 +95,7 @@ fn hardware_xid_is_sticky_past_the_window() {
 fn unknown_xid_degrades_only_within_the_window() {
     let cfg = cfg();
     let w = ms(cfg.xid_threshold.window);
-    let r0 = update(
-        &GpuReport::default(),
-        &[sample(0)],
-        &[xid(0, 999)],
-        T0,
-        &cfg,
-    );
+    let r0 = update(&GpuReport::default(), &[sample(0)], &[xid(0, 999)], T0, &cfg);
     // (age, health): the boundary (exactly the window) still counts.
     for (age, want) in [
         (0, GpuHealth::Degraded),
@@ -175,11 +147,7 @@ fn a_storm_of_one_xid_is_one_begun_episode_in_the_report() {
     assert_eq!(begun, [("GPU 0 (GPU-0)", 13), ("GPU 1 (GPU-1)", 13)]);
     assert_eq!(r.gpus[0].episodes[0].count, 2000);
     assert_eq!(r.gpus[0].xid_counts.get(&13), Some(&2000));
-    assert_eq!(
-        r.node,
-        GpuHealth::Healthy,
-        "an application's XID is no verdict"
-    );
+    assert_eq!(r.node, GpuHealth::Healthy, "an application's XID is no verdict");
 }
 
 #[test]
@@ -187,94 +155,46 @@ fn sample_rules() {
     type Edit = fn(&mut GpuSample);
     let table: &[(&str, Edit, GpuHealth, Option<&str>)] = &[
         ("clean", |_| {}, GpuHealth::Healthy, None),
-        (
-            "ecc unknown",
-            |s| s.ecc_volatile_uncorrected = None,
-            GpuHealth::Healthy,
-            None,
-        ),
-        (
-            "ecc 0",
-            |s| s.ecc_volatile_uncorrected = Some(0),
-            GpuHealth::Healthy,
-            None,
-        ),
+        ("ecc unknown", |s| s.ecc_volatile_uncorrected = None, GpuHealth::Healthy, None),
+        ("ecc 0", |s| s.ecc_volatile_uncorrected = Some(0), GpuHealth::Healthy, None),
         (
             "ecc 1",
             |s| s.ecc_volatile_uncorrected = Some(1),
             GpuHealth::Degraded,
             Some("1 uncorrectable ECC"),
         ),
-        (
-            "aggregate only",
-            |s| s.ecc_aggregate_uncorrected = Some(7),
-            GpuHealth::Healthy,
-            None,
-        ),
-        (
-            "corrected only",
-            |s| s.ecc_volatile_corrected = Some(1000),
-            GpuHealth::Healthy,
-            None,
-        ),
+        ("aggregate only", |s| s.ecc_aggregate_uncorrected = Some(7), GpuHealth::Healthy, None),
+        ("corrected only", |s| s.ecc_volatile_corrected = Some(1000), GpuHealth::Healthy, None),
         (
             "pending retire",
             |s| s.retired_pages_pending = Some(true),
             GpuHealth::Degraded,
             Some("pending retirement"),
         ),
-        (
-            "pending unknown",
-            |s| s.retired_pages_pending = None,
-            GpuHealth::Healthy,
-            None,
-        ),
-        (
-            "retired, not pending",
-            |s| s.retired_pages = Some(5),
-            GpuHealth::Healthy,
-            None,
-        ),
+        ("pending unknown", |s| s.retired_pages_pending = None, GpuHealth::Healthy, None),
+        ("retired, not pending", |s| s.retired_pages = Some(5), GpuHealth::Healthy, None),
         (
             "remap failure",
-            |s| {
-                s.remapped_rows = Some(RemappedRows {
-                    failure: true,
-                    ..Default::default()
-                })
-            },
+            |s| s.remapped_rows = Some(RemappedRows { failure: true, ..Default::default() }),
             GpuHealth::Failed,
             Some("row remapping failed"),
         ),
         (
             "remap pending",
-            |s| {
-                s.remapped_rows = Some(RemappedRows {
-                    pending: true,
-                    ..Default::default()
-                })
-            },
+            |s| s.remapped_rows = Some(RemappedRows { pending: true, ..Default::default() }),
             GpuHealth::Degraded,
             Some("row remap is pending; the GPU runs on until its next reset"),
         ),
         (
             "remapped rows, no failure",
             |s| {
-                s.remapped_rows = Some(RemappedRows {
-                    correctable: 3,
-                    uncorrectable: 1,
-                    ..Default::default()
-                })
+                s.remapped_rows =
+                    Some(RemappedRows { correctable: 3, uncorrectable: 1, ..Default::default() })
             },
             GpuHealth::Healthy,
             None,
         ),
-        (
-            "no remap counters",
-            |s| s.remapped_rows = None,
-            GpuHealth::Healthy,
-            None,
-        ),
+        ("no remap counters", |s| s.remapped_rows = None, GpuHealth::Healthy, None),
         (
             "hot and throttled",
             |s| {
@@ -289,29 +209,15 @@ fn sample_rules() {
     for (name, edit, want, why) in table {
         let mut s = sample(1);
         edit(&mut s);
-        let r = update(
-            &GpuReport::default(),
-            &[sample(0), s.clone()],
-            &[],
-            T0,
-            &cfg,
-        );
+        let r = update(&GpuReport::default(), &[sample(0), s.clone()], &[], T0, &cfg);
         let g = r.gpu("1").expect("gpu 1");
         assert_eq!(g.health, *want, "{name}");
         assert_eq!(r.node, *want, "{name}: node");
         assert_eq!(g.sample, s, "{name}: last sample kept");
         match why {
             Some(why) => {
-                assert!(
-                    g.reasons.iter().any(|r| r.contains(why)),
-                    "{name}: {:?}",
-                    g.reasons
-                );
-                assert!(
-                    g.reasons[0].starts_with("GPU 1 (GPU-1): "),
-                    "{name}: {:?}",
-                    g.reasons
-                );
+                assert!(g.reasons.iter().any(|r| r.contains(why)), "{name}: {:?}", g.reasons);
+                assert!(g.reasons[0].starts_with("GPU 1 (GPU-1): "), "{name}: {:?}", g.reasons);
             }
             None => assert!(g.reasons.is_empty(), "{name}: {:?}", g.reasons),
         }
@@ -335,18 +241,10 @@ fn missing_gpu_is_failed_and_keeps_its_last_sample() {
     let cfg = cfg();
     let mut s1 = sample(1);
     s1.temperature_c = Some(61);
-    let r = update(
-        &GpuReport::default(),
-        &[sample(0), s1.clone()],
-        &[],
-        T0,
-        &cfg,
-    );
+    let r = update(&GpuReport::default(), &[sample(0), s1.clone()], &[], T0, &cfg);
     // One or two failed reads are not a lost GPU.
     let r = update(&r, &[sample(0)], &[], T0 + 1, &cfg);
-    assert!(r
-        .gpu("GPU-1")
-        .is_some_and(|g| !g.missing && g.health == GpuHealth::Healthy));
+    assert!(r.gpu("GPU-1").is_some_and(|g| !g.missing && g.health == GpuHealth::Healthy));
     let r = update(&r, &[sample(0)], &[], T0 + 1, &cfg);
     assert!(r.gpu("GPU-1").is_some_and(|g| !g.missing));
     let r = update(&r, &[sample(0)], &[], T0 + 1, &cfg);
@@ -356,10 +254,8 @@ fn missing_gpu_is_failed_and_keeps_its_last_sample() {
     assert_eq!(g.health, GpuHealth::Failed);
     assert_eq!(
         g.reasons,
-        vec![
-            "GPU 1 (GPU-1): no longer visible to NVML (fell off the bus?); reboot the node"
-                .to_string()
-        ]
+        vec!["GPU 1 (GPU-1): no longer visible to NVML (fell off the bus?); reboot the node"
+            .to_string()]
     );
     assert_eq!(g.sample, s1);
     assert_eq!(r.node, GpuHealth::Failed);
@@ -370,9 +266,7 @@ fn missing_gpu_is_failed_and_keeps_its_last_sample() {
     assert!(r.gpu("1").is_some_and(|g| g.missing));
     assert!(r.cleared.is_empty());
     let r = update(&r, &[sample(0), sample(1)], &[], T0 + 3, &cfg);
-    assert!(r
-        .gpu("1")
-        .is_some_and(|g| !g.missing && g.health == GpuHealth::Healthy));
+    assert!(r.gpu("1").is_some_and(|g| !g.missing && g.health == GpuHealth::Healthy));
     assert_eq!(r.cleared.len(), 1);
     assert_eq!(r.cleared[0].why, "NVML lists the GPU again");
     assert_eq!(r.cleared[0].gpu, "GPU 1 (GPU-1)");
@@ -401,13 +295,7 @@ fn identity_is_the_uuid_not_the_index() {
 
 #[test]
 fn xid_for_an_unsampled_gpu_is_kept() {
-    let r = update(
-        &GpuReport::default(),
-        &[sample(0)],
-        &[xid(5, 79)],
-        T0,
-        &cfg(),
-    );
+    let r = update(&GpuReport::default(), &[sample(0)], &[xid(5, 79)], T0, &cfg());
     let g = r.gpu("5").expect("entry for the XID");
     assert_eq!(g.health, GpuHealth::Failed);
     assert!(!g.missing);
@@ -423,11 +311,7 @@ fn repeated_xids_count_and_recent_list_is_bounded() {
     let g = &r.gpus[0];
     assert_eq!(g.xid_counts.get(&13), Some(&(MAX_RECENT_XIDS as u64 + 11)));
     assert_eq!(g.recent_xids.len(), MAX_RECENT_XIDS);
-    assert_eq!(
-        g.recent_xids.last(),
-        Some(&(13, T0 + 5)),
-        "the newest are kept"
-    );
+    assert_eq!(g.recent_xids.last(), Some(&(13, T0 + 5)), "the newest are kept");
     assert_eq!(g.health, GpuHealth::Healthy);
 }
 
@@ -436,13 +320,7 @@ fn node_is_the_worst_gpu() {
     let cfg = cfg();
     let mut d = sample(1);
     d.ecc_volatile_uncorrected = Some(2);
-    let r = update(
-        &GpuReport::default(),
-        &[sample(0), d.clone(), sample(2)],
-        &[],
-        T0,
-        &cfg,
-    );
+    let r = update(&GpuReport::default(), &[sample(0), d.clone(), sample(2)], &[], T0, &cfg);
     assert_eq!(r.node, GpuHealth::Degraded);
     let r = update(&r, &[sample(0), d, sample(2)], &[xid(2, 95)], T0 + 1, &cfg);
     assert_eq!(r.node, GpuHealth::Failed);
@@ -476,38 +354,20 @@ fn evidence_lines() {
         (Some(ids(&["gpu-1", " 0 "])), at, all.clone()),
         (Some(ids(&["7"])), at, vec![]),
         (Some(vec![]), at, vec![]),
-        (
-            Some(ids(&["0"])),
-            T0,
-            vec!["XID 43 on GPU 0 (GPU-0) 0s ago".to_string()],
-        ),
-        (
-            Some(ids(&["0"])),
-            T0 + w,
-            vec![format!("XID 43 on GPU 0 (GPU-0) {} ago", human(w))],
-        ),
+        (Some(ids(&["0"])), T0, vec!["XID 43 on GPU 0 (GPU-0) 0s ago".to_string()]),
+        (Some(ids(&["0"])), T0 + w, vec![format!("XID 43 on GPU 0 (GPU-0) {} ago", human(w))]),
         (Some(ids(&["0"])), T0 + w + 1, vec![]),
         (Some(ids(&["0"])), T0 - 1, vec![]),
     ];
     for (sel, now, want) in table {
-        assert_eq!(
-            evidence(&r, sel.as_deref(), now, &cfg),
-            want,
-            "{sel:?} at {now}"
-        );
+        assert_eq!(evidence(&r, sel.as_deref(), now, &cfg), want, "{sel:?} at {now}");
     }
 }
 
 #[test]
 fn failed_gpu_under_a_worker() {
     let cfg = cfg();
-    let r = update(
-        &GpuReport::default(),
-        &[sample(0), sample(1)],
-        &[xid(1, 79)],
-        T0,
-        &cfg,
-    );
+    let r = update(&GpuReport::default(), &[sample(0), sample(1)], &[xid(1, 79)], T0, &cfg);
     let table: &[(Option<&[&str]>, bool)] = &[
         (None, true),
         (Some(&["all"]), true),
@@ -530,10 +390,7 @@ fn failed_gpu_under_a_worker() {
         s.retired_pages_pending = Some(true);
         update(&GpuReport::default(), &[s], &[], T0, &cfg)
     };
-    assert!(
-        !worker_on_failed_gpu(&degraded, None),
-        "degraded is not failed"
-    );
+    assert!(!worker_on_failed_gpu(&degraded, None), "degraded is not failed");
     assert!(!worker_on_failed_gpu(&GpuReport::default(), None));
 }
 
@@ -550,14 +407,8 @@ fn device_file_names_match_the_minor_number() {
     assert!(on("nvidia0"), "GPU index 1 is /dev/nvidia0");
     assert!(!on("nvidia1"));
     let unknown = update(&GpuReport::default(), &[sample(0)], &[xid(3, 79)], T0, &cfg);
-    assert!(worker_on_failed_gpu(
-        &unknown,
-        Some(&["nvidia3".to_string()])
-    ));
-    assert!(!worker_on_failed_gpu(
-        &unknown,
-        Some(&["nvidia0".to_string()])
-    ));
+    assert!(worker_on_failed_gpu(&unknown, Some(&["nvidia3".to_string()])));
+    assert!(!worker_on_failed_gpu(&unknown, Some(&["nvidia0".to_string()])));
 }
 
 #[path = "policy_reset_tests.rs"]

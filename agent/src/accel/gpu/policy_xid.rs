@@ -41,13 +41,7 @@ const fn row(
     action: XidAction,
     source: &'static str,
 ) -> XidRow {
-    XidRow {
-        xid,
-        meaning,
-        nvidia,
-        action,
-        source,
-    }
+    XidRow { xid, meaning, nvidia, action, source }
 }
 
 use XidAction::{Informational as Info, RebootNode, ResetGpu, RestartApp};
@@ -155,10 +149,7 @@ pub(crate) const RECOVERY_ACTION_CHANGED: u64 = 154;
 /// The action for `xid`: an override of `gpu.xid_actions`, else the
 /// built-in table; `None` for an XID in neither.
 pub(crate) fn action_for(xid: u64, overrides: &BTreeMap<u64, XidAction>) -> Option<XidAction> {
-    overrides
-        .get(&xid)
-        .copied()
-        .or_else(|| builtin(xid).map(|r| r.action))
+    overrides.get(&xid).copied().or_else(|| builtin(xid).map(|r| r.action))
 }
 
 /// The built-in row of `xid`.
@@ -261,11 +252,7 @@ mod tests {
             assert_eq!(action_for(xid, &none), Some(want), "XID {xid}");
         }
         assert_eq!(action_for(999, &none), None);
-        assert_eq!(
-            action_for(1, &none),
-            None,
-            "CONTACT_SUPPORT, unused: not listed"
-        );
+        assert_eq!(action_for(1, &none), None, "CONTACT_SUPPORT, unused: not listed");
     }
 
     #[test]
@@ -297,9 +284,6 @@ mod tests {
             assert!(recovery_action(a).fails(), "{a:?}");
         }
         assert_eq!(recovery_action(RecoveryAction::NodeReboot), RebootNode);
-        assert_eq!(
-            recovery_action(RecoveryAction::DrainAndReset),
-            XidAction::Drain
-        );
+        assert_eq!(recovery_action(RecoveryAction::DrainAndReset), XidAction::Drain);
     }
 }

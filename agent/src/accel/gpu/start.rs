@@ -78,12 +78,7 @@ pub(crate) struct WaitLog {
 
 impl WaitLog {
     pub fn new(every: Duration) -> WaitLog {
-        WaitLog {
-            every,
-            started: None,
-            last: None,
-            attempts: 0,
-        }
+        WaitLog { every, started: None, last: None, attempts: 0 }
     }
 
     /// A failed load at `now`: the line to log, if one is due (the first, then at most one per
@@ -149,14 +144,8 @@ pub async fn start(
     warnings: Option<Warnings>,
     kubelet: Option<Kubelet>,
 ) -> Option<JoinHandle<()>> {
-    let loader = RealNvml {
-        library_path: cfg.library_path.clone(),
-    };
-    let opts = StartOptions {
-        warnings,
-        kubelet,
-        ..StartOptions::default()
-    };
+    let loader = RealNvml { library_path: cfg.library_path.clone() };
+    let opts = StartOptions { warnings, kubelet, ..StartOptions::default() };
     start_with(cfg, Box::new(loader), opts, tx, stop).await
 }
 
@@ -310,21 +299,11 @@ mod tests {
         assert!(first.contains("waiting for the driver"), "{first}");
         // Backoff attempts within the interval are silent: 5 s, 10 s, … 5 min.
         for s in [5, 15, 35, 75, 155, 315, 599] {
-            assert_eq!(
-                log.failed(t0 + Duration::from_secs(s), &err()),
-                None,
-                "{s}s"
-            );
+            assert_eq!(log.failed(t0 + Duration::from_secs(s), &err()), None, "{s}s");
         }
         let again = log.failed(t0 + every, &err()).unwrap();
-        assert!(
-            again.contains("still waiting") && again.contains("9 attempts"),
-            "{again}"
-        );
-        assert_eq!(
-            log.failed(t0 + every + Duration::from_secs(300), &err()),
-            None
-        );
+        assert!(again.contains("still waiting") && again.contains("9 attempts"), "{again}");
+        assert_eq!(log.failed(t0 + every + Duration::from_secs(300), &err()), None);
         let arrived = log.loaded(t0 + Duration::from_secs(1200)).unwrap();
         assert!(
             arrived.contains("arrived after 20m") && arrived.contains("10 failed"),

@@ -33,10 +33,7 @@ impl StateStore {
                 String::new()
             }
         };
-        StateStore {
-            path: path.into(),
-            boot_id,
-        }
+        StateStore { path: path.into(), boot_id }
     }
 
     /// The production store of `gpu.state_file` (`None` when it is empty).
@@ -66,11 +63,8 @@ impl StateStore {
     /// Replace the file with `state`, atomically: a reader (or a crash) sees the old content or
     /// the new, never half of it. Creates the directory when it is missing.
     pub(crate) fn write(&self, state: &StateFile) -> std::io::Result<()> {
-        let dir = self
-            .path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let dir =
+            self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         let name = self
             .path
@@ -106,11 +100,7 @@ mod tests {
         let store = StateStore::new(dir.path().join("sub/gpu-state.json"), &boot);
         assert_eq!(store.boot_id(), "abc-123");
         assert!(store.load().warning.is_none(), "no file yet: a clean start");
-        let state = StateFile {
-            version: VERSION,
-            boot_id: "abc-123".into(),
-            gpus: vec![],
-        };
+        let state = StateFile { version: VERSION, boot_id: "abc-123".into(), gpus: vec![] };
         store.write(&state).unwrap();
         let text = std::fs::read_to_string(store.path()).unwrap();
         assert_eq!(serde_json::from_str::<StateFile>(&text).unwrap(), state);

@@ -45,16 +45,11 @@ pub(crate) fn record(m: &GpuMetrics, report: &GpuReport, seen: &mut GpuMetricsSt
     m.monitoring.set(i64::from(report.monitoring()));
     for &state in GpuMonitorState::ALL {
         m.monitor_state
-            .get_or_create(&MonitorStateLabels {
-                state: state.as_str(),
-            })
+            .get_or_create(&MonitorStateLabels { state: state.as_str() })
             .set(i64::from(state == report.state));
     }
     for g in &report.gpus {
-        let id = GpuLabels {
-            gpu: g.index,
-            uuid: g.uuid.clone(),
-        };
+        let id = GpuLabels { gpu: g.index, uuid: g.uuid.clone() };
         record_health(m, &id, g);
         record_sample(m, &id, &g.sample);
         record_memory_errors(m, &id, &g.sample);
@@ -65,13 +60,8 @@ pub(crate) fn record(m: &GpuMetrics, report: &GpuReport, seen: &mut GpuMetricsSt
 
 fn record_health(m: &GpuMetrics, id: &GpuLabels, g: &GpuStatus) {
     for state in ["healthy", "degraded", "failed"] {
-        let labels = HealthLabels {
-            id: id.clone(),
-            state,
-        };
-        m.health
-            .get_or_create(&labels)
-            .set(i64::from(g.health.as_str() == state));
+        let labels = HealthLabels { id: id.clone(), state };
+        m.health.get_or_create(&labels).set(i64::from(g.health.as_str() == state));
     }
 }
 
@@ -103,11 +93,7 @@ fn record_memory_errors(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
         ("aggregate", "uncorrected", s.ecc_aggregate_uncorrected),
     ] {
         if let Some(v) = v {
-            let labels = EccLabels {
-                id: id.clone(),
-                counter,
-                severity,
-            };
+            let labels = EccLabels { id: id.clone(), counter, severity };
             m.ecc_errors.get_or_create(&labels).set(saturating(v));
         }
     }
@@ -118,14 +104,8 @@ fn record_memory_errors(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
         m.retired_pages_pending.get_or_create(id).set(i64::from(p));
     }
     if let Some(r) = s.remapped_rows {
-        for (kind, v) in [
-            ("correctable", r.correctable),
-            ("uncorrectable", r.uncorrectable),
-        ] {
-            let labels = RemapLabels {
-                id: id.clone(),
-                kind,
-            };
+        for (kind, v) in [("correctable", r.correctable), ("uncorrectable", r.uncorrectable)] {
+            let labels = RemapLabels { id: id.clone(), kind };
             m.remapped_rows.get_or_create(&labels).set(i64::from(v));
         }
         m.remap_pending.get_or_create(id).set(i64::from(r.pending));
@@ -139,10 +119,7 @@ fn record_throttle(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample, seen: &mut Gpu
         seen.throttled.insert((id.uuid.clone(), *reason));
     }
     for (_, reason) in seen.throttled.iter().filter(|(u, _)| *u == id.uuid) {
-        let labels = ThrottleLabels {
-            id: id.clone(),
-            reason,
-        };
+        let labels = ThrottleLabels { id: id.clone(), reason };
         let active = s.throttle_reasons.contains(reason);
         m.throttle.get_or_create(&labels).set(i64::from(active));
     }
@@ -151,15 +128,9 @@ fn record_throttle(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample, seen: &mut Gpu
 /// Advance each XID's counter by the occurrences since the last report.
 fn record_xids(m: &GpuMetrics, id: &GpuLabels, g: &GpuStatus, seen: &mut GpuMetricsState) {
     for (xid, count) in &g.xid_counts {
-        let before = seen
-            .xids
-            .insert((id.uuid.clone(), *xid), *count)
-            .unwrap_or(0);
+        let before = seen.xids.insert((id.uuid.clone(), *xid), *count).unwrap_or(0);
         if *count > before {
-            let labels = XidLabels {
-                id: id.clone(),
-                xid: *xid,
-            };
+            let labels = XidLabels { id: id.clone(), xid: *xid };
             m.xid_events.get_or_create(&labels).inc_by(count - before);
         }
     }

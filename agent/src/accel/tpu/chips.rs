@@ -106,10 +106,7 @@ impl FsProbe {
         match KernelLog::open(&p, skip_backlog) {
             Ok(log) => self.log = Some(log),
             Err(source) => {
-                self.log_error = Some(TpuError::KernelLog {
-                    path: p.display().to_string(),
-                    source,
-                })
+                self.log_error = Some(TpuError::KernelLog { path: p.display().to_string(), source })
             }
         }
     }
@@ -130,10 +127,7 @@ impl FsProbe {
                 })
                 .collect(),
             Err(source) => {
-                self.log_error = Some(TpuError::KernelLog {
-                    path: log.path.clone(),
-                    source,
-                });
+                self.log_error = Some(TpuError::KernelLog { path: log.path.clone(), source });
                 self.log = None;
                 Vec::new()
             }
@@ -143,20 +137,14 @@ impl FsProbe {
 
 impl TpuProbe for FsProbe {
     fn read(&mut self) -> Result<TpuReading, TpuError> {
-        let device_files =
-            device_files(&self.device_dir).map_err(|source| TpuError::DeviceDir {
-                path: self.device_dir.display().to_string(),
-                source,
-            })?;
+        let device_files = device_files(&self.device_dir).map_err(|source| {
+            TpuError::DeviceDir { path: self.device_dir.display().to_string(), source }
+        })?;
         let (pci, aer) = tpu_functions(&self.sys_dir);
         if !device_files.is_empty() || !pci.is_empty() {
             self.open_log();
         }
-        let accel = device_files
-            .iter()
-            .filter(|f| f.starts_with("accel"))
-            .cloned()
-            .collect();
+        let accel = device_files.iter().filter(|f| f.starts_with("accel")).cloned().collect();
         Ok(TpuReading {
             device_files,
             chips: TpuChips { pci, accel },
@@ -176,23 +164,13 @@ pub(crate) fn device_files(dir: &Path) -> std::io::Result<Vec<String>> {
         name.strip_prefix(prefix)
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     };
-    let mut out: Vec<String> = names(dir)?
-        .into_iter()
-        .filter(|n| numbered(n, "accel"))
-        .collect();
+    let mut out: Vec<String> = names(dir)?.into_iter().filter(|n| numbered(n, "accel")).collect();
     // No vfio directory: no VFIO-bound chip (TPU v4), not an error.
     let vfio = names(&dir.join("vfio")).unwrap_or_default();
-    out.extend(
-        vfio.into_iter()
-            .filter(|n| numbered(n, ""))
-            .map(|n| format!("vfio/{n}")),
-    );
+    out.extend(vfio.into_iter().filter(|n| numbered(n, "")).map(|n| format!("vfio/{n}")));
     out.sort_by_key(|n| {
         let digits = n.trim_start_matches(|c: char| !c.is_ascii_digit());
-        (
-            n.starts_with("vfio"),
-            digits.parse::<u64>().unwrap_or(u64::MAX),
-        )
+        (n.starts_with("vfio"), digits.parse::<u64>().unwrap_or(u64::MAX))
     });
     Ok(out)
 }
@@ -257,18 +235,12 @@ struct KernelLog {
 
 impl KernelLog {
     fn open(path: &Path, skip_backlog: bool) -> std::io::Result<KernelLog> {
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
+        let mut file =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
         if skip_backlog {
             file.seek(SeekFrom::End(0))?;
         }
-        Ok(KernelLog {
-            path: path.display().to_string(),
-            file,
-            partial: Vec::new(),
-        })
+        Ok(KernelLog { path: path.display().to_string(), file, partial: Vec::new() })
     }
 
     /// Every record written since the last call.
@@ -360,22 +332,11 @@ mod tests {
     #[test]
     fn device_files_are_accel_and_vfio_groups_only() {
         let d = tempfile::tempdir().unwrap();
-        for f in [
-            "accel10",
-            "accel2",
-            "accel",
-            "accelx",
-            "vfio/vfio",
-            "vfio/3",
-            "vfio/12",
-            "null",
-        ] {
+        for f in ["accel10", "accel2", "accel", "accelx", "vfio/vfio", "vfio/3", "vfio/12", "null"]
+        {
             touch(&d.path().join(f));
         }
-        assert_eq!(
-            device_files(d.path()).unwrap(),
-            ["accel2", "accel10", "vfio/3", "vfio/12"]
-        );
+        assert_eq!(device_files(d.path()).unwrap(), ["accel2", "accel10", "vfio/3", "vfio/12"]);
         assert!(device_files(&d.path().join("absent")).is_err());
     }
 
@@ -390,16 +351,10 @@ mod tests {
             p
         };
         let tpu = dev("0000:00:05.0", "0x1ae0", "0x0063");
-        std::fs::write(
-            tpu.join("aer_dev_fatal"),
-            "Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 2\n",
-        )
-        .unwrap();
-        std::fs::write(
-            tpu.join("aer_dev_nonfatal"),
-            "Undefined 0\nTOTAL_ERR_NONFATAL 7\n",
-        )
-        .unwrap();
+        std::fs::write(tpu.join("aer_dev_fatal"), "Undefined 0\nDLP 0\nTOTAL_ERR_FATAL 2\n")
+            .unwrap();
+        std::fs::write(tpu.join("aer_dev_nonfatal"), "Undefined 0\nTOTAL_ERR_NONFATAL 7\n")
+            .unwrap();
         dev("0000:00:04.0", "0x1ae0", "0x005e"); // a TPU without AER statistics
         dev("0000:00:03.0", "0x1ae0", "0x0001"); // Google, not a TPU (gVNIC)
         dev("0000:00:06.0", "0x10de", "0x0063"); // another vendor
@@ -407,18 +362,9 @@ mod tests {
         assert_eq!(pci, ["0000:00:04.0", "0000:00:05.0"]);
         assert_eq!(
             aer,
-            BTreeMap::from([(
-                "0000:00:05.0".to_string(),
-                AerCounts {
-                    fatal: 2,
-                    nonfatal: 7
-                }
-            )])
+            BTreeMap::from([("0000:00:05.0".to_string(), AerCounts { fatal: 2, nonfatal: 7 })])
         );
-        assert_eq!(
-            tpu_functions(&d.path().join("none")),
-            (vec![], BTreeMap::new())
-        );
+        assert_eq!(tpu_functions(&d.path().join("none")), (vec![], BTreeMap::new()));
     }
 
     #[test]
@@ -438,8 +384,7 @@ mod tests {
         let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
         f.write_all(b"3,2,61000000,-;accel accel0: new").unwrap();
         assert!(p.read().unwrap().records.is_empty(), "half a line waits");
-        f.write_all(b" error\n SUBSYSTEM=accel\n DEVICE=c121:0\n")
-            .unwrap();
+        f.write_all(b" error\n SUBSYSTEM=accel\n DEVICE=c121:0\n").unwrap();
         let r = p.read().unwrap();
         assert_eq!(r.records.len(), 1);
         assert_eq!(r.records[0].0.text, "accel accel0: new error");
@@ -453,12 +398,7 @@ mod tests {
         let log = d.path().join("kmsg");
         std::fs::write(&log, "3,1,1000000,-;accel accel0: old error\n").unwrap();
         touch(&d.path().join("dev/vfio/0"));
-        let mut p = FsProbe::new(
-            d.path().join("dev"),
-            d.path(),
-            Some(&log),
-            d.path().join("no"),
-        );
+        let mut p = FsProbe::new(d.path().join("dev"), d.path(), Some(&log), d.path().join("no"));
         assert!(p.read().unwrap().records.is_empty());
         std::fs::OpenOptions::new()
             .append(true)
@@ -476,26 +416,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join("dev")).unwrap();
         let missing = d.path().join("kmsg");
-        let mut p = FsProbe::new(
-            d.path().join("dev"),
-            d.path(),
-            Some(&missing),
-            "/proc/uptime",
-        );
+        let mut p = FsProbe::new(d.path().join("dev"), d.path(), Some(&missing), "/proc/uptime");
         assert!(p.read().unwrap().device_files.is_empty());
-        assert!(
-            p.kernel_log_error().is_none(),
-            "no TPU: the log is not opened"
-        );
+        assert!(p.kernel_log_error().is_none(), "no TPU: the log is not opened");
         touch(&d.path().join("dev/accel0"));
         assert_eq!(p.read().unwrap().device_files, ["accel0"]);
         let e = p.kernel_log_error().expect("said");
         assert!(e.to_string().contains("tpu.kernel_log"), "{e}");
-        assert_eq!(
-            p.read().unwrap().device_files,
-            ["accel0"],
-            "the rest still reads"
-        );
+        assert_eq!(p.read().unwrap().device_files, ["accel0"], "the rest still reads");
         assert!(p.kernel_log_error().is_none(), "said once");
         let mut p = FsProbe::new(d.path().join("nodev"), d.path(), None, "/proc/uptime");
         assert!(matches!(p.read(), Err(TpuError::DeviceDir { .. })));

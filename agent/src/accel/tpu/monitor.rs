@@ -120,10 +120,7 @@ pub(crate) fn start(
         if let Err(e) =
             crate::accel::tpu::chips::device_files(std::path::Path::new(&cfg.device_dir))
         {
-            let e = TpuError::DeviceDir {
-                path: cfg.device_dir.clone(),
-                source: e,
-            };
+            let e = TpuError::DeviceDir { path: cfg.device_dir.clone(), source: e };
             tracing::error!(error = %e, "tpu.enabled = on but the TPU chips cannot be listed");
         }
     }
@@ -132,11 +129,5 @@ pub(crate) fn start(
         kernel_log = %cfg.kernel_log,
         "TPU monitoring on (a verdict where the node has TPU chips)"
     );
-    Some(tokio::spawn(run_monitor(
-        Box::new(probe),
-        cfg.clone(),
-        expected,
-        tx,
-        stop,
-    )))
+    Some(tokio::spawn(run_monitor(Box::new(probe), cfg.clone(), expected, tx, stop)))
 }

@@ -78,11 +78,7 @@ fn record_device(rec: &KernelRecord, chips: &TpuChips) -> Option<String> {
             return Some(name.to_string());
         }
     }
-    chips
-        .pci
-        .iter()
-        .find(|addr| names_address(&rec.text, addr))
-        .cloned()
+    chips.pci.iter().find(|addr| names_address(&rec.text, addr)).cloned()
 }
 
 /// Whether `text` names PCI address `addr` as a whole word (`0000:00:04.0` is not in
@@ -151,10 +147,7 @@ pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> Tp
     let present = obs.device_files.len() as u32;
     let expected = obs.expected;
     if present == 0 && expected.unwrap_or(0) == 0 {
-        return TpuReport {
-            expected,
-            ..TpuReport::default()
-        };
+        return TpuReport { expected, ..TpuReport::default() };
     }
     let mut health = TpuHealth::Healthy;
     let mut reasons = Vec::new();
@@ -197,11 +190,8 @@ pub(crate) fn verdict(obs: &TpuObservation, now_ms: i64, window: Duration) -> Tp
 /// The chips with a device file against the chips the Node advertises, when they differ.
 fn chip_count(obs: &TpuObservation) -> Option<(TpuHealth, String)> {
     let present = obs.device_files.len() as u32;
-    let found = if obs.device_files.is_empty() {
-        "none".to_string()
-    } else {
-        obs.device_files.join(", ")
-    };
+    let found =
+        if obs.device_files.is_empty() { "none".to_string() } else { obs.device_files.join(", ") };
     match obs.expected {
         Some(n) if present < n => Some((
             TpuHealth::Failed,
@@ -226,10 +216,7 @@ fn recent_by_chip(
     errors: &[DeviceError],
     now_ms: i64,
     window: Duration,
-) -> (
-    (u32, u32),
-    BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)>,
-) {
+) -> ((u32, u32), BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)>) {
     let mut counts = (0, 0);
     let mut by_chip: BTreeMap<(&str, ErrorSeverity), (u32, &DeviceError)> = BTreeMap::new();
     for e in errors {
@@ -240,9 +227,7 @@ fn recent_by_chip(
             ErrorSeverity::Error => counts.0 += 1,
             ErrorSeverity::Fatal => counts.1 += 1,
         }
-        let slot = by_chip
-            .entry((e.device.as_str(), e.severity))
-            .or_insert((0, e));
+        let slot = by_chip.entry((e.device.as_str(), e.severity)).or_insert((0, e));
         slot.0 += 1;
         if e.at_ms >= slot.1.at_ms {
             slot.1 = e;
@@ -300,10 +285,7 @@ pub(crate) fn fold(
     prune(&mut o.errors, now_ms, window);
     o.device_files = reading.device_files.clone();
     o.expected = expected;
-    TpuReport {
-        errors_total: mem.errors_total,
-        ..verdict(o, now_ms, window)
-    }
+    TpuReport { errors_total: mem.errors_total, ..verdict(o, now_ms, window) }
 }
 
 /// `VigilTPUUnhealthy`: True when the chips failed, False when healthy or degraded (still

@@ -30,13 +30,8 @@ fn rec(level: u8, text: &str, subsystem: Option<&str>, device: Option<&str>) -> 
 #[test]
 fn classify_table() {
     use ErrorSeverity::{Error as E, Fatal as F};
-    type Row<'a> = (
-        u8,
-        &'a str,
-        Option<&'a str>,
-        Option<&'a str>,
-        Option<(&'a str, ErrorSeverity)>,
-    );
+    type Row<'a> =
+        (u8, &'a str, Option<&'a str>, Option<&'a str>, Option<(&'a str, ErrorSeverity)>);
     #[rustfmt::skip]
     let table: &[Row] = &[
         // A TPU function's own AER line, new and old wording.
@@ -75,11 +70,7 @@ fn classify_table() {
 }
 
 fn obs(files: &[&str], expected: Option<u32>, errors: Vec<DeviceError>) -> TpuObservation {
-    TpuObservation {
-        device_files: files.iter().map(|f| f.to_string()).collect(),
-        expected,
-        errors,
-    }
+    TpuObservation { device_files: files.iter().map(|f| f.to_string()).collect(), expected, errors }
 }
 
 fn err(age_ms: i64, severity: ErrorSeverity, device: &str) -> DeviceError {
@@ -99,15 +90,8 @@ fn verdict_table() {
     let four = ["vfio/0", "vfio/1", "vfio/2", "vfio/3"];
     let min = 60_000;
     // files, expected, errors → monitoring, health, number of reasons, (errors, fatal)
-    type Row<'a> = (
-        &'a [&'a str],
-        Option<u32>,
-        Vec<DeviceError>,
-        bool,
-        TpuHealth,
-        usize,
-        (u32, u32),
-    );
+    type Row<'a> =
+        (&'a [&'a str], Option<u32>, Vec<DeviceError>, bool, TpuHealth, usize, (u32, u32));
     #[rustfmt::skip]
     let table: Vec<Row> = vec![
         // Not a TPU node.
@@ -153,10 +137,7 @@ fn verdict_table() {
 #[test]
 fn reasons_say_what_is_missing_and_which_error() {
     let r = verdict(&obs(&["accel0", "accel2"], Some(4), vec![]), NOW, WINDOW);
-    assert_eq!(
-        r.reasons,
-        ["2 of 4 TPU chips have a device file (found: accel0, accel2)"]
-    );
+    assert_eq!(r.reasons, ["2 of 4 TPU chips have a device file (found: accel0, accel2)"]);
     let mut last = err(1_000, ErrorSeverity::Fatal, "0000:00:04.0");
     last.message = "severity=Uncorrectable (Fatal)".into();
     let errors = vec![err(5_000, ErrorSeverity::Fatal, "0000:00:04.0"), last];
@@ -190,15 +171,9 @@ fn aer_counters_rising_are_errors_and_the_first_reading_is_a_baseline() {
     let errors = aer_errors(&first, &next, NOW);
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert_eq!(errors[0].severity, ErrorSeverity::Fatal);
-    assert_eq!(
-        errors[0].message,
-        "1 uncorrectable fatal PCIe error(s) (AER)"
-    );
+    assert_eq!(errors[0].message, "1 uncorrectable fatal PCIe error(s) (AER)");
     assert_eq!(errors[1].severity, ErrorSeverity::Error);
-    assert_eq!(
-        errors[1].message,
-        "2 uncorrectable non-fatal PCIe error(s) (AER)"
-    );
+    assert_eq!(errors[1].message, "2 uncorrectable non-fatal PCIe error(s) (AER)");
     assert!(errors.iter().all(|e| e.device == a && e.source == "aer"));
     // Reset counters (the device was probed again): a new baseline, not an error.
     let reset = BTreeMap::from([(a, c(0, 0))]);
@@ -215,13 +190,7 @@ fn prune_keeps_the_window_and_the_newest() {
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].device, "new");
     let mut storm: Vec<DeviceError> = (0..MAX_ERRORS as i64 + 10)
-        .map(|i| {
-            err(
-                MAX_ERRORS as i64 + 10 - i,
-                ErrorSeverity::Error,
-                &i.to_string(),
-            )
-        })
+        .map(|i| err(MAX_ERRORS as i64 + 10 - i, ErrorSeverity::Error, &i.to_string()))
         .collect();
     prune(&mut storm, NOW, WINDOW);
     assert_eq!(storm.len(), MAX_ERRORS);
@@ -252,10 +221,7 @@ fn node_fields_follow_the_report() {
     let mut d = NodeDesired::default();
     desired(&k, &failed, true, &mut d);
     assert_eq!(d.labels["vigil.dev/tpu-health"].as_deref(), Some("failed"));
-    assert_eq!(
-        d.annotations["vigil.dev/tpu-health-reasons"].as_deref(),
-        Some("3 of 4")
-    );
+    assert_eq!(d.annotations["vigil.dev/tpu-health-reasons"].as_deref(), Some("3 of 4"));
     assert_eq!(d.add_taints.len(), 1);
     assert_eq!(d.add_taints[0].key, "vigil.dev/tpu-failed");
     let c = &d.conditions[0];
@@ -271,10 +237,7 @@ fn node_fields_follow_the_report() {
         (TpuHealth::Degraded, "Degraded"),
         (TpuHealth::Healthy, "Healthy"),
     ] {
-        let r = TpuReport {
-            health,
-            ..failed.clone()
-        };
+        let r = TpuReport { health, ..failed.clone() };
         let mut d = NodeDesired::default();
         desired(&k, &r, false, &mut d);
         assert!(d.add_taints.is_empty());
@@ -299,18 +262,9 @@ fn node_fields_follow_the_report() {
 
 #[test]
 fn events_by_health() {
-    assert_eq!(
-        event_for(&TPU, TpuHealth::Failed),
-        ("VigilTpuFailed", EventType::Warning)
-    );
-    assert_eq!(
-        event_for(&TPU, TpuHealth::Degraded),
-        ("VigilTpuDegraded", EventType::Warning)
-    );
-    assert_eq!(
-        event_for(&TPU, TpuHealth::Healthy),
-        ("VigilTpuHealthy", EventType::Normal)
-    );
+    assert_eq!(event_for(&TPU, TpuHealth::Failed), ("VigilTpuFailed", EventType::Warning));
+    assert_eq!(event_for(&TPU, TpuHealth::Degraded), ("VigilTpuDegraded", EventType::Warning));
+    assert_eq!(event_for(&TPU, TpuHealth::Healthy), ("VigilTpuHealthy", EventType::Normal));
 }
 
 /// A reading's kernel records and AER counters become dated device errors; the verdict follows
@@ -321,55 +275,27 @@ fn fold_dates_errors_and_lets_them_age_out() {
     let files: Vec<String> = ["vfio/0", "vfio/1"].map(String::from).to_vec();
     let pci =
         |fatal| BTreeMap::from([("0000:00:04.0".to_string(), AerCounts { fatal, nonfatal: 0 })]);
-    let reading = |aer, records| TpuReading {
-        device_files: files.clone(),
-        chips: chips(),
-        aer,
-        records,
-    };
+    let reading =
+        |aer, records| TpuReading { device_files: files.clone(), chips: chips(), aer, records };
     // A baseline of 3 fatal errors since boot, and a backlog record 20 minutes old: neither
     // counts.
     let old = rec(3, "vfio-pci 0000:00:05.0: reset failed", None, None);
-    let r = fold(
-        &mut mem,
-        &reading(pci(3), vec![(old, Some(20 * 60_000))]),
-        Some(2),
-        NOW,
-        WINDOW,
-    );
+    let r = fold(&mut mem, &reading(pci(3), vec![(old, Some(20 * 60_000))]), Some(2), NOW, WINDOW);
     assert_eq!((r.health, r.errors_total), (TpuHealth::Healthy, (0, 0)));
     // One error record 1 minute old, one just arrived, and the fatal counter rising.
     let a = rec(3, "vfio-pci 0000:00:05.0: reset failed", None, None);
     let b = rec(6, "vfio-pci 0000:00:05.0: enabled", None, None);
-    let r = fold(
-        &mut mem,
-        &reading(pci(4), vec![(a, Some(60_000)), (b, None)]),
-        Some(2),
-        NOW,
-        WINDOW,
-    );
+    let r =
+        fold(&mut mem, &reading(pci(4), vec![(a, Some(60_000)), (b, None)]), Some(2), NOW, WINDOW);
     assert_eq!(r.health, TpuHealth::Failed, "{:?}", r.reasons);
     assert_eq!((r.recent_errors, r.errors_total), ((1, 1), (1, 1)));
-    assert_eq!(
-        mem.observation.errors[0].at_ms,
-        NOW - 60_000,
-        "dated by its age"
-    );
+    assert_eq!(mem.observation.errors[0].at_ms, NOW - 60_000, "dated by its age");
     // Ten minutes on, nothing new: the AER error (at NOW) is still in, the older one out.
     let later = NOW + WINDOW.as_millis() as i64 - 1;
     let r = fold(&mut mem, &reading(pci(4), vec![]), Some(2), later, WINDOW);
     assert_eq!((r.health, r.recent_errors), (TpuHealth::Failed, (0, 1)));
-    let r = fold(
-        &mut mem,
-        &reading(pci(4), vec![]),
-        Some(2),
-        later + 1,
-        WINDOW,
-    );
-    assert_eq!(
-        (r.health, r.recent_errors, r.errors_total),
-        (TpuHealth::Healthy, (0, 0), (1, 1))
-    );
+    let r = fold(&mut mem, &reading(pci(4), vec![]), Some(2), later + 1, WINDOW);
+    assert_eq!((r.health, r.recent_errors, r.errors_total), (TpuHealth::Healthy, (0, 0), (1, 1)));
 }
 
 /// One polarity for every Vigil condition: `True` is the problem, `False` the absence of it.
@@ -392,19 +318,11 @@ fn every_condition_is_true_for_a_problem() {
         })
     };
     let tpu = |health| {
-        tpu_condition(&TpuReport {
-            monitoring: true,
-            health,
-            ..TpuReport::default()
-        })
-        .expect("a TPU node has the condition")
+        tpu_condition(&TpuReport { monitoring: true, health, ..TpuReport::default() })
+            .expect("a TPU node has the condition")
     };
-    let maint = |phase| {
-        maintenance_condition(&MaintenanceState {
-            phase,
-            ..MaintenanceState::default()
-        })
-    };
+    let maint =
+        |phase| maintenance_condition(&MaintenanceState { phase, ..MaintenanceState::default() });
     use ConditionStatus::{False, True, Unknown};
     let table = [
         (gpu(true, GpuHealth::Failed), GPU_CONDITION, True),

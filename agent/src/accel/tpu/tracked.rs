@@ -33,9 +33,7 @@ pub(crate) fn record(m: &TpuMetrics, r: &TpuReport, seen: &mut TpuMetricsState) 
     m.monitoring.set(i64::from(r.monitoring));
     for state in ["healthy", "degraded", "failed"] {
         let on = r.monitoring && r.health.as_str() == state;
-        m.health
-            .get_or_create(&TpuStateLabels { state })
-            .set(i64::from(on));
+        m.health.get_or_create(&TpuStateLabels { state }).set(i64::from(on));
     }
     let present = TpuChipLabels { kind: "present" };
     let expected = TpuChipLabels { kind: "expected" };
@@ -49,14 +47,11 @@ pub(crate) fn record(m: &TpuMetrics, r: &TpuReport, seen: &mut TpuMetricsState) 
         }
     }
     let (error, fatal) = r.errors_total;
-    for (severity, now, before) in [
-        ("error", error, &mut seen.counted.0),
-        ("fatal", fatal, &mut seen.counted.1),
-    ] {
+    for (severity, now, before) in
+        [("error", error, &mut seen.counted.0), ("fatal", fatal, &mut seen.counted.1)]
+    {
         if now > *before {
-            m.device_errors
-                .get_or_create(&TpuErrorLabels { severity })
-                .inc_by(now - *before);
+            m.device_errors.get_or_create(&TpuErrorLabels { severity }).inc_by(now - *before);
         }
         *before = now;
     }

@@ -145,15 +145,11 @@ impl Coordinator for RedisCoordinator {
                 Reply::Ok
             }
             Request::Hgetall(key) => Reply::Hash(hgetall(c, &key).await?),
-            Request::Hget { key, field } => Reply::Values(vec![
-                c.query(redis::cmd("HGET").arg(&key).arg(&field)).await?,
-            ]),
+            Request::Hget { key, field } => {
+                Reply::Values(vec![c.query(redis::cmd("HGET").arg(&key).arg(&field)).await?])
+            }
             Request::HgetallMany(keys) => Reply::Hashes(hgetall_many(c, &keys).await?),
-            Request::Append {
-                key,
-                fields,
-                max_len,
-            } => {
+            Request::Append { key, fields, max_len } => {
                 append(c, &key, &fields, max_len).await?;
                 Reply::Ok
             }
@@ -189,16 +185,8 @@ async fn set_nx(
     value: &str,
     ttl: Duration,
 ) -> Result<bool, CoordError> {
-    let r: Option<String> = c
-        .query(
-            redis::cmd("SET")
-                .arg(key)
-                .arg(value)
-                .arg("NX")
-                .arg("PX")
-                .arg(px(ttl)),
-        )
-        .await?;
+    let r: Option<String> =
+        c.query(redis::cmd("SET").arg(key).arg(value).arg("NX").arg("PX").arg(px(ttl))).await?;
     Ok(r.is_some())
 }
 
@@ -223,9 +211,7 @@ async fn owner_ttl(
 }
 
 async fn del_if_owner(c: &RedisCoordinator, key: &str, token: &str) -> Result<bool, CoordError> {
-    let r: i64 = c
-        .script(&DEL_IF_OWNER, &[key], &[token.to_string()])
-        .await?;
+    let r: i64 = c.script(&DEL_IF_OWNER, &[key], &[token.to_string()]).await?;
     Ok(r == 1)
 }
 
@@ -236,9 +222,7 @@ async fn renew_if_owner(
     ttl: Duration,
 ) -> Result<bool, CoordError> {
     let ms = ttl.as_millis().max(1).to_string();
-    let r: i64 = c
-        .script(&RENEW_IF_OWNER, &[key], &[token.to_string(), ms])
-        .await?;
+    let r: i64 = c.script(&RENEW_IF_OWNER, &[key], &[token.to_string(), ms]).await?;
     Ok(r == 1)
 }
 
@@ -248,13 +232,7 @@ async fn incr_capped(
     cap: u64,
     ttl: Duration,
 ) -> Result<Option<u64>, CoordError> {
-    let r: i64 = c
-        .script(
-            &INCR_CAPPED,
-            &[key],
-            &[cap.to_string(), px(ttl).to_string()],
-        )
-        .await?;
+    let r: i64 = c.script(&INCR_CAPPED, &[key], &[cap.to_string(), px(ttl).to_string()]).await?;
     Ok((r >= 0).then_some(r as u64))
 }
 
@@ -316,16 +294,9 @@ async fn read_workers(
             let why = String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into());
             Err(RecordUnreadable::Refused(why))
         };
-        reads.push(WorkerRead {
-            now,
-            record,
-            values,
-        });
+        reads.push(WorkerRead { now, record, values });
     }
-    Ok(NodeRead {
-        now,
-        workers: reads,
-    })
+    Ok(NodeRead { now, workers: reads })
 }
 
 async fn hgetall_many(
@@ -364,11 +335,7 @@ async fn batch(c: &RedisCoordinator, ops: &[Op]) -> Result<Vec<u64>, CoordError>
             }
         }
         let got: Vec<Option<u64>> = c.pipeline(&pipe).await?;
-        counters.extend(
-            wanted
-                .into_iter()
-                .zip(got.into_iter().map(|v| v.unwrap_or(0))),
-        );
+        counters.extend(wanted.into_iter().zip(got.into_iter().map(|v| v.unwrap_or(0))));
     }
     counters.sort();
     Ok(counters.into_iter().map(|(_, v)| v).collect())
@@ -378,15 +345,8 @@ async fn index_members(
     c: &RedisCoordinator,
     key: &str,
 ) -> Result<Vec<(String, Millis)>, CoordError> {
-    let flat: Vec<(String, f64)> = c
-        .query(
-            redis::cmd("ZRANGE")
-                .arg(key)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES"),
-        )
-        .await?;
+    let flat: Vec<(String, f64)> =
+        c.query(redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES")).await?;
     Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
 }
 
@@ -395,16 +355,8 @@ async fn read_recent(
     key: &str,
     count: usize,
 ) -> Result<Vec<TrailEntry>, CoordError> {
-    let raw: Vec<(String, Vec<String>)> = c
-        .query(
-            redis::cmd("XREVRANGE")
-                .arg(key)
-                .arg("+")
-                .arg("-")
-                .arg("COUNT")
-                .arg(count),
-        )
-        .await?;
+    let raw: Vec<(String, Vec<String>)> =
+        c.query(redis::cmd("XREVRANGE").arg(key).arg("+").arg("-").arg("COUNT").arg(count)).await?;
     Ok(raw
         .into_iter()
         .map(|(id, flat)| {
@@ -437,12 +389,7 @@ fn add_op(pipe: &mut Pipeline, op: &Op) {
                 pipe.cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
             }
         }
-        Op::IndexTouch {
-            key,
-            member,
-            score,
-            prune_before,
-        } => {
+        Op::IndexTouch { key, member, score, prune_before } => {
             pipe.cmd("ZADD").arg(key).arg(*score).arg(member).ignore();
             if let Some(before) = prune_before {
                 pipe.cmd("ZREMRANGEBYSCORE")

@@ -123,22 +123,14 @@ impl Pipeline<'_> {
         detail: String,
         once: bool,
     ) -> Result<(), CoordError> {
-        let about = if once {
-            act.about().once()
-        } else {
-            act.about()
-        };
+        let about = if once { act.about().once() } else { act.about() };
         self.note(at, about, skip.code(), detail).await
     }
 
     /// Release the restart alert's dedup key after a skip, so the restart that eventually runs
     /// for this incident alerts (with its logs) again.
     pub(super) async fn release_restart_alert(&self, inc: &Incident) {
-        let _ = self
-            .ctx
-            .coord
-            .del(&[self.ctx.keys.alert_dedup(&inc.id, "restart")])
-            .await;
+        let _ = self.ctx.coord.del(&[self.ctx.keys.alert_dedup(&inc.id, "restart")]).await;
     }
 
     /// The container's last lines, then the restart alert with them. Logs first: a pass that
@@ -149,11 +141,7 @@ impl Pipeline<'_> {
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
         match self.collect_logs(act, now).await? {
-            Ok(logs) => self
-                .pager
-                .announce_restart(act, logs, now)
-                .await
-                .map(|()| None),
+            Ok(logs) => self.pager.announce_restart(act, logs, now).await.map(|()| None),
             Err(skip) => Ok(Some(skip)),
         }
     }
@@ -166,17 +154,12 @@ impl Pipeline<'_> {
         now: Millis,
     ) -> Result<Result<String, Skip>, CoordError> {
         let d = &self.ctx.cfg.runtime;
-        let call = tokio::time::timeout(
-            d.log_timeout,
-            self.ctx.runtime.logs(&act.case.c.id, d.log_lines),
-        );
+        let call =
+            tokio::time::timeout(d.log_timeout, self.ctx.runtime.logs(&act.case.c.id, d.log_lines));
         let why = match call.await {
             Ok(Ok(logs)) => return Ok(Ok(logs)),
             Ok(Err(e)) => e.to_string(),
-            Err(_) => format!(
-                "no answer within {}",
-                humantime::format_duration(d.log_timeout)
-            ),
+            Err(_) => format!("no answer within {}", humantime::format_duration(d.log_timeout)),
         };
         self.ctx.metrics.backends.runtime_error();
         self.pager.page_logs_failed(act, &why, now).await?;
@@ -218,14 +201,12 @@ impl Pipeline<'_> {
                 self.skip(now, act, Skip::RetryPending, why, false).await?;
                 return Ok(Some(Skip::RetryPending));
             }
-            Err(c @ Cancel::CooldownAppeared) => (
-                c,
-                "a cooldown marker appeared: another instance already restarted it",
-            ),
-            Err(c @ Cancel::Recovered) => (
-                c,
-                "heartbeat fresh again between decision and command; incident closed",
-            ),
+            Err(c @ Cancel::CooldownAppeared) => {
+                (c, "a cooldown marker appeared: another instance already restarted it")
+            }
+            Err(c @ Cancel::Recovered) => {
+                (c, "heartbeat fresh again between decision and command; incident closed")
+            }
         };
         let k = &self.ctx.keys;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
@@ -318,23 +299,14 @@ impl Pipeline<'_> {
         // for a restart that did not happen.
         let (k, w) = (&self.ctx.keys, act.case.worker());
         let marker = Stamp::new(now, &act.inc.id).to_string();
-        self.ctx
-            .coord
-            .set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown)
-            .await?;
+        self.ctx.coord.set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown).await?;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
         self.pager.resolve_alerts(w, Resolve::IncidentCleared).await;
-        self.ctx
-            .metrics
-            .restart(act.case.v.as_str(), "would-restart");
+        self.ctx.metrics.restart(act.case.v.as_str(), "would-restart");
         let c = act.case.c;
-        let detail = format!(
-            "would restart container {} ({}) now; observe mode",
-            c.name,
-            short(&c.id)
-        );
-        self.note(now, act.about(), Code::WouldRestart, detail)
-            .await?;
+        let detail =
+            format!("would restart container {} ({}) now; observe mode", c.name, short(&c.id));
+        self.note(now, act.about(), Code::WouldRestart, detail).await?;
         Ok(None)
     }
 
@@ -356,8 +328,7 @@ impl Pipeline<'_> {
                 Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
                 None => "lock lost (expired or taken over)".into(),
             };
-            self.skip(now, act, Skip::LockExpiring, detail, false)
-                .await?;
+            self.skip(now, act, Skip::LockExpiring, detail, false).await?;
             return Ok(Some(Skip::LockExpiring));
         }
         if self.write_restart_markers(act, now).await? {

@@ -60,15 +60,13 @@ impl Pipeline<'_> {
                 false => rt.fail(c, grace, how.fails_pod()).await,
             }
         };
-        tokio::time::timeout(d.restart_timeout, call)
-            .await
-            .unwrap_or_else(|_| {
-                Err(RuntimeError::Timeout {
-                    op: "restart",
-                    container: c.id.clone(),
-                    timeout: d.restart_timeout,
-                })
+        tokio::time::timeout(d.restart_timeout, call).await.unwrap_or_else(|_| {
+            Err(RuntimeError::Timeout {
+                op: "restart",
+                container: c.id.clone(),
+                timeout: d.restart_timeout,
             })
+        })
     }
 
     /// The restart's verification by the container's start time: restarted, or failed.
@@ -135,11 +133,7 @@ impl Pipeline<'_> {
         // is the verification's: a heartbeat after it is the new incarnation's first beat,
         // which ends the booting (`policy_record::booted`).
         let cooldown = self.ctx.cfg.policy.cooldown;
-        let marker = format!(
-            "{}{}",
-            marks::claim(booted_after, &act.inc.id, c),
-            marks::DONE
-        );
+        let marker = format!("{}{}", marks::claim(booted_after, &act.inc.id, c), marks::DONE);
         // NB: the time lost is kept, and the run of fruitless restarts settled (the old
         // incarnation's last step taken in, the line drawn at the verification), before the
         // marker goes up: the first beat may be seen by another instance the moment it does,
@@ -147,12 +141,8 @@ impl Pipeline<'_> {
         // (the simulation's seed 89191: a run settled after the marker was never settled, and
         // the new incarnation's beats short of the old one's last step ended it).
         self.count_lost(act, started, verified).await?;
-        self.settle_run(act, verified.map_or(Line::Kept, Line::At))
-            .await;
-        self.ctx
-            .coord
-            .set(&k.cooldown(w), &marker, cooldown)
-            .await?;
+        self.settle_run(act, verified.map_or(Line::Kept, Line::At)).await;
+        self.ctx.coord.set(&k.cooldown(w), &marker, cooldown).await?;
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let detail = self.restarted_detail(act, said, started, done);
@@ -172,9 +162,7 @@ impl Pipeline<'_> {
             c.name,
             short(&c.id),
             human(started - act.since),
-            crate::clock::brief(std::time::Duration::from_millis(
-                (done - started).max(0) as u64
-            )),
+            crate::clock::brief(std::time::Duration::from_millis((done - started).max(0) as u64)),
             humantime::format_duration(self.ctx.cfg.policy.cooldown)
         );
         // NB: a worker that does not exit on SIGTERM (Python or a shell as PID 1, a handler
@@ -267,11 +255,7 @@ impl Pipeline<'_> {
             Line::NotBefore(_) => held.max(t),
             _ => t,
         };
-        let _ = self
-            .ctx
-            .coord
-            .set(&key, &to.to_string(), marks::FRUITLESS_TTL)
-            .await;
+        let _ = self.ctx.coord.set(&key, &to.to_string(), marks::FRUITLESS_TTL).await;
     }
 
     /// The fruitless run's restart, seen done or failed: progress past where the worker stopped
@@ -307,11 +291,7 @@ impl Pipeline<'_> {
             }
         }
         run.last = last;
-        let _ = self
-            .ctx
-            .coord
-            .set(&k.fruitless(worker), &run.encode(), marks::FRUITLESS_TTL)
-            .await;
+        let _ = self.ctx.coord.set(&k.fruitless(worker), &run.encode(), marks::FRUITLESS_TTL).await;
     }
 
     /// A failed restart pages at once — the first of its incident; later ones update that
@@ -332,11 +312,7 @@ impl Pipeline<'_> {
         };
         let p = &self.ctx.cfg.policy;
         let wait = policy_due::retry_backoff(failures, self.ctx.cfg.runtime.stop_grace, p.cooldown);
-        let retry = Retry {
-            incident: act.inc.id.clone(),
-            failures,
-            not_before: done + ms(wait),
-        };
+        let retry = Retry { incident: act.inc.id.clone(), failures, not_before: done + ms(wait) };
         let detail = format!(
             "restart of container {} failed (attempt {failures} of this incident): {why}; retried in {} while it is hung and running",
             act.case.c.name,
@@ -344,18 +320,12 @@ impl Pipeline<'_> {
         );
         // NB: the page goes out even when the coordinator fails below: a failed restart is a
         // person's business at once.
-        self.pager
-            .page_restart_failed(act, failures, detail, done)
-            .await;
+        self.pager.page_restart_failed(act, failures, detail, done).await;
         let value = marks::encode_retry(&retry);
         self.ctx.coord.set(&k.retry(w), &value, MARK_TTL).await?;
         self.ctx
             .coord
-            .del(&[
-                k.alert_dedup(&act.inc.id, "restart"),
-                k.cooldown(w),
-                k.restarted(w),
-            ])
+            .del(&[k.alert_dedup(&act.inc.id, "restart"), k.cooldown(w), k.restarted(w)])
             .await?;
         // NB: the fruitless run keeps this attempt: a restart verified as failed may still
         // run later (a slow runtime), and a failed restart brought no progress either. The old
@@ -365,10 +335,7 @@ impl Pipeline<'_> {
         // incarnation's beats in the slow runtime's window would read as its progress (the
         // simulation's seed 171192: the run ended, and a fruitless restart went through).
         self.settle_run(act, Line::NotBefore(done)).await;
-        let why = format!(
-            "{why}; attempt {failures}, next not before {}",
-            human(ms(wait))
-        );
+        let why = format!("{why}; attempt {failures}, next not before {}", human(ms(wait)));
         self.note(done, act.about(), Code::RestartFailed, why).await
     }
 
@@ -426,11 +393,7 @@ impl Pipeline<'_> {
             }
             Mandate::Gang(_) => (k.gang_line(w), line.to_string()),
         };
-        Op::Set {
-            key,
-            value,
-            ttl: marks::FRUITLESS_TTL,
-        }
+        Op::Set { key, value, ttl: marks::FRUITLESS_TTL }
     }
 
     /// Claim the restart with the cooldown marker and record it. `false`: the claim failed.
@@ -450,29 +413,18 @@ impl Pipeline<'_> {
         // record our restart as someone else's. The cooldown proper runs from the verification,
         // which rewrites the marker with the cooldown as its TTL.
         let claim_ttl = self.ctx.cfg.policy.cooldown + self.ctx.cfg.safety.lock_ttl;
-        if !self
-            .ctx
-            .coord
-            .set_nx(&k.cooldown(w), &marker, claim_ttl)
-            .await?
-        {
+        if !self.ctx.coord.set_nx(&k.cooldown(w), &marker, claim_ttl).await? {
             return Ok(false);
         }
-        let mut records = vec![Op::Set {
-            key: k.restarted(w),
-            value: now.to_string(),
-            ttl: MARK_TTL,
-        }];
+        let mut records =
+            vec![Op::Set { key: k.restarted(w), value: now.to_string(), ttl: MARK_TTL }];
         records.push(self.claimed_run(act, now));
         // NB: one round trip for both: the claim is followed by the command as closely as
         // before the fruitless run was counted.
         self.ctx.coord.batch(&records).await?;
         // The error timer must not survive our restart, or a record still saying `error` after
         // the cooldown would count as errored at once instead of after `error_for`.
-        self.ctx
-            .coord
-            .del(&[k.escalated(w), k.error_since(w)])
-            .await?;
+        self.ctx.coord.del(&[k.escalated(w), k.error_since(w)]).await?;
         Ok(true)
     }
 }

@@ -47,10 +47,7 @@ pub(super) fn status_of(
     // not UTF-8) is that worker's problem only: no record (unreachable, one alert naming the
     // key and the problem), and the cycle goes on. Only a transport failure fails closed.
     match &read.record {
-        Ok(fields) => (
-            policy_record::status_of_record(fields, &ctx.cfg.policy),
-            None,
-        ),
+        Ok(fields) => (policy_record::status_of_record(fields, &ctx.cfg.policy), None),
         Err(detail) => {
             let key = ctx.keys.status(worker);
             let why = format!("the status record {key} cannot be read: {detail}");
@@ -84,8 +81,7 @@ impl RestartPath<'_> {
         );
         let about = About::worker(&c.worker, Verdict::Booting);
         self.note(now, about, Code::Booted, detail).await?;
-        self.complete_lost(c, marks::claimed_incident(marker), beat, now)
-            .await?;
+        self.complete_lost(c, marks::claimed_incident(marker), beat, now).await?;
         Ok(true)
     }
 
@@ -127,15 +123,8 @@ impl RestartPath<'_> {
         c: &Container,
         read: WorkerRead,
     ) -> Result<Verdict, CoordError> {
-        let Current {
-            now,
-            status,
-            invalid,
-            marks,
-            claim,
-            locked,
-            tracked,
-        } = self.current(c, read).await?;
+        let Current { now, status, invalid, marks, claim, locked, tracked } =
+            self.current(c, read).await?;
         let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
         let look = match tracked || marks.cooldown {
             true => Learn::StartOver,
@@ -217,15 +206,7 @@ impl RestartPath<'_> {
                 }
             }
         }
-        Ok(Current {
-            now,
-            status,
-            invalid,
-            marks,
-            claim,
-            locked,
-            tracked,
-        })
+        Ok(Current { now, status, invalid, marks, claim, locked, tracked })
     }
 
     /// The plan's effects in order; a gang member's gang step with its entry in the view.
@@ -238,9 +219,7 @@ impl RestartPath<'_> {
         let own = self.member_entry(case, now).await;
         if let (Some(g), false) = (&own_gang(case), effects.contains(&Effect::Gang)) {
             // Its member is fine: the gang alerts this agent sent for it are over.
-            self.pager()
-                .resolve_gang_alerts(g, Some(case.worker()))
-                .await;
+            self.pager().resolve_gang_alerts(g, Some(case.worker())).await;
         }
         let mut incident = case.marks.incident.clone();
         for effect in effects {
@@ -289,12 +268,7 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
-        let act = Act {
-            case,
-            inc,
-            since,
-            mandate: Mandate::Own,
-        };
+        let act = Act { case, inc, since, mandate: Mandate::Own };
         self.pipeline().run(&act, now).await
     }
 
@@ -312,12 +286,9 @@ impl RestartPath<'_> {
         match effect {
             Effect::RecordSuspect { heartbeat } => self.record_suspect(case, heartbeat, now).await,
             Effect::ClearSuspect => self.ctx.coord.del(&[k.suspect(w)]).await,
-            Effect::MarkErrorSince => self
-                .ctx
-                .coord
-                .set_nx(&k.error_since(w), &now.to_string(), MARK_TTL)
-                .await
-                .map(drop),
+            Effect::MarkErrorSince => {
+                self.ctx.coord.set_nx(&k.error_since(w), &now.to_string(), MARK_TTL).await.map(drop)
+            }
             Effect::ClearErrorSince => self.ctx.coord.del(&[k.error_since(w)]).await,
             Effect::RecordProgress(value) => {
                 // NB: written with the node's once-per-cycle batch, not a round trip per worker
@@ -333,12 +304,9 @@ impl RestartPath<'_> {
             // NB: only the run read this cycle: another instance's claim meanwhile wrote a
             // newer one, which must stand.
             Effect::ClearFruitless => match &case.marks.fruitless {
-                Some(f) => self
-                    .ctx
-                    .coord
-                    .del_if_owner(&k.fruitless(w), &f.encode())
-                    .await
-                    .map(drop),
+                Some(f) => {
+                    self.ctx.coord.del_if_owner(&k.fruitless(w), &f.encode()).await.map(drop)
+                }
                 None => Ok(()),
             },
             Effect::CloseEpisode(e) => self.close_episode(case, e, now).await,

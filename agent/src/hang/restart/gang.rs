@@ -37,11 +37,7 @@ struct Here<'a> {
 impl RestartPath<'_> {
     fn rules(&self) -> Rules {
         let cfg = &self.ctx.cfg;
-        Rules {
-            action: cfg.gang.action,
-            straggler: cfg.gang.straggler,
-            timing: Timing::of(cfg),
-        }
+        Rules { action: cfg.gang.action, straggler: cfg.gang.straggler, timing: Timing::of(cfg) }
     }
 
     /// This member's entry in its gang's view, as of this cycle (queued for the cycle's batch).
@@ -153,10 +149,9 @@ impl RestartPath<'_> {
             return (None, None);
         }
         match self.ctx.runtime.remediation(case.c, Stops::EveryPod).await {
-            Remediation::Refuse(why) => (
-                Some(format!("it cannot be restarted by Vigil ({why})")),
-                None,
-            ),
+            Remediation::Refuse(why) => {
+                (Some(format!("it cannot be restarted by Vigil ({why})")), None)
+            }
             Remediation::OneForAll { whole, .. } => (None, Some(whole)),
             _ => (None, None),
         }
@@ -191,10 +186,7 @@ impl RestartPath<'_> {
         if gp::incident_over(&state, &members, now, &t) {
             self.close_gang_incident(case, &g, &state, now).await?;
             state = GangState {
-                restarted: state
-                    .current_decision()
-                    .map(|d| d.decided)
-                    .or(state.restarted),
+                restarted: state.current_decision().map(|d| d.decided).or(state.restarted),
                 fruitless: state.fruitless.clone(),
                 ..GangState::default()
             };
@@ -207,14 +199,8 @@ impl RestartPath<'_> {
         }
         let own = members.iter().find(|m| m.id() == own.id()).unwrap_or(own);
         for step in gp::plan(&verdict, &state, &members, own, now, &rules) {
-            let here = Here {
-                g: &g,
-                own,
-                members: &members,
-                incident,
-            };
-            self.gang_step_of_plan(case, &here, &mut state, step, now)
-                .await?;
+            let here = Here { g: &g, own, members: &members, incident };
+            self.gang_step_of_plan(case, &here, &mut state, step, now).await?;
         }
         Ok(())
     }
@@ -233,9 +219,7 @@ impl RestartPath<'_> {
         match step {
             GangStep::PageHung => self.pager().page_gang_hung(g, state, members, now).await,
             GangStep::PageEscalation { restarted } => {
-                self.pager()
-                    .page_gang_again(g, members, restarted, now)
-                    .await
+                self.pager().page_gang_again(g, members, restarted, now).await
             }
             GangStep::PageStraggler => self.page_straggler(case, g, own, now).await,
             // `gang.straggler = "restart"`: the single-worker pipeline, for this member alone.
@@ -304,17 +288,9 @@ impl RestartPath<'_> {
             // that opens them: the simulation's seed 4 saw an incident blocked past that window
             // page `hung` after its escalation.
             let restarted = k.gang_restarted(&g.id);
-            self.ctx
-                .coord
-                .set(&restarted, &d.decided.to_string(), MARK_TTL)
-                .await?;
+            self.ctx.coord.set(&restarted, &d.decided.to_string(), MARK_TTL).await?;
         }
-        if !self
-            .ctx
-            .coord
-            .del_if_owner(&k.gang_incident(&g.id), &value)
-            .await?
-        {
+        if !self.ctx.coord.del_if_owner(&k.gang_incident(&g.id), &value).await? {
             return Ok(());
         }
         let detail = match state.current_decision() {
@@ -329,11 +305,7 @@ impl RestartPath<'_> {
             }
             Some(d) => {
                 self.ctx.coord.del(&[k.gang_decision(&g.id)]).await?;
-                format!(
-                    "gang {}: incident over {} after its restart",
-                    g.id,
-                    human(now - d.decided)
-                )
+                format!("gang {}: incident over {} after its restart", g.id, human(now - d.decided))
             }
             None => format!("gang {}: the collective moves again; no restart", g.id),
         };
@@ -383,17 +355,9 @@ impl RestartPath<'_> {
             _ => Verdict::Hung,
         };
         let member = Case { v, ..*case };
-        let order = GangOrder {
-            gang: g.id.clone(),
-            decision: d,
-        };
+        let order = GangOrder { gang: g.id.clone(), decision: d };
         let since = case.status.and_then(|s| s.heartbeat).unwrap_or(inc.started);
-        let act = Act {
-            case: &member,
-            inc: &inc,
-            since,
-            mandate: Mandate::Gang(&order),
-        };
+        let act = Act { case: &member, inc: &inc, since, mandate: Mandate::Gang(&order) };
         self.pipeline().run(&act, now).await
     }
 }

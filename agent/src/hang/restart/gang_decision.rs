@@ -83,12 +83,7 @@ impl GangDecider<'_> {
         d: &Deciding<'_>,
         now: Millis,
     ) -> Result<Option<Decision>, CoordError> {
-        let mut pass = GangPass {
-            now,
-            fresh: None,
-            decision: None,
-            late: None,
-        };
+        let mut pass = GangPass { now, fresh: None, decision: None, late: None };
         let mut lease = None;
         let mut step = first(Unit::Gang);
         let result = loop {
@@ -154,16 +149,14 @@ impl GangDecider<'_> {
             Step::Caps => match self.take_gang_caps(g, now).await? {
                 None => Ok(Seen::Pass),
                 Some(refused) => {
-                    self.gang_blocked(case, g, &f.inc, &f.members, vec![refused], now)
-                        .await?;
+                    self.gang_blocked(case, g, &f.inc, &f.members, vec![refused], now).await?;
                     Ok(Seen::Skip(Skip::Blocked))
                 }
             },
             Step::Count => {
                 let run = f.run.clone();
                 let members = f.members.clone();
-                self.count_gang_fruitless(g, run.as_ref(), &members, now)
-                    .await?;
+                self.count_gang_fruitless(g, run.as_ref(), &members, now).await?;
                 Ok(Seen::Pass)
             }
             Step::Claim => {
@@ -207,10 +200,7 @@ impl GangDecider<'_> {
         pass.now = now;
         let members = gp::present(&fresh.members, now, &t);
         let state = fresh.state;
-        let Some(inc) = state
-            .incident
-            .clone()
-            .filter(|i| Some(i) == d.state.incident.as_ref())
+        let Some(inc) = state.incident.clone().filter(|i| Some(i) == d.state.incident.as_ref())
         else {
             return Ok(Seen::Skip(Skip::Cancelled(Cancel::Recovered)));
         };
@@ -233,8 +223,7 @@ impl GangDecider<'_> {
         if let Some(refusing) =
             policy_fruitless::refusal(run, &Beat::of_members(&members), t.max_fruitless)
         {
-            self.gang_fruitless(case, d.g, &inc, &members, refusing, now)
-                .await?;
+            self.gang_fruitless(case, d.g, &inc, &members, refusing, now).await?;
             return Ok(Seen::Skip(Skip::Fruitless));
         }
         if let Some(who) = gp::starting(&members) {
@@ -243,15 +232,10 @@ impl GangDecider<'_> {
         }
         let why = gp::blockers(&members, d.g.size, now, &t);
         if !why.is_empty() {
-            self.gang_blocked(case, d.g, &inc, &members, why, now)
-                .await?;
+            self.gang_blocked(case, d.g, &inc, &members, why, now).await?;
             return Ok(Seen::Skip(Skip::Blocked));
         }
-        pass.fresh = Some(Fresh {
-            inc,
-            members,
-            run: state.fruitless,
-        });
+        pass.fresh = Some(Fresh { inc, members, run: state.fruitless });
         Ok(Seen::Pass)
     }
 
@@ -269,8 +253,7 @@ impl GangDecider<'_> {
         pass: &GangPass,
     ) -> Result<Seen, CoordError> {
         if let (Some(f), Some(d)) = (&pass.fresh, &pass.decision) {
-            self.announce_decision(case, g, (&f.inc, d), &f.members, pass.now)
-                .await?;
+            self.announce_decision(case, g, (&f.inc, d), &f.members, pass.now).await?;
         }
         Ok(Seen::Pass)
     }
@@ -291,10 +274,7 @@ impl GangDecider<'_> {
 
     /// The decision that stands for the gang's open incident, as the store has it now.
     async fn standing_decision(&self, g: &Gang) -> Result<Option<Decision>, CoordError> {
-        let keys = [
-            self.ctx.keys.gang_incident(&g.id),
-            self.ctx.keys.gang_decision(&g.id),
-        ];
+        let keys = [self.ctx.keys.gang_incident(&g.id), self.ctx.keys.gang_decision(&g.id)];
         let values = self.ctx.coord.get_many(&keys).await?;
         Ok(GangState::decode(&values).current_decision().cloned())
     }
@@ -303,15 +283,8 @@ impl GangDecider<'_> {
     /// the one owner of the caps (`crate::coord::caps`), as a worker's are.
     fn gang_caps<'g>(&'g self, g: &'g Gang) -> Caps<'g> {
         Caps {
-            breaker: Breaker::Gang {
-                id: &g.id,
-                per_day: self.ctx.cfg.gang.breaker_per_day,
-            },
-            ..Caps::node(
-                self.ctx.coord.as_ref(),
-                &self.ctx.keys,
-                &self.ctx.cfg.safety,
-            )
+            breaker: Breaker::Gang { id: &g.id, per_day: self.ctx.cfg.gang.breaker_per_day },
+            ..Caps::node(self.ctx.coord.as_ref(), &self.ctx.keys, &self.ctx.cfg.safety)
         }
     }
 
@@ -361,10 +334,7 @@ impl GangDecider<'_> {
         }
         let run = policy_fruitless::after_restart(run, &Beat::of_members(members), now);
         let key = self.ctx.keys.gang_fruitless(&g.id);
-        self.ctx
-            .coord
-            .set(&key, &run.encode(), FRUITLESS_TTL)
-            .await?;
+        self.ctx.coord.set(&key, &run.encode(), FRUITLESS_TTL).await?;
         self.reads.runs.insert(g.id.clone(), run);
         Ok(())
     }

@@ -48,12 +48,7 @@ impl RestartPath<'_> {
     /// The member's pace watch for this cycle.
     pub(super) fn pace_watch(&mut self) -> PaceWatch<'_> {
         let pager = Pager::new(self.ctx, self.alerts, &mut self.gangs.sent);
-        PaceWatch {
-            ctx: self.ctx,
-            pager,
-            pace: self.pace,
-            slow: &mut self.gangs.slow,
-        }
+        PaceWatch { ctx: self.ctx, pager, pace: self.pace, slow: &mut self.gangs.slow }
     }
 }
 
@@ -75,10 +70,7 @@ fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
         per_second(base),
         own.worker
     );
-    Some(Named {
-        line,
-        strong: points >= STRONG,
-    })
+    Some(Named { line, strong: points >= STRONG })
 }
 
 /// The rate in words: `0.82 steps/s`.
@@ -92,20 +84,13 @@ fn per_second(r: f64) -> String {
 /// warming up (compile, a restart's warm-up).
 fn look_at(case: &Case<'_>, own: &Member, cfg: &PaceConfig, now: Millis) -> Option<Look> {
     let s = case.status?;
-    let warming = case
-        .c
-        .started_ms()
-        .is_some_and(|st| now - st < ms(cfg.warmup));
+    let warming = case.c.started_ms().is_some_and(|st| now - st < ms(cfg.warmup));
     let held = s.grace.is_some()
         || s.state != WorkerState::Processing
         || case.v != Verdict::Healthy
         || own.stand_down.is_some()
         || warming;
-    Some(Look {
-        hb: s.heartbeat?,
-        step: position(Some(s))?,
-        held,
-    })
+    Some(Look { hb: s.heartbeat?, step: position(Some(s))?, held })
 }
 
 impl PaceWatch<'_> {
@@ -119,11 +104,7 @@ impl PaceWatch<'_> {
     ) -> Result<(), CoordError> {
         let cfg = self.ctx.cfg.gang.pace.clone();
         // NB: pace off (a reload may turn it off) or no gang: nothing of an episode is its.
-        let Some(g) = case
-            .status
-            .and_then(|s| s.gang.clone())
-            .filter(|_| cfg.enabled)
-        else {
+        let Some(g) = case.status.and_then(|s| s.gang.clone()).filter(|_| cfg.enabled) else {
             self.pace.forget_episode();
             self.ctx.metrics.pace.forget(&case.c.worker);
             return Ok(());
@@ -135,18 +116,13 @@ impl PaceWatch<'_> {
         let verdict = self.pace.verdict(now, &cfg);
         let (rate, base) = (self.pace.rate, self.pace.baseline);
         let slow = matches!(verdict, PaceVerdict::Slow { .. });
-        self.ctx
-            .metrics
-            .pace
-            .observe(&case.c.worker, &g.id, rate, base, slow);
+        self.ctx.metrics.pace.observe(&case.c.worker, &g.id, rate, base, slow);
         let lost = self.pace.deficit(verdict, now);
         self.ctx.metrics.lost.add("slow", lost, now);
         match verdict {
-            PaceVerdict::Slow {
-                since,
-                rate,
-                baseline,
-            } => self.slow_began(&g, own, since, rate, baseline, now).await,
+            PaceVerdict::Slow { since, rate, baseline } => {
+                self.slow_began(&g, own, since, rate, baseline, now).await
+            }
             PaceVerdict::Recovered { rate, baseline } => {
                 self.pace.episode_seen = false;
                 self.pace.named = None;
@@ -271,9 +247,7 @@ impl PaceWatch<'_> {
         self.slow.insert(g.id.clone(), opened);
         // NB: a claim that gets no answer leaves the page owed: `follow_episode` tries again
         // while the member is slow.
-        self.pager
-            .page_once(&claim, MARK_TTL, a, Unit::Gang, now)
-            .await?;
+        self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
         self.paged(g);
         Ok(())
     }
@@ -321,8 +295,7 @@ impl PaceWatch<'_> {
             100.0 * rate / baseline,
             human(now - since)
         );
-        self.pager
-            .gang_alert(AlertKind::Slow, g, members, Some(at), detail)
+        self.pager.gang_alert(AlertKind::Slow, g, members, Some(at), detail)
     }
 
     /// The opener, its member back at its pace: end the episode (compare-and-delete, then the
@@ -334,13 +307,7 @@ impl PaceWatch<'_> {
         baseline: f64,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(SlowOpened {
-            value,
-            node,
-            worker,
-            paged,
-            ..
-        }) = self.slow.get(&g.id).cloned()
+        let Some(SlowOpened { value, node, worker, paged, .. }) = self.slow.get(&g.id).cloned()
         else {
             return Ok(());
         };
@@ -380,10 +347,7 @@ impl PaceWatch<'_> {
         let claim = self.ctx.keys.gang_alert(&g.id, &claim, "slow-over");
         // NB: owed while the quiet mark stands: this step never runs again for the episode.
         let stands = (key, QUIET.to_string());
-        self.pager
-            .page_once_owed(&claim, a, stands, now)
-            .await
-            .map(drop)
+        self.pager.page_once_owed(&claim, a, stands, now).await.map(drop)
     }
 }
 

@@ -65,10 +65,7 @@ impl PaceWatch<'_> {
         now: Millis,
     ) -> Result<Option<PaceKept>, CoordError> {
         let node = self.ctx.keys.node();
-        let key = self
-            .ctx
-            .keys
-            .gang_members(&g.id, gp::shard_of(node, gp::shards(g.size)));
+        let key = self.ctx.keys.gang_members(&g.id, gp::shard_of(node, gp::shards(g.size)));
         let entry = self.ctx.coord.hget(&key, own).await?;
         let gone_after = Timing::of(&self.ctx.cfg).gone_after;
         Ok(entry
@@ -108,13 +105,7 @@ impl PaceWatch<'_> {
         if !self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
             return Ok(());
         }
-        let opened = SlowOpened {
-            value,
-            node,
-            worker,
-            renewed: now,
-            paged: false,
-        };
+        let opened = SlowOpened { value, node, worker, renewed: now, paged: false };
         // NB: its page is owed until this agent measures the member slow (`follow_episode`):
         // not one sent late for a gang back at its pace while the agent was away.
         self.slow.insert(g.id.clone(), opened);
@@ -157,10 +148,7 @@ impl PaceWatch<'_> {
         let named = why_of(value).map(|why| (at, vec![why.to_string()]));
         let a = self.slow_alert(g, &[], named, at, (since, rates.0, rates.1), now);
         let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
-        self.pager
-            .page_once(&claim, MARK_TTL, a, Unit::Gang, now)
-            .await
-            .map(drop)
+        self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await.map(drop)
     }
 
     /// The opener, as it reads its episode (`held`: the key's value now): still its own, its

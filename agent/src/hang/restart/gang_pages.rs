@@ -29,10 +29,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let since = own.heartbeat.unwrap_or(0).to_string();
-        let key = self
-            .ctx
-            .keys
-            .gang_alert(&g.id, &format!("{}-{since}", own.id()), "straggler");
+        let key = self.ctx.keys.gang_alert(&g.id, &format!("{}-{since}", own.id()), "straggler");
         let what = match self.ctx.cfg.gang.straggler {
             crate::config::StragglerAction::AlertOnly => {
                 "not restarted alone (gang.straggler = alert-only)"
@@ -45,14 +42,8 @@ impl RestartPath<'_> {
             own.container,
             g.id
         );
-        let a = self
-            .pager()
-            .gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
-        if !self
-            .pager()
-            .page_once(&key, MARK_TTL, a, Unit::Gang, now)
-            .await?
-        {
+        let a = self.pager().gang_alert(AlertKind::Straggler, g, &[], Some(own), detail.clone());
+        if !self.pager().page_once(&key, MARK_TTL, a, Unit::Gang, now).await? {
             return Ok(());
         }
         let about = About::worker(case.worker(), case.v);
@@ -107,18 +98,14 @@ impl GangDecider<'_> {
             describe_hang(g, members, first, now)
         );
         let akey = self.ctx.keys.gang_alert(&g.id, &inc.id, "restart");
-        let mut a = self
-            .pager
-            .gang_alert(kind, g, members, first, detail.clone());
+        let mut a = self.pager.gang_alert(kind, g, members, first, detail.clone());
         a.incident = Some(inc.id.clone());
         // NB: owed while the decision stands: this step never runs again for it, and the trail
         // says the decision whatever became of its page.
         let stands = (self.ctx.keys.gang_decision(&g.id), d.encode());
         let paged = self.pager.page_once_owed(&akey, a, stands, now).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
-        self.journal
-            .note(now, about, Code::GangDecided, detail)
-            .await?;
+        self.journal.note(now, about, Code::GangDecided, detail).await?;
         paged.map(drop)
     }
 
@@ -178,16 +165,10 @@ impl GangDecider<'_> {
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_alert(&g.id, &inc.id, r.dedup);
         let first = gp::first_stopped(members, now);
-        let mut a = self
-            .pager
-            .gang_alert(r.kind, g, members, first, r.detail.clone());
+        let mut a = self.pager.gang_alert(r.kind, g, members, first, r.detail.clone());
         a.incident = Some(inc.id.clone());
-        self.pager
-            .page_once(&key, MARK_TTL, a, Unit::Gang, now)
-            .await?;
-        let about = About::worker(case.worker(), case.v)
-            .incident(&inc.id)
-            .once();
+        self.pager.page_once(&key, MARK_TTL, a, Unit::Gang, now).await?;
+        let about = About::worker(case.worker(), case.v).incident(&inc.id).once();
         self.journal.note(now, about, r.code, r.detail).await
     }
 }
@@ -221,9 +202,7 @@ impl Pager<'_> {
         a.incident = Some(inc.id.clone());
         a.duration = first.and_then(|m| m.heartbeat).map(|hb| human(now - hb));
         let key = self.ctx.keys.gang_alert(&g.id, &inc.id, "hung");
-        self.page_once(&key, MARK_TTL, a, Unit::Gang, now)
-            .await
-            .map(drop)
+        self.page_once(&key, MARK_TTL, a, Unit::Gang, now).await.map(drop)
     }
 
     pub(super) async fn page_gang_again(
@@ -233,10 +212,7 @@ impl Pager<'_> {
         restarted: Millis,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let key = self
-            .ctx
-            .keys
-            .gang_alert(&g.id, &restarted.to_string(), "escalation");
+        let key = self.ctx.keys.gang_alert(&g.id, &restarted.to_string(), "escalation");
         let first = gp::first_stopped(members, now);
         let detail = format!(
             "gang {} hangs again {} after its restart of every member: the restart did not fix it; a person must look. {}",
@@ -245,9 +221,7 @@ impl Pager<'_> {
             describe_hang(g, members, first, now)
         );
         let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
-        self.page_once(&key, MARK_TTL, a, Unit::Gang, now)
-            .await
-            .map(drop)
+        self.page_once(&key, MARK_TTL, a, Unit::Gang, now).await.map(drop)
     }
 }
 
@@ -275,9 +249,9 @@ pub(super) fn describe_hang(
     let Some(f) = first else {
         return format!("gang {}: {count}", g.id);
     };
-    let last = f.heartbeat.map_or("never beat".to_string(), |hb| {
-        format!("last progress {} ago", human(now - hb))
-    });
+    let last = f
+        .heartbeat
+        .map_or("never beat".to_string(), |hb| format!("last progress {} ago", human(now - hb)));
     let mut s = format!(
         "gang {} ({count}) stopped: the first to stop was {} on node {} ({}), {last}",
         g.id, f.worker, f.node, f.container

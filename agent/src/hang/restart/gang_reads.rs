@@ -51,11 +51,7 @@ impl GangReads {
             false => Vec::new(),
         };
         with_own(&mut members, own);
-        let view = View {
-            members,
-            state,
-            full: reader,
-        };
+        let view = View { members, state, full: reader };
         self.views.insert(g.id.clone(), view.clone());
         Ok(view)
     }

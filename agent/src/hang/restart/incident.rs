@@ -24,14 +24,8 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.suspect(case.worker());
-        self.ctx
-            .coord
-            .set(&key, &Stamp::new(hb, now.to_string()).to_string(), MARK_TTL)
-            .await?;
-        let detail = format!(
-            "heartbeat {} old; waiting for a second observation",
-            human(now - hb)
-        );
+        self.ctx.coord.set(&key, &Stamp::new(hb, now.to_string()).to_string(), MARK_TTL).await?;
+        let detail = format!("heartbeat {} old; waiting for a second observation", human(now - hb));
         self.note(now, case.about(), Code::Suspect, detail).await
     }
 
@@ -41,10 +35,7 @@ impl RestartPath<'_> {
         end: TimerEnd,
         now: Millis,
     ) -> Result<(), CoordError> {
-        self.ctx
-            .coord
-            .del(&[self.ctx.keys.incident(case.worker())])
-            .await?;
+        self.ctx.coord.del(&[self.ctx.keys.incident(case.worker())]).await?;
         let (code, why) = match end {
             TimerEnd::Booting => (
                 Code::TimerCleared,
@@ -75,10 +66,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let w = case.worker();
-        self.ctx
-            .coord
-            .del(&[self.ctx.keys.restarted(w), self.ctx.keys.escalated(w)])
-            .await?;
+        self.ctx.coord.del(&[self.ctx.keys.restarted(w), self.ctx.keys.escalated(w)]).await?;
         self.pager().resolve_alerts(w, Resolve::Recovered).await;
         let detail = "worker healthy after our restart".to_string();
         self.note(now, case.about(), Code::Recovered, detail).await
@@ -90,19 +78,12 @@ impl RestartPath<'_> {
         e: Episode,
         now: Millis,
     ) -> Result<(), CoordError> {
-        self.ctx
-            .coord
-            .del(&[self.ctx.keys.episode(case.worker(), e.as_str())])
-            .await?;
+        self.ctx.coord.del(&[self.ctx.keys.episode(case.worker(), e.as_str())]).await?;
         self.pager()
-            .resolve_alerts(
-                case.worker(),
-                Resolve::Episode(super::pages::episode_kind(e)),
-            )
+            .resolve_alerts(case.worker(), Resolve::Episode(super::pages::episode_kind(e)))
             .await;
         let detail = format!("{} condition ended", e.as_str());
-        self.note(now, case.about(), Code::EpisodeClosed, detail)
-            .await
+        self.note(now, case.about(), Code::EpisodeClosed, detail).await
     }
 
     /// Start the incident timer (first observer wins) and read back whoever's start time stands.
@@ -113,11 +94,8 @@ impl RestartPath<'_> {
     ) -> Result<Option<Incident>, CoordError> {
         let key = self.ctx.keys.incident(case.worker());
         let id = format!("{now:x}-{}", &random_token()[..6]);
-        let won = self
-            .ctx
-            .coord
-            .set_nx(&key, &Incident { started: now, id }.encode(), MARK_TTL)
-            .await?;
+        let won =
+            self.ctx.coord.set_nx(&key, &Incident { started: now, id }.encode(), MARK_TTL).await?;
         // Whoever won, everyone reads the same start time back.
         let incident = self
             .ctx
@@ -129,11 +107,8 @@ impl RestartPath<'_> {
             .and_then(|s| Incident::decode(&s));
         if let (true, Some(inc)) = (won, &incident) {
             let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
-            let detail = format!(
-                "{} confirmed; restart due in {}",
-                case.v.as_str(),
-                human(ms(wait))
-            );
+            let detail =
+                format!("{} confirmed; restart due in {}", case.v.as_str(), human(ms(wait)));
             let about = case.about().incident(&inc.id);
             self.note(now, about, Code::TimerStarted, detail).await?;
         }
@@ -150,12 +125,7 @@ impl RestartPath<'_> {
         now: Millis,
         read: marks::Decoded,
     ) -> Result<bool, CoordError> {
-        let marks::Decoded {
-            incarnation: prev,
-            cooldown: cooling,
-            locked,
-            ..
-        } = read;
+        let marks::Decoded { incarnation: prev, cooldown: cooling, locked, .. } = read;
         let k = self.ctx.keys.clone();
         let w = c.worker.as_str();
         let seen = marks::incarnation(c);
@@ -183,10 +153,7 @@ impl RestartPath<'_> {
             // incarnation without its cooldown.
             self.cool_down_external(w, now).await?;
         }
-        self.ctx
-            .coord
-            .set(&k.incarnation(w), &seen, MARK_TTL)
-            .await?;
+        self.ctx.coord.set(&k.incarnation(w), &seen, MARK_TTL).await?;
         if !external {
             return Ok(true);
         }
@@ -210,15 +177,10 @@ impl RestartPath<'_> {
         let k = &self.ctx.keys;
         let marker = format!("{now}{}", marks::EXTERNAL);
         let cooldown = self.ctx.cfg.policy.cooldown;
-        self.ctx
-            .coord
-            .set(&k.cooldown(w), &marker, cooldown)
-            .await?;
+        self.ctx.coord.set(&k.cooldown(w), &marker, cooldown).await?;
         let timers = [k.incident(w), k.suspect(w), k.error_since(w)];
         self.ctx.coord.del(&timers).await?;
-        self.pager()
-            .resolve_alerts(w, Resolve::IncidentCleared)
-            .await;
+        self.pager().resolve_alerts(w, Resolve::IncidentCleared).await;
         Ok(())
     }
 

@@ -14,11 +14,7 @@ impl Pipeline<'_> {
     pub(super) fn caps<'s>(&'s self, act: &'s Act<'_>) -> Caps<'s> {
         Caps {
             fleet: act.mandate.decided_here(),
-            ..Caps::node(
-                self.ctx.coord.as_ref(),
-                &self.ctx.keys,
-                &self.ctx.cfg.safety,
-            )
+            ..Caps::node(self.ctx.coord.as_ref(), &self.ctx.keys, &self.ctx.cfg.safety)
         }
     }
 
@@ -72,8 +68,7 @@ impl Pipeline<'_> {
             "fleet budget of {budget} per {} exhausted",
             humantime::format_duration(window)
         );
-        self.skip(now, act, Skip::BudgetExhausted, detail, true)
-            .await
+        self.skip(now, act, Skip::BudgetExhausted, detail, true).await
     }
 
     /// Give back one breaker and one fleet unit taken for a restart that will not run.

@@ -59,10 +59,7 @@ impl<'a> Pager<'a> {
         now: Millis,
     ) -> Result<bool, CoordError> {
         let lease = self.ctx.cfg.safety.lock_ttl;
-        let claimed = self
-            .alerts
-            .claim(self.ctx.coord.as_ref(), key, now, ttl, lease)
-            .await;
+        let claimed = self.alerts.claim(self.ctx.coord.as_ref(), key, now, ttl, lease).await;
         if !claimed? {
             return Ok(false);
         }
@@ -82,17 +79,10 @@ impl<'a> Pager<'a> {
         stands: (String, String),
         now: Millis,
     ) -> Result<bool, CoordError> {
-        let sent = self
-            .page_once(key, MARK_TTL, alert.clone(), Unit::Gang, now)
-            .await;
+        let sent = self.page_once(key, MARK_TTL, alert.clone(), Unit::Gang, now).await;
         if sent.is_err() {
             self.remember(Unit::Gang, &alert);
-            let owed = Owed {
-                alert,
-                ttl: MARK_TTL,
-                since: now,
-                stands,
-            };
+            let owed = Owed { alert, ttl: MARK_TTL, since: now, stands };
             self.alerts.owe(key, owed);
         }
         sent
@@ -111,10 +101,7 @@ impl<'a> Pager<'a> {
     /// The worker's condition ended: the sinks that keep alerts open (Alertmanager) resolve
     /// the alerts `end` covers.
     pub(super) async fn resolve_alerts(&self, worker: &str, end: Resolve) {
-        self.ctx
-            .notifier
-            .resolve(self.ctx.keys.node(), worker, end)
-            .await;
+        self.ctx.notifier.resolve(self.ctx.keys.node(), worker, end).await;
     }
 
     /// Resolve the gang alerts this agent sent for `gang` (its incident closed, or its own
@@ -133,10 +120,7 @@ impl<'a> Pager<'a> {
         }
         for (node, worker) in ended {
             // `Recovered`: escalations end too.
-            self.ctx
-                .notifier
-                .resolve(&node, &worker, Resolve::Recovered)
-                .await;
+            self.ctx.notifier.resolve(&node, &worker, Resolve::Recovered).await;
         }
     }
 

@@ -33,9 +33,7 @@ pub(super) fn episode_kind(e: Episode) -> AlertKind {
 
 /// An episode's page: what it says, and since when.
 fn episode_detail(case: &Case<'_>, e: Episode, now: Millis) -> String {
-    let ahead = case
-        .status
-        .and_then(|s| policy_record::heartbeat_from_future(s, now));
+    let ahead = case.status.and_then(|s| policy_record::heartbeat_from_future(s, now));
     match e {
         Episode::Unreachable if case.invalid.is_some() => format!(
             "{}; alert only until the record is fixed (other workers are judged as usual)",
@@ -83,11 +81,7 @@ impl RestartPath<'_> {
         let mut alert = self.pager().alert_for(kind, case, Some(since), now, detail);
         alert.incident = Some(inc.id.clone());
         let key = self.ctx.keys.alert_dedup(&inc.id, case.v.as_str());
-        if !self
-            .pager()
-            .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
-            .await?
-        {
+        if !self.pager().page_once(&key, MARK_TTL, alert, Unit::Worker, now).await? {
             return Ok(());
         }
         let detail = format!("{} alert sent", kind.as_str());
@@ -105,15 +99,9 @@ impl RestartPath<'_> {
         let kind = episode_kind(e);
         let since = case.marks.progress.as_ref().map(|(_, t)| *t);
         let since = since.filter(|_| e == Episode::Stalled);
-        let alert = self
-            .pager()
-            .alert_for(kind, case, since, now, episode_detail(case, e, now));
+        let alert = self.pager().alert_for(kind, case, since, now, episode_detail(case, e, now));
         let key = self.ctx.keys.episode(case.worker(), e.as_str());
-        if !self
-            .pager()
-            .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
-            .await?
-        {
+        if !self.pager().page_once(&key, MARK_TTL, alert, Unit::Worker, now).await? {
             return Ok(());
         }
         let detail = format!("{} alert sent", kind.as_str());
@@ -132,14 +120,9 @@ impl RestartPath<'_> {
             human(now - restarted)
         );
         let alert =
-            self.pager()
-                .alert_for(AlertKind::Escalation, case, Some(restarted), now, detail);
+            self.pager().alert_for(AlertKind::Escalation, case, Some(restarted), now, detail);
         let key = self.ctx.keys.escalated(case.worker());
-        if !self
-            .pager()
-            .page_once(&key, MARK_TTL, alert, Unit::Worker, now)
-            .await?
-        {
+        if !self.pager().page_once(&key, MARK_TTL, alert, Unit::Worker, now).await? {
             return Ok(());
         }
         let detail = "paged: restart did not recover the worker".to_string();
@@ -157,9 +140,7 @@ impl Pager<'_> {
     ) -> Result<(), CoordError> {
         let alert = self.act_alert(AlertKind::Fruitless, act, now, detail);
         let key = self.ctx.keys.alert_dedup(&act.inc.id, "fruitless");
-        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now)
-            .await
-            .map(drop)
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await.map(drop)
     }
 
     /// The runtime refuses this worker (`why`): once per incident.
@@ -172,9 +153,7 @@ impl Pager<'_> {
         let detail = format!("{why}; not restarting, a person must decide");
         let alert = self.act_alert(AlertKind::NotRestartable, act, now, detail);
         let key = self.ctx.keys.alert_dedup(&act.inc.id, "not-restartable");
-        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now)
-            .await
-            .map(drop)
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await.map(drop)
     }
 
     /// The container's logs could not be read (`why`), so no restart this cycle: once per
@@ -189,9 +168,7 @@ impl Pager<'_> {
         let since = Some(act.since);
         let alert = self.alert_for(AlertKind::LogsFailed, act.case, since, now, detail);
         let key = self.ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
-        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now)
-            .await
-            .map(drop)
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await.map(drop)
     }
 
     /// The restart (or would-restart) page with the logs, once per incident; a gang member's
@@ -214,9 +191,7 @@ impl Pager<'_> {
         let mut alert = self.act_alert(kind, act, now, detail);
         alert.logs = Some(logs);
         let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
-        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now)
-            .await
-            .map(drop)
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await.map(drop)
     }
 
     /// The `restart-failed` page: only the first failure of an incident pages, later ones
@@ -256,9 +231,7 @@ impl Pager<'_> {
         let detail = format!("circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow");
         let alert = self.alert_for(AlertKind::BreakerOpen, act.case, None, now, detail);
         let key = self.ctx.keys.breaker_alert(day);
-        self.page_once(&key, BREAKER_TTL, alert, Unit::Worker, now)
-            .await
-            .map(drop)
+        self.page_once(&key, BREAKER_TTL, alert, Unit::Worker, now).await.map(drop)
     }
 
     /// The fleet's budget is spent: one page a window.
@@ -275,8 +248,6 @@ impl Pager<'_> {
         );
         let alert = self.alert_for(AlertKind::BudgetExhausted, act.case, None, now, detail);
         let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
-        self.page_once(&key, window * 2, alert, Unit::Worker, now)
-            .await
-            .map(drop)
+        self.page_once(&key, window * 2, alert, Unit::Worker, now).await.map(drop)
     }
 }

@@ -42,10 +42,7 @@ impl RestartPath<'_> {
             pager: Pager::new(self.ctx, self.alerts, &mut self.gangs.sent),
             journal: self.journal,
             watch: self.watch,
-            judge: Judge {
-                policy: &self.ctx.cfg.policy,
-                rhythm: self.rhythm,
-            },
+            judge: Judge { policy: &self.ctx.cfg.policy, rhythm: self.rhythm },
         }
     }
 }
@@ -87,10 +84,7 @@ impl Pipeline<'_> {
             now,
             lease: None,
             call: None,
-            how: Remediation::InPlace {
-                kill: false,
-                how: String::new(),
-            },
+            how: Remediation::InPlace { kill: false, how: String::new() },
         };
         let mut step = first(Unit::Worker);
         let result = loop {

@@ -111,10 +111,7 @@ impl<'p> Judge<'p, '_> {
 impl<'a> RestartPath<'a> {
     /// The rules this worker is judged by, as this agent learned its rhythm so far.
     pub(super) fn judge(&self) -> Judge<'a, '_> {
-        Judge {
-            policy: &self.ctx.cfg.policy,
-            rhythm: self.rhythm,
-        }
+        Judge { policy: &self.ctx.cfg.policy, rhythm: self.rhythm }
     }
 
     /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`): the

@@ -145,10 +145,7 @@ impl Call {
             let code = status.code;
             if code == 404 || status.reason == "NotFound" {
                 if !self.is_event() {
-                    return NodeError::NotFound {
-                        node: node.to_string(),
-                        op: self.verb(),
-                    };
+                    return NodeError::NotFound { node: node.to_string(), op: self.verb() };
                 }
             } else if code == 403 || status.reason == "Forbidden" {
                 return NodeError::Forbidden {
@@ -201,16 +198,10 @@ mod tests {
             ),
             "{msg}"
         );
-        let nf = NodeError::NotFound {
-            node: "n1".into(),
-            op: "get",
-        };
+        let nf = NodeError::NotFound { node: "n1".into(), op: "get" };
         assert_eq!(nf.op(), "get");
         assert!(nf.to_string().contains("NODE_NAME"), "{nf}");
         let msg = forbidden(Call::PatchNode).to_string();
-        assert!(
-            msg.contains("resources: [\"nodes\"], verbs: [\"patch\"]"),
-            "{msg}"
-        );
+        assert!(msg.contains("resources: [\"nodes\"], verbs: [\"patch\"]"), "{msg}");
     }
 }

@@ -86,16 +86,11 @@ fn map_patch(
 /// `lastTransitionTime` moves only when the status changes; `lastHeartbeatTime` on every write.
 /// A type in `remove_conditions` that the Node has is deleted (`$patch: delete`, by its key).
 pub(crate) fn conditions_patch(node: &Value, desired: &NodeDesired, now: &str) -> Option<Value> {
-    let current = node
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let current =
+        node.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
     let mut changed = Vec::new();
     for want in &desired.conditions {
-        let have = current
-            .iter()
-            .find(|c| c["type"].as_str() == Some(want.kind.as_str()));
+        let have = current.iter().find(|c| c["type"].as_str() == Some(want.kind.as_str()));
         let same = |field: &str, value: &str| have.and_then(|h| h[field].as_str()) == Some(value);
         let status = want.status.as_str();
         if same("status", status) && same("reason", &want.reason) && same("message", &want.message)
@@ -116,10 +111,7 @@ pub(crate) fn conditions_patch(node: &Value, desired: &NodeDesired, now: &str) -
         }));
     }
     for kind in &desired.remove_conditions {
-        if current
-            .iter()
-            .any(|c| c["type"].as_str() == Some(kind.as_str()))
-        {
+        if current.iter().any(|c| c["type"].as_str() == Some(kind.as_str())) {
             changed.push(serde_json::json!({ "type": kind, "$patch": "delete" }));
         }
     }
@@ -137,10 +129,7 @@ fn taints_patch(current: Option<&Value>, desired: &NodeDesired) -> Option<Vec<Va
             && field(t, "effect") == Some(want.effect.as_str())
     };
 
-    let existing: Vec<Value> = current
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let existing: Vec<Value> = current.and_then(Value::as_array).cloned().unwrap_or_default();
     let mut out: Vec<Value> = existing
         .iter()
         .filter(|t| match field(t, "key") {
@@ -213,12 +202,7 @@ pub(crate) fn cleanup_plan(
     let keys = |pointer: &str| -> Vec<String> {
         node.pointer(pointer)
             .and_then(Value::as_object)
-            .map(|m| {
-                m.keys()
-                    .filter(|k| k.starts_with(prefix))
-                    .cloned()
-                    .collect()
-            })
+            .map(|m| m.keys().filter(|k| k.starts_with(prefix)).cloned().collect())
             .unwrap_or_default()
     };
     let mut labels = keys("/metadata/labels");
@@ -250,13 +234,7 @@ pub(crate) fn cleanup_plan(
             Some(format!("{k}={v}"))
         })
         .collect();
-    let plan = Cleanup {
-        labels,
-        annotations,
-        taints,
-        conditions,
-        kept,
-    };
+    let plan = Cleanup { labels, annotations, taints, conditions, kept };
     (plan, desired)
 }
 
@@ -283,10 +261,8 @@ fn taints_of(node: &Value, taint_keys: &[String]) -> Vec<String> {
 /// The strategic-merge patch of the Node's status that deletes the conditions of these types,
 /// and only those (`$patch: delete` on the element with that merge key), or `None` for none.
 pub(crate) fn delete_conditions_patch(types: &[String]) -> Option<Value> {
-    let items: Vec<Value> = types
-        .iter()
-        .map(|t| serde_json::json!({ "type": t, "$patch": "delete" }))
-        .collect();
+    let items: Vec<Value> =
+        types.iter().map(|t| serde_json::json!({ "type": t, "$patch": "delete" })).collect();
     (!items.is_empty()).then(|| serde_json::json!({ "status": { "conditions": items } }))
 }
 

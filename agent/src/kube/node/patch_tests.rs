@@ -23,18 +23,11 @@ fn node() -> Value {
 }
 
 fn labels(pairs: &[(&str, Option<&str>)]) -> BTreeMap<String, Option<String>> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect()
 }
 
 fn taint(key: &str, value: &str, effect: &str) -> Taint {
-    Taint {
-        key: key.into(),
-        value: value.into(),
-        effect: effect.into(),
-    }
+    Taint { key: key.into(), value: value.into(), effect: effect.into() }
 }
 
 const GPU: &str = r#"{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}"#;
@@ -191,10 +184,7 @@ fn merge_patch_table() {
                 "metadata": {"name": "n1", "resourceVersion": "3"},
                 "spec": {"taints": [{"key": "vigil.dev/m", "effect": "NoSchedule"}]}
             }),
-            NodeDesired {
-                remove_taints: vec!["vigil.dev/m".into()],
-                ..NodeDesired::default()
-            },
+            NodeDesired { remove_taints: vec!["vigil.dev/m".into()], ..NodeDesired::default() },
             Some(json!({"metadata": {"resourceVersion": "3"}, "spec": {"taints": []}})),
         ),
         (
@@ -282,10 +272,7 @@ fn merge_patch_converges_in_one_write() {
         }
     }
     let desired = NodeDesired {
-        labels: labels(&[
-            ("vigil.dev/maintenance", None),
-            ("vigil.dev/gpu", Some("ok")),
-        ]),
+        labels: labels(&[("vigil.dev/maintenance", None), ("vigil.dev/gpu", Some("ok"))]),
         annotations: labels(&[("vigil.dev/window-end", Some("t1"))]),
         add_taints: vec![taint("vigil.dev/maintenance", "true", "NoSchedule")],
         remove_taints: vec!["vigil.dev/old".into()],
@@ -331,10 +318,8 @@ fn cleanup_takes_only_vigils_fields() {
         {"type": "VigilGPUHealthy", "status": "False"},
         {"type": "KernelDeadlock", "status": "False"}
     ]});
-    let keys = vec![
-        "vigil.dev/termination-imminent".to_string(),
-        "vigil.dev/gpu-failed".to_string(),
-    ];
+    let keys =
+        vec!["vigil.dev/termination-imminent".to_string(), "vigil.dev/gpu-failed".to_string()];
     let kinds = ["VigilGPUHealthy", "VigilMaintenance"];
     n["metadata"]["labels"]["cloud.google.com/perform-maintenance"] = json!("true");
     let shared = ["cloud.google.com/perform-maintenance"];
@@ -342,10 +327,7 @@ fn cleanup_takes_only_vigils_fields() {
     assert_eq!(
         plan,
         Cleanup {
-            labels: vec![
-                "vigil.dev/gpu-health".into(),
-                "vigil.dev/maintenance".into()
-            ],
+            labels: vec!["vigil.dev/gpu-health".into(), "vigil.dev/maintenance".into()],
             annotations: vec!["vigil.dev/window-start".into()],
             taints: vec![
                 "vigil.dev/gpu-failed=true:NoSchedule".into(),
@@ -379,16 +361,8 @@ fn cleanup_takes_only_vigils_fields() {
     assert_eq!(delete_conditions_patch(&[]), None);
 
     // Nothing of Vigil's: an empty plan and no write.
-    let (plan, desired) = cleanup_plan(
-        &json!({"metadata": {"name": "n1"}}),
-        "vigil.dev/",
-        &keys,
-        &kinds,
-        &shared,
-    );
+    let (plan, desired) =
+        cleanup_plan(&json!({"metadata": {"name": "n1"}}), "vigil.dev/", &keys, &kinds, &shared);
     assert!(plan.is_empty());
-    assert_eq!(
-        merge_patch(&json!({"metadata": {"name": "n1"}}), &desired),
-        None
-    );
+    assert_eq!(merge_patch(&json!({"metadata": {"name": "n1"}}), &desired), None);
 }

@@ -134,10 +134,7 @@ mod tests {
         for (body, want) in [
             ("NONE", E::None),
             ("MIGRATE_ON_HOST_MAINTENANCE", E::MigrateOnHostMaintenance),
-            (
-                "TERMINATE_ON_HOST_MAINTENANCE",
-                E::TerminateOnHostMaintenance,
-            ),
+            ("TERMINATE_ON_HOST_MAINTENANCE", E::TerminateOnHostMaintenance),
             ("  NONE\n", E::None),
         ] {
             assert_eq!(parse_maintenance_event(body).ok(), Some(want));
@@ -154,11 +151,7 @@ mod tests {
         assert_eq!(parse_preempted("FALSE\n").ok(), Some(false));
         assert_eq!(parse_preempted("true").ok(), Some(true));
         for bad in ["MAYBE", "", "1", "yes"] {
-            assert_eq!(
-                parse_preempted(bad).unwrap_err().kind(),
-                "malformed",
-                "{bad:?}"
-            );
+            assert_eq!(parse_preempted(bad).unwrap_err().kind(), "malformed", "{bad:?}");
         }
     }
 
@@ -216,14 +209,8 @@ mod tests {
                 r#"{"maintenance_status":"PENDING","can_reschedule":"TRUE"}"#,
                 Ok(Some((PENDING, true))),
             ),
-            (
-                r#"{"maintenance_status":"PENDING"}"#,
-                Ok(Some((PENDING, false))),
-            ),
-            (
-                r#"{"maintenanceStatus":"ONGOING","canReschedule":true}"#,
-                Ok(Some((ONGOING, true))),
-            ),
+            (r#"{"maintenance_status":"PENDING"}"#, Ok(Some((PENDING, false)))),
+            (r#"{"maintenanceStatus":"ONGOING","canReschedule":true}"#, Ok(Some((ONGOING, true)))),
             ("{not json", Err(())),
             ("BANANA", Err(())),
             ("[]", Err(())),
@@ -231,14 +218,8 @@ mod tests {
             (r#"{"foo": 1}"#, Err(())),
             (r#"{"maintenance_status":"BANANA"}"#, Err(())),
             (r#"{"maintenance_status":7}"#, Err(())),
-            (
-                r#"{"maintenance_status":"PENDING","can_reschedule":"maybe"}"#,
-                Err(()),
-            ),
-            (
-                r#"{"maintenance_status":"PENDING","maintenance_reasons":"x"}"#,
-                Err(()),
-            ),
+            (r#"{"maintenance_status":"PENDING","can_reschedule":"maybe"}"#, Err(())),
+            (r#"{"maintenance_status":"PENDING","maintenance_reasons":"x"}"#, Err(())),
             (r#"{"error": "internal"}"#, Err(())),
         ];
         for (body, want) in table {

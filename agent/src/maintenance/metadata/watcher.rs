@@ -294,10 +294,7 @@ fn nothing_scheduled(
             if key == Key::UpcomingMaintenance
                 && (e.is_no_notifications_yet() || matches!(e, MetadataError::NotFound { .. })) =>
         {
-            Ok(Fetched {
-                value: String::new(),
-                etag: None,
-            })
+            Ok(Fetched { value: String::new(), etag: None })
         }
         other => other,
     }
@@ -312,8 +309,7 @@ impl KeyState {
             return;
         }
         if ctx.unsettled.fetch_sub(1, Ordering::SeqCst) == 1 {
-            ctx.tx
-                .send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
+            ctx.tx.send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
         }
     }
 

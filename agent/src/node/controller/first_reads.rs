@@ -19,10 +19,7 @@ use crate::vocab::stand_down::{unread, NodeFacts, SharedFacts, Unread};
 /// `wait`.
 pub fn facts_at_start(wait: Duration) -> SharedFacts {
     let facts = NodeFacts {
-        unread: unread(false, false).map(|what| Unread {
-            what,
-            until: Instant::now() + wait,
-        }),
+        unread: unread(false, false).map(|what| Unread { what, until: Instant::now() + wait }),
         ..NodeFacts::default()
     };
     std::sync::Arc::new(std::sync::RwLock::new(facts))
@@ -59,10 +56,7 @@ fn node_read(rx: Option<&NodeInfoRx>) -> bool {
 impl FirstReads {
     /// Waiting until `deadline` at the latest.
     pub(super) fn until(deadline: Instant) -> FirstReads {
-        FirstReads {
-            deadline,
-            over: false,
-        }
+        FirstReads { deadline, over: false }
     }
 
     /// The wait `facts` started with (`facts_at_start`), or one of `wait` from `now`.
@@ -98,10 +92,7 @@ impl FirstReads {
             return;
         }
         let (left, ended) = self.settle(metadata, node, now);
-        let left = left.map(|what| Unread {
-            what,
-            until: self.deadline,
-        });
+        let left = left.map(|what| Unread { what, until: self.deadline });
         {
             let mut f = facts.write().unwrap_or_else(|p| p.into_inner());
             if f.unread != left {
@@ -192,10 +183,7 @@ mod tests {
         let f = facts.read().unwrap().clone();
         let u = f.unread.expect("the Node is awaited");
         assert!(u.what.starts_with("the Node"));
-        assert!(
-            u.until <= t0 + Duration::from_secs(30),
-            "the start's bound, not a new one"
-        );
+        assert!(u.until <= t0 + Duration::from_secs(30), "the start's bound, not a new one");
         assert_eq!(f.unread_at(t0), Some(u.what));
         assert_eq!(f.unread_at(u.until), None);
     }

@@ -50,9 +50,7 @@ impl Controller {
         let was_hung = self.gpu.report().state == GpuMonitorState::NvmlHung;
         if report.state == GpuMonitorState::NvmlHung && !was_hung {
             let message = format!("vigil: {}", hung_line(&report));
-            self.node
-                .event("VigilGpuNvmlHung", &message, EventType::Warning)
-                .await;
+            self.node.event("VigilGpuNvmlHung", &message, EventType::Warning).await;
         }
         self.show_health(report).await;
     }
@@ -91,8 +89,7 @@ impl Controller {
         self.node.event(reason, &message, kind).await;
         if let (Health::Failed, Some(n)) = (r.health(), &self.notifier) {
             let detail = format!("{}; {}", change.detail, A::ADVICE);
-            n.send(&Alert::new(A::ALERT, &self.cfg.node_name, detail))
-                .await;
+            n.send(&Alert::new(A::ALERT, &self.cfg.node_name, detail)).await;
         }
     }
 
@@ -100,12 +97,8 @@ impl Controller {
     /// driver reload or a reboot), saying why.
     pub(super) async fn note_cleared(&mut self, report: &GpuReport) {
         for c in new_cleared(report, &mut self.gpu_cleared_seen) {
-            let detail = format!(
-                "{}: failure cleared: {} (it was: {})",
-                c.gpu,
-                c.why,
-                c.causes.join("; ")
-            );
+            let detail =
+                format!("{}: failure cleared: {} (it was: {})", c.gpu, c.why, c.causes.join("; "));
             self.note(Code::GpuFailureCleared, detail).await;
         }
     }

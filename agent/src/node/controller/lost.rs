@@ -34,11 +34,7 @@ impl Controller {
                 Some(Interruption::Preemption) => "preemption",
                 _ => "maintenance",
             };
-            self.losses.interrupted = Some(Interrupted {
-                cause,
-                notice: now,
-                checkpoint: None,
-            });
+            self.losses.interrupted = Some(Interrupted { cause, notice: now, checkpoint: None });
         } else if interrupting(prev.phase) && !interrupting(next.phase) {
             self.end_interruption(now, "it ended").await;
         }
@@ -67,9 +63,7 @@ impl Controller {
         if let Some((failed, at)) = self.losses.failed_gpus {
             let ms = now.duration_since(at).as_millis().min(i64::MAX as u128) as Millis;
             // The node's clock only places the time in the last day's hourly ledger.
-            self.metrics
-                .lost
-                .add("gpu-failed", failed as Millis * ms, SystemClock.now());
+            self.metrics.lost.add("gpu-failed", failed as Millis * ms, SystemClock.now());
         }
         let failed = report
             .gpus

@@ -48,17 +48,11 @@ impl Controller {
         self.lose_to_round(now);
         let record = self.rounds.finish(reason, results, now);
         for (worker, code, detail) in record.lines {
-            self.notes
-                .note(self.state.phase, &worker, code, detail)
-                .await;
+            self.notes.note(self.state.phase, &worker, code, detail).await;
         }
         self.node.view.last_checkpoint = Some(record.summary.clone());
         self.node.publish().await;
-        let kind = if record.all_acked {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
+        let kind = if record.all_acked { EventType::Normal } else { EventType::Warning };
         let message = format!("vigil: checkpoint requested ({})", record.summary);
         self.node.event("VigilCheckpoint", &message, kind).await;
     }
@@ -76,9 +70,7 @@ impl Controller {
         if !rounds.is_empty() {
             return self.finish_round(rounds, grace, record_by).await;
         }
-        let recent = self
-            .last_round_ended
-            .is_some_and(|t| t.elapsed() < RECENT_ROUND);
+        let recent = self.last_round_ended.is_some_and(|t| t.elapsed() < RECENT_ROUND);
         let why = match on_sigterm {
             OnSigterm::Never => None,
             OnSigterm::Always => Some("checkpoint.on_sigterm = always".to_string()),
@@ -90,13 +82,9 @@ impl Controller {
         match why {
             Some(why) if !recent => {
                 let left = record_by.saturating_duration_since(tokio::time::Instant::now());
-                self.note(
-                    Code::AgentStopping,
-                    format!("asking the workers to checkpoint: {why}"),
-                )
-                .await;
-                self.checkpoint("agent-sigterm", sigterm_budget.min(left))
+                self.note(Code::AgentStopping, format!("asking the workers to checkpoint: {why}"))
                     .await;
+                self.checkpoint("agent-sigterm", sigterm_budget.min(left)).await;
             }
             _ => {
                 let detail = format!(

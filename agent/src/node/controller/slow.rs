@@ -27,9 +27,7 @@ impl Controller {
                 .collect();
             self.node.view.slow = named;
             for message in new {
-                self.node
-                    .event("VigilSlow", &message, EventType::Warning)
-                    .await;
+                self.node.event("VigilSlow", &message, EventType::Warning).await;
             }
         }
         let pace = &self.cfg.gang.pace;
