@@ -8,4 +8,4 @@
 # the replay is light.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run --quiet -p vigil --features demo --example pace -- "${1:-200}"
+cargo run --quiet -p vigil --features demo,bench --example pace -- "${1:-200}"

@@ -6,4 +6,4 @@
 # goal itself is held by the tests of agent/src/hang/replay.rs). Usage: [HANGS] (default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run --quiet --release -p vigil --example rhythm -- "${1:-200}"
+cargo run --quiet --release -p vigil --features bench --example rhythm -- "${1:-200}"

@@ -5,7 +5,9 @@ integration-test binaries and, where the `duplicates` tool is on PATH, repeated-
     python3 scripts/measure.py
 
 Production lines are the non-blank, non-comment lines of agent/src outside its `#[cfg(test)]`
-items, `_tests.rs` and `tests.rs` files and the files of `#[cfg(test)] mod x;` left out. Functions are measured as tests/layout.rs measures them.
+items, `_tests.rs` and `tests.rs` files and the files of `#[cfg(test)] mod x;` left out: what the
+agent that ships compiles. (`#[cfg(any(test, feature = "bench"))]`, the benchmarks' replays, is
+never in it: agent/Cargo.toml's `bench` feature, on only in test and benchmark builds.) Functions are measured as tests/layout.rs measures them.
 """
 import pathlib
 import re
@@ -16,6 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SRC = ROOT / "agent" / "src"
 
 
+# What the shipped agent never compiles: test code, and the benchmarks' replays.
+NOT_SHIPPED = ("#[cfg(test)]", '#[cfg(any(test, feature = "bench"))]')
+
 STRINGS = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])\'')
 
 
@@ -25,7 +30,7 @@ def production(text):
     production code after a test-only item near a file's top from the count)."""
     lines, out, i = text.splitlines(), [], 0
     while i < len(lines):
-        if not lines[i].lstrip().startswith("#[cfg(test)]"):
+        if not lines[i].lstrip().startswith(NOT_SHIPPED):
             out.append(lines[i])
             i += 1
             continue
@@ -72,13 +77,14 @@ def fn_lengths(lines):
 
 
 def test_only_files():
-    """The files of modules declared under `#[cfg(test)]` (`mod fuzz;` in lib.rs): test code."""
+    """The files of modules declared under `#[cfg(test)]` (`mod fuzz;` in lib.rs: test code) or
+    the `bench` feature's (the replays)."""
     out = set()
     for path in SRC.rglob("*.rs"):
         lines = path.read_text().splitlines()
         for above, line in zip(lines, lines[1:]):
             m = re.match(r"\s*(?:pub(?:\([a-z]+\))? )?mod (\w+);", line)
-            if m and above.strip() == "#[cfg(test)]":
+            if m and above.strip() in NOT_SHIPPED:
                 folder = path.parent if path.name in ("lib.rs", "mod.rs") else path.with_suffix("")
                 for f in (folder / f"{m.group(1)}.rs", folder / m.group(1) / "mod.rs"):
                     out.add(f.relative_to(SRC).as_posix())

@@ -27,6 +27,17 @@
 /// `source` of an error whose cause comes from any of several libraries.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// `as_str`: the stable name of each enum named (its strum `IntoStaticStr`), for the config,
+/// labels, the trail and logs. A macro rather than a trait, so no caller imports anything.
+macro_rules! as_str {
+    ($vis:vis $($t:ty),+) => {$(
+        impl $t {
+            /// Its stable name (strum's `IntoStaticStr`).
+            $vis fn as_str(self) -> &'static str { self.into() }
+        }
+    )+};
+}
+
 pub mod accel;
 pub mod alerts;
 pub(crate) mod app;

@@ -16,8 +16,4 @@ pub enum Health {
     Failed,
 }
 
-impl Health {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub Health);

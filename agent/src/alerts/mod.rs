@@ -84,10 +84,6 @@ impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
     pub const ALL: &'static [AlertKind] = <AlertKind as strum::VariantArray>::VARIANTS;
 
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// Alert-only episodes (alerts of a condition, not of an incident): they end with the
     /// episode.
     pub(crate) fn is_episode(self) -> bool {
@@ -133,6 +129,7 @@ impl AlertKind {
         )
     }
 }
+as_str!(pub AlertKind);
 
 /// One alert, with everything a person needs to act without opening another tool.
 #[derive(Debug, Clone, Serialize)]

@@ -14,11 +14,7 @@ pub(crate) enum Level {
     Fail,
 }
 
-impl Level {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub Level);
 
 /// One check's result.
 #[derive(Debug, Clone)]

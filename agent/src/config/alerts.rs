@@ -18,7 +18,8 @@ pub enum WebhookFormat {
     Json,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct AlertsConfig {
     /// Slack-compatible incoming webhook; empty: alerts go to the log only. A secret (the token
@@ -31,10 +32,12 @@ pub struct AlertsConfig {
     /// How often a worker's open alert is re-posted to Alertmanager; keep it below
     /// Alertmanager's `resolve_timeout` (5m by default), or the alert resolves itself.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(60)))]
     pub(crate) alertmanager_repost: Duration,
     /// The webhook's body: `slack` (Slack-compatible `text`, and `vigil`), `pagerduty` (an
     /// Events API v2 event: trigger, then resolve when the incident ends) or `json` (the alert's
     /// fields, with `summary` and `status`).
+    #[educe(Default(expression = WebhookFormat::Slack))]
     pub format: WebhookFormat,
     /// The PagerDuty integration's routing key (`format = "pagerduty"`). A secret: shown as
     /// `***`; env `VIGIL_PAGERDUTY_ROUTING_KEY` (from the Secret `vigil`).
@@ -44,27 +47,14 @@ pub struct AlertsConfig {
     /// Secret `vigil`) adds to them.
     pub(crate) headers: BTreeMap<String, Secret<Hidden>>,
     /// Prepended to pages (escalations, failed restarts), e.g. `<!here>` or `<@U123>`.
+    #[educe(Default(expression = "<!here>".into()))]
     pub(crate) page_mention: String,
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(10)))]
     pub timeout: Duration,
     /// Attempts per alert, with exponential backoff between them.
+    #[educe(Default(expression = 3))]
     pub attempts: u32,
-}
-
-impl Default for AlertsConfig {
-    fn default() -> Self {
-        AlertsConfig {
-            webhook_url: Secret::default(),
-            alertmanager_url: Secret::default(),
-            alertmanager_repost: Duration::from_secs(60),
-            format: WebhookFormat::Slack,
-            routing_key: Secret::default(),
-            headers: BTreeMap::new(),
-            page_mention: "<!here>".into(),
-            timeout: Duration::from_secs(10),
-            attempts: 3,
-        }
-    }
 }
 
 /// Pause before alert delivery attempt `attempt` (0 = first, no pause).

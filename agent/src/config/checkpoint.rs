@@ -34,12 +34,8 @@ pub(crate) enum Signal {
 
 impl Signal {
     const ALL: &'static [Signal] = <Signal as strum::VariantArray>::VARIANTS;
-
-    /// The canonical name, e.g. `SIGUSR1` (what Docker's kill endpoint takes).
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
+as_str!(pub Signal);
 
 impl std::str::FromStr for Signal {
     type Err = String;
@@ -149,57 +145,47 @@ pub(crate) enum OnSigterm {
     Never,
 }
 
-impl OnSigterm {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub OnSigterm);
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckpointConfig {
     /// Default request method: `record`, `signal`, `signal:NAME` or an `http(s)://` URL; a
     /// container label overrides it.
+    #[educe(Default(expression = CheckpointMethod::Record))]
     pub(crate) method: CheckpointMethod,
     /// Container label naming a worker's method: `redis`, `signal:SIGUSR1`, `http://host:port/path`.
+    #[educe(Default(expression = "vigil.checkpoint".into()))]
     pub(crate) label: String,
     /// Signal sent by the `signal` method without an explicit one.
+    #[educe(Default(expression = Signal::Usr1))]
     pub(crate) signal: Signal,
     /// Budget on the agent's own SIGTERM/SIGINT (must end before the pod's grace period).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(25)))]
     pub sigterm_budget: Duration,
     /// Budget on a Spot/preemptible preemption notice (GCE gives 30 s in total).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(25)))]
     pub preemption_budget: Duration,
     /// Budget on a host-maintenance notice (GCE warns 60 s ahead).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(50)))]
     pub maintenance_budget: Duration,
     /// The pod's termination grace period; the agent exits before it ends.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30)))]
     pub grace: Duration,
     /// When the agent's own SIGTERM/SIGINT asks the workers to checkpoint.
+    #[educe(Default(expression = OnSigterm::NodeGoingAway))]
     pub(crate) on_sigterm: OnSigterm,
     /// What a worker needs after its checkpoint to exit. A budget plus this must fit in what the
     /// platform gives the worker (its pod's grace period, GCE's notice, GKE's node shutdown):
     /// `vigil doctor` and `vigil explain` say when it does not.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(5)))]
     pub(crate) worker_stop: Duration,
-}
-
-impl Default for CheckpointConfig {
-    fn default() -> Self {
-        CheckpointConfig {
-            method: CheckpointMethod::Record,
-            label: "vigil.checkpoint".into(),
-            signal: Signal::Usr1,
-            sigterm_budget: Duration::from_secs(25),
-            preemption_budget: Duration::from_secs(25),
-            maintenance_budget: Duration::from_secs(50),
-            grace: Duration::from_secs(30),
-            on_sigterm: OnSigterm::NodeGoingAway,
-            worker_stop: Duration::from_secs(5),
-        }
-    }
 }
 
 impl CheckpointConfig {

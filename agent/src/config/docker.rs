@@ -5,17 +5,13 @@ use serde::{Deserialize, Serialize};
 use super::{bad, ConfigError};
 
 /// The Docker Engine API. The keys that are not Docker-specific are in `[runtime]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct DockerConfig {
     /// `unix:///var/run/docker.sock` or `tcp://host:port`; env `DOCKER_HOST`.
+    #[educe(Default(expression = "unix:///var/run/docker.sock".into()))]
     pub(crate) host: String,
-}
-
-impl Default for DockerConfig {
-    fn default() -> Self {
-        DockerConfig { host: "unix:///var/run/docker.sock".into() }
-    }
 }
 
 impl DockerConfig {

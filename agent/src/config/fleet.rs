@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct FleetConfig {
     /// Node pool this node belongs to; env `VIGIL_POOL`.
@@ -15,17 +16,8 @@ pub struct FleetConfig {
     pub(crate) slice: String,
     /// The agent's heartbeat record expires after this; a node silent longer is "down".
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(60)))]
     pub heartbeat_ttl: Duration,
-}
-
-impl Default for FleetConfig {
-    fn default() -> Self {
-        FleetConfig {
-            pool: String::new(),
-            slice: String::new(),
-            heartbeat_ttl: Duration::from_secs(60),
-        }
-    }
 }
 
 impl FleetConfig {

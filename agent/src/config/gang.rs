@@ -49,11 +49,7 @@ pub enum GangAction {
     AlertOnly,
 }
 
-impl GangAction {
-    pub(crate) fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub(crate) GangAction);
 
 /// What happens to a member that stopped while its peers still progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,15 +63,19 @@ pub enum StragglerAction {
     Restart,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct GangConfig {
     /// Who restarts a hung gang: `restart-all` (default) or `alert-only`.
+    #[educe(Default(expression = GangAction::RestartAll))]
     pub action: GangAction,
     /// Gang restarts allowed per gang per UTC day (each member's restart also counts one unit
     /// on its own node's breaker).
+    #[educe(Default(expression = 2))]
     pub breaker_per_day: u32,
     /// A member that stopped while its peers progress: `alert-only` (default) or `restart`.
+    #[educe(Default(expression = StragglerAction::AlertOnly))]
     pub straggler: StragglerAction,
     /// `[gang.pace]`: a gang that slows down (fail-slow): found, paged, never restarted.
     pub pace: PaceConfig,
@@ -84,51 +84,44 @@ pub struct GangConfig {
 /// `[gang.pace]`: each gang member's steps per second against the baseline it has shown
 /// (`crate::hang::policy_pace`); a `slow` page when its gang runs below `slow_fraction` of it for
 /// `slow_for`, naming the member its evidence points to. Never a restart. Opt-in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct PaceConfig {
     pub enabled: bool,
     /// A window closes after this long (and `min_steps` steps): its rate is one sample.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30)))]
     pub window: Duration,
+    #[educe(Default(expression = 20))]
     pub min_steps: u32,
     /// Windows that teach the baseline before any verdict.
+    #[educe(Default(expression = 10))]
     pub learn_windows: u32,
     /// Below this fraction of the baseline a window is slow.
+    #[educe(Default(expression = 0.85))]
     pub slow_fraction: f64,
     /// Slow windows in a row for this long: the gang is slow.
     #[serde(with = "super::duration")]
+    // NB: scripts/bench-pace.sh: 30 s windows and 2 min find a 20 % slowdown at p50
+    // 147 s, p95 282 s, with no episode in 100 simulated healthy days; 60 s windows and
+    // 2 min drew 3 in 50 days of silent evaluations, 60 s and 3 min took p95 342 s.
+    #[educe(Default(expression = Duration::from_secs(2 * 60)))]
     pub slow_for: Duration,
     /// A container younger than this (compile, warm-up after a restart) teaches nothing.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(5 * 60)))]
     pub warmup: Duration,
     /// While a slow gang names this node's member, and `taint_for` after, a
     /// `<label_prefix>slow=true` taint beside the `VigilSlow` condition (opt-in): `NoSchedule`,
     /// or `NoExecute` for jobs that can replace a node.
+    #[educe(Default(expression = SlowTaint::Off))]
     pub taint: SlowTaint,
     /// How long the taint stays after the node was last named (its member gone, or back at its
     /// pace): a replacement is not placed straight back on it.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(3600)))]
     pub taint_for: Duration,
-}
-
-impl Default for PaceConfig {
-    fn default() -> Self {
-        PaceConfig {
-            enabled: false,
-            window: Duration::from_secs(30),
-            min_steps: 20,
-            learn_windows: 10,
-            slow_fraction: 0.85,
-            // NB: scripts/bench-pace.sh: 30 s windows and 2 min find a 20 % slowdown at p50
-            // 147 s, p95 282 s, with no episode in 100 simulated healthy days; 60 s windows and
-            // 2 min drew 3 in 50 days of silent evaluations, 60 s and 3 min took p95 342 s.
-            slow_for: Duration::from_secs(2 * 60),
-            warmup: Duration::from_secs(5 * 60),
-            taint: SlowTaint::Off,
-            taint_for: Duration::from_secs(3600),
-        }
-    }
 }
 
 impl PaceConfig {
@@ -152,17 +145,6 @@ impl PaceConfig {
             return bad("gang.pace.slow_for", "must be at least gang.pace.window");
         }
         Ok(())
-    }
-}
-
-impl Default for GangConfig {
-    fn default() -> Self {
-        GangConfig {
-            action: GangAction::RestartAll,
-            breaker_per_day: 2,
-            straggler: StragglerAction::AlertOnly,
-            pace: PaceConfig::default(),
-        }
     }
 }
 

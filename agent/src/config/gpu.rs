@@ -10,23 +10,28 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, ConfigError, Switch};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct GpuConfig {
     /// `auto` (load NVML; when the node has GPUs but no driver yet, keep trying), `on`, `off`.
+    #[educe(Default(expression = Switch::Auto))]
     pub enabled: Switch,
     /// Path of `libnvidia-ml.so`; empty = the loader's search path.
     pub library_path: String,
     /// How often every GPU is read (XID events are waited for continuously).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(15)))]
     pub sample_interval: Duration,
     /// Per-XID overrides of NVIDIA's immediate action (`"79" = "reboot-node"`); the rest follow
     /// the built-in table (`vigil policy gpu`).
     pub xid_actions: BTreeMap<String, XidAction>,
     /// XIDs attached to a hang alert of a worker on that GPU, as evidence.
+    #[educe(Default(expression = vec![43, 109]))]
     pub evidence_xids: Vec<u64>,
     /// How far back an evidence XID is attached to a hang alert.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30 * 60)))]
     pub evidence_window: Duration,
     /// Put a `NoSchedule` taint on the Node while a GPU has failed.
     pub taint_on_failure: bool,
@@ -37,62 +42,43 @@ pub struct GpuConfig {
     pub device_taints: bool,
     /// The DRA driver whose ResourceSlices list this node's GPUs (the device's `uuid` attribute
     /// names the GPU).
+    #[educe(Default(expression = "gpu.nvidia.com".into()))]
     pub dra_driver: String,
     /// The version of `resource.k8s.io` the cluster serves `DeviceTaintRule` in: `v1alpha3`
     /// (1.33–1.35, feature gate `DRADeviceTaints`), `v1beta2` (1.36), `v1` (1.37).
+    #[educe(Default(expression = "v1beta2".into()))]
     pub dra_api_version: String,
     /// On Kubernetes, how often the node's pods are read for the GPUs the kubelet reports
     /// `Unhealthy` to them (`allocatedResourcesStatus`, the device plugin's health check): such
     /// a GPU is failed in Vigil's verdict, as an XID's failure, until it is reset. `0s` = not read.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30)))]
     pub kubelet_health_interval: Duration,
     /// Where failed GPUs are kept across agent restarts (JSON, with the node's boot id); empty
     /// = not kept.
+    #[educe(Default(expression = "/var/lib/vigil/gpu-state.json".into()))]
     pub state_file: String,
     /// When a non-fatal XID counts, and what one episode of an XID is.
     pub xid_threshold: XidThreshold,
     /// How long one NVML call may take before the driver counts as wedged: the GPUs' health is
     /// then unknown until it answers.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30)))]
     pub call_deadline: Duration,
 }
 
 /// `[gpu.xid_threshold]`: events of one XID on one GPU less than `window` apart are one episode
 /// (one log line and one Event, however many events); an XID NVIDIA's table does not list
 /// degrades the GPU only once `count` of its events fall within `window`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct XidThreshold {
+    #[educe(Default(expression = 1))]
     pub count: u32,
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30 * 60)))]
     pub window: Duration,
-}
-
-impl Default for XidThreshold {
-    fn default() -> Self {
-        XidThreshold { count: 1, window: Duration::from_secs(30 * 60) }
-    }
-}
-
-impl Default for GpuConfig {
-    fn default() -> Self {
-        GpuConfig {
-            enabled: Switch::Auto,
-            library_path: String::new(),
-            sample_interval: Duration::from_secs(15),
-            xid_actions: BTreeMap::new(),
-            evidence_xids: vec![43, 109],
-            evidence_window: Duration::from_secs(30 * 60),
-            taint_on_failure: false,
-            device_taints: false,
-            dra_driver: "gpu.nvidia.com".into(),
-            dra_api_version: "v1beta2".into(),
-            kubelet_health_interval: Duration::from_secs(30),
-            state_file: "/var/lib/vigil/gpu-state.json".into(),
-            xid_threshold: XidThreshold::default(),
-            call_deadline: Duration::from_secs(30),
-        }
-    }
 }
 
 impl GpuConfig {
@@ -181,11 +167,6 @@ pub enum XidAction {
 impl XidAction {
     pub const ALL: &'static [XidAction] = <XidAction as strum::VariantArray>::VARIANTS;
 
-    /// The config and docs spelling.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// Whether the GPU is unusable until someone acts: `failed` (taint, no restarts on it).
     pub(crate) fn fails(self) -> bool {
         matches!(self, XidAction::ResetGpu | XidAction::Drain | XidAction::RebootNode)
@@ -202,6 +183,7 @@ impl XidAction {
         }
     }
 }
+as_str!(pub XidAction);
 
 impl std::str::FromStr for XidAction {
     type Err = String;

@@ -6,33 +6,26 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, has_scheme, ConfigError, Switch};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct KubernetesConfig {
     /// `auto` (on when running in a cluster), `on`, or `off`.
+    #[educe(Default(expression = Switch::Auto))]
     pub enabled: Switch,
     /// API server URL; empty = in-cluster config or kubeconfig.
     pub api_url: String,
     /// Prefix of the labels, annotations and taint Vigil writes on its Node.
+    #[educe(Default(expression = "vigil.dev/".into()))]
     pub(crate) label_prefix: String,
     /// Put a `NoSchedule` taint on the Node while termination is imminent.
+    #[educe(Default(expression = true))]
     pub(crate) taint_on_termination: bool,
     /// How often the agent reads its Node (GKE's labels, taints and allocatable resources: the
     /// pool, the provisioning model, the accelerator, GKE's maintenance signals).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30)))]
     pub(crate) read_interval: Duration,
-}
-
-impl Default for KubernetesConfig {
-    fn default() -> Self {
-        KubernetesConfig {
-            enabled: Switch::Auto,
-            api_url: String::new(),
-            label_prefix: "vigil.dev/".into(),
-            taint_on_termination: true,
-            read_interval: Duration::from_secs(30),
-        }
-    }
 }
 
 impl KubernetesConfig {

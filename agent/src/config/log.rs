@@ -12,19 +12,16 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
+    #[educe(Default(expression = LogFormat::Text))]
     pub(crate) format: LogFormat,
     /// A `tracing` filter such as `info` or `vigil=debug`; env `RUST_LOG` wins.
+    #[educe(Default(expression = "info".into()))]
     pub(crate) level: String,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        LogConfig { format: LogFormat::Text, level: "info".into() }
-    }
 }
 
 impl LogConfig {

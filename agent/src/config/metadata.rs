@@ -6,39 +6,32 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, ConfigError, Switch};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
     /// `auto` (watch; unreachable is said once and probed again with backoff), `on`, or `off`.
+    #[educe(Default(expression = Switch::Auto))]
     pub(crate) enabled: Switch,
     /// Metadata server host[:port]; env `GCE_METADATA_HOST`; empty = `metadata.google.internal`.
     pub(crate) host: String,
     /// Long-poll `timeout_sec` for each watch request.
+    #[educe(Default(expression = 60))]
     pub(crate) timeout_sec: u32,
     /// A PENDING notice stands restarts down only once its window starts within this long
     /// (GCE posts them days ahead).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(3600)))]
     pub(crate) pending_horizon: Duration,
     /// After a maintenance event ends, restarts stay suppressed this long.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(300)))]
     pub settle: Duration,
     /// At start-up, restarts wait for the metadata server's first answer and the Node's first
     /// read at most this long (`node::controller::first_reads`).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30)))]
     pub first_read_wait: Duration,
-}
-
-impl Default for MetadataConfig {
-    fn default() -> Self {
-        MetadataConfig {
-            enabled: Switch::Auto,
-            host: String::new(),
-            timeout_sec: 60,
-            pending_horizon: Duration::from_secs(3600),
-            settle: Duration::from_secs(300),
-            first_read_wait: Duration::from_secs(30),
-        }
-    }
 }
 
 impl MetadataConfig {

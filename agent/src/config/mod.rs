@@ -108,11 +108,7 @@ pub enum Switch {
     Off,
 }
 
-impl Switch {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub Switch);
 
 impl std::fmt::Display for Switch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -120,7 +116,8 @@ impl std::fmt::Display for Switch {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Name of the node this agent watches; env `NODE_NAME`, else the host name.
@@ -129,6 +126,7 @@ pub struct Config {
     pub dry_run: bool,
     /// How often the worker records are evaluated.
     #[serde(with = "duration")]
+    #[educe(Default(expression = Duration::from_secs(15)))]
     pub poll_interval: Duration,
     pub redis: RedisConfig,
     pub runtime: RuntimeConfig,
@@ -150,34 +148,6 @@ pub struct Config {
     /// Set from the environment (`KUBERNETES_SERVICE_HOST`), never from the file.
     #[serde(skip)]
     pub kubernetes_in_cluster: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            node_name: String::new(),
-            dry_run: false,
-            poll_interval: Duration::from_secs(15),
-            redis: RedisConfig::default(),
-            runtime: RuntimeConfig::default(),
-            docker: DockerConfig::default(),
-            policy: PolicyConfig::default(),
-            safety: SafetyConfig::default(),
-            alerts: AlertsConfig::default(),
-            server: ServerConfig::default(),
-            worker_api: WorkerApiConfig::default(),
-            log: LogConfig::default(),
-            fleet: FleetConfig::default(),
-            metadata: MetadataConfig::default(),
-            kubernetes: KubernetesConfig::default(),
-            checkpoint: CheckpointConfig::default(),
-            opportunistic: OpportunisticConfig::default(),
-            gang: GangConfig::default(),
-            gpu: GpuConfig::default(),
-            tpu: TpuConfig::default(),
-            kubernetes_in_cluster: false,
-        }
-    }
 }
 
 /// A validation error naming `key`.

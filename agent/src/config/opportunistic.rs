@@ -6,30 +6,23 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct OpportunisticConfig {
     /// Opt-in: label the node `cloud.google.com/perform-maintenance=true` when it is idle.
     pub enabled: bool,
     /// Every worker idle at least this long.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30 * 60)))]
     pub idle_for: Duration,
     /// Other healthy nodes of the pool that must remain.
+    #[educe(Default(expression = 1))]
     pub min_nodes: u32,
     /// The pool claim's TTL (one node of a pool at a time).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(2 * 3600)))]
     pub(crate) claim_ttl: Duration,
-}
-
-impl Default for OpportunisticConfig {
-    fn default() -> Self {
-        OpportunisticConfig {
-            enabled: false,
-            idle_for: Duration::from_secs(30 * 60),
-            min_nodes: 1,
-            claim_ttl: Duration::from_secs(2 * 3600),
-        }
-    }
 }
 
 impl OpportunisticConfig {

@@ -6,44 +6,55 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, ConfigError};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
     /// A working worker (any state but `idle` and `error`) whose heartbeat is older than this
     /// (or than the grace it announced) is stale.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(120)))]
     pub stale_after: Duration,
     /// Minimum gap between the two observations that confirm a hang.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(10)))]
     pub confirm_after: Duration,
     /// A confirmed hang must persist this long before a restart.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(180)))]
     pub restart_delay: Duration,
     /// A worker in state `error` this long is restarted.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30 * 60)))]
     pub error_for: Duration,
     /// Fresh heartbeat with an unchanged progress marker this long: alert (no restart).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30 * 60)))]
     pub(crate) stalled_after: Duration,
     /// After a restart, the worker is "booting" for this long (or until its first beat): no new
     /// incident.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(10 * 60)))]
     pub cooldown: Duration,
     /// A container that started this recently and has not written a record of its own yet (no
     /// record, or one older than the container) is "booting", not "unreachable": a trainer
     /// imports its framework and loads its data before its first beat.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(120)))]
     pub(crate) start_grace: Duration,
     /// Still hung this long after a restart: page a person, once.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(10 * 60)))]
     pub escalate_after: Duration,
     /// The longest silence a worker may announce for a long operation (its record's `grace`:
     /// a compile, a checkpoint save); a longer grace is cut to this.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(60 * 60)))]
     pub(crate) max_grace: Duration,
     /// Restarts in a row that brought no progress past where the worker stopped (its numeric
     /// `progress`, or its `checkpoint_step`), after which Vigil stops restarting it and pages
     /// once; the next progress past that point resets the count. 0: no limit.
+    #[educe(Default(expression = 2))]
     pub max_fruitless_restarts: u32,
     /// Each worker's own rhythm: a silence learned from its beats, shorter than `stale_after`.
     pub learned: LearnedConfig,
@@ -54,19 +65,24 @@ pub struct PolicyConfig {
 /// are known (`crate::hang::policy_rhythm`). Off by default: a worker with long phases it does not
 /// announce (an evaluation in `processing`, without `busy(...)`) is called hung once before its
 /// rhythm includes them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct LearnedConfig {
     pub enabled: bool,
     /// k: the learned silence is k × the quantile.
+    #[educe(Default(expression = 4.0))]
     pub multiplier: f64,
     /// The quantile of the silences the worker came back from (0.5 to 1).
+    #[educe(Default(expression = 0.99))]
     pub quantile: f64,
     /// The shortest learned silence.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(5)))]
     pub floor: Duration,
     /// Silences observed before the learned one is used (5 to 256): in the worker's history,
     /// and by this agent in its current incarnation.
+    #[educe(Default(expression = 30))]
     pub min_samples: u32,
     /// A hang found by the learned silence is restarted once it persisted for that silence
     /// again (at least `floor`), not after `restart_delay` and the fixed `stale_after`: only
@@ -74,39 +90,8 @@ pub struct LearnedConfig {
     pub restarts: bool,
     /// How long a worker's rhythm must have been learned before it restarts anything.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(6 * 3600)))]
     pub history: Duration,
-}
-
-impl Default for LearnedConfig {
-    fn default() -> Self {
-        LearnedConfig {
-            enabled: false,
-            multiplier: 4.0,
-            quantile: 0.99,
-            floor: Duration::from_secs(5),
-            min_samples: 30,
-            restarts: false,
-            history: Duration::from_secs(6 * 3600),
-        }
-    }
-}
-
-impl Default for PolicyConfig {
-    fn default() -> Self {
-        PolicyConfig {
-            stale_after: Duration::from_secs(120),
-            confirm_after: Duration::from_secs(10),
-            restart_delay: Duration::from_secs(180),
-            error_for: Duration::from_secs(30 * 60),
-            stalled_after: Duration::from_secs(30 * 60),
-            cooldown: Duration::from_secs(10 * 60),
-            start_grace: Duration::from_secs(120),
-            escalate_after: Duration::from_secs(10 * 60),
-            max_grace: Duration::from_secs(60 * 60),
-            max_fruitless_restarts: 2,
-            learned: LearnedConfig::default(),
-        }
-    }
 }
 
 impl PolicyConfig {

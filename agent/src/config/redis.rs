@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::{bad, has_scheme, ConfigError};
 use crate::redact::{self, Secret, Urls};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://[:password@]host:port[/db]`; env `REDIS_URL`. Empty: embedded single-node
@@ -20,15 +21,19 @@ pub struct RedisConfig {
     /// `single` (one server, or a managed endpoint that fails over behind one address),
     /// `cluster` (Redis Cluster), or `sentinel` (the master Sentinel names, followed across
     /// failovers).
+    #[educe(Default(expression = RedisMode::Single))]
     pub mode: RedisMode,
     /// With `mode = "sentinel"`: the name the Sentinels monitor the master under.
     pub sentinel_service: String,
     /// First component of every key Vigil writes.
+    #[educe(Default(expression = "vigil".into()))]
     pub key_prefix: String,
     /// Per-command timeout; a slower Redis counts as unreachable (and restarts pause).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(2)))]
     pub(crate) timeout: Duration,
     /// Entries kept in each node's decision trail stream.
+    #[educe(Default(expression = 1000))]
     pub(crate) trail_max_len: usize,
     /// For `rediss://`: a PEM file of the CA that signed the server's certificate (e.g. a
     /// managed Redis's server CA); empty = the system's trusted roots.
@@ -87,20 +92,6 @@ impl RedisUrls {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        RedisConfig {
-            url: Secret::default(),
-            mode: RedisMode::Single,
-            sentinel_service: String::new(),
-            key_prefix: "vigil".into(),
-            timeout: Duration::from_secs(2),
-            trail_max_len: 1000,
-            ca_file: String::new(),
-        }
     }
 }
 

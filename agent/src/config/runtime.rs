@@ -26,60 +26,52 @@ pub(crate) enum RuntimeKind {
 }
 
 /// The runtime-neutral settings of the container runtime.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// `auto`, `docker`, `podman` or `cri`.
+    #[educe(Default(expression = RuntimeKind::Auto))]
     pub(crate) kind: RuntimeKind,
     /// Podman's API socket (its Docker-compatible API); the rootful default is
     /// `/run/podman/podman.sock`.
+    #[educe(Default(expression = "/run/podman/podman.sock".into()))]
     pub(crate) podman_socket: String,
     /// The CRI socket; empty = the first that exists of `/run/containerd/containerd.sock` and
     /// `/var/run/crio/crio.sock`.
     pub(crate) cri_socket: String,
     /// Opt-in label (a container label on Docker, a pod label on CRI); its value is the worker id.
+    #[educe(Default(expression = "vigil.worker".into()))]
     pub(crate) worker_label: String,
     /// Log lines collected before a restart and attached to the alert.
+    #[educe(Default(expression = 100))]
     pub(crate) log_lines: usize,
     /// Time allowed for log collection.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(20)))]
     pub log_timeout: Duration,
     /// Grace between SIGTERM and SIGKILL when a worker is restarted.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(30)))]
     pub stop_grace: Duration,
     /// Time allowed for the whole restart (on CRI: until kubelet's next attempt runs); must
     /// exceed `stop_grace + call_timeout`.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(90)))]
     pub restart_timeout: Duration,
     /// Deadline of every runtime call but the restart (list, inspect, logs, signal, ping): a
     /// runtime that accepts and never answers is noticed this soon. The restart's stop is never
     /// bound by it: it gets the whole stop grace plus this margin.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(10)))]
     pub call_timeout: Duration,
     /// CRI: also restart pods whose restartPolicy is Never (which ends the pod), or whose policy
     /// cannot be read (no Kubernetes API).
     pub(crate) allow_pod_replacement: bool,
     /// CRI: the kubelet's PodResources socket, where each worker's GPUs are read; empty = off
     /// (every worker counts as using every GPU).
+    #[educe(Default(expression = DEFAULT_POD_RESOURCES_SOCKET.into()))]
     pub pod_resources_socket: String,
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        RuntimeConfig {
-            kind: RuntimeKind::Auto,
-            podman_socket: "/run/podman/podman.sock".into(),
-            cri_socket: String::new(),
-            worker_label: "vigil.worker".into(),
-            log_lines: 100,
-            log_timeout: Duration::from_secs(20),
-            stop_grace: Duration::from_secs(30),
-            restart_timeout: Duration::from_secs(90),
-            call_timeout: Duration::from_secs(10),
-            allow_pod_replacement: false,
-            pod_resources_socket: DEFAULT_POD_RESOURCES_SOCKET.into(),
-        }
-    }
 }
 
 impl RuntimeConfig {

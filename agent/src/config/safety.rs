@@ -9,32 +9,25 @@ use super::{bad, ConfigError};
 /// Room the lock must still have when the restart command starts, beyond the restart timeout.
 pub(crate) const LOCK_MARGIN: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct SafetyConfig {
     /// TTL of the per-node execution lock.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(180)))]
     pub lock_ttl: Duration,
     /// Restarts allowed per node per UTC day (the circuit breaker).
+    #[educe(Default(expression = 3))]
     pub breaker_per_day: u32,
     /// Remove the per-node cap entirely (not recommended; must be said explicitly).
     pub(crate) breaker_disabled: bool,
     /// Restarts allowed across the whole fleet per `fleet_window`; 0 disables the fleet cap.
+    #[educe(Default(expression = 10))]
     pub fleet_budget: u32,
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(3600)))]
     pub fleet_window: Duration,
-}
-
-impl Default for SafetyConfig {
-    fn default() -> Self {
-        SafetyConfig {
-            lock_ttl: Duration::from_secs(180),
-            breaker_per_day: 3,
-            breaker_disabled: false,
-            fleet_budget: 10,
-            fleet_window: Duration::from_secs(3600),
-        }
-    }
 }
 
 impl SafetyConfig {

@@ -4,18 +4,14 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Address of `/metrics`, `/healthz`, `/readyz` and the local status API; empty disables it.
     #[serde(with = "listen")]
+    #[educe(Default(expression = Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9464)))))]
     pub(crate) listen: Option<std::net::SocketAddr>,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig { listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9464))) }
-    }
 }
 
 impl ServerConfig {

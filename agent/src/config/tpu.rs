@@ -7,40 +7,33 @@ use serde::{Deserialize, Serialize};
 
 use super::{bad, ConfigError, Switch};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct TpuConfig {
     /// `auto` (a verdict on nodes that have TPU chips, none elsewhere), `on` (the same, and a
     /// missing device directory is an error in the log), or `off`.
+    #[educe(Default(expression = Switch::Auto))]
     pub(crate) enabled: Switch,
     /// Where the chips' device files are: `accelN` (TPU v4) and `vfio/N` (TPU v5e and later).
+    #[educe(Default(expression = "/dev".into()))]
     pub(crate) device_dir: String,
     /// The sysfs root: TPU PCI functions and their AER counters (`bus/pci/devices/*`).
+    #[educe(Default(expression = "/sys".into()))]
     pub(crate) sys_dir: String,
     /// The kernel log, read as `/dev/kmsg` records (a file of such lines in tests); empty = off.
+    #[educe(Default(expression = "/dev/kmsg".into()))]
     pub(crate) kernel_log: String,
     /// How often the chips are read.
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(10)))]
     pub sample_interval: Duration,
     /// How long a device error keeps the chips degraded (or failed, for a fatal one).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(10 * 60)))]
     pub(crate) error_window: Duration,
     /// Put a `NoSchedule` taint on the Node while the TPU chips have failed.
     pub taint_on_failure: bool,
-}
-
-impl Default for TpuConfig {
-    fn default() -> Self {
-        TpuConfig {
-            enabled: Switch::Auto,
-            device_dir: "/dev".into(),
-            sys_dir: "/sys".into(),
-            kernel_log: "/dev/kmsg".into(),
-            sample_interval: Duration::from_secs(10),
-            error_window: Duration::from_secs(10 * 60),
-            taint_on_failure: false,
-        }
-    }
 }
 
 impl TpuConfig {

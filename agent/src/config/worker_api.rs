@@ -29,19 +29,17 @@ pub(crate) enum WorkerAuth {
     None,
 }
 
-impl WorkerAuth {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub WorkerAuth);
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
+#[educe(Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerApiConfig {
     /// TCP address of the worker write API; empty (the default) serves none.
     #[serde(with = "super::server::listen")]
     pub(crate) listen: Option<SocketAddr>,
     /// How a write on `listen` is authenticated: `kubernetes` or, on loopback only, `none`.
+    #[educe(Default(expression = WorkerAuth::Kubernetes))]
     pub(crate) auth: WorkerAuth,
     /// Unix socket of the worker write API for workers in containers of this host; empty (the
     /// default) serves none. A write is accepted only from the container of the worker it names
@@ -50,22 +48,12 @@ pub struct WorkerApiConfig {
     /// agent's user) only.
     pub(crate) socket: PathBuf,
     /// The audience a worker's projected token must be minted for.
+    #[educe(Default(expression = "vigil".into()))]
     pub(crate) audience: String,
     /// How long a TokenReview's answer is reused (at most 10m).
     #[serde(with = "super::duration")]
+    #[educe(Default(expression = Duration::from_secs(60)))]
     pub(crate) review_cache: Duration,
-}
-
-impl Default for WorkerApiConfig {
-    fn default() -> Self {
-        WorkerApiConfig {
-            listen: None,
-            auth: WorkerAuth::Kubernetes,
-            socket: PathBuf::new(),
-            audience: "vigil".into(),
-            review_cache: Duration::from_secs(60),
-        }
-    }
 }
 
 impl WorkerApiConfig {

@@ -40,8 +40,12 @@ pub(crate) mod policy_record;
 pub(crate) mod policy_rhythm;
 pub(crate) mod policy_table;
 pub(crate) mod pressure;
+// The benchmarks' replays: never in the agent that ships (agent/Cargo.toml, feature `bench`).
+#[cfg(any(test, feature = "bench"))]
 pub mod replay;
+#[cfg(any(test, feature = "bench"))]
 pub mod replay_gang;
+#[cfg(any(test, feature = "bench"))]
 pub mod replay_pace;
 pub mod restart;
 pub(crate) mod roster;

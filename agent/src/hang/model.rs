@@ -356,10 +356,8 @@ pub(crate) enum Episode {
 
 impl Episode {
     pub const ALL: &'static [Episode] = <Episode as strum::VariantArray>::VARIANTS;
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
+as_str!(pub Episode);
 
 /// The verdict on one worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
@@ -397,11 +395,6 @@ pub enum Verdict {
 impl Verdict {
     pub const ALL: &'static [Verdict] = <Verdict as strum::VariantArray>::VARIANTS;
 
-    /// Stable name for logs, the trail and metric labels.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// The verdict of a stable name ([`Verdict::as_str`]).
     pub fn from_name(name: &str) -> Option<Verdict> {
         Verdict::ALL.iter().copied().find(|v| v.as_str() == name)
@@ -417,6 +410,7 @@ impl Verdict {
         Ok(Verdict::from_name(&name).unwrap_or(Verdict::Unreachable))
     }
 }
+as_str!(pub Verdict);
 
 impl serde::Serialize for Verdict {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

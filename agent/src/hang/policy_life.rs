@@ -96,12 +96,8 @@ impl Stage {
     pub(crate) fn runs_pipeline(self) -> bool {
         matches!(self, Stage::Due | Stage::Deciding)
     }
-
-    /// Stable name for metric labels and logs.
-    pub(crate) fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
+as_str!(pub(crate) Stage);
 
 /// The stage the marks say, as a cycle reads them: `claim` from the cooldown marker (while
 /// `marks.cooldown` stands), `locked` whether the node lock is held, `v` the cycle's verdict

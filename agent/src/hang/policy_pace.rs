@@ -294,7 +294,9 @@ fn recovery_line(fraction: f64) -> f64 {
 /// The member a slow gang waits for, and why — only where its evidence stands out: the rank
 /// that computes longest before each collective (its record's `compute_ms`: the others wait for
 /// it), a node signal of slowness only it shows (a GPU clocked down: throttle reasons), a step
-/// that lags the others'. `None` when nothing stands out: never a guess.
+/// that lags the others'. `None` when nothing stands out: never a guess. (The agent asks
+/// [`suspect_scored`]; this is the tests' and the replays' view of it.)
+#[cfg(any(test, feature = "bench"))]
 pub(crate) fn suspect(members: &[Member]) -> Option<(&Member, Vec<String>)> {
     suspect_scored(members).map(|(m, why, _)| (m, why))
 }

@@ -50,6 +50,18 @@ pub(crate) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 
 impl PodError {
     /// An API error, worded for the operator; a refusal names the missing rule.
+    /// One call, bounded by [`CALL_TIMEOUT`], its error worded for the operator.
+    pub(crate) async fn bounded<T>(
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+        verb: &'static str,
+        resource: &'static str,
+    ) -> Result<T, PodError> {
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Err(_) => Err(PodError::Timeout(CALL_TIMEOUT)),
+            Ok(r) => r.map_err(|e| PodError::of(e, verb, resource)),
+        }
+    }
+
     pub(crate) fn of(e: kube::Error, verb: &'static str, resource: &'static str) -> PodError {
         match e {
             kube::Error::Api(e) if e.code == 403 => {

@@ -88,18 +88,6 @@ impl KubeDeviceTaints {
     }
 }
 
-/// One call, bounded, its error worded for the operator.
-async fn bounded<T>(
-    call: impl std::future::Future<Output = Result<T, kube::Error>>,
-    verb: &'static str,
-    resource: &'static str,
-) -> Result<T, PodError> {
-    match tokio::time::timeout(CALL_TIMEOUT, call).await {
-        Err(_) => Err(PodError::Timeout(CALL_TIMEOUT)),
-        Ok(r) => r.map_err(|e| PodError::of(e, verb, resource)),
-    }
-}
-
 fn value_of(o: DynamicObject) -> Value {
     serde_json::to_value(o).unwrap_or_default()
 }
@@ -108,7 +96,8 @@ fn value_of(o: DynamicObject) -> Value {
 impl DeviceTaintApi for KubeDeviceTaints {
     async fn devices(&self, node: &str, driver: &str) -> Result<Vec<Device>, PodError> {
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let list = bounded(self.slices_api().list(&params), "list", "resourceslices").await?;
+        let list =
+            PodError::bounded(self.slices_api().list(&params), "list", "resourceslices").await?;
         let slices: Vec<Value> = list.items.into_iter().map(value_of).collect();
         Ok(devices_of(&slices, driver))
     }
@@ -116,7 +105,8 @@ impl DeviceTaintApi for KubeDeviceTaints {
     async fn rules(&self, node: &str) -> Result<Vec<Existing>, PodError> {
         let label = node_label(node);
         let params = ListParams::default().labels(&format!("{NODE_LABEL}={label}"));
-        let list = bounded(self.rules_api().list(&params), "list", "devicetaintrules").await?;
+        let list =
+            PodError::bounded(self.rules_api().list(&params), "list", "devicetaintrules").await?;
         Ok(list.items.into_iter().map(|o| existing(&value_of(o))).collect())
     }
 
@@ -131,7 +121,8 @@ impl DeviceTaintApi for KubeDeviceTaints {
             // A rule of that name exists: it stands if it is this node's (another incarnation
             // of this agent made it meanwhile); else it is someone else's, and said.
             Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
-                let theirs = bounded(api.get(&rule.name), "get", "devicetaintrules").await?;
+                let theirs =
+                    PodError::bounded(api.get(&rule.name), "get", "devicetaintrules").await?;
                 let v = value_of(theirs);
                 match v["metadata"]["labels"][NODE_LABEL].as_str() == Some(&node_label(node)) {
                     true => Ok(()),

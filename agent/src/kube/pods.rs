@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
 
-use crate::kube::client::{kube_client, CALL_TIMEOUT};
+use crate::kube::client::kube_client;
 pub use crate::kube::client::{ConnectError, PodError};
 use crate::kube::podresources::is_accelerator;
 
@@ -176,19 +176,13 @@ impl PodApi for KubePods {
         pod: &str,
     ) -> Result<Option<RestartPolicy>, PodError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let got = tokio::time::timeout(CALL_TIMEOUT, api.get_opt(pod))
-            .await
-            .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
-        match got {
-            Ok(None) => Ok(None),
-            Ok(Some(p)) => {
-                let policy = p.spec.and_then(|s| s.restart_policy);
-                match RestartPolicy::parse(policy.as_deref()) {
-                    Some(known) => Ok(Some(known)),
-                    None => Err(PodError::UnknownPolicy(policy)),
-                }
-            }
-            Err(e) => Err(PodError::of(e, "get", "pods")),
+        let Some(p) = PodError::bounded(api.get_opt(pod), "get", "pods").await? else {
+            return Ok(None);
+        };
+        let policy = p.spec.and_then(|s| s.restart_policy);
+        match RestartPolicy::parse(policy.as_deref()) {
+            Some(known) => Ok(Some(known)),
+            None => Err(PodError::UnknownPolicy(policy)),
         }
     }
 
@@ -204,13 +198,8 @@ impl PodApi for KubePods {
     async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, PodError> {
         let api: Api<Pod> = Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let got = tokio::time::timeout(CALL_TIMEOUT, api.list(&params))
-            .await
-            .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
-        match got {
-            Ok(list) => Ok(list.items.iter().map(NodePod::from_pod).collect()),
-            Err(e) => Err(PodError::of(e, "list", "pods")),
-        }
+        let list = PodError::bounded(api.list(&params), "list", "pods").await?;
+        Ok(list.items.iter().map(NodePod::from_pod).collect())
     }
 }
 

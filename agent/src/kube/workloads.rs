@@ -16,7 +16,7 @@
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::Value;
 
-use crate::kube::client::{PodError, CALL_TIMEOUT};
+use crate::kube::client::PodError;
 use crate::vocab::workload::{
     ExitCodes, FailureRule, JobFacts, JobSetFacts, LwsFacts, PodFailureRule, RestartPolicy,
     RestartRule, Workload,
@@ -53,13 +53,8 @@ async fn get(
     name: &str,
 ) -> Result<Option<Value>, PodError> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api());
-    let got = tokio::time::timeout(CALL_TIMEOUT, api.get_opt(name))
-        .await
-        .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
-    match got {
-        Ok(o) => Ok(o.and_then(|o| serde_json::to_value(o).ok())),
-        Err(e) => Err(PodError::of(e, "get", kind.3)),
-    }
+    let o = PodError::bounded(api.get_opt(name), "get", kind.3).await?;
+    Ok(o.and_then(|o| serde_json::to_value(o).ok()))
 }
 
 /// A Job's pods, by its controller-uid label.
@@ -67,15 +62,8 @@ async fn job_pods(client: &kube::Client, ns: &str, uid: &str) -> Result<Vec<Valu
     let kind = PODS;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api());
     let params = ListParams::default().labels(&format!("{JOB_UID}={uid}"));
-    let got = tokio::time::timeout(CALL_TIMEOUT, api.list(&params))
-        .await
-        .map_err(|_| PodError::Timeout(CALL_TIMEOUT))?;
-    match got {
-        Ok(list) => {
-            Ok(list.items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect())
-        }
-        Err(e) => Err(PodError::of(e, "list", "pods")),
-    }
+    let list = PodError::bounded(api.list(&params), "list", "pods").await?;
+    Ok(list.items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect())
 }
 
 /// The worker's pod and its owners; `None` when the pod is gone.

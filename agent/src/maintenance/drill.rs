@@ -132,8 +132,7 @@ async fn claim_gang(
     if coord.set_nx(key, &round.encode(), ttl).await? {
         return Ok(());
     }
-    let open = coord.get_many(&[key.to_string()]).await?;
-    let open = open.into_iter().flatten().next().and_then(|t| Round::decode(&t));
+    let open = coord.get(key).await?.and_then(|t| Round::decode(&t));
     Err(DrillError::Busy(match open {
         Some(r) => format!(
             "{} has a checkpoint round open ({}, opened by {}): a drill never competes with a real round; try again when it ends",

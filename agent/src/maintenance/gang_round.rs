@@ -142,8 +142,7 @@ impl Checkpointer {
             if self.coord.set_nx(&key, &fresh.encode(), ttl).await? {
                 return Ok((fresh, true));
             }
-            let current = self.coord.get_many(std::slice::from_ref(&key)).await?;
-            let Some(text) = current.into_iter().flatten().next() else {
+            let Some(text) = self.coord.get(&key).await? else {
                 continue; // gone meanwhile: try to open it again
             };
             match Round::decode(&text) {

@@ -1,7 +1,7 @@
 //! GCE metadata server watcher: host maintenance and preemption notices.
 //!
 //! Map: [`MetadataClient`] speaks HTTP to the metadata server (one GET, long-poll optional);
-//! `parse_*` (metadata/parse.rs) turn the three watched keys into typed values; [`watch`]
+//! `parse_*` (metadata/parse.rs) turn the three watched keys into typed values; [`watch_with`]
 //! (metadata/watcher.rs) runs one long-poll loop per key and publishes
 //! `crate::vocab::maintenance::RawMetadata` on a `tokio::sync::watch` channel; the pure
 //! `crate::maintenance::policy::derive` turns those raw values into a maintenance state.
@@ -34,7 +34,7 @@ pub(crate) mod parse;
 mod watcher;
 
 pub(crate) use watcher::blind_hint;
-pub use watcher::{watch, watch_with, WatchConfig};
+pub use watcher::{watch_with, WatchConfig};
 
 /// Path of the maintenance-event key, relative to `computeMetadata/v1/`.
 pub const MAINTENANCE_EVENT_PATH: &str = "instance/maintenance-event";

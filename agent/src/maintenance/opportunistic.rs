@@ -188,8 +188,8 @@ impl Opportunistic {
         }
         let day = Duration::from_secs(24 * 3600);
         let _ = self.coord.set_nx(&idle_key, &now.to_string(), day).await;
-        let stored = self.coord.get_many(&[idle_key]).await.ok()?;
-        let since = stored.into_iter().flatten().next().and_then(|s| s.parse().ok()).unwrap_or(now);
+        let since =
+            self.coord.get(&idle_key).await.ok()?.and_then(|s| s.parse().ok()).unwrap_or(now);
         Some((now, since))
     }
 

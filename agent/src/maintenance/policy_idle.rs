@@ -102,10 +102,6 @@ impl BusyReason {
     /// Every reason, for the docs drift check and the metric's series.
     pub const ALL: &'static [BusyReason] = <BusyReason as strum::VariantArray>::VARIANTS;
 
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// A witness that could not answer (as opposed to one that saw work).
     pub(crate) fn is_unknown(self) -> bool {
         matches!(
@@ -117,6 +113,7 @@ impl BusyReason {
         )
     }
 }
+as_str!(pub BusyReason);
 
 /// The verdict: every reason the node is not idle, each with what was seen. Empty = idle.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -84,11 +84,7 @@ pub enum Outcome {
     Failed,
 }
 
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub Outcome);
 
 /// One worker's result.
 #[derive(Debug, Clone, PartialEq)]

@@ -126,12 +126,8 @@ pub enum Code {
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
     pub const ALL: &'static [Code] = <Code as strum::VariantArray>::VARIANTS;
-
-    /// The stable name stored in the trail and used as the metric label.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
+as_str!(pub Code);
 
 /// One decision, before it is stored.
 #[derive(Debug, Clone)]

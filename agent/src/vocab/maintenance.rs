@@ -19,11 +19,6 @@ pub enum MaintenanceEvent {
 }
 
 impl MaintenanceEvent {
-    /// The value as the metadata server writes it.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// The documented values only: an unknown one must not be mistaken for `NONE` (a false
     /// "all clear") nor for an event.
     pub(crate) fn parse(value: &str) -> Option<MaintenanceEvent> {
@@ -36,6 +31,7 @@ impl MaintenanceEvent {
         .find(|e| e.as_str() == value.trim())
     }
 }
+as_str!(pub MaintenanceEvent);
 
 /// `maintenance_status` of a scheduled event.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -56,12 +52,7 @@ pub enum Interruption {
     HostMaintenance,
 }
 
-impl Interruption {
-    /// Stable metric label.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub Interruption);
 
 /// Raw values of the watched keys, as last read successfully. `None` = not read yet / absent.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -112,12 +103,7 @@ pub enum Phase {
     Terminating,
 }
 
-impl Phase {
-    /// Stable lowercase name for labels and metrics.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub Phase);
 
 /// Where a maintenance signal came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, IntoStaticStr, VariantArray)]
@@ -131,12 +117,7 @@ pub enum Source {
     NodeLabels,
 }
 
-impl Source {
-    /// Stable name for the record, the trail and metrics.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub Source);
 
 /// What the agent acts on.
 #[derive(Debug, Clone, Default, PartialEq)]

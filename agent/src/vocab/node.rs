@@ -46,11 +46,7 @@ pub enum ConditionStatus {
     Unknown,
 }
 
-impl ConditionStatus {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub ConditionStatus);
 
 /// A Node condition as node-problem-detector publishes them: remediation tools (medik8s NHC,
 /// cluster autoscalers, dashboards) read conditions, not labels. Every Vigil condition has one
@@ -72,12 +68,7 @@ pub enum EventType {
     Warning,
 }
 
-impl EventType {
-    /// The Event's `type` field.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub EventType);
 
 /// The taint (after the label prefix) while termination is imminent.
 pub(crate) const TERMINATION_TAINT: &str = "termination-imminent";

@@ -276,12 +276,8 @@ pub enum GpuMonitorState {
 
 impl GpuMonitorState {
     pub const ALL: &'static [GpuMonitorState] = <GpuMonitorState as strum::VariantArray>::VARIANTS;
-
-    /// Stable name (metric label, doctor, heartbeat-free).
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
+as_str!(pub GpuMonitorState);
 
 /// A GPU must be absent from this many samples in a row to count as gone: one read that fails
 /// (a transient NVML error) must not fail the GPU, block its worker's restarts and taint the

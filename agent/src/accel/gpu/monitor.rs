@@ -296,11 +296,7 @@ impl Verdict {
             return;
         }
         let next = self.report.clone();
-        tx.send_if_modified(|cur| {
-            let changed = *cur != next;
-            *cur = next;
-            changed
-        });
+        tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur);
     }
 }
 

@@ -76,10 +76,7 @@ pub(crate) fn update(
     for g in &mut gpus {
         policy_episode::expire(g, now_ms, &cfg.xid_threshold);
         g.recent_xids.retain(|&(_, at)| now_ms - at <= window);
-        if g.recent_xids.len() > MAX_RECENT_XIDS {
-            let extra = g.recent_xids.len() - MAX_RECENT_XIDS;
-            g.recent_xids.drain(..extra);
-        }
+        g.recent_xids.drain(..g.recent_xids.len().saturating_sub(MAX_RECENT_XIDS));
         if !g.missing {
             follow_hardware(g, &mut cleared);
         }
@@ -89,8 +86,7 @@ pub(crate) fn update(
     }
     gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
     let mut report = report_of(gpus, cleared);
-    let extra = episodes.begun.len().saturating_sub(MAX_BEGUN);
-    episodes.begun.drain(..extra);
+    episodes.begun.drain(..episodes.begun.len().saturating_sub(MAX_BEGUN));
     report.begun = episodes.begun;
     report.episode_seq = episodes.seq;
     report
@@ -124,10 +120,7 @@ pub(crate) fn rejudge(prev: &GpuReport, cfg: &GpuConfig) -> GpuReport {
 pub(crate) fn report_of(gpus: Vec<GpuStatus>, mut cleared: Vec<GpuCleared>) -> GpuReport {
     let node = gpus.iter().map(|g| g.health).max().unwrap_or_default();
     let node_reasons = gpus.iter().flat_map(|g| g.reasons.iter().cloned()).collect();
-    if cleared.len() > MAX_CLEARED {
-        let extra = cleared.len() - MAX_CLEARED;
-        cleared.drain(..extra);
-    }
+    cleared.drain(..cleared.len().saturating_sub(MAX_CLEARED));
     GpuReport {
         state: GpuMonitorState::On,
         gpus,

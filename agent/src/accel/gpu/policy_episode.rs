@@ -27,10 +27,7 @@ pub(crate) fn add(
         e.count = e.count.saturating_add(1);
         e.last_ms = e.last_ms.max(now);
         e.recent.push(now);
-        if e.recent.len() > keep {
-            let extra = e.recent.len() - keep;
-            e.recent.drain(..extra);
-        }
+        e.recent.drain(..e.recent.len().saturating_sub(keep));
         e.counted |= e.recent.len() >= keep && now - e.recent[0] <= window;
         return None;
     }

@@ -21,11 +21,7 @@ pub(crate) enum ErrorSeverity {
     Fatal,
 }
 
-impl ErrorSeverity {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+as_str!(pub ErrorSeverity);
 
 /// One device error about a TPU chip.
 #[derive(Debug, Clone, PartialEq, Eq)]

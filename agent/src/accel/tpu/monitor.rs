@@ -64,11 +64,7 @@ pub async fn run_monitor(
                 // The first report is always sent, even the default one (not a TPU node): it
                 // tells the controller the monitor has read the chips.
                 let first = !std::mem::replace(&mut sent, true);
-                tx.send_if_modified(|cur| {
-                    let changed = first || *cur != report;
-                    *cur = report;
-                    changed
-                });
+                tx.send_if_modified(|cur| std::mem::replace(cur, report) != *cur || first);
             }
             Err(e) => {
                 if !std::mem::replace(&mut failing, true) {

@@ -122,9 +122,7 @@ pub(crate) fn aer_errors(
 /// Keep the errors within `window` of `now_ms` (and at most [`MAX_ERRORS`], the newest).
 pub(crate) fn prune(errors: &mut Vec<DeviceError>, now_ms: i64, window: Duration) {
     errors.retain(|e| now_ms - e.at_ms < ms(window));
-    if errors.len() > MAX_ERRORS {
-        errors.drain(..errors.len() - MAX_ERRORS);
-    }
+    errors.drain(..errors.len().saturating_sub(MAX_ERRORS));
 }
 
 /// The Node's allocatable `google.com/tpu` from its quantity string (`"4"`); `None` when it is

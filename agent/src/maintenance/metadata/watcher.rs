@@ -60,16 +60,6 @@ impl Default for WatchConfig {
     }
 }
 
-/// Watch the three keys with [`WatchConfig::default`]; see [`watch_with`].
-pub async fn watch(
-    client: MetadataClient,
-    tx: watch::Sender<RawMetadata>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-) {
-    watch_with(client, tx, metrics, shutdown, WatchConfig::default()).await
-}
-
 /// Watch `maintenance-event`, `upcoming-maintenance` and `preempted` until `shutdown` fires,
 /// publishing each change on `tx` (only when a parsed value actually changes).
 ///
