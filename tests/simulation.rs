@@ -196,8 +196,9 @@ fn caught(mutant: Mutant, invariant: &str) {
     let opts = Options { mutant: Some(mutant), learned: mutant.learned(), ..Options::default() };
     // NB: the seed that caught it last time first (`CATCHES`): a mutant caught late in the
     // sweep cost CI minutes of seeds that only pass. When that seed no longer catches it (any
-    // change to the agent's calls moves a seed's history), the sweep from 0 still decides, and
-    // prints the seed to write into `CATCHES`.
+    // change to the agent's calls moves a seed's history), the sweep from 0 still decides,
+    // and the test fails naming the seed to write into `CATCHES` (`stale`): a drifted seed
+    // left alone cost CI a sweep on every run, unseen.
     if let Some(seed) = catches(&format!("{mutant:?}")) {
         if let Err(f) = run_seed(seed, &opts) {
             assert_eq!(
@@ -220,10 +221,26 @@ fn caught(mutant: Mutant, invariant: &str) {
                 "{mutant:?} caught by another invariant:\n{}",
                 f.report(Some(mutant))
             );
-            let hint = if f.seed > 1 { " (add it to CATCHES)" } else { "" };
-            println!("{mutant:?} caught at seed {}{hint}: {}", f.seed, f.violation.detail);
+            println!("{mutant:?} caught at seed {}: {}", f.seed, f.violation.detail);
+            stale(&format!("{mutant:?}"), f.seed);
         }
     }
+}
+
+/// A sweep from 0 caught `mutant` at `seed`: `CATCHES` must say so (a seed past 1 listed, its
+/// entry gone otherwise), or every run sweeps again.
+fn stale(mutant: &str, seed: u64) {
+    let listed = catches(mutant);
+    let wanted = (seed > 1).then_some(seed);
+    assert_eq!(
+        listed,
+        wanted,
+        "CATCHES is stale for {mutant}: the sweep from 0 caught it at seed {seed}; {}",
+        match wanted {
+            Some(s) => format!("write (\"{mutant}\", {s})"),
+            None => "drop its entry".to_string(),
+        }
+    );
 }
 
 /// The seed that last caught each mutant whose sweep from 0 takes more than a seed or two
@@ -397,8 +414,8 @@ fn gang_caught(mutant: sim::gang_mutant::GangMutant, invariants: &[&str]) {
                 v.invariant,
                 v.detail
             );
-            let hint = if seed > 1 { " (add it to CATCHES)" } else { "" };
-            println!("{mutant:?} caught at gang seed {seed}{hint}: {}", v.detail);
+            println!("{mutant:?} caught at gang seed {seed}: {}", v.detail);
+            stale(&format!("gang:{mutant:?}"), seed);
         }
     }
 }

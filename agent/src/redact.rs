@@ -78,36 +78,6 @@ pub(crate) fn urls(text: &str) -> String {
         .join(",")
 }
 
-/// A webhook URL: scheme, host and port only, everything after them hidden
-/// (`https://hooks.slack.com/***`). Slack-style URLs carry their token in the path, others in
-/// the query or the userinfo.
-pub(crate) fn webhook(text: &str) -> String {
-    let (scheme, rest) = split_scheme(text);
-    let (userinfo, after) = split_userinfo(rest);
-    let end = after.find(['/', '?', '#']).unwrap_or(after.len());
-    let mut out = String::with_capacity(scheme.len() + end + 8);
-    out.push_str(scheme);
-    if userinfo.is_some() {
-        out.push_str(MASK);
-        out.push('@');
-    }
-    out.push_str(&after[..end]);
-    if end < after.len() {
-        out.push('/');
-        out.push_str(MASK);
-    }
-    out
-}
-
-/// Hidden whole: `***`, or nothing when there is nothing to hide.
-pub(crate) fn hidden(text: &str) -> String {
-    if text.is_empty() {
-        String::new()
-    } else {
-        MASK.to_string()
-    }
-}
-
 /// `scheme://` and the rest; no scheme: `""` and all of it.
 fn split_scheme(text: &str) -> (&str, &str) {
     match text.find("://") {
@@ -154,8 +124,8 @@ pub trait Redaction {
 }
 
 /// Shown as [`urls`]: a URL, or a comma-separated list of them (`redis.url`).
-#[derive(Debug)]
-pub enum Urls {}
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Urls;
 
 impl Redaction for Urls {
     fn redact(text: &str) -> String {
@@ -163,23 +133,44 @@ impl Redaction for Urls {
     }
 }
 
-/// Shown as [`webhook`] (`alerts.webhook_url`).
-#[derive(Debug)]
-pub(crate) enum Webhook {}
+/// A webhook URL (`alerts.webhook_url`): scheme, host and port only, everything after them
+/// hidden (`https://hooks.slack.com/***`). Slack-style URLs carry their token in the path,
+/// others in the query or the userinfo.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Webhook;
 
 impl Redaction for Webhook {
     fn redact(text: &str) -> String {
-        webhook(text)
+        let (scheme, rest) = split_scheme(text);
+        let (userinfo, after) = split_userinfo(rest);
+        let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+        let mut out = String::with_capacity(scheme.len() + end + 8);
+        out.push_str(scheme);
+        if userinfo.is_some() {
+            out.push_str(MASK);
+            out.push('@');
+        }
+        out.push_str(&after[..end]);
+        if end < after.len() {
+            out.push('/');
+            out.push_str(MASK);
+        }
+        out
     }
 }
 
-/// Shown as [`hidden`]: a password or token with nothing worth showing.
-#[derive(Debug)]
-pub enum Hidden {}
+/// Hidden whole, a password or token with nothing worth showing: `***`, or nothing when there
+/// is nothing to hide.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Hidden;
 
 impl Redaction for Hidden {
     fn redact(text: &str) -> String {
-        hidden(text)
+        if text.is_empty() {
+            String::new()
+        } else {
+            MASK.to_string()
+        }
     }
 }
 
@@ -189,6 +180,7 @@ impl Redaction for Hidden {
 /// [`Secret::expose`], only to hand it to the client that needs it.
 ///
 /// NB: serialization is for showing: a serialized config does not round-trip its secrets.
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct Secret<R: Redaction> {
     text: String,
     shown: PhantomData<fn() -> R>,
@@ -213,26 +205,6 @@ impl<R: Redaction> Secret<R> {
         self.text.is_empty()
     }
 }
-
-impl<R: Redaction> Clone for Secret<R> {
-    fn clone(&self) -> Self {
-        Secret::new(self.text.clone())
-    }
-}
-
-impl<R: Redaction> Default for Secret<R> {
-    fn default() -> Self {
-        Secret::new(String::new())
-    }
-}
-
-impl<R: Redaction> PartialEq for Secret<R> {
-    fn eq(&self, other: &Self) -> bool {
-        self.text == other.text
-    }
-}
-
-impl<R: Redaction> Eq for Secret<R> {}
 
 impl<R: Redaction> From<String> for Secret<R> {
     fn from(text: String) -> Self {
@@ -365,7 +337,7 @@ mod tests {
             ("https://h?token=s3cret", "https://h/***"),
             ("", ""),
         ] {
-            assert_eq!(webhook(given), shown, "{given}");
+            assert_eq!(Webhook::redact(given), shown, "{given}");
         }
     }
 

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use vigil::coord::{
-    hgetall_many_by_parts, read_workers_by_parts, CoordError, Coordinator, Keys, Reply, Request,
-};
+use vigil::coord::{read_workers_by_parts, CoordError, Coordinator, Keys, Reply, Request};
+
+use super::hgetall_many_by_parts;
 
 /// A bug planted in what the agents are told, to show the harness catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,12 +14,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use vigil::clock::{ms, Millis};
 use vigil::coord::{
-    hgetall_many_by_parts, read_workers_by_parts, CoordError, Coordinator, Op, Reply, Request,
-    TrailEntry,
+    read_workers_by_parts, CoordError, Coordinator, Op, Reply, Request, TrailEntry,
 };
 use vigil::runtime::sim::FakeRuntime;
 use vigil::runtime::{Container, ContainerRuntime, RuntimeError};
 
+use super::hgetall_many_by_parts;
 use super::mutant::{Lies, Told};
 use super::truth::{apply_restart, Ctl};
 
@@ -318,7 +318,7 @@ impl SimCoord {
         self.around("ZRANGE", key, false, self.store().index_members(key)).await
     }
     /// One scheduling step per op (a pipeline's commands interleave with other instances'),
-    /// stopping at the first that fails. A single `set`, `hset`, `index_touch` or `counter`
+    /// stopping at the first that fails. A single `set`, `hset`, index touch or `counter`
     /// comes here as a batch of one.
     async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
         let mut counters = Vec::new();

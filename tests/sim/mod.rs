@@ -20,6 +20,19 @@ use mutant::Mutant;
 
 pub use truth::{Stats, Violation};
 
+/// [`vigil::coord::Request::HgetallMany`] as one `Hgetall` per key, for a coordinator decorator
+/// that wants to see the parts (the gates of `gate.rs` and `gang_mutant.rs`).
+pub async fn hgetall_many_by_parts(
+    coord: &dyn vigil::coord::Coordinator,
+    keys: &[String],
+) -> Result<Vec<std::collections::HashMap<String, String>>, vigil::coord::CoordError> {
+    let mut out = Vec::with_capacity(keys.len());
+    for k in keys {
+        out.push(coord.hgetall(k).await?);
+    }
+    Ok(out)
+}
+
 /// How one seed runs.
 #[derive(Clone)]
 pub struct Options {

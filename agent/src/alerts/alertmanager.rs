@@ -167,20 +167,8 @@ impl Inner {
 
     async fn post(&self, body: &[Value]) -> Result<(), AlertError> {
         let endpoint = self.endpoint();
-        let mut last = String::new();
-        for attempt in 0..self.attempts {
-            tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
-            match self.http.post(&endpoint).json(body).send().await {
-                Ok(r) if r.status().is_success() => return Ok(()),
-                // A 4xx other than 429 (a body Alertmanager rejects) will not get better.
-                Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
-                    return Err(self.error(attempt + 1, format!("HTTP {}", r.status())))
-                }
-                Ok(r) => last = format!("HTTP {}", r.status()),
-                Err(e) => last = crate::http::http_error(e),
-            }
-        }
-        Err(self.error(self.attempts, last))
+        let request = || self.http.post(&endpoint).json(body);
+        AlertError::post("alertmanager", &self.url, self.attempts, request).await
     }
 }
 

@@ -271,6 +271,33 @@ pub struct AlertError {
     pub(crate) last: String,
 }
 
+impl AlertError {
+    /// POST by `request` until a 2xx, `attempts` times at most (the alert backoff before
+    /// each): a 4xx other than 429 (a body the receiver rejects) will not get better by
+    /// retrying. The error names the sink and its URL, redacted.
+    pub(crate) async fn post(
+        sink: &'static str,
+        url: &crate::redact::Secret<crate::redact::Webhook>,
+        attempts: u32,
+        request: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<(), AlertError> {
+        let fail = |attempts, last| AlertError { sink, url: url.redacted(), attempts, last };
+        let mut last = String::new();
+        for attempt in 0..attempts {
+            tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
+            match request().send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
+                    return Err(fail(attempt + 1, format!("HTTP {}", r.status())))
+                }
+                Ok(r) => last = format!("HTTP {}", r.status()),
+                Err(e) => last = crate::http::http_error(e),
+            }
+        }
+        Err(fail(attempts, last))
+    }
+}
+
 /// Which of a worker's alerts a condition's end resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolve {

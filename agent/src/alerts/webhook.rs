@@ -95,26 +95,8 @@ async fn post_json(
     attempts: u32,
     body: &serde_json::Value,
 ) -> Result<(), AlertError> {
-    let mut last = String::new();
-    for attempt in 0..attempts {
-        tokio::time::sleep(crate::config::alert_backoff(attempt)).await;
-        let request = http.post(url.expose()).headers(headers.clone()).json(body);
-        match request.send().await {
-            Ok(r) if r.status().is_success() => return Ok(()),
-            // A 4xx other than 429 will not get better by retrying.
-            Ok(r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
-                return Err(AlertError {
-                    sink: "webhook",
-                    url: url.redacted(),
-                    attempts: attempt + 1,
-                    last: format!("HTTP {}", r.status()),
-                })
-            }
-            Ok(r) => last = format!("HTTP {}", r.status()),
-            Err(e) => last = crate::http::http_error(e),
-        }
-    }
-    Err(AlertError { sink: "webhook", url: url.redacted(), attempts, last })
+    let request = || http.post(url.expose()).headers(headers.clone()).json(body);
+    AlertError::post("webhook", &url, attempts, request).await
 }
 
 #[async_trait]

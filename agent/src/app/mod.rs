@@ -26,7 +26,7 @@ use crate::kube::node_source::{KubeNodeReader, NodeReader};
 use crate::kube::pods::{KubePods, PodApi};
 use crate::maintenance::metadata::{watch_with, MetadataClient, WatchConfig};
 use crate::metrics::Metrics;
-use crate::node::controller::{Controller, SharedFacts};
+use crate::node::controller::Controller;
 use crate::node::info::NodeInfoRx;
 use crate::runtime::ContainerRuntime;
 use crate::vocab::maintenance::RawMetadata;
@@ -232,10 +232,13 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
     let a = adapters(&cfg, pods.clone())?;
     // NB: restarts wait for the controller's first reads of the node (`first_reads`).
     let facts = crate::node::controller::facts_at_start(cfg.metadata.first_read_wait);
-    let mut agent = new_agent(&cfg, &a, facts.clone(), reload);
-    let meta_rx =
-        metadata_watcher(&cfg, agent.health.warnings.clone(), &a.metrics, &tracker, &stop);
+    let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());
+    let mut agent =
+        Agent::new(cfg.clone(), a.coord.clone(), a.runtime.clone(), notifier, a.metrics.clone())
+            .with_facts(facts.clone())
+            .with_reload(reload);
     let warnings = agent.health.warnings.clone();
+    let meta_rx = metadata_watcher(&cfg, warnings.clone(), &a.metrics, &tracker, &stop);
     let (gpu_rx, dra) = gpu::gpu_health(&cfg, pods.clone(), warnings, &tracker, &stop).await;
     agent = agent.with_gpu(gpu_rx.clone());
     // NB: the one Node source; every part that needs the Node's facts gets a clone of `node_rx`.
@@ -274,23 +277,6 @@ pub(crate) async fn run(cfg: Config, signals: Signals) -> Result<(), RunError> {
         return Err(RunError(why));
     }
     drain(&cfg, &tracker, controller_done, &stop).await
-}
-
-/// The node's cycle, on the production adapters, reading the controller's facts.
-fn new_agent(
-    cfg: &Config,
-    a: &Adapters,
-    facts: SharedFacts,
-    reload: Option<watch::Receiver<Config>>,
-) -> Agent {
-    let notifier = Notifier::new(a.sink.clone(), a.metrics.clone());
-    let agent =
-        Agent::new(cfg.clone(), a.coord.clone(), a.runtime.clone(), notifier, a.metrics.clone())
-            .with_facts(facts);
-    match reload {
-        Some(rx) => agent.with_reload(rx),
-        None => agent,
-    }
 }
 
 /// The loops beside the cycle: the node record's own heartbeat and the drills' export.
@@ -396,8 +382,7 @@ async fn start_servers(
         max_grace: cfg.policy.max_grace,
         reviews: WorkerApiState::review_budget(),
     };
-    start_worker_api(cfg, worker_api, tracker, stop).await?;
-    Ok(())
+    start_worker_api(cfg, worker_api, tracker, stop).await
 }
 
 /// The worker write API's listeners, when configured (`[worker_api]`). A listener that cannot

@@ -17,21 +17,7 @@ pub(crate) struct Signals {
     /// SIGTERM / SIGINT: no new restart; checkpoint the workers, then drain.
     pub(crate) term: CancellationToken,
     /// SIGHUP: new configurations (already validated).
-    pub(crate) reload: Option<tokio::sync::watch::Receiver<Config>>,
-}
-
-impl Signals {
-    /// Tokens without handlers (tests and embedders fire `term` themselves).
-    pub fn new() -> Signals {
-        let stop = CancellationToken::new();
-        Signals { term: stop.child_token(), stop, reload: None }
-    }
-}
-
-impl Default for Signals {
-    fn default() -> Self {
-        Signals::new()
-    }
+    pub(crate) reload: tokio::sync::watch::Receiver<Config>,
 }
 
 /// Install the handlers. SIGHUP re-reads `path` (and the environment); an invalid new config
@@ -44,26 +30,27 @@ pub(crate) fn install_signals(
     use tokio::signal::unix::{signal, SignalKind};
     let fail =
         |what: &str, e: std::io::Error| RunError(format!("cannot install the {what} handler: {e}"));
-    let mut signals = Signals::new();
+    let stop = CancellationToken::new();
+    let term = stop.child_token();
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| fail("SIGTERM", e))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| fail("SIGINT", e))?;
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| fail("SIGHUP", e))?;
-    let (term, stop) = (signals.term.clone(), signals.stop.clone());
+    let (t, s) = (term.clone(), stop.clone());
     tokio::spawn(async move {
         tokio::select! {
             _ = sigterm.recv() => tracing::info!("SIGTERM: checkpointing workers, then exiting"),
             _ = sigint.recv() => tracing::info!("SIGINT: checkpointing workers, then exiting"),
-            _ = stop.cancelled() => return,
+            _ = s.cancelled() => return,
         }
-        term.cancel();
+        t.cancel();
     });
-    let (tx, rx) = tokio::sync::watch::channel(first.clone());
-    let stop = signals.stop.clone();
+    let (tx, reload) = tokio::sync::watch::channel(first.clone());
+    let s = stop.clone();
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 got = sighup.recv() => if got.is_none() { return },
-                _ = stop.cancelled() => return,
+                _ = s.cancelled() => return,
             }
             match Config::load(path.as_deref(), &ProcessEnv) {
                 Ok(mut cfg) => {
@@ -78,8 +65,7 @@ pub(crate) fn install_signals(
             }
         }
     });
-    signals.reload = Some(rx);
-    Ok(signals)
+    Ok(Signals { stop, term, reload })
 }
 
 /// Wait for `term`, or for the restart loop (`cycle`) to end without it: a panic in a cycle

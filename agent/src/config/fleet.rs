@@ -4,8 +4,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
 #[serde(default, deny_unknown_fields)]
@@ -18,12 +16,4 @@ pub struct FleetConfig {
     #[serde(with = "super::duration")]
     #[educe(Default(expression = Duration::from_secs(60)))]
     pub heartbeat_ttl: Duration,
-}
-
-impl FleetConfig {
-    /// No rule of its own: `heartbeat_ttl` against `poll_interval` is checked by
-    /// `Config::validate`.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        Ok(())
-    }
 }

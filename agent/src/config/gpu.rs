@@ -165,8 +165,6 @@ pub enum XidAction {
 }
 
 impl XidAction {
-    pub const ALL: &'static [XidAction] = <XidAction as strum::VariantArray>::VARIANTS;
-
     /// Whether the GPU is unusable until someone acts: `failed` (taint, no restarts on it).
     pub(crate) fn fails(self) -> bool {
         matches!(self, XidAction::ResetGpu | XidAction::Drain | XidAction::RebootNode)
@@ -184,16 +182,6 @@ impl XidAction {
     }
 }
 as_str!(pub XidAction);
-
-impl std::str::FromStr for XidAction {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        XidAction::ALL.iter().copied().find(|a| a.as_str() == s).ok_or_else(|| {
-            let names: Vec<_> = XidAction::ALL.iter().map(|a| a.as_str()).collect();
-            format!("unknown action {s:?}; one of {}", names.join(", "))
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -262,14 +262,20 @@ impl Config {
 
     /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
     pub(crate) fn apply_env(&mut self, env: &dyn Env) {
-        if let Some(v) = env.get("NODE_NAME") {
-            self.node_name = v;
+        let plain = [
+            ("NODE_NAME", &mut self.node_name),
+            ("DOCKER_HOST", &mut self.docker.host),
+            ("GCE_METADATA_HOST", &mut self.metadata.host),
+            ("VIGIL_POOL", &mut self.fleet.pool),
+            ("VIGIL_SLICE", &mut self.fleet.slice),
+        ];
+        for (var, slot) in plain {
+            if let Some(v) = env.get(var) {
+                *slot = v;
+            }
         }
         if let Some(v) = env.get("REDIS_URL") {
             self.redis.url = v.into();
-        }
-        if let Some(v) = env.get("DOCKER_HOST") {
-            self.docker.host = v;
         }
         if let Some(v) = env.get("VIGIL_WEBHOOK_URL") {
             self.alerts.webhook_url = v.into();
@@ -286,15 +292,6 @@ impl Config {
                     self.alerts.headers.insert(name.trim().to_string(), value.trim().into());
                 }
             }
-        }
-        if let Some(v) = env.get("GCE_METADATA_HOST") {
-            self.metadata.host = v;
-        }
-        if let Some(v) = env.get("VIGIL_POOL") {
-            self.fleet.pool = v;
-        }
-        if let Some(v) = env.get("VIGIL_SLICE") {
-            self.fleet.slice = v;
         }
         if self.kubernetes.enabled == Switch::Auto {
             self.kubernetes_in_cluster = env.get("KUBERNETES_SERVICE_HOST").is_some();
@@ -327,13 +324,10 @@ impl Config {
         self.tpu.validate()?;
         self.metadata.validate()?;
         self.validate_heartbeat_ttl()?;
-        self.fleet.validate()?;
         self.kubernetes.validate()?;
         self.checkpoint.validate()?;
         self.validate_opportunistic()?;
-        self.opportunistic.validate()?;
         self.gang.validate()?;
-        self.server.validate()?;
         self.worker_api.validate()?;
         self.validate_worker_auth()?;
         self.log.validate()

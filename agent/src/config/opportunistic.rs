@@ -4,8 +4,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
 #[serde(default, deny_unknown_fields)]
@@ -23,11 +21,4 @@ pub struct OpportunisticConfig {
     #[serde(with = "super::duration")]
     #[educe(Default(expression = Duration::from_secs(2 * 3600)))]
     pub(crate) claim_ttl: Duration,
-}
-
-impl OpportunisticConfig {
-    /// No rule of its own: what `enabled` needs (a pool, Redis) is checked by `Config::validate`.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        Ok(())
-    }
 }

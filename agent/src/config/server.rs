@@ -2,8 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
 #[serde(default, deny_unknown_fields)]
@@ -12,13 +10,6 @@ pub struct ServerConfig {
     #[serde(with = "listen")]
     #[educe(Default(expression = Some(std::net::SocketAddr::from(([0, 0, 0, 0], 9464)))))]
     pub(crate) listen: Option<std::net::SocketAddr>,
-}
-
-impl ServerConfig {
-    /// No rule of its own: `listen` is checked as it is parsed.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        Ok(())
-    }
 }
 
 /// A listener's address (`server.listen`, `worker_api.listen`): a socket address, or the empty

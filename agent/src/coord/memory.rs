@@ -54,42 +54,25 @@ impl MemoryCoordinator {
             _ => None,
         }
     }
+}
 
-    /// Merge `fields` into the hash at `key` (a key of another type is replaced).
-    fn merge_hash(data: &mut HashMap<String, Entry>, key: &str, fields: &[(String, String)]) {
-        let entry = data
-            .entry(key.into())
-            .or_insert_with(|| Entry { value: Value::Hash(HashMap::new()), expires: None });
-        if !matches!(entry.value, Value::Hash(_)) {
-            entry.value = Value::Hash(HashMap::new());
-        }
-        if let Value::Hash(h) = &mut entry.value {
-            for (k, v) in fields {
-                h.insert(k.clone(), v.clone());
-            }
-        }
-    }
+/// The counter at `key` (0 when absent or not a number).
+fn counter_of(data: &HashMap<String, Entry>, key: &str) -> u64 {
+    MemoryCoordinator::get_str(data, key).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
 
-    /// Add or refresh `member` of the index at `key`, pruning members scored below
-    /// `prune_before` (a key of another type is replaced).
-    fn touch_index(
-        data: &mut HashMap<String, Entry>,
-        key: &str,
-        member: &str,
-        score: Millis,
-        prune_before: Millis,
-    ) {
-        let entry = data
-            .entry(key.into())
-            .or_insert_with(|| Entry { value: Value::Index(HashMap::new()), expires: None });
-        if !matches!(entry.value, Value::Index(_)) {
-            entry.value = Value::Index(HashMap::new());
-        }
-        if let Value::Index(m) = &mut entry.value {
-            m.insert(member.to_string(), score);
-            m.retain(|_, s| *s >= prune_before);
-        }
+/// The value at `key`, `fresh()` when there is none (no TTL) or it is of another type (a key of
+/// another type is replaced, its TTL kept).
+fn typed<'d>(
+    data: &'d mut HashMap<String, Entry>,
+    key: &str,
+    fresh: fn() -> Value,
+) -> &'d mut Value {
+    let entry = data.entry(key.into()).or_insert_with(|| Entry { value: fresh(), expires: None });
+    if std::mem::discriminant(&entry.value) != std::mem::discriminant(&fresh()) {
+        entry.value = fresh();
     }
+    &mut entry.value
 }
 
 #[async_trait]
@@ -180,8 +163,7 @@ fn owner_ttl(c: &MemoryCoordinator, key: &str, token: &str) -> Option<Millis> {
 
 fn incr_capped(c: &MemoryCoordinator, key: String, cap: u64, ttl: Duration) -> Option<u64> {
     let (mut data, now) = c.live();
-    let cur: u64 =
-        MemoryCoordinator::get_str(&data, &key).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let cur = counter_of(&data, &key);
     if cur >= cap {
         return None;
     }
@@ -249,14 +231,20 @@ fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
                 data.insert(key.clone(), Entry { value, expires });
             }
             Op::Hset { key, fields, ttl } => {
-                MemoryCoordinator::merge_hash(&mut data, key, fields);
+                if let Value::Hash(h) = typed(&mut data, key, || Value::Hash(HashMap::new())) {
+                    h.extend(fields.iter().cloned());
+                }
                 if let (Some(ttl), Some(e)) = (ttl, data.get_mut(key)) {
                     e.expires = Some(now + ms(*ttl));
                 }
             }
+            // Add or refresh `member`, pruning members scored below `prune_before`.
             Op::IndexTouch { key, member, score, prune_before } => {
                 let prune_before = prune_before.unwrap_or(Millis::MIN);
-                MemoryCoordinator::touch_index(&mut data, key, member, *score, prune_before)
+                if let Value::Index(m) = typed(&mut data, key, || Value::Index(HashMap::new())) {
+                    m.insert(member.clone(), *score);
+                    m.retain(|_, s| *s >= prune_before);
+                }
             }
             Op::Hdel { key, fields } => {
                 if let Some(Value::Hash(h)) = data.get_mut(key).map(|e| &mut e.value) {
@@ -268,9 +256,7 @@ fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
                     }
                 }
             }
-            Op::Counter { key } => counters.push(
-                MemoryCoordinator::get_str(&data, key).and_then(|s| s.parse().ok()).unwrap_or(0),
-            ),
+            Op::Counter { key } => counters.push(counter_of(&data, key)),
         }
     }
     counters

@@ -117,7 +117,7 @@ pub struct WorkerRead {
 }
 
 /// One plain write (or counter read): the vocabulary of [`Request::Batch`]. A single
-/// `set`, `hset`, `index_touch` or `counter` is a batch of one.
+/// `set`, `hset` or `counter` is a batch of one.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     /// Set a string key with a TTL.
@@ -401,23 +401,6 @@ impl<'a> dyn Coordinator + 'a {
         self.batch(&[op]).await.map(drop)
     }
 
-    /// Add or refresh a member of a sorted-set index (see [`Op::IndexTouch`]).
-    pub async fn index_touch(
-        &self,
-        key: &str,
-        member: &str,
-        score: Millis,
-        prune_before: Millis,
-    ) -> Result<(), CoordError> {
-        let op = Op::IndexTouch {
-            key: key.to_string(),
-            member: member.to_string(),
-            score,
-            prune_before: Some(prune_before),
-        };
-        self.batch(&[op]).await.map(drop)
-    }
-
     /// Read a counter (0 when absent).
     pub async fn counter(&self, key: &str) -> Result<u64, CoordError> {
         let op = Op::Counter { key: key.to_string() };
@@ -454,18 +437,6 @@ pub async fn read_workers_by_parts(
         reads.push(WorkerRead { now, record, values });
     }
     Ok(NodeRead { now, workers: reads })
-}
-
-/// [`Request::HgetallMany`] as one `Hgetall` per key, for a backend without a pipeline.
-pub async fn hgetall_many_by_parts(
-    coord: &dyn Coordinator,
-    keys: &[String],
-) -> Result<Vec<HashMap<String, String>>, CoordError> {
-    let mut out = Vec::with_capacity(keys.len());
-    for k in keys {
-        out.push(coord.hgetall(k).await?);
-    }
-    Ok(out)
 }
 
 /// Heartbeat value for a status record: seconds since the epoch with millisecond decimals.

@@ -242,10 +242,6 @@ impl RedisCoordinator {
         }
     }
 
-    fn is_cluster(&self) -> bool {
-        matches!(self.target, Target::Cluster(_))
-    }
-
     /// Run a pipeline in one round trip.
     async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, CoordError> {
         let mut c = self.conn().await?;
@@ -255,30 +251,15 @@ impl RedisCoordinator {
         }
     }
 
-    /// Keys grouped so that each group can be one pipeline: all of them on one server, one
-    /// group per hash slot in a cluster (order kept within a group).
-    fn by_slot<'a>(&self, keys: Vec<(usize, &'a str)>) -> Vec<Vec<(usize, &'a str)>> {
-        if !self.is_cluster() {
-            return vec![keys];
+    /// Items grouped so that each group can be one pipeline: all of them on one server, one
+    /// group per hash slot of their `key` in a cluster (order kept within a group).
+    fn by_slot<T>(&self, items: Vec<(usize, T)>, key: impl Fn(&T) -> &str) -> Vec<Vec<(usize, T)>> {
+        if !matches!(self.target, Target::Cluster(_)) {
+            return vec![items];
         }
-        let mut groups: std::collections::BTreeMap<u16, Vec<(usize, &'a str)>> = Default::default();
-        for (i, k) in keys {
-            groups.entry(slot(k)).or_default().push((i, k));
-        }
-        groups.into_values().collect()
-    }
-
-    fn by_slot_ops<'a>(
-        &self,
-        ops: Vec<(usize, &'a super::Op)>,
-    ) -> Vec<Vec<(usize, &'a super::Op)>> {
-        if !self.is_cluster() {
-            return vec![ops];
-        }
-        let mut groups: std::collections::BTreeMap<u16, Vec<(usize, &'a super::Op)>> =
-            Default::default();
-        for (i, op) in ops {
-            groups.entry(slot(op.key())).or_default().push((i, op));
+        let mut groups: std::collections::BTreeMap<u16, Vec<(usize, T)>> = Default::default();
+        for (i, item) in items {
+            groups.entry(slot(key(&item))).or_default().push((i, item));
         }
         groups.into_values().collect()
     }

@@ -257,40 +257,22 @@ impl Agent {
         if let Some(rx) = &self.watch.gpu {
             self.gpu = rx.borrow().clone();
         }
-        match self.evaluate_all(&mut report).await {
+        let wrote = match self.evaluate_all(&mut report).await {
             Ok(true) => {
                 self.show_slow();
                 self.send_owed().await;
-                self.alerts.settle(self.ctx.coord.as_ref()).await
+                self.alerts.settle(self.ctx.coord.as_ref()).await;
+                self.ctx.metrics.cycle.observe(started.elapsed().as_secs_f64());
+                self.cycle.verdicts =
+                    report.verdicts.iter().map(|(w, v)| (w.clone(), v.as_str().into())).collect();
+                // NB: the coordinator counts as back only after a whole cycle, writes included:
+                // a read-only replica answers reads, and must not look healthy.
+                self.publish().await
             }
-            Ok(false) => {
-                let wrote = self.republish().await;
-                self.outage_or_not(wrote, started, &mut report).await;
-                return report;
-            }
-            Err(e) => {
-                self.outages.coordinator_failed(&self.ctx, &e, started).await;
-                report.coordinator_error = Some(e.to_string());
-                return report;
-            }
-        }
-        self.ctx.metrics.cycle.observe(started.elapsed().as_secs_f64());
-        self.cycle.verdicts =
-            report.verdicts.iter().map(|(w, v)| (w.clone(), v.as_str().to_string())).collect();
-        // NB: the coordinator counts as back only after a whole cycle, writes included: a
-        // read-only replica answers reads, and must not look healthy.
-        let wrote = self.publish().await;
-        self.outage_or_not(wrote, started, &mut report).await;
-        report
-    }
-
-    /// The cycle's writes went through (the coordinator is up), or failed (a failed cycle).
-    async fn outage_or_not(
-        &mut self,
-        wrote: Result<(), CoordError>,
-        started: tokio::time::Instant,
-        report: &mut CycleReport,
-    ) {
+            Ok(false) => self.republish().await,
+            Err(e) => Err(e),
+        };
+        // The cycle's writes went through (the coordinator is up), or failed (a failed cycle).
         match wrote {
             Ok(()) => self.outages.coordinator_ok(&self.ctx),
             Err(e) => {
@@ -298,6 +280,7 @@ impl Agent {
                 report.coordinator_error = Some(e.to_string());
             }
         }
+        report
     }
 
     /// The runtime is down: the node's record goes out all the same, its node-level facts
@@ -413,11 +396,7 @@ impl Agent {
         let on = self.ctx.cfg.gang.pace.enabled;
         let named: crate::vocab::node::SlowNamed =
             self.paces.values().filter(|_| on).filter_map(|p| p.named.clone()).collect();
-        tx.send_if_modified(|now| {
-            let changed = *now != named;
-            *now = named;
-            changed
-        });
+        tx.send_if_modified(|now| std::mem::replace(now, named) != *now);
     }
 
     /// What is kept per worker goes with the workers not judged this cycle (gone, or
@@ -497,10 +476,8 @@ impl Agent {
 
     /// This node's record as of the cycle (see [`Cycle::record`]).
     fn fresh_record(&self) -> crate::fleet::view::NodeRecord {
-        let maintenance = {
-            let f = self.watch.facts.read().unwrap_or_else(|p| p.into_inner());
-            f.maintenance.clone()
-        };
+        let maintenance =
+            self.watch.facts.read().unwrap_or_else(|p| p.into_inner()).maintenance.clone();
         let info = self.watch.node_info.as_ref().and_then(|rx| rx.borrow().clone());
         self.cycle.record(&self.ctx, &maintenance, &self.gpu, info.as_ref())
     }

@@ -138,13 +138,10 @@ impl Cycle {
         ops.extend(self.gang_ops(ctx));
         let caps = Caps::node(ctx.coord.as_ref(), keys, s);
         ops.extend(caps.counter_ops(now));
-        let counters = match shared.publish(&rec, ctx.coord.batch(&ops)).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "heartbeat not published");
-                return Err(e);
-            }
-        };
+        let counters = shared
+            .publish(&rec, ctx.coord.batch(&ops))
+            .await
+            .inspect_err(|e| tracing::warn!(error = %e, "heartbeat not published"))?;
         if upkeep.place {
             self.place_written = Some((place, now));
         }
@@ -160,9 +157,7 @@ impl Cycle {
         budgets.set_fleet_budget(spent, exhausted);
         Ok(())
     }
-}
 
-impl Cycle {
     /// What this cycle's publication writes besides the record: the node's place when it
     /// changed (or was last written [`UPKEEP_EVERY`] ago, or never by this agent), the index's
     /// pruning every [`UPKEEP_EVERY`]. NB: a healthy cycle needs neither; they were two of its

@@ -63,33 +63,23 @@ pub struct NodeRecord {
 }
 
 impl NodeRecord {
+    /// The record as its Redis hash holds it: each field its JSON, but a string bare and a
+    /// `None` empty (`runtime_down` while the runtime is up).
     pub(crate) fn fields(&self) -> Vec<(String, String)> {
-        vec![
-            ("node".into(), self.node.clone()),
-            ("pool".into(), self.pool.clone()),
-            ("slice".into(), self.slice.clone()),
-            ("provisioning".into(), self.provisioning.clone()),
-            ("accelerator".into(), self.accelerator.clone()),
-            ("tpu_topology".into(), self.tpu_topology.clone()),
-            ("maintenance".into(), self.maintenance.clone()),
-            ("maintenance_source".into(), self.maintenance_source.clone()),
-            ("gpu".into(), self.gpu.clone()),
-            ("runtime_down".into(), self.runtime_down.map(|t| t.to_string()).unwrap_or_default()),
-            (
-                "workers".into(),
-                serde_json::to_string(&self.workers).unwrap_or_else(|_| "{}".into()),
-            ),
-            ("places".into(), serde_json::to_string(&self.places).unwrap_or_else(|_| "{}".into())),
-            ("gangs".into(), serde_json::to_string(&self.gangs).unwrap_or_else(|_| "{}".into())),
-            ("version".into(), self.version.clone()),
-            ("dry_run".into(), self.dry_run.to_string()),
-            ("updated_at".into(), self.updated_at.to_string()),
-            ("lost".into(), serde_json::to_string(&self.lost).unwrap_or_else(|_| "{}".into())),
-            (
-                "lost_hours".into(),
-                serde_json::to_string(&self.lost_hours).unwrap_or_else(|_| "{}".into()),
-            ),
-        ]
+        let Ok(serde_json::Value::Object(map)) = serde_json::to_value(self) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, String)> = map
+            .into_iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => (k, s),
+                serde_json::Value::Null => (k, String::new()),
+                v => (k, v.to_string()),
+            })
+            .collect();
+        let hours = serde_json::to_string(&self.lost_hours).unwrap_or_else(|_| "{}".into());
+        out.push(("lost_hours".into(), hours));
+        out
     }
 
     pub(crate) fn from_fields(f: &std::collections::HashMap<String, String>) -> Option<NodeRecord> {
@@ -281,7 +271,7 @@ pub(crate) async fn report(
 }
 
 /// One slice's availability.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct SliceView {
     pub(crate) slice: String,
     pub(crate) pool: String,
@@ -313,13 +303,7 @@ pub(crate) fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
         let e = by.entry((pool.clone(), slice.clone())).or_insert_with(|| SliceView {
             slice,
             pool,
-            nodes: 0,
-            healthy: 0,
-            unhealthy: 0,
-            maintenance: 0,
-            down: 0,
-            unknown: 0,
-            available: false,
+            ..Default::default()
         });
         e.nodes += 1;
         match v.health {

@@ -11,6 +11,7 @@ use crate::hang::model::{Episode, Fruitless, Incident, Marks, Retry};
 use crate::hang::model_rhythm::History;
 use crate::hang::policy_life::Claim;
 use crate::runtime::container::Container;
+use strum::VariantArray;
 
 /// TTL of the per-worker marks: long enough to outlive any incident.
 pub(crate) const MARK_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -22,24 +23,10 @@ pub(crate) const FRUITLESS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Appended to the restart claim once the restart is verified (see [`claim`]).
 pub(crate) const DONE: &str = ":done";
 
-/// The marks that one read of a worker returns, in order. NB: the order is the codec's alone:
-/// [`worker_keys`] and [`decode`] are built from this one list.
-const SLOTS: [Slot; 12] = [
-    Slot::Suspect,
-    Slot::Incident,
-    Slot::ErrorSince,
-    Slot::Progress,
-    Slot::Cooldown,
-    Slot::Restarted,
-    Slot::Escalated,
-    Slot::Incarnation,
-    Slot::Lock,
-    Slot::Fruitless,
-    Slot::Rhythm,
-    Slot::GangLine,
-];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The marks that one read of a worker returns, in order: NB the enum's declaration order is
+/// the read order (`Slot::VARIANTS`, and a slot's index is its discriminant). The order is the
+/// codec's alone: [`worker_keys`] and [`decode`] are built from this one list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray)]
 enum Slot {
     Suspect,
     Incident,
@@ -78,7 +65,7 @@ impl Slot {
 /// incarnation, the node lock, the retry record and the episodes. Public for the fleet
 /// benchmark, which replays exactly this read.
 pub fn worker_keys(k: &Keys, worker: &str) -> Vec<String> {
-    let mut keys: Vec<String> = SLOTS.iter().map(|s| s.key(k, worker)).collect();
+    let mut keys: Vec<String> = Slot::VARIANTS.iter().map(|s| s.key(k, worker)).collect();
     keys.push(k.retry(worker));
     keys.extend(Episode::ALL.iter().map(|e| k.episode(worker, e.as_str())));
     keys
@@ -140,11 +127,8 @@ impl Decoded {
 
 /// Decode the values of a [`worker_keys`] read.
 pub(crate) fn decode(v: &[Option<String>]) -> Decoded {
-    let get = |s: Slot| {
-        let i = SLOTS.iter().position(|x| *x == s).unwrap_or(usize::MAX);
-        v.get(i).cloned().flatten()
-    };
-    let retry_at = SLOTS.len();
+    let get = |s: Slot| v.get(s as usize).cloned().flatten();
+    let retry_at = Slot::VARIANTS.len();
     let episodes = Episode::ALL
         .iter()
         .enumerate()

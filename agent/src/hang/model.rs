@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use crate::clock::{Millis, Stamp};
 
 /// What a worker says about itself: its status record (Redis hash or local status API).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct WorkerStatus {
     pub(crate) state: WorkerState,
     /// Last beat, on the coordinator's clock. `None` when the field is missing or unreadable.
@@ -87,9 +87,10 @@ pub(crate) fn rank_field(field: &str, rank: Option<u32>) -> String {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) enum WorkerState {
     Idle,
+    #[default]
     Processing,
     Error,
     /// Any other state a worker reports (e.g. `loading`, `compile`): watched like
@@ -124,20 +125,9 @@ impl WorkerStatus {
         Self::read(fields, None)
     }
 
-    /// A `processing` record with `heartbeat` and nothing else.
+    /// A `processing` record with `heartbeat` and nothing else (the default state).
     pub(crate) fn processing(heartbeat: Option<Millis>) -> WorkerStatus {
-        WorkerStatus {
-            state: WorkerState::Processing,
-            heartbeat,
-            job: None,
-            progress: None,
-            grace: None,
-            alert_only: false,
-            rank: None,
-            gang: None,
-            checkpoint_step: None,
-            compute: None,
-        }
+        WorkerStatus { heartbeat, ..WorkerStatus::default() }
     }
 
     /// The ranks of a container whose processes each publish their own fields (`ranks = N`,
@@ -362,8 +352,10 @@ as_str!(pub Episode);
 /// The verdict on one worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
+#[derive(Default)]
 pub enum Verdict {
     /// Fresh heartbeat, or not processing: nothing to do.
+    #[default]
     Healthy,
     /// Stale heartbeat seen once: wait for the confirming observation.
     Suspect,

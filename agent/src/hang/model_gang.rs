@@ -10,10 +10,11 @@ use crate::hang::model::{Fruitless, Incident, Verdict};
 use crate::hang::model_rhythm::Learned;
 
 /// What a member is doing, as its record says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Activity {
     /// `processing` or another working state: its silence is a hang.
     #[serde(rename = "w")]
+    #[default]
     Working,
     #[serde(rename = "i")]
     Idle,
@@ -26,7 +27,7 @@ pub(crate) enum Activity {
 
 /// One member's entry in its gang's fleet view (field `<node>/<worker>` of the view's hash).
 /// Short names: a gang of 8,000 ranks keeps 8,000 of them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Member {
     #[serde(rename = "n")]
     pub(crate) node: String,
@@ -139,33 +140,14 @@ impl Member {
     /// A healthy, working member: `worker` of `node`, its last beat and its agent's write at
     /// `at`, silent for up to 2 min, nothing else known (the base of replays and tests).
     pub(crate) fn working(node: &str, worker: &str, at: Millis) -> Member {
+        // NB: the default verdict is `Healthy`, the default activity `Working`.
         Member {
             node: node.into(),
             worker: worker.into(),
-            verdict: Verdict::Healthy,
-            activity: Activity::Working,
             heartbeat: Some(at),
-            step: None,
-            line: None,
             silence: 120_000,
-            learned: None,
-            started: None,
             at,
-            stand_down: None,
-            starting: false,
-            breaker_left: None,
-            container: String::new(),
-            signals: Vec::new(),
-            alert_only: false,
-            attempt: None,
-            jobset_uid: None,
-            one_for_all: None,
-            dry_run: false,
-            preemption_budget: None,
-            maintenance_budget: None,
-            compute: None,
-            slow: Vec::new(),
-            pace: None,
+            ..Member::default()
         }
     }
 

@@ -289,7 +289,7 @@ pub(crate) fn plan(
 /// [`Effect::Gang`] instead, while the member is stale, in error or booting (its gang may be
 /// hung, deciding, or done).
 pub(crate) fn for_gang(
-    effects: Vec<Effect>,
+    mut effects: Vec<Effect>,
     status: Option<&WorkerStatus>,
     marks: &Marks,
     now: Millis,
@@ -297,16 +297,13 @@ pub(crate) fn for_gang(
 ) -> Vec<Effect> {
     let stale = status.is_some_and(|s| is_stale(s, now, cfg));
     let in_error = status.is_some_and(|s| s.state == WorkerState::Error);
-    let mut fx: Vec<Effect> = effects
-        .into_iter()
-        .filter(|e| {
-            !matches!(e, Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate)
-        })
-        .collect();
+    effects.retain(|e| {
+        !matches!(e, Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate)
+    });
     if stale || in_error || marks.cooldown {
-        fx.push(Effect::Gang);
+        effects.push(Effect::Gang);
     }
-    fx
+    effects
 }
 
 /// Suspect sighting: recorded on every stale observation of a new heartbeat value; cleared when

@@ -80,7 +80,8 @@ pub fn shard_of(node: &str, shards: u32) -> u32 {
 }
 
 /// The gang's verdict.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum GangVerdict {
     /// Nobody stopped, or nobody is confirmed stopped yet.
     Running,
@@ -92,12 +93,9 @@ pub(crate) enum GangVerdict {
 }
 
 impl GangVerdict {
+    /// Its stable name (strum's `IntoStaticStr`; by reference: the verdict is not `Copy`).
     pub(crate) fn as_str(&self) -> &'static str {
-        match self {
-            GangVerdict::Running => "running",
-            GangVerdict::Straggler(_) => "straggler",
-            GangVerdict::Hung { .. } => "hung",
-        }
+        self.into()
     }
 }
 

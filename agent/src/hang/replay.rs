@@ -335,14 +335,8 @@ pub(crate) fn status_of(b: &Beat) -> WorkerStatus {
     WorkerStatus {
         state: WorkerState::parse(b.state),
         heartbeat: Some(b.at),
-        job: None,
-        progress: None,
         grace: b.grace,
-        alert_only: false,
-        rank: None,
-        gang: None,
-        checkpoint_step: None,
-        compute: None,
+        ..WorkerStatus::default()
     }
 }
 

@@ -83,10 +83,8 @@ impl Admission {
         } else {
             None
         };
-        if let Some(id) = evicted {
-            if let Some(h) = self.held.remove(&id) {
-                h.evict.cancel();
-            }
+        if let Some(h) = evicted.and_then(|id| self.held.remove(&id)) {
+            h.evict.cancel();
         }
         let id = self.next;
         self.next += 1;
@@ -159,8 +157,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        t.release(self.id);
+        self.table.lock().unwrap_or_else(|p| p.into_inner()).release(self.id);
     }
 }
 

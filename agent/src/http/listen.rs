@@ -272,11 +272,8 @@ async fn serve_connection<I, S>(
         r = conn.as_mut() => r,
         // NB: it gave way to a newcomer while idle: dropped, nothing in flight.
         _ = evict.cancelled() => return,
-        _ = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-        _ = tokio::time::sleep(limits.max_age) => {
+        // Shutdown, or the connection's `max_age` is up: what is in flight finishes.
+        _ = tokio::time::timeout(limits.max_age, shutdown.cancelled()) => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }

@@ -101,18 +101,19 @@ async fn metrics(State(s): State<ServerState>, headers: axum::http::HeaderMap) -
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("application/openmetrics-text"));
     let text = s.metrics.encode();
-    if wants_openmetrics {
-        (
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-            text,
-        )
-            .into_response()
+    let (kind, body) = if wants_openmetrics {
+        ("application/openmetrics-text; version=1.0.0; charset=utf-8", text)
     } else {
-        (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            crate::metrics::to_classic_text(&text),
-        )
-            .into_response()
+        ("text/plain; version=0.0.4; charset=utf-8", crate::metrics::to_classic_text(&text))
+    };
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+/// 200 with the text, or 503 with why.
+fn answer(text: Result<String, impl std::fmt::Display>) -> Response {
+    match text {
+        Ok(text) => (StatusCode::OK, text).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     }
 }
 
@@ -126,10 +127,7 @@ struct StatusQuery {
 /// `REDIS_URL`). Read-only, like everything on this port.
 async fn status(State(s): State<ServerState>, Query(q): Query<StatusQuery>) -> Response {
     let json = q.format.as_deref() == Some("json");
-    match s.status.report(s.coord.as_ref(), s.keys.prefix(), json).await {
-        Ok(text) => (StatusCode::OK, text).into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
-    }
+    answer(s.status.report(s.coord.as_ref(), s.keys.prefix(), json).await)
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -140,24 +138,15 @@ struct TrailQuery {
 /// This node's decision trail, oldest first, as `vigil explain` prints it.
 async fn trail(State(s): State<ServerState>, Query(q): Query<TrailQuery>) -> Response {
     let limit = q.limit.unwrap_or(50).clamp(1, MAX_TRAIL);
-    match s.coord.read_recent(&s.keys.trail(), limit).await {
-        Ok(entries) => {
-            (StatusCode::OK, crate::trail::render(s.keys.node(), &entries)).into_response()
-        }
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
-    }
+    let entries = s.coord.read_recent(&s.keys.trail(), limit).await;
+    answer(entries.map(|entries| crate::trail::render(s.keys.node(), &entries)))
 }
 
 async fn healthz(State(s): State<ServerState>) -> Response {
-    if s.health.alive(s.max_cycle_age).await {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the evaluation loop has not completed a cycle recently\n",
-        )
-            .into_response()
-    }
+    answer(match s.health.alive(s.max_cycle_age).await {
+        true => Ok("ok\n".into()),
+        false => Err("the evaluation loop has not completed a cycle recently"),
+    })
 }
 
 async fn readyz(State(s): State<ServerState>) -> Response {
@@ -183,17 +172,11 @@ async fn readyz(State(s): State<ServerState>) -> Response {
     }
     // Warnings do not make the agent unready (a DaemonSet rollout would stall on them), but
     // they are in the detail, where `kubectl describe` and a probe's output show them.
-    let warnings = s.health.warnings.lines();
-    if problems.is_empty() {
-        let mut body = "ready\n".to_string();
-        for w in warnings {
-            body.push_str(&format!("warning: {w}\n"));
-        }
-        (StatusCode::OK, body).into_response()
-    } else {
-        problems.extend(warnings.into_iter().map(|w| format!("warning: {w}")));
-        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", problems.join("\n"))).into_response()
-    }
+    let warnings = s.health.warnings.lines().into_iter().map(|w| format!("warning: {w}"));
+    let ready = problems.is_empty();
+    let lines = if ready { vec!["ready".to_string()] } else { problems };
+    let body = lines.into_iter().chain(warnings).collect::<Vec<_>>().join("\n");
+    answer(if ready { Ok(body + "\n") } else { Err(body) })
 }
 
 /// The metrics port takes no write: a worker (or anyone) trying the old status API here learns

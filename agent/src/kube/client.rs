@@ -49,7 +49,6 @@ pub enum PodError {
 pub(crate) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl PodError {
-    /// An API error, worded for the operator; a refusal names the missing rule.
     /// One call, bounded by [`CALL_TIMEOUT`], its error worded for the operator.
     pub(crate) async fn bounded<T>(
         call: impl std::future::Future<Output = Result<T, kube::Error>>,
@@ -62,6 +61,7 @@ impl PodError {
         }
     }
 
+    /// An API error, worded for the operator; a refusal names the missing rule.
     pub(crate) fn of(e: kube::Error, verb: &'static str, resource: &'static str) -> PodError {
         match e {
             kube::Error::Api(e) if e.code == 403 => {

@@ -119,19 +119,6 @@ pub struct KubeNodeApi {
 }
 
 impl KubeNodeApi {
-    /// Labels, annotations and taints (a merge patch with the resourceVersion precondition,
-    /// retried on conflict); the Node as last read.
-    async fn reconcile_metadata(
-        &self,
-        node: &str,
-        desired: &NodeDesired,
-    ) -> Result<Value, NodeError> {
-        let ((), node_now) = self
-            .patch_metadata(node, "patched node", |current| ((), merge_patch(current, desired)))
-            .await?;
-        Ok(node_now)
-    }
-
     /// Read the Node, let `plan` compute a merge patch of its metadata and taints from it, and
     /// write it; on a conflict (someone wrote in between) read, recompute and write again, with
     /// jittered backoff. Returns the plan's value and the Node as written (or as read, when the
@@ -382,13 +369,6 @@ impl KubeNodeApi {
         (slot.recorder.clone(), slot.holds_event(now))
     }
 
-    fn published(&self, key: &EventKey, started: Instant) {
-        let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = recorders.get_mut(key) {
-            slot.last_ok = Some(started);
-        }
-    }
-
     /// One publish through the Recorder for `key`; `Err` carries whether it was a PATCH.
     async fn publish(
         &self,
@@ -401,7 +381,10 @@ impl KubeNodeApi {
         let started = Instant::now();
         match recorder.publish(event, regarding).await {
             Ok(()) => {
-                self.published(key, started);
+                let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(slot) = recorders.get_mut(key) {
+                    slot.last_ok = Some(started);
+                }
                 Ok(())
             }
             Err(e) if repeat => Err((Call::PatchEvent, e)),
@@ -435,7 +418,10 @@ fn note(message: &str) -> String {
 #[async_trait]
 impl NodeApi for KubeNodeApi {
     async fn reconcile(&self, node: &str, desired: &NodeDesired) -> Result<(), NodeError> {
-        let current = self.reconcile_metadata(node, desired).await?;
+        // Labels, annotations and taints (a merge patch with the resourceVersion precondition,
+        // retried on conflict), then the conditions, planned from the Node as last read.
+        let plan = |current: &Value| ((), merge_patch(current, desired));
+        let ((), current) = self.patch_metadata(node, "patched node", plan).await?;
         self.reconcile_conditions(node, &current, desired).await
     }
 

@@ -157,6 +157,25 @@ pub trait DeviceSource: Send + Sync {
     async fn gpus(&self) -> Result<PodGpus, DeviceError>;
 }
 
+/// A gRPC channel to the unix socket at `path`, connected lazily (at the first call), each
+/// connection attempt bounded by `connect_timeout` when one is given. The URI is required by
+/// tonic but unused: every connection goes to the socket.
+pub(crate) fn unix_channel(path: &str, connect_timeout: Option<Duration>) -> Channel {
+    let path = path.to_string();
+    let endpoint = Endpoint::from_static("http://[::1]:50051");
+    let endpoint = match connect_timeout {
+        Some(t) => endpoint.connect_timeout(t),
+        None => endpoint,
+    };
+    endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move {
+            let stream = tokio::net::UnixStream::connect(path).await?;
+            Ok::<_, std::io::Error>(TokioIo::new(stream))
+        }
+    }))
+}
+
 /// [`DeviceSource`] over the kubelet's PodResources socket.
 pub struct PodResourcesClient {
     socket: String,
@@ -167,18 +186,9 @@ pub struct PodResourcesClient {
 impl PodResourcesClient {
     /// No connection is made here; each call connects when needed and is bounded by `timeout`.
     pub fn new(socket: &str, timeout: Duration) -> PodResourcesClient {
-        let path = socket.to_string();
         // NB: no channel-wide timeout: each call gets its own deadline (tokio's, below), which
-        // also bounds the connection. The URI is required by tonic but unused.
-        let channel = Endpoint::from_static("http://[::1]:50051").connect_with_connector_lazy(
-            tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move {
-                    let stream = tokio::net::UnixStream::connect(path).await?;
-                    Ok::<_, std::io::Error>(TokioIo::new(stream))
-                }
-            }),
-        );
+        // also bounds the connection.
+        let channel = unix_channel(socket, None);
         PodResourcesClient {
             socket: socket.to_string(),
             timeout,

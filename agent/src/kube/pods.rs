@@ -180,10 +180,7 @@ impl PodApi for KubePods {
             return Ok(None);
         };
         let policy = p.spec.and_then(|s| s.restart_policy);
-        match RestartPolicy::parse(policy.as_deref()) {
-            Some(known) => Ok(Some(known)),
-            None => Err(PodError::UnknownPolicy(policy)),
-        }
+        RestartPolicy::parse(policy.as_deref()).map(Some).ok_or(PodError::UnknownPolicy(policy))
     }
 
     async fn workload(

@@ -59,8 +59,7 @@ async fn get(
 
 /// A Job's pods, by its controller-uid label.
 async fn job_pods(client: &kube::Client, ns: &str, uid: &str) -> Result<Vec<Value>, PodError> {
-    let kind = PODS;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.api());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &PODS.api());
     let params = ListParams::default().labels(&format!("{JOB_UID}={uid}"));
     let list = PodError::bounded(api.list(&params), "list", "pods").await?;
     Ok(list.items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect())

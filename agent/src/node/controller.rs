@@ -67,10 +67,7 @@ struct Notes {
 impl Notes {
     /// The coordinator's clock; the node's when the coordinator is down.
     async fn now(&self) -> Millis {
-        match self.coord.time().await {
-            Ok(t) => t,
-            Err(_) => SystemClock.now(),
-        }
+        self.coord.time().await.unwrap_or_else(|_| SystemClock.now())
     }
 
     async fn note(&self, phase: Phase, worker: &str, code: Code, detail: String) {
@@ -231,7 +228,7 @@ impl Controller {
     }
 
     fn set_phase_metric(&self, phase: Phase) {
-        for p in [Phase::None, Phase::Pending, Phase::Ongoing, Phase::Terminating] {
+        for &p in <Phase as strum::VariantArray>::VARIANTS {
             self.metrics.maintenance.phase(p.as_str(), p == phase);
         }
     }
@@ -518,13 +515,7 @@ async fn node_changed(rx: &mut Option<NodeInfoRx>) -> Option<NodeInfo> {
 /// The node as the trail notes it: `pool P (fleet.pool|Node label), slice S, provisioning …,
 /// accelerator …, TPU topology …`.
 fn describe(cfg: &Config, p: &crate::vocab::node_info::Place, info: &NodeInfo) -> String {
-    let or_dash = |s: &str| {
-        if s.is_empty() {
-            "-".to_string()
-        } else {
-            s.to_string()
-        }
-    };
+    let or_dash = |s: &str| Some(s).filter(|s| !s.is_empty()).unwrap_or("-").to_string();
     let pool_from = if !cfg.fleet.pool.is_empty() {
         " (fleet.pool)"
     } else if p.pool.is_empty() {

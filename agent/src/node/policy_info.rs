@@ -77,30 +77,18 @@ fn name(raw: &RawNode, key: &str, problems: &mut Vec<String>) -> Option<String> 
 /// The provisioning model. A VM that may be preempted says so whatever else its labels say:
 /// Spot (or preemptible) wins, then flex-start, then `gke-provisioning`.
 fn provisioning(raw: &RawNode, problems: &mut Vec<String>) -> Option<Provisioning> {
+    use Provisioning as P;
     let spot = flag(raw, SPOT_LABEL, problems);
     let preemptible = flag(raw, PREEMPTIBLE_LABEL, problems);
     let flex = flag(raw, FLEX_START_LABEL, problems);
-    let model = match label(raw, PROVISIONING_LABEL) {
-        None => None,
-        Some("") => {
-            problems.push(format!("label {PROVISIONING_LABEL} is empty; ignored"));
-            None
-        }
-        Some("standard") => Some(Provisioning::Standard),
-        Some("spot") => Some(Provisioning::Spot),
-        Some(other) => Some(Provisioning::Other(other.to_string())),
-    };
-    let by_flag = if spot {
-        Some(Provisioning::Spot)
-    } else if preemptible {
-        Some(Provisioning::Preemptible)
-    } else if flex {
-        Some(Provisioning::FlexStart)
-    } else {
-        None
-    };
-    match (by_flag, model) {
-        (Some(f), Some(Provisioning::Standard)) => {
+    let model = name(raw, PROVISIONING_LABEL, problems).map(|v| match v.as_str() {
+        "standard" => P::Standard,
+        "spot" => P::Spot,
+        _ => P::Other(v),
+    });
+    let flags = [(spot, P::Spot), (preemptible, P::Preemptible), (flex, P::FlexStart)];
+    match (flags.into_iter().find_map(|(on, p)| on.then_some(p)), model) {
+        (Some(f), Some(P::Standard)) => {
             problems.push(format!(
                 "label {PROVISIONING_LABEL}=standard disagrees with the node's {} label; taken as {}",
                 f.as_str(),
@@ -248,15 +236,6 @@ pub(crate) fn labels_state(info: &NodeInfo) -> MaintenanceState {
     }
 }
 
-fn rank(p: Phase) -> u8 {
-    match p {
-        Phase::None => 0,
-        Phase::Pending => 1,
-        Phase::Ongoing => 2,
-        Phase::Terminating => 3,
-    }
-}
-
 /// A pending window's start for comparison: a start that is unknown or not a time is the
 /// nearest of all (caution wins, as in `pending_near`).
 fn start_key(st: &MaintenanceState) -> Millis {
@@ -275,7 +254,7 @@ fn start_key(st: &MaintenanceState) -> Millis {
 /// a Node read that lacks GKE's labels (a cluster older than 1.31, a label GKE has already
 /// removed) leaves a metadata notice exactly as it was.
 pub(crate) fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> MaintenanceState {
-    let labels_worse = match rank(labels.phase).cmp(&rank(metadata.phase)) {
+    let labels_worse = match labels.phase.cmp(&metadata.phase) {
         std::cmp::Ordering::Greater => true,
         std::cmp::Ordering::Less => false,
         std::cmp::Ordering::Equal => {

@@ -187,8 +187,6 @@ pub(crate) struct PodRef {
 }
 
 impl Container {
-    /// How alerts, the trail and `vigil status` name it: `namespace/pod/container` on Kubernetes
-    /// nodes, the container name on Docker.
     /// The pod this container runs for, by either runtime's account.
     pub(crate) fn pod_identity(&self) -> Option<PodIdentity> {
         match (&self.pod, &self.kube_pod) {
@@ -201,6 +199,8 @@ impl Container {
         }
     }
 
+    /// How alerts, the trail and `vigil status` name it: `namespace/pod/container` on Kubernetes
+    /// nodes, the container name on Docker.
     pub fn display(&self) -> String {
         match &self.pod {
             Some(p) => format!("{}/{}/{}", p.namespace, p.pod, p.container),

@@ -23,19 +23,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ContainerFilter, ContainerState, ContainerStateValue, ContainerStatusRequest,
     ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter, PodSandboxState,
-    PodSandboxStateValue, PodSandboxStatusRequest, StopContainerRequest, VersionRequest,
+    PodSandboxStateValue, PodSandboxStatus, PodSandboxStatusRequest, StopContainerRequest,
+    VersionRequest,
 };
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use super::cri_sandbox::{addresses_the_pod, Sandbox};
 pub use super::cri_sandbox::{POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use super::{Container, ContainerRuntime, RuntimeError};
-use crate::kube::podresources::{DeviceSource, PodGpus};
+use crate::kube::podresources::{unix_channel, DeviceSource, PodGpus};
 use crate::kube::pods::PodApi;
 use crate::vocab::workload::{Remediation, Stops};
 
@@ -86,24 +86,10 @@ pub struct CriRuntime {
 impl CriRuntime {
     /// No connection is made here: a runtime that is down at start-up is reported per cycle.
     pub fn new(s: CriSettings, pods: Option<Arc<dyn PodApi>>) -> Result<Self, RuntimeError> {
-        let path = s.socket.clone();
-        // The URI is required by tonic but unused: every connection goes to the socket.
-        let endpoint = Endpoint::try_from("http://[::1]:50051")
-            .map_err(|e| RuntimeError::Unreachable {
-                runtime: format!("cri at {path}"),
-                source: e.into(),
-            })?
-            // NB: no channel-wide `.timeout()`: gRPC keeps the shorter of a channel's timeout and
-            // a request's deadline, and the stop of a worker that ignores SIGTERM (any hung
-            // one) takes the whole stop grace. Every call sets its own deadline instead.
-            .connect_timeout(s.call_timeout);
-        let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }));
+        // NB: no channel-wide `.timeout()`: gRPC keeps the shorter of a channel's timeout and
+        // a request's deadline, and the stop of a worker that ignores SIGTERM (any hung
+        // one) takes the whole stop grace. Every call sets its own deadline instead.
+        let channel = unix_channel(&s.socket, Some(s.call_timeout));
         Ok(CriRuntime {
             client: RuntimeServiceClient::new(channel),
             s,
@@ -142,10 +128,6 @@ impl CriRuntime {
         }
     }
 
-    fn client(&self) -> RuntimeServiceClient<Channel> {
-        self.client.clone()
-    }
-
     /// A request bounded by `runtime.call_timeout`, see [`within`].
     fn req<T>(&self, msg: T) -> (tonic::Request<T>, Duration) {
         (request(msg, self.s.call_timeout), self.s.call_timeout)
@@ -171,12 +153,7 @@ impl CriRuntime {
             Code::DeadlineExceeded | Code::Cancelled => {
                 RuntimeError::Timeout { op, container: id.to_string(), timeout: deadline }
             }
-            _ => RuntimeError::Refused {
-                runtime: self.describe(),
-                op,
-                container: id.to_string(),
-                detail: format!("{:?}: {}", st.code(), st.message()),
-            },
+            _ => self.refused(op, id, &format!("{:?}: {}", st.code(), st.message())),
         }
     }
 
@@ -193,7 +170,7 @@ impl CriRuntime {
             }),
         };
         let (req, d) = self.req(req);
-        let items = within(d, self.client().list_pod_sandbox(req))
+        let items = within(d, self.client.clone().list_pod_sandbox(req))
             .await
             .map_err(|e| self.classify("list", "*", e))?
             .items;
@@ -205,41 +182,36 @@ impl CriRuntime {
                 continue;
             };
             // An HTTP checkpoint method at `pod` is sent to the pod's IP: the listing has
-            // none, its status does (one more call, for these pods only).
+            // none, its status does (one more call, for these pods only; empty on the host
+            // network or when the sandbox is gone).
             if sandbox.checkpoint.as_deref().is_some_and(addresses_the_pod) {
-                let ip = self.sandbox_ip(&p.id).await?;
-                sandbox.resolve_pod_ip(&ip);
+                let ip = self.sandbox_status(&p.id).await?.and_then(|st| st.network).map(|n| n.ip);
+                sandbox.resolve_pod_ip(&ip.unwrap_or_default());
             }
             out.insert(p.id, sandbox);
         }
         Ok(out)
     }
 
-    /// The pod's IP from its sandbox status (empty on the host network).
-    async fn sandbox_ip(&self, id: &str) -> Result<String, RuntimeError> {
+    /// The sandbox's status; `None` when it is gone.
+    async fn sandbox_status(&self, id: &str) -> Result<Option<PodSandboxStatus>, RuntimeError> {
         let req = PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false };
         let (req, d) = self.req(req);
-        match within(d, self.client().pod_sandbox_status(req)).await {
-            Ok(r) => Ok(r.status.and_then(|st| st.network).map(|n| n.ip).unwrap_or_default()),
-            Err(st) if st.code() == tonic::Code::NotFound => Ok(String::new()),
+        match within(d, self.client.clone().pod_sandbox_status(req)).await {
+            Ok(r) => Ok(r.status),
+            Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
             Err(st) => Err(self.classify("inspect", id, st)),
         }
     }
 
     async fn sandbox(&self, id: &str) -> Result<Option<Sandbox>, RuntimeError> {
-        let req = PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false };
-        let (req, d) = self.req(req);
-        match within(d, self.client().pod_sandbox_status(req)).await {
-            Ok(r) => Ok(r.status.and_then(|st| {
-                let ip = st.network.as_ref().map(|n| n.ip.clone()).unwrap_or_default();
-                let mut sandbox =
-                    Sandbox::from_labels(self.s.opt_in(), st.labels, st.annotations, st.metadata)?;
-                sandbox.resolve_pod_ip(&ip);
-                Some(sandbox)
-            })),
-            Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
-            Err(st) => Err(self.classify("inspect", id, st)),
-        }
+        Ok(self.sandbox_status(id).await?.and_then(|st| {
+            let ip = st.network.as_ref().map(|n| n.ip.clone()).unwrap_or_default();
+            let mut sandbox =
+                Sandbox::from_labels(self.s.opt_in(), st.labels, st.annotations, st.metadata)?;
+            sandbox.resolve_pod_ip(&ip);
+            Some(sandbox)
+        }))
     }
 
     async fn containers(
@@ -249,7 +221,7 @@ impl CriRuntime {
         let id = filter.id.clone();
         let req = ListContainersRequest { filter: Some(filter) };
         let (req, d) = self.req(req);
-        Ok(within(d, self.client().list_containers(req))
+        Ok(within(d, self.client.clone().list_containers(req))
             .await
             .map_err(|e| self.classify("list", &id, e))?
             .containers)
@@ -270,7 +242,7 @@ impl CriRuntime {
     ) -> Result<Option<k8s_cri::v1::ContainerStatusResponse>, RuntimeError> {
         let req = ContainerStatusRequest { container_id: id.to_string(), verbose };
         let (req, d) = self.req(req);
-        match within(d, self.client().container_status(req)).await {
+        match within(d, self.client.clone().container_status(req)).await {
             Ok(r) => Ok(Some(r)),
             Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
             Err(st) => Err(self.classify("inspect", id, st)),
@@ -307,8 +279,10 @@ fn fill_gpus(c: &mut Container, gpus: &PodGpus) {
     }
 }
 
-fn running() -> Option<ContainerStateValue> {
-    Some(ContainerStateValue { state: ContainerState::ContainerRunning as i32 })
+/// The running containers of `sandbox` (of every sandbox when it is empty).
+fn running_in(sandbox: &str) -> ContainerFilter {
+    let state = Some(ContainerStateValue { state: ContainerState::ContainerRunning as i32 });
+    ContainerFilter { pod_sandbox_id: sandbox.to_string(), state, ..Default::default() }
 }
 
 /// The last `LOG_TAIL_BYTES` of a file (from a line start), lossily decoded.
@@ -346,9 +320,8 @@ impl ContainerRuntime for CriRuntime {
         if sandboxes.is_empty() {
             return Ok(Vec::new());
         }
-        let filter = ContainerFilter { state: running(), ..Default::default() };
         let mut out = Vec::new();
-        for c in self.containers(filter).await? {
+        for c in self.containers(running_in("")).await? {
             let Some(sb) = sandboxes.get(&c.pod_sandbox_id) else {
                 continue;
             };
@@ -421,15 +394,10 @@ impl ContainerRuntime for CriRuntime {
         let Some(p) = target.pod.as_ref().filter(|_| whole_pod) else {
             return Ok(());
         };
-        let filter = ContainerFilter {
-            pod_sandbox_id: p.sandbox.clone(),
-            state: running(),
-            ..Default::default()
-        };
         // NB: every one is asked, whatever one answers: a container left running keeps a
         // `Never` pod from failing, and its controller from replacing it.
         let mut first_error = None;
-        for other in self.containers(filter).await? {
+        for other in self.containers(running_in(&p.sandbox)).await? {
             let c = Container { id: other.id, ..Container::default() };
             if let Err(e) = self.stop(&c, grace).await {
                 first_error.get_or_insert(e);
@@ -455,13 +423,8 @@ impl ContainerRuntime for CriRuntime {
         let Some(p) = &c.pod else {
             return self.inspect(&c.id).await;
         };
-        let filter = ContainerFilter {
-            pod_sandbox_id: p.sandbox.clone(),
-            state: running(),
-            ..Default::default()
-        };
         let newest = self
-            .containers(filter)
+            .containers(running_in(&p.sandbox))
             .await?
             .into_iter()
             .filter(|x| {
@@ -505,7 +468,7 @@ impl ContainerRuntime for CriRuntime {
     async fn ping(&self) -> Result<(), RuntimeError> {
         let req = VersionRequest { version: "v1".into() };
         let (req, d) = self.req(req);
-        within(d, self.client().version(req))
+        within(d, self.client.clone().version(req))
             .await
             .map(drop)
             .map_err(|e| self.classify("ping", "-", e))
@@ -523,7 +486,7 @@ impl CriRuntime {
         // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
         // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
         let d = stop_grace + self.s.call_timeout.max(STOP_MARGIN);
-        if let Err(e) = within(d, self.client().stop_container(request(req, d))).await {
+        if let Err(e) = within(d, self.client.clone().stop_container(request(req, d))).await {
             // NB: a worker that exits at once on SIGTERM can take its shim with it while
             // containerd is still in the kill (`ttrpc: closed`): the call fails, yet the container
             // stopped. What counts is the container's state, read again; kubelet's next attempt

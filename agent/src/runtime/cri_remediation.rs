@@ -58,7 +58,7 @@ pub(super) async fn of(
     stops: Stops,
 ) -> Remediation {
     let Some(p) = &c.pod else {
-        return Remediation::InPlace { kill: false, how: String::new() };
+        return Remediation::IN_PLACE;
     };
     let pod = format!("{}/{}", p.namespace, p.pod);
     let read = match &pods {

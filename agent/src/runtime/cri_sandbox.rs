@@ -103,10 +103,7 @@ impl Sandbox {
             // time keeps the key the same shape as Docker's.
             started_at: format!("attempt-{}@{}", meta.attempt, c.created_at),
             running: c.state == ContainerState::ContainerRunning as i32,
-            paused: false,
             checkpoint: self.checkpoint.clone(),
-            // Filled from the kubelet's PodResources API, when it is wired in.
-            gpus: None,
             pod: Some(PodRef {
                 namespace: self.namespace.clone(),
                 pod: self.pod.clone(),
@@ -117,9 +114,11 @@ impl Sandbox {
                 log_path: None,
                 job: self.job,
             }),
-            kube_pod: None,
             alert_only: self.alert_only,
             gang: self.gang.clone(),
+            // Not paused; `gpus` are filled from the kubelet's PodResources API, when it is
+            // wired in.
+            ..Default::default()
         }
     }
 }

@@ -241,11 +241,8 @@ impl DockerRuntime {
 #[async_trait]
 impl ContainerRuntime for DockerRuntime {
     fn describe(&self) -> String {
-        if self.podman.load(Ordering::Relaxed) {
-            format!("podman at {}", self.host)
-        } else {
-            format!("docker at {}", self.host)
-        }
+        let kind = if self.podman.load(Ordering::Relaxed) { "podman" } else { "docker" };
+        format!("{kind} at {}", self.host)
     }
 
     async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {

@@ -40,16 +40,12 @@ pub(crate) const CRI_SOCKETS: [&str; 2] =
 /// The runtime chosen at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Choice {
-    Docker {
-        host: String,
-    },
+    /// Docker at this host (`docker.host`).
+    Docker(String),
     /// Podman's Docker-compatible API on this unix socket (a path).
-    Podman {
-        socket: String,
-    },
-    Cri {
-        socket: String,
-    },
+    Podman(String),
+    /// A CRI runtime on this unix socket.
+    Cri(String),
 }
 
 /// Pick the runtime: `runtime.kind`, or for `auto` the socket that exists — Docker's
@@ -60,7 +56,7 @@ pub(crate) enum Choice {
 /// NB: never "no runtime": when the socket is not there (yet), the agent still starts, fails
 /// closed and reports `runtime-down` every cycle until it appears, rather than crash-looping.
 pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
-    let docker = Choice::Docker { host: cfg.docker.host.clone() };
+    let docker = Choice::Docker(cfg.docker.host.clone());
     let docker_socket = cfg.docker.host.strip_prefix("unix://");
     let cri_candidates: Vec<&str> = if cfg.runtime.cri_socket.is_empty() {
         CRI_SOCKETS.to_vec()
@@ -69,8 +65,8 @@ pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, St
     };
     let found_cri = cri_candidates.iter().find(|p| exists(p));
     let podman_socket = cfg.runtime.podman_socket.as_str();
-    let podman = Choice::Podman { socket: podman_socket.to_string() };
-    let cri = |socket: &str| Choice::Cri { socket: socket.to_string() };
+    let podman = Choice::Podman(podman_socket.to_string());
+    let cri = |socket: &str| Choice::Cri(socket.to_string());
     match cfg.runtime.kind {
         RuntimeKind::Docker => (docker, "runtime.kind = docker".into()),
         RuntimeKind::Podman if exists(podman_socket) => (podman, "runtime.kind = podman".into()),
@@ -123,22 +119,16 @@ pub fn connect(
     let exists = |p: &str| std::path::Path::new(p).exists();
     let (choice, why) = choose(cfg, exists);
     let r = &cfg.runtime;
+    let (label, checkpoint) = (&r.worker_label, &cfg.checkpoint.label);
+    let timeout = r.restart_timeout + Duration::from_secs(5);
     let rt: Arc<dyn ContainerRuntime> = match choice {
-        Choice::Docker { host } => Arc::new(DockerRuntime::new(
-            &host,
-            &r.worker_label,
-            &cfg.checkpoint.label,
-            r.restart_timeout + Duration::from_secs(5),
-            r.call_timeout,
-        )),
-        Choice::Podman { socket } => Arc::new(DockerRuntime::podman(
-            &socket,
-            &r.worker_label,
-            &cfg.checkpoint.label,
-            r.restart_timeout + Duration::from_secs(5),
-            r.call_timeout,
-        )),
-        Choice::Cri { socket } => {
+        Choice::Docker(host) => {
+            Arc::new(DockerRuntime::new(&host, label, checkpoint, timeout, r.call_timeout))
+        }
+        Choice::Podman(socket) => {
+            Arc::new(DockerRuntime::podman(&socket, label, checkpoint, timeout, r.call_timeout))
+        }
+        Choice::Cri(socket) => {
             if pods.is_none() && !r.allow_pod_replacement {
                 tracing::warn!("CRI runtime without the Kubernetes API: pods' restartPolicy cannot be read, so no pod is restarted (enable kubernetes.enabled, or set runtime.allow_pod_replacement = true)");
             }
@@ -182,14 +172,14 @@ mod choose_tests {
     fn auto_prefers_docker_then_containerd_then_crio() {
         let cfg = Config::default();
         let (c, _) = choose(&cfg, only(&["/var/run/docker.sock", CRI_SOCKETS[0]]));
-        assert!(matches!(c, Choice::Docker { .. }));
+        assert!(matches!(c, Choice::Docker(_)));
         let (c, why) = choose(&cfg, only(&[CRI_SOCKETS[0], CRI_SOCKETS[1]]));
-        assert_eq!(c, Choice::Cri { socket: CRI_SOCKETS[0].into() });
+        assert_eq!(c, Choice::Cri(CRI_SOCKETS[0].into()));
         assert!(why.contains("no Docker socket"), "{why}");
         let (c, _) = choose(&cfg, only(&[CRI_SOCKETS[1]]));
-        assert_eq!(c, Choice::Cri { socket: CRI_SOCKETS[1].into() });
+        assert_eq!(c, Choice::Cri(CRI_SOCKETS[1].into()));
         let (c, why) = choose(&cfg, only(&[]));
-        assert!(matches!(c, Choice::Docker { .. }), "started, reported down");
+        assert!(matches!(c, Choice::Docker(_)), "started, reported down");
         assert!(why.contains("none of the runtime sockets"), "{why}");
         assert!(why.contains(PODMAN), "{why}");
     }
@@ -200,9 +190,9 @@ mod choose_tests {
     fn auto_takes_rootful_podman_after_docker_and_before_cri() {
         let cfg = Config::default();
         let (c, _) = choose(&cfg, only(&["/var/run/docker.sock", PODMAN, CRI_SOCKETS[0]]));
-        assert!(matches!(c, Choice::Docker { .. }), "Docker's socket first");
+        assert!(matches!(c, Choice::Docker(_)), "Docker's socket first");
         let (c, why) = choose(&cfg, only(&[PODMAN, CRI_SOCKETS[0], CRI_SOCKETS[1]]));
-        assert_eq!(c, Choice::Podman { socket: PODMAN.into() });
+        assert_eq!(c, Choice::Podman(PODMAN.into()));
         assert_eq!(
             why,
             format!("runtime.kind = auto: no Docker socket, Podman socket {PODMAN} found")
@@ -210,7 +200,7 @@ mod choose_tests {
         let mut cfg = Config::default();
         cfg.runtime.podman_socket = "/srv/podman/api.sock".into();
         let (c, _) = choose(&cfg, only(&[PODMAN, CRI_SOCKETS[0]]));
-        assert!(matches!(c, Choice::Cri { .. }), "only the configured Podman socket counts");
+        assert!(matches!(c, Choice::Cri(_)), "only the configured Podman socket counts");
     }
 
     #[test]
@@ -218,10 +208,10 @@ mod choose_tests {
         let mut cfg = Config::default();
         cfg.runtime.kind = RuntimeKind::Podman;
         let (c, why) = choose(&cfg, only(&["/var/run/docker.sock", PODMAN]));
-        assert_eq!(c, Choice::Podman { socket: PODMAN.into() });
+        assert_eq!(c, Choice::Podman(PODMAN.into()));
         assert_eq!(why, "runtime.kind = podman");
         let (c, why) = choose(&cfg, only(&["/var/run/docker.sock"]));
-        assert_eq!(c, Choice::Podman { socket: PODMAN.into() }, "reported per cycle when down");
+        assert_eq!(c, Choice::Podman(PODMAN.into()), "reported per cycle when down");
         assert!(why.contains(&format!("no Podman socket at {PODMAN}")), "{why}");
     }
 
@@ -230,14 +220,14 @@ mod choose_tests {
         let mut cfg = Config::default();
         cfg.runtime.kind = RuntimeKind::Docker;
         let (c, _) = choose(&cfg, |_| false);
-        assert!(matches!(c, Choice::Docker { .. }), "reported per cycle when down");
+        assert!(matches!(c, Choice::Docker(_)), "reported per cycle when down");
         cfg.runtime.kind = RuntimeKind::Cri;
         cfg.runtime.cri_socket = "/tmp/x/containerd.sock".into();
         let (c, why) = choose(&cfg, |_| false);
-        assert_eq!(c, Choice::Cri { socket: "/tmp/x/containerd.sock".into() });
+        assert_eq!(c, Choice::Cri("/tmp/x/containerd.sock".into()));
         assert!(why.contains("no CRI socket at /tmp/x/containerd.sock"), "{why}");
         let (c, why) = choose(&cfg, |p| p == "/tmp/x/containerd.sock");
-        assert_eq!(c, Choice::Cri { socket: "/tmp/x/containerd.sock".into() });
+        assert_eq!(c, Choice::Cri("/tmp/x/containerd.sock".into()));
         assert_eq!(why, "runtime.kind = cri");
     }
 }
@@ -271,7 +261,7 @@ pub trait ContainerRuntime: Send + Sync {
     /// the Kubernetes API — or refused, with why.
     /// `stops`: how many pods of its Job the restart judged stops (`Stops`).
     async fn remediation(&self, _c: &Container, _stops: Stops) -> Remediation {
-        Remediation::InPlace { kill: false, how: String::new() }
+        Remediation::IN_PLACE
     }
     /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start (Docker); stop it and wait for
     /// kubelet's next attempt (CRI). A zero grace is a SIGKILL at once.

@@ -55,9 +55,7 @@ impl FakeRuntime {
     /// Say when `id`'s current incarnation started, in a form the runtimes use (e.g. RFC 3339):
     /// the fake's own `gen-N` reads as a start the runtime does not say.
     pub fn set_started_at(&self, id: &str, value: &str) {
-        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
-            c.started_at = value.to_string();
-        }
+        self.with(id, |c| c.started_at = value.to_string());
     }
 
     /// The containers stopped for their controller so far, in order.
@@ -74,24 +72,15 @@ impl FakeRuntime {
     pub fn add(&self, id: &str, worker: &str) {
         let mut s = self.state.lock().unwrap();
         s.generation += 1;
-        let started_at = format!("gen-{}", s.generation);
-        s.containers.insert(
-            id.to_string(),
-            Container {
-                id: id.to_string(),
-                name: format!("name-{id}"),
-                worker: worker.to_string(),
-                started_at,
-                running: true,
-                paused: false,
-                checkpoint: None,
-                gpus: None,
-                pod: None,
-                kube_pod: None,
-                alert_only: false,
-                gang: None,
-            },
-        );
+        let c = Container {
+            id: id.to_string(),
+            name: format!("name-{id}"),
+            worker: worker.to_string(),
+            started_at: format!("gen-{}", s.generation),
+            running: true,
+            ..Default::default()
+        };
+        s.containers.insert(id.to_string(), c);
     }
     /// A container without the opt-in label (a sidecar, someone's shell): never a worker.
     pub fn add_unlabelled(&self, id: &str) {
@@ -119,11 +108,7 @@ impl FakeRuntime {
     }
     /// `docker stop` a container (it is still listed, exited).
     pub fn stop(&self, id: &str) {
-        let mut s = self.state.lock().unwrap();
-        if let Some(c) = s.containers.get_mut(id) {
-            c.running = false;
-            c.paused = false;
-        }
+        self.with(id, |c| (c.running, c.paused) = (false, false));
     }
 
     /// `docker rm` a container: it is no longer listed.
@@ -133,11 +118,7 @@ impl FakeRuntime {
 
     /// `docker pause` (or unpause) a container.
     pub fn set_paused(&self, id: &str, paused: bool) {
-        let mut s = self.state.lock().unwrap();
-        if let Some(c) = s.containers.get_mut(id) {
-            c.paused = paused;
-            c.running = !paused;
-        }
+        self.with(id, |c| (c.paused, c.running) = (paused, !paused));
     }
     pub fn restarts(&self, id: &str) -> usize {
         *self.state.lock().unwrap().restarts.get(id).unwrap_or(&0)
@@ -181,19 +162,16 @@ impl FakeRuntime {
     }
     /// Set the GPUs a container sees.
     pub fn set_gpus(&self, id: &str, gpus: &[&str]) {
-        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
-            c.gpus = Some(gpus.iter().map(|g| g.to_string()).collect());
-        }
+        self.with(id, |c| c.gpus = Some(gpus.iter().map(|g| g.to_string()).collect()));
     }
     /// Place a container in a Kubernetes pod (as a runtime under the kubelet reports it).
     pub fn set_kube_pod(&self, id: &str, namespace: &str, pod: &str) {
-        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
-            c.kube_pod = Some(crate::runtime::container::PodIdentity {
-                namespace: namespace.into(),
-                name: pod.into(),
-                uid: format!("uid-{pod}"),
-            });
-        }
+        let identity = crate::runtime::container::PodIdentity {
+            namespace: namespace.into(),
+            name: pod.into(),
+            uid: format!("uid-{pod}"),
+        };
+        self.with(id, |c| c.kube_pod = Some(identity));
     }
     /// Give a container the pod labels of a job controller: `labels` as the pod in `namespace`
     /// carries them (the gang comes from them as on a CRI node).
@@ -206,14 +184,16 @@ impl FakeRuntime {
             &Default::default(),
             "vigil.worker",
         );
-        if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
-            c.gang = gang;
-        }
+        self.with(id, |c| c.gang = gang);
     }
     /// Set a container's checkpoint-method label.
     pub fn set_checkpoint_label(&self, id: &str, value: &str) {
+        self.with(id, |c| c.checkpoint = Some(value.to_string()));
+    }
+    /// Change container `id`, if there is one.
+    fn with(&self, id: &str, f: impl FnOnce(&mut Container)) {
         if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
-            c.checkpoint = Some(value.to_string());
+            f(c);
         }
     }
     fn check_up(&self) -> Result<(), RuntimeError> {
@@ -225,6 +205,11 @@ impl FakeRuntime {
         }
         Ok(())
     }
+}
+
+fn refused(op: &'static str, id: &str, detail: &str) -> RuntimeError {
+    let (runtime, container, detail) = ("fake runtime".into(), id.into(), detail.into());
+    RuntimeError::Refused { runtime, op, container, detail }
 }
 
 #[async_trait]
@@ -251,12 +236,7 @@ impl ContainerRuntime for FakeRuntime {
             h();
         }
         if self.state.lock().unwrap().fail_logs {
-            return Err(RuntimeError::Refused {
-                runtime: "fake runtime".into(),
-                op: "logs",
-                container: id.into(),
-                detail: "log driver none".into(),
-            });
+            return Err(refused("logs", id, "log driver none"));
         }
         Ok(format!("last {lines} lines of {id}\nstep 41\nstep 42"))
     }
@@ -269,12 +249,7 @@ impl ContainerRuntime for FakeRuntime {
         let mut s = self.state.lock().unwrap();
         if s.fail_restarts > 0 {
             s.fail_restarts -= 1;
-            return Err(RuntimeError::Refused {
-                runtime: "fake runtime".into(),
-                op: "restart",
-                container: id.into(),
-                detail: "cannot kill container: device or resource busy".into(),
-            });
+            return Err(refused("restart", id, "cannot kill container: device or resource busy"));
         }
         s.generation += 1;
         let generation = s.generation;
@@ -299,10 +274,7 @@ impl ContainerRuntime for FakeRuntime {
     }
     async fn remediation(&self, c: &Container, _stops: Stops) -> Remediation {
         let s = self.state.lock().unwrap();
-        s.remediations
-            .get(&c.id)
-            .cloned()
-            .unwrap_or(Remediation::InPlace { kill: false, how: String::new() })
+        s.remediations.get(&c.id).cloned().unwrap_or(Remediation::IN_PLACE)
     }
     /// A stop: the container ends, and nothing starts it again (its controller would).
     async fn fail(

@@ -22,13 +22,7 @@ impl MaintenanceEvent {
     /// The documented values only: an unknown one must not be mistaken for `NONE` (a false
     /// "all clear") nor for an event.
     pub(crate) fn parse(value: &str) -> Option<MaintenanceEvent> {
-        [
-            MaintenanceEvent::None,
-            MaintenanceEvent::MigrateOnHostMaintenance,
-            MaintenanceEvent::TerminateOnHostMaintenance,
-        ]
-        .into_iter()
-        .find(|e| e.as_str() == value.trim())
+        Self::VARIANTS.iter().copied().find(|e| e.as_str() == value.trim())
     }
 }
 as_str!(pub MaintenanceEvent);
@@ -88,8 +82,11 @@ pub struct UpcomingMaintenance {
     pub reasons: Vec<String>,
 }
 
-/// The node's maintenance phase, derived purely from [`RawMetadata`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, IntoStaticStr, VariantArray)]
+/// The node's maintenance phase, derived purely from [`RawMetadata`]. Declared, and so
+/// ordered, from the mildest to the worst (none < pending < ongoing < terminating).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr, VariantArray,
+)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Phase {
     /// Nothing scheduled, nothing happening.

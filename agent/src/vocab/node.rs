@@ -82,13 +82,8 @@ pub(crate) const SLOW_TAINT: &str = "slow";
 /// The keys of every taint Vigil may set on its Node (`vigil cleanup` removes these, whatever
 /// their effect).
 pub fn taint_keys(k: &KubernetesConfig) -> Vec<String> {
-    let p = &k.label_prefix;
-    vec![
-        format!("{p}{TERMINATION_TAINT}"),
-        format!("{p}{GPU_FAILED_TAINT}"),
-        format!("{p}{TPU_FAILED_TAINT}"),
-        format!("{p}{SLOW_TAINT}"),
-    ]
+    let taints = [TERMINATION_TAINT, GPU_FAILED_TAINT, TPU_FAILED_TAINT, SLOW_TAINT];
+    taints.iter().map(|t| format!("{}{t}", k.label_prefix)).collect()
 }
 
 /// The types of every Node condition Vigil sets (`vigil cleanup` removes these).

@@ -7,15 +7,9 @@ use std::collections::BTreeMap;
 
 use crate::clock::Millis;
 
-/// A taint of the Node, as the API server stores it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct NodeTaint {
-    pub(crate) key: String,
-    /// Empty when the taint has none.
-    pub(crate) value: String,
-    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub(crate) effect: String,
-}
+/// A taint of the Node, as the API server stores it (its `value` empty when it has none): the
+/// shape of the taints Vigil owns.
+pub(crate) type NodeTaint = super::node::Taint;
 
 /// What the Node source read, unparsed: `metadata.labels`, `spec.taints` and
 /// `status.allocatable` (quantities as the API server writes them, e.g. `"4"`, `"16Gi"`).
@@ -52,11 +46,8 @@ impl Provisioning {
     /// The value for the node record and `vigil status`: the model's name, or GKE's own value.
     pub fn as_str(&self) -> &str {
         match self {
-            Provisioning::Standard => "standard",
-            Provisioning::Spot => "spot",
-            Provisioning::Preemptible => "preemptible",
-            Provisioning::FlexStart => "flex-start",
             Provisioning::Other(v) => v,
+            known => known.metric_label(),
         }
     }
 

@@ -16,10 +16,8 @@ pub(crate) fn pending_near(st: &MaintenanceState, now: Millis, horizon: Duration
     if st.phase != Phase::Pending {
         return false;
     }
-    match st.window_start.as_deref().and_then(parse_rfc3339) {
-        Some(start) => start - now <= ms(horizon),
-        None => true,
-    }
+    let start = st.window_start.as_deref().and_then(parse_rfc3339);
+    start.is_none_or(|start| start - now <= ms(horizon))
 }
 
 /// Whether this phase interrupts the workers (they may stall, the node may go).

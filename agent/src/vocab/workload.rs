@@ -13,9 +13,10 @@
 /// and a container's restart rules see when Vigil fails a pod.
 pub const KILLED_EXIT: i32 = 137;
 
-/// A pod's (or a container's own) `restartPolicy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A pod's (or a container's own) `restartPolicy`; the API's default is `Always`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RestartPolicy {
+    #[default]
     Always,
     OnFailure,
     Never,
@@ -130,7 +131,7 @@ pub struct LwsFacts {
 }
 
 /// The worker's pod and what owns it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Workload {
     /// `namespace/name` of the pod.
     pub pod: String,
@@ -158,14 +159,8 @@ impl Workload {
         Workload {
             pod: pod.to_string(),
             policy,
-            container_policy: None,
-            rules: Vec::new(),
             container: container.to_string(),
-            job: None,
-            jobset: None,
-            lws: None,
-            missing: None,
-            unhealthy: Vec::new(),
+            ..Default::default()
         }
     }
 }
@@ -201,6 +196,9 @@ pub enum Remediation {
 }
 
 impl Remediation {
+    /// Restarted in place after a polite stop, and nothing more to say: a runtime without pods.
+    pub const IN_PLACE: Remediation = Remediation::InPlace { kill: false, how: String::new() };
+
     /// The stop is a SIGKILL at once (no stop grace).
     pub fn kills(&self) -> bool {
         match self {

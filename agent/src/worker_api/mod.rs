@@ -170,11 +170,7 @@ async fn put_status(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let answer = match write(&s, &peer, &id, &headers, body).await {
-        Ok(text) => Answer::ok("accepted", text),
-        Err(refused) => refused,
-    };
-    finish(&s, &peer, &id, answer)
+    finish(&s, &peer, &id, write(&s, &peer, &id, &headers, body).await)
 }
 
 /// `GET /v1/workers/{id}/status`: the worker's own record (a worker on the API transport learns
@@ -185,15 +181,12 @@ async fn get_status(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let answer = match read(&s, &peer, &id, &headers).await {
-        Ok(text) => Answer::ok("read", text),
-        Err(refused) => refused,
-    };
-    finish(&s, &peer, &id, answer)
+    finish(&s, &peer, &id, read(&s, &peer, &id, &headers).await)
 }
 
-/// Count, log and send an answer.
-fn finish(s: &WorkerApiState, peer: &Peer, id: &str, answer: Answer) -> Response {
+/// Count, log and send an answer, or a refusal.
+fn finish(s: &WorkerApiState, peer: &Peer, id: &str, answer: Result<Answer, Answer>) -> Response {
+    let answer = answer.unwrap_or_else(|refused| refused);
     let listener = match peer {
         Peer::Tcp(_) => "tcp",
         Peer::Unix { .. } => "unix",
@@ -215,7 +208,7 @@ async fn write(
     id: &str,
     headers: &HeaderMap,
     body: Body,
-) -> Result<String, Answer> {
+) -> Result<Answer, Answer> {
     // A declared length past what would ever be drained is refused before any read: nobody
     // gets to hold a connection for `BODY_READ_TIMEOUT` by announcing gigabytes.
     let declared = headers
@@ -251,7 +244,7 @@ async fn write(
     if !warnings.is_empty() {
         answer.insert("warnings".into(), serde_json::json!(warnings));
     }
-    Ok(serde_json::Value::Object(answer).to_string())
+    Ok(Answer::ok("accepted", serde_json::Value::Object(answer).to_string()))
 }
 
 async fn read(
@@ -259,7 +252,7 @@ async fn read(
     peer: &Peer,
     id: &str,
     headers: &HeaderMap,
-) -> Result<String, Answer> {
+) -> Result<Answer, Answer> {
     admit(s, peer, id, headers).await?;
     let record = s
         .coord
@@ -268,7 +261,7 @@ async fn read(
         .map_err(|e| Answer::unavailable(e.to_string()))?;
     let fields: serde_json::Map<String, serde_json::Value> =
         record.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect();
-    Ok(serde_json::Value::Object(fields).to_string())
+    Ok(Answer::ok("read", serde_json::Value::Object(fields).to_string()))
 }
 
 /// The gang the agent will take this write's worker to be a member of (the tenancy rule,
@@ -440,9 +433,7 @@ async fn review(
         }
     };
     let caller = match reviewed {
-        Ok(Reviewed::Pod { namespace, name, uid, node }) => {
-            Caller::Pod { namespace, name, uid, node }
-        }
+        Ok(Reviewed::Pod { pod, node }) => Caller::Pod { pod, node },
         Ok(Reviewed::Refused(why)) => return Err(Answer::unauthenticated(why)),
         Ok(Reviewed::NotAPod(why)) => return Err(Answer::forbidden(why)),
         Err(e) => return Err(Answer::unavailable(e.to_string())),

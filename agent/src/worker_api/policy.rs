@@ -8,7 +8,7 @@
 //! carries the worker id is looked up afresh on every write, so a token or a connection never
 //! outlives the container it was proven for.
 
-use crate::runtime::container::Container;
+use crate::runtime::container::{Container, PodIdentity};
 
 /// Who is on the other end of a write, as far as it was proven.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,9 +17,7 @@ pub(crate) enum Caller {
     Loopback,
     /// A pod, as a TokenReview of its bound ServiceAccount token described it.
     Pod {
-        namespace: String,
-        name: String,
-        uid: String,
+        pod: PodIdentity,
         /// The node the token was minted on, when the API server says (Kubernetes ≥ 1.30).
         node: Option<String>,
     },
@@ -40,7 +38,7 @@ impl Caller {
     pub(crate) fn describe(&self) -> String {
         match self {
             Caller::Loopback => "a loopback client".into(),
-            Caller::Pod { namespace, name, .. } => format!("pod {namespace}/{name}"),
+            Caller::Pod { pod, .. } => format!("pod {}/{}", pod.namespace, pod.name),
             Caller::Container { id, .. } => format!("container {}", short(id)),
             Caller::HostProcess { pid } => format!("host process {pid} (in no container)"),
         }
@@ -55,8 +53,9 @@ pub(crate) struct Refusal(pub String);
 /// replayed token costs this node no listing.
 pub(crate) fn token_node(caller: &Caller, node: &str) -> Result<(), Refusal> {
     match caller {
-        Caller::Pod { namespace, name, node: Some(n), .. } if n != node => Err(Refusal(format!(
-            "the token of pod {namespace}/{name} was issued on node {n}, not on {node}"
+        Caller::Pod { node: Some(n), .. } if n != node => Err(Refusal(format!(
+            "the token of {} was issued on node {n}, not on {node}",
+            caller.describe()
         ))),
         _ => Ok(()),
     }
@@ -106,9 +105,7 @@ pub(crate) fn authorize<'a>(
     let own = carriers.iter().copied().find(|c| is_caller(c, caller));
     own.map(Some).ok_or_else(|| {
         let who = match caller {
-            Caller::Pod { namespace, name, uid, .. } => {
-                format!("pod {namespace}/{name} (uid {uid})")
-            }
+            Caller::Pod { pod, .. } => format!("{} (uid {})", caller.describe(), pod.uid),
             _ => caller.describe(),
         };
         Refusal(format!("worker {worker} is {}, not {who}", names(&carriers)))
@@ -119,9 +116,7 @@ pub(crate) fn authorize<'a>(
 /// container id.
 fn is_caller(c: &Container, caller: &Caller) -> bool {
     match caller {
-        Caller::Pod { namespace, name, uid, .. } => c
-            .pod_identity()
-            .is_some_and(|p| p.uid == *uid && p.namespace == *namespace && p.name == *name),
+        Caller::Pod { pod, .. } => c.pod_identity().as_ref() == Some(pod),
         Caller::Container { id, .. } => same_container(&c.id, id),
         Caller::Loopback | Caller::HostProcess { .. } => false,
     }
@@ -167,12 +162,8 @@ mod tests {
     }
 
     fn pod(ns: &str, name: &str, uid: &str, node: Option<&str>) -> Caller {
-        Caller::Pod {
-            namespace: ns.into(),
-            name: name.into(),
-            uid: uid.into(),
-            node: node.map(str::to_string),
-        }
+        let pod = PodIdentity { namespace: ns.into(), name: name.into(), uid: uid.into() };
+        Caller::Pod { pod, node: node.map(str::to_string) }
     }
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";

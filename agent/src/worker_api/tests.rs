@@ -14,7 +14,7 @@ use crate::coord::{Coordinator, Keys};
 use crate::http::listen::{bind_unix, serve_router, UnixPeers};
 use crate::http::procfs::Procfs;
 use crate::metrics::Metrics;
-use crate::runtime::container::{Container, PodRef};
+use crate::runtime::container::{Container, PodIdentity, PodRef};
 use crate::worker_api::directory::WorkerDirectory;
 use crate::worker_api::token_review::{ReviewUnavailable, Reviewed, Standing, TokenReviewer};
 
@@ -97,12 +97,12 @@ fn pod_worker(worker: &str, pod: &str, uid: &str) -> Container {
 }
 
 fn pod_of(name: &str, uid: &str) -> Reviewed {
-    Reviewed::Pod {
-        namespace: "ml".into(),
-        name: name.into(),
-        uid: uid.into(),
-        node: Some("node-a".into()),
-    }
+    pod_in("ml", name, uid)
+}
+
+fn pod_in(namespace: &str, name: &str, uid: &str) -> Reviewed {
+    let pod = PodIdentity { namespace: namespace.into(), name: name.into(), uid: uid.into() };
+    Reviewed::Pod { pod, node: Some("node-a".into()) }
 }
 
 struct Api {
@@ -308,15 +308,7 @@ async fn the_answer_names_the_gang_the_agent_uses_and_why() {
     let reviews = FakeReviews {
         known: vec![
             ("tok-0".into(), pod_of("trainer-0", "uid-0")),
-            (
-                "tok-imp".into(),
-                Reviewed::Pod {
-                    namespace: "research".into(),
-                    name: "trainer-0".into(),
-                    uid: "uid-0".into(),
-                    node: Some("node-a".into()),
-                },
-            ),
+            ("tok-imp".into(), pod_in("research", "trainer-0", "uid-0")),
         ],
         ..FakeReviews::default()
     };

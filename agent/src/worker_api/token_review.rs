@@ -18,6 +18,8 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenRe
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
+use crate::runtime::container::PodIdentity;
+
 /// The user-info extra keys the API server sets for a token bound to a pod
 /// (`k8s.io/apiserver/pkg/authentication/serviceaccount`); `node-name` since Kubernetes 1.30.
 pub(crate) const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
@@ -41,7 +43,7 @@ fn digest(token: &str) -> Digest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reviewed {
     /// A ServiceAccount token bound to this pod, for Vigil's audience.
-    Pod { namespace: String, name: String, uid: String, node: Option<String> },
+    Pod { pod: PodIdentity, node: Option<String> },
     /// Not a valid token for Vigil (HTTP 401): why, without the token.
     Refused(String),
     /// Valid, but not bound to a pod (a legacy Secret token, a user's token): HTTP 403.
@@ -106,12 +108,9 @@ pub(crate) fn interpret(status: &TokenReviewStatus, audience: &str) -> Reviewed 
         .and_then(|rest| rest.split(':').next())
         .map(str::to_string);
     match (namespace, first(POD_NAME), first(POD_UID)) {
-        (Some(namespace), Some(name), Some(uid)) => Reviewed::Pod {
-            namespace,
-            name,
-            uid,
-            node: first(NODE_NAME),
-        },
+        (Some(namespace), Some(name), Some(uid)) => {
+            Reviewed::Pod { pod: PodIdentity { namespace, name, uid }, node: first(NODE_NAME) }
+        }
         _ => Reviewed::NotAPod(format!(
             "the token of {username:?} is not bound to a pod: use a projected ServiceAccount token (serviceAccountToken volume), not a Secret"
         )),
@@ -298,9 +297,11 @@ mod tests {
         assert_eq!(
             interpret(&s, "vigil"),
             Reviewed::Pod {
-                namespace: "ml".into(),
-                name: "trainer-0".into(),
-                uid: "u-1".into(),
+                pod: PodIdentity {
+                    namespace: "ml".into(),
+                    name: "trainer-0".into(),
+                    uid: "u-1".into()
+                },
                 node: Some("gpu-7".into()),
             }
         );
@@ -335,12 +336,9 @@ mod tests {
     }
 
     fn a_pod() -> Reviewed {
-        Reviewed::Pod {
-            namespace: "ml".into(),
-            name: "trainer-0".into(),
-            uid: "u-1".into(),
-            node: None,
-        }
+        let pod =
+            PodIdentity { namespace: "ml".into(), name: "trainer-0".into(), uid: "u-1".into() };
+        Reviewed::Pod { pod, node: None }
     }
 
     #[tokio::test(start_paused = true)]

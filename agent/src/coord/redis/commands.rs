@@ -141,10 +141,10 @@ impl Coordinator for RedisCoordinator {
                 Reply::Taken(incr_capped(c, &key, cap, ttl).await?)
             }
             Request::Decr(key) => {
-                decr(c, &key).await?;
+                c.script::<i64>(&DECR_FLOOR, &[key.as_str()], &[]).await?;
                 Reply::Ok
             }
-            Request::Hgetall(key) => Reply::Hash(hgetall(c, &key).await?),
+            Request::Hgetall(key) => Reply::Hash(c.query(redis::cmd("HGETALL").arg(&key)).await?),
             Request::Hget { key, field } => {
                 Reply::Values(vec![c.query(redis::cmd("HGET").arg(&key).arg(&field)).await?])
             }
@@ -236,14 +236,6 @@ async fn incr_capped(
     Ok((r >= 0).then_some(r as u64))
 }
 
-async fn decr(c: &RedisCoordinator, key: &str) -> Result<(), CoordError> {
-    c.script::<i64>(&DECR_FLOOR, &[key], &[]).await.map(|_| ())
-}
-
-async fn hgetall(c: &RedisCoordinator, key: &str) -> Result<HashMap<String, String>, CoordError> {
-    c.query(redis::cmd("HGETALL").arg(key)).await
-}
-
 async fn append(
     c: &RedisCoordinator,
     key: &str,
@@ -307,7 +299,7 @@ async fn hgetall_many(
     // round trips on one server.
     let indexed: Vec<(usize, &str)> = keys.iter().map(String::as_str).enumerate().collect();
     let mut out: Vec<HashMap<String, String>> = vec![HashMap::new(); keys.len()];
-    for group in c.by_slot(indexed) {
+    for group in c.by_slot(indexed, |k| *k) {
         for chunk in group.chunks(1_000) {
             let mut pipe = redis::pipe();
             for (_, k) in chunk {
@@ -325,7 +317,7 @@ async fn hgetall_many(
 async fn batch(c: &RedisCoordinator, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
     let indexed: Vec<(usize, &Op)> = ops.iter().enumerate().collect();
     let mut counters: Vec<(usize, u64)> = Vec::new();
-    for group in c.by_slot_ops(indexed) {
+    for group in c.by_slot(indexed, |op| op.key()) {
         let mut pipe = redis::pipe();
         let mut wanted = Vec::new();
         for (i, op) in &group {

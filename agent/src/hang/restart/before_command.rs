@@ -1,15 +1,15 @@
 //! The pipeline's steps up to the command (see `super::pipeline` for their order): the decision
 //! that the worker is ours to restart, logs and the restart alert, revalidation and
 //! compare-and-restart, the lock check and the claim; each either passes or ends the pass with
-//! its skip (said in the trail; the pages it sends are `super::pages`').
+//! its skip (said in the trail; its pages go out here, through `super::pager`).
 
-use crate::alerts::Resolve;
+use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis, Stamp};
 use crate::config::LOCK_MARGIN;
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
-use crate::hang::marks;
-use crate::hang::model::{Incident, Marks, WorkerStatus};
+use crate::hang::marks::{self, MARK_TTL};
+use crate::hang::model::{Marks, WorkerStatus};
 use crate::hang::policy;
 use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
@@ -19,7 +19,7 @@ use crate::vocab::workload::{Remediation, Stops};
 
 use super::pipeline::Pipeline;
 use super::{short, Act, GangOrder};
-use crate::hang::policy_pipeline::Skip;
+use crate::hang::policy_pipeline::{Skip, Unit};
 
 impl Pipeline<'_> {
     /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
@@ -54,7 +54,7 @@ impl Pipeline<'_> {
         // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
         // auto-repair or an upgrade) is a standing condition, said once per incident; the wait
         // for the agent's first reads passes within seconds, said each time.
-        if let Some(sd) = self.stand_down(act.case.c, now) {
+        if let Some(sd) = self.watch.stand_down(act.case.c, now, &self.ctx.cfg.metadata) {
             let (detail, once) = match sd.passing() {
                 true => (format!("{sd}; not restarting yet"), false),
                 false => (format!("{sd}; not restarting while it is"), true),
@@ -66,7 +66,12 @@ impl Pipeline<'_> {
         // at its members' entries), and those stopped before this one have spent theirs.
         let how = self.ctx.runtime.remediation(act.case.c, Stops::One).await;
         if let Some(why) = self.refusal(act, &how) {
-            self.not_restartable(act, now, why).await?;
+            // Paged once per incident, said in the trail once.
+            let detail = format!("{why}; not restarting, a person must decide");
+            let alert = self.pager.act_alert(AlertKind::NotRestartable, act, now, detail);
+            let key = self.ctx.keys.alert_dedup(&act.inc.id, "not-restartable");
+            self.pager.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await?;
+            self.skip(now, act, Skip::NotRestartable, why, true).await?;
             return Ok(Err(Skip::NotRestartable));
         }
         Ok(Ok(how))
@@ -99,19 +104,10 @@ impl Pipeline<'_> {
             return Ok(());
         };
         let detail = policy_fruitless::describe(f, RunOf::Worker);
-        self.pager.page_fruitless(act, detail.clone(), now).await?;
+        let alert = self.pager.act_alert(AlertKind::Fruitless, act, now, detail.clone());
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "fruitless");
+        self.pager.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await?;
         self.skip(now, act, Skip::Fruitless, detail, true).await
-    }
-
-    /// The runtime refuses this worker: page once per incident, say so in the trail once.
-    pub(super) async fn not_restartable(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-        why: String,
-    ) -> Result<(), CoordError> {
-        self.pager.page_not_restartable(act, &why, now).await?;
-        self.skip(now, act, Skip::NotRestartable, why, true).await
     }
 
     /// Write a skip to the trail (with `once`, the first time per incident only).
@@ -124,26 +120,36 @@ impl Pipeline<'_> {
         once: bool,
     ) -> Result<(), CoordError> {
         let about = if once { act.about().once() } else { act.about() };
-        self.note(at, about, skip.code(), detail).await
+        self.journal.note(at, about, skip.code(), detail).await
     }
 
-    /// Release the restart alert's dedup key after a skip, so the restart that eventually runs
-    /// for this incident alerts (with its logs) again.
-    pub(super) async fn release_restart_alert(&self, inc: &Incident) {
-        let _ = self.ctx.coord.del(&[self.ctx.keys.alert_dedup(&inc.id, "restart")]).await;
-    }
-
-    /// The container's last lines, then the restart alert with them. Logs first: a pass that
-    /// fails here must not consume the breaker.
+    /// The container's last lines, then the restart (or would-restart) page with them, once per
+    /// incident. Logs first: a pass that fails here must not consume the breaker. A gang
+    /// member's restart has no page of its own (the gang's `restarting` page went out with its
+    /// decision).
     pub(super) async fn logs_and_alert(
         &mut self,
         act: &Act<'_>,
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
-        match self.collect_logs(act, now).await? {
-            Ok(logs) => self.pager.announce_restart(act, logs, now).await.map(|()| None),
-            Err(skip) => Ok(Some(skip)),
+        let logs = match self.collect_logs(act, now).await? {
+            Ok(logs) => logs,
+            Err(skip) => return Ok(Some(skip)),
+        };
+        if !act.mandate.decided_here() {
+            return Ok(None);
         }
+        let (kind, verb) = match self.ctx.cfg.dry_run {
+            true => (AlertKind::WouldRestart, "would restart"),
+            false => (AlertKind::Restarting, "restarting"),
+        };
+        let c = act.case.c;
+        let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
+        let mut alert = self.pager.act_alert(kind, act, now, detail);
+        alert.logs = Some(logs);
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
+        self.pager.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await?;
+        Ok(None)
     }
 
     /// The container's last lines for the alert. `Err(skip)`: collection failed, so there is
@@ -162,7 +168,11 @@ impl Pipeline<'_> {
             Err(_) => format!("no answer within {}", humantime::format_duration(d.log_timeout)),
         };
         self.ctx.metrics.backends.runtime_error();
-        self.pager.page_logs_failed(act, &why, now).await?;
+        let detail = format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed");
+        let alert =
+            self.pager.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, detail);
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
+        self.pager.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await?;
         let detail = format!("log collection failed: {why}");
         self.skip(now, act, Skip::LogsFailed, detail, false).await?;
         Ok(Err(Skip::LogsFailed))
@@ -247,7 +257,7 @@ impl Pipeline<'_> {
         act: &Act<'_>,
         now: Millis,
     ) -> Result<Option<Skip>, CoordError> {
-        if let Some(why) = self.stand_down(act.case.c, now) {
+        if let Some(why) = self.watch.stand_down(act.case.c, now, &self.ctx.cfg.metadata) {
             let detail = format!("{why} between decision and command; not restarting");
             self.skip(now, act, Skip::NodeState, detail, false).await?;
             return Ok(Some(Skip::NodeState));
@@ -306,7 +316,7 @@ impl Pipeline<'_> {
         let c = act.case.c;
         let detail =
             format!("would restart container {} ({}) now; observe mode", c.name, short(&c.id));
-        self.note(now, act.about(), Code::WouldRestart, detail).await?;
+        self.journal.note(now, act.about(), Code::WouldRestart, detail).await?;
         Ok(None)
     }
 

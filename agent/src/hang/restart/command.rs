@@ -2,7 +2,7 @@
 //! with the cooldown from the restart), or failed (paged once per incident, retried after a
 //! backoff); and the claim written before the command, undone when the command does not run.
 
-use crate::alerts::Resolve;
+use crate::alerts::{AlertKind, Resolve};
 use crate::clock::{human, ms, Millis};
 use crate::coord::{CoordError, Op};
 use crate::hang::marks::{self, MARK_TTL};
@@ -16,6 +16,7 @@ use crate::trail::Code;
 
 use super::pipeline::Pipeline;
 use super::{restart_failure, short, Act, Mandate};
+use crate::hang::policy_pipeline::Unit;
 use crate::vocab::workload::Remediation;
 
 /// What the trail says of a restart besides its times: the call's error, the controllers'
@@ -146,7 +147,7 @@ impl Pipeline<'_> {
         self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let detail = self.restarted_detail(act, said, started, done);
-        self.note(done, act.about(), Code::Restarted, detail).await
+        self.journal.note(done, act.about(), Code::Restarted, detail).await
     }
 
     /// What the trail says of a verified restart: how long the hang and the restart took, and
@@ -319,8 +320,21 @@ impl Pipeline<'_> {
             human(ms(wait))
         );
         // NB: the page goes out even when the coordinator fails below: a failed restart is a
-        // person's business at once.
-        self.pager.page_restart_failed(act, failures, detail, done).await;
+        // person's business at once. Only the first failure of an incident pages; later ones
+        // update its page.
+        let mut alert = self.pager.act_alert(AlertKind::RestartFailed, act, done, detail);
+        alert.attempt = Some(failures);
+        let key = k.alert_dedup(&act.inc.id, "restart-failed");
+        match self.pager.page_once(&key, MARK_TTL, alert.clone(), Unit::Worker, done).await {
+            Ok(true) => {}
+            Ok(false) => {
+                alert.page = false;
+                alert.update = true;
+                self.ctx.notifier.send(&alert).await;
+            }
+            // NB: a failed claim (the coordinator is down) pages too: a repeat beats silence.
+            Err(_) => self.ctx.notifier.send(&alert).await,
+        }
         let value = marks::encode_retry(&retry);
         self.ctx.coord.set(&k.retry(w), &value, MARK_TTL).await?;
         self.ctx
@@ -336,7 +350,7 @@ impl Pipeline<'_> {
         // simulation's seed 171192: the run ended, and a fruitless restart went through).
         self.settle_run(act, Line::NotBefore(done)).await;
         let why = format!("{why}; attempt {failures}, next not before {}", human(ms(wait)));
-        self.note(done, act.about(), Code::RestartFailed, why).await
+        self.journal.note(done, act.about(), Code::RestartFailed, why).await
     }
 
     /// Release the claim `write_restart_markers` made at `now` for a restart that will not run:

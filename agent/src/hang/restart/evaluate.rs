@@ -80,7 +80,7 @@ impl RestartPath<'_> {
             human((beat - after.unwrap_or(beat)).max(0))
         );
         let about = About::worker(&c.worker, Verdict::Booting);
-        self.note(now, about, Code::Booted, detail).await?;
+        self.journal.note(now, about, Code::Booted, detail).await?;
         self.complete_lost(c, marks::claimed_incident(marker), beat, now).await?;
         Ok(true)
     }
@@ -112,7 +112,7 @@ impl RestartPath<'_> {
         self.ctx.metrics.lost.add("restart", p.recovery, now);
         self.ctx.metrics.lost.recovered(p.total());
         let about = About::worker(&c.worker, Verdict::Booting).incident(&times.incident);
-        self.note(now, about, Code::TimeLost, p.describe()).await
+        self.journal.note(now, about, Code::TimeLost, p.describe()).await
     }
 
     /// Evaluate one worker and carry out the policy's effects in order. Coordinator errors abort

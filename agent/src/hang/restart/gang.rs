@@ -50,7 +50,7 @@ impl RestartPath<'_> {
             _ => crate::hang::model_gang::Activity::Working,
         };
         let signals = self.member_signals();
-        let sd = self.stand_down(case.c, now);
+        let sd = self.watch.stand_down(case.c, now, &self.ctx.cfg.metadata);
         let (rule, troubled) = self.judge().member_standing(case, now);
         let policy = &self.ctx.cfg.policy;
         let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref(), troubled).await;
@@ -251,7 +251,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<GangIncident, CoordError> {
         let key = self.ctx.keys.gang_incident(&g.id);
-        let id = format!("g{}", super::random_token());
+        let id = format!("g{}", crate::coord::lease::Lease::random_token());
         let value = Stamp::new(now, &id).to_string();
         if self.ctx.coord.set_nx(&key, &value, MARK_TTL).await? {
             let detail = format!(
@@ -259,7 +259,7 @@ impl RestartPath<'_> {
                 g.id
             );
             let about = About::worker(case.worker(), case.v).incident(&id);
-            self.note(now, about, Code::GangHung, detail).await?;
+            self.journal.note(now, about, Code::GangHung, detail).await?;
             return Ok(GangIncident { started: now, id });
         }
         // Another member's agent opened it first: theirs stands.
@@ -294,24 +294,20 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let detail = match state.current_decision() {
-            Some(d) if self.ctx.cfg.dry_run => {
-                // Observe mode restarted nobody: no "again" for the next incident.
-                self.ctx.coord.del(&[k.gang_decision(&g.id)]).await?;
-                format!(
-                    "gang {}: incident over {} after its decision (observe mode: nothing was restarted)",
-                    g.id,
-                    human(now - d.decided)
-                )
-            }
             Some(d) => {
                 self.ctx.coord.del(&[k.gang_decision(&g.id)]).await?;
-                format!("gang {}: incident over {} after its restart", g.id, human(now - d.decided))
+                // Observe mode restarted nobody: no "again" for the next incident.
+                let after = match self.ctx.cfg.dry_run {
+                    true => "its decision (observe mode: nothing was restarted)",
+                    false => "its restart",
+                };
+                format!("gang {}: incident over {} after {after}", g.id, human(now - d.decided))
             }
             None => format!("gang {}: the collective moves again; no restart", g.id),
         };
         self.pager().resolve_gang_alerts(&g.id, None).await;
         let about = About::worker(case.worker(), case.v).incident(&inc.id);
-        self.note(now, about, Code::GangClosed, detail).await
+        self.journal.note(now, about, Code::GangClosed, detail).await
     }
 
     /// This member got past where its gang stopped since the gang's last decision: the run is

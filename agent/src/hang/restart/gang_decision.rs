@@ -91,15 +91,13 @@ impl GangDecider<'_> {
                 Step::Lock => self.take_gang_lock(d.g, &mut lease).await,
                 _ => self.gang_step(step, case, d, &mut pass).await,
             };
-            let seen = match &ran {
-                Ok(seen) => *seen,
-                Err(_) => Seen::Failed,
-            };
+            let seen = ran.as_ref().map_or(Seen::Failed, |s| *s);
             match next(Unit::Gang, step, seen, self.ctx.cfg.dry_run) {
                 Next::Go(s) => step = s,
                 Next::Stop(undo) => {
-                    if undo.refund_caps {
-                        self.refund_gang_caps(d.g, pass.now).await;
+                    // Observe mode took nothing.
+                    if undo.refund_caps && !self.ctx.cfg.dry_run {
+                        self.gang_caps(d.g).refund(pass.now).await;
                     }
                     break match (ran, pass.late.take()) {
                         (Ok(_), Some(e)) => Err(e),
@@ -178,7 +176,13 @@ impl GangDecider<'_> {
                 }
                 Ok(Seen::Skip(Skip::Decided))
             }
-            Step::Announce => self.announce(case, g, pass).await,
+            // The `restarting` page of the decision that stands (ours, from `Claim`).
+            Step::Announce => {
+                if let Some(d) = &pass.decision {
+                    self.announce_decision(case, g, (&f.inc, d), &f.members, now).await?;
+                }
+                Ok(Seen::Pass)
+            }
             // The worker's steps are never a gang's.
             _ => Ok(Seen::Skip(Skip::NotRestartable)),
         }
@@ -239,31 +243,14 @@ impl GangDecider<'_> {
         Ok(Seen::Pass)
     }
 
-    /// The decision, first agent's wins (SET NX).
-    async fn claim_gang_decision(&self, g: &Gang, ours: &Decision) -> Result<bool, CoordError> {
-        let dkey = self.ctx.keys.gang_decision(&g.id);
-        self.ctx.coord.set_nx(&dkey, &ours.encode(), MARK_TTL).await
-    }
-
-    /// The `restarting` page of the decision that stands (ours, from `Claim`).
-    async fn announce(
-        &mut self,
-        case: &Case<'_>,
-        g: &Gang,
-        pass: &GangPass,
-    ) -> Result<Seen, CoordError> {
-        if let (Some(f), Some(d)) = (&pass.fresh, &pass.decision) {
-            self.announce_decision(case, g, (&f.inc, d), &f.members, pass.now).await?;
-        }
-        Ok(Seen::Pass)
-    }
-
-    /// Whether our decision stands: its SET NX won, or — a write that got no answer may have
-    /// landed, and a decision that stands is every member's to carry out, so it is never taken
-    /// back — the store has it. Not there (or another's): lost, the units go back. A read that
-    /// fails too is the write's error: the units stay taken (fewer restarts, never more).
+    /// Whether our decision stands: its SET NX won (the first agent's wins), or — a write that
+    /// got no answer may have landed, and a decision that stands is every member's to carry
+    /// out, so it is never taken back — the store has it. Not there (or another's): lost, the
+    /// units go back. A read that fails too is the write's error: the units stay taken (fewer
+    /// restarts, never more).
     async fn claimed(&self, g: &Gang, ours: &Decision) -> Result<bool, CoordError> {
-        match self.claim_gang_decision(g, ours).await {
+        let dkey = self.ctx.keys.gang_decision(&g.id);
+        match self.ctx.coord.set_nx(&dkey, &ours.encode(), MARK_TTL).await {
             Ok(won) => Ok(won),
             Err(e) => match self.standing_decision(g).await {
                 Ok(standing) => Ok(standing.as_ref() == Some(ours)),
@@ -337,12 +324,5 @@ impl GangDecider<'_> {
         self.ctx.coord.set(&key, &run.encode(), FRUITLESS_TTL).await?;
         self.reads.runs.insert(g.id.clone(), run);
         Ok(())
-    }
-
-    async fn refund_gang_caps(&self, g: &Gang, now: Millis) {
-        if self.ctx.cfg.dry_run {
-            return;
-        }
-        self.gang_caps(g).refund(now).await;
     }
 }

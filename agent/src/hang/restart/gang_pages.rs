@@ -47,7 +47,7 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let about = About::worker(case.worker(), case.v);
-        self.note(now, about, Code::Straggler, detail).await
+        self.journal.note(now, about, Code::Straggler, detail).await
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::alerts::Resolve;
 use crate::clock::{human, ms, Millis, Stamp};
+use crate::coord::lease::Lease;
 use crate::coord::CoordError;
 use crate::hang::journal::About;
 use crate::hang::marks::{self, MARK_TTL};
@@ -14,7 +15,7 @@ use crate::hang::policy_due;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
-use super::{random_token, short, Case, RestartPath};
+use super::{short, Case, RestartPath};
 
 impl RestartPath<'_> {
     pub(super) async fn record_suspect(
@@ -26,7 +27,7 @@ impl RestartPath<'_> {
         let key = self.ctx.keys.suspect(case.worker());
         self.ctx.coord.set(&key, &Stamp::new(hb, now.to_string()).to_string(), MARK_TTL).await?;
         let detail = format!("heartbeat {} old; waiting for a second observation", human(now - hb));
-        self.note(now, case.about(), Code::Suspect, detail).await
+        self.journal.note(now, case.about(), Code::Suspect, detail).await
     }
 
     pub(super) async fn clear_incident(
@@ -57,7 +58,7 @@ impl RestartPath<'_> {
             _ => Resolve::IncidentCleared,
         };
         self.pager().resolve_alerts(case.worker(), ended).await;
-        self.note(now, about, code, why.to_string()).await
+        self.journal.note(now, about, code, why.to_string()).await
     }
 
     pub(super) async fn forget_restart(
@@ -69,7 +70,7 @@ impl RestartPath<'_> {
         self.ctx.coord.del(&[self.ctx.keys.restarted(w), self.ctx.keys.escalated(w)]).await?;
         self.pager().resolve_alerts(w, Resolve::Recovered).await;
         let detail = "worker healthy after our restart".to_string();
-        self.note(now, case.about(), Code::Recovered, detail).await
+        self.journal.note(now, case.about(), Code::Recovered, detail).await
     }
 
     pub(super) async fn close_episode(
@@ -83,7 +84,7 @@ impl RestartPath<'_> {
             .resolve_alerts(case.worker(), Resolve::Episode(super::pages::episode_kind(e)))
             .await;
         let detail = format!("{} condition ended", e.as_str());
-        self.note(now, case.about(), Code::EpisodeClosed, detail).await
+        self.journal.note(now, case.about(), Code::EpisodeClosed, detail).await
     }
 
     /// Start the incident timer (first observer wins) and read back whoever's start time stands.
@@ -93,7 +94,7 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<Option<Incident>, CoordError> {
         let key = self.ctx.keys.incident(case.worker());
-        let id = format!("{now:x}-{}", &random_token()[..6]);
+        let id = format!("{now:x}-{}", &Lease::random_token()[..6]);
         let won =
             self.ctx.coord.set_nx(&key, &Incident { started: now, id }.encode(), MARK_TTL).await?;
         // Whoever won, everyone reads the same start time back.
@@ -110,7 +111,7 @@ impl RestartPath<'_> {
             let detail =
                 format!("{} confirmed; restart due in {}", case.v.as_str(), human(ms(wait)));
             let about = case.about().incident(&inc.id);
-            self.note(now, about, Code::TimerStarted, detail).await?;
+            self.journal.note(now, about, Code::TimerStarted, detail).await?;
         }
         Ok(incident)
     }
@@ -199,7 +200,7 @@ impl RestartPath<'_> {
                 "container {} restarted outside Vigil; treated as booting for {cooldown}",
                 short(&c.id)
             );
-            return self.note(now, about, Code::ExternalRestart, detail).await;
+            return self.journal.note(now, about, Code::ExternalRestart, detail).await;
         };
         // NB: ours, finished by the survivor: the incident the claim names is kept, so the trail
         // reads as one restart of one incident, never as "outside Vigil".
@@ -211,6 +212,6 @@ impl RestartPath<'_> {
             "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran); recorded for it, treated as booting for {cooldown}",
             short(&c.id)
         );
-        self.note(now, about, Code::Restarted, detail).await
+        self.journal.note(now, about, Code::Restarted, detail).await
     }
 }

@@ -1,9 +1,11 @@
 //! The restart caps as the restart path meets them: the node's breaker and the fleet's budget
 //! (taken through `crate::coord::caps`), and the alerts and trail entries when one refuses.
 
+use crate::alerts::AlertKind;
 use crate::clock::Millis;
-use crate::coord::caps::{breaker_day, Allowance, Caps};
+use crate::coord::caps::{breaker_day, fleet_window, Allowance, Caps, BREAKER_TTL};
 use crate::coord::CoordError;
+use crate::hang::policy_pipeline::Unit;
 
 use super::pipeline::Pipeline;
 use super::{Act, Skip};
@@ -31,48 +33,35 @@ impl Pipeline<'_> {
             true => caps.look(now).await?,
             false => caps.take(now).await?,
         };
-        match said {
-            Allowance::Granted => Ok(None),
+        let s = &self.ctx.cfg.safety;
+        let skip = match said {
+            Allowance::Granted => return Ok(None),
             Allowance::BreakerOpen => {
-                self.breaker_open(act, now).await?;
-                Ok(Some(Skip::BreakerOpen))
+                let (per_day, day) = (s.breaker_per_day, breaker_day(now));
+                // The page: one a day.
+                let detail = format!("circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow");
+                let alert =
+                    self.pager.alert_for(AlertKind::BreakerOpen, act.case, None, now, detail);
+                let key = self.ctx.keys.breaker_alert(&day);
+                self.pager.page_once(&key, BREAKER_TTL, alert, Unit::Worker, now).await?;
+                let detail = format!("breaker open: {per_day} restarts used today ({day})");
+                self.skip(now, act, Skip::BreakerOpen, detail, true).await?;
+                Skip::BreakerOpen
             }
             Allowance::BudgetExhausted => {
-                self.budget_exhausted(act, now).await?;
-                Ok(Some(Skip::BudgetExhausted))
+                let (budget, window) = (s.fleet_budget, s.fleet_window);
+                let every = humantime::format_duration(window);
+                // The page: one a window.
+                let detail = format!("fleet restart budget exhausted: {budget} restart(s) across the fleet in this {every} window; no restart anywhere until it ends (a systemic cause is likely)");
+                let alert =
+                    self.pager.alert_for(AlertKind::BudgetExhausted, act.case, None, now, detail);
+                let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
+                self.pager.page_once(&key, window * 2, alert, Unit::Worker, now).await?;
+                let detail = format!("fleet budget of {budget} per {every} exhausted");
+                self.skip(now, act, Skip::BudgetExhausted, detail, true).await?;
+                Skip::BudgetExhausted
             }
-        }
-    }
-
-    pub(super) async fn breaker_open(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let per_day = self.ctx.cfg.safety.breaker_per_day;
-        let day = breaker_day(now);
-        self.pager.page_breaker_open(act, &day, now).await?;
-        let detail = format!("breaker open: {per_day} restarts used today ({day})");
-        self.skip(now, act, Skip::BreakerOpen, detail, true).await
-    }
-
-    pub(super) async fn budget_exhausted(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let s = &self.ctx.cfg.safety;
-        let (budget, window) = (s.fleet_budget, s.fleet_window);
-        self.pager.page_budget_exhausted(act, now).await?;
-        let detail = format!(
-            "fleet budget of {budget} per {} exhausted",
-            humantime::format_duration(window)
-        );
-        self.skip(now, act, Skip::BudgetExhausted, detail, true).await
-    }
-
-    /// Give back one breaker and one fleet unit taken for a restart that will not run.
-    pub(super) async fn refund_caps(&self, act: &Act<'_>, now: Millis) {
-        self.caps(act).refund(now).await;
+        };
+        Ok(Some(skip))
     }
 }

@@ -34,9 +34,10 @@
 //! incarnations), `pipeline` (the state machine's one loop: decide → lock → logs → revalidate →
 //! caps → claim → recheck → command → verify), `before_command` (its steps up to the command),
 //! `limits` (breaker and budget), `command` (the command, its verification, failure, the claim),
-//! `pager`, `pages` (the worker's pages; the gang's are `gang_pages`), `gang` (a member judged
-//! with its gang), `gang_reads` (a gang read once a cycle), `gang_decision`, `gang_pace` and
-//! `gang_pace_kept` (what outlives an agent), `rhythm` (what a look learns, and the `Judge`).
+//! each sending its own pages, `pager`, `pages` (the worker's pages outside the pipeline; the
+//! gang's are `gang_pages`), `gang` (a member judged with its gang), `gang_reads` (a gang read
+//! once a cycle), `gang_decision`, `gang_pace` and `gang_pace_kept` (what outlives an agent),
+//! `rhythm` (what a look learns, and the `Judge`).
 
 mod before_command;
 mod command;
@@ -56,14 +57,13 @@ mod rhythm;
 
 use crate::alerts::gate::AlertGate;
 use crate::clock::Millis;
-use crate::coord::CoordError;
 use crate::hang::context::Context;
 use crate::hang::journal::{About, Journal};
 use crate::hang::model::{Incident, Marks, WorkerStatus};
 use crate::hang::policy::{NodeContext, Verdict};
 use crate::hang::policy_life::Claim;
 use crate::hang::policy_pipeline::Skip;
-use crate::hang::stand_down::{NodeWatch, StandDown};
+use crate::hang::stand_down::NodeWatch;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
@@ -174,10 +174,6 @@ fn own_gang(case: &Case<'_>) -> Option<String> {
     case.status?.gang.as_ref().map(|g| g.id.clone())
 }
 
-fn random_token() -> String {
-    crate::coord::lease::Lease::random_token()
-}
-
 /// What was observed of a restart that did not leave a running new incarnation: the call's
 /// answer and what the container looked like afterwards, for the page and the trail.
 fn restart_failure(
@@ -225,22 +221,4 @@ pub(crate) struct RestartPath<'a> {
     pub(crate) slow_signals: &'a [String],
     /// What this agent has measured of the worker's pace (`crate::hang::policy_pace`).
     pub(crate) pace: &'a mut crate::hang::policy_pace::Pace,
-}
-
-impl RestartPath<'_> {
-    /// Append a decision to the trail (see [`Journal::note`]).
-    async fn note(
-        &mut self,
-        at: Millis,
-        about: About<'_>,
-        code: Code,
-        detail: String,
-    ) -> Result<(), CoordError> {
-        self.journal.note(at, about, code, detail).await
-    }
-
-    /// Why the node, as it is *now*, forbids a restart decided a moment ago.
-    fn stand_down(&self, c: &Container, now: Millis) -> Option<StandDown> {
-        self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
-    }
 }

@@ -1,12 +1,12 @@
-//! A worker's pages, each sent through `super::pager`'s one way out: hung or errored (with the
-//! GPU evidence), its alert-only episodes, the escalation — the three a pass notes in the trail,
-//! so the path's — and restarts that do not help, a runtime that refuses it, failed log
-//! collection, `restarting` (with the logs), a failed restart, the breaker and the fleet budget,
-//! which need the pager alone. A gang's are `super::gang_pages`.
+//! A worker's pages that a pass notes in the trail, each sent through `super::pager`'s one way
+//! out: hung or errored (with the GPU evidence), its alert-only episodes, the escalation. The
+//! pipeline's pages (restarts that do not help, a runtime that refuses it, failed log
+//! collection, `restarting` with the logs, a failed restart, the breaker and the fleet budget)
+//! are sent where their steps are (`before_command`, `command`, `limits`); a gang's are
+//! `super::gang_pages`.
 
 use crate::alerts::AlertKind;
 use crate::clock::{human, ms, Millis};
-use crate::coord::caps::{fleet_window, BREAKER_TTL};
 use crate::coord::CoordError;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Episode, Incident};
@@ -16,8 +16,7 @@ use crate::hang::policy_pipeline::Unit;
 use crate::hang::policy_record;
 use crate::trail::Code;
 
-use super::pager::Pager;
-use super::{short, Act, Case, RestartPath};
+use super::{Case, RestartPath};
 
 /// The kind of an episode's alert.
 pub(super) fn episode_kind(e: Episode) -> AlertKind {
@@ -86,7 +85,7 @@ impl RestartPath<'_> {
         }
         let detail = format!("{} alert sent", kind.as_str());
         let about = case.about().incident(&inc.id);
-        self.note(now, about, Code::Alerted, detail).await
+        self.journal.note(now, about, Code::Alerted, detail).await
     }
 
     /// An alert-only episode's page: the key is the episode itself (the first observer pages).
@@ -105,7 +104,7 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let detail = format!("{} alert sent", kind.as_str());
-        self.note(now, case.about(), Code::Alerted, detail).await
+        self.journal.note(now, case.about(), Code::Alerted, detail).await
     }
 
     /// Still broken `escalate_after` past our restart: a person is paged, once.
@@ -126,128 +125,6 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let detail = "paged: restart did not recover the worker".to_string();
-        self.note(now, case.about(), Code::Escalated, detail).await
-    }
-}
-
-impl Pager<'_> {
-    /// Restarts have not helped (`detail` says how): once per incident.
-    pub(super) async fn page_fruitless(
-        &mut self,
-        act: &Act<'_>,
-        detail: String,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let alert = self.act_alert(AlertKind::Fruitless, act, now, detail);
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "fruitless");
-        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await.map(drop)
-    }
-
-    /// The runtime refuses this worker (`why`): once per incident.
-    pub(super) async fn page_not_restartable(
-        &mut self,
-        act: &Act<'_>,
-        why: &str,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let detail = format!("{why}; not restarting, a person must decide");
-        let alert = self.act_alert(AlertKind::NotRestartable, act, now, detail);
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "not-restartable");
-        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await.map(drop)
-    }
-
-    /// The container's logs could not be read (`why`), so no restart this cycle: once per
-    /// incident.
-    pub(super) async fn page_logs_failed(
-        &mut self,
-        act: &Act<'_>,
-        why: &str,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let detail = format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed");
-        let since = Some(act.since);
-        let alert = self.alert_for(AlertKind::LogsFailed, act.case, since, now, detail);
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
-        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await.map(drop)
-    }
-
-    /// The restart (or would-restart) page with the logs, once per incident; a gang member's
-    /// restart has none of its own (the gang's `restarting` page went out with its decision).
-    pub(super) async fn announce_restart(
-        &mut self,
-        act: &Act<'_>,
-        logs: String,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        if !act.mandate.decided_here() {
-            return Ok(());
-        }
-        let (kind, verb) = match self.ctx.cfg.dry_run {
-            true => (AlertKind::WouldRestart, "would restart"),
-            false => (AlertKind::Restarting, "restarting"),
-        };
-        let c = act.case.c;
-        let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
-        let mut alert = self.act_alert(kind, act, now, detail);
-        alert.logs = Some(logs);
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
-        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await.map(drop)
-    }
-
-    /// The `restart-failed` page: only the first failure of an incident pages, later ones
-    /// update it; a failed claim (the coordinator is down) pages too, since a repeat beats
-    /// silence.
-    pub(super) async fn page_restart_failed(
-        &mut self,
-        act: &Act<'_>,
-        failures: u32,
-        detail: String,
-        done: Millis,
-    ) {
-        let mut alert = self.act_alert(AlertKind::RestartFailed, act, done, detail);
-        alert.attempt = Some(failures);
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart-failed");
-        let sent = self.page_once(&key, MARK_TTL, alert.clone(), Unit::Worker, done);
-        match sent.await {
-            Ok(true) => {}
-            Ok(false) => {
-                alert.page = false;
-                alert.update = true;
-                self.ctx.notifier.send(&alert).await;
-            }
-            // NB: the coordinator is down: a repeat beats silence.
-            Err(_) => self.ctx.notifier.send(&alert).await,
-        }
-    }
-
-    /// The node's breaker is open for `day` (UTC): one page a day.
-    pub(super) async fn page_breaker_open(
-        &mut self,
-        act: &Act<'_>,
-        day: &str,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let per_day = self.ctx.cfg.safety.breaker_per_day;
-        let detail = format!("circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow");
-        let alert = self.alert_for(AlertKind::BreakerOpen, act.case, None, now, detail);
-        let key = self.ctx.keys.breaker_alert(day);
-        self.page_once(&key, BREAKER_TTL, alert, Unit::Worker, now).await.map(drop)
-    }
-
-    /// The fleet's budget is spent: one page a window.
-    pub(super) async fn page_budget_exhausted(
-        &mut self,
-        act: &Act<'_>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let s = &self.ctx.cfg.safety;
-        let (budget, window) = (s.fleet_budget, s.fleet_window);
-        let detail = format!(
-            "fleet restart budget exhausted: {budget} restart(s) across the fleet in this {} window; no restart anywhere until it ends (a systemic cause is likely)",
-            humantime::format_duration(window)
-        );
-        let alert = self.alert_for(AlertKind::BudgetExhausted, act.case, None, now, detail);
-        let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
-        self.page_once(&key, window * 2, alert, Unit::Worker, now).await.map(drop)
+        self.journal.note(now, case.about(), Code::Escalated, detail).await
     }
 }

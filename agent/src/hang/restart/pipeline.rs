@@ -13,10 +13,8 @@ use crate::coord::CoordError;
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Undo, Unit};
 
 use crate::hang::context::Context;
-use crate::hang::journal::{About, Journal};
-use crate::hang::stand_down::{NodeWatch, StandDown};
-use crate::runtime::container::Container;
-use crate::trail::Code;
+use crate::hang::journal::Journal;
+use crate::hang::stand_down::NodeWatch;
 use crate::vocab::workload::Remediation;
 
 use super::pager::Pager;
@@ -60,22 +58,6 @@ struct Pass {
 }
 
 impl Pipeline<'_> {
-    /// Append a decision to the trail (see [`Journal::note`]).
-    pub(super) async fn note(
-        &mut self,
-        at: Millis,
-        about: About<'_>,
-        code: Code,
-        detail: String,
-    ) -> Result<(), CoordError> {
-        self.journal.note(at, about, code, detail).await
-    }
-
-    /// Why the node, as it is *now*, forbids a restart decided a moment ago.
-    pub(super) fn stand_down(&self, c: &Container, now: Millis) -> Option<StandDown> {
-        self.watch.stand_down(c, now, &self.ctx.cfg.metadata)
-    }
-
     /// One pass of the pipeline for an incident whose restart is due. Coordinator errors end it
     /// (fail closed) after giving back what it holds.
     pub(super) async fn run(&mut self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
@@ -89,10 +71,7 @@ impl Pipeline<'_> {
         let mut step = first(Unit::Worker);
         let result = loop {
             let ran = self.run_step(step, act, &mut pass).await;
-            let seen = match &ran {
-                Ok(seen) => *seen,
-                Err(_) => Seen::Failed,
-            };
+            let seen = ran.as_ref().map_or(Seen::Failed, |s| *s);
             match next(Unit::Worker, step, seen, dry_run) {
                 Next::Go(s) => step = s,
                 Next::Stop(undo) => {
@@ -175,13 +154,16 @@ impl Pipeline<'_> {
     /// Give back what a stopped pass holds (best-effort: what fails here expires by its TTL).
     async fn give_back(&self, act: &Act<'_>, undo: Undo, now: Millis) {
         if undo.release_alert {
-            self.release_restart_alert(act.inc).await;
+            // The restart alert's dedup key, so that the restart that eventually runs for this
+            // incident alerts (with its logs) again.
+            let _ = self.ctx.coord.del(&[self.ctx.keys.alert_dedup(&act.inc.id, "restart")]).await;
         }
         if undo.release_claim {
             self.release_claim(act, now).await;
         }
         if undo.refund_caps {
-            self.refund_caps(act, now).await;
+            // What `caps` took (the breaker's unit, the fleet's) for a restart that will not run.
+            self.caps(act).refund(now).await;
         }
     }
 

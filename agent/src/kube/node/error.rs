@@ -110,58 +110,34 @@ pub(super) enum Call {
 }
 
 impl Call {
-    fn verb(self) -> &'static str {
+    /// The call's verb, resource and API group.
+    fn parts(self) -> (&'static str, &'static str, &'static str) {
         match self {
-            Call::GetNode => "get",
-            Call::PatchNode | Call::PatchNodeStatus | Call::PatchEvent => "patch",
-            Call::CreateEvent => "create",
+            Call::GetNode => ("get", "nodes", ""),
+            Call::PatchNode => ("patch", "nodes", ""),
+            Call::PatchNodeStatus => ("patch", "nodes/status", ""),
+            Call::CreateEvent => ("create", "events", "events.k8s.io"),
+            Call::PatchEvent => ("patch", "events", "events.k8s.io"),
         }
-    }
-
-    fn resource(self) -> &'static str {
-        match self {
-            Call::GetNode | Call::PatchNode => "nodes",
-            Call::PatchNodeStatus => "nodes/status",
-            Call::CreateEvent | Call::PatchEvent => "events",
-        }
-    }
-
-    fn group(self) -> &'static str {
-        match self {
-            Call::GetNode | Call::PatchNode | Call::PatchNodeStatus => "",
-            Call::CreateEvent | Call::PatchEvent => "events.k8s.io",
-        }
-    }
-
-    fn is_event(self) -> bool {
-        matches!(self, Call::CreateEvent | Call::PatchEvent)
     }
 
     /// Turns a `kube` error into one the operator can act on.
     pub(super) fn error(self, node: &str, err: kube::Error) -> NodeError {
+        let (verb, resource, group) = self.parts();
         if let kube::Error::Api(status) = &err {
             // The code is the HTTP status kube parsed the Status body from; the reason is the
             // fallback for a body without a code.
             let code = status.code;
             if code == 404 || status.reason == "NotFound" {
-                if !self.is_event() {
-                    return NodeError::NotFound { node: node.to_string(), op: self.verb() };
+                if resource != "events" {
+                    return NodeError::NotFound { node: node.to_string(), op: verb };
                 }
             } else if code == 403 || status.reason == "Forbidden" {
-                return NodeError::Forbidden {
-                    verb: self.verb(),
-                    resource: self.resource(),
-                    group: self.group(),
-                    message: status.message.clone(),
-                };
+                let message = status.message.clone();
+                return NodeError::Forbidden { verb, resource, group, message };
             }
         }
-        NodeError::Api {
-            verb: self.verb(),
-            resource: self.resource(),
-            node: node.to_string(),
-            source: err,
-        }
+        NodeError::Api { verb, resource, node: node.to_string(), source: err }
     }
 }
 
@@ -181,11 +157,9 @@ mod tests {
 
     #[test]
     fn error_ops_are_fixed_labels() {
-        let forbidden = |call: Call| NodeError::Forbidden {
-            verb: call.verb(),
-            resource: call.resource(),
-            group: call.group(),
-            message: String::new(),
+        let forbidden = |call: Call| {
+            let (verb, resource, group) = call.parts();
+            NodeError::Forbidden { verb, resource, group, message: String::new() }
         };
         assert_eq!(forbidden(Call::GetNode).op(), "get");
         assert_eq!(forbidden(Call::PatchNode).op(), "patch");

@@ -222,10 +222,8 @@ pub(crate) fn cleanup_plan(
     let desired = NodeDesired {
         labels: labels.iter().map(|k| (k.clone(), None)).collect(),
         annotations: annotations.iter().map(|k| (k.clone(), None)).collect(),
-        add_taints: Vec::new(),
         remove_taints: taint_keys.to_vec(),
-        conditions: Vec::new(),
-        remove_conditions: Vec::new(),
+        ..Default::default()
     };
     let kept = shared_labels
         .iter()
