@@ -1164,6 +1164,35 @@ fn kubelet_pod(s: &Setup, name: &str, uid: &str, worker: &str) -> WorkerContaine
     )
 }
 
+/// On Docker under a kubelet (cri-dockerd) a hung worker's pod belongs to its controllers: a
+/// `docker restart` would go behind them (no restart counted, a `Never` pod's container started
+/// again, a JobSet never told). The real daemon, a worker that ignores SIGTERM under the
+/// kubelet's labels: one `not-restartable` page naming the pod and the way out, the container
+/// never restarted.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_docker_under_a_kubelet_a_hung_worker_is_refused_not_restarted() {
+    let redis = shared_redis_url();
+    let hook = Receiver::start().await;
+    let s = Setup::new("e2e-kubelet-hung");
+    let cfg = s.config(&hook.url, "");
+    let container = kubelet_pod(&s, "train-0", "uid-0", &s.worker);
+    let before = container.started_at();
+    s.beat(&cfg, &redis, "processing");
+    let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
+    let paged = eventually(Duration::from_secs(30), || hook.count("not-restartable") == 1).await;
+    assert!(paged, "{:?}\n{}", hook.kinds(), agent.log_text());
+    let bodies = hook.bodies.lock().unwrap().clone();
+    let page = bodies.iter().find(|b| b["vigil"]["kind"] == "not-restartable").unwrap();
+    let text = page["text"].as_str().unwrap();
+    assert!(text.contains("pod ml/train-0") && text.contains("runtime.kind"), "{page}");
+    // Past stale_after + restart_delay again: still the same incarnation, one page.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(container.started_at(), before, "{}", agent.log_text());
+    assert_eq!(hook.count("restarting"), 0, "{:?}", hook.kinds());
+    assert_eq!(hook.count("not-restartable"), 1, "once per incident: {:?}", hook.kinds());
+    assert_eq!(decisions(&s.explain(&cfg, &redis), "restarted"), 0);
+}
+
 /// The docker overlay: Kubernetes nodes whose kubelet runs pods on Docker (cri-dockerd). A
 /// pod's projected token speaks for the Docker container the kubelet created for that pod (its
 /// `io.kubernetes.pod.*` labels), and for no other.

@@ -5,7 +5,7 @@
 //! for memory) and the share of CPU time stolen by the hypervisor over the last minute or so
 //! (`/proc/stat`, a VM's vCPU given to another guest). A kernel without PSI, or a read that
 //! fails, says nothing. Like every signal, it names a member only when a minority of the
-//! gang's nodes show it (`crate::hang::policy_pace::suspect`).
+//! gang's nodes show it (`crate::hang::policy_pace::suspect_scored`).
 
 use std::path::PathBuf;
 

@@ -21,8 +21,9 @@ pub struct Container {
     /// On a CRI runtime (Kubernetes nodes): the pod and container it belongs to. `None` on Docker.
     pub(crate) pod: Option<PodRef>,
     /// On Docker under a kubelet (cri-dockerd): the pod it was created for, from its
-    /// `io.kubernetes.pod.*` labels. Identity only — the worker API's proof that a pod's token
-    /// speaks for this container; the restart path goes by `pod`, which stays `None` on Docker.
+    /// `io.kubernetes.pod.*` labels: the worker API's proof that a pod's token speaks for this
+    /// container, and a restart through the Docker API refused (its pod's controllers own its
+    /// restarts: `ContainerRuntime::remediation`). `pod` stays `None` on Docker.
     pub(crate) kube_pod: Option<PodIdentity>,
     /// Its restarts belong to another controller (JobSet failure policy, Pathways, an
     /// operator): the opt-in label's companion `<label>.restarts = alert-only`. Vigil reports its

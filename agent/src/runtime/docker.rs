@@ -516,4 +516,47 @@ mod tests {
         assert!(paused, "the pause was seen");
         assert!(rt.listing_inspects() <= 6, "{} inspects", rt.listing_inspects());
     }
+
+    /// A container the kubelet created through cri-dockerd (its `io.kubernetes.pod.*` labels,
+    /// as the real daemon reports them) is never restarted through the Docker API: its pod's
+    /// controllers own its restarts. A plain Docker container is restarted in place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kubelet_s_container_is_refused_a_plain_one_restarted_in_place() {
+        use crate::vocab::workload::{Remediation, Stops};
+        ensure_image();
+        let label = format!("vigil.kubelet.{}", std::process::id());
+        let kubelet = [
+            "io.kubernetes.pod.namespace=ml",
+            "io.kubernetes.pod.name=train-0",
+            "io.kubernetes.pod.uid=uid-0",
+        ];
+        let mut args = vec!["run", "-d", "--label"];
+        let worker = format!("{label}=w0");
+        args.push(&worker);
+        for l in &kubelet {
+            args.extend(["--label", l]);
+        }
+        args.extend([IMAGE, "sleep", "300"]);
+        let pod = docker(&args);
+        let plain =
+            docker(&["run", "-d", "--label", &format!("{label}=w1"), IMAGE, "sleep", "300"]);
+        let rt = DockerRuntime::new(
+            "unix:///var/run/docker.sock",
+            &label,
+            "x",
+            Duration::from_secs(30),
+            Duration::from_secs(10),
+        );
+        let listed = rt.list_workers().await;
+        let _ = Command::new("docker").args(["rm", "-f", &pod, &plain]).output();
+        let listed = listed.unwrap();
+        let of = |w: &str| listed.iter().find(|c| c.worker == w).unwrap().clone();
+        match rt.remediation(&of("w0"), Stops::One).await {
+            Remediation::Refuse(why) => {
+                assert!(why.contains("pod ml/train-0") && why.contains("runtime.kind"), "{why}")
+            }
+            other => panic!("a kubelet's container restarted through Docker: {other:?}"),
+        }
+        assert_eq!(rt.remediation(&of("w1"), Stops::One).await, Remediation::IN_PLACE);
+    }
 }

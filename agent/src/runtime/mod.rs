@@ -260,8 +260,18 @@ pub trait ContainerRuntime: Send + Sync {
     /// (Docker, Podman); on a CRI runtime, the way its pod's controllers restart it, read from
     /// the Kubernetes API — or refused, with why.
     /// `stops`: how many pods of its Job the restart judged stops (`Stops`).
-    async fn remediation(&self, _c: &Container, _stops: Stops) -> Remediation {
-        Remediation::IN_PLACE
+    async fn remediation(&self, c: &Container, _stops: Stops) -> Remediation {
+        // NB: a kubelet's container on Docker (cri-dockerd): a restart through the Docker API
+        // goes behind its pod's controllers — no restart counted, a `Never` pod's container
+        // started again, a JobSet or LeaderWorkerSet that restarts the whole job never told.
+        // The CRI (cri-dockerd serves one) restarts it their way.
+        match (&c.pod, &c.kube_pod) {
+            (None, Some(p)) => Remediation::Refuse(format!(
+                "the kubelet's container of pod {}/{} (cri-dockerd): a restart through the Docker API would go behind its pod's controllers; point Vigil at the CRI (`runtime.kind = \"cri\"`, `runtime.cri_socket` = cri-dockerd's socket) to restart it their way",
+                p.namespace, p.name
+            )),
+            _ => Remediation::IN_PLACE,
+        }
     }
     /// Restart it: SIGTERM, wait `stop_grace`, SIGKILL, start (Docker); stop it and wait for
     /// kubelet's next attempt (CRI). A zero grace is a SIGKILL at once.

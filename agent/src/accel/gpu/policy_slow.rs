@@ -1,5 +1,5 @@
 //! What of a GPU's state slows a job on it down (pure; issue 45, fail-slow): the evidence a slow
-//! gang's page names a member by (`crate::hang::policy_pace::suspect`, where a signal counts only
+//! gang's page names a member by (`crate::hang::policy_pace::suspect_scored`, where a signal counts only
 //! when a minority of the members' nodes show it). Per GPU:
 //!
 //! - NVML's clock-event reasons that cut its clocks: `hw-slowdown`, `hw-thermal`, `sw-thermal`,
