@@ -66,7 +66,7 @@ pub struct RuntimeConfig {
     #[educe(Default(expression = Duration::from_secs(10)))]
     pub call_timeout: Duration,
     /// CRI: also restart pods whose restartPolicy is Never (which ends the pod), or whose policy
-    /// cannot be read (no Kubernetes API).
+    /// cannot be read (the Kubernetes API off; a failing one is waited for).
     pub(crate) allow_pod_replacement: bool,
     /// CRI: the kubelet's PodResources socket, where each worker's GPUs are read; empty = off
     /// (every worker counts as using every GPU).

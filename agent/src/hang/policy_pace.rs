@@ -305,7 +305,8 @@ pub(crate) fn suspect(members: &[Member]) -> Option<(&Member, Vec<String>)> {
 /// (`gang.pace.taint = "NoExecute"`): its compute time, or two signals that agree.
 pub(crate) const STRONG: u32 = 2;
 
-/// [`suspect`] with the evidence's score: compute time 2 points, a node signal or a lag 1 each.
+/// The member a slow gang waits for (`suspect`: the tests' and the replays' view), with the
+/// evidence's score: compute time 2 points, a node signal or a lag 1 each.
 pub(crate) fn suspect_scored(members: &[Member]) -> Option<(&Member, Vec<String>, u32)> {
     let mut score: HashMap<String, (u32, Vec<String>)> = HashMap::new();
     let mut add = |m: &Member, points: u32, why: String| {

@@ -70,10 +70,12 @@ pub(super) async fn of(
     };
     // NB: the operator's override covers what it always covered — a pod that a stop ends
     // with nothing to bring it back (failed: nothing awaited), or whose controllers cannot
-    // be read (stopped as ever, its next attempt awaited) — never a stop the table found
-    // would fail a Job (no Job: nothing counts it), nor a Job's pod whose read failed on an
-    // API that is on (429, 500, a timeout, a missing rule): the next cycle reads again, where
-    // a stop on a guess could spend the Job's backoffLimit unseen.
+    // be read with the API off (stopped as ever, its next attempt awaited) — never a stop the
+    // table found would fail a Job (no Job: nothing counts it), nor a pod whose read failed on
+    // an API that is on (429, 500, a timeout, a missing rule): the next cycle reads again,
+    // where a stop on a guess could spend a Job's backoffLimit unseen — and whether a Job owns
+    // the pod is the read's to say (a Job with `manualSelector` labels its pods with neither
+    // job label).
     match read {
         Ok(Some(w)) => match remediation(&w, stops) {
             Remediation::Refuse(_) if allow && replaceable_on_request(&w) => Remediation::Replace {
@@ -86,14 +88,14 @@ pub(super) async fn of(
         Ok(None) => Remediation::Refuse(format!("pod {pod} is gone from the API")),
         // NB: a Job's pod is stopped by SIGKILL: a worker that exits 0 on SIGTERM would
         // read to its Job as a completed index.
-        Err(e) if allow && !(p.job && pods.is_some()) => Remediation::InPlace {
+        Err(e) if allow && pods.is_none() => Remediation::InPlace {
             kill: p.job,
             how: format!(
                 "runtime.allow_pod_replacement: stopped although how pod {pod}'s controllers restart it is unknown ({e})"
             ),
         },
         Err(e) if allow => Remediation::Refuse(format!(
-            "how Job pod {pod}'s controllers restart it is unknown ({e}): refused until a read answers, since a stop could spend its Job's backoffLimit unseen (runtime.allow_pod_replacement covers a Job's pod only with the Kubernetes API off)"
+            "how pod {pod}'s controllers restart it is unknown ({e}): refused until a read answers, since a stop on a guess could end the pod or spend a Job's backoffLimit unseen (runtime.allow_pod_replacement covers a pod only with the Kubernetes API off)"
         )),
         Err(e) => Remediation::Refuse(format!(
             "how pod {pod}'s controllers restart it is unknown ({e}): a stop could end the pod or fail its job; enable kubernetes.enabled (with the RBAC of deploy/base/rbac.yaml), or set runtime.allow_pod_replacement = true"
@@ -180,8 +182,9 @@ mod tests {
         crate::runtime::container::in_pod(job)
     }
 
-    /// `allow_pod_replacement` stops a pod whose controllers cannot be read, but a Job's pod
-    /// only where the API is off: on an API that fails, a stop could spend its backoffLimit.
+    /// `allow_pod_replacement` stops a pod whose controllers cannot be read only where the API
+    /// is off: on an API that fails, a stop could spend a Job's backoffLimit — a Job's pod
+    /// by its labels or not (a `manualSelector` Job's pods carry neither job label).
     #[tokio::test]
     async fn a_job_s_pod_is_not_stopped_on_a_guess_while_the_api_fails() {
         let reads = Reads::default();
@@ -191,8 +194,13 @@ mod tests {
             matches!(&job, Remediation::Refuse(w) if w.contains("500") && w.contains("backoffLimit")),
             "{job:?}"
         );
-        let bare = of(Some(failing), &reads, true, &container(false), Stops::One).await;
-        assert!(matches!(bare, Remediation::InPlace { kill: false, .. }), "{bare:?}");
+        let unlabelled = of(Some(failing), &reads, true, &container(false), Stops::One).await;
+        assert!(
+            matches!(&unlabelled, Remediation::Refuse(w) if w.contains("500") && w.contains("until a read answers")),
+            "{unlabelled:?}"
+        );
+        let bare = of(None, &reads, true, &container(false), Stops::One).await;
+        assert!(matches!(bare, Remediation::InPlace { kill: false, .. }), "the API off: {bare:?}");
         let off = of(None, &reads, true, &container(true), Stops::One).await;
         assert!(matches!(off, Remediation::InPlace { kill: true, .. }), "the API off: {off:?}");
     }
