@@ -19,7 +19,7 @@ use common::real::eventually_every;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use vigil::accel::gpu::model::GpuReport;
-use vigil::accel::gpu::monitor::{spawn_monitor, spawn_monitor_hearing};
+use vigil::accel::gpu::monitor::{spawn_monitor, spawn_monitor_with};
 use vigil::kube::device_taints::{reconcile, DeviceTaintApi, KubeDeviceTaints};
 use vigil::kube::pods::PodError;
 
@@ -407,7 +407,7 @@ async fn controller_with(
             Duration::from_millis(200),
             cancel.clone(),
         ));
-        spawn_monitor_hearing(probe, cfg, tx, stop.clone(), heard)
+        spawn_monitor_with(probe, cfg, None, Some(heard), tx, stop.clone())
     } else {
         spawn_monitor(probe, cfg, tx, stop.clone())
     };

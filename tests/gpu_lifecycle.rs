@@ -1,5 +1,5 @@
 //! A GPU failure's life across agent restarts, and NVML that arrives late, below the agent: the
-//! real monitor thread (`spawn_monitor_kept`, `start_with`) with the real state file in a
+//! real monitor thread (`spawn_monitor_with`, `start_with`) with the real state file in a
 //! temporary directory, an injected boot id, and the fake NVML (tests/common/fake_gpu.rs).
 //!
 //! An "agent restart" is the monitor stopped and started again on the same state file; a
@@ -17,7 +17,7 @@ use fake_gpu::FakeGpu;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use vigil::accel::gpu::model::{GpuHealth, GpuMonitorState, GpuReport};
-use vigil::accel::gpu::monitor::spawn_monitor_kept;
+use vigil::accel::gpu::monitor::spawn_monitor_with;
 use vigil::accel::gpu::nvml::{GpuError, GpuProbe, HostPaths, NvmlLoader};
 use vigil::accel::gpu::policy::worker_on_failed_gpu;
 use vigil::accel::gpu::start::{start_with, StartOptions};
@@ -74,10 +74,11 @@ impl Node {
         let store = StateStore::new(self.state_file(), &self.boot_id_path());
         let (tx, rx) = watch::channel(GpuReport::default());
         let stop = CancellationToken::new();
-        let thread = spawn_monitor_kept(
+        let thread = spawn_monitor_with(
             Box::new(fake.clone()),
             cfg(&self.state_file()),
-            store,
+            Some(store),
+            None,
             tx,
             stop.clone(),
         )
@@ -277,7 +278,7 @@ fn late_loader(
 /// `start_with` as the agent runs it: a task on the runtime.
 fn spawn_start(
     cfg: &GpuConfig,
-    loader: Box<dyn NvmlLoader>,
+    loader: Box<NvmlLoader>,
     opts: StartOptions,
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,

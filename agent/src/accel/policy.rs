@@ -82,9 +82,7 @@ pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d:
 
 /// The Event reason and type for a kind's health changing to `health`.
 pub(crate) fn event_for(names: &Names, health: Health) -> (&'static str, EventType) {
-    match health {
-        Health::Healthy => (names.events[0], EventType::Normal),
-        Health::Degraded => (names.events[1], EventType::Warning),
-        Health::Failed => (names.events[2], EventType::Warning),
-    }
+    let kind = if health == Health::Healthy { EventType::Normal } else { EventType::Warning };
+    // `events` is in the order of the scale: healthy, degraded, failed.
+    (names.events[health as usize], kind)
 }

@@ -116,14 +116,10 @@ impl AlertmanagerSink {
     /// `/api/v2/alerts` under it. Open alerts are re-posted every `repost` by a task that ends
     /// with the sink (it needs a Tokio runtime; without one nothing is re-posted).
     pub fn new(url: &str, timeout: Duration, attempts: u32, repost: Duration) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
         let inner = Arc::new(Inner {
             url: url.into(),
             attempts: attempts.max(1),
-            http,
+            http: super::http_client(timeout),
             open: Mutex::new(BTreeMap::new()),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -238,15 +234,12 @@ impl AlertSink for AlertmanagerSink {
         // node lock, whose TTL is sized for one alert's delivery, not for this one too.
         let inner = self.inner.clone();
         let worker = worker.to_string();
-        let post = async move {
+        super::in_background(async move {
             if let Err(e) = inner.post(&body).await {
                 tracing::error!(error = %e, worker, "resolving alerts in Alertmanager failed; they expire after its resolve_timeout");
             }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn(post)),
-            Err(_) => post.await,
-        }
+        })
+        .await;
     }
 }
 

@@ -298,6 +298,19 @@ impl AlertError {
     }
 }
 
+/// A sink's HTTP client, every request bounded by `timeout` (the default client when the
+/// builder fails).
+fn http_client(timeout: std::time::Duration) -> reqwest::Client {
+    let client = reqwest::Client::builder().timeout(timeout).build();
+    client.unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// Resolves' posts: spawned where there is a runtime, else awaited here.
+async fn in_background(post: impl std::future::Future<Output = ()> + Send + 'static) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return post.await };
+    drop(rt.spawn(post));
+}
+
 /// Which of a worker's alerts a condition's end resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolve {

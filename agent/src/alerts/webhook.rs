@@ -34,15 +34,11 @@ type OpenEvents = BTreeMap<(String, String), Vec<(AlertKind, String)>>;
 
 impl WebhookSink {
     pub fn new(url: &str, mention: &str, timeout: Duration, attempts: u32) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
         WebhookSink {
             url: url.into(),
             mention: mention.to_string(),
             attempts,
-            http,
+            http: super::http_client(timeout),
             format: WebhookFormat::Slack,
             routing_key: Secret::default(),
             headers: reqwest::header::HeaderMap::new(),
@@ -156,16 +152,13 @@ impl AlertSink for WebhookSink {
         let (attempts, worker) = (self.attempts, worker.to_string());
         let bodies: Vec<_> =
             keys.iter().map(|k| pagerduty_resolve(k, self.routing_key.expose())).collect();
-        let post = async move {
+        super::in_background(async move {
             for body in bodies {
                 if let Err(e) = post_json(to.clone(), attempts, &body).await {
                     tracing::error!(error = %e, worker, "resolving the PagerDuty incident failed");
                 }
             }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn(post)),
-            Err(_) => post.await,
-        }
+        })
+        .await;
     }
 }

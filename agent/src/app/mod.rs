@@ -133,12 +133,7 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
         );
         return None;
     }
-    let api = if cfg.kubernetes.api_url.is_empty() {
-        KubeNodeApi::infer().await
-    } else {
-        KubeNodeApi::from_url(&cfg.kubernetes.api_url)
-    };
-    match api {
+    match KubeNodeApi::connect(&cfg.kubernetes.api_url).await {
         Ok(a) => Some(Arc::new(a)),
         Err(e) => {
             tracing::error!(error = %e, "Kubernetes API unavailable: the Node will not show maintenance state");

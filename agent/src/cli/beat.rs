@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{BeatArgs, CliError};
+use super::{failed, BeatArgs, CliError};
 use crate::config::Config;
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::{heartbeat_value, write_status, Keys};
@@ -31,31 +31,14 @@ pub(super) async fn command(args: BeatArgs) -> Result<(), CliError> {
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
     .collect();
-    run(&cfg, &args.worker, fields, args.agent.as_deref(), args.token_file.as_deref()).await
-}
-
-async fn run(
-    cfg: &Config,
-    worker: &str,
-    fields: Vec<(String, String)>,
-    agent: Option<&str>,
-    token_file: Option<&Path>,
-) -> Result<(), CliError> {
-    let agent = match agent {
-        Some(a) => Some(a.to_string()),
-        None if cfg.embedded() => Some(local_worker_api(cfg)),
-        None => None,
-    };
+    let agent = args.agent.or_else(|| cfg.embedded().then(|| local_worker_api(&cfg)));
     if let Some(agent) = agent {
-        return to_agent(&agent, worker, fields, token_file).await;
+        return to_agent(&agent, &args.worker, fields, args.token_file.as_deref()).await;
     }
-    let coord =
-        RedisCoordinator::from_config(&cfg.redis).map_err(|e| CliError::Failed(e.to_string()))?;
+    let coord = RedisCoordinator::from_config(&cfg.redis).map_err(failed)?;
     let keys = Keys::new(&cfg.redis.key_prefix, &cfg.node_name);
-    let now = write_status(&coord, &keys, worker, &fields)
-        .await
-        .map_err(|e| CliError::Failed(e.to_string()))?;
-    println!("{} heartbeat={}", keys.status(worker), heartbeat_value(now));
+    let now = write_status(&coord, &keys, &args.worker, &fields).await.map_err(failed)?;
+    println!("{} heartbeat={}", keys.status(&args.worker), heartbeat_value(now));
     Ok(())
 }
 
@@ -112,7 +95,7 @@ async fn to_agent(
 
 /// A client for the agent's address (`http(s)://…` or `unix:<socket>`) and the URL of `path`
 /// there.
-fn client_for(agent: &str, path: &str) -> Result<(reqwest::Client, String), CliError> {
+pub(super) fn client_for(agent: &str, path: &str) -> Result<(reqwest::Client, String), CliError> {
     let builder = reqwest::Client::builder();
     // NB: plain HTTP needs no CA roots, and a worker image may have none (loading them fails).
     let builder = if agent.starts_with("https://") { builder } else { builder.tls_certs_only([]) };

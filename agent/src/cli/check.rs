@@ -19,13 +19,13 @@ as_str!(pub Level);
 /// One check's result.
 #[derive(Debug, Clone)]
 pub(crate) struct Check {
-    pub(crate) name: &'static str,
+    pub(crate) name: String,
     pub(crate) level: Level,
     pub(crate) detail: String,
 }
 
-pub(super) fn check(name: &'static str, level: Level, detail: impl Into<String>) -> Check {
-    Check { name, level, detail: detail.into() }
+pub(super) fn check(name: impl Into<String>, level: Level, detail: impl Into<String>) -> Check {
+    Check { name: name.into(), level, detail: detail.into() }
 }
 
 /// The report, one line per check.

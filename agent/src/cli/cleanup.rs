@@ -17,12 +17,7 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Re
             "cleanup: no node name: give --node NAME, or set NODE_NAME".into(),
         ));
     }
-    let api = if cfg.kubernetes.api_url.is_empty() {
-        KubeNodeApi::infer().await
-    } else {
-        KubeNodeApi::from_url(&cfg.kubernetes.api_url)
-    }
-    .map_err(failed)?;
+    let api = KubeNodeApi::connect(&cfg.kubernetes.api_url).await.map_err(failed)?;
     let prefix = &cfg.kubernetes.label_prefix;
     let removed = api
         .cleanup(

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::accel::gpu::nvml::{gpus_present, HostPaths};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, Switch};
 use crate::coord::redis::RedisCoordinator;
@@ -20,31 +21,16 @@ const SKEW_WARN: i64 = 2_000;
 
 /// Run every check (each bounded by a short timeout) and return them in order.
 pub(crate) async fn run(cfg: &Config) -> Vec<Check> {
-    let mut out = vec![check(
-        "config",
-        Level::Ok,
-        format!(
-            "valid; node {}, {}",
-            cfg.node_name,
-            if cfg.dry_run {
-                "observe mode (dry_run): restarts never run"
-            } else {
-                "restarts enabled"
-            }
-        ),
-    )];
+    let mode =
+        if cfg.dry_run { "observe mode (dry_run): restarts never run" } else { "restarts enabled" };
+    let mut out =
+        vec![check("config", Level::Ok, format!("valid; node {}, {mode}", cfg.node_name))];
     out.push(redis(cfg).await);
     out.extend(runtime(cfg).await);
     out.push(nvml(cfg));
     out.push(tpu(cfg));
-    let gpus = match cfg.gpu.enabled {
-        Switch::Off => false,
-        Switch::On => true,
-        Switch::Auto => {
-            crate::accel::gpu::nvml::gpus_present(&crate::accel::gpu::nvml::HostPaths::default())
-        }
-    };
-    if gpus {
+    let auto = cfg.gpu.enabled == Switch::Auto;
+    if cfg.gpu.enabled == Switch::On || (auto && gpus_present(&HostPaths::default())) {
         out.push(gpu_state(cfg));
     }
     out.push(metadata(cfg).await);
@@ -58,10 +44,7 @@ pub(crate) async fn run(cfg: &Config) -> Vec<Check> {
 async fn budget(cfg: &Config) -> Vec<Check> {
     let r = super::budget::check(cfg, &cfg.node_name).await;
     if r.shortfalls.is_empty() {
-        let level = match r.pods {
-            Some(Err(_)) => Level::Warn,
-            _ => Level::Ok,
-        };
+        let level = if matches!(r.pods, Some(Err(_))) { Level::Warn } else { Level::Ok };
         return vec![check("budget", level, format!("fits: {}", r.summary()))];
     }
     let mut out: Vec<Check> = r
@@ -178,7 +161,7 @@ async fn gpus_of_workers(cfg: &Config) -> Check {
 }
 
 fn nvml(cfg: &Config) -> Check {
-    use crate::accel::gpu::nvml::{gpus_present, GpuProbe, HostPaths, NvmlProbe};
+    use crate::accel::gpu::nvml::{GpuProbe, NvmlProbe};
     if cfg.gpu.enabled == Switch::Off {
         return check("nvml", Level::Ok, "GPU monitoring disabled (gpu.enabled = off)");
     }
@@ -189,8 +172,7 @@ fn nvml(cfg: &Config) -> Check {
             "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device): GPU monitoring off; the agent looks again every 5m",
         );
     }
-    let path = (!cfg.gpu.library_path.is_empty()).then_some(cfg.gpu.library_path.as_str());
-    match NvmlProbe::new(path) {
+    match NvmlProbe::new(Some(cfg.gpu.library_path.as_str())) {
         Ok(mut p) => match p.sample() {
             Ok(gpus) => check("nvml", Level::Ok, format!("NVML loaded; {} GPU(s)", gpus.len())),
             Err(e) => check("nvml", Level::Warn, format!("NVML loaded, but reading failed: {e}")),
@@ -322,37 +304,30 @@ async fn metadata(cfg: &Config) -> Check {
     }
 }
 
-/// A rule the doctor checks with a SelfSubjectAccessReview.
-type Rule =
-    (&'static str, &'static str, &'static str, Option<&'static str>, &'static [&'static str]);
+/// A rule the doctor checks with a SelfSubjectAccessReview: (API group, resource, namespace,
+/// verbs); its check is `rbac:` and the resource's last segment (`rbac:status`).
+type Rule = (&'static str, &'static str, Option<&'static str>, &'static [&'static str]);
 
-/// (check, API group, resource, namespace, verbs): the writes the agent makes; `get` on the
-/// Node was just tried for real. Events go through kube's events.k8s.io Recorder: `create`
-/// for a new one, `patch` to count a repeat.
+/// The writes the agent makes; `get` on the Node was just tried for real. Events go through
+/// kube's events.k8s.io Recorder: `create` for a new one, `patch` to count a repeat.
 const RBAC_RULES: [Rule; 10] = [
-    ("rbac:nodes", "", "nodes", None, &["patch"]),
+    ("", "nodes", None, &["patch"]),
     // The conditions VigilMaintenance / VigilGPUUnhealthy / VigilTPUUnhealthy.
-    ("rbac:status", "", "nodes/status", None, &["patch"]),
+    ("", "nodes/status", None, &["patch"]),
     // A CRI restart reads the pod and a Job's pods; the idle check and the budget check list
     // this node's pods.
-    ("rbac:pods", "", "pods", None, &["get", "list"]),
+    ("", "pods", None, &["get", "list"]),
     // A CRI restart reads the pod's controllers (docs/controllers.md).
-    ("rbac:jobs", "batch", "jobs", None, &["get"]),
-    ("rbac:jobsets", "jobset.x-k8s.io", "jobsets", None, &["get"]),
-    ("rbac:leaderworkersets", "leaderworkerset.x-k8s.io", "leaderworkersets", None, &["get"]),
+    ("batch", "jobs", None, &["get"]),
+    ("jobset.x-k8s.io", "jobsets", None, &["get"]),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", None, &["get"]),
     // `gpu.device_taints`: a failed GPU's DRA device taint
     // (deploy/components/dra-device-taints).
-    ("rbac:resourceslices", "resource.k8s.io", "resourceslices", None, &["list"]),
-    (
-        "rbac:devicetaintrules",
-        "resource.k8s.io",
-        "devicetaintrules",
-        None,
-        &["list", "get", "create", "delete"],
-    ),
+    ("resource.k8s.io", "resourceslices", None, &["list"]),
+    ("resource.k8s.io", "devicetaintrules", None, &["list", "get", "create", "delete"]),
     // The worker API's TokenReviews (worker_api.auth = "kubernetes").
-    ("rbac:tokenreviews", "authentication.k8s.io", "tokenreviews", None, &["create"]),
-    ("rbac:events", "events.k8s.io", "events", Some("default"), &["create", "patch"]),
+    ("authentication.k8s.io", "tokenreviews", None, &["create"]),
+    ("events.k8s.io", "events", Some("default"), &["create", "patch"]),
 ];
 
 async fn kubernetes(cfg: &Config) -> Vec<Check> {
@@ -363,33 +338,22 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
             "not in a cluster (kubernetes.enabled = auto/off): Node labels and Events off",
         )];
     }
-    let api = if cfg.kubernetes.api_url.is_empty() {
-        KubeNodeApi::infer().await
-    } else {
-        KubeNodeApi::from_url(&cfg.kubernetes.api_url)
-    };
-    let api = match api {
+    let api = match KubeNodeApi::connect(&cfg.kubernetes.api_url).await {
         Ok(a) => a,
         Err(e) => return vec![check("kubernetes", Level::Fail, e.to_string())],
     };
-    let mut out = Vec::new();
-    match api.get_node(&cfg.node_name).await {
-        Ok(()) => {
-            out.push(check("kubernetes", Level::Ok, format!("node {} readable", cfg.node_name)))
-        }
-        Err(e) => out.push(check("kubernetes", Level::Fail, e.to_string())),
-    }
+    let mut out = vec![match api.get_node(&cfg.node_name).await {
+        Ok(()) => check("kubernetes", Level::Ok, format!("node {} readable", cfg.node_name)),
+        Err(e) => check("kubernetes", Level::Fail, e.to_string()),
+    }];
     let reviews_tokens = cfg.worker_api.listen.is_some()
         && cfg.worker_api.auth == crate::config::WorkerAuth::Kubernetes;
-    for (name, group, resource, ns, verbs) in RBAC_RULES {
-        if name == "rbac:tokenreviews" && !reviews_tokens {
+    for (group, resource, ns, verbs) in RBAC_RULES {
+        let dra = matches!(resource, "resourceslices" | "devicetaintrules");
+        if (resource == "tokenreviews" && !reviews_tokens) || (dra && !cfg.gpu.device_taints) {
             continue;
         }
-        let dra = matches!(name, "rbac:resourceslices" | "rbac:devicetaintrules");
-        if dra && !cfg.gpu.device_taints {
-            continue;
-        }
-        out.push(rbac_rule(&api, name, group, resource, ns, verbs).await);
+        out.push(rbac_rule(&api, group, resource, ns, verbs).await);
     }
     out
 }
@@ -397,12 +361,12 @@ async fn kubernetes(cfg: &Config) -> Vec<Check> {
 /// One RBAC rule, asked with access reviews, verb by verb.
 async fn rbac_rule(
     api: &KubeNodeApi,
-    name: &'static str,
     group: &str,
     resource: &str,
     ns: Option<&str>,
     verbs: &[&str],
 ) -> Check {
+    let name = format!("rbac:{}", resource.rsplit('/').next().unwrap_or(resource));
     let what = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
     let mut denied = Vec::new();
     let mut unknown = None;

@@ -14,6 +14,12 @@ pub(super) async fn checks(cfg: &Config) -> Vec<Check> {
     vec![pods(cfg).await, pod_resources(cfg).await, nvml(cfg)]
 }
 
+/// The items, comma-separated, or `none`.
+fn joined(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    Some(items.join(", ")).filter(|_| !items.is_empty()).unwrap_or_else(|| "none".into())
+}
+
 const BUSY: &str = "until it answers the node never counts as idle (opportunistic maintenance)";
 
 async fn pods(cfg: &Config) -> Check {
@@ -26,20 +32,11 @@ async fn pods(cfg: &Config) -> Check {
     };
     match listed {
         Ok(pods) => {
-            let held: Vec<String> = pods
-                .iter()
-                .filter(|p| p.accelerators && !p.terminal())
-                .map(|p| p.display())
-                .collect();
-            check(
-                "idle:pods",
-                Level::Ok,
-                format!(
-                    "{} pod(s) on this node; requesting accelerators: {}",
-                    pods.len(),
-                    if held.is_empty() { "none".into() } else { held.join(", ") }
-                ),
-            )
+            let held = pods.iter().filter(|p| p.accelerators && !p.terminal());
+            let held = joined(held.map(|p| p.display()));
+            let text =
+                format!("{} pod(s) on this node; requesting accelerators: {held}", pods.len());
+            check("idle:pods", Level::Ok, text)
         }
         Err(e) => check("idle:pods", Level::Warn, format!("{e}; {BUSY}")),
     }
@@ -56,16 +53,9 @@ async fn pod_resources(cfg: &Config) -> Check {
     };
     match src.gpus().await {
         Ok(g) => {
-            let held: Vec<String> = g.holders().iter().map(|(ns, p)| format!("{ns}/{p}")).collect();
-            check(
-                "idle:pod-res",
-                Level::Ok,
-                format!(
-                    "{} answers; pods holding accelerators: {}",
-                    src.describe(),
-                    if held.is_empty() { "none".into() } else { held.join(", ") }
-                ),
-            )
+            let held = joined(g.holders().iter().map(|(ns, p)| format!("{ns}/{p}")));
+            let text = format!("{} answers; pods holding accelerators: {held}", src.describe());
+            check("idle:pod-res", Level::Ok, text)
         }
         Err(e) => check("idle:pod-res", Level::Warn, format!("{e}; {BUSY}")),
     }
@@ -76,8 +66,7 @@ fn nvml(cfg: &Config) -> Check {
         return check("idle:nvml", Level::Ok, "not a witness (gpu.enabled = off)");
     }
     use crate::accel::gpu::nvml::{GpuProbe, NvmlProbe};
-    let path = (!cfg.gpu.library_path.is_empty()).then_some(cfg.gpu.library_path.as_str());
-    let sampled = NvmlProbe::new(path).and_then(|mut p| p.sample());
+    let sampled = NvmlProbe::new(Some(cfg.gpu.library_path.as_str())).and_then(|mut p| p.sample());
     match sampled {
         Ok(gpus) => {
             let unread: Vec<String> = gpus
@@ -85,18 +74,12 @@ fn nvml(cfg: &Config) -> Check {
                 .filter(|g| g.compute_processes.is_none())
                 .map(|g| g.index.to_string())
                 .collect();
-            let busy: Vec<String> = gpus
-                .iter()
-                .filter(|g| g.compute_processes.is_some_and(|n| n > 0))
-                .map(|g| format!("GPU {}: {}", g.index, g.compute_processes.unwrap_or(0)))
-                .collect();
             if unread.is_empty() {
-                let busy = if busy.is_empty() { "none".into() } else { busy.join(", ") };
-                check(
-                    "idle:nvml",
-                    Level::Ok,
-                    format!("{} GPU(s); compute processes: {busy}", gpus.len()),
-                )
+                let busy = gpus.iter().filter_map(|g| {
+                    g.compute_processes.filter(|&n| n > 0).map(|n| format!("GPU {}: {n}", g.index))
+                });
+                let text = format!("{} GPU(s); compute processes: {}", gpus.len(), joined(busy));
+                check("idle:nvml", Level::Ok, text)
             } else {
                 check(
                     "idle:nvml",

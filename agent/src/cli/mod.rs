@@ -22,6 +22,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, ConfigError, ProcessEnv};
+use crate::hang::model;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -182,28 +183,18 @@ impl From<crate::app::RunError> for CliError {
 
 /// `--worker`: the documented worker-id rule (a bad one exits 2, naming the flag).
 fn worker_id(s: &str) -> Result<String, String> {
-    if crate::hang::model::valid_worker_id(s) {
-        Ok(s.to_string())
-    } else {
-        Err("a worker id is 1-128 characters of A-Z a-z 0-9 . _ -".into())
-    }
+    accept(model::valid_worker_id(s), s, "a worker id is 1-128 characters of A-Z a-z 0-9 . _ -")
 }
 
 /// `--gang`: a gang id as the record takes it.
 fn gang_id(s: &str) -> Result<String, String> {
-    if crate::hang::model::valid_gang_id(s) {
-        Ok(s.to_string())
-    } else {
-        Err("a gang id is 1-253 characters of A-Z a-z 0-9 . _ / -".into())
-    }
+    accept(model::valid_gang_id(s), s, "a gang id is 1-253 characters of A-Z a-z 0-9 . _ / -")
 }
 
 /// `--gang-size`: how many members.
 fn gang_size(s: &str) -> Result<String, String> {
-    match crate::hang::model::parse_gang_size(s) {
-        Some(n) => Ok(n.to_string()),
-        None => Err("a gang size is a whole number from 1 to 65536".into()),
-    }
+    let n = model::parse_gang_size(s).map(|n| n.to_string());
+    n.ok_or_else(|| "a gang size is a whole number from 1 to 65536".into())
 }
 
 /// `--checkpoint-step`: a whole number.
@@ -216,18 +207,23 @@ fn step(s: &str) -> Result<String, String> {
 
 /// `--compute-ms`: whole milliseconds, at most a day.
 fn compute_ms(s: &str) -> Result<String, String> {
-    crate::hang::model::parse_compute(s).map(|n| n.to_string()).ok_or_else(|| {
+    model::parse_compute(s).map(|n| n.to_string()).ok_or_else(|| {
         "the compute time is whole milliseconds, at most a day (86400000)".to_string()
     })
 }
 
 /// `--state`: one word.
 fn state_word(s: &str) -> Result<String, String> {
-    if crate::hang::model::valid_state(s) {
-        Ok(s.to_string())
-    } else {
-        Err("a state is one word of 1-64 characters of A-Z a-z 0-9 . _ - (idle, processing, error, ...)".into())
-    }
+    accept(
+        model::valid_state(s),
+        s,
+        "a state is one word of 1-64 characters of A-Z a-z 0-9 . _ - (idle, processing, error, ...)",
+    )
+}
+
+/// A flag's value `s` when `ok`, else `why`.
+fn accept(ok: bool, s: &str, why: &str) -> Result<String, String> {
+    ok.then(|| s.to_string()).ok_or_else(|| why.to_string())
 }
 
 /// `--grace`: a duration (`20m`, `90s`, `0`), as the record's seconds.
@@ -270,12 +266,8 @@ async fn local_agent(cfg: &Config, path: &str) -> Result<String, CliError> {
         ));
     };
     let base = local_url(addr);
-    let client = reqwest::Client::builder()
-        .tls_certs_only([])
-        .timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| CliError::Failed(format!("HTTP client: {}", crate::http::http_error(e))))?;
-    let resp = client.get(format!("{base}{path}")).send().await.map_err(|e| {
+    let (client, url) = beat::client_for(&base, path)?;
+    let resp = client.get(url).timeout(Duration::from_secs(10)).send().await.map_err(|e| {
         CliError::Failed(format!(
             "no Redis URL (REDIS_URL or redis.url), and no agent answers at {base} (server.listen): start it (bash scripts/run.sh), or point -c at the config it runs with: {}",
             crate::http::http_error(e)

@@ -40,7 +40,6 @@ pub(crate) fn render_gpu(cfg: &Config) -> String {
     out
 }
 
-/// The verdict → action table as printed by `vigil policy`.
 /// The table `vigil policy` prints.
 pub(crate) fn table(cfg: &Config, which: Table) -> String {
     match which {
@@ -49,6 +48,7 @@ pub(crate) fn table(cfg: &Config, which: Table) -> String {
     }
 }
 
+/// The verdict → action table as printed by `vigil policy`.
 pub(crate) fn render(cfg: &Config) -> String {
     let rows = crate::hang::policy_table::table(&cfg.policy);
     let w0 = rows.iter().map(|r| r.verdict.len()).max().unwrap_or(7).max(7);

@@ -98,7 +98,7 @@ impl Env for HashMap<String, String> {
 /// `auto`, `on` or `off`, for the optional integrations (metadata server, Kubernetes, NVML).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
+#[derive(strum::IntoStaticStr, strum::VariantArray, strum::Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Switch {
     /// On where the platform is detected; off, said once, elsewhere.
@@ -109,12 +109,6 @@ pub enum Switch {
 }
 
 as_str!(pub Switch);
-
-impl std::fmt::Display for Switch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, educe::Educe)]
 #[educe(Default)]
@@ -157,9 +151,14 @@ fn bad(key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError>
 
 /// The first of `durations` that is zero, named by its key.
 fn nonzero(durations: &[(&'static str, Duration)]) -> Result<(), ConfigError> {
-    match durations.iter().find(|(_, d)| d.is_zero()) {
-        Some(&(key, _)) => bad(key, "must be greater than zero"),
-        None => Ok(()),
+    let zero = durations.iter().find(|(_, d)| d.is_zero());
+    zero.map_or(Ok(()), |&(key, _)| bad(key, "must be greater than zero"))
+}
+
+/// `var`'s value, when it is set, into `slot`.
+fn from_env<T: From<String>>(env: &dyn Env, var: &str, slot: &mut T) {
+    if let Some(v) = env.get(var) {
+        *slot = v.into();
     }
 }
 
@@ -175,14 +174,11 @@ fn header_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 /// shown. (A name that is no header name is refused by `alerts.headers`'s rule.)
 fn env_headers_valid(env: &dyn Env) -> Result<(), ConfigError> {
     let text = env.get("VIGIL_WEBHOOK_HEADERS").unwrap_or_default();
-    let unsaid = header_lines(&text).find(|(_, l)| !l.contains(':'));
-    match unsaid.map(|(n, _)| n) {
-        Some(n) => bad(
-            "VIGIL_WEBHOOK_HEADERS",
-            format!("line {n} is not `Name: value` (the line is not shown: it may hold a secret)"),
-        ),
-        None => Ok(()),
-    }
+    let Some((n, _)) = header_lines(&text).find(|(_, l)| !l.contains(':')) else { return Ok(()) };
+    bad(
+        "VIGIL_WEBHOOK_HEADERS",
+        format!("line {n} is not `Name: value` (the line is not shown: it may hold a secret)"),
+    )
 }
 
 /// A TOML syntax error as where and what, never the line itself: toml's own text quotes the
@@ -262,30 +258,15 @@ impl Config {
 
     /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
     pub(crate) fn apply_env(&mut self, env: &dyn Env) {
-        let plain = [
-            ("NODE_NAME", &mut self.node_name),
-            ("DOCKER_HOST", &mut self.docker.host),
-            ("GCE_METADATA_HOST", &mut self.metadata.host),
-            ("VIGIL_POOL", &mut self.fleet.pool),
-            ("VIGIL_SLICE", &mut self.fleet.slice),
-        ];
-        for (var, slot) in plain {
-            if let Some(v) = env.get(var) {
-                *slot = v;
-            }
-        }
-        if let Some(v) = env.get("REDIS_URL") {
-            self.redis.url = v.into();
-        }
-        if let Some(v) = env.get("VIGIL_WEBHOOK_URL") {
-            self.alerts.webhook_url = v.into();
-        }
-        if let Some(v) = env.get("VIGIL_ALERTMANAGER_URL") {
-            self.alerts.alertmanager_url = v.into();
-        }
-        if let Some(v) = env.get("VIGIL_PAGERDUTY_ROUTING_KEY") {
-            self.alerts.routing_key = v.into();
-        }
+        from_env(env, "NODE_NAME", &mut self.node_name);
+        from_env(env, "DOCKER_HOST", &mut self.docker.host);
+        from_env(env, "GCE_METADATA_HOST", &mut self.metadata.host);
+        from_env(env, "VIGIL_POOL", &mut self.fleet.pool);
+        from_env(env, "VIGIL_SLICE", &mut self.fleet.slice);
+        from_env(env, "REDIS_URL", &mut self.redis.url);
+        from_env(env, "VIGIL_WEBHOOK_URL", &mut self.alerts.webhook_url);
+        from_env(env, "VIGIL_ALERTMANAGER_URL", &mut self.alerts.alertmanager_url);
+        from_env(env, "VIGIL_PAGERDUTY_ROUTING_KEY", &mut self.alerts.routing_key);
         if let Some(v) = env.get("VIGIL_WEBHOOK_HEADERS") {
             for (_, line) in header_lines(&v) {
                 if let Some((name, value)) = line.split_once(':') {

@@ -230,9 +230,13 @@ impl KubeNodeApi {
         Ok(plan)
     }
 
-    /// From the environment: the in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`,
-    /// `~/.kube/config`) when run by hand.
-    pub(crate) async fn infer() -> Result<Self, NodeError> {
+    /// Against `kubernetes.api_url` ([`Self::from_url`]), or (empty) from the environment: the
+    /// in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`, `~/.kube/config`) when run by
+    /// hand.
+    pub(crate) async fn connect(api_url: &str) -> Result<Self, NodeError> {
+        if !api_url.is_empty() {
+            return Self::from_url(api_url);
+        }
         let mut config = kube::Config::infer().await.map_err(|e| NodeError::Client {
             context: "no in-cluster ServiceAccount and no usable kubeconfig".into(),
             source: Box::new(e),

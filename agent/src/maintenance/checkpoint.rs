@@ -193,9 +193,7 @@ impl CheckpointRounds {
     ) -> RoundRecord {
         let mut lines = Vec::with_capacity(results.len());
         for r in results {
-            let (method, outcome) = (r.method, r.outcome.as_str());
-            let waited = r.waited.as_secs_f64();
-            self.metrics.checkpoints.record(method, outcome, waited);
+            self.metrics.checkpoints.record(r.method, r.outcome.as_str(), r.waited.as_secs_f64());
             let code = match r.outcome {
                 Outcome::Acked => Code::CheckpointAcked,
                 Outcome::TimedOut => Code::CheckpointTimedOut,
@@ -213,10 +211,7 @@ impl CheckpointRounds {
         let mut gangs: Vec<&str> = results.iter().filter_map(|r| r.gang.as_deref()).collect();
         gangs.dedup();
         let mut summary = format!("{} {reason}: {}", rfc3339(now), checkpoint::summary(results));
-        for g in gangs {
-            summary.push_str("; ");
-            summary.push_str(g);
-        }
+        summary.extend(gangs.iter().map(|g| format!("; {g}")));
         RoundRecord {
             lines,
             summary,

@@ -24,7 +24,7 @@ use crate::fleet::view::NodeRecord;
 use crate::hang::gang_marks::read_view;
 use crate::hang::model_gang::{member_id, Member};
 use crate::hang::policy_gang::{self as gp, Timing};
-use crate::maintenance::gang_round::{Asked, RoundIo};
+use crate::maintenance::gang_round::{asked, Asked, RoundIo};
 use crate::maintenance::model_round::{DrillResult, Round, DRILL_REASON};
 use crate::maintenance::policy_round::{drill_result, round_budget, verdict};
 use crate::maintenance::request::{acknowledges, new_id};
@@ -86,7 +86,8 @@ pub(crate) async fn run(
     let prefix = cfg.redis.key_prefix.as_str();
     let now = coord.time().await?;
     let (members, view) = members_of(coord, cfg, target, now).await?;
-    refuse_pending(coord, prefix, &members, now, cfg).await?;
+    let io = RoundIo { coord, prefix, poll: Duration::from_millis(200) };
+    refuse_pending(&io, &members, now, cfg).await?;
     let preemption = round_budget(cfg.checkpoint.preemption_budget, "preemption", &view);
     let maintenance = round_budget(cfg.checkpoint.maintenance_budget, "host-maintenance", &view);
     let wait = wait.unwrap_or(maintenance).min(MAX_WAIT);
@@ -105,7 +106,6 @@ pub(crate) async fn run(
     if let Some(key) = &gang_key {
         claim_gang(coord, key, &round, wait, target).await?;
     }
-    let io = RoundIo { coord, prefix, poll: Duration::from_millis(200) };
     let started = Instant::now();
     io.write_requests(&round, &members).await;
     let acks = io.wait_acks(&round, &members, now, started, started + wait).await;
@@ -113,7 +113,7 @@ pub(crate) async fn run(
         let _ = coord.del_if_owner(key, &round.encode()).await;
     }
     let waited = ms(started.elapsed());
-    superseded(coord, prefix, &members, &round).await?;
+    superseded(&io, &members, &round).await?;
     let result = drill_result(target.label(), now, &acks, waited, preemption, maintenance);
     record(coord, cfg, &members, &result).await;
     Ok(result)
@@ -146,15 +146,8 @@ async fn claim_gang(
 
 /// A real notice that came during the drill wrote its own request over the drill's: the
 /// workers saved for the notice, and the drill measured nothing it can report.
-async fn superseded(
-    coord: &dyn Coordinator,
-    prefix: &str,
-    members: &[Asked],
-    round: &Round,
-) -> Result<(), DrillError> {
-    let keys: Vec<String> =
-        members.iter().map(|m| Keys::new(prefix, &m.node).status(&m.worker)).collect();
-    let records = coord.hgetall_many(&keys).await?;
+async fn superseded(io: &RoundIo<'_>, members: &[Asked], round: &Round) -> Result<(), DrillError> {
+    let records = io.records(members.iter()).await?;
     for (m, rec) in members.iter().zip(&records) {
         let request = rec.get("checkpoint_request").map_or("", String::as_str);
         if !request.is_empty() && request != round.id {
@@ -222,25 +215,19 @@ async fn gang_members(
             "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
         )));
     }
-    let mut members: Vec<Asked> =
-        view.iter().map(|m| Asked { node: m.node.clone(), worker: m.worker.clone() }).collect();
-    members.sort();
-    members.dedup();
+    let (_, members) = asked(&cfg.node_name, &[], &view);
     Ok((members, view))
 }
 
 /// A member with a request of its own still unanswered (a real notice's, or another drill's)
 /// is not drilled over: the drill would replace the id the worker is saving for.
 async fn refuse_pending(
-    coord: &dyn Coordinator,
-    prefix: &str,
+    io: &RoundIo<'_>,
     members: &[Asked],
     now: Millis,
     cfg: &Config,
 ) -> Result<(), DrillError> {
-    let keys: Vec<String> =
-        members.iter().map(|m| Keys::new(prefix, &m.node).status(&m.worker)).collect();
-    let records = coord.hgetall_many(&keys).await?;
+    let records = io.records(members.iter()).await?;
     let recent = ms(cfg.checkpoint.maintenance_budget + cfg.checkpoint.grace);
     for (m, rec) in members.iter().zip(&records) {
         let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) else {
@@ -271,10 +258,10 @@ async fn record(coord: &dyn Coordinator, cfg: &Config, members: &[Asked], r: &Dr
     nodes.dedup();
     let by = format!("vigil drill on {}", cfg.node_name);
     for node in &nodes {
-        let worker = match members.iter().filter(|m| m.node == *node).count() {
-            1 => members.iter().find(|m| m.node == *node).map_or("*", |m| m.worker.as_str()),
-            _ => "*",
-        };
+        // The one member asked on this node, else `*`.
+        let here: Vec<&str> =
+            members.iter().filter(|m| m.node == *node).map(|m| m.worker.as_str()).collect();
+        let worker = if let [one] = here[..] { one } else { "*" };
         let d = Decision {
             at: r.at,
             worker,

@@ -10,14 +10,14 @@
 //! `checkpoint_ack` is not cleared: only this round's id counts, and clearing it on a node
 //! written last could erase the ack of a rank that had already saved.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use crate::clock::{ms, Millis};
-use crate::coord::{Coordinator, Keys, Op};
+use crate::coord::{CoordError, Coordinator, Keys, Op};
 use crate::hang::gang_marks::read_view;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{member_id, Member};
@@ -47,7 +47,7 @@ pub(crate) struct Asked {
 pub(crate) enum RoundError {
     /// The coordinator could not be read or written.
     #[error(transparent)]
-    Coord(#[from] crate::coord::CoordError),
+    Coord(#[from] CoordError),
     /// Another agent changed the round key under every attempt.
     #[error("the gang's round key {0} kept changing under three attempts to open or join it")]
     Contended(String),
@@ -200,6 +200,16 @@ impl RoundIo<'_> {
         join_all(writes).await;
     }
 
+    /// The status records of `members`, in their order.
+    pub(crate) async fn records<'m>(
+        &self,
+        members: impl Iterator<Item = &'m Asked>,
+    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
+        let keys: Vec<String> =
+            members.map(|m| Keys::new(self.prefix, &m.node).status(&m.worker)).collect();
+        self.coord.hgetall_many(&keys).await
+    }
+
     /// Wait until every member acknowledged the round's id, or `deadline`. Each member's time is
     /// from the round's opening (`round.at`) to the read that saw its ack.
     pub(crate) async fn wait_acks(
@@ -222,11 +232,7 @@ impl RoundIo<'_> {
             if pending.is_empty() {
                 break;
             }
-            let keys: Vec<String> = pending
-                .iter()
-                .map(|&i| Keys::new(self.prefix, &members[i].node).status(&members[i].worker))
-                .collect();
-            match self.coord.hgetall_many(&keys).await {
+            match self.records(pending.iter().map(|&i| &members[i])).await {
                 Ok(records) => {
                     let at = now + ms(started.elapsed()) - round.at;
                     for (&i, rec) in pending.iter().zip(&records) {
@@ -253,7 +259,7 @@ impl RoundIo<'_> {
 /// Whether the member acknowledged a round written into its record after this one opened (a
 /// preemption's round replacing a maintenance round): its save is newer than this round asked
 /// for. An earlier round's ack never counts.
-fn acked_a_later_round(rec: &std::collections::HashMap<String, String>, round: &Round) -> bool {
+fn acked_a_later_round(rec: &HashMap<String, String>, round: &Round) -> bool {
     let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty() && **r != round.id)
     else {
         return false;
@@ -262,8 +268,9 @@ fn acked_a_later_round(rec: &std::collections::HashMap<String, String>, round: &
     at.is_some_and(|at| at >= round.at) && acknowledges(rec, id)
 }
 
-/// Who a round asks: this node's members (`own`), and every member, the view's and ours, once.
-fn asked(node: &str, local: &[Container], view: &[Member]) -> (Vec<Asked>, Vec<Asked>) {
+/// Who a round asks: this node's members (`own`), and every member, the view's and ours, once
+/// (sorted).
+pub(crate) fn asked(node: &str, local: &[Container], view: &[Member]) -> (Vec<Asked>, Vec<Asked>) {
     let own: Vec<Asked> =
         local.iter().map(|c| Asked { node: node.to_string(), worker: c.worker.clone() }).collect();
     let mut members: BTreeSet<Asked> =

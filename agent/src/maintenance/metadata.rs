@@ -50,9 +50,11 @@ pub(crate) const DEFAULT_HOST: &str = "metadata.google.internal";
 const NO_NOTIFICATIONS: &str = "no notifications have been received yet";
 
 /// Why a metadata request failed. Each message says what an operator should do about it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum MetadataError {
     /// Connect or DNS failure: not on GCE, or the server is blocked.
+    #[strum(serialize = "transport")]
     #[error(
         "GCE metadata server at {host} is unreachable: not on GCE, or blocked by a firewall, \
          proxy or custom route; maintenance and preemption notices are not watched until it answers"
@@ -103,9 +105,11 @@ pub enum MetadataError {
     )]
     Malformed { key: String, detail: String },
     /// Any other HTTP status.
+    #[strum(serialize = "transport")]
     #[error("GCE metadata server answered HTTP {status} for {key}; retrying with backoff")]
     Http { key: String, status: u16 },
     /// The connection broke after it was made (reset, truncated body).
+    #[strum(serialize = "transport")]
     #[error("request for {key} to the GCE metadata server broke off; retrying with backoff")]
     Transport {
         key: String,
@@ -113,6 +117,7 @@ pub enum MetadataError {
         source: reqwest::Error,
     },
     /// The configured host cannot form a URL.
+    #[strum(serialize = "transport")]
     #[error(
         "GCE_METADATA_HOST={host:?} is not a valid host[:port] ({detail}); fix it, or unset it to \
          use metadata.google.internal"
@@ -129,18 +134,7 @@ impl MetadataError {
     /// `forbidden`, `timeout`, `malformed`, `transport` (connect/DNS failures, broken
     /// connections, other HTTP statuses, and a bad `GCE_METADATA_HOST`).
     pub fn kind(&self) -> &'static str {
-        match self {
-            MetadataError::Unavailable { .. } => "unavailable",
-            MetadataError::RateLimited { .. } => "rate-limited",
-            MetadataError::NotFound { .. } => "not-found",
-            MetadataError::Forbidden { .. } => "forbidden",
-            MetadataError::Timeout { .. } => "timeout",
-            MetadataError::Malformed { .. } => "malformed",
-            MetadataError::Unreachable { .. }
-            | MetadataError::Http { .. }
-            | MetadataError::Transport { .. }
-            | MetadataError::BadHost { .. } => "transport",
-        }
+        self.into()
     }
 
     /// True for the 503 that `upcoming-maintenance` gives when no notice was ever received:

@@ -105,10 +105,6 @@ impl Opportunistic {
         self.pool = pool.to_string();
     }
 
-    fn claim_key(&self) -> String {
-        self.keys.maintenance_claim(&self.pool)
-    }
-
     /// Give the claim back (the episode it was taken for is over).
     pub(crate) async fn release(&mut self, why: &str) -> ClaimStep {
         let Some(lease) = self.claimed.take() else {
@@ -306,7 +302,8 @@ impl Opportunistic {
         let token = format!("{}:{:08x}", self.cfg.node_name, rand::random::<u32>());
         let ttl = self.cfg.opportunistic.claim_ttl;
         if let Ok(Some(lease)) =
-            Lease::take(self.coord.as_ref(), self.claim_key(), token, ttl).await
+            Lease::take(self.coord.as_ref(), self.keys.maintenance_claim(&self.pool), token, ttl)
+                .await
         {
             self.claimed = Some(lease);
             return ClaimStep::Claimed(format!(

@@ -32,22 +32,14 @@ pub fn derive(raw: &RawMetadata) -> MaintenanceState {
     let ongoing = status == Some(UpcomingStatus::Ongoing);
     let pending = status == Some(UpcomingStatus::Pending);
 
-    let mut reasons = Vec::new();
-    if preempted {
-        reasons.push("preempted");
-    }
-    if terminate {
-        reasons.push("terminate-on-host-maintenance");
-    }
-    if migrate {
-        reasons.push("migrate-on-host-maintenance");
-    }
-    if pending {
-        reasons.push("upcoming-pending");
-    }
-    if ongoing {
-        reasons.push("upcoming-ongoing");
-    }
+    let reasons = [
+        (preempted, "preempted"),
+        (terminate, "terminate-on-host-maintenance"),
+        (migrate, "migrate-on-host-maintenance"),
+        (pending, "upcoming-pending"),
+        (ongoing, "upcoming-ongoing"),
+    ];
+    let reasons = reasons.into_iter().filter_map(|(on, r)| on.then_some(r)).collect();
 
     let (phase, interruption) = if preempted {
         (Phase::Terminating, Some(Interruption::Preemption))

@@ -50,13 +50,8 @@ pub(crate) struct Shortfall {
     pub(crate) code: &'static str,
     /// The budget's config key.
     pub(crate) key: &'static str,
-    /// The worker pod it concerns, for the per-pod limits.
-    pub(crate) pod: Option<String>,
-    /// Budget plus the worker's stop.
-    pub(crate) needed: Duration,
-    /// What the platform gives.
-    pub(crate) given: Duration,
-    /// What to do about it, for the operator.
+    /// What to do about it, for the operator: the budget plus the worker's stop, what the
+    /// platform gives, and the worker pod for the per-pod limits.
     pub(crate) detail: String,
 }
 
@@ -80,9 +75,6 @@ pub(crate) fn budget_shortfalls(
         out.push(Shortfall {
             code: "preemption-notice",
             key: "checkpoint.preemption_budget",
-            pod: None,
-            needed: preempt,
-            given: PREEMPTION_NOTICE,
             detail: format!(
                 "checkpoint.preemption_budget + checkpoint.worker_stop = {} but Compute Engine stops a Spot/preemptible VM {} after the notice: lower the budget",
                 secs(preempt),
@@ -95,9 +87,6 @@ pub(crate) fn budget_shortfalls(
         out.push(Shortfall {
             code: "maintenance-notice",
             key: "checkpoint.maintenance_budget",
-            pod: None,
-            needed: maint,
-            given: MAINTENANCE_NOTICE,
             detail: format!(
                 "checkpoint.maintenance_budget + checkpoint.worker_stop = {} but Compute Engine gives {} notice before a host maintenance that terminates the VM: lower the budget",
                 secs(maint),
@@ -133,9 +122,6 @@ fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod, preemptions: bool) -> Vec
         out.push(Shortfall {
             code: "pod-grace",
             key,
-            pod: Some(p.pod.clone()),
-            needed,
-            given: p.grace,
             detail: format!(
                 "{key} + checkpoint.worker_stop = {} but worker pod {} is killed {} after its SIGTERM (terminationGracePeriodSeconds): raise its grace period or lower the budget",
                 secs(needed),
@@ -150,9 +136,6 @@ fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod, preemptions: bool) -> Vec
         out.push(Shortfall {
             code: "gke-node-shutdown",
             key: "checkpoint.preemption_budget",
-            pod: Some(p.pod.clone()),
-            needed,
-            given: GKE_NON_CRITICAL_SHUTDOWN,
             detail: format!(
                 "checkpoint.preemption_budget + checkpoint.worker_stop = {} but on a GKE Spot/preemptible node the kubelet gives non-system pod {} at most {} at preemption, whatever its grace period: lower the budget to fit",
                 secs(needed),
@@ -265,13 +248,24 @@ mod tests {
             WorkerPod { pod: "ml/b".into(), grace: s(60), critical: false },
         ];
         let f = budget_shortfalls(&CheckpointConfig::default(), &pods, None);
-        let named: Vec<_> = f.iter().map(|x| (x.code, x.pod.as_deref().unwrap_or(""))).collect();
+        let named: Vec<_> = f
+            .iter()
+            .map(|x| (x.code, x.detail.contains(" pod ml/a "), x.detail.contains(" pod ml/b ")))
+            .collect();
         assert_eq!(
             named,
-            vec![("pod-grace", "ml/a"), ("pod-grace", "ml/a"), ("gke-node-shutdown", "ml/b")]
+            vec![
+                ("pod-grace", true, false),
+                ("pod-grace", true, false),
+                ("gke-node-shutdown", false, true)
+            ]
         );
         assert!(f[0].detail.contains("ml/a is killed 10s after its SIGTERM"), "{}", f[0].detail);
-        assert_eq!((f[2].needed, f[2].given), (s(30), s(15)));
+        assert!(
+            f[2].detail.contains("= 30s but") && f[2].detail.contains("at most 15s"),
+            "{}",
+            f[2].detail
+        );
     }
 
     #[test]

@@ -41,8 +41,8 @@ pub(crate) fn acknowledged(r: &GangRound) -> bool {
         && r.size.is_none_or(|n| r.members.len() >= n as usize)
 }
 
-fn names(ids: &[&str]) -> String {
-    let mut s = ids.iter().take(NAMED).copied().collect::<Vec<_>>().join(", ");
+fn names(ids: &[String]) -> String {
+    let mut s = ids[..ids.len().min(NAMED)].join(", ");
     if ids.len() > NAMED {
         s.push_str(&format!(" and {} more", ids.len() - NAMED));
     }
@@ -76,7 +76,6 @@ pub(crate) fn describe(r: &GangRound) -> String {
         })
         .collect();
     if !silent.is_empty() {
-        let silent: Vec<&str> = silent.iter().map(String::as_str).collect();
         let budget = Duration::from_millis((r.round.until - r.round.at).max(0) as u64);
         s.push_str(&format!(
             "; no answer from {} within {}",
@@ -157,8 +156,7 @@ pub(crate) fn verdict(d: &DrillResult) -> Vec<String> {
         ),
     ];
     if !d.missing.is_empty() {
-        let ids: Vec<&str> = d.missing.iter().map(String::as_str).collect();
-        lines.push(format!("no answer from {}", names(&ids)));
+        lines.push(format!("no answer from {}", names(&d.missing)));
     }
     lines
 }

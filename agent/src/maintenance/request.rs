@@ -20,8 +20,10 @@ use crate::coord::{Coordinator, Keys};
 use crate::redact::{Secret, Urls};
 use crate::runtime::{Container, ContainerRuntime};
 
-/// How a worker is asked to checkpoint, with the default signal resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a worker is asked to checkpoint, with the default signal resolved. Its
+/// `IntoStaticStr` is the metric label.
+#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub(crate) enum Method {
     /// The request in the status record is all: the worker polls its own record.
     Record,
@@ -45,15 +47,6 @@ impl Method {
     /// A container's checkpoint label: the same syntax as `checkpoint.method`.
     pub(crate) fn parse(label: &str, default_signal: Signal) -> Result<Method, String> {
         Ok(Method::resolve(&label.parse()?, default_signal))
-    }
-
-    /// Metric label.
-    pub(crate) fn label(&self) -> &'static str {
-        match self {
-            Method::Record => "record",
-            Method::Signal(_) => "signal",
-            Method::Http(_) => "http",
-        }
     }
 }
 
@@ -161,7 +154,7 @@ impl Checkpointer {
                 Ok(r) => r,
                 Err(_) => WorkerResult {
                     worker: c.worker.clone(),
-                    method: self.method_for(c).map(|m| m.label()).unwrap_or("invalid"),
+                    method: self.method_for(c).map(<&str>::from).unwrap_or("invalid"),
                     outcome: Outcome::TimedOut,
                     waited: started.elapsed(),
                     detail: format!("no acknowledgement within {}", crate::clock::brief(budget)),
@@ -199,7 +192,7 @@ impl Checkpointer {
             Ok(m) => m,
             Err(e) => return result("invalid", Outcome::Failed, e.to_string()),
         };
-        let label = method.label();
+        let label = <&str>::from(&method);
         let id = new_id();
         let now: Millis = match self.coord.time().await {
             Ok(t) => t,
@@ -279,25 +272,19 @@ impl Checkpointer {
                     "deadline_ms": budget.as_millis() as u64,
                 });
                 // NB: `url` shows redacted; the error is said without it (it names the URL).
-                let r = self
+                let sent = self
                     .http
                     .post(url.expose())
                     .timeout(budget.min(Duration::from_secs(5)))
                     .json(&body)
                     .send()
-                    .await
-                    .map_err(|e| DeliveryError::Post {
-                        url: url.to_string(),
-                        why: crate::http::http_error(e),
-                    })?;
-                if r.status().is_success() {
-                    Ok(())
-                } else {
-                    Err(DeliveryError::Post {
-                        url: url.to_string(),
-                        why: format!("HTTP {}", r.status()),
-                    })
-                }
+                    .await;
+                let why = match sent {
+                    Ok(r) if r.status().is_success() => return Ok(()),
+                    Ok(r) => format!("HTTP {}", r.status()),
+                    Err(e) => crate::http::http_error(e),
+                };
+                Err(DeliveryError::Post { url: url.to_string(), why })
             }
         }
     }

@@ -19,10 +19,7 @@ pub fn to_classic_text(openmetrics: &str) -> String {
             let (name, tail) = rest.split_once(' ')?;
             counters.contains(name).then(|| format!("{prefix}{name}_total {tail}"))
         });
-        match renamed {
-            Some(l) => out.push_str(&l),
-            None => out.push_str(line),
-        }
+        out.push_str(renamed.as_deref().unwrap_or(line));
         out.push('\n');
     }
     out

@@ -85,57 +85,38 @@ pub(crate) struct GpuMetrics {
 impl GpuMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = GpuMetrics::default();
-        m.register_state(reg);
-        m.register_samples(reg);
-        m.register_memory_errors(reg);
-        m.register_events(reg);
-        m
-    }
-
-    fn register_state(&self, reg: &mut Registry) {
         register!(reg;
-            "gpu_monitoring" => self.monitoring, "1 when NVML is loaded and GPUs are watched";
-            "gpu_monitor_state" => self.monitor_state,
+            "gpu_monitoring" => m.monitoring, "1 when NVML is loaded and GPUs are watched";
+            "gpu_monitor_state" => m.monitor_state,
                 "1 for the GPU monitor's current state (starting, off, no-gpu, waiting-for-driver, on)";
-            "gpu_health" => self.health,
+            "gpu_health" => m.health,
                 "1 for each GPU's current health (healthy, degraded, failed)";
-        );
-    }
-
-    fn register_samples(&self, reg: &mut Registry) {
-        register!(reg;
-            "gpu_temperature" in Unit::Celsius => self.temperature, "GPU core temperature";
-            "gpu_power" in Unit::Other("watts".into()) => self.power, "GPU power draw";
-            "gpu_utilization" in Unit::Other("ratio".into()) => self.utilization,
+            // The latest samples.
+            "gpu_temperature" in Unit::Celsius => m.temperature, "GPU core temperature";
+            "gpu_power" in Unit::Other("watts".into()) => m.power, "GPU power draw";
+            "gpu_utilization" in Unit::Other("ratio".into()) => m.utilization,
                 "GPU utilisation, 0 to 1";
-            "gpu_memory_used" in Unit::Bytes => self.memory_used, "GPU memory in use";
-            "gpu_memory_total" in Unit::Bytes => self.memory_total, "GPU memory in total";
-        );
-    }
-
-    fn register_memory_errors(&self, reg: &mut Registry) {
-        register!(reg;
-            "gpu_ecc_errors" => self.ecc_errors,
+            "gpu_memory_used" in Unit::Bytes => m.memory_used, "GPU memory in use";
+            "gpu_memory_total" in Unit::Bytes => m.memory_total, "GPU memory in total";
+            // Memory errors.
+            "gpu_ecc_errors" => m.ecc_errors,
                 "ECC error counts as NVML reports them, by counter (volatile since boot, aggregate lifetime) and severity";
-            "gpu_retired_pages" => self.retired_pages,
+            "gpu_retired_pages" => m.retired_pages,
                 "Retired memory pages (single- and double-bit causes)";
-            "gpu_retired_pages_pending" => self.retired_pages_pending,
+            "gpu_retired_pages_pending" => m.retired_pages_pending,
                 "1 when a page retirement waits for the next GPU reset";
-            "gpu_remapped_rows" => self.remapped_rows,
+            "gpu_remapped_rows" => m.remapped_rows,
                 "Remapped memory rows by kind (correctable, uncorrectable)";
-            "gpu_remap_pending" => self.remap_pending,
+            "gpu_remap_pending" => m.remap_pending,
                 "1 when a row remap waits for the next GPU reset";
-            "gpu_remap_failure" => self.remap_failure,
+            "gpu_remap_failure" => m.remap_failure,
                 "1 when a row remap failed (the GPU should be replaced)";
-        );
-    }
-
-    fn register_events(&self, reg: &mut Registry) {
-        register!(reg;
-            "gpu_throttle" => self.throttle, "1 for each active clock-throttle reason";
-            "gpu_xid_events" => self.xid_events,
+            // Events.
+            "gpu_throttle" => m.throttle, "1 for each active clock-throttle reason";
+            "gpu_xid_events" => m.xid_events,
                 "Critical XID events by GPU and XID (every occurrence counts)";
         );
+        m
     }
 
     /// One series in every GPU family (see `Metrics::touch_all`), set here directly: the report

@@ -93,41 +93,26 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("vigil");
-        // NB: the order of these lines is the order of the families in a scrape.
-        let decisions = DecisionMetrics::register(&mut registry);
-        let backends = BackendMetrics::register(&mut registry);
-        let cycle = CycleMetrics::register(&mut registry);
-        let workers = WorkerMetrics::register(&mut registry);
-        let pace = PaceMetrics::register(&mut registry);
-        let lost = LostMetrics::register(&mut registry);
-        let maintenance = MaintenanceMetrics::register(&mut registry);
-        let node_info = NodeInfoMetrics::register(&mut registry);
-        let checkpoints = CheckpointMetrics::register(&mut registry);
-        let drills = DrillMetrics::register(&mut registry);
-        let kube = KubeMetrics::register(&mut registry);
-        let budgets = BudgetMetrics::register(&mut registry);
-        let gpu = GpuMetrics::register(&mut registry);
-        let tpu = TpuMetrics::register(&mut registry);
-        let worker_api = WorkerApiMetrics::register(&mut registry);
-        register_build_info(&mut registry);
+        let mut reg = Registry::with_prefix("vigil");
+        // NB: the order of these fields is the order of the families in a scrape (a struct
+        // literal's fields are evaluated in the order written), `build_info` last.
         Metrics {
-            registry,
-            decisions,
-            backends,
-            cycle,
-            workers,
-            pace,
-            lost,
-            maintenance,
-            node_info,
-            checkpoints,
-            drills,
-            kube,
-            budgets,
-            gpu,
-            tpu,
-            worker_api,
+            decisions: DecisionMetrics::register(&mut reg),
+            backends: BackendMetrics::register(&mut reg),
+            cycle: CycleMetrics::register(&mut reg),
+            workers: WorkerMetrics::register(&mut reg),
+            pace: PaceMetrics::register(&mut reg),
+            lost: LostMetrics::register(&mut reg),
+            maintenance: MaintenanceMetrics::register(&mut reg),
+            node_info: NodeInfoMetrics::register(&mut reg),
+            checkpoints: CheckpointMetrics::register(&mut reg),
+            drills: DrillMetrics::register(&mut reg),
+            kube: KubeMetrics::register(&mut reg),
+            budgets: BudgetMetrics::register(&mut reg),
+            gpu: GpuMetrics::register(&mut reg),
+            tpu: TpuMetrics::register(&mut reg),
+            worker_api: WorkerApiMetrics::register(&mut reg),
+            registry: with_build_info(reg),
         }
     }
 
@@ -207,10 +192,11 @@ struct BuildLabels {
 
 /// NB: a gauge fixed at 1 rather than an OpenMetrics `info`, so that parsers of the classic text
 /// format (promtool, older scrapers) read it too.
-fn register_build_info(registry: &mut Registry) {
+fn with_build_info(mut registry: Registry) -> Registry {
     let build: Family<BuildLabels, Gauge> = Family::default();
     build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
     registry.register("build_info", "Build information (always 1)", build);
+    registry
 }
 
 #[cfg(test)]

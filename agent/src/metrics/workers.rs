@@ -81,6 +81,21 @@ fn seconds(ms: Millis) -> f64 {
     ms as f64 / 1000.0
 }
 
+/// `id`'s series in `family` set to `value`; removed for `None` when `exported` (kept up to date).
+fn set_or_remove(
+    family: &Family<WorkerLabels, F64Gauge>,
+    id: &WorkerLabels,
+    value: Option<f64>,
+    exported: &mut bool,
+) {
+    if let Some(v) = value {
+        family.get_or_create(id).set(v);
+    } else if *exported {
+        family.remove(id);
+    }
+    *exported = value.is_some();
+}
+
 impl WorkerMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
         let m = WorkerMetrics::default();
@@ -123,28 +138,9 @@ impl WorkerMetrics {
         self.stage
             .get_or_create(&WorkerStageLabels { worker: id.worker.clone(), stage: s.stage })
             .set(1);
-        match s.heartbeat {
-            Some(hb) => {
-                self.heartbeat_age.get_or_create(&id).set(seconds((s.now - hb).max(0)));
-                e.heartbeat = true;
-            }
-            None if e.heartbeat => {
-                self.heartbeat_age.remove(&id);
-                e.heartbeat = false;
-            }
-            None => {}
-        }
-        match s.silence {
-            Some(t) => {
-                self.allowed_silence.get_or_create(&id).set(seconds(t));
-                e.silence = true;
-            }
-            None if e.silence => {
-                self.allowed_silence.remove(&id);
-                e.silence = false;
-            }
-            None => {}
-        }
+        let age = s.heartbeat.map(|hb| seconds((s.now - hb).max(0)));
+        set_or_remove(&self.heartbeat_age, &id, age, &mut e.heartbeat);
+        set_or_remove(&self.allowed_silence, &id, s.silence.map(seconds), &mut e.silence);
         if let Some(at) = s.restarted {
             Self::set_restart(&self.last_restart, e, &id, at);
         }

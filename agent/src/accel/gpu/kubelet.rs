@@ -80,13 +80,10 @@ pub(crate) async fn resolve(
             continue;
         };
         if !listed.iter().any(|(d, _)| d == driver) {
-            let devices = match api.devices(node, driver).await {
-                Ok(d) => d,
-                Err(e) => {
-                    error = Some(e);
-                    Vec::new()
-                }
-            };
+            let devices = api.devices(node, driver).await.unwrap_or_else(|e| {
+                error = Some(e);
+                Vec::new()
+            });
             listed.push((driver.to_string(), devices));
         }
         let devices = listed.iter().find(|(d, _)| d == driver).map(|(_, d)| d);
@@ -118,8 +115,8 @@ pub async fn follow(
     every: Duration,
     stop: CancellationToken,
 ) {
-    let mut errors = Throttled::new();
-    let mut slice_errors = Throttled::new();
+    let mut errors = Throttled::default();
+    let mut slice_errors = Throttled::default();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut read = false;

@@ -354,7 +354,13 @@ pub(crate) fn selects(g: &GpuStatus, id: &str) -> bool {
         || (!g.uuid.is_empty() && g.uuid.eq_ignore_ascii_case(id))
 }
 
-/// `None`, or a list containing `all`, means every GPU of the node.
-pub(crate) fn all_gpus(gpus: Option<&[String]>) -> bool {
-    gpus.is_none_or(|ids| ids.iter().any(|id| id.trim().eq_ignore_ascii_case("all")))
+/// The GPUs of `report` that `ids` name (see [`selects`]): `None`, or a list containing `all`,
+/// means every GPU of the node.
+pub(crate) fn chosen<'a>(
+    report: &'a GpuReport,
+    ids: Option<&'a [String]>,
+) -> impl Iterator<Item = &'a GpuStatus> {
+    let all = ids.is_none_or(|ids| ids.iter().any(|id| id.trim().eq_ignore_ascii_case("all")));
+    let ids = ids.unwrap_or_default();
+    report.gpus.iter().filter(move |g| all || ids.iter().any(|id| selects(g, id)))
 }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::accel::clock_ms;
 use crate::accel::gpu::model::{GpuCleared, GpuMonitorState, GpuReport, GpuSample, XidEvent};
 use crate::accel::gpu::nvml::GpuProbe;
-use crate::accel::gpu::policy::{rejudge, update};
+use crate::accel::gpu::policy::{new_cleared, rejudge, update};
 use crate::accel::gpu::policy_episode::{ended, new_begun};
 use crate::accel::gpu::policy_kubelet::{hear, new_reports, KubeletReport};
 use crate::accel::gpu::policy_state::{needs_write, snapshot, StateFile};
@@ -31,6 +31,7 @@ pub type Kubelet = watch::Receiver<Vec<KubeletReport>>;
 const XID_WAIT: Duration = Duration::from_secs(1);
 
 /// Logs a recurring failure at most once a minute, with how many were left out.
+#[derive(Default)]
 pub(crate) struct Throttled {
     last: Option<Instant>,
     suppressed: u64,
@@ -38,10 +39,6 @@ pub(crate) struct Throttled {
 
 impl Throttled {
     const EVERY: Duration = Duration::from_secs(60);
-
-    pub fn new() -> Throttled {
-        Throttled { last: None, suppressed: 0 }
-    }
 
     pub(crate) fn warn(&mut self, what: &'static str, e: &dyn std::fmt::Display) {
         if self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
@@ -62,7 +59,7 @@ impl Throttled {
 }
 
 /// Run `probe` on a dedicated thread until `stop` is cancelled, publishing on `tx`, keeping no
-/// state across restarts (see [`spawn_monitor_kept`]).
+/// state across restarts (see [`spawn_monitor_with`]).
 ///
 /// The thread alternates between waiting for XID events (at most [`XID_WAIT`] at a time, so
 /// `stop` is seen within about a second) and reading every GPU each `cfg.sample_interval`
@@ -73,30 +70,21 @@ pub fn spawn_monitor(
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
 ) -> std::io::Result<JoinHandle<()>> {
-    spawn_thread(move || run_monitor(probe, &cfg, None, &tx, &stop, None))
+    spawn_monitor_with(probe, cfg, None, None, tx, stop)
 }
 
-/// As [`spawn_monitor`], hearing the kubelet's reports too (`crate::accel::gpu::kubelet`): a
-/// GPU it newly reports `Unhealthy` is failed until it is reset.
-pub fn spawn_monitor_hearing(
+/// As [`spawn_monitor`], with failed GPUs read from and written to `store`, and hearing the
+/// kubelet's reports (`crate::accel::gpu::kubelet`): a GPU it newly reports `Unhealthy` is
+/// failed until it is reset.
+pub fn spawn_monitor_with(
     probe: Box<dyn GpuProbe>,
     cfg: GpuConfig,
-    tx: watch::Sender<GpuReport>,
-    stop: CancellationToken,
-    kubelet: Kubelet,
-) -> std::io::Result<JoinHandle<()>> {
-    spawn_thread(move || run_monitor(probe, &cfg, None, &tx, &stop, Some(kubelet)))
-}
-
-/// As [`spawn_monitor`], with failed GPUs read from and written to `store`.
-pub fn spawn_monitor_kept(
-    probe: Box<dyn GpuProbe>,
-    cfg: GpuConfig,
-    store: StateStore,
+    store: Option<StateStore>,
+    kubelet: Option<Kubelet>,
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
 ) -> std::io::Result<JoinHandle<()>> {
-    spawn_thread(move || run_monitor(probe, &cfg, Some(store), &tx, &stop, None))
+    spawn_thread(move || run_monitor(probe, &cfg, store, &tx, &stop, kubelet))
 }
 
 /// The monitor's own thread. An error when the OS refuses one (a container at its pids limit).
@@ -114,7 +102,7 @@ struct Keeper {
 
 impl Keeper {
     /// Read the file: the report to start from (failures of this boot, clearings by a reboot).
-    fn open(store: StateStore, cfg: &GpuConfig) -> (Keeper, GpuReport) {
+    fn open(store: StateStore, cfg: &GpuConfig) -> (Option<Keeper>, GpuReport) {
         let restored = store.load();
         if let Some(w) = &restored.warning {
             tracing::warn!("{w}");
@@ -127,8 +115,8 @@ impl Keeper {
         }
         let seed =
             GpuReport { gpus: restored.gpus, cleared: restored.cleared, ..GpuReport::default() };
-        let keeper = Keeper { store, last: None, last_at: 0, errors: Throttled::new() };
-        (keeper, rejudge(&seed, cfg))
+        let keeper = Keeper { store, last: None, last_at: 0, errors: Throttled::default() };
+        (Some(keeper), rejudge(&seed, cfg))
     }
 
     /// Write the failed GPUs of `report` when they changed (a failed write is retried with the
@@ -149,16 +137,6 @@ impl Keeper {
                 &format!("{}: {e}", self.store.path().display()),
             ),
         }
-    }
-}
-
-/// Log the failures cleared since `seen` (by sequence number).
-fn log_cleared(report: &GpuReport, seen: &mut u64) {
-    for c in report.cleared.iter().filter(|c| c.seq > *seen) {
-        tracing::info!(gpu = %c.gpu, causes = %c.causes.join("; "), "GPU failure cleared: {}", c.why);
-    }
-    if let Some(last) = report.cleared.last() {
-        *seen = (*seen).max(last.seq);
     }
 }
 
@@ -286,7 +264,9 @@ impl Verdict {
     ) {
         let next = update(&self.report, samples, xids, clock_ms(), cfg);
         log_episodes(&self.report, &next, &mut self.begun_seen);
-        log_cleared(&next, &mut self.cleared_seen);
+        for c in new_cleared(&next, &mut self.cleared_seen) {
+            tracing::info!(gpu = %c.gpu, causes = %c.causes.join("; "), "GPU failure cleared: {}", c.why);
+        }
         self.report = next;
         if let Some(k) = self.keeper.as_mut() {
             k.keep(&self.report, clock_ms());
@@ -313,8 +293,8 @@ fn monitor_loop(
     let mut v = Verdict::start(store, cfg);
     tx.send_replace(v.report.clone());
     let mut samples: Vec<GpuSample> = Vec::new();
-    let mut sample_errors = Throttled::new();
-    let mut xid_errors = Throttled::new();
+    let mut sample_errors = Throttled::default();
+    let mut xid_errors = Throttled::default();
     let mut next_sample = Instant::now();
     while !stop.is_cancelled() {
         if Instant::now() >= next_sample {
@@ -363,10 +343,7 @@ impl Verdict {
     /// The first verdict: the failures kept across restarts (with a state file), rejudged.
     fn start(store: Option<StateStore>, cfg: &GpuConfig) -> Verdict {
         let (keeper, report) = match store {
-            Some(store) => {
-                let (k, r) = Keeper::open(store, cfg);
-                (Some(k), r)
-            }
+            Some(store) => Keeper::open(store, cfg),
             None => (None, rejudge(&GpuReport::default(), cfg)),
         };
         Verdict {

@@ -42,6 +42,7 @@ use nvml_wrapper_sys::bindings::NvmlLib;
 
 use crate::accel::gpu::model::{GpuSample, RecoveryAction, RemappedRows, XidEvent};
 use crate::accel::gpu::nvml_fields::{field, fill_speed};
+use crate::accel::{names, numbered};
 
 /// Why GPU monitoring is off (said once at start-up).
 #[derive(Debug, thiserror::Error)]
@@ -389,38 +390,9 @@ impl GpuProbe for NvmlProbe {
     }
 }
 
-/// Loads NVML: the seam of the monitor's start-up, so a test can fail it N times and then hand
-/// over a fake probe.
-pub trait NvmlLoader: Send {
-    /// One attempt; blocking.
-    fn load(&mut self) -> Result<Box<dyn GpuProbe>, GpuError>;
-}
-
-impl<F> NvmlLoader for F
-where
-    F: FnMut() -> Result<Box<dyn GpuProbe>, GpuError> + Send,
-{
-    fn load(&mut self) -> Result<Box<dyn GpuProbe>, GpuError> {
-        self()
-    }
-}
-
-/// The real NVML from `library_path` (empty: the loader's search path).
-pub(crate) struct RealNvml {
-    pub(crate) library_path: String,
-}
-
-impl NvmlLoader for RealNvml {
-    fn load(&mut self) -> Result<Box<dyn GpuProbe>, GpuError> {
-        let probe = NvmlProbe::new(Some(self.library_path.as_str()))?;
-        tracing::info!(
-            gpus = probe.gpu_count().unwrap_or(0),
-            xid_events_on = probe.xid_gpus().len(),
-            "NVML loaded"
-        );
-        Ok(Box::new(probe))
-    }
-}
+/// Loads NVML, one attempt, blocking: the seam of the monitor's start-up, so a test can fail it
+/// N times and then hand over a fake probe.
+pub type NvmlLoader = dyn FnMut() -> Result<Box<dyn GpuProbe>, GpuError> + Send;
 
 /// Where to look for NVIDIA GPUs without the driver: `/dev` and `/sys/bus/pci/devices`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -441,31 +413,17 @@ impl Default for HostPaths {
 /// driver, which tells "no GPU here" from "GPUs, no driver yet" on a node whose driver
 /// installer has not run. NVSwitches (class 0x0680) are not GPUs.
 pub(crate) fn gpus_present(h: &HostPaths) -> bool {
-    let device_file = std::fs::read_dir(&h.dev).is_ok_and(|mut entries| {
-        entries.any(|e| {
-            e.ok().is_some_and(|e| {
-                let name = e.file_name();
-                let name = name.to_string_lossy();
-                name.strip_prefix("nvidia")
-                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-            })
-        })
-    });
-    device_file
-        || std::fs::read_dir(&h.pci_devices).is_ok_and(|mut entries| {
-            entries.any(|e| {
-                e.ok().is_some_and(|e| {
-                    let read = |f: &str| {
-                        std::fs::read_to_string(e.path().join(f))
-                            .map(|s| s.trim().to_ascii_lowercase())
-                            .unwrap_or_default()
-                    };
-                    read("vendor") == "0x10de"
-                        && (read("class").starts_with("0x0300")
-                            || read("class").starts_with("0x0302"))
-                })
-            })
-        })
+    let nvidia_display = |addr: &String| {
+        let read = |f: &str| {
+            std::fs::read_to_string(h.pci_devices.join(addr).join(f))
+                .map(|s| s.trim().to_ascii_lowercase())
+                .unwrap_or_default()
+        };
+        read("vendor") == "0x10de"
+            && (read("class").starts_with("0x0300") || read("class").starts_with("0x0302"))
+    };
+    names(&h.dev).is_ok_and(|files| files.iter().any(|f| numbered(f, "nvidia")))
+        || names(&h.pci_devices).is_ok_and(|addrs| addrs.iter().any(nvidia_display))
 }
 
 #[cfg(test)]

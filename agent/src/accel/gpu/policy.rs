@@ -27,9 +27,8 @@ use std::collections::BTreeMap;
 
 pub(crate) use crate::accel::gpu::model::label;
 use crate::accel::gpu::model::{
-    all_gpus, selects, EpisodeBegun, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport,
-    GpuSample, GpuStatus, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS,
-    MISSING_ROUNDS,
+    chosen, EpisodeBegun, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample,
+    GpuStatus, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
 };
 use crate::accel::gpu::policy_episode;
 use crate::accel::gpu::policy_slow;
@@ -80,9 +79,7 @@ pub(crate) fn update(
         if !g.missing {
             follow_hardware(g, &mut cleared);
         }
-        let (health, reasons) = judge(g, &overrides);
-        g.health = health;
-        g.reasons = reasons;
+        (g.health, g.reasons) = judge(g, &overrides);
     }
     gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
     let mut report = report_of(gpus, cleared);
@@ -105,9 +102,7 @@ pub(crate) fn rejudge(prev: &GpuReport, cfg: &GpuConfig) -> GpuReport {
     let overrides = cfg.xid_overrides();
     let mut gpus = prev.gpus.clone();
     for g in &mut gpus {
-        let (health, reasons) = judge(g, &overrides);
-        g.health = health;
-        g.reasons = reasons;
+        (g.health, g.reasons) = judge(g, &overrides);
     }
     GpuReport {
         begun: prev.begun.clone(),
@@ -413,13 +408,9 @@ pub fn evidence(
     now_ms: i64,
     cfg: &GpuConfig,
 ) -> Vec<String> {
-    let all = all_gpus(gpus);
     let window = ms(cfg.evidence_window);
     let mut lines = Vec::new();
-    for g in &report.gpus {
-        if !all && !gpus.unwrap_or_default().iter().any(|id| selects(g, id)) {
-            continue;
-        }
+    for g in chosen(report, gpus) {
         for &(xid, at) in &g.recent_xids {
             let age: Millis = now_ms - at;
             if cfg.evidence_xids.contains(&xid) && (0..=window).contains(&age) {
@@ -433,12 +424,7 @@ pub fn evidence(
 /// Whether a worker on these GPUs (indices or UUIDs; `None` or `all` = any GPU of the node) sits on
 /// a failed GPU: a restart cannot fix hardware.
 pub fn worker_on_failed_gpu(report: &GpuReport, gpus: Option<&[String]>) -> bool {
-    let failed = |g: &&GpuStatus| g.health == GpuHealth::Failed;
-    if all_gpus(gpus) {
-        return report.gpus.iter().any(|g| failed(&g));
-    }
-    let ids = gpus.unwrap_or_default();
-    report.gpus.iter().filter(failed).any(|g| ids.iter().any(|id| selects(g, id)))
+    chosen(report, gpus).any(|g| g.health == GpuHealth::Failed)
 }
 
 #[cfg(test)]

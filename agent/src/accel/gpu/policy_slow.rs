@@ -10,7 +10,7 @@
 //!   errors (replay, recovery and CRC, summed over the active links), corrected ECC errors;
 //! - an XID within `gpu.evidence_window`.
 
-use crate::accel::gpu::model::{all_gpus, label, selects, GpuReport, GpuSample, GpuStatus, Rise};
+use crate::accel::gpu::model::{chosen, label, GpuReport, GpuSample, GpuStatus, Rise};
 
 /// Throttle reasons that slow a GPU down, as NVML names them (`crate::accel::gpu::nvml`).
 const SLOWDOWNS: [&str; 4] = ["hw-slowdown", "hw-thermal", "sw-thermal", "hw-power-brake"];
@@ -76,11 +76,7 @@ fn why_slow(g: &GpuStatus) -> Vec<String> {
 /// What slows a worker on these GPUs down now (indices or UUIDs; `None` or `all` = every GPU of
 /// the node): `GPU 0 (GPU-…) hw-slowdown, PCIe replays +40`, one line per GPU.
 pub fn slow_signals(report: &GpuReport, gpus: Option<&[String]>) -> Vec<String> {
-    let all = all_gpus(gpus);
-    report
-        .gpus
-        .iter()
-        .filter(|g| all || gpus.unwrap_or_default().iter().any(|id| selects(g, id)))
+    chosen(report, gpus)
         .filter_map(|g| {
             let why = why_slow(g);
             (!why.is_empty()).then(|| format!("{} {}", label(g.index, &g.uuid), why.join(", ")))

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::accel::gpu::model::{GpuMonitorState, GpuReport};
 use crate::accel::gpu::monitor::{run_monitor, spawn_thread, Kubelet};
-use crate::accel::gpu::nvml::{gpus_present, GpuError, HostPaths, NvmlLoader, RealNvml};
+use crate::accel::gpu::nvml::{gpus_present, GpuError, GpuProbe, HostPaths, NvmlLoader, NvmlProbe};
 use crate::accel::gpu::state::{StateStore, BOOT_ID_PATH};
 use crate::backoff::Backoff;
 use crate::clock::{human, ms};
@@ -144,7 +144,16 @@ pub async fn start(
     warnings: Option<Warnings>,
     kubelet: Option<Kubelet>,
 ) -> Option<JoinHandle<()>> {
-    let loader = RealNvml { library_path: cfg.library_path.clone() };
+    let path = cfg.library_path.clone();
+    let loader = move || -> Result<Box<dyn GpuProbe>, GpuError> {
+        let probe = NvmlProbe::new(Some(path.as_str()))?;
+        tracing::info!(
+            gpus = probe.gpu_count().unwrap_or(0),
+            xid_events_on = probe.xid_gpus().len(),
+            "NVML loaded"
+        );
+        Ok(Box::new(probe))
+    };
     let opts = StartOptions { warnings, kubelet, ..StartOptions::default() };
     start_with(cfg, Box::new(loader), opts, tx, stop).await
 }
@@ -152,7 +161,7 @@ pub async fn start(
 /// [`start`] with its seams: the NVML loader and the host paths, boot id and waits.
 pub async fn start_with(
     cfg: &GpuConfig,
-    mut loader: Box<dyn NvmlLoader>,
+    mut loader: Box<NvmlLoader>,
     opts: StartOptions,
     tx: watch::Sender<GpuReport>,
     stop: CancellationToken,
@@ -231,12 +240,12 @@ fn publish(tx: &watch::Sender<GpuReport>, state: GpuMonitorState) {
 /// publishing where the wait stands.
 fn wait_for_nvml(
     cfg: &GpuConfig,
-    loader: &mut dyn NvmlLoader,
+    loader: &mut NvmlLoader,
     opts: &StartOptions,
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
     mut said_no_gpu: bool,
-) -> Option<Box<dyn crate::accel::gpu::nvml::GpuProbe>> {
+) -> Option<Box<dyn GpuProbe>> {
     let mut backoff = Backoff::new(opts.retry_first, opts.retry_max);
     let mut log = WaitLog::new(opts.log_every);
     while !stop.is_cancelled() {
@@ -248,7 +257,7 @@ fn wait_for_nvml(
             }
             continue;
         }
-        match loader.load() {
+        match loader() {
             Ok(probe) => {
                 if let Some(line) = log.loaded(Instant::now()) {
                     tracing::info!("{line}");

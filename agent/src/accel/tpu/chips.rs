@@ -27,6 +27,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::accel::tpu::model::{AerCounts, KernelRecord, TpuChips, TpuReading};
+use crate::accel::{names, numbered};
 
 /// Google's PCI vendor id.
 pub(crate) const GOOGLE_VENDOR: &str = "0x1ae0";
@@ -160,10 +161,6 @@ impl TpuProbe for FsProbe {
 
 /// The chips' device files under `dir`, sorted: `accel<N>` and `vfio/<N>`.
 pub(crate) fn device_files(dir: &Path) -> std::io::Result<Vec<String>> {
-    let numbered = |name: &str, prefix: &str| {
-        name.strip_prefix(prefix)
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-    };
     let mut out: Vec<String> = names(dir)?.into_iter().filter(|n| numbered(n, "accel")).collect();
     // No vfio directory: no VFIO-bound chip (TPU v4), not an error.
     let vfio = names(&dir.join("vfio")).unwrap_or_default();
@@ -173,13 +170,6 @@ pub(crate) fn device_files(dir: &Path) -> std::io::Result<Vec<String>> {
         (n.starts_with("vfio"), digits.parse::<u64>().unwrap_or(u64::MAX))
     });
     Ok(out)
-}
-
-fn names(dir: &Path) -> std::io::Result<Vec<String>> {
-    Ok(std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect())
 }
 
 /// The TPU PCI functions under `<sys>/bus/pci/devices` (sorted) and their AER totals. An

@@ -118,10 +118,7 @@ pub struct TpuReport {
 impl TpuReport {
     /// One line for the condition's message and the trail: the count and the reasons.
     pub fn summary(&self) -> String {
-        let expected = match self.expected {
-            Some(n) => n.to_string(),
-            None => "unknown".into(),
-        };
+        let expected = self.expected.map_or("unknown".to_string(), |n| n.to_string());
         let mut s = format!(
             "TPU health {}: {} chip(s) present, allocatable google.com/tpu {expected}",
             self.health.as_str(),

@@ -293,11 +293,8 @@ pub(crate) fn tpu_condition(report: &TpuReport) -> Option<NodeCondition> {
     if !report.monitoring {
         return None;
     }
-    let reason = match report.health {
-        TpuHealth::Healthy => "Healthy",
-        TpuHealth::Degraded => "Degraded",
-        TpuHealth::Failed => "Failed",
-    };
+    // In the order of the scale: healthy, degraded, failed.
+    let reason = ["Healthy", "Degraded", "Failed"][report.health as usize];
     Some(problem_condition(
         TPU_CONDITION,
         Some(report.health == TpuHealth::Failed),

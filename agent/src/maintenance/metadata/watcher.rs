@@ -119,7 +119,7 @@ async fn first_answer(
         };
         let pause_for = match res {
             Err(e @ MetadataError::Unreachable { .. }) => {
-                metrics.metadata_error(key.label(), e.kind());
+                metrics.metadata_error(key.as_str(), e.kind());
                 if attempt < attempts {
                     cfg.unavailable_retry.0
                 } else {
@@ -148,8 +148,9 @@ async fn first_answer(
     }
 }
 
-/// The watched keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The watched keys; `as_str` is the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 enum Key {
     MaintenanceEvent,
     UpcomingMaintenance,
@@ -165,15 +166,6 @@ impl Key {
         }
     }
 
-    /// Metric label.
-    fn label(self) -> &'static str {
-        match self {
-            Key::MaintenanceEvent => "maintenance-event",
-            Key::UpcomingMaintenance => "upcoming-maintenance",
-            Key::Preempted => "preempted",
-        }
-    }
-
     /// Parse a body read from this key.
     fn parse(self, body: &str) -> Result<Parsed, MetadataError> {
         Ok(match self {
@@ -183,6 +175,8 @@ impl Key {
         })
     }
 }
+
+as_str!(Key);
 
 enum Parsed {
     Event(MaintenanceEvent),
@@ -194,12 +188,9 @@ impl Parsed {
     /// Store into `raw`; true when the value changed.
     fn apply(self, raw: &mut RawMetadata) -> bool {
         fn set<T: PartialEq>(slot: &mut T, v: T) -> bool {
-            if *slot == v {
-                false
-            } else {
-                *slot = v;
-                true
-            }
+            let changed = *slot != v;
+            *slot = v;
+            changed
         }
         match self {
             Parsed::Event(v) => set(&mut raw.maintenance_event, Some(v)),
@@ -330,7 +321,7 @@ impl KeyState {
                 if changed {
                     // The node controller logs the phase this makes.
                     tracing::info!(
-                        key = key.label(),
+                        key = key.as_str(),
                         value = %snippet(fetched.value.trim()),
                         "metadata changed"
                     );
@@ -344,8 +335,8 @@ impl KeyState {
             Err(e) => {
                 // An answer this build cannot read will not read better on the next try.
                 self.settle(ctx);
-                ctx.metrics.metadata_error(key.label(), e.kind());
-                tracing::warn!(key = key.label(), "{e}");
+                ctx.metrics.metadata_error(key.as_str(), e.kind());
+                tracing::warn!(key = key.as_str(), "{e}");
                 // NB: adopt the new ETag, or the next long-poll would return the same bad
                 // value at once, forever. The previous good value stays published.
                 if fetched.etag.is_some() {
@@ -359,7 +350,7 @@ impl KeyState {
     /// A failed request: counted; the pause before the next one.
     fn on_error(&mut self, ctx: Ctx<'_>, e: &MetadataError) -> Duration {
         let key = self.key;
-        ctx.metrics.metadata_error(key.label(), e.kind());
+        ctx.metrics.metadata_error(key.as_str(), e.kind());
         // NB: a key the server does not have or refuses is as read as it will be; a 503 (sub-
         // second during host maintenance), a 429 or a timeout is not: its value may be the
         // notice itself.
@@ -376,11 +367,11 @@ impl KeyState {
             // lasts is something else, and gets the backoff and a warning.
             MetadataError::Unavailable { .. } if self.unavailable_streak < UNAVAILABLE_FAST => {
                 self.unavailable_streak += 1;
-                tracing::debug!(key = key.label(), "{e}");
+                tracing::debug!(key = key.as_str(), "{e}");
                 jitter(ctx.cfg.unavailable_retry.0, ctx.cfg.unavailable_retry.1)
             }
             _ => {
-                tracing::warn!(key = key.label(), "{}", chain(e));
+                tracing::warn!(key = key.as_str(), "{}", chain(e));
                 self.backoff.next_delay()
             }
         }
@@ -393,17 +384,13 @@ impl KeyState {
 /// this answer is the first such read (hold it); any other answer resets the count.
 fn unconfirmed_clear(ctx: Ctx<'_>, parsed: &Parsed, clear_seen: &mut bool) -> bool {
     let clears = matches!(parsed, Parsed::Upcoming(None)) && ctx.tx.borrow().upcoming.is_some();
-    if !clears {
-        *clear_seen = false;
-        return false;
-    }
+    *clear_seen = clears && !*clear_seen;
     if *clear_seen {
-        *clear_seen = false;
-        return false;
+        tracing::debug!(
+            "upcoming-maintenance says nothing is scheduled: confirming before clearing"
+        );
     }
-    *clear_seen = true;
-    tracing::debug!("upcoming-maintenance says nothing is scheduled: confirming before clearing");
-    true
+    *clear_seen
 }
 
 /// What an operator must know when the server answers but has no `maintenance-event`: the
