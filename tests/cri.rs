@@ -767,7 +767,7 @@ async fn an_http_checkpoint_reaches_a_pod_on_the_pod_network_at_its_ip() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let runtime = Arc::new(kubelet_runtime(&ctd));
     let listed = runtime.list_workers().await.unwrap();
-    let method = listed[0].checkpoint.clone().unwrap_or_default();
+    let method = listed[0].checkpoint.as_ref().map(|m| m.expose().to_string()).unwrap_or_default();
     assert!(
         method.starts_with("http://10.") && method.ends_with(":8080/cgi-bin/ckpt"),
         "the pod's own IP: {method}"

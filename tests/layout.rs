@@ -48,8 +48,9 @@ const TOP: [&str; 25] = [
 ];
 
 /// Shared data decision code may name besides other decision code: the clock, the config, the
-/// container as the runtimes list it, and the Node's vocabulary.
-const SHARED_DATA: [&str; 4] = ["clock", "config", "runtime::container", "vocab"];
+/// container as the runtimes list it, the Node's vocabulary, and the secrets' redaction (a pure
+/// leaf: a container's checkpoint label is a `Secret`).
+const SHARED_DATA: [&str; 5] = ["clock", "config", "runtime::container", "vocab", "redact"];
 
 /// Whether a file of agent/src (its path relative to it) is decision code: a feature's
 /// `model*`/`policy*` file (tests aside), or the shared data decision code reads.

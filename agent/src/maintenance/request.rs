@@ -168,7 +168,9 @@ impl Checkpointer {
     pub(crate) fn method_for(&self, c: &Container) -> Result<Method, DeliveryError> {
         match &c.checkpoint {
             None => Ok(self.default_method.clone()),
-            Some(label) => Method::parse(label, self.default_signal).map_err(DeliveryError::Label),
+            Some(label) => {
+                Method::parse(label.expose(), self.default_signal).map_err(DeliveryError::Label)
+            }
         }
     }
 

@@ -13,8 +13,9 @@ pub struct Container {
     pub running: bool,
     /// Paused by someone (`docker pause`): their decision, never restarted.
     pub paused: bool,
-    /// The value of the checkpoint-method label, when the container has one.
-    pub checkpoint: Option<String>,
+    /// The value of the checkpoint-method label, when the container has one: a secret (an
+    /// `http(s)://` method may carry a token), shown redacted wherever the container is.
+    pub checkpoint: Option<crate::redact::Secret<crate::redact::Urls>>,
     /// The GPUs it was given (indexes or UUIDs), from `--gpus device=...` or
     /// `NVIDIA_VISIBLE_DEVICES`; `None` when it has all of them or it is not known.
     pub gpus: Option<Vec<String>>,
@@ -252,6 +253,17 @@ pub(crate) fn in_pod(job: bool) -> Container {
 #[cfg(test)]
 mod tests {
     use super::{visible_gpus, Container};
+
+    /// A checkpoint label may be an `http(s)://` method with a token: a container shown
+    /// (`{:?}` in a log, a test's failure) shows it redacted; the method reads it whole.
+    #[test]
+    fn a_container_shows_its_checkpoint_label_redacted() {
+        let label = "http://w:8080/ckpt?token=s3cret";
+        let c = Container { checkpoint: Some(label.into()), ..Container::default() };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret") && shown.contains("token=***"), "{shown}");
+        assert_eq!(c.checkpoint.as_ref().map(|l| l.expose()), Some(label));
+    }
 
     #[test]
     fn a_start_time_is_read_from_docker_and_cri_and_never_guessed() {

@@ -103,7 +103,7 @@ impl Sandbox {
             // time keeps the key the same shape as Docker's.
             started_at: format!("attempt-{}@{}", meta.attempt, c.created_at),
             running: c.state == ContainerState::ContainerRunning as i32,
-            checkpoint: self.checkpoint.clone(),
+            checkpoint: self.checkpoint.clone().map(Into::into),
             pod: Some(PodRef {
                 namespace: self.namespace.clone(),
                 pod: self.pod.clone(),

@@ -306,7 +306,7 @@ impl ContainerRuntime for DockerRuntime {
             running: state.and_then(|s| s.running).unwrap_or(false)
                 && !state.and_then(|s| s.paused).unwrap_or(false),
             paused: state.and_then(|s| s.paused).unwrap_or(false),
-            checkpoint: labels.get(&self.checkpoint_label).cloned(),
+            checkpoint: labels.get(&self.checkpoint_label).map(|l| l.as_str().into()),
             gpus: gpus_of(&info),
             pod: None,
             kube_pod: kube_pod(&labels),

@@ -188,7 +188,7 @@ impl FakeRuntime {
     }
     /// Set a container's checkpoint-method label.
     pub fn set_checkpoint_label(&self, id: &str, value: &str) {
-        self.with(id, |c| c.checkpoint = Some(value.to_string()));
+        self.with(id, |c| c.checkpoint = Some(value.into()));
     }
     /// Change container `id`, if there is one.
     fn with(&self, id: &str, f: impl FnOnce(&mut Container)) {
