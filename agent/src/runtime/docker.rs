@@ -436,6 +436,12 @@ mod tests {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// The machine's daemon, listing the containers labelled `label`.
+    fn local(label: &str) -> DockerRuntime {
+        let (timeout, call) = (Duration::from_secs(30), Duration::from_secs(10));
+        DockerRuntime::new("unix:///var/run/docker.sock", label, "x", timeout, call)
+    }
+
     /// The tests/ suites' tiny image (a static busybox, `docker import`ed), built if missing.
     fn ensure_image() {
         if Command::new("docker")
@@ -476,13 +482,7 @@ mod tests {
         let id = docker(&["run", "-d", "--label", &format!("{label}=w0"), IMAGE, "sleep", "300"]);
         // Past the one second of events the stream replays (its start would drop the entry).
         tokio::time::sleep(Duration::from_millis(2_500)).await;
-        let rt = DockerRuntime::new(
-            "unix:///var/run/docker.sock",
-            &label,
-            "x",
-            Duration::from_secs(30),
-            Duration::from_secs(10),
-        );
+        let rt = local(&label);
         let first = rt.list_workers().await.unwrap();
         assert_eq!(first.len(), 1);
         for _ in 0..3 {
@@ -540,13 +540,7 @@ mod tests {
         let pod = docker(&args);
         let plain =
             docker(&["run", "-d", "--label", &format!("{label}=w1"), IMAGE, "sleep", "300"]);
-        let rt = DockerRuntime::new(
-            "unix:///var/run/docker.sock",
-            &label,
-            "x",
-            Duration::from_secs(30),
-            Duration::from_secs(10),
-        );
+        let rt = local(&label);
         let listed = rt.list_workers().await;
         let _ = Command::new("docker").args(["rm", "-f", &pod, &plain]).output();
         let listed = listed.unwrap();
