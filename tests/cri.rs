@@ -52,7 +52,7 @@ impl PodApi for Policies {
 /// The runtime on `ctd`, with a Kubernetes API whose pods all restart Always (kubelet here
 /// restarts every container).
 fn kubelet_runtime(ctd: &Containerd) -> CriRuntime {
-    CriRuntime::new(settings(ctd), Some(Arc::new(Policies(RestartPolicy::Always)))).unwrap()
+    CriRuntime::new(settings(ctd), Some(Arc::new(Policies(RestartPolicy::Always))))
 }
 
 fn settings(ctd: &Containerd) -> CriSettings {
@@ -315,8 +315,7 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     let ctd = Containerd::start();
     let kubelet = Kubelet::new(&ctd);
     let pod = worker_pod(&kubelet, "job-once").await;
-    let runtime =
-        CriRuntime::new(settings(&ctd), Some(Arc::new(Policies(RestartPolicy::Never)))).unwrap();
+    let runtime = CriRuntime::new(settings(&ctd), Some(Arc::new(Policies(RestartPolicy::Never))));
     let mut rig = Rig::new(Arc::new(runtime));
     rig.hang_until_restart_window().await;
     for _ in 0..5 {
@@ -338,7 +337,7 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     assert_eq!(rig.agent_breaker_used().await, 0, "no breaker unit taken");
 
     // Without the Kubernetes API the policy is unknown: refused by default too.
-    let blind = CriRuntime::new(settings(&ctd), None).unwrap();
+    let blind = CriRuntime::new(settings(&ctd), None);
     let c = blind.list_workers().await.unwrap().remove(0);
     let why = blind.remediation(&c, Stops::One).await;
     assert!(
@@ -347,7 +346,7 @@ async fn a_pod_with_restart_policy_never_is_refused_with_a_page() {
     );
     let mut allowed = settings(&ctd);
     allowed.allow_pod_replacement = true;
-    let yes = CriRuntime::new(allowed, None).unwrap();
+    let yes = CriRuntime::new(allowed, None);
     assert!(
         matches!(yes.remediation(&c, Stops::One).await, Remediation::InPlace { kill: false, .. }),
         "allow_pod_replacement: stopped as ever, its next attempt awaited"
@@ -492,7 +491,7 @@ async fn a_cri_socket_that_never_answers_is_an_error_within_the_deadline() {
         allow_pod_replacement: false,
         poll: Duration::from_millis(100),
     };
-    let rt = CriRuntime::new(s, None).unwrap();
+    let rt = CriRuntime::new(s, None);
     for call in ["list", "ping"] {
         let started = std::time::Instant::now();
         let failed = match call {
@@ -547,8 +546,7 @@ async fn each_worker_pod_gets_the_gpus_the_kubelet_gave_it() {
     );
     // Listed by the kubelet, given no GPU: unknown, so every GPU.
     kr.set_pod("default", "cpu-c", vec![("main", vec![])]);
-    let runtime =
-        with_kubelet_gpus(CriRuntime::new(settings(&ctd), None).unwrap(), &kr.socket_str());
+    let runtime = with_kubelet_gpus(CriRuntime::new(settings(&ctd), None), &kr.socket_str());
     let listed = runtime.list_workers().await.unwrap();
     assert_eq!(
         gpus_by_worker(&listed),
@@ -564,7 +562,7 @@ async fn each_worker_pod_gets_the_gpus_the_kubelet_gave_it() {
     assert!(kr.calls() >= 2);
 
     // Without the kubelet's API every worker counts as on every GPU, as before.
-    let blind = CriRuntime::new(settings(&ctd), None).unwrap();
+    let blind = CriRuntime::new(settings(&ctd), None);
     let listed = blind.list_workers().await.unwrap();
     assert!(listed.iter().all(|c| c.gpus.is_none()), "{listed:?}");
 }
@@ -578,7 +576,7 @@ async fn without_the_kubelet_answer_every_worker_counts_as_on_every_gpu() {
     let kubelet = Kubelet::new(&ctd);
     worker_pod(&kubelet, "gpu-a").await;
     let absent = with_kubelet_gpus(
-        CriRuntime::new(settings(&ctd), None).unwrap(),
+        CriRuntime::new(settings(&ctd), None),
         "/nonexistent/pod-resources/kubelet.sock",
     );
     let listed = absent.list_workers().await.unwrap();
@@ -586,8 +584,7 @@ async fn without_the_kubelet_answer_every_worker_counts_as_on_every_gpu() {
 
     let kr = FakePodResources::start().await;
     kr.set_gpu_pod("default", "gpu-a", "main", &["nvidia3"]);
-    let runtime =
-        with_kubelet_gpus(CriRuntime::new(settings(&ctd), None).unwrap(), &kr.socket_str());
+    let runtime = with_kubelet_gpus(CriRuntime::new(settings(&ctd), None), &kr.socket_str());
     assert_eq!(
         gpus_by_worker(&runtime.list_workers().await.unwrap()),
         vec![(WORKER.into(), ids(&["nvidia3"]))]

@@ -85,19 +85,19 @@ pub struct CriRuntime {
 
 impl CriRuntime {
     /// No connection is made here: a runtime that is down at start-up is reported per cycle.
-    pub fn new(s: CriSettings, pods: Option<Arc<dyn PodApi>>) -> Result<Self, RuntimeError> {
+    pub fn new(s: CriSettings, pods: Option<Arc<dyn PodApi>>) -> Self {
         // NB: no channel-wide `.timeout()`: gRPC keeps the shorter of a channel's timeout and
         // a request's deadline, and the stop of a worker that ignores SIGTERM (any hung
         // one) takes the whole stop grace. Every call sets its own deadline instead.
         let channel = unix_channel(&s.socket, Some(s.call_timeout));
-        Ok(CriRuntime {
+        CriRuntime {
             client: RuntimeServiceClient::new(channel),
             s,
             pods,
             devices: None,
             devices_failing: AtomicBool::new(false),
             reads: Default::default(),
-        })
+        }
     }
 
     /// Read the workers' GPUs from `devices` (the kubelet's PodResources API), so a failed GPU

@@ -69,7 +69,7 @@ async fn a_members_entry_reuses_a_recent_read_and_a_restart_never_does() {
         allow_pod_replacement: false,
         poll: Duration::from_millis(100),
     };
-    let rt = CriRuntime::new(settings, Some(api.clone())).unwrap();
+    let rt = CriRuntime::new(settings, Some(api.clone()));
     let c = Container { worker: "rank-0".into(), ..crate::runtime::container::in_pod(false) };
     for _ in 0..3 {
         let r = rt.remediation(&c, Stops::EveryPod).await;

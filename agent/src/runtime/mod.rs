@@ -140,7 +140,7 @@ pub fn connect(
                 allow_pod_replacement: r.allow_pod_replacement,
                 poll: Duration::from_millis(500),
             };
-            let rt = CriRuntime::new(s, pods)?;
+            let rt = CriRuntime::new(s, pods);
             match devices(cfg) {
                 Some(d) => Arc::new(rt.with_devices(d)),
                 None => Arc::new(rt),
