@@ -8,7 +8,7 @@ use crate::clock::{human, ms, Millis, Stamp};
 use crate::config::LOCK_MARGIN;
 use crate::coord::lease::Lease;
 use crate::coord::CoordError;
-use crate::hang::marks::{self, MARK_TTL};
+use crate::hang::marks;
 use crate::hang::model::{Marks, WorkerStatus};
 use crate::hang::policy;
 use crate::hang::policy::Cancel;
@@ -19,7 +19,7 @@ use crate::vocab::workload::{Remediation, Stops};
 
 use super::pipeline::Pipeline;
 use super::{short, Act, GangOrder};
-use crate::hang::policy_pipeline::{Skip, Unit};
+use crate::hang::policy_pipeline::Skip;
 
 impl Pipeline<'_> {
     /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
@@ -69,8 +69,7 @@ impl Pipeline<'_> {
             // Paged once per incident, said in the trail once.
             let detail = format!("{why}; not restarting, a person must decide");
             let alert = self.pager.act_alert(AlertKind::NotRestartable, act, now, detail);
-            let key = self.ctx.keys.alert_dedup(&act.inc.id, "not-restartable");
-            self.pager.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await?;
+            self.pager.page_incident(act, "not-restartable", alert, now).await?;
             self.skip(now, act, Skip::NotRestartable, why, true).await?;
             return Ok(Err(Skip::NotRestartable));
         }
@@ -105,8 +104,7 @@ impl Pipeline<'_> {
         };
         let detail = policy_fruitless::describe(f, RunOf::Worker);
         let alert = self.pager.act_alert(AlertKind::Fruitless, act, now, detail.clone());
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "fruitless");
-        self.pager.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await?;
+        self.pager.page_incident(act, "fruitless", alert, now).await?;
         self.skip(now, act, Skip::Fruitless, detail, true).await
     }
 
@@ -147,8 +145,7 @@ impl Pipeline<'_> {
         let detail = format!("{verb} container {} ({})", c.name, short(&c.id));
         let mut alert = self.pager.act_alert(kind, act, now, detail);
         alert.logs = Some(logs);
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "restart");
-        self.pager.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await?;
+        self.pager.page_incident(act, "restart", alert, now).await?;
         Ok(None)
     }
 
@@ -171,8 +168,7 @@ impl Pipeline<'_> {
         let detail = format!("log collection failed ({why}); restart not attempted, retrying next cycle; breaker not consumed");
         let alert =
             self.pager.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, detail);
-        let key = self.ctx.keys.alert_dedup(&act.inc.id, "logs-failed");
-        self.pager.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await?;
+        self.pager.page_incident(act, "logs-failed", alert, now).await?;
         let detail = format!("log collection failed: {why}");
         self.skip(now, act, Skip::LogsFailed, detail, false).await?;
         Ok(Err(Skip::LogsFailed))

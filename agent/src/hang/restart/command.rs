@@ -16,7 +16,6 @@ use crate::trail::Code;
 
 use super::pipeline::Pipeline;
 use super::{restart_failure, short, Act, Mandate};
-use crate::hang::policy_pipeline::Unit;
 use crate::vocab::workload::Remediation;
 
 /// What the trail says of a restart besides its times: the call's error, the controllers'
@@ -324,8 +323,7 @@ impl Pipeline<'_> {
         // update its page.
         let mut alert = self.pager.act_alert(AlertKind::RestartFailed, act, done, detail);
         alert.attempt = Some(failures);
-        let key = k.alert_dedup(&act.inc.id, "restart-failed");
-        match self.pager.page_once(&key, MARK_TTL, alert.clone(), Unit::Worker, done).await {
+        match self.pager.page_incident(act, "restart-failed", alert.clone(), done).await {
             Ok(true) => {}
             Ok(false) => {
                 alert.page = false;

@@ -68,6 +68,19 @@ impl<'a> Pager<'a> {
         Ok(true)
     }
 
+    /// [`Self::page_once`] of a worker's page once per incident (`tag` names the page in the
+    /// incident's dedup key: `not-restartable`, `restart`, ...).
+    pub(super) async fn page_incident(
+        &mut self,
+        act: &Act<'_>,
+        tag: &str,
+        alert: Alert,
+        now: Millis,
+    ) -> Result<bool, CoordError> {
+        let key = self.ctx.keys.alert_dedup(&act.inc.id, tag);
+        self.page_once(&key, MARK_TTL, alert, Unit::Worker, now).await
+    }
+
     /// [`Self::page_once`] for a page whose step never runs again (a gang's decision is
     /// announced once): a claim that gets no answer leaves the page owed, sent by a later cycle
     /// once the claim answers (`AlertGate::owed`), while `stands` (a key and the value it holds
