@@ -29,6 +29,12 @@ fn config(s: &Setup, hook: &str) -> PathBuf {
         tables: &format!(
             "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{hook}\"\nattempts = 2\ntimeout = \"2s\"\n"
         ),
+        // NB: rank 2 is confirmed hung `stale_after + confirm_after` past its last beat, and the
+        // others, which beat a little after it, must by then be past `stale_after` too (else
+        // they still progress beside a stopped rank: a straggler). 1.5 s leaves that margin
+        // for the beats' own process starts on a loaded machine (CI: three sequential `vigil
+        // beat`s took longer than 500 ms's margin once).
+        confirm_after: "1500ms",
         ..ConfigParts::default()
     })
 }
@@ -69,7 +75,8 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
     let logs =
         || -> String { agents.iter().map(|a| a.log_text()).collect::<Vec<_>>().join("\n----\n") };
     // The job trains for a few seconds, then rank 2 stops first and the others block in the
-    // next all-reduce 300 ms later (inside confirm_after: no straggler in between).
+    // next all-reduce 300 ms later, together (well inside confirm_after: no straggler in
+    // between).
     for step in 0..4 {
         for r in &ranks {
             beat_rank(r, &gang, &redis, &format!("step-{step}"));
@@ -78,9 +85,12 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
     }
     beat_rank(&ranks[2], &gang, &redis, "step-4");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    for i in [0, 1, 3] {
-        beat_rank(&ranks[i], &gang, &redis, "step-4");
-    }
+    std::thread::scope(|scope| {
+        for i in [0, 1, 3] {
+            let (r, gang, redis) = (&ranks[i], &gang, &redis);
+            scope.spawn(move || beat_rank(r, gang, redis, "step-4"));
+        }
+    });
 
     let all_restarted = eventually(Duration::from_secs(60), || {
         ranks.iter().all(|r| r.container.started_at() != r.before)

@@ -25,6 +25,8 @@ pub struct ConfigParts<'a> {
     /// `runtime.call_timeout`; empty: 2s (a runtime that answers slower under a loaded CI
     /// machine — Podman's service — takes more).
     pub call_timeout: &'a str,
+    /// `policy.confirm_after`; empty: 500ms.
+    pub confirm_after: &'a str,
 }
 
 pub struct Setup {
@@ -92,7 +94,7 @@ stop_grace = "3s"
 restart_timeout = "15s"
 [policy]
 stale_after = "2s"
-confirm_after = "500ms"
+confirm_after = "{confirm_after}"
 restart_delay = "2s"
 {policy}
 {worker_api}
@@ -107,6 +109,7 @@ restart_delay = "2s"
             tables = own.tables,
             worker_api = worker_api,
             call_timeout = if own.call_timeout.is_empty() { "2s" } else { own.call_timeout },
+            confirm_after = if own.confirm_after.is_empty() { "500ms" } else { own.confirm_after },
         );
         let path = self.dir.path().join("vigil.toml");
         std::fs::write(&path, text).unwrap();
