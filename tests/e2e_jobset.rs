@@ -117,7 +117,7 @@ fn publish(ranks: &[Rank], st: &State, failed_rank: Option<usize>) {
             labels[rank.s.label.as_str()] = json!(rank.s.worker);
             r.kube.put_pod(json!({
                 "metadata": {
-                    "name": format!("{job}-0"), "namespace": "default",
+                    "name": format!("{job}-0"), "namespace": "default", "uid": st.pods[i].uid(),
                     "labels": labels,
                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "controller": true}]
                 },

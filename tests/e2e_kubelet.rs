@@ -13,7 +13,9 @@
 //! - an `OnFailure` pod whose worker exits 0 at SIGTERM: killed, not stopped politely (an exit
 //!   0 is a success to the kubelet: the container would never come back); restarted in place;
 //! - a `Never` pod whose rule restarts only exit 42: nothing stopped, a `not-restartable` page
-//!   saying why.
+//!   saying why;
+//! - a pod whose name the API holds for another pod (another uid: deleted and created again):
+//!   nothing stopped, a `not-restartable` page naming both uids.
 
 use crate::common;
 
@@ -68,7 +70,7 @@ async fn case(
         main["restartPolicyRules"] = r;
     }
     kube.put_pod(json!({
-        "metadata": {"name": name, "namespace": "default", "labels": {s.label.as_str(): worker}},
+        "metadata": {"name": name, "namespace": "default", "uid": pod.uid(), "labels": {s.label.as_str(): worker}},
         "spec": {"restartPolicy": policy, "nodeName": s.node, "containers": [main]},
         "status": {"phase": "Running"}
     }));
@@ -124,11 +126,21 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
         Restarts::Never { rule_exit_codes: vec![42] },
     )
     .await;
+    // An Always pod — restarted in place, were it this pod — whose name the API now holds for
+    // another pod: deleted and created again (an LWS group, a StatefulSet), this container
+    // the old pod's, its kubelet's to end.
+    let again =
+        case(&kubelet, &kube, &s, "again", IGNORES_TERM, "Always", None, Restarts::OnFailure).await;
+    kube.put_pod(json!({
+        "metadata": {"name": "pod-again", "namespace": "default", "labels": {s.label.as_str(): again.worker.as_str()}},
+        "spec": {"restartPolicy": "Always", "nodeName": s.node, "containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": "Pending"}
+    }));
     let first = kubelet.running(&rule.pod, "main").await.unwrap().0;
     let first_polite = kubelet.running(&polite.pod, "main").await.unwrap().0;
 
     // Each beats once, as processing, and never again: stale in 2 s, all three hung.
-    for c in [&rule, &polite, &other] {
+    for c in [&rule, &polite, &other, &again] {
         let args = ["--job", "job-42"];
         let (code, out, err) = beat(&cfg, &c.worker, "processing", &args, &[("REDIS_URL", &redis)]);
         assert_eq!(code, 0, "{out} {err}");
@@ -151,7 +163,7 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
     }
     let refused = poll(Duration::from_secs(30), || {
         let n = hook.count("not-restartable");
-        async move { (n >= 1).then_some(()) }
+        async move { (n >= 2).then_some(()) }
     })
     .await;
     assert!(refused.is_some(), "{:?}\n{}", hook.kinds(), agent.log_text());
@@ -166,6 +178,7 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
         );
     }
     assert_eq!(attempts(&kubelet, &other.pod).await, [(0, true)], "other: nothing stopped");
+    assert_eq!(attempts(&kubelet, &again.pod).await, [(0, true)], "again: nothing stopped");
     let (code, trail, err) = explain(&cfg, &s.node, &[], &[("REDIS_URL", &redis)]);
     assert_eq!(code, 0, "{err}");
     for c in [&rule, &polite] {
@@ -178,12 +191,21 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
         assert_eq!(attempts(&kubelet, &c.pod).await, [(0, false), (1, true)]);
     }
     assert_eq!(worker_decisions(&trail, &other.worker, "restarted"), 0);
+    assert_eq!(worker_decisions(&trail, &again.worker, "restarted"), 0);
     assert!(trail.contains("has the restart rule Restart on exit code 137"), "{trail}");
     let pages = hook.bodies.lock().unwrap().clone();
-    let refusal = pages.iter().find(|b| b["vigil"]["kind"] == "not-restartable").unwrap();
-    assert_eq!(refusal["vigil"]["worker"], other.worker.as_str());
-    let text = refusal["text"].as_str().unwrap_or_default();
+    let refusal = |c: &Case| {
+        let of = |b: &&Value| {
+            b["vigil"]["kind"] == "not-restartable" && b["vigil"]["worker"] == c.worker.as_str()
+        };
+        let page = pages.iter().find(of).unwrap_or_else(|| panic!("{}: no refusal page", c.kind));
+        page["text"].as_str().unwrap_or_default().to_string()
+    };
+    let text = refusal(&other);
     assert!(text.contains("restartPolicy Never"), "{text}");
+    let text = refusal(&again);
+    assert!(text.contains("created again under its name"), "{text}");
+    assert!(text.contains(again.pod.uid()), "the old pod's uid: {text}");
     assert_eq!(
         pages.iter().filter(|b| b["vigil"]["kind"] == "restarting").count(),
         2,

@@ -51,7 +51,7 @@ async fn run_group(kubelet: &Kubelet, ranks: &[Rank], lws: &str) -> Vec<Pod> {
 }
 
 /// The group's pods and the LeaderWorkerSet, as every node's API server serves them.
-fn publish(ranks: &[Rank], lws: &str) {
+fn publish(ranks: &[Rank], lws: &str, pods: &[Pod]) {
     for r in ranks {
         for (i, rank) in ranks.iter().enumerate() {
             let name = match i {
@@ -60,7 +60,7 @@ fn publish(ranks: &[Rank], lws: &str) {
             };
             r.kube.put_pod(json!({
                 "metadata": {
-                    "name": name, "namespace": "default",
+                    "name": name, "namespace": "default", "uid": pods[i].uid(),
                     "labels": {
                         rank.s.label.as_str(): rank.s.worker,
                         "leaderworkerset.sigs.k8s.io/name": lws,
@@ -122,7 +122,7 @@ fn control(
                 }
             }
             let fresh = run_group(&kubelet, &ranks, &lws).await;
-            publish(&ranks, &lws);
+            publish(&ranks, &lws, &fresh);
             let mut g = g.lock().unwrap();
             g.pods = fresh;
             g.generation += 1;
@@ -139,7 +139,7 @@ async fn a_hung_leaderworkerset_group_has_one_member_stopped_and_is_recreated() 
     let ranks = Arc::new(ranks("lws-cri", &ctd, &hook.url).await);
     let lws = unique("serve-");
     let pods = run_group(&kubelet, &ranks, &lws).await;
-    publish(&ranks, &lws);
+    publish(&ranks, &lws, &pods);
     let g = Arc::new(Mutex::new(Group {
         lws: lws.clone(),
         generation: 0,

@@ -47,7 +47,7 @@ fn job(backoff_limit: u32) -> Value {
 fn jobset(max_restarts: u32, restarts: u32) -> Value {
     json!({
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": "train", "namespace": "ml"},
+        "metadata": {"name": "train", "namespace": "ml", "uid": "js"},
         "spec": {
             "failurePolicy": {"maxRestarts": max_restarts, "rules": [
                 {"name": "driver", "action": "FailJobSet", "targetReplicatedJobs": ["driver"]}
@@ -162,7 +162,7 @@ async fn an_owner_the_api_does_not_have_is_a_refusal_not_an_in_place_stop() {
     // The JobSet the Job names is not there (deleted, or its CRD missing).
     let r = read(&kube, "train-workers-0-0").await.unwrap();
     assert!(
-        matches!(&r, Remediation::Refuse(why) if why.contains("JobSet ml/train, which the API does not have")),
+        matches!(&r, Remediation::Refuse(why) if why.contains("JobSet ml/train (uid js), which the API does not have")),
         "{r:?}"
     );
     // A pod that names a LeaderWorkerSet the API does not have: the same.
@@ -172,6 +172,34 @@ async fn an_owner_the_api_does_not_have_is_a_refusal_not_an_in_place_stop() {
     }));
     let r = read(&kube, "serve-0").await.unwrap();
     assert!(matches!(r, Remediation::Refuse(_)), "{r:?}");
+}
+
+/// An owner deleted and created again under its name is another object — its own
+/// `backoffLimit`, its own counts — not the pod's controller (the pod's reference names the old
+/// uid until the garbage collector removes the pod): refused like an owner the API does not
+/// have, for a Job and for a Job's JobSet.
+#[tokio::test]
+async fn an_owner_created_again_under_its_name_is_not_the_pods_controller() {
+    let kube = FakeKube::start("gpu-0").await;
+    common_jobset(&kube, 0);
+    let r = read(&kube, "train-workers-0-0").await.unwrap();
+    assert!(matches!(r, Remediation::OneForAll { .. }), "the owners as the pod names them: {r:?}");
+    let mut again = jobset(3, 0);
+    again["metadata"]["uid"] = json!("js-2");
+    kube.put_object("jobset.x-k8s.io", "jobsets", again);
+    let r = read(&kube, "train-workers-0-0").await.unwrap();
+    assert!(
+        matches!(&r, Remediation::Refuse(why) if why.contains("JobSet ml/train (uid js), which the API does not have")),
+        "{r:?}"
+    );
+    let mut job_again = job(6);
+    job_again["metadata"]["uid"] = json!("u-1");
+    kube.put_object("batch", "jobs", job_again);
+    let r = read(&kube, "train-workers-0-0").await.unwrap();
+    assert!(
+        matches!(&r, Remediation::Refuse(why) if why.contains("Job ml/train-workers-0 (uid u-0), which the API does not have")),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]

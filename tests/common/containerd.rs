@@ -242,6 +242,13 @@ pub struct Pod {
     pub commands: HashMap<String, Vec<String>>,
 }
 
+impl Pod {
+    /// The pod's uid, as its sandbox carries it (and the API's pod must, for the agent to act).
+    pub fn uid(&self) -> &str {
+        self.config.metadata.as_ref().map_or("", |m| m.uid.as_str())
+    }
+}
+
 /// What kubelet does once a container of a pod has ended: the pod's `restartPolicy`, and the
 /// container's restart rules (KEP-5307, `restartPolicyRules`: `Restart` on the exit codes
 /// listed, which restarts it in place even in a `Never` pod).

@@ -1,7 +1,8 @@
 //! The pods part of the fake Kubernetes API server (`fake_kube`), as the real server does it:
 //! - a pod the test places is stored as the API server would have stored it after create: the
 //!   defaults applied (`spec.restartPolicy: Always`, `spec.terminationGracePeriodSeconds: 30`,
-//!   `spec.priority: 0`, `status.phase: Pending`), a uid, a resourceVersion from the shared counter;
+//!   `spec.priority: 0`, `status.phase: Pending`), a uid (the test's, where it gives the one its
+//!   kubelet's sandbox carries), a resourceVersion from the shared counter;
 //! - a list (`GET /api/v1/pods`, every namespace) answers a `PodList` whose items carry no
 //!   `kind` / `apiVersion` (the real server leaves them out of list items), filtered by a
 //!   `fieldSelector`: comma-separated `field=value`, `field==value` or `field!=value` terms,
@@ -118,7 +119,11 @@ pub fn stored(mut pod: Value, uid: u64, resource_version: &str) -> Result<Value,
     }
     pod["kind"] = json!("Pod");
     pod["apiVersion"] = json!("v1");
-    pod["metadata"]["uid"] = json!(format!("9b1d0000-0000-4000-8000-{uid:012x}"));
+    // NB: a uid the test gives is the one the server assigned at create: the test's kubelet
+    // ran the pod's sandbox first, under that uid (the real order is the other way round).
+    if !pod["metadata"]["uid"].is_string() {
+        pod["metadata"]["uid"] = json!(format!("9b1d0000-0000-4000-8000-{uid:012x}"));
+    }
     pod["metadata"]["resourceVersion"] = json!(resource_version);
     let defaults = [
         ("/spec", "restartPolicy", json!("Always")),

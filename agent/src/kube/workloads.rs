@@ -27,6 +27,8 @@ const JOB_UID: &str = "batch.kubernetes.io/controller-uid";
 const REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
 const LWS_GROUP: &str = "leaderworkerset.sigs.k8s.io/group-index";
+/// The annotation of a static pod's mirror pod: the static pod's uid (its config hash).
+const MIRROR: &str = "kubernetes.io/config.mirror";
 
 /// The API server's default `backoffLimit`.
 const DEFAULT_BACKOFF_LIMIT: u32 = 6;
@@ -76,9 +78,10 @@ pub(crate) async fn read(
         return Ok(None);
     };
     let mut w = pod_facts(&pod, container)?;
-    if let Some(job_name) = controller(&pod, "Job") {
-        let Some(job) = get(client, &JOBS, ns, &job_name).await? else {
-            w.missing = Some(format!("its Job {ns}/{job_name}"));
+    if let Some((job_name, job_uid)) = controller(&pod, "Job") {
+        let job = get(client, &JOBS, ns, &job_name).await?;
+        let Some(job) = job.filter(|j| same_uid(j, &job_uid)) else {
+            w.missing = Some(format!("its Job {ns}/{job_name} (uid {job_uid})"));
             return Ok(Some(w));
         };
         // NB: only an OnFailure Job counts its pods' container restarts (a Never pod's
@@ -91,11 +94,11 @@ pub(crate) async fn read(
             _ => Vec::new(),
         };
         w.job = Some(job_facts(&job, w.policy, &members));
-        if let Some(js_name) = controller(&job, "JobSet") {
+        if let Some((js_name, js_uid)) = controller(&job, "JobSet") {
             let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
-            match get(client, &JOBSETS, ns, &js_name).await? {
+            match get(client, &JOBSETS, ns, &js_name).await?.filter(|js| same_uid(js, &js_uid)) {
                 Some(js) => w.jobset = Some(jobset_facts(&js, &rj)),
-                None => w.missing = Some(format!("its Job's JobSet {ns}/{js_name}")),
+                None => w.missing = Some(format!("its Job's JobSet {ns}/{js_name} (uid {js_uid})")),
             }
         }
     }
@@ -111,14 +114,20 @@ pub(crate) async fn read(
     Ok(Some(w))
 }
 
-/// The name of `o`'s controlling owner of `kind`.
-fn controller(o: &Value, kind: &str) -> Option<String> {
-    o["metadata"]["ownerReferences"]
+/// The name and uid of `o`'s controlling owner of `kind`.
+fn controller(o: &Value, kind: &str) -> Option<(String, String)> {
+    let r = o["metadata"]["ownerReferences"]
         .as_array()?
         .iter()
-        .find(|r| r["kind"] == kind && r["controller"] == true)
-        .and_then(|r| r["name"].as_str())
-        .map(str::to_string)
+        .find(|r| r["kind"] == kind && r["controller"] == true)?;
+    Some((r["name"].as_str()?.to_string(), r["uid"].as_str().unwrap_or_default().to_string()))
+}
+
+/// Whether `o` is the owner a reference names by `uid`: an owner deleted and created again
+/// under its name is another object (its own limits and counts), not the pod's controller —
+/// until the garbage collector removes the pod, the pod names an owner the API does not have.
+fn same_uid(o: &Value, uid: &str) -> bool {
+    o["metadata"]["uid"].as_str() == Some(uid)
 }
 
 /// `namespace/name` of an object.
@@ -163,6 +172,10 @@ pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodErr
     let policy =
         RestartPolicy::parse(raw).ok_or(PodError::UnknownPolicy(raw.map(str::to_string)))?;
     let mut w = Workload::bare(&format!("{ns}/{name}"), container, policy);
+    // NB: a static pod's mirror in the API has a uid of its own; the kubelet (and the pod's
+    // sandbox) knows the static pod by the uid the mirror annotation carries.
+    let mirror = pod["metadata"]["annotations"][MIRROR].as_str();
+    w.uid = mirror.or(pod["metadata"]["uid"].as_str()).map(str::to_string);
     let spec = pod["spec"]["containers"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["name"] == container));

@@ -48,10 +48,12 @@ fn the_common_jobset_shape_reads_into_one_member_failed() {
     let mut w = pod_facts(&jobset_pod(), "trainer").unwrap();
     assert_eq!(w.pod, "ml/train-workers-0-0-abcde");
     assert_eq!(w.policy, RestartPolicy::Never);
-    assert_eq!(controller(&jobset_pod(), "Job").as_deref(), Some("train-workers-0"));
+    let owner = |o: &Value, kind| controller(o, kind).map(|(name, uid)| format!("{name} {uid}"));
+    assert_eq!(owner(&jobset_pod(), "Job").as_deref(), Some("train-workers-0 u-1"));
     let j = job(Some(0), None);
+    assert!(same_uid(&j, "u-1") && !same_uid(&j, "u-0"), "the owner a reference names");
     w.job = Some(job_facts(&j, w.policy, &[]));
-    assert_eq!(controller(&j, "JobSet").as_deref(), Some("train"));
+    assert_eq!(owner(&j, "JobSet").as_deref(), Some("train js-1"));
     let js = json!({
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"name": "train", "namespace": "ml"},
@@ -80,6 +82,18 @@ fn the_common_jobset_shape_reads_into_one_member_failed() {
     w.jobset = Some(facts);
     let r = rem(&w);
     assert!(matches!(r, Remediation::OneForAll { kill: true, .. }), "{r:?}");
+}
+
+/// The pod's uid as its kubelet knows it: `metadata.uid`, and for a static pod's mirror the
+/// static pod's (the mirror annotation), which its sandbox carries.
+#[test]
+fn a_pod_is_known_by_its_kubelet_uid() {
+    let mut pod = jobset_pod();
+    assert_eq!(pod_facts(&pod, "trainer").unwrap().uid, None, "a read that does not say");
+    pod["metadata"]["uid"] = json!("9b1d-api");
+    assert_eq!(pod_facts(&pod, "trainer").unwrap().uid.as_deref(), Some("9b1d-api"));
+    pod["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "6f0c-static"});
+    assert_eq!(pod_facts(&pod, "trainer").unwrap().uid.as_deref(), Some("6f0c-static"));
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::container::PodRef;
 use super::Container;
 use crate::kube::pods::{PodApi, PodError};
 use crate::vocab::workload::{remediation, replaceable_on_request, Remediation, Stops, Workload};
@@ -24,21 +25,22 @@ pub(super) struct Reads(Mutex<HashMap<String, (Instant, Workload)>>);
 
 impl Reads {
     /// The pod and its owners: from a read younger than [`ENTRY_READ_TTL`] for an entry, fresh
-    /// (and kept) otherwise. Errors are never kept.
+    /// (and kept) otherwise. Errors are never kept. Kept by the sandbox's pod uid too: a pod
+    /// created again under its name is read afresh.
     async fn workload(
         &self,
         api: &dyn PodApi,
-        c: (&str, &str, &str),
+        p: &PodRef,
         stops: Stops,
     ) -> Result<Option<Workload>, PodError> {
-        let key = format!("{}/{}/{}", c.0, c.1, c.2);
+        let key = format!("{}/{}/{}/{}", p.namespace, p.pod, p.uid, p.container);
         if stops == Stops::EveryPod {
             let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
             if let Some((_, w)) = kept.get(&key).filter(|(at, _)| at.elapsed() < ENTRY_READ_TTL) {
                 return Ok(Some(w.clone()));
             }
         }
-        let read = api.workload(c.0, c.1, c.2).await?;
+        let read = api.workload(&p.namespace, &p.pod, &p.container).await?;
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
         kept.retain(|_, (at, _)| at.elapsed() < ENTRY_READ_TTL);
         if let Some(w) = &read {
@@ -62,10 +64,7 @@ pub(super) async fn of(
     };
     let pod = format!("{}/{}", p.namespace, p.pod);
     let read = match &pods {
-        Some(api) => {
-            let which = (p.namespace.as_str(), p.pod.as_str(), p.container.as_str());
-            reads.workload(*api, which, stops).await
-        }
+        Some(api) => reads.workload(*api, p, stops).await,
         None => Err(crate::kube::pods::PodError::Unsupported("the Kubernetes API is off")),
     };
     // NB: the operator's override covers what it always covered — a pod that a stop ends
@@ -77,6 +76,17 @@ pub(super) async fn of(
     // the pod is the read's to say (a Job with `manualSelector` labels its pods with neither
     // job label).
     match read {
+        // NB: the pod of that name in the API is another incarnation (deleted and created
+        // again: a LeaderWorkerSet's group, a StatefulSet's pod) while this container is the
+        // old one's: the answer would be the new pod's controllers', for a container they
+        // no longer own.
+        Ok(Some(w)) if w.uid.as_ref().is_some_and(|u| !p.uid.is_empty() && *u != p.uid) => {
+            Remediation::Refuse(format!(
+                "pod {pod} in the API (uid {}) is not this container's pod (uid {}): it was created again under its name, and this container is the old pod's, its kubelet's to end",
+                w.uid.as_deref().unwrap_or_default(),
+                p.uid
+            ))
+        }
         Ok(Some(w)) => match remediation(&w, stops) {
             Remediation::Refuse(_) if allow && replaceable_on_request(&w) => Remediation::Replace {
                 how: format!(
@@ -175,6 +185,30 @@ mod tests {
         for (w, row) in cases {
             let r = answer(w).await;
             assert!(matches!(r, Remediation::Refuse(_)), "{row}: {r:?}");
+        }
+    }
+
+    /// The API's pod of that name created again (another uid) is not this container's: its
+    /// controllers' answer is refused, never carried out on the old pod's container; the same
+    /// uid (or a read that does not say) answers as the table does.
+    #[tokio::test]
+    async fn a_pod_created_again_under_its_name_answers_nothing_for_the_old_one() {
+        let answer = |uid: Option<&str>| {
+            let mut w = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
+            w.uid = uid.map(str::to_string);
+            async move {
+                let api = Serving(w);
+                of(Some(&api), &Reads::default(), true, &container(false), Stops::One).await
+            }
+        };
+        let other = answer(Some("u-2")).await;
+        assert!(
+            matches!(&other, Remediation::Refuse(w) if w.contains("uid u-2") && w.contains("(uid u)")),
+            "{other:?}"
+        );
+        for same in [Some("u"), None] {
+            let r = answer(same).await;
+            assert!(matches!(r, Remediation::InPlace { .. }), "{same:?}: {r:?}");
         }
     }
 

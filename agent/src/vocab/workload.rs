@@ -135,6 +135,9 @@ pub struct LwsFacts {
 pub struct Workload {
     /// `namespace/name` of the pod.
     pub pod: String,
+    /// The pod's uid as its kubelet knows it (`metadata.uid`; a static pod's, for its mirror
+    /// pod); `None` where the read does not say.
+    pub uid: Option<String>,
     pub policy: RestartPolicy,
     /// The worker container's own `restartPolicy` (KEP-5307: it overrides the pod's).
     pub container_policy: Option<RestartPolicy>,
