@@ -27,6 +27,17 @@ impl Time {
             Time::Real => tokio::time::sleep(d).await,
         }
     }
+
+    /// A TTL, a window or a step: `fake` ms on the fake clock, which is exact, `real` ms on a
+    /// real server. NB: Redis counts from when each command lands, so on a loaded machine a slow
+    /// round trip eats into a span the suite means to land inside: the real values leave it a
+    /// second or more. A sleep that overshoots only lands later, past an expiry, as meant.
+    fn ms(&self, fake: u64, real: u64) -> Duration {
+        Duration::from_millis(match self {
+            Time::Fake(_) => fake,
+            Time::Real => real,
+        })
+    }
 }
 
 /// Add or refresh a member of a sorted-set index: a batch of one [`Op::IndexTouch`].
@@ -56,9 +67,9 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     );
 
     // TTLs expire.
-    c.set(&k("short"), "x", Duration::from_millis(100)).await.unwrap();
+    c.set(&k("short"), "x", time.ms(100, 1_000)).await.unwrap();
     assert!(c.get_many(&[k("short")]).await.unwrap()[0].is_some());
-    time.pass(Duration::from_millis(250)).await;
+    time.pass(time.ms(250, 1_200)).await;
     assert!(c.get_many(&[k("short")]).await.unwrap()[0].is_none());
     assert!(
         c.set_nx(&k("short"), "y", Duration::from_secs(5)).await.unwrap(),
@@ -101,13 +112,17 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(c.incr_capped(&k("breaker"), 3, Duration::from_secs(60)).await.unwrap(), Some(3));
     c.decr(&k("never")).await.unwrap();
     assert_eq!(c.counter(&k("never")).await.unwrap(), 0, "never below zero");
-    // The counter's TTL is set at creation and not extended by later increments.
+    // The counter's TTL is set at creation and not extended by later increments: the second
+    // increment lands well inside the window, the read after its end and before the end an
+    // extended TTL would have (real: the window ends 2 s after the first increment, an extended
+    // one 2.5 s after; the read comes at 2.2 s). NB: a read delayed past 2.5 s on a loaded
+    // machine would miss an extension; the fake clock's run, exact, never does.
     let win = k("win");
-    let incr_window = || c.incr_capped(&win, 10, Duration::from_millis(200));
+    let incr_window = || c.incr_capped(&win, 10, time.ms(200, 2_000));
     assert!(incr_window().await.unwrap().is_some());
-    time.pass(Duration::from_millis(120)).await;
+    time.pass(time.ms(120, 500)).await;
     assert!(incr_window().await.unwrap().is_some());
-    time.pass(Duration::from_millis(150)).await;
+    time.pass(time.ms(150, 1_700)).await;
     assert_eq!(c.counter(&win).await.unwrap(), 0, "the window ended");
 
     // Hashes (status records) and the status writer's server-clock heartbeat.
@@ -134,13 +149,13 @@ async fn suite(c: &dyn Coordinator, time: Time, p: &str) {
     assert_eq!(all.len(), 10, "bounded at max_len");
 
     // Records with a TTL, and the index that lists them without SCAN.
-    c.hset(&k("rec"), &[("a".into(), "1".into())], Some(Duration::from_millis(150))).await.unwrap();
+    c.hset(&k("rec"), &[("a".into(), "1".into())], Some(time.ms(150, 1_000))).await.unwrap();
     assert_eq!(c.hgetall(&k("rec")).await.unwrap()["a"], "1");
     // One field: the value, or nothing for a field or a hash that is not there.
     assert_eq!(c.hget(&k("rec"), "a").await.unwrap().as_deref(), Some("1"));
     assert_eq!(c.hget(&k("rec"), "b").await.unwrap(), None);
     assert_eq!(c.hget(&k("nohash"), "a").await.unwrap(), None);
-    time.pass(Duration::from_millis(300)).await;
+    time.pass(time.ms(300, 1_200)).await;
     assert!(c.hgetall(&k("rec")).await.unwrap().is_empty(), "the record expired");
     index_touch(c, &k("idx"), "n1", 100, 0).await;
     index_touch(c, &k("idx"), "n2", 200, 0).await;

@@ -194,6 +194,12 @@ pub(crate) fn cri_config(s: &Setup, socket: &std::path::Path, hook: &str) -> Pat
         tables: &format!(
             "[safety]\nlock_ttl = \"30s\"\n[alerts]\nwebhook_url = \"{hook}\"\nattempts = 2\ntimeout = \"2s\"\n[kubernetes]\nenabled = \"off\"\n[gpu]\nenabled = \"off\"\n[metadata]\nenabled = \"off\"\n"
         ),
+        // NB: as in `config`: the rank that beat first is confirmed hung `stale_after +
+        // confirm_after` past its beat, and the ranks that beat after it (separate `vigil
+        // beat` processes) must be stale by then, else a straggler beside them. 1.5 s covers
+        // those process starts on a loaded machine; raising it keeps the first beat the first
+        // stopped (the page names it), which beating all at once would not.
+        confirm_after: "1500ms",
         ..ConfigParts::default()
     })
 }
@@ -229,16 +235,23 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
     let pods: Vec<_> = nodes.iter().map(|n| n.2.clone()).collect();
     let first = kubelet.running_ids(&pods, "main").await;
     // Records without a gang: `vigil beat` with no --gang. Rank 2 last beat first, the others
-    // a moment later (inside confirm_after).
-    for i in [2, 0, 1, 3] {
+    // a moment later, together (inside confirm_after: no straggler in between).
+    let beat_node = |i: usize| {
         let (s, cfg, _) = &nodes[i];
-        if i == 0 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
         let (code, out, err) =
             beat(cfg, &s.worker, "processing", &["--job", "llama"], &[("REDIS_URL", &redis)]);
         assert_eq!(code, 0, "{out} {err}");
-    }
+    };
+    beat_node(2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // NB: in parallel: three sequential process starts could take longer than the margin on a
+    // loaded machine.
+    std::thread::scope(|scope| {
+        for i in [0, 1, 3] {
+            let beat_node = &beat_node;
+            scope.spawn(move || beat_node(i));
+        }
+    });
     let agents: Vec<VigilProcess> = nodes
         .iter()
         .map(|(_, cfg, _)| VigilProcess::spawn(&["run"], cfg, &[("REDIS_URL", &redis)]))

@@ -167,18 +167,26 @@ async fn run_pods(kubelet: &Kubelet, ranks: &[Rank], st: &State) -> Vec<Pod> {
     pods
 }
 
-/// Every rank beats `processing`; rank 2 first, the others 200 ms later.
+/// Every rank beats `processing`; rank 2 first, the others 200 ms later, together.
 pub(crate) async fn beat_all(ranks: &[Rank], redis: &str, step: &str) {
-    for i in [2, 0, 1, 3] {
-        if i == 0 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    let beat_rank = |i: usize| {
         let r = &ranks[i];
         let args = ["--job", "train", "--progress", step];
         let (code, out, err) =
             beat(&r.cfg, &r.s.worker, "processing", &args, &[("REDIS_URL", redis)]);
         assert_eq!(code, 0, "{out} {err}");
-    }
+    };
+    beat_rank(2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // NB: in parallel: the others must beat well inside confirm_after of rank 2 (else they
+    // still progress when rank 2 is confirmed hung: a straggler), and three sequential `vigil
+    // beat` process starts can take longer than that on a loaded machine.
+    std::thread::scope(|scope| {
+        for i in [0, 1, 3] {
+            let beat_rank = &beat_rank;
+            scope.spawn(move || beat_rank(i));
+        }
+    });
 }
 
 /// JobSet's controller, Job's and kubelet, every 200 ms: a rank whose container exited fails

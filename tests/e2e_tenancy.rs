@@ -118,6 +118,9 @@ async fn a_tenant_of_another_namespace_cannot_join_block_or_misdirect_a_jobset_g
     let pods: Vec<Pod> = ranks.iter().map(|r| r.2.clone()).collect();
     let first = kubelet.running_ids(&pods, "main").await;
     // ml's ranks beat once (no gang in their records: the labels name it), rank 1 first.
+    // NB: one after the other, so that rank 1's beat is the earlier (the `hung` page names the
+    // first stopped); rank 0's, a process start later, is stale by the time rank 1 is confirmed
+    // hung because `cri_config` gives the ranks a confirm_after of 1.5 s (else a straggler).
     for i in [1, 0] {
         let (s, cfg, _) = &ranks[i];
         let (code, out, err) =

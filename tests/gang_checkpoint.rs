@@ -391,12 +391,32 @@ async fn a_drill_can_gate_on_a_budget_and_a_real_request_interrupts_it() {
         out.contains("1/1 acknowledged") && out.contains("does not fit the preemption budget"),
         "{out}"
     );
-    // A real notice's request lands on rank 0 while the drill waits.
+    // A real notice's request lands on rank 0 while the drill waits. NB: once the drill's own
+    // request is in the record, not after a fixed delay: a `vigil drill` process slow to start
+    // on a loaded machine would otherwise find the real request first, and refuse (a pending
+    // request) instead of being interrupted.
+    let earlier = coord.hgetall(&keys[0].status("rank-0")).await.unwrap();
+    let earlier = earlier.get("checkpoint_request").cloned();
     let notice = {
         let coord = coord.clone();
         let key = keys[0].status("rank-0");
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(700)).await;
+            let started = std::time::Instant::now();
+            loop {
+                let rec = coord.hgetall(&key).await.unwrap();
+                let asked = rec.get("checkpoint_request");
+                if asked.is_some_and(|a| !a.is_empty())
+                    && asked != earlier.as_ref()
+                    && rec.get("checkpoint_reason").map(String::as_str) == Some("drill")
+                {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "the drill's request never reached rank 0: {rec:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             let now = coord.time().await.unwrap().to_string();
             let fields = [
                 ("checkpoint_request".to_string(), "0a0a0a0a0a0a".to_string()),
@@ -407,7 +427,8 @@ async fn a_drill_can_gate_on_a_budget_and_a_real_request_interrupts_it() {
         })
     };
     let before = coord.hgetall(&keys[0].drills()).await.unwrap();
-    let (code, out) = drill(dir.path(), &["--node", "gpu-0", "--wait", "2s"]).await;
+    // The drill waits its whole `--wait` (nobody answers): time enough for the notice to land.
+    let (code, out) = drill(dir.path(), &["--node", "gpu-0", "--wait", "3s"]).await;
     notice.await.unwrap();
     assert_eq!(code, 3, "{out}");
     assert!(

@@ -124,6 +124,19 @@ impl Rig {
         }
         last
     }
+
+    /// `cycles(n)`, with `worker` beating before each one. NB: the cycles run on the real clock,
+    /// and on a loaded machine ten of them can outlast `stale_after` (300 ms): a worker the test
+    /// means to stay healthy would go stale, be confirmed hung and page on its own.
+    async fn cycles_beating(&mut self, n: usize, worker: &str) -> Vec<(String, Verdict)> {
+        let mut last = Vec::new();
+        for _ in 0..n {
+            self.fresh(worker).await;
+            last = self.agent.cycle().await.verdicts;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        last
+    }
 }
 
 #[tokio::test]
@@ -229,11 +242,12 @@ async fn an_application_xid_is_evidence_on_the_hang_alert() {
     let mut r = rig().await;
     r.gpu.inject_xid(0, 43);
     assert!(eventually(|| r.metrics.encode().contains("xid=\"43\"")).await);
-    r.fresh("trainer-1").await;
     r.stale("trainer-0").await;
-    r.cycles(10).await;
+    // trainer-1 beats throughout: the one hung page is trainer-0's, one per incident.
+    r.cycles_beating(10, "trainer-1").await;
     let hung = r.sink.of(AlertKind::Hung);
     assert_eq!(hung.len(), 1, "{:?}", r.sink.kinds());
+    assert_eq!(hung[0].worker.as_deref(), Some("trainer-0"), "{:?}", hung[0]);
     assert!(hung[0].detail.contains("XID 43 on GPU 0"), "{}", hung[0].detail);
     assert_eq!(r.runtime.restarts("c0"), 1, "an application XID does not block the restart");
 }

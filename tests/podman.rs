@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use common::e2e::{decisions, ConfigParts, Setup};
 use common::podman::Podman;
 use common::real::IGNORES_TERM as STUBBORN;
-use common::real::{beat, eventually, explain, shared_redis_url, Receiver, VigilProcess};
+use common::real::{beat, eventually, explain, poll, shared_redis_url, Receiver, VigilProcess};
 use vigil::runtime::docker::DockerRuntime;
-use vigil::runtime::{ContainerRuntime, RuntimeError};
+use vigil::runtime::{Container, ContainerRuntime, RuntimeError};
 
 const LABEL: &str = "vigil.worker";
 
@@ -121,7 +121,7 @@ async fn a_worker_that_ignores_sigterm_is_killed_after_the_grace_and_restarted_o
     let err = short.restart(&after, Duration::from_secs(7)).await.unwrap_err();
     assert!(matches!(err, RuntimeError::Timeout { op: "restart", .. }), "{err}");
     let restarted =
-        eventually(Duration::from_secs(15), || podman.started_at(&id) != after.started_at).await;
+        eventually(Duration::from_secs(30), || podman.started_at(&id) != after.started_at).await;
     assert!(restarted, "Podman did not finish the restart:\n{}", podman.log());
     let third = podman.started_at(&id);
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -138,6 +138,10 @@ async fn podman_events_keep_the_listing_cache_true() {
     let podman = Podman::start();
     let id = podman.run(&["--label", "vigil.worker=trainer-0"], STUBBORN);
     // Past the one second of events the stream replays (its start would drop the entry).
+    // NB: a least age, not a wait for something to happen, so a loaded machine cannot beat it:
+    // the container's events are written before `podman run` returns, and the stream replays
+    // from at most 2 s before the first listing (`since` is in whole seconds), which a slow
+    // machine only makes later.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let rt = runtime(&podman, Duration::from_secs(30)).await;
     let first = rt.list_workers().await.unwrap();
@@ -151,39 +155,31 @@ async fn podman_events_keep_the_listing_cache_true() {
 
     // Someone else's restart: a new start time, seen through the events.
     podman.cli(&["restart", "--time", "0", &id]);
-    let mut seen = None;
-    for _ in 0..50 {
-        let now = rt.list_workers().await.unwrap();
-        if now[0].started_at != first[0].started_at {
-            seen = Some(now);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let seen = listed_until(&rt, |w| w.started_at != first[0].started_at).await;
     let seen = seen.expect("the restart's events made the new incarnation visible");
     assert_eq!(seen[0].started_at, podman.started_at(&id));
 
     podman.cli(&["pause", &id]);
-    let mut paused = false;
-    for _ in 0..50 {
-        if rt.list_workers().await.unwrap()[0].paused {
-            paused = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(paused, "the pause was seen");
+    assert!(listed_until(&rt, |w| w.paused).await.is_some(), "the pause was seen");
     podman.cli(&["unpause", &id]);
-    let mut running = false;
-    for _ in 0..50 {
-        if rt.list_workers().await.unwrap()[0].running {
-            running = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(running, "the unpause was seen");
+    assert!(listed_until(&rt, |w| w.running).await.is_some(), "the unpause was seen");
     assert!(rt.listing_inspects() <= 10, "{} inspects", rt.listing_inspects());
+}
+
+/// `rt`'s listing once `seen` holds of its first worker, polled for up to 30 s; None if never.
+/// NB: a bound, not a speed: an event reaches the stream in well under a second, but each
+/// listing is a Podman call, and those take seconds on a loaded 2-core machine. Had the event
+/// been missed, the cached entry would hide the change however long this polls.
+async fn listed_until(
+    rt: &DockerRuntime,
+    seen: impl Fn(&Container) -> bool,
+) -> Option<Vec<Container>> {
+    let seen = &seen;
+    poll(Duration::from_secs(30), || async move {
+        let now = rt.list_workers().await.unwrap();
+        seen(&now[0]).then_some(now)
+    })
+    .await
 }
 
 /// The binary with `runtime.kind = podman`: a worker that stops beating (and ignores SIGTERM)
@@ -220,7 +216,9 @@ async fn vigil_restarts_a_hung_podman_worker_exactly_once() {
     assert_eq!(code, 0, "vigil beat failed: {out} {err}");
     let agent = VigilProcess::spawn(&["run"], &cfg, &[("REDIS_URL", &redis)]);
 
-    let restarted = eventually(Duration::from_secs(30), || podman.started_at(&id) != before).await;
+    // NB: stale after 2 s, confirmed 0.5 s later, restarted 2 s after that with a 3 s stop
+    // grace: some 8 s, but every Podman call can take seconds on a loaded machine.
+    let restarted = eventually(Duration::from_secs(90), || podman.started_at(&id) != before).await;
     assert!(restarted, "no restart; agent log:\n{}", agent.log_text());
     let after = podman.started_at(&id);
     // The booting container with its stale record is left alone (cooldown).

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -265,6 +266,11 @@ class Agent:
 
     def write_config(self, checkpoint: str = "", policy: str = "", metadata: str = 'enabled = "off"',
                      extra: str = "") -> None:
+        """`checkpoint`: more keys of `[checkpoint]`; one of the defaults below that it sets
+        replaces the default (see `LONG_SIGTERM_ROUND`)."""
+        defaults = {"grace": "8s", "sigterm_budget": "6s", "preemption_budget": "6s"}
+        budgets = "\n".join(f'{key} = "{value}"' for key, value in defaults.items()
+                             if not re.search(rf"^\s*{key}\s*=", checkpoint, re.MULTILINE))
         self.config.write_text(f'''node_name = "{self.node}"
 poll_interval = "300ms"
 [redis]
@@ -292,11 +298,9 @@ enabled = "off"
 enabled = "off"
 [checkpoint]
 label = "{self.label}.checkpoint"
-grace = "8s"
 # The agent's own SIGTERM is these tests' trigger of a round (no metadata server here).
 on_sigterm = "always"
-sigterm_budget = "6s"
-preemption_budget = "6s"
+{budgets}
 {checkpoint}
 [worker_api]
 listen = "{self.worker_listen}"
@@ -374,6 +378,19 @@ socket = "{self.socket}"
             self.proc.kill()
             self.proc.wait(10)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+#: `Agent.start(checkpoint=...)` for a test that times the agent's SIGTERM round ending early
+#: (acknowledged): a budget far above what an acknowledged round takes on a loaded machine, so
+#: that "ended by the acknowledgement" and "waited out the budget" cannot be mistaken. NB: the
+#: grace must exceed the budget by a second (the config refuses less), and the agent ends a
+#: round 2 s before the grace. A round that ends early costs nothing of it.
+LONG_SIGTERM_ROUND = 'sigterm_budget = "20s"\ngrace = "22s"'
+#: What a test that times that round allows it, and how long it waits for the agent to exit at
+#: all: past the grace, so that a round that waited out the budget fails on its time, which
+#: says why.
+EARLY_ROUND_LIMIT = 15.0
+SIGTERM_EXIT_LIMIT = 30.0
 
 
 @pytest.fixture

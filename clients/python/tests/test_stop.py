@@ -71,24 +71,31 @@ def test_a_live_loop_is_left_to_save_and_leave() -> None:
         "step = 5\n"
         "while not w.stop_requested:\n"
         "    w.progress(step); step += 1; time.sleep(0.05)\n"
-        "for _ in range(40):\n"               # saving: 2 s of calls, longer than exit_after
+        "for _ in range(80):\n"               # saving: 4 s of calls, longer than exit_after
         "    w.progress(step); time.sleep(0.05)\n"
         "w.close()\n"
         "print('saved', flush=True)\n"
     )
-    p = run(body, "1s")
+    # NB: exit_after 3 s, not 1 s: a loaded machine can stall this live loop for a second
+    # between two calls, and the watchdog would take it for stuck.
+    p = run(body, "3s")
     code, err = term_and_wait(p, 20)
     assert code == 0, err
     assert p.stdout is not None and "saved" in p.stdout.read()
 
 
 def test_a_busy_block_s_grace_holds_the_exit_until_it_runs_out() -> None:
+    # NB: the child says when it enters the block (the monotonic clock is the machine's, the
+    # same in both processes): a start taken here, once "ready" is read, could come late on a
+    # loaded machine and shorten the grace measured.
     body = (
+        "print(time.monotonic(), flush=True)\n"
         "with w.busy('checkpoint', up_to='3s'):\n"
         "    time.sleep(3600)\n"
     )
     p = run(body, "1s")
-    started = time.monotonic()
+    assert p.stdout is not None
+    started = float(p.stdout.readline())
     code, err = term_and_wait(p, 20)
     assert code == 143, err
     assert time.monotonic() - started >= 2.5, "exited inside the busy block's grace"
