@@ -65,7 +65,7 @@ def test_the_agent_reads_the_redis_record(agent: Agent, redis_url: str, agent_fe
     with Worker(agent.worker, transport=t, interval=0.2) as w:
         beat_for(w, 5)
         assert w.flush()
-        assert eventually(lambda: agent.record().get("progress") == "4", 3), agent.record()
+        assert eventually(lambda: agent.record().get("progress") == "4", 10), agent.record()
 
 
 def test_api_beats_from_inside_the_container_over_the_socket(agent: Agent, containers, tmp_path: Path) -> None:
@@ -105,7 +105,7 @@ def test_the_redis_transport_needs_only_the_documented_worker_acl(agent: Agent, 
         with Worker(agent.worker, transport=t, interval=0.1) as w:
             beat_for(w, 5)
             admin.hset(key, mapping={"checkpoint_request": "req-acl", "checkpoint_reason": "preemption"})
-            assert eventually(lambda: w.checkpoint_requested is not None, 3)
+            assert eventually(lambda: w.checkpoint_requested is not None, 10)
             w.checkpoint_done()
             assert w.flush()
         record = admin.hgetall(key)

@@ -212,7 +212,7 @@ def test_a_request_runs_the_callback_in_the_loop_thread_and_acks_with_its_id() -
     w.on_checkpoint(lambda req: seen.append((req.id or "", threading.get_ident())))
     with w:
         t.checkpoint = CheckpointRequest("req-7", "preemption", "1796000000000")
-        assert eventually(lambda: w.checkpoint_requested is not None, 2)
+        assert eventually(lambda: w.checkpoint_requested is not None, 10)
         w.progress(1)
         assert seen == [("req-7", threading.get_ident())]
         assert w.flush()
@@ -229,7 +229,7 @@ def test_a_polled_flag_and_an_explicit_ack() -> None:
     t = FakeTransport()
     with Worker("w", transport=t, interval=0.05) as w:
         t.checkpoint = CheckpointRequest("req-9", "agent-sigterm")
-        assert eventually(lambda: bool(w.checkpoint_requested), 2)
+        assert eventually(lambda: bool(w.checkpoint_requested), 10)
         req = w.checkpoint_requested
         assert req is not None and req.id == "req-9" and req.reason == "agent-sigterm"
         w.checkpoint_done(req.id)
@@ -251,11 +251,11 @@ def test_every_rank_gets_rank_0_s_request_at_the_same_step_and_acks_it() -> None
     with w0, w1:
         # Rank 1 learnt of the round first: no one saves until rank 0 knows too.
         t1.checkpoint = CheckpointRequest("r-1", "host-maintenance", "1796000000000")
-        assert eventually(lambda: w1.checkpoint_requested is not None, 2)
+        assert eventually(lambda: w1.checkpoint_requested is not None, 10)
         assert [w.agreed_checkpoint(lambda _: w0.checkpoint_requested.encode() if w0.checkpoint_requested else b"")
                 for w in (w0, w1)] == [None, None]
         t0.checkpoint = CheckpointRequest("r-1", "host-maintenance", "1796000000000", drill=True)
-        assert eventually(lambda: w0.checkpoint_requested is not None, 2)
+        assert eventually(lambda: w0.checkpoint_requested is not None, 10)
         shared: List[bytes] = []
 
         def share(data: bytes) -> bytes:
@@ -286,7 +286,7 @@ def test_a_saved_step_is_published_and_a_bad_one_refused() -> None:
     t = FakeTransport()
     with Worker("w", transport=t, interval=0.05) as w:
         t.checkpoint = CheckpointRequest("req-3", "preemption")
-        assert eventually(lambda: w.checkpoint_requested is not None, 2)
+        assert eventually(lambda: w.checkpoint_requested is not None, 10)
         w.checkpoint_done("req-3", step=41200)
         assert w.flush()
         assert t.sent()[-1]["checkpoint_step"] == "41200"
@@ -363,7 +363,7 @@ def test_sigusr1_raises_the_flag_and_the_ack_names_the_record_s_request(restore_
         os.kill(os.getpid(), signal.SIGUSR1)
         assert w.checkpoint_requested is not None
         w.checkpoint_done()  # maybe before the record was read: the id comes from it
-        assert eventually(lambda: any(f.get("checkpoint_ack") == "req-3" for f in t.sent()), 2), t.sent()
+        assert eventually(lambda: any(f.get("checkpoint_ack") == "req-3" for f in t.sent()), 10), t.sent()
         assert not w.stop_requested
 
 
