@@ -75,7 +75,8 @@ if [ -n "$serial" ]; then
   for check in "${checks[@]}"; do bash "scripts/check-$check.sh"; done
   # The binary `cargo test` built above (the integration tests build it).
   VIGIL_BIN="$PWD/target/debug/vigil" python -m pytest clients/python/tests -q
-  cargo test --locked --no-run -q -p vigil --no-default-features --lib --bins
+  # The agent without the `demo` feature builds too (not for a run narrowed by arguments).
+  [ "$#" -gt 0 ] || cargo test --locked --no-run -q -p vigil --no-default-features --lib --bins
   exit 0
 fi
 cargo test --workspace --locked --no-run
@@ -88,13 +89,17 @@ cargo nextest list --workspace --locked --list-type binaries-only --message-form
   >"$logs/binaries.json"
 cargo metadata --format-version 1 --locked --filter-platform "$(rustc -vV | sed -n 's/^host: //p')" \
   >"$logs/cargo-metadata.json"
+status=0
+# nextest runs no doc tests: the library's (none today) run here, before cargo's lock is taken.
+cargo test --workspace --locked --doc -q || status=1
 declare -A jobs=()
 # The agent without the `demo` feature (no simulated runtime, no recording sinks) builds too —
 # under .ci/run, linted, as its flags say. Its dependencies are the build's above, so only the
 # agent is compiled again (a minute or two of one core), beside the tests at the lowest
-# priority: on the CPU they leave idle (they wait on processes more than they compute), not in
-# a minute and a half of its own after them. Its artifacts are its own (other feature hashes;
-# test harnesses are never copied to target/debug), so the `vigil` the tests run is untouched.
+# priority: on whatever CPU they leave, ahead of them only when they are done. (The tests keep
+# both cores busy most of the time, so this saves half a minute, not the minute and a half it
+# took after them.) Its artifacts are its own (other feature hashes; test harnesses are never
+# copied to target/debug), so the `vigil` the tests run is untouched.
 nice -n 19 cargo test --locked --no-run -q -p vigil --no-default-features --lib --bins \
   >"$logs/nodemo.log" 2>&1 &
 jobs[nodemo]=$!
@@ -103,11 +108,8 @@ jobs[checks]=$!
 # The binary built above (the integration tests build it).
 VIGIL_BIN="$PWD/target/debug/vigil" python -m pytest clients/python/tests -q -n 4 >"$logs/python.log" 2>&1 &
 jobs[python]=$!
-status=0
 cargo nextest run --binaries-metadata "$logs/binaries.json" \
   --cargo-metadata "$logs/cargo-metadata.json" || status=1
-# nextest runs no doc tests: the library's (none today) run here.
-cargo test --workspace --locked --doc -q || status=1
 echo "scripts/test.sh: the Rust tests ended at ${SECONDS}s"
 for name in checks python nodemo; do
   wait "${jobs[$name]}" || { status=1; echo "scripts/test.sh: the $name failed (log below)" >&2; }

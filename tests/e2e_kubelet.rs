@@ -139,7 +139,7 @@ async fn each_pod_is_restarted_the_way_its_kubelet_restarts_it_or_left_alone() {
     let first = kubelet.running(&rule.pod, "main").await.unwrap().0;
     let first_polite = kubelet.running(&polite.pod, "main").await.unwrap().0;
 
-    // Each beats once, as processing, and never again: stale in 2 s, all three hung.
+    // Each beats once, as processing, and never again: stale in 2 s, all four hung.
     for c in [&rule, &polite, &other, &again] {
         let args = ["--job", "job-42"];
         let (code, out, err) = beat(&cfg, &c.worker, "processing", &args, &[("REDIS_URL", &redis)]);

@@ -189,7 +189,7 @@ async fn an_owner_created_again_under_its_name_is_not_the_pods_controller() {
     kube.put_object("jobset.x-k8s.io", "jobsets", again);
     let r = read(&kube, "train-workers-0-0").await.unwrap();
     assert!(
-        matches!(&r, Remediation::Refuse(why) if why.contains("JobSet ml/train (uid js), which the API does not have")),
+        matches!(&r, Remediation::Refuse(why) if why.contains("JobSet ml/train (uid js; the API's is uid js-2, created again under its name), which the API does not have")),
         "{r:?}"
     );
     let mut job_again = job(6);
@@ -197,7 +197,7 @@ async fn an_owner_created_again_under_its_name_is_not_the_pods_controller() {
     kube.put_object("batch", "jobs", job_again);
     let r = read(&kube, "train-workers-0-0").await.unwrap();
     assert!(
-        matches!(&r, Remediation::Refuse(why) if why.contains("Job ml/train-workers-0 (uid u-0), which the API does not have")),
+        matches!(&r, Remediation::Refuse(why) if why.contains("Job ml/train-workers-0 (uid u-0; the API's is uid u-1, created again under its name), which the API does not have")),
         "{r:?}"
     );
 }

@@ -79,10 +79,13 @@ pub(crate) async fn read(
     };
     let mut w = pod_facts(&pod, container)?;
     if let Some((job_name, job_uid)) = controller(&pod, "Job") {
-        let job = get(client, &JOBS, ns, &job_name).await?;
-        let Some(job) = job.filter(|j| same_uid(j, &job_uid)) else {
-            w.missing = Some(format!("its Job {ns}/{job_name} (uid {job_uid})"));
-            return Ok(Some(w));
+        let job = match get(client, &JOBS, ns, &job_name).await? {
+            Some(job) if same_uid(&job, &job_uid) => job,
+            other => {
+                let what = format!("its Job {ns}/{job_name}");
+                w.missing = Some(owner(&what, &job_uid, other.as_ref()));
+                return Ok(Some(w));
+            }
         };
         // NB: only an OnFailure Job counts its pods' container restarts (a Never pod's
         // failures are the Job's status.failed): its pods are listed only then.
@@ -96,9 +99,12 @@ pub(crate) async fn read(
         w.job = Some(job_facts(&job, w.policy, &members));
         if let Some((js_name, js_uid)) = controller(&job, "JobSet") {
             let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
-            match get(client, &JOBSETS, ns, &js_name).await?.filter(|js| same_uid(js, &js_uid)) {
-                Some(js) => w.jobset = Some(jobset_facts(&js, &rj)),
-                None => w.missing = Some(format!("its Job's JobSet {ns}/{js_name} (uid {js_uid})")),
+            match get(client, &JOBSETS, ns, &js_name).await? {
+                Some(js) if same_uid(&js, &js_uid) => w.jobset = Some(jobset_facts(&js, &rj)),
+                other => {
+                    let what = format!("its Job's JobSet {ns}/{js_name}");
+                    w.missing = Some(owner(&what, &js_uid, other.as_ref()));
+                }
             }
         }
     }
@@ -121,6 +127,17 @@ fn controller(o: &Value, kind: &str) -> Option<(String, String)> {
         .iter()
         .find(|r| r["kind"] == kind && r["controller"] == true)?;
     Some((r["name"].as_str()?.to_string(), r["uid"].as_str().unwrap_or_default().to_string()))
+}
+
+/// An owner the API does not have, as the pod's reference names it (`what`, `uid`), and where
+/// the API has another object of that name (`found`), its uid.
+fn owner(what: &str, uid: &str, found: Option<&Value>) -> String {
+    match found.and_then(|o| o["metadata"]["uid"].as_str()) {
+        Some(other) => {
+            format!("{what} (uid {uid}; the API's is uid {other}, created again under its name)")
+        }
+        None => format!("{what} (uid {uid})"),
+    }
 }
 
 /// Whether `o` is the owner a reference names by `uid`: an owner deleted and created again

@@ -210,6 +210,31 @@ mod tests {
             let r = answer(same).await;
             assert!(matches!(r, Remediation::InPlace { .. }), "{same:?}: {r:?}");
         }
+        // Before the operator's override: a Never pod of another uid is refused, not failed.
+        let mut never = Workload::bare("ml/train-0", "trainer", RestartPolicy::Never);
+        never.uid = Some("u-2".into());
+        let api = Serving(never);
+        let r = of(Some(&api), &Reads::default(), true, &container(false), Stops::One).await;
+        assert!(matches!(&r, Remediation::Refuse(w) if w.contains("uid u-2")), "{r:?}");
+    }
+
+    /// An entry's read is kept by the sandbox's pod uid: the pod created again under its name
+    /// (a new sandbox) is read afresh, never answered by the old pod's kept read.
+    #[tokio::test]
+    async fn a_kept_read_is_the_sandbox_s_pod_s_alone() {
+        let reads = Reads::default();
+        let serving = |uid: &str| {
+            let mut w = Workload::bare("ml/train-0", "trainer", RestartPolicy::Always);
+            w.uid = Some(uid.into());
+            Serving(w)
+        };
+        let old = container(false);
+        let r = of(Some(&serving("u")), &reads, false, &old, Stops::EveryPod).await;
+        assert!(matches!(r, Remediation::InPlace { .. }), "{r:?}");
+        let mut new = old.clone();
+        new.pod.as_mut().unwrap().uid = "u-2".into();
+        let r = of(Some(&serving("u-2")), &reads, false, &new, Stops::EveryPod).await;
+        assert!(matches!(r, Remediation::InPlace { .. }), "read afresh, not the old pod's: {r:?}");
     }
 
     fn container(job: bool) -> Container {
