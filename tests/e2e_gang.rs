@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use common::e2e::{decisions, ConfigParts, Setup};
 use common::real::{
-    beat, eventually, explain, redis_get, shared_redis_url, unique, vigil, Receiver, VigilProcess,
-    WorkerContainer,
+    beat, beat_first_then_together, eventually, explain, redis_get, shared_redis_url, unique,
+    vigil, Receiver, VigilProcess, WorkerContainer,
 };
 
 const RANKS: usize = 4;
@@ -83,14 +83,8 @@ async fn four_agents_restart_every_rank_of_a_hung_job_once_on_one_page_and_one_b
         }
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    beat_rank(&ranks[2], &gang, &redis, "step-4");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    std::thread::scope(|scope| {
-        for i in [0, 1, 3] {
-            let (r, gang, redis) = (&ranks[i], &gang, &redis);
-            scope.spawn(move || beat_rank(r, gang, redis, "step-4"));
-        }
-    });
+    let step_4 = |i: usize| beat_rank(&ranks[i], &gang, &redis, "step-4");
+    beat_first_then_together(RANKS, 2, Duration::from_millis(300), step_4).await;
 
     let all_restarted = eventually(Duration::from_secs(60), || {
         ranks.iter().all(|r| r.container.started_at() != r.before)
@@ -242,16 +236,7 @@ async fn on_containerd_the_pods_of_one_jobset_are_one_gang_without_a_gang_in_the
             beat(cfg, &s.worker, "processing", &["--job", "llama"], &[("REDIS_URL", &redis)]);
         assert_eq!(code, 0, "{out} {err}");
     };
-    beat_node(2);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // NB: in parallel: three sequential process starts could take longer than the margin on a
-    // loaded machine.
-    std::thread::scope(|scope| {
-        for i in [0, 1, 3] {
-            let beat_node = &beat_node;
-            scope.spawn(move || beat_node(i));
-        }
-    });
+    beat_first_then_together(nodes.len(), 2, Duration::from_millis(200), beat_node).await;
     let agents: Vec<VigilProcess> = nodes
         .iter()
         .map(|(_, cfg, _)| VigilProcess::spawn(&["run"], cfg, &[("REDIS_URL", &redis)]))

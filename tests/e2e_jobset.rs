@@ -21,8 +21,8 @@ use common::containerd::{Containerd, Kubelet, Pod};
 use common::e2e::{decisions, ConfigParts, Setup};
 use common::fake_kube::FakeKube;
 use common::real::{
-    beat, explain, poll, shared_redis_url, unique, Receiver, VigilProcess, EXITS_ON_TERM,
-    IGNORES_TERM,
+    beat, beat_first_then_together, explain, poll, shared_redis_url, unique, Receiver,
+    VigilProcess, EXITS_ON_TERM, IGNORES_TERM,
 };
 use serde_json::json;
 
@@ -176,17 +176,7 @@ pub(crate) async fn beat_all(ranks: &[Rank], redis: &str, step: &str) {
             beat(&r.cfg, &r.s.worker, "processing", &args, &[("REDIS_URL", redis)]);
         assert_eq!(code, 0, "{out} {err}");
     };
-    beat_rank(2);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // NB: in parallel: the others must beat well inside confirm_after of rank 2 (else they
-    // still progress when rank 2 is confirmed hung: a straggler), and three sequential `vigil
-    // beat` process starts can take longer than that on a loaded machine.
-    std::thread::scope(|scope| {
-        for i in [0, 1, 3] {
-            let beat_rank = &beat_rank;
-            scope.spawn(move || beat_rank(i));
-        }
-    });
+    beat_first_then_together(ranks.len(), 2, Duration::from_millis(200), beat_rank).await;
 }
 
 /// JobSet's controller, Job's and kubelet, every 200 ms: a rank whose container exited fails

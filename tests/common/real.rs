@@ -556,6 +556,26 @@ pub fn vigil(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
     )
 }
 
+/// `beat(first)`, then `gap` later every other of ranks `0..n` at once (threads): ranks that
+/// stop together, `first` a moment before the rest. NB: at once: sequential `vigil beat`
+/// process starts can outlast the margin a test means (inside `confirm_after`, else a rank
+/// still progresses beside the stopped one: a straggler) on a loaded machine.
+pub async fn beat_first_then_together(
+    n: usize,
+    first: usize,
+    gap: std::time::Duration,
+    beat: impl Fn(usize) + Sync,
+) {
+    beat(first);
+    tokio::time::sleep(gap).await;
+    std::thread::scope(|scope| {
+        for i in (0..n).filter(|i| *i != first) {
+            let beat = &beat;
+            scope.spawn(move || beat(i));
+        }
+    });
+}
+
 /// `vigil beat --config CONFIG --worker WORKER --state STATE EXTRA...`.
 pub fn beat(
     config: &Path,
