@@ -78,33 +78,26 @@ pub(crate) async fn read(
         return Ok(None);
     };
     let mut w = pod_facts(&pod, container)?;
-    if let Some((job_name, job_uid)) = controller(&pod, "Job") {
-        let job = match get(client, &JOBS, ns, &job_name).await? {
-            Some(job) if same_uid(&job, &job_uid) => job,
-            other => {
-                let what = format!("its Job {ns}/{job_name}");
-                w.missing = Some(owner(&what, &job_uid, other.as_ref()));
+    if let Some(job_ref) = controller(&pod, "Job") {
+        let job = match owner(client, &JOBS, ns, &job_ref, "its Job").await? {
+            Ok(job) => job,
+            Err(missing) => {
+                w.missing = Some(missing);
                 return Ok(Some(w));
             }
         };
         // NB: only an OnFailure Job counts its pods' container restarts (a Never pod's
         // failures are the Job's status.failed): its pods are listed only then.
         let members = match w.policy {
-            RestartPolicy::OnFailure => {
-                let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
-                job_pods(client, ns, uid).await?
-            }
+            RestartPolicy::OnFailure => job_pods(client, ns, &job_ref.1).await?,
             _ => Vec::new(),
         };
         w.job = Some(job_facts(&job, w.policy, &members));
-        if let Some((js_name, js_uid)) = controller(&job, "JobSet") {
+        if let Some(js_ref) = controller(&job, "JobSet") {
             let rj = label(&job, REPLICATED_JOB).unwrap_or_default();
-            match get(client, &JOBSETS, ns, &js_name).await? {
-                Some(js) if same_uid(&js, &js_uid) => w.jobset = Some(jobset_facts(&js, &rj)),
-                other => {
-                    let what = format!("its Job's JobSet {ns}/{js_name}");
-                    w.missing = Some(owner(&what, &js_uid, other.as_ref()));
-                }
+            match owner(client, &JOBSETS, ns, &js_ref, "its Job's JobSet").await? {
+                Ok(js) => w.jobset = Some(jobset_facts(&js, &rj)),
+                Err(missing) => w.missing = Some(missing),
             }
         }
     }
@@ -129,15 +122,25 @@ fn controller(o: &Value, kind: &str) -> Option<(String, String)> {
     Some((r["name"].as_str()?.to_string(), r["uid"].as_str().unwrap_or_default().to_string()))
 }
 
-/// An owner the API does not have, as the pod's reference names it (`what`, `uid`), and where
-/// the API has another object of that name (`found`), its uid.
-fn owner(what: &str, uid: &str, found: Option<&Value>) -> String {
-    match found.and_then(|o| o["metadata"]["uid"].as_str()) {
-        Some(other) => {
-            format!("{what} (uid {uid}; the API's is uid {other}, created again under its name)")
-        }
-        None => format!("{what} (uid {uid})"),
-    }
+/// The owner a reference names (`name`, `uid`), or — `Err` — what the pod names (`what`, its
+/// relation) that the API does not have: no object of that name, or another one (its uid).
+async fn owner(
+    client: &kube::Client,
+    kind: &Kind,
+    ns: &str,
+    (name, uid): &(String, String),
+    what: &str,
+) -> Result<Result<Value, String>, PodError> {
+    let found = get(client, kind, ns, name).await?;
+    Ok(match found {
+        Some(o) if same_uid(&o, uid) => Ok(o),
+        other => Err(match other.as_ref().and_then(|o| o["metadata"]["uid"].as_str()) {
+            Some(again) => format!(
+                "{what} {ns}/{name} (uid {uid}; the API's is uid {again}, created again under its name)"
+            ),
+            None => format!("{what} {ns}/{name} (uid {uid})"),
+        }),
+    })
 }
 
 /// Whether `o` is the owner a reference names by `uid`: an owner deleted and created again
