@@ -6,8 +6,9 @@ integration-test binaries and, where the `duplicates` tool is on PATH, repeated-
 
 Production lines are the non-blank, non-comment lines of agent/src outside its `#[cfg(test)]`
 items, `_tests.rs` and `tests.rs` files and the files of `#[cfg(test)] mod x;` left out: what the
-agent that ships compiles. (`#[cfg(any(test, feature = "bench"))]`, the benchmarks' replays, is
-never in it: agent/Cargo.toml's `bench` feature, on only in test and benchmark builds.) Functions are measured as tests/layout.rs measures them.
+agent that ships compiles. (`#[cfg(any(test, feature = "bench"))]`, the benchmarks' replays and the
+test hooks only the suites call, is never in it: agent/Cargo.toml's `bench` feature, on only in
+test and benchmark builds.) Functions are measured as tests/layout.rs measures them.
 """
 import pathlib
 import re

@@ -22,12 +22,12 @@ use vigil::clock::{Clock, FakeClock, Millis};
 use vigil::coord::{Coordinator, Keys};
 use vigil::cycle::agent::Agent;
 use vigil::kube::podresources::PodResourcesClient;
-use vigil::kube::pods::{PodApi, PodError, RestartPolicy};
+use vigil::kube::pods::{PodApi, PodError};
 use vigil::metrics::Metrics;
 use vigil::runtime::container::Container;
 use vigil::runtime::cri::{CriRuntime, CriSettings, POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use vigil::runtime::{ContainerRuntime, RuntimeError};
-use vigil::vocab::workload::{Remediation, Stops};
+use vigil::vocab::workload::{Remediation, RestartPolicy, Stops, Workload};
 
 const START: Millis = 1_796_083_200_000;
 const POLL: Duration = Duration::from_secs(15);
@@ -41,8 +41,8 @@ struct Policies(RestartPolicy);
 
 #[async_trait]
 impl PodApi for Policies {
-    async fn restart_policy(&self, _: &str, _: &str) -> Result<Option<RestartPolicy>, PodError> {
-        Ok(Some(self.0))
+    async fn workload(&self, ns: &str, pod: &str, c: &str) -> Result<Option<Workload>, PodError> {
+        Ok(Some(Workload::bare(&format!("{ns}/{pod}"), c, self.0)))
     }
     async fn node_pods(&self, _: &str) -> Result<Vec<vigil::kube::pods::NodePod>, PodError> {
         Err(PodError::Unsupported("this test's pods API serves restartPolicy only"))

@@ -1420,6 +1420,7 @@ async fn replicas_with_one_label_are_distinct_workers_by_their_names() {
     let b = WorkerContainer::start(&label, vigil::runtime::docker::CONTAINER_NAME_ID);
     let runtime = vigil::runtime::docker::DockerRuntime::new(
         "unix:///var/run/docker.sock",
+        false,
         &label,
         &format!("{label}.checkpoint"),
         Duration::from_secs(30),

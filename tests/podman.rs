@@ -20,8 +20,9 @@ const LABEL: &str = "vigil.worker";
 /// by 5 s (shorter than the stop graces below: the workers ignore SIGTERM). NB: not less: the
 /// suites run side by side, and a loaded machine can keep Podman's answer past 2 s.
 async fn runtime(podman: &Podman, restart_deadline: Duration) -> DockerRuntime {
-    let rt = DockerRuntime::podman(
-        podman.socket().to_str().unwrap(),
+    let rt = DockerRuntime::new(
+        &format!("unix://{}", podman.socket().display()),
+        true,
         LABEL,
         "vigil.checkpoint",
         restart_deadline,
@@ -87,6 +88,7 @@ async fn the_listing_finds_only_opted_in_workers_and_reads_their_logs() {
     // `/version`, and named so.
     let as_docker = DockerRuntime::new(
         &format!("unix://{}", podman.socket().display()),
+        false,
         LABEL,
         "vigil.checkpoint",
         Duration::from_secs(30),

@@ -90,6 +90,10 @@ impl FakeClock {
     pub fn advance(&self, d: Duration) {
         self.0.fetch_add(ms(d), Ordering::SeqCst);
     }
+}
+
+#[cfg(any(test, feature = "bench"))]
+impl FakeClock {
     pub fn set(&self, t: Millis) {
         self.0.store(t, Ordering::SeqCst);
     }

@@ -2,11 +2,12 @@
 //! `vigil demo` and the scenario tests (the HTTP-level behaviour is tested against the real
 //! webhook receiver and the fake API server).
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::alerts::{Alert, AlertError, AlertKind, AlertSink, Resolve};
+use crate::alerts::{Alert, AlertError, AlertSink, Resolve};
 use crate::kube::node::{EventType, NodeApi, NodeDesired, NodeError};
 
 /// An alert sink that keeps every alert, and every resolve (node, worker, end).
@@ -21,10 +22,14 @@ impl RecordingSink {
     pub fn resolved(&self) -> Vec<(String, Resolve)> {
         self.1.lock().unwrap().iter().map(|(_, w, e)| (w.clone(), *e)).collect()
     }
-    pub fn count(&self, kind: AlertKind) -> usize {
+}
+
+#[cfg(any(test, feature = "bench"))]
+impl RecordingSink {
+    pub fn count(&self, kind: crate::alerts::AlertKind) -> usize {
         self.0.lock().unwrap().iter().filter(|a| a.kind == kind).count()
     }
-    pub fn of(&self, kind: AlertKind) -> Vec<Alert> {
+    pub fn of(&self, kind: crate::alerts::AlertKind) -> Vec<Alert> {
         self.0.lock().unwrap().iter().filter(|a| a.kind == kind).cloned().collect()
     }
     pub fn kinds(&self) -> Vec<&'static str> {
@@ -41,24 +46,11 @@ impl AlertSink for RecordingSink {
 
     /// The workers with alerts here and no `Gone` since.
     fn open_workers(&self, node: &str) -> Vec<String> {
-        let gone: Vec<String> = self
-            .resolved()
-            .into_iter()
-            .filter(|(_, e)| *e == Resolve::Gone)
-            .map(|(w, _)| w)
-            .collect();
-        let mut open: Vec<String> = self
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|a| a.node == node)
-            .filter_map(|a| a.worker.clone())
-            .filter(|w| !gone.contains(w))
-            .collect();
-        open.sort();
-        open.dedup();
-        open
+        let gone = self.resolved().into_iter().filter(|(_, e)| *e == Resolve::Gone);
+        let gone: Vec<String> = gone.map(|(w, _)| w).collect();
+        let alerts = self.0.lock().unwrap();
+        let open = alerts.iter().filter(|a| a.node == node).filter_map(|a| a.worker.clone());
+        open.filter(|w| !gone.contains(w)).collect::<BTreeSet<_>>().into_iter().collect()
     }
 
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
@@ -78,6 +70,10 @@ impl RecordingNodeApi {
     pub fn last(&self) -> NodeDesired {
         self.desired.lock().unwrap().last().cloned().unwrap_or_default()
     }
+}
+
+#[cfg(any(test, feature = "bench"))]
+impl RecordingNodeApi {
     pub fn reasons(&self) -> Vec<String> {
         self.events.lock().unwrap().iter().map(|e| e.0.clone()).collect()
     }

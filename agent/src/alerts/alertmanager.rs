@@ -10,7 +10,7 @@
 //! The URL may carry credentials (`https://user:token@am/`): it is a [`Secret`], shown as
 //! `https://***@am/***`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -35,48 +35,35 @@ pub(crate) fn alertname(kind: AlertKind) -> String {
 /// The labels of an alert: its identity in Alertmanager (two posts with the same labels are one
 /// alert).
 pub(crate) fn labels(alert: &Alert) -> BTreeMap<&'static str, String> {
-    let mut l = BTreeMap::new();
-    l.insert("alertname", alertname(alert.kind));
-    l.insert("node", alert.node.clone());
-    l.insert("severity", alert.kind.severity().to_string());
-    if let Some(w) = &alert.worker {
-        l.insert("worker", w.clone());
-    }
-    if let Some(i) = &alert.incident {
-        l.insert("incident", i.clone());
-    }
-    // A route or an inhibition by job: every alert of a gang member, and the gang's own.
-    if let Some(g) = &alert.gang {
-        l.insert("gang", g.clone());
-    }
-    l
+    let (kind, node) = (alertname(alert.kind), alert.node.clone());
+    let set = [("alertname", kind), ("node", node), ("severity", alert.kind.severity().into())];
+    // A route or an inhibition by job (`gang`): every alert of a gang member, and the gang's own.
+    let opt = [("worker", &alert.worker), ("incident", &alert.incident), ("gang", &alert.gang)];
+    set.into_iter().chain(opt.into_iter().filter_map(|(k, v)| Some((k, v.clone()?)))).collect()
 }
 
 /// One element of the body posted to `/api/v2/alerts` (pure: times are given).
 pub(crate) fn payload(alert: &Alert, starts_at: SystemTime, ends_at: Option<SystemTime>) -> Value {
-    let mut description = alert.summary();
+    let (summary, attempt) = (alert.summary(), alert.attempt.map(|n| n.to_string()));
+    let mut description = summary.clone();
     if let Some(logs) = alert.logs.as_ref().filter(|l| !l.trim().is_empty()) {
         description.push_str("\n\n");
         description.push_str(tail_chars(logs, LOG_TAIL));
     }
-    let mut annotations = serde_json::Map::new();
-    annotations.insert("summary".into(), json!(alert.summary()));
-    annotations.insert("description".into(), json!(description));
-    annotations.insert("kind".into(), json!(alert.kind.as_str()));
-    for (k, v) in [
+    let annotations: serde_json::Map<String, Value> = [
+        ("summary", Some(summary.as_str())),
+        ("description", Some(description.as_str())),
+        ("kind", Some(alert.kind.as_str())),
         ("container", alert.container.as_deref()),
         ("job", alert.job.as_deref()),
         ("gang", alert.gang.as_deref()),
         ("verdict", alert.verdict),
         ("for", alert.duration.as_deref()),
-    ] {
-        if let Some(v) = v {
-            annotations.insert(k.into(), json!(v));
-        }
-    }
-    if let Some(n) = alert.attempt {
-        annotations.insert("attempt".into(), json!(n.to_string()));
-    }
+        ("attempt", attempt.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k.to_string(), Value::from(v?))))
+    .collect();
     let mut body = json!({
         "labels": labels(alert),
         "annotations": annotations,
@@ -127,7 +114,10 @@ impl AlertmanagerSink {
         }
         AlertmanagerSink { inner }
     }
+}
 
+#[cfg(any(test, feature = "bench"))]
+impl AlertmanagerSink {
     /// How many alerts are open (re-posted).
     pub fn open(&self) -> usize {
         self.inner.open.lock().map(|o| o.len()).unwrap_or(0)
@@ -198,14 +188,9 @@ impl AlertSink for AlertmanagerSink {
         let Ok(open) = self.inner.open.lock() else {
             return Vec::new();
         };
-        let mut all: Vec<String> = open
-            .values()
-            .filter(|o| o.alert.node == node)
-            .filter_map(|o| o.alert.worker.clone())
-            .collect();
-        all.sort();
-        all.dedup();
-        all
+        let all =
+            open.values().filter(|o| o.alert.node == node).filter_map(|o| o.alert.worker.clone());
+        all.collect::<BTreeSet<_>>().into_iter().collect()
     }
 
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {

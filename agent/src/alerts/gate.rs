@@ -34,6 +34,7 @@ pub(crate) struct Owed {
 /// The claims of one agent instance, with the ones whose answer was lost. NB: kept in the order
 /// they were taken (a HashMap's order differs per process: a seeded simulation run did not
 /// repeat, its claims retried in another order).
+#[derive(Default)]
 pub(crate) struct AlertGate {
     /// Written into each claim: who took it.
     instance: String,
@@ -52,12 +53,7 @@ pub(crate) struct AlertGate {
 
 impl AlertGate {
     pub fn new(instance: &str) -> AlertGate {
-        AlertGate {
-            instance: instance.to_string(),
-            unanswered: IndexMap::new(),
-            won: IndexMap::new(),
-            owed: IndexMap::new(),
-        }
+        AlertGate { instance: instance.to_string(), ..Default::default() }
     }
 
     /// Take the right to send the alert behind the de-duplication `key` (SET NX: the first

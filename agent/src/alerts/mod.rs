@@ -18,12 +18,13 @@ mod webhook;
 pub use webhook::WebhookSink;
 
 /// What an alert is about. The names are stable: they appear in metrics and in the webhook body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 #[derive(strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum AlertKind {
     /// A confirmed hang; the persistence timer started.
+    #[default]
     Hung,
     /// Errored for `error_for`.
     Errored,
@@ -80,10 +81,13 @@ pub enum AlertKind {
     SlowOver,
 }
 
+#[cfg(any(test, feature = "bench"))]
 impl AlertKind {
     /// Every kind, for the docs drift check (docs/alerts.md).
     pub const ALL: &'static [AlertKind] = <AlertKind as strum::VariantArray>::VARIANTS;
+}
 
+impl AlertKind {
     /// Alert-only episodes (alerts of a condition, not of an incident): they end with the
     /// episode.
     pub(crate) fn is_episode(self) -> bool {
@@ -132,7 +136,7 @@ impl AlertKind {
 as_str!(pub AlertKind);
 
 /// One alert, with everything a person needs to act without opening another tool.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Alert {
     pub kind: AlertKind,
     pub node: String,
@@ -164,47 +168,21 @@ pub struct Alert {
 
 impl Alert {
     pub fn new(kind: AlertKind, node: &str, detail: impl Into<String>) -> Alert {
-        Alert {
-            kind,
-            node: node.to_string(),
-            worker: None,
-            container: None,
-            verdict: None,
-            job: None,
-            gang: None,
-            gang_size: None,
-            gang_members: None,
-            duration: None,
-            incident: None,
-            detail: detail.into(),
-            logs: None,
-            page: kind.is_page(),
-            update: false,
-            attempt: None,
-            dry_run: false,
-        }
+        let (node, detail, page) = (node.to_string(), detail.into(), kind.is_page());
+        Alert { kind, node, detail, page, ..Default::default() }
     }
 
     /// The one-line human summary (also the log line).
     pub fn summary(&self) -> String {
         let update = if self.update { " (update)" } else { "" };
         let mut s = format!("[vigil] {}{update} on node {}", self.kind.as_str(), self.node);
-        if let Some(w) = &self.worker {
-            s.push_str(&format!(", worker {w}"));
-        }
-        if let Some(c) = &self.container {
-            s.push_str(&format!(" in {c}"));
-        }
+        s += &self.worker.as_ref().map(|w| format!(", worker {w}")).unwrap_or_default();
+        s += &self.container.as_ref().map(|c| format!(" in {c}")).unwrap_or_default();
         if let Some(v) = self.verdict {
-            s.push_str(&format!(" ({v}"));
-            if let Some(d) = &self.duration {
-                s.push_str(&format!(" for {d}"));
-            }
-            s.push(')');
+            let d = self.duration.as_ref().map(|d| format!(" for {d}")).unwrap_or_default();
+            s.push_str(&format!(" ({v}{d})"));
         }
-        if let Some(j) = &self.job {
-            s.push_str(&format!(", job {j}"));
-        }
+        s += &self.job.as_ref().map(|j| format!(", job {j}")).unwrap_or_default();
         if let Some(g) = &self.gang {
             s.push_str(&format!(", gang {g}"));
             // NB: an unknown size says so; the members that report are a count, not a size.
@@ -361,18 +339,11 @@ pub(crate) struct Fanout(pub Vec<std::sync::Arc<dyn AlertSink>>);
 #[async_trait]
 impl AlertSink for Fanout {
     async fn send(&self, alert: &Alert) -> Result<(), AlertError> {
-        let mut first = Ok(());
         let sent = futures_util::future::join_all(self.0.iter().map(|s| s.send(alert))).await;
-        for result in sent {
-            if let Err(e) = result {
-                if first.is_ok() {
-                    first = Err(e);
-                } else {
-                    tracing::error!(error = %e, "alert delivery failed");
-                }
-            }
-        }
-        first
+        let mut errors = sent.into_iter().filter_map(Result::err);
+        let first = errors.next();
+        errors.for_each(|e| tracing::error!(error = %e, "alert delivery failed"));
+        first.map_or(Ok(()), Err)
     }
 
     async fn resolve(&self, node: &str, worker: &str, end: Resolve) {
@@ -382,10 +353,8 @@ impl AlertSink for Fanout {
     }
 
     fn open_workers(&self, node: &str) -> Vec<String> {
-        let mut all: Vec<String> = self.0.iter().flat_map(|s| s.open_workers(node)).collect();
-        all.sort();
-        all.dedup();
-        all
+        let all = self.0.iter().flat_map(|s| s.open_workers(node));
+        all.collect::<std::collections::BTreeSet<_>>().into_iter().collect()
     }
 }
 

@@ -3,7 +3,7 @@
 //! condition ends. The URL, the routing key and the extra headers' values are secrets: shown
 //! redacted, never in a delivery's error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -123,7 +123,7 @@ impl AlertSink for WebhookSink {
         if self.format != WebhookFormat::Pagerduty {
             return;
         }
-        let keys: Vec<String> = match self.open.lock() {
+        let keys: BTreeSet<String> = match self.open.lock() {
             Ok(mut open) => {
                 let id = (node.to_string(), worker.to_string());
                 let Some(events) = open.get_mut(&id) else {
@@ -132,13 +132,8 @@ impl AlertSink for WebhookSink {
                 let (ended, kept): (Vec<_>, Vec<_>) =
                     events.drain(..).partition(|(k, _)| end.covers(*k));
                 *events = kept;
-                let mut keys: Vec<String> = ended
-                    .into_iter()
-                    .map(|(_, d)| d)
-                    .filter(|d| !events.iter().any(|(_, k)| k == d))
-                    .collect();
-                keys.sort();
-                keys.dedup();
+                let keys = ended.into_iter().map(|(_, d)| d);
+                let keys = keys.filter(|d| !events.iter().any(|(_, k)| k == d)).collect();
                 if events.is_empty() {
                     open.remove(&id);
                 }

@@ -98,7 +98,7 @@ fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, Run
     } else {
         Arc::new(RedisCoordinator::from_config(&cfg.redis).map_err(|e| RunError(e.to_string()))?)
     };
-    let (runtime, why) = crate::runtime::connect(cfg, pods).map_err(|e| RunError(e.to_string()))?;
+    let (runtime, why) = crate::runtime::connect(cfg, pods);
     tracing::info!(runtime = %runtime.describe(), "{why}");
     let mut sinks: Vec<Arc<dyn AlertSink>> = Vec::new();
     if !cfg.alerts.webhook_url.is_empty() {

@@ -77,10 +77,8 @@ async fn to_agent(
     if !resp.status().is_success() {
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
-        return Err(CliError::Failed(format!(
-            "the agent at {agent} refused the beat: {status} {}",
-            text.trim()
-        )));
+        let why = format!("the agent at {agent} refused the beat: {status} {}", text.trim());
+        return Err(CliError::Failed(why));
     }
     println!("beat sent to {agent}");
     // A shell worker learns of a checkpoint request here (a signal carries no id): it saves,

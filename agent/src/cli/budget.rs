@@ -25,12 +25,8 @@ pub(super) struct BudgetReport {
 pub(super) async fn check(cfg: &Config, node: &str) -> BudgetReport {
     let pods = if cfg.kubernetes_on() { Some(worker_pods(cfg, node).await) } else { None };
     let provisioning = if cfg.kubernetes_on() { provisioning(cfg, node).await } else { None };
-    let read = pods.as_ref().and_then(|p| p.as_ref().ok());
-    let shortfalls = budget_shortfalls(
-        &cfg.checkpoint,
-        read.map_or(&[], Vec::as_slice),
-        preemptible(provisioning.as_ref()),
-    );
+    let read: &[WorkerPod] = pods.as_ref().and_then(|p| p.as_ref().ok()).map_or(&[], Vec::as_slice);
+    let shortfalls = budget_shortfalls(&cfg.checkpoint, read, preemptible(provisioning.as_ref()));
     BudgetReport { pods, shortfalls, worker_stop: cfg.checkpoint.worker_stop, provisioning }
 }
 
@@ -55,9 +51,8 @@ async fn provisioning(cfg: &Config, node: &str) -> Option<Provisioning> {
 async fn worker_pods(cfg: &Config, node: &str) -> Result<Vec<WorkerPod>, PodError> {
     let api = KubePods::connect(&cfg.kubernetes.api_url).await?;
     let pods = api.node_pods(node).await?;
-    Ok(pods
-        .iter()
-        .filter(|p| p.is_worker(&cfg.runtime.worker_label))
+    let workers = pods.iter().filter(|p| p.is_worker(&cfg.runtime.worker_label));
+    Ok(workers
         .map(|p| WorkerPod { pod: p.display(), grace: p.grace, critical: p.critical })
         .collect())
 }
@@ -67,15 +62,11 @@ impl BudgetReport {
     pub fn summary(&self) -> String {
         let stop = humantime::format_duration(self.worker_stop);
         let stop = match &self.provisioning {
-            Some(p) => format!(
-                "{stop}; provisioning {}{}",
-                p.as_str(),
-                if preemptible(Some(p)) == Some(false) {
-                    " (no preemption: its limits are not checked)"
-                } else {
-                    ""
-                }
-            ),
+            Some(p) => {
+                let note = " (no preemption: its limits are not checked)";
+                let note = if preemptible(Some(p)) == Some(false) { note } else { "" };
+                format!("{stop}; provisioning {}{note}", p.as_str())
+            }
             None => stop.to_string(),
         };
         match &self.pods {
@@ -86,15 +77,10 @@ impl BudgetReport {
                 "worker pods' grace periods unknown ({e}); checked against Compute Engine's notices only; checkpoint.worker_stop = {stop}"
             ),
             Some(Ok(p)) => {
-                let shortest = p.iter().map(|w| w.grace).min();
-                format!(
-                    "{} worker pod(s) read{}; checkpoint.worker_stop = {stop}",
-                    p.len(),
-                    shortest.map_or(String::new(), |g| format!(
-                        ", shortest terminationGracePeriodSeconds {}",
-                        humantime::format_duration(g)
-                    ))
-                )
+                let g = p.iter().map(|w| w.grace).min().map(humantime::format_duration);
+                let g = g.map(|g| format!(", shortest terminationGracePeriodSeconds {g}"));
+                let (n, g) = (p.len(), g.unwrap_or_default());
+                format!("{n} worker pod(s) read{g}; checkpoint.worker_stop = {stop}")
             }
         }
     }

@@ -18,25 +18,17 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, dry_run: bool) -> Re
         ));
     }
     let api = KubeNodeApi::connect(&cfg.kubernetes.api_url).await.map_err(failed)?;
-    let prefix = &cfg.kubernetes.label_prefix;
-    let removed = api
-        .cleanup(
-            &node,
-            prefix,
-            &taint_keys(&cfg.kubernetes),
-            &CONDITIONS,
-            &[PERFORM_MAINTENANCE_LABEL],
-            dry_run,
-        )
-        .await
-        .map_err(|e| match e {
-            // The agent's wording says the next cycle retries; here, the operator does.
-            NodeError::Conflict { attempts, .. } => CliError::Failed(format!(
-                "cleanup of node {node:?}: {attempts} attempts in a row conflicted with other \
-                 writers of the Node (409 Conflict); nothing of the taints was lost: run it again"
-            )),
-            e => CliError::Failed(format!("cleanup of node {node:?}: {e}")),
-        })?;
+    let (prefix, keys) = (&cfg.kubernetes.label_prefix, taint_keys(&cfg.kubernetes));
+    let labels = [PERFORM_MAINTENANCE_LABEL];
+    let cleanup = api.cleanup(&node, prefix, &keys, &CONDITIONS, &labels, dry_run);
+    let removed = cleanup.await.map_err(|e| match e {
+        // The agent's wording says the next cycle retries; here, the operator does.
+        NodeError::Conflict { attempts, .. } => CliError::Failed(format!(
+            "cleanup of node {node:?}: {attempts} attempts in a row conflicted with other \
+             writers of the Node (409 Conflict); nothing of the taints was lost: run it again"
+        )),
+        e => CliError::Failed(format!("cleanup of node {node:?}: {e}")),
+    })?;
     print!("{}", render(&node, prefix, &removed, dry_run));
     Ok(())
 }

@@ -218,24 +218,17 @@ impl Night {
         if now == self.summary.hang_at {
             writeln!(out, "{}  WORKER  heap corruption: the process freezes mid-job (state stays `processing`)", hhmmss(now))?;
         }
-        if let Some(b) = self.booted_at.filter(|b| *b == now) {
-            writeln!(
-                out,
-                "{}  WORKER  model loaded after 90 s of booting; beating again",
-                hhmmss(b)
-            )?;
+        if let Some(b) = self.booted_at.filter(|b| *b == now).map(hhmmss) {
+            writeln!(out, "{b}  WORKER  model loaded after 90 s of booting; beating again")?;
         }
         Ok(())
     }
 
     /// The maintenance notices of the second act.
     async fn notices(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
+        let t = hhmmss(now);
         if now == at(40, 0) {
-            writeln!(
-                out,
-                "{}  GCE     upcoming-maintenance: PENDING (can_reschedule=true)",
-                hhmmss(now)
-            )?;
+            writeln!(out, "{t}  GCE     upcoming-maintenance: PENDING (can_reschedule=true)")?;
             self.controller
                 .apply(MaintenanceState {
                     phase: Phase::Pending,
@@ -249,11 +242,7 @@ impl Night {
                 .await;
         }
         if now == at(43, 0) {
-            writeln!(
-                out,
-                "{}  GCE     maintenance-event: TERMINATE_ON_HOST_MAINTENANCE",
-                hhmmss(now)
-            )?;
+            writeln!(out, "{t}  GCE     maintenance-event: TERMINATE_ON_HOST_MAINTENANCE")?;
             self.controller
                 .apply(MaintenanceState {
                     phase: Phase::Terminating,
@@ -269,25 +258,17 @@ impl Night {
 
     /// The decision trail's new entries.
     async fn print_decisions(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
-        let trail = self
-            .coord
-            .read_recent(&self.keys.trail(), 10_000)
-            .await
-            .map_err(std::io::Error::other)?;
+        let trail = self.coord.read_recent(&self.keys.trail(), 10_000).await;
+        let trail = trail.map_err(std::io::Error::other)?;
         for (_, e) in trail.iter().rev().skip(self.printed_trail) {
-            let decision = e.get("decision").map(String::as_str).unwrap_or("");
+            let field = |k: &str| e.get(k).map(String::as_str).unwrap_or("");
+            let decision = field("decision");
             if matches!(decision, "agent-started" | "suspect") {
                 continue;
             }
             let t = e.get("at").and_then(|a| a.parse().ok()).unwrap_or(now);
-            writeln!(
-                out,
-                "{}  DECIDE  {:<16} {:<22} {}",
-                hhmmss(t),
-                e.get("verdict").map(String::as_str).unwrap_or(""),
-                decision,
-                e.get("detail").map(String::as_str).unwrap_or("")
-            )?;
+            let (when, verdict, detail) = (hhmmss(t), field("verdict"), field("detail"));
+            writeln!(out, "{when}  DECIDE  {verdict:<16} {decision:<22} {detail}")?;
             let s = &mut self.summary;
             match decision {
                 "restarted" => s.restarted_at = s.restarted_at.or(Some(t)),
@@ -316,16 +297,11 @@ impl Night {
     fn print_node(&mut self, out: &mut dyn Write, now: Millis) -> std::io::Result<()> {
         let last = self.node_api.last();
         if !last.labels.is_empty() && last.labels != self.last_labels {
-            let shown: Vec<String> = last
-                .labels
-                .iter()
-                .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
-                .collect();
-            let taint = if last.add_taints.is_empty() {
-                String::new()
-            } else {
-                "  + taint vigil.dev/termination-imminent:NoSchedule".into()
-            };
+            let shown =
+                last.labels.iter().filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")));
+            let shown: Vec<String> = shown.collect();
+            let taint = "  + taint vigil.dev/termination-imminent:NoSchedule";
+            let taint = if last.add_taints.is_empty() { "" } else { taint };
             writeln!(out, "{}  NODE    {}{taint}", hhmmss(now), shown.join(" "))?;
             self.last_labels = last.labels.clone();
         }

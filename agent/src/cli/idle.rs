@@ -45,11 +45,8 @@ async fn pods(cfg: &Config) -> Check {
 async fn pod_resources(cfg: &Config) -> Check {
     let src = crate::runtime::devices(cfg).filter(|_| cfg.kubernetes_on());
     let Some(src) = src else {
-        return check(
-            "idle:pod-res",
-            Level::Ok,
-            "not a witness (not on Kubernetes, or runtime.pod_resources_socket = \"\")",
-        );
+        let why = "not a witness (not on Kubernetes, or runtime.pod_resources_socket = \"\")";
+        return check("idle:pod-res", Level::Ok, why);
     };
     match src.gpus().await {
         Ok(g) => {
@@ -69,11 +66,8 @@ fn nvml(cfg: &Config) -> Check {
     let sampled = NvmlProbe::new(Some(cfg.gpu.library_path.as_str())).and_then(|mut p| p.sample());
     match sampled {
         Ok(gpus) => {
-            let unread: Vec<String> = gpus
-                .iter()
-                .filter(|g| g.compute_processes.is_none())
-                .map(|g| g.index.to_string())
-                .collect();
+            let unread = gpus.iter().filter(|g| g.compute_processes.is_none());
+            let unread: Vec<String> = unread.map(|g| g.index.to_string()).collect();
             if unread.is_empty() {
                 let busy = gpus.iter().filter_map(|g| {
                     g.compute_processes.filter(|&n| n > 0).map(|n| format!("GPU {}: {n}", g.index))
@@ -81,14 +75,9 @@ fn nvml(cfg: &Config) -> Check {
                 let text = format!("{} GPU(s); compute processes: {}", gpus.len(), joined(busy));
                 check("idle:nvml", Level::Ok, text)
             } else {
-                check(
-                    "idle:nvml",
-                    Level::Warn,
-                    format!(
-                        "NVML cannot report the compute processes of GPU(s) {} (an old driver, or MIG without the privilege); {BUSY}",
-                        unread.join(", ")
-                    ),
-                )
+                let unread = unread.join(", ");
+                let text = format!("NVML cannot report the compute processes of GPU(s) {unread} (an old driver, or MIG without the privilege); {BUSY}");
+                check("idle:nvml", Level::Warn, text)
             }
         }
         Err(e) => check(

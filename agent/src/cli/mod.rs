@@ -199,26 +199,20 @@ fn gang_size(s: &str) -> Result<String, String> {
 
 /// `--checkpoint-step`: a whole number.
 fn step(s: &str) -> Result<String, String> {
-    s.trim()
-        .parse::<u64>()
-        .map(|n| n.to_string())
-        .map_err(|_| "a checkpoint step is a whole number".to_string())
+    let n = s.trim().parse::<u64>().map(|n| n.to_string());
+    n.map_err(|_| "a checkpoint step is a whole number".into())
 }
 
 /// `--compute-ms`: whole milliseconds, at most a day.
 fn compute_ms(s: &str) -> Result<String, String> {
-    model::parse_compute(s).map(|n| n.to_string()).ok_or_else(|| {
-        "the compute time is whole milliseconds, at most a day (86400000)".to_string()
-    })
+    let n = model::parse_compute(s).map(|n| n.to_string());
+    n.ok_or_else(|| "the compute time is whole milliseconds, at most a day (86400000)".into())
 }
 
 /// `--state`: one word.
 fn state_word(s: &str) -> Result<String, String> {
-    accept(
-        model::valid_state(s),
-        s,
-        "a state is one word of 1-64 characters of A-Z a-z 0-9 . _ - (idle, processing, error, ...)",
-    )
+    let why = "a state is one word of 1-64 characters of A-Z a-z 0-9 . _ - (idle, processing, error, ...)";
+    accept(model::valid_state(s), s, why)
 }
 
 /// A flag's value `s` when `ok`, else `why`.
@@ -276,10 +270,8 @@ async fn local_agent(cfg: &Config, path: &str) -> Result<String, CliError> {
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
     if !status.is_success() {
-        return Err(CliError::Failed(format!(
-            "the agent at {base} answered {status}: {}",
-            text.trim()
-        )));
+        let why = format!("the agent at {base} answered {status}: {}", text.trim());
+        return Err(CliError::Failed(why));
     }
     Ok(text)
 }
@@ -360,11 +352,8 @@ pub async fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         #[cfg(feature = "demo")]
         Command::Demo { pace } => {
-            let mut stdout = std::io::stdout();
-            demo::run(&mut stdout, pace)
-                .await
-                .map(|_| ())
-                .map_err(|e| CliError::Failed(format!("demo: {e}")))
+            let ran = demo::run(&mut std::io::stdout(), pace).await;
+            ran.map(|_| ()).map_err(|e| CliError::Failed(format!("demo: {e}")))
         }
         Command::Drill(DrillCommand::Checkpoint(d)) => drill::run(&load(&d.config)?, &d).await,
         Command::Config(ConfigCommand::Check { config }) => config::check(&load(&config)?),

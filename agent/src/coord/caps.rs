@@ -47,6 +47,9 @@ pub(crate) enum Allowance {
     BudgetExhausted,
 }
 
+/// One counter of a restart's caps: its cap, its key at the time asked, the TTL it is made with.
+type Counter = (u64, String, Duration);
+
 /// The caps of one restart unit, as the safety settings size them.
 pub(crate) struct Caps<'a> {
     pub(crate) coord: &'a dyn Coordinator,
@@ -128,45 +131,36 @@ impl<'a> Caps<'a> {
         ((breaker, self.breaker_open(breaker)), (budget, self.budget_exhausted(budget)))
     }
 
-    /// Whether the breaker would let a restart through now; nothing is taken.
-    async fn breaker_free(&self, now: Millis) -> Result<bool, CoordError> {
-        if self.per_day().is_none() {
-            return Ok(true);
-        }
-        let used = self.coord.counter(&self.breaker_key(now)).await?;
-        Ok(!self.breaker_open(used))
+    /// The breaker's and the fleet budget's counters at `now`; `None`: that cap is off.
+    fn counters(&self, now: Millis) -> [Option<Counter>; 2] {
+        let breaker =
+            self.per_day().map(|cap| (u64::from(cap), self.breaker_key(now), BREAKER_TTL));
+        let (budget, ttl) = (self.fleet_budget(), self.safety.fleet_window * 2);
+        [breaker, (budget > 0).then(|| (u64::from(budget), self.budget_key(now), ttl))]
     }
 
-    /// Whether the fleet budget would let a restart through now; nothing is taken.
-    async fn budget_free(&self, now: Millis) -> Result<bool, CoordError> {
-        if self.fleet_budget() == 0 {
-            return Ok(true);
-        }
-        let used = self.coord.counter(&self.budget_key(now)).await?;
-        Ok(!self.budget_exhausted(used))
-    }
-
-    /// Take the breaker's unit; `false` when the breaker refuses (nothing taken then).
-    async fn take_breaker(&self, now: Millis) -> Result<bool, CoordError> {
-        let Some(cap) = self.per_day() else {
+    /// Whether `counter` would let a restart through now; nothing is taken.
+    async fn free(&self, counter: Option<&Counter>) -> Result<bool, CoordError> {
+        let Some((cap, key, _)) = counter else {
             return Ok(true);
         };
-        let cap = u64::from(cap);
-        let key = self.breaker_key(now);
-        let taken = self.coord.incr_capped(&key, cap, BREAKER_TTL).await?;
-        Ok(taken.is_some())
+        Ok(self.coord.counter(key).await? < *cap)
     }
 
-    /// Take the fleet budget's unit; `false` when the budget refuses (nothing taken then).
-    async fn take_budget(&self, now: Millis) -> Result<bool, CoordError> {
-        let s = self.safety;
-        if self.fleet_budget() == 0 {
+    /// Take `counter`'s unit; `false` when it refuses (nothing taken then).
+    async fn take_one(&self, counter: Option<&Counter>) -> Result<bool, CoordError> {
+        let Some((cap, key, ttl)) = counter else {
             return Ok(true);
+        };
+        Ok(self.coord.incr_capped(key, *cap, *ttl).await?.is_some())
+    }
+
+    /// Give `counter`'s unit back (a restart that will not run).
+    async fn give_back(&self, counter: Option<&Counter>) -> Result<(), CoordError> {
+        match counter {
+            Some((_, key, _)) => self.coord.decr(key).await,
+            None => Ok(()),
         }
-        let cap = u64::from(self.fleet_budget());
-        let key = self.budget_key(now);
-        let taken = self.coord.incr_capped(&key, cap, s.fleet_window * 2).await?;
-        Ok(taken.is_some())
     }
 
     /// Take one unit of the breaker, then one of the fleet budget, as one step: `Granted` holds
@@ -176,17 +170,18 @@ impl<'a> Caps<'a> {
     /// its increment landed and only the reply was lost, stays taken: a blind decrement could
     /// give back a unit that was never taken (the fleet's cap, stricter for one window).
     pub(crate) async fn take(&self, now: Millis) -> Result<Allowance, CoordError> {
-        if !self.take_breaker(now).await? {
+        let [breaker, budget] = self.counters(now);
+        if !self.take_one(breaker.as_ref()).await? {
             return Ok(Allowance::BreakerOpen);
         }
-        match self.take_budget(now).await {
+        match self.take_one(budget.as_ref()).await {
             Ok(true) => Ok(Allowance::Granted),
             Ok(false) => {
-                self.refund_breaker(now).await?;
+                self.give_back(breaker.as_ref()).await?;
                 Ok(Allowance::BudgetExhausted)
             }
             Err(e) => {
-                let _ = self.refund_breaker(now).await;
+                let _ = self.give_back(breaker.as_ref()).await;
                 Err(e)
             }
         }
@@ -194,29 +189,21 @@ impl<'a> Caps<'a> {
 
     /// What [`Caps::take`] would say now; nothing is taken.
     pub(crate) async fn look(&self, now: Millis) -> Result<Allowance, CoordError> {
-        Ok(if !self.breaker_free(now).await? {
+        let [breaker, budget] = self.counters(now);
+        Ok(if !self.free(breaker.as_ref()).await? {
             Allowance::BreakerOpen
-        } else if !self.budget_free(now).await? {
+        } else if !self.free(budget.as_ref()).await? {
             Allowance::BudgetExhausted
         } else {
             Allowance::Granted
         })
     }
 
-    /// Give the breaker's unit back (a restart that will not run).
-    async fn refund_breaker(&self, now: Millis) -> Result<(), CoordError> {
-        if self.per_day().is_none() {
-            return Ok(());
-        }
-        self.coord.decr(&self.breaker_key(now)).await
-    }
-
     /// Give back one breaker and one fleet unit taken for a restart that will not run
     /// (best-effort: a unit that stays taken only makes the caps stricter).
     pub(crate) async fn refund(&self, now: Millis) {
-        let _ = self.refund_breaker(now).await;
-        if self.fleet_budget() > 0 {
-            let _ = self.coord.decr(&self.budget_key(now)).await;
+        for counter in self.counters(now) {
+            let _ = self.give_back(counter.as_ref()).await;
         }
     }
 }
@@ -224,6 +211,18 @@ impl<'a> Caps<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The breaker's and the budget's counters in [`Caps::counters`].
+    const BREAKER: usize = 0;
+    const BUDGET: usize = 1;
+
+    async fn free(caps: &Caps<'_>, which: usize) -> bool {
+        caps.free(caps.counters(0)[which].as_ref()).await.unwrap()
+    }
+
+    async fn take_one(caps: &Caps<'_>, which: usize) -> bool {
+        caps.take_one(caps.counters(0)[which].as_ref()).await.unwrap()
+    }
 
     #[test]
     fn windows_and_days_follow_the_shared_clock() {
@@ -279,14 +278,14 @@ mod tests {
         let c: &dyn Coordinator = &coord;
         // The fleet's one unit is spent: a gang member's restart still passes, on its breaker.
         c.set(&node_only.budget_key(0), "1", Duration::from_secs(60)).await.unwrap();
-        assert!(node_only.budget_free(0).await.unwrap());
-        assert!(node_only.take_budget(0).await.unwrap());
-        assert!(node_only.take_breaker(0).await.unwrap());
+        assert!(free(&node_only, BUDGET).await);
+        assert!(take_one(&node_only, BUDGET).await);
+        assert!(take_one(&node_only, BREAKER).await);
         node_only.refund(0).await;
         assert_eq!(c.counter(&node_only.budget_key(0)).await.unwrap(), 1, "untouched");
         assert_eq!(c.counter(&node_only.breaker_key(0)).await.unwrap(), 0);
         let whole = Caps { fleet: true, ..node_only };
-        assert!(!whole.budget_free(0).await.unwrap() && !whole.take_budget(0).await.unwrap());
+        assert!(!free(&whole, BUDGET).await && !take_one(&whole, BUDGET).await);
     }
 
     /// Both units or none: a budget that refuses or does not answer leaves the breaker as it was.
@@ -338,14 +337,14 @@ mod tests {
             ..Caps::node(&coord, &keys, &s)
         };
         assert_eq!(gang.breaker_key(0), keys.gang_breaker("ml/job", "1970-01-01"));
-        assert!(gang.breaker_free(0).await.unwrap());
-        assert!(gang.take_breaker(0).await.unwrap());
-        assert!(!gang.breaker_free(0).await.unwrap() && !gang.take_breaker(0).await.unwrap());
+        assert!(free(&gang, BREAKER).await);
+        assert!(take_one(&gang, BREAKER).await);
+        assert!(!free(&gang, BREAKER).await && !take_one(&gang, BREAKER).await);
         gang.refund(0).await;
-        assert!(gang.take_breaker(0).await.unwrap(), "given back, taken again");
+        assert!(take_one(&gang, BREAKER).await, "given back, taken again");
         let c: &dyn Coordinator = &coord;
         let node = Caps::node(&coord, &keys, &s);
         assert_eq!(c.counter(&node.breaker_key(0)).await.unwrap(), 0, "not the node's");
-        assert!(node.take_breaker(0).await.unwrap(), "the node's is off");
+        assert!(take_one(&node, BREAKER).await, "the node's is off");
     }
 }

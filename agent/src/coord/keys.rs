@@ -11,6 +11,8 @@
 //! (`<prefix>:{<node>}:worker:<w>`, which the agent's per-worker marks extend) are still read
 //! for one release: [`Keys::status_keys`].
 
+use std::fmt::Arguments;
+
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
@@ -30,194 +32,133 @@ impl Keys {
         &self.prefix
     }
 
-    fn n(&self, rest: &str) -> String {
+    /// A key of the node: under its hash tag.
+    fn n(&self, rest: Arguments) -> String {
         format!("{}:{{{}}}:{}", self.prefix, self.node, rest)
     }
 
+    /// A key outside the node's hash tag (the fleet's, a pool's, a gang's): the prefix alone.
+    fn f(&self, rest: Arguments) -> String {
+        format!("{}:{rest}", self.prefix)
+    }
+}
+
+/// One `pub fn` per key, each key's text written once: `name(args) => helper "text"`, the
+/// text formatted with the arguments under `n` (the node's hash tag) or `f` (the prefix alone).
+macro_rules! keys {
+    ($($(#[$doc:meta])* $vis:vis $name:ident($($arg:ident: $ty:ty),*)
+        => $at:ident $text:literal;)*) => {
+        impl Keys {
+            $($(#[$doc])* $vis fn $name(&self, $($arg: $ty),*) -> String {
+                self.$at(format_args!($text))
+            })*
+        }
+    };
+}
+
+keys! {
     /// Worker status record (hash written by the worker). No TTL: the worker owns it.
-    pub fn status(&self, worker: &str) -> String {
-        self.n(&format!("status:{worker}"))
-    }
+    pub status(worker: &str) => n "status:{worker}";
     /// First stale sighting `"<heartbeat_ms>:<seen_ms>"`.
-    pub fn suspect(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:suspect"))
-    }
+    pub suspect(worker: &str) => n "worker:{worker}:suspect";
     /// Our restarts in a row that did not help, `"<count>:<since_ms>:<last_ms>:<past>"`
     /// (`crate::hang::model::Fruitless`).
-    pub fn fruitless(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:fruitless"))
-    }
+    pub fruitless(worker: &str) => n "worker:{worker}:fruitless";
     /// Its last gang restart's line (ms): its beats up to then may be its old incarnation's, so
     /// they never end its gang's run of fruitless restarts (`crate::hang::policy_fruitless`).
     /// The claim plus the lock's TTL, lowered to the restart's verification, raised to a failure.
-    pub fn gang_line(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:gang-line"))
-    }
+    pub gang_line(worker: &str) => n "worker:{worker}:gang-line";
     /// The silences the worker came back from, over its incarnations and agents,
     /// `"<since_ms>|<bucket>:<count>,…"` (`crate::hang::model_rhythm::History`).
-    pub fn rhythm(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:rhythm"))
-    }
+    pub rhythm(worker: &str) => n "worker:{worker}:rhythm";
     /// When each step of a restarted incident happened, `"<since>:<verdict>:<command>:<new
     /// incarnation>"` (`crate::hang::policy_lost`), from the verification to the first beat.
-    pub fn lost(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:lost"))
-    }
+    pub lost(worker: &str) => n "worker:{worker}:lost";
     /// Incident timer `"<start_ms>:<incident_id>"`, SET NX.
-    pub fn incident(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:incident"))
-    }
+    pub incident(worker: &str) => n "worker:{worker}:incident";
     /// Start of the current error state (ms).
-    pub fn error_since(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:error-since"))
-    }
+    pub error_since(worker: &str) => n "worker:{worker}:error-since";
     /// Last progress marker and when it changed: `"<since_ms>:<progress>"`.
-    pub fn progress(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:progress"))
-    }
+    pub progress(worker: &str) => n "worker:{worker}:progress";
     /// Cooldown marker after our restart, and the claim of that restart before it runs:
     /// `"<claim_ms>:<incident_id>:<container id>:<started_at>"`, `":done"` appended once the
     /// restart is verified.
-    pub fn cooldown(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:cooldown"))
-    }
+    pub cooldown(worker: &str) => n "worker:{worker}:cooldown";
     /// Failed restarts of the current incident and when the next may run:
     /// `"<incident_id>:<failures>:<not_before_ms>"`.
-    pub fn retry(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:retry"))
-    }
+    pub retry(worker: &str) => n "worker:{worker}:retry";
     /// The container incarnation last seen for the worker: `"<container id>:<started_at>"`.
-    pub fn incarnation(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:incarnation"))
-    }
+    pub incarnation(worker: &str) => n "worker:{worker}:incarnation";
     /// Time of our last restart (ms), for escalation.
-    pub fn restarted(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:restarted"))
-    }
+    pub restarted(worker: &str) => n "worker:{worker}:restarted";
     /// The escalation page for the last restart was sent.
-    pub fn escalated(&self, worker: &str) -> String {
-        self.n(&format!("worker:{worker}:escalated"))
-    }
+    pub escalated(worker: &str) => n "worker:{worker}:escalated";
     /// An alert-only episode (unreachable, stalled, gpu-failed) is open and was alerted.
-    pub fn episode(&self, worker: &str, episode: &str) -> String {
-        self.n(&format!("worker:{worker}:episode:{episode}"))
-    }
+    pub episode(worker: &str, episode: &str) => n "worker:{worker}:episode:{episode}";
     /// Alert de-duplication per incident and alert kind.
-    pub fn alert_dedup(&self, incident: &str, kind: &str) -> String {
-        self.n(&format!("alert:{incident}:{kind}"))
-    }
+    pub alert_dedup(incident: &str, kind: &str) => n "alert:{incident}:{kind}";
     /// Since when every worker of the node has been idle (opportunistic maintenance).
-    pub fn idle_since(&self) -> String {
-        self.n("idle-since")
-    }
+    pub idle_since() => n "idle-since";
     /// Per-node execution lock (random token).
-    pub fn lock(&self) -> String {
-        self.n("lock")
-    }
+    pub lock() => n "lock";
     /// Per-node circuit breaker for one UTC day.
-    pub fn breaker(&self, day: &str) -> String {
-        self.n(&format!("breaker:{day}"))
-    }
+    pub breaker(day: &str) => n "breaker:{day}";
     /// Breaker-open alert de-duplication for one UTC day.
-    pub fn breaker_alert(&self, day: &str) -> String {
-        self.n(&format!("breaker:{day}:alerted"))
-    }
+    pub breaker_alert(day: &str) => n "breaker:{day}:alerted";
     /// The decision trail stream.
-    pub fn trail(&self) -> String {
-        self.n("trail")
-    }
+    pub trail() => n "trail";
     /// The agent heartbeat record of this node (hash, TTL `fleet.heartbeat_ttl`).
-    pub fn agent(&self) -> String {
-        self.n("agent")
-    }
+    pub agent() => n "agent";
     /// Index of every node's last heartbeat (sorted set, score = ms).
-    pub fn fleet_nodes(&self) -> String {
-        format!("{}:fleet:nodes", self.prefix)
-    }
+    pub fleet_nodes() => f "fleet:nodes";
     /// Each node's last known slice (hash node → slice), kept when the record expires.
-    pub fn fleet_slices(&self) -> String {
-        format!("{}:fleet:slices", self.prefix)
-    }
+    pub fleet_slices() => f "fleet:slices";
     /// Which node exports each drill target's last result (hash: target → node): a later drill
     /// whose first node differs removes the result from the former one.
-    pub fn fleet_drills(&self) -> String {
-        format!("{}:fleet:drills", self.prefix)
-    }
+    pub fleet_drills() => f "fleet:drills";
     /// Opportunistic-maintenance claim of a pool (SET NX).
-    pub fn maintenance_claim(&self, pool: &str) -> String {
-        format!("{}:pool:{pool}:maintenance-claim", self.prefix)
-    }
+    pub maintenance_claim(pool: &str) => f "pool:{pool}:maintenance-claim";
     /// Fleet-wide restart budget for one window.
-    pub fn fleet_budget(&self, window: i64) -> String {
-        format!("{}:fleet:budget:{window}", self.prefix)
-    }
+    pub fleet_budget(window: i64) => f "fleet:budget:{window}";
     /// One shard of a gang's fleet view (hash `<node>/<worker>` → the member's entry, JSON;
     /// TTL refreshed by every write). The shard number is in the hash tag, so a large gang's
     /// shards spread over Redis Cluster's slots (`crate::hang::policy_gang::shard_of`).
-    pub fn gang_members(&self, gang: &str, shard: u32) -> String {
-        format!("{}:gang:{{{gang}#{shard}}}:members", self.prefix)
-    }
+    pub gang_members(gang: &str, shard: u32) => f "gang:{{{gang}#{shard}}}:members";
     /// A gang's incident `"<start_ms>:<incident_id>"`, SET NX: one per collective stop.
-    pub fn gang_incident(&self, gang: &str) -> String {
-        self.g(gang, "incident")
-    }
+    pub gang_incident(gang: &str) => f "gang:{{{gang}}}:incident";
     /// The gang's restart decision for its incident `"<decided_ms>:<incident_id>"`, SET NX.
-    pub fn gang_decision(&self, gang: &str) -> String {
-        self.g(gang, "decision")
-    }
+    pub gang_decision(gang: &str) => f "gang:{{{gang}}}:decision";
     /// When the gang was last restarted (ms; written when that incident closes), for the
     /// escalation page of a gang that hangs again.
-    pub fn gang_restarted(&self, gang: &str) -> String {
-        self.g(gang, "restarted")
-    }
+    pub gang_restarted(gang: &str) => f "gang:{{{gang}}}:restarted";
     /// The gang's reader for one poll interval (SET NX, the node's name): while a gang is in
     /// trouble, one member's agent reads its whole view; the others read only its state.
-    pub fn gang_reader(&self, gang: &str) -> String {
-        self.g(gang, "reader")
-    }
+    pub gang_reader(gang: &str) => f "gang:{{{gang}}}:reader";
     /// The gang's restarts in a row that brought no member past where it stopped
     /// (`crate::hang::policy_fruitless`; the shape of a worker's run), counted at each decision.
-    pub fn gang_fruitless(&self, gang: &str) -> String {
-        self.g(gang, "fruitless")
-    }
+    pub gang_fruitless(gang: &str) => f "gang:{{{gang}}}:fruitless";
     /// The gang's open slow episode (fail-slow, `gang.pace`):
     /// `<since_ms>:<rate>:<baseline>|<node>/<worker>` (rates in thousandths of a step per second;
     /// the member paged, or `-`), SET NX by the first member's agent to find the gang slow,
     /// compare-and-deleted by the first back at its pace.
-    pub fn gang_slow(&self, gang: &str) -> String {
-        self.g(gang, "slow")
-    }
+    pub gang_slow(gang: &str) => f "gang:{{{gang}}}:slow";
     /// The lock of the gang's decision (random token).
-    pub fn gang_lock(&self, gang: &str) -> String {
-        self.g(gang, "lock")
-    }
+    pub gang_lock(gang: &str) => f "gang:{{{gang}}}:lock";
     /// The gang's breaker for one UTC day (`gang.breaker_per_day`).
-    pub fn gang_breaker(&self, gang: &str, day: &str) -> String {
-        self.g(gang, &format!("breaker:{day}"))
-    }
+    pub gang_breaker(gang: &str, day: &str) => f "gang:{{{gang}}}:breaker:{day}";
     /// Alert de-duplication of a gang's pages, per incident (or decision) and kind.
-    pub fn gang_alert(&self, gang: &str, about: &str, kind: &str) -> String {
-        self.g(gang, &format!("alert:{about}:{kind}"))
-    }
+    pub gang_alert(gang: &str, about: &str, kind: &str)
+        => f "gang:{{{gang}}}:alert:{about}:{kind}";
     /// The gang's open checkpoint round (JSON `crate::maintenance::model_round::Round`), SET NX
     /// with the round's budget as TTL: a notice on any member's node opens one round for the
     /// whole gang; a notice meanwhile on another member's node joins it.
-    pub fn gang_checkpoint(&self, gang: &str) -> String {
-        self.g(gang, "checkpoint")
-    }
-    fn g(&self, gang: &str, rest: &str) -> String {
-        format!("{}:gang:{{{gang}}}:{rest}", self.prefix)
-    }
+    pub gang_checkpoint(gang: &str) => f "gang:{{{gang}}}:checkpoint";
     /// The last checkpoint drills run from this node (hash: target → JSON
     /// `crate::maintenance::model_round::DrillResult`), exported by this node's agent as
     /// `vigil_checkpoint_drill_seconds` and `vigil_checkpoint_drill_fits`.
-    pub fn drills(&self) -> String {
-        self.n("drills")
-    }
+    pub drills() => n "drills";
     /// Fleet budget-exhausted alert de-duplication for one window.
-    pub fn fleet_budget_alert(&self, window: i64) -> String {
-        format!("{}:fleet:budget:{window}:alerted", self.prefix)
-    }
+    pub fleet_budget_alert(window: i64) => f "fleet:budget:{window}:alerted";
 }
 
 #[cfg(test)]

@@ -24,11 +24,6 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// The lease `key` under `token`, as its owner would hold it (nothing is written).
-    pub fn new(key: impl Into<String>, token: impl Into<String>) -> Lease {
-        Lease { key: key.into(), token: token.into() }
-    }
-
     /// Take `key` for `ttl` under `token`; `Ok(None)` when someone else holds it.
     ///
     /// NB: a SET NX whose reply was lost may have been applied: on an error the key is released
@@ -39,7 +34,7 @@ impl Lease {
         token: impl Into<String>,
         ttl: Duration,
     ) -> Result<Option<Lease>, CoordError> {
-        let lease = Lease::new(key, token);
+        let lease = Lease { key: key.into(), token: token.into() };
         match coord.set_nx(&lease.key, &lease.token, ttl).await {
             Ok(true) => Ok(Some(lease)),
             Ok(false) => Ok(None),

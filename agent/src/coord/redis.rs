@@ -110,13 +110,15 @@ fn read_ca(
     Ok(Some(redis::TlsCertificates { client_tls: None, root_cert: Some(root) }))
 }
 
+#[cfg(any(test, feature = "bench"))]
 impl RedisCoordinator {
-    /// Parse the URL; no connection is made until the first command (so a Redis that is down at
-    /// start-up does not stop the agent: it fails closed and retries).
+    /// One server at `url`, with the system's roots: [`RedisCoordinator::with_ca`] without a CA.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
         Self::with_ca(url, None, timeout)
     }
+}
 
+impl RedisCoordinator {
     /// From the `[redis]` config section (mode, URL, timeout, CA file).
     pub(crate) fn from_config(r: &crate::config::RedisConfig) -> Result<Self, CoordError> {
         use crate::config::RedisMode;
@@ -187,8 +189,10 @@ impl RedisCoordinator {
         }
     }
 
-    /// Like [`RedisCoordinator::new`], trusting the CA in the PEM file `ca_file` for a
-    /// `rediss://` server (instead of the system's roots).
+    /// One server at `url`, a `rediss://` one verified against the CA in the PEM file `ca_file`
+    /// when one is given (instead of the system's roots). Only the URL is parsed: no connection
+    /// is made until the first command (so a Redis that is down at start-up does not stop the
+    /// agent: it fails closed and retries).
     pub fn with_ca(
         url: &str,
         ca_file: Option<&str>,

@@ -111,6 +111,28 @@ impl Prefetch {
     }
 }
 
+#[cfg(any(test, feature = "bench"))]
+impl Agent {
+    /// The metrics this agent records into.
+    pub fn metrics(&self) -> &Metrics {
+        &self.ctx.metrics
+    }
+
+    /// Fire `term` to stand restarts down as `run` does at SIGTERM (for callers that drive
+    /// `cycle` themselves, like the seeded simulation).
+    pub fn with_shutdown(mut self, term: CancellationToken) -> Self {
+        self.watch.term = term;
+        self
+    }
+
+    /// Read the host's pressure and steal from procfs at `root` (`/proc` by default; tests
+    /// point it at files of their own, or at none).
+    pub fn with_host_procfs(mut self, root: impl Into<std::path::PathBuf>) -> Self {
+        self.host = crate::hang::pressure::HostPressure::at(root);
+        self
+    }
+}
+
 /// The result of one cycle, for tests and the loop's pacing.
 #[derive(Debug, Default, PartialEq)]
 pub struct CycleReport {
@@ -168,21 +190,9 @@ impl Agent {
         &self.ctx.keys
     }
 
-    /// The metrics this agent records into.
-    pub fn metrics(&self) -> &Metrics {
-        &self.ctx.metrics
-    }
-
     /// The decision trail this agent writes.
     pub fn trail(&self) -> Trail {
         self.journal.trail.clone()
-    }
-
-    /// Fire `term` to stand restarts down as `run` does at SIGTERM (for callers that drive
-    /// `cycle` themselves, like the seeded simulation).
-    pub fn with_shutdown(mut self, term: CancellationToken) -> Self {
-        self.watch.term = term;
-        self
     }
 
     /// The record the heartbeat task re-publishes.
@@ -212,13 +222,6 @@ impl Agent {
     /// provisioning model, accelerator and TPU topology it reads.
     pub(crate) fn with_node_info(mut self, rx: watch::Receiver<Option<NodeInfo>>) -> Self {
         self.watch.node_info = Some(rx);
-        self
-    }
-
-    /// Read the host's pressure and steal from procfs at `root` (`/proc` by default; tests
-    /// point it at files of their own, or at none).
-    pub fn with_host_procfs(mut self, root: impl Into<std::path::PathBuf>) -> Self {
-        self.host = crate::hang::pressure::HostPressure::at(root);
         self
     }
 
@@ -346,10 +349,8 @@ impl Agent {
         let groups = self.roster.group(&self.ctx, containers).await;
         let mut prefetch = self.read_node(&groups).await?;
         let now = self.cycle.now;
-        self.host_signals = match self.ctx.cfg.gang.pace.enabled {
-            true => self.host.signals(now),
-            false => Vec::new(),
-        };
+        let pace = self.ctx.cfg.gang.pace.enabled;
+        self.host_signals = if pace { self.host.signals(now) } else { Vec::new() };
         let mut present: HashSet<String> = HashSet::new();
         for (worker, list) in groups {
             present.insert(worker.clone());

@@ -60,10 +60,8 @@ pub(crate) async fn views(
             gp::GangVerdict::Running => (None, vec![]),
         };
         let mut blockers = gp::blockers(&members, size, now, t);
-        let run = state.fruitless.as_ref();
-        if let Some(run) =
-            policy_fruitless::refusal(run, &Beat::of_members(&members), t.max_fruitless)
-        {
+        let (run, beat) = (state.fruitless.as_ref(), Beat::of_members(&members));
+        if let Some(run) = policy_fruitless::refusal(run, &beat, t.max_fruitless) {
             blockers.insert(0, policy_fruitless::describe(run, RunOf::Gang(&gang)));
         }
         out.push(GangView {

@@ -88,14 +88,12 @@ impl Cycle {
     ) -> NodeRecord {
         let cfg = &ctx.cfg;
         let place = place(&cfg.fleet, info);
+        let provisioning = info.and_then(|i| i.provisioning.as_ref()).map_or("", |p| p.as_str());
         NodeRecord {
             node: cfg.node_name.clone(),
             pool: place.pool,
             slice: place.slice,
-            provisioning: info
-                .and_then(|i| i.provisioning.as_ref())
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_default(),
+            provisioning: provisioning.to_string(),
             accelerator: info.and_then(NodeInfo::accelerator).unwrap_or_default().to_string(),
             tpu_topology: info
                 .and_then(|i| i.tpu_topology.as_ref())
@@ -130,11 +128,8 @@ impl Cycle {
         let place = fleet::place_value(&rec);
         let upkeep = self.upkeep(&place, now);
         let mut ops = fleet::publish_ops(keys, &rec, ctx.cfg.fleet.heartbeat_ttl, upkeep);
-        ops.extend(self.deferred.drain(..).map(|(key, value)| Op::Set {
-            key,
-            value,
-            ttl: MARK_TTL,
-        }));
+        let marks = self.deferred.drain(..);
+        ops.extend(marks.map(|(key, value)| Op::Set { key, value, ttl: MARK_TTL }));
         ops.extend(self.gang_ops(ctx));
         let caps = Caps::node(ctx.coord.as_ref(), keys, s);
         ops.extend(caps.counter_ops(now));

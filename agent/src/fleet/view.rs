@@ -131,6 +131,7 @@ pub struct Upkeep {
 
 impl Upkeep {
     pub const ALL: Upkeep = Upkeep { place: true, prune: true };
+    #[cfg(any(test, feature = "bench"))]
     pub const NONE: Upkeep = Upkeep { place: false, prune: false };
 }
 
@@ -300,11 +301,8 @@ pub(crate) fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
         if slice.is_empty() {
             continue;
         }
-        let e = by.entry((pool.clone(), slice.clone())).or_insert_with(|| SliceView {
-            slice,
-            pool,
-            ..Default::default()
-        });
+        let key = (pool.clone(), slice.clone());
+        let e = by.entry(key).or_insert_with(|| SliceView { slice, pool, ..Default::default() });
         e.nodes += 1;
         match v.health {
             "healthy" => e.healthy += 1,
@@ -313,13 +311,9 @@ pub(crate) fn slices(views: &[NodeView], places: &Places) -> Vec<SliceView> {
             "unknown" => e.unknown += 1,
             _ => e.unhealthy += 1,
         }
+        e.available = e.healthy + e.unknown == e.nodes;
     }
-    by.into_values()
-        .map(|mut s| {
-            s.available = s.healthy + s.unknown == s.nodes;
-            s
-        })
-        .collect()
+    by.into_values().collect()
 }
 
 /// The human table printed by `vigil status`.
@@ -328,20 +322,8 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
         return "no agents have reported (is REDIS_URL the fleet's Redis, and the prefix right?)\n"
             .into();
     }
-    let mut out = format!(
-        "{:<24} {:<12} {:<12} {:<12} {:<18} {:<9} {:<12} {:<12} {:<21} {:<9} {:<10} workers\n",
-        "NODE",
-        "POOL",
-        "SLICE",
-        "PROVISIONING",
-        "ACCELERATOR",
-        "TOPOLOGY",
-        "HEALTH",
-        "MAINTENANCE",
-        "SOURCE",
-        "GPU",
-        "SEEN"
-    );
+    let head = ["NODE", "POOL", "SLICE", "PROVISIONING", "ACCELERATOR", "TOPOLOGY", "HEALTH"];
+    let mut out = node_row(head, ["MAINTENANCE", "SOURCE", "GPU", "SEEN", "workers"]);
     for v in views {
         let unknown = ["?"; 8];
         let cells = match &v.record {
@@ -359,24 +341,17 @@ pub(crate) fn render(views: &[NodeView], slices: &[SliceView], now: Millis) -> S
         };
         let [pool, slice, prov, accel, topo, maint, source, gpu] = cells.map(or_dash);
         let workers = v.record.as_ref().map(|r| workers_cell(r, now)).unwrap_or_default();
-        out.push_str(&format!(
-            "{:<24} {:<12} {:<12} {:<12} {:<18} {:<9} {:<12} {:<12} {:<21} {:<9} {:<10} {}\n",
-            v.node,
-            pool,
-            slice,
-            prov,
-            accel,
-            topo,
-            v.health,
-            maint,
-            source,
-            gpu,
-            format!("{} ago", human(now - v.last_seen)),
-            workers
-        ));
+        let seen = format!("{} ago", human(now - v.last_seen));
+        let head = [v.node.as_str(), pool, slice, prov, accel, topo, v.health];
+        out.push_str(&node_row(head, [maint, source, gpu, &seen, &workers]));
     }
     out.push_str(&slices_table(slices));
     out
+}
+
+/// One line of the nodes' table.
+fn node_row([a, b, c, d, e, f, g]: [&str; 7], [h, i, j, k, l]: [&str; 5]) -> String {
+    format!("{a:<24} {b:<12} {c:<12} {d:<12} {e:<18} {f:<9} {g:<12} {h:<12} {i:<21} {j:<9} {k:<10} {l}\n")
 }
 
 /// The slices' table under the nodes' (nothing without a slice).
@@ -390,17 +365,11 @@ fn slices_table(slices: &[SliceView]) -> String {
         "SLICE", "POOL", "NODES", "HEALTHY", "UNHEALTHY", "MAINTENANCE", "DOWN", "UNKNOWN"
     ));
     for s in slices {
+        let SliceView { nodes, healthy, unhealthy, maintenance, down, unknown, .. } = s;
+        let (slice, pool) = (&s.slice, or_dash(&s.pool));
+        let available = if s.available { "yes" } else { "NO" };
         out.push_str(&format!(
-            "{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4} {:>7}  {}\n",
-            s.slice,
-            or_dash(&s.pool),
-            s.nodes,
-            s.healthy,
-            s.unhealthy,
-            s.maintenance,
-            s.down,
-            s.unknown,
-            if s.available { "yes" } else { "NO" }
+            "{slice:<16} {pool:<12} {nodes:>5} {healthy:>7} {unhealthy:>9} {maintenance:>11} {down:>4} {unknown:>7}  {available}\n"
         ));
     }
     out
@@ -409,27 +378,15 @@ fn slices_table(slices: &[SliceView]) -> String {
 /// `worker=verdict@place …` of a record; while its runtime is down, said first, the verdicts
 /// being as last seen.
 fn workers_cell(r: &NodeRecord, now: Millis) -> String {
-    let down = r
-        .runtime_down
-        .map(|t| format!("(runtime down for {}; as last seen:) ", human(now.saturating_sub(t))));
-    let cell = r
-        .workers
-        .iter()
-        .map(|(w, v)| match r.places.get(w) {
-            Some(place) => format!("{w}={v}@{place}"),
-            None => format!("{w}={v}"),
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    format!("{}{cell}", down.unwrap_or_default())
+    let down = r.runtime_down.map(|t| human(now.saturating_sub(t)));
+    let down = down.map(|d| format!("(runtime down for {d}; as last seen:) ")).unwrap_or_default();
+    let place = |w: &String| r.places.get(w).map(|p| format!("@{p}")).unwrap_or_default();
+    let cells: Vec<_> = r.workers.iter().map(|(w, v)| format!("{w}={v}{}", place(w))).collect();
+    format!("{down}{}", cells.join(" "))
 }
 
 fn or_dash(s: &str) -> &str {
-    if s.is_empty() {
-        "-"
-    } else {
-        s
-    }
+    Some(s).filter(|s| !s.is_empty()).unwrap_or("-")
 }
 
 #[cfg(test)]

@@ -434,11 +434,7 @@ pub(crate) fn revalidate(
         Verdict::Errored => fresh.is_some_and(|s| s.state == WorkerState::Error),
         _ => fresh.is_some_and(|s| is_stale(s, now, cfg)),
     };
-    if still_broken {
-        Ok(())
-    } else {
-        Err(Cancel::Recovered)
-    }
+    still_broken.then_some(()).ok_or(Cancel::Recovered)
 }
 
 #[cfg(test)]

@@ -143,11 +143,12 @@ pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member
 /// member is silent past the silence learned of its rhythm. Without learned evidence, exactly
 /// the fixed rule's verdict: a learned rule held for some members only changes nothing.
 pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
+    let hung = || {
+        first_stopped(members, now)
+            .map_or(GangVerdict::Running, |first| GangVerdict::Hung { first: first.id() })
+    };
     if learned_stop(members).is_some() {
-        return match first_stopped(members, now) {
-            Some(first) => GangVerdict::Hung { first: first.id() },
-            None => GangVerdict::Running,
-        };
+        return hung();
     }
     let stopped: Vec<String> = members.iter().filter(|m| stopped(m)).map(Member::id).collect();
     if stopped.is_empty() {
@@ -156,10 +157,7 @@ pub(crate) fn verdict(members: &[Member], now: Millis) -> GangVerdict {
     if members.iter().any(|m| progressing(m, now)) {
         return GangVerdict::Straggler(stopped);
     }
-    match first_stopped(members, now) {
-        Some(first) => GangVerdict::Hung { first: first.id() },
-        None => GangVerdict::Running,
-    }
+    hung()
 }
 
 /// What a gang's restart is due on.

@@ -268,9 +268,7 @@ impl Pace {
             None => PaceVerdict::Steady,
         }
     }
-}
 
-impl Pace {
     /// The time lost to slowness since it was last counted (ms of the worker's time): while
     /// slow, the deficit against the baseline — a worker at 70 % of its pace loses 0.3 s a
     /// second — counted from the slow run's start; nothing otherwise.

@@ -230,12 +230,12 @@ impl KubeNodeApi {
         Ok(plan)
     }
 
-    /// Against `kubernetes.api_url` ([`Self::from_url`]), or (empty) from the environment: the
-    /// in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`, `~/.kube/config`) when run by
-    /// hand.
+    /// Against `kubernetes.api_url` ([`Self::from_url_with_timeout`]), or (empty) from the
+    /// environment: the in-cluster ServiceAccount, or the kubeconfig (`KUBECONFIG`,
+    /// `~/.kube/config`) when run by hand.
     pub(crate) async fn connect(api_url: &str) -> Result<Self, NodeError> {
         if !api_url.is_empty() {
-            return Self::from_url(api_url);
+            return Self::from_url_with_timeout(api_url, CALL_TIMEOUT);
         }
         let mut config = kube::Config::infer().await.map_err(|e| NodeError::Client {
             context: "no in-cluster ServiceAccount and no usable kubeconfig".into(),
@@ -246,15 +246,10 @@ impl KubeNodeApi {
     }
 
     /// Against an API server at `url` with no credentials, e.g. `http://127.0.0.1:8001` from
-    /// `kubectl proxy`, or a fake in tests.
+    /// `kubectl proxy`, or a fake in tests, with `timeout` the deadline of every call.
     ///
     /// Must be called inside a Tokio runtime (the client spawns its connection task there);
     /// outside one it returns an error rather than panicking.
-    pub fn from_url(url: &str) -> Result<Self, NodeError> {
-        Self::from_url_with_timeout(url, CALL_TIMEOUT)
-    }
-
-    /// [`Self::from_url`] with its own deadline for every call.
     pub fn from_url_with_timeout(url: &str, timeout: Duration) -> Result<Self, NodeError> {
         let parsed = url.parse().map_err(|e| NodeError::Client {
             context: format!("API server URL {url:?}"),
@@ -263,13 +258,6 @@ impl KubeNodeApi {
         let mut config = kube::Config::new(parsed);
         with_deadlines(&mut config, timeout);
         Self::from_config(config, url)
-    }
-
-    /// Retry policy for conflicting writes: `attempts` in all (at least 1), backoff from `base`.
-    pub fn with_retry(mut self, attempts: u32, base: Duration) -> Self {
-        self.attempts = attempts.max(1);
-        self.backoff_base = base;
-        self
     }
 
     fn from_config(config: kube::Config, context: &str) -> Result<Self, NodeError> {
@@ -394,6 +382,22 @@ impl KubeNodeApi {
             Err(e) if repeat => Err((Call::PatchEvent, e)),
             Err(e) => Err((Call::CreateEvent, e)),
         }
+    }
+}
+
+/// The tests' constructors (the agent connects through `connect`).
+#[cfg(any(test, feature = "bench"))]
+impl KubeNodeApi {
+    /// [`Self::from_url_with_timeout`] with the agent's deadline.
+    pub fn from_url(url: &str) -> Result<Self, NodeError> {
+        Self::from_url_with_timeout(url, CALL_TIMEOUT)
+    }
+
+    /// Retry policy for conflicting writes: `attempts` in all (at least 1), backoff from `base`.
+    pub fn with_retry(mut self, attempts: u32, base: Duration) -> Self {
+        self.attempts = attempts.max(1);
+        self.backoff_base = base;
+        self
     }
 }
 

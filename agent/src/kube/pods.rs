@@ -1,6 +1,6 @@
 //! Pods from the Kubernetes API, one client for what the agent reads of them:
-//! - a pod's `restartPolicy`, for the CRI restart (a stop restarts the container only under
-//!   Always / OnFailure). RBAC: `get` on `pods`;
+//! - a pod with its owners (`crate::kube::workloads`), for the CRI restart (a stop restarts the
+//!   container only under Always / OnFailure). RBAC: `get` on `pods`;
 //! - the pods bound to this node ([`NodePod`]), for the opportunistic-maintenance idle check
 //!   (which of them request an accelerator) and the checkpoint-budget check (each worker pod's
 //!   `terminationGracePeriodSeconds`), and the devices the kubelet reports `Unhealthy` to them
@@ -127,33 +127,21 @@ impl NodePod {
     }
 }
 
-pub use crate::vocab::workload::RestartPolicy;
 use crate::vocab::workload::Workload;
 
 #[async_trait]
 pub trait PodApi: Send + Sync {
-    /// The pod's restart policy; `Ok(None)` when the pod does not exist.
-    async fn restart_policy(
-        &self,
-        namespace: &str,
-        pod: &str,
-    ) -> Result<Option<RestartPolicy>, PodError>;
-
     /// Every pod bound to `node`, in every namespace.
     async fn node_pods(&self, node: &str) -> Result<Vec<NodePod>, PodError>;
 
     /// The pod with its owners (`crate::kube::workloads`), for the choice of how a hung worker
-    /// of `container` is restarted; `Ok(None)` when the pod does not exist. A stand-in that
-    /// knows the restart policy only answers the bare pod.
+    /// of `container` is restarted; `Ok(None)` when the pod does not exist.
     async fn workload(
         &self,
         namespace: &str,
         pod: &str,
         container: &str,
-    ) -> Result<Option<Workload>, PodError> {
-        let policy = self.restart_policy(namespace, pod).await?;
-        Ok(policy.map(|p| Workload::bare(&format!("{namespace}/{pod}"), container, p)))
-    }
+    ) -> Result<Option<Workload>, PodError>;
 }
 
 /// [`PodApi`] through `kube`.
@@ -170,19 +158,6 @@ impl KubePods {
 
 #[async_trait]
 impl PodApi for KubePods {
-    async fn restart_policy(
-        &self,
-        namespace: &str,
-        pod: &str,
-    ) -> Result<Option<RestartPolicy>, PodError> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let Some(p) = PodError::bounded(api.get_opt(pod), "get", "pods").await? else {
-            return Ok(None);
-        };
-        let policy = p.spec.and_then(|s| s.restart_policy);
-        RestartPolicy::parse(policy.as_deref()).map(Some).ok_or(PodError::UnknownPolicy(policy))
-    }
-
     async fn workload(
         &self,
         namespace: &str,
@@ -203,6 +178,7 @@ impl PodApi for KubePods {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocab::workload::RestartPolicy;
 
     #[test]
     fn policies_parse_with_the_api_default() {

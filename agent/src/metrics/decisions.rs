@@ -5,15 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct VerdictLabels {
-    pub(crate) verdict: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct DecisionLabels {
-    pub(crate) decision: &'static str,
-}
+use super::Labels;
 
 /// A restart attempt: why (hung, errored) and how it went (restarted, failed, would-restart).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -22,19 +14,13 @@ pub(crate) struct RestartLabels {
     pub(crate) outcome: &'static str,
 }
 
-/// An alert: its kind and how its delivery went (sent, failed, logged).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct AlertLabels {
-    pub(crate) kind: &'static str,
-    pub(crate) outcome: &'static str,
-}
-
 #[derive(Default)]
 pub(crate) struct DecisionMetrics {
-    pub(crate) verdicts: Family<VerdictLabels, Counter>,
-    pub(crate) decisions: Family<DecisionLabels, Counter>,
+    pub(crate) verdicts: Family<Labels<1>, Counter>,
+    pub(crate) decisions: Family<Labels<1>, Counter>,
     pub(crate) restarts: Family<RestartLabels, Counter>,
-    pub(crate) alerts: Family<AlertLabels, Counter>,
+    /// An alert's kind and how its delivery went (sent, failed, logged).
+    pub(crate) alerts: Family<Labels<2>, Counter>,
 }
 
 impl DecisionMetrics {
@@ -58,15 +44,15 @@ impl DecisionMetrics {
     }
 
     pub(crate) fn verdict(&self, verdict: &'static str) {
-        self.verdicts.get_or_create(&VerdictLabels { verdict }).inc();
+        self.verdicts.get_or_create(&[("verdict", verdict)]).inc();
     }
     pub(crate) fn decision(&self, decision: &'static str) {
-        self.decisions.get_or_create(&DecisionLabels { decision }).inc();
+        self.decisions.get_or_create(&[("decision", decision)]).inc();
     }
     pub(crate) fn restart(&self, reason: &'static str, outcome: &'static str) {
         self.restarts.get_or_create(&RestartLabels { reason, outcome }).inc();
     }
     pub(crate) fn alert(&self, kind: &'static str, outcome: &'static str) {
-        self.alerts.get_or_create(&AlertLabels { kind, outcome }).inc();
+        self.alerts.get_or_create(&[("kind", kind), ("outcome", outcome)]).inc();
     }
 }

@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+use super::F64Gauge;
 
 /// One GPU: its NVML index and UUID.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -118,7 +118,10 @@ impl GpuMetrics {
         );
         m
     }
+}
 
+#[cfg(any(test, feature = "bench"))]
+impl GpuMetrics {
     /// One series in every GPU family (see `Metrics::touch_all`), set here directly: the report
     /// that fills them in a running agent is the feature's (`crate::accel::gpu::tracked`).
     pub(super) fn touch(&self) {

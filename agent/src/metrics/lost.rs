@@ -81,7 +81,21 @@ impl LostMetrics {
     /// Seconds lost per cause in the 24 hours before `now` (whole hours: the hour under way and
     /// the 23 before it, plus the part of the 24th still within the day, pro rata).
     pub(crate) fn last_day(&self, now: Millis) -> BTreeMap<String, f64> {
-        last_day(&self.ledger(), now)
+        let this = now.div_euclid(HOUR);
+        let into = now.rem_euclid(HOUR) as f64 / HOUR as f64;
+        let mut out = BTreeMap::new();
+        for (&h, causes) in self.ledger().iter() {
+            let share = match this - h {
+                0..=23 => 1.0,
+                24 => 1.0 - into,
+                _ => 0.0,
+            };
+            for (cause, s) in causes {
+                *out.entry(cause.clone()).or_insert(0.0) += s * share;
+            }
+        }
+        out.retain(|_, s| *s > 0.0);
+        out
     }
 
     /// The ledger, to keep in the node record.
@@ -102,25 +116,6 @@ impl LostMetrics {
             }
         }
     }
-}
-
-/// See [`LostMetrics::last_day`].
-fn last_day(l: &Ledger, now: Millis) -> BTreeMap<String, f64> {
-    let this = now.div_euclid(HOUR);
-    let into = now.rem_euclid(HOUR) as f64 / HOUR as f64;
-    let mut out = BTreeMap::new();
-    for (&h, causes) in l {
-        let share = match this - h {
-            0..=23 => 1.0,
-            24 => 1.0 - into,
-            _ => 0.0,
-        };
-        for (cause, s) in causes {
-            *out.entry(cause.clone()).or_insert(0.0) += s * share;
-        }
-    }
-    out.retain(|_, s| *s > 0.0);
-    out
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! Prometheus metrics, registered once and grouped by concern: each group registers its own
-//! families (`register(&mut Registry) -> Self`) and owns its typed label sets. Label values are
-//! fixed `&'static str` values (verdict names, decision codes, alert kinds), a GPU's index and
-//! UUID, or the id of a worker this node watches now (`workers`: series removed when the worker
-//! goes): never jobs, containers or error text, so cardinality is bounded by the node's GPUs and
-//! workers.
+//! families (`register(&mut Registry) -> Self`) and owns its label sets (a struct, or a `Labels`
+//! array where one method writes the family's series). Label values are fixed `&'static str`
+//! values (verdict names, decision codes, alert kinds), a GPU's index and UUID, or the id of a
+//! worker this node watches now (`workers`: series removed when the worker goes): never jobs,
+//! containers or error text, so cardinality is bounded by the node's GPUs and workers.
 //!
 //! Counters that alert rules take `increase()` of are created at 0 when registered (a series
 //! that first appears at 1 has no increase to Prometheus).
@@ -36,7 +36,6 @@ mod worker_api;
 mod workers;
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -56,6 +55,11 @@ pub(crate) use pace::PaceMetrics;
 pub(crate) use tpu::TpuMetrics;
 pub(crate) use worker_api::WorkerApiMetrics;
 pub(crate) use workers::{WorkerMetrics, WorkerSample};
+
+/// A label set of fixed names, in the order encoded: `[("reason", reason), ("outcome", outcome)]`.
+type Labels<const N: usize, V = &'static str> = [(&'static str, V); N];
+/// A gauge of floating-point values.
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 pub struct Metrics {
     registry: Registry,
@@ -135,6 +139,17 @@ impl Metrics {
         self.kube.error(op);
     }
 
+    /// OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(any(test, feature = "bench"))]
+impl Metrics {
     /// Create one series in every family, so an encoding lists them all (the docs drift
     /// check and `promtool` see every name, not only those that happened to be touched).
     pub fn touch_all(&self) {
@@ -153,7 +168,7 @@ impl Metrics {
             accelerator: String::new(),
             tpu_topology: String::new(),
         });
-        self.checkpoints.count("record", "acked");
+        self.checkpoints.record("record", "acked", 1.0);
         self.drills.touch();
         self.gpu.touch();
         self.tpu.touch();
@@ -169,14 +184,6 @@ impl Metrics {
         });
         self.pace.observe("touched", "touched", Some(1.0), Some(1.0), false);
     }
-
-    /// OpenMetrics text.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Encoding into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
-        out
-    }
 }
 
 impl Default for Metrics {
@@ -185,16 +192,11 @@ impl Default for Metrics {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: &'static str,
-}
-
 /// NB: a gauge fixed at 1 rather than an OpenMetrics `info`, so that parsers of the classic text
 /// format (promtool, older scrapers) read it too.
 fn with_build_info(mut registry: Registry) -> Registry {
-    let build: Family<BuildLabels, Gauge> = Family::default();
-    build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
+    let build: Family<Labels<1>, Gauge> = Family::default();
+    build.get_or_create(&[("version", env!("CARGO_PKG_VERSION"))]).set(1);
     registry.register("build_info", "Build information (always 1)", build);
     registry
 }

@@ -8,38 +8,19 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-/// A metadata server error: the key read and the kind of error.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct MetadataErrorLabels {
-    pub(crate) key: &'static str,
-    pub(crate) kind: &'static str,
-}
-
-/// An interruption: its type (preemption, host-maintenance) and reason.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct InterruptionLabels {
-    pub(crate) r#type: &'static str,
-    pub(crate) reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct PhaseLabels {
-    pub(crate) phase: &'static str,
-}
-
-/// Why the node is not idle for opportunistic maintenance (`crate::maintenance::policy_idle::BusyReason`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct BusyLabels {
-    pub(crate) reason: &'static str,
-}
+use super::{F64Gauge, Labels};
 
 #[derive(Default)]
 pub(crate) struct MaintenanceMetrics {
-    pub(crate) metadata_errors: Family<MetadataErrorLabels, Counter>,
-    pub(crate) interruptions: Family<InterruptionLabels, Counter>,
-    pub(crate) phases: Family<PhaseLabels, Gauge>,
+    /// A metadata server error: the key read and the kind of error.
+    pub(crate) metadata_errors: Family<Labels<2>, Counter>,
+    /// An interruption: its type (preemption, host-maintenance) and reason.
+    pub(crate) interruptions: Family<Labels<2>, Counter>,
+    pub(crate) phases: Family<Labels<1>, Gauge>,
     pub(crate) window_start: Gauge,
-    pub(crate) busy: Family<BusyLabels, Gauge>,
+    /// Why the node is not idle for opportunistic maintenance
+    /// (`crate::maintenance::policy_idle::BusyReason`).
+    pub(crate) busy: Family<Labels<1>, Gauge>,
 }
 
 impl MaintenanceMetrics {
@@ -62,14 +43,14 @@ impl MaintenanceMetrics {
 
     /// Set one idle-check reason's series.
     pub(crate) fn busy(&self, reason: &'static str, present: bool) {
-        self.busy.get_or_create(&BusyLabels { reason }).set(i64::from(present));
+        self.busy.get_or_create(&[("reason", reason)]).set(i64::from(present));
     }
 
     pub(crate) fn metadata_error(&self, key: &'static str, kind: &'static str) {
-        self.metadata_errors.get_or_create(&MetadataErrorLabels { key, kind }).inc();
+        self.metadata_errors.get_or_create(&[("key", key), ("kind", kind)]).inc();
     }
     pub(crate) fn interruption(&self, r#type: &'static str, reason: &'static str) {
-        self.interruptions.get_or_create(&InterruptionLabels { r#type, reason }).inc();
+        self.interruptions.get_or_create(&[("type", r#type), ("reason", reason)]).inc();
     }
     /// The scheduled window's start (ms since the epoch), `None` when nothing is scheduled.
     pub(crate) fn window_start(&self, at: Option<crate::clock::Millis>) {
@@ -77,7 +58,7 @@ impl MaintenanceMetrics {
     }
     /// Set one phase's series: 1 for the current phase, 0 for the others.
     pub(crate) fn phase(&self, phase: &'static str, current: bool) {
-        self.phases.get_or_create(&PhaseLabels { phase }).set(i64::from(current));
+        self.phases.get_or_create(&[("phase", phase)]).set(i64::from(current));
     }
 }
 
@@ -119,26 +100,17 @@ impl CheckpointMetrics {
         m
     }
 
-    /// Count one request by method and outcome.
-    pub fn count(&self, method: &'static str, outcome: &'static str) {
-        self.checkpoints.get_or_create(&CheckpointLabels { method, outcome }).inc();
-    }
-    /// One request, counted, and the `seconds` it waited.
+    /// One request, counted by method and outcome, and the `seconds` it waited.
     pub(crate) fn record(&self, method: &'static str, outcome: &'static str, seconds: f64) {
-        self.count(method, outcome);
+        self.checkpoints.get_or_create(&CheckpointLabels { method, outcome }).inc();
         self.checkpoint_seconds.observe(seconds);
     }
 }
 
-/// A Kubernetes API operation (get, patch, event).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct KubeLabels {
-    pub(crate) op: &'static str,
-}
-
 #[derive(Default)]
 pub(crate) struct KubeMetrics {
-    pub(crate) kube_errors: Family<KubeLabels, Counter>,
+    /// By Kubernetes API operation (get, patch, event).
+    pub(crate) kube_errors: Family<Labels<1>, Counter>,
 }
 
 impl KubeMetrics {
@@ -152,7 +124,7 @@ impl KubeMetrics {
     }
 
     pub(crate) fn error(&self, op: &'static str) {
-        self.kube_errors.get_or_create(&KubeLabels { op }).inc();
+        self.kube_errors.get_or_create(&[("op", op)]).inc();
     }
 }
 
@@ -169,15 +141,10 @@ pub(crate) struct NodeInfoLabels {
     pub(crate) tpu_topology: String,
 }
 
-/// A maintenance source: `metadata` or `node-labels`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct SourceLabels {
-    pub(crate) source: &'static str,
-}
-
 pub(crate) struct NodeInfoMetrics {
     pub(crate) info: Family<NodeInfoLabels, Gauge>,
-    pub(crate) sources: Family<SourceLabels, Gauge>,
+    /// By maintenance source: `metadata` or `node-labels`.
+    pub(crate) sources: Family<Labels<1>, Gauge>,
     /// The labels of the `info` series now exported, to remove it when they change.
     current: std::sync::Mutex<Option<NodeInfoLabels>>,
 }
@@ -190,7 +157,7 @@ impl NodeInfoMetrics {
             current: std::sync::Mutex::new(None),
         };
         for source in ["metadata", "node-labels"] {
-            let _ = m.sources.get_or_create(&SourceLabels { source });
+            m.source(source, false);
         }
         register!(reg;
             "node_info" => m.info,
@@ -215,29 +182,8 @@ impl NodeInfoMetrics {
 
     /// Whether `source` reports maintenance now.
     pub(crate) fn source(&self, source: &'static str, reporting: bool) {
-        self.sources.get_or_create(&SourceLabels { source }).set(i64::from(reporting));
+        self.sources.get_or_create(&[("source", source)]).set(i64::from(reporting));
     }
-}
-
-type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
-
-/// A drill's target and which time: `quantile` `0.5` (the median member) or `1` (the last).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct DrillSecondsLabels {
-    pub(crate) target: String,
-    pub(crate) quantile: &'static str,
-}
-
-/// A drill's target and the budget it was measured against (`preemption`, `maintenance`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct DrillFitsLabels {
-    pub(crate) target: String,
-    pub(crate) budget: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct DrillTargetLabels {
-    pub(crate) target: String,
 }
 
 /// What the drill series show of one target's last drill (`crate::maintenance::drill` fills it
@@ -256,12 +202,15 @@ pub(crate) struct DrillFigures {
 }
 
 /// The last checkpoint drill of each target whose first node this is (`vigil drill
-/// checkpoint`): as many series as targets drilled in the last 30 days.
+/// checkpoint`): as many series as targets drilled in the last 30 days. Labelled by the target
+/// (`gang:<id>`, `worker:<node>/<id>` or `node:<name>`).
 #[derive(Default)]
 pub(crate) struct DrillMetrics {
-    seconds: Family<DrillSecondsLabels, F64Gauge>,
-    fits: Family<DrillFitsLabels, Gauge>,
-    at: Family<DrillTargetLabels, Gauge>,
+    /// By `quantile`: `0.5` (the median member's acknowledgement) or `1` (the last one's).
+    seconds: Family<Labels<2, String>, F64Gauge>,
+    /// By the `budget` measured against (`preemption`, `maintenance`).
+    fits: Family<Labels<2, String>, Gauge>,
+    at: Family<Labels<1, String>, Gauge>,
 }
 
 impl DrillMetrics {
@@ -278,6 +227,28 @@ impl DrillMetrics {
         m
     }
 
+    /// Export exactly these drills (a target no longer stored loses its series).
+    pub(crate) fn set(&self, drills: &[DrillFigures]) {
+        self.seconds.clear();
+        self.fits.clear();
+        self.at.clear();
+        for d in drills {
+            let target = || ("target", d.target.clone());
+            for (quantile, v) in [("0.5", d.p50), ("1", d.all)] {
+                self.seconds.get_or_create(&[target(), ("quantile", quantile.into())]).set(v);
+            }
+            for (budget, fits) in
+                [("preemption", d.fits_preemption), ("maintenance", d.fits_maintenance)]
+            {
+                self.fits.get_or_create(&[target(), ("budget", budget.into())]).set(fits.into());
+            }
+            self.at.get_or_create(&[target()]).set(d.at_ms / 1000);
+        }
+    }
+}
+
+#[cfg(any(test, feature = "bench"))]
+impl DrillMetrics {
     /// One series in each family, for the docs' drift check.
     pub(crate) fn touch(&self) {
         self.set(&[DrillFigures {
@@ -288,28 +259,5 @@ impl DrillMetrics {
             fits_preemption: true,
             fits_maintenance: true,
         }]);
-    }
-
-    /// Export exactly these drills (a target no longer stored loses its series).
-    pub(crate) fn set(&self, drills: &[DrillFigures]) {
-        self.seconds.clear();
-        self.fits.clear();
-        self.at.clear();
-        for d in drills {
-            let target = || d.target.clone();
-            for (quantile, v) in [("0.5", d.p50), ("1", d.all)] {
-                self.seconds
-                    .get_or_create(&DrillSecondsLabels { target: target(), quantile })
-                    .set(v);
-            }
-            for (budget, fits) in
-                [("preemption", d.fits_preemption), ("maintenance", d.fits_maintenance)]
-            {
-                self.fits
-                    .get_or_create(&DrillFitsLabels { target: target(), budget })
-                    .set(i64::from(fits));
-            }
-            self.at.get_or_create(&DrillTargetLabels { target: target() }).set(d.at_ms / 1000);
-        }
     }
 }

@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+use super::F64Gauge;
 
 /// One member of a gang on this node.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

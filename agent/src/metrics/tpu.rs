@@ -51,7 +51,10 @@ impl TpuMetrics {
         }
         m
     }
+}
 
+#[cfg(any(test, feature = "bench"))]
+impl TpuMetrics {
     /// Create one series in every family (see `Metrics::touch_all`), set here directly: the
     /// report that fills them in a running agent is the feature's (`crate::accel::tpu::tracked`).
     pub(crate) fn touch(&self) {

@@ -1,22 +1,17 @@
 //! The worker write API: every write, by how it ended, so a refused worker (a missing token, a
 //! token of another pod) shows on a dashboard and not only in the agent's log.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-/// A write's listener (`tcp`, `unix`) and outcome (`accepted`, `read`, `unauthenticated`,
-/// `forbidden`, `unavailable`, `invalid`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct WriteLabels {
-    pub(crate) listener: &'static str,
-    pub(crate) outcome: &'static str,
-}
+use super::Labels;
 
 #[derive(Default)]
 pub(crate) struct WorkerApiMetrics {
-    pub(crate) writes: Family<WriteLabels, Counter>,
+    /// A write's listener (`tcp`, `unix`) and outcome (`accepted`, `read`, `unauthenticated`,
+    /// `forbidden`, `unavailable`, `invalid`).
+    pub(crate) writes: Family<Labels<2>, Counter>,
 }
 
 impl WorkerApiMetrics {
@@ -30,6 +25,6 @@ impl WorkerApiMetrics {
     }
 
     pub(crate) fn write(&self, listener: &'static str, outcome: &'static str) {
-        self.writes.get_or_create(&WriteLabels { listener, outcome }).inc();
+        self.writes.get_or_create(&[("listener", listener), ("outcome", outcome)]).inc();
     }
 }

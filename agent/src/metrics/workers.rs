@@ -13,7 +13,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::clock::Millis;
 
-type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+use super::F64Gauge;
 
 /// One worker (its id: 1-128 characters of `[A-Za-z0-9._-]`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

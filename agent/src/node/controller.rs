@@ -36,8 +36,7 @@ use crate::node::publisher::NodePublisher;
 use crate::runtime::ContainerRuntime;
 use crate::trail::{Code, Trail};
 use crate::vocab::maintenance::{Interruption, MaintenanceState, Phase, RawMetadata, Source};
-use crate::vocab::node_info::place;
-use crate::vocab::node_info::NodeInfo;
+use crate::vocab::node_info::{place, NodeInfo};
 use crate::vocab::stand_down::interrupting;
 
 mod first_reads;
@@ -130,14 +129,10 @@ impl Controller {
         metrics: Arc<Metrics>,
         trail: Trail,
     ) -> Controller {
+        let rounds = CheckpointRounds::new(&cfg, coord.clone(), runtime.clone(), metrics.clone());
         Controller {
             node: NodePublisher::new(&cfg, None, metrics.clone()),
-            rounds: Arc::new(CheckpointRounds::new(
-                &cfg,
-                coord.clone(),
-                runtime.clone(),
-                metrics.clone(),
-            )),
+            rounds: Arc::new(rounds),
             last_round_ended: None,
             claim: Opportunistic::new(&cfg, coord.clone(), runtime, metrics.clone()),
             notes: Notes { trail, coord },
@@ -370,13 +365,8 @@ impl Controller {
                 self.node.view.perform_maintenance = Some(true);
                 self.note(Code::PerformMaintenance, detail).await;
                 self.node.publish().await;
-                self.node
-                    .event(
-                        "VigilPerformMaintenance",
-                        "vigil: node idle; perform-maintenance requested",
-                        EventType::Normal,
-                    )
-                    .await;
+                let message = "vigil: node idle; perform-maintenance requested";
+                self.node.event("VigilPerformMaintenance", message, EventType::Normal).await;
             }
             ClaimStep::Released(detail) => {
                 self.node.view.perform_maintenance = Some(false);
@@ -403,12 +393,13 @@ impl Controller {
         stop: CancellationToken,
     ) {
         let mut rounds = Rounds::new();
-        let mut tpu_rx = self.tpu_rx.take().unwrap_or_else(no_tpu_monitor);
+        let mut tpu_rx = self.tpu_rx.take().unwrap_or_else(closed);
         let mut node_rx = self.node_info.take();
         let mut reads =
             self.start(&mut rx, &mut gpu_rx, &mut tpu_rx, &mut node_rx, &mut rounds).await;
         let mut tick = tokio::time::interval(self.cfg.poll_interval);
-        let (mut metadata_open, mut gpu_open, mut tpu_open) = (true, true, true);
+        let (mut rx, mut gpu_rx, mut tpu_rx) = (Some(rx), Some(gpu_rx), Some(tpu_rx));
+        let off = closed();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -423,35 +414,22 @@ impl Controller {
                 Some(done) = rounds.join_next(), if !rounds.is_empty() => {
                     self.round_done(done).await;
                 }
-                changed = rx.changed(), if metadata_open => {
-                    // Closed: the watcher is off (not on GCE); keep serving SIGTERM checkpoints.
-                    metadata_open = changed.is_ok();
-                    if metadata_open {
-                        self.metadata_state = derive(&rx.borrow_and_update());
-                        self.remerge(&mut rounds).await;
-                    }
-                }
-                Some(info) = node_changed(&mut node_rx) => {
+                // `None`: closed, the watcher is off (not on GCE); keep serving SIGTERM checkpoints.
+                raw = next(&mut rx) => if let Some(raw) = raw {
+                    self.metadata_state = derive(&raw);
+                    self.remerge(&mut rounds).await;
+                },
+                Some(Some(info)) = next(&mut node_rx) => {
                     self.take_node_info(&info).await;
                     self.remerge(&mut rounds).await;
                 }
-                changed = gpu_rx.changed(), if gpu_open => {
-                    gpu_open = changed.is_ok();
-                    if gpu_open {
-                        let report = gpu_rx.borrow_and_update().clone();
-                        self.apply_gpu(report).await;
-                    }
-                }
-                changed = tpu_rx.changed(), if tpu_open => {
-                    tpu_open = changed.is_ok();
-                    if tpu_open {
-                        let report = tpu_rx.borrow_and_update().clone();
-                        self.show_health(report).await;
-                    }
-                }
+                report = next(&mut gpu_rx) => if let Some(r) = report { self.apply_gpu(r).await },
+                report = next(&mut tpu_rx) => if let Some(r) = report { self.show_health(r).await },
                 _ = tick.tick() => self.tick().await,
             }
-            reads.observe(&self.facts, &rx, node_rx.as_ref(), Instant::now());
+            // NB: a closed metadata channel counts as read (`rx` is `None` then: `off` is closed).
+            let metadata = rx.as_ref().unwrap_or(&off);
+            reads.observe(&self.facts, metadata, node_rx.as_ref(), Instant::now());
         }
     }
 
@@ -495,13 +473,15 @@ impl Controller {
     }
 }
 
-/// No TPU monitor: a channel whose sender is gone, so its branch of the run loop closes at once.
-fn no_tpu_monitor() -> watch::Receiver<TpuReport> {
-    watch::channel(TpuReport::default()).1
+/// A channel whose sender is gone: no TPU monitor (its branch of the run loop closes at once),
+/// or the metadata watcher once it closed.
+fn closed<T: Default>() -> watch::Receiver<T> {
+    watch::channel(T::default()).1
 }
 
-/// The next read of the Node source: `None` (pending forever) without one, or once it closed.
-async fn node_changed(rx: &mut Option<NodeInfoRx>) -> Option<NodeInfo> {
+/// The next value of `rx`: pending forever without one; `None` once it closed (and `rx` is then
+/// `None`, pending from there on).
+async fn next<T: Clone>(rx: &mut Option<watch::Receiver<T>>) -> Option<T> {
     let Some(r) = rx else {
         return std::future::pending().await;
     };
@@ -509,7 +489,7 @@ async fn node_changed(rx: &mut Option<NodeInfoRx>) -> Option<NodeInfo> {
         *rx = None;
         return None;
     }
-    r.borrow_and_update().clone()
+    Some(r.borrow_and_update().clone())
 }
 
 /// The node as the trail notes it: `pool P (fleet.pool|Node label), slice S, provisioning …,

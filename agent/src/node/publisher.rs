@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::accel::gpu::model::GpuHealth;
-use crate::accel::gpu::model::GpuReport;
+use crate::accel::gpu::model::{GpuHealth, GpuReport};
 use crate::accel::policy::{desired, Accelerator};
 use crate::accel::tpu::model::TpuReport;
 use crate::config::Config;
@@ -79,15 +78,9 @@ pub(crate) struct NodePublisher {
 
 impl NodePublisher {
     pub fn new(cfg: &Config, api: Option<Arc<dyn NodeApi>>, metrics: Arc<Metrics>) -> Self {
-        NodePublisher {
-            api,
-            device_taints: None,
-            device_checked: None,
-            cfg: cfg.clone(),
-            metrics,
-            view: NodeView::default(),
-            stale: false,
-        }
+        let (device_taints, device_checked, cfg, view) =
+            (None, None, cfg.clone(), Default::default());
+        NodePublisher { api, device_taints, device_checked, cfg, metrics, view, stale: false }
     }
 
     /// Make the Node show the view (no write when it already does); with device taints, the
@@ -95,8 +88,7 @@ impl NodePublisher {
     pub(crate) async fn publish(&mut self) {
         let Some(api) = self.api.clone() else { return };
         let taints = self.publish_device_taints().await;
-        let v = &self.view;
-        let k = &self.cfg.kubernetes;
+        let (v, k) = (&self.view, &self.cfg.kubernetes);
         let mut want =
             node_desired(k, &v.maintenance, v.last_checkpoint.as_deref(), v.perform_maintenance);
         // NB: with device taints a failed GPU taints its device, not the Node — while every
@@ -167,12 +159,8 @@ impl NodePublisher {
             return Taints::Uncovered;
         }
         self.device_checked = Some(tokio::time::Instant::now());
-        let failed: Vec<String> = gpu
-            .gpus
-            .iter()
-            .filter(|g| g.health == GpuHealth::Failed)
-            .map(|g| g.uuid.clone())
-            .collect();
+        let failed = gpu.gpus.iter().filter(|g| g.health == GpuHealth::Failed);
+        let failed: Vec<String> = failed.map(|g| g.uuid.clone()).collect();
         let node = &self.cfg.node_name;
         let call = reconcile(api.as_ref(), node, &g.dra_driver, &failed, self.cfg.dry_run);
         let plan = match tokio::time::timeout(KUBE_TIMEOUT, call).await {

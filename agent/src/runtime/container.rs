@@ -134,20 +134,6 @@ pub(crate) fn scoped(ns: &str, value: &str) -> String {
     }
 }
 
-impl Container {
-    /// When the current incarnation started, in ms since the epoch, when the runtime says in a
-    /// form that reads as a time: Docker's and Podman's RFC 3339 `StartedAt`, the CRI runtime's
-    /// `attempt-<n>@<created_at in ns>`. `None` for anything else (never guessed).
-    pub(crate) fn started_ms(&self) -> Option<i64> {
-        if let Some((_, ns)) = self.started_at.split_once('@') {
-            return ns.parse::<i64>().ok().map(|ns| ns / 1_000_000);
-        }
-        let t: jiff::Timestamp = self.started_at.parse().ok()?;
-        // Docker says 0001-01-01T00:00:00Z for a container that never started.
-        Some(t.as_millisecond()).filter(|ms| *ms > 0)
-    }
-}
-
 /// The companion label of the opt-in label that hands a worker's restarts to someone else, and
 /// the value that does it (`vigil.worker.restarts: alert-only`).
 pub(crate) const RESTARTS_SUFFIX: &str = ".restarts";
@@ -181,14 +167,24 @@ pub(crate) struct PodRef {
     /// The container's name in the pod spec.
     pub(crate) container: String,
     pub(crate) attempt: u32,
-    /// The container's log file (CRI format), from its status.
-    pub(crate) log_path: Option<String>,
     /// The pod's labels name a Job (`batch.kubernetes.io/job-name`): a polite exit 0 would
     /// complete its index, so a stop that cannot ask the API is a SIGKILL.
     pub(crate) job: bool,
 }
 
 impl Container {
+    /// When the current incarnation started, in ms since the epoch, when the runtime says in a
+    /// form that reads as a time: Docker's and Podman's RFC 3339 `StartedAt`, the CRI runtime's
+    /// `attempt-<n>@<created_at in ns>`. `None` for anything else (never guessed).
+    pub(crate) fn started_ms(&self) -> Option<i64> {
+        if let Some((_, ns)) = self.started_at.split_once('@') {
+            return ns.parse::<i64>().ok().map(|ns| ns / 1_000_000);
+        }
+        let t: jiff::Timestamp = self.started_at.parse().ok()?;
+        // Docker says 0001-01-01T00:00:00Z for a container that never started.
+        Some(t.as_millisecond()).filter(|ms| *ms > 0)
+    }
+
     /// The pod this container runs for, by either runtime's account.
     pub(crate) fn pod_identity(&self) -> Option<PodIdentity> {
         match (&self.pod, &self.kube_pod) {
@@ -243,7 +239,6 @@ pub(crate) fn in_pod(job: bool) -> Container {
             sandbox: "s".into(),
             container: "trainer".into(),
             attempt: 0,
-            log_path: None,
             job,
         }),
         ..Container::default()

@@ -248,6 +248,38 @@ impl CriRuntime {
             Err(st) => Err(self.classify("inspect", id, st)),
         }
     }
+
+    /// `StopContainer` with `stop_grace` (0: SIGKILL at once).
+    async fn stop(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
+        let req = StopContainerRequest {
+            container_id: target.id.clone(),
+            timeout: stop_grace.as_secs().min(i64::MAX as u64) as i64,
+        };
+        // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
+        // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
+        // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
+        let d = stop_grace + self.s.call_timeout.max(STOP_MARGIN);
+        if let Err(e) = within(d, self.client.clone().stop_container(request(req, d))).await {
+            // NB: a worker that exits at once on SIGTERM can take its shim with it while
+            // containerd is still in the kill (`ttrpc: closed`): the call fails, yet the container
+            // stopped. What counts is the container's state, read again; kubelet's next attempt
+            // follows as after any stop.
+            if !self.exited(&target.id).await {
+                return Err(self.classify_within("restart", &target.id, e, d));
+            }
+            tracing::debug!(container = %target.id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
+        }
+        Ok(())
+    }
+
+    fn refused(&self, op: &'static str, id: &str, detail: &str) -> RuntimeError {
+        RuntimeError::Refused {
+            runtime: self.describe(),
+            op,
+            container: id.to_string(),
+            detail: detail.to_string(),
+        }
+    }
 }
 
 /// A request that tells the runtime its deadline (`grpc-timeout`).
@@ -472,40 +504,6 @@ impl ContainerRuntime for CriRuntime {
             .await
             .map(drop)
             .map_err(|e| self.classify("ping", "-", e))
-    }
-}
-
-impl CriRuntime {
-    /// `StopContainer` with `stop_grace` (0: SIGKILL at once).
-    async fn stop(&self, target: &Container, stop_grace: Duration) -> Result<(), RuntimeError> {
-        let req = StopContainerRequest {
-            container_id: target.id.clone(),
-            timeout: stop_grace.as_secs().min(i64::MAX as u64) as i64,
-        };
-        // NB: the stop takes the whole grace for a worker that ignores SIGTERM (then SIGKILL):
-        // its deadline is the grace plus a call's time (at least `STOP_MARGIN`), never the call
-        // deadline alone (the caller bounds the whole restart by `runtime.restart_timeout`).
-        let d = stop_grace + self.s.call_timeout.max(STOP_MARGIN);
-        if let Err(e) = within(d, self.client.clone().stop_container(request(req, d))).await {
-            // NB: a worker that exits at once on SIGTERM can take its shim with it while
-            // containerd is still in the kill (`ttrpc: closed`): the call fails, yet the container
-            // stopped. What counts is the container's state, read again; kubelet's next attempt
-            // follows as after any stop.
-            if !self.exited(&target.id).await {
-                return Err(self.classify_within("restart", &target.id, e, d));
-            }
-            tracing::debug!(container = %target.id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
-        }
-        Ok(())
-    }
-
-    fn refused(&self, op: &'static str, id: &str, detail: &str) -> RuntimeError {
-        RuntimeError::Refused {
-            runtime: self.describe(),
-            op,
-            container: id.to_string(),
-            detail: detail.to_string(),
-        }
     }
 }
 

@@ -116,20 +116,14 @@ pub(super) async fn of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::pods::{NodePod, PodError, RestartPolicy};
+    use crate::kube::pods::{NodePod, PodError};
+    use crate::vocab::workload::RestartPolicy;
 
     /// An API that is on and answers every read with a 500.
     struct Failing;
 
     #[async_trait::async_trait]
     impl PodApi for Failing {
-        async fn restart_policy(
-            &self,
-            _: &str,
-            _: &str,
-        ) -> Result<Option<RestartPolicy>, PodError> {
-            Err(PodError::Unsupported("500 Internal Server Error"))
-        }
         async fn node_pods(&self, _: &str) -> Result<Vec<NodePod>, PodError> {
             Err(PodError::Unsupported("500 Internal Server Error"))
         }
@@ -143,13 +137,6 @@ mod tests {
 
     #[async_trait::async_trait]
     impl PodApi for Serving {
-        async fn restart_policy(
-            &self,
-            _: &str,
-            _: &str,
-        ) -> Result<Option<RestartPolicy>, PodError> {
-            Ok(Some(self.0.policy))
-        }
         async fn node_pods(&self, _: &str) -> Result<Vec<NodePod>, PodError> {
             Ok(Vec::new())
         }

@@ -111,7 +111,6 @@ impl Sandbox {
                 sandbox: sandbox_id.to_string(),
                 container: meta.name,
                 attempt: meta.attempt,
-                log_path: None,
                 job: self.job,
             }),
             alert_only: self.alert_only,

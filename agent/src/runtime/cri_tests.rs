@@ -30,13 +30,6 @@ struct Counting(std::sync::atomic::AtomicUsize);
 
 #[async_trait]
 impl PodApi for Counting {
-    async fn restart_policy(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<Option<crate::kube::pods::RestartPolicy>, crate::kube::pods::PodError> {
-        Ok(Some(crate::kube::pods::RestartPolicy::Always))
-    }
     async fn node_pods(
         &self,
         _: &str,
@@ -50,7 +43,7 @@ impl PodApi for Counting {
         container: &str,
     ) -> Result<Option<crate::vocab::workload::Workload>, crate::kube::pods::PodError> {
         self.0.fetch_add(1, Ordering::SeqCst);
-        let policy = crate::kube::pods::RestartPolicy::Always;
+        let policy = crate::vocab::workload::RestartPolicy::Always;
         let pod = format!("{ns}/{pod}");
         Ok(Some(crate::vocab::workload::Workload::bare(&pod, container, policy)))
     }

@@ -93,8 +93,11 @@ impl Drop for DockerRuntime {
 
 impl DockerRuntime {
     /// No connection is made here: a daemon that is down at start-up is reported per cycle.
+    /// `podman`: the daemon is configured as Podman (`runtime.kind = podman`, its unix socket
+    /// as `host`).
     pub fn new(
         host: &str,
+        podman: bool,
         label: &str,
         checkpoint_label: &str,
         timeout: Duration,
@@ -102,7 +105,7 @@ impl DockerRuntime {
     ) -> Self {
         DockerRuntime {
             host: host.to_string(),
-            podman: AtomicBool::new(false),
+            podman: AtomicBool::new(podman),
             label: label.to_string(),
             checkpoint_label: checkpoint_label.to_string(),
             timeout,
@@ -111,30 +114,6 @@ impl DockerRuntime {
             cache: Arc::default(),
             events: std::sync::Mutex::new(None),
         }
-    }
-
-    /// Podman's Docker-compatible API on the unix socket at `socket` (a path).
-    pub fn podman(
-        socket: &str,
-        label: &str,
-        checkpoint_label: &str,
-        timeout: Duration,
-        call_timeout: Duration,
-    ) -> Self {
-        let rt = DockerRuntime::new(
-            &format!("unix://{socket}"),
-            label,
-            checkpoint_label,
-            timeout,
-            call_timeout,
-        );
-        rt.podman.store(true, Ordering::Relaxed);
-        rt
-    }
-
-    /// Inspect calls made for listings so far: the inspect cache's effect, for the tests.
-    pub fn listing_inspects(&self) -> u64 {
-        self.cache.inspects.load(Ordering::Relaxed)
     }
 
     /// Follow the daemon's events for opted-in containers, unless already following them. The
@@ -235,6 +214,14 @@ impl DockerRuntime {
                 self.unreachable(other)
             }
         }
+    }
+}
+
+#[cfg(any(test, feature = "bench"))]
+impl DockerRuntime {
+    /// Inspect calls made for listings so far: the inspect cache's effect, for the tests.
+    pub fn listing_inspects(&self) -> u64 {
+        self.cache.inspects.load(Ordering::Relaxed)
     }
 }
 
@@ -439,7 +426,7 @@ mod tests {
     /// The machine's daemon, listing the containers labelled `label`.
     fn local(label: &str) -> DockerRuntime {
         let (timeout, call) = (Duration::from_secs(30), Duration::from_secs(10));
-        DockerRuntime::new("unix:///var/run/docker.sock", label, "x", timeout, call)
+        DockerRuntime::new("unix:///var/run/docker.sock", false, label, "x", timeout, call)
     }
 
     /// The tests/ suites' tiny image (a static busybox, `docker import`ed), built if missing.

@@ -112,22 +112,18 @@ pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, St
 
 /// The runtime [`choose`] picks, connected lazily (a runtime that is down is reported per
 /// cycle), and the line that says why.
-pub fn connect(
-    cfg: &Config,
-    pods: Option<Arc<dyn PodApi>>,
-) -> Result<(Arc<dyn ContainerRuntime>, String), RuntimeError> {
+pub fn connect(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> (Arc<dyn ContainerRuntime>, String) {
     let exists = |p: &str| std::path::Path::new(p).exists();
     let (choice, why) = choose(cfg, exists);
     let r = &cfg.runtime;
     let (label, checkpoint) = (&r.worker_label, &cfg.checkpoint.label);
     let timeout = r.restart_timeout + Duration::from_secs(5);
+    let docker = |host: &str, podman| {
+        Arc::new(DockerRuntime::new(host, podman, label, checkpoint, timeout, r.call_timeout))
+    };
     let rt: Arc<dyn ContainerRuntime> = match choice {
-        Choice::Docker(host) => {
-            Arc::new(DockerRuntime::new(&host, label, checkpoint, timeout, r.call_timeout))
-        }
-        Choice::Podman(socket) => {
-            Arc::new(DockerRuntime::podman(&socket, label, checkpoint, timeout, r.call_timeout))
-        }
+        Choice::Docker(host) => docker(&host, false),
+        Choice::Podman(socket) => docker(&format!("unix://{socket}"), true),
         Choice::Cri(socket) => {
             if pods.is_none() && !r.allow_pod_replacement {
                 tracing::warn!("CRI runtime without the Kubernetes API: pods' restartPolicy cannot be read, so no pod is restarted (enable kubernetes.enabled, or set runtime.allow_pod_replacement = true)");
@@ -147,7 +143,7 @@ pub fn connect(
             }
         }
     };
-    Ok((rt, why))
+    (rt, why)
 }
 
 /// Where a CRI runtime reads its workers' GPUs: the kubelet's PodResources API at

@@ -46,29 +46,6 @@ pub struct FakeRuntime {
 }
 
 impl FakeRuntime {
-    /// How `id`'s restart goes from now on (`ContainerRuntime::remediation`).
-    pub fn set_remediation(&self, id: &str, r: Remediation) {
-        let mut s = self.state.lock().unwrap();
-        s.remediations.insert(id.to_string(), r);
-    }
-
-    /// Say when `id`'s current incarnation started, in a form the runtimes use (e.g. RFC 3339):
-    /// the fake's own `gen-N` reads as a start the runtime does not say.
-    pub fn set_started_at(&self, id: &str, value: &str) {
-        self.with(id, |c| c.started_at = value.to_string());
-    }
-
-    /// The containers stopped for their controller so far, in order.
-    pub fn failed(&self) -> Vec<String> {
-        let s = self.state.lock().unwrap();
-        s.failed.iter().map(|f| f.0.clone()).collect()
-    }
-
-    /// How each was stopped: (id, stop grace, every container of its pod).
-    pub fn fail_calls(&self) -> Vec<(String, Duration, bool)> {
-        self.state.lock().unwrap().failed.clone()
-    }
-
     pub fn add(&self, id: &str, worker: &str) {
         let mut s = self.state.lock().unwrap();
         s.generation += 1;
@@ -81,6 +58,42 @@ impl FakeRuntime {
             ..Default::default()
         };
         s.containers.insert(id.to_string(), c);
+    }
+    pub fn restarts(&self, id: &str) -> usize {
+        *self.state.lock().unwrap().restarts.get(id).unwrap_or(&0)
+    }
+    fn check_up(&self) -> Result<(), RuntimeError> {
+        if self.state.lock().unwrap().down {
+            return Err(RuntimeError::Unreachable {
+                runtime: "fake runtime".into(),
+                source: "connection refused".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The tests' hooks: scripted failures, external changes, what was done (`vigil demo` uses none).
+#[cfg(any(test, feature = "bench"))]
+impl FakeRuntime {
+    /// How `id`'s restart goes from now on (`ContainerRuntime::remediation`).
+    pub fn set_remediation(&self, id: &str, r: Remediation) {
+        let mut s = self.state.lock().unwrap();
+        s.remediations.insert(id.to_string(), r);
+    }
+    /// Say when `id`'s current incarnation started, in a form the runtimes use (e.g. RFC 3339):
+    /// the fake's own `gen-N` reads as a start the runtime does not say.
+    pub fn set_started_at(&self, id: &str, value: &str) {
+        self.with(id, |c| c.started_at = value.to_string());
+    }
+    /// The containers stopped for their controller so far, in order.
+    pub fn failed(&self) -> Vec<String> {
+        let s = self.state.lock().unwrap();
+        s.failed.iter().map(|f| f.0.clone()).collect()
+    }
+    /// How each was stopped: (id, stop grace, every container of its pod).
+    pub fn fail_calls(&self) -> Vec<(String, Duration, bool)> {
+        self.state.lock().unwrap().failed.clone()
     }
     /// A container without the opt-in label (a sidecar, someone's shell): never a worker.
     pub fn add_unlabelled(&self, id: &str) {
@@ -110,18 +123,13 @@ impl FakeRuntime {
     pub fn stop(&self, id: &str) {
         self.with(id, |c| (c.running, c.paused) = (false, false));
     }
-
     /// `docker rm` a container: it is no longer listed.
     pub fn remove(&self, id: &str) {
         self.state.lock().unwrap().containers.remove(id);
     }
-
     /// `docker pause` (or unpause) a container.
     pub fn set_paused(&self, id: &str, paused: bool) {
         self.with(id, |c| (c.paused, c.running) = (paused, !paused));
-    }
-    pub fn restarts(&self, id: &str) -> usize {
-        *self.state.lock().unwrap().restarts.get(id).unwrap_or(&0)
     }
     pub fn started_at(&self, id: &str) -> String {
         self.state.lock().unwrap().containers[id].started_at.clone()
@@ -195,15 +203,6 @@ impl FakeRuntime {
         if let Some(c) = self.state.lock().unwrap().containers.get_mut(id) {
             f(c);
         }
-    }
-    fn check_up(&self) -> Result<(), RuntimeError> {
-        if self.state.lock().unwrap().down {
-            return Err(RuntimeError::Unreachable {
-                runtime: "fake runtime".into(),
-                source: "connection refused".into(),
-            });
-        }
-        Ok(())
     }
 }
 

@@ -123,6 +123,7 @@ pub enum Code {
     SkipFruitless,
 }
 
+#[cfg(any(test, feature = "bench"))]
 impl Code {
     /// Every code, for the docs drift check (docs/trail.md).
     pub const ALL: &'static [Code] = <Code as strum::VariantArray>::VARIANTS;
@@ -152,12 +153,8 @@ impl Decision<'_> {
             ("detail".to_string(), self.detail.clone()),
             ("agent".to_string(), self.agent.to_string()),
         ];
-        if let Some(i) = self.incident {
-            f.push(("incident".into(), i.to_string()));
-        }
-        if self.dry_run {
-            f.push(("dry_run".into(), "true".into()));
-        }
+        f.extend(self.incident.map(|i| ("incident".to_string(), i.to_string())));
+        f.extend(self.dry_run.then(|| ("dry_run".to_string(), "true".to_string())));
         f
     }
 }
@@ -195,16 +192,8 @@ impl Trail {
             "{detail}"
         );
         self.metrics.decision(decision_name);
-        let d = Decision {
-            at,
-            worker,
-            verdict,
-            decision,
-            detail,
-            incident,
-            agent: &self.instance,
-            dry_run: self.dry_run,
-        };
+        let (agent, dry_run) = (&self.instance, self.dry_run);
+        let d = Decision { at, worker, verdict, decision, detail, incident, agent, dry_run };
         self.coord.append(&self.keys.trail(), &d.fields(), self.max_len).await
     }
 }
@@ -220,13 +209,10 @@ pub(crate) fn render(node: &str, entries: &[TrailEntry]) -> String {
         let at = get(e, "at").parse::<Millis>().map(rfc3339).unwrap_or_else(|_| "?".into());
         let dry = if e.get("dry_run").is_some() { " [dry run]" } else { "" };
         let incident = e.get("incident").map(|i| format!(" incident={i}")).unwrap_or_default();
+        let [worker, verdict, decision, detail, agent] =
+            ["worker", "verdict", "decision", "detail", "agent"].map(|k| get(e, k));
         out.push_str(&format!(
-            "{at}  {:<14} {:<14} {:<26} {}{incident}{dry}  (agent {})\n",
-            get(e, "worker"),
-            get(e, "verdict"),
-            get(e, "decision"),
-            get(e, "detail"),
-            get(e, "agent"),
+            "{at}  {worker:<14} {verdict:<14} {decision:<26} {detail}{incident}{dry}  (agent {agent})\n"
         ));
     }
     out.push_str(&lost_summary(entries));
@@ -248,12 +234,8 @@ fn lost_summary(entries: &[TrailEntry]) -> String {
     let mut out = String::from("\ntime lost, by incident (oldest first)\n");
     for e in lost {
         let field = |k: &str| e.get(k).map_or("-", String::as_str);
-        out.push_str(&format!(
-            "{:<28} {:<14} {}\n",
-            field("incident"),
-            field("worker"),
-            field("detail")
-        ));
+        let [incident, worker, detail] = ["incident", "worker", "detail"].map(field);
+        out.push_str(&format!("{incident:<28} {worker:<14} {detail}\n"));
     }
     out
 }

@@ -154,7 +154,6 @@ mod tests {
                 sandbox: "sb".into(),
                 container: "main".into(),
                 attempt: 0,
-                log_path: None,
                 job: false,
             }),
             ..Container::default()

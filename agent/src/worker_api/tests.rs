@@ -89,7 +89,6 @@ fn pod_worker(worker: &str, pod: &str, uid: &str) -> Container {
             sandbox: "sb".into(),
             container: "main".into(),
             attempt: 0,
-            log_path: None,
             job: false,
         }),
         ..Container::default()

@@ -77,27 +77,26 @@ pub enum RecoveryAction {
 }
 
 impl RecoveryAction {
+    /// The actions NVML names: each with its numeric value, NVML's name (for reasons and the
+    /// docs) and what Vigil does about it (`crate::accel::gpu::policy_xid::recovery_action`).
+    pub(crate) const KNOWN: [(Self, u32, &'static str, XidAction); 5] = [
+        (Self::None, 0, "NVML_GPU_RECOVERY_ACTION_NONE", XidAction::Informational),
+        (Self::GpuReset, 1, "NVML_GPU_RECOVERY_ACTION_GPU_RESET", XidAction::ResetGpu),
+        (Self::NodeReboot, 2, "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT", XidAction::RebootNode),
+        (Self::DrainP2p, 3, "NVML_GPU_RECOVERY_ACTION_DRAIN_P2P", XidAction::Drain),
+        (Self::DrainAndReset, 4, "NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET", XidAction::Drain),
+    ];
+
     /// From NVML's numeric value.
     pub(crate) fn from_nvml(v: u32) -> RecoveryAction {
-        match v {
-            0 => RecoveryAction::None,
-            1 => RecoveryAction::GpuReset,
-            2 => RecoveryAction::NodeReboot,
-            3 => RecoveryAction::DrainP2p,
-            4 => RecoveryAction::DrainAndReset,
-            n => RecoveryAction::Other(n),
-        }
+        Self::KNOWN.iter().find(|r| r.1 == v).map_or(RecoveryAction::Other(v), |r| r.0)
     }
 
     /// NVML's name for it, for reasons and the docs.
     pub(crate) fn nvml_name(self) -> String {
         match self {
-            RecoveryAction::None => "NVML_GPU_RECOVERY_ACTION_NONE".into(),
-            RecoveryAction::GpuReset => "NVML_GPU_RECOVERY_ACTION_GPU_RESET".into(),
-            RecoveryAction::NodeReboot => "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT".into(),
-            RecoveryAction::DrainP2p => "NVML_GPU_RECOVERY_ACTION_DRAIN_P2P".into(),
-            RecoveryAction::DrainAndReset => "NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET".into(),
             RecoveryAction::Other(n) => format!("recovery action {n}"),
+            a => Self::KNOWN.iter().find(|r| r.0 == a).map_or("", |r| r.2).into(),
         }
     }
 }
@@ -151,6 +150,15 @@ pub struct GpuStatus {
     pub episodes: Vec<XidEpisode>,
     /// Error counters that rose lately (`crate::accel::gpu::policy_slow`): a slow job's evidence.
     pub rises: Vec<Rise>,
+}
+
+impl GpuStatus {
+    /// A GPU known only by its index and UUID (from an XID event, or the state file): no
+    /// reading of it yet.
+    pub(crate) fn known(index: u32, uuid: String) -> GpuStatus {
+        let sample = GpuSample { index, uuid: uuid.clone(), ..GpuSample::default() };
+        GpuStatus { index, uuid, sample, ..GpuStatus::default() }
+    }
 }
 
 /// An error counter of a GPU that rose: by how much since it began rising, and when it last did
@@ -326,6 +334,7 @@ impl GpuReport {
     }
 
     /// The GPU with this index or UUID (`GPU-…`, case-insensitive).
+    #[cfg(any(test, feature = "bench"))]
     pub fn gpu(&self, id: &str) -> Option<&GpuStatus> {
         self.gpus.iter().find(|g| selects(g, id))
     }

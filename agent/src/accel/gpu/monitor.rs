@@ -64,6 +64,7 @@ impl Throttled {
 /// The thread alternates between waiting for XID events (at most [`XID_WAIT`] at a time, so
 /// `stop` is seen within about a second) and reading every GPU each `cfg.sample_interval`
 /// (the first read at once).
+#[cfg(any(test, feature = "bench"))]
 pub fn spawn_monitor(
     probe: Box<dyn GpuProbe>,
     cfg: GpuConfig,
@@ -76,6 +77,7 @@ pub fn spawn_monitor(
 /// As [`spawn_monitor`], with failed GPUs read from and written to `store`, and hearing the
 /// kubelet's reports (`crate::accel::gpu::kubelet`): a GPU it newly reports `Unhealthy` is
 /// failed until it is reset.
+#[cfg(any(test, feature = "bench"))]
 pub fn spawn_monitor_with(
     probe: Box<dyn GpuProbe>,
     cfg: GpuConfig,
@@ -241,28 +243,40 @@ fn watchdog(
     }
 }
 
-/// The monitor's verdict as it stands, and what it has said of it.
-struct Verdict {
+/// The monitor's verdict as it stands, what it has said of it, and where it says it.
+struct Verdict<'a> {
     report: GpuReport,
     keeper: Option<Keeper>,
     cleared_seen: u64,
     begun_seen: u64,
     /// The kubelet's reports as last heard.
     heard: Vec<KubeletReport>,
+    kubelet: Option<Kubelet>,
+    cfg: &'a GpuConfig,
+    tx: &'a watch::Sender<GpuReport>,
 }
 
-impl Verdict {
+impl<'a> Verdict<'a> {
+    /// The first verdict: the failures kept across restarts (with a state file), rejudged.
+    fn start(
+        store: Option<StateStore>,
+        kubelet: Option<Kubelet>,
+        cfg: &'a GpuConfig,
+        tx: &'a watch::Sender<GpuReport>,
+    ) -> Self {
+        let (keeper, report) = match store {
+            Some(store) => Keeper::open(store, cfg),
+            None => (None, rejudge(&GpuReport::default(), cfg)),
+        };
+        let cleared_seen = report.cleared.last().map_or(0, |c: &GpuCleared| c.seq);
+        Verdict { report, keeper, cleared_seen, begun_seen: 0, heard: Vec::new(), kubelet, cfg, tx }
+    }
+
     /// Fold observations in, log the episodes begun and ended and the failures cleared, keep
     /// the failures, publish: every sample (its readings feed the metrics), XIDs when they
     /// change the report.
-    fn fold(
-        &mut self,
-        samples: &[GpuSample],
-        xids: &[XidEvent],
-        cfg: &GpuConfig,
-        tx: &watch::Sender<GpuReport>,
-    ) {
-        let next = update(&self.report, samples, xids, clock_ms(), cfg);
+    fn fold(&mut self, samples: &[GpuSample], xids: &[XidEvent]) {
+        let next = update(&self.report, samples, xids, clock_ms(), self.cfg);
         log_episodes(&self.report, &next, &mut self.begun_seen);
         for c in new_cleared(&next, &mut self.cleared_seen) {
             tracing::info!(gpu = %c.gpu, causes = %c.causes.join("; "), "GPU failure cleared: {}", c.why);
@@ -272,11 +286,33 @@ impl Verdict {
             k.keep(&self.report, clock_ms());
         }
         if xids.is_empty() {
-            tx.send_replace(self.report.clone());
+            self.tx.send_replace(self.report.clone());
             return;
         }
         let next = self.report.clone();
-        tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur);
+        self.tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur);
+    }
+
+    /// Hear the kubelet's reports when they changed (read between waits, each at most
+    /// `XID_WAIT`: the kubelet's reader runs on the executor, never holding the monitor loop);
+    /// not before the first GPUs are read (a report would match none and be spent). A GPU one
+    /// newly names is failed (kept, and published at once, as an XID's failure is).
+    fn listen(&mut self) {
+        let Some(rx) = self.kubelet.as_mut() else { return };
+        if self.report.gpus.is_empty() || !rx.has_changed().unwrap_or(false) {
+            return;
+        }
+        let reports = rx.borrow_and_update().clone();
+        let new = new_reports(&self.heard, &reports);
+        self.heard = reports;
+        if new.is_empty() || !self.report.monitoring() {
+            return;
+        }
+        self.report = hear(&self.report, &new, self.cfg);
+        if let Some(k) = self.keeper.as_mut() {
+            k.keep(&self.report, clock_ms());
+        }
+        self.tx.send_replace(self.report.clone());
     }
 }
 
@@ -288,9 +324,9 @@ fn monitor_loop(
     tx: &watch::Sender<GpuReport>,
     stop: &CancellationToken,
     calls: &Calls,
-    mut kubelet: Option<Kubelet>,
+    kubelet: Option<Kubelet>,
 ) {
-    let mut v = Verdict::start(store, cfg);
+    let mut v = Verdict::start(store, kubelet, cfg, tx);
     tx.send_replace(v.report.clone());
     let mut samples: Vec<GpuSample> = Vec::new();
     let mut sample_errors = Throttled::default();
@@ -304,7 +340,7 @@ fn monitor_loop(
                 Ok(s) => {
                     sample_errors.ok("GPUs readable again");
                     samples = s;
-                    v.fold(&samples, &[], cfg, tx);
+                    v.fold(&samples, &[]);
                 }
                 Err(e) => {
                     sample_errors.warn("cannot read the GPUs; the last GPU verdict stands", &e)
@@ -315,7 +351,7 @@ fn monitor_loop(
         if stop.is_cancelled() {
             break;
         }
-        v.listen(kubelet.as_mut(), cfg, tx);
+        v.listen();
         let wait = next_sample.saturating_duration_since(Instant::now()).min(XID_WAIT);
         let started = Instant::now();
         let (waited, late) = calls.run("waiting for XID events", || probe.wait_xids(wait));
@@ -328,7 +364,7 @@ fn monitor_loop(
                 if xids.iter().any(|x| x.xid == RECOVERY_ACTION_CHANGED) {
                     next_sample = Instant::now();
                 }
-                v.fold(&samples, &xids, cfg, tx);
+                v.fold(&samples, &xids);
             }
             Err(e) => {
                 xid_errors.warn("cannot wait for GPU XID events", &e);
@@ -336,59 +372,6 @@ fn monitor_loop(
                 std::thread::sleep(wait.saturating_sub(started.elapsed()));
             }
         }
-    }
-}
-
-impl Verdict {
-    /// The first verdict: the failures kept across restarts (with a state file), rejudged.
-    fn start(store: Option<StateStore>, cfg: &GpuConfig) -> Verdict {
-        let (keeper, report) = match store {
-            Some(store) => Keeper::open(store, cfg),
-            None => (None, rejudge(&GpuReport::default(), cfg)),
-        };
-        Verdict {
-            cleared_seen: report.cleared.last().map_or(0, |c: &GpuCleared| c.seq),
-            begun_seen: 0,
-            report,
-            keeper,
-            heard: Vec::new(),
-        }
-    }
-
-    /// Hear the kubelet's reports when they changed (read between waits, each at most
-    /// `XID_WAIT`: the kubelet's reader runs on the executor, never holding the monitor loop);
-    /// not before the first GPUs are read (a report would match none and be spent).
-    fn listen(
-        &mut self,
-        kubelet: Option<&mut Kubelet>,
-        cfg: &GpuConfig,
-        tx: &watch::Sender<GpuReport>,
-    ) {
-        let listed = !self.report.gpus.is_empty();
-        if let Some(rx) = kubelet.filter(|rx| listed && rx.has_changed().unwrap_or(false)) {
-            let reports = rx.borrow_and_update().clone();
-            self.hear(reports, cfg, tx);
-        }
-    }
-
-    /// The kubelet's reports as they stand now: a GPU one newly names is failed (kept, and
-    /// published at once, as an XID's failure is).
-    fn hear(
-        &mut self,
-        reports: Vec<KubeletReport>,
-        cfg: &GpuConfig,
-        tx: &watch::Sender<GpuReport>,
-    ) {
-        let new = new_reports(&self.heard, &reports);
-        self.heard = reports;
-        if new.is_empty() || !self.report.monitoring() {
-            return;
-        }
-        self.report = hear(&self.report, &new, cfg);
-        if let Some(k) = self.keeper.as_mut() {
-            k.keep(&self.report, clock_ms());
-        }
-        tx.send_replace(self.report.clone());
     }
 }
 

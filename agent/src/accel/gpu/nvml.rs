@@ -395,16 +395,13 @@ impl GpuProbe for NvmlProbe {
 pub type NvmlLoader = dyn FnMut() -> Result<Box<dyn GpuProbe>, GpuError> + Send;
 
 /// Where to look for NVIDIA GPUs without the driver: `/dev` and `/sys/bus/pci/devices`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, educe::Educe)]
+#[educe(Default)]
 pub struct HostPaths {
+    #[educe(Default(expression = "/dev".into()))]
     pub dev: std::path::PathBuf,
+    #[educe(Default(expression = "/sys/bus/pci/devices".into()))]
     pub pci_devices: std::path::PathBuf,
-}
-
-impl Default for HostPaths {
-    fn default() -> Self {
-        HostPaths { dev: "/dev".into(), pci_devices: "/sys/bus/pci/devices".into() }
-    }
 }
 
 /// Whether this node has NVIDIA GPUs, asked of the host rather than the driver: a device file

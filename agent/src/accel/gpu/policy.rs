@@ -208,16 +208,7 @@ fn fold_xids(
                 // NB: an XID from a GPU no sample has shown yet (it could not be read): keep it
                 // under its own entry rather than drop hardware evidence. Not "missing": it was
                 // never seen by a sample.
-                gpus.push(GpuStatus {
-                    index: x.index,
-                    uuid: x.uuid.clone(),
-                    sample: GpuSample {
-                        index: x.index,
-                        uuid: x.uuid.clone(),
-                        ..GpuSample::default()
-                    },
-                    ..GpuStatus::default()
-                });
+                gpus.push(GpuStatus::known(x.index, x.uuid.clone()));
                 gpus.len() - 1
             }
         };

@@ -73,34 +73,23 @@ impl Accelerator for GpuReport {
 /// `gpu-health` label.
 pub(crate) fn gpu_condition(report: &GpuReport) -> NodeCondition {
     use crate::accel::gpu::model::GpuMonitorState as S;
-    let (problem, reason, message) = match (report.state, report.node) {
-        (S::On, GpuHealth::Healthy) => (Some(false), "Healthy", String::new()),
-        (S::On, GpuHealth::Degraded) => (Some(false), "Degraded", String::new()),
-        (S::On, GpuHealth::Failed) => (Some(true), "Failed", String::new()),
-        (S::Off, _) => {
-            (None, "MonitoringOff", "GPU monitoring is off (gpu.enabled = off)".to_string())
-        }
-        (S::NoGpu, _) => (
-            None,
-            "NoGpu",
-            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device)"
-                .to_string(),
-        ),
-        (S::WaitingForDriver, _) => (
-            None,
-            "WaitingForDriver",
-            "waiting for the NVIDIA driver: the node has GPUs but NVML does not load yet"
-                .to_string(),
-        ),
-        (S::Starting, _) => (None, "Starting", "GPU monitoring is starting".to_string()),
-        (S::NvmlHung, _) => (None, "NvmlHung", hung_line(report)),
+    let node = report.node;
+    #[rustfmt::skip]
+    let (problem, reason, message) = match report.state {
+        // In the order of the scale: healthy, degraded, failed; the message from the reasons.
+        S::On => (Some(node == GpuHealth::Failed), ["Healthy", "Degraded", "Failed"][node as usize], ""),
+        S::Off => (None, "MonitoringOff", "GPU monitoring is off (gpu.enabled = off)"),
+        S::NoGpu => (None, "NoGpu",
+            "no NVIDIA GPU on this node (no /dev/nvidiaN, no NVIDIA PCI display device)"),
+        S::WaitingForDriver => (None, "WaitingForDriver",
+            "waiting for the NVIDIA driver: the node has GPUs but NVML does not load yet"),
+        S::Starting => (None, "Starting", "GPU monitoring is starting"),
+        S::NvmlHung => return problem_condition(GPU_CONDITION, None, "NvmlHung", hung_line(report)),
     };
-    let message = if !message.is_empty() {
-        message
-    } else if report.node_reasons.is_empty() {
-        format!("GPU health {}", report.node.as_str())
-    } else {
-        truncate(&report.node_reasons.join("; "), 1000)
+    let message = match message {
+        "" if report.node_reasons.is_empty() => format!("GPU health {}", node.as_str()),
+        "" => truncate(&report.node_reasons.join("; "), 1000),
+        m => m.to_string(),
     };
     problem_condition(GPU_CONDITION, problem, reason, message)
 }

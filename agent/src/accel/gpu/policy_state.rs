@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::accel::gpu::model::{Failure, GpuCleared, GpuSample, GpuStatus, ResetMarks};
+use crate::accel::gpu::model::{Failure, GpuCleared, GpuStatus, ResetMarks};
 use crate::accel::gpu::policy::label;
 use crate::config::XidAction;
 
@@ -139,12 +139,7 @@ fn from_file(f: StateFile, boot_id: &str) -> Restored {
     let rebooted = f.boot_id != boot_id;
     let mut out = Restored::default();
     for k in f.gpus {
-        let mut g = GpuStatus {
-            index: k.index,
-            uuid: k.uuid.clone(),
-            sample: GpuSample { index: k.index, uuid: k.uuid, ..GpuSample::default() },
-            ..GpuStatus::default()
-        };
+        let mut g = GpuStatus::known(k.index, k.uuid);
         let mut causes = k.causes.clone();
         if k.lost {
             causes.push("no longer visible to NVML".into());
@@ -184,16 +179,13 @@ fn salvage(text: &str, boot_id: &str, path: &str, error: &str) -> Restored {
     let uuids = uuids_in(text);
     for (i, uuid) in uuids.iter().enumerate() {
         out.gpus.push(GpuStatus {
-            index: u32::try_from(i).unwrap_or(u32::MAX),
-            uuid: uuid.clone(),
-            sample: GpuSample { uuid: uuid.clone(), ..GpuSample::default() },
             failure: Some(Failure {
                 action: XidAction::ResetGpu,
                 causes: vec![format!("listed as failed in the unreadable state file {path}")],
                 kept: true,
                 ..Failure::default()
             }),
-            ..GpuStatus::default()
+            ..GpuStatus::known(u32::try_from(i).unwrap_or(u32::MAX), uuid.clone())
         });
     }
     out.warning = Some(format!(

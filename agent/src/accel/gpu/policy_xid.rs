@@ -1,6 +1,6 @@
 //! What each XID calls for: NVIDIA's "Resolution Bucket (Immediate Action)" of the Xid catalog
 //! for Ampere and newer GPUs, mapped onto Vigil's five [`XidAction`]s, with per-XID overrides from
-//! `gpu.xid_actions`. `vigil policy gpu` prints [`table`]; docs/gpu.md carries [`markdown`] and a
+//! `gpu.xid_actions`. `vigil policy gpu` prints [`table`]; docs/gpu.md carries `markdown` and a
 //! test fails when the two drift apart.
 //!
 //! Sources (cited per row):
@@ -177,18 +177,13 @@ pub(crate) fn table(cfg: &GpuConfig) -> Vec<XidRow> {
 
 /// What Vigil does about the driver's own recovery action.
 pub(crate) fn recovery_action(a: RecoveryAction) -> XidAction {
-    match a {
-        RecoveryAction::None => XidAction::Informational,
-        RecoveryAction::GpuReset => XidAction::ResetGpu,
-        RecoveryAction::NodeReboot => XidAction::RebootNode,
-        RecoveryAction::DrainP2p | RecoveryAction::DrainAndReset => XidAction::Drain,
-        // NB: an action this build does not know: the driver asks for something, and the
-        // safe reading of "something must be done" is that the GPU is not usable as it is.
-        RecoveryAction::Other(_) => XidAction::ResetGpu,
-    }
+    // NB: an action this build does not know: the driver asks for something, and the
+    // safe reading of "something must be done" is that the GPU is not usable as it is.
+    RecoveryAction::KNOWN.iter().find(|r| r.0 == a).map_or(XidAction::ResetGpu, |r| r.3)
 }
 
 /// The table of the built-in classes as a Markdown table, as docs/gpu.md carries it.
+#[cfg(any(test, feature = "bench"))]
 pub fn markdown() -> String {
     let mut out = String::from(
         "| XID | meaning (NVIDIA) | NVIDIA's immediate action | Vigil | source |\n|---|---|---|---|---|\n",

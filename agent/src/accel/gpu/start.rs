@@ -33,38 +33,29 @@ use crate::http::health::Warnings;
 pub(crate) const WARNING_SOURCE: &str = "gpu";
 
 /// How the start-up waits; the defaults are production's, tests shrink them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, educe::Educe)]
+#[educe(Default)]
 pub struct StartOptions {
     /// Where to look for GPUs without the driver.
     pub host: HostPaths,
     /// Where the node's boot id is read (`/proc/sys/kernel/random/boot_id`).
+    #[educe(Default(expression = BOOT_ID_PATH.into()))]
     pub boot_id_path: PathBuf,
     /// First retry of a failed NVML load; doubled up to `retry_max`.
+    #[educe(Default(expression = Duration::from_secs(5)))]
     pub retry_first: Duration,
+    #[educe(Default(expression = Duration::from_secs(5 * 60)))]
     pub retry_max: Duration,
     /// While waiting for the driver, at most one log line this often.
+    #[educe(Default(expression = Duration::from_secs(10 * 60)))]
     pub log_every: Duration,
     /// How often a node without GPUs is looked at again.
+    #[educe(Default(expression = Duration::from_secs(5 * 60)))]
     pub no_gpu_recheck: Duration,
     /// `/readyz` shows "waiting for the driver" here while it lasts.
     pub warnings: Option<Warnings>,
     /// The kubelet's reports of `Unhealthy` GPUs, when read (`crate::accel::gpu::kubelet`).
     pub kubelet: Option<Kubelet>,
-}
-
-impl Default for StartOptions {
-    fn default() -> Self {
-        StartOptions {
-            host: HostPaths::default(),
-            boot_id_path: BOOT_ID_PATH.into(),
-            retry_first: Duration::from_secs(5),
-            retry_max: Duration::from_secs(5 * 60),
-            log_every: Duration::from_secs(10 * 60),
-            no_gpu_recheck: Duration::from_secs(5 * 60),
-            warnings: None,
-            kubelet: None,
-        }
-    }
 }
 
 /// What to log about the wait for the driver, at a time handed in.

@@ -125,20 +125,20 @@ impl Coordinator for RedisCoordinator {
     async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
         let c = self;
         Ok(match request {
-            Request::Time => Reply::Time(time(c).await?),
-            Request::GetMany(keys) => Reply::Values(get_many(c, &keys).await?),
-            Request::SetNx { key, value, ttl } => Reply::Done(set_nx(c, &key, &value, ttl).await?),
+            Request::Time => Reply::Time(c.time().await?),
+            Request::GetMany(keys) => Reply::Values(c.get_many(&keys).await?),
+            Request::SetNx { key, value, ttl } => Reply::Done(c.set_nx(&key, &value, ttl).await?),
             Request::Del(keys) => {
-                del(c, &keys).await?;
+                c.del(&keys).await?;
                 Reply::Ok
             }
-            Request::OwnerTtl { key, token } => Reply::Ttl(owner_ttl(c, &key, &token).await?),
-            Request::DelIfOwner { key, token } => Reply::Done(del_if_owner(c, &key, &token).await?),
+            Request::OwnerTtl { key, token } => Reply::Ttl(c.owner_ttl(&key, &token).await?),
+            Request::DelIfOwner { key, token } => Reply::Done(c.del_if_owner(&key, &token).await?),
             Request::RenewIfOwner { key, token, ttl } => {
-                Reply::Done(renew_if_owner(c, &key, &token, ttl).await?)
+                Reply::Done(c.renew_if_owner(&key, &token, ttl).await?)
             }
             Request::IncrCapped { key, cap, ttl } => {
-                Reply::Taken(incr_capped(c, &key, cap, ttl).await?)
+                Reply::Taken(c.incr_capped(&key, cap, ttl).await?)
             }
             Request::Decr(key) => {
                 c.script::<i64>(&DECR_FLOOR, &[key.as_str()], &[]).await?;
@@ -148,220 +148,196 @@ impl Coordinator for RedisCoordinator {
             Request::Hget { key, field } => {
                 Reply::Values(vec![c.query(redis::cmd("HGET").arg(&key).arg(&field)).await?])
             }
-            Request::HgetallMany(keys) => Reply::Hashes(hgetall_many(c, &keys).await?),
+            Request::HgetallMany(keys) => Reply::Hashes(c.hgetall_many(&keys).await?),
             Request::Append { key, fields, max_len } => {
-                append(c, &key, &fields, max_len).await?;
+                c.append(&key, &fields, max_len).await?;
                 Reply::Ok
             }
-            Request::ReadRecent { key, count } => {
-                Reply::Entries(read_recent(c, &key, count).await?)
-            }
-            Request::IndexMembers(key) => Reply::Members(index_members(c, &key).await?),
-            Request::Batch(ops) => Reply::Counters(batch(c, &ops).await?),
-            Request::ReadWorkers(workers) => Reply::Workers(read_workers(c, &workers).await?),
+            Request::ReadRecent { key, count } => Reply::Entries(c.read_recent(&key, count).await?),
+            Request::IndexMembers(key) => Reply::Members(c.index_members(&key).await?),
+            Request::Batch(ops) => Reply::Counters(c.batch(&ops).await?),
+            Request::ReadWorkers(workers) => Reply::Workers(c.read_workers(&workers).await?),
         })
     }
 }
 
-async fn time(c: &RedisCoordinator) -> Result<Millis, CoordError> {
-    let (secs, micros): (i64, i64) = c.query(&redis::cmd("TIME")).await?;
-    Ok(secs * 1000 + micros / 1000)
-}
-
-async fn get_many(
-    c: &RedisCoordinator,
-    keys: &[String],
-) -> Result<Vec<Option<String>>, CoordError> {
-    if keys.is_empty() {
-        return Ok(Vec::new());
+impl RedisCoordinator {
+    async fn time(&self) -> Result<Millis, CoordError> {
+        let (secs, micros): (i64, i64) = self.query(&redis::cmd("TIME")).await?;
+        Ok(secs * 1000 + micros / 1000)
     }
-    // NB: MGET of one node's keys is single-slot thanks to the hash tag.
-    c.query(redis::cmd("MGET").arg(keys)).await
-}
 
-async fn set_nx(
-    c: &RedisCoordinator,
-    key: &str,
-    value: &str,
-    ttl: Duration,
-) -> Result<bool, CoordError> {
-    let r: Option<String> =
-        c.query(redis::cmd("SET").arg(key).arg(value).arg("NX").arg("PX").arg(px(ttl))).await?;
-    Ok(r.is_some())
-}
-
-async fn del(c: &RedisCoordinator, keys: &[String]) -> Result<(), CoordError> {
-    if keys.is_empty() {
-        return Ok(());
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        // NB: MGET of one node's keys is single-slot thanks to the hash tag.
+        self.query(redis::cmd("MGET").arg(keys)).await
     }
-    c.query::<()>(redis::cmd("DEL").arg(keys)).await
-}
 
-async fn owner_ttl(
-    c: &RedisCoordinator,
-    key: &str,
-    token: &str,
-) -> Result<Option<Millis>, CoordError> {
-    let r: i64 = c.script(&OWNER_TTL, &[key], &[token.to_string()]).await?;
-    Ok(match r {
-        -3 | -2 => None,
-        -1 => Some(Millis::MAX),
-        t => Some(t),
-    })
-}
-
-async fn del_if_owner(c: &RedisCoordinator, key: &str, token: &str) -> Result<bool, CoordError> {
-    let r: i64 = c.script(&DEL_IF_OWNER, &[key], &[token.to_string()]).await?;
-    Ok(r == 1)
-}
-
-async fn renew_if_owner(
-    c: &RedisCoordinator,
-    key: &str,
-    token: &str,
-    ttl: Duration,
-) -> Result<bool, CoordError> {
-    let ms = ttl.as_millis().max(1).to_string();
-    let r: i64 = c.script(&RENEW_IF_OWNER, &[key], &[token.to_string(), ms]).await?;
-    Ok(r == 1)
-}
-
-async fn incr_capped(
-    c: &RedisCoordinator,
-    key: &str,
-    cap: u64,
-    ttl: Duration,
-) -> Result<Option<u64>, CoordError> {
-    let r: i64 = c.script(&INCR_CAPPED, &[key], &[cap.to_string(), px(ttl).to_string()]).await?;
-    Ok((r >= 0).then_some(r as u64))
-}
-
-async fn append(
-    c: &RedisCoordinator,
-    key: &str,
-    fields: &[(String, String)],
-    max_len: usize,
-) -> Result<(), CoordError> {
-    let mut cmd = redis::cmd("XADD");
-    cmd.arg(key).arg("MAXLEN").arg(max_len).arg("*");
-    for (k, v) in fields {
-        cmd.arg(k).arg(v);
+    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
+        let r: Option<String> = self
+            .query(redis::cmd("SET").arg(key).arg(value).arg("NX").arg("PX").arg(px(ttl)))
+            .await?;
+        Ok(r.is_some())
     }
-    c.query::<()>(&cmd).await
-}
 
-async fn read_workers(
-    c: &RedisCoordinator,
-    workers: &[WorkerKeys],
-) -> Result<NodeRead, CoordError> {
-    let mut keys: Vec<&str> = Vec::new();
-    let mut args = vec![
-        crate::coord::MAX_RECORD_FIELDS.to_string(),
-        crate::coord::MAX_RECORD_BYTES.to_string(),
-    ];
-    for w in workers {
-        keys.push(&w.record);
-        keys.extend(w.keys.iter().map(String::as_str));
-        args.push(w.keys.len().to_string());
+    async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.query::<()>(redis::cmd("DEL").arg(keys)).await
     }
-    let raw: Vec<redis::Value> = c.script(&READ_WORKERS, &keys, &args).await?;
-    let bad = |what: &str| CoordError::Command {
-        addr: c.describe(),
-        source: format!("the workers read answered {what}").into(),
-    };
-    let mut it = raw.into_iter();
-    let (Some(secs), Some(micros)) = (it.next(), it.next()) else {
-        return Err(bad("without the clock"));
-    };
-    let secs = i64::from_redis_value(&secs).map_err(|_| bad("a clock that is not a number"))?;
-    let micros = i64::from_redis_value(&micros).map_err(|_| bad("a clock that is not a number"))?;
-    let now = secs * 1000 + micros / 1000;
-    let mut reads = Vec::with_capacity(workers.len());
-    for one in it {
-        let (ok, rec, values): (i64, redis::Value, Vec<Option<String>>) =
-            FromRedisValue::from_redis_value(&one).map_err(|_| bad("a worker of another shape"))?;
-        let record = if ok == 1 {
-            record_fields(rec)
-        } else {
-            let why = String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into());
-            Err(RecordUnreadable::Refused(why))
+
+    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
+        let r: i64 = self.script(&OWNER_TTL, &[key], &[token.to_string()]).await?;
+        Ok(match r {
+            -3 | -2 => None,
+            -1 => Some(Millis::MAX),
+            t => Some(t),
+        })
+    }
+
+    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
+        let r: i64 = self.script(&DEL_IF_OWNER, &[key], &[token.to_string()]).await?;
+        Ok(r == 1)
+    }
+
+    async fn renew_if_owner(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, CoordError> {
+        let ms = ttl.as_millis().max(1).to_string();
+        let r: i64 = self.script(&RENEW_IF_OWNER, &[key], &[token.to_string(), ms]).await?;
+        Ok(r == 1)
+    }
+
+    async fn incr_capped(
+        &self,
+        key: &str,
+        cap: u64,
+        ttl: Duration,
+    ) -> Result<Option<u64>, CoordError> {
+        let r: i64 =
+            self.script(&INCR_CAPPED, &[key], &[cap.to_string(), px(ttl).to_string()]).await?;
+        Ok((r >= 0).then_some(r as u64))
+    }
+
+    async fn append(
+        &self,
+        key: &str,
+        fields: &[(String, String)],
+        max_len: usize,
+    ) -> Result<(), CoordError> {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(key).arg("MAXLEN").arg(max_len).arg("*");
+        for (k, v) in fields {
+            cmd.arg(k).arg(v);
+        }
+        self.query::<()>(&cmd).await
+    }
+
+    async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead, CoordError> {
+        let mut keys: Vec<&str> = Vec::new();
+        let mut args = vec![
+            crate::coord::MAX_RECORD_FIELDS.to_string(),
+            crate::coord::MAX_RECORD_BYTES.to_string(),
+        ];
+        for w in workers {
+            keys.push(&w.record);
+            keys.extend(w.keys.iter().map(String::as_str));
+            args.push(w.keys.len().to_string());
+        }
+        let raw: Vec<redis::Value> = self.script(&READ_WORKERS, &keys, &args).await?;
+        let bad = |what: &str| CoordError::Command {
+            addr: self.describe(),
+            source: format!("the workers read answered {what}").into(),
         };
-        reads.push(WorkerRead { now, record, values });
+        let mut it = raw.into_iter();
+        let (Some(secs), Some(micros)) = (it.next(), it.next()) else {
+            return Err(bad("without the clock"));
+        };
+        let secs = i64::from_redis_value(&secs).map_err(|_| bad("a clock that is not a number"))?;
+        let micros =
+            i64::from_redis_value(&micros).map_err(|_| bad("a clock that is not a number"))?;
+        let now = secs * 1000 + micros / 1000;
+        let mut reads = Vec::with_capacity(workers.len());
+        for one in it {
+            let (ok, rec, values): (i64, redis::Value, Vec<Option<String>>) =
+                FromRedisValue::from_redis_value(&one)
+                    .map_err(|_| bad("a worker of another shape"))?;
+            let record = if ok == 1 {
+                record_fields(rec)
+            } else {
+                let why = String::from_redis_value(&rec).unwrap_or_else(|_| "unreadable".into());
+                Err(RecordUnreadable::Refused(why))
+            };
+            reads.push(WorkerRead { now, record, values });
+        }
+        Ok(NodeRead { now, workers: reads })
     }
-    Ok(NodeRead { now, workers: reads })
-}
 
-async fn hgetall_many(
-    c: &RedisCoordinator,
-    keys: &[String],
-) -> Result<Vec<HashMap<String, String>>, CoordError> {
-    // Pipelined, 1,000 per round trip (per slot in a cluster): a 10,000-node fleet is ten
-    // round trips on one server.
-    let indexed: Vec<(usize, &str)> = keys.iter().map(String::as_str).enumerate().collect();
-    let mut out: Vec<HashMap<String, String>> = vec![HashMap::new(); keys.len()];
-    for group in c.by_slot(indexed, |k| *k) {
-        for chunk in group.chunks(1_000) {
+    async fn hgetall_many(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<HashMap<String, String>>, CoordError> {
+        // Pipelined, 1,000 per round trip (per slot in a cluster): a 10,000-node fleet is ten
+        // round trips on one server.
+        let indexed: Vec<(usize, &str)> = keys.iter().map(String::as_str).enumerate().collect();
+        let mut out: Vec<HashMap<String, String>> = vec![HashMap::new(); keys.len()];
+        for group in self.by_slot(indexed, |k| *k) {
+            for chunk in group.chunks(1_000) {
+                let mut pipe = redis::pipe();
+                for (_, k) in chunk {
+                    pipe.cmd("HGETALL").arg(*k);
+                }
+                let part: Vec<HashMap<String, String>> = self.pipeline(&pipe).await?;
+                for ((i, _), fields) in chunk.iter().zip(part) {
+                    out[*i] = fields;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn batch(&self, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
+        let indexed: Vec<(usize, &Op)> = ops.iter().enumerate().collect();
+        let mut counters: Vec<(usize, u64)> = Vec::new();
+        for group in self.by_slot(indexed, |op| op.key()) {
             let mut pipe = redis::pipe();
-            for (_, k) in chunk {
-                pipe.cmd("HGETALL").arg(*k);
+            let mut wanted = Vec::new();
+            for (i, op) in &group {
+                add_op(&mut pipe, op);
+                if matches!(op, Op::Counter { .. }) {
+                    wanted.push(*i);
+                }
             }
-            let part: Vec<HashMap<String, String>> = c.pipeline(&pipe).await?;
-            for ((i, _), fields) in chunk.iter().zip(part) {
-                out[*i] = fields;
-            }
+            let got: Vec<Option<u64>> = self.pipeline(&pipe).await?;
+            counters.extend(wanted.into_iter().zip(got.into_iter().map(|v| v.unwrap_or(0))));
         }
+        counters.sort();
+        Ok(counters.into_iter().map(|(_, v)| v).collect())
     }
-    Ok(out)
-}
 
-async fn batch(c: &RedisCoordinator, ops: &[Op]) -> Result<Vec<u64>, CoordError> {
-    let indexed: Vec<(usize, &Op)> = ops.iter().enumerate().collect();
-    let mut counters: Vec<(usize, u64)> = Vec::new();
-    for group in c.by_slot(indexed, |op| op.key()) {
-        let mut pipe = redis::pipe();
-        let mut wanted = Vec::new();
-        for (i, op) in &group {
-            add_op(&mut pipe, op);
-            if matches!(op, Op::Counter { .. }) {
-                wanted.push(*i);
-            }
-        }
-        let got: Vec<Option<u64>> = c.pipeline(&pipe).await?;
-        counters.extend(wanted.into_iter().zip(got.into_iter().map(|v| v.unwrap_or(0))));
+    async fn index_members(&self, key: &str) -> Result<Vec<(String, Millis)>, CoordError> {
+        let flat: Vec<(String, f64)> =
+            self.query(redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES")).await?;
+        Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
     }
-    counters.sort();
-    Ok(counters.into_iter().map(|(_, v)| v).collect())
-}
 
-async fn index_members(
-    c: &RedisCoordinator,
-    key: &str,
-) -> Result<Vec<(String, Millis)>, CoordError> {
-    let flat: Vec<(String, f64)> =
-        c.query(redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES")).await?;
-    Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
-}
-
-async fn read_recent(
-    c: &RedisCoordinator,
-    key: &str,
-    count: usize,
-) -> Result<Vec<TrailEntry>, CoordError> {
-    let raw: Vec<(String, Vec<String>)> =
-        c.query(redis::cmd("XREVRANGE").arg(key).arg("+").arg("-").arg("COUNT").arg(count)).await?;
-    Ok(raw
-        .into_iter()
-        .map(|(id, flat)| {
-            let map = flat
-                .chunks(2)
-                .filter_map(|c| match c {
-                    [k, v] => Some((k.clone(), v.clone())),
-                    _ => None,
-                })
-                .collect();
-            (id, map)
-        })
-        .collect())
+    async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
+        let raw: Vec<(String, Vec<String>)> = self
+            .query(redis::cmd("XREVRANGE").arg(key).arg("+").arg("-").arg("COUNT").arg(count))
+            .await?;
+        Ok(raw
+            .into_iter()
+            .map(|(id, flat)| {
+                (id, flat.chunks_exact(2).map(|kv| (kv[0].clone(), kv[1].clone())).collect())
+            })
+            .collect())
+    }
 }
 
 /// The commands of one batch op; only a `Counter` leaves a reply in the pipeline.

@@ -34,13 +34,12 @@ impl Pipeline<'_> {
     ) -> Result<Result<Remediation, Skip>, CoordError> {
         if act.case.alert_only() {
             let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
-            self.skip(now, act, Skip::AlertOnly, detail, true).await?;
-            return Ok(Err(Skip::AlertOnly));
+            return self.skip(now, act, Skip::AlertOnly, detail, true).await.map(Err);
         }
         // NB: not a gang member's: its restart is the gang's, and one member left out would
         // break the job's rendezvous (a gang's run is judged as the gang's).
         let max = self.ctx.cfg.policy.max_fruitless_restarts;
-        if act.mandate.decided_here()
+        if act.order.is_none()
             && policy_fruitless::refusal(
                 act.case.marks.fruitless.as_ref(),
                 Beat::of_worker(act.case.status).as_slice(),
@@ -48,8 +47,7 @@ impl Pipeline<'_> {
             )
             .is_some()
         {
-            self.fruitless(act, now).await?;
-            return Ok(Err(Skip::Fruitless));
+            return self.fruitless(act, now).await.map(Err);
         }
         // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
         // auto-repair or an upgrade) is a standing condition, said once per incident; the wait
@@ -59,8 +57,7 @@ impl Pipeline<'_> {
                 true => (format!("{sd}; not restarting yet"), false),
                 false => (format!("{sd}; not restarting while it is"), true),
             };
-            self.skip(now, act, Skip::NodeState, detail, once).await?;
-            return Ok(Err(Skip::NodeState));
+            return self.skip(now, act, Skip::NodeState, detail, once).await.map(Err);
         }
         // NB: one pod: a gang's decision reserved room for every member's (`Stops::EveryPod`
         // at its members' entries), and those stopped before this one have spent theirs.
@@ -70,8 +67,7 @@ impl Pipeline<'_> {
             let detail = format!("{why}; not restarting, a person must decide");
             let alert = self.pager.act_alert(AlertKind::NotRestartable, act, now, detail);
             self.pager.page_incident(act, "not-restartable", alert, now).await?;
-            self.skip(now, act, Skip::NotRestartable, why, true).await?;
-            return Ok(Err(Skip::NotRestartable));
+            return self.skip(now, act, Skip::NotRestartable, why, true).await.map(Err);
         }
         Ok(Ok(how))
     }
@@ -82,7 +78,7 @@ impl Pipeline<'_> {
     /// carried out another way: its controllers changed since).
     fn refusal(&self, act: &Act<'_>, how: &Remediation) -> Option<String> {
         let one_for_all = matches!(how, Remediation::OneForAll { .. });
-        match (how, act.mandate.order()) {
+        match (how, act.order) {
             (Remediation::Refuse(why), _) => Some(why.clone()),
             (_, Some(order)) if one_for_all != order.decision.only.is_some() => Some(format!(
                 "its controllers changed since gang {}'s decision (now: {}): the decision is not carried out another way",
@@ -98,9 +94,9 @@ impl Pipeline<'_> {
     }
 
     /// Restarts have not helped: page once per incident, say so in the trail once.
-    async fn fruitless(&mut self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
+    async fn fruitless(&mut self, act: &Act<'_>, now: Millis) -> Result<Skip, CoordError> {
         let Some(f) = act.case.marks.fruitless.as_ref() else {
-            return Ok(());
+            return Ok(Skip::Fruitless);
         };
         let detail = policy_fruitless::describe(f, RunOf::Worker);
         let alert = self.pager.act_alert(AlertKind::Fruitless, act, now, detail.clone());
@@ -108,7 +104,7 @@ impl Pipeline<'_> {
         self.skip(now, act, Skip::Fruitless, detail, true).await
     }
 
-    /// Write a skip to the trail (with `once`, the first time per incident only).
+    /// Write a skip to the trail (with `once`, the first time per incident only); answers it.
     pub(super) async fn skip(
         &mut self,
         at: Millis,
@@ -116,9 +112,9 @@ impl Pipeline<'_> {
         skip: Skip,
         detail: String,
         once: bool,
-    ) -> Result<(), CoordError> {
+    ) -> Result<Skip, CoordError> {
         let about = if once { act.about().once() } else { act.about() };
-        self.journal.note(at, about, skip.code(), detail).await
+        self.journal.note(at, about, skip.code(), detail).await.map(|()| skip)
     }
 
     /// The container's last lines, then the restart (or would-restart) page with them, once per
@@ -134,7 +130,7 @@ impl Pipeline<'_> {
             Ok(logs) => logs,
             Err(skip) => return Ok(Some(skip)),
         };
-        if !act.mandate.decided_here() {
+        if act.order.is_some() {
             return Ok(None);
         }
         let (kind, verb) = match self.ctx.cfg.dry_run {
@@ -170,8 +166,7 @@ impl Pipeline<'_> {
             self.pager.alert_for(AlertKind::LogsFailed, act.case, Some(act.since), now, detail);
         self.pager.page_incident(act, "logs-failed", alert, now).await?;
         let detail = format!("log collection failed: {why}");
-        self.skip(now, act, Skip::LogsFailed, detail, false).await?;
-        Ok(Err(Skip::LogsFailed))
+        self.skip(now, act, Skip::LogsFailed, detail, false).await.map(Err)
     }
 
     /// Revalidate at the last moment, from fresh data and a fresh clock; then the node's state
@@ -189,13 +184,13 @@ impl Pipeline<'_> {
         // NB: by the rule the restart was due under, from the coordinator's copy of the
         // worker's rhythm as this read returns it (the fixed rule when that copy is gone): a
         // gang member's, the rule its entry carries (the gang may have decided on it).
-        let rules = match act.mandate.order() {
+        let rules = match act.order {
             Some(_) => self.judge.member_rules(status.as_ref(), &marks, now),
             None => self.judge.restart_rules(status.as_ref(), &marks, now),
         }
         .into_owned();
         let mut checked = policy::revalidate(act.case.v, status.as_ref(), &marks, now, &rules);
-        if let (Ok(()), Some(order)) = (checked, act.mandate.order()) {
+        if let (Ok(()), Some(order)) = (checked, act.order) {
             checked = self.order_stands(order, status.as_ref(), &marks).await?;
         }
         let (cancel, why) = match checked {
@@ -204,8 +199,7 @@ impl Pipeline<'_> {
                 // NB: the incident stands (it is still hung): only this pass ends, and the
                 // retry alerts again with its logs (the pipeline releases the alert).
                 let why = "a restart of this incident failed after our decision (another instance's); the retry waits for its backoff".to_string();
-                self.skip(now, act, Skip::RetryPending, why, false).await?;
-                return Ok(Some(Skip::RetryPending));
+                return self.skip(now, act, Skip::RetryPending, why, false).await.map(Some);
             }
             Err(c @ Cancel::CooldownAppeared) => {
                 (c, "a cooldown marker appeared: another instance already restarted it")
@@ -221,9 +215,7 @@ impl Pipeline<'_> {
             _ => Resolve::IncidentCleared,
         };
         self.pager.resolve_alerts(w, end).await;
-        let skip = Skip::Cancelled(cancel);
-        self.skip(now, act, skip, why.into(), false).await?;
-        Ok(Some(skip))
+        self.skip(now, act, Skip::Cancelled(cancel), why.into(), false).await.map(Some)
     }
 
     /// A gang member's restart against its gang's decision, read again: a closed or replaced
@@ -255,8 +247,7 @@ impl Pipeline<'_> {
     ) -> Result<Option<Skip>, CoordError> {
         if let Some(why) = self.watch.stand_down(act.case.c, now, &self.ctx.cfg.metadata) {
             let detail = format!("{why} between decision and command; not restarting");
-            self.skip(now, act, Skip::NodeState, detail, false).await?;
-            return Ok(Some(Skip::NodeState));
+            return self.skip(now, act, Skip::NodeState, detail, false).await.map(Some);
         }
         if let Some(skip) = self.compare(act.case.c).await {
             let c = act.case.c;
@@ -271,8 +262,7 @@ impl Pipeline<'_> {
                     short(&c.id)
                 ),
             };
-            self.skip(now, act, skip, detail, false).await?;
-            return Ok(Some(skip));
+            return self.skip(now, act, skip, detail, false).await.map(Some);
         }
         Ok(None)
     }
@@ -334,8 +324,7 @@ impl Pipeline<'_> {
                 Some(t) => format!("lock has {} left, {} needed", human(t), human(ms(needed))),
                 None => "lock lost (expired or taken over)".into(),
             };
-            self.skip(now, act, Skip::LockExpiring, detail, false).await?;
-            return Ok(Some(Skip::LockExpiring));
+            return self.skip(now, act, Skip::LockExpiring, detail, false).await.map(Some);
         }
         if self.write_restart_markers(act, now).await? {
             return Ok(None);
@@ -343,8 +332,7 @@ impl Pipeline<'_> {
         // The claim failed: another instance's marker appeared after our revalidation.
         let skip = Skip::Cancelled(Cancel::CooldownAppeared);
         let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
-        self.skip(now, act, skip, detail, false).await?;
-        Ok(Some(skip))
+        self.skip(now, act, skip, detail, false).await.map(Some)
     }
 
     /// The last-moment check of a gang member's restart: the gang's decision still stands.

@@ -15,7 +15,7 @@ use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
 use super::pipeline::Pipeline;
-use super::{restart_failure, short, Act, Mandate};
+use super::{restart_failure, short, Act};
 use crate::vocab::workload::Remediation;
 
 /// What the trail says of a restart besides its times: the call's error, the controllers'
@@ -228,9 +228,9 @@ impl Pipeline<'_> {
     /// worker's own, or — a gang member's — the member's line in its gang's run.
     async fn settle_run(&self, act: &Act<'_>, line: Line) {
         let w = act.case.worker();
-        match act.mandate {
-            Mandate::Own => self.settle_fruitless(w, line, true).await,
-            Mandate::Gang(_) => self.settle_gang_line(w, line, Millis::MIN).await,
+        match act.order {
+            None => self.settle_fruitless(w, line, true).await,
+            Some(_) => self.settle_gang_line(w, line, Millis::MIN).await,
         }
     }
 
@@ -372,9 +372,9 @@ impl Pipeline<'_> {
     /// incarnation runs on).
     pub(super) async fn restore_run(&self, act: &Act<'_>) {
         let (k, w, m) = (&self.ctx.keys, act.case.worker(), act.case.marks);
-        let (key, before) = match act.mandate {
-            Mandate::Own => (k.fruitless(w), m.fruitless.as_ref().map(Fruitless::encode)),
-            Mandate::Gang(_) => (k.gang_line(w), m.gang_line.map(|t| t.to_string())),
+        let (key, before) = match act.order {
+            None => (k.fruitless(w), m.fruitless.as_ref().map(Fruitless::encode)),
+            Some(_) => (k.gang_line(w), m.gang_line.map(|t| t.to_string())),
         };
         let _ = match before {
             Some(v) => self.ctx.coord.set(&key, &v, marks::FRUITLESS_TTL).await,
@@ -393,8 +393,8 @@ impl Pipeline<'_> {
         // worker's own run's, or this member's in its gang's run (a gang's run is counted at its
         // decision, before any member's restart runs).
         let line = now + ms(self.ctx.cfg.safety.lock_ttl);
-        let (key, value) = match act.mandate {
-            Mandate::Own => {
+        let (key, value) = match act.order {
+            None => {
                 let mut run = policy_fruitless::after_restart(
                     act.case.marks.fruitless.as_ref(),
                     Beat::of_worker(act.case.status).as_slice(),
@@ -403,7 +403,7 @@ impl Pipeline<'_> {
                 run.last = line;
                 (k.fruitless(w), run.encode())
             }
-            Mandate::Gang(_) => (k.gang_line(w), line.to_string()),
+            Some(_) => (k.gang_line(w), line.to_string()),
         };
         Op::Set { key, value, ttl: marks::FRUITLESS_TTL }
     }

@@ -21,7 +21,7 @@ use crate::runtime::container::Container;
 use crate::trail::Code;
 
 use super::rhythm::Learn;
-use super::{own_gang, Act, Case, Mandate, RestartPath};
+use super::{own_gang, Act, Case, RestartPath};
 
 /// What one evaluation stands on (see `RestartPath::current`).
 struct Current {
@@ -268,7 +268,7 @@ impl RestartPath<'_> {
             return Ok(());
         }
         let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
-        let act = Act { case, inc, since, mandate: Mandate::Own };
+        let act = Act { case, inc, since, order: None };
         self.pipeline().run(&act, now).await
     }
 

@@ -23,7 +23,7 @@ use crate::trail::Code;
 use crate::vocab::workload::{Remediation, Stops};
 
 use super::gang_decision::Deciding;
-use super::{Act, Case, GangOrder, Mandate, RestartPath};
+use super::{Act, Case, GangOrder, RestartPath};
 
 /// Where a gang step runs: the gang, this agent's member (as the view has it), the members
 /// present, and the member's own incident (for a straggler restarted alone).
@@ -353,7 +353,7 @@ impl RestartPath<'_> {
         let member = Case { v, ..*case };
         let order = GangOrder { gang: g.id.clone(), decision: d };
         let since = case.status.and_then(|s| s.heartbeat).unwrap_or(inc.started);
-        let act = Act { case: &member, inc: &inc, since, mandate: Mandate::Gang(&order) };
+        let act = Act { case: &member, inc: &inc, since, order: Some(&order) };
         self.pipeline().run(&act, now).await
     }
 }

@@ -122,10 +122,7 @@ impl GangDecider<'_> {
         let key = self.ctx.keys.gang_lock(&g.id);
         let ttl = self.ctx.cfg.safety.lock_ttl;
         *lease = Lease::take(self.ctx.coord.as_ref(), key, Lease::random_token(), ttl).await?;
-        Ok(match lease {
-            Some(_) => Seen::Pass,
-            None => Seen::Skip(Skip::LockHeld),
-        })
+        Ok(lease.as_ref().map_or(Seen::Skip(Skip::LockHeld), |_| Seen::Pass))
     }
 
     /// One step of the decision after the lock.

@@ -15,7 +15,7 @@ impl Pipeline<'_> {
     /// restart the breaker only (the gang took the fleet unit for all its members).
     pub(super) fn caps<'s>(&'s self, act: &'s Act<'_>) -> Caps<'s> {
         Caps {
-            fleet: act.mandate.decided_here(),
+            fleet: act.order.is_none(),
             ..Caps::node(self.ctx.coord.as_ref(), &self.ctx.keys, &self.ctx.cfg.safety)
         }
     }
@@ -45,8 +45,7 @@ impl Pipeline<'_> {
                 let key = self.ctx.keys.breaker_alert(&day);
                 self.pager.page_once(&key, BREAKER_TTL, alert, Unit::Worker, now).await?;
                 let detail = format!("breaker open: {per_day} restarts used today ({day})");
-                self.skip(now, act, Skip::BreakerOpen, detail, true).await?;
-                Skip::BreakerOpen
+                self.skip(now, act, Skip::BreakerOpen, detail, true).await?
             }
             Allowance::BudgetExhausted => {
                 let (budget, window) = (s.fleet_budget, s.fleet_window);
@@ -58,8 +57,7 @@ impl Pipeline<'_> {
                 let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
                 self.pager.page_once(&key, window * 2, alert, Unit::Worker, now).await?;
                 let detail = format!("fleet budget of {budget} per {every} exhausted");
-                self.skip(now, act, Skip::BudgetExhausted, detail, true).await?;
-                Skip::BudgetExhausted
+                self.skip(now, act, Skip::BudgetExhausted, detail, true).await?
             }
         };
         Ok(Some(skip))

@@ -124,36 +124,14 @@ struct Act<'a> {
     inc: &'a Incident,
     /// When the broken condition began.
     since: Millis,
-    /// Whose decision the pass carries out.
-    mandate: Mandate<'a>,
-}
-
-/// Whose decision a pass carries out, and so what it still owes. A worker's own incident decides
-/// its restart: the pass judges the worker's run of fruitless restarts, takes the fleet's unit
-/// beside the node's breaker, and sends the `restarting` page. A gang member carries out its
-/// gang's decision: the gang judged its run, took the fleet's unit and paged once for all its
-/// members, and the pass checks at the last moment that the decision still stands.
-#[derive(Clone, Copy)]
-enum Mandate<'a> {
-    Own,
-    Gang(&'a GangOrder),
-}
-
-impl<'a> Mandate<'a> {
-    /// The pass decided the restart itself: the worker's run of fruitless restarts, the fleet's
-    /// unit and the page are its own (a gang's are the gang's: a count left on a member would
-    /// follow its worker id into its next, unrelated job).
-    fn decided_here(self) -> bool {
-        matches!(self, Mandate::Own)
-    }
-
-    /// The decision to read again at the last moment, when it was taken elsewhere.
-    fn order(self) -> Option<&'a GangOrder> {
-        match self {
-            Mandate::Own => None,
-            Mandate::Gang(o) => Some(o),
-        }
-    }
+    /// Whose decision the pass carries out, and so what it still owes. `None`: the worker's own
+    /// incident decides its restart: the pass judges the worker's run of fruitless restarts,
+    /// takes the fleet's unit beside the node's breaker, and sends the `restarting` page (a
+    /// gang's are the gang's: a count left on a member would follow its worker id into its next,
+    /// unrelated job). `Some`: a gang member carries out its gang's decision: the gang judged
+    /// its run, took the fleet's unit and paged once for all its members, and the pass reads
+    /// the decision again at the last moment to check that it still stands.
+    order: Option<&'a GangOrder>,
 }
 
 /// What a gang member's restart carries: the gang's decision (revalidated at the last moment).

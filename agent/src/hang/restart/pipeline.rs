@@ -180,8 +180,7 @@ impl Pipeline<'_> {
             None => {
                 let detail =
                     "another instance holds this node's lock; it acts, we skip".to_string();
-                self.skip(now, act, Skip::LockHeld, detail, true).await?;
-                Ok((None, Some(Skip::LockHeld)))
+                self.skip(now, act, Skip::LockHeld, detail, true).await.map(|s| (None, Some(s)))
             }
         }
     }

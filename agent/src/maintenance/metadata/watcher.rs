@@ -25,39 +25,32 @@ use crate::metrics::Metrics;
 use crate::vocab::maintenance::{MaintenanceEvent, RawMetadata, UpcomingMaintenance};
 
 /// Tuning of [`watch_with`]. The defaults suit production; tests shorten them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, educe::Educe)]
+#[educe(Default)]
 pub struct WatchConfig {
     /// `timeout_sec` of each long-poll: how long the server may hold a request.
+    #[educe(Default(expression = 60))]
     pub timeout_sec: u32,
     /// Bounds of the random pause after a 503 (the server gives sub-second 503s in maintenance).
+    #[educe(Default(expression = (Duration::from_millis(200), Duration::from_millis(500))))]
     pub unavailable_retry: (Duration, Duration),
     /// First pause after 429, timeouts and transport errors; doubles (with jitter) per failure.
+    #[educe(Default(expression = Duration::from_millis(500)))]
     pub backoff_initial: Duration,
     /// Cap of that backoff.
+    #[educe(Default(expression = Duration::from_secs(30)))]
     pub backoff_max: Duration,
     /// NB: if a long-poll comes back faster than this with an unchanged value (the server does
     /// not hold this key, or answers "no notifications" at once), wait out the rest before the
     /// next request, so a server that ignores `wait_for_change` is polled, not hammered.
+    #[educe(Default(expression = Duration::from_secs(5)))]
     pub min_interval: Duration,
     /// Start-up reads of maintenance-event that may fail to connect before the watcher decides
     /// it is not on GCE (a node's network can come up a moment after the agent).
+    #[educe(Default(expression = 3))]
     pub startup_attempts: u32,
     /// Where a standing problem (no `maintenance-event` key) is reported for `/readyz`.
     pub warnings: Option<Warnings>,
-}
-
-impl Default for WatchConfig {
-    fn default() -> Self {
-        WatchConfig {
-            timeout_sec: 60,
-            unavailable_retry: (Duration::from_millis(200), Duration::from_millis(500)),
-            backoff_initial: Duration::from_millis(500),
-            backoff_max: Duration::from_secs(30),
-            min_interval: Duration::from_secs(5),
-            startup_attempts: 3,
-            warnings: None,
-        }
-    }
 }
 
 /// Watch `maintenance-event`, `upcoming-maintenance` and `preempted` until `shutdown` fires,
