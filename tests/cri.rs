@@ -510,7 +510,7 @@ async fn a_cri_socket_that_never_answers_is_an_error_within_the_deadline() {
 
 /// The CRI adapter reading the workers' GPUs from this (fake) kubelet.
 fn with_kubelet_gpus(runtime: CriRuntime, socket: &str) -> CriRuntime {
-    runtime.with_devices(Arc::new(PodResourcesClient::new(socket, Duration::from_secs(1))))
+    runtime.with_devices(Some(Arc::new(PodResourcesClient::new(socket, Duration::from_secs(1)))))
 }
 
 fn gpus_by_worker(listed: &[Container]) -> Vec<(String, Option<Vec<String>>)> {

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use vigil::accel::gpu::model::GpuReport;
 use vigil::accel::gpu::monitor::{spawn_monitor, spawn_monitor_with};
-use vigil::kube::device_taints::{reconcile, DeviceTaintApi, KubeDeviceTaints};
+use vigil::kube::device_taints::{reconcile, KubeDeviceTaints};
 use vigil::kube::pods::PodError;
 
 const NODE: &str = "gpu-1";
@@ -397,7 +397,7 @@ async fn controller_with(
     let monitor = if kubelet {
         let pods = vigil::kube::pods::KubePods::connect(&kube.url).await.unwrap();
         let (heard_tx, heard) = tokio::sync::watch::channel(Vec::new());
-        let slices: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
+        let slices = Arc::new(client(kube).await);
         tokio::spawn(vigil::accel::gpu::kubelet::follow(
             rx.clone(),
             heard_tx,
@@ -412,7 +412,7 @@ async fn controller_with(
         spawn_monitor(probe, cfg, tx, stop.clone())
     };
     monitor.expect("a monitor thread");
-    let api: Arc<dyn DeviceTaintApi> = Arc::new(client(kube).await);
+    let api = Arc::new(client(kube).await);
     let controller = node.controller.take().unwrap().with_device_taints(api);
     let (_, meta_rx) = tokio::sync::watch::channel(Default::default());
     tokio::spawn(controller.run(meta_rx, rx, CancellationToken::new(), cancel.clone()));

@@ -156,7 +156,7 @@ async fn the_node_follows_the_tpu_tree() {
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     let probe = FsProbe::new(tree.dev(), tree.sys(), Some(&tree.kmsg()), tree.uptime());
-    tokio::spawn(run_monitor(Box::new(probe), cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
+    tokio::spawn(run_monitor(probe, cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
     let api = KubeNodeApi::from_url(&fake.url).unwrap();
     let controller = Controller::new(
         cfg.clone(),
@@ -276,7 +276,7 @@ async fn a_node_without_tpus_carries_no_tpu_fields() {
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     let probe = FsProbe::new(dir.path().join("dev"), dir.path(), None, Path::new("/none"));
-    tokio::spawn(run_monitor(Box::new(probe), cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
+    tokio::spawn(run_monitor(probe, cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
     let metrics = Arc::new(Metrics::new());
     let coord = memory_coordinator();
     let runtime = Arc::new(FakeRuntime::default());
@@ -371,7 +371,7 @@ async fn a_hung_worker_on_a_failed_tpu_is_alerted_never_restarted() {
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     let probe = FsProbe::new(tree.dev(), tree.sys(), Some(&tree.kmsg()), tree.uptime());
-    tokio::spawn(run_monitor(Box::new(probe), cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
+    tokio::spawn(run_monitor(probe, cfg.tpu.clone(), expected_rx, tpu_tx, stop.clone()));
     let mut agent = Agent::new(
         cfg.clone(),
         coord.clone(),

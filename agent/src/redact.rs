@@ -21,31 +21,13 @@ pub(crate) const MASK: &str = "***";
 pub(crate) fn url(text: &str) -> String {
     let (scheme, rest) = split_scheme(text);
     let (userinfo, after) = split_userinfo(rest);
-    let (after, fragment) = match after.split_once('#') {
-        Some((a, f)) => (a, Some(f)),
-        None => (after, None),
-    };
-    let (before_query, query) = match after.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (after, None),
-    };
-    let mut out = String::with_capacity(text.len());
-    out.push_str(scheme);
-    if let Some(u) = userinfo {
-        out.push_str(&mask_userinfo(u));
-        out.push('@');
-    }
-    out.push_str(before_query);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(&mask_query(q));
-    }
-    if let Some(f) = fragment {
-        // `#insecure` (a rediss:// URL's) is kept; any other fragment may be a credential.
-        out.push('#');
-        out.push_str(if f == "insecure" { f } else { MASK });
-    }
-    out
+    let (after, fragment) = after.split_once('#').map_or((after, None), |(a, f)| (a, Some(f)));
+    let (before_query, query) = after.split_once('?').map_or((after, None), |(b, q)| (b, Some(q)));
+    let userinfo = userinfo.map(|u| format!("{}@", mask_userinfo(u))).unwrap_or_default();
+    let query = query.map(|q| format!("?{}", mask_query(q))).unwrap_or_default();
+    // `#insecure` (a rediss:// URL's) is kept; any other fragment may be a credential.
+    let fragment = fragment.map(|f| format!("#{}", if f == "insecure" { f } else { MASK }));
+    format!("{scheme}{userinfo}{before_query}{query}{}", fragment.unwrap_or_default())
 }
 
 /// The URLs of a comma-separated list (`redis.url` in cluster or sentinel mode). A piece
@@ -143,19 +125,10 @@ impl Redaction for Webhook {
     fn redact(text: &str) -> String {
         let (scheme, rest) = split_scheme(text);
         let (userinfo, after) = split_userinfo(rest);
-        let end = after.find(['/', '?', '#']).unwrap_or(after.len());
-        let mut out = String::with_capacity(scheme.len() + end + 8);
-        out.push_str(scheme);
-        if userinfo.is_some() {
-            out.push_str(MASK);
-            out.push('@');
-        }
-        out.push_str(&after[..end]);
-        if end < after.len() {
-            out.push('/');
-            out.push_str(MASK);
-        }
-        out
+        let (host, path) = after.split_at(after.find(['/', '?', '#']).unwrap_or(after.len()));
+        let user = userinfo.map(|_| format!("{MASK}@")).unwrap_or_default();
+        let path = if path.is_empty() { String::new() } else { format!("/{MASK}") };
+        format!("{scheme}{user}{host}{path}")
     }
 }
 

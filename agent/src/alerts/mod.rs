@@ -399,14 +399,14 @@ impl Notifier {
             tracing::warn!(alert = kind, node = %alert.node, worker = alert.worker.as_deref(), incident = alert.incident.as_deref(), "{}", alert.summary());
         }
         let Some(sink) = &self.sink else {
-            self.metrics.alert(kind, "logged");
+            self.metrics.decisions.alert(kind, "logged");
             return;
         };
         match sink.send(alert).await {
-            Ok(()) => self.metrics.alert(kind, "sent"),
+            Ok(()) => self.metrics.decisions.alert(kind, "sent"),
             Err(e) => {
                 tracing::error!(alert = kind, error = %e, "alert delivery failed; it is in this log only");
-                self.metrics.alert(kind, "failed");
+                self.metrics.decisions.alert(kind, "failed");
             }
         }
     }

@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 use crate::accel::gpu::model::GpuReport;
 use crate::config::Config;
 use crate::http::health::Warnings;
-use crate::kube::device_taints::{DeviceTaintApi, KubeDeviceTaints};
+use crate::kube::device_taints::KubeDeviceTaints;
 use crate::kube::pods::PodApi;
 
 /// GPU health: the monitor, hearing the kubelet's reports on Kubernetes; and, with
@@ -22,7 +22,7 @@ pub(super) async fn gpu_health(
     warnings: Warnings,
     tracker: &TaskTracker,
     stop: &CancellationToken,
-) -> (watch::Receiver<GpuReport>, Option<Arc<dyn DeviceTaintApi>>) {
+) -> (watch::Receiver<GpuReport>, Option<Arc<KubeDeviceTaints>>) {
     let dra = if pods.is_some() { device_taints(cfg).await } else { None };
     let (gpu_tx, gpu_rx) = watch::channel(GpuReport::default());
     // On Kubernetes (`gpu.kubelet_health_interval` not 0): the reader of the GPUs the kubelet
@@ -54,7 +54,7 @@ pub(super) async fn gpu_health(
 
 /// With `gpu.device_taints`: the DRA client for a failed GPU's device taint (none, with the
 /// reason logged, when it cannot be made: `gpu.taint_on_failure`'s Node taint then stands in).
-async fn device_taints(cfg: &Config) -> Option<Arc<dyn DeviceTaintApi>> {
+async fn device_taints(cfg: &Config) -> Option<Arc<KubeDeviceTaints>> {
     if !cfg.gpu.device_taints {
         return None;
     }

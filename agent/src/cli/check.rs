@@ -3,9 +3,7 @@
 //! all speak this one type, so none of them imports another.
 
 /// How a check came out.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, strum::IntoStaticStr, strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, strum::IntoStaticStr)]
 #[strum(serialize_all = "kebab-case")]
 pub(crate) enum Level {
     Ok,

@@ -19,8 +19,9 @@ use super::check::{check, render, Check, Level};
 /// log timestamps and Docker start times are the node's).
 const SKEW_WARN: i64 = 2_000;
 
-/// Run every check (each bounded by a short timeout) and return them in order.
-pub(crate) async fn run(cfg: &Config) -> Vec<Check> {
+/// `vigil doctor`: run every check (each bounded by a short timeout) and print them in order; a
+/// failed one fails the command.
+pub(super) async fn command(cfg: &Config) -> Result<(), super::CliError> {
     let mode =
         if cfg.dry_run { "observe mode (dry_run): restarts never run" } else { "restarts enabled" };
     let mut out =
@@ -37,7 +38,11 @@ pub(crate) async fn run(cfg: &Config) -> Vec<Check> {
     out.extend(kubernetes(cfg).await);
     out.extend(super::idle::checks(cfg).await);
     out.extend(budget(cfg).await);
-    out
+    print!("{}", render(&out));
+    if out.iter().any(|c| c.level == Level::Fail) {
+        return Err(super::CliError::Failed("doctor found failures (see above)".into()));
+    }
+    Ok(())
 }
 
 /// The checkpoint budgets against GCE's notices and this node's worker pods.
@@ -187,7 +192,7 @@ fn nvml(cfg: &Config) -> Check {
 
 /// The TPU chips as the monitor would read them: device files, PCI functions, the kernel log.
 fn tpu(cfg: &Config) -> Check {
-    use crate::accel::tpu::chips::{FsProbe, TpuProbe};
+    use crate::accel::tpu::chips::FsProbe;
     let t = &cfg.tpu;
     if t.enabled == Switch::Off {
         return check("tpu", Level::Ok, "TPU monitoring disabled (tpu.enabled = off)");
@@ -208,20 +213,18 @@ fn tpu(cfg: &Config) -> Check {
         let level = if t.enabled == Switch::On { Level::Warn } else { Level::Ok };
         return check("tpu", level, format!("no TPU chip in {}", t.device_dir));
     }
-    let mut text = format!(
+    let text = format!(
         "{found} TPU chip device file(s) ({}); {} TPU PCI function(s)",
         reading.device_files.join(", "),
         reading.chips.pci.len()
     );
     match (log_error, t.kernel_log.is_empty()) {
-        (Some(e), _) => {
-            text.push_str(&format!("; {e}"));
-            return check("tpu", Level::Warn, text);
+        (Some(e), _) => check("tpu", Level::Warn, format!("{text}; {e}")),
+        (None, true) => check("tpu", Level::Ok, format!("{text}; kernel log off (tpu.kernel_log)")),
+        (None, false) => {
+            check("tpu", Level::Ok, format!("{text}; kernel log {} readable", t.kernel_log))
         }
-        (None, true) => text.push_str("; kernel log off (tpu.kernel_log)"),
-        (None, false) => text.push_str(&format!("; kernel log {} readable", t.kernel_log)),
     }
-    check("tpu", Level::Ok, text)
 }
 
 /// The GPU state file: failed GPUs kept across agent restarts (`gpu.state_file`).
@@ -389,16 +392,6 @@ async fn rbac_rule(
     } else {
         check(name, Level::Ok, format!("may {all} {what}"))
     }
-}
-
-/// `vigil doctor`: print the checks; a failed one fails the command.
-pub(super) async fn command(cfg: &Config) -> Result<(), super::CliError> {
-    let checks = run(cfg).await;
-    print!("{}", render(&checks));
-    if checks.iter().any(|c| c.level == Level::Fail) {
-        return Err(super::CliError::Failed("doctor found failures (see above)".into()));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

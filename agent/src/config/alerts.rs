@@ -68,14 +68,8 @@ pub(crate) fn alert_backoff(attempt: u32) -> Duration {
 const MAX_ATTEMPTS: u32 = 10;
 
 impl AlertsConfig {
-    /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 2] {
-        [("alerts.timeout", self.timeout), ("alerts.alertmanager_repost", self.alertmanager_repost)]
-    }
-
     /// At least one attempt, and a webhook that is an HTTP URL (or none).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        super::nonzero(&self.nonzero())?;
         if !(1..=MAX_ATTEMPTS).contains(&self.attempts) {
             return bad(
                 "alerts.attempts",

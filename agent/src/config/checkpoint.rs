@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, ConfigError};
+use super::{bad, has_scheme, ConfigError};
 use crate::redact::{self, Secret, Urls};
 
 /// A signal a worker may be asked to checkpoint with. SIGKILL and SIGSTOP are not among them:
 /// they cannot be handled, so they can never checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[serde(try_from = "String", into = "&'static str")]
 #[derive(strum::IntoStaticStr, strum::VariantArray)]
 pub(crate) enum Signal {
     #[strum(serialize = "SIGUSR1")]
@@ -32,9 +32,6 @@ pub(crate) enum Signal {
     Pwr,
 }
 
-impl Signal {
-    const ALL: &'static [Signal] = <Signal as strum::VariantArray>::VARIANTS;
-}
 as_str!(pub Signal);
 
 impl std::str::FromStr for Signal {
@@ -43,7 +40,7 @@ impl std::str::FromStr for Signal {
     fn from_str(name: &str) -> Result<Signal, String> {
         let upper = name.trim().to_ascii_uppercase();
         let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
-        Signal::ALL
+        <Signal as strum::VariantArray>::VARIANTS
             .iter()
             .copied()
             .find(|s| &s.as_str()[3..] == bare)
@@ -57,12 +54,6 @@ impl TryFrom<String> for Signal {
     type Error = String;
     fn try_from(s: String) -> Result<Signal, String> {
         s.parse()
-    }
-}
-
-impl From<Signal> for String {
-    fn from(s: Signal) -> String {
-        s.as_str().to_string()
     }
 }
 
@@ -95,9 +86,7 @@ impl std::str::FromStr for CheckpointMethod {
             _ if s.starts_with("signal:") => Ok(CheckpointMethod::Signal(Some(
                 s["signal:".len()..].parse()?,
             ))),
-            _ if s.starts_with("http://") || s.starts_with("https://") => {
-                Ok(CheckpointMethod::Http(s.into()))
-            }
+            _ if has_scheme(s, &["http://", "https://"]) => Ok(CheckpointMethod::Http(s.into())),
             _ => Err(format!(
                 "`{}` is not `record`, `signal`, `signal:NAME` or an http(s):// URL",
                 redact::url(s)

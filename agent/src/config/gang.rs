@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::{bad, ConfigError};
 
 /// What the node a slow gang names gets besides its `VigilSlow` condition (`gang.pace.taint`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr,
+)]
 pub enum SlowTaint {
     /// No taint.
     #[default]
@@ -28,11 +30,7 @@ pub enum SlowTaint {
 impl SlowTaint {
     /// The taint's effect, as Kubernetes spells it (`None`: no taint).
     pub fn effect(self) -> Option<&'static str> {
-        match self {
-            SlowTaint::Off => None,
-            SlowTaint::NoSchedule => Some("NoSchedule"),
-            SlowTaint::NoExecute => Some("NoExecute"),
-        }
+        (self != SlowTaint::Off).then_some(self.into())
     }
 }
 

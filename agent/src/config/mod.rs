@@ -9,6 +9,7 @@
 //! The environment is read through the [`Env`] trait so that every parse and validation error is a
 //! unit test with a `HashMap`, never a `set_var`.
 
+#[cfg(any(test, feature = "bench"))]
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -60,8 +61,7 @@ pub(crate) use opportunistic::OpportunisticConfig;
 pub(crate) use policy::PolicyConfig;
 pub use redis::{RedisConfig, RedisMode, RedisUrls};
 pub(crate) use runtime::{RuntimeConfig, RuntimeKind};
-pub(crate) use safety::SafetyConfig;
-pub(crate) use safety::LOCK_MARGIN;
+pub(crate) use safety::{SafetyConfig, LOCK_MARGIN};
 pub(crate) use server::ServerConfig;
 pub(crate) use tpu::TpuConfig;
 pub(crate) use worker_api::{WorkerApiConfig, WorkerAuth};
@@ -89,6 +89,8 @@ impl Env for ProcessEnv {
     }
 }
 
+/// A map, for the unit tests.
+#[cfg(any(test, feature = "bench"))]
 impl Env for HashMap<String, String> {
     fn get(&self, name: &str) -> Option<String> {
         HashMap::get(self, name).cloned()
@@ -250,10 +252,17 @@ impl Config {
         Ok(cfg)
     }
 
-    /// The files the config names exist and can be read. Kept out of [`Config::validate`], which
-    /// does no I/O (a reload validates the merged config in the agent's loop).
+    /// The files the config names exist and can be read (`redis.ca_file`). Kept out of
+    /// [`Config::validate`], which does no I/O (a reload validates the merged config in the
+    /// agent's loop).
     pub(crate) fn check_files(&self) -> Result<(), ConfigError> {
-        self.redis.check_files()
+        let ca = &self.redis.ca_file;
+        if !ca.is_empty() {
+            if let Err(e) = std::fs::metadata(ca) {
+                return bad("redis.ca_file", format!("cannot read {ca}: {e}"));
+            }
+        }
+        Ok(())
     }
 
     /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
@@ -314,15 +323,29 @@ impl Config {
         self.log.validate()
     }
 
-    /// Every duration that must be above zero, in every section (each section checks its own
-    /// again, harmlessly, in its `validate`).
+    /// Every duration that must be above zero, in every section (the sections' `validate` run
+    /// after this, so none checks its own again).
     fn validate_nonzero(&self) -> Result<(), ConfigError> {
-        nonzero(&[("poll_interval", self.poll_interval)])?;
-        nonzero(&self.redis.nonzero())?;
-        nonzero(&self.runtime.nonzero())?;
-        nonzero(&self.policy.nonzero())?;
-        nonzero(&self.safety.nonzero())?;
-        nonzero(&self.alerts.nonzero())
+        nonzero(&[
+            ("poll_interval", self.poll_interval),
+            ("redis.timeout", self.redis.timeout),
+            ("runtime.log_timeout", self.runtime.log_timeout),
+            ("runtime.restart_timeout", self.runtime.restart_timeout),
+            ("runtime.call_timeout", self.runtime.call_timeout),
+            ("policy.stale_after", self.policy.stale_after),
+            // Zero would skip a safeguard: the second observation, the persistence delay.
+            ("policy.confirm_after", self.policy.confirm_after),
+            ("policy.restart_delay", self.policy.restart_delay),
+            ("policy.error_for", self.policy.error_for),
+            ("policy.stalled_after", self.policy.stalled_after),
+            ("policy.cooldown", self.policy.cooldown),
+            ("policy.start_grace", self.policy.start_grace),
+            ("policy.escalate_after", self.policy.escalate_after),
+            ("policy.max_grace", self.policy.max_grace),
+            ("safety.lock_ttl", self.safety.lock_ttl),
+            ("alerts.timeout", self.alerts.timeout),
+            ("alerts.alertmanager_repost", self.alerts.alertmanager_repost),
+        ])
     }
 
     /// Tokens are reviewed by the API server: `auth = "kubernetes"` needs one.

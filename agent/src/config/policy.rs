@@ -95,25 +95,9 @@ pub struct LearnedConfig {
 }
 
 impl PolicyConfig {
-    /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 9] {
-        [
-            ("policy.stale_after", self.stale_after),
-            // Zero would skip a safeguard: the second observation, the persistence delay.
-            ("policy.confirm_after", self.confirm_after),
-            ("policy.restart_delay", self.restart_delay),
-            ("policy.error_for", self.error_for),
-            ("policy.stalled_after", self.stalled_after),
-            ("policy.cooldown", self.cooldown),
-            ("policy.start_grace", self.start_grace),
-            ("policy.escalate_after", self.escalate_after),
-            ("policy.max_grace", self.max_grace),
-        ]
-    }
-
-    /// Every threshold above zero; the confirming observation comes before staleness ends.
+    /// The confirming observation comes before staleness ends, and a learned rhythm in bounds
+    /// (every threshold above zero: `Config::validate`).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        super::nonzero(&self.nonzero())?;
         if self.confirm_after >= self.stale_after {
             return bad("policy.confirm_after", "must be shorter than policy.stale_after");
         }

@@ -78,37 +78,14 @@ impl RedisUrls {
         )
     }
 
-    pub(crate) fn as_slice(&self) -> &[String] {
-        &self.0
-    }
-
     pub(crate) fn into_vec(self) -> Vec<String> {
         self.0
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
 impl RedisConfig {
-    /// The servers `url` names.
-    pub(crate) fn urls(&self) -> RedisUrls {
-        RedisUrls::parse(self.url.expose())
-    }
-
-    /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 1] {
-        [("redis.timeout", self.timeout)]
-    }
-
     /// Keys that fit in a hash tag, URLs the mode can use, and the mode's own settings.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        super::nonzero(&self.nonzero())?;
         if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}', ':']) {
             return bad("redis.key_prefix", "must be non-empty without braces or colons");
         }
@@ -136,14 +113,14 @@ impl RedisConfig {
 
     /// As many URLs as the mode takes, each one the `redis` crate can open.
     fn validate_urls(&self) -> Result<(), ConfigError> {
-        let urls = self.urls();
+        let urls = RedisUrls::parse(self.url.expose()).into_vec();
         if urls.len() > 1 && self.mode == RedisMode::Single {
             return bad(
                 "redis.url",
                 "lists several servers: set redis.mode = \"cluster\" (Redis Cluster seed nodes) or \"sentinel\" (the Sentinels)",
             );
         }
-        for url in urls.as_slice() {
+        for url in &urls {
             if !has_scheme(url, &["redis://", "rediss://", "unix://"]) {
                 return bad(
                     "redis.url",
@@ -159,19 +136,6 @@ impl RedisConfig {
                 "redis.url",
                 "is empty: redis.mode = cluster or sentinel needs the servers' addresses",
             );
-        }
-        Ok(())
-    }
-
-    /// The CA file exists and can be read (I/O: kept out of [`RedisConfig::validate`]).
-    pub(super) fn check_files(&self) -> Result<(), ConfigError> {
-        if !self.ca_file.is_empty() {
-            if let Err(e) = std::fs::metadata(&self.ca_file) {
-                return Err(ConfigError::Invalid {
-                    key: "redis.ca_file",
-                    problem: format!("cannot read {}: {e}", self.ca_file),
-                });
-            }
         }
         Ok(())
     }
@@ -199,14 +163,14 @@ mod tests {
 
     #[test]
     fn the_url_is_read_once_into_its_servers() {
-        assert!(RedisUrls::parse("").is_empty());
-        assert!(RedisUrls::parse(" , ").is_empty());
+        assert!(RedisUrls::parse("").into_vec().is_empty());
+        assert!(RedisUrls::parse(" , ").into_vec().is_empty());
         assert_eq!(
             RedisUrls::parse("redis://a:1, redis://b:2,,").into_vec(),
             vec!["redis://a:1", "redis://b:2"]
         );
         let c = parse("[redis]\nurl = \"redis://a:1\"\n").unwrap();
-        assert_eq!(c.redis.urls().as_slice(), ["redis://a:1"]);
+        assert_eq!(RedisUrls::parse(c.redis.url.expose()).into_vec(), ["redis://a:1"]);
         // A raw comma in a password stays in its URL, as the redacted form reads it.
         assert_eq!(
             RedisUrls::parse("redis://:pa,ss@h1:6379,redis://h2").into_vec(),

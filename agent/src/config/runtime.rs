@@ -75,18 +75,8 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 3] {
-        [
-            ("runtime.log_timeout", self.log_timeout),
-            ("runtime.restart_timeout", self.restart_timeout),
-            ("runtime.call_timeout", self.call_timeout),
-        ]
-    }
-
     /// A label to select workers by, a restart deadline a hung worker fits in, absolute sockets.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        super::nonzero(&self.nonzero())?;
         if self.worker_label.is_empty() {
             return bad("runtime.worker_label", "must not be empty");
         }
@@ -114,24 +104,15 @@ impl RuntimeConfig {
 
     /// Every socket is an absolute path (the optional ones may be empty).
     fn validate_sockets(&self) -> Result<(), ConfigError> {
-        if !self.podman_socket.starts_with('/') {
-            return bad(
-                "runtime.podman_socket",
-                format!("`{}` is not an absolute path to a unix socket", self.podman_socket),
-            );
-        }
-        if !self.cri_socket.is_empty() && !self.cri_socket.starts_with('/') {
-            return bad(
-                "runtime.cri_socket",
-                format!("`{}` is not an absolute path to a unix socket", self.cri_socket),
-            );
-        }
-        let pr = &self.pod_resources_socket;
-        if !pr.is_empty() && !pr.starts_with('/') {
-            return bad(
-                "runtime.pod_resources_socket",
-                format!("`{pr}` is not an absolute path to a unix socket (empty = off)"),
-            );
+        // (key, path, whether empty is allowed, and what empty means)
+        for (key, path, optional, off) in [
+            ("runtime.podman_socket", &self.podman_socket, false, ""),
+            ("runtime.cri_socket", &self.cri_socket, true, ""),
+            ("runtime.pod_resources_socket", &self.pod_resources_socket, true, " (empty = off)"),
+        ] {
+            if !(path.starts_with('/') || optional && path.is_empty()) {
+                return bad(key, format!("`{path}` is not an absolute path to a unix socket{off}"));
+            }
         }
         Ok(())
     }

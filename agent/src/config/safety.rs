@@ -31,15 +31,9 @@ pub struct SafetyConfig {
 }
 
 impl SafetyConfig {
-    /// The durations that must be above zero.
-    pub(super) fn nonzero(&self) -> [(&'static str, Duration); 1] {
-        [("safety.lock_ttl", self.lock_ttl)]
-    }
-
     /// A breaker that is a number or explicitly off, a fleet window a budget can count in. The
     /// lock's TTL against the durations it must cover is checked by `Config::validate`.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        super::nonzero(&self.nonzero())?;
         if self.breaker_per_day == 0 && !self.breaker_disabled {
             return bad(
                 "safety.breaker_per_day",

@@ -59,18 +59,17 @@ pub struct WorkerApiConfig {
 impl WorkerApiConfig {
     /// No unauthenticated write off loopback; a bounded review cache; an audience.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if let Some(addr) = self.listen {
-            if self.auth == WorkerAuth::None && !addr.ip().is_loopback() {
-                return bad(
-                    "worker_api.auth",
-                    format!(
-                        "is \"none\" while worker_api.listen is {addr}, which is not a loopback address: \
-                         anyone who can reach it could keep a hung worker looking healthy or push a healthy \
-                         one into a restart. Use auth = \"kubernetes\" (projected ServiceAccount tokens), \
-                         listen on 127.0.0.1, or serve containers through worker_api.socket"
-                    ),
-                );
-            }
+        let open = self.listen.filter(|a| self.auth == WorkerAuth::None && !a.ip().is_loopback());
+        if let Some(addr) = open {
+            return bad(
+                "worker_api.auth",
+                format!(
+                    "is \"none\" while worker_api.listen is {addr}, which is not a loopback address: \
+                     anyone who can reach it could keep a hung worker looking healthy or push a healthy \
+                     one into a restart. Use auth = \"kubernetes\" (projected ServiceAccount tokens), \
+                     listen on 127.0.0.1, or serve containers through worker_api.socket"
+                ),
+            );
         }
         if self.audience.trim().is_empty() {
             return bad("worker_api.audience", "must not be empty");

@@ -59,10 +59,7 @@ pub(crate) fn rates_of(value: &str) -> Option<(f64, f64)> {
 /// again after it lapsed is a new one, paged again: the earlier page was resolved), or, for an
 /// older agent's value, when its run began.
 pub(crate) fn claim_id(value: &str) -> String {
-    match opener_field(value) {
-        Some(o) => o.to_string(),
-        None => value.split(':').next().unwrap_or_default().to_string(),
-    }
+    opener_field(value).unwrap_or_else(|| value.split(':').next().unwrap_or_default()).to_string()
 }
 
 /// Where the episode `value` placed its `slow` alert: the member named, else the opener's.

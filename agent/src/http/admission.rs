@@ -68,21 +68,17 @@ impl Admission {
     pub(crate) fn admit(&mut self, peer: &str, now: Instant, evict: CancellationToken) -> Admit {
         let of_peer = self.held.values().filter(|h| h.peer == peer).count();
         let held = self.held.len();
-        let evicted = if of_peer >= self.per_peer {
-            match self.longest_idle(Some(peer)) {
-                Some(id) => Some(id),
-                None if of_peer < self.per_peer * 2 && held < self.max => None,
-                None => return Admit::No,
-            }
+        // The connection that gives way, and whether the newcomer may be served without one.
+        let (evicted, room) = if of_peer >= self.per_peer {
+            (self.longest_idle(Some(peer)), of_peer < self.per_peer * 2 && held < self.max)
         } else if held >= self.max {
-            match self.biggest_holder_idle() {
-                Some(id) => Some(id),
-                None if held < self.max * 2 => None,
-                None => return Admit::No,
-            }
+            (self.biggest_holder_idle(), held < self.max * 2)
         } else {
-            None
+            (None, true)
         };
+        if evicted.is_none() && !room {
+            return Admit::No;
+        }
         if let Some(h) = evicted.and_then(|id| self.held.remove(&id)) {
             h.evict.cancel();
         }
@@ -140,15 +136,11 @@ impl Admission {
 
 /// A held connection's handle: marks its requests, and leaves the table when dropped.
 pub(crate) struct Slot {
-    id: u64,
-    table: Arc<Mutex<Admission>>,
+    pub(crate) id: u64,
+    pub(crate) table: Arc<Mutex<Admission>>,
 }
 
 impl Slot {
-    pub(crate) fn new(id: u64, table: Arc<Mutex<Admission>>) -> Slot {
-        Slot { id, table }
-    }
-
     pub(crate) fn request(&self, begins: bool) {
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
         t.request(self.id, begins, Instant::now());

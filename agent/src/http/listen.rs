@@ -234,12 +234,12 @@ pub(crate) async fn serve_router<L: Listen>(
             tracing::debug!("server: every held connection is in a request; closing a newcomer");
             continue;
         };
-        let slot = Arc::new(Slot::new(id, table.clone()));
+        // NB: the connection's service holds its slot: freed when the connection is dropped.
         let service = Tracked {
             inner: TowerToHyperService::new(app.clone().layer(Extension(peer))),
-            slot: slot.clone(),
+            slot: Arc::new(Slot { id, table: table.clone() }),
         };
-        connections.spawn(serve_connection(stream, service, slot, evict, shutdown.clone(), limits));
+        connections.spawn(serve_connection(stream, service, evict, shutdown.clone(), limits));
     }
     connections.close();
     connections.wait().await;
@@ -250,7 +250,6 @@ pub(crate) async fn serve_router<L: Listen>(
 async fn serve_connection<I, S>(
     stream: I,
     service: S,
-    slot: Arc<Slot>,
     evict: CancellationToken,
     shutdown: CancellationToken,
     limits: Limits,
@@ -261,7 +260,6 @@ async fn serve_connection<I, S>(
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    let _slot = slot;
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)

@@ -15,14 +15,11 @@ pub(crate) mod server;
 pub(crate) fn http_error(e: reqwest::Error) -> String {
     let e = e.without_url();
     let mut text = e.to_string();
-    let mut cause = std::error::Error::source(&e);
-    while let Some(c) = cause {
-        let more = c.to_string();
+    for cause in std::iter::successors(std::error::Error::source(&e), |c| c.source()) {
+        let more = cause.to_string();
         if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
+            text = format!("{text}: {more}");
         }
-        cause = c.source();
     }
     text
 }

@@ -195,9 +195,8 @@ pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     state: ServerState,
     shutdown: CancellationToken,
-) -> std::io::Result<()> {
+) {
     serve_router(listener, router(state), shutdown, LIMITS).await;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 //! `deploy/components/dra-device-taints`): `list` on `resourceslices`; `list`, `get`, `create`,
 //! `delete` on `devicetaintrules`.
 
-use async_trait::async_trait;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
 };
@@ -20,22 +19,11 @@ pub const NODE_LABEL: &str = "vigil.dev/node";
 pub const GPU_ANNOTATION: &str = "vigil.dev/gpu";
 pub const NODE_ANNOTATION: &str = "vigil.dev/node-name";
 
-/// The slice of the DRA API the device taints need.
-#[async_trait]
-pub trait DeviceTaintApi: Send + Sync {
-    /// The devices of `driver` this node's ResourceSlices list.
-    async fn devices(&self, node: &str, driver: &str) -> Result<Vec<Device>, PodError>;
-    /// The rules Vigil made for this node.
-    async fn rules(&self, node: &str) -> Result<Vec<Existing>, PodError>;
-    async fn create(&self, node: &str, rule: &Rule) -> Result<(), PodError>;
-    async fn delete(&self, name: &str) -> Result<(), PodError>;
-}
-
 /// Make this node's rules match its failed GPUs (`failed`, their UUIDs): the plan, carried out
 /// (deletions first: a rule of another effect is replaced). What it did, for the log; a failed
 /// GPU that no device stands for is in the plan's `unmatched`.
 pub async fn reconcile(
-    api: &dyn DeviceTaintApi,
+    api: &KubeDeviceTaints,
     node: &str,
     driver: &str,
     failed: &[String],
@@ -57,9 +45,9 @@ pub async fn reconcile(
     Ok(p)
 }
 
-/// [`DeviceTaintApi`] through `kube`: DeviceTaintRules at `resource.k8s.io/<version>`,
-/// ResourceSlices at the version a cluster that serves those rules serves them (`v1alpha3`
-/// rules: `v1beta1` slices, 1.33–1.35).
+/// The slice of the DRA API the device taints need, through `kube`: DeviceTaintRules at
+/// `resource.k8s.io/<version>`, ResourceSlices at the version a cluster that serves those rules
+/// serves them (`v1alpha3` rules: `v1beta1` slices, 1.33–1.35).
 pub struct KubeDeviceTaints {
     client: kube::Client,
     version: String,
@@ -86,15 +74,9 @@ impl KubeDeviceTaints {
         };
         self.api(version, "ResourceSlice", "resourceslices")
     }
-}
 
-fn value_of(o: DynamicObject) -> Value {
-    serde_json::to_value(o).unwrap_or_default()
-}
-
-#[async_trait]
-impl DeviceTaintApi for KubeDeviceTaints {
-    async fn devices(&self, node: &str, driver: &str) -> Result<Vec<Device>, PodError> {
+    /// The devices of `driver` this node's ResourceSlices list.
+    pub async fn devices(&self, node: &str, driver: &str) -> Result<Vec<Device>, PodError> {
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list =
             PodError::bounded(self.slices_api().list(&params), "list", "resourceslices").await?;
@@ -102,7 +84,8 @@ impl DeviceTaintApi for KubeDeviceTaints {
         Ok(devices_of(&slices, driver))
     }
 
-    async fn rules(&self, node: &str) -> Result<Vec<Existing>, PodError> {
+    /// The rules Vigil made for this node.
+    pub async fn rules(&self, node: &str) -> Result<Vec<Existing>, PodError> {
         let label = node_label(node);
         let params = ListParams::default().labels(&format!("{NODE_LABEL}={label}"));
         let list =
@@ -145,6 +128,10 @@ impl DeviceTaintApi for KubeDeviceTaints {
             Ok(r) => r.map(drop).map_err(|e| PodError::of(e, "delete", "devicetaintrules")),
         }
     }
+}
+
+fn value_of(o: DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or_default()
 }
 
 /// A rule as listed: its name, the GPU it was made for, its effect.

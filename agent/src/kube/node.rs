@@ -137,7 +137,11 @@ impl KubeNodeApi {
         let mut backoff = Backoff::jittered(self.backoff_base, self.backoff_base * 64);
         loop {
             let current = self.nodes.get(node).await.map_err(|e| Call::GetNode.error(node, e))?;
-            self.remember_uid(node, current.metadata.uid.as_deref());
+            if let Some(uid) = current.metadata.uid.clone() {
+                // A poisoned lock only means another thread panicked mid-insert; the map is
+                // still a valid cache.
+                self.uids.lock().unwrap_or_else(|e| e.into_inner()).insert(node.into(), uid);
+            }
             let current = serde_json::to_value(&current).map_err(decode)?;
             let (planned, patch) = plan(&current);
             let Some(patch) = patch else {
@@ -169,23 +173,21 @@ impl KubeNodeApi {
         }
     }
 
-    /// Vigil's conditions, on the status subresource (RBAC `patch nodes/status`).
-    async fn reconcile_conditions(
+    /// A strategic-merge `patch` of the status subresource (Vigil's conditions; RBAC `patch
+    /// nodes/status`), when there is one, logged as `what`.
+    async fn patch_status(
         &self,
         node: &str,
-        current: &Value,
-        desired: &NodeDesired,
+        patch: Option<Value>,
+        what: &str,
     ) -> Result<(), NodeError> {
-        let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-        let Some(patch) = conditions_patch(current, desired, &now) else {
-            return Ok(());
-        };
+        let Some(patch) = patch else { return Ok(()) };
         let params = PatchParams::apply(COMPONENT);
         self.nodes
             .patch_status(node, &params, &Patch::Strategic(&patch))
             .await
             .map_err(|e| Call::PatchNodeStatus.error(node, e))?;
-        tracing::info!(node, %patch, "patched node conditions");
+        tracing::info!(node, %patch, "{what}");
         Ok(())
     }
 
@@ -217,16 +219,8 @@ impl KubeNodeApi {
                 (plan, patch)
             })
             .await?;
-        let params = PatchParams::apply(COMPONENT);
-        if !dry_run {
-            if let Some(patch) = delete_conditions_patch(&plan.conditions) {
-                self.nodes
-                    .patch_status(node, &params, &Patch::Strategic(&patch))
-                    .await
-                    .map_err(|e| Call::PatchNodeStatus.error(node, e))?;
-                tracing::info!(node, %patch, "removed Vigil's conditions");
-            }
-        }
+        let patch = delete_conditions_patch(&plan.conditions).filter(|_| !dry_run);
+        self.patch_status(node, patch, "removed Vigil's conditions").await?;
         Ok(plan)
     }
 
@@ -328,20 +322,6 @@ impl KubeNodeApi {
         self.nodes.get(node).await.map(|_| ()).map_err(|e| Call::GetNode.error(node, e))
     }
 
-    fn remember_uid(&self, node: &str, uid: Option<&str>) {
-        if let Some(uid) = uid {
-            // A poisoned lock only means another thread panicked mid-insert; the map is still
-            // a valid cache.
-            let mut uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
-            uids.insert(node.to_string(), uid.to_string());
-        }
-    }
-
-    fn uid_of(&self, node: &str) -> Option<String> {
-        let uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
-        uids.get(node).cloned()
-    }
-
     /// The Recorder for `key` (a new one with `fresh`, or when there is none), and whether it
     /// still holds the Event, so that publishing is a PATCH; idle recorders are dropped.
     fn recorder(&self, key: &EventKey, fresh: bool) -> (kev::Recorder, bool) {
@@ -430,7 +410,9 @@ impl NodeApi for KubeNodeApi {
         // retried on conflict), then the conditions, planned from the Node as last read.
         let plan = |current: &Value| ((), merge_patch(current, desired));
         let ((), current) = self.patch_metadata(node, "patched node", plan).await?;
-        self.reconcile_conditions(node, &current, desired).await
+        let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let patch = conditions_patch(&current, desired, &now);
+        self.patch_status(node, patch, "patched node conditions").await
     }
 
     /// Through `kube`'s events.k8s.io [`kev::Recorder`]: the first Event is a POST to
@@ -469,7 +451,7 @@ impl NodeApi for KubeNodeApi {
             api_version: Some("v1".into()),
             kind: Some("Node".into()),
             name: Some(node.into()),
-            uid: self.uid_of(node),
+            uid: self.uids.lock().unwrap_or_else(|e| e.into_inner()).get(node).cloned(),
             ..ObjectReference::default()
         };
         let result = match self.publish(&key, false, &event, &regarding).await {

@@ -5,8 +5,8 @@
 //! plugin's allocation lives in the kubelet. Without it a worker counts as using every GPU of the
 //! node, so one failed GPU stands down every worker; with it, only the workers on that GPU.
 //!
-//! Map: [`DeviceSource`] is the one job (the kubelet's client, [`PodResourcesClient`], in
-//! production; the tests serve the same generated [`proto`] from a fake kubelet);
+//! Map: [`PodResourcesClient`] is the one job, the kubelet's client (the tests serve the same
+//! generated [`proto`] from a fake kubelet);
 //! [`PodGpus::from_list`] turns the kubelet's answer into GPU ids the GPU policy matches
 //! (`crate::accel::gpu::model::selects`):
 //! - NVIDIA's device plugin names a GPU by its UUID, `GPU-…`: kept, matched by UUID;
@@ -30,7 +30,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -147,16 +146,6 @@ pub(crate) fn gpu_id(device_id: &str) -> Option<String> {
     (uuid || device_file || index).then(|| id.to_string())
 }
 
-/// What the CRI runtime asks: every container's GPUs.
-#[async_trait]
-pub trait DeviceSource: Send + Sync {
-    /// Where it reads from, for logs and `vigil doctor`.
-    fn describe(&self) -> String;
-
-    /// The GPUs of every container on the node that has some, as the kubelet allocated them.
-    async fn gpus(&self) -> Result<PodGpus, DeviceError>;
-}
-
 /// A gRPC channel to the unix socket at `path`, connected lazily (at the first call), each
 /// connection attempt bounded by `connect_timeout` when one is given. The URI is required by
 /// tonic but unused: every connection goes to the socket.
@@ -176,7 +165,7 @@ pub(crate) fn unix_channel(path: &str, connect_timeout: Option<Duration>) -> Cha
     }))
 }
 
-/// [`DeviceSource`] over the kubelet's PodResources socket.
+/// What the CRI runtime asks, every container's GPUs, over the kubelet's PodResources socket.
 pub struct PodResourcesClient {
     socket: String,
     timeout: Duration,
@@ -195,15 +184,14 @@ impl PodResourcesClient {
             client: PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_MESSAGE),
         }
     }
-}
 
-#[async_trait]
-impl DeviceSource for PodResourcesClient {
-    fn describe(&self) -> String {
+    /// Where it reads from, for logs and `vigil doctor`.
+    pub(crate) fn describe(&self) -> String {
         format!("kubelet PodResources at {}", self.socket)
     }
 
-    async fn gpus(&self) -> Result<PodGpus, DeviceError> {
+    /// The GPUs of every container on the node that has some, as the kubelet allocated them.
+    pub(crate) async fn gpus(&self) -> Result<PodGpus, DeviceError> {
         if !Path::new(&self.socket).exists() {
             return Err(DeviceError::Absent { socket: self.socket.clone() });
         }

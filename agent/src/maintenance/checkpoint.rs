@@ -150,26 +150,19 @@ impl CheckpointRounds {
     ) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
         let round = self.checkpointer.gang_round(g, local, reason, budget, deadline);
-        let (outcome, detail, described) = match tokio::time::timeout_at(deadline, round).await {
-            Ok(Ok(r)) => {
-                let d = policy_round::describe(&r);
-                let outcome =
-                    if policy_round::acknowledged(&r) { Outcome::Acked } else { Outcome::TimedOut };
-                (outcome, d.clone(), Some(d))
+        // The detail is also the round's line in the summary (`gang`), whatever its end.
+        let (outcome, detail) = match tokio::time::timeout_at(deadline, round).await {
+            Ok(Ok(r)) if policy_round::acknowledged(&r) => {
+                (Outcome::Acked, policy_round::describe(&r))
             }
-            Ok(Err(e)) => (
-                Outcome::Failed,
-                format!("gang {gang}: cannot open its checkpoint round: {e}"),
-                None,
-            ),
-            Err(_) => (
-                Outcome::TimedOut,
-                format!(
-                    "gang {gang}: its round did not end within {}",
-                    crate::clock::brief(budget)
-                ),
-                None,
-            ),
+            Ok(Ok(r)) => (Outcome::TimedOut, policy_round::describe(&r)),
+            Ok(Err(e)) => {
+                (Outcome::Failed, format!("gang {gang}: cannot open its checkpoint round: {e}"))
+            }
+            Err(_) => {
+                let within = crate::clock::brief(budget);
+                (Outcome::TimedOut, format!("gang {gang}: its round did not end within {within}"))
+            }
         };
         local
             .iter()
@@ -179,7 +172,7 @@ impl CheckpointRounds {
                 outcome,
                 waited: started.elapsed(),
                 detail: detail.clone(),
-                gang: described.clone().or_else(|| Some(detail.clone())),
+                gang: Some(detail.clone()),
             })
             .collect()
     }

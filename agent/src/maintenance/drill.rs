@@ -169,10 +169,24 @@ async fn members_of(
     now: Millis,
 ) -> Result<(Vec<Asked>, Vec<Member>), DrillError> {
     let prefix = cfg.redis.key_prefix.as_str();
-    let asked =
+    let member =
         |node: &str, worker: &str| Asked { node: node.to_string(), worker: worker.to_string() };
     match target {
-        Target::Gang(g) => gang_members(coord, cfg, g, now).await,
+        Target::Gang(g) => {
+            // The gang's members as the fleet view has them now: every shard a gang of any size
+            // may use (the size is the members' to say).
+            let keys = Keys::new(prefix, &cfg.node_name);
+            let all =
+                read_view(coord, &keys, g, Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD)).await?;
+            let view = gp::present(&all, now, &Timing::of(cfg));
+            if view.is_empty() {
+                return Err(DrillError::NothingToAsk(format!(
+                    "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
+                )));
+            }
+            let (_, members) = asked(&cfg.node_name, &[], &view);
+            Ok((members, view))
+        }
         Target::Worker { node, worker } => {
             let rec = coord.hgetall(&Keys::new(prefix, node).status(worker)).await?;
             if rec.is_empty() {
@@ -181,7 +195,7 @@ async fn members_of(
                     member_id(node, worker)
                 )));
             }
-            Ok((vec![asked(node, worker)], Vec::new()))
+            Ok((vec![member(node, worker)], Vec::new()))
         }
         Target::Node(node) => {
             let fields = coord.hgetall(&Keys::new(prefix, node).agent()).await?;
@@ -193,30 +207,9 @@ async fn members_of(
                     "node {node} publishes no workers: its agent is not running, or no worker there opted in"
                 )));
             }
-            Ok((workers.iter().map(|w| asked(node, w)).collect(), Vec::new()))
+            Ok((workers.iter().map(|w| member(node, w)).collect(), Vec::new()))
         }
     }
-}
-
-/// A gang's members as the fleet view has them now.
-async fn gang_members(
-    coord: &dyn Coordinator,
-    cfg: &Config,
-    g: &str,
-    now: Millis,
-) -> Result<(Vec<Asked>, Vec<Member>), DrillError> {
-    let prefix = cfg.redis.key_prefix.as_str();
-    // Every shard a gang of any size may use: the size is the members' to say.
-    let keys = Keys::new(prefix, &cfg.node_name);
-    let all = read_view(coord, &keys, g, Some(gp::MAX_SHARDS * gp::MEMBERS_PER_SHARD)).await?;
-    let view = gp::present(&all, now, &Timing::of(cfg));
-    if view.is_empty() {
-        return Err(DrillError::NothingToAsk(format!(
-            "gang {g} has no members in the fleet view: no agent has seen a worker of it lately (a record's `gang`, or its pod's JobSet/Job/LeaderWorkerSet labels)"
-        )));
-    }
-    let (_, members) = asked(&cfg.node_name, &[], &view);
-    Ok((members, view))
 }
 
 /// A member with a request of its own still unanswered (a real notice's, or another drill's)

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::coord::lease::Lease;
 use crate::coord::{Coordinator, Keys};
 use crate::fleet::view as fleet;
-use crate::kube::podresources::DeviceSource;
+use crate::kube::podresources::PodResourcesClient;
 use crate::kube::pods::PodApi;
 use crate::maintenance::policy::{opportunistic_due, reschedulable};
 use crate::maintenance::policy_idle::{
@@ -44,7 +44,7 @@ pub(crate) enum ClaimStep {
 #[derive(Clone, Default)]
 pub(crate) struct PodWitnesses {
     pub(crate) pods: Option<Arc<dyn PodApi>>,
-    pub(crate) devices: Option<Arc<dyn DeviceSource>>,
+    pub(crate) devices: Option<Arc<PodResourcesClient>>,
 }
 
 pub(crate) struct Opportunistic {
@@ -52,17 +52,19 @@ pub(crate) struct Opportunistic {
     keys: Keys,
     coord: Arc<dyn Coordinator>,
     runtime: Arc<dyn ContainerRuntime>,
-    witnesses: PodWitnesses,
+    /// Where the node's pods are read.
+    pub(crate) witnesses: PodWitnesses,
     metrics: Arc<Metrics>,
     /// The claim's token while this node holds it.
     claimed: Option<Lease>,
     /// The last idle verdict of this episode (`None`: none checked yet).
     last: Option<Busy>,
-    /// A change of the verdict, for the trail.
-    note: Option<String>,
-    /// The pool the claim is for (`fleet.pool`, else the Node's pool label once read); empty
-    /// until known, and no claim is taken while it is.
-    pool: String,
+    /// A change of the verdict, for the trail (taken by the controller).
+    pub(crate) note: Option<String>,
+    /// The pool the claim is for (`fleet.pool`, else the Node's pool label once read, as
+    /// `crate::node::policy_info::place` says); empty until known, and no claim is taken while
+    /// it is.
+    pub(crate) pool: String,
     /// The missing pool was said (once).
     said_no_pool: bool,
 }
@@ -87,22 +89,6 @@ impl Opportunistic {
             pool: cfg.fleet.pool.clone(),
             said_no_pool: false,
         }
-    }
-
-    /// Read the node's pods from these witnesses.
-    pub(crate) fn with_witnesses(mut self, w: PodWitnesses) -> Self {
-        self.witnesses = w;
-        self
-    }
-
-    /// The verdict change since the last call, worded for the trail.
-    pub(crate) fn take_note(&mut self) -> Option<String> {
-        self.note.take()
-    }
-
-    /// The node's pool, as `crate::node::policy_info::place` says (`fleet.pool` wins).
-    pub(crate) fn set_pool(&mut self, pool: &str) {
-        self.pool = pool.to_string();
     }
 
     /// Give the claim back (the episode it was taken for is over).

@@ -138,22 +138,16 @@ pub(crate) fn drill_result(
 /// The drill's verdict, one line per budget: `fits the 25 s preemption budget: no (p50 41.0 s,
 /// all 52.0 s)`.
 pub(crate) fn verdict(d: &DrillResult) -> Vec<String> {
-    let yes = |b: bool| if b { "yes" } else { "no" };
+    let fits = |what: &str, budget: f64, ok: bool| {
+        format!("fits the {budget:.0} s {what} budget: {}", if ok { "yes" } else { "no" })
+    };
     let mut lines = vec![
         format!(
             "{}: {}/{} acknowledged; p50 {:.1} s, all {:.1} s",
             d.target, d.acked, d.asked, d.p50, d.all
         ),
-        format!(
-            "fits the {:.0} s preemption budget: {}",
-            d.preemption_budget,
-            yes(d.fits_preemption)
-        ),
-        format!(
-            "fits the {:.0} s maintenance budget: {}",
-            d.maintenance_budget,
-            yes(d.fits_maintenance)
-        ),
+        fits("preemption", d.preemption_budget, d.fits_preemption),
+        fits("maintenance", d.maintenance_budget, d.fits_maintenance),
     ];
     if !d.missing.is_empty() {
         lines.push(format!("no answer from {}", names(&d.missing)));

@@ -107,15 +107,10 @@ pub fn summary(results: &[WorkerResult]) -> String {
 /// (the container's one process, or one speaking for all its ranks), or — for a container of
 /// several ranks (`ranks = N`) — in every rank's own `checkpoint_ack@r`.
 pub(crate) fn acknowledges(record: &std::collections::HashMap<String, String>, id: &str) -> bool {
-    if id.is_empty() {
-        return false;
-    }
-    let acked = |field: &str| record.get(field).is_some_and(|a| a == id);
-    if acked("checkpoint_ack") {
-        return true;
-    }
     use crate::hang::model::{rank_field, ranks};
-    ranks(record).is_some_and(|n| (0..n).all(|r| acked(&rank_field("checkpoint_ack", Some(r)))))
+    let acked = |field: &str| record.get(field).is_some_and(|a| a == id);
+    let every_rank = |n: u32| (0..n).all(|r| acked(&rank_field("checkpoint_ack", Some(r))));
+    !id.is_empty() && (acked("checkpoint_ack") || ranks(record).is_some_and(every_rank))
 }
 
 /// A fresh request id: 12 hex digits.

@@ -120,25 +120,6 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn verdict(&self, v: &'static str) {
-        self.decisions.verdict(v);
-    }
-    pub(crate) fn decision(&self, d: &'static str) {
-        self.decisions.decision(d);
-    }
-    pub(crate) fn restart(&self, reason: &'static str, outcome: &'static str) {
-        self.decisions.restart(reason, outcome);
-    }
-    pub(crate) fn alert(&self, kind: &'static str, outcome: &'static str) {
-        self.decisions.alert(kind, outcome);
-    }
-    pub(crate) fn metadata_error(&self, key: &'static str, kind: &'static str) {
-        self.maintenance.metadata_error(key, kind);
-    }
-    pub(crate) fn kube_error(&self, op: &'static str) {
-        self.kube.error(op);
-    }
-
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -153,12 +134,12 @@ impl Metrics {
     /// Create one series in every family, so an encoding lists them all (the docs drift
     /// check and `promtool` see every name, not only those that happened to be touched).
     pub fn touch_all(&self) {
-        self.verdict("healthy");
-        self.decision("agent-started");
-        self.restart("hung", "restarted");
-        self.alert("hung", "logged");
-        self.metadata_error("preempted", "timeout");
-        self.kube_error("get");
+        self.decisions.verdict("healthy");
+        self.decisions.decision("agent-started");
+        self.decisions.restart("hung", "restarted");
+        self.decisions.alert("hung", "logged");
+        self.maintenance.metadata_error("preempted", "timeout");
+        self.kube.error("get");
         self.maintenance.interruption("preemption", "preempted");
         self.maintenance.phase("none", true);
         self.maintenance.busy("accelerator-pod", false);
@@ -208,7 +189,7 @@ mod tests {
     #[test]
     fn classic_text_names_counters_with_their_suffix() {
         let m = Metrics::new();
-        m.decision("restarted");
+        m.decisions.decision("restarted");
         let classic = to_classic_text(&m.encode());
         assert!(classic.contains("# TYPE vigil_decisions_total counter"));
         assert!(classic.contains("# HELP vigil_decisions_total "));
@@ -220,10 +201,10 @@ mod tests {
     #[test]
     fn names_and_suffixes_do_not_drift() {
         let m = Metrics::new();
-        m.verdict("hung");
-        m.decision("restarted");
-        m.restart("hung", "restarted");
-        m.alert("hung", "sent");
+        m.decisions.verdict("hung");
+        m.decisions.decision("restarted");
+        m.decisions.restart("hung", "restarted");
+        m.decisions.alert("hung", "sent");
         m.backends.coordinator_error();
         m.cycle.observe(0.01);
         let text = m.encode();

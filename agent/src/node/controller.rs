@@ -168,7 +168,7 @@ impl Controller {
     /// Taint a failed GPU's DRA device through `api` (`gpu.device_taints`) instead of the Node.
     pub fn with_device_taints(
         mut self,
-        api: Arc<dyn crate::kube::device_taints::DeviceTaintApi>,
+        api: Arc<crate::kube::device_taints::KubeDeviceTaints>,
     ) -> Self {
         self.node.device_taints = Some(api);
         self
@@ -179,9 +179,9 @@ impl Controller {
     pub fn with_pod_witnesses(
         mut self,
         pods: Option<Arc<dyn crate::kube::pods::PodApi>>,
-        devices: Option<Arc<dyn crate::kube::podresources::DeviceSource>>,
+        devices: Option<Arc<crate::kube::podresources::PodResourcesClient>>,
     ) -> Self {
-        self.claim = self.claim.with_witnesses(PodWitnesses { pods, devices });
+        self.claim.witnesses = PodWitnesses { pods, devices };
         self
     }
 
@@ -252,7 +252,7 @@ impl Controller {
     /// (not yet merged: see [`Controller::remerge`]).
     async fn take_node_info(&mut self, info: &NodeInfo) {
         let p = place(&self.cfg.fleet, Some(info));
-        self.claim.set_pool(&p.pool);
+        self.claim.pool = p.pool.clone();
         self.metrics.node_info.set_info(NodeInfoLabels {
             pool: p.pool.clone(),
             provisioning: info.provisioning.as_ref().map_or("", |v| v.metric_label()),
@@ -351,7 +351,7 @@ impl Controller {
         let age = self.gpu_seen.map(|t| t.elapsed());
         let gpus = gpu_witness(&self.cfg.gpu, self.gpu.report(), age);
         let step = self.claim.tick(&self.state, gpus).await;
-        if let Some(detail) = self.claim.take_note() {
+        if let Some(detail) = self.claim.note.take() {
             self.note(Code::IdleCheck, detail).await;
         }
         self.claim_changed(step).await;

@@ -59,7 +59,7 @@ pub async fn follow(
                 });
             }
             Err(e) => {
-                metrics.kube_error("get");
+                metrics.kube.error("get");
                 if !failing {
                     tracing::warn!(node = %node, error = %e, "could not read the Node; its labels as last read stand until it can be read again");
                 }

@@ -9,7 +9,7 @@ use crate::accel::gpu::model::{GpuHealth, GpuReport};
 use crate::accel::policy::{desired, Accelerator};
 use crate::accel::tpu::model::TpuReport;
 use crate::config::Config;
-use crate::kube::device_taints::{reconcile, DeviceTaintApi};
+use crate::kube::device_taints::{reconcile, KubeDeviceTaints};
 use crate::kube::node::{EventType, NodeApi};
 use crate::maintenance::policy::node_desired;
 use crate::metrics::Metrics;
@@ -65,7 +65,7 @@ pub(crate) struct NodePublisher {
     api: Option<Arc<dyn NodeApi>>,
     /// With `gpu.device_taints`: a failed GPU is a DRA `DeviceTaintRule` for its device, not a
     /// Node taint.
-    pub(crate) device_taints: Option<Arc<dyn DeviceTaintApi>>,
+    pub(crate) device_taints: Option<Arc<KubeDeviceTaints>>,
     /// When the device taints were last reconciled.
     device_checked: Option<tokio::time::Instant>,
     cfg: Config,
@@ -115,14 +115,14 @@ impl NodePublisher {
                 }
             }
             Ok(Err(e)) => {
-                self.metrics.kube_error(e.op());
+                self.metrics.kube.error(e.op());
                 if !self.stale {
                     tracing::error!(error = %e, "could not update the Node; retrying every poll_interval until it matches");
                 }
                 self.stale = true;
             }
             Err(_) => {
-                self.metrics.kube_error("patch");
+                self.metrics.kube.error("patch");
                 if !self.stale {
                     tracing::error!("the Kubernetes API did not answer within {KUBE_TIMEOUT:?}; retrying every poll_interval until the Node matches");
                 }
@@ -166,12 +166,12 @@ impl NodePublisher {
         let plan = match tokio::time::timeout(KUBE_TIMEOUT, call).await {
             Ok(Ok(plan)) => plan,
             Ok(Err(e)) => {
-                self.metrics.kube_error("device-taint");
+                self.metrics.kube.error("device-taint");
                 tracing::warn!(error = %e, "could not update the GPUs' DRA device taints; retrying next tick");
                 return Taints::Failed;
             }
             Err(_) => {
-                self.metrics.kube_error("device-taint");
+                self.metrics.kube.error("device-taint");
                 tracing::warn!("the Kubernetes API did not answer for the DRA device taints within {KUBE_TIMEOUT:?}; retrying next tick");
                 return Taints::Failed;
             }
@@ -199,11 +199,11 @@ impl NodePublisher {
         match call.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                self.metrics.kube_error(e.op());
+                self.metrics.kube.error(e.op());
                 tracing::warn!(error = %e, reason, "could not record the Event");
             }
             Err(_) => {
-                self.metrics.kube_error("event");
+                self.metrics.kube.error("event");
                 tracing::warn!(reason, "the Kubernetes API did not answer; Event not recorded");
             }
         }

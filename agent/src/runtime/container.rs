@@ -159,9 +159,7 @@ pub(crate) struct PodIdentity {
 /// restarts a container by creating the next attempt, a new container id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PodRef {
-    pub(crate) namespace: String,
-    pub(crate) pod: String,
-    pub(crate) uid: String,
+    pub(crate) pod: PodIdentity,
     /// The pod sandbox's id in the runtime.
     pub(crate) sandbox: String,
     /// The container's name in the pod spec.
@@ -187,21 +185,14 @@ impl Container {
 
     /// The pod this container runs for, by either runtime's account.
     pub(crate) fn pod_identity(&self) -> Option<PodIdentity> {
-        match (&self.pod, &self.kube_pod) {
-            (Some(p), _) => Some(PodIdentity {
-                namespace: p.namespace.clone(),
-                name: p.pod.clone(),
-                uid: p.uid.clone(),
-            }),
-            (None, k) => k.clone(),
-        }
+        self.pod.as_ref().map(|p| p.pod.clone()).or_else(|| self.kube_pod.clone())
     }
 
     /// How alerts, the trail and `vigil status` name it: `namespace/pod/container` on Kubernetes
     /// nodes, the container name on Docker.
     pub fn display(&self) -> String {
         match &self.pod {
-            Some(p) => format!("{}/{}/{}", p.namespace, p.pod, p.container),
+            Some(p) => format!("{}/{}/{}", p.pod.namespace, p.pod.name, p.container),
             None => self.name.clone(),
         }
     }
@@ -233,9 +224,7 @@ pub(crate) fn in_pod(job: bool) -> Container {
     Container {
         id: "c1".into(),
         pod: Some(PodRef {
-            namespace: "ml".into(),
-            pod: "train-0".into(),
-            uid: "u".into(),
+            pod: PodIdentity { namespace: "ml".into(), name: "train-0".into(), uid: "u".into() },
             sandbox: "s".into(),
             container: "trainer".into(),
             attempt: 0,

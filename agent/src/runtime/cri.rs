@@ -35,7 +35,7 @@ use tonic::transport::Channel;
 use super::cri_sandbox::{addresses_the_pod, Sandbox};
 pub use super::cri_sandbox::{POD_NAME_ID, WORKER_CONTAINER_ANNOTATION};
 use super::{Container, ContainerRuntime, RuntimeError};
-use crate::kube::podresources::{unix_channel, DeviceSource, PodGpus};
+use crate::kube::podresources::{unix_channel, PodResourcesClient};
 use crate::kube::pods::PodApi;
 use crate::vocab::workload::{Remediation, Stops};
 
@@ -76,7 +76,7 @@ pub struct CriRuntime {
     /// The Kubernetes API, for the pods' restartPolicy; `None` when it is off.
     pods: Option<Arc<dyn PodApi>>,
     /// The containers' GPUs (the kubelet's PodResources API); `None`: every worker on every GPU.
-    devices: Option<Arc<dyn DeviceSource>>,
+    devices: Option<Arc<PodResourcesClient>>,
     /// The device source failed last time (its failure is logged once, not every cycle).
     devices_failing: AtomicBool,
     /// Pods and their owners read lately, for the gang members' entries.
@@ -101,29 +101,35 @@ impl CriRuntime {
     }
 
     /// Read the workers' GPUs from `devices` (the kubelet's PodResources API), so a failed GPU
-    /// stands down only the workers on it.
-    pub fn with_devices(mut self, devices: Arc<dyn DeviceSource>) -> Self {
-        self.devices = Some(devices);
+    /// stands down only the workers on it; `None`: every worker on every GPU.
+    pub fn with_devices(mut self, devices: Option<Arc<PodResourcesClient>>) -> Self {
+        self.devices = devices;
         self
     }
 
-    /// The containers' GPUs, or `None` (every worker on every GPU) when there is no source or
-    /// it failed. NB: never an error: without the allocation the safe reading is "all GPUs"
-    /// (a failed GPU then stands every worker down), and the listing must go on.
-    async fn pod_gpus(&self) -> Option<PodGpus> {
-        let src = self.devices.as_ref()?;
-        match src.gpus().await {
+    /// The containers' GPUs from the kubelet's allocation; left `None` (every worker on every
+    /// GPU) when there is no source or it failed. NB: never an error: without the allocation the
+    /// safe reading is "all GPUs" (a failed GPU then stands every worker down), and the listing
+    /// must go on.
+    async fn fill_gpus(&self, out: &mut [Container]) {
+        let Some(src) = self.devices.as_ref().filter(|_| !out.is_empty()) else { return };
+        let gpus = match src.gpus().await {
             Ok(g) => {
                 if self.devices_failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(source = %src.describe(), "the workers' GPUs are read again");
                 }
-                Some(g)
+                g
             }
             Err(e) => {
                 if !self.devices_failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %e, "cannot read the workers' GPUs: every worker counts as using every GPU, so a failed GPU stands all of them down (said once until it recovers)");
                 }
-                None
+                return;
+            }
+        };
+        for c in out {
+            if let Some(p) = &c.pod {
+                c.gpus = gpus.get(&p.pod.namespace, &p.pod.name, &p.container);
             }
         }
     }
@@ -148,17 +154,15 @@ impl CriRuntime {
     ) -> RuntimeError {
         use tonic::Code;
         match st.code() {
-            Code::Unavailable => self.unreachable(st),
-            Code::Unknown if st.message().contains("transport") => self.unreachable(st),
+            Code::Unavailable => RuntimeError::unreachable(self, st),
+            Code::Unknown if st.message().contains("transport") => {
+                RuntimeError::unreachable(self, st)
+            }
             Code::DeadlineExceeded | Code::Cancelled => {
                 RuntimeError::Timeout { op, container: id.to_string(), timeout: deadline }
             }
-            _ => self.refused(op, id, &format!("{:?}: {}", st.code(), st.message())),
+            _ => RuntimeError::refused(self, op, id, &format!("{:?}: {}", st.code(), st.message())),
         }
-    }
-
-    fn unreachable(&self, e: impl Into<crate::BoxError>) -> RuntimeError {
-        RuntimeError::Unreachable { runtime: self.describe(), source: e.into() }
     }
 
     /// Ready sandboxes that opted in, by sandbox id.
@@ -271,15 +275,6 @@ impl CriRuntime {
         }
         Ok(())
     }
-
-    fn refused(&self, op: &'static str, id: &str, detail: &str) -> RuntimeError {
-        RuntimeError::Refused {
-            runtime: self.describe(),
-            op,
-            container: id.to_string(),
-            detail: detail.to_string(),
-        }
-    }
 }
 
 /// A request that tells the runtime its deadline (`grpc-timeout`).
@@ -301,13 +296,6 @@ async fn within<T>(
             "no answer within {}",
             humantime::format_duration(deadline)
         ))),
-    }
-}
-
-/// The container's GPUs from the kubelet's allocation (left `None`, all GPUs, when unknown).
-fn fill_gpus(c: &mut Container, gpus: &PodGpus) {
-    if let Some(p) = &c.pod {
-        c.gpus = gpus.get(&p.namespace, &p.pod, &p.container);
     }
 }
 
@@ -362,13 +350,7 @@ impl ContainerRuntime for CriRuntime {
                 out.push(sb.container(&c, &c.pod_sandbox_id));
             }
         }
-        if !out.is_empty() {
-            if let Some(gpus) = self.pod_gpus().await {
-                for c in &mut out {
-                    fill_gpus(c, &gpus);
-                }
-            }
-        }
+        self.fill_gpus(&mut out).await;
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
@@ -382,29 +364,27 @@ impl ContainerRuntime for CriRuntime {
             return Ok(None);
         };
         let mut out = sb.container(&c, &c.pod_sandbox_id);
-        if let Some(gpus) = self.pod_gpus().await {
-            fill_gpus(&mut out, &gpus);
-        }
+        self.fill_gpus(std::slice::from_mut(&mut out)).await;
         Ok(Some(out))
     }
 
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
         let Some(st) = self.status(id, false).await?.and_then(|r| r.status) else {
-            return Err(self.refused("logs", id, "the container is gone"));
+            return Err(RuntimeError::refused(self, "logs", id, "the container is gone"));
         };
         if st.log_path.is_empty() {
-            return Err(self.refused("logs", id, "the runtime reports no log path"));
+            return Err(RuntimeError::refused(self, "logs", id, "the runtime reports no log path"));
         }
         let path = st.log_path.clone();
         let text = tokio::task::spawn_blocking(move || read_tail(&path))
             .await
-            .map_err(|e| self.refused("logs", id, &e.to_string()))?
+            .map_err(|e| RuntimeError::refused(self, "logs", id, &e.to_string()))?
             .map_err(|e| {
                 let why = format!(
                     "cannot read {}: {e} (the DaemonSet mounts /var/log/pods read-only)",
                     st.log_path
                 );
-                self.refused("logs", id, &why)
+                RuntimeError::refused(self, "logs", id, &why)
             })?;
         Ok(super::cri_log::tail(&text, lines))
     }
@@ -477,19 +457,19 @@ impl ContainerRuntime for CriRuntime {
     /// The checkpoint signal, to the container's host PID (CRI has no kill).
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
         let Some(resp) = self.status(id, true).await? else {
-            return Err(self.refused("kill", id, "the container is gone"));
+            return Err(RuntimeError::refused(self, "kill", id, "the container is gone"));
         };
         let pid = host_pid(&resp.info).ok_or_else(|| {
-            self.refused("kill", id, "the runtime's verbose status has no host PID")
+            RuntimeError::refused(self, "kill", id, "the runtime's verbose status has no host PID")
         })?;
-        let sig: nix::sys::signal::Signal = signal
-            .parse()
-            .map_err(|_| self.refused("kill", id, &format!("unknown signal {signal}")))?;
+        let sig: nix::sys::signal::Signal = signal.parse().map_err(|_| {
+            RuntimeError::refused(self, "kill", id, &format!("unknown signal {signal}"))
+        })?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).map_err(|e| {
             let why = format!(
                 "{signal} to host PID {pid}: {e} (signalling a CRI container needs the agent in the host PID namespace: hostPID: true)"
             );
-            self.refused("kill", id, &why)
+            RuntimeError::refused(self, "kill", id, &why)
         })
     }
 

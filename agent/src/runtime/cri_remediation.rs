@@ -33,14 +33,14 @@ impl Reads {
         p: &PodRef,
         stops: Stops,
     ) -> Result<Option<Workload>, PodError> {
-        let key = format!("{}/{}/{}/{}", p.namespace, p.pod, p.uid, p.container);
+        let key = format!("{}/{}/{}/{}", p.pod.namespace, p.pod.name, p.pod.uid, p.container);
         if stops == Stops::EveryPod {
             let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
             if let Some((_, w)) = kept.get(&key).filter(|(at, _)| at.elapsed() < ENTRY_READ_TTL) {
                 return Ok(Some(w.clone()));
             }
         }
-        let read = api.workload(&p.namespace, &p.pod, &p.container).await?;
+        let read = api.workload(&p.pod.namespace, &p.pod.name, &p.container).await?;
         let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
         kept.retain(|_, (at, _)| at.elapsed() < ENTRY_READ_TTL);
         if let Some(w) = &read {
@@ -62,7 +62,7 @@ pub(super) async fn of(
     let Some(p) = &c.pod else {
         return Remediation::IN_PLACE;
     };
-    let pod = format!("{}/{}", p.namespace, p.pod);
+    let (pod, uid) = (format!("{}/{}", p.pod.namespace, p.pod.name), &p.pod.uid);
     let read = match &pods {
         Some(api) => reads.workload(*api, p, stops).await,
         None => Err(crate::kube::pods::PodError::Unsupported("the Kubernetes API is off")),
@@ -80,11 +80,11 @@ pub(super) async fn of(
         // again: a LeaderWorkerSet's group, a StatefulSet's pod) while this container is the
         // old one's: the answer would be the new pod's controllers', for a container they
         // no longer own.
-        Ok(Some(w)) if w.uid.as_ref().is_some_and(|u| !p.uid.is_empty() && *u != p.uid) => {
+        Ok(Some(w)) if w.uid.as_ref().is_some_and(|u| !uid.is_empty() && u != uid) => {
             Remediation::Refuse(format!(
                 "pod {pod} in the API (uid {}) is not this container's pod (uid {}): it was created again under its name, and this container is the old pod's, its kubelet's to end",
                 w.uid.as_deref().unwrap_or_default(),
-                p.uid
+                uid
             ))
         }
         Ok(Some(w)) => match remediation(&w, stops) {
@@ -219,7 +219,7 @@ mod tests {
         let r = of(Some(&serving("u")), &reads, false, &old, Stops::EveryPod).await;
         assert!(matches!(r, Remediation::InPlace { .. }), "{r:?}");
         let mut new = old.clone();
-        new.pod.as_mut().unwrap().uid = "u-2".into();
+        new.pod.as_mut().unwrap().pod.uid = "u-2".into();
         let r = of(Some(&serving("u-2")), &reads, false, &new, Stops::EveryPod).await;
         assert!(matches!(r, Remediation::InPlace { .. }), "read afresh, not the old pod's: {r:?}");
     }

@@ -7,17 +7,12 @@ use std::collections::HashMap;
 use k8s_cri::v1::ContainerState;
 
 use super::Container;
-use crate::runtime::container::PodRef;
+use crate::runtime::container::{PodIdentity, PodRef};
 
 /// The opt-in label's value that makes the pod's own name its worker id: pods of one
 /// Deployment, Job or JobSet template share their labels, and would otherwise all be one
 /// (ambiguous, never restarted) worker.
 pub const POD_NAME_ID: &str = "pod-name";
-
-/// The worker id of a pod opted in with [`POD_NAME_ID`]: `<namespace>.<pod>`.
-pub(crate) fn pod_name_id(namespace: &str, pod: &str) -> String {
-    format!("{namespace}.{pod}")
-}
 
 /// The pod annotation that names the worker's container in a pod with several.
 pub const WORKER_CONTAINER_ANNOTATION: &str = "vigil.dev/worker-container";
@@ -31,9 +26,7 @@ pub(super) struct Sandbox {
     pub(super) checkpoint: Option<String>,
     pub(super) alert_only: bool,
     pub(super) gang: Option<crate::runtime::container::PodGang>,
-    pub(super) namespace: String,
-    pub(super) pod: String,
-    pub(super) uid: String,
+    pub(super) pod: PodIdentity,
     /// Its labels name a Job.
     pub(super) job: bool,
 }
@@ -54,7 +47,7 @@ impl Sandbox {
         // NB: with its namespace (`<namespace>.<pod>`: a namespace holds no dot), so that
         // `dev/trainer-0` and `ml/trainer-0` on one node are two workers, not one ambiguous id.
         let worker = if worker == POD_NAME_ID {
-            pod_name_id(&meta.namespace, &meta.name)
+            format!("{}.{}", meta.namespace, meta.name)
         } else {
             worker.clone()
         };
@@ -71,9 +64,7 @@ impl Sandbox {
             ),
             job: labels.contains_key(crate::runtime::container::keys::JOB_NAME)
                 || labels.contains_key("job-name"),
-            namespace: meta.namespace,
-            pod: meta.name,
-            uid: meta.uid,
+            pod: PodIdentity { namespace: meta.namespace, name: meta.name, uid: meta.uid },
         })
     }
 
@@ -97,7 +88,7 @@ impl Sandbox {
         let meta = c.metadata.clone().unwrap_or_default();
         Container {
             id: c.id.clone(),
-            name: format!("{}/{}/{}", self.namespace, self.pod, meta.name),
+            name: format!("{}/{}/{}", self.pod.namespace, self.pod.name, meta.name),
             worker: self.worker.clone(),
             // NB: every attempt is a new container, so the incarnation is the id; the creation
             // time keeps the key the same shape as Docker's.
@@ -105,9 +96,7 @@ impl Sandbox {
             running: c.state == ContainerState::ContainerRunning as i32,
             checkpoint: self.checkpoint.clone().map(Into::into),
             pod: Some(PodRef {
-                namespace: self.namespace.clone(),
                 pod: self.pod.clone(),
-                uid: self.uid.clone(),
                 sandbox: sandbox_id.to_string(),
                 container: meta.name,
                 attempt: meta.attempt,

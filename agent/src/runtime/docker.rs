@@ -169,9 +169,9 @@ impl DockerRuntime {
             return Ok(c.clone());
         }
         let c = Docker::connect_with_host(&self.host)
-            .map_err(|e| self.unreachable(e))?
+            .map_err(|e| RuntimeError::unreachable(self, e))?
             .with_timeout(self.call_timeout);
-        let c = c.negotiate_version().await.map_err(|e| self.unreachable(e))?;
+        let c = c.negotiate_version().await.map_err(|e| RuntimeError::unreachable(self, e))?;
         if !self.podman.load(Ordering::Relaxed) {
             // Podman names itself among the components of its version (`Podman Engine`).
             let components = c.version().await.ok().and_then(|v| v.components);
@@ -184,8 +184,19 @@ impl DockerRuntime {
         Ok(c)
     }
 
-    fn unreachable(&self, e: impl Into<crate::BoxError>) -> RuntimeError {
-        RuntimeError::Unreachable { runtime: self.describe(), source: e.into() }
+    /// The daemon's inspect of container `id`; `None` when it does not exist.
+    async fn inspect_raw(
+        &self,
+        id: &str,
+    ) -> Result<Option<bollard::models::ContainerInspectResponse>, RuntimeError> {
+        let c = self.client().await?;
+        match c.inspect_container(id, None::<InspectContainerOptions>).await {
+            Ok(info) => Ok(Some(info)),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                Ok(None)
+            }
+            Err(e) => Err(self.classify("inspect", id, e).await),
+        }
     }
 
     /// Map a bollard error: transport problems mean the daemon is unreachable (and the cached
@@ -198,12 +209,9 @@ impl DockerRuntime {
     ) -> RuntimeError {
         use bollard::errors::Error as E;
         match e {
-            E::DockerResponseServerError { message, .. } => RuntimeError::Refused {
-                runtime: self.describe(),
-                op,
-                container: id.to_string(),
-                detail: message,
-            },
+            E::DockerResponseServerError { message, .. } => {
+                RuntimeError::refused(self, op, id, &message)
+            }
             E::RequestTimeoutError => RuntimeError::Timeout {
                 op,
                 container: id.to_string(),
@@ -211,7 +219,7 @@ impl DockerRuntime {
             },
             other => {
                 *self.client.lock().await = None;
-                self.unreachable(other)
+                RuntimeError::unreachable(self, other)
             }
         }
     }
@@ -268,14 +276,7 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     async fn inspect(&self, id: &str) -> Result<Option<Container>, RuntimeError> {
-        let c = self.client().await?;
-        let info = match c.inspect_container(id, None::<InspectContainerOptions>).await {
-            Ok(i) => i,
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                return Ok(None)
-            }
-            Err(e) => return Err(self.classify("inspect", id, e).await),
-        };
+        let Some(info) = self.inspect_raw(id).await? else { return Ok(None) };
         let labels = info.config.as_ref().and_then(|c| c.labels.clone()).unwrap_or_default();
         // NB: a container without the opt-in label is never returned, whatever its status says.
         let Some(worker) = labels.get(&self.label).filter(|w| !w.is_empty()) else {
@@ -350,19 +351,9 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     async fn init_pid(&self, id: &str) -> Result<Option<i32>, RuntimeError> {
-        let c = self.client().await?;
-        match c.inspect_container(id, None::<InspectContainerOptions>).await {
-            // Docker and Podman say pid 0 for a container that is not running.
-            Ok(info) => Ok(info
-                .state
-                .and_then(|s| s.pid)
-                .and_then(|p| i32::try_from(p).ok())
-                .filter(|p| *p > 0)),
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                Ok(None)
-            }
-            Err(e) => Err(self.classify("inspect", id, e).await),
-        }
+        let state = self.inspect_raw(id).await?.and_then(|info| info.state);
+        // Docker and Podman say pid 0 for a container that is not running.
+        Ok(state.and_then(|s| s.pid).and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 0))
     }
 
     async fn ping(&self) -> Result<(), RuntimeError> {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, RuntimeKind};
 use crate::http::server::Probe;
-use crate::kube::podresources::{DeviceSource, PodResourcesClient};
+use crate::kube::podresources::PodResourcesClient;
 use crate::kube::pods::PodApi;
 use crate::vocab::workload::{Remediation, Stops};
 use cri::{CriRuntime, CriSettings};
@@ -136,11 +136,7 @@ pub fn connect(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> (Arc<dyn Containe
                 allow_pod_replacement: r.allow_pod_replacement,
                 poll: Duration::from_millis(500),
             };
-            let rt = CriRuntime::new(s, pods);
-            match devices(cfg) {
-                Some(d) => Arc::new(rt.with_devices(d)),
-                None => Arc::new(rt),
-            }
+            Arc::new(CriRuntime::new(s, pods).with_devices(devices(cfg)))
         }
     };
     (rt, why)
@@ -148,12 +144,10 @@ pub fn connect(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> (Arc<dyn Containe
 
 /// Where a CRI runtime reads its workers' GPUs: the kubelet's PodResources API at
 /// `runtime.pod_resources_socket`; `None` when that is empty (every worker on every GPU).
-pub(crate) fn devices(cfg: &Config) -> Option<Arc<dyn DeviceSource>> {
+pub(crate) fn devices(cfg: &Config) -> Option<Arc<PodResourcesClient>> {
     let socket = &cfg.runtime.pod_resources_socket;
-    (!socket.is_empty()).then(|| {
-        let client = PodResourcesClient::new(socket, cfg.runtime.call_timeout);
-        Arc::new(client) as Arc<dyn DeviceSource>
-    })
+    (!socket.is_empty())
+        .then(|| Arc::new(PodResourcesClient::new(socket, cfg.runtime.call_timeout)))
 }
 
 #[cfg(test)]
@@ -240,6 +234,20 @@ pub enum RuntimeError {
     Refused { runtime: String, op: &'static str, container: String, detail: String },
     #[error("`{op}` on container {container} did not finish within {timeout:?}")]
     Timeout { op: &'static str, container: String, timeout: Duration },
+}
+
+/// The adapters' errors (private: the adapters are this module's children).
+impl RuntimeError {
+    /// `rt` cannot be reached: `e`.
+    fn unreachable(rt: &dyn ContainerRuntime, e: impl Into<crate::BoxError>) -> Self {
+        RuntimeError::Unreachable { runtime: rt.describe(), source: e.into() }
+    }
+
+    /// `rt` refused `op` on container `id`: `why`.
+    fn refused(rt: &dyn ContainerRuntime, op: &'static str, id: &str, why: &str) -> Self {
+        let (runtime, container, detail) = (rt.describe(), id.to_string(), why.to_string());
+        RuntimeError::Refused { runtime, op, container, detail }
+    }
 }
 
 #[async_trait]

@@ -64,10 +64,7 @@ impl FakeRuntime {
     }
     fn check_up(&self) -> Result<(), RuntimeError> {
         if self.state.lock().unwrap().down {
-            return Err(RuntimeError::Unreachable {
-                runtime: "fake runtime".into(),
-                source: "connection refused".into(),
-            });
+            return Err(RuntimeError::unreachable(self, "connection refused"));
         }
         Ok(())
     }
@@ -206,11 +203,6 @@ impl FakeRuntime {
     }
 }
 
-fn refused(op: &'static str, id: &str, detail: &str) -> RuntimeError {
-    let (runtime, container, detail) = ("fake runtime".into(), id.into(), detail.into());
-    RuntimeError::Refused { runtime, op, container, detail }
-}
-
 #[async_trait]
 impl ContainerRuntime for FakeRuntime {
     fn describe(&self) -> String {
@@ -235,7 +227,7 @@ impl ContainerRuntime for FakeRuntime {
             h();
         }
         if self.state.lock().unwrap().fail_logs {
-            return Err(refused("logs", id, "log driver none"));
+            return Err(RuntimeError::refused(self, "logs", id, "log driver none"));
         }
         Ok(format!("last {lines} lines of {id}\nstep 41\nstep 42"))
     }
@@ -248,7 +240,8 @@ impl ContainerRuntime for FakeRuntime {
         let mut s = self.state.lock().unwrap();
         if s.fail_restarts > 0 {
             s.fail_restarts -= 1;
-            return Err(refused("restart", id, "cannot kill container: device or resource busy"));
+            let busy = "cannot kill container: device or resource busy";
+            return Err(RuntimeError::refused(self, "restart", id, busy));
         }
         s.generation += 1;
         let generation = s.generation;

@@ -191,7 +191,7 @@ impl Trail {
             dry_run = self.dry_run,
             "{detail}"
         );
-        self.metrics.decision(decision_name);
+        self.metrics.decisions.decision(decision_name);
         let (agent, dry_run) = (&self.instance, self.dry_run);
         let d = Decision { at, worker, verdict, decision, detail, incident, agent, dry_run };
         self.coord.append(&self.keys.trail(), &d.fields(), self.max_len).await

@@ -5,9 +5,7 @@ use serde::Deserialize;
 use strum::{IntoStaticStr, VariantArray};
 
 /// The value of `instance/maintenance-event`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[derive(IntoStaticStr, VariantArray)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum MaintenanceEvent {
     /// No event.

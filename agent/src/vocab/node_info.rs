@@ -26,7 +26,8 @@ pub struct RawNode {
 }
 
 /// How the node's VM was provisioned, from GKE's labels.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub(crate) enum Provisioning {
     /// On-demand (`cloud.google.com/gke-provisioning=standard`).
     Standard,
@@ -53,13 +54,7 @@ impl Provisioning {
 
     /// The fixed metric label value (`other` for a value Vigil does not know).
     pub(crate) fn metric_label(&self) -> &'static str {
-        match self {
-            Provisioning::Standard => "standard",
-            Provisioning::Spot => "spot",
-            Provisioning::Preemptible => "preemptible",
-            Provisioning::FlexStart => "flex-start",
-            Provisioning::Other(_) => "other",
-        }
+        self.into()
     }
 
     /// Whether the VM can be taken back at any time (its termination is a preemption).

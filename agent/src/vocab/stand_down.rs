@@ -56,9 +56,19 @@ impl NodeFacts {
         self.unread.filter(|u| at < u.until).map(|u| u.what)
     }
 
-    /// Whether restarts stand down at `now` (see [`stands_down`]).
+    /// Whether restarts stand down at `now`, a pure function of the maintenance state and the
+    /// clock, evaluated by the restart path at every cycle and again right before the command.
+    ///
+    /// Ongoing and terminating always; a pending notice only once its window starts within
+    /// `metadata.pending_horizon` (GCE posts PENDING notices days ahead, and a hung worker must
+    /// not wait days; as the window approaches, the same notice starts standing restarts down);
+    /// and for `metadata.settle` after an interrupting phase ended at `interruption_ended`. Every
+    /// time is on the coordinator's clock.
     pub fn stands_down(&self, now: Millis, m: &MetadataConfig) -> bool {
-        stands_down(&self.maintenance, self.interruption_ended, now, m)
+        let st = &self.maintenance;
+        interrupting(st.phase)
+            || pending_near(st, now, m.pending_horizon)
+            || self.interruption_ended.is_some_and(|ended| now - ended < ms(m.settle))
     }
 }
 
@@ -76,24 +86,16 @@ pub fn unread(metadata_read: bool, node_read: bool) -> Option<&'static str> {
     }
 }
 
-/// Whether restarts stand down at `now`, a pure function of the maintenance state and the clock,
-/// evaluated by the restart path at every cycle and again right before the command.
-///
-/// Ongoing and terminating always; a pending notice only once its window starts within
-/// `metadata.pending_horizon` (GCE posts PENDING notices days ahead, and a hung worker must not
-/// wait days; as the window approaches, the same notice starts standing restarts down); and for
-/// `metadata.settle` after an interrupting phase ended at `interruption_ended`. Every time is on
-/// the coordinator's clock.
+/// [`NodeFacts::stands_down`] of a maintenance state and the end of the last interruption.
+#[cfg(any(test, feature = "bench"))]
 pub fn stands_down(
     st: &MaintenanceState,
     interruption_ended: Option<Millis>,
     now: Millis,
     m: &MetadataConfig,
 ) -> bool {
-    if interrupting(st.phase) || pending_near(st, now, m.pending_horizon) {
-        return true;
-    }
-    interruption_ended.is_some_and(|ended| now - ended < ms(m.settle))
+    let facts = NodeFacts { maintenance: st.clone(), interruption_ended, unread: None };
+    facts.stands_down(now, m)
 }
 
 /// Taints that say the node is being removed, and what each means.

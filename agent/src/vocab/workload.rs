@@ -14,9 +14,10 @@
 pub const KILLED_EXIT: i32 = 137;
 
 /// A pod's (or a container's own) `restartPolicy`; the API's default is `Always`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, strum::EnumString)]
 pub enum RestartPolicy {
     #[default]
+    #[strum(serialize = "Always", serialize = "")]
     Always,
     OnFailure,
     Never,
@@ -25,12 +26,7 @@ pub enum RestartPolicy {
 impl RestartPolicy {
     /// The API's spelling; an empty or missing policy is the API default, `Always`.
     pub(crate) fn parse(s: Option<&str>) -> Option<RestartPolicy> {
-        match s.unwrap_or("Always") {
-            "Always" | "" => Some(RestartPolicy::Always),
-            "OnFailure" => Some(RestartPolicy::OnFailure),
-            "Never" => Some(RestartPolicy::Never),
-            _ => None,
-        }
+        s.unwrap_or("Always").parse().ok()
     }
 }
 
@@ -410,12 +406,12 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
         ));
     };
     match jobset_restarts(js, reason) {
-        JobSetAnswer::Restarts(why) => Remediation::OneForAll {
+        Ok(why) => Remediation::OneForAll {
             kill: true,
             how: format!("{fails}; {why}: one member is failed, the JobSet recreates every Job"),
             whole: format!("jobset:{}", js.name),
         },
-        JobSetAnswer::Not(why) => Remediation::Refuse(format!("{fails}, and {why}")),
+        Err(why) => Remediation::Refuse(format!("{fails}, and {why}")),
     }
 }
 
@@ -492,27 +488,20 @@ fn other_container_rule(w: &Workload, job: &JobFacts) -> Option<Remediation> {
     )))
 }
 
-/// What a JobSet's failure policy does when one of its Jobs fails, and why, in words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum JobSetAnswer {
-    /// It restarts (recreates every Job).
-    Restarts(String),
-    /// It does not: it fails, its restarts are spent, or what it does is unknown.
-    Not(String),
-}
-
 /// Whether the JobSet restarts when its Job fails for `reason`, as its failure policy reads:
 /// the first rule that matches the reason and the replicated job decides; none matching is a
-/// restart counted against `maxRestarts`; no failure policy fails the JobSet.
-pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> JobSetAnswer {
+/// restart counted against `maxRestarts`; no failure policy fails the JobSet. Why, in words:
+/// `Ok` when it restarts (recreates every Job), `Err` when it does not (it fails, its restarts
+/// are spent, or what it does is unknown).
+pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, String> {
     let Some(max) = js.max_restarts else {
-        return JobSetAnswer::Not(format!(
+        return Err(format!(
             "JobSet {} has no failurePolicy: a failed Job fails the JobSet",
             js.name
         ));
     };
     if js.strategy == "InPlaceRestart" {
-        return JobSetAnswer::Not(format!(
+        return Err(format!(
             "JobSet {} restarts in place with its own agent (restartStrategy InPlaceRestart): Vigil leaves the restart to it",
             js.name
         ));
@@ -522,7 +511,7 @@ pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> JobSetAnswer {
             && (r.targets.is_empty() || r.targets.contains(&js.replicated_job))
     });
     if let Some(r) = rule.filter(|r| r.on_message) {
-        return JobSetAnswer::Not(format!(
+        return Err(format!(
             "JobSet {}'s failure policy rule {} also matches the failure's message, which is not known before the failure: what it does is unknown",
             js.name, r.name
         ));
@@ -532,23 +521,23 @@ pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> JobSetAnswer {
         n => format!(" (rule {n})"),
     };
     match rule.map(|r| (r.action.as_str(), r)) {
-        Some(("RestartJobSetAndIgnoreMaxRestarts", r)) => JobSetAnswer::Restarts(format!(
+        Some(("RestartJobSetAndIgnoreMaxRestarts", r)) => Ok(format!(
             "JobSet {} restarts on it{}, whatever its restarts",
             js.name,
             named(r)
         )),
-        Some(("RestartJobSet", _)) | None if js.restarts < max => JobSetAnswer::Restarts(format!(
+        Some(("RestartJobSet", _)) | None if js.restarts < max => Ok(format!(
             "JobSet {} restarts on it (restart {} of maxRestarts {max})",
             js.name,
             js.restarts + 1
         )),
-        Some(("RestartJobSet", _)) | None => JobSetAnswer::Not(format!(
+        Some(("RestartJobSet", _)) | None => Err(format!(
             "JobSet {}'s restarts are spent ({} of maxRestarts {max}): the next failure fails the JobSet",
             js.name, js.restarts
         )),
         // FailJobSet; and RestartJob (alpha), which recreates the failed Job alone while the
         // other Jobs' ranks stay hung.
-        Some((action, r)) => JobSetAnswer::Not(format!(
+        Some((action, r)) => Err(format!(
             "JobSet {}'s failure policy answers {action}{} to {reason}",
             js.name,
             named(r)

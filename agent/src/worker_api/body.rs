@@ -6,7 +6,8 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 
 use crate::hang::model::{
-    parse_gang_size, parse_grace, rank_field, valid_gang_id, MAX_GANG, MAX_RANKS,
+    bounded, parse_compute, parse_gang_size, parse_grace, rank_field, valid_gang_id, MAX_GANG,
+    MAX_RANKS,
 };
 
 /// Body of `PUT /v1/workers/{id}/status`; `heartbeat` is stamped by the agent. Every field is
@@ -93,6 +94,9 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     Ok(StatusWrite { fields, rank })
 }
 
+/// A field that must be a number or a gang id, the rule it breaks, and its test.
+type Rule<'a> = (&'a Option<String>, String, fn(&str) -> bool);
+
 /// The body's rank and ranks, once every field that must be a number or a gang id is one.
 fn checked_numbers(
     parsed: &StatusBody,
@@ -106,32 +110,25 @@ fn checked_numbers(
         (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
         _ => {}
     }
-    if let Some(g) = parsed.gang.as_deref().filter(|g| !valid_gang_id(g)) {
-        return Err(bad(format!(
-            "gang must be 1-253 characters of [A-Za-z0-9._/-]; got {:?}",
-            crate::hang::model::bounded(g, 64)
-        )));
-    }
-    if let Some(n) = parsed.gang_size.as_deref().filter(|n| parse_gang_size(n).is_none()) {
-        return Err(bad(format!(
-            "gang_size must be a whole number from 1 to {MAX_GANG}; got {:?}",
-            crate::hang::model::bounded(n, 64)
-        )));
-    }
-    if let Some(n) = parsed.checkpoint_step.as_deref().filter(|n| n.trim().parse::<u64>().is_err())
-    {
-        return Err(bad(format!(
-            "checkpoint_step must be a whole number (a step); got {:?}",
-            crate::hang::model::bounded(n, 64)
-        )));
-    }
-    if let Some(n) =
-        parsed.compute_ms.as_deref().filter(|n| crate::hang::model::parse_compute(n).is_none())
-    {
-        return Err(bad(format!(
-            "compute_ms must be whole milliseconds, at most a day; got {:?}",
-            crate::hang::model::bounded(n, 64)
-        )));
+    // Each field that must be a number or a gang id, the rule it breaks, and its test.
+    let rules: [Rule; 4] = [
+        (&parsed.gang, "gang must be 1-253 characters of [A-Za-z0-9._/-]".into(), valid_gang_id),
+        (
+            &parsed.gang_size,
+            format!("gang_size must be a whole number from 1 to {MAX_GANG}"),
+            |n| parse_gang_size(n).is_some(),
+        ),
+        (&parsed.checkpoint_step, "checkpoint_step must be a whole number (a step)".into(), |n| {
+            n.trim().parse::<u64>().is_ok()
+        }),
+        (&parsed.compute_ms, "compute_ms must be whole milliseconds, at most a day".into(), |n| {
+            parse_compute(n).is_some()
+        }),
+    ];
+    for (value, rule, valid) in rules {
+        if let Some(v) = value.as_deref().filter(|v| !valid(v)) {
+            return Err(bad(format!("{rule}; got {:?}", bounded(v, 64))));
+        }
     }
     Ok((rank, ranks))
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::put;
 use axum::{Extension, Router};
@@ -107,7 +107,7 @@ impl WorkerApiState {
 
 pub(crate) fn router(state: WorkerApiState) -> Router {
     Router::new()
-        .route("/v1/workers/{id}/status", put(put_status).post(put_status).get(get_status))
+        .route("/v1/workers/{id}/status", put(status).post(status).get(status))
         .with_state(state)
 }
 
@@ -139,6 +139,10 @@ impl Answer {
     fn invalid(code: StatusCode, why: impl Into<String>) -> Answer {
         Answer(code, "invalid", why.into(), None)
     }
+    fn too_large() -> Answer {
+        let why = format!("status body is limited to {MAX_STATUS_BODY} bytes");
+        Answer::invalid(StatusCode::PAYLOAD_TOO_LARGE, why)
+    }
     fn throttled(t: Throttled) -> Answer {
         let secs = t.retry_after.as_secs_f64().ceil().max(1.0) as u64;
         let why = format!(
@@ -163,29 +167,21 @@ impl Answer {
     }
 }
 
-async fn put_status(
+/// A write (`PUT`, or `POST`), or `GET`: the worker's own record (a worker on the API transport
+/// learns of a checkpoint request here, or from the answer to its beat), under the same proof as
+/// a write. Counted, logged and sent, answer or refusal.
+async fn status(
     State(s): State<WorkerApiState>,
     Extension(peer): Extension<Peer>,
     Path(id): Path<String>,
+    method: Method,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    finish(&s, &peer, &id, write(&s, &peer, &id, &headers, body).await)
-}
-
-/// `GET /v1/workers/{id}/status`: the worker's own record (a worker on the API transport learns
-/// of a checkpoint request here, or from the answer to its beat), under the same proof as a write.
-async fn get_status(
-    State(s): State<WorkerApiState>,
-    Extension(peer): Extension<Peer>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    finish(&s, &peer, &id, read(&s, &peer, &id, &headers).await)
-}
-
-/// Count, log and send an answer, or a refusal.
-fn finish(s: &WorkerApiState, peer: &Peer, id: &str, answer: Result<Answer, Answer>) -> Response {
+    let answer = match method {
+        Method::PUT | Method::POST => write(&s, &peer, &id, &headers, body).await,
+        _ => read(&s, &peer, &id, &headers).await,
+    };
     let answer = answer.unwrap_or_else(|refused| refused);
     let listener = match peer {
         Peer::Tcp(_) => "tcp",
@@ -216,8 +212,7 @@ async fn write(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_DRAIN as u64) {
-        let why = format!("status body is limited to {MAX_STATUS_BODY} bytes");
-        return Err(Answer::invalid(StatusCode::PAYLOAD_TOO_LARGE, why));
+        return Err(Answer::too_large());
     }
     let carrier = admit(s, peer, id, headers).await?;
     let body = read_status_body(body).await?;
@@ -376,15 +371,13 @@ async fn authenticate(
     headers: &HeaderMap,
 ) -> Result<Caller, Answer> {
     match peer {
-        Peer::Unix { pid, cgroup } => match cgroup {
-            Ok(cgroup) => Ok(match container_of(cgroup) {
-                Some(id) => Caller::Container { id, cgroup: cgroup.clone() },
-                None => Caller::HostProcess { pid: *pid },
-            }),
-            Err(why) => Err(Answer::unauthenticated(format!(
-                "cannot tell which container is connected: {why}"
-            ))),
-        },
+        Peer::Unix { pid, cgroup: Ok(cgroup) } => Ok(match container_of(cgroup) {
+            Some(id) => Caller::Container { id, cgroup: cgroup.clone() },
+            None => Caller::HostProcess { pid: *pid },
+        }),
+        Peer::Unix { cgroup: Err(why), .. } => {
+            Err(Answer::unauthenticated(format!("cannot tell which container is connected: {why}")))
+        }
         Peer::Tcp(addr) => match s.tcp_auth {
             // NB: config validation refuses `none` off loopback; this holds if it ever did not.
             WorkerAuth::None if addr.ip().is_loopback() => Ok(Caller::Loopback),
@@ -451,10 +444,9 @@ fn budget(s: &WorkerApiState) -> std::sync::MutexGuard<'_, ReviewBudget> {
 
 /// Reads a status body of at most [`MAX_STATUS_BODY`] bytes, answering 413 (after draining, see
 /// [`MAX_DRAIN`]) when it is bigger and 408 when the client stalls.
-async fn read_status_body(body: Body) -> Result<Bytes, Answer> {
+async fn read_status_body(mut body: Body) -> Result<Bytes, Answer> {
     use http_body_util::BodyExt;
     let read = async move {
-        let mut body = body;
         let mut kept = Vec::new();
         let mut seen = 0usize;
         while let Some(frame) = body.frame().await {
@@ -470,20 +462,12 @@ async fn read_status_body(body: Body) -> Result<Bytes, Answer> {
                 break;
             }
         }
-        Ok::<_, Answer>((kept, seen))
+        (seen <= MAX_STATUS_BODY).then(|| Bytes::from(kept)).ok_or_else(Answer::too_large)
     };
-    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
-        Err(_) => Err(Answer::invalid(
-            StatusCode::REQUEST_TIMEOUT,
-            format!("body not received within {BODY_READ_TIMEOUT:?}"),
-        )),
-        Ok(Err(e)) => Err(e),
-        Ok(Ok((_, seen))) if seen > MAX_STATUS_BODY => Err(Answer::invalid(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("status body is limited to {MAX_STATUS_BODY} bytes"),
-        )),
-        Ok(Ok((kept, _))) => Ok(Bytes::from(kept)),
-    }
+    tokio::time::timeout(BODY_READ_TIMEOUT, read).await.unwrap_or_else(|_| {
+        let why = format!("body not received within {BODY_READ_TIMEOUT:?}");
+        Err(Answer::invalid(StatusCode::REQUEST_TIMEOUT, why))
+    })
 }
 
 #[cfg(test)]

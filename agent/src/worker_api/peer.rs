@@ -17,14 +17,11 @@
 /// The container id in a `/proc/<pid>/cgroup` text, or `None` for a process in no container.
 /// A claim, to be proven by [`within`].
 pub(crate) fn container_of(cgroup: &str) -> Option<String> {
-    cgroup.lines().find_map(|line| {
-        // `hierarchy-id:controllers:path`; the path may itself hold `:` in odd setups.
-        let path = line.splitn(3, ':').nth(2)?;
-        path.rsplit('/').find_map(container_id_in)
-    })
+    hierarchies(cgroup).find_map(|(_, path)| path.rsplit('/').find_map(container_id_in))
 }
 
-/// The hierarchies of a `/proc/<pid>/cgroup` text: (`id:controllers`, path).
+/// The hierarchies of a `/proc/<pid>/cgroup` text: (`id:controllers`, path). Each line is
+/// `hierarchy-id:controllers:path`; the path may itself hold `:` in odd setups.
 fn hierarchies(cgroup: &str) -> impl Iterator<Item = (&str, &str)> {
     cgroup.lines().filter_map(|line| {
         let (id, rest) = line.split_once(':')?;
@@ -59,22 +56,8 @@ fn container_id_in(component: &str) -> Option<String> {
     if component.contains("conmon") {
         return None;
     }
-    let bytes = component.as_bytes();
-    let mut start = None;
-    for (i, b) in bytes.iter().enumerate().chain(std::iter::once((bytes.len(), &b'/'))) {
-        let hex = b.is_ascii_digit() || (b'a'..=b'f').contains(b);
-        match (hex, start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                if i - s == 64 {
-                    return Some(component[s..i].to_string());
-                }
-                start = None;
-            }
-            _ => {}
-        }
-    }
-    None
+    let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+    component.split(|c: char| !hex(c)).find(|run| run.len() == 64).map(str::to_string)
 }
 
 #[cfg(test)]

@@ -83,9 +83,7 @@ fn pod_worker(worker: &str, pod: &str, uid: &str) -> Container {
         worker: worker.into(),
         running: true,
         pod: Some(PodRef {
-            namespace: "ml".into(),
-            pod: pod.into(),
-            uid: uid.into(),
+            pod: PodIdentity { namespace: "ml".into(), name: pod.into(), uid: uid.into() },
             sandbox: "sb".into(),
             container: "main".into(),
             attempt: 0,
@@ -298,7 +296,10 @@ async fn the_answer_names_the_gang_the_agent_uses_and_why() {
         jobset_uid: None,
     });
     let imp = Container {
-        pod: Some(PodRef { namespace: "research".into(), ..jobset.pod.clone().unwrap() }),
+        pod: jobset
+            .pod
+            .clone()
+            .map(|p| PodRef { pod: PodIdentity { namespace: "research".into(), ..p.pod }, ..p }),
         gang: None,
         worker: "imp".into(),
         id: "f".repeat(64),

@@ -34,9 +34,7 @@ type Digest = [u8; 32];
 
 fn digest(token: &str) -> Digest {
     let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
-    let mut out = [0u8; 32];
-    out.copy_from_slice(d.as_ref());
-    out
+    d.as_ref().try_into().expect("a SHA-256 digest is 32 bytes")
 }
 
 /// What a review proved.
@@ -168,6 +166,24 @@ impl TokenReviewer for KubeTokenReview {
     }
 }
 
+/// Inserts into a map of at most [`MAX_CACHED`] entries: a new key past it drops the entries no
+/// longer `fresh`, then all.
+fn insert_bounded<V>(
+    map: &Mutex<HashMap<Digest, V>>,
+    key: Digest,
+    value: V,
+    fresh: impl Fn(&V) -> bool,
+) {
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() >= MAX_CACHED && !map.contains_key(&key) {
+        map.retain(|_, v| fresh(v));
+        if map.len() >= MAX_CACHED {
+            map.clear();
+        }
+    }
+    map.insert(key, value);
+}
+
 /// A [`TokenReviewer`] that remembers pods' answers (not refusals, not failures) for a bounded
 /// time, by the token's digest.
 pub(crate) struct CachedReviews<R> {
@@ -197,22 +213,9 @@ impl<R: TokenReviewer> CachedReviews<R> {
     }
 
     fn remember(&self, key: Digest, now: Instant, answer: &Reviewed) {
-        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
-        if answers.len() >= MAX_CACHED {
-            answers.retain(|_, (at, _)| now.saturating_duration_since(*at) < self.ttl);
-            if answers.len() >= MAX_CACHED {
-                answers.clear();
-            }
-        }
-        answers.insert(key, (now, answer.clone()));
-        let mut vouched = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
-        if vouched.len() >= MAX_CACHED && !vouched.contains_key(&key) {
-            vouched.retain(|_, at| now.saturating_duration_since(*at) < VOUCHED_FOR);
-            if vouched.len() >= MAX_CACHED {
-                vouched.clear();
-            }
-        }
-        vouched.insert(key, now);
+        let fresh = |at: &Instant, ttl: Duration| now.saturating_duration_since(*at) < ttl;
+        insert_bounded(&self.answers, key, (now, answer.clone()), |(at, _)| fresh(at, self.ttl));
+        insert_bounded(&self.vouched, key, now, |at| fresh(at, VOUCHED_FOR));
     }
 
     #[cfg(test)]
@@ -228,8 +231,7 @@ impl<R: TokenReviewer> TokenReviewer for CachedReviews<R> {
         if let Some(answer) = self.cached(&key, now) {
             return Standing::Known(answer);
         }
-        let vouched = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
-        match vouched.get(&key) {
+        match self.vouched.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             Some(at) if now.saturating_duration_since(*at) < VOUCHED_FOR => Standing::Vouched,
             _ => Standing::Stranger,
         }
@@ -247,8 +249,7 @@ impl<R: TokenReviewer> TokenReviewer for CachedReviews<R> {
         } else {
             // NB: a token that proved a pod and is refused now (revoked, its pod gone) is
             // vouched for no more: repeating it must cost the sender's budget like any junk.
-            let mut vouched = self.vouched.lock().unwrap_or_else(|p| p.into_inner());
-            vouched.remove(&key);
+            self.vouched.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
         }
         Ok(answer)
     }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::accel::gpu::model::GpuReport;
 use crate::accel::gpu::monitor::Throttled;
 use crate::accel::gpu::policy_kubelet::KubeletReport;
-use crate::kube::device_taints::DeviceTaintApi;
+use crate::kube::device_taints::KubeDeviceTaints;
 use crate::kube::podresources::gpu_id;
 use crate::kube::pods::{NodePod, PodApi, PodError};
 
@@ -65,7 +65,7 @@ fn dra_id(id: &str) -> Option<(&str, &str, &str)> {
 /// only (the error is the caller's to say; the device plugin's reports stand).
 pub(crate) async fn resolve(
     reports: Vec<KubeletReport>,
-    slices: Option<&dyn DeviceTaintApi>,
+    slices: Option<&KubeDeviceTaints>,
     node: &str,
 ) -> (Vec<KubeletReport>, Option<PodError>) {
     let mut error = None;
@@ -110,7 +110,7 @@ pub async fn follow(
     mut nvml: watch::Receiver<GpuReport>,
     tx: watch::Sender<Vec<KubeletReport>>,
     pods: Arc<dyn PodApi>,
-    slices: Option<Arc<dyn DeviceTaintApi>>,
+    slices: Option<Arc<KubeDeviceTaints>>,
     node: String,
     every: Duration,
     stop: CancellationToken,

@@ -1,9 +1,9 @@
 //! TPU chips as the node's kernel shows them, read from files so that tests plug in a fake tree.
 //!
-//! Map: [`TpuProbe`] is the one blocking adapter (one reading of the chips); [`FsProbe`]
-//! implements it over a device directory, a sysfs root, the kernel log and an uptime file, each
-//! path configurable (`[tpu]`). The TPU monitor (`crate::accel::tpu::monitor`) runs it on a dedicated
-//! thread; what the readings mean is decided in `crate::accel::tpu::policy`.
+//! Map: [`FsProbe`] is the one blocking adapter (one reading of the chips), over a device
+//! directory, a sysfs root, the kernel log and an uptime file, each path configurable (`[tpu]`).
+//! The TPU monitor (`crate::accel::tpu::monitor`) runs it on a dedicated thread; what the readings
+//! mean is decided in `crate::accel::tpu::policy`.
 //!
 //! Facts this module relies on (sources in docs/tpu.md):
 //! - device files: `accel<N>` in the device directory (Google's `accel` class, TPU v4 and older)
@@ -53,16 +53,8 @@ pub enum TpuError {
     },
 }
 
-/// A source of TPU readings. Blocking: called from a dedicated thread, never the executor.
-pub trait TpuProbe: Send {
-    /// Read the chips now. A kernel log that cannot be read is said in the error of
-    /// [`TpuProbe::kernel_log_error`], not here: the device files still make a verdict.
-    fn read(&mut self) -> Result<TpuReading, TpuError>;
-    /// Why the kernel log is not read (taken: said once).
-    fn kernel_log_error(&mut self) -> Option<TpuError>;
-}
-
-/// [`TpuProbe`] over files.
+/// The source of TPU readings, over files. Blocking: called from a dedicated thread, never the
+/// executor.
 pub struct FsProbe {
     device_dir: PathBuf,
     sys_dir: PathBuf,
@@ -79,7 +71,7 @@ impl FsProbe {
     ///
     /// NB: the kernel log is opened at the first reading that finds a TPU chip (a device file
     /// or a TPU PCI function), not before: a node without TPUs never opens `/dev/kmsg`, and says
-    /// nothing about it. One that cannot be opened is kept for [`TpuProbe::kernel_log_error`]
+    /// nothing about it. One that cannot be opened is kept for `FsProbe::kernel_log_error`
     /// and the probe runs without it.
     pub fn new(
         device_dir: impl Into<PathBuf>,
@@ -134,10 +126,10 @@ impl FsProbe {
             }
         }
     }
-}
 
-impl TpuProbe for FsProbe {
-    fn read(&mut self) -> Result<TpuReading, TpuError> {
+    /// Read the chips now. A kernel log that cannot be read is said in the error of
+    /// [`FsProbe::kernel_log_error`], not here: the device files still make a verdict.
+    pub(crate) fn read(&mut self) -> Result<TpuReading, TpuError> {
         let device_files = device_files(&self.device_dir).map_err(|source| {
             TpuError::DeviceDir { path: self.device_dir.display().to_string(), source }
         })?;
@@ -154,7 +146,8 @@ impl TpuProbe for FsProbe {
         })
     }
 
-    fn kernel_log_error(&mut self) -> Option<TpuError> {
+    /// Why the kernel log is not read (taken: said once).
+    pub(crate) fn kernel_log_error(&mut self) -> Option<TpuError> {
         self.log_error.take()
     }
 }

@@ -1,4 +1,4 @@
-//! The TPU monitor: reads the chips through a [`TpuProbe`] every `tpu.sample_interval` (and at
+//! The TPU monitor: reads the chips through an [`FsProbe`] every `tpu.sample_interval` (and at
 //! once when the Node's allocatable `google.com/tpu` changes), folds each reading with the pure
 //! [`crate::accel::tpu::policy::fold`], and publishes the [`TpuReport`] on a `watch` channel when it
 //! changes. [`start`] is the production wiring.
@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::clock_ms;
-use crate::accel::tpu::chips::{FsProbe, TpuError, TpuProbe};
+use crate::accel::tpu::chips::{FsProbe, TpuError};
 use crate::accel::tpu::model::{TpuReading, TpuReport};
 use crate::accel::tpu::policy::{fold, TpuMemory};
 use crate::config::{Switch, TpuConfig};
@@ -27,7 +27,7 @@ const UPTIME: &str = "/proc/uptime";
 /// blocking, so each runs on the blocking pool. A failed read publishes nothing: the last
 /// verdict stands, and the error is logged once until reads succeed again.
 pub async fn run_monitor(
-    mut probe: Box<dyn TpuProbe>,
+    mut probe: FsProbe,
     cfg: TpuConfig,
     mut expected: watch::Receiver<Option<u32>>,
     tx: watch::Sender<TpuReport>,
@@ -78,9 +78,7 @@ pub async fn run_monitor(
 
 /// One reading of the chips, off the async threads (the probe reads files); `None` when the
 /// probe panicked (monitoring stops, said once).
-async fn read_chips(
-    mut probe: Box<dyn TpuProbe>,
-) -> Option<(Box<dyn TpuProbe>, Result<TpuReading, TpuError>)> {
+async fn read_chips(mut probe: FsProbe) -> Option<(FsProbe, Result<TpuReading, TpuError>)> {
     let read = tokio::task::spawn_blocking(move || {
         let r = probe.read();
         let log = probe.kernel_log_error();
@@ -125,5 +123,5 @@ pub(crate) fn start(
         kernel_log = %cfg.kernel_log,
         "TPU monitoring on (a verdict where the node has TPU chips)"
     );
-    Some(tokio::spawn(run_monitor(Box::new(probe), cfg.clone(), expected, tx, stop)))
+    Some(tokio::spawn(run_monitor(probe, cfg.clone(), expected, tx, stop)))
 }

@@ -298,7 +298,7 @@ impl Pipeline<'_> {
         self.ctx.coord.set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown).await?;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
         self.pager.resolve_alerts(w, Resolve::IncidentCleared).await;
-        self.ctx.metrics.restart(act.case.v.as_str(), "would-restart");
+        self.ctx.metrics.decisions.restart(act.case.v.as_str(), "would-restart");
         let c = act.case.c;
         let detail =
             format!("would restart container {} ({}) now; observe mode", c.name, short(&c.id));

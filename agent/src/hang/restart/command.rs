@@ -143,7 +143,7 @@ impl Pipeline<'_> {
         self.count_lost(act, started, verified).await?;
         self.settle_run(act, verified.map_or(Line::Kept, Line::At)).await;
         self.ctx.coord.set(&k.cooldown(w), &marker, cooldown).await?;
-        self.ctx.metrics.restart(act.case.v.as_str(), "restarted");
+        self.ctx.metrics.decisions.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
         let detail = self.restarted_detail(act, said, started, done);
         self.journal.note(done, act.about(), Code::Restarted, detail).await
@@ -304,7 +304,7 @@ impl Pipeline<'_> {
         done: Millis,
     ) -> Result<(), CoordError> {
         self.ctx.metrics.backends.runtime_error();
-        self.ctx.metrics.restart(act.case.v.as_str(), "failed");
+        self.ctx.metrics.decisions.restart(act.case.v.as_str(), "failed");
         let (k, w) = (self.ctx.keys.clone(), act.case.worker());
         let failures = match &act.case.marks.retry {
             Some(r) if r.incident == act.inc.id => r.failures.saturating_add(1),

@@ -164,7 +164,7 @@ impl RestartPath<'_> {
         let due_by = self.judge().restart_rules(case.status, case.marks, now);
         let (claim, locked) = case.held;
         let stage = policy_life::stage(&left, claim, locked, case.v, now, &due_by);
-        self.ctx.metrics.verdict(case.v.as_str());
+        self.ctx.metrics.decisions.verdict(case.v.as_str());
         self.ctx.metrics.workers.observe(WorkerSample {
             worker: &case.c.worker,
             state: case.v.as_str(),

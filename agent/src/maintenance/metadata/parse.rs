@@ -27,15 +27,13 @@ pub(crate) fn parse_maintenance_event(body: &str) -> Result<MaintenanceEvent, Me
 /// Parse `instance/preempted` (`TRUE`/`FALSE`; case is ignored).
 pub(crate) fn parse_preempted(body: &str) -> Result<bool, MetadataError> {
     let v = body.trim();
-    if v.eq_ignore_ascii_case("TRUE") {
-        Ok(true)
-    } else if v.eq_ignore_ascii_case("FALSE") {
-        Ok(false)
-    } else {
-        Err(MetadataError::malformed(
+    match v.to_ascii_uppercase().as_str() {
+        "TRUE" => Ok(true),
+        "FALSE" => Ok(false),
+        _ => Err(MetadataError::malformed(
             PREEMPTED_PATH,
             format!("expected TRUE or FALSE, got {:?}", snippet(v)),
-        ))
+        )),
     }
 }
 

@@ -112,7 +112,7 @@ async fn first_answer(
         };
         let pause_for = match res {
             Err(e @ MetadataError::Unreachable { .. }) => {
-                metrics.metadata_error(key.as_str(), e.kind());
+                metrics.maintenance.metadata_error(key.as_str(), e.kind());
                 if attempt < attempts {
                     cfg.unavailable_retry.0
                 } else {
@@ -328,7 +328,7 @@ impl KeyState {
             Err(e) => {
                 // An answer this build cannot read will not read better on the next try.
                 self.settle(ctx);
-                ctx.metrics.metadata_error(key.as_str(), e.kind());
+                ctx.metrics.maintenance.metadata_error(key.as_str(), e.kind());
                 tracing::warn!(key = key.as_str(), "{e}");
                 // NB: adopt the new ETag, or the next long-poll would return the same bad
                 // value at once, forever. The previous good value stays published.
@@ -343,7 +343,7 @@ impl KeyState {
     /// A failed request: counted; the pause before the next one.
     fn on_error(&mut self, ctx: Ctx<'_>, e: &MetadataError) -> Duration {
         let key = self.key;
-        ctx.metrics.metadata_error(key.as_str(), e.kind());
+        ctx.metrics.maintenance.metadata_error(key.as_str(), e.kind());
         // NB: a key the server does not have or refuses is as read as it will be; a 503 (sub-
         // second during host maintenance), a 429 or a timeout is not: its value may be the
         // notice itself.
@@ -409,13 +409,9 @@ fn blind(ctx: Ctx<'_>, key: Key, res: &Result<Fetched, MetadataError>) {
         Err(_) => return,
         Ok(_) => None,
     };
-    let Some(w) = &ctx.cfg.warnings else {
-        if let Some(text) = warning {
-            tracing::error!("{text}");
-        }
-        return;
-    };
-    if w.set("metadata", warning.clone()) {
+    // Without `/readyz`'s warnings, every 404 is said; with them, each change once.
+    let warnings = ctx.cfg.warnings.as_ref();
+    if warnings.map_or(warning.is_some(), |w| w.set("metadata", warning.clone())) {
         match warning {
             Some(text) => tracing::error!("{text}"),
             None => tracing::info!("instance/maintenance-event answers now"),
