@@ -87,12 +87,8 @@ impl BudgetReport {
 
     /// The report as `vigil explain` prints it after the trail.
     pub(crate) fn render(&self) -> String {
-        let mut s = String::from("\ncheckpoint budget: ");
-        if self.shortfalls.is_empty() {
-            s.push_str(&format!("fits ({})\n", self.summary()));
-            return s;
-        }
-        s.push_str(&format!("CANNOT be met ({})\n", self.summary()));
+        let verdict = if self.shortfalls.is_empty() { "fits" } else { "CANNOT be met" };
+        let mut s = format!("\ncheckpoint budget: {verdict} ({})\n", self.summary());
         for f in &self.shortfalls {
             s.push_str(&format!("  [{}] {}\n", f.code, f.detail));
         }

@@ -56,13 +56,10 @@ fn wait(s: &str) -> Result<std::time::Duration, String> {
 
 /// `--node` and the node of `--worker`: a node name as the agents take it.
 fn node_name(flag: &str, n: &str) -> Result<(), CliError> {
-    if crate::config::valid_node_name(n) {
-        Ok(())
-    } else {
-        Err(CliError::Failed(format!(
-            "{flag}: {n:?} is no node name (at most 253 characters of a-z A-Z 0-9 . - _)"
-        )))
-    }
+    crate::config::valid_node_name(n).then_some(()).ok_or_else(|| {
+        let why = "is no node name (at most 253 characters of a-z A-Z 0-9 . - _)";
+        CliError::Failed(format!("{flag}: {n:?} {why}"))
+    })
 }
 
 /// The target the flags name.

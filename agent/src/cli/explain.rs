@@ -19,15 +19,13 @@ pub(super) async fn run(cfg: &Config, node: Option<String>, limit: usize) -> Res
             )));
         }
         print!("{}", local_agent(cfg, &format!("/v1/trail?limit={limit}")).await?);
-        print!("{}", super::budget::check(cfg, &node).await.render());
-        return Ok(());
+    } else {
+        let coord: &dyn Coordinator = &RedisCoordinator::from_config(&cfg.redis).map_err(failed)?;
+        let keys = Keys::new(&cfg.redis.key_prefix, &node);
+        let entries = coord.read_recent(&keys.trail(), limit).await.map_err(failed)?;
+        print!("{}", crate::trail::render(&node, &entries));
+        print!("{}", gangs_of(coord, cfg, &keys).await?);
     }
-    let coord: Box<dyn Coordinator> =
-        Box::new(RedisCoordinator::from_config(&cfg.redis).map_err(failed)?);
-    let keys = Keys::new(&cfg.redis.key_prefix, &node);
-    let entries = coord.read_recent(&keys.trail(), limit).await.map_err(failed)?;
-    print!("{}", crate::trail::render(&node, &entries));
-    print!("{}", gangs_of(coord.as_ref(), cfg, &keys).await?);
     print!("{}", super::budget::check(cfg, &node).await.render());
     Ok(())
 }

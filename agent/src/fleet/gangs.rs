@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::clock::{human, Millis};
 use crate::coord::{CoordError, Coordinator, Keys};
-use crate::hang::gang_marks::read;
+use crate::hang::gang_marks::{read_state, read_view};
 #[cfg(test)]
 use crate::hang::model_gang::tag;
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
@@ -51,7 +51,8 @@ pub(crate) async fn views(
     let wanted: BTreeMap<String, Option<u32>> = tags.into_iter().map(|t| untag(&t)).collect();
     let mut out = Vec::new();
     for (gang, size) in wanted {
-        let (all, state) = read(coord, &keys, &gang, size).await?;
+        let all = read_view(coord, &keys, &gang, size).await?;
+        let state = read_state(coord, &keys, &gang).await?;
         let members = gp::present(&all, now, t);
         let verdict = gp::verdict(&members, now);
         let (first_stopped, stragglers) = match &verdict {

@@ -7,17 +7,6 @@ use crate::coord::{CoordError, Coordinator, Keys};
 use crate::hang::model_gang::{GangState, Member};
 use crate::hang::policy_gang as gp;
 
-/// A gang's view and state, in two round trips: every shard of its view, then its state keys.
-pub(crate) async fn read(
-    coord: &dyn Coordinator,
-    keys: &Keys,
-    gang: &str,
-    size: Option<u32>,
-) -> Result<(Vec<Member>, GangState), CoordError> {
-    let members = read_view(coord, keys, gang, size).await?;
-    Ok((members, read_state(coord, keys, gang).await?))
-}
-
 /// Every member's entry: every shard of the gang's view (one pipelined round trip).
 pub(crate) async fn read_view(
     coord: &dyn Coordinator,

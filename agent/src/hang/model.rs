@@ -81,10 +81,7 @@ pub(crate) fn ranks(fields: &HashMap<String, String>) -> Option<u32> {
 /// The record field of `rank` for `field`: `state@3` (the field itself without a rank). `@` is
 /// in no worker id or field name, so the rank is read back unambiguously.
 pub(crate) fn rank_field(field: &str, rank: Option<u32>) -> String {
-    match rank {
-        Some(r) => format!("{field}@{r}"),
-        None => field.to_string(),
-    }
+    rank.map_or_else(|| field.to_string(), |r| format!("{field}@{r}"))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -163,10 +163,7 @@ pub(crate) fn member_id(node: &str, worker: &str) -> String {
 
 /// How a node record names a worker's gang: `<id>` or `<id>|<size>` (`|` is in no gang id).
 pub(crate) fn tag(gang: &str, size: Option<u32>) -> String {
-    match size {
-        Some(n) => format!("{gang}|{n}"),
-        None => gang.to_string(),
-    }
+    size.map_or_else(|| gang.to_string(), |n| format!("{gang}|{n}"))
 }
 
 /// A gang incident: the collective stopped. The same timer as a worker's incident
@@ -206,10 +203,8 @@ impl Decision {
         Some(Decision { decided: s.at, incident, only })
     }
     pub(crate) fn encode(&self) -> String {
-        match &self.only {
-            Some(m) => Stamp::new(self.decided, format!("{}|{m}", self.incident)).to_string(),
-            None => Stamp::new(self.decided, &self.incident).to_string(),
-        }
+        let only = self.only.as_ref().map_or_else(String::new, |m| format!("|{m}"));
+        Stamp::new(self.decided, format!("{}{only}", self.incident)).to_string()
     }
 }
 

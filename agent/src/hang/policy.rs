@@ -115,12 +115,10 @@ pub(crate) fn verdict(
     if starting {
         return Verdict::Booting;
     }
-    let Some(status) = status else {
+    // NB: a heartbeat far in the future makes the record invalid: it would look fresh for ever.
+    let Some(status) = status.filter(|s| heartbeat_from_future(s, now).is_none()) else {
         return Verdict::Unreachable;
     };
-    if heartbeat_from_future(status, now).is_some() {
-        return Verdict::Unreachable;
-    }
     match status.state {
         WorkerState::Processing | WorkerState::Other(_) => working(status, marks, node, now, cfg),
         WorkerState::Error => {
@@ -339,17 +337,12 @@ pub(crate) fn silence_unbroken(status: Option<&WorkerStatus>, marks: &Marks) -> 
 
 /// The progress marker follows a fresh, processing record; anything else forgets it.
 fn progress_effect(stale: bool, status: Option<&WorkerStatus>, marks: &Marks) -> Option<Effect> {
-    match status {
-        Some(s) if s.state == WorkerState::Processing && !stale => {
-            match (&s.progress, &marks.progress) {
-                (Some(cur), Some((seen, _))) if cur == seen => None,
-                (Some(cur), _) => Some(Effect::RecordProgress(cur.clone())),
-                (None, Some(_)) => Some(Effect::ClearProgress),
-                (None, None) => None,
-            }
-        }
-        _ if marks.progress.is_some() => Some(Effect::ClearProgress),
-        _ => None,
+    let followed = status.filter(|s| s.state == WorkerState::Processing && !stale);
+    match (followed.and_then(|s| s.progress.as_ref()), &marks.progress) {
+        (Some(cur), Some((seen, _))) if cur == seen => None,
+        (Some(cur), _) => Some(Effect::RecordProgress(cur.clone())),
+        (None, Some(_)) => Some(Effect::ClearProgress),
+        (None, None) => None,
     }
 }
 
@@ -384,15 +377,8 @@ fn timer_end(
 
 /// Episodes to close (the condition ended) and to open (it began), closes first.
 fn episode_effects(v: Verdict, marks: &Marks) -> Vec<Effect> {
-    let wanted = match v {
-        Verdict::Unreachable => Some(Episode::Unreachable),
-        Verdict::Stalled => Some(Episode::Stalled),
-        Verdict::Paused => Some(Episode::Paused),
-        Verdict::Exited => Some(Episode::Exited),
-        Verdict::GpuFailed => Some(Episode::GpuFailed),
-        Verdict::TpuFailed => Some(Episode::TpuFailed),
-        _ => None,
-    };
+    // Each alert-only condition's episode is named as its verdict (`unreachable`, `gpu-failed`…).
+    let wanted = Episode::ALL.iter().copied().find(|e| e.as_str() == v.as_str());
     let open = |e: &Episode| marks.episodes.contains(e);
     let closes = Episode::ALL
         .iter()

@@ -28,10 +28,8 @@ fn step_of(marker: &str) -> Option<u64> {
         }
         _ => m,
     };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    // NB: digits only (`parse` alone would take `+5`); none at all parses to nothing.
+    digits.bytes().all(|b| b.is_ascii_digit()).then(|| digits.parse().ok()).flatten()
 }
 
 /// One beat a run of restarts is judged by: a worker's record, or one member's entry in its

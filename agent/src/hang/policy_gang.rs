@@ -28,7 +28,7 @@ pub(crate) struct Timing {
     /// An entry this old is no member any more (its pod moved, its agent is long gone).
     pub(crate) gone_after: Millis,
     pub(crate) restart_delay: Millis,
-    /// `policy.confirm_after`: the fixed rule's confirming look, for [`restart_due`]'s guard.
+    /// `policy.confirm_after`: the fixed rule's confirming look, for [`due_on`]'s guard.
     pub(crate) confirm_after: Millis,
     pub(crate) cooldown: Millis,
     pub(crate) escalate_after: Millis,
@@ -195,18 +195,13 @@ pub(crate) fn due_on(
     from.filter(|from| now - from >= t.restart_delay).map(|_| Basis::Fixed)
 }
 
-/// Whether the hung gang's restart is due ([`due_on`]).
-pub(crate) fn restart_due(started: Millis, members: &[Member], now: Millis, t: &Timing) -> bool {
-    due_on(started, members, now, t).is_some()
-}
-
 /// Whether the gang may be decided now, on the fresh view its decision reads under the gang's
 /// lock: hung, and its restart due. NB: a decision planned on learned evidence stands on every
 /// member's entry as written now (a member whose agent lost its rule since leaves the gang to
 /// the fixed rule).
 pub(crate) fn decidable(started: Millis, members: &[Member], now: Millis, t: &Timing) -> bool {
     matches!(verdict(members, now), GangVerdict::Hung { .. })
-        && restart_due(started, members, now, t)
+        && due_on(started, members, now, t).is_some()
 }
 
 /// The earliest moment a member stopped by the fixed rule: an errored one (its error persisted
@@ -230,18 +225,6 @@ pub(crate) fn first_stopped(members: &[Member], now: Millis) -> Option<&Member> 
         .iter()
         .filter(|m| !moving(m, now))
         .min_by_key(|m| (m.heartbeat.unwrap_or(Millis::MIN), m.id()))
-}
-
-/// The member's container ran when the decision was taken: a controller's next incarnation (a
-/// new pod of the same worker on the same node, its record still the old one's) is never
-/// stopped on the last one's decision. A start the runtime does not say counts as before for a
-/// decision of every member (the runtimes that do not say restart in place), and as unknown —
-/// not carried out — for a decision of one member for all.
-fn started_before(own: &Member, d: &Decision) -> bool {
-    match d.only {
-        Some(_) => own.started.is_some_and(|st| st <= d.decided),
-        None => own.started.is_none_or(|st| st <= d.decided),
-    }
 }
 
 /// When one member's restart restarts every member (its pod's controllers: a JobSet that
@@ -285,14 +268,12 @@ pub(crate) fn blockers(
     t: &Timing,
 ) -> Vec<String> {
     let mut why = Vec::new();
-    if let Some(n) = size {
-        let have = members.len() as u32;
-        if have < n {
-            why.push(format!(
-                "{} of {n} members missing (only {have} report; a missing member is never guessed)",
-                n - have
-            ));
-        }
+    let have = members.len() as u32;
+    if let Some(n) = size.filter(|n| have < *n) {
+        why.push(format!(
+            "{} of {n} members missing (only {have} report; a missing member is never guessed)",
+            n - have
+        ));
     }
     // NB: one decision key for agents in both modes would restart for real on an observing
     // agent's decision (no unit taken), or leave the observing agents' members out.
@@ -429,7 +410,7 @@ pub(crate) struct Rules {
 
 /// The stage of the gang's incident in the life of a hang (`crate::hang::policy_life`), from the
 /// gang's shared state and its present members: `confirmed` while the incident waits, `due` once
-/// its restart is ([`restart_due`]), `restarting` while its decision stands (the members restart
+/// its restart is ([`due_on`]), `restarting` while its decision stands (the members restart
 /// over several cycles), `escalated` once that decision is `escalate_after` old and no member
 /// progresses, `recovered` after a restart while the next incident would be "again".
 ///
@@ -437,10 +418,7 @@ pub(crate) struct Rules {
 /// agent calls them hung) while the gang may still be stuck.
 pub(crate) fn stage(state: &GangState, members: &[Member], now: Millis, t: &Timing) -> Stage {
     let Some(inc) = &state.incident else {
-        return match again(state, now, t) {
-            Some(_) => Stage::Recovered,
-            None => Stage::Quiet,
-        };
+        return if again(state, now, t).is_some() { Stage::Recovered } else { Stage::Quiet };
     };
     match state.current_decision() {
         Some(d)
@@ -450,7 +428,7 @@ pub(crate) fn stage(state: &GangState, members: &[Member], now: Millis, t: &Timi
             Stage::Escalated
         }
         Some(_) => Stage::Restarting,
-        None if restart_due(inc.started, members, now, t) => Stage::Due,
+        None if due_on(inc.started, members, now, t).is_some() => Stage::Due,
         None => Stage::Confirmed,
     }
 }
@@ -536,9 +514,13 @@ pub(crate) fn executable(d: &Decision, own: &Member, now: Millis, t: &Timing) ->
     // new incarnation never beat is booting until its cooldown ends, and must not then read as
     // still owed the same decision's restart (review: a second restart, alone).
     // NB: a decision of one member for all (its controller restarts the rest) is that
-    // member's alone: the others' pods are its controller's to recreate.
+    // member's alone: the others' pods are its controller's to recreate. And only while its
+    // container ran when the decision was taken: a controller's next incarnation (a new pod of
+    // the same worker on the same node, its record still the old one's) is never stopped on the
+    // last one's decision; a start the runtime does not say is unknown, not carried out.
+    let ran_then = own.started.is_some_and(|st| st <= d.decided);
     now - d.decided < t.cooldown
-        && d.only.as_ref().is_none_or(|m| *m == own.id() && started_before(own, d))
+        && d.only.as_ref().is_none_or(|m| *m == own.id() && ran_then)
         && own.verdict != Verdict::Booting
         && !moving(own, now)
         && own.heartbeat.is_none_or(|hb| hb < d.decided)

@@ -1,4 +1,4 @@
-//! The gang's learned evidence (`learned_stop`, `restart_due`): a restart on it only when every
+//! The gang's learned evidence (`learned_stop`, `due_on`): a restart on it only when every
 //! member's agent holds a learned rule and every member is silent past it, for the longest of
 //! their waits; anything short of that is the fixed rule, never sooner than it.
 
@@ -8,6 +8,11 @@ use crate::hang::model_gang::Decision;
 use crate::hang::model_rhythm::Learned;
 
 const S: Millis = 1_000;
+
+/// Whether the hung gang's restart is due, on whatever basis ([`due_on`]).
+fn restart_due(started: Millis, members: &[Member], now: Millis, t: &Timing) -> bool {
+    due_on(started, members, now, t).is_some()
+}
 
 /// A member of node `n` its agent calls `verdict`, last beat at `hb`, allowed the fixed 120 s,
 /// and — with `wait` — a learned rule of a 6 s silence and that wait.

@@ -39,22 +39,16 @@ pub(crate) fn membership(
     labels: Option<&PodGang>,
     namespace: Option<&str>,
 ) -> Membership {
-    let mut notes = Vec::new();
     if let Some(l) = labels.filter(|l| valid_gang_id(&l.id)) {
-        if let Some(r) = record {
-            notes = overruled(r, l, namespace);
-        }
-        return Membership {
-            gang: Some(Gang { id: l.id.clone(), size: l.size }),
-            notes,
-            unusable: None,
-        };
+        let gang = Some(Gang { id: l.id.clone(), size: l.size });
+        let notes = record.map(|r| overruled(r, l, namespace)).unwrap_or_default();
+        return Membership { gang, notes, unusable: None };
     }
     let Some(r) = record else {
         return Membership::default();
     };
     let Some(ns) = namespace else {
-        return Membership { gang: Some(r.clone()), notes, unusable: None };
+        return Membership { gang: Some(r.clone()), ..Membership::default() };
     };
     let id = scoped(ns, &r.id);
     if !valid_gang_id(&id) {
@@ -63,8 +57,9 @@ pub(crate) fn membership(
             r.id,
             id.len()
         );
-        return Membership { gang: None, notes, unusable: Some(why) };
+        return Membership { unusable: Some(why), ..Membership::default() };
     }
+    let mut notes = Vec::new();
     if id != r.id {
         notes.push(format!(
             "gang {:?} is of namespace {ns}: the agent knows it as {id} (a record names only a gang of its own namespace)",

@@ -163,7 +163,13 @@ impl Pace {
 
     /// Fold one look in (`None`: no heartbeat or no step: nothing to measure).
     pub(crate) fn observe(&mut self, look: Option<Look>, cfg: &PaceConfig) {
-        let Some(l) = look else {
+        let Some(l) = look.filter(|l| !l.held) else {
+            // NB: a held window is no sample and ends no run: the measure starts again at the
+            // first look after it (a checkpoint in the middle of a slow run pauses it). What
+            // the open window measured before it counts when it is half a window or more.
+            if look.is_some() {
+                self.close_before_hold(cfg);
+            }
             self.anchor = None;
             self.last = None;
             self.rate = None;
@@ -178,16 +184,6 @@ impl Pace {
             p.slow_windows = 0;
             p.rate = None;
         };
-        if l.held {
-            // NB: a held window is no sample and ends no run: the measure starts again at the
-            // first look after it (a checkpoint in the middle of a slow run pauses it). What
-            // the open window measured before it counts when it is half a window or more.
-            self.close_before_hold(cfg);
-            self.anchor = None;
-            self.last = None;
-            self.rate = None;
-            return;
-        }
         let Some((hb0, step0)) = self.anchor else {
             self.anchor = Some((l.hb, l.step));
             return;

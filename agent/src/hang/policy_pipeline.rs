@@ -178,14 +178,11 @@ fn next_worker(step: Step, seen: Seen, dry_run: bool) -> Next {
             }
         };
     }
-    if step == Step::Verify {
-        // After the command nothing is given back, whatever it did: it ran.
-        return Next::Stop(Undo::default());
-    }
     Next::Stop(undo(step, seen))
 }
 
-/// What a pass that stops at `step` gives back.
+/// What a pass that stops at `step` gives back: nothing from `Command` on, whatever the command
+/// did (it ran).
 fn undo(step: Step, seen: Seen) -> Undo {
     // The restart alert went out at `Logs`; a refusal after it releases it, unless revalidation
     // closed the incident (it recovered, or another instance restarted the worker: the incident

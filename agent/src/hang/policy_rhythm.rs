@@ -108,16 +108,10 @@ impl Rhythm {
     /// samples of an incarnation only count towards its settling (a compile, a warm-up: judged
     /// by the fixed rule, and not the job's rhythm); the later ones are learned.
     pub(crate) fn observe(&mut self, status: Option<&WorkerStatus>, now: Millis, settle: u32) {
-        let Some(s) = status else {
-            self.open = None;
-            return;
-        };
-        if s.grace.is_some_and(|g| g > 0) {
-            // A busy phase: its silence is announced, not the worker's rhythm (never a sample).
-            self.open = None;
-            return;
-        }
-        let Some(hb) = s.heartbeat else {
+        // NB: a busy phase (a grace): its silence is announced, not the worker's rhythm (never a
+        // sample). Nor is anything with no record or no heartbeat.
+        let unannounced = status.filter(|s| s.grace.is_none_or(|g| g <= 0));
+        let Some((s, hb)) = unannounced.and_then(|s| Some((s, s.heartbeat?))) else {
             self.open = None;
             return;
         };
@@ -296,7 +290,7 @@ pub(crate) fn learned_rule(
 }
 
 /// The policy a worker's own restart is judged by: `base` (the fixed rule), or its
-/// [`learned_rule`]. A gang member's restart is its gang's decision (`policy_gang::restart_due`:
+/// [`learned_rule`]. A gang member's restart is its gang's decision (`policy_gang::due_on`:
 /// on learned evidence only when every member's agent holds a learned rule): judged alone (a
 /// straggler's), it keeps the fixed rule.
 pub(crate) fn restart_policy<'a>(

@@ -222,6 +222,23 @@ fn episodes_open_once_and_close_when_the_condition_ends() {
     let r = rec("processing", S);
     let p = plan(Verdict::Healthy, Some(&r), &open, NOW, &cfg());
     assert!(p.contains(&Effect::CloseEpisode(Episode::Unreachable)));
+    // Each alert-only condition opens its own episode; no other verdict opens one.
+    let own = [
+        (Verdict::Unreachable, Episode::Unreachable),
+        (Verdict::Stalled, Episode::Stalled),
+        (Verdict::Paused, Episode::Paused),
+        (Verdict::Exited, Episode::Exited),
+        (Verdict::GpuFailed, Episode::GpuFailed),
+        (Verdict::TpuFailed, Episode::TpuFailed),
+    ];
+    for v in Verdict::ALL.iter().copied() {
+        let want = own.iter().find(|(w, _)| *w == v).map(|(_, e)| Effect::OpenEpisode(*e));
+        assert_eq!(
+            episode_effects(v, &Marks::default()),
+            want.into_iter().collect::<Vec<_>>(),
+            "{v:?}"
+        );
+    }
 }
 
 #[test]

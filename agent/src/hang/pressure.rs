@@ -58,10 +58,8 @@ impl HostPressure {
         let psi =
             [("pressure/cpu", "CPU", CPU_PRESSURE), ("pressure/memory", "memory", MEMORY_PRESSURE)];
         for (file, what, line) in psi {
-            if let Some(v) = read(file).and_then(|t| psi_some_avg60(&t)) {
-                if v >= line {
-                    out.push(format!("host {what} pressure {v:.0} % (PSI some avg60)"));
-                }
+            if let Some(v) = read(file).and_then(|t| psi_some_avg60(&t)).filter(|v| *v >= line) {
+                out.push(format!("host {what} pressure {v:.0} % (PSI some avg60)"));
             }
         }
         match read("stat").and_then(|t| cpu_times(&t)) {

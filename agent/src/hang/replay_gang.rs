@@ -1,6 +1,6 @@
 //! A gang's step-time traces replayed through the real gang verdict (pure, simulated time): how
 //! soon a collective's hang is restarted, and whether a healthy collective ever is, under the
-//! fixed rule and on learned evidence (`crate::hang::policy_gang::restart_due`). The benchmark
+//! fixed rule and on learned evidence (`crate::hang::policy_gang::due_on`). The benchmark
 //! `scripts/bench-rhythm.sh` prints the figures (a gang of 64); the tests below hold the goal.
 //!
 //! The collective is one trace (`crate::hang::replay::trace`): in a collective every rank steps

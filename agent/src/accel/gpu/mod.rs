@@ -3,7 +3,7 @@
 //! (what each XID calls for), `policy_episode` (a run of one XID is one episode), `policy_slow` (what slows a job on a
 //! GPU: fail-slow's evidence), `policy_state`
 //! (failed GPUs kept across agent restarts, the pure part), `policy_kubelet` (a GPU the
-//! kubelet reports `Unhealthy` is failed); `kubelet` (reads that from the node's pods); `nvml` (the NVML adapter; `nvml_fields` a GPU's fields, each `None` where it cannot be read, and its speed readings), `monitor` (the monitor thread),
+//! kubelet reports `Unhealthy` is failed); `kubelet` (reads that from the node's pods); `nvml` (the NVML adapter: a GPU's fields, each `None` where it cannot be read, and its speed readings), `monitor` (the monitor thread),
 //! `start` (waiting for a driver that arrives late), `state` (the state file on disk), `tracked`
 //! (how the tracker publishes the report: alert, trail code, metric series).
 
@@ -11,7 +11,6 @@ pub mod kubelet;
 pub mod model;
 pub mod monitor;
 pub mod nvml;
-pub(crate) mod nvml_fields;
 pub mod policy;
 pub(crate) mod policy_episode;
 pub mod policy_kubelet;

@@ -282,9 +282,6 @@ pub enum GpuMonitorState {
     NvmlHung,
 }
 
-impl GpuMonitorState {
-    pub const ALL: &'static [GpuMonitorState] = <GpuMonitorState as strum::VariantArray>::VARIANTS;
-}
 as_str!(pub GpuMonitorState);
 
 /// A GPU must be absent from this many samples in a row to count as gone: one read that fails

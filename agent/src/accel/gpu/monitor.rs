@@ -103,8 +103,9 @@ struct Keeper {
 }
 
 impl Keeper {
-    /// Read the file: the report to start from (failures of this boot, clearings by a reboot).
-    fn open(store: StateStore, cfg: &GpuConfig) -> (Option<Keeper>, GpuReport) {
+    /// Read the file: the report to start from, not judged yet (failures of this boot,
+    /// clearings by a reboot).
+    fn open(store: StateStore) -> (Keeper, GpuReport) {
         let restored = store.load();
         if let Some(w) = &restored.warning {
             tracing::warn!("{w}");
@@ -117,8 +118,7 @@ impl Keeper {
         }
         let seed =
             GpuReport { gpus: restored.gpus, cleared: restored.cleared, ..GpuReport::default() };
-        let keeper = Keeper { store, last: None, last_at: 0, errors: Throttled::default() };
-        (Some(keeper), rejudge(&seed, cfg))
+        (Keeper { store, last: None, last_at: 0, errors: Throttled::default() }, seed)
     }
 
     /// Write the failed GPUs of `report` when they changed (a failed write is retried with the
@@ -167,7 +167,7 @@ pub(crate) fn run_monitor(
         if let Err(e) = &watchdog {
             tracing::warn!(error = %e, "cannot start the NVML watchdog thread; a wedged driver would go unreported");
         }
-        monitor_loop(probe, cfg, store, tx, stop, &calls, kubelet);
+        monitor_loop(probe, Verdict::start(store, kubelet, cfg, tx), stop, &calls);
         calls.lock().done = true;
     });
     tracing::debug!("GPU monitor stopped");
@@ -257,19 +257,30 @@ struct Verdict<'a> {
 }
 
 impl<'a> Verdict<'a> {
-    /// The first verdict: the failures kept across restarts (with a state file), rejudged.
+    /// The first verdict, published: the failures kept across restarts (with a state file),
+    /// rejudged.
     fn start(
         store: Option<StateStore>,
         kubelet: Option<Kubelet>,
         cfg: &'a GpuConfig,
         tx: &'a watch::Sender<GpuReport>,
     ) -> Self {
-        let (keeper, report) = match store {
-            Some(store) => Keeper::open(store, cfg),
-            None => (None, rejudge(&GpuReport::default(), cfg)),
-        };
+        let (keeper, seed) = store.map(Keeper::open).unzip();
+        let report = rejudge(&seed.unwrap_or_default(), cfg);
+        tx.send_replace(report.clone());
         let cleared_seen = report.cleared.last().map_or(0, |c: &GpuCleared| c.seq);
         Verdict { report, keeper, cleared_seen, begun_seen: 0, heard: Vec::new(), kubelet, cfg, tx }
+    }
+
+    /// Take `report` as the verdict: the failures kept, and published (`always`: even when it
+    /// is the same).
+    fn set(&mut self, report: GpuReport, always: bool) {
+        self.report = report;
+        if let Some(k) = self.keeper.as_mut() {
+            k.keep(&self.report, clock_ms());
+        }
+        let next = self.report.clone();
+        self.tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur || always);
     }
 
     /// Fold observations in, log the episodes begun and ended and the failures cleared, keep
@@ -281,16 +292,7 @@ impl<'a> Verdict<'a> {
         for c in new_cleared(&next, &mut self.cleared_seen) {
             tracing::info!(gpu = %c.gpu, causes = %c.causes.join("; "), "GPU failure cleared: {}", c.why);
         }
-        self.report = next;
-        if let Some(k) = self.keeper.as_mut() {
-            k.keep(&self.report, clock_ms());
-        }
-        if xids.is_empty() {
-            self.tx.send_replace(self.report.clone());
-            return;
-        }
-        let next = self.report.clone();
-        self.tx.send_if_modified(|cur| std::mem::replace(cur, next) != *cur);
+        self.set(next, xids.is_empty());
     }
 
     /// Hear the kubelet's reports when they changed (read between waits, each at most
@@ -308,26 +310,18 @@ impl<'a> Verdict<'a> {
         if new.is_empty() || !self.report.monitoring() {
             return;
         }
-        self.report = hear(&self.report, &new, self.cfg);
-        if let Some(k) = self.keeper.as_mut() {
-            k.keep(&self.report, clock_ms());
-        }
-        self.tx.send_replace(self.report.clone());
+        self.set(hear(&self.report, &new, self.cfg), true);
     }
 }
 
 /// The monitor loop proper (blocking), its NVML calls under the watchdog's eye.
 fn monitor_loop(
     mut probe: Box<dyn GpuProbe>,
-    cfg: &GpuConfig,
-    store: Option<StateStore>,
-    tx: &watch::Sender<GpuReport>,
+    mut v: Verdict<'_>,
     stop: &CancellationToken,
     calls: &Calls,
-    kubelet: Option<Kubelet>,
 ) {
-    let mut v = Verdict::start(store, kubelet, cfg, tx);
-    tx.send_replace(v.report.clone());
+    let (cfg, tx) = (v.cfg, v.tx);
     let mut samples: Vec<GpuSample> = Vec::new();
     let mut sample_errors = Throttled::default();
     let mut xid_errors = Throttled::default();

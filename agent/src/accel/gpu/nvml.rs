@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
-    EccCounter, MemoryError, RetirementCause, TemperatureSensor,
+    Clock, EccCounter, MemoryError, RetirementCause, TemperatureSensor,
 };
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::{nvml_try, NvmlError};
@@ -41,7 +42,6 @@ use nvml_wrapper::{Device, EventSet, Nvml};
 use nvml_wrapper_sys::bindings::NvmlLib;
 
 use crate::accel::gpu::model::{GpuSample, RecoveryAction, RemappedRows, XidEvent};
-use crate::accel::gpu::nvml_fields::{field, fill_speed};
 use crate::accel::{names, numbered};
 
 /// Why GPU monitoring is off (said once at start-up).
@@ -168,6 +168,8 @@ pub struct NvmlProbe {
     remap: Option<RemapReader>,
 }
 
+// NB: for the suites' `unwrap_err`.
+#[cfg(any(test, feature = "bench"))]
 impl std::fmt::Debug for NvmlProbe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmlProbe")
@@ -186,14 +188,12 @@ impl NvmlProbe {
         let count = nvml.device_count().map_err(init_error)?;
         let candidates: Vec<u32> = (0..count)
             .filter(|&i| {
-                let supported = nvml.device_by_index(i).and_then(|d| d.supported_event_types());
-                match supported {
-                    Ok(t) => t.contains(EventTypes::CRITICAL_XID_ERROR),
-                    Err(e) => {
-                        tracing::debug!(gpu = i, error = %e, "no XID events from this GPU");
-                        false
-                    }
-                }
+                nvml.device_by_index(i)
+                    .and_then(|d| d.supported_event_types())
+                    .inspect_err(
+                        |e| tracing::debug!(gpu = i, error = %e, "no XID events from this GPU"),
+                    )
+                    .is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR))
             })
             .collect();
         let (events, xid_gpus) = event_set(nvml, candidates);
@@ -231,7 +231,7 @@ impl NvmlProbe {
         let memory = field(index, "memory", d.memory_info());
         let retired = |cause| d.retired_pages(cause).map(|p| p.len() as u64);
         let unc = MemoryError::Uncorrected;
-        let mut sample = GpuSample {
+        Some(GpuSample {
             index,
             uuid,
             minor_number: field(index, "minor_number", d.minor_number()),
@@ -274,11 +274,37 @@ impl NvmlProbe {
             recovery_action: recovery_action(index, d),
             energy_mj: field(index, "energy", d.total_energy_consumption()),
             persistence_mode: field(index, "persistence_mode", d.is_in_persistent_mode()),
-            ..GpuSample::default()
-        };
-        fill_speed(index, d, &mut sample);
-        Some(sample)
+            // The speed (issue 45, fail-slow; judged in `crate::accel::gpu::policy_slow`).
+            pcie_replays: field(index, "pcie_replays", d.pcie_replay_counter()).map(u64::from),
+            nvlink_errors: nvlink_errors(index, d),
+            sm_clock_mhz: field(index, "sm_clock", d.clock_info(Clock::SM)),
+            sm_clock_max_mhz: field(index, "sm_clock_max", d.max_clock_info(Clock::SM)),
+        })
     }
+}
+
+/// `NVML_NVLINK_MAX_LINKS` of the NVML headers (18 on Hopper).
+const MAX_LINKS: u32 = 18;
+
+/// A field that cannot be read is `None`, never a failed sample (ECC off, no sensor, old GPU,
+/// no NVLink, an older driver, a MIG parent without the privilege).
+fn field<T>(index: u32, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
+    r.map_err(|e| tracing::debug!(gpu = index, field = what, error = %e, "GPU field not read")).ok()
+}
+
+/// The four data-link error counters summed over the GPU's active NVLinks; `None` when no link
+/// is active (no NVLink) or none could be read.
+fn nvlink_errors(index: u32, d: &Device<'_>) -> Option<u64> {
+    use ErrorCounter::{DlCrcData, DlCrcFlit, DlRecovery, DlReplay};
+    (0..MAX_LINKS)
+        .map(|link| d.link_wrapper_for(link))
+        .filter(|l| field(index, "nvlink_active", l.is_active()) == Some(true))
+        .flat_map(|l| {
+            [DlReplay, DlRecovery, DlCrcFlit, DlCrcData]
+                .map(|c| field(index, "nvlink_errors", l.error_counter(c)))
+        })
+        .flatten()
+        .reduce(u64::saturating_add)
 }
 
 /// The driver's recovery action for `d`, `None` where the driver does not report one.
@@ -364,16 +390,11 @@ impl GpuProbe for NvmlProbe {
             }
             let wait_ms = left.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
             match set.wait(wait_ms) {
+                Ok(ev) if !ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) => {}
                 Ok(ev) => {
-                    if !ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+                    let Some(XidError::Value(xid)) = ev.event_data else {
+                        tracing::debug!("critical XID event without an XID value");
                         continue;
-                    }
-                    let xid = match ev.event_data {
-                        Some(XidError::Value(x)) => x,
-                        Some(XidError::Unknown) | None => {
-                            tracing::debug!("critical XID event without an XID value");
-                            continue;
-                        }
                     };
                     let index = ev.device.index().unwrap_or(u32::MAX);
                     let uuid = ev.device.uuid().unwrap_or_default();

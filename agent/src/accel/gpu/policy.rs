@@ -82,11 +82,8 @@ pub(crate) fn update(
         (g.health, g.reasons) = judge(g, &overrides);
     }
     gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
-    let mut report = report_of(gpus, cleared);
     episodes.begun.drain(..episodes.begun.len().saturating_sub(MAX_BEGUN));
-    report.begun = episodes.begun;
-    report.episode_seq = episodes.seq;
-    report
+    GpuReport { begun: episodes.begun, episode_seq: episodes.seq, ..report_of(gpus, cleared) }
 }
 
 /// The episodes' numbering and the latest begun, carried from report to report.
@@ -141,15 +138,16 @@ pub(crate) fn clear(g: &mut GpuStatus, why: String, cleared: &mut Vec<GpuCleared
     let Some(f) = g.failure.take() else {
         return;
     };
-    let mut causes = f.causes;
-    if f.lost {
-        causes.push(LOST.to_string());
-    }
     let seq = cleared.last().map_or(1, |c| c.seq + 1);
-    cleared.push(GpuCleared { seq, gpu: label(g.index, &g.uuid), why, causes });
+    cleared.push(GpuCleared { seq, gpu: label(g.index, &g.uuid), why, causes: all_causes(&f) });
 }
 
 const LOST: &str = "no longer visible to NVML (fell off the bus?)";
+
+/// A failure's causes, its loss among them.
+fn all_causes(f: &Failure) -> Vec<String> {
+    f.causes.iter().cloned().chain(f.lost.then(|| LOST.to_string())).collect()
+}
 
 /// Every sampled GPU with its history, then the GPUs the sample no longer shows (missing only
 /// after `MISSING_ROUNDS` samples in a row). A GPU lost and listed again has its loss cleared.
@@ -202,16 +200,13 @@ fn fold_xids(
     episodes: &mut Episodes<'_>,
 ) {
     for x in xids {
-        let pos = match gpus.iter().position(|g| same(g, x.index, &x.uuid)) {
-            Some(pos) => pos,
-            None => {
-                // NB: an XID from a GPU no sample has shown yet (it could not be read): keep it
-                // under its own entry rather than drop hardware evidence. Not "missing": it was
-                // never seen by a sample.
-                gpus.push(GpuStatus::known(x.index, x.uuid.clone()));
-                gpus.len() - 1
-            }
-        };
+        let pos = gpus.iter().position(|g| same(g, x.index, &x.uuid)).unwrap_or_else(|| {
+            // NB: an XID from a GPU no sample has shown yet (it could not be read): keep it
+            // under its own entry rather than drop hardware evidence. Not "missing": it was
+            // never seen by a sample.
+            gpus.push(GpuStatus::known(x.index, x.uuid.clone()));
+            gpus.len() - 1
+        });
         let g = &mut gpus[pos];
         *g.xid_counts.entry(x.xid).or_insert(0) += 1;
         g.recent_xids.push((x.xid, now_ms));
@@ -331,14 +326,8 @@ fn judge(g: &GpuStatus, overrides: &BTreeMap<u64, XidAction>) -> (GpuHealth, Vec
     };
     if let Some(f) = &g.failure {
         let kept = if f.kept { " (kept from before the agent restarted)" } else { "" };
-        let mut causes = f.causes.clone();
-        if f.lost {
-            causes.push(LOST.into());
-        }
-        flag(
-            GpuHealth::Failed,
-            format!("{who}: {}; {}{kept}", causes.join(", "), f.action.advice()),
-        );
+        let (causes, advice) = (all_causes(f).join(", "), f.action.advice());
+        flag(GpuHealth::Failed, format!("{who}: {causes}; {advice}{kept}"));
     }
     // Unknown XIDs degrade only during an episode that reached `gpu.xid_threshold`: one odd
     // XID a day ago is not a standing verdict.

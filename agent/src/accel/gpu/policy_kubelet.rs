@@ -31,21 +31,17 @@ pub fn new_reports(before: &[KubeletReport], now: &[KubeletReport]) -> Vec<Kubel
 /// `report` with each GPU that one of `new` names failed, the cause saying which pod's status
 /// says so. A report naming a GPU NVML does not list is left out (never a guessed GPU).
 pub fn hear(report: &GpuReport, new: &[KubeletReport], cfg: &GpuConfig) -> GpuReport {
-    if new.is_empty() {
-        return report.clone();
-    }
     let mut next = report.clone();
     for g in &mut next.gpus {
-        let causes: Vec<String> = new
-            .iter()
-            .filter(|r| selects(g, &r.device))
-            .map(|r| format!(
-                "the kubelet reports it Unhealthy to pod {} (container {}, {}: the device plugin's health check, allocatedResourcesStatus)",
-                r.pod, r.container, r.resource
-            ))
-            .collect();
-        for cause in causes {
-            add_cause(g, XidAction::ResetGpu, cause);
+        // NB: not a filter: the GPU is read to match a report, then written.
+        for r in new {
+            if selects(g, &r.device) {
+                let cause = format!(
+                    "the kubelet reports it Unhealthy to pod {} (container {}, {}: the device plugin's health check, allocatedResourcesStatus)",
+                    r.pod, r.container, r.resource
+                );
+                add_cause(g, XidAction::ResetGpu, cause);
+            }
         }
     }
     rejudge(&next, cfg)

@@ -35,12 +35,9 @@ pub(crate) fn follow_rises(g: &mut GpuStatus, prev: Option<&GpuSample>, now_ms: 
         ("corrected ECC errors", p.ecc_volatile_corrected, s.ecc_volatile_corrected),
     ];
     for (what, before, after) in counters {
-        let (Some(b), Some(a)) = (before, after) else {
+        let Some((b, a)) = before.zip(after).filter(|(b, a)| a > b) else {
             continue;
         };
-        if a <= b {
-            continue;
-        }
         match g.rises.iter_mut().find(|r| r.what == what) {
             Some(r) => {
                 r.by += a - b;

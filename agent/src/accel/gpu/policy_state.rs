@@ -140,11 +140,9 @@ fn from_file(f: StateFile, boot_id: &str) -> Restored {
     let mut out = Restored::default();
     for k in f.gpus {
         let mut g = GpuStatus::known(k.index, k.uuid);
-        let mut causes = k.causes.clone();
-        if k.lost {
-            causes.push("no longer visible to NVML".into());
-        }
         if rebooted {
+            let mut causes = k.causes;
+            causes.extend(k.lost.then(|| "no longer visible to NVML".to_string()));
             let seq = out.cleared.last().map_or(1, |c| c.seq + 1);
             out.cleared.push(GpuCleared {
                 seq,

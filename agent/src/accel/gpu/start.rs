@@ -77,23 +77,19 @@ impl WaitLog {
     pub(crate) fn failed(&mut self, now: Instant, e: &GpuError) -> Option<String> {
         self.attempts += 1;
         let started = *self.started.get_or_insert(now);
-        match self.last {
-            None => {
-                self.last = Some(now);
-                Some(format!(
-                    "this node has NVIDIA GPUs but NVML does not load yet ({e}); waiting for the driver, trying again with backoff"
-                ))
-            }
-            Some(t) if now.duration_since(t) >= self.every => {
-                self.last = Some(now);
-                Some(format!(
-                    "still waiting for the NVIDIA driver after {} ({} attempts): {e}",
-                    human(ms(now.duration_since(started))),
-                    self.attempts
-                ))
-            }
-            Some(_) => None,
-        }
+        let line = match self.last {
+            None => format!(
+                "this node has NVIDIA GPUs but NVML does not load yet ({e}); waiting for the driver, trying again with backoff"
+            ),
+            Some(t) if now.duration_since(t) >= self.every => format!(
+                "still waiting for the NVIDIA driver after {} ({} attempts): {e}",
+                human(ms(now.duration_since(started))),
+                self.attempts
+            ),
+            Some(_) => return None,
+        };
+        self.last = Some(now);
+        Some(line)
     }
 
     /// NVML loaded at `now`: the line to log (`None` when it loaded at the first attempt).
@@ -177,28 +173,22 @@ pub async fn start_with(
         let Some(probe) = wait else {
             return;
         };
-        if let Some(w) = &opts.warnings {
-            w.set(WARNING_SOURCE, None);
-        }
+        readyz(&opts.warnings, None);
         let store = (!cfg.state_file.is_empty())
             .then(|| StateStore::new(&cfg.state_file, &opts.boot_id_path));
         tracing::info!("GPU monitoring on");
         run_monitor(probe, &cfg, store, &tx, &stop, opts.kubelet);
     });
-    match spawned {
-        Ok(thread) => Some(thread),
-        Err(e) => {
-            // NB: never a panic: the restart path and the Node go on without GPU health, and
-            // `/readyz` and the log say why (the thread's channel is gone with its closure, so
-            // the GPU report stays where it was: monitoring not on).
+    // NB: never a panic: the restart path and the Node go on without GPU health, and `/readyz`
+    // and the log say why (the thread's channel is gone with its closure, so the GPU report
+    // stays where it was: monitoring not on).
+    spawned
+        .inspect_err(|e| {
             let why = format!("GPU monitoring off: the OS refused a thread for the GPU monitor ({e}); GPU health is not watched until the agent restarts (is the container at its pids limit?)");
             tracing::error!("{why}");
-            if let Some(w) = &warnings {
-                w.set(WARNING_SOURCE, Some(why));
-            }
-            None
-        }
-    }
+            readyz(&warnings, Some(why));
+        })
+        .ok()
 }
 
 /// No GPU on the node: said once (`said`), published, and no `/readyz` warning.
@@ -211,8 +201,13 @@ fn no_gpu(tx: &watch::Sender<GpuReport>, opts: &StartOptions, said: &mut bool) {
         *said = true;
     }
     publish(tx, GpuMonitorState::NoGpu);
-    if let Some(w) = &opts.warnings {
-        w.set(WARNING_SOURCE, None);
+    readyz(&opts.warnings, None);
+}
+
+/// Say `why` the GPUs are not watched on `/readyz`, or (`None`) that nothing stands in the way.
+fn readyz(warnings: &Option<Warnings>, why: Option<String>) {
+    if let Some(w) = warnings {
+        w.set(WARNING_SOURCE, why);
     }
 }
 
@@ -257,14 +252,10 @@ fn wait_for_nvml(
             }
             Err(e) => {
                 publish(tx, GpuMonitorState::WaitingForDriver);
-                if let Some(w) = &opts.warnings {
-                    w.set(
-                        WARNING_SOURCE,
-                        Some(format!(
-                            "waiting for the NVIDIA driver ({e}); restarts work, GPU verdicts start when it loads"
-                        )),
-                    );
-                }
+                let why = format!(
+                    "waiting for the NVIDIA driver ({e}); restarts work, GPU verdicts start when it loads"
+                );
+                readyz(&opts.warnings, Some(why));
                 if let Some(line) = log.failed(Instant::now(), &e) {
                     if cfg.enabled == Switch::On {
                         tracing::warn!("{line}");

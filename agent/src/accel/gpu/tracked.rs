@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample, GpuStatus};
+use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample};
 use crate::accel::tracker::Tracked;
 use crate::alerts::AlertKind;
 use crate::metrics::gpu::{
@@ -22,12 +22,37 @@ impl Tracked for GpuReport {
     const TRAIL: Code = Code::GpuHealth;
     const ADVICE: &'static str =
         "a restart cannot fix hardware: drain the node and have the GPU checked";
+    /// Export one GPU report: gauges set from the latest samples, the XID counter advanced by
+    /// the occurrences since the last report (`seen` remembers what was already counted).
     fn record(&self, metrics: &Metrics, seen: &mut GpuMetricsState) {
-        record(&metrics.gpu, self, seen);
+        let m = &metrics.gpu;
+        m.monitoring.set(i64::from(self.monitoring()));
+        for &state in <GpuMonitorState as strum::VariantArray>::VARIANTS {
+            m.monitor_state
+                .get_or_create(&MonitorStateLabels { state: state.as_str() })
+                .set(i64::from(state == self.state));
+        }
+        for g in &self.gpus {
+            let id = GpuLabels { gpu: g.index, uuid: g.uuid.clone() };
+            for state in ["healthy", "degraded", "failed"] {
+                let labels = HealthLabels { id: id.clone(), state };
+                m.health.get_or_create(&labels).set(i64::from(g.health.as_str() == state));
+            }
+            record_sample(m, &id, &g.sample);
+            record_throttle(m, &id, &g.sample, seen);
+            // Each XID's counter advances by the occurrences since the last report.
+            for (xid, count) in &g.xid_counts {
+                let before = seen.xids.insert((id.uuid.clone(), *xid), *count).unwrap_or(0);
+                if *count > before {
+                    let labels = XidLabels { id: id.clone(), xid: *xid };
+                    m.xid_events.get_or_create(&labels).inc_by(count - before);
+                }
+            }
+        }
     }
 }
 
-/// What [`record`] already exported.
+/// What [`Tracked::record`] already exported.
 #[derive(Debug, Default)]
 pub(crate) struct GpuMetricsState {
     xids: BTreeMap<(String, u64), u64>,
@@ -39,53 +64,28 @@ fn saturating(v: u64) -> i64 {
     v.min(i64::MAX as u64) as i64
 }
 
-/// Export one GPU report: gauges set from the latest samples, the XID counter advanced by
-/// the occurrences since the last report (`seen` remembers what was already counted).
-pub(crate) fn record(m: &GpuMetrics, report: &GpuReport, seen: &mut GpuMetricsState) {
-    m.monitoring.set(i64::from(report.monitoring()));
-    for &state in GpuMonitorState::ALL {
-        m.monitor_state
-            .get_or_create(&MonitorStateLabels { state: state.as_str() })
-            .set(i64::from(state == report.state));
-    }
-    for g in &report.gpus {
-        let id = GpuLabels { gpu: g.index, uuid: g.uuid.clone() };
-        record_health(m, &id, g);
-        record_sample(m, &id, &g.sample);
-        record_memory_errors(m, &id, &g.sample);
-        record_throttle(m, &id, &g.sample, seen);
-        record_xids(m, &id, g, seen);
-    }
-}
-
-fn record_health(m: &GpuMetrics, id: &GpuLabels, g: &GpuStatus) {
-    for state in ["healthy", "degraded", "failed"] {
-        let labels = HealthLabels { id: id.clone(), state };
-        m.health.get_or_create(&labels).set(i64::from(g.health.as_str() == state));
-    }
-}
-
-/// Temperature, power, utilisation and memory, each when the sample has it.
+/// The sample's readings — temperature, power, utilisation, memory, ECC counts, retired pages
+/// and remapped rows — each when the sample has it.
 fn record_sample(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
-    if let Some(t) = s.temperature_c {
-        m.temperature.get_or_create(id).set(i64::from(t));
+    let remap = s.remapped_rows;
+    for (gauge, v) in [
+        (&m.temperature, s.temperature_c.map(i64::from)),
+        (&m.memory_used, s.memory_used_bytes.map(saturating)),
+        (&m.memory_total, s.memory_total_bytes.map(saturating)),
+        (&m.retired_pages, s.retired_pages.map(saturating)),
+        (&m.retired_pages_pending, s.retired_pages_pending.map(i64::from)),
+        (&m.remap_pending, remap.map(|r| i64::from(r.pending))),
+        (&m.remap_failure, remap.map(|r| i64::from(r.failure))),
+    ] {
+        if let Some(v) = v {
+            gauge.get_or_create(id).set(v);
+        }
     }
-    if let Some(p) = s.power_w {
-        m.power.get_or_create(id).set(p);
+    for (gauge, v) in [(&m.power, s.power_w), (&m.utilization, s.utilization)] {
+        if let Some(v) = v {
+            gauge.get_or_create(id).set(v);
+        }
     }
-    if let Some(u) = s.utilization {
-        m.utilization.get_or_create(id).set(u);
-    }
-    if let Some(bytes) = s.memory_used_bytes {
-        m.memory_used.get_or_create(id).set(saturating(bytes));
-    }
-    if let Some(bytes) = s.memory_total_bytes {
-        m.memory_total.get_or_create(id).set(saturating(bytes));
-    }
-}
-
-/// ECC counts, retired pages and remapped rows, each when the sample has them.
-fn record_memory_errors(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
     for (counter, severity, v) in [
         ("volatile", "corrected", s.ecc_volatile_corrected),
         ("volatile", "uncorrected", s.ecc_volatile_uncorrected),
@@ -97,19 +97,10 @@ fn record_memory_errors(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample) {
             m.ecc_errors.get_or_create(&labels).set(saturating(v));
         }
     }
-    if let Some(r) = s.retired_pages {
-        m.retired_pages.get_or_create(id).set(saturating(r));
-    }
-    if let Some(p) = s.retired_pages_pending {
-        m.retired_pages_pending.get_or_create(id).set(i64::from(p));
-    }
-    if let Some(r) = s.remapped_rows {
-        for (kind, v) in [("correctable", r.correctable), ("uncorrectable", r.uncorrectable)] {
-            let labels = RemapLabels { id: id.clone(), kind };
-            m.remapped_rows.get_or_create(&labels).set(i64::from(v));
-        }
-        m.remap_pending.get_or_create(id).set(i64::from(r.pending));
-        m.remap_failure.get_or_create(id).set(i64::from(r.failure));
+    let rows = remap.map(|r| [("correctable", r.correctable), ("uncorrectable", r.uncorrectable)]);
+    for (kind, v) in rows.into_iter().flatten() {
+        let labels = RemapLabels { id: id.clone(), kind };
+        m.remapped_rows.get_or_create(&labels).set(i64::from(v));
     }
 }
 
@@ -122,16 +113,5 @@ fn record_throttle(m: &GpuMetrics, id: &GpuLabels, s: &GpuSample, seen: &mut Gpu
         let labels = ThrottleLabels { id: id.clone(), reason };
         let active = s.throttle_reasons.contains(reason);
         m.throttle.get_or_create(&labels).set(i64::from(active));
-    }
-}
-
-/// Advance each XID's counter by the occurrences since the last report.
-fn record_xids(m: &GpuMetrics, id: &GpuLabels, g: &GpuStatus, seen: &mut GpuMetricsState) {
-    for (xid, count) in &g.xid_counts {
-        let before = seen.xids.insert((id.uuid.clone(), *xid), *count).unwrap_or(0);
-        if *count > before {
-            let labels = XidLabels { id: id.clone(), xid: *xid };
-            m.xid_events.get_or_create(&labels).inc_by(count - before);
-        }
     }
 }

@@ -54,31 +54,20 @@ pub(crate) fn classify(rec: &KernelRecord, chips: &TpuChips) -> Option<(String, 
     Some((device, severity))
 }
 
-/// The chip `rec` is about, if any (see [`classify`]).
+/// The chip `rec` is about, if any (see [`classify`]), looked for in this order: the PCI
+/// function its dictionary names, the accel device it names, the device its text's prefix
+/// names, a chip's PCI address in its text.
 fn record_device(rec: &KernelRecord, chips: &TpuChips) -> Option<String> {
     let accel = |name: &str| chips.accel.iter().any(|a| a == name);
-    if let Some(d) = rec.device.as_deref() {
-        if let Some(addr) = d.strip_prefix("+pci:") {
-            if chips.pci.iter().any(|p| p == addr) {
-                return Some(addr.to_string());
-            }
-        }
-        if rec.subsystem.as_deref() == Some("accel") {
-            let minor = d.strip_prefix(&format!("c{ACCEL_MAJOR}:"));
-            if let Some(name) = minor.map(|n| format!("accel{n}")) {
-                if accel(&name) {
-                    return Some(name);
-                }
-            }
-        }
-    }
-    if let Some(rest) = rec.text.strip_prefix("accel ") {
-        let name = rest.split(':').next().unwrap_or("");
-        if accel(name) {
-            return Some(name.to_string());
-        }
-    }
-    chips.pci.iter().find(|addr| names_address(&rec.text, addr)).cloned()
+    let d = rec.device.as_deref().unwrap_or_default();
+    let pci = d.strip_prefix("+pci:").filter(|addr| chips.pci.iter().any(|p| p == *addr));
+    let on_accel = rec.subsystem.as_deref() == Some("accel");
+    let minor = d.strip_prefix(&format!("c{ACCEL_MAJOR}:")).filter(|_| on_accel);
+    let prefix = rec.text.strip_prefix("accel ").and_then(|rest| rest.split(':').next());
+    pci.map(str::to_string)
+        .or_else(|| minor.map(|n| format!("accel{n}")).filter(|name| accel(name)))
+        .or_else(|| prefix.filter(|name| accel(name)).map(str::to_string))
+        .or_else(|| chips.pci.iter().find(|addr| names_address(&rec.text, addr)).cloned())
 }
 
 /// Whether `text` names PCI address `addr` as a whole word (`0000:00:04.0` is not in

@@ -7,7 +7,7 @@
 use crate::accel::tpu::model::TpuReport;
 use crate::accel::tracker::Tracked;
 use crate::alerts::AlertKind;
-use crate::metrics::tpu::{TpuChipLabels, TpuErrorLabels, TpuMetrics, TpuStateLabels};
+use crate::metrics::tpu::{TpuChipLabels, TpuErrorLabels, TpuStateLabels};
 use crate::metrics::Metrics;
 use crate::trail::Code;
 
@@ -17,44 +17,38 @@ impl Tracked for TpuReport {
     const TRAIL: Code = Code::TpuHealth;
     const ADVICE: &'static str =
         "a restart cannot fix hardware: drain the node and have its TPU chips checked";
+    /// Export one TPU report; the error counters advance by what `seen` has not counted yet.
     fn record(&self, metrics: &Metrics, seen: &mut TpuMetricsState) {
-        record(&metrics.tpu, self, seen);
+        let m = &metrics.tpu;
+        m.monitoring.set(i64::from(self.monitoring));
+        for state in ["healthy", "degraded", "failed"] {
+            let on = self.monitoring && self.health.as_str() == state;
+            m.health.get_or_create(&TpuStateLabels { state }).set(i64::from(on));
+        }
+        let present = TpuChipLabels { kind: "present" };
+        let expected = TpuChipLabels { kind: "expected" };
+        m.chips.get_or_create(&present).set(i64::from(self.present));
+        if let Some(n) = self.expected {
+            m.chips.get_or_create(&expected).set(i64::from(n));
+        } else {
+            m.chips.remove(&expected);
+        }
+        let (error, fatal) = self.errors_total;
+        for (severity, now, before) in
+            [("error", error, &mut seen.counted.0), ("fatal", fatal, &mut seen.counted.1)]
+        {
+            if now > *before {
+                m.device_errors.get_or_create(&TpuErrorLabels { severity }).inc_by(now - *before);
+            }
+            *before = now;
+        }
     }
 }
 
-/// What [`record`] already counted: (error, fatal).
+/// What [`Tracked::record`] already counted: (error, fatal).
 #[derive(Debug, Default)]
 pub(crate) struct TpuMetricsState {
     counted: (u64, u64),
-}
-
-/// Export one TPU report; the error counters advance by what `seen` has not counted yet.
-pub(crate) fn record(m: &TpuMetrics, r: &TpuReport, seen: &mut TpuMetricsState) {
-    m.monitoring.set(i64::from(r.monitoring));
-    for state in ["healthy", "degraded", "failed"] {
-        let on = r.monitoring && r.health.as_str() == state;
-        m.health.get_or_create(&TpuStateLabels { state }).set(i64::from(on));
-    }
-    let present = TpuChipLabels { kind: "present" };
-    let expected = TpuChipLabels { kind: "expected" };
-    m.chips.get_or_create(&present).set(i64::from(r.present));
-    match r.expected {
-        Some(n) => {
-            m.chips.get_or_create(&expected).set(i64::from(n));
-        }
-        None => {
-            m.chips.remove(&expected);
-        }
-    }
-    let (error, fatal) = r.errors_total;
-    for (severity, now, before) in
-        [("error", error, &mut seen.counted.0), ("fatal", fatal, &mut seen.counted.1)]
-    {
-        if now > *before {
-            m.device_errors.get_or_create(&TpuErrorLabels { severity }).inc_by(now - *before);
-        }
-        *before = now;
-    }
 }
 
 #[cfg(test)]
@@ -75,11 +69,11 @@ mod tests {
             errors_total: (2, 1),
             ..TpuReport::default()
         };
-        record(&m.tpu, &r, &mut seen);
-        record(&m.tpu, &r, &mut seen);
+        r.record(&m, &mut seen);
+        r.record(&m, &mut seen);
         r.errors_total = (3, 1);
         r.expected = None;
-        record(&m.tpu, &r, &mut seen);
+        r.record(&m, &mut seen);
         let text = m.encode();
         for want in [
             "vigil_tpu_monitoring 1",

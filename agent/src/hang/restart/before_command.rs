@@ -25,29 +25,29 @@ impl Pipeline<'_> {
     /// Whether the worker is ours and the runtime's to restart: an `alert-only` worker's
     /// restarts belong to its owner, and nothing of the pipeline runs for it (no lock, no caps).
     ///
-    /// What it answers, when it passes: how the runtime restarts the worker, the way its pod's
-    /// controllers restart it (`crate::vocab::workload`).
+    /// What it leaves in `how`, when it passes: how the runtime restarts the worker, the way
+    /// its pod's controllers restart it (`crate::vocab::workload`).
     pub(super) async fn decide(
         &mut self,
         act: &Act<'_>,
         now: Millis,
-    ) -> Result<Result<Remediation, Skip>, CoordError> {
+        how: &mut Remediation,
+    ) -> Result<Option<Skip>, CoordError> {
         if act.case.alert_only() {
             let detail = "alert only: its restarts belong to its owner (the `.restarts = alert-only` label or record field)".to_string();
-            return self.skip(now, act, Skip::AlertOnly, detail, true).await.map(Err);
+            return self.skip(now, act, Skip::AlertOnly, detail, true).await.map(Some);
         }
         // NB: not a gang member's: its restart is the gang's, and one member left out would
         // break the job's rendezvous (a gang's run is judged as the gang's).
+        let (run, beats) = (act.case.marks.fruitless.as_ref(), Beat::of_worker(act.case.status));
         let max = self.ctx.cfg.policy.max_fruitless_restarts;
-        if act.order.is_none()
-            && policy_fruitless::refusal(
-                act.case.marks.fruitless.as_ref(),
-                Beat::of_worker(act.case.status).as_slice(),
-                max,
-            )
-            .is_some()
-        {
-            return self.fruitless(act, now).await.map(Err);
+        let refusing = policy_fruitless::refusal(run, beats.as_slice(), max);
+        if let (None, Some(run)) = (act.order, refusing) {
+            // Restarts have not helped: paged once per incident, said in the trail once.
+            let detail = policy_fruitless::describe(run, RunOf::Worker);
+            let alert = self.pager.act_alert(AlertKind::Fruitless, act, now, detail.clone());
+            self.pager.page_incident(act, "fruitless", alert, now).await?;
+            return self.skip(now, act, Skip::Fruitless, detail, true).await.map(Some);
         }
         // NB: before the logs and the restart alert: a drained node (a cordon by a person, GKE's
         // auto-repair or an upgrade) is a standing condition, said once per incident; the wait
@@ -57,19 +57,20 @@ impl Pipeline<'_> {
                 true => (format!("{sd}; not restarting yet"), false),
                 false => (format!("{sd}; not restarting while it is"), true),
             };
-            return self.skip(now, act, Skip::NodeState, detail, once).await.map(Err);
+            return self.skip(now, act, Skip::NodeState, detail, once).await.map(Some);
         }
         // NB: one pod: a gang's decision reserved room for every member's (`Stops::EveryPod`
         // at its members' entries), and those stopped before this one have spent theirs.
-        let how = self.ctx.runtime.remediation(act.case.c, Stops::One).await;
-        if let Some(why) = self.refusal(act, &how) {
+        let found = self.ctx.runtime.remediation(act.case.c, Stops::One).await;
+        if let Some(why) = self.refusal(act, &found) {
             // Paged once per incident, said in the trail once.
             let detail = format!("{why}; not restarting, a person must decide");
             let alert = self.pager.act_alert(AlertKind::NotRestartable, act, now, detail);
             self.pager.page_incident(act, "not-restartable", alert, now).await?;
-            return self.skip(now, act, Skip::NotRestartable, why, true).await.map(Err);
+            return self.skip(now, act, Skip::NotRestartable, why, true).await.map(Some);
         }
-        Ok(Ok(how))
+        *how = found;
+        Ok(None)
     }
 
     /// Why this pass must not restart the worker the way its controllers would: they refuse
@@ -91,17 +92,6 @@ impl Pipeline<'_> {
             )),
             _ => None,
         }
-    }
-
-    /// Restarts have not helped: page once per incident, say so in the trail once.
-    async fn fruitless(&mut self, act: &Act<'_>, now: Millis) -> Result<Skip, CoordError> {
-        let Some(f) = act.case.marks.fruitless.as_ref() else {
-            return Ok(Skip::Fruitless);
-        };
-        let detail = policy_fruitless::describe(f, RunOf::Worker);
-        let alert = self.pager.act_alert(AlertKind::Fruitless, act, now, detail.clone());
-        self.pager.page_incident(act, "fruitless", alert, now).await?;
-        self.skip(now, act, Skip::Fruitless, detail, true).await
     }
 
     /// Write a skip to the trail (with `once`, the first time per incident only); answers it.

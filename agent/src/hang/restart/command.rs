@@ -11,6 +11,7 @@ use crate::hang::policy::Verdict;
 use crate::hang::policy_due;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_lost::IncidentTimes;
+use crate::hang::policy_pipeline::Seen;
 use crate::runtime::RuntimeError;
 use crate::trail::Code;
 
@@ -70,15 +71,16 @@ impl Pipeline<'_> {
     }
 
     /// The restart's verification by the container's start time: restarted, or failed.
-    /// Whether the command restarted the container (a new incarnation running), with what
-    /// follows either way done: the cooldown and the trail, or the failure's page and backoff.
+    /// Whether the command restarted the container (a new incarnation running: `Pass`, else
+    /// `RestartFailed`), with what follows either way done: the cooldown and the trail, or the
+    /// failure's page and backoff.
     pub(super) async fn verify(
         &mut self,
         act: &Act<'_>,
         call: Result<(), RuntimeError>,
         how: &Remediation,
         now: Millis,
-    ) -> Result<bool, CoordError> {
+    ) -> Result<Seen, CoordError> {
         // NB: verify by the container's start time even when the call failed: a restart whose
         // reply was lost did happen, and treating it as failed would drop the cooldown and let
         // the next cycle restart the booting container again.
@@ -104,11 +106,11 @@ impl Pipeline<'_> {
                 killed: how.kills(),
             };
             self.restarted(act, said, now, done).await?;
-            return Ok(true);
+            return Ok(Seen::Pass);
         }
         let why = restart_failure(call, after, c);
         self.restart_failed(act, why, done.unwrap_or(now)).await?;
-        Ok(false)
+        Ok(Seen::RestartFailed)
     }
 
     pub(super) async fn restarted(
@@ -218,7 +220,9 @@ impl Pipeline<'_> {
         };
         let p = times.phases(incarnation);
         let lost = &self.ctx.metrics.lost;
-        lost.add(cause_of(act.case.v), p.detection + p.decision, command);
+        // The cause the incident's time before the command is lost to.
+        let cause = if act.case.v == Verdict::Errored { "error" } else { "hang" };
+        lost.add(cause, p.detection + p.decision, command);
         lost.add("restart", p.restart, incarnation);
         let ttl = self.ctx.cfg.policy.cooldown * 2;
         self.ctx.coord.set(&key, &times.encode(), ttl).await
@@ -264,14 +268,11 @@ impl Pipeline<'_> {
     /// record's last position before then. Best-effort: without it the claim's mark stands
     /// (only beats after the lock's end count).
     pub(super) async fn settle_fruitless(&self, worker: &str, line: Line, take_past: bool) {
-        let k = &self.ctx.keys;
-        let Ok(Some(mut run)) = self
-            .ctx
-            .coord
-            .get(&k.fruitless(worker))
-            .await
-            .map(|v| v.and_then(|t| Fruitless::decode(&t)))
-        else {
+        let key = self.ctx.keys.fruitless(worker);
+        let Ok(Some(raw)) = self.ctx.coord.get(&key).await else {
+            return;
+        };
+        let Some(mut run) = Fruitless::decode(&raw) else {
             return;
         };
         // The old incarnation's beats up to `upto` are where it stopped; newer ones than `last`
@@ -284,14 +285,14 @@ impl Pipeline<'_> {
         // NB: without the record, the line's time alone still puts the old incarnation's
         // beats (all before the command) behind it.
         if take_past {
-            if let Ok(fields) = self.ctx.coord.hgetall(&k.status(worker)).await {
+            if let Ok(fields) = self.ctx.coord.hgetall(&self.ctx.keys.status(worker)).await {
                 let old = WorkerStatus::from_fields(&fields)
                     .filter(|s| upto.is_none_or(|t| s.heartbeat.is_some_and(|hb| hb <= t)));
                 run.past = run.past.max(policy_fruitless::position(old.as_ref()));
             }
         }
         run.last = last;
-        let _ = self.ctx.coord.set(&k.fruitless(worker), &run.encode(), marks::FRUITLESS_TTL).await;
+        let _ = self.ctx.coord.set(&key, &run.encode(), marks::FRUITLESS_TTL).await;
     }
 
     /// A failed restart pages at once — the first of its incident; later ones update that
@@ -353,25 +354,21 @@ impl Pipeline<'_> {
 
     /// Release the claim `write_restart_markers` made at `now` for a restart that will not run:
     /// our marker goes by compare-and-delete, never another instance's, and with it our restart
-    /// record. After a failed write (a lost reply may hide that the claim was made) a claim left
-    /// in place would read as our own restart booting for a cooldown and a lock TTL (the
-    /// incident timer dropped), though no restart ran (simulation seed 9006434). Best-effort:
-    /// if this fails too, the claim expires.
+    /// record and what the claim drew. After a failed write (a lost reply may hide that the
+    /// claim was made) a claim left in place would read as our own restart booting for a
+    /// cooldown and a lock TTL (the incident timer dropped), though no restart ran (simulation
+    /// seed 9006434). Best-effort: if this fails too, the claim expires.
     pub(super) async fn release_claim(&self, act: &Act<'_>, now: Millis) {
-        let (k, w) = (&self.ctx.keys, act.case.worker());
-        let marker = marks::claim(now, &act.inc.id, act.case.c);
-        if let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await {
-            let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
-            self.restore_run(act).await;
-        }
-    }
-
-    /// A restart that did not run (or failed) gives back what its claim drew: the worker's run
-    /// of fruitless restarts as it was before the claim (best-effort: a count left too high
-    /// stops restarts one early, never one late), or a gang member's own line (its old
-    /// incarnation runs on).
-    pub(super) async fn restore_run(&self, act: &Act<'_>) {
         let (k, w, m) = (&self.ctx.keys, act.case.worker(), act.case.marks);
+        let marker = marks::claim(now, &act.inc.id, act.case.c);
+        let Ok(true) = self.ctx.coord.del_if_owner(&k.cooldown(w), &marker).await else {
+            return;
+        };
+        let _ = self.ctx.coord.del(&[k.restarted(w)]).await;
+        // A restart that did not run (or failed) gives back what its claim drew: the worker's
+        // run of fruitless restarts as it was before the claim (best-effort: a count left too
+        // high stops restarts one early, never one late), or a gang member's own line (its old
+        // incarnation runs on).
         let (key, before) = match act.order {
             None => (k.fruitless(w), m.fruitless.as_ref().map(Fruitless::encode)),
             Some(_) => (k.gang_line(w), m.gang_line.map(|t| t.to_string())),
@@ -428,23 +425,13 @@ impl Pipeline<'_> {
         if !self.ctx.coord.set_nx(&k.cooldown(w), &marker, claim_ttl).await? {
             return Ok(false);
         }
-        let mut records =
-            vec![Op::Set { key: k.restarted(w), value: now.to_string(), ttl: MARK_TTL }];
-        records.push(self.claimed_run(act, now));
+        let record = Op::Set { key: k.restarted(w), value: now.to_string(), ttl: MARK_TTL };
         // NB: one round trip for both: the claim is followed by the command as closely as
         // before the fruitless run was counted.
-        self.ctx.coord.batch(&records).await?;
+        self.ctx.coord.batch(&[record, self.claimed_run(act, now)]).await?;
         // The error timer must not survive our restart, or a record still saying `error` after
         // the cooldown would count as errored at once instead of after `error_for`.
         self.ctx.coord.del(&[k.escalated(w), k.error_since(w)]).await?;
         Ok(true)
-    }
-}
-
-/// The cause a restarted incident's time before the command is lost to.
-pub(super) fn cause_of(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Errored => "error",
-        _ => "hang",
     }
 }

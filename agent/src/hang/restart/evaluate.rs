@@ -183,7 +183,7 @@ impl RestartPath<'_> {
         // A new incarnation changes the marks (its cooldown, dropped timers): read them again
         // (one more round trip, only then).
         let seen = marks::decode(&read.values);
-        let tracked = self.track_incarnation(c, read.now, seen).await?;
+        let tracked = self.track_incarnation(c, read.now, &seen).await?;
         let read = match tracked {
             true => marks::read(self.ctx.coord.as_ref(), &self.ctx.keys, &c.worker).await?,
             false => read,
@@ -195,7 +195,7 @@ impl RestartPath<'_> {
         if let Some(s) = status.as_mut() {
             s.gang = crate::hang::policy_membership::of_container(c, s.gang.as_ref()).gang;
         }
-        let decoded = marks::decode(&read.values);
+        let decoded = if tracked { marks::decode(&read.values) } else { seen };
         let (claim, locked) = (decoded.claim(), decoded.locked);
         let mut marks = decoded.marks;
         // NB: only once the new incarnation is recorded (not in the cycle that records it).

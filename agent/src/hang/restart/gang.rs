@@ -35,11 +35,6 @@ struct Here<'a> {
 }
 
 impl RestartPath<'_> {
-    fn rules(&self) -> Rules {
-        let cfg = &self.ctx.cfg;
-        Rules { action: cfg.gang.action, straggler: cfg.gang.straggler, timing: Timing::of(cfg) }
-    }
-
     /// This member's entry in its gang's view, as of this cycle (queued for the cycle's batch).
     pub(super) async fn member_entry(&mut self, case: &Case<'_>, now: Millis) -> Option<Member> {
         let g = case.status?.gang.as_ref()?;
@@ -168,16 +163,16 @@ impl RestartPath<'_> {
         let Some(g) = case.status.and_then(|s| s.gang.clone()) else {
             return Ok(());
         };
-        let rules = self.rules();
-        let t = rules.timing;
+        let cfg = &self.ctx.cfg;
+        let t = Timing::of(cfg);
+        let rules = Rules { action: cfg.gang.action, straggler: cfg.gang.straggler, timing: t };
         let view = self.gangs.reads.read(self.ctx, &g, own, false).await?;
         if !view.full {
             // Another member's agent reads the gang this poll interval and decides; this one
             // carries out a standing decision for its own member.
-            if let Some(d) = view.state.current_decision().cloned() {
-                if gp::executable(&d, own, now, &t) {
-                    self.execute(case, &g, &view.state, d, now).await?;
-                }
+            let standing = view.state.current_decision().cloned();
+            if let Some(d) = standing.filter(|d| gp::executable(d, own, now, &t)) {
+                self.execute(case, &g, &view.state, d, now).await?;
             }
             return Ok(());
         }
@@ -215,7 +210,6 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let (g, own, members) = (here.g, here.own, here.members);
-        let t = Timing::of(&self.ctx.cfg);
         match step {
             GangStep::PageHung => self.pager().page_gang_hung(g, state, members, now).await,
             GangStep::PageEscalation { restarted } => {
@@ -231,7 +225,7 @@ impl RestartPath<'_> {
                 };
                 state.decision = Some(d.clone());
                 self.gangs.reads.remember(g, state);
-                if gp::executable(&d, own, now, &t) {
+                if gp::executable(&d, own, now, &Timing::of(&self.ctx.cfg)) {
                     self.execute(case, g, state, d, now).await?;
                 }
                 Ok(())
@@ -322,14 +316,11 @@ impl RestartPath<'_> {
             return;
         }
         let key = self.ctx.keys.gang_fruitless(gang);
-        match self.ctx.coord.del_if_owner(&key, &run.encode()).await {
-            Ok(_) => {
-                self.gangs.reads.runs.remove(gang);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, gang, "could not end the gang's run of fruitless restarts; trying again next cycle")
-            }
+        if let Err(e) = self.ctx.coord.del_if_owner(&key, &run.encode()).await {
+            tracing::warn!(error = %e, gang, "could not end the gang's run of fruitless restarts; trying again next cycle");
+            return;
         }
+        self.gangs.reads.runs.remove(gang);
     }
 
     /// This member's restart as the gang's decision asks: the ordinary pipeline under this
@@ -342,10 +333,9 @@ impl RestartPath<'_> {
         d: Decision,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let Some(ginc) = &state.incident else {
+        let Some(inc) = &state.incident else {
             return Ok(());
         };
-        let inc = ginc.clone();
         let v = match case.status.map(|s| &s.state) {
             Some(WorkerState::Error) => Verdict::Errored,
             _ => Verdict::Hung,
@@ -353,7 +343,7 @@ impl RestartPath<'_> {
         let member = Case { v, ..*case };
         let order = GangOrder { gang: g.id.clone(), decision: d };
         let since = case.status.and_then(|s| s.heartbeat).unwrap_or(inc.started);
-        let act = Act { case: &member, inc: &inc, since, order: Some(&order) };
+        let act = Act { case: &member, inc, since, order: Some(&order) };
         self.pipeline().run(&act, now).await
     }
 }

@@ -7,6 +7,7 @@
 //! gives back is the state machine's answer, as for a worker's pass. Each member's restart is
 //! then its own node's worker pass (`super::gang`, `super::pipeline`).
 
+use crate::alerts::AlertKind;
 use crate::clock::Millis;
 use crate::coord::caps::{breaker_day, Allowance, Breaker, Caps};
 use crate::coord::lease::Lease;
@@ -17,9 +18,10 @@ use crate::hang::marks::{FRUITLESS_TTL, MARK_TTL};
 use crate::hang::model::{Fruitless, Gang};
 use crate::hang::model_gang::{Decision, GangIncident, GangReads, GangState, Member};
 use crate::hang::policy::Cancel;
-use crate::hang::policy_fruitless::{self, Beat};
+use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::hang::policy_gang::{self as gp, Timing};
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Unit};
+use crate::trail::Code;
 
 use super::pager::Pager;
 use super::{Case, RestartPath};
@@ -144,14 +146,13 @@ impl GangDecider<'_> {
             Step::Caps => match self.take_gang_caps(g, now).await? {
                 None => Ok(Seen::Pass),
                 Some(refused) => {
-                    self.gang_blocked(case, g, &f.inc, &f.members, vec![refused], now).await?;
+                    let r = Refusal::blocked(g, vec![refused]);
+                    self.refuse(case, g, &f.inc, &f.members, r, now).await?;
                     Ok(Seen::Skip(Skip::Blocked))
                 }
             },
             Step::Count => {
-                let run = f.run.clone();
-                let members = f.members.clone();
-                self.count_gang_fruitless(g, run.as_ref(), &members, now).await?;
+                self.count_gang_fruitless(g, f.run.as_ref(), &f.members, now).await?;
                 Ok(Seen::Pass)
             }
             Step::Claim => {
@@ -224,7 +225,8 @@ impl GangDecider<'_> {
         if let Some(refusing) =
             policy_fruitless::refusal(run, &Beat::of_members(&members), t.max_fruitless)
         {
-            self.gang_fruitless(case, d.g, &inc, &members, refusing, now).await?;
+            let r = Refusal::fruitless(d.g, refusing);
+            self.refuse(case, d.g, &inc, &members, r, now).await?;
             return Ok(Seen::Skip(Skip::Fruitless));
         }
         if let Some(who) = gp::starting(&members) {
@@ -233,7 +235,7 @@ impl GangDecider<'_> {
         }
         let why = gp::blockers(&members, d.g.size, now, &t);
         if !why.is_empty() {
-            self.gang_blocked(case, d.g, &inc, &members, why, now).await?;
+            self.refuse(case, d.g, &inc, &members, Refusal::blocked(d.g, why), now).await?;
             return Ok(Seen::Skip(Skip::Blocked));
         }
         pass.fresh = Some(Fresh { inc, members, run: state.fruitless });
@@ -321,5 +323,32 @@ impl GangDecider<'_> {
         self.ctx.coord.set(&key, &run.encode(), FRUITLESS_TTL).await?;
         self.reads.runs.insert(g.id.clone(), run);
         Ok(())
+    }
+}
+
+/// Why a gang's decision was refused, as its page and its trail say it.
+pub(super) struct Refusal {
+    pub(super) kind: AlertKind,
+    pub(super) code: Code,
+    /// The page's de-duplication kind (`P:gang:{G}:alert:<incident>:<dedup>`).
+    pub(super) dedup: &'static str,
+    pub(super) detail: String,
+}
+
+impl Refusal {
+    /// Nobody is restarted: one page per gang incident naming every blocking member and why.
+    pub(super) fn blocked(g: &Gang, why: Vec<String>) -> Self {
+        let detail = format!(
+            "gang {} is hung but cannot be restarted as a whole, so no member is restarted (a partial restart breaks the job's rendezvous): {}",
+            g.id,
+            why.join("; ")
+        );
+        Self { kind: AlertKind::GangBlocked, code: Code::GangBlocked, dedup: "blocked", detail }
+    }
+
+    /// The gang's restarts have not helped: one page per gang incident, the trail once.
+    pub(super) fn fruitless(g: &Gang, run: &Fruitless) -> Self {
+        let detail = policy_fruitless::describe(run, RunOf::Gang(&g.id));
+        Self { kind: AlertKind::Fruitless, code: Code::SkipFruitless, dedup: "fruitless", detail }
     }
 }

@@ -117,38 +117,24 @@ impl PaceWatch<'_> {
     /// unpaged), or after its claim got no answer. The page's claim says whether it went: a
     /// page already sent is not sent again (at least once, as every page: an opener that died
     /// after sending but before its cycle settled the claim, back after the claim's lease,
-    /// pages again).
+    /// pages again). The page is rebuilt from what the episode's value says (its run, its
+    /// rates, the member named and why).
     async fn page_owed(&mut self, g: &Gang, o: &SlowOpened, now: Millis) -> Result<(), CoordError> {
         if o.paged {
             return Ok(());
         }
-        let at = Member::working(&o.node, &o.worker, now);
-        self.page_from_episode(g, &o.value, &at, now).await?;
-        self.paged(g);
-        Ok(())
-    }
-
-    /// The `slow` page rebuilt from what the episode's value says (its run, its rates, the
-    /// member named and why).
-    async fn page_from_episode(
-        &mut self,
-        g: &Gang,
-        value: &str,
-        at: &Member,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let (Some(since), Some(rates)) = (since_of(value), rates_of(value)) else {
-            return Ok(());
-        };
+        let (value, at) = (o.value.as_str(), Member::working(&o.node, &o.worker, now));
         // NB: the claim lives a day (`MARK_TTL`), as an episode is renewed: one older than that
         // may have been paged under a claim gone since, and lapses soon.
-        if opened_of(value).is_none_or(|at| now - at >= MOST) {
-            return Ok(());
+        let young = opened_of(value).is_some_and(|at| now - at < MOST);
+        if let (Some(since), Some(rates), true) = (since_of(value), rates_of(value), young) {
+            let named = why_of(value).map(|why| (&at, vec![why.to_string()]));
+            let a = self.slow_alert(g, &[], named, &at, (since, rates.0, rates.1), now);
+            let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
+            self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
         }
-        let named = why_of(value).map(|why| (at, vec![why.to_string()]));
-        let a = self.slow_alert(g, &[], named, at, (since, rates.0, rates.1), now);
-        let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
-        self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await.map(drop)
+        self.paged(g);
+        Ok(())
     }
 
     /// The opener, as it reads its episode (`held`: the key's value now): still its own, its

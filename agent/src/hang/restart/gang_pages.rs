@@ -9,14 +9,13 @@ use crate::clock::{human, Millis};
 use crate::coord::CoordError;
 use crate::hang::journal::About;
 use crate::hang::marks::MARK_TTL;
-use crate::hang::model::{Fruitless, Gang};
+use crate::hang::model::Gang;
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
-use crate::hang::policy_fruitless::{self, RunOf};
 use crate::hang::policy_gang as gp;
 use crate::hang::policy_pipeline::Unit;
 use crate::trail::Code;
 
-use super::gang_decision::GangDecider;
+use super::gang_decision::{GangDecider, Refusal};
 use super::pager::Pager;
 use super::{Case, RestartPath};
 
@@ -109,52 +108,9 @@ impl GangDecider<'_> {
         paged.map(drop)
     }
 
-    /// Nobody is restarted: one page per gang incident naming every blocking member and why.
-    pub(super) async fn gang_blocked(
-        &mut self,
-        case: &Case<'_>,
-        g: &Gang,
-        inc: &GangIncident,
-        members: &[Member],
-        why: Vec<String>,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let detail = format!(
-            "gang {} is hung but cannot be restarted as a whole, so no member is restarted (a partial restart breaks the job's rendezvous): {}",
-            g.id,
-            why.join("; ")
-        );
-        let r = Refusal {
-            kind: AlertKind::GangBlocked,
-            code: Code::GangBlocked,
-            dedup: "blocked",
-            detail,
-        };
-        self.refuse(case, g, inc, members, r, now).await
-    }
-
-    /// The gang's restarts have not helped: one page per gang incident, the trail once.
-    pub(super) async fn gang_fruitless(
-        &mut self,
-        case: &Case<'_>,
-        g: &Gang,
-        inc: &GangIncident,
-        members: &[Member],
-        run: &Fruitless,
-        now: Millis,
-    ) -> Result<(), CoordError> {
-        let r = Refusal {
-            kind: AlertKind::Fruitless,
-            code: Code::SkipFruitless,
-            dedup: "fruitless",
-            detail: policy_fruitless::describe(run, RunOf::Gang(&g.id)),
-        };
-        self.refuse(case, g, inc, members, r, now).await
-    }
-
     /// A decision refused: its page once per gang incident (placed at the member that stopped
     /// first), its trail entry once.
-    async fn refuse(
+    pub(super) async fn refuse(
         &mut self,
         case: &Case<'_>,
         g: &Gang,
@@ -223,15 +179,6 @@ impl Pager<'_> {
         let a = self.gang_alert(AlertKind::Escalation, g, members, first, detail);
         self.page_once(&key, MARK_TTL, a, Unit::Gang, now).await.map(drop)
     }
-}
-
-/// Why a gang's decision was refused, as its page and its trail say it.
-struct Refusal {
-    kind: AlertKind,
-    code: Code,
-    /// The page's de-duplication kind (`P:gang:{G}:alert:<incident>:<dedup>`).
-    dedup: &'static str,
-    detail: String,
 }
 
 /// The page's account of a hung gang: how many members, who stopped first, where, and what its

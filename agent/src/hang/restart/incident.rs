@@ -124,10 +124,9 @@ impl RestartPath<'_> {
         &mut self,
         c: &Container,
         now: Millis,
-        read: marks::Decoded,
+        read: &marks::Decoded,
     ) -> Result<bool, CoordError> {
         let marks::Decoded { incarnation: prev, cooldown: cooling, locked, .. } = read;
-        let k = self.ctx.keys.clone();
         let w = c.worker.as_str();
         let seen = marks::incarnation(c);
         if prev.as_deref() == Some(seen.as_str()) {
@@ -142,7 +141,7 @@ impl RestartPath<'_> {
         let claimed = |p: &str| marked(format!(":{p}"));
         let external = prev.as_deref().is_some_and(|p| !ours(p));
         let unfinished = prev.as_deref().is_some_and(claimed);
-        if unfinished && locked {
+        if unfinished && *locked {
             // NB: the instance that claimed it most likely still holds the lock and is
             // verifying its restart right now: leave the new incarnation to it (its marker
             // stands meanwhile). If it died, the lock expires and the next cycle records it.
@@ -154,7 +153,7 @@ impl RestartPath<'_> {
             // incarnation without its cooldown.
             self.cool_down_external(w, now).await?;
         }
-        self.ctx.coord.set(&k.incarnation(w), &seen, MARK_TTL).await?;
+        self.ctx.coord.set(&self.ctx.keys.incarnation(w), &seen, MARK_TTL).await?;
         if !external {
             return Ok(true);
         }

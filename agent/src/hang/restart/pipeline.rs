@@ -97,20 +97,10 @@ impl Pipeline<'_> {
         pass: &mut Pass,
     ) -> Result<Seen, CoordError> {
         let refused = match step {
-            Step::Decide => match self.decide(act, pass.now).await? {
-                Ok(how) => {
-                    pass.how = how;
-                    Ok(None)
-                }
-                Err(skip) => Ok(Some(skip)),
-            },
+            Step::Decide => self.decide(act, pass.now, &mut pass.how).await,
             // Cheap: an open breaker collects no logs and posts no restart alert.
             Step::Peek => self.blocked_by_caps(act, pass.now, true).await,
-            Step::Lock => {
-                let (lease, skip) = self.take_lock(act, pass.now).await?;
-                pass.lease = lease;
-                Ok(skip)
-            }
+            Step::Lock => self.take_lock(act, pass.now, &mut pass.lease).await,
             Step::Logs => {
                 pass.now = self.ctx.coord.time().await?;
                 self.logs_and_alert(act, pass.now).await
@@ -139,11 +129,7 @@ impl Pipeline<'_> {
             // The command's two outcomes, each its own answer.
             Step::Verify => {
                 let call = pass.call.take().unwrap_or(Ok(()));
-                let restarted = self.verify(act, call, &pass.how, pass.now).await?;
-                return Ok(match restarted {
-                    true => Seen::Pass,
-                    false => Seen::RestartFailed,
-                });
+                return self.verify(act, call, &pass.how, pass.now).await;
             }
             // A gang's steps (`super::gang`): never in a worker's pass.
             Step::Count | Step::Announce => Ok(None),
@@ -167,21 +153,19 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Take the node lock. `(None, Some(LockHeld))`: another instance holds it and acts.
+    /// Take the node lock into `lease`. `Some(LockHeld)`: another instance holds it and acts.
     async fn take_lock(
         &mut self,
         act: &Act<'_>,
         now: Millis,
-    ) -> Result<(Option<Lease>, Option<Skip>), CoordError> {
+        lease: &mut Option<Lease>,
+    ) -> Result<Option<Skip>, CoordError> {
         let (key, ttl) = (self.ctx.keys.lock(), self.ctx.cfg.safety.lock_ttl);
-        let token = Lease::random_token();
-        match Lease::take(self.ctx.coord.as_ref(), key, token, ttl).await? {
-            Some(lease) => Ok((Some(lease), None)),
-            None => {
-                let detail =
-                    "another instance holds this node's lock; it acts, we skip".to_string();
-                self.skip(now, act, Skip::LockHeld, detail, true).await.map(|s| (None, Some(s)))
-            }
+        *lease = Lease::take(self.ctx.coord.as_ref(), key, Lease::random_token(), ttl).await?;
+        if lease.is_some() {
+            return Ok(None);
         }
+        let detail = "another instance holds this node's lock; it acts, we skip".to_string();
+        self.skip(now, act, Skip::LockHeld, detail, true).await.map(Some)
     }
 }

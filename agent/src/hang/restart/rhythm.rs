@@ -3,7 +3,7 @@
 //! member's too: its silences are the collective's), what was learned goes back to the
 //! coordinator with the cycle's batch, and the coordinator's copy decides which rule a restart
 //! stands on — the worker's own, or, for a gang member, the learned rule its entry in the gang's
-//! view carries (`crate::hang::policy_gang::restart_due`).
+//! view carries (`crate::hang::policy_gang::due_on`).
 
 use std::borrow::Cow;
 
