@@ -83,13 +83,18 @@ async fn pod_api(cfg: &Config) -> Option<Arc<dyn PodApi>> {
     if !cfg.kubernetes_on() {
         return None;
     }
-    match KubePods::connect(&cfg.kubernetes.api_url).await {
-        Ok(p) => Some(Arc::new(p)),
-        Err(e) => {
-            tracing::error!(error = %e, "Kubernetes API unavailable: pods' restartPolicy cannot be read, and opportunistic maintenance counts this node busy");
-            None
-        }
-    }
+    let lost = "Kubernetes API unavailable: pods' restartPolicy cannot be read, and opportunistic maintenance counts this node busy";
+    Some(connected(KubePods::connect(&cfg.kubernetes.api_url), lost).await?)
+}
+
+/// The client `connect` makes; `None`, the error logged with `lost` (what goes without it), when
+/// it cannot be made.
+async fn connected<T, E: std::fmt::Display>(
+    connect: impl std::future::Future<Output = Result<T, E>>,
+    lost: &str,
+) -> Option<Arc<T>> {
+    let client = connect.await.inspect_err(|e| tracing::error!(error = %e, "{lost}"));
+    client.ok().map(Arc::new)
 }
 
 fn adapters(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> Result<Adapters, RunError> {
@@ -133,13 +138,8 @@ async fn node_api(cfg: &Config) -> Option<Arc<dyn NodeApi>> {
         );
         return None;
     }
-    match KubeNodeApi::connect(&cfg.kubernetes.api_url).await {
-        Ok(a) => Some(Arc::new(a)),
-        Err(e) => {
-            tracing::error!(error = %e, "Kubernetes API unavailable: the Node will not show maintenance state");
-            None
-        }
-    }
+    let lost = "Kubernetes API unavailable: the Node will not show maintenance state";
+    Some(connected(KubeNodeApi::connect(&cfg.kubernetes.api_url), lost).await?)
 }
 
 /// Start the Node source when the Kubernetes API is on: this machine's Node read every
@@ -156,24 +156,21 @@ async fn node_source(
     if !cfg.kubernetes_on() {
         return (rx, None);
     }
-    match KubeNodeReader::connect(&cfg.kubernetes.api_url).await {
-        Ok(reader) => {
-            let reader: Arc<dyn NodeReader> = Arc::new(reader);
-            tracker.spawn(crate::node::info::follow(
-                reader.clone(),
-                cfg.node_name.clone(),
-                cfg.kubernetes.read_interval,
-                tx,
-                metrics.clone(),
-                stop.clone(),
-            ));
-            (rx, Some(reader))
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read");
-            (rx, None)
-        }
-    }
+    let lost = "Kubernetes API unavailable: the Node's labels (pool, provisioning, GKE maintenance) will not be read";
+    let Some(reader) = connected(KubeNodeReader::connect(&cfg.kubernetes.api_url), lost).await
+    else {
+        return (rx, None);
+    };
+    let reader: Arc<dyn NodeReader> = reader;
+    tracker.spawn(crate::node::info::follow(
+        reader.clone(),
+        cfg.node_name.clone(),
+        cfg.kubernetes.read_interval,
+        tx,
+        metrics.clone(),
+        stop.clone(),
+    ));
+    (rx, Some(reader))
 }
 
 /// Start the metadata watcher (unless `metadata.enabled = off`); the receiver closes when there
@@ -189,12 +186,10 @@ fn metadata_watcher(
     if cfg.metadata.enabled == Switch::Off {
         return rx;
     }
-    let client = match MetadataClient::for_host(&cfg.metadata.host, Duration::from_secs(5)) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "metadata watcher off");
-            return rx;
-        }
+    let client = MetadataClient::for_host(&cfg.metadata.host, Duration::from_secs(5));
+    let Ok(client) = client.inspect_err(|e| tracing::error!(error = %e, "metadata watcher off"))
+    else {
+        return rx;
     };
     let watch_cfg = WatchConfig {
         timeout_sec: cfg.metadata.timeout_sec,

@@ -178,14 +178,11 @@ impl Night {
         tokio::spawn(async move {
             loop {
                 if alive.load(Ordering::SeqCst) {
-                    if let Ok(rec) = coord.hgetall(&key).await {
-                        if let Some(req) = rec.get("checkpoint_request") {
-                            if rec.get("checkpoint_ack").is_none_or(|a| a.is_empty()) {
-                                let _ = coord
-                                    .hset(&key, &[("checkpoint_ack".into(), req.clone())], None)
-                                    .await;
-                            }
-                        }
+                    let rec = coord.hgetall(&key).await.unwrap_or_default();
+                    let acked = rec.get("checkpoint_ack").is_some_and(|a| !a.is_empty());
+                    if let Some(req) = rec.get("checkpoint_request").filter(|_| !acked) {
+                        let ack = [("checkpoint_ack".to_string(), req.clone())];
+                        let _ = coord.hset(&key, &ack, None).await;
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;

@@ -11,7 +11,7 @@ use crate::config::{Config, Switch};
 use crate::coord::redis::RedisCoordinator;
 use crate::coord::Coordinator;
 use crate::kube::node::KubeNodeApi;
-use crate::maintenance::metadata::MetadataClient;
+use crate::maintenance::metadata::{blind_hint, MetadataClient, MetadataError};
 
 use super::check::{check, render, Check, Level};
 
@@ -251,16 +251,14 @@ fn gpu_state(cfg: &Config) -> Check {
             ),
         );
     }
-    let failed: Vec<String> = r.gpus.iter().map(|g| g.uuid.clone()).collect();
-    check(
-        "gpu-state",
-        Level::Ok,
-        if failed.is_empty() {
-            format!("{}: no GPU kept failed on this boot", store.path().display())
-        } else {
-            format!("{}: kept failed on this boot: {}", store.path().display(), failed.join(", "))
-        },
-    )
+    let path = store.path().display();
+    let failed: Vec<&str> = r.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    let text = if failed.is_empty() {
+        format!("{path}: no GPU kept failed on this boot")
+    } else {
+        format!("{path}: kept failed on this boot: {}", failed.join(", "))
+    };
+    check("gpu-state", Level::Ok, text)
 }
 
 async fn metadata(cfg: &Config) -> Check {
@@ -275,22 +273,16 @@ async fn metadata(cfg: &Config) -> Check {
         Ok(c) => c,
         Err(e) => return check("metadata", Level::Fail, e.to_string()),
     };
-    let read = tokio::time::timeout(
-        Duration::from_secs(5),
-        client.get("instance/maintenance-event", None),
-    )
-    .await;
-    match read {
+    let read = client.get(crate::maintenance::metadata::MAINTENANCE_EVENT_PATH, None);
+    match tokio::time::timeout(Duration::from_secs(5), read).await {
         Ok(Ok(v)) => check(
             "metadata",
             Level::Ok,
             format!("GCE metadata server answers; maintenance-event = {}", v.value.trim()),
         ),
-        Ok(Err(crate::maintenance::metadata::MetadataError::NotFound { .. })) => check(
-            "metadata",
-            Level::Fail,
-            crate::maintenance::metadata::blind_hint(client.base_url()),
-        ),
+        Ok(Err(MetadataError::NotFound { .. })) => {
+            check("metadata", Level::Fail, blind_hint(client.base_url()))
+        }
         Ok(Err(e)) => check(
             "metadata",
             if cfg.metadata.enabled == Switch::On { Level::Fail } else { Level::Warn },
@@ -377,7 +369,6 @@ async fn rbac_rule(
             Err(e) => unknown = Some(e),
         }
     }
-    let all = verbs.join(" and ");
     if !denied.is_empty() {
         check(
             name,
@@ -390,7 +381,7 @@ async fn rbac_rule(
     } else if let Some(e) = unknown {
         check(name, Level::Warn, format!("could not ask: {e}"))
     } else {
-        check(name, Level::Ok, format!("may {all} {what}"))
+        check(name, Level::Ok, format!("may {} {what}", verbs.join(" and ")))
     }
 }
 

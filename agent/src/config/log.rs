@@ -28,13 +28,11 @@ impl LogConfig {
     /// A `level` the logger can read (`format` is checked as it is parsed). NB: one it could not
     /// read fell back to `info` without a word, so `vigil=dbug` hid the debug lines asked for.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        match tracing_subscriber::EnvFilter::try_new(&self.level) {
-            Ok(_) => Ok(()),
-            Err(e) => bad(
-                "log.level",
-                format!("is not a tracing filter (such as `info` or `vigil=debug,info`): {e}"),
-            ),
-        }
+        let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.level) else { return Ok(()) };
+        bad(
+            "log.level",
+            format!("is not a tracing filter (such as `info` or `vigil=debug,info`): {e}"),
+        )
     }
 }
 

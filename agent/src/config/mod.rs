@@ -151,12 +151,6 @@ fn bad(key: &'static str, problem: impl Into<String>) -> Result<(), ConfigError>
     Err(ConfigError::Invalid { key, problem: problem.into() })
 }
 
-/// The first of `durations` that is zero, named by its key.
-fn nonzero(durations: &[(&'static str, Duration)]) -> Result<(), ConfigError> {
-    let zero = durations.iter().find(|(_, d)| d.is_zero());
-    zero.map_or(Ok(()), |&(key, _)| bad(key, "must be greater than zero"))
-}
-
 /// `var`'s value, when it is set, into `slot`.
 fn from_env<T: From<String>>(env: &dyn Env, var: &str, slot: &mut T) {
     if let Some(v) = env.get(var) {
@@ -324,9 +318,9 @@ impl Config {
     }
 
     /// Every duration that must be above zero, in every section (the sections' `validate` run
-    /// after this, so none checks its own again).
+    /// after this, so none checks its own again): the first that is zero, named by its key.
     fn validate_nonzero(&self) -> Result<(), ConfigError> {
-        nonzero(&[
+        let durations = [
             ("poll_interval", self.poll_interval),
             ("redis.timeout", self.redis.timeout),
             ("runtime.log_timeout", self.runtime.log_timeout),
@@ -345,7 +339,9 @@ impl Config {
             ("safety.lock_ttl", self.safety.lock_ttl),
             ("alerts.timeout", self.alerts.timeout),
             ("alerts.alertmanager_repost", self.alerts.alertmanager_repost),
-        ])
+        ];
+        let zero = durations.into_iter().find(|(_, d)| d.is_zero());
+        zero.map_or(Ok(()), |(key, _)| bad(key, "must be greater than zero"))
     }
 
     /// Tokens are reviewed by the API server: `auth = "kubernetes"` needs one.

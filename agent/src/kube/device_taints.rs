@@ -10,7 +10,7 @@ use kube::api::{
 };
 use serde_json::{json, Value};
 
-use crate::kube::client::{kube_client, ConnectError, PodError, CALL_TIMEOUT};
+use crate::kube::client::{kube_client, ConnectError, PodError};
 use crate::vocab::device_taint::{node_label, plan, Device, Existing, Plan, Rule, TAINT_KEY};
 
 /// The label on every rule Vigil makes: its node ([`node_label`]).
@@ -30,11 +30,8 @@ pub async fn reconcile(
     dry_run: bool,
 ) -> Result<Plan, PodError> {
     let existing = api.rules(node).await?;
-    let devices = match failed.is_empty() {
-        // Nothing failed: only deletions, no slices to read.
-        true => Vec::new(),
-        false => api.devices(node, driver).await?,
-    };
+    // Nothing failed: only deletions, no slices to read.
+    let devices = if failed.is_empty() { Vec::new() } else { api.devices(node, driver).await? };
     let p = plan(node, &devices, failed, &existing, dry_run);
     for name in &p.delete {
         api.delete(name).await?;
@@ -98,12 +95,11 @@ impl KubeDeviceTaints {
         let version = format!("resource.k8s.io/{}", self.version);
         let object: DynamicObject = serde_json::from_value(rule_object(&version, node, rule))
             .map_err(|_| PodError::Unsupported("a DeviceTaintRule that does not serialize"))?;
-        match tokio::time::timeout(CALL_TIMEOUT, api.create(&PostParams::default(), &object)).await
-        {
-            Err(_) => Err(PodError::Timeout(CALL_TIMEOUT)),
+        let params = PostParams::default();
+        match PodError::bounded(api.create(&params, &object), "create", "devicetaintrules").await {
             // A rule of that name exists: it stands if it is this node's (another incarnation
             // of this agent made it meanwhile); else it is someone else's, and said.
-            Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
+            Err(PodError::Api { source: kube::Error::Api(e), .. }) if e.code == 409 => {
                 let theirs =
                     PodError::bounded(api.get(&rule.name), "get", "devicetaintrules").await?;
                 let v = value_of(theirs);
@@ -115,17 +111,17 @@ impl KubeDeviceTaints {
                     ))),
                 }
             }
-            Ok(r) => r.map(drop).map_err(|e| PodError::of(e, "create", "devicetaintrules")),
+            r => r.map(drop),
         }
     }
 
     async fn delete(&self, name: &str) -> Result<(), PodError> {
         let api = self.rules_api();
-        match tokio::time::timeout(CALL_TIMEOUT, api.delete(name, &DeleteParams::default())).await {
-            Err(_) => Err(PodError::Timeout(CALL_TIMEOUT)),
+        let params = DeleteParams::default();
+        match PodError::bounded(api.delete(name, &params), "delete", "devicetaintrules").await {
             // Gone already: what was wanted.
-            Ok(Err(kube::Error::Api(e))) if e.code == 404 => Ok(()),
-            Ok(r) => r.map(drop).map_err(|e| PodError::of(e, "delete", "devicetaintrules")),
+            Err(PodError::Api { source: kube::Error::Api(e), .. }) if e.code == 404 => Ok(()),
+            r => r.map(drop),
         }
     }
 }

@@ -231,10 +231,8 @@ impl KubeNodeApi {
         if !api_url.is_empty() {
             return Self::from_url_with_timeout(api_url, CALL_TIMEOUT);
         }
-        let mut config = kube::Config::infer().await.map_err(|e| NodeError::Client {
-            context: "no in-cluster ServiceAccount and no usable kubeconfig".into(),
-            source: Box::new(e),
-        })?;
+        let none = "no in-cluster ServiceAccount and no usable kubeconfig";
+        let mut config = kube::Config::infer().await.map_err(|e| NodeError::client(none, e))?;
         with_deadlines(&mut config, CALL_TIMEOUT);
         Self::from_config(config, "inferred config")
     }
@@ -245,10 +243,8 @@ impl KubeNodeApi {
     /// Must be called inside a Tokio runtime (the client spawns its connection task there);
     /// outside one it returns an error rather than panicking.
     pub fn from_url_with_timeout(url: &str, timeout: Duration) -> Result<Self, NodeError> {
-        let parsed = url.parse().map_err(|e| NodeError::Client {
-            context: format!("API server URL {url:?}"),
-            source: Box::new(e),
-        })?;
+        let parsed =
+            url.parse().map_err(|e| NodeError::client(format!("API server URL {url:?}"), e))?;
         let mut config = kube::Config::new(parsed);
         with_deadlines(&mut config, timeout);
         Self::from_config(config, url)
@@ -258,13 +254,9 @@ impl KubeNodeApi {
         debug_assert!(config.read_timeout.is_some(), "every call has a deadline");
         // NB: `Client::try_from` spawns onto the current Tokio runtime and panics without one.
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(NodeError::Client {
-                context: context.to_string(),
-                source: "not called from within a Tokio runtime".into(),
-            });
+            return Err(NodeError::client(context, "not called from within a Tokio runtime"));
         }
-        let client = kube::Client::try_from(config)
-            .map_err(|e| NodeError::Client { context: context.to_string(), source: Box::new(e) })?;
+        let client = kube::Client::try_from(config).map_err(|e| NodeError::client(context, e))?;
         Ok(Self {
             nodes: Api::all_with(client.clone(), &ApiResource::erase::<Node>(&())),
             recorders: Mutex::new(HashMap::new()),
@@ -309,10 +301,7 @@ impl KubeNodeApi {
         };
         let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
         let answer = api.create(&kube::api::PostParams::default(), &review).await.map_err(|e| {
-            NodeError::Client {
-                context: format!("access review of {verb} {resource} ({group:?})"),
-                source: Box::new(e),
-            }
+            NodeError::client(format!("access review of {verb} {resource} ({group:?})"), e)
         })?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }

@@ -54,40 +54,27 @@ impl KubeNodeReader {
 /// The parts of a Node Vigil reads.
 pub(crate) fn raw_node(node: &Node) -> RawNode {
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .map(|ts| {
-            ts.iter()
-                .map(|t| NodeTaint {
-                    key: t.key.clone(),
-                    value: t.value.clone().unwrap_or_default(),
-                    effect: t.effect.clone(),
-                })
-                .collect()
+    let taints = node.spec.iter().flat_map(|s| s.taints.iter().flatten());
+    let taints = taints
+        .map(|t| NodeTaint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone(),
         })
-        .unwrap_or_default();
-    let allocatable = node
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .map(|a| a.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
-        .unwrap_or_default();
+        .collect();
+    let allocatable = node.status.iter().flat_map(|s| s.allocatable.iter().flatten());
+    let allocatable = allocatable.map(|(k, q)| (k.clone(), q.0.clone())).collect();
     // NB: the kubelet's graceful node shutdown says so in the Ready condition ("node is
     // shutting down", Kubernetes' "Node shutdowns" page); nothing else on the Node does.
-    let shutting_down = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "False"))
-        .and_then(|c| {
-            [c.reason.as_deref(), c.message.as_deref()]
-                .into_iter()
-                .flatten()
-                .find(|t| t.to_ascii_lowercase().contains("shutting down"))
-                .map(str::to_string)
-        });
+    let mut conditions = node.status.iter().flat_map(|s| s.conditions.iter().flatten());
+    let not_ready = conditions.find(|c| c.type_ == "Ready" && c.status == "False");
+    let shutting_down = not_ready.and_then(|c| {
+        [c.reason.as_deref(), c.message.as_deref()]
+            .into_iter()
+            .flatten()
+            .find(|t| t.to_ascii_lowercase().contains("shutting down"))
+            .map(str::to_string)
+    });
     RawNode {
         labels,
         taints,

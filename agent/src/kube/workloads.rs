@@ -162,9 +162,7 @@ fn label(o: &Value, key: &str) -> Option<String> {
 }
 
 fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
-        .unwrap_or_default()
+    v.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
 }
 
 fn count(v: &Value) -> u32 {
@@ -204,16 +202,13 @@ pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodErr
             c["restartPolicy"].as_str().and_then(|p| RestartPolicy::parse(Some(p)));
         w.rules = c["restartPolicyRules"]
             .as_array()
-            .map(|rules| {
-                rules
-                    .iter()
-                    .map(|r| RestartRule {
-                        action: r["action"].as_str().unwrap_or_default().to_string(),
-                        exit_codes: exit_codes(&r["exitCodes"]),
-                    })
-                    .collect()
+            .into_iter()
+            .flatten()
+            .map(|r| RestartRule {
+                action: r["action"].as_str().unwrap_or_default().to_string(),
+                exit_codes: exit_codes(&r["exitCodes"]),
             })
-            .unwrap_or_default();
+            .collect();
     }
     w.unhealthy = unhealthy_devices(pod, container);
     Ok(w)
@@ -252,31 +247,26 @@ pub(crate) fn job_facts(job: &Value, policy: RestartPolicy, pods: &[Value]) -> J
             .iter()
             .filter(|p| matches!(p["status"]["phase"].as_str(), Some("Running" | "Pending")))
             .flat_map(|p| {
-                let st = &p["status"];
-                let all = st["containerStatuses"].as_array().into_iter().flatten();
-                all.chain(st["initContainerStatuses"].as_array().into_iter().flatten())
-                    .map(|c| count(&c["restartCount"]))
-                    .collect::<Vec<_>>()
+                [&p["status"]["containerStatuses"], &p["status"]["initContainerStatuses"]]
             })
+            .flat_map(|statuses| statuses.as_array().into_iter().flatten())
+            .map(|c| count(&c["restartCount"]))
             .sum(),
         _ => 0,
     };
     let pod_failure = spec["podFailurePolicy"]["rules"]
         .as_array()
-        .map(|rules| {
-            rules
-                .iter()
-                .filter_map(|r| {
-                    let on = &r["onExitCodes"];
-                    Some(PodFailureRule {
-                        action: r["action"].as_str()?.to_string(),
-                        container: on["containerName"].as_str().map(str::to_string),
-                        exit_codes: exit_codes(on)?,
-                    })
-                })
-                .collect()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let on = &r["onExitCodes"];
+            Some(PodFailureRule {
+                action: r["action"].as_str()?.to_string(),
+                container: on["containerName"].as_str().map(str::to_string),
+                exit_codes: exit_codes(on)?,
+            })
         })
-        .unwrap_or_default();
+        .collect();
     JobFacts {
         name: job["metadata"]["name"].as_str().unwrap_or_default().to_string(),
         backoff_limit: count_or(&spec["backoffLimit"], DEFAULT_BACKOFF_LIMIT),
@@ -298,19 +288,16 @@ pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
     let status = &js["status"];
     let rules: Vec<FailureRule> = fp["rules"]
         .as_array()
-        .map(|rules| {
-            rules
-                .iter()
-                .map(|r| FailureRule {
-                    name: r["name"].as_str().unwrap_or_default().to_string(),
-                    action: r["action"].as_str().unwrap_or_default().to_string(),
-                    reasons: strings(&r["onJobFailureReasons"]),
-                    targets: strings(&r["targetReplicatedJobs"]),
-                    on_message: !strings(&r["onJobFailureMessagePatterns"]).is_empty(),
-                })
-                .collect()
+        .into_iter()
+        .flatten()
+        .map(|r| FailureRule {
+            name: r["name"].as_str().unwrap_or_default().to_string(),
+            action: r["action"].as_str().unwrap_or_default().to_string(),
+            reasons: strings(&r["onJobFailureReasons"]),
+            targets: strings(&r["targetReplicatedJobs"]),
+            on_message: !strings(&r["onJobFailureMessagePatterns"]).is_empty(),
         })
-        .unwrap_or_default();
+        .collect();
     // NB: restartsCountTowardsMax is what maxRestarts is checked against; an older
     // controller writes restarts only. Both are `omitempty`: absent is 0 where a rule
     // restarts without counting (that controller knows the field), else `restarts` (the

@@ -295,14 +295,8 @@ fn snippet(s: &str) -> String {
 
 /// An error and its causes, `a: b: c`, for one log line.
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
+    let causes = std::iter::successors(Some(e), |&e| e.source());
+    causes.map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
 }
 
 #[cfg(test)]

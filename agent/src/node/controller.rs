@@ -359,20 +359,17 @@ impl Controller {
 
     /// Show what the claim's step changed: the label, the trail, an Event.
     async fn claim_changed(&mut self, step: ClaimStep) {
-        match step {
-            ClaimStep::Unchanged => {}
-            ClaimStep::Claimed(detail) => {
-                self.node.view.perform_maintenance = Some(true);
-                self.note(Code::PerformMaintenance, detail).await;
-                self.node.publish().await;
-                let message = "vigil: node idle; perform-maintenance requested";
-                self.node.event("VigilPerformMaintenance", message, EventType::Normal).await;
-            }
-            ClaimStep::Released(detail) => {
-                self.node.view.perform_maintenance = Some(false);
-                self.note(Code::PerformMaintenance, detail).await;
-                self.node.publish().await;
-            }
+        let (claimed, detail) = match step {
+            ClaimStep::Unchanged => return,
+            ClaimStep::Claimed(detail) => (true, detail),
+            ClaimStep::Released(detail) => (false, detail),
+        };
+        self.node.view.perform_maintenance = Some(claimed);
+        self.note(Code::PerformMaintenance, detail).await;
+        self.node.publish().await;
+        if claimed {
+            let message = "vigil: node idle; perform-maintenance requested";
+            self.node.event("VigilPerformMaintenance", message, EventType::Normal).await;
         }
     }
 

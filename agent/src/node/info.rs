@@ -50,13 +50,7 @@ pub async fn follow(
                     tracing::warn!(node = %node, "Node label: {p}");
                 }
                 said.clone_from(&info.problems);
-                tx.send_if_modified(|cur| {
-                    if cur.as_ref() == Some(&info) {
-                        return false;
-                    }
-                    *cur = Some(info);
-                    true
-                });
+                tx.send_if_modified(|cur| cur.replace(info) != *cur);
             }
             Err(e) => {
                 metrics.kube.error("get");

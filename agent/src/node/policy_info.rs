@@ -201,16 +201,12 @@ pub(crate) fn parse(raw: &RawNode) -> NodeInfo {
 ///   notice without a date).
 pub(crate) fn labels_state(info: &NodeInfo) -> MaintenanceState {
     let m = &info.maintenance;
-    let mut reasons = Vec::new();
-    if m.terminating {
-        reasons.push(REASON_TERMINATION);
-    }
-    if m.active {
-        reasons.push(REASON_ACTIVE);
-    }
-    if m.scheduled {
-        reasons.push(REASON_SCHEDULED);
-    }
+    let signals = [
+        (m.terminating, REASON_TERMINATION),
+        (m.active, REASON_ACTIVE),
+        (m.scheduled, REASON_SCHEDULED),
+    ];
+    let reasons = signals.into_iter().filter_map(|(on, r)| on.then_some(r)).collect();
     let preemptible = info.provisioning.as_ref().is_some_and(|p| p.preemptible());
     let (phase, interruption) = if m.terminating && preemptible {
         (Phase::Terminating, Some(Interruption::Preemption))
@@ -262,18 +258,6 @@ pub(crate) fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> M
         }
     };
     let (worse, other) = if labels_worse { (labels, metadata) } else { (metadata, labels) };
-    let mut reasons = metadata.reasons.clone();
-    for r in &labels.reasons {
-        if !reasons.contains(r) {
-            reasons.push(*r);
-        }
-    }
-    let mut sources = metadata.sources.clone();
-    for s in &labels.sources {
-        if !sources.contains(s) {
-            sources.push(*s);
-        }
-    }
     // NB: a pending notice without a date keeps none (it is the nearest of all): only an
     // ongoing or terminating phase, which stands down whatever its window, shows the other's.
     let has_window = worse.window_start.is_some() || worse.window_end.is_some();
@@ -283,10 +267,21 @@ pub(crate) fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> M
         window_start: window.window_start.clone(),
         window_end: window.window_end.clone(),
         can_reschedule: metadata.can_reschedule,
-        reasons,
+        reasons: union(&metadata.reasons, &labels.reasons),
         interruption: worse.interruption.or(other.interruption),
-        sources,
+        sources: union(&metadata.sources, &labels.sources),
     }
+}
+
+/// `first`, then each of `then` not in it yet.
+fn union<T: Copy + PartialEq>(first: &[T], then: &[T]) -> Vec<T> {
+    let mut out = first.to_vec();
+    for x in then {
+        if !out.contains(x) {
+            out.push(*x);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -102,8 +102,7 @@ impl NodePublisher {
         // NB: observe mode shows the condition and never taints (a NoExecute taint evicts).
         let taint = SlowTaintNow { on: v.slow_tainted && !self.cfg.dry_run, evict: v.slow_evict };
         slow_desired(k, &self.cfg.gang.pace, &v.slow, taint, &mut want);
-        let node = self.cfg.node_name.clone();
-        match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&node, &want)).await {
+        match tokio::time::timeout(KUBE_TIMEOUT, api.reconcile(&self.cfg.node_name, &want)).await {
             Ok(Ok(())) => {
                 if self.stale {
                     tracing::info!("the Node shows Vigil's state again");

@@ -91,10 +91,7 @@ pub(crate) fn gang_of_pod(
         let size = size_of(labels.get(&format!("{worker_label}{GANG_SIZE_SUFFIX}")));
         // NB: the same scoping as a record's gang (`hang::policy_membership`), so a label and a
         // record naming `ml/run-1` agree.
-        let id = match namespace {
-            Some(ns) => scoped(ns, g),
-            None => g.to_string(),
-        };
+        let id = namespace.map_or_else(|| g.to_string(), |ns| scoped(ns, g));
         return gang(id, size, "label");
     }
     // NB: a container outside Kubernetes (plain Docker) names its gang with the label only.

@@ -139,13 +139,9 @@ impl CriRuntime {
         (request(msg, self.s.call_timeout), self.s.call_timeout)
     }
 
-    /// A gRPC failure: transport problems and `Unavailable` mean the runtime is unreachable;
-    /// other statuses are refusals.
-    fn classify(&self, op: &'static str, id: &str, st: tonic::Status) -> RuntimeError {
-        self.classify_within(op, id, st, self.s.call_timeout)
-    }
-
-    fn classify_within(
+    /// A gRPC failure of a call bounded by `deadline`: transport problems and `Unavailable` mean
+    /// the runtime is unreachable; other statuses are refusals.
+    fn classify(
         &self,
         op: &'static str,
         id: &str,
@@ -176,7 +172,7 @@ impl CriRuntime {
         let (req, d) = self.req(req);
         let items = within(d, self.client.clone().list_pod_sandbox(req))
             .await
-            .map_err(|e| self.classify("list", "*", e))?
+            .map_err(|e| self.classify("list", "*", e, d))?
             .items;
         let mut out = HashMap::new();
         for p in items {
@@ -204,7 +200,7 @@ impl CriRuntime {
         match within(d, self.client.clone().pod_sandbox_status(req)).await {
             Ok(r) => Ok(r.status),
             Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
-            Err(st) => Err(self.classify("inspect", id, st)),
+            Err(st) => Err(self.classify("inspect", id, st, d)),
         }
     }
 
@@ -227,7 +223,7 @@ impl CriRuntime {
         let (req, d) = self.req(req);
         Ok(within(d, self.client.clone().list_containers(req))
             .await
-            .map_err(|e| self.classify("list", &id, e))?
+            .map_err(|e| self.classify("list", &id, e, d))?
             .containers)
     }
 
@@ -249,7 +245,7 @@ impl CriRuntime {
         match within(d, self.client.clone().container_status(req)).await {
             Ok(r) => Ok(Some(r)),
             Err(st) if st.code() == tonic::Code::NotFound => Ok(None),
-            Err(st) => Err(self.classify("inspect", id, st)),
+            Err(st) => Err(self.classify("inspect", id, st, d)),
         }
     }
 
@@ -269,7 +265,7 @@ impl CriRuntime {
             // stopped. What counts is the container's state, read again; kubelet's next attempt
             // follows as after any stop.
             if !self.exited(&target.id).await {
-                return Err(self.classify_within("restart", &target.id, e, d));
+                return Err(self.classify("restart", &target.id, e, d));
             }
             tracing::debug!(container = %target.id, error = %e.message(), "the stop call failed but the container exited: the stop took effect");
         }
@@ -456,20 +452,18 @@ impl ContainerRuntime for CriRuntime {
 
     /// The checkpoint signal, to the container's host PID (CRI has no kill).
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        let refused = |why: &str| RuntimeError::refused(self, "kill", id, why);
         let Some(resp) = self.status(id, true).await? else {
-            return Err(RuntimeError::refused(self, "kill", id, "the container is gone"));
+            return Err(refused("the container is gone"));
         };
-        let pid = host_pid(&resp.info).ok_or_else(|| {
-            RuntimeError::refused(self, "kill", id, "the runtime's verbose status has no host PID")
-        })?;
-        let sig: nix::sys::signal::Signal = signal.parse().map_err(|_| {
-            RuntimeError::refused(self, "kill", id, &format!("unknown signal {signal}"))
-        })?;
+        let pid = host_pid(&resp.info)
+            .ok_or_else(|| refused("the runtime's verbose status has no host PID"))?;
+        let sig: nix::sys::signal::Signal =
+            signal.parse().map_err(|_| refused(&format!("unknown signal {signal}")))?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).map_err(|e| {
-            let why = format!(
+            refused(&format!(
                 "{signal} to host PID {pid}: {e} (signalling a CRI container needs the agent in the host PID namespace: hostPID: true)"
-            );
-            RuntimeError::refused(self, "kill", id, &why)
+            ))
         })
     }
 
@@ -483,7 +477,7 @@ impl ContainerRuntime for CriRuntime {
         within(d, self.client.clone().version(req))
             .await
             .map(drop)
-            .map_err(|e| self.classify("ping", "-", e))
+            .map_err(|e| self.classify("ping", "-", e, d))
     }
 }
 

@@ -55,9 +55,7 @@ impl InspectCache {
         self.epoch.fetch_add(1, Ordering::SeqCst);
         if let Ok(mut e) = self.entries.lock() {
             match id {
-                Some(id) => {
-                    e.remove(id);
-                }
+                Some(id) => drop(e.remove(id)),
                 None => e.clear(),
             }
         }
@@ -151,11 +149,8 @@ impl DockerRuntime {
         *slot = Some(tokio::spawn(async move {
             let mut stream = Box::pin(docker.events(Some(opts)));
             while let Some(Ok(ev)) = stream.next().await {
-                let id = ev.actor.and_then(|a| a.id);
-                cache.forget(Some(id.as_deref().unwrap_or("")));
-                if id.is_none() {
-                    cache.forget(None);
-                }
+                // An event that names no container drops every entry.
+                cache.forget(ev.actor.and_then(|a| a.id).as_deref());
             }
             // The stream ended (daemon restarted, connection lost): trust nothing cached.
             cache.live.store(false, Ordering::SeqCst);
@@ -191,37 +186,38 @@ impl DockerRuntime {
     ) -> Result<Option<bollard::models::ContainerInspectResponse>, RuntimeError> {
         let c = self.client().await?;
         match c.inspect_container(id, None::<InspectContainerOptions>).await {
-            Ok(info) => Ok(Some(info)),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
                 Ok(None)
             }
-            Err(e) => Err(self.classify("inspect", id, e).await),
+            r => self.classify("inspect", id, r).await.map(Some),
         }
     }
 
-    /// Map a bollard error: transport problems mean the daemon is unreachable (and the cached
-    /// client is dropped so the next call reconnects); API answers are refusals.
-    async fn classify(
+    /// The answer of call `op` on container `id`, its bollard error mapped: transport problems
+    /// mean the daemon is unreachable (and the cached client is dropped so the next call
+    /// reconnects); API answers are refusals.
+    async fn classify<T>(
         &self,
         op: &'static str,
         id: &str,
-        e: bollard::errors::Error,
-    ) -> RuntimeError {
+        answer: Result<T, bollard::errors::Error>,
+    ) -> Result<T, RuntimeError> {
         use bollard::errors::Error as E;
-        match e {
-            E::DockerResponseServerError { message, .. } => {
+        Err(match answer {
+            Ok(v) => return Ok(v),
+            Err(E::DockerResponseServerError { message, .. }) => {
                 RuntimeError::refused(self, op, id, &message)
             }
-            E::RequestTimeoutError => RuntimeError::Timeout {
+            Err(E::RequestTimeoutError) => RuntimeError::Timeout {
                 op,
                 container: id.to_string(),
                 timeout: if op == "restart" { self.timeout } else { self.call_timeout },
             },
-            other => {
+            Err(other) => {
                 *self.client.lock().await = None;
                 RuntimeError::unreachable(self, other)
             }
-        }
+        })
     }
 }
 
@@ -242,8 +238,7 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn list_workers(&self) -> Result<Vec<Container>, RuntimeError> {
         let c = self.client().await?;
-        let mut filters = HashMap::new();
-        filters.insert("label".to_string(), vec![self.label.clone()]);
+        let filters = HashMap::from([("label".to_string(), vec![self.label.clone()])]);
         let opts = ListContainersOptions {
             // NB: exited ones too, so a worker whose container exited is reported, not forgotten
             // (the agent prefers a running container of the same worker).
@@ -251,10 +246,7 @@ impl ContainerRuntime for DockerRuntime {
             filters: Some(filters),
             ..Default::default()
         };
-        let list = match c.list_containers(Some(opts)).await {
-            Ok(l) => l,
-            Err(e) => return Err(self.classify("list", "*", e).await),
-        };
+        let list = self.classify("list", "*", c.list_containers(Some(opts)).await).await?;
         self.follow_events();
         let mut out = Vec::new();
         for summary in list {
@@ -284,6 +276,12 @@ impl ContainerRuntime for DockerRuntime {
         };
         let worker = worker_id(worker, info.name.as_deref());
         let state = info.state.as_ref();
+        let paused = state.and_then(|s| s.paused).unwrap_or(false);
+        let kube_pod = kube_pod(&labels);
+        // NB: under a kubelet (cri-dockerd) the pod's namespace scopes its gang, as on CRI.
+        let ns = kube_pod.as_ref().map(|p| p.namespace.as_str());
+        let gang =
+            crate::runtime::container::gang_of_pod(ns, &labels, &HashMap::new(), &self.label);
         Ok(Some(Container {
             id: info.id.clone().unwrap_or_else(|| id.to_string()),
             name: info.name.clone().unwrap_or_default().trim_start_matches('/').to_string(),
@@ -291,21 +289,14 @@ impl ContainerRuntime for DockerRuntime {
             started_at: state.and_then(|s| s.started_at.clone()).unwrap_or_default(),
             // NB: Docker says a paused container is running; for Vigil it is not (it must not be
             // restarted, and its stale heartbeat is no hang).
-            running: state.and_then(|s| s.running).unwrap_or(false)
-                && !state.and_then(|s| s.paused).unwrap_or(false),
-            paused: state.and_then(|s| s.paused).unwrap_or(false),
+            running: state.and_then(|s| s.running).unwrap_or(false) && !paused,
+            paused,
             checkpoint: labels.get(&self.checkpoint_label).map(|l| l.as_str().into()),
             gpus: gpus_of(&info),
             pod: None,
-            kube_pod: kube_pod(&labels),
+            kube_pod,
             alert_only: crate::runtime::container::alert_only(&labels, &self.label),
-            // NB: under a kubelet (cri-dockerd) the pod's namespace scopes its gang, as on CRI.
-            gang: crate::runtime::container::gang_of_pod(
-                kube_pod(&labels).map(|p| p.namespace).as_deref(),
-                &labels,
-                &Default::default(),
-                &self.label,
-            ),
+            gang,
         }))
     }
 
@@ -320,10 +311,8 @@ impl ContainerRuntime for DockerRuntime {
         let mut stream = c.logs(id, Some(opts));
         let mut out = String::new();
         while let Some(item) = stream.next().await {
-            match item {
-                Ok(chunk) => out.push_str(&String::from_utf8_lossy(&chunk.into_bytes())),
-                Err(e) => return Err(self.classify("logs", id, e).await),
-            }
+            let chunk = self.classify("logs", id, item).await?;
+            out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
         }
         Ok(out)
     }
@@ -335,19 +324,13 @@ impl ContainerRuntime for DockerRuntime {
             t: Some(stop_grace.as_secs().min(i32::MAX as u64) as i32),
             ..Default::default()
         };
-        match c.restart_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.classify("restart", id, e).await),
-        }
+        self.classify("restart", id, c.restart_container(id, Some(opts)).await).await
     }
 
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
         let c = self.client().await?;
         let opts = KillContainerOptions { signal: signal.to_string() };
-        match c.kill_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.classify("kill", id, e).await),
-        }
+        self.classify("kill", id, c.kill_container(id, Some(opts)).await).await
     }
 
     async fn init_pid(&self, id: &str) -> Result<Option<i32>, RuntimeError> {
@@ -358,10 +341,7 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn ping(&self) -> Result<(), RuntimeError> {
         let c = self.client().await?;
-        match c.ping().await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.classify("ping", "-", e).await),
-        }
+        self.classify("ping", "-", c.ping().await).await.map(drop)
     }
 }
 

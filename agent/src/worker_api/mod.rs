@@ -287,21 +287,17 @@ fn pending_checkpoint(
     record: &std::collections::HashMap<String, String>,
     rank: Option<u32>,
 ) -> serde_json::Map<String, serde_json::Value> {
-    let mut out = serde_json::Map::new();
-    let Some(request) = record.get("checkpoint_request").filter(|r| !r.is_empty()) else {
-        return out;
-    };
-    if record.get(&rank_field("checkpoint_ack", rank)) == Some(request) {
-        return out;
+    let acked = |request: &String| record.get(&rank_field("checkpoint_ack", rank)) == Some(request);
+    if record.get("checkpoint_request").is_none_or(|r| r.is_empty() || acked(r)) {
+        return serde_json::Map::new();
     }
-    for key in
-        ["checkpoint_request", "checkpoint_reason", "checkpoint_requested_at", "checkpoint_drill"]
-    {
-        if let Some(v) = record.get(key).filter(|v| !v.is_empty()) {
-            out.insert(key.into(), serde_json::Value::String(v.clone()));
-        }
-    }
-    out
+    ["checkpoint_request", "checkpoint_reason", "checkpoint_requested_at", "checkpoint_drill"]
+        .into_iter()
+        .filter_map(|key| {
+            let v = record.get(key).filter(|v| !v.is_empty())?;
+            Some((key.to_string(), serde_json::Value::String(v.clone())))
+        })
+        .collect()
 }
 
 /// A valid worker id, and a caller proven to be that worker (or trusted loopback).

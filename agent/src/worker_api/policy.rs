@@ -78,25 +78,22 @@ pub(crate) fn authorize<'a>(
     let carriers: Vec<&Container> = containers.iter().filter(|c| c.worker == worker).collect();
     let live: Vec<&Container> =
         carriers.iter().copied().filter(|c| c.running || c.paused).collect();
-    let refused = match caller {
+    match caller {
         Caller::Loopback => return Ok(None),
-        Caller::HostProcess { .. } => Some(format!(
+        Caller::HostProcess { .. } => return Err(Refusal(format!(
             "{} may not speak for worker {worker}: on this socket only the worker's own container may",
             caller.describe()
-        )),
-        _ if carriers.is_empty() => Some(format!(
+        ))),
+        _ if carriers.is_empty() => return Err(Refusal(format!(
             "no container on node {node} carries worker id {worker}, so {} cannot be it",
             caller.describe()
-        )),
-        _ if live.len() > 1 => Some(format!(
+        ))),
+        _ if live.len() > 1 => return Err(Refusal(format!(
             "worker id {worker} is carried by {} containers ({}): ambiguous, so nobody may speak for it (and Vigil never restarts it) until one of them goes; give each worker its own id",
             live.len(),
             names(&live)
-        )),
-        _ => None,
-    };
-    if let Some(why) = refused {
-        return Err(Refusal(why));
+        ))),
+        _ => {}
     }
     token_node(caller, node)?;
     let own = carriers.iter().copied().find(|c| is_caller(c, caller));

@@ -74,6 +74,11 @@ pub enum NodeError {
 }
 
 impl NodeError {
+    /// No client: [`NodeError::Client`] with its context and cause.
+    pub(super) fn client(context: impl Into<String>, source: impl Into<crate::BoxError>) -> Self {
+        NodeError::Client { context: context.into(), source: source.into() }
+    }
+
     /// The call that failed, as a fixed metric label: `get`, `patch` (of the Node) or `event`
     /// (creating or counting an Event).
     ///

@@ -11,13 +11,11 @@ use super::{NodeDesired, Taint};
 /// The taint as the API writes it: `value` is omitted when empty (Go's `omitempty`), so a taint
 /// we add compares equal to the same taint read back.
 fn taint_json(t: &Taint) -> Value {
-    let mut m = Map::new();
-    m.insert("key".into(), Value::String(t.key.clone()));
+    let mut taint = serde_json::json!({ "key": t.key, "effect": t.effect });
     if !t.value.is_empty() {
-        m.insert("value".into(), Value::String(t.value.clone()));
+        taint["value"] = Value::String(t.value.clone());
     }
-    m.insert("effect".into(), Value::String(t.effect.clone()));
-    Value::Object(m)
+    taint
 }
 
 /// The smallest JSON merge patch (RFC 7386) that makes `node` (a Node as JSON) match `desired`,
@@ -48,9 +46,7 @@ pub(crate) fn merge_patch(node: &Value, desired: &NodeDesired) -> Option<Value> 
         if let Some(rv) = node.pointer("/metadata/resourceVersion") {
             metadata.insert("resourceVersion".into(), rv.clone());
         }
-        let mut spec = Map::new();
-        spec.insert("taints".into(), Value::Array(taints));
-        patch.insert("spec".into(), Value::Object(spec));
+        patch.insert("spec".into(), serde_json::json!({ "taints": taints }));
     }
     if !metadata.is_empty() {
         patch.insert("metadata".into(), Value::Object(metadata));

@@ -67,22 +67,12 @@ pub async fn watch_with(
     shutdown: CancellationToken,
     cfg: WatchConfig,
 ) {
-    let Some(first) = first_answer(&client, &tx, &metrics, &shutdown, &cfg).await else {
-        return;
-    };
-    let unsettled = AtomicUsize::new(3);
-    let ctx = Ctx {
-        client: &client,
-        tx: &tx,
-        unsettled: &unsettled,
-        metrics: &metrics,
-        shutdown: &shutdown,
-        cfg: &cfg,
-    };
+    let ctx = Ctx { client, tx, unsettled: AtomicUsize::new(3), metrics, shutdown, cfg };
+    let Some(first) = first_answer(&ctx).await else { return };
     tokio::join!(
-        key_loop(ctx, Key::MaintenanceEvent, Some(first)),
-        key_loop(ctx, Key::UpcomingMaintenance, None),
-        key_loop(ctx, Key::Preempted, None),
+        key_loop(&ctx, Key::MaintenanceEvent, Some(first)),
+        key_loop(&ctx, Key::UpcomingMaintenance, None),
+        key_loop(&ctx, Key::Preempted, None),
     );
     tracing::debug!("metadata watcher stopped");
 }
@@ -90,14 +80,8 @@ pub async fn watch_with(
 /// The first answer of the metadata server (`maintenance-event`), probed until it comes;
 /// `None` at shutdown. Once the quick attempts have all failed to connect, the start-up read is
 /// over (`RawMetadata::settled`: not on GCE).
-async fn first_answer(
-    client: &MetadataClient,
-    tx: &watch::Sender<RawMetadata>,
-    metrics: &Metrics,
-    shutdown: &CancellationToken,
-    cfg: &WatchConfig,
-) -> Option<Result<Fetched, MetadataError>> {
-    let key = Key::MaintenanceEvent;
+async fn first_answer(ctx: &Ctx) -> Option<Answer> {
+    let (key, cfg) = (Key::MaintenanceEvent, &ctx.cfg);
     let attempts = cfg.startup_attempts.max(1);
     let mut attempt = 0;
     // NB: a server that cannot be reached at start-up may only be late (the node's network comes
@@ -106,20 +90,17 @@ async fn first_answer(
     let mut probe = Backoff::jittered(cfg.backoff_initial, cfg.backoff_max);
     loop {
         attempt += 1;
-        let res = tokio::select! {
-            _ = shutdown.cancelled() => return None,
-            r = client.get(key.path(), None) => r,
-        };
+        let res = ctx.shutdown.run_until_cancelled(ctx.client.get(key.path(), None)).await?;
         let pause_for = match res {
             Err(e @ MetadataError::Unreachable { .. }) => {
-                metrics.maintenance.metadata_error(key.as_str(), e.kind());
+                ctx.metrics.maintenance.metadata_error(key.as_str(), e.kind());
                 if attempt < attempts {
                     cfg.unavailable_retry.0
                 } else {
                     if attempt == attempts {
                         // NB: read as "no maintenance" from here on (not on GCE): the start-up
                         // read is over, and restarts stop waiting for it.
-                        tx.send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
+                        ctx.tx.send_if_modified(|raw| !std::mem::replace(&mut raw.settled, true));
                         tracing::info!(
                             "GCE metadata server unreachable ({}): not on GCE, or not up yet; probing again with backoff (off GCE, set metadata.enabled = \"off\")",
                             chain(&e)
@@ -135,9 +116,7 @@ async fn first_answer(
                 return Some(other);
             }
         };
-        if !pause(shutdown, pause_for).await {
-            return None;
-        }
+        pause(&ctx.shutdown, pause_for).await?;
     }
 }
 
@@ -180,28 +159,28 @@ enum Parsed {
 impl Parsed {
     /// Store into `raw`; true when the value changed.
     fn apply(self, raw: &mut RawMetadata) -> bool {
-        fn set<T: PartialEq>(slot: &mut T, v: T) -> bool {
-            let changed = *slot != v;
-            *slot = v;
-            changed
-        }
+        let before = raw.clone();
         match self {
-            Parsed::Event(v) => set(&mut raw.maintenance_event, Some(v)),
-            Parsed::Upcoming(v) => set(&mut raw.upcoming, v),
-            Parsed::Preempted(v) => set(&mut raw.preempted, Some(v)),
+            Parsed::Event(v) => raw.maintenance_event = Some(v),
+            Parsed::Upcoming(v) => raw.upcoming = v,
+            Parsed::Preempted(v) => raw.preempted = Some(v),
         }
+        *raw != before
     }
 }
 
-#[derive(Clone, Copy)]
-struct Ctx<'a> {
-    client: &'a MetadataClient,
-    tx: &'a watch::Sender<RawMetadata>,
+/// One request's outcome.
+type Answer = Result<Fetched, MetadataError>;
+
+/// What the three keys' loops share.
+struct Ctx {
+    client: MetadataClient,
+    tx: watch::Sender<RawMetadata>,
     /// The keys whose start-up read is not over yet (see [`KeyState::settle`]).
-    unsettled: &'a AtomicUsize,
-    metrics: &'a Metrics,
-    shutdown: &'a CancellationToken,
-    cfg: &'a WatchConfig,
+    unsettled: AtomicUsize,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    cfg: WatchConfig,
 }
 
 /// What one key's loop carries from one answer to the next.
@@ -219,8 +198,9 @@ struct KeyState {
     settled: bool,
 }
 
-/// One key: a plain read until one succeeds, then long-polls from the last ETag.
-async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, MetadataError>>) {
+/// One key: a plain read until one succeeds, then long-polls from the last ETag; `None` at
+/// shutdown.
+async fn key_loop(ctx: &Ctx, key: Key, mut pending: Option<Answer>) -> Option<()> {
     let mut state = KeyState {
         key,
         read_once: false,
@@ -232,37 +212,30 @@ async fn key_loop(ctx: Ctx<'_>, key: Key, mut pending: Option<Result<Fetched, Me
     };
     loop {
         let started = Instant::now();
-        let waited = state.read_once;
         let res = match pending.take() {
             Some(r) => r,
             None => {
                 let wait = state
                     .read_once
                     .then(|| (state.etag.as_deref().unwrap_or(""), ctx.cfg.timeout_sec));
-                tokio::select! {
-                    _ = ctx.shutdown.cancelled() => return,
-                    r = ctx.client.get(key.path(), wait) => r,
-                }
+                ctx.shutdown.run_until_cancelled(ctx.client.get(key.path(), wait)).await?
             }
         };
         let res = nothing_scheduled(key, res);
         blind(ctx, key, &res);
         let delay = match res {
-            Ok(fetched) => state.on_read(ctx, fetched, waited, started),
+            Ok(fetched) => state.on_read(ctx, fetched, started),
             Err(e) => state.on_error(ctx, &e),
         };
-        if !delay.is_zero() && !pause(ctx.shutdown, delay).await {
-            return;
+        if !delay.is_zero() {
+            pause(&ctx.shutdown, delay).await?;
         }
     }
 }
 
 /// `upcoming-maintenance` says "nothing scheduled" with a 404 or a 503 "no notifications": both
 /// read as an empty value.
-fn nothing_scheduled(
-    key: Key,
-    res: Result<Fetched, MetadataError>,
-) -> Result<Fetched, MetadataError> {
+fn nothing_scheduled(key: Key, res: Answer) -> Answer {
     match res {
         Err(e)
             if key == Key::UpcomingMaintenance
@@ -278,7 +251,7 @@ impl KeyState {
     /// This key's start-up read is over (its value published, or the key absent): once the
     /// last of the three is, the published value says so (`RawMetadata::settled`), after the
     /// values it carries.
-    fn settle(&mut self, ctx: Ctx<'_>) {
+    fn settle(&mut self, ctx: &Ctx) {
         if std::mem::replace(&mut self.settled, true) {
             return;
         }
@@ -289,25 +262,19 @@ impl KeyState {
 
     /// An answer with a body: publish it when it parses and changed; the pause before the next
     /// request.
-    fn on_read(
-        &mut self,
-        ctx: Ctx<'_>,
-        fetched: Fetched,
-        waited: bool,
-        started: Instant,
-    ) -> Duration {
+    fn on_read(&mut self, ctx: &Ctx, fetched: Fetched, started: Instant) -> Duration {
         let key = self.key;
         match key.parse(&fetched.value) {
             Ok(parsed) if unconfirmed_clear(ctx, &parsed, &mut self.clear_seen) => {
                 // NB: the old ETag is kept: the next long-poll returns at once if the key
-                // still says nothing, and waits if the notice is back (a blip).
-                self.read_once = true;
+                // still says nothing, and waits if the notice is back (a blip). (This key's
+                // notice was published, so it was read once already.)
                 ctx.cfg.unavailable_retry.0
             }
             Ok(parsed) => {
                 self.backoff.reset();
                 self.unavailable_streak = 0;
-                self.read_once = true;
+                let waited = std::mem::replace(&mut self.read_once, true);
                 self.etag = fetched.etag;
                 let changed = ctx.tx.send_if_modified(|raw| parsed.apply(raw));
                 self.settle(ctx);
@@ -341,7 +308,7 @@ impl KeyState {
     }
 
     /// A failed request: counted; the pause before the next one.
-    fn on_error(&mut self, ctx: Ctx<'_>, e: &MetadataError) -> Duration {
+    fn on_error(&mut self, ctx: &Ctx, e: &MetadataError) -> Duration {
         let key = self.key;
         ctx.metrics.maintenance.metadata_error(key.as_str(), e.kind());
         // NB: a key the server does not have or refuses is as read as it will be; a 503 (sub-
@@ -375,7 +342,7 @@ impl KeyState {
 /// notice: the Node would flip pending → none → pending with two Events. A "nothing scheduled"
 /// while a notice is published is acted on only when the next read says it again. True when
 /// this answer is the first such read (hold it); any other answer resets the count.
-fn unconfirmed_clear(ctx: Ctx<'_>, parsed: &Parsed, clear_seen: &mut bool) -> bool {
+fn unconfirmed_clear(ctx: &Ctx, parsed: &Parsed, clear_seen: &mut bool) -> bool {
     let clears = matches!(parsed, Parsed::Upcoming(None)) && ctx.tx.borrow().upcoming.is_some();
     *clear_seen = clears && !*clear_seen;
     if *clear_seen {
@@ -400,7 +367,7 @@ pub(crate) fn blind_hint(base: &Url) -> String {
 
 /// A 404 on `maintenance-event` blinds the watcher: say so once (and for `/readyz`) while it
 /// lasts, and say when it ends.
-fn blind(ctx: Ctx<'_>, key: Key, res: &Result<Fetched, MetadataError>) {
+fn blind(ctx: &Ctx, key: Key, res: &Answer) {
     if key != Key::MaintenanceEvent {
         return;
     }
@@ -423,12 +390,9 @@ fn blind(ctx: Ctx<'_>, key: Key, res: &Result<Fetched, MetadataError>) {
 /// (about 2-5 s of them with the defaults: well past a maintenance blip).
 const UNAVAILABLE_FAST: u32 = 10;
 
-/// Sleep unless shutdown fires first; false when it did.
-async fn pause(shutdown: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = shutdown.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
-    }
+/// Sleep unless shutdown fires first; `None` when it did.
+async fn pause(shutdown: &CancellationToken, d: Duration) -> Option<()> {
+    shutdown.run_until_cancelled(tokio::time::sleep(d)).await
 }
 
 /// A random duration in `[lo, hi]` (the quick retries of a maintenance-time 503).

@@ -54,15 +54,10 @@ fn node_read(rx: Option<&NodeInfoRx>) -> bool {
 }
 
 impl FirstReads {
-    /// Waiting until `deadline` at the latest.
-    pub(super) fn until(deadline: Instant) -> FirstReads {
-        FirstReads { deadline, over: false }
-    }
-
     /// The wait `facts` started with (`facts_at_start`), or one of `wait` from `now`.
     pub(super) fn of(facts: &SharedFacts, wait: Duration, now: Instant) -> FirstReads {
         let f = facts.read().unwrap_or_else(|p| p.into_inner());
-        FirstReads::until(f.unread.map_or(now + wait, |u| u.until))
+        FirstReads { deadline: f.unread.map_or(now + wait, |u| u.until), over: false }
     }
 
     /// Tell the restart path (`facts`) what it still waits for at `now`, from what the metadata
@@ -88,17 +83,10 @@ impl FirstReads {
         node: bool,
         now: Instant,
     ) {
-        if self.over {
-            return;
-        }
+        // NB: once over, `settle` leaves nothing unread, as the call that ended the wait wrote.
         let (left, ended) = self.settle(metadata, node, now);
         let left = left.map(|what| Unread { what, until: self.deadline });
-        {
-            let mut f = facts.write().unwrap_or_else(|p| p.into_inner());
-            if f.unread != left {
-                f.unread = left;
-            }
-        }
+        facts.write().unwrap_or_else(|p| p.into_inner()).unread = left;
         match ended {
             Some(WaitEnded::Read) => {
                 tracing::info!("the node's maintenance state and Node read: restarts may run")
@@ -139,6 +127,11 @@ impl FirstReads {
 mod tests {
     use super::*;
 
+    /// Waiting until `deadline` at the latest.
+    fn until(deadline: Instant) -> FirstReads {
+        FirstReads { deadline, over: false }
+    }
+
     /// Every combination of the two reads, before and at the deadline: restarts wait while
     /// anything is unread and the deadline has not passed; the end is said exactly once, and
     /// then nothing waits.
@@ -147,7 +140,7 @@ mod tests {
         let t0 = Instant::now();
         let wait = Duration::from_secs(30);
         for (metadata, node) in [(false, false), (true, false), (false, true), (true, true)] {
-            let mut r = FirstReads::until(t0 + wait);
+            let mut r = until(t0 + wait);
             let (left, ended) = r.settle(metadata, node, t0);
             assert_eq!(left, unread(metadata, node));
             assert_eq!(ended.is_some(), metadata && node);
@@ -167,7 +160,7 @@ mod tests {
     #[test]
     fn the_last_read_ends_the_wait() {
         let t0 = Instant::now();
-        let mut r = FirstReads::until(t0 + Duration::from_secs(30));
+        let mut r = until(t0 + Duration::from_secs(30));
         assert!(r.settle(true, false, t0).0.unwrap().starts_with("the Node"));
         assert_eq!(r.settle(true, true, t0), (None, Some(WaitEnded::Read)));
     }
