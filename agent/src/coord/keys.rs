@@ -7,9 +7,7 @@
 //! NB: the one kind of key a worker writes, its status record (`<prefix>:{<node>}:status:<w>`),
 //! shares no prefix with any key the agent owns, so a Redis ACL key pattern
 //! (`~<prefix>:{<node>}:status:*`) can confine a worker to the records of its node and nothing
-//! else (docs/security.md, "Redis ACLs"). Records under the layout before that
-//! (`<prefix>:{<node>}:worker:<w>`, which the agent's per-worker marks extend) are still read
-//! for one release: [`Keys::status_keys`].
+//! else (docs/security.md, "Redis ACLs").
 
 use std::fmt::Arguments;
 
