@@ -159,13 +159,16 @@ enum Parsed {
 impl Parsed {
     /// Store into `raw`; true when the value changed.
     fn apply(self, raw: &mut RawMetadata) -> bool {
-        let before = raw.clone();
-        match self {
-            Parsed::Event(v) => raw.maintenance_event = Some(v),
-            Parsed::Upcoming(v) => raw.upcoming = v,
-            Parsed::Preempted(v) => raw.preempted = Some(v),
+        fn set<T: PartialEq>(slot: &mut T, v: T) -> bool {
+            let changed = *slot != v;
+            *slot = v;
+            changed
         }
-        *raw != before
+        match self {
+            Parsed::Event(v) => set(&mut raw.maintenance_event, Some(v)),
+            Parsed::Upcoming(v) => set(&mut raw.upcoming, v),
+            Parsed::Preempted(v) => set(&mut raw.preempted, Some(v)),
+        }
     }
 }
 
@@ -267,8 +270,8 @@ impl KeyState {
         match key.parse(&fetched.value) {
             Ok(parsed) if unconfirmed_clear(ctx, &parsed, &mut self.clear_seen) => {
                 // NB: the old ETag is kept: the next long-poll returns at once if the key
-                // still says nothing, and waits if the notice is back (a blip). (This key's
-                // notice was published, so it was read once already.)
+                // still says nothing, and waits if the notice is back (a blip).
+                self.read_once = true;
                 ctx.cfg.unavailable_retry.0
             }
             Ok(parsed) => {
