@@ -5,7 +5,7 @@
 
 use crate::accel::model::Health;
 use crate::config::KubernetesConfig;
-use crate::vocab::node::{failure_taint, truncate, EventType, NodeCondition, NodeDesired};
+use crate::vocab::node::{no_schedule_taint, truncate, EventType, NodeCondition, NodeDesired};
 
 /// A kind's names on the Node and in its Events (label, annotation and taint after the label
 /// prefix).
@@ -73,7 +73,7 @@ pub fn desired<A: Accelerator>(k: &KubernetesConfig, report: &A, taint: bool, d:
     );
     // NB: a failure outlives a monitor that stopped answering (a wedged NVML): the taint stays.
     let failed = taint && report.failures_known() && report.health() == Health::Failed;
-    failure_taint(d, format!("{p}{}", n.taint), failed);
+    no_schedule_taint(d, format!("{p}{}", n.taint), failed);
     match report.condition() {
         Some(c) => d.conditions.push(c),
         None => d.remove_conditions.push(n.condition.to_string()),

@@ -93,11 +93,6 @@ pub(super) async fn run(cfg: &Config, d: &CheckpointDrill) -> Result<(), CliErro
     for line in verdict(&result) {
         println!("{line}");
     }
-    let required = match d.require {
-        Some(Budget::Preemption) => Some(("preemption", result.fits_preemption)),
-        Some(Budget::Maintenance) => Some(("maintenance", result.fits_maintenance)),
-        None => None,
-    };
     if !result.missing.is_empty() {
         return Err(CliError::Failed(format!(
             "drill of {}: {} of {} member(s) did not acknowledge",
@@ -106,11 +101,14 @@ pub(super) async fn run(cfg: &Config, d: &CheckpointDrill) -> Result<(), CliErro
             result.asked
         )));
     }
-    match required {
-        Some((budget, false)) => Err(CliError::Failed(format!(
-            "drill of {}: it does not fit the {budget} budget (--require {budget})",
-            result.target
-        ))),
-        _ => Ok(()),
-    }
+    let (budget, fits) = match d.require {
+        Some(Budget::Preemption) => ("preemption", result.fits_preemption),
+        Some(Budget::Maintenance) => ("maintenance", result.fits_maintenance),
+        None => return Ok(()),
+    };
+    let why = format!(
+        "drill of {}: it does not fit the {budget} budget (--require {budget})",
+        result.target
+    );
+    fits.then_some(()).ok_or(CliError::Failed(why))
 }

@@ -64,26 +64,23 @@ fn nvml(cfg: &Config) -> Check {
     }
     use crate::accel::gpu::nvml::{GpuProbe, NvmlProbe};
     let sampled = NvmlProbe::new(Some(cfg.gpu.library_path.as_str())).and_then(|mut p| p.sample());
-    match sampled {
-        Ok(gpus) => {
-            let unread = gpus.iter().filter(|g| g.compute_processes.is_none());
-            let unread: Vec<String> = unread.map(|g| g.index.to_string()).collect();
-            if unread.is_empty() {
-                let busy = gpus.iter().filter_map(|g| {
-                    g.compute_processes.filter(|&n| n > 0).map(|n| format!("GPU {}: {n}", g.index))
-                });
-                let text = format!("{} GPU(s); compute processes: {}", gpus.len(), joined(busy));
-                check("idle:nvml", Level::Ok, text)
-            } else {
-                let unread = unread.join(", ");
-                let text = format!("NVML cannot report the compute processes of GPU(s) {unread} (an old driver, or MIG without the privilege); {BUSY}");
-                check("idle:nvml", Level::Warn, text)
-            }
+    let gpus = match sampled {
+        Ok(gpus) => gpus,
+        Err(e) => {
+            let text = format!("{e}; {BUSY}; on a node without GPUs set gpu.enabled = off");
+            return check("idle:nvml", Level::Warn, text);
         }
-        Err(e) => check(
-            "idle:nvml",
-            Level::Warn,
-            format!("{e}; {BUSY}; on a node without GPUs set gpu.enabled = off"),
-        ),
+    };
+    let unread = gpus.iter().filter(|g| g.compute_processes.is_none());
+    let unread: Vec<String> = unread.map(|g| g.index.to_string()).collect();
+    if !unread.is_empty() {
+        let unread = unread.join(", ");
+        let text = format!("NVML cannot report the compute processes of GPU(s) {unread} (an old driver, or MIG without the privilege); {BUSY}");
+        return check("idle:nvml", Level::Warn, text);
     }
+    let busy = gpus.iter().filter_map(|g| {
+        g.compute_processes.filter(|&n| n > 0).map(|n| format!("GPU {}: {n}", g.index))
+    });
+    let text = format!("{} GPU(s); compute processes: {}", gpus.len(), joined(busy));
+    check("idle:nvml", Level::Ok, text)
 }

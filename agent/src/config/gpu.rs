@@ -120,15 +120,13 @@ impl GpuConfig {
                 "must name the DRA driver of the GPUs when gpu.device_taints is on",
             );
         }
-        for k in self.xid_actions.keys() {
-            if k.trim().parse::<u64>().is_err() {
-                return bad(
-                    "gpu.xid_actions",
-                    format!("{k:?} is not an XID number (write \"79\" = \"reboot-node\")"),
-                );
-            }
+        match self.xid_actions.keys().find(|k| k.trim().parse::<u64>().is_err()) {
+            Some(k) => bad(
+                "gpu.xid_actions",
+                format!("{k:?} is not an XID number (write \"79\" = \"reboot-node\")"),
+            ),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Every override of the built-in XID table (`xid_actions`, its keys parsed: a key that is

@@ -203,13 +203,10 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml") | Some("yml"));
         // serde_path_to_error keeps the dotted key path, so the error can name the key.
-        fn located(path: String, msg: String) -> String {
-            if path.is_empty() || path == "." {
-                msg
-            } else {
-                format!("key `{path}`: {msg}")
-            }
-        }
+        let located = |path: String, msg: String| match path.as_str() {
+            "" | "." => msg,
+            _ => format!("key `{path}`: {msg}"),
+        };
         let parsed = if yaml {
             let de = serde_yaml_ng::Deserializer::from_str(text);
             serde_path_to_error::deserialize::<_, Config>(de)
@@ -251,12 +248,10 @@ impl Config {
     /// agent's loop).
     pub(crate) fn check_files(&self) -> Result<(), ConfigError> {
         let ca = &self.redis.ca_file;
-        if !ca.is_empty() {
-            if let Err(e) = std::fs::metadata(ca) {
-                return bad("redis.ca_file", format!("cannot read {ca}: {e}"));
-            }
+        match (!ca.is_empty()).then(|| std::fs::metadata(ca)) {
+            Some(Err(e)) => bad("redis.ca_file", format!("cannot read {ca}: {e}")),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// `NODE_NAME`, `REDIS_URL` and `DOCKER_HOST` win over the file, as in the DaemonSet.
@@ -270,22 +265,17 @@ impl Config {
         from_env(env, "VIGIL_WEBHOOK_URL", &mut self.alerts.webhook_url);
         from_env(env, "VIGIL_ALERTMANAGER_URL", &mut self.alerts.alertmanager_url);
         from_env(env, "VIGIL_PAGERDUTY_ROUTING_KEY", &mut self.alerts.routing_key);
-        if let Some(v) = env.get("VIGIL_WEBHOOK_HEADERS") {
-            for (_, line) in header_lines(&v) {
-                if let Some((name, value)) = line.split_once(':') {
-                    self.alerts.headers.insert(name.trim().to_string(), value.trim().into());
-                }
-            }
+        let headers = env.get("VIGIL_WEBHOOK_HEADERS").unwrap_or_default();
+        for (name, value) in header_lines(&headers).filter_map(|(_, l)| l.split_once(':')) {
+            self.alerts.headers.insert(name.trim().to_string(), value.trim().into());
         }
         if self.kubernetes.enabled == Switch::Auto {
             self.kubernetes_in_cluster = env.get("KUBERNETES_SERVICE_HOST").is_some();
         }
         if self.node_name.is_empty() {
-            if let Some(h) = env.get("HOSTNAME") {
-                self.node_name = h;
-            } else if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
-                self.node_name = h.trim().to_string();
-            }
+            let file =
+                || std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string());
+            self.node_name = env.get("HOSTNAME").or_else(file).unwrap_or_default();
         }
     }
 

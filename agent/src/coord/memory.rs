@@ -5,7 +5,7 @@
 //! each hold "the" lock. The agent says so once at start-up.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,9 +25,11 @@ struct Entry {
     expires: Option<Millis>,
 }
 
+type Data = HashMap<String, Entry>;
+
 pub struct MemoryCoordinator {
     clock: Arc<dyn Clock>,
-    data: Mutex<HashMap<String, Entry>>,
+    data: Mutex<Data>,
 }
 
 impl MemoryCoordinator {
@@ -35,39 +37,44 @@ impl MemoryCoordinator {
         MemoryCoordinator { clock, data: Mutex::new(HashMap::new()) }
     }
 
-    /// The map with expired keys already gone, as Redis would show it.
-    fn live(&self) -> (MutexGuard<'_, HashMap<String, Entry>>, Millis) {
+    /// `request` answered on the map with expired keys already gone, as Redis would show it.
+    fn apply(&self, request: Request) -> Reply {
         let now = self.clock.now();
         let mut data = self.data.lock().unwrap_or_else(|p| p.into_inner());
         data.retain(|_, e| e.expires.is_none_or(|t| t > now));
-        (data, now)
+        answer(&mut data, now, request)
     }
+}
 
-    /// `key` holds `token` (compare-and-delete, compare-and-renew).
-    fn holds(data: &HashMap<String, Entry>, key: &str, token: &str) -> bool {
-        Self::get_str(data, key).as_deref() == Some(token)
+/// The string at `key` (`None`: absent, or a key of another type).
+fn str_at<'d>(data: &'d Data, key: &str) -> Option<&'d String> {
+    match data.get(key).map(|e| &e.value) {
+        Some(Value::Str(s)) => Some(s),
+        _ => None,
     }
+}
 
-    fn get_str(data: &HashMap<String, Entry>, key: &str) -> Option<String> {
-        match data.get(key).map(|e| &e.value) {
-            Some(Value::Str(s)) => Some(s.clone()),
-            _ => None,
-        }
+/// The hash at `key` (empty when absent or of another type).
+fn hash_at(data: &Data, key: &str) -> HashMap<String, String> {
+    match data.get(key).map(|e| &e.value) {
+        Some(Value::Hash(h)) => h.clone(),
+        _ => HashMap::new(),
     }
 }
 
 /// The counter at `key` (0 when absent or not a number).
-fn counter_of(data: &HashMap<String, Entry>, key: &str) -> u64 {
-    MemoryCoordinator::get_str(data, key).and_then(|s| s.parse().ok()).unwrap_or(0)
+fn counter_of(data: &Data, key: &str) -> u64 {
+    str_at(data, key).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// The entry at `key` while it holds `token` (compare-and-delete, compare-and-renew).
+fn owned<'d>(data: &'d mut Data, key: &str, token: &str) -> Option<&'d mut Entry> {
+    data.get_mut(key).filter(|e| matches!(&e.value, Value::Str(v) if v == token))
 }
 
 /// The value at `key`, `fresh()` when there is none (no TTL) or it is of another type (a key of
 /// another type is replaced, its TTL kept).
-fn typed<'d>(
-    data: &'d mut HashMap<String, Entry>,
-    key: &str,
-    fresh: fn() -> Value,
-) -> &'d mut Value {
+fn typed<'d>(data: &'d mut Data, key: &str, fresh: fn() -> Value) -> &'d mut Value {
     let entry = data.entry(key.into()).or_insert_with(|| Entry { value: fresh(), expires: None });
     if std::mem::discriminant(&entry.value) != std::mem::discriminant(&fresh()) {
         entry.value = fresh();
@@ -88,82 +95,80 @@ impl Coordinator for MemoryCoordinator {
     async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
         Ok(match request {
             Request::Time => Reply::Time(self.clock.now()),
-            Request::GetMany(keys) => {
-                let (data, _) = self.live();
-                Reply::Values(keys.iter().map(|k| Self::get_str(&data, k)).collect())
-            }
-            Request::SetNx { key, value, ttl } => Reply::Done(set_nx(self, key, value, ttl)),
-            Request::Del(keys) => {
-                let (mut data, _) = self.live();
-                for k in keys {
-                    data.remove(&k);
-                }
-                Reply::Ok
-            }
-            Request::OwnerTtl { key, token } => Reply::Ttl(owner_ttl(self, &key, &token)),
-            Request::DelIfOwner { key, token } => {
-                let (mut data, _) = self.live();
-                let owned = Self::holds(&data, &key, &token);
-                if owned {
-                    data.remove(&key);
-                }
-                Reply::Done(owned)
-            }
-            Request::RenewIfOwner { key, token, ttl } => {
-                let (mut data, now) = self.live();
-                let owned = Self::holds(&data, &key, &token);
-                if let (true, Some(e)) = (owned, data.get_mut(&key)) {
-                    e.expires = Some(now + ttl.as_millis() as Millis);
-                }
-                Reply::Done(owned)
-            }
-            Request::IncrCapped { key, cap, ttl } => Reply::Taken(incr_capped(self, key, cap, ttl)),
-            Request::Decr(key) => {
-                decr(self, &key);
-                Reply::Ok
-            }
-            Request::Hgetall(key) => Reply::Hash(hgetall(self, &key)),
-            Request::Hget { key, field } => Reply::Values(vec![hgetall(self, &key).remove(&field)]),
-            Request::HgetallMany(keys) => {
-                Reply::Hashes(keys.iter().map(|k| hgetall(self, k)).collect())
-            }
-            Request::Append { key, fields, max_len } => {
-                append(self, key, fields, max_len);
-                Reply::Ok
-            }
-            Request::ReadRecent { key, count } => Reply::Entries(read_recent(self, &key, count)),
-            Request::IndexMembers(key) => Reply::Members(index_members(self, &key)),
-            Request::Batch(ops) => Reply::Counters(batch(self, &ops)),
+            // NB: by parts, each taking the lock itself (it is never held across an await).
             Request::ReadWorkers(workers) => {
                 Reply::Workers(read_workers_by_parts(self, &workers).await?)
             }
+            request => self.apply(request),
         })
     }
 }
 
-fn set_nx(c: &MemoryCoordinator, key: String, value: String, ttl: Duration) -> bool {
-    let (mut data, now) = c.live();
-    if data.contains_key(&key) {
-        return false;
-    }
-    let expires = Some(now + ms(ttl));
-    data.insert(key, Entry { value: Value::Str(value), expires });
-    true
-}
-
-fn owner_ttl(c: &MemoryCoordinator, key: &str, token: &str) -> Option<Millis> {
-    let (data, now) = c.live();
-    match data.get(key) {
-        Some(Entry { value: Value::Str(v), expires }) if v == token => {
-            Some(expires.map_or(Millis::MAX, |t| t - now))
+/// One request on the live map (`execute` answers `Time` and `ReadWorkers` without it).
+fn answer(data: &mut Data, now: Millis, request: Request) -> Reply {
+    match request {
+        Request::GetMany(keys) => {
+            Reply::Values(keys.iter().map(|k| str_at(data, k).cloned()).collect())
         }
-        _ => None,
+        Request::SetNx { key, value, ttl } if !data.contains_key(&key) => {
+            data.insert(key, Entry { value: Value::Str(value), expires: Some(now + ms(ttl)) });
+            Reply::Done(true)
+        }
+        Request::SetNx { .. } => Reply::Done(false),
+        Request::Del(keys) => {
+            data.retain(|k, _| !keys.contains(k));
+            Reply::Ok
+        }
+        Request::OwnerTtl { key, token } => {
+            let left =
+                owned(data, &key, &token).map(|e| e.expires.map_or(Millis::MAX, |t| t - now));
+            Reply::Ttl(left)
+        }
+        Request::DelIfOwner { key, token } => {
+            Reply::Done(owned(data, &key, &token).is_some() && data.remove(&key).is_some())
+        }
+        Request::RenewIfOwner { key, token, ttl } => {
+            let held = owned(data, &key, &token).map(|e| e.expires = Some(now + ms(ttl)));
+            Reply::Done(held.is_some())
+        }
+        Request::IncrCapped { key, cap, ttl } => {
+            Reply::Taken(incr_capped(data, now, key, cap, ttl))
+        }
+        Request::Decr(key) => {
+            if let Some(Entry { value: Value::Str(s), .. }) = data.get_mut(&key) {
+                *s = s.parse().unwrap_or(0u64).saturating_sub(1).to_string();
+            }
+            Reply::Ok
+        }
+        Request::Hgetall(key) => Reply::Hash(hash_at(data, &key)),
+        Request::Hget { key, field } => Reply::Values(vec![hash_at(data, &key).remove(&field)]),
+        Request::HgetallMany(keys) => {
+            Reply::Hashes(keys.iter().map(|k| hash_at(data, k)).collect())
+        }
+        Request::Append { key, fields, max_len } => {
+            let stream = Entry { value: Value::Stream(VecDeque::new(), 0), expires: None };
+            if let Value::Stream(q, seq) = &mut data.entry(key).or_insert(stream).value {
+                *seq += 1;
+                q.push_back((format!("{now}-{seq}"), fields.into_iter().collect()));
+                q.drain(..q.len().saturating_sub(max_len));
+            }
+            Reply::Ok
+        }
+        Request::ReadRecent { key, count } => Reply::Entries(read_recent(data, &key, count)),
+        Request::IndexMembers(key) => Reply::Members(index_members(data, &key)),
+        Request::Batch(ops) => {
+            Reply::Counters(ops.iter().filter_map(|op| apply_op(data, now, op)).collect())
+        }
+        Request::Time => Reply::Time(now),
+        // NB: `execute` reads workers by parts (each part its own request); a reply of the
+        // wrong kind is the caller's error, never a panic.
+        Request::ReadWorkers(_) => Reply::Ok,
     }
 }
 
-fn incr_capped(c: &MemoryCoordinator, key: String, cap: u64, ttl: Duration) -> Option<u64> {
-    let (mut data, now) = c.live();
-    let cur = counter_of(&data, &key);
+/// The counter at `key` incremented unless it reached `cap`; a new one lives `ttl`.
+fn incr_capped(data: &mut Data, now: Millis, key: String, cap: u64, ttl: Duration) -> Option<u64> {
+    let cur = counter_of(data, &key);
     if cur >= cap {
         return None;
     }
@@ -172,38 +177,8 @@ fn incr_capped(c: &MemoryCoordinator, key: String, cap: u64, ttl: Duration) -> O
     Some(cur + 1)
 }
 
-fn decr(c: &MemoryCoordinator, key: &str) {
-    let (mut data, _) = c.live();
-    if let Some(Entry { value: Value::Str(s), .. }) = data.get_mut(key) {
-        let cur: u64 = s.parse().unwrap_or(0);
-        *s = cur.saturating_sub(1).to_string();
-    }
-}
-
-fn hgetall(c: &MemoryCoordinator, key: &str) -> HashMap<String, String> {
-    let (data, _) = c.live();
-    match data.get(key).map(|e| &e.value) {
-        Some(Value::Hash(h)) => h.clone(),
-        _ => HashMap::new(),
-    }
-}
-
-fn append(c: &MemoryCoordinator, key: String, fields: Vec<(String, String)>, max_len: usize) {
-    let (mut data, now) = c.live();
-    let entry = data
-        .entry(key)
-        .or_insert_with(|| Entry { value: Value::Stream(VecDeque::new(), 0), expires: None });
-    if let Value::Stream(q, seq) = &mut entry.value {
-        *seq += 1;
-        q.push_back((format!("{now}-{seq}"), fields.into_iter().collect()));
-        while q.len() > max_len {
-            q.pop_front();
-        }
-    }
-}
-
-fn index_members(c: &MemoryCoordinator, key: &str) -> Vec<(String, Millis)> {
-    let (data, _) = c.live();
+/// An index's members with their scores, oldest first.
+fn index_members(data: &Data, key: &str) -> Vec<(String, Millis)> {
     let mut v: Vec<(String, Millis)> = match data.get(key).map(|e| &e.value) {
         Some(Value::Index(m)) => m.iter().map(|(k, s)| (k.clone(), *s)).collect(),
         _ => Vec::new(),
@@ -212,54 +187,48 @@ fn index_members(c: &MemoryCoordinator, key: &str) -> Vec<(String, Millis)> {
     v
 }
 
-fn read_recent(c: &MemoryCoordinator, key: &str, count: usize) -> Vec<TrailEntry> {
-    let (data, _) = c.live();
+/// The newest `count` entries of a stream, newest first.
+fn read_recent(data: &Data, key: &str, count: usize) -> Vec<TrailEntry> {
     match data.get(key).map(|e| &e.value) {
         Some(Value::Stream(q, _)) => q.iter().rev().take(count).cloned().collect(),
         _ => Vec::new(),
     }
 }
 
-fn batch(c: &MemoryCoordinator, ops: &[Op]) -> Vec<u64> {
-    let (mut data, now) = c.live();
-    let mut counters = Vec::new();
-    for op in ops {
-        match op {
-            Op::Set { key, value, ttl } => {
-                let value = Value::Str(value.clone());
-                let expires = Some(now + ms(*ttl));
-                data.insert(key.clone(), Entry { value, expires });
-            }
-            Op::Hset { key, fields, ttl } => {
-                if let Value::Hash(h) = typed(&mut data, key, || Value::Hash(HashMap::new())) {
-                    h.extend(fields.iter().cloned());
-                }
-                if let (Some(ttl), Some(e)) = (ttl, data.get_mut(key)) {
-                    e.expires = Some(now + ms(*ttl));
-                }
-            }
-            // Add or refresh `member`, pruning members scored below `prune_before`.
-            Op::IndexTouch { key, member, score, prune_before } => {
-                let prune_before = prune_before.unwrap_or(Millis::MIN);
-                if let Value::Index(m) = typed(&mut data, key, || Value::Index(HashMap::new())) {
-                    m.insert(member.clone(), *score);
-                    m.retain(|_, s| *s >= prune_before);
-                }
-            }
-            Op::Hdel { key, fields } => {
-                if let Some(Value::Hash(h)) = data.get_mut(key).map(|e| &mut e.value) {
-                    for f in fields {
-                        h.remove(f);
-                    }
-                    if h.is_empty() {
-                        data.remove(key);
-                    }
-                }
-            }
-            Op::Counter { key } => counters.push(counter_of(&data, key)),
+/// One op of a batch; only a `Counter` answers (its value).
+fn apply_op(data: &mut Data, now: Millis, op: &Op) -> Option<u64> {
+    match op {
+        Op::Set { key, value, ttl } => {
+            let value = Value::Str(value.clone());
+            data.insert(key.clone(), Entry { value, expires: Some(now + ms(*ttl)) });
         }
+        Op::Hset { key, fields, ttl } => {
+            if let Value::Hash(h) = typed(data, key, || Value::Hash(HashMap::new())) {
+                h.extend(fields.iter().cloned());
+            }
+            if let (Some(ttl), Some(e)) = (ttl, data.get_mut(key)) {
+                e.expires = Some(now + ms(*ttl));
+            }
+        }
+        // Add or refresh `member`, pruning members scored below `prune_before`.
+        Op::IndexTouch { key, member, score, prune_before } => {
+            let prune_before = prune_before.unwrap_or(Millis::MIN);
+            if let Value::Index(m) = typed(data, key, || Value::Index(HashMap::new())) {
+                m.insert(member.clone(), *score);
+                m.retain(|_, s| *s >= prune_before);
+            }
+        }
+        Op::Hdel { key, fields } => {
+            if let Some(Value::Hash(h)) = data.get_mut(key).map(|e| &mut e.value) {
+                h.retain(|f, _| !fields.contains(f));
+                if h.is_empty() {
+                    data.remove(key);
+                }
+            }
+        }
+        Op::Counter { key } => return Some(counter_of(data, key)),
     }
-    counters
+    None
 }
 
 /// The in-process coordinator failing the requests `fails` picks, unanswered and not applied:

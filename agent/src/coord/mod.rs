@@ -424,10 +424,7 @@ pub async fn read_workers_by_parts(
     let mut reads = Vec::with_capacity(workers.len());
     for w in workers {
         let record = match coord.hgetall(&w.record).await {
-            Ok(fields) => match oversized(&fields) {
-                Some(why) => Err(why),
-                None => Ok(fields),
-            },
+            Ok(fields) => oversized(&fields).map_or(Ok(fields), Err),
             Err(CoordError::Command { source, .. }) => {
                 Err(RecordUnreadable::Refused(source.to_string()))
             }

@@ -11,8 +11,9 @@
 //!
 //! Map: this file is the connection (the three targets, reconnecting, timeouts, errors, hash
 //! slots); redis/commands.rs is the [`super::Coordinator`] implementation, one command, pipeline
-//! or script per method.
+//! or script per request.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -216,13 +217,8 @@ impl RedisCoordinator {
             return Ok(c.clone());
         }
         let made = tokio::time::timeout(self.timeout * 2, self.connect()).await;
-        let c = match made {
-            Ok(Ok(c)) => c,
-            Ok(Err(source)) => {
-                return Err(CoordError::Unreachable { addr: self.addr.clone(), source })
-            }
-            Err(_) => return Err(self.timed_out()),
-        };
+        let unreachable = |source| CoordError::Unreachable { addr: self.addr.clone(), source };
+        let c = made.map_err(|_| self.timed_out())?.map_err(unreachable)?;
         *guard = Some(c.clone());
         Ok(c)
     }
@@ -246,13 +242,21 @@ impl RedisCoordinator {
         }
     }
 
-    /// Run a pipeline in one round trip.
-    async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, CoordError> {
-        let mut c = self.conn().await?;
-        match tokio::time::timeout(self.timeout, pipe.query_async::<T>(&mut c)).await {
+    /// `call` bounded by the timeout, its error classified ([`Self::map_err`]).
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, CoordError> {
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(r) => r.map_err(|e| self.map_err(e)),
             Err(_) => Err(self.timed_out()),
         }
+    }
+
+    /// Run a pipeline in one round trip.
+    async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, CoordError> {
+        let mut c = self.conn().await?;
+        self.bounded(pipe.query_async(&mut c)).await
     }
 
     /// Items grouped so that each group can be one pipeline: all of them on one server, one
@@ -296,10 +300,7 @@ impl RedisCoordinator {
 
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, CoordError> {
         let mut c = self.conn().await?;
-        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut c)).await {
-            Ok(r) => r.map_err(|e| self.map_err(e)),
-            Err(_) => Err(self.timed_out()),
-        }
+        self.bounded(cmd.query_async(&mut c)).await
     }
 
     /// Run one of the scripts of redis/commands.rs (built once: `Script::new` hashes the source, and EVALSHA
@@ -312,16 +313,8 @@ impl RedisCoordinator {
     ) -> Result<T, CoordError> {
         let mut c = self.conn().await?;
         let mut inv = script.prepare_invoke();
-        for k in keys {
-            inv.key(*k);
-        }
-        for a in args {
-            inv.arg(a);
-        }
-        match tokio::time::timeout(self.timeout, inv.invoke_async::<T>(&mut c)).await {
-            Ok(r) => r.map_err(|e| self.map_err(e)),
-            Err(_) => Err(self.timed_out()),
-        }
+        inv.key(keys).arg(args);
+        self.bounded(inv.invoke_async(&mut c)).await
     }
 }
 

@@ -122,10 +122,8 @@ impl Pace {
     /// a slow run, the slow pace.
     pub(crate) fn resume(&mut self, kept: Option<PaceKept>, cfg: &PaceConfig) {
         self.resumed = true;
-        let Some(k) = kept.filter(|k| k.windows >= cfg.learn_windows && k.micro > 0) else {
-            return;
-        };
-        if self.samples == 0 {
+        let fresh = self.samples == 0;
+        if let Some(k) = kept.filter(|k| fresh && k.windows >= cfg.learn_windows && k.micro > 0) {
             self.baseline = Some(k.micro as f64 / 1e6);
             self.samples = k.windows;
         }
@@ -145,15 +143,14 @@ impl Pace {
             self.computes.clear();
             return None;
         };
-        match hb {
-            Some(hb) if self.computes.last().is_none_or(|(at, _)| *at != hb) => {
-                self.computes.push((hb, c));
-                if self.computes.len() > COMPUTES {
-                    self.computes.remove(0);
-                }
+        let Some(hb) = hb else {
+            return Some(c);
+        };
+        if self.computes.last().is_none_or(|(at, _)| *at != hb) {
+            self.computes.push((hb, c));
+            if self.computes.len() > COMPUTES {
+                self.computes.remove(0);
             }
-            Some(_) => {}
-            None => return Some(c),
         }
         let mut values: Vec<Millis> = self.computes.iter().map(|(_, c)| *c).collect();
         values.sort_unstable();
@@ -175,37 +172,29 @@ impl Pace {
             self.rate = None;
             return;
         };
-        // NB: a restarted measure (a step gone back: a restart; a stop) also forgets the run and
-        // the last rate: a worker not measured now says nothing of the gang's pace.
-        let restart = |p: &mut Pace| {
-            p.anchor = Some((l.hb, l.step));
-            p.last = None;
-            p.slow_since = None;
-            p.slow_windows = 0;
-            p.rate = None;
-        };
         let Some((hb0, step0)) = self.anchor else {
             self.anchor = Some((l.hb, l.step));
             return;
         };
-        if l.step < step0 || l.hb < hb0 {
-            restart(self);
-            return;
-        }
-        let (dt, ds) = (l.hb - hb0, l.step - step0);
+        let gone_back = l.step < step0 || l.hb < hb0;
+        let (dt, ds) = (l.hb - hb0, l.step.saturating_sub(step0));
         let window = ms(cfg.window);
-        if dt < window || (ds < u64::from(cfg.min_steps) && dt < 10 * window) {
+        if !gone_back && (dt < window || (ds < u64::from(cfg.min_steps) && dt < 10 * window)) {
             self.last = Some((l.hb, l.step));
             return;
         }
-        if ds == 0 {
-            // Stopped, not slow: the hang path's.
-            restart(self);
+        self.anchor = Some((l.hb, l.step));
+        self.last = None;
+        if gone_back || ds == 0 {
+            // NB: a restarted measure (a step gone back: a restart; no step at all: stopped, not
+            // slow, the hang path's) also forgets the run and the last rate: a worker not
+            // measured now says nothing of the gang's pace.
+            self.slow_since = None;
+            self.slow_windows = 0;
+            self.rate = None;
             return;
         }
         let rate = ds as f64 / (dt as f64 / 1000.0);
-        self.anchor = Some((l.hb, l.step));
-        self.last = None;
         self.rate = Some(rate);
         self.judge(rate, hb0, cfg);
     }
@@ -246,19 +235,19 @@ impl Pace {
 
     /// The verdict at `now`.
     pub(crate) fn verdict(&self, now: Millis, cfg: &PaceConfig) -> PaceVerdict {
-        let (Some(rate), Some(baseline)) = (self.rate, self.baseline) else {
+        let learned = self.baseline.filter(|_| self.samples >= cfg.learn_windows);
+        let (Some(rate), Some(baseline)) = (self.rate, learned) else {
             return PaceVerdict::Learning;
         };
-        if self.samples < cfg.learn_windows {
-            return PaceVerdict::Learning;
-        }
         let windows = (ms(cfg.slow_for) / ms(cfg.window).max(1)).max(1) as u32;
         match self.slow_since {
             Some(since) if now - since >= ms(cfg.slow_for) && self.slow_windows >= windows => {
                 PaceVerdict::Slow { since, rate, baseline }
             }
             Some(_) => PaceVerdict::Steady,
-            None if rate >= recovery_line(cfg.slow_fraction) * baseline => {
+            // The recovery line, halfway between the slow line and the baseline: a slow episode
+            // ends only well clear of it.
+            None if rate >= (1.0 + cfg.slow_fraction) / 2.0 * baseline => {
                 PaceVerdict::Recovered { rate, baseline }
             }
             None => PaceVerdict::Steady,
@@ -278,11 +267,6 @@ impl Pace {
         let share = (1.0 - rate / baseline).clamp(0.0, 1.0);
         ((now - from).max(0) as f64 * share).round() as Millis
     }
-}
-
-/// Halfway between the slow line and the baseline: a slow episode ends only well clear of it.
-fn recovery_line(fraction: f64) -> f64 {
-    (1.0 + fraction) / 2.0
 }
 
 /// The member a slow gang waits for, and why — only where its evidence stands out: the rank
@@ -345,14 +329,10 @@ fn computes_longest(members: &[Member]) -> Option<(&Member, String)> {
     // NB: it must stand alone: among thousands of ranks the largest of one sample each is
     // routinely a fifth above the median; the one the others wait for is far above the next.
     let alone = top - second >= (top - median) / 2;
-    (top * 5 >= median * 6 && top - median >= 20 && alone).then(|| {
-        (
-            m,
-            format!(
-                "it computes {top} ms before each collective, the others {median} ms (median): they wait for it"
-            ),
-        )
-    })
+    let why = format!(
+        "it computes {top} ms before each collective, the others {median} ms (median): they wait for it"
+    );
+    (top * 5 >= median * 6 && top - median >= 20 && alone).then_some((m, why))
 }
 
 /// The member whose step lags every other's by at least 2 although it beat no earlier than

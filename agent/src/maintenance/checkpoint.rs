@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::coord::{Coordinator, Keys};
 use crate::hang::model::{gang_of, valid_worker_id, Gang};
 use crate::hang::policy_membership;
-use crate::maintenance::policy_round;
+use crate::maintenance::policy_round::{acknowledged, describe};
 use crate::maintenance::request::{self as checkpoint, Checkpointer, Outcome, WorkerResult};
 use crate::metrics::Metrics;
 use crate::runtime::{Container, ContainerRuntime};
@@ -30,7 +30,6 @@ pub(crate) struct RoundRecord {
 
 pub(crate) struct CheckpointRounds {
     checkpointer: Checkpointer,
-    runtime: Arc<dyn ContainerRuntime>,
     metrics: Arc<Metrics>,
 }
 
@@ -44,15 +43,14 @@ impl CheckpointRounds {
         let c = &cfg.checkpoint;
         let checkpointer = Checkpointer {
             coord,
-            runtime: runtime.clone(),
+            runtime,
             keys: Keys::new(&cfg.redis.key_prefix, &cfg.node_name),
             default_method: checkpoint::Method::resolve(&c.method, c.signal),
             default_signal: c.signal,
-            poll: Duration::from_millis(200),
             http: reqwest::Client::new(),
             timing: crate::hang::policy_gang::Timing::of(cfg),
         };
-        CheckpointRounds { checkpointer, runtime, metrics }
+        CheckpointRounds { checkpointer, metrics }
     }
 
     /// Deliver the requests and wait for the acknowledgements, all within `budget` (listing the
@@ -61,7 +59,7 @@ impl CheckpointRounds {
     /// every member on every node at once; the others one by one, as before gangs.
     pub(crate) async fn request(&self, reason: &str, budget: Duration) -> Vec<WorkerResult> {
         let started = tokio::time::Instant::now();
-        let listed = tokio::time::timeout(budget, self.runtime.list_workers()).await;
+        let listed = tokio::time::timeout(budget, self.checkpointer.runtime.list_workers()).await;
         let why = match listed {
             Ok(Ok(workers)) => {
                 // Only a running worker can save anything (the listing holds exited ones too).
@@ -74,24 +72,17 @@ impl CheckpointRounds {
                 let left = budget.saturating_sub(started.elapsed());
                 let deadline = started + budget;
                 let (gangs, alone) = self.gangs_of(workers, left).await;
-                let gang_rounds = gangs
-                    .iter()
-                    .map(|(g, local)| self.gang_results(g, local, reason, left, deadline));
                 let (mut results, by_gang) = tokio::join!(
                     self.checkpointer.run(&alone, reason, left),
-                    join_all(gang_rounds)
+                    join_all(gangs.values().map(|g| self.gang_results(g, reason, left, deadline)))
                 );
                 results.extend(by_gang.into_iter().flatten());
-                results.extend(invalid.into_iter().map(|c| WorkerResult {
-                    worker: c.worker.chars().take(64).collect(),
-                    method: "invalid",
-                    outcome: Outcome::Failed,
-                    waited: Duration::ZERO,
-                    detail: format!(
+                results.extend(invalid.into_iter().map(|c| {
+                    let detail = format!(
                         "{} carries the opt-in label with a value that is not a worker id: not asked",
                         c.display()
-                    ),
-                    gang: None,
+                    );
+                    not_asked(c.worker.chars().take(64).collect(), Duration::ZERO, detail)
                 }));
                 return results;
             }
@@ -100,14 +91,7 @@ impl CheckpointRounds {
         };
         self.metrics.backends.runtime_error();
         tracing::error!(error = %why, "cannot list workers to checkpoint");
-        vec![WorkerResult {
-            worker: "*".into(),
-            method: "invalid",
-            outcome: Outcome::Failed,
-            waited: started.elapsed(),
-            detail: format!("cannot list the workers: {why}"),
-            gang: None,
-        }]
+        vec![not_asked("*".into(), started.elapsed(), format!("cannot list the workers: {why}"))]
     }
 
     /// The workers grouped by the gang their record names (or, without one, their pod's
@@ -142,7 +126,6 @@ impl CheckpointRounds {
     /// One gang's round, as one result per member on this node (the gang's outcome for each).
     async fn gang_results(
         &self,
-        gang: &str,
         (g, local): &(Gang, Vec<Container>),
         reason: &str,
         budget: Duration,
@@ -152,16 +135,14 @@ impl CheckpointRounds {
         let round = self.checkpointer.gang_round(g, local, reason, budget, deadline);
         // The detail is also the round's line in the summary (`gang`), whatever its end.
         let (outcome, detail) = match tokio::time::timeout_at(deadline, round).await {
-            Ok(Ok(r)) if policy_round::acknowledged(&r) => {
-                (Outcome::Acked, policy_round::describe(&r))
-            }
-            Ok(Ok(r)) => (Outcome::TimedOut, policy_round::describe(&r)),
+            Ok(Ok(r)) if acknowledged(&r) => (Outcome::Acked, describe(&r)),
+            Ok(Ok(r)) => (Outcome::TimedOut, describe(&r)),
             Ok(Err(e)) => {
-                (Outcome::Failed, format!("gang {gang}: cannot open its checkpoint round: {e}"))
+                (Outcome::Failed, format!("gang {}: cannot open its checkpoint round: {e}", g.id))
             }
             Err(_) => {
                 let within = crate::clock::brief(budget);
-                (Outcome::TimedOut, format!("gang {gang}: its round did not end within {within}"))
+                (Outcome::TimedOut, format!("gang {}: its round did not end within {within}", g.id))
             }
         };
         local
@@ -211,4 +192,9 @@ impl CheckpointRounds {
             all_acked: results.iter().all(|r| r.outcome == Outcome::Acked),
         }
     }
+}
+
+/// The result of a worker that was not asked (its id is none, or the workers cannot be listed).
+fn not_asked(worker: String, waited: Duration, detail: String) -> WorkerResult {
+    WorkerResult { worker, method: "invalid", outcome: Outcome::Failed, waited, detail, gang: None }
 }

@@ -24,10 +24,10 @@ use crate::fleet::view::NodeRecord;
 use crate::hang::gang_marks::read_view;
 use crate::hang::model_gang::{member_id, Member};
 use crate::hang::policy_gang::{self as gp, Timing};
-use crate::maintenance::gang_round::{asked, Asked, RoundIo};
+use crate::maintenance::gang_round::{asked, fresh, Asked, RoundIo};
 use crate::maintenance::model_round::{DrillResult, Round, DRILL_REASON};
 use crate::maintenance::policy_round::{drill_result, round_budget, verdict};
-use crate::maintenance::request::{acknowledges, new_id};
+use crate::maintenance::request::acknowledges;
 use crate::metrics::{DrillFigures, Metrics};
 use crate::trail::{Code, Decision};
 
@@ -83,29 +83,15 @@ pub(crate) async fn run(
     target: &Target,
     wait: Option<Duration>,
 ) -> Result<DrillResult, DrillError> {
-    let prefix = cfg.redis.key_prefix.as_str();
     let now = coord.time().await?;
     let (members, view) = members_of(coord, cfg, target, now).await?;
-    let io = RoundIo { coord, prefix, poll: Duration::from_millis(200) };
+    let io = RoundIo { coord, prefix: &cfg.redis.key_prefix };
     refuse_pending(&io, &members, now, cfg).await?;
     let preemption = round_budget(cfg.checkpoint.preemption_budget, "preemption", &view);
     let maintenance = round_budget(cfg.checkpoint.maintenance_budget, "host-maintenance", &view);
     let wait = wait.unwrap_or(maintenance).min(MAX_WAIT);
-    let round = Round {
-        id: new_id(),
-        reason: DRILL_REASON.into(),
-        at: now,
-        until: now + ms(wait),
-        by: format!("{} (vigil drill)", cfg.node_name),
-        drill: true,
-    };
-    let gang_key = match target {
-        Target::Gang(g) => Some(Keys::new(prefix, &cfg.node_name).gang_checkpoint(g)),
-        _ => None,
-    };
-    if let Some(key) = &gang_key {
-        claim_gang(coord, key, &round, wait, target).await?;
-    }
+    let round = fresh(DRILL_REASON, now, wait, format!("{} (vigil drill)", cfg.node_name), true);
+    let gang_key = claim_gang(coord, cfg, &round, wait, target).await?;
     let started = Instant::now();
     io.write_requests(&round, &members).await;
     let acks = io.wait_acks(&round, &members, now, started, started + wait).await;
@@ -119,20 +105,23 @@ pub(crate) async fn run(
     Ok(result)
 }
 
-/// Take the gang's round key for the drill: while it runs, a real notice on a member's node
-/// replaces it (its workers save for the notice), and a second drill is refused.
+/// A gang's drill takes the gang's round key (returned, to give back): while it runs, a real
+/// notice on a member's node replaces it (its workers save for the notice), and a second drill
+/// is refused. Other targets take none.
 async fn claim_gang(
     coord: &dyn Coordinator,
-    key: &str,
+    cfg: &Config,
     round: &Round,
     wait: Duration,
     target: &Target,
-) -> Result<(), DrillError> {
+) -> Result<Option<String>, DrillError> {
+    let Target::Gang(g) = target else { return Ok(None) };
+    let key = Keys::new(&cfg.redis.key_prefix, &cfg.node_name).gang_checkpoint(g);
     let ttl = wait + Duration::from_secs(10);
-    if coord.set_nx(key, &round.encode(), ttl).await? {
-        return Ok(());
+    if coord.set_nx(&key, &round.encode(), ttl).await? {
+        return Ok(Some(key));
     }
-    let open = coord.get(key).await?.and_then(|t| Round::decode(&t));
+    let open = coord.get(&key).await?.and_then(|t| Round::decode(&t));
     Err(DrillError::Busy(match open {
         Some(r) => format!(
             "{} has a checkpoint round open ({}, opened by {}): a drill never competes with a real round; try again when it ends",
@@ -147,8 +136,7 @@ async fn claim_gang(
 /// A real notice that came during the drill wrote its own request over the drill's: the
 /// workers saved for the notice, and the drill measured nothing it can report.
 async fn superseded(io: &RoundIo<'_>, members: &[Asked], round: &Round) -> Result<(), DrillError> {
-    let records = io.records(members.iter()).await?;
-    for (m, rec) in members.iter().zip(&records) {
+    for (m, rec) in members.iter().zip(&io.records(members.iter()).await?) {
         let request = rec.get("checkpoint_request").map_or("", String::as_str);
         if !request.is_empty() && request != round.id {
             let reason = rec.get("checkpoint_reason").map_or("", String::as_str);
@@ -220,9 +208,8 @@ async fn refuse_pending(
     now: Millis,
     cfg: &Config,
 ) -> Result<(), DrillError> {
-    let records = io.records(members.iter()).await?;
     let recent = ms(cfg.checkpoint.maintenance_budget + cfg.checkpoint.grace);
-    for (m, rec) in members.iter().zip(&records) {
+    for (m, rec) in members.iter().zip(&io.records(members.iter()).await?) {
         let Some(id) = rec.get("checkpoint_request").filter(|r| !r.is_empty()) else {
             continue;
         };
@@ -246,9 +233,7 @@ async fn refuse_pending(
 async fn record(coord: &dyn Coordinator, cfg: &Config, members: &[Asked], r: &DrillResult) {
     let prefix = cfg.redis.key_prefix.as_str();
     let detail = verdict(r).join("; ");
-    let mut nodes: Vec<&str> = members.iter().map(|m| m.node.as_str()).collect();
-    nodes.sort_unstable();
-    nodes.dedup();
+    let nodes: std::collections::BTreeSet<&str> = members.iter().map(|m| m.node.as_str()).collect();
     let by = format!("vigil drill on {}", cfg.node_name);
     for node in &nodes {
         // The one member asked on this node, else `*`.

@@ -24,7 +24,7 @@ use crate::hang::model_gang::{member_id, Member};
 use crate::hang::policy_gang::present;
 use crate::maintenance::model_round::{GangRound, MemberAck, Round};
 use crate::maintenance::policy_round::round_budget;
-use crate::maintenance::request::{acknowledges, Checkpointer};
+use crate::maintenance::request::{acknowledges, new_id, Checkpointer, POLL};
 use crate::runtime::Container;
 
 /// Extra life of the round's key past its budget: a joiner that reads it at the last moment
@@ -71,22 +71,14 @@ impl Checkpointer {
         let node = self.keys.node().to_string();
         let (own, members) = asked(&node, local, &view);
         let budget = round_budget(budget, reason, &view);
-        let fresh = Round {
-            id: crate::maintenance::request::new_id(),
-            reason: reason.to_string(),
-            at: now,
-            until: now + ms(budget),
-            by: node,
-            drill: false,
-        };
-        let (round, opened) = self.open_or_join(&gang.id, fresh, now).await?;
-        let io = self.io();
+        let mine = fresh(reason, now, budget, node, false);
+        let (round, opened) = self.open_or_join(&gang.id, mine, now).await?;
+        let io = RoundIo { coord: &*self.coord, prefix: self.keys.prefix() };
         io.write_requests(&round, if opened { &members } else { &own }).await;
         for c in local {
-            if let Ok(method) = self.method_for(c) {
-                if let Err(e) = self.deliver(&method, c, &round.id, reason, budget).await {
-                    tracing::warn!(worker = %c.worker, error = %e, "gang checkpoint request not delivered by its method");
-                }
+            let Ok(method) = self.method_for(c) else { continue };
+            if let Err(e) = self.deliver(&method, c, &round.id, reason, budget).await {
+                tracing::warn!(worker = %c.worker, error = %e, "gang checkpoint request not delivered by its method");
             }
         }
         // NB: the caller stops waiting at `until`: the wait ends a little before, so the
@@ -94,22 +86,14 @@ impl Checkpointer {
         let left = (round.until - now).max(0);
         let deadline = (started + Duration::from_millis(left as u64))
             .min(until.checked_sub(WRAP_UP).unwrap_or(started));
-        let acks = io.wait_acks(&round, &members, now, started, deadline).await;
-        if opened && acks.iter().all(|a| a.acked.is_some()) {
+        // The members' answers, in the same order.
+        let members = io.wait_acks(&round, &members, now, started, deadline).await;
+        if opened && members.iter().all(|a| a.acked.is_some()) {
             // The next notice (a preemption after this maintenance round) asks for a new save.
-            let _ = self
-                .coord
-                .del_if_owner(&self.keys.gang_checkpoint(&gang.id), &round.encode())
-                .await;
+            let key = self.keys.gang_checkpoint(&gang.id);
+            let _ = self.coord.del_if_owner(&key, &round.encode()).await;
         }
-        Ok(GangRound {
-            gang: gang.id.clone(),
-            round,
-            opened,
-            members: acks,
-            size: gang.size,
-            view_read,
-        })
+        Ok(GangRound { gang: gang.id.clone(), round, opened, members, size: gang.size, view_read })
     }
 
     /// The gang's members in its view, without those whose agent has not written them for
@@ -158,10 +142,6 @@ impl Checkpointer {
         }
         Err(RoundError::Contended(key))
     }
-
-    fn io(&self) -> RoundIo<'_> {
-        RoundIo { coord: &*self.coord, prefix: self.keys.prefix(), poll: self.poll }
-    }
 }
 
 /// A round's reads and writes of the members' records: what a gang's round and a drill
@@ -169,8 +149,6 @@ impl Checkpointer {
 pub(crate) struct RoundIo<'a> {
     pub(crate) coord: &'a dyn Coordinator,
     pub(crate) prefix: &'a str,
-    /// How often the records are re-read while waiting.
-    pub(crate) poll: Duration,
 }
 
 impl RoundIo<'_> {
@@ -225,7 +203,7 @@ impl RoundIo<'_> {
             .map(|m| MemberAck { member: member_id(&m.node, &m.worker), acked: None, state: None })
             .collect();
         // A large gang is read less often: 8,000 records every 200 ms would be Redis's whole day.
-        let poll = self.poll.max(Duration::from_millis(members.len() as u64 / 10));
+        let poll = POLL.max(Duration::from_millis(members.len() as u64 / 10));
         loop {
             let pending: Vec<usize> =
                 (0..acks.len()).filter(|&i| acks[i].acked.is_none()).collect();
@@ -266,6 +244,11 @@ fn acked_a_later_round(rec: &HashMap<String, String>, round: &Round) -> bool {
     };
     let at: Option<Millis> = rec.get("checkpoint_requested_at").and_then(|t| t.parse().ok());
     at.is_some_and(|at| at >= round.at) && acknowledges(rec, id)
+}
+
+/// A new round (a fresh id) opened `at` by `by`, cut short `within` later.
+pub(crate) fn fresh(reason: &str, at: Millis, within: Duration, by: String, drill: bool) -> Round {
+    Round { id: new_id(), reason: reason.to_string(), at, until: at + ms(within), by, drill }
 }
 
 /// Who a round asks: this node's members (`own`), and every member, the view's and ours, once

@@ -272,9 +272,8 @@ impl MetadataClient {
 
 /// The answer when its status is 200; otherwise the error its status means.
 async fn refused(key: &str, resp: reqwest::Response) -> Result<reqwest::Response, MetadataError> {
-    let status = resp.status();
     let key_s = || key.to_string();
-    match status {
+    match resp.status() {
         StatusCode::OK => Ok(resp),
         StatusCode::SERVICE_UNAVAILABLE => {
             // The body distinguishes "no notifications yet" from a maintenance blip.

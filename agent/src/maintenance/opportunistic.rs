@@ -156,7 +156,7 @@ impl Opportunistic {
         let now = self.coord.time().await.ok()?;
         let idle_key = self.keys.idle_since();
         let inputs = IdleInputs {
-            workers: self.workers().await,
+            workers: self.workers().await.into(),
             pod_resources: self.pod_resources().await,
             pods: self.pods().await,
             gpus,
@@ -175,20 +175,14 @@ impl Opportunistic {
         Some((now, since))
     }
 
-    /// The running opted-in workers and what their records say.
-    async fn workers(&self) -> Witness<Vec<WorkerUse>> {
-        let listed = match self.runtime.list_workers().await {
-            Ok(w) => w,
-            Err(e) => return Witness::Unknown(format!("cannot list the workers: {e}")),
-        };
+    /// The running opted-in workers and what their records say, or why they cannot be read.
+    async fn workers(&self) -> Result<Vec<WorkerUse>, String> {
+        let listed = self.runtime.list_workers().await;
+        let listed = listed.map_err(|e| format!("cannot list the workers: {e}"))?;
         let mut out = Vec::new();
         for c in listed.iter().filter(|c| c.running) {
-            let fields = match self.coord.hgetall(&self.keys.status(&c.worker)).await {
-                Ok(f) => f,
-                Err(e) => {
-                    return Witness::Unknown(format!("cannot read {}'s record: {e}", c.worker))
-                }
-            };
+            let fields = self.coord.hgetall(&self.keys.status(&c.worker)).await;
+            let fields = fields.map_err(|e| format!("cannot read {}'s record: {e}", c.worker))?;
             out.push(WorkerUse {
                 worker: c.worker.clone(),
                 state: fields.get("state").cloned(),
@@ -196,7 +190,7 @@ impl Opportunistic {
                 gpus: c.gpus.clone(),
             });
         }
-        Witness::Known(out)
+        Ok(out)
     }
 
     /// The pods the kubelet gave accelerator devices; off without Kubernetes or without a
@@ -205,10 +199,7 @@ impl Opportunistic {
         let Some(src) = self.witnesses.devices.as_ref().filter(|_| self.cfg.kubernetes_on()) else {
             return Witness::Off;
         };
-        match src.gpus().await {
-            Ok(g) => Witness::Known(g.holders().clone()),
-            Err(e) => Witness::Unknown(e.to_string()),
-        }
+        src.gpus().await.map(|g| g.holders().clone()).map_err(|e| e.to_string()).into()
     }
 
     /// This node's non-terminal pods that request accelerators; off without Kubernetes.
@@ -222,12 +213,10 @@ impl Opportunistic {
             );
         };
         match api.node_pods(&self.cfg.node_name).await {
-            Ok(pods) => Witness::Known(
-                pods.into_iter()
-                    .filter(|p| p.accelerators && !p.terminal())
-                    .map(|p| (p.namespace, p.name))
-                    .collect(),
-            ),
+            Ok(pods) => {
+                let held = pods.into_iter().filter(|p| p.accelerators && !p.terminal());
+                Witness::Known(held.map(|p| (p.namespace, p.name)).collect())
+            }
             Err(e) => Witness::Unknown(format!("cannot list this node's pods: {e}")),
         }
     }
@@ -235,12 +224,11 @@ impl Opportunistic {
     /// Keep the verdict: the metric, a log line when a witness stops or starts answering, a
     /// trail note when the verdict changes.
     fn record(&mut self, busy: Busy) {
-        let before: BTreeSet<BusyReason> =
-            self.last.as_ref().map(|b| b.reasons.keys().copied().collect()).unwrap_or_default();
         for &r in BusyReason::ALL {
+            let before = self.last.as_ref().is_some_and(|b| b.reasons.contains_key(&r));
             let now = busy.reasons.get(&r);
             self.metrics.maintenance.busy(r.as_str(), now.is_some());
-            match (before.contains(&r), now) {
+            match (before, now) {
                 (false, Some(seen)) if r.is_unknown() => tracing::warn!(
                     reason = r.as_str(),
                     detail = %seen.join("; "),
@@ -253,8 +241,7 @@ impl Opportunistic {
                 _ => {}
             }
         }
-        let changed = self.last.as_ref().is_none_or(|l| l.names() != busy.names());
-        if changed {
+        if self.last.as_ref().is_none_or(|l| l.names() != busy.names()) {
             tracing::info!(reasons = ?busy.names(), "opportunistic maintenance: {}", busy.detail());
             self.note = Some(busy.detail());
         }
@@ -272,15 +259,10 @@ impl Opportunistic {
 
     /// Healthy nodes of this node's pool, this one left out.
     async fn others_healthy(&self) -> Option<usize> {
-        let pool = &self.pool;
         let (views, _) = fleet::read(self.coord.as_ref(), &self.cfg.redis.key_prefix).await.ok()?;
-        let healthy = views
-            .iter()
-            .filter(|v| v.node != self.cfg.node_name)
-            .filter(|v| v.record.as_ref().is_some_and(|r| &r.pool == pool))
-            .filter(|v| v.health == "healthy")
-            .count();
-        Some(healthy)
+        let others = views.iter().filter(|v| v.node != self.cfg.node_name);
+        let same_pool = others.filter(|v| v.record.as_ref().is_some_and(|r| r.pool == self.pool));
+        Some(same_pool.filter(|v| v.health == "healthy").count())
     }
 
     async fn claim(&mut self, idle: Millis, others: usize) -> ClaimStep {

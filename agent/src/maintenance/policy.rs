@@ -10,8 +10,8 @@ use crate::vocab::maintenance::{
     Interruption, MaintenanceEvent, MaintenanceState, Phase, RawMetadata, Source, UpcomingStatus,
 };
 use crate::vocab::node::{
-    problem_condition, EventType, NodeCondition, NodeDesired, Taint, MAINTENANCE_CONDITION,
-    TERMINATION_TAINT,
+    no_schedule_taint, problem_condition, EventType, NodeCondition, NodeDesired,
+    MAINTENANCE_CONDITION, TERMINATION_TAINT,
 };
 use crate::vocab::stand_down::interrupting;
 
@@ -90,37 +90,28 @@ pub fn node_desired(
     perform_maintenance: Option<bool>,
 ) -> NodeDesired {
     let p = &k.label_prefix;
-    let mut labels = BTreeMap::new();
-    let mut annotations = BTreeMap::new();
-    labels.insert(format!("{p}maintenance"), Some(st.phase.as_str().to_string()));
     let scheduled = st.window_start.is_some() || st.window_end.is_some() || st.phase != Phase::None;
-    labels.insert(format!("{p}can-reschedule"), scheduled.then(|| st.can_reschedule.to_string()));
-    annotations.insert(format!("{p}maintenance-window-start"), st.window_start.clone());
-    annotations.insert(format!("{p}maintenance-window-end"), st.window_end.clone());
-    annotations.insert(
-        format!("{p}maintenance-reasons"),
-        (!st.reasons.is_empty()).then(|| st.reasons.join(",")),
-    );
+    let mut labels = BTreeMap::from([
+        (format!("{p}maintenance"), Some(st.phase.as_str().to_string())),
+        (format!("{p}can-reschedule"), scheduled.then(|| st.can_reschedule.to_string())),
+    ]);
+    let reasons = (!st.reasons.is_empty()).then(|| st.reasons.join(","));
+    let mut annotations = BTreeMap::from([
+        (format!("{p}maintenance-window-start"), st.window_start.clone()),
+        (format!("{p}maintenance-window-end"), st.window_end.clone()),
+        (format!("{p}maintenance-reasons"), reasons),
+    ]);
     if let Some(c) = last_checkpoint {
         annotations.insert(format!("{p}last-checkpoint"), Some(c.to_string()));
     }
     if let Some(on) = perform_maintenance {
         labels.insert(PERFORM_MAINTENANCE_LABEL.to_string(), on.then(|| "true".to_string()));
     }
-    let taint_key = format!("{p}{TERMINATION_TAINT}");
-    let (add_taints, remove_taints) = if k.taint_on_termination && st.phase == Phase::Terminating {
-        (vec![Taint { key: taint_key, value: "true".into(), effect: "NoSchedule".into() }], vec![])
-    } else {
-        (vec![], vec![taint_key])
-    };
-    NodeDesired {
-        labels,
-        annotations,
-        add_taints,
-        remove_taints,
-        conditions: vec![maintenance_condition(st)],
-        remove_conditions: Vec::new(),
-    }
+    let conditions = vec![maintenance_condition(st)];
+    let mut d = NodeDesired { labels, annotations, conditions, ..NodeDesired::default() };
+    let terminating = k.taint_on_termination && st.phase == Phase::Terminating;
+    no_schedule_taint(&mut d, format!("{p}{TERMINATION_TAINT}"), terminating);
+    d
 }
 
 /// `VigilMaintenance`: True while any maintenance is scheduled or under way, with the phase as
@@ -172,13 +163,9 @@ pub(crate) fn checkpoint_for(
         Phase::Ongoing => !checkpointed_episode,
         Phase::None | Phase::Pending => false,
     };
-    if !due {
-        return None;
-    }
-    Some(if next.interruption == Some(Interruption::Preemption) {
-        ("preemption", c.preemption_budget)
-    } else {
-        ("host-maintenance", c.maintenance_budget)
+    due.then_some(match next.interruption {
+        Some(Interruption::Preemption) => ("preemption", c.preemption_budget),
+        _ => ("host-maintenance", c.maintenance_budget),
     })
 }
 

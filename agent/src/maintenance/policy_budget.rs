@@ -105,20 +105,12 @@ fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod, preemptions: bool) -> Vec
     let stop = c.worker_stop;
     let secs = |d: Duration| humantime::format_duration(d).to_string();
     let mut out = Vec::new();
-    let mut budgets = Vec::new();
-    if preemptions {
-        budgets.push(("checkpoint.preemption_budget", c.preemption_budget));
-    }
-    if c.on_sigterm != OnSigterm::Never {
-        budgets.push(("checkpoint.sigterm_budget", c.sigterm_budget));
-    }
-    let mut preemption_fits_grace = true;
-    for (key, budget) in budgets {
+    let budgets = [
+        (preemptions, "checkpoint.preemption_budget", c.preemption_budget),
+        (c.on_sigterm != OnSigterm::Never, "checkpoint.sigterm_budget", c.sigterm_budget),
+    ];
+    for (_, key, budget) in budgets.into_iter().filter(|&(on, _, b)| on && b + stop > p.grace) {
         let needed = budget + stop;
-        if needed <= p.grace {
-            continue;
-        }
-        preemption_fits_grace &= key != "checkpoint.preemption_budget";
         out.push(Shortfall {
             code: "pod-grace",
             key,
@@ -132,7 +124,7 @@ fn pod_shortfalls(c: &CheckpointConfig, p: &WorkerPod, preemptions: bool) -> Vec
     }
     let needed = c.preemption_budget + stop;
     // NB: a pod whose own grace is already too short is said once, above.
-    if preemptions && !p.critical && preemption_fits_grace && needed > GKE_NON_CRITICAL_SHUTDOWN {
+    if preemptions && !p.critical && needed <= p.grace && needed > GKE_NON_CRITICAL_SHUTDOWN {
         out.push(Shortfall {
             code: "gke-node-shutdown",
             key: "checkpoint.preemption_budget",

@@ -46,6 +46,28 @@ pub(crate) enum Witness<T> {
     Known(T),
 }
 
+/// An answer, or why there is none.
+impl<T> From<Result<T, String>> for Witness<T> {
+    fn from(r: Result<T, String>) -> Self {
+        r.map_or_else(Witness::Unknown, Witness::Known)
+    }
+}
+
+impl<T> Witness<T> {
+    /// Its answer, where it gave one; where it applies but could not answer, `busy` says so
+    /// under `unknown`.
+    fn known(&self, busy: &mut Busy, unknown: BusyReason) -> Option<&T> {
+        match self {
+            Witness::Known(t) => Some(t),
+            Witness::Unknown(why) => {
+                busy.add(unknown, why.clone());
+                None
+            }
+            Witness::Off => None,
+        }
+    }
+}
+
 /// One running opted-in worker, as its record and the runtime describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WorkerUse {
@@ -136,12 +158,8 @@ impl Busy {
         if self.idle() {
             return "idle: no worker busy, no accelerator pod, no compute process".into();
         }
-        let parts: Vec<String> = self
-            .reasons
-            .iter()
-            .map(|(r, seen)| format!("{}: {}", r.as_str(), seen.join("; ")))
-            .collect();
-        format!("not idle: {}", parts.join(" | "))
+        let parts = self.reasons.iter().map(|(r, s)| format!("{}: {}", r.as_str(), s.join("; ")));
+        format!("not idle: {}", parts.collect::<Vec<_>>().join(" | "))
     }
 
     fn add(&mut self, reason: BusyReason, seen: String) {
@@ -155,14 +173,8 @@ impl Busy {
 /// Whether the node is idle, and if not, why (see the module header for the rules).
 pub(crate) fn idle_check(i: &IdleInputs) -> Busy {
     let mut busy = Busy::default();
-    let workers: &[WorkerUse] = match &i.workers {
-        Witness::Known(w) => w,
-        Witness::Off => &[],
-        Witness::Unknown(why) => {
-            busy.add(BusyReason::WorkersUnknown, why.clone());
-            &[]
-        }
-    };
+    let workers =
+        i.workers.known(&mut busy, BusyReason::WorkersUnknown).map_or(&[][..], Vec::as_slice);
     for w in workers.iter().filter(|w| !w.idle()) {
         let state = w.state.as_deref().unwrap_or("no record");
         busy.add(BusyReason::WorkerNotIdle, format!("{} is {state}", w.worker));
@@ -176,24 +188,13 @@ pub(crate) fn idle_check(i: &IdleInputs) -> Busy {
         ),
         (&i.pods, BusyReason::PodsUnknown, "requests accelerators (Kubernetes API)"),
     ] {
-        match witness {
-            Witness::Off => {}
-            Witness::Unknown(why) => busy.add(unknown, why.clone()),
-            Witness::Known(holders) => {
-                for (ns, pod) in holders.iter().filter(|p| !allowed.contains(*p)) {
-                    busy.add(BusyReason::AcceleratorPod, format!("{ns}/{pod} {source}"));
-                }
-            }
+        let holders = witness.known(&mut busy, unknown).into_iter().flatten();
+        for (ns, pod) in holders.filter(|p| !allowed.contains(*p)) {
+            busy.add(BusyReason::AcceleratorPod, format!("{ns}/{pod} {source}"));
         }
     }
-    match &i.gpus {
-        Witness::Off => {}
-        Witness::Unknown(why) => busy.add(BusyReason::NvmlUnknown, why.clone()),
-        Witness::Known(gpus) => {
-            for g in gpus {
-                gpu_use(g, workers, &mut busy);
-            }
-        }
+    for g in i.gpus.known(&mut busy, BusyReason::NvmlUnknown).into_iter().flatten() {
+        gpu_use(g, workers, &mut busy);
     }
     busy
 }
@@ -207,20 +208,15 @@ pub(crate) fn gpu_witness(
     report: &GpuReport,
     age: Option<Duration>,
 ) -> Witness<Vec<GpuStatus>> {
-    if cfg.enabled == Switch::Off {
-        return Witness::Off;
-    }
+    use GpuMonitorState as S;
     match report.state {
-        GpuMonitorState::Off | GpuMonitorState::NoGpu => return Witness::Off,
-        GpuMonitorState::Starting
-        | GpuMonitorState::WaitingForDriver
-        | GpuMonitorState::NvmlHung => {
-            return Witness::Unknown(format!(
-                "NVML is {}, so GPU processes cannot be seen",
-                report.state.as_str()
-            ))
+        _ if cfg.enabled == Switch::Off => return Witness::Off,
+        S::Off | S::NoGpu => return Witness::Off,
+        S::Starting | S::WaitingForDriver | S::NvmlHung => {
+            let state = report.state.as_str();
+            return Witness::Unknown(format!("NVML is {state}, so GPU processes cannot be seen"));
         }
-        GpuMonitorState::On => {}
+        S::On => {}
     }
     let limit = cfg.sample_interval * STALE_SAMPLES;
     match age {
@@ -234,39 +230,25 @@ pub(crate) fn gpu_witness(
 
 /// The pods whose accelerators are allowed: pods of opted-in workers that all say idle.
 fn idle_pods(workers: &[WorkerUse]) -> BTreeSet<&PodKey> {
-    let mut pods: BTreeMap<&PodKey, bool> = BTreeMap::new();
-    for w in workers {
-        if let Some(p) = &w.pod {
-            let all_idle = pods.entry(p).or_insert(true);
-            *all_idle &= w.idle();
-        }
-    }
-    pods.into_iter().filter(|(_, idle)| *idle).map(|(p, _)| p).collect()
+    let busy: BTreeSet<&PodKey> =
+        workers.iter().filter(|w| !w.idle()).flat_map(|w| &w.pod).collect();
+    workers.iter().flat_map(|w| &w.pod).filter(|p| !busy.contains(p)).collect()
 }
 
 /// One GPU's compute processes: allowed only on a GPU an idle worker was given by name.
 fn gpu_use(g: &GpuStatus, workers: &[WorkerUse], busy: &mut Busy) {
     let name = format!("GPU {} ({})", g.index, g.uuid);
-    if g.missing {
-        busy.add(BusyReason::NvmlUnknown, format!("{name} is missing"));
-        return;
-    }
-    let n = match g.sample.compute_processes {
-        None => {
-            busy.add(BusyReason::NvmlUnknown, format!("{name}: compute processes unreadable"));
-            return;
-        }
-        Some(0) => return,
-        Some(n) => n,
-    };
     let held_by_idle_worker = workers.iter().any(|w| {
         w.idle() && w.gpus.as_ref().is_some_and(|ids| ids.iter().any(|id| selects(g, id)))
     });
-    if !held_by_idle_worker {
-        busy.add(
+    match g.sample.compute_processes {
+        _ if g.missing => busy.add(BusyReason::NvmlUnknown, format!("{name} is missing")),
+        None => busy.add(BusyReason::NvmlUnknown, format!("{name}: compute processes unreadable")),
+        Some(n) if n > 0 && !held_by_idle_worker => busy.add(
             BusyReason::GpuComputeProcess,
             format!("{name}: {n} compute process(es), on no GPU an idle worker was given"),
-        );
+        ),
+        Some(_) => {}
     }
 }
 

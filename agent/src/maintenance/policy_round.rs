@@ -34,10 +34,9 @@ pub(crate) fn round_budget(own: Duration, reason: &str, members: &[Member]) -> D
 /// read (else the members elsewhere are unknown), and the gang's expected size is met (a member
 /// missing from the view cannot have saved its shards).
 pub(crate) fn acknowledged(r: &GangRound) -> bool {
-    let acked = r.members.iter().filter(|m| m.acked.is_some()).count();
     r.view_read
         && !r.members.is_empty()
-        && acked == r.members.len()
+        && r.members.iter().all(|m| m.acked.is_some())
         && r.size.is_none_or(|n| r.members.len() >= n as usize)
 }
 

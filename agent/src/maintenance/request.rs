@@ -113,6 +113,9 @@ pub(crate) fn acknowledges(record: &std::collections::HashMap<String, String>, i
     !id.is_empty() && (acked("checkpoint_ack") || ranks(record).is_some_and(every_rank))
 }
 
+/// How often the status records are re-read while waiting for the acknowledgements.
+pub(crate) const POLL: Duration = Duration::from_millis(200);
+
 /// A fresh request id: 12 hex digits.
 pub(crate) fn new_id() -> String {
     format!("{:012x}", rand::random::<u64>() >> 16)
@@ -125,8 +128,6 @@ pub(crate) struct Checkpointer {
     pub(crate) keys: Keys,
     pub(crate) default_method: Method,
     pub(crate) default_signal: Signal,
-    /// How often the status records are re-read while waiting.
-    pub(crate) poll: Duration,
     pub(crate) http: reqwest::Client,
     /// When a gang's member left its view (`crate::hang::policy_gang::present`).
     pub(crate) timing: crate::hang::policy_gang::Timing,
@@ -141,32 +142,13 @@ impl Checkpointer {
         budget: Duration,
     ) -> Vec<WorkerResult> {
         let deadline = tokio::time::Instant::now() + budget;
-        // NB: every step of a worker's round (Redis, Docker, HTTP) is bounded by the deadline,
-        // not only the wait for the acknowledgement.
-        let futures = workers.iter().map(|c| async move {
-            let started = tokio::time::Instant::now();
-            match tokio::time::timeout_at(deadline, self.one(c, reason, budget, deadline)).await {
-                Ok(r) => r,
-                Err(_) => WorkerResult {
-                    worker: c.worker.clone(),
-                    method: self.method_for(c).map(<&str>::from).unwrap_or("invalid"),
-                    outcome: Outcome::TimedOut,
-                    waited: started.elapsed(),
-                    detail: format!("no acknowledgement within {}", crate::clock::brief(budget)),
-                    gang: None,
-                },
-            }
-        });
-        futures_util::future::join_all(futures).await
+        let asks = workers.iter().map(|c| self.one(c, reason, budget, deadline));
+        futures_util::future::join_all(asks).await
     }
 
     pub(crate) fn method_for(&self, c: &Container) -> Result<Method, DeliveryError> {
-        match &c.checkpoint {
-            None => Ok(self.default_method.clone()),
-            Some(label) => {
-                Method::parse(label.expose(), self.default_signal).map_err(DeliveryError::Label)
-            }
-        }
+        let Some(label) = &c.checkpoint else { return Ok(self.default_method.clone()) };
+        Method::parse(label.expose(), self.default_signal).map_err(DeliveryError::Label)
     }
 
     async fn one(
@@ -190,30 +172,38 @@ impl Checkpointer {
             Err(e) => return result("invalid", Outcome::Failed, e.to_string()),
         };
         let label = <&str>::from(&method);
-        let id = new_id();
-        let now: Millis = match self.coord.time().await {
-            Ok(t) => t,
-            Err(e) => return result(label, Outcome::Failed, e.to_string()),
+        // NB: every step of a worker's round (Redis, Docker, HTTP) is bounded by the deadline,
+        // not only the wait for the acknowledgement.
+        let asked = async {
+            let id = new_id();
+            let now: Millis = match self.coord.time().await {
+                Ok(t) => t,
+                Err(e) => return (Outcome::Failed, e.to_string()),
+            };
+            let key = self.keys.status(&c.worker);
+            let fields = [
+                ("checkpoint_request".to_string(), id.clone()),
+                ("checkpoint_reason".to_string(), reason.to_string()),
+                ("checkpoint_requested_at".to_string(), now.to_string()),
+                ("checkpoint_ack".to_string(), String::new()),
+                // A drill's mark must not outlive it: this request is a notice's.
+                ("checkpoint_drill".to_string(), String::new()),
+            ];
+            if let Err(e) = self.coord.hset(&key, &fields, None).await {
+                // Without the record there is nothing to acknowledge into, but a signal or a
+                // POST may still let the worker save: deliver anyway, then report the failure.
+                let _ = self.deliver(&method, c, &id, reason, budget).await;
+                return (Outcome::Failed, format!("cannot write the request: {e}"));
+            }
+            if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
+                return (Outcome::Failed, e.to_string());
+            }
+            self.acknowledged(&key, &id, &c.worker, budget, deadline).await
         };
-        let key = self.keys.status(&c.worker);
-        let fields = [
-            ("checkpoint_request".to_string(), id.clone()),
-            ("checkpoint_reason".to_string(), reason.to_string()),
-            ("checkpoint_requested_at".to_string(), now.to_string()),
-            ("checkpoint_ack".to_string(), String::new()),
-            // A drill's mark must not outlive it: this request is a notice's.
-            ("checkpoint_drill".to_string(), String::new()),
-        ];
-        if let Err(e) = self.coord.hset(&key, &fields, None).await {
-            // Without the record there is nothing to acknowledge into, but a signal or a POST
-            // may still let the worker save: deliver anyway, then report the failure.
-            let _ = self.deliver(&method, c, &id, reason, budget).await;
-            return result(label, Outcome::Failed, format!("cannot write the request: {e}"));
-        }
-        if let Err(e) = self.deliver(&method, c, &id, reason, budget).await {
-            return result(label, Outcome::Failed, e.to_string());
-        }
-        let (outcome, detail) = self.acknowledged(&key, &id, &c.worker, budget, deadline).await;
+        let within = crate::clock::brief(budget);
+        let (outcome, detail) = tokio::time::timeout_at(deadline, asked)
+            .await
+            .unwrap_or_else(|_| (Outcome::TimedOut, format!("no acknowledgement within {within}")));
         result(label, outcome, detail)
     }
 
@@ -242,7 +232,7 @@ impl Checkpointer {
                 return (Outcome::TimedOut, format!("no acknowledgement within {waited}"));
             }
             // The last wait is shortened to the deadline, so the budget is used in full.
-            tokio::time::sleep(self.poll.min(deadline - now)).await;
+            tokio::time::sleep(POLL.min(deadline - now)).await;
         }
     }
 

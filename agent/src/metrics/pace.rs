@@ -25,7 +25,8 @@ pub(crate) struct PaceMetrics {
     rate: Family<PaceLabels, F64Gauge>,
     baseline: Family<PaceLabels, F64Gauge>,
     slow: Family<PaceLabels, Gauge>,
-    episodes: Counter,
+    /// Slow episodes opened here.
+    pub(crate) episodes: Counter,
     /// Worker → the gang its series are labelled with.
     exported: Mutex<BTreeMap<String, String>>,
 }
@@ -87,11 +88,6 @@ impl PaceMetrics {
         self.rate.remove(&id);
         self.baseline.remove(&id);
         self.slow.remove(&id);
-    }
-
-    /// A slow episode opened here.
-    pub(crate) fn episode(&self) {
-        self.episodes.inc();
     }
 
     /// Keep only the series of the workers `watched` says this node watches now.

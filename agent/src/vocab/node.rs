@@ -186,16 +186,13 @@ pub(crate) fn problem_condition(
 
 /// `s` cut to at most `max` bytes on a character boundary.
 pub(crate) fn truncate(s: &str, max: usize) -> String {
-    let mut cut = s.len().min(max);
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let cut = (0..=s.len().min(max)).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
     s[..cut].to_string()
 }
 
-/// A hardware failure's `<key>=true:NoSchedule` taint on the Node while `on`, removed otherwise
-/// (the GPU and TPU failure taints).
-pub(crate) fn failure_taint(d: &mut NodeDesired, key: String, on: bool) {
+/// A `<key>=true:NoSchedule` taint on the Node while `on`, removed otherwise (the GPU and TPU
+/// failure taints, and the termination taint).
+pub(crate) fn no_schedule_taint(d: &mut NodeDesired, key: String, on: bool) {
     if on {
         d.add_taints.push(Taint { key, value: "true".into(), effect: "NoSchedule".into() });
     } else {

@@ -63,9 +63,7 @@ fn why_slow(g: &GpuStatus) -> Vec<String> {
         }
     }
     why.extend(g.rises.iter().map(|r| format!("{} +{}", r.what, r.by)));
-    let mut xids: Vec<u64> = g.recent_xids.iter().map(|(x, _)| *x).collect();
-    xids.sort_unstable();
-    xids.dedup();
+    let xids: std::collections::BTreeSet<u64> = g.recent_xids.iter().map(|(x, _)| *x).collect();
     why.extend(xids.iter().map(|x| format!("XID {x}")));
     why
 }

@@ -13,56 +13,53 @@ use redis::{FromRedisValue, Pipeline, Script};
 
 use super::RedisCoordinator;
 use crate::clock::{ms, Millis};
-use crate::coord::RecordUnreadable;
 use crate::coord::{
-    CoordError, Coordinator, NodeRead, Op, Reply, Request, TrailEntry, WorkerKeys, WorkerRead,
+    CoordError, Coordinator, NodeRead, Op, RecordUnreadable, Reply, Request, TrailEntry,
+    WorkerKeys, WorkerRead, MAX_RECORD_BYTES, MAX_RECORD_FIELDS,
 };
 
-static OWNER_TTL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PTTL', KEYS[1]) end
-return -3",
-    )
-});
+/// A Lua script, built once on first use (`Script::new` hashes the source).
+macro_rules! lua {
+    ($source:literal) => {
+        LazyLock::new(|| Script::new($source))
+    };
+}
 
-static DEL_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static OWNER_TTL: LazyLock<Script> = lua!(
+    r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PTTL', KEYS[1]) end
+return -3"
+);
+
+static DEL_IF_OWNER: LazyLock<Script> = lua!(
+    r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0",
-    )
-});
+return 0"
+);
 
 // NB: compare and renew in one script: a lease that lapsed and was taken by another is theirs.
-static RENEW_IF_OWNER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static RENEW_IF_OWNER: LazyLock<Script> = lua!(
+    r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0",
-    )
-});
+return 0"
+);
 
 // NB: check and increment in one script, so two agents can never both take the last unit.
-static INCR_CAPPED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static INCR_CAPPED: LazyLock<Script> = lua!(
+    r"
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
 if v >= tonumber(ARGV[1]) then return -1 end
 v = redis.call('INCR', KEYS[1])
 if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return v",
-    )
-});
+return v"
+);
 
-static DECR_FLOOR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static DECR_FLOOR: LazyLock<Script> = lua!(
+    r"
 local v = tonumber(redis.call('GET', KEYS[1]) or '0')
 if v > 0 then return redis.call('DECR', KEYS[1]) end
-return 0",
-    )
-});
+return 0"
+);
 
 // NB: a node's clock and every worker's record and marks in one round trip: the cycle's one
 // read, whatever the number of workers. ARGV[1] and ARGV[2] are the record bounds
@@ -72,9 +69,8 @@ return 0",
 // that worker's problem too, and never leaves the server. The marks of every worker are one
 // MGET (of at most 1,000 keys each: Lua's unpack has a limit near 8,000, some 470 workers). All
 // keys are one node's, so one hash slot.
-static READ_WORKERS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+static READ_WORKERS: LazyLock<Script> = lua!(
+    r"
 local t = redis.call('TIME')
 local maxf, maxb = tonumber(ARGV[1]), tonumber(ARGV[2])
 local marks, at, k = {}, {}, 1
@@ -112,9 +108,8 @@ for w = 3, #ARGV do
   end
   k = k + 1 + n
 end
-return out",
-    )
-});
+return out"
+);
 
 #[async_trait]
 impl Coordinator for RedisCoordinator {
@@ -125,24 +120,44 @@ impl Coordinator for RedisCoordinator {
     async fn execute(&self, request: Request) -> Result<Reply, CoordError> {
         let c = self;
         Ok(match request {
-            Request::Time => Reply::Time(c.time().await?),
-            Request::GetMany(keys) => Reply::Values(c.get_many(&keys).await?),
-            Request::SetNx { key, value, ttl } => Reply::Done(c.set_nx(&key, &value, ttl).await?),
-            Request::Del(keys) => {
-                c.del(&keys).await?;
-                Reply::Ok
+            Request::Time => {
+                let (secs, micros): (i64, i64) = c.query(&redis::cmd("TIME")).await?;
+                Reply::Time(secs * 1000 + micros / 1000)
             }
-            Request::OwnerTtl { key, token } => Reply::Ttl(c.owner_ttl(&key, &token).await?),
-            Request::DelIfOwner { key, token } => Reply::Done(c.del_if_owner(&key, &token).await?),
+            Request::GetMany(keys) if keys.is_empty() => Reply::Values(Vec::new()),
+            // NB: MGET of one node's keys is single-slot thanks to the hash tag.
+            Request::GetMany(keys) => Reply::Values(c.query(redis::cmd("MGET").arg(&keys)).await?),
+            Request::SetNx { key, value, ttl } => {
+                let mut set = redis::cmd("SET");
+                set.arg(key).arg(value).arg("NX").arg("PX").arg(px(ttl));
+                Reply::Done(c.query::<Option<String>>(&set).await?.is_some())
+            }
+            Request::Del(keys) if keys.is_empty() => Reply::Ok,
+            Request::Del(keys) => {
+                c.query::<()>(redis::cmd("DEL").arg(&keys)).await.map(|()| Reply::Ok)?
+            }
+            Request::OwnerTtl { key, token } => {
+                let left: i64 = c.script(&OWNER_TTL, &[&key], &[token]).await?;
+                Reply::Ttl(match left {
+                    -3 | -2 => None,
+                    -1 => Some(Millis::MAX),
+                    t => Some(t),
+                })
+            }
+            Request::DelIfOwner { key, token } => {
+                Reply::Done(c.script::<i64>(&DEL_IF_OWNER, &[&key], &[token]).await? == 1)
+            }
             Request::RenewIfOwner { key, token, ttl } => {
-                Reply::Done(c.renew_if_owner(&key, &token, ttl).await?)
+                let args = [token, ttl.as_millis().max(1).to_string()];
+                Reply::Done(c.script::<i64>(&RENEW_IF_OWNER, &[&key], &args).await? == 1)
             }
             Request::IncrCapped { key, cap, ttl } => {
-                Reply::Taken(c.incr_capped(&key, cap, ttl).await?)
+                let args = [cap.to_string(), px(ttl).to_string()];
+                let taken: i64 = c.script(&INCR_CAPPED, &[&key], &args).await?;
+                Reply::Taken((taken >= 0).then_some(taken as u64))
             }
             Request::Decr(key) => {
-                c.script::<i64>(&DECR_FLOOR, &[key.as_str()], &[]).await?;
-                Reply::Ok
+                c.script(&DECR_FLOOR, &[&key], &[]).await.map(|_: i64| Reply::Ok)?
             }
             Request::Hgetall(key) => Reply::Hash(c.query(redis::cmd("HGETALL").arg(&key)).await?),
             Request::Hget { key, field } => {
@@ -150,8 +165,9 @@ impl Coordinator for RedisCoordinator {
             }
             Request::HgetallMany(keys) => Reply::Hashes(c.hgetall_many(&keys).await?),
             Request::Append { key, fields, max_len } => {
-                c.append(&key, &fields, max_len).await?;
-                Reply::Ok
+                let mut xadd = redis::cmd("XADD");
+                xadd.arg(&key).arg("MAXLEN").arg(max_len).arg("*").arg(&fields);
+                c.query::<()>(&xadd).await.map(|()| Reply::Ok)?
             }
             Request::ReadRecent { key, count } => Reply::Entries(c.read_recent(&key, count).await?),
             Request::IndexMembers(key) => Reply::Members(c.index_members(&key).await?),
@@ -162,89 +178,9 @@ impl Coordinator for RedisCoordinator {
 }
 
 impl RedisCoordinator {
-    async fn time(&self) -> Result<Millis, CoordError> {
-        let (secs, micros): (i64, i64) = self.query(&redis::cmd("TIME")).await?;
-        Ok(secs * 1000 + micros / 1000)
-    }
-
-    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>, CoordError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        // NB: MGET of one node's keys is single-slot thanks to the hash tag.
-        self.query(redis::cmd("MGET").arg(keys)).await
-    }
-
-    async fn set_nx(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CoordError> {
-        let r: Option<String> = self
-            .query(redis::cmd("SET").arg(key).arg(value).arg("NX").arg("PX").arg(px(ttl)))
-            .await?;
-        Ok(r.is_some())
-    }
-
-    async fn del(&self, keys: &[String]) -> Result<(), CoordError> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        self.query::<()>(redis::cmd("DEL").arg(keys)).await
-    }
-
-    async fn owner_ttl(&self, key: &str, token: &str) -> Result<Option<Millis>, CoordError> {
-        let r: i64 = self.script(&OWNER_TTL, &[key], &[token.to_string()]).await?;
-        Ok(match r {
-            -3 | -2 => None,
-            -1 => Some(Millis::MAX),
-            t => Some(t),
-        })
-    }
-
-    async fn del_if_owner(&self, key: &str, token: &str) -> Result<bool, CoordError> {
-        let r: i64 = self.script(&DEL_IF_OWNER, &[key], &[token.to_string()]).await?;
-        Ok(r == 1)
-    }
-
-    async fn renew_if_owner(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<bool, CoordError> {
-        let ms = ttl.as_millis().max(1).to_string();
-        let r: i64 = self.script(&RENEW_IF_OWNER, &[key], &[token.to_string(), ms]).await?;
-        Ok(r == 1)
-    }
-
-    async fn incr_capped(
-        &self,
-        key: &str,
-        cap: u64,
-        ttl: Duration,
-    ) -> Result<Option<u64>, CoordError> {
-        let r: i64 =
-            self.script(&INCR_CAPPED, &[key], &[cap.to_string(), px(ttl).to_string()]).await?;
-        Ok((r >= 0).then_some(r as u64))
-    }
-
-    async fn append(
-        &self,
-        key: &str,
-        fields: &[(String, String)],
-        max_len: usize,
-    ) -> Result<(), CoordError> {
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(key).arg("MAXLEN").arg(max_len).arg("*");
-        for (k, v) in fields {
-            cmd.arg(k).arg(v);
-        }
-        self.query::<()>(&cmd).await
-    }
-
     async fn read_workers(&self, workers: &[WorkerKeys]) -> Result<NodeRead, CoordError> {
         let mut keys: Vec<&str> = Vec::new();
-        let mut args = vec![
-            crate::coord::MAX_RECORD_FIELDS.to_string(),
-            crate::coord::MAX_RECORD_BYTES.to_string(),
-        ];
+        let mut args = vec![MAX_RECORD_FIELDS.to_string(), MAX_RECORD_BYTES.to_string()];
         for w in workers {
             keys.push(&w.record);
             keys.extend(w.keys.iter().map(String::as_str));
@@ -259,10 +195,8 @@ impl RedisCoordinator {
         let (Some(secs), Some(micros)) = (it.next(), it.next()) else {
             return Err(bad("without the clock"));
         };
-        let secs = i64::from_redis_value(&secs).map_err(|_| bad("a clock that is not a number"))?;
-        let micros =
-            i64::from_redis_value(&micros).map_err(|_| bad("a clock that is not a number"))?;
-        let now = secs * 1000 + micros / 1000;
+        let clock = |v| i64::from_redis_value(v).map_err(|_| bad("a clock that is not a number"));
+        let now = clock(&secs)? * 1000 + clock(&micros)? / 1000;
         let mut reads = Vec::with_capacity(workers.len());
         for one in it {
             let (ok, rec, values): (i64, redis::Value, Vec<Option<String>>) =
@@ -307,15 +241,10 @@ impl RedisCoordinator {
         let mut counters: Vec<(usize, u64)> = Vec::new();
         for group in self.by_slot(indexed, |op| op.key()) {
             let mut pipe = redis::pipe();
-            let mut wanted = Vec::new();
-            for (i, op) in &group {
-                add_op(&mut pipe, op);
-                if matches!(op, Op::Counter { .. }) {
-                    wanted.push(*i);
-                }
-            }
+            group.iter().for_each(|(_, op)| add_op(&mut pipe, op));
             let got: Vec<Option<u64>> = self.pipeline(&pipe).await?;
-            counters.extend(wanted.into_iter().zip(got.into_iter().map(|v| v.unwrap_or(0))));
+            let wanted = group.iter().filter(|(_, op)| matches!(op, Op::Counter { .. }));
+            counters.extend(wanted.map(|(i, _)| *i).zip(got.into_iter().map(|v| v.unwrap_or(0))));
         }
         counters.sort();
         Ok(counters.into_iter().map(|(_, v)| v).collect())
@@ -327,16 +256,9 @@ impl RedisCoordinator {
         Ok(flat.into_iter().map(|(m, s)| (m, s as Millis)).collect())
     }
 
+    /// Each entry's fields read as a map (pairs of name and value).
     async fn read_recent(&self, key: &str, count: usize) -> Result<Vec<TrailEntry>, CoordError> {
-        let raw: Vec<(String, Vec<String>)> = self
-            .query(redis::cmd("XREVRANGE").arg(key).arg("+").arg("-").arg("COUNT").arg(count))
-            .await?;
-        Ok(raw
-            .into_iter()
-            .map(|(id, flat)| {
-                (id, flat.chunks_exact(2).map(|kv| (kv[0].clone(), kv[1].clone())).collect())
-            })
-            .collect())
+        self.query(redis::cmd("XREVRANGE").arg(key).arg("+").arg("-").arg("COUNT").arg(count)).await
     }
 }
 
@@ -344,15 +266,10 @@ impl RedisCoordinator {
 fn add_op(pipe: &mut Pipeline, op: &Op) {
     match op {
         Op::Set { key, value, ttl } => {
-            pipe.cmd("SET").arg(key).arg(value).arg("PX").arg(px(*ttl));
-            pipe.ignore();
+            pipe.cmd("SET").arg(key).arg(value).arg("PX").arg(px(*ttl)).ignore();
         }
         Op::Hset { key, fields, ttl } => {
-            let hset = pipe.cmd("HSET").arg(key);
-            for (k, v) in fields {
-                hset.arg(k).arg(v);
-            }
-            pipe.ignore();
+            pipe.cmd("HSET").arg(key).arg(fields).ignore();
             if let Some(ttl) = ttl {
                 pipe.cmd("PEXPIRE").arg(key).arg(px(*ttl)).ignore();
             }

@@ -23,7 +23,7 @@ use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, WorkerState};
 use crate::hang::model_gang::{Member, SlowOpened};
 use crate::hang::model_slow::{claim_id, episode, lease, opener_of, rates_of, settled};
-use crate::hang::model_slow::{since_of, QUIET};
+use crate::hang::model_slow::{since_of, why_of, QUIET};
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::position;
 use crate::hang::policy_gang::{present, Timing};
@@ -56,26 +56,23 @@ impl RestartPath<'_> {
 /// `VigilSlow` condition says (how slow, which worker, why) and whether the evidence is strong.
 fn named_here(value: &str, gang: &str, own: &Member) -> Option<Named> {
     let mut parts = value.splitn(4, '|');
-    let placed = parts.nth(1)?;
-    if placed != format!("{}/{}", own.node, own.worker) {
+    if parts.nth(1)? != own.id() {
         return None;
     }
     let points: u32 = parts.next()?.parse().ok()?;
     let why = parts.next().unwrap_or("");
     let (rate, base) = rates_of(value)?;
     let pct = if base > 0.0 { 100.0 * rate / base } else { 0.0 };
+    let (pace, worker) = (against(rate, base), &own.worker);
     let line = format!(
-        "gang {gang} runs at {} against its usual {} ({pct:.0} %) and waits for {} on this node: {why}",
-        per_second(rate),
-        per_second(base),
-        own.worker
+        "gang {gang} runs at {pace} ({pct:.0} %) and waits for {worker} on this node: {why}"
     );
     Some(Named { line, strong: points >= STRONG })
 }
 
-/// The rate in words: `0.82 steps/s`.
-fn per_second(r: f64) -> String {
-    format!("{r:.2} steps/s")
+/// The rate against the baseline in words: `0.82 steps/s against its usual 1.64 steps/s`.
+fn against(rate: f64, base: f64) -> String {
+    format!("{rate:.2} steps/s against its usual {base:.2} steps/s")
 }
 
 /// This cycle's look at the member's pace: its step at its heartbeat (`None` without either).
@@ -109,16 +106,14 @@ impl PaceWatch<'_> {
             self.ctx.metrics.pace.forget(&case.c.worker);
             return Ok(());
         };
-        let look = look_at(case, own, &cfg, now);
         // NB: the pace its entry keeps was taken (`PaceWatch::resume`) before the entry was written.
         self.pace.follow(&g.id);
-        self.pace.observe(look, &cfg);
+        self.pace.observe(look_at(case, own, &cfg, now), &cfg);
         let verdict = self.pace.verdict(now, &cfg);
         let (rate, base) = (self.pace.rate, self.pace.baseline);
         let slow = matches!(verdict, PaceVerdict::Slow { .. });
         self.ctx.metrics.pace.observe(&case.c.worker, &g.id, rate, base, slow);
-        let lost = self.pace.deficit(verdict, now);
-        self.ctx.metrics.lost.add("slow", lost, now);
+        self.ctx.metrics.lost.add("slow", self.pace.deficit(verdict, now), now);
         match verdict {
             PaceVerdict::Slow { since, rate, baseline } => {
                 self.slow_began(&g, own, since, rate, baseline, now).await
@@ -139,8 +134,7 @@ impl PaceWatch<'_> {
     async fn at_pace(&mut self, g: &Gang, own: &Member, now: Millis) -> Result<(), CoordError> {
         self.pace.episode_seen = false;
         self.pace.heard = false;
-        let opener = self.slow.contains_key(&g.id);
-        if !opener && self.pace.named.is_none() {
+        if !self.slow.contains_key(&g.id) && self.pace.named.is_none() {
             return Ok(());
         }
         let held = self.ctx.coord.get(&self.ctx.keys.gang_slow(&g.id)).await?;
@@ -173,8 +167,7 @@ impl PaceWatch<'_> {
         // someone else: the member it names shows it on its Node (`VigilSlow`), whichever agent
         // opened it, and the opener follows its end.
         if self.pace.episode_seen {
-            let opener = self.slow.contains_key(&g.id);
-            if self.pace.heard && !opener {
+            if self.pace.heard && !self.slow.contains_key(&g.id) {
                 return Ok(());
             }
             let held = self.ctx.coord.get(&key).await?;
@@ -223,27 +216,20 @@ impl PaceWatch<'_> {
         // NB: with nobody named the alert is placed at this agent's own member (it must be
         // placed somewhere to be resolved); its text says nobody stands out.
         let at = named.as_ref().map_or(own, |(m, _, _)| *m);
-        let placed = match &named {
-            Some((m, why, points)) => {
-                format!("{}/{}|{points}|{}", m.node, m.worker, why.join("; "))
-            }
-            None => "-".to_string(),
-        };
-        let named = named.map(|(m, why, _)| (m, why));
+        let placed = named.map_or_else(
+            || "-".to_string(),
+            |(m, why, points)| format!("{}|{points}|{}", m.id(), why.join("; ")),
+        );
         let value = episode(since, (rate, baseline), (&own.id(), now), &placed);
         let lease = lease(&self.ctx.cfg.gang.pace);
         self.ctx.coord.set(&key, &value, lease).await?;
         self.hear_episode(g, own, Some(&value));
-        self.ctx.metrics.pace.episode();
-        let a = self.slow_alert(g, &members, named, at, (since, rate, baseline), now);
+        self.ctx.metrics.pace.episodes.inc();
+        // NB: the evidence read back from the value, as a page rebuilt from it (`page_owed`).
+        let a = self.slow_alert(g, &members, why_of(&value), at, (since, rate, baseline), now);
         let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(&value), "slow");
-        let opened = SlowOpened {
-            value,
-            node: at.node.clone(),
-            worker: at.worker.clone(),
-            renewed: now,
-            paged: false,
-        };
+        let (node, worker) = (at.node.clone(), at.worker.clone());
+        let opened = SlowOpened { value, node, worker, renewed: now, paged: false };
         self.slow.insert(g.id.clone(), opened);
         // NB: a claim that gets no answer leaves the page owed: `follow_episode` tries again
         // while the member is slow.
@@ -268,32 +254,25 @@ impl PaceWatch<'_> {
     }
 
     /// The `slow` page: the gang, its rate against its usual, for how long, the member named
-    /// and why (or that nobody stands out).
+    /// (`at`) and why (`why`; `None`: nobody stands out, and `at` is the opener's member).
     pub(super) fn slow_alert(
         &self,
         g: &Gang,
         members: &[Member],
-        named: Option<(&Member, Vec<String>)>,
+        why: Option<&str>,
         at: &Member,
         (since, rate, baseline): (Millis, f64, f64),
         now: Millis,
     ) -> crate::alerts::Alert {
-        let who = match &named {
-            Some((m, why)) => format!(
-                "the member it waits for is {} on node {}: {}",
-                m.worker,
-                m.node,
-                why.join("; ")
-            ),
+        let (worker, node) = (&at.worker, &at.node);
+        let who = match why {
+            Some(why) => format!("the member it waits for is {worker} on node {node}: {why}"),
             None => "no member's evidence stands out (workers that publish compute_ms, and GPUs NVML reads, name the rank)".to_string(),
         };
+        let (gang, pace, pct, took) =
+            (&g.id, against(rate, baseline), 100.0 * rate / baseline, human(now - since));
         let detail = format!(
-            "gang {} runs slow: {} against its usual {} ({:.0} %) for {}; {who}. Vigil does not restart for slowness",
-            g.id,
-            per_second(rate),
-            per_second(baseline),
-            100.0 * rate / baseline,
-            human(now - since)
+            "gang {gang} runs slow: {pace} ({pct:.0} %) for {took}; {who}. Vigil does not restart for slowness"
         );
         self.pager.gang_alert(AlertKind::Slow, g, members, Some(at), detail)
     }
@@ -316,8 +295,7 @@ impl PaceWatch<'_> {
             let held = self.ctx.coord.get(&key).await?;
             return self.follow_episode(g, held.as_deref(), false, now).await;
         }
-        let quiet = self.ctx.cfg.gang.pace.slow_for;
-        if let Err(e) = self.ctx.coord.set(&key, QUIET, quiet).await {
+        if let Err(e) = self.ctx.coord.set(&key, QUIET, self.ctx.cfg.gang.pace.slow_for).await {
             // NB: the episode is over all the same: `slow-over` still goes out.
             tracing::warn!(gang = %g.id, error = %e, "the slow episode's quiet mark could not be written");
         }
@@ -329,25 +307,17 @@ impl PaceWatch<'_> {
         if !paged && matches!(self.ctx.coord.get(&page).await, Ok(None)) {
             return Ok(());
         }
-        let end = Resolve::Episode(AlertKind::Slow);
-        self.ctx.notifier.resolve(&node, &worker, end).await;
-        let since = since_of(&value).unwrap_or(now);
-        let detail = format!(
-            "gang {} is back at its pace: {} against its usual {} — the slow episode lasted {}",
-            g.id,
-            per_second(rate),
-            per_second(baseline),
-            human(now - since)
-        );
-        let over = AlertKind::SlowOver;
-        let mut a = self.pager.gang_alert(over, g, &[], None, detail);
-        a.node = node;
-        a.worker = Some(worker);
-        let claim = claim_id(&value);
-        let claim = self.ctx.keys.gang_alert(&g.id, &claim, "slow-over");
+        self.ctx.notifier.resolve(&node, &worker, Resolve::Episode(AlertKind::Slow)).await;
+        let (gang, pace) = (&g.id, against(rate, baseline));
+        let lasted = human(now - since_of(&value).unwrap_or(now));
+        let detail =
+            format!("gang {gang} is back at its pace: {pace} — the slow episode lasted {lasted}");
+        // NB: placed where the `slow` page was; no container (an episode's value names none).
+        let at = Member::working(&node, &worker, now);
+        let a = self.pager.gang_alert(AlertKind::SlowOver, g, &[], Some(&at), detail);
+        let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(&value), "slow-over");
         // NB: owed while the quiet mark stands: this step never runs again for the episode.
-        let stands = (key, QUIET.to_string());
-        self.pager.page_once_owed(&claim, a, stands, now).await.map(drop)
+        self.pager.page_once_owed(&claim, a, (key, QUIET.to_string()), now).await.map(drop)
     }
 }
 

@@ -39,12 +39,10 @@ impl PaceWatch<'_> {
             return true;
         }
         let own = member_id(self.ctx.keys.node(), worker);
-        let kept = match self.kept(g, &own, jsu, now).await {
-            Ok(kept) => kept,
-            Err(e) => {
-                tracing::warn!(worker, error = %e, "the pace kept in the gang's view could not be read; the member's entry waits for it");
-                return false;
-            }
+        let Ok(kept) = self.kept(g, &own, jsu, now).await.map_err(|e| {
+            tracing::warn!(worker, error = %e, "the pace kept in the gang's view could not be read; the member's entry waits for it");
+        }) else {
+            return false;
         };
         self.pace.resume(kept, &cfg);
         // NB: an opener restarted takes its episode back whatever its member's pace now: back
@@ -71,10 +69,7 @@ impl PaceWatch<'_> {
         Ok(entry
             .and_then(|json| serde_json::from_str::<Member>(&json).ok())
             .filter(|m| now - m.at <= gone_after)
-            .filter(|m| match (jsu, m.jobset_uid.as_deref()) {
-                (Some(a), Some(b)) => a == b,
-                _ => true,
-            })
+            .filter(|m| jsu.zip(m.jobset_uid.as_deref()).is_none_or(|(a, b)| a == b))
             .and_then(|m| m.pace))
     }
 
@@ -89,12 +84,10 @@ impl PaceWatch<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         let key = self.ctx.keys.gang_slow(&g.id);
-        let Some(value) = self.ctx.coord.get(&key).await? else {
+        let ours = |v: &String| opener_of(v) == Some(own) && !self.slow.contains_key(&g.id);
+        let Some(value) = self.ctx.coord.get(&key).await?.filter(ours) else {
             return Ok(());
         };
-        if opener_of(&value) != Some(own) || self.slow.contains_key(&g.id) {
-            return Ok(());
-        }
         if !settled(&value) {
             return self.ctx.coord.del_if_owner(&key, &value).await.map(drop);
         }
@@ -102,34 +95,29 @@ impl PaceWatch<'_> {
             return Ok(());
         };
         let lease = lease(&self.ctx.cfg.gang.pace);
-        if !self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
-            return Ok(());
+        if self.ctx.coord.renew_if_owner(&key, &value, lease).await? {
+            let opened = SlowOpened { value, node, worker, renewed: now, paged: false };
+            // NB: its page is owed until this agent measures the member slow (`follow_episode`):
+            // not one sent late for a gang back at its pace while the agent was away.
+            self.slow.insert(g.id.clone(), opened);
         }
-        let opened = SlowOpened { value, node, worker, renewed: now, paged: false };
-        // NB: its page is owed until this agent measures the member slow (`follow_episode`):
-        // not one sent late for a gang back at its pace while the agent was away.
-        self.slow.insert(g.id.clone(), opened);
         Ok(())
     }
 
-    /// The episode's `slow` page, when it has not gone out from this process: after its opener
-    /// took it back (an opener that died between naming it and claiming the page left it
-    /// unpaged), or after its claim got no answer. The page's claim says whether it went: a
-    /// page already sent is not sent again (at least once, as every page: an opener that died
-    /// after sending but before its cycle settled the claim, back after the claim's lease,
-    /// pages again). The page is rebuilt from what the episode's value says (its run, its
-    /// rates, the member named and why).
+    /// The episode's `slow` page, not gone out from this process (the caller checks `o.paged`):
+    /// after its opener took it back (an opener that died between naming it and claiming the
+    /// page left it unpaged), or after its claim got no answer. The page's claim says whether
+    /// it went: a page already sent is not sent again (at least once, as every page: an opener
+    /// that died after sending but before its cycle settled the claim, back after the claim's
+    /// lease, pages again). The page is rebuilt from what the episode's value says (its run,
+    /// its rates, the member named and why).
     async fn page_owed(&mut self, g: &Gang, o: &SlowOpened, now: Millis) -> Result<(), CoordError> {
-        if o.paged {
-            return Ok(());
-        }
         let (value, at) = (o.value.as_str(), Member::working(&o.node, &o.worker, now));
         // NB: the claim lives a day (`MARK_TTL`), as an episode is renewed: one older than that
         // may have been paged under a claim gone since, and lapses soon.
         let young = opened_of(value).is_some_and(|at| now - at < MOST);
         if let (Some(since), Some(rates), true) = (since_of(value), rates_of(value), young) {
-            let named = why_of(value).map(|why| (&at, vec![why.to_string()]));
-            let a = self.slow_alert(g, &[], named, &at, (since, rates.0, rates.1), now);
+            let a = self.slow_alert(g, &[], why_of(value), &at, (since, rates.0, rates.1), now);
             let claim = self.ctx.keys.gang_alert(&g.id, &claim_id(value), "slow");
             self.pager.page_once(&claim, MARK_TTL, a, Unit::Gang, now).await?;
         }
@@ -152,27 +140,25 @@ impl PaceWatch<'_> {
         let Some(o) = self.slow.get(&g.id).cloned() else {
             return Ok(());
         };
-        if held == Some(o.value.as_str()) {
-            let lease = lease(&self.ctx.cfg.gang.pace);
-            let young = opened_of(&o.value).is_some_and(|at| now - at < MOST);
-            let measured = self.pace.rate.is_some();
-            if now - o.renewed >= ms(lease) / 5 && young && measured {
-                let key = self.ctx.keys.gang_slow(&g.id);
-                // NB: compare-and-renew: a lease that lapsed meanwhile is the next opener's.
-                if self.ctx.coord.renew_if_owner(&key, &o.value, lease).await? {
-                    if let Some(e) = self.slow.get_mut(&g.id) {
-                        e.renewed = now;
-                    }
-                }
-            }
-            return match slow {
-                true => self.page_owed(g, &o, now).await,
-                false => Ok(()),
-            };
+        if held != Some(o.value.as_str()) {
+            self.slow.remove(&g.id);
+            let end = crate::alerts::Resolve::Episode(crate::alerts::AlertKind::Slow);
+            self.ctx.notifier.resolve(&o.node, &o.worker, end).await;
+            return Ok(());
         }
-        self.slow.remove(&g.id);
-        let end = crate::alerts::Resolve::Episode(crate::alerts::AlertKind::Slow);
-        self.ctx.notifier.resolve(&o.node, &o.worker, end).await;
-        Ok(())
+        let lease = lease(&self.ctx.cfg.gang.pace);
+        let young = opened_of(&o.value).is_some_and(|at| now - at < MOST);
+        if now - o.renewed >= ms(lease) / 5 && young && self.pace.rate.is_some() {
+            let key = self.ctx.keys.gang_slow(&g.id);
+            // NB: compare-and-renew: a lease that lapsed meanwhile is the next opener's.
+            let renewed = self.ctx.coord.renew_if_owner(&key, &o.value, lease).await?;
+            if let Some(e) = self.slow.get_mut(&g.id).filter(|_| renewed) {
+                e.renewed = now;
+            }
+        }
+        if !slow || o.paged {
+            return Ok(());
+        }
+        self.page_owed(g, &o, now).await
     }
 }

@@ -27,14 +27,12 @@ pub(crate) fn parse_maintenance_event(body: &str) -> Result<MaintenanceEvent, Me
 /// Parse `instance/preempted` (`TRUE`/`FALSE`; case is ignored).
 pub(crate) fn parse_preempted(body: &str) -> Result<bool, MetadataError> {
     let v = body.trim();
-    match v.to_ascii_uppercase().as_str() {
-        "TRUE" => Ok(true),
-        "FALSE" => Ok(false),
-        _ => Err(MetadataError::malformed(
+    v.to_ascii_lowercase().parse().map_err(|_| {
+        MetadataError::malformed(
             PREEMPTED_PATH,
             format!("expected TRUE or FALSE, got {:?}", snippet(v)),
-        )),
-    }
+        )
+    })
 }
 
 /// `instance/upcoming-maintenance` as the server writes it (snake_case), with the REST API's

@@ -62,10 +62,8 @@ impl Controller {
     /// over [`RECORD_RESERVE`] before the grace period ends, so its outcome is always recorded:
     /// a round still waiting then is cut short and recorded as such.
     pub(super) async fn on_sigterm(&mut self, rounds: &mut Rounds) {
-        let (grace, on_sigterm, sigterm_budget) = {
-            let c = &self.cfg.checkpoint;
-            (c.grace, c.on_sigterm, c.sigterm_budget)
-        };
+        let c = &self.cfg.checkpoint;
+        let (grace, on_sigterm, sigterm_budget) = (c.grace, c.on_sigterm, c.sigterm_budget);
         let record_by = tokio::time::Instant::now() + grace.saturating_sub(RECORD_RESERVE);
         if !rounds.is_empty() {
             return self.finish_round(rounds, grace, record_by).await;

@@ -40,16 +40,14 @@ impl Controller {
         if !v.slow.is_empty() {
             v.slow_until = Some(now + ms(pace.taint_for));
         }
-        let tainted = v.slow_until.is_some_and(|until| now < until);
+        v.slow_until = v.slow_until.filter(|until| now < *until);
+        let tainted = v.slow_until.is_some();
         // NB: strong evidence is remembered through the hold; a hold that ends forgets it.
         let evict = match (tainted, v.slow.is_empty()) {
             (false, _) => false,
             (true, false) => v.slow.values().any(|n| n.strong),
             (true, true) => v.slow_evict,
         };
-        if !tainted {
-            v.slow_until = None;
-        }
         let moved = (tainted, evict) != (v.slow_tainted, v.slow_evict);
         (v.slow_tainted, v.slow_evict) = (tainted, evict);
         changed || moved
