@@ -143,16 +143,12 @@ async fn repost_loop(inner: Weak<Inner>, every: Duration) {
 }
 
 impl Inner {
-    fn endpoint(&self) -> String {
-        format!("{}{ALERTS_PATH}", self.url.expose().trim_end_matches('/'))
-    }
-
     fn error(&self, attempts: u32, last: String) -> AlertError {
         AlertError { sink: "alertmanager", url: self.url.redacted(), attempts, last }
     }
 
     async fn post(&self, body: &[Value]) -> Result<(), AlertError> {
-        let endpoint = self.endpoint();
+        let endpoint = format!("{}{ALERTS_PATH}", self.url.expose().trim_end_matches('/'));
         let request = || self.http.post(&endpoint).json(body);
         AlertError::post("alertmanager", &self.url, self.attempts, request).await
     }

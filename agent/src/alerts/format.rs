@@ -25,10 +25,7 @@ pub(crate) fn pagerduty_trigger(alert: &Alert, routing_key: &str) -> serde_json:
     };
     let mut summary = alert.summary();
     if summary.len() > 1024 {
-        let mut end = 1021;
-        while !summary.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = (0..=1021).rev().find(|&i| summary.is_char_boundary(i)).unwrap_or(0);
         summary.truncate(end);
         summary.push_str("...");
     }

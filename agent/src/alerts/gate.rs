@@ -80,22 +80,19 @@ impl AlertGate {
             Some((value, before)) => (value, until.max(before)),
             None => (Stamp::new(now, &self.instance).to_string(), until),
         };
-        let taken = match coord.set_nx(key, &value, held).await {
-            Ok(taken) => taken,
+        // A retry not taken may have won with its lost write: read back what is there.
+        let answer = match coord.set_nx(key, &value, held).await {
+            Ok(false) if retry => {
+                let read = coord.get_many(&[key.to_string()]).await;
+                read.map(|mut v| v.pop().flatten().as_deref() == Some(value.as_str()))
+            }
+            answer => answer,
+        };
+        let won = match answer {
+            Ok(won) => won,
             Err(e) => {
                 self.unanswered_claim(key, value, until, now);
                 return Err(e);
-            }
-        };
-        let won = if taken || !retry {
-            taken
-        } else {
-            match coord.get_many(&[key.to_string()]).await {
-                Ok(mut v) => v.pop().flatten().as_deref() == Some(value.as_str()),
-                Err(e) => {
-                    self.unanswered_claim(key, value, until, now);
-                    return Err(e);
-                }
             }
         };
         if won && lease < ttl && self.won.len() < REMEMBERED {

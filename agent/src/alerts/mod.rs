@@ -91,46 +91,25 @@ impl AlertKind {
     /// Alert-only episodes (alerts of a condition, not of an incident): they end with the
     /// episode.
     pub(crate) fn is_episode(self) -> bool {
-        matches!(
-            self,
-            AlertKind::Unreachable
-                | AlertKind::Stalled
-                | AlertKind::GpuFailed
-                | AlertKind::TpuFailed
-                | AlertKind::Paused
-                | AlertKind::Exited
-                | AlertKind::Slow
-        )
+        use AlertKind::*;
+        matches!(self, Unreachable | Stalled | GpuFailed | TpuFailed | Paused | Exited | Slow)
     }
 
     /// The `severity` label in Alertmanager: `page` for pages, `info` for what needs no
     /// action, `warning` for the rest.
     pub(crate) fn severity(self) -> &'static str {
-        if self.is_page() {
-            "page"
-        } else if matches!(
-            self,
-            AlertKind::Restarting
-                | AlertKind::WouldRestart
-                | AlertKind::Paused
-                | AlertKind::SlowOver
-        ) {
-            "info"
-        } else {
-            "warning"
+        use AlertKind::*;
+        match self {
+            _ if self.is_page() => "page",
+            Restarting | WouldRestart | Paused | SlowOver => "info",
+            _ => "warning",
         }
     }
 
     /// Pages carry the configured mention: a person is needed now.
     pub(crate) fn is_page(self) -> bool {
-        matches!(
-            self,
-            AlertKind::RestartFailed
-                | AlertKind::Escalation
-                | AlertKind::NotRestartable
-                | AlertKind::GangBlocked
-                | AlertKind::Fruitless
-        )
+        use AlertKind::*;
+        matches!(self, RestartFailed | Escalation | NotRestartable | GangBlocked | Fruitless)
     }
 }
 as_str!(pub AlertKind);
@@ -228,13 +207,8 @@ fn slack_escape(s: &str) -> String {
 
 /// The end of `s`, at most `max` bytes, cut on a character boundary.
 pub(crate) fn tail_chars(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
+    let from = s.len().saturating_sub(max);
+    let start = (from..s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(s.len());
     &s[start..]
 }
 

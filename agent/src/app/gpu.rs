@@ -58,11 +58,7 @@ async fn device_taints(cfg: &Config) -> Option<Arc<KubeDeviceTaints>> {
     if !cfg.gpu.device_taints {
         return None;
     }
-    match KubeDeviceTaints::connect(&cfg.kubernetes.api_url, &cfg.gpu.dra_api_version).await {
-        Ok(api) => Some(Arc::new(api)),
-        Err(e) => {
-            tracing::error!(error = %e, "gpu.device_taints: no client for resource.k8s.io; failed GPUs are not tainted");
-            None
-        }
-    }
+    let api = KubeDeviceTaints::connect(&cfg.kubernetes.api_url, &cfg.gpu.dra_api_version).await;
+    let why = "gpu.device_taints: no client for resource.k8s.io; failed GPUs are not tainted";
+    api.map(Arc::new).inspect_err(|e| tracing::error!(error = %e, "{why}")).ok()
 }

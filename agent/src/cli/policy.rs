@@ -22,13 +22,10 @@ pub(crate) fn render_gpu(cfg: &Config) -> String {
     let mut out =
         format!("{:>4}  {:<w1$}  {:<w2$}  {:<w3$}  source\n", "xid", "meaning", "NVIDIA", "vigil");
     for r in &rows {
+        let (xid, meaning, nvidia, action, source) =
+            (r.xid, r.meaning, r.nvidia, r.action.as_str(), r.source);
         out.push_str(&format!(
-            "{:>4}  {:<w1$}  {:<w2$}  {:<w3$}  {}\n",
-            r.xid,
-            r.meaning,
-            r.nvidia,
-            r.action.as_str(),
-            r.source
+            "{xid:>4}  {meaning:<w1$}  {nvidia:<w2$}  {action:<w3$}  {source}\n"
         ));
     }
     out.push_str(

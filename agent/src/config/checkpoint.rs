@@ -34,10 +34,10 @@ pub(crate) enum Signal {
 
 as_str!(pub Signal);
 
-impl std::str::FromStr for Signal {
-    type Err = String;
+impl TryFrom<String> for Signal {
+    type Error = String;
     /// `SIGUSR1`, `sigusr1` or `USR1`.
-    fn from_str(name: &str) -> Result<Signal, String> {
+    fn try_from(name: String) -> Result<Signal, String> {
         let upper = name.trim().to_ascii_uppercase();
         let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
         <Signal as strum::VariantArray>::VARIANTS
@@ -47,13 +47,6 @@ impl std::str::FromStr for Signal {
             .ok_or_else(|| {
                 format!("`{name}` is not a signal a worker can handle (SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGWINCH, SIGPWR)")
             })
-    }
-}
-
-impl TryFrom<String> for Signal {
-    type Error = String;
-    fn try_from(s: String) -> Result<Signal, String> {
-        s.parse()
     }
 }
 
@@ -83,9 +76,9 @@ impl std::str::FromStr for CheckpointMethod {
             // worker on the worker API never sees.
             "redis" => Err("`redis` is now called `record` (the request is in the worker's own record, with or without Redis)".into()),
             "signal" => Ok(CheckpointMethod::Signal(None)),
-            _ if s.starts_with("signal:") => Ok(CheckpointMethod::Signal(Some(
-                s["signal:".len()..].parse()?,
-            ))),
+            _ if s.starts_with("signal:") => {
+                Ok(CheckpointMethod::Signal(Some(s["signal:".len()..].to_string().try_into()?)))
+            }
             _ if has_scheme(s, &["http://", "https://"]) => Ok(CheckpointMethod::Http(s.into())),
             _ => Err(format!(
                 "`{}` is not `record`, `signal`, `signal:NAME` or an http(s):// URL",

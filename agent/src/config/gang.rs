@@ -37,8 +37,6 @@ impl SlowTaint {
 /// Who restarts a hung gang.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-#[derive(strum::IntoStaticStr, strum::VariantArray)]
-#[strum(serialize_all = "kebab-case")]
 pub enum GangAction {
     /// One decision for the gang, then every member restarted once by its own node's agent.
     RestartAll,
@@ -46,8 +44,6 @@ pub enum GangAction {
     /// operator owns the job's restarts).
     AlertOnly,
 }
-
-as_str!(pub(crate) GangAction);
 
 /// What happens to a member that stopped while its peers still progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,7 +165,7 @@ mod tests {
         assert_eq!(c.gang.action, GangAction::RestartAll);
         assert_eq!(c.gang.straggler, StragglerAction::AlertOnly);
         let c = parse("[gang]\naction = \"alert-only\"\nstraggler = \"restart\"\n").unwrap();
-        assert_eq!(c.gang.action.as_str(), "alert-only");
+        assert_eq!(c.gang.action, GangAction::AlertOnly);
         assert_eq!(c.gang.straggler, StragglerAction::Restart);
         assert_eq!(key_of(parse("[gang]\naction = \"sometimes\"\n")), "gang.action");
         assert_eq!(key_of(parse("[gang]\nbreaker_per_day = 0\n")), "gang.breaker_per_day");

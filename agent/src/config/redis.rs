@@ -68,14 +68,8 @@ impl RedisUrls {
     /// without `://` is the one before it's (a raw comma in a password), as the redacted form
     /// reads it: split apart, the password's first half went into an error unredacted.
     pub(crate) fn parse(text: &str) -> RedisUrls {
-        RedisUrls(
-            redact::split_urls(text)
-                .iter()
-                .map(|u| u.trim())
-                .filter(|u| !u.is_empty())
-                .map(str::to_string)
-                .collect(),
-        )
+        let urls = redact::split_urls(text).into_iter().map(|u| u.trim().to_string());
+        RedisUrls(urls.filter(|u| !u.is_empty()).collect())
     }
 
     pub(crate) fn into_vec(self) -> Vec<String> {

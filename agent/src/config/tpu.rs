@@ -40,11 +40,10 @@ impl TpuConfig {
     /// Absolute paths; a sampling interval of at least a second; a window of at least one
     /// interval (an error must be seen by one sample at least).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !self.device_dir.starts_with('/') {
-            return bad("tpu.device_dir", "must be an absolute path");
-        }
-        if !self.sys_dir.starts_with('/') {
-            return bad("tpu.sys_dir", "must be an absolute path");
+        for (key, dir) in [("tpu.device_dir", &self.device_dir), ("tpu.sys_dir", &self.sys_dir)] {
+            if !dir.starts_with('/') {
+                return bad(key, "must be an absolute path");
+            }
         }
         if !self.kernel_log.is_empty() && !self.kernel_log.starts_with('/') {
             return bad("tpu.kernel_log", "must be an absolute path, or empty for off");

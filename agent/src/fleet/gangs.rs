@@ -15,10 +15,8 @@ use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::hang::policy_gang::{self as gp, Timing};
 
 fn untag(tag: &str) -> (String, Option<u32>) {
-    match tag.split_once('|') {
-        Some((g, n)) => (g.to_string(), n.parse().ok()),
-        None => (tag.to_string(), None),
-    }
+    let (gang, size) = tag.split_once('|').map_or((tag, None), |(g, n)| (g, n.parse().ok()));
+    (gang.to_string(), size)
 }
 
 /// One gang as `vigil status` shows it.
@@ -66,7 +64,7 @@ pub(crate) async fn views(
             blockers.insert(0, policy_fruitless::describe(run, RunOf::Gang(&gang)));
         }
         out.push(GangView {
-            verdict: verdict.as_str(),
+            verdict: (&verdict).into(),
             members: members.len(),
             blockers,
             incident: state.incident.as_ref().map(|i| i.id.clone()),
@@ -88,11 +86,8 @@ pub(crate) fn render(gangs: &[GangView], now: Millis) -> String {
     }
     let mut s = String::from("\ngangs:\n");
     for g in gangs {
-        let count = match g.size {
-            Some(n) => format!("{}/{n} members", g.members),
-            None => format!("{} members", g.members),
-        };
-        s.push_str(&format!("  {:<32} {:<10} {count}", g.gang, g.verdict));
+        let of = g.size.map_or_else(String::new, |n| format!("/{n}"));
+        s.push_str(&format!("  {:<32} {:<10} {}{of} members", g.gang, g.verdict, g.members));
         if let Some(f) = &g.first_stopped {
             s.push_str(&format!("; first stopped: {f}"));
         }

@@ -40,19 +40,12 @@ pub(crate) fn render(pools: &BTreeMap<String, BTreeMap<String, f64>>) -> String 
         out.push_str(&format!("{pool:<16}"));
         for cause in LOST_CAUSES {
             let s = causes.get(cause).copied().unwrap_or(0.0);
-            out.push_str(&format!(" {:>12}", cell(s)));
+            let cell = if s <= 0.0 { "-".into() } else { exact((s * 1000.0).round() as i64) };
+            out.push_str(&format!(" {cell:>12}"));
         }
         out.push('\n');
     }
     out
-}
-
-fn cell(secs: f64) -> String {
-    if secs <= 0.0 {
-        "-".into()
-    } else {
-        exact((secs * 1000.0).round() as i64)
-    }
 }
 
 #[cfg(test)]

@@ -202,14 +202,10 @@ pub(crate) async fn read(
 ) -> Result<(Vec<NodeView>, Places), CoordError> {
     let fleet = Keys::new(prefix, "-");
     let index = fleet.fleet_nodes();
-    let last_slice: Places = coord
-        .hgetall(&fleet.fleet_slices())
-        .await?
+    let placed = coord.hgetall(&fleet.fleet_slices()).await?;
+    let last_slice: Places = placed
         .into_iter()
-        .filter_map(|(node, v)| {
-            let (pool, slice): (String, String) = serde_json::from_str(&v).ok()?;
-            Some((node, (pool, slice)))
-        })
+        .filter_map(|(node, v)| Some((node, serde_json::from_str::<(String, String)>(&v).ok()?)))
         .collect();
     let members = coord.index_members(&index).await?;
     let record_keys: Vec<String> =
@@ -356,14 +352,13 @@ fn node_row([a, b, c, d, e, f, g]: [&str; 7], [h, i, j, k, l]: [&str; 5]) -> Str
 
 /// The slices' table under the nodes' (nothing without a slice).
 fn slices_table(slices: &[SliceView]) -> String {
-    let mut out = String::new();
     if slices.is_empty() {
-        return out;
+        return String::new();
     }
-    out.push_str(&format!(
+    let mut out = format!(
         "\n{:<16} {:<12} {:>5} {:>7} {:>9} {:>11} {:>4} {:>7}  available\n",
         "SLICE", "POOL", "NODES", "HEALTHY", "UNHEALTHY", "MAINTENANCE", "DOWN", "UNKNOWN"
-    ));
+    );
     for s in slices {
         let SliceView { nodes, healthy, unhealthy, maintenance, down, unknown, .. } = s;
         let (slice, pool) = (&s.slice, or_dash(&s.pool));

@@ -52,8 +52,7 @@ pub(crate) fn valid_gang_id(id: &str) -> bool {
 
 /// A record's `gang_size`: a whole number from 1 to [`MAX_GANG`].
 pub(crate) fn parse_gang_size(text: &str) -> Option<u32> {
-    let n: u32 = text.trim().parse().ok()?;
-    (1..=MAX_GANG).contains(&n).then_some(n)
+    text.trim().parse().ok().filter(|n: &u32| (1..=MAX_GANG).contains(n))
 }
 
 /// A record's gang (the container's fields `gang` and `gang_size`); `None` without a valid id.
@@ -74,8 +73,7 @@ pub(crate) const MAX_RANKS: u32 = 32;
 /// How many ranks a record says its container runs (`ranks`, 1 to [`MAX_RANKS`]); `None` for
 /// an ordinary one-process record (or a value out of bounds).
 pub(crate) fn ranks(fields: &HashMap<String, String>) -> Option<u32> {
-    let n: u32 = fields.get("ranks")?.trim().parse().ok()?;
-    (1..=MAX_RANKS).contains(&n).then_some(n)
+    fields.get("ranks")?.trim().parse().ok().filter(|n: &u32| (1..=MAX_RANKS).contains(n))
 }
 
 /// The record field of `rank` for `field`: `state@3` (the field itself without a rank). `@` is
@@ -133,17 +131,16 @@ impl WorkerStatus {
     /// wrote nothing yet is there, with no heartbeat: it is not guessed to be fine.
     pub(crate) fn ranks_from_fields(fields: &HashMap<String, String>) -> Option<Vec<WorkerStatus>> {
         let n = ranks(fields)?;
-        let mut out = Vec::with_capacity(n as usize);
-        for r in 0..n {
+        let of_rank = |r| {
             let mut s = Self::read(fields, Some(r)).unwrap_or(WorkerStatus::processing(None));
             s.job = s.job.or_else(|| Self::text(fields, "job"));
             s.alert_only |= Self::alert_only(fields);
             s.rank = Some((r, n));
             s.gang = gang_of(fields);
             s.checkpoint_step = checkpoint_step(fields);
-            out.push(s);
-        }
-        Some(out)
+            s
+        };
+        Some((0..n).map(of_rank).collect())
     }
 
     fn text(fields: &HashMap<String, String>, k: &str) -> Option<String> {
@@ -165,11 +162,7 @@ impl WorkerStatus {
             return None;
         }
         let state = WorkerState::parse(fields.get(&f("state")).map(String::as_str).unwrap_or(""));
-        let heartbeat = fields
-            .get(&f("heartbeat"))
-            .and_then(|h| h.trim().parse::<f64>().ok())
-            .filter(|h| h.is_finite() && *h > 0.0)
-            .map(|h| (h * 1000.0).round() as Millis);
+        let heartbeat = fields.get(&f("heartbeat")).and_then(|h| seconds_ms(h, f64::INFINITY));
         Some(WorkerStatus {
             state,
             heartbeat,
@@ -187,8 +180,7 @@ impl WorkerStatus {
 
 /// A record's `compute_ms`: whole milliseconds, at most a day.
 pub(crate) fn parse_compute(text: &str) -> Option<Millis> {
-    let n: Millis = text.trim().parse().ok()?;
-    (0..=86_400_000).contains(&n).then_some(n)
+    text.trim().parse().ok().filter(|n: &Millis| (0..=86_400_000).contains(n))
 }
 
 /// A record's `checkpoint_step`: the step of the worker's last durable checkpoint (the
@@ -199,9 +191,14 @@ fn checkpoint_step(fields: &HashMap<String, String>) -> Option<u64> {
 
 /// A record's `grace`: seconds (decimals allowed) above zero; anything else is no grace.
 pub(crate) fn parse_grace(text: &str) -> Option<Millis> {
-    let secs = text.trim().parse::<f64>().ok()?;
     // NB: capped long before f64 -> i64 could overflow; the policy caps it again.
-    (secs.is_finite() && secs > 0.0).then(|| (secs.min(1e9) * 1000.0).round() as Millis)
+    seconds_ms(text, 1e9)
+}
+
+/// `text` as seconds (decimals allowed) above zero, at most `cap`, in ms; anything else is none.
+fn seconds_ms(text: &str, cap: f64) -> Option<Millis> {
+    let secs = text.trim().parse::<f64>().ok()?;
+    (secs.is_finite() && secs > 0.0).then(|| (secs.min(cap) * 1000.0).round() as Millis)
 }
 
 /// The documented rule for a worker id (the opt-in label's value): 1–128 characters of
@@ -234,10 +231,7 @@ pub(crate) fn bounded(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let cut = (0..=max).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
     format!("{}…", &s[..cut])
 }
 
@@ -296,10 +290,9 @@ impl Fruitless {
         let count = it.next()?.parse().ok()?;
         let since = it.next()?.parse().ok()?;
         let last = it.next()?.parse().ok()?;
-        let past = match it.next()? {
-            "-" => None,
-            p => Some(p.parse().ok()?),
-        };
+        // `-`: no number; anything else that is not one: no run.
+        let past =
+            Some(it.next()?).filter(|p| *p != "-").map(str::parse::<u64>).transpose().ok()?;
         Some(Fruitless { count, since, last, past })
     }
 }

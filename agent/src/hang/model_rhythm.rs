@@ -91,13 +91,11 @@ impl History {
         }
         let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
         let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
+        let i = self.counts.iter().position(|&c| {
             seen += u64::from(c);
-            if seen >= rank {
-                return upper(i);
-            }
-        }
-        upper(BUCKETS - 1)
+            seen >= rank
+        });
+        upper(i.unwrap_or(BUCKETS - 1))
     }
 
     /// The longest silence come back from; 0 when none is known.

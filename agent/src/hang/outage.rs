@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::alerts::{Alert, AlertKind};
 use crate::backoff::Backoff;
+use crate::clock::Millis;
 use crate::coord::CoordError;
 use crate::hang::context::Context;
 use crate::runtime::RuntimeError;
@@ -38,7 +39,7 @@ pub(crate) struct Outages {
     up_since: Option<tokio::time::Instant>,
     runtime_down: bool,
     /// Since when the runtime is down, as the node's record says (the coordinator's clock).
-    runtime_since: Option<crate::clock::Millis>,
+    runtime_since: Option<Millis>,
     /// Pause before the next cycle after a coordinator error.
     backoff: Backoff,
 }
@@ -129,11 +130,7 @@ impl Outages {
     /// Since when the runtime is down, for the node's record: as its predecessor's record said
     /// (`shown`, for an agent started in the outage), else the first cycle's `now` that wrote
     /// it.
-    pub(crate) fn runtime_down_since(
-        &mut self,
-        shown: Option<crate::clock::Millis>,
-        now: crate::clock::Millis,
-    ) -> crate::clock::Millis {
+    pub(crate) fn runtime_down_since(&mut self, shown: Option<Millis>, now: Millis) -> Millis {
         *self.runtime_since.get_or_insert(shown.unwrap_or(now))
     }
 

@@ -11,44 +11,36 @@
 use crate::clock::{ms, Millis};
 use crate::config::PolicyConfig;
 pub use crate::hang::model::Verdict;
-use crate::hang::model::{Episode, Marks, WorkerState, WorkerStatus};
+use crate::hang::model::{Episode, Fruitless, Marks, WorkerState, WorkerStatus};
 use crate::hang::policy_due::retry_open;
-use crate::hang::policy_fruitless::{self, Beat};
+use crate::hang::policy_fruitless::{progressed, Beat};
 use crate::hang::policy_record::{heartbeat_from_future, is_stale, watched, MAX_FUTURE};
 
-/// Who acts on a verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who acts on a verdict; its message is the action column of `vigil policy`
+/// (`crate::hang::policy_table`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumMessage)]
 pub enum Action {
     /// Nothing to do.
+    #[strum(message = "nothing")]
     None,
     /// Record the sighting and wait for confirmation.
+    #[strum(message = "record the sighting; wait for the confirming observation")]
     Observe,
     /// The restart pipeline, behind every safeguard.
+    #[strum(message = "restart pipeline (timer, lock, revalidate, breaker, budget, cooldown)")]
     RestartPipeline,
     /// Alert once; never restart.
+    #[strum(message = "alert once per episode; never restart")]
     AlertOnly,
     /// Alert once; never restart; the hardware needs a person (optional taint).
+    #[strum(message = "alert once; never restart (a restart cannot fix hardware)")]
     AlertNoRestart,
     /// Suppress: clear any persistence timer, act on nothing.
+    #[strum(message = "nobody: clear the persistence timer (this is us)")]
     SuppressAndClear,
     /// Checkpoint path (maintenance issue); restarts suppressed, timers cleared.
+    #[strum(message = "checkpoint path; no restart; timers cleared")]
     Checkpoint,
-}
-
-impl Action {
-    pub(crate) fn describe(self) -> &'static str {
-        match self {
-            Action::None => "nothing",
-            Action::Observe => "record the sighting; wait for the confirming observation",
-            Action::RestartPipeline => {
-                "restart pipeline (timer, lock, revalidate, breaker, budget, cooldown)"
-            }
-            Action::AlertOnly => "alert once per episode; never restart",
-            Action::AlertNoRestart => "alert once; never restart (a restart cannot fix hardware)",
-            Action::SuppressAndClear => "nobody: clear the persistence timer (this is us)",
-            Action::Checkpoint => "checkpoint path; no restart; timers cleared",
-        }
-    }
 }
 
 impl Verdict {
@@ -92,19 +84,6 @@ pub(crate) fn verdict(
     now: Millis,
     cfg: &PolicyConfig,
 ) -> Verdict {
-    if marks.cooldown {
-        return Verdict::Booting;
-    }
-    if node.in_maintenance {
-        return Verdict::InMaintenance;
-    }
-    // NB: a paused container is someone's decision: its stale heartbeat is not a hang.
-    if node.container_paused {
-        return Verdict::Paused;
-    }
-    if node.container_exited {
-        return Verdict::Exited;
-    }
     // NB: a new container has `start_grace` to write its first record; a record older than the
     // container is its predecessor's, not its own. The start is the node's clock: one far ahead
     // of the store's (beyond `MAX_FUTURE`) is not believed.
@@ -112,8 +91,17 @@ pub(crate) fn verdict(
         (-ms(MAX_FUTURE)..ms(cfg.start_grace)).contains(&(now - t))
             && status.and_then(|s| s.heartbeat).is_none_or(|hb| hb < t)
     });
-    if starting {
-        return Verdict::Booting;
+    // What the marks and the node say wins over the record, the first that holds.
+    let overrides = [
+        (marks.cooldown, Verdict::Booting),
+        (node.in_maintenance, Verdict::InMaintenance),
+        // NB: a paused container is someone's decision: its stale heartbeat is not a hang.
+        (node.container_paused, Verdict::Paused),
+        (node.container_exited, Verdict::Exited),
+        (starting, Verdict::Booting),
+    ];
+    if let Some((_, v)) = overrides.into_iter().find(|&(on, _)| on) {
+        return v;
     }
     // NB: a heartbeat far in the future makes the record invalid: it would look fresh for ever.
     let Some(status) = status.filter(|s| heartbeat_from_future(s, now).is_none()) else {
@@ -121,15 +109,10 @@ pub(crate) fn verdict(
     };
     match status.state {
         WorkerState::Processing | WorkerState::Other(_) => working(status, marks, node, now, cfg),
-        WorkerState::Error => {
-            let errored = matches!(marks.error_since, Some(t) if now - t >= ms(cfg.error_for));
-            match (errored, node.gpu_failed, node.tpu_failed) {
-                (true, true, _) => Verdict::GpuFailed,
-                (true, false, true) => Verdict::TpuFailed,
-                (true, false, false) => Verdict::Errored,
-                (false, _, _) => Verdict::ErrorPending,
-            }
-        }
+        WorkerState::Error => match marks.error_since {
+            Some(t) if now - t >= ms(cfg.error_for) => hardware(node).unwrap_or(Verdict::Errored),
+            _ => Verdict::ErrorPending,
+        },
         WorkerState::Idle => Verdict::Healthy,
     }
 }
@@ -147,11 +130,8 @@ fn working(
         return Verdict::Unreachable;
     };
     if is_stale(status, now, cfg) {
-        if node.gpu_failed {
-            return Verdict::GpuFailed;
-        }
-        if node.tpu_failed {
-            return Verdict::TpuFailed;
+        if let Some(failed) = hardware(node) {
+            return failed;
         }
         // Confirmed only by a second observation of the *same* stale heartbeat, made at least
         // `confirm_after` after the first (by this or any other instance).
@@ -168,6 +148,12 @@ fn working(
     } else {
         Verdict::Healthy
     }
+}
+
+/// The accelerator under a hung or errored worker has failed (its GPU, or the node's TPU): a
+/// restart cannot fix hardware.
+fn hardware(node: NodeContext) -> Option<Verdict> {
+    node.gpu_failed.then_some(Verdict::GpuFailed).or(node.tpu_failed.then_some(Verdict::TpuFailed))
 }
 
 /// Why an incident timer is closed (the trail says which).
@@ -260,12 +246,8 @@ pub(crate) fn plan(
     }
     // NB: not while our restart boots: until its first beat after the verification, the
     // record may still be the old incarnation's (beats between the claim and the command).
-    if !marks.cooldown
-        && marks
-            .fruitless
-            .as_ref()
-            .is_some_and(|f| policy_fruitless::progressed(f, Beat::of_worker(status).as_slice()))
-    {
+    let moved = |f: &Fruitless| progressed(f, Beat::of_worker(status).as_slice());
+    if !marks.cooldown && marks.fruitless.as_ref().is_some_and(moved) {
         fx.push(Effect::ClearFruitless);
     }
     fx.extend(episode_effects(v, marks));
@@ -276,8 +258,7 @@ pub(crate) fn plan(
         fx.push(Effect::Escalate);
     }
     if action == Action::RestartPipeline {
-        fx.push(Effect::AlertIncident);
-        fx.push(Effect::ConsiderRestart);
+        fx.extend([Effect::AlertIncident, Effect::ConsiderRestart]);
     }
     fx
 }
@@ -293,12 +274,11 @@ pub(crate) fn for_gang(
     now: Millis,
     cfg: &PolicyConfig,
 ) -> Vec<Effect> {
-    let stale = status.is_some_and(|s| is_stale(s, now, cfg));
-    let in_error = status.is_some_and(|s| s.state == WorkerState::Error);
+    let broken = status.is_some_and(|s| is_stale(s, now, cfg) || s.state == WorkerState::Error);
     effects.retain(|e| {
         !matches!(e, Effect::AlertIncident | Effect::ConsiderRestart | Effect::Escalate)
     });
-    if stale || in_error || marks.cooldown {
+    if broken || marks.cooldown {
         effects.push(Effect::Gang);
     }
     effects
@@ -356,10 +336,8 @@ fn timer_end(
     marks: &Marks,
 ) -> Option<TimerEnd> {
     marks.incident.as_ref()?;
-    if matches!(v, Verdict::Paused | Verdict::Exited) {
-        return Some(TimerEnd::Paused);
-    }
     match action {
+        _ if matches!(v, Verdict::Paused | Verdict::Exited) => Some(TimerEnd::Paused),
         Action::RestartPipeline => None,
         Action::SuppressAndClear | Action::Checkpoint => {
             Some(if v == Verdict::Booting { TimerEnd::Booting } else { TimerEnd::Maintenance })

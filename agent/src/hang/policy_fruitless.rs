@@ -12,8 +12,7 @@ use crate::hang::model_gang::{Activity, Member};
 /// How far a worker has got: the larger of its numeric progress and its checkpoint step.
 pub(crate) fn position(status: Option<&WorkerStatus>) -> Option<u64> {
     let s = status?;
-    let progress = s.progress.as_deref().and_then(step_of);
-    progress.max(s.checkpoint_step)
+    s.progress.as_deref().and_then(step_of).max(s.checkpoint_step)
 }
 
 /// A progress marker as a step: a whole number (`41200`), or `step` and one (`step-41200`,
@@ -90,14 +89,9 @@ impl Beat {
     fn gets_past(&self, f: &Fruitless) -> bool {
         let line = self.after.map_or(f.last, |a| a.max(f.last));
         let fresh = self.at.is_some_and(|hb| hb > line);
-        match f.past {
-            Some(past) => {
-                fresh
-                    && (!self.in_error || self.error_counts)
-                    && self.step.is_some_and(|p| p > past)
-            }
-            None => fresh && !self.in_error,
-        }
+        // In error, a beat shows progress only past a known step, and only where it may.
+        let error_ok = !self.in_error || (self.error_counts && f.past.is_some());
+        fresh && error_ok && f.past.is_none_or(|past| self.step.is_some_and(|p| p > past))
     }
 }
 
@@ -140,10 +134,7 @@ pub(crate) enum RunOf<'a> {
 /// `restarts are not helping: 2 restart(s), no progress past step 41200 since 2026-…` (a
 /// gang's: `2 restart(s) of every member`), and what ends the refusal.
 pub(crate) fn describe(f: &Fruitless, whose: RunOf<'_>) -> String {
-    let past = match f.past {
-        Some(p) => format!("no progress past step {p}"),
-        None => "no progress".to_string(),
-    };
+    let past = f.past.map_or("no progress".to_string(), |p| format!("no progress past step {p}"));
     let (restarts, until) = match whose {
         RunOf::Worker => (
             "restart(s)",

@@ -71,11 +71,7 @@ pub fn shards(size: Option<u32>) -> u32 {
 /// The shard a node's members write: every member of one node in one shard, so a node writes
 /// one hash per gang per cycle. FNV-1a: stable across builds and versions, unlike std's hasher.
 pub fn shard_of(node: &str, shards: u32) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in node.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
+    let h = node.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
     h % shards.max(1)
 }
 
@@ -90,13 +86,6 @@ pub(crate) enum GangVerdict {
     /// A member stopped and no member progresses: the collective stopped. `first` is the member
     /// that stopped making progress first (earliest last heartbeat): the one place to look.
     Hung { first: String },
-}
-
-impl GangVerdict {
-    /// Its stable name (strum's `IntoStaticStr`; by reference: the verdict is not `Copy`).
-    pub(crate) fn as_str(&self) -> &'static str {
-        self.into()
-    }
 }
 
 /// Its own agent confirmed it hung or errored.
@@ -123,15 +112,12 @@ pub(crate) fn present(members: &[Member], now: Millis, t: &Timing) -> Vec<Member
     // gang its restart made. Attempts compare within one JobSet (its uid): one deleted and
     // created again under the same name starts its attempts over.
     let mut latest: BTreeMap<Option<&str>, u32> = BTreeMap::new();
-    for m in members.iter().filter(recent) {
-        if let Some(a) = m.attempt {
-            let top = latest.entry(m.jobset_uid.as_deref()).or_default();
-            *top = (*top).max(a);
-        }
+    for (m, a) in members.iter().filter(recent).filter_map(|m| Some((m, m.attempt?))) {
+        let top = latest.entry(m.jobset_uid.as_deref()).or_default();
+        *top = (*top).max(a);
     }
-    let current = |m: &&Member| match m.attempt {
-        Some(a) => latest.get(&m.jobset_uid.as_deref()).is_none_or(|top| a >= *top),
-        None => true,
+    let current = |m: &&Member| {
+        m.attempt.is_none_or(|a| latest.get(&m.jobset_uid.as_deref()).is_none_or(|top| a >= *top))
     };
     let mut v: Vec<Member> = members.iter().filter(recent).filter(current).cloned().collect();
     v.sort_by_key(|m| m.id());
@@ -183,10 +169,9 @@ pub(crate) fn due_on(
     now: Millis,
     t: &Timing,
 ) -> Option<Basis> {
-    if let Some((since, wait)) = learned_stop(members) {
-        if now - since.max(started) >= wait {
-            return Some(Basis::Learned { since, wait });
-        }
+    let learned = learned_stop(members).filter(|&(since, wait)| now - since.max(started) >= wait);
+    if let Some((since, wait)) = learned {
+        return Some(Basis::Learned { since, wait });
     }
     let from = match members.iter().any(|m| m.learned.is_some()) {
         false => Some(started),
@@ -243,11 +228,10 @@ pub(crate) fn one_for_all(members: &[Member], now: Millis) -> Option<&Member> {
 /// not, or for another whole. One decision cannot name one member for them all (a label-named
 /// gang over two groups, an agent too old to say).
 fn mixed_restarts(members: &[Member]) -> Option<String> {
-    let ways: BTreeMap<&str, Vec<String>> = members.iter().fold(BTreeMap::new(), |mut ways, m| {
-        let way = m.one_for_all.as_deref().unwrap_or("each in place");
-        ways.entry(way).or_default().push(m.id());
-        ways
-    });
+    let mut ways: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for m in members {
+        ways.entry(m.one_for_all.as_deref().unwrap_or("each in place")).or_default().push(m.id());
+    }
     if ways.len() < 2 || members.iter().all(|m| m.one_for_all.is_none()) {
         return None;
     }
@@ -340,14 +324,8 @@ fn member_blocker(m: &Member, here: u64, now: Millis, t: &Timing) -> Option<Stri
             "{id}: booting (restarted less than policy.cooldown ago; its cooldown refuses another restart)"
         ));
     }
-    let cannot = [
-        Verdict::Paused,
-        Verdict::Exited,
-        Verdict::GpuFailed,
-        Verdict::TpuFailed,
-        Verdict::InMaintenance,
-        Verdict::Unreachable,
-    ];
+    use Verdict::{Exited, GpuFailed, InMaintenance, Paused, TpuFailed, Unreachable};
+    let cannot = [Paused, Exited, GpuFailed, TpuFailed, InMaintenance, Unreachable];
     cannot.contains(&m.verdict).then(|| format!("{id}: {}", m.verdict.as_str()))
 }
 
@@ -370,16 +348,15 @@ pub(crate) fn incident_over(
     let Some(inc) = &state.incident else {
         return false;
     };
-    let moved = |m: &Member| {
-        m.activity == Activity::Working && m.heartbeat.is_some_and(|hb| hb > inc.started)
-    };
+    let beat_since = |m: &Member, at: Millis| m.heartbeat.is_some_and(|hb| hb > at);
     match state.current_decision() {
         Some(d) => {
-            let all_beat = !members.is_empty()
-                && members.iter().all(|m| m.heartbeat.is_some_and(|hb| hb > d.decided));
+            let all_beat = !members.is_empty() && members.iter().all(|m| beat_since(m, d.decided));
             all_beat || now - d.decided >= t.cooldown
         }
-        None => members.iter().any(moved),
+        None => {
+            members.iter().any(|m| m.activity == Activity::Working && beat_since(m, inc.started))
+        }
     }
 }
 
@@ -453,57 +430,34 @@ pub(crate) fn plan(
     let t = &rules.timing;
     let stage = stage(state, members, now, t);
     if let (Stage::Restarting | Stage::Escalated, Some(d)) = (stage, state.current_decision()) {
-        let mut steps = Vec::new();
-        if stage == Stage::Escalated {
-            steps.push(GangStep::PageEscalation { restarted: d.decided });
-        }
+        let escalated = stage == Stage::Escalated;
+        let page = escalated.then_some(GangStep::PageEscalation { restarted: d.decided });
         // NB: a standing decision is carried out whatever the verdict now: the members already
         // restarted boot (no agent calls them hung), and this one may be only suspect again
         // (the simulation's seed 39: a member left out because the gang no longer read hung).
-        if executable(d, own, now, t) {
-            steps.push(GangStep::Execute);
-        }
-        return steps;
+        let execute = executable(d, own, now, t).then_some(GangStep::Execute);
+        return page.into_iter().chain(execute).collect();
     }
-    verdict_steps(verdict, stage, state, members, own, rules)
-}
-
-fn verdict_steps(
-    verdict: &GangVerdict,
-    stage: Stage,
-    state: &GangState,
-    members: &[Member],
-    own: &Member,
-    rules: &Rules,
-) -> Vec<GangStep> {
-    match verdict {
-        GangVerdict::Running => vec![],
-        GangVerdict::Straggler(ids) if ids.contains(&own.id()) => {
-            let mut v = vec![GangStep::PageStraggler];
-            if rules.straggler == StragglerAction::Restart {
-                v.push(GangStep::RestartAlone);
-            }
-            v
-        }
-        GangVerdict::Straggler(_) => vec![],
-        GangVerdict::Hung { .. } => {
-            let Some(inc) = &state.incident else {
-                return vec![];
-            };
+    match (verdict, &state.incident) {
+        (GangVerdict::Straggler(ids), _) if ids.contains(&own.id()) => match rules.straggler {
+            StragglerAction::AlertOnly => vec![GangStep::PageStraggler],
+            StragglerAction::Restart => vec![GangStep::PageStraggler, GangStep::RestartAlone],
+        },
+        (GangVerdict::Hung { .. }, Some(inc)) => {
             let restart_all =
                 rules.action == GangAction::RestartAll && !members.iter().any(|m| m.alert_only);
             // NB: from the incident's start, not from now: an incident's page is one kind for
             // its whole life (simulation: an escalation, then a `hung` page for the same
             // incident once `now` had moved on).
-            let mut v = vec![match again(state, inc.started, &rules.timing) {
+            let page = match again(state, inc.started, t) {
                 Some(restarted) => GangStep::PageEscalation { restarted },
                 None => GangStep::PageHung,
-            }];
-            if restart_all && stage.runs_pipeline() {
-                v.push(GangStep::Decide);
-            }
-            v
+            };
+            let decide = (restart_all && stage.runs_pipeline()).then_some(GangStep::Decide);
+            std::iter::once(page).chain(decide).collect()
         }
+        // Running, a straggler other than this member, or hung with no incident open.
+        _ => vec![],
     }
 }
 

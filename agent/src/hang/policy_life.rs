@@ -72,21 +72,13 @@ pub(crate) enum Claim {
 impl Stage {
     pub(crate) const ALL: &'static [Stage] = <Stage as strum::VariantArray>::VARIANTS;
 
-    /// The stages a gang's incident takes: its members' agents hold the rest for each member.
-    pub(crate) const GANG: [Stage; 6] = [
-        Stage::Quiet,
-        Stage::Confirmed,
-        Stage::Due,
-        Stage::Restarting,
-        Stage::Recovered,
-        Stage::Escalated,
-    ];
-
     /// The stages of `unit`'s life.
     pub(crate) fn of(unit: Unit) -> &'static [Stage] {
+        use Stage::*;
         match unit {
             Unit::Worker => Stage::ALL,
-            Unit::Gang => &Stage::GANG,
+            // A gang's incident: its members' agents hold the other stages for each member.
+            Unit::Gang => &[Quiet, Confirmed, Due, Restarting, Recovered, Escalated],
         }
     }
 
@@ -124,16 +116,12 @@ pub(crate) fn stage(
             (true, true) => Stage::Due,
         };
     }
-    if marks.escalated && marks.restarted_at.is_some() {
-        return Stage::Escalated;
+    match (marks.restarted_at.is_some(), marks.escalated, marks.suspect.is_some()) {
+        (true, true, _) => Stage::Escalated,
+        (_, _, true) => Stage::Suspect,
+        (true, _, _) => Stage::Recovered,
+        _ => Stage::Quiet,
     }
-    if marks.suspect.is_some() {
-        return Stage::Suspect;
-    }
-    if marks.restarted_at.is_some() {
-        return Stage::Recovered;
-    }
-    Stage::Quiet
 }
 
 /// The stage of `incident` as the cycle acts on it: the marks it read, with the incident its
@@ -250,17 +238,10 @@ fn gang_follows(from: Stage, to: Stage) -> bool {
 /// (besides quiet, which every stage may return to), from [`follows`].
 pub(crate) fn table(unit: Unit) -> Vec<(Stage, Vec<Stage>)> {
     let stages = Stage::of(unit);
-    stages
-        .iter()
-        .map(|&from| {
-            let to = stages
-                .iter()
-                .copied()
-                .filter(|&to| to != from && to != Stage::Quiet && follows(unit, from, to))
-                .collect();
-            (from, to)
-        })
-        .collect()
+    let moves =
+        |from: Stage, to: Stage| to != from && to != Stage::Quiet && follows(unit, from, to);
+    let onward = |from: Stage| stages.iter().copied().filter(|&to| moves(from, to)).collect();
+    stages.iter().map(|&from| (from, onward(from))).collect()
 }
 
 #[cfg(test)]

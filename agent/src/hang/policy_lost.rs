@@ -41,10 +41,8 @@ pub(crate) struct Phases {
 impl IncidentTimes {
     /// `since:verdict:command:incarnation:incident` (an incident id has no `:`).
     pub(crate) fn encode(&self) -> String {
-        format!(
-            "{}:{}:{}:{}:{}",
-            self.since, self.verdict, self.command, self.incarnation, self.incident
-        )
+        let IncidentTimes { since, verdict, command, incarnation, incident } = self;
+        format!("{since}:{verdict}:{command}:{incarnation}:{incident}")
     }
 
     pub(crate) fn decode(text: &str) -> Option<IncidentTimes> {
@@ -136,19 +134,15 @@ pub(crate) fn exact(ms: Millis) -> String {
     }
     let tenths = (ms + 50) / 100;
     let (h, m, t) = (tenths / 36_000, tenths / 600 % 60, tenths % 600);
-    let mut parts = Vec::new();
-    if h > 0 {
-        parts.push(format!("{h}h"));
-    }
-    if m > 0 {
-        parts.push(format!("{m}m"));
-    }
-    match (t / 10, t % 10) {
-        (0, 0) => {}
-        (s, 0) => parts.push(format!("{s}s")),
-        (s, d) => parts.push(format!("{s}.{d}s")),
-    }
-    parts.join(" ")
+    let parts = [
+        (h > 0).then(|| format!("{h}h")),
+        (m > 0).then(|| format!("{m}m")),
+        (t > 0).then(|| match (t / 10, t % 10) {
+            (s, 0) => format!("{s}s"),
+            (s, d) => format!("{s}.{d}s"),
+        }),
+    ];
+    parts.into_iter().flatten().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -121,64 +121,50 @@ pub(crate) enum Next {
     Stop(Undo),
 }
 
+/// The steps a pass of `unit` runs when every one passes, in order. In observe mode a worker's
+/// pass runs `Observe` after `Revalidate`, and stops there; a gang's runs the same steps
+/// (`Caps` and `Count` take nothing there).
+fn steps(unit: Unit) -> &'static [Step] {
+    use Step::*;
+    match unit {
+        Unit::Worker => {
+            &[Decide, Peek, Lock, Logs, Revalidate, Caps, Claim, Recheck, Command, Verify]
+        }
+        // The gang plan (`crate::hang::policy_gang`) decided to decide.
+        Unit::Gang => &[Lock, Revalidate, Caps, Count, Claim, Announce],
+    }
+}
+
 /// The step a pass of `unit` begins with.
 pub(crate) fn first(unit: Unit) -> Step {
-    match unit {
-        Unit::Worker => Step::Decide,
-        // The gang plan (`crate::hang::policy_gang`) decided to decide.
-        Unit::Gang => Step::Lock,
-    }
+    steps(unit)[0]
 }
 
 /// The one answer to "what next": from the unit, the step that ran, what it found, and the
-/// mode.
+/// mode. A step that passed leads to the next of [`steps`] (after the last, or a step that is
+/// not the unit's, the pass ends holding nothing to give back); anything else stops the pass.
 pub(crate) fn next(unit: Unit, step: Step, seen: Seen, dry_run: bool) -> Next {
-    match unit {
-        Unit::Worker => next_worker(step, seen, dry_run),
-        Unit::Gang => next_gang(step, seen),
+    let order = steps(unit);
+    let after = order.iter().position(|&s| s == step).and_then(|i| order.get(i + 1));
+    match (unit, seen, after) {
+        (Unit::Worker, Seen::Pass, _) if dry_run && step == Step::Revalidate => {
+            Next::Go(Step::Observe)
+        }
+        (_, Seen::Pass, Some(&s)) => Next::Go(s),
+        (_, Seen::Pass, None) => Next::Stop(Undo::default()),
+        (Unit::Worker, _, _) => Next::Stop(undo(step, seen)),
+        (Unit::Gang, _, _) => Next::Stop(gang_undo(step, seen)),
     }
 }
 
-/// A gang's decision: lock → revalidate → caps → count → claim → announce. What it gives back:
-/// the units taken at `Caps` (a refusing `Caps` gave its own back) when it stops at the count
-/// or another agent's decision won the claim. NB: a claim that failed keeps them: the decision's
-/// write may have landed (its reply lost), and a decision is never left without its units.
-/// Observe mode runs the same steps; `Caps` and `Count` take nothing there.
-fn next_gang(step: Step, seen: Seen) -> Next {
-    if seen == Seen::Pass {
-        return match step {
-            Step::Lock => Next::Go(Step::Revalidate),
-            Step::Revalidate => Next::Go(Step::Caps),
-            Step::Caps => Next::Go(Step::Count),
-            Step::Count => Next::Go(Step::Claim),
-            Step::Claim => Next::Go(Step::Announce),
-            _ => Next::Stop(Undo::default()),
-        };
-    }
+/// What a gang's decision gives back when it stops at `step`: the units taken at `Caps` (a
+/// refusing `Caps` gave its own back) when it stops at the count or another agent's decision
+/// won the claim. NB: a claim that failed keeps them: the decision's write may have landed (its
+/// reply lost), and a decision is never left without its units.
+fn gang_undo(step: Step, seen: Seen) -> Undo {
     // The units are held from `Caps` on; a decision of ours may stand once `Claim` wrote it.
     let lost = step == Step::Claim && matches!(seen, Seen::Skip(_));
-    Next::Stop(Undo { refund_caps: step == Step::Count || lost, ..Undo::default() })
-}
-
-fn next_worker(step: Step, seen: Seen, dry_run: bool) -> Next {
-    if seen == Seen::Pass {
-        return match step {
-            Step::Decide => Next::Go(Step::Peek),
-            Step::Peek => Next::Go(Step::Lock),
-            Step::Lock => Next::Go(Step::Logs),
-            Step::Logs => Next::Go(Step::Revalidate),
-            Step::Revalidate if dry_run => Next::Go(Step::Observe),
-            Step::Revalidate => Next::Go(Step::Caps),
-            Step::Caps => Next::Go(Step::Claim),
-            Step::Claim => Next::Go(Step::Recheck),
-            Step::Recheck => Next::Go(Step::Command),
-            Step::Command => Next::Go(Step::Verify),
-            Step::Observe | Step::Verify | Step::Count | Step::Announce => {
-                Next::Stop(Undo::default())
-            }
-        };
-    }
-    Next::Stop(undo(step, seen))
+    Undo { refund_caps: step == Step::Count || lost, ..Undo::default() }
 }
 
 /// What a pass that stops at `step` gives back: nothing from `Command` on, whatever the command

@@ -61,8 +61,7 @@ pub(crate) const MAX_FUTURE: Duration = Duration::from_secs(300);
 /// How far ahead of `now` the record's heartbeat is, when it is beyond [`MAX_FUTURE`]: such a
 /// record cannot be trusted, it would look fresh for ever.
 pub(crate) fn heartbeat_from_future(status: &WorkerStatus, now: Millis) -> Option<Millis> {
-    let hb = status.heartbeat?;
-    (hb - now > ms(MAX_FUTURE)).then_some(hb - now)
+    status.heartbeat.map(|hb| hb - now).filter(|&ahead| ahead > ms(MAX_FUTURE))
 }
 
 /// Has a restarted worker come back? Yes once its record holds a heartbeat written after

@@ -117,15 +117,13 @@ impl Rhythm {
         };
         let age = (now - hb).max(0);
         let processing = s.state == WorkerState::Processing;
+        // A newer heartbeat ends the silence after the last one: learned, if it was processing.
+        if let Some((seen, longest, true)) = self.open.filter(|&(seen, _, _)| hb > seen) {
+            self.learn(longest, hb - seen, now, settle);
+        }
         self.open = match self.open {
             Some((seen, longest, p)) if seen == hb => Some((hb, longest.max(age), p)),
-            Some((seen, longest, p)) if hb > seen => {
-                if p {
-                    self.learn(longest, hb - seen, now, settle);
-                }
-                Some((hb, age, processing))
-            }
-            // No earlier look, or a heartbeat older than the last one (a record rewritten).
+            // A newer heartbeat, no earlier look, or one older than the last (a record rewritten).
             _ => Some((hb, age, processing)),
         };
     }
@@ -146,10 +144,7 @@ impl Rhythm {
     /// and what this agent alone remembers must not bring it back.
     pub(crate) fn adopt(&mut self, shared: Option<&History>) {
         match (shared, &mut self.history) {
-            (None, _) if self.written.is_some() => {
-                self.history = None;
-                self.written = None;
-            }
+            (None, _) if self.written.is_some() => (self.history, self.written) = (None, None),
             (None, _) => {}
             (Some(theirs), Some(mine)) => mine.merge(theirs),
             (Some(theirs), None) => self.history = Some(*theirs),
@@ -201,10 +196,9 @@ impl Rhythm {
     pub(crate) fn write_due(&mut self, now: Millis) -> Option<String> {
         let h = self.history.as_ref()?;
         let (total, longest) = (h.total(), h.longest());
-        let due = match self.written {
-            None => true,
-            Some((at, n, l)) => total > n && (now - at >= WRITE_EVERY || longest > l),
-        };
+        let due = self
+            .written
+            .is_none_or(|(at, n, l)| total > n && (now - at >= WRITE_EVERY || longest > l));
         if !due {
             return None;
         }

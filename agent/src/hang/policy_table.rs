@@ -1,8 +1,9 @@
 //! The verdict → action table. `vigil policy` prints it from here, and the planner branches on
-//! [`Verdict::action`] (defined beside the verdicts in `hang::policy`),
+//! [`Verdict::action`] (defined beside the verdicts in `hang::policy`, with each action's words),
 //! so the printed table cannot disagree with what the agent does.
 use crate::config::PolicyConfig;
 use crate::hang::policy::Verdict;
+use strum::EnumMessage;
 
 impl Verdict {
     /// The predicate, in words, with the configured thresholds.
@@ -57,7 +58,8 @@ pub(crate) fn table(cfg: &PolicyConfig) -> Vec<TableRow> {
         .map(|v| TableRow {
             verdict: v.as_str(),
             predicate: v.predicate(cfg),
-            action: v.action().describe(),
+            // Every action has its message (`crate::hang::policy::Action`).
+            action: v.action().get_message().unwrap_or_default(),
         })
         .collect()
 }

@@ -11,7 +11,7 @@ use crate::clock::Millis;
 use crate::config::MetadataConfig;
 use crate::runtime::container::Container;
 use crate::vocab::node_info::NodeInfo;
-use crate::vocab::stand_down::SharedFacts;
+use crate::vocab::stand_down::{NodeFacts, SharedFacts};
 
 /// The agent's view of the node's state, fed by other tasks.
 #[derive(Default)]
@@ -29,10 +29,14 @@ pub(crate) struct NodeWatch {
 }
 
 impl NodeWatch {
+    /// The controller's facts as they stand (a writer that panicked left them readable).
+    fn read_facts(&self) -> std::sync::RwLockReadGuard<'_, NodeFacts> {
+        self.facts.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Whether maintenance stands restarts down at `now` (coordinator clock).
     pub(crate) fn stands_down_at(&self, now: Millis, md: &MetadataConfig) -> bool {
-        let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
-        f.stands_down(now, md)
+        self.read_facts().stands_down(now, md)
     }
 
     /// Whether the TPU monitor's last report says the node's TPU has failed.
@@ -59,11 +63,7 @@ impl NodeWatch {
         }
         // NB: the bound (`metadata.first_read_wait`) is read here, with the clock: it holds
         // whatever the controller that clears the wait does.
-        let unread = {
-            let f = self.facts.read().unwrap_or_else(|p| p.into_inner());
-            f.unread_at(tokio::time::Instant::now())
-        };
-        if let Some(what) = unread {
+        if let Some(what) = self.read_facts().unread_at(tokio::time::Instant::now()) {
             return Some(StandDown::Unread(what));
         }
         if self.stands_down_at(now, md) {

@@ -106,9 +106,7 @@ impl Admission {
     /// one among them.
     fn biggest_holder_idle(&self) -> Option<u64> {
         let mut count: HashMap<&str, usize> = HashMap::new();
-        for h in self.held.values() {
-            *count.entry(h.peer.as_str()).or_default() += 1;
-        }
+        self.held.values().for_each(|h| *count.entry(h.peer.as_str()).or_default() += 1);
         let mut peers: Vec<(&str, usize)> = count.into_iter().collect();
         peers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         peers.into_iter().find_map(|(p, _)| self.longest_idle(Some(p)))

@@ -26,15 +26,11 @@ pub(crate) enum CgroupUnknown {
 }
 
 /// Where `/proc` is (the host's, in the agent's PID namespace).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, educe::Educe)]
+#[educe(Default)]
 pub(crate) struct Procfs {
+    #[educe(Default(expression = PathBuf::from("/proc")))]
     root: PathBuf,
-}
-
-impl Default for Procfs {
-    fn default() -> Self {
-        Procfs { root: PathBuf::from("/proc") }
-    }
 }
 
 impl Procfs {

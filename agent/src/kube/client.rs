@@ -49,7 +49,8 @@ pub enum PodError {
 pub(crate) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl PodError {
-    /// One call, bounded by [`CALL_TIMEOUT`], its error worded for the operator.
+    /// One call, bounded by [`CALL_TIMEOUT`], its error worded for the operator (a refusal
+    /// names the missing rule).
     pub(crate) async fn bounded<T>(
         call: impl std::future::Future<Output = Result<T, kube::Error>>,
         verb: &'static str,
@@ -57,17 +58,10 @@ impl PodError {
     ) -> Result<T, PodError> {
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Err(_) => Err(PodError::Timeout(CALL_TIMEOUT)),
-            Ok(r) => r.map_err(|e| PodError::of(e, verb, resource)),
-        }
-    }
-
-    /// An API error, worded for the operator; a refusal names the missing rule.
-    pub(crate) fn of(e: kube::Error, verb: &'static str, resource: &'static str) -> PodError {
-        match e {
-            kube::Error::Api(e) if e.code == 403 => {
-                PodError::Forbidden { verb, resource, message: e.message }
+            Ok(Err(kube::Error::Api(e))) if e.code == 403 => {
+                Err(PodError::Forbidden { verb, resource, message: e.message })
             }
-            source => PodError::Api { verb, resource, source },
+            Ok(r) => r.map_err(|source| PodError::Api { verb, resource, source }),
         }
     }
 }

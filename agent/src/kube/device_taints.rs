@@ -65,10 +65,7 @@ impl KubeDeviceTaints {
     }
 
     fn slices_api(&self) -> Api<DynamicObject> {
-        let version = match self.version.as_str() {
-            "v1alpha3" => "v1beta1",
-            v => v,
-        };
+        let version = if self.version == "v1alpha3" { "v1beta1" } else { &self.version };
         self.api(version, "ResourceSlice", "resourceslices")
     }
 

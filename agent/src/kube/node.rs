@@ -385,11 +385,8 @@ fn note(message: &str) -> String {
         return message.to_string();
     }
     const MARK: &str = "…";
-    let mut end = NOTE_LIMIT - MARK.len();
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{MARK}", &message[..end])
+    let end = (0..=NOTE_LIMIT - MARK.len()).rev().find(|&i| message.is_char_boundary(i));
+    format!("{}{MARK}", &message[..end.unwrap_or(0)])
 }
 
 #[async_trait]

@@ -24,9 +24,7 @@
 //! `nvidia.com/*` or `google.com/tpu` device), which the opportunistic-maintenance idle check
 //! reads (`crate::maintenance::policy_idle`).
 
-use std::collections::BTreeSet;
-
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
@@ -139,11 +137,9 @@ pub(crate) fn gpu_id(device_id: &str) -> Option<String> {
     let id = device_id.split("::").next().unwrap_or_default();
     let id = id.split('/').next().unwrap_or_default().trim();
     let uuid = id.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("GPU-")) && id.len() > 4;
-    let device_file = id
-        .strip_prefix("nvidia")
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    let index = !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit());
-    (uuid || device_file || index).then(|| id.to_string())
+    // `nvidia<N>` (a device file) or `<N>` (an index).
+    let digits = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    (uuid || id.strip_prefix("nvidia").is_some_and(digits) || digits(id)).then(|| id.to_string())
 }
 
 /// A gRPC channel to the unix socket at `path`, connected lazily (at the first call), each

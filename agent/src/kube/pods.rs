@@ -59,34 +59,27 @@ pub struct UnhealthyDevice {
 
 /// The devices of these container statuses the kubelet reports `Unhealthy`.
 fn unhealthy<'a>(statuses: impl Iterator<Item = &'a ContainerStatus>) -> Vec<UnhealthyDevice> {
-    let mut out = Vec::new();
-    for c in statuses {
-        for r in c.allocated_resources_status.iter().flatten() {
-            for d in r.resources.iter().flatten() {
-                if d.health.as_deref() == Some("Unhealthy") {
-                    out.push(UnhealthyDevice {
-                        container: c.name.clone(),
-                        resource: r.name.clone(),
-                        device: d.resource_id.clone(),
-                    });
-                }
-            }
-        }
-    }
-    out
+    let resources =
+        statuses.flat_map(|c| c.allocated_resources_status.iter().flatten().map(move |r| (c, r)));
+    let devices = resources.flat_map(|(c, r)| r.resources.iter().flatten().map(move |d| (c, r, d)));
+    devices
+        .filter(|(_, _, d)| d.health.as_deref() == Some("Unhealthy"))
+        .map(|(c, r, d)| UnhealthyDevice {
+            container: c.name.clone(),
+            resource: r.name.clone(),
+            device: d.resource_id.clone(),
+        })
+        .collect()
 }
 
 impl NodePod {
     /// From the API's object.
     pub(crate) fn from_pod(p: &Pod) -> NodePod {
         let spec = p.spec.as_ref();
+        let named =
+            |m: &Option<BTreeMap<String, _>>| m.iter().flatten().any(|(k, _)| is_accelerator(k));
         let wants = |c: &Container| {
-            c.resources.as_ref().is_some_and(|r| {
-                let named = |m: &Option<BTreeMap<String, _>>| {
-                    m.as_ref().is_some_and(|m| m.keys().any(|k| is_accelerator(k)))
-                };
-                named(&r.requests) || named(&r.limits)
-            })
+            c.resources.as_ref().is_some_and(|r| named(&r.requests) || named(&r.limits))
         };
         let accelerators = spec.is_some_and(|s| {
             s.containers.iter().any(wants) || s.init_containers.iter().flatten().any(wants)

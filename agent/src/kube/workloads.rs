@@ -161,16 +161,18 @@ fn label(o: &Value, key: &str) -> Option<String> {
     o["metadata"]["labels"][key].as_str().map(str::to_string)
 }
 
+/// The elements of a JSON array; none when `v` is not one (absent, `null`).
+fn items(v: &Value) -> impl Iterator<Item = &Value> {
+    v.as_array().into_iter().flatten()
+}
+
 fn strings(v: &Value) -> Vec<String> {
-    v.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
+    items(v).filter_map(Value::as_str).map(str::to_string).collect()
 }
 
-fn count(v: &Value) -> u32 {
-    count_or(v, 0)
-}
-
-fn count_or(v: &Value, default: u32) -> u32 {
-    v.as_u64().map_or(default, |n| n.min(u64::from(u32::MAX)) as u32)
+/// A count as the API writes it, at most `u32::MAX`; `None` where it is absent (or no count).
+fn count(v: &Value) -> Option<u32> {
+    v.as_u64().map(|n| n.min(u64::from(u32::MAX)) as u32)
 }
 
 fn exit_codes(v: &Value) -> Option<ExitCodes> {
@@ -194,16 +196,10 @@ pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodErr
     // sandbox) knows the static pod by the uid the mirror annotation carries.
     let mirror = pod["metadata"]["annotations"][MIRROR].as_str();
     w.uid = mirror.or(pod["metadata"]["uid"].as_str()).map(str::to_string);
-    let spec = pod["spec"]["containers"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["name"] == container));
-    if let Some(c) = spec {
+    if let Some(c) = items(&pod["spec"]["containers"]).find(|c| c["name"] == container) {
         w.container_policy =
             c["restartPolicy"].as_str().and_then(|p| RestartPolicy::parse(Some(p)));
-        w.rules = c["restartPolicyRules"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        w.rules = items(&c["restartPolicyRules"])
             .map(|r| RestartRule {
                 action: r["action"].as_str().unwrap_or_default().to_string(),
                 exit_codes: exit_codes(&r["exitCodes"]),
@@ -219,14 +215,14 @@ pub(crate) fn pod_facts(pod: &Value, container: &str) -> Result<Workload, PodErr
 /// `<resource> <device>` (`nvidia.com/gpu GPU-…`, or `claim:<claim>/<request> <driver>/<pool>/<device>`
 /// under DRA).
 pub(crate) fn unhealthy_devices(pod: &Value, container: &str) -> Vec<String> {
-    let statuses = pod["status"]["containerStatuses"].as_array();
-    let Some(st) = statuses.and_then(|cs| cs.iter().find(|c| c["name"] == container)) else {
+    let Some(st) = items(&pod["status"]["containerStatuses"]).find(|c| c["name"] == container)
+    else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for res in st["allocatedResourcesStatus"].as_array().into_iter().flatten() {
+    for res in items(&st["allocatedResourcesStatus"]) {
         let name = res["name"].as_str().unwrap_or_default();
-        for d in res["resources"].as_array().into_iter().flatten() {
+        for d in items(&res["resources"]) {
             if d["health"] == "Unhealthy" {
                 let id = d["resourceID"].as_str().unwrap_or_default();
                 out.push(format!("{name} {id}"));
@@ -249,15 +245,12 @@ pub(crate) fn job_facts(job: &Value, policy: RestartPolicy, pods: &[Value]) -> J
             .flat_map(|p| {
                 [&p["status"]["containerStatuses"], &p["status"]["initContainerStatuses"]]
             })
-            .flat_map(|statuses| statuses.as_array().into_iter().flatten())
-            .map(|c| count(&c["restartCount"]))
+            .flat_map(items)
+            .map(|c| count(&c["restartCount"]).unwrap_or(0))
             .sum(),
         _ => 0,
     };
-    let pod_failure = spec["podFailurePolicy"]["rules"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let pod_failure = items(&spec["podFailurePolicy"]["rules"])
         .filter_map(|r| {
             let on = &r["onExitCodes"];
             Some(PodFailureRule {
@@ -269,13 +262,11 @@ pub(crate) fn job_facts(job: &Value, policy: RestartPolicy, pods: &[Value]) -> J
         .collect();
     JobFacts {
         name: job["metadata"]["name"].as_str().unwrap_or_default().to_string(),
-        backoff_limit: count_or(&spec["backoffLimit"], DEFAULT_BACKOFF_LIMIT),
-        parallelism: count_or(&spec["parallelism"], 1),
-        retries: count(&job["status"]["failed"]).saturating_add(restarts),
+        backoff_limit: count(&spec["backoffLimit"]).unwrap_or(DEFAULT_BACKOFF_LIMIT),
+        parallelism: count(&spec["parallelism"]).unwrap_or(1),
+        retries: count(&job["status"]["failed"]).unwrap_or(0).saturating_add(restarts),
         pod_failure,
-        per_index: spec["backoffLimitPerIndex"]
-            .as_u64()
-            .map(|_| count(&spec["backoffLimitPerIndex"])),
+        per_index: count(&spec["backoffLimitPerIndex"]),
     }
 }
 
@@ -286,10 +277,7 @@ const IGNORES_MAX: &str = "RestartJobSetAndIgnoreMaxRestarts";
 pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
     let fp = &js["spec"]["failurePolicy"];
     let status = &js["status"];
-    let rules: Vec<FailureRule> = fp["rules"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rules: Vec<FailureRule> = items(&fp["rules"])
         .map(|r| FailureRule {
             name: r["name"].as_str().unwrap_or_default().to_string(),
             action: r["action"].as_str().unwrap_or_default().to_string(),
@@ -303,14 +291,14 @@ pub(crate) fn jobset_facts(js: &Value, replicated_job: &str) -> JobSetFacts {
     // restarts without counting (that controller knows the field), else `restarts` (the
     // same count, or an older controller's): a preemption's restarts never spend the max.
     let restarts = match &status["restartsCountTowardsMax"] {
-        Value::Null if !rules.iter().any(|r| r.action == IGNORES_MAX) => count(&status["restarts"]),
-        Value::Null => 0,
-        n => count(n),
+        Value::Null if rules.iter().any(|r| r.action == IGNORES_MAX) => 0,
+        Value::Null => count(&status["restarts"]).unwrap_or(0),
+        n => count(n).unwrap_or(0),
     };
     JobSetFacts {
         name: qualified(js),
         replicated_job: replicated_job.to_string(),
-        max_restarts: fp.is_object().then(|| count(&fp["maxRestarts"])),
+        max_restarts: fp.is_object().then(|| count(&fp["maxRestarts"]).unwrap_or(0)),
         rules,
         restarts,
         strategy: fp["restartStrategy"].as_str().unwrap_or("Recreate").to_string(),

@@ -1,24 +1,17 @@
 //! What the agent concluded and did: verdicts, decision trail entries, restarts and alerts.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use super::Labels;
 
-/// A restart attempt: why (hung, errored) and how it went (restarted, failed, would-restart).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct RestartLabels {
-    pub(crate) reason: &'static str,
-    pub(crate) outcome: &'static str,
-}
-
 #[derive(Default)]
 pub(crate) struct DecisionMetrics {
     pub(crate) verdicts: Family<Labels<1>, Counter>,
     pub(crate) decisions: Family<Labels<1>, Counter>,
-    pub(crate) restarts: Family<RestartLabels, Counter>,
+    /// A restart attempt: why (hung, errored) and how it went (restarted, failed, would-restart).
+    pub(crate) restarts: Family<Labels<2>, Counter>,
     /// An alert's kind and how its delivery went (sent, failed, logged).
     pub(crate) alerts: Family<Labels<2>, Counter>,
 }
@@ -30,7 +23,7 @@ impl DecisionMetrics {
         // increase (the restart-failed alert rule takes `increase()`).
         for reason in ["hung", "errored"] {
             for outcome in ["restarted", "failed", "would-restart"] {
-                let _ = m.restarts.get_or_create(&RestartLabels { reason, outcome });
+                let _ = m.restarts.get_or_create(&[("reason", reason), ("outcome", outcome)]);
             }
         }
         register!(reg;
@@ -50,7 +43,7 @@ impl DecisionMetrics {
         self.decisions.get_or_create(&[("decision", decision)]).inc();
     }
     pub(crate) fn restart(&self, reason: &'static str, outcome: &'static str) {
-        self.restarts.get_or_create(&RestartLabels { reason, outcome }).inc();
+        self.restarts.get_or_create(&[("reason", reason), ("outcome", outcome)]).inc();
     }
     pub(crate) fn alert(&self, kind: &'static str, outcome: &'static str) {
         self.alerts.get_or_create(&[("kind", kind), ("outcome", outcome)]).inc();

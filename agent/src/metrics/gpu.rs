@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::F64Gauge;
+use super::{F64Gauge, Labels};
 
 /// One GPU: its NVML index and UUID.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -49,12 +49,6 @@ pub(crate) struct ThrottleLabels {
     pub(crate) reason: &'static str,
 }
 
-/// One of the monitor's states (starting, off, no-gpu, waiting-for-driver, on).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct MonitorStateLabels {
-    pub(crate) state: &'static str,
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct XidLabels {
     #[prometheus(flatten)]
@@ -65,7 +59,8 @@ pub(crate) struct XidLabels {
 #[derive(Default)]
 pub(crate) struct GpuMetrics {
     pub(crate) monitoring: Gauge,
-    pub(crate) monitor_state: Family<MonitorStateLabels, Gauge>,
+    /// `state`: one of the monitor's (starting, off, no-gpu, waiting-for-driver, on).
+    pub(crate) monitor_state: Family<Labels<1>, Gauge>,
     pub(crate) health: Family<HealthLabels, Gauge>,
     pub(crate) temperature: Family<GpuLabels, Gauge>,
     pub(crate) power: Family<GpuLabels, F64Gauge>,
@@ -127,7 +122,7 @@ impl GpuMetrics {
     pub(super) fn touch(&self) {
         let id = GpuLabels { gpu: 0, uuid: "GPU-0".into() };
         self.monitoring.set(1);
-        self.monitor_state.get_or_create(&MonitorStateLabels { state: "on" }).set(1);
+        self.monitor_state.get_or_create(&[("state", "on")]).set(1);
         let health = HealthLabels { id: id.clone(), state: "healthy" };
         self.health.get_or_create(&health).set(1);
         self.temperature.get_or_create(&id).set(40);

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -22,16 +21,11 @@ const HOUR: Millis = 3_600_000;
 /// Hours the ledger keeps: the last day and the hour under way.
 const HOURS: i64 = 25;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct CauseLabels {
-    pub(crate) cause: &'static str,
-}
-
 /// Seconds lost per cause in each hour (hours since the epoch).
 pub type Ledger = BTreeMap<i64, BTreeMap<String, f64>>;
 
 pub(crate) struct LostMetrics {
-    pub(crate) seconds: Family<CauseLabels, Counter<f64, AtomicU64>>,
+    pub(crate) seconds: Family<super::Labels<1>, Counter<f64, AtomicU64>>,
     pub(crate) recovery: Histogram,
     ledger: Mutex<Ledger>,
 }
@@ -45,7 +39,7 @@ impl LostMetrics {
             ledger: Mutex::new(Ledger::new()),
         };
         for cause in CAUSES {
-            let _ = m.seconds.get_or_create(&CauseLabels { cause });
+            let _ = m.seconds.get_or_create(&[("cause", cause)]);
         }
         register!(reg;
             "lost" in Unit::Seconds => m.seconds,
@@ -66,7 +60,7 @@ impl LostMetrics {
             return;
         }
         let secs = ms as f64 / 1000.0;
-        self.seconds.get_or_create(&CauseLabels { cause }).inc_by(secs);
+        self.seconds.get_or_create(&[("cause", cause)]).inc_by(secs);
         let mut l = self.ledger();
         *l.entry(at.div_euclid(HOUR)).or_default().entry(cause.to_string()).or_default() += secs;
         let oldest = at.div_euclid(HOUR) - HOURS;

@@ -62,15 +62,10 @@ impl MaintenanceMetrics {
     }
 }
 
-/// A checkpoint request: its method (signal, http, redis) and outcome (acked, timed-out, failed).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct CheckpointLabels {
-    pub(crate) method: &'static str,
-    pub(crate) outcome: &'static str,
-}
-
 pub(crate) struct CheckpointMetrics {
-    pub(crate) checkpoints: Family<CheckpointLabels, Counter>,
+    /// A checkpoint request: its method (signal, http, redis) and outcome (acked, timed-out,
+    /// failed).
+    pub(crate) checkpoints: Family<Labels<2>, Counter>,
     pub(crate) checkpoint_seconds: Histogram,
 }
 
@@ -85,11 +80,11 @@ impl CheckpointMetrics {
         // round cut short at the grace period (`none`) and the worker whose method is invalid.
         for method in ["record", "signal", "http", "gang"] {
             for outcome in ["acked", "timed-out", "failed"] {
-                let _ = m.checkpoints.get_or_create(&CheckpointLabels { method, outcome });
+                let _ = m.checkpoints.get_or_create(&[("method", method), ("outcome", outcome)]);
             }
         }
         for (method, outcome) in [("none", "timed-out"), ("invalid", "failed")] {
-            let _ = m.checkpoints.get_or_create(&CheckpointLabels { method, outcome });
+            let _ = m.checkpoints.get_or_create(&[("method", method), ("outcome", outcome)]);
         }
         register!(reg;
             "checkpoints" => m.checkpoints,
@@ -102,7 +97,7 @@ impl CheckpointMetrics {
 
     /// One request, counted by method and outcome, and the `seconds` it waited.
     pub(crate) fn record(&self, method: &'static str, outcome: &'static str, seconds: f64) {
-        self.checkpoints.get_or_create(&CheckpointLabels { method, outcome }).inc();
+        self.checkpoints.get_or_create(&[("method", method), ("outcome", outcome)]).inc();
         self.checkpoint_seconds.observe(seconds);
     }
 }
@@ -141,6 +136,7 @@ pub(crate) struct NodeInfoLabels {
     pub(crate) tpu_topology: String,
 }
 
+#[derive(Default)]
 pub(crate) struct NodeInfoMetrics {
     pub(crate) info: Family<NodeInfoLabels, Gauge>,
     /// By maintenance source: `metadata` or `node-labels`.
@@ -151,11 +147,7 @@ pub(crate) struct NodeInfoMetrics {
 
 impl NodeInfoMetrics {
     pub(crate) fn register(reg: &mut Registry) -> Self {
-        let m = NodeInfoMetrics {
-            info: Family::default(),
-            sources: Family::default(),
-            current: std::sync::Mutex::new(None),
-        };
+        let m = NodeInfoMetrics::default();
         for source in ["metadata", "node-labels"] {
             m.source(source, false);
         }
@@ -171,10 +163,8 @@ impl NodeInfoMetrics {
     /// Export `labels` as the node's one info series (the previous one, if different, goes).
     pub(crate) fn set_info(&self, labels: NodeInfoLabels) {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(old) = current.take() {
-            if old != labels {
-                self.info.remove(&old);
-            }
+        if let Some(old) = current.take().filter(|old| *old != labels) {
+            self.info.remove(&old);
         }
         self.info.get_or_create(&labels).set(1);
         *current = Some(labels);

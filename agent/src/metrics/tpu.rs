@@ -2,35 +2,23 @@
 //! against the Node's allocatable `google.com/tpu`, and the device errors counted. Fixed label
 //! values only.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct TpuStateLabels {
-    pub(crate) state: &'static str,
-}
+use super::Labels;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct TpuChipLabels {
-    /// `present` (device files) or `expected` (allocatable `google.com/tpu`).
-    pub(crate) kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct TpuErrorLabels {
-    /// `error` or `fatal`.
-    pub(crate) severity: &'static str,
-}
-
+/// Set by the report (`crate::accel::tpu::tracked`), each family under one label.
 #[derive(Default)]
 pub(crate) struct TpuMetrics {
     pub(crate) monitoring: Gauge,
-    pub(crate) health: Family<TpuStateLabels, Gauge>,
-    pub(crate) chips: Family<TpuChipLabels, Gauge>,
-    pub(crate) device_errors: Family<TpuErrorLabels, Counter>,
+    /// `state`: `healthy`, `degraded` or `failed`.
+    pub(crate) health: Family<Labels<1>, Gauge>,
+    /// `kind`: `present` (device files) or `expected` (allocatable `google.com/tpu`).
+    pub(crate) chips: Family<Labels<1>, Gauge>,
+    /// `severity`: `error` or `fatal`.
+    pub(crate) device_errors: Family<Labels<1>, Counter>,
 }
 
 impl TpuMetrics {
@@ -47,7 +35,7 @@ impl TpuMetrics {
         );
         // Alert rules take increase() of it: created at 0.
         for severity in ["error", "fatal"] {
-            let _ = m.device_errors.get_or_create(&TpuErrorLabels { severity });
+            let _ = m.device_errors.get_or_create(&[("severity", severity)]);
         }
         m
     }
@@ -59,8 +47,8 @@ impl TpuMetrics {
     /// report that fills them in a running agent is the feature's (`crate::accel::tpu::tracked`).
     pub(crate) fn touch(&self) {
         self.monitoring.set(1);
-        self.health.get_or_create(&TpuStateLabels { state: "healthy" }).set(1);
-        self.chips.get_or_create(&TpuChipLabels { kind: "expected" }).set(4);
-        self.device_errors.get_or_create(&TpuErrorLabels { severity: "error" }).inc_by(0);
+        self.health.get_or_create(&[("state", "healthy")]).set(1);
+        self.chips.get_or_create(&[("kind", "expected")]).set(4);
+        self.device_errors.get_or_create(&[("severity", "error")]).inc_by(0);
     }
 }

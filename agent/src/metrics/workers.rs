@@ -6,34 +6,18 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::clock::Millis;
 
-use super::F64Gauge;
+use super::{F64Gauge, Labels};
 
 /// One worker (its id: 1-128 characters of `[A-Za-z0-9._-]`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct WorkerLabels {
-    pub(crate) worker: String,
-}
-
-/// A worker's current verdict.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct WorkerStateLabels {
-    pub(crate) worker: String,
-    pub(crate) state: &'static str,
-}
-
-/// A worker's incident stage.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct WorkerStageLabels {
-    pub(crate) worker: String,
-    pub(crate) stage: &'static str,
-}
+type WorkerLabels = Labels<1, String>;
+/// One worker and one value of its (its verdict, its incident stage).
+type ValueLabels = Labels<2, String>;
 
 /// What is exported for one worker.
 #[derive(Debug, Default)]
@@ -50,8 +34,10 @@ struct Exported {
 
 #[derive(Default)]
 pub(crate) struct WorkerMetrics {
-    pub(crate) state: Family<WorkerStateLabels, Gauge>,
-    pub(crate) stage: Family<WorkerStageLabels, Gauge>,
+    /// A worker's current verdict.
+    pub(crate) state: Family<ValueLabels, Gauge>,
+    /// A worker's incident stage.
+    pub(crate) stage: Family<ValueLabels, Gauge>,
     pub(crate) heartbeat_age: Family<WorkerLabels, F64Gauge>,
     pub(crate) last_restart: Family<WorkerLabels, F64Gauge>,
     pub(crate) allowed_silence: Family<WorkerLabels, F64Gauge>,
@@ -79,6 +65,23 @@ pub(crate) struct WorkerSample<'a> {
 
 fn seconds(ms: Millis) -> f64 {
     ms as f64 / 1000.0
+}
+
+/// `worker`'s one series in `family` (`label` = `value`) set to 1, the series of the value it
+/// had before (`exported`, kept up to date) removed.
+fn set_current(
+    family: &Family<ValueLabels, Gauge>,
+    label: &'static str,
+    worker: &str,
+    value: &'static str,
+    exported: &mut Option<&'static str>,
+) {
+    let series = |v: &str| [("worker", worker.to_string()), (label, v.to_string())];
+    if let Some(old) = exported.filter(|old| *old != value) {
+        family.remove(&series(old));
+    }
+    *exported = Some(value);
+    family.get_or_create(&series(value)).set(1);
 }
 
 /// `id`'s series in `family` set to `value`; removed for `None` when `exported` (kept up to date).
@@ -123,21 +126,9 @@ impl WorkerMetrics {
     pub(crate) fn observe(&self, s: WorkerSample<'_>) {
         let mut all = self.exported();
         let e = all.entry(s.worker.to_string()).or_default();
-        let id = WorkerLabels { worker: s.worker.to_string() };
-        if let Some(old) = e.state.filter(|old| *old != s.state) {
-            self.state.remove(&WorkerStateLabels { worker: id.worker.clone(), state: old });
-        }
-        e.state = Some(s.state);
-        self.state
-            .get_or_create(&WorkerStateLabels { worker: id.worker.clone(), state: s.state })
-            .set(1);
-        if let Some(old) = e.stage.filter(|old| *old != s.stage) {
-            self.stage.remove(&WorkerStageLabels { worker: id.worker.clone(), stage: old });
-        }
-        e.stage = Some(s.stage);
-        self.stage
-            .get_or_create(&WorkerStageLabels { worker: id.worker.clone(), stage: s.stage })
-            .set(1);
+        let id = [("worker", s.worker.to_string())];
+        set_current(&self.state, "state", s.worker, s.state, &mut e.state);
+        set_current(&self.stage, "stage", s.worker, s.stage, &mut e.stage);
         let age = s.heartbeat.map(|hb| seconds((s.now - hb).max(0)));
         set_or_remove(&self.heartbeat_age, &id, age, &mut e.heartbeat);
         set_or_remove(&self.allowed_silence, &id, s.silence.map(seconds), &mut e.silence);
@@ -150,7 +141,7 @@ impl WorkerMetrics {
     pub(crate) fn restarted(&self, worker: &str, at: Millis) {
         let mut all = self.exported();
         let e = all.entry(worker.to_string()).or_default();
-        let id = WorkerLabels { worker: worker.to_string() };
+        let id = [("worker", worker.to_string())];
         Self::set_restart(&self.last_restart, e, &id, at);
     }
 
@@ -175,12 +166,12 @@ impl WorkerMetrics {
             if watched(worker) {
                 return true;
             }
-            let id = WorkerLabels { worker: worker.clone() };
+            let id = [("worker", worker.clone())];
             if let Some(state) = e.state {
-                self.state.remove(&WorkerStateLabels { worker: worker.clone(), state });
+                self.state.remove(&[id[0].clone(), ("state", state.to_string())]);
             }
             if let Some(stage) = e.stage {
-                self.stage.remove(&WorkerStageLabels { worker: worker.clone(), stage });
+                self.stage.remove(&[id[0].clone(), ("stage", stage.to_string())]);
             }
             self.heartbeat_age.remove(&id);
             self.allowed_silence.remove(&id);

@@ -250,13 +250,9 @@ fn start_key(st: &MaintenanceState) -> Millis {
 /// a Node read that lacks GKE's labels (a cluster older than 1.31, a label GKE has already
 /// removed) leaves a metadata notice exactly as it was.
 pub(crate) fn merge(metadata: &MaintenanceState, labels: &MaintenanceState) -> MaintenanceState {
-    let labels_worse = match labels.phase.cmp(&metadata.phase) {
-        std::cmp::Ordering::Greater => true,
-        std::cmp::Ordering::Less => false,
-        std::cmp::Ordering::Equal => {
-            labels.phase == Phase::Pending && start_key(labels) < start_key(metadata)
-        }
-    };
+    let both_pending = labels.phase == Phase::Pending && metadata.phase == Phase::Pending;
+    let labels_worse =
+        labels.phase > metadata.phase || (both_pending && start_key(labels) < start_key(metadata));
     let (worse, other) = if labels_worse { (labels, metadata) } else { (metadata, labels) };
     // NB: a pending notice without a date keeps none (it is the nearest of all): only an
     // ongoing or terminating phase, which stands down whatever its window, shows the other's.

@@ -108,10 +108,9 @@ impl NodePublisher {
                     tracing::info!("the Node shows Vigil's state again");
                 }
                 self.stale = false;
-                // The label this node set is gone now: from here on it is not ours to touch.
-                if self.view.perform_maintenance == Some(false) {
-                    self.view.perform_maintenance = None;
-                }
+                // The label this node set is gone now (`Some(false)`): from here on it is not
+                // ours to touch.
+                self.view.perform_maintenance = self.view.perform_maintenance.filter(|&on| on);
             }
             Ok(Err(e)) => {
                 self.metrics.kube.error(e.op());

@@ -1,5 +1,7 @@
 //! A worker container as a runtime reports it, and the GPUs it was given.
 
+use std::collections::HashMap;
+
 /// One opted-in worker container as the runtime sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Container {
@@ -77,8 +79,8 @@ pub(crate) mod keys {
 /// against the gang-id rule by the caller.
 pub(crate) fn gang_of_pod(
     namespace: Option<&str>,
-    labels: &std::collections::HashMap<String, String>,
-    annotations: &std::collections::HashMap<String, String>,
+    labels: &HashMap<String, String>,
+    annotations: &HashMap<String, String>,
     worker_label: &str,
 ) -> Option<PodGang> {
     let get = |k: &str| labels.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
@@ -102,11 +104,8 @@ pub(crate) fn gang_of_pod(
     if let Some(name) = get(keys::JOBSET_NAME) {
         let attempt = get(keys::JOBSET_RESTART).and_then(|a| a.parse().ok());
         let jobset_uid = get(keys::JOBSET_UID).map(|u| u.chars().take(8).collect());
-        return gang(format!("{ns}/jobset/{name}"), None, "jobset").map(|g| PodGang {
-            attempt,
-            jobset_uid,
-            ..g
-        });
+        let id = format!("{ns}/jobset/{name}");
+        return Some(PodGang { id, size: None, source: "jobset", attempt, jobset_uid });
     }
     if let Some(name) = get(keys::LWS_NAME) {
         let group = get(keys::LWS_GROUP).unwrap_or("0");
@@ -137,10 +136,7 @@ pub(crate) const RESTARTS_SUFFIX: &str = ".restarts";
 pub(crate) const ALERT_ONLY: &str = "alert-only";
 
 /// Whether `labels` say the worker's restarts belong to someone else.
-pub(crate) fn alert_only(
-    labels: &std::collections::HashMap<String, String>,
-    worker_label: &str,
-) -> bool {
+pub(crate) fn alert_only(labels: &HashMap<String, String>, worker_label: &str) -> bool {
     labels.get(&format!("{worker_label}{RESTARTS_SUFFIX}")).is_some_and(|v| v.trim() == ALERT_ONLY)
 }
 

@@ -365,23 +365,21 @@ impl ContainerRuntime for CriRuntime {
     }
 
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
+        let refused = |why: &str| RuntimeError::refused(self, "logs", id, why);
         let Some(st) = self.status(id, false).await?.and_then(|r| r.status) else {
-            return Err(RuntimeError::refused(self, "logs", id, "the container is gone"));
+            return Err(refused("the container is gone"));
         };
         if st.log_path.is_empty() {
-            return Err(RuntimeError::refused(self, "logs", id, "the runtime reports no log path"));
+            return Err(refused("the runtime reports no log path"));
         }
         let path = st.log_path.clone();
-        let text = tokio::task::spawn_blocking(move || read_tail(&path))
-            .await
-            .map_err(|e| RuntimeError::refused(self, "logs", id, &e.to_string()))?
-            .map_err(|e| {
-                let why = format!(
-                    "cannot read {}: {e} (the DaemonSet mounts /var/log/pods read-only)",
-                    st.log_path
-                );
-                RuntimeError::refused(self, "logs", id, &why)
-            })?;
+        let read = tokio::task::spawn_blocking(move || read_tail(&path)).await;
+        let text = read.map_err(|e| refused(&e.to_string()))?.map_err(|e| {
+            refused(&format!(
+                "cannot read {}: {e} (the DaemonSet mounts /var/log/pods read-only)",
+                st.log_path
+            ))
+        })?;
         Ok(super::cri_log::tail(&text, lines))
     }
 

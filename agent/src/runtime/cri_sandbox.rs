@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use k8s_cri::v1::ContainerState;
 
 use super::Container;
-use crate::runtime::container::{PodIdentity, PodRef};
+use crate::runtime::container::{alert_only, gang_of_pod, keys, PodGang, PodIdentity, PodRef};
 
 /// The opt-in label's value that makes the pod's own name its worker id: pods of one
 /// Deployment, Job or JobSet template share their labels, and would otherwise all be one
@@ -25,7 +25,7 @@ pub(super) struct Sandbox {
     pub(super) container: Option<String>,
     pub(super) checkpoint: Option<String>,
     pub(super) alert_only: bool,
-    pub(super) gang: Option<crate::runtime::container::PodGang>,
+    pub(super) gang: Option<PodGang>,
     pub(super) pod: PodIdentity,
     /// Its labels name a Job.
     pub(super) job: bool,
@@ -55,15 +55,9 @@ impl Sandbox {
             worker,
             container: annotations.get(WORKER_CONTAINER_ANNOTATION).cloned(),
             checkpoint: annotations.get(checkpoint_annotation).cloned(),
-            alert_only: crate::runtime::container::alert_only(&labels, worker_label),
-            gang: crate::runtime::container::gang_of_pod(
-                Some(&meta.namespace),
-                &labels,
-                &annotations,
-                worker_label,
-            ),
-            job: labels.contains_key(crate::runtime::container::keys::JOB_NAME)
-                || labels.contains_key("job-name"),
+            alert_only: alert_only(&labels, worker_label),
+            gang: gang_of_pod(Some(&meta.namespace), &labels, &annotations, worker_label),
+            job: labels.contains_key(keys::JOB_NAME) || labels.contains_key("job-name"),
             pod: PodIdentity { namespace: meta.namespace, name: meta.name, uid: meta.uid },
         })
     }

@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use tokio::sync::Mutex;
 
 use super::{Container, ContainerRuntime, RuntimeError};
-use crate::runtime::container::PodIdentity;
+use crate::runtime::container::{alert_only, gang_of_pod, visible_gpus, PodIdentity};
 
 /// Inspect results of the listing by container id, trusted only while the daemon's event
 /// stream for opted-in containers runs: any event of a container (start, restart, die, stop,
@@ -280,8 +280,7 @@ impl ContainerRuntime for DockerRuntime {
         let kube_pod = kube_pod(&labels);
         // NB: under a kubelet (cri-dockerd) the pod's namespace scopes its gang, as on CRI.
         let ns = kube_pod.as_ref().map(|p| p.namespace.as_str());
-        let gang =
-            crate::runtime::container::gang_of_pod(ns, &labels, &HashMap::new(), &self.label);
+        let gang = gang_of_pod(ns, &labels, &HashMap::new(), &self.label);
         Ok(Some(Container {
             id: info.id.clone().unwrap_or_else(|| id.to_string()),
             name: info.name.clone().unwrap_or_default().trim_start_matches('/').to_string(),
@@ -295,7 +294,7 @@ impl ContainerRuntime for DockerRuntime {
             gpus: gpus_of(&info),
             pod: None,
             kube_pod,
-            alert_only: crate::runtime::container::alert_only(&labels, &self.label),
+            alert_only: alert_only(&labels, &self.label),
             gang,
         }))
     }
@@ -375,7 +374,7 @@ fn gpus_of(info: &bollard::models::ContainerInspectResponse) -> Option<Vec<Strin
             reqs.iter().flat_map(|r| r.device_ids.clone().unwrap_or_default()).collect()
         });
     let env = info.config.as_ref().and_then(|c| c.env.clone()).unwrap_or_default();
-    crate::runtime::container::visible_gpus(ids.as_deref(), &env)
+    visible_gpus(ids.as_deref(), &env)
 }
 
 #[cfg(test)]

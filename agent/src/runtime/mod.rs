@@ -58,11 +58,8 @@ pub(crate) enum Choice {
 pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, String) {
     let docker = Choice::Docker(cfg.docker.host.clone());
     let docker_socket = cfg.docker.host.strip_prefix("unix://");
-    let cri_candidates: Vec<&str> = if cfg.runtime.cri_socket.is_empty() {
-        CRI_SOCKETS.to_vec()
-    } else {
-        vec![cfg.runtime.cri_socket.as_str()]
-    };
+    let configured = [cfg.runtime.cri_socket.as_str()];
+    let cri_candidates: &[&str] = if configured[0].is_empty() { &CRI_SOCKETS } else { &configured };
     let found_cri = cri_candidates.iter().find(|p| exists(p));
     let podman_socket = cfg.runtime.podman_socket.as_str();
     let podman = Choice::Podman(podman_socket.to_string());
@@ -113,8 +110,7 @@ pub(crate) fn choose(cfg: &Config, exists: impl Fn(&str) -> bool) -> (Choice, St
 /// The runtime [`choose`] picks, connected lazily (a runtime that is down is reported per
 /// cycle), and the line that says why.
 pub fn connect(cfg: &Config, pods: Option<Arc<dyn PodApi>>) -> (Arc<dyn ContainerRuntime>, String) {
-    let exists = |p: &str| std::path::Path::new(p).exists();
-    let (choice, why) = choose(cfg, exists);
+    let (choice, why) = choose(cfg, |p| std::path::Path::new(p).exists());
     let r = &cfg.runtime;
     let (label, checkpoint) = (&r.worker_label, &cfg.checkpoint.label);
     let timeout = r.restart_timeout + Duration::from_secs(5);

@@ -223,9 +223,7 @@ impl ContainerRuntime for FakeRuntime {
     }
     async fn logs(&self, id: &str, lines: usize) -> Result<String, RuntimeError> {
         self.check_up()?;
-        if let Some(h) = self.on_logs.lock().unwrap().as_ref() {
-            h();
-        }
+        self.on_logs.lock().unwrap().iter().for_each(|h| h());
         if self.state.lock().unwrap().fail_logs {
             return Err(RuntimeError::refused(self, "logs", id, "log driver none"));
         }
@@ -234,9 +232,7 @@ impl ContainerRuntime for FakeRuntime {
     async fn restart(&self, target: &Container, _grace: Duration) -> Result<(), RuntimeError> {
         let id = target.id.as_str();
         self.check_up()?;
-        if let Some(h) = self.on_restart.lock().unwrap().as_ref() {
-            h(id);
-        }
+        self.on_restart.lock().unwrap().iter().for_each(|h| h(id));
         let mut s = self.state.lock().unwrap();
         if s.fail_restarts > 0 {
             s.fail_restarts -= 1;
@@ -286,9 +282,7 @@ impl ContainerRuntime for FakeRuntime {
     async fn kill(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
         self.check_up()?;
         self.state.lock().unwrap().signals.push((id.to_string(), signal.to_string()));
-        if let Some(h) = self.on_signal.lock().unwrap().as_ref() {
-            h(id);
-        }
+        self.on_signal.lock().unwrap().iter().for_each(|h| h(id));
         Ok(())
     }
     async fn ping(&self) -> Result<(), RuntimeError> {

@@ -133,12 +133,9 @@ pub fn plan(
             plan.delete.push(e.name.clone());
         }
     }
-    plan.create = wanted
-        .into_values()
-        .filter(|r| {
-            !existing.iter().any(|e| e.name == r.name && e.effect.as_deref() == Some(effect))
-        })
-        .collect();
+    let standing =
+        |name: &str| existing.iter().any(|e| e.name == name && e.effect.as_deref() == Some(effect));
+    plan.create = wanted.into_values().filter(|r| !standing(&r.name)).collect();
     plan
 }
 

@@ -116,11 +116,8 @@ pub(crate) fn being_drained(info: Option<&NodeInfo>) -> Option<String> {
     if let Some(why) = going_away(Phase::None, info) {
         return Some(format!("the node is going away ({why})"));
     }
-    info?
-        .taints
-        .iter()
-        .any(|t| t.key == CORDON_TAINT)
-        .then(|| format!("the node is cordoned ({CORDON_TAINT}): a drain, GKE's auto-repair or an upgrade is taking its workloads away"))
+    let cordoned = info?.taints.iter().any(|t| t.key == CORDON_TAINT);
+    cordoned.then(|| format!("the node is cordoned ({CORDON_TAINT}): a drain, GKE's auto-repair or an upgrade is taking its workloads away"))
 }
 
 /// Why the node is going away, if it is: the one case where the agent's own SIGTERM is worth a

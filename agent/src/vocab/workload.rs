@@ -322,19 +322,15 @@ fn by_controllers(w: &Workload, stops: Stops) -> Remediation {
 /// own) by a kill: a worker that exits 0 at SIGTERM (a polite trainer's handler) has succeeded
 /// in the kubelet's eyes, and its container would never come back.
 fn in_place(w: &Workload) -> Remediation {
-    if w.container_policy.unwrap_or(w.policy) == RestartPolicy::OnFailure {
-        return Remediation::InPlace {
-            kill: true,
-            how: format!(
-                "container {} of pod {} (restartPolicy OnFailure) is stopped with SIGKILL and restarted in place by the kubelet: an exit 0 at SIGTERM would be a success, never restarted",
-                w.container, w.pod
-            ),
-        };
-    }
-    Remediation::InPlace {
-        kill: false,
-        how: format!("pod {} is restarted in place by the kubelet", w.pod),
-    }
+    let kill = w.container_policy.unwrap_or(w.policy) == RestartPolicy::OnFailure;
+    let how = match kill {
+        true => format!(
+            "container {} of pod {} (restartPolicy OnFailure) is stopped with SIGKILL and restarted in place by the kubelet: an exit 0 at SIGTERM would be a success, never restarted",
+            w.container, w.pod
+        ),
+        false => format!("pod {} is restarted in place by the kubelet", w.pod),
+    };
+    Remediation::InPlace { kill, how }
 }
 
 /// Why the kubelet restarts the worker container in place after a SIGKILL without the pod
@@ -390,10 +386,8 @@ fn of_job(w: &Workload, job: &JobFacts, stops: Stops) -> Remediation {
             job.name
         ));
     }
-    if reason.is_none() {
-        if let Some(r) = room(w, job, stops) {
-            return r;
-        }
+    if let Some(r) = room(w, job, stops).filter(|_| reason.is_none()) {
+        return r;
     }
     let reason = reason.unwrap_or("BackoffLimitExceeded");
     let fails = format!(
@@ -516,32 +510,26 @@ pub(crate) fn jobset_restarts(js: &JobSetFacts, reason: &str) -> Result<String, 
             js.name, r.name
         ));
     }
-    let named = |r: &FailureRule| match r.name.as_str() {
-        "" => String::new(),
-        n => format!(" (rule {n})"),
-    };
-    match rule.map(|r| (r.action.as_str(), r)) {
-        Some(("RestartJobSetAndIgnoreMaxRestarts", r)) => Ok(format!(
-            "JobSet {} restarts on it{}, whatever its restarts",
-            js.name,
-            named(r)
-        )),
-        Some(("RestartJobSet", _)) | None if js.restarts < max => Ok(format!(
+    let named = rule.filter(|r| !r.name.is_empty()).map(|r| format!(" (rule {})", r.name));
+    let named = named.unwrap_or_default();
+    match rule.map(|r| r.action.as_str()) {
+        Some("RestartJobSetAndIgnoreMaxRestarts") => {
+            Ok(format!("JobSet {} restarts on it{named}, whatever its restarts", js.name))
+        }
+        Some("RestartJobSet") | None if js.restarts < max => Ok(format!(
             "JobSet {} restarts on it (restart {} of maxRestarts {max})",
             js.name,
             js.restarts + 1
         )),
-        Some(("RestartJobSet", _)) | None => Err(format!(
+        Some("RestartJobSet") | None => Err(format!(
             "JobSet {}'s restarts are spent ({} of maxRestarts {max}): the next failure fails the JobSet",
             js.name, js.restarts
         )),
         // FailJobSet; and RestartJob (alpha), which recreates the failed Job alone while the
         // other Jobs' ranks stay hung.
-        Some((action, r)) => Err(format!(
-            "JobSet {}'s failure policy answers {action}{} to {reason}",
-            js.name,
-            named(r)
-        )),
+        Some(action) => {
+            Err(format!("JobSet {}'s failure policy answers {action}{named} to {reason}", js.name))
+        }
     }
 }
 

@@ -50,10 +50,7 @@ pub(crate) struct StatusWrite {
 /// what is wrong with it.
 pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, String)> {
     let parsed: StatusBody = serde_json::from_slice(body).map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"checkpoint_step\":..,\"compute_ms\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}\n"),
-        )
+        bad(format!("body must be JSON {{\"state\":..,\"job\":..,\"gang\":..,\"gang_size\":..,\"progress\":..,\"checkpoint_ack\":..,\"checkpoint_step\":..,\"compute_ms\":..,\"grace\":..,\"rank\":..,\"ranks\":..}} (strings): {e}"))
     })?;
     let (rank, ranks) = checked_numbers(&parsed)?;
     // A rank's own fields carry its number; `job`, `gang` and `ranks` are the container's.
@@ -73,10 +70,8 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     .filter_map(|(k, v)| v.map(|v| (k, v)))
     .collect();
     if fields.is_empty() {
-        return Err((
-            StatusCode::BAD_REQUEST,
-            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, compute_ms, grace\n"
-                .to_string(),
+        return Err(bad(
+            "give at least one of state, job, gang, gang_size, progress, checkpoint_ack, checkpoint_step, compute_ms, grace",
         ));
     }
     if let Some(n) = ranks {
@@ -85,10 +80,9 @@ pub(crate) fn status_fields(body: &[u8]) -> Result<StatusWrite, (StatusCode, Str
     if let Some(g) = parsed.grace.as_deref() {
         let zero = g.trim().parse::<f64>().is_ok_and(|v| v == 0.0);
         if !zero && parse_grace(g).is_none() {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                format!("grace must be seconds (e.g. \"1200\"), or \"0\" to end it; got {g:?}\n"),
-            ));
+            return Err(bad(format!(
+                "grace must be seconds (e.g. \"1200\"), or \"0\" to end it; got {g:?}"
+            )));
         }
     }
     Ok(StatusWrite { fields, rank })
@@ -107,7 +101,7 @@ fn checked_numbers(
         (Some(r), Some(n)) if r >= n => {
             return Err(bad(format!("rank {r} is not below ranks {n}")));
         }
-        (None, Some(_)) => return Err(bad("ranks needs rank (this process's)".into())),
+        (None, Some(_)) => return Err(bad("ranks needs rank (this process's)")),
         _ => {}
     }
     // Each field that must be a number or a gang id, the rule it breaks, and its test.
@@ -133,7 +127,7 @@ fn checked_numbers(
     Ok((rank, ranks))
 }
 
-fn bad(why: String) -> (StatusCode, String) {
+fn bad(why: impl std::fmt::Display) -> (StatusCode, String) {
     (StatusCode::BAD_REQUEST, format!("{why}\n"))
 }
 

@@ -39,7 +39,7 @@ use crate::runtime::container::Container;
 use crate::worker_api::directory::WorkerDirectory;
 use crate::worker_api::peer::{container_of, within};
 use crate::worker_api::policy::{authorize, token_node, Caller};
-use crate::worker_api::review_budget::{ReviewBudget, Throttled};
+use crate::worker_api::review_budget::{ReviewBudget, Throttled, PER_NODE, PER_PEER};
 use crate::worker_api::token_review::{Reviewed, Standing, TokenReviewer};
 
 /// A status body is a few short strings; anything bigger is a mistake.
@@ -98,10 +98,7 @@ impl WorkerApiState {
     /// The review budget of a new server: [`review_budget::PER_PEER`] and
     /// [`review_budget::PER_NODE`].
     pub(crate) fn review_budget() -> Arc<std::sync::Mutex<ReviewBudget>> {
-        Arc::new(std::sync::Mutex::new(ReviewBudget::new(
-            review_budget::PER_PEER,
-            review_budget::PER_NODE,
-        )))
+        Arc::new(std::sync::Mutex::new(ReviewBudget::new(PER_PEER, PER_NODE)))
     }
 }
 
@@ -254,9 +251,7 @@ async fn read(
         .hgetall(&s.keys.status(id))
         .await
         .map_err(|e| Answer::unavailable(e.to_string()))?;
-    let fields: serde_json::Map<String, serde_json::Value> =
-        record.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect();
-    Ok(Answer::ok("read", serde_json::Value::Object(fields).to_string()))
+    Ok(Answer::ok("read", serde_json::json!(record).to_string()))
 }
 
 /// The gang the agent will take this write's worker to be a member of (the tenancy rule,

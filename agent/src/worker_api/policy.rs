@@ -126,8 +126,7 @@ fn short(id: &str) -> &str {
 }
 
 fn names(carriers: &[&Container]) -> String {
-    let all: Vec<String> = carriers.iter().map(|c| c.display()).collect();
-    all.join(", ")
+    carriers.iter().map(|c| c.display()).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]

@@ -43,10 +43,12 @@ impl Bucket {
         Bucket { tokens: rate.burst, at: now }
     }
 
-    fn refill(&mut self, rate: Rate, now: Instant) {
+    /// The bucket at `now`, refilled since it was last charged.
+    fn refilled(mut self, rate: Rate, now: Instant) -> Bucket {
         let dt = now.saturating_duration_since(self.at).as_secs_f64();
         self.tokens = (self.tokens + dt * rate.per_second).min(rate.burst);
         self.at = now;
+        self
     }
 
     /// How long until one review is allowed (zero: now).
@@ -83,13 +85,13 @@ impl ReviewBudget {
     /// Take one review for `peer` at `now`, or say how long to wait.
     pub(crate) fn charge(&mut self, peer: IpAddr, now: Instant) -> Result<(), Throttled> {
         let (peer_rate, node_rate) = (self.peer_rate, self.node_rate);
-        let mut node = self.node.unwrap_or_else(|| Bucket::full(node_rate, now));
-        node.refill(node_rate, now);
+        let mut node =
+            self.node.unwrap_or_else(|| Bucket::full(node_rate, now)).refilled(node_rate, now);
         if !self.peers.contains_key(&peer) && self.peers.len() >= MAX_PEERS {
             self.forget_one(now);
         }
         let p = self.peers.entry(peer).or_insert_with(|| Bucket::full(peer_rate, now));
-        p.refill(peer_rate, now);
+        *p = p.refilled(peer_rate, now);
         let verdict = if p.tokens < 1.0 {
             Err(Throttled { whose: "this address", retry_after: p.wait(peer_rate) })
         } else if node.tokens < 1.0 {
@@ -115,18 +117,9 @@ impl ReviewBudget {
 
     /// Drop the peer whose bucket is the fullest by `now` (it has the least to remember).
     fn forget_one(&mut self, now: Instant) {
-        let rate = self.peer_rate;
-        let fullest = self
-            .peers
-            .iter()
-            .map(|(ip, b)| {
-                let mut b = *b;
-                b.refill(rate, now);
-                (*ip, b.tokens)
-            })
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(ip, _)| ip);
-        if let Some(ip) = fullest {
+        let tokens = |b: &Bucket| b.refilled(self.peer_rate, now).tokens;
+        let fullest = self.peers.iter().max_by(|a, b| tokens(a.1).total_cmp(&tokens(b.1)));
+        if let Some(ip) = fullest.map(|(ip, _)| *ip) {
             self.peers.remove(&ip);
         }
     }

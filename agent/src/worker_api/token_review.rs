@@ -18,6 +18,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenRe
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
+use crate::kube::client::{kube_client, ConnectError};
 use crate::runtime::container::PodIdentity;
 
 /// The user-info extra keys the API server sets for a token bound to a pod
@@ -123,14 +124,8 @@ pub(crate) struct KubeTokenReview {
 
 impl KubeTokenReview {
     /// From `kubernetes.api_url`, or (empty) the in-cluster ServiceAccount / the kubeconfig.
-    pub async fn connect(
-        api_url: &str,
-        audience: &str,
-    ) -> Result<Self, crate::kube::client::ConnectError> {
-        Ok(KubeTokenReview {
-            client: crate::kube::client::kube_client(api_url).await?,
-            audience: audience.to_string(),
-        })
+    pub async fn connect(api_url: &str, audience: &str) -> Result<Self, ConnectError> {
+        Ok(KubeTokenReview { client: kube_client(api_url).await?, audience: audience.to_string() })
     }
 }
 
@@ -145,17 +140,11 @@ impl TokenReviewer for KubeTokenReview {
             },
             ..TokenReview::default()
         };
-        let answer =
-            tokio::time::timeout(Duration::from_secs(10), api.create(&PostParams::default(), &ask))
-                .await
-                .map_err(|_| {
-                    ReviewUnavailable("the Kubernetes API did not answer within 10s".into())
-                })?;
-        match answer {
-            Ok(review) => Ok(interpret(
-                &review.status.unwrap_or_default(),
-                &self.audience,
-            )),
+        let params = PostParams::default();
+        let call = tokio::time::timeout(Duration::from_secs(10), api.create(&params, &ask));
+        let silent = |_| ReviewUnavailable("the Kubernetes API did not answer within 10s".into());
+        match call.await.map_err(silent)? {
+            Ok(review) => Ok(interpret(&review.status.unwrap_or_default(), &self.audience)),
             Err(kube::Error::Api(e)) if e.code == 403 => Err(ReviewUnavailable(format!(
                 "forbidden: the agent's ServiceAccount needs `create` on `tokenreviews.authentication.k8s.io` (deploy/base/rbac.yaml): {}",
                 e.message
@@ -196,12 +185,7 @@ pub(crate) struct CachedReviews<R> {
 
 impl<R: TokenReviewer> CachedReviews<R> {
     pub fn new(inner: R, ttl: Duration) -> Self {
-        CachedReviews {
-            inner,
-            ttl,
-            answers: Mutex::new(HashMap::new()),
-            vouched: Mutex::new(HashMap::new()),
-        }
+        CachedReviews { inner, ttl, answers: Mutex::default(), vouched: Mutex::default() }
     }
 
     fn cached(&self, key: &Digest, now: Instant) -> Option<Reviewed> {

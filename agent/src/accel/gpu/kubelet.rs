@@ -6,6 +6,7 @@
 //! DRA device taint, the `gpu-failed` page, the metrics, the restart policy). On the executor,
 //! apart from the monitor's thread: a slow API server never holds NVML's reports back.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,7 +71,7 @@ pub(crate) async fn resolve(
 ) -> (Vec<KubeletReport>, Option<PodError>) {
     let mut error = None;
     let mut out = Vec::with_capacity(reports.len());
-    let mut listed: Vec<(String, Vec<crate::vocab::device_taint::Device>)> = Vec::new();
+    let mut listed: BTreeMap<String, Vec<_>> = BTreeMap::new();
     for mut r in reports {
         if !r.resource.starts_with("claim:") {
             out.push(r);
@@ -79,17 +80,15 @@ pub(crate) async fn resolve(
         let (Some(api), Some((driver, pool, name))) = (slices, dra_id(&r.device)) else {
             continue;
         };
-        if !listed.iter().any(|(d, _)| d == driver) {
+        if !listed.contains_key(driver) {
             let devices = api.devices(node, driver).await.unwrap_or_else(|e| {
                 error = Some(e);
                 Vec::new()
             });
-            listed.push((driver.to_string(), devices));
+            listed.insert(driver.to_string(), devices);
         }
-        let devices = listed.iter().find(|(d, _)| d == driver).map(|(_, d)| d);
-        let gpu = devices
-            .into_iter()
-            .flatten()
+        let gpu = listed[driver]
+            .iter()
             .find(|d| d.pool == pool && d.name == name)
             .and_then(|d| d.parent_uuid.clone().or_else(|| d.uuid.clone()));
         if let Some(uuid) = gpu {

@@ -224,10 +224,7 @@ impl NvmlProbe {
 
     fn read(&self, index: u32, d: &Device<'static>) -> Option<GpuSample> {
         // Without a UUID the GPU has no identity to judge; it is left out like a lost one.
-        let uuid = d
-            .uuid()
-            .map_err(|e| tracing::debug!(gpu = index, error = %e, "GPU not readable"))
-            .ok()?;
+        let uuid = readable(index, d.uuid())?;
         let memory = field(index, "memory", d.memory_info());
         let retired = |cause| d.retired_pages(cause).map(|p| p.len() as u64);
         let unc = MemoryError::Uncorrected;
@@ -285,6 +282,11 @@ impl NvmlProbe {
 
 /// `NVML_NVLINK_MAX_LINKS` of the NVML headers (18 on Hopper).
 const MAX_LINKS: u32 = 18;
+
+/// A GPU that cannot be read at all (its handle, its UUID) is left out, said at debug level.
+fn readable<T>(index: u32, r: Result<T, NvmlError>) -> Option<T> {
+    r.map_err(|e| tracing::debug!(gpu = index, error = %e, "GPU not readable")).ok()
+}
 
 /// A field that cannot be read is `None`, never a failed sample (ECC off, no sensor, old GPU,
 /// no NVLink, an older driver, a MIG parent without the privilege).
@@ -366,14 +368,9 @@ impl GpuProbe for NvmlProbe {
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
         let count =
             self.nvml.device_count().map_err(|e| GpuError::Call(format!("listing GPUs: {e}")))?;
-        let mut samples = Vec::with_capacity(count as usize);
-        for index in 0..count {
-            match self.nvml.device_by_index(index) {
-                Ok(d) => samples.extend(self.read(index, &d)),
-                Err(e) => tracing::debug!(gpu = index, error = %e, "GPU not readable"),
-            }
-        }
-        Ok(samples)
+        Ok((0..count)
+            .filter_map(|i| self.read(i, &readable(i, self.nvml.device_by_index(i))?))
+            .collect())
     }
 
     fn wait_xids(&mut self, timeout: Duration) -> Result<Vec<XidEvent>, GpuError> {

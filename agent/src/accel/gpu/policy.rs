@@ -28,12 +28,13 @@ use std::collections::BTreeMap;
 pub(crate) use crate::accel::gpu::model::label;
 use crate::accel::gpu::model::{
     chosen, EpisodeBegun, Failure, GpuCleared, GpuHealth, GpuMonitorState, GpuReport, GpuSample,
-    GpuStatus, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS, MISSING_ROUNDS,
+    GpuStatus, RecoveryAction, ResetMarks, XidEvent, MAX_BEGUN, MAX_CLEARED, MAX_RECENT_XIDS,
+    MISSING_ROUNDS,
 };
 use crate::accel::gpu::policy_episode;
 use crate::accel::gpu::policy_slow;
 use crate::accel::gpu::policy_xid::{action_for, builtin, recovery_action};
-use crate::clock::{human, ms, Millis};
+use crate::clock::{human, ms};
 use crate::config::{GpuConfig, XidAction, XidThreshold};
 
 /// The failures `report` says were cleared after the one numbered `seen`, oldest first (each is
@@ -42,10 +43,8 @@ use crate::config::{GpuConfig, XidAction, XidThreshold};
 /// NB: sequence numbers restart with the monitor, and a report keeps the last few, so a reader
 /// that misses reports (a `watch` keeps only the latest) still sees every clearing.
 pub(crate) fn new_cleared(report: &GpuReport, seen: &mut u64) -> Vec<GpuCleared> {
-    let new: Vec<GpuCleared> = report.cleared.iter().filter(|c| c.seq > *seen).cloned().collect();
-    if let Some(last) = report.cleared.last() {
-        *seen = (*seen).max(last.seq);
-    }
+    let new = report.cleared.iter().filter(|c| c.seq > *seen).cloned().collect();
+    *seen = report.cleared.last().map_or(*seen, |last| (*seen).max(last.seq));
     new
 }
 
@@ -68,9 +67,9 @@ pub(crate) fn update(
         let before = prev.gpus.iter().find(|p| same(p, g.index, &g.uuid));
         policy_slow::follow_rises(g, before.map(|p| &p.sample), now_ms);
     }
-    let mut episodes =
-        Episodes { seq: prev.episode_seq, begun: prev.begun.clone(), th: &cfg.xid_threshold };
-    fold_xids(&mut gpus, xids, now_ms, &overrides, &mut episodes);
+    // The episodes' numbering and the latest begun, carried from report to report.
+    let (mut seq, mut begun) = (prev.episode_seq, prev.begun.clone());
+    fold_xids(&mut gpus, xids, now_ms, &overrides, &cfg.xid_threshold, &mut seq, &mut begun);
     let window = ms(cfg.evidence_window);
     for g in &mut gpus {
         policy_episode::expire(g, now_ms, &cfg.xid_threshold);
@@ -79,48 +78,35 @@ pub(crate) fn update(
         if !g.missing {
             follow_hardware(g, &mut cleared);
         }
-        (g.health, g.reasons) = judge(g, &overrides);
     }
     gpus.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.uuid.cmp(&b.uuid)));
-    episodes.begun.drain(..episodes.begun.len().saturating_sub(MAX_BEGUN));
-    GpuReport { begun: episodes.begun, episode_seq: episodes.seq, ..report_of(gpus, cleared) }
-}
-
-/// The episodes' numbering and the latest begun, carried from report to report.
-struct Episodes<'a> {
-    seq: u64,
-    begun: Vec<EpisodeBegun>,
-    th: &'a XidThreshold,
+    report_of(gpus, cleared, begun, seq, &overrides)
 }
 
 /// `prev`'s GPUs judged again as they are (no new observation): the report of GPUs restored
 /// from the state file, before the first sample.
 pub(crate) fn rejudge(prev: &GpuReport, cfg: &GpuConfig) -> GpuReport {
-    let overrides = cfg.xid_overrides();
-    let mut gpus = prev.gpus.clone();
-    for g in &mut gpus {
-        (g.health, g.reasons) = judge(g, &overrides);
-    }
-    GpuReport {
-        begun: prev.begun.clone(),
-        episode_seq: prev.episode_seq,
-        ..report_of(gpus, prev.cleared.clone())
-    }
+    let (gpus, cleared, begun) = (prev.gpus.clone(), prev.cleared.clone(), prev.begun.clone());
+    report_of(gpus, cleared, begun, prev.episode_seq, &cfg.xid_overrides())
 }
 
-/// The report of these GPUs: the node's verdict is the worst GPU's.
-pub(crate) fn report_of(gpus: Vec<GpuStatus>, mut cleared: Vec<GpuCleared>) -> GpuReport {
+/// The report of these GPUs, each judged: the node's verdict is the worst GPU's.
+fn report_of(
+    mut gpus: Vec<GpuStatus>,
+    mut cleared: Vec<GpuCleared>,
+    mut begun: Vec<EpisodeBegun>,
+    episode_seq: u64,
+    overrides: &BTreeMap<u64, XidAction>,
+) -> GpuReport {
+    for g in &mut gpus {
+        (g.health, g.reasons) = judge(g, overrides);
+    }
     let node = gpus.iter().map(|g| g.health).max().unwrap_or_default();
     let node_reasons = gpus.iter().flat_map(|g| g.reasons.iter().cloned()).collect();
     cleared.drain(..cleared.len().saturating_sub(MAX_CLEARED));
-    GpuReport {
-        state: GpuMonitorState::On,
-        gpus,
-        node,
-        node_reasons,
-        cleared,
-        ..GpuReport::default()
-    }
+    begun.drain(..begun.len().saturating_sub(MAX_BEGUN));
+    let state = GpuMonitorState::On;
+    GpuReport { state, gpus, node, node_reasons, cleared, begun, episode_seq, hung: None }
 }
 
 /// Identity is the UUID (indices may be renumbered by a driver reload); a GPU without one is
@@ -173,19 +159,17 @@ fn merge_samples(
         }
         gpus.push(g);
     }
-    for p in &prev.gpus {
-        if !samples.iter().any(|s| same(p, s.index, &s.uuid)) {
-            let mut g = p.clone();
-            g.missing_rounds = g.missing_rounds.saturating_add(1);
-            g.missing =
-                g.missing_rounds >= MISSING_ROUNDS || g.failure.as_ref().is_some_and(|f| f.lost);
-            if g.missing {
-                let f = g.failure.get_or_insert_with(Failure::default);
-                f.lost = true;
-                f.action = f.action.max(XidAction::RebootNode);
-            }
-            gpus.push(g);
+    for p in prev.gpus.iter().filter(|p| !samples.iter().any(|s| same(p, s.index, &s.uuid))) {
+        let mut g = p.clone();
+        g.missing_rounds = g.missing_rounds.saturating_add(1);
+        g.missing =
+            g.missing_rounds >= MISSING_ROUNDS || g.failure.as_ref().is_some_and(|f| f.lost);
+        if g.missing {
+            let f = g.failure.get_or_insert_with(Failure::default);
+            f.lost = true;
+            f.action = f.action.max(XidAction::RebootNode);
         }
+        gpus.push(g);
     }
     gpus
 }
@@ -197,7 +181,9 @@ fn fold_xids(
     xids: &[XidEvent],
     now_ms: i64,
     overrides: &BTreeMap<u64, XidAction>,
-    episodes: &mut Episodes<'_>,
+    th: &XidThreshold,
+    seq: &mut u64,
+    begun: &mut Vec<EpisodeBegun>,
 ) {
     for x in xids {
         let pos = gpus.iter().position(|g| same(g, x.index, &x.uuid)).unwrap_or_else(|| {
@@ -210,17 +196,12 @@ fn fold_xids(
         let g = &mut gpus[pos];
         *g.xid_counts.entry(x.xid).or_insert(0) += 1;
         g.recent_xids.push((x.xid, now_ms));
-        if let Some(e) = policy_episode::add(g, x.xid, now_ms, episodes.th, &mut episodes.seq) {
-            episodes.begun.push(policy_episode::begun(g, &e, overrides));
+        if let Some(e) = policy_episode::add(g, x.xid, now_ms, th, seq) {
+            begun.push(policy_episode::begun(g, &e, overrides));
         }
         if let Some(action) = action_for(x.xid, overrides).filter(|a| a.fails()) {
-            let meaning = builtin(x.xid).map_or("", |r| r.meaning);
-            let cause = if meaning.is_empty() {
-                format!("XID {}", x.xid)
-            } else {
-                format!("XID {} ({meaning})", x.xid)
-            };
-            add_cause(g, action, cause);
+            let meaning = builtin(x.xid).map_or(String::new(), |r| format!(" ({})", r.meaning));
+            add_cause(g, action, format!("XID {}{meaning}", x.xid));
         }
     }
 }
@@ -261,11 +242,8 @@ fn follow_hardware(g: &mut GpuStatus, cleared: &mut Vec<GpuCleared>) {
         // The marks now come from this process's own readings.
         f.marks_from_file = false;
     }
-    if let Some(a) = g.sample.recovery_action {
-        let action = recovery_action(a);
-        if action.fails() {
-            add_cause(g, action, format!("the driver asks for {}", a.nvml_name()));
-        }
+    if let Some(a) = g.sample.recovery_action.filter(|&a| recovery_action(a).fails()) {
+        add_cause(g, recovery_action(a), format!("the driver asks for {}", a.nvml_name()));
     }
 }
 
@@ -278,10 +256,7 @@ fn follow_hardware(g: &mut GpuStatus, cleared: &mut Vec<GpuCleared>) {
 /// they count only with persistence mode on. Within one agent process the agent is itself a
 /// client, so the driver stays loaded and a lower count is a reset.
 pub(crate) fn reset_evidence(m: &ResetMarks, s: &GpuSample, counters: bool) -> Option<String> {
-    let went_down = |was: Option<u64>, now: Option<u64>| match (was, now) {
-        (Some(a), Some(b)) if b < a => Some((a, b)),
-        _ => None,
-    };
+    let went_down = |was: Option<u64>, now: Option<u64>| was.zip(now).filter(|(a, b)| b < a);
     if m.remap_pending == Some(true) && s.remapped_rows.map(|r| r.pending) == Some(false) {
         return Some("the pending row remap was applied, which happens at a GPU reset".into());
     }
@@ -290,12 +265,9 @@ pub(crate) fn reset_evidence(m: &ResetMarks, s: &GpuSample, counters: bool) -> O
             "the pages pending retirement were retired, which happens at a GPU reset".into(),
         );
     }
-    if let (Some(was), Some(crate::accel::gpu::model::RecoveryAction::None)) =
-        (m.recovery_action, s.recovery_action)
-    {
-        if recovery_action(was).fails() {
-            return Some(format!("the driver no longer asks for {}", was.nvml_name()));
-        }
+    let no_action = s.recovery_action == Some(RecoveryAction::None);
+    if let Some(was) = m.recovery_action.filter(|&was| no_action && recovery_action(was).fails()) {
+        return Some(format!("the driver no longer asks for {}", was.nvml_name()));
     }
     if !counters {
         return None;
@@ -389,16 +361,11 @@ pub fn evidence(
     cfg: &GpuConfig,
 ) -> Vec<String> {
     let window = ms(cfg.evidence_window);
-    let mut lines = Vec::new();
-    for g in chosen(report, gpus) {
-        for &(xid, at) in &g.recent_xids {
-            let age: Millis = now_ms - at;
-            if cfg.evidence_xids.contains(&xid) && (0..=window).contains(&age) {
-                lines.push(format!("XID {xid} on {} {} ago", label(g.index, &g.uuid), human(age)));
-            }
-        }
-    }
-    lines
+    chosen(report, gpus)
+        .flat_map(|g| g.recent_xids.iter().map(move |&(xid, at)| (g, xid, now_ms - at)))
+        .filter(|&(_, xid, age)| cfg.evidence_xids.contains(&xid) && (0..=window).contains(&age))
+        .map(|(g, xid, age)| format!("XID {xid} on {} {} ago", label(g.index, &g.uuid), human(age)))
+        .collect()
 }
 
 /// Whether a worker on these GPUs (indices or UUIDs; `None` or `all` = any GPU of the node) sits on

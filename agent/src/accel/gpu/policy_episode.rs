@@ -62,13 +62,8 @@ pub(crate) fn begun(
     let action = action_for(e.xid, overrides);
     let meaning = builtin(e.xid).map_or(String::new(), |r| format!(" ({})", r.meaning));
     let todo = action.map_or("not in NVIDIA's table", |a| a.advice());
-    EpisodeBegun {
-        seq: e.seq,
-        detail: format!("XID {}{meaning} on {gpu}: {todo}", e.xid),
-        gpu,
-        xid: e.xid,
-        action,
-    }
+    let detail = format!("XID {}{meaning} on {gpu}: {todo}", e.xid);
+    EpisodeBegun { seq: e.seq, gpu, xid: e.xid, action, detail }
 }
 
 /// The episodes open in `prev` and no longer in `next`, with their GPU's label: for the

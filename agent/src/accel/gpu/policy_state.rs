@@ -98,20 +98,15 @@ pub(crate) fn needs_write(
     next: &StateFile,
     now_ms: i64,
 ) -> bool {
-    let Some(last) = last else {
-        return true;
-    };
     let without_energy = |f: &StateFile| {
         let mut f = f.clone();
-        for g in &mut f.gpus {
-            g.marks.energy_mj = None;
-        }
+        f.gpus.iter_mut().for_each(|g| g.marks.energy_mj = None);
         f
     };
-    if without_energy(last) != without_energy(next) {
-        return true;
-    }
-    last != next && now_ms - last_at_ms >= ENERGY_REWRITE_MS
+    last.is_none_or(|last| {
+        without_energy(last) != without_energy(next)
+            || (last != next && now_ms - last_at_ms >= ENERGY_REWRITE_MS)
+    })
 }
 
 /// What a file found at start-up means on the boot `boot_id`.
@@ -144,12 +139,8 @@ fn from_file(f: StateFile, boot_id: &str) -> Restored {
             let mut causes = k.causes;
             causes.extend(k.lost.then(|| "no longer visible to NVML".to_string()));
             let seq = out.cleared.last().map_or(1, |c| c.seq + 1);
-            out.cleared.push(GpuCleared {
-                seq,
-                gpu: label(g.index, &g.uuid),
-                why: "the node rebooted (its boot id changed)".into(),
-                causes,
-            });
+            let why = "the node rebooted (its boot id changed)".to_string();
+            out.cleared.push(GpuCleared { seq, gpu: label(g.index, &g.uuid), why, causes });
             continue;
         }
         g.failure = Some(Failure {

@@ -59,7 +59,7 @@ pub struct StartOptions {
 }
 
 /// What to log about the wait for the driver, at a time handed in.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct WaitLog {
     every: Duration,
     started: Option<Instant>,
@@ -68,10 +68,6 @@ pub(crate) struct WaitLog {
 }
 
 impl WaitLog {
-    pub fn new(every: Duration) -> WaitLog {
-        WaitLog { every, started: None, last: None, attempts: 0 }
-    }
-
     /// A failed load at `now`: the line to log, if one is due (the first, then at most one per
     /// `every`).
     pub(crate) fn failed(&mut self, now: Instant, e: &GpuError) -> Option<String> {
@@ -233,7 +229,7 @@ fn wait_for_nvml(
     mut said_no_gpu: bool,
 ) -> Option<Box<dyn GpuProbe>> {
     let mut backoff = Backoff::new(opts.retry_first, opts.retry_max);
-    let mut log = WaitLog::new(opts.log_every);
+    let mut log = WaitLog { every: opts.log_every, ..WaitLog::default() };
     while !stop.is_cancelled() {
         // `auto`: GPUs gone while the driver was awaited are looked for again, as at start-up.
         if cfg.enabled != Switch::On && !gpus_present(&opts.host) {
@@ -283,7 +279,7 @@ mod tests {
     #[test]
     fn the_wait_logs_once_then_at_most_every_interval_then_on_arrival() {
         let every = Duration::from_secs(600);
-        let mut log = WaitLog::new(every);
+        let mut log = WaitLog { every, ..WaitLog::default() };
         let t0 = Instant::now();
         assert_eq!(log.loaded(t0), None, "loaded at once: nothing to say");
         let first = log.failed(t0, &err()).unwrap();

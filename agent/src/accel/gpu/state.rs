@@ -66,11 +66,7 @@ impl StateStore {
         let dir =
             self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
-        let name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "gpu-state.json".into());
+        let name = self.path.file_name().map_or("gpu-state.json".into(), |n| n.to_string_lossy());
         let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let text = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
         let written = (|| {

@@ -10,8 +10,7 @@ use crate::accel::gpu::model::{GpuMonitorState, GpuReport, GpuSample};
 use crate::accel::tracker::Tracked;
 use crate::alerts::AlertKind;
 use crate::metrics::gpu::{
-    EccLabels, GpuLabels, GpuMetrics, HealthLabels, MonitorStateLabels, RemapLabels,
-    ThrottleLabels, XidLabels,
+    EccLabels, GpuLabels, GpuMetrics, HealthLabels, RemapLabels, ThrottleLabels, XidLabels,
 };
 use crate::metrics::Metrics;
 use crate::trail::Code;
@@ -28,9 +27,8 @@ impl Tracked for GpuReport {
         let m = &metrics.gpu;
         m.monitoring.set(i64::from(self.monitoring()));
         for &state in <GpuMonitorState as strum::VariantArray>::VARIANTS {
-            m.monitor_state
-                .get_or_create(&MonitorStateLabels { state: state.as_str() })
-                .set(i64::from(state == self.state));
+            let labels = [("state", state.as_str())];
+            m.monitor_state.get_or_create(&labels).set(i64::from(state == self.state));
         }
         for g in &self.gpus {
             let id = GpuLabels { gpu: g.index, uuid: g.uuid.clone() };

@@ -119,15 +119,11 @@ impl TpuReport {
     /// One line for the condition's message and the trail: the count and the reasons.
     pub fn summary(&self) -> String {
         let expected = self.expected.map_or("unknown".to_string(), |n| n.to_string());
-        let mut s = format!(
+        let head = format!(
             "TPU health {}: {} chip(s) present, allocatable google.com/tpu {expected}",
             self.health.as_str(),
             self.present
         );
-        if !self.reasons.is_empty() {
-            s.push_str("; ");
-            s.push_str(&self.reasons.join("; "));
-        }
-        s
+        [vec![head], self.reasons.clone()].concat().join("; ")
     }
 }

@@ -7,12 +7,14 @@
 //! `google.com/tpu` (`crate::accel::tpu::policy::allocatable_chips` parses its quantity), `None` while
 //! unknown. Whoever reads the Node publishes it there (see `crate::app`).
 
+use std::path::Path;
+
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::accel::clock_ms;
-use crate::accel::tpu::chips::{FsProbe, TpuError};
+use crate::accel::tpu::chips::{device_files, FsProbe, TpuError};
 use crate::accel::tpu::model::{TpuReading, TpuReport};
 use crate::accel::tpu::policy::{fold, TpuMemory};
 use crate::config::{Switch, TpuConfig};
@@ -108,15 +110,12 @@ pub(crate) fn start(
         tx.send_replace(TpuReport::default());
         return None;
     }
-    let log = Some(std::path::Path::new(&cfg.kernel_log)).filter(|_| !cfg.kernel_log.is_empty());
+    let log = Some(Path::new(&cfg.kernel_log)).filter(|_| !cfg.kernel_log.is_empty());
     let probe = FsProbe::new(&cfg.device_dir, &cfg.sys_dir, log, UPTIME);
-    if cfg.enabled == Switch::On {
-        if let Err(e) =
-            crate::accel::tpu::chips::device_files(std::path::Path::new(&cfg.device_dir))
-        {
-            let e = TpuError::DeviceDir { path: cfg.device_dir.clone(), source: e };
-            tracing::error!(error = %e, "tpu.enabled = on but the TPU chips cannot be listed");
-        }
+    let listed = (cfg.enabled == Switch::On).then(|| device_files(Path::new(&cfg.device_dir)));
+    if let Some(Err(source)) = listed {
+        let e = TpuError::DeviceDir { path: cfg.device_dir.clone(), source };
+        tracing::error!(error = %e, "tpu.enabled = on but the TPU chips cannot be listed");
     }
     tracing::info!(
         device_dir = %cfg.device_dir,

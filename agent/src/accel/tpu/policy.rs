@@ -260,12 +260,9 @@ pub(crate) fn fold(
         }
     }
     new.retain(|e| now_ms - e.at_ms < ms(window));
-    for e in &new {
-        match e.severity {
-            ErrorSeverity::Error => mem.errors_total.0 += 1,
-            ErrorSeverity::Fatal => mem.errors_total.1 += 1,
-        }
-    }
+    let count = |s: ErrorSeverity| new.iter().filter(|e| e.severity == s).count() as u64;
+    mem.errors_total.0 += count(ErrorSeverity::Error);
+    mem.errors_total.1 += count(ErrorSeverity::Fatal);
     let o = &mut mem.observation;
     o.errors.extend(new);
     o.errors.sort_by_key(|e| e.at_ms);

@@ -7,7 +7,6 @@
 use crate::accel::tpu::model::TpuReport;
 use crate::accel::tracker::Tracked;
 use crate::alerts::AlertKind;
-use crate::metrics::tpu::{TpuChipLabels, TpuErrorLabels, TpuStateLabels};
 use crate::metrics::Metrics;
 use crate::trail::Code;
 
@@ -23,10 +22,9 @@ impl Tracked for TpuReport {
         m.monitoring.set(i64::from(self.monitoring));
         for state in ["healthy", "degraded", "failed"] {
             let on = self.monitoring && self.health.as_str() == state;
-            m.health.get_or_create(&TpuStateLabels { state }).set(i64::from(on));
+            m.health.get_or_create(&[("state", state)]).set(i64::from(on));
         }
-        let present = TpuChipLabels { kind: "present" };
-        let expected = TpuChipLabels { kind: "expected" };
+        let (present, expected) = ([("kind", "present")], [("kind", "expected")]);
         m.chips.get_or_create(&present).set(i64::from(self.present));
         if let Some(n) = self.expected {
             m.chips.get_or_create(&expected).set(i64::from(n));
@@ -38,7 +36,7 @@ impl Tracked for TpuReport {
             [("error", error, &mut seen.counted.0), ("fatal", fatal, &mut seen.counted.1)]
         {
             if now > *before {
-                m.device_errors.get_or_create(&TpuErrorLabels { severity }).inc_by(now - *before);
+                m.device_errors.get_or_create(&[("severity", severity)]).inc_by(now - *before);
             }
             *before = now;
         }

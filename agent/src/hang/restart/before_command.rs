@@ -200,10 +200,8 @@ impl Pipeline<'_> {
         };
         let k = &self.ctx.keys;
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
-        let end = match cancel {
-            Cancel::Recovered => Resolve::Recovered,
-            _ => Resolve::IncidentCleared,
-        };
+        let end =
+            if cancel == Cancel::Recovered { Resolve::Recovered } else { Resolve::IncidentCleared };
         self.pager.resolve_alerts(w, end).await;
         self.skip(now, act, Skip::Cancelled(cancel), why.into(), false).await.map(Some)
     }
@@ -213,19 +211,21 @@ impl Pipeline<'_> {
     /// (whatever rule still calls it stale), is never restarted for it.
     async fn order_stands(
         &self,
-        order: &super::GangOrder,
+        order: &GangOrder,
         status: Option<&WorkerStatus>,
         marks: &Marks,
     ) -> Result<Result<(), Cancel>, CoordError> {
         let decided = order.decision.decided;
-        let beat = status.and_then(|s| s.heartbeat);
-        Ok(if marks.restarted_at.is_some_and(|t| t >= decided) {
-            Err(Cancel::CooldownAppeared)
-        } else if beat.is_some_and(|hb| hb > decided) || !self.decision_stands(order).await? {
-            Err(Cancel::Recovered)
-        } else {
-            Ok(())
-        })
+        if marks.restarted_at.is_some_and(|t| t >= decided) {
+            return Ok(Err(Cancel::CooldownAppeared));
+        }
+        if status.and_then(|s| s.heartbeat).is_some_and(|hb| hb > decided) {
+            return Ok(Err(Cancel::Recovered));
+        }
+        // The last-moment check: the gang's decision still stands.
+        let held = self.ctx.coord.get(&self.ctx.keys.gang_decision(&order.gang)).await?;
+        let stands = held.as_deref() == Some(order.decision.encode().as_str());
+        Ok(if stands { Ok(()) } else { Err(Cancel::Recovered) })
     }
 
     /// The node's state (shutdown, maintenance, GPU) and compare-and-restart: checked after
@@ -323,13 +323,5 @@ impl Pipeline<'_> {
         let skip = Skip::Cancelled(Cancel::CooldownAppeared);
         let detail = "another instance's cooldown marker appeared after revalidation (it restarted this worker past a lost lock); not restarting".to_string();
         self.skip(now, act, skip, detail, false).await.map(Some)
-    }
-
-    /// The last-moment check of a gang member's restart: the gang's decision still stands.
-    pub(super) async fn decision_stands(&self, order: &GangOrder) -> Result<bool, CoordError> {
-        let key = self.ctx.keys.gang_decision(&order.gang);
-        let values = self.ctx.coord.get_many(&[key]).await?;
-        let want = order.decision.encode();
-        Ok(values.first().and_then(|v| v.as_deref()) == Some(want.as_str()))
     }
 }

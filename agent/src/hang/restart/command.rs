@@ -19,16 +19,6 @@ use super::pipeline::Pipeline;
 use super::{restart_failure, short, Act};
 use crate::vocab::workload::Remediation;
 
-/// What the trail says of a restart besides its times: the call's error, the controllers'
-/// way, and whether the pod was failed for its controller.
-pub(super) struct Said {
-    pub(super) call_error: Option<String>,
-    pub(super) how: String,
-    pub(super) failed: bool,
-    /// The stop was a SIGKILL at once (no stop grace waited out).
-    pub(super) killed: bool,
-}
-
 /// Where a settled fruitless run's line goes: beats newer than it may show progress.
 #[derive(Clone, Copy)]
 pub(super) enum Line {
@@ -51,22 +41,16 @@ impl Pipeline<'_> {
     ) -> Result<(), RuntimeError> {
         let d = &self.ctx.cfg.runtime;
         let (c, rt) = (act.case.c, &self.ctx.runtime);
-        let grace = match how.kills() {
-            true => std::time::Duration::ZERO,
-            false => d.stop_grace,
-        };
+        let grace = if how.kills() { std::time::Duration::ZERO } else { d.stop_grace };
         let call = async {
             match how.restarted_in_place() {
                 true => rt.restart(c, grace).await,
                 false => rt.fail(c, grace, how.fails_pod()).await,
             }
         };
-        tokio::time::timeout(d.restart_timeout, call).await.unwrap_or_else(|_| {
-            Err(RuntimeError::Timeout {
-                op: "restart",
-                container: c.id.clone(),
-                timeout: d.restart_timeout,
-            })
+        let timeout = d.restart_timeout;
+        tokio::time::timeout(timeout, call).await.unwrap_or_else(|_| {
+            Err(RuntimeError::Timeout { op: "restart", container: c.id.clone(), timeout })
         })
     }
 
@@ -99,13 +83,8 @@ impl Pipeline<'_> {
         };
         let done = self.ctx.coord.time().await.ok();
         if restarted {
-            let said = Said {
-                call_error: call.err().map(|e| e.to_string()),
-                how: how.how().to_string(),
-                failed: how.fails_pod(),
-                killed: how.kills(),
-            };
-            self.restarted(act, said, now, done).await?;
+            let detail = self.restarted_detail(act, how, call, now, done.unwrap_or(now));
+            self.restarted(act, detail, now, done).await?;
             return Ok(Seen::Pass);
         }
         let why = restart_failure(call, after, c);
@@ -113,20 +92,21 @@ impl Pipeline<'_> {
         Ok(Seen::RestartFailed)
     }
 
+    /// A verified restart (`verified`: the store's clock after it, when it answered): the
+    /// incident over, the time lost counted, the run settled, the cooldown, the trail's `detail`.
     pub(super) async fn restarted(
         &mut self,
         act: &Act<'_>,
-        said: Said,
+        detail: String,
         started: Millis,
-        done: Option<Millis>,
+        verified: Option<Millis>,
     ) -> Result<(), CoordError> {
         // NB: the marker's time is the first instant a heartbeat can only be the new
         // incarnation's. Without the store's clock after the restart there is no such instant
         // (the decision's is before the old one was stopped): then none, and the worker boots
         // for the whole cooldown, as before booting could end early.
-        let booted_after = done.unwrap_or(Millis::MAX);
-        let verified = done;
-        let done = done.unwrap_or(started);
+        let booted_after = verified.unwrap_or(Millis::MAX);
+        let done = verified.unwrap_or(started);
         let (k, w, c) = (&self.ctx.keys, act.case.worker(), act.case.c);
         self.ctx.coord.del(&[k.incident(w), k.suspect(w)]).await?;
         self.pager.resolve_alerts(w, Resolve::IncidentCleared).await;
@@ -147,15 +127,22 @@ impl Pipeline<'_> {
         self.ctx.coord.set(&k.cooldown(w), &marker, cooldown).await?;
         self.ctx.metrics.decisions.restart(act.case.v.as_str(), "restarted");
         self.ctx.metrics.workers.restarted(w, started);
-        let detail = self.restarted_detail(act, said, started, done);
         self.journal.note(done, act.about(), Code::Restarted, detail).await
     }
 
-    /// What the trail says of a verified restart: how long the hang and the restart took, and
-    /// why a restart waited out the whole stop grace.
-    fn restarted_detail(&self, act: &Act<'_>, said: Said, started: Millis, done: Millis) -> String {
+    /// What the trail says of a verified restart: how long the hang and the restart took, the
+    /// controllers' way (`how`), why a restart waited out the whole stop grace, and the call's
+    /// error.
+    fn restarted_detail(
+        &self,
+        act: &Act<'_>,
+        how: &Remediation,
+        call: Result<(), RuntimeError>,
+        started: Millis,
+        done: Millis,
+    ) -> String {
         let c = act.case.c;
-        let verb = match said.failed {
+        let verb = match how.fails_pod() {
             true => "failed (SIGKILL, exit 137) for its controller",
             false => "restarted",
         };
@@ -170,17 +157,18 @@ impl Pipeline<'_> {
         // NB: a worker that does not exit on SIGTERM (Python or a shell as PID 1, a handler
         // that waits on a stuck loop) holds every restart for the whole stop grace: say so where
         // the operator reads the restart, with the fix.
-        if !said.how.is_empty() {
-            detail.push_str(&format!(" ({})", said.how));
+        if !how.how().is_empty() {
+            detail.push_str(&format!(" ({})", how.how()));
         }
         let grace = self.ctx.cfg.runtime.stop_grace;
-        if !said.killed && done - started >= crate::clock::ms(grace) {
+        // A stop that is a SIGKILL at once (the controllers' way) waits out no grace.
+        if !how.kills() && done - started >= crate::clock::ms(grace) {
             detail.push_str(&format!(
                 " (the worker did not exit on SIGTERM: its stop waited out runtime.stop_grace, {}, then SIGKILL; run it under an init, `docker run --init`, or let it exit on SIGTERM)",
                 humantime::format_duration(grace)
             ));
         }
-        if let Some(e) = said.call_error {
+        if let Err(e) = call {
             detail.push_str(&format!(" (the restart call reported: {e})"));
         }
         detail
@@ -201,16 +189,9 @@ impl Pipeline<'_> {
         let key = self.ctx.keys.lost(act.case.worker());
         // NB: a restart after one whose incarnation never beat counts from where that one's
         // count ended (its verification), never again from the old incarnation's last beat.
-        let counted_to = self
-            .ctx
-            .coord
-            .get(&key)
-            .await?
-            .and_then(|t| IncidentTimes::decode(&t))
-            .map(|t| t.incarnation)
-            .into_iter()
-            .chain(act.case.marks.restarted_at)
-            .max();
+        let held = self.ctx.coord.get(&key).await?.and_then(|t| IncidentTimes::decode(&t));
+        // The later of the two (`None` is the least).
+        let counted_to = held.map(|t| t.incarnation).max(act.case.marks.restarted_at);
         let times = IncidentTimes {
             since: counted_to.map_or(act.since, |t| act.since.max(t)),
             verdict: act.inc.started,
@@ -248,17 +229,12 @@ impl Pipeline<'_> {
             return;
         };
         let key = self.ctx.keys.gang_line(worker);
-        let Ok(Some(held)) = self.ctx.coord.get(&key).await else {
+        let held = self.ctx.coord.get(&key).await.ok().flatten();
+        let held = held.map(|h| h.parse::<Millis>().unwrap_or(Millis::MIN));
+        let Some(held) = held.filter(|&h| h >= claimed) else {
             return;
         };
-        let held = held.parse::<Millis>().unwrap_or(Millis::MIN);
-        if held < claimed {
-            return;
-        }
-        let to = match line {
-            Line::NotBefore(_) => held.max(t),
-            _ => t,
-        };
+        let to = if matches!(line, Line::NotBefore(_)) { held.max(t) } else { t };
         let _ = self.ctx.coord.set(&key, &to.to_string(), marks::FRUITLESS_TTL).await;
     }
 
@@ -269,10 +245,8 @@ impl Pipeline<'_> {
     /// (only beats after the lock's end count).
     pub(super) async fn settle_fruitless(&self, worker: &str, line: Line, take_past: bool) {
         let key = self.ctx.keys.fruitless(worker);
-        let Ok(Some(raw)) = self.ctx.coord.get(&key).await else {
-            return;
-        };
-        let Some(mut run) = Fruitless::decode(&raw) else {
+        let raw = self.ctx.coord.get(&key).await.ok().flatten();
+        let Some(mut run) = raw.and_then(|r| Fruitless::decode(&r)) else {
             return;
         };
         // The old incarnation's beats up to `upto` are where it stopped; newer ones than `last`
@@ -307,10 +281,8 @@ impl Pipeline<'_> {
         self.ctx.metrics.backends.runtime_error();
         self.ctx.metrics.decisions.restart(act.case.v.as_str(), "failed");
         let (k, w) = (self.ctx.keys.clone(), act.case.worker());
-        let failures = match &act.case.marks.retry {
-            Some(r) if r.incident == act.inc.id => r.failures.saturating_add(1),
-            _ => 1,
-        };
+        let earlier = act.case.marks.retry.as_ref().filter(|r| r.incident == act.inc.id);
+        let failures = earlier.map_or(1, |r| r.failures.saturating_add(1));
         let p = &self.ctx.cfg.policy;
         let wait = policy_due::retry_backoff(failures, self.ctx.cfg.runtime.stop_grace, p.cooldown);
         let retry = Retry { incident: act.inc.id.clone(), failures, not_before: done + ms(wait) };
@@ -334,12 +306,9 @@ impl Pipeline<'_> {
             // NB: a failed claim (the coordinator is down) pages too: a repeat beats silence.
             Err(_) => self.ctx.notifier.send(&alert).await,
         }
-        let value = marks::encode_retry(&retry);
-        self.ctx.coord.set(&k.retry(w), &value, MARK_TTL).await?;
-        self.ctx
-            .coord
-            .del(&[k.alert_dedup(&act.inc.id, "restart"), k.cooldown(w), k.restarted(w)])
-            .await?;
+        self.ctx.coord.set(&k.retry(w), &marks::encode_retry(&retry), MARK_TTL).await?;
+        let released = [k.alert_dedup(&act.inc.id, "restart"), k.cooldown(w), k.restarted(w)];
+        self.ctx.coord.del(&released).await?;
         // NB: the fruitless run keeps this attempt: a restart verified as failed may still
         // run later (a slow runtime), and a failed restart brought no progress either. The old
         // incarnation's last step is taken in, and the line moves to the failure if that is

@@ -20,7 +20,6 @@ use crate::metrics::WorkerSample;
 use crate::runtime::container::Container;
 use crate::trail::Code;
 
-use super::rhythm::Learn;
 use super::{own_gang, Act, Case, RestartPath};
 
 /// What one evaluation stands on (see `RestartPath::current`).
@@ -126,14 +125,10 @@ impl RestartPath<'_> {
         let Current { now, status, invalid, marks, claim, locked, tracked } =
             self.current(c, read).await?;
         let in_gang = status.as_ref().is_some_and(|s| s.gang.is_some());
-        let look = match tracked || marks.cooldown {
-            true => Learn::StartOver,
-            false => Learn::Look(status.as_ref()),
-        };
         // NB: a gang member's rhythm serves only its learned restart rule (its own verdict is the
         // fixed rule's): not learned, nor written to Redis, without `learned.restarts`.
         if !in_gang || self.ctx.cfg.policy.learned.restarts {
-            self.learn(c, &marks, look, now);
+            self.learn(c, &marks, status.as_ref(), tracked || marks.cooldown, now);
         }
         let judged = self.judge().verdict_rules(status.as_ref());
         let cfg = &*judged;
@@ -199,12 +194,9 @@ impl RestartPath<'_> {
         let (claim, locked) = (decoded.claim(), decoded.locked);
         let mut marks = decoded.marks;
         // NB: only once the new incarnation is recorded (not in the cycle that records it).
-        if !tracked && marks.cooldown {
-            if let Some(marker) = decoded.cooldown.as_deref() {
-                if self.end_booting(c, marker, status.as_ref(), now).await? {
-                    marks.cooldown = false;
-                }
-            }
+        let booting = decoded.cooldown.as_deref().filter(|_| !tracked && marks.cooldown);
+        if let Some(marker) = booting {
+            marks.cooldown = !self.end_booting(c, marker, status.as_ref(), now).await?;
         }
         Ok(Current { now, status, invalid, marks, claim, locked, tracked })
     }
@@ -223,13 +215,11 @@ impl RestartPath<'_> {
         }
         let mut incident = case.marks.incident.clone();
         for effect in effects {
-            if effect == Effect::Gang {
-                if let Some(own) = &own {
-                    self.gang(case, own, &incident, now).await?;
-                }
-                continue;
+            match (effect, &own) {
+                (Effect::Gang, Some(own)) => self.gang(case, own, &incident, now).await?,
+                (Effect::Gang, None) => {}
+                (effect, _) => self.apply(case, effect, &mut incident, now).await?,
             }
-            self.apply(case, effect, &mut incident, now).await?;
         }
         // NB: after the hang path's effects, and never failing them: slowness is paged, and
         // its bookkeeping waits for the next cycle when the coordinator does not answer.
@@ -303,10 +293,8 @@ impl RestartPath<'_> {
             Effect::ForgetRestart => self.forget_restart(case, now).await,
             // NB: only the run read this cycle: another instance's claim meanwhile wrote a
             // newer one, which must stand.
-            Effect::ClearFruitless => match &case.marks.fruitless {
-                Some(f) => {
-                    self.ctx.coord.del_if_owner(&k.fruitless(w), &f.encode()).await.map(drop)
-                }
+            Effect::ClearFruitless => match case.marks.fruitless.as_ref().map(|f| f.encode()) {
+                Some(f) => self.ctx.coord.del_if_owner(&k.fruitless(w), &f).await.map(drop),
                 None => Ok(()),
             },
             Effect::CloseEpisode(e) => self.close_episode(case, e, now).await,
@@ -321,7 +309,7 @@ impl RestartPath<'_> {
                 None => Ok(()),
             },
             Effect::ConsiderRestart => self.consider_restart(case, incident, now).await,
-            // Carried out by `evaluate`, which holds the member's entry.
+            // Carried out by `carry_out`, which holds the member's entry.
             Effect::Gang => Ok(()),
         }
     }

@@ -10,10 +10,9 @@
 use crate::clock::{human, ms, Millis, Stamp};
 use crate::coord::caps::breaker_day;
 use crate::coord::CoordError;
-use crate::hang::journal::About;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::{Gang, Incident, WorkerState};
-use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
+use crate::hang::model_gang::{Activity, Decision, GangIncident, GangState, Member};
 use crate::hang::policy::Verdict;
 use crate::hang::policy_fruitless::{self, Beat};
 use crate::hang::policy_gang::{self as gp, GangStep, GangVerdict, Rules, Timing};
@@ -39,15 +38,8 @@ impl RestartPath<'_> {
     pub(super) async fn member_entry(&mut self, case: &Case<'_>, now: Millis) -> Option<Member> {
         let g = case.status?.gang.as_ref()?;
         let s = case.status?;
-        let activity = match s.state {
-            WorkerState::Idle => crate::hang::model_gang::Activity::Idle,
-            WorkerState::Error => crate::hang::model_gang::Activity::Error,
-            _ => crate::hang::model_gang::Activity::Working,
-        };
-        let signals = self.member_signals();
         let sd = self.watch.stand_down(case.c, now, &self.ctx.cfg.metadata);
         let (rule, troubled) = self.judge().member_standing(case, now);
-        let policy = &self.ctx.cfg.policy;
         let (stand_down, one_for_all) = self.cannot_take_part(case, sd.as_ref(), troubled).await;
         // The JobSet's incarnation, when the gang is the one the pod's labels name.
         let pod_gang = case.c.gang.as_ref().filter(|pg| pg.id == g.id);
@@ -57,11 +49,15 @@ impl RestartPath<'_> {
             node: self.ctx.keys.node().to_string(),
             worker: case.c.worker.clone(),
             verdict: case.v,
-            activity,
+            activity: match s.state {
+                WorkerState::Idle => Activity::Idle,
+                WorkerState::Error => Activity::Error,
+                _ => Activity::Working,
+            },
             heartbeat: s.heartbeat,
             step: policy_fruitless::position(Some(s)),
             line: case.marks.gang_line,
-            silence: policy_record::allowed_silence(s, policy),
+            silence: policy_record::allowed_silence(s, &self.ctx.cfg.policy),
             learned: rule,
             started: case.c.started_ms(),
             at: now,
@@ -69,7 +65,7 @@ impl RestartPath<'_> {
             starting: sd.as_ref().is_some_and(StandDown::passing),
             breaker_left: self.breaker_left(now).await,
             container: case.c.display(),
-            signals,
+            signals: self.member_signals(),
             alert_only: case.alert_only(),
             attempt: pod_gang.and_then(|pg| pg.attempt),
             jobset_uid: pod_gang.and_then(|pg| pg.jobset_uid.clone()),
@@ -81,10 +77,8 @@ impl RestartPath<'_> {
             slow: self.slow_signals.to_vec(),
             pace: self.pace.kept(&self.ctx.cfg.gang.pace),
         };
-        let tag = crate::hang::model_gang::tag(&g.id, g.size);
-        self.gangs.tags.insert(m.worker.clone(), tag);
-        let shard = gp::shard_of(&m.node, gp::shards(g.size));
-        let key = self.ctx.keys.gang_members(&g.id, shard);
+        self.gangs.tags.insert(m.worker.clone(), crate::hang::model_gang::tag(&g.id, g.size));
+        let key = self.ctx.keys.gang_members(&g.id, gp::shard_of(&m.node, gp::shards(g.size)));
         // NB: not before the pace it keeps was read: it would be written over with nothing.
         if let (Ok(json), true) = (serde_json::to_string(&m), resumed) {
             self.gangs.entries.push((key, m.id(), json));
@@ -95,14 +89,9 @@ impl RestartPath<'_> {
 
     /// What this member's node knows that may explain a stop (a GPU XID, a failed GPU or TPU).
     fn member_signals(&self) -> Vec<String> {
-        let mut signals: Vec<String> = self.gpu_evidence.to_vec();
-        if self.node.gpu_failed {
-            signals.push("its GPU failed".into());
-        }
-        if self.node.tpu_failed {
-            signals.push("the node's TPU failed".into());
-        }
-        signals
+        let gpu = self.node.gpu_failed.then(|| "its GPU failed".to_string());
+        let tpu = self.node.tpu_failed.then(|| "the node's TPU failed".to_string());
+        self.gpu_evidence.iter().cloned().chain(gpu).chain(tpu).collect()
     }
 
     /// Restarts this node's breaker still allows today: as the cycle's batch last read it, or —
@@ -252,14 +241,12 @@ impl RestartPath<'_> {
                 "gang {} stopped as a whole: no member progresses; the first to stop was {first}",
                 g.id
             );
-            let about = About::worker(case.worker(), case.v).incident(&id);
-            self.journal.note(now, about, Code::GangHung, detail).await?;
+            self.journal.note(now, case.about().incident(&id), Code::GangHung, detail).await?;
             return Ok(GangIncident { started: now, id });
         }
         // Another member's agent opened it first: theirs stands.
-        let values = self.ctx.coord.get_many(&[key]).await?;
-        let state = GangState::decode(&values);
-        Ok(state.incident.unwrap_or(GangIncident { started: now, id }))
+        let theirs = GangState::decode(&self.ctx.coord.get_many(&[key]).await?);
+        Ok(theirs.incident.unwrap_or(GangIncident { started: now, id }))
     }
 
     async fn close_gang_incident(
@@ -273,7 +260,6 @@ impl RestartPath<'_> {
             return Ok(());
         };
         let k = &self.ctx.keys;
-        let value = inc.encode();
         if let (Some(d), false) = (state.current_decision(), self.ctx.cfg.dry_run) {
             // NB: the restart remembered before the incident goes (any closer writes the same
             // value): a close whose later write failed left the gang's next incident not
@@ -281,10 +267,9 @@ impl RestartPath<'_> {
             // As long as the incidents it marks as "again" may last (a day), not just the window
             // that opens them: the simulation's seed 4 saw an incident blocked past that window
             // page `hung` after its escalation.
-            let restarted = k.gang_restarted(&g.id);
-            self.ctx.coord.set(&restarted, &d.decided.to_string(), MARK_TTL).await?;
+            self.ctx.coord.set(&k.gang_restarted(&g.id), &d.decided.to_string(), MARK_TTL).await?;
         }
-        if !self.ctx.coord.del_if_owner(&k.gang_incident(&g.id), &value).await? {
+        if !self.ctx.coord.del_if_owner(&k.gang_incident(&g.id), &inc.encode()).await? {
             return Ok(());
         }
         let detail = match state.current_decision() {
@@ -300,8 +285,7 @@ impl RestartPath<'_> {
             None => format!("gang {}: the collective moves again; no restart", g.id),
         };
         self.pager().resolve_gang_alerts(&g.id, None).await;
-        let about = About::worker(case.worker(), case.v).incident(&inc.id);
-        self.journal.note(now, about, Code::GangClosed, detail).await
+        self.journal.note(now, case.about().incident(&inc.id), Code::GangClosed, detail).await
     }
 
     /// This member got past where its gang stopped since the gang's last decision: the run is
@@ -336,11 +320,8 @@ impl RestartPath<'_> {
         let Some(inc) = &state.incident else {
             return Ok(());
         };
-        let v = match case.status.map(|s| &s.state) {
-            Some(WorkerState::Error) => Verdict::Errored,
-            _ => Verdict::Hung,
-        };
-        let member = Case { v, ..*case };
+        let errored = case.status.is_some_and(|s| s.state == WorkerState::Error);
+        let member = Case { v: if errored { Verdict::Errored } else { Verdict::Hung }, ..*case };
         let order = GangOrder { gang: g.id.clone(), decision: d };
         let since = case.status.and_then(|s| s.heartbeat).unwrap_or(inc.started);
         let act = Act { case: &member, inc, since, order: Some(&order) };

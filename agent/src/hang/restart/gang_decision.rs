@@ -21,7 +21,6 @@ use crate::hang::policy::Cancel;
 use crate::hang::policy_fruitless::{self, Beat, RunOf};
 use crate::hang::policy_gang::{self as gp, Timing};
 use crate::hang::policy_pipeline::{first, next, Next, Seen, Skip, Step, Unit};
-use crate::trail::Code;
 
 use super::pager::Pager;
 use super::{Case, RestartPath};
@@ -147,14 +146,10 @@ impl GangDecider<'_> {
                 None => Ok(Seen::Pass),
                 Some(refused) => {
                     let r = Refusal::blocked(g, vec![refused]);
-                    self.refuse(case, g, &f.inc, &f.members, r, now).await?;
-                    Ok(Seen::Skip(Skip::Blocked))
+                    self.refuse(case, g, &f.inc, &f.members, r, now).await
                 }
             },
-            Step::Count => {
-                self.count_gang_fruitless(g, f.run.as_ref(), &f.members, now).await?;
-                Ok(Seen::Pass)
-            }
+            Step::Count => self.count_gang_fruitless(g, f.run.as_ref(), &f.members, now).await,
             Step::Claim => {
                 let ours = Decision {
                     decided: now,
@@ -221,13 +216,10 @@ impl GangDecider<'_> {
         }
         // NB: before the blockers: restarts that do not help is the standing finding, a missing
         // member or a spent breaker a passing one.
-        let run = state.fruitless.as_ref();
-        if let Some(refusing) =
-            policy_fruitless::refusal(run, &Beat::of_members(&members), t.max_fruitless)
-        {
+        let (run, beats) = (state.fruitless.as_ref(), Beat::of_members(&members));
+        if let Some(refusing) = policy_fruitless::refusal(run, &beats, t.max_fruitless) {
             let r = Refusal::fruitless(d.g, refusing);
-            self.refuse(case, d.g, &inc, &members, r, now).await?;
-            return Ok(Seen::Skip(Skip::Fruitless));
+            return self.refuse(case, d.g, &inc, &members, r, now).await;
         }
         if let Some(who) = gp::starting(&members) {
             tracing::debug!(gang = %d.g.id, "the gang's decision waits for the first reads of {who}'s agent");
@@ -235,8 +227,7 @@ impl GangDecider<'_> {
         }
         let why = gp::blockers(&members, d.g.size, now, &t);
         if !why.is_empty() {
-            self.refuse(case, d.g, &inc, &members, Refusal::blocked(d.g, why), now).await?;
-            return Ok(Seen::Skip(Skip::Blocked));
+            return self.refuse(case, d.g, &inc, &members, Refusal::blocked(d.g, why), now).await;
         }
         pass.fresh = Some(Fresh { inc, members, run: state.fruitless });
         Ok(Seen::Pass)
@@ -250,11 +241,10 @@ impl GangDecider<'_> {
     async fn claimed(&self, g: &Gang, ours: &Decision) -> Result<bool, CoordError> {
         let dkey = self.ctx.keys.gang_decision(&g.id);
         match self.ctx.coord.set_nx(&dkey, &ours.encode(), MARK_TTL).await {
-            Ok(won) => Ok(won),
-            Err(e) => match self.standing_decision(g).await {
-                Ok(standing) => Ok(standing.as_ref() == Some(ours)),
-                Err(_) => Err(e),
-            },
+            Err(e) => {
+                self.standing_decision(g).await.map(|s| s.as_ref() == Some(ours)).map_err(|_| e)
+            }
+            won => won,
         }
     }
 
@@ -302,7 +292,8 @@ impl GangDecider<'_> {
     }
 
     /// The decision at `now` is one more restart of every member in the gang's run (a run that
-    /// progressed starts over). Observe mode restarts nobody and counts nothing.
+    /// progressed starts over). Observe mode restarts nobody and counts nothing. The step passes
+    /// unless the write fails.
     ///
     /// NB: never given back. Should our decision's SET NX lose, the one that stands was taken
     /// without the lock (its lease expired, a failover forgot it) and counted itself in the run
@@ -314,22 +305,23 @@ impl GangDecider<'_> {
         run: Option<&Fruitless>,
         members: &[Member],
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<Seen, CoordError> {
         if self.ctx.cfg.dry_run {
-            return Ok(());
+            return Ok(Seen::Pass);
         }
         let run = policy_fruitless::after_restart(run, &Beat::of_members(members), now);
         let key = self.ctx.keys.gang_fruitless(&g.id);
         self.ctx.coord.set(&key, &run.encode(), FRUITLESS_TTL).await?;
         self.reads.runs.insert(g.id.clone(), run);
-        Ok(())
+        Ok(Seen::Pass)
     }
 }
 
 /// Why a gang's decision was refused, as its page and its trail say it.
 pub(super) struct Refusal {
     pub(super) kind: AlertKind,
-    pub(super) code: Code,
+    /// Where the pass stops, and the trail's code (`Skip::code`).
+    pub(super) skip: Skip,
     /// The page's de-duplication kind (`P:gang:{G}:alert:<incident>:<dedup>`).
     pub(super) dedup: &'static str,
     pub(super) detail: String,
@@ -343,12 +335,12 @@ impl Refusal {
             g.id,
             why.join("; ")
         );
-        Self { kind: AlertKind::GangBlocked, code: Code::GangBlocked, dedup: "blocked", detail }
+        Self { kind: AlertKind::GangBlocked, skip: Skip::Blocked, dedup: "blocked", detail }
     }
 
     /// The gang's restarts have not helped: one page per gang incident, the trail once.
     pub(super) fn fruitless(g: &Gang, run: &Fruitless) -> Self {
         let detail = policy_fruitless::describe(run, RunOf::Gang(&g.id));
-        Self { kind: AlertKind::Fruitless, code: Code::SkipFruitless, dedup: "fruitless", detail }
+        Self { kind: AlertKind::Fruitless, skip: Skip::Fruitless, dedup: "fruitless", detail }
     }
 }

@@ -6,13 +6,13 @@
 
 use crate::alerts::AlertKind;
 use crate::clock::{human, Millis};
+use crate::config::{GangAction, StragglerAction};
 use crate::coord::CoordError;
-use crate::hang::journal::About;
 use crate::hang::marks::MARK_TTL;
 use crate::hang::model::Gang;
 use crate::hang::model_gang::{Decision, GangIncident, GangState, Member};
 use crate::hang::policy_gang as gp;
-use crate::hang::policy_pipeline::Unit;
+use crate::hang::policy_pipeline::{Seen, Unit};
 use crate::trail::Code;
 
 use super::gang_decision::{GangDecider, Refusal};
@@ -30,10 +30,8 @@ impl RestartPath<'_> {
         let since = own.heartbeat.unwrap_or(0).to_string();
         let key = self.ctx.keys.gang_alert(&g.id, &format!("{}-{since}", own.id()), "straggler");
         let what = match self.ctx.cfg.gang.straggler {
-            crate::config::StragglerAction::AlertOnly => {
-                "not restarted alone (gang.straggler = alert-only)"
-            }
-            crate::config::StragglerAction::Restart => "restarted alone (gang.straggler = restart)",
+            StragglerAction::AlertOnly => "not restarted alone (gang.straggler = alert-only)",
+            StragglerAction::Restart => "restarted alone (gang.straggler = restart)",
         };
         let detail = format!(
             "{} ({}) stopped while the other members of gang {} still progress; {what}",
@@ -45,8 +43,7 @@ impl RestartPath<'_> {
         if !self.pager().page_once(&key, MARK_TTL, a, Unit::Gang, now).await? {
             return Ok(());
         }
-        let about = About::worker(case.worker(), case.v);
-        self.journal.note(now, about, Code::Straggler, detail).await
+        self.journal.note(now, case.about(), Code::Straggler, detail).await
     }
 }
 
@@ -103,13 +100,12 @@ impl GangDecider<'_> {
         // says the decision whatever became of its page.
         let stands = (self.ctx.keys.gang_decision(&g.id), d.encode());
         let paged = self.pager.page_once_owed(&akey, a, stands, now).await;
-        let about = About::worker(case.worker(), case.v).incident(&inc.id);
-        self.journal.note(now, about, Code::GangDecided, detail).await?;
+        self.journal.note(now, case.about().incident(&inc.id), Code::GangDecided, detail).await?;
         paged.map(drop)
     }
 
     /// A decision refused: its page once per gang incident (placed at the member that stopped
-    /// first), its trail entry once.
+    /// first), its trail entry once; the pass stops at its skip.
     pub(super) async fn refuse(
         &mut self,
         case: &Case<'_>,
@@ -118,14 +114,15 @@ impl GangDecider<'_> {
         members: &[Member],
         r: Refusal,
         now: Millis,
-    ) -> Result<(), CoordError> {
+    ) -> Result<Seen, CoordError> {
         let key = self.ctx.keys.gang_alert(&g.id, &inc.id, r.dedup);
         let first = gp::first_stopped(members, now);
         let mut a = self.pager.gang_alert(r.kind, g, members, first, r.detail.clone());
         a.incident = Some(inc.id.clone());
         self.pager.page_once(&key, MARK_TTL, a, Unit::Gang, now).await?;
-        let about = About::worker(case.worker(), case.v).incident(&inc.id).once();
-        self.journal.note(now, about, r.code, r.detail).await
+        let about = case.about().incident(&inc.id).once();
+        self.journal.note(now, about, r.skip.code(), r.detail).await?;
+        Ok(Seen::Skip(r.skip))
     }
 }
 
@@ -144,10 +141,9 @@ impl Pager<'_> {
         let mut detail = describe_hang(g, members, first, now);
         let owner = members.iter().find(|m| m.alert_only);
         match (self.ctx.cfg.gang.action, owner) {
-            (crate::config::GangAction::AlertOnly, _) => detail.push_str(&format!(
-                "; gang.action = {}: Vigil restarts no member",
-                self.ctx.cfg.gang.action.as_str()
-            )),
+            (GangAction::AlertOnly, _) => {
+                detail.push_str("; gang.action = alert-only: Vigil restarts no member")
+            }
             (_, Some(m)) => detail.push_str(&format!(
                 "; {} is alert-only (its restarts belong to its owner): Vigil restarts no member",
                 m.id()

@@ -41,11 +41,8 @@ impl GangReads {
             Some(run) => self.runs.insert(g.id.clone(), run.clone()),
             None => self.runs.remove(&g.id),
         };
-        let reader = fresh || {
-            let key = keys.gang_reader(&g.id);
-            let ttl = ctx.cfg.poll_interval;
-            coord.set_nx(&key, keys.node(), ttl).await?
-        };
+        let reader = fresh
+            || coord.set_nx(&keys.gang_reader(&g.id), keys.node(), ctx.cfg.poll_interval).await?;
         let mut members = match reader {
             true => crate::hang::gang_marks::read_view(coord.as_ref(), keys, &g.id, g.size).await?,
             false => Vec::new(),

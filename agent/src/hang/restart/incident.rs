@@ -37,26 +37,18 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         self.ctx.coord.del(&[self.ctx.keys.incident(case.worker())]).await?;
-        let (code, why) = match end {
-            TimerEnd::Booting => (
-                Code::TimerCleared,
-                "cooldown marker present: this is our own restart booting",
-            ),
-            TimerEnd::Maintenance => (Code::TimerCleared, "node in maintenance: no restarts"),
-            TimerEnd::Recovered => (Code::Recovered, "heartbeat fresh again; incident closed"),
-            TimerEnd::Paused => (
-                Code::TimerCleared,
-                "container paused by someone: no restart; a new timer starts if it hangs once running",
-            ),
+        let why = match end {
+            TimerEnd::Booting => "cooldown marker present: this is our own restart booting",
+            TimerEnd::Maintenance => "node in maintenance: no restarts",
+            TimerEnd::Recovered => "heartbeat fresh again; incident closed",
+            TimerEnd::Paused => "container paused by someone: no restart; a new timer starts if it hangs once running",
         };
-        let mut about = case.about();
-        if let Some(inc) = &case.marks.incident {
-            about = about.incident(&inc.id);
-        }
-        let ended = match end {
-            TimerEnd::Recovered => Resolve::Recovered,
-            _ => Resolve::IncidentCleared,
+        let (code, ended) = match end {
+            TimerEnd::Recovered => (Code::Recovered, Resolve::Recovered),
+            _ => (Code::TimerCleared, Resolve::IncidentCleared),
         };
+        let about = case.about();
+        let about = case.marks.incident.as_ref().map_or(about, |inc| about.incident(&inc.id));
         self.pager().resolve_alerts(case.worker(), ended).await;
         self.journal.note(now, about, code, why.to_string()).await
     }
@@ -80,9 +72,8 @@ impl RestartPath<'_> {
         now: Millis,
     ) -> Result<(), CoordError> {
         self.ctx.coord.del(&[self.ctx.keys.episode(case.worker(), e.as_str())]).await?;
-        self.pager()
-            .resolve_alerts(case.worker(), Resolve::Episode(super::pages::episode_kind(e)))
-            .await;
+        let kind = super::pages::episode_kind(e);
+        self.pager().resolve_alerts(case.worker(), Resolve::Episode(kind)).await;
         let detail = format!("{} condition ended", e.as_str());
         self.journal.note(now, case.about(), Code::EpisodeClosed, detail).await
     }
@@ -98,14 +89,7 @@ impl RestartPath<'_> {
         let won =
             self.ctx.coord.set_nx(&key, &Incident { started: now, id }.encode(), MARK_TTL).await?;
         // Whoever won, everyone reads the same start time back.
-        let incident = self
-            .ctx
-            .coord
-            .get_many(&[key])
-            .await?
-            .pop()
-            .flatten()
-            .and_then(|s| Incident::decode(&s));
+        let incident = self.ctx.coord.get(&key).await?.and_then(|s| Incident::decode(&s));
         if let (true, Some(inc)) = (won, &incident) {
             let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
             let detail =
@@ -176,10 +160,8 @@ impl RestartPath<'_> {
     async fn cool_down_external(&mut self, w: &str, now: Millis) -> Result<(), CoordError> {
         let k = &self.ctx.keys;
         let marker = format!("{now}{}", marks::EXTERNAL);
-        let cooldown = self.ctx.cfg.policy.cooldown;
-        self.ctx.coord.set(&k.cooldown(w), &marker, cooldown).await?;
-        let timers = [k.incident(w), k.suspect(w), k.error_since(w)];
-        self.ctx.coord.del(&timers).await?;
+        self.ctx.coord.set(&k.cooldown(w), &marker, self.ctx.cfg.policy.cooldown).await?;
+        self.ctx.coord.del(&[k.incident(w), k.suspect(w), k.error_since(w)]).await?;
         self.pager().resolve_alerts(w, Resolve::IncidentCleared).await;
         Ok(())
     }
@@ -203,10 +185,7 @@ impl RestartPath<'_> {
         };
         // NB: ours, finished by the survivor: the incident the claim names is kept, so the trail
         // reads as one restart of one incident, never as "outside Vigil".
-        let about = match marks::claimed_incident(claim) {
-            Some(id) => about.incident(id),
-            None => about,
-        };
+        let about = marks::claimed_incident(claim).map_or(about, |id| about.incident(id));
         let detail = format!(
             "container {} runs a new incarnation after a restart claimed by an instance that did not record its outcome (it stopped mid-command; its restart ran); recorded for it, treated as booting for {cooldown}",
             short(&c.id)

@@ -34,32 +34,29 @@ impl Pipeline<'_> {
             false => caps.take(now).await?,
         };
         let s = &self.ctx.cfg.safety;
-        let skip = match said {
+        // The page (under `key`, for `ttl`), and what the trail says.
+        let (kind, skip, page, key, ttl, detail) = match said {
             Allowance::Granted => return Ok(None),
             Allowance::BreakerOpen => {
                 let (per_day, day) = (s.breaker_per_day, breaker_day(now));
                 // The page: one a day.
-                let detail = format!("circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow");
-                let alert =
-                    self.pager.alert_for(AlertKind::BreakerOpen, act.case, None, now, detail);
+                let page = format!("circuit breaker open: {per_day} restart(s) already on this node today (UTC {day}); automation stopped, alert only until tomorrow");
                 let key = self.ctx.keys.breaker_alert(&day);
-                self.pager.page_once(&key, BREAKER_TTL, alert, Unit::Worker, now).await?;
                 let detail = format!("breaker open: {per_day} restarts used today ({day})");
-                self.skip(now, act, Skip::BreakerOpen, detail, true).await?
+                (AlertKind::BreakerOpen, Skip::BreakerOpen, page, key, BREAKER_TTL, detail)
             }
             Allowance::BudgetExhausted => {
                 let (budget, window) = (s.fleet_budget, s.fleet_window);
                 let every = humantime::format_duration(window);
                 // The page: one a window.
-                let detail = format!("fleet restart budget exhausted: {budget} restart(s) across the fleet in this {every} window; no restart anywhere until it ends (a systemic cause is likely)");
-                let alert =
-                    self.pager.alert_for(AlertKind::BudgetExhausted, act.case, None, now, detail);
+                let page = format!("fleet restart budget exhausted: {budget} restart(s) across the fleet in this {every} window; no restart anywhere until it ends (a systemic cause is likely)");
                 let key = self.ctx.keys.fleet_budget_alert(fleet_window(now, window));
-                self.pager.page_once(&key, window * 2, alert, Unit::Worker, now).await?;
                 let detail = format!("fleet budget of {budget} per {every} exhausted");
-                self.skip(now, act, Skip::BudgetExhausted, detail, true).await?
+                (AlertKind::BudgetExhausted, Skip::BudgetExhausted, page, key, window * 2, detail)
             }
         };
-        Ok(Some(skip))
+        let alert = self.pager.alert_for(kind, act.case, None, now, page);
+        self.pager.page_once(&key, ttl, alert, Unit::Worker, now).await?;
+        self.skip(now, act, skip, detail, true).await.map(Some)
     }
 }

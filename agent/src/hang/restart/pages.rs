@@ -59,10 +59,7 @@ impl RestartPath<'_> {
         inc: &Incident,
         now: Millis,
     ) -> Result<(), CoordError> {
-        let kind = match case.v {
-            Verdict::Errored => AlertKind::Errored,
-            _ => AlertKind::Hung,
-        };
+        let kind = if case.v == Verdict::Errored { AlertKind::Errored } else { AlertKind::Hung };
         let wait = policy_due::restart_wait(case.v, &self.ctx.cfg.policy);
         let since = policy_due::condition_since(case.v, inc.started, case.marks, case.status);
         let mut detail = if case.alert_only() {

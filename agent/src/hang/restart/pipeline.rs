@@ -61,18 +61,12 @@ impl Pipeline<'_> {
     /// One pass of the pipeline for an incident whose restart is due. Coordinator errors end it
     /// (fail closed) after giving back what it holds.
     pub(super) async fn run(&mut self, act: &Act<'_>, now: Millis) -> Result<(), CoordError> {
-        let dry_run = self.ctx.cfg.dry_run;
-        let mut pass = Pass {
-            now,
-            lease: None,
-            call: None,
-            how: Remediation::InPlace { kill: false, how: String::new() },
-        };
+        let mut pass = Pass { now, lease: None, call: None, how: Remediation::IN_PLACE };
         let mut step = first(Unit::Worker);
         let result = loop {
             let ran = self.run_step(step, act, &mut pass).await;
             let seen = ran.as_ref().map_or(Seen::Failed, |s| *s);
-            match next(Unit::Worker, step, seen, dry_run) {
+            match next(Unit::Worker, step, seen, self.ctx.cfg.dry_run) {
                 Next::Go(s) => step = s,
                 Next::Stop(undo) => {
                     self.give_back(act, undo, pass.now).await;

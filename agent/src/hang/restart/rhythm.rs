@@ -17,14 +17,6 @@ use crate::runtime::container::Container;
 
 use super::{Case, RestartPath};
 
-/// What this look teaches of the worker's rhythm (`RestartPath::learn`).
-pub(super) enum Learn<'s> {
-    /// A new incarnation, or our restart booting: its own samples start over.
-    StartOver,
-    /// A look at its record.
-    Look(Option<&'s WorkerStatus>),
-}
-
 /// The rules a worker is judged by: the fixed policy, and what this agent learned of the
 /// worker's rhythm. Pure: the same answers for the same reads.
 #[derive(Clone, Copy)]
@@ -42,11 +34,10 @@ impl<'p> Judge<'p, '_> {
     /// straggler. Its learned rule rides in its entry (`Member::learned`), and the gang decides
     /// on learned evidence only when every member's has one.
     pub(super) fn verdict_rules(&self, status: Option<&WorkerStatus>) -> Cow<'p, PolicyConfig> {
-        let base = self.policy;
-        match status.is_some_and(|s| s.gang.is_some()) {
-            true => Cow::Borrowed(base),
-            false => policy_rhythm::judged_by(base, self.rhythm, status),
+        if status.is_some_and(|s| s.gang.is_some()) {
+            return Cow::Borrowed(self.policy);
         }
+        policy_rhythm::judged_by(self.policy, self.rhythm, status)
     }
 
     /// The policy the worker's own restart is judged by (`policy_rhythm::restart_policy`): the
@@ -57,13 +48,8 @@ impl<'p> Judge<'p, '_> {
         marks: &Marks,
         now: Millis,
     ) -> Cow<'p, PolicyConfig> {
-        policy_rhythm::restart_policy(
-            self.policy,
-            marks.rhythm.as_ref(),
-            self.rhythm.own(),
-            status,
-            now,
-        )
+        let (shared, own) = (marks.rhythm.as_ref(), self.rhythm.own());
+        policy_rhythm::restart_policy(self.policy, shared, own, status, now)
     }
 
     /// A gang member's learned rule, from the coordinator's copy of its rhythm (`marks`): what
@@ -76,13 +62,8 @@ impl<'p> Judge<'p, '_> {
         now: Millis,
     ) -> Option<Learned> {
         status.and_then(|s| s.gang.as_ref())?;
-        policy_rhythm::learned_rule(
-            self.policy,
-            marks.rhythm.as_ref(),
-            self.rhythm.own(),
-            status,
-            now,
-        )
+        let (shared, own) = (marks.rhythm.as_ref(), self.rhythm.own());
+        policy_rhythm::learned_rule(self.policy, shared, own, status, now)
     }
 
     /// A gang member's learned rule ([`Self::member_rule`]), and whether it is in trouble: its
@@ -114,22 +95,27 @@ impl<'a> RestartPath<'a> {
         Judge { policy: &self.ctx.cfg.policy, rhythm: self.rhythm }
     }
 
-    /// Learn the worker's rhythm from this look (`crate::hang::policy_rhythm`): the
-    /// coordinator's copy merged in, a new incarnation and our restart booting start the
-    /// incarnation's own samples over (the worker's history stays); what was learned goes back
-    /// with the cycle's batch.
-    pub(super) fn learn(&mut self, c: &Container, marks: &Marks, state: Learn, now: Millis) {
+    /// Learn the worker's rhythm from this look at its record (`crate::hang::policy_rhythm`):
+    /// the coordinator's copy merged in; with `start_over` (a new incarnation, or our restart
+    /// booting) the incarnation's own samples start over (the worker's history stays); what was
+    /// learned goes back with the cycle's batch.
+    pub(super) fn learn(
+        &mut self,
+        c: &Container,
+        marks: &Marks,
+        status: Option<&WorkerStatus>,
+        start_over: bool,
+        now: Millis,
+    ) {
         if !self.ctx.cfg.policy.learned.enabled {
             return;
         }
         self.rhythm.adopt(marks.rhythm.as_ref());
         self.rhythm.see_incarnation(&marks::incarnation(c));
-        match state {
-            Learn::StartOver => self.rhythm.new_incarnation(),
-            Learn::Look(status) => {
-                let settle = self.ctx.cfg.policy.learned.min_samples;
-                self.rhythm.observe(status, now, settle)
-            }
+        if start_over {
+            self.rhythm.new_incarnation();
+        } else {
+            self.rhythm.observe(status, now, self.ctx.cfg.policy.learned.min_samples);
         }
         if let Some(v) = self.rhythm.write_due(now) {
             self.deferred.push((self.ctx.keys.rhythm(&c.worker), v));

@@ -30,13 +30,10 @@ fn taint_json(t: &Taint) -> Value {
 /// silently dropping their taint.
 pub(crate) fn merge_patch(node: &Value, desired: &NodeDesired) -> Option<Value> {
     let mut metadata = Map::new();
-    if let Some(labels) = map_patch(node.pointer("/metadata/labels"), &desired.labels) {
-        metadata.insert("labels".into(), Value::Object(labels));
-    }
-    if let Some(annotations) =
-        map_patch(node.pointer("/metadata/annotations"), &desired.annotations)
-    {
-        metadata.insert("annotations".into(), Value::Object(annotations));
+    for (key, wanted) in [("labels", &desired.labels), ("annotations", &desired.annotations)] {
+        if let Some(changes) = map_patch(node.pointer(&format!("/metadata/{key}")), wanted) {
+            metadata.insert(key.into(), Value::Object(changes));
+        }
     }
 
     let mut patch = Map::new();
@@ -82,8 +79,7 @@ fn map_patch(
 /// `lastTransitionTime` moves only when the status changes; `lastHeartbeatTime` on every write.
 /// A type in `remove_conditions` that the Node has is deleted (`$patch: delete`, by its key).
 pub(crate) fn conditions_patch(node: &Value, desired: &NodeDesired, now: &str) -> Option<Value> {
-    let current =
-        node.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let current: Vec<&Value> = items(node, "/status/conditions").collect();
     let mut changed = Vec::new();
     for want in &desired.conditions {
         let have = current.iter().find(|c| c["type"].as_str() == Some(want.kind.as_str()));
@@ -206,11 +202,7 @@ pub(crate) fn cleanup_plan(
     let mut annotations = keys("/metadata/annotations");
     annotations.sort();
     let taints = taints_of(node, taint_keys);
-    let conditions: Vec<String> = node
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let conditions: Vec<String> = items(node, "/status/conditions")
         .filter_map(|c| c.get("type").and_then(Value::as_str))
         .filter(|kind| condition_types.contains(kind))
         .map(str::to_string)
@@ -234,10 +226,7 @@ pub(crate) fn cleanup_plan(
 
 /// Vigil's taints on the Node, as `kubectl taint` writes them (`key[=value]:effect`).
 fn taints_of(node: &Value, taint_keys: &[String]) -> Vec<String> {
-    node.pointer("/spec/taints")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    items(node, "/spec/taints")
         .filter_map(|t| {
             let key = t.get("key").and_then(Value::as_str)?;
             if !taint_keys.iter().any(|k| k == key) {
@@ -250,6 +239,11 @@ fn taints_of(node: &Value, taint_keys: &[String]) -> Vec<String> {
             })
         })
         .collect()
+}
+
+/// The elements of the array at `pointer` in `node`; none where there is no array.
+fn items<'a>(node: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
+    node.pointer(pointer).and_then(Value::as_array).into_iter().flatten()
 }
 
 /// The strategic-merge patch of the Node's status that deletes the conditions of these types,

@@ -30,10 +30,8 @@ impl Controller {
         now: Millis,
     ) {
         if interruption_starts(prev.phase, next.phase) {
-            let cause = match next.interruption {
-                Some(Interruption::Preemption) => "preemption",
-                _ => "maintenance",
-            };
+            let preempted = next.interruption == Some(Interruption::Preemption);
+            let cause = if preempted { "preemption" } else { "maintenance" };
             self.losses.interrupted = Some(Interrupted { cause, notice: now, checkpoint: None });
         } else if interrupting(prev.phase) && !interrupting(next.phase) {
             self.end_interruption(now, "it ended").await;
@@ -65,11 +63,8 @@ impl Controller {
             // The node's clock only places the time in the last day's hourly ledger.
             self.metrics.lost.add("gpu-failed", failed as Millis * ms, SystemClock.now());
         }
-        let failed = report
-            .gpus
-            .iter()
-            .filter(|g| report.failures_known() && g.health == GpuHealth::Failed)
-            .count();
+        let known = report.failures_known();
+        let failed = report.gpus.iter().filter(|g| known && g.health == GpuHealth::Failed).count();
         self.losses.failed_gpus = Some((failed, now));
     }
 }
