@@ -194,7 +194,8 @@ impl CheckpointRounds {
     }
 }
 
-/// The result of a worker that was not asked (its id is none, or the workers cannot be listed).
+/// The result of a worker that was not asked (its label is no worker id, or the workers cannot
+/// be listed).
 fn not_asked(worker: String, waited: Duration, detail: String) -> WorkerResult {
     WorkerResult { worker, method: "invalid", outcome: Outcome::Failed, waited, detail, gang: None }
 }

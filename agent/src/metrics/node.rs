@@ -63,8 +63,8 @@ impl MaintenanceMetrics {
 }
 
 pub(crate) struct CheckpointMetrics {
-    /// A checkpoint request: its method (signal, http, redis) and outcome (acked, timed-out,
-    /// failed).
+    /// A checkpoint request: its method (record, signal, http, invalid, gang, none) and outcome
+    /// (acked, timed-out, failed).
     pub(crate) checkpoints: Family<Labels<2>, Counter>,
     pub(crate) checkpoint_seconds: Histogram,
 }
@@ -88,7 +88,7 @@ impl CheckpointMetrics {
         }
         register!(reg;
             "checkpoints" => m.checkpoints,
-                "Checkpoint requests by method (signal, http, redis) and outcome (acked, timed-out, failed)";
+                "Checkpoint requests by method (record, signal, http, invalid, gang, none) and outcome (acked, timed-out, failed)";
             "checkpoint_duration" in Unit::Seconds => m.checkpoint_seconds,
                 "Time from checkpoint request to acknowledgement (or give-up)";
         );

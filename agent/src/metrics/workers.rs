@@ -16,7 +16,7 @@ use super::{F64Gauge, Labels};
 
 /// One worker (its id: 1-128 characters of `[A-Za-z0-9._-]`).
 type WorkerLabels = Labels<1, String>;
-/// One worker and one value of its (its verdict, its incident stage).
+/// One worker and one of its values (its verdict, or its incident stage).
 type ValueLabels = Labels<2, String>;
 
 /// What is exported for one worker.

@@ -251,7 +251,8 @@ async fn read(
         .hgetall(&s.keys.status(id))
         .await
         .map_err(|e| Answer::unavailable(e.to_string()))?;
-    Ok(Answer::ok("read", serde_json::json!(record).to_string()))
+    let fields = record.into_iter().map(|(k, v)| (k, v.into()));
+    Ok(Answer::ok("read", serde_json::Value::Object(fields.collect()).to_string()))
 }
 
 /// The gang the agent will take this write's worker to be a member of (the tenancy rule,

@@ -87,8 +87,10 @@ pub(crate) async fn resolve(
             });
             listed.insert(driver.to_string(), devices);
         }
-        let gpu = listed[driver]
-            .iter()
+        let gpu = listed
+            .get(driver)
+            .into_iter()
+            .flatten()
             .find(|d| d.pool == pool && d.name == name)
             .and_then(|d| d.parent_uuid.clone().or_else(|| d.uuid.clone()));
         if let Some(uuid) = gpu {
